@@ -1,0 +1,96 @@
+# utrain build. `make run` and `make test` are the two set-up commands.
+# Everything is built under build/ (build-asan/ for the sanitizer suite).
+
+CC       ?= gcc
+BUILD    ?= build
+ARCH     ?= -march=native
+OPT      ?= -O3
+BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+PREFIX   ?= /usr/local
+
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fPIC \
+              -Iinclude -Isrc/core -I$(BLAS_INC)
+CFLAGS  += $(CFLAGS_BASE) $(OPT) $(ARCH) -g
+TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
+LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread
+
+LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
+                            src/models/*.c src/optim/*.c src/io/*.c))
+CLI_SRC  = $(sort $(wildcard src/cli/*.c))
+TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c))
+TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
+HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/common/*.h)
+
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
+TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
+
+.PHONY: all lib deps run test test-asan tests bench install clean
+all: lib $(BUILD)/utrain
+lib: $(BUILD)/libutrain.a $(BUILD)/libutrain.so
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libutrain.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libutrain.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/utrain: $(CLI_OBJ) $(BUILD)/libutrain.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(BUILD)/libutrain.a $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJ) $(BUILD)/libutrain.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%.o: tests/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -c $< -o $@
+
+tests: all $(TEST_BIN)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	./$(BUILD)/utrain demo
+
+test: deps
+	@$(MAKE) --no-print-directory tests
+	@tests/run.sh $(BUILD)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  LDFLAGS="-fsanitize=address,undefined" tests
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 UT_TEST_QUICK=1 tests/run.sh build-asan
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/gpt2_step
+	bench/run_gpt2_step.sh $(BUILD)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libutrain.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libutrain.a $(LDFLAGS) $(LDLIBS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include/utrain $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/utrain/*.h $(DESTDIR)$(PREFIX)/include/utrain/
+	install -m 644 $(BUILD)/libutrain.a $(BUILD)/libutrain.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/utrain $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' utrain.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/utrain.pc
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,53 @@
+/* utrain basics: checked allocation, fatal errors, the random generator.
+ * defines: ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*. */
+#ifndef UTRAIN_BASE_H
+#define UTRAIN_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Allocation through these counts calls (ut_alloc_count), so tests can prove
+ * the training loop allocates nothing once warm. On failure they abort with the
+ * number of bytes asked for and the call site. */
+void *ut_malloc_at(size_t bytes, const char *file, int line);
+void *ut_calloc_at(size_t n, size_t size, const char *file, int line);
+void *ut_realloc_at(void *p, size_t bytes, const char *file, int line);
+void *ut_aligned_alloc_at(size_t bytes, const char *file, int line); /* 64-byte aligned */
+void ut_free(void *p);
+uint64_t ut_alloc_count(void);
+#define ut_malloc_check(n) ut_malloc_at((n), __FILE__, __LINE__)
+#define ut_calloc_check(n, s) ut_calloc_at((n), (s), __FILE__, __LINE__)
+#define ut_realloc_check(p, n) ut_realloc_at((p), (n), __FILE__, __LINE__)
+#define ut_aligned_alloc_check(n) ut_aligned_alloc_at((n), __FILE__, __LINE__)
+
+/* Fatal, always-on checks for internal invariants (not for user input, which
+ * returns a status with a message). ut_abort goes through one handler so the
+ * distributed layer can take every rank down with it. */
+_Noreturn void ut_abort(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+typedef void (*ut_abort_handler)(void);
+void ut_set_abort_handler(ut_abort_handler fn);
+#define UT_ASSERT(cond)                                                        \
+    do {                                                                       \
+        if (!(cond)) ut_abort(__FILE__, __LINE__, "assertion failed: %s", #cond); \
+    } while (0)
+
+/* xoshiro256** generator: small state (4 words) that checkpoints save. */
+typedef struct { uint64_t s[4]; } ut_rng;
+void ut_rng_seed(ut_rng *r, uint64_t seed);
+uint64_t ut_rng_u64(ut_rng *r);
+float ut_rng_uniform(ut_rng *r);           /* [0, 1) */
+float ut_rng_normal(ut_rng *r);            /* mean 0, std 1 */
+
+/* printf-style message into a thread-local buffer: for building error text. */
+const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* utrain ops: each records itself on the context's tape and has a backward.
+ * defines: ut_linear, ut_matmul, ut_add, ut_mul, ut_scale, activations, softmax
+ *          family, losses, ut_layernorm, ut_embedding, ut_conv2d, ut_max_pool2d,
+ *          ut_dropout, ut_attention, reductions, views (reshape, flatten,
+ *          permute, transpose, slice, contiguous), ut_op_name.
+ *
+ * Conventions: shapes are outermost first (PyTorch order). Every op takes the
+ * context first, returns a new tensor, and on bad input (shape, dtype, device)
+ * returns NULL with ut_ctx_error(ctx) naming the op and the shapes; an op given
+ * a NULL input returns NULL, so a model can check once at the end.
+ * Float inputs are F32; index inputs (targets, token ids) are I32. */
+#ifndef UTRAIN_OPS_H
+#define UTRAIN_OPS_H
+
+#include "utrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- matrix products (OpenBLAS sgemm) ---- */
+/* y = x W^T + b. x (..., C), w (OC, C) as in torch.nn.Linear, b (OC) or NULL -> (..., OC) */
+ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b);
+/* a (..., M, K) @ b (..., K, N) -> (..., M, N); batch dims equal, or b 2-D (K, N). */
+ut_tensor *ut_matmul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
+
+/* ---- elementwise ---- */
+/* a + b and a * b, where b broadcasts to a's shape: b's dims, aligned to a's
+ * innermost dims, are each equal to a's or 1 (a bias (C), a conv bias (C,1,1),
+ * a per-row scale (N,1), or the same shape). */
+ut_tensor *ut_add(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
+ut_tensor *ut_mul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
+ut_tensor *ut_scale(ut_ctx *ctx, ut_tensor *a, float s);          /* s * a */
+ut_tensor *ut_relu(ut_ctx *ctx, ut_tensor *a);
+ut_tensor *ut_gelu(ut_ctx *ctx, ut_tensor *a);                    /* tanh approximation */
+ut_tensor *ut_tanh(ut_ctx *ctx, ut_tensor *a);
+ut_tensor *ut_sigmoid(ut_ctx *ctx, ut_tensor *a);
+/* Inverted dropout: zeroes with probability p and scales survivors by 1/(1-p)
+ * in training mode; identity otherwise. Masks come from the context's RNG. */
+ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p);
+
+/* ---- softmax and losses (over the last dimension) ---- */
+ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a);
+ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a);
+/* Mean over the targets that are not ignore_index of -log softmax(logits)[target].
+ * logits (..., V), targets I32 (...). Fused softmax + loss. Scalar (1). */
+ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index);
+/* Same on log-probabilities: mean of -logp[target] over non-ignored targets. */
+ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index);
+/* mean((a - b)^2), a and b the same shape. Scalar (1). */
+ut_tensor *ut_mse(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
+
+/* ---- normalisation, lookup ---- */
+/* x (..., C), w and b (C) */
+ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, float eps);
+/* idx I32 (...), table (V, C) -> (..., C). An index outside [0, V) is an error. */
+ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table);
+
+/* ---- convolution, pooling ---- */
+/* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */
+ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
+/* x (B, C, H, W) -> (B, C, OH, OW), window k, stride s (floor mode, no padding) */
+ut_tensor *ut_max_pool2d(ut_ctx *ctx, ut_tensor *x, int k, int stride);
+
+/* ---- attention ---- */
+/* Causal multi-head self-attention, fused. qkv (B, T, 3C) laid out [q | k | v]
+ * along the last dim, heads of size C/NH -> (B, T, C) before the output projection. */
+ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head);
+
+/* ---- reductions ---- */
+ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */
+ut_tensor *ut_mean(ut_ctx *ctx, ut_tensor *a);   /* scalar (1) */
+
+/* ---- views and copies ---- */
+/* Same data, new shape (element count must match); a non-contiguous input is
+ * copied first. One dimension may be -1 (inferred). */
+ut_tensor *ut_reshape(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne);
+/* Merges dims start_dim.. into one, as torch.flatten(x, start_dim). */
+ut_tensor *ut_flatten(ut_ctx *ctx, ut_tensor *a, int start_dim);
+/* Strided views sharing data. perm lists the source dim for each output dim. */
+ut_tensor *ut_permute(ut_ctx *ctx, ut_tensor *a, const int *perm);
+ut_tensor *ut_transpose(ut_ctx *ctx, ut_tensor *a, int d0, int d1);
+/* Elements [start, end) of dimension dim. */
+ut_tensor *ut_slice(ut_ctx *ctx, ut_tensor *a, int dim, int64_t start, int64_t end);
+/* Contiguous copy (a no-op returning a when already contiguous). */
+ut_tensor *ut_contiguous(ut_ctx *ctx, ut_tensor *a);
+
+/* Name of an op id (t->op), "leaf" for UT_OP_NONE. */
+const char *ut_op_name(int op);
+int ut_op_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,137 @@
+/* utrain tensors, the per-step context, autograd.
+ * defines: ut_dtype, ut_device, ut_tensor, ut_ctx, ut_ctx_* (arena, tape, errors,
+ *          no-grad mode), ut_tensor_* constructors, ut_backward, ut_checkpoint. */
+#ifndef UTRAIN_TENSOR_H
+#define UTRAIN_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UT_MAX_DIMS 4
+#define UT_MAX_SRC 4
+#define UT_MAX_IPARAMS 8
+#define UT_MAX_FPARAMS 4
+#define UT_MAX_AUX 3
+
+/* Storage types. Compute is float32 on the CPU; bf16/fp16 are storage types that
+ * the CUDA backend and mixed precision use. I32 holds token ids and labels. */
+typedef enum { UT_F32 = 0, UT_BF16, UT_F16, UT_I32, UT_DTYPE_COUNT } ut_dtype;
+typedef enum { UT_CPU = 0, UT_CUDA, UT_DEVICE_COUNT } ut_device;
+
+const char *ut_dtype_name(ut_dtype dt);
+size_t ut_dtype_size(ut_dtype dt);
+const char *ut_device_name(ut_device dev);
+
+typedef struct ut_ctx ut_ctx;
+typedef struct ut_tensor ut_tensor;
+
+/* A tensor is a header (shape, strides, op that made it) over storage owned by
+ * someone else: the context's arena for activations, a model's flat buffer for
+ * parameters. Shapes are outermost first, as in PyTorch: ne[ndim-1] is the
+ * innermost (contiguous) dimension. nb[] are strides in elements; views
+ * (ut_transpose, ut_permute, ut_slice) share data and differ in nb[].
+ * grad, when present, is always contiguous in the tensor's logical shape. */
+struct ut_tensor {
+    ut_dtype dtype;
+    ut_device device;
+    int ndim;
+    int64_t ne[UT_MAX_DIMS];
+    int64_t nb[UT_MAX_DIMS];
+    void *data;
+    float *grad;
+    int op;                           /* UT_OP_NONE for leaves */
+    ut_tensor *src[UT_MAX_SRC];
+    int64_t ip[UT_MAX_IPARAMS];       /* integer op parameters */
+    float fp[UT_MAX_FPARAMS];         /* float op parameters */
+    void *aux[UT_MAX_AUX];            /* saved buffers for backward (arena) */
+    bool requires_grad;
+    int param_index;                  /* index in its model's parameter list, or -1 */
+    ut_ctx *ctx;                      /* context that made it (NULL for parameters) */
+    const char *name;
+};
+
+/* ---- tensor queries ---- */
+int64_t ut_nelem(const ut_tensor *t);
+bool ut_is_contiguous(const ut_tensor *t);
+static inline float *ut_f32(const ut_tensor *t) { return (float *)t->data; }
+static inline int32_t *ut_i32(const ut_tensor *t) { return (int32_t *)t->data; }
+/* "(4, 16, 64)" into buf; returns buf. */
+char *ut_shape_str(const ut_tensor *t, char *buf, size_t n);
+/* Sets contiguous strides for ne[0..ndim). */
+void ut_set_contiguous_strides(ut_tensor *t);
+
+/* ---- context ---- */
+typedef struct {
+    size_t arena_bytes;   /* first arena chunk; grows on demand, then settles (0: 64 MiB) */
+    uint64_t seed;        /* dropout and other random ops */
+    ut_device device;
+} ut_ctx_opts;
+
+/* Called by backward when a parameter's gradient is complete for this
+ * backward pass (every op that used it has added its part). */
+typedef void (*ut_grad_ready_fn)(void *user, int param_index);
+
+ut_ctx *ut_ctx_new(const ut_ctx_opts *opts);
+void ut_ctx_free(ut_ctx *ctx);
+/* Drops the tape and every activation: call after the optimizer step. */
+void ut_ctx_reset(ut_ctx *ctx);
+/* Autograd recording on/off (off = no-grad mode for evaluation). Returns the old value. */
+bool ut_ctx_set_grad_enabled(ut_ctx *ctx, bool on);
+bool ut_ctx_grad_enabled(const ut_ctx *ctx);
+/* Training mode (dropout active) on/off. Returns the old value. */
+bool ut_ctx_set_training(ut_ctx *ctx, bool on);
+bool ut_ctx_training(const ut_ctx *ctx);
+ut_device ut_ctx_device(const ut_ctx *ctx);
+void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
+uint64_t *ut_ctx_rng_state(ut_ctx *ctx);   /* 4 words: saved/restored by checkpoints */
+void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
+
+/* Sticky error: the first failing op stores a message naming the op and the
+ * shapes and returns NULL; later ops given NULL return NULL too. */
+const char *ut_ctx_error(const ut_ctx *ctx);
+void ut_ctx_clear_error(ut_ctx *ctx);
+void ut_ctx_set_error(ut_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Memory accounting of the activation arena (bytes). peak is the largest
+ * amount in use at once since the last ut_ctx_reset_peak. */
+size_t ut_ctx_bytes_in_use(const ut_ctx *ctx);
+size_t ut_ctx_peak_bytes(const ut_ctx *ctx);
+void ut_ctx_reset_peak(ut_ctx *ctx);
+/* Scratch memory from the arena, 64-byte aligned, freed by ut_ctx_reset. */
+void *ut_ctx_alloc(ut_ctx *ctx, size_t bytes);
+int ut_ctx_tape_len(const ut_ctx *ctx);
+ut_tensor *ut_ctx_tape_at(const ut_ctx *ctx, int i);  /* i-th recorded op, forward order */
+
+/* ---- constructors (arena-backed, freed by ut_ctx_reset) ---- */
+ut_tensor *ut_tensor_new(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne);
+ut_tensor *ut_tensor_new2(ut_ctx *ctx, ut_dtype dt, int64_t n0, int64_t n1);
+ut_tensor *ut_tensor_zeros(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne);
+/* Copies n = prod(ne) elements from data. */
+ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *data);
+/* Wraps caller memory without copying (caller keeps it alive until reset). */
+ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *data);
+/* Marks a leaf as needing a gradient (allocated from the arena on backward). */
+void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
+
+/* ---- autograd ---- */
+/* Reverse walk over the tape from a scalar loss (its gradient seeded with 1).
+ * Parameter gradients are ADDED into their buffers, so micro-batches accumulate
+ * until the model's gradients are zeroed. Returns 0, or -1 with ut_ctx_error set. */
+int ut_backward(ut_ctx *ctx, ut_tensor *loss);
+
+/* Activation checkpointing. fn computes one output from n inputs using ops on
+ * ctx. Under ut_checkpoint it runs without keeping its inner activations; the
+ * backward pass runs it again (same dropout masks) and backpropagates through
+ * the recomputed tape. Parameters fn uses are reported ready as usual. */
+typedef ut_tensor *(*ut_checkpoint_fn)(ut_ctx *ctx, void *user, ut_tensor **in, int n);
+ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor **in, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

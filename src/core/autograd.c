@@ -1,0 +1,178 @@
+/* Reverse-mode autograd: a reverse walk over the tape, calling each op's
+ * backward, and activation checkpointing as an op whose backward reruns a
+ * block of ops and walks its tape. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Parameters used by a tape node: its sources, or a checkpointed block's list. */
+typedef struct {
+    ut_checkpoint_fn fn;
+    void *user;
+    ut_tensor **in;
+    int n;
+    ut_rng rng;      /* state at block entry: the recompute draws the same masks */
+    int *params;     /* parameter indices the block uses */
+    int nparams;
+} checkpoint_rec;
+
+static void note_first_use(ut_ctx *ctx, int pi, int pos) {
+    if (pi >= ctx->first_use_cap) {
+        int cap = ctx->first_use_cap ? ctx->first_use_cap : 64;
+        while (cap <= pi) cap *= 2;
+        ctx->first_use = ut_realloc_check(ctx->first_use, cap * sizeof(int));
+        for (int i = ctx->first_use_cap; i < cap; i++) ctx->first_use[i] = -1;
+        ctx->first_use_cap = cap;
+    }
+    if (ctx->first_use[pi] < 0 || pos < ctx->first_use[pi]) ctx->first_use[pi] = pos;
+}
+
+/* Calls fn(pi) for each parameter index node t uses. */
+#define FOR_EACH_PARAM(t, pi, body)                                                   \
+    do {                                                                              \
+        if ((t)->op == UT_OP_CHECKPOINT) {                                            \
+            const checkpoint_rec *cr_ = (t)->aux[0];                                  \
+            for (int k_ = 0; k_ < cr_->nparams; k_++) {                               \
+                int pi = cr_->params[k_];                                             \
+                body;                                                                 \
+            }                                                                         \
+        } else {                                                                      \
+            for (int k_ = 0; k_ < UT_MAX_SRC; k_++)                                   \
+                if ((t)->src[k_] && (t)->src[k_]->param_index >= 0) {                 \
+                    int pi = (t)->src[k_]->param_index;                               \
+                    body;                                                             \
+                }                                                                     \
+        }                                                                             \
+    } while (0)
+
+void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
+    const ut_op_vtable *ops = ut_op_table(ctx->device);
+    for (int i = hi - 1; i >= lo && !ctx->has_err; i--) {
+        ut_tensor *t = ctx->tape[i];
+        if (t->grad) {
+            for (int k = 0; k < UT_MAX_SRC; k++)
+                if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
+            ops[t->op].backward(t);
+        }
+        if (hooks && ctx->grad_hook)
+            FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));
+    }
+}
+
+int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
+    if (ctx->has_err) return -1;
+    if (!loss) {
+        ut_ctx_set_error(ctx, "backward: loss is NULL");
+        return -1;
+    }
+    if (ut_nelem(loss) != 1 || loss->dtype != UT_F32) {
+        ut_op_error(ctx, "backward", 1, &loss, "loss must be an f32 scalar");
+        return -1;
+    }
+    if (!loss->requires_grad) {
+        ut_ctx_set_error(ctx, "backward: loss does not require grad (no parameter or input "
+                              "with requires_grad reached it, or grad was disabled)");
+        return -1;
+    }
+    for (int i = 0; i < ctx->first_use_cap; i++) ctx->first_use[i] = -1;
+    for (int i = 0; i < ctx->tape_len; i++) {
+        ut_tensor *t = ctx->tape[i];
+        FOR_EACH_PARAM(t, pi, note_first_use(ctx, pi, i));
+    }
+    ut_grad(loss)[0] += 1.0f;
+    ut_backward_range(ctx, 0, ctx->tape_len, true);
+    return ctx->has_err ? -1 : 0;
+}
+
+/* ---- activation checkpointing ---- */
+ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor **in, int n) {
+    if (ctx->has_err) return NULL;
+    if (!ctx->grad_enabled) return fn(ctx, user, in, n);
+    if (ctx->in_checkpoint) {
+        ut_ctx_set_error(ctx, "checkpoint: blocks cannot be nested");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!in[i]) {
+            ut_ctx_set_error(ctx, "checkpoint: input %d is NULL", i);
+            return NULL;
+        }
+    checkpoint_rec *cr = ut_ctx_alloc(ctx, sizeof *cr);
+    cr->fn = fn;
+    cr->user = user;
+    cr->n = n;
+    cr->in = ut_ctx_alloc(ctx, (size_t)(n ? n : 1) * sizeof *cr->in);
+    memcpy(cr->in, in, (size_t)n * sizeof *in);
+    cr->rng = ctx->rng;
+
+    /* run the block without a tape, into scratch memory */
+    ctx->in_checkpoint = true;
+    ctx->collecting = true;
+    ctx->ncollected = 0;
+    ctx->grad_enabled = false;
+    ctx->arena = &ctx->scratch;
+    ut_tensor *y = fn(ctx, user, in, n);
+    ctx->arena = &ctx->main;
+    ctx->grad_enabled = true;
+    ctx->collecting = false;
+    ctx->in_checkpoint = false;
+    if (!y || ctx->has_err) {
+        ut_arena_reset(&ctx->scratch);
+        return NULL;
+    }
+    if (y->dtype != UT_F32) {
+        ut_ctx_set_error(ctx, "checkpoint: the block must return an f32 tensor");
+        return NULL;
+    }
+
+    /* keep only the output */
+    ut_tensor *out = ut_op_new(ctx, UT_OP_CHECKPOINT, UT_F32, y->ndim, y->ne, 0, NULL);
+    ut_strided_gather(ut_f32(out), ut_f32(y), y->ndim, y->ne, y->nb);
+    ut_arena_reset(&ctx->scratch);
+    cr->nparams = ctx->ncollected;
+    cr->params = ut_ctx_alloc(ctx, (size_t)(cr->nparams ? cr->nparams : 1) * sizeof(int));
+    memcpy(cr->params, ctx->collected, (size_t)cr->nparams * sizeof(int));
+    bool rg = cr->nparams > 0;
+    for (int i = 0; i < n; i++) rg = rg || in[i]->requires_grad;
+    out->requires_grad = rg;
+    out->aux[0] = cr;
+    if (rg) ut_tape_push(ctx, out);
+    return out;
+}
+
+void ut_checkpoint_fwd_cpu(ut_tensor *t) { (void)t; /* computed in ut_checkpoint */ }
+
+void ut_checkpoint_bwd_cpu(ut_tensor *t) {
+    ut_ctx *ctx = t->ctx;
+    checkpoint_rec *cr = t->aux[0];
+    for (int i = 0; i < cr->n; i++)
+        if (cr->in[i]->requires_grad) ut_grad(cr->in[i]);
+
+    ut_rng saved = ctx->rng;
+    bool grad_was = ctx->grad_enabled;
+    ctx->grad_enabled = true;
+    ctx->rng = cr->rng;
+    ctx->arena = &ctx->scratch;
+    ctx->in_checkpoint = true;
+    /* inputs as leaves whose gradients land directly in the real inputs' */
+    ut_tensor **in = ut_ctx_alloc(ctx, (size_t)(cr->n ? cr->n : 1) * sizeof *in);
+    for (int i = 0; i < cr->n; i++) {
+        in[i] = ut_ctx_alloc(ctx, sizeof(ut_tensor));
+        *in[i] = *cr->in[i];
+        in[i]->op = UT_OP_NONE;
+        memset(in[i]->src, 0, sizeof in[i]->src);
+        in[i]->ctx = ctx;
+    }
+    int lo = ctx->tape_len;
+    ut_tensor *y = cr->fn(ctx, cr->user, in, cr->n);
+    if (y && !ctx->has_err && y->requires_grad) {
+        memcpy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * sizeof(float));
+        ut_backward_range(ctx, lo, ctx->tape_len, false);
+    }
+    ctx->tape_len = lo;
+    ctx->in_checkpoint = false;
+    ctx->arena = &ctx->main;
+    ut_arena_reset(&ctx->scratch);
+    ctx->rng = saved;
+    ctx->grad_enabled = grad_was;
+}

@@ -1,0 +1,100 @@
+/* Checked allocation, fatal errors and the random generator. */
+#include "utrain/base.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static atomic_uint_fast64_t alloc_calls;
+static ut_abort_handler abort_handler;
+
+uint64_t ut_alloc_count(void) { return (uint64_t)atomic_load(&alloc_calls); }
+
+static void *check(void *p, size_t bytes, const char *file, int line) {
+    if (!p && bytes)
+        ut_abort(file, line, "out of memory: could not allocate %zu bytes (%.1f MiB)", bytes,
+                 bytes / 1048576.0);
+    atomic_fetch_add(&alloc_calls, 1);
+    return p;
+}
+
+void *ut_malloc_at(size_t bytes, const char *file, int line) {
+    return check(malloc(bytes ? bytes : 1), bytes, file, line);
+}
+
+void *ut_calloc_at(size_t n, size_t size, const char *file, int line) {
+    if (size && n > SIZE_MAX / size)
+        ut_abort(file, line, "allocation of %zu x %zu bytes overflows", n, size);
+    return check(calloc(n ? n : 1, size ? size : 1), n * size, file, line);
+}
+
+void *ut_realloc_at(void *p, size_t bytes, const char *file, int line) {
+    return check(realloc(p, bytes ? bytes : 1), bytes, file, line);
+}
+
+void *ut_aligned_alloc_at(size_t bytes, const char *file, int line) {
+    size_t n = (bytes + 63) / 64 * 64;
+    return check(aligned_alloc(64, n ? n : 64), bytes, file, line);
+}
+
+void ut_free(void *p) { free(p); }
+
+void ut_set_abort_handler(ut_abort_handler fn) { abort_handler = fn; }
+
+_Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "utrain: fatal: %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    if (abort_handler) abort_handler();
+    abort();
+}
+
+const char *ut_fmt(const char *fmt, ...) {
+    static _Thread_local char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* ---- xoshiro256** seeded through splitmix64 ---- */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void ut_rng_seed(ut_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t ut_rng_u64(ut_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+float ut_rng_uniform(ut_rng *r) { return (float)(ut_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+float ut_rng_normal(ut_rng *r) {
+    /* Box-Muller; u1 in (0, 1] so the log is finite */
+    double u1 = ((ut_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (ut_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}

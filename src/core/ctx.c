@@ -1,0 +1,297 @@
+/* The per-step context: arenas, tape, modes, errors, tensor constructors. */
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+const char *ut_dtype_name(ut_dtype dt) {
+    static const char *names[] = {"f32", "bf16", "f16", "i32"};
+    return (unsigned)dt < UT_DTYPE_COUNT ? names[dt] : "?";
+}
+
+size_t ut_dtype_size(ut_dtype dt) {
+    static const size_t sizes[] = {4, 2, 2, 4};
+    return (unsigned)dt < UT_DTYPE_COUNT ? sizes[dt] : 0;
+}
+
+const char *ut_device_name(ut_device dev) { return dev == UT_CUDA ? "cuda" : "cpu"; }
+
+/* ---- context lifecycle and modes ---- */
+ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
+    ut_ctx_opts o = opts ? *opts : (ut_ctx_opts){0};
+    ut_ctx *ctx = ut_calloc_check(1, sizeof *ctx);
+    ut_arena_init(&ctx->main, o.arena_bytes ? o.arena_bytes : (64u << 20));
+    ut_arena_init(&ctx->scratch, 0);
+    ctx->arena = &ctx->main;
+    ctx->grad_enabled = true;
+    ctx->training = true;
+    ctx->device = o.device;
+    ut_rng_seed(&ctx->rng, o.seed);
+    return ctx;
+}
+
+void ut_ctx_free(ut_ctx *ctx) {
+    if (!ctx) return;
+    ut_arena_free(&ctx->main);
+    ut_arena_free(&ctx->scratch);
+    ut_free(ctx->tape);
+    ut_free(ctx->first_use);
+    ut_free(ctx->collected);
+    ut_free(ctx);
+}
+
+void ut_ctx_reset(ut_ctx *ctx) {
+    ut_arena_reset(&ctx->main);
+    ut_arena_reset(&ctx->scratch);
+    ctx->arena = &ctx->main;
+    ctx->tape_len = 0;
+}
+
+bool ut_ctx_set_grad_enabled(ut_ctx *ctx, bool on) {
+    bool old = ctx->grad_enabled;
+    ctx->grad_enabled = on;
+    return old;
+}
+bool ut_ctx_grad_enabled(const ut_ctx *ctx) { return ctx->grad_enabled; }
+bool ut_ctx_set_training(ut_ctx *ctx, bool on) {
+    bool old = ctx->training;
+    ctx->training = on;
+    return old;
+}
+bool ut_ctx_training(const ut_ctx *ctx) { return ctx->training; }
+ut_device ut_ctx_device(const ut_ctx *ctx) { return ctx->device; }
+void ut_ctx_seed(ut_ctx *ctx, uint64_t seed) { ut_rng_seed(&ctx->rng, seed); }
+uint64_t *ut_ctx_rng_state(ut_ctx *ctx) { return ctx->rng.s; }
+void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user) {
+    ctx->grad_hook = fn;
+    ctx->grad_hook_user = user;
+}
+
+/* ---- errors ---- */
+const char *ut_ctx_error(const ut_ctx *ctx) { return ctx->has_err ? ctx->err : NULL; }
+void ut_ctx_clear_error(ut_ctx *ctx) { ctx->has_err = false; ctx->err[0] = 0; }
+
+void ut_ctx_set_error(ut_ctx *ctx, const char *fmt, ...) {
+    if (ctx->has_err) return; /* keep the first: it names the cause */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    ctx->has_err = true;
+}
+
+/* ---- memory ---- */
+static size_t in_use(const ut_ctx *ctx) {
+    return ut_arena_in_use(&ctx->main) + ut_arena_in_use(&ctx->scratch);
+}
+size_t ut_ctx_bytes_in_use(const ut_ctx *ctx) { return in_use(ctx); }
+size_t ut_ctx_peak_bytes(const ut_ctx *ctx) { return ctx->peak; }
+void ut_ctx_reset_peak(ut_ctx *ctx) { ctx->peak = in_use(ctx); }
+int ut_ctx_tape_len(const ut_ctx *ctx) { return ctx->tape_len; }
+ut_tensor *ut_ctx_tape_at(const ut_ctx *ctx, int i) {
+    return i >= 0 && i < ctx->tape_len ? ctx->tape[i] : NULL;
+}
+
+void *ut_ctx_alloc(ut_ctx *ctx, size_t bytes) {
+    void *p = ut_arena_alloc(ctx->arena, bytes);
+    size_t u = in_use(ctx);
+    if (u > ctx->peak) ctx->peak = u;
+    return p;
+}
+
+/* ---- tensor queries ---- */
+int64_t ut_nelem(const ut_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->ne[i];
+    return n;
+}
+
+void ut_contiguous_strides(int64_t *st, int ndim, const int64_t *ne) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= ne[i];
+    }
+}
+
+void ut_set_contiguous_strides(ut_tensor *t) { ut_contiguous_strides(t->nb, t->ndim, t->ne); }
+
+bool ut_is_contiguous(const ut_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->ne[i] != 1 && t->nb[i] != s) return false;
+        s *= t->ne[i];
+    }
+    return true;
+}
+
+char *ut_shape_str(const ut_tensor *t, char *buf, size_t n) {
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < t->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)t->ne[i]);
+    if (k < n) snprintf(buf + k, n - k, t->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+/* ---- constructors ---- */
+static ut_tensor *header(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne) {
+    if (ndim < 0 || ndim > UT_MAX_DIMS) {
+        ut_ctx_set_error(ctx, "tensor: %d dimensions asked for, at most %d supported", ndim,
+                         UT_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (ne[i] < 0) {
+            ut_ctx_set_error(ctx, "tensor: negative size %lld in dimension %d", (long long)ne[i], i);
+            return NULL;
+        }
+    ut_tensor *t = ut_ctx_alloc(ctx, sizeof *t);
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->device = ctx->device;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->ne[i] = ne[i];
+    ut_set_contiguous_strides(t);
+    t->param_index = -1;
+    t->ctx = ctx;
+    return t;
+}
+
+ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *data) {
+    ut_tensor *t = header(ctx, dt, ndim, ne);
+    if (t) t->data = data;
+    return t;
+}
+
+ut_tensor *ut_tensor_new(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne) {
+    ut_tensor *t = header(ctx, dt, ndim, ne);
+    if (t) t->data = ut_ctx_alloc(ctx, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    return t;
+}
+
+ut_tensor *ut_tensor_new2(ut_ctx *ctx, ut_dtype dt, int64_t n0, int64_t n1) {
+    int64_t ne[2] = {n0, n1};
+    return ut_tensor_new(ctx, dt, 2, ne);
+}
+
+ut_tensor *ut_tensor_zeros(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne) {
+    ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
+    if (t) memset(t->data, 0, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    return t;
+}
+
+ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *data) {
+    ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
+    if (t) memcpy(t->data, data, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    return t;
+}
+
+void ut_tensor_set_requires_grad(ut_tensor *t, bool on) { t->requires_grad = on; }
+
+/* ---- op construction ---- */
+void ut_op_error(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, const char *why) {
+    char shapes[256] = "", buf[64];
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof shapes; i++)
+        k += (size_t)snprintf(shapes + k, sizeof shapes - k, "%s%s %s", i ? ", " : "",
+                              src[i] ? ut_dtype_name(src[i]->dtype) : "",
+                              ut_shape_str(src[i], buf, sizeof buf));
+    ut_ctx_set_error(ctx, "%s: %s (inputs: %s)", op, why, shapes);
+}
+
+bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsigned i32_mask) {
+    if (ctx->has_err) return false;
+    for (int i = 0; i < n; i++) {
+        if (!src[i]) {
+            ut_op_error(ctx, op, n, src, ut_fmt("input %d is NULL", i));
+            return false;
+        }
+        ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32;
+        if (src[i]->dtype != want) {
+            ut_op_error(ctx, op, n, src,
+                        ut_fmt("input %d has dtype %s, expected %s", i,
+                               ut_dtype_name(src[i]->dtype), ut_dtype_name(want)));
+            return false;
+        }
+        if (src[i]->device != ctx->device) {
+            ut_op_error(ctx, op, n, src,
+                        ut_fmt("input %d is on %s, the context runs on %s", i,
+                               ut_device_name(src[i]->device), ut_device_name(ctx->device)));
+            return false;
+        }
+    }
+    return true;
+}
+
+void ut_note_param(ut_ctx *ctx, const ut_tensor *t) {
+    for (int i = 0; i < ctx->ncollected; i++)
+        if (ctx->collected[i] == t->param_index) return;
+    if (ctx->ncollected == ctx->collected_cap) {
+        ctx->collected_cap = ctx->collected_cap ? 2 * ctx->collected_cap : 32;
+        ctx->collected = ut_realloc_check(ctx->collected, ctx->collected_cap * sizeof(int));
+    }
+    ctx->collected[ctx->ncollected++] = t->param_index;
+}
+
+ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
+                     ut_tensor *const *src) {
+    ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
+    if (!t) return NULL;
+    t->op = op;
+    bool rg = false;
+    for (int i = 0; i < nsrc; i++) {
+        t->src[i] = src[i];
+        if (src[i] && src[i]->requires_grad) rg = true;
+        if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
+    }
+    t->requires_grad = rg && ctx->grad_enabled;
+    return t;
+}
+
+ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int64_t *ne,
+                       const int64_t *nb, int64_t off) {
+    ut_tensor *t = header(ctx, src->dtype, ndim, ne);
+    if (!t) return NULL;
+    for (int i = 0; i < ndim; i++) t->nb[i] = nb[i];
+    t->data = (char *)src->data + off * (int64_t)ut_dtype_size(src->dtype);
+    t->op = op;
+    t->src[0] = src;
+    t->requires_grad = src->requires_grad && ctx->grad_enabled;
+    if (ctx->collecting && src->param_index >= 0) ut_note_param(ctx, src);
+    return t;
+}
+
+void ut_tape_push(ut_ctx *ctx, ut_tensor *t) {
+    if (ctx->tape_len == ctx->tape_cap) {
+        ctx->tape_cap = ctx->tape_cap ? 2 * ctx->tape_cap : 1024;
+        ctx->tape = ut_realloc_check(ctx->tape, ctx->tape_cap * sizeof *ctx->tape);
+    }
+    ctx->tape[ctx->tape_len++] = t;
+}
+
+const ut_op_vtable *ut_op_table(ut_device dev) {
+    UT_ASSERT(dev == UT_CPU); /* the CUDA table joins here with the CUDA backend */
+    return ut_ops_cpu;
+}
+
+ut_tensor *ut_op_run(ut_tensor *t) {
+    if (!t) return NULL;
+    const ut_op_vtable *ops = ut_op_table(t->device);
+    if (ops[t->op].forward) ops[t->op].forward(t);
+    if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
+    if (t->requires_grad) ut_tape_push(t->ctx, t);
+    return t;
+}
+
+float *ut_grad(ut_tensor *t) {
+    if (!t->grad) {
+        size_t bytes = (size_t)ut_nelem(t) * sizeof(float);
+        t->grad = ut_ctx_alloc(t->ctx, bytes);
+        memset(t->grad, 0, bytes);
+    }
+    return t->grad;
+}

@@ -1,0 +1,105 @@
+/* Library-internal declarations shared by core, ops and backends.
+ * defines: ut_arena, struct ut_ctx, op ids (UT_OP_*), ut_op_vtable, op
+ *          construction helpers (ut_op_new, ut_op_run, ut_view_new), grad helpers. */
+#ifndef UTRAIN_INTERNAL_H
+#define UTRAIN_INTERNAL_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/ops.h"
+#include "utrain/tensor.h"
+
+/* ---- op ids, generated from ops.def ---- */
+enum {
+    UT_OP_NONE = 0,
+#define UT_OP(E, stem) UT_OP_##E,
+#include "../ops/ops.def"
+#undef UT_OP
+    UT_OP_COUNT
+};
+
+typedef struct {
+    const char *name;
+    void (*forward)(ut_tensor *t);   /* computes t->data from t->src */
+    void (*backward)(ut_tensor *t);  /* ADDS into src[i]->grad from t->grad */
+} ut_op_vtable;
+
+extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
+const ut_op_vtable *ut_op_table(ut_device dev);
+
+#define UT_OP(E, stem)                        \
+    void ut_##stem##_fwd_cpu(ut_tensor *t);   \
+    void ut_##stem##_bwd_cpu(ut_tensor *t);
+#include "../ops/ops.def"
+#undef UT_OP
+
+/* ---- arena: bump allocator that grows with extra chunks, then settles ---- */
+typedef struct {
+    char *base;
+    size_t cap, used;
+    void **extra;         /* overflow chunks of the current step */
+    int nextra, capextra;
+    size_t extra_bytes;
+} ut_arena;
+
+void ut_arena_init(ut_arena *a, size_t cap);
+void ut_arena_free(ut_arena *a);
+void *ut_arena_alloc(ut_arena *a, size_t bytes);
+/* Frees everything; if the step overflowed, the next base holds it all. */
+void ut_arena_reset(ut_arena *a);
+static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->extra_bytes; }
+
+/* ---- context ---- */
+struct ut_ctx {
+    ut_arena main;          /* activations, grads of activations */
+    ut_arena scratch;       /* checkpointed blocks: forward and recompute */
+    ut_arena *arena;        /* the one ops allocate from now */
+    size_t peak;
+    ut_tensor **tape;
+    int tape_len, tape_cap;
+    bool grad_enabled, training, in_checkpoint, collecting;
+    ut_device device;
+    ut_rng rng;
+    ut_grad_ready_fn grad_hook;
+    void *grad_hook_user;
+    int *first_use;         /* per parameter index: tape position of first use */
+    int first_use_cap;
+    int *collected;         /* params seen while running a checkpointed fn */
+    int ncollected, collected_cap;
+    char err[512];
+    bool has_err;
+};
+
+/* ---- op construction ---- */
+/* True if every input is non-NULL, F32 unless listed in i32_mask (bit i: src i
+ * is I32), on the context's device; otherwise sets an error naming op. */
+bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsigned i32_mask);
+/* New contiguous output of op with sources src (requires_grad derived). */
+ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
+                     ut_tensor *const *src);
+/* Runs the forward kernel and records t on the tape if it needs a gradient. */
+ut_tensor *ut_op_run(ut_tensor *t);
+/* A view of src sharing its data at element offset off, with shape/strides. */
+ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int64_t *ne,
+                       const int64_t *nb, int64_t off);
+/* Error with the op name and the shapes of its inputs appended. */
+void ut_op_error(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, const char *why);
+
+/* ---- autograd helpers ---- */
+/* Grad buffer of t, allocated zeroed from the current arena if missing. */
+float *ut_grad(ut_tensor *t);
+void ut_tape_push(ut_ctx *ctx, ut_tensor *t);
+void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks);
+void ut_note_param(ut_ctx *ctx, const ut_tensor *t);
+
+/* ---- strided helpers (ops/view.c) ---- */
+/* dst (contiguous, shape ne) = src read with strides st. */
+void ut_strided_gather(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
+/* dst read with strides st += src (contiguous, shape ne). */
+void ut_strided_add(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
+/* Contiguous strides of shape ne into st. */
+void ut_contiguous_strides(int64_t *st, int ndim, const int64_t *ne);
+
+#endif

@@ -1,0 +1,50 @@
+/* A small test harness: CHECK records a failure with its place and message,
+ * RUN runs one test function and prints ok/FAIL, TEST_SUMMARY prints
+ * "N passed, N failed" (tests/run.sh adds these up) and returns the exit code.
+ * defines: CHECK, CHECK_NEAR, RUN, TEST_SUMMARY, test_quick. */
+#ifndef UTRAIN_TEST_H
+#define UTRAIN_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int t_checks_failed, t_passed, t_failed;
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            t_checks_failed++;                                            \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+        }                                                                 \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                   \
+    CHECK(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %.3g)", \
+          (double)(a), (double)(b), (double)(tol))
+
+#define RUN(fn)                                                       \
+    do {                                                              \
+        int before_ = t_checks_failed;                                \
+        fn();                                                         \
+        if (t_checks_failed == before_) {                             \
+            t_passed++;                                               \
+            printf("ok   %s\n", #fn);                                 \
+        } else {                                                      \
+            t_failed++;                                               \
+            printf("FAIL %s\n", #fn);                                 \
+        }                                                             \
+        fflush(stdout);                                               \
+    } while (0)
+
+#define TEST_SUMMARY()                                        \
+    (printf("%d passed, %d failed\n", t_passed, t_failed),    \
+     t_failed ? 1 : 0)
+
+/* UT_TEST_QUICK=1 (set by make test-asan) asks tests to use smaller sizes. */
+static inline int test_quick(void) {
+    const char *q = getenv("UT_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test binary under BUILD/tests and adds up their
+# "N passed, N failed" lines into one closing line.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/.." || exit 1
+total_pass=0; total_fail=0; broken=()
+for t in $(find "$build/tests" -type f -perm -u+x -name 'test_*' | sort); do
+    echo "== $t"
+    out=$("$t" 2>&1); rc=$?
+    echo "$out"
+    line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        broken+=("$t (exit $rc, no summary)"); total_fail=$((total_fail + 1)); continue
+    fi
+    p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        broken+=("$t (exit $rc)"); total_fail=$((total_fail + 1))
+    fi
+done
+for b in "${broken[@]+"${broken[@]}"}"; do echo "broken: $b"; done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

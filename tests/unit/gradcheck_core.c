@@ -1,0 +1,53 @@
+/* Gradcheck rows: matrix products, broadcasting binary ops, reductions, views,
+ * checkpointing. */
+#include "gradcheck.h"
+
+static ut_tensor *b_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
+static ut_tensor *b_linear_nob(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], NULL); }
+static ut_tensor *b_matmul(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+static ut_tensor *b_add(ut_ctx *c, ut_tensor **in) { return ut_add(c, in[0], in[1]); }
+static ut_tensor *b_mul(ut_ctx *c, ut_tensor **in) { return ut_mul(c, in[0], in[1]); }
+static ut_tensor *b_sum(ut_ctx *c, ut_tensor **in) { return ut_sum(c, in[0]); }
+static ut_tensor *b_mean(ut_ctx *c, ut_tensor **in) { return ut_mean(c, in[0]); }
+static ut_tensor *b_reshape(ut_ctx *c, ut_tensor **in) {
+    int64_t ne[2] = {-1, 6};
+    return ut_reshape(c, in[0], 2, ne);
+}
+static ut_tensor *b_permute(ut_ctx *c, ut_tensor **in) {
+    int perm[3] = {2, 0, 1};
+    return ut_permute(c, in[0], perm);
+}
+/* a view of a view, then a copy and an op that reads it */
+static ut_tensor *b_slice_transpose(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *v = ut_slice(c, ut_transpose(c, in[0], 0, 2), 1, 1, 3);
+    return ut_mul(c, ut_contiguous(c, v), ut_contiguous(c, v));
+}
+static ut_tensor *block(ut_ctx *c, void *user, ut_tensor **in, int n) {
+    (void)user;
+    (void)n;
+    return ut_mul(c, ut_linear(c, in[0], in[1], NULL), ut_linear(c, in[0], in[1], NULL));
+}
+static ut_tensor *b_checkpoint(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *x = ut_checkpoint(c, block, NULL, in, 2);
+    return ut_add(c, x, in[0]);
+}
+
+const gc_row gc_rows_core[] = {
+    {"linear", 3, {{2, {5, 7}}, {2, {4, 7}}, {1, {4}}}, b_linear},
+    {"linear 3-D no bias", 2, {{3, {2, 3, 7}}, {2, {4, 7}}}, b_linear_nob},
+    {"matmul 2-D", 2, {{2, {5, 3}}, {2, {3, 4}}}, b_matmul},
+    {"matmul batched", 2, {{3, {2, 5, 3}}, {3, {2, 3, 4}}}, b_matmul},
+    {"matmul shared b", 2, {{3, {2, 5, 3}}, {2, {3, 4}}}, b_matmul},
+    {"add same", 2, {{2, {3, 4}}, {2, {3, 4}}}, b_add},
+    {"add bias", 2, {{3, {2, 3, 4}}, {1, {4}}}, b_add},
+    {"add conv bias", 2, {{4, {2, 3, 2, 2}}, {3, {3, 1, 1}}}, b_add},
+    {"mul same", 2, {{2, {3, 4}}, {2, {3, 4}}}, b_mul},
+    {"mul row scale", 2, {{2, {3, 4}}, {2, {3, 1}}}, b_mul},
+    {"sum", 1, {{2, {3, 4}}}, b_sum},
+    {"mean", 1, {{3, {2, 3, 4}}}, b_mean},
+    {"reshape", 1, {{3, {2, 3, 4}}}, b_reshape},
+    {"permute", 1, {{3, {2, 3, 4}}}, b_permute},
+    {"slice of transpose", 1, {{3, {2, 3, 4}}}, b_slice_transpose},
+    {"checkpoint", 2, {{2, {3, 4}}, {2, {4, 4}}}, b_checkpoint},
+};
+const int gc_nrows_core = sizeof gc_rows_core / sizeof gc_rows_core[0];
