@@ -7,7 +7,7 @@
 #include "test.h"
 
 /* One line per family of rows (tests/unit/gradcheck_<family>.c). */
-#define GC_FAMILIES(X) X(core)
+#define GC_FAMILIES(X) X(core) X(unary) X(loss) X(nn)
 
 #define DECLARE(f) extern const gc_row gc_rows_##f[]; extern const int gc_nrows_##f;
 GC_FAMILIES(DECLARE)

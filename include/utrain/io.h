@@ -1,0 +1,67 @@
+/* utrain file I/O: the safetensors format (as written by PyTorch tooling).
+ * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
+ *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
+ *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel.
+ *
+ * Layout: an 8-byte little-endian header length N, N bytes of JSON
+ *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
+ *    "__metadata__": {"key": "value", ...}}
+ * (possibly followed by spaces), then the tensor data, row-major, little-endian,
+ * each tensor at [begin, end) relative to the start of the data. */
+#ifndef UTRAIN_IO_H
+#define UTRAIN_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UT_ST_MAX_DIMS 8
+
+typedef enum { UT_ST_F32 = 0, UT_ST_F16, UT_ST_BF16, UT_ST_I32, UT_ST_I64, UT_ST_DTYPE_COUNT } ut_st_dtype;
+
+/* "F32", "F16", "BF16", "I32", "I64"; NULL for an out-of-range value. */
+const char *ut_st_dtype_name(ut_st_dtype dt);
+size_t ut_st_dtype_size(ut_st_dtype dt);   /* 0 for an out-of-range value */
+
+typedef struct {
+    ut_st_dtype dtype;
+    int ndim;                          /* 0 (a scalar) .. UT_ST_MAX_DIMS */
+    int64_t shape[UT_ST_MAX_DIMS];     /* outermost first */
+    const void *data;                  /* aligned to the dtype size */
+    size_t nbytes;                     /* numel * dtype size */
+} ut_st_tensor;
+
+int64_t ut_st_numel(const ut_st_tensor *t);   /* product of shape (1 for a scalar) */
+
+typedef struct ut_st_file ut_st_file;
+
+/* Reads and validates a whole file: header length against the file size, the
+ * JSON (strict: only the keys above, integer arrays, string metadata, no
+ * duplicate names), dtype names, shape x dtype size == end - begin, offsets
+ * inside the data and not overlapping. NULL on any problem, with a message in
+ * err naming the file and the byte offset in the file or the tensor. */
+ut_st_file *ut_st_open(const char *path, char *err, size_t n);
+void ut_st_close(ut_st_file *f);              /* NULL is fine */
+int ut_st_count(const ut_st_file *f);         /* tensors, in file order */
+const char *ut_st_name(const ut_st_file *f, int i);
+/* The tensor called name, or NULL. Points into f: valid until ut_st_close. */
+const ut_st_tensor *ut_st_get(const ut_st_file *f, const char *name);
+/* Metadata value for key, or NULL. */
+const char *ut_st_meta(const ut_st_file *f, const char *key);
+
+/* Writes n tensors (in this order, data packed back to back) and optional
+ * metadata (meta_kv: key, value, key, value, ..., NULL; or NULL for none).
+ * Atomic: writes a temporary file in the same directory, syncs it and renames
+ * it over path, so path is either the old file or the complete new one.
+ * Returns 0, or -1 with a message in err (bad name, dtype, shape/nbytes
+ * mismatch, I/O failure naming the path). */
+int ut_st_save(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
+               const char *const *meta_kv, char *err, size_t errn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

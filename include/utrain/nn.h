@@ -1,0 +1,129 @@
+/* utrain models: the parameter store, layers made of ops, the model registry.
+ * defines: ut_init, ut_params, ut_model, ut_param_add, ut_model_* (finalize,
+ *          forward, loss, zero_grad, free), ut_kv (model options), the model
+ *          registry, layers (linear, conv2d, layernorm, embedding, attention,
+ *          mlp, transformer block) and their forward functions. */
+#ifndef UTRAIN_NN_H
+#define UTRAIN_NN_H
+
+#include "utrain/optim.h"
+#include "utrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- model options: string key/values (YAML model.* keys land here) ---- */
+typedef struct ut_kv ut_kv;
+ut_kv *ut_kv_new(void);
+void ut_kv_free(ut_kv *kv);
+void ut_kv_set(ut_kv *kv, const char *key, const char *value);   /* copies both */
+const char *ut_kv_get(const ut_kv *kv, const char *key);         /* NULL if absent */
+int ut_kv_len(const ut_kv *kv);
+const char *ut_kv_key(const ut_kv *kv, int i);
+/* Typed reads: 0 on success (def when absent), -1 with a message naming the
+ * key and value. Lists are "784,128,10" or "[784, 128, 10]". */
+int ut_kv_int(const ut_kv *kv, const char *key, long long def, long long *out, char *err, size_t n);
+int ut_kv_float(const ut_kv *kv, const char *key, double def, double *out, char *err, size_t n);
+int ut_kv_bool(const ut_kv *kv, const char *key, bool def, bool *out, char *err, size_t n);
+/* -1 with a message if opts has a key not in the NULL-terminated known list. */
+int ut_kv_check_keys(const ut_kv *kv, const char *const *known, const char *what, char *err,
+                     size_t n);
+int ut_kv_ints(const ut_kv *kv, const char *key, long long *out, int max, int *count, char *err,
+               size_t n);
+
+/* ---- parameters: one flat buffer for values, one for gradients ---- */
+typedef enum { UT_INIT_ZEROS, UT_INIT_ONES, UT_INIT_NORMAL, UT_INIT_UNIFORM } ut_init_kind;
+typedef struct {
+    ut_init_kind kind;
+    float a; /* NORMAL: std; UNIFORM: bound (values in [-a, a)) */
+} ut_init;
+
+typedef struct {
+    int n;                 /* parameter count */
+    ut_tensor **t;         /* t[i]->data/grad point into data/grad */
+    char **names;          /* PyTorch-style state_dict names: "h.0.attn.c_attn.weight" */
+    ut_init *init;
+    ut_param_seg *segs;    /* offset, numel and weight-decay flag of each */
+    int64_t numel;         /* total elements */
+    float *data, *grad;    /* the flat buffers (64-byte aligned) */
+    int cap;
+} ut_params;
+
+typedef struct ut_model ut_model;
+struct ut_model {
+    char *type;            /* registry name */
+    ut_params params;
+    void *impl;            /* the model's layers */
+    bool checkpoint_activations;
+    /* output (e.g. logits) from input; see each model for shapes */
+    ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
+    /* scalar loss from the forward output and targets */
+    ut_tensor *(*loss)(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
+    void (*free_impl)(void *impl);
+};
+
+/* Creates an empty model; register parameters, then ut_model_finalize. */
+ut_model *ut_model_new(const char *type);
+/* Registers a parameter (data assigned by ut_model_finalize). Weight decay
+ * applies when ndim >= 2. name is copied. */
+ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init);
+/* Allocates the flat buffers and initialises every parameter in
+ * registration order from seed. */
+void ut_model_finalize(ut_model *m, uint64_t seed);
+void ut_model_free(ut_model *m);
+void ut_model_zero_grad(ut_model *m);
+ut_tensor *ut_model_param(const ut_model *m, const char *name);   /* NULL if none */
+ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input);
+ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
+
+/* ---- registry ---- */
+/* Builds (and finalizes) a model from options; NULL with a message on bad options. */
+typedef ut_model *(*ut_model_build_fn)(const ut_kv *opts, uint64_t seed, char *err, size_t n);
+/* Adds or replaces a model type; built-ins: "mlp", "cnn", "gpt2". */
+void ut_model_register(const char *name, ut_model_build_fn build);
+ut_model *ut_model_create(const char *name, const ut_kv *opts, uint64_t seed, char *err, size_t n);
+/* Comma-separated list of registered names into buf. */
+const char *ut_model_names(char *buf, size_t n);
+
+/* ---- layers ---- */
+typedef struct { ut_tensor *w, *b; } ut_linear_layer;
+typedef struct { ut_tensor *w, *b; int stride, padding; } ut_conv2d_layer;
+typedef struct { ut_tensor *w, *b; float eps; } ut_layernorm_layer;
+typedef struct { ut_tensor *w; } ut_embedding_layer;
+typedef struct { ut_linear_layer c_attn, c_proj; int n_head; float dropout; } ut_attention_layer;
+typedef struct { ut_linear_layer c_fc, c_proj; float dropout; } ut_mlp_layer;
+typedef struct { ut_layernorm_layer ln_1, ln_2; ut_attention_layer attn; ut_mlp_layer mlp; } ut_block_layer;
+
+/* PyTorch default init: weight and bias uniform in +-1/sqrt(fan_in).
+ * Parameters are named PREFIX.weight and PREFIX.bias. */
+void ut_linear_layer_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
+                          int64_t out, bool bias);
+void ut_conv2d_layer_init(ut_model *m, ut_conv2d_layer *l, const char *prefix, int64_t in_ch,
+                          int64_t out_ch, int k, int stride, int padding);
+void ut_layernorm_layer_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int64_t C);
+void ut_embedding_layer_init(ut_model *m, ut_embedding_layer *l, const char *prefix, int64_t V,
+                             int64_t C, float std);
+/* GPT-2 init: linear weights N(0, 0.02), output projections N(0, proj_std), biases 0. */
+void ut_attention_layer_init(ut_model *m, ut_attention_layer *l, const char *prefix, int64_t C,
+                             int n_head, float proj_std, float dropout);
+void ut_mlp_layer_init(ut_model *m, ut_mlp_layer *l, const char *prefix, int64_t C,
+                       float proj_std, float dropout);
+void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
+                         float proj_std, float dropout);
+
+ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
+ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
+ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, ut_tensor *x);
+ut_tensor *ut_embedding_layer_forward(ut_ctx *ctx, const ut_embedding_layer *l, ut_tensor *idx);
+/* x (B, T, C) -> (B, T, C) */
+ut_tensor *ut_attention_layer_forward(ut_ctx *ctx, const ut_attention_layer *l, ut_tensor *x);
+ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x);
+/* Pre-LayerNorm block: x + attn(ln_1(x)), then + mlp(ln_2(.)); with
+ * checkpoint the block's activations are recomputed in backward. */
+ut_tensor *ut_block_layer_forward(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, bool checkpoint);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,131 @@
+/* utrain optimizers (SGD, AdamW) over a flat parameter buffer, gradient
+ * clipping and learning-rate schedules, all matching PyTorch.
+ * defines: ut_param_seg, ut_optim_kind, ut_optim_config, ut_optim, ut_optim_*,
+ *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_sched_kind,
+ *          ut_schedule, ut_schedule_lr, ut_schedule_check, ut_sched_parse. */
+#ifndef UTRAIN_OPTIM_H
+#define UTRAIN_OPTIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter inside the flat buffer: elements [offset, offset+numel).
+ * decay: whether weight decay applies (models set it for ndim >= 2, so biases
+ * and norm weights get none by default). */
+typedef struct {
+    int64_t offset, numel;
+    bool decay;
+} ut_param_seg;
+
+typedef enum { UT_OPTIM_SGD, UT_OPTIM_ADAMW } ut_optim_kind;
+
+/* lr is the base rate (schedules start from it; ut_optim_step takes the rate
+ * of each step). AdamW uses beta1, beta2, eps; SGD uses momentum, dampening,
+ * nesterov. decay_all applies weight_decay to every segment, ignoring the
+ * segments' decay flags. */
+typedef struct {
+    ut_optim_kind kind;
+    float lr, weight_decay, beta1, beta2, eps, momentum, dampening;
+    bool nesterov;
+    bool decay_all;
+} ut_optim_config;
+
+/* torch's defaults. AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+ * weight_decay 0.01. SGD: lr 1e-3, momentum 0, dampening 0, weight_decay 0. */
+ut_optim_config ut_optim_defaults(ut_optim_kind k);
+/* 0 if cfg makes sense, else -1 with a message naming the field in err:
+ * lr < 0, weight_decay < 0, betas outside [0, 1), eps <= 0, momentum < 0,
+ * nesterov without momentum > 0 and dampening == 0 (torch's rule), NaNs. */
+int ut_optim_check_config(const ut_optim_config *cfg, char *err, size_t n);
+/* "sgd" / "adamw" (any case) into *out: 0, or -1 for an unknown name. */
+int ut_optim_parse(const char *name, ut_optim_kind *out);
+
+typedef struct ut_optim ut_optim;
+
+/* An optimizer over params/grads (same flat layout, described by segs: sorted
+ * by offset, not overlapping) that owns the shard [lo, hi): ut_optim_step
+ * updates only params[lo, hi) and keeps state only for it, so ranks each
+ * owning a slice together do exactly what one optimizer over everything does.
+ * Elements of [lo, hi) in no segment (padding) are never touched. The state
+ * buffers (64-byte aligned, zeroed) are allocated here. The optimizer keeps
+ * the params and grads pointers (segs is only read here). Aborts on an invalid
+ * cfg (check it first with ut_optim_check_config) or bad segs/[lo, hi). */
+ut_optim *ut_optim_new(const ut_optim_config *cfg, float *params, float *grads,
+                       const ut_param_seg *segs, int nsegs, int64_t lo, int64_t hi);
+void ut_optim_free(ut_optim *o);
+
+/* One update of params[lo, hi) from grads[lo, hi) with learning rate lr.
+ * Allocates nothing, deterministic (elementwise; any thread count gives the
+ * same bits). With t = steps taken including this one and wd = weight_decay
+ * where the segment decays (decay flag or decay_all), else 0:
+ *   AdamW (torch.optim.AdamW):
+ *     p *= 1 - lr*wd
+ *     m  = m + (1-beta1)*(g - m)          v = beta2*v + (1-beta2)*g*g
+ *     denom = sqrt(v)/sqrt(1-beta2^t) + eps
+ *     p -= (lr/(1-beta1^t)) * m/denom
+ *   SGD (torch.optim.SGD):
+ *     d = g + wd*p
+ *     if momentum != 0: buf = d on the first step, else
+ *                       buf = momentum*buf + (1-dampening)*d
+ *                       d = nesterov ? d + momentum*buf : buf
+ *     p -= lr*d */
+void ut_optim_step(ut_optim *o, float lr);
+
+/* ---- state, for checkpoints ---- */
+int64_t ut_optim_steps(const ut_optim *o);           /* steps taken */
+void ut_optim_set_steps(ut_optim *o, int64_t n);      /* after restoring the state */
+/* Number of state buffers: 2 for AdamW (exp_avg, exp_avg_sq), 1 for SGD with
+ * momentum (momentum_buffer), 0 otherwise. */
+int ut_optim_nstate(const ut_optim *o);
+/* State buffer i (0 <= i < nstate), hi-lo floats covering [lo, hi); *name
+ * (if name is not NULL) gets torch's name for it. */
+float *ut_optim_state(ut_optim *o, int i, const char **name);
+size_t ut_optim_state_bytes(const ut_optim *o);      /* nstate * (hi-lo) * 4 */
+
+/* ---- gradient clipping ---- */
+/* Sum of g[i]^2 in double. Deterministic for any thread count: fixed blocks
+ * that depend only on n, added in block order. */
+double ut_grad_norm_sq(const float *g, int64_t n);
+/* g *= s. */
+void ut_grad_scale(float *g, int64_t n, float s);
+/* torch.nn.utils.clip_grad_norm_ (2-norm): returns the norm before clipping;
+ * if c = max_norm/(norm + 1e-6) < 1, scales g by c. A sharded caller instead
+ * adds ut_grad_norm_sq over ranks and calls ut_grad_scale with the same c. */
+float ut_clip_grad_norm(float *g, int64_t n, float max_norm);
+
+/* ---- learning-rate schedules ---- */
+typedef enum { UT_SCHED_CONSTANT, UT_SCHED_COSINE, UT_SCHED_LINEAR, UT_SCHED_STEP } ut_sched_kind;
+
+/* lr is the peak rate. min_lr is the floor of cosine/linear, which reach it at
+ * total_steps. STEP multiplies by gamma every step_size steps after warmup. */
+typedef struct {
+    ut_sched_kind kind;
+    float lr, min_lr;
+    int64_t warmup_steps, total_steps, step_size;
+    float gamma;
+} ut_schedule;
+
+/* Rate for the step after `step` optimizer steps (0-based). With w =
+ * warmup_steps and p = (step-w)/(total_steps-w) clamped to [0, 1]:
+ *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step)
+ *   CONSTANT:  lr
+ *   COSINE:    min_lr + (lr-min_lr)*0.5*(1 + cos(pi*p))
+ *   LINEAR:    min_lr + (lr-min_lr)*(1 - p)
+ *   STEP:      lr * gamma^floor((step-w)/step_size) */
+float ut_schedule_lr(const ut_schedule *s, int64_t step);
+/* 0 if s makes sense, else -1 with a message naming the field in err:
+ * negative lr/min_lr/warmup_steps/total_steps, min_lr > lr, total_steps <=
+ * warmup_steps (cosine, linear), step_size <= 0 or gamma <= 0 (step). */
+int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
+/* "constant", "cosine", "linear", "step" (any case) into *out: 0, or -1. */
+int ut_sched_parse(const char *name, ut_sched_kind *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,139 @@
+/* Layers: parameter registration with PyTorch-style names and inits, and
+ * forward functions composed of ops (autograd does the backward). */
+#include <math.h>
+
+#include "internal.h"
+#include "utrain/nn.h"
+
+static const char *pname(char *buf, size_t n, const char *prefix, const char *leaf) {
+    if ((size_t)snprintf(buf, n, "%s.%s", prefix, leaf) >= n)
+        ut_abort(__FILE__, __LINE__, "parameter name '%s.%s' is too long", prefix, leaf);
+    return buf;
+}
+
+/* ---- linear ---- */
+void ut_linear_layer_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
+                          int64_t out, bool bias) {
+    char buf[256];
+    float bound = 1.0f / sqrtf((float)in);
+    int64_t wne[2] = {out, in};
+    l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 2, wne,
+                        (ut_init){UT_INIT_UNIFORM, bound});
+    l->b = bias ? ut_param_add(m, pname(buf, sizeof buf, prefix, "bias"), 1, &out,
+                               (ut_init){UT_INIT_UNIFORM, bound})
+                : NULL;
+}
+
+ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x) {
+    return ut_linear(ctx, x, l->w, l->b);
+}
+
+/* GPT-2 style: weight N(0, std), bias zero */
+static void gpt2_linear_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
+                             int64_t out, float std) {
+    char buf[256];
+    int64_t wne[2] = {out, in};
+    l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 2, wne,
+                        (ut_init){UT_INIT_NORMAL, std});
+    l->b = ut_param_add(m, pname(buf, sizeof buf, prefix, "bias"), 1, &out,
+                        (ut_init){UT_INIT_ZEROS, 0});
+}
+
+/* ---- conv2d ---- */
+void ut_conv2d_layer_init(ut_model *m, ut_conv2d_layer *l, const char *prefix, int64_t in_ch,
+                          int64_t out_ch, int k, int stride, int padding) {
+    char buf[256];
+    float bound = 1.0f / sqrtf((float)(in_ch * k * k));
+    int64_t wne[4] = {out_ch, in_ch, k, k};
+    l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 4, wne,
+                        (ut_init){UT_INIT_UNIFORM, bound});
+    l->b = ut_param_add(m, pname(buf, sizeof buf, prefix, "bias"), 1, &out_ch,
+                        (ut_init){UT_INIT_UNIFORM, bound});
+    l->stride = stride;
+    l->padding = padding;
+}
+
+ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x) {
+    return ut_conv2d(ctx, x, l->w, l->b, l->stride, l->padding);
+}
+
+/* ---- layernorm ---- */
+void ut_layernorm_layer_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int64_t C) {
+    char buf[256];
+    l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 1, &C, (ut_init){UT_INIT_ONES, 0});
+    l->b = ut_param_add(m, pname(buf, sizeof buf, prefix, "bias"), 1, &C, (ut_init){UT_INIT_ZEROS, 0});
+    l->eps = 1e-5f;
+}
+
+ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, ut_tensor *x) {
+    return ut_layernorm(ctx, x, l->w, l->b, l->eps);
+}
+
+/* ---- embedding ---- */
+void ut_embedding_layer_init(ut_model *m, ut_embedding_layer *l, const char *prefix, int64_t V,
+                             int64_t C, float std) {
+    char buf[256];
+    int64_t ne[2] = {V, C};
+    l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 2, ne,
+                        (ut_init){UT_INIT_NORMAL, std});
+}
+
+ut_tensor *ut_embedding_layer_forward(ut_ctx *ctx, const ut_embedding_layer *l, ut_tensor *idx) {
+    return ut_embedding(ctx, idx, l->w);
+}
+
+/* ---- attention: c_attn (C -> 3C), fused causal attention, c_proj ---- */
+void ut_attention_layer_init(ut_model *m, ut_attention_layer *l, const char *prefix, int64_t C,
+                             int n_head, float proj_std, float dropout) {
+    char buf[256];
+    gpt2_linear_init(m, &l->c_attn, pname(buf, sizeof buf, prefix, "c_attn"), C, 3 * C, 0.02f);
+    gpt2_linear_init(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), C, C, proj_std);
+    l->n_head = n_head;
+    l->dropout = dropout;
+}
+
+ut_tensor *ut_attention_layer_forward(ut_ctx *ctx, const ut_attention_layer *l, ut_tensor *x) {
+    ut_tensor *qkv = ut_linear(ctx, x, l->c_attn.w, l->c_attn.b);
+    ut_tensor *y = ut_attention(ctx, qkv, l->n_head);
+    y = ut_linear(ctx, y, l->c_proj.w, l->c_proj.b);
+    return l->dropout > 0 ? ut_dropout(ctx, y, l->dropout) : y;
+}
+
+/* ---- mlp: c_fc (C -> 4C), gelu, c_proj (4C -> C) ---- */
+void ut_mlp_layer_init(ut_model *m, ut_mlp_layer *l, const char *prefix, int64_t C,
+                       float proj_std, float dropout) {
+    char buf[256];
+    gpt2_linear_init(m, &l->c_fc, pname(buf, sizeof buf, prefix, "c_fc"), C, 4 * C, 0.02f);
+    gpt2_linear_init(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), 4 * C, C, proj_std);
+    l->dropout = dropout;
+}
+
+ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x) {
+    ut_tensor *h = ut_gelu(ctx, ut_linear(ctx, x, l->c_fc.w, l->c_fc.b));
+    h = ut_linear(ctx, h, l->c_proj.w, l->c_proj.b);
+    return l->dropout > 0 ? ut_dropout(ctx, h, l->dropout) : h;
+}
+
+/* ---- transformer block ---- */
+void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
+                         float proj_std, float dropout) {
+    char buf[256];
+    ut_layernorm_layer_init(m, &l->ln_1, pname(buf, sizeof buf, prefix, "ln_1"), C);
+    ut_attention_layer_init(m, &l->attn, pname(buf, sizeof buf, prefix, "attn"), C, n_head,
+                            proj_std, dropout);
+    ut_layernorm_layer_init(m, &l->ln_2, pname(buf, sizeof buf, prefix, "ln_2"), C);
+    ut_mlp_layer_init(m, &l->mlp, pname(buf, sizeof buf, prefix, "mlp"), C, proj_std, dropout);
+}
+
+static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const ut_block_layer *l = user;
+    ut_tensor *x = in[0];
+    x = ut_add(ctx, x, ut_attention_layer_forward(ctx, &l->attn, ut_layernorm_layer_forward(ctx, &l->ln_1, x)));
+    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
+}
+
+ut_tensor *ut_block_layer_forward(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, bool checkpoint) {
+    if (checkpoint) return ut_checkpoint(ctx, block_fn, (void *)l, &x, 1);
+    return block_fn(ctx, (void *)l, &x, 1);
+}

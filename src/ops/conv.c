@@ -1,0 +1,202 @@
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
+ * im2col per image and one sgemm per image, parallel over the batch with a
+ * column buffer per thread (OpenBLAS runs single-threaded inside the region).
+ * t->ip[0] = stride, t->ip[1] = padding. */
+#include <omp.h>
+
+#include "../backend/cpu/gemm.h"
+#include "internal.h"
+
+/* The weight gradient is summed over the batch in this many fixed chunks of
+ * consecutive images, then the chunk partials in chunk order: the result does
+ * not depend on the thread count. */
+#define CONV_DW_CHUNKS 16
+
+typedef struct {
+    int64_t B, C, H, W;       /* input */
+    int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
+    int64_t S, P;             /* stride, padding */
+    int64_t OH, OW;           /* output */
+} ut_conv2d_shape;
+
+/* col (C*KH*KW, OH*OW) from one image x (C, H, W); zero where the window
+ * covers padding. */
+static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
+    int64_t OHW = d->OH * d->OW;
+    for (int64_t c = 0; c < d->C; c++)
+        for (int64_t kh = 0; kh < d->KH; kh++)
+            for (int64_t kw = 0; kw < d->KW; kw++) {
+                float *row = col + ((c * d->KH + kh) * d->KW + kw) * OHW;
+                for (int64_t oh = 0; oh < d->OH; oh++) {
+                    int64_t ih = oh * d->S - d->P + kh;
+                    float *r = row + oh * d->OW;
+                    if (ih < 0 || ih >= d->H) {
+                        memset(r, 0, (size_t)d->OW * sizeof(float));
+                        continue;
+                    }
+                    const float *xr = x + (c * d->H + ih) * d->W;
+                    for (int64_t ow = 0; ow < d->OW; ow++) {
+                        int64_t iw = ow * d->S - d->P + kw;
+                        r[ow] = iw >= 0 && iw < d->W ? xr[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+/* dx (C, H, W) of one image += col (C*KH*KW, OH*OW) folded back (adjoint of im2col) */
+static void col2im_add(float *dx, const float *col, const ut_conv2d_shape *d) {
+    int64_t OHW = d->OH * d->OW;
+    for (int64_t c = 0; c < d->C; c++)
+        for (int64_t kh = 0; kh < d->KH; kh++)
+            for (int64_t kw = 0; kw < d->KW; kw++) {
+                const float *row = col + ((c * d->KH + kh) * d->KW + kw) * OHW;
+                for (int64_t oh = 0; oh < d->OH; oh++) {
+                    int64_t ih = oh * d->S - d->P + kh;
+                    if (ih < 0 || ih >= d->H) continue;
+                    const float *r = row + oh * d->OW;
+                    float *xr = dx + (c * d->H + ih) * d->W;
+                    for (int64_t ow = 0; ow < d->OW; ow++) {
+                        int64_t iw = ow * d->S - d->P + kw;
+                        if (iw >= 0 && iw < d->W) xr[iw] += r[ow];
+                    }
+                }
+            }
+}
+
+/* out (B, OC, OH*OW) = w (OC, C*KH*KW) @ im2col(x[b]) + b (OC) per image.
+ * cols: nthreads buffers of C*KH*KW * OH*OW floats. */
+void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
+                           const float *b, const ut_conv2d_shape *d) {
+    int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW;
+#pragma omp parallel
+    {
+        float *col = cols + (int64_t)omp_get_thread_num() * K * OHW;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < d->B; n++) {
+            float *o = out + n * d->OC * OHW;
+            im2col(col, x + n * d->C * d->H * d->W, d);
+            if (b)
+                for (int64_t oc = 0; oc < d->OC; oc++)
+                    for (int64_t p = 0; p < OHW; p++) o[oc * OHW + p] = b[oc];
+            ut_gemm(false, false, d->OC, OHW, K, 1.0f, w, col, b ? 1.0f : 0.0f, o);
+        }
+    }
+}
+
+/* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
+ * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL.
+ * cols: 2 * nthreads buffers of C*KH*KW * OH*OW floats; dw_part: CONV_DW_CHUNKS * OC*C*KH*KW. */
+void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
+                            const float *dout, const float *x, const float *w,
+                            const ut_conv2d_shape *d) {
+    int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
+    int64_t nch = d->B < CONV_DW_CHUNKS ? d->B : CONV_DW_CHUNKS;
+    if (dx || dw) {
+#pragma omp parallel
+        {
+            float *col = cols + 2 * (int64_t)omp_get_thread_num() * K * OHW, *dcol = col + K * OHW;
+#pragma omp for schedule(static)
+            for (int64_t ch = 0; ch < nch; ch++) {
+                float *pw = dw ? dw_part + ch * NW : NULL;
+                for (int64_t n = ch * d->B / nch; n < (ch + 1) * d->B / nch; n++) {
+                    const float *g = dout + n * d->OC * OHW;
+                    if (dw) {
+                        bool first = n == ch * d->B / nch;
+                        im2col(col, x + n * d->C * d->H * d->W, d);
+                        ut_gemm(false, true, d->OC, K, OHW, 1.0f, g, col, first ? 0.0f : 1.0f, pw);
+                    }
+                    if (dx) {
+                        ut_gemm(true, false, K, OHW, d->OC, 1.0f, w, g, 0.0f, dcol);
+                        col2im_add(dx + n * d->C * d->H * d->W, dcol, d);
+                    }
+                }
+            }
+        }
+    }
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < NW; i++) {
+            float s = 0.0f;
+            for (int64_t ch = 0; ch < nch; ch++) s += dw_part[ch * NW + i];
+            dw[i] += s;
+        }
+    }
+    if (db) {
+#pragma omp parallel for schedule(static)
+        for (int64_t oc = 0; oc < d->OC; oc++) {
+            float s = 0.0f;
+            for (int64_t n = 0; n < d->B; n++) {
+                const float *g = dout + (n * d->OC + oc) * OHW;
+                for (int64_t p = 0; p < OHW; p++) s += g[p];
+            }
+            db[oc] += s;
+        }
+    }
+}
+
+ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride,
+                     int padding) {
+    ut_tensor *src[3] = {x, w, b};
+    int ns = b ? 3 : 2;
+    if (!ut_op_check(ctx, "conv2d", ns, src, 0)) return NULL;
+    if (x->ndim != 4 || w->ndim != 4 || (b && (b->ndim != 1 || b->ne[0] != w->ne[0]))) {
+        ut_op_error(ctx, "conv2d", ns, src,
+                    "expected x (B, C, H, W), weight (OC, C, KH, KW), bias (OC)");
+        return NULL;
+    }
+    if (w->ne[1] != x->ne[1]) {
+        ut_op_error(ctx, "conv2d", ns, src,
+                    ut_fmt("x has %lld channels, weight expects %lld", (long long)x->ne[1],
+                           (long long)w->ne[1]));
+        return NULL;
+    }
+    if (stride < 1 || padding < 0) {
+        ut_op_error(ctx, "conv2d", ns, src,
+                    ut_fmt("stride %d must be >= 1 and padding %d >= 0", stride, padding));
+        return NULL;
+    }
+    int64_t Hp = x->ne[2] + 2 * (int64_t)padding, Wp = x->ne[3] + 2 * (int64_t)padding;
+    if (Hp < w->ne[2] || Wp < w->ne[3] || w->ne[2] < 1 || w->ne[3] < 1) {
+        ut_op_error(ctx, "conv2d", ns, src,
+                    ut_fmt("kernel larger than the padded input (padding %d)", padding));
+        return NULL;
+    }
+    src[0] = ut_contiguous(ctx, x);
+    src[1] = ut_contiguous(ctx, w);
+    if (b) src[2] = ut_contiguous(ctx, b);
+    int64_t ne[4] = {x->ne[0], w->ne[0], (Hp - w->ne[2]) / stride + 1,
+                     (Wp - w->ne[3]) / stride + 1};
+    ut_tensor *t = ut_op_new(ctx, UT_OP_CONV2D, UT_F32, 4, ne, ns, src);
+    if (!t) return NULL;
+    t->ip[0] = stride;
+    t->ip[1] = padding;
+    return ut_op_run(t);
+}
+
+static ut_conv2d_shape shape_of(const ut_tensor *t) {
+    const ut_tensor *x = t->src[0], *w = t->src[1];
+    return (ut_conv2d_shape){.B = x->ne[0], .C = x->ne[1], .H = x->ne[2], .W = x->ne[3],
+                             .OC = w->ne[0], .KH = w->ne[2], .KW = w->ne[3],
+                             .S = t->ip[0], .P = t->ip[1], .OH = t->ne[2], .OW = t->ne[3]};
+}
+
+void ut_conv2d_fwd_cpu(ut_tensor *t) {
+    ut_conv2d_shape d = shape_of(t);
+    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
+    float *cols = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * col * sizeof(float));
+    ut_tensor *b = t->src[2];
+    ut_conv2d_forward_cpu(ut_f32(t), cols, ut_f32(t->src[0]), ut_f32(t->src[1]),
+                          b ? ut_f32(b) : NULL, &d);
+}
+
+void ut_conv2d_bwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
+    ut_conv2d_shape d = shape_of(t);
+    float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
+    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
+    float *cols = NULL, *dw_part = NULL;
+    if (dx || dw) cols = ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * col * sizeof(float));
+    if (dw) dw_part = ut_ctx_alloc(t->ctx, CONV_DW_CHUNKS * nw * sizeof(float));
+    ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
+                           ut_f32(x), ut_f32(w), &d);
+}

@@ -1,0 +1,77 @@
+/* 2-D max pooling as torch.nn.functional.max_pool2d (no padding, dilation 1,
+ * floor mode). Saves the argmax of each output within its input plane
+ * (int32, t->aux[0]). t->ip[0] = kernel, t->ip[1] = stride. */
+#include <math.h>
+
+#include "internal.h"
+
+/* out, arg (BC, OH, OW) = max and its index (ih * W + iw) over each k x k window of
+ * x (BC, H, W). Ties go to the first max in row-major window order and a NaN wins,
+ * as in torch. */
+void ut_max_pool2d_forward_cpu(float *out, int32_t *arg, const float *x, int64_t BC, int64_t H,
+                               int64_t W, int64_t k, int64_t s) {
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t p = 0; p < BC; p++)
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const float *xp = x + p * H * W;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t best = oh * s * W + ow * s;
+                float m = -INFINITY;
+                for (int64_t kh = 0; kh < k; kh++)
+                    for (int64_t kw = 0; kw < k; kw++) {
+                        int64_t i = (oh * s + kh) * W + ow * s + kw;
+                        if (xp[i] > m || isnan(xp[i])) {
+                            m = xp[i];
+                            best = i;
+                        }
+                    }
+                out[(p * OH + oh) * OW + ow] = m;
+                arg[(p * OH + oh) * OW + ow] = (int32_t)best;
+            }
+        }
+}
+
+/* dx (BC, H, W) += dout (BC, OH, OW) routed to the saved argmax. One thread per
+ * plane: overlapping windows (s < k) may share an input element. */
+void ut_max_pool2d_backward_cpu(float *dx, const float *dout, const int32_t *arg, int64_t BC,
+                                int64_t H, int64_t W, int64_t OHW) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < BC; p++)
+        for (int64_t o = 0; o < OHW; o++) dx[p * H * W + arg[p * OHW + o]] += dout[p * OHW + o];
+}
+
+ut_tensor *ut_max_pool2d(ut_ctx *ctx, ut_tensor *x, int k, int stride) {
+    if (!ut_op_check(ctx, "max_pool2d", 1, &x, 0)) return NULL;
+    if (x->ndim != 4) {
+        ut_op_error(ctx, "max_pool2d", 1, &x, "expected x (B, C, H, W)");
+        return NULL;
+    }
+    if (k < 1 || stride < 1 || x->ne[2] < k || x->ne[3] < k) {
+        ut_op_error(ctx, "max_pool2d", 1, &x,
+                    ut_fmt("kernel %d and stride %d must be >= 1, kernel at most H and W", k,
+                           stride));
+        return NULL;
+    }
+    x = ut_contiguous(ctx, x);
+    int64_t ne[4] = {x->ne[0], x->ne[1], (x->ne[2] - k) / stride + 1, (x->ne[3] - k) / stride + 1};
+    ut_tensor *t = ut_op_new(ctx, UT_OP_MAX_POOL2D, UT_F32, 4, ne, 1, &x);
+    if (!t) return NULL;
+    t->ip[0] = k;
+    t->ip[1] = stride;
+    return ut_op_run(t);
+}
+
+void ut_max_pool2d_fwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0];
+    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t));
+    ut_max_pool2d_forward_cpu(ut_f32(t), t->aux[0], ut_f32(x), x->ne[0] * x->ne[1], x->ne[2],
+                              x->ne[3], t->ip[0], t->ip[1]);
+}
+
+void ut_max_pool2d_bwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0];
+    if (x->requires_grad)
+        ut_max_pool2d_backward_cpu(x->grad, t->grad, t->aux[0], x->ne[0] * x->ne[1], x->ne[2],
+                                   x->ne[3], t->ne[2] * t->ne[3]);
+}

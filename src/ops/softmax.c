@@ -1,0 +1,302 @@
+/* Softmax family over the last dimension: softmax, log_softmax, and the two
+ * classification losses, cross_entropy (fused log-softmax + NLL) and nll_loss.
+ * Inputs are viewed as N rows of V. Rows are independent, so kernels run one
+ * row per iteration in parallel; each row subtracts its max before exp (no
+ * overflow) and sums the exps in double. Losses keep one double per row and
+ * add the rows serially, so results do not depend on the thread count. */
+#include <math.h>
+
+#include "internal.h"
+
+/* Largest element of x (V): the shift that keeps exp finite. */
+static inline float row_max(const float *x, int64_t V) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t v = 0; v < V; v++) m = x[v] > m ? x[v] : m;
+    return m;
+}
+
+/* y (V) = exp(x - m); returns sum(y) accumulated in double. */
+static inline double row_exp(float *y, const float *x, float m, int64_t V) {
+    double s = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+        float e = expf(x[v] - m);
+        y[v] = e;
+        s += e;
+    }
+    return s;
+}
+
+/* sum(a * b) over V, in double */
+static inline double row_dot(const float *a, const float *b, int64_t V) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t v = 0; v < V; v++) s += (double)a[v] * b[v];
+    return s;
+}
+
+/* Validates a, makes it contiguous and returns an unrun output with a's shape. */
+static ut_tensor *rowwise_new(ut_ctx *ctx, int op, const char *name, ut_tensor *a) {
+    if (!ut_op_check(ctx, name, 1, &a, 0)) return NULL;
+    if (a->ndim < 1) {
+        ut_op_error(ctx, name, 1, &a, "expected at least one dimension (..., V)");
+        return NULL;
+    }
+    a = ut_contiguous(ctx, a);
+    if (!a) return NULL;
+    return ut_op_new(ctx, op, UT_F32, a->ndim, a->ne, 1, &a);
+}
+
+static inline int64_t last_dim(const ut_tensor *t) { return t->ne[t->ndim - 1]; }
+static inline int64_t rows_of(const ut_tensor *t) {
+    int64_t V = last_dim(t);
+    return V ? ut_nelem(t) / V : 0;
+}
+
+/* ---- softmax: out (N, V) = exp(x - max) / sum(exp(x - max)) per row ---- */
+void ut_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * V;
+        float *y = out + n * V;
+        double s = row_exp(y, x, row_max(x, V), V);
+        float inv = (float)(1.0 / s);
+        for (int64_t v = 0; v < V; v++) y[v] *= inv;
+    }
+}
+
+/* dinp (N, V) += out * (dout - sum(dout * out)) per row; out the forward result */
+void ut_softmax_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N,
+                             int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *g = dout + n * V, *y = out + n * V;
+        float *dx = dinp + n * V;
+        float d = (float)row_dot(g, y, V);
+        for (int64_t v = 0; v < V; v++) dx[v] += y[v] * (g[v] - d);
+    }
+}
+
+ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a) {
+    return ut_op_run(rowwise_new(ctx, UT_OP_SOFTMAX, "softmax", a));
+}
+
+void ut_softmax_fwd_cpu(ut_tensor *t) {
+    ut_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
+}
+
+void ut_softmax_bwd_cpu(ut_tensor *t) {
+    ut_tensor *a = t->src[0];
+    if (a->requires_grad)
+        ut_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
+}
+
+/* ---- log_softmax: out (N, V) = (x - max) - log(sum(exp(x - max))) per row,
+ * in that order: x - max is exact, while folding max into the log term would
+ * round it at max's magnitude. The exps go through out as scratch. ---- */
+void ut_log_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * V;
+        float *y = out + n * V;
+        float m = row_max(x, V);
+        float ls = (float)log(row_exp(y, x, m, V));
+        for (int64_t v = 0; v < V; v++) y[v] = (x[v] - m) - ls;
+    }
+}
+
+/* dinp (N, V) += dout - exp(out) * sum(dout) per row; out the forward result */
+void ut_log_softmax_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N,
+                                 int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *g = dout + n * V, *y = out + n * V;
+        float *dx = dinp + n * V;
+        double gs = 0.0;
+#pragma omp simd reduction(+ : gs)
+        for (int64_t v = 0; v < V; v++) gs += g[v];
+        float s = (float)gs;
+        for (int64_t v = 0; v < V; v++) dx[v] += g[v] - expf(y[v]) * s;
+    }
+}
+
+ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a) {
+    return ut_op_run(rowwise_new(ctx, UT_OP_LOG_SOFTMAX, "log_softmax", a));
+}
+
+void ut_log_softmax_fwd_cpu(ut_tensor *t) {
+    ut_log_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
+}
+
+void ut_log_softmax_bwd_cpu(ut_tensor *t) {
+    ut_tensor *a = t->src[0];
+    if (a->requires_grad)
+        ut_log_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
+}
+
+/* ---- losses over targets: x (..., V) f32, targets (...) i32 -> scalar (1).
+ * ip[0] = ignore_index, ip[1] = number of targets that are not ignored (the
+ * mean's divisor). When every target is ignored the loss is 0 and so is the
+ * gradient (PyTorch returns nan there: 0/0). ---- */
+static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tensor *x,
+                                  ut_tensor *targets, int ignore_index) {
+    ut_tensor *src[2] = {x, targets};
+    if (!ut_op_check(ctx, name, 2, src, 1u << 1)) return NULL;
+    bool ok = x->ndim >= 1 && targets->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
+    if (!ok) {
+        ut_op_error(ctx, name, 2, src,
+                    "expected input (..., V) and targets (...) with the same leading dims");
+        return NULL;
+    }
+    if (!ut_is_contiguous(targets)) {
+        ut_op_error(ctx, name, 2, src, "targets must be contiguous");
+        return NULL;
+    }
+    src[0] = ut_contiguous(ctx, x);
+    if (!src[0]) return NULL;
+    int64_t one = 1;
+    ut_tensor *t = ut_op_new(ctx, op, UT_F32, 1, &one, 2, src);
+    if (!t) return NULL;
+    t->ip[0] = ignore_index;
+    return t;
+}
+
+/* Counts the targets (N) that are not ignore_index. A target outside [0, V)
+ * that is not ignore_index sets the context error (naming the op, the value and
+ * its position) and returns -1. Serial: N is the number of rows, and the first
+ * bad position is the one reported. */
+static int64_t count_targets(ut_tensor *t, const char *name) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    const int32_t *T = ut_i32(tg);
+    int64_t N = ut_nelem(tg), V = last_dim(x), count = 0;
+    int ignore = (int)t->ip[0];
+    for (int64_t n = 0; n < N; n++) {
+        if (T[n] == ignore) continue;
+        if (T[n] < 0 || T[n] >= V) {
+            char shape[64];
+            ut_ctx_set_error(t->ctx,
+                             "%s: target %d at position %lld of targets %s is outside [0, %lld) "
+                             "and is not ignore_index %d",
+                             name, (int)T[n], (long long)n, ut_shape_str(tg, shape, sizeof shape),
+                             (long long)V, ignore);
+            return -1;
+        }
+        count++;
+    }
+    return count;
+}
+
+/* Mean of the per-row losses (N) over count, summed serially in row order. */
+static float mean_of_rows(const double *rowloss, int64_t N, int64_t count) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++) s += rowloss[n];
+    return count ? (float)(s / (double)count) : 0.0f;
+}
+
+/* ---- cross_entropy: logits (N, V), targets (N) ->
+ * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored);
+ * probs (N, V) = softmax rows saved for backward (NULL: not needed), written
+ * only for rows that are not ignored. Targets are already validated. ---- */
+void ut_cross_entropy_forward_cpu(double *rowloss, float *probs, const float *logits,
+                                  const int32_t *targets, int ignore_index, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        rowloss[n] = 0.0;
+        if (targets[n] == ignore_index) continue;
+        const float *x = logits + n * V;
+        float m = row_max(x, V);
+        double s;
+        if (probs) {
+            float *p = probs + n * V;
+            s = row_exp(p, x, m, V);
+            float inv = (float)(1.0 / s);
+            for (int64_t v = 0; v < V; v++) p[v] *= inv;
+        } else {
+            s = 0.0;
+            for (int64_t v = 0; v < V; v++) s += expf(x[v] - m);
+        }
+        rowloss[n] = (double)m + log(s) - (double)x[targets[n]];
+    }
+}
+
+/* dlogits (N, V) += (probs - onehot(targets)) * gscale for rows not ignored,
+ * gscale = dloss / count */
+void ut_cross_entropy_backward_cpu(float *dlogits, const float *probs, const int32_t *targets,
+                                   int ignore_index, float gscale, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        if (targets[n] == ignore_index) continue;
+        const float *p = probs + n * V;
+        float *dx = dlogits + n * V;
+        for (int64_t v = 0; v < V; v++) dx[v] += p[v] * gscale;
+        dx[targets[n]] -= gscale;
+    }
+}
+
+ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index) {
+    return ut_op_run(target_loss_new(ctx, UT_OP_CROSS_ENTROPY, "cross_entropy", logits, targets,
+                                     ignore_index));
+}
+
+/* aux[0] = probs (N, V), saved only when a gradient will be asked for */
+void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    int64_t count = count_targets(t, "cross_entropy");
+    if (count < 0) return;
+    int64_t N = ut_nelem(tg), V = last_dim(x);
+    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    float *probs = NULL;
+    if (t->requires_grad) probs = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
+    ut_cross_entropy_forward_cpu(rowloss, probs, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, V);
+    t->ip[1] = count;
+    t->aux[0] = probs;
+    ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
+}
+
+void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    if (!x->requires_grad || t->ip[1] == 0) return;
+    ut_cross_entropy_backward_cpu(x->grad, t->aux[0], ut_i32(tg), (int)t->ip[0],
+                                  t->grad[0] / (float)t->ip[1], ut_nelem(tg), last_dim(x));
+}
+
+/* ---- nll_loss: logp (N, V), targets (N) -> rowloss (N) = -logp[n, targets[n]]
+ * (0 when ignored). Targets are already validated. ---- */
+void ut_nll_loss_forward_cpu(double *rowloss, const float *logp, const int32_t *targets,
+                             int ignore_index, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        rowloss[n] = targets[n] == ignore_index ? 0.0 : -(double)logp[n * V + targets[n]];
+}
+
+/* dlogp[n, targets[n]] -= gscale for rows not ignored, gscale = dloss / count */
+void ut_nll_loss_backward_cpu(float *dlogp, const int32_t *targets, int ignore_index,
+                              float gscale, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        if (targets[n] != ignore_index) dlogp[n * V + targets[n]] -= gscale;
+}
+
+ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index) {
+    return ut_op_run(
+        target_loss_new(ctx, UT_OP_NLL_LOSS, "nll_loss", logp, targets, ignore_index));
+}
+
+void ut_nll_loss_fwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    int64_t count = count_targets(t, "nll_loss");
+    if (count < 0) return;
+    int64_t N = ut_nelem(tg);
+    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, last_dim(x));
+    t->ip[1] = count;
+    ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
+}
+
+void ut_nll_loss_bwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    if (!x->requires_grad || t->ip[1] == 0) return;
+    ut_nll_loss_backward_cpu(x->grad, ut_i32(tg), (int)t->ip[0], t->grad[0] / (float)t->ip[1],
+                             ut_nelem(tg), last_dim(x));
+}

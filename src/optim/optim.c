@@ -1,0 +1,266 @@
+/* SGD and AdamW over the shard [lo, hi) of a flat parameter buffer, with the
+ * operation order of torch's single-tensor implementations. */
+#include "utrain/optim.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "utrain/base.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* Under the default -fmath-errno GCC treats sqrtf as possibly writing errno,
+ * which keeps the AdamW loop from vectorizing. Its argument here is never
+ * negative (a sum of squares, or NaN/inf), so errno is never set and const is
+ * the truth. */
+extern float sqrtf(float) __attribute__((const));
+#endif
+
+/* Below this many elements a step runs on one thread: waking the team costs
+ * more than the update. */
+#define PAR_MIN_ELEMS 32768
+
+/* A maximal stretch of [lo, hi) that belongs to segments with the same decay. */
+typedef struct {
+    int64_t begin, end;
+    bool decay;
+} run;
+
+struct ut_optim {
+    ut_optim_config cfg;
+    float *params, *grads;
+    int64_t lo, hi, steps;
+    int nstate;
+    float *state[2];
+    run *runs;
+    int nruns;
+};
+
+/* Per-step scalars, rounded to float the way torch hands its Python scalars to
+ * float kernels. */
+typedef struct {
+    bool adamw;
+    float decay_mul;        /* AdamW: 1 - lr*wd */
+    float one_m_b1, beta2, one_m_b2, step_size, bc2_sqrt, eps;
+    float lr, wd;           /* SGD */
+    float momentum, one_m_damp;
+    bool use_momentum, first, nesterov;
+} consts;
+
+ut_optim_config ut_optim_defaults(ut_optim_kind k) {
+    ut_optim_config c = {.kind = k, .lr = 1e-3f};
+    if (k == UT_OPTIM_ADAMW) {
+        c.beta1 = 0.9f;
+        c.beta2 = 0.999f;
+        c.eps = 1e-8f;
+        c.weight_decay = 0.01f;
+    }
+    return c;
+}
+
+static int fail(char *err, size_t n, const char *msg) {
+    if (err && n) snprintf(err, n, "%s", msg);
+    return -1;
+}
+
+int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
+    if (c->kind != UT_OPTIM_SGD && c->kind != UT_OPTIM_ADAMW)
+        return fail(err, n, ut_fmt("kind: unknown optimizer kind %d", (int)c->kind));
+    /* Written as !(x >= 0) so NaN fails too. */
+    if (!(c->lr >= 0) || isinf(c->lr))
+        return fail(err, n, ut_fmt("lr must be a finite number >= 0 (got %g)", c->lr));
+    if (!(c->weight_decay >= 0) || isinf(c->weight_decay))
+        return fail(err, n,
+                    ut_fmt("weight_decay must be a finite number >= 0 (got %g)", c->weight_decay));
+    if (c->kind == UT_OPTIM_ADAMW) {
+        if (!(c->beta1 >= 0 && c->beta1 < 1))
+            return fail(err, n, ut_fmt("beta1 must be in [0, 1) (got %g)", c->beta1));
+        if (!(c->beta2 >= 0 && c->beta2 < 1))
+            return fail(err, n, ut_fmt("beta2 must be in [0, 1) (got %g)", c->beta2));
+        if (!(c->eps > 0) || isinf(c->eps))
+            return fail(err, n, ut_fmt("eps must be a finite number > 0 (got %g)", c->eps));
+        return 0;
+    }
+    if (!(c->momentum >= 0) || isinf(c->momentum))
+        return fail(err, n, ut_fmt("momentum must be a finite number >= 0 (got %g)", c->momentum));
+    if (!isfinite(c->dampening))
+        return fail(err, n, ut_fmt("dampening must be finite (got %g)", c->dampening));
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        return fail(err, n,
+                    ut_fmt("nesterov requires momentum > 0 and dampening == 0 (got momentum %g, "
+                           "dampening %g)",
+                           c->momentum, c->dampening));
+    return 0;
+}
+
+int ut_optim_parse(const char *name, ut_optim_kind *out) {
+    if (!strcasecmp(name, "sgd")) *out = UT_OPTIM_SGD;
+    else if (!strcasecmp(name, "adamw")) *out = UT_OPTIM_ADAMW;
+    else return -1;
+    return 0;
+}
+
+ut_optim *ut_optim_new(const ut_optim_config *cfg, float *params, float *grads,
+                       const ut_param_seg *segs, int nsegs, int64_t lo, int64_t hi) {
+    char err[256];
+    if (ut_optim_check_config(cfg, err, sizeof err))
+        ut_abort(__FILE__, __LINE__, "ut_optim_new: %s", err);
+    UT_ASSERT(params && grads && nsegs >= 0 && (segs || nsegs == 0));
+    UT_ASSERT(0 <= lo && lo <= hi);
+
+    ut_optim *o = ut_calloc_check(1, sizeof *o);
+    o->cfg = *cfg;
+    o->params = params;
+    o->grads = grads;
+    o->lo = lo;
+    o->hi = hi;
+    o->runs = ut_malloc_check(sizeof(run) * (size_t)(nsegs ? nsegs : 1));
+    int64_t prev_end = 0;
+    for (int i = 0; i < nsegs; i++) {
+        const ut_param_seg *s = &segs[i];
+        if (s->offset < prev_end || s->numel < 0)
+            ut_abort(__FILE__, __LINE__,
+                     "ut_optim_new: segment %d [%lld, +%lld) is negative, overlaps or is out of "
+                     "order",
+                     i, (long long)s->offset, (long long)s->numel);
+        prev_end = s->offset + s->numel;
+        int64_t b = s->offset > lo ? s->offset : lo;
+        int64_t e = prev_end < hi ? prev_end : hi;
+        if (b >= e) continue;
+        bool decay = cfg->weight_decay != 0 && (cfg->decay_all || s->decay);
+        run *last = o->nruns ? &o->runs[o->nruns - 1] : NULL;
+        if (last && last->end == b && last->decay == decay) last->end = e;
+        else o->runs[o->nruns++] = (run){b, e, decay};
+    }
+
+    if (cfg->kind == UT_OPTIM_ADAMW) o->nstate = 2;
+    else if (cfg->momentum != 0) o->nstate = 1;
+    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    for (int i = 0; i < o->nstate; i++) {
+        o->state[i] = ut_aligned_alloc_check(bytes);
+        memset(o->state[i], 0, bytes);
+    }
+    return o;
+}
+
+void ut_optim_free(ut_optim *o) {
+    if (!o) return;
+    for (int i = 0; i < o->nstate; i++) ut_free(o->state[i]);
+    ut_free(o->runs);
+    ut_free(o);
+}
+
+static void adamw_kernel(float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, int64_t n, float decay_mul, const consts *k) {
+    const float one_m_b1 = k->one_m_b1, beta2 = k->beta2, one_m_b2 = k->one_m_b2;
+    const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, eps = k->eps;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = m[i] + one_m_b1 * (gi - m[i]);
+        float vi = v[i] * beta2 + one_m_b2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = p[i] * decay_mul - step_size * mi / denom;
+    }
+}
+
+static void sgd_kernel(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
+                       float wd, const consts *k) {
+    const float lr = k->lr, mom = k->momentum, one_m_damp = k->one_m_damp;
+    if (!k->use_momentum) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) p[i] = p[i] - lr * (g[i] + wd * p[i]);
+        return;
+    }
+    /* Loop-invariant branches: GCC unswitches them and vectorizes each copy. */
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + wd * p[i];
+        float b = k->first ? d : buf[i] * mom + one_m_damp * d;
+        buf[i] = b;
+        d = k->nesterov ? d + mom * b : b;
+        p[i] = p[i] - lr * d;
+    }
+}
+
+/* Updates [a, b), which lies inside [lo, hi), run by run. */
+static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b) {
+    for (int r = 0; r < o->nruns; r++) {
+        int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
+        int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
+        if (s >= e) continue;
+        bool decay = o->runs[r].decay;
+        float *p = o->params + s;
+        const float *g = o->grads + s;
+        int64_t off = s - o->lo;
+        if (k->adamw)
+            adamw_kernel(p, g, o->state[0] + off, o->state[1] + off, e - s,
+                         decay ? k->decay_mul : 1.0f, k);
+        else
+            sgd_kernel(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k);
+    }
+}
+
+/* Start of thread t's part of n elements among nt threads, on a 16-float
+ * (cache line) boundary so threads never write the same line. */
+static int64_t part_start(int64_t n, int t, int nt) {
+    if (t >= nt) return n;
+    int64_t s = n * t / nt / 16 * 16;
+    return s < n ? s : n;
+}
+
+void ut_optim_step(ut_optim *o, float lr) {
+    UT_ASSERT(lr >= 0 && isfinite(lr));
+    const ut_optim_config *c = &o->cfg;
+    o->steps++;
+    consts k = {.adamw = c->kind == UT_OPTIM_ADAMW, .lr = lr};
+    if (k.adamw) {
+        double t = (double)o->steps;
+        double bc1 = 1.0 - pow((double)c->beta1, t);
+        double bc2 = 1.0 - pow((double)c->beta2, t);
+        k.decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
+        k.one_m_b1 = (float)(1.0 - (double)c->beta1);
+        k.beta2 = c->beta2;
+        k.one_m_b2 = (float)(1.0 - (double)c->beta2);
+        k.step_size = (float)((double)lr / bc1);
+        k.bc2_sqrt = (float)sqrt(bc2);
+        k.eps = c->eps;
+    } else {
+        k.wd = c->weight_decay;
+        k.momentum = c->momentum;
+        k.one_m_damp = (float)(1.0 - (double)c->dampening);
+        k.use_momentum = o->nstate > 0;
+        k.first = o->steps == 1;
+        k.nesterov = c->nesterov;
+    }
+    int64_t n = o->hi - o->lo;
+#pragma omp parallel if (n >= PAR_MIN_ELEMS)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        update_range(o, &k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt));
+    }
+}
+
+int64_t ut_optim_steps(const ut_optim *o) { return o->steps; }
+
+void ut_optim_set_steps(ut_optim *o, int64_t n) {
+    UT_ASSERT(n >= 0);
+    o->steps = n;
+}
+
+int ut_optim_nstate(const ut_optim *o) { return o->nstate; }
+
+float *ut_optim_state(ut_optim *o, int i, const char **name) {
+    UT_ASSERT(i >= 0 && i < o->nstate);
+    if (name)
+        *name = o->cfg.kind == UT_OPTIM_SGD ? "momentum_buffer" : i == 0 ? "exp_avg" : "exp_avg_sq";
+    return o->state[i];
+}
+
+size_t ut_optim_state_bytes(const ut_optim *o) {
+    return (size_t)o->nstate * (size_t)(o->hi - o->lo) * sizeof(float);
+}

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch parity fixtures that tests/parity/test_models.c checks
+utrain's built-in models against.
+
+Run by hand (never by CI) where PyTorch is installed, from anywhere:
+    python3 tests/parity/make_fixtures.py
+It rewrites tests/parity/fixtures/{cnn,gpt2,mlp}.safetensors; commit them.
+Only json, struct, numpy and torch are used (not the safetensors package).
+
+Each reference model below uses utrain's parameter names and registration
+order. Initial parameters are not stored (the CNN's fc1 alone is 1.18M floats):
+both sides compute them with the generator in init_param(), which
+tests/parity/fixture_init.h reproduces bit for bit in C:
+
+  for parameter number p (0-based registration index), element i (row-major):
+    x = splitmix64(seed + p * 1000003 + i)          (uint64, wrapping)
+    u = (x >> 40) / 2^24                             (exact in float32)
+    v = 2u - 1                                       (float32, exact)
+    linear/conv weight and bias: float32(1/sqrt(fan_in)) * v
+        (fan_in = in features x kernel area, of the layer's weight; the
+         scale is computed in double and rounded once to float32)
+    embedding (wte, wpe):        float32(0.02) * v
+    LayerNorm weight:            1 + float32(0.1) * v
+    LayerNorm bias:              float32(0.1) * v
+  every product and sum rounded to float32 (no fused multiply-add).
+
+Each fixture holds:
+  input, targets                 the batch
+  logits                         the model output before the loss
+                                 (for the CNN: the log_softmax output)
+  loss                           scalar, shape (1,)
+  grad.<param>                   d loss / d param, for every parameter
+  adamw_losses                   (10,) losses of 10 AdamW steps on the same
+                                 batch, each recorded before its step
+  init.<param>                   (mlp only) the generated initial values, so
+                                 the C generator can be checked bit for bit
+and metadata: seed, config (JSON), params (names in registration order),
+generator, optimizer, torch version.
+"""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT_DIR = os.path.join(HERE, "fixtures")
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+ADAMW_STEPS = 10
+
+# ---------------------------------------------------------------- generator
+
+M64 = (1 << 64) - 1
+
+
+def splitmix64_scalar(z):
+    """Reference version on Python ints, used to check the numpy one."""
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def splitmix64(z):
+    """Vectorised over a numpy uint64 array (numpy array arithmetic wraps)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def uniform_pm1(seed, p, n):
+    """float32 values 2u - 1 in [-1, 1) for elements 0..n-1 of parameter p."""
+    base = np.uint64((seed + p * 1000003) & M64)
+    x = splitmix64(base + np.arange(n, dtype=np.uint64))
+    u = (x >> np.uint64(40)).astype(np.float32) / np.float32(1 << 24)
+    return np.float32(2) * u - np.float32(1)
+
+
+def init_param(seed, p, kind, shape, fan_in):
+    n = int(np.prod(shape)) if len(shape) else 1
+    v = uniform_pm1(seed, p, n)
+    if kind == "linear":
+        w = np.float32(1.0 / math.sqrt(fan_in)) * v
+    elif kind == "embedding":
+        w = np.float32(0.02) * v
+    elif kind == "ln_weight":
+        w = np.float32(1) + np.float32(0.1) * v
+    elif kind == "ln_bias":
+        w = np.float32(0.1) * v
+    else:
+        raise ValueError(kind)
+    assert w.dtype == np.float32
+    return w.reshape(shape)
+
+
+def param_kind(model, name):
+    """(kind, fan_in) for a parameter, from the module that owns it."""
+    mod_name, _, leaf = name.rpartition(".")
+    mod = model.get_submodule(mod_name)
+    if isinstance(mod, nn.LayerNorm):
+        return ("ln_weight" if leaf == "weight" else "ln_bias"), 0
+    if isinstance(mod, nn.Embedding):
+        return "embedding", 0
+    if isinstance(mod, (nn.Linear, nn.Conv2d)):
+        return "linear", int(np.prod(mod.weight.shape[1:]))
+    raise TypeError(f"{name}: no init rule for {type(mod).__name__}")
+
+
+def init_model(model, seed):
+    with torch.no_grad():
+        for p_idx, (name, p) in enumerate(model.named_parameters()):
+            kind, fan_in = param_kind(model, name)
+            p.copy_(torch.from_numpy(init_param(seed, p_idx, kind, tuple(p.shape), fan_in)))
+
+
+# ---------------------------------------------------------------- models
+
+class CNN(nn.Module):
+    """The PyTorch MNIST example network."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        x = self.fc2(x)
+        return F.log_softmax(x, dim=1)
+
+    def loss(self, out, targets):
+        return F.nll_loss(out, targets.long())
+
+
+class Attention(nn.Module):
+    def __init__(self, C, n_head):
+        super().__init__()
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.n_head = n_head
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hs = C // self.n_head
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.c_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, C, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.attn = Attention(C, n_head)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.mlp = MLPBlock(C)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, vocab_size, block_size):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.wte(idx.long()) + self.wpe(torch.arange(T))
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()   # tied output projection
+
+    def loss(self, logits, targets):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
+
+
+class MLP(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        self.n = len(sizes) - 1
+        for i in range(self.n):
+            setattr(self, f"fc{i}", nn.Linear(sizes[i], sizes[i + 1]))
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = getattr(self, f"fc{i}")(x)
+            if i < self.n - 1:
+                x = F.relu(x)
+        return x
+
+    def loss(self, out, targets):
+        return F.cross_entropy(out, targets.long())
+
+
+# ---------------------------------------------------------------- writer
+
+ST_DTYPES = {torch.float32: "F32", torch.int32: "I32"}
+
+
+def save_safetensors(path, tensors, metadata):
+    """tensors: dict name -> contiguous CPU tensor (float32 or int32)."""
+    header = {"__metadata__": metadata}
+    blobs, at = [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)   # data starts 8-byte aligned
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- fixtures
+
+def make_fixture(name, make_model, config, seed, inputs, targets, store_init=False):
+    model = make_model()
+    model.eval()   # dropout off; utrain runs with training off
+    init_model(model, seed)
+    names = [n for n, _ in model.named_parameters()]
+    init = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    out = model(inputs)
+    loss = model.loss(out, targets)
+    loss.backward()
+    tensors = {"input": inputs, "targets": targets, "logits": out.detach(),
+               "loss": loss.detach().reshape(1)}
+    for n, p in model.named_parameters():
+        tensors["grad." + n] = p.grad.detach().clone()
+    if store_init:
+        for n in names:
+            tensors["init." + n] = init[n]
+
+    # AdamW from the same initial values: weight decay on matrices only.
+    model = make_model()
+    model.eval()
+    init_model(model, seed)
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": ADAMW["weight_decay"]},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"],
+                            foreach=False, fused=False)
+    losses = []
+    for _ in range(ADAMW_STEPS):
+        opt.zero_grad(set_to_none=False)
+        loss = model.loss(model(inputs), targets)
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+    tensors["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
+
+    meta = {
+        "model": name,
+        "seed": str(seed),
+        "config": json.dumps(config),
+        "params": ",".join(names),
+        "generator": "splitmix64(seed + p*1000003 + i) >> 40, see make_fixtures.py",
+        "optimizer": json.dumps({"type": "adamw", "steps": ADAMW_STEPS, "decay": "ndim>=2",
+                                 **{k: list(v) if isinstance(v, tuple) else v
+                                    for k, v in ADAMW.items()}}),
+        "torch": torch.__version__,
+    }
+    path = os.path.join(OUT_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    print(f"{path}: loss {tensors['loss'].item():.6f}, adamw {losses[0]:.6f} -> {losses[-1]:.6f}, "
+          f"{os.path.getsize(path)} bytes")
+
+
+def main():
+    # The generator's numpy version must match the plain-int definition.
+    for seed, p, i in [(0, 0, 0), (1234, 3, 17), (2**63 + 5, 7, 2**20)]:
+        x = splitmix64_scalar((seed + p * 1000003 + i) & M64)
+        ref = np.float32(2) * np.float32((x >> 40) / 2**24) - np.float32(1)
+        assert uniform_pm1(seed, p, i + 1)[i] == ref, (seed, p, i)
+
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    os.makedirs(OUT_DIR, exist_ok=True)
+    g = torch.Generator().manual_seed(20240601)
+
+    make_fixture("cnn", CNN, {}, 1001,
+                 torch.randn(8, 1, 28, 28, generator=g),
+                 torch.randint(0, 10, (8,), generator=g, dtype=torch.int32))
+
+    cfg = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=97, block_size=16)
+    make_fixture("gpt2", lambda: GPT2(**cfg), cfg, 2002,
+                 torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32),
+                 torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32))
+
+    sizes = [20, 32, 16, 5]
+    make_fixture("mlp", lambda: MLP(sizes), {"sizes": ",".join(map(str, sizes))}, 3003,
+                 torch.randn(8, 20, generator=g),
+                 torch.randint(0, 5, (8,), generator=g, dtype=torch.int32),
+                 store_init=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""PyTorch reference values for tests/parity/test_optim.c.
+
+Run by hand (needs torch):  python3 tests/parity/optim_fixtures.py
+It rewrites tests/parity/fixtures/optim_*.txt. Each line of a fixture is one
+array: `name count v1 v2 ...`, floats written with %.9g (exact for float32).
+
+The parameter set is three tensors in registration order: a 4x3 weight (with
+weight decay), a bias of 3 (none, through its own param group) and a 5x2 weight
+(with decay), i.e. 25 floats laid out flat as the C side does.
+"""
+import math
+import os
+import sys
+
+import torch
+
+SHAPES = [(4, 3), (3,), (5, 2)]
+DECAY = [1, 0, 1]
+STEPS = 10
+SCHED = dict(lr=1e-2, min_lr=1e-3, warmup=3, total=10)
+
+
+def warmup_cosine(step, lr, min_lr, warmup, total):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / (total - warmup))
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def warmup_linear(step, lr, min_lr, warmup, total):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / (total - warmup))
+    return min_lr + (lr - min_lr) * (1.0 - p)
+
+
+def warmup_constant(step, lr, warmup):
+    return lr * (step + 1) / warmup if step < warmup else lr
+
+
+class Writer:
+    def __init__(self, path):
+        self.lines = []
+        self.path = path
+
+    def put(self, name, values):
+        if isinstance(values, torch.Tensor):
+            values = values.detach().reshape(-1).tolist()
+        elif not isinstance(values, (list, tuple)):
+            values = [values]
+        vals = " ".join("%.9g" % float(v) for v in values)
+        self.lines.append("%s %d %s" % (name, len(values), vals))
+
+    def close(self):
+        with open(self.path, "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+
+
+def flat(params):
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def make_params(gen):
+    return [torch.randn(s, generator=gen).requires_grad_(True) for s in SHAPES]
+
+
+def run_optimizer(path, name, build, hparams):
+    """Steps an optimizer built by build(groups) for STEPS steps under the
+    warmup+cosine LambdaLR, recording lr, gradients and parameters."""
+    gen = torch.Generator().manual_seed(1234)
+    params = make_params(gen)
+    w = Writer(path)
+    w.put("optimizer", [0 if name == "sgd" else 1])
+    for k, v in hparams.items():
+        w.put(k, [float(v)])
+    w.put("sched", [SCHED["lr"], SCHED["min_lr"], SCHED["warmup"], SCHED["total"]])
+    w.put("numel", [p.numel() for p in params])
+    w.put("decay", DECAY)
+    w.put("init", flat(params))
+    wd = hparams.get("weight_decay", 0.0)
+    groups = [
+        {"params": [p for p, d in zip(params, DECAY) if d], "weight_decay": wd},
+        {"params": [p for p, d in zip(params, DECAY) if not d], "weight_decay": 0.0},
+    ]
+    opt = build(groups)
+    base = SCHED["lr"]
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: warmup_cosine(s, SCHED["lr"], SCHED["min_lr"], SCHED["warmup"],
+                                SCHED["total"]) / base)
+    lrs = []
+    for step in range(STEPS):
+        lrs.append(opt.param_groups[0]["lr"])
+        grads = [torch.randn(p.shape, generator=gen) for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        w.put("grad%d" % step, flat(grads))
+        opt.step()
+        sched.step()
+        w.put("param%d" % step, flat(params))
+    w.put("lr", lrs)
+    w.close()
+
+
+def make_clip(path):
+    gen = torch.Generator().manual_seed(99)
+    w = Writer(path)
+    for case, scale in (("big", 1.0), ("small", 0.01)):
+        grads = [torch.randn(s, generator=gen) * scale for s in SHAPES]
+        params = [torch.zeros(s, requires_grad=True) for s in SHAPES]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=1.0)
+        w.put(case + "_grad", flat(grads))
+        w.put(case + "_norm", [norm.item()])
+        w.put(case + "_clipped", flat([p.grad for p in params]))
+    w.put("max_norm", [1.0])
+    w.close()
+
+
+def make_schedules(path, nsteps=30):
+    lr, min_lr, warmup, total, step_size, gamma = 1e-2, 1e-3, 5, 25, 7, 0.5
+    w = Writer(path)
+    w.put("params", [lr, min_lr, warmup, total, step_size, gamma])
+    lambdas = {
+        "constant": lambda s: warmup_constant(s, lr, warmup) / lr,
+        "cosine": lambda s: warmup_cosine(s, lr, min_lr, warmup, total) / lr,
+        "linear": lambda s: warmup_linear(s, lr, min_lr, warmup, total) / lr,
+    }
+    for name in ("constant", "cosine", "linear", "step"):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=lr)
+        if name == "step":
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma)
+        else:
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambdas[name])
+        vals = []
+        for _ in range(nsteps):
+            vals.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        w.put(name, vals)
+    w.close()
+
+
+def make(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    j = lambda f: os.path.join(out_dir, f)
+    wd = 1e-2
+    run_optimizer(j("optim_adamw.txt"), "adamw",
+                  lambda g: torch.optim.AdamW(g, lr=SCHED["lr"], betas=(0.9, 0.999), eps=1e-8,
+                                              foreach=False),
+                  {"weight_decay": wd, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8})
+    run_optimizer(j("optim_sgd_nesterov.txt"), "sgd",
+                  lambda g: torch.optim.SGD(g, lr=SCHED["lr"], momentum=0.9, nesterov=True,
+                                            foreach=False),
+                  {"weight_decay": wd, "momentum": 0.9, "dampening": 0.0, "nesterov": 1})
+    run_optimizer(j("optim_sgd_momentum.txt"), "sgd",
+                  lambda g: torch.optim.SGD(g, lr=SCHED["lr"], momentum=0.9, dampening=0.1,
+                                            foreach=False),
+                  {"weight_decay": wd, "momentum": 0.9, "dampening": 0.1, "nesterov": 0})
+    run_optimizer(j("optim_sgd.txt"), "sgd",
+                  lambda g: torch.optim.SGD(g, lr=SCHED["lr"], foreach=False),
+                  {"weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0, "nesterov": 0})
+    make_clip(j("optim_clip.txt"))
+    make_schedules(j("optim_schedules.txt"))
+
+
+if __name__ == "__main__":
+    here = os.path.dirname(os.path.abspath(__file__))
+    make(sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "fixtures"))

@@ -1,0 +1,30 @@
+/* Gradcheck rows: classification losses (cross_entropy, nll_loss) with and
+ * without ignored targets, and mse. */
+#include "gradcheck.h"
+
+static ut_tensor *b_ce(ut_ctx *c, ut_tensor **in) { return ut_cross_entropy(c, in[0], in[1], -100); }
+/* ignore_index 0 with targets drawn from [0, hi): some targets are ignored */
+static ut_tensor *b_ce_ignore0(ut_ctx *c, ut_tensor **in) {
+    return ut_cross_entropy(c, in[0], in[1], 0);
+}
+static ut_tensor *b_nll(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], -100); }
+static ut_tensor *b_nll_ignore0(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], 0); }
+/* the unfused composition cross_entropy replaces */
+static ut_tensor *b_nll_of_log_softmax(ut_ctx *c, ut_tensor **in) {
+    return ut_nll_loss(c, ut_log_softmax(c, in[0]), in[1], -100);
+}
+static ut_tensor *b_mse(ut_ctx *c, ut_tensor **in) { return ut_mse(c, in[0], in[1]); }
+
+const gc_row gc_rows_loss[] = {
+    {"cross_entropy", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_ce},
+    {"cross_entropy 3-D", 2, {{3, {2, 3, 7}}, {2, {2, 3}, GC_INDEX, 7}}, b_ce},
+    {"cross_entropy 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}},
+     b_ce_ignore0},
+    {"nll_loss", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_nll},
+    {"nll_loss 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}}, b_nll_ignore0},
+    {"nll_loss of log_softmax", 2, {{3, {2, 3, 6}}, {2, {2, 3}, GC_INDEX, 6}},
+     b_nll_of_log_softmax},
+    {"mse", 2, {{2, {3, 4}}, {2, {3, 4}}}, b_mse},
+    {"mse 3-D const target", 2, {{3, {2, 3, 4}}, {3, {2, 3, 4}, GC_CONST}}, b_mse},
+};
+const int gc_nrows_loss = sizeof gc_rows_loss / sizeof gc_rows_loss[0];

@@ -1,0 +1,65 @@
+/* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention. The
+ * "twice" rows use an op's inputs in two calls, so a backward that overwrote
+ * src->grad instead of adding into it would fail. */
+#include "gradcheck.h"
+
+static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
+static ut_tensor *b_ln_twice(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, ut_layernorm(c, in[0], in[1], in[2], 1e-5f),
+                  ut_layernorm(c, ut_mul(c, in[0], in[0]), in[1], in[2], 1e-5f));
+}
+/* a strided input: layernorm over dim 1 of a transposed (C, N) tensor */
+static ut_tensor *b_ln_transposed(ut_ctx *c, ut_tensor **in) {
+    return ut_layernorm(c, ut_transpose(c, in[0], 0, 1), in[1], in[2], 1e-5f);
+}
+
+static ut_tensor *b_emb(ut_ctx *c, ut_tensor **in) { return ut_embedding(c, in[0], in[1]); }
+static ut_tensor *b_emb_twice(ut_ctx *c, ut_tensor **in) {
+    return ut_mul(c, ut_embedding(c, in[0], in[1]), ut_embedding(c, in[0], in[1]));
+}
+
+static ut_tensor *b_conv_s1p0(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 0); }
+static ut_tensor *b_conv_s1p1(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 1); }
+static ut_tensor *b_conv_s2p1_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 1); }
+static ut_tensor *b_conv_s2p0_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 0); }
+static ut_tensor *b_conv_twice(ut_ctx *c, ut_tensor **in) {
+    return ut_mul(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1), ut_conv2d(c, in[0], in[1], in[2], 1, 1));
+}
+
+static ut_tensor *b_pool_k2s2(ut_ctx *c, ut_tensor **in) { return ut_max_pool2d(c, in[0], 2, 2); }
+static ut_tensor *b_pool_k3s2(ut_ctx *c, ut_tensor **in) { return ut_max_pool2d(c, in[0], 3, 2); }
+static ut_tensor *b_pool_k2s1(ut_ctx *c, ut_tensor **in) { return ut_max_pool2d(c, in[0], 2, 1); }
+
+static ut_tensor *b_att1(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 1); }
+static ut_tensor *b_att2(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 2); }
+static ut_tensor *b_att_twice(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, ut_attention(c, in[0], 2), ut_attention(c, in[0], 1));
+}
+
+const gc_row gc_rows_nn[] = {
+    {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
+    {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
+    {"layernorm strided x", 3, {{2, {5, 3}}, {1, {5}}, {1, {5}}}, b_ln_transposed},
+    {"layernorm twice", 3, {{2, {3, 5}}, {1, {5}}, {1, {5}}}, b_ln_twice},
+    {"embedding 2-D idx", 2, {{2, {2, 3}, GC_INDEX, 5}, {2, {5, 4}}}, b_emb},
+    {"embedding repeats", 2, {{1, {9}, GC_INDEX, 3}, {2, {3, 4}}}, b_emb},
+    {"embedding twice", 2, {{2, {2, 4}, GC_INDEX, 4}, {2, {4, 3}}}, b_emb_twice},
+    {"conv2d s1 p0 bias", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_s1p0},
+    {"conv2d s1 p1 bias", 3, {{4, {2, 2, 4, 5}}, {4, {3, 2, 3, 3}}, {1, {3}}}, b_conv_s1p1},
+    {"conv2d s2 p1 no bias", 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 3, 3}}}, b_conv_s2p1_nob},
+    {"conv2d s2 p0 2x3 kernel", 2, {{4, {1, 2, 6, 7}}, {4, {3, 2, 2, 3}}}, b_conv_s2p0_nob},
+    /* more images than dw chunks: chunks of several images */
+    {"conv2d batch 18", 3, {{4, {18, 2, 3, 3}}, {4, {2, 2, 2, 2}}, {1, {2}}}, b_conv_s1p0},
+    {"conv2d twice", 3, {{4, {1, 2, 4, 4}}, {4, {2, 2, 3, 3}}, {1, {2}}}, b_conv_twice},
+    {"max_pool2d k2 s2", 1, {{4, {2, 3, 4, 4}, GC_DISTINCT}}, b_pool_k2s2},
+    {"max_pool2d k3 s2 overlap", 1, {{4, {1, 2, 7, 7}, GC_DISTINCT}}, b_pool_k3s2},
+    {"max_pool2d k2 s1 overlap", 1, {{4, {1, 2, 4, 5}, GC_DISTINCT}}, b_pool_k2s1},
+    {"max_pool2d floor", 1, {{4, {2, 2, 5, 7}, GC_DISTINCT}}, b_pool_k2s2},
+    {"attention T=1 NH=1", 1, {{3, {2, 1, 6}}}, b_att1},
+    {"attention T=5 NH=1", 1, {{3, {2, 5, 9}}}, b_att1},
+    {"attention T=5 NH=2", 1, {{3, {2, 5, 12}}}, b_att2},
+    {"attention T=1 NH=2", 1, {{3, {1, 1, 12}}}, b_att2},
+    {"attention T=4 NH=2 hs=4", 1, {{3, {1, 4, 24}}}, b_att2},
+    {"attention twice", 1, {{3, {1, 5, 12}}}, b_att_twice},
+};
+const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];

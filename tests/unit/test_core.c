@@ -1,0 +1,292 @@
+/* Core engine: views, errors, no-grad mode, gradient accumulation, the
+ * gradient-ready hook, the allocation-free training loop, checkpointing. */
+#include <string.h>
+
+#include "test.h"
+#include "utrain/utrain.h"
+
+static ut_ctx *new_ctx(void) { return ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 1 << 20, .seed = 7}); }
+
+static ut_model *tiny_gpt2(bool ckpt) {
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_layer", "2");
+    ut_kv_set(kv, "n_head", "2");
+    ut_kv_set(kv, "n_embd", "16");
+    ut_kv_set(kv, "vocab_size", "11");
+    ut_kv_set(kv, "block_size", "8");
+    char err[256];
+    ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
+    ut_kv_free(kv);
+    if (m) m->checkpoint_activations = ckpt;
+    return m;
+}
+
+/* tokens (2, 8) and next-token targets from a fixed pattern */
+static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, int shift) {
+    int32_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (i * 3 + shift) % 11;
+        tgt[i] = (i * 3 + shift + 3) % 11;
+    }
+    ut_tensor *x = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){2, 8}, tok);
+    ut_tensor *y = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){2, 8}, tgt);
+    return ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), y);
+}
+
+static void test_views_share_data(void) {
+    ut_ctx *ctx = new_ctx();
+    float v[6] = {0, 1, 2, 3, 4, 5};
+    ut_tensor *a = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 3}, v);
+    ut_tensor *t = ut_transpose(ctx, a, 0, 1);
+    CHECK(t->ne[0] == 3 && t->ne[1] == 2 && !ut_is_contiguous(t), "transpose is a strided view");
+    CHECK(t->data == a->data, "transpose shares storage");
+    ut_tensor *c = ut_contiguous(ctx, t);
+    CHECK(ut_f32(c)[1] == 3 && ut_f32(c)[2] == 1, "contiguous copy reads through strides: %g %g",
+          ut_f32(c)[1], ut_f32(c)[2]);
+    ut_tensor *s = ut_slice(ctx, a, 1, 1, 3);
+    CHECK(ut_f32(s) == ut_f32(a) + 1 && s->ne[1] == 2, "slice is a view at an offset");
+    ut_tensor *r = ut_reshape(ctx, a, 1, (int64_t[]){-1});
+    CHECK(r->ne[0] == 6 && r->data == a->data, "reshape of contiguous data is a view");
+    ut_tensor *r2 = ut_reshape(ctx, t, 1, (int64_t[]){6});
+    CHECK(r2->data != a->data && ut_f32(r2)[1] == 3, "reshape of a strided view copies");
+    ut_ctx_free(ctx);
+}
+
+static void test_errors_name_op_and_shapes(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){4, 5});
+    ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){3, 6});
+    ut_tensor *y = ut_linear(ctx, x, w, NULL);
+    CHECK(y == NULL, "mismatched linear returns NULL");
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "linear") && strstr(e, "(4, 5)") && strstr(e, "(3, 6)"), "message: %s", e);
+    /* later ops see NULL and keep the first message */
+    CHECK(ut_relu(ctx, y) == NULL && strstr(ut_ctx_error(ctx), "linear"), "sticky error");
+    ut_ctx_clear_error(ctx);
+
+    ut_tensor *ix = ut_tensor_zeros(ctx, UT_I32, 1, (int64_t[]){4});
+    CHECK(ut_relu(ctx, ix) == NULL, "wrong dtype rejected");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "relu") && strstr(e, "i32"), "dtype message: %s", e);
+    ut_ctx_clear_error(ctx);
+
+    ut_tensor *g = ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){4});
+    g->device = UT_CUDA;
+    CHECK(ut_add(ctx, ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){4}), g) == NULL, "device mismatch");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "add") && strstr(e, "cuda"), "device message: %s", e);
+    ut_ctx_clear_error(ctx);
+
+    ut_tensor *big = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3});
+    CHECK(ut_reshape(ctx, big, 2, (int64_t[]){4, 2}) == NULL, "bad reshape");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "reshape") && strstr(e, "6 elements"), "reshape message: %s", e);
+    ut_ctx_free(ctx);
+}
+
+static void test_model_option_errors(void) {
+    char err[512];
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_embd", "65");
+    CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "divisible"), "%s", err);
+    ut_kv_set(kv, "n_embd", "abc");
+    CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "n_embd") && strstr(err, "abc"),
+          "%s", err);
+    ut_kv_free(kv);
+    kv = ut_kv_new();
+    ut_kv_set(kv, "n_layers", "2");
+    CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "n_layers") && strstr(err, "n_layer "),
+          "%s", err);
+    ut_kv_free(kv);
+    CHECK(!ut_model_create("resnet", NULL, 0, err, sizeof err) && strstr(err, "gpt2"), "%s", err);
+}
+
+static void test_no_grad_records_nothing(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_model *m = tiny_gpt2(false);
+    ut_ctx_set_grad_enabled(ctx, false);
+    ut_tensor *loss = gpt2_loss(m, ctx, 0);
+    CHECK(loss && ut_ctx_tape_len(ctx) == 0, "tape has %d entries", ut_ctx_tape_len(ctx));
+    CHECK(ut_backward(ctx, loss) != 0 && strstr(ut_ctx_error(ctx), "require grad"), "backward refuses");
+    ut_model_free(m);
+    ut_ctx_free(ctx);
+}
+
+static void test_gradients_accumulate(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_model *m = tiny_gpt2(false);
+    int64_t n = m->params.numel;
+    CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "%s", ut_ctx_error(ctx));
+    float *once = malloc(sizeof(float) * n);
+    memcpy(once, m->params.grad, sizeof(float) * n);
+    ut_ctx_reset(ctx);
+    CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "second backward");
+    double maxerr = 0;
+    for (int64_t i = 0; i < n; i++) maxerr = fmax(maxerr, fabs(m->params.grad[i] - 2 * once[i]));
+    CHECK(maxerr < 1e-6, "two backwards give twice the gradient (max err %g)", maxerr);
+    ut_model_zero_grad(m);
+    for (int64_t i = 0; i < n; i++)
+        if (m->params.grad[i] != 0) {
+            CHECK(0, "zero_grad left %g at %lld", m->params.grad[i], (long long)i);
+            break;
+        }
+    free(once);
+    ut_model_free(m);
+    ut_ctx_free(ctx);
+}
+
+typedef struct { int order[256], n, count[256]; } hook_log;
+static void on_ready(void *user, int pi) {
+    hook_log *h = user;
+    h->count[pi]++;
+    h->order[h->n++] = pi;
+}
+
+static void check_hooks(bool ckpt) {
+    ut_ctx *ctx = new_ctx();
+    ut_model *m = tiny_gpt2(ckpt);
+    hook_log h = {0};
+    ut_ctx_set_grad_hook(ctx, on_ready, &h);
+    CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "%s", ut_ctx_error(ctx));
+    CHECK(h.n == m->params.n, "%d hooks for %d parameters", h.n, m->params.n);
+    for (int i = 0; i < m->params.n; i++) CHECK(h.count[i] == 1, "param %s fired %d times", m->params.names[i], h.count[i]);
+    /* later layers finish first; the tied embedding wte (index 0) is last */
+    int pos_h1 = -1, pos_h0 = -1;
+    for (int i = 0; i < h.n; i++) {
+        const char *nm = m->params.names[h.order[i]];
+        if (!strncmp(nm, "h.1.", 4) && pos_h1 < 0) pos_h1 = i;
+        if (!strncmp(nm, "h.0.", 4) && pos_h0 < 0) pos_h0 = i;
+    }
+    CHECK(pos_h1 < pos_h0, "layer 1 before layer 0 (%d vs %d)", pos_h1, pos_h0);
+    CHECK(h.order[h.n - 1] == 0, "wte last, got %s", m->params.names[h.order[h.n - 1]]);
+    ut_model_free(m);
+    ut_ctx_free(ctx);
+}
+static void test_grad_ready_hook(void) { check_hooks(false); }
+static void test_grad_ready_hook_checkpointed(void) { check_hooks(true); }
+
+/* Once warm, a training step (forward, backward, optimizer, reset) calls no allocator. */
+static void test_steady_state_allocates_nothing(void) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 4096, .seed = 1}); /* forces growth */
+    for (int ck = 0; ck < 2; ck++) {
+        ut_model *m = tiny_gpt2(ck);
+        ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+        ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+                                   m->params.numel);
+        uint64_t before = 0;
+        for (int step = 0; step < 6; step++) {
+            if (step == 3) before = ut_alloc_count();
+            CHECK(ut_backward(ctx, gpt2_loss(m, ctx, step)) == 0, "%s", ut_ctx_error(ctx));
+            ut_optim_step(o, 1e-3f);
+            ut_model_zero_grad(m);
+            ut_ctx_reset(ctx);
+        }
+        CHECK(ut_alloc_count() == before, "checkpoint=%d: %llu allocations in 3 warm steps", ck,
+              (unsigned long long)(ut_alloc_count() - before));
+        ut_optim_free(o);
+        ut_model_free(m);
+    }
+    ut_ctx_free(ctx);
+}
+
+static void test_checkpoint_same_grads_less_memory(void) {
+    float *g[2];
+    size_t peak[2];
+    float loss[2];
+    for (int ck = 0; ck < 2; ck++) {
+        ut_ctx *ctx = new_ctx();
+        ut_model *m = tiny_gpt2(ck);
+        ut_ctx_reset_peak(ctx);
+        ut_tensor *l = gpt2_loss(m, ctx, 1);
+        CHECK(ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+        loss[ck] = ut_f32(l)[0];
+        peak[ck] = ut_ctx_peak_bytes(ctx);
+        g[ck] = malloc(sizeof(float) * m->params.numel);
+        memcpy(g[ck], m->params.grad, sizeof(float) * m->params.numel);
+        if (ck) {
+            CHECK(loss[0] == loss[1], "same loss %g vs %g", loss[0], loss[1]);
+            CHECK(memcmp(g[0], g[1], sizeof(float) * m->params.numel) == 0, "bit-identical gradients");
+        }
+        ut_model_free(m);
+        ut_ctx_free(ctx);
+    }
+    CHECK(peak[1] < peak[0], "peak %zu with checkpointing vs %zu without", peak[1], peak[0]);
+    free(g[0]);
+    free(g[1]);
+}
+
+/* dropout inside a checkpointed block: the recompute must draw the same mask */
+static void test_checkpoint_replays_dropout(void) {
+    float *g[2];
+    for (int ck = 0; ck < 2; ck++) {
+        ut_kv *kv = ut_kv_new();
+        ut_kv_set(kv, "n_layer", "2"), ut_kv_set(kv, "n_head", "2"), ut_kv_set(kv, "n_embd", "16");
+        ut_kv_set(kv, "vocab_size", "11"), ut_kv_set(kv, "block_size", "8"), ut_kv_set(kv, "dropout", "0.2");
+        char err[256];
+        ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
+        ut_kv_free(kv);
+        m->checkpoint_activations = ck;
+        ut_ctx *ctx = new_ctx();
+        CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 2)) == 0, "%s", ut_ctx_error(ctx));
+        g[ck] = malloc(sizeof(float) * m->params.numel);
+        memcpy(g[ck], m->params.grad, sizeof(float) * m->params.numel);
+        if (ck) CHECK(memcmp(g[0], g[1], sizeof(float) * m->params.numel) == 0, "same gradients with dropout");
+        ut_model_free(m);
+        ut_ctx_free(ctx);
+    }
+    free(g[0]);
+    free(g[1]);
+}
+
+/* a user model: y = x W^T, trained with mse */
+static ut_tensor *lin_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    return ut_linear(ctx, x, m->params.t[0], NULL);
+}
+static ut_tensor *lin_loss(ut_model *m, ut_ctx *ctx, ut_tensor *out, ut_tensor *y) {
+    (void)m;
+    return ut_mse(ctx, out, y);
+}
+static ut_model *build_lin(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    long long k;
+    if (ut_kv_int(opts, "k", 3, &k, err, n)) return NULL;
+    ut_model *m = ut_model_new("lin");
+    ut_param_add(m, "w", 2, (int64_t[]){k, k}, (ut_init){UT_INIT_NORMAL, 0.5f});
+    m->forward = lin_forward;
+    m->loss = lin_loss;
+    ut_model_finalize(m, seed);
+    return m;
+}
+
+static void test_registry_accepts_user_models(void) {
+    char err[256];
+    ut_model *m = ut_model_create("mlp", NULL, 1, err, sizeof err);
+    CHECK(m && m->params.n == 4 && m->params.numel == 784 * 128 + 128 + 128 * 10 + 10, "default mlp");
+    CHECK(m && m->params.segs[1].decay == false && m->params.segs[0].decay == true, "no decay on biases");
+    CHECK(m && ut_model_param(m, "fc1.bias") && ut_model_param(m, "fc1.bias")->ne[0] == 10, "lookup by name");
+    ut_model_free(m);
+    ut_model_register("lin", build_lin);
+    m = ut_model_create("lin", NULL, 1, err, sizeof err);
+    CHECK(m && m->params.numel == 9, "user model by name: %s", err);
+    ut_ctx *ctx = new_ctx();
+    ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3});
+    ut_f32(x)[0] = 1;
+    ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3}));
+    CHECK(l && ut_backward(ctx, l) == 0 && m->params.grad[0] != 0, "user model trains: %s", ut_ctx_error(ctx));
+    ut_ctx_free(ctx);
+    ut_model_free(m);
+}
+
+int main(void) {
+    RUN(test_views_share_data);
+    RUN(test_errors_name_op_and_shapes);
+    RUN(test_model_option_errors);
+    RUN(test_no_grad_records_nothing);
+    RUN(test_gradients_accumulate);
+    RUN(test_grad_ready_hook);
+    RUN(test_grad_ready_hook_checkpointed);
+    RUN(test_steady_state_allocates_nothing);
+    RUN(test_checkpoint_same_grads_less_memory);
+    RUN(test_checkpoint_replays_dropout);
+    RUN(test_registry_accepts_user_models);
+    return TEST_SUMMARY();
+}

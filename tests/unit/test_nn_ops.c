@@ -1,0 +1,339 @@
+/* Forward values of layernorm, embedding, conv2d, max_pool2d and attention
+ * against naive computations written here, and their error messages. */
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
+
+static ut_ctx *new_ctx(void) {
+    ut_ctx_opts o = {.arena_bytes = 1 << 22, .seed = 7};
+    return ut_ctx_new(&o);
+}
+
+static ut_tensor *randn(ut_ctx *ctx, ut_rng *r, int ndim, const int64_t *ne) {
+    ut_tensor *t = ut_tensor_new(ctx, UT_F32, ndim, ne);
+    float *x = ut_f32(t);
+    for (int64_t i = 0; i < ut_nelem(t); i++) x[i] = ut_rng_normal(r);
+    return t;
+}
+
+static double max_abs_diff(const float *a, const double *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+/* ---- layernorm ---- */
+static void test_layernorm_normalises_rows(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, 1);
+    int64_t N = 6, C = 37, xne[2] = {N, C};
+    ut_tensor *x = randn(ctx, &r, 2, xne);
+    for (int64_t i = 0; i < N * C; i++) ut_f32(x)[i] = 3.0f * ut_f32(x)[i] + 5.0f; /* shifted */
+    ut_tensor *w = ut_tensor_new(ctx, UT_F32, 1, &C), *b = ut_tensor_new(ctx, UT_F32, 1, &C);
+    for (int64_t c = 0; c < C; c++) {
+        ut_f32(w)[c] = 1.0f;
+        ut_f32(b)[c] = 0.0f;
+    }
+    ut_tensor *y = ut_layernorm(ctx, x, w, b, 1e-5f);
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    for (int64_t n = 0; y && n < N; n++) {
+        double m = 0, v = 0;
+        for (int64_t c = 0; c < C; c++) m += ut_f32(y)[n * C + c];
+        m /= (double)C;
+        for (int64_t c = 0; c < C; c++) v += pow(ut_f32(y)[n * C + c] - m, 2);
+        v /= (double)C; /* biased, as torch */
+        CHECK_NEAR(m, 0.0, 1e-5);
+        CHECK_NEAR(v, 1.0, 1e-3);
+    }
+    /* affine: y2 = y * w + b */
+    for (int64_t c = 0; c < C; c++) {
+        ut_f32(w)[c] = 0.5f + 0.1f * (float)c;
+        ut_f32(b)[c] = -1.0f + 0.05f * (float)c;
+    }
+    ut_tensor *y2 = ut_layernorm(ctx, x, w, b, 1e-5f);
+    CHECK(y2 != NULL, "%s", ut_ctx_error(ctx));
+    for (int64_t i = 0; y && y2 && i < N * C; i++)
+        CHECK_NEAR(ut_f32(y2)[i], ut_f32(y)[i] * ut_f32(w)[i % C] + ut_f32(b)[i % C], 1e-5);
+    ut_ctx_free(ctx);
+}
+
+/* ---- embedding ---- */
+static void test_embedding_values(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t tne[2] = {4, 3}, ine[2] = {2, 3};
+    float table[12];
+    for (int i = 0; i < 12; i++) table[i] = (float)i;
+    int32_t idx[6] = {3, 0, 3, 1, 2, 0};
+    ut_tensor *y = ut_embedding(ctx, ut_tensor_from(ctx, UT_I32, 2, ine, idx),
+                                ut_tensor_from(ctx, UT_F32, 2, tne, table));
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (y) {
+        CHECK(y->ndim == 3 && y->ne[0] == 2 && y->ne[1] == 3 && y->ne[2] == 3, "shape");
+        for (int n = 0; n < 6; n++)
+            for (int c = 0; c < 3; c++) CHECK_NEAR(ut_f32(y)[n * 3 + c], idx[n] * 3 + c, 0);
+    }
+    ut_ctx_free(ctx);
+}
+
+static void test_embedding_bad_index(void) {
+    int32_t bad[2][4] = {{0, 1, 7, 2}, {0, -1, 1, 1}};
+    for (int k = 0; k < 2; k++) {
+        ut_ctx *ctx = new_ctx();
+        int64_t tne[2] = {4, 2}, ine[2] = {2, 2};
+        ut_tensor *table = ut_tensor_zeros(ctx, UT_F32, 2, tne);
+        ut_tensor *idx = ut_tensor_from(ctx, UT_I32, 2, ine, bad[k]);
+        ut_tensor *y = ut_embedding(ctx, idx, table);
+        const char *e = ut_ctx_error(ctx);
+        CHECK(y == NULL, "bad index accepted");
+        CHECK(e && strstr(e, "embedding"), "error: %s", e ? e : "(none)");
+        CHECK(e && strstr(e, k ? "index -1" : "index 7"), "error does not name the value: %s", e ? e : "");
+        CHECK(e && strstr(e, k ? "[0, 1]" : "[1, 0]"), "error does not name the place: %s",
+              e ? e : "");
+        ut_ctx_free(ctx);
+    }
+}
+
+/* ---- conv2d ---- */
+static void naive_conv(double *out, const float *x, const float *w, const float *b, int B, int C,
+                       int H, int W, int OC, int KH, int KW, int S, int P, int OH, int OW) {
+    for (int n = 0; n < B; n++)
+        for (int o = 0; o < OC; o++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    double s = b ? b[o] : 0.0;
+                    for (int c = 0; c < C; c++)
+                        for (int kh = 0; kh < KH; kh++)
+                            for (int kw = 0; kw < KW; kw++) {
+                                int ih = oh * S - P + kh, iw = ow * S - P + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                s += (double)x[((n * C + c) * H + ih) * W + iw] *
+                                     w[((o * C + c) * KH + kh) * KW + kw];
+                            }
+                    out[((n * OC + o) * OH + oh) * OW + ow] = s;
+                }
+}
+
+static void check_conv(int B, int C, int H, int W, int OC, int KH, int KW, int S, int P, bool bias) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, (uint64_t)(B * 1000 + C * 100 + S * 10 + P));
+    int64_t xne[4] = {B, C, H, W}, wne[4] = {OC, C, KH, KW}, bne[1] = {OC};
+    ut_tensor *x = randn(ctx, &r, 4, xne), *w = randn(ctx, &r, 4, wne);
+    ut_tensor *b = bias ? randn(ctx, &r, 1, bne) : NULL;
+    ut_tensor *y = ut_conv2d(ctx, x, w, b, S, P);
+    int OH = (H + 2 * P - KH) / S + 1, OW = (W + 2 * P - KW) / S + 1;
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (y) {
+        CHECK(y->ne[0] == B && y->ne[1] == OC && y->ne[2] == OH && y->ne[3] == OW,
+              "shape %lld %lld", (long long)y->ne[2], (long long)y->ne[3]);
+        double *ref = malloc(sizeof(double) * (size_t)(B * OC * OH * OW));
+        naive_conv(ref, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, B, C, H, W, OC, KH, KW, S, P,
+                   OH, OW);
+        double err = max_abs_diff(ut_f32(y), ref, (int64_t)B * OC * OH * OW);
+        CHECK(err < 1e-4 * sqrt((double)(C * KH * KW)) + 1e-5,
+              "B%d C%d %dx%d OC%d k%dx%d s%d p%d bias%d: max err %g", B, C, H, W, OC, KH, KW, S,
+              P, bias, err);
+        free(ref);
+    }
+    ut_ctx_free(ctx);
+}
+
+static void test_conv2d_matches_naive(void) {
+    check_conv(2, 3, 7, 6, 4, 3, 3, 1, 0, true);
+    check_conv(2, 3, 7, 6, 4, 3, 3, 1, 1, false);
+    check_conv(3, 2, 8, 9, 5, 3, 3, 2, 1, true);
+    check_conv(1, 4, 6, 6, 2, 2, 3, 2, 0, false);
+    check_conv(2, 1, 5, 5, 3, 5, 5, 1, 2, true);
+    check_conv(3, 2, 5, 5, 3, 1, 1, 1, 0, true);
+    /* a batch larger than the thread count and the dw chunk count */
+    if (test_quick()) check_conv(20, 4, 10, 10, 8, 3, 3, 1, 1, true);
+    else check_conv(40, 8, 14, 14, 16, 3, 3, 1, 0, true);
+}
+
+/* dw and dx of a large batch are bitwise the same on a second run */
+static void test_conv2d_backward_deterministic(void) {
+    float *first[2] = {NULL, NULL};
+    for (int run = 0; run < 2; run++) {
+        ut_ctx *ctx = new_ctx();
+        ut_rng r;
+        ut_rng_seed(&r, 5);
+        int64_t xne[4] = {37, 3, 9, 9}, wne[4] = {6, 3, 3, 3};
+        ut_tensor *x = randn(ctx, &r, 4, xne), *w = randn(ctx, &r, 4, wne);
+        ut_tensor_set_requires_grad(x, true);
+        ut_tensor_set_requires_grad(w, true);
+        ut_tensor *y = ut_conv2d(ctx, x, w, NULL, 1, 1);
+        int rc = ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, y)));
+        CHECK(rc == 0, "%s", ut_ctx_error(ctx));
+        if (rc == 0) {
+            float *g[2] = {x->grad, w->grad};
+            int64_t n[2] = {ut_nelem(x), ut_nelem(w)};
+            for (int k = 0; k < 2; k++) {
+                if (run == 0) {
+                    first[k] = malloc(sizeof(float) * (size_t)n[k]);
+                    memcpy(first[k], g[k], sizeof(float) * (size_t)n[k]);
+                } else if (first[k]) {
+                    CHECK(memcmp(first[k], g[k], sizeof(float) * (size_t)n[k]) == 0,
+                          "gradient %d differs between runs", k);
+                }
+            }
+        }
+        ut_ctx_free(ctx);
+    }
+    free(first[0]);
+    free(first[1]);
+}
+
+static void test_conv2d_channel_mismatch(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t xne[4] = {1, 3, 5, 5}, wne[4] = {2, 4, 3, 3};
+    ut_tensor *y = ut_conv2d(ctx, ut_tensor_zeros(ctx, UT_F32, 4, xne),
+                             ut_tensor_zeros(ctx, UT_F32, 4, wne), NULL, 1, 0);
+    const char *e = ut_ctx_error(ctx);
+    CHECK(y == NULL, "mismatch accepted");
+    CHECK(e && strstr(e, "conv2d") && strstr(e, "(1, 3, 5, 5)") && strstr(e, "(2, 4, 3, 3)"),
+          "error: %s", e ? e : "(none)");
+    ut_ctx_free(ctx);
+}
+
+/* ---- max_pool2d ---- */
+static void test_max_pool2d_known(void) {
+    ut_ctx *ctx = new_ctx();
+    /* 1 x 1 x 4 x 5: the last column is dropped (floor mode) */
+    float x[20] = {1, 2, 0, 4, 99,
+                   3, 0, 7, 1, 99,
+                   -1, -2, 5, 5, 99,
+                   -3, -4, 5, 6, 99};
+    int64_t ne[4] = {1, 1, 4, 5};
+    ut_tensor *xt = ut_tensor_from(ctx, UT_F32, 4, ne, x);
+    ut_tensor *y = ut_max_pool2d(ctx, xt, 2, 2);
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    float want[4] = {3, 7, -1, 6};
+    if (y) {
+        CHECK(y->ne[2] == 2 && y->ne[3] == 2, "shape");
+        for (int i = 0; i < 4; i++) CHECK_NEAR(ut_f32(y)[i], want[i], 0);
+    }
+    /* overlapping 3x3 windows, stride 1 */
+    ut_tensor *y3 = ut_max_pool2d(ctx, xt, 3, 1);
+    float want3[6] = {7, 7, 99, 7, 7, 99};
+    if (y3) {
+        CHECK(y3->ne[2] == 2 && y3->ne[3] == 3, "shape");
+        for (int i = 0; i < 6; i++) CHECK_NEAR(ut_f32(y3)[i], want3[i], 0);
+    }
+    ut_ctx_free(ctx);
+}
+
+/* ties: the gradient goes to the first max in the window, as in torch */
+static void test_max_pool2d_ties(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t ne[4] = {1, 1, 4, 4};
+    ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 4, ne);
+    ut_tensor_set_requires_grad(x, true);
+    int rc = ut_backward(ctx, ut_sum(ctx, ut_max_pool2d(ctx, x, 2, 2)));
+    CHECK(rc == 0, "%s", ut_ctx_error(ctx));
+    for (int i = 0; rc == 0 && i < 16; i++) {
+        int ih = i / 4, iw = i % 4;
+        CHECK_NEAR(x->grad[i], ih % 2 == 0 && iw % 2 == 0 ? 1.0 : 0.0, 0);
+    }
+    ut_ctx_free(ctx);
+}
+
+/* ---- attention ---- */
+/* naive: per (b, h) scores with an explicit -inf mask, softmax, then P v */
+static void naive_attention(double *out, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double *sc = malloc(sizeof(double) * (size_t)(T * T));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hs; d++)
+                        s += (double)qkv[(b * T + i) * 3 * C + h * hs + d] *
+                             qkv[(b * T + j) * 3 * C + C + h * hs + d];
+                    sc[i * T + j] = j > i ? -INFINITY : s / sqrt((double)hs);
+                }
+            for (int i = 0; i < T; i++) {
+                double m = -INFINITY, z = 0;
+                for (int j = 0; j < T; j++) m = fmax(m, sc[i * T + j]);
+                for (int j = 0; j < T; j++) z += exp(sc[i * T + j] - m);
+                for (int d = 0; d < hs; d++) {
+                    double o = 0;
+                    for (int j = 0; j < T; j++)
+                        o += exp(sc[i * T + j] - m) / z * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + d];
+                    out[(b * T + i) * C + h * hs + d] = o;
+                }
+            }
+        }
+    free(sc);
+}
+
+static void check_attention(int B, int T, int C, int NH) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, (uint64_t)(B * 100 + T * 10 + NH));
+    int64_t ne[3] = {B, T, 3 * C};
+    ut_tensor *qkv = randn(ctx, &r, 3, ne);
+    ut_tensor *y = ut_attention(ctx, qkv, NH);
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (y) {
+        CHECK(y->ndim == 3 && y->ne[0] == B && y->ne[1] == T && y->ne[2] == C, "shape");
+        double *ref = malloc(sizeof(double) * (size_t)(B * T * C));
+        naive_attention(ref, ut_f32(qkv), B, T, C, NH);
+        double err = max_abs_diff(ut_f32(y), ref, (int64_t)B * T * C);
+        CHECK(err < 1e-5, "B%d T%d C%d NH%d: max err %g", B, T, C, NH, err);
+        free(ref);
+    }
+    ut_ctx_free(ctx);
+}
+
+static void test_attention_matches_naive(void) {
+    check_attention(1, 1, 4, 1);
+    check_attention(2, 5, 8, 2);
+    check_attention(3, 7, 12, 3);
+    check_attention(2, 16, 64, 4);
+}
+
+/* a strided qkv (a transposed view) gives the same result as its copy */
+static void test_attention_strided_input(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, 9);
+    int64_t ne[3] = {2, 12, 6}; /* (B, 3C, T), transposed to (B, T, 3C) */
+    ut_tensor *a = randn(ctx, &r, 3, ne);
+    ut_tensor *v = ut_transpose(ctx, a, 1, 2);
+    ut_tensor *y1 = ut_attention(ctx, v, 2), *y2 = ut_attention(ctx, ut_contiguous(ctx, v), 2);
+    CHECK(y1 && y2, "%s", ut_ctx_error(ctx));
+    if (y1 && y2)
+        CHECK(memcmp(ut_f32(y1), ut_f32(y2), sizeof(float) * (size_t)ut_nelem(y1)) == 0,
+              "strided and contiguous differ");
+    ut_ctx_free(ctx);
+}
+
+static void test_attention_bad_heads(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t ne[3] = {1, 2, 3 * 6};
+    ut_tensor *y = ut_attention(ctx, ut_tensor_zeros(ctx, UT_F32, 3, ne), 4);
+    const char *e = ut_ctx_error(ctx);
+    CHECK(y == NULL, "C %% NH != 0 accepted");
+    CHECK(e && strstr(e, "attention") && strstr(e, "(1, 2, 18)"), "error: %s", e ? e : "(none)");
+    ut_ctx_free(ctx);
+}
+
+int main(void) {
+    RUN(test_layernorm_normalises_rows);
+    RUN(test_embedding_values);
+    RUN(test_embedding_bad_index);
+    RUN(test_conv2d_matches_naive);
+    RUN(test_conv2d_backward_deterministic);
+    RUN(test_conv2d_channel_mismatch);
+    RUN(test_max_pool2d_known);
+    RUN(test_max_pool2d_ties);
+    RUN(test_attention_matches_naive);
+    RUN(test_attention_strided_input);
+    RUN(test_attention_bad_heads);
+    return TEST_SUMMARY();
+}
