@@ -11,9 +11,10 @@ PREFIX   ?= /usr/local
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fPIC \
               -Iinclude -Isrc/core -I$(BLAS_INC)
-CFLAGS  += $(CFLAGS_BASE) $(OPT) $(ARCH) -g
+SAN     ?=
+override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
-LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread
+LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread
 
 LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c))
@@ -72,8 +73,7 @@ test: deps
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
-	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	  LDFLAGS="-fsanitize=address,undefined" tests
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" tests
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 UT_TEST_QUICK=1 tests/run.sh build-asan
 
 bench: deps

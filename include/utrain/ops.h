@@ -43,7 +43,8 @@ ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p);
 ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a);
 ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a);
 /* Mean over the targets that are not ignore_index of -log softmax(logits)[target].
- * logits (..., V), targets I32 (...). Fused softmax + loss. Scalar (1). */
+ * logits (..., V), targets I32 (...). Fused softmax + loss. Scalar (1); 0 (with a
+ * zero gradient) when every target is ignored, where PyTorch gives nan. */
 ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index);
 /* Same on log-probabilities: mean of -logp[target] over non-ignored targets. */
 ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index);

@@ -131,7 +131,7 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     ut_arena_reset(&ctx->scratch);
     cr->nparams = ctx->ncollected;
     cr->params = ut_ctx_alloc(ctx, (size_t)(cr->nparams ? cr->nparams : 1) * sizeof(int));
-    memcpy(cr->params, ctx->collected, (size_t)cr->nparams * sizeof(int));
+    if (cr->nparams) memcpy(cr->params, ctx->collected, (size_t)cr->nparams * sizeof(int));
     bool rg = cr->nparams > 0;
     for (int i = 0; i < n; i++) rg = rg || in[i]->requires_grad;
     out->requires_grad = rg;
