@@ -97,8 +97,8 @@ void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
 
 ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head) {
     if (!ut_op_check(ctx, "attention", 1, &qkv, 0)) return NULL;
-    if (qkv->ndim != 3 || qkv->ne[2] % 3 != 0) {
-        ut_op_error(ctx, "attention", 1, &qkv, "expected qkv (B, T, 3C)");
+    if (qkv->ndim != 3 || qkv->ne[2] % 3 != 0 || qkv->ne[2] < 3) {
+        ut_op_error(ctx, "attention", 1, &qkv, "expected qkv (B, T, 3C) with C >= 1");
         return NULL;
     }
     int64_t C = qkv->ne[2] / 3;

@@ -63,12 +63,12 @@ static void col2im_add(float *dx, const float *col, const ut_conv2d_shape *d) {
             }
 }
 
-/* out (B, OC, OH*OW) = w (OC, C*KH*KW) @ im2col(x[b]) + b (OC) per image.
- * cols: nthreads buffers of C*KH*KW * OH*OW floats. */
+/* out (B, OC, OH*OW) = w (OC, C*KH*KW) @ im2col(x[b]) + b (OC) per image, on nthr
+ * threads. cols: nthr buffers of C*KH*KW * OH*OW floats. */
 void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
-                           const float *b, const ut_conv2d_shape *d) {
+                           const float *b, const ut_conv2d_shape *d, int nthr) {
     int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW;
-#pragma omp parallel
+#pragma omp parallel num_threads(nthr)
     {
         float *col = cols + (int64_t)omp_get_thread_num() * K * OHW;
 #pragma omp for schedule(static)
@@ -84,15 +84,15 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
 }
 
 /* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
- * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL.
- * cols: 2 * nthreads buffers of C*KH*KW * OH*OW floats; dw_part: CONV_DW_CHUNKS * OC*C*KH*KW. */
+ * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL. Runs on nthr threads.
+ * cols: 2 * nthr buffers of C*KH*KW * OH*OW floats; dw_part: CONV_DW_CHUNKS * OC*C*KH*KW. */
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
                             const float *dout, const float *x, const float *w,
-                            const ut_conv2d_shape *d) {
+                            const ut_conv2d_shape *d, int nthr) {
     int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
     int64_t nch = d->B < CONV_DW_CHUNKS ? d->B : CONV_DW_CHUNKS;
     if (dx || dw) {
-#pragma omp parallel
+#pragma omp parallel num_threads(nthr)
         {
             float *col = cols + 2 * (int64_t)omp_get_thread_num() * K * OHW, *dcol = col + K * OHW;
 #pragma omp for schedule(static)
@@ -144,7 +144,7 @@ ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int 
                     "expected x (B, C, H, W), weight (OC, C, KH, KW), bias (OC)");
         return NULL;
     }
-    if (w->ne[1] != x->ne[1]) {
+    if (w->ne[1] != x->ne[1] || x->ne[1] < 1) {
         ut_op_error(ctx, "conv2d", ns, src,
                     ut_fmt("x has %lld channels, weight expects %lld", (long long)x->ne[1],
                            (long long)w->ne[1]));
@@ -180,13 +180,21 @@ static ut_conv2d_shape shape_of(const ut_tensor *t) {
                              .S = t->ip[0], .P = t->ip[1], .OH = t->ne[2], .OW = t->ne[3]};
 }
 
+/* Threads for n independent work items: no more than items, so that column
+ * buffers (one per thread) are not allocated for idle threads. */
+static int threads_for(int64_t n) {
+    int m = omp_get_max_threads();
+    return n < m ? (n > 0 ? (int)n : 1) : m;
+}
+
 void ut_conv2d_fwd_cpu(ut_tensor *t) {
     ut_conv2d_shape d = shape_of(t);
+    int nthr = threads_for(d.B);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
-    float *cols = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * col * sizeof(float));
+    float *cols = ut_ctx_alloc(t->ctx, (size_t)nthr * col * sizeof(float));
     ut_tensor *b = t->src[2];
     ut_conv2d_forward_cpu(ut_f32(t), cols, ut_f32(t->src[0]), ut_f32(t->src[1]),
-                          b ? ut_f32(b) : NULL, &d);
+                          b ? ut_f32(b) : NULL, &d, nthr);
 }
 
 void ut_conv2d_bwd_cpu(ut_tensor *t) {
@@ -194,9 +202,10 @@ void ut_conv2d_bwd_cpu(ut_tensor *t) {
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
+    int nthr = threads_for(d.B < CONV_DW_CHUNKS ? d.B : CONV_DW_CHUNKS);
     float *cols = NULL, *dw_part = NULL;
-    if (dx || dw) cols = ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * col * sizeof(float));
+    if (dx || dw) cols = ut_ctx_alloc(t->ctx, 2 * (size_t)nthr * col * sizeof(float));
     if (dw) dw_part = ut_ctx_alloc(t->ctx, CONV_DW_CHUNKS * nw * sizeof(float));
     ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
-                           ut_f32(x), ut_f32(w), &d);
+                           ut_f32(x), ut_f32(w), &d, nthr);
 }

@@ -80,7 +80,7 @@ void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dou
 ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, float eps) {
     ut_tensor *src[3] = {x, w, b};
     if (!ut_op_check(ctx, "layernorm", 3, src, 0)) return NULL;
-    int64_t C = x->ne[x->ndim - 1];
+    int64_t C = x->ndim > 0 ? x->ne[x->ndim - 1] : 0;
     if (C < 1 || w->ndim != 1 || w->ne[0] != C || b->ndim != 1 || b->ne[0] != C) {
         ut_op_error(ctx, "layernorm", 3, src, "expected x (..., C), weight (C), bias (C)");
         return NULL;
