@@ -116,7 +116,8 @@ typedef struct {
  *   CONSTANT:  lr
  *   COSINE:    min_lr + (lr-min_lr)*0.5*(1 + cos(pi*p))
  *   LINEAR:    min_lr + (lr-min_lr)*(1 - p)
- *   STEP:      lr * gamma^floor((step-w)/step_size) */
+ *   STEP:      lr * gamma^floor((step-w)/step_size)
+ * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
 float ut_schedule_lr(const ut_schedule *s, int64_t step);
 /* 0 if s makes sense, else -1 with a message naming the field in err:
  * negative lr/min_lr/warmup_steps/total_steps, min_lr > lr, total_steps <=

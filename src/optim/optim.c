@@ -10,14 +10,6 @@
 
 #include "utrain/base.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-/* Under the default -fmath-errno GCC treats sqrtf as possibly writing errno,
- * which keeps the AdamW loop from vectorizing. Its argument here is never
- * negative (a sum of squares, or NaN/inf), so errno is never set and const is
- * the truth. */
-extern float sqrtf(float) __attribute__((const));
-#endif
-
 /* Below this many elements a step runs on one thread: waking the team costs
  * more than the update. */
 #define PAR_MIN_ELEMS 32768

@@ -9,7 +9,7 @@
 #include "utrain/base.h"
 
 float ut_schedule_lr(const ut_schedule *s, int64_t step) {
-    if (step < 0) step = 0;
+    UT_ASSERT(step >= 0);
     double lr = s->lr, min_lr = s->min_lr;
     int64_t w = s->warmup_steps;
     if (step < w) return (float)(lr * (double)(step + 1) / (double)w);
@@ -19,7 +19,9 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     switch (s->kind) {
     case UT_SCHED_COSINE: return (float)(min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * p)));
     case UT_SCHED_LINEAR: return (float)(min_lr + (lr - min_lr) * (1.0 - p));
-    case UT_SCHED_STEP: return (float)(lr * pow((double)s->gamma, (double)(k / s->step_size)));
+    case UT_SCHED_STEP:
+        UT_ASSERT(s->step_size > 0);
+        return (float)(lr * pow((double)s->gamma, (double)(k / s->step_size)));
     case UT_SCHED_CONSTANT: break;
     }
     return (float)lr;

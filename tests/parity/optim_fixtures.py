@@ -2,7 +2,7 @@
 
 Run by hand (needs torch):  python3 tests/parity/optim_fixtures.py
 It rewrites tests/parity/fixtures/optim_*.txt. Each line of a fixture is one
-array: `name count v1 v2 ...`, floats written with %.9g (exact for float32).
+array: `name count v1 v2 ...`, floats written with %.9g (round-trips float32 exactly).
 
 The parameter set is three tensors in registration order: a 4x3 weight (with
 weight decay), a bias of 3 (none, through its own param group) and a 5x2 weight
@@ -145,7 +145,10 @@ def make_schedules(path, nsteps=30):
 
 def make(out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    j = lambda f: os.path.join(out_dir, f)
+
+    def j(name):
+        return os.path.join(out_dir, name)
+
     wd = 1e-2
     run_optimizer(j("optim_adamw.txt"), "adamw",
                   lambda g: torch.optim.AdamW(g, lr=SCHED["lr"], betas=(0.9, 0.999), eps=1e-8,

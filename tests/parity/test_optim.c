@@ -1,0 +1,503 @@
+/* Optimizers, clipping and schedules against PyTorch (fixtures written by
+ * tests/parity/optim_fixtures.py), plus the properties ZeRO and checkpoints
+ * rely on: a shard's step equals that slice of a full step, state exists only
+ * for the shard and can be saved and restored, steps allocate nothing. */
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/optim.h"
+
+#define FIXTURES "tests/parity/fixtures/"
+
+/* ---- fixture reader: one array a line, `name count v1 v2 ...` ---- */
+typedef struct {
+    char name[32];
+    int count;
+    double *v;
+} fx_array;
+
+typedef struct {
+    fx_array a[64];
+    int n;
+} fixture;
+
+static int fx_load(fixture *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen(path, "r");
+    CHECK(fp != NULL, "cannot open %s (run from the repo root; regenerate with "
+                      "python3 tests/parity/optim_fixtures.py)", path);
+    if (!fp) return -1;
+    fx_array *a = &f->a[0];
+    while (f->n < 64 && fscanf(fp, "%31s %d", a->name, &a->count) == 2 && a->count >= 0) {
+        a->v = malloc(sizeof(double) * (size_t)(a->count ? a->count : 1));
+        for (int i = 0; i < a->count; i++)
+            if (fscanf(fp, "%lf", &a->v[i]) != 1) {
+                CHECK(0, "%s: array %s is short", path, a->name);
+                fclose(fp);
+                return -1;
+            }
+        a = &f->a[++f->n];
+    }
+    fclose(fp);
+    return 0;
+}
+
+static void fx_free(fixture *f) {
+    for (int i = 0; i < f->n; i++) free(f->a[i].v);
+    f->n = 0;
+}
+
+/* The array called name with count values (any count if count < 0), or NULL
+ * with a failed check. */
+static const double *fx_get(const fixture *f, const char *name, int count) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->a[i].name, name)) {
+            CHECK(count < 0 || f->a[i].count == count, "%s has %d values, expected %d", name,
+                  f->a[i].count, count);
+            return count < 0 || f->a[i].count == count ? f->a[i].v : NULL;
+        }
+    CHECK(0, "fixture array %s missing", name);
+    return NULL;
+}
+
+static double fx_scalar(const fixture *f, const char *name) {
+    const double *v = fx_get(f, name, 1);
+    return v ? v[0] : NAN;
+}
+
+static double rel_err(double a, double b) {
+    return fabs(a - b) / fmax(fabs(b), 1e-30);
+}
+
+/* ---- parity with torch ---- */
+#define NP 25  /* the fixtures' three tensors: 4x3, 3, 5x2 */
+
+/* Parameters are compared relative to the largest magnitude each has had so
+ * far in torch's run (scale[i]): rounding error follows the operands, not a
+ * result that cancels to near zero, and torch's vector kernels fuse
+ * multiply-adds where ours round twice. Strictly relative, a parameter that
+ * went from 0.1 through zero to 0.005 differs by ~3e-6 through rounding alone. */
+static double param_err(double a, double b, double *scale) {
+    if (fabs(b) > *scale) *scale = fabs(b);
+    return fabs(a - b) / fmax(*scale, 1e-30);
+}
+
+static void optimizer_parity(const char *file) {
+    fixture f;
+    if (fx_load(&f, file)) return;
+    const double *numel = fx_get(&f, "numel", 3), *decay = fx_get(&f, "decay", 3);
+    const double *init = fx_get(&f, "init", NP), *lrs = fx_get(&f, "lr", 10);
+    const double *sp = fx_get(&f, "sched", 4);
+    if (!numel || !decay || !init || !lrs || !sp) goto out;
+
+    bool adamw = fx_scalar(&f, "optimizer") == 1;
+    ut_optim_config cfg = ut_optim_defaults(adamw ? UT_OPTIM_ADAMW : UT_OPTIM_SGD);
+    cfg.lr = (float)sp[0];
+    cfg.weight_decay = (float)fx_scalar(&f, "weight_decay");
+    if (adamw) {
+        cfg.beta1 = (float)fx_scalar(&f, "beta1");
+        cfg.beta2 = (float)fx_scalar(&f, "beta2");
+        cfg.eps = (float)fx_scalar(&f, "eps");
+    } else {
+        cfg.momentum = (float)fx_scalar(&f, "momentum");
+        cfg.dampening = (float)fx_scalar(&f, "dampening");
+        cfg.nesterov = fx_scalar(&f, "nesterov") != 0;
+    }
+    char err[256] = "";
+    CHECK(ut_optim_check_config(&cfg, err, sizeof err) == 0, "%s", err);
+    ut_schedule sched = {UT_SCHED_COSINE, (float)sp[0], (float)sp[1], (int64_t)sp[2],
+                         (int64_t)sp[3], 0, 0.0f};
+    CHECK(ut_schedule_check(&sched, err, sizeof err) == 0, "%s", err);
+
+    ut_param_seg segs[3];
+    int64_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        segs[i] = (ut_param_seg){off, (int64_t)numel[i], decay[i] != 0};
+        off += segs[i].numel;
+    }
+    CHECK(off == NP, "numel adds up to %lld", (long long)off);
+    float params[NP], grads[NP];
+    for (int i = 0; i < NP; i++) params[i] = (float)init[i];
+    ut_optim *o = ut_optim_new(&cfg, params, grads, segs, 3, 0, NP);
+
+    double worst = 0.0, scale[NP];
+    for (int i = 0; i < NP; i++) scale[i] = fabs(init[i]);
+    for (int step = 0; step < 10; step++) {
+        char name[32];
+        snprintf(name, sizeof name, "grad%d", step);
+        const double *g = fx_get(&f, name, NP);
+        snprintf(name, sizeof name, "param%d", step);
+        const double *want = fx_get(&f, name, NP);
+        if (!g || !want) break;
+        for (int i = 0; i < NP; i++) grads[i] = (float)g[i];
+        float lr = ut_schedule_lr(&sched, step);
+        CHECK(rel_err(lr, lrs[step]) <= 1e-6, "%s step %d: lr %.9g, torch %.9g", file, step,
+              (double)lr, lrs[step]);
+        ut_optim_step(o, lr);
+        for (int i = 0; i < NP; i++) {
+            double e = param_err(params[i], want[i], &scale[i]);
+            if (e > worst) worst = e;
+            CHECK(e <= 1e-6, "%s step %d param %d: %.9g, torch %.9g", file, step, i,
+                  (double)params[i], want[i]);
+        }
+    }
+    CHECK(ut_optim_steps(o) == 10, "steps %lld", (long long)ut_optim_steps(o));
+    printf("     %s: worst relative error %.2g\n", file + strlen(FIXTURES), worst);
+    ut_optim_free(o);
+out:
+    fx_free(&f);
+}
+
+static void test_adamw_parity(void) { optimizer_parity(FIXTURES "optim_adamw.txt"); }
+static void test_sgd_nesterov_parity(void) { optimizer_parity(FIXTURES "optim_sgd_nesterov.txt"); }
+static void test_sgd_momentum_parity(void) { optimizer_parity(FIXTURES "optim_sgd_momentum.txt"); }
+static void test_sgd_plain_parity(void) { optimizer_parity(FIXTURES "optim_sgd.txt"); }
+
+static void test_clip_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_clip.txt")) return;
+    float max_norm = (float)fx_scalar(&f, "max_norm");
+    static const char *const cases[] = {"big", "small"};
+    for (int c = 0; c < 2; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s_grad", cases[c]);
+        const double *g0 = fx_get(&f, name, NP);
+        snprintf(name, sizeof name, "%s_norm", cases[c]);
+        double want_norm = fx_scalar(&f, name);
+        snprintf(name, sizeof name, "%s_clipped", cases[c]);
+        const double *want = fx_get(&f, name, NP);
+        if (!g0 || !want) break;
+        float g[NP];
+        for (int i = 0; i < NP; i++) g[i] = (float)g0[i];
+        CHECK(rel_err(sqrt(ut_grad_norm_sq(g, NP)), want_norm) <= 1e-6, "%s: norm_sq", cases[c]);
+        float norm = ut_clip_grad_norm(g, NP, max_norm);
+        CHECK(rel_err(norm, want_norm) <= 1e-6, "%s: norm %.9g, torch %.9g", cases[c],
+              (double)norm, want_norm);
+        for (int i = 0; i < NP; i++)
+            CHECK(rel_err(g[i], want[i]) <= 1e-6, "%s: grad %d %.9g, torch %.9g", cases[c], i,
+                  (double)g[i], want[i]);
+    }
+    fx_free(&f);
+}
+
+static void test_schedule_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_schedules.txt")) return;
+    const double *p = fx_get(&f, "params", 6);
+    static const char *const names[] = {"constant", "cosine", "linear", "step"};
+    for (int k = 0; p && k < 4; k++) {
+        const double *want = fx_get(&f, names[k], 30);
+        if (!want) continue;
+        ut_sched_kind kind;
+        CHECK(ut_sched_parse(names[k], &kind) == 0, "parse %s", names[k]);
+        /* torch's StepLR has no warmup, so the step fixture has none either. */
+        ut_schedule s = {kind, (float)p[0], (float)p[1], kind == UT_SCHED_STEP ? 0 : (int64_t)p[2],
+                         (int64_t)p[3], (int64_t)p[4], (float)p[5]};
+        char err[256] = "";
+        CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "%s: %s", names[k], err);
+        for (int step = 0; step < 30; step++) {
+            float lr = ut_schedule_lr(&s, step);
+            CHECK(rel_err(lr, want[step]) <= 1e-6, "%s step %d: %.9g, torch %.9g", names[k], step,
+                  (double)lr, want[step]);
+        }
+    }
+    fx_free(&f);
+}
+
+/* ---- sharding, state, determinism ---- */
+
+/* Segments of assorted sizes (some tiny, some above the parallel threshold)
+ * with a gap of padding after every third one; returns the count. */
+static int make_segs(ut_param_seg *segs, int max, int64_t n) {
+    static const int64_t sizes[] = {768, 3, 40000, 17, 2304, 1, 65536, 129, 5000, 31};
+    int k = 0;
+    int64_t off = 0;
+    while (k < max) {
+        int64_t len = sizes[k % 10];
+        if (off + len > n) break;
+        segs[k] = (ut_param_seg){off, len, k % 2 == 0};
+        off += len + (k % 3 == 2 ? 5 : 0);
+        k++;
+    }
+    return k;
+}
+
+static void fill(float *x, int64_t n, ut_rng *r, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = scale * ut_rng_normal(r);
+}
+
+static ut_optim_config shard_config(int which) {
+    ut_optim_config c;
+    switch (which) {
+    case 0: c = ut_optim_defaults(UT_OPTIM_ADAMW); c.lr = 1e-2f; break;
+    case 1: c = ut_optim_defaults(UT_OPTIM_ADAMW); c.lr = 1e-2f; c.decay_all = true; break;
+    case 2:
+        c = ut_optim_defaults(UT_OPTIM_SGD);
+        c.momentum = 0.9f; c.nesterov = true; c.weight_decay = 1e-2f; break;
+    case 3:
+        c = ut_optim_defaults(UT_OPTIM_SGD);
+        c.momentum = 0.8f; c.dampening = 0.25f; c.weight_decay = 1e-2f; break;
+    default: c = ut_optim_defaults(UT_OPTIM_SGD); c.weight_decay = 1e-2f; break;
+    }
+    return c;
+}
+
+static void test_shard_equals_full(void) {
+    const int64_t n = 123456;
+    ut_param_seg segs[64];
+    int nsegs = make_segs(segs, 64, n);
+    int64_t end = segs[nsegs - 1].offset + segs[nsegs - 1].numel;
+    /* Rank boundaries that cut through segments, and an empty shard. */
+    const int64_t bounds[] = {0, 777, 40001, 40001, 90000, end};
+    const int nshards = 5;
+    float *pf = malloc(sizeof(float) * n), *ps = malloc(sizeof(float) * n);
+    float *g = malloc(sizeof(float) * n);
+    for (int which = 0; which < 5; which++) {
+        ut_optim_config cfg = shard_config(which);
+        ut_rng r;
+        ut_rng_seed(&r, 7);
+        fill(pf, n, &r, 1.0f);
+        memcpy(ps, pf, sizeof(float) * n);
+        ut_optim *full = ut_optim_new(&cfg, pf, g, segs, nsegs, 0, end);
+        ut_optim *shard[5];
+        for (int s = 0; s < nshards; s++)
+            shard[s] = ut_optim_new(&cfg, ps, g, segs, nsegs, bounds[s], bounds[s + 1]);
+        for (int step = 0; step < 4; step++) {
+            fill(g, n, &r, 0.1f);
+            float lr = 1e-2f * (float)(step + 1);
+            ut_optim_step(full, lr);
+            for (int s = 0; s < nshards; s++) ut_optim_step(shard[s], lr);
+        }
+        CHECK(!memcmp(pf, ps, sizeof(float) * n), "config %d: sharded params differ from full",
+              which);
+        for (int s = 0; s < nshards; s++) {
+            CHECK(ut_optim_nstate(shard[s]) == ut_optim_nstate(full), "config %d", which);
+            int64_t lo = bounds[s], len = bounds[s + 1] - lo;
+            for (int i = 0; i < ut_optim_nstate(full); i++)
+                CHECK(!memcmp(ut_optim_state(shard[s], i, NULL), ut_optim_state(full, i, NULL) + lo,
+                              sizeof(float) * (size_t)len),
+                      "config %d shard %d: state %d differs from the full one's slice", which, s, i);
+            ut_optim_free(shard[s]);
+        }
+        /* Padding between segments is never touched. */
+        ut_rng_seed(&r, 7);
+        fill(ps, n, &r, 1.0f);
+        for (int k = 0; k + 1 < nsegs; k++)
+            for (int64_t i = segs[k].offset + segs[k].numel; i < segs[k + 1].offset; i++)
+                CHECK(pf[i] == ps[i], "config %d: padding at %lld changed", which, (long long)i);
+        ut_optim_free(full);
+    }
+    free(pf);
+    free(ps);
+    free(g);
+}
+
+/* Bits must not depend on the thread count. */
+static void test_thread_count_invariance(void) {
+    const int64_t n = test_quick() ? 300000 : 3000017;
+    ut_param_seg seg = {0, n, true};
+    float *p1 = malloc(sizeof(float) * n), *p2 = malloc(sizeof(float) * n);
+    float *g = malloc(sizeof(float) * n);
+    ut_rng r;
+    ut_rng_seed(&r, 11);
+    fill(p1, n, &r, 1.0f);
+    memcpy(p2, p1, sizeof(float) * n);
+    fill(g, n, &r, 1.0f);
+    int saved = omp_get_max_threads();
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
+    ut_optim *a = ut_optim_new(&cfg, p1, g, &seg, 1, 0, n);
+    ut_optim *b = ut_optim_new(&cfg, p2, g, &seg, 1, 0, n);
+    omp_set_num_threads(1);
+    ut_optim_step(a, 1e-3f);
+    double s1 = ut_grad_norm_sq(g, n);
+    omp_set_num_threads(3);
+    ut_optim_step(b, 1e-3f);
+    double s3 = ut_grad_norm_sq(g, n);
+    omp_set_num_threads(saved);
+    double sd = ut_grad_norm_sq(g, n);
+    CHECK(!memcmp(p1, p2, sizeof(float) * n), "AdamW step differs between 1 and 3 threads");
+    CHECK(s1 == s3 && s1 == sd, "norm_sq %.17g / %.17g / %.17g for 1 / 3 / %d threads", s1, s3,
+          sd, saved);
+    double naive = 0.0;
+    for (int64_t i = 0; i < n; i++) naive += (double)g[i] * g[i];
+    CHECK(rel_err(s1, naive) <= 1e-12, "norm_sq %.17g, naive %.17g", s1, naive);
+    ut_optim_free(a);
+    ut_optim_free(b);
+    free(p1);
+    free(p2);
+    free(g);
+}
+
+static void test_state_only_for_shard(void) {
+    const int64_t n = 1000, lo = 300, hi = 550;
+    float p[1000] = {0}, g[1000] = {0};
+    ut_param_seg seg = {0, n, true};
+    static const struct { int which, nstate; const char *names[2]; } cases[] = {
+        {0, 2, {"exp_avg", "exp_avg_sq"}},
+        {2, 1, {"momentum_buffer", NULL}},
+        {4, 0, {NULL, NULL}},
+    };
+    for (int c = 0; c < 3; c++) {
+        ut_optim_config cfg = shard_config(cases[c].which);
+        ut_optim *o = ut_optim_new(&cfg, p, g, &seg, 1, lo, hi);
+        CHECK(ut_optim_nstate(o) == cases[c].nstate, "case %d: nstate %d", c, ut_optim_nstate(o));
+        CHECK(ut_optim_state_bytes(o) == (size_t)cases[c].nstate * (hi - lo) * sizeof(float),
+              "case %d: %zu state bytes", c, ut_optim_state_bytes(o));
+        for (int i = 0; i < ut_optim_nstate(o); i++) {
+            const char *name = NULL;
+            float *s = ut_optim_state(o, i, &name);
+            CHECK(name && !strcmp(name, cases[c].names[i]), "case %d state %d is %s", c, i,
+                  name ? name : "(null)");
+            CHECK((uintptr_t)s % 64 == 0, "case %d state %d not 64-byte aligned", c, i);
+            int zero = 1;
+            for (int64_t k = 0; k < hi - lo; k++) zero &= s[k] == 0.0f;
+            CHECK(zero, "case %d state %d not zeroed", c, i);
+        }
+        ut_optim_free(o);
+    }
+    ut_optim_config cfg = shard_config(0);
+    ut_optim *empty = ut_optim_new(&cfg, p, g, &seg, 1, 400, 400);
+    CHECK(ut_optim_state_bytes(empty) == 0, "empty shard has state");
+    ut_optim_step(empty, 1e-3f);
+    ut_optim_free(empty);
+}
+
+/* Saving state + step count and loading them into a fresh optimizer continues
+ * exactly; steps allocate nothing. */
+static void test_resume_and_no_alloc(void) {
+    const int64_t n = 50000;
+    ut_param_seg segs[2] = {{0, 20000, true}, {20000, 30000, false}};
+    float *pa = malloc(sizeof(float) * n), *pb = malloc(sizeof(float) * n);
+    float *g = malloc(sizeof(float) * n * 6);
+    ut_rng r;
+    ut_rng_seed(&r, 3);
+    fill(pa, n, &r, 1.0f);
+    memcpy(pb, pa, sizeof(float) * n);
+    fill(g, n * 6, &r, 0.1f);
+    for (int which = 0; which < 5; which += 2) {
+        ut_optim_config cfg = shard_config(which);
+        ut_optim *a = ut_optim_new(&cfg, pa, g, segs, 2, 0, n);
+        ut_optim *b = ut_optim_new(&cfg, pb, g, segs, 2, 0, n);
+        uint64_t allocs = ut_alloc_count();
+        for (int step = 0; step < 3; step++) {
+            memcpy(g, g + (step + 1) * n, sizeof(float) * n);
+            ut_optim_step(a, 1e-3f);
+            ut_optim_step(b, 1e-3f);
+        }
+        ut_clip_grad_norm(g, n, 0.5f);
+        CHECK(ut_alloc_count() == allocs, "config %d: steps allocated %llu times", which,
+              (unsigned long long)(ut_alloc_count() - allocs));
+        ut_optim *c = ut_optim_new(&cfg, pb, g, segs, 2, 0, n);
+        for (int i = 0; i < ut_optim_nstate(b); i++)
+            memcpy(ut_optim_state(c, i, NULL), ut_optim_state(b, i, NULL), sizeof(float) * n);
+        ut_optim_set_steps(c, ut_optim_steps(b));
+        ut_optim_free(b);
+        for (int step = 3; step < 5; step++) {
+            memcpy(g, g + (step + 1) * n, sizeof(float) * n);
+            ut_optim_step(a, 1e-3f);
+            ut_optim_step(c, 1e-3f);
+        }
+        CHECK(ut_optim_steps(c) == 5, "steps %lld", (long long)ut_optim_steps(c));
+        CHECK(!memcmp(pa, pb, sizeof(float) * n), "config %d: resumed run differs", which);
+        ut_optim_free(a);
+        ut_optim_free(c);
+    }
+    free(pa);
+    free(pb);
+    free(g);
+}
+
+/* ---- checks and parsing ---- */
+
+static void expect_bad_config(ut_optim_config c, const char *field) {
+    char err[256] = "";
+    CHECK(ut_optim_check_config(&c, err, sizeof err) == -1, "accepted bad %s", field);
+    CHECK(strstr(err, field) != NULL, "message '%s' does not name %s", err, field);
+}
+
+static void test_config_checks(void) {
+    ut_optim_config a = ut_optim_defaults(UT_OPTIM_ADAMW);
+    CHECK(a.beta1 == 0.9f && a.beta2 == 0.999f && a.eps == 1e-8f && a.weight_decay == 0.01f,
+          "AdamW defaults");
+    ut_optim_config s = ut_optim_defaults(UT_OPTIM_SGD);
+    CHECK(s.momentum == 0 && s.weight_decay == 0 && !s.nesterov, "SGD defaults");
+    char err[256] = "";
+    CHECK(ut_optim_check_config(&a, err, sizeof err) == 0, "AdamW defaults rejected: %s", err);
+    CHECK(ut_optim_check_config(&s, err, sizeof err) == 0, "SGD defaults rejected: %s", err);
+
+    ut_optim_config c;
+    c = a; c.lr = -1e-3f; expect_bad_config(c, "lr");
+    c = a; c.lr = NAN; expect_bad_config(c, "lr");
+    c = a; c.weight_decay = -0.1f; expect_bad_config(c, "weight_decay");
+    c = a; c.beta1 = 1.0f; expect_bad_config(c, "beta1");
+    c = a; c.beta1 = -0.1f; expect_bad_config(c, "beta1");
+    c = a; c.beta2 = 1.5f; expect_bad_config(c, "beta2");
+    c = a; c.eps = 0.0f; expect_bad_config(c, "eps");
+    c = s; c.momentum = -0.5f; expect_bad_config(c, "momentum");
+    c = s; c.nesterov = true; expect_bad_config(c, "nesterov");
+    c = s; c.nesterov = true; c.momentum = 0.9f; c.dampening = 0.1f;
+    expect_bad_config(c, "nesterov");
+    c = s; c.kind = (ut_optim_kind)7; expect_bad_config(c, "kind");
+    c = s; c.nesterov = true; c.momentum = 0.9f;
+    CHECK(ut_optim_check_config(&c, err, sizeof err) == 0, "valid nesterov rejected: %s", err);
+
+    ut_optim_kind k;
+    CHECK(ut_optim_parse("adamw", &k) == 0 && k == UT_OPTIM_ADAMW, "parse adamw");
+    CHECK(ut_optim_parse("SGD", &k) == 0 && k == UT_OPTIM_SGD, "parse SGD");
+    CHECK(ut_optim_parse("adam", &k) == -1, "parse adam accepted");
+}
+
+static void expect_bad_schedule(ut_schedule s, const char *field) {
+    char err[256] = "";
+    CHECK(ut_schedule_check(&s, err, sizeof err) == -1, "accepted bad %s", field);
+    CHECK(strstr(err, field) != NULL, "message '%s' does not name %s", err, field);
+}
+
+static void test_schedule_checks(void) {
+    ut_schedule good = {UT_SCHED_COSINE, 6e-4f, 6e-5f, 100, 1000, 0, 0.0f};
+    char err[256] = "";
+    CHECK(ut_schedule_check(&good, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_schedule_lr(&good, 0) > 0, "zero-lr first warmup step");
+    CHECK(ut_schedule_lr(&good, 99) == 6e-4f, "end of warmup %.9g", (double)ut_schedule_lr(&good, 99));
+    CHECK(ut_schedule_lr(&good, 5000) == 6e-5f, "past total_steps %.9g",
+          (double)ut_schedule_lr(&good, 5000));
+    ut_schedule s;
+    s = good; s.lr = -1.0f; expect_bad_schedule(s, "lr");
+    s = good; s.min_lr = -1e-5f; expect_bad_schedule(s, "min_lr");
+    s = good; s.min_lr = 1e-3f; expect_bad_schedule(s, "min_lr");
+    s = good; s.warmup_steps = -1; expect_bad_schedule(s, "warmup_steps");
+    s = good; s.total_steps = 100; expect_bad_schedule(s, "total_steps");
+    s = good; s.kind = UT_SCHED_LINEAR; s.total_steps = 50; expect_bad_schedule(s, "total_steps");
+    s = good; s.kind = UT_SCHED_CONSTANT; s.total_steps = -1; expect_bad_schedule(s, "total_steps");
+    s = good; s.kind = UT_SCHED_STEP; s.gamma = 0.5f; expect_bad_schedule(s, "step_size");
+    s = good; s.kind = UT_SCHED_STEP; s.step_size = 10; s.gamma = -0.5f;
+    expect_bad_schedule(s, "gamma");
+    s = good; s.kind = UT_SCHED_CONSTANT; s.total_steps = 0;
+    CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "constant without total rejected: %s", err);
+
+    static const char *const names[] = {"constant", "cosine", "linear", "step"};
+    ut_sched_kind k;
+    for (int i = 0; i < 4; i++)
+        CHECK(ut_sched_parse(names[i], &k) == 0 && k == (ut_sched_kind)i, "parse %s", names[i]);
+    CHECK(ut_sched_parse("Cosine", &k) == 0 && k == UT_SCHED_COSINE, "parse Cosine");
+    CHECK(ut_sched_parse("exp", &k) == -1, "parse exp accepted");
+}
+
+int main(void) {
+    RUN(test_adamw_parity);
+    RUN(test_sgd_nesterov_parity);
+    RUN(test_sgd_momentum_parity);
+    RUN(test_sgd_plain_parity);
+    RUN(test_clip_parity);
+    RUN(test_schedule_parity);
+    RUN(test_shard_equals_full);
+    RUN(test_thread_count_invariance);
+    RUN(test_state_only_for_shard);
+    RUN(test_resume_and_no_alloc);
+    RUN(test_config_checks);
+    RUN(test_schedule_checks);
+    return TEST_SUMMARY();
+}
