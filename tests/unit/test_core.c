@@ -1,6 +1,8 @@
 /* Core engine: views, errors, no-grad mode, gradient accumulation, the
  * gradient-ready hook, the allocation-free training loop, checkpointing. */
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "utrain/utrain.h"
@@ -276,6 +278,30 @@ static void test_registry_accepts_user_models(void) {
     ut_model_free(m);
 }
 
+/* An allocation failure aborts with the size asked for and the call site. */
+static void test_allocation_failure_names_size(void) {
+    int fd[2];
+    CHECK(pipe(fd) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        void *p = ut_malloc_check((size_t)1 << 62);
+        (void)p;
+        _exit(0);
+    }
+    close(fd[1]);
+    char buf[512] = "";
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof buf - 1 && (n = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
+    buf[len] = 0;
+    close(fd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status), "the process aborts");
+    CHECK(strstr(buf, "4611686018427387904 bytes") && strstr(buf, "test_core.c"), "message: %s", buf);
+}
+
 int main(void) {
     RUN(test_views_share_data);
     RUN(test_errors_name_op_and_shapes);
@@ -288,5 +314,6 @@ int main(void) {
     RUN(test_checkpoint_same_grads_less_memory);
     RUN(test_checkpoint_replays_dropout);
     RUN(test_registry_accepts_user_models);
+    RUN(test_allocation_failure_names_size);
     return TEST_SUMMARY();
 }
