@@ -75,7 +75,7 @@ test: deps
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" tests
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 UT_TEST_QUICK=1 tests/run.sh build-asan
+	@ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 UT_TEST_QUICK=1 tests/run.sh build-asan
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/gpt2_step
