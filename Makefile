@@ -22,7 +22,7 @@ LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c))
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/common/*.h)
+HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)

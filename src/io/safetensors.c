@@ -101,8 +101,12 @@ static bool expect(parser *p, char c) {
         perr(p, "expected '%c', found end of header", c);
         return false;
     }
-    if (p->s[p->pos] != c) {
-        perr(p, "expected '%c', found '%c'", c, p->s[p->pos]);
+    unsigned char got = (unsigned char)p->s[p->pos];
+    if (got != (unsigned char)c) {
+        if (got >= 0x20 && got < 0x7f)
+            perr(p, "expected '%c', found '%c'", c, got);
+        else
+            perr(p, "expected '%c', found byte 0x%02x", c, got);
         return false;
     }
     p->pos++;
@@ -304,6 +308,7 @@ static bool parse_metadata(parser *p, ut_st_file *f) {
     if (!expect(p, '{')) return false;
     if (peek_close(p, '}')) return true;
     do {
+        skip_ws(p);
         size_t at = p->pos;
         char *k = parse_string(p);
         if (!k) return false;
@@ -357,6 +362,7 @@ static bool parse_tensor_info(parser *p, ut_st_file *f, const char *name) {
     size_t obj_at = p->pos;
     if (!expect(p, '{')) return false;
     if (!peek_close(p, '}')) do {
+        skip_ws(p);
         size_t at = p->pos;
         char *k = parse_string(p);
         if (!k) return false;
@@ -473,10 +479,14 @@ static bool parse_header(parser *p, ut_st_file *f) {
     return true;
 }
 
-static int cmp_by_begin(const void *a, const void *b, void *offs) {
-    const uint64_t(*off)[2] = offs;
-    uint64_t x = off[*(const int *)a][0], y = off[*(const int *)b][0];
-    return x < y ? -1 : x > y;
+typedef struct {
+    uint64_t begin, end;
+    int idx;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
 /* Sizes, bounds and overlaps, after parsing. */
@@ -518,22 +528,23 @@ static bool check_tensors(ut_st_file *f, const char *path, size_t data_at, size_
         }
         t->nbytes = (size_t)bytes;
     }
-    int *order = ut_malloc_check((size_t)(f->n ? f->n : 1) * sizeof *order);
-    for (int i = 0; i < f->n; i++) order[i] = i;
-    qsort_r(order, (size_t)f->n, sizeof *order, cmp_by_begin, f->off);
+    /* Empty tensors occupy nothing, so they cannot overlap anything. */
+    span *sp = ut_malloc_check((size_t)(f->n ? f->n : 1) * sizeof *sp);
+    int ns = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->t[i].nbytes) sp[ns++] = (span){f->off[i][0], f->off[i][1], i};
+    qsort(sp, (size_t)ns, sizeof *sp, cmp_span);
     bool ok = true;
-    for (int k = 1; k < f->n && ok; k++) {
-        int a = order[k - 1], b = order[k];
-        /* empty tensors occupy nothing, so they cannot overlap */
-        if (f->off[b][0] < f->off[a][1] && f->t[a].nbytes && f->t[b].nbytes) {
+    for (int k = 1; k < ns && ok; k++) {
+        if (sp[k].begin < sp[k - 1].end) {
             set_err(err, n, "%s: tensor \"%s\" (data_offsets [%llu, %llu]) overlaps \"%s\" ([%llu, %llu])",
-                    path, f->names[b], (unsigned long long)f->off[b][0],
-                    (unsigned long long)f->off[b][1], f->names[a], (unsigned long long)f->off[a][0],
-                    (unsigned long long)f->off[a][1]);
+                    path, f->names[sp[k].idx], (unsigned long long)sp[k].begin,
+                    (unsigned long long)sp[k].end, f->names[sp[k - 1].idx],
+                    (unsigned long long)sp[k - 1].begin, (unsigned long long)sp[k - 1].end);
             ok = false;
         }
     }
-    ut_free(order);
+    ut_free(sp);
     return ok;
 }
 

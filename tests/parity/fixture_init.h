@@ -57,7 +57,8 @@ static inline int fx_param_value_scale(const ut_model *m, const char *name, int 
     memcpy(wname, name, mlen);
     strcpy(wname + mlen, ".weight");
     const ut_tensor *w = ut_model_param(m, wname);
-    if (!w || w->ndim < 2) return snprintf(err, n, "%s: no matrix %s to take fan_in from", name, wname), -1;
+    if (!w || w->ndim < 2)
+        return snprintf(err, n, "%s: no matrix %.*s.weight to take fan_in from", name, (int)mlen, name), -1;
     int64_t fan_in = 1;
     for (int d = 1; d < w->ndim; d++) fan_in *= w->ne[d];
     *scale = (float)(1.0 / sqrt((double)fan_in));
