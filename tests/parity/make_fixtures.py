@@ -4,7 +4,8 @@ utrain's built-in models against.
 
 Run by hand (never by CI) where PyTorch is installed, from anywhere:
     python3 tests/parity/make_fixtures.py
-It rewrites tests/parity/fixtures/{cnn,gpt2,mlp}.safetensors; commit them.
+It rewrites tests/parity/fixtures/{cnn,gpt2,mlp}.safetensors and, through
+optim_fixtures.py, the optimizer/schedule text fixtures; commit them.
 Only json, struct, numpy and torch are used (not the safetensors package).
 
 Each reference model below uses utrain's parameter names and registration
@@ -390,6 +391,10 @@ def main():
                  lambda: (torch.randn(8, 20, generator=g),
                           torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)),
                  store_init=True)
+
+    # optimizers, clipping and schedules (text fixtures, tests/parity/test_optim.c)
+    import optim_fixtures
+    optim_fixtures.make(OUT_DIR)
 
 
 if __name__ == "__main__":
