@@ -67,6 +67,11 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/utrain demo
 
+# The test binaries run with the OpenBLAS kernels utrain itself would choose
+# (ut_blas_select_kernels), so they exercise what users run.
+BLAS_CORE = $(shell grep -qw avx512f /proc/cpuinfo && echo SkylakeX || (grep -qw avx2 /proc/cpuinfo && echo Haswell))
+export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
+
 test: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run.sh $(BUILD)

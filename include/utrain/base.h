@@ -1,5 +1,5 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
- * defines: ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ * defines: ut_blas_select_kernels, ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
  *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
@@ -43,6 +43,13 @@ void ut_rng_seed(ut_rng *r, uint64_t seed);
 uint64_t ut_rng_u64(ut_rng *r);
 float ut_rng_uniform(ut_rng *r);           /* [0, 1) */
 float ut_rng_normal(ut_rng *r);            /* mean 0, std 1 */
+
+/* OpenBLAS chooses its kernels from the CPU model when it loads, and an
+ * OpenBLAS too old for the CPU falls back to slow generic kernels (4x slower
+ * matrix products). Call this first thing in main: when that happened on a
+ * CPU with AVX-512 or AVX2 and OPENBLAS_CORETYPE is unset, it sets it and
+ * re-executes the program (same argv); otherwise it returns at once. */
+void ut_blas_select_kernels(char **argv);
 
 /* printf-style message into a thread-local buffer: for building error text. */
 const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

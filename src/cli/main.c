@@ -113,6 +113,7 @@ static int demo(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    ut_blas_select_kernels(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,0 +1,198 @@
+/* GPT-2 124M training-step benchmark.
+ *
+ * Builds "gpt2" through the registry (12 layers, 12 heads, n_embd 768, vocab
+ * 50257, block 1024), batch 4 x sequence 64 of random tokens with next-token
+ * targets from a fixed seed, AdamW (lr 3e-4, weight decay 0.1), and times full
+ * training steps: forward + loss + backward + optimizer step + zero grad + ctx
+ * reset, after 2 warm-up steps.
+ *
+ *   gpt2_step [--steps N] [--threads N] [--checkpoint] [--json]
+ *
+ * Prints median/min step time, tokens/s, the peak activation memory of a step
+ * (ut_ctx_peak_bytes after ut_ctx_reset_peak) and the medians of the phases:
+ * forward (forward + loss), backward, optimizer (step + zero grad + reset). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "utrain/utrain.h"
+
+enum { B = 4, T = 64, WARMUP = 2 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s) abort();
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static double minimum(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static int parse_pos(const char *flag, const char *v, long *out) {
+    char *end;
+    *out = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || *out <= 0) {
+        fprintf(stderr, "gpt2_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--checkpoint] [--json]\n");
+}
+
+int main(int argc, char **argv) {
+    long steps = 10, threads = 0;
+    bool checkpoint = false, json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads")) {
+            long *dst = argv[i][2] == 's' ? &steps : &threads;
+            if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
+            i++;
+        } else if (!strcmp(argv[i], "--checkpoint")) {
+            checkpoint = true;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "gpt2_step: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (threads > 0) omp_set_num_threads((int)threads);
+    int nthreads = omp_get_max_threads();
+
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_layer", "12");
+    ut_kv_set(kv, "n_head", "12");
+    ut_kv_set(kv, "n_embd", "768");
+    ut_kv_set(kv, "vocab_size", "50257");
+    ut_kv_set(kv, "block_size", "1024");
+    char err[512];
+    ut_model *m = ut_model_create("gpt2", kv, 1234, err, sizeof err);
+    ut_kv_free(kv);
+    if (!m) {
+        fprintf(stderr, "gpt2_step: %s\n", err);
+        return 1;
+    }
+    m->checkpoint_activations = checkpoint;
+
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    oc.lr = 3e-4f;
+    oc.weight_decay = 0.1f;
+    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
+                                 0, m->params.numel);
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
+
+    /* random token stream: inputs are tokens [0, T), targets tokens [1, T] */
+    ut_rng rng;
+    ut_rng_seed(&rng, 42);
+    int32_t x[B * T], y[B * T];
+    for (int b = 0; b < B; b++) {
+        int32_t stream[T + 1];
+        for (int t = 0; t <= T; t++) stream[t] = (int32_t)(ut_rng_u64(&rng) % 50257u);
+        memcpy(x + b * T, stream, sizeof(int32_t) * T);
+        memcpy(y + b * T, stream + 1, sizeof(int32_t) * T);
+    }
+
+    int total = WARMUP + (int)steps;
+    double *t_step = calloc((size_t)steps, sizeof(double));
+    double *t_fwd = calloc((size_t)steps, sizeof(double));
+    double *t_bwd = calloc((size_t)steps, sizeof(double));
+    double *t_opt = calloc((size_t)steps, sizeof(double));
+    if (!t_step || !t_fwd || !t_bwd || !t_opt) abort();
+    size_t peak = 0;
+    float first_loss = 0, last_loss = 0;
+    for (int s = 0; s < total; s++) {
+        ut_ctx_reset_peak(ctx);
+        double t0 = now();
+        ut_tensor *xt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, x);
+        ut_tensor *yt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, y);
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
+        if (!loss) {
+            fprintf(stderr, "gpt2_step: %s\n", ut_ctx_error(ctx));
+            return 1;
+        }
+        double t1 = now();
+        if (ut_backward(ctx, loss)) {
+            fprintf(stderr, "gpt2_step: %s\n", ut_ctx_error(ctx));
+            return 1;
+        }
+        double t2 = now();
+        last_loss = ut_f32(loss)[0];
+        if (s == 0) first_loss = last_loss;
+        size_t pk = ut_ctx_peak_bytes(ctx);
+        ut_optim_step(opt, oc.lr);
+        ut_model_zero_grad(m);
+        ut_ctx_reset(ctx);
+        double t3 = now();
+        if (s >= WARMUP) {
+            int i = s - WARMUP;
+            t_step[i] = t3 - t0;
+            t_fwd[i] = t1 - t0;
+            t_bwd[i] = t2 - t1;
+            t_opt[i] = t3 - t2;
+            if (pk > peak) peak = pk;
+        }
+    }
+    if (!isfinite(last_loss)) {
+        fprintf(stderr, "gpt2_step: loss is not finite (%g)\n", (double)last_loss);
+        return 1;
+    }
+
+    int n = (int)steps;
+    double med = median(t_step, n), mn = minimum(t_step, n);
+    double fwd = median(t_fwd, n), bwd = median(t_bwd, n), op = median(t_opt, n);
+    double toks = (double)(B * T) / med;
+    long long nparams = (long long)m->params.numel;
+    if (json) {
+        printf("{\"impl\":\"utrain\",\"threads\":%d,\"checkpoint\":%s,\"batch\":%d,\"seq\":%d,"
+               "\"steps\":%ld,\"params\":%lld,\"median_s\":%.6f,\"min_s\":%.6f,"
+               "\"tokens_per_s\":%.1f,\"fwd_s\":%.6f,\"bwd_s\":%.6f,\"opt_s\":%.6f,"
+               "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               nthreads, checkpoint ? "true" : "false", B, T, steps, nparams, med, mn, toks, fwd,
+               bwd, op, peak, (double)first_loss, (double)last_loss);
+    } else {
+        printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %d, AdamW, threads %d%s\n",
+               nparams, B, T, nthreads, checkpoint ? ", activation checkpointing" : "");
+        printf("  steps %ld (after %d warm-up)\n", steps, WARMUP);
+        printf("  step median %8.1f ms   min %8.1f ms   %.0f tokens/s\n", 1e3 * med, 1e3 * mn, toks);
+        printf("  forward+loss %6.1f ms   backward %6.1f ms   optim+zero+reset %6.1f ms (medians)\n",
+               1e3 * fwd, 1e3 * bwd, 1e3 * op);
+        printf("  peak activation memory %.1f MiB (%zu bytes)\n", (double)peak / (1 << 20), peak);
+        printf("  loss %.4f -> %.4f\n", (double)first_loss, (double)last_loss);
+    }
+    free(t_step);
+    free(t_fwd);
+    free(t_bwd);
+    free(t_opt);
+    ut_ctx_free(ctx);
+    ut_optim_free(opt);
+    ut_model_free(m);
+    return 0;
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# GPT-2 124M training step, utrain against PyTorch on this machine.
+#
+#   bench/run_gpt2_step.sh [BUILD]        (BUILD defaults to build; `make bench` runs it)
+#
+# Runs utrain's step (build/bench/gpt2_step) with threads 1 and 2 and PyTorch's
+# (bench/torch_gpt2_step.py) in each of threads {1, 2} x OMP_WAIT_POLICY {unset,
+# PASSIVE}, interleaved utrain, torch, utrain, torch, ... so that machine noise
+# hits both sides alike; each side runs 4 times (utrain each thread count
+# twice). Each side's figure is its best run (lowest median step time).
+# Then prints the table: medians, ratio utrain/PyTorch (goal <= 0.5), the
+# step's FLOPs, the measured sgemm rate on the step's shapes, the limit (FLOPs
+# / sgemm rate) and the fraction of it that utrain reaches.
+#
+# OpenBLAS 0.3.21 does not know this CPU (Xeon, family 6 model 207) and falls
+# back to its generic Prescott (SSE3) kernels, about 4x slower than its AVX-512
+# ones. When the library reports Prescott on a CPU with avx512f, the runs use
+# OPENBLAS_CORETYPE=SkylakeX, and utrain is also timed once as installed
+# (Prescott) for the record. UT_BENCH_KEEP_CORE=1 keeps the library's choice.
+#
+# Environment: BENCH_STEPS (timed steps per run, default 8).
+set -uo pipefail
+
+BUILD=${1:-build}
+STEPS=${BENCH_STEPS:-8}
+cd "$(dirname "$0")/.."
+STEP_BIN=$BUILD/bench/gpt2_step
+SGEMM_BIN=$BUILD/bench/sgemm_rate
+[ -x "$STEP_BIN" ] || make --no-print-directory BUILD="$BUILD" "$STEP_BIN" >/dev/null || exit 1
+[ -x "$SGEMM_BIN" ] && [ "$SGEMM_BIN" -nt bench/sgemm_rate.c ] ||
+    make --no-print-directory BUILD="$BUILD" "$SGEMM_BIN" >/dev/null || exit 1
+
+# field NAME from a one-line JSON object on stdin (numbers and strings)
+jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+
+echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- OpenBLAS kernel set ----
+core=$("$SGEMM_BIN" --core)
+asis_core=$core
+if [ "$core" = Prescott ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${UT_BENCH_KEEP_CORE:-0}" != 1 ] &&
+    grep -qw avx512f /proc/cpuinfo; then
+    export OPENBLAS_CORETYPE=SkylakeX
+    core=$("$SGEMM_BIN" --core)
+    echo "== OpenBLAS picked Prescott (generic SSE3) on an AVX-512 CPU: using OPENBLAS_CORETYPE=SkylakeX ($core)"
+fi
+echo "== OpenBLAS kernels: $core"
+
+# ---- sgemm rate on the step's shapes ----
+declare -A RATE
+for th in 1 2; do
+    j=$("$SGEMM_BIN" --threads $th --repeats 5 --json)
+    RATE[$th]=$(jget gflops <<<"$j")
+    echo "   sgemm (step-weighted) threads $th: ${RATE[$th]} GFLOP/s"
+done
+GEMM_FLOPS=$("$SGEMM_BIN" --threads 1 --repeats 1 --json | jget step_gemm_flops)
+
+# ---- interleaved runs ----
+have_torch=1
+if ! python3 -c "import torch" 2>/dev/null; then
+    have_torch=0
+    echo "== python3 cannot import torch: PyTorch is skipped, utrain's figures alone"
+fi
+
+ubest=""; ubest_set=""; tbest=""; tbest_set=""
+declare -A UJ
+run_utrain() { # threads
+    local j
+    j=$("$STEP_BIN" --threads "$1" --steps "$STEPS" --json) || { echo "gpt2_step failed" >&2; exit 1; }
+    local med; med=$(jget median_s <<<"$j")
+    printf "   utrain  threads %s                         median %7.1f ms  (fwd %6.1f  bwd %6.1f  opt %6.1f)\n" \
+        "$1" "$(calc %.6f "$med*1e3")" "$(calc %.6f "$(jget fwd_s <<<"$j")*1e3")" \
+        "$(calc %.6f "$(jget bwd_s <<<"$j")*1e3")" "$(calc %.6f "$(jget opt_s <<<"$j")*1e3")"
+    if [ -z "$ubest" ] || awk "BEGIN{exit !($med < $ubest)}"; then ubest=$med; ubest_set="threads $1"; UJ[best]=$j; fi
+}
+run_torch() { # threads policy
+    local j
+    if [ "$2" = unset ]; then
+        j=$(env -u OMP_WAIT_POLICY python3 bench/torch_gpt2_step.py --threads "$1" --steps "$STEPS" --json)
+    else
+        j=$(OMP_WAIT_POLICY=$2 python3 bench/torch_gpt2_step.py --threads "$1" --steps "$STEPS" --json)
+    fi || { echo "torch_gpt2_step.py failed" >&2; exit 1; }
+    local med; med=$(jget median_s <<<"$j")
+    printf "   pytorch threads %s OMP_WAIT_POLICY=%-7s        median %7.1f ms  (fwd %6.1f  bwd %6.1f  opt %6.1f)\n" \
+        "$1" "$2" "$(calc %.6f "$med*1e3")" "$(calc %.6f "$(jget fwd_s <<<"$j")*1e3")" \
+        "$(calc %.6f "$(jget bwd_s <<<"$j")*1e3")" "$(calc %.6f "$(jget opt_s <<<"$j")*1e3")"
+    if [ -z "$tbest" ] || awk "BEGIN{exit !($med < $tbest)}"; then
+        tbest=$med; tbest_set="threads $1, OMP_WAIT_POLICY $2"
+    fi
+}
+
+echo "== runs ($STEPS timed steps each after 2 warm-up; batch 4 x seq 64)"
+torch_settings=("1 unset" "1 PASSIVE" "2 unset" "2 PASSIVE")
+utrain_threads=(1 2 1 2)
+for i in 0 1 2 3; do
+    run_utrain "${utrain_threads[$i]}"
+    [ $have_torch = 1 ] && run_torch ${torch_settings[$i]}
+done
+
+asis_med=""
+if [ "$asis_core" != "$core" ]; then
+    uth=${ubest_set#threads }
+    j=$(env -u OPENBLAS_CORETYPE "$STEP_BIN" --threads "$uth" --steps 3 --json) &&
+        asis_med=$(jget median_s <<<"$j")
+    printf "   utrain  threads %s, OpenBLAS as installed (%s), 3 steps: median %7.1f ms\n" \
+        "$uth" "$asis_core" "$(calc %.6f "${asis_med:-0}*1e3")"
+fi
+
+# ---- table ----
+P=$(jget params <<<"${UJ[best]}")
+uth=${ubest_set#threads }
+rate=${RATE[$uth]}
+# FLOPs: 6 * params * tokens (matmuls fwd + bwd) + attention 12 * L * B * T^2 * C
+FLOPS=$(calc %.0f "6*$P*256 + 12*12*4*64*64*768")
+limit=$(calc %.6f "$FLOPS / ($rate*1e9)")
+echo
+echo "== GPT-2 124M training step (B=4, T=64, AdamW), $(nproc) cores"
+printf "  %-44s %s\n" "parameters" "$P"
+printf "  %-44s %.1f GFLOP  (6*P*B*T + 12*L*B*T^2*C; gemm part %.1f GFLOP)\n" "step FLOPs" \
+    "$(calc %.6f "$FLOPS/1e9")" "$(calc %.6f "$GEMM_FLOPS/1e9")"
+printf "  %-44s %8.1f ms   (%s, OpenBLAS %s)\n" "utrain median (best setting)" "$(calc %.6f "$ubest*1e3")" "$ubest_set" "$core"
+[ -n "$asis_med" ] &&
+    printf "  %-44s %8.1f ms   (%s)\n" "utrain median, OpenBLAS as installed" "$(calc %.6f "$asis_med*1e3")" "$asis_core"
+if [ $have_torch = 1 ]; then
+    printf "  %-44s %8.1f ms   (%s)\n" "PyTorch median (best setting)" "$(calc %.6f "$tbest*1e3")" "$tbest_set"
+    printf "  %-44s %8.2f     (goal <= 0.5)\n" "ratio utrain / PyTorch" "$(calc %.6f "$ubest/$tbest")"
+    [ -n "$asis_med" ] &&
+        printf "  %-44s %8.2f\n" "ratio, OpenBLAS as installed" "$(calc %.6f "$asis_med/$tbest")"
+fi
+printf "  %-44s %8.1f GFLOP/s (%s threads, step-weighted shapes)\n" "sgemm rate" "$rate" "$uth"
+printf "  %-44s %8.1f ms\n" "limit = FLOPs / sgemm rate" "$(calc %.6f "$limit*1e3")"
+printf "  %-44s %8.2f\n" "fraction of the limit utrain achieves" "$(calc %.6f "$limit/$ubest")"
+printf "  %-44s %8.1f MiB\n" "utrain peak activation memory" "$(calc %.6f "$(jget peak_act_bytes <<<"${UJ[best]}")/1048576")"
+exit 0

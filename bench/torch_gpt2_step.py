@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""GPT-2 124M training-step benchmark in PyTorch (the reference for bench/gpt2_step.c).
+
+Same model as utrain's "gpt2": learned positions, pre-LN blocks, fused qkv
+Linear, causal attention via F.scaled_dot_product_attention(is_causal=True),
+GELU (tanh), lm_head tied to the token embedding. Batch 4 x sequence 64 of
+random tokens with next-token targets from a fixed seed, AdamW (lr 3e-4,
+weight_decay 0.1, no decay for parameters with fewer than 2 dimensions).
+Timing: 2 warm-up steps, then the median of N steps of forward, loss,
+backward, optimizer.step, zero_grad(set_to_none=True).
+
+    torch_gpt2_step.py [--steps N] [--threads N] [--json]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, T, WARMUP = 4, 64, 2
+
+
+class Block(nn.Module):
+    def __init__(self, C, n_head, proj_std):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.attn_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+        for lin in (self.c_attn, self.c_fc):
+            nn.init.normal_(lin.weight, std=0.02)
+            nn.init.zeros_(lin.bias)
+        for lin in (self.attn_proj, self.mlp_proj):
+            nn.init.normal_(lin.weight, std=proj_std)
+            nn.init.zeros_(lin.bias)
+
+    def attn(self, x):
+        Bb, Tt, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        hs = C // self.n_head
+        q = q.view(Bb, Tt, self.n_head, hs).transpose(1, 2)
+        k = k.view(Bb, Tt, self.n_head, hs).transpose(1, 2)
+        v = v.view(Bb, Tt, self.n_head, hs).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.attn_proj(y.transpose(1, 2).contiguous().view(Bb, Tt, C))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, n_layer=12, n_head=12, C=768, V=50257, block_size=1024):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(block_size, C)
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.02)
+        proj_std = 0.02 / math.sqrt(2 * n_layer)
+        self.h = nn.ModuleList([Block(C, n_head, proj_std) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(C)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # tied lm_head
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.steps < 1:
+        ap.error("--steps must be >= 1")
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(1234)
+    model = GPT2()
+    nparams = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=3e-4)
+    g = torch.Generator().manual_seed(42)
+    stream = torch.randint(0, 50257, (B, T + 1), generator=g)
+    x, y = stream[:, :T].contiguous(), stream[:, 1:].contiguous()
+
+    times, fwd, bwd, optt = [], [], [], []
+    first = last = None
+    for s in range(WARMUP + a.steps):
+        t0 = time.perf_counter()
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        last = loss.item()
+        if first is None:
+            first = last
+        if s >= WARMUP:
+            times.append(t3 - t0)
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            optt.append(t3 - t2)
+    if not math.isfinite(last):
+        print(f"torch_gpt2_step: loss is not finite ({last})", file=sys.stderr)
+        return 1
+    med = statistics.median(times)
+    res = {"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "batch": B, "seq": T,
+           "steps": a.steps, "params": nparams, "median_s": med, "min_s": min(times),
+           "tokens_per_s": B * T / med, "fwd_s": statistics.median(fwd),
+           "bwd_s": statistics.median(bwd), "opt_s": statistics.median(optt),
+           "loss_first": first, "loss_last": last}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(f"torch {torch.__version__} gpt2 124M step: {nparams} parameters, batch {B} x seq {T}, "
+              f"AdamW, threads {res['threads']}, OMP_WAIT_POLICY={res['omp_wait_policy'] or 'unset'}")
+        print(f"  step median {1e3 * med:8.1f} ms   min {1e3 * min(times):8.1f} ms   "
+              f"{res['tokens_per_s']:.0f} tokens/s")
+        print(f"  forward+loss {1e3 * res['fwd_s']:6.1f} ms   backward {1e3 * res['bwd_s']:6.1f} ms   "
+              f"optim+zero {1e3 * res['opt_s']:6.1f} ms (medians)")
+        print(f"  loss {first:.4f} -> {last:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
