@@ -3,8 +3,8 @@
  * Builds "gpt2" through the registry (12 layers, 12 heads, n_embd 768, vocab
  * 50257, block 1024), batch 4 x sequence 64 of random tokens with next-token
  * targets from a fixed seed, AdamW (lr 3e-4, weight decay 0.1), and times full
- * training steps: forward + loss + backward + optimizer step + zero grad + ctx
- * reset, after 2 warm-up steps.
+ * training steps: forward + loss + backward + optimizer step with zero grad
+ * (ut_optim_step_zero) + ctx reset, after 2 warm-up steps.
  *
  *   gpt2_step [--steps N] [--threads N] [--checkpoint] [--json]
  *
@@ -64,6 +64,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    ut_blas_select_kernels(argv); /* may re-exec with OPENBLAS_CORETYPE set */
     long steps = 10, threads = 0;
     bool checkpoint = false, json = false;
     for (int i = 1; i < argc; i++) {
@@ -147,8 +148,7 @@ int main(int argc, char **argv) {
         last_loss = ut_f32(loss)[0];
         if (s == 0) first_loss = last_loss;
         size_t pk = ut_ctx_peak_bytes(ctx);
-        ut_optim_step(opt, oc.lr);
-        ut_model_zero_grad(m);
+        ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);
         double t3 = now();
         if (s >= WARMUP) {

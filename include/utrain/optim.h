@@ -75,6 +75,12 @@ void ut_optim_free(ut_optim *o);
  *                       d = nesterov ? d + momentum*buf : buf
  *     p -= lr*d */
 void ut_optim_step(ut_optim *o, float lr);
+/* ut_optim_step, then grads[lo, hi) = 0 (all of it, padding between segments
+ * included), in the same pass over the gradients: the same parameters and
+ * state, bit for bit, as ut_optim_step followed by a memset of grads[lo, hi),
+ * with one fewer pass over memory. For a training loop whose optimizer covers
+ * the whole buffer this replaces ut_optim_step + ut_model_zero_grad. */
+void ut_optim_step_zero(ut_optim *o, float lr);
 
 /* ---- state, for checkpoints ---- */
 int64_t ut_optim_steps(const ut_optim *o);           /* steps taken */

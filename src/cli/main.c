@@ -96,8 +96,7 @@ static int demo(int argc, char **argv) {
         }
         last = ut_f32(loss)[0];
         if (step == 0) first = last;
-        ut_optim_step(opt, oc.lr);
-        ut_model_zero_grad(m);
+        ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);
         if (step % 10 == 0 || step == steps - 1)
             printf("step %4ld  loss %.4f  (%.1f ms/step)\n", step, last, 1e3 * (now() - t0) / (step + 1));

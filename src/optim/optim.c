@@ -35,7 +35,7 @@ struct ut_optim {
 typedef struct {
     bool adamw;
     float decay_mul;        /* AdamW: 1 - lr*wd */
-    float one_m_b1, beta2, one_m_b2, step_size, bc2_sqrt, eps;
+    float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
     float lr, wd;           /* SGD */
     float momentum, one_m_damp;
     bool use_momentum, first, nesterov;
@@ -144,10 +144,16 @@ void ut_optim_free(ut_optim *o) {
     ut_free(o);
 }
 
-static void adamw_kernel(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, int64_t n, float decay_mul, const consts *k) {
+/* zero: also store g[i] = 0 once it is read, saving the separate pass over
+ * the gradients that zeroing them afterwards would cost. The branch is
+ * loop-invariant: GCC unswitches it and vectorizes both copies. The bias
+ * correction sqrt(1-beta2^t) is applied as a multiplication by its reciprocal
+ * (torch divides; the difference is within the last bit of denom). */
+static void adamw_kernel(float *restrict p, float *restrict g, float *restrict m,
+                         float *restrict v, int64_t n, float decay_mul, const consts *k,
+                         bool zero) {
     const float one_m_b1 = k->one_m_b1, beta2 = k->beta2, one_m_b2 = k->one_m_b2;
-    const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, eps = k->eps;
+    const float step_size = k->step_size, inv_bc2_sqrt = k->inv_bc2_sqrt, eps = k->eps;
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
@@ -155,23 +161,28 @@ static void adamw_kernel(float *restrict p, const float *restrict g, float *rest
         float vi = v[i] * beta2 + one_m_b2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        if (zero) g[i] = 0.0f;
+        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
         p[i] = p[i] * decay_mul - step_size * mi / denom;
     }
 }
 
-static void sgd_kernel(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
-                       float wd, const consts *k) {
+static void sgd_kernel(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
+                       float wd, const consts *k, bool zero) {
     const float lr = k->lr, mom = k->momentum, one_m_damp = k->one_m_damp;
     if (!k->use_momentum) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) p[i] = p[i] - lr * (g[i] + wd * p[i]);
+        for (int64_t i = 0; i < n; i++) {
+            p[i] = p[i] - lr * (g[i] + wd * p[i]);
+            if (zero) g[i] = 0.0f;
+        }
         return;
     }
     /* Loop-invariant branches: GCC unswitches them and vectorizes each copy. */
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float d = g[i] + wd * p[i];
+        if (zero) g[i] = 0.0f;
         float b = k->first ? d : buf[i] * mom + one_m_damp * d;
         buf[i] = b;
         d = k->nesterov ? d + mom * b : b;
@@ -179,22 +190,27 @@ static void sgd_kernel(float *restrict p, const float *restrict g, float *restri
     }
 }
 
-/* Updates [a, b), which lies inside [lo, hi), run by run. */
-static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b) {
+/* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
+ * zeroes grads[a, b), padding between runs included. */
+static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, bool zero) {
+    int64_t done = a; /* grads[a, done) are zero (when zero is set) */
     for (int r = 0; r < o->nruns; r++) {
         int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
         int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
         if (s >= e) continue;
+        if (zero && done < s) memset(o->grads + done, 0, (size_t)(s - done) * sizeof(float));
         bool decay = o->runs[r].decay;
-        float *p = o->params + s;
-        const float *g = o->grads + s;
+        float *p = o->params + s, *g = o->grads + s;
         int64_t off = s - o->lo;
         if (k->adamw)
             adamw_kernel(p, g, o->state[0] + off, o->state[1] + off, e - s,
-                         decay ? k->decay_mul : 1.0f, k);
+                         decay ? k->decay_mul : 1.0f, k, zero);
         else
-            sgd_kernel(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k);
+            sgd_kernel(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k,
+                       zero);
+        done = e;
     }
+    if (zero && done < b) memset(o->grads + done, 0, (size_t)(b - done) * sizeof(float));
 }
 
 /* Start of thread t's part of n elements among nt threads, on a 16-float
@@ -205,7 +221,7 @@ static int64_t part_start(int64_t n, int t, int nt) {
     return s < n ? s : n;
 }
 
-void ut_optim_step(ut_optim *o, float lr) {
+static void step(ut_optim *o, float lr, bool zero) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
     o->steps++;
@@ -219,7 +235,7 @@ void ut_optim_step(ut_optim *o, float lr) {
         k.beta2 = c->beta2;
         k.one_m_b2 = (float)(1.0 - (double)c->beta2);
         k.step_size = (float)((double)lr / bc1);
-        k.bc2_sqrt = (float)sqrt(bc2);
+        k.inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
         k.eps = c->eps;
     } else {
         k.wd = c->weight_decay;
@@ -233,9 +249,13 @@ void ut_optim_step(ut_optim *o, float lr) {
 #pragma omp parallel if (n >= PAR_MIN_ELEMS)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        update_range(o, &k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt));
+        update_range(o, &k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt), zero);
     }
 }
+
+void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false); }
+
+void ut_optim_step_zero(ut_optim *o, float lr) { step(o, lr, true); }
 
 int64_t ut_optim_steps(const ut_optim *o) { return o->steps; }
 

@@ -295,6 +295,53 @@ static void test_shard_equals_full(void) {
     free(g);
 }
 
+/* ut_optim_step_zero == ut_optim_step followed by zeroing grads[lo, hi): same
+ * parameters and state bit for bit, grads zero in [lo, hi) (padding included)
+ * and untouched outside it, for every config and at 1 and 3 threads. */
+static void test_step_zero_equals_step_then_memset(void) {
+    const int64_t n = 123456;
+    ut_param_seg segs[64];
+    int nsegs = make_segs(segs, 64, n);
+    const int64_t lo = 777, hi = 90001; /* cuts through segments and padding */
+    float *pa = malloc(sizeof(float) * n), *pb = malloc(sizeof(float) * n);
+    float *ga = malloc(sizeof(float) * n), *gb = malloc(sizeof(float) * n);
+    int saved = omp_get_max_threads();
+    for (int which = 0; which < 5; which++) {
+        for (int threads = 1; threads <= 3; threads += 2) {
+            omp_set_num_threads(threads);
+            ut_optim_config cfg = shard_config(which);
+            ut_rng r;
+            ut_rng_seed(&r, 5);
+            fill(pa, n, &r, 1.0f);
+            memcpy(pb, pa, sizeof(float) * n);
+            ut_optim *a = ut_optim_new(&cfg, pa, ga, segs, nsegs, lo, hi);
+            ut_optim *b = ut_optim_new(&cfg, pb, gb, segs, nsegs, lo, hi);
+            for (int step = 0; step < 3; step++) {
+                fill(ga, n, &r, 0.1f);
+                memcpy(gb, ga, sizeof(float) * n);
+                ut_optim_step(a, 1e-2f);
+                memset(ga + lo, 0, sizeof(float) * (size_t)(hi - lo));
+                ut_optim_step_zero(b, 1e-2f);
+                CHECK(!memcmp(pa, pb, sizeof(float) * n), "config %d threads %d step %d: params",
+                      which, threads, step);
+                CHECK(!memcmp(ga, gb, sizeof(float) * n), "config %d threads %d step %d: grads",
+                      which, threads, step);
+            }
+            for (int i = 0; i < ut_optim_nstate(a); i++)
+                CHECK(!memcmp(ut_optim_state(a, i, NULL), ut_optim_state(b, i, NULL),
+                              sizeof(float) * (size_t)(hi - lo)),
+                      "config %d threads %d: state %d", which, threads, i);
+            ut_optim_free(a);
+            ut_optim_free(b);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(pa);
+    free(pb);
+    free(ga);
+    free(gb);
+}
+
 /* Bits must not depend on the thread count. */
 static void test_thread_count_invariance(void) {
     const int64_t n = test_quick() ? 300000 : 3000017;
@@ -494,6 +541,7 @@ int main(void) {
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_shard_equals_full);
+    RUN(test_step_zero_equals_step_then_memset);
     RUN(test_thread_count_invariance);
     RUN(test_state_only_for_shard);
     RUN(test_resume_and_no_alloc);
