@@ -1,0 +1,101 @@
+/* utrain run configuration: one schema table drives defaults, YAML loading,
+ * --set overrides, validation, docs/config.md and the resolved config.yml.
+ * defines: ut_config, ut_config_* (init, load, set, validate, write, hash,
+ *          free), ut_config_doc_markdown. */
+#ifndef UTRAIN_CONFIG_H
+#define UTRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "utrain/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UT_CFG_STR_MAX 512
+
+typedef struct {
+    /* ---- run ---- */
+    char experiment_name[128];   /* run directory name under output_dir */
+    char output_dir[UT_CFG_STR_MAX];
+    char mode[8];                /* train | test */
+    bool continue_training;      /* resume from the newest valid checkpoint */
+    char load_dir[UT_CFG_STR_MAX]; /* a run directory to load weights from ("" = none) */
+    int64_t seed;
+    int threads;                 /* 0 = OpenMP default */
+
+    /* ---- model ---- */
+    char model_name[64];         /* model.name: a registry name */
+    ut_kv *model_opts;           /* every other model.* key, checked by the model */
+
+    /* ---- data ---- */
+    char data_name[32];          /* idx_images | tokens | tsv_text */
+    char train_images[UT_CFG_STR_MAX], train_labels[UT_CFG_STR_MAX];
+    char dev_images[UT_CFG_STR_MAX], dev_labels[UT_CFG_STR_MAX];
+    char test_images[UT_CFG_STR_MAX], test_labels[UT_CFG_STR_MAX];
+    int64_t dev_size;            /* carve the last N train examples as dev when no dev file */
+    double mean, std;            /* image normalisation: (x/255 - mean) / std */
+    char train_path[UT_CFG_STR_MAX], dev_path[UT_CFG_STR_MAX], test_path[UT_CFG_STR_MAX];
+    int64_t seq_len;             /* tokens: sequence length T */
+    char tokenizer[16];          /* tsv_text: word | byte */
+    int64_t max_len;             /* tsv_text: pad/truncate to this many tokens */
+    int64_t min_freq;            /* tsv_text word vocabulary: minimum count */
+    bool shuffle, drop_last;
+    int prefetch;                /* batches the loader prepares ahead */
+
+    /* ---- train ---- */
+    int64_t epochs, max_steps;   /* max_steps > 0 overrides epochs */
+    int64_t batch_size;          /* per process */
+    int64_t eval_batch_size;     /* 0 = batch_size */
+    int64_t gradient_accumulation_steps;
+    int64_t log_interval;
+    char eval_strategy[8];       /* no | steps | epoch */
+    int64_t eval_interval;
+    char save_strategy[8];       /* no | steps | epoch */
+    int64_t save_interval, save_total_limit;
+    char best_metric[64];        /* e.g. dev/accuracy, dev/loss */
+    bool greater_is_better;
+    bool greater_is_better_set;  /* given by the user; until then greater_is_better
+                                    follows best_metric (true for names ending in
+                                    "accuracy"); not a key of its own */
+    double grad_clip;            /* 0 = off */
+    bool checkpoint_activations;
+    int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */
+    double early_stopping_threshold;
+    char progress[8];            /* auto | bar | lines | off */
+
+    /* ---- optim ---- */
+    char optim_name[16];         /* adamw | sgd */
+    double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
+    bool nesterov;
+    char schedule[16];           /* constant | cosine | linear | step */
+    int64_t warmup_steps, step_size;
+    double min_lr, gamma;
+} ut_config;
+
+/* Defaults for every key; model_opts is a new empty map. */
+void ut_config_init(ut_config *c);
+void ut_config_free(ut_config *c);
+/* Loads a YAML file over the current values. Errors name the file, line and
+ * key: "configs/x.yml:12: train.batch_sise: unknown key (did you mean
+ * train.batch_size?)". Returns 0 or -1 with err. */
+int ut_config_load(ut_config *c, const char *path, char *err, size_t n);
+/* Applies "dotted.key=value" (the --set option) with the file's type checks. */
+int ut_config_set(ut_config *c, const char *assignment, char *err, size_t n);
+/* Cross-key checks (ranges, strategies, metric names); run after load and sets. */
+int ut_config_validate(const ut_config *c, char *err, size_t n);
+/* The resolved configuration as YAML (every key, model options included). */
+int ut_config_write(const ut_config *c, FILE *f);
+/* Hash of the keys that change what training computes (not output_dir, mode,
+ * continue_training, threads, log/progress settings, epochs/max_steps). */
+uint64_t ut_config_hash(const ut_config *c);
+/* docs/config.md, generated from the schema. */
+void ut_config_doc_markdown(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+/* utrain data: datasets (IDX images, token shards, TSV text), tokenizers, the
+ * sampler (per-process share, shuffled by seed and epoch, resumable at the
+ * exact batch) and the loader (collates batches in a background thread).
+ * defines: ut_dataset, ut_sampler, ut_loader, ut_batch, ut_vocab, dataset
+ *          constructors, ut_tokenize_file. */
+#ifndef UTRAIN_DATA_H
+#define UTRAIN_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "utrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- datasets ---- */
+/* A dataset of fixed-shape examples: x (x_ne) of x_dtype and y (y_ne) of
+ * y_dtype. get copies example i into x and y (contiguous); returns 0, or -1
+ * with a message naming the file and offset/line. User datasets fill the
+ * struct and the two function pointers. */
+typedef struct ut_dataset ut_dataset;
+struct ut_dataset {
+    const char *name;            /* for messages: the file or a description */
+    int64_t n;                   /* number of examples */
+    int x_ndim, y_ndim;          /* y_ndim 0: a scalar per example */
+    int64_t x_ne[3], y_ne[3];
+    ut_dtype x_dtype, y_dtype;
+    int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
+    int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
+    int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
+    void (*free)(ut_dataset *ds);
+    void *impl;
+};
+void ut_dataset_free(ut_dataset *ds);
+
+/* MNIST-format IDX files, plain or gzip. x (1, H, W) f32 = (pixel/255 - mean)/std,
+ * y i32 label. Examples [lo, hi) of the file (hi = -1: to the end), for
+ * carving a dev split. Labels >= 256 or beyond num_classes 10 are errors. */
+ut_dataset *ut_idx_dataset_open(const char *images, const char *labels, double mean, double std,
+                                int64_t lo, int64_t hi, char *err, size_t n);
+
+/* Token shards in the llm.c .bin layout: 256 int32 header (magic 20240520,
+ * version 1, token count), then uint16 tokens. pattern may be a glob; shards
+ * are read in sorted order through mmap. Examples are consecutive windows of
+ * seq_len + 1 tokens (x = the first seq_len, y = the next-token targets), not
+ * overlapping. A token >= vocab_size is an error naming the shard and offset. */
+ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t vocab_size,
+                                  char *err, size_t n);
+/* Writes a .bin shard from a text file with the byte tokenizer (ids 0..255). */
+int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
+                     size_t n);
+
+/* Text classification in the GLUE/SST-2 TSV layout: a header line, then
+ * "sentence<TAB>label". Tokens are padded (id 0) / truncated to max_len.
+ * x (max_len) i32, y i32 label. */
+typedef struct ut_vocab ut_vocab;
+/* word: lower-cased words split on whitespace and punctuation, ids 0 = <pad>,
+ * 1 = <unk>, then words with count >= min_freq by descending count, ties by
+ * spelling; byte: ids 1..256 for bytes 0..255 (0 = <pad>). */
+ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_freq, char *err,
+                         size_t n);
+int ut_vocab_save(const ut_vocab *v, const char *path, char *err, size_t n);
+ut_vocab *ut_vocab_load(const char *path, char *err, size_t n);
+int64_t ut_vocab_size(const ut_vocab *v);
+void ut_vocab_free(ut_vocab *v);
+ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
+                                size_t n);
+
+/* ---- sampler ---- */
+/* Decides which examples each process sees. The order of an epoch is a
+ * permutation of [0, n) drawn from (seed, epoch) (identity without shuffle).
+ * Global batch k is positions [k*G, (k+1)*G) of that order, G = local_batch *
+ * world; rank r takes its local_batch consecutive positions at r*local_batch.
+ * The state is one global cursor (epoch, samples consumed), so a run resumed
+ * with another world size but the same global batch sees the same batches. */
+typedef struct {
+    int64_t n, local_batch;
+    int rank, world;
+    uint64_t seed;
+    bool shuffle, drop_last;
+    int64_t epoch, cursor;       /* cursor: positions of this epoch already consumed (global) */
+    int64_t *order;              /* permutation for the current epoch */
+    int64_t order_epoch;         /* epoch that order was drawn for (-1: none) */
+} ut_sampler;
+
+void ut_sampler_init(ut_sampler *s, int64_t n, int64_t local_batch, int rank, int world,
+                     uint64_t seed, bool shuffle, bool drop_last);
+void ut_sampler_free(ut_sampler *s);
+/* Global batches per epoch: floor or ceil of n / G by drop_last. */
+int64_t ut_sampler_batches_per_epoch(const ut_sampler *s);
+/* This rank's indices of the next global batch into idx (local_batch slots);
+ * returns how many (the last batch may be short without drop_last; 0 at the
+ * end of the epoch, after which the caller calls ut_sampler_next_epoch). */
+int64_t ut_sampler_next(ut_sampler *s, int64_t *idx);
+void ut_sampler_next_epoch(ut_sampler *s);
+/* Jumps to a saved position. */
+void ut_sampler_seek(ut_sampler *s, int64_t epoch, int64_t cursor);
+
+/* ---- loader ---- */
+/* A collated batch: x (count, x_ne...) and y (count, y_ne...) in host memory
+ * owned by the loader, valid until the next ut_loader_next. */
+typedef struct {
+    int64_t count;
+    void *x, *y;
+    int64_t epoch, cursor_after; /* sampler position after this batch */
+} ut_batch;
+
+typedef struct ut_loader ut_loader;
+/* Reads batches ahead in a background thread (prefetch >= 1 batches). The
+ * loader owns neither the dataset nor the sampler; it advances the sampler. */
+ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch);
+/* 1 with a batch, 0 at the end of the epoch, -1 on a data error (message in err). */
+int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n);
+/* Stops the thread; the sampler is left at the position after the last batch
+ * handed out (not the ones read ahead). */
+void ut_loader_free(ut_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,130 @@
+/* utrain trainer: the training loop, evaluation, checkpoints, logs,
+ * TensorBoard, and the hooks that customise them.
+ * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories),
+ *          ut_tb_* (TensorBoard event files), ut_hooks, ut_trainer_run,
+ *          ut_trainer_test, UT_EXIT_* codes. */
+#ifndef UTRAIN_TRAIN_H
+#define UTRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "utrain/config.h"
+#include "utrain/data.h"
+#include "utrain/nn.h"
+#include "utrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit codes of `utrain train` (documented in docs/training.md). */
+enum {
+    UT_EXIT_OK = 0,
+    UT_EXIT_ERROR = 1,       /* bad config, data, checkpoint, or a failure while training */
+    UT_EXIT_USAGE = 2,       /* bad command line */
+    UT_EXIT_PREEMPTED = 75,  /* SIGTERM/SIGUSR1/SIGINT: checkpoint written, resume with continue_training */
+};
+
+/* ---- training state saved in checkpoints ---- */
+typedef struct {
+    int64_t step;              /* optimizer steps taken */
+    int64_t epoch;             /* current epoch (0-based) */
+    int64_t cursor;            /* samples of this epoch consumed (global), see ut_sampler */
+    uint64_t rng[4];           /* the context's RNG (dropout) */
+    double best_metric;        /* best value of train.best_metric so far */
+    int64_t best_step;         /* step of that evaluation (-1: none yet) */
+    int64_t bad_evals;         /* evaluations since the last improvement (early stopping) */
+    uint64_t config_hash;      /* ut_config_hash of the run that wrote it */
+} ut_train_state;
+
+/* ---- checkpoint files ----
+ * A checkpoint is a safetensors file (so Python can read the weights):
+ * "model.<param name>" for every parameter, "optim.<state name>" for each
+ * optimizer state buffer (flat, covering the whole parameter buffer), and
+ * metadata holding the training state, the optimizer step count, the model
+ * type and "utrain.checksum": a CRC-32 over every tensor's name, dtype, shape
+ * and bytes and every other metadata entry. Writes are atomic (temporary
+ * file in the same directory, fsync, rename, fsync of the directory).
+ * o may be NULL (weights and training state only). The format is in
+ * docs/checkpoints.md. */
+int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_train_state *st,
+                 char *err, size_t n);
+/* Loads into an already built model (and optimizer, if not NULL) after
+ * verifying the checksum and that every name and shape matches. On any error
+ * nothing is modified. st may be NULL. */
+int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st, char *err,
+                 size_t n);
+/* Checkpoints in dir are named step_<8 digits>.safetensors. Lists their
+ * steps, newest first; returns the count (up to max; 0 for a missing dir,
+ * -1 if dir cannot be read). Other files, temporary files included, are
+ * ignored. */
+int ut_ckpt_list(const char *dir, int64_t *steps, int max);
+void ut_ckpt_path(char *buf, size_t n, const char *dir, int64_t step);
+/* Deletes all but the newest keep checkpoints, never deleting keep_step (the
+ * best one; -1 for none). keep <= 0 keeps all. */
+int ut_ckpt_prune(const char *dir, int keep, int64_t keep_step, char *err, size_t n);
+
+/* ---- TensorBoard ----
+ * An event file (TFRecord framing with masked CRC-32C; Event protos with
+ * scalar summaries) under dir, named events.out.tfevents.<time>.<host>. */
+typedef struct ut_tb ut_tb;
+ut_tb *ut_tb_open(const char *dir, char *err, size_t n);
+int ut_tb_scalar(ut_tb *tb, const char *tag, int64_t step, double value);
+/* Records are buffered: ut_tb_flush writes them out (0, or -1 with errno),
+ * so flush before ut_tb_close to see write errors. */
+int ut_tb_flush(ut_tb *tb);
+void ut_tb_close(ut_tb *tb);   /* NULL is fine */
+/* Masked CRC-32C of TFRecord framing (exposed for tests and readers). */
+uint32_t ut_crc32c(const void *data, size_t n);
+uint32_t ut_tfrecord_mask(uint32_t crc);
+
+/* ---- hooks: customise the loop in C ---- */
+/* Named scalar outputs of a forward step (loss first). */
+#define UT_MAX_OUTPUTS 8
+typedef struct {
+    ut_tensor *loss;             /* scalar f32 on the tape */
+    ut_tensor *output;           /* e.g. logits, for metrics */
+    int n;                       /* extra named outputs */
+    const char *names[UT_MAX_OUTPUTS];
+    ut_tensor *values[UT_MAX_OUTPUTS];
+} ut_step_outputs;
+
+typedef struct ut_trainer ut_trainer;
+/* Sums a metric over a batch: the trainer adds up (sum, count) pairs across
+ * batches and reports sum / count under "<split>/<name>". */
+typedef struct { char name[32]; double sum, count; } ut_metric;
+
+typedef struct {
+    void *user;
+    /* Builds x/y tensors from a collated batch (default: wrap x and y). */
+    int (*collate)(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b,
+                   ut_tensor **x, ut_tensor **y);
+    /* Forward pass producing the loss and outputs (default: model forward, then compute_loss). */
+    int (*forward_step)(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *x, ut_tensor *y,
+                        ut_step_outputs *out);
+    /* Loss from outputs and targets (default: the model's loss). */
+    ut_tensor *(*compute_loss)(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *output, ut_tensor *y);
+    /* Adds this batch's metrics (default: accuracy for classification, none
+     * for language models; loss and perplexity are always reported). Returns
+     * the number written to metrics (at most max). */
+    int (*metrics)(void *user, const ut_step_outputs *out, ut_tensor *y, ut_metric *metrics, int max);
+    /* Called with every logged line of scalars (split train|dev|test). */
+    void (*on_log)(void *user, const char *split, int64_t step, int n, const char *const *names,
+                   const double *values);
+} ut_hooks;
+
+/* Trains as the config says (run directory, resume, eval, checkpoints, logs).
+ * model and datasets may be NULL to build them from the config. Returns a
+ * UT_EXIT_* code. */
+int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_dataset *dev,
+                   const ut_hooks *hooks);
+/* Test mode: evaluates dev and test with the best checkpoint (or ckpt_path)
+ * and writes dev_results.json and test_results.json in the run directory. */
+int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
+                    ut_dataset *test, const ut_hooks *hooks);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
