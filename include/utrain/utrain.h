@@ -11,5 +11,8 @@
 #include "utrain/optim.h"  // defines: SGD, AdamW, clipping, schedules
 #include "utrain/nn.h"     // defines: parameters, layers, models, registry
 #include "utrain/io.h"     // defines: safetensors read/write
+#include "utrain/config.h" // defines: the run configuration (schema, YAML, --set)
+#include "utrain/data.h"   // defines: datasets, tokenizers, sampler, loader
+#include "utrain/train.h"  // defines: the trainer, checkpoints, TensorBoard, hooks
 
 #endif

@@ -110,6 +110,7 @@ static int nregistry;
 ut_model *ut_mlp_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_cnn_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
+ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 
 static void add(const char *name, ut_model_build_fn build) {
     for (int i = 0; i < nregistry; i++)
@@ -130,6 +131,7 @@ static void register_builtins(void) {
     add("mlp", ut_mlp_build);
     add("cnn", ut_cnn_build);
     add("gpt2", ut_gpt2_build);
+    add("bow", ut_bow_build);
 }
 
 void ut_model_register(const char *name, ut_model_build_fn build) {

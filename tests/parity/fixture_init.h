@@ -29,7 +29,7 @@ static inline float fx_uniform_pm1(uint64_t seed, int p, int64_t i) {
 
 /* How parameter `name` is generated, mirroring param_kind() in
  * make_fixtures.py, which goes by module type; here the module is told by its
- * name: ln_* (ln_1, ln_2, ln_f) are LayerNorms, wte/wpe embeddings, anything
+ * name: ln_* (ln_1, ln_2, ln_f) are LayerNorms, wte/wpe/emb embeddings, anything
  * else a linear or conv layer whose fan_in comes from its weight's shape.
  * Sets *ln to 1 for a LayerNorm weight, 2 for a LayerNorm bias, else 0, and
  * *scale to the multiplier of 2u - 1. Returns 0, or -1 with a message. */
@@ -48,7 +48,7 @@ static inline int fx_param_value_scale(const ut_model *m, const char *name, int 
         *scale = 0.1f;
         return 0;
     }
-    if ((dot - mod == 3) && (!strncmp(mod, "wte", 3) || !strncmp(mod, "wpe", 3))) {
+    if ((dot - mod == 3) && (!strncmp(mod, "wte", 3) || !strncmp(mod, "wpe", 3) || !strncmp(mod, "emb", 3))) {
         *scale = 0.02f;
         return 0;
     }

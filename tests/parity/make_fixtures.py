@@ -4,7 +4,7 @@ utrain's built-in models against.
 
 Run by hand (never by CI) where PyTorch is installed, from anywhere:
     python3 tests/parity/make_fixtures.py
-It rewrites tests/parity/fixtures/{cnn,gpt2,mlp}.safetensors and, through
+It rewrites tests/parity/fixtures/{cnn,gpt2,mlp,bow}.safetensors and, through
 optim_fixtures.py, the optimizer/schedule text fixtures; commit them.
 Only json, struct, numpy and torch are used (not the safetensors package).
 
@@ -237,6 +237,35 @@ class MLP(nn.Module):
         return F.cross_entropy(out, targets.long())
 
 
+class BOW(nn.Module):
+    """utrain's bag-of-embeddings text classifier: mean of the non-padding
+    (id != 0) token embeddings, a ReLU hidden layer, a linear classifier."""
+
+    def __init__(self, vocab_size, n_embd, hidden, num_classes):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, n_embd)
+        self.fc = nn.Linear(n_embd, hidden)
+        self.out = nn.Linear(hidden, num_classes)
+
+    def forward(self, ids):
+        mask = (ids != 0).to(self.emb.weight.dtype)
+        w = mask / mask.sum(1, keepdim=True)
+        x = (w.unsqueeze(1) @ self.emb(ids.long())).squeeze(1)
+        return self.out(F.relu(self.fc(x)))
+
+    def loss(self, out, targets):
+        return F.cross_entropy(out, targets.long())
+
+
+def padded_ids(g, batch, length, vocab):
+    """Token ids in [1, vocab) with a random length >= 1 per row, zero-padded."""
+    ids = torch.randint(1, vocab, (batch, length), generator=g, dtype=torch.int32)
+    lens = torch.randint(1, length + 1, (batch,), generator=g)
+    for r in range(batch):
+        ids[r, lens[r]:] = 0
+    return ids
+
+
 # ---------------------------------------------------------------- writer
 
 ST_DTYPES = {torch.float32: "F32", torch.int32: "I32"}
@@ -391,6 +420,11 @@ def main():
                  lambda: (torch.randn(8, 20, generator=g),
                           torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)),
                  store_init=True)
+
+    bow = dict(vocab_size=50, n_embd=16, hidden=24, num_classes=3)
+    make_fixture("bow", lambda: BOW(**bow), bow, 4004,
+                 lambda: (padded_ids(g, 8, 12, 50),
+                          torch.randint(0, 3, (8,), generator=g, dtype=torch.int32)))
 
     # optimizers, clipping and schedules (text fixtures, tests/parity/test_optim.c)
     import optim_fixtures

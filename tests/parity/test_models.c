@@ -30,6 +30,7 @@ static const model_case cases[] = {
     {"mlp", {"sizes", "20,32,16,5", NULL}},
     {"cnn", {NULL}},
     {"gpt2", {"n_layer", "2", "n_head", "4", "n_embd", "64", "vocab_size", "97", "block_size", "16", NULL}},
+    {"bow", {"vocab_size", "50", "n_embd", "16", "hidden", "24", "num_classes", "3", NULL}},
 };
 
 /* max |a - b| / max |b|; b is the reference. */
@@ -235,6 +236,7 @@ static void check_model(const model_case *c) {
 static void test_mlp(void) { check_model(&cases[0]); }
 static void test_cnn(void) { check_model(&cases[1]); }
 static void test_gpt2(void) { check_model(&cases[2]); }
+static void test_bow(void) { check_model(&cases[3]); }
 
 /* The C generator reproduces the values PyTorch started from, bit for bit. */
 static void test_generator_matches_python(void) {
@@ -299,6 +301,7 @@ int main(void) {
     RUN(test_generator_matches_python);
     RUN(test_mlp);
     RUN(test_cnn);
+    RUN(test_bow);
     RUN(test_gpt2);
     RUN(test_gpt2_checkpoint);
     return TEST_SUMMARY();

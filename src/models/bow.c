@@ -1,0 +1,77 @@
+/* bow: a bag-of-embeddings text classifier. Token embeddings are averaged
+ * over the non-padding positions (id 0 is padding), then a hidden ReLU layer
+ * and a linear classifier. Options: vocab_size (required; filled from the
+ * data by the trainer), n_embd (64), hidden (64; 0 for none), num_classes (2),
+ * dropout (0). Input tokens I32 (B, L); output logits (B, classes); loss
+ * cross-entropy. */
+#include "internal.h"
+#include "utrain/nn.h"
+
+typedef struct {
+    ut_embedding_layer emb;
+    ut_linear_layer fc, out;
+    bool has_hidden;
+    float dropout;
+} bow;
+
+/* mask (B, 1, L): 1/count at non-padding positions, so mask @ emb is the mean */
+static ut_tensor *mean_weights(ut_ctx *ctx, ut_tensor *ids) {
+    int64_t B = ids->ne[0], L = ids->ne[1];
+    ut_tensor *w = ut_tensor_new(ctx, UT_F32, 3, (int64_t[]){B, 1, L});
+    if (!w) return NULL;
+    const int32_t *id = ut_i32(ids);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t count = 0;
+        for (int64_t l = 0; l < L; l++) count += id[b * L + l] != 0;
+        for (int64_t l = 0; l < L; l++)
+            ut_f32(w)[b * L + l] = id[b * L + l] != 0 ? 1.0f / (float)count : 0.0f;
+    }
+    return w;
+}
+
+static ut_tensor *bow_forward(ut_model *m, ut_ctx *ctx, ut_tensor *ids) {
+    const bow *net = m->impl;
+    if (!ut_op_check(ctx, "bow", 1, &ids, 1)) return NULL;
+    if (ids->ndim != 2 || !ut_is_contiguous(ids)) {
+        ut_op_error(ctx, "bow", 1, &ids, "expected contiguous token ids (B, L)");
+        return NULL;
+    }
+    ut_tensor *e = ut_embedding_layer_forward(ctx, &net->emb, ids);           /* (B, L, C) */
+    ut_tensor *x = ut_matmul(ctx, mean_weights(ctx, ids), e);                /* (B, 1, C) */
+    x = ut_flatten(ctx, x, 1);                                               /* (B, C) */
+    if (net->has_hidden) x = ut_relu(ctx, ut_linear_layer_forward(ctx, &net->fc, x));
+    if (net->dropout > 0) x = ut_dropout(ctx, x, net->dropout);
+    return ut_linear_layer_forward(ctx, &net->out, x);
+}
+
+static ut_tensor *bow_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
+    (void)m;
+    return ut_cross_entropy(ctx, logits, y, -100);
+}
+
+ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    static const char *const known[] = {"vocab_size", "n_embd", "hidden", "num_classes", "dropout", NULL};
+    long long V, C, H, K;
+    double dropout;
+    if (ut_kv_check_keys(opts, known, "model bow", err, n) ||
+        ut_kv_int(opts, "vocab_size", 0, &V, err, n) || ut_kv_int(opts, "n_embd", 64, &C, err, n) ||
+        ut_kv_int(opts, "hidden", 64, &H, err, n) || ut_kv_int(opts, "num_classes", 2, &K, err, n) ||
+        ut_kv_float(opts, "dropout", 0.0, &dropout, err, n))
+        return NULL;
+    if (V < 2) return snprintf(err, n, "bow: option 'vocab_size' is needed (at least 2)"), NULL;
+    if (C < 1 || H < 0 || K < 2) return snprintf(err, n, "bow: need n_embd >= 1, hidden >= 0, num_classes >= 2"), NULL;
+    if (dropout < 0 || dropout >= 1) return snprintf(err, n, "option 'dropout': must be in [0, 1)"), NULL;
+    ut_model *m = ut_model_new("bow");
+    bow *net = ut_calloc_check(1, sizeof *net);
+    ut_embedding_layer_init(m, &net->emb, "emb", V, C, 0.1f);
+    net->has_hidden = H > 0;
+    if (net->has_hidden) ut_linear_layer_init(m, &net->fc, "fc", C, H, true);
+    ut_linear_layer_init(m, &net->out, "out", H > 0 ? H : C, K, true);
+    net->dropout = (float)dropout;
+    m->impl = net;
+    m->free_impl = ut_free;
+    m->forward = bow_forward;
+    m->loss = bow_loss;
+    ut_model_finalize(m, seed);
+    return m;
+}

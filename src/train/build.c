@@ -1,0 +1,164 @@
+/* Datasets and the model as the config describes them. */
+#include <string.h>
+
+#include "run_internal.h"
+
+/* ---- a contiguous range of another dataset (dev carved from train) ---- */
+typedef struct {
+    ut_dataset *parent;
+    int64_t lo;
+    int *refs;                 /* shared by the subsets of one parent */
+} subset;
+
+static int subset_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
+    subset *s = ds->impl;
+    return s->parent->get(s->parent, s->lo + i, x, y, err, n);
+}
+
+static void subset_free(ut_dataset *ds) {
+    subset *s = ds->impl;
+    if (--*s->refs == 0) {
+        ut_dataset_free(s->parent);
+        ut_free(s->refs);
+    }
+    ut_free(s);
+    ut_free(ds);
+}
+
+static ut_dataset *subset_new(ut_dataset *parent, int *refs, int64_t lo, int64_t hi) {
+    ut_dataset *ds = ut_malloc_check(sizeof *ds);
+    *ds = *parent;
+    subset *s = ut_malloc_check(sizeof *s);
+    *s = (subset){.parent = parent, .lo = lo, .refs = refs};
+    (*refs)++;
+    ds->n = hi - lo;
+    ds->impl = s;
+    ds->get = subset_get;
+    ds->free = subset_free;
+    return ds;
+}
+
+/* Splits full into [0, n - dev) and [n - dev, n). */
+static int carve(ut_dataset *full, int64_t dev_size, ut_dataset **train, ut_dataset **dev,
+                 char *err, size_t n) {
+    if (dev_size >= full->n) {
+        snprintf(err, n, "data.dev_size %lld leaves no training examples (%s has %lld)",
+                 (long long)dev_size, full->name, (long long)full->n);
+        ut_dataset_free(full);
+        return -1;
+    }
+    int *refs = ut_calloc_check(1, sizeof(int));
+    *train = subset_new(full, refs, 0, full->n - dev_size);
+    if (dev) *dev = subset_new(full, refs, full->n - dev_size, full->n);
+    return 0;
+}
+
+/* ---- per data.name ---- */
+static int open_idx(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut_dataset **test,
+                    char *err, size_t n) {
+    if (test && c->test_images[0] &&
+        !(*test = ut_idx_dataset_open(c->test_images, c->test_labels, c->mean, c->std, 0, -1, err, n)))
+        return -1;
+    if (!train && !dev) return 0;
+    if (dev && c->dev_images[0]) {
+        if (!(*dev = ut_idx_dataset_open(c->dev_images, c->dev_labels, c->mean, c->std, 0, -1, err, n)))
+            return -1;
+        dev = NULL;
+    }
+    ut_dataset *full = ut_idx_dataset_open(c->train_images, c->train_labels, c->mean, c->std, 0, -1, err, n);
+    if (!full) return -1;
+    ut_dataset *tr = NULL;
+    if (dev && c->dev_size > 0) {
+        if (carve(full, c->dev_size, &tr, dev, err, n)) return -1;
+    } else tr = full;
+    if (train) *train = tr;
+    else ut_dataset_free(tr);
+    return 0;
+}
+
+static int64_t model_vocab(const ut_config *c) {
+    long long v = 50257;
+    char e[64];
+    ut_kv_int(c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    return v;
+}
+
+static int open_tokens(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut_dataset **test,
+                       char *err, size_t n) {
+    int64_t V = model_vocab(c);
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    ut_dataset **out[3] = {train, dev, test};
+    for (int i = 0; i < 3; i++)
+        if (out[i] && paths[i][0] && !(*out[i] = ut_token_dataset_open(paths[i], c->seq_len, V, err, n)))
+            return -1;
+    return 0;
+}
+
+static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train, ut_dataset **dev,
+                    ut_dataset **test, char *err, size_t n) {
+    char vpath[1280];
+    snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
+    /* training builds the vocabulary and keeps it in the run; test mode reads it back */
+    ut_vocab *v = train ? ut_vocab_build(c->tokenizer, c->train_path, c->min_freq, err, n)
+                        : ut_vocab_load(vpath, err, n);
+    if (!v || (train && ut_vocab_save(v, vpath, err, n))) {
+        ut_vocab_free(v);
+        return -1;
+    }
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    ut_dataset **out[3] = {train, dev, test};
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++)
+        if (out[i] && paths[i][0] && !(*out[i] = ut_tsv_dataset_open(paths[i], v, c->max_len, err, n)))
+            rc = -1;
+    ut_vocab_free(v);
+    return rc;
+}
+
+int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **train,
+                     ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
+    ut_dataset **all[3] = {train, dev, test};
+    for (int i = 0; i < 3; i++)
+        if (all[i]) *all[i] = NULL;
+    int rc;
+    if (!strcmp(cfg->data_name, "idx_images")) rc = open_idx(cfg, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, train, dev, test, err, n);
+    else {
+        snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
+        rc = -1;
+    }
+    if (rc)
+        for (int i = 0; i < 3; i++)
+            if (all[i] && *all[i]) {
+                ut_dataset_free(*all[i]);
+                *all[i] = NULL;
+            }
+    return rc;
+}
+
+/* ---- model ---- */
+ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
+    ut_kv *opts = ut_kv_new();
+    for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
+        ut_kv_set(opts, ut_kv_key(cfg->model_opts, i), ut_kv_get(cfg->model_opts, ut_kv_key(cfg->model_opts, i)));
+    /* the built-ins that read tokens or classify text take their sizes from the data */
+    char num[32];
+    bool text = !strcmp(cfg->model_name, "bow");
+    if (data && data->vocab_size > 0 && (text || !strcmp(cfg->model_name, "gpt2")) &&
+        !ut_kv_get(opts, "vocab_size")) {
+        snprintf(num, sizeof num, "%lld", (long long)data->vocab_size);
+        ut_kv_set(opts, "vocab_size", num);
+    }
+    if (data && data->num_classes > 0 && (text || !strcmp(cfg->model_name, "cnn")) &&
+        !ut_kv_get(opts, "num_classes")) {
+        snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
+        ut_kv_set(opts, "num_classes", num);
+    }
+    char why[512];
+    ut_model *m = ut_model_create(cfg->model_name, opts, (uint64_t)cfg->seed, why, sizeof why);
+    if (!m) snprintf(err, n, "model: %s", why);
+    else m->checkpoint_activations = cfg->checkpoint_activations;
+    ut_kv_free(opts);
+    return m;
+}

@@ -1,0 +1,151 @@
+/* Default hooks, the forward step through them, batch metrics, and evaluation
+ * of a whole dataset. */
+#include <math.h>
+#include <string.h>
+
+#include "run_internal.h"
+
+/* ---- default hooks ---- */
+static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b,
+                           ut_tensor **x, ut_tensor **y) {
+    (void)user;
+    int64_t xne[4] = {b->count}, yne[4] = {b->count};
+    for (int i = 0; i < ds->x_ndim; i++) xne[1 + i] = ds->x_ne[i];
+    for (int i = 0; i < ds->y_ndim; i++) yne[1 + i] = ds->y_ne[i];
+    *x = ut_tensor_wrap(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
+    *y = ut_tensor_wrap(ctx, ds->y_dtype, 1 + ds->y_ndim, yne, b->y);
+    return *x && *y ? 0 : -1;
+}
+
+static ut_tensor *default_loss(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *output, ut_tensor *y) {
+    (void)user;
+    return ut_model_loss(m, ctx, output, y);
+}
+
+static int default_forward(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *x, ut_tensor *y,
+                           ut_step_outputs *out);
+
+void ut_hooks_resolve(ut_hooks *out, const ut_hooks *user) {
+    memset(out, 0, sizeof *out);
+    if (user) *out = *user;
+    if (!out->collate) out->collate = default_collate;
+    if (!out->compute_loss) out->compute_loss = default_loss;
+    if (!out->forward_step) out->forward_step = default_forward;
+}
+
+/* Default forward_step: the model, then the (resolved) compute_loss hook;
+ * ut_forward_batch passes the resolved hook table as `user` for it. */
+static int default_forward(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *x, ut_tensor *y,
+                           ut_step_outputs *out) {
+    const ut_hooks *h = user;
+    out->output = ut_model_forward(m, ctx, x);
+    out->loss = h->compute_loss(h->user, ctx, m, out->output, y);
+    return out->loss ? 0 : -1;
+}
+
+int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
+                     const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n) {
+    ut_tensor *x = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = h->collate(h->user, ctx, ds, b, &x, y);
+    if (!rc) {
+        /* the default forward step reads the other resolved hooks */
+        void *u = h->forward_step == default_forward ? (void *)h : h->user;
+        rc = h->forward_step(u, ctx, m, x, *y, out);
+    }
+    if (rc || !out->loss || ut_ctx_error(ctx)) {
+        snprintf(err, n, "forward step failed: %s",
+                 ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "a hook returned an error");
+        return -1;
+    }
+    if (ut_nelem(out->loss) != 1) {
+        snprintf(err, n, "forward step: the loss must be a scalar");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- metrics ---- */
+static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
+    int64_t rows = out->ne[0], C = out->ne[out->ndim - 1], hits = 0;
+    const float *o = ut_f32(out);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < C; c++)
+            if (o[r * C + c] > o[r * C + best]) best = c;
+        hits += best == ut_i32(y)[r];
+    }
+    return hits;
+}
+
+int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
+                     ut_tensor *y, ut_metric *mets, int max) {
+    int k = 0;
+    const ut_tensor *o = out->output;
+    if (ds->num_classes > 0 && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 1 &&
+        y->dtype == UT_I32 && o->ne[0] == y->ne[0] && max > 0) {
+        mets[k] = (ut_metric){.name = "accuracy"};
+        mets[k].sum = (double)correct_predictions(o, y);
+        mets[k++].count = (double)y->ne[0];
+    }
+    if (h->metrics) k += h->metrics(h->user, out, y, mets + k, max - k);
+    return k;
+}
+
+double ut_eval_get(const ut_eval_result *res, const char *name) {
+    for (int i = 0; i < res->n; i++)
+        if (!strcmp(res->names[i], name)) return res->values[i];
+    return NAN;
+}
+
+static void add_metric(ut_eval_result *res, const char *name, double v) {
+    if (res->n == UT_MAX_METRICS) return;
+    snprintf(res->names[res->n], sizeof res->names[0], "%s", name);
+    res->values[res->n++] = v;
+}
+
+/* ---- evaluation ---- */
+int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
+                ut_eval_result *res, char *err, size_t n) {
+    memset(res, 0, sizeof *res);
+    ut_sampler s;
+    ut_sampler_init(&s, ds->n, batch, 0, 1, 0, false, false);
+    ut_loader *l = ut_loader_new(ds, &s, 2);
+    bool grad = ut_ctx_set_grad_enabled(ctx, false), train = ut_ctx_set_training(ctx, false);
+    double loss_sum = 0;
+    ut_metric acc[UT_MAX_METRICS];
+    int nacc = 0;
+    ut_batch b;
+    int rc;
+    while ((rc = ut_loader_next(l, &b, err, n)) == 1) {
+        ut_step_outputs out;
+        ut_tensor *y;
+        if (ut_forward_batch(h, ctx, m, ds, &b, &out, &y, err, n)) {
+            rc = -1;
+            break;
+        }
+        loss_sum += (double)ut_f32(out.loss)[0] * (double)b.count;
+        ut_metric mets[UT_MAX_METRICS];
+        int k = ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS);
+        for (int i = 0; i < k; i++) {
+            int j = 0;
+            while (j < nacc && strcmp(acc[j].name, mets[i].name)) j++;
+            if (j == nacc) acc[nacc++] = (ut_metric){.sum = 0};
+            memcpy(acc[j].name, mets[i].name, sizeof acc[j].name);
+            acc[j].sum += mets[i].sum;
+            acc[j].count += mets[i].count;
+        }
+        res->examples += b.count;
+        ut_ctx_reset(ctx);
+    }
+    ut_ctx_set_grad_enabled(ctx, grad);
+    ut_ctx_set_training(ctx, train);
+    ut_loader_free(l);
+    ut_sampler_free(&s);
+    if (rc < 0) return -1;
+    double loss = res->examples ? loss_sum / (double)res->examples : NAN;
+    add_metric(res, "loss", loss);
+    for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);
+    if (ds->vocab_size > 0 && ds->y_ndim > 0) add_metric(res, "perplexity", exp(loss));
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* Trainer internals shared by the files of src/train.
+ * defines: ut_trainer (run state), ut_runlog (console + log file + metrics.jsonl
+ *          + TensorBoard), ut_evaluate, progress display, dataset building. */
+#ifndef UTRAIN_RUN_INTERNAL_H
+#define UTRAIN_RUN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "utrain/base.h"
+#include "utrain/ops.h"
+#include "utrain/train.h"
+
+/* ---- where a run writes ---- */
+typedef struct {
+    char dir[1024];           /* OUTPUT_DIR/EXPERIMENT_NAME */
+    FILE *log;                /* logger_logs/training_<rank>.log */
+    FILE *metrics;            /* metrics.jsonl (rank 0) */
+    ut_tb *tb;                /* tensorboard/ (rank 0) */
+    int rank;
+    bool tty;                 /* stdout is a terminal */
+    bool bar_active;          /* a progress bar line is on screen */
+} ut_runlog;
+
+/* Creates the run directory tree and opens the log files. */
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, char *err, size_t n);
+void ut_runlog_close(ut_runlog *rl);
+/* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */
+void ut_say(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One metrics.jsonl line and TensorBoard scalars "<split>/<name>". */
+void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
+                    const char *const *names, const double *values);
+/* Progress: a bar on a terminal, nothing otherwise (lines come from logging). */
+void ut_progress(ut_runlog *rl, const char *mode, int64_t step, int64_t total, double rate,
+                 const char *unit, double loss, double eta_s);
+void ut_progress_end(ut_runlog *rl);
+int ut_mkdirs(const char *path, char *err, size_t n);
+
+/* ---- evaluation ---- */
+#define UT_MAX_METRICS 8
+typedef struct {
+    int n;
+    char names[UT_MAX_METRICS][32];
+    double values[UT_MAX_METRICS];
+    int64_t examples;
+} ut_eval_result;
+
+/* Loss (example-weighted mean), accuracy (classification), perplexity
+ * (language models) and hook metrics over a whole dataset, in no-grad eval mode. */
+int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
+                ut_eval_result *res, char *err, size_t n);
+/* value of "loss" etc. in res; NAN if absent */
+double ut_eval_get(const ut_eval_result *res, const char *name);
+
+/* ---- shared steps ---- */
+/* The default hooks filled in where the user left NULL. */
+void ut_hooks_resolve(ut_hooks *out, const ut_hooks *user);
+/* Forward + loss for a collated batch (through the hooks). */
+int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
+                     const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n);
+/* Adds accuracy (classification) and hook metrics of one batch. */
+int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
+                     ut_tensor *y, ut_metric *mets, int max);
+
+/* ---- building from the config ---- */
+/* Opens train/dev/test datasets as data.* says (any pointer may be NULL to skip). */
+int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **train,
+                     ut_dataset **dev, ut_dataset **test, char *err, size_t n);
+/* Builds the model from model.* (vocab size filled from the data when unset). */
+ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
+
+#endif

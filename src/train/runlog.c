@@ -1,0 +1,148 @@
+/* The run directory and everything written into it while training: the log
+ * file, metrics.jsonl, TensorBoard scalars, and the console progress. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run_internal.h"
+
+int ut_mkdirs(const char *path, char *err, size_t n) {
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        snprintf(err, n, "%s: path too long", path);
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            snprintf(err, n, "%s: cannot create directory: %s", buf, strerror(errno));
+            return -1;
+        }
+        if (!(*p = c)) break;
+    }
+    return 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, const char *mode, char *err, size_t n) {
+    char path[1280];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f) snprintf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    return f;
+}
+
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, char *err, size_t n) {
+    memset(rl, 0, sizeof *rl);
+    rl->rank = rank;
+    rl->tty = isatty(STDOUT_FILENO) && strcmp(cfg->progress, "lines") && strcmp(cfg->progress, "off");
+    if (!strcmp(cfg->progress, "bar")) rl->tty = true;
+    if (snprintf(rl->dir, sizeof rl->dir, "%s/%s", cfg->output_dir, cfg->experiment_name) >=
+        (int)sizeof rl->dir) {
+        snprintf(err, n, "output_dir/experiment_name is too long");
+        return -1;
+    }
+    char sub[1280];
+    const char *subs[] = {"logger_logs", "checkpoints", "tensorboard"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(sub, sizeof sub, "%s/%s", rl->dir, subs[i]);
+        if (ut_mkdirs(sub, err, n)) return -1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
+    if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
+    if (rank == 0) {
+        if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
+        snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
+        if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
+    }
+    return 0;
+}
+
+void ut_runlog_close(ut_runlog *rl) {
+    ut_progress_end(rl);
+    if (rl->log) fclose(rl->log);
+    if (rl->metrics) fclose(rl->metrics);
+    if (rl->tb) ut_tb_close(rl->tb);
+    memset(rl, 0, sizeof *rl);
+}
+
+void ut_say(ut_runlog *rl, const char *fmt, ...) {
+    va_list ap;
+    if (rl->rank == 0) {
+        ut_progress_end(rl);
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        fflush(stdout);
+    }
+    if (rl->log) {
+        char ts[32];
+        time_t now = time(NULL);
+        strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
+        fprintf(rl->log, "[%s] ", ts);
+        va_start(ap, fmt);
+        vfprintf(rl->log, fmt, ap);
+        va_end(ap);
+        fflush(rl->log);
+    }
+}
+
+/* JSON numbers cannot be nan/inf: those become null. */
+static void json_number(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.9g", v);
+    else fputs("null", f);
+}
+
+void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
+                    const char *const *names, const double *values) {
+    if (rl->rank != 0) return;
+    fprintf(rl->metrics, "{\"step\": %lld, \"epoch\": ", (long long)step);
+    json_number(rl->metrics, epoch);
+    fprintf(rl->metrics, ", \"split\": \"%s\"", split);
+    char tag[96];
+    for (int i = 0; i < n; i++) {
+        fprintf(rl->metrics, ", \"%s\": ", names[i]);
+        json_number(rl->metrics, values[i]);
+        snprintf(tag, sizeof tag, "%s/%s", split, names[i]);
+        if (isfinite(values[i])) ut_tb_scalar(rl->tb, tag, step, values[i]);
+    }
+    fputs("}\n", rl->metrics);
+    fflush(rl->metrics);
+    ut_tb_flush(rl->tb);
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%02ld:%02ld", t / 60, t % 60);
+}
+
+void ut_progress(ut_runlog *rl, const char *mode, int64_t step, int64_t total, double rate,
+                 const char *unit, double loss, double eta_s) {
+    if (rl->rank != 0 || !rl->tty) return;
+    const int width = 28;
+    int filled = total > 0 ? (int)(width * (double)step / (double)total) : 0;
+    if (filled > width) filled = width;
+    char bar[64], eta[16];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    fmt_time(eta, sizeof eta, eta_s);
+    printf("\r%s [%s] %lld/%lld  %.0f %s/s  loss %.4f  eta %s\033[K", mode, bar, (long long)step,
+           (long long)total, rate, unit, loss, eta);
+    fflush(stdout);
+    rl->bar_active = true;
+}
+
+void ut_progress_end(ut_runlog *rl) {
+    if (!rl->bar_active) return;
+    printf("\r\033[K");
+    fflush(stdout);
+    rl->bar_active = false;
+}

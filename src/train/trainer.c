@@ -1,0 +1,541 @@
+/* The training loop: epochs or max_steps, gradient accumulation, clipping,
+ * schedules, evaluation, best-checkpoint tracking, early stopping, exact
+ * resume and preemption. */
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "run_internal.h"
+
+/* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig) { stop_signal = sig; }
+
+typedef struct { struct sigaction term, usr1, intr; } saved_signals;
+
+static void catch_signals(saved_signals *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGUSR1, &sa, &old->usr1);
+    sigaction(SIGINT, &sa, &old->intr);
+}
+
+static void restore_signals(const saved_signals *old) {
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGUSR1, &old->usr1, NULL);
+    sigaction(SIGINT, &old->intr, NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the run ---- */
+typedef struct {
+    double loss_sum;           /* sum of per-example losses */
+    int64_t examples, tokens;
+    ut_metric mets[UT_MAX_METRICS];
+    int nmets;
+} accum;
+
+#define MAX_EPOCH_ROWS 64
+typedef struct {
+    int64_t epoch;
+    double train_loss, train_acc;
+    ut_eval_result dev;
+} epoch_row;
+
+struct ut_trainer {
+    const ut_config *cfg;
+    ut_runlog log;
+    ut_hooks h;
+    ut_model *m;
+    ut_optim *o;
+    ut_ctx *ctx;
+    ut_dataset *train, *dev;
+    ut_sampler sampler;
+    ut_schedule sched;
+    ut_train_state st;
+    int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
+    int64_t last_saved_step;
+    accum interval, epoch;
+    double interval_t0, run_t0, last_grad_norm;
+    int64_t steps_this_run;
+    epoch_row rows[MAX_EPOCH_ROWS];
+    int nrows;
+    char err[1024];
+};
+
+static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
+    a->loss_sum += loss * (double)count;
+    a->examples += count;
+    a->tokens += tokens;
+    for (int i = 0; i < k; i++) {
+        int j = 0;
+        while (j < a->nmets && strcmp(a->mets[j].name, m[i].name)) j++;
+        if (j == a->nmets) {
+            if (a->nmets == UT_MAX_METRICS) continue;
+            a->mets[a->nmets++] = (ut_metric){.sum = 0};
+            memcpy(a->mets[j].name, m[i].name, sizeof m[i].name);
+        }
+        a->mets[j].sum += m[i].sum;
+        a->mets[j].count += m[i].count;
+    }
+}
+
+static double accum_metric(const accum *a, const char *name) {
+    for (int i = 0; i < a->nmets; i++)
+        if (!strcmp(a->mets[i].name, name) && a->mets[i].count > 0) return a->mets[i].sum / a->mets[i].count;
+    return NAN;
+}
+
+/* ---- set-up ---- */
+static int set_schedule(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    ut_sched_kind kind;
+    if (ut_sched_parse(c->schedule, &kind)) {
+        snprintf(t->err, sizeof t->err, "optim.schedule: unknown schedule '%s'", c->schedule);
+        return -1;
+    }
+    t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)c->min_lr,
+                             .warmup_steps = c->warmup_steps, .total_steps = t->total_steps,
+                             .step_size = c->step_size, .gamma = (float)c->gamma};
+    char why[256];
+    if (ut_schedule_check(&t->sched, why, sizeof why)) {
+        snprintf(t->err, sizeof t->err, "optim.schedule: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_optimizer(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    ut_optim_kind kind;
+    if (ut_optim_parse(c->optim_name, &kind)) {
+        snprintf(t->err, sizeof t->err, "optim.name: unknown optimizer '%s'", c->optim_name);
+        return -1;
+    }
+    ut_optim_config oc = ut_optim_defaults(kind);
+    oc.lr = (float)c->lr;
+    oc.weight_decay = (float)c->weight_decay;
+    oc.beta1 = (float)c->beta1;
+    oc.beta2 = (float)c->beta2;
+    oc.eps = (float)c->eps;
+    oc.momentum = (float)c->momentum;
+    oc.dampening = (float)c->dampening;
+    oc.nesterov = c->nesterov;
+    char why[256];
+    if (ut_optim_check_config(&oc, why, sizeof why)) {
+        snprintf(t->err, sizeof t->err, "optim: %s", why);
+        return -1;
+    }
+    ut_params *p = &t->m->params;
+    t->o = ut_optim_new(&oc, p->data, p->grad, p->segs, p->n, 0, p->numel);
+    return 0;
+}
+
+/* Resumes from the newest checkpoint that loads; a corrupt one is reported
+ * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
+static int resume(ut_trainer *t) {
+    char dir[1280], path[1400];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
+    int64_t steps[256];
+    int n = ut_ckpt_list(dir, steps, 256);
+    for (int i = 0; i < n; i++) {
+        ut_ckpt_path(path, sizeof path, dir, steps[i]);
+        char why[1024];
+        ut_train_state st;
+        if (ut_ckpt_load(path, t->m, t->o, &st, why, sizeof why)) {
+            ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
+            continue;
+        }
+        if (st.config_hash != ut_config_hash(t->cfg)) {
+            snprintf(t->err, sizeof t->err,
+                     "%s was written by a run with a different configuration (hash %016llx, this "
+                     "one %016llx): resume needs the same model, data and optimizer settings",
+                     path, (unsigned long long)st.config_hash, (unsigned long long)ut_config_hash(t->cfg));
+            return -1;
+        }
+        t->st = st;
+        memcpy(ut_ctx_rng_state(t->ctx), st.rng, sizeof st.rng);
+        ut_say(&t->log, "Resuming from %s (step %lld, epoch %lld, %lld examples into the epoch)\n",
+               path, (long long)st.step, (long long)st.epoch, (long long)st.cursor);
+        t->last_saved_step = st.step;
+        return 1;
+    }
+    if (n > 0) {
+        snprintf(t->err, sizeof t->err, "%s: no checkpoint could be loaded (see the warnings above)", dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void print_summary(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    int world = 1;
+    ut_say(&t->log, "***** Running training *****\n");
+    ut_say(&t->log, "  Num examples = %lld\n", (long long)t->train->n);
+    if (c->max_steps > 0) ut_say(&t->log, "  Max steps = %lld\n", (long long)c->max_steps);
+    else ut_say(&t->log, "  Num epochs = %lld\n", (long long)c->epochs);
+    ut_say(&t->log, "  Batch size per process = %lld\n", (long long)c->batch_size);
+    ut_say(&t->log, "  Total train batch size (w. parallel, distributed & accumulation) = %lld\n",
+           (long long)(c->batch_size * world * t->accum_steps));
+    ut_say(&t->log, "  Gradient accumulation steps = %lld\n", (long long)t->accum_steps);
+    ut_say(&t->log, "  Total optimization steps = %lld\n", (long long)t->total_steps);
+    ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
+    ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
+           c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+}
+
+/* ---- checkpoints ---- */
+static int save(ut_trainer *t) {
+    if (t->last_saved_step == t->st.step) return 0;
+    char dir[1280], path[1400];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
+    ut_ckpt_path(path, sizeof path, dir, t->st.step);
+    memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
+    t->st.config_hash = ut_config_hash(t->cfg);
+    if (ut_ckpt_save(path, t->m, t->o, &t->st, t->err, sizeof t->err)) return -1;
+    t->last_saved_step = t->st.step;
+    char why[512];
+    if (ut_ckpt_prune(dir, (int)t->cfg->save_total_limit, t->st.best_step, why, sizeof why))
+        ut_say(&t->log, "warning: pruning checkpoints: %s\n", why);
+    return 0;
+}
+
+/* ---- evaluation, best metric, early stopping ---- */
+static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
+    *stop = false;
+    if (!t->dev) return 0;
+    int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
+    if (ut_evaluate(t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err)) return -1;
+    const char *names[UT_MAX_METRICS];
+    for (int i = 0; i < res->n; i++) names[i] = res->names[i];
+    double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
+    ut_log_scalars(&t->log, "dev", t->st.step, ep, res->n, names, res->values);
+    char line[512];
+    size_t k = 0;
+    for (int i = 0; i < res->n; i++)
+        k += (size_t)snprintf(line + k, sizeof line - k, "  %s %.4f", res->names[i], res->values[i]);
+    ut_say(&t->log, "eval  step %lld  dev:%s\n", (long long)t->st.step, line);
+
+    /* best metric: "dev/<name>" */
+    const char *bm = t->cfg->best_metric;
+    if (strncmp(bm, "dev/", 4)) return 0;
+    double v = ut_eval_get(res, bm + 4);
+    if (isnan(v)) return 0;
+    double thr = t->cfg->early_stopping_threshold;
+    bool better = t->st.best_step < 0 ||
+                  (t->cfg->greater_is_better ? v > t->st.best_metric + thr : v < t->st.best_metric - thr);
+    if (better) {
+        t->st.best_metric = v;
+        t->st.best_step = t->st.step;
+        t->st.bad_evals = 0;
+        if (strcmp(t->cfg->save_strategy, "no") && save(t)) return -1; /* keep the best on disk */
+    } else if (++t->st.bad_evals >= t->cfg->early_stopping_patience && t->cfg->early_stopping_patience > 0) {
+        ut_say(&t->log, "Early stopping: %s has not improved for %lld evaluations (best %.4f at step %lld)\n",
+               bm, (long long)t->st.bad_evals, t->st.best_metric, (long long)t->st.best_step);
+        *stop = true;
+    }
+    return 0;
+}
+
+/* ---- logging ---- */
+static void log_train(ut_trainer *t) {
+    accum *a = &t->interval;
+    if (!a->examples) return;
+    double dt = now_s() - t->interval_t0;
+    double lr = ut_schedule_lr(&t->sched, t->st.step - 1);
+    double loss = a->loss_sum / (double)a->examples, acc = accum_metric(a, "accuracy");
+    const char *names[6] = {"loss", "lr", "grad_norm", "samples_per_s"};
+    double vals[6] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
+    int n = 4;
+    if (!isnan(acc)) names[n] = "accuracy", vals[n++] = acc;
+    if (a->tokens) names[n] = "tokens_per_s", vals[n++] = (double)a->tokens / dt;
+    double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
+    ut_log_scalars(&t->log, "train", t->st.step, ep, n, names, vals);
+    if (!t->log.tty || t->log.rank)
+        ut_say(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s\n",
+               (long long)t->st.step, (long long)t->total_steps, ep, loss, lr, t->last_grad_norm,
+               (double)a->examples / dt);
+    memset(a, 0, sizeof *a);
+    t->interval_t0 = now_s();
+}
+
+static void show_progress(ut_trainer *t, double loss) {
+    double elapsed = now_s() - t->run_t0;
+    double per_step = t->steps_this_run ? elapsed / (double)t->steps_this_run : 0;
+    double rate = per_step > 0 ? (double)(t->cfg->batch_size * t->accum_steps) / per_step : 0;
+    ut_progress(&t->log, "train", t->st.step, t->total_steps, rate, "samples", loss,
+                per_step * (double)(t->total_steps - t->st.step));
+}
+
+/* ---- one optimizer step (after its micro-batches' backward passes) ---- */
+static int optimizer_step(ut_trainer *t) {
+    ut_params *p = &t->m->params;
+    double norm = sqrt(ut_grad_norm_sq(p->grad, p->numel));
+    if (!isfinite(norm)) {
+        snprintf(t->err, sizeof t->err,
+                 "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
+                 "train.grad_clip)", norm, (long long)t->st.step);
+        return -1;
+    }
+    if (t->cfg->grad_clip > 0 && norm > t->cfg->grad_clip)
+        ut_grad_scale(p->grad, p->numel, (float)(t->cfg->grad_clip / (norm + 1e-6)));
+    t->last_grad_norm = norm;
+    ut_optim_step_zero(t->o, ut_schedule_lr(&t->sched, t->st.step));
+    t->st.step++;
+    t->steps_this_run++;
+    return 0;
+}
+
+/* Examples this process gets from global batch j of the epoch. */
+static int64_t batch_examples(const ut_sampler *s, int64_t j) {
+    int64_t start = j * s->local_batch * s->world + s->rank * s->local_batch;
+    int64_t left = s->n - start;
+    return left <= 0 ? 0 : left < s->local_batch ? left : s->local_batch;
+}
+
+/* Runs batches until the epoch ends, the run reaches total_steps, or a stop
+ * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
+static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
+    const ut_config *c = t->cfg;
+    ut_loader *l = ut_loader_new(t->train, &t->sampler, c->prefetch);
+    int64_t G = t->sampler.local_batch * t->sampler.world;
+    int64_t micro = 0, window = 0, window_examples = 0;
+    int rc = 1;
+    ut_batch b;
+    int got;
+    while ((got = ut_loader_next(l, &b, t->err, sizeof t->err)) == 1) {
+        if (micro == 0) { /* a window of up to accum_steps micro-batches, cut at the epoch end */
+            int64_t j = ceil_div(t->st.cursor, G);
+            window = t->batches_per_epoch - j < t->accum_steps ? t->batches_per_epoch - j : t->accum_steps;
+            window_examples = 0;
+            for (int64_t i = 0; i < window; i++) window_examples += batch_examples(&t->sampler, j + i);
+        }
+        ut_step_outputs out;
+        ut_tensor *y;
+        if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, &b, &out, &y, t->err, sizeof t->err)) {
+            rc = -1;
+            break;
+        }
+        /* mean loss of the window: each micro-batch weighted by its share of the examples */
+        ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b.count / (float)window_examples);
+        if (ut_backward(t->ctx, scaled)) {
+            snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
+            rc = -1;
+            break;
+        }
+        double loss = ut_f32(out.loss)[0];
+        ut_metric mets[UT_MAX_METRICS];
+        int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
+        int64_t tokens = t->train->vocab_size > 0 ? b.count * t->train->x_ne[0] : 0;
+        accum_add(&t->interval, loss, b.count, tokens, mets, k);
+        accum_add(&t->epoch, loss, b.count, tokens, mets, k);
+        ut_ctx_reset(t->ctx);
+        t->st.cursor = b.cursor_after;
+        if (++micro < window) continue;
+
+        micro = 0;
+        if (optimizer_step(t)) {
+            rc = -1;
+            break;
+        }
+        show_progress(t, loss);
+        if (t->st.step % c->log_interval == 0) log_train(t);
+        bool stop = false;
+        if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0) {
+            ut_eval_result res;
+            if (evaluate_dev(t, &res, &stop)) {
+                rc = -1;
+                break;
+            }
+        }
+        if (!strcmp(c->save_strategy, "steps") && t->st.step % c->save_interval == 0 && save(t)) {
+            rc = -1;
+            break;
+        }
+        if (stop_signal) *preempted = true;
+        if (stop) *early = true;
+        if (*preempted || *early || t->st.step >= t->total_steps) {
+            rc = 0;
+            break;
+        }
+    }
+    if (got < 0) rc = -1;
+    ut_loader_free(l);
+    return rc;
+}
+
+static void epoch_end(ut_trainer *t, int *rc) {
+    bool stop = false;
+    epoch_row *row = t->nrows < MAX_EPOCH_ROWS ? &t->rows[t->nrows++] : NULL;
+    ut_eval_result res = {0};
+    if (!strcmp(t->cfg->eval_strategy, "epoch") && evaluate_dev(t, &res, &stop)) *rc = -1;
+    if (row) {
+        row->epoch = t->st.epoch;
+        row->train_loss = t->epoch.examples ? t->epoch.loss_sum / (double)t->epoch.examples : NAN;
+        row->train_acc = accum_metric(&t->epoch, "accuracy");
+        row->dev = res;
+    }
+    memset(&t->epoch, 0, sizeof t->epoch);
+    /* the checkpoint of an epoch's end resumes at the next epoch's start */
+    t->st.epoch++;
+    t->st.cursor = 0;
+    ut_sampler_next_epoch(&t->sampler);
+    if (*rc == 0 && !strcmp(t->cfg->save_strategy, "epoch") && save(t)) *rc = -1;
+    if (stop) *rc = 2;
+}
+
+static void print_epoch_table(ut_trainer *t) {
+    if (!t->nrows) return;
+    char line[1024];
+    size_t k = (size_t)snprintf(line, sizeof line, "%-6s %-11s %-11s", "epoch", "train/loss", "train/acc");
+    const ut_eval_result *d = &t->rows[0].dev;
+    for (int i = 0; i < d->n && k < sizeof line; i++)
+        k += (size_t)snprintf(line + k, sizeof line - k, " dev/%-14s", d->names[i]);
+    ut_say(&t->log, "\n%s\n", line);
+    for (int r = 0; r < t->nrows; r++) {
+        const epoch_row *row = &t->rows[r];
+        k = (size_t)snprintf(line, sizeof line, "%-6lld %-11.4f %-11.4f", (long long)row->epoch + 1,
+                             row->train_loss, row->train_acc);
+        for (int i = 0; i < row->dev.n && k < sizeof line; i++)
+            k += (size_t)snprintf(line + k, sizeof line - k, " %-18.4f", row->dev.values[i]);
+        ut_say(&t->log, "%s\n", line);
+    }
+}
+
+/* ---- ut_trainer_run ---- */
+static int has_checkpoints(const char *run_dir) {
+    char dir[1280];
+    int64_t steps[1];
+    snprintf(dir, sizeof dir, "%s/checkpoints", run_dir);
+    return ut_ckpt_list(dir, steps, 1);
+}
+
+static int write_resolved_config(ut_trainer *t) {
+    char path[1280];
+    snprintf(path, sizeof path, "%s/config.yml", t->log.dir);
+    FILE *f = fopen(path, "w");
+    if (!f || ut_config_write(t->cfg, f) || fclose(f)) {
+        snprintf(t->err, sizeof t->err, "%s: cannot write the resolved config", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything before the first step; fills t or sets t->err. */
+static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *dev, bool *own_m,
+                 bool *own_data) {
+    const ut_config *c = t->cfg;
+    if (c->threads > 0) omp_set_num_threads(c->threads);
+    char runpath[1200];
+    snprintf(runpath, sizeof runpath, "%s/%s", c->output_dir, c->experiment_name);
+    if (!c->continue_training && has_checkpoints(runpath) > 0) {
+        snprintf(t->err, sizeof t->err,
+                 "%s already holds checkpoints: set continue_training: true to resume, or choose "
+                 "another experiment_name (or remove the directory)", runpath);
+        return -1;
+    }
+    if (ut_runlog_open(&t->log, c, 0, t->err, sizeof t->err) || write_resolved_config(t)) return -1;
+    *own_data = !train;
+    if (!train && ut_datasets_open(c, t->log.dir, &t->train, &t->dev, NULL, t->err, sizeof t->err))
+        return -1;
+    if (train) t->train = train, t->dev = dev;
+    *own_m = !model;
+    t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
+    if (!t->m) return -1;
+    t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
+    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, 0, 1, (uint64_t)c->seed, c->shuffle,
+                    c->drop_last);
+    t->accum_steps = c->gradient_accumulation_steps;
+    t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
+    if (t->batches_per_epoch == 0) {
+        snprintf(t->err, sizeof t->err, "%s: %lld examples make no batch of %lld (drop_last)", t->train->name,
+                 (long long)t->train->n, (long long)c->batch_size);
+        return -1;
+    }
+    t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
+    t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
+    t->st = (ut_train_state){.best_step = -1};
+    t->last_saved_step = -1;
+    if (set_schedule(t) || set_optimizer(t)) return -1;
+    if (c->continue_training && resume(t) < 0) return -1;
+    ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
+    ut_hooks_resolve(&t->h, NULL);
+    return 0;
+}
+
+static int train_loop(ut_trainer *t) {
+    bool preempted = false, early = false;
+    int rc = 0;
+    t->run_t0 = t->interval_t0 = now_s();
+    while (t->st.step < t->total_steps && !preempted && !early) {
+        int r = train_epoch(t, &preempted, &early);
+        if (r < 0) return UT_EXIT_ERROR;
+        if (r == 1 || t->st.cursor >= t->train->n) { /* the epoch's batches are all done */
+            epoch_end(t, &rc);
+            if (rc < 0) return UT_EXIT_ERROR;
+            if (rc == 2) early = true;
+        }
+        if (stop_signal) preempted = true;
+    }
+    ut_progress_end(&t->log);
+    if (t->interval.examples) log_train(t);
+    if (strcmp(t->cfg->save_strategy, "no") || preempted) {
+        if (save(t)) return UT_EXIT_ERROR;
+    }
+    if (preempted) {
+        ut_say(&t->log, "Stopped by signal %d at step %lld; checkpoint written. Resume with "
+                        "continue_training: true (exit code %d).\n",
+               (int)stop_signal, (long long)t->st.step, UT_EXIT_PREEMPTED);
+        return UT_EXIT_PREEMPTED;
+    }
+    print_epoch_table(t);
+    ut_say(&t->log, "Training done: %lld steps in %.1f s", (long long)t->st.step, now_s() - t->run_t0);
+    if (t->st.best_step >= 0)
+        ut_say(&t->log, "; best %s %.4f at step %lld", t->cfg->best_metric, t->st.best_metric,
+               (long long)t->st.best_step);
+    ut_say(&t->log, "\nRun directory: %s\n", t->log.dir);
+    return UT_EXIT_OK;
+}
+
+int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_dataset *dev,
+                   const ut_hooks *hooks) {
+    ut_trainer *t = ut_calloc_check(1, sizeof *t);
+    t->cfg = cfg;
+    bool own_m = false, own_data = false;
+    saved_signals sig;
+    catch_signals(&sig);
+    int rc = setup(t, model, train, dev, &own_m, &own_data) ? UT_EXIT_ERROR : UT_EXIT_OK;
+    if (rc == UT_EXIT_OK) {
+        if (hooks) ut_hooks_resolve(&t->h, hooks);
+        print_summary(t);
+        rc = train_loop(t);
+    }
+    if (rc == UT_EXIT_ERROR) {
+        ut_progress_end(&t->log);
+        fprintf(stderr, "utrain: error: %s\n", t->err);
+        if (t->log.log) fprintf(t->log.log, "error: %s\n", t->err);
+    }
+    restore_signals(&sig);
+    ut_runlog_close(&t->log);
+    ut_sampler_free(&t->sampler);
+    if (t->o) ut_optim_free(t->o);
+    if (t->ctx) ut_ctx_free(t->ctx);
+    if (own_m) ut_model_free(t->m);
+    if (own_data && t->train) ut_dataset_free(t->train);
+    if (own_data && t->dev) ut_dataset_free(t->dev);
+    ut_free(t);
+    return rc;
+}
