@@ -64,6 +64,9 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
 int ut_vocab_save(const ut_vocab *v, const char *path, char *err, size_t n);
 ut_vocab *ut_vocab_load(const char *path, char *err, size_t n);
 int64_t ut_vocab_size(const ut_vocab *v);
+/* Classes of the train file the vocabulary was built from (max label + 1);
+ * saved with it. ut_tsv_dataset_open rejects labels >= this. */
+int64_t ut_vocab_num_classes(const ut_vocab *v);
 void ut_vocab_free(ut_vocab *v);
 ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
                                 size_t n);
@@ -94,6 +97,11 @@ int64_t ut_sampler_batches_per_epoch(const ut_sampler *s);
  * returns how many (the last batch may be short without drop_last; 0 at the
  * end of the epoch, after which the caller calls ut_sampler_next_epoch). */
 int64_t ut_sampler_next(ut_sampler *s, int64_t *idx);
+/* Without drop_last the last global batch is short and is split across ranks
+ * in order, so some ranks may get 0 indices from a batch that exists; this
+ * tells that apart from the end of the epoch (true once every position of the
+ * epoch is consumed). */
+bool ut_sampler_at_end(const ut_sampler *s);
 void ut_sampler_next_epoch(ut_sampler *s);
 /* Jumps to a saved position. */
 void ut_sampler_seek(ut_sampler *s, int64_t epoch, int64_t cursor);

@@ -1,0 +1,59 @@
+/* Shared helpers of the data layer: error text, file reading, and
+ * ut_dataset_free. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data_internal.h"
+#include "utrain/base.h"
+
+int ut__data_err(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+char *ut__data_strdup(const char *s) {
+    size_t len = strlen(s) + 1;
+    char *d = ut_malloc_check(len);
+    memcpy(d, s, len);
+    return d;
+}
+
+unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ut__data_err(err, n, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        ut__data_err(err, n, "%s: not a regular file", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = ut_malloc_check(len + 1);
+    size_t got = fread(buf, 1, len, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (got != len || bad) {
+        ut__data_err(err, n, "%s: read %zu of %zu bytes: %s", path, got, len,
+                     bad ? strerror(errno) : "file shrank while reading");
+        ut_free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    *size = len;
+    return buf;
+}
+
+void ut_dataset_free(ut_dataset *ds) {
+    if (ds && ds->free) ds->free(ds);
+}

@@ -1,0 +1,37 @@
+/* Helpers shared by the src/data files (not public API).
+ * defines: ut__data_err, ut__data_strdup, ut__read_file, ut__tsv_*,
+ *          ut__vocab_encode. */
+#ifndef UT_DATA_INTERNAL_H
+#define UT_DATA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "utrain/data.h"
+
+/* vsnprintf into err (ignored when err is NULL or n is 0); returns -1 so
+ * callers can write `return ut__data_err(...)`. */
+int ut__data_err(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char *ut__data_strdup(const char *s);
+
+/* Reads the whole file into a ut_malloc'd buffer (one spare NUL byte after
+ * the data, so text parsers may treat it as a string). Returns it and its
+ * size, or NULL with a message naming the file. */
+unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n);
+
+/* A parsed GLUE-style TSV: one row per example, sentences pointing into buf
+ * (NUL-terminated in place). Errors name the file and the 1-based line. */
+typedef struct {
+    char *buf;
+    int64_t n;
+    char **sentence;
+    int64_t *label, *line;
+    int64_t max_label;
+} ut__tsv;
+int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n);
+void ut__tsv_free(ut__tsv *t);
+
+/* Tokenizes s with v into out (at most max_len ids, the rest untouched);
+ * returns how many ids were written. */
+int64_t ut__vocab_encode(const ut_vocab *v, const char *s, int32_t *out, int64_t max_len);
+#endif

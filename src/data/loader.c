@@ -1,0 +1,166 @@
+/* The loader: one background thread collates batches into a ring of
+ * prefetch + 1 buffers allocated at ut_loader_new (prefetch ready ahead, plus
+ * the one the consumer holds until its next call), so no memory is allocated
+ * per batch. A single producer fills slots in sampler order and the consumer
+ * takes them in the same order, so batches are deterministic.
+ *
+ * At the end of an epoch (or on a data error) the producer parks after
+ * filling a marker slot and no longer touches the sampler. After a 0 the
+ * caller may move the sampler (ut_sampler_next_epoch, ut_sampler_seek); the
+ * next ut_loader_next resumes from wherever the sampler is, first moving it
+ * to the next epoch if it is still at the end; ut_loader_free right after a 0
+ * leaves the sampler as the caller left it. Errors are sticky: every later
+ * call returns -1 with the same message. */
+#include <pthread.h>
+#include <string.h>
+
+#include "data_internal.h"
+#include "utrain/base.h"
+
+typedef struct {
+    int status;              /* 1 batch, 0 end of epoch, -1 error */
+    int64_t count, epoch, cursor_after;
+    unsigned char *x, *y;
+    int64_t *idx;
+    char err[512];
+} slot;
+
+struct ut_loader {
+    ut_dataset *ds;
+    ut_sampler *s;
+    size_t x_bytes, y_bytes;         /* one example */
+    int nslots;
+    slot *slots;
+    int head, ready;                 /* next slot to hand out; filled slots from head */
+    bool holding;                    /* the consumer holds slot head - 1 */
+    bool parked, stop, done;         /* producer parked after a marker; stop asked */
+    int64_t last_epoch, last_cursor; /* sampler position after the last slot handed out */
+    pthread_mutex_t mu;
+    pthread_cond_t filled, freed;
+    pthread_t thread;
+};
+
+static size_t example_bytes(int ndim, const int64_t *ne, ut_dtype dt) {
+    size_t e = 1;
+    for (int d = 0; d < ndim; d++) e *= (size_t)ne[d];
+    return e * ut_dtype_size(dt);
+}
+
+/* Reads the sampler's next batch into sl (producer thread, no lock held). */
+static void fill(ut_loader *l, slot *sl) {
+    ut_sampler *s = l->s;
+    int64_t before = s->cursor;
+    sl->count = ut_sampler_next(s, sl->idx);
+    sl->status = s->cursor != before ? 1 : 0;
+    sl->epoch = s->epoch;
+    sl->cursor_after = s->cursor;
+    for (int64_t k = 0; k < sl->count; k++) {
+        if (l->ds->get(l->ds, sl->idx[k], sl->x + k * l->x_bytes, sl->y + k * l->y_bytes,
+                       sl->err, sizeof sl->err) != 0) {
+            sl->status = -1;
+            return;
+        }
+    }
+}
+
+static void *producer(void *arg) {
+    ut_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && (l->ready + l->holding == l->nslots || l->parked))
+            pthread_cond_wait(&l->freed, &l->mu);
+        if (l->stop) break;
+        slot *sl = &l->slots[(l->head + l->ready) % l->nslots];
+        pthread_mutex_unlock(&l->mu);
+        fill(l, sl);
+        pthread_mutex_lock(&l->mu);
+        l->ready++;
+        l->parked = sl->status != 1;
+        pthread_cond_signal(&l->filled);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch) {
+    UT_ASSERT(prefetch >= 1);
+    ut_loader *l = ut_calloc_check(1, sizeof *l);
+    *l = (ut_loader){.ds = ds, .s = s, .nslots = prefetch + 1,
+                     .x_bytes = example_bytes(ds->x_ndim, ds->x_ne, ds->x_dtype),
+                     .y_bytes = example_bytes(ds->y_ndim, ds->y_ne, ds->y_dtype),
+                     .last_epoch = s->epoch, .last_cursor = s->cursor};
+    l->slots = ut_calloc_check((size_t)l->nslots, sizeof *l->slots);
+    for (int i = 0; i < l->nslots; i++) {
+        l->slots[i].x = ut_malloc_check((size_t)s->local_batch * l->x_bytes);
+        l->slots[i].y = ut_malloc_check((size_t)s->local_batch * l->y_bytes);
+        l->slots[i].idx = ut_malloc_check((size_t)s->local_batch * sizeof(int64_t));
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->filled, NULL);
+    pthread_cond_init(&l->freed, NULL);
+    if (pthread_create(&l->thread, NULL, producer, l) != 0)
+        ut_abort(__FILE__, __LINE__, "loader: cannot start the producer thread");
+    return l;
+}
+
+/* Returns the held slot to the producer; after a 0 also restarts it, moving
+ * the sampler to the next epoch unless the caller already moved it. */
+static void release(ut_loader *l) {
+    if (!l->holding) return;
+    slot *prev = &l->slots[(l->head + l->nslots - 1) % l->nslots];
+    l->holding = false;
+    if (prev->status == 0) {
+        if (ut_sampler_at_end(l->s)) ut_sampler_next_epoch(l->s);
+        l->last_epoch = l->s->epoch;
+        l->last_cursor = l->s->cursor;
+        l->parked = false;
+    }
+    pthread_cond_signal(&l->freed);
+}
+
+int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
+    pthread_mutex_lock(&l->mu);
+    if (l->done) {
+        pthread_mutex_unlock(&l->mu);
+        *b = (ut_batch){0};
+        return ut__data_err(err, n, "%s", l->slots[(l->head + l->nslots - 1) % l->nslots].err);
+    }
+    release(l);
+    while (l->ready == 0) pthread_cond_wait(&l->filled, &l->mu);
+    slot *sl = &l->slots[l->head];
+    l->head = (l->head + 1) % l->nslots;
+    l->ready--;
+    l->holding = true;
+    l->done = sl->status < 0;
+    if (sl->status >= 0) {
+        l->last_epoch = sl->epoch;
+        l->last_cursor = sl->cursor_after;
+    }
+    pthread_mutex_unlock(&l->mu);
+    *b = (ut_batch){.count = sl->status == 1 ? sl->count : 0, .x = sl->x, .y = sl->y,
+                    .epoch = sl->epoch, .cursor_after = sl->cursor_after};
+    if (sl->status < 0) return ut__data_err(err, n, "%s", sl->err);
+    return sl->status;
+}
+
+void ut_loader_free(ut_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->freed);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    /* After a 0 the sampler is the caller's again (it may have moved it). */
+    bool after_end = l->holding && l->slots[(l->head + l->nslots - 1) % l->nslots].status == 0;
+    if (!after_end) ut_sampler_seek(l->s, l->last_epoch, l->last_cursor);
+    for (int i = 0; i < l->nslots; i++) {
+        ut_free(l->slots[i].x);
+        ut_free(l->slots[i].y);
+        ut_free(l->slots[i].idx);
+    }
+    ut_free(l->slots);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->filled);
+    pthread_cond_destroy(&l->freed);
+    ut_free(l);
+}

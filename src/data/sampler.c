@@ -1,0 +1,87 @@
+/* The distributed sampler. The order of an epoch depends only on (seed,
+ * epoch, n): it is the same on every rank and for every world size, so the
+ * global cursor alone says where a run is. */
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/data.h"
+
+void ut_sampler_init(ut_sampler *s, int64_t n, int64_t local_batch, int rank, int world,
+                     uint64_t seed, bool shuffle, bool drop_last) {
+    UT_ASSERT(n >= 0 && local_batch >= 1 && world >= 1 && rank >= 0 && rank < world);
+    *s = (ut_sampler){.n = n, .local_batch = local_batch, .rank = rank, .world = world,
+                      .seed = seed, .shuffle = shuffle, .drop_last = drop_last,
+                      .order_epoch = -1};
+    s->order = ut_malloc_check((size_t)(n > 0 ? n : 1) * sizeof *s->order);
+}
+
+void ut_sampler_free(ut_sampler *s) {
+    ut_free(s->order);
+    s->order = NULL;
+    s->order_epoch = -1;
+}
+
+static int64_t global_batch(const ut_sampler *s) { return s->local_batch * s->world; }
+
+/* Positions of the epoch that batches cover: all of them, or only whole
+ * global batches with drop_last. */
+static int64_t epoch_limit(const ut_sampler *s) {
+    return s->drop_last ? s->n / global_batch(s) * global_batch(s) : s->n;
+}
+
+int64_t ut_sampler_batches_per_epoch(const ut_sampler *s) {
+    int64_t g = global_batch(s);
+    return s->drop_last ? s->n / g : (s->n + g - 1) / g;
+}
+
+bool ut_sampler_at_end(const ut_sampler *s) { return s->cursor >= epoch_limit(s); }
+
+/* Uniform in [0, bound) without modulo bias (rejection). */
+static uint64_t rng_below(ut_rng *r, uint64_t bound) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t x;
+    do x = ut_rng_u64(r);
+    while (x >= limit);
+    return x % bound;
+}
+
+/* Draws the permutation of the current epoch: Fisher-Yates from a generator
+ * seeded by a mix of (seed, epoch). */
+static void ensure_order(ut_sampler *s) {
+    if (s->order_epoch == s->epoch) return;
+    for (int64_t i = 0; i < s->n; i++) s->order[i] = i;
+    if (s->shuffle) {
+        ut_rng r;
+        ut_rng_seed(&r, s->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(s->epoch + 1)));
+        for (int64_t i = s->n - 1; i > 0; i--) {
+            int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1), t = s->order[i];
+            s->order[i] = s->order[j];
+            s->order[j] = t;
+        }
+    }
+    s->order_epoch = s->epoch;
+}
+
+int64_t ut_sampler_next(ut_sampler *s, int64_t *idx) {
+    int64_t limit = epoch_limit(s);
+    if (s->cursor >= limit) return 0;
+    ensure_order(s);
+    int64_t end = s->cursor + global_batch(s) < limit ? s->cursor + global_batch(s) : limit;
+    int64_t lo = s->cursor + s->rank * s->local_batch, hi = lo + s->local_batch;
+    if (hi > end) hi = end;
+    int64_t count = hi > lo ? hi - lo : 0;
+    if (count) memcpy(idx, s->order + lo, (size_t)count * sizeof *idx);
+    s->cursor = end;
+    return count;
+}
+
+void ut_sampler_next_epoch(ut_sampler *s) {
+    s->epoch++;
+    s->cursor = 0;
+}
+
+void ut_sampler_seek(ut_sampler *s, int64_t epoch, int64_t cursor) {
+    UT_ASSERT(epoch >= 0 && cursor >= 0);
+    s->epoch = epoch;
+    s->cursor = cursor < s->n ? cursor : s->n;
+}

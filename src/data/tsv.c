@@ -1,0 +1,193 @@
+/* GLUE/SST-2 style TSV text classification: a header line naming the columns
+ * (it must have "sentence" and "label"; other columns are allowed and
+ * ignored), then one example per line with the same number of tab-separated
+ * fields. Blank lines are skipped; a trailing '\r' is dropped. Errors name the
+ * file and the 1-based line. Examples are tokenized once at open. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_internal.h"
+#include "utrain/base.h"
+
+/* Splits line (NUL-terminated, modified in place) at tabs into at most max
+ * fields; returns the number of fields found (may exceed max: counted only). */
+static int split_tabs(char *line, char **field, int max) {
+    int k = 0;
+    for (char *p = line;; p++) {
+        if (k < max) field[k] = p;
+        k++;
+        p = strchr(p, '\t');
+        if (!p) return k;
+        *p = 0;
+    }
+}
+
+/* Finds the sentence and label columns in the header line. */
+static int parse_header(const char *path, char *line, int *ncol, int *cs, int *cl, char *err,
+                        size_t n) {
+    char *f[64];
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", line);
+    *ncol = split_tabs(line, f, 64);
+    *cs = *cl = -1;
+    for (int k = 0; k < *ncol && k < 64; k++) {
+        if (!strcmp(f[k], "sentence")) *cs = k;
+        if (!strcmp(f[k], "label")) *cl = k;
+    }
+    if (*cs < 0 || *cl < 0 || *ncol > 64)
+        return ut__data_err(err, n, "%s:1: no header: expected a first line naming the columns "
+                            "'sentence' and 'label' (tab-separated), got '%.60s'", path, copy);
+    return 0;
+}
+
+static int parse_label(const char *path, int64_t line, const char *s, int64_t *label, char *err,
+                       size_t n) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0 || v > INT32_MAX)
+        return ut__data_err(err, n, "%s:%lld: bad label '%.40s' (expected an integer >= 0)", path,
+                            (long long)line, s);
+    *label = v;
+    return 0;
+}
+
+/* Parses one example line into row k of t. */
+static int parse_row(const char *path, char *line, int64_t lineno, int ncol, int cs, int cl,
+                     ut__tsv *t, char *err, size_t n) {
+    char *f[64];
+    int got = split_tabs(line, f, 64);
+    if (got != ncol)
+        return ut__data_err(err, n, "%s:%lld: %s: expected %d tab-separated fields as in the header, got %d",
+                            path, (long long)lineno, got < ncol ? "missing tab" : "too many tabs",
+                            ncol, got);
+    int64_t k = t->n;
+    if (parse_label(path, lineno, f[cl], &t->label[k], err, n)) return -1;
+    t->sentence[k] = f[cs];
+    t->line[k] = lineno;
+    if (t->label[k] > t->max_label) t->max_label = t->label[k];
+    t->n++;
+    return 0;
+}
+
+static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
+    int ncol = 0, cs = -1, cl = -1;
+    int64_t lineno = 0;
+    for (char *p = t->buf, *next; p; p = next) {
+        next = strchr(p, '\n');
+        if (next) *next++ = 0;
+        size_t len = strlen(p);
+        if (len && p[len - 1] == '\r') p[--len] = 0;
+        lineno++;
+        if (lineno == 1) {
+            if (parse_header(path, p, &ncol, &cs, &cl, err, n)) return -1;
+        } else if (strspn(p, " \t") < len) {
+            if (parse_row(path, p, lineno, ncol, cs, cl, t, err, n)) return -1;
+        }
+    }
+    if (t->n == 0) return ut__data_err(err, n, "%s: no examples after the header", path);
+    return 0;
+}
+
+int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
+    memset(t, 0, sizeof *t);
+    size_t len;
+    t->buf = (char *)ut__read_file(path, &len, err, n);
+    if (!t->buf) return -1;
+    if (len == 0) {
+        ut__tsv_free(t);
+        return ut__data_err(err, n, "%s: empty file", path);
+    }
+    if (strlen(t->buf) != len) {
+        ut__tsv_free(t);
+        return ut__data_err(err, n, "%s: byte offset %zu: NUL byte in a text file", path,
+                            strlen(t->buf));
+    }
+    int64_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += t->buf[i] == '\n';
+    t->sentence = ut_malloc_check((size_t)lines * sizeof *t->sentence);
+    t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
+    t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
+    t->max_label = -1;
+    if (parse_lines(path, t, err, n)) {
+        ut__tsv_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+void ut__tsv_free(ut__tsv *t) {
+    ut_free(t->buf);
+    ut_free(t->sentence);
+    ut_free(t->label);
+    ut_free(t->line);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the dataset: token ids of every example, computed at open ---- */
+
+typedef struct {
+    int32_t *ids, *labels;
+    int64_t max_len;
+} tsv_impl;
+
+static int tsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
+    tsv_impl *m = ds->impl;
+    if (i < 0 || i >= ds->n)
+        return ut__data_err(err, n, "%s: example %lld out of range [0, %lld)", ds->name,
+                            (long long)i, (long long)ds->n);
+    memcpy(x, m->ids + i * m->max_len, (size_t)m->max_len * sizeof(int32_t));
+    *(int32_t *)y = m->labels[i];
+    return 0;
+}
+
+static void tsv_free(ut_dataset *ds) {
+    tsv_impl *m = ds->impl;
+    ut_free(m->ids);
+    ut_free(m->labels);
+    ut_free(m);
+    ut_free((char *)ds->name);
+    ut_free(ds);
+}
+
+/* Checks labels against the vocabulary's class count (from the train file). */
+static int check_labels(const char *path, const ut__tsv *t, int64_t num_classes, char *err,
+                        size_t n) {
+    for (int64_t k = 0; k < t->n; k++)
+        if (t->label[k] >= num_classes)
+            return ut__data_err(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)",
+                                path, (long long)t->line[k], (long long)t->label[k],
+                                (long long)num_classes);
+    return 0;
+}
+
+ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
+                                size_t n) {
+    if (max_len < 1) {
+        ut__data_err(err, n, "%s: max_len must be >= 1 (got %lld)", path, (long long)max_len);
+        return NULL;
+    }
+    ut__tsv t;
+    if (ut__tsv_read(path, &t, err, n)) return NULL;
+    if (check_labels(path, &t, ut_vocab_num_classes(v), err, n)) {
+        ut__tsv_free(&t);
+        return NULL;
+    }
+    tsv_impl *m = ut_malloc_check(sizeof *m);
+    m->max_len = max_len;
+    m->ids = ut_calloc_check((size_t)(t.n * max_len), sizeof(int32_t));  /* 0 = <pad> */
+    m->labels = ut_malloc_check((size_t)t.n * sizeof(int32_t));
+    for (int64_t k = 0; k < t.n; k++) {
+        ut__vocab_encode(v, t.sentence[k], m->ids + k * max_len, max_len);
+        m->labels[k] = (int32_t)t.label[k];
+    }
+    ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
+    *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 1, .x_ne = {max_len},
+                       .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = UT_I32,
+                       .num_classes = ut_vocab_num_classes(v), .vocab_size = ut_vocab_size(v),
+                       .get = tsv_get, .free = tsv_free, .impl = m};
+    ut__tsv_free(&t);
+    return ds;
+}

@@ -1,0 +1,666 @@
+/* Data layer: IDX images (real Fashion-MNIST and crafted bad files), token
+ * shards and the byte tokenizer, TSV text and vocabularies, the distributed
+ * sampler, the background loader. Temporary files go to a mkdtemp directory
+ * under /tmp, removed at the end. */
+#include <dirent.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/data.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+#define MEAN 0.2860
+#define STD 0.3530
+
+static char tmpdir[64];
+static char err[1024];
+
+static const char *tmp(const char *name) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_bytes(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(1); }
+    if (len && fwrite(data, 1, len, f) != len) { perror(path); exit(1); }
+    if (fclose(f) != 0) { perror(path); exit(1); }
+}
+
+static void write_text(const char *path, const char *s) { write_bytes(path, s, strlen(s)); }
+
+static void remove_tmpdir(void) {
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') unlink(tmp(e->d_name));
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+static int count_tmp_files(void) {
+    DIR *d = opendir(tmpdir);
+    int k = 0;
+    for (struct dirent *e; d && (e = readdir(d));) k += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return k;
+}
+
+/* ---------------------------------------------------------------- IDX */
+
+static void test_idx_fashion_mnist(void) {
+    ut_dataset *tr = ut_idx_dataset_open(FMNIST "train-images-idx3-ubyte.gz",
+                                         FMNIST "train-labels-idx1-ubyte.gz", MEAN, STD, 0, -1, err, sizeof err);
+    CHECK(tr, "%s", err);
+    if (!tr) return;
+    CHECK(tr->n == 60000, "%lld", (long long)tr->n);
+    CHECK(tr->x_ndim == 3 && tr->x_ne[0] == 1 && tr->x_ne[1] == 28 && tr->x_ne[2] == 28, "shape");
+    CHECK(tr->x_dtype == UT_F32 && tr->y_dtype == UT_I32 && tr->y_ndim == 0, "dtypes");
+    CHECK(tr->num_classes == 10, "%lld", (long long)tr->num_classes);
+    float x[784];
+    int32_t y = -1;
+    CHECK(tr->get(tr, 0, x, &y, err, sizeof err) == 0, "%s", err);
+    CHECK(y == 9, "first train label %d", y);
+    CHECK_NEAR(x[14 * 28 + 14], (217 / 255.0 - MEAN) / STD, 1e-6);
+    CHECK_NEAR(x[0], (0 - MEAN) / STD, 1e-6);
+    CHECK(tr->get(tr, 60000, x, &y, err, sizeof err) == -1 && strstr(err, "out of range"), "%s", err);
+    ut_dataset_free(tr);
+    ut_dataset *te = ut_idx_dataset_open(FMNIST "t10k-images-idx3-ubyte.gz",
+                                         FMNIST "t10k-labels-idx1-ubyte.gz", MEAN, STD, 0, -1, err, sizeof err);
+    CHECK(te && te->n == 10000, "%s", err);
+    CHECK(te && te->get(te, 0, x, &y, err, sizeof err) == 0 && y == 9, "first test label %d", y);
+    ut_dataset_free(te);
+}
+
+/* Decompresses a .gz into a plain file with zlib (independently of the library). */
+static void gunzip_to(const char *gz, const char *out) {
+    gzFile g = gzopen(gz, "rb");
+    FILE *f = fopen(out, "wb");
+    if (!g || !f) { perror(out); exit(1); }
+    char buf[1 << 16];
+    int k;
+    while ((k = gzread(g, buf, sizeof buf)) > 0)
+        if (fwrite(buf, 1, (size_t)k, f) != (size_t)k) { perror(out); exit(1); }
+    CHECK(k == 0, "gzread");
+    gzclose(g);
+    if (fclose(f) != 0) { perror(out); exit(1); }
+}
+
+static void test_idx_plain_equals_gz_and_dev_carve(void) {
+    const char *pi = tmp("train-images"), *pl = tmp("train-labels");
+    gunzip_to(FMNIST "train-images-idx3-ubyte.gz", pi);
+    gunzip_to(FMNIST "train-labels-idx1-ubyte.gz", pl);
+    ut_dataset *gz = ut_idx_dataset_open(FMNIST "train-images-idx3-ubyte.gz",
+                                         FMNIST "train-labels-idx1-ubyte.gz", MEAN, STD, 0, -1, err, sizeof err);
+    ut_dataset *plain = ut_idx_dataset_open(pi, pl, MEAN, STD, 0, -1, err, sizeof err);
+    ut_dataset *dev = ut_idx_dataset_open(pi, pl, MEAN, STD, 55000, 60000, err, sizeof err);
+    CHECK(gz && plain && dev, "%s", err);
+    if (gz && plain && dev) {
+        CHECK(plain->n == 60000 && dev->n == 5000, "%lld %lld", (long long)plain->n, (long long)dev->n);
+        float a[784], b[784];
+        int32_t ya, yb;
+        int same = 1;
+        for (int64_t i = 0; i < 60000; i += 97) {
+            gz->get(gz, i, a, &ya, err, sizeof err);
+            plain->get(plain, i, b, &yb, err, sizeof err);
+            same &= ya == yb && !memcmp(a, b, sizeof a);
+        }
+        CHECK(same, "plain and gzip files give different examples");
+        gz->get(gz, 55000, a, &ya, err, sizeof err);
+        dev->get(dev, 0, b, &yb, err, sizeof err);
+        CHECK(ya == yb && yb == 0 && !memcmp(a, b, sizeof a), "dev[0] is train[55000]");
+        CHECK_NEAR(b[14 * 28 + 14], (201 / 255.0 - MEAN) / STD, 1e-6);
+    }
+    ut_dataset_free(gz);
+    ut_dataset_free(plain);
+    ut_dataset_free(dev);
+}
+
+/* A 3-image 2x2 IDX pair; labels[i] as given. */
+static size_t make_images(unsigned char *b, uint32_t magic, int count) {
+    unsigned char h[16] = {magic >> 24, magic >> 16, magic >> 8, magic, 0, 0, 0, (unsigned char)count,
+                           0, 0, 0, 2, 0, 0, 0, 2};
+    memcpy(b, h, 16);
+    for (int i = 0; i < 4 * count; i++) b[16 + i] = (unsigned char)(i * 20);
+    return 16 + 4 * (size_t)count;
+}
+
+static size_t make_labels(unsigned char *b, int count, const unsigned char *labels) {
+    unsigned char h[8] = {0, 0, 8, 1, 0, 0, 0, (unsigned char)count};
+    memcpy(b, h, 8);
+    memcpy(b + 8, labels, (size_t)count);
+    return 8 + (size_t)count;
+}
+
+static void expect_idx_error(const char *images, const char *labels, int64_t lo, int64_t hi,
+                             const char *file, const char *what) {
+    err[0] = 0;
+    ut_dataset *ds = ut_idx_dataset_open(images, labels, 0, 1, lo, hi, err, sizeof err);
+    CHECK(!ds, "opened %s", file);
+    ut_dataset_free(ds);
+    CHECK(strstr(err, file) && strstr(err, what), "'%s' should name %s and '%s'", err, file, what);
+}
+
+static void test_idx_errors(void) {
+    unsigned char img[64], lab[16];
+    const unsigned char good[3] = {1, 2, 3}, bad[3] = {1, 12, 3};
+    const char *gi = tmp("g-images"), *gl = tmp("g-labels"), *bi = tmp("b-images"), *bl = tmp("b-labels");
+    write_bytes(gi, img, make_images(img, 0x803, 3));
+    write_bytes(gl, lab, make_labels(lab, 3, good));
+    ut_dataset *ds = ut_idx_dataset_open(gi, gl, 0.5, 2, 1, -1, err, sizeof err);
+    CHECK(ds && ds->n == 2, "%s", err);
+    if (ds) {
+        float x[4];
+        int32_t y;
+        ds->get(ds, 0, x, &y, err, sizeof err);
+        CHECK(y == 2, "%d", y);
+        CHECK_NEAR(x[1], (100 / 255.0 - 0.5) / 2, 1e-6);  /* image 1, pixel 1 = (4 + 1) * 20 */
+    }
+    ut_dataset_free(ds);
+
+    write_bytes(bi, img, make_images(img, 0x801, 3));
+    expect_idx_error(bi, gl, 0, -1, bi, "byte offset 0: bad magic");
+    write_bytes(bi, img, make_images(img, 0x803, 3) - 1);
+    expect_idx_error(bi, gl, 0, -1, bi, "truncated at byte offset 27");
+    write_bytes(bi, img, 10);
+    expect_idx_error(bi, gl, 0, -1, bi, "truncated at byte offset 10");
+    write_bytes(bi, "", 0);
+    expect_idx_error(bi, gl, 0, -1, bi, "empty file");
+    write_bytes(bl, lab, make_labels(lab, 2, good));
+    expect_idx_error(gi, bl, 0, -1, bl, "byte offset 4: 2 labels");
+    write_bytes(bl, lab, make_labels(lab, 3, bad));
+    expect_idx_error(gi, bl, 0, -1, bl, "byte offset 9: label 12 >= 10");
+    expect_idx_error(gi, gl, 2, 5, gi, "range [2, 5)");
+    expect_idx_error(tmp("missing"), gl, 0, -1, "missing", "cannot open");
+
+    /* gzip detected by magic under any name; a truncated stream is an error */
+    gzFile g = gzopen(bi, "wb");
+    size_t len = make_images(img, 0x803, 3);
+    gzwrite(g, img, (unsigned)len);
+    gzclose(g);
+    ds = ut_idx_dataset_open(bi, gl, 0, 1, 0, -1, err, sizeof err);
+    CHECK(ds && ds->n == 3, "%s", err);
+    ut_dataset_free(ds);
+    FILE *f = fopen(bi, "rb");
+    unsigned char z[256];
+    size_t zl = f ? fread(z, 1, sizeof z, f) : 0;
+    if (f) fclose(f);
+    write_bytes(bi, z, zl - 12);
+    expect_idx_error(bi, gl, 0, -1, bi, "truncated gzip");
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t count,
+                        const uint16_t *tok, int ntok) {
+    int32_t hdr[256] = {magic, version, count};
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(hdr, 4, 256, f) != 256 || (ntok && fwrite(tok, 2, (size_t)ntok, f) != (size_t)ntok) ||
+        fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static void expect_tok_error(const char *pattern, int64_t vocab, const char *file, const char *what) {
+    err[0] = 0;
+    ut_dataset *ds = ut_token_dataset_open(pattern, 3, vocab, err, sizeof err);
+    CHECK(!ds, "opened %s", pattern);
+    ut_dataset_free(ds);
+    CHECK(strstr(err, file) && strstr(err, what), "'%s' should name %s and '%s'", err, file, what);
+}
+
+static void test_tokens(void) {
+    uint16_t t[20];
+    for (int i = 0; i < 20; i++) t[i] = (uint16_t)(100 + i);
+    write_shard(tmp("shard_a.bin"), 20240520, 1, 10, t, 10);       /* 2 windows of 4, 2 left over */
+    write_shard(tmp("shard_b.bin"), 20240520, 1, 9, t + 10, 9);    /* 2 windows, 1 left over */
+    ut_dataset *ds = ut_token_dataset_open(tmp("shard_a.bin"), 3, 200, err, sizeof err);
+    CHECK(ds && ds->n == 2 && ds->vocab_size == 200 && ds->x_ne[0] == 3 && ds->y_ne[0] == 3, "%s", err);
+    int32_t x[3], y[3];
+    if (ds) {
+        ds->get(ds, 1, x, y, err, sizeof err);
+        CHECK(x[0] == 104 && x[2] == 106 && y[0] == 105 && y[2] == 107, "%d %d %d %d", x[0], x[2], y[0], y[2]);
+    }
+    ut_dataset_free(ds);
+    ds = ut_token_dataset_open(tmp("shard_*.bin"), 3, 200, err, sizeof err);
+    CHECK(ds && ds->n == 4, "%s", err);
+    if (ds) {
+        ds->get(ds, 2, x, y, err, sizeof err);  /* first window of shard_b: no crossing */
+        CHECK(x[0] == 110 && y[2] == 113, "%d %d", x[0], y[2]);
+        ds->get(ds, 3, x, y, err, sizeof err);
+        CHECK(x[0] == 114 && y[2] == 117, "%d %d", x[0], y[2]);
+    }
+    ut_dataset_free(ds);
+
+    const char *bad = tmp("bad.bin");
+    write_shard(bad, 20240521, 1, 10, t, 10);
+    expect_tok_error(bad, 200, bad, "byte offset 0: bad magic 20240521");
+    write_shard(bad, 20240520, 2, 10, t, 10);
+    expect_tok_error(bad, 200, bad, "byte offset 4: unsupported version 2");
+    write_shard(bad, 20240520, 1, 10, t, 8);
+    expect_tok_error(bad, 200, bad, "truncated at byte offset 1040");
+    write_shard(bad, 20240520, 1, 10, t, 10);
+    expect_tok_error(bad, 105, bad, "byte offset 1034: token 105 >= vocab_size 105");
+    write_bytes(bad, "", 0);
+    expect_tok_error(bad, 200, bad, "empty file");
+    write_shard(bad, 20240520, 1, 2, t, 2);
+    expect_tok_error(bad, 200, bad, "no shard has 4 tokens");
+    expect_tok_error(tmp("nothing_*.bin"), 200, "nothing_", "no file matches");
+    unlink(bad);
+}
+
+static void test_tokenize_round_trip(void) {
+    const char *txt = tmp("in.txt"), *bin = tmp("out.bin");
+    const char *text = "In the beginning\n\xff\x01";
+    write_text(txt, text);
+    int files = count_tmp_files();
+    CHECK(ut_tokenize_file("byte", txt, bin, err, sizeof err) == 0, "%s", err);
+    CHECK(count_tmp_files() == files + 1, "temporary file left behind");
+    ut_dataset *ds = ut_token_dataset_open(bin, 1, 256, err, sizeof err);
+    size_t len = strlen(text);
+    CHECK(ds && ds->n == (int64_t)len / 2, "%s", err);
+    int same = 1;
+    for (int64_t i = 0; ds && i < ds->n; i++) {
+        int32_t x, y;
+        ds->get(ds, i, &x, &y, err, sizeof err);
+        same &= x == (unsigned char)text[2 * i] && y == (unsigned char)text[2 * i + 1];
+    }
+    CHECK(same, "tokens differ from the text's bytes");
+    ut_dataset_free(ds);
+    CHECK(ut_tokenize_file("gpt2", txt, bin, err, sizeof err) == -1 && strstr(err, "gpt2") &&
+          strstr(err, "known: byte"), "%s", err);
+    write_text(txt, "");
+    CHECK(ut_tokenize_file("byte", txt, bin, err, sizeof err) == -1 && strstr(err, "empty file"), "%s", err);
+    unlink(txt);
+    unlink(bin);
+}
+
+/* ---------------------------------------------------------------- TSV */
+
+static const char *TRAIN_TSV =
+    "sentence\tlabel\n"
+    "The cat sat.\t0\n"
+    "the DOG sat, the cat ran!\t2\n"
+    "\n"
+    "a dog\t1\n";
+
+static void test_vocab_and_tsv(void) {
+    const char *tr = tmp("train.tsv"), *vf = tmp("vocab.txt");
+    write_text(tr, TRAIN_TSV);
+    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v, "%s", err);
+    if (!v) return;
+    /* counts: the 3, cat 2, dog 2, sat 2, ! 1, , 1, . 1, a 1, ran 1 */
+    CHECK(ut_vocab_size(v) == 11 && ut_vocab_num_classes(v) == 3, "%lld %lld",
+          (long long)ut_vocab_size(v), (long long)ut_vocab_num_classes(v));
+    CHECK(ut_vocab_save(v, vf, err, sizeof err) == 0, "%s", err);
+    ut_vocab *w = ut_vocab_load(vf, err, sizeof err);
+    CHECK(w && ut_vocab_size(w) == 11 && ut_vocab_num_classes(w) == 3, "%s", err);
+    const char *dv = tmp("dev.tsv");
+    write_text(dv, "sentence\tlabel\nThe cat, the zebra sat.\t2\nran\t0\n");
+    ut_dataset *ds = ut_tsv_dataset_open(dv, w, 6, err, sizeof err);
+    CHECK(ds && ds->n == 2 && ds->vocab_size == 11 && ds->num_classes == 3 && ds->x_ne[0] == 6, "%s", err);
+    if (ds) {
+        int32_t x[6], y;
+        ds->get(ds, 0, x, &y, err, sizeof err);
+        /* ids: <pad> 0, <unk> 1, the 2, cat 3, dog 4, sat 5, ! 6, , 7, . 8, a 9, ran 10 */
+        const int32_t want0[6] = {2, 3, 7, 2, 1, 5};  /* truncated before "." */
+        CHECK(!memcmp(x, want0, sizeof x) && y == 2, "%d %d %d %d %d %d / %d", x[0], x[1], x[2], x[3], x[4], x[5], y);
+        ds->get(ds, 1, x, &y, err, sizeof err);
+        const int32_t want1[6] = {10, 0, 0, 0, 0, 0};
+        CHECK(!memcmp(x, want1, sizeof x) && y == 0, "%d %d", x[0], x[1]);
+    }
+    ut_dataset_free(ds);
+    ut_vocab_free(w);
+    ut_vocab_free(v);
+
+    v = ut_vocab_build("word", tr, 2, err, sizeof err);
+    CHECK(v && ut_vocab_size(v) == 6, "min_freq 2: %lld", v ? (long long)ut_vocab_size(v) : -1LL);
+    ut_vocab_free(v);
+    CHECK(!ut_vocab_build("bpe", tr, 1, err, sizeof err) && strstr(err, "known: word, byte"), "%s", err);
+}
+
+static void test_vocab_escapes_and_bytes(void) {
+    const char *tr = tmp("esc.tsv"), *vf = tmp("esc.vocab");
+    write_text(tr, "label\tsentence\n1\tcaf\xc3\xa9 a\x01z \xff\n");
+    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v && ut_vocab_size(v) == 5, "%s", err);
+    if (!v) return;
+    CHECK(ut_vocab_save(v, vf, err, sizeof err) == 0, "%s", err);
+    FILE *f = fopen(vf, "rb");
+    char text[256] = {0};
+    if (f) {
+        CHECK(fread(text, 1, sizeof text - 1, f) > 0, "read");
+        fclose(f);
+    }
+    CHECK(strstr(text, "a\\x01z\n") && strstr(text, "caf\xc3\xa9\n"), "%s", text);
+    ut_vocab *w = ut_vocab_load(vf, err, sizeof err);
+    CHECK(w && ut_vocab_size(w) == 5, "%s", err);
+    ut_dataset *a = ut_tsv_dataset_open(tr, v, 4, err, sizeof err), *b = ut_tsv_dataset_open(tr, w, 4, err, sizeof err);
+    CHECK(a && b, "%s", err);
+    if (a && b) {
+        int32_t xa[4], xb[4], ya, yb;
+        a->get(a, 0, xa, &ya, err, sizeof err);
+        b->get(b, 0, xb, &yb, err, sizeof err);
+        CHECK(!memcmp(xa, xb, sizeof xa) && ya == 1 && yb == 1 && xa[3] == 0 && xa[0] > 1, "save/load changed ids");
+    }
+    ut_dataset_free(a);
+    ut_dataset_free(b);
+    ut_vocab_free(v);
+    ut_vocab_free(w);
+
+    v = ut_vocab_build("byte", tr, 1, err, sizeof err);
+    CHECK(v && ut_vocab_size(v) == 257 && ut_vocab_num_classes(v) == 2, "%s", err);
+    CHECK(v && ut_vocab_save(v, vf, err, sizeof err) == 0, "%s", err);
+    w = ut_vocab_load(vf, err, sizeof err);
+    CHECK(w && ut_vocab_size(w) == 257, "%s", err);
+    a = w ? ut_tsv_dataset_open(tr, w, 8, err, sizeof err) : NULL;
+    CHECK(a && a->vocab_size == 257, "%s", err);
+    if (a) {
+        int32_t x[8], y;
+        a->get(a, 0, x, &y, err, sizeof err);
+        CHECK(x[0] == 'c' + 1 && x[3] == 0xc3 + 1 && x[7] == 0x01 + 1, "%d %d %d", x[0], x[3], x[7]);
+    }
+    ut_dataset_free(a);
+    ut_vocab_free(v);
+    ut_vocab_free(w);
+    write_text(vf, "not a vocab\n");
+    CHECK(!ut_vocab_load(vf, err, sizeof err) && strstr(err, ":1: not a utrain vocabulary"), "%s", err);
+}
+
+static void expect_tsv_error(const char *text, const ut_vocab *v, const char *what) {
+    const char *p = tmp("bad.tsv");
+    write_text(p, text);
+    err[0] = 0;
+    ut_dataset *ds = ut_tsv_dataset_open(p, v, 4, err, sizeof err);
+    CHECK(!ds, "opened '%s'", text);
+    ut_dataset_free(ds);
+    CHECK(strstr(err, p) && strstr(err, what), "'%s' should name %s and '%s'", err, p, what);
+}
+
+static void test_tsv_errors(void) {
+    const char *tr = tmp("train.tsv");
+    write_text(tr, TRAIN_TSV);
+    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v, "%s", err);
+    if (!v) return;
+    expect_tsv_error("sentence\tlabel\ngood\t1\nno tab here\n", v, ":3: missing tab");
+    expect_tsv_error("sentence\tlabel\ngood\t1\nbad\tx1\n", v, ":3: bad label 'x1'");
+    expect_tsv_error("sentence\tlabel\ngood\t-1\n", v, ":2: bad label '-1'");
+    expect_tsv_error("sentence\tlabel\ngood\t1\nok\t3\n", v, ":3: label 3 >= num_classes 3");
+    expect_tsv_error("", v, "empty file");
+    expect_tsv_error("good\t1\n", v, ":1: no header");
+    expect_tsv_error("sentence\tlabel\n", v, "no examples after the header");
+    ut_vocab_free(v);
+    CHECK(!ut_vocab_build("word", tmp("bad.tsv"), 1, err, sizeof err) && strstr(err, "no examples"), "%s", err);
+}
+
+static void test_sst2_sample(void) {
+    ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", 1, err, sizeof err);
+    CHECK(v && ut_vocab_num_classes(v) == 2 && ut_vocab_size(v) > 50, "%s", err);
+    if (!v) return;
+    const char *files[3] = {"data/sst2_sample/train.tsv", "data/sst2_sample/dev.tsv", "data/sst2_sample/test.tsv"};
+    for (int k = 0; k < 3; k++) {
+        ut_dataset *ds = ut_tsv_dataset_open(files[k], v, 32, err, sizeof err);
+        CHECK(ds && ds->n >= 50, "%s", err);
+        ut_dataset_free(ds);
+    }
+    ut_vocab_free(v);
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+/* One epoch over all ranks: marks each index seen; returns global batches. */
+static int64_t run_epoch(int64_t n, int64_t lb, int world, uint64_t seed, int64_t epoch, bool drop,
+                         int *seen) {
+    int64_t batches = -1, idx[64];
+    for (int r = 0; r < world; r++) {
+        ut_sampler s;
+        ut_sampler_init(&s, n, lb, r, world, seed, true, drop);
+        ut_sampler_seek(&s, epoch, 0);
+        int64_t b = 0;
+        while (!ut_sampler_at_end(&s)) {
+            int64_t c = ut_sampler_next(&s, idx);
+            for (int64_t k = 0; k < c; k++) seen[idx[k]]++;
+            b++;
+        }
+        CHECK(ut_sampler_next(&s, idx) == 0, "after the end");
+        CHECK(batches < 0 || b == batches, "ranks disagree on batch count");
+        CHECK(b == ut_sampler_batches_per_epoch(&s), "%lld vs %lld", (long long)b,
+              (long long)ut_sampler_batches_per_epoch(&s));
+        batches = b;
+        ut_sampler_free(&s);
+    }
+    return batches;
+}
+
+static void test_sampler_coverage(void) {
+    for (int world = 1; world <= 3; world++) {
+        int seen[23] = {0};
+        int64_t b = run_epoch(23, 4, world, 42, 0, false, seen);
+        int once = 1;
+        for (int i = 0; i < 23; i++) once &= seen[i] == 1;
+        CHECK(once, "world %d: not every index exactly once", world);
+        CHECK(b == (23 + 4 * world - 1) / (4 * world), "world %d: %lld batches", world, (long long)b);
+        int seen2[23] = {0};
+        b = run_epoch(23, 4, world, 42, 0, true, seen2);
+        int total = 0;
+        for (int i = 0; i < 23; i++) total += seen2[i];
+        CHECK(b == 23 / (4 * world) && total == b * 4 * world, "world %d drop_last: %lld batches, %d seen",
+              world, (long long)b, total);
+    }
+    /* world 3, local 4, n 18: the last global batch has 6 positions -> 4, 2, 0 */
+    ut_sampler s;
+    int64_t idx[4], counts[3];
+    for (int r = 0; r < 3; r++) {
+        ut_sampler_init(&s, 18, 4, r, 3, 1, true, false);
+        ut_sampler_next(&s, idx);
+        counts[r] = ut_sampler_next(&s, idx);
+        CHECK(ut_sampler_at_end(&s), "rank %d", r);
+        ut_sampler_free(&s);
+    }
+    CHECK(counts[0] == 4 && counts[1] == 2 && counts[2] == 0, "%lld %lld %lld", (long long)counts[0],
+          (long long)counts[1], (long long)counts[2]);
+}
+
+/* The first n positions of epoch e's order with world 1. */
+static void epoch_order(int64_t n, uint64_t seed, int64_t e, bool shuffle, int64_t *out) {
+    ut_sampler s;
+    ut_sampler_init(&s, n, n, 0, 1, seed, shuffle, false);
+    ut_sampler_seek(&s, e, 0);
+    ut_sampler_next(&s, out);
+    ut_sampler_free(&s);
+}
+
+static void test_sampler_order(void) {
+    int64_t a[50], b[50], c[50], d[50];
+    epoch_order(50, 7, 0, true, a);
+    epoch_order(50, 7, 1, true, b);
+    epoch_order(50, 7, 0, true, c);
+    epoch_order(50, 8, 0, true, d);
+    CHECK(memcmp(a, b, sizeof a) != 0, "epochs 0 and 1 have the same order");
+    CHECK(memcmp(a, c, sizeof a) == 0, "same seed, different order");
+    CHECK(memcmp(a, d, sizeof a) != 0, "seeds 7 and 8 give the same order");
+    epoch_order(50, 7, 3, false, a);
+    int ident = 1;
+    for (int i = 0; i < 50; i++) ident &= a[i] == i;
+    CHECK(ident, "no shuffle: identity");
+
+    /* next_epoch moves on; the order follows the epoch */
+    ut_sampler s;
+    ut_sampler_init(&s, 50, 50, 0, 1, 7, true, false);
+    ut_sampler_next(&s, c);
+    ut_sampler_next_epoch(&s);
+    CHECK(s.epoch == 1 && s.cursor == 0, "next_epoch");
+    ut_sampler_next(&s, c);
+    CHECK(memcmp(b, c, sizeof b) == 0, "epoch 1 after next_epoch");
+    ut_sampler_free(&s);
+}
+
+static void test_sampler_seek_and_world(void) {
+    ut_sampler a, b;
+    int64_t ia[8], ib[8];
+    ut_sampler_init(&a, 37, 3, 0, 1, 5, true, false);
+    ut_sampler_init(&b, 37, 3, 0, 1, 5, true, false);
+    ut_sampler_next_epoch(&a);
+    for (int k = 0; k < 4; k++) ut_sampler_next(&a, ia);
+    ut_sampler_seek(&b, a.epoch, a.cursor);
+    int64_t na, nb, batches = 0;
+    int same = 1;
+    while ((na = ut_sampler_next(&a, ia)), (nb = ut_sampler_next(&b, ib)), na || nb) {
+        same &= na == nb && !memcmp(ia, ib, (size_t)na * sizeof *ia);
+        batches++;
+    }
+    CHECK(same && batches == 13 - 4, "seek: %lld remaining batches", (long long)batches);
+    ut_sampler_free(&a);
+    ut_sampler_free(&b);
+
+    /* world 2 x local 4 sees the same global batches as world 1 x local 8 */
+    ut_sampler w1, r0, r1;
+    ut_sampler_init(&w1, 45, 8, 0, 1, 9, true, false);
+    ut_sampler_init(&r0, 45, 4, 0, 2, 9, true, false);
+    ut_sampler_init(&r1, 45, 4, 1, 2, 9, true, false);
+    ut_sampler_seek(&w1, 2, 16);  /* resumed from a cursor saved by either */
+    ut_sampler_seek(&r0, 2, 16);
+    ut_sampler_seek(&r1, 2, 16);
+    same = 1;
+    for (int k = 0; k < 4; k++) {
+        int64_t g[8], l[8];
+        int64_t ng = ut_sampler_next(&w1, g), n0 = ut_sampler_next(&r0, l);
+        int64_t n1 = ut_sampler_next(&r1, l + n0);
+        same &= ng == n0 + n1 && !memcmp(g, l, (size_t)ng * sizeof *g);
+    }
+    CHECK(same && ut_sampler_at_end(&w1) && ut_sampler_at_end(&r0), "world 2 differs from world 1");
+    ut_sampler_free(&w1);
+    ut_sampler_free(&r0);
+    ut_sampler_free(&r1);
+}
+
+/* ---------------------------------------------------------------- loader */
+
+/* A user dataset: x = (i, -i) f32, y = i; get fails for index fail_at. */
+typedef struct { int64_t fail_at; } toy;
+
+static int toy_get(ut_dataset *ds, int64_t i, void *x, void *y, char *e, size_t n) {
+    toy *t = ds->impl;
+    if (i == t->fail_at) {
+        snprintf(e, n, "toy: example %lld is broken", (long long)i);
+        return -1;
+    }
+    ((float *)x)[0] = (float)i;
+    ((float *)x)[1] = (float)-i;
+    *(int32_t *)y = (int32_t)i;
+    return 0;
+}
+
+static ut_dataset toy_dataset(int64_t n, toy *t) {
+    return (ut_dataset){.name = "toy", .n = n, .x_ndim = 1, .x_ne = {2}, .x_dtype = UT_F32,
+                        .y_dtype = UT_I32, .get = toy_get, .impl = t};
+}
+
+static void test_loader_matches_sampler(void) {
+    toy t = {-1};
+    ut_dataset ds = toy_dataset(30, &t);
+    ut_sampler s, ref;
+    ut_sampler_init(&s, 30, 4, 1, 2, 3, true, false);
+    ut_sampler_init(&ref, 30, 4, 1, 2, 3, true, false);
+    ut_loader *l = ut_loader_new(&ds, &s, 2);
+    ut_batch b;
+    int64_t idx[4];
+    uint64_t allocs = 0;
+    int same = 1;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int k = 0; k < 4; k++) {
+            int rc = ut_loader_next(l, &b, err, sizeof err);
+            int64_t c = ut_sampler_next(&ref, idx);
+            same &= rc == 1 && b.count == c && b.epoch == epoch && b.cursor_after == ref.cursor;
+            for (int64_t j = 0; j < c && same; j++)
+                same &= ((int32_t *)b.y)[j] == idx[j] && ((float *)b.x)[2 * j + 1] == (float)-idx[j];
+            if (epoch == 0 && k == 0) allocs = ut_alloc_count();
+        }
+        CHECK(ut_loader_next(l, &b, err, sizeof err) == 0 && b.count == 0, "end of epoch %d", epoch);
+        ut_sampler_next_epoch(&ref);
+    }
+    CHECK(same, "loader batches differ from the sampler's");
+    CHECK(ut_alloc_count() == allocs, "%llu allocations while loading",
+          (unsigned long long)(ut_alloc_count() - allocs));
+    ut_loader_free(l);
+    CHECK(s.epoch == 1 && ut_sampler_at_end(&s), "free after a 0 leaves the sampler at the end");
+    ut_sampler_free(&s);
+    ut_sampler_free(&ref);
+}
+
+static void test_loader_resume(void) {
+    toy t = {-1};
+    ut_dataset ds = toy_dataset(50, &t);
+    ut_sampler a, b;
+    ut_sampler_init(&a, 50, 3, 0, 1, 11, true, true);
+    ut_sampler_init(&b, 50, 3, 0, 1, 11, true, true);
+    ut_loader *la = ut_loader_new(&ds, &a, 4), *lb = ut_loader_new(&ds, &b, 3);
+    ut_batch ba, bb;
+    for (int k = 0; k < 5; k++) {
+        ut_loader_next(la, &ba, err, sizeof err);
+        ut_loader_next(lb, &bb, err, sizeof err);
+    }
+    ut_loader_free(lb);  /* mid-epoch, with batches read ahead */
+    CHECK(b.epoch == 0 && b.cursor == 15, "stopped at %lld/%lld", (long long)b.epoch, (long long)b.cursor);
+    lb = ut_loader_new(&ds, &b, 1);
+    int same = 1, n = 0;
+    while (ut_loader_next(la, &ba, err, sizeof err) == 1) {
+        same &= ut_loader_next(lb, &bb, err, sizeof err) == 1 && ba.count == bb.count &&
+                !memcmp(ba.y, bb.y, (size_t)ba.count * 4) && ba.cursor_after == bb.cursor_after;
+        n++;
+    }
+    CHECK(same && n == 16 - 5, "resumed loader differs (%d batches)", n);
+    CHECK(ut_loader_next(lb, &bb, err, sizeof err) == 0, "resumed loader's end");
+    ut_loader_free(la);
+    ut_loader_free(lb);
+    ut_sampler_free(&a);
+    ut_sampler_free(&b);
+}
+
+static void test_loader_error(void) {
+    toy t = {7};
+    ut_dataset ds = toy_dataset(20, &t);
+    ut_sampler s;
+    ut_sampler_init(&s, 20, 4, 0, 1, 0, false, false);
+    ut_loader *l = ut_loader_new(&ds, &s, 2);
+    ut_batch b;
+    CHECK(ut_loader_next(l, &b, err, sizeof err) == 1, "first batch");
+    CHECK(ut_loader_next(l, &b, err, sizeof err) == -1 && strstr(err, "example 7 is broken"), "%s", err);
+    err[0] = 0;
+    CHECK(ut_loader_next(l, &b, err, sizeof err) == -1 && strstr(err, "example 7"), "sticky: %s", err);
+    ut_loader_free(l);
+    CHECK(s.cursor == 4, "sampler after the last good batch: %lld", (long long)s.cursor);
+    ut_sampler_free(&s);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ut_data_XXXXXX");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    RUN(test_idx_fashion_mnist);
+    RUN(test_idx_plain_equals_gz_and_dev_carve);
+    RUN(test_idx_errors);
+    RUN(test_tokens);
+    RUN(test_tokenize_round_trip);
+    RUN(test_vocab_and_tsv);
+    RUN(test_vocab_escapes_and_bytes);
+    RUN(test_tsv_errors);
+    RUN(test_sst2_sample);
+    RUN(test_sampler_coverage);
+    RUN(test_sampler_order);
+    RUN(test_sampler_seek_and_world);
+    RUN(test_loader_matches_sampler);
+    RUN(test_loader_resume);
+    RUN(test_loader_error);
+    remove_tmpdir();
+    return TEST_SUMMARY();
+}
