@@ -93,6 +93,14 @@ void ut_say(ut_runlog *rl, const char *fmt, ...) {
     }
 }
 
+/* A TensorBoard write error is reported once; the run goes on without it. */
+static void tb_failed(ut_runlog *rl) {
+    fprintf(stderr, "utrain: warning: writing the TensorBoard file in %s/tensorboard failed (%s); "
+                    "TensorBoard logging stops, metrics.jsonl continues\n", rl->dir, strerror(errno));
+    ut_tb_close(rl->tb);
+    rl->tb = NULL;
+}
+
 /* JSON numbers cannot be nan/inf: those become null. */
 static void json_number(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.9g", v);
@@ -110,11 +118,12 @@ void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch
         fprintf(rl->metrics, ", \"%s\": ", names[i]);
         json_number(rl->metrics, values[i]);
         snprintf(tag, sizeof tag, "%s/%s", split, names[i]);
-        if (isfinite(values[i])) ut_tb_scalar(rl->tb, tag, step, values[i]);
+        if (rl->tb && isfinite(values[i]) && ut_tb_scalar(rl->tb, tag, step, values[i])) tb_failed(rl);
     }
     fputs("}\n", rl->metrics);
-    fflush(rl->metrics);
-    ut_tb_flush(rl->tb);
+    if (fflush(rl->metrics))
+        fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed: %s\n", rl->dir, strerror(errno));
+    if (rl->tb && ut_tb_flush(rl->tb)) tb_failed(rl);
 }
 
 static void fmt_time(char *buf, size_t n, double s) {
