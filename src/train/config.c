@@ -1,0 +1,242 @@
+/* The configuration schema (one row per key) and the entry points that apply
+ * it: defaults, --set, and the key lookups the loader, writer and docs share. */
+#include <stddef.h>
+#include <string.h>
+
+#include "config_schema.h"
+#include "utrain/base.h"
+
+/* field location of a row: offset and size in ut_config */
+#define AT(f) .off = offsetof(ut_config, f), .size = sizeof(((ut_config *)0)->f)
+#define GE(v) .lo = UT_CFG_GE, .min = (v)
+#define GT(v) .lo = UT_CFG_GT, .min = (v)
+#define LT(v) .hi = UT_CFG_LT, .max = (v)
+
+static const char *const modes[] = {"train", "test", NULL};
+static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", NULL};
+static const char *const tokenizers[] = {"word", "byte", NULL};
+static const char *const strategies[] = {"no", "steps", "epoch", NULL};
+static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
+static const char *const optimizers[] = {"adamw", "sgd", NULL};
+static const char *const schedules[] = {"constant", "cosine", "linear", "step", NULL};
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+const ut_cfg_key ut_cfg_schema[] = {
+    /* ---- top level: the run ---- */
+    {.key = "experiment_name", .type = UT_CFG_STR, AT(experiment_name), .def = "default",
+     .doc = "run directory name under output_dir"},
+    {.key = "output_dir", .type = UT_CFG_STR, AT(output_dir), .def = "runs",
+     .doc = "directory holding the run directories"},
+    {.key = "mode", .type = UT_CFG_ENUM, AT(mode), .def = "train", .values = modes,
+     .doc = "train, or test the best checkpoint of the run"},
+    {.key = "continue_training", .type = UT_CFG_BOOL, AT(continue_training), .def = "false",
+     .doc = "resume from the newest valid checkpoint of the run"},
+    {.key = "load_dir", .type = UT_CFG_STR, AT(load_dir), .def = "",
+     .doc = "a run directory to load initial weights from (empty: none)"},
+    {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
+     .doc = "seed of weight init, shuffling and dropout"},
+    {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0),
+     .doc = "CPU threads (0: the OpenMP default)"},
+
+    /* ---- model ---- */
+    {.key = "model.name", .type = UT_CFG_STR, AT(model_name), .def = "cnn", .hashed = true,
+     .doc = "a registered model (mlp, cnn, gpt2, ...); other model.* keys are its options"},
+
+    /* ---- data ---- */
+    {.key = "data.name", .type = UT_CFG_ENUM, AT(data_name), .def = "idx_images",
+     .values = datasets, .hashed = true, .doc = "dataset kind"},
+    {.key = "data.train_images", .type = UT_CFG_STR, AT(train_images),
+     .def = FMNIST "train-images-idx3-ubyte.gz", .hashed = true,
+     .doc = "idx_images: training images (IDX, plain or gzip)"},
+    {.key = "data.train_labels", .type = UT_CFG_STR, AT(train_labels),
+     .def = FMNIST "train-labels-idx1-ubyte.gz", .hashed = true,
+     .doc = "idx_images: training labels"},
+    {.key = "data.dev_images", .type = UT_CFG_STR, AT(dev_images), .def = "", .hashed = true,
+     .doc = "idx_images: dev images (empty: carve dev_size from the training set)"},
+    {.key = "data.dev_labels", .type = UT_CFG_STR, AT(dev_labels), .def = "", .hashed = true,
+     .doc = "idx_images: dev labels"},
+    {.key = "data.test_images", .type = UT_CFG_STR, AT(test_images),
+     .def = FMNIST "t10k-images-idx3-ubyte.gz", .doc = "idx_images: test images"},
+    {.key = "data.test_labels", .type = UT_CFG_STR, AT(test_labels),
+     .def = FMNIST "t10k-labels-idx1-ubyte.gz", .doc = "idx_images: test labels"},
+    {.key = "data.dev_size", .type = UT_CFG_INT, AT(dev_size), .def = "5000", GE(0),
+     .hashed = true, .doc = "idx_images: last N training examples used as dev when no dev files"},
+    {.key = "data.mean", .type = UT_CFG_FLOAT, AT(mean), .def = "0.2860", .hashed = true,
+     .doc = "idx_images: normalisation (x/255 - mean)/std"},
+    {.key = "data.std", .type = UT_CFG_FLOAT, AT(std), .def = "0.3530", GT(0), .hashed = true,
+     .doc = "idx_images: normalisation (x/255 - mean)/std"},
+    {.key = "data.train_path", .type = UT_CFG_STR, AT(train_path), .def = "", .hashed = true,
+     .doc = "tokens: shard file or glob; tsv_text: TSV file"},
+    {.key = "data.dev_path", .type = UT_CFG_STR, AT(dev_path), .def = "",
+     .doc = "tokens, tsv_text: dev data (empty: no dev set)"},
+    {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
+     .doc = "tokens, tsv_text: test data (empty: none)"},
+    {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), .hashed = true,
+     .doc = "tokens: sequence length T"},
+    {.key = "data.tokenizer", .type = UT_CFG_ENUM, AT(tokenizer), .def = "word",
+     .values = tokenizers, .hashed = true, .doc = "tsv_text: tokenizer"},
+    {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), .hashed = true,
+     .doc = "tsv_text: pad or truncate to this many tokens"},
+    {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,
+     .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
+    {.key = "data.shuffle", .type = UT_CFG_BOOL, AT(shuffle), .def = "true", .hashed = true,
+     .doc = "shuffle the training set every epoch (by seed and epoch)"},
+    {.key = "data.drop_last", .type = UT_CFG_BOOL, AT(drop_last), .def = "false", .hashed = true,
+     .doc = "drop the last incomplete training batch of an epoch"},
+    {.key = "data.prefetch", .type = UT_CFG_INT, AT(prefetch), .def = "2", GE(1),
+     .doc = "batches the loader prepares ahead"},
+
+    /* ---- train ---- */
+    {.key = "train.epochs", .type = UT_CFG_INT, AT(epochs), .def = "1", GE(0),
+     .doc = "passes over the training set"},
+    {.key = "train.max_steps", .type = UT_CFG_INT, AT(max_steps), .def = "0", GE(0),
+     .doc = "optimizer steps to take; > 0 overrides epochs"},
+    {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1),
+     .hashed = true, .doc = "per-process micro-batch"},
+    {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0),
+     .doc = "evaluation batch (0: batch_size)"},
+    {.key = "train.gradient_accumulation_steps", .type = UT_CFG_INT,
+     AT(gradient_accumulation_steps), .def = "1", GE(1), .hashed = true,
+     .doc = "micro-batches per optimizer step"},
+    {.key = "train.log_interval", .type = UT_CFG_INT, AT(log_interval), .def = "50", GE(0),
+     .doc = "log the training loss every N steps (0: never)"},
+    {.key = "train.eval_strategy", .type = UT_CFG_ENUM, AT(eval_strategy), .def = "epoch",
+     .values = strategies, .doc = "when to evaluate on the dev set"},
+    {.key = "train.eval_interval", .type = UT_CFG_INT, AT(eval_interval), .def = "0", GE(0),
+     .doc = "eval_strategy steps: evaluate every N steps"},
+    {.key = "train.save_strategy", .type = UT_CFG_ENUM, AT(save_strategy), .def = "epoch",
+     .values = strategies, .doc = "when to write a checkpoint"},
+    {.key = "train.save_interval", .type = UT_CFG_INT, AT(save_interval), .def = "0", GE(0),
+     .doc = "save_strategy steps: save every N steps"},
+    {.key = "train.save_total_limit", .type = UT_CFG_INT, AT(save_total_limit), .def = "2",
+     GE(0), .doc = "checkpoints kept, the best one besides (0: keep all)"},
+    {.key = "train.best_metric", .type = UT_CFG_STR, AT(best_metric), .def = "dev/loss",
+     .doc = "metric that picks the best checkpoint: `dev/<name>` or `train/<name>`"},
+    {.key = "train.greater_is_better", .type = UT_CFG_BOOL, AT(greater_is_better),
+     .def = "false", .doc = "a larger best_metric is better (see the note below)"},
+    {.key = "train.grad_clip", .type = UT_CFG_FLOAT, AT(grad_clip), .def = "0", GE(0),
+     .hashed = true, .doc = "clip the gradient 2-norm to this (0: off)"},
+    {.key = "train.checkpoint_activations", .type = UT_CFG_BOOL, AT(checkpoint_activations),
+     .def = "false", .doc = "recompute activations in backward to save memory"},
+    {.key = "train.early_stopping_patience", .type = UT_CFG_INT, AT(early_stopping_patience),
+     .def = "0", GE(0), .doc = "stop after N evaluations without improvement (0: off)"},
+    {.key = "train.early_stopping_threshold", .type = UT_CFG_FLOAT,
+     AT(early_stopping_threshold), .def = "0", GE(0),
+     .doc = "smallest change of best_metric that counts as an improvement"},
+    {.key = "train.progress", .type = UT_CFG_ENUM, AT(progress), .def = "auto",
+     .values = progress_kinds, .doc = "progress display (auto: a bar on a terminal, else lines)"},
+
+    /* ---- optim ---- */
+    {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
+     .values = optimizers, .hashed = true, .doc = "optimizer (as torch.optim)"},
+    {.key = "optim.lr", .type = UT_CFG_FLOAT, AT(lr), .def = "1e-3", GE(0), .hashed = true,
+     .doc = "peak learning rate"},
+    {.key = "optim.weight_decay", .type = UT_CFG_FLOAT, AT(weight_decay), .def = "0.01", GE(0),
+     .hashed = true, .doc = "weight decay (decoupled for adamw)"},
+    {.key = "optim.beta1", .type = UT_CFG_FLOAT, AT(beta1), .def = "0.9", GE(0), LT(1),
+     .hashed = true, .doc = "adamw: first-moment decay"},
+    {.key = "optim.beta2", .type = UT_CFG_FLOAT, AT(beta2), .def = "0.999", GE(0), LT(1),
+     .hashed = true, .doc = "adamw: second-moment decay"},
+    {.key = "optim.betas", .type = UT_CFG_LIST, AT(beta1), .count = 2, GE(0), LT(1),
+     .doc = "adamw: [beta1, beta2] in one key"},
+    {.key = "optim.eps", .type = UT_CFG_FLOAT, AT(eps), .def = "1e-8", GT(0), .hashed = true,
+     .doc = "adamw: added to the denominator"},
+    {.key = "optim.momentum", .type = UT_CFG_FLOAT, AT(momentum), .def = "0", GE(0),
+     .hashed = true, .doc = "sgd: momentum"},
+    {.key = "optim.dampening", .type = UT_CFG_FLOAT, AT(dampening), .def = "0", GE(0),
+     .hashed = true, .doc = "sgd: dampening of the momentum"},
+    {.key = "optim.nesterov", .type = UT_CFG_BOOL, AT(nesterov), .def = "false", .hashed = true,
+     .doc = "sgd: Nesterov momentum (needs momentum > 0, dampening 0)"},
+    {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
+     .values = schedules, .hashed = true, .doc = "learning-rate schedule after warmup"},
+    {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
+     .hashed = true, .doc = "linear warmup steps"},
+    {.key = "optim.step_size", .type = UT_CFG_INT, AT(step_size), .def = "1", GE(1),
+     .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
+    {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
+     .doc = "cosine, linear: final learning rate"},
+    {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
+     .doc = "step schedule: decay factor"},
+};
+const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
+
+const ut_cfg_alias ut_cfg_aliases[] = {
+    {"epochs", "train.epochs"},
+    {"max_steps", "train.max_steps"},
+    {"batch_size", "train.batch_size"},
+    {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
+    {"log_interval", "train.log_interval"},
+    {"eval_interval", "train.eval_interval"},
+    {"checkpoint_activations", "train.checkpoint_activations"},
+    {"lr", "optim.lr"},
+    {"learning_rate", "optim.lr"},
+    {"weight_decay", "optim.weight_decay"},
+    /* a section given a scalar names its kind: `model: gpt2` */
+    {"model", "model.name"},
+    {"data", "data.name"},
+    {"optim", "optim.name"},
+};
+const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
+
+const char *const ut_cfg_sections[] = {"", "model", "data", "train", "optim"};
+const int ut_cfg_nsections = 5;
+
+// --- lookups
+
+const char *ut_cfg_resolve(const char *key) {
+    for (int i = 0; i < ut_cfg_naliases; i++)
+        if (!strcmp(ut_cfg_aliases[i].alias, key)) return ut_cfg_aliases[i].key;
+    return key;
+}
+
+const ut_cfg_key *ut_cfg_find(const char *key) {
+    for (int i = 0; i < ut_cfg_nkeys; i++)
+        if (!strcmp(ut_cfg_schema[i].key, key)) return &ut_cfg_schema[i];
+    return NULL;
+}
+
+void ut_cfg_section(const char *key, char *buf, size_t n) {
+    const char *dot = strchr(key, '.');
+    size_t len = dot ? (size_t)(dot - key) : 0;
+    snprintf(buf, n, "%.*s", (int)len, key);
+}
+
+bool ut_cfg_is_model_opt(const char *key) {
+    return !strncmp(key, "model.", 6) && key[6] && strcmp(key, "model.name") != 0;
+}
+
+// --- public entry points
+
+void ut_config_init(ut_config *c) {
+    char err[256];
+    memset(c, 0, sizeof *c);
+    c->model_opts = ut_kv_new();
+    for (int i = 0; i < ut_cfg_nkeys; i++) {
+        const ut_cfg_key *k = &ut_cfg_schema[i];
+        if (k->type == UT_CFG_LIST) continue;
+        if (ut_cfg_assign(c, k->key, k->def, err, sizeof err))
+            ut_abort(__FILE__, __LINE__, "bad default in the config schema: %s", err);
+    }
+    c->greater_is_better_set = false;   /* the default is not the user's choice */
+}
+
+void ut_config_free(ut_config *c) {
+    ut_kv_free(c->model_opts);
+    c->model_opts = NULL;
+}
+
+int ut_config_set(ut_config *c, const char *assignment, char *err, size_t n) {
+    const char *eq = strchr(assignment, '=');
+    char key[256], msg[768];
+    if (!eq || eq == assignment || (size_t)(eq - assignment) >= sizeof key) {
+        snprintf(err, n, "--set: '%s' is not key=value", assignment);
+        return -1;
+    }
+    snprintf(key, sizeof key, "%.*s", (int)(eq - assignment), assignment);
+    if (ut_cfg_assign(c, key, eq + 1, msg, sizeof msg)) {
+        snprintf(err, n, "--set: %s", msg);
+        return -1;
+    }
+    return 0;
+}

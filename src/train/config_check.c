@@ -1,0 +1,79 @@
+/* ut_config_validate: every key's own range and enum (the schema), then the
+ * checks that involve several keys, so a run never starts half-configured. */
+#include <string.h>
+
+#include "config_schema.h"
+
+#define FAIL(...) return snprintf(err, n, __VA_ARGS__), -1
+
+static int check_run(const ut_config *c, char *err, size_t n) {
+    if (!*c->experiment_name || strchr(c->experiment_name, '/'))
+        FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
+    if (!*c->output_dir) FAIL("output_dir: must not be empty");
+    if (!*c->model_name) FAIL("model.name: must not be empty");
+    return 0;
+}
+
+/* Two files that come together: both given or neither. */
+static int check_pair(const char *a, const char *akey, const char *b, const char *bkey, char *err,
+                      size_t n) {
+    if (!*a && *b) FAIL("%s: required with %s", akey, bkey);
+    if (*a && !*b) FAIL("%s: required with %s", bkey, akey);
+    return 0;
+}
+
+static int check_data(const ut_config *c, char *err, size_t n) {
+    if (!strcmp(c->data_name, "idx_images")) {
+        if (!*c->train_images) FAIL("data.train_images: required when data.name is idx_images");
+        if (!*c->train_labels) FAIL("data.train_labels: required when data.name is idx_images");
+        if (check_pair(c->dev_images, "data.dev_images", c->dev_labels, "data.dev_labels", err, n) ||
+            check_pair(c->test_images, "data.test_images", c->test_labels, "data.test_labels", err, n))
+            return -1;
+    } else if (!*c->train_path) {
+        FAIL("data.train_path: required when data.name is %s", c->data_name);
+    }
+    return 0;
+}
+
+static bool metric_name_ok(const char *m) {
+    const char *slash = strchr(m, '/');
+    if (!slash || !slash[1] || strchr(slash + 1, '/') || strchr(m, ' ')) return false;
+    size_t len = (size_t)(slash - m);
+    return (len == 3 && !strncmp(m, "dev", 3)) || (len == 5 && !strncmp(m, "train", 5));
+}
+
+static int check_train(const ut_config *c, char *err, size_t n) {
+    if (!strcmp(c->mode, "train") && c->epochs == 0 && c->max_steps == 0)
+        FAIL("train.epochs: 0 with train.max_steps 0 leaves nothing to train");
+    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval < 1)
+        FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps");
+    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1)
+        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps");
+    if (!metric_name_ok(c->best_metric))
+        FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
+    if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))
+        FAIL("train.early_stopping_patience: needs evaluations (train.eval_strategy is no)");
+    return 0;
+}
+
+static int check_optim(const ut_config *c, char *err, size_t n) {
+    bool decays = !strcmp(c->schedule, "cosine") || !strcmp(c->schedule, "linear");
+    if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
+    if (decays && c->max_steps == 0 && c->epochs == 0)
+        FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
+    if (decays && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
+        FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);
+    if (!strcmp(c->optim_name, "sgd") && c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        FAIL("optim.nesterov: needs optim.momentum > 0 and optim.dampening 0");
+    return 0;
+}
+
+int ut_config_validate(const ut_config *c, char *err, size_t n) {
+    for (int i = 0; i < ut_cfg_nkeys; i++)
+        if (ut_cfg_check_value(c, &ut_cfg_schema[i], err, n)) return -1;
+    if (!c->model_opts) FAIL("model options: not initialised (call ut_config_init)");
+    if (check_run(c, err, n) || check_data(c, err, n) || check_train(c, err, n) ||
+        check_optim(c, err, n))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* The configuration schema shared by the config files: one row per key, and
+ * the helpers every consumer (defaults, YAML, --set, validate, write, hash,
+ * docs) goes through, so they cannot disagree.
+ * defines: ut_cfg_type, ut_cfg_key, ut_cfg_schema, ut_cfg_alias,
+ *          ut_cfg_aliases, ut_cfg_find, ut_cfg_resolve, ut_cfg_section,
+ *          ut_cfg_is_model_opt, ut_cfg_assign, ut_cfg_format, ut_cfg_check_value,
+ *          ut_cfg_range_text, ut_cfg_suggest. */
+#ifndef UTRAIN_CONFIG_SCHEMA_H
+#define UTRAIN_CONFIG_SCHEMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "utrain/config.h"
+
+typedef enum { UT_CFG_STR, UT_CFG_INT, UT_CFG_FLOAT, UT_CFG_BOOL, UT_CFG_ENUM, UT_CFG_LIST } ut_cfg_type;
+typedef enum { UT_CFG_NOLO, UT_CFG_GE, UT_CFG_GT } ut_cfg_lo;
+typedef enum { UT_CFG_NOHI, UT_CFG_LE, UT_CFG_LT } ut_cfg_hi;
+
+/* One key. off/size locate the field in ut_config: STR/ENUM a char array of
+ * size bytes, INT an int (size 4) or int64_t (size 8), FLOAT a double, BOOL a
+ * bool, LIST `count` adjacent doubles that are keys of their own (LIST rows
+ * are shorthand: no default, not written, not hashed). hashed: the key
+ * changes what training computes (part of ut_config_hash). */
+typedef struct {
+    const char *key;
+    ut_cfg_type type;
+    size_t off, size;
+    const char *def;
+    const char *doc;
+    const char *const *values;   /* ENUM: allowed values, NULL-terminated */
+    ut_cfg_lo lo;
+    ut_cfg_hi hi;
+    double min, max;             /* INT, FLOAT, LIST elements */
+    int count;                   /* LIST */
+    bool hashed;
+} ut_cfg_key;
+
+extern const ut_cfg_key ut_cfg_schema[];
+extern const int ut_cfg_nkeys;
+
+/* Another spelling of a key (the seeds' vocabulary). */
+typedef struct {
+    const char *alias, *key;
+} ut_cfg_alias;
+extern const ut_cfg_alias ut_cfg_aliases[];
+extern const int ut_cfg_naliases;
+
+/* Sections, in the order of the schema: "" (top level), model, data, train, optim. */
+extern const char *const ut_cfg_sections[];
+extern const int ut_cfg_nsections;
+
+/* The canonical key for key (an alias's target, else key itself). */
+const char *ut_cfg_resolve(const char *key);
+/* The row of a canonical key, or NULL. */
+const ut_cfg_key *ut_cfg_find(const char *key);
+/* The section of a key ("" for top-level keys) into buf. */
+void ut_cfg_section(const char *key, char *buf, size_t n);
+/* true for model.* keys other than model.name: options for the model. */
+bool ut_cfg_is_model_opt(const char *key);
+
+/* Sets key (alias or canonical; model options included) from text with the
+ * type, range and enum checks. 0, or -1 with "key: problem" in err. */
+int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* The canonical text of a row's current value (as written and hashed). */
+void ut_cfg_format(const ut_config *c, const ut_cfg_key *k, char *buf, size_t n);
+/* Range and enum check of a row's current value: 0, or -1 with "key: ...". */
+int ut_cfg_check_value(const ut_config *c, const ut_cfg_key *k, char *err, size_t n);
+/* ">= 0 and < 1" for a row with bounds, "" without. */
+void ut_cfg_range_text(const ut_cfg_key *k, char *buf, size_t n);
+/* " (did you mean X?)" for the schema key or alias nearest to an unknown
+ * key, or "" when none is near. */
+void ut_cfg_suggest(const char *key, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,219 @@
+/* ut_config_load: a YAML file of nested mappings, read as libyaml events.
+ * Nested keys become dotted keys (train: {epochs: 2} -> train.epochs), which
+ * go through the schema like --set does; sequences are allowed only where a
+ * list belongs (LIST keys, model options) and arrive as "a,b,c". */
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "config_schema.h"
+#include "utrain/base.h"
+
+typedef struct {
+    yaml_parser_t p;
+    const char *path;
+    ut_config *c;
+    char *err;
+    size_t n;
+    char **seen;     /* keys given so far, raw and canonical (duplicates are errors) */
+    int *seen_line;
+    int nseen, cap;
+} loader;
+
+static int load_mapping(loader *ld, const char *prefix, int line);
+
+__attribute__((format(printf, 3, 4))) static int fail(loader *ld, int line, const char *fmt, ...) {
+    size_t len = (size_t)snprintf(ld->err, ld->n, "%s:%d: ", ld->path, line);
+    if (len >= ld->n) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err + len, ld->n - len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The next event, or -1 with libyaml's line and problem. */
+static int next(loader *ld, yaml_event_t *ev) {
+    if (yaml_parser_parse(&ld->p, ev)) return 0;
+    const char *problem = ld->p.problem ? ld->p.problem : "YAML error";
+    int line = (int)ld->p.problem_mark.line + 1;
+    if (ld->p.context) return fail(ld, line, "%s (%s)", problem, ld->p.context);
+    return fail(ld, line, "%s", problem);
+}
+
+static int line_of(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
+
+/* An unquoted empty, ~ or null scalar. */
+static bool is_null(const yaml_event_t *ev) {
+    const char *v = (const char *)ev->data.scalar.value;
+    return ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+           (!*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL"));
+}
+
+static int remember(loader *ld, const char *key, int line) {
+    for (int i = 0; i < ld->nseen; i++)
+        if (!strcmp(ld->seen[i], key))
+            return fail(ld, line, "%s: duplicate key (first given at line %d)", key, ld->seen_line[i]);
+    if (ld->nseen == ld->cap) {
+        ld->cap = ld->cap ? 2 * ld->cap : 32;
+        ld->seen = ut_realloc_check(ld->seen, (size_t)ld->cap * sizeof(char *));
+        ld->seen_line = ut_realloc_check(ld->seen_line, (size_t)ld->cap * sizeof(int));
+    }
+    size_t len = strlen(key) + 1;
+    ld->seen[ld->nseen] = memcpy(ut_malloc_check(len), key, len);
+    ld->seen_line[ld->nseen++] = line;
+    return 0;
+}
+
+static int assign_at(loader *ld, const char *key, const char *value, int line) {
+    const char *canon = ut_cfg_resolve(key);
+    if (strcmp(canon, key) && remember(ld, canon, line)) return -1;
+    char msg[768];
+    if (ut_cfg_assign(ld->c, key, value, msg, sizeof msg)) return fail(ld, line, "%s", msg);
+    return 0;
+}
+
+static bool is_section(const char *key) {
+    for (int i = 1; i < ut_cfg_nsections; i++)
+        if (!strcmp(key, ut_cfg_sections[i])) return true;
+    return false;
+}
+
+/* A mapping is fine for sections, model options (nested ones too) and
+ * unknown keys (whose leaves then fail with a suggestion). */
+static bool mapping_allowed(const char *key) {
+    const char *canon = ut_cfg_resolve(key);
+    return is_section(key) || ut_cfg_is_model_opt(canon) || !ut_cfg_find(canon);
+}
+
+/* A sequence of scalars, joined with ',' into one value. */
+static int load_sequence(loader *ld, const char *key, int line) {
+    const char *canon = ut_cfg_resolve(key);
+    const ut_cfg_key *k = ut_cfg_find(canon);
+    if (k && k->type != UT_CFG_LIST)
+        return fail(ld, line, "%s: a sequence where a single value belongs", key);
+    size_t len = 0, cap = 64;
+    char *buf = ut_malloc_check(cap);
+    int rc = 0;
+    buf[0] = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (next(ld, &ev)) {
+            rc = -1;
+            break;
+        }
+        bool end = ev.type == YAML_SEQUENCE_END_EVENT;
+        if (ev.type == YAML_SCALAR_EVENT) {
+            size_t m = ev.data.scalar.length;
+            if (len + m + 2 > cap) buf = ut_realloc_check(buf, cap = 2 * (len + m + 2));
+            len += (size_t)sprintf(buf + len, "%s%s", len ? "," : "", (char *)ev.data.scalar.value);
+        } else if (!end) {
+            rc = fail(ld, line_of(&ev), "%s: a list may only hold single values", key);
+        }
+        yaml_event_delete(&ev);
+        if (end || rc) break;
+    }
+    if (!rc) rc = assign_at(ld, key, buf, line);
+    ut_free(buf);
+    return rc;
+}
+
+/* The value of key (whose own scalar was at line): one node. */
+static int load_value(loader *ld, const char *key, int line) {
+    yaml_event_t ev;
+    if (next(ld, &ev)) return -1;
+    int rc;
+    switch (ev.type) {
+    case YAML_SCALAR_EVENT:
+        rc = assign_at(ld, key, is_null(&ev) ? "" : (const char *)ev.data.scalar.value, line);
+        break;
+    case YAML_MAPPING_START_EVENT:
+        rc = mapping_allowed(key) ? load_mapping(ld, key, line)
+                                  : fail(ld, line, "%s: a mapping where a single value belongs", key);
+        break;
+    case YAML_SEQUENCE_START_EVENT: rc = load_sequence(ld, key, line); break;
+    default: rc = fail(ld, line, "%s: YAML aliases are not supported", key); break;
+    }
+    yaml_event_delete(&ev);
+    return rc;
+}
+
+/* "prefix.key" (or "key" at the top level) for each entry until the mapping
+ * ends. An empty mapping under an unknown key is an unknown key too. */
+static int load_mapping(loader *ld, const char *prefix, int line) {
+    int entries = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (next(ld, &ev)) return -1;
+        if (ev.type == YAML_MAPPING_END_EVENT) break;
+        int kline = line_of(&ev), rc;
+        if (ev.type != YAML_SCALAR_EVENT) {
+            rc = fail(ld, kline, "%s%sa key must be a single value", prefix, *prefix ? ": " : "");
+        } else {
+            char key[256];
+            const char *name = (const char *)ev.data.scalar.value;
+            if ((size_t)snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", name) >= sizeof key)
+                rc = fail(ld, kline, "%s: key longer than %zu characters", name, sizeof key - 1);
+            else
+                rc = remember(ld, key, kline);
+            if (!rc) rc = load_value(ld, key, kline);
+        }
+        yaml_event_delete(&ev);
+        if (rc) return -1;
+        entries++;
+    }
+    if (entries || !*prefix || is_section(prefix) || ut_cfg_is_model_opt(prefix)) return 0;
+    char hint[160];
+    ut_cfg_suggest(prefix, hint, sizeof hint);
+    return fail(ld, line, "%s: unknown key%s", prefix, hint);
+}
+
+/* One document whose top node is a mapping (an empty file is fine). */
+static int load_stream(loader *ld) {
+    for (int docs = 0;;) {
+        yaml_event_t ev;
+        if (next(ld, &ev)) return -1;
+        yaml_event_type_t t = ev.type;
+        int rc = 0, line = line_of(&ev);
+        if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1)
+            rc = fail(ld, line, "only one YAML document is supported");
+        else if (t == YAML_MAPPING_START_EVENT)
+            rc = load_mapping(ld, "", line);
+        else if (t == YAML_SEQUENCE_START_EVENT || t == YAML_ALIAS_EVENT ||
+                 (t == YAML_SCALAR_EVENT && !is_null(&ev)))
+            rc = fail(ld, line, "the top level must be a mapping of keys");
+        yaml_event_delete(&ev);
+        if (rc || t == YAML_STREAM_END_EVENT) return rc;
+    }
+}
+
+static ut_kv *kv_copy(const ut_kv *kv) {
+    ut_kv *out = ut_kv_new();
+    for (int i = 0; i < ut_kv_len(kv); i++)
+        ut_kv_set(out, ut_kv_key(kv, i), ut_kv_get(kv, ut_kv_key(kv, i)));
+    return out;
+}
+
+/* Loads into a copy and keeps it only on success: a failed load leaves c as it was. */
+int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    ut_config copy = *c;
+    copy.model_opts = kv_copy(c->model_opts);
+    loader ld = {.path = path, .c = &copy, .err = err, .n = n};
+    if (!yaml_parser_initialize(&ld.p)) ut_abort(__FILE__, __LINE__, "yaml_parser_initialize failed");
+    yaml_parser_set_input_file(&ld.p, f);
+    int rc = load_stream(&ld);
+    yaml_parser_delete(&ld.p);
+    fclose(f);
+    for (int i = 0; i < ld.nseen; i++) ut_free(ld.seen[i]);
+    ut_free(ld.seen);
+    ut_free(ld.seen_line);
+    ut_config_free(rc ? &copy : c);
+    if (!rc) *c = copy;
+    return rc;
+}

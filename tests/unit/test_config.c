@@ -1,0 +1,464 @@
+/* Configuration: defaults, YAML loading of every type, errors that name the
+ * file, line and key, --set, model options, aliases, cross-key validation,
+ * write/load round trip, the hash, and docs/config.md kept in step with the
+ * schema. `test_config --doc` prints docs/config.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "utrain/config.h"
+
+static char path[64];   /* the file of the last load_text */
+static char err[1024];
+
+/* Writes text to a new file under /tmp (its name in path). */
+static void write_tmp(const char *text) {
+    snprintf(path, sizeof path, "/tmp/ut_config_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) abort();
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ut_config_load of text over c; err holds the message. */
+static int load_text(ut_config *c, const char *text) {
+    write_tmp(text);
+    err[0] = 0;
+    int rc = ut_config_load(c, path, err, sizeof err);
+    unlink(path);
+    return rc;
+}
+
+/* Loads text into a fresh config and checks the error is "<path>:<msg>". */
+static void check_load_error(const char *text, const char *msg) {
+    ut_config c;
+    ut_config_init(&c);
+    int rc = load_text(&c, text);
+    char want[1024];
+    snprintf(want, sizeof want, "%s:%s", path, msg);
+    CHECK(rc == -1, "loaded: %s", text);
+    CHECK(!strcmp(err, want), "got '%s', want '%s'", err, want);
+    ut_config_free(&c);
+}
+
+static void check_set_error(const char *assignment, const char *msg) {
+    ut_config c;
+    ut_config_init(&c);
+    err[0] = 0;
+    CHECK(ut_config_set(&c, assignment, err, sizeof err) == -1, "accepted %s", assignment);
+    CHECK(!strcmp(err, msg), "got '%s', want '%s'", err, msg);
+    ut_config_free(&c);
+}
+
+/* Applies the --set assignments (NULL-terminated) to defaults and checks that
+ * validate fails with msg. */
+static void check_invalid(const char *const *sets, const char *msg) {
+    ut_config c;
+    ut_config_init(&c);
+    for (const char *const *s = sets; *s; s++)
+        CHECK(ut_config_set(&c, *s, err, sizeof err) == 0, "%s: %s", *s, err);
+    err[0] = 0;
+    CHECK(ut_config_validate(&c, err, sizeof err) == -1, "valid: %s", sets[0]);
+    CHECK(!strcmp(err, msg), "got '%s', want '%s'", err, msg);
+    ut_config_free(&c);
+}
+
+static const char *opt(const ut_config *c, const char *key) {
+    const char *v = ut_kv_get(c->model_opts, key);
+    return v ? v : "(absent)";
+}
+
+// --- defaults and loading
+
+static void test_defaults(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(!strcmp(c.output_dir, "runs") && !strcmp(c.experiment_name, "default"), "run names");
+    CHECK(!strcmp(c.mode, "train") && c.seed == 42 && c.threads == 0, "run");
+    CHECK(!strcmp(c.model_name, "cnn") && ut_kv_len(c.model_opts) == 0, "model");
+    CHECK(!strcmp(c.data_name, "idx_images"), "%s", c.data_name);
+    CHECK(!strcmp(c.train_images, "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"),
+          "%s", c.train_images);
+    CHECK(!strcmp(c.test_labels, "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"),
+          "%s", c.test_labels);
+    CHECK(c.dev_size == 5000 && c.mean == 0.2860 && c.std == 0.3530, "normalisation");
+    CHECK(c.seq_len == 64 && !strcmp(c.tokenizer, "word") && c.max_len == 64 && c.min_freq == 1, "text");
+    CHECK(c.shuffle && !c.drop_last && c.prefetch == 2, "loader");
+    CHECK(c.epochs == 1 && c.max_steps == 0 && c.batch_size == 64 && c.eval_batch_size == 0, "steps");
+    CHECK(c.gradient_accumulation_steps == 1 && c.log_interval == 50, "accum/log");
+    CHECK(!strcmp(c.eval_strategy, "epoch") && c.eval_interval == 0, "eval");
+    CHECK(!strcmp(c.save_strategy, "epoch") && c.save_interval == 0 && c.save_total_limit == 2, "save");
+    CHECK(!strcmp(c.best_metric, "dev/loss") && !c.greater_is_better && !c.greater_is_better_set, "best");
+    CHECK(c.grad_clip == 0 && !c.checkpoint_activations && c.early_stopping_patience == 0, "train");
+    CHECK(c.early_stopping_threshold == 0 && !strcmp(c.progress, "auto"), "progress");
+    CHECK(!strcmp(c.optim_name, "adamw") && c.lr == 1e-3 && c.weight_decay == 0.01, "optim");
+    CHECK(c.beta1 == 0.9 && c.beta2 == 0.999 && c.eps == 1e-8, "adam");
+    CHECK(c.momentum == 0 && c.dampening == 0 && !c.nesterov, "sgd");
+    CHECK(!strcmp(c.schedule, "constant") && c.warmup_steps == 0 && c.step_size == 1, "schedule");
+    CHECK(c.min_lr == 0 && c.gamma == 0.1, "schedule values");
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "%s", err);
+    ut_config_free(&c);
+}
+
+static const char *const full_yaml =
+    "experiment_name: full\n"
+    "output_dir: /tmp/runs\n"
+    "mode: test\n"
+    "continue_training: yes\n"
+    "load_dir: ~\n"
+    "seed: 7\n"
+    "threads: 3\n"
+    "model:\n"
+    "  name: gpt2\n"
+    "  n_layer: 2\n"
+    "data:\n"
+    "  name: tokens\n"
+    "  train_path: \"data/train_*.bin\"\n"
+    "  seq_len: 128\n"
+    "  mean: 0.5\n"
+    "  shuffle: false\n"
+    "  prefetch: 4\n"
+    "train:\n"
+    "  epochs: 3\n"
+    "  max_steps: 1000\n"
+    "  batch_size: 16\n"
+    "  eval_strategy: steps\n"
+    "  eval_interval: 100\n"
+    "  best_metric: dev/accuracy\n"
+    "  grad_clip: 1.0\n"
+    "  progress: lines\n"
+    "optim:\n"
+    "  name: sgd\n"
+    "  lr: 3e-4\n"
+    "  betas: [0.8, 0.95]\n"
+    "  momentum: 0.9\n"
+    "  nesterov: true\n"
+    "  schedule: cosine\n"
+    "  warmup_steps: 10\n";
+
+static void test_full_file(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, full_yaml) == 0, "%s", err);
+    CHECK(!strcmp(c.experiment_name, "full") && !strcmp(c.output_dir, "/tmp/runs"), "strings");
+    CHECK(!strcmp(c.mode, "test") && c.continue_training && !*c.load_dir, "run");
+    CHECK(c.seed == 7 && c.threads == 3, "ints");
+    CHECK(!strcmp(c.model_name, "gpt2") && !strcmp(opt(&c, "n_layer"), "2"), "model");
+    CHECK(!strcmp(c.data_name, "tokens") && !strcmp(c.train_path, "data/train_*.bin"), "data");
+    CHECK(c.seq_len == 128 && c.mean == 0.5 && !c.shuffle && c.prefetch == 4, "data values");
+    CHECK(c.epochs == 3 && c.max_steps == 1000 && c.batch_size == 16, "train ints");
+    CHECK(!strcmp(c.eval_strategy, "steps") && c.eval_interval == 100, "eval");
+    CHECK(!strcmp(c.best_metric, "dev/accuracy") && c.greater_is_better, "metric");
+    CHECK(c.grad_clip == 1.0 && !strcmp(c.progress, "lines"), "train");
+    CHECK(!strcmp(c.optim_name, "sgd") && c.lr == 3e-4 && c.beta1 == 0.8 && c.beta2 == 0.95, "optim");
+    CHECK(c.momentum == 0.9 && c.nesterov && !strcmp(c.schedule, "cosine") && c.warmup_steps == 10,
+          "sgd");
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "%s", err);
+    ut_config_free(&c);
+}
+
+static void test_empty_file(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "") == 0, "%s", err);
+    CHECK(load_text(&c, "# only a comment\n") == 0, "%s", err);
+    CHECK(c.batch_size == 64, "unchanged");
+    ut_config_free(&c);
+    check_load_error("just a string\n", "1: the top level must be a mapping of keys");
+    check_load_error("- a\n- b\n", "1: the top level must be a mapping of keys");
+}
+
+// --- load errors
+
+static void test_unknown_key(void) {
+    check_load_error("train:\n  epochs: 2\n  batch_sise: 3\n",
+                     "3: train.batch_sise: unknown key (did you mean train.batch_size?)");
+    check_load_error("trian:\n  epochs: 2\n",
+                     "2: trian.epochs: unknown key (did you mean train.epochs?)");
+    check_load_error("batchsize: 8\n", "1: batchsize: unknown key (did you mean batch_size?)");
+    check_load_error("train:\n  lr: 0.1\n", "2: train.lr: unknown key (did you mean optim.lr?)");
+    check_load_error("zzqxv: 1\n", "1: zzqxv: unknown key");
+    check_load_error("trian: {}\n", "1: trian: unknown key (did you mean train?)");
+}
+
+static void test_wrong_type(void) {
+    check_load_error("seed: 1\ntrain:\n  epochs: two\n", "3: train.epochs: 'two' is not an integer");
+    check_load_error("optim:\n  lr: fast\n", "2: optim.lr: 'fast' is not a number");
+    check_load_error("optim:\n  lr: .nan\n", "2: optim.lr: '.nan' is not a number");
+    check_load_error("data:\n  shuffle: maybe\n", "2: data.shuffle: 'maybe' is not true or false");
+    check_load_error("train:\n  batch_size: 1.5\n", "2: train.batch_size: '1.5' is not an integer");
+    check_load_error("train:\n  epochs: [1, 2]\n",
+                     "2: train.epochs: a sequence where a single value belongs");
+    check_load_error("optim:\n  lr: {a: 1}\n", "2: optim.lr: a mapping where a single value belongs");
+    check_load_error("optim:\n  betas: [0.9]\n",
+                     "2: optim.betas: expected a list of 2 numbers, got '0.9'");
+    check_load_error("model:\n  sizes: [[1, 2]]\n", "2: model.sizes: a list may only hold single values");
+}
+
+static void test_out_of_range(void) {
+    check_load_error("train:\n  batch_size: 0\n", "2: train.batch_size: must be >= 1");
+    check_load_error("optim:\n  eps: 0\n", "2: optim.eps: must be > 0");
+    check_load_error("optim:\n  beta2: 1\n", "2: optim.beta2: must be >= 0 and < 1");
+    check_load_error("optim:\n  betas: [0.9, 1.5]\n", "2: optim.betas: must be >= 0 and < 1");
+    check_load_error("threads: 99999999999\n", "1: threads: must be between -2147483648 and 2147483647");
+}
+
+static void test_bad_enum(void) {
+    check_load_error("optim:\n  schedule: cosin\n",
+                     "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step");
+    check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
+}
+
+static void test_failed_load_changes_nothing(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  depth: 3\ntrain:\n  epochs: 7\n  batch_size: 0\n") == -1, "loaded");
+    CHECK(c.epochs == 1 && ut_kv_len(c.model_opts) == 0, "partly applied: epochs %lld", (long long)c.epochs);
+    ut_config_free(&c);
+}
+
+static void test_missing_file(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(ut_config_load(&c, "/nonexistent/x.yml", err, sizeof err) == -1, "loaded");
+    CHECK(!strcmp(err, "/nonexistent/x.yml: No such file or directory"), "%s", err);
+    ut_config_free(&c);
+}
+
+static void test_syntax_error(void) {
+    check_load_error("train:\n  epochs: 1\n bad: [\n",
+                     "3: did not find expected key (while parsing a block mapping)");
+    check_load_error("train:\n\tepochs: 1\n",
+                     "2: found character that cannot start any token (while scanning for the next token)");
+    check_load_error("seed: 1\n---\nseed: 2\n", "2: only one YAML document is supported");
+}
+
+static void test_duplicate_key(void) {
+    check_load_error("train:\n  epochs: 1\n  epochs: 2\n",
+                     "3: train.epochs: duplicate key (first given at line 2)");
+    check_load_error("epochs: 1\ntrain:\n  epochs: 2\n",
+                     "3: train.epochs: duplicate key (first given at line 1)");
+    check_load_error("train:\n  epochs: 1\ntrain:\n  batch_size: 2\n",
+                     "3: train: duplicate key (first given at line 1)");
+    check_load_error("model: gpt2\nmodel:\n  n_layer: 2\n", "2: model: duplicate key (first given at line 1)");
+}
+
+// --- --set, model options, aliases
+
+static void test_set(void) {
+    ut_config c;
+    ut_config_init(&c);
+    const char *sets[] = {"train.batch_size=32", "optim.lr=3e-4", "data.shuffle=false",
+                          "optim.schedule=linear", "experiment_name=a b", "optim.betas=[0.5, 0.6]",
+                          "model.sizes=[784, 64,10]", "model.act=relu", "load_dir="};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        CHECK(ut_config_set(&c, sets[i], err, sizeof err) == 0, "%s: %s", sets[i], err);
+    CHECK(c.batch_size == 32 && c.lr == 3e-4 && !c.shuffle && !strcmp(c.schedule, "linear"), "values");
+    CHECK(!strcmp(c.experiment_name, "a b") && c.beta1 == 0.5 && c.beta2 == 0.6, "str, list");
+    CHECK(!strcmp(opt(&c, "sizes"), "784,64,10") && !strcmp(opt(&c, "act"), "relu"), "model opts");
+    ut_config_free(&c);
+    check_set_error("train.batch_size=x", "--set: train.batch_size: 'x' is not an integer");
+    check_set_error("train.epoch=2", "--set: train.epoch: unknown key (did you mean train.epochs?)");
+    check_set_error("train.batch_size", "--set: 'train.batch_size' is not key=value");
+    check_set_error("=3", "--set: '=3' is not key=value");
+    check_set_error("train.eval_strategy=sometimes",
+                    "--set: train.eval_strategy: 'sometimes' is not one of no, steps, epoch");
+    check_set_error("train.batch_size=-1", "--set: train.batch_size: must be >= 1");
+}
+
+static void test_model_options(void) {
+    ut_config c;
+    ut_config_init(&c);
+    const char *text = "model:\n  name: mlp\n  sizes: [784, 128, 10]\n  hidden:\n    - 32\n    - 16\n"
+                       "  dropout: 0.1\n  attn:\n    heads: 4\n  bias: true\n";
+    CHECK(load_text(&c, text) == 0, "%s", err);
+    CHECK(!strcmp(c.model_name, "mlp") && ut_kv_len(c.model_opts) == 5, "%d opts", ut_kv_len(c.model_opts));
+    CHECK(!strcmp(opt(&c, "sizes"), "784,128,10"), "%s", opt(&c, "sizes"));
+    CHECK(!strcmp(opt(&c, "hidden"), "32,16"), "%s", opt(&c, "hidden"));
+    CHECK(!strcmp(opt(&c, "dropout"), "0.1") && !strcmp(opt(&c, "attn.heads"), "4"), "scalars");
+    CHECK(!strcmp(opt(&c, "bias"), "true"), "%s", opt(&c, "bias"));
+    ut_config_free(&c);
+}
+
+static void test_aliases(void) {
+    ut_config c;
+    ut_config_init(&c);
+    const char *text = "model: gpt2\nepochs: 5\nbatch_size: 8\ngradient_accumulation_steps: 4\n"
+                       "log_interval: 10\neval_interval: 20\ncheckpoint_activations: true\nlr: 0.01\n"
+                       "optim: sgd\n";
+    CHECK(load_text(&c, text) == 0, "%s", err);
+    CHECK(!strcmp(c.model_name, "gpt2") && !strcmp(c.optim_name, "sgd"), "section shorthand");
+    CHECK(c.epochs == 5 && c.batch_size == 8 && c.gradient_accumulation_steps == 4, "train");
+    CHECK(c.log_interval == 10 && c.eval_interval == 20 && c.checkpoint_activations, "train 2");
+    CHECK(c.lr == 0.01, "lr");
+    CHECK(ut_config_set(&c, "epochs=6", err, sizeof err) == 0 && c.epochs == 6, "--set alias");
+    ut_config_free(&c);
+}
+
+static void test_greater_is_better(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/accuracy", err, sizeof err) == 0, "%s", err);
+    CHECK(c.greater_is_better, "follows accuracy");
+    CHECK(ut_config_set(&c, "train.best_metric=dev/loss", err, sizeof err) == 0, "%s", err);
+    CHECK(!c.greater_is_better, "follows loss");
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "train:\n  greater_is_better: false\n  best_metric: dev/accuracy\n") == 0, "%s", err);
+    CHECK(!c.greater_is_better && c.greater_is_better_set, "the user's choice stays");
+    ut_config_free(&c);
+}
+
+// --- validate
+
+static void test_validate(void) {
+    check_invalid((const char *[]){"train.eval_strategy=steps", NULL},
+                  "train.eval_interval: must be >= 1 when train.eval_strategy is steps");
+    check_invalid((const char *[]){"train.save_strategy=steps", NULL},
+                  "train.save_interval: must be >= 1 when train.save_strategy is steps");
+    check_invalid((const char *[]){"train.best_metric=accuracy", NULL},
+                  "train.best_metric: 'accuracy' must look like dev/<name> or train/<name>");
+    check_invalid((const char *[]){"train.best_metric=test/", NULL},
+                  "train.best_metric: 'test/' must look like dev/<name> or train/<name>");
+    check_invalid((const char *[]){"data.train_labels=", NULL},
+                  "data.train_labels: required when data.name is idx_images");
+    check_invalid((const char *[]){"data.dev_images=/x", NULL},
+                  "data.dev_labels: required with data.dev_images");
+    check_invalid((const char *[]){"data.name=tokens", NULL},
+                  "data.train_path: required when data.name is tokens");
+    check_invalid((const char *[]){"data.name=tsv_text", NULL},
+                  "data.train_path: required when data.name is tsv_text");
+    check_invalid((const char *[]){"optim.schedule=cosine", "train.epochs=0", "train.max_steps=0",
+                                   "mode=test", NULL},
+                  "optim.schedule: cosine needs train.max_steps or train.epochs for its length");
+    check_invalid((const char *[]){"train.epochs=0", NULL},
+                  "train.epochs: 0 with train.max_steps 0 leaves nothing to train");
+    check_invalid((const char *[]){"optim.min_lr=0.1", NULL},
+                  "optim.min_lr: 0.1 must be <= optim.lr (0.001)");
+    check_invalid((const char *[]){"optim.schedule=linear", "train.max_steps=10", "optim.warmup_steps=10", NULL},
+                  "optim.warmup_steps: must be < train.max_steps with the linear schedule");
+    check_invalid((const char *[]){"optim.name=sgd", "optim.nesterov=true", NULL},
+                  "optim.nesterov: needs optim.momentum > 0 and optim.dampening 0");
+    check_invalid((const char *[]){"train.early_stopping_patience=3", "train.eval_strategy=no", NULL},
+                  "train.early_stopping_patience: needs evaluations (train.eval_strategy is no)");
+    check_invalid((const char *[]){"experiment_name=a/b", NULL},
+                  "experiment_name: 'a/b' must be a non-empty name without '/'");
+    ut_config c;   /* a value set directly in the struct is checked too */
+    ut_config_init(&c);
+    strcpy(c.mode, "run");
+    CHECK(ut_config_validate(&c, err, sizeof err) == -1, "bad mode accepted");
+    CHECK(!strcmp(err, "mode: 'run' is not one of train, test"), "%s", err);
+    ut_config_free(&c);
+}
+
+// --- write, hash, docs
+
+/* The resolved YAML of c as a malloc'd string. */
+static char *write_text(const ut_config *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(ut_config_write(c, f) == 0, "write failed");
+    fclose(f);
+    return buf;
+}
+
+static void test_round_trip(void) {
+    ut_config a, b;
+    ut_config_init(&a);
+    CHECK(load_text(&a, full_yaml) == 0, "%s", err);
+    const char *sets[] = {"experiment_name=odd: \"name\"\t#1", "train.eval_strategy=no",
+                          "model.sizes=[784, 64, 10]", "model.note=two words, here", "optim.eps=1e-12",
+                          "data.dev_path=", "train.greater_is_better=false", "data.mean=0.1"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        CHECK(ut_config_set(&a, sets[i], err, sizeof err) == 0, "%s: %s", sets[i], err);
+    char *text = write_text(&a);
+    ut_config_init(&b);
+    CHECK(load_text(&b, text) == 0, "%s\n%s", err, text);
+    CHECK(ut_config_hash(&a) == ut_config_hash(&b), "hash changed by the round trip");
+    CHECK(!strcmp(a.experiment_name, b.experiment_name), "'%s'", b.experiment_name);
+    CHECK(!strcmp(opt(&b, "note"), "two words, here") && !strcmp(opt(&b, "sizes"), "784,64,10"), "opts");
+    CHECK(b.eps == 1e-12 && b.mean == 0.1 && b.greater_is_better == a.greater_is_better, "values");
+    char *again = write_text(&b);
+    CHECK(!strcmp(text, again), "second write differs:\n%s\n---\n%s", text, again);
+    CHECK(strstr(text, "\ntrain:\n  epochs: 3\n") && strstr(text, "  sizes: [784, 64, 10]\n"), "%s", text);
+    CHECK(strstr(text, "  eval_strategy: \"no\"\n") && strstr(text, "  eps: 1.0e-12\n"), "%s", text);
+    free(text);
+    free(again);
+    ut_config_free(&a);
+    ut_config_free(&b);
+}
+
+static void test_hash(void) {
+    ut_config a, b;
+    ut_config_init(&a);
+    ut_config_init(&b);
+    uint64_t h0 = ut_config_hash(&a);
+    CHECK(h0 == ut_config_hash(&b), "same defaults, same hash");
+    const char *ignored[] = {"output_dir=/elsewhere", "threads=8", "mode=test", "train.epochs=9",
+                             "train.log_interval=1", "train.progress=off", "continue_training=true"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+        CHECK(ut_config_set(&b, ignored[i], err, sizeof err) == 0, "%s", err);
+        CHECK(ut_config_hash(&b) == h0, "%s changed the hash", ignored[i]);
+    }
+    CHECK(ut_config_set(&b, "optim.lr=0.002", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_hash(&b) != h0, "lr did not change the hash");
+    ut_config_set(&a, "model.x=1", err, sizeof err);
+    ut_config_set(&a, "model.y=2", err, sizeof err);
+    ut_config_free(&b);
+    ut_config_init(&b);
+    ut_config_set(&b, "model.y=2", err, sizeof err);
+    ut_config_set(&b, "model.x=1", err, sizeof err);
+    CHECK(ut_config_hash(&a) == ut_config_hash(&b), "model option order changed the hash");
+    CHECK(ut_config_hash(&a) != h0, "model options not hashed");
+    ut_config_free(&a);
+    ut_config_free(&b);
+}
+
+static void test_docs_up_to_date(void) {
+    char *want = NULL, have[1 << 16];
+    size_t len = 0;
+    FILE *f = open_memstream(&want, &len);
+    ut_config_doc_markdown(f);
+    fclose(f);
+    FILE *doc = fopen("docs/config.md", "r");
+    size_t got = doc ? fread(have, 1, sizeof have - 1, doc) : 0;
+    have[got] = 0;
+    if (doc) fclose(doc);
+    CHECK(doc && !strcmp(have, want),
+          "docs/config.md differs from the schema: run build/tests/unit/test_config --doc > docs/config.md");
+    CHECK(strstr(want, "| `train.batch_size` | int | `64` | >= 1 | yes | per-process micro-batch |"),
+          "batch_size row");
+    CHECK(strstr(want, "| `epochs` | `train.epochs` |"), "alias row");
+    free(want);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--doc")) {
+        ut_config_doc_markdown(stdout);
+        return 0;
+    }
+    RUN(test_defaults);
+    RUN(test_full_file);
+    RUN(test_empty_file);
+    RUN(test_unknown_key);
+    RUN(test_wrong_type);
+    RUN(test_out_of_range);
+    RUN(test_bad_enum);
+    RUN(test_failed_load_changes_nothing);
+    RUN(test_missing_file);
+    RUN(test_syntax_error);
+    RUN(test_duplicate_key);
+    RUN(test_set);
+    RUN(test_model_options);
+    RUN(test_aliases);
+    RUN(test_greater_is_better);
+    RUN(test_validate);
+    RUN(test_round_trip);
+    RUN(test_hash);
+    RUN(test_docs_up_to_date);
+    return TEST_SUMMARY();
+}
