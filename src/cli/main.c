@@ -1,8 +1,8 @@
-/* utrain command line. For now: `utrain demo` (the CNN on synthetic batches)
- * and `utrain version`; the trainer subcommands join here. */
+/* utrain command line: train, test, config, tokenize, demo, version. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "utrain/utrain.h"
@@ -12,11 +12,164 @@ static void usage(FILE *f) {
             "usage: utrain <command> [options]\n"
             "\n"
             "commands:\n"
+            "  train CONFIG.yml [--set KEY=VALUE]...\n"
+            "          train as the config says (run directory OUTPUT_DIR/EXPERIMENT_NAME)\n"
+            "  test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
+            "          evaluate the best checkpoint on dev and test; writes dev_results.json\n"
+            "          and test_results.json into the run directory\n"
+            "  CONFIG.yml [--set KEY=VALUE]...\n"
+            "          train or test, as the config's `mode` says\n"
+            "  config CONFIG.yml [--set KEY=VALUE]...   print the resolved configuration\n"
+            "  config --doc                             print every key (docs/config.md)\n"
+            "  tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n"
+            "          write a token shard (llm.c .bin layout) for data.name: tokens\n"
             "  demo [--steps N] [--batch-size B] [--seed S]\n"
-            "          train the MNIST CNN on synthetic 28x28 images (10 classes, each a\n"
-            "          fixed random pattern plus noise) and print the falling loss\n"
+            "          train the MNIST CNN on synthetic images and print the falling loss\n"
             "  version print the version\n"
-            "  help    this text\n");
+            "  help    this text (also: utrain <command> --help)\n"
+            "\n"
+            "--set takes dotted keys with the same checks as the file, e.g.\n"
+            "  utrain train configs/fmnist_cnn.yml --set optim.lr=3e-4 --set train.epochs=2\n"
+            "Every key, its type and default: docs/config.md (or `utrain config --doc`).\n"
+            "Exit codes: 0 done, 1 error, 2 bad command line, %d stopped by a signal after\n"
+            "writing a checkpoint (resume with continue_training: true).\n",
+            UT_EXIT_PREEMPTED);
+}
+
+static void usage_train(FILE *f) {
+    fprintf(f,
+            "usage: utrain train CONFIG.yml [--set KEY=VALUE]...\n"
+            "\n"
+            "Trains as CONFIG.yml says. Options:\n"
+            "  --set KEY=VALUE   override one key (dotted: train.batch_size=32); repeatable\n"
+            "  --help            this text\n"
+            "Common keys: experiment_name, output_dir, seed, continue_training, model.name,\n"
+            "data.name, train.epochs, train.max_steps, train.batch_size,\n"
+            "train.gradient_accumulation_steps, train.eval_strategy, train.save_total_limit,\n"
+            "train.best_metric, optim.name, optim.lr, optim.schedule, threads.\n"
+            "All keys: docs/config.md or `utrain config --doc`.\n"
+            "SIGTERM, SIGUSR1 or Ctrl-C stop at the next step with a checkpoint (exit %d).\n",
+            UT_EXIT_PREEMPTED);
+}
+
+static void usage_test(FILE *f) {
+    fprintf(f,
+            "usage: utrain test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
+            "\n"
+            "Loads the best checkpoint of the run (by train.best_metric), or PATH, evaluates\n"
+            "the dev and test splits and writes dev_results.json and test_results.json\n"
+            "(loss, each metric, the checkpoint and its step) into the run directory.\n"
+            "A RUN_DIR is read through its config.yml.\n");
+}
+
+/* ---- config from the command line: FILE [--set K=V]... [--checkpoint P] ---- */
+typedef struct {
+    ut_config cfg;
+    const char *checkpoint;
+} cli_run;
+
+static int load_config(cli_run *r, int argc, char **argv, bool allow_ckpt, bool allow_dir) {
+    ut_config_init(&r->cfg);
+    r->checkpoint = NULL;
+    char err[1024], path[1200];
+    const char *file = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--set") && has_val) i++;
+        else if (!strcmp(a, "--checkpoint") && allow_ckpt && has_val) r->checkpoint = argv[++i];
+        else if (a[0] == '-' || file) {
+            fprintf(stderr, "utrain: unexpected argument '%s'%s\n", a,
+                    (!strcmp(a, "--set") || !strcmp(a, "--checkpoint")) ? " (it needs a value)" : "");
+            return UT_EXIT_USAGE;
+        } else file = a;
+    }
+    if (!file) {
+        fprintf(stderr, "utrain: a config file%s is needed\n", allow_dir ? " or run directory" : "");
+        return UT_EXIT_USAGE;
+    }
+    struct stat sb;
+    if (allow_dir && stat(file, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(path, sizeof path, "%s/config.yml", file);
+        file = path;
+    }
+    if (ut_config_load(&r->cfg, file, err, sizeof err)) goto fail;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--set") && ut_config_set(&r->cfg, argv[++i], err, sizeof err)) goto fail;
+    if (ut_config_validate(&r->cfg, err, sizeof err)) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "utrain: %s\n", err);
+    return UT_EXIT_ERROR;
+}
+
+static bool wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
+}
+
+static int cmd_train(int argc, char **argv, const char *force_mode) {
+    if (wants_help(argc, argv)) {
+        usage_train(stdout);
+        return 0;
+    }
+    cli_run r;
+    int rc = load_config(&r, argc, argv, false, false);
+    if (!rc) {
+        if (force_mode) snprintf(r.cfg.mode, sizeof r.cfg.mode, "%s", force_mode);
+        rc = !strcmp(r.cfg.mode, "test") ? ut_trainer_test(&r.cfg, NULL, NULL, NULL, NULL, NULL)
+                                         : ut_trainer_run(&r.cfg, NULL, NULL, NULL, NULL);
+    }
+    ut_config_free(&r.cfg);
+    return rc;
+}
+
+static int cmd_test(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        usage_test(stdout);
+        return 0;
+    }
+    cli_run r;
+    int rc = load_config(&r, argc, argv, true, true);
+    if (!rc) rc = ut_trainer_test(&r.cfg, r.checkpoint, NULL, NULL, NULL, NULL);
+    ut_config_free(&r.cfg);
+    return rc;
+}
+
+static int cmd_config(int argc, char **argv) {
+    if (argc == 1 && !strcmp(argv[0], "--doc")) {
+        ut_config_doc_markdown(stdout);
+        return 0;
+    }
+    cli_run r;
+    int rc = load_config(&r, argc, argv, false, true);
+    if (!rc) ut_config_write(&r.cfg, stdout);
+    ut_config_free(&r.cfg);
+    return rc;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *tok = "byte", *files[2] = {NULL, NULL};
+    int nf = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok = argv[++i];
+        else if (argv[i][0] != '-' && nf < 2) files[nf++] = argv[i];
+        else {
+            fprintf(stderr, "usage: utrain tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n");
+            return UT_EXIT_USAGE;
+        }
+    }
+    if (nf != 2) {
+        fprintf(stderr, "usage: utrain tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n");
+        return UT_EXIT_USAGE;
+    }
+    char err[1024];
+    if (ut_tokenize_file(tok, files[0], files[1], err, sizeof err)) {
+        fprintf(stderr, "utrain: %s\n", err);
+        return UT_EXIT_ERROR;
+    }
+    return 0;
 }
 
 /* Synthetic classification data: class k is template k plus N(0, 0.5) noise. */
@@ -127,6 +280,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "demo")) return demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2, "train");
+    if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
+    if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    size_t len = strlen(cmd);
+    if (len > 4 && (!strcmp(cmd + len - 4, ".yml") || (len > 5 && !strcmp(cmd + len - 5, ".yaml"))))
+        return cmd_train(argc - 1, argv + 1, NULL);
     fprintf(stderr, "utrain: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

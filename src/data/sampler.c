@@ -62,16 +62,27 @@ static void ensure_order(ut_sampler *s) {
     s->order_epoch = s->epoch;
 }
 
+/* This rank's share of the global batch that starts at position start. */
+static int64_t share(const ut_sampler *s, int64_t start, int64_t *lo) {
+    int64_t limit = epoch_limit(s);
+    int64_t end = start + global_batch(s) < limit ? start + global_batch(s) : limit;
+    *lo = start + s->rank * s->local_batch;
+    int64_t hi = *lo + s->local_batch < end ? *lo + s->local_batch : end;
+    return hi > *lo ? hi - *lo : 0;
+}
+
+int64_t ut_sampler_batch_size(const ut_sampler *s, int64_t j) {
+    int64_t lo;
+    return j < 0 || j >= ut_sampler_batches_per_epoch(s) ? 0 : share(s, j * global_batch(s), &lo);
+}
+
 int64_t ut_sampler_next(ut_sampler *s, int64_t *idx) {
     int64_t limit = epoch_limit(s);
     if (s->cursor >= limit) return 0;
     ensure_order(s);
-    int64_t end = s->cursor + global_batch(s) < limit ? s->cursor + global_batch(s) : limit;
-    int64_t lo = s->cursor + s->rank * s->local_batch, hi = lo + s->local_batch;
-    if (hi > end) hi = end;
-    int64_t count = hi > lo ? hi - lo : 0;
+    int64_t lo, count = share(s, s->cursor, &lo);
     if (count) memcpy(idx, s->order + lo, (size_t)count * sizeof *idx);
-    s->cursor = end;
+    s->cursor = s->cursor + global_batch(s) < limit ? s->cursor + global_batch(s) : limit;
     return count;
 }
 

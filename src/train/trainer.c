@@ -299,13 +299,6 @@ static int optimizer_step(ut_trainer *t) {
     return 0;
 }
 
-/* Examples this process gets from global batch j of the epoch. */
-static int64_t batch_examples(const ut_sampler *s, int64_t j) {
-    int64_t start = j * s->local_batch * s->world + s->rank * s->local_batch;
-    int64_t left = s->n - start;
-    return left <= 0 ? 0 : left < s->local_batch ? left : s->local_batch;
-}
-
 /* Runs batches until the epoch ends, the run reaches total_steps, or a stop
  * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
 static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
@@ -321,7 +314,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
             int64_t j = ceil_div(t->st.cursor, G);
             window = t->batches_per_epoch - j < t->accum_steps ? t->batches_per_epoch - j : t->accum_steps;
             window_examples = 0;
-            for (int64_t i = 0; i < window; i++) window_examples += batch_examples(&t->sampler, j + i);
+            for (int64_t i = 0; i < window; i++) window_examples += ut_sampler_batch_size(&t->sampler, j + i);
         }
         ut_step_outputs out;
         ut_tensor *y;
