@@ -21,8 +21,9 @@ typedef struct {
     bool bar_active;          /* a progress bar line is on screen */
 } ut_runlog;
 
-/* Creates the run directory tree and opens the log files. */
-int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, char *err, size_t n);
+/* Creates the run directory tree and opens the log file; for training also
+ * metrics.jsonl and the TensorBoard file (rank 0). */
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */
 void ut_say(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -37,7 +37,7 @@ static FILE *open_in(const char *dir, const char *name, const char *mode, char *
     return f;
 }
 
-int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, char *err, size_t n) {
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
     rl->tty = isatty(STDOUT_FILENO) && strcmp(cfg->progress, "lines") && strcmp(cfg->progress, "off");
@@ -56,7 +56,7 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, char *err, siz
     char name[64];
     snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
     if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
-    if (rank == 0) {
+    if (rank == 0 && training) {
         if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
         snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
         if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
@@ -109,7 +109,7 @@ static void json_number(FILE *f, double v) {
 
 void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
                     const char *const *names, const double *values) {
-    if (rl->rank != 0) return;
+    if (rl->rank != 0 || !rl->metrics) return;
     fprintf(rl->metrics, "{\"step\": %lld, \"epoch\": ", (long long)step);
     json_number(rl->metrics, epoch);
     fprintf(rl->metrics, ", \"split\": \"%s\"", split);

@@ -440,7 +440,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                  "another experiment_name (or remove the directory)", runpath);
         return -1;
     }
-    if (ut_runlog_open(&t->log, c, 0, t->err, sizeof t->err) || write_resolved_config(t)) return -1;
+    if (ut_runlog_open(&t->log, c, 0, true, t->err, sizeof t->err) || write_resolved_config(t)) return -1;
     *own_data = !train;
     if (!train && ut_datasets_open(c, t->log.dir, &t->train, &t->dev, NULL, t->err, sizeof t->err))
         return -1;
