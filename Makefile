@@ -22,7 +22,7 @@ LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm
 LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/train/*.c))
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
-TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c))
+TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c))
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
 HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
 

@@ -1,0 +1,400 @@
+/* End to end through the `utrain` program: example configs, config errors,
+ * run directory contents, exact resume (mid-epoch, across epochs, after
+ * SIGTERM), gradient accumulation, corrupt checkpoints, test mode. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "utrain/utrain.h"
+
+static char utrain_bin[1024], tmp[256];
+
+/* ---- running the program ---- */
+/* Runs utrain with args, output (stdout+stderr) to out_path; returns the exit code. */
+static pid_t spawn(const char *const *args, const char *out_path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        const char *argv[64] = {utrain_bin};
+        int n = 1;
+        for (; args[n - 1]; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(utrain_bin, (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_rc(pid_t pid) {
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(const char *const *args, const char *out_path) { return wait_rc(spawn(args, out_path)); }
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+static int count_lines(const char *path) {
+    char *s = slurp(path);
+    int n = 0;
+    for (char *p = s; p && *p; p++) n += *p == '\n';
+    free(s);
+    return n;
+}
+
+/* a/b in one of 16 rotating buffers: use the result at once or copy it */
+static const char *path_in(const char *a, const char *b) {
+    static char buf[16][1024];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
+    return buf[k];
+}
+
+/* A fast config: a small MLP on Fashion-MNIST, dropout on (so the RNG state
+ * matters), a schedule that does not depend on max_steps (so runs of
+ * different lengths agree step for step). */
+static const char *write_config(const char *name, const char *extra) {
+    static char paths[4][512];
+    static int k;
+    char *path = paths[k = (k + 1) % 4];
+    snprintf(path, sizeof paths[0], "%s/%s.yml", tmp, name);
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "experiment_name: %s\noutput_dir: %s/runs\nseed: 7\n"
+            "model: {name: mlp, sizes: [784, 64, 10], dropout: 0.1}\n"
+            "data: {name: idx_images, dev_size: 59000}\n"
+            "train: {batch_size: 32, log_interval: 1, eval_strategy: \"no\", save_strategy: steps,\n"
+            "        save_interval: 10, save_total_limit: 0, progress: lines}\n"
+            "optim: {name: adamw, lr: 2.0e-3, schedule: step, step_size: 7, gamma: 0.5, warmup_steps: 3}\n%s",
+            name, tmp, extra ? extra : "");
+    fclose(f);
+    return path;
+}
+
+/* ---- comparing runs ---- */
+/* The parameter bytes of a checkpoint, concatenated in file order. */
+static bool same_weights(const char *a, const char *b) {
+    char err[512];
+    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
+    bool same = fa && fb && ut_st_count(fa) == ut_st_count(fb);
+    for (int i = 0; same && i < ut_st_count(fa); i++) {
+        const char *name = ut_st_name(fa, i);
+        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
+        same = y && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+    }
+    if (fa) ut_st_close(fa);
+    if (fb) ut_st_close(fb);
+    return same;
+}
+
+/* The "loss" text of the train line for step in metrics.jsonl. */
+static bool loss_at(const char *metrics, int step, char *out, size_t n) {
+    char *s = slurp(metrics), key[64];
+    snprintf(key, sizeof key, "{\"step\": %d, ", step);
+    bool found = false;
+    for (char *line = s ? strstr(s, key) : NULL; line && !found; line = strstr(line + 1, key)) {
+        char *end = strchr(line, '\n'), *l = strstr(line, "\"loss\": ");
+        if (!strstr(line, "\"split\": \"train\"") || !l || (end && l > end)) continue;
+        l += 8;
+        size_t k = strcspn(l, ",}");
+        snprintf(out, n, "%.*s", (int)k, l);
+        found = true;
+    }
+    free(s);
+    return found;
+}
+
+static void check_same_losses(const char *ma, const char *mb, int from, int to) {
+    for (int s = from; s <= to; s++) {
+        char a[64] = "?", b[64] = "?";
+        CHECK(loss_at(ma, s, a, sizeof a) && loss_at(mb, s, b, sizeof b) && !strcmp(a, b),
+              "step %d: loss %s uninterrupted, %s resumed", s, a, b);
+    }
+}
+
+/* ---- a minimal JSON validator for metrics.jsonl and the result files ---- */
+static const char *json_value(const char *p);
+static const char *ws(const char *p) {
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+    return p;
+}
+static const char *json_string(const char *p) {
+    if (*p++ != '"') return NULL;
+    while (*p && *p != '"') p += *p == '\\' ? 2 : 1;
+    return *p ? p + 1 : NULL;
+}
+static const char *json_value(const char *p) {
+    p = ws(p);
+    if (*p == '"') return json_string(p);
+    if (*p == '{') {
+        p = ws(p + 1);
+        if (*p == '}') return p + 1;
+        for (;;) {
+            if (!(p = json_string(ws(p)))) return NULL;
+            p = ws(p);
+            if (*p++ != ':' || !(p = json_value(p))) return NULL;
+            p = ws(p);
+            if (*p == '}') return p + 1;
+            if (*p++ != ',') return NULL;
+        }
+    }
+    if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4)) return p + 4;
+    if (!strncmp(p, "false", 5)) return p + 5;
+    char *end;
+    strtod(p, &end);
+    return end == p ? NULL : end;
+}
+static bool valid_json_object(const char *s) {
+    const char *e = *ws(s) == '{' ? json_value(s) : NULL;
+    return e && !*ws(e);
+}
+
+/* ---- tests ---- */
+static void test_config_errors(void) {
+    const char *bad = path_in(tmp, "bad.yml"), *out = path_in(tmp, "bad.out");
+    FILE *f = fopen(bad, "w");
+    fprintf(f, "model:\n  name: cnn\ntrain:\n  batch_sise: 3\n");
+    fclose(f);
+    CHECK(run((const char *[]){"train", bad, NULL}, out) == 1, "unknown key exits 1");
+    char *s = slurp(out);
+    CHECK(s && strstr(s, "bad.yml:4") && strstr(s, "train.batch_sise") && strstr(s, "did you mean train.batch_size"),
+          "message: %s", s);
+    free(s);
+    CHECK(run((const char *[]){"train", write_config("cfgerr", NULL), "--set", "train.epochs=two", NULL}, out) == 1,
+          "bad --set exits 1");
+    s = slurp(out);
+    CHECK(s && strstr(s, "--set") && strstr(s, "train.epochs") && strstr(s, "two"), "message: %s", s);
+    free(s);
+    CHECK(run((const char *[]){"train", path_in(tmp, "missing.yml"), NULL}, out) == 1, "missing file exits 1");
+    s = slurp(out);
+    CHECK(s && strstr(s, "missing.yml"), "message: %s", s);
+    free(s);
+    CHECK(run((const char *[]){"train", NULL}, out) == 2, "no config: usage error");
+}
+
+static void test_run_directory_and_test_mode(void) {
+    const char *cfg = write_config("rundir", NULL);
+    char out[512];
+    snprintf(out, sizeof out, "%s/rundir.out", tmp);
+    int rc = run((const char *[]){"train", cfg, "--set", "train.max_steps=20", "--set", "train.eval_strategy=steps",
+                                  "--set", "train.eval_interval=10", "--set", "train.best_metric=dev/accuracy", NULL},
+                 out);
+    char *s = slurp(out);
+    CHECK(rc == 0, "train exits 0: %s", s);
+    CHECK(s && strstr(s, "Total optimization steps = 20") && strstr(s, "Num examples = 1000"), "summary: %s", s);
+    free(s);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/runs/rundir", tmp);
+    const char *files[] = {"config.yml", "metrics.jsonl", "logger_logs/training_0.log",
+                           "checkpoints/step_00000020.safetensors"};
+    for (int i = 0; i < 4; i++) CHECK(access(path_in(dir, files[i]), R_OK) == 0, "%s exists", files[i]);
+    DIR *d = opendir(path_in(dir, "tensorboard"));
+    int events = 0;
+    for (struct dirent *e; d && (e = readdir(d));) events += strstr(e->d_name, "tfevents") != NULL;
+    if (d) closedir(d);
+    CHECK(events == 1, "one TensorBoard event file, found %d", events);
+
+    s = slurp(path_in(dir, "metrics.jsonl"));
+    int lines = 0, dev = 0;
+    for (char *line = s, *nl; line && *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl) break;
+        *nl = 0;
+        lines++;
+        CHECK(valid_json_object(line) && strstr(line, "\"step\": ") && strstr(line, "\"epoch\": ") &&
+                  strstr(line, "\"loss\": "), "metrics line: %s", line);
+        if (strstr(line, "\"split\": \"train\"")) CHECK(strstr(line, "\"lr\": ") != NULL, "train line has lr");
+        dev += strstr(line, "\"split\": \"dev\"") && strstr(line, "\"accuracy\": ");
+    }
+    free(s);
+    CHECK(lines == 22 && dev == 2, "%d lines, %d dev lines", lines, dev);
+
+    rc = run((const char *[]){"test", dir, NULL}, out);
+    s = slurp(out);
+    CHECK(rc == 0, "test exits 0: %s", s);
+    free(s);
+    for (int i = 0; i < 2; i++) {
+        s = slurp(path_in(dir, i ? "test_results.json" : "dev_results.json"));
+        CHECK(s && valid_json_object(s) && strstr(s, "\"loss\"") && strstr(s, "\"accuracy\"") &&
+                  strstr(s, "\"checkpoint\"") && strstr(s, "\"step\": "), "results: %s", s);
+        free(s);
+    }
+}
+
+/* 17 steps, stop, resume to 40 (the epoch of 1000 examples has 32 batches, so
+ * the stop is mid-epoch and the resumed run crosses an epoch) = 40 straight. */
+static void test_exact_resume(void) {
+    const char *a = write_config("straight", NULL), *b = write_config("resumed", NULL), *out = path_in(tmp, "resume.out");
+    CHECK(run((const char *[]){"train", a, "--set", "train.max_steps=40", NULL}, out) == 0, "straight run");
+    CHECK(run((const char *[]){"train", b, "--set", "train.max_steps=17", NULL}, out) == 0, "first half");
+    int rc = run((const char *[]){"train", b, "--set", "train.max_steps=40", "--set", "continue_training=true", NULL}, out);
+    char *s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Resuming from") && strstr(s, "step 17"), "resumed: %s", s);
+    free(s);
+    char ra[512], rb[512];
+    snprintf(ra, sizeof ra, "%s/runs/straight", tmp);
+    snprintf(rb, sizeof rb, "%s/runs/resumed", tmp);
+    CHECK(same_weights(path_in(ra, "checkpoints/step_00000040.safetensors"),
+                       path_in(rb, "checkpoints/step_00000040.safetensors")), "bit-identical final weights");
+    check_same_losses(path_in(ra, "metrics.jsonl"), path_in(rb, "metrics.jsonl"), 18, 40);
+}
+
+/* SIGTERM mid-run: checkpoint and exit 75; resuming finishes like an uninterrupted run. */
+static void test_sigterm_then_resume(void) {
+    const char *cfg = write_config("preempt", NULL), *ref = write_config("preempt_ref", NULL);
+    const char *out = path_in(tmp, "preempt.out");
+    char metrics[512];
+    snprintf(metrics, sizeof metrics, "%s/runs/preempt/metrics.jsonl", tmp);
+    pid_t pid = spawn((const char *[]){"train", cfg, "--set", "train.max_steps=3000", NULL}, out);
+    for (int i = 0; i < 3000 && count_lines(metrics) < 25; i++) usleep(2000);
+    kill(pid, SIGTERM);
+    int rc = wait_rc(pid);
+    char *s = slurp(out);
+    CHECK(rc == UT_EXIT_PREEMPTED && s && strstr(s, "Stopped by signal"), "exit %d: %s", rc, s);
+    free(s);
+    int stopped = count_lines(metrics);
+    CHECK(stopped >= 25 && stopped < 3000, "stopped at step %d", stopped);
+    CHECK(run((const char *[]){"train", cfg, "--set", "train.max_steps=60", "--set", "continue_training=true", NULL},
+              out) == 0 || stopped >= 60, "resume to 60");
+    if (stopped < 60) {
+        CHECK(run((const char *[]){"train", ref, "--set", "train.max_steps=60", NULL}, out) == 0, "reference");
+        char ra[512], rb[512];
+        snprintf(ra, sizeof ra, "%s/runs/preempt_ref/checkpoints/step_00000060.safetensors", tmp);
+        snprintf(rb, sizeof rb, "%s/runs/preempt/checkpoints/step_00000060.safetensors", tmp);
+        CHECK(same_weights(ra, rb), "weights after SIGTERM + resume equal the uninterrupted run's");
+    }
+}
+
+static void flip_byte(const char *path, long from_end) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, -from_end, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -from_end, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* A bit-flipped or truncated newest checkpoint is reported and the one before used. */
+static void test_corrupt_checkpoint_falls_back(void) {
+    const char *out = path_in(tmp, "corrupt.out");
+    for (int mode = 0; mode < 2; mode++) {
+        const char *name = mode ? "truncated" : "flipped";
+        const char *cfg = write_config(name, NULL);
+        CHECK(run((const char *[]){"train", cfg, "--set", "train.max_steps=20", NULL}, out) == 0, "%s: train", name);
+        char ck[512];
+        snprintf(ck, sizeof ck, "%s/runs/%s/checkpoints/step_00000020.safetensors", tmp, name);
+        if (mode) CHECK(truncate(ck, 5000) == 0, "truncate");
+        else flip_byte(ck, 100);
+        int rc = run((const char *[]){"train", cfg, "--set", "train.max_steps=25", "--set", "continue_training=true", NULL}, out);
+        char *s = slurp(out);
+        CHECK(rc == 0 && s && strstr(s, "cannot resume from") && strstr(s, "step_00000020") &&
+                  strstr(s, "Resuming from") && strstr(s, "step_00000010"), "%s: %s", name, s);
+        free(s);
+    }
+}
+
+/* Accumulating 2 micro-batches of 16 equals one batch of 32. */
+static void test_gradient_accumulation(void) {
+    const char *out = path_in(tmp, "accum.out");
+    const char *a = write_config("accum1", NULL), *b = write_config("accum2", NULL);
+    const char *common[] = {"--set", "train.max_steps=6", "--set", "data.shuffle=false", "--set", "model.dropout=0"};
+    CHECK(run((const char *[]){"train", a, common[0], common[1], common[2], common[3], common[4], common[5], NULL}, out) == 0, "batch 32");
+    CHECK(run((const char *[]){"train", b, common[0], common[1], common[2], common[3], common[4], common[5],
+                               "--set", "train.batch_size=16", "--set", "train.gradient_accumulation_steps=2", NULL},
+              out) == 0, "2 x 16");
+    char pa[512], pb[512], err[256];
+    snprintf(pa, sizeof pa, "%s/runs/accum1/checkpoints/step_00000006.safetensors", tmp);
+    snprintf(pb, sizeof pb, "%s/runs/accum2/checkpoints/step_00000006.safetensors", tmp);
+    ut_st_file *fa = ut_st_open(pa, err, sizeof err), *fb = ut_st_open(pb, err, sizeof err);
+    CHECK(fa && fb, "%s", err);
+    double worst = 0;
+    for (int i = 0; fa && fb && i < ut_st_count(fa); i++) {
+        const char *name = ut_st_name(fa, i);
+        if (strncmp(name, "model.", 6)) continue;
+        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
+        const float *u = x->data, *v = y->data;
+        double maxref = 0, maxdiff = 0;
+        for (size_t k = 0; k < x->nbytes / 4; k++) {
+            maxref = fmax(maxref, fabs(u[k]));
+            maxdiff = fmax(maxdiff, fabs(u[k] - v[k]));
+        }
+        worst = fmax(worst, maxdiff / maxref);
+    }
+    CHECK(worst < 1e-5, "weights differ by %.3g (relative)", worst);
+    if (fa) ut_st_close(fa);
+    if (fb) ut_st_close(fb);
+}
+
+/* Every example config runs a few steps. */
+static void test_example_configs(void) {
+    const char *out = path_in(tmp, "examples.out");
+    char runs[512], kjv[512], opt[3][600];
+    snprintf(runs, sizeof runs, "output_dir=%s/examples", tmp);
+    int rc = run((const char *[]){"train", "configs/fmnist_cnn.yml", "--set", runs, "--set", "train.max_steps=3",
+                                  "--set", "data.dev_size=200", "--set", "train.eval_strategy=steps",
+                                  "--set", "train.eval_interval=3", NULL}, out);
+    char *s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "dev/accuracy"), "fmnist_cnn: %s", s);
+    free(s);
+
+    snprintf(kjv, sizeof kjv, "scripts/prepare-kjv.sh %s/kjv %s > %s 2>&1", tmp, utrain_bin, out);
+    CHECK(system(kjv) == 0, "prepare-kjv.sh");
+    const char *split[3] = {"train", "dev", "test"};
+    for (int i = 0; i < 3; i++) snprintf(opt[i], sizeof opt[i], "data.%s_path=%s/kjv/%s.bin", split[i], tmp, split[i]);
+    rc = run((const char *[]){"train", "configs/gpt2_kjv.yml", "--set", runs, "--set", "train.max_steps=3", "--set",
+                              opt[0], "--set", opt[1], "--set", opt[2], "--set", "train.eval_interval=3", "--set", "optim.warmup_steps=1", NULL}, out);
+    s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "perplexity"), "gpt2_kjv: %s", s);
+    free(s);
+
+    rc = run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=5",
+                              "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=5", NULL}, out);
+    s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "accuracy"), "sst2_bow: %s", s);
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    /* BUILD/tests/e2e/test_trainer -> BUILD/utrain */
+    snprintf(utrain_bin, sizeof utrain_bin, "%s", argv[0]);
+    char *cut = strstr(utrain_bin, "tests/e2e/");
+    if (cut) strcpy(cut, "utrain");
+    snprintf(tmp, sizeof tmp, "/tmp/utrain-e2e-XXXXXX");
+    if (!mkdtemp(tmp)) return 1;
+    RUN(test_config_errors);
+    RUN(test_run_directory_and_test_mode);
+    RUN(test_exact_resume);
+    RUN(test_sigterm_then_resume);
+    RUN(test_corrupt_checkpoint_falls_back);
+    RUN(test_gradient_accumulation);
+    RUN(test_example_configs);
+    int rc = TEST_SUMMARY();
+    if (!rc) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd)) return 1;
+    } else fprintf(stderr, "kept %s for inspection\n", tmp);
+    return rc;
+}
