@@ -67,9 +67,13 @@ $(BUILD)/tests/%.o: tests/%.c $(HDRS)
 
 tests: all $(TEST_BIN)
 
+# The main job: the CNN on Fashion-MNIST for one epoch, then its test
+# evaluation; the run directory stays in runs/fmnist_cnn. A second `make run`
+# resumes the finished run (nothing left to train) and tests it again.
 run: deps
 	@$(MAKE) --no-print-directory all
-	./$(BUILD)/utrain demo
+	./$(BUILD)/utrain train configs/fmnist_cnn.yml --set continue_training=true
+	./$(BUILD)/utrain test runs/fmnist_cnn
 
 # The test binaries run with the OpenBLAS kernels utrain itself would choose
 # (ut_blas_select_kernels), so they exercise what users run.

@@ -5,12 +5,11 @@
 
 #include "run_internal.h"
 
-/* The best checkpoint: the newest one's best_step if that file exists, else the newest. */
-static int pick_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n) {
+int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n) {
     int64_t steps[256];
     int k = ut_ckpt_list(dir, steps, 256);
     if (k <= 0) {
-        snprintf(err, n, "%s: no checkpoints to test (train first, or pass --checkpoint)", dir);
+        snprintf(err, n, "%s: no checkpoints (train first, or name one)", dir);
         return -1;
     }
     ut_train_state st;
@@ -57,6 +56,11 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
     if (ut_evaluate(ctx, m, ds, bs, h, &r, err, n)) return -1;
+    if (h->on_log) {
+        const char *names[UT_MAX_METRICS];
+        for (int i = 0; i < r.n; i++) names[i] = r.names[i];
+        h->on_log(h->user, split, step, r.n, names, r.values);
+    }
     char line[512];
     size_t k = 0;
     for (int i = 0; i < r.n; i++)
@@ -79,7 +83,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) goto out;
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);
     if (ckpt_path) snprintf(path, sizeof path, "%s", ckpt_path);
-    else if (pick_checkpoint(dir, model, path, sizeof path, err, sizeof err)) goto out;
+    else if (ut_best_checkpoint(dir, model, path, sizeof path, err, sizeof err)) goto out;
     ut_train_state st;
     if (ut_ckpt_load(path, model, NULL, &st, err, sizeof err)) goto out;
     ut_say(&log, "Testing %s (step %lld)\n", path, (long long)st.step);

@@ -17,7 +17,8 @@ typedef struct {
     FILE *metrics;            /* metrics.jsonl (rank 0) */
     ut_tb *tb;                /* tensorboard/ (rank 0) */
     int rank;
-    bool tty;                 /* stdout is a terminal */
+    bool bar;                 /* show a progress bar (a terminal, or train.progress: bar) */
+    bool lines;               /* print a line per logged step (no bar, progress not off) */
     bool bar_active;          /* a progress bar line is on screen */
 } ut_runlog;
 
@@ -27,6 +28,11 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */
 void ut_say(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, but to the log file alone. */
+void ut_note(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The checkpoint test mode and load_dir use: the one at the newest checkpoint's
+ * best_step if it exists, else the newest. Path into path; 0 or -1 with err. */
+int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
 /* One metrics.jsonl line and TensorBoard scalars "<split>/<name>". */
 void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
                     const char *const *names, const double *values);

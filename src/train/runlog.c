@@ -40,8 +40,9 @@ static FILE *open_in(const char *dir, const char *name, const char *mode, char *
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
-    rl->tty = isatty(STDOUT_FILENO) && strcmp(cfg->progress, "lines") && strcmp(cfg->progress, "off");
-    if (!strcmp(cfg->progress, "bar")) rl->tty = true;
+    const char *p = cfg->progress;
+    rl->bar = !strcmp(p, "bar") || (!strcmp(p, "auto") && isatty(STDOUT_FILENO));
+    rl->lines = !rl->bar && strcmp(p, "off");
     if (snprintf(rl->dir, sizeof rl->dir, "%s/%s", cfg->output_dir, cfg->experiment_name) >=
         (int)sizeof rl->dir) {
         snprintf(err, n, "output_dir/experiment_name is too long");
@@ -72,6 +73,23 @@ void ut_runlog_close(ut_runlog *rl) {
     memset(rl, 0, sizeof *rl);
 }
 
+static void vnote(ut_runlog *rl, const char *fmt, va_list ap) {
+    if (!rl->log) return;
+    char ts[32];
+    time_t now = time(NULL);
+    strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    fprintf(rl->log, "[%s] ", ts);
+    vfprintf(rl->log, fmt, ap);
+    fflush(rl->log);
+}
+
+void ut_note(ut_runlog *rl, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vnote(rl, fmt, ap);
+    va_end(ap);
+}
+
 void ut_say(ut_runlog *rl, const char *fmt, ...) {
     va_list ap;
     if (rl->rank == 0) {
@@ -81,16 +99,9 @@ void ut_say(ut_runlog *rl, const char *fmt, ...) {
         va_end(ap);
         fflush(stdout);
     }
-    if (rl->log) {
-        char ts[32];
-        time_t now = time(NULL);
-        strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
-        fprintf(rl->log, "[%s] ", ts);
-        va_start(ap, fmt);
-        vfprintf(rl->log, fmt, ap);
-        va_end(ap);
-        fflush(rl->log);
-    }
+    va_start(ap, fmt);
+    vnote(rl, fmt, ap);
+    va_end(ap);
 }
 
 /* A TensorBoard write error is reported once; the run goes on without it. */
@@ -135,7 +146,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 
 void ut_progress(ut_runlog *rl, const char *mode, int64_t step, int64_t total, double rate,
                  const char *unit, double loss, double eta_s) {
-    if (rl->rank != 0 || !rl->tty) return;
+    if (rl->rank != 0 || !rl->bar) return;
     const int width = 28;
     int filled = total > 0 ? (int)(width * (double)step / (double)total) : 0;
     if (filled > width) filled = width;

@@ -178,6 +178,18 @@ static int resume(ut_trainer *t) {
     return 0;
 }
 
+/* load_dir: start from another run's best weights (fine-tuning); the
+ * optimizer, schedule and data position start fresh. */
+static int load_initial_weights(ut_trainer *t) {
+    char dir[1280], path[1400];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->cfg->load_dir);
+    if (ut_best_checkpoint(dir, t->m, path, sizeof path, t->err, sizeof t->err) ||
+        ut_ckpt_load(path, t->m, NULL, NULL, t->err, sizeof t->err))
+        return -1;
+    ut_say(&t->log, "Initial weights from %s\n", path);
+    return 0;
+}
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static void print_summary(ut_trainer *t) {
@@ -223,6 +235,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
     ut_log_scalars(&t->log, "dev", t->st.step, ep, res->n, names, res->values);
+    if (t->h.on_log) t->h.on_log(t->h.user, "dev", t->st.step, res->n, names, res->values);
     char line[512];
     size_t k = 0;
     for (int i = 0; i < res->n; i++)
@@ -264,10 +277,11 @@ static void log_train(ut_trainer *t) {
     if (a->tokens) names[n] = "tokens_per_s", vals[n++] = (double)a->tokens / dt;
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
     ut_log_scalars(&t->log, "train", t->st.step, ep, n, names, vals);
-    if (!t->log.tty || t->log.rank)
-        ut_say(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s\n",
-               (long long)t->st.step, (long long)t->total_steps, ep, loss, lr, t->last_grad_norm,
-               (double)a->examples / dt);
+    if (t->h.on_log) t->h.on_log(t->h.user, "train", t->st.step, n, names, vals);
+    void (*out)(ut_runlog *, const char *, ...) = t->log.lines ? ut_say : ut_note;
+    out(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s\n",
+        (long long)t->st.step, (long long)t->total_steps, ep, loss, lr, t->last_grad_norm,
+        (double)a->examples / dt);
     memset(a, 0, sizeof *a);
     t->interval_t0 = now_s();
 }
@@ -463,7 +477,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
-    if (c->continue_training && resume(t) < 0) return -1;
+    int resumed = c->continue_training ? resume(t) : 0;
+    if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
     ut_hooks_resolve(&t->h, NULL);
     return 0;

@@ -375,6 +375,22 @@ static void test_example_configs(void) {
     free(s);
 }
 
+/* load_dir starts a new run from another run's best weights. */
+static void test_load_dir(void) {
+    const char *out = path_in(tmp, "loaddir.out");
+    char runs[512], from[600];
+    snprintf(runs, sizeof runs, "output_dir=%s/ft", tmp);
+    snprintf(from, sizeof from, "load_dir=%s/ft/sst2_bow", tmp);
+    CHECK(run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.epochs=2", NULL}, out) == 0,
+          "base run");
+    int rc = run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=tuned",
+                                  "--set", from, "--set", "train.epochs=1", NULL}, out);
+    char *s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Initial weights from") && strstr(s, "sst2_bow/checkpoints/step_00000030"),
+          "fine-tune: %s", s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* BUILD/tests/e2e/test_trainer -> BUILD/utrain */
@@ -390,6 +406,7 @@ int main(int argc, char **argv) {
     RUN(test_corrupt_checkpoint_falls_back);
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
+    RUN(test_load_dir);
     int rc = TEST_SUMMARY();
     if (!rc) {
         char cmd[300];
