@@ -391,6 +391,29 @@ static void test_load_dir(void) {
     free(s);
 }
 
+/* With a zero learning rate nothing improves: patience 2 stops after 3 evaluations. */
+static void test_early_stopping(void) {
+    const char *out = path_in(tmp, "early.out");
+    int rc = run((const char *[]){"train", write_config("early", NULL), "--set", "train.max_steps=100", "--set",
+                                  "optim.lr=0", "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=5",
+                                  "--set", "train.early_stopping_patience=2", "--set", "data.dev_size=59800", NULL},
+                 out);
+    char *s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Early stopping") && strstr(s, "Training done: 15 steps"), "%s", s);
+    free(s);
+}
+
+/* train.progress: bar draws a bar with carriage returns even off a terminal. */
+static void test_progress_bar(void) {
+    const char *out = path_in(tmp, "bar.out");
+    int rc = run((const char *[]){"train", write_config("bar", NULL), "--set", "train.max_steps=5", "--set",
+                                  "train.progress=bar", NULL}, out);
+    char *s = slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "\rtrain [") && strstr(s, "5/5") && strstr(s, "samples/s") && strstr(s, "eta"),
+          "%s", s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* BUILD/tests/e2e/test_trainer -> BUILD/utrain */
@@ -407,6 +430,8 @@ int main(int argc, char **argv) {
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
     RUN(test_load_dir);
+    RUN(test_early_stopping);
+    RUN(test_progress_bar);
     int rc = TEST_SUMMARY();
     if (!rc) {
         char cmd[300];
