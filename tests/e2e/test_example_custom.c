@@ -1,0 +1,136 @@
+/* examples/custom as a user meets it: `make install` into a temporary prefix,
+ * build the example with that prefix's pkg-config file, run it, and check the
+ * run directory it leaves (checkpoints, metrics.jsonl carrying the example's
+ * own metric, dev and test results well above chance). Runs from the
+ * repository root, as tests/run.sh does. */
+#include <stdarg.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "utrain/utrain.h"
+
+/* Accuracy the example must beat on dev and test: chance is 1/3, it reaches ~0.99. */
+#define MIN_ACCURACY 0.9
+
+static char build[1024], tmp[256];
+
+/* Runs a shell command built like printf; returns its exit code (-1: did not run). */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* tmp/name in one of 8 rotating buffers */
+static const char *in_tmp(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+    return buf[k];
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The number after "key": in a results file; -1 if absent. */
+static double json_number(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = json ? strstr(json, pat) : NULL;
+    return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+static void test_install_build_run(void) {
+    /* -o all: install copies exactly the build under test, never rebuilding it */
+    int rc = sh("make --no-print-directory -o all install BUILD='%s' PREFIX=%s >%s 2>&1", build,
+                tmp, in_tmp("install.log"));
+    CHECK(rc == 0, "make install exited %d (see %s)", rc, in_tmp("install.log"));
+    CHECK(access(in_tmp("lib/pkgconfig/utrain.pc"), R_OK) == 0, "no utrain.pc installed");
+
+    /* A sanitizer build's library needs the same runtime in the program. */
+    const char *cflags = "";
+#ifdef __SANITIZE_ADDRESS__
+    cflags = "CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer'";
+#endif
+    rc = sh("make --no-print-directory -C examples/custom PKG_CONFIG_PATH=%s/lib/pkgconfig "
+            "OUT=%s %s >%s 2>&1", tmp, in_tmp("custom"), cflags, in_tmp("build.log"));
+    CHECK(rc == 0, "building examples/custom exited %d (see %s)", rc, in_tmp("build.log"));
+    if (rc) return;
+
+    rc = sh("%s %s >%s 2>&1", in_tmp("custom"), in_tmp("runs"), in_tmp("run.log"));
+    CHECK(rc == 0, "the example exited %d (see %s)", rc, in_tmp("run.log"));
+
+    /* checkpoints: at least the best one and the last one */
+    int64_t steps[16];
+    int nckpt = ut_ckpt_list(in_tmp("runs/rings/checkpoints"), steps, 16);
+    CHECK(nckpt >= 1, "%d checkpoints in runs/rings/checkpoints", nckpt);
+
+    /* metrics.jsonl has dev lines with the recall_<k> metrics of the example's hook */
+    char *metrics = slurp(in_tmp("runs/rings/metrics.jsonl"));
+    CHECK(metrics && strstr(metrics, "\"split\": \"dev\"") && strstr(metrics, "\"recall_2\""),
+          "metrics.jsonl lacks dev lines with recall_2");
+    free(metrics);
+
+    /* test mode's results, from the best checkpoint */
+    const char *splits[] = {"dev", "test"};
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "runs/rings/%s_results.json", splits[i]);
+        char *res = slurp(in_tmp(name));
+        double acc = json_number(res, "accuracy");
+        CHECK(acc > MIN_ACCURACY, "%s accuracy %.4f (need > %.2f)", splits[i], acc, MIN_ACCURACY);
+        CHECK(json_number(res, "recall_0") >= 0, "%s has no recall_0", name);
+        free(res);
+    }
+
+    /* the on_log hook printed the evaluations */
+    char *out = slurp(in_tmp("run.log"));
+    CHECK(out && strstr(out, "[on_log] step") && strstr(out, "best dev accuracy"),
+          "no on_log lines or summary in %s", in_tmp("run.log"));
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    /* BUILD/tests/e2e/test_example_custom -> BUILD */
+    snprintf(build, sizeof build, "%s", argv[0]);
+    char *cut = strstr(build, "/tests/e2e/");
+    if (!cut || access("examples/custom/main.c", R_OK)) {
+        fprintf(stderr, "run as BUILD/tests/e2e/test_example_custom from the repository root\n");
+        return 1;
+    }
+    *cut = 0;
+    /* the settings of an enclosing `make test ...` must not reach the install
+     * or the example's build */
+    unsetenv("MAKEFLAGS");
+    unsetenv("MAKELEVEL");
+    unsetenv("MFLAGS");
+    snprintf(tmp, sizeof tmp, "/tmp/utrain-example-XXXXXX");
+    if (!mkdtemp(tmp)) return 1;
+    RUN(test_install_build_run);
+    int rc = TEST_SUMMARY();
+    if (!rc) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd)) return 1;
+    } else fprintf(stderr, "kept %s for inspection\n", tmp);
+    return rc;
+}
