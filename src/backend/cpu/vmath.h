@@ -1,0 +1,66 @@
+/* Inline, vectorisable float math for the CPU kernels.
+ * defines: ut_expf_fast.
+ *
+ * glibc's expf is an out-of-line call per element (its vector variant is only
+ * used under -ffast-math), which stops loops from vectorising. These functions
+ * use only +, *, fmaf and bit operations, so in a `#pragma omp simd` loop the
+ * compiler turns them into vector code, and the vector and scalar paths give
+ * the same bits (results do not depend on how a loop is split among threads). */
+#ifndef UTRAIN_CPU_VMATH_H
+#define UTRAIN_CPU_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float ut_bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t ut_float_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* e^x for every float x, within 2 ulp of the exact value (tests/unit/test_vmath.c
+ * sweeps the whole range and records the maximum): +inf exactly where expf
+ * overflows (x > 88.7228317), correctly scaled subnormals down to x = -103.97,
+ * 0 below, e^-inf = 0, e^+inf = +inf, NaN for NaN.
+ *
+ * x = n ln2 + r with n = round(x / ln2) and |r| <= ln2/2 (Cody-Waite: ln2 in
+ * two parts, so r is exact to float precision); e^r = 1 + r + r^2 P(r) with
+ * Cephes' degree-5 minimax P; e^x = e^r 2^n, with 2^n applied as two
+ * power-of-two factors 2^(n/2) 2^(n-n/2) so that n = 128 (x just below the
+ * overflow threshold) and n down to -150 (subnormal results, rounded once by
+ * the last multiplication) need no special case. */
+static inline float ut_expf_fast(float x) {
+    /* Beyond these bounds the result is already inf / 0 (or NaN, which the
+     * comparisons leave alone), and n stays inside [-150, 129]. */
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
+    /* n = round-to-nearest(x log2 e), read from the low mantissa bits of
+     * t = x log2 e + 1.5 2^23 (exact for |n| < 2^22; no float-to-int conversion,
+     * which would be undefined for NaN). */
+    const float shift = 12582912.0f;
+    float t = fmaf(x, 1.44269504088896341f, shift);
+    float n = t - shift;
+    int32_t ni = (int32_t)(ut_float_to_bits(t) - ut_float_to_bits(shift));
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float er = fmaf(p, r * r, r) + 1.0f;
+    int32_t n1 = ni / 2, n2 = ni - n1;
+    float s1 = ut_bits_to_float((uint32_t)(n1 + 127) << 23);
+    float s2 = ut_bits_to_float((uint32_t)(n2 + 127) << 23);
+    return er * s1 * s2;
+}
+
+#endif
