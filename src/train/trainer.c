@@ -359,7 +359,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
             break;
         }
         show_progress(t, loss);
-        if (t->st.step % c->log_interval == 0) log_train(t);
+        if (c->log_interval > 0 && t->st.step % c->log_interval == 0) log_train(t);
         bool stop = false;
         if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0) {
             ut_eval_result res;
@@ -499,7 +499,7 @@ static int train_loop(ut_trainer *t) {
         if (stop_signal) preempted = true;
     }
     ut_progress_end(&t->log);
-    if (t->interval.examples) log_train(t);
+    if (t->interval.examples && t->cfg->log_interval > 0) log_train(t);
     if (strcmp(t->cfg->save_strategy, "no") || preempted) {
         if (save(t)) return UT_EXIT_ERROR;
     }
