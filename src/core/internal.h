@@ -27,6 +27,17 @@ typedef struct {
 } ut_op_vtable;
 
 extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
+
+/* Gradient ownership. Before an op's backward runs, the autograd driver gives
+ * every source that requires a gradient a zeroed buffer (ut_grad) to add into,
+ * except src[0] of the ops flagged here: for them src[0]->grad may still be
+ * NULL on entry, and the backward must then set it itself, to a contiguous
+ * buffer of src[0]'s shape from the context's current arena holding the whole
+ * gradient (typically a buffer it saved in forward and no longer needs, which
+ * saves an allocation and a memset), or call ut_grad. When src[0]->grad exists
+ * (a parameter, or a tensor used again later on the tape) it adds into it like
+ * any backward. Set in src/core/autograd.c. */
+extern const bool ut_op_owns_src0_grad[UT_OP_COUNT];
 const ut_op_vtable *ut_op_table(ut_device dev);
 
 #define UT_OP(E, stem)                        \

@@ -2,10 +2,12 @@
  * classification losses, cross_entropy (fused log-softmax + NLL) and nll_loss.
  * Inputs are viewed as N rows of V. Rows are independent, so kernels run one
  * row per iteration in parallel; each row subtracts its max before exp (no
- * overflow) and sums the exps in double. Losses keep one double per row and
+ * overflow) and sums the exps in double. exp is ut_expf_fast, so the row loops
+ * vectorise; a row's reduction order is fixed by the code, not by threads. Losses keep one double per row and
  * add the rows serially, so results do not depend on the thread count. */
 #include <math.h>
 
+#include "../backend/cpu/vmath.h"
 #include "internal.h"
 
 /* Largest element of x (V): the shift that keeps exp finite. */
@@ -19,11 +21,20 @@ static inline float row_max(const float *x, int64_t V) {
 /* y (V) = exp(x - m); returns sum(y) accumulated in double. */
 static inline double row_exp(float *y, const float *x, float m, int64_t V) {
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (int64_t v = 0; v < V; v++) {
-        float e = expf(x[v] - m);
+        float e = ut_expf_fast(x[v] - m);
         y[v] = e;
         s += e;
     }
+    return s;
+}
+
+/* sum(exp(x - m)) over V, in double, storing nothing */
+static inline double row_exp_sum(const float *x, float m, int64_t V) {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t v = 0; v < V; v++) s += ut_expf_fast(x[v] - m);
     return s;
 }
 
@@ -61,6 +72,7 @@ void ut_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t V) 
         float *y = out + n * V;
         double s = row_exp(y, x, row_max(x, V), V);
         float inv = (float)(1.0 / s);
+#pragma omp simd
         for (int64_t v = 0; v < V; v++) y[v] *= inv;
     }
 }
@@ -101,6 +113,7 @@ void ut_log_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t
         float *y = out + n * V;
         float m = row_max(x, V);
         float ls = (float)log(row_exp(y, x, m, V));
+#pragma omp simd
         for (int64_t v = 0; v < V; v++) y[v] = (x[v] - m) - ls;
     }
 }
@@ -116,7 +129,8 @@ void ut_log_softmax_backward_cpu(float *dinp, const float *dout, const float *ou
 #pragma omp simd reduction(+ : gs)
         for (int64_t v = 0; v < V; v++) gs += g[v];
         float s = (float)gs;
-        for (int64_t v = 0; v < V; v++) dx[v] += g[v] - expf(y[v]) * s;
+#pragma omp simd
+        for (int64_t v = 0; v < V; v++) dx[v] += g[v] - ut_expf_fast(y[v]) * s;
     }
 }
 
@@ -195,10 +209,12 @@ static float mean_of_rows(const double *rowloss, int64_t N, int64_t count) {
 }
 
 /* ---- cross_entropy: logits (N, V), targets (N) ->
- * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored);
- * probs (N, V) = softmax rows saved for backward (NULL: not needed), written
- * only for rows that are not ignored. Targets are already validated. ---- */
-void ut_cross_entropy_forward_cpu(double *rowloss, float *probs, const float *logits,
+ * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored).
+ * For backward it saves, per row not ignored, the unnormalised exps
+ * e (N, V) = exp(logits - rowmax) and inv (N) = 1/sum(e) (NULL: not needed);
+ * the softmax e * inv is formed in backward, which saves a pass over (N, V).
+ * Targets are already validated. ---- */
+void ut_cross_entropy_forward_cpu(double *rowloss, float *e, float *inv, const float *logits,
                                   const int32_t *targets, int ignore_index, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -206,30 +222,37 @@ void ut_cross_entropy_forward_cpu(double *rowloss, float *probs, const float *lo
         if (targets[n] == ignore_index) continue;
         const float *x = logits + n * V;
         float m = row_max(x, V);
-        double s;
-        if (probs) {
-            float *p = probs + n * V;
-            s = row_exp(p, x, m, V);
-            float inv = (float)(1.0 / s);
-            for (int64_t v = 0; v < V; v++) p[v] *= inv;
-        } else {
-            s = 0.0;
-            for (int64_t v = 0; v < V; v++) s += expf(x[v] - m);
-        }
+        double s = e ? row_exp(e + n * V, x, m, V) : row_exp_sum(x, m, V);
+        if (inv) inv[n] = (float)(1.0 / s);
         rowloss[n] = (double)m + log(s) - (double)x[targets[n]];
     }
 }
 
-/* dlogits (N, V) += (probs - onehot(targets)) * gscale for rows not ignored,
- * gscale = dloss / count */
-void ut_cross_entropy_backward_cpu(float *dlogits, const float *probs, const int32_t *targets,
-                                   int ignore_index, float gscale, int64_t N, int64_t V) {
+/* Gradient of the mean loss, gscale = dloss / count, from the forward's e and
+ * inv: d (N, V) = (e * inv - onehot(targets)) * gscale for rows not ignored.
+ * dlogits += d, or, when dlogits == e (the gradient takes over the exps'
+ * buffer), dlogits = d with ignored rows set to 0. Either way a row's values
+ * are computed the same way, so both give the same bits. */
+void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
+                                   const int32_t *targets, int ignore_index, float gscale,
+                                   int64_t N, int64_t V) {
+    bool in_place = dlogits == e;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        if (targets[n] == ignore_index) continue;
-        const float *p = probs + n * V;
         float *dx = dlogits + n * V;
-        for (int64_t v = 0; v < V; v++) dx[v] += p[v] * gscale;
+        if (targets[n] == ignore_index) {
+            if (in_place) memset(dx, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const float *p = e + n * V;
+        float r = inv[n];
+        if (in_place) {
+#pragma omp simd
+            for (int64_t v = 0; v < V; v++) dx[v] = p[v] * r * gscale;
+        } else {
+#pragma omp simd
+            for (int64_t v = 0; v < V; v++) dx[v] += p[v] * r * gscale;
+        }
         dx[targets[n]] -= gscale;
     }
 }
@@ -239,25 +262,39 @@ ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, 
                                      ignore_index));
 }
 
-/* aux[0] = probs (N, V), saved only when a gradient will be asked for */
+/* aux[0] = e (N, V), aux[1] = inv (N), saved only when a gradient will be
+ * asked for */
 void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     int64_t count = count_targets(t, "cross_entropy");
     if (count < 0) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
     double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
-    float *probs = NULL;
-    if (t->requires_grad) probs = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
-    ut_cross_entropy_forward_cpu(rowloss, probs, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, V);
+    float *e = NULL, *inv = NULL;
+    if (t->requires_grad) {
+        e = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
+        inv = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+    }
+    ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, V);
     t->ip[1] = count;
-    t->aux[0] = probs;
+    t->aux[0] = e;
+    t->aux[1] = inv;
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
 }
 
+/* Owns src[0]'s gradient (see ut_op_owns_src0_grad): when the logits have no
+ * gradient buffer yet, the exps' buffer, no longer needed, becomes it and the
+ * gradient is written into it (no allocation, no zeroing, no read-add-write
+ * of N x V floats); otherwise the gradient is added to the existing one. */
 void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
-    if (!x->requires_grad || t->ip[1] == 0) return;
-    ut_cross_entropy_backward_cpu(x->grad, t->aux[0], ut_i32(tg), (int)t->ip[0],
+    if (!x->requires_grad) return;
+    if (t->ip[1] == 0) { /* every target ignored: the gradient is 0 */
+        ut_grad(x);
+        return;
+    }
+    if (!x->grad) x->grad = t->aux[0];
+    ut_cross_entropy_backward_cpu(x->grad, t->aux[0], t->aux[1], ut_i32(tg), (int)t->ip[0],
                                   t->grad[0] / (float)t->ip[1], ut_nelem(tg), last_dim(x));
 }
 

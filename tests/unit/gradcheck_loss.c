@@ -7,6 +7,15 @@ static ut_tensor *b_ce(ut_ctx *c, ut_tensor **in) { return ut_cross_entropy(c, i
 static ut_tensor *b_ce_ignore0(ut_ctx *c, ut_tensor **in) {
     return ut_cross_entropy(c, in[0], in[1], 0);
 }
+/* cross_entropy owns its logits' gradient while the logits have none yet
+ * (ut_op_owns_src0_grad). Here the logits are an op's output (the scale's
+ * backward reads the gradient cross_entropy handed over) and feed two losses:
+ * the later one, first in backward, takes over the gradient buffer (ignored
+ * rows zeroed), the earlier one must add to it. */
+static ut_tensor *b_ce_twice(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *x = ut_scale(c, in[0], 1.5f);
+    return ut_add(c, ut_cross_entropy(c, x, in[1], -100), ut_cross_entropy(c, x, in[1], 0));
+}
 static ut_tensor *b_nll(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], -100); }
 static ut_tensor *b_nll_ignore0(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], 0); }
 /* the unfused composition cross_entropy replaces */
@@ -20,6 +29,8 @@ const gc_row gc_rows_loss[] = {
     {"cross_entropy 3-D", 2, {{3, {2, 3, 7}}, {2, {2, 3}, GC_INDEX, 7}}, b_ce},
     {"cross_entropy 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}},
      b_ce_ignore0},
+    {"cross_entropy twice on the same logits, one ignoring 0", 2,
+     {{2, {6, 5}}, {1, {6}, GC_INDEX, 3}}, b_ce_twice},
     {"nll_loss", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_nll},
     {"nll_loss 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}}, b_nll_ignore0},
     {"nll_loss of log_softmax", 2, {{3, {2, 3, 6}}, {2, {2, 3}, GC_INDEX, 6}},
