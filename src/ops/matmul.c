@@ -1,4 +1,6 @@
 /* Matrix products through sgemm: linear (x W^T + b) and batched matmul. */
+#include <omp.h>
+
 #include "../backend/cpu/gemm.h"
 #include "internal.h"
 
@@ -12,19 +14,38 @@ void ut_linear_forward_cpu(float *out, const float *x, const float *w, const flo
     ut_gemm(false, true, N, OC, C, 1.0f, x, w, b ? 1.0f : 0.0f, out);
 }
 
+/* Columns summed per block: a block's partial sums stay in registers / L1. */
+#define BIAS_BLOCK 256
+
+/* db (OC) += column sums of dout (N, OC). Each column is summed over rows in
+ * order from 0, then added to db, whatever the thread count. Threads own
+ * contiguous slices of columns (on 16-float boundaries, so no two write the
+ * same cache line) and stream dout row by row, vectorised over columns. */
+static void bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
+#pragma omp parallel if (N * OC >= 32768)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t o0 = OC * t / nt / 16 * 16, o1 = t + 1 == nt ? OC : OC * (t + 1) / nt / 16 * 16;
+        for (int64_t b = o0; b < o1; b += BIAS_BLOCK) {
+            int64_t len = o1 - b < BIAS_BLOCK ? o1 - b : BIAS_BLOCK;
+            float acc[BIAS_BLOCK] = {0};
+            for (int64_t n = 0; n < N; n++) {
+                const float *row = dout + n * OC + b;
+#pragma omp simd
+                for (int64_t o = 0; o < len; o++) acc[o] += row[o];
+            }
+#pragma omp simd
+            for (int64_t o = 0; o < len; o++) db[b + o] += acc[o];
+        }
+    }
+}
+
 /* dx (N, C) += dout @ w; dw (OC, C) += dout^T @ x; db (OC) += column sums of dout */
 void ut_linear_backward_cpu(float *dx, float *dw, float *db, const float *dout, const float *x,
                             const float *w, int64_t N, int64_t C, int64_t OC) {
     if (dx) ut_gemm(false, false, N, C, OC, 1.0f, dout, w, 1.0f, dx);
     if (dw) ut_gemm(true, false, OC, C, N, 1.0f, dout, x, 1.0f, dw);
-    if (db) {
-#pragma omp parallel for schedule(static)
-        for (int64_t o = 0; o < OC; o++) {
-            float s = 0.0f;
-            for (int64_t n = 0; n < N; n++) s += dout[n * OC + o];
-            db[o] += s;
-        }
-    }
+    if (db) bias_grad(db, dout, N, OC);
 }
 
 ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
