@@ -42,27 +42,77 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
     return t;
 }
 
+/* Random initialisation runs in chunks of this many elements, each drawn from
+ * its own stream, so chunks can be filled in parallel. */
+#define INIT_CHUNK 65536
+
+/* 64-bit finaliser (MurmurHash3's fmix64): nearby inputs give unrelated outputs. */
+static uint64_t mix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+/* x (n) from init, with the stream of chunk c of parameter i under seed
+ * (c < 2^32 for any parameter below 2^48 elements, so (i, c) packs into 64 bits). */
+static void init_chunk(float *x, int64_t n, ut_init init, uint64_t seed, int i, int64_t c) {
+    float a = init.a;
+    switch (init.kind) {
+    case UT_INIT_ZEROS:
+        for (int64_t j = 0; j < n; j++) x[j] = 0.0f;
+        return;
+    case UT_INIT_ONES:
+        for (int64_t j = 0; j < n; j++) x[j] = 1.0f;
+        return;
+    default: break;
+    }
+    ut_rng rng;
+    ut_rng_seed(&rng, mix64(seed ^ mix64(((uint64_t)i << 32) | (uint64_t)c)));
+    if (init.kind == UT_INIT_UNIFORM) {
+        for (int64_t j = 0; j < n; j++) x[j] = a * (2.0f * ut_rng_uniform(&rng) - 1.0f);
+        return;
+    }
+    /* Box-Muller, both values of each pair: u1 in (0, 1] so the log is finite */
+    for (int64_t j = 0; j < n; j += 2) {
+        double u1 = ((ut_rng_u64(&rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+        double u2 = (ut_rng_u64(&rng) >> 11) * (1.0 / 9007199254740992.0);
+        double r = sqrt(-2.0 * log(u1)), sn, cs;
+        sincos(6.283185307179586 * u2, &sn, &cs);
+        x[j] = a * (float)(r * cs);
+        if (j + 1 < n) x[j + 1] = a * (float)(r * sn);
+    }
+}
+
+/* Each parameter is cut into INIT_CHUNK-element chunks; chunk c of parameter
+ * i draws from its own stream, seeded from (seed, i, c). The values therefore
+ * depend only on seed and the parameter list, not on the thread count, and
+ * the chunks fill in parallel. */
 void ut_model_finalize(ut_model *m, uint64_t seed) {
     ut_params *p = &m->params;
     size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
     p->data = ut_aligned_alloc_check(bytes);
     p->grad = ut_aligned_alloc_check(bytes);
     memset(p->grad, 0, bytes);
-    ut_rng rng;
-    ut_rng_seed(&rng, seed);
+    int64_t nchunks = 0;
     for (int i = 0; i < p->n; i++) {
         ut_tensor *t = p->t[i];
         t->data = p->data + p->segs[i].offset;
         t->grad = p->grad + p->segs[i].offset;
-        float *x = t->data, a = p->init[i].a;
-        for (int64_t j = 0; j < p->segs[i].numel; j++) {
-            switch (p->init[i].kind) {
-            case UT_INIT_ZEROS: x[j] = 0.0f; break;
-            case UT_INIT_ONES: x[j] = 1.0f; break;
-            case UT_INIT_NORMAL: x[j] = a * ut_rng_normal(&rng); break;
-            case UT_INIT_UNIFORM: x[j] = a * (2.0f * ut_rng_uniform(&rng) - 1.0f); break;
-            }
-        }
+        nchunks += (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+    }
+    /* k numbers the chunks of all parameters in order; each iteration finds
+     * its parameter i and chunk c within it (a walk over the short list) */
+#pragma omp parallel for schedule(dynamic, 4) if (p->numel >= 4 * INIT_CHUNK)
+    for (int64_t k = 0; k < nchunks; k++) {
+        int i = 0;
+        int64_t c = k;
+        while (c >= (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK)
+            c -= (p->segs[i++].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+        int64_t off = c * INIT_CHUNK, n = p->segs[i].numel - off;
+        init_chunk(ut_f32(p->t[i]) + off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i], seed, i,
+                   c);
     }
 }
 
