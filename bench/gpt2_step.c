@@ -6,7 +6,9 @@
  * training steps: forward + loss + backward + optimizer step with zero grad
  * (ut_optim_step_zero) + ctx reset, after 2 warm-up steps.
  *
- *   gpt2_step [--steps N] [--threads N] [--checkpoint] [--json]
+ *   gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--json]
+ *
+ * --seq sets the sequence length (default 64, at most the block size 1024).
  *
  * Prints median/min step time, tokens/s, the peak activation memory of a step
  * (ut_ctx_peak_bytes after ut_ctx_reset_peak) and the medians of the phases:
@@ -20,7 +22,7 @@
 
 #include "utrain/utrain.h"
 
-enum { B = 4, T = 64, WARMUP = 2 };
+enum { B = 4, WARMUP = 2 };
 
 static double now(void) {
     struct timespec ts;
@@ -60,16 +62,17 @@ static int parse_pos(const char *flag, const char *v, long *out) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--checkpoint] [--json]\n");
+    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--json]\n");
 }
 
 int main(int argc, char **argv) {
     ut_blas_select_kernels(argv); /* may re-exec with OPENBLAS_CORETYPE set */
-    long steps = 10, threads = 0;
+    long steps = 10, threads = 0, T = 64;
     bool checkpoint = false, json = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads")) {
-            long *dst = argv[i][2] == 's' ? &steps : &threads;
+        if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads") ||
+            !strcmp(argv[i], "--seq")) {
+            long *dst = !strcmp(argv[i], "--steps") ? &steps : !strcmp(argv[i], "--seq") ? &T : &threads;
             if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
             i++;
         } else if (!strcmp(argv[i], "--checkpoint")) {
@@ -84,6 +87,10 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+    }
+    if (T > 1024) {
+        fprintf(stderr, "gpt2_step: --seq %ld is above the block size 1024\n", T);
+        return 2;
     }
     if (threads > 0) omp_set_num_threads((int)threads);
     int nthreads = omp_get_max_threads();
@@ -113,13 +120,15 @@ int main(int argc, char **argv) {
     /* random token stream: inputs are tokens [0, T), targets tokens [1, T] */
     ut_rng rng;
     ut_rng_seed(&rng, 42);
-    int32_t x[B * T], y[B * T];
+    int32_t *x = malloc(sizeof(int32_t) * B * T), *y = malloc(sizeof(int32_t) * B * T);
+    int32_t *stream = malloc(sizeof(int32_t) * (T + 1));
+    if (!x || !y || !stream) abort();
     for (int b = 0; b < B; b++) {
-        int32_t stream[T + 1];
         for (int t = 0; t <= T; t++) stream[t] = (int32_t)(ut_rng_u64(&rng) % 50257u);
         memcpy(x + b * T, stream, sizeof(int32_t) * T);
         memcpy(y + b * T, stream + 1, sizeof(int32_t) * T);
     }
+    free(stream);
 
     int total = WARMUP + (int)steps;
     double *t_step = calloc((size_t)steps, sizeof(double));
@@ -171,14 +180,14 @@ int main(int argc, char **argv) {
     double toks = (double)(B * T) / med;
     long long nparams = (long long)m->params.numel;
     if (json) {
-        printf("{\"impl\":\"utrain\",\"threads\":%d,\"checkpoint\":%s,\"batch\":%d,\"seq\":%d,"
+        printf("{\"impl\":\"utrain\",\"threads\":%d,\"checkpoint\":%s,\"batch\":%d,\"seq\":%ld,"
                "\"steps\":%ld,\"params\":%lld,\"median_s\":%.6f,\"min_s\":%.6f,"
                "\"tokens_per_s\":%.1f,\"fwd_s\":%.6f,\"bwd_s\":%.6f,\"opt_s\":%.6f,"
                "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
                nthreads, checkpoint ? "true" : "false", B, T, steps, nparams, med, mn, toks, fwd,
                bwd, op, peak, (double)first_loss, (double)last_loss);
     } else {
-        printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %d, AdamW, threads %d%s\n",
+        printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %ld, AdamW, threads %d%s\n",
                nparams, B, T, nthreads, checkpoint ? ", activation checkpointing" : "");
         printf("  steps %ld (after %d warm-up)\n", steps, WARMUP);
         printf("  step median %8.1f ms   min %8.1f ms   %.0f tokens/s\n", 1e3 * med, 1e3 * mn, toks);
@@ -187,6 +196,8 @@ int main(int argc, char **argv) {
         printf("  peak activation memory %.1f MiB (%zu bytes)\n", (double)peak / (1 << 20), peak);
         printf("  loss %.4f -> %.4f\n", (double)first_loss, (double)last_loss);
     }
+    free(x);
+    free(y);
     free(t_step);
     free(t_fwd);
     free(t_bwd);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "../backend/cpu/vmath.h"
 #include "internal.h"
 
 static inline float dot(const float *a, const float *b, int64_t n) {
@@ -28,14 +29,14 @@ void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t 
                 const float *base = qkv + b * T * C3 + h * hs;
                 const float *q = base + t * C3;
                 float *p = att + ((b * NH + h) * T + t) * T;
+                for (int64_t t2 = 0; t2 <= t; t2++) p[t2] = dot(q, base + t2 * C3 + C, hs) * scale;
                 float m = -INFINITY;
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    p[t2] = dot(q, base + t2 * C3 + C, hs) * scale;
-                    if (p[t2] > m) m = p[t2];
-                }
+#pragma omp simd reduction(max : m)
+                for (int64_t t2 = 0; t2 <= t; t2++) m = p[t2] > m ? p[t2] : m;
                 float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
                 for (int64_t t2 = 0; t2 <= t; t2++) {
-                    p[t2] = expf(p[t2] - m);
+                    p[t2] = ut_expf_fast(p[t2] - m);
                     sum += p[t2];
                 }
                 float inv = 1.0f / sum;
