@@ -101,7 +101,8 @@ done
 asis_med=""
 if [ "$asis_core" != "$core" ]; then
     uth=${ubest_set#threads }
-    j=$(env -u OPENBLAS_CORETYPE "$STEP_BIN" --threads "$uth" --steps 3 --json) &&
+    # named explicitly: unset, gpt2_step (ut_blas_select_kernels) would re-exec with SkylakeX
+    j=$(OPENBLAS_CORETYPE=$asis_core "$STEP_BIN" --threads "$uth" --steps 3 --json) &&
         asis_med=$(jget median_s <<<"$j")
     printf "   utrain  threads %s, OpenBLAS as installed (%s), 3 steps: median %7.1f ms\n" \
         "$uth" "$asis_core" "$(calc %.6f "${asis_med:-0}*1e3")"
