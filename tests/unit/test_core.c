@@ -1,5 +1,7 @@
 /* Core engine: views, errors, no-grad mode, gradient accumulation, the
- * gradient-ready hook, the allocation-free training loop, checkpointing. */
+ * gradient-ready hook, the allocation-free training loop, checkpointing,
+ * initialisation independent of the thread count. */
+#include <omp.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -302,6 +304,55 @@ static void test_allocation_failure_names_size(void) {
     CHECK(strstr(buf, "4611686018427387904 bytes") && strstr(buf, "test_core.c"), "message: %s", buf);
 }
 
+/* ut_model_finalize fills chunks in parallel, each from its own stream: the
+ * values depend on the seed only, not on the thread count, and are N(0, 0.02)
+ * where GPT-2 asks for it. Large enough for many chunks (wte is 320,000). */
+static float *init_params(uint64_t seed, int threads, int64_t *n, float *wte_std) {
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_layer", "1");
+    ut_kv_set(kv, "n_head", "2");
+    ut_kv_set(kv, "n_embd", "64");
+    ut_kv_set(kv, "vocab_size", "5000");
+    ut_kv_set(kv, "block_size", "8");
+    char err[256];
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    ut_model *m = ut_model_create("gpt2", kv, seed, err, sizeof err);
+    omp_set_num_threads(saved);
+    ut_kv_free(kv);
+    CHECK(m, "%s", err);
+    if (!m) return NULL;
+    *n = m->params.numel;
+    float *copy = malloc(sizeof(float) * (size_t)*n);
+    memcpy(copy, m->params.data, sizeof(float) * (size_t)*n);
+    ut_tensor *wte = ut_model_param(m, "wte.weight");
+    double s = 0, s2 = 0;
+    int64_t k = ut_nelem(wte);
+    for (int64_t i = 0; i < k; i++) {
+        s += ut_f32(wte)[i];
+        s2 += (double)ut_f32(wte)[i] * ut_f32(wte)[i];
+    }
+    *wte_std = (float)sqrt(s2 / (double)k - (s / (double)k) * (s / (double)k));
+    ut_model_free(m);
+    return copy;
+}
+
+static void test_init_independent_of_threads(void) {
+    int64_t n1 = 0, n3 = 0, n4 = 0;
+    float std1, std3, std4;
+    float *a = init_params(3, 1, &n1, &std1), *b = init_params(3, 3, &n3, &std3);
+    float *c = init_params(4, 3, &n4, &std4);
+    CHECK(a && b && c && n1 == n3 && n1 == n4, "sizes");
+    if (a && b && c && n1 == n3 && n1 == n4) {
+        CHECK(!memcmp(a, b, sizeof(float) * (size_t)n1), "1 and 3 threads give different values");
+        CHECK(memcmp(a, c, sizeof(float) * (size_t)n1), "seeds 3 and 4 give the same values");
+    }
+    CHECK(fabsf(std1 - 0.02f) < 0.0005f, "wte std %g, want 0.02", (double)std1);
+    free(a);
+    free(b);
+    free(c);
+}
+
 int main(void) {
     RUN(test_views_share_data);
     RUN(test_errors_name_op_and_shapes);
@@ -315,5 +366,6 @@ int main(void) {
     RUN(test_checkpoint_replays_dropout);
     RUN(test_registry_accepts_user_models);
     RUN(test_allocation_failure_names_size);
+    RUN(test_init_independent_of_threads);
     return TEST_SUMMARY();
 }
