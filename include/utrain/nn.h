@@ -68,8 +68,9 @@ ut_model *ut_model_new(const char *type);
 /* Registers a parameter (data assigned by ut_model_finalize). Weight decay
  * applies when ndim >= 2. name is copied. */
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init);
-/* Allocates the flat buffers and initialises every parameter in
- * registration order from seed. */
+/* Allocates the flat buffers and initialises every parameter from seed:
+ * each in 64K-element chunks with their own streams seeded from (seed,
+ * parameter index, chunk), so the values do not depend on the thread count. */
 void ut_model_finalize(ut_model *m, uint64_t seed);
 void ut_model_free(ut_model *m);
 void ut_model_zero_grad(ut_model *m);
