@@ -1,0 +1,94 @@
+/* utrain distributed: the communicator every strategy talks through, with a
+ * single-process backend (always built) and an MPI backend (OpenMPI); NCCL
+ * joins beside MPI with the CUDA backend.
+ * defines: ut_comm, ut_comm_req, ut_comm_* (init, world, rank/size,
+ *          non-blocking allreduce / reduce-scatter / all-gather, wait,
+ *          blocking helpers, start-up agreement checks), ut_ddp (bucketed,
+ *          overlapped gradient all-reduce). */
+#ifndef UTRAIN_DIST_H
+#define UTRAIN_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "utrain/nn.h"
+#include "utrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the communicator ---- */
+typedef struct ut_comm ut_comm;
+typedef struct ut_comm_req ut_comm_req;
+
+/* Sets up this process's communicator: MPI when it runs under a launcher
+ * (mpirun/mpiexec/srun: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set) or
+ * when force_mpi, else the single-process one. Every collective that takes
+ * longer than timeout_s (0: no limit) ends all ranks: each reports the
+ * collective it was in and its sequence number ("rank 1: timeout in
+ * allreduce #123"). Returns NULL with a message on failure. The first
+ * communicator made becomes ut_comm_world(). */
+ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s, char *err,
+                      size_t n);
+/* The communicator made by ut_comm_init, or a single-process one. */
+ut_comm *ut_comm_world(void);
+/* Waits for outstanding work and shuts the backend down (MPI_Finalize). */
+void ut_comm_finalize(ut_comm *c);
+
+int ut_comm_rank(const ut_comm *c);
+int ut_comm_size(const ut_comm *c);
+const char *ut_comm_backend(const ut_comm *c);   /* "single" | "mpi" */
+
+/* Non-blocking collectives on float32 buffers, summing. They run in the order
+ * issued, on a communication thread, while the caller computes; buffers must
+ * stay untouched until ut_comm_wait. Requests come from a fixed pool owned by
+ * the communicator (no allocation per call).
+ *   allreduce:      buf[0, n) summed over ranks, in place
+ *   reduce_scatter: out[0, n) = sum over ranks of in[rank*n, (rank+1)*n)
+ *   allgather:      out[r*n, (r+1)*n) = in[0, n) of rank r */
+ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n);
+ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n);
+ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n);
+/* 0 when the request is done, -1 on failure (message in ut_comm_error). */
+int ut_comm_wait(ut_comm *c, ut_comm_req *r);
+
+/* Blocking helpers for small values (metrics, norms, counters). */
+int ut_comm_allreduce_f64(ut_comm *c, double *buf, int n);
+int ut_comm_allreduce_i64(ut_comm *c, int64_t *buf, int n);    /* sum */
+int ut_comm_bcast(ut_comm *c, void *buf, size_t bytes, int root);
+int ut_comm_barrier(ut_comm *c);
+/* Start-up agreement: 0 if every rank passed the same value; otherwise -1
+ * with a message naming what differs and which ranks disagree with rank 0
+ * ("config hash differs on rank 2: ..."), on every rank. */
+int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, size_t n);
+const char *ut_comm_error(const ut_comm *c);
+
+/* Bytes moved by this rank's collectives so far and seconds spent waiting in
+ * ut_comm_wait (for benchmarks and logs). */
+void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s);
+
+/* ---- DDP: gradient all-reduce in buckets, overlapped with backward ----
+ * Buckets are contiguous ranges of the flat gradient buffer of about
+ * bucket_mb megabytes, formed from the last parameter backwards (the order in
+ * which backward completes them). The trainer scales each micro-batch's loss
+ * by its share of the global batch, so the summed gradients are exactly those
+ * of one process on the whole global batch. */
+typedef struct ut_ddp ut_ddp;
+ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb);
+void ut_ddp_free(ut_ddp *d);
+/* Arms ctx's gradient-ready hook for the coming backward pass: each bucket's
+ * all-reduce starts as soon as its last parameter's gradient is complete.
+ * Call before the backward of the last micro-batch of a window only (earlier
+ * micro-batches accumulate locally, without communication). */
+void ut_ddp_arm(ut_ddp *d, ut_ctx *ctx);
+/* After that backward: starts the buckets not started yet (parameters the
+ * forward did not use), waits for all of them, and disarms the hook. */
+int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx);
+int ut_ddp_nbuckets(const ut_ddp *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
