@@ -74,6 +74,15 @@ typedef struct {
     char schedule[16];           /* constant | cosine | linear | step */
     int64_t warmup_steps, step_size;
     double min_lr, gamma;
+
+    /* ---- dist ---- */
+    char dist_strategy[16];      /* ddp */
+    double bucket_mb;            /* ddp: gradient bucket size */
+    double timeout_s;            /* a collective that takes longer ends every rank */
+    int64_t nproc_per_node;      /* processes per node started by `utrain train` (mpirun underneath) */
+    int64_t nodes, current_node;
+    char master_addr[256];
+    int64_t master_port;
 } ut_config;
 
 /* Defaults for every key; model_opts is a new empty map. */

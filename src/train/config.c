@@ -19,6 +19,7 @@ static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant", "cosine", "linear", "step", NULL};
+static const char *const dist_strategies[] = {"ddp", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -158,6 +159,25 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "cosine, linear: final learning rate"},
     {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
      .doc = "step schedule: decay factor"},
+
+    /* ---- dist ---- */
+    {.key = "dist.strategy", .type = UT_CFG_ENUM, AT(dist_strategy), .def = "ddp",
+     .values = dist_strategies,
+     .doc = "data-parallel strategy (docs/distributed.md); one process runs it as plain training"},
+    {.key = "dist.bucket_mb", .type = UT_CFG_FLOAT, AT(bucket_mb), .def = "25", GT(0),
+     .doc = "ddp: gradient all-reduce bucket size in MiB"},
+    {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
+     .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
+    {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
+     .doc = "processes on this node; > 1 makes `utrain train` start them (mpirun underneath)"},
+    {.key = "dist.nodes", .type = UT_CFG_INT, AT(nodes), .def = "1", GE(1),
+     .doc = "nodes in the job"},
+    {.key = "dist.current_node", .type = UT_CFG_INT, AT(current_node), .def = "0", GE(0),
+     .doc = "this node's index"},
+    {.key = "dist.master_addr", .type = UT_CFG_STR, AT(master_addr), .def = "127.0.0.1",
+     .doc = "address of node 0"},
+    {.key = "dist.master_port", .type = UT_CFG_INT, AT(master_port), .def = "29500", GE(1),
+     .doc = "port on node 0"},
 };
 const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
 
@@ -176,11 +196,16 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"model", "model.name"},
     {"data", "data.name"},
     {"optim", "optim.name"},
+    {"gpus", "dist.nproc_per_node"},
+    {"nodes", "dist.nodes"},
+    {"current_node", "dist.current_node"},
+    {"master_addr", "dist.master_addr"},
+    {"master_port", "dist.master_port"},
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
 
-const char *const ut_cfg_sections[] = {"", "model", "data", "train", "optim"};
-const int ut_cfg_nsections = 5;
+const char *const ut_cfg_sections[] = {"", "model", "data", "train", "optim", "dist"};
+const int ut_cfg_nsections = 6;
 
 // --- lookups
 
