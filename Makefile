@@ -31,7 +31,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run test test-asan tests bench install clean
+.PHONY: all lib deps run test test-asan tests bench bench-fmnist install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -93,6 +93,11 @@ test-asan: deps
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/gpt2_step
 	bench/run_gpt2_step.sh $(BUILD)
+
+# Fashion-MNIST CNN, one epoch: utrain against PyTorch (~12 min; docs/performance.md)
+bench-fmnist: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/sgemm_cnn
+	bench/run_fmnist.sh $(BUILD)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libutrain.a $(HDRS)
 	@mkdir -p $(dir $@)
