@@ -8,21 +8,28 @@ OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 PREFIX   ?= /usr/local
+# MPI (OpenMPI) is required: the communicator's MPI backend is always built.
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 
 # -fno-math-errno: libm calls (sqrtf, expf) set no errno, so loops using them vectorize.
 # -Wno-format-truncation: messages built with snprintf into fixed buffers may be
 # cut short by design (paths in error text); every such call is bounded.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -fPIC -fno-math-errno \
-              -Iinclude -Isrc/core -I$(BLAS_INC)
+              -Iinclude -Isrc/core -I$(BLAS_INC) $(MPI_CFLAGS)
 SAN     ?=
 override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
-LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread
+LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread \
+           $(MPI_LIBS)
 
 LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
-                            src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/train/*.c))
+                            src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/dist/*.c src/train/*.c))
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
-TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c))
+TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
+                             tests/dist/test_*.c))
+# programs that tests start (under mpirun), not run alone by tests/run.sh
+TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
 HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
 
@@ -65,7 +72,12 @@ $(BUILD)/tests/%.o: tests/%.c $(HDRS)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -c $< -o $@
 
-tests: all $(TEST_BIN)
+tests: all $(TEST_BIN) $(TEST_AUX)
+
+# The MPI rank program is test_comm itself under a name run.sh does not run:
+# tests/dist/test_mpi_launch starts it under mpirun.
+$(BUILD)/tests/dist/mpi_comm_ranks: $(BUILD)/tests/dist/test_comm
+	@cp $< $@
 
 # The main job: the CNN on Fashion-MNIST for one epoch, then its test
 # evaluation; the run directory stays in runs/fmnist_cnn. A second `make run`
@@ -108,7 +120,8 @@ install: all
 	install -m 644 include/utrain/*.h $(DESTDIR)$(PREFIX)/include/utrain/
 	install -m 644 $(BUILD)/libutrain.a $(BUILD)/libutrain.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/utrain $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' utrain.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' \
+	  -e 's|@MPI_CFLAGS@|$(MPI_CFLAGS)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' utrain.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/utrain.pc
 
 clean:

@@ -1,0 +1,267 @@
+/* The communicator interface: backend choice, the world communicator, request
+ * handles and sequence numbers, statistics, start-up agreement checks, and the
+ * single-process backend (collectives are copies or nothing, done at once).
+ * Requests are handles that carry the operation's sequence number: backends
+ * run operations in issue order, so "seq is done" is "the last done seq is at
+ * least seq", and a request needs no slot of its own once it has run. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_internal.h"
+#include "utrain/base.h"
+
+// --- names and descriptions -----------------------------------------------
+
+const char *ut_comm_op_name(enum ut_comm_kind k) {
+    switch (k) {
+    case UT_COMM_ALLREDUCE_F32: return "allreduce";
+    case UT_COMM_REDUCE_SCATTER_F32: return "reduce_scatter";
+    case UT_COMM_ALLGATHER_F32: return "allgather";
+    case UT_COMM_ALLREDUCE_F64: return "allreduce_f64";
+    case UT_COMM_ALLREDUCE_I64: return "allreduce_i64";
+    case UT_COMM_ALLGATHER_U64: return "check_same";
+    case UT_COMM_BCAST: return "bcast";
+    case UT_COMM_BARRIER: return "barrier";
+    }
+    return "?";
+}
+
+void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n) {
+    const char *name = ut_comm_op_name(op->kind);
+    if (op->kind == UT_COMM_BARRIER)
+        snprintf(buf, n, "%s #%" PRIu64, name, op->seq);
+    else if (op->kind == UT_COMM_BCAST)
+        snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " bytes from rank %d)", name, op->seq, op->n,
+                 op->root);
+    else
+        snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " elements)", name, op->seq, op->n);
+}
+
+// --- the single-process backend ---------------------------------------------
+
+/* World size 1: a reduction is the identity, a scatter or gather a copy
+ * (memmove: an in-place all-gather passes in == out). */
+static void single_submit(ut_comm *c, const ut_comm_op *op) {
+    (void)c;
+    switch (op->kind) {
+    case UT_COMM_REDUCE_SCATTER_F32:
+    case UT_COMM_ALLGATHER_F32:
+        if (op->n) memmove(op->out, op->in, (size_t)op->n * sizeof(float));
+        break;
+    case UT_COMM_ALLGATHER_U64:
+        if (op->n) memmove(op->out, op->in, (size_t)op->n * sizeof(uint64_t));
+        break;
+    default: break; /* allreduce, bcast from rank 0, barrier: nothing to do */
+    }
+}
+
+static int single_wait(ut_comm *c, uint64_t seq) {
+    (void)c;
+    (void)seq;
+    return 0;
+}
+
+static void single_finalize(ut_comm *c) { (void)c; }
+
+static const ut_comm_vtable single_backend = {
+    .name = "single", .submit = single_submit, .wait = single_wait, .finalize = single_finalize};
+
+// --- construction and the world ---------------------------------------------
+
+static pthread_mutex_t world_mu = PTHREAD_MUTEX_INITIALIZER;
+static ut_comm *world;
+static ut_comm single_world; /* ut_comm_world() before (or without) ut_comm_init */
+
+static void comm_setup(ut_comm *c, double timeout_s) {
+    memset(c, 0, sizeof *c);
+    atomic_init(&c->seq, 0);
+    c->timeout_s = timeout_s;
+    c->be = &single_backend;
+    c->size = 1;
+    UT_CHECK_PTHREAD(pthread_mutex_init(&c->issue_mu, NULL));
+    UT_CHECK_PTHREAD(pthread_mutex_init(&c->stats_mu, NULL));
+}
+
+static void comm_teardown(ut_comm *c) {
+    UT_CHECK_PTHREAD(pthread_mutex_destroy(&c->issue_mu));
+    UT_CHECK_PTHREAD(pthread_mutex_destroy(&c->stats_mu));
+}
+
+static bool under_launcher(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s, char *err,
+                      size_t n) {
+    if (!(timeout_s >= 0)) {
+        snprintf(err, n, "communicator timeout must be >= 0 seconds, got %g", timeout_s);
+        return NULL;
+    }
+    ut_comm *c = ut_malloc_check(sizeof *c);
+    comm_setup(c, timeout_s);
+    if ((force_mpi || under_launcher()) && ut_comm_mpi_init(c, argc, argv, err, n)) {
+        comm_teardown(c);
+        ut_free(c);
+        return NULL;
+    }
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&world_mu));
+    if (!world || world->is_static) world = c;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&world_mu));
+    return c;
+}
+
+ut_comm *ut_comm_world(void) {
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&world_mu));
+    if (!world) {
+        comm_setup(&single_world, 0);
+        single_world.is_static = true;
+        world = &single_world;
+    }
+    ut_comm *c = world;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&world_mu));
+    return c;
+}
+
+void ut_comm_finalize(ut_comm *c) {
+    if (!c) return;
+    c->be->finalize(c);
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&world_mu));
+    if (world == c) world = NULL;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&world_mu));
+    comm_teardown(c);
+    if (!c->is_static) ut_free(c);
+}
+
+int ut_comm_rank(const ut_comm *c) { return c->rank; }
+int ut_comm_size(const ut_comm *c) { return c->size; }
+const char *ut_comm_backend(const ut_comm *c) { return c->be->name; }
+const char *ut_comm_error(const ut_comm *c) { return c->err; }
+
+// --- issuing and waiting ----------------------------------------------------
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Payload bytes this rank hands to the collective; nothing moves at size 1. */
+static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
+    if (c->size == 1) return 0;
+    double n = (double)op->n;
+    switch (op->kind) {
+    case UT_COMM_ALLREDUCE_F32: return n * 4;
+    case UT_COMM_REDUCE_SCATTER_F32:
+    case UT_COMM_ALLGATHER_F32: return n * 4 * c->size;
+    case UT_COMM_ALLREDUCE_F64:
+    case UT_COMM_ALLREDUCE_I64: return n * 8;
+    case UT_COMM_ALLGATHER_U64: return n * 8 * c->size;
+    case UT_COMM_BCAST: return n;
+    case UT_COMM_BARRIER: return 0;
+    }
+    return 0;
+}
+
+static uint64_t issue(ut_comm *c, enum ut_comm_kind kind, const void *in, void *out, int64_t n,
+                      int root) {
+    UT_ASSERT(n >= 0);
+    ut_comm_op op = {.kind = kind, .in = in, .out = out, .n = n, .root = root};
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&c->issue_mu));
+    op.seq = atomic_fetch_add(&c->seq, 1) + 1;
+    c->be->submit(c, &op); /* may block while the MPI queue is full */
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&c->issue_mu));
+    double bytes = op_bytes(c, &op);
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&c->stats_mu));
+    c->bytes += bytes;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&c->stats_mu));
+    return op.seq;
+}
+
+static int wait_seq(ut_comm *c, uint64_t seq) {
+    double t0 = now_s();
+    int rc = c->be->wait(c, seq);
+    double dt = now_s() - t0;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&c->stats_mu));
+    c->wait_s += dt;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&c->stats_mu));
+    return rc;
+}
+
+static ut_comm_req *handle(uint64_t seq) { return (ut_comm_req *)(uintptr_t)seq; }
+
+ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n) {
+    return handle(issue(c, UT_COMM_ALLREDUCE_F32, NULL, buf, n, 0));
+}
+
+ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n) {
+    return handle(issue(c, UT_COMM_REDUCE_SCATTER_F32, in, out, n, 0));
+}
+
+ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n) {
+    return handle(issue(c, UT_COMM_ALLGATHER_F32, in, out, n, 0));
+}
+
+int ut_comm_wait(ut_comm *c, ut_comm_req *r) {
+    uint64_t seq = (uint64_t)(uintptr_t)r;
+    if (seq == 0 || seq > atomic_load(&c->seq)) {
+        snprintf(c->err, sizeof c->err, "ut_comm_wait: not a request of this communicator");
+        return -1;
+    }
+    return wait_seq(c, seq);
+}
+
+int ut_comm_allreduce_f64(ut_comm *c, double *buf, int n) {
+    return wait_seq(c, issue(c, UT_COMM_ALLREDUCE_F64, NULL, buf, n, 0));
+}
+
+int ut_comm_allreduce_i64(ut_comm *c, int64_t *buf, int n) {
+    return wait_seq(c, issue(c, UT_COMM_ALLREDUCE_I64, NULL, buf, n, 0));
+}
+
+int ut_comm_bcast(ut_comm *c, void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->size) {
+        snprintf(c->err, sizeof c->err, "bcast: root %d is not a rank (world size %d)", root,
+                 c->size);
+        return -1;
+    }
+    return wait_seq(c, issue(c, UT_COMM_BCAST, NULL, buf, (int64_t)bytes, root));
+}
+
+int ut_comm_barrier(ut_comm *c) { return wait_seq(c, issue(c, UT_COMM_BARRIER, NULL, NULL, 0, 0)); }
+
+void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s) {
+    ut_comm *m = (ut_comm *)c; /* the lock, not the numbers, changes */
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->stats_mu));
+    if (bytes) *bytes = c->bytes;
+    if (wait_s) *wait_s = c->wait_s;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->stats_mu));
+}
+
+// --- start-up agreement -----------------------------------------------------
+
+/* Every rank gathers every rank's value, so all of them see the same
+ * disagreement and return the same status and message. */
+int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, size_t n) {
+    uint64_t *all = ut_malloc_check((size_t)c->size * sizeof *all);
+    if (wait_seq(c, issue(c, UT_COMM_ALLGATHER_U64, &value, all, 1, 0))) {
+        snprintf(err, n, "%s: cannot compare between ranks: %s", what, c->err);
+        ut_free(all);
+        return -1;
+    }
+    int ndiff = 0, len = 0;
+    for (int r = 1; r < c->size; r++) {
+        if (all[r] == all[0]) continue;
+        if (ndiff == 0)
+            len = snprintf(err, n, "%s differs between ranks: rank 0 has %016" PRIx64, what, all[0]);
+        if (ndiff < 4 && len >= 0 && (size_t)len < n)
+            len += snprintf(err + len, n - len, ", rank %d has %016" PRIx64, r, all[r]);
+        ndiff++;
+    }
+    if (ndiff > 4 && len >= 0 && (size_t)len < n)
+        snprintf(err + len, n - len, " (and %d more ranks)", ndiff - 4);
+    ut_free(all);
+    return ndiff ? -1 : 0;
+}

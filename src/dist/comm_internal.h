@@ -1,0 +1,81 @@
+/* The communicator's insides, shared by the interface (comm.c) and the MPI
+ * backend (comm_mpi.c).
+ * defines: UT_CHECK_PTHREAD, ut_comm (the struct), ut_comm_op, ut_comm_kind, ut_comm_vtable,
+ *          ut_comm_op_name, ut_comm_op_describe, ut_comm_mpi_init. */
+#ifndef UTRAIN_COMM_INTERNAL_H
+#define UTRAIN_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/dist.h"
+
+/* pthread calls return an error number; failing is fatal (through ut_abort,
+ * so under MPI every rank goes down). */
+#define UT_CHECK_PTHREAD(call)                                                            \
+    do {                                                                                  \
+        int rc_ = (call);                                                                 \
+        if (rc_) ut_abort(__FILE__, __LINE__, "%s failed: %s", #call, strerror(rc_));     \
+    } while (0)
+
+/* Every operation, blocking or not, is one of these. */
+enum ut_comm_kind {
+    UT_COMM_ALLREDUCE_F32,      /* out[0, n) summed in place (in unused) */
+    UT_COMM_REDUCE_SCATTER_F32, /* in[size*n] -> out[n] */
+    UT_COMM_ALLGATHER_F32,      /* in[n] -> out[size*n]; in == out + rank*n is in place */
+    UT_COMM_ALLREDUCE_F64,      /* out[0, n) summed in place */
+    UT_COMM_ALLREDUCE_I64,      /* out[0, n) summed in place */
+    UT_COMM_ALLGATHER_U64,      /* in[n] -> out[size*n] (check_same) */
+    UT_COMM_BCAST,              /* out[0, n) bytes from root */
+    UT_COMM_BARRIER,
+};
+
+/* One queued operation. seq is the communicator's sequence number (#1, #2, ...),
+ * the same on every rank as long as ranks issue the same collectives. */
+typedef struct ut_comm_op {
+    enum ut_comm_kind kind;
+    uint64_t seq;
+    const void *in;
+    void *out;
+    int64_t n; /* elements (bytes for bcast) */
+    int root;
+} ut_comm_op;
+
+/* A backend runs ops strictly in seq order. submit is called with the issue
+ * lock held (so queue order is seq order); wait returns 0 once op seq is done,
+ * -1 if it failed (message in c->err). */
+typedef struct ut_comm_vtable {
+    const char *name;
+    void (*submit)(ut_comm *c, const ut_comm_op *op);
+    int (*wait)(ut_comm *c, uint64_t seq);
+    void (*finalize)(ut_comm *c); /* drains, stops threads, frees impl */
+} ut_comm_vtable;
+
+struct ut_comm {
+    const ut_comm_vtable *be;
+    void *impl; /* backend state */
+    int rank, size;
+    double timeout_s;
+    pthread_mutex_t issue_mu; /* seq assignment + submit */
+    _Atomic uint64_t seq;     /* last issued */
+    pthread_mutex_t stats_mu;
+    double bytes, wait_s;
+    char err[512];
+    bool is_static; /* the lazily made single world: never freed */
+};
+
+const char *ut_comm_op_name(enum ut_comm_kind k);
+/* "allreduce #12 (1000 elements)" into buf. */
+void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n);
+
+/* Initialises MPI (or joins an MPI the program initialised itself) and fills c
+ * (be, impl, rank, size); starts the communication and watchdog threads.
+ * Returns 0, or -1 with a message in err. */
+int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n);
+
+#endif

@@ -1,0 +1,350 @@
+/* The MPI backend (OpenMPI). After initialisation one communication thread is
+ * the only caller of MPI: callers put operations in a fixed ring of
+ * UT_COMM_QUEUE slots (allocated once; a full ring blocks the caller until the
+ * thread finishes one), and the thread runs them in issue order with blocking
+ * collectives on a duplicate of MPI_COMM_WORLD. A watchdog thread ends every
+ * rank (MPI_Abort) when one operation runs longer than the timeout, naming the
+ * operation and its sequence number. MPI_Abort is the one call made from
+ * other threads (watchdog, ut_abort): MPI_THREAD_MULTIPLE is asked for, and
+ * OpenMPI's MPI_Abort works from any thread at SERIALIZED too. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm_internal.h"
+
+#define UT_COMM_QUEUE 256
+/* MPI counts are int: one call moves at most this many elements. */
+#define UT_COMM_CHUNK_MAX ((int64_t)(INT32_MAX / 2))
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    bool own_mpi;  /* this process's MPI_Init was ours: finalize calls MPI_Finalize */
+    int64_t chunk; /* elements per MPI call (UT_COMM_CHUNK overrides, for tests) */
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* to the comm thread: queued or stop */
+    pthread_cond_t done; /* to callers: an operation finished (slot free, seq done) */
+    pthread_cond_t tick; /* to the watchdog: stop (timed waits on CLOCK_MONOTONIC) */
+    ut_comm_op ring[UT_COMM_QUEUE]; /* op seq lives in ring[seq % UT_COMM_QUEUE] */
+    uint64_t queued, finished;      /* last seq queued, last seq done */
+    uint64_t failed;                /* first seq that failed, 0 if none */
+    uint64_t running;               /* seq inside MPI now, 0 if none */
+    struct timespec running_since;
+    bool stop;
+    pthread_t thread, watchdog;
+    bool has_watchdog;
+} mpi_impl;
+
+// --- checked MPI calls ------------------------------------------------------
+
+/* The last failed call's text ("MPI_Allreduce(...) at file:line: message"),
+ * per thread: the comm thread's, or the initialising thread's. */
+static _Thread_local char mpi_err[400];
+
+static int mpi_check(int rc, const char *expr, const char *file, int line) {
+    if (rc == MPI_SUCCESS) return 0;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    snprintf(mpi_err, sizeof mpi_err, "%s at %s:%d: %s", expr, file, line, msg);
+    return -1;
+}
+#define UT_CHECK_MPI(call) mpi_check((call), #call, __FILE__, __LINE__)
+
+/* Any ut_abort (UT_ASSERT, allocation failure) on an MPI rank ends the job. */
+static void mpi_abort_handler(void) {
+    int init = 0, fin = 0;
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init) return;
+    if (MPI_Finalized(&fin) != MPI_SUCCESS || fin) return;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// --- the collectives, in chunks of at most m->chunk elements ------------------
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int allreduce_sum(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, size_t esz) {
+    char *p = buf;
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int k = (int)min64(m->chunk, n - o);
+        if (UT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + o * esz, k, dt, MPI_SUM, m->comm)))
+            return -1;
+    }
+    return 0;
+}
+
+/* k elements of dt, spaced stride bytes apart from one rank's block to the
+ * next: one rank's part of a chunk inside buffers laid out [rank][n] (for
+ * data movement only: OpenMPI's reductions reject such types). */
+static int block_type(MPI_Datatype dt, int k, MPI_Aint stride, MPI_Datatype *t) {
+    MPI_Datatype c;
+    if (UT_CHECK_MPI(MPI_Type_contiguous(k, dt, &c))) return -1;
+    int rc = UT_CHECK_MPI(MPI_Type_create_resized(c, 0, stride, t));
+    if (UT_CHECK_MPI(MPI_Type_free(&c))) rc = -1;
+    if (!rc && UT_CHECK_MPI(MPI_Type_commit(t))) rc = -1;
+    return rc;
+}
+
+/* out[0, n) = sum over ranks of in[rank*n, (rank+1)*n). Past one chunk, each
+ * rank's part is reduced to it chunk by chunk: OpenMPI rejects MPI_SUM on the
+ * strided datatype a chunked MPI_Reduce_scatter_block would need (MPI_ERR_OP). */
+static int reduce_scatter_sum(mpi_impl *m, int rank, int size, const float *in, float *out,
+                              int64_t n) {
+    if (n <= m->chunk)
+        return UT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, m->comm));
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int k = (int)min64(m->chunk, n - o);
+        for (int r = 0; r < size; r++)
+            if (UT_CHECK_MPI(MPI_Reduce(in + r * n + o, r == rank ? out + o : NULL, k, MPI_FLOAT,
+                                        MPI_SUM, r, m->comm)))
+                return -1;
+    }
+    return 0;
+}
+
+/* out[r*n, (r+1)*n) = in[0, n) of rank r; in == out + rank*n is in place */
+static int allgather(mpi_impl *m, int rank, const void *in, void *out, int64_t n, MPI_Datatype dt,
+                     size_t esz) {
+    const char *src = in;
+    char *dst = out;
+    bool in_place = src == dst + (size_t)rank * (size_t)n * esz;
+    if (n <= m->chunk)
+        return UT_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : in, (int)n, dt, out, (int)n, dt,
+                                          m->comm));
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int k = (int)min64(m->chunk, n - o);
+        MPI_Datatype t;
+        if (block_type(dt, k, (MPI_Aint)(n * (int64_t)esz), &t)) return -1;
+        const void *s = in_place ? MPI_IN_PLACE : (const void *)(src + o * esz);
+        int rc = UT_CHECK_MPI(MPI_Allgather(s, k, dt, dst + o * esz, 1, t, m->comm));
+        if (UT_CHECK_MPI(MPI_Type_free(&t))) rc = -1;
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int bcast(mpi_impl *m, void *buf, int64_t bytes, int root) {
+    char *p = buf;
+    for (int64_t o = 0; o < bytes; o += m->chunk) {
+        int k = (int)min64(m->chunk, bytes - o);
+        if (UT_CHECK_MPI(MPI_Bcast(p + o, k, MPI_BYTE, root, m->comm))) return -1;
+    }
+    return 0;
+}
+
+static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
+    if (op->n == 0 && op->kind != UT_COMM_BARRIER) return 0; /* the same on every rank */
+    switch (op->kind) {
+    case UT_COMM_ALLREDUCE_F32: return allreduce_sum(m, op->out, op->n, MPI_FLOAT, 4);
+    case UT_COMM_ALLREDUCE_F64: return allreduce_sum(m, op->out, op->n, MPI_DOUBLE, 8);
+    case UT_COMM_ALLREDUCE_I64: return allreduce_sum(m, op->out, op->n, MPI_INT64_T, 8);
+    case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter_sum(m, c->rank, c->size, op->in, op->out, op->n);
+    case UT_COMM_ALLGATHER_F32: return allgather(m, c->rank, op->in, op->out, op->n, MPI_FLOAT, 4);
+    case UT_COMM_ALLGATHER_U64:
+        return allgather(m, c->rank, op->in, op->out, op->n, MPI_UINT64_T, 8);
+    case UT_COMM_BCAST: return bcast(m, op->out, op->n, op->root);
+    case UT_COMM_BARRIER: return UT_CHECK_MPI(MPI_Barrier(m->comm));
+    }
+    snprintf(mpi_err, sizeof mpi_err, "unknown operation kind %d", (int)op->kind);
+    return -1;
+}
+
+// --- the communication thread -----------------------------------------------
+
+/* Runs queued operations in order until stopped with the queue empty. After a
+ * failure the communicator is unusable: later operations fail without
+ * calling MPI (a collective half-done on some ranks cannot be resumed). */
+static void *comm_thread(void *arg) {
+    ut_comm *c = arg;
+    mpi_impl *m = c->impl;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    for (;;) {
+        while (m->finished == m->queued && !m->stop) UT_CHECK_PTHREAD(pthread_cond_wait(&m->work, &m->mu));
+        if (m->finished == m->queued) break; /* stopped and drained */
+        ut_comm_op op = m->ring[(m->finished + 1) % UT_COMM_QUEUE];
+        bool skip = m->failed != 0;
+        m->running = op.seq;
+        clock_gettime(CLOCK_MONOTONIC, &m->running_since);
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        int rc = skip ? -1 : run_op(c, m, &op);
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        m->running = 0;
+        if (rc && !m->failed) {
+            char what[160];
+            ut_comm_op_describe(&op, what, sizeof what);
+            snprintf(c->err, sizeof c->err, "rank %d: %s failed: %s", c->rank, what, mpi_err);
+            m->failed = op.seq;
+        }
+        m->finished = op.seq;
+        UT_CHECK_PTHREAD(pthread_cond_broadcast(&m->done));
+    }
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    return NULL;
+}
+
+static double since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static struct timespec after(double s) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    int64_t ns = t.tv_nsec + (int64_t)(s * 1e9);
+    t.tv_sec += ns / 1000000000;
+    t.tv_nsec = ns % 1000000000;
+    return t;
+}
+
+/* Wakes a few times per timeout; an operation running past it ends the job. */
+static void *watchdog_thread(void *arg) {
+    ut_comm *c = arg;
+    mpi_impl *m = c->impl;
+    double period = c->timeout_s / 8 < 0.25 ? c->timeout_s / 8 : 0.25;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    while (!m->stop) {
+        if (m->running && since(&m->running_since) > c->timeout_s) {
+            char what[160];
+            ut_comm_op_describe(&m->ring[m->running % UT_COMM_QUEUE], what, sizeof what);
+            fprintf(stderr, "utrain: rank %d: timeout after %g s in %s\n", c->rank, c->timeout_s,
+                    what);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            abort(); /* MPI_Abort does not return */
+        }
+        struct timespec until = after(period);
+        int rc = pthread_cond_timedwait(&m->tick, &m->mu, &until);
+        if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
+    }
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    return NULL;
+}
+
+// --- the backend's entry points ---------------------------------------------
+
+static void mpi_submit(ut_comm *c, const ut_comm_op *op) {
+    mpi_impl *m = c->impl;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    UT_ASSERT(op->seq == m->queued + 1 && !m->stop);
+    while (m->queued - m->finished >= UT_COMM_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done, &m->mu));
+    m->ring[op->seq % UT_COMM_QUEUE] = *op;
+    m->queued = op->seq;
+    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+}
+
+static int mpi_wait(ut_comm *c, uint64_t seq) {
+    mpi_impl *m = c->impl;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    while (m->finished < seq) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done, &m->mu));
+    int rc = m->failed && seq >= m->failed ? -1 : 0;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    return rc;
+}
+
+static void mpi_finalize(ut_comm *c) {
+    mpi_impl *m = c->impl;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    m->stop = true;
+    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    /* the comm thread drains the queue before it ends; the watchdog keeps
+     * watching until then */
+    UT_CHECK_PTHREAD(pthread_join(m->thread, NULL));
+    if (m->has_watchdog) {
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_cond_signal(&m->tick));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_join(m->watchdog, NULL));
+    }
+    if (UT_CHECK_MPI(MPI_Comm_free(&m->comm)))
+        fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+    if (m->own_mpi) {
+        if (UT_CHECK_MPI(MPI_Finalize()))
+            fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+        ut_set_abort_handler(NULL);
+    }
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->work));
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done));
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->tick));
+    UT_CHECK_PTHREAD(pthread_mutex_destroy(&m->mu));
+    ut_free(m);
+    c->impl = NULL;
+}
+
+static const ut_comm_vtable mpi_backend = {
+    .name = "mpi", .submit = mpi_submit, .wait = mpi_wait, .finalize = mpi_finalize};
+
+// --- initialisation ---------------------------------------------------------
+
+static int64_t chunk_from_env(void) {
+    const char *s = getenv("UT_COMM_CHUNK");
+    if (!s || !*s) return UT_COMM_CHUNK_MAX;
+    long long v = strtoll(s, NULL, 10);
+    return v >= 1 && v <= UT_COMM_CHUNK_MAX ? (int64_t)v : UT_COMM_CHUNK_MAX;
+}
+
+/* MPI itself: initialised here unless the program did it, at a thread level
+ * that lets the comm thread call MPI while the caller computes. */
+static int mpi_start(mpi_impl *m, int *argc, char ***argv, char *err, size_t n) {
+    int init = 0, provided = 0;
+    if (UT_CHECK_MPI(MPI_Initialized(&init))) goto fail;
+    if (!init) {
+        if (UT_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided))) goto fail;
+        m->own_mpi = true;
+    } else if (UT_CHECK_MPI(MPI_Query_thread(&provided))) {
+        goto fail;
+    }
+    ut_set_abort_handler(mpi_abort_handler);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        snprintf(err, n, "MPI gives thread level %d; utrain needs MPI_THREAD_SERIALIZED (%d) or more",
+                 provided, MPI_THREAD_SERIALIZED);
+        return -1;
+    }
+    if (UT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) ||
+        UT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm)) ||
+        UT_CHECK_MPI(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN)))
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, n, "cannot start MPI: %s", mpi_err);
+    return -1;
+}
+
+int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n) {
+    mpi_impl *m = ut_calloc_check(1, sizeof *m);
+    m->chunk = chunk_from_env();
+    if (mpi_start(m, argc, argv, err, n)) {
+        /* MPI may be half up: leave it to the process exit (MPI_Finalize
+         * could wait for ranks that will never come) */
+        ut_free(m);
+        return -1;
+    }
+    if (UT_CHECK_MPI(MPI_Comm_rank(m->comm, &c->rank)) ||
+        UT_CHECK_MPI(MPI_Comm_size(m->comm, &c->size))) {
+        snprintf(err, n, "cannot start MPI: %s", mpi_err);
+        ut_free(m);
+        return -1;
+    }
+    pthread_condattr_t mono;
+    UT_CHECK_PTHREAD(pthread_condattr_init(&mono));
+    UT_CHECK_PTHREAD(pthread_condattr_setclock(&mono, CLOCK_MONOTONIC));
+    UT_CHECK_PTHREAD(pthread_mutex_init(&m->mu, NULL));
+    UT_CHECK_PTHREAD(pthread_cond_init(&m->work, NULL));
+    UT_CHECK_PTHREAD(pthread_cond_init(&m->done, NULL));
+    UT_CHECK_PTHREAD(pthread_cond_init(&m->tick, &mono));
+    UT_CHECK_PTHREAD(pthread_condattr_destroy(&mono));
+    c->impl = m;
+    c->be = &mpi_backend;
+    UT_CHECK_PTHREAD(pthread_create(&m->thread, NULL, comm_thread, c));
+    if (c->timeout_s > 0) {
+        UT_CHECK_PTHREAD(pthread_create(&m->watchdog, NULL, watchdog_thread, c));
+        m->has_watchdog = true;
+    }
+    return 0;
+}

@@ -1,0 +1,271 @@
+/* The communicator at any world size. Run alone it tests the single-process
+ * backend; tests/dist/test_mpi_launch runs the same program (as
+ * mpi_comm_ranks) under mpirun with 1 to 4 ranks, where each rank checks the
+ * collectives' results and prints "rank R/N: P passed, F failed".
+ * Modes for the failure tests (argv[1]):
+ *   timeout  rank 1 skips allreduce #3; the others must end within the 3 s timeout
+ *   crash    rank 1 kills itself (SIGKILL) mid-run; mpirun must end the others
+ *   abort    rank 1 fails a ut_abort mid-run; MPI_Abort must end the others */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/dist.h"
+
+static ut_comm *comm;
+static int rank, size;
+
+static float *falloc(int64_t n) { return ut_malloc_check((size_t)(n ? n : 1) * sizeof(float)); }
+
+// --- allreduce --------------------------------------------------------------
+
+/* Small integers: float sums are exact, so results compare with ==. */
+static float ar_value(int r, int64_t i) { return (float)((r + 1) * (i % 17 + 1)); }
+static float ar_expect(int64_t i) { return (float)((i % 17 + 1) * size * (size + 1) / 2); }
+
+static int64_t ar_check(const float *buf, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += buf[i] != ar_expect(i);
+    return bad;
+}
+
+static void test_world_and_backend(void) {
+    CHECK(ut_comm_world() == comm, "ut_comm_world is not the communicator made by init");
+    CHECK(rank >= 0 && rank < size, "rank %d of %d", rank, size);
+    const char *want = getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "single";
+    CHECK(strcmp(ut_comm_backend(comm), want) == 0, "backend %s, want %s", ut_comm_backend(comm),
+          want);
+}
+
+static void test_allreduce_sizes(void) {
+    const int64_t sizes[] = {0, 1, 7, 1000003};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = sizes[s];
+        float *buf = falloc(n);
+        for (int64_t i = 0; i < n; i++) buf[i] = ar_value(rank, i);
+        CHECK(ut_comm_wait(comm, ut_comm_iallreduce(comm, buf, n)) == 0, "%s", ut_comm_error(comm));
+        int64_t bad = ar_check(buf, n);
+        CHECK(bad == 0, "allreduce of %lld elements: %lld wrong", (long long)n, (long long)bad);
+        ut_free(buf);
+    }
+}
+
+// --- reduce-scatter and all-gather -------------------------------------------
+
+static float rs_value(int r, int64_t j) { return (float)(r + 1 + j % 5); }
+
+static void test_reduce_scatter(void) {
+    const int64_t sizes[] = {0, 1, 7, 100003};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = sizes[s];
+        float *in = falloc(n * size), *out = falloc(n);
+        for (int64_t j = 0; j < n * size; j++) in[j] = rs_value(rank, j);
+        CHECK(ut_comm_wait(comm, ut_comm_ireduce_scatter(comm, in, out, n)) == 0, "%s",
+              ut_comm_error(comm));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += rs_value(r, rank * n + i);
+            bad += out[i] != want;
+        }
+        CHECK(bad == 0, "reduce_scatter of %lld elements: %lld wrong", (long long)n, (long long)bad);
+        ut_free(in);
+        ut_free(out);
+    }
+}
+
+static int64_t ag_bad(const float *out, int64_t n) {
+    int64_t bad = 0;
+    for (int r = 0; r < size; r++)
+        for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != (float)(r * 1000 + i % 1000);
+    return bad;
+}
+
+static void test_allgather(void) {
+    const int64_t sizes[] = {0, 1, 7, 100003};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = sizes[s];
+        float *in = falloc(n), *out = falloc(n * size);
+        for (int64_t i = 0; i < n; i++) in[i] = (float)(rank * 1000 + i % 1000);
+        CHECK(ut_comm_wait(comm, ut_comm_iallgather(comm, in, out, n)) == 0, "%s", ut_comm_error(comm));
+        CHECK(ag_bad(out, n) == 0, "allgather of %lld elements", (long long)n);
+        /* in place: this rank's part already sits in the output */
+        memset(out, 0, (size_t)(n * size) * sizeof(float));
+        memcpy(out + rank * n, in, (size_t)n * sizeof(float));
+        CHECK(ut_comm_wait(comm, ut_comm_iallgather(comm, out + rank * n, out, n)) == 0, "%s",
+              ut_comm_error(comm));
+        CHECK(ag_bad(out, n) == 0, "in-place allgather of %lld elements", (long long)n);
+        ut_free(in);
+        ut_free(out);
+    }
+}
+
+// --- non-blocking requests ----------------------------------------------------
+
+/* Issued back to back, waited in reverse order; each buffer its own size. */
+static void test_out_of_order_waits(void) {
+    enum { K = 12 };
+    float *bufs[K];
+    ut_comm_req *reqs[K];
+    for (int k = 0; k < K; k++) {
+        int64_t n = 1 + k * 4099;
+        bufs[k] = falloc(n);
+        for (int64_t i = 0; i < n; i++) bufs[k][i] = ar_value(rank, i + k);
+        reqs[k] = ut_comm_iallreduce(comm, bufs[k], n);
+        CHECK(reqs[k] != NULL, "request %d is NULL", k);
+    }
+    for (int k = K - 1; k >= 0; k--) {
+        int64_t n = 1 + k * 4099, bad = 0;
+        CHECK(ut_comm_wait(comm, reqs[k]) == 0, "%s", ut_comm_error(comm));
+        for (int64_t i = 0; i < n; i++) bad += bufs[k][i] != ar_expect(i + k);
+        CHECK(bad == 0, "request %d: %lld wrong", k, (long long)bad);
+        CHECK(ut_comm_wait(comm, reqs[k]) == 0, "a second wait on a done request");
+        ut_free(bufs[k]);
+    }
+}
+
+/* Far more requests outstanding than the queue has slots (256): issuing
+ * blocks while the queue is full and continues as operations finish. */
+static void test_many_small_requests(void) {
+    enum { K = 1000, N = 3 };
+    float *buf = falloc(K * N);
+    ut_comm_req **reqs = ut_malloc_check(K * sizeof *reqs);
+    for (int64_t i = 0; i < K * N; i++) buf[i] = ar_value(rank, i);
+    for (int k = 0; k < K; k++) reqs[k] = ut_comm_iallreduce(comm, buf + k * N, N);
+    int failed = 0;
+    for (int k = K - 1; k >= 0; k -= 7) failed += ut_comm_wait(comm, reqs[k]) != 0;
+    for (int k = 0; k < K; k++) failed += ut_comm_wait(comm, reqs[k]) != 0;
+    CHECK(failed == 0, "%d waits failed: %s", failed, ut_comm_error(comm));
+    CHECK(ar_check(buf, K * N) == 0, "wrong sums");
+    ut_free(reqs);
+    ut_free(buf);
+}
+
+// --- blocking helpers ---------------------------------------------------------
+
+static void test_f64_i64(void) {
+    double d[3] = {rank + 0.5, 1.0, -2.25};
+    CHECK(ut_comm_allreduce_f64(comm, d, 3) == 0, "%s", ut_comm_error(comm));
+    CHECK_NEAR(d[0], size * (size - 1) / 2.0 + 0.5 * size, 0);
+    CHECK_NEAR(d[1], size, 0);
+    CHECK_NEAR(d[2], -2.25 * size, 0);
+    int64_t v[3] = {rank, 1, (int64_t)1 << 40};
+    CHECK(ut_comm_allreduce_i64(comm, v, 3) == 0, "%s", ut_comm_error(comm));
+    CHECK(v[0] == (int64_t)size * (size - 1) / 2, "%lld", (long long)v[0]);
+    CHECK(v[1] == size, "%lld", (long long)v[1]);
+    CHECK(v[2] == ((int64_t)size << 40), "%lld", (long long)v[2]);
+}
+
+static void test_bcast_barrier(void) {
+    unsigned char b[1001];
+    int root = size - 1;
+    for (int i = 0; i < 1001; i++) b[i] = rank == root ? (unsigned char)(i * 7 + 3) : 0;
+    CHECK(ut_comm_bcast(comm, b, sizeof b, root) == 0, "%s", ut_comm_error(comm));
+    int bad = 0;
+    for (int i = 0; i < 1001; i++) bad += b[i] != (unsigned char)(i * 7 + 3);
+    CHECK(bad == 0, "bcast from rank %d: %d bytes wrong", root, bad);
+    CHECK(ut_comm_bcast(comm, b, 0, 0) == 0, "empty bcast");
+    CHECK(ut_comm_bcast(comm, b, sizeof b, size) == -1, "bcast from a root that does not exist");
+    CHECK(strstr(ut_comm_error(comm), "root") != NULL, "message: %s", ut_comm_error(comm));
+    CHECK(ut_comm_barrier(comm) == 0, "%s", ut_comm_error(comm));
+}
+
+// --- start-up agreement ---------------------------------------------------------
+
+static void test_check_same(void) {
+    char err[512] = "";
+    CHECK(ut_comm_check_same(comm, 0x0123456789abcdefULL, "config hash", err, sizeof err) == 0,
+          "%s", err);
+    int rc = ut_comm_check_same(comm, rank == 2 ? 5 : 7, "config hash", err, sizeof err);
+    if (size < 3) {
+        CHECK(rc == 0, "no rank 2, yet: %s", err);
+    } else {
+        CHECK(rc == -1, "rank 2 passed a different value");
+        CHECK(strstr(err, "config hash differs") && strstr(err, "rank 2 has 0000000000000005") &&
+                  strstr(err, "rank 0 has 0000000000000007"),
+              "message: %s", err);
+        CHECK(!strstr(err, "rank 1 "), "rank 1 agrees with rank 0: %s", err);
+    }
+    if (size > 1) { /* the last rank differs, at any size */
+        rc = ut_comm_check_same(comm, rank == size - 1 ? 1 : 2, "vocabulary", err, sizeof err);
+        char want[64];
+        snprintf(want, sizeof want, "rank %d has 0000000000000001", size - 1);
+        CHECK(rc == -1 && strstr(err, "vocabulary differs") && strstr(err, want), "rc %d: %s", rc,
+              err);
+    }
+}
+
+// --- statistics -------------------------------------------------------------------
+
+static void test_stats(void) {
+    double b0, w0, b1, w1;
+    ut_comm_stats(comm, &b0, &w0);
+    float *buf = falloc(1000);
+    for (int i = 0; i < 1000; i++) buf[i] = ar_value(rank, i);
+    CHECK(ut_comm_wait(comm, ut_comm_iallreduce(comm, buf, 1000)) == 0, "%s", ut_comm_error(comm));
+    ut_comm_stats(comm, &b1, &w1);
+    CHECK_NEAR(b1 - b0, size > 1 ? 4000 : 0, 0);
+    CHECK(w1 >= w0 && w0 >= 0, "wait seconds %g then %g", w0, w1);
+    ut_comm_stats(comm, NULL, NULL);
+    ut_free(buf);
+}
+
+// --- failure modes (run under mpirun by test_mpi_launch) ---------------------------
+
+static int fail_mode(const char *mode) {
+    float x[4] = {1, 2, 3, 4};
+    ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #1 */
+    ut_comm_barrier(comm);                              /* #2 */
+    if (strcmp(mode, "timeout") == 0) {
+        if (rank == 1) {
+            sleep(60); /* skips #3; the others' watchdogs end the job */
+        } else {
+            ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #3 never completes */
+        }
+    } else {
+        for (int it = 0; it < 1000000; it++) {
+            if (rank == 1 && it == 50) {
+                if (strcmp(mode, "crash") == 0) raise(SIGKILL);
+                UT_ASSERT(it != 50 && "rank 1 fails on purpose");
+            }
+            ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4));
+            if (it > 100) usleep(1000);
+        }
+    }
+    fprintf(stderr, "rank %d: %s mode: still running, the job was not ended\n", rank, mode);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    double timeout = strcmp(mode, "timeout") == 0 ? 3 : 120;
+    if (strcmp(mode, "crash") == 0 || strcmp(mode, "abort") == 0) timeout = 0; /* mpirun's job */
+    char err[512];
+    comm = ut_comm_init(&argc, &argv, false, timeout, err, sizeof err);
+    if (!comm) {
+        fprintf(stderr, "ut_comm_init: %s\n", err);
+        return 1;
+    }
+    rank = ut_comm_rank(comm);
+    size = ut_comm_size(comm);
+    if (*mode) return fail_mode(mode);
+    RUN(test_world_and_backend);
+    RUN(test_allreduce_sizes);
+    RUN(test_reduce_scatter);
+    RUN(test_allgather);
+    RUN(test_out_of_order_waits);
+    RUN(test_many_small_requests);
+    RUN(test_f64_i64);
+    RUN(test_bcast_barrier);
+    RUN(test_check_same);
+    RUN(test_stats);
+    ut_comm_finalize(comm);
+    ut_comm_finalize(ut_comm_world()); /* the lazily made single world */
+    printf("rank %d/%d: %d passed, %d failed\n", rank, size, t_passed, t_failed);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,250 @@
+/* Runs the communicator's rank program (tests/dist/test_comm.c, built as
+ * mpi_comm_ranks beside this binary) under mpirun: with 1, 2 and 4 ranks
+ * (every rank must report success), with 3 ranks and small MPI chunks (the
+ * path for counts past INT_MAX), and the failure modes: a rank that skips a
+ * collective (the others time out, naming it), a rank killed mid-run and a
+ * rank failing an assertion (the whole job must end quickly, non-zero). Every
+ * job is killed after 30 s, which fails its test, and no rank process may be
+ * left behind. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define JOB_LIMIT_S 30.0
+
+static char rank_prog[PATH_MAX];
+
+typedef struct {
+    int status;  /* exit code, or 128 + signal */
+    double secs;
+    bool hung;   /* killed after JOB_LIMIT_S */
+    int leftover; /* rank processes still alive after the job */
+    char *out;   /* stdout and stderr together */
+} job;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Environment for running OpenMPI as root, oversubscribed on a small machine,
+ * with shared memory that works in containers, and without LeakSanitizer
+ * (OpenMPI's own allocations outlive MPI_Finalize). */
+static void job_env(const char *chunk) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    char asan[512];
+    const char *a = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    if (chunk) setenv("UT_COMM_CHUNK", chunk, 1);
+}
+
+/* Kills (by pid) and counts the processes running the rank program. */
+static int reap_leftovers(void) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], cmd[PATH_MAX] = "";
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[got] = 0;
+        if (strcmp(cmd, rank_prog) == 0) {
+            kill((pid_t)pid, SIGKILL);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static void append(job *j, size_t *len, size_t *cap, const char *buf, size_t n) {
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        j->out = realloc(j->out, *cap);
+        if (!j->out) abort();
+    }
+    memcpy(j->out + *len, buf, n);
+    *len += n;
+    j->out[*len] = 0;
+}
+
+/* mpirun -np N --oversubscribe mpi_comm_ranks [mode], in its own process
+ * group so a hung job can be killed whole. */
+static job run_job(int np, const char *mode, const char *chunk) {
+    job j = {.status = -1};
+    size_t len = 0, cap = 0;
+    append(&j, &len, &cap, "", 0);
+    int fd[2];
+    if (pipe(fd)) abort();
+    char nps[16];
+    snprintf(nps, sizeof nps, "%d", np);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid < 0) abort();
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        job_env(chunk);
+        char *args[] = {"mpirun", "-np", nps, "--oversubscribe", rank_prog, (char *)mode, NULL};
+        if (!mode) args[5] = NULL;
+        execvp("mpirun", args);
+        fprintf(stderr, "cannot run mpirun: %s\n", strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    close(fd[1]);
+    bool eof = false, exited = false;
+    while (!(eof && exited)) {
+        if (!j.hung && now_s() - t0 > JOB_LIMIT_S) {
+            j.hung = true;
+            kill(-pid, SIGKILL);
+        }
+        if (j.hung && now_s() - t0 > JOB_LIMIT_S + 5) break; /* output held open by orphans */
+        if (!eof) {
+            struct pollfd p = {.fd = fd[0], .events = POLLIN};
+            if (poll(&p, 1, 100) > 0) {
+                char buf[4096];
+                ssize_t n = read(fd[0], buf, sizeof buf);
+                if (n > 0) append(&j, &len, &cap, buf, (size_t)n);
+                else if (n == 0 || errno != EINTR) eof = true;
+            }
+        } else {
+            usleep(10000);
+        }
+        int st;
+        if (!exited && waitpid(pid, &st, WNOHANG) == pid) {
+            exited = true;
+            j.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+    }
+    j.secs = now_s() - t0;
+    close(fd[0]);
+    if (!exited) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    usleep(200000); /* ranks killed by mpirun need a moment to go */
+    j.leftover = reap_leftovers();
+    printf("  np=%d %s%s: exit %d in %.1f s%s\n", np, mode ? mode : "tests",
+           chunk ? " (small chunks)" : "", j.status, j.secs, j.hung ? " (HUNG, killed)" : "");
+    return j;
+}
+
+/* The job's last 60 lines, marked so run.sh does not take them for ours. */
+static void show_output(const job *j) {
+    const char *p = j->out + strlen(j->out);
+    for (int lines = 0; p > j->out && lines <= 60; p--) lines += p[-1] == '\n';
+    if (*p == '\n') p++;
+    fprintf(stderr, "  --- job output%s ---\n", p > j->out ? " (last 60 lines)" : "");
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        int n = nl ? (int)(nl - p) : (int)strlen(p);
+        fprintf(stderr, "  | %.*s\n", n, p);
+        p += n + (nl != NULL);
+    }
+}
+
+// --- every rank passes its tests ------------------------------------------------
+
+static void check_ranks(int np, const char *chunk) {
+    job j = run_job(np, NULL, chunk);
+    int before = t_checks_failed;
+    CHECK(!j.hung && j.status == 0, "np=%d: exit %d%s", np, j.status, j.hung ? ", hung" : "");
+    CHECK(j.leftover == 0, "%d rank processes left behind", j.leftover);
+    for (int r = 0; r < np; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d/%d: ", r, np);
+        const char *line = strstr(j.out, want);
+        int passed = 0, failed = -1;
+        if (line) sscanf(line + strlen(want), "%d passed, %d failed", &passed, &failed);
+        CHECK(line && passed > 0 && failed == 0, "rank %d of %d did not report success", r, np);
+    }
+    if (t_checks_failed != before) show_output(&j);
+    free(j.out);
+}
+
+static void test_1_rank(void) { check_ranks(1, NULL); }
+static void test_2_ranks(void) { check_ranks(2, NULL); }
+static void test_4_ranks(void) { check_ranks(4, NULL); }
+static void test_3_ranks_small_chunks(void) { check_ranks(3, "1000"); }
+
+// --- failures end the whole job ---------------------------------------------------
+
+static void check_failure(const char *mode, const char *must_say, const char *and_say,
+                          double within_s) {
+    job j = run_job(3, mode, NULL);
+    int before = t_checks_failed;
+    CHECK(!j.hung, "%s: the job hung and was killed after %.0f s", mode, JOB_LIMIT_S);
+    CHECK(j.status != 0, "%s: the job exited 0", mode);
+    CHECK(j.secs < within_s, "%s: the job took %.1f s (limit %.0f s)", mode, j.secs, within_s);
+    CHECK(j.leftover == 0, "%s: %d rank processes left behind", mode, j.leftover);
+    CHECK(!strstr(j.out, "still running"), "%s: a rank went on after the failure", mode);
+    const char *say[2] = {must_say, and_say};
+    for (int i = 0; i < 2; i++)
+        if (say[i]) CHECK(strstr(j.out, say[i]) != NULL, "%s: no \"%s\" in the output", mode, say[i]);
+    if (t_checks_failed != before) show_output(&j);
+    free(j.out);
+}
+
+/* rank 1 skips allreduce #3: ranks 0 and 2 report it after 3 s and abort */
+static void test_timeout_names_the_collective(void) {
+    check_failure("timeout", "rank 0: timeout after 3 s in allreduce #3 (4 elements)", NULL, 20);
+}
+
+/* rank 1 dies of SIGKILL; OpenMPI ends the others (no watchdog armed) */
+static void test_killed_rank_ends_the_job(void) { check_failure("crash", NULL, NULL, 20); }
+
+/* rank 1 fails an assertion: ut_abort's handler calls MPI_Abort */
+static void test_abort_ends_the_job(void) {
+    check_failure("abort", "rank 1 fails on purpose", "MPI_ABORT was invoked on rank 1", 20);
+}
+
+int main(void) {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(rank_prog, sizeof rank_prog, "%s/mpi_comm_ranks", self);
+    if (access(rank_prog, X_OK)) {
+        fprintf(stderr, "no rank program %s (make tests builds it)\n", rank_prog);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN(test_1_rank);
+    RUN(test_2_ranks);
+    RUN(test_4_ranks);
+    RUN(test_3_ranks_small_chunks);
+    RUN(test_timeout_names_the_collective);
+    RUN(test_killed_rank_ends_the_job);
+    RUN(test_abort_ends_the_job);
+    return TEST_SUMMARY();
+}
