@@ -99,6 +99,8 @@ int64_t ut_sampler_batches_per_epoch(const ut_sampler *s);
 int64_t ut_sampler_next(ut_sampler *s, int64_t *idx);
 /* How many examples this rank gets from global batch j of an epoch (0 past the end). */
 int64_t ut_sampler_batch_size(const ut_sampler *s, int64_t j);
+/* Examples in global batch j over all ranks. */
+int64_t ut_sampler_global_batch_size(const ut_sampler *s, int64_t j);
 /* Without drop_last the last global batch is short and is split across ranks
  * in order, so some ranks may get 0 indices from a batch that exists; this
  * tells that apart from the end of the epoch (true once every position of the

@@ -14,5 +14,6 @@
 #include "utrain/config.h" // defines: the run configuration (schema, YAML, --set)
 #include "utrain/data.h"   // defines: datasets, tokenizers, sampler, loader
 #include "utrain/train.h"  // defines: the trainer, checkpoints, TensorBoard, hooks
+#include "utrain/dist.h"   // defines: the communicator (single, MPI), DDP
 
 #endif

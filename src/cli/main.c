@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "utrain/utrain.h"
 
@@ -12,8 +14,10 @@ static void usage(FILE *f) {
             "usage: utrain <command> [options]\n"
             "\n"
             "commands:\n"
-            "  train CONFIG.yml [--set KEY=VALUE]...\n"
-            "          train as the config says (run directory OUTPUT_DIR/EXPERIMENT_NAME)\n"
+            "  train CONFIG.yml [--set KEY=VALUE]... [--nproc N]\n"
+            "          train as the config says (run directory OUTPUT_DIR/EXPERIMENT_NAME);\n"
+            "          --nproc N starts N data-parallel processes (mpirun underneath);\n"
+            "          under mpirun/srun each process is a rank\n"
             "  test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
             "          evaluate the best checkpoint on dev and test; writes dev_results.json\n"
             "          and test_results.json into the run directory\n"
@@ -38,10 +42,13 @@ static void usage(FILE *f) {
 
 static void usage_train(FILE *f) {
     fprintf(f,
-            "usage: utrain train CONFIG.yml [--set KEY=VALUE]...\n"
+            "usage: utrain train CONFIG.yml [--set KEY=VALUE]... [--nproc N]\n"
             "\n"
             "Trains as CONFIG.yml says. Options:\n"
             "  --set KEY=VALUE   override one key (dotted: train.batch_size=32); repeatable\n"
+            "  --nproc N         run N data-parallel processes on this machine (mpirun\n"
+            "                    underneath; also dist.nproc_per_node); train.batch_size is\n"
+            "                    per process. Under mpirun/srun every process is a rank.\n"
             "  --help            this text\n"
             "Common keys: experiment_name, output_dir, seed, continue_training, model.name,\n"
             "data.name, train.epochs, train.max_steps, train.batch_size,\n"
@@ -76,7 +83,7 @@ static int load_config(cli_run *r, int argc, char **argv, bool allow_ckpt, bool 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--set") && has_val) i++;
+        if ((!strcmp(a, "--set") || !strcmp(a, "--nproc")) && has_val) i++;
         else if (!strcmp(a, "--checkpoint") && allow_ckpt && has_val) r->checkpoint = argv[++i];
         else if (a[0] == '-' || file) {
             fprintf(stderr, "utrain: unexpected argument '%s'%s\n", a,
@@ -109,20 +116,106 @@ static bool wants_help(int argc, char **argv) {
     return false;
 }
 
+/* ---- processes: under a launcher, or started here through mpirun ---- */
+static bool under_launcher(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+/* Re-runs this command as nproc ranks: mpirun -np N ... utrain ARGS (without
+ * --nproc). Each rank gets cores/nproc OpenMP threads unless threads are set. */
+static int launch(int nproc, int argc, char **argv, const ut_config *cfg) {
+    static char exe[1024], np[16], threads[64];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) {
+        fprintf(stderr, "utrain: cannot find the utrain program to launch\n");
+        return UT_EXIT_ERROR;
+    }
+    exe[k] = 0;
+    snprintf(np, sizeof np, "%d", nproc);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per_rank = cfg->threads > 0 ? cfg->threads : (int)(cores / nproc > 0 ? cores / nproc : 1);
+    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", per_rank);
+    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none", "-x", threads};
+    int n = 8;
+    if (geteuid() == 0) args[n++] = "--allow-run-as-root";
+    args[n++] = exe;
+    for (int i = 0; i < argc && n < 126; i++) {
+        if (!strcmp(argv[i], "--nproc")) {
+            i++;
+            continue;
+        }
+        args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    fflush(NULL);
+    execvp("mpirun", (char **)args);
+    fprintf(stderr, "utrain: cannot start mpirun for %d processes: %s (apt-get install openmpi-bin)\n",
+            nproc, strerror(errno));
+    return UT_EXIT_ERROR;
+}
+
+/* --nproc N from the command line (removed from argv), 0 if absent, -1 if bad. */
+static int take_nproc(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--nproc")) {
+            char *end;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || v < 1 || v > 4096) {
+                fprintf(stderr, "utrain: --nproc needs a process count\n");
+                return -1;
+            }
+            return (int)v;
+        }
+    return 0;
+}
+
+static int run_mode(cli_run *r, const char *force_mode) {
+    if (force_mode) snprintf(r->cfg.mode, sizeof r->cfg.mode, "%s", force_mode);
+    return !strcmp(r->cfg.mode, "test") ? ut_trainer_test(&r->cfg, r->checkpoint, NULL, NULL, NULL, NULL)
+                                        : ut_trainer_run(&r->cfg, NULL, NULL, NULL, NULL);
+}
+
+/* Loads the config; starts the ranks if asked to and not yet under a
+ * launcher; otherwise sets up this rank's communicator and runs. */
+static int run_command(int argc, char **argv, const char *force_mode, bool test_args) {
+    int nproc = take_nproc(argc, argv);
+    if (nproc < 0) return UT_EXIT_USAGE;
+    cli_run r;
+    int rc = load_config(&r, argc, argv, test_args, test_args);
+    if (rc) {
+        ut_config_free(&r.cfg);
+        return rc;
+    }
+    if (!nproc) nproc = (int)r.cfg.nproc_per_node;
+    if (nproc > 1 && !under_launcher()) {
+        rc = launch(nproc, argc, argv, &r.cfg);
+        ut_config_free(&r.cfg);
+        return rc;
+    }
+    char err[1024];
+    ut_comm *comm = ut_comm_init(NULL, NULL, false, r.cfg.timeout_s, err, sizeof err);
+    if (!comm) {
+        fprintf(stderr, "utrain: %s\n", err);
+        rc = UT_EXIT_ERROR;
+    } else {
+        rc = run_mode(&r, force_mode);
+        /* an error on one rank would leave the others waiting in a collective
+         * until dist.timeout_s: end them all now */
+        if (rc == UT_EXIT_ERROR && ut_comm_size(comm) > 1)
+            ut_abort(__FILE__, __LINE__, "rank %d stopped with an error (above); ending every rank",
+                     ut_comm_rank(comm));
+        ut_comm_finalize(comm);
+    }
+    ut_config_free(&r.cfg);
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv, const char *force_mode) {
     if (wants_help(argc, argv)) {
         usage_train(stdout);
         return 0;
     }
-    cli_run r;
-    int rc = load_config(&r, argc, argv, false, false);
-    if (!rc) {
-        if (force_mode) snprintf(r.cfg.mode, sizeof r.cfg.mode, "%s", force_mode);
-        rc = !strcmp(r.cfg.mode, "test") ? ut_trainer_test(&r.cfg, NULL, NULL, NULL, NULL, NULL)
-                                         : ut_trainer_run(&r.cfg, NULL, NULL, NULL, NULL);
-    }
-    ut_config_free(&r.cfg);
-    return rc;
+    return run_command(argc, argv, force_mode, false);
 }
 
 static int cmd_test(int argc, char **argv) {
@@ -130,11 +223,7 @@ static int cmd_test(int argc, char **argv) {
         usage_test(stdout);
         return 0;
     }
-    cli_run r;
-    int rc = load_config(&r, argc, argv, true, true);
-    if (!rc) rc = ut_trainer_test(&r.cfg, r.checkpoint, NULL, NULL, NULL, NULL);
-    ut_config_free(&r.cfg);
-    return rc;
+    return run_command(argc, argv, "test", true);
 }
 
 static int cmd_config(int argc, char **argv) {

@@ -71,6 +71,12 @@ static int64_t share(const ut_sampler *s, int64_t start, int64_t *lo) {
     return hi > *lo ? hi - *lo : 0;
 }
 
+int64_t ut_sampler_global_batch_size(const ut_sampler *s, int64_t j) {
+    if (j < 0 || j >= ut_sampler_batches_per_epoch(s)) return 0;
+    int64_t left = epoch_limit(s) - j * global_batch(s);
+    return left < global_batch(s) ? left : global_batch(s);
+}
+
 int64_t ut_sampler_batch_size(const ut_sampler *s, int64_t j) {
     int64_t lo;
     return j < 0 || j >= ut_sampler_batches_per_epoch(s) ? 0 : share(s, j * global_batch(s), &lo);

@@ -105,11 +105,26 @@ static void add_metric(ut_eval_result *res, const char *name, double v) {
 }
 
 /* ---- evaluation ---- */
-int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
-                ut_eval_result *res, char *err, size_t n) {
+/* Sums (loss, examples, each metric's sum and count) over the ranks. */
+static int reduce_eval(ut_comm *comm, double *loss_sum, int64_t *examples, ut_metric *acc, int nacc,
+                       char *err, size_t n) {
+    if (ut_comm_size(comm) == 1) return 0;
+    double v[2 + 2 * UT_MAX_METRICS] = {*loss_sum, (double)*examples};
+    for (int i = 0; i < nacc; i++) v[2 + 2 * i] = acc[i].sum, v[3 + 2 * i] = acc[i].count;
+    if (ut_comm_allreduce_f64(comm, v, 2 + 2 * UT_MAX_METRICS)) {
+        snprintf(err, n, "reducing evaluation over ranks: %s", ut_comm_error(comm));
+        return -1;
+    }
+    *loss_sum = v[0], *examples = (int64_t)v[1];
+    for (int i = 0; i < nacc; i++) acc[i].sum = v[2 + 2 * i], acc[i].count = v[3 + 2 * i];
+    return 0;
+}
+
+int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
     memset(res, 0, sizeof *res);
     ut_sampler s;
-    ut_sampler_init(&s, ds->n, batch, 0, 1, 0, false, false);
+    ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
     ut_loader *l = ut_loader_new(ds, &s, 2);
     bool grad = ut_ctx_set_grad_enabled(ctx, false), train = ut_ctx_set_training(ctx, false);
     double loss_sum = 0;
@@ -118,6 +133,7 @@ int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const u
     ut_batch b;
     int rc;
     while ((rc = ut_loader_next(l, &b, err, n)) == 1) {
+        if (b.count == 0) continue; /* this rank's share of the short last batch */
         ut_step_outputs out;
         ut_tensor *y;
         if (ut_forward_batch(h, ctx, m, ds, &b, &out, &y, err, n)) {
@@ -142,7 +158,7 @@ int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const u
     ut_ctx_set_training(ctx, train);
     ut_loader_free(l);
     ut_sampler_free(&s);
-    if (rc < 0) return -1;
+    if (rc < 0 || reduce_eval(comm, &loss_sum, &res->examples, acc, nacc, err, n)) return -1;
     double loss = res->examples ? loss_sum / (double)res->examples : NAN;
     add_metric(res, "loss", loss);
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);

@@ -55,7 +55,7 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     }
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
-    if (ut_evaluate(ctx, m, ds, bs, h, &r, err, n)) return -1;
+    if (ut_evaluate(ut_comm_world(), ctx, m, ds, bs, h, &r, err, n)) return -1;
     if (h->on_log) {
         const char *names[UT_MAX_METRICS];
         for (int i = 0; i < r.n; i++) names[i] = r.names[i];
@@ -66,7 +66,7 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     for (int i = 0; i < r.n; i++)
         k += (size_t)snprintf(line + k, sizeof line - k, "  %s %.4f", r.names[i], r.values[i]);
     ut_say(log, "%s (%lld examples):%s\n", split, (long long)r.examples, line);
-    return write_results(log->dir, split, &r, ckpt, step, err, n);
+    return log->rank == 0 ? write_results(log->dir, split, &r, ckpt, step, err, n) : 0;
 }
 
 int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
@@ -78,7 +78,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     bool own_data = !dev && !test, own_m = !model;
     ut_ctx *ctx = NULL;
     int rc = UT_EXIT_ERROR;
-    if (ut_runlog_open(&log, cfg, 0, false, err, sizeof err)) goto out;
+    if (ut_runlog_open(&log, cfg, ut_comm_rank(ut_comm_world()), false, err, sizeof err)) goto out;
     if (own_data && ut_datasets_open(cfg, log.dir, NULL, &dev, &test, err, sizeof err)) goto out;
     if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) goto out;
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);

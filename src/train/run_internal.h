@@ -8,6 +8,7 @@
 
 #include "utrain/base.h"
 #include "utrain/ops.h"
+#include "utrain/dist.h"
 #include "utrain/train.h"
 
 /* ---- where a run writes ---- */
@@ -52,9 +53,12 @@ typedef struct {
 } ut_eval_result;
 
 /* Loss (example-weighted mean), accuracy (classification), perplexity
- * (language models) and hook metrics over a whole dataset, in no-grad eval mode. */
-int ut_evaluate(ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
-                ut_eval_result *res, char *err, size_t n);
+ * (language models) and hook metrics over a whole dataset, in no-grad eval
+ * mode. Each rank of comm evaluates its own part (no example twice, none
+ * padded in) and the sums are reduced, so every rank gets the numbers a
+ * single process would. */
+int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                const ut_hooks *h, ut_eval_result *res, char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 

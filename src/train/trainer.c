@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "run_internal.h"
+#include "utrain/dist.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
@@ -55,6 +56,9 @@ typedef struct {
 
 struct ut_trainer {
     const ut_config *cfg;
+    ut_comm *comm;
+    int rank, world;
+    ut_ddp *ddp;                 /* world > 1 */
     ut_runlog log;
     ut_hooks h;
     ut_model *m;
@@ -95,6 +99,22 @@ static double accum_metric(const accum *a, const char *name) {
     for (int i = 0; i < a->nmets; i++)
         if (!strcmp(a->mets[i].name, name) && a->mets[i].count > 0) return a->mets[i].sum / a->mets[i].count;
     return NAN;
+}
+
+/* Sums an accumulator over ranks (every rank calls it at the same step). The
+ * metric names line up because every rank runs the same hooks in the same
+ * order. */
+static int accum_reduce(ut_trainer *t, accum *a) {
+    if (t->world == 1) return 0;
+    double v[3 + 2 * UT_MAX_METRICS] = {a->loss_sum, (double)a->examples, (double)a->tokens};
+    for (int i = 0; i < a->nmets; i++) v[3 + 2 * i] = a->mets[i].sum, v[4 + 2 * i] = a->mets[i].count;
+    if (ut_comm_allreduce_f64(t->comm, v, 3 + 2 * UT_MAX_METRICS)) {
+        snprintf(t->err, sizeof t->err, "reducing metrics over ranks: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    a->loss_sum = v[0], a->examples = (int64_t)v[1], a->tokens = (int64_t)v[2];
+    for (int i = 0; i < a->nmets; i++) a->mets[i].sum = v[3 + 2 * i], a->mets[i].count = v[4 + 2 * i];
+    return 0;
 }
 
 /* ---- set-up ---- */
@@ -194,7 +214,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static void print_summary(ut_trainer *t) {
     const ut_config *c = t->cfg;
-    int world = 1;
+    int world = t->world;
     ut_say(&t->log, "***** Running training *****\n");
     ut_say(&t->log, "  Num examples = %lld\n", (long long)t->train->n);
     if (c->max_steps > 0) ut_say(&t->log, "  Max steps = %lld\n", (long long)c->max_steps);
@@ -207,6 +227,9 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (world > 1)
+        ut_say(&t->log, "  Processes = %d (%s, %s backend, %d gradient buckets)\n", world, c->dist_strategy,
+               ut_comm_backend(t->comm), ut_ddp_nbuckets(t->ddp));
 }
 
 /* ---- checkpoints ---- */
@@ -217,8 +240,9 @@ static int save(ut_trainer *t) {
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
     memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
     t->st.config_hash = ut_config_hash(t->cfg);
-    if (ut_ckpt_save(path, t->m, t->o, &t->st, t->err, sizeof t->err)) return -1;
     t->last_saved_step = t->st.step;
+    if (t->rank != 0) return 0; /* every rank holds the same weights; rank 0 writes them */
+    if (ut_ckpt_save(path, t->m, t->o, &t->st, t->err, sizeof t->err)) return -1;
     char why[512];
     if (ut_ckpt_prune(dir, (int)t->cfg->save_total_limit, t->st.best_step, why, sizeof why))
         ut_say(&t->log, "warning: pruning checkpoints: %s\n", why);
@@ -230,7 +254,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    if (ut_evaluate(t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err)) return -1;
+    if (ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err)) return -1;
     const char *names[UT_MAX_METRICS];
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
@@ -264,9 +288,10 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
 }
 
 /* ---- logging ---- */
-static void log_train(ut_trainer *t) {
+static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
-    if (!a->examples) return;
+    if (accum_reduce(t, a)) return -1;
+    if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = ut_schedule_lr(&t->sched, t->st.step - 1);
     double loss = a->loss_sum / (double)a->examples, acc = accum_metric(a, "accuracy");
@@ -284,6 +309,7 @@ static void log_train(ut_trainer *t) {
         (double)a->examples / dt);
     memset(a, 0, sizeof *a);
     t->interval_t0 = now_s();
+    return 0;
 }
 
 static void show_progress(ut_trainer *t, double loss) {
@@ -315,9 +341,62 @@ static int optimizer_step(ut_trainer *t) {
 
 /* Runs batches until the epoch ends, the run reaches total_steps, or a stop
  * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
-static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
+/* Forward and backward of one micro-batch; the last of a window runs its
+ * backward with the DDP hooks armed, so gradients are summed over ranks as
+ * buckets complete. A rank with no examples in this batch (the short last
+ * batch of an epoch) still takes part in the all-reduce. */
+static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
+    *loss = NAN;
+    if (last && t->ddp) ut_ddp_arm(t->ddp, t->ctx);
+    if (b->count > 0) {
+        ut_step_outputs out;
+        ut_tensor *y;
+        if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, b, &out, &y, t->err, sizeof t->err)) return -1;
+        /* the window's mean loss over all ranks: each micro-batch weighted by its share */
+        ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+        if (ut_backward(t->ctx, scaled)) {
+            snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
+            return -1;
+        }
+        *loss = ut_f32(out.loss)[0];
+        ut_metric mets[UT_MAX_METRICS];
+        int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
+        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[0] : 0;
+        accum_add(&t->interval, *loss, b->count, tokens, mets, k);
+        accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
+        ut_ctx_reset(t->ctx);
+    }
+    if (last && t->ddp && ut_ddp_finish(t->ddp, t->ctx)) {
+        snprintf(t->err, sizeof t->err, "gradient all-reduce: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    return 0;
+}
+
+/* A stop asked for on any rank stops all of them at the same step. */
+static bool agree_on_stop(ut_trainer *t) {
+    int64_t flag = stop_signal != 0;
+    if (t->world > 1) ut_comm_allreduce_i64(t->comm, &flag, 1);
+    return flag != 0;
+}
+
+/* What follows an optimizer step: progress, logging, evaluation, saving. */
+static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
-    ut_loader *l = ut_loader_new(t->train, &t->sampler, c->prefetch);
+    show_progress(t, loss);
+    if (c->log_interval > 0 && t->st.step % c->log_interval == 0 && log_train(t)) return -1;
+    ut_eval_result res;
+    if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
+        evaluate_dev(t, &res, stop))
+        return -1;
+    if (!strcmp(c->save_strategy, "steps") && t->st.step % c->save_interval == 0 && save(t)) return -1;
+    return 0;
+}
+
+/* Runs batches until the epoch ends, the run reaches total_steps, or a stop
+ * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
+static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
+    ut_loader *l = ut_loader_new(t->train, &t->sampler, t->cfg->prefetch);
     int64_t G = t->sampler.local_batch * t->sampler.world;
     int64_t micro = 0, window = 0, window_examples = 0;
     int rc = 1;
@@ -328,51 +407,24 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
             int64_t j = ceil_div(t->st.cursor, G);
             window = t->batches_per_epoch - j < t->accum_steps ? t->batches_per_epoch - j : t->accum_steps;
             window_examples = 0;
-            for (int64_t i = 0; i < window; i++) window_examples += ut_sampler_batch_size(&t->sampler, j + i);
+            for (int64_t i = 0; i < window; i++)
+                window_examples += ut_sampler_global_batch_size(&t->sampler, j + i);
         }
-        ut_step_outputs out;
-        ut_tensor *y;
-        if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, &b, &out, &y, t->err, sizeof t->err)) {
+        double loss;
+        if (micro_step(t, &b, window_examples, micro + 1 == window, &loss)) {
             rc = -1;
             break;
         }
-        /* mean loss of the window: each micro-batch weighted by its share of the examples */
-        ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b.count / (float)window_examples);
-        if (ut_backward(t->ctx, scaled)) {
-            snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
-            rc = -1;
-            break;
-        }
-        double loss = ut_f32(out.loss)[0];
-        ut_metric mets[UT_MAX_METRICS];
-        int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-        int64_t tokens = t->train->vocab_size > 0 ? b.count * t->train->x_ne[0] : 0;
-        accum_add(&t->interval, loss, b.count, tokens, mets, k);
-        accum_add(&t->epoch, loss, b.count, tokens, mets, k);
-        ut_ctx_reset(t->ctx);
         t->st.cursor = b.cursor_after;
         if (++micro < window) continue;
 
         micro = 0;
-        if (optimizer_step(t)) {
-            rc = -1;
-            break;
-        }
-        show_progress(t, loss);
-        if (c->log_interval > 0 && t->st.step % c->log_interval == 0) log_train(t);
         bool stop = false;
-        if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0) {
-            ut_eval_result res;
-            if (evaluate_dev(t, &res, &stop)) {
-                rc = -1;
-                break;
-            }
-        }
-        if (!strcmp(c->save_strategy, "steps") && t->st.step % c->save_interval == 0 && save(t)) {
+        if (optimizer_step(t) || after_step(t, loss, &stop)) {
             rc = -1;
             break;
         }
-        if (stop_signal) *preempted = true;
+        if (agree_on_stop(t)) *preempted = true;
         if (stop) *early = true;
         if (*preempted || *early || t->st.step >= t->total_steps) {
             rc = 0;
@@ -386,6 +438,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
 
 static void epoch_end(ut_trainer *t, int *rc) {
     bool stop = false;
+    if (accum_reduce(t, &t->epoch)) *rc = -1;
     epoch_row *row = t->nrows < MAX_EPOCH_ROWS ? &t->rows[t->nrows++] : NULL;
     ut_eval_result res = {0};
     if (!strcmp(t->cfg->eval_strategy, "epoch") && evaluate_dev(t, &res, &stop)) *rc = -1;
@@ -454,7 +507,14 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                  "another experiment_name (or remove the directory)", runpath);
         return -1;
     }
-    if (ut_runlog_open(&t->log, c, 0, true, t->err, sizeof t->err) || write_resolved_config(t)) return -1;
+    t->comm = ut_comm_world();
+    t->rank = ut_comm_rank(t->comm);
+    t->world = ut_comm_size(t->comm);
+    if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err))
+        return -1;
+    if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
+        (t->rank == 0 && write_resolved_config(t)))
+        return -1;
     *own_data = !train;
     if (!train && ut_datasets_open(c, t->log.dir, &t->train, &t->dev, NULL, t->err, sizeof t->err))
         return -1;
@@ -463,8 +523,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
-    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, 0, 1, (uint64_t)c->seed, c->shuffle,
-                    c->drop_last);
+    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->rank, t->world, (uint64_t)c->seed,
+                    c->shuffle, c->drop_last);
     t->accum_steps = c->gradient_accumulation_steps;
     t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
     if (t->batches_per_epoch == 0) {
@@ -477,6 +537,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
+    if (t->world > 1) t->ddp = ut_ddp_new(t->comm, &t->m->params, c->bucket_mb);
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
@@ -496,10 +557,12 @@ static int train_loop(ut_trainer *t) {
             if (rc < 0) return UT_EXIT_ERROR;
             if (rc == 2) early = true;
         }
-        if (stop_signal) preempted = true;
+        if (agree_on_stop(t)) preempted = true;
     }
     ut_progress_end(&t->log);
-    if (t->interval.examples && t->cfg->log_interval > 0) log_train(t);
+    if (t->cfg->log_interval > 0 && t->st.step % t->cfg->log_interval && t->steps_this_run &&
+        log_train(t))
+        return UT_EXIT_ERROR;
     if (strcmp(t->cfg->save_strategy, "no") || preempted) {
         if (save(t)) return UT_EXIT_ERROR;
     }
@@ -540,6 +603,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     if (t->o) ut_optim_free(t->o);
+    ut_ddp_free(t->ddp);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);
     if (own_data && t->train) ut_dataset_free(t->train);

@@ -10,57 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "test.h"
 #include "utrain/utrain.h"
 
-static char utrain_bin[1024], tmp[256];
-
-/* ---- running the program ---- */
-/* Runs utrain with args, output (stdout+stderr) to out_path; returns the exit code. */
-static pid_t spawn(const char *const *args, const char *out_path) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        const char *argv[64] = {utrain_bin};
-        int n = 1;
-        for (; args[n - 1]; n++) argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(utrain_bin, (char **)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_rc(pid_t pid) {
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int run(const char *const *args, const char *out_path) { return wait_rc(spawn(args, out_path)); }
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
-static int count_lines(const char *path) {
-    char *s = slurp(path);
-    int n = 0;
-    for (char *p = s; p && *p; p++) n += *p == '\n';
-    free(s);
-    return n;
-}
+static char tmp[256];
 
 /* a/b in one of 16 rotating buffers: use the result at once or copy it */
 static const char *path_in(const char *a, const char *b) {
@@ -92,43 +46,10 @@ static const char *write_config(const char *name, const char *extra) {
     return path;
 }
 
-/* ---- comparing runs ---- */
-/* The parameter bytes of a checkpoint, concatenated in file order. */
-static bool same_weights(const char *a, const char *b) {
-    char err[512];
-    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
-    bool same = fa && fb && ut_st_count(fa) == ut_st_count(fb);
-    for (int i = 0; same && i < ut_st_count(fa); i++) {
-        const char *name = ut_st_name(fa, i);
-        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
-        same = y && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
-    }
-    if (fa) ut_st_close(fa);
-    if (fb) ut_st_close(fb);
-    return same;
-}
-
-/* The "loss" text of the train line for step in metrics.jsonl. */
-static bool loss_at(const char *metrics, int step, char *out, size_t n) {
-    char *s = slurp(metrics), key[64];
-    snprintf(key, sizeof key, "{\"step\": %d, ", step);
-    bool found = false;
-    for (char *line = s ? strstr(s, key) : NULL; line && !found; line = strstr(line + 1, key)) {
-        char *end = strchr(line, '\n'), *l = strstr(line, "\"loss\": ");
-        if (!strstr(line, "\"split\": \"train\"") || !l || (end && l > end)) continue;
-        l += 8;
-        size_t k = strcspn(l, ",}");
-        snprintf(out, n, "%.*s", (int)k, l);
-        found = true;
-    }
-    free(s);
-    return found;
-}
-
 static void check_same_losses(const char *ma, const char *mb, int from, int to) {
     for (int s = from; s <= to; s++) {
         char a[64] = "?", b[64] = "?";
-        CHECK(loss_at(ma, s, a, sizeof a) && loss_at(mb, s, b, sizeof b) && !strcmp(a, b),
+        CHECK(tp_loss_at(ma, "train", s, a, sizeof a) && tp_loss_at(mb, "train", s, b, sizeof b) && !strcmp(a, b),
               "step %d: loss %s uninterrupted, %s resumed", s, a, b);
     }
 }
@@ -176,31 +97,31 @@ static void test_config_errors(void) {
     FILE *f = fopen(bad, "w");
     fprintf(f, "model:\n  name: cnn\ntrain:\n  batch_sise: 3\n");
     fclose(f);
-    CHECK(run((const char *[]){"train", bad, NULL}, out) == 1, "unknown key exits 1");
-    char *s = slurp(out);
+    CHECK(tp_run((const char *[]){"train", bad, NULL}, out) == 1, "unknown key exits 1");
+    char *s = tp_slurp(out);
     CHECK(s && strstr(s, "bad.yml:4") && strstr(s, "train.batch_sise") && strstr(s, "did you mean train.batch_size"),
           "message: %s", s);
     free(s);
-    CHECK(run((const char *[]){"train", write_config("cfgerr", NULL), "--set", "train.epochs=two", NULL}, out) == 1,
+    CHECK(tp_run((const char *[]){"train", write_config("cfgerr", NULL), "--set", "train.epochs=two", NULL}, out) == 1,
           "bad --set exits 1");
-    s = slurp(out);
+    s = tp_slurp(out);
     CHECK(s && strstr(s, "--set") && strstr(s, "train.epochs") && strstr(s, "two"), "message: %s", s);
     free(s);
-    CHECK(run((const char *[]){"train", path_in(tmp, "missing.yml"), NULL}, out) == 1, "missing file exits 1");
-    s = slurp(out);
+    CHECK(tp_run((const char *[]){"train", path_in(tmp, "missing.yml"), NULL}, out) == 1, "missing file exits 1");
+    s = tp_slurp(out);
     CHECK(s && strstr(s, "missing.yml"), "message: %s", s);
     free(s);
-    CHECK(run((const char *[]){"train", NULL}, out) == 2, "no config: usage error");
+    CHECK(tp_run((const char *[]){"train", NULL}, out) == 2, "no config: usage error");
 }
 
 static void test_run_directory_and_test_mode(void) {
     const char *cfg = write_config("rundir", NULL);
     char out[512];
     snprintf(out, sizeof out, "%s/rundir.out", tmp);
-    int rc = run((const char *[]){"train", cfg, "--set", "train.max_steps=20", "--set", "train.eval_strategy=steps",
+    int rc = tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=20", "--set", "train.eval_strategy=steps",
                                   "--set", "train.eval_interval=10", "--set", "train.best_metric=dev/accuracy", NULL},
                  out);
-    char *s = slurp(out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0, "train exits 0: %s", s);
     CHECK(s && strstr(s, "Total optimization steps = 20") && strstr(s, "Num examples = 1000"), "summary: %s", s);
     free(s);
@@ -215,7 +136,7 @@ static void test_run_directory_and_test_mode(void) {
     if (d) closedir(d);
     CHECK(events == 1, "one TensorBoard event file, found %d", events);
 
-    s = slurp(path_in(dir, "metrics.jsonl"));
+    s = tp_slurp(path_in(dir, "metrics.jsonl"));
     int lines = 0, dev = 0;
     for (char *line = s, *nl; line && *line; line = nl + 1) {
         nl = strchr(line, '\n');
@@ -230,12 +151,12 @@ static void test_run_directory_and_test_mode(void) {
     free(s);
     CHECK(lines == 22 && dev == 2, "%d lines, %d dev lines", lines, dev);
 
-    rc = run((const char *[]){"test", dir, NULL}, out);
-    s = slurp(out);
+    rc = tp_run((const char *[]){"test", dir, NULL}, out);
+    s = tp_slurp(out);
     CHECK(rc == 0, "test exits 0: %s", s);
     free(s);
     for (int i = 0; i < 2; i++) {
-        s = slurp(path_in(dir, i ? "test_results.json" : "dev_results.json"));
+        s = tp_slurp(path_in(dir, i ? "test_results.json" : "dev_results.json"));
         CHECK(s && valid_json_object(s) && strstr(s, "\"loss\"") && strstr(s, "\"accuracy\"") &&
                   strstr(s, "\"checkpoint\"") && strstr(s, "\"step\": "), "results: %s", s);
         free(s);
@@ -246,16 +167,16 @@ static void test_run_directory_and_test_mode(void) {
  * the stop is mid-epoch and the resumed run crosses an epoch) = 40 straight. */
 static void test_exact_resume(void) {
     const char *a = write_config("straight", NULL), *b = write_config("resumed", NULL), *out = path_in(tmp, "resume.out");
-    CHECK(run((const char *[]){"train", a, "--set", "train.max_steps=40", NULL}, out) == 0, "straight run");
-    CHECK(run((const char *[]){"train", b, "--set", "train.max_steps=17", NULL}, out) == 0, "first half");
-    int rc = run((const char *[]){"train", b, "--set", "train.max_steps=40", "--set", "continue_training=true", NULL}, out);
-    char *s = slurp(out);
+    CHECK(tp_run((const char *[]){"train", a, "--set", "train.max_steps=40", NULL}, out) == 0, "straight run");
+    CHECK(tp_run((const char *[]){"train", b, "--set", "train.max_steps=17", NULL}, out) == 0, "first half");
+    int rc = tp_run((const char *[]){"train", b, "--set", "train.max_steps=40", "--set", "continue_training=true", NULL}, out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "Resuming from") && strstr(s, "step 17"), "resumed: %s", s);
     free(s);
     char ra[512], rb[512];
     snprintf(ra, sizeof ra, "%s/runs/straight", tmp);
     snprintf(rb, sizeof rb, "%s/runs/resumed", tmp);
-    CHECK(same_weights(path_in(ra, "checkpoints/step_00000040.safetensors"),
+    CHECK(tp_same_weights(path_in(ra, "checkpoints/step_00000040.safetensors"),
                        path_in(rb, "checkpoints/step_00000040.safetensors")), "bit-identical final weights");
     check_same_losses(path_in(ra, "metrics.jsonl"), path_in(rb, "metrics.jsonl"), 18, 40);
 }
@@ -266,23 +187,23 @@ static void test_sigterm_then_resume(void) {
     const char *out = path_in(tmp, "preempt.out");
     char metrics[512];
     snprintf(metrics, sizeof metrics, "%s/runs/preempt/metrics.jsonl", tmp);
-    pid_t pid = spawn((const char *[]){"train", cfg, "--set", "train.max_steps=3000", NULL}, out);
-    for (int i = 0; i < 3000 && count_lines(metrics) < 25; i++) usleep(2000);
+    pid_t pid = tp_spawn((const char *[]){"train", cfg, "--set", "train.max_steps=3000", NULL}, out);
+    for (int i = 0; i < 3000 && tp_count_lines(metrics) < 25; i++) usleep(2000);
     kill(pid, SIGTERM);
-    int rc = wait_rc(pid);
-    char *s = slurp(out);
+    int rc = tp_wait(pid);
+    char *s = tp_slurp(out);
     CHECK(rc == UT_EXIT_PREEMPTED && s && strstr(s, "Stopped by signal"), "exit %d: %s", rc, s);
     free(s);
-    int stopped = count_lines(metrics);
+    int stopped = tp_count_lines(metrics);
     CHECK(stopped >= 25 && stopped < 3000, "stopped at step %d", stopped);
-    CHECK(run((const char *[]){"train", cfg, "--set", "train.max_steps=60", "--set", "continue_training=true", NULL},
+    CHECK(tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=60", "--set", "continue_training=true", NULL},
               out) == 0 || stopped >= 60, "resume to 60");
     if (stopped < 60) {
-        CHECK(run((const char *[]){"train", ref, "--set", "train.max_steps=60", NULL}, out) == 0, "reference");
+        CHECK(tp_run((const char *[]){"train", ref, "--set", "train.max_steps=60", NULL}, out) == 0, "reference");
         char ra[512], rb[512];
         snprintf(ra, sizeof ra, "%s/runs/preempt_ref/checkpoints/step_00000060.safetensors", tmp);
         snprintf(rb, sizeof rb, "%s/runs/preempt/checkpoints/step_00000060.safetensors", tmp);
-        CHECK(same_weights(ra, rb), "weights after SIGTERM + resume equal the uninterrupted run's");
+        CHECK(tp_same_weights(ra, rb), "weights after SIGTERM + resume equal the uninterrupted run's");
     }
 }
 
@@ -301,13 +222,13 @@ static void test_corrupt_checkpoint_falls_back(void) {
     for (int mode = 0; mode < 2; mode++) {
         const char *name = mode ? "truncated" : "flipped";
         const char *cfg = write_config(name, NULL);
-        CHECK(run((const char *[]){"train", cfg, "--set", "train.max_steps=20", NULL}, out) == 0, "%s: train", name);
+        CHECK(tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=20", NULL}, out) == 0, "%s: train", name);
         char ck[512];
         snprintf(ck, sizeof ck, "%s/runs/%s/checkpoints/step_00000020.safetensors", tmp, name);
         if (mode) CHECK(truncate(ck, 5000) == 0, "truncate");
         else flip_byte(ck, 100);
-        int rc = run((const char *[]){"train", cfg, "--set", "train.max_steps=25", "--set", "continue_training=true", NULL}, out);
-        char *s = slurp(out);
+        int rc = tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=25", "--set", "continue_training=true", NULL}, out);
+        char *s = tp_slurp(out);
         CHECK(rc == 0 && s && strstr(s, "cannot resume from") && strstr(s, "step_00000020") &&
                   strstr(s, "Resuming from") && strstr(s, "step_00000010"), "%s: %s", name, s);
         free(s);
@@ -323,31 +244,15 @@ static void test_gradient_accumulation(void) {
     const char *common[] = {"--set", "train.max_steps=6", "--set", "data.shuffle=false", "--set", "model.dropout=0",
                             "--set", "optim.name=sgd", "--set", "optim.momentum=0.9"};
 #define COMMON common[0], common[1], common[2], common[3], common[4], common[5], common[6], common[7], common[8], common[9]
-    CHECK(run((const char *[]){"train", a, COMMON, NULL}, out) == 0, "batch 32");
-    CHECK(run((const char *[]){"train", b, COMMON,
+    CHECK(tp_run((const char *[]){"train", a, COMMON, NULL}, out) == 0, "batch 32");
+    CHECK(tp_run((const char *[]){"train", b, COMMON,
                                "--set", "train.batch_size=16", "--set", "train.gradient_accumulation_steps=2", NULL},
               out) == 0, "2 x 16");
-    char pa[512], pb[512], err[256];
+    char pa[512], pb[512];
     snprintf(pa, sizeof pa, "%s/runs/accum1/checkpoints/step_00000006.safetensors", tmp);
     snprintf(pb, sizeof pb, "%s/runs/accum2/checkpoints/step_00000006.safetensors", tmp);
-    ut_st_file *fa = ut_st_open(pa, err, sizeof err), *fb = ut_st_open(pb, err, sizeof err);
-    CHECK(fa && fb, "%s", err);
-    double worst = 0;
-    for (int i = 0; fa && fb && i < ut_st_count(fa); i++) {
-        const char *name = ut_st_name(fa, i);
-        if (strncmp(name, "model.", 6)) continue;
-        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
-        const float *u = x->data, *v = y->data;
-        double maxref = 0, maxdiff = 0;
-        for (size_t k = 0; k < x->nbytes / 4; k++) {
-            maxref = fmax(maxref, fabs(u[k]));
-            maxdiff = fmax(maxdiff, fabs(u[k] - v[k]));
-        }
-        worst = fmax(worst, maxdiff / maxref);
-    }
-    CHECK(worst < 1e-5, "weights differ by %.3g (relative)", worst);
-    if (fa) ut_st_close(fa);
-    if (fb) ut_st_close(fb);
+    double worst = tp_weights_rel_diff(pa, pb);
+    CHECK(worst >= 0 && worst < 1e-5, "weights differ by %.3g (relative)", worst);
 }
 
 /* Every example config runs a few steps. */
@@ -355,26 +260,26 @@ static void test_example_configs(void) {
     const char *out = path_in(tmp, "examples.out");
     char runs[512], kjv[512], opt[3][600];
     snprintf(runs, sizeof runs, "output_dir=%s/examples", tmp);
-    int rc = run((const char *[]){"train", "configs/fmnist_cnn.yml", "--set", runs, "--set", "train.max_steps=3",
+    int rc = tp_run((const char *[]){"train", "configs/fmnist_cnn.yml", "--set", runs, "--set", "train.max_steps=3",
                                   "--set", "data.dev_size=200", "--set", "train.eval_strategy=steps",
                                   "--set", "train.eval_interval=3", NULL}, out);
-    char *s = slurp(out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "dev/accuracy"), "fmnist_cnn: %s", s);
     free(s);
 
-    snprintf(kjv, sizeof kjv, "scripts/prepare-kjv.sh %s/kjv %s > %s 2>&1", tmp, utrain_bin, out);
+    snprintf(kjv, sizeof kjv, "scripts/prepare-kjv.sh %s/kjv %s > %s 2>&1", tmp, tp_program(), out);
     CHECK(system(kjv) == 0, "prepare-kjv.sh");
     const char *split[3] = {"train", "dev", "test"};
     for (int i = 0; i < 3; i++) snprintf(opt[i], sizeof opt[i], "data.%s_path=%s/kjv/%s.bin", split[i], tmp, split[i]);
-    rc = run((const char *[]){"train", "configs/gpt2_kjv.yml", "--set", runs, "--set", "train.max_steps=3", "--set",
+    rc = tp_run((const char *[]){"train", "configs/gpt2_kjv.yml", "--set", runs, "--set", "train.max_steps=3", "--set",
                               opt[0], "--set", opt[1], "--set", opt[2], "--set", "train.eval_interval=3", "--set", "optim.warmup_steps=1", NULL}, out);
-    s = slurp(out);
+    s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "perplexity"), "gpt2_kjv: %s", s);
     free(s);
 
-    rc = run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=5",
+    rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=5",
                               "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=5", NULL}, out);
-    s = slurp(out);
+    s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "accuracy"), "sst2_bow: %s", s);
     free(s);
 }
@@ -385,11 +290,11 @@ static void test_load_dir(void) {
     char runs[512], from[600];
     snprintf(runs, sizeof runs, "output_dir=%s/ft", tmp);
     snprintf(from, sizeof from, "load_dir=%s/ft/sst2_bow", tmp);
-    CHECK(run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.epochs=2", NULL}, out) == 0,
+    CHECK(tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.epochs=2", NULL}, out) == 0,
           "base run");
-    int rc = run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=tuned",
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=tuned",
                                   "--set", from, "--set", "train.epochs=1", NULL}, out);
-    char *s = slurp(out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "Initial weights from") && strstr(s, "sst2_bow/checkpoints/step_"),
           "fine-tune: %s", s);
     free(s);
@@ -398,11 +303,11 @@ static void test_load_dir(void) {
 /* With a zero learning rate nothing improves: patience 2 stops after 3 evaluations. */
 static void test_early_stopping(void) {
     const char *out = path_in(tmp, "early.out");
-    int rc = run((const char *[]){"train", write_config("early", NULL), "--set", "train.max_steps=100", "--set",
+    int rc = tp_run((const char *[]){"train", write_config("early", NULL), "--set", "train.max_steps=100", "--set",
                                   "optim.lr=0", "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=5",
                                   "--set", "train.early_stopping_patience=2", "--set", "data.dev_size=59800", NULL},
                  out);
-    char *s = slurp(out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "Early stopping") && strstr(s, "Training done: 15 steps"), "%s", s);
     free(s);
 }
@@ -410,9 +315,9 @@ static void test_early_stopping(void) {
 /* train.progress: bar draws a bar with carriage returns even off a terminal. */
 static void test_progress_bar(void) {
     const char *out = path_in(tmp, "bar.out");
-    int rc = run((const char *[]){"train", write_config("bar", NULL), "--set", "train.max_steps=5", "--set",
+    int rc = tp_run((const char *[]){"train", write_config("bar", NULL), "--set", "train.max_steps=5", "--set",
                                   "train.progress=bar", NULL}, out);
-    char *s = slurp(out);
+    char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "\rtrain [") && strstr(s, "5/5") && strstr(s, "samples/s") && strstr(s, "eta"),
           "%s", s);
     free(s);
@@ -420,10 +325,7 @@ static void test_progress_bar(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    /* BUILD/tests/e2e/test_trainer -> BUILD/utrain */
-    snprintf(utrain_bin, sizeof utrain_bin, "%s", argv[0]);
-    char *cut = strstr(utrain_bin, "tests/e2e/");
-    if (cut) strcpy(cut, "utrain");
+    tp_set_program(argv[0]);
     snprintf(tmp, sizeof tmp, "/tmp/utrain-e2e-XXXXXX");
     if (!mkdtemp(tmp)) return 1;
     RUN(test_config_errors);

@@ -1,0 +1,91 @@
+/* DDP: the flat gradient buffer cut into buckets, each all-reduced as soon as
+ * backward has completed every parameter in it, so communication overlaps the
+ * rest of backward. */
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/dist.h"
+
+typedef struct {
+    int64_t lo, hi;          /* element range of the flat gradient buffer */
+    int nparams, pending;    /* parameters in the bucket / not yet complete */
+    ut_comm_req *req;        /* NULL until started */
+} bucket;
+
+struct ut_ddp {
+    ut_comm *comm;
+    ut_params *params;
+    bucket *b;
+    int nb;
+    int *bucket_of;          /* parameter index -> bucket */
+    int *order;              /* buckets in the order they were started */
+    int nstarted;
+};
+
+/* Buckets of about bucket_mb, from the last parameter backwards: backward
+ * completes late layers first, so the first bucket fills first. */
+ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb) {
+    ut_ddp *d = ut_calloc_check(1, sizeof *d);
+    d->comm = c;
+    d->params = p;
+    d->b = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof *d->b);
+    d->bucket_of = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
+    d->order = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
+    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
+    if (cap < 1) cap = 1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        bucket *bk = &d->b[d->nb];
+        if (bk->nparams == 0) bk->hi = p->segs[i].offset + p->segs[i].numel;
+        bk->lo = p->segs[i].offset;
+        bk->nparams++;
+        d->bucket_of[i] = d->nb;
+        if (bk->hi - bk->lo >= cap || i == 0) d->nb++;
+    }
+    return d;
+}
+
+void ut_ddp_free(ut_ddp *d) {
+    if (!d) return;
+    ut_free(d->b);
+    ut_free(d->bucket_of);
+    ut_free(d->order);
+    ut_free(d);
+}
+
+int ut_ddp_nbuckets(const ut_ddp *d) { return d->nb; }
+
+static void start(ut_ddp *d, int k) {
+    bucket *bk = &d->b[k];
+    bk->req = ut_comm_iallreduce(d->comm, d->params->grad + bk->lo, bk->hi - bk->lo);
+    d->order[d->nstarted++] = k;
+}
+
+/* The gradient-ready hook: the bucket's last parameter starts its all-reduce. */
+static void on_ready(void *user, int param_index) {
+    ut_ddp *d = user;
+    int k = d->bucket_of[param_index];
+    if (--d->b[k].pending == 0) start(d, k);
+}
+
+void ut_ddp_arm(ut_ddp *d, ut_ctx *ctx) {
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].pending = d->b[k].nparams;
+        d->b[k].req = NULL;
+    }
+    d->nstarted = 0;
+    ut_ctx_set_grad_hook(ctx, on_ready, d);
+}
+
+/* Buckets are started in the same order on every rank: the tape's order
+ * during backward (the same model on every rank), then the unfinished ones in
+ * bucket order. MPI needs that agreement; a model whose control flow depends
+ * on the data would break it. */
+int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx) {
+    ut_ctx_set_grad_hook(ctx, NULL, NULL);
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].req) start(d, k);
+    int rc = 0;
+    for (int i = 0; i < d->nstarted; i++)
+        if (ut_comm_wait(d->comm, d->b[d->order[i]].req)) rc = -1;
+    return rc;
+}

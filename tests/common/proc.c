@@ -1,0 +1,123 @@
+/* Helpers for tests that run the `utrain` program (see proc.h). */
+#include "proc.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "utrain/io.h"
+
+static char program[1024];
+
+void tp_set_program(const char *argv0) {
+    snprintf(program, sizeof program, "%s", argv0);
+    char *cut = strstr(program, "/tests/");
+    if (cut) strcpy(cut, "/utrain");
+}
+
+const char *tp_program(void) { return program; }
+
+pid_t tp_spawn(const char *const *args, const char *out_path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        const char *argv[64] = {program};
+        int n = 1;
+        for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(program, (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int tp_wait(pid_t pid) {
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tp_run(const char *const *args, const char *out_path) { return tp_wait(tp_spawn(args, out_path)); }
+
+char *tp_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+int tp_count_lines(const char *path) {
+    char *s = tp_slurp(path);
+    int n = 0;
+    for (char *p = s; p && *p; p++) n += *p == '\n';
+    free(s);
+    return n;
+}
+
+bool tp_same_weights(const char *a, const char *b) {
+    char err[512];
+    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
+    bool same = fa && fb && ut_st_count(fa) == ut_st_count(fb);
+    for (int i = 0; same && i < ut_st_count(fa); i++) {
+        const char *name = ut_st_name(fa, i);
+        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
+        same = y && x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes);
+    }
+    if (fa) ut_st_close(fa);
+    if (fb) ut_st_close(fb);
+    return same;
+}
+
+double tp_weights_rel_diff(const char *a, const char *b) {
+    char err[512];
+    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
+    double worst = fa && fb ? 0 : -1;
+    for (int i = 0; worst >= 0 && i < ut_st_count(fa); i++) {
+        const char *name = ut_st_name(fa, i);
+        if (strncmp(name, "model.", 6)) continue;
+        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
+        if (!y || y->nbytes != x->nbytes) {
+            worst = -1;
+            break;
+        }
+        const float *u = x->data, *v = y->data;
+        double ref = 0, diff = 0;
+        for (size_t k = 0; k < x->nbytes / 4; k++) {
+            ref += (double)u[k] * u[k];
+            diff += ((double)u[k] - v[k]) * ((double)u[k] - v[k]);
+        }
+        if (ref > 0) worst = fmax(worst, sqrt(diff / ref));
+    }
+    if (fa) ut_st_close(fa);
+    if (fb) ut_st_close(fb);
+    return worst;
+}
+
+bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n) {
+    char *s = tp_slurp(metrics), key[64], want[64];
+    snprintf(key, sizeof key, "{\"step\": %d, ", step);
+    snprintf(want, sizeof want, "\"split\": \"%s\"", split);
+    bool found = false;
+    for (char *line = s ? strstr(s, key) : NULL; line && !found; line = strstr(line + 1, key)) {
+        char *end = strchr(line, '\n'), *l = strstr(line, "\"loss\": "), *sp = strstr(line, want);
+        if (!sp || !l || (end && (l > end || sp > end))) continue;
+        l += 8;
+        size_t k = strcspn(l, ",}");
+        snprintf(out, n, "%.*s", (int)k, l);
+        found = true;
+    }
+    free(s);
+    return found;
+}

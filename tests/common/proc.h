@@ -1,0 +1,28 @@
+/* Helpers for tests that run the `utrain` program: spawning it with output
+ * captured, reading files, comparing checkpoints and metrics.jsonl.
+ * defines: tp_set_program, tp_spawn, tp_wait, tp_run, tp_slurp, tp_count_lines,
+ *          tp_same_weights, tp_weights_rel_diff, tp_loss_at. */
+#ifndef UTRAIN_TEST_PROC_H
+#define UTRAIN_TEST_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The program is BUILD/utrain, found from the test binary's own path
+ * BUILD/tests/<dir>/<name> (argv[0]). */
+void tp_set_program(const char *argv0);
+const char *tp_program(void);
+/* Runs the program with NULL-terminated args, stdout and stderr into out_path. */
+pid_t tp_spawn(const char *const *args, const char *out_path);
+int tp_wait(pid_t pid);   /* exit code, or 128 + signal */
+int tp_run(const char *const *args, const char *out_path);
+char *tp_slurp(const char *path);   /* malloc'd contents, NULL if unreadable */
+int tp_count_lines(const char *path);
+/* Every tensor of two safetensors files byte for byte equal. */
+bool tp_same_weights(const char *a, const char *b);
+/* Largest over "model.*" tensors of ||a - b|| / ||a|| (L2); -1 if unreadable. */
+double tp_weights_rel_diff(const char *a, const char *b);
+/* The "loss" text of metrics.jsonl's line for (split, step). */
+bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
+#endif

@@ -1,0 +1,128 @@
+/* DDP equivalence: 1 process with global batch 16 against 2 and 4 processes
+ * with 8 and 4 each (utrain train --nproc N, so the launcher is tested too),
+ * for the CNN and a tiny GPT-2: the loss at each of 20 steps and the final
+ * weights agree within 1e-5, and two runs at the same world size are
+ * bit-identical. SGD with momentum keeps the weights linear in the gradients,
+ * so the different summation order over ranks stays at float rounding (AdamW
+ * divides by sqrt(v) and magnifies it wherever a gradient is near zero). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256];
+
+static const char *cnn_yaml =
+    "model: {name: cnn, dropout1: 0, dropout2: 0}\n"
+    "data: {name: idx_images, dev_size: 59000}\n";
+
+static char gpt2_yaml[1024];
+
+/* Writes NAME.yml and runs it with nproc processes of batch 16/nproc. */
+static int train(const char *name, const char *model_data, int nproc) {
+    char cfg[512], out[512], np[8], bs[64];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "experiment_name: %s\noutput_dir: %s/runs\nseed: 3\n%s"
+            "train: {max_steps: 20, log_interval: 1, eval_strategy: \"no\", save_strategy: steps,\n"
+            "        save_interval: 20, save_total_limit: 0, progress: lines}\n"
+            "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+            "dist: {timeout_s: 120}\n",
+            name, tmp, model_data);
+    fclose(f);
+    snprintf(np, sizeof np, "%d", nproc);
+    snprintf(bs, sizeof bs, "train.batch_size=%d", 16 / nproc);
+    int rc = tp_run((const char *[]){"train", cfg, "--set", bs, "--nproc", np, NULL}, out);
+    if (rc) {
+        char *s = tp_slurp(out);
+        fprintf(stderr, "  %s (%d processes) exited %d:\n%s\n", name, nproc, rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+static const char *path(const char *name, const char *leaf) {
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, name, leaf);
+    return buf[k];
+}
+
+static void compare(const char *ref, const char *other) {
+    double worst = 0;
+    for (int s = 1; s <= 20; s++) {
+        char a[64], b[64];
+        if (!tp_loss_at(path(ref, "metrics.jsonl"), "train", s, a, sizeof a) ||
+            !tp_loss_at(path(other, "metrics.jsonl"), "train", s, b, sizeof b)) {
+            CHECK(0, "%s vs %s: no loss at step %d", ref, other, s);
+            return;
+        }
+        worst = fmax(worst, fabs(atof(a) - atof(b)) / fabs(atof(a)));
+    }
+    CHECK(worst <= 1e-5, "%s vs %s: losses differ by %.3g relative", ref, other, worst);
+    double w = tp_weights_rel_diff(path(ref, "checkpoints/step_00000020.safetensors"),
+                                   path(other, "checkpoints/step_00000020.safetensors"));
+    CHECK(w >= 0 && w <= 1e-5, "%s vs %s: final weights differ by %.3g relative", ref, other, w);
+    printf("     %s vs %s: losses within %.2g, weights within %.2g\n", ref, other, worst, w);
+}
+
+static void check_model(const char *model, const char *yaml) {
+    char n1[64], n2[64], n4[64], n2b[64];
+    snprintf(n1, sizeof n1, "%s_1", model);
+    snprintf(n2, sizeof n2, "%s_2", model);
+    snprintf(n4, sizeof n4, "%s_4", model);
+    snprintf(n2b, sizeof n2b, "%s_2_again", model);
+    /* & rather than &&: every run happens, so a failure shows all of them */
+    bool ok = !train(n1, yaml, 1) & !train(n2, yaml, 2) & !train(n4, yaml, 4) & !train(n2b, yaml, 2);
+    CHECK(ok, "%s: every run finished", model);
+    if (!ok) return;
+    compare(n1, n2);
+    compare(n1, n4);
+    CHECK(tp_same_weights(path(n2, "checkpoints/step_00000020.safetensors"),
+                          path(n2b, "checkpoints/step_00000020.safetensors")),
+          "%s: two runs on 2 processes are bit-identical", model);
+    char *log = tp_slurp(path(n4, "logger_logs/training_3.log"));
+    CHECK(log && strstr(log, "step 20/20"), "%s: rank 3 writes its own log", model);
+    free(log);
+}
+
+static void test_ddp_cnn(void) { check_model("cnn", cnn_yaml); }
+static void test_ddp_gpt2(void) { check_model("gpt2", gpt2_yaml); }
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    snprintf(tmp, sizeof tmp, "/tmp/utrain-ddp-XXXXXX");
+    if (!mkdtemp(tmp)) return 1;
+    /* oversubscribed ranks on a small machine: yield instead of busy-polling */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* token shard for the GPT-2: the SST-2 sample text, byte level */
+    char shard[512], out[512];
+    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
+    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
+    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
+        return 1;
+    snprintf(gpt2_yaml, sizeof gpt2_yaml,
+             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 16}\n",
+             shard);
+    RUN(test_ddp_cnn);
+    RUN(test_ddp_gpt2);
+    int rc = TEST_SUMMARY();
+    if (!rc) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd)) return 1;
+    } else fprintf(stderr, "kept %s for inspection\n", tmp);
+    return rc;
+}
