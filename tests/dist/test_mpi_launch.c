@@ -222,10 +222,11 @@ static void test_timeout_names_the_collective(void) {
 /* rank 1 dies of SIGKILL; OpenMPI ends the others (no watchdog armed) */
 static void test_killed_rank_ends_the_job(void) { check_failure("crash", NULL, NULL, 20); }
 
-/* rank 1 fails an assertion: ut_abort's handler calls MPI_Abort */
-static void test_abort_ends_the_job(void) {
-    check_failure("abort", "rank 1 fails on purpose", "MPI_ABORT was invoked on rank 1", 20);
-}
+/* rank 1 fails an assertion: ut_abort's handler calls MPI_Abort. The other
+ * ranks wait in a collective with no watchdog, so only MPI_Abort can end the
+ * job within the limit. (OpenMPI's own "MPI_ABORT was invoked" text is not
+ * required: mpirun fails to print it under memory pressure, e.g. with ASan.) */
+static void test_abort_ends_the_job(void) { check_failure("abort", "rank 1 fails on purpose", NULL, 20); }
 
 int main(void) {
     char self[PATH_MAX];
