@@ -1,5 +1,5 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
- * defines: ut_blas_select_kernels, ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ * defines: ut_blas_select_kernels, ut_errorf, ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
  *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
@@ -50,6 +50,10 @@ float ut_rng_normal(ut_rng *r);            /* mean 0, std 1 */
  * CPU with AVX-512 or AVX2 and OPENBLAS_CORETYPE is unset, it sets it and
  * re-executes the program (same argv); otherwise it returns at once. */
 void ut_blas_select_kernels(char **argv);
+
+/* Writes a printf-style message into err (n bytes; err may be NULL) and
+ * returns -1, so error paths read `return ut_errorf(err, n, "...", ...);`. */
+int ut_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* printf-style message into a thread-local buffer: for building error text. */
 const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

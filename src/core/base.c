@@ -55,6 +55,16 @@ _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+int ut_errorf(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 const char *ut_fmt(const char *fmt, ...) {
     static _Thread_local char buf[1024];
     va_list ap;

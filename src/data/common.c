@@ -9,16 +9,6 @@
 #include "data_internal.h"
 #include "utrain/base.h"
 
-int ut__data_err(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 char *ut__data_strdup(const char *s) {
     size_t len = strlen(s) + 1;
     char *d = ut_malloc_check(len);
@@ -29,12 +19,12 @@ char *ut__data_strdup(const char *s) {
 unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        ut__data_err(err, n, "%s: cannot open: %s", path, strerror(errno));
+        ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        ut__data_err(err, n, "%s: not a regular file", path);
+        ut_errorf(err, n, "%s: not a regular file", path);
         fclose(f);
         return NULL;
     }
@@ -44,7 +34,7 @@ unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n
     int bad = ferror(f);
     fclose(f);
     if (got != len || bad) {
-        ut__data_err(err, n, "%s: read %zu of %zu bytes: %s", path, got, len,
+        ut_errorf(err, n, "%s: read %zu of %zu bytes: %s", path, got, len,
                      bad ? strerror(errno) : "file shrank while reading");
         ut_free(buf);
         return NULL;

@@ -9,9 +9,7 @@
 
 #include "utrain/data.h"
 
-/* vsnprintf into err (ignored when err is NULL or n is 0); returns -1 so
- * callers can write `return ut__data_err(...)`. */
-int ut__data_err(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Error text goes through ut_errorf (utrain/base.h). */
 char *ut__data_strdup(const char *s);
 
 /* Reads the whole file into a ut_malloc'd buffer (one spare NUL byte after

@@ -34,7 +34,7 @@ static unsigned char *gunzip(const char *path, const unsigned char *in, size_t i
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
         ut_free(out);
-        ut__data_err(err, n, "%s: zlib init failed", path);
+        ut_errorf(err, n, "%s: zlib init failed", path);
         return NULL;
     }
     z.next_in = (unsigned char *)in;
@@ -49,7 +49,7 @@ static unsigned char *gunzip(const char *path, const unsigned char *in, size_t i
         len = cap - z.avail_out;
         if (rc == Z_STREAM_END) continue;
         if (rc != Z_OK && !(rc == Z_BUF_ERROR && z.avail_out == 0)) {
-            ut__data_err(err, n, "%s: corrupt or truncated gzip data at compressed byte %zu: %s",
+            ut_errorf(err, n, "%s: corrupt or truncated gzip data at compressed byte %zu: %s",
                          path, in_len - z.avail_in, z.msg ? z.msg : "unexpected end of input");
             inflateEnd(&z);
             ut_free(out);
@@ -79,24 +79,24 @@ static unsigned char *load(const char *path, size_t *len, char *err, size_t n) {
 static int check_idx(const char *path, const unsigned char *b, size_t len, uint32_t magic,
                      int ndim, int64_t *dims, char *err, size_t n) {
     size_t hdr = 4 + 4 * (size_t)ndim;
-    if (len == 0) return ut__data_err(err, n, "%s: empty file", path);
+    if (len == 0) return ut_errorf(err, n, "%s: empty file", path);
     if (len < hdr)
-        return ut__data_err(err, n, "%s: truncated at byte offset %zu: the IDX header needs %zu bytes",
+        return ut_errorf(err, n, "%s: truncated at byte offset %zu: the IDX header needs %zu bytes",
                             path, len, hdr);
     if (be32(b) != magic)
-        return ut__data_err(err, n, "%s: byte offset 0: bad magic 0x%08x (expected 0x%08x for IDX %s)",
+        return ut_errorf(err, n, "%s: byte offset 0: bad magic 0x%08x (expected 0x%08x for IDX %s)",
                             path, be32(b), magic, ndim == 3 ? "images" : "labels");
     int64_t need = 1;
     for (int d = 0; d < ndim; d++) {
         dims[d] = be32(b + 4 + 4 * d);
         need = (dims[d] && need > INT64_MAX / dims[d]) ? INT64_MAX : need * dims[d];
     }
-    if (dims[0] == 0) return ut__data_err(err, n, "%s: byte offset 4: empty file (0 items)", path);
+    if (dims[0] == 0) return ut_errorf(err, n, "%s: byte offset 4: empty file (0 items)", path);
     if ((int64_t)(len - hdr) < need)
-        return ut__data_err(err, n, "%s: truncated at byte offset %zu: the header's dims need %lld bytes "
+        return ut_errorf(err, n, "%s: truncated at byte offset %zu: the header's dims need %lld bytes "
                             "after the %zu-byte header", path, len, (long long)need, hdr);
     if ((int64_t)(len - hdr) > need)
-        return ut__data_err(err, n, "%s: byte offset %lld: %lld unexpected trailing bytes after the data",
+        return ut_errorf(err, n, "%s: byte offset %lld: %lld unexpected trailing bytes after the data",
                             path, (long long)(hdr + need), (long long)(len - hdr - need));
     return 0;
 }
@@ -105,7 +105,7 @@ static int check_labels(const char *path, const unsigned char *b, int64_t count,
                         size_t n) {
     for (int64_t i = 0; i < count; i++)
         if (b[8 + i] >= IDX_NUM_CLASSES)
-            return ut__data_err(err, n, "%s: byte offset %lld: label %d >= %d classes", path,
+            return ut_errorf(err, n, "%s: byte offset %lld: label %d >= %d classes", path,
                                 (long long)(8 + i), b[8 + i], IDX_NUM_CLASSES);
     return 0;
 }
@@ -113,7 +113,7 @@ static int check_labels(const char *path, const unsigned char *b, int64_t count,
 static int idx_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
     idx_impl *m = ds->impl;
     if (i < 0 || i >= ds->n)
-        return ut__data_err(err, n, "%s: example %lld out of range [0, %lld)", m->name,
+        return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", m->name,
                             (long long)i, (long long)ds->n);
     int64_t k = m->lo + i, px = m->h * m->w;
     const unsigned char *p = m->images + 16 + k * px;
@@ -142,12 +142,12 @@ static int idx_load(idx_impl *m, const char *images, const char *labels, int64_t
     if (!(m->labels = load(labels, &ll, err, n))) return -1;
     if (check_idx(labels, m->labels, ll, IDX_MAGIC_LABELS, 1, ldims, err, n)) return -1;
     if (idims[0] != ldims[0])
-        return ut__data_err(err, n, "%s: byte offset 4: %lld labels, but %s has %lld images",
+        return ut_errorf(err, n, "%s: byte offset 4: %lld labels, but %s has %lld images",
                             labels, (long long)ldims[0], images, (long long)idims[0]);
     if (check_labels(labels, m->labels, ldims[0], err, n)) return -1;
     if (*hi < 0) *hi = idims[0];
     if (*lo < 0 || *lo >= *hi || *hi > idims[0])
-        return ut__data_err(err, n, "%s: range [%lld, %lld) is empty or outside the file's %lld images",
+        return ut_errorf(err, n, "%s: range [%lld, %lld) is empty or outside the file's %lld images",
                             images, (long long)*lo, (long long)*hi, (long long)idims[0]);
     m->h = idims[1];
     m->w = idims[2];
@@ -157,7 +157,7 @@ static int idx_load(idx_impl *m, const char *images, const char *labels, int64_t
 ut_dataset *ut_idx_dataset_open(const char *images, const char *labels, double mean, double std,
                                 int64_t lo, int64_t hi, char *err, size_t n) {
     if (!(std > 0)) {
-        ut__data_err(err, n, "%s: std must be > 0 (got %g)", images, std);
+        ut_errorf(err, n, "%s: std must be > 0 (got %g)", images, std);
         return NULL;
     }
     idx_impl *m = ut_calloc_check(1, sizeof *m);

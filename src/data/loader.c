@@ -123,7 +123,7 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
     if (l->done) {
         pthread_mutex_unlock(&l->mu);
         *b = (ut_batch){0};
-        return ut__data_err(err, n, "%s", l->slots[(l->head + l->nslots - 1) % l->nslots].err);
+        return ut_errorf(err, n, "%s", l->slots[(l->head + l->nslots - 1) % l->nslots].err);
     }
     release(l);
     while (l->ready == 0) pthread_cond_wait(&l->filled, &l->mu);
@@ -139,7 +139,7 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
     pthread_mutex_unlock(&l->mu);
     *b = (ut_batch){.count = sl->status == 1 ? sl->count : 0, .x = sl->x, .y = sl->y,
                     .epoch = sl->epoch, .cursor_after = sl->cursor_after};
-    if (sl->status < 0) return ut__data_err(err, n, "%s", sl->err);
+    if (sl->status < 0) return ut_errorf(err, n, "%s", sl->err);
     return sl->status;
 }
 

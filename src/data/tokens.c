@@ -50,28 +50,28 @@ static int32_t tok_at(const unsigned char *map, int64_t j) {
  * returns the token count or -1. */
 static int64_t check_shard(const char *path, const unsigned char *m, size_t len,
                            int64_t vocab_size, char *err, size_t n) {
-    if (len == 0) return ut__data_err(err, n, "%s: empty file", path);
+    if (len == 0) return ut_errorf(err, n, "%s: empty file", path);
     if (len < SHARD_HEADER_BYTES)
-        return ut__data_err(err, n, "%s: truncated at byte offset %zu: the header needs %d bytes",
+        return ut_errorf(err, n, "%s: truncated at byte offset %zu: the header needs %d bytes",
                             path, len, SHARD_HEADER_BYTES);
     if (le32(m) != SHARD_MAGIC)
-        return ut__data_err(err, n, "%s: byte offset 0: bad magic %u (expected %d)", path,
+        return ut_errorf(err, n, "%s: byte offset 0: bad magic %u (expected %d)", path,
                             le32(m), SHARD_MAGIC);
     if (le32(m + 4) != SHARD_VERSION)
-        return ut__data_err(err, n, "%s: byte offset 4: unsupported version %u (expected %d)",
+        return ut_errorf(err, n, "%s: byte offset 4: unsupported version %u (expected %d)",
                             path, le32(m + 4), SHARD_VERSION);
     int64_t count = (int32_t)le32(m + 8);
     if (count <= 0)
-        return ut__data_err(err, n, "%s: byte offset 8: token count %lld (empty shard)", path,
+        return ut_errorf(err, n, "%s: byte offset 8: token count %lld (empty shard)", path,
                             (long long)count);
     size_t need = SHARD_HEADER_BYTES + 2 * (size_t)count;
     if (len != need)
-        return ut__data_err(err, n, "%s: %s at byte offset %zu: the header's %lld tokens need %zu bytes",
+        return ut_errorf(err, n, "%s: %s at byte offset %zu: the header's %lld tokens need %zu bytes",
                             path, len < need ? "truncated" : "trailing bytes", len < need ? len : need,
                             (long long)count, need);
     for (int64_t j = 0; j < count; j++)
         if (tok_at(m, j) >= vocab_size)
-            return ut__data_err(err, n, "%s: byte offset %lld: token %d >= vocab_size %lld", path,
+            return ut_errorf(err, n, "%s: byte offset %lld: token %d >= vocab_size %lld", path,
                                 (long long)(SHARD_HEADER_BYTES + 2 * j), tok_at(m, j),
                                 (long long)vocab_size);
     return count;
@@ -80,18 +80,18 @@ static int64_t check_shard(const char *path, const unsigned char *m, size_t len,
 /* Maps and checks one shard; returns its token count or -1. */
 static int64_t map_shard(shard *sh, int64_t vocab_size, char *err, size_t n) {
     int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ut__data_err(err, n, "%s: cannot open: %s", sh->path, strerror(errno));
+    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", sh->path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
-        return ut__data_err(err, n, "%s: cannot stat: %s", sh->path, strerror(errno));
+        return ut_errorf(err, n, "%s: cannot stat: %s", sh->path, strerror(errno));
     }
     sh->map_len = (size_t)st.st_size;
     if (sh->map_len > 0) {
         void *p = mmap(NULL, sh->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
-            return ut__data_err(err, n, "%s: mmap failed: %s", sh->path, strerror(errno));
+            return ut_errorf(err, n, "%s: mmap failed: %s", sh->path, strerror(errno));
         }
         sh->map = p;
     }
@@ -113,7 +113,7 @@ static const shard *find_shard(const tok_impl *t, int64_t i) {
 static int tok_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
     tok_impl *t = ds->impl;
     if (i < 0 || i >= ds->n)
-        return ut__data_err(err, n, "%s: example %lld out of range [0, %lld)", ds->name,
+        return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", ds->name,
                             (long long)i, (long long)ds->n);
     const shard *sh = find_shard(t, i);
     int64_t start = (i - sh->first) * (t->seq_len + 1);
@@ -147,7 +147,7 @@ static int glob_shards(tok_impl *t, const char *pattern, char *err, size_t n) {
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
     if (rc != 0) {
         if (rc != GLOB_NOMATCH) globfree(&g);
-        return ut__data_err(err, n, "%s: %s", pattern,
+        return ut_errorf(err, n, "%s: %s", pattern,
                             rc == GLOB_NOMATCH ? "no file matches" : "cannot read a directory");
     }
     qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), cmp_str);
@@ -173,7 +173,7 @@ static int64_t index_shards(tok_impl *t, int64_t vocab_size, char *err, size_t n
 ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t vocab_size,
                                   char *err, size_t n) {
     if (seq_len < 1 || vocab_size < 1 || vocab_size > 65536) {
-        ut__data_err(err, n, "%s: need seq_len >= 1 and vocab_size in [1, 65536] (got %lld, %lld)",
+        ut_errorf(err, n, "%s: need seq_len >= 1 and vocab_size in [1, 65536] (got %lld, %lld)",
                      pattern, (long long)seq_len, (long long)vocab_size);
         return NULL;
     }
@@ -184,7 +184,7 @@ ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t 
                        .y_ndim = 1, .y_ne = {seq_len}, .x_dtype = UT_I32, .y_dtype = UT_I32,
                        .vocab_size = vocab_size, .get = tok_get, .free = tok_free, .impl = t};
     if (glob_shards(t, pattern, err, n) == 0 && (ds->n = index_shards(t, vocab_size, err, n)) == 0)
-        ut__data_err(err, n, "%s: no shard has %lld tokens (one window of seq_len + 1)", pattern,
+        ut_errorf(err, n, "%s: no shard has %lld tokens (one window of seq_len + 1)", pattern,
                      (long long)(seq_len + 1));
     if (ds->n <= 0) {
         tok_free(ds);
@@ -242,13 +242,13 @@ static void sync_dir(const char *path) {
 int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
                      size_t n) {
     if (strcmp(tokenizer, "byte") != 0)
-        return ut__data_err(err, n, "unknown tokenizer '%s' (known: byte)", tokenizer);
+        return ut_errorf(err, n, "unknown tokenizer '%s' (known: byte)", tokenizer);
     size_t len;
     unsigned char *bytes = ut__read_file(input, &len, err, n);
     if (!bytes) return -1;
     if (len == 0 || len > INT32_MAX) {
         ut_free(bytes);
-        return ut__data_err(err, n, "%s: %s", input,
+        return ut_errorf(err, n, "%s: %s", input,
                             len ? "more than 2^31-1 bytes: split it into several shards" : "empty file");
     }
     size_t tmp_len = strlen(output) + 16;
@@ -260,12 +260,12 @@ int ut_tokenize_file(const char *tokenizer, const char *input, const char *outpu
         if (close(fd) != 0) wrc = -1;
     }
     if (fd < 0) {
-        ut__data_err(err, n, "%s: cannot create a temporary file: %s", output, strerror(errno));
+        ut_errorf(err, n, "%s: cannot create a temporary file: %s", output, strerror(errno));
     } else if (wrc != 0) {
-        ut__data_err(err, n, "%s: write failed: %s", tmp, strerror(errno));
+        ut_errorf(err, n, "%s: write failed: %s", tmp, strerror(errno));
         unlink(tmp);
     } else if (rename(tmp, output) != 0) {
-        ut__data_err(err, n, "%s: cannot rename to %s: %s", tmp, output, strerror(errno));
+        ut_errorf(err, n, "%s: cannot rename to %s: %s", tmp, output, strerror(errno));
         unlink(tmp);
     } else {
         sync_dir(output);

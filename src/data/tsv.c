@@ -37,7 +37,7 @@ static int parse_header(const char *path, char *line, int *ncol, int *cs, int *c
         if (!strcmp(f[k], "label")) *cl = k;
     }
     if (*cs < 0 || *cl < 0 || *ncol > 64)
-        return ut__data_err(err, n, "%s:1: no header: expected a first line naming the columns "
+        return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
                             "'sentence' and 'label' (tab-separated), got '%.60s'", path, copy);
     return 0;
 }
@@ -48,7 +48,7 @@ static int parse_label(const char *path, int64_t line, const char *s, int64_t *l
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (end == s || *end || errno || v < 0 || v > INT32_MAX)
-        return ut__data_err(err, n, "%s:%lld: bad label '%.40s' (expected an integer >= 0)", path,
+        return ut_errorf(err, n, "%s:%lld: bad label '%.40s' (expected an integer >= 0)", path,
                             (long long)line, s);
     *label = v;
     return 0;
@@ -60,7 +60,7 @@ static int parse_row(const char *path, char *line, int64_t lineno, int ncol, int
     char *f[64];
     int got = split_tabs(line, f, 64);
     if (got != ncol)
-        return ut__data_err(err, n, "%s:%lld: %s: expected %d tab-separated fields as in the header, got %d",
+        return ut_errorf(err, n, "%s:%lld: %s: expected %d tab-separated fields as in the header, got %d",
                             path, (long long)lineno, got < ncol ? "missing tab" : "too many tabs",
                             ncol, got);
     int64_t k = t->n;
@@ -87,7 +87,7 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
             if (parse_row(path, p, lineno, ncol, cs, cl, t, err, n)) return -1;
         }
     }
-    if (t->n == 0) return ut__data_err(err, n, "%s: no examples after the header", path);
+    if (t->n == 0) return ut_errorf(err, n, "%s: no examples after the header", path);
     return 0;
 }
 
@@ -98,11 +98,11 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     if (!t->buf) return -1;
     if (len == 0) {
         ut__tsv_free(t);
-        return ut__data_err(err, n, "%s: empty file", path);
+        return ut_errorf(err, n, "%s: empty file", path);
     }
     if (strlen(t->buf) != len) {
         ut__tsv_free(t);
-        return ut__data_err(err, n, "%s: byte offset %zu: NUL byte in a text file", path,
+        return ut_errorf(err, n, "%s: byte offset %zu: NUL byte in a text file", path,
                             strlen(t->buf));
     }
     int64_t lines = 1;
@@ -136,7 +136,7 @@ typedef struct {
 static int tsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
     tsv_impl *m = ds->impl;
     if (i < 0 || i >= ds->n)
-        return ut__data_err(err, n, "%s: example %lld out of range [0, %lld)", ds->name,
+        return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", ds->name,
                             (long long)i, (long long)ds->n);
     memcpy(x, m->ids + i * m->max_len, (size_t)m->max_len * sizeof(int32_t));
     *(int32_t *)y = m->labels[i];
@@ -157,7 +157,7 @@ static int check_labels(const char *path, const ut__tsv *t, int64_t num_classes,
                         size_t n) {
     for (int64_t k = 0; k < t->n; k++)
         if (t->label[k] >= num_classes)
-            return ut__data_err(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)",
+            return ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)",
                                 path, (long long)t->line[k], (long long)t->label[k],
                                 (long long)num_classes);
     return 0;
@@ -166,7 +166,7 @@ static int check_labels(const char *path, const ut__tsv *t, int64_t num_classes,
 ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
                                 size_t n) {
     if (max_len < 1) {
-        ut__data_err(err, n, "%s: max_len must be >= 1 (got %lld)", path, (long long)max_len);
+        ut_errorf(err, n, "%s: max_len must be >= 1 (got %lld)", path, (long long)max_len);
         return NULL;
     }
     ut__tsv t;

@@ -158,7 +158,7 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
                          size_t n) {
     int k = !strcmp(kind, "word") ? VOCAB_WORD : !strcmp(kind, "byte") ? VOCAB_BYTE : -1;
     if (k < 0) {
-        ut__data_err(err, n, "unknown tokenizer '%s' (known: word, byte)", kind);
+        ut_errorf(err, n, "unknown tokenizer '%s' (known: word, byte)", kind);
         return NULL;
     }
     ut__tsv t;
@@ -209,10 +209,10 @@ static void write_tokens(const ut_vocab *v, FILE *f) {
 
 int ut_vocab_save(const ut_vocab *v, const char *path, char *err, size_t n) {
     FILE *f = fopen(path, "wb");
-    if (!f) return ut__data_err(err, n, "%s: cannot create: %s", path, strerror(errno));
+    if (!f) return ut_errorf(err, n, "%s: cannot create: %s", path, strerror(errno));
     write_tokens(v, f);
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return ut__data_err(err, n, "%s: write failed", path);
+    if (fclose(f) != 0 || bad) return ut_errorf(err, n, "%s: write failed", path);
     return 0;
 }
 
@@ -246,16 +246,16 @@ static int load_words(ut_vocab *v, const char *path, char *lines, int64_t size, 
     char *p = lines;
     for (int64_t id = 0; id < size; id++) {
         char *nl = p ? strchr(p, '\n') : NULL;
-        if (!nl) return ut__data_err(err, n, "%s: %lld tokens, the header says %lld", path,
+        if (!nl) return ut_errorf(err, n, "%s: %lld tokens, the header says %lld", path,
                                      (long long)id, (long long)size);
         *nl = 0;
         int64_t len = unescape(p);
-        if (len < 0) return ut__data_err(err, n, "%s:%lld: bad escape", path, (long long)id + 2);
+        if (len < 0) return ut_errorf(err, n, "%s:%lld: bad escape", path, (long long)id + 2);
         if (id < 2 && strcmp(p, id ? "<unk>" : "<pad>"))
-            return ut__data_err(err, n, "%s:%lld: expected %s", path, (long long)id + 2,
+            return ut_errorf(err, n, "%s:%lld: expected %s", path, (long long)id + 2,
                                 id ? "<unk>" : "<pad>");
         if (id >= 2 && *find_slot(v, p, (size_t)len) >= 0)
-            return ut__data_err(err, n, "%s:%lld: duplicate token '%s'", path, (long long)id + 2, p);
+            return ut_errorf(err, n, "%s:%lld: duplicate token '%s'", path, (long long)id + 2, p);
         if (id >= 2) add_token(v, p, (size_t)len);
         p = nl + 1;
     }
@@ -273,12 +273,12 @@ ut_vocab *ut_vocab_load(const char *path, char *err, size_t n) {
     if (body) *body++ = 0;
     if (!body || sscanf(buf, "utrain-vocab v1 %15s num_classes=%lld size=%lld%n", kind, &nc, &size, &used) < 3 ||
         buf[used] || (strcmp(kind, "word") && strcmp(kind, "byte")) || nc < 1 || size < 2) {
-        ut__data_err(err, n, "%s:1: not a utrain vocabulary (expected 'utrain-vocab v1 word|byte "
+        ut_errorf(err, n, "%s:1: not a utrain vocabulary (expected 'utrain-vocab v1 word|byte "
                      "num_classes=C size=N')", path);
     } else if (!strcmp(kind, "byte")) {
         v = vocab_new(VOCAB_BYTE, nc);
         if (size != 257) {
-            ut__data_err(err, n, "%s:1: a byte vocabulary has size 257, not %lld", path, size);
+            ut_errorf(err, n, "%s:1: a byte vocabulary has size 257, not %lld", path, size);
             ut_vocab_free(v);
             v = NULL;
         }

@@ -38,17 +38,6 @@ static const char *const meta_keys[K_COUNT] = {
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* ---------------------------------------------------------------- checksum */
 
 static uLong crc_bytes(uLong crc, const void *p, size_t n) {
@@ -301,7 +290,7 @@ static const ut_st_tensor *file_get(const void *src, const char *name) { return 
 
 static int verify_checksum(const char *path, const ut_st_file *f, char *err, size_t n) {
     const char *stored = ut_st_meta(f, CHECKSUM_KEY);
-    if (!stored) return fail(err, n, "%s: no \"%s\" in the metadata", path, CHECKSUM_KEY);
+    if (!stored) return ut_errorf(err, n, "%s: no \"%s\" in the metadata", path, CHECKSUM_KEY);
     const char *kv[2 * K_COUNT + 1];
     int nm = 0;
     for (int k = 0; k < K_COUNT; k++) {
@@ -319,7 +308,7 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
     snprintf(want, sizeof want, "%08" PRIx32, checksum(kv, names, nt, file_get, f));
     ut_free(names);
     if (strcmp(stored, want))
-        return fail(err, n, "%s: checksum mismatch: the file is corrupt", path);
+        return ut_errorf(err, n, "%s: checksum mismatch: the file is corrupt", path);
     return 0;
 }
 
@@ -327,19 +316,19 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
 static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, ut_train_state *st,
                       char *err, size_t n) {
     const char *fmt = ut_st_meta(f, meta_keys[K_FORMAT]);
-    if (!fmt) return fail(err, n, "%s: not a utrain checkpoint (no \"utrain.format\" metadata)", path);
+    if (!fmt) return ut_errorf(err, n, "%s: not a utrain checkpoint (no \"utrain.format\" metadata)", path);
     if (verify_checksum(path, f, err, n)) return -1;
     if (strcmp(fmt, CKPT_FORMAT))
-        return fail(err, n, "%s: unsupported checkpoint format \"%s\" (this utrain reads \"%s\")",
+        return ut_errorf(err, n, "%s: unsupported checkpoint format \"%s\" (this utrain reads \"%s\")",
                     path, fmt, CKPT_FORMAT);
     for (int k = 0; k < K_OPTIM_STEPS; k++)
         if (!ut_st_meta(f, meta_keys[k]))
-            return fail(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
+            return ut_errorf(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
     if (!parse_state(f, st))
-        return fail(err, n, "%s: malformed training state in the metadata (train.*)", path);
+        return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*)", path);
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
     if (strcmp(type, m->type))
-        return fail(err, n, "%s: checkpoint is of a \"%s\" model, this model is \"%s\"", path, type,
+        return ut_errorf(err, n, "%s: checkpoint is of a \"%s\" model, this model is \"%s\"", path, type,
                     m->type);
     return 0;
 }
@@ -363,7 +352,7 @@ static int shape_mismatch(const char *path, const char *what, const ut_st_tensor
     char have[200], want[200];
     shape_str(have, sizeof have, t->ndim, t->shape);
     shape_str(want, sizeof want, ndim, shape);
-    return fail(err, n, "%s: %s: checkpoint has %s %s, expected F32 %s", path, what,
+    return ut_errorf(err, n, "%s: %s: checkpoint has %s %s, expected F32 %s", path, what,
                 ut_st_dtype_name(t->dtype), have, want);
 }
 
@@ -373,7 +362,7 @@ static int check_params(const char *path, const ut_st_file *f, const ut_model *m
     for (int i = 0; i < p->n; i++) {
         snprintf(name, sizeof name, "model.%s", p->names[i]);
         const ut_st_tensor *t = ut_st_get(f, name);
-        if (!t) return fail(err, n, "%s: parameter %s is missing from the checkpoint", path, p->names[i]);
+        if (!t) return ut_errorf(err, n, "%s: parameter %s is missing from the checkpoint", path, p->names[i]);
         if (!same_shape(t, p->t[i]->ndim, p->t[i]->ne)) {
             snprintf(name, sizeof name, "parameter %s", p->names[i]);
             return shape_mismatch(path, name, t, p->t[i]->ndim, p->t[i]->ne, err, n);
@@ -382,7 +371,7 @@ static int check_params(const char *path, const ut_st_file *f, const ut_model *m
     for (int i = 0; i < ut_st_count(f); i++) {
         const char *tn = ut_st_name(f, i);
         if (!strncmp(tn, "model.", 6) && !ut_model_param(m, tn + 6))
-            return fail(err, n, "%s: tensor %s is not a parameter of this %s model", path, tn, m->type);
+            return ut_errorf(err, n, "%s: tensor %s is not a parameter of this %s model", path, tn, m->type);
     }
     return 0;
 }
@@ -399,14 +388,14 @@ static int check_optim(const char *path, const ut_st_file *f, const ut_model *m,
                        int64_t *steps, char *err, size_t n) {
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
-    if (!have || !steps_s) return fail(err, n, "%s: the checkpoint holds no optimizer state", path);
+    if (!have || !steps_s) return ut_errorf(err, n, "%s: the checkpoint holds no optimizer state", path);
     if (!parse_i64(steps_s, steps) || *steps < 0)
-        return fail(err, n, "%s: malformed optim.steps \"%s\"", path, steps_s);
+        return ut_errorf(err, n, "%s: malformed optim.steps \"%s\"", path, steps_s);
     char want[MAX_STATE * 24];
     state_names(o, want, sizeof want);
     int rc = 0;
     if (strcmp(have, want))
-        rc = fail(err, n, "%s: the checkpoint's optimizer is %s but this optimizer is %s", path,
+        rc = ut_errorf(err, n, "%s: the checkpoint's optimizer is %s but this optimizer is %s", path,
                   describe_state(have), describe_state(want));
     for (int i = 0; !rc && i < ut_optim_nstate(o); i++) {
         const char *sn;
@@ -414,7 +403,7 @@ static int check_optim(const char *path, const ut_st_file *f, const ut_model *m,
         char name[64];
         snprintf(name, sizeof name, "optim.%s", sn);
         const ut_st_tensor *t = ut_st_get(f, name);
-        if (!t) rc = fail(err, n, "%s: optimizer state %s is missing", path, name);
+        if (!t) rc = ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
         else if (!same_shape(t, 1, &m->params.numel))
             rc = shape_mismatch(path, name, t, 1, &m->params.numel, err, n);
     }
@@ -521,14 +510,14 @@ int ut_ckpt_prune(const char *dir, int keep, int64_t keep_step, char *err, size_
     if (keep <= 0) return 0;
     int64_t *all;
     int cnt = list_all(dir, &all);
-    if (cnt < 0) return fail(err, n, "%s: cannot read the directory: %s", dir, strerror(errno));
+    if (cnt < 0) return ut_errorf(err, n, "%s: cannot read the directory: %s", dir, strerror(errno));
     int rc = 0;
     char path[4096];
     for (int i = keep; i < cnt && !rc; i++) {
         if (all[i] == keep_step) continue;
         ut_ckpt_path(path, sizeof path, dir, all[i]);
         if (unlink(path) && errno != ENOENT)
-            rc = fail(err, n, "%s: cannot delete: %s", path, strerror(errno));
+            rc = ut_errorf(err, n, "%s: cannot delete: %s", path, strerror(errno));
     }
     ut_free(all);
     return rc;
