@@ -19,14 +19,26 @@ typedef struct {
     int64_t OH, OW;           /* output */
 } ut_conv2d_shape;
 
+/* The output columns [*ow0, *ow1) of a stride-1 row with kernel column kw read
+ * input columns ow - P + kw inside [0, W); the others cover padding. */
+static void valid_cols_s1(int64_t *ow0, int64_t *ow1, int64_t kw, const ut_conv2d_shape *d) {
+    int64_t lo = d->P - kw, hi = d->W + d->P - kw;
+    *ow0 = lo > 0 ? lo : 0;
+    *ow1 = hi < d->OW ? hi : d->OW;
+    if (*ow1 < *ow0) *ow1 = *ow0;
+}
+
 /* col (C*KH*KW, OH*OW) from one image x (C, H, W); zero where the window
- * covers padding. */
+ * covers padding. Stride 1 copies each row's valid span in one piece (it is
+ * contiguous in x); other strides gather element by element. */
 static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
     int64_t OHW = d->OH * d->OW;
     for (int64_t c = 0; c < d->C; c++)
         for (int64_t kh = 0; kh < d->KH; kh++)
             for (int64_t kw = 0; kw < d->KW; kw++) {
                 float *row = col + ((c * d->KH + kh) * d->KW + kw) * OHW;
+                int64_t ow0 = 0, ow1 = 0;
+                if (d->S == 1) valid_cols_s1(&ow0, &ow1, kw, d);
                 for (int64_t oh = 0; oh < d->OH; oh++) {
                     int64_t ih = oh * d->S - d->P + kh;
                     float *r = row + oh * d->OW;
@@ -35,6 +47,14 @@ static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
                         continue;
                     }
                     const float *xr = x + (c * d->H + ih) * d->W;
+                    if (d->S == 1) {
+                        memset(r, 0, (size_t)ow0 * sizeof(float));
+                        if (ow1 > ow0)
+                            memcpy(r + ow0, xr + (ow0 - d->P + kw),
+                                   (size_t)(ow1 - ow0) * sizeof(float));
+                        memset(r + ow1, 0, (size_t)(d->OW - ow1) * sizeof(float));
+                        continue;
+                    }
                     for (int64_t ow = 0; ow < d->OW; ow++) {
                         int64_t iw = ow * d->S - d->P + kw;
                         r[ow] = iw >= 0 && iw < d->W ? xr[iw] : 0.0f;
@@ -43,9 +63,37 @@ static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
             }
 }
 
-/* dx (C, H, W) of one image += col (C*KH*KW, OH*OW) folded back (adjoint of im2col) */
+/* dx row xr (W) += the valid span of col row r for kernel column kw (stride 1) */
+static void add_row_s1(float *restrict xr, const float *restrict r, int64_t kw,
+                       const ut_conv2d_shape *d) {
+    int64_t ow0, ow1;
+    valid_cols_s1(&ow0, &ow1, kw, d);
+    int64_t shift = kw - d->P;
+#pragma omp simd
+    for (int64_t ow = ow0; ow < ow1; ow++) xr[ow + shift] += r[ow];
+}
+
+/* dx (C, H, W) of one image += col (C*KH*KW, OH*OW) folded back (adjoint of
+ * im2col). Every dx element receives its terms in (kh, kw) order on both
+ * paths, so they give the same bits. Stride 1 goes row by row of dx (which
+ * stays in L1 while its KH*KW source rows are added, each a contiguous
+ * vectorised span); other strides scatter element by element. */
 static void col2im_add(float *dx, const float *col, const ut_conv2d_shape *d) {
     int64_t OHW = d->OH * d->OW;
+    if (d->S == 1) {
+        for (int64_t c = 0; c < d->C; c++)
+            for (int64_t ih = 0; ih < d->H; ih++) {
+                float *xr = dx + (c * d->H + ih) * d->W;
+                for (int64_t kh = 0; kh < d->KH; kh++) {
+                    int64_t oh = ih + d->P - kh;
+                    if (oh < 0 || oh >= d->OH) continue;
+                    for (int64_t kw = 0; kw < d->KW; kw++)
+                        add_row_s1(xr, col + ((c * d->KH + kh) * d->KW + kw) * OHW + oh * d->OW,
+                                   kw, d);
+                }
+            }
+        return;
+    }
     for (int64_t c = 0; c < d->C; c++)
         for (int64_t kh = 0; kh < d->KH; kh++)
             for (int64_t kw = 0; kw < d->KW; kw++) {

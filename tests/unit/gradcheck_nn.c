@@ -20,6 +20,7 @@ static ut_tensor *b_emb_twice(ut_ctx *c, ut_tensor **in) {
 
 static ut_tensor *b_conv_s1p0(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 0); }
 static ut_tensor *b_conv_s1p1(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 1); }
+static ut_tensor *b_conv_s1p2(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 2); }
 static ut_tensor *b_conv_s2p1_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 1); }
 static ut_tensor *b_conv_s2p0_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 0); }
 static ut_tensor *b_conv_twice(ut_ctx *c, ut_tensor **in) {
@@ -46,6 +47,10 @@ const gc_row gc_rows_nn[] = {
     {"embedding twice", 2, {{2, {2, 4}, GC_INDEX, 4}, {2, {4, 3}}}, b_emb_twice},
     {"conv2d s1 p0 bias", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_s1p0},
     {"conv2d s1 p1 bias", 3, {{4, {2, 2, 4, 5}}, {4, {3, 2, 3, 3}}, {1, {3}}}, b_conv_s1p1},
+    /* stride-1 fast paths: padding wider than the input, so some kernel
+     * columns have no valid output column at all (odd sizes throughout) */
+    {"conv2d s1 p2 narrow", 3, {{4, {2, 3, 3, 1}}, {4, {2, 3, 5, 3}}, {1, {2}}}, b_conv_s1p2},
+    {"conv2d s1 p1 odd", 3, {{4, {3, 1, 7, 5}}, {4, {3, 1, 3, 3}}, {1, {3}}}, b_conv_s1p1},
     {"conv2d s2 p1 no bias", 2, {{4, {2, 3, 5, 6}}, {4, {2, 3, 3, 3}}}, b_conv_s2p1_nob},
     {"conv2d s2 p0 2x3 kernel", 2, {{4, {1, 2, 6, 7}}, {4, {3, 2, 2, 3}}}, b_conv_s2p0_nob},
     /* more images than dw chunks: chunks of several images */

@@ -149,6 +149,12 @@ static void test_conv2d_matches_naive(void) {
     check_conv(1, 4, 6, 6, 2, 2, 3, 2, 0, false);
     check_conv(2, 1, 5, 5, 3, 5, 5, 1, 2, true);
     check_conv(3, 2, 5, 5, 3, 1, 1, 1, 0, true);
+    /* stride 1 with padding wider than the input: empty valid spans */
+    check_conv(2, 3, 3, 1, 2, 5, 3, 1, 2, true);
+    check_conv(1, 2, 2, 3, 3, 4, 4, 1, 3, false);
+    check_conv(2, 3, 9, 11, 4, 3, 5, 1, 1, true);
+    /* stride 3 stays on the general path */
+    check_conv(2, 2, 10, 11, 3, 3, 3, 3, 1, true);
     /* a batch larger than the thread count and the dw chunk count */
     if (test_quick()) check_conv(20, 4, 10, 10, 8, 3, 3, 1, 1, true);
     else check_conv(40, 8, 14, 14, 16, 3, 3, 1, 0, true);
