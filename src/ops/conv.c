@@ -12,6 +12,12 @@
  * not depend on the thread count. */
 #define CONV_DW_CHUNKS 16
 
+/* The bias gradient of one output channel adds pixel p of every image's plane
+ * into lane p % CONV_DB_LANES (independent chains, so the loop vectorises
+ * without reassociation), then folds the lanes in a fixed halving tree: the
+ * result depends on neither the thread count nor the vector width. */
+#define CONV_DB_LANES 16
+
 typedef struct {
     int64_t B, C, H, W;       /* input */
     int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
@@ -48,11 +54,13 @@ static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
                     }
                     const float *xr = x + (c * d->H + ih) * d->W;
                     if (d->S == 1) {
-                        memset(r, 0, (size_t)ow0 * sizeof(float));
-                        if (ow1 > ow0)
-                            memcpy(r + ow0, xr + (ow0 - d->P + kw),
-                                   (size_t)(ow1 - ow0) * sizeof(float));
-                        memset(r + ow1, 0, (size_t)(d->OW - ow1) * sizeof(float));
+                        /* rows are short (OW floats): an inline vector copy,
+                         * no library call per row */
+                        int64_t shift = kw - d->P;
+                        for (int64_t ow = 0; ow < ow0; ow++) r[ow] = 0.0f;
+#pragma omp simd
+                        for (int64_t ow = ow0; ow < ow1; ow++) r[ow] = xr[ow + shift];
+                        for (int64_t ow = ow1; ow < d->OW; ow++) r[ow] = 0.0f;
                         continue;
                     }
                     for (int64_t ow = 0; ow < d->OW; ow++) {
@@ -172,12 +180,17 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
     if (db) {
 #pragma omp parallel for schedule(static)
         for (int64_t oc = 0; oc < d->OC; oc++) {
-            float s = 0.0f;
+            float acc[CONV_DB_LANES] = {0};
             for (int64_t n = 0; n < d->B; n++) {
                 const float *g = dout + (n * d->OC + oc) * OHW;
-                for (int64_t p = 0; p < OHW; p++) s += g[p];
+                int64_t p = 0;
+                for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
+                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += g[p + j];
+                for (int j = 0; p + j < OHW; j++) acc[j] += g[p + j];
             }
-            db[oc] += s;
+            for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+            db[oc] += acc[0];
         }
     }
 }
