@@ -247,6 +247,58 @@ static void test_max_pool2d_ties(void) {
     ut_ctx_free(ctx);
 }
 
+/* Values from a small set with -inf and NaN (many ties) against a naive pool
+ * applying the rule first max wins, NaN wins; the gradient of the sum marks
+ * the chosen element of each window. k 2 s 2 takes the fast path (odd sizes,
+ * a row longer than one vector), k 3 s 2 and k 2 s 1 the general one. */
+static void check_pool_rule(int H, int W, int k, int s) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, (uint64_t)(H * 100 + W + k));
+    const float vals[6] = {-INFINITY, -1.0f, 0.0f, 1.0f, 2.0f, NAN};
+    int64_t ne[4] = {2, 3, H, W}, n = 2 * 3 * H * W;
+    ut_tensor *x = ut_tensor_new(ctx, UT_F32, 4, ne);
+    for (int64_t i = 0; i < n; i++) ut_f32(x)[i] = vals[ut_rng_u64(&r) % 6];
+    ut_tensor_set_requires_grad(x, true);
+    ut_tensor *y = ut_max_pool2d(ctx, x, k, s);
+    int rc = y ? ut_backward(ctx, ut_sum(ctx, y)) : -1;
+    CHECK(rc == 0, "%s", ut_ctx_error(ctx));
+    int OH = (H - k) / s + 1, OW = (W - k) / s + 1, bad = 0;
+    float *cnt = calloc((size_t)n, sizeof(float));
+    for (int p = 0; rc == 0 && p < 6; p++)
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const float *xp = ut_f32(x) + p * H * W;
+                float m = -INFINITY;
+                int best = oh * s * W + ow * s;
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++) {
+                        int i = (oh * s + kh) * W + ow * s + kw;
+                        if (xp[i] > m || isnan(xp[i])) {
+                            m = xp[i];
+                            best = i;
+                        }
+                    }
+                float got = ut_f32(y)[(p * OH + oh) * OW + ow];
+                if (!(got == m || (isnan(got) && isnan(m)))) bad++;
+                cnt[p * H * W + best] += 1.0f;
+            }
+    CHECK(bad == 0, "%dx%d k%d s%d: %d outputs differ", H, W, k, s, bad);
+    bad = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i++) bad += x->grad[i] != cnt[i];
+    CHECK(bad == 0, "%dx%d k%d s%d: %d gradient elements differ", H, W, k, s, bad);
+    free(cnt);
+    ut_ctx_free(ctx);
+}
+
+static void test_max_pool2d_rule(void) {
+    check_pool_rule(7, 9, 2, 2);
+    check_pool_rule(5, 37, 2, 2);
+    check_pool_rule(2, 2, 2, 2);
+    check_pool_rule(7, 9, 3, 2);
+    check_pool_rule(5, 6, 2, 1);
+}
+
 /* ---- attention ---- */
 /* naive: per (b, h) scores with an explicit -inf mask, softmax, then P v */
 static void naive_attention(double *out, const float *qkv, int B, int T, int C, int NH) {
@@ -338,6 +390,7 @@ int main(void) {
     RUN(test_conv2d_channel_mismatch);
     RUN(test_max_pool2d_known);
     RUN(test_max_pool2d_ties);
+    RUN(test_max_pool2d_rule);
     RUN(test_attention_matches_naive);
     RUN(test_attention_strided_input);
     RUN(test_attention_bad_heads);
