@@ -20,30 +20,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #include "utrain/utrain.h"
 
 enum { B = 4, WARMUP = 2 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-    double *s = malloc((size_t)n * sizeof *s);
-    if (!s) abort();
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    free(s);
-    return m;
-}
 
 static double minimum(const double *v, int n) {
     double m = v[0];
@@ -140,7 +121,7 @@ int main(int argc, char **argv) {
     float first_loss = 0, last_loss = 0;
     for (int s = 0; s < total; s++) {
         ut_ctx_reset_peak(ctx);
-        double t0 = now();
+        double t0 = bench_now();
         ut_tensor *xt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, x);
         ut_tensor *yt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, y);
         ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
@@ -148,18 +129,18 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpt2_step: %s\n", ut_ctx_error(ctx));
             return 1;
         }
-        double t1 = now();
+        double t1 = bench_now();
         if (ut_backward(ctx, loss)) {
             fprintf(stderr, "gpt2_step: %s\n", ut_ctx_error(ctx));
             return 1;
         }
-        double t2 = now();
+        double t2 = bench_now();
         last_loss = ut_f32(loss)[0];
         if (s == 0) first_loss = last_loss;
         size_t pk = ut_ctx_peak_bytes(ctx);
         ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);
-        double t3 = now();
+        double t3 = bench_now();
         if (s >= WARMUP) {
             int i = s - WARMUP;
             t_step[i] = t3 - t0;
@@ -175,8 +156,8 @@ int main(int argc, char **argv) {
     }
 
     int n = (int)steps;
-    double med = median(t_step, n), mn = minimum(t_step, n);
-    double fwd = median(t_fwd, n), bwd = median(t_bwd, n), op = median(t_opt, n);
+    double med = bench_median(t_step, n), mn = minimum(t_step, n);
+    double fwd = bench_median(t_fwd, n), bwd = bench_median(t_bwd, n), op = bench_median(t_opt, n);
     double toks = (double)(B * T) / med;
     long long nparams = (long long)m->params.numel;
     if (json) {

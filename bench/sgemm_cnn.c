@@ -30,40 +30,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 enum { B = 64 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static float *buf(size_t n) {
-    float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
-    if (!p) {
-        fprintf(stderr, "sgemm_cnn: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    return p;
-}
-
-/* row-major C (M,N) = op(A) op(B) + beta C, as ut_gemm (ta: A stored (K,M); tb: B stored (N,K)) */
-static void gemm(bool ta, bool tb, int M, int N, int K, const float *A, const float *Bm, float beta,
-                 float *Cm) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, 1.0f, A, ta ? M : K, Bm, tb ? K : N, beta, Cm, N);
-}
 
 typedef struct {
     const char *name;
@@ -92,18 +61,18 @@ enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 enum { MAXEL = 288 * 676 };
 
 static double time_shape(const shape *s, float **A, float **Bm, float **Cm, int nthr) {
-    double t0 = now();
+    double t0 = bench_now();
     if (s->per_image) {
 #pragma omp parallel num_threads(nthr)
         {
             int th = omp_get_thread_num();
 #pragma omp for schedule(static)
-            for (int n = 0; n < B; n++) gemm(s->ta, s->tb, s->M, s->N, s->K, A[th], Bm[th], s->beta, Cm[th]);
+            for (int n = 0; n < B; n++) bench_gemm(s->ta, s->tb, s->M, s->N, s->K, A[th], Bm[th], s->beta, Cm[th]);
         }
     } else {
-        gemm(s->ta, s->tb, s->M, s->N, s->K, A[0], Bm[0], s->beta, Cm[0]);
+        bench_gemm(s->ta, s->tb, s->M, s->N, s->K, A[0], Bm[0], s->beta, Cm[0]);
     }
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -134,7 +103,7 @@ int main(int argc, char **argv) {
     size_t big = (size_t)288 * 676 * B;
     for (int t = 0; t < nthr; t++) {
         size_t n = t == 0 ? big : MAXEL;
-        A[t] = buf(n), Bm[t] = buf(n), Cm[t] = buf(n);
+        A[t] = bench_buf(n), Bm[t] = bench_buf(n), Cm[t] = bench_buf(n);
     }
     double *tv = malloc((size_t)repeats * sizeof *tv);
     if (!tv) return 1;
@@ -148,7 +117,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NSHAPES; i++) {
         const shape *s = &shapes[i];
         for (long r = 0; r < repeats; r++) tv[r] = time_shape(s, A, Bm, Cm, nthr);
-        double med = median(tv, (int)repeats);
+        double med = bench_median(tv, (int)repeats);
         double flops = 2.0 * s->M * (double)s->N * s->K * (s->per_image ? B : 1);
         step_flops += flops;
         step_time += med;
@@ -167,11 +136,11 @@ int main(int argc, char **argv) {
         bool dw = s->tb;
         int M = s->M, N = dw ? s->N : s->N * B, K = dw ? s->K * B : s->K;
         for (long r = 0; r < repeats; r++) {
-            double t0 = now();
-            gemm(s->ta, s->tb, M, N, K, A[0], Bm[0], s->beta, Cm[0]);
-            tv[r] = now() - t0;
+            double t0 = bench_now();
+            bench_gemm(s->ta, s->tb, M, N, K, A[0], Bm[0], s->beta, Cm[0]);
+            tv[r] = bench_now() - t0;
         }
-        double med = median(tv, (int)repeats), flops = 2.0 * M * (double)N * K;
+        double med = bench_median(tv, (int)repeats), flops = 2.0 * M * (double)N * K;
         bat_flops += flops;
         bat_time += med;
         if (!json)

@@ -21,40 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 enum { N = 256, C = 768, V = 50257, L = 12 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static float *buf(size_t n) {
-    float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
-    if (!p) {
-        fprintf(stderr, "sgemm_rate: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    return p;
-}
-
-/* row-major C (M,Nn) = op(A) op(B) + beta C, as ut_gemm */
-static void gemm(bool ta, bool tb, int M, int Nn, int K, const float *A, const float *B, float beta,
-                 float *Cm) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                Nn, K, 1.0f, A, ta ? M : K, B, tb ? K : Nn, beta, Cm, Nn);
-}
 
 typedef struct {
     const char *name;
@@ -94,13 +63,13 @@ int main(int argc, char **argv) {
                             {"lm_head", C, V, 1}};
     const int nl = (int)(sizeof layers / sizeof layers[0]);
     size_t maxw = (size_t)V * C, maxa = (size_t)N * V;
-    float *x = buf((size_t)N * 4 * C), *w = buf(maxw), *dw = buf(maxw);
-    float *out = buf(maxa), *dout = buf(maxa), *dx = buf((size_t)N * 4 * C);
+    float *x = bench_buf((size_t)N * 4 * C), *w = bench_buf(maxw), *dw = bench_buf(maxw);
+    float *out = bench_buf(maxa), *dout = bench_buf(maxa), *dx = bench_buf((size_t)N * 4 * C);
     double *t = malloc((size_t)repeats * sizeof *t);
     if (!t) return 1;
 
     /* one warm-up pass over every shape (thread pool start, page faults) */
-    for (int l = 0; l < nl; l++) gemm(false, true, N, layers[l].out, layers[l].in, x, w, 0.0f, out);
+    for (int l = 0; l < nl; l++) bench_gemm(false, true, N, layers[l].out, layers[l].in, x, w, 0.0f, out);
 
     double step_flops = 0, step_time = 0;
     if (!json)
@@ -111,13 +80,13 @@ int main(int argc, char **argv) {
         int in = ly->in, oc = ly->out;
         for (int kind = 0; kind < 3; kind++) {
             for (long r = 0; r < repeats; r++) {
-                double t0 = now();
-                if (kind == 0) gemm(false, true, N, oc, in, x, w, 0.0f, out);
-                else if (kind == 1) gemm(false, false, N, in, oc, dout, w, 1.0f, dx);
-                else gemm(true, false, oc, in, N, dout, x, 1.0f, dw);
-                t[r] = now() - t0;
+                double t0 = bench_now();
+                if (kind == 0) bench_gemm(false, true, N, oc, in, x, w, 0.0f, out);
+                else if (kind == 1) bench_gemm(false, false, N, in, oc, dout, w, 1.0f, dx);
+                else bench_gemm(true, false, oc, in, N, dout, x, 1.0f, dw);
+                t[r] = bench_now() - t0;
             }
-            double med = median(t, (int)repeats);
+            double med = bench_median(t, (int)repeats);
             double flops = 2.0 * N * (double)in * (double)oc;
             step_flops += ly->count * flops;
             step_time += ly->count * med;
