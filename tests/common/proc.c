@@ -121,3 +121,18 @@ bool tp_loss_at(const char *metrics, const char *split, int step, char *out, siz
     free(s);
     return found;
 }
+
+bool tp_make_tmpdir(char *buf, size_t n, const char *prefix) {
+    snprintf(buf, n, "/tmp/%s-XXXXXX", prefix);
+    return mkdtemp(buf) != NULL;
+}
+
+int tp_finish(int rc, const char *dir) {
+    if (rc) {
+        fprintf(stderr, "kept %s for inspection\n", dir);
+        return rc;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) ? 1 : 0;
+}

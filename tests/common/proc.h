@@ -1,6 +1,6 @@
 /* Helpers for tests that run the `utrain` program: spawning it with output
  * captured, reading files, comparing checkpoints and metrics.jsonl.
- * defines: tp_set_program, tp_spawn, tp_wait, tp_run, tp_slurp, tp_count_lines,
+ * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_spawn, tp_wait, tp_run, tp_slurp, tp_count_lines,
  *          tp_same_weights, tp_weights_rel_diff, tp_loss_at. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
@@ -19,6 +19,11 @@ int tp_wait(pid_t pid);   /* exit code, or 128 + signal */
 int tp_run(const char *const *args, const char *out_path);
 char *tp_slurp(const char *path);   /* malloc'd contents, NULL if unreadable */
 int tp_count_lines(const char *path);
+/* A fresh directory /tmp/<prefix>-XXXXXX into buf; false on failure. */
+bool tp_make_tmpdir(char *buf, size_t n, const char *prefix);
+/* The end of a test program: removes dir when rc is 0, keeps it (and says
+ * so) otherwise; returns rc. */
+int tp_finish(int rc, const char *dir);
 /* Every tensor of two safetensors files byte for byte equal. */
 bool tp_same_weights(const char *a, const char *b);
 /* Largest over "model.*" tensors of ||a - b|| / ||a|| (L2); -1 if unreadable. */

@@ -99,8 +99,7 @@ static void test_ddp_gpt2(void) { check_model("gpt2", gpt2_yaml); }
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
-    snprintf(tmp, sizeof tmp, "/tmp/utrain-ddp-XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-ddp")) return 1;
     /* oversubscribed ranks on a small machine: yield instead of busy-polling */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
     setenv("OMPI_MCA_btl", "self,vader", 1);
@@ -124,11 +123,5 @@ int main(int argc, char **argv) {
              shard);
     RUN(test_ddp_cnn);
     RUN(test_ddp_gpt2);
-    int rc = TEST_SUMMARY();
-    if (!rc) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        if (system(cmd)) return 1;
-    } else fprintf(stderr, "kept %s for inspection\n", tmp);
-    return rc;
+    return tp_finish(TEST_SUMMARY(), tmp);
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "test.h"
 #include "utrain/utrain.h"
 
@@ -35,19 +36,6 @@ static const char *in_tmp(const char *name) {
     k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
     return buf[k];
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
 }
 
 /* The number after "key": in a results file; -1 if absent. */
@@ -84,7 +72,7 @@ static void test_install_build_run(void) {
     CHECK(nckpt >= 1, "%d checkpoints in runs/rings/checkpoints", nckpt);
 
     /* metrics.jsonl has dev lines with the recall_<k> metrics of the example's hook */
-    char *metrics = slurp(in_tmp("runs/rings/metrics.jsonl"));
+    char *metrics = tp_slurp(in_tmp("runs/rings/metrics.jsonl"));
     CHECK(metrics && strstr(metrics, "\"split\": \"dev\"") && strstr(metrics, "\"recall_2\""),
           "metrics.jsonl lacks dev lines with recall_2");
     free(metrics);
@@ -94,7 +82,7 @@ static void test_install_build_run(void) {
     for (int i = 0; i < 2; i++) {
         char name[64];
         snprintf(name, sizeof name, "runs/rings/%s_results.json", splits[i]);
-        char *res = slurp(in_tmp(name));
+        char *res = tp_slurp(in_tmp(name));
         double acc = json_number(res, "accuracy");
         CHECK(acc > MIN_ACCURACY, "%s accuracy %.4f (need > %.2f)", splits[i], acc, MIN_ACCURACY);
         CHECK(json_number(res, "recall_0") >= 0, "%s has no recall_0", name);
@@ -102,7 +90,7 @@ static void test_install_build_run(void) {
     }
 
     /* the on_log hook printed the evaluations */
-    char *out = slurp(in_tmp("run.log"));
+    char *out = tp_slurp(in_tmp("run.log"));
     CHECK(out && strstr(out, "[on_log] step") && strstr(out, "best dev accuracy"),
           "no on_log lines or summary in %s", in_tmp("run.log"));
     free(out);
@@ -123,14 +111,7 @@ int main(int argc, char **argv) {
     unsetenv("MAKEFLAGS");
     unsetenv("MAKELEVEL");
     unsetenv("MFLAGS");
-    snprintf(tmp, sizeof tmp, "/tmp/utrain-example-XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-example")) return 1;
     RUN(test_install_build_run);
-    int rc = TEST_SUMMARY();
-    if (!rc) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        if (system(cmd)) return 1;
-    } else fprintf(stderr, "kept %s for inspection\n", tmp);
-    return rc;
+    return tp_finish(TEST_SUMMARY(), tmp);
 }

@@ -326,8 +326,7 @@ static void test_progress_bar(void) {
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
-    snprintf(tmp, sizeof tmp, "/tmp/utrain-e2e-XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-e2e")) return 1;
     RUN(test_config_errors);
     RUN(test_run_directory_and_test_mode);
     RUN(test_exact_resume);
@@ -338,11 +337,5 @@ int main(int argc, char **argv) {
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);
-    int rc = TEST_SUMMARY();
-    if (!rc) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        if (system(cmd)) return 1;
-    } else fprintf(stderr, "kept %s for inspection\n", tmp);
-    return rc;
+    return tp_finish(TEST_SUMMARY(), tmp);
 }
