@@ -51,8 +51,19 @@ const char *ut_comm_backend(const ut_comm *c);   /* "single" | "mpi" */
 ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n);
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n);
 ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n);
+/* The uneven forms the ZeRO strategies use on ranges of a flat buffer cut
+ * into consecutive per-rank parts: counts[r] elements belong to rank r, at
+ * offset counts[0] + ... + counts[r-1]. counts must stay valid until the wait.
+ *   reduce_scatterv: out[0, counts[rank]) = sum over ranks of rank's part of in
+ *   allgatherv:      every rank's part of buf from that rank, in place (each
+ *                    rank's own part must already be in buf) */
+ut_comm_req *ut_comm_ireduce_scatterv(ut_comm *c, const float *in, float *out,
+                                      const int64_t *counts);
+ut_comm_req *ut_comm_iallgatherv(ut_comm *c, float *buf, const int64_t *counts);
 /* 0 when the request is done, -1 on failure (message in ut_comm_error). */
 int ut_comm_wait(ut_comm *c, ut_comm_req *r);
+/* Without blocking: 1 if the request is done, 0 if not yet, -1 if it failed. */
+int ut_comm_test(ut_comm *c, ut_comm_req *r);
 
 /* Blocking helpers for small values (metrics, norms, counters). */
 int ut_comm_allreduce_f64(ut_comm *c, double *buf, int n);
@@ -87,6 +98,37 @@ void ut_ddp_arm(ut_ddp *d, ut_ctx *ctx);
  * forward did not use), waits for all of them, and disarms the hook. */
 int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx);
 int ut_ddp_nbuckets(const ut_ddp *d);
+
+/* ---- strategies ----
+ * Who holds what, per rank, with Psi parameters, N ranks and S = the shard
+ * size (ceil(Psi/N) rounded up to 16 floats; rank r owns elements
+ * [r*S, (r+1)*S) of the flat buffers):
+ *   ddp    params Psi, grads Psi, optimizer state Psi
+ *   zero1  params Psi, grads Psi, optimizer state S
+ *   zero2  params Psi, grads S (+ buckets in flight), optimizer state S
+ *   zero3  params S (+ gathered units), grads S (+ buckets), optimizer S
+ *   dp     one process: N replicas (params, grads each), one optimizer */
+typedef enum {
+    UT_DIST_DDP,
+    UT_DIST_ZERO1,
+    UT_DIST_ZERO2,
+    UT_DIST_ZERO3,
+    UT_DIST_DP,
+} ut_dist_kind;
+/* "ddp", "zero1", "zero2", "zero3" (alias "fsdp"), "dp" into *out: 0, or -1. */
+int ut_dist_parse(const char *name, ut_dist_kind *out);
+const char *ut_dist_name(ut_dist_kind k);
+/* Shard size S for numel elements on world ranks (see above). */
+int64_t ut_shard_size(int64_t numel, int world);
+
+/* ZeRO-3 units (dist.wrap): groups of consecutive parameters gathered
+ * together. "block": parameters whose names share the prefix up to the first
+ * all-digit component ("h.3.attn.c_attn.weight" -> "h.3") or, without one,
+ * everything but the last component ("wte.weight" -> "wte"); "param": each
+ * parameter alone; "model": one unit. Fills unit_of[i] for every parameter
+ * and returns the number of units, or -1 with a message for an unknown
+ * policy. */
+int ut_wrap_units(const ut_params *p, const char *policy, int *unit_of, char *err, size_t n);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,8 @@ const char *ut_comm_op_name(enum ut_comm_kind k) {
     case UT_COMM_ALLREDUCE_F64: return "allreduce_f64";
     case UT_COMM_ALLREDUCE_I64: return "allreduce_i64";
     case UT_COMM_ALLGATHER_U64: return "check_same";
+    case UT_COMM_REDUCE_SCATTERV_F32: return "reduce_scatterv";
+    case UT_COMM_ALLGATHERV_F32: return "allgatherv";
     case UT_COMM_BCAST: return "bcast";
     case UT_COMM_BARRIER: return "barrier";
     }
@@ -54,6 +56,9 @@ static void single_submit(ut_comm *c, const ut_comm_op *op) {
     case UT_COMM_ALLGATHER_U64:
         if (op->n) memmove(op->out, op->in, (size_t)op->n * sizeof(uint64_t));
         break;
+    case UT_COMM_REDUCE_SCATTERV_F32:
+        if (op->counts[0]) memmove(op->out, op->in, (size_t)op->counts[0] * sizeof(float));
+        break;
     default: break; /* allreduce, bcast from rank 0, barrier: nothing to do */
     }
 }
@@ -64,10 +69,19 @@ static int single_wait(ut_comm *c, uint64_t seq) {
     return 0;
 }
 
+static int single_test(ut_comm *c, uint64_t seq) {
+    (void)c;
+    (void)seq;
+    return 1;
+}
+
 static void single_finalize(ut_comm *c) { (void)c; }
 
-static const ut_comm_vtable single_backend = {
-    .name = "single", .submit = single_submit, .wait = single_wait, .finalize = single_finalize};
+static const ut_comm_vtable single_backend = {.name = "single",
+                                              .submit = single_submit,
+                                              .wait = single_wait,
+                                              .test = single_test,
+                                              .finalize = single_finalize};
 
 // --- construction and the world ---------------------------------------------
 
@@ -156,6 +170,8 @@ static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
     case UT_COMM_ALLREDUCE_F32: return n * 4;
     case UT_COMM_REDUCE_SCATTER_F32:
     case UT_COMM_ALLGATHER_F32: return n * 4 * c->size;
+    case UT_COMM_REDUCE_SCATTERV_F32:
+    case UT_COMM_ALLGATHERV_F32: return n * 4;
     case UT_COMM_ALLREDUCE_F64:
     case UT_COMM_ALLREDUCE_I64: return n * 8;
     case UT_COMM_ALLGATHER_U64: return n * 8 * c->size;
@@ -165,10 +181,8 @@ static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
     return 0;
 }
 
-static uint64_t issue(ut_comm *c, enum ut_comm_kind kind, const void *in, void *out, int64_t n,
-                      int root) {
-    UT_ASSERT(n >= 0);
-    ut_comm_op op = {.kind = kind, .in = in, .out = out, .n = n, .root = root};
+static uint64_t issue_op(ut_comm *c, ut_comm_op op) {
+    UT_ASSERT(op.n >= 0);
     UT_CHECK_PTHREAD(pthread_mutex_lock(&c->issue_mu));
     op.seq = atomic_fetch_add(&c->seq, 1) + 1;
     c->be->submit(c, &op); /* may block while the MPI queue is full */
@@ -178,6 +192,20 @@ static uint64_t issue(ut_comm *c, enum ut_comm_kind kind, const void *in, void *
     c->bytes += bytes;
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&c->stats_mu));
     return op.seq;
+}
+
+static uint64_t issue(ut_comm *c, enum ut_comm_kind kind, const void *in, void *out, int64_t n,
+                      int root) {
+    return issue_op(c, (ut_comm_op){.kind = kind, .in = in, .out = out, .n = n, .root = root});
+}
+
+static int64_t sum_counts(const ut_comm *c, const int64_t *counts) {
+    int64_t n = 0;
+    for (int r = 0; r < c->size; r++) {
+        UT_ASSERT(counts[r] >= 0);
+        n += counts[r];
+    }
+    return n;
 }
 
 static int wait_seq(ut_comm *c, uint64_t seq) {
@@ -204,13 +232,35 @@ ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t
     return handle(issue(c, UT_COMM_ALLGATHER_F32, in, out, n, 0));
 }
 
-int ut_comm_wait(ut_comm *c, ut_comm_req *r) {
+ut_comm_req *ut_comm_ireduce_scatterv(ut_comm *c, const float *in, float *out,
+                                      const int64_t *counts) {
+    return handle(issue_op(c, (ut_comm_op){.kind = UT_COMM_REDUCE_SCATTERV_F32, .in = in,
+                                           .out = out, .n = sum_counts(c, counts),
+                                           .counts = counts}));
+}
+
+ut_comm_req *ut_comm_iallgatherv(ut_comm *c, float *buf, const int64_t *counts) {
+    return handle(issue_op(c, (ut_comm_op){.kind = UT_COMM_ALLGATHERV_F32, .in = buf, .out = buf,
+                                           .n = sum_counts(c, counts), .counts = counts}));
+}
+
+static int check_req(ut_comm *c, ut_comm_req *r, const char *fn) {
     uint64_t seq = (uint64_t)(uintptr_t)r;
     if (seq == 0 || seq > atomic_load(&c->seq)) {
-        snprintf(c->err, sizeof c->err, "ut_comm_wait: not a request of this communicator");
+        snprintf(c->err, sizeof c->err, "%s: not a request of this communicator", fn);
         return -1;
     }
-    return wait_seq(c, seq);
+    return 0;
+}
+
+int ut_comm_wait(ut_comm *c, ut_comm_req *r) {
+    if (check_req(c, r, "ut_comm_wait")) return -1;
+    return wait_seq(c, (uint64_t)(uintptr_t)r);
+}
+
+int ut_comm_test(ut_comm *c, ut_comm_req *r) {
+    if (check_req(c, r, "ut_comm_test")) return -1;
+    return c->be->test(c, (uint64_t)(uintptr_t)r);
 }
 
 int ut_comm_allreduce_f64(ut_comm *c, double *buf, int n) {

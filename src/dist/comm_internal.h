@@ -31,6 +31,8 @@ enum ut_comm_kind {
     UT_COMM_ALLREDUCE_F64,      /* out[0, n) summed in place */
     UT_COMM_ALLREDUCE_I64,      /* out[0, n) summed in place */
     UT_COMM_ALLGATHER_U64,      /* in[n] -> out[size*n] (check_same) */
+    UT_COMM_REDUCE_SCATTERV_F32, /* in[sum counts] -> out[counts[rank]] */
+    UT_COMM_ALLGATHERV_F32,     /* out[sum counts], rank r's part at its offset, in place */
     UT_COMM_BCAST,              /* out[0, n) bytes from root */
     UT_COMM_BARRIER,
 };
@@ -42,7 +44,8 @@ typedef struct ut_comm_op {
     uint64_t seq;
     const void *in;
     void *out;
-    int64_t n; /* elements (bytes for bcast) */
+    int64_t n; /* elements (bytes for bcast); the v-operations: sum of counts */
+    const int64_t *counts; /* the v-operations: elements per rank, in rank order */
     int root;
 } ut_comm_op;
 
@@ -53,6 +56,7 @@ typedef struct ut_comm_vtable {
     const char *name;
     void (*submit)(ut_comm *c, const ut_comm_op *op);
     int (*wait)(ut_comm *c, uint64_t seq);
+    int (*test)(ut_comm *c, uint64_t seq); /* 1 done, 0 running, -1 failed */
     void (*finalize)(ut_comm *c); /* drains, stops threads, frees impl */
 } ut_comm_vtable;
 

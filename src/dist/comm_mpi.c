@@ -35,6 +35,7 @@ typedef struct mpi_impl {
     uint64_t running;               /* seq inside MPI now, 0 if none */
     struct timespec running_since;
     bool stop;
+    int *cnt, *dsp; /* per-rank counts and offsets of one v-operation window */
     pthread_t thread, watchdog;
     bool has_watchdog;
 } mpi_impl;
@@ -127,6 +128,48 @@ static int allgather(mpi_impl *m, int rank, const void *in, void *out, int64_t n
     return 0;
 }
 
+/* The window [o, o+k) of a buffer whose rank parts are given by counts:
+ * each rank's count and offset inside the window, into cnt/dsp (ints). */
+static void window_parts(int size, const int64_t *counts, int64_t o, int64_t k, int *cnt,
+                         int *dsp) {
+    int64_t at = 0;
+    for (int r = 0; r < size; r++) {
+        int64_t b = at > o ? at : o, e = min64(at + counts[r], o + k);
+        cnt[r] = e > b ? (int)(e - b) : 0;
+        dsp[r] = e > b ? (int)(b - o) : 0;
+        at += counts[r];
+    }
+}
+
+/* out[0, counts[rank]) = sum over ranks of rank's part of in[0, n), window by
+ * window of at most m->chunk elements. */
+static int reduce_scatterv_sum(mpi_impl *m, int rank, int size, const float *in, float *out,
+                               const int64_t *counts, int64_t n) {
+    int64_t mine = 0;
+    for (int r = 0; r < rank; r++) mine += counts[r];
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int64_t k = min64(m->chunk, n - o);
+        window_parts(size, counts, o, k, m->cnt, m->dsp);
+        int64_t b = mine > o ? mine : o; /* where this rank's part of the window starts */
+        float *dst = out + (b - mine);
+        if (UT_CHECK_MPI(MPI_Reduce_scatter(in + o, dst, m->cnt, MPI_FLOAT, MPI_SUM, m->comm)))
+            return -1;
+    }
+    return 0;
+}
+
+/* Every rank's part of buf[0, n) from that rank, in place, window by window. */
+static int allgatherv(mpi_impl *m, int size, float *buf, const int64_t *counts, int64_t n) {
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int64_t k = min64(m->chunk, n - o);
+        window_parts(size, counts, o, k, m->cnt, m->dsp);
+        if (UT_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + o, m->cnt, m->dsp,
+                                        MPI_FLOAT, m->comm)))
+            return -1;
+    }
+    return 0;
+}
+
 static int bcast(mpi_impl *m, void *buf, int64_t bytes, int root) {
     char *p = buf;
     for (int64_t o = 0; o < bytes; o += m->chunk) {
@@ -146,6 +189,9 @@ static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
     case UT_COMM_ALLGATHER_F32: return allgather(m, c->rank, op->in, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLGATHER_U64:
         return allgather(m, c->rank, op->in, op->out, op->n, MPI_UINT64_T, 8);
+    case UT_COMM_REDUCE_SCATTERV_F32:
+        return reduce_scatterv_sum(m, c->rank, c->size, op->in, op->out, op->counts, op->n);
+    case UT_COMM_ALLGATHERV_F32: return allgatherv(m, c->size, op->out, op->counts, op->n);
     case UT_COMM_BCAST: return bcast(m, op->out, op->n, op->root);
     case UT_COMM_BARRIER: return UT_CHECK_MPI(MPI_Barrier(m->comm));
     }
@@ -247,6 +293,14 @@ static int mpi_wait(ut_comm *c, uint64_t seq) {
     return rc;
 }
 
+static int mpi_test(ut_comm *c, uint64_t seq) {
+    mpi_impl *m = c->impl;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    int rc = m->finished < seq ? 0 : m->failed && seq >= m->failed ? -1 : 1;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    return rc;
+}
+
 static void mpi_finalize(ut_comm *c) {
     mpi_impl *m = c->impl;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
@@ -273,12 +327,15 @@ static void mpi_finalize(ut_comm *c) {
     UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done));
     UT_CHECK_PTHREAD(pthread_cond_destroy(&m->tick));
     UT_CHECK_PTHREAD(pthread_mutex_destroy(&m->mu));
+    ut_free(m->cnt);
+    ut_free(m->dsp);
     ut_free(m);
     c->impl = NULL;
 }
 
 static const ut_comm_vtable mpi_backend = {
-    .name = "mpi", .submit = mpi_submit, .wait = mpi_wait, .finalize = mpi_finalize};
+    .name = "mpi", .submit = mpi_submit, .wait = mpi_wait, .test = mpi_test,
+    .finalize = mpi_finalize};
 
 // --- initialisation ---------------------------------------------------------
 
@@ -331,6 +388,8 @@ int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n) {
         ut_free(m);
         return -1;
     }
+    m->cnt = ut_calloc_check((size_t)c->size, sizeof(int));
+    m->dsp = ut_calloc_check((size_t)c->size, sizeof(int));
     pthread_condattr_t mono;
     UT_CHECK_PTHREAD(pthread_condattr_init(&mono));
     UT_CHECK_PTHREAD(pthread_condattr_setclock(&mono, CLOCK_MONOTONIC));

@@ -105,6 +105,47 @@ static void test_allgather(void) {
     }
 }
 
+/* Uneven parts, some empty: rank r's count is (r*37 + base) % 53, or 0 for
+ * rank 1 when base is odd. */
+static void v_counts(int64_t *counts, int64_t base) {
+    for (int r = 0; r < size; r++) counts[r] = (r == 1 && base % 2) ? 0 : (r * 37 + base) % 53 * base;
+}
+
+static void test_v_collectives(void) {
+    const int64_t bases[] = {0, 1, 2, 3, 999};
+    int64_t *counts = ut_calloc_check((size_t)size, sizeof *counts);
+    for (int s = 0; s < 5; s++) {
+        v_counts(counts, bases[s]);
+        int64_t n = 0, mine = 0;
+        for (int r = 0; r < size; r++) n += counts[r];
+        for (int r = 0; r < rank; r++) mine += counts[r];
+        float *in = falloc(n), *out = falloc(counts[rank]);
+        for (int64_t j = 0; j < n; j++) in[j] = rs_value(rank, j);
+        ut_comm_req *q = ut_comm_ireduce_scatterv(comm, in, out, counts);
+        CHECK(ut_comm_wait(comm, q) == 0, "%s", ut_comm_error(comm));
+        CHECK(ut_comm_test(comm, q) == 1, "a finished request tests done");
+        int64_t bad = 0;
+        for (int64_t i = 0; i < counts[rank]; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += rs_value(r, mine + i);
+            bad += out[i] != want;
+        }
+        CHECK(bad == 0, "reduce_scatterv of %lld elements: %lld wrong", (long long)n, (long long)bad);
+        /* all-gather in place: each rank fills its part, gets everyone's */
+        for (int64_t j = 0; j < n; j++) in[j] = -1;
+        for (int64_t i = 0; i < counts[rank]; i++) in[mine + i] = (float)(rank * 1000 + i % 1000);
+        CHECK(ut_comm_wait(comm, ut_comm_iallgatherv(comm, in, counts)) == 0, "%s", ut_comm_error(comm));
+        bad = 0;
+        int64_t at = 0;
+        for (int r = 0; r < size; r++)
+            for (int64_t i = 0; i < counts[r]; i++) bad += in[at++] != (float)(r * 1000 + i % 1000);
+        CHECK(bad == 0, "allgatherv of %lld elements: %lld wrong", (long long)n, (long long)bad);
+        ut_free(in);
+        ut_free(out);
+    }
+    ut_free(counts);
+}
+
 // --- non-blocking requests ----------------------------------------------------
 
 /* Issued back to back, waited in reverse order; each buffer its own size. */
@@ -258,6 +299,7 @@ int main(int argc, char **argv) {
     RUN(test_allreduce_sizes);
     RUN(test_reduce_scatter);
     RUN(test_allgather);
+    RUN(test_v_collectives);
     RUN(test_out_of_order_waits);
     RUN(test_many_small_requests);
     RUN(test_f64_i64);
