@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev zlib1g-dev
-      openmpi-bin libopenmpi-dev dataset-fashion-mnist bible-kjv-text bible-kjv)
+      openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv)
 
 missing=()
 for p in "${pkgs[@]}"; do
