@@ -76,8 +76,10 @@ typedef struct {
     double min_lr, gamma;
 
     /* ---- dist ---- */
-    char dist_strategy[16];      /* ddp */
-    double bucket_mb;            /* ddp: gradient bucket size */
+    char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */
+    double bucket_mb;            /* gradient bucket size */
+    char dist_wrap[16];          /* zero3 units: block | param | model */
+    bool reshard_after_forward;  /* zero3 */
     double timeout_s;            /* a collective that takes longer ends every rank */
     int64_t nproc_per_node;      /* processes per node started by `utrain train` (mpirun underneath) */
     int64_t nodes, current_node;

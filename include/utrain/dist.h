@@ -130,6 +130,70 @@ int64_t ut_shard_size(int64_t numel, int world);
  * policy. */
 int ut_wrap_units(const ut_params *p, const char *policy, int *unit_of, char *err, size_t n);
 
+/* ---- the data-parallel engine: one of the strategies above over a model ----
+ * The trainer's side of a step, for every strategy:
+ *   ut_dist_attach(d, ctx)                    once: hooks the context (zero3)
+ *   per micro-batch: forward; ut_dist_backward_begin(d, ctx, sync);
+ *                    ut_backward; ut_dist_backward_end(d, ctx, sync)
+ *                    (sync on the last micro-batch of the window only: the
+ *                    others accumulate locally without communication)
+ *   ut_dist_grad_norm, ut_dist_scale_grads (clipping over the global norm)
+ *   ut_dist_step(d, lr)                       update, zero the gradients
+ * Every rank must make the same calls in the same order. */
+typedef struct {
+    ut_dist_kind kind;
+    double bucket_mb;            /* gradient buckets (all but dp) */
+    const char *wrap;            /* zero3: ut_wrap_units policy ("block" if NULL) */
+    bool reshard_after_forward;  /* zero3: free a unit's gathered parameters after its forward */
+} ut_dist_opts;
+
+/* Bytes of this rank's model state: held now (parameters and gradients in
+ * their shard buffers plus the pages of the flat buffers that are resident,
+ * as the system reports them), and the most held at once since the last
+ * ut_dist_reset_peak (sampled as buckets and units come and go). */
+typedef struct {
+    size_t params, grads, optim;
+    size_t params_peak, grads_peak;
+} ut_dist_mem;
+
+typedef struct ut_dist ut_dist;
+/* The strategy over m's parameters on c with an optimizer (cfg) over the
+ * part this rank updates. NULL with a message on bad options (dp here is an
+ * error: it runs in one process through the trainer's worker threads). */
+ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const ut_dist_opts *o,
+                     char *err, size_t n);
+void ut_dist_free(ut_dist *d);
+ut_dist_kind ut_dist_kind_of(const ut_dist *d);
+ut_optim *ut_dist_optim(ut_dist *d);
+/* This rank's part [lo, hi) of the flat buffer (the whole buffer for ddp). */
+void ut_dist_shard(const ut_dist *d, int64_t *lo, int64_t *hi);
+int ut_dist_nbuckets(const ut_dist *d);
+void ut_dist_attach(ut_dist *d, ut_ctx *ctx);
+void ut_dist_detach(ut_dist *d, ut_ctx *ctx);
+void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync);
+int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync);
+/* The 2-norm of the whole (summed) gradient, the same on every rank. */
+int ut_dist_grad_norm(ut_dist *d, double *norm);
+void ut_dist_scale_grads(ut_dist *d, float s);
+/* The optimizer step on this rank's part, gradients zeroed, and the
+ * parameters made whole again where the strategy keeps them whole. */
+int ut_dist_step(ut_dist *d, float lr);
+/* zero3: every parameter gathered into the flat buffer (for saving or
+ * reading weights) until ut_dist_release; nothing to do for the others. */
+int ut_dist_gather_params(ut_dist *d);
+void ut_dist_release(ut_dist *d);
+/* The whole optimizer state on every rank, in a new optimizer over the full
+ * buffer (for checkpoints; the caller frees it), and back: this rank's part
+ * of the state taken from a full one (full may be NULL: parameters only) and,
+ * for zero3, its part of the parameters from the flat buffer, which the
+ * caller has filled whole. NULL / -1 with ut_comm_error on a failed
+ * collective. The model's flat buffer is whole only after
+ * ut_dist_gather_params (ut_dist_free does not communicate). */
+ut_optim *ut_dist_full_optim(ut_dist *d);
+int ut_dist_load_full(ut_dist *d, ut_optim *full);
+void ut_dist_memory(ut_dist *d, ut_dist_mem *out);
+void ut_dist_reset_peak(ut_dist *d);
+
 #ifdef __cplusplus
 }
 #endif

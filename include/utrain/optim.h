@@ -57,7 +57,17 @@ typedef struct ut_optim ut_optim;
  * cfg (check it first with ut_optim_check_config) or bad segs/[lo, hi). */
 ut_optim *ut_optim_new(const ut_optim_config *cfg, float *params, float *grads,
                        const ut_param_seg *segs, int nsegs, int64_t lo, int64_t hi);
+/* The same over buffers that hold only part of the flat layout: element i is
+ * params[i - pbase] and grads[i - gbase] (pbase, gbase <= lo). A ZeRO rank
+ * passes its shard buffers with base lo. */
+ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t pbase, float *grads,
+                            int64_t gbase, const ut_param_seg *segs, int nsegs, int64_t lo,
+                            int64_t hi);
 void ut_optim_free(ut_optim *o);
+const ut_optim_config *ut_optim_get_config(const ut_optim *o);
+void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi);
+/* State floats per parameter: 2 for AdamW, 1 for SGD with momentum, else 0. */
+int ut_optim_state_per_param(const ut_optim_config *cfg);
 
 /* One update of params[lo, hi) from grads[lo, hi) with learning rate lr.
  * Allocates nothing, deterministic (elementwise; any thread count gives the

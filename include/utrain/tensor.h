@@ -90,6 +90,12 @@ ut_device ut_ctx_device(const ut_ctx *ctx);
 void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
 uint64_t *ut_ctx_rng_state(ut_ctx *ctx);   /* 4 words: saved/restored by checkpoints */
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
+/* Called before a parameter's values are read: when an op (or a view) takes
+ * the parameter, or a view of it, as an input, and before backward runs an op
+ * that took one. A strategy that keeps parameters elsewhere (ZeRO-3) brings
+ * them in here. NULL removes it. */
+typedef void (*ut_param_use_fn)(void *user, int param_index);
+void ut_ctx_set_param_hook(ut_ctx *ctx, ut_param_use_fn fn, void *user);
 
 /* Sticky error: the first failing op stores a message naming the op and the
  * shapes and returns NULL; later ops given NULL return NULL too. */

@@ -124,6 +124,65 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
 int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
                     ut_dataset *test, const ut_hooks *hooks);
 
+/* ---- memory planning (`utrain plan`, docs/plan.md) ----
+ * Per-rank bytes of each distributed strategy for the config's model on
+ * world ranks, all fp32. With Psi parameters (the flat buffer), N = world,
+ * S = ut_shard_size(Psi, N) and K optimizer floats per parameter (AdamW 2,
+ * SGD with momentum 1, SGD 0):
+ *            params              grads              optimizer
+ *   ddp      4 Psi               4 Psi              4 K Psi
+ *   zero1    4 Psi               4 Psi              4 K S
+ *   zero2    4 Psi               4 S + buckets      4 K S
+ *   zero3    4 S + gathered      4 S + buckets      4 K S
+ *   dp       4 Psi N             4 Psi N            4 K Psi      (one process, N workers)
+ * buckets: gradient buckets in flight, 2 x dist.bucket_mb MiB at most 4 Psi;
+ * gathered: the two largest ZeRO-3 units of the dist.wrap policy (all of them,
+ * 4 Psi, with dist.reshard_after_forward false).
+ * Activations are measured, not estimated: the model is built from the config,
+ * one forward + backward of the first training micro-batch (train.batch_size
+ * examples) runs on a fresh context and its ut_ctx_peak_bytes is taken, once
+ * with model checkpointing off and once on; dp holds N workers' activations.
+ * Every total also holds the runtime base: this process's resident memory
+ * (VmRSS) before the model is built plus what opening the training datasets
+ * added, so on the CPU a total compares with the peak resident memory of
+ * `utrain train`. */
+#define UT_PLAN_STRATEGIES 5
+typedef struct {
+    const char *strategy;       /* "ddp", "zero1", "zero2", "zero3", "dp" */
+    int64_t params, grads, optim, act, act_ckpt;
+    int64_t total, total_ckpt;  /* the above (act or act_ckpt) + runtime + dataset */
+} ut_plan_row;
+
+typedef struct {
+    int world;
+    char model[64], optim[16];
+    int64_t numel, shard;       /* Psi, S */
+    int optim_floats;           /* K */
+    int64_t batch;              /* examples in the measured micro-batch */
+    int64_t bucket_bytes;       /* zero2/zero3 gradient buckets in flight */
+    int64_t gathered_bytes;     /* zero3: the two largest units, gathered */
+    char wrap[16];              /* dist.wrap: the zero3 unit policy */
+    char gathered_units[128];   /* the units' names, "h.0 + h.1" */
+    int64_t runtime_bytes;      /* VmRSS before the datasets and the model */
+    int64_t dataset_bytes;      /* VmRSS added by opening the training datasets */
+    int64_t act_bytes, act_ckpt_bytes;   /* one worker's micro-batch */
+    ut_plan_row rows[UT_PLAN_STRATEGIES];
+} ut_plan;
+
+/* Fills p for cfg (validated) on world >= 1 ranks: opens the datasets and
+ * builds the model as training does, runs the two measured micro-batches and
+ * frees everything. 0, or -1 with a message in err. */
+int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n);
+/* The table (one row per strategy; a fits column and a "fits" summary line
+ * against device_memory bytes, 0 for none) or, with json, one JSON object
+ * holding every figure in bytes. */
+void ut_plan_print(const ut_plan *p, int64_t device_memory, bool json, FILE *f);
+/* A memory size: bytes ("123456"), or a number with a unit, decimal (KB, MB,
+ * GB, TB) or binary (KiB, MiB, GiB, TiB), case-insensitive, e.g. "80GiB",
+ * "512MiB", "1.5GB". 0 and *out set, or -1 for anything else (a zero or
+ * negative size, an unknown unit). */
+int ut_parse_bytes(const char *s, int64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

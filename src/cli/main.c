@@ -1,4 +1,4 @@
-/* utrain command line: train, test, config, tokenize, demo, version. */
+/* utrain command line: train, test, plan, config, tokenize, demo, version. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +23,9 @@ static void usage(FILE *f) {
             "          and test_results.json into the run directory\n"
             "  CONFIG.yml [--set KEY=VALUE]...\n"
             "          train or test, as the config's `mode` says\n"
+            "  plan CONFIG.yml --world-size N [--device-memory SIZE] [--set KEY=VALUE]... [--json]\n"
+            "          memory per rank of each distributed strategy (ddp, zero1-3, dp), with\n"
+            "          and without activation checkpointing, and which fit in SIZE (80GiB)\n"
             "  config CONFIG.yml [--set KEY=VALUE]...   print the resolved configuration\n"
             "  config --doc                             print every key (docs/config.md)\n"
             "  tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n"
@@ -226,6 +229,70 @@ static int cmd_test(int argc, char **argv) {
     return run_command(argc, argv, "test", true);
 }
 
+static void usage_plan(FILE *f) {
+    fprintf(f,
+            "usage: utrain plan CONFIG.yml [--world-size N] [--device-memory SIZE] [--set KEY=VALUE]...\n"
+            "                  [--json]\n"
+            "\n"
+            "Memory per rank of every distributed strategy for the config's model:\n"
+            "parameters, gradients, optimizer state, activations with and without activation\n"
+            "checkpointing (measured on one training micro-batch) and the process's runtime\n"
+            "base; which strategies fit. Options:\n"
+            "  --world-size N        ranks (default: dist.nproc_per_node x dist.nodes)\n"
+            "  --device-memory SIZE  memory per rank, e.g. 80GiB, 512MiB, 1.5GB or bytes\n"
+            "  --set KEY=VALUE       override one key, as for train; repeatable\n"
+            "  --json                the figures (bytes) as one JSON object\n"
+            "See docs/plan.md.\n");
+}
+
+static int cmd_plan(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        usage_plan(stdout);
+        return 0;
+    }
+    long world = 0;
+    int64_t device_memory = 0;
+    bool json = false;
+    char **rest = ut_calloc_check((size_t)argc + 1, sizeof(char *));
+    int k = 0, rc = 0;
+    for (int i = 0; i < argc && !rc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--world-size") || !strcmp(a, "--nproc")) {
+            world = v ? strtol(v, &end, 10) : 0;
+            if (!v || !*v || *end || world < 1 || world > 1 << 20) {
+                fprintf(stderr, "utrain plan: %s needs a rank count >= 1, got '%s'\n", a, v ? v : "");
+                rc = UT_EXIT_USAGE;
+            }
+            i++;
+        } else if (!strcmp(a, "--device-memory")) {
+            if (!v || ut_parse_bytes(v, &device_memory)) {
+                fprintf(stderr, "utrain plan: --device-memory: cannot read '%s' as a size (e.g. 80GiB, "
+                                "512MiB, 1.5GB or a byte count)\n", v ? v : "");
+                rc = UT_EXIT_USAGE;
+            }
+            i++;
+        } else rest[k++] = argv[i];
+    }
+    cli_run r;
+    if (!rc) rc = load_config(&r, k, rest, false, false);
+    else ut_config_init(&r.cfg);
+    if (!rc) {
+        if (!world) world = (long)(r.cfg.nproc_per_node * r.cfg.nodes);
+        char err[1024];
+        ut_plan *p = ut_malloc_check(sizeof *p);
+        if (ut_plan_compute(&r.cfg, (int)world, p, err, sizeof err)) {
+            fprintf(stderr, "utrain plan: %s\n", err);
+            rc = UT_EXIT_ERROR;
+        } else ut_plan_print(p, device_memory, json, stdout);
+        ut_free(p);
+    }
+    ut_free(rest);
+    ut_config_free(&r.cfg);
+    return rc;
+}
+
 static int cmd_config(int argc, char **argv) {
     if (argc == 1 && !strcmp(argv[0], "--doc")) {
         ut_config_doc_markdown(stdout);
@@ -371,6 +438,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "demo")) return demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2, "train");
     if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     size_t len = strlen(cmd);

@@ -62,6 +62,11 @@ bool ut_ctx_training(const ut_ctx *ctx) { return ctx->training; }
 ut_device ut_ctx_device(const ut_ctx *ctx) { return ctx->device; }
 void ut_ctx_seed(ut_ctx *ctx, uint64_t seed) { ut_rng_seed(&ctx->rng, seed); }
 uint64_t *ut_ctx_rng_state(ut_ctx *ctx) { return ctx->rng.s; }
+void ut_ctx_set_param_hook(ut_ctx *ctx, ut_param_use_fn fn, void *user) {
+    ctx->param_hook = fn;
+    ctx->param_hook_user = user;
+}
+
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user) {
     ctx->grad_hook = fn;
     ctx->grad_hook_user = user;
@@ -249,6 +254,7 @@ ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *
         if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
     }
     t->requires_grad = rg && ctx->grad_enabled;
+    ut_param_use(ctx, src, nsrc);
     return t;
 }
 
@@ -262,6 +268,7 @@ ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int6
     t->src[0] = src;
     t->requires_grad = src->requires_grad && ctx->grad_enabled;
     if (ctx->collecting && src->param_index >= 0) ut_note_param(ctx, src);
+    ut_param_use(ctx, &t->src[0], 1);
     return t;
 }
 

@@ -75,6 +75,8 @@ struct ut_ctx {
     ut_rng rng;
     ut_grad_ready_fn grad_hook;
     void *grad_hook_user;
+    ut_param_use_fn param_hook;
+    void *param_hook_user;
     int *first_use;         /* per parameter index: tape position of first use */
     int first_use_cap;
     int *collected;         /* params seen while running a checkpointed fn */
@@ -82,6 +84,23 @@ struct ut_ctx {
     char err[512];
     bool has_err;
 };
+
+/* The parameter behind t: t itself, or the parameter a chain of views
+ * starts from; -1 if none. */
+static inline int ut_param_behind(const ut_tensor *t) {
+    while (t && t->param_index < 0 && (t->op == UT_OP_RESHAPE || t->op == UT_OP_PERMUTE ||
+                                       t->op == UT_OP_SLICE))
+        t = t->src[0];
+    return t ? t->param_index : -1;
+}
+/* The parameter hook for each input of t that is (a view of) a parameter. */
+static inline void ut_param_use(ut_ctx *ctx, ut_tensor *const *src, int n) {
+    if (!ctx->param_hook) return;
+    for (int i = 0; i < n; i++) {
+        int pi = src[i] ? ut_param_behind(src[i]) : -1;
+        if (pi >= 0) ctx->param_hook(ctx->param_hook_user, pi);
+    }
+}
 
 /* ---- op construction ---- */
 /* True if every input is non-NULL, F32 unless listed in i32_mask (bit i: src i

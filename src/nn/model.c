@@ -91,10 +91,8 @@ static void init_chunk(float *x, int64_t n, ut_init init, uint64_t seed, int i, 
  * the chunks fill in parallel. */
 void ut_model_finalize(ut_model *m, uint64_t seed) {
     ut_params *p = &m->params;
-    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
-    p->data = ut_aligned_alloc_check(bytes);
-    p->grad = ut_aligned_alloc_check(bytes);
-    memset(p->grad, 0, bytes);
+    p->data = ut_pages_alloc(p->numel);
+    p->grad = ut_pages_alloc(p->numel); /* zeroed, and not resident until written */
     int64_t nchunks = 0;
     for (int i = 0; i < p->n; i++) {
         ut_tensor *t = p->t[i];
@@ -127,8 +125,8 @@ void ut_model_free(ut_model *m) {
     ut_free(p->names);
     ut_free(p->init);
     ut_free(p->segs);
-    ut_free(p->data);
-    ut_free(p->grad);
+    ut_pages_free(p->data, p->numel);
+    ut_pages_free(p->grad, p->numel);
     if (m->free_impl) m->free_impl(m->impl);
     ut_free(m->type);
     ut_free(m);

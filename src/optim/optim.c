@@ -22,7 +22,8 @@ typedef struct {
 
 struct ut_optim {
     ut_optim_config cfg;
-    float *params, *grads;
+    float *params, *grads;  /* element i is params[i - pbase], grads[i - gbase] */
+    int64_t pbase, gbase;
     int64_t lo, hi, steps;
     int nstate;
     float *state[2];
@@ -96,16 +97,24 @@ int ut_optim_parse(const char *name, ut_optim_kind *out) {
 
 ut_optim *ut_optim_new(const ut_optim_config *cfg, float *params, float *grads,
                        const ut_param_seg *segs, int nsegs, int64_t lo, int64_t hi) {
+    return ut_optim_new_view(cfg, params, 0, grads, 0, segs, nsegs, lo, hi);
+}
+
+ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t pbase, float *grads,
+                            int64_t gbase, const ut_param_seg *segs, int nsegs, int64_t lo,
+                            int64_t hi) {
     char err[256];
     if (ut_optim_check_config(cfg, err, sizeof err))
         ut_abort(__FILE__, __LINE__, "ut_optim_new: %s", err);
     UT_ASSERT(params && grads && nsegs >= 0 && (segs || nsegs == 0));
-    UT_ASSERT(0 <= lo && lo <= hi);
+    UT_ASSERT(0 <= lo && lo <= hi && pbase <= lo && gbase <= lo);
 
     ut_optim *o = ut_calloc_check(1, sizeof *o);
     o->cfg = *cfg;
     o->params = params;
     o->grads = grads;
+    o->pbase = pbase;
+    o->gbase = gbase;
     o->lo = lo;
     o->hi = hi;
     o->runs = ut_malloc_check(sizeof(run) * (size_t)(nsegs ? nsegs : 1));
@@ -127,8 +136,7 @@ ut_optim *ut_optim_new(const ut_optim_config *cfg, float *params, float *grads,
         else o->runs[o->nruns++] = (run){b, e, decay};
     }
 
-    if (cfg->kind == UT_OPTIM_ADAMW) o->nstate = 2;
-    else if (cfg->momentum != 0) o->nstate = 1;
+    o->nstate = ut_optim_state_per_param(cfg);
     size_t bytes = (size_t)(hi - lo) * sizeof(float);
     for (int i = 0; i < o->nstate; i++) {
         o->state[i] = ut_aligned_alloc_check(bytes);
@@ -198,9 +206,10 @@ static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, boo
         int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
         int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
         if (s >= e) continue;
-        if (zero && done < s) memset(o->grads + done, 0, (size_t)(s - done) * sizeof(float));
+        if (zero && done < s)
+            memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
         bool decay = o->runs[r].decay;
-        float *p = o->params + s, *g = o->grads + s;
+        float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
         int64_t off = s - o->lo;
         if (k->adamw)
             adamw_kernel(p, g, o->state[0] + off, o->state[1] + off, e - s,
@@ -210,7 +219,7 @@ static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, boo
                        zero);
         done = e;
     }
-    if (zero && done < b) memset(o->grads + done, 0, (size_t)(b - done) * sizeof(float));
+    if (zero && done < b) memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
 }
 
 /* Start of thread t's part of n elements among nt threads, on a 16-float
@@ -271,6 +280,17 @@ float *ut_optim_state(ut_optim *o, int i, const char **name) {
     if (name)
         *name = o->cfg.kind == UT_OPTIM_SGD ? "momentum_buffer" : i == 0 ? "exp_avg" : "exp_avg_sq";
     return o->state[i];
+}
+
+const ut_optim_config *ut_optim_get_config(const ut_optim *o) { return &o->cfg; }
+
+void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi) {
+    *lo = o->lo;
+    *hi = o->hi;
+}
+
+int ut_optim_state_per_param(const ut_optim_config *cfg) {
+    return cfg->kind == UT_OPTIM_ADAMW ? 2 : cfg->momentum != 0 ? 1 : 0;
 }
 
 size_t ut_optim_state_bytes(const ut_optim *o) {

@@ -19,7 +19,8 @@ static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant", "cosine", "linear", "step", NULL};
-static const char *const dist_strategies[] = {"ddp", NULL};
+static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
+static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -165,7 +166,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .values = dist_strategies,
      .doc = "data-parallel strategy (docs/distributed.md); one process runs it as plain training"},
     {.key = "dist.bucket_mb", .type = UT_CFG_FLOAT, AT(bucket_mb), .def = "25", GT(0),
-     .doc = "ddp: gradient all-reduce bucket size in MiB"},
+     .doc = "gradient bucket size in MiB (all-reduce for ddp/zero1, reduce-scatter for zero2/zero3)"},
+    {.key = "dist.wrap", .type = UT_CFG_ENUM, AT(dist_wrap), .def = "block", .values = wrap_policies,
+     .doc = "zero3: parameters gathered together: per block (h.3.*), per parameter, or the whole model"},
+    {.key = "dist.reshard_after_forward", .type = UT_CFG_BOOL, AT(reshard_after_forward),
+     .def = "true", .doc = "zero3: free a unit's gathered parameters after its forward (false: keep them for backward)"},
     {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
      .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),

@@ -58,7 +58,7 @@ struct ut_trainer {
     const ut_config *cfg;
     ut_comm *comm;
     int rank, world;
-    ut_ddp *ddp;                 /* world > 1 */
+    ut_dist *dist;               /* the strategy; owns the optimizer */
     ut_runlog log;
     ut_hooks h;
     ut_model *m;
@@ -157,9 +157,23 @@ static int set_optimizer(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "optim: %s", why);
         return -1;
     }
-    ut_params *p = &t->m->params;
-    t->o = ut_optim_new(&oc, p->data, p->grad, p->segs, p->n, 0, p->numel);
+    ut_dist_opts dopts = {.bucket_mb = c->bucket_mb, .wrap = c->dist_wrap,
+                          .reshard_after_forward = c->reshard_after_forward};
+    if (ut_dist_parse(c->dist_strategy, &dopts.kind)) {
+        snprintf(t->err, sizeof t->err, "dist.strategy: unknown strategy '%s'", c->dist_strategy);
+        return -1;
+    }
+    t->dist = ut_dist_new(t->comm, t->m, &oc, &dopts, t->err, sizeof t->err);
+    if (!t->dist) return -1;
+    t->o = ut_dist_optim(t->dist);
+    ut_dist_attach(t->dist, t->ctx);
     return 0;
+}
+
+/* An optimizer over the whole flat buffer, for reading a checkpoint. */
+static ut_optim *full_optimizer(ut_trainer *t) {
+    ut_params *p = &t->m->params;
+    return ut_optim_new(ut_optim_get_config(t->o), p->data, p->grad, p->segs, p->n, 0, p->numel);
 }
 
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
@@ -173,7 +187,13 @@ static int resume(ut_trainer *t) {
         ut_ckpt_path(path, sizeof path, dir, steps[i]);
         char why[1024];
         ut_train_state st;
-        if (ut_ckpt_load(path, t->m, t->o, &st, why, sizeof why)) {
+        /* a sharded strategy reads the whole state, then keeps its part */
+        bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
+        ut_optim *o = sharded ? full_optimizer(t) : t->o;
+        int lrc = ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
+        if (!lrc && sharded) ut_dist_load_full(t->dist, o);
+        if (sharded) ut_optim_free(o);
+        if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
             continue;
         }
@@ -206,6 +226,7 @@ static int load_initial_weights(ut_trainer *t) {
     if (ut_best_checkpoint(dir, t->m, path, sizeof path, t->err, sizeof t->err) ||
         ut_ckpt_load(path, t->m, NULL, NULL, t->err, sizeof t->err))
         return -1;
+    ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
 }
@@ -228,8 +249,9 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
     if (world > 1)
-        ut_say(&t->log, "  Processes = %d (%s, %s backend, %d gradient buckets)\n", world, c->dist_strategy,
-               ut_comm_backend(t->comm), ut_ddp_nbuckets(t->ddp));
+        ut_say(&t->log, "  Processes = %d (%s, %s backend, %d gradient buckets)\n", world,
+               ut_dist_name(ut_dist_kind_of(t->dist)), ut_comm_backend(t->comm),
+               ut_dist_nbuckets(t->dist));
 }
 
 /* ---- checkpoints ---- */
@@ -241,8 +263,17 @@ static int save(ut_trainer *t) {
     memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
     t->st.config_hash = ut_config_hash(t->cfg);
     t->last_saved_step = t->st.step;
-    if (t->rank != 0) return 0; /* every rank holds the same weights; rank 0 writes them */
-    if (ut_ckpt_save(path, t->m, t->o, &t->st, t->err, sizeof t->err)) return -1;
+    /* a sharded strategy gathers the whole state first (every rank takes part) */
+    bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
+    ut_optim *o = t->o;
+    if (sharded && (ut_dist_gather_params(t->dist) || !(o = ut_dist_full_optim(t->dist)))) {
+        snprintf(t->err, sizeof t->err, "gathering the state for a checkpoint: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    int rc = t->rank == 0 ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err) : 0;
+    if (sharded) ut_optim_free(o);
+    ut_dist_release(t->dist);
+    if (t->rank != 0 || rc) return rc; /* rank 0 writes the checkpoint */
     char why[512];
     if (ut_ckpt_prune(dir, (int)t->cfg->save_total_limit, t->st.best_step, why, sizeof why))
         ut_say(&t->log, "warning: pruning checkpoints: %s\n", why);
@@ -254,7 +285,9 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    if (ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err)) return -1;
+    int erc = ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err);
+    ut_dist_release(t->dist);
+    if (erc) return -1;
     const char *names[UT_MAX_METRICS];
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
@@ -322,8 +355,11 @@ static void show_progress(ut_trainer *t, double loss) {
 
 /* ---- one optimizer step (after its micro-batches' backward passes) ---- */
 static int optimizer_step(ut_trainer *t) {
-    ut_params *p = &t->m->params;
-    double norm = sqrt(ut_grad_norm_sq(p->grad, p->numel));
+    double norm;
+    if (ut_dist_grad_norm(t->dist, &norm)) {
+        snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
+        return -1;
+    }
     if (!isfinite(norm)) {
         snprintf(t->err, sizeof t->err,
                  "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
@@ -331,9 +367,12 @@ static int optimizer_step(ut_trainer *t) {
         return -1;
     }
     if (t->cfg->grad_clip > 0 && norm > t->cfg->grad_clip)
-        ut_grad_scale(p->grad, p->numel, (float)(t->cfg->grad_clip / (norm + 1e-6)));
+        ut_dist_scale_grads(t->dist, (float)(t->cfg->grad_clip / (norm + 1e-6)));
     t->last_grad_norm = norm;
-    ut_optim_step_zero(t->o, ut_schedule_lr(&t->sched, t->st.step));
+    if (ut_dist_step(t->dist, ut_schedule_lr(&t->sched, t->st.step))) {
+        snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
+        return -1;
+    }
     t->st.step++;
     t->steps_this_run++;
     return 0;
@@ -347,13 +386,14 @@ static int optimizer_step(ut_trainer *t) {
  * batch of an epoch) still takes part in the all-reduce. */
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
-    if (last && t->ddp) ut_ddp_arm(t->ddp, t->ctx);
+    bool sync = last;
     if (b->count > 0) {
         ut_step_outputs out;
         ut_tensor *y;
         if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, b, &out, &y, t->err, sizeof t->err)) return -1;
         /* the window's mean loss over all ranks: each micro-batch weighted by its share */
         ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+        ut_dist_backward_begin(t->dist, t->ctx, sync);
         if (ut_backward(t->ctx, scaled)) {
             snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
             return -1;
@@ -365,9 +405,11 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         accum_add(&t->interval, *loss, b->count, tokens, mets, k);
         accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
         ut_ctx_reset(t->ctx);
+    } else {
+        ut_dist_backward_begin(t->dist, t->ctx, sync);
     }
-    if (last && t->ddp && ut_ddp_finish(t->ddp, t->ctx)) {
-        snprintf(t->err, sizeof t->err, "gradient all-reduce: %s", ut_comm_error(t->comm));
+    if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
+        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->comm));
         return -1;
     }
     return 0;
@@ -537,7 +579,6 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
-    if (t->world > 1) t->ddp = ut_ddp_new(t->comm, &t->m->params, c->bucket_mb);
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
@@ -599,11 +640,12 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
         fprintf(stderr, "utrain: error: %s\n", t->err);
         if (t->log.log) fprintf(t->log.log, "error: %s\n", t->err);
     }
+    /* the caller's model is handed back whole */
+    if (rc != UT_EXIT_ERROR && t->dist && !own_m) ut_dist_gather_params(t->dist);
     restore_signals(&sig);
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
-    if (t->o) ut_optim_free(t->o);
-    ut_ddp_free(t->ddp);
+    ut_dist_free(t->dist);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);
     if (own_data && t->train) ut_dataset_free(t->train);

@@ -1,0 +1,415 @@
+/* The data-parallel strategies over the flat parameter and gradient buffers:
+ * ddp (all-reduce buckets), zero1 (optimizer state sharded), zero2 (gradients
+ * reduce-scattered into the shard too) and zero3 (parameters sharded as well,
+ * gathered unit by unit as ops reach them).
+ *
+ * Layout: rank r owns elements [r*S, (r+1)*S) of the flat buffers (clipped to
+ * the parameter count). The flat buffers are page mappings (ut_pages_alloc):
+ * zero2/zero3 hand a gradient bucket's pages back as soon as its
+ * reduce-scatter is done, and zero3 hands a unit's parameter pages back when
+ * the unit is no longer needed; the addresses stay valid, so views and the
+ * model's tensors never move. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "utrain/base.h"
+#include "utrain/dist.h"
+
+typedef struct {
+    int64_t lo, hi;       /* range of the flat buffer */
+    int64_t *counts;      /* per rank: elements of [lo, hi) in its shard */
+    int nparams, pending; /* gradient buckets: parameters, not yet complete */
+    ut_comm_req *req;
+    enum { IDLE, STARTED, DONE } state;
+} range;
+
+enum { RELEASED, INFLIGHT, GATHERED };
+
+struct ut_dist {
+    ut_dist_kind kind;
+    ut_comm *comm;
+    ut_model *m;
+    ut_params *p;
+    int rank, world;
+    int64_t S, lo, hi;    /* shard size, this rank's part [lo, hi) */
+    int64_t *all_counts;  /* per rank: elements of the whole buffer it owns */
+    ut_optim *o;
+    ut_ddp *ddp;          /* ddp, zero1 */
+    float *shard_grad;    /* zero2, zero3: S floats */
+    float *shard_param;   /* zero3: S floats */
+    /* zero2, zero3: reduce-scatter buckets */
+    range *b;
+    int nb, *bucket_of, *order, nstarted, nreleased;
+    /* zero3: units */
+    range *u;
+    int nu, *unit_of, *ustate, recent[2], prefetched;
+    bool backward, reshard_after_forward;
+    ut_comm_req *gather_req;
+    size_t params_peak, grads_peak;
+    unsigned char *mincore_vec;
+    size_t mincore_len;
+};
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Elements of [lo, hi) in each rank's shard. */
+static int64_t *rank_counts(const ut_dist *d, int64_t lo, int64_t hi) {
+    int64_t *c = ut_calloc_check((size_t)d->world, sizeof *c);
+    for (int r = 0; r < d->world; r++) {
+        int64_t a = max64(lo, r * d->S), e = min64(hi, min64((r + 1) * d->S, d->p->numel));
+        c[r] = e > a ? e - a : 0;
+    }
+    return c;
+}
+
+// --- memory accounting --------------------------------------------------------
+
+/* Bytes of buf[0, n) floats resident in memory, as the system reports it. */
+static size_t resident(ut_dist *d, const float *buf, int64_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = ((size_t)(n > 0 ? n : 1) * sizeof(float) + pg - 1) / pg * pg;
+    size_t npages = len / pg;
+    if (d->mincore_len < npages) {
+        ut_free(d->mincore_vec);
+        d->mincore_vec = ut_malloc_check(npages);
+        d->mincore_len = npages;
+    }
+    if (mincore((void *)buf, len, d->mincore_vec)) return len; /* unknown: count it all */
+    size_t k = 0;
+    for (size_t i = 0; i < npages; i++) k += d->mincore_vec[i] & 1;
+    return k * pg;
+}
+
+void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
+    size_t shard = (size_t)d->S * sizeof(float);
+    out->params = resident(d, d->p->data, d->p->numel) + (d->shard_param ? shard : 0);
+    out->grads = resident(d, d->p->grad, d->p->numel) + (d->shard_grad ? shard : 0);
+    out->optim = ut_optim_state_bytes(d->o);
+    if (out->params > d->params_peak) d->params_peak = out->params;
+    if (out->grads > d->grads_peak) d->grads_peak = out->grads;
+    out->params_peak = d->params_peak;
+    out->grads_peak = d->grads_peak;
+}
+
+void ut_dist_reset_peak(ut_dist *d) { d->params_peak = d->grads_peak = 0; }
+
+/* Samples the peaks (only when sharded memory comes and goes). */
+static void sample(ut_dist *d) {
+    ut_dist_mem m;
+    if (d->kind == UT_DIST_ZERO2 || d->kind == UT_DIST_ZERO3) ut_dist_memory(d, &m);
+}
+
+// --- zero2/zero3 gradient buckets: reduce-scatter, then hand the pages back ---
+
+static void release_done_buckets(ut_dist *d, bool wait) {
+    while (d->nreleased < d->nstarted) {
+        range *bk = &d->b[d->order[d->nreleased]];
+        int t = wait ? (ut_comm_wait(d->comm, bk->req) ? -1 : 1) : ut_comm_test(d->comm, bk->req);
+        if (t == 0) return;
+        if (t < 0) return; /* reported by the final wait */
+        ut_pages_release(d->p->grad, bk->lo, bk->hi);
+        bk->state = DONE;
+        d->nreleased++;
+    }
+}
+
+static void start_bucket(ut_dist *d, int k) {
+    range *bk = &d->b[k];
+    float *out = d->shard_grad + (max64(bk->lo, d->lo) - d->lo);
+    if (bk->counts[d->rank] == 0) out = d->shard_grad;
+    sample(d);
+    bk->req = ut_comm_ireduce_scatterv(d->comm, d->p->grad + bk->lo, out, bk->counts);
+    bk->state = STARTED;
+    d->order[d->nstarted++] = k;
+    release_done_buckets(d, false);
+}
+
+static void on_grad_ready(void *user, int pi) {
+    ut_dist *d = user;
+    int k = d->bucket_of[pi];
+    if (--d->b[k].pending == 0) start_bucket(d, k);
+}
+
+static void make_buckets(ut_dist *d, double bucket_mb) {
+    ut_params *p = d->p;
+    int n = p->n ? p->n : 1;
+    d->b = ut_calloc_check((size_t)n, sizeof *d->b);
+    d->bucket_of = ut_calloc_check((size_t)n, sizeof(int));
+    d->order = ut_calloc_check((size_t)n, sizeof(int));
+    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
+    if (cap < 1) cap = 1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        range *bk = &d->b[d->nb];
+        if (bk->nparams == 0) bk->hi = p->segs[i].offset + p->segs[i].numel;
+        bk->lo = p->segs[i].offset;
+        bk->nparams++;
+        d->bucket_of[i] = d->nb;
+        if (bk->hi - bk->lo >= cap || i == 0) d->nb++;
+    }
+    /* the first bucket (last parameters) also covers the padding at the end */
+    if (d->nb) d->b[0].hi = max64(d->b[0].hi, p->numel);
+    for (int k = 0; k < d->nb; k++) d->b[k].counts = rank_counts(d, d->b[k].lo, d->b[k].hi);
+}
+
+// --- zero3 units: gathered on first use, handed back when out of use ---------
+
+static void unit_issue(ut_dist *d, int u) {
+    range *un = &d->u[u];
+    int64_t a = max64(un->lo, d->lo), e = min64(un->hi, d->hi);
+    if (e > a) memcpy(d->p->data + a, d->shard_param + (a - d->lo), (size_t)(e - a) * sizeof(float));
+    un->req = ut_comm_iallgatherv(d->comm, d->p->data + un->lo, un->counts);
+    d->ustate[u] = INFLIGHT;
+}
+
+static void unit_wait(ut_dist *d, int u) {
+    if (ut_comm_wait(d->comm, d->u[u].req))
+        ut_abort(__FILE__, __LINE__, "zero3: gathering parameters: %s", ut_comm_error(d->comm));
+    d->ustate[u] = GATHERED;
+}
+
+static void unit_release(ut_dist *d, int u) {
+    if (d->ustate[u] == INFLIGHT) unit_wait(d, u);
+    if (d->ustate[u] == RELEASED) return;
+    ut_pages_release(d->p->data, d->u[u].lo, d->u[u].hi);
+    d->ustate[u] = RELEASED;
+}
+
+/* The parameter hook: the unit of a parameter an op is about to read is
+ * brought in (waiting for its prefetch, or gathering it now); the two units
+ * used last stay (an op may read parameters of two units) and the next unit
+ * in the direction of the pass is prefetched; the rest go. */
+static void on_param_use(void *user, int pi) {
+    ut_dist *d = user;
+    int u = d->unit_of[pi];
+    if (u == d->recent[0] && d->ustate[u] == GATHERED) return;
+    if (d->ustate[u] == RELEASED) unit_issue(d, u);
+    if (d->ustate[u] == INFLIGHT) unit_wait(d, u);
+    if (u != d->recent[0]) {
+        d->recent[1] = d->recent[0];
+        d->recent[0] = u;
+    }
+    int next = d->backward ? u - 1 : u + 1;
+    if (next >= 0 && next < d->nu && d->ustate[next] == RELEASED) unit_issue(d, next);
+    d->prefetched = next;
+    sample(d);
+    if (!d->backward && !d->reshard_after_forward) return;
+    for (int k = 0; k < d->nu; k++)
+        if (k != d->recent[0] && k != d->recent[1] && k != d->prefetched && d->ustate[k] != RELEASED)
+            unit_release(d, k);
+}
+
+void ut_dist_release(ut_dist *d) {
+    if (d->kind != UT_DIST_ZERO3) return;
+    for (int k = 0; k < d->nu; k++) unit_release(d, k);
+    d->recent[0] = d->recent[1] = d->prefetched = -1;
+}
+
+int ut_dist_gather_params(ut_dist *d) {
+    if (d->kind != UT_DIST_ZERO3) return 0;
+    for (int k = 0; k < d->nu; k++)
+        if (d->ustate[k] == RELEASED) unit_issue(d, k);
+    for (int k = 0; k < d->nu; k++)
+        if (d->ustate[k] == INFLIGHT) unit_wait(d, k);
+    sample(d);
+    return 0;
+}
+
+static int make_units(ut_dist *d, const char *wrap, char *err, size_t n) {
+    ut_params *p = d->p;
+    d->unit_of = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
+    d->nu = ut_wrap_units(p, wrap ? wrap : "block", d->unit_of, err, n);
+    if (d->nu < 0) return -1;
+    d->u = ut_calloc_check((size_t)(d->nu ? d->nu : 1), sizeof *d->u);
+    d->ustate = ut_calloc_check((size_t)(d->nu ? d->nu : 1), sizeof(int));
+    for (int i = 0; i < p->n; i++) {
+        range *un = &d->u[d->unit_of[i]];
+        if (un->nparams++ == 0) un->lo = p->segs[i].offset;
+        un->hi = p->segs[i].offset + p->segs[i].numel;
+    }
+    for (int k = 0; k < d->nu; k++) d->u[k].counts = rank_counts(d, d->u[k].lo, d->u[k].hi);
+    d->recent[0] = d->recent[1] = d->prefetched = -1;
+    return 0;
+}
+
+// --- construction -----------------------------------------------------------
+
+ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const ut_dist_opts *o,
+                     char *err, size_t n) {
+    if (o->kind == UT_DIST_DP) {
+        ut_errorf(err, n, "dist.strategy dp runs in one process (worker threads), not on ranks");
+        return NULL;
+    }
+    ut_dist *d = ut_calloc_check(1, sizeof *d);
+    d->kind = o->kind;
+    d->comm = c;
+    d->m = m;
+    d->p = &m->params;
+    d->rank = ut_comm_rank(c);
+    d->world = ut_comm_size(c);
+    d->reshard_after_forward = o->reshard_after_forward;
+    ut_params *p = d->p;
+    bool sharded = o->kind != UT_DIST_DDP;
+    d->S = sharded ? ut_shard_size(p->numel, d->world) : p->numel;
+    d->lo = sharded ? min64((int64_t)d->rank * d->S, p->numel) : 0;
+    d->hi = sharded ? min64(d->lo + d->S, p->numel) : p->numel;
+    d->all_counts = rank_counts(d, 0, p->numel);
+    if (o->kind == UT_DIST_ZERO3 && make_units(d, o->wrap, err, n)) {
+        ut_dist_free(d);
+        return NULL;
+    }
+    switch (o->kind) {
+    case UT_DIST_DDP:
+    case UT_DIST_ZERO1:
+        if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
+        d->o = ut_optim_new(cfg, p->data, p->grad, p->segs, p->n, d->lo, d->hi);
+        break;
+    case UT_DIST_ZERO2:
+        d->shard_grad = ut_pages_alloc(d->S);
+        make_buckets(d, o->bucket_mb);
+        d->o = ut_optim_new_view(cfg, p->data, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo, d->hi);
+        break;
+    case UT_DIST_ZERO3:
+        d->shard_grad = ut_pages_alloc(d->S);
+        d->shard_param = ut_pages_alloc(d->S);
+        memcpy(d->shard_param, p->data + d->lo, (size_t)(d->hi - d->lo) * sizeof(float));
+        ut_pages_release(p->data, 0, p->numel);
+        make_buckets(d, o->bucket_mb);
+        d->o = ut_optim_new_view(cfg, d->shard_param, d->lo, d->shard_grad, d->lo, p->segs, p->n,
+                                 d->lo, d->hi);
+        break;
+    case UT_DIST_DP: break;
+    }
+    return d;
+}
+
+void ut_dist_free(ut_dist *d) {
+    if (!d) return;
+    if (d->o) ut_optim_free(d->o);
+    ut_ddp_free(d->ddp);
+    ut_pages_free(d->shard_grad, d->S);
+    ut_pages_free(d->shard_param, d->S);
+    for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
+    for (int k = 0; k < d->nu; k++) ut_free(d->u[k].counts);
+    ut_free(d->b);
+    ut_free(d->bucket_of);
+    ut_free(d->order);
+    ut_free(d->u);
+    ut_free(d->unit_of);
+    ut_free(d->ustate);
+    ut_free(d->all_counts);
+    ut_free(d->mincore_vec);
+    ut_free(d);
+}
+
+ut_dist_kind ut_dist_kind_of(const ut_dist *d) { return d->kind; }
+ut_optim *ut_dist_optim(ut_dist *d) { return d->o; }
+void ut_dist_shard(const ut_dist *d, int64_t *lo, int64_t *hi) {
+    *lo = d->lo;
+    *hi = d->hi;
+}
+int ut_dist_nbuckets(const ut_dist *d) { return d->ddp ? ut_ddp_nbuckets(d->ddp) : d->nb; }
+
+void ut_dist_attach(ut_dist *d, ut_ctx *ctx) {
+    if (d->kind == UT_DIST_ZERO3) ut_ctx_set_param_hook(ctx, on_param_use, d);
+}
+
+void ut_dist_detach(ut_dist *d, ut_ctx *ctx) {
+    if (d->kind == UT_DIST_ZERO3) ut_ctx_set_param_hook(ctx, NULL, NULL);
+}
+
+// --- the step -----------------------------------------------------------------
+
+void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync) {
+    d->backward = true;
+    if (!sync) return;
+    if (d->ddp) {
+        ut_ddp_arm(d->ddp, ctx);
+    } else if (d->nb) {
+        for (int k = 0; k < d->nb; k++) {
+            d->b[k].pending = d->b[k].nparams;
+            d->b[k].state = IDLE;
+        }
+        d->nstarted = d->nreleased = 0;
+        ut_ctx_set_grad_hook(ctx, on_grad_ready, d);
+    }
+}
+
+int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
+    d->backward = false;
+    int rc = 0;
+    if (sync && d->ddp) {
+        rc = ut_ddp_finish(d->ddp, ctx);
+    } else if (sync && d->nb) {
+        ut_ctx_set_grad_hook(ctx, NULL, NULL);
+        for (int k = 0; k < d->nb; k++)
+            if (d->b[k].state == IDLE) start_bucket(d, k);
+        sample(d);
+        for (int i = 0; i < d->nstarted; i++)
+            if (ut_comm_wait(d->comm, d->b[d->order[i]].req)) rc = -1;
+        release_done_buckets(d, true);
+    }
+    ut_dist_release(d); /* zero3: units are gathered again by the next pass */
+    return rc;
+}
+
+int ut_dist_grad_norm(ut_dist *d, double *norm) {
+    const float *g = d->shard_grad ? d->shard_grad : d->p->grad + d->lo;
+    double sq = ut_grad_norm_sq(g, d->hi - d->lo);
+    if (d->kind != UT_DIST_DDP && d->world > 1 && ut_comm_allreduce_f64(d->comm, &sq, 1)) return -1;
+    *norm = sqrt(sq);
+    return 0;
+}
+
+void ut_dist_scale_grads(ut_dist *d, float s) {
+    float *g = d->shard_grad ? d->shard_grad : d->p->grad + d->lo;
+    ut_grad_scale(g, d->hi - d->lo, s);
+}
+
+int ut_dist_step(ut_dist *d, float lr) {
+    ut_optim_step_zero(d->o, lr);
+    ut_params *p = d->p;
+    if (d->kind == UT_DIST_ZERO1) { /* the gradients outside the shard are zeroed too */
+        memset(p->grad, 0, (size_t)d->lo * sizeof(float));
+        memset(p->grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
+    }
+    if ((d->kind == UT_DIST_ZERO1 || d->kind == UT_DIST_ZERO2) && d->world > 1 &&
+        ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, p->data, d->all_counts)))
+        return -1;
+    return 0;
+}
+
+// --- checkpoints ---------------------------------------------------------------
+
+ut_optim *ut_dist_full_optim(ut_dist *d) {
+    ut_params *p = d->p;
+    ut_optim *full = ut_optim_new(ut_optim_get_config(d->o), p->data, p->grad, p->segs, p->n, 0,
+                                  p->numel);
+    ut_optim_set_steps(full, ut_optim_steps(d->o));
+    for (int i = 0; i < ut_optim_nstate(d->o); i++) {
+        float *dst = ut_optim_state(full, i, NULL);
+        memcpy(dst + d->lo, ut_optim_state(d->o, i, NULL), (size_t)(d->hi - d->lo) * sizeof(float));
+        if (d->kind != UT_DIST_DDP && d->world > 1 &&
+            ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, dst, d->all_counts))) {
+            ut_optim_free(full);
+            return NULL;
+        }
+    }
+    return full;
+}
+
+int ut_dist_load_full(ut_dist *d, ut_optim *full) {
+    if (full) ut_optim_set_steps(d->o, ut_optim_steps(full));
+    for (int i = 0; full && i < ut_optim_nstate(d->o); i++)
+        memcpy(ut_optim_state(d->o, i, NULL), ut_optim_state(full, i, NULL) + d->lo,
+               (size_t)(d->hi - d->lo) * sizeof(float));
+    if (d->kind == UT_DIST_ZERO3) {
+        memcpy(d->shard_param, d->p->data + d->lo, (size_t)(d->hi - d->lo) * sizeof(float));
+        for (int k = 0; k < d->nu; k++) d->ustate[k] = GATHERED;
+        ut_dist_release(d);
+    }
+    return 0;
+}

@@ -1,0 +1,346 @@
+/* `utrain plan`: per-rank memory of each distributed strategy (parameters,
+ * gradients, optimizer state, measured activations with and without
+ * checkpointing, the process's runtime base) and which strategies fit. The
+ * formulas are in include/utrain/train.h and docs/plan.md. */
+#include <ctype.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run_internal.h"
+
+#define MIB 1048576.0
+
+/* This process's resident memory (VmRSS of /proc/self/status), 0 if unknown. */
+static int64_t resident_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) {
+            kb = strtoll(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+/* Floats of optimizer state per parameter: AdamW 2 (exp_avg, exp_avg_sq),
+ * SGD with momentum 1 (momentum_buffer), plain SGD 0. */
+static int optim_floats(const ut_config *c, char *err, size_t n) {
+    ut_optim_kind k;
+    if (ut_optim_parse(c->optim_name, &k))
+        return ut_errorf(err, n, "optim.name: unknown optimizer '%s'", c->optim_name);
+    return k == UT_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
+}
+
+/* The ZeRO-3 units of the policy: the two largest, their bytes and names. */
+static int largest_units(const ut_params *p, const char *policy, ut_plan *pl, char *err, size_t n) {
+    int *unit_of = ut_malloc_check(sizeof(int) * (size_t)(p->n ? p->n : 1));
+    int units = ut_wrap_units(p, policy, unit_of, err, n);
+    if (units < 0) {
+        ut_free(unit_of);
+        return -1;
+    }
+    int64_t *size = ut_calloc_check((size_t)(units ? units : 1), sizeof(int64_t));
+    int *first = ut_calloc_check((size_t)(units ? units : 1), sizeof(int));
+    for (int i = p->n - 1; i >= 0; i--) {
+        size[unit_of[i]] += p->segs[i].numel;
+        first[unit_of[i]] = i;
+    }
+    int best[2] = {-1, -1};
+    for (int u = 0; u < units; u++) {
+        if (best[0] < 0 || size[u] > size[best[0]]) best[1] = best[0], best[0] = u;
+        else if (best[1] < 0 || size[u] > size[best[1]]) best[1] = u;
+    }
+    pl->gathered_bytes = 0;
+    pl->gathered_units[0] = 0;
+    size_t k = 0;
+    for (int j = 0; j < 2; j++) {
+        if (best[j] < 0) continue;
+        pl->gathered_bytes += 4 * size[best[j]];
+        /* a unit's name: its first parameter's name up to the unit key */
+        const char *name = p->names[first[best[j]]];
+        size_t len = strlen(name);
+        if (!strcmp(policy, "block")) {
+            const char *dot = strrchr(name, '.');
+            for (const char *q = name; *q; q++) /* up to the first all-digit component */
+                if ((q == name || q[-1] == '.') && isdigit((unsigned char)*q)) {
+                    const char *e = q;
+                    while (isdigit((unsigned char)*e)) e++;
+                    if (!*e || *e == '.') {
+                        dot = e;
+                        break;
+                    }
+                }
+            if (dot) len = (size_t)(dot - name);
+        } else if (!strcmp(policy, "model")) {
+            name = "model", len = 5;
+        }
+        k += (size_t)snprintf(pl->gathered_units + k, sizeof pl->gathered_units - k, "%s%.*s",
+                              j ? " + " : "", (int)len, name);
+        if (k >= sizeof pl->gathered_units) k = sizeof pl->gathered_units - 1;
+    }
+    ut_free(first);
+    ut_free(size);
+    ut_free(unit_of);
+    return 0;
+}
+
+/* The first training batch as the trainer's sampler gives it (rank 0 of one
+ * process), collated into x and y. Returns the example count, or -1. */
+static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **y, char *err,
+                           size_t n) {
+    ut_sampler s;
+    ut_sampler_init(&s, ds->n, c->batch_size, 0, 1, (uint64_t)c->seed, c->shuffle, c->drop_last);
+    int64_t *idx = ut_malloc_check(sizeof(int64_t) * (size_t)c->batch_size);
+    int64_t count = ut_sampler_next(&s, idx);
+    size_t xs = ut_dtype_size(ds->x_dtype), ys = ut_dtype_size(ds->y_dtype);
+    for (int i = 0; i < ds->x_ndim; i++) xs *= (size_t)ds->x_ne[i];
+    for (int i = 0; i < ds->y_ndim; i++) ys *= (size_t)ds->y_ne[i];
+    *x = ut_malloc_check(xs * (size_t)(count ? count : 1));
+    *y = ut_malloc_check(ys * (size_t)(count ? count : 1));
+    if (count == 0)
+        count = ut_errorf(err, n, "%s: %lld examples make no batch of %lld (drop_last)", ds->name,
+                          (long long)ds->n, (long long)c->batch_size);
+    for (int64_t i = 0; i < count; i++)
+        if (ds->get(ds, idx[i], (char *)*x + i * xs, (char *)*y + i * ys, err, n)) {
+            count = -1;
+            break;
+        }
+    ut_free(idx);
+    ut_sampler_free(&s);
+    return count;
+}
+
+/* Peak activation bytes of one training micro-batch: forward, loss scaled as
+ * the trainer scales it, backward, on a fresh context. */
+static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, const ut_batch *b,
+                               bool checkpoint, int64_t *bytes, char *err, size_t n) {
+    m->checkpoint_activations = checkpoint;
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
+    ut_hooks h;
+    ut_hooks_resolve(&h, NULL);
+    ut_step_outputs out;
+    ut_tensor *y;
+    int rc = ut_forward_batch(&h, ctx, m, ds, b, &out, &y, err, n);
+    if (!rc && ut_backward(ctx, ut_scale(ctx, out.loss, 1.0f)))
+        rc = ut_errorf(err, n, "backward: %s", ut_ctx_error(ctx));
+    *bytes = (int64_t)ut_ctx_peak_bytes(ctx);
+    ut_ctx_free(ctx);
+    return rc;
+}
+
+static void fill_rows(ut_plan *p, const ut_config *c) {
+    int64_t Psi = p->numel, S = p->shard, K = p->optim_floats, N = p->world;
+    int64_t base = p->runtime_bytes + p->dataset_bytes;
+    int64_t buckets = (int64_t)(2.0 * c->bucket_mb * MIB + 0.5);
+    if (buckets > 4 * Psi) buckets = 4 * Psi;
+    p->bucket_bytes = buckets;
+    const ut_dist_kind kinds[UT_PLAN_STRATEGIES] = {UT_DIST_DDP, UT_DIST_ZERO1, UT_DIST_ZERO2,
+                                                    UT_DIST_ZERO3, UT_DIST_DP};
+    for (int i = 0; i < UT_PLAN_STRATEGIES; i++) {
+        ut_plan_row *r = &p->rows[i];
+        r->strategy = ut_dist_name(kinds[i]);
+        r->act = p->act_bytes, r->act_ckpt = p->act_ckpt_bytes;
+        switch (kinds[i]) {
+        case UT_DIST_DDP:
+            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * K * Psi;
+            break;
+        case UT_DIST_ZERO1:
+            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * K * S;
+            break;
+        case UT_DIST_ZERO2:
+            r->params = 4 * Psi, r->grads = 4 * S + buckets, r->optim = 4 * K * S;
+            break;
+        case UT_DIST_ZERO3:
+            r->params = 4 * S + p->gathered_bytes, r->grads = 4 * S + buckets, r->optim = 4 * K * S;
+            break;
+        case UT_DIST_DP:
+            r->params = 4 * Psi * N, r->grads = 4 * Psi * N, r->optim = 4 * K * Psi;
+            r->act = N * p->act_bytes, r->act_ckpt = N * p->act_ckpt_bytes;
+            break;
+        }
+        int64_t state = r->params + r->grads + r->optim + base;
+        r->total = state + r->act;
+        r->total_ckpt = state + r->act_ckpt;
+    }
+}
+
+int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n) {
+    memset(p, 0, sizeof *p);
+    if (world < 1) return ut_errorf(err, n, "the world size must be >= 1, not %d", world);
+    p->world = world;
+    snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
+    snprintf(p->optim, sizeof p->optim, "%s", cfg->optim_name);
+    if ((p->optim_floats = optim_floats(cfg, err, n)) < 0) return -1;
+    if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+    p->runtime_bytes = resident_bytes();
+
+    /* the datasets training opens (train and dev); a text vocabulary is
+     * written into a temporary directory instead of the run directory */
+    char tmp[] = "/tmp/utrain-plan-XXXXXX", vocab[64];
+    if (!mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", tmp);
+    ut_dataset *train = NULL, *dev = NULL;
+    ut_model *m = NULL;
+    void *x = NULL, *y = NULL;
+    int rc = ut_datasets_open(cfg, tmp, &train, &dev, NULL, err, n);
+    unlink(vocab);
+    rmdir(tmp);
+    if (rc) goto done;
+    int64_t rss = resident_bytes() - p->runtime_bytes;
+    p->dataset_bytes = rss > 0 ? rss : 0;
+
+    rc = -1;
+    if (!(m = ut_model_from_config(cfg, train, err, n))) goto done;
+    p->numel = m->params.numel;
+    p->shard = ut_shard_size(p->numel, world);
+    snprintf(p->wrap, sizeof p->wrap, "%s", cfg->dist_wrap[0] ? cfg->dist_wrap : "block");
+    if (largest_units(&m->params, p->wrap, p, err, n)) goto done;
+    if (!cfg->reshard_after_forward) { /* every unit stays gathered from forward to backward */
+        p->gathered_bytes = 4 * p->numel;
+        snprintf(p->gathered_units, sizeof p->gathered_units, "every unit (no reshard after forward)");
+    }
+    int64_t count = first_batch(cfg, train, &x, &y, err, n);
+    if (count < 0) goto done;
+    p->batch = count;
+    ut_batch b = {.count = count, .x = x, .y = y};
+    if (measure_activations(cfg, m, train, &b, false, &p->act_bytes, err, n) ||
+        measure_activations(cfg, m, train, &b, true, &p->act_ckpt_bytes, err, n))
+        goto done;
+    fill_rows(p, cfg);
+    rc = 0;
+done:
+    ut_free(x);
+    ut_free(y);
+    ut_model_free(m);
+    if (train) ut_dataset_free(train);
+    if (dev) ut_dataset_free(dev);
+    return rc;
+}
+
+/* ---- output ---- */
+static const char *human(int64_t b, char *buf, size_t n) {
+    double v = (double)b;
+    if (v >= 1024 * MIB) snprintf(buf, n, "%.2f GiB", v / (1024 * MIB));
+    else if (v >= MIB) snprintf(buf, n, "%.1f MiB", v / MIB);
+    else if (v >= 1024) snprintf(buf, n, "%.1f KiB", v / 1024);
+    else snprintf(buf, n, "%lld B", (long long)b);
+    return buf;
+}
+
+static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
+    fprintf(f, "{\"world_size\": %d, \"model\": \"%s\", \"optimizer\": \"%s\", \"numel\": %lld, "
+               "\"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
+            p->world, p->model, p->optim, (long long)p->numel, (long long)p->shard, p->optim_floats,
+            (long long)p->batch);
+    fprintf(f, " \"bucket_bytes\": %lld, \"wrap\": \"%s\", \"gathered_bytes\": %lld, "
+               "\"gathered_units\": \"%s\",\n",
+            (long long)p->bucket_bytes, p->wrap, (long long)p->gathered_bytes, p->gathered_units);
+    fprintf(f, " \"runtime_bytes\": %lld, \"dataset_bytes\": %lld, \"activation_bytes\": %lld, "
+               "\"activation_checkpoint_bytes\": %lld,\n",
+            (long long)p->runtime_bytes, (long long)p->dataset_bytes, (long long)p->act_bytes,
+            (long long)p->act_ckpt_bytes);
+    if (dev > 0) fprintf(f, " \"device_memory\": %lld,\n", (long long)dev);
+    else fprintf(f, " \"device_memory\": null,\n");
+    fprintf(f, " \"strategies\": {\n");
+    for (int i = 0; i < UT_PLAN_STRATEGIES; i++) {
+        const ut_plan_row *r = &p->rows[i];
+        fprintf(f, "  \"%s\": {\"params\": %lld, \"grads\": %lld, \"optimizer\": %lld, "
+                   "\"activations\": %lld, \"activations_checkpoint\": %lld, \"total\": %lld, "
+                   "\"total_checkpoint\": %lld, \"fits\": %s, \"fits_checkpoint\": %s}%s\n",
+                r->strategy, (long long)r->params, (long long)r->grads, (long long)r->optim,
+                (long long)r->act, (long long)r->act_ckpt, (long long)r->total,
+                (long long)r->total_ckpt, dev <= 0 ? "null" : r->total <= dev ? "true" : "false",
+                dev <= 0 ? "null" : r->total_ckpt <= dev ? "true" : "false",
+                i + 1 < UT_PLAN_STRATEGIES ? "," : "");
+    }
+    fprintf(f, " }\n}\n");
+}
+
+void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
+    if (json) {
+        print_json(p, dev, f);
+        return;
+    }
+    char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+    fprintf(f, "Memory per rank: %s, %lld parameters, world size %d, %s (%d state float%s per "
+               "parameter), fp32\n",
+            p->model, (long long)p->numel, p->world, p->optim, p->optim_floats,
+            p->optim_floats == 1 ? "" : "s");
+    fprintf(f, "  shard S = %lld parameters; zero2/zero3 gradient buckets in flight %s; zero3 "
+               "gathers %s (%s, dist.wrap %s)\n",
+            (long long)p->shard, human(p->bucket_bytes, a, sizeof a), p->gathered_units,
+            human(p->gathered_bytes, b, sizeof b), p->wrap);
+    fprintf(f, "  activations, measured on one micro-batch of %lld examples: %s, %s with "
+               "activation checkpointing\n",
+            (long long)p->batch, human(p->act_bytes, a, sizeof a), human(p->act_ckpt_bytes, b, sizeof b));
+    fprintf(f, "  runtime base (in every total): %s process + %s dataset = %s\n\n",
+            human(p->runtime_bytes, a, sizeof a), human(p->dataset_bytes, b, sizeof b),
+            human(p->runtime_bytes + p->dataset_bytes, c, sizeof c));
+    fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s", "strategy", "params", "grads", "optimizer",
+            "activations", "act (ckpt)", "total", "total(ckpt)");
+    if (dev > 0) fprintf(f, "  %-4s %s", "fits", "fits (ckpt)");
+    fputc('\n', f);
+    for (int i = 0; i < UT_PLAN_STRATEGIES; i++) {
+        const ut_plan_row *r = &p->rows[i];
+        fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s", r->strategy, human(r->params, a, sizeof a),
+                human(r->grads, b, sizeof b), human(r->optim, c, sizeof c), human(r->act, d, sizeof d),
+                human(r->act_ckpt, e, sizeof e), human(r->total, g, sizeof g),
+                human(r->total_ckpt, h, sizeof h));
+        if (dev > 0)
+            fprintf(f, "  %-4s %s", r->total <= dev ? "yes" : "no", r->total_ckpt <= dev ? "yes" : "no");
+        fputc('\n', f);
+    }
+    fprintf(f, "(dp: one process, %d worker thread%s, each with a replica and a micro-batch)\n", p->world,
+            p->world == 1 ? "" : "s");
+    if (dev <= 0) {
+        fprintf(f, "fits: give --device-memory SIZE (e.g. 80GiB) to check\n");
+        return;
+    }
+    /* the summary: what fits as is, and what fits only with checkpointing */
+    char line[256] = "";
+    size_t k = 0;
+    for (int i = 0; i < UT_PLAN_STRATEGIES; i++)
+        if (p->rows[i].total <= dev)
+            k += (size_t)snprintf(line + k, sizeof line - k, "%s%s", k ? ", " : "", p->rows[i].strategy);
+    char ck[256] = "";
+    size_t j = 0;
+    for (int i = 0; i < UT_PLAN_STRATEGIES; i++)
+        if (p->rows[i].total > dev && p->rows[i].total_ckpt <= dev)
+            j += (size_t)snprintf(ck + j, sizeof ck - j, "%s%s", j ? ", " : "", p->rows[i].strategy);
+    fprintf(f, "fits in %s per rank: %s", human(dev, a, sizeof a), k ? line : "none");
+    if (j) fprintf(f, "; with activation checkpointing also %s", ck);
+    else if (!k) fprintf(f, ", not even with activation checkpointing");
+    fputc('\n', f);
+}
+
+int ut_parse_bytes(const char *s, int64_t *out) {
+    static const struct { const char *unit; double scale; } units[] = {
+        {"", 1},        {"b", 1},           {"kb", 1e3},        {"mb", 1e6},
+        {"gb", 1e9},    {"tb", 1e12},       {"kib", 1024.0},    {"mib", MIB},
+        {"gib", 1024 * MIB}, {"tib", 1024 * 1024 * MIB}};
+    const char *p = s;
+    if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1]))) return -1;
+    double v = 0, frac = 0.1;
+    while (isdigit((unsigned char)*p)) v = 10 * v + (*p++ - '0');
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++, frac /= 10) v += frac * (*p - '0');
+    while (*p == ' ') p++;
+    char unit[8];
+    size_t k = 0;
+    for (; *p && k < sizeof unit - 1; p++) unit[k++] = (char)tolower((unsigned char)*p);
+    unit[k] = 0;
+    if (*p) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(unit, units[i].unit)) {
+            double bytes = v * units[i].scale;
+            if (!(bytes >= 1) || bytes > 9.2e18) return -1;
+            *out = (int64_t)(bytes + 0.5);
+            return 0;
+        }
+    return -1;
+}

@@ -1,0 +1,168 @@
+/* Strategy equivalence: for ddp, zero1, zero2, zero3 and dp, 1 process with
+ * global batch 16 against 2 and 4 processes with 8 and 4 each (utrain train
+ * --nproc N, so the launcher is tested too; dp: 2 and 4 worker threads in one
+ * process), for the CNN and a tiny GPT-2: the loss at each of 20 steps and
+ * the final weights agree within 1e-5 with the plain single-process run, and
+ * two runs of the same strategy and world size are bit-identical. A second
+ * GPT-2 set combines every strategy with gradient accumulation, clipping
+ * that is active at every step (the global norm over shards), activation
+ * checkpointing and a warmup + cosine schedule. SGD with momentum keeps the weights linear in the gradients,
+ * so the different summation order over ranks stays at float rounding (AdamW
+ * divides by sqrt(v) and magnifies it wherever a gradient is near zero). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256];
+
+static const char *cnn_yaml =
+    "model: {name: cnn, dropout1: 0, dropout2: 0}\n"
+    "data: {name: idx_images, dev_size: 59000}\n";
+
+static char gpt2_yaml[1024];
+
+static const char *const strategies[] = {"ddp", "zero1", "zero2", "zero3"};
+#define NSTRAT ((int)(sizeof strategies / sizeof strategies[0]))
+
+/* Writes NAME.yml and runs it with strategy on nproc processes of batch
+ * 16/nproc/accum, with accum micro-batches per step. */
+static int train(const char *name, const char *model_data, const char *strategy, int nproc,
+                 int accum, const char *extra) {
+    char cfg[512], out[512], np[8], bs[64], st[64], ga[64];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "experiment_name: %s\noutput_dir: %s/runs\nseed: 3\n%s"
+            "train: {max_steps: 20, log_interval: 1, eval_strategy: \"no\", save_strategy: steps,\n"
+            "        save_interval: 20, save_total_limit: 0, progress: lines}\n"
+            "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+            "dist: {timeout_s: 120}\n",
+            name, tmp, model_data);
+    fclose(f);
+    snprintf(np, sizeof np, "%d", nproc);
+    snprintf(bs, sizeof bs, "train.batch_size=%d", 16 / nproc / accum);
+    snprintf(st, sizeof st, "dist.strategy=%s", strategy);
+    snprintf(ga, sizeof ga, "train.gradient_accumulation_steps=%d", accum);
+    /* extra: space-separated key=value settings */
+    char sets[512];
+    snprintf(sets, sizeof sets, "%s", extra);
+    const char *argv[32] = {"train", cfg, "--set", bs, "--set", st, "--set", ga, "--nproc", np};
+    int argc = 10;
+    for (char *tok = strtok(sets, " "); tok && argc < 30; tok = strtok(NULL, " ")) {
+        argv[argc++] = "--set";
+        argv[argc++] = tok;
+    }
+    argv[argc] = NULL;
+    int rc = tp_run(argv, out);
+    if (rc) {
+        char *s = tp_slurp(out);
+        fprintf(stderr, "  %s (%d processes) exited %d:\n%s\n", name, nproc, rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+static const char *path(const char *name, const char *leaf) {
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, name, leaf);
+    return buf[k];
+}
+
+static void compare(const char *ref, const char *other) {
+    double worst = 0;
+    for (int s = 1; s <= 20; s++) {
+        char a[64], b[64];
+        if (!tp_loss_at(path(ref, "metrics.jsonl"), "train", s, a, sizeof a) ||
+            !tp_loss_at(path(other, "metrics.jsonl"), "train", s, b, sizeof b)) {
+            CHECK(0, "%s vs %s: no loss at step %d", ref, other, s);
+            return;
+        }
+        worst = fmax(worst, fabs(atof(a) - atof(b)) / fabs(atof(a)));
+    }
+    CHECK(worst <= 1e-5, "%s vs %s: losses differ by %.3g relative", ref, other, worst);
+    double w = tp_weights_rel_diff(path(ref, "checkpoints/step_00000020.safetensors"),
+                                   path(other, "checkpoints/step_00000020.safetensors"));
+    CHECK(w >= 0 && w <= 1e-5, "%s vs %s: final weights differ by %.3g relative", ref, other, w);
+    printf("     %s vs %s: losses within %.2g, weights within %.2g\n", ref, other, worst, w);
+}
+
+/* The plain single-process run of a model against each strategy at 1, 2 and
+ * 4 ranks, and a repeat at 2. */
+static void check_model(const char *model, const char *yaml, int accum, const char *extra) {
+    char ref[64];
+    snprintf(ref, sizeof ref, "%s_ref", model);
+    if (train(ref, yaml, "ddp", 1, accum, extra)) {
+        CHECK(0, "%s: the single-process run finished", model);
+        return;
+    }
+    for (int k = 0; k < NSTRAT; k++) {
+        const char *s = strategies[k];
+        char n1[64], n2[64], n4[64], n2b[64];
+        snprintf(n1, sizeof n1, "%s_%s_1", model, s);
+        snprintf(n2, sizeof n2, "%s_%s_2", model, s);
+        snprintf(n4, sizeof n4, "%s_%s_4", model, s);
+        snprintf(n2b, sizeof n2b, "%s_%s_2_again", model, s);
+        /* & rather than &&: every run happens, so a failure shows all of them */
+        bool ok = !train(n1, yaml, s, 1, accum, extra) & !train(n2, yaml, s, 2, accum, extra) &
+                  !train(n4, yaml, s, 4, accum, extra) & !train(n2b, yaml, s, 2, accum, extra);
+        CHECK(ok, "%s %s: every run finished", model, s);
+        if (!ok) continue;
+        compare(ref, n1);
+        compare(ref, n2);
+        compare(ref, n4);
+        CHECK(tp_same_weights(path(n2, "checkpoints/step_00000020.safetensors"),
+                              path(n2b, "checkpoints/step_00000020.safetensors")),
+              "%s %s: two runs on 2 processes are bit-identical", model, s);
+        char *log = tp_slurp(path(n4, "logger_logs/training_3.log"));
+        CHECK(log && strstr(log, "step 20/20"), "%s %s: rank 3 writes its own log", model, s);
+        free(log);
+    }
+}
+
+static void test_cnn(void) { check_model("cnn", cnn_yaml, 1, ""); }
+static void test_gpt2(void) { check_model("gpt2", gpt2_yaml, 1, ""); }
+/* clipping below every step's norm, so the global norm over shards matters */
+static void test_gpt2_accum_clip_ckpt_cosine(void) {
+    check_model("gpt2acc", gpt2_yaml, 2,
+                "train.grad_clip=0.05 train.checkpoint_activations=true optim.schedule=cosine "
+                "optim.warmup_steps=3 optim.min_lr=0.005");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-ddp")) return 1;
+    /* oversubscribed ranks on a small machine: yield instead of busy-polling */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* under ASan: OpenMPI's own allocations are never freed; the library's
+     * leaks are checked by the single-process tests */
+    char asan[512];
+    const char *a = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    /* token shard for the GPT-2: the SST-2 sample text, byte level */
+    char shard[512], out[512];
+    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
+    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
+    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
+        return 1;
+    snprintf(gpt2_yaml, sizeof gpt2_yaml,
+             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 16}\n",
+             shard);
+    RUN(test_cnn);
+    RUN(test_gpt2);
+    RUN(test_gpt2_accum_clip_ckpt_cosine);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
