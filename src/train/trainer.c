@@ -353,6 +353,20 @@ static void show_progress(ut_trainer *t, double loss) {
                 per_step * (double)(t->total_steps - t->st.step));
 }
 
+/* This rank's model-state memory (the strategy's accounting) into its log:
+ * after the first step, when every buffer has been touched. */
+static void log_memory(ut_trainer *t) {
+    ut_dist_mem m;
+    ut_dist_memory(t->dist, &m);
+    const double mib = 1048576.0;
+    ut_note(&t->log,
+            "memory rank %d (%s): params %.3f MiB, grads %.3f MiB, optimizer %.3f MiB, total %.3f "
+            "MiB; peak params %.3f MiB, peak grads %.3f MiB\n",
+            t->rank, ut_dist_name(ut_dist_kind_of(t->dist)), m.params / mib, m.grads / mib,
+            m.optim / mib, (m.params + m.grads + m.optim) / mib, m.params_peak / mib,
+            m.grads_peak / mib);
+}
+
 /* ---- one optimizer step (after its micro-batches' backward passes) ---- */
 static int optimizer_step(ut_trainer *t) {
     double norm;
@@ -375,6 +389,7 @@ static int optimizer_step(ut_trainer *t) {
     }
     t->st.step++;
     t->steps_this_run++;
+    if (t->steps_this_run == 1) log_memory(t);
     return 0;
 }
 
