@@ -1,0 +1,279 @@
+/* `utrain plan` end to end: the planned total of ddp on one process against
+ * the peak resident memory of `utrain train` with the same config (within
+ * 15%, with activation checkpointing off and on), the strategy formulas
+ * exactly (world size 4, AdamW, SGD with and without momentum, dist.wrap,
+ * dist.reshard_after_forward), the fits column and summary, --device-memory
+ * sizes, and command-line errors (exit 2) and config errors (exit 1). */
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+#include "utrain/utrain.h"
+
+static char tmp[256], cfg[512];
+
+/* a small GPT-2 whose model state (params, grads, AdamW state: ~200 MB)
+ * outweighs its activations, on a token shard of random bytes; smaller under
+ * UT_TEST_QUICK (the sanitizer suite) */
+enum { V = 256, T = 64, BATCH = 4 };
+static int64_t L = 4, C = 512;
+
+static void write_files(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/train.bin", tmp);
+    FILE *f = fopen(path, "wb");
+    int32_t hdr[256] = {20240520, 1, 20000};
+    fwrite(hdr, sizeof hdr, 1, f);
+    uint32_t s = 12345;
+    for (int i = 0; i < hdr[2]; i++) {
+        s = s * 1664525u + 1013904223u;
+        uint16_t tok = (uint16_t)(s >> 24);
+        fwrite(&tok, 2, 1, f);
+    }
+    fclose(f);
+    snprintf(cfg, sizeof cfg, "%s/plan.yml", tmp);
+    f = fopen(cfg, "w");
+    fprintf(f,
+            "experiment_name: plan\noutput_dir: %s/runs\nseed: 1\nthreads: 1\n"
+            "model: {name: gpt2, n_layer: %lld, n_head: 8, n_embd: %lld, vocab_size: %d, block_size: %d}\n"
+            "data: {name: tokens, train_path: %s, seq_len: %d}\n"
+            "train: {max_steps: 3, batch_size: %d, log_interval: 1, eval_strategy: \"no\",\n"
+            "        save_strategy: \"no\", progress: \"off\"}\n"
+            "optim: {name: adamw, lr: 1.0e-3}\n",
+            tmp, (long long)L, (long long)C, V, T, path, T, BATCH);
+    fclose(f);
+}
+
+/* The number after "key": in the object "section": {...} (the whole text
+ * when section is NULL); -1 if absent, -2 for null. */
+static double json_num(const char *s, const char *section, const char *key) {
+    char want[96];
+    if (!s) return -1;
+    if (section) {
+        snprintf(want, sizeof want, "\"%s\": {", section);
+        if (!(s = strstr(s, want))) return -1;
+    }
+    snprintf(want, sizeof want, "\"%s\": ", key);
+    const char *p = strstr(s, want), *end = section ? strchr(s, '}') : NULL;
+    if (!p || (end && p > end)) return -1;
+    p += strlen(want);
+    if (!strncmp(p, "null", 4)) return -2;
+    if (!strncmp(p, "true", 4)) return 1;
+    if (!strncmp(p, "false", 5)) return 0;
+    return strtod(p, NULL);
+}
+
+/* Runs utrain with args; its output (malloc'd) into *out, exit code back. */
+static int run(const char *const *args, char **out) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.txt", tmp);
+    int rc = tp_run(args, path);
+    *out = tp_slurp(path);
+    return rc;
+}
+
+/* utrain train with the config (and one --set, if given); peak resident
+ * memory of the child in bytes, or -1 if it failed. */
+static double train_peak_rss(const char *set) {
+    char path[512], name[64];
+    static int k;
+    snprintf(name, sizeof name, "experiment_name=peak%d", k++);
+    snprintf(path, sizeof path, "%s/train.out", tmp);
+    pid_t pid = tp_spawn((const char *[]){"train", cfg, "--set", name, set ? "--set" : NULL, set, NULL}, path);
+    int st;
+    struct rusage ru;
+    if (wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        char *s = tp_slurp(path);
+        fprintf(stderr, "  utrain train failed: %s\n", s ? s : "");
+        free(s);
+        return -1;
+    }
+    return (double)ru.ru_maxrss * 1024;
+}
+
+static void test_plan_matches_measured_peak(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  skipped: resident memory under AddressSanitizer is not the program's\n");
+    return;
+#endif
+    if (test_quick()) {
+        printf("  skipped under UT_TEST_QUICK: the small model does not dominate the runtime\n");
+        return;
+    }
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "1", "--json", NULL}, &s);
+    CHECK(rc == 0, "plan exits 0: %s", s);
+    double planned = json_num(s, "ddp", "total"), planned_ck = json_num(s, "ddp", "total_checkpoint");
+    double act = json_num(s, NULL, "activation_bytes"), act_ck = json_num(s, NULL, "activation_checkpoint_bytes");
+    double state = json_num(s, "ddp", "params") + json_num(s, "ddp", "grads") + json_num(s, "ddp", "optimizer");
+    free(s);
+    CHECK(state > 2 * act, "model state %.0f should dominate activations %.0f", state, act);
+    CHECK(act_ck > 0 && act_ck < act, "checkpointing lowers activations: %.0f vs %.0f", act_ck, act);
+
+    double peak = train_peak_rss(NULL);
+    printf("  checkpointing off: planned %.1f MiB, measured peak RSS %.1f MiB (%+.1f%%)\n",
+           planned / 1048576, peak / 1048576, 100 * (peak - planned) / planned);
+    CHECK(peak > 0 && planned > 0 && fabs(peak - planned) <= 0.15 * peak,
+          "planned %.0f vs measured %.0f bytes: more than 15%% apart", planned, peak);
+
+    double peak_ck = train_peak_rss("train.checkpoint_activations=true");
+    printf("  checkpointing on:  planned %.1f MiB, measured peak RSS %.1f MiB (%+.1f%%)\n",
+           planned_ck / 1048576, peak_ck / 1048576, 100 * (peak_ck - planned_ck) / planned_ck);
+    CHECK(peak_ck > 0 && fabs(peak_ck - planned_ck) <= 0.15 * peak_ck,
+          "with checkpointing: planned %.0f vs measured %.0f bytes: more than 15%% apart", planned_ck, peak_ck);
+    CHECK(peak_ck < peak, "checkpointing lowers the peak: %.0f vs %.0f", peak_ck, peak);
+}
+
+static void test_formulas(void) {
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.bucket_mb=5", NULL}, &s);
+    CHECK(rc == 0, "plan exits 0: %s", s);
+    const int64_t block = 12LL * C * C + 13LL * C; /* ln_1, attn (c_attn, c_proj), ln_2, mlp */
+    const int64_t psi = L * block + (int64_t)V * C + (int64_t)T * C + 2 * C;
+    const int64_t S = ut_shard_size(psi, 4), buckets = 4 * psi < 10 << 20 ? 4 * psi : 10 << 20;
+    const int64_t gathered = 4 * 2 * block;
+    CHECK(json_num(s, NULL, "numel") == psi, "numel %.0f, expected %lld", json_num(s, NULL, "numel"), (long long)psi);
+    CHECK(json_num(s, NULL, "shard") == S, "shard %.0f vs %lld", json_num(s, NULL, "shard"), (long long)S);
+    CHECK(json_num(s, NULL, "optimizer_floats") == 2, "AdamW keeps 2 floats");
+    CHECK(json_num(s, NULL, "bucket_bytes") == buckets, "buckets %.0f", json_num(s, NULL, "bucket_bytes"));
+    CHECK(json_num(s, NULL, "gathered_bytes") == gathered, "gathered %.0f vs %lld (two blocks)",
+          json_num(s, NULL, "gathered_bytes"), (long long)gathered);
+    CHECK(strstr(s, "\"gathered_units\": \"h.0 + h.1\""), "units: %s", s);
+    double act = json_num(s, NULL, "activation_bytes"), act_ck = json_num(s, NULL, "activation_checkpoint_bytes");
+    double base = json_num(s, NULL, "runtime_bytes") + json_num(s, NULL, "dataset_bytes");
+    CHECK(act > 0 && base > 0 && json_num(s, NULL, "batch") == BATCH, "measured figures: %s", s);
+    struct { const char *name; int64_t params, grads, optim; int acts; } want[] = {
+        {"ddp", 4 * psi, 4 * psi, 8 * psi, 1},
+        {"zero1", 4 * psi, 4 * psi, 8 * S, 1},
+        {"zero2", 4 * psi, 4 * S + buckets, 8 * S, 1},
+        {"zero3", 4 * S + gathered, 4 * S + buckets, 8 * S, 1},
+        {"dp", 4 * psi * 4, 4 * psi * 4, 8 * psi, 4},
+    };
+    for (int i = 0; i < 5; i++) {
+        const char *n = want[i].name;
+        CHECK(json_num(s, n, "params") == want[i].params, "%s params %.0f vs %lld", n, json_num(s, n, "params"),
+              (long long)want[i].params);
+        CHECK(json_num(s, n, "grads") == want[i].grads, "%s grads %.0f vs %lld", n, json_num(s, n, "grads"),
+              (long long)want[i].grads);
+        CHECK(json_num(s, n, "optimizer") == want[i].optim, "%s optimizer %.0f vs %lld", n,
+              json_num(s, n, "optimizer"), (long long)want[i].optim);
+        CHECK(json_num(s, n, "activations") == want[i].acts * act, "%s activations", n);
+        CHECK(json_num(s, n, "activations_checkpoint") == want[i].acts * act_ck, "%s activations (ckpt)", n);
+        double state = (double)(want[i].params + want[i].grads + want[i].optim) + base;
+        CHECK(json_num(s, n, "total") == state + want[i].acts * act, "%s total", n);
+        CHECK(json_num(s, n, "total_checkpoint") == state + want[i].acts * act_ck, "%s total (ckpt)", n);
+        CHECK(json_num(s, n, "fits") == -2, "%s: no fits without --device-memory", n);
+    }
+    free(s);
+
+    /* SGD: 1 state float with momentum, none without; buckets capped at 4 Psi */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "optim.name=sgd", "--set",
+                              "optim.momentum=0.9", "--set", "dist.bucket_mb=1000", NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 1 && json_num(s, "zero3", "optimizer") == 4 * S &&
+              json_num(s, "ddp", "optimizer") == 4 * psi && json_num(s, NULL, "bucket_bytes") == 4 * psi,
+          "sgd with momentum: %s", s);
+    free(s);
+    /* dist.wrap: the two largest units of the policy; all of them without resharding */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.wrap=param", NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "gathered_bytes") == 2 * 4 * 4 * C * C &&
+              strstr(s, "\"gathered_units\": \"h.0.mlp.c_fc.weight + h.0.mlp.c_proj.weight\"") &&
+              json_num(s, "zero3", "params") == 4 * S + 2 * 4 * 4 * C * C,
+          "wrap param: %s", s);
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.reshard_after_forward=false",
+                              NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "gathered_bytes") == 4 * psi && json_num(s, "zero3", "params") == 4 * S + 4 * psi,
+          "no reshard after forward: %s", s);
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--json", "--set", "optim.name=sgd", NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 0 && json_num(s, "ddp", "optimizer") == 0 &&
+              json_num(s, NULL, "world_size") == 1,
+          "plain sgd, world size from the config (1): %s", s);
+    free(s);
+}
+
+static void test_fits(void) {
+    const char *names[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", NULL}, &s);
+    CHECK(rc == 0, "plan exits 0: %s", s);
+    /* a size every strategy but dp fits in (dp holds 4 replicas and 4 micro-batches) */
+    double most = 0;
+    for (int i = 0; i < 4; i++) most = fmax(most, json_num(s, names[i], "total"));
+    long long mib = (long long)(most / 1048576) + 2;
+    CHECK(json_num(s, "dp", "total_checkpoint") > mib * 1048576.0, "dp should not fit in %lld MiB: %s", mib, s);
+    free(s);
+    char size[32], want[128];
+    snprintf(size, sizeof size, "%lldMiB", mib);
+    snprintf(want, sizeof want, "\nfits in %lld.0 MiB per rank: ddp, zero1, zero2, zero3\n", mib);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--device-memory", size, NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "fits (ckpt)") && strstr(s, want), "table and summary (%s): %s", want, s);
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--device-memory", "0.2GB", "--json", NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "device_memory") == 2e8, "device memory in JSON: %s", s);
+    for (int i = 0; i < 5 && s; i++) {
+        const char *n = names[i];
+        CHECK(json_num(s, n, "fits") == (json_num(s, n, "total") <= 2e8), "%s fits", n);
+        CHECK(json_num(s, n, "fits_checkpoint") == (json_num(s, n, "total_checkpoint") <= 2e8), "%s fits (ckpt)", n);
+    }
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "2", "--device-memory", "1MiB", NULL}, &s);
+    CHECK(rc == 0 && strstr(s, "fits in 1.0 MiB per rank: none, not even with activation checkpointing"), "%s", s);
+    free(s);
+}
+
+static void test_sizes(void) {
+    struct { const char *s; int64_t want; } ok[] = {
+        {"80GiB", 80LL << 30}, {"512MiB", 512LL << 20}, {"1.5GB", 1500000000LL}, {"123456", 123456},
+        {"2 tib", 2LL << 40},  {"64kb", 64000},         {"100B", 100},          {".5KiB", 512},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t v = -1;
+        CHECK(ut_parse_bytes(ok[i].s, &v) == 0 && v == ok[i].want, "'%s' -> %lld", ok[i].s, (long long)v);
+    }
+    const char *bad[] = {"", "GiB", "-1GB", "0", "80XB", "1e9", "12 GiB x", "0x10", "inf", "1.2.3MB"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v = 0;
+        CHECK(ut_parse_bytes(bad[i], &v) == -1, "'%s' should be refused", bad[i]);
+    }
+}
+
+static void test_errors(void) {
+    struct { const char *args[8]; int code; const char *msg; } cases[] = {
+        {{"plan", cfg, "--world-size", "0", NULL}, 2, "--world-size needs a rank count >= 1, got '0'"},
+        {{"plan", cfg, "--world-size", "four", NULL}, 2, "got 'four'"},
+        {{"plan", cfg, "--world-size", NULL}, 2, "--world-size needs a rank count"},
+        {{"plan", cfg, "--device-memory", "80XB", NULL}, 2, "--device-memory: cannot read '80XB' as a size"},
+        {{"plan", cfg, "--frobnicate", NULL}, 2, "unexpected argument '--frobnicate'"},
+        {{"plan", "--json", NULL}, 2, "a config file is needed"},
+        {{"plan", cfg, "--set", "train.batch_sise=3", NULL}, 1, "train.batch_sise"},
+        {{"plan", cfg, "--set", "optim.name=lion", NULL}, 1, "optim.name"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *s;
+        int rc = run(cases[i].args, &s);
+        CHECK(rc == cases[i].code && s && strstr(s, cases[i].msg), "case %zu: exit %d (want %d), output: %s", i, rc,
+              cases[i].code, s);
+        free(s);
+    }
+    char *s;
+    CHECK(run((const char *[]){"plan", "--help", NULL}, &s) == 0 && strstr(s, "--device-memory SIZE"), "help: %s", s);
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (test_quick()) L = 2, C = 128;
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-plan")) return 1;
+    write_files();
+    RUN(test_sizes);
+    RUN(test_errors);
+    RUN(test_formulas);
+    RUN(test_fits);
+    RUN(test_plan_matches_measured_peak);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
