@@ -170,6 +170,16 @@ static int set_optimizer(ut_trainer *t) {
     return 0;
 }
 
+/* What a checkpoint must agree with to be resumed: the hashed configuration
+ * keys and the global batch (examples per optimizer step), so a run may go on
+ * with another world size, per-process batch or accumulation, and another
+ * strategy, as long as each step sees the same examples. */
+static uint64_t run_hash(const ut_trainer *t) {
+    uint64_t g = (uint64_t)(t->cfg->batch_size * t->world * t->accum_steps);
+    uint64_t h = ut_config_hash(t->cfg) ^ (g * 0x9e3779b97f4a7c15ULL);
+    return h ^ (h >> 29);
+}
+
 /* An optimizer over the whole flat buffer, for reading a checkpoint. */
 static ut_optim *full_optimizer(ut_trainer *t) {
     ut_params *p = &t->m->params;
@@ -197,11 +207,15 @@ static int resume(ut_trainer *t) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
             continue;
         }
-        if (st.config_hash != ut_config_hash(t->cfg)) {
+        if (st.config_hash != run_hash(t)) {
             snprintf(t->err, sizeof t->err,
                      "%s was written by a run with a different configuration (hash %016llx, this "
-                     "one %016llx): resume needs the same model, data and optimizer settings",
-                     path, (unsigned long long)st.config_hash, (unsigned long long)ut_config_hash(t->cfg));
+                     "one %016llx): resume needs the same model, data and optimizer settings and "
+                     "the same global batch (this run's: %lld = batch_size %lld x %d processes x "
+                     "%lld accumulation steps)",
+                     path, (unsigned long long)st.config_hash, (unsigned long long)run_hash(t),
+                     (long long)(t->cfg->batch_size * t->world * t->accum_steps),
+                     (long long)t->cfg->batch_size, t->world, (long long)t->accum_steps);
             return -1;
         }
         t->st = st;
@@ -261,7 +275,7 @@ static int save(ut_trainer *t) {
     snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
     memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
-    t->st.config_hash = ut_config_hash(t->cfg);
+    t->st.config_hash = run_hash(t);
     t->last_saved_step = t->st.step;
     /* a sharded strategy gathers the whole state first (every rank takes part) */
     bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
@@ -567,7 +581,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->comm = ut_comm_world();
     t->rank = ut_comm_rank(t->comm);
     t->world = ut_comm_size(t->comm);
-    if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err))
+    uint64_t batch = (uint64_t)c->batch_size << 32 ^ (uint64_t)c->gradient_accumulation_steps;
+    if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err) ||
+        ut_comm_check_same(t->comm, batch, "train.batch_size / gradient_accumulation_steps", t->err,
+                           sizeof t->err))
         return -1;
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))

@@ -80,13 +80,15 @@ bool tp_same_weights(const char *a, const char *b) {
     return same;
 }
 
-double tp_weights_rel_diff(const char *a, const char *b) {
+double tp_weights_rel_diff(const char *a, const char *b) { return tp_tensors_rel_diff(a, b, "model."); }
+
+double tp_tensors_rel_diff(const char *a, const char *b, const char *prefix) {
     char err[512];
     ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
     double worst = fa && fb ? 0 : -1;
     for (int i = 0; worst >= 0 && i < ut_st_count(fa); i++) {
         const char *name = ut_st_name(fa, i);
-        if (strncmp(name, "model.", 6)) continue;
+        if (strncmp(name, prefix, strlen(prefix))) continue;
         const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
         if (!y || y->nbytes != x->nbytes) {
             worst = -1;

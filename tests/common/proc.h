@@ -28,6 +28,8 @@ int tp_finish(int rc, const char *dir);
 bool tp_same_weights(const char *a, const char *b);
 /* Largest over "model.*" tensors of ||a - b|| / ||a|| (L2); -1 if unreadable. */
 double tp_weights_rel_diff(const char *a, const char *b);
+/* The same over the tensors whose names start with prefix ("optim."). */
+double tp_tensors_rel_diff(const char *a, const char *b, const char *prefix);
 /* The "loss" text of metrics.jsonl's line for (split, step). */
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
 #endif
