@@ -179,17 +179,20 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     p->runtime_bytes = resident_bytes();
 
-    /* the datasets training opens (train and dev); a text vocabulary is
-     * written into a temporary directory instead of the run directory */
+    /* the datasets training opens (train and dev); a text vocabulary, which
+     * training saves in the run directory, goes to a temporary one instead */
     char tmp[] = "/tmp/utrain-plan-XXXXXX", vocab[64];
-    if (!mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
-    snprintf(vocab, sizeof vocab, "%s/vocab.txt", tmp);
+    bool text = !strcmp(cfg->data_name, "tsv_text");
+    if (text && !mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
     ut_dataset *train = NULL, *dev = NULL;
     ut_model *m = NULL;
     void *x = NULL, *y = NULL;
     int rc = ut_datasets_open(cfg, tmp, &train, &dev, NULL, err, n);
-    unlink(vocab);
-    rmdir(tmp);
+    if (text) {
+        snprintf(vocab, sizeof vocab, "%s/vocab.txt", tmp);
+        unlink(vocab);
+        rmdir(tmp);
+    }
     if (rc) goto done;
     int64_t rss = resident_bytes() - p->runtime_bytes;
     p->dataset_bytes = rss > 0 ? rss : 0;
