@@ -136,7 +136,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
  *   zero3    4 S + gathered      4 S + buckets      4 K S
  *   dp       4 Psi N             4 Psi N            4 K Psi      (one process, N workers)
  * buckets: gradient buckets in flight, 2 x dist.bucket_mb MiB at most 4 Psi;
- * gathered: the two largest ZeRO-3 units of the dist.wrap policy (all of them,
+ * gathered: the three largest ZeRO-3 units of the dist.wrap policy (all of them,
  * 4 Psi, with dist.reshard_after_forward false).
  * Activations are measured, not estimated: the model is built from the config,
  * one forward + backward of the first training micro-batch (train.batch_size
@@ -160,7 +160,7 @@ typedef struct {
     int optim_floats;           /* K */
     int64_t batch;              /* examples in the measured micro-batch */
     int64_t bucket_bytes;       /* zero2/zero3 gradient buckets in flight */
-    int64_t gathered_bytes;     /* zero3: the two largest units, gathered */
+    int64_t gathered_bytes;     /* zero3: the three largest units, gathered */
     char wrap[16];              /* dist.wrap: the zero3 unit policy */
     char gathered_units[128];   /* the units' names, "h.0 + h.1" */
     int64_t runtime_bytes;      /* VmRSS before the datasets and the model */

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,7 +87,8 @@ static int load_config(cli_run *r, int argc, char **argv, bool allow_ckpt, bool 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
-        if ((!strcmp(a, "--set") || !strcmp(a, "--nproc")) && has_val) i++;
+        if ((!strcmp(a, "--set") || !strcmp(a, "--nproc") || !strcmp(a, "--max-restarts")) && has_val)
+            i++;
         else if (!strcmp(a, "--checkpoint") && allow_ckpt && has_val) r->checkpoint = argv[++i];
         else if (a[0] == '-' || file) {
             fprintf(stderr, "utrain: unexpected argument '%s'%s\n", a,
@@ -124,9 +126,30 @@ static bool under_launcher(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+/* Runs the job and waits for it; 128 + signal if it was killed. */
+static int run_job(const char *const *args) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return UT_EXIT_ERROR;
+    if (pid == 0) {
+        execvp(args[0], (char **)args);
+        fprintf(stderr, "utrain: cannot start %s: %s (apt-get install openmpi-bin)\n", args[0],
+                strerror(errno));
+        _exit(UT_EXIT_ERROR);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return UT_EXIT_ERROR;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* Re-runs this command as nproc ranks: mpirun -np N ... utrain ARGS (without
- * --nproc). Each rank gets cores/nproc OpenMP threads unless threads are set. */
-static int launch(int nproc, int argc, char **argv, const ut_config *cfg) {
+ * --nproc and --max-restarts). Each rank gets cores/nproc OpenMP threads
+ * unless threads are set. A job that fails (a rank crashed or was killed, or
+ * a timeout ended it) is started again up to max_restarts times, resuming
+ * from the newest checkpoint that loads (continue_training); a stop by
+ * signal (exit 75) or a usage error is not retried. */
+static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_config *cfg) {
     static char exe[1024], np[16], threads[64];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
@@ -142,19 +165,48 @@ static int launch(int nproc, int argc, char **argv, const ut_config *cfg) {
     int n = 8;
     if (geteuid() == 0) args[n++] = "--allow-run-as-root";
     args[n++] = exe;
-    for (int i = 0; i < argc && n < 126; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
+    for (int i = 0; i < argc && n < 124; i++) {
+        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
             i++;
             continue;
         }
         args[n++] = argv[i];
     }
     args[n] = NULL;
-    fflush(NULL);
-    execvp("mpirun", (char **)args);
-    fprintf(stderr, "utrain: cannot start mpirun for %d processes: %s (apt-get install openmpi-bin)\n",
-            nproc, strerror(errno));
-    return UT_EXIT_ERROR;
+    if (max_restarts == 0) {
+        fflush(NULL);
+        execvp("mpirun", (char **)args);
+        fprintf(stderr, "utrain: cannot start mpirun for %d processes: %s (apt-get install openmpi-bin)\n",
+                nproc, strerror(errno));
+        return UT_EXIT_ERROR;
+    }
+    int rc = run_job(args);
+    for (int k = 1; k <= max_restarts && rc != 0 && rc != UT_EXIT_PREEMPTED && rc != UT_EXIT_USAGE; k++) {
+        fprintf(stderr, "utrain: the job failed (exit %d); restart %d of %d from the newest checkpoint\n",
+                rc, k, max_restarts);
+        if (k == 1) { /* later attempts resume */
+            args[n++] = "--set";
+            args[n++] = "continue_training=true";
+            args[n] = NULL;
+        }
+        rc = run_job(args);
+    }
+    return rc;
+}
+
+/* --max-restarts K from the command line, 0 if absent, -1 if bad. */
+static int take_max_restarts(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--max-restarts")) {
+            char *end;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || *end || v < 0 || v > 1000) {
+                fprintf(stderr, "utrain: --max-restarts needs a count (0 to 1000)\n");
+                return -1;
+            }
+            return (int)v;
+        }
+    return 0;
 }
 
 /* --nproc N from the command line (removed from argv), 0 if absent, -1 if bad. */
@@ -181,8 +233,8 @@ static int run_mode(cli_run *r, const char *force_mode) {
 /* Loads the config; starts the ranks if asked to and not yet under a
  * launcher; otherwise sets up this rank's communicator and runs. */
 static int run_command(int argc, char **argv, const char *force_mode, bool test_args) {
-    int nproc = take_nproc(argc, argv);
-    if (nproc < 0) return UT_EXIT_USAGE;
+    int nproc = take_nproc(argc, argv), restarts = take_max_restarts(argc, argv);
+    if (nproc < 0 || restarts < 0) return UT_EXIT_USAGE;
     cli_run r;
     int rc = load_config(&r, argc, argv, test_args, test_args);
     if (rc) {
@@ -190,8 +242,8 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         return rc;
     }
     if (!nproc) nproc = (int)r.cfg.nproc_per_node;
-    if (nproc > 1 && !under_launcher()) {
-        rc = launch(nproc, argc, argv, &r.cfg);
+    if ((nproc > 1 || restarts > 0) && !under_launcher()) {
+        rc = launch(nproc, restarts, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }

@@ -36,7 +36,7 @@ static int optim_floats(const ut_config *c, char *err, size_t n) {
     return k == UT_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
 }
 
-/* The ZeRO-3 units of the policy: the two largest, their bytes and names. */
+/* The ZeRO-3 units of the policy: the three largest, their bytes and names. */
 static int largest_units(const ut_params *p, const char *policy, ut_plan *pl, char *err, size_t n) {
     int *unit_of = ut_malloc_check(sizeof(int) * (size_t)(p->n ? p->n : 1));
     int units = ut_wrap_units(p, policy, unit_of, err, n);
@@ -50,15 +50,20 @@ static int largest_units(const ut_params *p, const char *policy, ut_plan *pl, ch
         size[unit_of[i]] += p->segs[i].numel;
         first[unit_of[i]] = i;
     }
-    int best[2] = {-1, -1};
-    for (int u = 0; u < units; u++) {
-        if (best[0] < 0 || size[u] > size[best[0]]) best[1] = best[0], best[0] = u;
-        else if (best[1] < 0 || size[u] > size[best[1]]) best[1] = u;
-    }
+    /* the three largest: two in use (an op may read two units) and the
+     * next one, prefetched (src/dist/strategy.c) */
+    int best[3] = {-1, -1, -1};
+    for (int u = 0; u < units; u++)
+        for (int j = 0; j < 3; j++)
+            if (best[j] < 0 || size[u] > size[best[j]]) {
+                for (int q = 2; q > j; q--) best[q] = best[q - 1];
+                best[j] = u;
+                break;
+            }
     pl->gathered_bytes = 0;
     pl->gathered_units[0] = 0;
     size_t k = 0;
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < 3; j++) {
         if (best[j] < 0) continue;
         pl->gathered_bytes += 4 * size[best[j]];
         /* a unit's name: its first parameter's name up to the unit key */

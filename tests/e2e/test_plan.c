@@ -134,14 +134,17 @@ static void test_formulas(void) {
     const int64_t block = 12LL * C * C + 13LL * C; /* ln_1, attn (c_attn, c_proj), ln_2, mlp */
     const int64_t psi = L * block + (int64_t)V * C + (int64_t)T * C + 2 * C;
     const int64_t S = ut_shard_size(psi, 4), buckets = 4 * psi < 10 << 20 ? 4 * psi : 10 << 20;
-    const int64_t gathered = 4 * 2 * block;
+    /* the three largest units: two blocks and a third block, or wte when there are two */
+    const int64_t third = L > 2 ? block : (int64_t)V * C;
+    const int64_t gathered = 4 * (2 * block + third);
     CHECK(json_num(s, NULL, "numel") == psi, "numel %.0f, expected %lld", json_num(s, NULL, "numel"), (long long)psi);
     CHECK(json_num(s, NULL, "shard") == S, "shard %.0f vs %lld", json_num(s, NULL, "shard"), (long long)S);
     CHECK(json_num(s, NULL, "optimizer_floats") == 2, "AdamW keeps 2 floats");
     CHECK(json_num(s, NULL, "bucket_bytes") == buckets, "buckets %.0f", json_num(s, NULL, "bucket_bytes"));
-    CHECK(json_num(s, NULL, "gathered_bytes") == gathered, "gathered %.0f vs %lld (two blocks)",
+    CHECK(json_num(s, NULL, "gathered_bytes") == gathered, "gathered %.0f vs %lld (three units)",
           json_num(s, NULL, "gathered_bytes"), (long long)gathered);
-    CHECK(strstr(s, "\"gathered_units\": \"h.0 + h.1\""), "units: %s", s);
+    CHECK(strstr(s, L > 2 ? "\"gathered_units\": \"h.0 + h.1 + h.2\"" : "\"gathered_units\": \"h.0 + h.1 + wte\""),
+          "units: %s", s);
     double act = json_num(s, NULL, "activation_bytes"), act_ck = json_num(s, NULL, "activation_checkpoint_bytes");
     double base = json_num(s, NULL, "runtime_bytes") + json_num(s, NULL, "dataset_bytes");
     CHECK(act > 0 && base > 0 && json_num(s, NULL, "batch") == BATCH, "measured figures: %s", s);
@@ -176,11 +179,12 @@ static void test_formulas(void) {
               json_num(s, "ddp", "optimizer") == 4 * psi && json_num(s, NULL, "bucket_bytes") == 4 * psi,
           "sgd with momentum: %s", s);
     free(s);
-    /* dist.wrap: the two largest units of the policy; all of them without resharding */
+    /* dist.wrap: the three largest units of the policy; all of them without resharding */
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.wrap=param", NULL}, &s);
-    CHECK(rc == 0 && json_num(s, NULL, "gathered_bytes") == 2 * 4 * 4 * C * C &&
-              strstr(s, "\"gathered_units\": \"h.0.mlp.c_fc.weight + h.0.mlp.c_proj.weight\"") &&
-              json_num(s, "zero3", "params") == 4 * S + 2 * 4 * 4 * C * C,
+    CHECK(rc == 0 && json_num(s, NULL, "gathered_bytes") == 3 * 4 * 4 * C * C &&
+              strstr(s, "\"gathered_units\": \"h.0.mlp.c_fc.weight + h.0.mlp.c_proj.weight + "
+                        "h.1.mlp.c_fc.weight\"") &&
+              json_num(s, "zero3", "params") == 4 * S + 3 * 4 * 4 * C * C,
           "wrap param: %s", s);
     free(s);
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.reshard_after_forward=false",
