@@ -1,0 +1,204 @@
+/* Failures under MPI, through the trainer: a rank killed with SIGKILL in the
+ * middle of a run ends every rank within dist.timeout_s with a non-zero exit
+ * naming the rank, and no process is left behind; with --max-restarts 1 the
+ * job starts again from its newest checkpoint and finishes with the same
+ * final weights, bit for bit, as a run that was never interrupted; ranks
+ * started with different configurations stop at start-up with a message
+ * instead of hanging. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256], shard[512];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void write_cfg(const char *name, int n_embd, int max_steps) {
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "experiment_name: %s\noutput_dir: %s/runs\nseed: 9\nthreads: 1\n"
+            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: %d, vocab_size: 256, block_size: 16}\n"
+            "data: {name: tokens, train_path: %s, seq_len: 16}\n"
+            "train: {max_steps: %d, batch_size: 4, log_interval: 1, eval_strategy: \"no\",\n"
+            "        save_strategy: steps, save_interval: 10, save_total_limit: 0, progress: lines}\n"
+            "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+            "dist: {timeout_s: 5}\n",
+            name, tmp, n_embd, shard, max_steps);
+    fclose(f);
+}
+
+/* Reads a whole /proc file (NULs kept) into buf; returns its length. */
+static size_t read_proc(const char *pid, const char *leaf, char *buf, size_t n) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/%s", pid, leaf);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t k = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    return k;
+}
+
+static bool has(const char *buf, size_t len, const char *s) {
+    for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
+        if (strstr(buf + i, s)) return true;
+    return false;
+}
+
+/* The pid of the utrain rank `rank` running cfg (0 if none), or with rank -1,
+ * of any process whose command line names cfg. */
+static pid_t find_process(const char *cfg, int rank) {
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    char want[64], *cmd = malloc(1 << 16), *env = malloc(1 << 20);
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || atoi(e->d_name) == getpid()) continue;
+        size_t n = read_proc(e->d_name, "cmdline", cmd, 1 << 16);
+        if (!n || !has(cmd, n, cfg)) continue;
+        if (rank < 0) {
+            found = atoi(e->d_name);
+            break;
+        }
+        if (strstr(cmd, "mpirun")) continue;
+        size_t m = read_proc(e->d_name, "environ", env, 1 << 20);
+        for (size_t i = 0; i < m; i += strlen(env + i) + 1)
+            if (!strcmp(env + i, want)) found = atoi(e->d_name);
+    }
+    if (d) closedir(d);
+    free(cmd);
+    free(env);
+    return found;
+}
+
+/* Waits until rank 1's log shows step `step` (or 60 s pass). */
+static bool wait_for_step(const char *name, int step) {
+    char path[700], want[64];
+    snprintf(path, sizeof path, "%s/runs/%s/logger_logs/training_1.log", tmp, name);
+    snprintf(want, sizeof want, "step %d/", step);
+    for (double t0 = now_s(); now_s() - t0 < 60; usleep(5000)) {
+        char *s = tp_slurp(path);
+        bool ok = s && strstr(s, want);
+        free(s);
+        if (ok) return true;
+    }
+    return false;
+}
+
+/* Starts NAME on 2 ranks, kills rank 1 with SIGKILL at step 25; returns the
+ * job's exit code and its seconds from the kill to the end. */
+static int run_and_kill(const char *name, const char *restarts, double *secs) {
+    char cfg[512], out[512];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    const char *args[] = {"train", cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
+    pid_t job = tp_spawn(args, out);
+    bool reached = wait_for_step(name, 25);
+    CHECK(reached, "%s: rank 1 reached step 25", name);
+    pid_t victim = reached ? find_process(cfg, 1) : 0;
+    CHECK(victim > 0, "%s: rank 1's process found", name);
+    if (victim > 0) kill(victim, SIGKILL);
+    double t0 = now_s();
+    int rc = tp_wait(job);
+    *secs = now_s() - t0;
+    return rc;
+}
+
+static void test_killed_rank_ends_the_job(void) {
+    write_cfg("killed", 32, 100000);
+    double secs;
+    int rc = run_and_kill("killed", NULL, &secs);
+    char out[512], cfg[512];
+    snprintf(out, sizeof out, "%s/killed.out", tmp);
+    snprintf(cfg, sizeof cfg, "%s/killed.yml", tmp);
+    char *s = tp_slurp(out);
+    CHECK(rc != 0, "the job fails (exit %d)", rc);
+    CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
+    CHECK(s && strstr(s, "rank 1"), "the message names rank 1:\n%s", s ? s : "");
+    usleep(200000);
+    CHECK(find_process(cfg, -1) == 0, "no process of the job is left");
+    printf("     ended %.2f s after the kill, exit %d\n", secs, rc);
+    free(s);
+}
+
+static void test_max_restarts_finishes_the_run(void) {
+    write_cfg("whole", 32, 60);
+    write_cfg("restarted", 32, 60);
+    char cfg[512], out[512];
+    snprintf(cfg, sizeof cfg, "%s/whole.yml", tmp);
+    snprintf(out, sizeof out, "%s/whole.out", tmp);
+    int rc = tp_run((const char *[]){"train", cfg, "--nproc", "2", NULL}, out);
+    CHECK(rc == 0, "the uninterrupted run finishes");
+    double secs;
+    rc = run_and_kill("restarted", "1", &secs);
+    snprintf(out, sizeof out, "%s/restarted.out", tmp);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0, "the restarted job finishes (exit %d):\n%s", rc, s ? s : "");
+    CHECK(s && strstr(s, "restart 1 of 1") && strstr(s, "Resuming from"),
+          "it says it restarted and resumed");
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/runs/whole/checkpoints/step_00000060.safetensors", tmp);
+    snprintf(b, sizeof b, "%s/runs/restarted/checkpoints/step_00000060.safetensors", tmp);
+    CHECK(tp_same_weights(a, b), "the final weights equal the uninterrupted run's, bit for bit");
+    free(s);
+}
+
+static void test_mismatched_configs_are_reported(void) {
+    write_cfg("small", 32, 20);
+    write_cfg("big", 64, 20);
+    char a[512], b[512], out[512];
+    snprintf(a, sizeof a, "%s/small.yml", tmp);
+    snprintf(b, sizeof b, "%s/big.yml", tmp);
+    snprintf(out, sizeof out, "%s/mismatch.out", tmp);
+    /* rank 0 gets one config, rank 1 the other (OpenMPI's MPMD form) */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe --bind-to none %s -np 1 %s train %s : -np 1 %s train %s "
+             "--set experiment_name=small > %s 2>&1",
+             geteuid() == 0 ? "--allow-run-as-root" : "", tp_program(), a, tp_program(), b, out);
+    double t0 = now_s();
+    int rc = system(cmd);
+    double secs = now_s() - t0;
+    char *s = tp_slurp(out);
+    CHECK(rc != 0, "the job fails");
+    CHECK(secs < 10, "at start-up (%.1f s), not at the timeout", secs);
+    CHECK(s && strstr(s, "differs between ranks") && strstr(s, "rank 1 has"),
+          "the message says which rank differs:\n%s", s ? s : "");
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-failures")) return 1;
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    char asan[512];
+    const char *a = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    char out[512];
+    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
+    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
+    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
+        return 1;
+    RUN(test_killed_rank_ends_the_job);
+    RUN(test_max_restarts_finishes_the_run);
+    RUN(test_mismatched_configs_are_reported);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
