@@ -180,7 +180,68 @@ static void set_model_opt(ut_config *c, const char *name, const char *v) {
     ut_free(buf);
 }
 
+// --- the seed trainers' distributed flags
+
+static bool truthy(const char *v, int *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0") || !strcmp(v, "no")) *out = 0;
+    else return false;
+    return true;
+}
+
+/* Flags of other trainers (the seed's is_distributed, fairscale, Hugging
+ * Face's sharded_ddp / fsdp, DeepSpeed's stage) mapped onto dist.strategy, or
+ * refused with what to write instead. 1: handled (*strategy set, or "" for
+ * nothing to do), 0: not such a flag, -1: refused (err). */
+static int seed_flag(const char *key, const char *v, const char **strategy, char *err, size_t n) {
+    static const struct { const char *key, *on; } bools[] = {
+        {"is_distributed", "ddp"}, {"fairscale_oss", "zero1"}, {"fairscale_sdp", "zero2"},
+        {"fairscale_fsdp", "zero3"}};
+    static const struct { const char *key, *value, *strategy; } values[] = {
+        {"sharded_ddp", "simple", "zero2"},     {"sharded_ddp", "zero_dp_2", "zero2"},
+        {"sharded_ddp", "zero_dp_3", "zero3"},  {"fsdp", "full_shard", "zero3"},
+        {"fsdp", "shard_grad_op", "zero2"},     {"fsdp", "no_shard", "ddp"},
+        {"zero_stage", "0", "ddp"},             {"zero_stage", "1", "zero1"},
+        {"zero_stage", "2", "zero2"},           {"zero_stage", "3", "zero3"}};
+    *strategy = "";
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+        if (strcmp(key, bools[i].key)) continue;
+        int on;
+        if (!truthy(v, &on))
+            return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
+        if (on) *strategy = bools[i].on;
+        return 1; /* false: nothing to do (the world size comes from the launcher) */
+    }
+    bool known = false;
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        if (strcmp(key, values[i].key)) continue;
+        known = true;
+        if (!strcmp(v, values[i].value)) {
+            *strategy = values[i].strategy;
+            return 1;
+        }
+    }
+    if (known)
+        return ut_errorf(err, n,
+                         "%s: '%s' has no utrain equivalent (dist.strategy: ddp, zero1, zero2, zero3 "
+                         "or dp; see docs/distributed.md)",
+                         key, v);
+    if (!strcmp(key, "deepspeed"))
+        return ut_errorf(err, n, "deepspeed: utrain does not read DeepSpeed configs; set "
+                                 "dist.strategy: zero1, zero2 or zero3 instead");
+    if (!strcmp(key, "local_rank") || !strcmp(key, "world_size") || !strcmp(key, "rank"))
+        return ut_errorf(err, n,
+                         "%s: ranks and the world size come from the launcher (mpirun, srun) or "
+                         "--nproc N / dist.nproc_per_node, not from the config",
+                         key);
+    return 0;
+}
+
 int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, size_t n) {
+    const char *strategy;
+    int sf = seed_flag(key, value, &strategy, err, n);
+    if (sf < 0) return -1;
+    if (sf > 0) return *strategy ? ut_cfg_assign(c, "dist.strategy", strategy, err, n) : 0;
     const char *canon = ut_cfg_resolve(key);
     if (ut_cfg_is_model_opt(canon)) {
         set_model_opt(c, canon + strlen("model."), value);

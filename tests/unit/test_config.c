@@ -298,6 +298,32 @@ static void test_aliases(void) {
     ut_config_free(&c);
 }
 
+/* Other trainers' distributed flags map onto dist.strategy or are refused. */
+static void test_seed_dist_flags(void) {
+    const struct { const char *set, *strategy; } ok[] = {
+        {"is_distributed=true", "ddp"},       {"fairscale_oss=true", "zero1"},
+        {"fairscale_sdp=true", "zero2"},      {"fairscale_fsdp=true", "zero3"},
+        {"sharded_ddp=zero_dp_3", "zero3"},   {"fsdp=shard_grad_op", "zero2"},
+        {"zero_stage=1", "zero1"},            {"is_distributed=false", "zero2"}};
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "dist.strategy=zero2", err, sizeof err) == 0, "%s", err);
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        if (i == 7) ut_config_set(&c, "dist.strategy=zero2", err, sizeof err);
+        CHECK(ut_config_set(&c, ok[i].set, err, sizeof err) == 0 && !strcmp(c.dist_strategy, ok[i].strategy),
+              "%s -> %s (got %s, %s)", ok[i].set, ok[i].strategy, c.dist_strategy, err);
+    }
+    CHECK(load_text(&c, "fairscale_fsdp: true\n") == 0 && !strcmp(c.dist_strategy, "zero3"), "in YAML: %s", err);
+    ut_config_free(&c);
+    check_set_error("fsdp=offload", "--set: fsdp: 'offload' has no utrain equivalent (dist.strategy: ddp, "
+                                    "zero1, zero2, zero3 or dp; see docs/distributed.md)");
+    check_set_error("is_distributed=maybe", "--set: is_distributed: expected true or false, got 'maybe'");
+    check_set_error("deepspeed=ds.json", "--set: deepspeed: utrain does not read DeepSpeed configs; set "
+                                         "dist.strategy: zero1, zero2 or zero3 instead");
+    check_set_error("local_rank=1", "--set: local_rank: ranks and the world size come from the launcher "
+                                    "(mpirun, srun) or --nproc N / dist.nproc_per_node, not from the config");
+}
+
 static void test_greater_is_better(void) {
     ut_config c;
     ut_config_init(&c);
@@ -455,6 +481,7 @@ int main(int argc, char **argv) {
     RUN(test_set);
     RUN(test_model_options);
     RUN(test_aliases);
+    RUN(test_seed_dist_flags);
     RUN(test_greater_is_better);
     RUN(test_validate);
     RUN(test_round_trip);
