@@ -241,6 +241,10 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         ut_config_free(&r.cfg);
         return rc;
     }
+    if (!strcmp(r.cfg.dist_strategy, "dp")) { /* one process: N worker threads, not N ranks */
+        if (nproc) r.cfg.nproc_per_node = nproc;
+        nproc = 1;
+    }
     if (!nproc) nproc = (int)r.cfg.nproc_per_node;
     if ((nproc > 1 || restarts > 0) && !under_launcher()) {
         rc = launch(nproc, restarts, argc, argv, &r.cfg);

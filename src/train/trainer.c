@@ -54,11 +54,26 @@ typedef struct {
     ut_eval_result dev;
 } epoch_row;
 
+/* dp: a worker's own model copy, context, share of each batch and results. */
+typedef struct replica {
+    ut_model *m;
+    ut_ctx *ctx;
+    ut_sampler sampler;
+    ut_loader *loader;
+    ut_batch b;
+    accum acc;
+    double loss;
+    int rc;
+    char err[512];
+} replica;
+
 struct ut_trainer {
     const ut_config *cfg;
     ut_comm *comm;
     int rank, world;
     ut_dist *dist;               /* the strategy; owns the optimizer */
+    int ndp;                     /* dp: worker threads (1 otherwise) */
+    struct replica *rep;         /* dp: workers 1..ndp-1 (worker 0 is the trainer's own) */
     ut_runlog log;
     ut_hooks h;
     ut_model *m;
@@ -77,6 +92,8 @@ struct ut_trainer {
     int nrows;
     char err[1024];
 };
+
+static void dp_broadcast(ut_trainer *t);
 
 static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
     a->loss_sum += loss * (double)count;
@@ -163,6 +180,7 @@ static int set_optimizer(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "dist.strategy: unknown strategy '%s'", c->dist_strategy);
         return -1;
     }
+    if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
     t->dist = ut_dist_new(t->comm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
     t->o = ut_dist_optim(t->dist);
@@ -175,7 +193,7 @@ static int set_optimizer(ut_trainer *t) {
  * with another world size, per-process batch or accumulation, and another
  * strategy, as long as each step sees the same examples. */
 static uint64_t run_hash(const ut_trainer *t) {
-    uint64_t g = (uint64_t)(t->cfg->batch_size * t->world * t->accum_steps);
+    uint64_t g = (uint64_t)(t->cfg->batch_size * t->world * t->ndp * t->accum_steps);
     uint64_t h = ut_config_hash(t->cfg) ^ (g * 0x9e3779b97f4a7c15ULL);
     return h ^ (h >> 29);
 }
@@ -214,8 +232,8 @@ static int resume(ut_trainer *t) {
                      "the same global batch (this run's: %lld = batch_size %lld x %d processes x "
                      "%lld accumulation steps)",
                      path, (unsigned long long)st.config_hash, (unsigned long long)run_hash(t),
-                     (long long)(t->cfg->batch_size * t->world * t->accum_steps),
-                     (long long)t->cfg->batch_size, t->world, (long long)t->accum_steps);
+                     (long long)(t->cfg->batch_size * t->world * t->ndp * t->accum_steps),
+                     (long long)t->cfg->batch_size, t->world * t->ndp, (long long)t->accum_steps);
             return -1;
         }
         t->st = st;
@@ -256,12 +274,15 @@ static void print_summary(ut_trainer *t) {
     else ut_say(&t->log, "  Num epochs = %lld\n", (long long)c->epochs);
     ut_say(&t->log, "  Batch size per process = %lld\n", (long long)c->batch_size);
     ut_say(&t->log, "  Total train batch size (w. parallel, distributed & accumulation) = %lld\n",
-           (long long)(c->batch_size * world * t->accum_steps));
+           (long long)(c->batch_size * world * t->ndp * t->accum_steps));
     ut_say(&t->log, "  Gradient accumulation steps = %lld\n", (long long)t->accum_steps);
     ut_say(&t->log, "  Total optimization steps = %lld\n", (long long)t->total_steps);
     ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (t->ndp > 1)
+        ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
+               t->ndp);
     if (world > 1)
         ut_say(&t->log, "  Processes = %d (%s, %s backend, %d gradient buckets)\n", world,
                ut_dist_name(ut_dist_kind_of(t->dist)), ut_comm_backend(t->comm),
@@ -401,10 +422,135 @@ static int optimizer_step(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
         return -1;
     }
+    if (t->ndp > 1) dp_broadcast(t);
     t->st.step++;
     t->steps_this_run++;
     if (t->steps_this_run == 1) log_memory(t);
     return 0;
+}
+
+/* ---- dp: worker threads, each with a replica and a share of the batch ---- */
+/* Worker w's forward and backward of its share of the micro-batch, into its
+ * replica's gradients; results stay in its replica record. */
+static void dp_worker(ut_trainer *t, int w, int64_t window_examples) {
+    replica *r = &t->rep[w];
+    r->rc = 0;
+    r->loss = NAN;
+    memset(&r->acc, 0, sizeof r->acc);
+    if (r->b.count == 0) return;
+    ut_step_outputs out;
+    ut_tensor *y;
+    if (ut_forward_batch(&t->h, r->ctx, r->m, t->train, &r->b, &out, &y, r->err, sizeof r->err)) {
+        r->rc = -1;
+        return;
+    }
+    ut_tensor *scaled = ut_scale(r->ctx, out.loss, (float)r->b.count / (float)window_examples);
+    if (ut_backward(r->ctx, scaled)) {
+        snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(r->ctx));
+        r->rc = -1;
+        return;
+    }
+    r->loss = ut_f32(out.loss)[0];
+    ut_metric mets[UT_MAX_METRICS];
+    int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
+    int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[0] : 0;
+    accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
+    ut_ctx_reset(r->ctx);
+}
+
+static void accum_merge(accum *dst, const accum *src) {
+    dst->loss_sum += src->loss_sum;
+    dst->examples += src->examples;
+    dst->tokens += src->tokens;
+    accum_add(dst, 0, 0, 0, src->mets, src->nmets);
+}
+
+/* The workers run side by side (one thread each; the ops inside them run on
+ * that thread); their results are merged in worker order, and on the last
+ * micro-batch of a window the replicas' gradients are added into the
+ * trainer's model in worker order (deterministic) and zeroed. */
+static int dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last,
+                         double *loss) {
+    t->rep[0].b = *b;
+#pragma omp parallel for num_threads(t->ndp) schedule(static, 1)
+    for (int w = 0; w < t->ndp; w++) dp_worker(t, w, window_examples);
+    double sum = 0;
+    int64_t count = 0;
+    for (int w = 0; w < t->ndp; w++) {
+        replica *r = &t->rep[w];
+        if (r->rc) {
+            snprintf(t->err, sizeof t->err, "dp worker %d: %s", w, r->err);
+            return -1;
+        }
+        accum_merge(&t->interval, &r->acc);
+        accum_merge(&t->epoch, &r->acc);
+        sum += r->acc.loss_sum;
+        count += r->acc.examples;
+    }
+    *loss = count ? sum / (double)count : NAN;
+    if (!last) return 0;
+    ut_params *p = &t->m->params;
+    float *g = p->grad;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p->numel; i++) {
+        float s = g[i];
+        for (int w = 1; w < t->ndp; w++) {
+            float *gw = t->rep[w].m->params.grad;
+            s += gw[i];
+            gw[i] = 0;
+        }
+        g[i] = s;
+    }
+    return 0;
+}
+
+/* The replicas take the trainer's weights (after each step, and at start). */
+static void dp_broadcast(ut_trainer *t) {
+    const ut_params *p = &t->m->params;
+    for (int w = 1; w < t->ndp; w++)
+        memcpy(t->rep[w].m->params.data, p->data, (size_t)p->numel * sizeof(float));
+}
+
+/* Workers 1..ndp-1: a model built from the config (the same parameters),
+ * a context, and rank w's share of every batch. */
+static int dp_setup(ut_trainer *t, bool own_m) {
+    const ut_config *c = t->cfg;
+    if (t->world > 1) {
+        snprintf(t->err, sizeof t->err,
+                 "dist.strategy dp runs in one process with worker threads; under %d processes use "
+                 "ddp (or zero1/zero2/zero3)", t->world);
+        return -1;
+    }
+    if (!own_m && t->ndp > 1) {
+        snprintf(t->err, sizeof t->err,
+                 "dist.strategy dp builds a replica per worker from the config: pass no model to "
+                 "ut_trainer_run (or use ddp)");
+        return -1;
+    }
+    t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
+    t->rep[0].m = t->m;
+    t->rep[0].ctx = t->ctx;
+    for (int w = 1; w < t->ndp; w++) {
+        replica *r = &t->rep[w];
+        r->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
+        if (!r->m) return -1;
+        r->m->checkpoint_activations = t->m->checkpoint_activations;
+        r->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed + (uint64_t)w});
+        ut_sampler_init(&r->sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed, c->shuffle,
+                        c->drop_last);
+    }
+    return 0;
+}
+
+static void dp_free(ut_trainer *t) {
+    for (int w = 1; t->rep && w < t->ndp; w++) {
+        replica *r = &t->rep[w];
+        if (r->loader) ut_loader_free(r->loader);
+        if (r->m) ut_model_free(r->m);
+        if (r->ctx) ut_ctx_free(r->ctx);
+        ut_sampler_free(&r->sampler);
+    }
+    ut_free(t->rep);
 }
 
 /* Runs batches until the epoch ends, the run reaches total_steps, or a stop
@@ -415,6 +561,7 @@ static int optimizer_step(ut_trainer *t) {
  * batch of an epoch) still takes part in the all-reduce. */
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
+    if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
     bool sync = last;
     if (b->count > 0) {
         ut_step_outputs out;
@@ -468,12 +615,17 @@ static int after_step(ut_trainer *t, double loss, bool *stop) {
  * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
 static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
     ut_loader *l = ut_loader_new(t->train, &t->sampler, t->cfg->prefetch);
+    for (int w = 1; w < t->ndp; w++)
+        t->rep[w].loader = ut_loader_new(t->train, &t->rep[w].sampler, t->cfg->prefetch);
     int64_t G = t->sampler.local_batch * t->sampler.world;
     int64_t micro = 0, window = 0, window_examples = 0;
     int rc = 1;
     ut_batch b;
     int got;
     while ((got = ut_loader_next(l, &b, t->err, sizeof t->err)) == 1) {
+        for (int w = 1; w < t->ndp && got == 1; w++) /* dp: every worker's share */
+            got = ut_loader_next(t->rep[w].loader, &t->rep[w].b, t->err, sizeof t->err);
+        if (got != 1) break;
         if (micro == 0) { /* a window of up to accum_steps micro-batches, cut at the epoch end */
             int64_t j = ceil_div(t->st.cursor, G);
             window = t->batches_per_epoch - j < t->accum_steps ? t->batches_per_epoch - j : t->accum_steps;
@@ -504,6 +656,10 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
     }
     if (got < 0) rc = -1;
     ut_loader_free(l);
+    for (int w = 1; w < t->ndp; w++) {
+        ut_loader_free(t->rep[w].loader);
+        t->rep[w].loader = NULL;
+    }
     return rc;
 }
 
@@ -524,6 +680,7 @@ static void epoch_end(ut_trainer *t, int *rc) {
     t->st.epoch++;
     t->st.cursor = 0;
     ut_sampler_next_epoch(&t->sampler);
+    for (int w = 1; w < t->ndp; w++) ut_sampler_next_epoch(&t->rep[w].sampler);
     if (*rc == 0 && !strcmp(t->cfg->save_strategy, "epoch") && save(t)) *rc = -1;
     if (stop) *rc = 2;
 }
@@ -597,8 +754,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
-    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->rank, t->world, (uint64_t)c->seed,
-                    c->shuffle, c->drop_last);
+    t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
+    /* dp: the trainer's own model is worker 0 of ndp */
+    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->rank,
+                    t->ndp > 1 ? t->ndp : t->world, (uint64_t)c->seed, c->shuffle, c->drop_last);
     t->accum_steps = c->gradient_accumulation_steps;
     t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
     if (t->batches_per_epoch == 0) {
@@ -611,9 +770,12 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
+    if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
+    for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);
+    if (t->ndp > 1) dp_broadcast(t);
     ut_hooks_resolve(&t->h, NULL);
     return 0;
 }
@@ -678,6 +840,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_dist_free(t->dist);
+    dp_free(t);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);
     if (own_data && t->train) ut_dataset_free(t->train);

@@ -26,7 +26,7 @@ static const char *cnn_yaml =
 
 static char gpt2_yaml[1024];
 
-static const char *const strategies[] = {"ddp", "zero1", "zero2", "zero3"};
+static const char *const strategies[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
 #define NSTRAT ((int)(sizeof strategies / sizeof strategies[0]))
 
 /* Writes NAME.yml and runs it with strategy on nproc processes of batch
@@ -121,8 +121,10 @@ static void check_model(const char *model, const char *yaml, int accum, const ch
         CHECK(tp_same_weights(path(n2, "checkpoints/step_00000020.safetensors"),
                               path(n2b, "checkpoints/step_00000020.safetensors")),
               "%s %s: two runs on 2 processes are bit-identical", model, s);
-        char *log = tp_slurp(path(n4, "logger_logs/training_3.log"));
-        CHECK(log && strstr(log, "step 20/20"), "%s %s: rank 3 writes its own log", model, s);
+        bool dp = !strcmp(s, "dp"); /* one process: one log, naming its workers */
+        char *log = tp_slurp(path(n4, dp ? "logger_logs/training_0.log" : "logger_logs/training_3.log"));
+        CHECK(log && strstr(log, "step 20/20") && (!dp || strstr(log, "DataParallel workers = 4")),
+              "%s %s: %s", model, s, dp ? "4 workers in one process" : "rank 3 writes its own log");
         free(log);
     }
 }
