@@ -38,7 +38,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run test test-asan tests bench bench-fmnist install clean
+.PHONY: all lib deps run test test-asan tests bench bench-ddp bench-fmnist install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -105,6 +105,12 @@ test-asan: deps
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/gpt2_step
 	bench/run_gpt2_step.sh $(BUILD)
+
+# GPT-2 124M step with DDP on 2 ranks (mpirun): overlap or not, communication
+# time, all-reduce bandwidth against bare MPI_Allreduce (docs/performance.md)
+bench-ddp: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench/ddp_step
+	bench/run_ddp_step.sh $(BUILD)
 
 # Fashion-MNIST CNN, one epoch: utrain against PyTorch (~12 min; docs/performance.md)
 bench-fmnist: deps
