@@ -87,5 +87,8 @@ int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx) {
     int rc = 0;
     for (int i = 0; i < d->nstarted; i++)
         if (ut_comm_wait(d->comm, d->b[d->order[i]].req)) rc = -1;
+    /* done: a finish without a new arm starts every bucket again */
+    for (int k = 0; k < d->nb; k++) d->b[k].req = NULL;
+    d->nstarted = 0;
     return rc;
 }
