@@ -5,10 +5,11 @@
 
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "buckets.h"
 
 typedef struct {
-    int64_t lo, hi;          /* element range of the flat gradient buffer */
-    int nparams, pending;    /* parameters in the bucket / not yet complete */
+    ut_bucket_span span;
+    int pending;             /* parameters not yet complete */
     ut_comm_req *req;        /* NULL until started */
 } bucket;
 
@@ -22,25 +23,19 @@ struct ut_ddp {
     int nstarted;
 };
 
-/* Buckets of about bucket_mb, from the last parameter backwards: backward
- * completes late layers first, so the first bucket fills first. */
+/* Buckets of about bucket_mb (buckets.h). */
 ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb) {
     ut_ddp *d = ut_calloc_check(1, sizeof *d);
     d->comm = c;
     d->params = p;
-    d->b = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof *d->b);
-    d->bucket_of = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
-    d->order = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
-    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
-    if (cap < 1) cap = 1;
-    for (int i = p->n - 1; i >= 0; i--) {
-        bucket *bk = &d->b[d->nb];
-        if (bk->nparams == 0) bk->hi = p->segs[i].offset + p->segs[i].numel;
-        bk->lo = p->segs[i].offset;
-        bk->nparams++;
-        d->bucket_of[i] = d->nb;
-        if (bk->hi - bk->lo >= cap || i == 0) d->nb++;
-    }
+    int n = p->n ? p->n : 1;
+    d->b = ut_calloc_check((size_t)n, sizeof *d->b);
+    d->bucket_of = ut_calloc_check((size_t)n, sizeof(int));
+    d->order = ut_calloc_check((size_t)n, sizeof(int));
+    ut_bucket_span *span = ut_calloc_check((size_t)n, sizeof *span);
+    d->nb = ut_bucket_layout(p, bucket_mb, span, d->bucket_of);
+    for (int k = 0; k < d->nb; k++) d->b[k].span = span[k];
+    ut_free(span);
     return d;
 }
 
@@ -56,7 +51,7 @@ int ut_ddp_nbuckets(const ut_ddp *d) { return d->nb; }
 
 static void start(ut_ddp *d, int k) {
     bucket *bk = &d->b[k];
-    bk->req = ut_comm_iallreduce(d->comm, d->params->grad + bk->lo, bk->hi - bk->lo);
+    bk->req = ut_comm_iallreduce(d->comm, d->params->grad + bk->span.lo, bk->span.hi - bk->span.lo);
     d->order[d->nstarted++] = k;
 }
 
@@ -69,7 +64,7 @@ static void on_ready(void *user, int param_index) {
 
 void ut_ddp_arm(ut_ddp *d, ut_ctx *ctx) {
     for (int k = 0; k < d->nb; k++) {
-        d->b[k].pending = d->b[k].nparams;
+        d->b[k].pending = d->b[k].span.nparams;
         d->b[k].req = NULL;
     }
     d->nstarted = 0;

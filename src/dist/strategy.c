@@ -17,6 +17,7 @@
 
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "buckets.h"
 
 typedef struct {
     int64_t lo, hi;       /* range of the flat buffer */
@@ -140,16 +141,11 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
     d->b = ut_calloc_check((size_t)n, sizeof *d->b);
     d->bucket_of = ut_calloc_check((size_t)n, sizeof(int));
     d->order = ut_calloc_check((size_t)n, sizeof(int));
-    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
-    if (cap < 1) cap = 1;
-    for (int i = p->n - 1; i >= 0; i--) {
-        range *bk = &d->b[d->nb];
-        if (bk->nparams == 0) bk->hi = p->segs[i].offset + p->segs[i].numel;
-        bk->lo = p->segs[i].offset;
-        bk->nparams++;
-        d->bucket_of[i] = d->nb;
-        if (bk->hi - bk->lo >= cap || i == 0) d->nb++;
-    }
+    ut_bucket_span *span = ut_calloc_check((size_t)n, sizeof *span);
+    d->nb = ut_bucket_layout(p, bucket_mb, span, d->bucket_of);
+    for (int k = 0; k < d->nb; k++)
+        d->b[k] = (range){.lo = span[k].lo, .hi = span[k].hi, .nparams = span[k].nparams};
+    ut_free(span);
     /* the first bucket (last parameters) also covers the padding at the end */
     if (d->nb) d->b[0].hi = max64(d->b[0].hi, p->numel);
     for (int k = 0; k < d->nb; k++) d->b[k].counts = rank_counts(d, d->b[k].lo, d->b[k].hi);

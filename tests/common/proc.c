@@ -138,3 +138,25 @@ int tp_finish(int rc, const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) ? 1 : 0;
 }
+
+void tp_mpi_env(bool shared_memory) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    if (shared_memory) setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    char asan[512];
+    const char *a = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+}
+
+bool tp_tokenize_sample(const char *dir, char *shard, size_t n) {
+    char out[600];
+    snprintf(shard, n, "%s/text.bin", dir);
+    snprintf(out, sizeof out, "%s/tokenize.out", dir);
+    return tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard,
+                                   NULL},
+                  out) == 0;
+}

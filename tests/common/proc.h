@@ -30,6 +30,15 @@ bool tp_same_weights(const char *a, const char *b);
 double tp_weights_rel_diff(const char *a, const char *b);
 /* The same over the tensors whose names start with prefix ("optim."). */
 double tp_tensors_rel_diff(const char *a, const char *b, const char *prefix);
+/* Environment for jobs under mpirun: OpenMPI as root, oversubscribed ranks
+ * that yield when idle, no CMA single copy (containers), shared memory
+ * between ranks when shared_memory (else the job's own --mca btl), and no
+ * LeakSanitizer (OpenMPI's allocations outlive MPI_Finalize; the library's
+ * leaks are checked by the single-process tests). */
+void tp_mpi_env(bool shared_memory);
+/* DIR/text.bin: the SST-2 sample text tokenized byte by byte (a tokens
+ * shard for small GPT-2 runs); its path into shard. */
+bool tp_tokenize_sample(const char *dir, char *shard, size_t n);
 /* The "loss" text of metrics.jsonl's line for (split, step). */
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
 #endif

@@ -4,7 +4,8 @@
  * job starts again from its newest checkpoint and finishes with the same
  * final weights, bit for bit, as a run that was never interrupted; ranks
  * started with different configurations stop at start-up with a message
- * instead of hanging. */
+ * instead of hanging; a bad --max-restarts and dp under several ranks are
+ * refused with a message. */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -180,25 +181,38 @@ static void test_mismatched_configs_are_reported(void) {
     free(s);
 }
 
+/* Launch options and strategies that cannot run say so. */
+static void test_bad_launch_requests(void) {
+    write_cfg("bad", 32, 20);
+    char cfg[512], out[512];
+    snprintf(cfg, sizeof cfg, "%s/bad.yml", tmp);
+    snprintf(out, sizeof out, "%s/bad.out", tmp);
+    int rc = tp_run((const char *[]){"train", cfg, "--max-restarts", "many", NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 2 && s && strstr(s, "--max-restarts needs a count"), "bad --max-restarts (exit %d): %s", rc,
+          s ? s : "");
+    free(s);
+    /* dp is one process: started as 2 ranks by a launcher it refuses */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe --bind-to none %s -np 2 %s train %s --set dist.strategy=dp > %s 2>&1",
+             geteuid() == 0 ? "--allow-run-as-root" : "", tp_program(), cfg, out);
+    rc = system(cmd);
+    s = tp_slurp(out);
+    CHECK(rc != 0 && s && strstr(s, "dist.strategy dp runs in one process with worker threads"),
+          "dp under 2 ranks is refused:\n%s", s ? s : "");
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-failures")) return 1;
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
-    setenv("OMPI_MCA_btl", "self,vader", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    char asan[512];
-    const char *a = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
-    char out[512];
-    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
-    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
-    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
-        return 1;
+    tp_mpi_env(true);
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
     RUN(test_killed_rank_ends_the_job);
     RUN(test_max_restarts_finishes_the_run);
     RUN(test_mismatched_configs_are_reported);
+    RUN(test_bad_launch_requests);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

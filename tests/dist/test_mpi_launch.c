@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "test.h"
 
 #define JOB_LIMIT_S 30.0
@@ -39,20 +40,10 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Environment for running OpenMPI as root, oversubscribed on a small machine,
- * with shared memory that works in containers, and without LeakSanitizer
- * (OpenMPI's own allocations outlive MPI_Finalize). */
+/* The common MPI job environment (tp_mpi_env), and the chunk size of
+ * comm operations when chunk is set. */
 static void job_env(const char *chunk) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl", "self,vader", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
-    char asan[512];
-    const char *a = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    tp_mpi_env(true);
     if (chunk) setenv("UT_COMM_CHUNK", chunk, 1);
 }
 

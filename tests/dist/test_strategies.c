@@ -141,24 +141,10 @@ static void test_gpt2_accum_clip_ckpt_cosine(void) {
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
-    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-ddp")) return 1;
-    /* oversubscribed ranks on a small machine: yield instead of busy-polling */
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
-    setenv("OMPI_MCA_btl", "self,vader", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* under ASan: OpenMPI's own allocations are never freed; the library's
-     * leaks are checked by the single-process tests */
-    char asan[512];
-    const char *a = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
-    /* token shard for the GPT-2: the SST-2 sample text, byte level */
-    char shard[512], out[512];
-    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
-    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
-    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
-        return 1;
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-strategies")) return 1;
+    tp_mpi_env(true);
+    char shard[512]; /* the GPT-2's tokens */
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
     snprintf(gpt2_yaml, sizeof gpt2_yaml,
              "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
              "data: {name: tokens, train_path: %s, seq_len: 16}\n",

@@ -364,14 +364,7 @@ int main(int argc, char **argv) {
     /* OpenMPI as root, yielding idle ranks on a small machine, without CMA
      * (containers), without LeakSanitizer (OpenMPI's allocations outlive
      * MPI_Finalize); the agent's host -> namespace map */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    char asan[512];
-    const char *as = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", as ? as : "", as && *as ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    tp_mpi_env(false); /* the jobs name their transports (tcp between the namespaces) */
     char map[128];
     snprintf(map, sizeof map, "%s=%s,%s=%s", addr[0], ns[0], addr[1], ns[1]);
     setenv("UT_NETNS_MAP", map, 1);

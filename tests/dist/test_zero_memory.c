@@ -98,19 +98,8 @@ int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-zeromem")) return 1;
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
-    setenv("OMPI_MCA_btl", "self,vader", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    char asan[512];
-    const char *a = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", a ? a : "", a && *a ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
-    char out[512];
-    snprintf(shard, sizeof shard, "%s/text.bin", tmp);
-    snprintf(out, sizeof out, "%s/tokenize.out", tmp);
-    if (tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "data/sst2_sample/train.tsv", shard, NULL}, out))
-        return 1;
+    tp_mpi_env(true);
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
     RUN(test_ddp);
     RUN(test_zero1);
     RUN(test_zero2);
