@@ -68,6 +68,16 @@ void ut_hooks_resolve(ut_hooks *out, const ut_hooks *user);
 /* Forward + loss for a collated batch (through the hooks). */
 int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
                      const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n);
+/* A rank whose share of a batch is empty (the short last batch of an epoch,
+ * or one smaller than the world size) still runs the forward pass, and the
+ * backward pass when training: under zero3 the other ranks' passes gather
+ * parameters unit by unit, and the gradient buckets of every strategy are
+ * reduced in the order the backward pass completes them, so each rank must
+ * take part in the same collectives in the same order. The stand-in is one
+ * example (the dataset's first) whose loss is weighted 0 and whose outputs
+ * are counted nowhere. It lives in b (count 1) until ut_standin_free. */
+int ut_standin_batch(ut_dataset *ds, ut_batch *b, char *err, size_t n);
+void ut_standin_free(ut_batch *b);
 /* Adds accuracy (classification) and hook metrics of one batch. */
 int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
                      ut_tensor *y, ut_metric *mets, int max);

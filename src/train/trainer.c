@@ -80,6 +80,7 @@ struct ut_trainer {
     ut_optim *o;
     ut_ctx *ctx;
     ut_dataset *train, *dev;
+    ut_batch standin;         /* an empty share's stand-in example (ut_standin_batch) */
     ut_sampler sampler;
     ut_schedule sched;
     ut_train_state st;
@@ -553,37 +554,38 @@ static void dp_free(ut_trainer *t) {
     ut_free(t->rep);
 }
 
-/* Runs batches until the epoch ends, the run reaches total_steps, or a stop
- * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
 /* Forward and backward of one micro-batch; the last of a window runs its
- * backward with the DDP hooks armed, so gradients are summed over ranks as
- * buckets complete. A rank with no examples in this batch (the short last
- * batch of an epoch) still takes part in the all-reduce. */
+ * backward with the gradient hooks armed, so gradients are reduced over
+ * ranks as buckets complete. A rank with no examples in this batch (the
+ * short last batch of an epoch) runs a stand-in example weighted 0, so that
+ * it takes part in every collective of the pass in the same order as the
+ * others (see ut_standin_batch). */
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
     if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
-    bool sync = last;
-    if (b->count > 0) {
-        ut_step_outputs out;
-        ut_tensor *y;
-        if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, b, &out, &y, t->err, sizeof t->err)) return -1;
-        /* the window's mean loss over all ranks: each micro-batch weighted by its share */
-        ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
-        ut_dist_backward_begin(t->dist, t->ctx, sync);
-        if (ut_backward(t->ctx, scaled)) {
-            snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
-            return -1;
-        }
+    bool sync = last, empty = b->count == 0;
+    if (empty && (t->world == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
+        return t->world == 1 ? 0 : -1; /* one process never has an empty share */
+    const ut_batch *run = empty ? &t->standin : b;
+    ut_step_outputs out;
+    ut_tensor *y;
+    if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
+    /* the window's mean loss over all ranks: each micro-batch weighted by its share */
+    ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+    ut_dist_backward_begin(t->dist, t->ctx, sync);
+    if (ut_backward(t->ctx, scaled)) {
+        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
+        return -1;
+    }
+    if (!empty) {
         *loss = ut_f32(out.loss)[0];
         ut_metric mets[UT_MAX_METRICS];
         int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
         int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[0] : 0;
         accum_add(&t->interval, *loss, b->count, tokens, mets, k);
         accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
-        ut_ctx_reset(t->ctx);
-    } else {
-        ut_dist_backward_begin(t->dist, t->ctx, sync);
     }
+    ut_ctx_reset(t->ctx);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
         snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->comm));
         return -1;
@@ -840,6 +842,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_dist_free(t->dist);
+    ut_standin_free(&t->standin);
     dp_free(t);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);
