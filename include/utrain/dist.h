@@ -194,6 +194,28 @@ int ut_dist_load_full(ut_dist *d, ut_optim *full);
 void ut_dist_memory(ut_dist *d, ut_dist_mem *out);
 void ut_dist_reset_peak(ut_dist *d);
 
+/* ---- dp: one process, worker threads with a model replica each ---- */
+/* Worker 0 is the caller's model and context; workers 1..n-1 get a replica
+ * from build (the same parameters, in the same registration order) and a
+ * context seeded with seed + w. The caller runs each worker's forward and
+ * backward through ut_dp_run; ut_dp_reduce_grads adds the replicas'
+ * gradients into worker 0's in worker order (deterministic) and zeroes them;
+ * the optimizer steps worker 0's model and ut_dp_broadcast copies its
+ * weights to the replicas. */
+typedef struct ut_dp ut_dp;
+typedef ut_model *(*ut_dp_build_fn)(void *user, char *err, size_t n);
+ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *user, uint64_t seed,
+                 char *err, size_t errn);
+void ut_dp_free(ut_dp *d);
+int ut_dp_workers(const ut_dp *d);
+ut_model *ut_dp_model(ut_dp *d, int w);
+ut_ctx *ut_dp_ctx(ut_dp *d, int w);
+/* fn(user, w) for every worker, side by side on one thread each (the ops
+ * inside a worker run on its thread); returns when all are done. */
+void ut_dp_run(ut_dp *d, void (*fn)(void *user, int w), void *user);
+void ut_dp_reduce_grads(ut_dp *d);
+void ut_dp_broadcast(ut_dp *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,10 +54,9 @@ typedef struct {
     ut_eval_result dev;
 } epoch_row;
 
-/* dp: a worker's own model copy, context, share of each batch and results. */
+/* dp: a worker's share of each batch and its results (its model replica
+ * and context are in the worker group, ut_dp). */
 typedef struct replica {
-    ut_model *m;
-    ut_ctx *ctx;
     ut_sampler sampler;
     ut_loader *loader;
     ut_batch b;
@@ -73,7 +72,9 @@ struct ut_trainer {
     int rank, world;
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
-    struct replica *rep;         /* dp: workers 1..ndp-1 (worker 0 is the trainer's own) */
+    ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
+    struct replica *rep;         /* dp: each worker's share and results */
+    int64_t dp_window;           /* dp: examples of the current window over all workers */
     ut_runlog log;
     ut_hooks h;
     ut_model *m;
@@ -94,7 +95,6 @@ struct ut_trainer {
     char err[1024];
 };
 
-static void dp_broadcast(ut_trainer *t);
 
 static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
     a->loss_sum += loss * (double)count;
@@ -423,7 +423,7 @@ static int optimizer_step(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
         return -1;
     }
-    if (t->ndp > 1) dp_broadcast(t);
+    if (t->dp) ut_dp_broadcast(t->dp);
     t->st.step++;
     t->steps_this_run++;
     if (t->steps_this_run == 1) log_memory(t);
@@ -433,21 +433,24 @@ static int optimizer_step(ut_trainer *t) {
 /* ---- dp: worker threads, each with a replica and a share of the batch ---- */
 /* Worker w's forward and backward of its share of the micro-batch, into its
  * replica's gradients; results stay in its replica record. */
-static void dp_worker(ut_trainer *t, int w, int64_t window_examples) {
+static void dp_worker(void *user, int w) {
+    ut_trainer *t = user;
     replica *r = &t->rep[w];
+    ut_ctx *ctx = ut_dp_ctx(t->dp, w);
     r->rc = 0;
     r->loss = NAN;
     memset(&r->acc, 0, sizeof r->acc);
-    if (r->b.count == 0) return;
+    if (r->b.count == 0) return; /* no collectives here: an empty share just waits */
     ut_step_outputs out;
     ut_tensor *y;
-    if (ut_forward_batch(&t->h, r->ctx, r->m, t->train, &r->b, &out, &y, r->err, sizeof r->err)) {
+    if (ut_forward_batch(&t->h, ctx, ut_dp_model(t->dp, w), t->train, &r->b, &out, &y, r->err,
+                         sizeof r->err)) {
         r->rc = -1;
         return;
     }
-    ut_tensor *scaled = ut_scale(r->ctx, out.loss, (float)r->b.count / (float)window_examples);
-    if (ut_backward(r->ctx, scaled)) {
-        snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(r->ctx));
+    ut_tensor *scaled = ut_scale(ctx, out.loss, (float)r->b.count / (float)t->dp_window);
+    if (ut_backward(ctx, scaled)) {
+        snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(ctx));
         r->rc = -1;
         return;
     }
@@ -456,7 +459,7 @@ static void dp_worker(ut_trainer *t, int w, int64_t window_examples) {
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
     int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[0] : 0;
     accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
-    ut_ctx_reset(r->ctx);
+    ut_ctx_reset(ctx);
 }
 
 static void accum_merge(accum *dst, const accum *src) {
@@ -466,15 +469,14 @@ static void accum_merge(accum *dst, const accum *src) {
     accum_add(dst, 0, 0, 0, src->mets, src->nmets);
 }
 
-/* The workers run side by side (one thread each; the ops inside them run on
- * that thread); their results are merged in worker order, and on the last
- * micro-batch of a window the replicas' gradients are added into the
- * trainer's model in worker order (deterministic) and zeroed. */
+/* The workers run side by side; their results are merged in worker order,
+ * and on the last micro-batch of a window the replicas' gradients are added
+ * into the trainer's model in worker order (deterministic). */
 static int dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last,
                          double *loss) {
     t->rep[0].b = *b;
-#pragma omp parallel for num_threads(t->ndp) schedule(static, 1)
-    for (int w = 0; w < t->ndp; w++) dp_worker(t, w, window_examples);
+    t->dp_window = window_examples;
+    ut_dp_run(t->dp, dp_worker, t);
     double sum = 0;
     int64_t count = 0;
     for (int w = 0; w < t->ndp; w++) {
@@ -489,31 +491,17 @@ static int dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_exampl
         count += r->acc.examples;
     }
     *loss = count ? sum / (double)count : NAN;
-    if (!last) return 0;
-    ut_params *p = &t->m->params;
-    float *g = p->grad;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < p->numel; i++) {
-        float s = g[i];
-        for (int w = 1; w < t->ndp; w++) {
-            float *gw = t->rep[w].m->params.grad;
-            s += gw[i];
-            gw[i] = 0;
-        }
-        g[i] = s;
-    }
+    if (last) ut_dp_reduce_grads(t->dp);
     return 0;
 }
 
-/* The replicas take the trainer's weights (after each step, and at start). */
-static void dp_broadcast(ut_trainer *t) {
-    const ut_params *p = &t->m->params;
-    for (int w = 1; w < t->ndp; w++)
-        memcpy(t->rep[w].m->params.data, p->data, (size_t)p->numel * sizeof(float));
+static ut_model *dp_build(void *user, char *err, size_t n) {
+    ut_trainer *t = user;
+    return ut_model_from_config(t->cfg, t->train, err, n);
 }
 
-/* Workers 1..ndp-1: a model built from the config (the same parameters),
- * a context, and rank w's share of every batch. */
+/* The worker group (replicas built from the config) and rank w's share of
+ * every batch for each worker. */
 static int dp_setup(ut_trainer *t, bool own_m) {
     const ut_config *c = t->cfg;
     if (t->world > 1) {
@@ -528,18 +516,12 @@ static int dp_setup(ut_trainer *t, bool own_m) {
                  "ut_trainer_run (or use ddp)");
         return -1;
     }
+    t->dp = ut_dp_new(t->ndp, t->m, t->ctx, dp_build, t, (uint64_t)c->seed, t->err, sizeof t->err);
+    if (!t->dp) return -1;
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
-    t->rep[0].m = t->m;
-    t->rep[0].ctx = t->ctx;
-    for (int w = 1; w < t->ndp; w++) {
-        replica *r = &t->rep[w];
-        r->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
-        if (!r->m) return -1;
-        r->m->checkpoint_activations = t->m->checkpoint_activations;
-        r->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed + (uint64_t)w});
-        ut_sampler_init(&r->sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed, c->shuffle,
-                        c->drop_last);
-    }
+    for (int w = 1; w < t->ndp; w++)
+        ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed,
+                        c->shuffle, c->drop_last);
     return 0;
 }
 
@@ -547,11 +529,10 @@ static void dp_free(ut_trainer *t) {
     for (int w = 1; t->rep && w < t->ndp; w++) {
         replica *r = &t->rep[w];
         if (r->loader) ut_loader_free(r->loader);
-        if (r->m) ut_model_free(r->m);
-        if (r->ctx) ut_ctx_free(r->ctx);
         ut_sampler_free(&r->sampler);
     }
     ut_free(t->rep);
+    ut_dp_free(t->dp);
 }
 
 /* Forward and backward of one micro-batch; the last of a window runs its
@@ -777,7 +758,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
     for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);
-    if (t->ndp > 1) dp_broadcast(t);
+    if (t->dp) ut_dp_broadcast(t->dp);
     ut_hooks_resolve(&t->h, NULL);
     return 0;
 }
