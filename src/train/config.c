@@ -193,6 +193,13 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
     {"log_interval", "train.log_interval"},
     {"eval_interval", "train.eval_interval"},
+    {"save_interval", "train.save_interval"},
+    {"eval_strategy", "train.eval_strategy"},
+    {"save_strategy", "train.save_strategy"},
+    {"warmup_steps", "optim.warmup_steps"},
+    {"num_epochs", "train.epochs"},
+    {"max_length", "data.max_len"},
+    {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},
@@ -206,6 +213,10 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"current_node", "dist.current_node"},
     {"master_addr", "dist.master_addr"},
     {"master_port", "dist.master_port"},
+    {"dist.gpus", "dist.nproc_per_node"},
+    {"num_gpus", "dist.nproc_per_node"},
+    {"num_nodes", "dist.nodes"},
+    {"master_ip", "dist.master_addr"},
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
 
@@ -248,7 +259,8 @@ void ut_config_init(ut_config *c) {
         if (ut_cfg_assign(c, k->key, k->def, err, sizeof err))
             ut_abort(__FILE__, __LINE__, "bad default in the config schema: %s", err);
     }
-    c->greater_is_better_set = false;   /* the default is not the user's choice */
+    /* the defaults are not the user's choice */
+    c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = false;
 }
 
 void ut_config_free(ut_config *c) {
