@@ -11,6 +11,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
     if (!*c->model_name) FAIL("model.name: must not be empty");
+    if (c->current_node >= c->nodes)
+        FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
+             (long long)c->current_node, (long long)c->nodes);
     return 0;
 }
 

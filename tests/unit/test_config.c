@@ -431,6 +431,8 @@ static void test_flagai_keys(void) {
 
 /* A built-in model on data it cannot read is refused before anything runs. */
 static void test_model_data_fit(void) {
+    check_invalid((const char *const[]){"nodes=2", "current_node=2", NULL},
+                  "dist.current_node: 2 must be < dist.nodes (2): nodes count from 0");
     check_invalid((const char *const[]){"model.name=gpt2", "data.name=tsv_text", "data.train_path=x.tsv", NULL},
                   "model.name: gpt2 is a language model: it reads token shards (data.name: tokens), not "
                   "data.name: tsv_text; choose a model for tsv_text data (bow) or data for gpt2");
