@@ -176,13 +176,13 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
      .doc = "processes on this node; > 1 makes `utrain train` start them (mpirun underneath)"},
     {.key = "dist.nodes", .type = UT_CFG_INT, AT(nodes), .def = "1", GE(1),
-     .doc = "nodes in the job"},
+     .doc = "nodes in the job; > 1 needs an MPI launcher with nodes x nproc_per_node ranks (without one, start-up prints the mpirun line)"},
     {.key = "dist.current_node", .type = UT_CFG_INT, AT(current_node), .def = "0", GE(0),
-     .doc = "this node's index"},
+     .doc = "this node's index (< nodes); named in the multi-node start-up message"},
     {.key = "dist.master_addr", .type = UT_CFG_STR, AT(master_addr), .def = "127.0.0.1",
-     .doc = "address of node 0"},
+     .doc = "address of node 0: the first host of the mpirun line printed for nodes > 1"},
     {.key = "dist.master_port", .type = UT_CFG_INT, AT(master_port), .def = "29500", GE(1),
-     .doc = "port on node 0"},
+     .doc = "port on node 0 (the seed's; named in the multi-node start-up message, mpirun picks its own ports)"},
 };
 const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
 
