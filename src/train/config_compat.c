@@ -175,10 +175,11 @@ bool ut_cfg_is_flat_section(const char *name) {
 
 const char *const ut_cfg_compat_doc =
     "## Keys of other trainers\n\n"
-    "pytorch_universal_trainer's `parameters.yml` loads as it is written: its sections\n"
+    "pytorch_universal_trainer's `parameters.yml` loads with its own layout: its sections\n"
     "`data-params:`, `transformers-params:` and `dist-params:` hold top-level keys\n"
     "(`dist-params: {gpus: 2}` is `gpus: 2`), and its keys are aliases (above) or these.\n"
-    "`configs/seed_parameters.yml` is that file with paths for this repository. FlagAI's\n"
+    "`configs/seed_parameters.yml` is that file with paths for this repository and the\n"
+    "few seed settings utrain refuses (below) replaced by their utrain keys. FlagAI's\n"
     "Trainer arguments, written as YAML keys, load the same way (`None` reads as empty).\n"
     "No key is accepted and ignored: each one sets the utrain keys named here, or is\n"
     "refused with a message saying what to write instead.\n\n"

@@ -84,6 +84,21 @@ static int run_cmd(const char *name, const char *const *args) {
     return tp_wait(pid);
 }
 
+// --- the seed's parameters.yml as shipped
+
+static void test_seed_parameters_trains(void) {
+    char runs[400];
+    snprintf(runs, sizeof runs, "output_dir=%s/runs", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/seed_parameters.yml", "--set", runs, "--set", "threads=1",
+                                     "--set", "train.progress=off", NULL},
+                    out_path("seed"));
+    CHECK(rc == 0 && output_has("seed", "Training done: 45 steps"), "exit %d", rc);
+    char res[600];
+    snprintf(res, sizeof res, "%s/runs/seed_sst2/checkpoints", tmp);
+    int64_t steps[4];
+    CHECK(ut_ckpt_list(res, steps, 4) >= 1 && steps[0] == 45, "a checkpoint at step 45");
+}
+
 // --- other launchers
 
 static void test_torchrun_one_node(void) {
@@ -218,6 +233,7 @@ int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-launch")) return 1;
+    RUN(test_seed_parameters_trains);
     RUN(test_torchrun_one_node);
     RUN(test_torchrun_two_nodes);
     RUN(test_srun_without_mpi);
