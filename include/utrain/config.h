@@ -61,6 +61,9 @@ typedef struct {
     bool greater_is_better_set;  /* given by the user; until then greater_is_better
                                     follows best_metric (true for names ending in
                                     "accuracy"); not a key of its own */
+    bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
+                                    positive eval_interval / save_interval makes
+                                    the strategy steps; not keys of their own */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launch_check.h"
 #include "utrain/utrain.h"
 
 static void usage(FILE *f) {
@@ -122,10 +123,6 @@ static bool wants_help(int argc, char **argv) {
 }
 
 /* ---- processes: under a launcher, or started here through mpirun ---- */
-static bool under_launcher(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 /* Runs the job and waits for it; 128 + signal if it was killed. */
 static int run_job(const char *const *args) {
     fflush(NULL);
@@ -246,16 +243,25 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         nproc = 1;
     }
     if (!nproc) nproc = (int)r.cfg.nproc_per_node;
-    if ((nproc > 1 || restarts > 0) && !under_launcher()) {
+    char err[4096];
+    if (ut_cli_launch_check(&r.cfg, force_mode ? force_mode : r.cfg.mode, argc, argv, err, sizeof err)) {
+        fprintf(stderr, "utrain: %s\n", err);
+        ut_config_free(&r.cfg);
+        return UT_EXIT_ERROR;
+    }
+    if ((nproc > 1 || restarts > 0) && !ut_cli_under_mpi()) {
         rc = launch(nproc, restarts, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }
-    char err[1024];
     ut_comm *comm = ut_comm_init(NULL, NULL, false, r.cfg.timeout_s, err, sizeof err);
     if (!comm) {
         fprintf(stderr, "utrain: %s\n", err);
         rc = UT_EXIT_ERROR;
+    } else if (ut_cli_world_check(&r.cfg, ut_comm_size(comm), err, sizeof err)) {
+        if (ut_comm_rank(comm) == 0) fprintf(stderr, "utrain: %s\n", err);
+        rc = UT_EXIT_ERROR;   /* every rank sees the same world: all stop here */
+        ut_comm_finalize(comm);
     } else {
         rc = run_mode(&r, force_mode);
         /* an error on one rank would leave the others waiting in a collective

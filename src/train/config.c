@@ -176,13 +176,13 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
      .doc = "processes on this node; > 1 makes `utrain train` start them (mpirun underneath)"},
     {.key = "dist.nodes", .type = UT_CFG_INT, AT(nodes), .def = "1", GE(1),
-     .doc = "nodes in the job"},
+     .doc = "nodes in the job; > 1 needs an MPI launcher with nodes x nproc_per_node ranks (without one, start-up prints the mpirun line)"},
     {.key = "dist.current_node", .type = UT_CFG_INT, AT(current_node), .def = "0", GE(0),
-     .doc = "this node's index"},
+     .doc = "this node's index (< nodes); named in the multi-node start-up message"},
     {.key = "dist.master_addr", .type = UT_CFG_STR, AT(master_addr), .def = "127.0.0.1",
-     .doc = "address of node 0"},
+     .doc = "address of node 0: the first host of the mpirun line printed for nodes > 1"},
     {.key = "dist.master_port", .type = UT_CFG_INT, AT(master_port), .def = "29500", GE(1),
-     .doc = "port on node 0"},
+     .doc = "port on node 0 (the seed's; named in the multi-node start-up message, mpirun picks its own ports)"},
 };
 const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
 
@@ -193,6 +193,13 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
     {"log_interval", "train.log_interval"},
     {"eval_interval", "train.eval_interval"},
+    {"save_interval", "train.save_interval"},
+    {"eval_strategy", "train.eval_strategy"},
+    {"save_strategy", "train.save_strategy"},
+    {"warmup_steps", "optim.warmup_steps"},
+    {"num_epochs", "train.epochs"},
+    {"max_length", "data.max_len"},
+    {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},
@@ -206,6 +213,10 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"current_node", "dist.current_node"},
     {"master_addr", "dist.master_addr"},
     {"master_port", "dist.master_port"},
+    {"dist.gpus", "dist.nproc_per_node"},
+    {"num_gpus", "dist.nproc_per_node"},
+    {"num_nodes", "dist.nodes"},
+    {"master_ip", "dist.master_addr"},
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
 
@@ -248,7 +259,8 @@ void ut_config_init(ut_config *c) {
         if (ut_cfg_assign(c, k->key, k->def, err, sizeof err))
             ut_abort(__FILE__, __LINE__, "bad default in the config schema: %s", err);
     }
-    c->greater_is_better_set = false;   /* the default is not the user's choice */
+    /* the defaults are not the user's choice */
+    c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = false;
 }
 
 void ut_config_free(ut_config *c) {

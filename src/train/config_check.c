@@ -11,6 +11,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
     if (!*c->model_name) FAIL("model.name: must not be empty");
+    if (c->current_node >= c->nodes)
+        FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
+             (long long)c->current_node, (long long)c->nodes);
     return 0;
 }
 
@@ -32,6 +35,26 @@ static int check_data(const ut_config *c, char *err, size_t n) {
     } else if (!*c->train_path) {
         FAIL("data.train_path: required when data.name is %s", c->data_name);
     }
+    return 0;
+}
+
+/* The built-in models and the data they read: a model on the wrong kind of
+ * data would fail at its first forward with a shape error. Models of the
+ * user's own (other names) are not checked here. */
+static int check_model_data(const ut_config *c, char *err, size_t n) {
+    static const struct { const char *model, *data, *what; } fits[] = {
+        {"gpt2", "tokens", "a language model: it reads token shards"},
+        {"bow", "tsv_text", "a sentence classifier: it reads TSV text"},
+        {"cnn", "idx_images", "an image classifier: it reads IDX images"},
+        {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
+    for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++)
+        if (!strcmp(c->model_name, fits[i].model) && strcmp(c->data_name, fits[i].data))
+            FAIL("model.name: %s is %s (data.name: %s), not data.name: %s; choose a model for %s data "
+                 "(%s) or data for %s",
+                 c->model_name, fits[i].what, fits[i].data, c->data_name, c->data_name,
+                 !strcmp(c->data_name, "tokens") ? "gpt2" : !strcmp(c->data_name, "tsv_text") ? "bow"
+                                                                                              : "cnn, mlp",
+                 c->model_name);
     return 0;
 }
 
@@ -72,7 +95,8 @@ int ut_config_validate(const ut_config *c, char *err, size_t n) {
     for (int i = 0; i < ut_cfg_nkeys; i++)
         if (ut_cfg_check_value(c, &ut_cfg_schema[i], err, n)) return -1;
     if (!c->model_opts) FAIL("model options: not initialised (call ut_config_init)");
-    if (check_run(c, err, n) || check_data(c, err, n) || check_train(c, err, n) ||
+    if (check_run(c, err, n) || check_data(c, err, n) || check_model_data(c, err, n) ||
+        check_train(c, err, n) ||
         check_optim(c, err, n))
         return -1;
     return 0;

@@ -216,5 +216,6 @@ void ut_config_doc_markdown(FILE *f) {
     for (int i = 0; i < ut_cfg_naliases; i++)
         fprintf(f, "| `%s` | `%s` |\n", ut_cfg_aliases[i].alias, ut_cfg_aliases[i].key);
     fputc('\n', f);
+    fputs(ut_cfg_compat_doc, f);
     fputs(doc_notes, f);
 }

@@ -44,11 +44,13 @@ static int next(loader *ld, yaml_event_t *ev) {
 
 static int line_of(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
 
-/* An unquoted empty, ~ or null scalar. */
+/* An unquoted empty, ~ or null scalar; also Python's None, which configs
+ * written from Python keyword arguments carry (FlagAI's load_dir=None). */
 static bool is_null(const yaml_event_t *ev) {
     const char *v = (const char *)ev->data.scalar.value;
     return ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-           (!*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL"));
+           (!*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL") ||
+            !strcmp(v, "None"));
 }
 
 static int remember(loader *ld, const char *key, int line) {
@@ -84,7 +86,8 @@ static bool is_section(const char *key) {
  * unknown keys (whose leaves then fail with a suggestion). */
 static bool mapping_allowed(const char *key) {
     const char *canon = ut_cfg_resolve(key);
-    return is_section(key) || ut_cfg_is_model_opt(canon) || !ut_cfg_find(canon);
+    return is_section(key) || ut_cfg_is_flat_section(key) || ut_cfg_is_model_opt(canon) ||
+           !ut_cfg_find(canon);
 }
 
 /* A sequence of scalars, joined with ',' into one value. */
@@ -153,7 +156,9 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
         } else {
             char key[256];
             const char *name = (const char *)ev.data.scalar.value;
-            if ((size_t)snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", name) >= sizeof key)
+            /* the seed's data-params: {data_dir: D} is the top-level key data_dir */
+            const char *pre = ut_cfg_is_flat_section(prefix) ? "" : prefix;
+            if ((size_t)snprintf(key, sizeof key, "%s%s%s", pre, *pre ? "." : "", name) >= sizeof key)
                 rc = fail(ld, kline, "%s: key longer than %zu characters", name, sizeof key - 1);
             else
                 rc = remember(ld, key, kline);
@@ -163,7 +168,9 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
         if (rc) return -1;
         entries++;
     }
-    if (entries || !*prefix || is_section(prefix) || ut_cfg_is_model_opt(prefix)) return 0;
+    if (entries || !*prefix || is_section(prefix) || ut_cfg_is_flat_section(prefix) ||
+        ut_cfg_is_model_opt(prefix))
+        return 0;
     char hint[160];
     ut_cfg_suggest(prefix, hint, sizeof hint);
     return fail(ld, line, "%s: unknown key%s", prefix, hint);

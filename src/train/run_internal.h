@@ -21,10 +21,16 @@ typedef struct {
     bool bar;                 /* show a progress bar (a terminal, or train.progress: bar) */
     bool lines;               /* print a line per logged step (no bar, progress not off) */
     bool bar_active;          /* a progress bar line is on screen */
+    bool locked;              /* lock_fd holds the run directory's lock */
+    int lock_fd;
 } ut_runlog;
 
 /* Creates the run directory tree and opens the log file; for training also
- * metrics.jsonl and the TensorBoard file (rank 0). */
+ * metrics.jsonl and the TensorBoard file (rank 0). Training locks the run
+ * directory first (rank 0 holds an flock on RUN/.lock until
+ * ut_runlog_close or its exit): a second training job in the same directory
+ * is refused on every rank, with the holder's pid and host, before any of
+ * its ranks writes there. Test mode takes no lock. Collective for training. */
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */

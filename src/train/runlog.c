@@ -1,9 +1,11 @@
 /* The run directory and everything written into it while training: the log
  * file, metrics.jsonl, TensorBoard scalars, and the console progress. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +39,63 @@ static FILE *open_in(const char *dir, const char *name, const char *mode, char *
     return f;
 }
 
+// --- the run directory's lock
+
+/* "pid 123 on host" of the lock's holder, from the file's text. */
+static void lock_holder(int fd, char *buf, size_t n) {
+    char text[300];
+    ssize_t k = pread(fd, text, sizeof text - 1, 0);
+    text[k > 0 ? k : 0] = 0;
+    char host[256] = "";
+    long pid = 0;
+    if (sscanf(text, "%ld %255s", &pid, host) >= 1 && pid > 0)
+        snprintf(buf, n, "pid %ld%s%s", pid, *host ? " on " : "", host);
+    else
+        snprintf(buf, n, "%s", "pid unknown");
+}
+
+/* An exclusive flock on DIR/.lock, kept open (close-on-exec) for the run; the
+ * kernel drops it when the process ends however it ends, so a crashed job
+ * leaves the directory free for its restart. */
+static int lock_run_dir(ut_runlog *rl, char *err, size_t n) {
+    char path[1280], who[320], host[256] = "";
+    snprintf(path, sizeof path, "%s/.lock", rl->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        lock_holder(fd, who, sizeof who);
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return ut_errorf(err, n, "%s is in use by another training job (%s, lock %s): wait for it "
+                                     "to end or stop it, or choose another experiment_name", rl->dir, who, path);
+        return ut_errorf(err, n, "%s: cannot lock: %s", path, strerror(e));
+    }
+    gethostname(host, sizeof host - 1);
+    char text[300];
+    int len = snprintf(text, sizeof text, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+        close(fd);
+        return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    }
+    rl->lock_fd = fd;
+    rl->locked = true;
+    return 0;
+}
+
+/* Rank 0 locks; every rank learns whether it could before anyone writes. */
+static int lock_collective(ut_runlog *rl, char *err, size_t n) {
+    int rc = rl->rank == 0 ? lock_run_dir(rl, err, n) : 0;
+    ut_comm *comm = ut_comm_world();
+    if (ut_comm_size(comm) == 1) return rc;
+    int64_t failed = rc != 0;
+    if (ut_comm_allreduce_i64(comm, &failed, 1))
+        return ut_errorf(err, n, "%s: the ranks could not agree on the run directory's lock", rl->dir);
+    if (failed && rl->rank != 0)
+        return ut_errorf(err, n, "rank 0 could not lock the run directory %s (its message says why)", rl->dir);
+    return failed ? -1 : 0;
+}
+
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
@@ -54,6 +113,7 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
         snprintf(sub, sizeof sub, "%s/%s", rl->dir, subs[i]);
         if (ut_mkdirs(sub, err, n)) return -1;
     }
+    if (training && lock_collective(rl, err, n)) return -1;
     char name[64];
     snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
     if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
@@ -70,6 +130,7 @@ void ut_runlog_close(ut_runlog *rl) {
     if (rl->log) fclose(rl->log);
     if (rl->metrics) fclose(rl->metrics);
     if (rl->tb) ut_tb_close(rl->tb);
+    if (rl->locked) close(rl->lock_fd);   /* releases the lock */
     memset(rl, 0, sizeof *rl);
 }
 
