@@ -70,8 +70,13 @@ static int check_train(const ut_config *c, char *err, size_t n) {
         FAIL("train.epochs: 0 with train.max_steps 0 leaves nothing to train");
     if (!strcmp(c->eval_strategy, "steps") && c->eval_interval < 1)
         FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps");
-    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1)
-        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps");
+    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1 && c->save_steps_ratio <= 0)
+        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio)");
+    if (c->log_steps_ratio > 1 || c->save_steps_ratio > 1)
+        FAIL("train.%s_steps_ratio: %g is a fraction of an epoch's steps and must be <= 1 (write "
+             "train.%s_interval: N for a number of steps)", c->log_steps_ratio > 1 ? "log" : "save",
+             c->log_steps_ratio > 1 ? c->log_steps_ratio : c->save_steps_ratio,
+             c->log_steps_ratio > 1 ? "log" : "save");
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))
@@ -84,6 +89,9 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
     if (decays && c->max_steps == 0 && c->epochs == 0)
         FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
+    if (c->warmup_ratio >= 1)
+        FAIL("optim.warmup_ratio: %g must be < 1 (a fraction of the total steps; write "
+             "optim.warmup_steps: N for a number of steps)", c->warmup_ratio);
     if (decays && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
         FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);
     if (!strcmp(c->optim_name, "sgd") && c->nesterov && (c->momentum <= 0 || c->dampening != 0))

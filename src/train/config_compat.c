@@ -106,14 +106,6 @@ static int seed_key(ut_config *c, const char *key, const char *v, char *err, siz
         return !strcmp(v, "0") ? 1 : ut_errorf(err, n, "%s: utrain loads batches on one background thread of "
                                                      "each process; remove the key (data.prefetch sets how "
                                                      "many batches it prepares ahead)", key);
-    if (!strcmp(key, "log_steps_ratio"))
-        return ut_errorf(err, n, "%s: write train.log_interval: N (log every N optimizer steps) instead", key);
-    if (!strcmp(key, "save_steps_ratio"))
-        return ut_errorf(err, n, "%s: write train.save_strategy: epoch, or save_interval: N (every N "
-                                 "optimizer steps) instead", key);
-    if (!strcmp(key, "warmup_proportion"))
-        return ut_errorf(err, n, "%s: write optim.warmup_steps: N (linear warmup over N optimizer "
-                                 "steps) instead", key);
     return 0;
 }
 
@@ -195,7 +187,8 @@ const char *const ut_cfg_compat_doc =
     "| `use_max_length` | true / false | nothing (`max_length`, i.e. `data.max_len`, always applies) / refused |\n"
     "| `continue_training_path`, `pretrained_model_dir` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
-    "| `log_steps_ratio`, `save_steps_ratio`, `warmup_proportion` | | refused: write `log_interval`, `save_strategy`/`save_interval`, `warmup_steps` |\n"
+    "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
+    "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
     "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until the CUDA backend lands |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"

@@ -166,6 +166,8 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
         strcpy(c->eval_strategy, "steps");
     if (k->off == offsetof(ut_config, save_interval) && c->save_interval > 0 && !c->save_strategy_set)
         strcpy(c->save_strategy, "steps");
+    if (k->off == offsetof(ut_config, save_steps_ratio) && c->save_steps_ratio > 0 && !c->save_strategy_set)
+        strcpy(c->save_strategy, "steps");
 }
 
 /* A bracketed list ("[784, 128, 10]") is stored as "784,128,10"; other

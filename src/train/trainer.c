@@ -87,6 +87,7 @@ struct ut_trainer {
     ut_train_state st;
     int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
     int64_t last_saved_step;
+    int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;
     int64_t steps_this_run;
@@ -136,6 +137,13 @@ static int accum_reduce(ut_trainer *t, accum *a) {
 }
 
 /* ---- set-up ---- */
+/* An interval given as a fraction of an epoch's optimizer steps (the seed's
+ * log_steps_ratio, save_steps_ratio): rounded, at least 1. */
+static int64_t ratio_steps(double ratio, int64_t steps_per_epoch) {
+    int64_t k = (int64_t)(ratio * (double)steps_per_epoch + 0.5);
+    return k > 0 ? k : 1;
+}
+
 static int set_schedule(ut_trainer *t) {
     const ut_config *c = t->cfg;
     ut_sched_kind kind;
@@ -144,7 +152,10 @@ static int set_schedule(ut_trainer *t) {
         return -1;
     }
     t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)c->min_lr,
-                             .warmup_steps = c->warmup_steps, .total_steps = t->total_steps,
+                             .warmup_steps = c->warmup_ratio > 0
+                                                 ? (int64_t)(c->warmup_ratio * (double)t->total_steps)
+                                                 : c->warmup_steps,
+                             .total_steps = t->total_steps,
                              .step_size = c->step_size, .gamma = (float)c->gamma};
     char why[256];
     if (ut_schedule_check(&t->sched, why, sizeof why)) {
@@ -585,12 +596,12 @@ static bool agree_on_stop(ut_trainer *t) {
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
-    if (c->log_interval > 0 && t->st.step % c->log_interval == 0 && log_train(t)) return -1;
+    if (t->log_every > 0 && t->st.step % t->log_every == 0 && log_train(t)) return -1;
     ut_eval_result res;
     if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
         evaluate_dev(t, &res, stop))
         return -1;
-    if (!strcmp(c->save_strategy, "steps") && t->st.step % c->save_interval == 0 && save(t)) return -1;
+    if (!strcmp(c->save_strategy, "steps") && t->st.step % t->save_every == 0 && save(t)) return -1;
     return 0;
 }
 
@@ -750,6 +761,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     }
     t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
     t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
+    t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
+    t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
@@ -778,7 +791,7 @@ static int train_loop(ut_trainer *t) {
         if (agree_on_stop(t)) preempted = true;
     }
     ut_progress_end(&t->log);
-    if (t->cfg->log_interval > 0 && t->st.step % t->cfg->log_interval && t->steps_this_run &&
+    if (t->log_every > 0 && t->st.step % t->log_every && t->steps_this_run &&
         log_train(t))
         return UT_EXIT_ERROR;
     if (strcmp(t->cfg->save_strategy, "no") || preempted) {

@@ -97,6 +97,17 @@ static void test_seed_parameters_trains(void) {
     snprintf(res, sizeof res, "%s/runs/seed_sst2/checkpoints", tmp);
     int64_t steps[4];
     CHECK(ut_ckpt_list(res, steps, 4) >= 1 && steps[0] == 45, "a checkpoint at step 45");
+    /* log_steps_ratio 0.2 of 15 steps per epoch: a train line every 3 steps;
+     * warmup_proportion 0.1 of 45 steps: 4 warmup steps */
+    snprintf(res, sizeof res, "%s/runs/seed_sst2/metrics.jsonl", tmp);
+    char loss[64];
+    CHECK(tp_loss_at(res, "train", 3, loss, sizeof loss) && tp_loss_at(res, "train", 45, loss, sizeof loss) &&
+              !tp_loss_at(res, "train", 4, loss, sizeof loss),
+          "train lines at steps 3 and 45, none at 4");
+    char *m = tp_slurp(res), *l3 = m ? strstr(m, "{\"step\": 3, ") : NULL;
+    CHECK(l3 && strstr(l3, "\"lr\": 0.00374999") && strchr(l3, '\n') > strstr(l3, "\"lr\": 0.00374999"),
+          "step 3's learning rate is 3/4 of 5e-3 (4 warmup steps)");
+    free(m);
 }
 
 // --- other launchers

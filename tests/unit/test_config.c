@@ -341,7 +341,9 @@ static void test_seed_parameters_file(void) {
               !strcmp(c.master_addr, "127.0.0.1"), "dist-params");
     CHECK(c.epochs == 3 && c.batch_size == 16 && c.max_len == 32 && c.lr == 5e-3, "transformers-params");
     CHECK(!strcmp(opt(&c, "num_classes"), "2") && !strcmp(c.model_name, "bow"), "num_labels");
-    CHECK(!strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "epoch"), "strategies");
+    CHECK(!strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "steps"), "strategies");
+    CHECK(c.log_steps_ratio == 0.2 && c.save_steps_ratio == 1 && c.warmup_ratio == 0.1,
+          "ratios: %g %g %g", c.log_steps_ratio, c.save_steps_ratio, c.warmup_ratio);
     ut_config_free(&c);
 }
 
@@ -378,8 +380,6 @@ static void test_seed_keys(void) {
     check_load_error("transformers-params:\n    pretrained_model_dir: '~/facebook/bart-base'\n",
                      "2: pretrained_model_dir: utrain cannot load Hugging Face model directories yet; the "
                      "model is built from model.* (to start from a utrain run's weights set load_dir: RUN_DIR)");
-    check_load_error("transformers-params:\n    log_steps_ratio: 10\n",
-                     "2: log_steps_ratio: write train.log_interval: N (log every N optimizer steps) instead");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
     check_set_error("num_loader_workers=4", "--set: num_loader_workers: utrain loads batches on one background "
@@ -431,6 +431,12 @@ static void test_flagai_keys(void) {
 
 /* A built-in model on data it cannot read is refused before anything runs. */
 static void test_model_data_fit(void) {
+    check_invalid((const char *const[]){"log_steps_ratio=10", NULL},
+                  "train.log_steps_ratio: 10 is a fraction of an epoch's steps and must be <= 1 (write "
+                  "train.log_interval: N for a number of steps)");
+    check_invalid((const char *const[]){"warmup_proportion=1", NULL},
+                  "optim.warmup_ratio: 1 must be < 1 (a fraction of the total steps; write "
+                  "optim.warmup_steps: N for a number of steps)");
     check_invalid((const char *const[]){"nodes=2", "current_node=2", NULL},
                   "dist.current_node: 2 must be < dist.nodes (2): nodes count from 0");
     check_invalid((const char *const[]){"model.name=gpt2", "data.name=tsv_text", "data.train_path=x.tsv", NULL},
@@ -466,7 +472,8 @@ static void test_validate(void) {
     check_invalid((const char *[]){"train.eval_strategy=steps", NULL},
                   "train.eval_interval: must be >= 1 when train.eval_strategy is steps");
     check_invalid((const char *[]){"train.save_strategy=steps", NULL},
-                  "train.save_interval: must be >= 1 when train.save_strategy is steps");
+                  "train.save_interval: must be >= 1 when train.save_strategy is steps (or set "
+                  "train.save_steps_ratio)");
     check_invalid((const char *[]){"train.best_metric=accuracy", NULL},
                   "train.best_metric: 'accuracy' must look like dev/<name> or train/<name>");
     check_invalid((const char *[]){"train.best_metric=test/", NULL},
