@@ -181,6 +181,12 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         ut__tsv_free(&t);
         return NULL;
     }
+    if (ut_memory_check(4.0 * (double)t.n * (double)max_len,
+                        ut_fmt("%s: max_len %lld (token ids of %lld examples)", path,
+                               (long long)max_len, (long long)t.n), err, n)) {
+        ut__tsv_free(&t);
+        return NULL;
+    }
     tsv_impl *m = ut_malloc_check(sizeof *m);
     m->max_len = max_len;
     m->ids = ut_calloc_check((size_t)(t.n * max_len), sizeof(int32_t));  /* 0 = <pad> */

@@ -1,0 +1,127 @@
+/* Hostile inputs through the `utrain` program: each must end in a clear
+ * error (exit status 1, a message naming the file, line or key) and never in
+ * a crash, an abort or a silent default. Every case here once crashed or was
+ * accepted; the small sst2 bag-of-words run is the vehicle. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256], cfg[512];
+
+static const char *path_in(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) perror(path);
+    if (f) fclose(f);
+}
+
+static void write_text(const char *path, const char *s) { write_file(path, s, strlen(s)); }
+
+/* Runs utrain with args; its output (malloc'd) into *out, exit code back. */
+static int run(const char *const *args, char **out) {
+    int rc = tp_run(args, path_in("out.txt"));
+    *out = tp_slurp(path_in("out.txt"));
+    return rc;
+}
+
+/* utrain train on the sst2 config with one --set; expects exit 1 and msg. */
+static void expect_train_error(const char *set, const char *msg) {
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--set", set, NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, msg), "--set %s: exit %d, output: %s (want '%s')", set, rc, s, msg);
+    free(s);
+}
+
+static void write_config(void) {
+    snprintf(cfg, sizeof cfg, "%s/sst2.yml", tmp);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "experiment_name: bad\noutput_dir: %s/runs\nseed: 1\nthreads: 1\n"
+               "model: {name: bow, n_embd: 8, hidden: 8}\n"
+               "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv,\n"
+               "       dev_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
+               "train: {epochs: 1, batch_size: 16, progress: \"off\"}\n"
+               "optim: {name: adamw, lr: 1.0e-3}\n", tmp);
+    fclose(f);
+}
+
+/* "key=value" in a static buffer (two alternating) */
+static const char *kv(const char *key, const char *value) {
+    static char buf[2][600];
+    static int k;
+    k = !k;
+    snprintf(buf[k], sizeof buf[k], "%s=%s", key, value);
+    return buf[k];
+}
+
+/* ---- data files ---- */
+
+static void test_tsv_nul_byte(void) {
+    static const char text[] = "sentence\tlabel\ngood\t1\nbad\t0\na\0b\t1\n";
+    write_file(path_in("nul.tsv"), text, sizeof text - 1);
+    expect_train_error(kv("data.train_path", path_in("nul.tsv")),
+                       "nul.tsv:4: NUL byte at byte offset 29");
+}
+
+static void test_tsv_huge_label(void) {
+    write_text(path_in("huge.tsv"), "sentence\tlabel\ngood\t1\nbad\t0\nodd\t2000000000\n");
+    expect_train_error(kv("data.train_path", path_in("huge.tsv")),
+                       "huge.tsv:4: label 2000000000 makes 2000000001 classes but the file has only 3 examples");
+}
+
+/* a hole in the label set (no example of class 1) is reported, and the run goes on */
+static void test_tsv_label_hole(void) {
+    write_text(path_in("hole.tsv"), "sentence\tlabel\ngood\t2\nbad\t0\nfine\t2\n");
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--set", kv("data.train_path", path_in("hole.tsv")),
+                                  "--set", "data.dev_path=", "--set", "experiment_name=hole", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "hole.tsv: 1 of the 3 classes (labels 0..2) have no example, the first is 1"),
+          "exit %d: %s", rc, s);
+    free(s);
+}
+
+/* ---- sizes that would need absurd memory ---- */
+
+static void test_absurd_sizes(void) {
+    expect_train_error("model.n_embd=2000000000", "bow (vocab_size");
+    expect_train_error("model.n_embd=2000000000", "GiB of memory");
+    expect_train_error("data.max_len=2000000000", "max_len 2000000000 (token ids of");
+    expect_train_error("model.num_classes=300000000000", "num_classes 300000000000");
+}
+
+/* a batch or prefetch larger than the data set is capped, not allocated */
+static void test_huge_batch_trains(void) {
+    const char *sets[] = {"train.batch_size=2000000000", "train.eval_batch_size=2000000000",
+                          "data.prefetch=2000000000"};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "experiment_name=big%d", i);
+        char *s;
+        int rc = run((const char *[]){"train", cfg, "--set", sets[i], "--set", name, NULL}, &s);
+        CHECK(rc == 0 && s && strstr(s, "Training done"), "%s: exit %d: %s", sets[i], rc, s);
+        free(s);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-badinput")) return 1;
+    write_config();
+    RUN(test_tsv_nul_byte);
+    RUN(test_tsv_huge_label);
+    RUN(test_tsv_label_hole);
+    RUN(test_absurd_sizes);
+    RUN(test_huge_batch_trains);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
