@@ -312,6 +312,27 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
     return 0;
 }
 
+/* The training state must be one a run can reach: a valid checksum only
+ * proves the file is what was written, not that what was written is sane. */
+static int check_state(const char *path, const ut_train_state *st, char *err, size_t n) {
+    struct { const char *key; int64_t v, lo, hi; } f[] = {
+        {"train.step", st->step, 0, INT64_MAX},
+        {"train.epoch", st->epoch, 0, INT64_MAX},
+        {"train.cursor", st->cursor, 0, INT64_MAX},
+        {"train.best_step", st->best_step, -1, st->step},
+        {"train.bad_evals", st->bad_evals, 0, INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || f[i].v > f[i].hi)
+            return ut_errorf(err, n, "%s: metadata \"%s\" is %lld, outside [%lld, %lld]%s", path,
+                             f[i].key, (long long)f[i].v, (long long)f[i].lo, (long long)f[i].hi,
+                             f[i].hi == st->step ? " (at most train.step)" : "");
+    if (!(st->rng[0] | st->rng[1] | st->rng[2] | st->rng[3]))
+        return ut_errorf(err, n, "%s: metadata \"train.rng\" is all zeros, not a generator state",
+                         path);
+    return 0;
+}
+
 /* Format, checksum, then every metadata value this loader needs. */
 static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, ut_train_state *st,
                       char *err, size_t n) {
@@ -326,6 +347,7 @@ static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, 
             return ut_errorf(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
     if (!parse_state(f, st))
         return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*)", path);
+    if (check_state(path, st, err, n)) return -1;
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
     if (strcmp(type, m->type))
         return ut_errorf(err, n, "%s: checkpoint is of a \"%s\" model, this model is \"%s\"", path, type,

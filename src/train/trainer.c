@@ -204,6 +204,20 @@ static ut_optim *full_optimizer(ut_trainer *t) {
     return ut_optim_new(ut_optim_get_config(t->o), p->data, p->grad, p->segs, p->n, 0, p->numel);
 }
 
+/* What ut_ckpt_load cannot check alone: the step in the file name and the
+ * data cursor against this run's training set. */
+static int check_resume_state(const ut_trainer *t, const char *path, int64_t name_step,
+                              const ut_train_state *st, char *err, size_t n) {
+    if (st->step != name_step)
+        return ut_errorf(err, n, "%s: metadata \"train.step\" is %lld but the file name says step %lld",
+                         path, (long long)st->step, (long long)name_step);
+    if (st->cursor > t->train->n)
+        return ut_errorf(err, n, "%s: metadata \"train.cursor\" is %lld, past the end of the epoch "
+                         "(the training set has %lld examples)", path, (long long)st->cursor,
+                         (long long)t->train->n);
+    return 0;
+}
+
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -221,6 +235,7 @@ static int resume(ut_trainer *t) {
         int lrc = ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
         if (sharded) ut_optim_free(o);
+        if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
             continue;

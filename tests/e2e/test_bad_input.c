@@ -9,6 +9,7 @@
 
 #include "proc.h"
 #include "test.h"
+#include "utrain/utrain.h"
 
 static char tmp[256], cfg[512];
 
@@ -113,6 +114,58 @@ static void test_huge_batch_trains(void) {
     }
 }
 
+/* ---- checkpoints with a valid checksum but impossible metadata ---- */
+
+/* Rewrites the run's step-15 checkpoint with edit applied to its training
+ * state (through the library, so the checksum stays valid). */
+static bool rewrite_checkpoint(const char *run, void (*edit)(ut_train_state *)) {
+    char path[600], vocab[600], err[512];
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", run);
+    snprintf(path, sizeof path, "%s/checkpoints/step_00000015.safetensors", run);
+    char *v = tp_slurp(vocab), *size = v ? strstr(v, "size=") : NULL;
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "vocab_size", size ? ut_fmt("%lld", atoll(size + 5)) : "0");
+    ut_kv_set(kv, "n_embd", "8");
+    ut_kv_set(kv, "hidden", "8");
+    free(v);
+    ut_model *m = ut_model_create("bow", kv, 1, err, sizeof err);
+    ut_kv_free(kv);
+    if (!m) return false;
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+                               m->params.numel);
+    ut_train_state st;
+    bool ok = !ut_ckpt_load(path, m, o, &st, err, sizeof err);
+    if (ok) edit(&st);
+    ok = ok && !ut_ckpt_save(path, m, o, &st, err, sizeof err);
+    if (!ok) fprintf(stderr, "%s\n", err);
+    ut_optim_free(o);
+    ut_model_free(m);
+    return ok;
+}
+
+static void cursor_past_end(ut_train_state *st) { st->cursor = 100000; }
+static void negative_step(ut_train_state *st) { st->step = -7, st->best_step = -1; }
+
+static void test_impossible_checkpoint(void) {
+    char *s;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", path_in("runs/ckpt"));
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=ckpt", NULL}, &s);
+    CHECK(rc == 0, "training: exit %d: %s", rc, s);
+    free(s);
+    CHECK(rewrite_checkpoint(dir, cursor_past_end), "cannot rewrite the checkpoint");
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=ckpt", "--set", "continue_training=true",
+                              "--set", "train.epochs=2", NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "\"train.cursor\" is 100000, past the end of the epoch (the training set has 240"),
+          "resume: exit %d: %s", rc, s);
+    free(s);
+    CHECK(rewrite_checkpoint(dir, negative_step), "cannot rewrite the checkpoint");
+    rc = run((const char *[]){"test", dir, NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "\"train.step\" is -7") && !strstr(s, "step -7)"), "test: exit %d: %s", rc, s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -123,5 +176,6 @@ int main(int argc, char **argv) {
     RUN(test_tsv_label_hole);
     RUN(test_absurd_sizes);
     RUN(test_huge_batch_trains);
+    RUN(test_impossible_checkpoint);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

@@ -300,6 +300,33 @@ static void test_corrupt_files(void) {
     expect_rejected(tmp_path("missing.safetensors"), "6,5,3", "cannot open", "missing file");
 }
 
+/* A checksum proves the file is intact, not that its training state is
+ * possible: impossible values are refused naming the field, and nothing is
+ * loaded. */
+static void test_impossible_state(void) {
+    struct { const char *field; ut_train_state st; } cases[] = {
+        {"\"train.step\" is -7", {.step = -7, .best_step = -1, .rng = {1}}},
+        {"\"train.epoch\" is -1", {.step = 3, .epoch = -1, .best_step = -1, .rng = {1}}},
+        {"\"train.cursor\" is -5", {.step = 3, .cursor = -5, .best_step = -1, .rng = {1}}},
+        {"\"train.best_step\" is 9, outside [-1, 3] (at most train.step)", {.step = 3, .best_step = 9, .rng = {1}}},
+        {"\"train.best_step\" is -2", {.step = 3, .best_step = -2, .rng = {1}}},
+        {"\"train.bad_evals\" is -1", {.step = 3, .best_step = -1, .bad_evals = -1, .rng = {1}}},
+        {"\"train.rng\" is all zeros", {.step = 3, .best_step = -1}},
+    };
+    const char *path = tmp_path("impossible.safetensors");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        CHECK(ut_ckpt_save(path, saved.m, saved.o, &cases[i].st, err, sizeof err) == 0, "%s", err);
+        expect_rejected(path, "6,5,3", cases[i].field, cases[i].field);
+    }
+    ut_train_state ok = {.step = 3, .best_step = 3, .rng = {1}};
+    char err[512] = "";
+    CHECK(ut_ckpt_save(path, saved.m, saved.o, &ok, err, sizeof err) == 0, "%s", err);
+    pair q = make_pair("6,5,3", 9);
+    CHECK(ut_ckpt_load(path, q.m, q.o, NULL, err, sizeof err) == 0, "the limits themselves: %s", err);
+    free_pair(q);
+}
+
 static void test_mismatches(void) {
     const char *path = tmp_path("ref.safetensors");
     expect_rejected(path, "6,4,3", "fc0.weight", "other hidden size");
@@ -432,6 +459,7 @@ int main(void) {
     RUN(test_special_metrics);
     RUN(test_file_layout);
     RUN(test_corrupt_files);
+    RUN(test_impossible_state);
     RUN(test_mismatches);
     RUN(test_directory);
     free_pair(saved);
