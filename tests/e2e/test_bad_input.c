@@ -166,11 +166,31 @@ static void test_impossible_checkpoint(void) {
     free(s);
 }
 
+/* ---- config files ---- */
+
+static void test_config_files(void) {
+    struct { const char *text, *msg; } cases[] = {
+        {"", "empty.yml: no keys (the file is empty"},
+        {"optim: {lr: \"0.001\"}\n", "empty.yml:1: optim.lr: \"0.001\" is a string in YAML (quoted)"},
+        {"seed: !!str 1\n", "empty.yml:1: seed: '1' is a string in YAML (tagged !!str)"},
+        {"experiment_name: \"x\nseed: 1\nmodel: {name: cnn}\ntrain: {epochs: 1} # \"\n",
+         "empty.yml:1: experiment_name: the quoted value runs from line 1 to line 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(path_in("empty.yml"), cases[i].text);
+        char *s;
+        int rc = run((const char *[]){"train", path_in("empty.yml"), NULL}, &s);
+        CHECK(rc == 1 && s && strstr(s, cases[i].msg), "case %zu: exit %d: %s", i, rc, s);
+        free(s);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-badinput")) return 1;
     write_config();
+    RUN(test_config_files);
     RUN(test_tsv_nul_byte);
     RUN(test_tsv_huge_label);
     RUN(test_tsv_label_hole);
