@@ -185,6 +185,48 @@ static void test_config_files(void) {
     }
 }
 
+/* ---- run files ---- */
+
+static int count(const char *s, const char *what) {
+    int k = 0;
+    for (const char *p = s; p && (p = strstr(p, what)); p++) k++;
+    return k;
+}
+
+/* a torn last line of metrics.jsonl is cut off on resume, not merged into */
+static void test_torn_metrics_line(void) {
+    char *s, metrics[600];
+    snprintf(metrics, sizeof metrics, "%s", path_in("runs/torn/metrics.jsonl"));
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=torn", NULL}, &s);
+    CHECK(rc == 0, "training: exit %d: %s", rc, s);
+    free(s);
+    int lines = tp_count_lines(metrics);
+    FILE *f = fopen(metrics, "a");
+    if (f) fputs("{\"step\": 16, \"epo", f), fclose(f);
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=torn", "--set", "continue_training=true",
+                              "--set", "train.epochs=2", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "metrics.jsonl: cut off a torn last line (17 bytes)"), "resume: exit %d: %s", rc, s);
+    free(s);
+    char *m = tp_slurp(metrics);
+    CHECK(m && tp_count_lines(metrics) > lines && !strstr(m, "\"epo{") && count(m, "{") == count(m, "}\n"),
+          "metrics.jsonl: %s", m);
+    free(m);
+}
+
+/* metrics.jsonl failing to write is reported once, and training goes on */
+static void test_metrics_write_fails_once(void) {
+    char *s;
+    CHECK(tp_run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "train.max_steps=1", NULL},
+                 path_in("out.txt")) == 0, "first run failed");
+    unlink(path_in("runs/full/metrics.jsonl"));
+    CHECK(symlink("/dev/full", path_in("runs/full/metrics.jsonl")) == 0, "symlink");
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
+                                  "--set", "train.log_interval=1", "--set", "train.max_steps=6", NULL}, &s);
+    CHECK(rc == 0 && s && count(s, "metrics.jsonl failed") == 1 && strstr(s, "Training done"),
+          "exit %d: %s", rc, s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -197,5 +239,7 @@ int main(int argc, char **argv) {
     RUN(test_absurd_sizes);
     RUN(test_huge_batch_trains);
     RUN(test_impossible_checkpoint);
+    RUN(test_torn_metrics_line);
+    RUN(test_metrics_write_fails_once);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
