@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -543,4 +544,37 @@ int ut_ckpt_prune(const char *dir, int keep, int64_t keep_step, char *err, size_
     }
     ut_free(all);
     return rc;
+}
+
+/* step_<digits>.safetensors.tmp.<pid>.<n>: a temporary file of ut_st_save;
+ * its writer's pid into *pid. */
+static bool parse_temp_name(const char *name, long *pid) {
+    const char *t = strstr(name, CKPT_SUFFIX ".tmp.");
+    int64_t step;
+    char head[256];
+    if (!t || (size_t)(t - name) + strlen(CKPT_SUFFIX) >= sizeof head) return false;
+    snprintf(head, sizeof head, "%.*s", (int)(t - name + (long)strlen(CKPT_SUFFIX)), name);
+    if (!parse_name(head, &step)) return false;
+    char *end;
+    errno = 0;
+    *pid = strtol(t + strlen(CKPT_SUFFIX ".tmp."), &end, 10);
+    if (errno || *pid <= 0 || *end != '.') return false;
+    strtoul(end + 1, &end, 10);
+    return !*end;
+}
+
+int ut_ckpt_clean_temp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid;
+        if (!parse_temp_name(e->d_name, &pid) || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to know) */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        removed += unlink(path) == 0;
+    }
+    closedir(d);
+    return removed;
 }

@@ -218,6 +218,17 @@ static int check_resume_state(const ut_trainer *t, const char *path, int64_t nam
     return 0;
 }
 
+/* A save killed midway (kill -9, power loss) leaves a full-size temporary
+ * file: removed at start-up when its writer is gone. */
+static void clean_stale_temp(ut_trainer *t) {
+    char dir[1280];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
+    int k = ut_ckpt_clean_temp(dir);
+    if (k > 0)
+        ut_say(&t->log, "Removed %d temporary checkpoint file%s left by an interrupted save in %s\n", k,
+               k == 1 ? "" : "s", dir);
+}
+
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -786,6 +797,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
+    if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);

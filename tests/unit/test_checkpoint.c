@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -436,6 +437,32 @@ static void test_directory(void) {
     rmdir(d);
 }
 
+/* Temporary files of a save whose process is gone are removed; those of live
+ * processes (this one, pid 1) and foreign files stay. */
+static void test_clean_temp(void) {
+    const char *d = tmp_path("tmpclean");
+    CHECK(mkdir(d, 0777) == 0, "mkdir %s", d);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    char dead[96], mine[96];
+    snprintf(dead, sizeof dead, "step_00000005.safetensors.tmp.%ld.0", (long)child);
+    snprintf(mine, sizeof mine, "step_00000006.safetensors.tmp.%ld.3", (long)getpid());
+    const char *stay[] = {mine, "step_00000007.safetensors.tmp.1.0", "step_00000005.safetensors",
+                          "notes.tmp.99999999.0", "step_00000005.safetensors.tmp.x.0"};
+    touch(d, dead);
+    for (int i = 0; i < 5; i++) touch(d, stay[i]);
+    CHECK(ut_ckpt_clean_temp(d) == 1, "removed count");
+    CHECK(!exists(d, dead), "%s is still there", dead);
+    for (int i = 0; i < 5; i++) {
+        CHECK(exists(d, stay[i]), "%s was removed", stay[i]);
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", d, stay[i]);
+        unlink(p);
+    }
+    rmdir(d);
+}
+
 static void remove_dir(void) {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -462,6 +489,7 @@ int main(void) {
     RUN(test_impossible_state);
     RUN(test_mismatches);
     RUN(test_directory);
+    RUN(test_clean_temp);
     free_pair(saved);
     remove_dir();
     return TEST_SUMMARY();
