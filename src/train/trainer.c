@@ -6,13 +6,26 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "run_internal.h"
 #include "utrain/dist.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) { stop_signal = sig; }
+
+/* The first signal asks for a stop at the next boundary; a second one
+ * (Ctrl-C again) exits at once with 128 + signal and no checkpoint (a save
+ * cut short leaves only a temporary file, removed at the next start). */
+static void on_signal(int sig) {
+    if (stop_signal) {
+        static const char msg[] = "\nutrain: second signal: exiting now, without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
 
 typedef struct { struct sigaction term, usr1, intr; } saved_signals;
 
@@ -342,12 +355,20 @@ static int save(ut_trainer *t) {
 }
 
 /* ---- evaluation, best metric, early stopping ---- */
+static bool agree_on_stop(ut_trainer *t);
+static bool stop_asked(void *t) { return agree_on_stop(t); }
+
 static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    int erc = ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err);
+    int erc = ut_evaluate_until(t->comm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+                                sizeof t->err);
     ut_dist_release(t->dist);
+    if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
+        ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
+        return 0;
+    }
     if (erc) return -1;
     const char *names[UT_MAX_METRICS];
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
@@ -764,10 +785,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->comm = ut_comm_world();
     t->rank = ut_comm_rank(t->comm);
     t->world = ut_comm_size(t->comm);
-    uint64_t batch = (uint64_t)c->batch_size << 32 ^ (uint64_t)c->gradient_accumulation_steps;
     if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err) ||
-        ut_comm_check_same(t->comm, batch, "train.batch_size / gradient_accumulation_steps", t->err,
-                           sizeof t->err))
+        ut_comm_check_same_int(t->comm, c->batch_size, "train.batch_size", t->err, sizeof t->err) ||
+        ut_comm_check_same_int(t->comm, c->gradient_accumulation_steps,
+                               "train.gradient_accumulation_steps", t->err, sizeof t->err))
         return -1;
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))

@@ -2,9 +2,11 @@
  * error (exit status 1, a message naming the file, line or key) and never in
  * a crash, an abort or a silent default. Every case here once crashed or was
  * accepted; the small sst2 bag-of-words run is the vehicle. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -227,6 +229,93 @@ static void test_metrics_write_fails_once(void) {
     free(s);
 }
 
+/* ---- signals during evaluation ---- */
+
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+/* A dev set that takes tens of seconds to evaluate with a wide model. */
+static void write_big_dev(void) {
+    FILE *f = fopen(path_in("bigdev.tsv"), "w");
+    const char *w[] = {"good", "bad", "fine", "dull", "great", "awful"};
+    fputs("sentence\tlabel\n", f);
+    for (int i = 0; i < 100000; i++)
+        fprintf(f, "%s %s %s movie\t%d\n", w[i % 6], w[i / 6 % 6], w[i / 36 % 6], i % 2);
+    fclose(f);
+}
+
+/* utrain train (experiment name, dev file), 3 steps, an evaluation after each */
+static pid_t spawn_eval_run(const char *name, const char *dev, bool resume, const char *out) {
+    static char sets[3][600];
+    snprintf(sets[0], sizeof sets[0], "experiment_name=%s", name);
+    snprintf(sets[1], sizeof sets[1], "data.dev_path=%s", dev);
+    snprintf(sets[2], sizeof sets[2], "continue_training=%s", resume ? "true" : "false");
+    const char *args[] = {"train", cfg, "--set", sets[0], "--set", sets[1], "--set", sets[2],
+                          "--set", "model.n_embd=2048", "--set", "model.hidden=2048",
+                          "--set", "train.max_steps=3", "--set", "train.eval_strategy=steps",
+                          "--set", "train.eval_interval=1", "--set", "train.eval_batch_size=64",
+                          "--set", "train.log_interval=1", "--set", "train.progress=lines", NULL};
+    return tp_spawn(args, out);
+}
+
+/* Waits (up to 60 s) until the output file shows text. */
+static bool wait_for(const char *out, const char *text) {
+    for (int i = 0; i < 6000; i++) {
+        char *s = tp_slurp(out);
+        bool found = s && strstr(s, text);
+        free(s);
+        if (found) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* SIGTERM during a long evaluation stops within a batch, writes the
+ * checkpoint of the step before it, and the resumed run ends with the same
+ * weights as a run never stopped. */
+static void test_sigterm_abandons_eval(void) {
+    char out[600], dev[600], big[600];
+    snprintf(out, sizeof out, "%s", path_in("sig.out"));
+    snprintf(big, sizeof big, "%s", path_in("bigdev.tsv"));
+    snprintf(dev, sizeof dev, "data/sst2_sample/dev.tsv");
+    pid_t pid = spawn_eval_run("sig", big, false, out);
+    CHECK(wait_for(out, "step 1/3"), "the run did not reach step 1");
+    usleep(300000); /* well into the evaluation */
+    double t0 = now_s();
+    kill(pid, SIGTERM);
+    int rc = tp_wait(pid);
+    double secs = now_s() - t0;
+    char *s = tp_slurp(out);
+    CHECK(rc == 75 && secs < 3 && s && strstr(s, "eval  step 1  abandoned: stop signal"),
+          "exit %d after %.1f s: %s", rc, secs, s);
+    free(s);
+    CHECK(tp_wait(spawn_eval_run("sig", dev, true, out)) == 0, "resume failed: %s", out);
+    CHECK(tp_wait(spawn_eval_run("straight", dev, false, out)) == 0, "straight run failed");
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s", path_in("runs/sig/checkpoints/step_00000003.safetensors"));
+    snprintf(b, sizeof b, "%s", path_in("runs/straight/checkpoints/step_00000003.safetensors"));
+    CHECK(tp_same_weights(a, b), "stopped + resumed differs from straight: %s %s", a, b);
+}
+
+/* A second Ctrl-C exits at once (130) without waiting for a boundary. */
+static void test_second_signal_exits_now(void) {
+    char out[600];
+    snprintf(out, sizeof out, "%s", path_in("sig2.out"));
+    pid_t pid = spawn_eval_run("sig2", path_in("bigdev.tsv"), false, out);
+    CHECK(wait_for(out, "step 1/3"), "the run did not reach step 1");
+    usleep(300000);
+    kill(pid, SIGINT);
+    usleep(20000);
+    kill(pid, SIGINT);
+    int rc = tp_wait(pid);
+    char *s = tp_slurp(out);
+    CHECK(rc == 130 && s && strstr(s, "second signal: exiting now, without a checkpoint"), "exit %d: %s", rc, s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -241,5 +330,8 @@ int main(int argc, char **argv) {
     RUN(test_impossible_checkpoint);
     RUN(test_torn_metrics_line);
     RUN(test_metrics_write_fails_once);
+    write_big_dev();
+    RUN(test_sigterm_abandons_eval);
+    RUN(test_second_signal_exits_now);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
