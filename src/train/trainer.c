@@ -231,6 +231,22 @@ static int check_resume_state(const ut_trainer *t, const char *path, int64_t nam
     return 0;
 }
 
+/* The global batch and the total step count must fit in 64 bits (the
+ * schema bounds each key; their products are checked here). */
+static int check_counts(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    int64_t g, total;
+    if (__builtin_mul_overflow(c->batch_size, (int64_t)t->world * t->ndp, &g) ||
+        __builtin_mul_overflow(g, t->accum_steps, &g))
+        return ut_errorf(t->err, sizeof t->err, "the global batch train.batch_size %lld x %d processes x "
+                         "train.gradient_accumulation_steps %lld is too large to count",
+                         (long long)c->batch_size, t->world * t->ndp, (long long)t->accum_steps);
+    if (c->max_steps <= 0 && __builtin_mul_overflow(c->epochs, t->steps_per_epoch, &total))
+        return ut_errorf(t->err, sizeof t->err, "train.epochs %lld x %lld steps per epoch is too large to "
+                         "count: use train.max_steps", (long long)c->epochs, (long long)t->steps_per_epoch);
+    return 0;
+}
+
 /* A save killed midway (kill -9, power loss) leaves a full-size temporary
  * file: removed at start-up when its writer is gone. */
 static void clean_stale_temp(ut_trainer *t) {
@@ -813,6 +829,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         return -1;
     }
     t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
+    if (check_counts(t)) return -1;
     t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
