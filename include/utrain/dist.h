@@ -74,6 +74,8 @@ int ut_comm_barrier(ut_comm *c);
  * with a message naming what differs and which ranks disagree with rank 0
  * ("config hash differs on rank 2: ..."), on every rank. */
 int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, size_t n);
+/* The same for a count, shown in decimal ("rank 0 has 8, rank 1 has 16"). */
+int ut_comm_check_same_int(ut_comm *c, int64_t value, const char *what, char *err, size_t n);
 const char *ut_comm_error(const ut_comm *c);
 
 /* Bytes moved by this rank's collectives so far and seconds spent waiting in

@@ -47,20 +47,24 @@ static void usage(FILE *f) {
 
 static void usage_train(FILE *f) {
     fprintf(f,
-            "usage: utrain train CONFIG.yml [--set KEY=VALUE]... [--nproc N]\n"
+            "usage: utrain train CONFIG.yml [--set KEY=VALUE]... [--nproc N [--max-restarts K]]\n"
             "\n"
             "Trains as CONFIG.yml says. Options:\n"
             "  --set KEY=VALUE   override one key (dotted: train.batch_size=32); repeatable\n"
             "  --nproc N         run N data-parallel processes on this machine (mpirun\n"
             "                    underneath; also dist.nproc_per_node); train.batch_size is\n"
             "                    per process. Under mpirun/srun every process is a rank.\n"
+            "  --max-restarts K  with --nproc: start a failed job (a rank crashed, was killed\n"
+            "                    or timed out) again up to K times, resuming from the newest\n"
+            "                    checkpoint; a stop by signal is not retried (default 0)\n"
             "  --help            this text\n"
             "Common keys: experiment_name, output_dir, seed, continue_training, model.name,\n"
             "data.name, train.epochs, train.max_steps, train.batch_size,\n"
             "train.gradient_accumulation_steps, train.eval_strategy, train.save_total_limit,\n"
             "train.best_metric, optim.name, optim.lr, optim.schedule, threads.\n"
             "All keys: docs/config.md or `utrain config --doc`.\n"
-            "SIGTERM, SIGUSR1 or Ctrl-C stop at the next step with a checkpoint (exit %d).\n",
+            "SIGTERM, SIGUSR1 or Ctrl-C stop at the next step (or evaluation batch) with a\n"
+            "checkpoint (exit %d); a second one exits at once without one (128 + signal).\n",
             UT_EXIT_PREEMPTED);
 }
 

@@ -11,6 +11,7 @@
 #define GE(v) .lo = UT_CFG_GE, .min = (v)
 #define GT(v) .lo = UT_CFG_GT, .min = (v)
 #define LT(v) .hi = UT_CFG_LT, .max = (v)
+#define LE(v) .hi = UT_CFG_LE, .max = (v)
 
 static const char *const modes[] = {"train", "test", NULL};
 static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", NULL};
@@ -74,11 +75,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tokens, tsv_text: dev data (empty: no dev set)"},
     {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
      .doc = "tokens, tsv_text: test data (empty: none)"},
-    {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), .hashed = true,
+    {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tokens: sequence length T"},
     {.key = "data.tokenizer", .type = UT_CFG_ENUM, AT(tokenizer), .def = "word",
      .values = tokenizers, .hashed = true, .doc = "tsv_text: tokenizer"},
-    {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), .hashed = true,
+    {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tsv_text: pad or truncate to this many tokens"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,
      .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
@@ -94,12 +95,12 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "passes over the training set"},
     {.key = "train.max_steps", .type = UT_CFG_INT, AT(max_steps), .def = "0", GE(0),
      .doc = "optimizer steps to take; > 0 overrides epochs"},
-    {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1),
+    {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1), LE(1e12),
      .doc = "per-process micro-batch (checkpoints record the global batch: batch_size x processes x accumulation)"},
-    {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0),
+    {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0), LE(1e12),
      .doc = "evaluation batch (0: batch_size)"},
     {.key = "train.gradient_accumulation_steps", .type = UT_CFG_INT,
-     AT(gradient_accumulation_steps), .def = "1", GE(1),
+     AT(gradient_accumulation_steps), .def = "1", GE(1), LE(1e6),
      .doc = "micro-batches per optimizer step"},
     {.key = "train.log_interval", .type = UT_CFG_INT, AT(log_interval), .def = "50", GE(0),
      .doc = "log the training loss every N steps (0: never)"},

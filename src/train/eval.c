@@ -143,6 +143,12 @@ static int reduce_eval(ut_comm *comm, double *loss_sum, int64_t *examples, ut_me
 
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
+    return ut_evaluate_until(comm, ctx, m, ds, batch, h, NULL, NULL, res, err, n);
+}
+
+int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      char *err, size_t n) {
     memset(res, 0, sizeof *res);
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
@@ -154,6 +160,11 @@ int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t
     ut_batch b, standin = {0};
     int rc;
     while ((rc = ut_loader_next(l, &b, err, n)) == 1) {
+        /* asked before every batch, on every rank alike (stop may agree over ranks) */
+        if (stop && stop(arg)) {
+            rc = 2;
+            break;
+        }
         ut_step_outputs out;
         ut_tensor *y;
         if (b.count == 0) { /* this rank's share of the short last batch is empty */
@@ -189,6 +200,7 @@ int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t
     ut_loader_free(l);
     ut_sampler_free(&s);
     ut_standin_free(&standin);
+    if (rc == 2) return 1; /* abandoned: res holds nothing */
     if (rc < 0 || reduce_eval(comm, &loss_sum, &res->examples, acc, nacc, err, n)) return -1;
     double loss = res->examples ? loss_sum / (double)res->examples : NAN;
     add_metric(res, "loss", loss);

@@ -65,6 +65,11 @@ typedef struct {
  * single process would. */
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n);
+/* The same, asking stop(arg) before each batch (every rank the same number of
+ * times): when it says true the evaluation is abandoned and 1 returned. */
+int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 

@@ -96,6 +96,41 @@ static int lock_collective(ut_runlog *rl, char *err, size_t n) {
     return failed ? -1 : 0;
 }
 
+/* The offset just past the last '\n' of f (size bytes), 0 if none. */
+static long last_line_end(FILE *f, long size) {
+    char buf[4096];
+    for (long end = size; end > 0;) {
+        long start = end > (long)sizeof buf ? end - (long)sizeof buf : 0;
+        if (fseek(f, start, SEEK_SET) || fread(buf, 1, (size_t)(end - start), f) != (size_t)(end - start))
+            return -1;
+        for (long i = end - start - 1; i >= 0; i--)
+            if (buf[i] == '\n') return start + i + 1;
+        end = start;
+    }
+    return 0;
+}
+
+/* A resumed run appends to metrics.jsonl: a last line torn by a crash or a
+ * full disk is cut off first, so the next line does not merge with it. */
+static int drop_torn_line(const char *dir, char *err, size_t n) {
+    char path[1280];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return 0; /* none yet */
+    int rc = 0;
+    long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f), keep = size;
+    char last = 0;
+    if (size > 0 && (fseek(f, size - 1, SEEK_SET) || fread(&last, 1, 1, f) != 1)) size = -1;
+    if (size > 0 && last != '\n') keep = last_line_end(f, size);
+    if (size < 0 || keep < 0 || (keep < size && ftruncate(fileno(f), keep)))
+        rc = ut_errorf(err, n, "%s: cannot cut off its torn last line: %s", path, strerror(errno));
+    else if (keep < size)
+        fprintf(stderr, "utrain: warning: %s: cut off a torn last line (%ld bytes) before appending\n",
+                path, size - keep);
+    fclose(f);
+    return rc;
+}
+
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
@@ -118,7 +153,9 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
     snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
     if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
     if (rank == 0 && training) {
-        if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
+        if (drop_torn_line(rl->dir, err, n) ||
+            !(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n)))
+            return -1;
         snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
         if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
     }
@@ -173,28 +210,44 @@ static void tb_failed(ut_runlog *rl) {
     rl->tb = NULL;
 }
 
+/* A metrics.jsonl write error is reported once; the run goes on without it
+ * (a resume cuts off the torn line it may have left). */
+static void metrics_failed(ut_runlog *rl) {
+    fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed (%s); metrics.jsonl logging "
+                    "stops, the console and TensorBoard continue\n", rl->dir, strerror(errno));
+    fclose(rl->metrics);
+    rl->metrics = NULL;
+}
+
 /* JSON numbers cannot be nan/inf: those become null. */
 static void json_number(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.9g", v);
     else fputs("null", f);
 }
 
+static void metrics_line(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
+                         const char *const *names, const double *values) {
+    FILE *f = rl->metrics;
+    fprintf(f, "{\"step\": %lld, \"epoch\": ", (long long)step);
+    json_number(f, epoch);
+    fprintf(f, ", \"split\": \"%s\"", split);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, ", \"%s\": ", names[i]);
+        json_number(f, values[i]);
+    }
+    fputs("}\n", f);
+    if (fflush(f)) metrics_failed(rl);
+}
+
 void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
                     const char *const *names, const double *values) {
-    if (rl->rank != 0 || !rl->metrics) return;
-    fprintf(rl->metrics, "{\"step\": %lld, \"epoch\": ", (long long)step);
-    json_number(rl->metrics, epoch);
-    fprintf(rl->metrics, ", \"split\": \"%s\"", split);
+    if (rl->rank != 0) return;
+    if (rl->metrics) metrics_line(rl, split, step, epoch, n, names, values);
     char tag[96];
-    for (int i = 0; i < n; i++) {
-        fprintf(rl->metrics, ", \"%s\": ", names[i]);
-        json_number(rl->metrics, values[i]);
+    for (int i = 0; rl->tb && i < n; i++) {
         snprintf(tag, sizeof tag, "%s/%s", split, names[i]);
-        if (rl->tb && isfinite(values[i]) && ut_tb_scalar(rl->tb, tag, step, values[i])) tb_failed(rl);
+        if (isfinite(values[i]) && ut_tb_scalar(rl->tb, tag, step, values[i])) tb_failed(rl);
     }
-    fputs("}\n", rl->metrics);
-    if (fflush(rl->metrics))
-        fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed: %s\n", rl->dir, strerror(errno));
     if (rl->tb && ut_tb_flush(rl->tb)) tb_failed(rl);
 }
 

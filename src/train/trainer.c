@@ -6,13 +6,26 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "run_internal.h"
 #include "utrain/dist.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) { stop_signal = sig; }
+
+/* The first signal asks for a stop at the next boundary; a second one
+ * (Ctrl-C again) exits at once with 128 + signal and no checkpoint (a save
+ * cut short leaves only a temporary file, removed at the next start). */
+static void on_signal(int sig) {
+    if (stop_signal) {
+        static const char msg[] = "\nutrain: second signal: exiting now, without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
 
 typedef struct { struct sigaction term, usr1, intr; } saved_signals;
 
@@ -216,6 +229,47 @@ static ut_optim *full_optimizer(ut_trainer *t) {
     return ut_optim_new(ut_optim_get_config(t->o), p->data, p->grad, p->segs, p->n, 0, p->numel);
 }
 
+/* What ut_ckpt_load cannot check alone: the step in the file name and the
+ * data cursor against this run's training set. */
+static int check_resume_state(const ut_trainer *t, const char *path, int64_t name_step,
+                              const ut_train_state *st, char *err, size_t n) {
+    if (st->step != name_step)
+        return ut_errorf(err, n, "%s: metadata \"train.step\" is %lld but the file name says step %lld",
+                         path, (long long)st->step, (long long)name_step);
+    if (st->cursor > t->train->n)
+        return ut_errorf(err, n, "%s: metadata \"train.cursor\" is %lld, past the end of the epoch "
+                         "(the training set has %lld examples)", path, (long long)st->cursor,
+                         (long long)t->train->n);
+    return 0;
+}
+
+/* The global batch and the total step count must fit in 64 bits (the
+ * schema bounds each key; their products are checked here). */
+static int check_counts(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    int64_t g, total;
+    if (__builtin_mul_overflow(c->batch_size, (int64_t)t->world * t->ndp, &g) ||
+        __builtin_mul_overflow(g, t->accum_steps, &g))
+        return ut_errorf(t->err, sizeof t->err, "the global batch train.batch_size %lld x %d processes x "
+                         "train.gradient_accumulation_steps %lld is too large to count",
+                         (long long)c->batch_size, t->world * t->ndp, (long long)t->accum_steps);
+    if (c->max_steps <= 0 && __builtin_mul_overflow(c->epochs, t->steps_per_epoch, &total))
+        return ut_errorf(t->err, sizeof t->err, "train.epochs %lld x %lld steps per epoch is too large to "
+                         "count: use train.max_steps", (long long)c->epochs, (long long)t->steps_per_epoch);
+    return 0;
+}
+
+/* A save killed midway (kill -9, power loss) leaves a full-size temporary
+ * file: removed at start-up when its writer is gone. */
+static void clean_stale_temp(ut_trainer *t) {
+    char dir[1280];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
+    int k = ut_ckpt_clean_temp(dir);
+    if (k > 0)
+        ut_say(&t->log, "Removed %d temporary checkpoint file%s left by an interrupted save in %s\n", k,
+               k == 1 ? "" : "s", dir);
+}
+
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -233,6 +287,7 @@ static int resume(ut_trainer *t) {
         int lrc = ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
         if (sharded) ut_optim_free(o);
+        if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
             continue;
@@ -328,12 +383,20 @@ static int save(ut_trainer *t) {
 }
 
 /* ---- evaluation, best metric, early stopping ---- */
+static bool agree_on_stop(ut_trainer *t);
+static bool stop_asked(void *t) { return agree_on_stop(t); }
+
 static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    int erc = ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err);
+    int erc = ut_evaluate_until(t->comm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+                                sizeof t->err);
     ut_dist_release(t->dist);
+    if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
+        ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
+        return 0;
+    }
     if (erc) return -1;
     const char *names[UT_MAX_METRICS];
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
@@ -732,10 +795,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->comm = ut_comm_world();
     t->rank = ut_comm_rank(t->comm);
     t->world = ut_comm_size(t->comm);
-    uint64_t batch = (uint64_t)c->batch_size << 32 ^ (uint64_t)c->gradient_accumulation_steps;
     if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err) ||
-        ut_comm_check_same(t->comm, batch, "train.batch_size / gradient_accumulation_steps", t->err,
-                           sizeof t->err))
+        ut_comm_check_same_int(t->comm, c->batch_size, "train.batch_size", t->err, sizeof t->err) ||
+        ut_comm_check_same_int(t->comm, c->gradient_accumulation_steps,
+                               "train.gradient_accumulation_steps", t->err, sizeof t->err))
         return -1;
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))
@@ -760,6 +823,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         return -1;
     }
     t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
+    if (check_counts(t)) return -1;
     t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
     t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
     t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
@@ -767,6 +831,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
+    if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);

@@ -160,18 +160,46 @@ static void test_full_file(void) {
     ut_config_free(&c);
 }
 
+/* A file without keys would silently train every default: refused. */
 static void test_empty_file(void) {
-    ut_config c;
-    ut_config_init(&c);
-    CHECK(load_text(&c, "") == 0, "%s", err);
-    CHECK(load_text(&c, "# only a comment\n") == 0, "%s", err);
-    CHECK(c.batch_size == 64, "unchanged");
-    ut_config_free(&c);
+    const char *texts[] = {"", "# only a comment\n", "{}\n", "---\n...\n", "~\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(load_text(&c, texts[i]) == -1, "loaded '%s'", texts[i]);
+        CHECK(strstr(err, path) && strstr(err, ": no keys (the file is empty, holds only comments or is {})"),
+              "'%s': %s", texts[i], err);
+        ut_config_free(&c);
+    }
     check_load_error("just a string\n", "1: the top level must be a mapping of keys");
     check_load_error("- a\n- b\n", "1: the top level must be a mapping of keys");
 }
 
 // --- load errors
+
+/* YAML's types: a quoted or !!str scalar is a string, refused where a number
+ * or boolean belongs; a quote left open is named as such. */
+static void test_yaml_types(void) {
+    check_load_error("optim:\n  lr: \"0.001\"\n",
+                     "2: optim.lr: \"0.001\" is a string in YAML (quoted), but optim.lr takes a number: "
+                     "write it without quotes or tag (lr: 0.001)");
+    check_load_error("seed: !!str 1\n", "1: seed: '1' is a string in YAML (tagged !!str), but seed takes "
+                     "an integer: write it without quotes or tag (seed: 1)");
+    check_load_error("train: {epochs: '3'}\n", "1: train.epochs: \"3\" is a string in YAML (quoted), but "
+                     "train.epochs takes an integer: write it without quotes or tag (epochs: 3)");
+    check_load_error("data:\n  shuffle: \"false\"\n", "2: data.shuffle: \"false\" is a string in YAML "
+                     "(quoted), but data.shuffle takes true or false: write it without quotes or tag "
+                     "(shuffle: false)");
+    check_load_error("experiment_name: \"abc\nseed: 1\ntrain:\n  epochs: 2 and the rest\"\n",
+                     "1: experiment_name: the quoted value runs from line 1 to line 4: a quote left "
+                     "open? (close it on the line where it starts)");
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "experiment_name: \"42\"\ntrain: {eval_strategy: \"no\", epochs: 3}\n") == 0,
+          "strings stay strings: %s", err);
+    CHECK(!strcmp(c.experiment_name, "42") && c.epochs == 3, "%s %lld", c.experiment_name, (long long)c.epochs);
+    ut_config_free(&c);
+}
 
 static void test_unknown_key(void) {
     check_load_error("train:\n  epochs: 2\n  batch_sise: 3\n",
@@ -199,7 +227,7 @@ static void test_wrong_type(void) {
 }
 
 static void test_out_of_range(void) {
-    check_load_error("train:\n  batch_size: 0\n", "2: train.batch_size: must be >= 1");
+    check_load_error("train:\n  batch_size: 0\n", "2: train.batch_size: must be >= 1 and <= 1e+12");
     check_load_error("optim:\n  eps: 0\n", "2: optim.eps: must be > 0");
     check_load_error("optim:\n  beta2: 1\n", "2: optim.beta2: must be >= 0 and < 1");
     check_load_error("optim:\n  betas: [0.9, 1.5]\n", "2: optim.betas: must be >= 0 and < 1");
@@ -266,7 +294,7 @@ static void test_set(void) {
     check_set_error("=3", "--set: '=3' is not key=value");
     check_set_error("train.eval_strategy=sometimes",
                     "--set: train.eval_strategy: 'sometimes' is not one of no, steps, epoch");
-    check_set_error("train.batch_size=-1", "--set: train.batch_size: must be >= 1");
+    check_set_error("train.batch_size=-1", "--set: train.batch_size: must be >= 1 and <= 1e+12");
 }
 
 static void test_model_options(void) {
@@ -585,7 +613,7 @@ static void test_docs_up_to_date(void) {
     if (doc) fclose(doc);
     CHECK(doc && !strcmp(have, want),
           "docs/config.md differs from the schema: run build/tests/unit/test_config --doc > docs/config.md");
-    CHECK(strstr(want, "| `train.batch_size` | int | `64` | >= 1 |  | per-process micro-batch"),
+    CHECK(strstr(want, "| `train.batch_size` | int | `64` | >= 1 and <= 1e+12 |  | per-process micro-batch"),
           "batch_size row");
     CHECK(strstr(want, "| `epochs` | `train.epochs` |"), "alias row");
     free(want);
@@ -600,6 +628,7 @@ int main(int argc, char **argv) {
     RUN(test_full_file);
     RUN(test_empty_file);
     RUN(test_unknown_key);
+    RUN(test_yaml_types);
     RUN(test_wrong_type);
     RUN(test_out_of_range);
     RUN(test_bad_enum);
