@@ -173,6 +173,8 @@ static const char *const doc_notes =
     "  quote an enum value YAML would read otherwise (`eval_strategy: \"no\"`). A quoted\n"
     "  value spanning lines is refused as a quote left open. Model options (`model.*`)\n"
     "  are text that the model reads, quoted or not; `--set` values have no quotes.\n"
+    "  One exception: `master_port` also takes a quoted number (`master_port: '29500'`),\n"
+    "  as launcher configs write it (the port is an environment variable's text there).\n"
     "- A file without keys (empty, comments only, `{}`) is an error, not a run of\n"
     "  every default.\n"
     "- Before a run starts, keys are also checked together: `data.name` decides which\n"

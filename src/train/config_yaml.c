@@ -135,6 +135,8 @@ static int check_scalar(loader *ld, const char *key, const yaml_event_t *ev, int
         return fail(ld, line, "%s: the quoted value runs from line %d to line %d: a quote left open? "
                     "(close it on the line where it starts)", key, line, last);
     bool string = quoted || (tag && !strcmp(tag, YAML_STR_TAG));
+    /* launcher configs quote the port (it is MASTER_PORT's text): the one exception */
+    if (string && k && !strcmp(k->key, "dist.master_port")) return 0;
     if (!string || !k || (k->type != UT_CFG_INT && k->type != UT_CFG_FLOAT && k->type != UT_CFG_BOOL))
         return 0;
     return fail(ld, line, "%s: %s%.40s%s is a string in YAML (%s), but %s takes %s: write it "
