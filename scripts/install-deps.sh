@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 
-pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev zlib1g-dev
+pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev libutf8proc-dev zlib1g-dev
       openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv)
 
 missing=()
