@@ -2,7 +2,8 @@
  * sampler (per-process share, shuffled by seed and epoch, resumable at the
  * exact batch) and the loader (collates batches in a background thread).
  * defines: ut_dataset, ut_sampler, ut_loader, ut_batch, ut_vocab, dataset
- *          constructors, ut_tokenize_file. */
+ *          constructors, ut_tokenize_file, ut_tokenizer (pretrained WordPiece
+ *          and byte-level BPE), ut_tok_opts, ut_tok_encoding. */
 #ifndef UTRAIN_DATA_H
 #define UTRAIN_DATA_H
 
@@ -74,6 +75,46 @@ int64_t ut_vocab_missing_classes(const ut_vocab *v, int64_t *first);
 void ut_vocab_free(ut_vocab *v);
 ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
                                 size_t n);
+
+/* ---- pretrained tokenizers (docs/data.md) ---- */
+/* WordPiece (BERT) and byte-level BPE (GPT-2, RoBERTa, BART) read from
+ * Hugging Face files; ids match Hugging Face `tokenizers`. */
+typedef struct ut_tokenizer ut_tokenizer;
+/* path: a directory holding tokenizer.json, else vocab.txt (with an optional
+ * tokenizer_config.json), else vocab.json or encoder.json with merges.txt or
+ * vocab.bpe; or one of those files. NULL with a message naming the file and
+ * what is wrong (missing, not JSON, an unsupported model such as Unigram). */
+ut_tokenizer *ut_tokenizer_load(const char *path, char *err, size_t n);
+void ut_tokenizer_free(ut_tokenizer *t);             /* NULL is fine */
+int64_t ut_tokenizer_vocab_size(const ut_tokenizer *t);
+const char *ut_tokenizer_model(const ut_tokenizer *t);  /* "WordPiece" or "BPE" */
+/* The id of a special token by role: "cls", "sep", "pad", "unk", "mask",
+ * "bos", "eos"; -1 when the tokenizer has none. GPT-2's pad is <|endoftext|>. */
+int32_t ut_tokenizer_special_id(const ut_tokenizer *t, const char *role);
+int32_t ut_tokenizer_token_id(const ut_tokenizer *t, const char *token);  /* -1: none */
+const char *ut_tokenizer_token(const ut_tokenizer *t, int32_t id);         /* NULL: none */
+
+typedef struct {
+    int64_t max_len;     /* truncate to this many tokens, specials included (pairs:
+                          * longest first); 0: no limit */
+    int64_t pad_to;      /* pad to this length with the pad id, type id 0, mask 0; 0: none */
+    bool no_special;     /* leave out [CLS] / [SEP] (<s> / </s>) */
+} ut_tok_opts;
+
+/* One encoded text (or pair): len ids, token type ids (0 for the first text,
+ * 1 for the second under BERT) and attention mask (1 text, 0 padding). The
+ * arrays grow as needed and are reused by the next encode into the same
+ * struct; zero it before the first use. */
+typedef struct {
+    int32_t *ids, *type_ids, *mask;
+    int64_t len, cap;
+} ut_tok_encoding;
+/* text (and pair, or NULL) are NUL-terminated UTF-8. 0, or -1 with a message
+ * (invalid UTF-8 with its byte offset; max_len too small for the special
+ * tokens). Not thread-safe: BPE keeps a cache in t. */
+int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o,
+                        ut_tok_encoding *e, char *err, size_t n);
+void ut_tok_encoding_free(ut_tok_encoding *e);
 
 /* ---- sampler ---- */
 /* Decides which examples each process sees. The order of an epoch is a

@@ -1,0 +1,168 @@
+/* The byte-level BPE model (GPT-2, RoBERTa, BART): bytes become the
+ * printable characters GPT-2 assigned them, then the pair of neighbouring
+ * symbols with the lowest merge rank is merged until no pair has a rank.
+ * Results are cached per piece. */
+#include <string.h>
+
+#include "tok_internal.h"
+#include "utrain/base.h"
+
+/* (left id, right id) -> (rank, merged id), open addressing. */
+typedef struct {
+    uint64_t key;           /* left << 32 | right, + 1 (0: empty) */
+    int32_t rank, id;
+} merge_slot;
+
+/* The cache stops growing past this many ids (then pieces are merged anew). */
+#define CACHE_MAX_IDS (1 << 22)
+
+struct ut__bpe {
+    merge_slot *m;
+    size_t cap, n;
+    int32_t byte_id[256];   /* the id of each byte's symbol */
+    bool ignore_merges;
+    ut__strmap cache;       /* piece -> offset into cache_ids: [count, ids...] */
+    ut__ivec cache_ids;
+    ut__ivec sym;           /* work array */
+};
+
+/* GPT-2's byte -> character map: printable Latin-1 bytes keep their code
+ * point, the other 68 take 256, 257, ... in byte order. */
+static int32_t byte_char(int b) {
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
+    int n = 0;
+    for (int k = 0; k < b; k++)
+        n += !((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF));
+    return 256 + n;
+}
+
+ut__bpe *ut__bpe_new(bool ignore_merges) {
+    ut__bpe *b = ut_calloc_check(1, sizeof *b);
+    b->ignore_merges = ignore_merges;
+    return b;
+}
+
+void ut__bpe_free(ut__bpe *b) {
+    if (!b) return;
+    ut_free(b->m);
+    ut__strmap_free(&b->cache);
+    ut_free(b->cache_ids.v);
+    ut_free(b->sym.v);
+    ut_free(b);
+}
+
+static size_t merge_slot_of(const ut__bpe *b, uint64_t key) {
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (b->cap - 1);
+    while (b->m[i].key && b->m[i].key != key) i = (i + 1) & (b->cap - 1);
+    return i;
+}
+
+static uint64_t pair_key(int32_t l, int32_t r) { return ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1; }
+
+static void merges_grow(ut__bpe *b) {
+    merge_slot *old = b->m;
+    size_t oc = b->cap;
+    b->cap = oc ? 2 * oc : 1024;
+    b->m = ut_calloc_check(b->cap, sizeof *b->m);
+    for (size_t i = 0; i < oc; i++)
+        if (old[i].key) b->m[merge_slot_of(b, old[i].key)] = old[i];
+    ut_free(old);
+}
+
+bool ut__bpe_add_merge(ut__bpe *b, const ut__vocab_tab *v, const char *a, size_t alen,
+                       const char *bb, size_t blen, const char *where, char *err, size_t n) {
+    int32_t l = ut__strmap_get(&v->vocab, a, alen), r = ut__strmap_get(&v->vocab, bb, blen);
+    char *cat = ut_malloc_check(alen + blen + 1);
+    memcpy(cat, a, alen);
+    memcpy(cat + alen, bb, blen);
+    int32_t id = ut__strmap_get(&v->vocab, cat, alen + blen);
+    ut_free(cat);
+    if (l < 0 || r < 0 || id < 0) {
+        ut_errorf(err, n, "%s: merge \"%.*s %.*s\": %s not in the vocabulary", where, (int)alen, a,
+                  (int)blen, bb, l < 0 ? "its left part is" : r < 0 ? "its right part is" : "the merged token is");
+        return false;
+    }
+    if (2 * (b->n + 1) > b->cap) merges_grow(b);
+    size_t i = merge_slot_of(b, pair_key(l, r));
+    if (!b->m[i].key) {      /* a repeated pair keeps its first (best) rank */
+        b->m[i] = (merge_slot){pair_key(l, r), (int32_t)b->n, id};
+        b->n++;
+    }
+    return true;
+}
+
+bool ut__bpe_check_bytes(const ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err,
+                         size_t n) {
+    ut__bpe *mb = (ut__bpe *)b;
+    for (int k = 0; k < 256; k++) {
+        char u[4];
+        size_t len = ut__utf8_put(u, byte_char(k));
+        mb->byte_id[k] = ut__strmap_get(&v->vocab, u, len);
+        if (mb->byte_id[k] < 0)
+            return !ut_errorf(err, n, "%s: not a byte-level BPE vocabulary: byte 0x%02x (\"%.*s\") has no token",
+                              path, k, (int)len, u);
+    }
+    return true;
+}
+
+static const merge_slot *find_merge(const ut__bpe *b, int32_t l, int32_t r) {
+    if (!b->cap) return NULL;
+    size_t i = merge_slot_of(b, pair_key(l, r));
+    return b->m[i].key ? &b->m[i] : NULL;
+}
+
+/* Merges b->sym in place: the lowest-ranked pair, every occurrence from the
+ * left, until none has a rank. */
+static void merge_all(ut__bpe *b) {
+    int32_t *s = b->sym.v;
+    int64_t n = b->sym.n;
+    for (;;) {
+        const merge_slot *best = NULL;
+        for (int64_t i = 0; i + 1 < n; i++) {
+            const merge_slot *m = find_merge(b, s[i], s[i + 1]);
+            if (m && (!best || m->rank < best->rank)) best = m;
+        }
+        if (!best) break;
+        int32_t l = (int32_t)((best->key - 1) >> 32), r = (int32_t)((best->key - 1) & 0xffffffffu);
+        int64_t o = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (i + 1 < n && s[i] == l && s[i + 1] == r) {
+                s[o++] = best->id;
+                i++;
+            } else {
+                s[o++] = s[i];
+            }
+        }
+        n = o;
+    }
+    b->sym.n = n;
+}
+
+static bool whole_in_vocab(const ut__bpe *b, const ut__vocab_tab *v, const char *s, size_t len,
+                           ut__ivec *out) {
+    char *u = ut_malloc_check(4 * len + 1);
+    size_t ul = 0;
+    for (size_t i = 0; i < len; i++) ul += ut__utf8_put(u + ul, byte_char((unsigned char)s[i]));
+    int32_t id = ut__strmap_get(&v->vocab, u, ul);
+    ut_free(u);
+    if (id >= 0) ut__ivec_push(out, id);
+    (void)b;
+    return id >= 0;
+}
+
+void ut__bpe_encode(ut__bpe *b, const ut__vocab_tab *v, const char *s, size_t len, ut__ivec *out) {
+    int32_t at = ut__strmap_get(&b->cache, s, len);
+    if (at >= 0) {
+        for (int32_t k = 0; k < b->cache_ids.v[at]; k++) ut__ivec_push(out, b->cache_ids.v[at + 1 + k]);
+        return;
+    }
+    if (b->ignore_merges && whole_in_vocab(b, v, s, len, out)) return;
+    b->sym.n = 0;
+    for (size_t i = 0; i < len; i++) ut__ivec_push(&b->sym, b->byte_id[(unsigned char)s[i]]);
+    merge_all(b);
+    for (int64_t k = 0; k < b->sym.n; k++) ut__ivec_push(out, b->sym.v[k]);
+    if (b->cache_ids.n + b->sym.n + 1 > CACHE_MAX_IDS) return;
+    ut__strmap_put(&b->cache, s, len, (int32_t)b->cache_ids.n);
+    ut__ivec_push(&b->cache_ids, (int32_t)b->sym.n);
+    for (int64_t k = 0; k < b->sym.n; k++) ut__ivec_push(&b->cache_ids, b->sym.v[k]);
+}
