@@ -49,7 +49,9 @@ ut_dataset *ut_idx_dataset_open(const char *images, const char *labels, double m
  * overlapping. A token >= vocab_size is an error naming the shard and offset. */
 ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t vocab_size,
                                   char *err, size_t n);
-/* Writes a .bin shard from a text file with the byte tokenizer (ids 0..255). */
+/* Writes a .bin shard from a text file: tokenizer "byte" (ids 0..255), or a
+ * pretrained tokenizer directory or file (ut_tokenizer_load) applied to the
+ * whole text without special tokens; its ids must fit uint16 (GPT-2: 50257). */
 int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
                      size_t n);
 

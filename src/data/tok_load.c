@@ -15,6 +15,35 @@
 
 /* ---- JSON files ---- */
 
+/* True when the text ends inside a string or with a bracket open: cut short. */
+static bool json_unclosed(const unsigned char *s, size_t len) {
+    long depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (in_str) {
+            if (s[i] == '\\') i++;
+            else if (s[i] == '"') in_str = false;
+        } else {
+            in_str = s[i] == '"';
+            depth += (s[i] == '{' || s[i] == '[') - (s[i] == '}' || s[i] == ']');
+        }
+    }
+    return in_str || depth > 0;
+}
+
+static void json_error(const char *path, const unsigned char *buf, size_t len, size_t at, char *err, size_t n) {
+    if (json_unclosed(buf, len)) {
+        ut_errorf(err, n, "%s: byte %zu: the JSON ends too soon (is the file cut short?)", path, len);
+        return;
+    }
+    char near[24];
+    size_t from = at > 8 ? at - 8 : 0, k = 0;
+    for (size_t i = from; i < len && k + 1 < sizeof near && i < at + 8; i++)
+        near[k++] = buf[i] >= 0x20 && buf[i] < 0x7f ? (char)buf[i] : '?';
+    near[k] = 0;
+    ut_errorf(err, n, "%s: byte %zu: not valid JSON (near \"%s\")", path, at, near);
+}
+
 static cJSON *read_json(const char *path, char *err, size_t n) {
     size_t len;
     unsigned char *buf = ut__read_file(path, &len, err, n);
@@ -23,11 +52,7 @@ static cJSON *read_json(const char *path, char *err, size_t n) {
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, false);
     size_t at = end ? (size_t)(end - (const char *)buf) : 0;
     if (!root) {
-        if (at + 1 >= len)
-            ut_errorf(err, n, "%s: byte %zu: the JSON ends too soon (is the file cut short?)", path, len);
-        else
-            ut_errorf(err, n, "%s: byte %zu: not valid JSON (at '%c')", path, at,
-                      buf[at] >= 0x20 && buf[at] < 0x7f ? buf[at] : '?');
+        json_error(path, buf, len, at, err, n);
     } else {
         while (at < len && strchr(" \t\r\n", buf[at]) && buf[at]) at++;
         if (at < len) {

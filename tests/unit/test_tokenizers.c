@@ -214,6 +214,25 @@ static ut_tokenizer *load_pretrained(const char *path) {
 }
 
 static texts g_kjv, g_sst2;
+static char g_dir[256];
+
+static const char *tmp(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f, "cannot write %s", path);
+    if (!f) return;
+    fwrite(text, 1, len, f);
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
 
 static void check_tokenizer(const char *path, char which, const char *sources) {
     ut_tokenizer *t = load_pretrained(path);
@@ -241,14 +260,161 @@ static void test_roberta_tokenizer_json(void) {
     check_tokenizer(ROBERTA "_str/tokenizer.json", 'R', "SXP");
 }
 
-int main(void) {
+/* Padding, the mask, token types and the special ids of each family. */
+static void test_padding_and_specials(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    CHECK(!strcmp(ut_tokenizer_model(t), "WordPiece") && ut_tokenizer_vocab_size(t) == 30522, "MiniLM: %s %lld",
+          ut_tokenizer_model(t), (long long)ut_tokenizer_vocab_size(t));
+    CHECK(ut_tokenizer_special_id(t, "cls") == 101 && ut_tokenizer_special_id(t, "sep") == 102 &&
+          ut_tokenizer_special_id(t, "pad") == 0 && ut_tokenizer_special_id(t, "unk") == 100 &&
+          ut_tokenizer_special_id(t, "mask") == 103 && ut_tokenizer_special_id(t, "eos") == -1,
+          "BERT special ids");
+    CHECK(ut_tokenizer_token_id(t, "hello") == 7592 && !strcmp(ut_tokenizer_token(t, 7592), "hello"), "hello");
+    ut_tok_encoding e = {0};
+    ut_tok_opts o = {.pad_to = 8};
+    CHECK(ut_tokenizer_encode(t, "Hello", "world", &o, &e, err, sizeof err) == 0, "%s", err);
+    static const int32_t ids[8] = {101, 7592, 102, 2088, 102, 0, 0, 0}, types[8] = {0, 0, 0, 1, 1, 0, 0, 0},
+                         mask[8] = {1, 1, 1, 1, 1, 0, 0, 0};
+    CHECK(e.len == 8 && !memcmp(e.ids, ids, sizeof ids) && !memcmp(e.type_ids, types, sizeof types) &&
+          !memcmp(e.mask, mask, sizeof mask), "padded pair: len %lld, ids %d %d %d %d %d %d", (long long)e.len,
+          e.ids[0], e.ids[1], e.ids[2], e.ids[3], e.ids[4], e.ids[5]);
+    o = (ut_tok_opts){.no_special = true};
+    CHECK(ut_tokenizer_encode(t, "Hello world", NULL, &o, &e, err, sizeof err) == 0 && e.len == 2 &&
+          e.ids[0] == 7592 && e.ids[1] == 2088, "no special tokens: %lld", (long long)e.len);
+    o = (ut_tok_opts){.max_len = 3};
+    CHECK(ut_tokenizer_encode(t, "a", "b", &o, &e, err, sizeof err) == -1 && strstr(err, "max_len 3"),
+          "max_len below the specials: %s", err);
+    CHECK(ut_tokenizer_encode(t, "bad \xff byte", NULL, NULL, &e, err, sizeof err) == -1 && strstr(err, "byte 4") &&
+          strstr(err, "UTF-8"), "invalid UTF-8: %s", err);
+    ut_tokenizer_free(t);
+    t = load_pretrained(GPT2);
+    if (t) {
+        CHECK(!strcmp(ut_tokenizer_model(t), "BPE") && ut_tokenizer_vocab_size(t) == 50257 &&
+              ut_tokenizer_special_id(t, "eos") == 50256 && ut_tokenizer_special_id(t, "pad") == 50256 &&
+              ut_tokenizer_special_id(t, "cls") == -1, "GPT-2 special ids");
+        o = (ut_tok_opts){.pad_to = 4};
+        CHECK(ut_tokenizer_encode(t, "Hello", NULL, &o, &e, err, sizeof err) == 0 && e.len == 4 && e.ids[0] == 15496 &&
+              e.ids[1] == 50256 && e.mask[0] == 1 && e.mask[1] == 0, "GPT-2 padding: %d %d", e.ids[0], e.ids[1]);
+    }
+    ut_tokenizer_free(t);
+    t = ut_tokenizer_load(ROBERTA, err, sizeof err);
+    CHECK(t && ut_tokenizer_special_id(t, "cls") == 0 && ut_tokenizer_special_id(t, "sep") == 2 &&
+          ut_tokenizer_special_id(t, "pad") == 1, "RoBERTa special ids: %s", t ? "" : err);
+    ut_tokenizer_free(t);
+    ut_tok_encoding_free(&e);
+}
+
+/* A load must fail with a message naming the file and saying what is wrong. */
+static void expect_load_error(const char *path, const char *want1, const char *want2) {
+    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
+    CHECK(!t, "%s: accepted", path);
+    ut_tokenizer_free(t);
+    CHECK(strstr(err, want1) && strstr(err, want2), "%s: message lacks \"%s\" / \"%s\": %s", path, want1, want2,
+          err);
+}
+
+static void test_bad_files(void) {
+    expect_load_error(tmp("absent"), "absent", "no such file");
+    mkdir(tmp("empty"), 0755);
+    expect_load_error(tmp("empty"), "empty", "no tokenizer files");
+    char *good = tp_slurp(ROBERTA "/tokenizer.json");
+    CHECK(good, "cannot read %s", ROBERTA "/tokenizer.json");
+    if (!good) return;
+    size_t len = strlen(good);
+    const char *p = tmp("tokenizer.json");
+    write_file(p, good, len / 2);
+    expect_load_error(p, p, "ends too soon");
+    write_text(p, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    expect_load_error(p, p, "model type \"Unigram\" is not supported");
+    write_text(p, "{\"vocab\": 1}");
+    expect_load_error(p, p, "no \"model\"");
+    write_text(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, x}");
+    expect_load_error(p, p, "not valid JSON");
+    /* the good file with one change at a time */
+    static const struct { const char *from, *to, *want; } edits[] = {
+        {"\"ByteLevel\",\n    \"add_prefix_space\": true", "\"Whitespace\", \"add_prefix_space\": true",
+         "pre_tokenizer \"Whitespace\" is not supported"},
+        {"\"dropout\": null", "\"dropout\": 0.1", "dropout"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer \"NFKC\""},
+        {"\"Ġ\",\n        \"t\"", "\"Ġ\",\n        \"zzzz\"", "right part is not in the vocabulary"},
+        {"\"type\": \"RobertaProcessing\"", "\"type\": \"Sequence\"", "post_processor type \"Sequence\""},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof *edits; k++) {
+        char *at = strstr(good, edits[k].from);
+        CHECK(at, "edit %zu: \"%s\" not found in the fixture", k, edits[k].from);
+        if (!at) continue;
+        size_t fl = strlen(edits[k].from), tl = strlen(edits[k].to);
+        char *bad = malloc(len - fl + tl + 1);
+        memcpy(bad, good, (size_t)(at - good));
+        memcpy(bad + (at - good), edits[k].to, tl);
+        strcpy(bad + (at - good) + tl, at + fl);
+        write_text(p, bad);
+        expect_load_error(p, p, edits[k].want);
+        free(bad);
+    }
+    free(good);
+    const char *v = tmp("vocab.txt");
+    write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhello\n");
+    expect_load_error(v, v, "line 6: token \"hello\" appears twice");
+    write_text(v, "[PAD]\nhello\n");
+    expect_load_error(v, v, "no [UNK]");
+    mkdir(tmp("bpe"), 0755);
+    write_text(tmp("bpe/vocab.json"), "{\"a\": 0, \"b\": 1}");
+    write_text(tmp("bpe/merges.txt"), "#version: 0.2\na b\n");
+    expect_load_error(tmp("bpe"), "merges.txt: line 2", "merged token is not in the vocabulary");
+    write_text(tmp("bpe/merges.txt"), "#version: 0.2\n");
+    expect_load_error(tmp("bpe"), "vocab.json", "byte 0x00");
+}
+
+/* utrain tokenize with GPT-2's BPE writes the ids encode gives, as uint16. */
+static void test_tokenize_shard(void) {
+    ut_tokenizer *t = load_pretrained(GPT2);
+    if (!t) return;
+    const char *txt = tmp("in.txt"), *bin = tmp("out.bin"), *out = tmp("tokenize.out");
+    const char *text = "In the beginning God created the heaven and the earth.\n\nNaïve <|endoftext|> café";
+    write_text(txt, text);
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 0, "tokenize failed: %s",
+          tp_slurp(out));
+    ut_tok_encoding e = {0};
+    CHECK(ut_tokenizer_encode(t, text, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    ut_dataset *ds = ut_token_dataset_open(bin, e.len - 1, 50257, err, sizeof err);
+    CHECK(ds && ds->n == 1, "shard: %s", err);
+    int32_t x[64], y[64];
+    CHECK(e.len < 64 && ds && ds->get(ds, 0, x, y, err, sizeof err) == 0, "%s", err);
+    bool same = ds != NULL, high = false;
+    for (int64_t i = 0; ds && i + 1 < e.len; i++) {
+        same &= x[i] == e.ids[i] && y[i] == e.ids[i + 1];
+        high |= e.ids[i] > 255;
+    }
+    CHECK(same && high, "shard ids differ from encode's (or none above 255)");
+    int eot = 0;
+    for (int64_t i = 0; i < e.len; i++) eot += e.ids[i] == 50256;
+    CHECK(eot == 1, "<|endoftext|> in the text is its token (%d found)", eot);
+    ut_dataset_free(ds);
+    write_text(txt, "ok\xc3");
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 1, "bad UTF-8 accepted");
+    char *msg = tp_slurp(out);
+    CHECK(msg && strstr(msg, txt) && strstr(msg, "byte 2") && strstr(msg, "UTF-8"), "message: %s", msg);
+    free(msg);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(g_dir, sizeof g_dir, "utrain-tok")) return 1;
     g_kjv = kjv_lines();
     g_sst2 = sst2_sentences();
     RUN(test_minilm_tokenizer_json);
     RUN(test_minilm_vocab_txt);
     RUN(test_gpt2_bpe_files);
     RUN(test_roberta_tokenizer_json);
+    RUN(test_padding_and_specials);
+    RUN(test_bad_files);
+    RUN(test_tokenize_shard);
     texts_free(&g_kjv);
     texts_free(&g_sst2);
-    return TEST_SUMMARY();
+    return tp_finish(TEST_SUMMARY(), g_dir);
 }
