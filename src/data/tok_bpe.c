@@ -111,31 +111,90 @@ static const merge_slot *find_merge(const ut__bpe *b, int32_t l, int32_t r) {
     return b->m[i].key ? &b->m[i] : NULL;
 }
 
-/* Merges b->sym in place: the lowest-ranked pair, every occurrence from the
- * left, until none has a rank. */
-static void merge_all(ut__bpe *b) {
-    int32_t *s = b->sym.v;
-    int64_t n = b->sym.n;
-    for (;;) {
-        const merge_slot *best = NULL;
-        for (int64_t i = 0; i + 1 < n; i++) {
-            const merge_slot *m = find_merge(b, s[i], s[i + 1]);
-            if (m && (!best || m->rank < best->rank)) best = m;
-        }
-        if (!best) break;
-        int32_t l = (int32_t)((best->key - 1) >> 32), r = (int32_t)((best->key - 1) & 0xffffffffu);
-        int64_t o = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (i + 1 < n && s[i] == l && s[i + 1] == r) {
-                s[o++] = best->id;
-                i++;
-            } else {
-                s[o++] = s[i];
-            }
-        }
-        n = o;
+/* ---- merging: a min-heap of candidate pairs by (rank, position), as
+ * Hugging Face does it, so a long piece costs n log n, not n^2. Taking the
+ * lowest rank first and, within a rank, the leftmost pair is the same as
+ * merging every occurrence of the best pair from the left, round by round. */
+
+typedef struct {
+    int32_t rank, pos;
+} cand;
+
+typedef struct {
+    cand *h;
+    int64_t n, cap;
+} heap;
+
+static bool cand_less(cand a, cand b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+
+static void heap_push(heap *q, cand c) {
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 64;
+        q->h = ut_realloc_check(q->h, (size_t)q->cap * sizeof *q->h);
     }
-    b->sym.n = n;
+    int64_t i = q->n++;
+    while (i > 0 && cand_less(c, q->h[(i - 1) / 2])) {
+        q->h[i] = q->h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->h[i] = c;
+}
+
+static cand heap_pop(heap *q) {
+    cand top = q->h[0], last = q->h[--q->n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= q->n) break;
+        if (c + 1 < q->n && cand_less(q->h[c + 1], q->h[c])) c++;
+        if (!cand_less(q->h[c], last)) break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    if (q->n) q->h[i] = last;
+    return top;
+}
+
+/* The symbols of one piece: ids in a doubly linked list over positions. */
+typedef struct {
+    int32_t *id, *prev, *next;
+} symbols;
+
+static void push_pair(const ut__bpe *b, const symbols *s, heap *q, int32_t l) {
+    if (l < 0 || s->next[l] < 0) return;
+    const merge_slot *m = find_merge(b, s->id[l], s->id[s->next[l]]);
+    if (m) heap_push(q, (cand){m->rank, l});
+}
+
+/* Merges b->sym in place until no neighbouring pair has a rank. */
+static void merge_all(ut__bpe *b) {
+    int64_t n = b->sym.n;
+    if (n < 2) return;
+    symbols s = {b->sym.v, ut_malloc_check((size_t)n * sizeof(int32_t)), ut_malloc_check((size_t)n * sizeof(int32_t))};
+    for (int64_t i = 0; i < n; i++) {
+        s.prev[i] = (int32_t)i - 1;
+        s.next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    heap q = {0};
+    for (int32_t i = 0; i + 1 < n; i++) push_pair(b, &s, &q, i);
+    while (q.n) {
+        cand c = heap_pop(&q);
+        int32_t r = s.next[c.pos];
+        const merge_slot *m = r >= 0 && s.id[c.pos] >= 0 ? find_merge(b, s.id[c.pos], s.id[r]) : NULL;
+        if (!m || m->rank != c.rank) continue;       /* stale: a neighbour changed */
+        s.id[c.pos] = m->id;
+        s.id[r] = -1;                                 /* r is gone */
+        s.next[c.pos] = s.next[r];
+        if (s.next[r] >= 0) s.prev[s.next[r]] = c.pos;
+        push_pair(b, &s, &q, s.prev[c.pos]);
+        push_pair(b, &s, &q, c.pos);
+    }
+    int64_t o = 0;
+    for (int32_t i = 0; i >= 0; i = s.next[i]) b->sym.v[o++] = s.id[i];
+    b->sym.n = o;
+    ut_free(s.prev);
+    ut_free(s.next);
+    ut_free(q.h);
 }
 
 static bool whole_in_vocab(const ut__bpe *b, const ut__vocab_tab *v, const char *s, size_t len,
