@@ -118,6 +118,16 @@ int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, con
                         ut_tok_encoding *e, char *err, size_t n);
 void ut_tok_encoding_free(ut_tok_encoding *e);
 
+/* Text classification with a pretrained tokenizer: the TSV layout above, the
+ * text in "sentence" (or "sentence1") and, for pair tasks, "sentence2". Each
+ * example is encoded with its special tokens, truncated (pairs longest
+ * first) and padded to max_len: x (3, max_len) i32 = token ids, token type
+ * ids, attention mask (1 token, 0 padding); y i32 label. num_classes 0: the
+ * file's max label + 1; otherwise a larger label is an error naming its line.
+ * vocab_size is the tokenizer's. t is used only during the call. */
+ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
+                                           int64_t num_classes, char *err, size_t n);
+
 /* ---- sampler ---- */
 /* Decides which examples each process sees. The order of an epoch is a
  * permutation of [0, n) drawn from (seed, epoch) (identity without shuffle).
@@ -175,6 +185,11 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n);
 /* Stops the thread; the sampler is left at the position after the last batch
  * handed out (not the ones read ahead). */
 void ut_loader_free(ut_loader *l);
+
+/* Dynamic padding for a batch of ut_tsv_dataset_open_pretrained (x is
+ * (count, 3, max_len)): L = the longest attention mask in the batch (at
+ * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */
+int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len);
 
 #ifdef __cplusplus
 }

@@ -18,11 +18,14 @@ char *ut__data_strdup(const char *s);
 unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n);
 
 /* A parsed GLUE-style TSV: one row per example, sentences pointing into buf
- * (NUL-terminated in place). Errors name the file and the 1-based line. */
+ * (NUL-terminated in place). Errors name the file and the 1-based line. The
+ * text column is "sentence" (or "sentence1"); sentence2 is the optional
+ * "sentence2" column of pair tasks (NULL when the file has none). */
 typedef struct {
     char *buf;
     int64_t n;
-    char **sentence;
+    char **sentence, **sentence2;
+    int64_t cap;                 /* rows allocated (lines of the file) */
     int64_t *label, *line;
     int64_t max_label;
 } ut__tsv;

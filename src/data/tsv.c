@@ -24,21 +24,23 @@ static int split_tabs(char *line, char **field, int max) {
     }
 }
 
-/* Finds the sentence and label columns in the header line. */
-static int parse_header(const char *path, char *line, int *ncol, int *cs, int *cl, char *err,
-                        size_t n) {
+/* Finds the sentence (or sentence1), optional sentence2 and label columns in
+ * the header line. */
+static int parse_header(const char *path, char *line, int *ncol, int *cs, int *cs2, int *cl,
+                        char *err, size_t n) {
     char *f[64];
     char copy[256];
     snprintf(copy, sizeof copy, "%s", line);
     *ncol = split_tabs(line, f, 64);
-    *cs = *cl = -1;
+    *cs = *cs2 = *cl = -1;
     for (int k = 0; k < *ncol && k < 64; k++) {
-        if (!strcmp(f[k], "sentence")) *cs = k;
+        if (!strcmp(f[k], "sentence") || (*cs < 0 && !strcmp(f[k], "sentence1"))) *cs = k;
+        if (!strcmp(f[k], "sentence2")) *cs2 = k;
         if (!strcmp(f[k], "label")) *cl = k;
     }
     if (*cs < 0 || *cl < 0 || *ncol > 64)
         return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
-                            "'sentence' and 'label' (tab-separated), got '%.60s'", path, copy);
+                            "'sentence' (or 'sentence1') and 'label' (tab-separated), got '%.60s'", path, copy);
     return 0;
 }
 
@@ -55,8 +57,9 @@ static int parse_label(const char *path, int64_t line, const char *s, int64_t *l
 }
 
 /* Parses one example line into row k of t. */
-static int parse_row(const char *path, char *line, int64_t lineno, int ncol, int cs, int cl,
+static int parse_row(const char *path, char *line, int64_t lineno, int ncol, const int *cols,
                      ut__tsv *t, char *err, size_t n) {
+    int cs = cols[0], cs2 = cols[1], cl = cols[2];
     char *f[64];
     int got = split_tabs(line, f, 64);
     if (got != ncol)
@@ -66,6 +69,7 @@ static int parse_row(const char *path, char *line, int64_t lineno, int ncol, int
     int64_t k = t->n;
     if (parse_label(path, lineno, f[cl], &t->label[k], err, n)) return -1;
     t->sentence[k] = f[cs];
+    if (cs2 >= 0) t->sentence2[k] = f[cs2];
     t->line[k] = lineno;
     if (t->label[k] > t->max_label) t->max_label = t->label[k];
     t->n++;
@@ -73,7 +77,7 @@ static int parse_row(const char *path, char *line, int64_t lineno, int ncol, int
 }
 
 static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
-    int ncol = 0, cs = -1, cl = -1;
+    int ncol = 0, cols[3] = {-1, -1, -1};   /* sentence, sentence2, label */
     int64_t lineno = 0;
     for (char *p = t->buf, *next; p; p = next) {
         next = strchr(p, '\n');
@@ -82,9 +86,10 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
         if (len && p[len - 1] == '\r') p[--len] = 0;
         lineno++;
         if (lineno == 1) {
-            if (parse_header(path, p, &ncol, &cs, &cl, err, n)) return -1;
+            if (parse_header(path, p, &ncol, &cols[0], &cols[1], &cols[2], err, n)) return -1;
+            if (cols[1] >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
         } else if (strspn(p, " \t") < len) {
-            if (parse_row(path, p, lineno, ncol, cs, cl, t, err, n)) return -1;
+            if (parse_row(path, p, lineno, ncol, cols, t, err, n)) return -1;
         }
     }
     if (t->n == 0) return ut_errorf(err, n, "%s: no examples after the header", path);
@@ -113,6 +118,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     if (strlen(t->buf) != len) return nul_byte_error(path, t, err, n);
     int64_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += t->buf[i] == '\n';
+    t->cap = lines;
     t->sentence = ut_malloc_check((size_t)lines * sizeof *t->sentence);
     t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
@@ -127,6 +133,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
 void ut__tsv_free(ut__tsv *t) {
     ut_free(t->buf);
     ut_free(t->sentence);
+    ut_free(t->sentence2);
     ut_free(t->label);
     ut_free(t->line);
     memset(t, 0, sizeof *t);

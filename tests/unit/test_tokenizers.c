@@ -401,6 +401,64 @@ static void test_tokenize_shard(void) {
     ut_tokenizer_free(t);
 }
 
+/* TSV examples encoded with a pretrained tokenizer, pairs, and the batch trim. */
+static void test_tsv_pretrained(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    const char *p = tmp("pairs.tsv");
+    write_text(p, "id\tsentence1\tsentence2\tlabel\n"
+                  "1\tA man plays.\tMusic.\t1\n"
+                  "2\tShort.\tAlso short.\t0\n"
+                  "3\tThe first sentence here is rather long indeed.\tAnd so is this second one.\t2\n");
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 12, 0, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->num_classes == 3 && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_ne[1] == 12 &&
+          ds->vocab_size == 30522, "pairs: %s", err);
+    if (!ds) {
+        ut_tokenizer_free(t);
+        return;
+    }
+    int32_t x[3][3 * 12], y[3];
+    ut_tok_encoding e = {0};
+    ut_tok_opts o = {.max_len = 12, .pad_to = 12};
+    static const char *const a[3] = {"A man plays.", "Short.", "The first sentence here is rather long indeed."};
+    static const char *const b[3] = {"Music.", "Also short.", "And so is this second one."};
+    for (int k = 0; k < 3; k++) {
+        CHECK(ds->get(ds, k, x[k], &y[k], err, sizeof err) == 0, "%s", err);
+        CHECK(ut_tokenizer_encode(t, a[k], b[k], &o, &e, err, sizeof err) == 0, "%s", err);
+        CHECK(!memcmp(x[k], e.ids, 12 * 4) && !memcmp(x[k] + 12, e.type_ids, 12 * 4) &&
+              !memcmp(x[k] + 24, e.mask, 12 * 4), "example %d differs from encode", k);
+    }
+    CHECK(y[0] == 1 && y[1] == 0 && y[2] == 2, "labels %d %d %d", y[0], y[1], y[2]);
+    CHECK(x[1][0] == 101 && x[1][3] == 102 && x[1][12 + 4] == 1 && x[1][24 + 7] == 1 && x[1][24 + 8] == 0,
+          "Short. / Also short.: [CLS] short . [SEP] also short . [SEP] then padding");
+    /* dynamic padding: the batch of examples 0 and 1 is cut to the longer mask */
+    int64_t len0 = 0, len1 = 0;
+    for (int j = 0; j < 12; j++) len0 += x[0][24 + j], len1 += x[1][24 + j];
+    int32_t buf[2 * 36];
+    memcpy(buf, x[0], sizeof x[0]);
+    memcpy(buf + 36, x[1], sizeof x[1]);
+    ut_batch bt = {.count = 2, .x = buf, .y = y};
+    int64_t L = ut_tok_batch_trim(&bt, 12);
+    CHECK(L == (len0 > len1 ? len0 : len1) && L < 12, "trimmed to %lld (lengths %lld, %lld)", (long long)L,
+          (long long)len0, (long long)len1);
+    bool same = true;
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 3; r++) same &= !memcmp(buf + (k * 3 + r) * L, x[k] + r * 12, (size_t)L * 4);
+    CHECK(same, "trimmed batch is not (2, 3, L) of the same rows");
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained(p, t, 12, 2, err, sizeof err);
+    CHECK(!ds && strstr(err, "pairs.tsv:4") && strstr(err, "label 2 >= num_classes 2"), "label check: %s", err);
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained(p, t, 1, 0, err, sizeof err);
+    CHECK(!ds && strstr(err, "max_len"), "max_len 1: %s", err);
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained("data/sst2_sample/train.tsv", t, 64, 0, err, sizeof err);
+    CHECK(ds && ds->n > 100 && ds->num_classes == 2, "sst2 sample: %s", err);
+    ut_dataset_free(ds);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -414,6 +472,7 @@ int main(int argc, char **argv) {
     RUN(test_padding_and_specials);
     RUN(test_bad_files);
     RUN(test_tokenize_shard);
+    RUN(test_tsv_pretrained);
     texts_free(&g_kjv);
     texts_free(&g_sst2);
     return tp_finish(TEST_SUMMARY(), g_dir);
