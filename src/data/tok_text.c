@@ -49,10 +49,12 @@ bool ut__uc_is_space(int32_t cp) {
            cp == 0x205F || cp == 0x3000;
 }
 
-static bool is_control(int32_t cp) {   /* BERT: categories C*, except \t \n \r */
+/* BERT's "control": categories Cc, Cf, Cs, Co, except \t \n \r. Unassigned
+ * code points (Cn) stay, as Hugging Face keeps them. */
+static bool is_control(int32_t cp) {
     if (cp == '\t' || cp == '\n' || cp == '\r') return false;
     utf8proc_category_t c = utf8proc_category(cp);
-    return c == UTF8PROC_CATEGORY_CN || (c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO);
+    return c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO;
 }
 
 static bool is_cjk(int32_t cp) {

@@ -18,7 +18,8 @@ Tokenizers: M = all-MiniLM-L6-v2 (WordPiece, its tokenizer.json), G = GPT-2
 (byte-level BPE from encoder.json + vocab.bpe), R = tiny_roberta.
 Texts: K = King James Bible lines (`bible -f gen1:1-rev22:21`, the verse
 reference removed), S = sentences of data/sst2_sample/{train,dev,test}.tsv in
-that order, X = the hand-written cases below (stored hex-encoded).
+that order, X = the hand-written cases below and 400 seeded random strings
+over many scripts (stored hex-encoded).
 Line formats (one case per line, fields separated by spaces):
   TOK K INDEX ids...                 full ids (the first KJV_FULL lines)
   TOK K INDEX #HASH COUNT            FNV-1a 32-bit hash of the ids (little-endian
@@ -60,6 +61,32 @@ EXTRA = [
     "",
     " ",
 ]
+
+
+def random_texts(count=400, seed=12):
+    """Random strings over many scripts and classes (letters, marks, digits,
+    punctuation, symbols, spaces, controls, CJK, emoji, astral planes), so the
+    Unicode tables behind both tokenizers are compared widely."""
+    import random
+    rng = random.Random(seed)
+    ranges = [(0x20, 0x7E), (0x09, 0x0D), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF),
+              (0x590, 0x6FF), (0x900, 0x97F), (0xE00, 0xE7F), (0x1100, 0x11FF), (0x1E00, 0x1EFF),
+              (0x2000, 0x206F), (0x20A0, 0x20CF), (0x2100, 0x214F), (0x2190, 0x22FF), (0x3000, 0x30FF),
+              (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xF900, 0xFAFF), (0xFE00, 0xFE6F),
+              (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F300, 0x1F6FF), (0x20000, 0x2A6DF), (0xE0000, 0xE007F)]
+    out = []
+    for _ in range(count):
+        chars = []
+        for _ in range(rng.randint(1, 40)):
+            lo, hi = rng.choice(ranges)
+            cp = rng.randint(lo, hi)
+            if 0xD800 <= cp <= 0xDFFF or cp == 0:
+                cp = 0x20
+            chars.append(chr(cp))
+            if rng.random() < 0.2:
+                chars.append(" ")
+        out.append("".join(chars))
+    return out
 
 
 def kjv_lines():
@@ -148,7 +175,7 @@ def main():
                 lines.append("%s K %d #%08x %d" % (name, i, fnv(ids), len(ids)))
         for i, enc in enumerate(tok.encode_batch(sst2)):
             lines.append("%s S %d %s" % (name, i, " ".join(map(str, enc.ids))))
-        for text in EXTRA:
+        for text in EXTRA + random_texts():
             ids = tok.encode(text).ids
             lines.append("%s X %s %s" % (name, text.encode("utf-8").hex() or "-", " ".join(map(str, ids))))
         for (i, j, max_len) in [(0, 1, 8), (2, 3, 12), (4, 40, 16), (5, 6, 64), (7, 100, 11), (8, 9, 9)]:
