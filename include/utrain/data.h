@@ -117,6 +117,14 @@ typedef struct {
 int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o,
                         ut_tok_encoding *e, char *err, size_t n);
 void ut_tok_encoding_free(ut_tok_encoding *e);
+/* The text of n ids (ut_free it). Byte-level BPE gives back the bytes
+ * exactly (GPT-2: decode(encode(s)) == s); WordPiece joins tokens with
+ * spaces, glues "##" pieces to the word before and drops the space before
+ * . ? ! , (Hugging Face's decoder with cleanup). skip_special leaves out
+ * special tokens ([CLS], <|endoftext|>, ...). NULL with a message for an id
+ * outside the vocabulary. */
+char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special,
+                          char *err, size_t errn);
 
 /* Text classification with a pretrained tokenizer: the TSV layout above, the
  * text in "sentence" (or "sentence1") and, for pair tasks, "sentence2". Each

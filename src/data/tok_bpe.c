@@ -36,6 +36,14 @@ static int32_t byte_char(int b) {
     return 256 + n;
 }
 
+int ut__bpe_char_byte(int32_t cp) {
+    if (cp < 0x21 || cp > 0x143) return -1;
+    if (cp < 256 && byte_char(cp) == cp) return cp;
+    for (int b = 0; b < 256; b++)
+        if (byte_char(b) == cp) return b;
+    return -1;
+}
+
 ut__bpe *ut__bpe_new(bool ignore_merges) {
     ut__bpe *b = ut_calloc_check(1, sizeof *b);
     b->ignore_merges = ignore_merges;

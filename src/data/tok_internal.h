@@ -93,6 +93,8 @@ bool ut__bpe_add_merge(ut__bpe *b, const ut__vocab_tab *v, const char *a, size_t
 /* Checks that every byte's symbol is in the vocabulary. */
 bool ut__bpe_check_bytes(const ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err,
                          size_t n);
+/* The byte a byte-level symbol character stands for, or -1. */
+int ut__bpe_char_byte(int32_t cp);
 /* Appends the ids of one pre-tokenized piece of raw bytes (byte-level). */
 void ut__bpe_encode(ut__bpe *b, const ut__vocab_tab *v, const char *s, size_t len, ut__ivec *out);
 
@@ -101,7 +103,7 @@ typedef struct {
     char *content;
     size_t len;
     int32_t id;
-    bool lstrip, rstrip;
+    bool lstrip, rstrip, special;
 } ut__added;
 
 /* One item of a template: a special token's ids, or sequence A (0) / B (1). */

@@ -315,6 +315,7 @@ static bool read_added(ut_tokenizer *t, const cJSON *list, const char *path, cha
         a->id = (int32_t)id->valuedouble;
         a->lstrip = get_bool(e, "lstrip", false);
         a->rstrip = get_bool(e, "rstrip", false);
+        a->special = get_bool(e, "special", false);
     }
     return true;
 }
@@ -360,7 +361,7 @@ static void add_specials_in_text(ut_tokenizer *t, const char *const *sp, int cnt
         int32_t id = id_of(t, sp[k]);
         if (id < 0) continue;
         bool ls = lstrip && !strcmp(sp[k], lstrip);
-        t->added[t->nadded++] = (ut__added){ut__data_strdup(sp[k]), strlen(sp[k]), id, ls, false};
+        t->added[t->nadded++] = (ut__added){ut__data_strdup(sp[k]), strlen(sp[k]), id, ls, false, true};
     }
 }
 

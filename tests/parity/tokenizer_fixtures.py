@@ -27,6 +27,9 @@ Line formats (one case per line, fields separated by spaces):
   TOK S INDEX ids...
   TOK X HEXTEXT ids...
   TOK P I J MAXLEN ids... ; type_ids...   the pair (S[I], S[J]) truncated to MAXLEN
+  TOK D S INDEX HEXTEXT             decode(encode(S[INDEX])), special tokens skipped
+  TOK D X HEXINPUT HEXTEXT          the same for a hand-written case (M only:
+                                    GPT-2's decoding gives back the text itself)
 Ids include the special tokens ([CLS] A [SEP]; <s> A </s>; none for GPT-2);
 no truncation or padding unless a MAXLEN is given.
 """
@@ -184,6 +187,12 @@ def main():
             tok.no_truncation()
             lines.append("%s P %d %d %d %s ; %s" % (name, i, j, max_len, " ".join(map(str, enc.ids)),
                                                     " ".join(map(str, enc.type_ids))))
+    m = toks["M"]
+    for i, s in enumerate(sst2):
+        lines.append("M D S %d %s" % (i, m.decode(m.encode(s).ids).encode("utf-8").hex() or "-"))
+    for text in EXTRA + random_texts():
+        lines.append("M D X %s %s" % (text.encode("utf-8").hex() or "-",
+                                      m.decode(m.encode(text).ids).encode("utf-8").hex() or "-"))
     with gzip.GzipFile(os.path.join(FIX, "tokenizers.txt.gz"), "wb", mtime=0) as f:
         f.write(("\n".join(lines) + "\n").encode("utf-8"))
     print("wrote %d cases" % len(lines), file=sys.stderr)

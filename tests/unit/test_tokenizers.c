@@ -129,10 +129,44 @@ static void report(run *r, const char *what, const char *text, const ut_tok_enco
           (long long)e->len, (long long)nwant, text);
 }
 
+/* "D S INDEX HEXTEXT" or "D X HEXINPUT HEXTEXT": decode(encode(text)). */
+static void check_decode(run *r, char *p, const texts *sst2, ut_tok_encoding *e) {
+    char sub = *p, *in = NULL, *want, *got;
+    const char *text;
+    p += 2;
+    if (sub == 'S') {
+        long i = strtol(p, &p, 10);
+        text = i < sst2->n ? sst2->s[i] : "";
+    } else {
+        char *sp = strchr(p, ' ');
+        *sp = 0;
+        text = in = unhex(p);
+        p = sp + 1;
+    }
+    while (*p == ' ') p++;
+    p[strcspn(p, "\n")] = 0;
+    want = unhex(p);
+    r->checked++;
+    CHECK(ut_tokenizer_encode(r->tok, text, NULL, NULL, e, err, sizeof err) == 0, "%s", err);
+    got = ut_tokenizer_decode(r->tok, e->ids, e->len, true, err, sizeof err);
+    if (!got || strcmp(got, want)) {
+        r->failed++;
+        if (r->failed <= 3)
+            CHECK(0, "%s decode: got \"%s\", want \"%s\" (text \"%s\")", r->tok_name, got ? got : err, want, text);
+    }
+    ut_free(got);
+    free(want);
+    free(in);
+}
+
 static void check_line(run *r, char *line, const texts *kjv, const texts *sst2, ut_tok_encoding *e) {
     static int32_t want[65536], want_types[65536];
     char src = line[2], *p = line + 4, what[64];
     if (line[0] != r->which || !strchr(r->sources, src)) return;
+    if (src == 'D') {
+        check_decode(r, p, sst2, e);
+        return;
+    }
     ut_tok_opts o = {0};
     const char *text = NULL, *pair = NULL;
     char *owned = NULL;
@@ -244,11 +278,11 @@ static void check_tokenizer(const char *path, char which, const char *sources) {
 
 static void test_minilm_tokenizer_json(void) {
     CHECK(g_kjv.n == 31102, "KJV: %d lines from `bible` (want 31102; apt-get install bible-kjv)", g_kjv.n);
-    check_tokenizer(MINILM "/tokenizer.json", 'M', test_quick() ? "SXP" : "KSXP");
+    check_tokenizer(MINILM "/tokenizer.json", 'M', test_quick() ? "SXPD" : "KSXPD");
 }
 
 static void test_minilm_vocab_txt(void) {
-    check_tokenizer(MINILM "/vocab.txt", 'M', test_quick() ? "SXP" : "KSXP");
+    check_tokenizer(MINILM "/vocab.txt", 'M', test_quick() ? "SXPD" : "KSXPD");
 }
 
 static void test_gpt2_bpe_files(void) {
@@ -258,6 +292,32 @@ static void test_gpt2_bpe_files(void) {
 static void test_roberta_tokenizer_json(void) {
     check_tokenizer(ROBERTA, 'R', "SXP");
     check_tokenizer(ROBERTA "_str/tokenizer.json", 'R', "SXP");
+}
+
+/* Byte-level BPE decoding gives back the text: every KJV verse through GPT-2. */
+static void test_bpe_decode_round_trip(void) {
+    ut_tokenizer *t = load_pretrained(GPT2);
+    if (!t) return;
+    ut_tok_encoding e = {0};
+    int bad = 0, n = test_quick() ? 2000 : g_kjv.n;
+    for (int i = 0; i < n && i < g_kjv.n; i++) {
+        CHECK(ut_tokenizer_encode(t, g_kjv.s[i], NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+        char *d = ut_tokenizer_decode(t, e.ids, e.len, false, err, sizeof err);
+        if (!d || strcmp(d, g_kjv.s[i])) bad++;
+        if ((!d || strcmp(d, g_kjv.s[i])) && bad <= 3) CHECK(0, "verse %d: \"%s\" came back as \"%s\"", i + 1, g_kjv.s[i], d);
+        ut_free(d);
+    }
+    const char *s = "Naïve <|endoftext|> 中文 😀\t\n  end";
+    CHECK(ut_tokenizer_encode(t, s, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    char *d = ut_tokenizer_decode(t, e.ids, e.len, false, err, sizeof err), *k = ut_tokenizer_decode(t, e.ids, e.len, true, err, sizeof err);
+    CHECK(d && !strcmp(d, s), "round trip: \"%s\"", d);
+    CHECK(k && !strcmp(k, "Naïve  中文 😀\t\n  end"), "skip special: \"%s\"", k);
+    ut_free(d);
+    ut_free(k);
+    int32_t bad_id = 50257;
+    CHECK(!ut_tokenizer_decode(t, &bad_id, 1, false, err, sizeof err) && strstr(err, "id 50257"), "%s", err);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
 }
 
 /* Padding, the mask, token types and the special ids of each family. */
@@ -469,6 +529,7 @@ int main(int argc, char **argv) {
     RUN(test_minilm_vocab_txt);
     RUN(test_gpt2_bpe_files);
     RUN(test_roberta_tokenizer_json);
+    RUN(test_bpe_decode_round_trip);
     RUN(test_padding_and_specials);
     RUN(test_bad_files);
     RUN(test_tokenize_shard);
