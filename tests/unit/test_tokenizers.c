@@ -413,6 +413,35 @@ static void test_bad_files(void) {
         expect_load_error(p, p, edits[k].want);
         free(bad);
     }
+    /* cut anywhere: always refused, never a crash; bytes flipped: loads or is refused */
+    int accepted = 0;
+    for (size_t cut = 0; cut < len; cut += 37) {
+        write_file(p, good, cut);
+        ut_tokenizer *c = ut_tokenizer_load(p, err, sizeof err);
+        accepted += c != NULL;
+        CHECK(c || strstr(err, p), "cut at %zu: message does not name the file: %s", cut, err);
+        ut_tokenizer_free(c);
+    }
+    CHECK(accepted == 0, "%d cut-short files accepted", accepted);
+    uint64_t seed = 7;
+    for (int k = 0; k < 200; k++) {
+        char *bad = malloc(len + 1);
+        memcpy(bad, good, len + 1);
+        for (int f = 0; f < 3; f++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            bad[(seed >> 33) % len] = (char)(seed >> 13);
+        }
+        write_file(p, bad, len);
+        ut_tokenizer *c = ut_tokenizer_load(p, err, sizeof err);
+        if (c) {
+            ut_tok_encoding e = {0};
+            ut_tokenizer_encode(c, "a flipped file still encodes", "or fails cleanly", NULL, &e, err, sizeof err);
+            ut_tok_encoding_free(&e);
+        }
+        CHECK(c || strstr(err, p), "flip %d: message does not name the file: %s", k, err);
+        ut_tokenizer_free(c);
+        free(bad);
+    }
     free(good);
     const char *v = tmp("vocab.txt");
     write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhello\n");
@@ -456,6 +485,12 @@ static void test_tokenize_shard(void) {
     CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 1, "bad UTF-8 accepted");
     char *msg = tp_slurp(out);
     CHECK(msg && strstr(msg, txt) && strstr(msg, "byte 2") && strstr(msg, "UTF-8"), "message: %s", msg);
+    free(msg);
+    const char *uni = tmp("unigram.json");
+    write_text(uni, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", uni, txt, bin, NULL}, out) == 1, "Unigram accepted");
+    msg = tp_slurp(out);
+    CHECK(msg && strstr(msg, uni) && strstr(msg, "Unigram"), "message: %s", msg);
     free(msg);
     ut_tok_encoding_free(&e);
     ut_tokenizer_free(t);
