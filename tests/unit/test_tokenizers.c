@@ -496,6 +496,34 @@ static void test_tokenize_shard(void) {
     ut_tokenizer_free(t);
 }
 
+/* configs/gpt2_kjv_bpe.yml: prepare-kjv.sh with GPT-2's BPE, then a few
+ * steps of a shrunken model; the first loss is near ln(50257) = 10.82. */
+static void test_gpt2_bpe_example(void) {
+    if (access(GPT2 "/vocab.bpe", R_OK) != 0) {
+        CHECK(0, "%s missing: run scripts/fetch-pretrained.sh", GPT2);
+        return;
+    }
+    char cmd[1024], opt[4][600], runs[600], metrics[700], loss[64];
+    const char *out = tmp("example.out");
+    snprintf(cmd, sizeof cmd, "scripts/prepare-kjv.sh %s/kjv_bpe %s %s > %s 2>&1", g_dir, tp_program(), GPT2, out);
+    CHECK(system(cmd) == 0, "prepare-kjv.sh with BPE: %s", tp_slurp(out));
+    const char *split[3] = {"train", "dev", "test"};
+    for (int i = 0; i < 3; i++) snprintf(opt[i], sizeof opt[i], "data.%s_path=%s/kjv_bpe/%s.bin", split[i], g_dir, split[i]);
+    snprintf(runs, sizeof runs, "output_dir=%s/runs", g_dir);
+    int rc = tp_run((const char *[]){"train", "configs/gpt2_kjv_bpe.yml", "--set", runs, "--set", opt[0], "--set", opt[1],
+                                     "--set", opt[2], "--set", "train.max_steps=2", "--set", "train.batch_size=2",
+                                     "--set", "data.seq_len=16", "--set", "model.block_size=16", "--set", "model.n_layer=1",
+                                     "--set", "model.n_embd=32", "--set", "optim.warmup_steps=1", "--set",
+                                     "train.log_interval=1", "--set", "train.eval_strategy=no", "--set",
+                                     "train.save_strategy=no", "--set", "train.best_metric=train/loss", NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Training done: 2 steps"), "gpt2_kjv_bpe: %s", s);
+    free(s);
+    snprintf(metrics, sizeof metrics, "%s/runs/gpt2_kjv_bpe/metrics.jsonl", g_dir);
+    CHECK(tp_loss_at(metrics, "train", 1, loss, sizeof loss) && fabs(atof(loss) - 10.82) < 0.5,
+          "first loss %s, want about ln(50257) = 10.82", loss);
+}
+
 /* TSV examples encoded with a pretrained tokenizer, pairs, and the batch trim. */
 static void test_tsv_pretrained(void) {
     ut_tokenizer *t = load_pretrained(MINILM);
@@ -569,6 +597,7 @@ int main(int argc, char **argv) {
     RUN(test_bad_files);
     RUN(test_tokenize_shard);
     RUN(test_tsv_pretrained);
+    RUN(test_gpt2_bpe_example);
     texts_free(&g_kjv);
     texts_free(&g_sst2);
     return tp_finish(TEST_SUMMARY(), g_dir);
