@@ -99,14 +99,12 @@ bool ut__bpe_add_merge(ut__bpe *b, const ut__vocab_tab *v, const char *a, size_t
     return true;
 }
 
-bool ut__bpe_check_bytes(const ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err,
-                         size_t n) {
-    ut__bpe *mb = (ut__bpe *)b;
+bool ut__bpe_check_bytes(ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err, size_t n) {
     for (int k = 0; k < 256; k++) {
         char u[4];
         size_t len = ut__utf8_put(u, byte_char(k));
-        mb->byte_id[k] = ut__strmap_get(&v->vocab, u, len);
-        if (mb->byte_id[k] < 0)
+        b->byte_id[k] = ut__strmap_get(&v->vocab, u, len);
+        if (b->byte_id[k] < 0)
             return !ut_errorf(err, n, "%s: not a byte-level BPE vocabulary: byte 0x%02x (\"%.*s\") has no token",
                               path, k, (int)len, u);
     }

@@ -90,9 +90,9 @@ void ut__bpe_free(ut__bpe *b);
  * index) when a, b or their concatenation is not in the vocabulary. */
 bool ut__bpe_add_merge(ut__bpe *b, const ut__vocab_tab *v, const char *a, size_t alen,
                        const char *bb, size_t blen, const char *where, char *err, size_t n);
-/* Checks that every byte's symbol is in the vocabulary. */
-bool ut__bpe_check_bytes(const ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err,
-                         size_t n);
+/* Looks up every byte's symbol in the vocabulary; false (with a message)
+ * when one is missing: not a byte-level vocabulary. */
+bool ut__bpe_check_bytes(ut__bpe *b, const ut__vocab_tab *v, const char *path, char *err, size_t n);
 /* The byte a byte-level symbol character stands for, or -1. */
 int ut__bpe_char_byte(int32_t cp);
 /* Appends the ids of one pre-tokenized piece of raw bytes (byte-level). */

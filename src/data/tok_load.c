@@ -79,14 +79,23 @@ static const char *get_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* The integer at v in [lo, hi) into *out; false when v is not a number,
+ * not whole or out of range (doubles beyond int64 would be undefined to cast). */
+static bool int_in(const cJSON *v, double lo, double hi, int64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble < hi)) return false;
+    *out = (int64_t)v->valuedouble;
+    return (double)*out == v->valuedouble;
+}
+
 /* An object token -> id into the vocabulary table. */
 static bool read_vocab_obj(ut_tokenizer *t, const cJSON *vocab, const char *path, char *err, size_t n) {
     if (!cJSON_IsObject(vocab) || !vocab->child)
         return ERRF("%s: the vocabulary is missing or not an object of token: id", path);
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble)
-            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer", path, e->string);
-        if (!ut__vocab_tab_add(&t->vocab, e->string, strlen(e->string), (int64_t)e->valuedouble, path, err, n))
+        int64_t id;
+        if (!int_in(e, 0, 1 << 24, &id))
+            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer in [0, 2^24)", path, e->string);
+        if (!ut__vocab_tab_add(&t->vocab, e->string, strlen(e->string), id, path, err, n))
             return false;
     }
     return true;
@@ -156,12 +165,12 @@ static void default_templates(ut_tokenizer *t, int style, int32_t cls, int32_t s
 static int32_t token_pair_id(const ut_tokenizer *t, const cJSON *pp, const char *key, const char *path,
                              char *err, size_t n) {
     const cJSON *a = get(pp, key);
-    const cJSON *id = cJSON_GetArrayItem(a, 1);
-    if (!cJSON_IsArray(a) || !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (double)t->vocab.size) {
+    int64_t id;
+    if (!cJSON_IsArray(a) || !int_in(cJSON_GetArrayItem(a, 1), 0, (double)t->vocab.size, &id)) {
         ut_errorf(err, n, "%s: post_processor.%s must be [token, id] with an id in the vocabulary", path, key);
         return -1;
     }
-    return (int32_t)id->valuedouble;
+    return (int32_t)id;
 }
 
 static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *specials, bool pair,
@@ -177,7 +186,11 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
         const cJSON *seq = get(e, "Sequence"), *sp = get(e, "SpecialToken"), *body = seq ? seq : sp;
         const cJSON *tid = get(body, "type_id");
         const char *name = get_str(body, "id");
-        items[k].type_id = cJSON_IsNumber(tid) ? (int32_t)tid->valuedouble : 0;
+        int64_t type_id = 0;
+        if (tid && !int_in(tid, 0, 1 << 16, &type_id))
+            return ERRF("%s: post_processor.%s item %d: type_id must be an integer in [0, 65536)", path,
+                        pair ? "pair" : "single", k);
+        items[k].type_id = (int32_t)type_id;
         items[k].seq = -1;
         if (seq && name && (!strcmp(name, "A") || (pair && !strcmp(name, "B")))) {
             items[k].seq = name[0] == 'B';
@@ -191,10 +204,10 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
         items[k].ids = ut_calloc_check((size_t)nids, sizeof *items[k].ids);
         items[k].nids = nids;
         for (int j = 0; j < nids; j++) {
-            const cJSON *x = cJSON_GetArrayItem(ids, j);
-            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= (double)t->vocab.size)
+            int64_t x;
+            if (!int_in(cJSON_GetArrayItem(ids, j), 0, (double)t->vocab.size, &x))
                 return ERRF("%s: post_processor.special_tokens \"%s\": id out of the vocabulary", path, name);
-            items[k].ids[j] = (int32_t)x->valuedouble;
+            items[k].ids[j] = (int32_t)x;
         }
     }
     return true;
@@ -252,7 +265,9 @@ static bool read_wordpiece(ut_tokenizer *t, const cJSON *m, const char *path, ch
     const char *unk = get_str(m, "unk_token"), *prefix = get_str(m, "continuing_subword_prefix");
     const cJSON *mx = get(m, "max_input_chars_per_word");
     t->wp.prefix = ut__data_strdup(prefix ? prefix : "##");
-    t->wp.max_chars = cJSON_IsNumber(mx) ? (int64_t)mx->valuedouble : 100;
+    t->wp.max_chars = 100;
+    if (mx && !int_in(mx, 1, 1e9, &t->wp.max_chars))
+        return ERRF("%s: model.max_input_chars_per_word must be an integer in [1, 1e9]", path);
     t->ids_unk = t->wp.unk = id_of(t, unk ? unk : "[UNK]");
     if (t->wp.unk < 0) return ERRF("%s: the unknown token \"%s\" is not in the vocabulary", path, unk ? unk : "[UNK]");
     return true;
@@ -298,21 +313,21 @@ static bool read_added(ut_tokenizer *t, const cJSON *list, const char *path, cha
     t->added = ut_calloc_check((size_t)cnt, sizeof *t->added);
     for (const cJSON *e = list->child; e; e = e->next) {
         const char *content = get_str(e, "content");
-        const cJSON *id = get(e, "id");
-        if (!content || !*content || !cJSON_IsNumber(id))
-            return ERRF("%s: added_tokens[%d]: needs a content string and an id", path, t->nadded);
+        int64_t id;
+        if (!content || !*content || !int_in(get(e, "id"), 0, 1 << 24, &id))
+            return ERRF("%s: added_tokens[%d]: needs a content string and an id in [0, 2^24)", path, t->nadded);
         if (get_bool(e, "single_word", false))
             return ERRF("%s: added token \"%s\": single_word is not supported", path, content);
         int32_t have = id_of(t, content);
-        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), (int64_t)id->valuedouble, path, err, n))
+        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), id, path, err, n))
             return false;
-        if (have >= 0 && have != (int32_t)id->valuedouble)
-            return ERRF("%s: added token \"%s\" has id %d but the vocabulary gives it %d", path, content,
-                        (int)id->valuedouble, (int)have);
+        if (have >= 0 && have != id)
+            return ERRF("%s: added token \"%s\" has id %lld but the vocabulary gives it %d", path, content,
+                        (long long)id, (int)have);
         ut__added *a = &t->added[t->nadded++];
         a->content = ut__data_strdup(content);
         a->len = strlen(content);
-        a->id = (int32_t)id->valuedouble;
+        a->id = (int32_t)id;
         a->lstrip = get_bool(e, "lstrip", false);
         a->rstrip = get_bool(e, "rstrip", false);
         a->special = get_bool(e, "special", false);
@@ -347,8 +362,17 @@ static bool load_tokenizer_json(ut_tokenizer *t, const char *path, char *err, si
               read_pre_tokenizer(t, get(root, "pre_tokenizer"), path, err, n) &&
               read_added(t, get(root, "added_tokens"), path, err, n) &&
               read_post_processor(t, get(root, "post_processor"), path, err, n);
-    if (ok && cJSON_IsNumber(pid)) t->pad_id = (int32_t)pid->valuedouble;
-    if (ok && cJSON_IsNumber(ptid)) t->pad_type_id = (int32_t)ptid->valuedouble;
+    int64_t v;
+    if (ok && pid && !cJSON_IsNull(pid)) {
+        ok = int_in(pid, 0, (double)t->vocab.size, &v);
+        if (ok) t->pad_id = (int32_t)v;
+        else ut_errorf(err, n, "%s: padding.pad_id must be an id of the vocabulary", path);
+    }
+    if (ok && ptid && !cJSON_IsNull(ptid)) {
+        ok = int_in(ptid, 0, 1 << 16, &v);
+        if (ok) t->pad_type_id = (int32_t)v;
+        else ut_errorf(err, n, "%s: padding.pad_type_id must be an integer in [0, 65536)", path);
+    }
     cJSON_Delete(root);
     return ok;
 }

@@ -399,6 +399,10 @@ static void test_bad_files(void) {
         {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer \"NFKC\""},
         {"\"Ġ\",\n        \"t\"", "\"Ġ\",\n        \"zzzz\"", "right part is not in the vocabulary"},
         {"\"type\": \"RobertaProcessing\"", "\"type\": \"Sequence\"", "post_processor type \"Sequence\""},
+        {"\"padding\": null", "\"padding\": {\"pad_id\": 1e300}", "padding.pad_id"},
+        {"\"padding\": null", "\"padding\": {\"pad_id\": 600}", "padding.pad_id must be an id of the vocabulary"},
+        {"\"<s>\": 0,", "\"<s>\": -1e300,", "\"<s>\": the id is not an integer"},
+        {"\"<s>\": 0,", "\"<s>\": 0.5,", "\"<s>\": the id is not an integer"},
     };
     for (size_t k = 0; k < sizeof edits / sizeof *edits; k++) {
         char *at = strstr(good, edits[k].from);
