@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=${1:-$root/data}
-cache=${UTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/utrain/wheels}
+cache=${UTRAIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/utrain/wheels}
 minilm=$data/pretrained/all-MiniLM-L6-v2
 gpt2=$data/pretrained/gpt2-bpe
 rt=$data/rt
