@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n"
             "          write a token shard (llm.c .bin layout) for data.name: tokens, with the\n"
             "          byte tokenizer or a pretrained one (GPT-2's BPE: data/pretrained/gpt2-bpe)\n"
+            "  tokenize --tokenizer DIR --text TEXT [--pair TEXT]\n"
+            "          print the ids, token type ids and tokens of a text (or pair)\n"
             "  demo [--steps N] [--batch-size B] [--seed S]\n"
             "          train the MNIST CNN on synthetic images and print the falling loss\n"
             "  version print the version\n"
@@ -372,19 +374,49 @@ static int cmd_config(int argc, char **argv) {
     return rc;
 }
 
+/* --text TEXT [--pair TEXT]: the ids, type ids and tokens of one text,
+ * special tokens included, one line each. */
+static int print_encoding(const char *path, const char *text, const char *pair) {
+    char err[1024];
+    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
+    ut_tok_encoding e = {0};
+    if (!t || ut_tokenizer_encode(t, text, pair, NULL, &e, err, sizeof err)) {
+        fprintf(stderr, "utrain: %s\n", err);
+        ut_tokenizer_free(t);
+        return UT_EXIT_ERROR;
+    }
+    printf("ids:");
+    for (int64_t i = 0; i < e.len; i++) printf(" %d", e.ids[i]);
+    printf("\ntype_ids:");
+    for (int64_t i = 0; i < e.len; i++) printf(" %d", e.type_ids[i]);
+    printf("\ntokens:");
+    for (int64_t i = 0; i < e.len; i++) printf(" %s", ut_tokenizer_token(t, e.ids[i]));
+    printf("\n");
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+    return 0;
+}
+
+static const char *const tokenize_usage =
+    "usage: utrain tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n"
+    "       utrain tokenize --tokenizer DIR --text TEXT [--pair TEXT]\n";
+
 static int cmd_tokenize(int argc, char **argv) {
-    const char *tok = "byte", *files[2] = {NULL, NULL};
+    const char *tok = "byte", *files[2] = {NULL, NULL}, *text = NULL, *pair = NULL;
     int nf = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok = argv[++i];
+        else if (!strcmp(argv[i], "--text") && i + 1 < argc) text = argv[++i];
+        else if (!strcmp(argv[i], "--pair") && i + 1 < argc) pair = argv[++i];
         else if (argv[i][0] != '-' && nf < 2) files[nf++] = argv[i];
         else {
-            fprintf(stderr, "usage: utrain tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n");
+            fputs(tokenize_usage, stderr);
             return UT_EXIT_USAGE;
         }
     }
-    if (nf != 2) {
-        fprintf(stderr, "usage: utrain tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n");
+    if (text && !nf && strcmp(tok, "byte")) return print_encoding(tok, text, pair);
+    if (nf != 2 || text || pair) {
+        fputs(tokenize_usage, stderr);
         return UT_EXIT_USAGE;
     }
     char err[1024];

@@ -490,6 +490,13 @@ static void test_tokenize_shard(void) {
     char *msg = tp_slurp(out);
     CHECK(msg && strstr(msg, txt) && strstr(msg, "byte 2") && strstr(msg, "UTF-8"), "message: %s", msg);
     free(msg);
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", MINILM, "--text", "Héllo, wörld!", "--pair", "Unbelievable.",
+                                  NULL}, out) == 0, "tokenize --text failed");
+    msg = tp_slurp(out);
+    CHECK(msg && strstr(msg, "ids: 101 7592 1010 2088 999 102 23653 1012 102\n") &&
+          strstr(msg, "type_ids: 0 0 0 0 0 0 1 1 1\n") &&
+          strstr(msg, "tokens: [CLS] hello , world ! [SEP] unbelievable . [SEP]\n"), "tokenize --text: %s", msg);
+    free(msg);
     const char *uni = tmp("unigram.json");
     write_text(uni, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
     CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", uni, txt, bin, NULL}, out) == 1, "Unigram accepted");
