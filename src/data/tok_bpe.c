@@ -176,7 +176,8 @@ static void push_pair(const ut__bpe *b, const symbols *s, heap *q, int32_t l) {
 static void merge_all(ut__bpe *b) {
     int64_t n = b->sym.n;
     if (n < 2) return;
-    symbols s = {b->sym.v, ut_malloc_check((size_t)n * sizeof(int32_t)), ut_malloc_check((size_t)n * sizeof(int32_t))};
+    size_t bytes = (size_t)n * sizeof(int32_t);
+    symbols s = {b->sym.v, ut_malloc_check(bytes), ut_malloc_check(bytes)};
     for (int64_t i = 0; i < n; i++) {
         s.prev[i] = (int32_t)i - 1;
         s.next[i] = i + 1 < n ? (int32_t)i + 1 : -1;

@@ -62,7 +62,8 @@ static void replace_all(char *s, const char *from, const char *to) {
 /* One token as Hugging Face's WordPiece decoder writes it: a continuation
  * glued on, others after a space, then its cleanup replacements. */
 static void put_wordpiece(sbuf *b, const ut_tokenizer *t, const char *tok, bool first) {
-    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " do not", " 's", " 've", " 're"};
+    static const char *const from[] = {" .",    " ?",   " !", " ,",  " ' ", " n't",
+                                       " 'm",   " do not", " 's", " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
     size_t pl = strlen(t->wp.prefix), len = strlen(tok);
     bool cont = !first && pl && !strncmp(tok, t->wp.prefix, pl);

@@ -14,7 +14,8 @@ static void encode_plain(ut_tokenizer *t, const char *s, size_t len, ut__ivec *o
         size_t nl;
         char *norm = ut__bert_normalize(s, len, t->clean, t->cjk, t->strip_accents, t->lowercase, &nl);
         ut__bert_split(norm, nl, &pc);
-        for (size_t i = 0; i < pc.n; i++) ut__wordpiece_encode(&t->vocab, &t->wp, norm + pc.p[i].off, pc.p[i].len, out);
+        for (size_t i = 0; i < pc.n; i++)
+            ut__wordpiece_encode(&t->vocab, &t->wp, norm + pc.p[i].off, pc.p[i].len, out);
         ut_free(norm);
     } else {
         char *buf = NULL;

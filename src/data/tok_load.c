@@ -223,7 +223,8 @@ static bool read_post_processor(ut_tokenizer *t, const cJSON *pp, const char *pa
         return read_template_list(t, get(pp, "single"), get(pp, "special_tokens"), false, path, err, n) &&
                read_template_list(t, get(pp, "pair"), get(pp, "special_tokens"), true, path, err, n);
     if (type && (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing"))) {
-        int32_t cls = token_pair_id(t, pp, "cls", path, err, n), sep = cls < 0 ? -1 : token_pair_id(t, pp, "sep", path, err, n);
+        int32_t cls = token_pair_id(t, pp, "cls", path, err, n);
+        int32_t sep = cls < 0 ? -1 : token_pair_id(t, pp, "sep", path, err, n);
         if (cls < 0 || sep < 0) return false;
         default_templates(t, type[0] == 'B' ? 1 : 2, cls, sep);
         return true;
@@ -269,7 +270,8 @@ static bool read_wordpiece(ut_tokenizer *t, const cJSON *m, const char *path, ch
     if (mx && !int_in(mx, 1, 1e9, &t->wp.max_chars))
         return ERRF("%s: model.max_input_chars_per_word must be an integer in [1, 1e9]", path);
     t->ids_unk = t->wp.unk = id_of(t, unk ? unk : "[UNK]");
-    if (t->wp.unk < 0) return ERRF("%s: the unknown token \"%s\" is not in the vocabulary", path, unk ? unk : "[UNK]");
+    if (t->wp.unk < 0)
+        return ERRF("%s: the unknown token \"%s\" is not in the vocabulary", path, unk ? unk : "[UNK]");
     return true;
 }
 
@@ -279,7 +281,8 @@ static bool read_merge(ut_tokenizer *t, const cJSON *e, int k, const char *path,
     snprintf(where, sizeof where, "%s: merges[%d]", path, k);
     if (cJSON_IsString(e)) {
         const char *s = e->valuestring, *sp = strchr(s, ' ');
-        if (!sp || strchr(sp + 1, ' ')) return ERRF("%s: \"%s\" is not two tokens separated by one space", where, s);
+        if (!sp || strchr(sp + 1, ' '))
+            return ERRF("%s: \"%s\" is not two tokens separated by one space", where, s);
         return ut__bpe_add_merge(t->bpe, &t->vocab, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), where, err, n);
     }
     const cJSON *a = cJSON_GetArrayItem(e, 0), *b = cJSON_GetArrayItem(e, 1);
@@ -495,7 +498,8 @@ static bool load_bpe_files(ut_tokenizer *t, const char *vocab, const char *merge
     cJSON_Delete(root);
     if (!ok) return false;
     t->bpe = ut__bpe_new(false);
-    if (!read_merges_txt(t, merges, err, n) || !ut__bpe_check_bytes(t->bpe, &t->vocab, vocab, err, n)) return false;
+    if (!read_merges_txt(t, merges, err, n) || !ut__bpe_check_bytes(t->bpe, &t->vocab, vocab, err, n))
+        return false;
     find_specials(t);
     bool roberta = id_of(t, "<s>") >= 0 && id_of(t, "</s>") >= 0;
     default_templates(t, roberta ? 2 : 0, t->ids_cls, t->ids_sep);
