@@ -150,7 +150,7 @@ static int run_job(const char *const *args) {
  * from the newest checkpoint that loads (continue_training); a stop by
  * signal (exit 75) or a usage error is not retried. */
 static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_config *cfg) {
-    static char exe[1024], np[16], threads[64];
+    static char exe[1024], np[16], threads[64], tty[32];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
         fprintf(stderr, "utrain: cannot find the utrain program to launch\n");
@@ -161,8 +161,11 @@ static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_c
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per_rank = cfg->threads > 0 ? cfg->threads : (int)(cores / nproc > 0 ? cores / nproc : 1);
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", per_rank);
-    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none", "-x", threads};
-    int n = 8;
+    /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
+    snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
+    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none",
+                             "-x", threads, "-x", tty};
+    int n = 10;
     if (geteuid() == 0) args[n++] = "--allow-run-as-root";
     args[n++] = exe;
     for (int i = 0; i < argc && n < 124; i++) {
