@@ -163,6 +163,13 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
     }
     ut__tsv t;
     if (ut__tsv_read(train_tsv, &t, err, n)) return NULL;
+    if (!t.labeled) {
+        ut__tsv_free(&t);
+        ut_errorf(err, n, "%s:1: no 'label' column: the train file needs 'sentence' and 'label' "
+                          "columns (an unlabeled 'index<TAB>sentence' file can be data.test_path)",
+                  train_tsv);
+        return NULL;
+    }
     ut_vocab *c = vocab_new(k, t.max_label + 1);
     for (int64_t r = 0; k == VOCAB_WORD && r < t.n; r++) {
         const char *s = t.sentence[r];
