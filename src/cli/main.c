@@ -143,13 +143,14 @@ static int run_job(const char *const *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Re-runs this command as nproc ranks: mpirun -np N ... utrain ARGS (without
- * --nproc and --max-restarts). Each rank gets cores/nproc OpenMP threads
- * unless threads are set. A job that fails (a rank crashed or was killed, or
+/* Re-runs this command as nproc ranks: mpirun -np N ... utrain [CMD] ARGS
+ * (CMD: train or test when given; ARGS without --nproc and --max-restarts).
+ * Each rank gets cores/nproc OpenMP threads unless threads are set. A job that fails (a rank crashed or was killed, or
  * a timeout ended it) is started again up to max_restarts times, resuming
  * from the newest checkpoint that loads (continue_training); a stop by
  * signal (exit 75) or a usage error is not retried. */
-static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_config *cfg) {
+static int launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv,
+                  const ut_config *cfg) {
     static char exe[1024], np[16], threads[64], tty[32];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
@@ -168,6 +169,7 @@ static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_c
     int n = 10;
     if (geteuid() == 0) args[n++] = "--allow-run-as-root";
     args[n++] = exe;
+    if (cmd) args[n++] = cmd; /* train or test: the ranks run the command given here */
     for (int i = 0; i < argc && n < 124; i++) {
         if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
             i++;
@@ -250,7 +252,7 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
     }
     if (!nproc) nproc = (int)r.cfg.nproc_per_node;
     if ((nproc > 1 || restarts > 0) && !under_launcher()) {
-        rc = launch(nproc, restarts, argc, argv, &r.cfg);
+        rc = launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }
