@@ -20,8 +20,8 @@ static void usage(FILE *f) {
             "          --nproc N starts N data-parallel processes (mpirun underneath);\n"
             "          under mpirun/srun each process is a rank\n"
             "  test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
-            "          evaluate the best checkpoint on dev and test; writes dev_results.json\n"
-            "          and test_results.json into the run directory\n"
+            "          evaluate the best checkpoint on dev and test; writes dev_results.json,\n"
+            "          test_results.json and *_predictions.tsv into the run directory\n"
             "  CONFIG.yml [--set KEY=VALUE]...\n"
             "          train or test, as the config's `mode` says\n"
             "  plan CONFIG.yml --world-size N [--device-memory SIZE] [--set KEY=VALUE]... [--json]\n"
@@ -65,12 +65,15 @@ static void usage_train(FILE *f) {
 
 static void usage_test(FILE *f) {
     fprintf(f,
-            "usage: utrain test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
+            "usage: utrain test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH] [--nproc N]\n"
             "\n"
             "Loads the best checkpoint of the run (by train.best_metric), or PATH, evaluates\n"
             "the dev and test splits and writes dev_results.json and test_results.json\n"
-            "(loss, each metric, the checkpoint and its step) into the run directory.\n"
-            "A RUN_DIR is read through its config.yml.\n");
+            "(loss, each metric, the checkpoint and its step) into the run directory, and\n"
+            "for classification data dev_predictions.tsv and test_predictions.tsv (index,\n"
+            "predicted class, probabilities). A test file without a label column (GLUE's\n"
+            "index<TAB>sentence) gets predictions only. A RUN_DIR is read through its\n"
+            "config.yml. --nproc N evaluates on N processes.\n");
 }
 
 /* ---- config from the command line: FILE [--set K=V]... [--checkpoint P] ---- */
