@@ -216,36 +216,57 @@ static void test_predictions_two_ranks(void) {
 
 /* train 2 epochs, resume to 4: the table starts at epoch 3 without a NaN row,
  * the step of the resume is evaluated (and sent to TensorBoard) once, and
- * every line of the log file starts with its timestamp. */
+ * every line of the log file starts with its timestamp. Also with evaluation
+ * and saving by steps that fall on the epoch's end, and with drop_last (the
+ * epoch ends short of the last examples). */
 static void test_resume_outputs(void) {
-    CHECK(run_sst2("train", "resume", (const char *[]){"train.epochs=2", NULL}, NULL) == 0, "2 epochs");
-    CHECK(run_sst2("train", "resume", (const char *[]){"train.epochs=4", "continue_training=true", NULL}, NULL) == 0,
-          "resume to 4");
-    char *s = tp_slurp(path_in(tmp, "resume.out"));
-    CHECK(s && strstr(s, "(step 30, epoch 2, 0 examples into the epoch)"), "%s", s);
-    CHECK(s && !strstr(s, "nan") && !strstr(s, "eval  step 30") && strstr(s, "\n3      0.") && !strstr(s, "\n2      "),
-          "%s", s);
-    free(s);
-    char cmd[1200], out[600];
-    snprintf(out, sizeof out, "%s/tb.out", tmp);
-    snprintf(cmd, sizeof cmd, "python3 tests/tools/read_tfevents.py %s/tensorboard --tag dev/accuracy > %s",
-             run_dir("resume"), out);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    s = tp_slurp(out);
-    int at30 = 0, lines = 0;
-    for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
-        lines++;
-        at30 += !strncmp(p, "30\t", 3);
+    static const struct {
+        const char *name, *sets[4];
+        int steps_per_epoch;
+    } cases[] = {
+        {"resume", {NULL}, 15},
+        {"resume_steps", {"train.eval_strategy=steps", "train.eval_interval=15", "train.save_strategy=steps",
+                          "train.save_interval=15"}, 15},
+        {"resume_drop", {"train.batch_size=7", "data.drop_last=true", NULL}, 34},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *name = cases[c].name, *const *x = cases[c].sets;
+        int spe = cases[c].steps_per_epoch;
+        const char *first[8] = {"train.epochs=2"}, *second[8] = {"train.epochs=4", "continue_training=true"};
+        for (int k = 0; k < 4 && x[k]; k++) first[1 + k] = x[k], second[2 + k] = x[k];
+        CHECK(run_sst2("train", name, first, NULL) == 0, "%s: 2 epochs", name);
+        CHECK(run_sst2("train", name, second, NULL) == 0, "%s: resume to 4", name);
+        char want[128], eval[64], out[600], cmd[1400];
+        snprintf(want, sizeof want, "(step %d, epoch 2, 0 examples into the epoch)", 2 * spe);
+        snprintf(eval, sizeof eval, "eval  step %d ", 2 * spe);
+        snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+        char *s = tp_slurp(out);
+        const char *shown = s ? s : "(no output)";
+        CHECK(s && strstr(s, want), "%s: %s", name, shown);
+        CHECK(s && !strstr(s, "nan") && !strstr(s, eval) && strstr(s, "\n3      0.") && !strstr(s, "\n2      "),
+              "%s: %s", name, shown);
+        free(s);
+        snprintf(out, sizeof out, "%s/tb.out", tmp);
+        snprintf(cmd, sizeof cmd, "python3 tests/tools/read_tfevents.py %s/tensorboard --tag dev/accuracy > %s",
+                 run_dir(name), out);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        s = tp_slurp(out);
+        int at = 0, lines = 0;
+        for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
+            lines++;
+            at += atoi(p) == 2 * spe;
+        }
+        CHECK(at == 1 && lines == 4, "%s: dev/accuracy: %d points, %d at step %d:\n%s", name, lines, at, 2 * spe, s);
+        free(s);
+        s = tp_slurp(path_in(run_dir(name), "logger_logs/training_0.log"));
+        int bad = 0;
+        for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+            if (*p != '\n' && strncmp(p, "[20", 3)) bad++;
+        CHECK(s && bad == 0, "%s: %d log lines without a timestamp", name, bad);
+        snprintf(want, sizeof want, "] Training done: %d steps in ", 4 * spe);
+        CHECK(s && strstr(s, want) && strstr(s, " s; best dev/accuracy "), "%s: end line split", name);
+        free(s);
     }
-    CHECK(at30 == 1 && lines == 4, "dev/accuracy: %d points, %d at step 30:\n%s", lines, at30, s);
-    free(s);
-    s = tp_slurp(path_in(run_dir("resume"), "logger_logs/training_0.log"));
-    int bad = 0;
-    for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
-        if (*p != '\n' && strncmp(p, "[20", 3)) bad++;
-    CHECK(s && bad == 0, "%d log lines without a timestamp", bad);
-    CHECK(s && strstr(s, "] Training done: 60 steps in ") && strstr(s, " s; best dev/accuracy "), "end line split");
-    free(s);
 }
 
 /* --nproc 2 with progress auto and the output in a file: lines, no bar. */
