@@ -674,7 +674,8 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
     return rc;
 }
 
-/* Every step-counted schedule (interval k, strategy name) due at this step. */
+/* Whether evaluating or saving is due at an epoch's end: its strategy is
+ * `each` (epoch), or steps with an interval that divides this step. */
 static bool due(const char *strategy, const char *each, int64_t interval, int64_t step) {
     return !strcmp(strategy, each) || (!strcmp(strategy, "steps") && interval > 0 && step % interval == 0);
 }
