@@ -148,10 +148,11 @@ static int run_job(const char *const *args) {
 
 /* Re-runs this command as nproc ranks: mpirun -np N ... utrain [CMD] ARGS
  * (CMD: train or test when given; ARGS without --nproc and --max-restarts).
- * Each rank gets cores/nproc OpenMP threads unless threads are set. A job that fails (a rank crashed or was killed, or
- * a timeout ended it) is started again up to max_restarts times, resuming
- * from the newest checkpoint that loads (continue_training); a stop by
- * signal (exit 75) or a usage error is not retried. */
+ * Each rank gets cores/nproc OpenMP threads unless threads are set. A job that
+ * fails (a rank crashed or was killed, or a timeout ended it) is started again
+ * up to max_restarts times, resuming from the newest checkpoint that loads
+ * (continue_training); a stop by signal (exit 75) or a usage error is not
+ * retried. */
 static int launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv,
                   const ut_config *cfg) {
     static char exe[1024], np[16], threads[64], tty[32];

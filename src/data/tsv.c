@@ -1,8 +1,9 @@
 /* GLUE/SST-2 style TSV text classification: a header line naming the columns
  * (it must have "sentence"; "label" makes it labeled, "index" gives each
  * example its id, other columns are allowed and ignored), then one example per
- * line with the same number of tab-separated fields. Blank lines are skipped; a trailing '\r' is dropped. Errors name the
- * file and the 1-based line. Examples are tokenized once at open. */
+ * line with the same number of tab-separated fields. Blank lines are skipped;
+ * a trailing '\r' is dropped. Errors name the file and the 1-based line.
+ * Examples are tokenized once at open. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

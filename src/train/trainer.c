@@ -835,7 +835,8 @@ static int train_loop(ut_trainer *t) {
     if (t->st.best_step >= 0)
         snprintf(best, sizeof best, "; best %s %.4f at step %lld", t->cfg->best_metric, t->st.best_metric,
                  (long long)t->st.best_step);
-    ut_say(&t->log, "Training done: %lld steps in %.1f s%s\n", (long long)t->st.step, now_s() - t->run_t0, best);
+    ut_say(&t->log, "Training done: %lld steps in %.1f s%s\n", (long long)t->st.step,
+           now_s() - t->run_t0, best);
     ut_say(&t->log, "Run directory: %s\n", t->log.dir);
     return UT_EXIT_OK;
 }
