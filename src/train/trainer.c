@@ -655,11 +655,22 @@ static bool agree_on_stop(ut_trainer *t) {
     return flag != 0;
 }
 
+/* True once every batch of the current epoch has been consumed (its end is
+ * not handled yet): the sampler's epoch limit, short of n with drop_last. */
+static bool epoch_done(const ut_trainer *t) {
+    const ut_sampler *s = &t->sampler;
+    int64_t G = s->local_batch * s->world;
+    return t->st.cursor >= (s->drop_last ? s->n / G * G : s->n);
+}
+
 /* What follows an optimizer step: progress, logging, evaluation, saving. */
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
     if (t->log_every > 0 && t->st.step % t->log_every == 0 && log_train(t)) return -1;
+    /* at an epoch's end, evaluating and saving wait for epoch_end, so that a
+     * checkpoint written then resumes at the next epoch's start */
+    if (epoch_done(t)) return 0;
     ut_eval_result res;
     if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
         evaluate_dev(t, &res, stop))
@@ -720,26 +731,38 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
     return rc;
 }
 
+/* Whether evaluating or saving is due at an epoch's end: its strategy is
+ * `each` (epoch), or steps with an interval that divides this step. */
+static bool due(const char *strategy, const char *each, int64_t interval, int64_t step) {
+    return !strcmp(strategy, each) || (!strcmp(strategy, "steps") && interval > 0 && step % interval == 0);
+}
+
+/* The end of an epoch: its table row, then the position moves to the next
+ * epoch's start before evaluating and saving, so every checkpoint written
+ * here (the best one, the epoch's) resumes there and a resumed run neither
+ * evaluates this step again nor shows an empty epoch. */
 static void epoch_end(ut_trainer *t, int *rc) {
+    const ut_config *c = t->cfg;
     bool stop = false;
     if (accum_reduce(t, &t->epoch)) *rc = -1;
     epoch_row *row = t->nrows < MAX_EPOCH_ROWS ? &t->rows[t->nrows++] : NULL;
-    ut_eval_result res = {0};
-    if (!strcmp(t->cfg->eval_strategy, "epoch") && evaluate_dev(t, &res, &stop)) *rc = -1;
     if (row) {
-        row->epoch = t->st.epoch;
+        *row = (epoch_row){.epoch = t->st.epoch};
         row->train_loss = t->epoch.examples ? t->epoch.loss_sum / (double)t->epoch.examples : NAN;
         row->train_acc = accum_metric(&t->epoch, "accuracy");
-        row->dev = res;
     }
     memset(&t->epoch, 0, sizeof t->epoch);
-    /* the checkpoint of an epoch's end resumes at the next epoch's start */
     t->st.epoch++;
     t->st.cursor = 0;
     ut_sampler_next_epoch(&t->sampler);
     for (int w = 1; w < t->ndp; w++) ut_sampler_next_epoch(&t->rep[w].sampler);
-    if (*rc == 0 && !strcmp(t->cfg->save_strategy, "epoch") && save(t)) *rc = -1;
-    if (stop) *rc = 2;
+    ut_eval_result res = {0};
+    if (*rc == 0 && due(c->eval_strategy, "epoch", c->eval_interval, t->st.step) &&
+        evaluate_dev(t, &res, &stop))
+        *rc = -1;
+    if (row && !strcmp(c->eval_strategy, "epoch")) row->dev = res;
+    if (*rc == 0 && due(c->save_strategy, "epoch", t->save_every, t->st.step) && save(t)) *rc = -1;
+    if (stop && *rc == 0) *rc = 2;
 }
 
 static void print_epoch_table(ut_trainer *t) {
@@ -848,7 +871,7 @@ static int train_loop(ut_trainer *t) {
     while (t->st.step < t->total_steps && !preempted && !early) {
         int r = train_epoch(t, &preempted, &early);
         if (r < 0) return UT_EXIT_ERROR;
-        if (r == 1 || t->st.cursor >= t->train->n) { /* the epoch's batches are all done */
+        if (r == 1 || epoch_done(t)) { /* the epoch's batches are all done */
             epoch_end(t, &rc);
             if (rc < 0) return UT_EXIT_ERROR;
             if (rc == 2) early = true;
@@ -869,11 +892,13 @@ static int train_loop(ut_trainer *t) {
         return UT_EXIT_PREEMPTED;
     }
     print_epoch_table(t);
-    ut_say(&t->log, "Training done: %lld steps in %.1f s", (long long)t->st.step, now_s() - t->run_t0);
+    char best[256] = "";
     if (t->st.best_step >= 0)
-        ut_say(&t->log, "; best %s %.4f at step %lld", t->cfg->best_metric, t->st.best_metric,
-               (long long)t->st.best_step);
-    ut_say(&t->log, "\nRun directory: %s\n", t->log.dir);
+        snprintf(best, sizeof best, "; best %s %.4f at step %lld", t->cfg->best_metric, t->st.best_metric,
+                 (long long)t->st.best_step);
+    ut_say(&t->log, "Training done: %lld steps in %.1f s%s\n", (long long)t->st.step,
+           now_s() - t->run_t0, best);
+    ut_say(&t->log, "Run directory: %s\n", t->log.dir);
     return UT_EXIT_OK;
 }
 

@@ -90,7 +90,7 @@ static void test_defaults(void) {
     CHECK(c.epochs == 1 && c.max_steps == 0 && c.batch_size == 64 && c.eval_batch_size == 0, "steps");
     CHECK(c.gradient_accumulation_steps == 1 && c.log_interval == 50, "accum/log");
     CHECK(!strcmp(c.eval_strategy, "epoch") && c.eval_interval == 0, "eval");
-    CHECK(!strcmp(c.save_strategy, "epoch") && c.save_interval == 0 && c.save_total_limit == 2, "save");
+    CHECK(!strcmp(c.save_strategy, "epoch") && c.save_interval == 0 && c.save_total_limit == 0, "save");
     CHECK(!strcmp(c.best_metric, "dev/loss") && !c.greater_is_better && !c.greater_is_better_set, "best");
     CHECK(c.grad_clip == 0 && !c.checkpoint_activations && c.early_stopping_patience == 0, "train");
     CHECK(c.early_stopping_threshold == 0 && !strcmp(c.progress, "auto"), "progress");
