@@ -23,7 +23,7 @@ TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
 LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS)
 
-LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
+LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/backend/cpu/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/dist/*.c src/train/*.c))
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
@@ -31,7 +31,7 @@ TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
+HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h tests/*/*.h)
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
