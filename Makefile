@@ -16,7 +16,7 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 # -Wno-format-truncation: messages built with snprintf into fixed buffers may be
 # cut short by design (paths in error text); every such call is bounded.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -fPIC -fno-math-errno \
-              -Iinclude -Isrc/core -I$(BLAS_INC) $(MPI_CFLAGS)
+              -Iinclude -I$(BLAS_INC) $(MPI_CFLAGS)
 SAN     ?=
 override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
@@ -47,10 +47,14 @@ lib: $(BUILD)/libutrain.a $(BUILD)/libutrain.so
 deps:
 	@scripts/install-deps.sh
 
+# core's private header (src/core/internal.h) is on the include path of core,
+# ops and the backends only; the layers above use include/utrain/*.h
+LAYER_INC = $(if $(filter src/core/% src/ops/% src/backend/%,$<),-Isrc/core)
+
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	@$(CC) $(CFLAGS) -c $< -o $@
+	@$(CC) $(CFLAGS) $(LAYER_INC) -c $< -o $@
 
 $(BUILD)/libutrain.a: $(LIB_OBJ)
 	@rm -f $@

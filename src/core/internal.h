@@ -103,9 +103,7 @@ static inline void ut_param_use(ut_ctx *ctx, ut_tensor *const *src, int n) {
 }
 
 /* ---- op construction ---- */
-/* True if every input is non-NULL, F32 unless listed in i32_mask (bit i: src i
- * is I32), on the context's device; otherwise sets an error naming op. */
-bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsigned i32_mask);
+/* ut_op_check and ut_op_error are public (include/utrain/ops.h). */
 /* New contiguous output of op with sources src (requires_grad derived). */
 ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
                      ut_tensor *const *src);
@@ -114,8 +112,6 @@ ut_tensor *ut_op_run(ut_tensor *t);
 /* A view of src sharing its data at element offset off, with shape/strides. */
 ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int64_t *ne,
                        const int64_t *nb, int64_t off);
-/* Error with the op name and the shapes of its inputs appended. */
-void ut_op_error(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, const char *why);
 
 /* ---- autograd helpers ---- */
 /* Grad buffer of t, allocated zeroed from the current arena if missing. */
