@@ -1,11 +1,12 @@
 /* The backend interface: what a device provides. One table per device, chosen
  * by the context's device (ut_backend_get); core, ops and the layers above
  * reach device memory and kernels only through it.
- * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_backend,
+ * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_backend,
  *          ut_backend_get, ut_backend_check. */
 #ifndef UTRAIN_BACKEND_H
 #define UTRAIN_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,17 @@ typedef struct {
 /* Streams: the compute stream ops run on, and the communication stream that
  * collectives overlap on. */
 typedef enum { UT_STREAM_COMPUTE = 0, UT_STREAM_COMM } ut_stream_kind;
+
+/* One optimizer step's scalars, computed by src/optim and rounded to float
+ * the way torch hands its Python scalars to float kernels. */
+typedef struct {
+    bool adamw;
+    float decay_mul;        /* AdamW: 1 - lr*wd */
+    float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
+    float lr, wd;           /* SGD */
+    float momentum, one_m_damp;
+    bool use_momentum, first, nesterov;
+} ut_optim_consts;
 
 typedef struct ut_backend {
     const char *name;
@@ -51,6 +63,14 @@ typedef struct ut_backend {
     /* sum of x[i]^2 in double, the same bits whatever the thread count */
     double (*sum_sq)(const float *x, int64_t n);
     void (*scale)(float *x, int64_t n, float s);  /* x *= s */
+    /* One run of n elements of the optimizer step, as torch's single-tensor
+     * AdamW / SGD: p, g, m, v (AdamW) or p, g, buf (SGD momentum buffer, NULL
+     * without momentum) are the run's slices; decay_mul / wd the run's
+     * weight decay; zero: also store g[i] = 0 once read. */
+    void (*adamw_update)(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
+                         const ut_optim_consts *k, bool zero);
+    void (*sgd_update)(float *p, float *g, float *buf, int64_t n, float wd,
+                       const ut_optim_consts *k, bool zero);
 
     /* ---- streams (CPU: NULL streams, synchronous) ---- */
     void *(*stream_new)(ut_stream_kind kind);

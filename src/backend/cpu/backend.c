@@ -1,5 +1,5 @@
 /* The CPU backend's table: host memory, the OpenMP/OpenBLAS kernels, flat
- * math; streams are NULL and work is synchronous. */
+ * math and optimizer updates; streams are NULL and work is synchronous. */
 #include "cpu.h"
 
 static void *stream_new(ut_stream_kind kind) {
@@ -21,6 +21,8 @@ const ut_backend ut_backend_cpu = {
     .ops = ut_ops_cpu,
     .sum_sq = ut_cpu_sum_sq,
     .scale = ut_cpu_scale,
+    .adamw_update = ut_cpu_adamw_update,
+    .sgd_update = ut_cpu_sgd_update,
     .stream_new = stream_new,
     .stream_sync = stream_noop,
     .stream_free = stream_noop,

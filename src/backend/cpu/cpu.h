@@ -1,6 +1,6 @@
 /* Declarations shared by the CPU backend's files.
  * defines: ut_ops_cpu, ut_<op>_fwd_cpu / ut_<op>_bwd_cpu (one pair per line of
- *          src/core/ops.def), ut_cpu_* memory and flat-math functions. */
+ *          src/core/ops.def), ut_cpu_* memory, flat-math and optimizer functions. */
 #ifndef UTRAIN_CPU_H
 #define UTRAIN_CPU_H
 
@@ -31,5 +31,10 @@ void ut_cpu_memset(void *p, int v, size_t bytes);
 void ut_cpu_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
 double ut_cpu_sum_sq(const float *x, int64_t n);
 void ut_cpu_scale(float *x, int64_t n, float s);
+void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,
+                         float *restrict v, int64_t n, float decay_mul, const ut_optim_consts *k,
+                         bool zero);
+void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
+                       float wd, const ut_optim_consts *k, bool zero);
 
 #endif
