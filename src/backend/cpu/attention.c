@@ -8,8 +8,8 @@
 #include <omp.h>
 
 #include "vmath.h"
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 static inline float dot(const float *a, const float *b, int64_t n) {
     float s = 0.0f;

@@ -1,7 +1,7 @@
 /* Broadcasting binary ops: add and mul, b broadcast to a's shape.
  * ut_binary_b_strides(t): b's strides in a's 4-D frame (0 where b broadcasts). */
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* a's shape padded to 4 dims */
 static void shape4(const ut_tensor *t, int64_t *n) {

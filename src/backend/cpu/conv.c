@@ -5,8 +5,8 @@
 #include <omp.h>
 
 #include "gemm.h"
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* The weight gradient is summed over the batch in this many fixed chunks of
  * consecutive images, then the chunk partials in chunk order: the result does

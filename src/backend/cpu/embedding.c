@@ -1,6 +1,5 @@
 /* Embedding lookup: out[..., :] = table[idx[...], :], as torch.nn.functional.embedding.
  * An index outside [0, V) fails the forward with an error naming it and its place. */
-#include "../../ops/params.h"
 #include "cpu.h"
 
 /* Columns per block in the backward scatter: each block walks every row in

@@ -2,7 +2,6 @@
  * shape, -> scalar (1). The sum runs over fixed blocks in parallel, one double
  * per block, then adds the blocks serially: the result does not depend on the
  * thread count. */
-#include "../../ops/params.h"
 #include "cpu.h"
 
 #define MSE_BLOCK 8192

@@ -2,7 +2,6 @@
 #include <omp.h>
 
 #include "gemm.h"
-#include "../../ops/params.h"
 #include "cpu.h"
 
 /* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ---- */

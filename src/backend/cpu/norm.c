@@ -2,8 +2,8 @@
  * with biased variance. Saves mean and rstd per row (t->aux[0], t->aux[1]). */
 #include <math.h>
 
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* Columns per block in the dw/db reduction: each block sums over all rows in
  * row order, so the result does not depend on the thread count. */

@@ -3,8 +3,8 @@
  * (int32, t->aux[0]). Parameters: ut_max_pool2d_kernel, ut_max_pool2d_stride. */
 #include <math.h>
 
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* One output row of a 2x2 stride-2 pool: x0 and the row below it hold the
  * windows, base is x0's index in its plane. The general path's rule applied

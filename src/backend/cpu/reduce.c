@@ -1,5 +1,4 @@
 /* Reductions to a scalar: sum and mean (double accumulation, fixed order). */
-#include "../../ops/params.h"
 #include "cpu.h"
 
 static double sum_of(const float *x, int64_t n) {

@@ -8,8 +8,8 @@
 #include <math.h>
 
 #include "vmath.h"
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* Largest element of x (V): the shift that keeps exp finite. */
 static inline float row_max(const float *x, int64_t V) {

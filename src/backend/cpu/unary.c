@@ -5,8 +5,8 @@
 #include <math.h>
 
 #include "vmath.h"
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* ---- scale: out = s * inp ---- */
 void ut_scale_forward_cpu(float *out, const float *inp, float s, int64_t N) {

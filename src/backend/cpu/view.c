@@ -3,8 +3,8 @@
  * backward adds it into the source's gradient through "grad strides" and a
  * grad offset (ut_view_grad_strides, ut_view_grad_offset) that map view positions to source positions, so
  * views of views work whatever the data strides are. */
-#include "../../ops/params.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* ---- strided loops over up to 4 dims (shape padded with leading 1s) ---- */
 static void pad4(int ndim, const int64_t *ne, const int64_t *st, int64_t *ne4, int64_t *st4) {
