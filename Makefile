@@ -16,14 +16,14 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 # -Wno-format-truncation: messages built with snprintf into fixed buffers may be
 # cut short by design (paths in error text); every such call is bounded.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -fPIC -fno-math-errno \
-              -Iinclude -Isrc/core -I$(BLAS_INC) $(MPI_CFLAGS)
+              -Iinclude -I$(BLAS_INC) $(MPI_CFLAGS)
 SAN     ?=
 override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
 LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS)
 
-LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/cpu/*.c src/nn/*.c \
+LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/backend/cpu/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/dist/*.c src/train/*.c))
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
@@ -31,7 +31,7 @@ TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
+HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h tests/*/*.h)
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -47,10 +47,14 @@ lib: $(BUILD)/libutrain.a $(BUILD)/libutrain.so
 deps:
 	@scripts/install-deps.sh
 
+# core's private header (src/core/internal.h) is on the include path of core,
+# ops and the backends only; the layers above use include/utrain/*.h
+LAYER_INC = $(if $(filter src/core/% src/ops/% src/backend/%,$<),-Isrc/core)
+
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	@$(CC) $(CFLAGS) -c $< -o $@
+	@$(CC) $(CFLAGS) $(LAYER_INC) -c $< -o $@
 
 $(BUILD)/libutrain.a: $(LIB_OBJ)
 	@rm -f $@

@@ -1,6 +1,7 @@
 /* utrain tensors, the per-step context, autograd.
  * defines: ut_dtype, ut_device, ut_tensor, ut_ctx, ut_ctx_* (arena, tape, errors,
- *          no-grad mode), ut_tensor_* constructors, ut_backward, ut_checkpoint. */
+ *          no-grad mode), ut_tensor_* constructors, ut_tensor_set/get,
+ *          ut_backward, ut_checkpoint. */
 #ifndef UTRAIN_TENSOR_H
 #define UTRAIN_TENSOR_H
 
@@ -121,6 +122,13 @@ ut_tensor *ut_tensor_zeros(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne
 ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *data);
 /* Wraps caller memory without copying (caller keeps it alive until reset). */
 ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *data);
+/* Whole-tensor copies between host memory and a tensor, through its device's
+ * backend (the only way code outside the library's core and backends reads or
+ * writes tensor contents). bytes must equal nelem * dtype size and the tensor
+ * must be contiguous; otherwise -1, with the context's error set when the
+ * tensor has a context. */
+int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes);
+int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
 /* Marks a leaf as needing a gradient (allocated from the arena on backward). */
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
 
