@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static atomic_uint_fast64_t alloc_calls;
 static ut_abort_handler abort_handler;
