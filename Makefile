@@ -20,7 +20,7 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncatio
 SAN     ?=
 override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
-LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lz -lm -fopenmp -lpthread \
+LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS)
 
 LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/backend/cpu/*.c src/nn/*.c \

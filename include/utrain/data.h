@@ -2,7 +2,8 @@
  * sampler (per-process share, shuffled by seed and epoch, resumable at the
  * exact batch) and the loader (collates batches in a background thread).
  * defines: ut_dataset, ut_sampler, ut_loader, ut_batch, ut_vocab, dataset
- *          constructors, ut_tokenize_file. */
+ *          constructors, ut_tokenize_file, ut_tokenizer (pretrained WordPiece
+ *          and byte-level BPE), ut_tok_opts, ut_tok_encoding. */
 #ifndef UTRAIN_DATA_H
 #define UTRAIN_DATA_H
 
@@ -51,7 +52,9 @@ ut_dataset *ut_idx_dataset_open(const char *images, const char *labels, double m
  * overlapping. A token >= vocab_size is an error naming the shard and offset. */
 ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t vocab_size,
                                   char *err, size_t n);
-/* Writes a .bin shard from a text file with the byte tokenizer (ids 0..255). */
+/* Writes a .bin shard from a text file: tokenizer "byte" (ids 0..255), or a
+ * pretrained tokenizer directory or file (ut_tokenizer_load) applied to the
+ * whole text without special tokens; its ids must fit uint16 (GPT-2: 50257). */
 int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
                      size_t n);
 
@@ -80,6 +83,64 @@ int64_t ut_vocab_missing_classes(const ut_vocab *v, int64_t *first);
 void ut_vocab_free(ut_vocab *v);
 ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
                                 size_t n);
+
+/* ---- pretrained tokenizers (docs/data.md) ---- */
+/* WordPiece (BERT) and byte-level BPE (GPT-2, RoBERTa, BART) read from
+ * Hugging Face files; ids match Hugging Face `tokenizers`. */
+typedef struct ut_tokenizer ut_tokenizer;
+/* path: a directory holding tokenizer.json, else vocab.txt (with an optional
+ * tokenizer_config.json), else vocab.json or encoder.json with merges.txt or
+ * vocab.bpe; or one of those files. NULL with a message naming the file and
+ * what is wrong (missing, not JSON, an unsupported model such as Unigram). */
+ut_tokenizer *ut_tokenizer_load(const char *path, char *err, size_t n);
+void ut_tokenizer_free(ut_tokenizer *t);             /* NULL is fine */
+int64_t ut_tokenizer_vocab_size(const ut_tokenizer *t);
+const char *ut_tokenizer_model(const ut_tokenizer *t);  /* "WordPiece" or "BPE" */
+/* The id of a special token by role: "cls", "sep", "pad", "unk", "mask",
+ * "bos", "eos"; -1 when the tokenizer has none. GPT-2's pad is <|endoftext|>. */
+int32_t ut_tokenizer_special_id(const ut_tokenizer *t, const char *role);
+int32_t ut_tokenizer_token_id(const ut_tokenizer *t, const char *token);  /* -1: none */
+const char *ut_tokenizer_token(const ut_tokenizer *t, int32_t id);         /* NULL: none */
+
+typedef struct {
+    int64_t max_len;     /* truncate to this many tokens, specials included (pairs:
+                          * longest first); 0: no limit */
+    int64_t pad_to;      /* pad to this length with the pad id, type id 0, mask 0; 0: none */
+    bool no_special;     /* leave out [CLS] / [SEP] (<s> / </s>) */
+} ut_tok_opts;
+
+/* One encoded text (or pair): len ids, token type ids (0 for the first text,
+ * 1 for the second under BERT) and attention mask (1 text, 0 padding). The
+ * arrays grow as needed and are reused by the next encode into the same
+ * struct; zero it before the first use. */
+typedef struct {
+    int32_t *ids, *type_ids, *mask;
+    int64_t len, cap;
+} ut_tok_encoding;
+/* text (and pair, or NULL) are NUL-terminated UTF-8. 0, or -1 with a message
+ * (invalid UTF-8 with its byte offset; max_len too small for the special
+ * tokens). Not thread-safe: BPE keeps a cache in t. */
+int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o,
+                        ut_tok_encoding *e, char *err, size_t n);
+void ut_tok_encoding_free(ut_tok_encoding *e);
+/* The text of n ids (ut_free it). Byte-level BPE gives back the bytes
+ * exactly (GPT-2: decode(encode(s)) == s); WordPiece joins tokens with
+ * spaces, glues "##" pieces to the word before and drops the space before
+ * . ? ! , (Hugging Face's decoder with cleanup). skip_special leaves out
+ * special tokens ([CLS], <|endoftext|>, ...). NULL with a message for an id
+ * outside the vocabulary. */
+char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special,
+                          char *err, size_t errn);
+
+/* Text classification with a pretrained tokenizer: the TSV layout above, the
+ * text in "sentence" (or "sentence1") and, for pair tasks, "sentence2". Each
+ * example is encoded with its special tokens, truncated (pairs longest
+ * first) and padded to max_len: x (3, max_len) i32 = token ids, token type
+ * ids, attention mask (1 token, 0 padding); y i32 label. num_classes 0: the
+ * file's max label + 1; otherwise a larger label is an error naming its line.
+ * vocab_size is the tokenizer's. t is used only during the call. */
+ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
+                                           int64_t num_classes, char *err, size_t n);
 
 /* ---- sampler ---- */
 /* Decides which examples each process sees. The order of an epoch is a
@@ -139,6 +200,11 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n);
 /* Stops the thread; the sampler is left at the position after the last batch
  * handed out (not the ones read ahead). */
 void ut_loader_free(ut_loader *l);
+
+/* Dynamic padding for a batch of ut_tsv_dataset_open_pretrained (x is
+ * (count, 3, max_len)): L = the longest attention mask in the batch (at
+ * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */
+int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len);
 
 #ifdef __cplusplus
 }

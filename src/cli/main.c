@@ -30,8 +30,9 @@ static void usage(FILE *f) {
             "          and without activation checkpointing, and which fit in SIZE (80GiB)\n"
             "  config CONFIG.yml [--set KEY=VALUE]...   print the resolved configuration\n"
             "  config --doc                             print every key (docs/config.md)\n"
-            "  tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n"
-            "          write a token shard (llm.c .bin layout) for data.name: tokens\n"
+            "  tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n"
+            "          write a token shard (llm.c .bin layout) for data.name: tokens, with the\n"
+            "          byte tokenizer or a pretrained one (GPT-2's BPE: data/pretrained/gpt2-bpe)\n"
             "  demo [--steps N] [--batch-size B] [--seed S]\n"
             "          train the MNIST CNN on synthetic images and print the falling loss\n"
             "  version print the version\n"
@@ -387,12 +388,12 @@ static int cmd_tokenize(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok = argv[++i];
         else if (argv[i][0] != '-' && nf < 2) files[nf++] = argv[i];
         else {
-            fprintf(stderr, "usage: utrain tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n");
+            fprintf(stderr, "usage: utrain tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n");
             return UT_EXIT_USAGE;
         }
     }
     if (nf != 2) {
-        fprintf(stderr, "usage: utrain tokenize --tokenizer byte INPUT.txt OUTPUT.bin\n");
+        fprintf(stderr, "usage: utrain tokenize --tokenizer byte|DIR INPUT.txt OUTPUT.bin\n");
         return UT_EXIT_USAGE;
     }
     char err[1024];

@@ -20,12 +20,15 @@ unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n
 
 /* A parsed GLUE-style TSV: one row per example, sentences pointing into buf
  * (NUL-terminated in place). Without a label column labels are 0 and labeled
- * is false; without an index column index[k] = k. Errors name the file and
- * the 1-based line. */
+ * is false; without an index column index[k] = k. The text column is
+ * "sentence" (or "sentence1"); sentence2 is the optional "sentence2" column
+ * of pair tasks (NULL when the file has none). Errors name the file and the
+ * 1-based line. */
 typedef struct {
     char *buf;
     int64_t n;
-    char **sentence;
+    char **sentence, **sentence2;
+    int64_t cap;                 /* rows allocated (lines of the file) */
     int64_t *label, *line, *index;
     int64_t max_label;
     bool labeled, has_index;

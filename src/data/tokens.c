@@ -207,7 +207,7 @@ static int write_all(int fd, const void *buf, size_t len) {
     return 0;
 }
 
-static int write_shard(int fd, const unsigned char *bytes, size_t count) {
+static int write_shard(int fd, const uint16_t *tokens, size_t count) {
     unsigned char hdr[SHARD_HEADER_BYTES] = {0}, chunk[8192];
     const uint32_t head[3] = {SHARD_MAGIC, SHARD_VERSION, (uint32_t)count};
     for (int k = 0; k < 3; k++)
@@ -216,8 +216,8 @@ static int write_shard(int fd, const unsigned char *bytes, size_t count) {
     for (size_t i = 0; i < count; i += sizeof chunk / 2) {
         size_t m = count - i < sizeof chunk / 2 ? count - i : sizeof chunk / 2;
         for (size_t j = 0; j < m; j++) {
-            chunk[2 * j] = bytes[i + j];
-            chunk[2 * j + 1] = 0;
+            chunk[2 * j] = (unsigned char)(tokens[i + j] & 0xff);
+            chunk[2 * j + 1] = (unsigned char)(tokens[i + j] >> 8);
         }
         if (write_all(fd, chunk, 2 * m)) return -1;
     }
@@ -239,24 +239,69 @@ static void sync_dir(const char *path) {
     ut_free(dir);
 }
 
+/* The byte tokenizer: one token per byte. */
+static uint16_t *byte_tokens(const char *input, size_t *count, char *err, size_t n) {
+    unsigned char *bytes = ut__read_file(input, count, err, n);
+    if (!bytes) return NULL;
+    uint16_t *tok = ut_malloc_check((*count ? *count : 1) * sizeof *tok);
+    for (size_t i = 0; i < *count; i++) tok[i] = bytes[i];
+    ut_free(bytes);
+    return tok;
+}
+
+/* A pretrained tokenizer (directory or file) over the whole text at once,
+ * without special tokens; ids must fit the shard's uint16. */
+static uint16_t *pretrained_tokens(const char *path, const char *input, size_t *count, char *err, size_t n) {
+    ut_tokenizer *t = ut_tokenizer_load(path, err, n);
+    if (!t) return NULL;
+    size_t len;
+    char *text = NULL;
+    uint16_t *tok = NULL;
+    if (ut_tokenizer_vocab_size(t) > 65536) {
+        ut_errorf(err, n, "%s: %lld tokens do not fit the shards' uint16 ids", path,
+                  (long long)ut_tokenizer_vocab_size(t));
+    } else if ((text = (char *)ut__read_file(input, &len, err, n))) {
+        const char *nul = memchr(text, 0, len);
+        ut_tok_encoding e = {0};
+        ut_tok_opts o = {.no_special = true};
+        if (nul) {
+            ut_errorf(err, n, "%s: byte %zu: a NUL byte: not a text file", input, (size_t)(nul - text));
+        } else if (ut_tokenizer_encode(t, text, NULL, &o, &e, err, n) == 0) {
+            tok = ut_malloc_check((size_t)(e.len ? e.len : 1) * sizeof *tok);
+            for (int64_t i = 0; i < e.len; i++) tok[i] = (uint16_t)e.ids[i];
+            *count = (size_t)e.len;
+        } else {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            ut_errorf(err, n, "%s: %s", input, why);
+        }
+        ut_tok_encoding_free(&e);
+    }
+    ut_free(text);
+    ut_tokenizer_free(t);
+    return tok;
+}
+
 int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
                      size_t n) {
-    if (strcmp(tokenizer, "byte") != 0)
-        return ut_errorf(err, n, "unknown tokenizer '%s' (known: byte)", tokenizer);
-    size_t len;
-    unsigned char *bytes = ut__read_file(input, &len, err, n);
-    if (!bytes) return -1;
+    size_t len = 0;
+    if (strcmp(tokenizer, "byte") && access(tokenizer, F_OK) != 0)
+        return ut_errorf(err, n, "unknown tokenizer '%s' (known: byte, or the directory or file of a "
+                         "pretrained tokenizer, e.g. data/pretrained/gpt2-bpe)", tokenizer);
+    uint16_t *tokens = !strcmp(tokenizer, "byte") ? byte_tokens(input, &len, err, n)
+                                                  : pretrained_tokens(tokenizer, input, &len, err, n);
+    if (!tokens) return -1;
     if (len == 0 || len > INT32_MAX) {
-        ut_free(bytes);
+        ut_free(tokens);
         return ut_errorf(err, n, "%s: %s", input,
-                            len ? "more than 2^31-1 bytes: split it into several shards" : "empty file");
+                         len ? "more than 2^31-1 tokens: split it into several shards" : "empty file");
     }
     size_t tmp_len = strlen(output) + 16;
     char *tmp = ut_malloc_check(tmp_len);
     snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", output);
     int fd = mkstemp(tmp), rc = -1, wrc = -1;
     if (fd >= 0) {
-        wrc = write_shard(fd, bytes, len) || fchmod(fd, 0644);
+        wrc = write_shard(fd, tokens, len) || fchmod(fd, 0644);
         if (close(fd) != 0) wrc = -1;
     }
     if (fd < 0) {
@@ -272,6 +317,6 @@ int ut_tokenize_file(const char *tokenizer, const char *input, const char *outpu
         rc = 0;
     }
     ut_free(tmp);
-    ut_free(bytes);
+    ut_free(tokens);
     return rc;
 }

@@ -25,10 +25,10 @@ static int split_tabs(char *line, char **field, int max) {
     }
 }
 
-/* Where the named columns are: sentence always, label and index when the
- * header names them (-1 otherwise). */
+/* Where the named columns are: sentence (or sentence1) always; sentence2,
+ * label and index when the header names them (-1 otherwise). */
 typedef struct {
-    int ncol, sentence, label, index;
+    int ncol, sentence, sentence2, label, index;
 } tsv_columns;
 
 /* Finds the columns by the names in the header line. */
@@ -37,16 +37,17 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
     char copy[256];
     snprintf(copy, sizeof copy, "%s", line);
     c->ncol = split_tabs(line, f, 64);
-    c->sentence = c->label = c->index = -1;
+    c->sentence = c->sentence2 = c->label = c->index = -1;
     for (int k = 0; k < c->ncol && k < 64; k++) {
-        if (!strcmp(f[k], "sentence")) c->sentence = k;
+        if (!strcmp(f[k], "sentence") || (c->sentence < 0 && !strcmp(f[k], "sentence1"))) c->sentence = k;
+        if (!strcmp(f[k], "sentence2")) c->sentence2 = k;
         if (!strcmp(f[k], "label")) c->label = k;
         if (!strcmp(f[k], "index")) c->index = k;
     }
     if (c->sentence < 0 || c->ncol > 64)
         return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
-                            "(tab-separated) 'sentence' and 'label', or 'index' and 'sentence' "
-                            "for an unlabeled file, got '%.60s'", path, copy);
+                            "(tab-separated) 'sentence' (or 'sentence1') and 'label', or 'index' "
+                            "and 'sentence' for an unlabeled file, got '%.60s'", path, copy);
     return 0;
 }
 
@@ -80,6 +81,7 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
     if (c->index >= 0 && parse_int(path, lineno, "index", f[c->index], INT64_MAX, &t->index[k], err, n))
         return -1;
     t->sentence[k] = f[c->sentence];
+    if (c->sentence2 >= 0) t->sentence2[k] = f[c->sentence2];
     t->line[k] = lineno;
     if (t->label[k] > t->max_label) t->max_label = t->label[k];
     t->n++;
@@ -99,6 +101,7 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
             if (parse_header(path, p, &c, err, n)) return -1;
             t->labeled = c.label >= 0;
             t->has_index = c.index >= 0;
+            if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
         } else if (strspn(p, " \t") < len) {
             if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
         }
@@ -129,6 +132,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     if (strlen(t->buf) != len) return nul_byte_error(path, t, err, n);
     int64_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += t->buf[i] == '\n';
+    t->cap = lines;
     t->sentence = ut_malloc_check((size_t)lines * sizeof *t->sentence);
     t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
@@ -144,6 +148,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
 void ut__tsv_free(ut__tsv *t) {
     ut_free(t->buf);
     ut_free(t->sentence);
+    ut_free(t->sentence2);
     ut_free(t->label);
     ut_free(t->line);
     ut_free(t->index);

@@ -217,7 +217,8 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
         size_t len;
         for (const char *w = next_token(&s, &len); len; w = next_token(&s, &len)) {
             int64_t id = *find_slot(c, w, len);
-            c->count[id >= 0 ? id : add_token(c, w, len)]++;
+            if (id < 0) id = add_token(c, w, len);   /* may move c->count: index it after */
+            c->count[id]++;
         }
     }
     ut__tsv_free(&t);

