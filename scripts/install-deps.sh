@@ -3,8 +3,11 @@
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 
+# clang, its runtime libraries (libFuzzer, sanitizers) and its OpenMP: the
+# fuzz targets and their replay in `make test` (tests/fuzz/)
 pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev zlib1g-dev
-      openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv)
+      openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv
+      clang libclang-rt-dev libomp-dev bc)
 
 missing=()
 for p in "${pkgs[@]}"; do
