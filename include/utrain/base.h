@@ -1,5 +1,5 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
- * defines: ut_blas_select_kernels, ut_errorf, ut_malloc_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ * defines: ut_blas_select_kernels, ut_errorf, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
  *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
@@ -24,6 +24,13 @@ uint64_t ut_alloc_count(void);
 #define ut_calloc_check(n, s) ut_calloc_at((n), (s), __FILE__, __LINE__)
 #define ut_realloc_check(p, n) ut_realloc_at((p), (n), __FILE__, __LINE__)
 #define ut_aligned_alloc_check(n) ut_aligned_alloc_at((n), __FILE__, __LINE__)
+
+/* The machine's physical memory in bytes. ut_memory_check returns 0
+ * when bytes fit in it, else -1 with "WHAT needs X GiB, more than this
+ * machine's Y GiB of memory": a size from user input is checked with it
+ * before allocating, so it gives an error rather than an out-of-memory abort. */
+int64_t ut_physical_memory(void);
+int ut_memory_check(double bytes, const char *what, char *err, size_t n);
 
 /* Float buffers in whole pages of their own (anonymous mappings), zeroed.
  * The flat parameter and gradient buffers live in these so a sharding

@@ -52,6 +52,7 @@ typedef struct {
     int64_t eval_batch_size;     /* 0 = batch_size */
     int64_t gradient_accumulation_steps;
     int64_t log_interval;
+    double log_steps_ratio, save_steps_ratio;  /* > 0: an interval of ratio x steps per epoch */
     char eval_strategy[8];       /* no | steps | epoch */
     int64_t eval_interval;
     char save_strategy[8];       /* no | steps | epoch */
@@ -61,6 +62,9 @@ typedef struct {
     bool greater_is_better_set;  /* given by the user; until then greater_is_better
                                     follows best_metric (true for names ending in
                                     "accuracy"); not a key of its own */
+    bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
+                                    positive eval_interval / save_interval makes
+                                    the strategy steps; not keys of their own */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */
@@ -73,6 +77,7 @@ typedef struct {
     bool nesterov;
     char schedule[16];           /* constant | cosine | linear | step */
     int64_t warmup_steps, step_size;
+    double warmup_ratio;         /* > 0: warmup over ratio x total steps */
     double min_lr, gamma;
 
     /* ---- dist ---- */

@@ -67,6 +67,10 @@ int64_t ut_vocab_size(const ut_vocab *v);
 /* Classes of the train file the vocabulary was built from (max label + 1);
  * saved with it. ut_tsv_dataset_open rejects labels >= this. */
 int64_t ut_vocab_num_classes(const ut_vocab *v);
+/* Classes below ut_vocab_num_classes without an example in the train file
+ * (holes in the label set; 0 for a loaded vocabulary); *first (may be NULL)
+ * gets the smallest such class, or -1. */
+int64_t ut_vocab_missing_classes(const ut_vocab *v, int64_t *first);
 void ut_vocab_free(ut_vocab *v);
 ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
                                 size_t n);

@@ -74,6 +74,8 @@ int ut_comm_barrier(ut_comm *c);
  * with a message naming what differs and which ranks disagree with rank 0
  * ("config hash differs on rank 2: ..."), on every rank. */
 int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, size_t n);
+/* The same for a count, shown in decimal ("rank 0 has 8, rank 1 has 16"). */
+int ut_comm_check_same_int(ut_comm *c, int64_t value, const char *what, char *err, size_t n);
 const char *ut_comm_error(const ut_comm *c);
 
 /* Bytes moved by this rank's collectives so far and seconds spent waiting in
@@ -193,6 +195,28 @@ ut_optim *ut_dist_full_optim(ut_dist *d);
 int ut_dist_load_full(ut_dist *d, ut_optim *full);
 void ut_dist_memory(ut_dist *d, ut_dist_mem *out);
 void ut_dist_reset_peak(ut_dist *d);
+
+/* ---- dp: one process, worker threads with a model replica each ---- */
+/* Worker 0 is the caller's model and context; workers 1..n-1 get a replica
+ * from build (the same parameters, in the same registration order) and a
+ * context seeded with seed + w. The caller runs each worker's forward and
+ * backward through ut_dp_run; ut_dp_reduce_grads adds the replicas'
+ * gradients into worker 0's in worker order (deterministic) and zeroes them;
+ * the optimizer steps worker 0's model and ut_dp_broadcast copies its
+ * weights to the replicas. */
+typedef struct ut_dp ut_dp;
+typedef ut_model *(*ut_dp_build_fn)(void *user, char *err, size_t n);
+ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *user, uint64_t seed,
+                 char *err, size_t errn);
+void ut_dp_free(ut_dp *d);
+int ut_dp_workers(const ut_dp *d);
+ut_model *ut_dp_model(ut_dp *d, int w);
+ut_ctx *ut_dp_ctx(ut_dp *d, int w);
+/* fn(user, w) for every worker, side by side on one thread each (the ops
+ * inside a worker run on its thread); returns when all are done. */
+void ut_dp_run(ut_dp *d, void (*fn)(void *user, int w), void *user);
+void ut_dp_reduce_grads(ut_dp *d);
+void ut_dp_broadcast(ut_dp *d);
 
 #ifdef __cplusplus
 }

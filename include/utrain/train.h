@@ -1,6 +1,6 @@
 /* utrain trainer: the training loop, evaluation, checkpoints, logs,
  * TensorBoard, and the hooks that customise them.
- * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories),
+ * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories, stale temporaries),
  *          ut_tb_* (TensorBoard event files), ut_hooks, ut_trainer_run,
  *          ut_trainer_test, UT_EXIT_* codes. */
 #ifndef UTRAIN_TRAIN_H
@@ -64,6 +64,10 @@ void ut_ckpt_path(char *buf, size_t n, const char *dir, int64_t step);
 /* Deletes all but the newest keep checkpoints, never deleting keep_step (the
  * best one; -1 for none). keep <= 0 keeps all. */
 int ut_ckpt_prune(const char *dir, int keep, int64_t keep_step, char *err, size_t n);
+/* Deletes the temporary files (step_N.safetensors.tmp.PID.K) that a save
+ * killed midway left in dir, those whose PID is no live process of this
+ * machine; returns how many. */
+int ut_ckpt_clean_temp(const char *dir);
 
 /* ---- TensorBoard ----
  * An event file (TFRecord framing with masked CRC-32C; Event protos with

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launch_check.h"
 #include "utrain/utrain.h"
 
 static void usage(FILE *f) {
@@ -46,20 +47,24 @@ static void usage(FILE *f) {
 
 static void usage_train(FILE *f) {
     fprintf(f,
-            "usage: utrain train CONFIG.yml [--set KEY=VALUE]... [--nproc N]\n"
+            "usage: utrain train CONFIG.yml [--set KEY=VALUE]... [--nproc N [--max-restarts K]]\n"
             "\n"
             "Trains as CONFIG.yml says. Options:\n"
             "  --set KEY=VALUE   override one key (dotted: train.batch_size=32); repeatable\n"
             "  --nproc N         run N data-parallel processes on this machine (mpirun\n"
             "                    underneath; also dist.nproc_per_node); train.batch_size is\n"
             "                    per process. Under mpirun/srun every process is a rank.\n"
+            "  --max-restarts K  with --nproc: start a failed job (a rank crashed, was killed\n"
+            "                    or timed out) again up to K times, resuming from the newest\n"
+            "                    checkpoint; a stop by signal is not retried (default 0)\n"
             "  --help            this text\n"
             "Common keys: experiment_name, output_dir, seed, continue_training, model.name,\n"
             "data.name, train.epochs, train.max_steps, train.batch_size,\n"
             "train.gradient_accumulation_steps, train.eval_strategy, train.save_total_limit,\n"
             "train.best_metric, optim.name, optim.lr, optim.schedule, threads.\n"
             "All keys: docs/config.md or `utrain config --doc`.\n"
-            "SIGTERM, SIGUSR1 or Ctrl-C stop at the next step with a checkpoint (exit %d).\n",
+            "SIGTERM, SIGUSR1 or Ctrl-C stop at the next step (or evaluation batch) with a\n"
+            "checkpoint (exit %d); a second one exits at once without one (128 + signal).\n",
             UT_EXIT_PREEMPTED);
 }
 
@@ -122,10 +127,6 @@ static bool wants_help(int argc, char **argv) {
 }
 
 /* ---- processes: under a launcher, or started here through mpirun ---- */
-static bool under_launcher(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 /* Runs the job and waits for it; 128 + signal if it was killed. */
 static int run_job(const char *const *args) {
     fflush(NULL);
@@ -246,16 +247,25 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         nproc = 1;
     }
     if (!nproc) nproc = (int)r.cfg.nproc_per_node;
-    if ((nproc > 1 || restarts > 0) && !under_launcher()) {
+    char err[4096];
+    if (ut_cli_launch_check(&r.cfg, force_mode ? force_mode : r.cfg.mode, argc, argv, err, sizeof err)) {
+        fprintf(stderr, "utrain: %s\n", err);
+        ut_config_free(&r.cfg);
+        return UT_EXIT_ERROR;
+    }
+    if ((nproc > 1 || restarts > 0) && !ut_cli_under_mpi()) {
         rc = launch(nproc, restarts, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }
-    char err[1024];
     ut_comm *comm = ut_comm_init(NULL, NULL, false, r.cfg.timeout_s, err, sizeof err);
     if (!comm) {
         fprintf(stderr, "utrain: %s\n", err);
         rc = UT_EXIT_ERROR;
+    } else if (ut_cli_world_check(&r.cfg, ut_comm_size(comm), err, sizeof err)) {
+        if (ut_comm_rank(comm) == 0) fprintf(stderr, "utrain: %s\n", err);
+        rc = UT_EXIT_ERROR;   /* every rank sees the same world: all stop here */
+        ut_comm_finalize(comm);
     } else {
         rc = run_mode(&r, force_mode);
         /* an error on one rank would leave the others waiting in a collective

@@ -79,6 +79,18 @@ void *ut_aligned_alloc_at(size_t bytes, const char *file, int line) {
 
 void ut_free(void *p) { free(p); }
 
+int64_t ut_physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size : INT64_MAX;
+}
+
+int ut_memory_check(double bytes, const char *what, char *err, size_t n) {
+    double have = (double)ut_physical_memory();
+    if (bytes <= have) return 0;
+    return ut_errorf(err, n, "%s needs %.3g GiB, more than this machine's %.3g GiB of memory",
+                     what, bytes / 1073741824.0, have / 1073741824.0);
+}
+
 void ut_set_abort_handler(ut_abort_handler fn) { abort_handler = fn; }
 
 _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {

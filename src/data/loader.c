@@ -1,7 +1,8 @@
 /* The loader: one background thread collates batches into a ring of
  * prefetch + 1 buffers allocated at ut_loader_new (prefetch ready ahead, plus
  * the one the consumer holds until its next call), so no memory is allocated
- * per batch. A single producer fills slots in sampler order and the consumer
+ * per batch. A buffer holds min(batch, dataset) examples, and prefetch is
+ * capped at an epoch's batches + 1, so absurd values cost no memory. A single producer fills slots in sampler order and the consumer
  * takes them in the same order, so batches are deterministic.
  *
  * At the end of an epoch (or on a data error) the producer parks after
@@ -84,16 +85,22 @@ static void *producer(void *arg) {
 
 ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch) {
     UT_ASSERT(prefetch >= 1);
+    /* the producer parks after an epoch's batches and its end marker, so
+     * slots past those are never filled: a larger prefetch is capped */
+    int64_t most = ut_sampler_batches_per_epoch(s) + 1;
     ut_loader *l = ut_calloc_check(1, sizeof *l);
-    *l = (ut_loader){.ds = ds, .s = s, .nslots = prefetch + 1,
+    *l = (ut_loader){.ds = ds, .s = s, .nslots = (int)(prefetch < most ? prefetch : most) + 1,
                      .x_bytes = example_bytes(ds->x_ndim, ds->x_ne, ds->x_dtype),
                      .y_bytes = example_bytes(ds->y_ndim, ds->y_ne, ds->y_dtype),
                      .last_epoch = s->epoch, .last_cursor = s->cursor};
+    /* a batch never holds more than the dataset (a larger batch_size just
+     * makes one short batch), so slots are sized for min(local_batch, n) */
+    size_t cap = (size_t)(s->local_batch < s->n ? s->local_batch : s->n > 0 ? s->n : 1);
     l->slots = ut_calloc_check((size_t)l->nslots, sizeof *l->slots);
     for (int i = 0; i < l->nslots; i++) {
-        l->slots[i].x = ut_malloc_check((size_t)s->local_batch * l->x_bytes);
-        l->slots[i].y = ut_malloc_check((size_t)s->local_batch * l->y_bytes);
-        l->slots[i].idx = ut_malloc_check((size_t)s->local_batch * sizeof(int64_t));
+        l->slots[i].x = ut_malloc_check(cap * l->x_bytes);
+        l->slots[i].y = ut_malloc_check(cap * l->y_bytes);
+        l->slots[i].idx = ut_malloc_check(cap * sizeof(int64_t));
     }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->filled, NULL);

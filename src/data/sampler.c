@@ -31,7 +31,7 @@ static int64_t epoch_limit(const ut_sampler *s) {
 
 int64_t ut_sampler_batches_per_epoch(const ut_sampler *s) {
     int64_t g = global_batch(s);
-    return s->drop_last ? s->n / g : (s->n + g - 1) / g;
+    return s->drop_last ? s->n / g : s->n / g + (s->n % g != 0); /* no n + g - 1: g may be huge */
 }
 
 bool ut_sampler_at_end(const ut_sampler *s) { return s->cursor >= epoch_limit(s); }
@@ -65,7 +65,7 @@ static void ensure_order(ut_sampler *s) {
 /* This rank's share of the global batch that starts at position start. */
 static int64_t share(const ut_sampler *s, int64_t start, int64_t *lo) {
     int64_t limit = epoch_limit(s);
-    int64_t end = start + global_batch(s) < limit ? start + global_batch(s) : limit;
+    int64_t end = global_batch(s) < limit - start ? start + global_batch(s) : limit;
     *lo = start + s->rank * s->local_batch;
     int64_t hi = *lo + s->local_batch < end ? *lo + s->local_batch : end;
     return hi > *lo ? hi - *lo : 0;
@@ -88,7 +88,7 @@ int64_t ut_sampler_next(ut_sampler *s, int64_t *idx) {
     ensure_order(s);
     int64_t lo, count = share(s, s->cursor, &lo);
     if (count) memcpy(idx, s->order + lo, (size_t)count * sizeof *idx);
-    s->cursor = s->cursor + global_batch(s) < limit ? s->cursor + global_batch(s) : limit;
+    s->cursor = global_batch(s) < limit - s->cursor ? s->cursor + global_batch(s) : limit;
     return count;
 }
 

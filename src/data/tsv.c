@@ -91,6 +91,16 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
     return 0;
 }
 
+/* Reports the first NUL byte of t->buf (its line and byte offset), then frees t. */
+static int nul_byte_error(const char *path, ut__tsv *t, char *err, size_t n) {
+    size_t off = strlen(t->buf);
+    long long line = 1;
+    for (size_t i = 0; i < off; i++) line += t->buf[i] == '\n';
+    ut__tsv_free(t);
+    return ut_errorf(err, n, "%s:%lld: NUL byte at byte offset %zu (expected a text file)", path,
+                     line, off);
+}
+
 int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     memset(t, 0, sizeof *t);
     size_t len;
@@ -100,11 +110,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
         ut__tsv_free(t);
         return ut_errorf(err, n, "%s: empty file", path);
     }
-    if (strlen(t->buf) != len) {
-        ut__tsv_free(t);
-        return ut_errorf(err, n, "%s: byte offset %zu: NUL byte in a text file", path,
-                            strlen(t->buf));
-    }
+    if (strlen(t->buf) != len) return nul_byte_error(path, t, err, n);
     int64_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += t->buf[i] == '\n';
     t->sentence = ut_malloc_check((size_t)lines * sizeof *t->sentence);
@@ -172,6 +178,12 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
     ut__tsv t;
     if (ut__tsv_read(path, &t, err, n)) return NULL;
     if (check_labels(path, &t, ut_vocab_num_classes(v), err, n)) {
+        ut__tsv_free(&t);
+        return NULL;
+    }
+    if (ut_memory_check(4.0 * (double)t.n * (double)max_len,
+                        ut_fmt("%s: max_len %lld (token ids of %lld examples)", path,
+                               (long long)max_len, (long long)t.n), err, n)) {
         ut__tsv_free(&t);
         return NULL;
     }

@@ -20,6 +20,8 @@ enum { VOCAB_WORD, VOCAB_BYTE };
 struct ut_vocab {
     int kind;
     int64_t num_classes;   /* max label + 1 over the train file */
+    int64_t missing;       /* classes below num_classes without a train example */
+    int64_t first_missing; /* the smallest of them (-1 when none) */
     int64_t n, cap;
     char **tok;            /* word kind: lower-cased spellings */
     int64_t *count;        /* while building: occurrences */
@@ -96,6 +98,7 @@ static ut_vocab *vocab_new(int kind, int64_t num_classes) {
     ut_vocab *v = ut_calloc_check(1, sizeof *v);
     v->kind = kind;
     v->num_classes = num_classes;
+    v->first_missing = -1;
     if (kind == VOCAB_WORD) {
         rehash(v, 2048);
         add_token(v, "<pad>", 5);
@@ -115,6 +118,10 @@ void ut_vocab_free(ut_vocab *v) {
 
 int64_t ut_vocab_size(const ut_vocab *v) { return v->kind == VOCAB_BYTE ? 257 : v->n; }
 int64_t ut_vocab_num_classes(const ut_vocab *v) { return v->num_classes; }
+int64_t ut_vocab_missing_classes(const ut_vocab *v, int64_t *first) {
+    if (first) *first = v->first_missing;
+    return v->missing;
+}
 
 int64_t ut__vocab_encode(const ut_vocab *v, const char *s, int32_t *out, int64_t max_len) {
     int64_t k = 0;
@@ -148,10 +155,39 @@ static ut_vocab *vocab_from_counts(const ut_vocab *c, int64_t min_freq) {
     sort_vocab = c;  /* qsort has no user pointer in C11; building is not hot */
     qsort(order, (size_t)m, sizeof *order, by_count);
     ut_vocab *v = vocab_new(VOCAB_WORD, c->num_classes);
+    v->missing = c->missing;
+    v->first_missing = c->first_missing;
     for (int64_t i = 0; i < m && c->count[order[i]] >= min_freq; i++)
         add_token(v, c->tok[order[i]], strlen(c->tok[order[i]]));
     ut_free(order);
     return v;
+}
+
+/* Labels are class indices 0..C-1 with C = max label + 1. A train file of N
+ * examples has examples of at most N classes, so C > 2N means most classes
+ * have none: refused (a label of 2000000000 would otherwise size the model's
+ * output layer). Smaller holes are counted and reported by the caller. */
+static int check_classes(const char *path, const ut__tsv *t, char *err, size_t n) {
+    if (t->max_label + 1 <= 2 * t->n) return 0;
+    int64_t k = 0;
+    while (t->label[k] != t->max_label) k++;
+    return ut_errorf(err, n, "%s:%lld: label %lld makes %lld classes but the file has only %lld "
+                     "examples, so most classes would have none (labels are class indices 0..C-1: "
+                     "number them from 0)",
+                     path, (long long)t->line[k], (long long)t->max_label,
+                     (long long)t->max_label + 1, (long long)t->n);
+}
+
+/* Counts the classes of v without an example in t (holes in the label set). */
+static void count_missing(ut_vocab *v, const ut__tsv *t) {
+    char *seen = ut_calloc_check((size_t)v->num_classes, 1);
+    for (int64_t k = 0; k < t->n; k++) seen[t->label[k]] = 1;
+    for (int64_t c = v->num_classes - 1; c >= 0; c--)
+        if (!seen[c]) {
+            v->missing++;
+            v->first_missing = c;
+        }
+    ut_free(seen);
 }
 
 ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_freq, char *err,
@@ -163,7 +199,12 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
     }
     ut__tsv t;
     if (ut__tsv_read(train_tsv, &t, err, n)) return NULL;
+    if (check_classes(train_tsv, &t, err, n)) {
+        ut__tsv_free(&t);
+        return NULL;
+    }
     ut_vocab *c = vocab_new(k, t.max_label + 1);
+    count_missing(c, &t);
     for (int64_t r = 0; k == VOCAB_WORD && r < t.n; r++) {
         const char *s = t.sentence[r];
         size_t len;

@@ -294,7 +294,22 @@ void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s) {
 
 /* Every rank gathers every rank's value, so all of them see the same
  * disagreement and return the same status and message. */
+static int check_same(ut_comm *c, uint64_t value, bool decimal, const char *what, char *err, size_t n);
+
 int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, size_t n) {
+    return check_same(c, value, false, what, err, n);
+}
+
+int ut_comm_check_same_int(ut_comm *c, int64_t value, const char *what, char *err, size_t n) {
+    return check_same(c, (uint64_t)value, true, what, err, n);
+}
+
+/* One rank's value in a message: a count in decimal, a hash in hex. */
+static int put_value(char *err, size_t n, bool decimal, uint64_t v) {
+    return decimal ? snprintf(err, n, "%lld", (long long)(int64_t)v) : snprintf(err, n, "%016" PRIx64, v);
+}
+
+static int check_same(ut_comm *c, uint64_t value, bool decimal, const char *what, char *err, size_t n) {
     uint64_t *all = ut_malloc_check((size_t)c->size * sizeof *all);
     if (wait_seq(c, issue(c, UT_COMM_ALLGATHER_U64, &value, all, 1, 0))) {
         snprintf(err, n, "%s: cannot compare between ranks: %s", what, c->err);
@@ -304,10 +319,14 @@ int ut_comm_check_same(ut_comm *c, uint64_t value, const char *what, char *err, 
     int ndiff = 0, len = 0;
     for (int r = 1; r < c->size; r++) {
         if (all[r] == all[0]) continue;
-        if (ndiff == 0)
-            len = snprintf(err, n, "%s differs between ranks: rank 0 has %016" PRIx64, what, all[0]);
-        if (ndiff < 4 && len >= 0 && (size_t)len < n)
-            len += snprintf(err + len, n - len, ", rank %d has %016" PRIx64, r, all[r]);
+        if (ndiff == 0) {
+            len = snprintf(err, n, "%s differs between ranks: rank 0 has ", what);
+            if (len >= 0 && (size_t)len < n) len += put_value(err + len, n - len, decimal, all[0]);
+        }
+        if (ndiff < 4 && len >= 0 && (size_t)len < n) {
+            len += snprintf(err + len, n - len, ", rank %d has ", r);
+            if (len >= 0 && (size_t)len < n) len += put_value(err + len, n - len, decimal, all[r]);
+        }
         ndiff++;
     }
     if (ndiff > 4 && len >= 0 && (size_t)len < n)

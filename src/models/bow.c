@@ -61,6 +61,11 @@ ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (V < 2) return snprintf(err, n, "bow: option 'vocab_size' is needed (at least 2)"), NULL;
     if (C < 1 || H < 0 || K < 2) return snprintf(err, n, "bow: need n_embd >= 1, hidden >= 0, num_classes >= 2"), NULL;
     if (dropout < 0 || dropout >= 1) return snprintf(err, n, "option 'dropout': must be in [0, 1)"), NULL;
+    double numel = (double)V * C + (H > 0 ? (double)C * H + H : 0) + (double)(H > 0 ? H : C) * K + K;
+    if (ut_memory_check(8 * numel, ut_fmt("bow (vocab_size %lld, n_embd %lld, hidden %lld, "
+                                         "num_classes %lld: %.3g parameters)", V, C, H, K, numel),
+                        err, n))
+        return NULL;
     ut_model *m = ut_model_new("bow");
     bow *net = ut_calloc_check(1, sizeof *net);
     ut_embedding_layer_init(m, &net->emb, "emb", V, C, 0.1f);

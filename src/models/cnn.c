@@ -45,6 +45,11 @@ ut_model *ut_cnn_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (d1 < 0 || d1 >= 1 || d2 < 0 || d2 >= 1) return snprintf(err, n, "cnn: dropout must be in [0, 1)"), NULL;
     int64_t pooled = (size - 4) / 2;
 
+    double numel = 288.0 * in_ch + 18528 + 8192.0 * pooled * pooled + 129.0 * classes;
+    if (ut_memory_check(8 * numel, ut_fmt("cnn (in_channels %lld, image_size %lld, num_classes "
+                                         "%lld: %.3g parameters)", in_ch, size, classes, numel),
+                        err, n))
+        return NULL;
     ut_model *m = ut_model_new("cnn");
     cnn *net = ut_calloc_check(1, sizeof *net);
     ut_conv2d_layer_init(m, &net->conv1, "conv1", in_ch, 32, 3, 1, 0);

@@ -67,6 +67,12 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (V > INT32_MAX || BS > INT32_MAX) return snprintf(err, n, "gpt2: vocab_size/block_size too large"), NULL;
     if (dropout < 0 || dropout >= 1) return snprintf(err, n, "option 'dropout': must be in [0, 1)"), NULL;
 
+    /* parameters and their gradients (ut_model_finalize), checked before allocating */
+    double numel = (double)(V + BS) * C + (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (ut_memory_check(8 * numel, ut_fmt("gpt2 (n_layer %lld, n_embd %lld, vocab_size %lld, "
+                                         "block_size %lld: %.3g parameters)", L, C, V, BS, numel),
+                        err, n))
+        return NULL;
     ut_model *m = ut_model_new("gpt2");
     gpt2 *g = ut_calloc_check(1, sizeof *g);
     *g = (gpt2){.n_layer = L, .n_head = NH, .C = C, .V = V, .block_size = BS, .dropout = (float)dropout};

@@ -57,6 +57,10 @@ ut_model *ut_mlp_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     else if (act && strcmp(act, "relu"))
         return snprintf(err, n, "option 'activation': '%s' is not relu, gelu, tanh or sigmoid", act), NULL;
 
+    double numel = 0;
+    for (int i = 0; i + 1 < count; i++) numel += (double)sizes[i] * sizes[i + 1] + sizes[i + 1];
+    if (ut_memory_check(8 * numel, ut_fmt("mlp (sizes: %.3g parameters)", numel), err, n))
+        return NULL;
     ut_model *m = ut_model_new("mlp");
     mlp *net = ut_calloc_check(1, sizeof *net);
     net->nlayers = count - 1;

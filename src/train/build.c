@@ -105,6 +105,12 @@ static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train,
         ut_vocab_free(v);
         return -1;
     }
+    int64_t first, missing = train ? ut_vocab_missing_classes(v, &first) : 0;
+    if (missing)
+        fprintf(stderr, "utrain: warning: %s: %lld of the %lld classes (labels 0..%lld) have no "
+                        "example, the first is %lld; the model still has an output for each\n",
+                c->train_path, (long long)missing, (long long)ut_vocab_num_classes(v),
+                (long long)ut_vocab_num_classes(v) - 1, (long long)first);
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     ut_dataset **out[3] = {train, dev, test};
     int rc = 0;

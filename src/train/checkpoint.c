@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,27 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
     return 0;
 }
 
+/* The training state must be one a run can reach: a valid checksum only
+ * proves the file is what was written, not that what was written is sane. */
+static int check_state(const char *path, const ut_train_state *st, char *err, size_t n) {
+    struct { const char *key; int64_t v, lo, hi; } f[] = {
+        {"train.step", st->step, 0, INT64_MAX},
+        {"train.epoch", st->epoch, 0, INT64_MAX},
+        {"train.cursor", st->cursor, 0, INT64_MAX},
+        {"train.best_step", st->best_step, -1, st->step},
+        {"train.bad_evals", st->bad_evals, 0, INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || f[i].v > f[i].hi)
+            return ut_errorf(err, n, "%s: metadata \"%s\" is %lld, outside [%lld, %lld]%s", path,
+                             f[i].key, (long long)f[i].v, (long long)f[i].lo, (long long)f[i].hi,
+                             f[i].hi == st->step ? " (at most train.step)" : "");
+    if (!(st->rng[0] | st->rng[1] | st->rng[2] | st->rng[3]))
+        return ut_errorf(err, n, "%s: metadata \"train.rng\" is all zeros, not a generator state",
+                         path);
+    return 0;
+}
+
 /* Format, checksum, then every metadata value this loader needs. */
 static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, ut_train_state *st,
                       char *err, size_t n) {
@@ -326,6 +348,7 @@ static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, 
             return ut_errorf(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
     if (!parse_state(f, st))
         return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*)", path);
+    if (check_state(path, st, err, n)) return -1;
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
     if (strcmp(type, m->type))
         return ut_errorf(err, n, "%s: checkpoint is of a \"%s\" model, this model is \"%s\"", path, type,
@@ -521,4 +544,37 @@ int ut_ckpt_prune(const char *dir, int keep, int64_t keep_step, char *err, size_
     }
     ut_free(all);
     return rc;
+}
+
+/* step_<digits>.safetensors.tmp.<pid>.<n>: a temporary file of ut_st_save;
+ * its writer's pid into *pid. */
+static bool parse_temp_name(const char *name, long *pid) {
+    const char *t = strstr(name, CKPT_SUFFIX ".tmp.");
+    int64_t step;
+    char head[256];
+    if (!t || (size_t)(t - name) + strlen(CKPT_SUFFIX) >= sizeof head) return false;
+    snprintf(head, sizeof head, "%.*s", (int)(t - name + (long)strlen(CKPT_SUFFIX)), name);
+    if (!parse_name(head, &step)) return false;
+    char *end;
+    errno = 0;
+    *pid = strtol(t + strlen(CKPT_SUFFIX ".tmp."), &end, 10);
+    if (errno || *pid <= 0 || *end != '.') return false;
+    strtoul(end + 1, &end, 10);
+    return !*end;
+}
+
+int ut_ckpt_clean_temp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid;
+        if (!parse_temp_name(e->d_name, &pid) || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to know) */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        removed += unlink(path) == 0;
+    }
+    closedir(d);
+    return removed;
 }

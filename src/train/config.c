@@ -11,6 +11,7 @@
 #define GE(v) .lo = UT_CFG_GE, .min = (v)
 #define GT(v) .lo = UT_CFG_GT, .min = (v)
 #define LT(v) .hi = UT_CFG_LT, .max = (v)
+#define LE(v) .hi = UT_CFG_LE, .max = (v)
 
 static const char *const modes[] = {"train", "test", NULL};
 static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", NULL};
@@ -74,11 +75,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tokens, tsv_text: dev data (empty: no dev set)"},
     {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
      .doc = "tokens, tsv_text: test data (empty: none)"},
-    {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), .hashed = true,
+    {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tokens: sequence length T"},
     {.key = "data.tokenizer", .type = UT_CFG_ENUM, AT(tokenizer), .def = "word",
      .values = tokenizers, .hashed = true, .doc = "tsv_text: tokenizer"},
-    {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), .hashed = true,
+    {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tsv_text: pad or truncate to this many tokens"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,
      .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
@@ -94,15 +95,17 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "passes over the training set"},
     {.key = "train.max_steps", .type = UT_CFG_INT, AT(max_steps), .def = "0", GE(0),
      .doc = "optimizer steps to take; > 0 overrides epochs"},
-    {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1),
+    {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1), LE(1e12),
      .doc = "per-process micro-batch (checkpoints record the global batch: batch_size x processes x accumulation)"},
-    {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0),
+    {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0), LE(1e12),
      .doc = "evaluation batch (0: batch_size)"},
     {.key = "train.gradient_accumulation_steps", .type = UT_CFG_INT,
-     AT(gradient_accumulation_steps), .def = "1", GE(1),
+     AT(gradient_accumulation_steps), .def = "1", GE(1), LE(1e6),
      .doc = "micro-batches per optimizer step"},
     {.key = "train.log_interval", .type = UT_CFG_INT, AT(log_interval), .def = "50", GE(0),
      .doc = "log the training loss every N steps (0: never)"},
+    {.key = "train.log_steps_ratio", .type = UT_CFG_FLOAT, AT(log_steps_ratio), .def = "0", GE(0),
+     .doc = "> 0: log every ratio x (optimizer steps per epoch) steps, rounded, at least 1; overrides log_interval"},
     {.key = "train.eval_strategy", .type = UT_CFG_ENUM, AT(eval_strategy), .def = "epoch",
      .values = strategies, .doc = "when to evaluate on the dev set"},
     {.key = "train.eval_interval", .type = UT_CFG_INT, AT(eval_interval), .def = "0", GE(0),
@@ -111,6 +114,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .values = strategies, .doc = "when to write a checkpoint"},
     {.key = "train.save_interval", .type = UT_CFG_INT, AT(save_interval), .def = "0", GE(0),
      .doc = "save_strategy steps: save every N steps"},
+    {.key = "train.save_steps_ratio", .type = UT_CFG_FLOAT, AT(save_steps_ratio), .def = "0", GE(0),
+     .doc = "> 0: save every ratio x (optimizer steps per epoch) steps, rounded, at least 1 (save_strategy steps unless given)"},
     {.key = "train.save_total_limit", .type = UT_CFG_INT, AT(save_total_limit), .def = "2",
      GE(0), .doc = "checkpoints kept, the best one besides (0: keep all)"},
     {.key = "train.best_metric", .type = UT_CFG_STR, AT(best_metric), .def = "dev/loss",
@@ -154,6 +159,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .values = schedules, .hashed = true, .doc = "learning-rate schedule after warmup"},
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
+    {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
+     .doc = "> 0: linear warmup over ratio x total optimizer steps (rounded down); overrides warmup_steps"},
     {.key = "optim.step_size", .type = UT_CFG_INT, AT(step_size), .def = "1", GE(1),
      .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
     {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
@@ -176,13 +183,13 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
      .doc = "processes on this node; > 1 makes `utrain train` start them (mpirun underneath)"},
     {.key = "dist.nodes", .type = UT_CFG_INT, AT(nodes), .def = "1", GE(1),
-     .doc = "nodes in the job"},
+     .doc = "nodes in the job; > 1 needs an MPI launcher with nodes x nproc_per_node ranks (without one, start-up prints the mpirun line)"},
     {.key = "dist.current_node", .type = UT_CFG_INT, AT(current_node), .def = "0", GE(0),
-     .doc = "this node's index"},
+     .doc = "this node's index (< nodes); named in the multi-node start-up message"},
     {.key = "dist.master_addr", .type = UT_CFG_STR, AT(master_addr), .def = "127.0.0.1",
-     .doc = "address of node 0"},
+     .doc = "address of node 0: the first host of the mpirun line printed for nodes > 1"},
     {.key = "dist.master_port", .type = UT_CFG_INT, AT(master_port), .def = "29500", GE(1),
-     .doc = "port on node 0"},
+     .doc = "port on node 0 (the seed's; named in the multi-node start-up message, mpirun picks its own ports)"},
 };
 const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
 
@@ -193,6 +200,17 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
     {"log_interval", "train.log_interval"},
     {"eval_interval", "train.eval_interval"},
+    {"save_interval", "train.save_interval"},
+    {"eval_strategy", "train.eval_strategy"},
+    {"save_strategy", "train.save_strategy"},
+    {"warmup_steps", "optim.warmup_steps"},
+    {"warmup_ratio", "optim.warmup_ratio"},
+    {"warmup_proportion", "optim.warmup_ratio"},
+    {"log_steps_ratio", "train.log_steps_ratio"},
+    {"save_steps_ratio", "train.save_steps_ratio"},
+    {"num_epochs", "train.epochs"},
+    {"max_length", "data.max_len"},
+    {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},
@@ -206,6 +224,10 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"current_node", "dist.current_node"},
     {"master_addr", "dist.master_addr"},
     {"master_port", "dist.master_port"},
+    {"dist.gpus", "dist.nproc_per_node"},
+    {"num_gpus", "dist.nproc_per_node"},
+    {"num_nodes", "dist.nodes"},
+    {"master_ip", "dist.master_addr"},
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
 
@@ -248,7 +270,8 @@ void ut_config_init(ut_config *c) {
         if (ut_cfg_assign(c, k->key, k->def, err, sizeof err))
             ut_abort(__FILE__, __LINE__, "bad default in the config schema: %s", err);
     }
-    c->greater_is_better_set = false;   /* the default is not the user's choice */
+    /* the defaults are not the user's choice */
+    c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = false;
 }
 
 void ut_config_free(ut_config *c) {

@@ -11,6 +11,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
     if (!*c->model_name) FAIL("model.name: must not be empty");
+    if (c->current_node >= c->nodes)
+        FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
+             (long long)c->current_node, (long long)c->nodes);
     return 0;
 }
 
@@ -35,6 +38,26 @@ static int check_data(const ut_config *c, char *err, size_t n) {
     return 0;
 }
 
+/* The built-in models and the data they read: a model on the wrong kind of
+ * data would fail at its first forward with a shape error. Models of the
+ * user's own (other names) are not checked here. */
+static int check_model_data(const ut_config *c, char *err, size_t n) {
+    static const struct { const char *model, *data, *what; } fits[] = {
+        {"gpt2", "tokens", "a language model: it reads token shards"},
+        {"bow", "tsv_text", "a sentence classifier: it reads TSV text"},
+        {"cnn", "idx_images", "an image classifier: it reads IDX images"},
+        {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
+    for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++)
+        if (!strcmp(c->model_name, fits[i].model) && strcmp(c->data_name, fits[i].data))
+            FAIL("model.name: %s is %s (data.name: %s), not data.name: %s; choose a model for %s data "
+                 "(%s) or data for %s",
+                 c->model_name, fits[i].what, fits[i].data, c->data_name, c->data_name,
+                 !strcmp(c->data_name, "tokens") ? "gpt2" : !strcmp(c->data_name, "tsv_text") ? "bow"
+                                                                                              : "cnn, mlp",
+                 c->model_name);
+    return 0;
+}
+
 static bool metric_name_ok(const char *m) {
     const char *slash = strchr(m, '/');
     if (!slash || !slash[1] || strchr(slash + 1, '/') || strchr(m, ' ')) return false;
@@ -47,8 +70,13 @@ static int check_train(const ut_config *c, char *err, size_t n) {
         FAIL("train.epochs: 0 with train.max_steps 0 leaves nothing to train");
     if (!strcmp(c->eval_strategy, "steps") && c->eval_interval < 1)
         FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps");
-    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1)
-        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps");
+    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1 && c->save_steps_ratio <= 0)
+        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio)");
+    if (c->log_steps_ratio > 1 || c->save_steps_ratio > 1)
+        FAIL("train.%s_steps_ratio: %g is a fraction of an epoch's steps and must be <= 1 (write "
+             "train.%s_interval: N for a number of steps)", c->log_steps_ratio > 1 ? "log" : "save",
+             c->log_steps_ratio > 1 ? c->log_steps_ratio : c->save_steps_ratio,
+             c->log_steps_ratio > 1 ? "log" : "save");
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))
@@ -61,6 +89,9 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
     if (decays && c->max_steps == 0 && c->epochs == 0)
         FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
+    if (c->warmup_ratio >= 1)
+        FAIL("optim.warmup_ratio: %g must be < 1 (a fraction of the total steps; write "
+             "optim.warmup_steps: N for a number of steps)", c->warmup_ratio);
     if (decays && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
         FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);
     if (!strcmp(c->optim_name, "sgd") && c->nesterov && (c->momentum <= 0 || c->dampening != 0))
@@ -72,7 +103,8 @@ int ut_config_validate(const ut_config *c, char *err, size_t n) {
     for (int i = 0; i < ut_cfg_nkeys; i++)
         if (ut_cfg_check_value(c, &ut_cfg_schema[i], err, n)) return -1;
     if (!c->model_opts) FAIL("model options: not initialised (call ut_config_init)");
-    if (check_run(c, err, n) || check_data(c, err, n) || check_train(c, err, n) ||
+    if (check_run(c, err, n) || check_data(c, err, n) || check_model_data(c, err, n) ||
+        check_train(c, err, n) ||
         check_optim(c, err, n))
         return -1;
     return 0;

@@ -167,6 +167,16 @@ static const char *const doc_notes =
     "- `train.max_steps` > 0 overrides `train.epochs`; the cosine and linear schedules\n"
     "  end at the total step count the trainer computes from them.\n"
     "- Booleans accept true/false, yes/no, on/off and 1/0.\n"
+    "- Values follow YAML's types: a quoted scalar (`lr: \"0.001\"`) or one tagged\n"
+    "  `!!str` is a string, and a number or boolean key refuses it with the file, line\n"
+    "  and key (write `lr: 0.001`). String keys take quoted or plain values alike;\n"
+    "  quote an enum value YAML would read otherwise (`eval_strategy: \"no\"`). A quoted\n"
+    "  value spanning lines is refused as a quote left open. Model options (`model.*`)\n"
+    "  are text that the model reads, quoted or not; `--set` values have no quotes.\n"
+    "  One exception: `master_port` also takes a quoted number (`master_port: '29500'`),\n"
+    "  as launcher configs write it (the port is an environment variable's text there).\n"
+    "- A file without keys (empty, comments only, `{}`) is an error, not a run of\n"
+    "  every default.\n"
     "- Before a run starts, keys are also checked together: `data.name` decides which\n"
     "  data paths are required, `eval_strategy: steps` needs `eval_interval` >= 1 (and\n"
     "  `save_strategy: steps` `save_interval` >= 1), `min_lr` <= `lr`, cosine and linear\n"
@@ -216,5 +226,6 @@ void ut_config_doc_markdown(FILE *f) {
     for (int i = 0; i < ut_cfg_naliases; i++)
         fprintf(f, "| `%s` | `%s` |\n", ut_cfg_aliases[i].alias, ut_cfg_aliases[i].key);
     fputc('\n', f);
+    fputs(ut_cfg_compat_doc, f);
     fputs(doc_notes, f);
 }

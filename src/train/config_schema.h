@@ -50,6 +50,18 @@ extern const int ut_cfg_naliases;
 extern const char *const ut_cfg_sections[];
 extern const int ut_cfg_nsections;
 
+/* Other trainers' keys that are not plain aliases (pytorch_universal_trainer's
+ * model_dir, data_dir, fairscale and fp16 flags; FlagAI's env_type,
+ * pytorch_device, model_parallel_size, fp16): applied to c through schema
+ * keys, or refused with what to write instead. 1: handled, 0: not such a
+ * key, -1: refused (err). */
+int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* Sections of pytorch_universal_trainer's parameters.yml (data-params,
+ * transformers-params, dist-params): their keys are read as top-level keys. */
+bool ut_cfg_is_flat_section(const char *name);
+/* The docs/config.md section listing those keys. */
+extern const char *const ut_cfg_compat_doc;
+
 /* The canonical key for key (an alias's target, else key itself). */
 const char *ut_cfg_resolve(const char *key);
 /* The row of a canonical key, or NULL. */

@@ -153,11 +153,21 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* greater_is_better follows best_metric until the user sets it. */
+/* greater_is_better follows best_metric until the user sets it; an interval
+ * given means steps until the user names the strategy (FlagAI's eval_interval
+ * and save_interval have no strategy key). */
 static void after_set(ut_config *c, const ut_cfg_key *k) {
     if (k->off == offsetof(ut_config, greater_is_better)) c->greater_is_better_set = true;
     if (k->off == offsetof(ut_config, best_metric) && !c->greater_is_better_set)
         c->greater_is_better = ends_with(c->best_metric, "accuracy");
+    if (k->off == offsetof(ut_config, eval_strategy)) c->eval_strategy_set = true;
+    if (k->off == offsetof(ut_config, save_strategy)) c->save_strategy_set = true;
+    if (k->off == offsetof(ut_config, eval_interval) && c->eval_interval > 0 && !c->eval_strategy_set)
+        strcpy(c->eval_strategy, "steps");
+    if (k->off == offsetof(ut_config, save_interval) && c->save_interval > 0 && !c->save_strategy_set)
+        strcpy(c->save_strategy, "steps");
+    if (k->off == offsetof(ut_config, save_steps_ratio) && c->save_steps_ratio > 0 && !c->save_strategy_set)
+        strcpy(c->save_strategy, "steps");
 }
 
 /* A bracketed list ("[784, 128, 10]") is stored as "784,128,10"; other
@@ -239,6 +249,8 @@ static int seed_flag(const char *key, const char *v, const char **strategy, char
 
 int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, size_t n) {
     const char *strategy;
+    int cf = ut_cfg_compat(c, key, value, err, n);
+    if (cf) return cf < 0 ? -1 : 0;
     int sf = seed_flag(key, value, &strategy, err, n);
     if (sf < 0) return -1;
     if (sf > 0) return *strategy ? ut_cfg_assign(c, "dist.strategy", strategy, err, n) : 0;

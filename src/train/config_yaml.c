@@ -44,11 +44,13 @@ static int next(loader *ld, yaml_event_t *ev) {
 
 static int line_of(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
 
-/* An unquoted empty, ~ or null scalar. */
+/* An unquoted empty, ~ or null scalar; also Python's None, which configs
+ * written from Python keyword arguments carry (FlagAI's load_dir=None). */
 static bool is_null(const yaml_event_t *ev) {
     const char *v = (const char *)ev->data.scalar.value;
     return ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-           (!*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL"));
+           (!*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL") ||
+            !strcmp(v, "None"));
 }
 
 static int remember(loader *ld, const char *key, int line) {
@@ -84,7 +86,8 @@ static bool is_section(const char *key) {
  * unknown keys (whose leaves then fail with a suggestion). */
 static bool mapping_allowed(const char *key) {
     const char *canon = ut_cfg_resolve(key);
-    return is_section(key) || ut_cfg_is_model_opt(canon) || !ut_cfg_find(canon);
+    return is_section(key) || ut_cfg_is_flat_section(key) || ut_cfg_is_model_opt(canon) ||
+           !ut_cfg_find(canon);
 }
 
 /* A sequence of scalars, joined with ',' into one value. */
@@ -119,6 +122,30 @@ static int load_sequence(loader *ld, const char *key, int line) {
     return rc;
 }
 
+/* YAML's types for a scalar value: a quoted scalar or one tagged !!str is a
+ * string, so a number or boolean key refuses it; a quoted scalar spanning
+ * lines is almost always a quote left open (it swallowed the lines after). */
+static int check_scalar(loader *ld, const char *key, const yaml_event_t *ev, int line) {
+    const char *v = (const char *)ev->data.scalar.value, *tag = (const char *)ev->data.scalar.tag;
+    bool quoted = ev->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+                  ev->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+    int last = (int)ev->end_mark.line + 1;
+    const ut_cfg_key *k = ut_cfg_find(ut_cfg_resolve(key));
+    if (quoted && last > line && k)
+        return fail(ld, line, "%s: the quoted value runs from line %d to line %d: a quote left open? "
+                    "(close it on the line where it starts)", key, line, last);
+    bool string = quoted || (tag && !strcmp(tag, YAML_STR_TAG));
+    /* launcher configs quote the port (it is MASTER_PORT's text): the one exception */
+    if (string && k && !strcmp(k->key, "dist.master_port")) return 0;
+    if (!string || !k || (k->type != UT_CFG_INT && k->type != UT_CFG_FLOAT && k->type != UT_CFG_BOOL))
+        return 0;
+    return fail(ld, line, "%s: %s%.40s%s is a string in YAML (%s), but %s takes %s: write it "
+                "without quotes or tag (%s: %.40s)", key, quoted ? "\"" : "'", v, quoted ? "\"" : "'",
+                quoted ? "quoted" : "tagged !!str", key,
+                k->type == UT_CFG_BOOL ? "true or false" : k->type == UT_CFG_INT ? "an integer" : "a number",
+                strrchr(key, '.') ? strrchr(key, '.') + 1 : key, v);
+}
+
 /* The value of key (whose own scalar was at line): one node. */
 static int load_value(loader *ld, const char *key, int line) {
     yaml_event_t ev;
@@ -126,7 +153,8 @@ static int load_value(loader *ld, const char *key, int line) {
     int rc;
     switch (ev.type) {
     case YAML_SCALAR_EVENT:
-        rc = assign_at(ld, key, is_null(&ev) ? "" : (const char *)ev.data.scalar.value, line);
+        rc = check_scalar(ld, key, &ev, line);
+        if (!rc) rc = assign_at(ld, key, is_null(&ev) ? "" : (const char *)ev.data.scalar.value, line);
         break;
     case YAML_MAPPING_START_EVENT:
         rc = mapping_allowed(key) ? load_mapping(ld, key, line)
@@ -153,7 +181,9 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
         } else {
             char key[256];
             const char *name = (const char *)ev.data.scalar.value;
-            if ((size_t)snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", name) >= sizeof key)
+            /* the seed's data-params: {data_dir: D} is the top-level key data_dir */
+            const char *pre = ut_cfg_is_flat_section(prefix) ? "" : prefix;
+            if ((size_t)snprintf(key, sizeof key, "%s%s%s", pre, *pre ? "." : "", name) >= sizeof key)
                 rc = fail(ld, kline, "%s: key longer than %zu characters", name, sizeof key - 1);
             else
                 rc = remember(ld, key, kline);
@@ -163,13 +193,16 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
         if (rc) return -1;
         entries++;
     }
-    if (entries || !*prefix || is_section(prefix) || ut_cfg_is_model_opt(prefix)) return 0;
+    if (entries || !*prefix || is_section(prefix) || ut_cfg_is_flat_section(prefix) ||
+        ut_cfg_is_model_opt(prefix))
+        return 0;
     char hint[160];
     ut_cfg_suggest(prefix, hint, sizeof hint);
     return fail(ld, line, "%s: unknown key%s", prefix, hint);
 }
 
-/* One document whose top node is a mapping (an empty file is fine). */
+/* One document whose top node is a mapping. An empty file (or comments
+ * only, or {}) is refused by the caller: it would silently train defaults. */
 static int load_stream(loader *ld) {
     for (int docs = 0;;) {
         yaml_event_t ev;
@@ -208,6 +241,9 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     if (!yaml_parser_initialize(&ld.p)) ut_abort(__FILE__, __LINE__, "yaml_parser_initialize failed");
     yaml_parser_set_input_file(&ld.p, f);
     int rc = load_stream(&ld);
+    if (!rc && ld.nseen == 0)
+        rc = ut_errorf(err, n, "%s: no keys (the file is empty, holds only comments or is {}): give at "
+                       "least model.name and the data.* paths (see configs/*.yml)", path);
     yaml_parser_delete(&ld.p);
     fclose(f);
     for (int i = 0; i < ld.nseen; i++) ut_free(ld.seen[i]);

@@ -65,6 +65,27 @@ int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_datas
     return 0;
 }
 
+/* ---- the stand-in for an empty share ---- */
+int ut_standin_batch(ut_dataset *ds, ut_batch *b, char *err, size_t n) {
+    if (b->count == 1 && b->x) return 0; /* made by an earlier call */
+    size_t xb = ut_dtype_size(ds->x_dtype), yb = ut_dtype_size(ds->y_dtype);
+    for (int i = 0; i < ds->x_ndim; i++) xb *= (size_t)ds->x_ne[i];
+    for (int i = 0; i < ds->y_ndim; i++) yb *= (size_t)ds->y_ne[i];
+    *b = (ut_batch){.count = 1, .x = ut_calloc_check(1, xb), .y = ut_calloc_check(1, yb)};
+    if (ds->n < 1 || ds->get(ds, 0, b->x, b->y, err, n)) {
+        if (ds->n < 1) snprintf(err, n, "%s: no example to stand in for an empty share", ds->name);
+        ut_standin_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+void ut_standin_free(ut_batch *b) {
+    ut_free(b->x);
+    ut_free(b->y);
+    *b = (ut_batch){0};
+}
+
 /* ---- metrics ---- */
 static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
     int64_t rows = out->ne[0], C = out->ne[out->ndim - 1], hits = 0;
@@ -122,6 +143,12 @@ static int reduce_eval(ut_comm *comm, double *loss_sum, int64_t *examples, ut_me
 
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
+    return ut_evaluate_until(comm, ctx, m, ds, batch, h, NULL, NULL, res, err, n);
+}
+
+int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      char *err, size_t n) {
     memset(res, 0, sizeof *res);
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
@@ -130,12 +157,26 @@ int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t
     double loss_sum = 0;
     ut_metric acc[UT_MAX_METRICS];
     int nacc = 0;
-    ut_batch b;
+    ut_batch b, standin = {0};
     int rc;
     while ((rc = ut_loader_next(l, &b, err, n)) == 1) {
-        if (b.count == 0) continue; /* this rank's share of the short last batch */
+        /* asked before every batch, on every rank alike (stop may agree over ranks) */
+        if (stop && stop(arg)) {
+            rc = 2;
+            break;
+        }
         ut_step_outputs out;
         ut_tensor *y;
+        if (b.count == 0) { /* this rank's share of the short last batch is empty */
+            if (ut_comm_size(comm) == 1) continue;
+            if (ut_standin_batch(ds, &standin, err, n) ||
+                ut_forward_batch(h, ctx, m, ds, &standin, &out, &y, err, n)) {
+                rc = -1;
+                break;
+            }
+            ut_ctx_reset(ctx);
+            continue;
+        }
         if (ut_forward_batch(h, ctx, m, ds, &b, &out, &y, err, n)) {
             rc = -1;
             break;
@@ -158,6 +199,8 @@ int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t
     ut_ctx_set_training(ctx, train);
     ut_loader_free(l);
     ut_sampler_free(&s);
+    ut_standin_free(&standin);
+    if (rc == 2) return 1; /* abandoned: res holds nothing */
     if (rc < 0 || reduce_eval(comm, &loss_sum, &res->examples, acc, nacc, err, n)) return -1;
     double loss = res->examples ? loss_sum / (double)res->examples : NAN;
     add_metric(res, "loss", loss);

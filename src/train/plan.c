@@ -100,7 +100,8 @@ static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **
                            size_t n) {
     ut_sampler s;
     ut_sampler_init(&s, ds->n, c->batch_size, 0, 1, (uint64_t)c->seed, c->shuffle, c->drop_last);
-    int64_t *idx = ut_malloc_check(sizeof(int64_t) * (size_t)c->batch_size);
+    int64_t cap = c->batch_size < ds->n ? c->batch_size : ds->n > 0 ? ds->n : 1;
+    int64_t *idx = ut_malloc_check(sizeof(int64_t) * (size_t)cap);
     int64_t count = ut_sampler_next(&s, idx);
     size_t xs = ut_dtype_size(ds->x_dtype), ys = ut_dtype_size(ds->y_dtype);
     for (int i = 0; i < ds->x_ndim; i++) xs *= (size_t)ds->x_ne[i];

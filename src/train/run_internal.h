@@ -21,10 +21,16 @@ typedef struct {
     bool bar;                 /* show a progress bar (a terminal, or train.progress: bar) */
     bool lines;               /* print a line per logged step (no bar, progress not off) */
     bool bar_active;          /* a progress bar line is on screen */
+    bool locked;              /* lock_fd holds the run directory's lock */
+    int lock_fd;
 } ut_runlog;
 
 /* Creates the run directory tree and opens the log file; for training also
- * metrics.jsonl and the TensorBoard file (rank 0). */
+ * metrics.jsonl and the TensorBoard file (rank 0). Training locks the run
+ * directory first (rank 0 holds an flock on RUN/.lock until
+ * ut_runlog_close or its exit): a second training job in the same directory
+ * is refused on every rank, with the holder's pid and host, before any of
+ * its ranks writes there. Test mode takes no lock. Collective for training. */
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */
@@ -59,6 +65,11 @@ typedef struct {
  * single process would. */
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n);
+/* The same, asking stop(arg) before each batch (every rank the same number of
+ * times): when it says true the evaluation is abandoned and 1 returned. */
+int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 
@@ -68,6 +79,16 @@ void ut_hooks_resolve(ut_hooks *out, const ut_hooks *user);
 /* Forward + loss for a collated batch (through the hooks). */
 int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
                      const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n);
+/* A rank whose share of a batch is empty (the short last batch of an epoch,
+ * or one smaller than the world size) still runs the forward pass, and the
+ * backward pass when training: under zero3 the other ranks' passes gather
+ * parameters unit by unit, and the gradient buckets of every strategy are
+ * reduced in the order the backward pass completes them, so each rank must
+ * take part in the same collectives in the same order. The stand-in is one
+ * example (the dataset's first) whose loss is weighted 0 and whose outputs
+ * are counted nowhere. It lives in b (count 1) until ut_standin_free. */
+int ut_standin_batch(ut_dataset *ds, ut_batch *b, char *err, size_t n);
+void ut_standin_free(ut_batch *b);
 /* Adds accuracy (classification) and hook metrics of one batch. */
 int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
                      ut_tensor *y, ut_metric *mets, int max);

@@ -1,9 +1,11 @@
 /* The run directory and everything written into it while training: the log
  * file, metrics.jsonl, TensorBoard scalars, and the console progress. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +39,98 @@ static FILE *open_in(const char *dir, const char *name, const char *mode, char *
     return f;
 }
 
+// --- the run directory's lock
+
+/* "pid 123 on host" of the lock's holder, from the file's text. */
+static void lock_holder(int fd, char *buf, size_t n) {
+    char text[300];
+    ssize_t k = pread(fd, text, sizeof text - 1, 0);
+    text[k > 0 ? k : 0] = 0;
+    char host[256] = "";
+    long pid = 0;
+    if (sscanf(text, "%ld %255s", &pid, host) >= 1 && pid > 0)
+        snprintf(buf, n, "pid %ld%s%s", pid, *host ? " on " : "", host);
+    else
+        snprintf(buf, n, "%s", "pid unknown");
+}
+
+/* An exclusive flock on DIR/.lock, kept open (close-on-exec) for the run; the
+ * kernel drops it when the process ends however it ends, so a crashed job
+ * leaves the directory free for its restart. */
+static int lock_run_dir(ut_runlog *rl, char *err, size_t n) {
+    char path[1280], who[320], host[256] = "";
+    snprintf(path, sizeof path, "%s/.lock", rl->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        lock_holder(fd, who, sizeof who);
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return ut_errorf(err, n, "%s is in use by another training job (%s, lock %s): wait for it "
+                                     "to end or stop it, or choose another experiment_name", rl->dir, who, path);
+        return ut_errorf(err, n, "%s: cannot lock: %s", path, strerror(e));
+    }
+    gethostname(host, sizeof host - 1);
+    char text[300];
+    int len = snprintf(text, sizeof text, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+        close(fd);
+        return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    }
+    rl->lock_fd = fd;
+    rl->locked = true;
+    return 0;
+}
+
+/* Rank 0 locks; every rank learns whether it could before anyone writes. */
+static int lock_collective(ut_runlog *rl, char *err, size_t n) {
+    int rc = rl->rank == 0 ? lock_run_dir(rl, err, n) : 0;
+    ut_comm *comm = ut_comm_world();
+    if (ut_comm_size(comm) == 1) return rc;
+    int64_t failed = rc != 0;
+    if (ut_comm_allreduce_i64(comm, &failed, 1))
+        return ut_errorf(err, n, "%s: the ranks could not agree on the run directory's lock", rl->dir);
+    if (failed && rl->rank != 0)
+        return ut_errorf(err, n, "rank 0 could not lock the run directory %s (its message says why)", rl->dir);
+    return failed ? -1 : 0;
+}
+
+/* The offset just past the last '\n' of f (size bytes), 0 if none. */
+static long last_line_end(FILE *f, long size) {
+    char buf[4096];
+    for (long end = size; end > 0;) {
+        long start = end > (long)sizeof buf ? end - (long)sizeof buf : 0;
+        if (fseek(f, start, SEEK_SET) || fread(buf, 1, (size_t)(end - start), f) != (size_t)(end - start))
+            return -1;
+        for (long i = end - start - 1; i >= 0; i--)
+            if (buf[i] == '\n') return start + i + 1;
+        end = start;
+    }
+    return 0;
+}
+
+/* A resumed run appends to metrics.jsonl: a last line torn by a crash or a
+ * full disk is cut off first, so the next line does not merge with it. */
+static int drop_torn_line(const char *dir, char *err, size_t n) {
+    char path[1280];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return 0; /* none yet */
+    int rc = 0;
+    long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f), keep = size;
+    char last = 0;
+    if (size > 0 && (fseek(f, size - 1, SEEK_SET) || fread(&last, 1, 1, f) != 1)) size = -1;
+    if (size > 0 && last != '\n') keep = last_line_end(f, size);
+    if (size < 0 || keep < 0 || (keep < size && ftruncate(fileno(f), keep)))
+        rc = ut_errorf(err, n, "%s: cannot cut off its torn last line: %s", path, strerror(errno));
+    else if (keep < size)
+        fprintf(stderr, "utrain: warning: %s: cut off a torn last line (%ld bytes) before appending\n",
+                path, size - keep);
+    fclose(f);
+    return rc;
+}
+
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
@@ -54,11 +148,14 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
         snprintf(sub, sizeof sub, "%s/%s", rl->dir, subs[i]);
         if (ut_mkdirs(sub, err, n)) return -1;
     }
+    if (training && lock_collective(rl, err, n)) return -1;
     char name[64];
     snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
     if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
     if (rank == 0 && training) {
-        if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
+        if (drop_torn_line(rl->dir, err, n) ||
+            !(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n)))
+            return -1;
         snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
         if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
     }
@@ -70,6 +167,7 @@ void ut_runlog_close(ut_runlog *rl) {
     if (rl->log) fclose(rl->log);
     if (rl->metrics) fclose(rl->metrics);
     if (rl->tb) ut_tb_close(rl->tb);
+    if (rl->locked) close(rl->lock_fd);   /* releases the lock */
     memset(rl, 0, sizeof *rl);
 }
 
@@ -112,28 +210,44 @@ static void tb_failed(ut_runlog *rl) {
     rl->tb = NULL;
 }
 
+/* A metrics.jsonl write error is reported once; the run goes on without it
+ * (a resume cuts off the torn line it may have left). */
+static void metrics_failed(ut_runlog *rl) {
+    fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed (%s); metrics.jsonl logging "
+                    "stops, the console and TensorBoard continue\n", rl->dir, strerror(errno));
+    fclose(rl->metrics);
+    rl->metrics = NULL;
+}
+
 /* JSON numbers cannot be nan/inf: those become null. */
 static void json_number(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.9g", v);
     else fputs("null", f);
 }
 
+static void metrics_line(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
+                         const char *const *names, const double *values) {
+    FILE *f = rl->metrics;
+    fprintf(f, "{\"step\": %lld, \"epoch\": ", (long long)step);
+    json_number(f, epoch);
+    fprintf(f, ", \"split\": \"%s\"", split);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, ", \"%s\": ", names[i]);
+        json_number(f, values[i]);
+    }
+    fputs("}\n", f);
+    if (fflush(f)) metrics_failed(rl);
+}
+
 void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
                     const char *const *names, const double *values) {
-    if (rl->rank != 0 || !rl->metrics) return;
-    fprintf(rl->metrics, "{\"step\": %lld, \"epoch\": ", (long long)step);
-    json_number(rl->metrics, epoch);
-    fprintf(rl->metrics, ", \"split\": \"%s\"", split);
+    if (rl->rank != 0) return;
+    if (rl->metrics) metrics_line(rl, split, step, epoch, n, names, values);
     char tag[96];
-    for (int i = 0; i < n; i++) {
-        fprintf(rl->metrics, ", \"%s\": ", names[i]);
-        json_number(rl->metrics, values[i]);
+    for (int i = 0; rl->tb && i < n; i++) {
         snprintf(tag, sizeof tag, "%s/%s", split, names[i]);
-        if (rl->tb && isfinite(values[i]) && ut_tb_scalar(rl->tb, tag, step, values[i])) tb_failed(rl);
+        if (isfinite(values[i]) && ut_tb_scalar(rl->tb, tag, step, values[i])) tb_failed(rl);
     }
-    fputs("}\n", rl->metrics);
-    if (fflush(rl->metrics))
-        fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed: %s\n", rl->dir, strerror(errno));
     if (rl->tb && ut_tb_flush(rl->tb)) tb_failed(rl);
 }
 

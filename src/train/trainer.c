@@ -6,13 +6,26 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "run_internal.h"
 #include "utrain/dist.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) { stop_signal = sig; }
+
+/* The first signal asks for a stop at the next boundary; a second one
+ * (Ctrl-C again) exits at once with 128 + signal and no checkpoint (a save
+ * cut short leaves only a temporary file, removed at the next start). */
+static void on_signal(int sig) {
+    if (stop_signal) {
+        static const char msg[] = "\nutrain: second signal: exiting now, without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
 
 typedef struct { struct sigaction term, usr1, intr; } saved_signals;
 
@@ -54,10 +67,9 @@ typedef struct {
     ut_eval_result dev;
 } epoch_row;
 
-/* dp: a worker's own model copy, context, share of each batch and results. */
+/* dp: a worker's share of each batch and its results (its model replica
+ * and context are in the worker group, ut_dp). */
 typedef struct replica {
-    ut_model *m;
-    ut_ctx *ctx;
     ut_sampler sampler;
     ut_loader *loader;
     ut_batch b;
@@ -73,18 +85,22 @@ struct ut_trainer {
     int rank, world;
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
-    struct replica *rep;         /* dp: workers 1..ndp-1 (worker 0 is the trainer's own) */
+    ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
+    struct replica *rep;         /* dp: each worker's share and results */
+    int64_t dp_window;           /* dp: examples of the current window over all workers */
     ut_runlog log;
     ut_hooks h;
     ut_model *m;
     ut_optim *o;
     ut_ctx *ctx;
     ut_dataset *train, *dev;
+    ut_batch standin;         /* an empty share's stand-in example (ut_standin_batch) */
     ut_sampler sampler;
     ut_schedule sched;
     ut_train_state st;
     int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
     int64_t last_saved_step;
+    int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;
     int64_t steps_this_run;
@@ -93,7 +109,6 @@ struct ut_trainer {
     char err[1024];
 };
 
-static void dp_broadcast(ut_trainer *t);
 
 static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
     a->loss_sum += loss * (double)count;
@@ -135,6 +150,13 @@ static int accum_reduce(ut_trainer *t, accum *a) {
 }
 
 /* ---- set-up ---- */
+/* An interval given as a fraction of an epoch's optimizer steps (the seed's
+ * log_steps_ratio, save_steps_ratio): rounded, at least 1. */
+static int64_t ratio_steps(double ratio, int64_t steps_per_epoch) {
+    int64_t k = (int64_t)(ratio * (double)steps_per_epoch + 0.5);
+    return k > 0 ? k : 1;
+}
+
 static int set_schedule(ut_trainer *t) {
     const ut_config *c = t->cfg;
     ut_sched_kind kind;
@@ -143,7 +165,10 @@ static int set_schedule(ut_trainer *t) {
         return -1;
     }
     t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)c->min_lr,
-                             .warmup_steps = c->warmup_steps, .total_steps = t->total_steps,
+                             .warmup_steps = c->warmup_ratio > 0
+                                                 ? (int64_t)(c->warmup_ratio * (double)t->total_steps)
+                                                 : c->warmup_steps,
+                             .total_steps = t->total_steps,
                              .step_size = c->step_size, .gamma = (float)c->gamma};
     char why[256];
     if (ut_schedule_check(&t->sched, why, sizeof why)) {
@@ -204,6 +229,47 @@ static ut_optim *full_optimizer(ut_trainer *t) {
     return ut_optim_new(ut_optim_get_config(t->o), p->data, p->grad, p->segs, p->n, 0, p->numel);
 }
 
+/* What ut_ckpt_load cannot check alone: the step in the file name and the
+ * data cursor against this run's training set. */
+static int check_resume_state(const ut_trainer *t, const char *path, int64_t name_step,
+                              const ut_train_state *st, char *err, size_t n) {
+    if (st->step != name_step)
+        return ut_errorf(err, n, "%s: metadata \"train.step\" is %lld but the file name says step %lld",
+                         path, (long long)st->step, (long long)name_step);
+    if (st->cursor > t->train->n)
+        return ut_errorf(err, n, "%s: metadata \"train.cursor\" is %lld, past the end of the epoch "
+                         "(the training set has %lld examples)", path, (long long)st->cursor,
+                         (long long)t->train->n);
+    return 0;
+}
+
+/* The global batch and the total step count must fit in 64 bits (the
+ * schema bounds each key; their products are checked here). */
+static int check_counts(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    int64_t g, total;
+    if (__builtin_mul_overflow(c->batch_size, (int64_t)t->world * t->ndp, &g) ||
+        __builtin_mul_overflow(g, t->accum_steps, &g))
+        return ut_errorf(t->err, sizeof t->err, "the global batch train.batch_size %lld x %d processes x "
+                         "train.gradient_accumulation_steps %lld is too large to count",
+                         (long long)c->batch_size, t->world * t->ndp, (long long)t->accum_steps);
+    if (c->max_steps <= 0 && __builtin_mul_overflow(c->epochs, t->steps_per_epoch, &total))
+        return ut_errorf(t->err, sizeof t->err, "train.epochs %lld x %lld steps per epoch is too large to "
+                         "count: use train.max_steps", (long long)c->epochs, (long long)t->steps_per_epoch);
+    return 0;
+}
+
+/* A save killed midway (kill -9, power loss) leaves a full-size temporary
+ * file: removed at start-up when its writer is gone. */
+static void clean_stale_temp(ut_trainer *t) {
+    char dir[1280];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
+    int k = ut_ckpt_clean_temp(dir);
+    if (k > 0)
+        ut_say(&t->log, "Removed %d temporary checkpoint file%s left by an interrupted save in %s\n", k,
+               k == 1 ? "" : "s", dir);
+}
+
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -221,6 +287,7 @@ static int resume(ut_trainer *t) {
         int lrc = ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
         if (sharded) ut_optim_free(o);
+        if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
             continue;
@@ -316,12 +383,20 @@ static int save(ut_trainer *t) {
 }
 
 /* ---- evaluation, best metric, early stopping ---- */
+static bool agree_on_stop(ut_trainer *t);
+static bool stop_asked(void *t) { return agree_on_stop(t); }
+
 static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    int erc = ut_evaluate(t->comm, t->ctx, t->m, t->dev, bs, &t->h, res, t->err, sizeof t->err);
+    int erc = ut_evaluate_until(t->comm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+                                sizeof t->err);
     ut_dist_release(t->dist);
+    if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
+        ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
+        return 0;
+    }
     if (erc) return -1;
     const char *names[UT_MAX_METRICS];
     for (int i = 0; i < res->n; i++) names[i] = res->names[i];
@@ -422,7 +497,7 @@ static int optimizer_step(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
         return -1;
     }
-    if (t->ndp > 1) dp_broadcast(t);
+    if (t->dp) ut_dp_broadcast(t->dp);
     t->st.step++;
     t->steps_this_run++;
     if (t->steps_this_run == 1) log_memory(t);
@@ -432,21 +507,24 @@ static int optimizer_step(ut_trainer *t) {
 /* ---- dp: worker threads, each with a replica and a share of the batch ---- */
 /* Worker w's forward and backward of its share of the micro-batch, into its
  * replica's gradients; results stay in its replica record. */
-static void dp_worker(ut_trainer *t, int w, int64_t window_examples) {
+static void dp_worker(void *user, int w) {
+    ut_trainer *t = user;
     replica *r = &t->rep[w];
+    ut_ctx *ctx = ut_dp_ctx(t->dp, w);
     r->rc = 0;
     r->loss = NAN;
     memset(&r->acc, 0, sizeof r->acc);
-    if (r->b.count == 0) return;
+    if (r->b.count == 0) return; /* no collectives here: an empty share just waits */
     ut_step_outputs out;
     ut_tensor *y;
-    if (ut_forward_batch(&t->h, r->ctx, r->m, t->train, &r->b, &out, &y, r->err, sizeof r->err)) {
+    if (ut_forward_batch(&t->h, ctx, ut_dp_model(t->dp, w), t->train, &r->b, &out, &y, r->err,
+                         sizeof r->err)) {
         r->rc = -1;
         return;
     }
-    ut_tensor *scaled = ut_scale(r->ctx, out.loss, (float)r->b.count / (float)window_examples);
-    if (ut_backward(r->ctx, scaled)) {
-        snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(r->ctx));
+    ut_tensor *scaled = ut_scale(ctx, out.loss, (float)r->b.count / (float)t->dp_window);
+    if (ut_backward(ctx, scaled)) {
+        snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(ctx));
         r->rc = -1;
         return;
     }
@@ -455,7 +533,7 @@ static void dp_worker(ut_trainer *t, int w, int64_t window_examples) {
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
     int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[0] : 0;
     accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
-    ut_ctx_reset(r->ctx);
+    ut_ctx_reset(ctx);
 }
 
 static void accum_merge(accum *dst, const accum *src) {
@@ -465,15 +543,14 @@ static void accum_merge(accum *dst, const accum *src) {
     accum_add(dst, 0, 0, 0, src->mets, src->nmets);
 }
 
-/* The workers run side by side (one thread each; the ops inside them run on
- * that thread); their results are merged in worker order, and on the last
- * micro-batch of a window the replicas' gradients are added into the
- * trainer's model in worker order (deterministic) and zeroed. */
+/* The workers run side by side; their results are merged in worker order,
+ * and on the last micro-batch of a window the replicas' gradients are added
+ * into the trainer's model in worker order (deterministic). */
 static int dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last,
                          double *loss) {
     t->rep[0].b = *b;
-#pragma omp parallel for num_threads(t->ndp) schedule(static, 1)
-    for (int w = 0; w < t->ndp; w++) dp_worker(t, w, window_examples);
+    t->dp_window = window_examples;
+    ut_dp_run(t->dp, dp_worker, t);
     double sum = 0;
     int64_t count = 0;
     for (int w = 0; w < t->ndp; w++) {
@@ -488,31 +565,17 @@ static int dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_exampl
         count += r->acc.examples;
     }
     *loss = count ? sum / (double)count : NAN;
-    if (!last) return 0;
-    ut_params *p = &t->m->params;
-    float *g = p->grad;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < p->numel; i++) {
-        float s = g[i];
-        for (int w = 1; w < t->ndp; w++) {
-            float *gw = t->rep[w].m->params.grad;
-            s += gw[i];
-            gw[i] = 0;
-        }
-        g[i] = s;
-    }
+    if (last) ut_dp_reduce_grads(t->dp);
     return 0;
 }
 
-/* The replicas take the trainer's weights (after each step, and at start). */
-static void dp_broadcast(ut_trainer *t) {
-    const ut_params *p = &t->m->params;
-    for (int w = 1; w < t->ndp; w++)
-        memcpy(t->rep[w].m->params.data, p->data, (size_t)p->numel * sizeof(float));
+static ut_model *dp_build(void *user, char *err, size_t n) {
+    ut_trainer *t = user;
+    return ut_model_from_config(t->cfg, t->train, err, n);
 }
 
-/* Workers 1..ndp-1: a model built from the config (the same parameters),
- * a context, and rank w's share of every batch. */
+/* The worker group (replicas built from the config) and rank w's share of
+ * every batch for each worker. */
 static int dp_setup(ut_trainer *t, bool own_m) {
     const ut_config *c = t->cfg;
     if (t->world > 1) {
@@ -527,18 +590,12 @@ static int dp_setup(ut_trainer *t, bool own_m) {
                  "ut_trainer_run (or use ddp)");
         return -1;
     }
+    t->dp = ut_dp_new(t->ndp, t->m, t->ctx, dp_build, t, (uint64_t)c->seed, t->err, sizeof t->err);
+    if (!t->dp) return -1;
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
-    t->rep[0].m = t->m;
-    t->rep[0].ctx = t->ctx;
-    for (int w = 1; w < t->ndp; w++) {
-        replica *r = &t->rep[w];
-        r->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
-        if (!r->m) return -1;
-        r->m->checkpoint_activations = t->m->checkpoint_activations;
-        r->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed + (uint64_t)w});
-        ut_sampler_init(&r->sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed, c->shuffle,
-                        c->drop_last);
-    }
+    for (int w = 1; w < t->ndp; w++)
+        ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed,
+                        c->shuffle, c->drop_last);
     return 0;
 }
 
@@ -546,44 +603,44 @@ static void dp_free(ut_trainer *t) {
     for (int w = 1; t->rep && w < t->ndp; w++) {
         replica *r = &t->rep[w];
         if (r->loader) ut_loader_free(r->loader);
-        if (r->m) ut_model_free(r->m);
-        if (r->ctx) ut_ctx_free(r->ctx);
         ut_sampler_free(&r->sampler);
     }
     ut_free(t->rep);
+    ut_dp_free(t->dp);
 }
 
-/* Runs batches until the epoch ends, the run reaches total_steps, or a stop
- * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
 /* Forward and backward of one micro-batch; the last of a window runs its
- * backward with the DDP hooks armed, so gradients are summed over ranks as
- * buckets complete. A rank with no examples in this batch (the short last
- * batch of an epoch) still takes part in the all-reduce. */
+ * backward with the gradient hooks armed, so gradients are reduced over
+ * ranks as buckets complete. A rank with no examples in this batch (the
+ * short last batch of an epoch) runs a stand-in example weighted 0, so that
+ * it takes part in every collective of the pass in the same order as the
+ * others (see ut_standin_batch). */
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
     if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
-    bool sync = last;
-    if (b->count > 0) {
-        ut_step_outputs out;
-        ut_tensor *y;
-        if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, b, &out, &y, t->err, sizeof t->err)) return -1;
-        /* the window's mean loss over all ranks: each micro-batch weighted by its share */
-        ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
-        ut_dist_backward_begin(t->dist, t->ctx, sync);
-        if (ut_backward(t->ctx, scaled)) {
-            snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
-            return -1;
-        }
+    bool sync = last, empty = b->count == 0;
+    if (empty && (t->world == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
+        return t->world == 1 ? 0 : -1; /* one process never has an empty share */
+    const ut_batch *run = empty ? &t->standin : b;
+    ut_step_outputs out;
+    ut_tensor *y;
+    if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
+    /* the window's mean loss over all ranks: each micro-batch weighted by its share */
+    ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+    ut_dist_backward_begin(t->dist, t->ctx, sync);
+    if (ut_backward(t->ctx, scaled)) {
+        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
+        return -1;
+    }
+    if (!empty) {
         *loss = ut_f32(out.loss)[0];
         ut_metric mets[UT_MAX_METRICS];
         int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
         int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[0] : 0;
         accum_add(&t->interval, *loss, b->count, tokens, mets, k);
         accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
-        ut_ctx_reset(t->ctx);
-    } else {
-        ut_dist_backward_begin(t->dist, t->ctx, sync);
     }
+    ut_ctx_reset(t->ctx);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
         snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->comm));
         return -1;
@@ -602,12 +659,12 @@ static bool agree_on_stop(ut_trainer *t) {
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
-    if (c->log_interval > 0 && t->st.step % c->log_interval == 0 && log_train(t)) return -1;
+    if (t->log_every > 0 && t->st.step % t->log_every == 0 && log_train(t)) return -1;
     ut_eval_result res;
     if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
         evaluate_dev(t, &res, stop))
         return -1;
-    if (!strcmp(c->save_strategy, "steps") && t->st.step % c->save_interval == 0 && save(t)) return -1;
+    if (!strcmp(c->save_strategy, "steps") && t->st.step % t->save_every == 0 && save(t)) return -1;
     return 0;
 }
 
@@ -738,10 +795,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->comm = ut_comm_world();
     t->rank = ut_comm_rank(t->comm);
     t->world = ut_comm_size(t->comm);
-    uint64_t batch = (uint64_t)c->batch_size << 32 ^ (uint64_t)c->gradient_accumulation_steps;
     if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err) ||
-        ut_comm_check_same(t->comm, batch, "train.batch_size / gradient_accumulation_steps", t->err,
-                           sizeof t->err))
+        ut_comm_check_same_int(t->comm, c->batch_size, "train.batch_size", t->err, sizeof t->err) ||
+        ut_comm_check_same_int(t->comm, c->gradient_accumulation_steps,
+                               "train.gradient_accumulation_steps", t->err, sizeof t->err))
         return -1;
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))
@@ -766,16 +823,20 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         return -1;
     }
     t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
+    if (check_counts(t)) return -1;
     t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
+    t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
+    t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
+    if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
     for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);
-    if (t->ndp > 1) dp_broadcast(t);
+    if (t->dp) ut_dp_broadcast(t->dp);
     ut_hooks_resolve(&t->h, NULL);
     return 0;
 }
@@ -795,7 +856,7 @@ static int train_loop(ut_trainer *t) {
         if (agree_on_stop(t)) preempted = true;
     }
     ut_progress_end(&t->log);
-    if (t->cfg->log_interval > 0 && t->st.step % t->cfg->log_interval && t->steps_this_run &&
+    if (t->log_every > 0 && t->st.step % t->log_every && t->steps_this_run &&
         log_train(t))
         return UT_EXIT_ERROR;
     if (strcmp(t->cfg->save_strategy, "no") || preempted) {
@@ -840,6 +901,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_dist_free(t->dist);
+    ut_standin_free(&t->standin);
     dp_free(t);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);

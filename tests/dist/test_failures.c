@@ -181,6 +181,25 @@ static void test_mismatched_configs_are_reported(void) {
     free(s);
 }
 
+/* A per-process batch that differs between ranks is named with both sizes
+ * (the configuration hash leaves it out: a resume may change it). */
+static void test_mismatched_batch_is_reported_in_decimal(void) {
+    write_cfg("batch", 32, 20);
+    char a[512], out[512], cmd[2048];
+    snprintf(a, sizeof a, "%s/batch.yml", tmp);
+    snprintf(out, sizeof out, "%s/batch.out", tmp);
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe --bind-to none %s -np 1 %s train %s : -np 1 %s train %s "
+             "--set train.batch_size=8 > %s 2>&1",
+             geteuid() == 0 ? "--allow-run-as-root" : "", tp_program(), a, tp_program(), a, out);
+    int rc = system(cmd);
+    char *s = tp_slurp(out);
+    CHECK(rc != 0, "the job fails");
+    CHECK(s && strstr(s, "train.batch_size differs between ranks: rank 0 has 4, rank 1 has 8"),
+          "the message gives both batch sizes:\n%s", s ? s : "");
+    free(s);
+}
+
 /* Launch options and strategies that cannot run say so. */
 static void test_bad_launch_requests(void) {
     write_cfg("bad", 32, 20);
@@ -213,6 +232,7 @@ int main(int argc, char **argv) {
     RUN(test_killed_rank_ends_the_job);
     RUN(test_max_restarts_finishes_the_run);
     RUN(test_mismatched_configs_are_reported);
+    RUN(test_mismatched_batch_is_reported_in_decimal);
     RUN(test_bad_launch_requests);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

@@ -6,7 +6,14 @@
  * two runs of the same strategy and world size are bit-identical. A second
  * GPT-2 set combines every strategy with gradient accumulation, clipping
  * that is active at every step (the global norm over shards), activation
- * checkpointing and a warmup + cosine schedule. SGD with momentum keeps the weights linear in the gradients,
+ * checkpointing and a warmup + cosine schedule. The uneven sets run whole
+ * epochs whose last global batch is short: 3 examples (smaller than the
+ * world size, so ranks 1..3 have none and run a stand-in example), 11
+ * (shares of 8 and 3 at 2 ranks, 4, 4, 3 and 0 at 4), and a GPT-2 whose
+ * last accumulation window is one short micro-batch, with evaluation on a
+ * dev set whose last batch is short as well; the sets above
+ * never reach an epoch's end within 20 steps, which is how a zero3 hang on
+ * the short last batch once went unnoticed. SGD with momentum keeps the weights linear in the gradients,
  * so the different summation order over ranks stays at float rounding (AdamW
  * divides by sqrt(v) and magnifies it wherever a gradient is near zero). */
 #include <math.h>
@@ -24,7 +31,7 @@ static const char *cnn_yaml =
     "model: {name: cnn, dropout1: 0, dropout2: 0}\n"
     "data: {name: idx_images, dev_size: 59000}\n";
 
-static char gpt2_yaml[1024];
+static char gpt2_yaml[1024], bow_yaml[1024], bow11_yaml[1024], gpt2u_yaml[1024];
 
 static const char *const strategies[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
 #define NSTRAT ((int)(sizeof strategies / sizeof strategies[0]))
@@ -87,11 +94,23 @@ static void compare(const char *ref, const char *other) {
         }
         worst = fmax(worst, fabs(atof(a) - atof(b)) / fabs(atof(a)));
     }
+    int ndev = 0;
+    for (int s = 1; s <= 20; s++) { /* evaluations, where the run has them */
+        char a[64], b[64];
+        if (!tp_loss_at(path(ref, "metrics.jsonl"), "dev", s, a, sizeof a)) continue;
+        ndev++;
+        if (!tp_loss_at(path(other, "metrics.jsonl"), "dev", s, b, sizeof b)) {
+            CHECK(0, "%s vs %s: no dev loss at step %d", ref, other, s);
+            return;
+        }
+        worst = fmax(worst, fabs(atof(a) - atof(b)) / fabs(atof(a)));
+    }
     CHECK(worst <= 1e-5, "%s vs %s: losses differ by %.3g relative", ref, other, worst);
     double w = tp_weights_rel_diff(path(ref, "checkpoints/step_00000020.safetensors"),
                                    path(other, "checkpoints/step_00000020.safetensors"));
     CHECK(w >= 0 && w <= 1e-5, "%s vs %s: final weights differ by %.3g relative", ref, other, w);
-    printf("     %s vs %s: losses within %.2g, weights within %.2g\n", ref, other, worst, w);
+    printf("     %s vs %s: losses within %.2g (%d evaluations), weights within %.2g\n", ref, other,
+           worst, ndev, w);
 }
 
 /* The plain single-process run of a model against each strategy at 1, 2 and
@@ -138,6 +157,41 @@ static void test_gpt2_accum_clip_ckpt_cosine(void) {
                 "optim.warmup_steps=3 optim.min_lr=0.005");
 }
 
+/* Epochs of 5 steps ending on a short batch, with a dev evaluation every
+ * 5 steps (the dev set's last batch is short too). */
+static const char *uneven_eval = "train.eval_strategy=steps train.eval_interval=5";
+static void test_bow_uneven_3(void) { check_model("bow3", bow_yaml, 1, uneven_eval); }
+static void test_bow_uneven_11(void) { check_model("bow11", bow11_yaml, 1, uneven_eval); }
+/* 8 x 8 + 3 at accumulation 2: the last window is one short micro-batch */
+static void test_gpt2_uneven_accum(void) { check_model("gpt2u", gpt2u_yaml, 2, ""); }
+
+/* The header and the first n examples of a TSV file, into dst. */
+static bool head_tsv(const char *src, const char *dst, int n) {
+    FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
+    char line[4096];
+    for (int i = 0; in && out && i <= n && fgets(line, sizeof line, in); i++) fputs(line, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+    return tp_count_lines(dst) == n + 1;
+}
+
+/* A token shard of exactly n windows of 17 byte tokens. */
+static bool tokens_of(const char *dir, int n, char *shard, size_t len) {
+    char txt[512], out[512];
+    snprintf(txt, sizeof txt, "%s/uneven.txt", dir);
+    snprintf(shard, len, "%s/uneven.bin", dir);
+    snprintf(out, sizeof out, "%s/uneven.out", dir);
+    FILE *in = fopen("data/sst2_sample/train.tsv", "r"), *f = fopen(txt, "w");
+    bool ok = in && f;
+    for (int i = 0; ok && i < n * 17; i++) {
+        int c = fgetc(in);
+        ok = c != EOF && fputc(c, f) != EOF;
+    }
+    if (in) fclose(in);
+    if (f && fclose(f)) ok = false;
+    return ok && tp_run((const char *[]){"tokenize", "--tokenizer", "byte", txt, shard, NULL}, out) == 0;
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -149,6 +203,24 @@ int main(int argc, char **argv) {
              "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
              "data: {name: tokens, train_path: %s, seq_len: 16}\n",
              shard);
+    char tr67[512], tr75[512], dev21[512], uneven[512];
+    snprintf(tr67, sizeof tr67, "%s/train67.tsv", tmp);
+    snprintf(tr75, sizeof tr75, "%s/train75.tsv", tmp);
+    snprintf(dev21, sizeof dev21, "%s/dev21.tsv", tmp);
+    if (!head_tsv("data/sst2_sample/train.tsv", tr67, 67) || !head_tsv("data/sst2_sample/train.tsv", tr75, 75) ||
+        !head_tsv("data/sst2_sample/dev.tsv", dev21, 21) || !tokens_of(tmp, 67, uneven, sizeof uneven))
+        return 1;
+    const char *bow = "model: {name: bow, n_embd: 16, hidden: 16}\n"
+                      "data: {name: tsv_text, train_path: %s, dev_path: %s, tokenizer: word, max_len: 16}\n";
+    snprintf(bow_yaml, sizeof bow_yaml, bow, tr67, dev21);     /* 4 x 16 + 3 */
+    snprintf(bow11_yaml, sizeof bow11_yaml, bow, tr75, dev21); /* 4 x 16 + 11 */
+    snprintf(gpt2u_yaml, sizeof gpt2u_yaml,
+             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 16}\n",
+             uneven);
+    RUN(test_bow_uneven_3);
+    RUN(test_bow_uneven_11);
+    RUN(test_gpt2_uneven_accum);
     RUN(test_cnn);
     RUN(test_gpt2);
     RUN(test_gpt2_accum_clip_ckpt_cosine);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -300,6 +301,33 @@ static void test_corrupt_files(void) {
     expect_rejected(tmp_path("missing.safetensors"), "6,5,3", "cannot open", "missing file");
 }
 
+/* A checksum proves the file is intact, not that its training state is
+ * possible: impossible values are refused naming the field, and nothing is
+ * loaded. */
+static void test_impossible_state(void) {
+    struct { const char *field; ut_train_state st; } cases[] = {
+        {"\"train.step\" is -7", {.step = -7, .best_step = -1, .rng = {1}}},
+        {"\"train.epoch\" is -1", {.step = 3, .epoch = -1, .best_step = -1, .rng = {1}}},
+        {"\"train.cursor\" is -5", {.step = 3, .cursor = -5, .best_step = -1, .rng = {1}}},
+        {"\"train.best_step\" is 9, outside [-1, 3] (at most train.step)", {.step = 3, .best_step = 9, .rng = {1}}},
+        {"\"train.best_step\" is -2", {.step = 3, .best_step = -2, .rng = {1}}},
+        {"\"train.bad_evals\" is -1", {.step = 3, .best_step = -1, .bad_evals = -1, .rng = {1}}},
+        {"\"train.rng\" is all zeros", {.step = 3, .best_step = -1}},
+    };
+    const char *path = tmp_path("impossible.safetensors");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        CHECK(ut_ckpt_save(path, saved.m, saved.o, &cases[i].st, err, sizeof err) == 0, "%s", err);
+        expect_rejected(path, "6,5,3", cases[i].field, cases[i].field);
+    }
+    ut_train_state ok = {.step = 3, .best_step = 3, .rng = {1}};
+    char err[512] = "";
+    CHECK(ut_ckpt_save(path, saved.m, saved.o, &ok, err, sizeof err) == 0, "%s", err);
+    pair q = make_pair("6,5,3", 9);
+    CHECK(ut_ckpt_load(path, q.m, q.o, NULL, err, sizeof err) == 0, "the limits themselves: %s", err);
+    free_pair(q);
+}
+
 static void test_mismatches(void) {
     const char *path = tmp_path("ref.safetensors");
     expect_rejected(path, "6,4,3", "fc0.weight", "other hidden size");
@@ -409,6 +437,32 @@ static void test_directory(void) {
     rmdir(d);
 }
 
+/* Temporary files of a save whose process is gone are removed; those of live
+ * processes (this one, pid 1) and foreign files stay. */
+static void test_clean_temp(void) {
+    const char *d = tmp_path("tmpclean");
+    CHECK(mkdir(d, 0777) == 0, "mkdir %s", d);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    char dead[96], mine[96];
+    snprintf(dead, sizeof dead, "step_00000005.safetensors.tmp.%ld.0", (long)child);
+    snprintf(mine, sizeof mine, "step_00000006.safetensors.tmp.%ld.3", (long)getpid());
+    const char *stay[] = {mine, "step_00000007.safetensors.tmp.1.0", "step_00000005.safetensors",
+                          "notes.tmp.99999999.0", "step_00000005.safetensors.tmp.x.0"};
+    touch(d, dead);
+    for (int i = 0; i < 5; i++) touch(d, stay[i]);
+    CHECK(ut_ckpt_clean_temp(d) == 1, "removed count");
+    CHECK(!exists(d, dead), "%s is still there", dead);
+    for (int i = 0; i < 5; i++) {
+        CHECK(exists(d, stay[i]), "%s was removed", stay[i]);
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", d, stay[i]);
+        unlink(p);
+    }
+    rmdir(d);
+}
+
 static void remove_dir(void) {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -432,8 +486,10 @@ int main(void) {
     RUN(test_special_metrics);
     RUN(test_file_layout);
     RUN(test_corrupt_files);
+    RUN(test_impossible_state);
     RUN(test_mismatches);
     RUN(test_directory);
+    RUN(test_clean_temp);
     free_pair(saved);
     remove_dir();
     return TEST_SUMMARY();

@@ -160,18 +160,46 @@ static void test_full_file(void) {
     ut_config_free(&c);
 }
 
+/* A file without keys would silently train every default: refused. */
 static void test_empty_file(void) {
-    ut_config c;
-    ut_config_init(&c);
-    CHECK(load_text(&c, "") == 0, "%s", err);
-    CHECK(load_text(&c, "# only a comment\n") == 0, "%s", err);
-    CHECK(c.batch_size == 64, "unchanged");
-    ut_config_free(&c);
+    const char *texts[] = {"", "# only a comment\n", "{}\n", "---\n...\n", "~\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(load_text(&c, texts[i]) == -1, "loaded '%s'", texts[i]);
+        CHECK(strstr(err, path) && strstr(err, ": no keys (the file is empty, holds only comments or is {})"),
+              "'%s': %s", texts[i], err);
+        ut_config_free(&c);
+    }
     check_load_error("just a string\n", "1: the top level must be a mapping of keys");
     check_load_error("- a\n- b\n", "1: the top level must be a mapping of keys");
 }
 
 // --- load errors
+
+/* YAML's types: a quoted or !!str scalar is a string, refused where a number
+ * or boolean belongs; a quote left open is named as such. */
+static void test_yaml_types(void) {
+    check_load_error("optim:\n  lr: \"0.001\"\n",
+                     "2: optim.lr: \"0.001\" is a string in YAML (quoted), but optim.lr takes a number: "
+                     "write it without quotes or tag (lr: 0.001)");
+    check_load_error("seed: !!str 1\n", "1: seed: '1' is a string in YAML (tagged !!str), but seed takes "
+                     "an integer: write it without quotes or tag (seed: 1)");
+    check_load_error("train: {epochs: '3'}\n", "1: train.epochs: \"3\" is a string in YAML (quoted), but "
+                     "train.epochs takes an integer: write it without quotes or tag (epochs: 3)");
+    check_load_error("data:\n  shuffle: \"false\"\n", "2: data.shuffle: \"false\" is a string in YAML "
+                     "(quoted), but data.shuffle takes true or false: write it without quotes or tag "
+                     "(shuffle: false)");
+    check_load_error("experiment_name: \"abc\nseed: 1\ntrain:\n  epochs: 2 and the rest\"\n",
+                     "1: experiment_name: the quoted value runs from line 1 to line 4: a quote left "
+                     "open? (close it on the line where it starts)");
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "experiment_name: \"42\"\ntrain: {eval_strategy: \"no\", epochs: 3}\n") == 0,
+          "strings stay strings: %s", err);
+    CHECK(!strcmp(c.experiment_name, "42") && c.epochs == 3, "%s %lld", c.experiment_name, (long long)c.epochs);
+    ut_config_free(&c);
+}
 
 static void test_unknown_key(void) {
     check_load_error("train:\n  epochs: 2\n  batch_sise: 3\n",
@@ -199,7 +227,7 @@ static void test_wrong_type(void) {
 }
 
 static void test_out_of_range(void) {
-    check_load_error("train:\n  batch_size: 0\n", "2: train.batch_size: must be >= 1");
+    check_load_error("train:\n  batch_size: 0\n", "2: train.batch_size: must be >= 1 and <= 1e+12");
     check_load_error("optim:\n  eps: 0\n", "2: optim.eps: must be > 0");
     check_load_error("optim:\n  beta2: 1\n", "2: optim.beta2: must be >= 0 and < 1");
     check_load_error("optim:\n  betas: [0.9, 1.5]\n", "2: optim.betas: must be >= 0 and < 1");
@@ -266,7 +294,7 @@ static void test_set(void) {
     check_set_error("=3", "--set: '=3' is not key=value");
     check_set_error("train.eval_strategy=sometimes",
                     "--set: train.eval_strategy: 'sometimes' is not one of no, steps, epoch");
-    check_set_error("train.batch_size=-1", "--set: train.batch_size: must be >= 1");
+    check_set_error("train.batch_size=-1", "--set: train.batch_size: must be >= 1 and <= 1e+12");
 }
 
 static void test_model_options(void) {
@@ -324,6 +352,134 @@ static void test_seed_dist_flags(void) {
                                     "(mpirun, srun) or --nproc N / dist.nproc_per_node, not from the config");
 }
 
+/* pytorch_universal_trainer's parameters.yml (paths adapted), as shipped in configs/. */
+static void test_seed_parameters_file(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(ut_config_load(&c, "configs/seed_parameters.yml", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(c.output_dir, "runs") && !strcmp(c.experiment_name, "seed_sst2"), "model_dir: %s %s",
+          c.output_dir, c.experiment_name);
+    CHECK(!strcmp(c.data_name, "tsv_text") && !strcmp(c.train_path, "data/sst2_sample/train.tsv") &&
+              !strcmp(c.dev_path, "data/sst2_sample/dev.tsv") && !strcmp(c.test_path, "data/sst2_sample/test.tsv"),
+          "data_dir: %s %s", c.data_name, c.train_path);
+    CHECK(!strcmp(c.dist_strategy, "ddp") && !strcmp(c.dist_wrap, "model") && !c.reshard_after_forward,
+          "fairscale flags: %s %s", c.dist_strategy, c.dist_wrap);
+    CHECK(c.nodes == 1 && c.nproc_per_node == 1 && c.current_node == 0 && c.master_port == 29500 &&
+              !strcmp(c.master_addr, "127.0.0.1"), "dist-params");
+    CHECK(c.epochs == 3 && c.batch_size == 16 && c.max_len == 32 && c.lr == 5e-3, "transformers-params");
+    CHECK(!strcmp(opt(&c, "num_classes"), "2") && !strcmp(c.model_name, "bow"), "num_labels");
+    CHECK(!strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "steps"), "strategies");
+    CHECK(c.log_steps_ratio == 0.2 && c.save_steps_ratio == 1 && c.warmup_ratio == 0.1,
+          "ratios: %g %g %g", c.log_steps_ratio, c.save_steps_ratio, c.warmup_ratio);
+    ut_config_free(&c);
+}
+
+/* The seed's own values of the keys utrain maps or refuses. */
+static void test_seed_keys(void) {
+    ut_config c;
+    ut_config_init(&c);
+    const char *text = "transformers-params:\n"
+                       "    model_dir: '~/pytorch_universal_trainer/models/bart_base_sst_baseline'\n"
+                       "    use_fairscale_model_sharding: True\n"
+                       "    use_fairscale_autowrap: True\n"
+                       "    use_fairscale_reshard_forward: True\n"
+                       "data-params:\n    is_dev_file: False\n"
+                       "dist-params:\n    nodes: 2\n    gpus: 8\n    current_node: 1\n"
+                       "    master_addr: '10.100.69.32'\n    master_port: '1234'\n";
+    CHECK(load_text(&c, text) == 0, "%s", err);
+    CHECK(!strcmp(c.output_dir, "~/pytorch_universal_trainer/models") &&
+              !strcmp(c.experiment_name, "bart_base_sst_baseline"), "model_dir: %s | %s", c.output_dir,
+          c.experiment_name);
+    CHECK(!strcmp(c.dist_strategy, "zero3") && !strcmp(c.dist_wrap, "block") && c.reshard_after_forward,
+          "fsdp flags: %s %s", c.dist_strategy, c.dist_wrap);
+    CHECK(!strcmp(c.eval_strategy, "no"), "is_dev_file: %s", c.eval_strategy);
+    CHECK(c.nodes == 2 && c.nproc_per_node == 8 && c.current_node == 1 && c.master_port == 1234 &&
+              !strcmp(c.master_addr, "10.100.69.32"), "dist-params");
+    CHECK(load_text(&c, "use_fairscale_optimizer_sharding: True\n") == 0 && !strcmp(c.dist_strategy, "zero2"),
+          "optimizer sharding: %s", c.dist_strategy);
+    CHECK(load_text(&c, "model_dir: run7/\ndist: {gpus: 3, nodes: 4}\n") == 0 && !strcmp(c.output_dir, ".") &&
+              !strcmp(c.experiment_name, "run7") && c.nproc_per_node == 3 && c.nodes == 4,
+          "model_dir without a parent, gpus/nodes under dist: %s", err);
+    ut_config_free(&c);
+    check_load_error("transformers-params:\n    use_native_fp16: True\n",
+                     "2: use_native_fp16: mixed precision is not available yet (a precision: key is "
+                     "coming); utrain trains in fp32: remove use_native_fp16 or set it to false");
+    check_load_error("transformers-params:\n    pretrained_model_dir: '~/facebook/bart-base'\n",
+                     "2: pretrained_model_dir: utrain cannot load Hugging Face model directories yet; the "
+                     "model is built from model.* (to start from a utrain run's weights set load_dir: RUN_DIR)");
+    check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
+                                        "output_dir/experiment_name)");
+    check_set_error("num_loader_workers=4", "--set: num_loader_workers: utrain loads batches on one background "
+                                           "thread of each process; remove the key (data.prefetch sets how "
+                                           "many batches it prepares ahead)");
+}
+
+/* FlagAI's Trainer arguments written as YAML. */
+static void test_flagai_keys(void) {
+    ut_config c;
+    ut_config_init(&c);
+    const char *text = "env_type: pytorch\nepochs: 1\nbatch_size: 4\neval_interval: 10\nlog_interval: 10\n"
+                       "save_interval: 20\nexperiment_name: t5-3b\npytorch_device: cpu\nload_dir: None\n"
+                       "lr: 1e-4\nfp16: False\ncheckpoint_activations: True\ngradient_accumulation_steps: 2\n"
+                       "model_parallel_size: 1\n";
+    CHECK(load_text(&c, text) == 0, "%s", err);
+    CHECK(!strcmp(c.eval_strategy, "steps") && c.eval_interval == 10, "eval_interval -> steps");
+    CHECK(!strcmp(c.save_strategy, "steps") && c.save_interval == 20, "save_interval -> steps");
+    CHECK(c.log_interval == 10 && c.checkpoint_activations && c.gradient_accumulation_steps == 2, "train");
+    CHECK(!c.load_dir[0] && !strcmp(c.experiment_name, "t5-3b") && c.lr == 1e-4, "load_dir None");
+    CHECK(load_text(&c, "env_type: pytorchDDP\nmaster_ip: 10.0.0.1\nmaster_port: 17750\nnum_nodes: 2\n"
+                        "num_gpus: 4\n") == 0 && !strcmp(c.dist_strategy, "ddp") && c.nodes == 2 &&
+              c.nproc_per_node == 4 && !strcmp(c.master_addr, "10.0.0.1"), "pytorchDDP: %s", err);
+    ut_config_free(&c);
+    /* a strategy the user names wins, before or after the interval */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "eval_strategy: epoch\neval_interval: 5\nsave_interval: 5\nsave_strategy: \"no\"\n") == 0 &&
+              !strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "no"), "explicit strategy: %s", err);
+    ut_config_free(&c);
+    check_load_error("fp16: True\n", "1: fp16: mixed precision is not available yet (a precision: key is "
+                                      "coming); utrain trains in fp32: remove fp16 or set it to false");
+    check_load_error("pytorch_device: 'cuda:0'\n",
+                     "1: pytorch_device: the CUDA backend is not available yet; utrain computes on the CPU: "
+                     "set pytorch_device: cpu or remove the key");
+    check_load_error("model_parallel_size: 2\n",
+                     "1: model_parallel_size: model parallelism is not available yet; set it to 1 or remove "
+                     "it (dist.strategy: zero3 shards the parameters over the data-parallel ranks)");
+    check_load_error("env_type: deepspeed\n",
+                     "1: env_type: utrain does not read DeepSpeed configs; write dist.strategy: zero1, zero2 "
+                     "or zero3 (your deepspeed.json's zero_optimization stage) instead");
+    check_load_error("env_type: deepspeed+mpu\n",
+                     "1: env_type: model parallelism (mpu) is not available yet; use a data-parallel "
+                     "dist.strategy (zero3 shards the parameters)");
+    check_load_error("env_type: tpu\n", "1: env_type: 'tpu' is not one of pytorch, pytorchDDP, deepspeed, "
+                                         "deepspeed+mpu");
+    check_load_error("hostfile: ./hostfile\n", "1: hostfile: hosts are given to the launcher, not the config: "
+                                                "mpirun --hostfile FILE ... utrain train CFG (see docs/multinode.md)");
+}
+
+/* A built-in model on data it cannot read is refused before anything runs. */
+static void test_model_data_fit(void) {
+    check_invalid((const char *const[]){"log_steps_ratio=10", NULL},
+                  "train.log_steps_ratio: 10 is a fraction of an epoch's steps and must be <= 1 (write "
+                  "train.log_interval: N for a number of steps)");
+    check_invalid((const char *const[]){"warmup_proportion=1", NULL},
+                  "optim.warmup_ratio: 1 must be < 1 (a fraction of the total steps; write "
+                  "optim.warmup_steps: N for a number of steps)");
+    check_invalid((const char *const[]){"nodes=2", "current_node=2", NULL},
+                  "dist.current_node: 2 must be < dist.nodes (2): nodes count from 0");
+    check_invalid((const char *const[]){"model.name=gpt2", "data.name=tsv_text", "data.train_path=x.tsv", NULL},
+                  "model.name: gpt2 is a language model: it reads token shards (data.name: tokens), not "
+                  "data.name: tsv_text; choose a model for tsv_text data (bow) or data for gpt2");
+    check_invalid((const char *const[]){"model.name=bow", NULL},
+                  "model.name: bow is a sentence classifier: it reads TSV text (data.name: tsv_text), not "
+                  "data.name: idx_images; choose a model for idx_images data (cnn, mlp) or data for bow");
+    ut_config c;
+    ut_config_init(&c);
+    ut_config_set(&c, "model.name=my_model", err, sizeof err);
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "a model of the user's own: %s", err);
+    ut_config_free(&c);
+}
+
 static void test_greater_is_better(void) {
     ut_config c;
     ut_config_init(&c);
@@ -344,7 +500,8 @@ static void test_validate(void) {
     check_invalid((const char *[]){"train.eval_strategy=steps", NULL},
                   "train.eval_interval: must be >= 1 when train.eval_strategy is steps");
     check_invalid((const char *[]){"train.save_strategy=steps", NULL},
-                  "train.save_interval: must be >= 1 when train.save_strategy is steps");
+                  "train.save_interval: must be >= 1 when train.save_strategy is steps (or set "
+                  "train.save_steps_ratio)");
     check_invalid((const char *[]){"train.best_metric=accuracy", NULL},
                   "train.best_metric: 'accuracy' must look like dev/<name> or train/<name>");
     check_invalid((const char *[]){"train.best_metric=test/", NULL},
@@ -456,7 +613,7 @@ static void test_docs_up_to_date(void) {
     if (doc) fclose(doc);
     CHECK(doc && !strcmp(have, want),
           "docs/config.md differs from the schema: run build/tests/unit/test_config --doc > docs/config.md");
-    CHECK(strstr(want, "| `train.batch_size` | int | `64` | >= 1 |  | per-process micro-batch"),
+    CHECK(strstr(want, "| `train.batch_size` | int | `64` | >= 1 and <= 1e+12 |  | per-process micro-batch"),
           "batch_size row");
     CHECK(strstr(want, "| `epochs` | `train.epochs` |"), "alias row");
     free(want);
@@ -471,6 +628,7 @@ int main(int argc, char **argv) {
     RUN(test_full_file);
     RUN(test_empty_file);
     RUN(test_unknown_key);
+    RUN(test_yaml_types);
     RUN(test_wrong_type);
     RUN(test_out_of_range);
     RUN(test_bad_enum);
@@ -482,6 +640,10 @@ int main(int argc, char **argv) {
     RUN(test_model_options);
     RUN(test_aliases);
     RUN(test_seed_dist_flags);
+    RUN(test_seed_parameters_file);
+    RUN(test_seed_keys);
+    RUN(test_flagai_keys);
+    RUN(test_model_data_fit);
     RUN(test_greater_is_better);
     RUN(test_validate);
     RUN(test_round_trip);

@@ -386,6 +386,16 @@ static void expect_tsv_error(const char *text, const ut_vocab *v, const char *wh
     CHECK(strstr(err, p) && strstr(err, what), "'%s' should name %s and '%s'", err, p, what);
 }
 
+/* A NUL byte is reported with its line and offset (it used to crash: the
+ * message read the buffer after it was freed). */
+static void test_tsv_nul_byte(void) {
+    const char *p = tmp("nul.tsv");
+    static const char text[] = "sentence\tlabel\ngood\t1\nbad\t0\na\0b\t1\n";
+    write_bytes(p, text, sizeof text - 1);
+    CHECK(!ut_vocab_build("word", p, 1, err, sizeof err), "built a vocabulary from %s", p);
+    CHECK(strstr(err, p) && strstr(err, ":4: NUL byte at byte offset 29"), "%s", err);
+}
+
 static void test_tsv_errors(void) {
     const char *tr = tmp("train.tsv");
     write_text(tr, TRAIN_TSV);
@@ -654,6 +664,7 @@ int main(void) {
     RUN(test_vocab_and_tsv);
     RUN(test_vocab_escapes_and_bytes);
     RUN(test_tsv_errors);
+    RUN(test_tsv_nul_byte);
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);

@@ -1,0 +1,151 @@
+/* How this process was started, checked before a run: utrain's ranks come
+ * from MPI. Other launchers' processes would each train alone as rank 0 of 1
+ * in the same run directory, so they are refused with the command that
+ * starts the job they meant. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch_check.h"
+
+bool ut_cli_under_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+/* An environment variable as a positive count, 0 when unset or not one. */
+static long env_count(const char *name) {
+    const char *v = getenv(name);
+    char *end;
+    long x = v && *v ? strtol(v, &end, 10) : 0;
+    return x > 0 && !*end ? x : 0;
+}
+
+static const char *env_or(const char *name, const char *dflt) {
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+/* "utrain CMD ARGS" without --nproc/--max-restarts N (shell-quoted where
+ * needed), then extra. */
+static void command_line(char *buf, size_t n, const char *cmd, int argc, char **argv, const char *extra) {
+    size_t len = (size_t)snprintf(buf, n, "utrain %s", cmd);
+    for (int i = 0; i < argc && len < n; i++) {
+        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
+            i++;
+            continue;
+        }
+        bool plain = strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                     "_-./=:,@+") == strlen(argv[i]) && *argv[i];
+        len += (size_t)snprintf(buf + len, n - len, plain ? " %s" : " '%s'", argv[i]);
+    }
+    if (len < n) snprintf(buf + len, n - len, "%s", extra);
+}
+
+/* "HOST0:P,NODE1:P,..." for nodes nodes of per ranks, node 0 at master. */
+static void host_list(char *buf, size_t n, const char *master, long nodes, long per) {
+    size_t len = (size_t)snprintf(buf, n, "%s:%ld", master, per);
+    for (long i = 1; i < nodes && len < n; i++) {
+        if (i == 4 && nodes > 5) {
+            len += (size_t)snprintf(buf + len, n - len, ",...,NODE%ld:%ld", nodes - 1, per);
+            break;
+        }
+        len += (size_t)snprintf(buf + len, n - len, ",NODE%ld:%ld", i, per);
+    }
+}
+
+static void mpirun_line(char *buf, size_t n, const char *master, long nodes, long per, const char *cmd,
+                        int argc, char **argv) {
+    char hosts[256], rest[1024];
+    host_list(hosts, sizeof hosts, master, nodes, per);
+    command_line(rest, sizeof rest, cmd, argc, argv, "");
+    snprintf(buf, n, "mpirun -np %ld --host %s --bind-to none %s", nodes * per, hosts, rest);
+}
+
+// --- srun without MPI support
+
+static int check_slurm(const char *cmd, int argc, char **argv, char *msg, size_t n) {
+    long tasks = env_count("SLURM_STEP_NUM_TASKS"); /* set by srun for its tasks, not in sbatch scripts */
+    if (tasks <= 1) return 0;
+    char line[1200];
+    command_line(line, sizeof line, cmd, argc, argv, "");
+    snprintf(msg, n,
+             "srun started %ld tasks (SLURM_PROCID=%s of SLURM_STEP_NUM_TASKS=%ld) without MPI support: "
+             "no PMIx or PMI in the environment, so each task would train alone as rank 0 of 1.\n"
+             "Start the job with srun's PMIx plugin (`srun --mpi=list` shows the ones your Slurm has):\n"
+             "  srun --mpi=pmix [your srun options] %s\n"
+             "or with mpirun inside the allocation (see docs/multinode.md).",
+             tasks, env_or("SLURM_PROCID", "?"), tasks, line);
+    return -1;
+}
+
+// --- torchrun, Accelerate and other RANK/WORLD_SIZE launchers
+
+static bool local_address(const char *addr) {
+    return !strcmp(addr, "localhost") || !strncmp(addr, "127.", 4) || !strcmp(addr, "::1");
+}
+
+static int check_torchrun(const char *cmd, int argc, char **argv, char *msg, size_t n) {
+    long world = env_count("WORLD_SIZE");
+    if (world <= 1) return 0;
+    const char *master = env_or("MASTER_ADDR", "127.0.0.1");
+    long per = env_count("LOCAL_WORLD_SIZE");
+    if (!per) per = local_address(master) ? world : 0;
+    char line[1400], nproc[32];
+    const char *note = "(NODEi: the address of node i, K: processes per node; see docs/multinode.md)";
+    if (per == world) {
+        note = "(see docs/distributed.md)";
+        snprintf(nproc, sizeof nproc, " --nproc %ld", world);
+        command_line(line, sizeof line, cmd, argc, argv, nproc);
+    } else if (per > 0 && world % per == 0) {
+        mpirun_line(line, sizeof line, master, world / per, per, cmd, argc, argv);
+    } else {
+        char rest[1024];
+        command_line(rest, sizeof rest, cmd, argc, argv, "");
+        snprintf(line, sizeof line, "mpirun -np %ld --host %s:K,NODE1:K,... --bind-to none %s", world,
+                 master, rest);
+    }
+    snprintf(msg, n,
+             "this process was started by torchrun or a launcher like it (RANK=%s, WORLD_SIZE=%ld, "
+             "LOCAL_RANK=%s, MASTER_ADDR=%s, MASTER_PORT=%s); utrain's ranks come from MPI, so each "
+             "process would train alone as rank 0 of 1 in the same run directory.\n"
+             "Start the job once, and utrain starts its ranks:\n  %s\n%s",
+             env_or("RANK", "unset"), world, env_or("LOCAL_RANK", "unset"), master,
+             env_or("MASTER_PORT", "unset"), line, note);
+    return -1;
+}
+
+// --- the seed's node-by-node launch (nodes, current_node, master_addr)
+
+static int check_nodes(const ut_config *c, const char *cmd, int argc, char **argv, char *msg, size_t n) {
+    if (c->nodes <= 1) return 0;
+    char line[1400];
+    mpirun_line(line, sizeof line, c->master_addr, (long)c->nodes, (long)c->nproc_per_node, cmd, argc, argv);
+    snprintf(msg, n,
+             "dist.nodes is %lld (this is node %lld, node 0 at %s:%lld): utrain does not join commands "
+             "started node by node into one job. Run the job once, on node 0, and mpirun starts the "
+             "ranks of every node (%lld x %lld):\n  %s\n"
+             "%s(NODEi: the address of node i; mpirun reaches the nodes over ssh, or use srun: see "
+             "docs/multinode.md)",
+             (long long)c->nodes, (long long)c->current_node, c->master_addr, (long long)c->master_port,
+             (long long)c->nodes, (long long)c->nproc_per_node, line,
+             c->current_node ? "Start nothing on this node. " : "");
+    return -1;
+}
+
+int ut_cli_launch_check(const ut_config *cfg, const char *cmd, int argc, char **argv, char *msg, size_t n) {
+    if (ut_cli_under_mpi()) return 0;
+    if (check_slurm(cmd, argc, argv, msg, n) || check_torchrun(cmd, argc, argv, msg, n) ||
+        check_nodes(cfg, cmd, argc, argv, msg, n))
+        return -1;
+    return 0;
+}
+
+int ut_cli_world_check(const ut_config *c, int world, char *msg, size_t n) {
+    if (c->nodes <= 1 || world == c->nodes * c->nproc_per_node) return 0;
+    snprintf(msg, n,
+             "dist.nodes %lld x dist.nproc_per_node (gpus) %lld is %lld ranks, but the launcher started "
+             "%d: give mpirun -np %lld, or set nodes and gpus to the job's shape",
+             (long long)c->nodes, (long long)c->nproc_per_node, (long long)(c->nodes * c->nproc_per_node),
+             world, (long long)(c->nodes * c->nproc_per_node));
+    return -1;
+}

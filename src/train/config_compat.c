@@ -1,0 +1,200 @@
+/* Keys of other trainers' configs that are more than another spelling of a
+ * schema key: pytorch_universal_trainer's parameters.yml (model_dir,
+ * data_dir, the fairscale and fp16 flags, its path keys) and FlagAI's Trainer
+ * arguments (env_type, pytorch_device, model_parallel_size, fp16, its launch
+ * arguments). Each one is applied through schema keys, or refused with what
+ * to write instead: no key is accepted and then ignored. */
+#include <string.h>
+#include <strings.h>
+
+#include "config_schema.h"
+#include "utrain/base.h"
+
+#define PRECISION_MSG                                                                              \
+    "mixed precision is not available yet (a precision: key is coming); utrain trains in fp32: "   \
+    "remove %s or set it to false"
+
+static bool flag_value(const char *key, const char *v, bool *out, char *err, size_t n) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i])) return *out = true, true;
+        if (!strcasecmp(v, no[i])) return *out = false, true;
+    }
+    ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
+    return false;
+}
+
+static int assign(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    return ut_cfg_assign(c, key, v, err, n) ? -1 : 1;
+}
+
+// --- pytorch_universal_trainer
+
+/* model_dir: the run directory, i.e. output_dir/experiment_name. */
+static int model_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    char buf[UT_CFG_STR_MAX];
+    if (strlen(v) >= sizeof buf) return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof buf - 1);
+    strcpy(buf, v);
+    for (size_t len = strlen(buf); len > 1 && buf[len - 1] == '/'; len--) buf[len - 1] = 0;
+    char *slash = strrchr(buf, '/');
+    const char *name = slash ? slash + 1 : buf;
+    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        return ut_errorf(err, n, "%s: '%s' must end in a directory name (the run directory: "
+                                 "output_dir/experiment_name)", key, v);
+    if (slash == buf) buf[1] = 0; /* "/name": output_dir "/" */
+    else if (slash) *slash = 0;
+    if (assign(c, "experiment_name", name, err, n) < 0) return -1;
+    return assign(c, "output_dir", slash ? buf : ".", err, n);
+}
+
+/* data_dir: a directory of GLUE-style TSV files train.tsv, dev.tsv, test.tsv. */
+static int data_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    static const char *const keys[] = {"data.train_path", "data.dev_path", "data.test_path"};
+    static const char *const files[] = {"train.tsv", "dev.tsv", "test.tsv"};
+    char path[UT_CFG_STR_MAX + 16];
+    if (!*v) return ut_errorf(err, n, "%s: must name the directory holding train.tsv, dev.tsv, test.tsv", key);
+    if (assign(c, "data.name", "tsv_text", err, n) < 0) return -1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", v, files[i]);
+        if (assign(c, keys[i], path, err, n) < 0) return -1;
+    }
+    return 1;
+}
+
+/* A path utrain has no use for: accepted empty, refused otherwise. */
+static int empty_only(const char *key, const char *v, const char *why, char *err, size_t n) {
+    if (!*v) return 1;
+    return ut_errorf(err, n, "%s: %s", key, why);
+}
+
+/* The seed's boolean flags: mapped onto dist.* and precision. */
+static int seed_bool(ut_config *c, const char *key, bool on, char *err, size_t n) {
+    if (!strcmp(key, "use_native_fp16")) return on ? ut_errorf(err, n, "%s: " PRECISION_MSG, key, key) : 1;
+    if (!strcmp(key, "use_fairscale_optimizer_sharding")) /* ShardedDDP + OSS: grads and state sharded */
+        return on ? assign(c, "dist.strategy", "zero2", err, n) : 1;
+    if (!strcmp(key, "use_fairscale_model_sharding")) return on ? assign(c, "dist.strategy", "zero3", err, n) : 1;
+    if (!strcmp(key, "use_fairscale_autowrap")) return assign(c, "dist.wrap", on ? "block" : "model", err, n);
+    if (!strcmp(key, "use_fairscale_reshard_forward"))
+        return assign(c, "dist.reshard_after_forward", on ? "true" : "false", err, n);
+    if (!strcmp(key, "is_dev_file")) return on ? 1 : assign(c, "train.eval_strategy", "no", err, n);
+    if (!strcmp(key, "use_max_length"))
+        return on ? 1 : ut_errorf(err, n, "%s: utrain pads and truncates every example to data.max_len "
+                                          "(max_length); set use_max_length: true", key);
+    return 0;
+}
+
+static int seed_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    static const char *const bools[] = {"use_native_fp16", "use_fairscale_optimizer_sharding",
+                                        "use_fairscale_model_sharding", "use_fairscale_autowrap",
+                                        "use_fairscale_reshard_forward", "is_dev_file", "use_max_length"};
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+        bool on;
+        if (strcmp(key, bools[i])) continue;
+        return flag_value(key, v, &on, err, n) ? seed_bool(c, key, on, err, n) : -1;
+    }
+    if (!strcmp(key, "model_dir")) return model_dir(c, key, v, err, n);
+    if (!strcmp(key, "data_dir")) return data_dir(c, key, v, err, n);
+    if (!strcmp(key, "continue_training_path"))
+        return empty_only(key, v, "utrain resumes from the newest valid checkpoint of the run directory "
+                                  "(continue_training: true); to start from another run's weights set "
+                                  "load_dir: RUN_DIR", err, n);
+    if (!strcmp(key, "pretrained_model_dir"))
+        return empty_only(key, v, "utrain cannot load Hugging Face model directories yet; the model is "
+                                  "built from model.* (to start from a utrain run's weights set "
+                                  "load_dir: RUN_DIR)", err, n);
+    if (!strcmp(key, "num_loader_workers"))
+        return !strcmp(v, "0") ? 1 : ut_errorf(err, n, "%s: utrain loads batches on one background thread of "
+                                                     "each process; remove the key (data.prefetch sets how "
+                                                     "many batches it prepares ahead)", key);
+    return 0;
+}
+
+// --- FlagAI
+
+static int env_type(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(v, "pytorch") || !strcmp(v, "pytorchDDP")) /* one process is plain training */
+        return assign(c, "dist.strategy", "ddp", err, n);
+    if (!strcmp(v, "deepspeed"))
+        return ut_errorf(err, n, "%s: utrain does not read DeepSpeed configs; write dist.strategy: zero1, "
+                                 "zero2 or zero3 (your deepspeed.json's zero_optimization stage) instead", key);
+    if (!strcmp(v, "deepspeed+mpu"))
+        return ut_errorf(err, n, "%s: model parallelism (mpu) is not available yet; use a data-parallel "
+                                 "dist.strategy (zero3 shards the parameters)", key);
+    return ut_errorf(err, n, "%s: '%s' is not one of pytorch, pytorchDDP, deepspeed, deepspeed+mpu", key, v);
+}
+
+static int pytorch_device(const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(v, "cpu")) return 1; /* where utrain computes */
+    if (!strncmp(v, "cuda", 4))
+        return ut_errorf(err, n, "%s: the CUDA backend is not available yet; utrain computes on the CPU: "
+                                 "set pytorch_device: cpu or remove the key", key);
+    return ut_errorf(err, n, "%s: '%s' is not a device utrain has (cpu)", key, v);
+}
+
+static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
+    if (!strcmp(key, "pytorch_device")) return pytorch_device(key, v, err, n);
+    if (!strcmp(key, "fp16")) {
+        bool on;
+        if (!flag_value(key, v, &on, err, n)) return -1;
+        return on ? ut_errorf(err, n, "%s: " PRECISION_MSG, key, key) : 1;
+    }
+    if (!strcmp(key, "model_parallel_size") || !strcmp(key, "model_paralle_size"))
+        return !strcmp(v, "1") ? 1 : ut_errorf(err, n, "%s: model parallelism is not available yet; set it "
+                                                     "to 1 or remove it (dist.strategy: zero3 shards the "
+                                                     "parameters over the data-parallel ranks)", key);
+    if (!strcmp(key, "hostfile"))
+        return ut_errorf(err, n, "%s: hosts are given to the launcher, not the config: mpirun --hostfile "
+                                 "FILE ... utrain train CFG (see docs/multinode.md)", key);
+    if (!strcmp(key, "training_script"))
+        return ut_errorf(err, n, "%s: utrain starts itself; remove the key (utrain train CFG --nproc N "
+                                 "starts N processes)", key);
+    if (!strcmp(key, "deepspeed_config"))
+        return ut_errorf(err, n, "%s: utrain does not read DeepSpeed configs; write dist.strategy: zero1, "
+                                 "zero2 or zero3 instead", key);
+    return 0;
+}
+
+int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n) {
+    int rc = seed_key(c, key, value, err, n);
+    return rc ? rc : flagai_key(c, key, value, err, n);
+}
+
+bool ut_cfg_is_flat_section(const char *name) {
+    return !strcmp(name, "data-params") || !strcmp(name, "transformers-params") ||
+           !strcmp(name, "dist-params");
+}
+
+const char *const ut_cfg_compat_doc =
+    "## Keys of other trainers\n\n"
+    "pytorch_universal_trainer's `parameters.yml` loads with its own layout: its sections\n"
+    "`data-params:`, `transformers-params:` and `dist-params:` hold top-level keys\n"
+    "(`dist-params: {gpus: 2}` is `gpus: 2`), and its keys are aliases (above) or these.\n"
+    "`configs/seed_parameters.yml` is that file with paths for this repository and the\n"
+    "few seed settings utrain refuses (below) replaced by their utrain keys. FlagAI's\n"
+    "Trainer arguments, written as YAML keys, load the same way (`None` reads as empty).\n"
+    "No key is accepted and ignored: each one sets the utrain keys named here, or is\n"
+    "refused with a message saying what to write instead.\n\n"
+    "| key | value | becomes |\n|---|---|---|\n"
+    "| `model_dir` | a directory | the run directory: `output_dir` (its parent, `.` if none) and `experiment_name` (its last part) |\n"
+    "| `data_dir` | a directory | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path` |\n"
+    "| `is_dev_file` | true / false | nothing / `train.eval_strategy: no` |\n"
+    "| `use_fairscale_optimizer_sharding` | true / false | `dist.strategy: zero2` (fairscale's ShardedDDP with OSS shards gradients and optimizer state) / nothing |\n"
+    "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing |\n"
+    "| `use_fairscale_autowrap` | true / false | `dist.wrap: block` (a unit per block) / `dist.wrap: model` (the model is one unit, as FSDP without auto_wrap) |\n"
+    "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
+    "| `use_native_fp16`, `fp16` | false / true | nothing (utrain trains in fp32) / refused until mixed precision lands |\n"
+    "| `use_max_length` | true / false | nothing (`max_length`, i.e. `data.max_len`, always applies) / refused |\n"
+    "| `continue_training_path`, `pretrained_model_dir` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
+    "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
+    "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
+    "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
+    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
+    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until the CUDA backend lands |\n"
+    "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
+    "| `hostfile`, `training_script`, `deepspeed_config` | | refused: hosts go to `mpirun`, utrain starts itself, strategies are `dist.strategy` |\n\n"
+    "`eval_interval` or `save_interval` > 0 makes `train.eval_strategy` or\n"
+    "`train.save_strategy` `steps` unless the file names the strategy itself (FlagAI has\n"
+    "no strategy keys). `nodes` > 1 with `current_node` and `master_addr` (the seed's\n"
+    "node-by-node launch) is refused at start-up with the `mpirun` line that runs the\n"
+    "job; see [multinode.md](multinode.md).\n\n";

@@ -1,0 +1,345 @@
+/* Hostile inputs through the `utrain` program: each must end in a clear
+ * error (exit status 1, a message naming the file, line or key) and never in
+ * a crash, an abort or a silent default. Every case here once crashed or was
+ * accepted; the small sst2 bag-of-words run is the vehicle. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+#include "utrain/utrain.h"
+
+static char tmp[256], cfg[512];
+
+static const char *path_in(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) perror(path);
+    if (f) fclose(f);
+}
+
+static void write_text(const char *path, const char *s) { write_file(path, s, strlen(s)); }
+
+/* Runs utrain with args; its output (malloc'd) into *out, exit code back. */
+static int run(const char *const *args, char **out) {
+    int rc = tp_run(args, path_in("out.txt"));
+    *out = tp_slurp(path_in("out.txt"));
+    /* under the sanitizers an error path that leaks or misreads still exits 1 */
+    CHECK(!*out || !strstr(*out, "Sanitizer"), "%s", *out);
+    return rc;
+}
+
+/* utrain train on the sst2 config with one --set; expects exit 1 and msg. */
+static void expect_train_error(const char *set, const char *msg) {
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--set", set, NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, msg), "--set %s: exit %d, output: %s (want '%s')", set, rc, s, msg);
+    free(s);
+}
+
+static void write_config(void) {
+    snprintf(cfg, sizeof cfg, "%s/sst2.yml", tmp);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "experiment_name: bad\noutput_dir: %s/runs\nseed: 1\nthreads: 1\n"
+               "model: {name: bow, n_embd: 8, hidden: 8}\n"
+               "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv,\n"
+               "       dev_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
+               "train: {epochs: 1, batch_size: 16, progress: \"off\"}\n"
+               "optim: {name: adamw, lr: 1.0e-3}\n", tmp);
+    fclose(f);
+}
+
+/* "key=value" in a static buffer (two alternating) */
+static const char *kv(const char *key, const char *value) {
+    static char buf[2][600];
+    static int k;
+    k = !k;
+    snprintf(buf[k], sizeof buf[k], "%s=%s", key, value);
+    return buf[k];
+}
+
+/* ---- data files ---- */
+
+static void test_tsv_nul_byte(void) {
+    static const char text[] = "sentence\tlabel\ngood\t1\nbad\t0\na\0b\t1\n";
+    write_file(path_in("nul.tsv"), text, sizeof text - 1);
+    expect_train_error(kv("data.train_path", path_in("nul.tsv")),
+                       "nul.tsv:4: NUL byte at byte offset 29");
+}
+
+static void test_tsv_huge_label(void) {
+    write_text(path_in("huge.tsv"), "sentence\tlabel\ngood\t1\nbad\t0\nodd\t2000000000\n");
+    expect_train_error(kv("data.train_path", path_in("huge.tsv")),
+                       "huge.tsv:4: label 2000000000 makes 2000000001 classes but the file has only 3 examples");
+}
+
+/* a hole in the label set (no example of class 1) is reported, and the run goes on */
+static void test_tsv_label_hole(void) {
+    write_text(path_in("hole.tsv"), "sentence\tlabel\ngood\t2\nbad\t0\nfine\t2\n");
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--set", kv("data.train_path", path_in("hole.tsv")),
+                                  "--set", "data.dev_path=", "--set", "experiment_name=hole", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "hole.tsv: 1 of the 3 classes (labels 0..2) have no example, the first is 1"),
+          "exit %d: %s", rc, s);
+    free(s);
+}
+
+/* ---- sizes that would need absurd memory ---- */
+
+static void test_absurd_sizes(void) {
+    expect_train_error("model.n_embd=2000000000", "bow (vocab_size");
+    expect_train_error("model.n_embd=2000000000", "GiB of memory");
+    expect_train_error("data.max_len=1000000000", "max_len 1000000000 (token ids of");
+    expect_train_error("model.num_classes=300000000000", "num_classes 300000000000");
+    /* counts whose products would overflow */
+    expect_train_error("train.epochs=9223372036854775807", "train.epochs 9223372036854775807 x 15 steps per epoch "
+                       "is too large to count: use train.max_steps");
+    expect_train_error("train.gradient_accumulation_steps=9223372036854775807",
+                       "train.gradient_accumulation_steps: must be >= 1 and <= 1e+06");
+    expect_train_error("data.max_len=9223372036854775807", "data.max_len: must be >= 1 and <= 1e+09");
+}
+
+/* a batch or prefetch larger than the data set is capped, not allocated */
+static void test_huge_batch_trains(void) {
+    const char *sets[] = {"train.batch_size=2000000000", "train.eval_batch_size=2000000000",
+                          "data.prefetch=2000000000"};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "experiment_name=big%d", i);
+        char *s;
+        int rc = run((const char *[]){"train", cfg, "--set", sets[i], "--set", name, NULL}, &s);
+        CHECK(rc == 0 && s && strstr(s, "Training done"), "%s: exit %d: %s", sets[i], rc, s);
+        free(s);
+    }
+}
+
+/* ---- checkpoints with a valid checksum but impossible metadata ---- */
+
+/* Rewrites the run's step-15 checkpoint with edit applied to its training
+ * state (through the library, so the checksum stays valid). */
+static bool rewrite_checkpoint(const char *run, void (*edit)(ut_train_state *)) {
+    char path[600], vocab[600], err[512];
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", run);
+    snprintf(path, sizeof path, "%s/checkpoints/step_00000015.safetensors", run);
+    char *v = tp_slurp(vocab), *size = v ? strstr(v, "size=") : NULL;
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "vocab_size", size ? ut_fmt("%lld", atoll(size + 5)) : "0");
+    ut_kv_set(kv, "n_embd", "8");
+    ut_kv_set(kv, "hidden", "8");
+    free(v);
+    ut_model *m = ut_model_create("bow", kv, 1, err, sizeof err);
+    ut_kv_free(kv);
+    if (!m) return false;
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+                               m->params.numel);
+    ut_train_state st;
+    bool ok = !ut_ckpt_load(path, m, o, &st, err, sizeof err);
+    if (ok) edit(&st);
+    ok = ok && !ut_ckpt_save(path, m, o, &st, err, sizeof err);
+    if (!ok) fprintf(stderr, "%s\n", err);
+    ut_optim_free(o);
+    ut_model_free(m);
+    return ok;
+}
+
+static void cursor_past_end(ut_train_state *st) { st->cursor = 100000; }
+static void negative_step(ut_train_state *st) { st->step = -7, st->best_step = -1; }
+
+static void test_impossible_checkpoint(void) {
+    char *s;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", path_in("runs/ckpt"));
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=ckpt", NULL}, &s);
+    CHECK(rc == 0, "training: exit %d: %s", rc, s);
+    free(s);
+    CHECK(rewrite_checkpoint(dir, cursor_past_end), "cannot rewrite the checkpoint");
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=ckpt", "--set", "continue_training=true",
+                              "--set", "train.epochs=2", NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "\"train.cursor\" is 100000, past the end of the epoch (the training set has 240"),
+          "resume: exit %d: %s", rc, s);
+    free(s);
+    CHECK(rewrite_checkpoint(dir, negative_step), "cannot rewrite the checkpoint");
+    rc = run((const char *[]){"test", dir, NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "\"train.step\" is -7") && !strstr(s, "step -7)"), "test: exit %d: %s", rc, s);
+    free(s);
+}
+
+/* ---- config files ---- */
+
+static void test_config_files(void) {
+    struct { const char *text, *msg; } cases[] = {
+        {"", "empty.yml: no keys (the file is empty"},
+        {"optim: {lr: \"0.001\"}\n", "empty.yml:1: optim.lr: \"0.001\" is a string in YAML (quoted)"},
+        {"seed: !!str 1\n", "empty.yml:1: seed: '1' is a string in YAML (tagged !!str)"},
+        {"experiment_name: \"x\nseed: 1\nmodel: {name: cnn}\ntrain: {epochs: 1} # \"\n",
+         "empty.yml:1: experiment_name: the quoted value runs from line 1 to line 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(path_in("empty.yml"), cases[i].text);
+        char *s;
+        int rc = run((const char *[]){"train", path_in("empty.yml"), NULL}, &s);
+        CHECK(rc == 1 && s && strstr(s, cases[i].msg), "case %zu: exit %d: %s", i, rc, s);
+        free(s);
+    }
+}
+
+/* ---- run files ---- */
+
+static int count(const char *s, const char *what) {
+    int k = 0;
+    for (const char *p = s; p && (p = strstr(p, what)); p++) k++;
+    return k;
+}
+
+/* a torn last line of metrics.jsonl is cut off on resume, not merged into */
+static void test_torn_metrics_line(void) {
+    char *s, metrics[600];
+    snprintf(metrics, sizeof metrics, "%s", path_in("runs/torn/metrics.jsonl"));
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=torn", NULL}, &s);
+    CHECK(rc == 0, "training: exit %d: %s", rc, s);
+    free(s);
+    int lines = tp_count_lines(metrics);
+    FILE *f = fopen(metrics, "a");
+    if (f) fputs("{\"step\": 16, \"epo", f), fclose(f);
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=torn", "--set", "continue_training=true",
+                              "--set", "train.epochs=2", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "metrics.jsonl: cut off a torn last line (17 bytes)"), "resume: exit %d: %s", rc, s);
+    free(s);
+    char *m = tp_slurp(metrics);
+    CHECK(m && tp_count_lines(metrics) > lines && !strstr(m, "\"epo{") && count(m, "{") == count(m, "}\n"),
+          "metrics.jsonl: %s", m);
+    free(m);
+}
+
+/* metrics.jsonl failing to write is reported once, and training goes on */
+static void test_metrics_write_fails_once(void) {
+    char *s;
+    CHECK(tp_run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "train.max_steps=1", NULL},
+                 path_in("out.txt")) == 0, "first run failed");
+    unlink(path_in("runs/full/metrics.jsonl"));
+    CHECK(symlink("/dev/full", path_in("runs/full/metrics.jsonl")) == 0, "symlink");
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
+                                  "--set", "train.log_interval=1", "--set", "train.max_steps=6", NULL}, &s);
+    CHECK(rc == 0 && s && count(s, "metrics.jsonl failed") == 1 && strstr(s, "Training done"),
+          "exit %d: %s", rc, s);
+    free(s);
+}
+
+/* ---- signals during evaluation ---- */
+
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+/* A dev set that takes tens of seconds to evaluate with a wide model. */
+static void write_big_dev(void) {
+    FILE *f = fopen(path_in("bigdev.tsv"), "w");
+    const char *w[] = {"good", "bad", "fine", "dull", "great", "awful"};
+    fputs("sentence\tlabel\n", f);
+    for (int i = 0; i < 100000; i++)
+        fprintf(f, "%s %s %s movie\t%d\n", w[i % 6], w[i / 6 % 6], w[i / 36 % 6], i % 2);
+    fclose(f);
+}
+
+/* utrain train (experiment name, dev file), 3 steps, an evaluation after each */
+static pid_t spawn_eval_run(const char *name, const char *dev, bool resume, const char *out) {
+    static char sets[3][600];
+    snprintf(sets[0], sizeof sets[0], "experiment_name=%s", name);
+    snprintf(sets[1], sizeof sets[1], "data.dev_path=%s", dev);
+    snprintf(sets[2], sizeof sets[2], "continue_training=%s", resume ? "true" : "false");
+    const char *args[] = {"train", cfg, "--set", sets[0], "--set", sets[1], "--set", sets[2],
+                          "--set", "model.n_embd=2048", "--set", "model.hidden=2048",
+                          "--set", "train.max_steps=3", "--set", "train.eval_strategy=steps",
+                          "--set", "train.eval_interval=1", "--set", "train.eval_batch_size=64",
+                          "--set", "train.log_interval=1", "--set", "train.progress=lines", NULL};
+    return tp_spawn(args, out);
+}
+
+/* Waits (up to 60 s) until the output file shows text. */
+static bool wait_for(const char *out, const char *text) {
+    for (int i = 0; i < 6000; i++) {
+        char *s = tp_slurp(out);
+        bool found = s && strstr(s, text);
+        free(s);
+        if (found) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* SIGTERM during a long evaluation stops within a batch, writes the
+ * checkpoint of the step before it, and the resumed run ends with the same
+ * weights as a run never stopped. */
+static void test_sigterm_abandons_eval(void) {
+    char out[600], dev[600], big[600];
+    snprintf(out, sizeof out, "%s", path_in("sig.out"));
+    snprintf(big, sizeof big, "%s", path_in("bigdev.tsv"));
+    snprintf(dev, sizeof dev, "data/sst2_sample/dev.tsv");
+    pid_t pid = spawn_eval_run("sig", big, false, out);
+    CHECK(wait_for(out, "step 1/3"), "the run did not reach step 1");
+    usleep(300000); /* well into the evaluation */
+    double t0 = now_s();
+    kill(pid, SIGTERM);
+    int rc = tp_wait(pid);
+    double secs = now_s() - t0;
+    char *s = tp_slurp(out);
+    CHECK(rc == 75 && secs < 3 && s && strstr(s, "eval  step 1  abandoned: stop signal"),
+          "exit %d after %.1f s: %s", rc, secs, s);
+    free(s);
+    CHECK(tp_wait(spawn_eval_run("sig", dev, true, out)) == 0, "resume failed: %s", out);
+    CHECK(tp_wait(spawn_eval_run("straight", dev, false, out)) == 0, "straight run failed");
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s", path_in("runs/sig/checkpoints/step_00000003.safetensors"));
+    snprintf(b, sizeof b, "%s", path_in("runs/straight/checkpoints/step_00000003.safetensors"));
+    CHECK(tp_same_weights(a, b), "stopped + resumed differs from straight: %s %s", a, b);
+}
+
+/* A second Ctrl-C exits at once (130) without waiting for a boundary. */
+static void test_second_signal_exits_now(void) {
+    char out[600];
+    snprintf(out, sizeof out, "%s", path_in("sig2.out"));
+    pid_t pid = spawn_eval_run("sig2", path_in("bigdev.tsv"), false, out);
+    CHECK(wait_for(out, "step 1/3"), "the run did not reach step 1");
+    usleep(300000);
+    kill(pid, SIGINT);
+    usleep(20000);
+    kill(pid, SIGINT);
+    int rc = tp_wait(pid);
+    char *s = tp_slurp(out);
+    CHECK(rc == 130 && s && strstr(s, "second signal: exiting now, without a checkpoint"), "exit %d: %s", rc, s);
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-badinput")) return 1;
+    write_config();
+    RUN(test_config_files);
+    RUN(test_tsv_nul_byte);
+    RUN(test_tsv_huge_label);
+    RUN(test_tsv_label_hole);
+    RUN(test_absurd_sizes);
+    RUN(test_huge_batch_trains);
+    RUN(test_impossible_checkpoint);
+    RUN(test_torn_metrics_line);
+    RUN(test_metrics_write_fails_once);
+    write_big_dev();
+    RUN(test_sigterm_abandons_eval);
+    RUN(test_second_signal_exits_now);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
