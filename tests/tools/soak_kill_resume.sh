@@ -2,11 +2,11 @@
 # Soak test of crash recovery (not part of `make test`; docs/testing.md):
 # trains a tiny GPT-2 on the SST-2 sample text once without interruption,
 # then trains the same configuration again, killing it with SIGKILL at random
-# moments KILLS times and resuming each time with continue_training=true,
-# and finally lets it finish. It prints, per kill, the step the run had
-# reached, the step it resumed from and the steps lost, and whether every
-# loss the resumed segment logged equals the uninterrupted run's loss at
-# that step ("exact"); at the end the count of exact resumes and whether the
+# moments (a random step, plus a random fraction of a step) KILLS times,
+# resuming each time with continue_training=true, and finally lets it
+# finish. It prints, per kill, the step the run had reached, the step it
+# resumed from and the steps lost, and whether every loss the resumed
+# segment logged equals the uninterrupted run's loss at that step ("exact"); at the end the count of exact resumes and whether the
 # final checkpoint is byte for byte the uninterrupted run's (cmp).
 #
 # usage: tests/tools/soak_kill_resume.sh [-n KILLS] [-s STEPS] [-i SAVE_INTERVAL]
@@ -28,7 +28,8 @@ cd "$(dirname "$0")/../.."
 [ -x "$build/utrain" ] || make --no-print-directory BUILD="$build" all
 utrain=$PWD/$build/utrain
 tmp=$(mktemp -d /tmp/utrain-soak-XXXXXX)
-finish() { if [ "$keep" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi; }
+pid=
+finish() { [ -n "$pid" ] && kill -KILL "$pid" 2> /dev/null; wait 2> /dev/null; if [ "$keep" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi; }
 trap finish EXIT
 RANDOM=$seed
 
@@ -83,11 +84,21 @@ check_segment() {
 
 for ((k = 1; k <= kills; k++)); do
     segment "$k"
-    # a random moment within the time the rest of the run should take
-    # (from the newest checkpoint on, at the uninterrupted run's pace)
+    # a random moment: once the run has logged a random step of the next two
+    # save intervals after its newest checkpoint, plus a random part of one
+    # step's time (machine load makes wall-clock times alone unreliable)
     newest=$(ls "$run/checkpoints" 2> /dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.safetensors$/\1/p' |
-             sort -n | tail -n 1)
-    sleep "$(echo "scale=3; $((RANDOM % 1000)) * $secs * ($steps - ${newest:-0}) / $steps / 1000" | bc)"
+             sort -n | tail -n 1 || true)
+    left=$((steps - ${newest:-0} - 1))
+    [ "$left" -gt 0 ] || { echo "(no steps left to kill in)"; break; }
+    [ "$left" -gt $((2 * every)) ] && left=$((2 * every))
+    target=$(( ${newest:-0} + 1 + RANDOM % left ))
+    while kill -0 "$pid" 2> /dev/null; do
+        now=$(steps_from "$metrics" "$first" | tail -n 1)
+        [ "${now:-0}" -ge "$target" ] && break
+        sleep 0.01
+    done
+    sleep "$(echo "scale=4; $((RANDOM % 1000)) * $secs / $steps / 1000" | bc)"
     kill -KILL "$pid" 2> /dev/null || true
     rc=0; wait "$pid" 2> /dev/null || rc=$?
     if [ "$rc" -ne 137 ]; then reached_end=1; break; fi
@@ -95,6 +106,10 @@ for ((k = 1; k <= kills; k++)); do
     reached=$(steps_from "$metrics" "$first" | tail -n 1)
     from=$(resumed_step "$tmp/seg$k.out")
     reached=${reached:-${from:-0}}
+    # metrics lines may still sit in a buffer: a checkpoint proves its step too
+    saved=$(ls "$run/checkpoints" 2> /dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.safetensors$/\1/p' |
+            sort -n | tail -n 1 || true)
+    [ "${saved:-0}" -gt "$reached" ] && reached=$saved
     # the step the next segment resumes from (the newest checkpoint that loads;
     # the trainer skips a damaged one) is read from that segment's output below
     eval "reached_$k=$reached first_$k=$first"
