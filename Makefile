@@ -36,7 +36,7 @@ TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h)
+HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/ops/ops.def src/backend/cpu/*.h tests/*/*.h))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -125,6 +125,7 @@ fuzz: deps
 	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-bins
 	@tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# (fuzz-bins and fuzz-replay are called with FUZZ_VARS, as above)
 fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/fuzz_%)
 fuzz-replay: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/test_fuzz_%)
 
