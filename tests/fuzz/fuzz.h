@@ -4,7 +4,7 @@
  * Every target defines LLVMFuzzerTestOneInput; libFuzzer drives it under
  * `make fuzz`, tests/fuzz/replay.c feeds it the committed inputs under
  * `make test`.
- * defines: fz_path, fz_write, fz_take. */
+ * defines: fz_path, fz_write, fz_take, fz_check_err. */
 #ifndef UTRAIN_FUZZ_H
 #define UTRAIN_FUZZ_H
 
@@ -71,6 +71,15 @@ static inline void fz_take(const uint8_t **data, size_t *size, uint8_t *out, siz
     if (m) memcpy(out, *data, m);
     *data += m;
     *size -= m;
+}
+
+/* abort() unless err names path: bad input must be reported against its
+ * file (every loader's messages start with the path). */
+static inline void fz_check_err(const char *err, const char *path) {
+    if (strncmp(err, path, strlen(path)) != 0) {
+        fprintf(stderr, "error message without the file name: '%s'\n", err);
+        abort();
+    }
 }
 
 #endif

@@ -100,11 +100,7 @@ static const char *reseal(const char *path) {
 static void load(const char *path) {
     char err[1024] = "";
     ut_train_state st;
-    if (ut_ckpt_load(path, model, optim, &st, err, sizeof err) != 0 &&
-        strncmp(err, path, strlen(path)) != 0) {
-        fprintf(stderr, "error message without the file name: '%s'\n", err);
-        abort();
-    }
+    if (ut_ckpt_load(path, model, optim, &st, err, sizeof err) != 0) fz_check_err(err, path);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -9,17 +9,17 @@
 #include "utrain/base.h"
 #include "utrain/data.h"
 
-static inline size_t fz_example_bytes(int ndim, const int64_t *ne, ut_dtype dt) {
-    size_t k = 4;   /* every dataset here yields f32 or i32 */
-    (void)dt;
+/* Bytes of one x or y: every dataset here yields f32 or i32 elements. */
+static inline size_t fz_example_bytes(int ndim, const int64_t *ne) {
+    size_t k = 4;
     for (int d = 0; d < ndim; d++) k *= (size_t)ne[d];
     return k;
 }
 
 static inline void fz_read_ends(ut_dataset *ds) {
     if (ds->n <= 0) abort();
-    void *x = ut_malloc_check(fz_example_bytes(ds->x_ndim, ds->x_ne, ds->x_dtype));
-    void *y = ut_malloc_check(fz_example_bytes(ds->y_ndim, ds->y_ne, ds->y_dtype));
+    void *x = ut_malloc_check(fz_example_bytes(ds->x_ndim, ds->x_ne));
+    void *y = ut_malloc_check(fz_example_bytes(ds->y_ndim, ds->y_ne));
     char err[512];
     if (ds->get(ds, 0, x, y, err, sizeof err) || ds->get(ds, ds->n - 1, x, y, err, sizeof err)) {
         fprintf(stderr, "get failed on an opened dataset: %s\n", err);
@@ -31,11 +31,4 @@ static inline void fz_read_ends(ut_dataset *ds) {
     ut_dataset_free(ds);
 }
 
-/* abort() unless err names path: bad data must be reported against its file. */
-static inline void fz_check_err(const char *err, const char *path) {
-    if (strncmp(err, path, strlen(path)) != 0) {
-        fprintf(stderr, "error message without the file name: '%s'\n", err);
-        abort();
-    }
-}
 #endif

@@ -28,13 +28,11 @@ static void put(const char *target, const char *name, const void *a, size_t na, 
 }
 
 static unsigned char *slurp(const char *path, size_t *len) {
-    char err[256];
     FILE *f = fopen(path, "rb");
     if (!f) DIE("%s: cannot read", path);
     unsigned char *buf = malloc(1 << 20);
     *len = fread(buf, 1, 1 << 20, f);
     fclose(f);
-    (void)err;
     return buf;
 }
 

@@ -2,8 +2,9 @@
  * LLVMFuzzerTestOneInput without libFuzzer: every file of
  * tests/fuzz/<target>/corpus/ (seeds and what fuzzing found interesting) and
  * tests/fuzz/<target>/crashes/ (every crash ever found, kept so that a fixed
- * crash stays fixed), each in a child process so that one failure names its
- * file and the others still run. Built with ASan + UBSan (LeakSanitizer on),
+ * crash stays fixed), each in a process of its own (this program run again
+ * with the file as its argument, which is also how to replay one input by
+ * hand) so that one failure names its file and the others still run. Built with ASan + UBSan (LeakSanitizer on),
  * errors fatal; run by `make test` from the repository root through
  * tests/run.sh, printing "N passed, N failed". FUZZ_TARGET is the target's
  * name (-DFUZZ_TARGET="config").
@@ -26,12 +27,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "detect_leaks=1:abort_on_error=0"; }
-/* The OpenMP runtime re-creates its thread state in a forked child and
- * leaves the parent's copy behind: not utrain's memory. */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void) { return "print_suppressions=0"; }
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) { return "leak:libomp.so\n"; }
 const char *__ubsan_default_options(void);
 const char *__ubsan_default_options(void) { return "print_stacktrace=1:halt_on_error=1"; }
 
@@ -47,21 +42,32 @@ static unsigned char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
-/* Runs one input in a child; 0 when it returned normally. */
+/* Runs one input in this process: the child's side. */
+static int replay_here(const char *path) {
+    size_t len;
+    unsigned char *data = slurp(path, &len);
+    if (!data) {
+        fprintf(stderr, "%s: cannot read\n", path);
+        return 3;
+    }
+    int argc = 1;
+    char *args[] = {(char *)path, NULL}, **argv = args;
+    if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
+    LLVMFuzzerTestOneInput(data, len);
+    free(data);
+    return 0;   /* LeakSanitizer checks at exit */
+}
+
+/* Runs one input in a new process (this program with the file as its
+ * argument: exec, not just fork, so no runtime state is inherited); its exit
+ * status, 128 + signal, or -1. */
 static int replay_one(const char *path) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        size_t len;
-        unsigned char *data = slurp(path, &len);
-        if (!data) _exit(3);
-        int argc = 1;
-        char *args[] = {(char *)path, NULL}, **argv = args;
-        if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
-        LLVMFuzzerTestOneInput(data, len);
-        free(data);
-        exit(0);   /* exit, not _exit: LeakSanitizer checks at exit */
+        execl("/proc/self/exe", "replay", path, (char *)NULL);
+        _exit(127);
     }
     int status;
     if (waitpid(pid, &status, 0) < 0) return -1;
@@ -125,7 +131,8 @@ static void replay_dir(const char *dir, int *pass, int *fail, int *open) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 2) return replay_here(argv[1]);
     int pass = 0, fail = 0, open = 0;
     read_known_open();
     replay_dir("tests/fuzz/" FUZZ_TARGET "/corpus", &pass, &fail, NULL);
