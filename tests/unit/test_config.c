@@ -311,6 +311,23 @@ static void test_model_options(void) {
     ut_config_free(&c);
 }
 
+/* Option names must survive being written back into config.yml as plain
+ * keys (found by the config fuzz target: "model.[x" loaded, then its
+ * config.yml did not). */
+static void test_model_option_names(void) {
+    check_load_error("model:\n  name: mlp\n  \"[sizes\": 3\n",
+                     "3: model.[sizes: not a model option name (letters, digits, '_', '-' and '.', "
+                     "starting with a letter, digit or '_')");
+    check_load_error("model.a b: 1\n", "1: model.a b: not a model option name (letters, digits, "
+                                         "'_', '-' and '.', starting with a letter, digit or '_')");
+    check_set_error("model.-x=1", "--set: model.-x: not a model option name (letters, digits, '_', '-' and "
+                                  "'.', starting with a letter, digit or '_')");
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  n_layer-2.x: 1\n  _a: 2\n") == 0, "%s", err);
+    ut_config_free(&c);
+}
+
 static void test_aliases(void) {
     ut_config c;
     ut_config_init(&c);
@@ -638,6 +655,7 @@ int main(int argc, char **argv) {
     RUN(test_duplicate_key);
     RUN(test_set);
     RUN(test_model_options);
+    RUN(test_model_option_names);
     RUN(test_aliases);
     RUN(test_seed_dist_flags);
     RUN(test_seed_parameters_file);
