@@ -20,7 +20,8 @@ extern "C" {
 #define UT_MAX_AUX 3
 
 /* Storage types. Compute is float32 on the CPU; bf16/fp16 are storage types that
- * the CUDA backend and mixed precision use. I32 holds token ids and labels. */
+ * mixed precision uses (ut_tensor_to converts; ut_ctx_set_autocast rounds the
+ * matmuls' operands to them). I32 holds token ids and labels. */
 typedef enum { UT_F32 = 0, UT_BF16, UT_F16, UT_I32, UT_DTYPE_COUNT } ut_dtype;
 typedef enum { UT_CPU = 0, UT_CUDA, UT_DEVICE_COUNT } ut_device;
 
@@ -129,6 +130,11 @@ ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne,
  * tensor has a context. */
 int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes);
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
+/* A new tensor of dtype dt holding t's values converted (F32, BF16, F16 in
+ * any pair; to a 16-bit type rounding to nearest even, NaN kept, overflow to
+ * inf for F16). t must be contiguous; no gradient flows through. NULL with
+ * the context's error set for other dtypes or a strided t. */
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt);
 /* Marks a leaf as needing a gradient (allocated from the arena on backward). */
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
 

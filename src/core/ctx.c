@@ -230,6 +230,23 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     return 0;
 }
 
+static bool is_float(ut_dtype dt) { return dt == UT_F32 || dt == UT_BF16 || dt == UT_F16; }
+
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt) {
+    if (!t) return NULL;
+    char shape[64];
+    if (!is_float(t->dtype) || !is_float(dt) || !ut_is_contiguous(t)) {
+        ut_ctx_set_error(ctx, "tensor_to: cannot convert %s %s%s to %s (f32, bf16, f16 only)",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape),
+                         ut_is_contiguous(t) ? "" : " (strided: ut_contiguous first)",
+                         ut_dtype_name(dt));
+        return NULL;
+    }
+    ut_tensor *out = ut_tensor_new(ctx, dt, t->ndim, t->ne);
+    if (out) ut_backend_get(t->device)->convert(out->data, dt, t->data, t->dtype, ut_nelem(t));
+    return out;
+}
+
 ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
     return ut_tensor_wrap(ctx, a->dtype, ndim, ne, a->data);
 }
