@@ -47,6 +47,7 @@ struct ut_tensor {
     void *data;
     float *grad;
     int op;                           /* UT_OP_NONE for leaves */
+    ut_dtype autocast;                /* BF16/F16: the op ran its products in it (ut_ctx_set_autocast) */
     ut_tensor *src[UT_MAX_SRC];
     int64_t ip[UT_MAX_IPARAMS];       /* integer op parameters */
     float fp[UT_MAX_FPARAMS];         /* float op parameters */
@@ -90,6 +91,15 @@ bool ut_ctx_set_training(ut_ctx *ctx, bool on);
 bool ut_ctx_training(const ut_ctx *ctx);
 ut_device ut_ctx_device(const ut_ctx *ctx);
 void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
+/* Autocast, as PyTorch's CPU autocast: with dt BF16 or F16, linear, matmul,
+ * conv2d and attention take their inputs and weights rounded to dt, add up
+ * in float32 and round their output to dt; softmax, the losses, layer norm,
+ * reductions and elementwise ops stay float32, and parameters' gradients
+ * accumulate in float32. F32 turns it off (the default). Applies to ops made
+ * from now on (their backward follows what their forward did). Returns the
+ * old setting. */
+ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt);
+ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
 uint64_t *ut_ctx_rng_state(ut_ctx *ctx);   /* 4 words: saved/restored by checkpoints */
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
 /* Called before a parameter's values are read: when an op (or a view) takes

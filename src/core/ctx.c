@@ -37,6 +37,7 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
 
 void ut_ctx_free(ut_ctx *ctx) {
     if (!ctx) return;
+    ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
     ut_free(ctx->tape);
@@ -310,6 +311,7 @@ ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *
         if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
     }
     t->requires_grad = rg && ctx->grad_enabled;
+    ut_autocast_mark(ctx, t);
     ut_param_use(ctx, src, nsrc);
     return t;
 }
@@ -356,7 +358,8 @@ int ut_op_count(void) { return UT_OP_COUNT; }
 ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
-    if (ops[t->op].forward) ops[t->op].forward(t);
+    if (t->autocast != UT_F32) ut_autocast_forward(t, ops[t->op].forward);
+    else if (ops[t->op].forward) ops[t->op].forward(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;

@@ -1,6 +1,7 @@
 /* Mixed precision: the 16-bit storage conversions (reference values, ties,
  * subnormals, inf, NaN; vector paths against the scalar ones; every bf16 and
- * f16 value round trip), ut_tensor_to. */
+ * f16 value round trip), ut_tensor_to; autocast: each op's forward and
+ * backward in bf16 and f16 against float32 (one table row per op). */
 #include <stdint.h>
 #include <string.h>
 
@@ -171,11 +172,139 @@ static void test_tensor_to(void) {
     ut_ctx_free(ctx);
 }
 
+/* ---- autocast: one row per op, forward and backward against float32 ---- */
+#define MAXIN 5
+typedef struct {
+    const char *name;
+    int nin;
+    int ndim[MAXIN];
+    int64_t ne[MAXIN][4];
+    ut_tensor *(*fn)(ut_ctx *ctx, ut_tensor **in);
+    bool rounded; /* its output is a 16-bit value under autocast */
+} ac_case;
+
+static ut_tensor *f_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
+static ut_tensor *f_matmul(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+static ut_tensor *f_conv(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 1); }
+static ut_tensor *f_attn(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 2); }
+/* a block as a model runs it: layernorm (f32) -> linear -> gelu -> softmax (f32) */
+static ut_tensor *f_block(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *h = ut_layernorm(c, in[0], in[3], in[4], 1e-5f);
+    return ut_softmax(c, ut_gelu(c, ut_linear(c, h, in[1], in[2])));
+}
+
+static const ac_case ac_cases[] = {
+    {"linear", 3, {2, 2, 1}, {{6, 40}, {24, 40}, {24}}, f_linear, true},
+    {"matmul", 2, {3, 3}, {{2, 5, 33}, {2, 33, 7}}, f_matmul, true},
+    {"matmul_shared_b", 2, {3, 2}, {{2, 5, 33}, {33, 7}}, f_matmul, true},
+    {"conv2d", 3, {4, 4, 1}, {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, f_conv, true},
+    {"attention", 1, {3}, {{2, 5, 24}}, f_attn, true},
+    {"block", 5, {2, 2, 1, 1, 1}, {{6, 40}, {24, 40}, {24}, {40}, {40}}, f_block, false},
+};
+
+typedef struct { float *y, *g[MAXIN]; int64_t ny, ng[MAXIN]; } ac_result;
+
+static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull; }
+static float unif(uint64_t *s) { return (float)((lcg(s) >> 40) * 0x1p-24) * 2.0f - 1.0f; }
+
+/* The row's op on seeded inputs under autocast dt, backward of sum(y * r)
+ * with a fixed random r: its output and its inputs' gradients. */
+static ac_result ac_run(const ac_case *c, ut_dtype dt) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, dt);
+    uint64_t s = 42;
+    ut_tensor *in[MAXIN] = {0};
+    for (int i = 0; i < c->nin; i++) {
+        in[i] = ut_tensor_new(ctx, UT_F32, c->ndim[i], c->ne[i]);
+        for (int64_t k = 0; k < ut_nelem(in[i]); k++) ut_f32(in[i])[k] = unif(&s);
+        ut_tensor_set_requires_grad(in[i], true);
+    }
+    ut_tensor *y = c->fn(ctx, in);
+    CHECK(y, "%s: %s", c->name, ut_ctx_error(ctx));
+    ac_result r = {.ny = y ? ut_nelem(y) : 0};
+    if (!y) return ut_ctx_free(ctx), r;
+    ut_tensor *w = ut_tensor_new(ctx, UT_F32, y->ndim, y->ne);
+    for (int64_t k = 0; k < r.ny; k++) ut_f32(w)[k] = unif(&s);
+    CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, w))) == 0, "%s backward", c->name);
+    r.y = malloc((size_t)r.ny * 4);
+    memcpy(r.y, y->data, (size_t)r.ny * 4);
+    for (int i = 0; i < c->nin; i++) {
+        r.ng[i] = ut_nelem(in[i]);
+        r.g[i] = malloc((size_t)r.ng[i] * 4);
+        memcpy(r.g[i], in[i]->grad, (size_t)r.ng[i] * 4);
+    }
+    ut_ctx_free(ctx);
+    return r;
+}
+
+static void ac_free(ac_result *r) {
+    free(r->y);
+    for (int i = 0; i < MAXIN; i++) free(r->g[i]);
+}
+
+/* ||a - b|| / ||b|| */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double d = 0, nb = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), nb += (double)b[i] * b[i];
+    return sqrt(d / (nb > 0 ? nb : 1));
+}
+
+/* Tolerances: a few units of each format's rounding (2^-9 for bf16's 8-bit
+ * significand, 2^-12 for f16's 11-bit), since every operand and the output
+ * are rounded once; the errors must also be non-zero (autocast did round). */
+static void test_autocast_ops(void) {
+    for (size_t k = 0; k < sizeof ac_cases / sizeof *ac_cases; k++) {
+        const ac_case *c = &ac_cases[k];
+        ac_result ref = ac_run(c, UT_F32);
+        for (int d = 0; d < 2 && ref.y; d++) {
+            ut_dtype dt = d ? UT_F16 : UT_BF16;
+            double tol = d ? 4 * 0x1p-12 : 4 * 0x1p-9;
+            ac_result lp = ac_run(c, dt);
+            if (!lp.y) continue;
+            double ey = rel_err(lp.y, ref.y, ref.ny);
+            CHECK(ey > 0 && ey < tol, "%s %s: output error %.3g (tol %.3g)", c->name,
+                  ut_dtype_name(dt), ey, tol);
+            for (int i = 0; i < c->nin; i++) {
+                double eg = rel_err(lp.g[i], ref.g[i], ref.ng[i]);
+                CHECK(eg > 0 && eg < 2 * tol, "%s %s: input %d gradient error %.3g", c->name,
+                      ut_dtype_name(dt), i, eg);
+            }
+            float *r = malloc((size_t)ref.ny * 4);
+            ut_backend_get(UT_CPU)->round(r, lp.y, ref.ny, dt);
+            CHECK((memcmp(r, lp.y, (size_t)ref.ny * 4) == 0) == c->rounded,
+                  "%s %s: output %s 16-bit values", c->name, ut_dtype_name(dt),
+                  c->rounded ? "should hold only" : "should not be rounded to");
+            free(r);
+            ac_free(&lp);
+        }
+        ac_free(&ref);
+    }
+}
+
+/* Gradients of parameters stay float32: a weight's gradient is not rounded. */
+static void test_autocast_off_is_fp32(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    CHECK(ut_ctx_autocast(ctx) == UT_F32, "off by default");
+    CHECK(ut_ctx_set_autocast(ctx, UT_BF16) == UT_F32 && ut_ctx_autocast(ctx) == UT_BF16, "set");
+    ut_ctx_free(ctx);
+    ac_result a = ac_run(&ac_cases[0], UT_F32), b = ac_run(&ac_cases[0], UT_F32);
+    CHECK(!memcmp(a.y, b.y, (size_t)a.ny * 4) && !memcmp(a.g[1], b.g[1], (size_t)a.ng[1] * 4),
+          "f32 deterministic");
+    ac_result l = ac_run(&ac_cases[0], UT_BF16);
+    float *r = malloc((size_t)l.ng[1] * 4);
+    ut_backend_get(UT_CPU)->round(r, l.g[1], l.ng[1], UT_BF16);
+    CHECK(memcmp(r, l.g[1], (size_t)l.ng[1] * 4) != 0, "weight gradient accumulated in f32");
+    free(r);
+    ac_free(&a), ac_free(&b), ac_free(&l);
+}
+
 int main(void) {
     RUN(test_bf16_reference);
     RUN(test_f16_reference);
     RUN(test_all_values_round_trip);
     RUN(test_vector_matches_scalar);
     RUN(test_tensor_to);
+    RUN(test_autocast_ops);
+    RUN(test_autocast_off_is_fp32);
     return TEST_SUMMARY();
 }
