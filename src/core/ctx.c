@@ -37,6 +37,7 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
 
 void ut_ctx_free(ut_ctx *ctx) {
     if (!ctx) return;
+    ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
     ut_free(ctx->tape);
@@ -230,6 +231,23 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     return 0;
 }
 
+static bool is_float(ut_dtype dt) { return dt == UT_F32 || dt == UT_BF16 || dt == UT_F16; }
+
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt) {
+    if (!t) return NULL;
+    char shape[64];
+    if (!is_float(t->dtype) || !is_float(dt) || !ut_is_contiguous(t)) {
+        ut_ctx_set_error(ctx, "tensor_to: cannot convert %s %s%s to %s (f32, bf16, f16 only)",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape),
+                         ut_is_contiguous(t) ? "" : " (strided: ut_contiguous first)",
+                         ut_dtype_name(dt));
+        return NULL;
+    }
+    ut_tensor *out = ut_tensor_new(ctx, dt, t->ndim, t->ne);
+    if (out) ut_backend_get(t->device)->convert(out->data, dt, t->data, t->dtype, ut_nelem(t));
+    return out;
+}
+
 ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
     return ut_tensor_wrap(ctx, a->dtype, ndim, ne, a->data);
 }
@@ -293,6 +311,7 @@ ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *
         if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
     }
     t->requires_grad = rg && ctx->grad_enabled;
+    ut_autocast_mark(ctx, t);
     ut_param_use(ctx, src, nsrc);
     return t;
 }
@@ -339,7 +358,8 @@ int ut_op_count(void) { return UT_OP_COUNT; }
 ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
-    if (ops[t->op].forward) ops[t->op].forward(t);
+    if (t->autocast != UT_F32) ut_autocast_forward(t, ops[t->op].forward);
+    else if (ops[t->op].forward) ops[t->op].forward(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;

@@ -63,6 +63,7 @@ void ut_arena_reset(ut_arena *a);
 static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->extra_bytes; }
 
 /* ---- context ---- */
+#define UT_AUTOCAST_BUFS (UT_MAX_SRC + 1)
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
@@ -83,7 +84,19 @@ struct ut_ctx {
     int ncollected, collected_cap;
     char err[512];
     bool has_err;
+    ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
+    void *ac_buf[UT_AUTOCAST_BUFS]; /* rounded operands, one per source + the gradient */
+    size_t ac_cap[UT_AUTOCAST_BUFS];
 };
+
+/* ---- autocast (src/core/autocast.c) ---- */
+/* Records ctx's autocast dtype in t when t's op is one autocast runs in low precision. */
+void ut_autocast_mark(ut_ctx *ctx, ut_tensor *t);
+/* Run an op's kernel with its float sources (and, backward, its incoming
+ * gradient) rounded to t->autocast; forward rounds the output too. */
+void ut_autocast_forward(ut_tensor *t, ut_op_fn fwd);
+void ut_autocast_backward(ut_tensor *t, ut_op_fn bwd);
+void ut_autocast_free(ut_ctx *ctx);
 
 /* The parameter behind t: t itself, or the parameter a chain of views
  * starts from; -1 if none. */
