@@ -30,6 +30,9 @@ struct ut_dataset {
     ut_dtype x_dtype, y_dtype;
     int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
     int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
+    bool unlabeled;              /* no labels (a GLUE test file): y is 0, only predictions make sense */
+    const int64_t *example_id;   /* optional: each example's id for predictions (a TSV's index
+                                  * column); NULL: its position in the dataset */
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
     void (*free)(ut_dataset *ds);
     void *impl;
@@ -55,9 +58,12 @@ ut_dataset *ut_token_dataset_open(const char *pattern, int64_t seq_len, int64_t 
 int ut_tokenize_file(const char *tokenizer, const char *input, const char *output, char *err,
                      size_t n);
 
-/* Text classification in the GLUE/SST-2 TSV layout: a header line, then
- * "sentence<TAB>label". Tokens are padded (id 0) / truncated to max_len.
- * x (max_len) i32, y i32 label. */
+/* Text classification in the GLUE/SST-2 TSV layout: a header line naming
+ * the columns, found by name: "sentence" (required), "label" (without it the
+ * file is unlabeled, as GLUE test files "index<TAB>sentence" are) and
+ * "index" (an integer id per example, reported in predictions); other columns
+ * are ignored. Tokens are padded (id 0) / truncated to max_len.
+ * x (max_len) i32, y i32 label (0 when unlabeled). */
 typedef struct ut_vocab ut_vocab;
 /* word: lower-cased words split on whitespace and punctuation, ids 0 = <pad>,
  * 1 = <unk>, then words with count >= min_freq by descending count, ties by
@@ -182,6 +188,7 @@ typedef struct {
     int64_t count;
     void *x, *y;
     int64_t epoch, cursor_after; /* sampler position after this batch */
+    const int64_t *idx;          /* the dataset index of each of the count examples */
 } ut_batch;
 
 typedef struct ut_loader ut_loader;

@@ -2,7 +2,8 @@
  * defines: ut_linear, ut_matmul, ut_add, ut_mul, ut_scale, activations, softmax
  *          family, losses, ut_layernorm, ut_embedding, ut_conv2d, ut_max_pool2d,
  *          ut_dropout, ut_attention, reductions, views (reshape, flatten,
- *          permute, transpose, slice, contiguous), ut_op_name.
+ *          permute, transpose, slice, contiguous), ut_op_name, ut_op_check,
+ *          ut_op_error.
  *
  * Conventions: shapes are outermost first (PyTorch order). Every op takes the
  * context first, returns a new tensor, and on bad input (shape, dtype, device)
@@ -85,6 +86,14 @@ ut_tensor *ut_transpose(ut_ctx *ctx, ut_tensor *a, int d0, int d1);
 ut_tensor *ut_slice(ut_ctx *ctx, ut_tensor *a, int dim, int64_t start, int64_t end);
 /* Contiguous copy (a no-op returning a when already contiguous). */
 ut_tensor *ut_contiguous(ut_ctx *ctx, ut_tensor *a);
+
+/* Input checks for code that composes ops (layers, models): true if every
+ * input is non-NULL, F32 unless listed in i32_mask (bit i: input i is I32) and
+ * on the context's device; otherwise sets the context's error naming op (and
+ * returns false at once if an error is already set). ut_op_error sets the
+ * error "op: why (inputs: <dtype and shape of each>)". */
+bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsigned i32_mask);
+void ut_op_error(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, const char *why);
 
 /* Name of an op id (t->op), "leaf" for UT_OP_NONE. */
 const char *ut_op_name(int op);

@@ -21,8 +21,8 @@ static void usage(FILE *f) {
             "          --nproc N starts N data-parallel processes (mpirun underneath);\n"
             "          under mpirun/srun each process is a rank\n"
             "  test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
-            "          evaluate the best checkpoint on dev and test; writes dev_results.json\n"
-            "          and test_results.json into the run directory\n"
+            "          evaluate the best checkpoint on dev and test; writes dev_results.json,\n"
+            "          test_results.json and *_predictions.tsv into the run directory\n"
             "  CONFIG.yml [--set KEY=VALUE]...\n"
             "          train or test, as the config's `mode` says\n"
             "  plan CONFIG.yml --world-size N [--device-memory SIZE] [--set KEY=VALUE]... [--json]\n"
@@ -73,12 +73,15 @@ static void usage_train(FILE *f) {
 
 static void usage_test(FILE *f) {
     fprintf(f,
-            "usage: utrain test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
+            "usage: utrain test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH] [--nproc N]\n"
             "\n"
             "Loads the best checkpoint of the run (by train.best_metric), or PATH, evaluates\n"
             "the dev and test splits and writes dev_results.json and test_results.json\n"
-            "(loss, each metric, the checkpoint and its step) into the run directory.\n"
-            "A RUN_DIR is read through its config.yml.\n");
+            "(loss, each metric, the checkpoint and its step) into the run directory, and\n"
+            "for classification data dev_predictions.tsv and test_predictions.tsv (index,\n"
+            "predicted class, probabilities). A test file without a label column (GLUE's\n"
+            "index<TAB>sentence) gets predictions only. A RUN_DIR is read through its\n"
+            "config.yml. --nproc N evaluates on N processes.\n");
 }
 
 /* ---- config from the command line: FILE [--set K=V]... [--checkpoint P] ---- */
@@ -147,14 +150,16 @@ static int run_job(const char *const *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Re-runs this command as nproc ranks: mpirun -np N ... utrain ARGS (without
- * --nproc and --max-restarts). Each rank gets cores/nproc OpenMP threads
- * unless threads are set. A job that fails (a rank crashed or was killed, or
- * a timeout ended it) is started again up to max_restarts times, resuming
- * from the newest checkpoint that loads (continue_training); a stop by
- * signal (exit 75) or a usage error is not retried. */
-static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_config *cfg) {
-    static char exe[1024], np[16], threads[64];
+/* Re-runs this command as nproc ranks: mpirun -np N ... utrain [CMD] ARGS
+ * (CMD: train or test when given; ARGS without --nproc and --max-restarts).
+ * Each rank gets cores/nproc OpenMP threads unless threads are set. A job that
+ * fails (a rank crashed or was killed, or a timeout ended it) is started again
+ * up to max_restarts times, resuming from the newest checkpoint that loads
+ * (continue_training); a stop by signal (exit 75) or a usage error is not
+ * retried. */
+static int launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv,
+                  const ut_config *cfg) {
+    static char exe[1024], np[16], threads[64], tty[32];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) {
         fprintf(stderr, "utrain: cannot find the utrain program to launch\n");
@@ -165,10 +170,14 @@ static int launch(int nproc, int max_restarts, int argc, char **argv, const ut_c
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per_rank = cfg->threads > 0 ? cfg->threads : (int)(cores / nproc > 0 ? cores / nproc : 1);
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", per_rank);
-    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none", "-x", threads};
-    int n = 8;
+    /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
+    snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
+    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none",
+                             "-x", threads, "-x", tty};
+    int n = 10;
     if (geteuid() == 0) args[n++] = "--allow-run-as-root";
     args[n++] = exe;
+    if (cmd) args[n++] = cmd; /* train or test: the ranks run the command given here */
     for (int i = 0; i < argc && n < 124; i++) {
         if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
             i++;
@@ -257,7 +266,7 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         return UT_EXIT_ERROR;
     }
     if ((nproc > 1 || restarts > 0) && !ut_cli_under_mpi()) {
-        rc = launch(nproc, restarts, argc, argv, &r.cfg);
+        rc = launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }
@@ -459,7 +468,7 @@ static int parse_int(const char *flag, const char *v, long *out) {
 
 static int demo(int argc, char **argv) {
     long steps = 60, B = 32, seed = 1;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) {   /* flag, value */
         long *dst = !strcmp(argv[i], "--steps") ? &steps
                   : !strcmp(argv[i], "--batch-size") ? &B
                   : !strcmp(argv[i], "--seed") ? &seed : NULL;
@@ -468,7 +477,6 @@ static int demo(int argc, char **argv) {
             return 2;
         }
         if (parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
-        i++;
     }
     char err[512];
     ut_model *m = ut_model_create("cnn", NULL, (uint64_t)seed, err, sizeof err);

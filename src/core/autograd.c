@@ -57,7 +57,8 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             for (int k = ut_op_owns_src0_grad[t->op] ? 1 : 0; k < UT_MAX_SRC; k++)
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
-            ops[t->op].backward(t);
+            if (t->autocast != UT_F32) ut_autocast_backward(t, ops[t->op].backward);
+            else ops[t->op].backward(t);
         }
         if (hooks && ctx->grad_hook)
             FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));
@@ -132,7 +133,11 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
 
     /* keep only the output */
     ut_tensor *out = ut_op_new(ctx, UT_OP_CHECKPOINT, UT_F32, y->ndim, y->ne, 0, NULL);
-    ut_strided_gather(ut_f32(out), ut_f32(y), y->ndim, y->ne, y->nb);
+    /* out = y made contiguous, by the backend's contiguous kernel (it reads
+     * src[0] and writes out; out keeps no source) */
+    out->src[0] = y;
+    ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out);
+    out->src[0] = NULL;
     ut_arena_reset(&ctx->scratch);
     cr->nparams = ctx->ncollected;
     cr->params = ut_ctx_alloc(ctx, (size_t)(cr->nparams ? cr->nparams : 1) * sizeof(int));
@@ -145,9 +150,9 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     return out;
 }
 
-void ut_checkpoint_fwd_cpu(ut_tensor *t) { (void)t; /* computed in ut_checkpoint */ }
+void ut_checkpoint_fwd(ut_tensor *t) { (void)t; /* computed in ut_checkpoint */ }
 
-void ut_checkpoint_bwd_cpu(ut_tensor *t) {
+void ut_checkpoint_bwd(ut_tensor *t) {
     ut_ctx *ctx = t->ctx;
     checkpoint_rec *cr = t->aux[0];
     for (int i = 0; i < cr->n; i++)
@@ -171,7 +176,8 @@ void ut_checkpoint_bwd_cpu(ut_tensor *t) {
     int lo = ctx->tape_len;
     ut_tensor *y = cr->fn(ctx, cr->user, in, cr->n);
     if (y && !ctx->has_err && y->requires_grad) {
-        memcpy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * sizeof(float));
+        ut_backend_get(t->device)->copy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * sizeof(float),
+                                        UT_COPY_D2D);
         ut_backward_range(ctx, lo, ctx->tape_len, false);
     }
     ctx->tape_len = lo;

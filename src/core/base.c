@@ -1,5 +1,6 @@
 /* Checked allocation, fatal errors and the random generator. */
 #include "utrain/base.h"
+#include "../backend/backend.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 static atomic_uint_fast64_t alloc_calls;
@@ -37,39 +37,22 @@ void *ut_realloc_at(void *p, size_t bytes, const char *file, int line) {
     return check(realloc(p, bytes ? bytes : 1), bytes, file, line);
 }
 
-static size_t page_bytes(int64_t nfloats) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    size_t b = (size_t)(nfloats > 0 ? nfloats : 1) * sizeof(float);
-    return (b + pg - 1) / pg * pg;
-}
-
+/* The flat buffers are host memory today: the CPU backend's page mappings. */
 float *ut_pages_alloc(int64_t nfloats) {
     UT_ASSERT(nfloats >= 0);
-    size_t b = page_bytes(nfloats);
-    void *p = mmap(NULL, b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        ut_abort(__FILE__, __LINE__, "out of memory: could not map %zu bytes (%.1f MiB)", b,
-                 b / 1048576.0);
+    float *p = ut_backend_get(UT_CPU)->pages_alloc((size_t)nfloats * sizeof(float));
     atomic_fetch_add(&alloc_calls, 1);
     return p;
 }
 
 void ut_pages_free(float *p, int64_t nfloats) {
-    if (p) UT_ASSERT(munmap(p, page_bytes(nfloats)) == 0);
+    ut_backend_get(UT_CPU)->pages_free(p, (size_t)nfloats * sizeof(float));
 }
 
 void ut_pages_release(float *p, int64_t lo, int64_t hi) {
     if (hi <= lo) return;
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)(p + lo), b = (uintptr_t)(p + hi);
-    uintptr_t pa = (a + pg - 1) / pg * pg, pb = b / pg * pg;
-    if (pa >= pb) {
-        memset(p + lo, 0, (size_t)(hi - lo) * sizeof(float));
-        return;
-    }
-    memset(p + lo, 0, pa - a);
-    memset((void *)pb, 0, b - pb);
-    UT_ASSERT(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0);
+    ut_backend_get(UT_CPU)->pages_release(p, (size_t)lo * sizeof(float),
+                                          (size_t)(hi - lo) * sizeof(float));
 }
 
 void *ut_aligned_alloc_at(size_t bytes, const char *file, int line) {

@@ -20,6 +20,11 @@ const char *ut_device_name(ut_device dev) { return dev == UT_CUDA ? "cuda" : "cp
 ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ut_ctx_opts o = opts ? *opts : (ut_ctx_opts){0};
     ut_ctx *ctx = ut_calloc_check(1, sizeof *ctx);
+    char why[256];
+    if (ut_backend_check(o.device, why, sizeof why)) { /* every op will fail with this */
+        ut_ctx_set_error(ctx, "%s", why);
+        o.device = UT_CPU;
+    }
     ut_arena_init(&ctx->main, o.arena_bytes ? o.arena_bytes : (64u << 20));
     ut_arena_init(&ctx->scratch, 0);
     ctx->arena = &ctx->main;
@@ -32,6 +37,7 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
 
 void ut_ctx_free(ut_ctx *ctx) {
     if (!ctx) return;
+    ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
     ut_free(ctx->tape);
@@ -183,16 +189,67 @@ ut_tensor *ut_tensor_new2(ut_ctx *ctx, ut_dtype dt, int64_t n0, int64_t n1) {
     return ut_tensor_new(ctx, dt, 2, ne);
 }
 
+static size_t nbytes(const ut_tensor *t) { return (size_t)ut_nelem(t) * ut_dtype_size(t->dtype); }
+
 ut_tensor *ut_tensor_zeros(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne) {
     ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
-    if (t) memset(t->data, 0, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    if (t) ut_backend_get(t->device)->memset(t->data, 0, nbytes(t));
     return t;
 }
 
 ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *data) {
     ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
-    if (t) memcpy(t->data, data, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    if (t) ut_backend_get(t->device)->copy(t->data, data, nbytes(t), UT_COPY_H2D);
     return t;
+}
+
+/* Checks a whole-tensor copy of bytes; -1 with the context's error set (when
+ * t has a context) on a mismatch. */
+static int check_copy(const ut_tensor *t, size_t bytes, const char *what) {
+    char shape[64];
+    const char *why = NULL;
+    if (!t->data) why = "the tensor has no storage";
+    else if (!ut_is_contiguous(t)) why = "the tensor is not contiguous (ut_contiguous first)";
+    else if (bytes != nbytes(t))
+        why = ut_fmt("%zu bytes given, the tensor holds %zu", bytes, nbytes(t));
+    if (!why) return 0;
+    if (t->ctx)
+        ut_ctx_set_error(t->ctx, "%s: %s %s %s: %s", what, t->name ? t->name : "tensor",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape), why);
+    return -1;
+}
+
+int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes) {
+    if (!t || check_copy(t, bytes, "tensor_set")) return -1;
+    ut_backend_get(t->device)->copy(t->data, host, bytes, UT_COPY_H2D);
+    return 0;
+}
+
+int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
+    if (!t || check_copy(t, bytes, "tensor_get")) return -1;
+    ut_backend_get(t->device)->copy(host, t->data, bytes, UT_COPY_D2H);
+    return 0;
+}
+
+static bool is_float(ut_dtype dt) { return dt == UT_F32 || dt == UT_BF16 || dt == UT_F16; }
+
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt) {
+    if (!t) return NULL;
+    char shape[64];
+    if (!is_float(t->dtype) || !is_float(dt) || !ut_is_contiguous(t)) {
+        ut_ctx_set_error(ctx, "tensor_to: cannot convert %s %s%s to %s (f32, bf16, f16 only)",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape),
+                         ut_is_contiguous(t) ? "" : " (strided: ut_contiguous first)",
+                         ut_dtype_name(dt));
+        return NULL;
+    }
+    ut_tensor *out = ut_tensor_new(ctx, dt, t->ndim, t->ne);
+    if (out) ut_backend_get(t->device)->convert(out->data, dt, t->data, t->dtype, ut_nelem(t));
+    return out;
+}
+
+ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
+    return ut_tensor_wrap(ctx, a->dtype, ndim, ne, a->data);
 }
 
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on) { t->requires_grad = on; }
@@ -254,6 +311,7 @@ ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *
         if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
     }
     t->requires_grad = rg && ctx->grad_enabled;
+    ut_autocast_mark(ctx, t);
     ut_param_use(ctx, src, nsrc);
     return t;
 }
@@ -281,14 +339,27 @@ void ut_tape_push(ut_ctx *ctx, ut_tensor *t) {
 }
 
 const ut_op_vtable *ut_op_table(ut_device dev) {
-    UT_ASSERT(dev == UT_CPU); /* the CUDA table joins here with the CUDA backend */
-    return ut_ops_cpu;
+    const ut_backend *b = ut_backend_get(dev);
+    UT_ASSERT(b); /* ut_ctx_new only makes contexts for devices with a backend */
+    return b->ops;
 }
+
+/* ---- op names, from the op list (no backend needed) ---- */
+static const char *const op_names[UT_OP_COUNT] = {
+    [UT_OP_NONE] = "leaf",
+#define UT_OP(E, stem) [UT_OP_##E] = #stem,
+#include "ops.def"
+#undef UT_OP
+};
+
+const char *ut_op_name(int op) { return op >= 0 && op < UT_OP_COUNT ? op_names[op] : "?"; }
+int ut_op_count(void) { return UT_OP_COUNT; }
 
 ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
-    if (ops[t->op].forward) ops[t->op].forward(t);
+    if (t->autocast != UT_F32) ut_autocast_forward(t, ops[t->op].forward);
+    else if (ops[t->op].forward) ops[t->op].forward(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;
@@ -298,7 +369,7 @@ float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
         size_t bytes = (size_t)ut_nelem(t) * sizeof(float);
         t->grad = ut_ctx_alloc(t->ctx, bytes);
-        memset(t->grad, 0, bytes);
+        ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }
     return t->grad;
 }

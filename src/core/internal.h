@@ -1,6 +1,7 @@
-/* Library-internal declarations shared by core, ops and backends.
- * defines: ut_arena, struct ut_ctx, op ids (UT_OP_*), ut_op_vtable, op
- *          construction helpers (ut_op_new, ut_op_run, ut_view_new), grad helpers. */
+/* Library-internal declarations shared by core, ops and backends (only they
+ * have src/core on their include path).
+ * defines: ut_arena, struct ut_ctx, op ids (UT_OP_*), op construction helpers
+ *          (ut_op_new, ut_op_run, ut_view_new, ut_tensor_alias), grad helpers. */
 #ifndef UTRAIN_INTERNAL_H
 #define UTRAIN_INTERNAL_H
 
@@ -10,23 +11,16 @@
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/tensor.h"
+#include "../backend/backend.h"
 
 /* ---- op ids, generated from ops.def ---- */
 enum {
     UT_OP_NONE = 0,
 #define UT_OP(E, stem) UT_OP_##E,
-#include "../ops/ops.def"
+#include "ops.def"
 #undef UT_OP
     UT_OP_COUNT
 };
-
-typedef struct {
-    const char *name;
-    void (*forward)(ut_tensor *t);   /* computes t->data from t->src */
-    void (*backward)(ut_tensor *t);  /* ADDS into src[i]->grad from t->grad */
-} ut_op_vtable;
-
-extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
 
 /* Gradient ownership. Before an op's backward runs, the autograd driver gives
  * every source that requires a gradient a zeroed buffer (ut_grad) to add into,
@@ -38,13 +32,19 @@ extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
  * (a parameter, or a tensor used again later on the tape) it adds into it like
  * any backward. Set in src/core/autograd.c. */
 extern const bool ut_op_owns_src0_grad[UT_OP_COUNT];
-const ut_op_vtable *ut_op_table(ut_device dev);
 
-#define UT_OP(E, stem)                        \
-    void ut_##stem##_fwd_cpu(ut_tensor *t);   \
-    void ut_##stem##_bwd_cpu(ut_tensor *t);
-#include "../ops/ops.def"
+/* The kernels of the ops core implements for every device (UT_OP_ANY). */
+#define UT_OP(E, stem)
+#define UT_OP_ANY(E, stem)                \
+    void ut_##stem##_fwd(ut_tensor *t);   \
+    void ut_##stem##_bwd(ut_tensor *t);
+#include "ops.def"
+#undef UT_OP_ANY
 #undef UT_OP
+
+/* The op table of the device dev's backend (asserts that it has one: a
+ * context is only made for a device whose backend exists). */
+const ut_op_vtable *ut_op_table(ut_device dev);
 
 /* ---- arena: bump allocator that grows with extra chunks, then settles ---- */
 typedef struct {
@@ -63,6 +63,7 @@ void ut_arena_reset(ut_arena *a);
 static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->extra_bytes; }
 
 /* ---- context ---- */
+#define UT_AUTOCAST_BUFS (UT_MAX_SRC + 1)
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
@@ -83,7 +84,19 @@ struct ut_ctx {
     int ncollected, collected_cap;
     char err[512];
     bool has_err;
+    ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
+    void *ac_buf[UT_AUTOCAST_BUFS]; /* rounded operands, one per source + the gradient */
+    size_t ac_cap[UT_AUTOCAST_BUFS];
 };
+
+/* ---- autocast (src/core/autocast.c) ---- */
+/* Records ctx's autocast dtype in t when t's op is one autocast runs in low precision. */
+void ut_autocast_mark(ut_ctx *ctx, ut_tensor *t);
+/* Run an op's kernel with its float sources (and, backward, its incoming
+ * gradient) rounded to t->autocast; forward rounds the output too. */
+void ut_autocast_forward(ut_tensor *t, ut_op_fn fwd);
+void ut_autocast_backward(ut_tensor *t, ut_op_fn bwd);
+void ut_autocast_free(ut_ctx *ctx);
 
 /* The parameter behind t: t itself, or the parameter a chain of views
  * starts from; -1 if none. */
@@ -103,9 +116,7 @@ static inline void ut_param_use(ut_ctx *ctx, ut_tensor *const *src, int n) {
 }
 
 /* ---- op construction ---- */
-/* True if every input is non-NULL, F32 unless listed in i32_mask (bit i: src i
- * is I32), on the context's device; otherwise sets an error naming op. */
-bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsigned i32_mask);
+/* ut_op_check and ut_op_error are public (include/utrain/ops.h). */
 /* New contiguous output of op with sources src (requires_grad derived). */
 ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
                      ut_tensor *const *src);
@@ -114,8 +125,6 @@ ut_tensor *ut_op_run(ut_tensor *t);
 /* A view of src sharing its data at element offset off, with shape/strides. */
 ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int64_t *ne,
                        const int64_t *nb, int64_t off);
-/* Error with the op name and the shapes of its inputs appended. */
-void ut_op_error(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, const char *why);
 
 /* ---- autograd helpers ---- */
 /* Grad buffer of t, allocated zeroed from the current arena if missing. */
@@ -124,12 +133,11 @@ void ut_tape_push(ut_ctx *ctx, ut_tensor *t);
 void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks);
 void ut_note_param(ut_ctx *ctx, const ut_tensor *t);
 
-/* ---- strided helpers (ops/view.c) ---- */
-/* dst (contiguous, shape ne) = src read with strides st. */
-void ut_strided_gather(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
-/* dst read with strides st += src (contiguous, shape ne). */
-void ut_strided_add(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
+/* ---- shapes ---- */
 /* Contiguous strides of shape ne into st. */
 void ut_contiguous_strides(int64_t *st, int ndim, const int64_t *ne);
+/* a's data (contiguous) under the shape ne, as a leaf: no op, no gradient
+ * (index tensors are relabelled this way). */
+ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne);
 
 #endif

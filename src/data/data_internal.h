@@ -4,6 +4,7 @@
 #ifndef UT_DATA_INTERNAL_H
 #define UT_DATA_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,16 +19,19 @@ char *ut__data_strdup(const char *s);
 unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n);
 
 /* A parsed GLUE-style TSV: one row per example, sentences pointing into buf
- * (NUL-terminated in place). Errors name the file and the 1-based line. The
- * text column is "sentence" (or "sentence1"); sentence2 is the optional
- * "sentence2" column of pair tasks (NULL when the file has none). */
+ * (NUL-terminated in place). Without a label column labels are 0 and labeled
+ * is false; without an index column index[k] = k. The text column is
+ * "sentence" (or "sentence1"); sentence2 is the optional "sentence2" column
+ * of pair tasks (NULL when the file has none). Errors name the file and the
+ * 1-based line. */
 typedef struct {
     char *buf;
     int64_t n;
     char **sentence, **sentence2;
     int64_t cap;                 /* rows allocated (lines of the file) */
-    int64_t *label, *line;
+    int64_t *label, *line, *index;
     int64_t max_label;
+    bool labeled, has_index;
 } ut__tsv;
 int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n);
 void ut__tsv_free(ut__tsv *t);

@@ -145,7 +145,7 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
     }
     pthread_mutex_unlock(&l->mu);
     *b = (ut_batch){.count = sl->status == 1 ? sl->count : 0, .x = sl->x, .y = sl->y,
-                    .epoch = sl->epoch, .cursor_after = sl->cursor_after};
+                    .epoch = sl->epoch, .cursor_after = sl->cursor_after, .idx = sl->idx};
     if (sl->status < 0) return ut_errorf(err, n, "%s", sl->err);
     return sl->status;
 }

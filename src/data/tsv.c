@@ -1,8 +1,9 @@
 /* GLUE/SST-2 style TSV text classification: a header line naming the columns
- * (it must have "sentence" and "label"; other columns are allowed and
- * ignored), then one example per line with the same number of tab-separated
- * fields. Blank lines are skipped; a trailing '\r' is dropped. Errors name the
- * file and the 1-based line. Examples are tokenized once at open. */
+ * (it must have "sentence"; "label" makes it labeled, "index" gives each
+ * example its id, other columns are allowed and ignored), then one example per
+ * line with the same number of tab-separated fields. Blank lines are skipped;
+ * a trailing '\r' is dropped. Errors name the file and the 1-based line.
+ * Examples are tokenized once at open. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,52 +25,63 @@ static int split_tabs(char *line, char **field, int max) {
     }
 }
 
-/* Finds the sentence (or sentence1), optional sentence2 and label columns in
- * the header line. */
-static int parse_header(const char *path, char *line, int *ncol, int *cs, int *cs2, int *cl,
-                        char *err, size_t n) {
+/* Where the named columns are: sentence (or sentence1) always; sentence2,
+ * label and index when the header names them (-1 otherwise). */
+typedef struct {
+    int ncol, sentence, sentence2, label, index;
+} tsv_columns;
+
+/* Finds the columns by the names in the header line. */
+static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
     char *f[64];
     char copy[256];
     snprintf(copy, sizeof copy, "%s", line);
-    *ncol = split_tabs(line, f, 64);
-    *cs = *cs2 = *cl = -1;
-    for (int k = 0; k < *ncol && k < 64; k++) {
-        if (!strcmp(f[k], "sentence") || (*cs < 0 && !strcmp(f[k], "sentence1"))) *cs = k;
-        if (!strcmp(f[k], "sentence2")) *cs2 = k;
-        if (!strcmp(f[k], "label")) *cl = k;
+    c->ncol = split_tabs(line, f, 64);
+    c->sentence = c->sentence2 = c->label = c->index = -1;
+    for (int k = 0; k < c->ncol && k < 64; k++) {
+        if (!strcmp(f[k], "sentence") || (c->sentence < 0 && !strcmp(f[k], "sentence1"))) c->sentence = k;
+        if (!strcmp(f[k], "sentence2")) c->sentence2 = k;
+        if (!strcmp(f[k], "label")) c->label = k;
+        if (!strcmp(f[k], "index")) c->index = k;
     }
-    if (*cs < 0 || *cl < 0 || *ncol > 64)
+    if (c->sentence < 0 || c->ncol > 64)
         return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
-                            "'sentence' (or 'sentence1') and 'label' (tab-separated), got '%.60s'", path, copy);
+                            "(tab-separated) 'sentence' (or 'sentence1') and 'label', or 'index' "
+                            "and 'sentence' for an unlabeled file, got '%.60s'", path, copy);
     return 0;
 }
 
-static int parse_label(const char *path, int64_t line, const char *s, int64_t *label, char *err,
-                       size_t n) {
+/* An integer field in [0, hi]. */
+static int parse_int(const char *path, int64_t line, const char *what, const char *s, int64_t hi,
+                     int64_t *out, char *err, size_t n) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v > INT32_MAX)
-        return ut_errorf(err, n, "%s:%lld: bad label '%.40s' (expected an integer >= 0)", path,
-                            (long long)line, s);
-    *label = v;
+    if (end == s || *end || errno || v < 0 || v > hi)
+        return ut_errorf(err, n, "%s:%lld: bad %s '%.40s' (expected an integer >= 0)", path,
+                            (long long)line, what, s);
+    *out = v;
     return 0;
 }
 
 /* Parses one example line into row k of t. */
-static int parse_row(const char *path, char *line, int64_t lineno, int ncol, const int *cols,
-                     ut__tsv *t, char *err, size_t n) {
-    int cs = cols[0], cs2 = cols[1], cl = cols[2];
+static int parse_row(const char *path, char *line, int64_t lineno, const tsv_columns *c, ut__tsv *t,
+                     char *err, size_t n) {
     char *f[64];
     int got = split_tabs(line, f, 64);
-    if (got != ncol)
+    if (got != c->ncol)
         return ut_errorf(err, n, "%s:%lld: %s: expected %d tab-separated fields as in the header, got %d",
-                            path, (long long)lineno, got < ncol ? "missing tab" : "too many tabs",
-                            ncol, got);
+                            path, (long long)lineno, got < c->ncol ? "missing tab" : "too many tabs",
+                            c->ncol, got);
     int64_t k = t->n;
-    if (parse_label(path, lineno, f[cl], &t->label[k], err, n)) return -1;
-    t->sentence[k] = f[cs];
-    if (cs2 >= 0) t->sentence2[k] = f[cs2];
+    t->label[k] = 0;
+    t->index[k] = k;
+    if (c->label >= 0 && parse_int(path, lineno, "label", f[c->label], INT32_MAX, &t->label[k], err, n))
+        return -1;
+    if (c->index >= 0 && parse_int(path, lineno, "index", f[c->index], INT64_MAX, &t->index[k], err, n))
+        return -1;
+    t->sentence[k] = f[c->sentence];
+    if (c->sentence2 >= 0) t->sentence2[k] = f[c->sentence2];
     t->line[k] = lineno;
     if (t->label[k] > t->max_label) t->max_label = t->label[k];
     t->n++;
@@ -77,7 +89,7 @@ static int parse_row(const char *path, char *line, int64_t lineno, int ncol, con
 }
 
 static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
-    int ncol = 0, cols[3] = {-1, -1, -1};   /* sentence, sentence2, label */
+    tsv_columns c = {0};
     int64_t lineno = 0;
     for (char *p = t->buf, *next; p; p = next) {
         next = strchr(p, '\n');
@@ -86,10 +98,12 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
         if (len && p[len - 1] == '\r') p[--len] = 0;
         lineno++;
         if (lineno == 1) {
-            if (parse_header(path, p, &ncol, &cols[0], &cols[1], &cols[2], err, n)) return -1;
-            if (cols[1] >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+            if (parse_header(path, p, &c, err, n)) return -1;
+            t->labeled = c.label >= 0;
+            t->has_index = c.index >= 0;
+            if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
         } else if (strspn(p, " \t") < len) {
-            if (parse_row(path, p, lineno, ncol, cols, t, err, n)) return -1;
+            if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
         }
     }
     if (t->n == 0) return ut_errorf(err, n, "%s: no examples after the header", path);
@@ -122,6 +136,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     t->sentence = ut_malloc_check((size_t)lines * sizeof *t->sentence);
     t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
+    t->index = ut_malloc_check((size_t)lines * sizeof *t->index);
     t->max_label = -1;
     if (parse_lines(path, t, err, n)) {
         ut__tsv_free(t);
@@ -136,6 +151,7 @@ void ut__tsv_free(ut__tsv *t) {
     ut_free(t->sentence2);
     ut_free(t->label);
     ut_free(t->line);
+    ut_free(t->index);
     memset(t, 0, sizeof *t);
 }
 
@@ -143,6 +159,7 @@ void ut__tsv_free(ut__tsv *t) {
 
 typedef struct {
     int32_t *ids, *labels;
+    int64_t *index;            /* the index column, or NULL */
     int64_t max_len;
 } tsv_impl;
 
@@ -160,6 +177,7 @@ static void tsv_free(ut_dataset *ds) {
     tsv_impl *m = ds->impl;
     ut_free(m->ids);
     ut_free(m->labels);
+    ut_free(m->index);
     ut_free(m);
     ut_free((char *)ds->name);
     ut_free(ds);
@@ -168,7 +186,7 @@ static void tsv_free(ut_dataset *ds) {
 /* Checks labels against the vocabulary's class count (from the train file). */
 static int check_labels(const char *path, const ut__tsv *t, int64_t num_classes, char *err,
                         size_t n) {
-    for (int64_t k = 0; k < t->n; k++)
+    for (int64_t k = 0; t->labeled && k < t->n; k++)
         if (t->label[k] >= num_classes)
             return ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)",
                                 path, (long long)t->line[k], (long long)t->label[k],
@@ -194,7 +212,7 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         ut__tsv_free(&t);
         return NULL;
     }
-    tsv_impl *m = ut_malloc_check(sizeof *m);
+    tsv_impl *m = ut_calloc_check(1, sizeof *m);
     m->max_len = max_len;
     m->ids = ut_calloc_check((size_t)(t.n * max_len), sizeof(int32_t));  /* 0 = <pad> */
     m->labels = ut_malloc_check((size_t)t.n * sizeof(int32_t));
@@ -202,10 +220,15 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         ut__vocab_encode(v, t.sentence[k], m->ids + k * max_len, max_len);
         m->labels[k] = (int32_t)t.label[k];
     }
+    if (t.has_index) {
+        m->index = ut_malloc_check((size_t)t.n * sizeof *m->index);
+        memcpy(m->index, t.index, (size_t)t.n * sizeof *m->index);
+    }
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 1, .x_ne = {max_len},
                        .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = UT_I32,
                        .num_classes = ut_vocab_num_classes(v), .vocab_size = ut_vocab_size(v),
+                       .unlabeled = !t.labeled, .example_id = m->index,
                        .get = tsv_get, .free = tsv_free, .impl = m};
     ut__tsv_free(&t);
     return ds;

@@ -199,6 +199,13 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
     }
     ut__tsv t;
     if (ut__tsv_read(train_tsv, &t, err, n)) return NULL;
+    if (!t.labeled) {
+        ut__tsv_free(&t);
+        ut_errorf(err, n, "%s:1: no 'label' column: the train file needs 'sentence' and 'label' "
+                          "columns (an unlabeled 'index<TAB>sentence' file can be data.test_path)",
+                  train_tsv);
+        return NULL;
+    }
     if (check_classes(train_tsv, &t, err, n)) {
         ut__tsv_free(&t);
         return NULL;

@@ -4,7 +4,10 @@
  * data by the trainer), n_embd (64), hidden (64; 0 for none), num_classes (2),
  * dropout (0). Input tokens I32 (B, L); output logits (B, classes); loss
  * cross-entropy. */
-#include "internal.h"
+#include <stdio.h>
+
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 typedef struct {

@@ -4,7 +4,10 @@
  * Options: in_channels (1), image_size (28), num_classes (10), dropout1 (0.25),
  * dropout2 (0.5). Input (B, C, S, S); output log-probabilities (B, classes);
  * loss nll. */
-#include "internal.h"
+#include <stdio.h>
+
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 typedef struct {

@@ -5,8 +5,10 @@
  * output logits (B, T, vocab_size); loss cross-entropy (targets -1 ignored).
  * Init as GPT-2: N(0, 0.02) weights, residual projections N(0, 0.02/sqrt(2 n_layer)). */
 #include <math.h>
+#include <stdio.h>
 
-#include "internal.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 typedef struct {

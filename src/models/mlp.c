@@ -2,7 +2,11 @@
  * Options: sizes (e.g. "784,128,10"), activation (relu|gelu|tanh|sigmoid),
  * dropout (after each hidden activation). Input (B, ...) is flattened from
  * dim 1; output logits (B, sizes[-1]); loss cross-entropy. */
-#include "internal.h"
+#include <stdio.h>
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 #define MLP_MAX_LAYERS 16

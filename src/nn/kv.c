@@ -1,8 +1,11 @@
 /* Model options: a small string map with typed readers. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "internal.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 struct ut_kv {

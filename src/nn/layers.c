@@ -1,8 +1,10 @@
 /* Layers: parameter registration with PyTorch-style names and inits, and
  * forward functions composed of ops (autograd does the backward). */
 #include <math.h>
+#include <stdio.h>
 
-#include "internal.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 static const char *pname(char *buf, size_t n, const char *prefix, const char *leaf) {

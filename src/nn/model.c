@@ -1,8 +1,11 @@
 /* The model: parameter store over two flat buffers, and the registry. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "internal.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
 #include "utrain/nn.h"
 
 ut_model *ut_model_new(const char *type) {

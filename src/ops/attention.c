@@ -3,98 +3,10 @@
  *   q, k, v = qkv.split(C, dim=2), each viewed (B, NH, T, hs), hs = C / NH
  *   out = softmax(mask(q k^T / sqrt(hs))) v, heads concatenated -> (B, T, C).
  * Saves the probabilities P (B, NH, T, T) in t->aux[0] (zero above the diagonal).
- * t->ip[0] = NH. */
-#include <math.h>
-#include <omp.h>
-
-#include "../backend/cpu/vmath.h"
+ * Parameter: ut_attention_n_head (src/ops/params.h).
+ * Kernels: src/backend/cpu/attention.c. */
 #include "internal.h"
-
-static inline float dot(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* out (B, T, C), att (B, NH, T, T) from qkv (B, T, 3C); one row (b, h, t) per iteration */
-void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T,
-                              int64_t C, int64_t NH) {
-    int64_t hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < NH; h++)
-            for (int64_t t = 0; t < T; t++) {
-                const float *base = qkv + b * T * C3 + h * hs;
-                const float *q = base + t * C3;
-                float *p = att + ((b * NH + h) * T + t) * T;
-                for (int64_t t2 = 0; t2 <= t; t2++) p[t2] = dot(q, base + t2 * C3 + C, hs) * scale;
-                float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-                for (int64_t t2 = 0; t2 <= t; t2++) m = p[t2] > m ? p[t2] : m;
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    p[t2] = ut_expf_fast(p[t2] - m);
-                    sum += p[t2];
-                }
-                float inv = 1.0f / sum;
-                float *o = out + (b * T + t) * C + h * hs;
-                for (int64_t i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    p[t2] *= inv;
-                    const float *v = base + t2 * C3 + 2 * C;
-                    float pv = p[t2];
-#pragma omp simd
-                    for (int64_t i = 0; i < hs; i++) o[i] += pv * v[i];
-                }
-                for (int64_t t2 = t + 1; t2 < T; t2++) p[t2] = 0.0f;
-            }
-}
-
-/* dqkv (B, T, 3C) += gradient of out through the saved att (B, NH, T, T).
- * Per row t: dP = dout_t . v_t2, dS = P (dP - sum_j P dP), dq_t += scale dS k,
- * dk_t2 += scale dS q_t, dv_t2 += P dout_t. A (b, h) pair writes only its own
- * head's slices, so pairs run in parallel and each sums rows in order.
- * scratch: T floats per thread. */
-void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
-    int64_t hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel
-    {
-        float *dp = scratch + (int64_t)omp_get_thread_num() * T;
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t h = 0; h < NH; h++) {
-                const float *base = qkv + b * T * C3 + h * hs;
-                float *dbase = dqkv + b * T * C3 + h * hs;
-                for (int64_t t = 0; t < T; t++) {
-                    const float *p = att + ((b * NH + h) * T + t) * T;
-                    const float *g = dout + (b * T + t) * C + h * hs;
-                    const float *q = base + t * C3;
-                    float *dq = dbase + t * C3;
-                    float s = 0.0f;
-                    for (int64_t t2 = 0; t2 <= t; t2++) {
-                        dp[t2] = dot(g, base + t2 * C3 + 2 * C, hs);
-                        s += p[t2] * dp[t2];
-                    }
-                    for (int64_t t2 = 0; t2 <= t; t2++) {
-                        float ds = p[t2] * (dp[t2] - s) * scale, pt = p[t2];
-                        const float *k = base + t2 * C3 + C;
-                        float *dk = dbase + t2 * C3 + C, *dv = dbase + t2 * C3 + 2 * C;
-#pragma omp simd
-                        for (int64_t i = 0; i < hs; i++) {
-                            dq[i] += ds * k[i];
-                            dk[i] += ds * q[i];
-                            dv[i] += pt * g[i];
-                        }
-                    }
-                }
-            }
-    }
-}
+#include "params.h"
 
 ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head) {
     if (!ut_op_check(ctx, "attention", 1, &qkv, 0)) return NULL;
@@ -112,20 +24,6 @@ ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head) {
     int64_t ne[3] = {qkv->ne[0], qkv->ne[1], C};
     ut_tensor *t = ut_op_new(ctx, UT_OP_ATTENTION, UT_F32, 3, ne, 1, &qkv);
     if (!t) return NULL;
-    t->ip[0] = n_head;
+    ut_attention_set_n_head(t, n_head);
     return ut_op_run(t);
-}
-
-void ut_attention_fwd_cpu(ut_tensor *t) {
-    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = t->ip[0];
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)(B * NH * T * T) * sizeof(float));
-    ut_attention_forward_cpu(ut_f32(t), t->aux[0], ut_f32(t->src[0]), B, T, C, NH);
-}
-
-void ut_attention_bwd_cpu(ut_tensor *t) {
-    ut_tensor *qkv = t->src[0];
-    if (!qkv->requires_grad) return;
-    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = t->ip[0];
-    float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
-    ut_attention_backward_cpu(qkv->grad, scratch, t->grad, ut_f32(qkv), t->aux[0], B, T, C, NH);
 }

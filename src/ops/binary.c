@@ -1,6 +1,8 @@
 /* Broadcasting binary ops: add and mul, b broadcast to a's shape.
- * t->ip[0..3] hold b's strides in a's 4-D frame (0 where b broadcasts). */
+ * ut_binary_b_strides(t): b's strides in a's 4-D frame (0 where b broadcasts).
+ * Kernels: src/backend/cpu/binary.c. */
 #include "internal.h"
+#include "params.h"
 
 static bool broadcast_strides(const ut_tensor *a, const ut_tensor *b, int64_t *st4) {
     if (b->ndim > a->ndim) return false;
@@ -28,96 +30,9 @@ static ut_tensor *binary(ut_ctx *ctx, int op, const char *name, ut_tensor *a, ut
     src[1] = ut_contiguous(ctx, b);
     ut_tensor *t = ut_op_new(ctx, op, UT_F32, a->ndim, a->ne, 2, src);
     if (!t) return NULL;
-    for (int i = 0; i < 4; i++) t->ip[i] = st4[i];
+    ut_binary_set_b_strides(t, st4);
     return ut_op_run(t);
 }
 
 ut_tensor *ut_add(ut_ctx *ctx, ut_tensor *a, ut_tensor *b) { return binary(ctx, UT_OP_ADD, "add", a, b); }
 ut_tensor *ut_mul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b) { return binary(ctx, UT_OP_MUL, "mul", a, b); }
-
-/* a's shape padded to 4 dims */
-static void shape4(const ut_tensor *t, int64_t *n) {
-    int pad = 4 - t->ndim;
-    for (int i = 0; i < 4; i++) n[i] = i < pad ? 1 : t->ne[i - pad];
-}
-
-#define BINARY_FWD(NAME, EXPR)                                                           \
-    void ut_##NAME##_fwd_cpu(ut_tensor *t) {                                             \
-        const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);                      \
-        float *O = ut_f32(t);                                                            \
-        int64_t n[4], *s = t->ip;                                                        \
-        shape4(t, n);                                                                    \
-        if (ut_nelem(t->src[1]) == ut_nelem(t)) {                                        \
-            int64_t N = ut_nelem(t);                                                     \
-            _Pragma("omp parallel for schedule(static)") for (int64_t i = 0; i < N; i++) { \
-                float x = A[i], y = B[i];                                                \
-                O[i] = EXPR;                                                             \
-            }                                                                            \
-            return;                                                                      \
-        }                                                                                \
-        _Pragma("omp parallel for collapse(2) schedule(static)")                         \
-        for (int64_t i0 = 0; i0 < n[0]; i0++)                                            \
-            for (int64_t i1 = 0; i1 < n[1]; i1++)                                        \
-                for (int64_t i2 = 0; i2 < n[2]; i2++) {                                  \
-                    int64_t o = ((i0 * n[1] + i1) * n[2] + i2) * n[3];                   \
-                    const float *bp = B + i0 * s[0] + i1 * s[1] + i2 * s[2];             \
-                    for (int64_t i3 = 0; i3 < n[3]; i3++) {                              \
-                        float x = A[o + i3], y = bp[i3 * s[3]];                          \
-                        O[o + i3] = EXPR;                                                \
-                    }                                                                    \
-                }                                                                        \
-    }
-
-BINARY_FWD(add, x + y)
-BINARY_FWD(mul, x * y)
-
-/* db += reduce over broadcast positions of g * (other); other NULL means 1. */
-static void reduce_into_b(float *db, const float *g, const float *other, const ut_tensor *t) {
-    int64_t n[4];
-    const int64_t *s = t->ip;
-    shape4(t, n);
-    if (ut_nelem(t->src[1]) == ut_nelem(t)) {
-        int64_t N = ut_nelem(t);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) db[i] += g[i] * (other ? other[i] : 1.0f);
-        return;
-    }
-    for (int64_t i0 = 0; i0 < n[0]; i0++)
-        for (int64_t i1 = 0; i1 < n[1]; i1++)
-            for (int64_t i2 = 0; i2 < n[2]; i2++) {
-                int64_t o = ((i0 * n[1] + i1) * n[2] + i2) * n[3];
-                float *bp = db + i0 * s[0] + i1 * s[1] + i2 * s[2];
-                for (int64_t i3 = 0; i3 < n[3]; i3++)
-                    bp[i3 * s[3]] += g[o + i3] * (other ? other[o + i3] : 1.0f);
-            }
-}
-
-void ut_add_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0], *b = t->src[1];
-    int64_t N = ut_nelem(t);
-    if (a->requires_grad) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) a->grad[i] += t->grad[i];
-    }
-    if (b->requires_grad) reduce_into_b(b->grad, t->grad, NULL, t);
-}
-
-void ut_mul_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0], *b = t->src[1];
-    int64_t n[4];
-    const int64_t *s = t->ip;
-    shape4(t, n);
-    if (a->requires_grad) { /* da = g * b (broadcast) */
-        const float *B = ut_f32(b);
-#pragma omp parallel for collapse(2) schedule(static)
-        for (int64_t i0 = 0; i0 < n[0]; i0++)
-            for (int64_t i1 = 0; i1 < n[1]; i1++)
-                for (int64_t i2 = 0; i2 < n[2]; i2++) {
-                    int64_t o = ((i0 * n[1] + i1) * n[2] + i2) * n[3];
-                    const float *bp = B + i0 * s[0] + i1 * s[1] + i2 * s[2];
-                    for (int64_t i3 = 0; i3 < n[3]; i3++)
-                        a->grad[o + i3] += t->grad[o + i3] * bp[i3 * s[3]];
-                }
-    }
-    if (b->requires_grad) reduce_into_b(b->grad, t->grad, ut_f32(a), t);
-}

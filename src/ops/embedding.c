@@ -1,52 +1,13 @@
 /* Embedding lookup: out[..., :] = table[idx[...], :], as torch.nn.functional.embedding.
- * An index outside [0, V) fails the forward with an error naming it and its place. */
+ * An index outside [0, V) fails the forward with an error naming it and its place.
+ * Kernels: src/backend/cpu/embedding.c. */
 #include "internal.h"
 
-/* Columns per block in the backward scatter: each block walks every row in
- * order, so repeated indices accumulate in a fixed order without atomics. */
-#define EMB_COL_BLOCK 16
-
-/* out (N, C) = table (V, C) rows idx (N); indices already checked */
-void ut_embedding_forward_cpu(float *out, const int32_t *idx, const float *table, int64_t N,
-                              int64_t C) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        memcpy(out + n * C, table + (int64_t)idx[n] * C, (size_t)C * sizeof(float));
-}
-
-/* dtable (V, C) += dout (N, C) scattered to rows idx (N) */
-void ut_embedding_backward_cpu(float *dtable, const float *dout, const int32_t *idx, int64_t N,
-                               int64_t C) {
-#pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < C; c0 += EMB_COL_BLOCK) {
-        int64_t nc = C - c0 < EMB_COL_BLOCK ? C - c0 : EMB_COL_BLOCK;
-        for (int64_t n = 0; n < N; n++) {
-            float *d = dtable + (int64_t)idx[n] * C + c0;
-            const float *g = dout + n * C + c0;
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) d[c] += g[c];
-        }
-    }
-}
-
-/* Contiguous copy of an I32 tensor (ut_contiguous handles F32 only). */
+/* A contiguous copy of an I32 tensor, by the contiguous op's kernel (index
+ * tensors take no gradient: nothing is recorded). */
 static ut_tensor *contiguous_i32(ut_ctx *ctx, ut_tensor *a) {
     if (ut_is_contiguous(a)) return a;
-    ut_tensor *c = ut_tensor_new(ctx, UT_I32, a->ndim, a->ne);
-    if (!c) return NULL;
-    int64_t ne[4] = {1, 1, 1, 1}, nb[4] = {0, 0, 0, 0};
-    for (int i = 0; i < a->ndim; i++) {
-        ne[4 - a->ndim + i] = a->ne[i];
-        nb[4 - a->ndim + i] = a->nb[i];
-    }
-    const int32_t *s = ut_i32(a);
-    int32_t *d = ut_i32(c);
-    for (int64_t i0 = 0; i0 < ne[0]; i0++)
-        for (int64_t i1 = 0; i1 < ne[1]; i1++)
-            for (int64_t i2 = 0; i2 < ne[2]; i2++)
-                for (int64_t i3 = 0; i3 < ne[3]; i3++)
-                    *d++ = s[i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]];
-    return c;
+    return ut_op_run(ut_op_new(ctx, UT_OP_CONTIGUOUS, UT_I32, a->ndim, a->ne, 1, &a));
 }
 
 ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table) {
@@ -64,37 +25,4 @@ ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table) {
     for (int i = 0; i < idx->ndim; i++) ne[i] = idx->ne[i];
     ne[idx->ndim] = table->ne[1];
     return ut_op_run(ut_op_new(ctx, UT_OP_EMBEDDING, UT_F32, idx->ndim + 1, ne, 2, src));
-}
-
-void ut_embedding_fwd_cpu(ut_tensor *t) {
-    ut_tensor *idx = t->src[0], *table = t->src[1];
-    int64_t N = ut_nelem(idx), V = table->ne[0], C = table->ne[1];
-    const int32_t *ix = ut_i32(idx);
-    /* serial check first: the error names the first bad index */
-    for (int64_t n = 0; n < N; n++) {
-        if (ix[n] >= 0 && ix[n] < V) continue;
-        char pos[64], si[64], st[64];
-        int64_t rem = n;
-        int64_t at[UT_MAX_DIMS];
-        for (int i = idx->ndim - 1; i >= 0; i--) {
-            at[i] = rem % idx->ne[i];
-            rem /= idx->ne[i];
-        }
-        size_t k = 0;
-        for (int i = 0; i < idx->ndim && k < sizeof pos; i++)
-            k += (size_t)snprintf(pos + k, sizeof pos - k, "%s%lld", i ? ", " : "",
-                                  (long long)at[i]);
-        ut_ctx_set_error(t->ctx, "embedding: index %d at position [%s] is outside [0, %lld) "
-                                 "(idx %s, table %s)",
-                         (int)ix[n], pos, (long long)V, ut_shape_str(idx, si, sizeof si),
-                         ut_shape_str(table, st, sizeof st));
-        return;
-    }
-    ut_embedding_forward_cpu(ut_f32(t), ix, ut_f32(table), N, C);
-}
-
-void ut_embedding_bwd_cpu(ut_tensor *t) {
-    ut_tensor *idx = t->src[0], *table = t->src[1];
-    if (table->requires_grad)
-        ut_embedding_backward_cpu(table->grad, t->grad, ut_i32(idx), ut_nelem(idx), table->ne[1]);
 }

@@ -1,52 +1,7 @@
-/* Matrix products through sgemm: linear (x W^T + b) and batched matmul. */
-#include <omp.h>
+/* Matrix products through sgemm: linear (x W^T + b) and batched matmul.
+ * Kernels: src/backend/cpu/matmul.c. */
 
-#include "../backend/cpu/gemm.h"
 #include "internal.h"
-
-/* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ---- */
-void ut_linear_forward_cpu(float *out, const float *x, const float *w, const float *b, int64_t N,
-                           int64_t C, int64_t OC) {
-    if (b) {
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, b, (size_t)OC * sizeof(float));
-    }
-    ut_gemm(false, true, N, OC, C, 1.0f, x, w, b ? 1.0f : 0.0f, out);
-}
-
-/* Columns summed per block: a block's partial sums stay in registers / L1. */
-#define BIAS_BLOCK 256
-
-/* db (OC) += column sums of dout (N, OC). Each column is summed over rows in
- * order from 0, then added to db, whatever the thread count. Threads own
- * contiguous slices of columns (on 16-float boundaries, so no two write the
- * same cache line) and stream dout row by row, vectorised over columns. */
-static void bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
-#pragma omp parallel if (N * OC >= 32768)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t o0 = OC * t / nt / 16 * 16, o1 = t + 1 == nt ? OC : OC * (t + 1) / nt / 16 * 16;
-        for (int64_t b = o0; b < o1; b += BIAS_BLOCK) {
-            int64_t len = o1 - b < BIAS_BLOCK ? o1 - b : BIAS_BLOCK;
-            float acc[BIAS_BLOCK] = {0};
-            for (int64_t n = 0; n < N; n++) {
-                const float *row = dout + n * OC + b;
-#pragma omp simd
-                for (int64_t o = 0; o < len; o++) acc[o] += row[o];
-            }
-#pragma omp simd
-            for (int64_t o = 0; o < len; o++) db[b + o] += acc[o];
-        }
-    }
-}
-
-/* dx (N, C) += dout @ w; dw (OC, C) += dout^T @ x; db (OC) += column sums of dout */
-void ut_linear_backward_cpu(float *dx, float *dw, float *db, const float *dout, const float *x,
-                            const float *w, int64_t N, int64_t C, int64_t OC) {
-    if (dx) ut_gemm(false, false, N, C, OC, 1.0f, dout, w, 1.0f, dx);
-    if (dw) ut_gemm(true, false, OC, C, N, 1.0f, dout, x, 1.0f, dw);
-    if (db) bias_grad(db, dout, N, OC);
-}
 
 ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
     ut_tensor *src[3] = {x, w, b};
@@ -65,21 +20,6 @@ ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
     for (int i = 0; i < x->ndim; i++) ne[i] = x->ne[i];
     ne[x->ndim - 1] = w->ne[0];
     return ut_op_run(ut_op_new(ctx, UT_OP_LINEAR, UT_F32, x->ndim, ne, 3, src));
-}
-
-void ut_linear_fwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0];
-    ut_linear_forward_cpu(ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL,
-                          ut_nelem(x) / C, C, OC);
-}
-
-void ut_linear_bwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0];
-    ut_linear_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
-                           b && b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
-                           ut_nelem(x) / C, C, OC);
 }
 
 /* ---- matmul: a (..., M, K) @ b (..., K, N); b may be 2-D and shared ---- */
@@ -102,46 +42,4 @@ ut_tensor *ut_matmul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b) {
     for (int i = 0; i < a->ndim; i++) ne[i] = a->ne[i];
     ne[a->ndim - 1] = b->ne[b->ndim - 1];
     return ut_op_run(ut_op_new(ctx, UT_OP_MATMUL, UT_F32, a->ndim, ne, 2, src));
-}
-
-typedef struct { int64_t batch, M, K, N; bool shared_b; } mm_dims;
-
-static mm_dims dims_of(const ut_tensor *t) {
-    const ut_tensor *a = t->src[0], *b = t->src[1];
-    mm_dims d = {.M = a->ne[a->ndim - 2], .K = a->ne[a->ndim - 1], .N = b->ne[b->ndim - 1]};
-    d.batch = ut_nelem(a) / (d.M * d.K);
-    d.shared_b = b->ndim == 2;
-    return d;
-}
-
-void ut_matmul_fwd_cpu(ut_tensor *t) {
-    mm_dims d = dims_of(t);
-    const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);
-    if (d.shared_b) { /* one big gemm over all rows */
-        ut_gemm(false, false, d.batch * d.M, d.N, d.K, 1.0f, A, B, 0.0f, ut_f32(t));
-        return;
-    }
-    for (int64_t i = 0; i < d.batch; i++)
-        ut_gemm(false, false, d.M, d.N, d.K, 1.0f, A + i * d.M * d.K, B + i * d.K * d.N, 0.0f,
-                ut_f32(t) + i * d.M * d.N);
-}
-
-void ut_matmul_bwd_cpu(ut_tensor *t) {
-    mm_dims d = dims_of(t);
-    ut_tensor *a = t->src[0], *b = t->src[1];
-    const float *A = ut_f32(a), *B = ut_f32(b), *G = t->grad;
-    if (d.shared_b) {
-        if (a->requires_grad) ut_gemm(false, true, d.batch * d.M, d.K, d.N, 1.0f, G, B, 1.0f, a->grad);
-        if (b->requires_grad) ut_gemm(true, false, d.K, d.N, d.batch * d.M, 1.0f, A, G, 1.0f, b->grad);
-        return;
-    }
-    for (int64_t i = 0; i < d.batch; i++) {
-        const float *g = G + i * d.M * d.N;
-        if (a->requires_grad)  /* dA (M,K) += G (M,N) @ B^T */
-            ut_gemm(false, true, d.M, d.K, d.N, 1.0f, g, B + i * d.K * d.N, 1.0f,
-                    a->grad + i * d.M * d.K);
-        if (b->requires_grad)  /* dB (K,N) += A^T @ G */
-            ut_gemm(true, false, d.K, d.N, d.M, 1.0f, A + i * d.M * d.K, g, 1.0f,
-                    b->grad + i * d.K * d.N);
-    }
 }

@@ -1,81 +1,8 @@
 /* Layer normalisation over the last dimension, as torch.nn.functional.layer_norm
- * with biased variance. Saves mean and rstd per row (t->aux[0], t->aux[1]). */
-#include <math.h>
-
+ * with biased variance. Saves mean and rstd per row (t->aux[0], t->aux[1]).
+ * Kernels: src/backend/cpu/norm.c. */
 #include "internal.h"
-
-/* Columns per block in the dw/db reduction: each block sums over all rows in
- * row order, so the result does not depend on the thread count. */
-#define LN_COL_BLOCK 32
-
-/* out (N, C) = (inp - mean) * rstd * w + b, row by row; mean, rstd (N) saved */
-void ut_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *x = inp + n * C;
-        float *o = out + n * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t c = 0; c < C; c++) s += x[c];
-        float m = s / (float)C;
-        float v = 0.0f; /* two passes: no cancellation for rows with a large mean */
-#pragma omp simd reduction(+ : v)
-        for (int64_t c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = 1.0f / sqrtf(v / (float)C + eps);
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = r;
-    }
-}
-
-/* dx (N, C) += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)) with dn = dout * w,
- * xhat = (inp - mean) * rstd; dw (C) += sum_n dout * xhat; db (C) += sum_n dout.
- * Any of dx, dw, db may be NULL. */
-void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int64_t N, int64_t C) {
-    if (dx) {
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
-            const float *x = inp + n * C, *g = dout + n * C;
-            float m = mean[n], r = rstd[n], sdn = 0.0f, sdnx = 0.0f;
-#pragma omp simd reduction(+ : sdn, sdnx)
-            for (int64_t c = 0; c < C; c++) {
-                float dn = g[c] * w[c];
-                sdn += dn;
-                sdnx += dn * (x[c] - m) * r;
-            }
-            sdn /= (float)C;
-            sdnx /= (float)C;
-            float *d = dx + n * C;
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                d[c] += r * (g[c] * w[c] - sdn - (x[c] - m) * r * sdnx);
-        }
-    }
-    if (dw || db) {
-#pragma omp parallel for schedule(static)
-        for (int64_t c0 = 0; c0 < C; c0 += LN_COL_BLOCK) {
-            int64_t nc = C - c0 < LN_COL_BLOCK ? C - c0 : LN_COL_BLOCK;
-            float aw[LN_COL_BLOCK] = {0}, ab[LN_COL_BLOCK] = {0};
-            for (int64_t n = 0; n < N; n++) {
-                const float *x = inp + n * C + c0, *g = dout + n * C + c0;
-                float m = mean[n], r = rstd[n];
-#pragma omp simd
-                for (int64_t c = 0; c < nc; c++) {
-                    aw[c] += g[c] * (x[c] - m) * r;
-                    ab[c] += g[c];
-                }
-            }
-            for (int64_t c = 0; c < nc; c++) {
-                if (dw) dw[c0 + c] += aw[c];
-                if (db) db[c0 + c] += ab[c];
-            }
-        }
-    }
-}
+#include "params.h"
 
 ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, float eps) {
     ut_tensor *src[3] = {x, w, b};
@@ -92,23 +19,6 @@ ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, f
     for (int i = 0; i < 3; i++) src[i] = ut_contiguous(ctx, src[i]);
     ut_tensor *t = ut_op_new(ctx, UT_OP_LAYERNORM, UT_F32, x->ndim, x->ne, 3, src);
     if (!t) return NULL;
-    t->fp[0] = eps;
+    ut_layernorm_set_eps(t, eps);
     return ut_op_run(t);
-}
-
-void ut_layernorm_fwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float));
-    t->aux[1] = ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float));
-    ut_layernorm_forward_cpu(ut_f32(t), t->aux[0], t->aux[1], ut_f32(x), ut_f32(w), ut_f32(b), N,
-                             C, t->fp[0]);
-}
-
-void ut_layernorm_bwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    ut_layernorm_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
-                              b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
-                              t->aux[0], t->aux[1], N, C);
 }

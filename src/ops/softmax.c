@@ -4,47 +4,10 @@
  * row per iteration in parallel; each row subtracts its max before exp (no
  * overflow) and sums the exps in double. exp is ut_expf_fast, so the row loops
  * vectorise; a row's reduction order is fixed by the code, not by threads. Losses keep one double per row and
- * add the rows serially, so results do not depend on the thread count. */
-#include <math.h>
-
-#include "../backend/cpu/vmath.h"
+ * add the rows serially, so results do not depend on the thread count.
+ * Kernels: src/backend/cpu/softmax.c. */
 #include "internal.h"
-
-/* Largest element of x (V): the shift that keeps exp finite. */
-static inline float row_max(const float *x, int64_t V) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t v = 0; v < V; v++) m = x[v] > m ? x[v] : m;
-    return m;
-}
-
-/* y (V) = exp(x - m); returns sum(y) accumulated in double. */
-static inline double row_exp(float *y, const float *x, float m, int64_t V) {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t v = 0; v < V; v++) {
-        float e = ut_expf_fast(x[v] - m);
-        y[v] = e;
-        s += e;
-    }
-    return s;
-}
-
-/* sum(exp(x - m)) over V, in double, storing nothing */
-static inline double row_exp_sum(const float *x, float m, int64_t V) {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t v = 0; v < V; v++) s += ut_expf_fast(x[v] - m);
-    return s;
-}
-
-/* sum(a * b) over V, in double */
-static inline double row_dot(const float *a, const float *b, int64_t V) {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t v = 0; v < V; v++) s += (double)a[v] * b[v];
-    return s;
-}
+#include "params.h"
 
 /* Validates a, makes it contiguous and returns an unrun output with a's shape. */
 static ut_tensor *rowwise_new(ut_ctx *ctx, int op, const char *name, ut_tensor *a) {
@@ -58,100 +21,18 @@ static ut_tensor *rowwise_new(ut_ctx *ctx, int op, const char *name, ut_tensor *
     return ut_op_new(ctx, op, UT_F32, a->ndim, a->ne, 1, &a);
 }
 
-static inline int64_t last_dim(const ut_tensor *t) { return t->ne[t->ndim - 1]; }
-static inline int64_t rows_of(const ut_tensor *t) {
-    int64_t V = last_dim(t);
-    return V ? ut_nelem(t) / V : 0;
-}
-
-/* ---- softmax: out (N, V) = exp(x - max) / sum(exp(x - max)) per row ---- */
-void ut_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *x = inp + n * V;
-        float *y = out + n * V;
-        double s = row_exp(y, x, row_max(x, V), V);
-        float inv = (float)(1.0 / s);
-#pragma omp simd
-        for (int64_t v = 0; v < V; v++) y[v] *= inv;
-    }
-}
-
-/* dinp (N, V) += out * (dout - sum(dout * out)) per row; out the forward result */
-void ut_softmax_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N,
-                             int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *g = dout + n * V, *y = out + n * V;
-        float *dx = dinp + n * V;
-        float d = (float)row_dot(g, y, V);
-        for (int64_t v = 0; v < V; v++) dx[v] += y[v] * (g[v] - d);
-    }
-}
-
 ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(rowwise_new(ctx, UT_OP_SOFTMAX, "softmax", a));
-}
-
-void ut_softmax_fwd_cpu(ut_tensor *t) {
-    ut_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
-}
-
-void ut_softmax_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad)
-        ut_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
-}
-
-/* ---- log_softmax: out (N, V) = (x - max) - log(sum(exp(x - max))) per row,
- * in that order: x - max is exact, while folding max into the log term would
- * round it at max's magnitude. The exps go through out as scratch. ---- */
-void ut_log_softmax_forward_cpu(float *out, const float *inp, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *x = inp + n * V;
-        float *y = out + n * V;
-        float m = row_max(x, V);
-        float ls = (float)log(row_exp(y, x, m, V));
-#pragma omp simd
-        for (int64_t v = 0; v < V; v++) y[v] = (x[v] - m) - ls;
-    }
-}
-
-/* dinp (N, V) += dout - exp(out) * sum(dout) per row; out the forward result */
-void ut_log_softmax_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N,
-                                 int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const float *g = dout + n * V, *y = out + n * V;
-        float *dx = dinp + n * V;
-        double gs = 0.0;
-#pragma omp simd reduction(+ : gs)
-        for (int64_t v = 0; v < V; v++) gs += g[v];
-        float s = (float)gs;
-#pragma omp simd
-        for (int64_t v = 0; v < V; v++) dx[v] += g[v] - ut_expf_fast(y[v]) * s;
-    }
 }
 
 ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(rowwise_new(ctx, UT_OP_LOG_SOFTMAX, "log_softmax", a));
 }
 
-void ut_log_softmax_fwd_cpu(ut_tensor *t) {
-    ut_log_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
-}
-
-void ut_log_softmax_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad)
-        ut_log_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
-}
-
 /* ---- losses over targets: x (..., V) f32, targets (...) i32 -> scalar (1).
- * ip[0] = ignore_index, ip[1] = number of targets that are not ignored (the
- * mean's divisor). When every target is ignored the loss is 0 and so is the
- * gradient (PyTorch returns nan there: 0/0). ---- */
+ * Parameters ut_loss_ignore_index and ut_loss_count, the number of targets
+ * that are not ignored (the mean's divisor). When every target is ignored the
+ * loss is 0 and so is the gradient (PyTorch returns nan there: 0/0). ---- */
 static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tensor *x,
                                   ut_tensor *targets, int ignore_index) {
     ut_tensor *src[2] = {x, targets};
@@ -172,89 +53,8 @@ static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tens
     int64_t one = 1;
     ut_tensor *t = ut_op_new(ctx, op, UT_F32, 1, &one, 2, src);
     if (!t) return NULL;
-    t->ip[0] = ignore_index;
+    ut_loss_set_ignore_index(t, ignore_index);
     return t;
-}
-
-/* Counts the targets (N) that are not ignore_index. A target outside [0, V)
- * that is not ignore_index sets the context error (naming the op, the value and
- * its position) and returns -1. Serial: N is the number of rows, and the first
- * bad position is the one reported. */
-static int64_t count_targets(ut_tensor *t, const char *name) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
-    const int32_t *T = ut_i32(tg);
-    int64_t N = ut_nelem(tg), V = last_dim(x), count = 0;
-    int ignore = (int)t->ip[0];
-    for (int64_t n = 0; n < N; n++) {
-        if (T[n] == ignore) continue;
-        if (T[n] < 0 || T[n] >= V) {
-            char shape[64];
-            ut_ctx_set_error(t->ctx,
-                             "%s: target %d at position %lld of targets %s is outside [0, %lld) "
-                             "and is not ignore_index %d",
-                             name, (int)T[n], (long long)n, ut_shape_str(tg, shape, sizeof shape),
-                             (long long)V, ignore);
-            return -1;
-        }
-        count++;
-    }
-    return count;
-}
-
-/* Mean of the per-row losses (N) over count, summed serially in row order. */
-static float mean_of_rows(const double *rowloss, int64_t N, int64_t count) {
-    double s = 0.0;
-    for (int64_t n = 0; n < N; n++) s += rowloss[n];
-    return count ? (float)(s / (double)count) : 0.0f;
-}
-
-/* ---- cross_entropy: logits (N, V), targets (N) ->
- * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored).
- * For backward it saves, per row not ignored, the unnormalised exps
- * e (N, V) = exp(logits - rowmax) and inv (N) = 1/sum(e) (NULL: not needed);
- * the softmax e * inv is formed in backward, which saves a pass over (N, V).
- * Targets are already validated. ---- */
-void ut_cross_entropy_forward_cpu(double *rowloss, float *e, float *inv, const float *logits,
-                                  const int32_t *targets, int ignore_index, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        rowloss[n] = 0.0;
-        if (targets[n] == ignore_index) continue;
-        const float *x = logits + n * V;
-        float m = row_max(x, V);
-        double s = e ? row_exp(e + n * V, x, m, V) : row_exp_sum(x, m, V);
-        if (inv) inv[n] = (float)(1.0 / s);
-        rowloss[n] = (double)m + log(s) - (double)x[targets[n]];
-    }
-}
-
-/* Gradient of the mean loss, gscale = dloss / count, from the forward's e and
- * inv: d (N, V) = (e * inv - onehot(targets)) * gscale for rows not ignored.
- * dlogits += d, or, when dlogits == e (the gradient takes over the exps'
- * buffer), dlogits = d with ignored rows set to 0. Either way a row's values
- * are computed the same way, so both give the same bits. */
-void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
-                                   const int32_t *targets, int ignore_index, float gscale,
-                                   int64_t N, int64_t V) {
-    bool in_place = dlogits == e;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        float *dx = dlogits + n * V;
-        if (targets[n] == ignore_index) {
-            if (in_place) memset(dx, 0, (size_t)V * sizeof(float));
-            continue;
-        }
-        const float *p = e + n * V;
-        float r = inv[n];
-        if (in_place) {
-#pragma omp simd
-            for (int64_t v = 0; v < V; v++) dx[v] = p[v] * r * gscale;
-        } else {
-#pragma omp simd
-            for (int64_t v = 0; v < V; v++) dx[v] += p[v] * r * gscale;
-        }
-        dx[targets[n]] -= gscale;
-    }
 }
 
 ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index) {
@@ -262,78 +62,7 @@ ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, 
                                      ignore_index));
 }
 
-/* aux[0] = e (N, V), aux[1] = inv (N), saved only when a gradient will be
- * asked for */
-void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
-    int64_t count = count_targets(t, "cross_entropy");
-    if (count < 0) return;
-    int64_t N = ut_nelem(tg), V = last_dim(x);
-    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
-    float *e = NULL, *inv = NULL;
-    if (t->requires_grad) {
-        e = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
-        inv = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
-    }
-    ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, V);
-    t->ip[1] = count;
-    t->aux[0] = e;
-    t->aux[1] = inv;
-    ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
-}
-
-/* Owns src[0]'s gradient (see ut_op_owns_src0_grad): when the logits have no
- * gradient buffer yet, the exps' buffer, no longer needed, becomes it and the
- * gradient is written into it (no allocation, no zeroing, no read-add-write
- * of N x V floats); otherwise the gradient is added to the existing one. */
-void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
-    if (!x->requires_grad) return;
-    if (t->ip[1] == 0) { /* every target ignored: the gradient is 0 */
-        ut_grad(x);
-        return;
-    }
-    if (!x->grad) x->grad = t->aux[0];
-    ut_cross_entropy_backward_cpu(x->grad, t->aux[0], t->aux[1], ut_i32(tg), (int)t->ip[0],
-                                  t->grad[0] / (float)t->ip[1], ut_nelem(tg), last_dim(x));
-}
-
-/* ---- nll_loss: logp (N, V), targets (N) -> rowloss (N) = -logp[n, targets[n]]
- * (0 when ignored). Targets are already validated. ---- */
-void ut_nll_loss_forward_cpu(double *rowloss, const float *logp, const int32_t *targets,
-                             int ignore_index, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        rowloss[n] = targets[n] == ignore_index ? 0.0 : -(double)logp[n * V + targets[n]];
-}
-
-/* dlogp[n, targets[n]] -= gscale for rows not ignored, gscale = dloss / count */
-void ut_nll_loss_backward_cpu(float *dlogp, const int32_t *targets, int ignore_index,
-                              float gscale, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        if (targets[n] != ignore_index) dlogp[n * V + targets[n]] -= gscale;
-}
-
 ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index) {
     return ut_op_run(
         target_loss_new(ctx, UT_OP_NLL_LOSS, "nll_loss", logp, targets, ignore_index));
-}
-
-void ut_nll_loss_fwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
-    int64_t count = count_targets(t, "nll_loss");
-    if (count < 0) return;
-    int64_t N = ut_nelem(tg);
-    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
-    ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)t->ip[0], N, last_dim(x));
-    t->ip[1] = count;
-    ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
-}
-
-void ut_nll_loss_bwd_cpu(ut_tensor *t) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
-    if (!x->requires_grad || t->ip[1] == 0) return;
-    ut_nll_loss_backward_cpu(x->grad, ut_i32(tg), (int)t->ip[0], t->grad[0] / (float)t->ip[1],
-                             ut_nelem(tg), last_dim(x));
 }

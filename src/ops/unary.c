@@ -1,11 +1,10 @@
 /* Elementwise unary ops: scale, relu, gelu (tanh approximation), tanh,
  * sigmoid, dropout. Inputs are made contiguous in the constructor, so every
  * kernel is a flat loop over N elements. Backward formulas follow PyTorch's
- * (relu masks on x > 0; tanh and sigmoid use the saved output). */
-#include <math.h>
-
-#include "../backend/cpu/vmath.h"
+ * (relu masks on x > 0; tanh and sigmoid use the saved output).
+ * Kernels: src/backend/cpu/unary.c. */
 #include "internal.h"
+#include "params.h"
 
 /* Validates a, makes it contiguous and returns an unrun output of op with a's
  * shape (NULL on error); the caller sets parameters and calls ut_op_run. */
@@ -16,173 +15,27 @@ static ut_tensor *unary_new(ut_ctx *ctx, int op, const char *name, ut_tensor *a)
     return ut_op_new(ctx, op, UT_F32, a->ndim, a->ne, 1, &a);
 }
 
-/* ---- scale: out = s * inp; fp[0] = s ---- */
-void ut_scale_forward_cpu(float *out, const float *inp, float s, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) out[i] = s * inp[i];
-}
-
-/* dinp (N) += s * dout (N) */
-void ut_scale_backward_cpu(float *dinp, const float *dout, float s, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += s * dout[i];
-}
-
 ut_tensor *ut_scale(ut_ctx *ctx, ut_tensor *a, float s) {
     ut_tensor *t = unary_new(ctx, UT_OP_SCALE, "scale", a);
     if (!t) return NULL;
-    t->fp[0] = s;
+    ut_scale_set_s(t, s);
     return ut_op_run(t);
-}
-
-void ut_scale_fwd_cpu(ut_tensor *t) {
-    ut_scale_forward_cpu(ut_f32(t), ut_f32(t->src[0]), t->fp[0], ut_nelem(t));
-}
-
-void ut_scale_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_scale_backward_cpu(a->grad, t->grad, t->fp[0], ut_nelem(t));
-}
-
-/* ---- relu: out = max(inp, 0) ---- */
-void ut_relu_forward_cpu(float *out, const float *inp, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
-}
-
-/* dinp (N) += dout where inp > 0 (the gradient at 0 is 0, as in PyTorch) */
-void ut_relu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 ut_tensor *ut_relu(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(unary_new(ctx, UT_OP_RELU, "relu", a));
 }
 
-void ut_relu_fwd_cpu(ut_tensor *t) { ut_relu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
-
-void ut_relu_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_relu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
-}
-
-/* ---- gelu, tanh approximation (PyTorch gelu(approximate='tanh')):
- * out = 0.5 x (1 + tanh(u)), u = k0 (x + k1 x^3), k0 = sqrt(2/pi), k1 = 0.044715.
- * Computed through the identity 0.5 (1 + tanh(u)) = sigmoid(2u) = s, so
- * out = x s: one exp instead of tanhf (several times slower), and no
- * cancellation in 1 + tanh(u) for negative x. The exp is ut_expf_fast, inline
- * and vectorisable (glibc's expf is a call per element). ---- */
-#define GELU_K0 0.7978845608028654f
-#define GELU_K1 0.044715f
-
-/* s = sigmoid(2u); exp overflows to inf for very negative x, giving s = 0 */
-static inline float gelu_s(float x, float x2) {
-    return 1.0f / (1.0f + ut_expf_fast(-2.0f * GELU_K0 * (x + GELU_K1 * x2 * x)));
-}
-
-void ut_gelu_forward_cpu(float *out, const float *inp, int64_t N) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = x * gelu_s(x, x * x);
-    }
-}
-
-/* dinp (N) += dout * gelu'(inp). With th = tanh(u) = 2s - 1,
- * gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) u'(x) = s + 2 x s (1 - s) u'(x),
- * u'(x) = k0 (1 + 3 k1 x^2). */
-void ut_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-        float x = inp[i], x2 = x * x, s = gelu_s(x, x2);
-        float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
-        dinp[i] += dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
-    }
-}
-
 ut_tensor *ut_gelu(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(unary_new(ctx, UT_OP_GELU, "gelu", a));
-}
-
-void ut_gelu_fwd_cpu(ut_tensor *t) { ut_gelu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
-
-void ut_gelu_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_gelu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
-}
-
-/* ---- tanh ---- */
-void ut_tanh_forward_cpu(float *out, const float *inp, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) out[i] = tanhf(inp[i]);
-}
-
-/* dinp (N) += dout * (1 - out^2), out the forward result */
-void ut_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
 }
 
 ut_tensor *ut_tanh(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(unary_new(ctx, UT_OP_TANH, "tanh", a));
 }
 
-void ut_tanh_fwd_cpu(ut_tensor *t) { ut_tanh_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
-
-void ut_tanh_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_tanh_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
-}
-
-/* ---- sigmoid: out = 1 / (1 + exp(-inp)); exp overflows to inf for very
- * negative inputs, which gives the correct limit 0 ---- */
-void ut_sigmoid_forward_cpu(float *out, const float *inp, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) out[i] = 1.0f / (1.0f + expf(-inp[i]));
-}
-
-/* dinp (N) += dout * out (1 - out), out the forward result */
-void ut_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
-}
-
 ut_tensor *ut_sigmoid(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(unary_new(ctx, UT_OP_SIGMOID, "sigmoid", a));
-}
-
-void ut_sigmoid_fwd_cpu(ut_tensor *t) {
-    ut_sigmoid_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t));
-}
-
-void ut_sigmoid_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_sigmoid_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
-}
-
-/* ---- dropout (inverted): fp[0] = p, fp[1] = 1/(1-p); aux[0] = keep mask
- * (uint8, N), drawn in the forward kernel from ctx->rng so that a checkpoint
- * recompute, which restores the RNG state, draws the same mask ---- */
-
-/* mask (N) = 1 where an element survives (probability 1 - p), else 0. Serial:
- * the RNG is a single stream, and this keeps masks independent of threads. */
-void ut_dropout_mask_cpu(uint8_t *mask, ut_rng *rng, float p, int64_t N) {
-    for (int64_t i = 0; i < N; i++) mask[i] = ut_rng_uniform(rng) >= p;
-}
-
-/* out (N) = inp * mask * scale */
-void ut_dropout_forward_cpu(float *out, const float *inp, const uint8_t *mask, float scale,
-                            int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) out[i] = mask[i] ? inp[i] * scale : 0.0f;
-}
-
-/* dinp (N) += dout * mask * scale */
-void ut_dropout_backward_cpu(float *dinp, const float *dout, const uint8_t *mask, float scale,
-                             int64_t N) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += mask[i] ? dout[i] * scale : 0.0f;
 }
 
 ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p) {
@@ -194,20 +47,7 @@ ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p) {
     if (!ctx->training || p == 0.0f) return a; /* identity: nothing to record */
     ut_tensor *t = unary_new(ctx, UT_OP_DROPOUT, "dropout", a);
     if (!t) return NULL;
-    t->fp[0] = p;
-    t->fp[1] = 1.0f / (1.0f - p);
+    ut_dropout_set_p(t, p);
+    ut_dropout_set_keep_scale(t, 1.0f / (1.0f - p));
     return ut_op_run(t);
-}
-
-void ut_dropout_fwd_cpu(ut_tensor *t) {
-    int64_t N = ut_nelem(t);
-    uint8_t *mask = ut_ctx_alloc(t->ctx, (size_t)N);
-    ut_dropout_mask_cpu(mask, &t->ctx->rng, t->fp[0], N);
-    t->aux[0] = mask;
-    ut_dropout_forward_cpu(ut_f32(t), ut_f32(t->src[0]), mask, t->fp[1], N);
-}
-
-void ut_dropout_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_dropout_backward_cpu(a->grad, t->grad, t->aux[0], t->fp[1], ut_nelem(t));
 }

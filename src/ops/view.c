@@ -1,60 +1,18 @@
 /* Views and copies: reshape, flatten, permute, transpose, slice, contiguous.
  * A view shares its source's data. Its gradient is contiguous in its own shape;
- * backward adds it into the source's gradient through "grad strides" (ip[0..3])
- * and a grad offset (ip[4]) that map view positions to source positions, so
- * views of views work whatever the data strides are. */
+ * backward adds it into the source's gradient through "grad strides" and a
+ * grad offset (ut_view_grad_strides, ut_view_grad_offset) that map view positions to source positions, so
+ * views of views work whatever the data strides are.
+ * Kernels: src/backend/cpu/view.c. */
 #include "internal.h"
-
-/* ---- strided loops over up to 4 dims (shape padded with leading 1s) ---- */
-static void pad4(int ndim, const int64_t *ne, const int64_t *st, int64_t *ne4, int64_t *st4) {
-    int k = 4 - ndim;
-    for (int i = 0; i < 4; i++) {
-        ne4[i] = i < k ? 1 : ne[i - k];
-        st4[i] = i < k ? 0 : st[i - k];
-    }
-}
-
-void ut_strided_gather(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st) {
-    int64_t n[4], s[4];
-    pad4(ndim, ne, st, n, s);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t a = 0; a < n[0]; a++)
-        for (int64_t b = 0; b < n[1]; b++) {
-            float *d = dst + (a * n[1] + b) * n[2] * n[3];
-            const float *p = src + a * s[0] + b * s[1];
-            for (int64_t c = 0; c < n[2]; c++)
-                for (int64_t e = 0; e < n[3]; e++) *d++ = p[c * s[2] + e * s[3]];
-        }
-}
-
-void ut_strided_add(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st) {
-    int64_t n[4], s[4];
-    pad4(ndim, ne, st, n, s);
-    /* Parallel over the outer dims is safe: views map distinct positions to
-     * distinct source positions (no overlapping strides). */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t a = 0; a < n[0]; a++)
-        for (int64_t b = 0; b < n[1]; b++) {
-            const float *g = src + (a * n[1] + b) * n[2] * n[3];
-            float *p = dst + a * s[0] + b * s[1];
-            for (int64_t c = 0; c < n[2]; c++)
-                for (int64_t e = 0; e < n[3]; e++) p[c * s[2] + e * s[3]] += *g++;
-        }
-}
-
-/* ---- shared view backward ---- */
-static void view_bwd(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    if (!a->requires_grad) return;
-    ut_strided_add(a->grad + t->ip[4], t->grad, t->ndim, t->ne, t->ip);
-}
+#include "params.h"
 
 static ut_tensor *make_view(ut_ctx *ctx, int op, ut_tensor *a, int ndim, const int64_t *ne,
                             const int64_t *nb, int64_t off, const int64_t *gst, int64_t goff) {
     ut_tensor *t = ut_view_new(ctx, op, a, ndim, ne, nb, off);
     if (!t) return NULL;
-    for (int i = 0; i < ndim; i++) t->ip[i] = gst[i];
-    t->ip[4] = goff;
+    ut_view_set_grad_strides(t, ndim, gst);
+    ut_view_set_grad_offset(t, goff);
     if (t->requires_grad) ut_tape_push(ctx, t);
     return t;
 }
@@ -64,18 +22,6 @@ ut_tensor *ut_contiguous(ut_ctx *ctx, ut_tensor *a) {
     if (!ut_op_check(ctx, "contiguous", 1, &a, 0)) return NULL;
     if (ut_is_contiguous(a)) return a;
     return ut_op_run(ut_op_new(ctx, UT_OP_CONTIGUOUS, a->dtype, a->ndim, a->ne, 1, &a));
-}
-
-void ut_contiguous_fwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    ut_strided_gather(ut_f32(t), ut_f32(a), a->ndim, a->ne, a->nb);
-}
-
-void ut_contiguous_bwd_cpu(ut_tensor *t) {
-    ut_tensor *a = t->src[0];
-    int64_t st[UT_MAX_DIMS];
-    ut_contiguous_strides(st, a->ndim, a->ne);
-    if (a->requires_grad) ut_strided_add(a->grad, t->grad, t->ndim, t->ne, st);
 }
 
 /* ---- reshape / flatten ---- */
@@ -108,7 +54,7 @@ ut_tensor *ut_reshape(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
         return NULL;
     }
     if (a->dtype != UT_F32) {  /* index tensors: plain relabelling, no gradient */
-        ut_tensor *t = ut_tensor_wrap(ctx, a->dtype, ndim, shape, a->data);
+        ut_tensor *t = ut_tensor_alias(ctx, a, ndim, shape);
         if (!ut_is_contiguous(a)) {
             ut_op_error(ctx, "reshape", 1, &a, "non-contiguous index tensors cannot be reshaped");
             return NULL;
@@ -135,9 +81,6 @@ ut_tensor *ut_flatten(ut_ctx *ctx, ut_tensor *a, int start_dim) {
     for (int i = start_dim; i < a->ndim; i++) ne[start_dim] *= a->ne[i];
     return ut_reshape(ctx, a, start_dim + 1, ne);
 }
-
-void ut_reshape_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_reshape_bwd_cpu(ut_tensor *t) { view_bwd(t); }
 
 /* ---- permute / transpose ---- */
 ut_tensor *ut_permute(ut_ctx *ctx, ut_tensor *a, const int *perm) {
@@ -174,9 +117,6 @@ ut_tensor *ut_transpose(ut_ctx *ctx, ut_tensor *a, int d0, int d1) {
     return ut_permute(ctx, a, perm);
 }
 
-void ut_permute_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_permute_bwd_cpu(ut_tensor *t) { view_bwd(t); }
-
 /* ---- slice ---- */
 ut_tensor *ut_slice(ut_ctx *ctx, ut_tensor *a, int dim, int64_t start, int64_t end) {
     if (!ut_op_check(ctx, "slice", 1, &a, 0)) return NULL;
@@ -194,6 +134,3 @@ ut_tensor *ut_slice(ut_ctx *ctx, ut_tensor *a, int dim, int64_t start, int64_t e
     return make_view(ctx, UT_OP_SLICE, a, a->ndim, ne, a->nb, start * a->nb[dim], cst,
                      start * cst[dim]);
 }
-
-void ut_slice_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_slice_bwd_cpu(ut_tensor *t) { view_bwd(t); }

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "utrain/base.h"
+#include "../backend/backend.h"
 
 /* Below this many elements a step runs on one thread: waking the team costs
  * more than the update. */
@@ -31,16 +32,8 @@ struct ut_optim {
     int nruns;
 };
 
-/* Per-step scalars, rounded to float the way torch hands its Python scalars to
- * float kernels. */
-typedef struct {
-    bool adamw;
-    float decay_mul;        /* AdamW: 1 - lr*wd */
-    float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
-    float lr, wd;           /* SGD */
-    float momentum, one_m_damp;
-    bool use_momentum, first, nesterov;
-} consts;
+/* Per-step scalars: ut_optim_consts (src/backend/backend.h). */
+typedef ut_optim_consts consts;
 
 ut_optim_config ut_optim_defaults(ut_optim_kind k) {
     ut_optim_config c = {.kind = k, .lr = 1e-3f};
@@ -152,55 +145,10 @@ void ut_optim_free(ut_optim *o) {
     ut_free(o);
 }
 
-/* zero: also store g[i] = 0 once it is read, saving the separate pass over
- * the gradients that zeroing them afterwards would cost. The branch is
- * loop-invariant: GCC unswitches it and vectorizes both copies. The bias
- * correction sqrt(1-beta2^t) is applied as a multiplication by its reciprocal
- * (torch divides; the difference is within the last bit of denom). */
-static void adamw_kernel(float *restrict p, float *restrict g, float *restrict m,
-                         float *restrict v, int64_t n, float decay_mul, const consts *k,
-                         bool zero) {
-    const float one_m_b1 = k->one_m_b1, beta2 = k->beta2, one_m_b2 = k->one_m_b2;
-    const float step_size = k->step_size, inv_bc2_sqrt = k->inv_bc2_sqrt, eps = k->eps;
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float mi = m[i] + one_m_b1 * (gi - m[i]);
-        float vi = v[i] * beta2 + one_m_b2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        if (zero) g[i] = 0.0f;
-        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
-        p[i] = p[i] * decay_mul - step_size * mi / denom;
-    }
-}
-
-static void sgd_kernel(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
-                       float wd, const consts *k, bool zero) {
-    const float lr = k->lr, mom = k->momentum, one_m_damp = k->one_m_damp;
-    if (!k->use_momentum) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) {
-            p[i] = p[i] - lr * (g[i] + wd * p[i]);
-            if (zero) g[i] = 0.0f;
-        }
-        return;
-    }
-    /* Loop-invariant branches: GCC unswitches them and vectorizes each copy. */
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
-        if (zero) g[i] = 0.0f;
-        float b = k->first ? d : buf[i] * mom + one_m_damp * d;
-        buf[i] = b;
-        d = k->nesterov ? d + mom * b : b;
-        p[i] = p[i] - lr * d;
-    }
-}
-
 /* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
  * zeroes grads[a, b), padding between runs included. */
 static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, bool zero) {
+    const ut_backend *be = ut_backend_get(UT_CPU); /* the flat buffers are host memory */
     int64_t done = a; /* grads[a, done) are zero (when zero is set) */
     for (int r = 0; r < o->nruns; r++) {
         int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
@@ -212,11 +160,11 @@ static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, boo
         float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
         int64_t off = s - o->lo;
         if (k->adamw)
-            adamw_kernel(p, g, o->state[0] + off, o->state[1] + off, e - s,
+            be->adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s,
                          decay ? k->decay_mul : 1.0f, k, zero);
         else
-            sgd_kernel(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k,
-                       zero);
+            be->sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s,
+                           decay ? k->wd : 0.0f, k, zero);
         done = e;
     }
     if (zero && done < b) memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));

@@ -32,6 +32,7 @@ static ut_dataset *subset_new(ut_dataset *parent, int *refs, int64_t lo, int64_t
     *s = (subset){.parent = parent, .lo = lo, .refs = refs};
     (*refs)++;
     ds->n = hi - lo;
+    ds->example_id = parent->example_id ? parent->example_id + lo : NULL;
     ds->impl = s;
     ds->get = subset_get;
     ds->free = subset_free;
@@ -117,6 +118,10 @@ static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train,
     for (int i = 0; i < 3 && !rc; i++)
         if (out[i] && paths[i][0] && !(*out[i] = ut_tsv_dataset_open(paths[i], v, c->max_len, err, n)))
             rc = -1;
+    /* training reads the dev labels; an unlabeled file is for test mode */
+    if (!rc && train && dev && *dev && (*dev)->unlabeled)
+        rc = ut_errorf(err, n, "%s:1: no 'label' column: training evaluates on data.dev_path and "
+                               "needs its labels (an unlabeled file can be data.test_path)", c->dev_path);
     ut_vocab_free(v);
     return rc;
 }

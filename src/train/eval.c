@@ -141,19 +141,78 @@ static int reduce_eval(ut_comm *comm, double *loss_sum, int64_t *examples, ut_me
     return 0;
 }
 
+/* Adds one batch's metrics into the running sums (matched by name). */
+static void add_batch_metrics(ut_metric *acc, int *nacc, const ut_metric *mets, int k) {
+    for (int i = 0; i < k; i++) {
+        int j = 0;
+        while (j < *nacc && strcmp(acc[j].name, mets[i].name)) j++;
+        if (j == *nacc) acc[(*nacc)++] = (ut_metric){.sum = 0};
+        memcpy(acc[j].name, mets[i].name, sizeof acc[j].name);
+        acc[j].sum += mets[i].sum;
+        acc[j].count += mets[i].count;
+    }
+}
+
+/* Copies each example's output row (batch, C) to row idx of outputs; false
+ * if the output does not have that shape. */
+static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, double *outputs) {
+    if (!o || o->ndim != 2 || o->dtype != UT_F32 || !ut_is_contiguous(o) || o->ne[0] != b->count ||
+        o->ne[1] != C)
+        return false;
+    const float *v = ut_f32(o);
+    for (int64_t r = 0; r < b->count; r++)
+        for (int64_t c = 0; c < C; c++) outputs[b->idx[r] * C + c] = v[r * C + c];
+    return true;
+}
+
+/* Every rank's rows of outputs (zero elsewhere) summed, so every rank has all
+ * of them; *ok becomes false if any rank had an output of another shape. */
+static int gather_outputs(ut_comm *comm, double *outputs, int64_t count, bool *ok, char *err, size_t n) {
+    if (ut_comm_size(comm) == 1) return 0;
+    int64_t bad = !*ok;
+    int rc = ut_comm_allreduce_i64(comm, &bad, 1);
+    for (int64_t at = 0; !rc && at < count; at += 1 << 20)
+        rc = ut_comm_allreduce_f64(comm, outputs + at, (int)(count - at < (1 << 20) ? count - at : 1 << 20));
+    if (rc) {
+        snprintf(err, n, "gathering predictions over ranks: %s", ut_comm_error(comm));
+        return -1;
+    }
+    *ok = bad == 0;
+    return 0;
+}
+
+static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                    const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                    double *outputs, bool *have_outputs, char *err, size_t n);
+
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
-    return ut_evaluate_until(comm, ctx, m, ds, batch, h, NULL, NULL, res, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, res, NULL, NULL, err, n);
 }
 
 int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                       const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
                       char *err, size_t n) {
+    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, res, NULL, NULL, err, n);
+}
+
+int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                        const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
+                        char *err, size_t n) {
+    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, res, outputs, have_outputs, err, n);
+}
+
+/* The three above in one: stop (may be NULL) is asked before each batch,
+ * outputs (may be NULL) receives each example's output row. */
+static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                    const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                    double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
     ut_loader *l = ut_loader_new(ds, &s, 2);
     bool grad = ut_ctx_set_grad_enabled(ctx, false), train = ut_ctx_set_training(ctx, false);
+    bool outputs_ok = outputs != NULL;
     double loss_sum = 0;
     ut_metric acc[UT_MAX_METRICS];
     int nacc = 0;
@@ -183,15 +242,8 @@ int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, i
         }
         loss_sum += (double)ut_f32(out.loss)[0] * (double)b.count;
         ut_metric mets[UT_MAX_METRICS];
-        int k = ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS);
-        for (int i = 0; i < k; i++) {
-            int j = 0;
-            while (j < nacc && strcmp(acc[j].name, mets[i].name)) j++;
-            if (j == nacc) acc[nacc++] = (ut_metric){.sum = 0};
-            memcpy(acc[j].name, mets[i].name, sizeof acc[j].name);
-            acc[j].sum += mets[i].sum;
-            acc[j].count += mets[i].count;
-        }
+        add_batch_metrics(acc, &nacc, mets, ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS));
+        if (outputs_ok) outputs_ok = store_outputs(out.output, &b, ds->num_classes, outputs);
         res->examples += b.count;
         ut_ctx_reset(ctx);
     }
@@ -202,6 +254,8 @@ int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, i
     ut_standin_free(&standin);
     if (rc == 2) return 1; /* abandoned: res holds nothing */
     if (rc < 0 || reduce_eval(comm, &loss_sum, &res->examples, acc, nacc, err, n)) return -1;
+    if (outputs && gather_outputs(comm, outputs, ds->n * ds->num_classes, &outputs_ok, err, n)) return -1;
+    if (have_outputs) *have_outputs = outputs && outputs_ok;
     double loss = res->examples ? loss_sum / (double)res->examples : NAN;
     add_metric(res, "loss", loss);
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);

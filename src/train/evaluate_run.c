@@ -1,5 +1,7 @@
 /* Test mode: evaluate a run's best (or a given) checkpoint on dev and test
- * and write dev_results.json and test_results.json into the run directory. */
+ * and write dev_results.json and test_results.json, and for classification
+ * data dev_predictions.tsv and test_predictions.tsv, into the run directory. */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -23,29 +25,74 @@ int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char
     return 0;
 }
 
-static int write_results(const char *dir, const char *split, const ut_eval_result *r,
-                         const char *ckpt, int64_t step, char *err, size_t n) {
+/* dev_results.json / test_results.json. An unlabeled split has no loss or
+ * accuracy: the file says so instead of giving numbers. */
+static int write_results(const char *dir, const char *split, const ut_eval_result *r, bool labeled,
+                         bool predictions, const char *ckpt, int64_t step, char *err, size_t n) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s_results.json", dir, split);
     FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, n, "%s: cannot write", path);
-        return -1;
-    }
+    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
     fprintf(f, "{\n");
-    for (int i = 0; i < r->n; i++) {
+    for (int i = 0; labeled && i < r->n; i++) {
         if (isfinite(r->values[i])) fprintf(f, "  \"%s\": %.9g,\n", r->names[i], r->values[i]);
         else fprintf(f, "  \"%s\": null,\n", r->names[i]);
     }
+    if (!labeled)
+        fprintf(f, "  \"labeled\": false,\n  \"note\": \"the %s file has no label column: no loss or "
+                   "accuracy, predictions only\",\n", split);
+    if (predictions) fprintf(f, "  \"predictions\": \"%s_predictions.tsv\",\n", split);
     fprintf(f, "  \"examples\": %lld,\n  \"checkpoint\": \"%s\",\n  \"step\": %lld\n}\n",
             (long long)r->examples, ckpt, (long long)step);
-    if (fclose(f)) {
-        snprintf(err, n, "%s: write failed", path);
-        return -1;
-    }
+    if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
     return 0;
 }
 
+/* One prediction row: the example's id, the arg-max class and the softmax
+ * probabilities of its logits. */
+static void write_prediction(FILE *f, int64_t id, const double *logits, int64_t C) {
+    int64_t best = 0;
+    double sum = 0;
+    for (int64_t c = 1; c < C; c++)
+        if (logits[c] > logits[best]) best = c;
+    for (int64_t c = 0; c < C; c++) sum += exp(logits[c] - logits[best]);
+    fprintf(f, "%lld\t%lld", (long long)id, (long long)best);
+    for (int64_t c = 0; c < C; c++) fprintf(f, "\t%.6f", exp(logits[c] - logits[best]) / sum);
+    fputc('\n', f);
+}
+
+/* <split>_predictions.tsv: a header, then one row per example in dataset order. */
+static int write_predictions(const char *dir, const char *split, const ut_dataset *ds,
+                             const double *logits, char *err, size_t n) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s_predictions.tsv", dir, split);
+    FILE *f = fopen(path, "w");
+    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    int64_t C = ds->num_classes;
+    fprintf(f, "index\tprediction");
+    for (int64_t c = 0; c < C; c++) fprintf(f, "\tprob_%lld", (long long)c);
+    fputc('\n', f);
+    for (int64_t i = 0; i < ds->n; i++)
+        write_prediction(f, ds->example_id ? ds->example_id[i] : i, logits + i * C, C);
+    if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
+    return 0;
+}
+
+/* What test mode says about a split on the console and in the log. */
+static void report_split(ut_runlog *log, const char *split, const ut_eval_result *r, bool labeled,
+                         bool predictions) {
+    char line[512] = "";
+    size_t k = 0;
+    for (int i = 0; labeled && i < r->n; i++)
+        k += (size_t)snprintf(line + k, sizeof line - k, "  %s %.4f", r->names[i], r->values[i]);
+    if (!labeled) snprintf(line, sizeof line, "  no labels: predictions only");
+    ut_say(log, "%s (%lld examples):%s%s%s%s\n", split, (long long)r->examples, line,
+           predictions ? "  -> " : "", predictions ? split : "", predictions ? "_predictions.tsv" : "");
+}
+
+/* Evaluates one split; classification data (num_classes > 0) also gets its
+ * predictions. Language-model data (token shards) gets none: a row per
+ * token would be a file many times the size of the data. */
 static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, const char *split,
                       const ut_config *c, const ut_hooks *h, const char *ckpt, int64_t step,
                       char *err, size_t n) {
@@ -55,18 +102,23 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     }
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
-    if (ut_evaluate(ut_comm_world(), ctx, m, ds, bs, h, &r, err, n)) return -1;
-    if (h->on_log) {
+    bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
+    double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
+    int rc = ut_evaluate_outputs(ut_comm_world(), ctx, m, ds, bs, h, &r, logits, &have, err, n);
+    if (!rc && h->on_log && labeled) {
         const char *names[UT_MAX_METRICS];
         for (int i = 0; i < r.n; i++) names[i] = r.names[i];
         h->on_log(h->user, split, step, r.n, names, r.values);
     }
-    char line[512];
-    size_t k = 0;
-    for (int i = 0; i < r.n; i++)
-        k += (size_t)snprintf(line + k, sizeof line - k, "  %s %.4f", r.names[i], r.values[i]);
-    ut_say(log, "%s (%lld examples):%s\n", split, (long long)r.examples, line);
-    return log->rank == 0 ? write_results(log->dir, split, &r, ckpt, step, err, n) : 0;
+    if (!rc) report_split(log, split, &r, labeled, have);
+    if (!rc && classify && !have)
+        ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld classes)\n", split,
+               (long long)ds->num_classes);
+    if (!rc && log->rank == 0)
+        rc = write_results(log->dir, split, &r, labeled, have, ckpt, step, err, n) ||
+             (have && write_predictions(log->dir, split, ds, logits, err, n));
+    ut_free(logits);
+    return rc ? -1 : 0;
 }
 
 int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
@@ -88,6 +140,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     if (ut_ckpt_load(path, model, NULL, &st, err, sizeof err)) goto out;
     ut_say(&log, "Testing %s (step %lld)\n", path, (long long)st.step);
     ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed});
+    ut_ctx_set_autocast(ctx, ut_run_precision(cfg));
     if (test_split(&log, ctx, model, dev, "dev", cfg, &h, path, st.step, err, sizeof err) ||
         test_split(&log, ctx, model, test, "test", cfg, &h, path, st.step, err, sizeof err))
         goto out;

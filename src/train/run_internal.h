@@ -5,11 +5,17 @@
 #define UTRAIN_RUN_INTERNAL_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/dist.h"
 #include "utrain/train.h"
+
+/* The autocast dtype of train.precision. */
+static inline ut_dtype ut_run_precision(const ut_config *c) {
+    return !strcmp(c->precision, "bf16") ? UT_BF16 : !strcmp(c->precision, "fp16") ? UT_F16 : UT_F32;
+}
 
 /* ---- where a run writes ---- */
 typedef struct {
@@ -70,6 +76,13 @@ int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t
 int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                       const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
                       char *err, size_t n);
+/* The same, and with outputs (ds->n x ds->num_classes doubles, zeroed) each
+ * example's output row (the model's (batch, num_classes) logits) at its
+ * dataset index, gathered over the ranks so that every rank has them all.
+ * *have_outputs is false when the outputs had another shape (nothing usable). */
+int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
+                        const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
+                        char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -131,11 +132,21 @@ static int drop_torn_line(const char *dir, char *err, size_t n) {
     return rc;
 }
 
+/* For progress auto. Under mpirun a rank's stdout is a pseudo-terminal even
+ * when mpirun's own output goes to a pipe or a file, so under a launcher only
+ * UTRAIN_STDOUT_TTY=1 (set by --nproc when its stdout is a terminal) counts. */
+static bool stdout_is_terminal(void) {
+    if (!isatty(STDOUT_FILENO)) return false;
+    bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    const char *tty = getenv("UTRAIN_STDOUT_TTY");
+    return !launched || (tty && !strcmp(tty, "1"));
+}
+
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
     rl->rank = rank;
     const char *p = cfg->progress;
-    rl->bar = !strcmp(p, "bar") || (!strcmp(p, "auto") && isatty(STDOUT_FILENO));
+    rl->bar = !strcmp(p, "bar") || (!strcmp(p, "auto") && stdout_is_terminal());
     rl->lines = !rl->bar && strcmp(p, "off");
     if (snprintf(rl->dir, sizeof rl->dir, "%s/%s", cfg->output_dir, cfg->experiment_name) >=
         (int)sizeof rl->dir) {
@@ -171,13 +182,30 @@ void ut_runlog_close(ut_runlog *rl) {
     memset(rl, 0, sizeof *rl);
 }
 
+/* Every line of the message gets the timestamp (blank lines stay blank), so
+ * a message printed in one call reads as whole lines in the file. */
 static void vnote(ut_runlog *rl, const char *fmt, va_list ap) {
     if (!rl->log) return;
-    char ts[32];
+    char ts[32], small[2048], *msg = small;
     time_t now = time(NULL);
     strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    fprintf(rl->log, "[%s] ", ts);
-    vfprintf(rl->log, fmt, ap);
+    va_list again;
+    va_copy(again, ap);
+    int len = vsnprintf(small, sizeof small, fmt, ap);
+    if (len >= (int)sizeof small) {
+        msg = ut_malloc_check((size_t)len + 1);
+        vsnprintf(msg, (size_t)len + 1, fmt, again);
+    }
+    va_end(again);
+    for (const char *p = msg; len > 0 && *p;) {
+        const char *nl = strchr(p, '\n');
+        int k = nl ? (int)(nl - p) : (int)strlen(p);
+        if (k > 0) fprintf(rl->log, "[%s] %.*s", ts, k, p);
+        if (!nl) break;
+        fputc('\n', rl->log);
+        p = nl + 1;
+    }
+    if (msg != small) ut_free(msg);
     fflush(rl->log);
 }
 

@@ -413,6 +413,51 @@ static void test_tsv_errors(void) {
     CHECK(!ut_vocab_build("word", tmp("bad.tsv"), 1, err, sizeof err) && strstr(err, "no examples"), "%s", err);
 }
 
+/* One file in each header layout: the columns are found by name, the index
+ * column gives the example ids, and a file without labels is unlabeled. */
+static void test_tsv_columns(void) {
+    const char *tr = tmp("train.tsv");
+    write_text(tr, TRAIN_TSV);
+    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v, "%s", err);
+    if (!v) return;
+    static const struct {
+        const char *text;
+        bool labeled, indexed;
+    } cases[] = {
+        {"sentence\tlabel\nthe cat\t2\na dog\t1\n", true, false},
+        {"index\tsentence\tlabel\n7\tthe cat\t2\n40\ta dog\t1\n", true, true},
+        {"label\tid\tsentence\n2\tx\tthe cat\n1\ty\ta dog\n", true, false},
+        {"index\tsentence\n7\tthe cat\n40\ta dog\n", false, true},
+        {"sentence\nthe cat\na dog\n", false, false},
+    };
+    const int32_t cat[3] = {2, 3, 0}, dog[3] = {9, 4, 0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *p = tmp("cols.tsv");
+        write_text(p, cases[c].text);
+        ut_dataset *ds = ut_tsv_dataset_open(p, v, 3, err, sizeof err);
+        CHECK(ds && ds->n == 2 && ds->num_classes == 3, "case %zu: %s", c, err);
+        if (!ds) continue;
+        CHECK(ds->unlabeled == !cases[c].labeled, "case %zu: unlabeled %d", c, ds->unlabeled);
+        CHECK(cases[c].indexed ? ds->example_id && ds->example_id[0] == 7 && ds->example_id[1] == 40
+                               : !ds->example_id, "case %zu: example ids", c);
+        int32_t x[3], y[2];
+        CHECK(!ds->get(ds, 0, x, &y[0], err, sizeof err) && !memcmp(x, cat, sizeof x), "case %zu: x %d %d %d", c,
+              x[0], x[1], x[2]);
+        CHECK(!ds->get(ds, 1, x, &y[1], err, sizeof err) && !memcmp(x, dog, sizeof x), "case %zu: x %d %d %d", c,
+              x[0], x[1], x[2]);
+        CHECK(cases[c].labeled ? y[0] == 2 && y[1] == 1 : y[0] == 0 && y[1] == 0, "case %zu: y %d %d", c, y[0], y[1]);
+        ut_dataset_free(ds);
+    }
+    expect_tsv_error("index\tsentence\nx7\tthe cat\n", v, ":2: bad index 'x7'");
+    expect_tsv_error("index\tlabel\n7\t1\n", v, ":1: no header");
+    /* the vocabulary comes from labeled text only */
+    write_text(tmp("cols.tsv"), "index\tsentence\n7\tthe cat\n");
+    CHECK(!ut_vocab_build("word", tmp("cols.tsv"), 1, err, sizeof err) && strstr(err, "cols.tsv:1: no 'label' column"),
+          "%s", err);
+    ut_vocab_free(v);
+}
+
 static void test_sst2_sample(void) {
     ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", 1, err, sizeof err);
     CHECK(v && ut_vocab_num_classes(v) == 2 && ut_vocab_size(v) > 50, "%s", err);
@@ -593,7 +638,8 @@ static void test_loader_matches_sampler(void) {
             int64_t c = ut_sampler_next(&ref, idx);
             same &= rc == 1 && b.count == c && b.epoch == epoch && b.cursor_after == ref.cursor;
             for (int64_t j = 0; j < c && same; j++)
-                same &= ((int32_t *)b.y)[j] == idx[j] && ((float *)b.x)[2 * j + 1] == (float)-idx[j];
+                same &= ((int32_t *)b.y)[j] == idx[j] && ((float *)b.x)[2 * j + 1] == (float)-idx[j] &&
+                        b.idx[j] == idx[j];
             if (epoch == 0 && k == 0) allocs = ut_alloc_count();
         }
         CHECK(ut_loader_next(l, &b, err, sizeof err) == 0 && b.count == 0, "end of epoch %d", epoch);
@@ -665,6 +711,7 @@ int main(void) {
     RUN(test_vocab_escapes_and_bytes);
     RUN(test_tsv_errors);
     RUN(test_tsv_nul_byte);
+    RUN(test_tsv_columns);
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);

@@ -1,0 +1,95 @@
+/* The backend interface: what a device provides. One table per device, chosen
+ * by the context's device (ut_backend_get); core, ops and the layers above
+ * reach device memory and kernels only through it.
+ * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_backend,
+ *          ut_backend_get, ut_backend_check. */
+#ifndef UTRAIN_BACKEND_H
+#define UTRAIN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "utrain/tensor.h"
+
+/* Direction of a copy: H = host memory, D = the backend's device memory. On
+ * the CPU backend every kind is a memcpy. */
+typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_kind;
+
+/* An op's kernels on one device. forward computes t's data from t->src;
+ * backward ADDS into src[i]->grad from t->grad (see ut_op_owns_src0_grad in
+ * src/core/internal.h for the one exception). NULL: nothing to do. */
+typedef void (*ut_op_fn)(ut_tensor *t);
+typedef struct {
+    ut_op_fn forward;
+    ut_op_fn backward;
+} ut_op_vtable;
+
+/* Streams: the compute stream ops run on, and the communication stream that
+ * collectives overlap on. */
+typedef enum { UT_STREAM_COMPUTE = 0, UT_STREAM_COMM } ut_stream_kind;
+
+/* One optimizer step's scalars, computed by src/optim and rounded to float
+ * the way torch hands its Python scalars to float kernels. */
+typedef struct {
+    bool adamw;
+    float decay_mul;        /* AdamW: 1 - lr*wd */
+    float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
+    float lr, wd;           /* SGD */
+    float momentum, one_m_damp;
+    bool use_momentum, first, nesterov;
+} ut_optim_consts;
+
+typedef struct ut_backend {
+    const char *name;
+    ut_device device;
+
+    /* ---- memory: device memory is opaque to callers outside src/backend ---- */
+    void *(*alloc)(size_t bytes);                 /* 64-byte aligned; aborts when out of memory */
+    void (*free)(void *p);
+    /* Whole pages of their own, zeroed: the flat parameter and gradient
+     * buffers. pages_release zeroes bytes [off, off + len) of the buffer at
+     * base and gives the whole pages inside back (they read as zeros). */
+    void *(*pages_alloc)(size_t bytes);
+    void (*pages_release)(void *base, size_t off, size_t len);
+    void (*pages_free)(void *p, size_t bytes);
+    void (*memset)(void *p, int v, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
+    /* n elements of src (dtype from) into dst (dtype to), both device
+     * memory; F32, BF16, F16 in any pair, rounding to nearest even. */
+    void (*convert)(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
+    /* dst[i] = src[i] rounded to the nearest value of dt (BF16 or F16; F32
+     * copies), kept as float32: the operands autocast hands to a matmul.
+     * dst may equal src. */
+    void (*round)(float *dst, const float *src, int64_t n, ut_dtype dt);
+
+    /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def ---- */
+    const ut_op_vtable *ops;
+
+    /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
+    /* sum of x[i]^2 in double, the same bits whatever the thread count */
+    double (*sum_sq)(const float *x, int64_t n);
+    void (*scale)(float *x, int64_t n, float s);  /* x *= s */
+    /* One run of n elements of the optimizer step, as torch's single-tensor
+     * AdamW / SGD: p, g, m, v (AdamW) or p, g, buf (SGD momentum buffer, NULL
+     * without momentum) are the run's slices; decay_mul / wd the run's
+     * weight decay; zero: also store g[i] = 0 once read. */
+    void (*adamw_update)(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
+                         const ut_optim_consts *k, bool zero);
+    void (*sgd_update)(float *p, float *g, float *buf, int64_t n, float wd,
+                       const ut_optim_consts *k, bool zero);
+
+    /* ---- streams (CPU: NULL streams, synchronous) ---- */
+    void *(*stream_new)(ut_stream_kind kind);
+    void (*stream_sync)(void *s);                 /* waits for work queued on s */
+    void (*stream_free)(void *s);
+} ut_backend;
+
+/* The backend of dev, or NULL when this build has none for it
+ * (src/backend/backends.def lists the ones built in). */
+const ut_backend *ut_backend_get(ut_device dev);
+/* 0 when dev has a backend; else -1 with a message in err naming the device
+ * and the backends this build has. */
+int ut_backend_check(ut_device dev, char *err, size_t n);
+
+#endif

@@ -1,0 +1,31 @@
+/* The CPU backend's table: host memory, the OpenMP/OpenBLAS kernels, flat
+ * math and optimizer updates; streams are NULL and work is synchronous. */
+#include "cpu.h"
+
+static void *stream_new(ut_stream_kind kind) {
+    (void)kind;
+    return NULL;
+}
+static void stream_noop(void *s) { (void)s; }
+
+const ut_backend ut_backend_cpu = {
+    .name = "cpu",
+    .device = UT_CPU,
+    .alloc = ut_cpu_alloc,
+    .free = ut_cpu_free,
+    .pages_alloc = ut_cpu_pages_alloc,
+    .pages_release = ut_cpu_pages_release,
+    .pages_free = ut_cpu_pages_free,
+    .memset = ut_cpu_memset,
+    .copy = ut_cpu_copy,
+    .convert = ut_cpu_convert,
+    .round = ut_cpu_round,
+    .ops = ut_ops_cpu,
+    .sum_sq = ut_cpu_sum_sq,
+    .scale = ut_cpu_scale,
+    .adamw_update = ut_cpu_adamw_update,
+    .sgd_update = ut_cpu_sgd_update,
+    .stream_new = stream_new,
+    .stream_sync = stream_noop,
+    .stream_free = stream_noop,
+};

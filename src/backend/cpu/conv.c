@@ -1,0 +1,234 @@
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
+ * im2col per image and one sgemm per image, parallel over the batch with a
+ * column buffer per thread (OpenBLAS runs single-threaded inside the region).
+ * Parameters: ut_conv2d_stride, ut_conv2d_padding (src/ops/params.h). */
+#include <omp.h>
+
+#include "gemm.h"
+#include "cpu.h"
+#include "../../ops/params.h"
+
+/* The weight gradient is summed over the batch in this many fixed chunks of
+ * consecutive images, then the chunk partials in chunk order: the result does
+ * not depend on the thread count. */
+#define CONV_DW_CHUNKS 16
+
+/* The bias gradient of one output channel adds pixel p of every image's plane
+ * into lane p % CONV_DB_LANES (independent chains, so the loop vectorises
+ * without reassociation), then folds the lanes in a fixed halving tree: the
+ * result depends on neither the thread count nor the vector width. */
+#define CONV_DB_LANES 16
+
+typedef struct {
+    int64_t B, C, H, W;       /* input */
+    int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
+    int64_t S, P;             /* stride, padding */
+    int64_t OH, OW;           /* output */
+} ut_conv2d_shape;
+
+/* The output columns [*ow0, *ow1) of a stride-1 row with kernel column kw read
+ * input columns ow - P + kw inside [0, W); the others cover padding. */
+static void valid_cols_s1(int64_t *ow0, int64_t *ow1, int64_t kw, const ut_conv2d_shape *d) {
+    int64_t lo = d->P - kw, hi = d->W + d->P - kw;
+    *ow0 = lo > 0 ? lo : 0;
+    *ow1 = hi < d->OW ? hi : d->OW;
+    if (*ow1 < *ow0) *ow1 = *ow0;
+}
+
+/* col (C*KH*KW, OH*OW) from one image x (C, H, W); zero where the window
+ * covers padding. Stride 1 copies each row's valid span in one piece (it is
+ * contiguous in x); other strides gather element by element. */
+static void im2col(float *col, const float *x, const ut_conv2d_shape *d) {
+    int64_t OHW = d->OH * d->OW;
+    for (int64_t c = 0; c < d->C; c++)
+        for (int64_t kh = 0; kh < d->KH; kh++)
+            for (int64_t kw = 0; kw < d->KW; kw++) {
+                float *row = col + ((c * d->KH + kh) * d->KW + kw) * OHW;
+                int64_t ow0 = 0, ow1 = 0;
+                if (d->S == 1) valid_cols_s1(&ow0, &ow1, kw, d);
+                for (int64_t oh = 0; oh < d->OH; oh++) {
+                    int64_t ih = oh * d->S - d->P + kh;
+                    float *r = row + oh * d->OW;
+                    if (ih < 0 || ih >= d->H) {
+                        memset(r, 0, (size_t)d->OW * sizeof(float));
+                        continue;
+                    }
+                    const float *xr = x + (c * d->H + ih) * d->W;
+                    if (d->S == 1) {
+                        /* rows are short (OW floats): an inline vector copy,
+                         * no library call per row */
+                        int64_t shift = kw - d->P;
+                        for (int64_t ow = 0; ow < ow0; ow++) r[ow] = 0.0f;
+#pragma omp simd
+                        for (int64_t ow = ow0; ow < ow1; ow++) r[ow] = xr[ow + shift];
+                        for (int64_t ow = ow1; ow < d->OW; ow++) r[ow] = 0.0f;
+                        continue;
+                    }
+                    for (int64_t ow = 0; ow < d->OW; ow++) {
+                        int64_t iw = ow * d->S - d->P + kw;
+                        r[ow] = iw >= 0 && iw < d->W ? xr[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+/* dx row xr (W) += the valid span of col row r for kernel column kw (stride 1) */
+static void add_row_s1(float *restrict xr, const float *restrict r, int64_t kw,
+                       const ut_conv2d_shape *d) {
+    int64_t ow0, ow1;
+    valid_cols_s1(&ow0, &ow1, kw, d);
+    int64_t shift = kw - d->P;
+#pragma omp simd
+    for (int64_t ow = ow0; ow < ow1; ow++) xr[ow + shift] += r[ow];
+}
+
+/* dx (C, H, W) of one image += col (C*KH*KW, OH*OW) folded back (adjoint of
+ * im2col). Every dx element receives its terms in (kh, kw) order on both
+ * paths, so they give the same bits. Stride 1 goes row by row of dx (which
+ * stays in L1 while its KH*KW source rows are added, each a contiguous
+ * vectorised span); other strides scatter element by element. */
+static void col2im_add(float *dx, const float *col, const ut_conv2d_shape *d) {
+    int64_t OHW = d->OH * d->OW;
+    if (d->S == 1) {
+        for (int64_t c = 0; c < d->C; c++)
+            for (int64_t ih = 0; ih < d->H; ih++) {
+                float *xr = dx + (c * d->H + ih) * d->W;
+                for (int64_t kh = 0; kh < d->KH; kh++) {
+                    int64_t oh = ih + d->P - kh;
+                    if (oh < 0 || oh >= d->OH) continue;
+                    for (int64_t kw = 0; kw < d->KW; kw++)
+                        add_row_s1(xr, col + ((c * d->KH + kh) * d->KW + kw) * OHW + oh * d->OW,
+                                   kw, d);
+                }
+            }
+        return;
+    }
+    for (int64_t c = 0; c < d->C; c++)
+        for (int64_t kh = 0; kh < d->KH; kh++)
+            for (int64_t kw = 0; kw < d->KW; kw++) {
+                const float *row = col + ((c * d->KH + kh) * d->KW + kw) * OHW;
+                for (int64_t oh = 0; oh < d->OH; oh++) {
+                    int64_t ih = oh * d->S - d->P + kh;
+                    if (ih < 0 || ih >= d->H) continue;
+                    const float *r = row + oh * d->OW;
+                    float *xr = dx + (c * d->H + ih) * d->W;
+                    for (int64_t ow = 0; ow < d->OW; ow++) {
+                        int64_t iw = ow * d->S - d->P + kw;
+                        if (iw >= 0 && iw < d->W) xr[iw] += r[ow];
+                    }
+                }
+            }
+}
+
+/* out (B, OC, OH*OW) = w (OC, C*KH*KW) @ im2col(x[b]) + b (OC) per image, on nthr
+ * threads. cols: nthr buffers of C*KH*KW * OH*OW floats. */
+void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
+                           const float *b, const ut_conv2d_shape *d, int nthr) {
+    int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW;
+#pragma omp parallel num_threads(nthr)
+    {
+        float *col = cols + (int64_t)omp_get_thread_num() * K * OHW;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < d->B; n++) {
+            float *o = out + n * d->OC * OHW;
+            im2col(col, x + n * d->C * d->H * d->W, d);
+            if (b)
+                for (int64_t oc = 0; oc < d->OC; oc++)
+                    for (int64_t p = 0; p < OHW; p++) o[oc * OHW + p] = b[oc];
+            ut_gemm(false, false, d->OC, OHW, K, 1.0f, w, col, b ? 1.0f : 0.0f, o);
+        }
+    }
+}
+
+/* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
+ * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL. Runs on nthr threads.
+ * cols: 2 * nthr buffers of C*KH*KW * OH*OW floats; dw_part: CONV_DW_CHUNKS * OC*C*KH*KW. */
+void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
+                            const float *dout, const float *x, const float *w,
+                            const ut_conv2d_shape *d, int nthr) {
+    int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
+    int64_t nch = d->B < CONV_DW_CHUNKS ? d->B : CONV_DW_CHUNKS;
+    if (dx || dw) {
+#pragma omp parallel num_threads(nthr)
+        {
+            float *col = cols + 2 * (int64_t)omp_get_thread_num() * K * OHW, *dcol = col + K * OHW;
+#pragma omp for schedule(static)
+            for (int64_t ch = 0; ch < nch; ch++) {
+                float *pw = dw ? dw_part + ch * NW : NULL;
+                for (int64_t n = ch * d->B / nch; n < (ch + 1) * d->B / nch; n++) {
+                    const float *g = dout + n * d->OC * OHW;
+                    if (dw) {
+                        bool first = n == ch * d->B / nch;
+                        im2col(col, x + n * d->C * d->H * d->W, d);
+                        ut_gemm(false, true, d->OC, K, OHW, 1.0f, g, col, first ? 0.0f : 1.0f, pw);
+                    }
+                    if (dx) {
+                        ut_gemm(true, false, K, OHW, d->OC, 1.0f, w, g, 0.0f, dcol);
+                        col2im_add(dx + n * d->C * d->H * d->W, dcol, d);
+                    }
+                }
+            }
+        }
+    }
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < NW; i++) {
+            float s = 0.0f;
+            for (int64_t ch = 0; ch < nch; ch++) s += dw_part[ch * NW + i];
+            dw[i] += s;
+        }
+    }
+    if (db) {
+#pragma omp parallel for schedule(static)
+        for (int64_t oc = 0; oc < d->OC; oc++) {
+            float acc[CONV_DB_LANES] = {0};
+            for (int64_t n = 0; n < d->B; n++) {
+                const float *g = dout + (n * d->OC + oc) * OHW;
+                int64_t p = 0;
+                for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
+                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += g[p + j];
+                for (int j = 0; p + j < OHW; j++) acc[j] += g[p + j];
+            }
+            for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+            db[oc] += acc[0];
+        }
+    }
+}
+
+static ut_conv2d_shape shape_of(const ut_tensor *t) {
+    const ut_tensor *x = t->src[0], *w = t->src[1];
+    return (ut_conv2d_shape){.B = x->ne[0], .C = x->ne[1], .H = x->ne[2], .W = x->ne[3],
+                             .OC = w->ne[0], .KH = w->ne[2], .KW = w->ne[3],
+                             .S = ut_conv2d_stride(t), .P = ut_conv2d_padding(t), .OH = t->ne[2], .OW = t->ne[3]};
+}
+
+/* Threads for n independent work items: no more than items, so that column
+ * buffers (one per thread) are not allocated for idle threads. */
+static int threads_for(int64_t n) {
+    int m = omp_get_max_threads();
+    return n < m ? (n > 0 ? (int)n : 1) : m;
+}
+
+void ut_conv2d_fwd_cpu(ut_tensor *t) {
+    ut_conv2d_shape d = shape_of(t);
+    int nthr = threads_for(d.B);
+    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
+    float *cols = ut_ctx_alloc(t->ctx, (size_t)nthr * col * sizeof(float));
+    ut_tensor *b = t->src[2];
+    ut_conv2d_forward_cpu(ut_f32(t), cols, ut_f32(t->src[0]), ut_f32(t->src[1]),
+                          b ? ut_f32(b) : NULL, &d, nthr);
+}
+
+void ut_conv2d_bwd_cpu(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
+    ut_conv2d_shape d = shape_of(t);
+    float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
+    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
+    int nthr = threads_for(d.B < CONV_DW_CHUNKS ? d.B : CONV_DW_CHUNKS);
+    float *cols = NULL, *dw_part = NULL;
+    if (dx || dw) cols = ut_ctx_alloc(t->ctx, 2 * (size_t)nthr * col * sizeof(float));
+    if (dw) dw_part = ut_ctx_alloc(t->ctx, CONV_DW_CHUNKS * nw * sizeof(float));
+    ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
+                           ut_f32(x), ut_f32(w), &d, nthr);
+}

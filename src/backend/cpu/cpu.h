@@ -1,0 +1,53 @@
+/* Declarations shared by the CPU backend's files.
+ * defines: ut_ops_cpu, ut_<op>_fwd_cpu / ut_<op>_bwd_cpu (one pair per line of
+ *          src/core/ops.def), ut_cpu_* memory, flat-math and optimizer functions. */
+#ifndef UTRAIN_CPU_H
+#define UTRAIN_CPU_H
+
+#include "../backend.h"
+#include "internal.h"
+
+extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
+
+#define UT_OP(E, stem)                        \
+    void ut_##stem##_fwd_cpu(ut_tensor *t);   \
+    void ut_##stem##_bwd_cpu(ut_tensor *t);
+#define UT_OP_ANY(E, stem)
+#include "ops.def"
+#undef UT_OP_ANY
+#undef UT_OP
+
+/* Strided loops (view.c): dst (contiguous, shape ne) = src read with strides
+ * st; dst read with strides st += src (contiguous, shape ne). */
+void ut_strided_gather(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
+void ut_strided_add(float *dst, const float *src, int ndim, const int64_t *ne, const int64_t *st);
+
+void *ut_cpu_alloc(size_t bytes);
+void ut_cpu_free(void *p);
+void *ut_cpu_pages_alloc(size_t bytes);
+void ut_cpu_pages_release(void *base, size_t off, size_t len);
+void ut_cpu_pages_free(void *p, size_t bytes);
+void ut_cpu_memset(void *p, int v, size_t bytes);
+void ut_cpu_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
+double ut_cpu_sum_sq(const float *x, int64_t n);
+void ut_cpu_scale(float *x, int64_t n, float s);
+void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,
+                         float *restrict v, int64_t n, float decay_mul, const ut_optim_consts *k,
+                         bool zero);
+/* Storage conversions (convert.c): arrays, single values (the references the
+ * vector paths are tested against), any pair of F32/BF16/F16, and rounding
+ * float32 to the values a 16-bit type holds (dst may equal src). */
+void ut_f32_to_bf16_cpu(uint16_t *restrict dst, const float *restrict src, int64_t n);
+void ut_bf16_to_f32_cpu(float *restrict dst, const uint16_t *restrict src, int64_t n);
+void ut_f32_to_f16_cpu(uint16_t *dst, const float *src, int64_t n);
+void ut_f16_to_f32_cpu(float *dst, const uint16_t *src, int64_t n);
+uint16_t ut_f32_to_bf16_scalar(float f);
+float ut_bf16_to_f32_scalar(uint16_t h);
+uint16_t ut_f32_to_f16_scalar(float f);
+float ut_f16_to_f32_scalar(uint16_t h);
+void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
+void ut_cpu_round(float *dst, const float *src, int64_t n, ut_dtype dt);
+void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
+                       float wd, const ut_optim_consts *k, bool zero);
+
+#endif

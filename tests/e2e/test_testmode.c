@@ -1,0 +1,294 @@
+/* End to end through the `utrain` program: test mode's predictions files
+ * (values against the results, one rank against two), unlabeled GLUE test
+ * files, one checkpoint per epoch by default, and what a resumed run writes
+ * (epoch table, TensorBoard, log lines); the progress display under --nproc. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256];
+
+/* a/b in one of 16 rotating buffers: use the result at once or copy it */
+static const char *path_in(const char *a, const char *b) {
+    static char buf[16][1024];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
+    return buf[k];
+}
+
+/* utrain CMD configs/sst2_bow.yml with output_dir in tmp and up to 10 more
+ * --set values; stdout and stderr into tmp/NAME.out, shown if the exit code
+ * is not expect. */
+static int run_sst2x(const char *cmd, const char *name, const char *const *sets, const char *nproc, int expect) {
+    char outdir[400], exp[128];
+    snprintf(outdir, sizeof outdir, "output_dir=%s/runs", tmp);
+    snprintf(exp, sizeof exp, "experiment_name=%s", name);
+    const char *argv[32] = {cmd, "configs/sst2_bow.yml", "--set", outdir, "--set", exp};
+    int n = 6;
+    for (int i = 0; sets && sets[i] && n < 26; i++) argv[n++] = "--set", argv[n++] = sets[i];
+    if (nproc) argv[n++] = "--nproc", argv[n++] = nproc;
+    argv[n] = NULL;
+    char out[400];
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    int rc = tp_run(argv, out);
+    if (rc != expect) {
+        char *s = tp_slurp(out);
+        fprintf(stderr, "  utrain %s %s exited %d:\n%s\n", cmd, name, rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+static int run_sst2(const char *cmd, const char *name, const char *const *sets, const char *nproc) {
+    return run_sst2x(cmd, name, sets, nproc, 0);
+}
+
+static char *run_dir(const char *name) {
+    static char d[512];
+    snprintf(d, sizeof d, "%s/runs/%s", tmp, name);
+    return d;
+}
+
+/* The labels of a labeled TSV in file order (column after the tab). */
+static int read_labels(const char *path, int *labels, int max) {
+    char *s = tp_slurp(path);
+    int k = 0;
+    for (char *line = s ? strchr(s, '\n') : NULL; line && line[1] && k < max; line = strchr(line + 1, '\n'))
+        labels[k++] = atoi(strchr(line + 1, '\t') + 1);
+    free(s);
+    return k;
+}
+
+typedef struct {
+    long long index;
+    int pred;
+    double prob[2];
+} pred_row;
+
+/* Rows of a two-class predictions file; -1 if the header is not as documented. */
+static int read_predictions(const char *path, pred_row *rows, int max) {
+    char *s = tp_slurp(path);
+    if (!s || strncmp(s, "index\tprediction\tprob_0\tprob_1\n", 31)) {
+        free(s);
+        return -1;
+    }
+    int k = 0;
+    for (char *p = s + 31; *p && k < max; k++) {
+        pred_row *r = &rows[k];
+        if (sscanf(p, "%lld\t%d\t%lf\t%lf", &r->index, &r->pred, &r->prob[0], &r->prob[1]) != 4) break;
+        p = strchr(p, '\n');
+        if (!p) break;
+        p++;
+    }
+    free(s);
+    return k;
+}
+
+/* The number after "key": in a results file; NAN if absent. */
+static double json_number(const char *s, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = s ? strstr(s, k) : NULL;
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+static int count_checkpoints(const char *name) {
+    int n = 0;
+    for (int s = 1; s <= 200; s++) {
+        char f[64];
+        snprintf(f, sizeof f, "checkpoints/step_%08d.safetensors", s);
+        n += access(path_in(run_dir(name), f), R_OK) == 0;
+    }
+    return n;
+}
+
+/* ---- tests ---- */
+/* 3 epochs of 15 steps with the defaults leave 3 checkpoints; test mode
+ * writes predictions that agree with the accuracy it reports. */
+static void test_epoch_checkpoints_and_predictions(void) {
+    CHECK(run_sst2("train", "base", (const char *[]){"train.epochs=3", NULL}, NULL) == 0, "train");
+    CHECK(count_checkpoints("base") == 3, "%d checkpoints after 3 epochs", count_checkpoints("base"));
+    for (int s = 15; s <= 45; s += 15) {
+        char f[64];
+        snprintf(f, sizeof f, "checkpoints/step_%08d.safetensors", s);
+        CHECK(access(path_in(run_dir("base"), f), R_OK) == 0, "%s", f);
+    }
+    CHECK(run_sst2("test", "base", NULL, NULL) == 0, "test");
+    const char *split[2] = {"dev", "test"};
+    for (int i = 0; i < 2; i++) {
+        char tsv[64], res[64], pf[64];
+        snprintf(tsv, sizeof tsv, "data/sst2_sample/%s.tsv", split[i]);
+        snprintf(res, sizeof res, "%s_results.json", split[i]);
+        snprintf(pf, sizeof pf, "%s_predictions.tsv", split[i]);
+        int labels[100];
+        pred_row rows[100];
+        int nl = read_labels(tsv, labels, 100), np = read_predictions(path_in(run_dir("base"), pf), rows, 100);
+        CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split[i], nl, np);
+        int hits = 0;
+        for (int k = 0; k < np && k < nl; k++) {
+            pred_row *r = &rows[k];
+            CHECK(r->index == k, "%s row %d: index %lld", split[i], k, r->index);
+            CHECK_NEAR(r->prob[0] + r->prob[1], 1.0, 2e-6);
+            CHECK(r->pred == (r->prob[1] > r->prob[0]), "%s row %d: prediction %d, probabilities %g %g", split[i],
+                  k, r->pred, r->prob[0], r->prob[1]);
+            hits += r->pred == labels[k];
+        }
+        char *s = tp_slurp(path_in(run_dir("base"), res));
+        double acc = json_number(s, "accuracy");
+        CHECK_NEAR(acc, (double)hits / 60.0, 1e-6);
+        CHECK(s && strstr(s, "\"predictions\": \"") && strstr(s, pf), "%s", s);
+        free(s);
+    }
+}
+
+/* The GLUE test layout (index<TAB>sentence): predictions with the file's
+ * ids, results without loss or accuracy; the same predictions as the labeled
+ * file with the same sentences. Also the header-named column orders. */
+static void test_unlabeled_test_file(void) {
+    const char *glue = path_in(tmp, "glue_test.tsv");
+    FILE *f = fopen(glue, "w");
+    char *src = tp_slurp("data/sst2_sample/test.tsv");
+    fprintf(f, "index\tsentence\n");
+    int k = 0;
+    for (char *line = src ? strchr(src, '\n') + 1 : NULL; line && *line; k++) {
+        char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        fprintf(f, "%d\t%.*s\n", 1000 + 3 * k, (int)(tab - line), line);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(src);
+    fclose(f);
+    char set[600];
+    snprintf(set, sizeof set, "data.test_path=%s", glue);
+    CHECK(run_sst2("test", "base", (const char *[]){set, NULL}, NULL) == 0, "test with an unlabeled file");
+    char *s = tp_slurp(path_in(run_dir("base"), "test_results.json"));
+    CHECK(s && strstr(s, "\"labeled\": false") && strstr(s, "no label column") && !strstr(s, "\"loss\"") &&
+              !strstr(s, "\"accuracy\"") && strstr(s, "\"examples\": 60"), "%s", s);
+    free(s);
+    s = tp_slurp(path_in(tmp, "base.out"));
+    CHECK(s && strstr(s, "test (60 examples):  no labels: predictions only  -> test_predictions.tsv"), "%s", s);
+    free(s);
+    pred_row rows[100], ref[100];
+    int n = read_predictions(path_in(run_dir("base"), "test_predictions.tsv"), rows, 100);
+    CHECK(n == 60 && k == 60, "%d predictions of %d", n, k);
+    /* the labeled file again, for the reference predictions */
+    CHECK(run_sst2("test", "base", NULL, NULL) == 0, "test, labeled");
+    CHECK(read_predictions(path_in(run_dir("base"), "test_predictions.tsv"), ref, 100) == 60, "reference");
+    for (int i = 0; i < n; i++)
+        CHECK(rows[i].index == 1000 + 3 * i && rows[i].pred == ref[i].pred && rows[i].prob[0] == ref[i].prob[0],
+              "row %d: %lld %d %g vs %d %g", i, rows[i].index, rows[i].pred, rows[i].prob[0], ref[i].pred,
+              ref[i].prob[0]);
+}
+
+/* An unlabeled train or dev file cannot train: exit 1 naming the file. */
+static void test_unlabeled_refused_for_training(void) {
+    const char *glue = path_in(tmp, "glue_dev.tsv");
+    FILE *f = fopen(glue, "w");
+    fprintf(f, "index\tsentence\n0\ta fine film .\n1\ta dull film .\n");
+    fclose(f);
+    const char *key[2] = {"data.dev_path", "data.train_path"};
+    for (int i = 0; i < 2; i++) {
+        char set[600], name[32];
+        snprintf(set, sizeof set, "%s=%s", key[i], glue);
+        snprintf(name, sizeof name, "refused%d", i);
+        CHECK(run_sst2x("train", name, (const char *[]){set, NULL}, NULL, 1) == 1, "%s unlabeled: exit 1", key[i]);
+        char *s = tp_slurp(path_in(tmp, i ? "refused1.out" : "refused0.out"));
+        CHECK(s && strstr(s, "glue_dev.tsv:1: no 'label' column") && strstr(s, "data.test_path"), "%s", s);
+        free(s);
+    }
+}
+
+/* Two ranks, a batch that does not divide the split: the same files. */
+static void test_predictions_two_ranks(void) {
+    char *one = tp_slurp(path_in(run_dir("base"), "dev_predictions.tsv"));
+    CHECK(run_sst2("test", "base", (const char *[]){"train.eval_batch_size=7", NULL}, "2") == 0, "--nproc 2");
+    char *two = tp_slurp(path_in(run_dir("base"), "dev_predictions.tsv"));
+    CHECK(one && two && !strcmp(one, two), "1 rank and 2 ranks differ");
+    free(one);
+    free(two);
+    char *s = tp_slurp(path_in(run_dir("base"), "dev_results.json"));
+    CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
+    free(s);
+}
+
+/* train 2 epochs, resume to 4: the table starts at epoch 3 without a NaN row,
+ * the step of the resume is evaluated (and sent to TensorBoard) once, and
+ * every line of the log file starts with its timestamp. Also with evaluation
+ * and saving by steps that fall on the epoch's end, and with drop_last (the
+ * epoch ends short of the last examples). */
+static void test_resume_outputs(void) {
+    static const struct {
+        const char *name, *sets[4];
+        int steps_per_epoch;
+    } cases[] = {
+        {"resume", {NULL}, 15},
+        {"resume_steps", {"train.eval_strategy=steps", "train.eval_interval=15", "train.save_strategy=steps",
+                          "train.save_interval=15"}, 15},
+        {"resume_drop", {"train.batch_size=7", "data.drop_last=true", NULL}, 34},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *name = cases[c].name, *const *x = cases[c].sets;
+        int spe = cases[c].steps_per_epoch;
+        const char *first[8] = {"train.epochs=2"}, *second[8] = {"train.epochs=4", "continue_training=true"};
+        for (int k = 0; k < 4 && x[k]; k++) first[1 + k] = x[k], second[2 + k] = x[k];
+        CHECK(run_sst2("train", name, first, NULL) == 0, "%s: 2 epochs", name);
+        CHECK(run_sst2("train", name, second, NULL) == 0, "%s: resume to 4", name);
+        char want[128], eval[64], out[600], cmd[1400];
+        snprintf(want, sizeof want, "(step %d, epoch 2, 0 examples into the epoch)", 2 * spe);
+        snprintf(eval, sizeof eval, "eval  step %d ", 2 * spe);
+        snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+        char *s = tp_slurp(out);
+        const char *shown = s ? s : "(no output)";
+        CHECK(s && strstr(s, want), "%s: %s", name, shown);
+        CHECK(s && !strstr(s, "nan") && !strstr(s, eval) && strstr(s, "\n3      0.") && !strstr(s, "\n2      "),
+              "%s: %s", name, shown);
+        free(s);
+        snprintf(out, sizeof out, "%s/tb.out", tmp);
+        snprintf(cmd, sizeof cmd, "python3 tests/tools/read_tfevents.py %s/tensorboard --tag dev/accuracy > %s",
+                 run_dir(name), out);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        s = tp_slurp(out);
+        int at = 0, lines = 0;
+        for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
+            lines++;
+            at += atoi(p) == 2 * spe;
+        }
+        CHECK(at == 1 && lines == 4, "%s: dev/accuracy: %d points, %d at step %d:\n%s", name, lines, at, 2 * spe, s);
+        free(s);
+        s = tp_slurp(path_in(run_dir(name), "logger_logs/training_0.log"));
+        int bad = 0;
+        for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+            if (*p != '\n' && strncmp(p, "[20", 3)) bad++;
+        CHECK(s && bad == 0, "%s: %d log lines without a timestamp", name, bad);
+        snprintf(want, sizeof want, "] Training done: %d steps in ", 4 * spe);
+        CHECK(s && strstr(s, want) && strstr(s, " s; best dev/accuracy "), "%s: end line split", name);
+        free(s);
+    }
+}
+
+/* --nproc 2 with progress auto and the output in a file: lines, no bar. */
+static void test_progress_under_nproc(void) {
+    CHECK(run_sst2("train", "nproc", (const char *[]){"train.epochs=1", "train.batch_size=8", "train.log_interval=5",
+                                                      NULL}, "2") == 0, "train --nproc 2");
+    char *s = tp_slurp(path_in(tmp, "nproc.out"));
+    CHECK(s && !strchr(s, '\r') && !strstr(s, "\033[K") && strstr(s, "step 15/15"), "%s", s);
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-testmode")) return 1;
+    RUN(test_epoch_checkpoints_and_predictions);
+    RUN(test_unlabeled_test_file);
+    RUN(test_unlabeled_refused_for_training);
+    RUN(test_resume_outputs);
+    /* the jobs under mpirun last: their environment turns LeakSanitizer off */
+    tp_mpi_env(true);
+    RUN(test_predictions_two_ranks);
+    RUN(test_progress_under_nproc);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}

@@ -1,0 +1,141 @@
+/* The backend layer: the registry (src/backend/backends.def), the CPU
+ * backend's memory and flat math, whole-tensor copies (ut_tensor_set/get),
+ * op names without a backend, and a context asked for a device this build
+ * has no backend for. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../src/backend/backend.h"
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
+#include "utrain/optim.h"
+#include "utrain/tensor.h"
+
+static void test_registry(void) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    CHECK(cpu && !strcmp(cpu->name, "cpu") && cpu->device == UT_CPU, "cpu backend");
+    CHECK(ut_backend_check(UT_CPU, NULL, 0) == 0, "cpu is built in");
+    char err[256] = "";
+    /* this build has no CUDA backend (no line in backends.def) */
+    CHECK(ut_backend_get(UT_CUDA) == NULL, "cuda backend present?");
+    CHECK(ut_backend_check(UT_CUDA, err, sizeof err) == -1, "cuda check");
+    CHECK(strstr(err, "no cuda backend") && strstr(err, "built in: cpu"), "%s", err);
+    CHECK(ut_backend_get((ut_device)99) == NULL, "out-of-range device");
+}
+
+static void test_every_op_has_cpu_kernels(void) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    CHECK(cpu->ops[0].forward == NULL && cpu->ops[0].backward == NULL, "leaf entry");
+    for (int op = 1; op < ut_op_count(); op++)
+        CHECK(cpu->ops[op].forward && cpu->ops[op].backward, "op %s has no CPU kernel",
+              ut_op_name(op));
+    CHECK(!strcmp(ut_op_name(0), "leaf") && !strcmp(ut_op_name(ut_op_count()), "?"), "names");
+}
+
+static void test_cpu_memory(void) {
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = 3 * pg;
+    uint8_t *p = b->pages_alloc(bytes);
+    CHECK(p[0] == 0 && p[bytes - 1] == 0, "pages start zeroed");
+    b->memset(p, 7, bytes);
+    /* release from the middle of page 0 to the middle of page 2: the partial
+     * pages are zeroed in place, page 1 handed back (reads as zeros) */
+    b->pages_release(p, pg / 2, 2 * pg);
+    CHECK(p[pg / 2 - 1] == 7 && p[pg / 2] == 0 && p[pg + 5] == 0 && p[2 * pg + pg / 2 - 1] == 0,
+          "released range reads as zeros");
+    CHECK(p[2 * pg + pg / 2] == 7, "beyond the range untouched");
+    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
+    b->copy(dst, src, sizeof src, UT_COPY_H2D);
+    CHECK(!memcmp(dst, src, sizeof src), "copy");
+    b->pages_free(p, bytes);
+    float *a = b->alloc(100);
+    CHECK(((uintptr_t)a & 63) == 0, "64-byte aligned");
+    b->free(a);
+    void *s = b->stream_new(UT_STREAM_COMM);
+    b->stream_sync(s);
+    b->stream_free(s);
+}
+
+static void test_flat_math(void) {
+    enum { N = 100003 };
+    static float g[N];
+    double want = 0.0;
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)((i % 17) - 8) * 0.25f;
+        want += (double)g[i] * g[i];
+    }
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    CHECK_NEAR(b->sum_sq(g, N), want, want * 1e-12);
+    CHECK(ut_grad_norm_sq(g, N) == b->sum_sq(g, N), "ut_grad_norm_sq goes through the backend");
+    b->scale(g, N, 2.0f);
+    CHECK(g[1] == -3.5f && g[N - 1] == 2.0f * (float)(((N - 1) % 17) - 8) * 0.25f, "scale");
+}
+
+static void test_tensor_set_get(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_tensor *t = ut_tensor_new2(ctx, UT_F32, 2, 3);
+    float in[6] = {1, 2, 3, 4, 5, 6}, out[6] = {0};
+    CHECK(ut_tensor_set(t, in, sizeof in) == 0, "set");
+    CHECK(ut_tensor_get(t, out, sizeof out) == 0 && !memcmp(in, out, sizeof in), "round trip");
+    ut_tensor *y = ut_scale(ctx, t, 2.0f);
+    CHECK(ut_tensor_get(y, out, sizeof out) == 0 && out[5] == 12.0f, "op output read back");
+    CHECK(ut_tensor_get(t, out, 5 * sizeof(float)) == -1, "size mismatch accepted");
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "tensor_get") && strstr(e, "20 bytes given, the tensor holds 24"),
+          "%s", e ? e : "(none)");
+    ut_ctx_clear_error(ctx);
+    ut_tensor *tt = ut_transpose(ctx, t, 0, 1);
+    CHECK(ut_tensor_set(tt, in, sizeof in) == -1, "set into a strided view accepted");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "not contiguous"), "%s", e ? e : "(none)");
+    int32_t ids[3] = {4, 5, 6}, back[3] = {0};
+    int64_t n3 = 3;
+    ut_tensor *it = ut_tensor_new(ctx, UT_I32, 1, &n3);
+    ut_ctx_clear_error(ctx);
+    CHECK(ut_tensor_set(it, ids, sizeof ids) == 0 && ut_tensor_get(it, back, sizeof back) == 0 &&
+              back[2] == 6, "i32 round trip");
+    ut_ctx_free(ctx);
+}
+
+static void test_context_without_backend(void) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "device cuda") && strstr(e, "no cuda backend"), "%s", e ? e : "(none)");
+    ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){4});
+    CHECK(ut_relu(ctx, x) == NULL, "an op ran without a backend");
+    ut_ctx_free(ctx);
+}
+
+/* The strided I32 copy that embedding takes for non-contiguous token ids
+ * runs the contiguous op's kernel. */
+static void test_embedding_strided_ids(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    int32_t ids[6] = {0, 1, 2, 2, 1, 0};   /* (2, 3), read transposed (3, 2) */
+    float tab[6] = {10, 11, 20, 21, 30, 31}; /* (3, 2) */
+    ut_tensor *i = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){2, 3}, ids);
+    ut_tensor *w = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){3, 2}, tab);
+    /* transpose is F32-only; make the strided view by hand */
+    ut_tensor *it = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){3, 2}, i->data);
+    it->nb[0] = 1;
+    it->nb[1] = 3;
+    ut_tensor *e = ut_embedding(ctx, it, w);
+    float out[12];
+    CHECK(e && ut_tensor_get(e, out, sizeof out) == 0, "%s", ut_ctx_error(ctx));
+    /* ids read as (3, 2): [[0, 2], [1, 1], [2, 0]] */
+    float want[12] = {10, 11, 30, 31, 20, 21, 20, 21, 30, 31, 10, 11};
+    CHECK(e && !memcmp(out, want, sizeof want), "rows %g %g %g", out[2], out[4], out[10]);
+    ut_ctx_free(ctx);
+}
+
+int main(void) {
+    RUN(test_registry);
+    RUN(test_every_op_has_cpu_kernels);
+    RUN(test_cpu_memory);
+    RUN(test_flat_math);
+    RUN(test_tensor_set_get);
+    RUN(test_context_without_backend);
+    RUN(test_embedding_strided_ids);
+    return TEST_SUMMARY();
+}
