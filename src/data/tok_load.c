@@ -87,6 +87,11 @@ static bool int_in(const cJSON *v, double lo, double hi, int64_t *out) {
     return (double)*out == v->valuedouble;
 }
 
+/* An id that names a token (the vocabulary may have holes). */
+static bool int_token(const ut_tokenizer *t, const cJSON *v, int64_t *out) {
+    return int_in(v, 0, (double)t->vocab.size, out) && t->vocab.tokens[*out];
+}
+
 /* An object token -> id into the vocabulary table. */
 static bool read_vocab_obj(ut_tokenizer *t, const cJSON *vocab, const char *path, char *err, size_t n) {
     if (!cJSON_IsObject(vocab) || !vocab->child)
@@ -122,7 +127,8 @@ static void find_specials(ut_tokenizer *t) {
     t->ids_bos = first_id(t, "<s>", "<|endoftext|>", NULL);
     t->ids_eos = first_id(t, "</s>", "<|endoftext|>", NULL);
     if (t->pad_id < 0) t->pad_id = first_id(t, "[PAD]", "<pad>", "<|endoftext|>");
-    if (t->pad_id < 0) t->pad_id = 0;
+    for (int32_t id = 0; t->pad_id < 0 && id < t->vocab.size; id++)   /* none: the first token */
+        if (t->vocab.tokens[id]) t->pad_id = id;
 }
 
 static ut__tmpl_item item_special(int32_t id, int32_t type_id) {
@@ -166,7 +172,7 @@ static int32_t token_pair_id(const ut_tokenizer *t, const cJSON *pp, const char 
                              char *err, size_t n) {
     const cJSON *a = get(pp, key);
     int64_t id;
-    if (!cJSON_IsArray(a) || !int_in(cJSON_GetArrayItem(a, 1), 0, (double)t->vocab.size, &id)) {
+    if (!cJSON_IsArray(a) || !int_token(t, cJSON_GetArrayItem(a, 1), &id)) {
         ut_errorf(err, n, "%s: post_processor.%s must be [token, id] with an id in the vocabulary", path, key);
         return -1;
     }
@@ -205,7 +211,7 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
         items[k].nids = nids;
         for (int j = 0; j < nids; j++) {
             int64_t x;
-            if (!int_in(cJSON_GetArrayItem(ids, j), 0, (double)t->vocab.size, &x))
+            if (!int_token(t, cJSON_GetArrayItem(ids, j), &x))
                 return ERRF("%s: post_processor.special_tokens \"%s\": id out of the vocabulary", path, name);
             items[k].ids[j] = (int32_t)x;
         }
@@ -367,7 +373,7 @@ static bool load_tokenizer_json(ut_tokenizer *t, const char *path, char *err, si
               read_post_processor(t, get(root, "post_processor"), path, err, n);
     int64_t v;
     if (ok && pid && !cJSON_IsNull(pid)) {
-        ok = int_in(pid, 0, (double)t->vocab.size, &v);
+        ok = int_token(t, pid, &v);
         if (ok) t->pad_id = (int32_t)v;
         else ut_errorf(err, n, "%s: padding.pad_id must be an id of the vocabulary", path);
     }
