@@ -117,7 +117,8 @@ typedef struct {
     int32_t *ids, *type_ids, *mask;
     int64_t len, cap;
 } ut_tok_encoding;
-/* text (and pair, or NULL) are NUL-terminated UTF-8. 0, or -1 with a message
+/* text (and pair, or NULL) are NUL-terminated UTF-8; o NULL: no truncation,
+ * no padding, special tokens added. 0, or -1 with a message
  * (invalid UTF-8 with its byte offset; max_len too small for the special
  * tokens). Not thread-safe: BPE keeps a cache in t. */
 int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o,
