@@ -226,8 +226,12 @@ static ac_result ac_run(const ac_case *c, ut_dtype dt) {
     ut_tensor *w = ut_tensor_new(ctx, UT_F32, y->ndim, y->ne);
     for (int64_t k = 0; k < r.ny; k++) ut_f32(w)[k] = unif(&s);
     CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, w))) == 0, "%s backward", c->name);
+    /* autocast's products are stored in dt; ops after them read them as f32 */
+    CHECK(y->dtype == (c->rounded ? dt : UT_F32), "%s %s: output stored as %s", c->name,
+          ut_dtype_name(dt), ut_dtype_name(y->dtype));
+    ut_tensor *yf = ut_tensor_to(ctx, y, UT_F32);
     r.y = malloc((size_t)r.ny * 4);
-    memcpy(r.y, y->data, (size_t)r.ny * 4);
+    memcpy(r.y, yf->data, (size_t)r.ny * 4);
     for (int i = 0; i < c->nin; i++) {
         r.ng[i] = ut_nelem(in[i]);
         r.g[i] = malloc((size_t)r.ng[i] * 4);
