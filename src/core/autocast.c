@@ -3,7 +3,9 @@
  * The policy, as PyTorch's CPU autocast: the matrix products (linear, matmul,
  * conv2d, attention) of a context with a low-precision dtype take their
  * operands rounded to it, accumulate in float32 and store their output in
- * it (a BF16/F16 tensor, 2 bytes per element in the arena). Elementwise ops
+ * it (a BF16/F16 tensor, 2 bytes per element in the arena). Layer norm
+ * computes in float32 and stores its output in the autocast dtype too: in a
+ * transformer its consumers are products, which round it anyway. Elementwise ops
  * that map one input to one output (scale, relu, gelu, tanh, sigmoid,
  * dropout) keep a 16-bit input's dtype; every other op (add, mul, softmax,
  * the losses, layer norm, reductions) gives float32. Views and contiguous
@@ -44,7 +46,7 @@ ut_dtype ut_ctx_autocast(const ut_ctx *ctx) { return ctx->autocast; }
 ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;
-    if (ctx->autocast != UT_F32 && autocast_op[op]) return ctx->autocast;
+    if (ctx->autocast != UT_F32 && (autocast_op[op] || op == UT_OP_LAYERNORM)) return ctx->autocast;
     if (keeps_dtype[op] && nsrc > 0 && src[0] && is_16(src[0]->dtype)) return src[0]->dtype;
     return UT_F32;
 }
@@ -58,8 +60,8 @@ static const bool no_data[UT_OP_COUNT] = {
     [UT_OP_RESHAPE] = true, [UT_OP_PERMUTE] = true, [UT_OP_SLICE] = true, [UT_OP_CHECKPOINT] = true,
 };
 
-bool ut_lowp_needed(const ut_tensor *t) {
-    if (no_data[t->op]) return false;
+bool ut_lowp_needed(const ut_tensor *t, bool backward) {
+    if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
     if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (t->src[i] && is_16(t->src[i]->dtype)) return true;
@@ -78,6 +80,8 @@ static float *scratch(ut_ctx *ctx, int i, size_t bytes) {
     return ctx->ac_buf[i];
 }
 
+float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return scratch(ctx, UT_AUTOCAST_KERNEL, bytes); }
+
 void ut_autocast_free(ut_ctx *ctx) {
     const ut_backend *b = ut_backend_get(ctx->device);
     for (int i = 0; i < UT_AUTOCAST_BUFS; i++)
@@ -95,46 +99,74 @@ static int64_t span(const ut_tensor *t) {
     return n;
 }
 
-/* What a swap replaced, to put back. */
+/* What a swap replaced, to put back: per source, then the op's own tensor. */
 typedef struct {
     void *data[UT_MAX_SRC + 1];
+    float *grad[UT_MAX_SRC + 1];
     ut_dtype dtype[UT_MAX_SRC + 1];
+    bool grad_swapped[UT_MAX_SRC + 1];
 } swap_state;
 
-/* A float32 view of s in scratch buffer i: converted from 16 bits, or (when
+/* s's data as float32 in scratch buffer i: converted from 16 bits, or (when
  * round is BF16/F16) a float32 s rounded to it. */
-static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, swap_state *st) {
-    st->data[i] = s->data, st->dtype[i] = s->dtype;
-    if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
+static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round) {
     if (s->dtype == UT_F32 && round == UT_F32) return;
     const ut_backend *b = ut_backend_get(s->device);
     int64_t n = span(s);
     float *r = scratch(ctx, i, (size_t)n * sizeof(float));
     if (s->dtype == UT_F32) b->round(r, s->data, n, round);
     else b->convert(r, UT_F32, s->data, s->dtype, n);
-    s->data = r, s->dtype = UT_F32;
+    s->data = r;
 }
 
-/* Sources (and, with self, t itself) as float32; t->autocast rounds float32 sources. */
-static void swap_in(ut_tensor *t, bool self, swap_state *st) {
+/* A 16-bit s's gradient (16-bit storage too) as float32 in scratch buffer
+ * UT_AUTOCAST_GRAD0 + i, for the kernel to read or add into. */
+static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, swap_state *st) {
+    int64_t n = ut_nelem(s);
+    float *g = scratch(ctx, UT_AUTOCAST_GRAD0 + i, (size_t)n * sizeof(float));
+    ut_backend_get(s->device)->convert(g, UT_F32, s->grad, s->dtype, n);
+    s->grad = g;
+    st->grad_swapped[i] = true;
+}
+
+/* Slot i (a source, or UT_MAX_SRC: the op's own tensor) as float32. A tensor
+ * that is two sources is swapped once: its second slot finds it float32. */
+static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data, swap_state *st) {
+    st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
+    st->grad_swapped[i] = false;
+    if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
+    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
+    if (data) swap_data(ctx, s, i, round);
+    s->dtype = UT_F32;
+}
+
+/* Sources (and, with self, t itself) as float32; t->autocast rounds float32
+ * sources. data false: only gradients (ops whose kernels read no data). */
+static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
     for (int i = 0; i < UT_MAX_SRC; i++) {
         st->data[i] = NULL;
-        if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, st);
+        if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, st);
     }
-    st->data[UT_MAX_SRC] = NULL;
-    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, st);
+    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data, st);
 }
 
-/* Reverse order: a tensor that is two sources gets its own pointer back last. */
+static void restore(ut_tensor *s, int i, swap_state *st) {
+    if (st->grad_swapped[i])
+        ut_backend_get(s->device)->convert(st->grad[i], st->dtype[i], s->grad, UT_F32, ut_nelem(s));
+    s->data = st->data[i], s->grad = st->grad[i], s->dtype = st->dtype[i];
+}
+
+/* Reverse order: a tensor that is two sources gets its own state back last.
+ * Gradients the kernel added into go back to 16 bits. */
 static void swap_out(ut_tensor *t, bool self, swap_state *st) {
-    if (self) t->data = st->data[UT_MAX_SRC], t->dtype = st->dtype[UT_MAX_SRC];
+    if (self) restore(t, UT_MAX_SRC, st);
     for (int i = UT_MAX_SRC - 1; i >= 0; i--)
-        if (t->src[i]) t->src[i]->data = st->data[i], t->src[i]->dtype = st->dtype[i];
+        if (t->src[i]) restore(t->src[i], i, st);
 }
 
 void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
     swap_state st;
-    swap_in(t, false, &st);
+    swap_in(t, false, true, &st);
     void *out = t->data;
     ut_dtype dt = t->dtype;
     if (is_16(dt)) {
@@ -149,18 +181,25 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
     t->data = out, t->dtype = dt;
 }
 
-/* The incoming gradient of an autocast op is rounded too (a 16-bit kernel
- * reads it in 16 bits); every gradient is float32. */
+/* A 16-bit tensor's gradient is stored in its dtype (as PyTorch's is); the
+ * kernels read and add into float32 copies. The incoming gradient of an
+ * autocast op is rounded to its dtype (a 16-bit kernel reads it in 16 bits):
+ * a 16-bit output's gradient already is. */
 void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
     swap_state st;
+    bool data = !no_data[t->op];
+    /* a 16-bit source gets its 16-bit buffer first, also where the op would
+     * set a float32 one itself (ut_op_owns_src0_grad) */
+    for (int i = 0; i < UT_MAX_SRC; i++)
+        if (t->src[i] && t->src[i]->requires_grad && is_16(t->src[i]->dtype)) ut_grad(t->src[i]);
+    swap_in(t, true, data, &st);
     float *grad = t->grad;
-    if (t->autocast != UT_F32) {
-        float *r = scratch(t->ctx, UT_MAX_SRC + 1, (size_t)ut_nelem(t) * sizeof(float));
+    if (t->autocast != UT_F32 && !is_16(st.dtype[UT_MAX_SRC])) {
+        float *r = scratch(t->ctx, UT_AUTOCAST_GRAD0 + UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;
     }
-    swap_in(t, true, &st);
     bwd(t);
-    swap_out(t, true, &st);
     t->grad = grad;
+    swap_out(t, true, &st);
 }

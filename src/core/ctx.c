@@ -360,7 +360,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
     ut_op_fn fwd = ops[t->op].forward;
-    if (fwd && ut_lowp_needed(t)) ut_lowp_forward(t, fwd);
+    if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
     else if (fwd) fwd(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
@@ -369,7 +369,8 @@ ut_tensor *ut_op_run(ut_tensor *t) {
 
 float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
-        size_t bytes = (size_t)ut_nelem(t) * sizeof(float);
+        bool lowp = t->dtype == UT_BF16 || t->dtype == UT_F16;
+        size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
         t->grad = ut_ctx_alloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }
