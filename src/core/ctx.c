@@ -272,8 +272,9 @@ bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsi
             ut_op_error(ctx, op, n, src, ut_fmt("input %d is NULL", i));
             return false;
         }
-        ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32;
-        if (src[i]->dtype != want) {
+        ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32, dt = src[i]->dtype;
+        if (want == UT_F32 && (dt == UT_BF16 || dt == UT_F16)) dt = UT_F32; /* read as f32 */
+        if (dt != want) {
             ut_op_error(ctx, op, n, src,
                         ut_fmt("input %d has dtype %s, expected %s", i,
                                ut_dtype_name(src[i]->dtype), ut_dtype_name(want)));
@@ -301,7 +302,7 @@ void ut_note_param(ut_ctx *ctx, const ut_tensor *t) {
 
 ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
                      ut_tensor *const *src) {
-    ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
+    ut_tensor *t = ut_tensor_new(ctx, ut_autocast_dtype(ctx, op, dt, nsrc, src), ndim, ne);
     if (!t) return NULL;
     t->op = op;
     bool rg = false;
@@ -358,8 +359,9 @@ int ut_op_count(void) { return UT_OP_COUNT; }
 ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
-    if (t->autocast != UT_F32) ut_autocast_forward(t, ops[t->op].forward);
-    else if (ops[t->op].forward) ops[t->op].forward(t);
+    ut_op_fn fwd = ops[t->op].forward;
+    if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
+    else if (fwd) fwd(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;
@@ -367,7 +369,8 @@ ut_tensor *ut_op_run(ut_tensor *t) {
 
 float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
-        size_t bytes = (size_t)ut_nelem(t) * sizeof(float);
+        bool lowp = t->dtype == UT_BF16 || t->dtype == UT_F16;
+        size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
         t->grad = ut_ctx_alloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }

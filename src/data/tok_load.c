@@ -79,17 +79,17 @@ static const char *get_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* The integer at v in [lo, hi) into *out; false when v is not a number,
- * not whole or out of range (doubles beyond int64 would be undefined to cast). */
-static bool int_in(const cJSON *v, double lo, double hi, int64_t *out) {
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble < hi)) return false;
+/* v as an integer in [lo, hi]: false when it is not a number, not whole or
+ * out of range (a double outside int64's range must not be cast). */
+static bool json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi)) return false;
     *out = (int64_t)v->valuedouble;
     return (double)*out == v->valuedouble;
 }
 
 /* An id that names a token (the vocabulary may have holes). */
 static bool int_token(const ut_tokenizer *t, const cJSON *v, int64_t *out) {
-    return int_in(v, 0, (double)t->vocab.size, out) && t->vocab.tokens[*out];
+    return json_int(v, 0, t->vocab.size - 1, out) && t->vocab.tokens[*out];
 }
 
 /* An object token -> id into the vocabulary table. */
@@ -98,8 +98,9 @@ static bool read_vocab_obj(ut_tokenizer *t, const cJSON *vocab, const char *path
         return ERRF("%s: the vocabulary is missing or not an object of token: id", path);
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int64_t id;
-        if (!int_in(e, 0, 1 << 24, &id))
-            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer in [0, 2^24)", path, e->string);
+        if (!json_int(e, 0, INT32_MAX - 1, &id))
+            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer in [0, %d)", path, e->string,
+                        INT32_MAX - 1);
         if (!ut__vocab_tab_add(&t->vocab, e->string, strlen(e->string), id, path, err, n))
             return false;
     }
@@ -187,19 +188,22 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
     ut__tmpl_item *items = ut_calloc_check((size_t)cnt, sizeof *items);
     if (pair) t->pair = items, t->npair = cnt;
     else t->single = items, t->nsingle = cnt;
-    int k = 0;
+    int k = 0, uses[2] = {0, 0};
     for (const cJSON *e = list->child; e; e = e->next, k++) {
         const cJSON *seq = get(e, "Sequence"), *sp = get(e, "SpecialToken"), *body = seq ? seq : sp;
         const cJSON *tid = get(body, "type_id");
         const char *name = get_str(body, "id");
         int64_t type_id = 0;
-        if (tid && !int_in(tid, 0, 1 << 16, &type_id))
-            return ERRF("%s: post_processor.%s item %d: type_id must be an integer in [0, 65536)", path,
+        if (tid && !json_int(tid, 0, 255, &type_id))
+            return ERRF("%s: post_processor.%s item %d: type_id must be an integer in [0, 255]", path,
                         pair ? "pair" : "single", k);
         items[k].type_id = (int32_t)type_id;
         items[k].seq = -1;
         if (seq && name && (!strcmp(name, "A") || (pair && !strcmp(name, "B")))) {
             items[k].seq = name[0] == 'B';
+            if (++uses[items[k].seq] > 1) /* truncation counts each text once */
+                return ERRF("%s: post_processor.%s: sequence %s appears more than once", path,
+                            pair ? "pair" : "single", name);
             continue;
         }
         const cJSON *ids = get(get(specials, name ? name : ""), "ids");
@@ -216,6 +220,9 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
             items[k].ids[j] = (int32_t)x;
         }
     }
+    if (!uses[0] || (pair && !uses[1]))
+        return ERRF("%s: post_processor.%s: needs the sequence%s", path, pair ? "pair" : "single",
+                    pair ? "s A and B" : " A");
     return true;
 }
 
@@ -273,8 +280,8 @@ static bool read_wordpiece(ut_tokenizer *t, const cJSON *m, const char *path, ch
     const cJSON *mx = get(m, "max_input_chars_per_word");
     t->wp.prefix = ut__data_strdup(prefix ? prefix : "##");
     t->wp.max_chars = 100;
-    if (mx && !int_in(mx, 1, 1e9, &t->wp.max_chars))
-        return ERRF("%s: model.max_input_chars_per_word must be an integer in [1, 1e9]", path);
+    if (mx && !json_int(mx, 1, INT32_MAX, &t->wp.max_chars))
+        return ERRF("%s: model.max_input_chars_per_word must be an integer >= 1", path);
     t->ids_unk = t->wp.unk = id_of(t, unk ? unk : "[UNK]");
     if (t->wp.unk < 0)
         return ERRF("%s: the unknown token \"%s\" is not in the vocabulary", path, unk ? unk : "[UNK]");
@@ -322,21 +329,21 @@ static bool read_added(ut_tokenizer *t, const cJSON *list, const char *path, cha
     t->added = ut_calloc_check((size_t)cnt, sizeof *t->added);
     for (const cJSON *e = list->child; e; e = e->next) {
         const char *content = get_str(e, "content");
-        int64_t id;
-        if (!content || !*content || !int_in(get(e, "id"), 0, 1 << 24, &id))
-            return ERRF("%s: added_tokens[%d]: needs a content string and an id in [0, 2^24)", path, t->nadded);
+        int64_t idv;
+        if (!content || !*content || !json_int(get(e, "id"), 0, INT32_MAX - 1, &idv))
+            return ERRF("%s: added_tokens[%d]: needs a content string and an integer id >= 0", path, t->nadded);
         if (get_bool(e, "single_word", false))
             return ERRF("%s: added token \"%s\": single_word is not supported", path, content);
         int32_t have = id_of(t, content);
-        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), id, path, err, n))
+        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), idv, path, err, n))
             return false;
-        if (have >= 0 && have != id)
-            return ERRF("%s: added token \"%s\" has id %lld but the vocabulary gives it %d", path, content,
-                        (long long)id, (int)have);
+        if (have >= 0 && have != (int32_t)idv)
+            return ERRF("%s: added token \"%s\" has id %d but the vocabulary gives it %d", path, content,
+                        (int)idv, (int)have);
         ut__added *a = &t->added[t->nadded++];
         a->content = ut__data_strdup(content);
         a->len = strlen(content);
-        a->id = (int32_t)id;
+        a->id = (int32_t)idv;
         a->lstrip = get_bool(e, "lstrip", false);
         a->rstrip = get_bool(e, "rstrip", false);
         a->special = get_bool(e, "special", false);
@@ -378,9 +385,9 @@ static bool load_tokenizer_json(ut_tokenizer *t, const char *path, char *err, si
         else ut_errorf(err, n, "%s: padding.pad_id must be an id of the vocabulary", path);
     }
     if (ok && ptid && !cJSON_IsNull(ptid)) {
-        ok = int_in(ptid, 0, 1 << 16, &v);
+        ok = json_int(ptid, 0, 255, &v);
         if (ok) t->pad_type_id = (int32_t)v;
-        else ut_errorf(err, n, "%s: padding.pad_type_id must be an integer in [0, 65536)", path);
+        else ut_errorf(err, n, "%s: padding.pad_type_id must be an integer in [0, 255]", path);
     }
     cJSON_Delete(root);
     return ok;

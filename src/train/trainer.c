@@ -356,8 +356,11 @@ static void print_summary(ut_trainer *t) {
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
     if (strcmp(c->precision, "fp32"))
         ut_say(&t->log, "  Precision = %s (autocast: matmuls, convolutions, attention in %s with fp32 "
-                        "accumulation, rounded on the CPU's fp32 kernels; fp32 master weights)%s\n",
-               c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "");
+                        "accumulation, activations stored in %s; fp32 master weights)%s\n"
+                        "  %s matmuls: converted to fp32 for OpenBLAS sgemm (no bf16/fp16 kernel "
+                        "library is used on the CPU yet)\n",
+               c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
+               c->precision);
     if (t->ndp > 1)
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);

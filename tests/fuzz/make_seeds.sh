@@ -23,9 +23,10 @@ printf 'train:\n  batch_sise: 8\n' > "$c/unknown_key"
 printf 'base: &b {epochs: 3}\ntrain: *b\nexperiment_name: "quoted \\"name\\""\noutput_dir: ~\n' > "$c/anchors"
 printf '%%YAML 1.1\n---\nseed: 7\nmode: test\n...\n' > "$c/document"
 printf 'data:\n  name: tokens\n  train_path: "data/*.bin"\n  seq_len: 1024\ntrain: {max_steps: 5, save_strategy: steps, save_interval: 1}\n' > "$c/tokens"
-# tokenizer.json seeds (small enough for -max_len=4096): WordPiece as BERT's,
-# byte-level BPE as GPT-2's (merges "a b") and as RoBERTa's (merges as lists,
-# RobertaProcessing, <mask> with lstrip), and a Unigram file (refused)
+# more tokenizer.json seeds (small enough for -max_len=4096): WordPiece with
+# TemplateProcessing and padding, byte-level BPE as GPT-2's (merges "a b")
+# and as RoBERTa's (merges as lists, RobertaProcessing, <mask> with lstrip),
+# and a Unigram file (refused)
 python3 - tests/fuzz/tokenizer/corpus <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -36,9 +37,9 @@ def byte_chars():
         if b not in bs:
             bs.append(b); cs.append(256 + n); n += 1
     return [chr(c) for _, c in sorted(zip(bs, cs))]
-def save(name, obj):
-    with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+def save(name, obj):   # first byte 0: the target writes the rest as tokenizer.json
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(b"\x00" + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 def added(i, c, lstrip=False):
     return {"id": i, "content": c, "single_word": False, "lstrip": lstrip, "rstrip": False,
             "normalized": False, "special": True}

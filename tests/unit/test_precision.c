@@ -10,6 +10,7 @@
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/tensor.h"
+#include "utrain/utrain.h"
 
 /* the CPU backend's kernels (src/backend/cpu/convert.c) */
 uint16_t ut_f32_to_bf16_scalar(float f);
@@ -226,8 +227,12 @@ static ac_result ac_run(const ac_case *c, ut_dtype dt) {
     ut_tensor *w = ut_tensor_new(ctx, UT_F32, y->ndim, y->ne);
     for (int64_t k = 0; k < r.ny; k++) ut_f32(w)[k] = unif(&s);
     CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, w))) == 0, "%s backward", c->name);
+    /* autocast's products are stored in dt; ops after them read them as f32 */
+    CHECK(y->dtype == (c->rounded ? dt : UT_F32), "%s %s: output stored as %s", c->name,
+          ut_dtype_name(dt), ut_dtype_name(y->dtype));
+    ut_tensor *yf = ut_tensor_to(ctx, y, UT_F32);
     r.y = malloc((size_t)r.ny * 4);
-    memcpy(r.y, y->data, (size_t)r.ny * 4);
+    memcpy(r.y, yf->data, (size_t)r.ny * 4);
     for (int i = 0; i < c->nin; i++) {
         r.ng[i] = ut_nelem(in[i]);
         r.g[i] = malloc((size_t)r.ng[i] * 4);
@@ -298,6 +303,61 @@ static void test_autocast_off_is_fp32(void) {
     ac_free(&a), ac_free(&b), ac_free(&l);
 }
 
+/* ---- activation memory: the arena's peak over a GPT-2 training step ---- */
+/* configs/gpt2_kjv.yml's model (4 layers, 4 heads, n_embd 128, vocab 256),
+ * batch B x T of seeded tokens: forward, loss, backward under autocast dt;
+ * returns ut_ctx_peak_bytes, the loss in *loss. */
+static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **grad, int64_t *ng) {
+    ut_kv *kv = ut_kv_new();
+    const char *keys[][2] = {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "128"},
+                             {"vocab_size", "256"}, {"block_size", "128"}};
+    for (int i = 0; i < 5; i++) ut_kv_set(kv, keys[i][0], keys[i][1]);
+    char err[256];
+    ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(m, "%s", err);
+    if (!m) return 0;
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 7});
+    ut_ctx_set_autocast(ctx, dt);
+    int32_t *tok = malloc(sizeof(int32_t) * 2 * B * T);
+    uint64_t s = 5;
+    for (int i = 0; i < 2 * B * T; i++) tok[i] = (int32_t)(lcg(&s) >> 56);
+    int64_t ne[2] = {B, T};
+    ut_tensor *x = ut_tensor_from(ctx, UT_I32, 2, ne, tok);
+    ut_tensor *y = ut_tensor_from(ctx, UT_I32, 2, ne, tok + B * T);
+    ut_ctx_reset_peak(ctx);
+    ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), y);
+    CHECK(l && ut_backward(ctx, l) == 0, "%s backward: %s", ut_dtype_name(dt), ut_ctx_error(ctx));
+    size_t peak = ut_ctx_peak_bytes(ctx);
+    if (l) ut_tensor_get(l, loss, sizeof *loss);
+    *ng = m->params.numel;
+    *grad = malloc(sizeof(float) * (size_t)*ng);
+    memcpy(*grad, m->params.grad, sizeof(float) * (size_t)*ng);
+    free(tok);
+    ut_ctx_free(ctx);
+    ut_model_free(m);
+    return peak;
+}
+
+/* bf16 stores the products' outputs (and gelu's) and their gradients in 2
+ * bytes: the step's activation peak must be at most 0.6 of float32's, with
+ * the loss and the parameters' gradients close to float32's (a few bf16
+ * roundings per layer: 5% on the gradients' norm). */
+static void test_bf16_halves_activations(void) {
+    float l32 = 0, l16 = 0, *g32, *g16;
+    int64_t n32, n16;
+    size_t p32 = gpt2_step_peak(UT_F32, 16, 128, &l32, &g32, &n32);
+    size_t p16 = gpt2_step_peak(UT_BF16, 16, 128, &l16, &g16, &n16);
+    double eg = rel_err(g16, g32, n32);
+    printf("     loss %.5f fp32, %.5f bf16; parameter gradients' relative error %.3g\n", l32, l16, eg);
+    CHECK(n16 == n32 && eg > 0 && eg < 0.05, "gradients: relative error %g", eg);
+    free(g32), free(g16);
+    printf("     GPT-2 (4 x 128, vocab 256) batch 16 x 128: peak %.1f MiB fp32, %.1f MiB bf16 (%.2f)\n",
+           p32 / 1048576.0, p16 / 1048576.0, (double)p16 / (double)p32);
+    CHECK(p32 > 0 && p16 <= 0.6 * (double)p32, "bf16 peak %zu vs fp32 %zu", p16, p32);
+    CHECK(fabsf(l16 - l32) < 0.02f * fabsf(l32), "loss %g bf16 vs %g fp32", l16, l32);
+}
+
 int main(void) {
     RUN(test_bf16_reference);
     RUN(test_f16_reference);
@@ -306,5 +366,6 @@ int main(void) {
     RUN(test_tensor_to);
     RUN(test_autocast_ops);
     RUN(test_autocast_off_is_fp32);
+    RUN(test_bf16_halves_activations);
     return TEST_SUMMARY();
 }
