@@ -97,13 +97,15 @@ static float half_to_f32(uint16_t h, bool bf16) {
     return f;
 }
 
-/* Copies a checkpoint tensor (F32, F16 or BF16) into parameter p. */
+/* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
+ * data) into parameter p through ut_tensor_set. */
 static int copy_into(ut_tensor *p, const ut_st_tensor *s) {
-    if (s->dtype == UT_ST_F32) return ut_tensor_set(p, s->data, s->nbytes);
-    int64_t k = ut_st_numel(s);
+    const ut_st_tensor st = *s;
+    if (st.dtype == UT_ST_F32) return ut_tensor_set(p, st.data, st.nbytes);
+    int64_t k = ut_st_numel(&st);
     float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
-    const uint16_t *h = s->data;
-    for (int64_t i = 0; i < k; i++) tmp[i] = half_to_f32(h[i], s->dtype == UT_ST_BF16);
+    const uint16_t *h = st.data;
+    for (int64_t i = 0; i < k; i++) tmp[i] = half_to_f32(h[i], st.dtype == UT_ST_BF16);
     int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
     ut_free(tmp);
     return rc;
