@@ -69,7 +69,7 @@ def batch():
     types = [[0] * 7, [0] * 7, [0, 0, 0, 0, 1, 1, 0]]
     mask = [[1] * 7, [1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0]]
     x = np.array([[i, t, m] for i, t, m in zip(ids, types, mask)], dtype=np.int32)
-    return x, np.array([2, 0, 1], dtype=np.int32)
+    return x, np.array([1, 0, 1], dtype=np.int32)
 
 
 def main():
@@ -80,7 +80,7 @@ def main():
     vocab += ["[unused%d]" % i for i in range(100 - len(vocab))]
     cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=37, max_position_embeddings=64, type_vocab_size=2,
-                     num_labels=3, hidden_act="gelu", layer_norm_eps=1e-12,
+                     num_labels=2, hidden_act="gelu", layer_norm_eps=1e-12,
                      attn_implementation="eager")
     model = BertForSequenceClassification(cfg).float().eval()
     d = os.path.join(OUT, "hf_bert_tiny")
