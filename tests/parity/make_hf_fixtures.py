@@ -20,7 +20,13 @@ It rewrites, under tests/parity/fixtures/:
                        attention mask planes, with padding and a sentence
                        pair; labels (B) int32; logits (B, num_labels); loss
                        (1); grad.<name> for every parameter, named as in the
-                       model's state_dict
+                       model's state_dict; adamw_losses (10): the losses of 10
+                       fine-tuning steps on that batch with torch.optim.AdamW
+                       (lr 1e-3, weight decay 0.5: large, so a parameter in
+                       the wrong group shows) over Hugging Face Trainer's
+                       parameter groups (no decay for biases and LayerNorm
+                       weights), each recorded before its step; after.<name>:
+                       every parameter after the 10 steps
 Everything is float32 in eval mode (dropout off), eager attention.
 """
 import json
@@ -72,6 +78,31 @@ def batch():
     return x, np.array([1, 0, 1], dtype=np.int32)
 
 
+def trainer_decay_names(model):
+    """The names Hugging Face Trainer applies weight decay to."""
+    try:
+        from transformers.trainer_pt_utils import get_parameter_names
+        return set(get_parameter_names(model, [torch.nn.LayerNorm], ["bias", "layernorm", "rmsnorm"]))
+    except ImportError:
+        return {n for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n}
+
+
+def adamw_steps(model, xt, y, steps=10):
+    decay = trainer_decay_names(model)
+    groups = [{"params": [p for n, p in model.named_parameters() if n in decay], "weight_decay": 0.5},
+              {"params": [p for n, p in model.named_parameters() if n not in decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        out = model(input_ids=xt[:, 0], token_type_ids=xt[:, 1], attention_mask=xt[:, 2],
+                    labels=torch.from_numpy(y).long())
+        losses.append(out.loss.item())
+        out.loss.backward()
+        opt.step()
+    return np.array(losses, dtype=np.float32), sorted(decay)
+
+
 def main():
     torch.manual_seed(1234)
     words = sst2_words()
@@ -100,7 +131,10 @@ def main():
     for name, p in model.named_parameters():
         names.append(name)
         t["grad." + name] = p.grad.numpy()
-    meta = {"params": json.dumps(names), "torch": torch.__version__}
+    t["adamw_losses"], decay = adamw_steps(model, xt, y)
+    for name, p in model.named_parameters():
+        t["after." + name] = p.detach().numpy().copy()
+    meta = {"params": json.dumps(names), "decay": json.dumps(decay), "torch": torch.__version__}
     write_safetensors(os.path.join(OUT, "hf_bert_tiny_batch.safetensors"), t, meta)
     print("loss", out.loss.item(), "params", len(names))
 

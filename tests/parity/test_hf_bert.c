@@ -2,7 +2,8 @@
  * save_pretrained writes it (tests/parity/fixtures/hf_bert_tiny, made by
  * tests/parity/make_hf_fixtures.py with transformers' own
  * BertForSequenceClassification) gives transformers' logits, loss and every
- * parameter gradient on a batch with padding and a sentence pair. Also: the
+ * parameter gradient on a batch with padding and a sentence pair, and 10
+ * AdamW steps over Hugging Face Trainer's weight-decay groups. Also: the
  * bare encoder as sentence-transformers saves it (no "bert." prefix, no
  * classifier) loads with a new head, and bad directories are refused with
  * messages naming the file and the tensor. */
@@ -85,6 +86,60 @@ static void test_logits_loss_grads(void) {
         CHECK(checked == 41 && checked == m->params.n, "%d gradients checked of %d", checked, m->params.n);
     }
     ut_ctx_free(ctx);
+done:
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+/* 10 AdamW steps (lr 1e-3, weight decay 0.01) on the batch against
+ * torch.optim.AdamW over Hugging Face Trainer's groups: the model's decay
+ * flags are exactly the Trainer's decayed names, and the losses and the
+ * parameters after the steps agree (the key bias, whose gradient is noise,
+ * aside) */
+static void test_adamw_trainer_groups(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
+    CHECK(m && f, "%s", err);
+    if (!m || !f) goto done;
+    const char *decay = ut_st_meta(f, "decay");
+    for (int p = 0; decay && p < m->params.n; p++) {
+        char quoted[300];
+        snprintf(quoted, sizeof quoted, "\"%s\"", m->params.names[p]);
+        CHECK(m->params.segs[p].decay == (strstr(decay, quoted) != NULL), "%s: decay %d", m->params.names[p],
+              m->params.segs[p].decay);
+    }
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
+    cfg.lr = 1e-3f;
+    cfg.weight_decay = 0.5f;
+    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+                               m->params.numel);
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_training(ctx, false);
+    const ut_st_tensor *lt = ut_st_get(f, "adamw_losses");
+    for (int s = 0; lt && s < ut_st_numel(lt); s++) {
+        ut_ctx_reset(ctx);
+        ut_model_zero_grad(m);
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input"))),
+                                        stored(ctx, ut_st_get(f, "labels")));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        if (!loss) break;
+        float ref = ((const float *)lt->data)[s];
+        CHECK(fabs(ut_f32(loss)[0] - ref) <= 1e-4 * ref, "step %d: loss %.7f, transformers %.7f", s,
+              ut_f32(loss)[0], ref);
+        ut_optim_step(o, cfg.lr);
+    }
+    for (int p = 0; p < m->params.n; p++) {
+        char name[300];
+        snprintf(name, sizeof name, "after.%s", m->params.names[p]);
+        const ut_st_tensor *a = ut_st_get(f, name);
+        CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
+        if (!a || strstr(name, "attention.self.key.bias")) continue;
+        double e = rel_err(m->params.data + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        CHECK(e < TOL, "%s: relative error %.3g", name, e);
+    }
+    ut_ctx_free(ctx);
+    ut_optim_free(o);
 done:
     ut_st_close(f);
     ut_model_free(m);
@@ -196,6 +251,7 @@ int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     RUN(test_logits_loss_grads);
+    RUN(test_adamw_trainer_groups);
     RUN(test_bare_encoder_new_head);
     RUN(test_bad_directories);
     return TEST_SUMMARY();
