@@ -121,7 +121,9 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
                          (long long)c->max_len);
     char why[1024];
     ut_tokenizer *tok = ut_tokenizer_load(dir, why, sizeof why);
-    if (!tok) return ut_errorf(err, n, "data.tokenizer: %s", why);
+    if (!tok)
+        return ut_errorf(err, n, "%s: %s", strcmp(c->tokenizer, "word") ? "data.tokenizer" : "model.pretrained (its tokenizer)",
+                         why);
     long long classes = 0;
     char e[128];
     if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
@@ -232,8 +234,20 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     }
     char why[512];
     ut_model *m = ut_model_create(cfg->model_name, opts, (uint64_t)cfg->seed, why, sizeof why);
-    if (!m) snprintf(err, n, "model: %s", why);
-    else m->checkpoint_activations = cfg->checkpoint_activations;
     ut_kv_free(opts);
+    if (!m) {
+        snprintf(err, n, "model: %s", why);
+        return NULL;
+    }
+    m->checkpoint_activations = cfg->checkpoint_activations;
+    /* bert: every example must fit the learned positions */
+    ut_tensor *pos = !strcmp(cfg->model_name, "bert") && !strcmp(cfg->data_name, "tsv_text")
+                         ? ut_model_param(m, "bert.embeddings.position_embeddings.weight") : NULL;
+    if (pos && cfg->max_len > pos->ne[0]) {
+        snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
+                 (long long)cfg->max_len, (long long)pos->ne[0]);
+        ut_model_free(m);
+        return NULL;
+    }
     return m;
 }

@@ -1,7 +1,8 @@
 /* End to end through the `utrain` program with a Hugging Face BERT directory
  * (the tiny fixture of tests/parity/make_hf_fixtures.py, its vocab.txt as the
  * tokenizer) on data/sst2_sample: train mode for one epoch, then test mode
- * writing dev/test results and predictions, an unlabeled GLUE test file, and
+ * writing dev/test results and predictions, an unlabeled GLUE test file, bad
+ * settings refused, and
  * DDP on two ranks giving one process's losses and weights. */
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,24 @@ static void test_unlabeled_test_file(void) {
     free(s);
 }
 
+/* bad settings: exit 1 with the key and the reason */
+static void test_refused(void) {
+    const char *cases[][2] = {
+        {"data.max_len=100", "data.max_len: 100 is more than the model's max_position_embeddings 64"},
+        {"model.pretrained=/nonexistent/dir", "model.pretrained (its tokenizer): /nonexistent/dir"},
+        {"model.num_hidden_layers=4", "model.num_hidden_layers: set by model.pretrained"},
+        {"model.task=causal_lm", "model.task: 'causal_lm' is not available for bert"},
+    };
+    for (int i = 0; i < 4; i++) {
+        const char *argv[] = {"train", path_in(tmp, "bert.yml"), "--set", "experiment_name=refused", "--set",
+                              cases[i][0], NULL};
+        CHECK(tp_run(argv, path_in(tmp, "refused.out")) == 1, "%s: exit 1", cases[i][0]);
+        char *s = tp_slurp(path_in(tmp, "refused.out"));
+        CHECK(s && strstr(s, cases[i][1]), "%s: %s", cases[i][0], s);
+        free(s);
+    }
+}
+
 /* ddp on 2 ranks x 8 examples = 1 process x 16: the same train losses and
  * weights (the config turns dropout off: each rank draws its own masks) */
 static void test_ddp_two_ranks(void) {
@@ -130,6 +149,7 @@ int main(int argc, char **argv) {
     write_config();
     RUN(test_train_then_test);
     RUN(test_unlabeled_test_file);
+    RUN(test_refused);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
