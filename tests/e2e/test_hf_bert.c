@@ -2,8 +2,8 @@
  * (the tiny fixture of tests/parity/make_hf_fixtures.py, its vocab.txt as the
  * tokenizer) on data/sst2_sample: train mode for one epoch, then test mode
  * writing dev/test results and predictions, an unlabeled GLUE test file, bad
- * settings refused, and
- * DDP on two ranks giving one process's losses and weights. */
+ * settings refused, and DDP and ZeRO-3 on two ranks giving one process's
+ * losses and weights. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,20 +105,28 @@ static void test_refused(void) {
     }
 }
 
-/* ddp on 2 ranks x 8 examples = 1 process x 16: the same train losses and
- * weights (the config turns dropout off: each rank draws its own masks) */
-static void test_ddp_two_ranks(void) {
-    const char *sets[] = {"experiment_name=bert_ddp", "train.batch_size=8", "dist.strategy=ddp", NULL};
-    CHECK(run("train", path_in(tmp, "bert.yml"), "ddp.out", sets, "2") == 0, "ddp 2 ranks");
+/* ddp and zero3 on 2 ranks x 8 examples = 1 process x 16: the same train
+ * losses and weights (the config turns dropout off: each rank draws its own
+ * masks) */
+static void check_two_ranks(const char *strategy) {
+    char exp[64], strat[64], run_name[64], out[64], ckpt[128];
+    snprintf(exp, sizeof exp, "experiment_name=bert_%s", strategy);
+    snprintf(strat, sizeof strat, "dist.strategy=%s", strategy);
+    snprintf(run_name, sizeof run_name, "runs/bert_%s/metrics.jsonl", strategy);
+    snprintf(out, sizeof out, "%s.out", strategy);
+    const char *sets[] = {exp, "train.batch_size=8", strat, NULL};
+    CHECK(run("train", path_in(tmp, "bert.yml"), out, sets, "2") == 0, "%s on 2 ranks", strategy);
     for (int step = 1; step <= 15; step += 7) {
         char a[64] = "", b[64] = "";
         bool ok = tp_loss_at(path_in(tmp, "runs/bert/metrics.jsonl"), "train", step, a, sizeof a) &&
-                  tp_loss_at(path_in(tmp, "runs/bert_ddp/metrics.jsonl"), "train", step, b, sizeof b);
-        CHECK(ok && fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)), "step %d: loss %s vs %s", step, a, b);
+                  tp_loss_at(path_in(tmp, run_name), "train", step, b, sizeof b);
+        CHECK(ok && fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)), "%s step %d: loss %s vs %s", strategy, step,
+              a, b);
     }
     char err[512];
+    snprintf(ckpt, sizeof ckpt, "runs/bert_%s/checkpoints/step_00000015.safetensors", strategy);
     ut_st_file *a = ut_st_open(path_in(tmp, "runs/bert/checkpoints/step_00000015.safetensors"), err, sizeof err);
-    ut_st_file *b = ut_st_open(path_in(tmp, "runs/bert_ddp/checkpoints/step_00000015.safetensors"), err, sizeof err);
+    ut_st_file *b = ut_st_open(path_in(tmp, ckpt), err, sizeof err);
     CHECK(a && b, "%s", err);
     int compared = 0;
     for (int i = 0; a && b && i < ut_st_count(a); i++) {
@@ -134,13 +142,17 @@ static void test_ddp_two_ranks(void) {
             d2 += (u - v) * (u - v);
             n2 += u * u;
         }
-        CHECK(sqrt(d2) <= 1e-5 * sqrt(n2), "%s: relative difference %g", name, sqrt(d2 / (n2 > 0 ? n2 : 1)));
+        CHECK(sqrt(d2) <= 1e-5 * sqrt(n2), "%s %s: relative difference %g", strategy, name,
+              sqrt(d2 / (n2 > 0 ? n2 : 1)));
         compared++;
     }
-    CHECK(compared == 39, "%d tensors compared", compared);
+    CHECK(compared == 39, "%s: %d tensors compared", strategy, compared);
     ut_st_close(a);
     ut_st_close(b);
 }
+
+static void test_ddp_two_ranks(void) { check_two_ranks("ddp"); }
+static void test_zero3_two_ranks(void) { check_two_ranks("zero3"); }
 
 int main(int argc, char **argv) {
     (void)argc;
@@ -153,5 +165,6 @@ int main(int argc, char **argv) {
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
+    RUN(test_zero3_two_ranks);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
