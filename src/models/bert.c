@@ -13,6 +13,7 @@
  * hidden_act, plus num_labels (num_classes), task and pretrained (a model
  * directory, which supplies the architecture and the weights). docs/models.md. */
 #include <float.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -209,35 +210,54 @@ static ut_kv *merged_options(const ut_kv *opts, char *err, size_t n) {
     }
     for (int i = 0; arch_keys[i]; i++)
         if (ut_kv_get(opts, arch_keys[i])) {
-            ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it", arch_keys[i], dir);
+            ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it", arch_keys[i],
+                      dir);
             ut_kv_free(kv);
             return NULL;
         }
-    for (int i = 0; i < ut_kv_len(opts); i++) ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    for (int i = 0; i < ut_kv_len(opts); i++)
+        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
     return kv;
 }
 
+/* The integer sizes: config.json's names, BERT-base defaults, each >= 1 */
+static const struct {
+    const char *key;
+    long long def;
+    size_t at;
+} size_keys[] = {
+    {"num_hidden_layers", 12, offsetof(bert, L)},   {"num_attention_heads", 12, offsetof(bert, NH)},
+    {"hidden_size", 768, offsetof(bert, C)},        {"intermediate_size", 3072, offsetof(bert, I)},
+    {"vocab_size", 30522, offsetof(bert, V)},       {"max_position_embeddings", 512, offsetof(bert, P)},
+    {"type_vocab_size", 2, offsetof(bert, TV)},
+};
+
 static int read_dims(const ut_kv *kv, bert *net, double *std, char *err, size_t n) {
-    long long L, NH, C, I, V, P, TV, K1, K2;
+    *net = (bert){0};
+    for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
+        long long v;
+        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
+        if (v < 1 || v > INT32_MAX)
+            return ut_errorf(err, n, "bert: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
+        *(int64_t *)((char *)net + size_keys[i].at) = v;
+    }
+    long long K1, K2;
     double eps, drop;
-    if (ut_kv_int(kv, "num_hidden_layers", 12, &L, err, n) || ut_kv_int(kv, "num_attention_heads", 12, &NH, err, n) ||
-        ut_kv_int(kv, "hidden_size", 768, &C, err, n) || ut_kv_int(kv, "intermediate_size", 3072, &I, err, n) ||
-        ut_kv_int(kv, "vocab_size", 30522, &V, err, n) || ut_kv_int(kv, "max_position_embeddings", 512, &P, err, n) ||
-        ut_kv_int(kv, "type_vocab_size", 2, &TV, err, n) || ut_kv_int(kv, "num_classes", 2, &K1, err, n) ||
-        ut_kv_int(kv, "num_labels", K1, &K2, err, n) || ut_kv_float(kv, "layer_norm_eps", 1e-12, &eps, err, n) ||
+    if (ut_kv_int(kv, "num_classes", 2, &K1, err, n) || ut_kv_int(kv, "num_labels", K1, &K2, err, n) ||
+        ut_kv_float(kv, "layer_norm_eps", 1e-12, &eps, err, n) ||
         ut_kv_float(kv, "hidden_dropout_prob", 0.1, &drop, err, n) ||
         ut_kv_float(kv, "initializer_range", 0.02, std, err, n))
         return -1;
-    if (L < 1 || NH < 1 || C < 1 || I < 1 || V < 1 || P < 1 || TV < 1 || K2 < 1 || V > INT32_MAX)
-        return ut_errorf(err, n, "bert: sizes must be >= 1 (num_hidden_layers %lld, num_attention_heads %lld, "
-                                 "hidden_size %lld, intermediate_size %lld, vocab_size %lld, "
-                                 "max_position_embeddings %lld, type_vocab_size %lld, num_labels %lld)",
-                         L, NH, C, I, V, P, TV, K2);
-    if (C % NH) return ut_errorf(err, n, "bert: hidden_size %lld is not divisible by num_attention_heads %lld", C, NH);
+    if (K2 < 1 || K2 > INT32_MAX) return ut_errorf(err, n, "bert: num_labels %lld must be >= 1", K2);
+    if (net->C % net->NH)
+        return ut_errorf(err, n, "bert: hidden_size %lld is not divisible by num_attention_heads %lld",
+                         (long long)net->C, (long long)net->NH);
     if (drop < 0 || drop >= 1) return ut_errorf(err, n, "bert: hidden_dropout_prob %g is outside [0, 1)", drop);
-    if (!(eps > 0) || !(*std >= 0)) return ut_errorf(err, n, "bert: layer_norm_eps must be > 0, initializer_range >= 0");
-    *net = (bert){.L = L, .NH = NH, .C = C, .I = I, .V = V, .P = P, .TV = TV, .K = K2,
-                  .eps = (float)eps, .dropout = (float)drop};
+    if (!(eps > 0) || !(*std >= 0))
+        return ut_errorf(err, n, "bert: layer_norm_eps must be > 0 and initializer_range >= 0");
+    net->K = K2;
+    net->eps = (float)eps;
+    net->dropout = (float)drop;
     return 0;
 }
 
@@ -247,11 +267,14 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
                *task = ut_kv_get(kv, "task");
     if (!act || !strcmp(act, "gelu")) net->exact_gelu = true;
     else if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) net->exact_gelu = false;
-    else return ut_errorf(err, n, "bert: hidden_act '%s' is not supported (gelu, gelu_new, gelu_pytorch_tanh)", act);
+    else
+        return ut_errorf(err, n, "bert: hidden_act '%s' is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
+                         act);
     if (pos && strcmp(pos, "absolute"))
         return ut_errorf(err, n, "bert: position_embedding_type '%s' is not supported (absolute)", pos);
     if (task && strcmp(task, "sequence_classification"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification", task);
+        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification",
+                         task);
     return 0;
 }
 
@@ -262,7 +285,8 @@ static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     char first[256] = "", why[1024];
     ut_hf_load_opts o = {.base_prefix = "bert.", .optional = optional, .ignored = ignored,
                          .unused = &unused, .first_unused = first, .first_unused_n = sizeof first};
-    if (ut_hf_load_weights(m, dir, &o, why, sizeof why)) return ut_errorf(err, n, "model.pretrained: %s", why);
+    if (ut_hf_load_weights(m, dir, &o, why, sizeof why))
+        return ut_errorf(err, n, "model.pretrained: %s", why);
     if (unused)
         fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
                         "the first '%s'\n", dir, unused, first);
@@ -285,8 +309,9 @@ ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
-    double numel = (double)(net.V + net.P + net.TV) * net.C + (double)net.L * (4.0 * net.C * net.C + 2.0 * net.C * net.I) +
-                   (double)net.C * (net.C + net.K);
+    double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
+                                      (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +
+                                      C * (C + (double)net.K);
     if (ut_memory_check(8 * numel, ut_fmt("bert (%.3g parameters)", numel), err, n)) return NULL;
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
