@@ -72,9 +72,10 @@ ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head);
 /* Bidirectional multi-head attention (BERT): q, k, v (B, T, C), heads of size
  * C/NH; mask (B, T) F32 added to the scores of each key (0 attends, a large
  * negative value masks padding) or NULL -> (B, T, C). No causal mask; the mask
- * takes no gradient. */
+ * takes no gradient. dropout: drop probability of the attention probabilities
+ * in training mode (BERT's attention_probs_dropout_prob), 0 for none. */
 ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
-                               ut_tensor *mask, int n_head);
+                               ut_tensor *mask, int n_head, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

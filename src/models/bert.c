@@ -9,7 +9,8 @@
  * "classifier.weight"), so model.safetensors loads by name (src/io/hf.c).
  * Options, in config.json's names: vocab_size, hidden_size, num_hidden_layers,
  * num_attention_heads, intermediate_size, max_position_embeddings,
- * type_vocab_size, layer_norm_eps, hidden_dropout_prob, initializer_range,
+ * type_vocab_size, layer_norm_eps, hidden_dropout_prob,
+ * attention_probs_dropout_prob, initializer_range,
  * hidden_act, plus num_labels (num_classes), task and pretrained (a model
  * directory, which supplies the architecture and the weights). docs/models.md. */
 #include <float.h>
@@ -31,7 +32,7 @@ typedef struct layer_arg layer_arg;
 
 typedef struct {
     int64_t L, NH, C, I, V, P, TV, K;
-    float eps, dropout;
+    float eps, dropout, attn_dropout;
     bool exact_gelu;
     ut_embedding_layer word, pos, type;
     ut_layernorm_layer emb_ln;
@@ -61,7 +62,8 @@ static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     ut_tensor *x = in[0];
     ut_tensor *h = ut_attention_masked(ctx, ut_linear_layer_forward(ctx, &l->query, x),
                                        ut_linear_layer_forward(ctx, &l->key, x),
-                                       ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH);
+                                       ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
+                                       a->net->attn_dropout);
     h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->attn_out, h), a->net->dropout);
     x = ut_layernorm_layer_forward(ctx, &l->attn_ln, ut_add(ctx, h, x));
     h = ut_linear_layer_forward(ctx, &l->inter, x);
@@ -242,10 +244,11 @@ static int read_dims(const ut_kv *kv, bert *net, double *std, char *err, size_t 
         *(int64_t *)((char *)net + size_keys[i].at) = v;
     }
     long long K1, K2;
-    double eps, drop;
+    double eps, drop, adrop;
     if (ut_kv_int(kv, "num_classes", 2, &K1, err, n) || ut_kv_int(kv, "num_labels", K1, &K2, err, n) ||
         ut_kv_float(kv, "layer_norm_eps", 1e-12, &eps, err, n) ||
         ut_kv_float(kv, "hidden_dropout_prob", 0.1, &drop, err, n) ||
+        ut_kv_float(kv, "attention_probs_dropout_prob", 0.1, &adrop, err, n) ||
         ut_kv_float(kv, "initializer_range", 0.02, std, err, n))
         return -1;
     if (K2 < 1 || K2 > INT32_MAX) return ut_errorf(err, n, "bert: num_labels %lld must be >= 1", K2);
@@ -253,11 +256,14 @@ static int read_dims(const ut_kv *kv, bert *net, double *std, char *err, size_t 
         return ut_errorf(err, n, "bert: hidden_size %lld is not divisible by num_attention_heads %lld",
                          (long long)net->C, (long long)net->NH);
     if (drop < 0 || drop >= 1) return ut_errorf(err, n, "bert: hidden_dropout_prob %g is outside [0, 1)", drop);
+    if (adrop < 0 || adrop >= 1)
+        return ut_errorf(err, n, "bert: attention_probs_dropout_prob %g is outside [0, 1)", adrop);
     if (!(eps > 0) || !(*std >= 0))
         return ut_errorf(err, n, "bert: layer_norm_eps must be > 0 and initializer_range >= 0");
     net->K = K2;
     net->eps = (float)eps;
     net->dropout = (float)drop;
+    net->attn_dropout = (float)adrop;
     return 0;
 }
 
@@ -297,7 +303,8 @@ ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"vocab_size", "hidden_size", "num_hidden_layers",
                                         "num_attention_heads", "intermediate_size",
                                         "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
-                                        "hidden_act", "hidden_dropout_prob", "initializer_range",
+                                        "hidden_act", "hidden_dropout_prob",
+                                        "attention_probs_dropout_prob", "initializer_range",
                                         "num_labels", "num_classes", "task", "pretrained", NULL};
     if (ut_kv_check_keys(opts, known, "model bert", err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");

@@ -25,7 +25,7 @@ static void write_config(void) {
     FILE *f = fopen(path_in(tmp, "bert.yml"), "w");
     fprintf(f, "experiment_name: bert\noutput_dir: %s/runs\nseed: 3\n"
                "model:\n  name: bert\n  pretrained: tests/parity/fixtures/hf_bert_tiny\n"
-               "  task: sequence_classification\n  hidden_dropout_prob: 0\n"
+               "  task: sequence_classification\n  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n"
                "data:\n  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n"
                "  dev_path: data/sst2_sample/dev.tsv\n  test_path: data/sst2_sample/test.tsv\n  max_len: 24\n"
                "train:\n  epochs: 1\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"

@@ -145,6 +145,37 @@ done:
     ut_model_free(m);
 }
 
+/* training mode (hidden and attention dropout drawn): activation
+ * checkpointing recomputes each layer with the same masks, so the gradients
+ * are bit-identical to the plain run's, and dropout changes the loss */
+static void test_checkpointing_with_dropout(void) {
+    char err[1024];
+    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
+    CHECK(f, "%s", err);
+    ut_model *m[2] = {load(FIX "hf_bert_tiny", NULL, err, sizeof err),
+                      load(FIX "hf_bert_tiny", NULL, err, sizeof err)};
+    CHECK(m[0] && m[1], "%s", err);
+    if (!f || !m[0] || !m[1]) goto done;
+    m[1]->checkpoint_activations = true;
+    float loss[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
+        ut_tensor *l = ut_model_loss(m[r], ctx, ut_model_forward(m[r], ctx, stored(ctx, ut_st_get(f, "input"))),
+                                     stored(ctx, ut_st_get(f, "labels")));
+        CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+        if (l) loss[r] = ut_f32(l)[0];
+        ut_ctx_free(ctx);
+    }
+    CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
+    CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4, "dropout left the loss as in eval");
+    CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
+          "checkpointed gradients differ");
+done:
+    ut_st_close(f);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+}
+
 /* sentence-transformers' layout: encoder tensors without "bert.", no
  * classifier: the head is new, N(0, initializer_range) weights and zero bias */
 static void test_bare_encoder_new_head(void) {
@@ -252,6 +283,7 @@ int main(int argc, char **argv) {
     tp_set_program(argv[0]);
     RUN(test_logits_loss_grads);
     RUN(test_adamw_trainer_groups);
+    RUN(test_checkpointing_with_dropout);
     RUN(test_bare_encoder_new_head);
     RUN(test_bad_directories);
     return TEST_SUMMARY();

@@ -46,17 +46,21 @@ static ut_tensor *pad_mask(ut_ctx *c, int64_t B, int64_t T) {
     return m;
 }
 static ut_tensor *b_attm2(ut_ctx *c, ut_tensor **in) {
-    return ut_attention_masked(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2);
+    return ut_attention_masked(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.0f);
 }
 static ut_tensor *b_attm1_nomask(ut_ctx *c, ut_tensor **in) {
-    return ut_attention_masked(c, in[0], in[1], in[2], NULL, 1);
+    return ut_attention_masked(c, in[0], in[1], in[2], NULL, 1, 0.0f);
 }
 static ut_tensor *b_attm_additive(ut_ctx *c, ut_tensor **in) {
-    return ut_attention_masked(c, in[0], in[1], in[2], in[3], 2);
+    return ut_attention_masked(c, in[0], in[1], in[2], in[3], 2, 0.0f);
+}
+/* dropout of the probabilities (training mode): the same mask every evaluation */
+static ut_tensor *b_attm_dropout(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.3f);
 }
 /* q, k and v the same tensor, and used again outside: every path adds */
 static ut_tensor *b_attm_shared(ut_ctx *c, ut_tensor **in) {
-    return ut_add(c, ut_attention_masked(c, in[0], in[0], in[0], pad_mask(c, 2, 5), 2), in[0]);
+    return ut_add(c, ut_attention_masked(c, in[0], in[0], in[0], pad_mask(c, 2, 5), 2, 0.0f), in[0]);
 }
 
 const gc_row gc_rows_nn[] = {
@@ -94,5 +98,8 @@ const gc_row gc_rows_nn[] = {
     {"attention_masked additive", 4,
      {{3, {2, 3, 4}}, {3, {2, 3, 4}}, {3, {2, 3, 4}}, {2, {2, 3}, GC_CONST}}, b_attm_additive},
     {"attention_masked q = k = v", 1, {{3, {2, 5, 8}}}, b_attm_shared},
+    {"attention_masked dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_dropout,
+     .training = true},
+    {"attention_masked dropout eval", 3, {{3, {2, 4, 8}}, {3, {2, 4, 8}}, {3, {2, 4, 8}}}, b_attm_dropout},
 };
 const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];
