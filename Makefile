@@ -1,5 +1,6 @@
 # utrain build. `make run` and `make test` are the two set-up commands.
-# Everything is built under build/ (build-asan/ for the sanitizer suite).
+# Everything is built under build/ (build-asan/ for the sanitizer suite,
+# build-fuzz/ for the fuzz targets and their replay, built with clang).
 
 CC       ?= gcc
 BUILD    ?= build
@@ -17,8 +18,12 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 # cut short by design (paths in error text); every such call is bounded.
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -fPIC -fno-math-errno \
               -Iinclude -I$(BLAS_INC) $(MPI_CFLAGS)
+# clang (the fuzz build): it does not know -Wno-format-truncation, and its
+# "loop not vectorized" notes on `omp simd` loops are remarks, not errors.
+CC_IS_CLANG := $(findstring clang,$(shell $(CC) --version 2>/dev/null | head -n 1))
+CFLAGS_CC = $(if $(CC_IS_CLANG),-Wno-unknown-warning-option -Wno-pass-failed)
 SAN     ?=
-override CFLAGS += $(CFLAGS_BASE) $(OPT) $(ARCH) $(SAN) -g
+override CFLAGS += $(CFLAGS_BASE) $(CFLAGS_CC) $(OPT) $(ARCH) $(SAN) -g
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
 LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS)
@@ -31,14 +36,14 @@ TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h tests/*/*.h)
+HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h tests/*/*.h))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run test test-asan tests bench bench-ddp bench-fmnist install clean
+.PHONY: all lib deps run test test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -98,13 +103,46 @@ export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
 
 test: deps
 	@$(MAKE) --no-print-directory tests
-	@tests/run.sh $(BUILD)
+	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-replay
+	@tests/run.sh $(BUILD) $(FUZZ_BUILD)
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" tests
 	@ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 UT_TEST_QUICK=1 tests/run.sh build-asan
+
+# ---- fuzzing: clang's libFuzzer with ASan + UBSan (docs/testing.md) ----
+# One target per parser of outside input, tests/fuzz/fuzz_<name>.c, with its
+# committed inputs in tests/fuzz/<name>/{corpus,crashes}/. The library is
+# built once into $(FUZZ_BUILD) with coverage instrumentation; the targets
+# link libFuzzer (`make fuzz`), the replay programs link tests/fuzz/replay.c
+# instead and run under `make test`.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS  = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SAN      = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_VARS     = BUILD=$(FUZZ_BUILD) CC=clang OPT=-O1 SAN="$(FUZZ_SAN)"
+FUZZ_HDRS     = $(wildcard tests/fuzz/*.h)
+
+fuzz: deps
+	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-bins
+	@tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# (fuzz-bins and fuzz-replay are called with FUZZ_VARS, as above)
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/fuzz_%)
+fuzz-replay: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/test_fuzz_%)
+
+$(BUILD)/tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_HDRS) $(BUILD)/libutrain.a
+	@mkdir -p $(dir $@)
+	@echo "  FUZZ  $@"
+	@$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libutrain.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/fuzz/test_fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_HDRS) $(BUILD)/libutrain.a
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	@$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -o $@ $< tests/fuzz/replay.c $(BUILD)/libutrain.a \
+	  $(LDFLAGS) $(LDLIBS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/gpt2_step
@@ -135,4 +173,4 @@ install: all
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/utrain.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

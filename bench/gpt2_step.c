@@ -6,9 +6,10 @@
  * training steps: forward + loss + backward + optimizer step with zero grad
  * (ut_optim_step_zero) + ctx reset, after 2 warm-up steps.
  *
- *   gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--json]
+ *   gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--bf16] [--json]
  *
  * --seq sets the sequence length (default 64, at most the block size 1024).
+ * --bf16 runs the step under bf16 autocast (train.precision: bf16).
  *
  * Prints median/min step time, tokens/s, the peak activation memory of a step
  * (ut_ctx_peak_bytes after ut_ctx_reset_peak) and the medians of the phases:
@@ -43,19 +44,21 @@ static int parse_pos(const char *flag, const char *v, long *out) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--json]\n");
+    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--bf16] [--json]\n");
 }
 
 int main(int argc, char **argv) {
     ut_blas_select_kernels(argv); /* may re-exec with OPENBLAS_CORETYPE set */
     long steps = 10, threads = 0, T = 64;
-    bool checkpoint = false, json = false;
+    bool checkpoint = false, json = false, bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads") ||
             !strcmp(argv[i], "--seq")) {
             long *dst = !strcmp(argv[i], "--steps") ? &steps : !strcmp(argv[i], "--seq") ? &T : &threads;
             if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
             i++;
+        } else if (!strcmp(argv[i], "--bf16")) {
+            bf16 = true;
         } else if (!strcmp(argv[i], "--checkpoint")) {
             checkpoint = true;
         } else if (!strcmp(argv[i], "--json")) {
@@ -97,6 +100,7 @@ int main(int argc, char **argv) {
     ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
                                  0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
+    if (bf16) ut_ctx_set_autocast(ctx, UT_BF16);
 
     /* random token stream: inputs are tokens [0, T), targets tokens [1, T] */
     ut_rng rng;

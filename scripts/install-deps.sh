@@ -6,9 +6,11 @@
 # tests that need those files say what to run.
 set -euo pipefail
 
+# clang, its runtime libraries (libFuzzer, sanitizers) and its OpenMP: the
+# fuzz targets and their replay in `make test` (tests/fuzz/)
 pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev libutf8proc-dev zlib1g-dev
       openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv
-      python3-pip unzip bzip2)
+      python3-pip unzip bzip2 clang libclang-rt-dev libomp-dev bc)
 
 missing=()
 for p in "${pkgs[@]}"; do

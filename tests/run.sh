@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test binary under BUILD/tests and adds up their
-# "N passed, N failed" lines into one closing line.
+# Runs every test binary under BUILD/tests (for each BUILD given; default
+# build) and adds up their "N passed, N failed" lines into one closing line.
+# The fuzz replay programs (BUILD/tests/fuzz/test_fuzz_<name>) come from
+# tests/fuzz/fuzz_<name>.c.
 set -u
-build=${1:-build}
+[ $# -eq 0 ] && set -- build
 cd "$(dirname "$0")/.." || exit 1
 total_pass=0; total_fail=0; broken=()
+for build in "$@"; do
 for t in $(find "$build/tests" -type f -perm -u+x -name 'test_*' | sort); do
     src="tests/${t#"$build"/tests/}.c"
+    case "$t" in */tests/fuzz/test_fuzz_*) src="tests/fuzz/fuzz_${t##*/test_fuzz_}.c" ;; esac
     if [ ! -f "$src" ]; then echo "== $t: no $src (a stale binary), skipped"; continue; fi
     echo "== $t"
     out=$("$t" 2>&1); rc=$?
@@ -20,6 +24,7 @@ for t in $(find "$build/tests" -type f -perm -u+x -name 'test_*' | sort); do
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         broken+=("$t (exit $rc)"); total_fail=$((total_fail + 1))
     fi
+done
 done
 for b in "${broken[@]+"${broken[@]}"}"; do echo "broken: $b"; done
 echo "$total_pass passed, $total_fail failed"

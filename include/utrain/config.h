@@ -67,6 +67,9 @@ typedef struct {
                                     the strategy steps; not keys of their own */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
+    char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
+    double init_scale;           /* fp16: the loss scale to start from (GradScaler's init_scale) */
+    int64_t growth_interval;     /* fp16: clean steps before the scale doubles */
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */
     double early_stopping_threshold;
     char progress[8];            /* auto | bar | lines | off */

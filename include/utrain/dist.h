@@ -180,6 +180,9 @@ void ut_dist_scale_grads(ut_dist *d, float s);
 /* The optimizer step on this rank's part, gradients zeroed, and the
  * parameters made whole again where the strategy keeps them whole. */
 int ut_dist_step(ut_dist *d, float lr);
+/* Zeroes the gradients ut_dist_step would have consumed, without a step
+ * (fp16's skipped steps); no communication. */
+void ut_dist_zero_grads(ut_dist *d);
 /* zero3: every parameter gathered into the flat buffer (for saving or
  * reading weights) until ut_dist_release; nothing to do for the others. */
 int ut_dist_gather_params(ut_dist *d);

@@ -1,7 +1,7 @@
 /* utrain optimizers (SGD, AdamW) over a flat parameter buffer, gradient
  * clipping and learning-rate schedules, all matching PyTorch.
  * defines: ut_param_seg, ut_optim_kind, ut_optim_config, ut_optim, ut_optim_*,
- *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_sched_kind,
+ *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_grad_scaler, ut_sched_kind,
  *          ut_schedule, ut_schedule_lr, ut_schedule_check, ut_sched_parse. */
 #ifndef UTRAIN_OPTIM_H
 #define UTRAIN_OPTIM_H
@@ -113,6 +113,24 @@ void ut_grad_scale(float *g, int64_t n, float s);
  * if c = max_norm/(norm + 1e-6) < 1, scales g by c. A sharded caller instead
  * adds ut_grad_norm_sq over ranks and calls ut_grad_scale with the same c. */
 float ut_clip_grad_norm(float *g, int64_t n, float max_norm);
+
+/* ---- dynamic loss scaling (fp16), as torch.amp.GradScaler ----
+ * The loss is multiplied by scale before backward; after the gradients are
+ * reduced, a step whose gradients hold an inf or NaN is skipped (parameters
+ * and optimizer state untouched) and the scale halves (backoff_factor);
+ * otherwise the gradients are multiplied by 1/scale before clipping and the
+ * step runs, and after growth_interval such steps in a row the scale doubles
+ * (growth_factor). GradScaler's defaults: init_scale 65536 (2^16),
+ * growth_interval 2000. */
+typedef struct {
+    float scale, growth_factor, backoff_factor;
+    int64_t growth_interval;
+    int64_t growth_tracker;  /* clean steps since the scale last changed */
+} ut_grad_scaler;
+
+void ut_grad_scaler_init(ut_grad_scaler *s, float init_scale, int64_t growth_interval);
+/* After a step's check: found_inf is whether any gradient was inf or NaN. */
+void ut_grad_scaler_update(ut_grad_scaler *s, bool found_inf);
 
 /* ---- learning-rate schedules ---- */
 typedef enum { UT_SCHED_CONSTANT, UT_SCHED_COSINE, UT_SCHED_LINEAR, UT_SCHED_STEP } ut_sched_kind;

@@ -20,7 +20,8 @@ extern "C" {
 #define UT_MAX_AUX 3
 
 /* Storage types. Compute is float32 on the CPU; bf16/fp16 are storage types that
- * the CUDA backend and mixed precision use. I32 holds token ids and labels. */
+ * mixed precision uses (ut_tensor_to converts; ut_ctx_set_autocast rounds the
+ * matmuls' operands to them). I32 holds token ids and labels. */
 typedef enum { UT_F32 = 0, UT_BF16, UT_F16, UT_I32, UT_DTYPE_COUNT } ut_dtype;
 typedef enum { UT_CPU = 0, UT_CUDA, UT_DEVICE_COUNT } ut_device;
 
@@ -46,6 +47,7 @@ struct ut_tensor {
     void *data;
     float *grad;
     int op;                           /* UT_OP_NONE for leaves */
+    ut_dtype autocast;                /* BF16/F16: the op ran its products in it (ut_ctx_set_autocast) */
     ut_tensor *src[UT_MAX_SRC];
     int64_t ip[UT_MAX_IPARAMS];       /* integer op parameters */
     float fp[UT_MAX_FPARAMS];         /* float op parameters */
@@ -89,6 +91,15 @@ bool ut_ctx_set_training(ut_ctx *ctx, bool on);
 bool ut_ctx_training(const ut_ctx *ctx);
 ut_device ut_ctx_device(const ut_ctx *ctx);
 void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
+/* Autocast, as PyTorch's CPU autocast: with dt BF16 or F16, linear, matmul,
+ * conv2d and attention take their inputs and weights rounded to dt, add up
+ * in float32 and round their output to dt; softmax, the losses, layer norm,
+ * reductions and elementwise ops stay float32, and parameters' gradients
+ * accumulate in float32. F32 turns it off (the default). Applies to ops made
+ * from now on (their backward follows what their forward did). Returns the
+ * old setting. */
+ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt);
+ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
 uint64_t *ut_ctx_rng_state(ut_ctx *ctx);   /* 4 words: saved/restored by checkpoints */
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
 /* Called before a parameter's values are read: when an op (or a view) takes
@@ -129,6 +140,11 @@ ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne,
  * tensor has a context. */
 int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes);
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
+/* A new tensor of dtype dt holding t's values converted (F32, BF16, F16 in
+ * any pair; to a 16-bit type rounding to nearest even, NaN kept, overflow to
+ * inf for F16). t must be contiguous; no gradient flows through. NULL with
+ * the context's error set for other dtypes or a strided t. */
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt);
 /* Marks a leaf as needing a gradient (allocated from the arena on backward). */
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
 

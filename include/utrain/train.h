@@ -36,6 +36,8 @@ typedef struct {
     int64_t best_step;         /* step of that evaluation (-1: none yet) */
     int64_t bad_evals;         /* evaluations since the last improvement (early stopping) */
     uint64_t config_hash;      /* ut_config_hash of the run that wrote it */
+    double loss_scale;         /* fp16: the loss scaler's scale (0: no scaler, not saved) */
+    int64_t scale_growth_tracker;  /* fp16: its clean steps since the scale changed */
 } ut_train_state;
 
 /* ---- checkpoint files ----

@@ -55,6 +55,13 @@ typedef struct ut_backend {
     void (*pages_free)(void *p, size_t bytes);
     void (*memset)(void *p, int v, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
+    /* n elements of src (dtype from) into dst (dtype to), both device
+     * memory; F32, BF16, F16 in any pair, rounding to nearest even. */
+    void (*convert)(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
+    /* dst[i] = src[i] rounded to the nearest value of dt (BF16 or F16; F32
+     * copies), kept as float32: the operands autocast hands to a matmul.
+     * dst may equal src. */
+    void (*round)(float *dst, const float *src, int64_t n, ut_dtype dt);
 
     /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def ---- */
     const ut_op_vtable *ops;

@@ -436,7 +436,7 @@ static int parse_int(const char *flag, const char *v, long *out) {
 
 static int demo(int argc, char **argv) {
     long steps = 60, B = 32, seed = 1;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) {   /* flag, value */
         long *dst = !strcmp(argv[i], "--steps") ? &steps
                   : !strcmp(argv[i], "--batch-size") ? &B
                   : !strcmp(argv[i], "--seed") ? &seed : NULL;
@@ -445,7 +445,6 @@ static int demo(int argc, char **argv) {
             return 2;
         }
         if (parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
-        i++;
     }
     char err[512];
     ut_model *m = ut_model_create("cnn", NULL, (uint64_t)seed, err, sizeof err);

@@ -57,7 +57,8 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             for (int k = ut_op_owns_src0_grad[t->op] ? 1 : 0; k < UT_MAX_SRC; k++)
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
-            ops[t->op].backward(t);
+            if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward);
+            else ops[t->op].backward(t);
         }
         if (hooks && ctx->grad_hook)
             FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));
@@ -175,7 +176,7 @@ void ut_checkpoint_bwd(ut_tensor *t) {
     int lo = ctx->tape_len;
     ut_tensor *y = cr->fn(ctx, cr->user, in, cr->n);
     if (y && !ctx->has_err && y->requires_grad) {
-        ut_backend_get(t->device)->copy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * sizeof(float),
+        ut_backend_get(t->device)->copy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * ut_dtype_size(t->dtype),
                                         UT_COPY_D2D);
         ut_backward_range(ctx, lo, ctx->tape_len, false);
     }

@@ -37,6 +37,7 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
 
 void ut_ctx_free(ut_ctx *ctx) {
     if (!ctx) return;
+    ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
     ut_free(ctx->tape);
@@ -230,6 +231,23 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     return 0;
 }
 
+static bool is_float(ut_dtype dt) { return dt == UT_F32 || dt == UT_BF16 || dt == UT_F16; }
+
+ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt) {
+    if (!t) return NULL;
+    char shape[64];
+    if (!is_float(t->dtype) || !is_float(dt) || !ut_is_contiguous(t)) {
+        ut_ctx_set_error(ctx, "tensor_to: cannot convert %s %s%s to %s (f32, bf16, f16 only)",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape),
+                         ut_is_contiguous(t) ? "" : " (strided: ut_contiguous first)",
+                         ut_dtype_name(dt));
+        return NULL;
+    }
+    ut_tensor *out = ut_tensor_new(ctx, dt, t->ndim, t->ne);
+    if (out) ut_backend_get(t->device)->convert(out->data, dt, t->data, t->dtype, ut_nelem(t));
+    return out;
+}
+
 ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
     return ut_tensor_wrap(ctx, a->dtype, ndim, ne, a->data);
 }
@@ -254,8 +272,9 @@ bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsi
             ut_op_error(ctx, op, n, src, ut_fmt("input %d is NULL", i));
             return false;
         }
-        ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32;
-        if (src[i]->dtype != want) {
+        ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32, dt = src[i]->dtype;
+        if (want == UT_F32 && (dt == UT_BF16 || dt == UT_F16)) dt = UT_F32; /* read as f32 */
+        if (dt != want) {
             ut_op_error(ctx, op, n, src,
                         ut_fmt("input %d has dtype %s, expected %s", i,
                                ut_dtype_name(src[i]->dtype), ut_dtype_name(want)));
@@ -283,7 +302,7 @@ void ut_note_param(ut_ctx *ctx, const ut_tensor *t) {
 
 ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
                      ut_tensor *const *src) {
-    ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
+    ut_tensor *t = ut_tensor_new(ctx, ut_autocast_dtype(ctx, op, dt, nsrc, src), ndim, ne);
     if (!t) return NULL;
     t->op = op;
     bool rg = false;
@@ -293,6 +312,7 @@ ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *
         if (ctx->collecting && src[i] && src[i]->param_index >= 0) ut_note_param(ctx, src[i]);
     }
     t->requires_grad = rg && ctx->grad_enabled;
+    ut_autocast_mark(ctx, t);
     ut_param_use(ctx, src, nsrc);
     return t;
 }
@@ -339,7 +359,9 @@ int ut_op_count(void) { return UT_OP_COUNT; }
 ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
-    if (ops[t->op].forward) ops[t->op].forward(t);
+    ut_op_fn fwd = ops[t->op].forward;
+    if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
+    else if (fwd) fwd(t);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;
@@ -347,7 +369,8 @@ ut_tensor *ut_op_run(ut_tensor *t) {
 
 float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
-        size_t bytes = (size_t)ut_nelem(t) * sizeof(float);
+        bool lowp = t->dtype == UT_BF16 || t->dtype == UT_F16;
+        size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
         t->grad = ut_ctx_alloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }

@@ -63,6 +63,9 @@ void ut_arena_reset(ut_arena *a);
 static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->extra_bytes; }
 
 /* ---- context ---- */
+#define UT_AUTOCAST_GRAD0 (UT_MAX_SRC + 1)   /* first of the gradients' buffers */
+#define UT_AUTOCAST_KERNEL (2 * UT_MAX_SRC + 2) /* a kernel's own (ut_autocast_scratch) */
+#define UT_AUTOCAST_BUFS (2 * UT_MAX_SRC + 3)
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
@@ -83,7 +86,32 @@ struct ut_ctx {
     int ncollected, collected_cap;
     char err[512];
     bool has_err;
+    ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
+    void *ac_buf[UT_AUTOCAST_BUFS]; /* float32 copies: sources and output, then their gradients */
+    size_t ac_cap[UT_AUTOCAST_BUFS];
 };
+
+/* ---- autocast (src/core/autocast.c) ---- */
+/* The storage dtype of a new output of op with sources src, that its
+ * constructor asked to be dt: autocast ops give ctx's autocast dtype,
+ * one-input elementwise ops a 16-bit input's dtype, others dt. */
+ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
+                           ut_tensor *const *src);
+/* Records ctx's autocast dtype in t when t's op is one autocast runs in low precision. */
+void ut_autocast_mark(ut_ctx *ctx, ut_tensor *t);
+/* Whether t's kernels must run through ut_lowp_forward / ut_lowp_backward:
+ * t is an autocast op, or t or one of its sources is stored in 16 bits. */
+bool ut_lowp_needed(const ut_tensor *t, bool backward);
+/* Run an op's float32 kernel on float32 copies of its 16-bit sources (float32
+ * sources rounded to t->autocast, and backward's incoming gradient too, for
+ * an autocast op); a 16-bit output is converted into t's storage. */
+void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd);
+void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd);
+void ut_autocast_free(ut_ctx *ctx);
+/* The context's float32 scratch buffer for a kernel (UT_AUTOCAST_KERNEL), at
+ * least bytes long, kept across steps: where a 16-bit kernel wrapper
+ * computes what it then stores in 16 bits. */
+float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes);
 
 /* The parameter behind t: t itself, or the parameter a chain of views
  * starts from; -1 if none. */
@@ -114,7 +142,8 @@ ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int6
                        const int64_t *nb, int64_t off);
 
 /* ---- autograd helpers ---- */
-/* Grad buffer of t, allocated zeroed from the current arena if missing. */
+/* Grad buffer of t, allocated zeroed from the current arena if missing: float32,
+ * or for a BF16/F16 tensor 16-bit storage in its dtype (read through ut_lowp_backward). */
 float *ut_grad(ut_tensor *t);
 void ut_tape_push(ut_ctx *ctx, ut_tensor *t);
 void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks);

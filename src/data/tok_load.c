@@ -79,14 +79,24 @@ static const char *get_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* v as an integer in [lo, hi]: false when it is not a number, not whole or
+ * out of range (a double outside int64's range must not be cast). */
+static bool json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi)) return false;
+    *out = (int64_t)v->valuedouble;
+    return (double)*out == v->valuedouble;
+}
+
 /* An object token -> id into the vocabulary table. */
 static bool read_vocab_obj(ut_tokenizer *t, const cJSON *vocab, const char *path, char *err, size_t n) {
     if (!cJSON_IsObject(vocab) || !vocab->child)
         return ERRF("%s: the vocabulary is missing or not an object of token: id", path);
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble)
-            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer", path, e->string);
-        if (!ut__vocab_tab_add(&t->vocab, e->string, strlen(e->string), (int64_t)e->valuedouble, path, err, n))
+        int64_t id;
+        if (!json_int(e, 0, INT32_MAX - 1, &id))
+            return ERRF("%s: vocabulary entry \"%s\": the id is not an integer in [0, %d)", path, e->string,
+                        INT32_MAX - 1);
+        if (!ut__vocab_tab_add(&t->vocab, e->string, strlen(e->string), id, path, err, n))
             return false;
     }
     return true;
@@ -172,15 +182,22 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
     ut__tmpl_item *items = ut_calloc_check((size_t)cnt, sizeof *items);
     if (pair) t->pair = items, t->npair = cnt;
     else t->single = items, t->nsingle = cnt;
-    int k = 0;
+    int k = 0, uses[2] = {0, 0};
     for (const cJSON *e = list->child; e; e = e->next, k++) {
         const cJSON *seq = get(e, "Sequence"), *sp = get(e, "SpecialToken"), *body = seq ? seq : sp;
         const cJSON *tid = get(body, "type_id");
         const char *name = get_str(body, "id");
-        items[k].type_id = cJSON_IsNumber(tid) ? (int32_t)tid->valuedouble : 0;
+        int64_t type_id = 0;
+        if (tid && !json_int(tid, 0, 255, &type_id))
+            return ERRF("%s: post_processor.%s item %d: type_id must be an integer in [0, 255]", path,
+                        pair ? "pair" : "single", k);
+        items[k].type_id = (int32_t)type_id;
         items[k].seq = -1;
         if (seq && name && (!strcmp(name, "A") || (pair && !strcmp(name, "B")))) {
             items[k].seq = name[0] == 'B';
+            if (++uses[items[k].seq] > 1) /* truncation counts each text once */
+                return ERRF("%s: post_processor.%s: sequence %s appears more than once", path,
+                            pair ? "pair" : "single", name);
             continue;
         }
         const cJSON *ids = get(get(specials, name ? name : ""), "ids");
@@ -197,6 +214,9 @@ static bool read_template_list(ut_tokenizer *t, const cJSON *list, const cJSON *
             items[k].ids[j] = (int32_t)x->valuedouble;
         }
     }
+    if (!uses[0] || (pair && !uses[1]))
+        return ERRF("%s: post_processor.%s: needs the sequence%s", path, pair ? "pair" : "single",
+                    pair ? "s A and B" : " A");
     return true;
 }
 
@@ -252,7 +272,9 @@ static bool read_wordpiece(ut_tokenizer *t, const cJSON *m, const char *path, ch
     const char *unk = get_str(m, "unk_token"), *prefix = get_str(m, "continuing_subword_prefix");
     const cJSON *mx = get(m, "max_input_chars_per_word");
     t->wp.prefix = ut__data_strdup(prefix ? prefix : "##");
-    t->wp.max_chars = cJSON_IsNumber(mx) ? (int64_t)mx->valuedouble : 100;
+    t->wp.max_chars = 100;
+    if (mx && !json_int(mx, 1, INT32_MAX, &t->wp.max_chars))
+        return ERRF("%s: model.max_input_chars_per_word must be an integer >= 1", path);
     t->ids_unk = t->wp.unk = id_of(t, unk ? unk : "[UNK]");
     if (t->wp.unk < 0) return ERRF("%s: the unknown token \"%s\" is not in the vocabulary", path, unk ? unk : "[UNK]");
     return true;
@@ -298,21 +320,21 @@ static bool read_added(ut_tokenizer *t, const cJSON *list, const char *path, cha
     t->added = ut_calloc_check((size_t)cnt, sizeof *t->added);
     for (const cJSON *e = list->child; e; e = e->next) {
         const char *content = get_str(e, "content");
-        const cJSON *id = get(e, "id");
-        if (!content || !*content || !cJSON_IsNumber(id))
-            return ERRF("%s: added_tokens[%d]: needs a content string and an id", path, t->nadded);
+        int64_t idv;
+        if (!content || !*content || !json_int(get(e, "id"), 0, INT32_MAX - 1, &idv))
+            return ERRF("%s: added_tokens[%d]: needs a content string and an integer id >= 0", path, t->nadded);
         if (get_bool(e, "single_word", false))
             return ERRF("%s: added token \"%s\": single_word is not supported", path, content);
         int32_t have = id_of(t, content);
-        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), (int64_t)id->valuedouble, path, err, n))
+        if (have < 0 && !ut__vocab_tab_add(&t->vocab, content, strlen(content), idv, path, err, n))
             return false;
-        if (have >= 0 && have != (int32_t)id->valuedouble)
+        if (have >= 0 && have != (int32_t)idv)
             return ERRF("%s: added token \"%s\" has id %d but the vocabulary gives it %d", path, content,
-                        (int)id->valuedouble, (int)have);
+                        (int)idv, (int)have);
         ut__added *a = &t->added[t->nadded++];
         a->content = ut__data_strdup(content);
         a->len = strlen(content);
-        a->id = (int32_t)id->valuedouble;
+        a->id = (int32_t)idv;
         a->lstrip = get_bool(e, "lstrip", false);
         a->rstrip = get_bool(e, "rstrip", false);
         a->special = get_bool(e, "special", false);
@@ -347,8 +369,11 @@ static bool load_tokenizer_json(ut_tokenizer *t, const char *path, char *err, si
               read_pre_tokenizer(t, get(root, "pre_tokenizer"), path, err, n) &&
               read_added(t, get(root, "added_tokens"), path, err, n) &&
               read_post_processor(t, get(root, "post_processor"), path, err, n);
-    if (ok && cJSON_IsNumber(pid)) t->pad_id = (int32_t)pid->valuedouble;
-    if (ok && cJSON_IsNumber(ptid)) t->pad_type_id = (int32_t)ptid->valuedouble;
+    int64_t v;
+    if (ok && pid && !(json_int(pid, 0, t->vocab.size - 1, &v) && (t->pad_id = (int32_t)v, true)))
+        ok = ERRF("%s: padding.pad_id must be an id in the vocabulary", path);
+    if (ok && ptid && !(json_int(ptid, 0, 255, &v) && (t->pad_type_id = (int32_t)v, true)))
+        ok = ERRF("%s: padding.pad_type_id must be an integer in [0, 255]", path);
     cJSON_Delete(root);
     return ok;
 }

@@ -365,6 +365,16 @@ void ut_dist_scale_grads(ut_dist *d, float s) {
     ut_grad_scale(g, d->hi - d->lo, s);
 }
 
+void ut_dist_zero_grads(ut_dist *d) {
+    ut_params *p = d->p;
+    float *g = d->shard_grad ? d->shard_grad : p->grad + d->lo;
+    memset(g, 0, (size_t)(d->hi - d->lo) * sizeof(float));
+    if (d->kind == UT_DIST_ZERO1) {
+        memset(p->grad, 0, (size_t)d->lo * sizeof(float));
+        memset(p->grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
+    }
+}
+
 int ut_dist_step(ut_dist *d, float lr) {
     ut_optim_step_zero(d->o, lr);
     ut_params *p = d->p;

@@ -53,7 +53,7 @@ ut_tensor *ut_reshape(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *ne) {
                     ut_fmt("%lld elements cannot take the shape (%s)", (long long)n, buf));
         return NULL;
     }
-    if (a->dtype != UT_F32) {  /* index tensors: plain relabelling, no gradient */
+    if (a->dtype == UT_I32) {  /* index tensors: plain relabelling, no gradient */
         ut_tensor *t = ut_tensor_alias(ctx, a, ndim, shape);
         if (!ut_is_contiguous(a)) {
             ut_op_error(ctx, "reshape", 1, &a, "non-contiguous index tensors cannot be reshaped");

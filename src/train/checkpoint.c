@@ -29,12 +29,12 @@
  * its entry disappear from the sum, so it is still detected. */
 enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
-    K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_COUNT
+    K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
     "train.best_metric", "train.best_step", "train.bad_evals", "train.config_hash", "optim.steps",
-    "optim.state",
+    "optim.state", "amp.scale", "amp.growth_tracker",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -153,6 +153,11 @@ static void meta_build(meta_out *mo, const ut_model *m, ut_optim *o, const ut_tr
     meta_putf(mo, K_BEST_STEP, "%" PRId64, st->best_step);
     meta_putf(mo, K_BAD_EVALS, "%" PRId64, st->bad_evals);
     meta_putf(mo, K_CONFIG_HASH, "%016" PRIx64, st->config_hash);
+    if (st->loss_scale > 0) { /* fp16 runs: the loss scaler */
+        format_double(mo->buf[K_AMP_SCALE], sizeof mo->buf[K_AMP_SCALE], st->loss_scale);
+        meta_put(mo, K_AMP_SCALE, mo->buf[K_AMP_SCALE]);
+        meta_putf(mo, K_AMP_TRACKER, "%" PRId64, st->scale_growth_tracker);
+    }
     if (!o) return;
     meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, ut_optim_steps(o));
     state_names(o, mo->state_names, sizeof mo->state_names);
@@ -198,9 +203,20 @@ static bool parse_double(const char *s, double *out) {
     return true;
 }
 
+/* The loss scaler's state, present only in fp16 runs' checkpoints. */
+static bool parse_amp(const ut_st_file *f, ut_train_state *st) {
+    const char *scale = ut_st_meta(f, meta_keys[K_AMP_SCALE]), *tr = ut_st_meta(f, meta_keys[K_AMP_TRACKER]);
+    st->loss_scale = 0;
+    st->scale_growth_tracker = 0;
+    if (!scale && !tr) return true;
+    return scale && tr && parse_double(scale, &st->loss_scale) && st->loss_scale > 0 &&
+           isfinite(st->loss_scale) && parse_i64(tr, &st->scale_growth_tracker) &&
+           st->scale_growth_tracker >= 0;
+}
+
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {
     const char *hash_end;
-    return parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
+    return parse_amp(f, st) && parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
            parse_i64(ut_st_meta(f, meta_keys[K_EPOCH]), &st->epoch) &&
            parse_i64(ut_st_meta(f, meta_keys[K_CURSOR]), &st->cursor) &&
            parse_rng(ut_st_meta(f, meta_keys[K_RNG]), st->rng) &&

@@ -20,6 +20,7 @@ static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant", "cosine", "linear", "step", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
+static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
@@ -126,6 +127,13 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true, .doc = "clip the gradient 2-norm to this (0: off)"},
     {.key = "train.checkpoint_activations", .type = UT_CFG_BOOL, AT(checkpoint_activations),
      .def = "false", .doc = "recompute activations in backward to save memory"},
+    {.key = "train.precision", .type = UT_CFG_ENUM, AT(precision), .def = "fp32",
+     .values = precisions,
+     .doc = "matmuls, convolutions and attention in bf16 or fp16 with fp32 accumulation (autocast); fp32 master weights (docs/training.md)"},
+    {.key = "train.init_scale", .type = UT_CFG_FLOAT, AT(init_scale), .def = "65536", GT(0),
+     .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
+    {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),
+     .doc = "fp16: steps without inf/NaN gradients before the loss scale doubles"},
     {.key = "train.early_stopping_patience", .type = UT_CFG_INT, AT(early_stopping_patience),
      .def = "0", GE(0), .doc = "stop after N evaluations without improvement (0: off)"},
     {.key = "train.early_stopping_threshold", .type = UT_CFG_FLOAT,
@@ -212,6 +220,9 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"max_length", "data.max_len"},
     {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
+    {"precision", "train.precision"},
+    {"init_scale", "train.init_scale"},
+    {"growth_interval", "train.growth_interval"},
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},
     {"weight_decay", "optim.weight_decay"},

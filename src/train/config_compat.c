@@ -10,9 +10,6 @@
 #include "config_schema.h"
 #include "utrain/base.h"
 
-#define PRECISION_MSG                                                                              \
-    "mixed precision is not available yet (a precision: key is coming); utrain trains in fp32: "   \
-    "remove %s or set it to false"
 
 static bool flag_value(const char *key, const char *v, bool *out, char *err, size_t n) {
     static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
@@ -69,7 +66,7 @@ static int empty_only(const char *key, const char *v, const char *why, char *err
 
 /* The seed's boolean flags: mapped onto dist.* and precision. */
 static int seed_bool(ut_config *c, const char *key, bool on, char *err, size_t n) {
-    if (!strcmp(key, "use_native_fp16")) return on ? ut_errorf(err, n, "%s: " PRECISION_MSG, key, key) : 1;
+    if (!strcmp(key, "use_native_fp16")) return on ? assign(c, "train.precision", "fp16", err, n) : 1;
     if (!strcmp(key, "use_fairscale_optimizer_sharding")) /* ShardedDDP + OSS: grads and state sharded */
         return on ? assign(c, "dist.strategy", "zero2", err, n) : 1;
     if (!strcmp(key, "use_fairscale_model_sharding")) return on ? assign(c, "dist.strategy", "zero3", err, n) : 1;
@@ -134,10 +131,10 @@ static int pytorch_device(const char *key, const char *v, char *err, size_t n) {
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
     if (!strcmp(key, "pytorch_device")) return pytorch_device(key, v, err, n);
-    if (!strcmp(key, "fp16")) {
+    if (!strcmp(key, "fp16") || !strcmp(key, "bf16")) { /* FlagAI's fp16, HF's fp16 and bf16 */
         bool on;
         if (!flag_value(key, v, &on, err, n)) return -1;
-        return on ? ut_errorf(err, n, "%s: " PRECISION_MSG, key, key) : 1;
+        return on ? assign(c, "train.precision", key, err, n) : 1;
     }
     if (!strcmp(key, "model_parallel_size") || !strcmp(key, "model_paralle_size"))
         return !strcmp(v, "1") ? 1 : ut_errorf(err, n, "%s: model parallelism is not available yet; set it "
@@ -183,7 +180,8 @@ const char *const ut_cfg_compat_doc =
     "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing |\n"
     "| `use_fairscale_autowrap` | true / false | `dist.wrap: block` (a unit per block) / `dist.wrap: model` (the model is one unit, as FSDP without auto_wrap) |\n"
     "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
-    "| `use_native_fp16`, `fp16` | false / true | nothing (utrain trains in fp32) / refused until mixed precision lands |\n"
+    "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"
+    "| `bf16` (Hugging Face) | false / true | nothing / `train.precision: bf16` |\n"
     "| `use_max_length` | true / false | nothing (`max_length`, i.e. `data.max_len`, always applies) / refused |\n"
     "| `continue_training_path`, `pretrained_model_dir` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"

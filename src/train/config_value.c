@@ -1,5 +1,6 @@
 /* Values of schema keys: text -> field (with type, range and enum checks),
  * field -> canonical text, and "did you mean" for unknown keys. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -247,6 +248,15 @@ static int seed_flag(const char *key, const char *v, const char **strategy, char
     return 0;
 }
 
+/* Model option names go back into config.yml as plain YAML keys, so they
+ * are limited to characters that need no quoting. */
+static bool option_name_ok(const char *s) {
+    if (!isalnum((unsigned char)*s) && *s != '_') return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return false;
+    return true;
+}
+
 int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, size_t n) {
     const char *strategy;
     int cf = ut_cfg_compat(c, key, value, err, n);
@@ -256,6 +266,9 @@ int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, s
     if (sf > 0) return *strategy ? ut_cfg_assign(c, "dist.strategy", strategy, err, n) : 0;
     const char *canon = ut_cfg_resolve(key);
     if (ut_cfg_is_model_opt(canon)) {
+        if (!option_name_ok(canon + strlen("model.")))
+            return ut_errorf(err, n, "%s: not a model option name (letters, digits, '_', '-' and '.', "
+                                     "starting with a letter, digit or '_')", key);
         set_model_opt(c, canon + strlen("model."), value);
         return 0;
     }

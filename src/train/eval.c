@@ -100,7 +100,15 @@ void ut_standin_free(ut_batch *b) {
 }
 
 /* ---- metrics ---- */
+/* o itself, or (stored in bf16/fp16 by autocast) a float32 copy of it. */
+static const ut_tensor *as_f32(const ut_tensor *o) {
+    if ((o->dtype != UT_BF16 && o->dtype != UT_F16) || !o->ctx) return o;
+    const ut_tensor *f = ut_tensor_to(o->ctx, o, UT_F32);
+    return f ? f : o;
+}
+
 static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
+    out = as_f32(out);
     int64_t rows = out->ne[0], C = out->ne[out->ndim - 1], hits = 0;
     const float *o = ut_f32(out);
     for (int64_t r = 0; r < rows; r++) {
@@ -169,6 +177,7 @@ static void add_batch_metrics(ut_metric *acc, int *nacc, const ut_metric *mets, 
 /* Copies each example's output row (batch, C) to row idx of outputs; false
  * if the output does not have that shape. */
 static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, double *outputs) {
+    if (o && ut_is_contiguous(o)) o = as_f32(o);
     if (!o || o->ndim != 2 || o->dtype != UT_F32 || !ut_is_contiguous(o) || o->ne[0] != b->count ||
         o->ne[1] != C)
         return false;

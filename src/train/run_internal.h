@@ -5,11 +5,17 @@
 #define UTRAIN_RUN_INTERNAL_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/dist.h"
 #include "utrain/train.h"
+
+/* The autocast dtype of train.precision. */
+static inline ut_dtype ut_run_precision(const ut_config *c) {
+    return !strcmp(c->precision, "bf16") ? UT_BF16 : !strcmp(c->precision, "fp16") ? UT_F16 : UT_F32;
+}
 
 /* ---- where a run writes ---- */
 typedef struct {

@@ -104,6 +104,9 @@ struct ut_trainer {
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;
     int64_t steps_this_run;
+    bool fp16;                   /* train.precision fp16: the loss scaler runs */
+    ut_grad_scaler scaler;
+    int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
     epoch_row rows[MAX_EPOCH_ROWS];
     int nrows;
     char err[1024];
@@ -305,6 +308,10 @@ static int resume(ut_trainer *t) {
         }
         t->st = st;
         memcpy(ut_ctx_rng_state(t->ctx), st.rng, sizeof st.rng);
+        if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
+            t->scaler.scale = (float)st.loss_scale;
+            t->scaler.growth_tracker = st.scale_growth_tracker;
+        }
         ut_say(&t->log, "Resuming from %s (step %lld, epoch %lld, %lld examples into the epoch)\n",
                path, (long long)st.step, (long long)st.epoch, (long long)st.cursor);
         t->last_saved_step = st.step;
@@ -347,6 +354,13 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (strcmp(c->precision, "fp32"))
+        ut_say(&t->log, "  Precision = %s (autocast: matmuls, convolutions, attention in %s with fp32 "
+                        "accumulation, activations stored in %s; fp32 master weights)%s\n"
+                        "  %s matmuls: converted to fp32 for OpenBLAS sgemm (no bf16/fp16 kernel "
+                        "library is used on the CPU yet)\n",
+               c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
+               c->precision);
     if (t->ndp > 1)
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);
@@ -364,6 +378,8 @@ static int save(ut_trainer *t) {
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
     memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
     t->st.config_hash = run_hash(t);
+    t->st.loss_scale = t->fp16 ? t->scaler.scale : 0;
+    t->st.scale_growth_tracker = t->fp16 ? t->scaler.growth_tracker : 0;
     t->last_saved_step = t->st.step;
     /* a sharded strategy gathers the whole state first (every rank takes part) */
     bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
@@ -478,12 +494,44 @@ static void log_memory(ut_trainer *t) {
 }
 
 /* ---- one optimizer step (after its micro-batches' backward passes) ---- */
+static void step_done(ut_trainer *t) {
+    if (t->dp) ut_dp_broadcast(t->dp);
+    t->st.step++;
+    t->steps_this_run++;
+    if (t->steps_this_run == 1) log_memory(t);
+}
+
+/* fp16: the global norm of the scaled gradients is inf or NaN exactly when
+ * one of them is, on every rank alike (ddp's gradients are all-reduced,
+ * the sharded strategies all-reduce the norm), so all ranks skip together.
+ * A skipped step zeroes the gradients and leaves parameters, optimizer state
+ * and its step count alone; the trainer's step (and the schedule) moves on,
+ * as a PyTorch loop calling scheduler.step() every iteration does. Otherwise
+ * the gradients are unscaled before clipping. Returns true for a skip. */
+static bool unscale_or_skip(ut_trainer *t, double *norm) {
+    bool found_inf = !isfinite(*norm);
+    float scale = t->scaler.scale;
+    ut_grad_scaler_update(&t->scaler, found_inf);
+    if (found_inf) {
+        ut_dist_zero_grads(t->dist);
+        t->skipped_steps++;
+        ut_note(&t->log, "step %lld: inf/NaN gradients at loss scale %g: step skipped, scale now %g\n",
+                (long long)t->st.step + 1, scale, t->scaler.scale);
+        step_done(t);
+        return true;
+    }
+    ut_dist_scale_grads(t->dist, 1.0f / scale);
+    *norm /= scale;
+    return false;
+}
+
 static int optimizer_step(ut_trainer *t) {
     double norm;
     if (ut_dist_grad_norm(t->dist, &norm)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
     }
+    if (t->fp16 && unscale_or_skip(t, &norm)) return 0;
     if (!isfinite(norm)) {
         snprintf(t->err, sizeof t->err,
                  "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
@@ -497,10 +545,7 @@ static int optimizer_step(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
         return -1;
     }
-    if (t->dp) ut_dp_broadcast(t->dp);
-    t->st.step++;
-    t->steps_this_run++;
-    if (t->steps_this_run == 1) log_memory(t);
+    step_done(t);
     return 0;
 }
 
@@ -523,6 +568,7 @@ static void dp_worker(void *user, int w) {
         return;
     }
     ut_tensor *scaled = ut_scale(ctx, out.loss, (float)r->b.count / (float)t->dp_window);
+    if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
     if (ut_backward(ctx, scaled)) {
         snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(ctx));
         r->rc = -1;
@@ -593,6 +639,7 @@ static int dp_setup(ut_trainer *t, bool own_m) {
     t->dp = ut_dp_new(t->ndp, t->m, t->ctx, dp_build, t, (uint64_t)c->seed, t->err, sizeof t->err);
     if (!t->dp) return -1;
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
+    for (int w = 0; w < t->ndp; w++) ut_ctx_set_autocast(ut_dp_ctx(t->dp, w), ut_run_precision(c));
     for (int w = 1; w < t->ndp; w++)
         ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed,
                         c->shuffle, c->drop_last);
@@ -627,6 +674,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
     /* the window's mean loss over all ranks: each micro-batch weighted by its share */
     ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+    if (t->fp16) scaled = ut_scale(t->ctx, scaled, t->scaler.scale);
     ut_dist_backward_begin(t->dist, t->ctx, sync);
     if (ut_backward(t->ctx, scaled)) {
         snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
@@ -834,6 +882,9 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
+    ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
+    t->fp16 = ut_run_precision(c) == UT_F16;
+    if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
     /* dp: the trainer's own model is worker 0 of ndp */
     ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->rank,

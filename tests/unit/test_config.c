@@ -311,6 +311,23 @@ static void test_model_options(void) {
     ut_config_free(&c);
 }
 
+/* Option names must survive being written back into config.yml as plain
+ * keys (found by the config fuzz target: "model.[x" loaded, then its
+ * config.yml did not). */
+static void test_model_option_names(void) {
+    check_load_error("model:\n  name: mlp\n  \"[sizes\": 3\n",
+                     "3: model.[sizes: not a model option name (letters, digits, '_', '-' and '.', "
+                     "starting with a letter, digit or '_')");
+    check_load_error("model.a b: 1\n", "1: model.a b: not a model option name (letters, digits, "
+                                         "'_', '-' and '.', starting with a letter, digit or '_')");
+    check_set_error("model.-x=1", "--set: model.-x: not a model option name (letters, digits, '_', '-' and "
+                                  "'.', starting with a letter, digit or '_')");
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  n_layer-2.x: 1\n  _a: 2\n") == 0, "%s", err);
+    ut_config_free(&c);
+}
+
 static void test_aliases(void) {
     ut_config c;
     ut_config_init(&c);
@@ -402,9 +419,14 @@ static void test_seed_keys(void) {
               !strcmp(c.experiment_name, "run7") && c.nproc_per_node == 3 && c.nodes == 4,
           "model_dir without a parent, gpus/nodes under dist: %s", err);
     ut_config_free(&c);
-    check_load_error("transformers-params:\n    use_native_fp16: True\n",
-                     "2: use_native_fp16: mixed precision is not available yet (a precision: key is "
-                     "coming); utrain trains in fp32: remove use_native_fp16 or set it to false");
+    ut_config_init(&c);
+    CHECK(!strcmp(c.precision, "fp32") && c.init_scale == 65536 && c.growth_interval == 2000, "defaults");
+    CHECK(load_text(&c, "transformers-params:\n    use_native_fp16: True\n") == 0 &&
+              !strcmp(c.precision, "fp16"), "use_native_fp16: %s %s", c.precision, err);
+    CHECK(load_text(&c, "precision: bf16\nuse_native_fp16: False\n") == 0 && !strcmp(c.precision, "bf16"),
+          "use_native_fp16: False leaves precision: %s %s", c.precision, err);
+    ut_config_free(&c);
+    check_load_error("precision: fp8\n", "1: precision: 'fp8' is not one of fp32, bf16, fp16");
     check_load_error("transformers-params:\n    pretrained_model_dir: '~/facebook/bart-base'\n",
                      "2: pretrained_model_dir: utrain cannot load Hugging Face model directories yet; the "
                      "model is built from model.* (to start from a utrain run's weights set load_dir: RUN_DIR)");
@@ -437,8 +459,13 @@ static void test_flagai_keys(void) {
     CHECK(load_text(&c, "eval_strategy: epoch\neval_interval: 5\nsave_interval: 5\nsave_strategy: \"no\"\n") == 0 &&
               !strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "no"), "explicit strategy: %s", err);
     ut_config_free(&c);
-    check_load_error("fp16: True\n", "1: fp16: mixed precision is not available yet (a precision: key is "
-                                      "coming); utrain trains in fp32: remove fp16 or set it to false");
+    ut_config_init(&c);
+    CHECK(load_text(&c, "fp16: True\ninit_scale: 1024\ngrowth_interval: 3\n") == 0 &&
+              !strcmp(c.precision, "fp16") && c.init_scale == 1024 && c.growth_interval == 3,
+          "fp16: %s %s", c.precision, err);
+    CHECK(load_text(&c, "bf16: true\n") == 0 && !strcmp(c.precision, "bf16"), "HF bf16: %s", err);
+    ut_config_free(&c);
+    check_load_error("fp16: maybe\n", "1: fp16: expected true or false, got 'maybe'");
     check_load_error("pytorch_device: 'cuda:0'\n",
                      "1: pytorch_device: the CUDA backend is not available yet; utrain computes on the CPU: "
                      "set pytorch_device: cpu or remove the key");
@@ -638,6 +665,7 @@ int main(int argc, char **argv) {
     RUN(test_duplicate_key);
     RUN(test_set);
     RUN(test_model_options);
+    RUN(test_model_option_names);
     RUN(test_aliases);
     RUN(test_seed_dist_flags);
     RUN(test_seed_parameters_file);

@@ -97,10 +97,24 @@ void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
     }
 }
 
+/* Under autocast the probabilities are saved in its dtype (2 bytes each in
+ * the arena) and computed, and read back in backward, in float32 scratch. */
+static float *probs_f32(ut_tensor *t, int64_t n, bool forward) {
+    if (t->autocast == UT_F32) {
+        if (forward) t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float));
+        return t->aux[0];
+    }
+    float *p = ut_autocast_scratch(t->ctx, (size_t)n * sizeof(float));
+    if (forward) t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)n * ut_dtype_size(t->autocast));
+    else ut_cpu_convert(p, UT_F32, t->aux[0], t->autocast, n);
+    return p;
+}
+
 void ut_attention_fwd_cpu(ut_tensor *t) {
-    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)(B * NH * T * T) * sizeof(float));
-    ut_attention_forward_cpu(ut_f32(t), t->aux[0], ut_f32(t->src[0]), B, T, C, NH);
+    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t), n = B * NH * T * T;
+    float *p = probs_f32(t, n, true);
+    ut_attention_forward_cpu(ut_f32(t), p, ut_f32(t->src[0]), B, T, C, NH);
+    if (t->autocast != UT_F32) ut_cpu_convert(t->aux[0], t->autocast, p, UT_F32, n);
 }
 
 void ut_attention_bwd_cpu(ut_tensor *t) {
@@ -108,5 +122,6 @@ void ut_attention_bwd_cpu(ut_tensor *t) {
     if (!qkv->requires_grad) return;
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
     float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
-    ut_attention_backward_cpu(qkv->grad, scratch, t->grad, ut_f32(qkv), t->aux[0], B, T, C, NH);
+    float *p = probs_f32(t, B * NH * T * T, false);
+    ut_attention_backward_cpu(qkv->grad, scratch, t->grad, ut_f32(qkv), p, B, T, C, NH);
 }

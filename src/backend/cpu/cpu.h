@@ -34,6 +34,19 @@ void ut_cpu_scale(float *x, int64_t n, float s);
 void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,
                          float *restrict v, int64_t n, float decay_mul, const ut_optim_consts *k,
                          bool zero);
+/* Storage conversions (convert.c): arrays, single values (the references the
+ * vector paths are tested against), any pair of F32/BF16/F16, and rounding
+ * float32 to the values a 16-bit type holds (dst may equal src). */
+void ut_f32_to_bf16_cpu(uint16_t *restrict dst, const float *restrict src, int64_t n);
+void ut_bf16_to_f32_cpu(float *restrict dst, const uint16_t *restrict src, int64_t n);
+void ut_f32_to_f16_cpu(uint16_t *dst, const float *src, int64_t n);
+void ut_f16_to_f32_cpu(float *dst, const uint16_t *src, int64_t n);
+uint16_t ut_f32_to_bf16_scalar(float f);
+float ut_bf16_to_f32_scalar(uint16_t h);
+uint16_t ut_f32_to_f16_scalar(float f);
+float ut_f16_to_f32_scalar(uint16_t h);
+void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
+void ut_cpu_round(float *dst, const float *src, int64_t n, ut_dtype dt);
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
                        float wd, const ut_optim_consts *k, bool zero);
 

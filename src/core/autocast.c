@@ -1,0 +1,205 @@
+/* Autocast and 16-bit activations.
+ *
+ * The policy, as PyTorch's CPU autocast: the matrix products (linear, matmul,
+ * conv2d, attention) of a context with a low-precision dtype take their
+ * operands rounded to it, accumulate in float32 and store their output in
+ * it (a BF16/F16 tensor, 2 bytes per element in the arena). Layer norm
+ * computes in float32 and stores its output in the autocast dtype too: in a
+ * transformer its consumers are products, which round it anyway. Elementwise ops
+ * that map one input to one output (scale, relu, gelu, tanh, sigmoid,
+ * dropout) keep a 16-bit input's dtype; every other op (add, mul, softmax,
+ * the losses, layer norm, reductions) gives float32. Views and contiguous
+ * copies keep their source's dtype. Gradients are float32 everywhere.
+ *
+ * The kernels stay float32. Around an op that reads or writes a 16-bit
+ * tensor, or that autocast runs, ut_lowp_forward / ut_lowp_backward point
+ * each 16-bit source at a float32 copy of it (the backend's convert into a
+ * scratch buffer the context keeps), each float32 source of an autocast op at
+ * a copy rounded to its dtype, and a 16-bit output at a float32 buffer that
+ * is converted into the tensor's storage after the kernel ran. The policy is
+ * recorded per op at construction (t->autocast, t->dtype), so backward and
+ * checkpoint recomputes do what the forward did. */
+#include "internal.h"
+
+/* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
+static const bool autocast_op[UT_OP_COUNT] = {
+    [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true, [UT_OP_ATTENTION] = true,
+};
+
+/* One input, one output, elementwise: the output keeps a 16-bit input's dtype. */
+static const bool keeps_dtype[UT_OP_COUNT] = {
+    [UT_OP_SCALE] = true, [UT_OP_RELU] = true,    [UT_OP_GELU] = true,
+    [UT_OP_TANH] = true,  [UT_OP_SIGMOID] = true, [UT_OP_DROPOUT] = true,
+};
+
+static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
+
+ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
+    ut_dtype old = ctx->autocast;
+    UT_ASSERT(dt == UT_F32 || dt == UT_BF16 || dt == UT_F16);
+    ctx->autocast = dt;
+    return old;
+}
+
+ut_dtype ut_ctx_autocast(const ut_ctx *ctx) { return ctx->autocast; }
+
+ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
+                           ut_tensor *const *src) {
+    if (dt != UT_F32) return dt;
+    if (ctx->autocast != UT_F32 && (autocast_op[op] || op == UT_OP_LAYERNORM)) return ctx->autocast;
+    if (keeps_dtype[op] && nsrc > 0 && src[0] && is_16(src[0]->dtype)) return src[0]->dtype;
+    return UT_F32;
+}
+
+void ut_autocast_mark(ut_ctx *ctx, ut_tensor *t) {
+    if (ctx->autocast != UT_F32 && autocast_op[t->op]) t->autocast = ctx->autocast;
+}
+
+/* Ops whose kernels never read tensor data (views, checkpointed blocks). */
+static const bool no_data[UT_OP_COUNT] = {
+    [UT_OP_RESHAPE] = true, [UT_OP_PERMUTE] = true, [UT_OP_SLICE] = true, [UT_OP_CHECKPOINT] = true,
+};
+
+bool ut_lowp_needed(const ut_tensor *t, bool backward) {
+    if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
+    if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
+    for (int i = 0; i < UT_MAX_SRC; i++)
+        if (t->src[i] && is_16(t->src[i]->dtype)) return true;
+    return false;
+}
+
+/* Scratch buffer i of at least bytes (device memory, kept until the context
+ * is freed: warm steps allocate nothing). */
+static float *scratch(ut_ctx *ctx, int i, size_t bytes) {
+    if (ctx->ac_cap[i] < bytes) {
+        const ut_backend *b = ut_backend_get(ctx->device);
+        if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
+        ctx->ac_buf[i] = b->alloc(bytes);
+        ctx->ac_cap[i] = bytes;
+    }
+    return ctx->ac_buf[i];
+}
+
+float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return scratch(ctx, UT_AUTOCAST_KERNEL, bytes); }
+
+void ut_autocast_free(ut_ctx *ctx) {
+    const ut_backend *b = ut_backend_get(ctx->device);
+    for (int i = 0; i < UT_AUTOCAST_BUFS; i++)
+        if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
+}
+
+/* Elements from a tensor's data pointer to its last element (strides are
+ * non-negative): a view's float32 copy keeps the view's strides. */
+static int64_t span(const ut_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->ne[i] == 0) return 0;
+        n += (t->ne[i] - 1) * t->nb[i];
+    }
+    return n;
+}
+
+/* What a swap replaced, to put back: per source, then the op's own tensor. */
+typedef struct {
+    void *data[UT_MAX_SRC + 1];
+    float *grad[UT_MAX_SRC + 1];
+    ut_dtype dtype[UT_MAX_SRC + 1];
+    bool grad_swapped[UT_MAX_SRC + 1];
+} swap_state;
+
+/* s's data as float32 in scratch buffer i: converted from 16 bits, or (when
+ * round is BF16/F16) a float32 s rounded to it. */
+static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round) {
+    if (s->dtype == UT_F32 && round == UT_F32) return;
+    const ut_backend *b = ut_backend_get(s->device);
+    int64_t n = span(s);
+    float *r = scratch(ctx, i, (size_t)n * sizeof(float));
+    if (s->dtype == UT_F32) b->round(r, s->data, n, round);
+    else b->convert(r, UT_F32, s->data, s->dtype, n);
+    s->data = r;
+}
+
+/* A 16-bit s's gradient (16-bit storage too) as float32 in scratch buffer
+ * UT_AUTOCAST_GRAD0 + i, for the kernel to read or add into. */
+static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, swap_state *st) {
+    int64_t n = ut_nelem(s);
+    float *g = scratch(ctx, UT_AUTOCAST_GRAD0 + i, (size_t)n * sizeof(float));
+    ut_backend_get(s->device)->convert(g, UT_F32, s->grad, s->dtype, n);
+    s->grad = g;
+    st->grad_swapped[i] = true;
+}
+
+/* Slot i (a source, or UT_MAX_SRC: the op's own tensor) as float32. A tensor
+ * that is two sources is swapped once: its second slot finds it float32. */
+static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data, swap_state *st) {
+    st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
+    st->grad_swapped[i] = false;
+    if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
+    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
+    if (data) swap_data(ctx, s, i, round);
+    s->dtype = UT_F32;
+}
+
+/* Sources (and, with self, t itself) as float32; t->autocast rounds float32
+ * sources. data false: only gradients (ops whose kernels read no data). */
+static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
+    for (int i = 0; i < UT_MAX_SRC; i++) {
+        st->data[i] = NULL;
+        if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, st);
+    }
+    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data, st);
+}
+
+static void restore(ut_tensor *s, int i, swap_state *st) {
+    if (st->grad_swapped[i])
+        ut_backend_get(s->device)->convert(st->grad[i], st->dtype[i], s->grad, UT_F32, ut_nelem(s));
+    s->data = st->data[i], s->grad = st->grad[i], s->dtype = st->dtype[i];
+}
+
+/* Reverse order: a tensor that is two sources gets its own state back last.
+ * Gradients the kernel added into go back to 16 bits. */
+static void swap_out(ut_tensor *t, bool self, swap_state *st) {
+    if (self) restore(t, UT_MAX_SRC, st);
+    for (int i = UT_MAX_SRC - 1; i >= 0; i--)
+        if (t->src[i]) restore(t->src[i], i, st);
+}
+
+void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
+    swap_state st;
+    swap_in(t, false, true, &st);
+    void *out = t->data;
+    ut_dtype dt = t->dtype;
+    if (is_16(dt)) {
+        t->data = scratch(t->ctx, UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
+        t->dtype = UT_F32;
+    }
+    fwd(t);
+    swap_out(t, false, &st);
+    const ut_backend *b = ut_backend_get(t->device);
+    if (is_16(dt)) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
+    else if (t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
+    t->data = out, t->dtype = dt;
+}
+
+/* A 16-bit tensor's gradient is stored in its dtype (as PyTorch's is); the
+ * kernels read and add into float32 copies. The incoming gradient of an
+ * autocast op is rounded to its dtype (a 16-bit kernel reads it in 16 bits):
+ * a 16-bit output's gradient already is. */
+void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
+    swap_state st;
+    bool data = !no_data[t->op];
+    /* a 16-bit source gets its 16-bit buffer first, also where the op would
+     * set a float32 one itself (ut_op_owns_src0_grad) */
+    for (int i = 0; i < UT_MAX_SRC; i++)
+        if (t->src[i] && t->src[i]->requires_grad && is_16(t->src[i]->dtype)) ut_grad(t->src[i]);
+    swap_in(t, true, data, &st);
+    float *grad = t->grad;
+    if (t->autocast != UT_F32 && !is_16(st.dtype[UT_MAX_SRC])) {
+        float *r = scratch(t->ctx, UT_AUTOCAST_GRAD0 + UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
+        ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
+        t->grad = r;
+    }
+    bwd(t);
+    t->grad = grad;
+    swap_out(t, true, &st);
+}

@@ -1,0 +1,43 @@
+/* Fuzz target: TSV text (SST-2 layout) through ut_vocab_build and
+ * ut_tsv_dataset_open; a vocabulary that builds is also saved and loaded
+ * back, which must give the same size and classes. Input layout: 1 byte
+ * (bit 0: byte tokenizer, else word; bits 1-2: min_freq - 1), 1 byte
+ * max_len - 1, then the file. */
+#include "fuzz_data.h"
+
+static void round_trip(const ut_vocab *v) {
+    const char *path = fz_path("vocab.txt");
+    char err[1024];
+    if (ut_vocab_save(v, path, err, sizeof err) != 0) abort();
+    ut_vocab *back = ut_vocab_load(path, err, sizeof err);
+    if (!back) {
+        fprintf(stderr, "a saved vocabulary does not load: %s\n", err);
+        abort();
+    }
+    if (ut_vocab_size(back) != ut_vocab_size(v) || ut_vocab_num_classes(back) != ut_vocab_num_classes(v))
+        abort();
+    ut_vocab_free(back);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    uint8_t opt[2];
+    fz_take(&data, &size, opt, sizeof opt);
+    const char *kind = opt[0] & 1 ? "byte" : "word";
+    int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
+    const char *path = fz_write("train.tsv", data, size);
+    char err[1024] = "";
+    ut_vocab *v = ut_vocab_build(kind, path, min_freq, err, sizeof err);
+    if (!v) {
+        fz_check_err(err, path);
+        return 0;
+    }
+    round_trip(v);
+    ut_dataset *ds = ut_tsv_dataset_open(path, v, max_len, err, sizeof err);
+    if (!ds) {
+        fprintf(stderr, "the file the vocabulary was built from does not open: %s\n", err);
+        abort();
+    }
+    fz_read_ends(ds);
+    ut_vocab_free(v);
+    return 0;
+}

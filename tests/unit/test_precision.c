@@ -1,0 +1,371 @@
+/* Mixed precision: the 16-bit storage conversions (reference values, ties,
+ * subnormals, inf, NaN; vector paths against the scalar ones; every bf16 and
+ * f16 value round trip), ut_tensor_to; autocast: each op's forward and
+ * backward in bf16 and f16 against float32 (one table row per op). */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../src/backend/backend.h"
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
+#include "utrain/tensor.h"
+#include "utrain/utrain.h"
+
+/* the CPU backend's kernels (src/backend/cpu/convert.c) */
+uint16_t ut_f32_to_bf16_scalar(float f);
+float ut_bf16_to_f32_scalar(uint16_t h);
+uint16_t ut_f32_to_f16_scalar(float f);
+float ut_f16_to_f32_scalar(uint16_t h);
+
+static float fbits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t bitsf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* f16 of x through the backend's array path (F16C where built in) */
+static uint16_t f16_vec(float x) {
+    float in[9];
+    uint16_t out[9];
+    for (int i = 0; i < 9; i++) in[i] = x; /* 8 through the vector path, 1 through the tail */
+    ut_backend_get(UT_CPU)->convert(out, UT_F16, in, UT_F32, 9);
+    CHECK(out[0] == out[8], "vector %04x vs tail %04x for %a", out[0], out[8], (double)x);
+    return out[0];
+}
+
+static void test_bf16_reference(void) {
+    static const struct { uint32_t in; uint16_t want; } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1.0 */
+        {0x3f808000u, 0x3f80}, /* 1 + 2^-8: tie, to even (down) */
+        {0x3f818000u, 0x3f82}, /* 1 + 3*2^-8: tie, to even (up) */
+        {0x3f808001u, 0x3f81}, /* just above the tie */
+        {0x3f807fffu, 0x3f80}, /* just below */
+        {0xbf808001u, 0xbf81}, /* negative */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to inf */
+        {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80}, /* inf */
+        {0x00010000u, 0x0001}, /* smallest bf16 subnormal */
+        {0x00008000u, 0x0000}, /* half of it: tie to even zero */
+        {0x00018000u, 0x0002}, /* 1.5 of it: tie to even 2 */
+        {0x80000000u, 0x8000}, /* -0 */
+    };
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float x = fbits(cases[i].in);
+        uint16_t got = ut_f32_to_bf16_scalar(x), vec;
+        b->convert(&vec, UT_BF16, &x, UT_F32, 1);
+        CHECK(got == cases[i].want && vec == got, "bf16(%08x) = %04x / %04x, want %04x",
+              cases[i].in, got, vec, cases[i].want);
+    }
+    uint16_t nan = ut_f32_to_bf16_scalar(fbits(0x7f800001u)); /* signalling NaN, low payload */
+    CHECK(isnan(ut_bf16_to_f32_scalar(nan)), "NaN stays NaN (%04x)", nan);
+    CHECK(isnan(ut_bf16_to_f32_scalar(ut_f32_to_bf16_scalar(NAN))), "quiet NaN");
+}
+
+static void test_f16_reference(void) {
+    static const struct { float in; uint16_t want; } cases[] = {
+        {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff},
+        {65519.99f, 0x7bff}, {65520.0f, 0x7c00}, /* the overflow threshold */
+        {1e6f, 0x7c00}, {-INFINITY, 0xfc00},
+        {0x1p-24f, 0x0001}, /* smallest subnormal */
+        {0x1p-25f, 0x0000}, /* half of it: tie to even zero */
+        {0x1.8p-25f, 0x0001}, /* 0.75 of it: up */
+        {0x1.8p-24f, 0x0002}, /* 1.5 of it: tie to even 2 */
+        {0x1p-14f, 0x0400}, /* smallest normal */
+        {0x1.ffcp-15f, 0x0400}, /* largest subnormal + half an ulp: ties up to the normal */
+        {1.0f + 0x1p-11f, 0x3c00}, /* tie, even down */
+        {1.0f + 0x3p-11f, 0x3c02}, /* tie, even up */
+        {-0.0f, 0x8000}, {1e-10f, 0x0000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint16_t got = ut_f32_to_f16_scalar(cases[i].in), vec = f16_vec(cases[i].in);
+        CHECK(got == cases[i].want && vec == got, "f16(%a) = %04x / %04x, want %04x",
+              (double)cases[i].in, got, vec, cases[i].want);
+    }
+    CHECK(isnan(ut_f16_to_f32_scalar(ut_f32_to_f16_scalar(NAN))), "NaN");
+    CHECK(isnan(ut_f16_to_f32_scalar(f16_vec(fbits(0x7f800001u)))), "signalling NaN stays NaN");
+}
+
+/* Every 16-bit pattern to float32 and back: itself (NaNs: a NaN), the array
+ * paths equal to the scalar ones. */
+static void test_all_values_round_trip(void) {
+    static uint16_t h[65536], back[65536];
+    static float f[65536];
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        ut_dtype dt = k ? UT_F16 : UT_BF16;
+        b->convert(f, UT_F32, h, dt, 65536);
+        b->convert(back, dt, f, UT_F32, 65536);
+        for (int i = 0; i < 65536; i++) {
+            float s = k ? ut_f16_to_f32_scalar(h[i]) : ut_bf16_to_f32_scalar(h[i]);
+            bool nan = isnan(f[i]);
+            if (nan ? !isnan(s) || !(k ? (back[i] & 0x7c00) == 0x7c00 : (back[i] & 0x7f80) == 0x7f80)
+                    : (back[i] != h[i] || bitsf(s) != bitsf(f[i])))
+                bad++;
+        }
+    }
+    CHECK(bad == 0, "%d values do not round trip", bad);
+}
+
+/* Random float32 bit patterns: vector paths equal scalar ones; rounding
+ * (backend->round) equals the round trip; the result is the nearest value. */
+static void test_vector_matches_scalar(void) {
+    enum { N = 100003 };
+    static float x[N], r[N], back[N];
+    static uint16_t h[N];
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = fbits((uint32_t)s);
+        if (i % 3 == 0) x[i] = fbits(((uint32_t)s & 0x87ffffffu) | 0x30000000u); /* f16's range */
+    }
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    for (int k = 0; k < 2; k++) {
+        ut_dtype dt = k ? UT_F16 : UT_BF16;
+        b->convert(h, dt, x, UT_F32, N);
+        b->convert(back, UT_F32, h, dt, N);
+        b->round(r, x, N, dt);
+        int bad = 0, far = 0;
+        for (int i = 0; i < N; i++) {
+            uint16_t want = k ? ut_f32_to_f16_scalar(x[i]) : ut_f32_to_bf16_scalar(x[i]);
+            if (h[i] != want || bitsf(r[i]) != bitsf(back[i])) bad++;
+            /* nearest: the error is at most half an ulp of the 16-bit type */
+            double ulp = k ? 0x1p-10 : 0x1p-7, e = fabs((double)back[i] - x[i]);
+            int ex;
+            frexp(x[i], &ex);
+            if (isfinite(back[i]) && isfinite(x[i]) && e > ldexp(ulp, ex - 1) * 0.5 + 0x1p-25) far++;
+        }
+        CHECK(bad == 0 && far == 0, "%s: %d differ from scalar, %d not nearest", ut_dtype_name(dt),
+              bad, far);
+    }
+}
+
+static void test_tensor_to(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    float v[5] = {1.0f, 1.0f + 0x1p-9f, 3.14159265f, -70000.0f, 0x1p-20f};
+    int64_t ne[1] = {5};
+    ut_tensor *t = ut_tensor_from(ctx, UT_F32, 1, ne, v);
+    ut_tensor *bf = ut_tensor_to(ctx, t, UT_BF16), *hf = ut_tensor_to(ctx, t, UT_F16);
+    CHECK(bf && hf && bf->dtype == UT_BF16 && hf->dtype == UT_F16, "dtypes");
+    uint16_t hb[5], hh[5];
+    CHECK(ut_tensor_get(bf, hb, sizeof hb) == 0 && ut_tensor_get(hf, hh, sizeof hh) == 0, "get");
+    CHECK(hb[0] == 0x3f80 && hb[2] == 0x4049 && hb[3] == 0xc789, "bf16 %04x %04x %04x", hb[0],
+          hb[2], hb[3]);
+    CHECK(hh[0] == 0x3c00 && hh[2] == 0x4248 && hh[3] == 0xfc00 && hh[4] == 0x0010,
+          "f16 %04x %04x %04x %04x", hh[0], hh[2], hh[3], hh[4]);
+    ut_tensor *back = ut_tensor_to(ctx, hf, UT_BF16), *f = ut_tensor_to(ctx, back, UT_F32);
+    float out[5];
+    CHECK(f && ut_tensor_get(f, out, sizeof out) == 0, "f16 -> bf16 -> f32");
+    CHECK(out[0] == 1.0f && isinf(out[3]) && out[3] < 0 && out[4] == 0x1p-20f, "%g %g %g", out[0],
+          out[3], out[4]);
+    int32_t iv[5] = {0};
+    ut_tensor *it = ut_tensor_from(ctx, UT_I32, 1, ne, iv);
+    CHECK(ut_tensor_to(ctx, it, UT_F32) == NULL, "i32 refused");
+    CHECK(strstr(ut_ctx_error(ctx), "tensor_to") && strstr(ut_ctx_error(ctx), "i32"), "%s",
+          ut_ctx_error(ctx));
+    ut_ctx_free(ctx);
+}
+
+/* ---- autocast: one row per op, forward and backward against float32 ---- */
+#define MAXIN 5
+typedef struct {
+    const char *name;
+    int nin;
+    int ndim[MAXIN];
+    int64_t ne[MAXIN][4];
+    ut_tensor *(*fn)(ut_ctx *ctx, ut_tensor **in);
+    bool rounded; /* its output is a 16-bit value under autocast */
+} ac_case;
+
+static ut_tensor *f_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
+static ut_tensor *f_matmul(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+static ut_tensor *f_conv(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 1); }
+static ut_tensor *f_attn(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 2); }
+/* a block as a model runs it: layernorm (f32) -> linear -> gelu -> softmax (f32) */
+static ut_tensor *f_block(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *h = ut_layernorm(c, in[0], in[3], in[4], 1e-5f);
+    return ut_softmax(c, ut_gelu(c, ut_linear(c, h, in[1], in[2])));
+}
+
+static const ac_case ac_cases[] = {
+    {"linear", 3, {2, 2, 1}, {{6, 40}, {24, 40}, {24}}, f_linear, true},
+    {"matmul", 2, {3, 3}, {{2, 5, 33}, {2, 33, 7}}, f_matmul, true},
+    {"matmul_shared_b", 2, {3, 2}, {{2, 5, 33}, {33, 7}}, f_matmul, true},
+    {"conv2d", 3, {4, 4, 1}, {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, f_conv, true},
+    {"attention", 1, {3}, {{2, 5, 24}}, f_attn, true},
+    {"block", 5, {2, 2, 1, 1, 1}, {{6, 40}, {24, 40}, {24}, {40}, {40}}, f_block, false},
+};
+
+typedef struct { float *y, *g[MAXIN]; int64_t ny, ng[MAXIN]; } ac_result;
+
+static uint64_t lcg(uint64_t *s) { return *s = *s * 6364136223846793005ull + 1442695040888963407ull; }
+static float unif(uint64_t *s) { return (float)((lcg(s) >> 40) * 0x1p-24) * 2.0f - 1.0f; }
+
+/* The row's op on seeded inputs under autocast dt, backward of sum(y * r)
+ * with a fixed random r: its output and its inputs' gradients. */
+static ac_result ac_run(const ac_case *c, ut_dtype dt) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, dt);
+    uint64_t s = 42;
+    ut_tensor *in[MAXIN] = {0};
+    for (int i = 0; i < c->nin; i++) {
+        in[i] = ut_tensor_new(ctx, UT_F32, c->ndim[i], c->ne[i]);
+        for (int64_t k = 0; k < ut_nelem(in[i]); k++) ut_f32(in[i])[k] = unif(&s);
+        ut_tensor_set_requires_grad(in[i], true);
+    }
+    ut_tensor *y = c->fn(ctx, in);
+    CHECK(y, "%s: %s", c->name, ut_ctx_error(ctx));
+    ac_result r = {.ny = y ? ut_nelem(y) : 0};
+    if (!y) return ut_ctx_free(ctx), r;
+    ut_tensor *w = ut_tensor_new(ctx, UT_F32, y->ndim, y->ne);
+    for (int64_t k = 0; k < r.ny; k++) ut_f32(w)[k] = unif(&s);
+    CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, w))) == 0, "%s backward", c->name);
+    /* autocast's products are stored in dt; ops after them read them as f32 */
+    CHECK(y->dtype == (c->rounded ? dt : UT_F32), "%s %s: output stored as %s", c->name,
+          ut_dtype_name(dt), ut_dtype_name(y->dtype));
+    ut_tensor *yf = ut_tensor_to(ctx, y, UT_F32);
+    r.y = malloc((size_t)r.ny * 4);
+    memcpy(r.y, yf->data, (size_t)r.ny * 4);
+    for (int i = 0; i < c->nin; i++) {
+        r.ng[i] = ut_nelem(in[i]);
+        r.g[i] = malloc((size_t)r.ng[i] * 4);
+        memcpy(r.g[i], in[i]->grad, (size_t)r.ng[i] * 4);
+    }
+    ut_ctx_free(ctx);
+    return r;
+}
+
+static void ac_free(ac_result *r) {
+    free(r->y);
+    for (int i = 0; i < MAXIN; i++) free(r->g[i]);
+}
+
+/* ||a - b|| / ||b|| */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double d = 0, nb = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), nb += (double)b[i] * b[i];
+    return sqrt(d / (nb > 0 ? nb : 1));
+}
+
+/* Tolerances: a few units of each format's rounding (2^-9 for bf16's 8-bit
+ * significand, 2^-12 for f16's 11-bit), since every operand and the output
+ * are rounded once; the errors must also be non-zero (autocast did round). */
+static void test_autocast_ops(void) {
+    for (size_t k = 0; k < sizeof ac_cases / sizeof *ac_cases; k++) {
+        const ac_case *c = &ac_cases[k];
+        ac_result ref = ac_run(c, UT_F32);
+        for (int d = 0; d < 2 && ref.y; d++) {
+            ut_dtype dt = d ? UT_F16 : UT_BF16;
+            double tol = d ? 4 * 0x1p-12 : 4 * 0x1p-9;
+            ac_result lp = ac_run(c, dt);
+            if (!lp.y) continue;
+            double ey = rel_err(lp.y, ref.y, ref.ny);
+            CHECK(ey > 0 && ey < tol, "%s %s: output error %.3g (tol %.3g)", c->name,
+                  ut_dtype_name(dt), ey, tol);
+            for (int i = 0; i < c->nin; i++) {
+                double eg = rel_err(lp.g[i], ref.g[i], ref.ng[i]);
+                CHECK(eg > 0 && eg < 2 * tol, "%s %s: input %d gradient error %.3g", c->name,
+                      ut_dtype_name(dt), i, eg);
+            }
+            float *r = malloc((size_t)ref.ny * 4);
+            ut_backend_get(UT_CPU)->round(r, lp.y, ref.ny, dt);
+            CHECK((memcmp(r, lp.y, (size_t)ref.ny * 4) == 0) == c->rounded,
+                  "%s %s: output %s 16-bit values", c->name, ut_dtype_name(dt),
+                  c->rounded ? "should hold only" : "should not be rounded to");
+            free(r);
+            ac_free(&lp);
+        }
+        ac_free(&ref);
+    }
+}
+
+/* Gradients of parameters stay float32: a weight's gradient is not rounded. */
+static void test_autocast_off_is_fp32(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    CHECK(ut_ctx_autocast(ctx) == UT_F32, "off by default");
+    CHECK(ut_ctx_set_autocast(ctx, UT_BF16) == UT_F32 && ut_ctx_autocast(ctx) == UT_BF16, "set");
+    ut_ctx_free(ctx);
+    ac_result a = ac_run(&ac_cases[0], UT_F32), b = ac_run(&ac_cases[0], UT_F32);
+    CHECK(!memcmp(a.y, b.y, (size_t)a.ny * 4) && !memcmp(a.g[1], b.g[1], (size_t)a.ng[1] * 4),
+          "f32 deterministic");
+    ac_result l = ac_run(&ac_cases[0], UT_BF16);
+    float *r = malloc((size_t)l.ng[1] * 4);
+    ut_backend_get(UT_CPU)->round(r, l.g[1], l.ng[1], UT_BF16);
+    CHECK(memcmp(r, l.g[1], (size_t)l.ng[1] * 4) != 0, "weight gradient accumulated in f32");
+    free(r);
+    ac_free(&a), ac_free(&b), ac_free(&l);
+}
+
+/* ---- activation memory: the arena's peak over a GPT-2 training step ---- */
+/* configs/gpt2_kjv.yml's model (4 layers, 4 heads, n_embd 128, vocab 256),
+ * batch B x T of seeded tokens: forward, loss, backward under autocast dt;
+ * returns ut_ctx_peak_bytes, the loss in *loss. */
+static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **grad, int64_t *ng) {
+    ut_kv *kv = ut_kv_new();
+    const char *keys[][2] = {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "128"},
+                             {"vocab_size", "256"}, {"block_size", "128"}};
+    for (int i = 0; i < 5; i++) ut_kv_set(kv, keys[i][0], keys[i][1]);
+    char err[256];
+    ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(m, "%s", err);
+    if (!m) return 0;
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 7});
+    ut_ctx_set_autocast(ctx, dt);
+    int32_t *tok = malloc(sizeof(int32_t) * 2 * B * T);
+    uint64_t s = 5;
+    for (int i = 0; i < 2 * B * T; i++) tok[i] = (int32_t)(lcg(&s) >> 56);
+    int64_t ne[2] = {B, T};
+    ut_tensor *x = ut_tensor_from(ctx, UT_I32, 2, ne, tok);
+    ut_tensor *y = ut_tensor_from(ctx, UT_I32, 2, ne, tok + B * T);
+    ut_ctx_reset_peak(ctx);
+    ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), y);
+    CHECK(l && ut_backward(ctx, l) == 0, "%s backward: %s", ut_dtype_name(dt), ut_ctx_error(ctx));
+    size_t peak = ut_ctx_peak_bytes(ctx);
+    if (l) ut_tensor_get(l, loss, sizeof *loss);
+    *ng = m->params.numel;
+    *grad = malloc(sizeof(float) * (size_t)*ng);
+    memcpy(*grad, m->params.grad, sizeof(float) * (size_t)*ng);
+    free(tok);
+    ut_ctx_free(ctx);
+    ut_model_free(m);
+    return peak;
+}
+
+/* bf16 stores the products' outputs (and gelu's) and their gradients in 2
+ * bytes: the step's activation peak must be at most 0.6 of float32's, with
+ * the loss and the parameters' gradients close to float32's (a few bf16
+ * roundings per layer: 5% on the gradients' norm). */
+static void test_bf16_halves_activations(void) {
+    float l32 = 0, l16 = 0, *g32, *g16;
+    int64_t n32, n16;
+    size_t p32 = gpt2_step_peak(UT_F32, 16, 128, &l32, &g32, &n32);
+    size_t p16 = gpt2_step_peak(UT_BF16, 16, 128, &l16, &g16, &n16);
+    double eg = rel_err(g16, g32, n32);
+    printf("     loss %.5f fp32, %.5f bf16; parameter gradients' relative error %.3g\n", l32, l16, eg);
+    CHECK(n16 == n32 && eg > 0 && eg < 0.05, "gradients: relative error %g", eg);
+    free(g32), free(g16);
+    printf("     GPT-2 (4 x 128, vocab 256) batch 16 x 128: peak %.1f MiB fp32, %.1f MiB bf16 (%.2f)\n",
+           p32 / 1048576.0, p16 / 1048576.0, (double)p16 / (double)p32);
+    CHECK(p32 > 0 && p16 <= 0.6 * (double)p32, "bf16 peak %zu vs fp32 %zu", p16, p32);
+    CHECK(fabsf(l16 - l32) < 0.02f * fabsf(l32), "loss %g bf16 vs %g fp32", l16, l32);
+}
+
+int main(void) {
+    RUN(test_bf16_reference);
+    RUN(test_f16_reference);
+    RUN(test_all_values_round_trip);
+    RUN(test_vector_matches_scalar);
+    RUN(test_tensor_to);
+    RUN(test_autocast_ops);
+    RUN(test_autocast_off_is_fp32);
+    RUN(test_bf16_halves_activations);
+    return TEST_SUMMARY();
+}
