@@ -176,6 +176,37 @@ done:
     ut_model_free(m[1]);
 }
 
+/* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there):
+ * finite logits and loss close to transformers' float32 ones */
+static void test_autocast(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
+    CHECK(m && f, "%s", err);
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int i = 0; m && f && i < 2; i++) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_ctx_set_training(ctx, false);
+        ut_ctx_set_autocast(ctx, dts[i]);
+        ut_tensor *logits = ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input")));
+        ut_tensor *loss = ut_model_loss(m, ctx, logits, stored(ctx, ut_st_get(f, "labels")));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        if (loss) {
+            const ut_st_tensor *rl = ut_st_get(f, "logits");
+            const ut_tensor *l32 = ut_tensor_to(ctx, logits, UT_F32);
+            double e = rel_err(ut_f32(l32), rl->data, ut_st_numel(rl));
+            CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(dts[i]), e);
+            CHECK(isfinite(ut_f32(loss)[0]) &&
+                      fabs(ut_f32(loss)[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) < 0.01,
+                  "%s loss %g", ut_dtype_name(dts[i]), ut_f32(loss)[0]);
+        }
+        ut_model_zero_grad(m);
+        ut_ctx_free(ctx);
+    }
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 /* sentence-transformers' layout: encoder tensors without "bert.", no
  * classifier: the head is new, N(0, initializer_range) weights and zero bias */
 static void test_bare_encoder_new_head(void) {
@@ -284,6 +315,7 @@ int main(int argc, char **argv) {
     RUN(test_logits_loss_grads);
     RUN(test_adamw_trainer_groups);
     RUN(test_checkpointing_with_dropout);
+    RUN(test_autocast);
     RUN(test_bare_encoder_new_head);
     RUN(test_bad_directories);
     return TEST_SUMMARY();
