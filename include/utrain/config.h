@@ -40,7 +40,7 @@ typedef struct {
     double mean, std;            /* image normalisation: (x/255 - mean) / std */
     char train_path[UT_CFG_STR_MAX], dev_path[UT_CFG_STR_MAX], test_path[UT_CFG_STR_MAX];
     int64_t seq_len;             /* tokens: sequence length T */
-    char tokenizer[16];          /* tsv_text: word | byte */
+    char tokenizer[UT_CFG_STR_MAX]; /* tsv_text: word | byte | a pretrained tokenizer directory */
     int64_t max_len;             /* tsv_text: pad/truncate to this many tokens */
     int64_t min_freq;            /* tsv_text word vocabulary: minimum count */
     bool shuffle, drop_last;

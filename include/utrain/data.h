@@ -31,6 +31,9 @@ struct ut_dataset {
     int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
     int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
     bool unlabeled;              /* no labels (a GLUE test file): y is 0, only predictions make sense */
+    bool token_planes;           /* x is (3, max_len) I32 planes: token ids, token type ids,
+                                  * attention mask (ut_tsv_dataset_open_pretrained); the default
+                                  * collate pads a batch to its longest mask (ut_tok_batch_trim) */
     const int64_t *example_id;   /* optional: each example's id for predictions (a TSV's index
                                   * column); NULL: its position in the dataset */
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
@@ -139,7 +142,9 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
  * first) and padded to max_len: x (3, max_len) i32 = token ids, token type
  * ids, attention mask (1 token, 0 padding); y i32 label. num_classes 0: the
  * file's max label + 1; otherwise a larger label is an error naming its line.
- * vocab_size is the tokenizer's. t is used only during the call. */
+ * vocab_size is the tokenizer's. A file without a "label" column is
+ * unlabeled (y 0, ds->unlabeled: a GLUE test file); an "index" column gives
+ * the examples' ids. ds->token_planes is set. t is used only during the call. */
 ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
                                            int64_t num_classes, char *err, size_t n);
 

@@ -1,7 +1,8 @@
 /* utrain file I/O: the safetensors format (as written by PyTorch tooling).
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
- *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel.
+ *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_hf_config_read,
+ *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
@@ -13,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "utrain/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +63,31 @@ const char *ut_st_meta(const ut_st_file *f, const char *key);
  * mismatch, I/O failure naming the path). */
 int ut_st_save(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
                const char *const *meta_kv, char *err, size_t errn);
+
+/* ---- Hugging Face model directories (src/io/hf.c; docs/models.md) ---- */
+/* DIR/config.json's top-level numbers, strings and booleans as options
+ * ("hidden_size" -> "384"; "num_labels" also from the size of "id2label"); NULL with a message naming the directory or file
+ * when DIR is not a directory, has no config.json, the JSON is bad or has no
+ * "model_type". */
+ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n);
+/* DIR/model.safetensors into path; -1 with a message when there is none (a
+ * pytorch_model.bin is refused with how to convert it). */
+int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t n);
+
+typedef struct {
+    const char *base_prefix;          /* "bert.": also found without it */
+    const char *const *optional;      /* NULL-terminated name prefixes that may be missing
+                                       * (a new head keeps its initialisation) */
+    const char *const *ignored;       /* NULL-terminated name parts not counted as unused */
+    int *unused;                      /* out (optional): checkpoint tensors the model has no use for */
+    char *first_unused;               /* out (optional): the first of them */
+    size_t first_unused_n;
+} ut_hf_load_opts;
+/* Loads DIR/model.safetensors into m's parameters by name. Every parameter
+ * must be there (unless optional) with its exact shape and dtype F32, F16 or
+ * BF16 (converted to F32); otherwise -1 with a message naming the file and
+ * the tensor. */
+int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n);
 
 #ifdef __cplusplus
 }

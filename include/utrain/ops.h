@@ -34,6 +34,7 @@ ut_tensor *ut_mul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 ut_tensor *ut_scale(ut_ctx *ctx, ut_tensor *a, float s);          /* s * a */
 ut_tensor *ut_relu(ut_ctx *ctx, ut_tensor *a);
 ut_tensor *ut_gelu(ut_ctx *ctx, ut_tensor *a);                    /* tanh approximation */
+ut_tensor *ut_gelu_erf(ut_ctx *ctx, ut_tensor *a);                /* exact: 0.5 x (1 + erf(x/sqrt 2)) */
 ut_tensor *ut_tanh(ut_ctx *ctx, ut_tensor *a);
 ut_tensor *ut_sigmoid(ut_ctx *ctx, ut_tensor *a);
 /* Inverted dropout: zeroes with probability p and scales survivors by 1/(1-p)
@@ -68,6 +69,13 @@ ut_tensor *ut_max_pool2d(ut_ctx *ctx, ut_tensor *x, int k, int stride);
 /* Causal multi-head self-attention, fused. qkv (B, T, 3C) laid out [q | k | v]
  * along the last dim, heads of size C/NH -> (B, T, C) before the output projection. */
 ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head);
+/* Bidirectional multi-head attention (BERT): q, k, v (B, T, C), heads of size
+ * C/NH; mask (B, T) F32 added to the scores of each key (0 attends, a large
+ * negative value masks padding) or NULL -> (B, T, C). No causal mask; the mask
+ * takes no gradient. dropout: drop probability of the attention probabilities
+ * in training mode (BERT's attention_probs_dropout_prob), 0 for none. */
+ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
+                               ut_tensor *mask, int n_head, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

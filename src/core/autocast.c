@@ -24,12 +24,14 @@
 /* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
 static const bool autocast_op[UT_OP_COUNT] = {
     [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true, [UT_OP_ATTENTION] = true,
+    [UT_OP_ATTENTION_MASKED] = true,
 };
 
 /* One input, one output, elementwise: the output keeps a 16-bit input's dtype. */
 static const bool keeps_dtype[UT_OP_COUNT] = {
     [UT_OP_SCALE] = true, [UT_OP_RELU] = true,    [UT_OP_GELU] = true,
     [UT_OP_TANH] = true,  [UT_OP_SIGMOID] = true, [UT_OP_DROPOUT] = true,
+    [UT_OP_GELU_ERF] = true,
 };
 
 static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }

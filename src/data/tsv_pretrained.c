@@ -9,6 +9,7 @@
 
 typedef struct {
     int32_t *x, *labels;     /* x: (n, 3, max_len) ids, type ids, mask */
+    int64_t *index;          /* the index column, or NULL */
     int64_t max_len;
 } ptsv_impl;
 
@@ -26,6 +27,7 @@ static void ptsv_free(ut_dataset *ds) {
     ptsv_impl *m = ds->impl;
     ut_free(m->x);
     ut_free(m->labels);
+    ut_free(m->index);
     ut_free(m);
     ut_free((char *)ds->name);
     ut_free(ds);
@@ -63,7 +65,7 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
     ut__tsv t;
     if (ut__tsv_read(path, &t, err, n)) return NULL;
     int64_t classes = num_classes > 0 ? num_classes : t.max_label + 1;
-    for (int64_t k = 0; k < t.n; k++)
+    for (int64_t k = 0; t.labeled && k < t.n; k++)
         if (t.label[k] >= classes) {
             ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)", path,
                       (long long)t.line[k], (long long)t.label[k], (long long)classes);
@@ -80,10 +82,16 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
     m->max_len = max_len;
     m->x = ut_malloc_check((size_t)(t.n * 3 * max_len) * sizeof(int32_t));
     m->labels = ut_malloc_check((size_t)t.n * sizeof(int32_t));
+    m->index = NULL;
+    if (t.has_index) {
+        m->index = ut_malloc_check((size_t)t.n * sizeof *m->index);
+        memcpy(m->index, t.index, (size_t)t.n * sizeof *m->index);
+    }
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 2, .x_ne = {3, max_len},
                        .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = classes,
-                       .vocab_size = ut_tokenizer_vocab_size(tok), .get = ptsv_get, .free = ptsv_free,
+                       .vocab_size = ut_tokenizer_vocab_size(tok), .unlabeled = !t.labeled,
+                       .token_planes = true, .example_id = m->index, .get = ptsv_get, .free = ptsv_free,
                        .impl = m};
     int rc = encode_rows(path, &t, tok, m, err, n);
     ut__tsv_free(&t);

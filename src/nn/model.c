@@ -162,6 +162,7 @@ ut_model *ut_mlp_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_cnn_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
+ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 
 static void add(const char *name, ut_model_build_fn build) {
     for (int i = 0; i < nregistry; i++)
@@ -183,6 +184,7 @@ static void register_builtins(void) {
     add("cnn", ut_cnn_build);
     add("gpt2", ut_gpt2_build);
     add("bow", ut_bow_build);
+    add("bert", ut_bert_build);
 }
 
 void ut_model_register(const char *name, ut_model_build_fn build) {

@@ -45,6 +45,10 @@ UT_PARAM_I(max_pool2d, kernel, 0)
 UT_PARAM_I(max_pool2d, stride, 1)
 /* attention */
 UT_PARAM_I(attention, n_head, 0)
+/* attention_masked */
+UT_PARAM_I(attention_masked, n_head, 0)
+UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0: none) */
+UT_PARAM_F(attention_masked, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the
  * forward kernel) the number of targets not ignored, the mean's divisor */
 UT_PARAM_I(loss, ignore_index, 0)

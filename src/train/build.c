@@ -95,8 +95,64 @@ static int open_tokens(const ut_config *c, ut_dataset **train, ut_dataset **dev,
     return 0;
 }
 
+/* The pretrained tokenizer's directory for tsv_text, or NULL for the word
+ * and byte tokenizers: data.tokenizer names it, or (left at word) the
+ * model.pretrained directory. */
+static const char *pretrained_tokenizer(const ut_config *c) {
+    const char *model_dir = ut_kv_get(c->model_opts, "pretrained");
+    if (!strcmp(c->tokenizer, "word")) return model_dir;
+    return strcmp(c->tokenizer, "byte") ? c->tokenizer : NULL;
+}
+
+/* training reads the dev labels; an unlabeled file is for test mode */
+static int check_dev_labeled(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
+    if (train && dev && *dev && (*dev)->unlabeled)
+        return ut_errorf(err, n, "%s:1: no 'label' column: training evaluates on data.dev_path and "
+                                 "needs its labels (an unlabeled file can be data.test_path)", c->dev_path);
+    return 0;
+}
+
+/* tsv_text with a pretrained tokenizer: classes from the train file (or
+ * model.num_labels / num_classes), the same for dev and test */
+static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset **train, ut_dataset **dev,
+                               ut_dataset **test, char *err, size_t n) {
+    if (c->max_len < 2)
+        return ut_errorf(err, n, "data.max_len: %lld leaves no room for [CLS] and [SEP] (at least 2)",
+                         (long long)c->max_len);
+    char why[1024];
+    ut_tokenizer *tok = ut_tokenizer_load(dir, why, sizeof why);
+    if (!tok)
+        return ut_errorf(err, n, "%s: %s", strcmp(c->tokenizer, "word") ? "data.tokenizer" : "model.pretrained (its tokenizer)",
+                         why);
+    long long classes = 0;
+    char e[128];
+    if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
+        ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);
+    if (classes < 1) classes = 0;
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    ut_dataset **out[3] = {train, dev, test};
+    int rc = 0;
+    /* without num_labels the train file's labels give the class count, even in test mode */
+    if (!classes && c->train_path[0]) {
+        ut_dataset *tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
+        if (!tr) rc = -1;
+        else classes = tr->num_classes;
+        if (train) *train = tr;
+        else ut_dataset_free(tr);
+        out[0] = NULL;
+    }
+    for (int i = 0; i < 3 && !rc; i++)
+        if (out[i] && paths[i][0] &&
+            !(*out[i] = ut_tsv_dataset_open_pretrained(paths[i], tok, c->max_len, classes, err, n)))
+            rc = -1;
+    ut_tokenizer_free(tok);
+    return rc ? rc : check_dev_labeled(c, train, dev, err, n);
+}
+
 static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train, ut_dataset **dev,
                     ut_dataset **test, char *err, size_t n) {
+    const char *dir = pretrained_tokenizer(c);
+    if (dir) return open_tsv_pretrained(c, dir, train, dev, test, err, n);
     char vpath[1280];
     snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
@@ -118,10 +174,7 @@ static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train,
     for (int i = 0; i < 3 && !rc; i++)
         if (out[i] && paths[i][0] && !(*out[i] = ut_tsv_dataset_open(paths[i], v, c->max_len, err, n)))
             rc = -1;
-    /* training reads the dev labels; an unlabeled file is for test mode */
-    if (!rc && train && dev && *dev && (*dev)->unlabeled)
-        rc = ut_errorf(err, n, "%s:1: no 'label' column: training evaluates on data.dev_path and "
-                               "needs its labels (an unlabeled file can be data.test_path)", c->dev_path);
+    if (!rc) rc = check_dev_labeled(c, train, dev, err, n);
     ut_vocab_free(v);
     return rc;
 }
@@ -156,6 +209,19 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     /* the built-ins that read tokens or classify text take their sizes from the data */
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
+    if (ut_kv_get(opts, "pretrained") && strcmp(cfg->model_name, "bert")) {
+        snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
+                         "model.name: bert (BERT checkpoints; GPT-2 and BART are not supported yet)",
+                 cfg->model_name);
+        ut_kv_free(opts);
+        return NULL;
+    }
+    /* bert: the head's size from the data unless model.num_labels (or config.json's id2label) says */
+    if (!strcmp(cfg->model_name, "bert") && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
+        !ut_kv_get(opts, "num_classes")) {
+        snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
+        ut_kv_set(opts, "num_classes", num);
+    }
     if (data && data->vocab_size > 0 && (text || !strcmp(cfg->model_name, "gpt2")) &&
         !ut_kv_get(opts, "vocab_size")) {
         snprintf(num, sizeof num, "%lld", (long long)data->vocab_size);
@@ -168,8 +234,20 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     }
     char why[512];
     ut_model *m = ut_model_create(cfg->model_name, opts, (uint64_t)cfg->seed, why, sizeof why);
-    if (!m) snprintf(err, n, "model: %s", why);
-    else m->checkpoint_activations = cfg->checkpoint_activations;
     ut_kv_free(opts);
+    if (!m) {
+        snprintf(err, n, "model: %s", why);
+        return NULL;
+    }
+    m->checkpoint_activations = cfg->checkpoint_activations;
+    /* bert: every example must fit the learned positions */
+    ut_tensor *pos = !strcmp(cfg->model_name, "bert") && !strcmp(cfg->data_name, "tsv_text")
+                         ? ut_model_param(m, "bert.embeddings.position_embeddings.weight") : NULL;
+    if (pos && cfg->max_len > pos->ne[0]) {
+        snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
+                 (long long)cfg->max_len, (long long)pos->ne[0]);
+        ut_model_free(m);
+        return NULL;
+    }
     return m;
 }

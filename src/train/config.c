@@ -15,7 +15,6 @@
 
 static const char *const modes[] = {"train", "test", NULL};
 static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", NULL};
-static const char *const tokenizers[] = {"word", "byte", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
@@ -78,8 +77,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tokens, tsv_text: test data (empty: none)"},
     {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tokens: sequence length T"},
-    {.key = "data.tokenizer", .type = UT_CFG_ENUM, AT(tokenizer), .def = "word",
-     .values = tokenizers, .hashed = true, .doc = "tsv_text: tokenizer"},
+    {.key = "data.tokenizer", .type = UT_CFG_STR, AT(tokenizer), .def = "word", .hashed = true,
+     .doc = "tsv_text: word, byte, or a pretrained tokenizer directory (tokenizer.json or "
+            "vocab.txt); with model.pretrained, word means that model directory's tokenizer"},
     {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tsv_text: pad or truncate to this many tokens"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,

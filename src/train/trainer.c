@@ -577,7 +577,7 @@ static void dp_worker(void *user, int w) {
     r->loss = ut_f32(out.loss)[0];
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-    int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[0] : 0;
+    int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[t->train->token_planes] : 0;
     accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
     ut_ctx_reset(ctx);
 }
@@ -684,7 +684,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         *loss = ut_f32(out.loss)[0];
         ut_metric mets[UT_MAX_METRICS];
         int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[0] : 0;
+        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
         accum_add(&t->interval, *loss, b->count, tokens, mets, k);
         accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
     }

@@ -1,6 +1,6 @@
-/* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention. The
- * "twice" rows use an op's inputs in two calls, so a backward that overwrote
- * src->grad instead of adding into it would fail. */
+/* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention,
+ * attention_masked. The "twice" rows use an op's inputs in two calls, so a
+ * backward that overwrote src->grad instead of adding into it would fail. */
 #include "gradcheck.h"
 
 static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
@@ -37,6 +37,32 @@ static ut_tensor *b_att_twice(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, ut_attention(c, in[0], 2), ut_attention(c, in[0], 1));
 }
 
+/* attention_masked: a padding mask (B, T) with the last keys of example 0
+ * masked as Hugging Face masks them (finfo(float32).min), or an arbitrary
+ * additive mask, or none */
+static ut_tensor *pad_mask(ut_ctx *c, int64_t B, int64_t T) {
+    ut_tensor *m = ut_tensor_zeros(c, UT_F32, 2, (int64_t[]){B, T});
+    for (int64_t t = T / 2 + 1; t < T; t++) ut_f32(m)[t] = -3.4028234663852886e38f;
+    return m;
+}
+static ut_tensor *b_attm2(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.0f);
+}
+static ut_tensor *b_attm1_nomask(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], NULL, 1, 0.0f);
+}
+static ut_tensor *b_attm_additive(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], in[3], 2, 0.0f);
+}
+/* dropout of the probabilities (training mode): the same mask every evaluation */
+static ut_tensor *b_attm_dropout(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.3f);
+}
+/* q, k and v the same tensor, and used again outside: every path adds */
+static ut_tensor *b_attm_shared(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, ut_attention_masked(c, in[0], in[0], in[0], pad_mask(c, 2, 5), 2, 0.0f), in[0]);
+}
+
 const gc_row gc_rows_nn[] = {
     {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
     {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
@@ -66,5 +92,14 @@ const gc_row gc_rows_nn[] = {
     {"attention T=1 NH=2", 1, {{3, {1, 1, 12}}}, b_att2},
     {"attention T=4 NH=2 hs=4", 1, {{3, {1, 4, 24}}}, b_att2},
     {"attention twice", 1, {{3, {1, 5, 12}}}, b_att_twice},
+    {"attention_masked padding NH=2", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm2},
+    {"attention_masked no mask NH=1", 3, {{3, {2, 4, 6}}, {3, {2, 4, 6}}, {3, {2, 4, 6}}}, b_attm1_nomask},
+    {"attention_masked T=1", 3, {{3, {2, 1, 4}}, {3, {2, 1, 4}}, {3, {2, 1, 4}}}, b_attm2},
+    {"attention_masked additive", 4,
+     {{3, {2, 3, 4}}, {3, {2, 3, 4}}, {3, {2, 3, 4}}, {2, {2, 3}, GC_CONST}}, b_attm_additive},
+    {"attention_masked q = k = v", 1, {{3, {2, 5, 8}}}, b_attm_shared},
+    {"attention_masked dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_dropout,
+     .training = true},
+    {"attention_masked dropout eval", 3, {{3, {2, 4, 8}}, {3, {2, 4, 8}}, {3, {2, 4, 8}}}, b_attm_dropout},
 };
 const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];

@@ -1,4 +1,4 @@
-/* Gradcheck rows: elementwise unary ops (scale, relu, gelu, tanh, sigmoid,
+/* Gradcheck rows: elementwise unary ops (scale, relu, gelu, gelu_erf, tanh, sigmoid,
  * dropout) and the softmax / log_softmax pair. */
 #include "gradcheck.h"
 
@@ -6,6 +6,7 @@ static ut_tensor *b_scale(ut_ctx *c, ut_tensor **in) { return ut_scale(c, in[0],
 static ut_tensor *b_scale_neg(ut_ctx *c, ut_tensor **in) { return ut_scale(c, in[0], -2.0f); }
 static ut_tensor *b_relu(ut_ctx *c, ut_tensor **in) { return ut_relu(c, in[0]); }
 static ut_tensor *b_gelu(ut_ctx *c, ut_tensor **in) { return ut_gelu(c, in[0]); }
+static ut_tensor *b_gelu_erf(ut_ctx *c, ut_tensor **in) { return ut_gelu_erf(c, in[0]); }
 static ut_tensor *b_tanh(ut_ctx *c, ut_tensor **in) { return ut_tanh(c, in[0]); }
 static ut_tensor *b_sigmoid(ut_ctx *c, ut_tensor **in) { return ut_sigmoid(c, in[0]); }
 static ut_tensor *b_dropout(ut_ctx *c, ut_tensor **in) { return ut_dropout(c, in[0], 0.3f); }
@@ -31,6 +32,8 @@ const gc_row gc_rows_unary[] = {
     {"gelu", 1, {{2, {3, 5}}}, b_gelu},
     {"gelu 3-D", 1, {{3, {2, 3, 4}}}, b_gelu},
     {"gelu transposed", 1, {{2, {4, 3}}}, b_gelu_transposed},
+    {"gelu_erf", 1, {{2, {3, 5}}}, b_gelu_erf},
+    {"gelu_erf 3-D wide", 1, {{3, {2, 3, 4}}}, b_gelu_erf, .eps = 1e-3f},
     {"tanh", 1, {{2, {3, 4}}}, b_tanh},
     {"tanh 3-D", 1, {{3, {2, 3, 5}}}, b_tanh},
     {"sigmoid", 1, {{2, {3, 4}}}, b_sigmoid},

@@ -58,6 +58,17 @@ static void test_elementwise(void) {
     CHECK(gb[0] == 0.0f && gb[1] == 1000.0f, "gelu %g %g", gb[0], gb[1]);
 }
 
+/* exact GELU against erf in double, and PyTorch's gelu(1.0) */
+static void test_gelu_erf_values(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    const float xs[6] = {-6.0f, -1.5f, -0.1f, 0.0f, 1.0f, 3.0f};
+    const float *g = ut_f32(ut_gelu_erf(ctx, ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){6}, xs)));
+    for (int i = 0; i < 6; i++)
+        CHECK_NEAR(g[i], 0.5 * xs[i] * (1.0 + erf(xs[i] / sqrt(2.0))), 2e-6);
+    CHECK_NEAR(g[4], 0.8413447460685429, 1e-6); /* torch.nn.functional.gelu(1.0) */
+    ut_ctx_free(ctx);
+}
+
 /* d/dx of sum(gelu(x) * w) is w * gelu'(x): compare with central differences in double */
 static void test_gelu_backward_values(void) {
     fresh();
@@ -325,6 +336,7 @@ int main(void) {
     ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     RUN(test_elementwise);
     RUN(test_gelu_backward_values);
+    RUN(test_gelu_erf_values);
     RUN(test_softmax_values);
     RUN(test_softmax_noncontiguous);
     RUN(test_cross_entropy_values);

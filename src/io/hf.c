@@ -1,0 +1,210 @@
+/* Hugging Face model directories, as save_pretrained writes them: config.json
+ * read into model options, model.safetensors loaded into a model's parameters
+ * by name with every tensor's shape and dtype checked. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "utrain/base.h"
+#include "utrain/io.h"
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *read_text(const char *path, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ut_errorf(err, n, "%s: cannot open", path), NULL;
+    size_t cap = 4096, len = 0;
+    char *s = ut_malloc_check(cap);
+    for (size_t got; (got = fread(s + len, 1, cap - len - 1, f)) > 0;)
+        if ((len += got) + 1 == cap) s = ut_realloc_check(s, cap *= 2);
+    bool bad = ferror(f);
+    fclose(f);
+    s[len] = 0;
+    if (bad) {
+        ut_free(s);
+        return ut_errorf(err, n, "%s: read error", path), NULL;
+    }
+    return s;
+}
+
+/* One top-level entry as an option value: numbers in full precision, strings
+ * as they are, booleans true/false; other kinds are skipped (NULL). */
+static const char *entry_text(const cJSON *e, char *buf, size_t n) {
+    if (cJSON_IsString(e)) return e->valuestring;
+    if (cJSON_IsBool(e)) return cJSON_IsTrue(e) ? "true" : "false";
+    if (!cJSON_IsNumber(e)) return NULL;
+    double v = e->valuedouble;
+    if (v == floor(v) && fabs(v) < 9e15) snprintf(buf, n, "%.0f", v);
+    else snprintf(buf, n, "%.17g", v);
+    return buf;
+}
+
+ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ut_errorf(err, n, "%s: not a directory (model.pretrained names a directory as "
+                                 "save_pretrained writes it: config.json, model.safetensors)", dir), NULL;
+    if (!is_file(path))
+        return ut_errorf(err, n, "%s: no config.json (a Hugging Face model directory has config.json "
+                                 "and model.safetensors)", dir), NULL;
+    char *text = read_text(path, err, n);
+    if (!text) return NULL;
+    cJSON *root = cJSON_Parse(text);
+    ut_free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return ut_errorf(err, n, "%s: not a JSON object", path), NULL;
+    }
+    ut_kv *kv = ut_kv_new();
+    char buf[64];
+    for (const cJSON *e = root->child; e; e = e->next) {
+        const char *v = entry_text(e, buf, sizeof buf);
+        if (v && e->string) ut_kv_set(kv, e->string, v);
+    }
+    /* a classification checkpoint names its labels: their count is num_labels */
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (cJSON_IsObject(labels) && cJSON_GetArraySize(labels) > 0 && !ut_kv_get(kv, "num_labels")) {
+        snprintf(buf, sizeof buf, "%d", cJSON_GetArraySize(labels));
+        ut_kv_set(kv, "num_labels", buf);
+    }
+    cJSON_Delete(root);
+    if (!ut_kv_get(kv, "model_type")) {
+        ut_kv_free(kv);
+        return ut_errorf(err, n, "%s: no \"model_type\"", path), NULL;
+    }
+    return kv;
+}
+
+/* ---- weights ---- */
+
+static float half_to_f32(uint16_t h, bool bf16) {
+    uint32_t bits;
+    if (bf16) bits = (uint32_t)h << 16;
+    else {
+        uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+        if (e == 0) return (s ? -1.0f : 1.0f) * ldexpf((float)m, -24);
+        bits = s | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
+ * data) into parameter p through ut_tensor_set. */
+static int copy_into(ut_tensor *p, const ut_st_tensor *s) {
+    const ut_st_tensor st = *s;
+    if (st.dtype == UT_ST_F32) return ut_tensor_set(p, st.data, st.nbytes);
+    int64_t k = ut_st_numel(&st);
+    float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
+    const uint16_t *h = st.data;
+    for (int64_t i = 0; i < k; i++) tmp[i] = half_to_f32(h[i], st.dtype == UT_ST_BF16);
+    int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
+    ut_free(tmp);
+    return rc;
+}
+
+static bool shape_equal(const ut_tensor *p, const ut_st_tensor *s) {
+    if (p->ndim != s->ndim) return false;
+    for (int i = 0; i < p->ndim; i++)
+        if (p->ne[i] != s->shape[i]) return false;
+    return true;
+}
+
+static const char *shape_text(int ndim, const int64_t *ne, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    if (o < n) snprintf(buf + o, n - o, ")");
+    return buf;
+}
+
+/* The checkpoint's tensor for parameter name: under the same name, or
+ * without the model's base prefix (sentence-transformers saves the bare
+ * encoder: "embeddings...." for "bert.embeddings...."). */
+static const ut_st_tensor *find(const ut_st_file *f, const char *name, const char *base) {
+    const ut_st_tensor *s = ut_st_get(f, name);
+    size_t bl = base ? strlen(base) : 0;
+    if (!s && bl && !strncmp(name, base, bl)) s = ut_st_get(f, name + bl);
+    return s;
+}
+
+static bool has_prefix(const char *name, const char *const *prefixes) {
+    for (int i = 0; prefixes && prefixes[i]; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return true;
+    return false;
+}
+
+static bool contains_any(const char *name, const char *const *parts) {
+    for (int i = 0; parts && parts[i]; i++)
+        if (strstr(name, parts[i])) return true;
+    return false;
+}
+
+static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path, const ut_hf_load_opts *o,
+                      int *used, char *err, size_t n) {
+    const char *name = m->params.names[i];
+    const ut_st_tensor *s = find(f, name, o->base_prefix);
+    char a[128], b[128];
+    if (!s) {
+        if (has_prefix(name, o->optional)) return 0; /* a new head keeps its initialisation */
+        return ut_errorf(err, n, "%s: tensor '%s' is missing (the model needs it with shape %s)", path,
+                         name, shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, a, sizeof a));
+    }
+    if (!shape_equal(m->params.t[i], s))
+        return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s", path, name,
+                         shape_text(s->ndim, s->shape, a, sizeof a),
+                         shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, b, sizeof b));
+    if (s->dtype != UT_ST_F32 && s->dtype != UT_ST_F16 && s->dtype != UT_ST_BF16)
+        return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", path, name,
+                         ut_st_dtype_name(s->dtype));
+    (*used)++;
+    if (copy_into(m->params.t[i], s)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
+    return 0;
+}
+
+int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t n) {
+    snprintf(path, pn, "%s/model.safetensors", dir);
+    if (is_file(path)) return 0;
+    char bin[4096];
+    snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
+    if (is_file(bin))
+        return ut_errorf(err, n, "%s: a pickled PyTorch checkpoint is not read (it can run code when "
+                                 "loaded); convert it to model.safetensors, e.g. in Python: "
+                                 "AutoModel.from_pretrained(DIR).save_pretrained(DIR, "
+                                 "safe_serialization=True)", bin);
+    return ut_errorf(err, n, "%s: no model.safetensors in the model directory", dir);
+}
+
+int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n) {
+    char path[4096];
+    if (ut_hf_weights_path(dir, path, sizeof path, err, n)) return -1;
+    ut_st_file *f = ut_st_open(path, err, n);
+    if (!f) return -1;
+    int used = 0, rc = 0;
+    for (int i = 0; i < m->params.n && !rc; i++) rc = load_param(m, i, f, path, o, &used, err, n);
+    if (!rc && o->unused) {
+        *o->unused = 0;
+        for (int i = 0; i < ut_st_count(f); i++) {
+            const char *nm = ut_st_name(f, i);
+            size_t bl = o->base_prefix ? strlen(o->base_prefix) : 0;
+            bool ours = ut_model_param(m, nm) != NULL;
+            if (!ours && bl) {
+                char full[512];
+                snprintf(full, sizeof full, "%s%s", o->base_prefix, nm);
+                ours = ut_model_param(m, full) != NULL;
+            }
+            if (!ours && !contains_any(nm, o->ignored) && (*o->unused)++ == 0 && o->first_unused)
+                snprintf(o->first_unused, o->first_unused_n, "%s", nm);
+        }
+    }
+    ut_st_close(f);
+    return rc;
+}
