@@ -510,7 +510,13 @@ static int demo(int argc, char **argv) {
             rc = 1;
             break;
         }
-        last = ut_f32(loss)[0];
+        float lv;
+        if (ut_tensor_get(loss, &lv, sizeof lv)) {
+            fprintf(stderr, "utrain demo: reading the loss: %s\n", ut_ctx_error(ctx));
+            rc = 1;
+            break;
+        }
+        last = lv;
         if (step == 0) first = last;
         ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);

@@ -17,19 +17,26 @@ typedef struct {
     float dropout;
 } bow;
 
-/* mask (B, 1, L): 1/count at non-padding positions, so mask @ emb is the mean */
+/* mask (B, 1, L): 1/count at non-padding positions, so mask @ emb is the
+ * mean. Computed on the host from a copy of the ids, then set into the tensor
+ * (the ids and the mask may live in device memory). */
 static ut_tensor *mean_weights(ut_ctx *ctx, ut_tensor *ids) {
     int64_t B = ids->ne[0], L = ids->ne[1];
     ut_tensor *w = ut_tensor_new(ctx, UT_F32, 3, (int64_t[]){B, 1, L});
     if (!w) return NULL;
-    const int32_t *id = ut_i32(ids);
-    for (int64_t b = 0; b < B; b++) {
+    size_t k = (size_t)(B * L);
+    int32_t *id = ut_malloc_check(k * sizeof *id);
+    float *mw = ut_malloc_check(k * sizeof *mw);
+    int rc = ut_tensor_get(ids, id, k * sizeof *id);
+    for (int64_t b = 0; !rc && b < B; b++) {
         int64_t count = 0;
         for (int64_t l = 0; l < L; l++) count += id[b * L + l] != 0;
-        for (int64_t l = 0; l < L; l++)
-            ut_f32(w)[b * L + l] = id[b * L + l] != 0 ? 1.0f / (float)count : 0.0f;
+        for (int64_t l = 0; l < L; l++) mw[b * L + l] = id[b * L + l] != 0 ? 1.0f / (float)count : 0.0f;
     }
-    return w;
+    if (!rc) rc = ut_tensor_set(w, mw, k * sizeof *mw);
+    ut_free(id);
+    ut_free(mw);
+    return rc ? NULL : w;
 }
 
 static ut_tensor *bow_forward(ut_model *m, ut_ctx *ctx, ut_tensor *ids) {
