@@ -107,16 +107,32 @@ static const ut_tensor *as_f32(const ut_tensor *o) {
     return f ? f : o;
 }
 
+/* A host copy of a contiguous tensor's contents (ut_free it); NULL if it
+ * cannot be read. */
+static void *host_copy(const ut_tensor *t) {
+    size_t bytes = (size_t)ut_nelem(t) * ut_dtype_size(t->dtype);
+    void *v = ut_malloc_check(bytes ? bytes : 1);
+    if (ut_tensor_get(t, v, bytes)) {
+        ut_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Rows whose largest output is the label (the first largest on ties). */
 static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
     out = as_f32(out);
     int64_t rows = out->ne[0], C = out->ne[out->ndim - 1], hits = 0;
-    const float *o = ut_f32(out);
-    for (int64_t r = 0; r < rows; r++) {
+    float *o = host_copy(out);
+    int32_t *label = host_copy(y);
+    for (int64_t r = 0; o && label && r < rows; r++) {
         int64_t best = 0;
         for (int64_t c = 1; c < C; c++)
             if (o[r * C + c] > o[r * C + best]) best = c;
-        hits += best == ut_i32(y)[r];
+        hits += best == label[r];
     }
+    ut_free(o);
+    ut_free(label);
     return hits;
 }
 
@@ -181,10 +197,12 @@ static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, doub
     if (!o || o->ndim != 2 || o->dtype != UT_F32 || !ut_is_contiguous(o) || o->ne[0] != b->count ||
         o->ne[1] != C)
         return false;
-    const float *v = ut_f32(o);
-    for (int64_t r = 0; r < b->count; r++)
+    float *v = host_copy(o);
+    bool ok = v != NULL;
+    for (int64_t r = 0; ok && r < b->count; r++)
         for (int64_t c = 0; c < C; c++) outputs[b->idx[r] * C + c] = v[r * C + c];
-    return true;
+    ut_free(v);
+    return ok;
 }
 
 /* Every rank's rows of outputs (zero elsewhere) summed, so every rank has all
@@ -262,7 +280,13 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
             rc = -1;
             break;
         }
-        loss_sum += (double)ut_f32(out.loss)[0] * (double)b.count;
+        float lv;
+        if (ut_tensor_get(out.loss, &lv, sizeof lv)) {
+            snprintf(err, n, "reading the loss: %s", ut_ctx_error(ctx));
+            rc = -1;
+            break;
+        }
+        loss_sum += (double)lv * (double)b.count;
         ut_metric mets[UT_MAX_METRICS];
         add_batch_metrics(acc, &nacc, mets, ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS));
         if (outputs_ok) outputs_ok = store_outputs(out.output, &b, ds->num_classes, outputs);
