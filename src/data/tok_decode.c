@@ -8,20 +8,6 @@
 #include "tok_internal.h"
 #include "utrain/base.h"
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
-        b->s = ut_realloc_check(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
 
 static const ut__added *added_of(const ut_tokenizer *t, int32_t id) {
     for (int k = 0; k < t->nadded; k++)
@@ -30,7 +16,7 @@ static const ut__added *added_of(const ut_tokenizer *t, int32_t id) {
 }
 
 /* A byte-level token: each character stands for one byte. */
-static void put_bytes(sbuf *b, const char *tok) {
+static void put_bytes(ut__sbuf *b, const char *tok) {
     size_t len = strlen(tok);
     for (size_t i = 0; i < len;) {
         int32_t cp = ut__utf8_next(tok, len, &i);
@@ -38,7 +24,7 @@ static void put_bytes(sbuf *b, const char *tok) {
         if (cp < 0) i++;
         if (byte >= 0) {
             char c = (char)byte;
-            put(b, &c, 1);
+            ut__sbuf_put(b, &c, 1);
         }
     }
 }
@@ -61,7 +47,7 @@ static void replace_all(char *s, const char *from, const char *to) {
 
 /* One token as Hugging Face's WordPiece decoder writes it: a continuation
  * glued on, others after a space, then its cleanup replacements. */
-static void put_wordpiece(sbuf *b, const ut_tokenizer *t, const char *tok, bool first) {
+static void put_wordpiece(ut__sbuf *b, const ut_tokenizer *t, const char *tok, bool first) {
     static const char *const from[] = {" .",    " ?",   " !", " ,",  " ' ", " n't",
                                        " 'm",   " do not", " 's", " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
@@ -70,14 +56,14 @@ static void put_wordpiece(sbuf *b, const ut_tokenizer *t, const char *tok, bool 
     char *s = ut_malloc_check(len + 2);
     snprintf(s, len + 2, "%s%s", first || cont ? "" : " ", cont ? tok + pl : tok);
     for (int k = 0; k < 11; k++) replace_all(s, from[k], to[k]);
-    put(b, s, strlen(s));
+    ut__sbuf_put(b, s, strlen(s));
     ut_free(s);
 }
 
 char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char *err,
                           size_t errn) {
-    sbuf b = {0};
-    put(&b, "", 0);
+    ut__sbuf b = {0};
+    ut__sbuf_put(&b, "", 0);
     bool first = true;
     for (int64_t i = 0; i < n; i++) {
         const char *tok = ids[i] >= 0 && ids[i] < t->vocab.size ? t->vocab.tokens[ids[i]] : NULL;
@@ -90,7 +76,7 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
         const ut__added *a = added_of(t, ids[i]);
         if (a && a->special && skip_special) continue;
         if (t->kind == UT__TOK_WORDPIECE) put_wordpiece(&b, t, tok, first);
-        else if (a) put(&b, tok, strlen(tok));
+        else if (a) ut__sbuf_put(&b, tok, strlen(tok));
         else put_bytes(&b, tok);
         first = false;
     }

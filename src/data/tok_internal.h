@@ -31,6 +31,13 @@ typedef struct {
 } ut__ivec;
 void ut__ivec_push(ut__ivec *a, int32_t x);
 
+/* A growing NUL-terminated string (zero it before the first put). */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} ut__sbuf;
+void ut__sbuf_put(ut__sbuf *b, const char *s, size_t n);
+
 /* ---- Unicode (utf8proc) ---- */
 /* Decodes the code point at s[*i] (len bytes in all), moving *i past it;
  * -1 for invalid UTF-8 (*i unchanged). */

@@ -71,12 +71,7 @@ static bool is_bert_punct(int32_t cp) {
     return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
 }
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
+void ut__sbuf_put(ut__sbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
         b->s = ut_realloc_check(b->s, b->cap);
@@ -86,22 +81,22 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     b->s[b->n] = 0;
 }
 
-static void sb_cp(sbuf *b, int32_t cp) {
+static void sb_cp(ut__sbuf *b, int32_t cp) {
     char u[4];
-    sb_put(b, u, ut__utf8_put(u, cp));
+    ut__sbuf_put(b, u, ut__utf8_put(u, cp));
 }
 
 /* Clean text and CJK spacing (the first two steps of BertNormalizer). */
-static void bert_clean(const char *s, size_t len, bool clean, bool cjk, sbuf *o) {
+static void bert_clean(const char *s, size_t len, bool clean, bool cjk, ut__sbuf *o) {
     for (size_t i = 0; i < len;) {
         int32_t cp = ut__utf8_next(s, len, &i);
         if (cp < 0) cp = 0xFFFD, i++;          /* callers check UTF-8 first */
         if (clean && (cp == 0 || cp == 0xFFFD || is_control(cp))) continue;
         if (clean && ut__uc_is_space(cp)) cp = ' ';
         if (cjk && is_cjk(cp)) {
-            sb_put(o, " ", 1);
+            ut__sbuf_put(o, " ", 1);
             sb_cp(o, cp);
-            sb_put(o, " ", 1);
+            ut__sbuf_put(o, " ", 1);
         } else {
             sb_cp(o, cp);
         }
@@ -110,7 +105,7 @@ static void bert_clean(const char *s, size_t len, bool clean, bool cjk, sbuf *o)
 
 /* NFD, then nonspacing marks (Mn) dropped; and/or lower-casing (full
  * mapping: U+0130 is the one character whose lower case is two). */
-static void bert_accents_case(const char *s, size_t len, bool strip, bool lower, sbuf *o) {
+static void bert_accents_case(const char *s, size_t len, bool strip, bool lower, ut__sbuf *o) {
     utf8proc_uint8_t *nfd = NULL;
     if (strip && utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &nfd,
                               UTF8PROC_DECOMPOSE | UTF8PROC_STABLE) >= 0) {
@@ -133,10 +128,10 @@ static void bert_accents_case(const char *s, size_t len, bool strip, bool lower,
 
 char *ut__bert_normalize(const char *s, size_t len, bool clean, bool cjk, bool strip_accents,
                          bool lowercase, size_t *out_len) {
-    sbuf a = {0}, b = {0};
-    sb_put(&a, "", 0);
+    ut__sbuf a = {0}, b = {0};
+    ut__sbuf_put(&a, "", 0);
     bert_clean(s, len, clean, cjk, &a);
-    sb_put(&b, "", 0);
+    ut__sbuf_put(&b, "", 0);
     bert_accents_case(a.s, a.n, strip_accents, lowercase, &b);
     ut_free(a.s);
     *out_len = b.n;
