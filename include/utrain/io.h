@@ -76,6 +76,9 @@ int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t
 
 typedef struct {
     const char *base_prefix;          /* "bert.": also found without it */
+    const char *file_prefix;          /* "transformer.": also found with it added */
+    const char *const *transposed;    /* NULL-terminated name suffixes stored (in, out) in the file
+                                       * (Hugging Face's Conv1D), (out, in) in the model */
     const char *const *optional;      /* NULL-terminated name prefixes that may be missing
                                        * (a new head keeps its initialisation) */
     const char *const *ignored;       /* NULL-terminated name parts not counted as unused */
@@ -84,8 +87,8 @@ typedef struct {
     size_t first_unused_n;
 } ut_hf_load_opts;
 /* Loads DIR/model.safetensors into m's parameters by name. Every parameter
- * must be there (unless optional) with its exact shape and dtype F32, F16 or
- * BF16 (converted to F32); otherwise -1 with a message naming the file and
+ * must be there (unless optional) with its exact shape (reversed for a
+ * transposed one) and dtype F32, F16 or BF16 (converted to F32); otherwise -1 with a message naming the file and
  * the tensor. */
 int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n);
 

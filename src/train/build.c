@@ -209,9 +209,10 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     /* the built-ins that read tokens or classify text take their sizes from the data */
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
-    if (ut_kv_get(opts, "pretrained") && strcmp(cfg->model_name, "bert")) {
+    bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
+    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert (BERT checkpoints; GPT-2 and BART are not supported yet)",
+                         "model.name: bert or gpt2 (BART is not supported yet)",
                  cfg->model_name);
         ut_kv_free(opts);
         return NULL;
@@ -222,7 +223,7 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
     }
-    if (data && data->vocab_size > 0 && (text || !strcmp(cfg->model_name, "gpt2")) &&
+    if (data && data->vocab_size > 0 && (text || (!strcmp(cfg->model_name, "gpt2") && !pretrained)) &&
         !ut_kv_get(opts, "vocab_size")) {
         snprintf(num, sizeof num, "%lld", (long long)data->vocab_size);
         ut_kv_set(opts, "vocab_size", num);
