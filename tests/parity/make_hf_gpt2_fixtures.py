@@ -23,8 +23,9 @@ It rewrites, under tests/parity/fixtures/:
                        Conv1D gradients transposed)
 Everything is float32 in eval mode (dropout off), eager attention.
 With --check-export DIR it instead loads DIR (written by `utrain export
---format hf`) with GPT2LMHeadModel.from_pretrained and prints the largest
-difference of its logits from the fixture's on the batch.
+--format hf` from a run of hf_gpt2_tiny or hf_bert_tiny, as its config.json
+says) with transformers' from_pretrained and prints the largest difference of
+its logits from the fixture's on the fixture's batch.
 """
 import json
 import os
@@ -78,12 +79,21 @@ def model():
 
 
 def check_export(d):
-    x, _ = batch()
-    ref = GPT2LMHeadModel.from_pretrained(os.path.join(OUT, "hf_gpt2_tiny")).eval()
-    got = GPT2LMHeadModel.from_pretrained(d).eval()
-    xt = torch.from_numpy(x).long()
+    with open(os.path.join(d, "config.json")) as f:
+        bert = json.load(f)["model_type"] == "bert"
+    if bert:
+        from transformers import BertForSequenceClassification as cls
+        sys.path.insert(0, HERE)
+        from make_hf_fixtures import batch as bert_batch
+        xt = torch.from_numpy(bert_batch()[0]).long()
+        kw = dict(input_ids=xt[:, 0], token_type_ids=xt[:, 1], attention_mask=xt[:, 2])
+    else:
+        cls, xt = GPT2LMHeadModel, torch.from_numpy(batch()[0]).long()
+        kw = dict(input_ids=xt)
+    ref = cls.from_pretrained(os.path.join(OUT, "hf_bert_tiny" if bert else "hf_gpt2_tiny")).eval()
+    got = cls.from_pretrained(d).eval()
     with torch.no_grad():
-        a, b = ref(input_ids=xt).logits, got(input_ids=xt).logits
+        a, b = ref(**kw).logits, got(**kw).logits
     print("max |logits difference|", (a - b).abs().max().item(), "of max |logit|", a.abs().max().item())
 
 
