@@ -97,26 +97,28 @@ static float half_to_f32(uint16_t h, bool bf16) {
     return f;
 }
 
-static float st_value(const ut_st_tensor *s, int64_t i) {
-    if (s->dtype == UT_ST_F32) {
+/* Element i of a checkpoint tensor (file bytes, not tensor data) as float. */
+static float st_value(ut_st_tensor st, int64_t i) {
+    if (st.dtype == UT_ST_F32) {
         float f;
-        memcpy(&f, (const char *)s->data + 4 * i, sizeof f);
+        memcpy(&f, (const char *)st.data + 4 * i, sizeof f);
         return f;
     }
     uint16_t h;
-    memcpy(&h, (const char *)s->data + 2 * i, sizeof h);
-    return half_to_f32(h, s->dtype == UT_ST_BF16);
+    memcpy(&h, (const char *)st.data + 2 * i, sizeof h);
+    return half_to_f32(h, st.dtype == UT_ST_BF16);
 }
 
 /* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
  * data) into parameter p through ut_tensor_set; a transposed one is a 2-D
  * (in, out) matrix written into p's (out, in). */
 static int copy_into(ut_tensor *p, const ut_st_tensor *s, bool transposed) {
-    if (s->dtype == UT_ST_F32 && !transposed) return ut_tensor_set(p, s->data, s->nbytes);
-    int64_t k = ut_st_numel(s), rows = transposed ? s->shape[0] : 1, cols = k / rows;
+    const ut_st_tensor st = *s;
+    if (st.dtype == UT_ST_F32 && !transposed) return ut_tensor_set(p, st.data, st.nbytes);
+    int64_t k = ut_st_numel(&st), rows = transposed ? st.shape[0] : 1, cols = k / rows;
     float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = st_value(s, r * cols + c);
+        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = st_value(st, r * cols + c);
     int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
     ut_free(tmp);
     return rc;

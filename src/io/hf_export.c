@@ -61,9 +61,9 @@ static int collect(const ut_st_file *f, bool gpt2, tensor_list *l, const char *p
         snprintf(buf, sizeof buf, "%s%s", gpt2 ? "transformer." : "", nm + 6);
         ut_st_tensor t = *s;
         if (gpt2 && is_conv1d(nm) && s->ndim == 2) {
-            int64_t r = s->shape[0], c = s->shape[1];
-            float *tr = ut_malloc_check(s->nbytes ? s->nbytes : 1);
-            const float *src = s->data;
+            int64_t r = t.shape[0], c = t.shape[1];
+            float *tr = ut_malloc_check(t.nbytes ? t.nbytes : 1);
+            const float *src = t.data; /* file bytes, not tensor data */
             for (int64_t a = 0; a < r; a++)
                 for (int64_t b = 0; b < c; b++) tr[b * r + a] = src[a * c + b];
             t.shape[0] = c, t.shape[1] = r, t.data = tr;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "run_internal.h"
+#include "utrain/io.h"
 
 /* ---- a contiguous range of another dataset (dev carved from train) ---- */
 typedef struct {
@@ -77,10 +78,15 @@ static int open_idx(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut
     return 0;
 }
 
+/* The model's vocabulary: model.vocab_size, or model.pretrained's
+ * config.json vocab_size, or GPT-2's; token ids must be below it. */
 static int64_t model_vocab(const ut_config *c) {
     long long v = 50257;
-    char e[64];
-    ut_kv_int(c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    char e[1024];
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    ut_kv *hf = dir && !ut_kv_get(c->model_opts, "vocab_size") ? ut_hf_config_read(dir, e, sizeof e) : NULL;
+    ut_kv_int(hf ? hf : c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    ut_kv_free(hf);
     return v;
 }
 

@@ -4,7 +4,8 @@
  * exported, and utrain loading OUT_DIR as model.pretrained gives the
  * fixtures' transformers logits (1e-5); the tokenizer files are copied, the
  * Conv1D weights are stored (in, out) again, the best checkpoint is chosen,
- * and bad requests are refused. */
+ * and bad requests are refused. Also: the GPT-2 fixture fine-tuned by
+ * `utrain train` on token shards exports to its best checkpoint's weights. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -125,6 +126,61 @@ static void test_bert(void) {
     CHECK(tp_count_lines(path_in(out, "vocab.txt")) == 100, "vocab.txt copied");
 }
 
+/* A token shard (llm.c layout) of n ids below 100 */
+static void write_shard(const char *path, int n, unsigned seed) {
+    FILE *f = fopen(path, "wb");
+    UT_ASSERT(f);
+    int32_t hdr[256] = {20240520, 1, n};
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        uint16_t t = (uint16_t)((seed >> 16) % 100);
+        fwrite(&t, sizeof t, 1, f);
+    }
+    fclose(f);
+}
+
+/* Fine-tune the GPT-2 fixture with `utrain train` on token shards, export,
+ * and load the export: its weights are the best checkpoint's exactly. */
+static void test_gpt2_train_then_export(void) {
+    write_shard(path_in(tmp, "train.bin"), 3000, 1);
+    write_shard(path_in(tmp, "dev.bin"), 500, 2);
+    FILE *f = fopen(path_in(tmp, "ft.yml"), "w");
+    UT_ASSERT(f);
+    fprintf(f, "experiment_name: ft\noutput_dir: %s/runs\nseed: 1\nmodel:\n  name: gpt2\n"
+               "  pretrained: " FIX "hf_gpt2_tiny\n  task: causal_lm\n  dropout: 0\n"
+               "data:\n  name: tokens\n  train_path: %s/train.bin\n  dev_path: %s/dev.bin\n  seq_len: 16\n"
+               "train:\n  max_steps: 10\n  batch_size: 4\n  eval_strategy: steps\n  eval_interval: 5\n"
+               "  save_strategy: steps\n  save_interval: 5\n  best_metric: dev/loss\n"
+               "optim:\n  name: adamw\n  lr: 1.0e-3\n", tmp, tmp, tmp);
+    fclose(f);
+    const char *tr[] = {"train", path_in(tmp, "ft.yml"), NULL};
+    CHECK(tp_run(tr, path_in(tmp, "ft.out")) == 0, "train");
+    char run[512], out[512], err[1024];
+    snprintf(run, sizeof run, "%s/runs/ft", tmp), snprintf(out, sizeof out, "%s/fthf", tmp);
+    CHECK(export_run(run, out, "ftexport.out") == 0, "export");
+    char *said = tp_slurp(path_in(tmp, "ftexport.out"));
+    const char *ck = said ? strstr(said, "exported ") : NULL;
+    char ckpt[1024] = "";
+    if (ck) sscanf(ck + 9, "%1023s", ckpt);
+    free(said);
+    ut_model *a = load("gpt2", out, err, sizeof err), *b = load("gpt2", FIX "hf_gpt2_tiny", err, sizeof err);
+    CHECK(a && b && ckpt[0] && ut_ckpt_load(ckpt, b, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    if (a && b) {
+        double d = 0, moved = 0;
+        ut_model *orig = load("gpt2", FIX "hf_gpt2_tiny", err, sizeof err);
+        for (int64_t i = 0; orig && i < a->params.numel; i++) {
+            d = fmax(d, fabs(a->params.data[i] - b->params.data[i]));
+            moved = fmax(moved, fabs(a->params.data[i] - orig->params.data[i]));
+        }
+        CHECK(d == 0, "export of %s differs from it by %g", ckpt, d);
+        CHECK(moved > 1e-4, "training moved the weights (%g)", moved);
+        ut_model_free(orig);
+    }
+    ut_model_free(a);
+    ut_model_free(b);
+}
+
 static void test_refusals(void) {
     const char *a1[] = {"export", tmp, "--format", "onnx", path_in(tmp, "x"), NULL};
     CHECK(tp_run(a1, path_in(tmp, "r1.out")) == 2, "format onnx refused");
@@ -141,6 +197,7 @@ int main(int argc, char **argv) {
     UT_ASSERT(tp_make_tmpdir(tmp, sizeof tmp, "hfexport"));
     RUN(test_gpt2);
     RUN(test_bert);
+    RUN(test_gpt2_train_then_export);
     RUN(test_refusals);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
