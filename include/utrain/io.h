@@ -2,7 +2,7 @@
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
  *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_hf_config_read,
- *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights.
+ *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_export.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
@@ -76,6 +76,9 @@ int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t
 
 typedef struct {
     const char *base_prefix;          /* "bert.": also found without it */
+    const char *file_prefix;          /* "transformer.": also found with it added */
+    const char *const *transposed;    /* NULL-terminated name suffixes stored (in, out) in the file
+                                       * (Hugging Face's Conv1D), (out, in) in the model */
     const char *const *optional;      /* NULL-terminated name prefixes that may be missing
                                        * (a new head keeps its initialisation) */
     const char *const *ignored;       /* NULL-terminated name parts not counted as unused */
@@ -84,10 +87,18 @@ typedef struct {
     size_t first_unused_n;
 } ut_hf_load_opts;
 /* Loads DIR/model.safetensors into m's parameters by name. Every parameter
- * must be there (unless optional) with its exact shape and dtype F32, F16 or
- * BF16 (converted to F32); otherwise -1 with a message naming the file and
+ * must be there (unless optional) with its exact shape (reversed for a
+ * transposed one) and dtype F32, F16 or BF16 (converted to F32); otherwise -1 with a message naming the file and
  * the tensor. */
 int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n);
+/* Writes checkpoint ckpt of a model_name (bert or gpt2) run with model
+ * options opts as a Hugging Face directory out (created if needed):
+ * config.json (from opts' model.pretrained config.json when there is one,
+ * the sizes from the tensors), model.safetensors under transformers' names
+ * and layouts, and the tokenizer files of model.pretrained. -1 with a
+ * message naming the file otherwise. */
+int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
+                 size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* utrain command line: train, test, plan, config, tokenize, demo, version. */
+/* utrain command line: train, test, plan, config, tokenize, export, demo, version. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,9 @@ static void usage(FILE *f) {
             "          byte tokenizer or a pretrained one (GPT-2's BPE: data/pretrained/gpt2-bpe)\n"
             "  tokenize --tokenizer DIR --text TEXT [--pair TEXT]\n"
             "          print the ids, token type ids and tokens of a text (or pair)\n"
+            "  export RUN_DIR --format hf OUT_DIR [--checkpoint PATH]\n"
+            "          write the run's best checkpoint as a Hugging Face model directory\n"
+            "          (bert and gpt2 runs: config.json, model.safetensors, tokenizer files)\n"
             "  demo [--steps N] [--batch-size B] [--seed S]\n"
             "          train the MNIST CNN on synthetic images and print the falling loss\n"
             "  version print the version\n"
@@ -533,6 +536,71 @@ static int demo(int argc, char **argv) {
     return rc;
 }
 
+/* ---- export RUN_DIR --format hf OUT_DIR [--checkpoint PATH] ---- */
+static void usage_export(FILE *f) {
+    fprintf(f,
+            "usage: utrain export RUN_DIR --format hf OUT_DIR [--checkpoint PATH]\n"
+            "\n"
+            "Writes the run's best checkpoint (by train.best_metric; else the newest), or\n"
+            "PATH, as a Hugging Face model directory that transformers' from_pretrained\n"
+            "loads: config.json, model.safetensors (transformers' names and layouts) and\n"
+            "the tokenizer files of model.pretrained. For bert and gpt2 runs; the run is\n"
+            "read through RUN_DIR/config.yml. See docs/models.md.\n");
+}
+
+/* The run's best checkpoint: the one the newest checkpoint names as best,
+ * if it is kept, else the newest. */
+static int best_checkpoint_path(const char *run_dir, char *path, size_t pn, char *err, size_t n) {
+    char dir[1200];
+    int64_t steps[256];
+    snprintf(dir, sizeof dir, "%s/checkpoints", run_dir);
+    int k = ut_ckpt_list(dir, steps, 256);
+    if (k <= 0) return snprintf(err, n, "%s: no checkpoints (train first, or name one with --checkpoint)", dir), -1;
+    ut_ckpt_path(path, pn, dir, steps[0]);
+    ut_st_file *f = ut_st_open(path, err, n);
+    if (!f) return -1;
+    const char *best = ut_st_meta(f, "train.best_step");
+    long long b = best ? atoll(best) : -1;
+    ut_st_close(f);
+    for (int i = 0; i < k; i++)
+        if (steps[i] == b) ut_ckpt_path(path, pn, dir, steps[i]);
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        usage_export(stdout);
+        return 0;
+    }
+    const char *run = NULL, *format = NULL, *out = NULL, *ckpt = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+        else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) ckpt = argv[++i];
+        else if (argv[i][0] != '-' && !run) run = argv[i];
+        else if (argv[i][0] != '-' && !out) out = argv[i];
+        else {
+            fprintf(stderr, "utrain: export: unexpected argument '%s'\n", argv[i]);
+            return UT_EXIT_USAGE;
+        }
+    }
+    if (!run || !out || !format || strcmp(format, "hf")) {
+        fprintf(stderr, "utrain: export needs RUN_DIR, --format hf and OUT_DIR%s\n",
+                format && strcmp(format, "hf") ? " (hf is the only format)" : "");
+        return UT_EXIT_USAGE;
+    }
+    char err[4096], path[1400];
+    ut_config cfg;
+    ut_config_init(&cfg);
+    snprintf(path, sizeof path, "%s/config.yml", run);
+    int rc = ut_config_load(&cfg, path, err, sizeof err);
+    if (!rc && !ckpt) rc = best_checkpoint_path(run, path, sizeof path, err, sizeof err);
+    if (!rc) rc = ut_hf_export(cfg.model_name, cfg.model_opts, ckpt ? ckpt : path, out, err, sizeof err);
+    if (rc) fprintf(stderr, "utrain: %s\n", err);
+    else printf("exported %s to %s\n", ckpt ? ckpt : path, out);
+    ut_config_free(&cfg);
+    return rc ? UT_EXIT_ERROR : 0;
+}
+
 int main(int argc, char **argv) {
     ut_blas_select_kernels(argv);
     if (argc < 2) {
@@ -554,6 +622,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     size_t len = strlen(cmd);
     if (len > 4 && (!strcmp(cmd + len - 4, ".yml") || (len > 5 && !strcmp(cmd + len - 5, ".yaml"))))
         return cmd_train(argc - 1, argv + 1, NULL);

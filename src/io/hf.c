@@ -97,24 +97,37 @@ static float half_to_f32(uint16_t h, bool bf16) {
     return f;
 }
 
+/* Element i of a checkpoint tensor (file bytes, not tensor data) as float. */
+static float st_value(ut_st_tensor st, int64_t i) {
+    if (st.dtype == UT_ST_F32) {
+        float f;
+        memcpy(&f, (const char *)st.data + 4 * i, sizeof f);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)st.data + 2 * i, sizeof h);
+    return half_to_f32(h, st.dtype == UT_ST_BF16);
+}
+
 /* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
- * data) into parameter p through ut_tensor_set. */
-static int copy_into(ut_tensor *p, const ut_st_tensor *s) {
+ * data) into parameter p through ut_tensor_set; a transposed one is a 2-D
+ * (in, out) matrix written into p's (out, in). */
+static int copy_into(ut_tensor *p, const ut_st_tensor *s, bool transposed) {
     const ut_st_tensor st = *s;
-    if (st.dtype == UT_ST_F32) return ut_tensor_set(p, st.data, st.nbytes);
-    int64_t k = ut_st_numel(&st);
+    if (st.dtype == UT_ST_F32 && !transposed) return ut_tensor_set(p, st.data, st.nbytes);
+    int64_t k = ut_st_numel(&st), rows = transposed ? st.shape[0] : 1, cols = k / rows;
     float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
-    const uint16_t *h = st.data;
-    for (int64_t i = 0; i < k; i++) tmp[i] = half_to_f32(h[i], st.dtype == UT_ST_BF16);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = st_value(st, r * cols + c);
     int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
     ut_free(tmp);
     return rc;
 }
 
-static bool shape_equal(const ut_tensor *p, const ut_st_tensor *s) {
-    if (p->ndim != s->ndim) return false;
+static bool shape_equal(const ut_tensor *p, const ut_st_tensor *s, bool transposed) {
+    if (p->ndim != s->ndim || (transposed && p->ndim != 2)) return false;
     for (int i = 0; i < p->ndim; i++)
-        if (p->ne[i] != s->shape[i]) return false;
+        if (p->ne[transposed ? p->ndim - 1 - i : i] != s->shape[i]) return false;
     return true;
 }
 
@@ -129,11 +142,25 @@ static const char *shape_text(int ndim, const int64_t *ne, char *buf, size_t n) 
 /* The checkpoint's tensor for parameter name: under the same name, or
  * without the model's base prefix (sentence-transformers saves the bare
  * encoder: "embeddings...." for "bert.embeddings...."). */
-static const ut_st_tensor *find(const ut_st_file *f, const char *name, const char *base) {
+static const ut_st_tensor *find(const ut_st_file *f, const char *name, const ut_hf_load_opts *o) {
     const ut_st_tensor *s = ut_st_get(f, name);
-    size_t bl = base ? strlen(base) : 0;
-    if (!s && bl && !strncmp(name, base, bl)) s = ut_st_get(f, name + bl);
+    size_t bl = o->base_prefix ? strlen(o->base_prefix) : 0;
+    if (!s && bl && !strncmp(name, o->base_prefix, bl)) s = ut_st_get(f, name + bl);
+    if (!s && o->file_prefix) {
+        char full[512];
+        snprintf(full, sizeof full, "%s%s", o->file_prefix, name);
+        s = ut_st_get(f, full);
+    }
     return s;
+}
+
+static bool has_suffix(const char *name, const char *const *suffixes) {
+    size_t nl = strlen(name);
+    for (int i = 0; suffixes && suffixes[i]; i++) {
+        size_t sl = strlen(suffixes[i]);
+        if (nl >= sl && !strcmp(name + nl - sl, suffixes[i])) return true;
+    }
+    return false;
 }
 
 static bool has_prefix(const char *name, const char *const *prefixes) {
@@ -151,22 +178,27 @@ static bool contains_any(const char *name, const char *const *parts) {
 static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path, const ut_hf_load_opts *o,
                       int *used, char *err, size_t n) {
     const char *name = m->params.names[i];
-    const ut_st_tensor *s = find(f, name, o->base_prefix);
+    const ut_st_tensor *s = find(f, name, o);
+    bool tr = has_suffix(name, o->transposed);
     char a[128], b[128];
     if (!s) {
         if (has_prefix(name, o->optional)) return 0; /* a new head keeps its initialisation */
         return ut_errorf(err, n, "%s: tensor '%s' is missing (the model needs it with shape %s)", path,
                          name, shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, a, sizeof a));
     }
-    if (!shape_equal(m->params.t[i], s))
-        return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s", path, name,
+    if (!shape_equal(m->params.t[i], s, tr)) {
+        const ut_tensor *p = m->params.t[i];
+        int64_t want[2] = {p->ndim == 2 ? p->ne[1] : 0, p->ne[0]};
+        return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s%s", path, name,
                          shape_text(s->ndim, s->shape, a, sizeof a),
-                         shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, b, sizeof b));
+                         tr && p->ndim == 2 ? shape_text(2, want, b, sizeof b) : shape_text(p->ndim, p->ne, b, sizeof b),
+                         tr ? " (Conv1D layout: in, out)" : "");
+    }
     if (s->dtype != UT_ST_F32 && s->dtype != UT_ST_F16 && s->dtype != UT_ST_BF16)
         return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", path, name,
                          ut_st_dtype_name(s->dtype));
     (*used)++;
-    if (copy_into(m->params.t[i], s)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
+    if (copy_into(m->params.t[i], s, tr)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
     return 0;
 }
 
@@ -201,6 +233,8 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
                 snprintf(full, sizeof full, "%s%s", o->base_prefix, nm);
                 ours = ut_model_param(m, full) != NULL;
             }
+            size_t fl = o->file_prefix ? strlen(o->file_prefix) : 0;
+            if (!ours && fl && !strncmp(nm, o->file_prefix, fl)) ours = ut_model_param(m, nm + fl) != NULL;
             if (!ours && !contains_any(nm, o->ignored) && (*o->unused)++ == 0 && o->first_unused)
                 snprintf(o->first_unused, o->first_unused_n, "%s", nm);
         }

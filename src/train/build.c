@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "run_internal.h"
+#include "utrain/io.h"
 
 /* ---- a contiguous range of another dataset (dev carved from train) ---- */
 typedef struct {
@@ -77,10 +78,15 @@ static int open_idx(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut
     return 0;
 }
 
+/* The model's vocabulary: model.vocab_size, or model.pretrained's
+ * config.json vocab_size, or GPT-2's; token ids must be below it. */
 static int64_t model_vocab(const ut_config *c) {
     long long v = 50257;
-    char e[64];
-    ut_kv_int(c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    char e[1024];
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    ut_kv *hf = dir && !ut_kv_get(c->model_opts, "vocab_size") ? ut_hf_config_read(dir, e, sizeof e) : NULL;
+    ut_kv_int(hf ? hf : c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    ut_kv_free(hf);
     return v;
 }
 
@@ -209,9 +215,10 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     /* the built-ins that read tokens or classify text take their sizes from the data */
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
-    if (ut_kv_get(opts, "pretrained") && strcmp(cfg->model_name, "bert")) {
+    bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
+    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert (BERT checkpoints; GPT-2 and BART are not supported yet)",
+                         "model.name: bert or gpt2 (BART is not supported yet)",
                  cfg->model_name);
         ut_kv_free(opts);
         return NULL;
@@ -222,7 +229,7 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
     }
-    if (data && data->vocab_size > 0 && (text || !strcmp(cfg->model_name, "gpt2")) &&
+    if (data && data->vocab_size > 0 && (text || (!strcmp(cfg->model_name, "gpt2") && !pretrained)) &&
         !ut_kv_get(opts, "vocab_size")) {
         snprintf(num, sizeof num, "%lld", (long long)data->vocab_size);
         ut_kv_set(opts, "vocab_size", num);

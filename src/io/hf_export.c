@@ -1,0 +1,276 @@
+/* Export of a utrain checkpoint to a Hugging Face model directory:
+ * config.json, model.safetensors under transformers' names and layouts
+ * (GPT-2's Conv1D weights transposed back to (in, out), the "transformer."
+ * prefix) and the tokenizer files of the model.pretrained directory. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "utrain/base.h"
+#include "utrain/io.h"
+
+typedef struct {
+    int n;
+    char **names;
+    ut_st_tensor *t;
+    float **owned; /* transposed copies */
+} tensor_list;
+
+static void list_free(tensor_list *l) {
+    for (int i = 0; i < l->n; i++) {
+        ut_free(l->names[i]);
+        ut_free(l->owned[i]);
+    }
+    ut_free(l->names);
+    ut_free(l->t);
+    ut_free(l->owned);
+}
+
+static char *dup_text(const char *s) {
+    size_t k = strlen(s) + 1;
+    return memcpy(ut_malloc_check(k), s, k);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static bool is_conv1d(const char *name) {
+    return ends_with(name, ".c_attn.weight") || ends_with(name, ".c_proj.weight") ||
+           ends_with(name, ".c_fc.weight");
+}
+
+/* The checkpoint's "model.*" tensors under the Hugging Face names. */
+static int collect(const ut_st_file *f, bool gpt2, tensor_list *l, const char *path, char *err, size_t n) {
+    int k = ut_st_count(f);
+    l->names = ut_calloc_check((size_t)k, sizeof *l->names);
+    l->t = ut_calloc_check((size_t)k, sizeof *l->t);
+    l->owned = ut_calloc_check((size_t)k, sizeof *l->owned);
+    for (int i = 0; i < k; i++) {
+        const char *nm = ut_st_name(f, i);
+        if (strncmp(nm, "model.", 6)) continue;
+        const ut_st_tensor *s = ut_st_get(f, nm);
+        if (s->dtype != UT_ST_F32)
+            return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32", path, nm,
+                             ut_st_dtype_name(s->dtype));
+        char buf[600];
+        snprintf(buf, sizeof buf, "%s%s", gpt2 ? "transformer." : "", nm + 6);
+        ut_st_tensor t = *s;
+        if (gpt2 && is_conv1d(nm) && s->ndim == 2) {
+            int64_t r = t.shape[0], c = t.shape[1];
+            float *tr = ut_malloc_check(t.nbytes ? t.nbytes : 1);
+            const float *src = t.data; /* file bytes, not tensor data */
+            for (int64_t a = 0; a < r; a++)
+                for (int64_t b = 0; b < c; b++) tr[b * r + a] = src[a * c + b];
+            t.shape[0] = c, t.shape[1] = r, t.data = tr;
+            l->owned[l->n] = tr;
+        }
+        l->names[l->n] = dup_text(buf);
+        l->t[l->n++] = t;
+    }
+    return 0;
+}
+
+static const ut_st_tensor *tensor(const tensor_list *l, const char *name) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->names[i], name)) return &l->t[i];
+    return NULL;
+}
+
+static int64_t count_layers(const tensor_list *l, const char *fmt) {
+    int64_t k = 0;
+    for (char name[300];; k++) {
+        snprintf(name, sizeof name, fmt, (long long)k);
+        if (!tensor(l, name)) return k;
+    }
+}
+
+static void set_num(cJSON *o, const char *key, double v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddNumberToObject(o, key, v);
+}
+
+static void set_str(cJSON *o, const char *key, const char *v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddStringToObject(o, key, v);
+}
+
+static double opt_num(const ut_kv *kv, const char *key, double def) {
+    const char *v = ut_kv_get(kv, key);
+    char *end;
+    double d = v ? strtod(v, &end) : def;
+    return v && (*end || end == v) ? def : d;
+}
+
+static void set_arch(cJSON *o, const char *arch) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "architectures");
+    cJSON *a = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch));
+}
+
+static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+    const ut_st_tensor *wte = tensor(l, "transformer.wte.weight"), *wpe = tensor(l, "transformer.wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
+        return ut_errorf(err, n, "%s: not a gpt2 checkpoint (no model.wte.weight / model.wpe.weight)", path);
+    double drop = opt_num(kv, "dropout", 0);
+    set_str(o, "model_type", "gpt2");
+    set_arch(o, "GPT2LMHeadModel");
+    set_num(o, "vocab_size", (double)wte->shape[0]);
+    set_num(o, "n_embd", (double)wte->shape[1]);
+    set_num(o, "n_positions", (double)wpe->shape[0]);
+    set_num(o, "n_layer", (double)count_layers(l, "transformer.h.%lld.ln_1.weight"));
+    set_num(o, "n_head", opt_num(kv, "n_head", 12));
+    set_num(o, "layer_norm_epsilon", opt_num(kv, "layer_norm_epsilon", 1e-5));
+    set_str(o, "activation_function", "gelu_new");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "n_inner");
+    cJSON_AddNullToObject(o, "n_inner");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
+    cJSON_AddTrueToObject(o, "tie_word_embeddings");
+    set_num(o, "resid_pdrop", drop), set_num(o, "embd_pdrop", drop), set_num(o, "attn_pdrop", drop);
+    return 0;
+}
+
+static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+    const ut_st_tensor *we = tensor(l, "bert.embeddings.word_embeddings.weight"),
+                       *pe = tensor(l, "bert.embeddings.position_embeddings.weight"),
+                       *te = tensor(l, "bert.embeddings.token_type_embeddings.weight"),
+                       *in = tensor(l, "bert.encoder.layer.0.intermediate.dense.weight"),
+                       *cl = tensor(l, "classifier.weight");
+    if (!we || !pe || !te || !in || !cl)
+        return ut_errorf(err, n, "%s: not a bert checkpoint (no model.bert.embeddings.* or model.classifier.weight)",
+                         path);
+    set_str(o, "model_type", "bert");
+    set_arch(o, "BertForSequenceClassification");
+    set_num(o, "vocab_size", (double)we->shape[0]);
+    set_num(o, "hidden_size", (double)we->shape[1]);
+    set_num(o, "max_position_embeddings", (double)pe->shape[0]);
+    set_num(o, "type_vocab_size", (double)te->shape[0]);
+    set_num(o, "intermediate_size", (double)in->shape[0]);
+    set_num(o, "num_hidden_layers", (double)count_layers(l, "bert.encoder.layer.%lld.output.dense.weight"));
+    set_num(o, "num_attention_heads", opt_num(kv, "num_attention_heads", 12));
+    set_num(o, "layer_norm_eps", opt_num(kv, "layer_norm_eps", 1e-12));
+    set_num(o, "hidden_dropout_prob", opt_num(kv, "hidden_dropout_prob", 0.1));
+    set_num(o, "attention_probs_dropout_prob", opt_num(kv, "attention_probs_dropout_prob", 0.1));
+    set_num(o, "initializer_range", opt_num(kv, "initializer_range", 0.02));
+    set_str(o, "hidden_act", ut_kv_get(kv, "hidden_act") ? ut_kv_get(kv, "hidden_act") : "gelu");
+    set_str(o, "position_embedding_type", "absolute");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");
+    cJSON *id2 = cJSON_AddObjectToObject(o, "id2label"), *l2i = cJSON_AddObjectToObject(o, "label2id");
+    for (int64_t k = 0; k < cl->shape[0]; k++) {
+        char id[32], label[48];
+        snprintf(id, sizeof id, "%lld", (long long)k);
+        snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
+        cJSON_AddStringToObject(id2, id, label);
+        cJSON_AddNumberToObject(l2i, label, (double)k);
+    }
+    return 0;
+}
+
+/* The pretrained directory's config.json as the starting point (its other
+ * keys kept), else an empty object. */
+static cJSON *base_config(const char *dir) {
+    if (!dir) return cJSON_CreateObject();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return cJSON_CreateObject();
+    size_t cap = 1 << 16, len = 0;
+    char *s = ut_malloc_check(cap);
+    for (size_t got; (got = fread(s + len, 1, cap - len - 1, f)) > 0;)
+        if ((len += got) + 1 == cap) s = ut_realloc_check(s, cap *= 2);
+    fclose(f);
+    s[len] = 0;
+    cJSON *o = cJSON_Parse(s);
+    ut_free(s);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        o = cJSON_CreateObject();
+    }
+    return o;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    fputs(text, f);
+    fputc('\n', f);
+    if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to, char *err, size_t n) {
+    FILE *a = fopen(from, "rb");
+    if (!a) return 0; /* not there: nothing to copy */
+    FILE *b = fopen(to, "wb");
+    if (!b) {
+        fclose(a);
+        return ut_errorf(err, n, "%s: cannot write: %s", to, strerror(errno));
+    }
+    char buf[65536];
+    for (size_t got; (got = fread(buf, 1, sizeof buf, a)) > 0;) fwrite(buf, 1, got, b);
+    bool bad = ferror(a);
+    fclose(a);
+    if (fclose(b) || bad) return ut_errorf(err, n, "%s: copy from %s failed", to, from);
+    return 0;
+}
+
+static int copy_tokenizer(const char *dir, const char *out, char *err, size_t n) {
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", NULL};
+    for (int i = 0; dir && files[i]; i++) {
+        char a[4200], b[4200];
+        snprintf(a, sizeof a, "%s/%s", dir, files[i]);
+        snprintf(b, sizeof b, "%s/%s", out, files[i]);
+        if (copy_file(a, b, err, n)) return -1;
+    }
+    return 0;
+}
+
+static int write_config(cJSON *o, const char *out, char *err, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", out);
+    char *text = cJSON_Print(o);
+    int rc = write_text(path, text, err, n);
+    cJSON_free(text);
+    return rc;
+}
+
+int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
+                 size_t n) {
+    bool gpt2 = !strcmp(model_name, "gpt2");
+    if (!gpt2 && strcmp(model_name, "bert"))
+        return ut_errorf(err, n, "export --format hf: model.name is %s; bert and gpt2 runs can be exported",
+                         model_name);
+    if (mkdir(out, 0777) && errno != EEXIST) return ut_errorf(err, n, "%s: cannot create: %s", out, strerror(errno));
+    const char *dir = ut_kv_get(opts, "pretrained");
+    ut_kv *kv = NULL;
+    if (dir && !(kv = ut_hf_config_read(dir, err, n))) return -1;
+    if (!kv) kv = ut_kv_new();
+    for (int i = 0; i < ut_kv_len(opts); i++) ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    if (gpt2 && !ut_kv_get(opts, "dropout") && ut_kv_get(kv, "resid_pdrop"))
+        ut_kv_set(kv, "dropout", ut_kv_get(kv, "resid_pdrop"));
+    ut_st_file *f = ut_st_open(ckpt, err, n);
+    tensor_list l = {0};
+    cJSON *cfg = base_config(dir);
+    int rc = !f || collect(f, gpt2, &l, ckpt, err, n) ||
+             (gpt2 ? gpt2_config(cfg, &l, kv, ckpt, err, n) : bert_config(cfg, &l, kv, ckpt, err, n)) ||
+             write_config(cfg, out, err, n);
+    if (!rc) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        const char *meta[] = {"format", "pt", NULL};
+        rc = ut_st_save(path, l.n, (const char *const *)l.names, l.t, meta, err, n) ||
+             copy_tokenizer(dir, out, err, n);
+    }
+    cJSON_Delete(cfg);
+    list_free(&l);
+    ut_st_close(f);
+    ut_kv_free(kv);
+    return rc ? -1 : 0;
+}
