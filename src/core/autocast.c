@@ -121,17 +121,27 @@ static float *cached_round(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype 
     return NULL;
 }
 
-/* An entry for s with room for n floats: s's own, else a free one (the
- * largest buffers get reused first by the same parameters each step), else
- * a new one. */
+/* The free entry whose buffer fits bytes most tightly, else any free one. A
+ * step that rounds the same sizes as the one before finds each an exact fit,
+ * so warm steps allocate nothing. */
+static struct ut_round_entry *free_entry(ut_ctx *ctx, size_t bytes) {
+    struct ut_round_entry *best = NULL;
+    for (int i = 0; i < ctx->rc_len; i++) {
+        struct ut_round_entry *e = &ctx->rc[i];
+        if (e->key) continue;
+        bool fits = e->cap >= bytes, best_fits = best && best->cap >= bytes;
+        if (!best || (fits && (!best_fits || e->cap < best->cap)) || (!fits && !best_fits && e->cap > best->cap))
+            best = e;
+    }
+    return best;
+}
+
+/* An entry for s with room for n floats: s's own, else a free one, else a new one. */
 static struct ut_round_entry *round_entry(ut_ctx *ctx, const ut_tensor *s, int64_t n) {
     struct ut_round_entry *e = NULL;
     for (int i = 0; i < ctx->rc_len && !e; i++)
         if (ctx->rc[i].key == s) e = &ctx->rc[i];
-    for (int i = 0; i < ctx->rc_len && !e; i++)
-        if (!ctx->rc[i].key && ctx->rc[i].cap >= (size_t)n * sizeof(float)) e = &ctx->rc[i];
-    for (int i = 0; i < ctx->rc_len && !e; i++)
-        if (!ctx->rc[i].key) e = &ctx->rc[i];
+    if (!e) e = free_entry(ctx, (size_t)n * sizeof(float));
     if (!e) {
         if (ctx->rc_len == ctx->rc_cap) {
             ctx->rc_cap = ctx->rc_cap ? 2 * ctx->rc_cap : 64;
