@@ -84,10 +84,81 @@ static float *scratch(ut_ctx *ctx, int i, size_t bytes) {
 
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return scratch(ctx, UT_AUTOCAST_KERNEL, bytes); }
 
+/* A parameter (or a view of one) rounded for an autocast op by a forward,
+ * kept so that the op's backward (and a checkpointed block's recompute) reads
+ * it instead of rounding the same weights again. A forward always rounds
+ * afresh (the optimizer may have changed the weights since); only backward
+ * reads, and between a forward and its backward the weights cannot change. */
+struct ut_round_entry {
+    const ut_tensor *key; /* the source tensor, as the op holds it */
+    const void *src;      /* its data pointer when rounded */
+    int64_t n;
+    ut_dtype dt;
+    bool valid;
+    float *buf;
+    size_t cap;
+};
+
 void ut_autocast_free(ut_ctx *ctx) {
     const ut_backend *b = ut_backend_get(ctx->device);
     for (int i = 0; i < UT_AUTOCAST_BUFS; i++)
         if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
+    for (int i = 0; i < ctx->rc_len; i++)
+        if (ctx->rc[i].buf) b->free(ctx->rc[i].buf);
+    ut_free(ctx->rc);
+}
+
+void ut_autocast_forget(ut_ctx *ctx) {
+    for (int i = 0; i < ctx->rc_len; i++) ctx->rc[i].valid = false, ctx->rc[i].key = NULL;
+}
+
+/* The valid rounded copy of s (dt, n elements from s->data), or NULL. */
+static float *cached_round(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt) {
+    for (int i = 0; i < ctx->rc_len; i++) {
+        struct ut_round_entry *e = &ctx->rc[i];
+        if (e->key == s) return e->valid && e->src == s->data && e->n == n && e->dt == dt ? e->buf : NULL;
+    }
+    return NULL;
+}
+
+/* The free entry whose buffer fits bytes most tightly, else any free one. A
+ * step that rounds the same sizes as the one before finds each an exact fit,
+ * so warm steps allocate nothing. */
+static struct ut_round_entry *free_entry(ut_ctx *ctx, size_t bytes) {
+    struct ut_round_entry *best = NULL;
+    for (int i = 0; i < ctx->rc_len; i++) {
+        struct ut_round_entry *e = &ctx->rc[i];
+        if (e->key) continue;
+        bool fits = e->cap >= bytes, best_fits = best && best->cap >= bytes;
+        if (!best || (fits && (!best_fits || e->cap < best->cap)) || (!fits && !best_fits && e->cap > best->cap))
+            best = e;
+    }
+    return best;
+}
+
+/* An entry for s with room for n floats: s's own, else a free one, else a new one. */
+static struct ut_round_entry *round_entry(ut_ctx *ctx, const ut_tensor *s, int64_t n) {
+    struct ut_round_entry *e = NULL;
+    for (int i = 0; i < ctx->rc_len && !e; i++)
+        if (ctx->rc[i].key == s) e = &ctx->rc[i];
+    if (!e) e = free_entry(ctx, (size_t)n * sizeof(float));
+    if (!e) {
+        if (ctx->rc_len == ctx->rc_cap) {
+            ctx->rc_cap = ctx->rc_cap ? 2 * ctx->rc_cap : 64;
+            ctx->rc = ut_realloc_check(ctx->rc, (size_t)ctx->rc_cap * sizeof *ctx->rc);
+        }
+        e = &ctx->rc[ctx->rc_len++];
+        *e = (struct ut_round_entry){0};
+    }
+    size_t bytes = (size_t)n * sizeof(float);
+    if (e->cap < bytes) {
+        const ut_backend *b = ut_backend_get(ctx->device);
+        if (e->buf) b->free(e->buf);
+        e->buf = b->alloc(bytes);
+        e->cap = bytes;
+    }
+    e->key = s, e->valid = false;
+    return e;
 }
 
 /* Elements from a tensor's data pointer to its last element (strides are
@@ -111,10 +182,23 @@ typedef struct {
 
 /* s's data as float32 in scratch buffer i: converted from 16 bits, or (when
  * round is BF16/F16) a float32 s rounded to it. */
-static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round) {
+static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool backward) {
     if (s->dtype == UT_F32 && round == UT_F32) return;
     const ut_backend *b = ut_backend_get(s->device);
     int64_t n = span(s);
+    if (s->dtype == UT_F32 && ut_param_behind(s) >= 0) {
+        float *r = backward ? cached_round(ctx, s, n, round) : NULL;
+        if (!r && ctx->grad_enabled) { /* a backward will follow: keep the copy */
+            struct ut_round_entry *e = round_entry(ctx, s, n);
+            b->round(e->buf, s->data, n, round);
+            e->src = s->data, e->n = n, e->dt = round, e->valid = true;
+            r = e->buf;
+        }
+        if (r) {
+            s->data = r;
+            return;
+        }
+    }
     float *r = scratch(ctx, i, (size_t)n * sizeof(float));
     if (s->dtype == UT_F32) b->round(r, s->data, n, round);
     else b->convert(r, UT_F32, s->data, s->dtype, n);
@@ -133,12 +217,13 @@ static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, swap_state *st) {
 
 /* Slot i (a source, or UT_MAX_SRC: the op's own tensor) as float32. A tensor
  * that is two sources is swapped once: its second slot finds it float32. */
-static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data, swap_state *st) {
+static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data, bool backward,
+                     swap_state *st) {
     st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
     st->grad_swapped[i] = false;
     if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
     if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
-    if (data) swap_data(ctx, s, i, round);
+    if (data) swap_data(ctx, s, i, round, backward);
     s->dtype = UT_F32;
 }
 
@@ -147,9 +232,9 @@ static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data
 static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
     for (int i = 0; i < UT_MAX_SRC; i++) {
         st->data[i] = NULL;
-        if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, st);
+        if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, self, st);
     }
-    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data, st);
+    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data, self, st);
 }
 
 static void restore(ut_tensor *s, int i, swap_state *st) {

@@ -51,6 +51,7 @@ void ut_ctx_reset(ut_ctx *ctx) {
     ut_arena_reset(&ctx->scratch);
     ctx->arena = &ctx->main;
     ctx->tape_len = 0;
+    ut_autocast_forget(ctx);
 }
 
 bool ut_ctx_set_grad_enabled(ut_ctx *ctx, bool on) {

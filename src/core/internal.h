@@ -89,6 +89,8 @@ struct ut_ctx {
     ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
     void *ac_buf[UT_AUTOCAST_BUFS]; /* float32 copies: sources and output, then their gradients */
     size_t ac_cap[UT_AUTOCAST_BUFS];
+    struct ut_round_entry *rc; /* parameters rounded by a forward, for its backward */
+    int rc_len, rc_cap;
 };
 
 /* ---- autocast (src/core/autocast.c) ---- */
@@ -108,6 +110,8 @@ bool ut_lowp_needed(const ut_tensor *t, bool backward);
 void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd);
 void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd);
 void ut_autocast_free(ut_ctx *ctx);
+/* Forgets the parameters' rounded copies (the context's reset): buffers stay. */
+void ut_autocast_forget(ut_ctx *ctx);
 /* The context's float32 scratch buffer for a kernel (UT_AUTOCAST_KERNEL), at
  * least bytes long, kept across steps: where a 16-bit kernel wrapper
  * computes what it then stores in 16 bits. */

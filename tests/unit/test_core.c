@@ -169,10 +169,14 @@ static void check_hooks(bool ckpt) {
 static void test_grad_ready_hook(void) { check_hooks(false); }
 static void test_grad_ready_hook_checkpointed(void) { check_hooks(true); }
 
-/* Once warm, a training step (forward, backward, optimizer, reset) calls no allocator. */
+/* Once warm, a training step (forward, backward, optimizer, reset) calls no
+ * allocator, in float32 and under bf16 autocast (its scratch buffers and the
+ * parameters' rounded copies are reused). */
 static void test_steady_state_allocates_nothing(void) {
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 4096, .seed = 1}); /* forces growth */
-    for (int ck = 0; ck < 2; ck++) {
+    for (int run = 0; run < 4; run++) {
+        int ck = run % 2;
+        ut_ctx_set_autocast(ctx, run < 2 ? UT_F32 : UT_BF16);
         ut_model *m = tiny_gpt2(ck);
         ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
         ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
@@ -185,8 +189,8 @@ static void test_steady_state_allocates_nothing(void) {
             ut_model_zero_grad(m);
             ut_ctx_reset(ctx);
         }
-        CHECK(ut_alloc_count() == before, "checkpoint=%d: %llu allocations in 3 warm steps", ck,
-              (unsigned long long)(ut_alloc_count() - before));
+        CHECK(ut_alloc_count() == before, "checkpoint=%d %s: %llu allocations in 3 warm steps", ck,
+              run < 2 ? "fp32" : "bf16", (unsigned long long)(ut_alloc_count() - before));
         ut_optim_free(o);
         ut_model_free(m);
     }
