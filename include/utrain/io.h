@@ -2,7 +2,8 @@
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
  *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_hf_config_read,
- *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_export.
+ *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
+ *          ut_hf_export.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
@@ -91,6 +92,11 @@ typedef struct {
  * transposed one) and dtype F32, F16 or BF16 (converted to F32); otherwise -1 with a message naming the file and
  * the tensor. */
 int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n);
+/* What a model's model.pretrained option does: ut_hf_load_weights with o
+ * (its unused outputs are filled here), errors prefixed "model.pretrained: ",
+ * and one warning on stderr naming the count and first of the checkpoint's
+ * tensors the model does not use. */
+int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n);
 /* Writes checkpoint ckpt of a model_name (bert or gpt2) run with model
  * options opts as a Hugging Face directory out (created if needed):
  * config.json (from opts' model.pretrained config.json when there is one,

@@ -242,3 +242,16 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
     ut_st_close(f);
     return rc;
 }
+
+int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n) {
+    int unused = 0;
+    char first[256] = "", why[1024];
+    o.unused = &unused;
+    o.first_unused = first;
+    o.first_unused_n = sizeof first;
+    if (ut_hf_load_weights(m, dir, &o, why, sizeof why)) return ut_errorf(err, n, "model.pretrained: %s", why);
+    if (unused)
+        fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
+                        "the first '%s'\n", dir, unused, first);
+    return 0;
+}

@@ -288,16 +288,8 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
 static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
-    int unused = 0;
-    char first[256] = "", why[1024];
-    ut_hf_load_opts o = {.base_prefix = "bert.", .optional = optional, .ignored = ignored,
-                         .unused = &unused, .first_unused = first, .first_unused_n = sizeof first};
-    if (ut_hf_load_weights(m, dir, &o, why, sizeof why))
-        return ut_errorf(err, n, "model.pretrained: %s", why);
-    if (unused)
-        fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
-                        "the first '%s'\n", dir, unused, first);
-    return 0;
+    ut_hf_load_opts o = {.base_prefix = "bert.", .optional = optional, .ignored = ignored};
+    return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
 ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {

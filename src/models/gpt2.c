@@ -165,16 +165,8 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
 static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const transposed[] = {".c_attn.weight", ".c_proj.weight", ".c_fc.weight", NULL};
     static const char *const ignored[] = {"lm_head.weight", ".attn.bias", ".attn.masked_bias", NULL};
-    int unused = 0;
-    char first[256] = "", why[1024];
-    ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored,
-                         .unused = &unused, .first_unused = first, .first_unused_n = sizeof first};
-    if (ut_hf_load_weights(m, dir, &o, why, sizeof why))
-        return ut_errorf(err, n, "model.pretrained: %s", why);
-    if (unused)
-        fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
-                        "the first '%s'\n", dir, unused, first);
-    return 0;
+    ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored};
+    return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
 ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
