@@ -155,13 +155,14 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
 #define UT_PLAN_STRATEGIES 5
 typedef struct {
     const char *strategy;       /* "ddp", "zero1", "zero2", "zero3", "dp" */
-    int64_t params, grads, optim, act, act_ckpt;
+    int64_t params, copies, grads, optim, act, act_ckpt; /* copies: 16-bit runs' rounded weights */
     int64_t total, total_ckpt;  /* the above (act or act_ckpt) + runtime + dataset */
 } ut_plan_row;
 
 typedef struct {
     int world;
     char model[64], optim[16];
+    char precision[8];          /* train.precision: fp32, bf16, fp16 */
     int64_t numel, shard;       /* Psi, S */
     int optim_floats;           /* K */
     int64_t batch;              /* examples in the measured micro-batch */
@@ -171,7 +172,9 @@ typedef struct {
     char gathered_units[128];   /* the units' names, "h.0 + h.1" */
     int64_t runtime_bytes;      /* VmRSS before the datasets and the model */
     int64_t dataset_bytes;      /* VmRSS added by opening the training datasets */
-    int64_t act_bytes, act_ckpt_bytes;   /* one worker's micro-batch */
+    int64_t act_bytes, act_ckpt_bytes;   /* one worker's micro-batch (+ autocast scratch) */
+    int64_t copy_bytes;         /* one worker's rounded parameter copies (bf16, fp16) */
+    int64_t scratch_bytes;      /* of which act_bytes holds autocast's conversion scratch */
     ut_plan_row rows[UT_PLAN_STRATEGIES];
 } ut_plan;
 

@@ -108,6 +108,18 @@ void ut_autocast_free(ut_ctx *ctx) {
     ut_free(ctx->rc);
 }
 
+size_t ut_ctx_autocast_round_bytes(const ut_ctx *ctx) {
+    size_t b = 0;
+    for (int i = 0; i < ctx->rc_len; i++) b += ctx->rc[i].cap;
+    return b;
+}
+
+size_t ut_ctx_autocast_scratch_bytes(const ut_ctx *ctx) {
+    size_t b = 0;
+    for (int i = 0; i < UT_AUTOCAST_BUFS; i++) b += ctx->ac_cap[i];
+    return b;
+}
+
 void ut_autocast_forget(ut_ctx *ctx) {
     for (int i = 0; i < ctx->rc_len; i++) ctx->rc[i].valid = false, ctx->rc[i].key = NULL;
 }

@@ -121,12 +121,19 @@ static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **
     return count;
 }
 
-/* Peak activation bytes of one training micro-batch: forward, loss scaled as
- * the trainer scales it, backward, on a fresh context. */
+/* What one training micro-batch holds: the arena's peak (activations) and,
+ * in a 16-bit run, autocast's conversion scratch and rounded parameters. */
+typedef struct {
+    int64_t arena, scratch, round;
+} act_measure;
+
+/* Forward, loss scaled as the trainer scales it, backward of one
+ * micro-batch on a fresh context with the run's autocast dtype. */
 static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, const ut_batch *b,
-                               bool checkpoint, int64_t *bytes, char *err, size_t n) {
+                               bool checkpoint, act_measure *am, char *err, size_t n) {
     m->checkpoint_activations = checkpoint;
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
+    ut_ctx_set_autocast(ctx, ut_run_precision(c));
     ut_hooks h;
     ut_hooks_resolve(&h, NULL);
     ut_step_outputs out;
@@ -134,7 +141,9 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
     int rc = ut_forward_batch(&h, ctx, m, ds, b, &out, &y, err, n);
     if (!rc && ut_backward(ctx, ut_scale(ctx, out.loss, 1.0f)))
         rc = ut_errorf(err, n, "backward: %s", ut_ctx_error(ctx));
-    *bytes = (int64_t)ut_ctx_peak_bytes(ctx);
+    am->arena = (int64_t)ut_ctx_peak_bytes(ctx);
+    am->scratch = (int64_t)ut_ctx_autocast_scratch_bytes(ctx);
+    am->round = (int64_t)ut_ctx_autocast_round_bytes(ctx);
     ut_ctx_free(ctx);
     return rc;
 }
@@ -151,6 +160,7 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
         ut_plan_row *r = &p->rows[i];
         r->strategy = ut_dist_name(kinds[i]);
         r->act = p->act_bytes, r->act_ckpt = p->act_ckpt_bytes;
+        r->copies = p->copy_bytes; /* every unit's, kept from forward to backward */
         switch (kinds[i]) {
         case UT_DIST_DDP:
             r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * K * Psi;
@@ -167,9 +177,10 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
         case UT_DIST_DP:
             r->params = 4 * Psi * N, r->grads = 4 * Psi * N, r->optim = 4 * K * Psi;
             r->act = N * p->act_bytes, r->act_ckpt = N * p->act_ckpt_bytes;
+            r->copies = N * p->copy_bytes; /* one context per worker */
             break;
         }
-        int64_t state = r->params + r->grads + r->optim + base;
+        int64_t state = r->params + r->copies + r->grads + r->optim + base;
         r->total = state + r->act;
         r->total_ckpt = state + r->act_ckpt;
     }
@@ -181,6 +192,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->world = world;
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
     snprintf(p->optim, sizeof p->optim, "%s", cfg->optim_name);
+    snprintf(p->precision, sizeof p->precision, "%s", cfg->precision);
     if ((p->optim_floats = optim_floats(cfg, err, n)) < 0) return -1;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     p->runtime_bytes = resident_bytes();
@@ -217,9 +229,14 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     if (count < 0) goto done;
     p->batch = count;
     ut_batch b = {.count = count, .x = x, .y = y};
-    if (measure_activations(cfg, m, train, &b, false, &p->act_bytes, err, n) ||
-        measure_activations(cfg, m, train, &b, true, &p->act_ckpt_bytes, err, n))
+    act_measure plain, ckpt;
+    if (measure_activations(cfg, m, train, &b, false, &plain, err, n) ||
+        measure_activations(cfg, m, train, &b, true, &ckpt, err, n))
         goto done;
+    /* the scratch counts with the activations (it grows with the batch) */
+    p->act_bytes = plain.arena + plain.scratch, p->act_ckpt_bytes = ckpt.arena + ckpt.scratch;
+    p->scratch_bytes = plain.scratch;
+    p->copy_bytes = plain.round > ckpt.round ? plain.round : ckpt.round;
     fill_rows(p, cfg);
     rc = 0;
 done:
@@ -242,10 +259,10 @@ static const char *human(int64_t b, char *buf, size_t n) {
 }
 
 static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
-    fprintf(f, "{\"world_size\": %d, \"model\": \"%s\", \"optimizer\": \"%s\", \"numel\": %lld, "
-               "\"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
-            p->world, p->model, p->optim, (long long)p->numel, (long long)p->shard, p->optim_floats,
-            (long long)p->batch);
+    fprintf(f, "{\"world_size\": %d, \"model\": \"%s\", \"optimizer\": \"%s\", \"precision\": \"%s\", "
+               "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
+            p->world, p->model, p->optim, p->precision, (long long)p->numel, (long long)p->shard,
+            p->optim_floats, (long long)p->batch);
     fprintf(f, " \"bucket_bytes\": %lld, \"wrap\": \"%s\", \"gathered_bytes\": %lld, "
                "\"gathered_units\": \"%s\",\n",
             (long long)p->bucket_bytes, p->wrap, (long long)p->gathered_bytes, p->gathered_units);
@@ -253,15 +270,17 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
                "\"activation_checkpoint_bytes\": %lld,\n",
             (long long)p->runtime_bytes, (long long)p->dataset_bytes, (long long)p->act_bytes,
             (long long)p->act_ckpt_bytes);
+    fprintf(f, " \"weight_copy_bytes\": %lld, \"autocast_scratch_bytes\": %lld,\n", (long long)p->copy_bytes,
+            (long long)p->scratch_bytes);
     if (dev > 0) fprintf(f, " \"device_memory\": %lld,\n", (long long)dev);
     else fprintf(f, " \"device_memory\": null,\n");
     fprintf(f, " \"strategies\": {\n");
     for (int i = 0; i < UT_PLAN_STRATEGIES; i++) {
         const ut_plan_row *r = &p->rows[i];
-        fprintf(f, "  \"%s\": {\"params\": %lld, \"grads\": %lld, \"optimizer\": %lld, "
+        fprintf(f, "  \"%s\": {\"params\": %lld, \"weight_copies\": %lld, \"grads\": %lld, \"optimizer\": %lld, "
                    "\"activations\": %lld, \"activations_checkpoint\": %lld, \"total\": %lld, "
                    "\"total_checkpoint\": %lld, \"fits\": %s, \"fits_checkpoint\": %s}%s\n",
-                r->strategy, (long long)r->params, (long long)r->grads, (long long)r->optim,
+                r->strategy, (long long)r->params, (long long)r->copies, (long long)r->grads, (long long)r->optim,
                 (long long)r->act, (long long)r->act_ckpt, (long long)r->total,
                 (long long)r->total_ckpt, dev <= 0 ? "null" : r->total <= dev ? "true" : "false",
                 dev <= 0 ? "null" : r->total_ckpt <= dev ? "true" : "false",
@@ -275,11 +294,16 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
         print_json(p, dev, f);
         return;
     }
-    char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+    char a[32], b[32], c[32], d[32], e[32], g[32], h[32], k2[32];
     fprintf(f, "Memory per rank: %s, %lld parameters, world size %d, %s (%d state float%s per "
-               "parameter), fp32\n",
+               "parameter), %s\n",
             p->model, (long long)p->numel, p->world, p->optim, p->optim_floats,
-            p->optim_floats == 1 ? "" : "s");
+            p->optim_floats == 1 ? "" : "s", p->precision);
+    if (strcmp(p->precision, "fp32"))
+        fprintf(f, "  %s: fp32 weights (the master copy), gradients and optimizer state; rounded weight "
+                   "copies %s (float32 buffers, kept from forward to backward); 16-bit activations, "
+                   "conversion scratch %s\n",
+                p->precision, human(p->copy_bytes, a, sizeof a), human(p->scratch_bytes, b, sizeof b));
     fprintf(f, "  shard S = %lld parameters; zero2/zero3 gradient buckets in flight %s; zero3 "
                "gathers %s (%s, dist.wrap %s)\n",
             (long long)p->shard, human(p->bucket_bytes, a, sizeof a), p->gathered_units,
@@ -290,14 +314,14 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
     fprintf(f, "  runtime base (in every total): %s process + %s dataset = %s\n\n",
             human(p->runtime_bytes, a, sizeof a), human(p->dataset_bytes, b, sizeof b),
             human(p->runtime_bytes + p->dataset_bytes, c, sizeof c));
-    fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s", "strategy", "params", "grads", "optimizer",
-            "activations", "act (ckpt)", "total", "total(ckpt)");
+    fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s %11s", "strategy", "params", "w. copies", "grads",
+            "optimizer", "activations", "act (ckpt)", "total", "total(ckpt)");
     if (dev > 0) fprintf(f, "  %-4s %s", "fits", "fits (ckpt)");
     fputc('\n', f);
     for (int i = 0; i < UT_PLAN_STRATEGIES; i++) {
         const ut_plan_row *r = &p->rows[i];
-        fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s", r->strategy, human(r->params, a, sizeof a),
-                human(r->grads, b, sizeof b), human(r->optim, c, sizeof c), human(r->act, d, sizeof d),
+        fprintf(f, "%-8s %11s %11s %11s %11s %11s %11s %11s %11s", r->strategy, human(r->params, a, sizeof a),
+                human(r->copies, k2, sizeof k2), human(r->grads, b, sizeof b), human(r->optim, c, sizeof c), human(r->act, d, sizeof d),
                 human(r->act_ckpt, e, sizeof e), human(r->total, g, sizeof g),
                 human(r->total_ckpt, h, sizeof h));
         if (dev > 0)

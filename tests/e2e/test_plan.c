@@ -125,6 +125,17 @@ static void test_plan_matches_measured_peak(void) {
     CHECK(peak_ck > 0 && fabs(peak_ck - planned_ck) <= 0.15 * peak_ck,
           "with checkpointing: planned %.0f vs measured %.0f bytes: more than 15%% apart", planned_ck, peak_ck);
     CHECK(peak_ck < peak, "checkpointing lowers the peak: %.0f vs %.0f", peak_ck, peak);
+
+    /* bf16: the rounded weight copies and 16-bit activations, against a bf16 run */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "1", "--json", "--set", "train.precision=bf16", NULL}, &s);
+    CHECK(rc == 0, "plan exits 0: %s", s);
+    double planned_bf = json_num(s, "ddp", "total");
+    free(s);
+    double peak_bf = train_peak_rss("train.precision=bf16");
+    printf("  bf16:              planned %.1f MiB, measured peak RSS %.1f MiB (%+.1f%%)\n",
+           planned_bf / 1048576, peak_bf / 1048576, 100 * (peak_bf - planned_bf) / planned_bf);
+    CHECK(peak_bf > 0 && planned_bf > 0 && fabs(peak_bf - planned_bf) <= 0.15 * peak_bf,
+          "bf16: planned %.0f vs measured %.0f bytes: more than 15%% apart", planned_bf, peak_bf);
 }
 
 static void test_formulas(void) {
@@ -196,6 +207,67 @@ static void test_formulas(void) {
     CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 0 && json_num(s, "ddp", "optimizer") == 0 &&
               json_num(s, NULL, "world_size") == 1,
           "plain sgd, world size from the config (1): %s", s);
+    free(s);
+}
+
+/* train.precision: the same fp32 weights, gradients and optimizer state;
+ * bf16 and fp16 add a float32 rounded copy of every parameter an autocast op
+ * reads (all but wpe and the layer norms' weights and biases), kept by each
+ * worker, and store activations in 16 bits. */
+static void test_precision(void) {
+    const int64_t block = 12LL * C * C + 13LL * C;
+    const int64_t psi = L * block + (int64_t)V * C + (int64_t)T * C + 2 * C;
+    const int64_t rounded = psi - (int64_t)T * C - L * 4 * C - 2 * C;
+    const int64_t S = ut_shard_size(psi, 4), buckets = 4 * psi < 10 << 20 ? 4 * psi : 10 << 20;
+    const int64_t gathered = 4 * (2 * block + (L > 2 ? block : (int64_t)V * C));
+    const char *prec[] = {"fp32", "bf16", "fp16"};
+    double act[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        char set[64], *s;
+        snprintf(set, sizeof set, "train.precision=%s", prec[k]);
+        int rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.bucket_mb=5",
+                                      "--set", set, NULL}, &s);
+        CHECK(rc == 0 && s, "plan %s exits 0: %s", prec[k], s);
+        if (!s) continue;
+        char want[64];
+        snprintf(want, sizeof want, "\"precision\": \"%s\"", prec[k]);
+        CHECK(strstr(s, want), "JSON names the precision (%s): %s", want, s);
+        const int64_t copies = k ? 4 * rounded : 0;
+        CHECK(json_num(s, NULL, "weight_copy_bytes") == copies, "%s weight copies %.0f vs %lld", prec[k],
+              json_num(s, NULL, "weight_copy_bytes"), (long long)copies);
+        CHECK(k ? json_num(s, NULL, "autocast_scratch_bytes") > 0 : json_num(s, NULL, "autocast_scratch_bytes") == 0,
+              "%s scratch %.0f", prec[k], json_num(s, NULL, "autocast_scratch_bytes"));
+        act[k] = json_num(s, NULL, "activation_bytes");
+        double base = json_num(s, NULL, "runtime_bytes") + json_num(s, NULL, "dataset_bytes");
+        struct { const char *name; int64_t params, copies, grads, optim; int acts; } want_rows[] = {
+            {"ddp", 4 * psi, copies, 4 * psi, 8 * psi, 1},
+            {"zero1", 4 * psi, copies, 4 * psi, 8 * S, 1},
+            {"zero2", 4 * psi, copies, 4 * S + buckets, 8 * S, 1},
+            {"zero3", 4 * S + gathered, copies, 4 * S + buckets, 8 * S, 1},
+            {"dp", 4 * psi * 4, 4 * copies, 4 * psi * 4, 8 * psi, 4},
+        };
+        for (int i = 0; i < 5; i++) {
+            const char *n = want_rows[i].name;
+            CHECK(json_num(s, n, "params") == want_rows[i].params && json_num(s, n, "grads") == want_rows[i].grads &&
+                      json_num(s, n, "optimizer") == want_rows[i].optim,
+                  "%s %s: params %.0f grads %.0f optimizer %.0f", prec[k], n, json_num(s, n, "params"),
+                  json_num(s, n, "grads"), json_num(s, n, "optimizer"));
+            CHECK(json_num(s, n, "weight_copies") == want_rows[i].copies, "%s %s copies %.0f vs %lld", prec[k], n,
+                  json_num(s, n, "weight_copies"), (long long)want_rows[i].copies);
+            double state = (double)(want_rows[i].params + want_rows[i].copies + want_rows[i].grads +
+                                    want_rows[i].optim) + base;
+            CHECK(json_num(s, n, "total") == state + want_rows[i].acts * act[k], "%s %s total", prec[k], n);
+        }
+        free(s);
+    }
+    /* 16-bit activations: GPT-2's stored products and layer norms take half */
+    CHECK(act[1] < 0.8 * act[0] && act[2] < 0.8 * act[0], "activations fp32 %.0f, bf16 %.0f, fp16 %.0f", act[0],
+          act[1], act[2]);
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "2", "--set", "train.precision=bf16", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "parameter), bf16\n") && strstr(s, "rounded weight copies") &&
+              strstr(s, "w. copies"),
+          "the table names bf16 and its copies: %s", s);
     free(s);
 }
 
@@ -277,6 +349,7 @@ int main(int argc, char **argv) {
     RUN(test_sizes);
     RUN(test_errors);
     RUN(test_formulas);
+    RUN(test_precision);
     RUN(test_fits);
     RUN(test_plan_matches_measured_peak);
     return tp_finish(TEST_SUMMARY(), tmp);
