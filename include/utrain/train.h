@@ -132,7 +132,8 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
 
 /* ---- memory planning (`utrain plan`, docs/plan.md) ----
  * Per-rank bytes of each distributed strategy for the config's model on
- * world ranks, all fp32. With Psi parameters (the flat buffer), N = world,
+ * world ranks. Weights, gradients and optimizer state are fp32 in every
+ * train.precision. With Psi parameters (the flat buffer), N = world,
  * S = ut_shard_size(Psi, N) and K optimizer floats per parameter (AdamW 2,
  * SGD with momentum 1, SGD 0):
  *            params              grads              optimizer
@@ -144,9 +145,13 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
  * buckets: gradient buckets in flight, 2 x dist.bucket_mb MiB at most 4 Psi;
  * gathered: the three largest ZeRO-3 units of the dist.wrap policy (all of them,
  * 4 Psi, with dist.reshard_after_forward false).
+ * bf16/fp16 add `copies`: the float32 rounded copies of the parameters that
+ * autocast ops read, which each worker keeps from forward to backward (not
+ * sharded; dp holds N), measured on the pass below (ut_ctx_autocast_round_bytes).
  * Activations are measured, not estimated: the model is built from the config,
  * one forward + backward of the first training micro-batch (train.batch_size
- * examples) runs on a fresh context and its ut_ctx_peak_bytes is taken, once
+ * examples) runs on a fresh context with the run's autocast dtype and its
+ * ut_ctx_peak_bytes (plus autocast's conversion scratch) is taken, once
  * with model checkpointing off and once on; dp holds N workers' activations.
  * Every total also holds the runtime base: this process's resident memory
  * (VmRSS) before the model is built plus what opening the training datasets
