@@ -67,6 +67,20 @@ def model():
     return m.eval()
 
 
+def label_config(d):
+    """save_pretrained leaves out id2label when it has PretrainedConfig's 2
+    default labels, but BartConfig's own default is 3, so from_pretrained
+    would build a 3-label head: write the 2 labels down."""
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["id2label"] = {"0": "LABEL_0", "1": "LABEL_1"}
+    cfg["label2id"] = {"LABEL_0": 0, "LABEL_1": 1}
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def kwargs(x):
     xt = torch.from_numpy(x).long()
     return dict(input_ids=xt[:, 0], attention_mask=xt[:, 2])
@@ -88,6 +102,7 @@ def main():
     d = os.path.join(OUT, "hf_bart_tiny")
     m.save_pretrained(d, safe_serialization=True)
     shutil.copy(os.path.join(OUT, "tiny_roberta", "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    label_config(d)
     x, y = batch()
     out = m(**kwargs(x), labels=torch.from_numpy(y).long())
     out.loss.backward()
