@@ -11,11 +11,18 @@ It rewrites, under tests/parity/fixtures/:
                        32, 2 encoder + 2 decoder layers, 4 heads, ffn 64,
                        max_position_embeddings 64, scale_embedding true,
                        every parameter moved off its initial value) as
-                       save_pretrained writes it, with the byte-level BPE
-                       tokenizer.json of tests/parity/fixtures/tiny_roberta
-                       (BART's special tokens <s> 0, <pad> 1, </s> 2, <unk> 3,
-                       RobertaProcessing; trained on data/sst2_sample), so
-                       the end-to-end tests can fine-tune it on that data
+                       save_pretrained writes it, with a BART tokenizer
+                       (transformers' BartTokenizer over the byte-level BPE
+                       vocabulary and merges of tests/parity/fixtures/tiny_roberta,
+                       trained on data/sst2_sample: <s> 0, <pad> 1, </s> 2,
+                       <unk> 3, <mask> 537, add_prefix_space false,
+                       RobertaProcessing) saved by its save_pretrained
+                       (tokenizer.json, tokenizer_config.json), so the
+                       end-to-end tests can fine-tune it on that data
+  hf_bart_tok_files/   the same tokenizer as the older vocab.json + merges.txt
+  hf_bart_tok_ids.txt  sentence TAB pair (or nothing) TAB the ids transformers'
+                       tokenizer gives, for every sentence of data/sst2_sample
+                       and pairs of consecutive train sentences
   (the bare BartModel layout, names without "model." and no head, is written
   from hf_bart_tiny by the test itself, keeping the fixtures under 1 MB)
   hf_bart_tiny_batch.safetensors
@@ -32,7 +39,6 @@ with from_pretrained and prints the largest difference of its logits from
 the fixture model's on the fixture batch.
 """
 import os
-import shutil
 import sys
 import json
 
@@ -65,6 +71,39 @@ def model():
         for p in m.parameters():
             p.add_(0.05 * torch.randn_like(p))
     return m.eval()
+
+
+def sst2_sentences():
+    out = []
+    for split in ("train", "dev", "test"):
+        with open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "data", "sst2_sample", split + ".tsv")) as f:
+            next(f)
+            out += [line.rstrip("\n").split("\t")[0] for line in f]
+    return out
+
+
+def bart_tokenizer(d):
+    """BartTokenizer on tiny_roberta's vocabulary and merges, saved into d;
+    the legacy files into hf_bart_tok_files; the expected ids."""
+    from transformers import BartTokenizer
+    with open(os.path.join(OUT, "tiny_roberta", "tokenizer.json")) as f:
+        model = json.load(f)["model"]
+    vocab = dict(model["vocab"], **{"<mask>": len(model["vocab"])})
+    merges = [tuple(m) for m in model["merges"]]
+    tok = BartTokenizer(vocab=vocab, merges=merges)
+    tok.save_pretrained(d)
+    files = os.path.join(OUT, "hf_bart_tok_files")
+    os.makedirs(files, exist_ok=True)
+    with open(os.path.join(files, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(files, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(" ".join(m) + "\n" for m in merges))
+    sents = sst2_sentences()
+    rows = [(s, "") for s in sents] + [(sents[i], sents[i + 1]) for i in range(0, 40, 2)]
+    with open(os.path.join(OUT, "hf_bart_tok_ids.txt"), "w", encoding="utf-8") as f:
+        for a, b in rows:
+            ids = tok(a, b)["input_ids"] if b else tok(a)["input_ids"]
+            f.write("%s\t%s\t%s\n" % (a, b, " ".join(map(str, ids))))
 
 
 def label_config(d):
@@ -101,7 +140,7 @@ def main():
     m = model()
     d = os.path.join(OUT, "hf_bart_tiny")
     m.save_pretrained(d, safe_serialization=True)
-    shutil.copy(os.path.join(OUT, "tiny_roberta", "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    bart_tokenizer(d)
     label_config(d)
     x, y = batch()
     out = m(**kwargs(x), labels=torch.from_numpy(y).long())

@@ -209,6 +209,42 @@ static void test_random_init(void) {
     ut_kv_free(kv);
 }
 
+/* The BART tokenizer as save_pretrained writes it (tokenizer.json) and as
+ * older directories hold it (vocab.json + merges.txt): transformers' ids for
+ * every sentence of data/sst2_sample and for sentence pairs (<s> A </s></s> B </s>) */
+static void check_tokenizer(const char *dir) {
+    char err[512], *text = tp_slurp(FIX "hf_bart_tok_ids.txt");
+    ut_tokenizer *tok = ut_tokenizer_load(dir, err, sizeof err);
+    CHECK(tok && text, "%s: %s", dir, err);
+    int rows = 0, pairs = 0;
+    ut_tok_encoding e = {0};
+    for (char *line = text, *next; tok && line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        char *pair = strchr(line, '\t'), *ids = pair ? strchr(pair + 1, '\t') : NULL;
+        UT_ASSERT(pair && ids);
+        *pair++ = 0, *ids++ = 0;
+        ut_tok_opts o = {.max_len = 0};
+        int rc = ut_tokenizer_encode(tok, line, *pair ? pair : NULL, &o, &e, err, sizeof err);
+        CHECK(rc == 0, "%s", err);
+        char got[4096];
+        size_t k = 0;
+        for (int64_t i = 0; rc == 0 && i < e.len && k < sizeof got; i++)
+            k += (size_t)snprintf(got + k, sizeof got - k, "%s%d", i ? " " : "", e.ids[i]);
+        CHECK(rc == 0 && !strcmp(got, ids), "%s: '%s' '%s': %s, transformers %s", dir, line, pair, got, ids);
+        rows++, pairs += *pair != 0;
+    }
+    CHECK(rows == 380 && pairs == 20, "%s: %d rows, %d pairs", dir, rows, pairs);
+    ut_tok_encoding_free(&e);
+    ut_tokenizer_free(tok);
+    free(text);
+}
+
+static void test_tokenizer(void) {
+    check_tokenizer(FIX "hf_bart_tiny");
+    check_tokenizer(FIX "hf_bart_tok_files");
+}
+
 /* loading dir must fail with a message containing every part */
 static void refused(const char *dir, const char *const *parts) {
     char err[1024] = "";
@@ -257,6 +293,7 @@ int main(int argc, char **argv) {
     RUN(test_checkpointing_with_dropout);
     RUN(test_autocast);
     RUN(test_eos_counts_differ);
+    RUN(test_tokenizer);
     RUN(test_bare_model_new_head);
     RUN(test_random_init);
     RUN(test_bad_directories);
