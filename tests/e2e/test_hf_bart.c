@@ -3,8 +3,8 @@
  * BPE tokenizer.json as the tokenizer) on data/sst2_sample: train mode for
  * one epoch, then test mode writing dev/test results and predictions, export
  * to a Hugging Face directory that loads back to the best checkpoint's
- * weights, bad settings refused, and DDP on two ranks giving one process's
- * losses and weights. */
+ * weights, bad settings refused, and DDP and ZeRO-3 on two ranks giving one
+ * process's losses and weights. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,7 +135,7 @@ static void test_refused(void) {
     }
 }
 
-/* ddp on 2 ranks x 8 examples = 1 process x 16: the same train
+/* ddp and zero3 on 2 ranks x 8 examples = 1 process x 16: the same train
  * losses and weights (the config turns dropout off: each rank draws its own
  * masks) */
 static void check_two_ranks(const char *strategy) {
@@ -182,6 +182,7 @@ static void check_two_ranks(const char *strategy) {
 }
 
 static void test_ddp_two_ranks(void) { check_two_ranks("ddp"); }
+static void test_zero3_two_ranks(void) { check_two_ranks("zero3"); }
 
 int main(int argc, char **argv) {
     (void)argc;
@@ -194,5 +195,6 @@ int main(int argc, char **argv) {
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
+    RUN(test_zero3_two_ranks);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
