@@ -200,13 +200,14 @@ static void set_labels(cJSON *o, int64_t K) {
 /* bart: the sizes from the tensors, the rest from the run's model options
  * over model.pretrained's config.json (BartConfig's defaults where neither says) */
 static int bart_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
-    const ut_st_tensor *sh = tensor(l, "model.shared.weight"), *pe = tensor(l, "model.encoder.embed_positions.weight"),
+    const ut_st_tensor *sh = tensor(l, "model.shared.weight"),
+                       *pe = tensor(l, "model.encoder.embed_positions.weight"),
                        *ef = tensor(l, "model.encoder.layers.0.fc1.weight"),
                        *df = tensor(l, "model.decoder.layers.0.fc1.weight"),
                        *cl = tensor(l, "classification_head.out_proj.weight");
     if (!sh || !pe || !ef || !df || !cl || pe->shape[0] < 3)
-        return ut_errorf(err, n, "%s: not a bart checkpoint (no model.model.shared.weight, model.model.encoder.* "
-                                 "or model.classification_head.*)", path);
+        return ut_errorf(err, n, "%s: not a bart checkpoint (no model.model.shared.weight, "
+                                 "model.model.encoder.* or model.classification_head.*)", path);
     set_str(o, "model_type", "bart");
     set_arch(o, "BartForSequenceClassification");
     set_num(o, "vocab_size", (double)sh->shape[0]);

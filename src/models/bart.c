@@ -119,7 +119,8 @@ static int find_eos(ut_ctx *ctx, const bart *net, ut_tensor *x, const int32_t *i
             ut_op_error(ctx, "bart", 1, &x,
                         ut_fmt("row %lld of the batch holds %lld </s> (eos_token_id %lld), row 0 holds %lld: "
                                "every row needs the same number, at least one (transformers' "
-                               "BartForSequenceClassification rule; do not mix single sentences and pairs)",
+                               "BartForSequenceClassification rule; do not mix single sentences and pairs; "
+                               "a text holding the </s> token itself counts)",
                                (long long)b, (long long)count, (long long)net->eos, (long long)first));
             return -1;
         }
@@ -163,7 +164,8 @@ static ut_tensor *embed(ut_ctx *ctx, const bart *net, ut_tensor *ids, ut_tensor 
 static ut_tensor *run_layer(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in, int n) {
     bart *net = m->impl;
     ut_checkpoint_fn fn = i < net->EL ? encoder_layer : decoder_layer;
-    return m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[i], in, n) : fn(ctx, &net->args[i], in, n);
+    return m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[i], in, n)
+                                     : fn(ctx, &net->args[i], in, n);
 }
 
 static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
@@ -180,7 +182,8 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     ut_tensor *enc = embed(ctx, net, in.ids, in.pos, &net->enc_pos, &net->enc_ln);
     for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, in.mask}, 2);
     ut_tensor *h = embed(ctx, net, in.dec_ids, in.pos, &net->dec_pos, &net->dec_ln);
-    for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, in.mask}, 3);
+    for (int64_t l = 0; l < net->DL; l++)
+        h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, in.mask}, 3);
     /* the decoder state at each row's last </s>, gathered as rows of (B*T, C) */
     int64_t B = x->ne[0], T = x->ne[2];
     ut_tensor *rep = ut_embedding(ctx, in.eos_at, ut_reshape(ctx, h, 2, (int64_t[]){B * T, net->C}));
@@ -325,14 +328,15 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
                        dir, type);
     for (int i = 0; arch_keys[i] && !rc; i++)
         if (ut_kv_get(opts, arch_keys[i]))
-            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it", arch_keys[i],
-                           dir);
+            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it",
+                           arch_keys[i], dir);
     if (!rc) rc = check_hf_config(kv, dir, err, n);
     if (rc) {
         ut_kv_free(kv);
         return NULL;
     }
-    for (int i = 0; i < ut_kv_len(opts); i++) ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    for (int i = 0; i < ut_kv_len(opts); i++)
+        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
     return kv;
 }
 
@@ -433,7 +437,8 @@ static int read_kinds(const ut_kv *kv, bart *net, char *err, size_t n) {
                                      "model.%s: 0", drops[i], v, drops[i]);
     }
     if (task && strcmp(task, "sequence_classification"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for bart; use sequence_classification", task);
+        return ut_errorf(err, n, "model.task: '%s' is not available for bart; use sequence_classification",
+                         task);
     return 0;
 }
 

@@ -89,7 +89,8 @@ static void test_export(void) {
                              {"scale_embedding", "true"}, {"num_labels", "2"}, {"dropout", "0"}};
     for (int i = 0; cfg && i < 8; i++) {
         const char *v = ut_kv_get(cfg, want[i][0]);
-        CHECK(v && !strcmp(v, want[i][1]), "config.json %s: %s, expected %s", want[i][0], v ? v : "none", want[i][1]);
+        CHECK(v && !strcmp(v, want[i][1]), "config.json %s: %s, expected %s", want[i][0], v ? v : "none",
+              want[i][1]);
     }
     ut_kv_free(cfg);
     CHECK(tp_count_lines(path_in(out, "tokenizer.json")) > 0, "tokenizer.json copied");

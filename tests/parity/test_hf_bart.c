@@ -82,13 +82,15 @@ static float train_loss(ut_model *m, const ut_st_file *f, ut_dtype autocast, flo
 static void test_checkpointing_with_dropout(void) {
     char err[1024];
     ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    ut_model *m[2] = {load(FIX "hf_bart_tiny", NULL, err, sizeof err), load(FIX "hf_bart_tiny", NULL, err, sizeof err)};
+    ut_model *m[2] = {load(FIX "hf_bart_tiny", NULL, err, sizeof err),
+                      load(FIX "hf_bart_tiny", NULL, err, sizeof err)};
     CHECK(f && m[0] && m[1], "%s", err);
     if (f && m[0] && m[1]) {
         m[1]->checkpoint_activations = true;
         float loss[2] = {train_loss(m[0], f, UT_F32, NULL), train_loss(m[1], f, UT_F32, NULL)};
         CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
-        CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4, "dropout left the loss as in eval");
+        CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4,
+              "dropout left the loss as in eval");
         CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
               "checkpointed gradients differ");
     }
@@ -106,8 +108,8 @@ static void test_autocast(void) {
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int i = 0; m && f && i < 2; i++) {
         float l0, loss = train_loss(m, f, dts[i], &l0);
-        CHECK(isfinite(loss) && fabs(loss - ((const float *)ut_st_get(f, "loss")->data)[0]) < 0.01, "%s loss %g",
-              ut_dtype_name(dts[i]), loss);
+        float ref = ((const float *)ut_st_get(f, "loss")->data)[0];
+        CHECK(isfinite(loss) && fabs(loss - ref) < 0.01, "%s loss %g", ut_dtype_name(dts[i]), loss);
         ut_model_zero_grad(m);
     }
     ut_st_close(f);
@@ -126,7 +128,8 @@ static void test_eos_counts_differ(void) {
         ut_ctx *ctx = ut_ctx_new(NULL);
         ut_tensor *logits = ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){2, 3, 4}, x));
         if (!bad) CHECK(logits && logits->ne[0] == 2, "%s", ut_ctx_error(ctx));
-        else CHECK(!logits && strstr(ut_ctx_error(ctx), "row 1 of the batch holds 2 </s>"), "%s", ut_ctx_error(ctx));
+        else
+            CHECK(!logits && strstr(ut_ctx_error(ctx), "row 1 of the batch holds 2 </s>"), "%s", ut_ctx_error(ctx));
         ut_ctx_free(ctx);
     }
     ut_model_free(m);
@@ -174,7 +177,8 @@ static void test_bare_model_new_head(void) {
                               "model.encoder.layernorm_embedding.bias"};
         for (int i = 0; i < 3; i++) {
             ut_tensor *a = ut_model_param(full, same[i]), *b = ut_model_param(bare, same[i]);
-            CHECK(a && b && !memcmp(ut_f32(a), ut_f32(b), (size_t)ut_nelem(a) * sizeof(float)), "%s differs", same[i]);
+            CHECK(a && b && !memcmp(ut_f32(a), ut_f32(b), (size_t)ut_nelem(a) * sizeof(float)), "%s differs",
+                  same[i]);
         }
         ut_tensor *w = ut_model_param(bare, "classification_head.out_proj.weight"),
                   *b = ut_model_param(bare, "classification_head.dense.bias");
@@ -195,9 +199,11 @@ static void test_bare_model_new_head(void) {
 static void test_random_init(void) {
     char err[512];
     ut_kv *kv = ut_kv_new();
-    const char *o[][2] = {{"vocab_size", "50"}, {"d_model", "16"}, {"encoder_layers", "1"}, {"decoder_layers", "1"},
+    const char *o[][2] = {{"vocab_size", "50"},       {"d_model", "16"},
+                          {"encoder_layers", "1"},    {"decoder_layers", "1"},
                           {"encoder_attention_heads", "2"}, {"decoder_attention_heads", "2"},
-                          {"encoder_ffn_dim", "8"}, {"decoder_ffn_dim", "8"}, {"max_position_embeddings", "16"}};
+                          {"encoder_ffn_dim", "8"},   {"decoder_ffn_dim", "8"},
+                          {"max_position_embeddings", "16"}};
     for (size_t i = 0; i < sizeof o / sizeof o[0]; i++) ut_kv_set(kv, o[i][0], o[i][1]);
     ut_model *m = ut_model_create("bart", kv, 3, err, sizeof err);
     CHECK(m, "%s", err);
@@ -274,7 +280,8 @@ static void test_bad_directories(void) {
     config_with(d, "\"encoder_layerdrop\": 0.0", "\"encoder_layerdrop\": 0.1");
     refused(d, (const char *[]){"encoder_layerdrop 0.1 is not supported", "model.encoder_layerdrop: 0", NULL});
     config_with(d, "\"d_model\": 32", "\"d_model\": 16");
-    refused(d, (const char *[]){"model.safetensors", "tensor 'model.shared.weight' has shape (538, 32), the model needs (538, 16)", NULL});
+    refused(d, (const char *[]){"model.safetensors",
+                                "tensor 'model.shared.weight' has shape (538, 32), the model needs (538, 16)", NULL});
     config_with(d, "\"decoder_layers\": 2", "\"decoder_layers\": 3");
     refused(d, (const char *[]){"'model.decoder.layers.2.self_attn.k_proj.weight' is missing", NULL});
     config_with(d, "\"pad_token_id\": 1", "\"pad_token_id\": 538");
