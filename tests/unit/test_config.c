@@ -440,6 +440,15 @@ static void test_seed_keys(void) {
               !ut_kv_get(c.model_opts, "pretrained"),
           "empty pretrained_model_dir: %s", err);
     ut_config_free(&c);
+    /* model.pretrained names the model until model.name is given */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  pretrained: tests/parity/fixtures/hf_bart_tiny\n") == 0 &&
+              !strcmp(c.model_name, "bart"), "model.pretrained alone: model.name %s, %s", c.model_name, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  name: bert\n  pretrained: tests/parity/fixtures/hf_bart_tiny\n") == 0 &&
+              !strcmp(c.model_name, "bert"), "model.name given: %s, %s", c.model_name, err);
+    ut_config_free(&c);
     check_load_error("transformers-params:\n    pretrained_model_dir: '/nonexistent/bart-base'\n",
                      "2: pretrained_model_dir: /nonexistent/bart-base: not a directory (model.pretrained names a "
                      "directory as save_pretrained writes it: config.json, model.safetensors)");
