@@ -59,6 +59,9 @@ typedef struct {
     int64_t save_interval, save_total_limit;
     char best_metric[64];        /* e.g. dev/accuracy, dev/loss */
     bool greater_is_better;
+    bool model_name_set;         /* given by the user; until then model.pretrained's
+                                    config.json model_type (bert, gpt2, bart) names
+                                    the model; not a key of its own */
     bool greater_is_better_set;  /* given by the user; until then greater_is_better
                                     follows best_metric (true for names ending in
                                     "accuracy"); not a key of its own */

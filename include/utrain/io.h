@@ -97,7 +97,7 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
  * and one warning on stderr naming the count and first of the checkpoint's
  * tensors the model does not use. */
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n);
-/* Writes checkpoint ckpt of a model_name (bert or gpt2) run with model
+/* Writes checkpoint ckpt of a model_name (bert, gpt2 or bart) run with model
  * options opts as a Hugging Face directory out (created if needed):
  * config.json (from opts' model.pretrained config.json when there is one,
  * the sizes from the tensors), model.safetensors under transformers' names

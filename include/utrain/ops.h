@@ -58,6 +58,9 @@ ut_tensor *ut_mse(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, float eps);
 /* idx I32 (...), table (V, C) -> (..., C). An index outside [0, V) is an error. */
 ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table);
+/* The same where row padding_idx (or -1: none) takes no gradient, as
+ * torch's nn.Embedding(padding_idx=...) (BART's token embedding). */
+ut_tensor *ut_embedding_pad(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int padding_idx);
 
 /* ---- convolution, pooling ---- */
 /* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */
@@ -76,6 +79,11 @@ ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head);
  * in training mode (BERT's attention_probs_dropout_prob), 0 for none. */
 ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
                                ut_tensor *mask, int n_head, float dropout);
+/* The same with q (B, Tq, C) and k, v (B, Tk, C) of another length (BART's
+ * cross-attention: keys from the encoder), mask (B, Tk) or NULL, and causal
+ * (Tq == Tk only): query t attends keys j <= t, as a decoder's self-attention. */
+ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
+                            int n_head, bool causal, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

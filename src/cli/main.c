@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "          print the ids, token type ids and tokens of a text (or pair)\n"
             "  export RUN_DIR --format hf OUT_DIR [--checkpoint PATH]\n"
             "          write the run's best checkpoint as a Hugging Face model directory\n"
-            "          (bert and gpt2 runs: config.json, model.safetensors, tokenizer files)\n"
+            "          (bert, gpt2 and bart runs: config.json, model.safetensors, tokenizer files)\n"
             "  demo [--steps N] [--batch-size B] [--seed S]\n"
             "          train the MNIST CNN on synthetic images and print the falling loss\n"
             "  version print the version\n"
@@ -544,7 +544,7 @@ static void usage_export(FILE *f) {
             "Writes the run's best checkpoint (by train.best_metric; else the newest), or\n"
             "PATH, as a Hugging Face model directory that transformers' from_pretrained\n"
             "loads: config.json, model.safetensors (transformers' names and layouts) and\n"
-            "the tokenizer files of model.pretrained. For bert and gpt2 runs; the run is\n"
+            "the tokenizer files of model.pretrained. For bert, gpt2 and bart runs; the run is\n"
             "read through RUN_DIR/config.yml. See docs/models.md.\n");
 }
 

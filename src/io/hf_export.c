@@ -1,7 +1,8 @@
 /* Export of a utrain checkpoint to a Hugging Face model directory:
  * config.json, model.safetensors under transformers' names and layouts
  * (GPT-2's Conv1D weights transposed back to (in, out), the "transformer."
- * prefix) and the tokenizer files of the model.pretrained directory. */
+ * prefix; bert's and bart's names are transformers' already) and the
+ * tokenizer files of the model.pretrained directory. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -94,6 +95,16 @@ static void set_num(cJSON *o, const char *key, double v) {
     cJSON_AddNumberToObject(o, key, v);
 }
 
+/* A number that JSON readers with typed fields (transformers' configs) take
+ * as a float: written with a decimal point even when integral (0.0, not 0). */
+static void set_float(cJSON *o, const char *key, double v) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddRawToObject(o, key, buf);
+}
+
 static void set_str(cJSON *o, const char *key, const char *v) {
     cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     cJSON_AddStringToObject(o, key, v);
@@ -172,6 +183,55 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     return 0;
 }
 
+static void set_labels(cJSON *o, int64_t K) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");
+    cJSON *id2 = cJSON_AddObjectToObject(o, "id2label"), *l2i = cJSON_AddObjectToObject(o, "label2id");
+    for (int64_t k = 0; k < K; k++) {
+        char id[32], label[48];
+        snprintf(id, sizeof id, "%lld", (long long)k);
+        snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
+        cJSON_AddStringToObject(id2, id, label);
+        cJSON_AddNumberToObject(l2i, label, (double)k);
+    }
+}
+
+/* bart: the sizes from the tensors, the rest from the run's model options
+ * over model.pretrained's config.json (BartConfig's defaults where neither says) */
+static int bart_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+    const ut_st_tensor *sh = tensor(l, "model.shared.weight"),
+                       *pe = tensor(l, "model.encoder.embed_positions.weight"),
+                       *ef = tensor(l, "model.encoder.layers.0.fc1.weight"),
+                       *df = tensor(l, "model.decoder.layers.0.fc1.weight"),
+                       *cl = tensor(l, "classification_head.out_proj.weight");
+    if (!sh || !pe || !ef || !df || !cl || pe->shape[0] < 3)
+        return ut_errorf(err, n, "%s: not a bart checkpoint (no model.model.shared.weight, "
+                                 "model.model.encoder.* or model.classification_head.*)", path);
+    set_str(o, "model_type", "bart");
+    set_arch(o, "BartForSequenceClassification");
+    set_num(o, "vocab_size", (double)sh->shape[0]);
+    set_num(o, "d_model", (double)sh->shape[1]);
+    set_num(o, "max_position_embeddings", (double)(pe->shape[0] - 2));
+    set_num(o, "encoder_ffn_dim", (double)ef->shape[0]);
+    set_num(o, "decoder_ffn_dim", (double)df->shape[0]);
+    set_num(o, "encoder_layers", (double)count_layers(l, "model.encoder.layers.%lld.fc1.weight"));
+    set_num(o, "decoder_layers", (double)count_layers(l, "model.decoder.layers.%lld.fc1.weight"));
+    static const struct { const char *key; double def; bool real; } nums[] = {
+        {"encoder_attention_heads", 12, 0}, {"decoder_attention_heads", 12, 0}, {"pad_token_id", 1, 0},
+        {"eos_token_id", 2, 0},  {"decoder_start_token_id", 2, 0}, {"dropout", 0.1, 1},
+        {"attention_dropout", 0, 1}, {"activation_dropout", 0, 1}, {"classifier_dropout", 0, 1},
+        {"init_std", 0.02, 1}, {"encoder_layerdrop", 0, 1}, {"decoder_layerdrop", 0, 1}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        (nums[i].real ? set_float : set_num)(o, nums[i].key, opt_num(kv, nums[i].key, nums[i].def));
+    const char *act = ut_kv_get(kv, "activation_function"), *scale = ut_kv_get(kv, "scale_embedding");
+    set_str(o, "activation_function", act ? act : "gelu");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_embedding");
+    cJSON_AddBoolToObject(o, "scale_embedding", scale && !strcmp(scale, "true"));
+    set_labels(o, cl->shape[0]);
+    return 0;
+}
+
 /* The pretrained directory's config.json as the starting point (its other
  * keys kept), else an empty object. */
 static cJSON *base_config(const char *dir) {
@@ -243,9 +303,9 @@ static int write_config(cJSON *o, const char *out, char *err, size_t n) {
 
 int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
                  size_t n) {
-    bool gpt2 = !strcmp(model_name, "gpt2");
-    if (!gpt2 && strcmp(model_name, "bert"))
-        return ut_errorf(err, n, "export --format hf: model.name is %s; bert and gpt2 runs can be exported",
+    bool gpt2 = !strcmp(model_name, "gpt2"), bart = !strcmp(model_name, "bart");
+    if (!gpt2 && !bart && strcmp(model_name, "bert"))
+        return ut_errorf(err, n, "export --format hf: model.name is %s; bert, gpt2 and bart runs can be exported",
                          model_name);
     if (mkdir(out, 0777) && errno != EEXIST) return ut_errorf(err, n, "%s: cannot create: %s", out, strerror(errno));
     const char *dir = ut_kv_get(opts, "pretrained");
@@ -259,7 +319,9 @@ int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, co
     tensor_list l = {0};
     cJSON *cfg = base_config(dir);
     int rc = !f || collect(f, gpt2, &l, ckpt, err, n) ||
-             (gpt2 ? gpt2_config(cfg, &l, kv, ckpt, err, n) : bert_config(cfg, &l, kv, ckpt, err, n)) ||
+             (gpt2   ? gpt2_config(cfg, &l, kv, ckpt, err, n)
+              : bart ? bart_config(cfg, &l, kv, ckpt, err, n)
+                     : bert_config(cfg, &l, kv, ckpt, err, n)) ||
              write_config(cfg, out, err, n);
     if (!rc) {
         char path[4200];

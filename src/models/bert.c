@@ -205,8 +205,8 @@ static ut_kv *merged_options(const ut_kv *opts, char *err, size_t n) {
     const char *type = ut_kv_get(kv, "model_type");
     if (strcmp(type, "bert")) {
         ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model bert reads "
-                          "model_type bert (a GPT-2 directory is read by model.name: gpt2; RoBERTa and "
-                          "BART are not supported yet)",
+                          "model_type bert (GPT-2 and BART directories are read by model.name: gpt2 "
+                          "and bart; RoBERTa is not supported yet)",
                   dir, type);
         ut_kv_free(kv);
         return NULL;

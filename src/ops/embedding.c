@@ -1,7 +1,11 @@
 /* Embedding lookup: out[..., :] = table[idx[...], :], as torch.nn.functional.embedding.
  * An index outside [0, V) fails the forward with an error naming it and its place.
+ * With a padding_idx (ut_embedding_pad) that row is looked up as any other but
+ * takes no gradient, as torch's nn.Embedding(padding_idx=...).
+ * Parameter: ut_embedding_padding_idx (-1: none; src/ops/params.h).
  * Kernels: src/backend/cpu/embedding.c. */
 #include "internal.h"
+#include "params.h"
 
 /* A contiguous copy of an I32 tensor, by the contiguous op's kernel (index
  * tensors take no gradient: nothing is recorded). */
@@ -11,6 +15,10 @@ static ut_tensor *contiguous_i32(ut_ctx *ctx, ut_tensor *a) {
 }
 
 ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table) {
+    return ut_embedding_pad(ctx, idx, table, -1);
+}
+
+ut_tensor *ut_embedding_pad(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int padding_idx) {
     ut_tensor *src[2] = {idx, table};
     if (!ut_op_check(ctx, "embedding", 2, src, 1u)) return NULL;
     if (table->ndim != 2 || idx->ndim + 1 > UT_MAX_DIMS) {
@@ -24,5 +32,8 @@ ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table) {
     int64_t ne[UT_MAX_DIMS];
     for (int i = 0; i < idx->ndim; i++) ne[i] = idx->ne[i];
     ne[idx->ndim] = table->ne[1];
-    return ut_op_run(ut_op_new(ctx, UT_OP_EMBEDDING, UT_F32, idx->ndim + 1, ne, 2, src));
+    ut_tensor *t = ut_op_new(ctx, UT_OP_EMBEDDING, UT_F32, idx->ndim + 1, ne, 2, src);
+    if (!t) return NULL;
+    ut_embedding_set_padding_idx(t, padding_idx);
+    return ut_op_run(t);
 }

@@ -37,6 +37,8 @@ UT_PARAM_F(dropout, p, 0)
 UT_PARAM_F(dropout, keep_scale, 1)
 /* layernorm */
 UT_PARAM_F(layernorm, eps, 0)
+/* embedding: the row that takes no gradient (-1: none) */
+UT_PARAM_I(embedding, padding_idx, 0)
 /* conv2d */
 UT_PARAM_I(conv2d, stride, 0)
 UT_PARAM_I(conv2d, padding, 1)
@@ -47,6 +49,7 @@ UT_PARAM_I(max_pool2d, stride, 1)
 UT_PARAM_I(attention, n_head, 0)
 /* attention_masked */
 UT_PARAM_I(attention_masked, n_head, 0)
+UT_PARAM_I(attention_masked, causal, 1)       /* 1: query t attends keys j <= t only */
 UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_masked, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the

@@ -216,15 +216,16 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
     bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
-    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2")) {
+    bool classifier = !strcmp(cfg->model_name, "bert") || !strcmp(cfg->model_name, "bart");
+    if (pretrained && !classifier && strcmp(cfg->model_name, "gpt2")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert or gpt2 (BART is not supported yet)",
+                         "model.name: bert, gpt2 or bart (as its config.json's model_type)",
                  cfg->model_name);
         ut_kv_free(opts);
         return NULL;
     }
-    /* bert: the head's size from the data unless model.num_labels (or config.json's id2label) says */
-    if (!strcmp(cfg->model_name, "bert") && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
+    /* bert, bart: the head's size from the data unless model.num_labels (or config.json's id2label) says */
+    if (classifier && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
         !ut_kv_get(opts, "num_classes")) {
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
@@ -247,12 +248,16 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         return NULL;
     }
     m->checkpoint_activations = cfg->checkpoint_activations;
-    /* bert: every example must fit the learned positions */
-    ut_tensor *pos = !strcmp(cfg->model_name, "bert") && !strcmp(cfg->data_name, "tsv_text")
-                         ? ut_model_param(m, "bert.embeddings.position_embeddings.weight") : NULL;
-    if (pos && cfg->max_len > pos->ne[0]) {
+    /* bert, bart: every example must fit the learned positions (bart's table has BART's 2 extra rows) */
+    bool bart = !strcmp(cfg->model_name, "bart");
+    ut_tensor *pos = !strcmp(cfg->data_name, "tsv_text")
+                         ? ut_model_param(m, bart ? "model.encoder.embed_positions.weight"
+                                                  : "bert.embeddings.position_embeddings.weight")
+                         : NULL;
+    int64_t max_pos = pos ? pos->ne[0] - (bart ? 2 : 0) : 0;
+    if (pos && cfg->max_len > max_pos) {
         snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
-                 (long long)cfg->max_len, (long long)pos->ne[0]);
+                 (long long)cfg->max_len, (long long)max_pos);
         ut_model_free(m);
         return NULL;
     }

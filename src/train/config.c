@@ -282,7 +282,7 @@ void ut_config_init(ut_config *c) {
             ut_abort(__FILE__, __LINE__, "bad default in the config schema: %s", err);
     }
     /* the defaults are not the user's choice */
-    c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = false;
+    c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = c->model_name_set = false;
 }
 
 void ut_config_free(ut_config *c) {

@@ -4,11 +4,14 @@
  * arguments (env_type, pytorch_device, model_parallel_size, fp16, its launch
  * arguments). Each one is applied through schema keys, or refused with what
  * to write instead: no key is accepted and then ignored. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
+#include "utrain/io.h"
 
 
 static bool flag_value(const char *key, const char *v, bool *out, char *err, size_t n) {
@@ -26,6 +29,28 @@ static int assign(ut_config *c, const char *key, const char *v, char *err, size_
 }
 
 // --- pytorch_universal_trainer
+
+/* pretrained_model_dir: a Hugging Face model directory (a leading ~/ is
+ * $HOME): model.pretrained, and model.name from its config.json's model_type
+ * (the seed's from_pretrained picks the class the same way); empty: nothing. */
+static int pretrained_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return 1;
+    char dir[UT_CFG_STR_MAX], why[1024];
+    const char *home = getenv("HOME");
+    bool tilde = !strncmp(v, "~/", 2) && home;
+    if ((size_t)snprintf(dir, sizeof dir, "%s%s", tilde ? home : "", tilde ? v + 1 : v) >= sizeof dir)
+        return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof dir - 1);
+    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
+    if (!kv) return ut_errorf(err, n, "%s: %s", key, why);
+    const char *type = ut_kv_get(kv, "model_type");
+    int rc = strcmp(type, "bart") && strcmp(type, "bert") && strcmp(type, "gpt2")
+                 ? ut_errorf(err, n, "%s: %s/config.json has model_type '%s'; utrain reads bart, bert and gpt2 "
+                                     "directories", key, dir, type)
+                 : assign(c, "model.name", type, err, n) < 0 || assign(c, "model.pretrained", dir, err, n) < 0 ? -1
+                                                                                                              : 1;
+    ut_kv_free(kv);
+    return rc;
+}
 
 /* model_dir: the run directory, i.e. output_dir/experiment_name. */
 static int model_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
@@ -95,10 +120,7 @@ static int seed_key(ut_config *c, const char *key, const char *v, char *err, siz
         return empty_only(key, v, "utrain resumes from the newest valid checkpoint of the run directory "
                                   "(continue_training: true); to start from another run's weights set "
                                   "load_dir: RUN_DIR", err, n);
-    if (!strcmp(key, "pretrained_model_dir"))
-        return empty_only(key, v, "utrain cannot load Hugging Face model directories yet; the model is "
-                                  "built from model.* (to start from a utrain run's weights set "
-                                  "load_dir: RUN_DIR)", err, n);
+    if (!strcmp(key, "pretrained_model_dir")) return pretrained_dir(c, key, v, err, n);
     if (!strcmp(key, "num_loader_workers"))
         return !strcmp(v, "0") ? 1 : ut_errorf(err, n, "%s: utrain loads batches on one background thread of "
                                                      "each process; remove the key (data.prefetch sets how "
@@ -183,7 +205,8 @@ const char *const ut_cfg_compat_doc =
     "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"
     "| `bf16` (Hugging Face) | false / true | nothing / `train.precision: bf16` |\n"
     "| `use_max_length` | true / false | nothing (`max_length`, i.e. `data.max_len`, always applies) / refused |\n"
-    "| `continue_training_path`, `pretrained_model_dir` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
+    "| `continue_training_path` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
+    "| `pretrained_model_dir` | empty / a Hugging Face model directory (`~/` is `$HOME`) | nothing / `model.pretrained: DIR` and `model.name` from its `config.json`'s `model_type` (`bart`, `bert`, `gpt2`) |\n"
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
     "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"

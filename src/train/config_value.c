@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
+#include "utrain/io.h"
 
 #define FIELD(c, k) ((char *)(c) + (k)->off)
 #define CFIELD(c, k) ((const char *)(c) + (k)->off)
@@ -158,6 +160,7 @@ static bool ends_with(const char *s, const char *suffix) {
  * given means steps until the user names the strategy (FlagAI's eval_interval
  * and save_interval have no strategy key). */
 static void after_set(ut_config *c, const ut_cfg_key *k) {
+    if (k->off == offsetof(ut_config, model_name)) c->model_name_set = true;
     if (k->off == offsetof(ut_config, greater_is_better)) c->greater_is_better_set = true;
     if (k->off == offsetof(ut_config, best_metric) && !c->greater_is_better_set)
         c->greater_is_better = ends_with(c->best_metric, "accuracy");
@@ -169,6 +172,18 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
         strcpy(c->save_strategy, "steps");
     if (k->off == offsetof(ut_config, save_steps_ratio) && c->save_steps_ratio > 0 && !c->save_strategy_set)
         strcpy(c->save_strategy, "steps");
+}
+
+/* model.pretrained before model.name is given: the model named by the
+ * directory's config.json model_type, when utrain has it (bert, gpt2,
+ * bart); an unreadable directory is reported when the model is built. */
+static void name_from_pretrained(ut_config *c, const char *dir) {
+    char why[512];
+    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
+    const char *type = kv ? ut_kv_get(kv, "model_type") : NULL;
+    if (type && (!strcmp(type, "bert") || !strcmp(type, "gpt2") || !strcmp(type, "bart")))
+        snprintf(c->model_name, sizeof c->model_name, "%s", type);
+    if (kv) ut_kv_free(kv);
 }
 
 /* A bracketed list ("[784, 128, 10]") is stored as "784,128,10"; other
@@ -270,6 +285,7 @@ int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, s
             return ut_errorf(err, n, "%s: not a model option name (letters, digits, '_', '-' and '.', "
                                      "starting with a letter, digit or '_')", key);
         set_model_opt(c, canon + strlen("model."), value);
+        if (!strcmp(canon, "model.pretrained") && !c->model_name_set) name_from_pretrained(c, value);
         return 0;
     }
     const ut_cfg_key *k = ut_cfg_find(canon);

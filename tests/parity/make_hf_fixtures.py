@@ -87,7 +87,9 @@ def trainer_decay_names(model):
         return {n for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n}
 
 
-def adamw_steps(model, xt, y, steps=10):
+def adamw_steps_kw(model, kw, y, steps=10):
+    """10 AdamW steps of model(**kw, labels=y) over Trainer's decay groups:
+    the loss before each step, and the names that decay."""
     decay = trainer_decay_names(model)
     groups = [{"params": [p for n, p in model.named_parameters() if n in decay], "weight_decay": 0.5},
               {"params": [p for n, p in model.named_parameters() if n not in decay], "weight_decay": 0.0}]
@@ -95,12 +97,16 @@ def adamw_steps(model, xt, y, steps=10):
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        out = model(input_ids=xt[:, 0], token_type_ids=xt[:, 1], attention_mask=xt[:, 2],
-                    labels=torch.from_numpy(y).long())
+        out = model(**kw, labels=torch.from_numpy(y).long())
         losses.append(out.loss.item())
         out.loss.backward()
         opt.step()
     return np.array(losses, dtype=np.float32), sorted(decay)
+
+
+def adamw_steps(model, xt, y, steps=10):
+    return adamw_steps_kw(model, dict(input_ids=xt[:, 0], token_type_ids=xt[:, 1], attention_mask=xt[:, 2]),
+                          y, steps)
 
 
 def main():

@@ -12,25 +12,10 @@
 
 #include "proc.h"
 #include "test.h"
+#include "hf_parity.h"
 #include "utrain/utrain.h"
 
 #define FIX "tests/parity/fixtures/"
-#define TOL 1e-4 /* max-abs error over max-abs value */
-/* The key bias's gradient is zero in exact arithmetic (it adds the same
- * q . b_k to every key's score of a query, which softmax ignores): both sides
- * hold rounding noise (~1e-9), checked against this absolute bound instead. */
-#define ZERO_GRAD 1e-7
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d;
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
 static ut_model *load(const char *dir, const char *num_labels, char *err, size_t n) {
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "pretrained", dir);
@@ -40,53 +25,16 @@ static ut_model *load(const char *dir, const char *num_labels, char *err, size_t
     return m;
 }
 
-static ut_tensor *stored(ut_ctx *ctx, const ut_st_tensor *t) {
-    int64_t ne[4];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
-}
-
 static void test_logits_loss_grads(void) {
     char err[1024];
     ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
     CHECK(m, "%s", err);
     ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
     CHECK(f, "%s", err);
-    if (!m || !f) goto done;
-    ut_ctx *ctx = ut_ctx_new(NULL);
-    ut_ctx_set_training(ctx, false);
-    ut_tensor *logits = ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *loss = ut_model_loss(m, ctx, logits, stored(ctx, ut_st_get(f, "labels")));
-    CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
-    if (loss) {
-        const ut_st_tensor *rl = ut_st_get(f, "logits"), *rloss = ut_st_get(f, "loss");
-        CHECK(ut_nelem(logits) == ut_st_numel(rl) && logits->ne[1] == 2, "logits shape");
-        double e = rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
-        CHECK(e < TOL, "logits: relative error %.3g", e);
-        CHECK_NEAR(ut_f32(loss)[0], ((const float *)rloss->data)[0], 1e-4 * ((const float *)rloss->data)[0]);
-        int checked = 0;
-        for (int p = 0; p < m->params.n; p++) {
-            char name[300];
-            snprintf(name, sizeof name, "grad.%s", m->params.names[p]);
-            const ut_st_tensor *g = ut_st_get(f, name);
-            CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
-            if (!g) continue;
-            const float *ours = m->params.grad + m->params.segs[p].offset;
-            if (strstr(name, "attention.self.key.bias")) {
-                for (int64_t i = 0; i < ut_st_numel(g); i++)
-                    CHECK(fabsf(ours[i]) < ZERO_GRAD && fabsf(((const float *)g->data)[i]) < ZERO_GRAD,
-                          "%s[%lld]: %g and %g, expected about 0", name, (long long)i, ours[i],
-                          ((const float *)g->data)[i]);
-            } else {
-                e = rel_err(ours, g->data, ut_st_numel(g));
-                CHECK(e < TOL, "%s: relative error %.3g", name, e);
-            }
-            checked++;
-        }
+    if (m && f) {
+        int checked = hfp_check_batch(m, f, "attention.self.key.bias");
         CHECK(checked == 41 && checked == m->params.n, "%d gradients checked of %d", checked, m->params.n);
     }
-    ut_ctx_free(ctx);
-done:
     ut_st_close(f);
     ut_model_free(m);
 }
@@ -101,46 +49,7 @@ static void test_adamw_trainer_groups(void) {
     ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
     ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
     CHECK(m && f, "%s", err);
-    if (!m || !f) goto done;
-    const char *decay = ut_st_meta(f, "decay");
-    for (int p = 0; decay && p < m->params.n; p++) {
-        char quoted[300];
-        snprintf(quoted, sizeof quoted, "\"%s\"", m->params.names[p]);
-        CHECK(m->params.segs[p].decay == (strstr(decay, quoted) != NULL), "%s: decay %d", m->params.names[p],
-              m->params.segs[p].decay);
-    }
-    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
-    cfg.lr = 1e-3f;
-    cfg.weight_decay = 0.5f;
-    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
-                               m->params.numel);
-    ut_ctx *ctx = ut_ctx_new(NULL);
-    ut_ctx_set_training(ctx, false);
-    const ut_st_tensor *lt = ut_st_get(f, "adamw_losses");
-    for (int s = 0; lt && s < ut_st_numel(lt); s++) {
-        ut_ctx_reset(ctx);
-        ut_model_zero_grad(m);
-        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input"))),
-                                        stored(ctx, ut_st_get(f, "labels")));
-        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
-        if (!loss) break;
-        float ref = ((const float *)lt->data)[s];
-        CHECK(fabs(ut_f32(loss)[0] - ref) <= 1e-4 * ref, "step %d: loss %.7f, transformers %.7f", s,
-              ut_f32(loss)[0], ref);
-        ut_optim_step(o, cfg.lr);
-    }
-    for (int p = 0; p < m->params.n; p++) {
-        char name[300];
-        snprintf(name, sizeof name, "after.%s", m->params.names[p]);
-        const ut_st_tensor *a = ut_st_get(f, name);
-        CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
-        if (!a || strstr(name, "attention.self.key.bias")) continue;
-        double e = rel_err(m->params.data + m->params.segs[p].offset, a->data, ut_st_numel(a));
-        CHECK(e < TOL, "%s: relative error %.3g", name, e);
-    }
-    ut_ctx_free(ctx);
-    ut_optim_free(o);
-done:
+    if (m && f) hfp_check_adamw(m, f, "attention.self.key.bias");
     ut_st_close(f);
     ut_model_free(m);
 }
@@ -160,8 +69,8 @@ static void test_checkpointing_with_dropout(void) {
     float loss[2] = {0, 0};
     for (int r = 0; r < 2; r++) {
         ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
-        ut_tensor *l = ut_model_loss(m[r], ctx, ut_model_forward(m[r], ctx, stored(ctx, ut_st_get(f, "input"))),
-                                     stored(ctx, ut_st_get(f, "labels")));
+        ut_tensor *l = ut_model_loss(m[r], ctx, ut_model_forward(m[r], ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
+                                     hfp_stored(ctx, ut_st_get(f, "labels")));
         CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
         if (l) loss[r] = ut_f32(l)[0];
         ut_ctx_free(ctx);
@@ -188,13 +97,13 @@ static void test_autocast(void) {
         ut_ctx *ctx = ut_ctx_new(NULL);
         ut_ctx_set_training(ctx, false);
         ut_ctx_set_autocast(ctx, dts[i]);
-        ut_tensor *logits = ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input")));
-        ut_tensor *loss = ut_model_loss(m, ctx, logits, stored(ctx, ut_st_get(f, "labels")));
+        ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
+        ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
         CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
         if (loss) {
             const ut_st_tensor *rl = ut_st_get(f, "logits");
             const ut_tensor *l32 = ut_tensor_to(ctx, logits, UT_F32);
-            double e = rel_err(ut_f32(l32), rl->data, ut_st_numel(rl));
+            double e = hfp_rel_err(ut_f32(l32), rl->data, ut_st_numel(rl));
             CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(dts[i]), e);
             CHECK(isfinite(ut_f32(loss)[0]) &&
                       fabs(ut_f32(loss)[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) < 0.01,
@@ -236,22 +145,6 @@ done:
 }
 
 /* ---- bad directories ---- */
-static void copy_file(const char *from, const char *to, long keep) {
-    char *s = tp_slurp(from);
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    UT_ASSERT(in && out);
-    char buf[65536];
-    long left = keep;
-    for (size_t got; (got = fread(buf, 1, sizeof buf, in)) > 0;) {
-        size_t put = keep < 0 || (long)got <= left ? got : (size_t)left;
-        fwrite(buf, 1, put, out);
-        left -= (long)put;
-    }
-    fclose(in);
-    fclose(out);
-    free(s);
-}
-
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     UT_ASSERT(f);
@@ -270,14 +163,7 @@ static void refused(const char *dir, const char *const *parts) {
 
 /* a copy of hf_bert_tiny's config.json with one replacement */
 static void config_with(const char *dir, const char *from, const char *to) {
-    char path[600], *s = tp_slurp(FIX "hf_bert_tiny/config.json");
-    UT_ASSERT(s && strstr(s, from));
-    char *at = strstr(s, from);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
-    fclose(f);
-    free(s);
+    hfp_config_with(FIX "hf_bert_tiny/config.json", dir, from, to);
 }
 
 static void test_bad_directories(void) {
@@ -297,14 +183,14 @@ static void test_bad_directories(void) {
     /* a checkpoint for another size: the first tensor's shape is named */
     config_with(d, "\"hidden_size\": 32", "\"hidden_size\": 16");
     snprintf(p, sizeof p, "%s/model.safetensors", d);
-    copy_file(FIX "hf_bert_tiny/model.safetensors", p, -1);
+    hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, -1);
     refused(d, (const char *[]){"model.safetensors", "tensor 'bert.embeddings.word_embeddings.weight' has shape (100, 32), the model needs (100, 16)", NULL});
     /* one more layer than the file has: the missing tensor is named */
     config_with(d, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
     refused(d, (const char *[]){"'bert.encoder.layer.2.attention.self.query.weight' is missing", NULL});
     /* cut short */
     config_with(d, "x", "x");
-    copy_file(FIX "hf_bert_tiny/model.safetensors", p, 5000);
+    hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, 5000);
     refused(d, (const char *[]){"model.safetensors", NULL});
     tp_finish(0, d);
 }

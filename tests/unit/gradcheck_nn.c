@@ -1,5 +1,5 @@
 /* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention,
- * attention_masked. The "twice" rows use an op's inputs in two calls, so a
+ * attention_masked (self, cross, causal). The "twice" rows use an op's inputs in two calls, so a
  * backward that overwrote src->grad instead of adding into it would fail. */
 #include "gradcheck.h"
 
@@ -14,6 +14,8 @@ static ut_tensor *b_ln_transposed(ut_ctx *c, ut_tensor **in) {
 }
 
 static ut_tensor *b_emb(ut_ctx *c, ut_tensor **in) { return ut_embedding(c, in[0], in[1]); }
+/* padding_idx 4 of a table of 5 rows with indices below 4: the other rows' gradients */
+static ut_tensor *b_emb_pad(ut_ctx *c, ut_tensor **in) { return ut_embedding_pad(c, in[0], in[1], 4); }
 static ut_tensor *b_emb_twice(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, ut_embedding(c, in[0], in[1]), ut_embedding(c, in[0], in[1]));
 }
@@ -62,6 +64,20 @@ static ut_tensor *b_attm_dropout(ut_ctx *c, ut_tensor **in) {
 static ut_tensor *b_attm_shared(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, ut_attention_masked(c, in[0], in[0], in[0], pad_mask(c, 2, 5), 2, 0.0f), in[0]);
 }
+/* cross-attention (keys of another length, their padding masked), causal
+ * self-attention with and without padding, causal with dropout */
+static ut_tensor *b_attm_cross(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], pad_mask(c, in[1]->ne[0], in[1]->ne[1]), 2, false, 0.0f);
+}
+static ut_tensor *b_attm_causal(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], NULL, 2, true, 0.0f);
+}
+static ut_tensor *b_attm_causal_pad(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, true, 0.0f);
+}
+static ut_tensor *b_attm_causal_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], NULL, 1, true, 0.3f);
+}
 
 const gc_row gc_rows_nn[] = {
     {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
@@ -70,6 +86,7 @@ const gc_row gc_rows_nn[] = {
     {"layernorm twice", 3, {{2, {3, 5}}, {1, {5}}, {1, {5}}}, b_ln_twice},
     {"embedding 2-D idx", 2, {{2, {2, 3}, GC_INDEX, 5}, {2, {5, 4}}}, b_emb},
     {"embedding repeats", 2, {{1, {9}, GC_INDEX, 3}, {2, {3, 4}}}, b_emb},
+    {"embedding padding_idx", 2, {{2, {2, 3}, GC_INDEX, 4}, {2, {5, 4}}}, b_emb_pad},
     {"embedding twice", 2, {{2, {2, 4}, GC_INDEX, 4}, {2, {4, 3}}}, b_emb_twice},
     {"conv2d s1 p0 bias", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_s1p0},
     {"conv2d s1 p1 bias", 3, {{4, {2, 2, 4, 5}}, {4, {3, 2, 3, 3}}, {1, {3}}}, b_conv_s1p1},
@@ -101,5 +118,11 @@ const gc_row gc_rows_nn[] = {
     {"attention_masked dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_dropout,
      .training = true},
     {"attention_masked dropout eval", 3, {{3, {2, 4, 8}}, {3, {2, 4, 8}}, {3, {2, 4, 8}}}, b_attm_dropout},
+    {"attention_masked cross Tq=3 Tk=5", 3, {{3, {2, 3, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_cross},
+    {"attention_masked cross Tq=6 Tk=2", 3, {{3, {2, 6, 4}}, {3, {2, 2, 4}}, {3, {2, 2, 4}}}, b_attm_cross},
+    {"attention_masked causal", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_causal},
+    {"attention_masked causal + padding", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_causal_pad},
+    {"attention_masked causal dropout", 3, {{3, {2, 4, 6}}, {3, {2, 4, 6}}, {3, {2, 4, 6}}}, b_attm_causal_drop,
+     .training = true},
 };
 const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];

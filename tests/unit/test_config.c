@@ -427,9 +427,31 @@ static void test_seed_keys(void) {
           "use_native_fp16: False leaves precision: %s %s", c.precision, err);
     ut_config_free(&c);
     check_load_error("precision: fp8\n", "1: precision: 'fp8' is not one of fp32, bf16, fp16");
-    check_load_error("transformers-params:\n    pretrained_model_dir: '~/facebook/bart-base'\n",
-                     "2: pretrained_model_dir: utrain cannot load Hugging Face model directories yet; the "
-                     "model is built from model.* (to start from a utrain run's weights set load_dir: RUN_DIR)");
+    /* pretrained_model_dir: model.pretrained, and model.name from config.json's model_type */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n    pretrained_model_dir: tests/parity/fixtures/hf_bart_tiny\n") == 0 &&
+              !strcmp(c.model_name, "bart") &&
+              !strcmp(ut_kv_get(c.model_opts, "pretrained") ? ut_kv_get(c.model_opts, "pretrained") : "",
+                      "tests/parity/fixtures/hf_bart_tiny"),
+          "pretrained_model_dir: model.name %s, %s", c.model_name, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n    pretrained_model_dir: ''\n") == 0 && !strcmp(c.model_name, "cnn") &&
+              !ut_kv_get(c.model_opts, "pretrained"),
+          "empty pretrained_model_dir: %s", err);
+    ut_config_free(&c);
+    /* model.pretrained names the model until model.name is given */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  pretrained: tests/parity/fixtures/hf_bart_tiny\n") == 0 &&
+              !strcmp(c.model_name, "bart"), "model.pretrained alone: model.name %s, %s", c.model_name, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model:\n  name: bert\n  pretrained: tests/parity/fixtures/hf_bart_tiny\n") == 0 &&
+              !strcmp(c.model_name, "bert"), "model.name given: %s, %s", c.model_name, err);
+    ut_config_free(&c);
+    check_load_error("transformers-params:\n    pretrained_model_dir: '/nonexistent/bart-base'\n",
+                     "2: pretrained_model_dir: /nonexistent/bart-base: not a directory (model.pretrained names a "
+                     "directory as save_pretrained writes it: config.json, model.safetensors)");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
     check_set_error("num_loader_workers=4", "--set: num_loader_workers: utrain loads batches on one background "

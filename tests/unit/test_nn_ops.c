@@ -79,6 +79,26 @@ static void test_embedding_values(void) {
     ut_ctx_free(ctx);
 }
 
+/* padding_idx: the row is read as any other but its gradient stays 0; the
+ * other rows get the sum of their positions' output gradients (2 y) */
+static void test_embedding_padding_idx(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t tne[2] = {4, 2}, ine[1] = {5};
+    float table[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int32_t idx[5] = {1, 3, 1, 0, 1};
+    ut_tensor *w = ut_tensor_from(ctx, UT_F32, 2, tne, table);
+    ut_tensor_set_requires_grad(w, true);
+    ut_tensor *y = ut_embedding_pad(ctx, ut_tensor_from(ctx, UT_I32, 1, ine, idx), w, 1);
+    CHECK(y != NULL && ut_f32(y)[0] == 3 && ut_f32(y)[5] == 4, "pad row looked up: %s", ut_ctx_error(ctx));
+    int rc = ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, y)));
+    CHECK(rc == 0, "%s", ut_ctx_error(ctx));
+    if (rc == 0) {
+        float want[8] = {2, 4, 0, 0, 0, 0, 14, 16};
+        for (int i = 0; i < 8; i++) CHECK_NEAR(w->grad[i], want[i], 0);
+    }
+    ut_ctx_free(ctx);
+}
+
 static void test_embedding_bad_index(void) {
     int32_t bad[2][4] = {{0, 1, 7, 2}, {0, -1, 1, 1}};
     for (int k = 0; k < 2; k++) {
@@ -384,6 +404,7 @@ static void test_attention_bad_heads(void) {
 int main(void) {
     RUN(test_layernorm_normalises_rows);
     RUN(test_embedding_values);
+    RUN(test_embedding_padding_idx);
     RUN(test_embedding_bad_index);
     RUN(test_conv2d_matches_naive);
     RUN(test_conv2d_backward_deterministic);

@@ -1,6 +1,7 @@
 /* Embedding lookup: out[..., :] = table[idx[...], :], as torch.nn.functional.embedding.
  * An index outside [0, V) fails the forward with an error naming it and its place. */
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* Columns per block in the backward scatter: each block walks every row in
  * order, so repeated indices accumulate in a fixed order without atomics. */
@@ -14,13 +15,15 @@ void ut_embedding_forward_cpu(float *out, const int32_t *idx, const float *table
         memcpy(out + n * C, table + (int64_t)idx[n] * C, (size_t)C * sizeof(float));
 }
 
-/* dtable (V, C) += dout (N, C) scattered to rows idx (N) */
+/* dtable (V, C) += dout (N, C) scattered to rows idx (N), except row pad
+ * (-1: none), which takes no gradient */
 void ut_embedding_backward_cpu(float *dtable, const float *dout, const int32_t *idx, int64_t N,
-                               int64_t C) {
+                               int64_t C, int64_t pad) {
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += EMB_COL_BLOCK) {
         int64_t nc = C - c0 < EMB_COL_BLOCK ? C - c0 : EMB_COL_BLOCK;
         for (int64_t n = 0; n < N; n++) {
+            if (idx[n] == pad) continue;
             float *d = dtable + (int64_t)idx[n] * C + c0;
             const float *g = dout + n * C + c0;
 #pragma omp simd
@@ -59,5 +62,6 @@ void ut_embedding_fwd_cpu(ut_tensor *t) {
 void ut_embedding_bwd_cpu(ut_tensor *t) {
     ut_tensor *idx = t->src[0], *table = t->src[1];
     if (table->requires_grad)
-        ut_embedding_backward_cpu(table->grad, t->grad, ut_i32(idx), ut_nelem(idx), table->ne[1]);
+        ut_embedding_backward_cpu(table->grad, t->grad, ut_i32(idx), ut_nelem(idx), table->ne[1],
+                                  ut_embedding_padding_idx(t));
 }

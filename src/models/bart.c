@@ -1,0 +1,491 @@
+/* bart: BART as Hugging Face's BartForSequenceClassification. A shared token
+ * embedding (scaled by sqrt(d_model) when scale_embedding), learned positions
+ * with BART's offset of 2, layernorm_embedding, post-LayerNorm encoder layers
+ * (self-attention with the key padding mask) and decoder layers (causal
+ * self-attention, cross-attention over the encoder states with the encoder's
+ * padding mask), GELU feed-forward; the decoder reads the input shifted right
+ * (shift_tokens_right with decoder_start_token_id) and its state at each
+ * row's last </s> goes through the classification head (dense, tanh,
+ * out_proj).
+ * Input x I32 (B, 3, T): planes of token ids, token type ids (not read) and
+ * attention mask, as the pretrained-tokenizer TSV dataset gives them. Output
+ * logits (B, num_labels); loss cross-entropy.
+ * Parameter names are transformers' ("model.shared.weight",
+ * "model.encoder.layers.0.self_attn.q_proj.weight",
+ * "classification_head.dense.weight"), so model.safetensors loads by name.
+ * Options, in config.json's names, plus num_labels (num_classes), task and
+ * pretrained (a model directory). docs/models.md. */
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/io.h"
+#include "utrain/nn.h"
+#include "utrain/ops.h"
+
+typedef struct {
+    ut_linear_layer k, v, q, out;
+    ut_layernorm_layer ln;
+} bart_attn;
+
+typedef struct {
+    bart_attn self, cross; /* cross: decoder layers only */
+    ut_linear_layer fc1, fc2;
+    ut_layernorm_layer final_ln;
+} bart_layer;
+
+enum { ACT_GELU, ACT_GELU_TANH, ACT_RELU };
+
+typedef struct bart bart;
+
+/* one layer's fn argument for ut_checkpoint: encoder in = {x, mask},
+ * decoder in = {x, encoder states, encoder mask} */
+typedef struct {
+    const bart *net;
+    const bart_layer *l;
+} layer_arg;
+
+struct bart {
+    int64_t EL, DL, ENH, DNH, C, EF, DF, V, P, K;
+    int64_t pad, eos, start;
+    int act;
+    float dropout, attn_dropout, act_dropout, cls_dropout, embed_scale;
+    ut_embedding_layer shared, enc_pos, dec_pos;
+    ut_layernorm_layer enc_ln, dec_ln;
+    bart_layer *layer; /* EL encoder layers, then DL decoder layers */
+    layer_arg *args;
+    ut_linear_layer dense, out_proj;
+};
+
+static void bart_free(void *impl) {
+    bart *net = impl;
+    ut_free(net->layer);
+    ut_free(net->args);
+    ut_free(net);
+}
+
+/* ---- forward ---- */
+static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_tensor *x, ut_tensor *kv,
+                         ut_tensor *mask, int64_t NH, bool causal) {
+    ut_tensor *h = ut_attention_qkv(ctx, ut_linear_layer_forward(ctx, &a->q, x),
+                                    ut_linear_layer_forward(ctx, &a->k, kv),
+                                    ut_linear_layer_forward(ctx, &a->v, kv), mask, (int)NH, causal,
+                                    net->attn_dropout);
+    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &a->out, h), net->dropout);
+    return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, h));
+}
+
+static ut_tensor *feed_forward(ut_ctx *ctx, const bart *net, const bart_layer *l, ut_tensor *x) {
+    ut_tensor *h = ut_linear_layer_forward(ctx, &l->fc1, x);
+    h = net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : net->act == ACT_RELU ? ut_relu(ctx, h) : ut_gelu(ctx, h);
+    h = ut_dropout(ctx, h, net->act_dropout);
+    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->fc2, h), net->dropout);
+    return ut_layernorm_layer_forward(ctx, &l->final_ln, ut_add(ctx, x, h));
+}
+
+static ut_tensor *encoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const layer_arg *a = user;
+    ut_tensor *x = attend(ctx, a->net, &a->l->self, in[0], in[0], in[1], a->net->ENH, false);
+    return feed_forward(ctx, a->net, a->l, x);
+}
+
+static ut_tensor *decoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const layer_arg *a = user;
+    ut_tensor *x = attend(ctx, a->net, &a->l->self, in[0], in[0], NULL, a->net->DNH, true);
+    x = attend(ctx, a->net, &a->l->cross, x, in[1], in[2], a->net->DNH, false);
+    return feed_forward(ctx, a->net, a->l, x);
+}
+
+/* What the forward reads from x (B, 3, T), through one host copy. */
+typedef struct {
+    ut_tensor *ids, *dec_ids, *mask, *pos, *eos_at;
+} bart_inputs;
+
+/* The index b*T + t of each row's last </s>; every row must hold the same
+ * number of them, at least one (transformers' rule). */
+static int find_eos(ut_ctx *ctx, const bart *net, ut_tensor *x, const int32_t *id, int32_t *at) {
+    int64_t B = x->ne[0], T = x->ne[2], first = -1;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t count = 0;
+        for (int64_t t = 0; t < T; t++)
+            if (id[b * T + t] == net->eos) count++, at[b] = (int32_t)(b * T + t);
+        if (first < 0) first = count;
+        if (count == 0 || count != first) {
+            ut_op_error(ctx, "bart", 1, &x,
+                        ut_fmt("row %lld of the batch holds %lld </s> (eos_token_id %lld), row 0 holds %lld: "
+                               "every row needs the same number, at least one (transformers' "
+                               "BartForSequenceClassification rule; do not mix single sentences and pairs; "
+                               "a text holding the </s> token itself counts)",
+                               (long long)b, (long long)count, (long long)net->eos, (long long)first));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int split_inputs(ut_ctx *ctx, const bart *net, ut_tensor *x, bart_inputs *in) {
+    int64_t B = x->ne[0], T = x->ne[2];
+    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
+    int32_t *id = ut_ctx_alloc(ctx, (size_t)(2 * B * T + T + B) * sizeof *id), *dec = id + B * T,
+            *ps = dec + B * T, *at = ps + T;
+    float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
+    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            id[b * T + t] = h[(b * 3) * T + t];
+            mk[b * T + t] = h[(b * 3 + 2) * T + t] ? 0.0f : -FLT_MAX; /* as (1 - mask) * finfo.min */
+            /* shift_tokens_right: the start token, then the input without its last token */
+            dec[b * T + t] = t ? h[(b * 3) * T + t - 1] : (int32_t)net->start;
+        }
+    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)(t + 2); /* BART's position offset */
+    if (find_eos(ctx, net, x, id, at)) return -1;
+    in->ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
+    in->dec_ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, dec);
+    in->mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    in->pos = ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
+    in->eos_at = ut_tensor_wrap(ctx, UT_I32, 1, &B, at);
+    return in->ids && in->dec_ids && in->mask && in->pos && in->eos_at ? 0 : -1;
+}
+
+/* token (scaled) + position embeddings, layernorm_embedding, dropout */
+static ut_tensor *embed(ut_ctx *ctx, const bart *net, ut_tensor *ids, ut_tensor *pos,
+                        const ut_embedding_layer *pe, const ut_layernorm_layer *ln) {
+    ut_tensor *h = ut_embedding_pad(ctx, ids, net->shared.w, (int)net->pad);
+    if (net->embed_scale != 1.0f) h = ut_scale(ctx, h, net->embed_scale);
+    h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, pe, pos));
+    return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, ln, h), net->dropout);
+}
+
+static ut_tensor *run_layer(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in, int n) {
+    bart *net = m->impl;
+    ut_checkpoint_fn fn = i < net->EL ? encoder_layer : decoder_layer;
+    return m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[i], in, n)
+                                     : fn(ctx, &net->args[i], in, n);
+}
+
+static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    const bart *net = m->impl;
+    if (!ut_op_check(ctx, "bart", 1, &x, 1)) return NULL;
+    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > net->P || !ut_is_contiguous(x)) {
+        ut_op_error(ctx, "bart", 1, &x,
+                    ut_fmt("expected contiguous x (B, 3, T): token ids, token type ids and attention "
+                           "mask, T <= max_position_embeddings %lld", (long long)net->P));
+        return NULL;
+    }
+    bart_inputs in;
+    if (split_inputs(ctx, net, x, &in)) return NULL;
+    ut_tensor *enc = embed(ctx, net, in.ids, in.pos, &net->enc_pos, &net->enc_ln);
+    for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, in.mask}, 2);
+    ut_tensor *h = embed(ctx, net, in.dec_ids, in.pos, &net->dec_pos, &net->dec_ln);
+    for (int64_t l = 0; l < net->DL; l++)
+        h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, in.mask}, 3);
+    /* the decoder state at each row's last </s>, gathered as rows of (B*T, C) */
+    int64_t B = x->ne[0], T = x->ne[2];
+    ut_tensor *rep = ut_embedding(ctx, in.eos_at, ut_reshape(ctx, h, 2, (int64_t[]){B * T, net->C}));
+    rep = ut_dropout(ctx, rep, net->cls_dropout);
+    rep = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->dense, rep));
+    return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));
+}
+
+static ut_tensor *bart_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
+    (void)m;
+    return ut_cross_entropy(ctx, logits, y, -100);
+}
+
+/* ---- building ---- */
+static void linear_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
+                        float std) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s.weight", prefix);
+    l->w = ut_param_add(m, buf, 2, (int64_t[]){out, in}, (ut_init){UT_INIT_NORMAL, std});
+    snprintf(buf, sizeof buf, "%s.bias", prefix);
+    l->b = ut_param_add(m, buf, 1, &out, (ut_init){UT_INIT_ZEROS, 0});
+}
+
+/* k, v, q, out projections and the layer norm after, in transformers' order */
+static void attn_init(ut_model *m, bart_attn *a, const char *prefix, const char *ln, int64_t C, float std) {
+    char q[200];
+    const char *leaf[4] = {"k_proj", "v_proj", "q_proj", "out_proj"};
+    ut_linear_layer *proj[4] = {&a->k, &a->v, &a->q, &a->out};
+    for (int i = 0; i < 4; i++) {
+        snprintf(q, sizeof q, "%s.%s", prefix, leaf[i]);
+        linear_init(m, proj[i], q, C, C, std);
+    }
+    ut_layernorm_layer_init(m, &a->ln, ln, C);
+}
+
+static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
+    bool dec = i >= net->EL;
+    int64_t k = dec ? i - net->EL : i, F = dec ? net->DF : net->EF, C = net->C;
+    bart_layer *l = &net->layer[i];
+    char p[128], a[160], b[160];
+    snprintf(p, sizeof p, "model.%s.layers.%lld", dec ? "decoder" : "encoder", (long long)k);
+    snprintf(a, sizeof a, "%s.self_attn", p);
+    snprintf(b, sizeof b, "%s.self_attn_layer_norm", p);
+    attn_init(m, &l->self, a, b, C, std);
+    if (dec) {
+        snprintf(a, sizeof a, "%s.encoder_attn", p);
+        snprintf(b, sizeof b, "%s.encoder_attn_layer_norm", p);
+        attn_init(m, &l->cross, a, b, C, std);
+    }
+    snprintf(a, sizeof a, "%s.fc1", p);
+    linear_init(m, &l->fc1, a, C, F, std);
+    snprintf(a, sizeof a, "%s.fc2", p);
+    linear_init(m, &l->fc2, a, F, C, std);
+    snprintf(a, sizeof a, "%s.final_layer_norm", p);
+    ut_layernorm_layer_init(m, &l->final_ln, a, C);
+    net->args[i] = (layer_arg){net, l};
+}
+
+/* nn.Embedding(padding_idx) starts with that row zero, as _init_weights leaves it */
+static void zero_pad_row(const bart *net) {
+    ut_tensor *w = net->shared.w;
+    size_t bytes = (size_t)(net->V * net->C) * sizeof(float);
+    float *h = ut_malloc_check(bytes);
+    if (!ut_tensor_get(w, h, bytes)) {
+        memset(h + net->pad * net->C, 0, (size_t)net->C * sizeof *h);
+        ut_tensor_set(w, h, bytes);
+    }
+    ut_free(h);
+}
+
+/* Parameters in transformers' state_dict order, initialised as its
+ * _init_weights: N(0, init_std) weights and embeddings, zero biases, layer
+ * norms 1 and 0, the padding row of the token embedding 0. */
+static ut_model *bart_new(bart *net, float std, uint64_t seed) {
+    ut_model *m = ut_model_new("bart");
+    int64_t n = net->EL + net->DL;
+    net->layer = ut_calloc_check((size_t)n, sizeof *net->layer);
+    net->args = ut_calloc_check((size_t)n, sizeof *net->args);
+    ut_embedding_layer_init(m, &net->shared, "model.shared", net->V, net->C, std);
+    ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
+    for (int64_t i = 0; i < net->EL; i++) layer_init(m, net, i, std);
+    ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);
+    ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
+    for (int64_t i = net->EL; i < n; i++) layer_init(m, net, i, std);
+    ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
+    linear_init(m, &net->dense, "classification_head.dense", net->C, net->C, std);
+    linear_init(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
+    m->impl = net;
+    m->free_impl = bart_free;
+    m->forward = bart_forward;
+    m->loss = bart_loss;
+    ut_model_finalize(m, seed);
+    zero_pad_row(net);
+    return m;
+}
+
+/* ---- options ---- */
+/* The architecture (config.json's names): model.pretrained supplies them. */
+static const char *const arch_keys[] = {"vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                                        "encoder_attention_heads", "decoder_attention_heads",
+                                        "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
+                                        "scale_embedding", "activation_function", "pad_token_id",
+                                        "eos_token_id", "decoder_start_token_id", NULL};
+
+/* What transformers' BartConfig (and older BART configs) can say that this
+ * model does not do: key, the value that is supported, what to do instead. */
+static const struct {
+    const char *key, *ok;
+} fixed_keys[] = {
+    {"normalize_before", "false"},          /* mBART's pre-LayerNorm blocks */
+    {"add_final_layer_norm", "false"},      /* mBART's final layer norms */
+    {"normalize_embedding", "true"},        /* layernorm_embedding present */
+    {"static_position_embeddings", "false"}, /* sinusoidal positions */
+};
+
+static int check_hf_config(const ut_kv *kv, const char *dir, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof fixed_keys / sizeof fixed_keys[0]; i++) {
+        const char *v = ut_kv_get(kv, fixed_keys[i].key);
+        if (v && strcmp(v, fixed_keys[i].ok))
+            return ut_errorf(err, n, "model.pretrained: %s/config.json: %s %s is not supported (model bart is "
+                                     "BART's layout: %s %s; mBART-style variants are not)",
+                             dir, fixed_keys[i].key, v, fixed_keys[i].key, fixed_keys[i].ok);
+    }
+    const char *pe = ut_kv_get(kv, "extra_pos_embeddings");
+    if (pe && strcmp(pe, "2"))
+        return ut_errorf(err, n, "model.pretrained: %s/config.json: extra_pos_embeddings %s is not supported "
+                                 "(BART's position offset is 2)", dir, pe);
+    return 0;
+}
+
+/* config.json (model.pretrained) under the user's options: the architecture
+ * from the directory only. */
+static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size_t n) {
+    char why[1024];
+    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
+    if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
+    const char *type = ut_kv_get(kv, "model_type");
+    int rc = 0;
+    if (strcmp(type, "bart"))
+        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model bart reads "
+                               "model_type bart (bert and gpt2 directories are read by model.name: bert, gpt2)",
+                       dir, type);
+    for (int i = 0; arch_keys[i] && !rc; i++)
+        if (ut_kv_get(opts, arch_keys[i]))
+            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it",
+                           arch_keys[i], dir);
+    if (!rc) rc = check_hf_config(kv, dir, err, n);
+    if (rc) {
+        ut_kv_free(kv);
+        return NULL;
+    }
+    for (int i = 0; i < ut_kv_len(opts); i++)
+        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    return kv;
+}
+
+/* The integer sizes: config.json's names, BART-base defaults, each >= 1 */
+static const struct {
+    const char *key;
+    long long def;
+    size_t at;
+} size_keys[] = {
+    {"encoder_layers", 6, offsetof(bart, EL)},          {"decoder_layers", 6, offsetof(bart, DL)},
+    {"encoder_attention_heads", 12, offsetof(bart, ENH)}, {"decoder_attention_heads", 12, offsetof(bart, DNH)},
+    {"d_model", 768, offsetof(bart, C)},                {"encoder_ffn_dim", 3072, offsetof(bart, EF)},
+    {"decoder_ffn_dim", 3072, offsetof(bart, DF)},      {"vocab_size", 50265, offsetof(bart, V)},
+    {"max_position_embeddings", 1024, offsetof(bart, P)},
+};
+
+/* The special token ids: pad 1, eos 2, decoder start 2 (BART's), each in the vocabulary */
+static const struct {
+    const char *key;
+    long long def;
+    size_t at;
+} token_keys[] = {
+    {"pad_token_id", 1, offsetof(bart, pad)},
+    {"eos_token_id", 2, offsetof(bart, eos)},
+    {"decoder_start_token_id", 2, offsetof(bart, start)},
+};
+
+static int read_dims(const ut_kv *kv, bart *net, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
+        long long v;
+        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
+        if (v < 1 || v > INT32_MAX)
+            return ut_errorf(err, n, "bart: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
+        *(int64_t *)((char *)net + size_keys[i].at) = v;
+    }
+    for (size_t i = 0; i < sizeof token_keys / sizeof token_keys[0]; i++) {
+        long long v;
+        if (ut_kv_int(kv, token_keys[i].key, token_keys[i].def, &v, err, n)) return -1;
+        if (v < 0 || v >= net->V)
+            return ut_errorf(err, n, "bart: %s %lld is outside the vocabulary [0, %lld)", token_keys[i].key, v,
+                             (long long)net->V);
+        *(int64_t *)((char *)net + token_keys[i].at) = v;
+    }
+    if (net->C % net->ENH || net->C % net->DNH)
+        return ut_errorf(err, n, "bart: d_model %lld is not divisible by encoder_attention_heads %lld and "
+                                 "decoder_attention_heads %lld", (long long)net->C, (long long)net->ENH,
+                         (long long)net->DNH);
+    return 0;
+}
+
+/* dropout rates, each in [0, 1): dropout 0.1, the others 0 (BartConfig's defaults) */
+static const struct {
+    const char *key;
+    double def;
+    size_t at;
+} rate_keys[] = {
+    {"dropout", 0.1, offsetof(bart, dropout)},
+    {"attention_dropout", 0.0, offsetof(bart, attn_dropout)},
+    {"activation_dropout", 0.0, offsetof(bart, act_dropout)},
+    {"classifier_dropout", 0.0, offsetof(bart, cls_dropout)},
+};
+
+static int read_rates(const ut_kv *kv, bart *net, double *std, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof rate_keys / sizeof rate_keys[0]; i++) {
+        double v;
+        if (ut_kv_float(kv, rate_keys[i].key, rate_keys[i].def, &v, err, n)) return -1;
+        if (!(v >= 0 && v < 1)) return ut_errorf(err, n, "bart: %s %g is outside [0, 1)", rate_keys[i].key, v);
+        *(float *)((char *)net + rate_keys[i].at) = (float)v;
+    }
+    long long K1, K2;
+    if (ut_kv_float(kv, "init_std", 0.02, std, err, n) || ut_kv_int(kv, "num_classes", 2, &K1, err, n) ||
+        ut_kv_int(kv, "num_labels", K1, &K2, err, n))
+        return -1;
+    if (!(*std >= 0)) return ut_errorf(err, n, "bart: init_std must be >= 0");
+    if (K2 < 1 || K2 > INT32_MAX) return ut_errorf(err, n, "bart: num_labels %lld must be >= 1", K2);
+    net->K = K2;
+    return 0;
+}
+
+/* activation_function, scale_embedding, the LayerDrop rates and task: what is supported */
+static int read_kinds(const ut_kv *kv, bart *net, char *err, size_t n) {
+    const char *act = ut_kv_get(kv, "activation_function"), *task = ut_kv_get(kv, "task");
+    if (!act || !strcmp(act, "gelu")) net->act = ACT_GELU;
+    else if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) net->act = ACT_GELU_TANH;
+    else if (!strcmp(act, "relu")) net->act = ACT_RELU;
+    else
+        return ut_errorf(err, n, "bart: activation_function '%s' is not supported (gelu, gelu_new, "
+                                 "gelu_pytorch_tanh, relu)", act);
+    bool scale;
+    if (ut_kv_bool(kv, "scale_embedding", false, &scale, err, n)) return -1;
+    net->embed_scale = scale ? sqrtf((float)net->C) : 1.0f;
+    const char *drops[2] = {"encoder_layerdrop", "decoder_layerdrop"};
+    for (int i = 0; i < 2; i++) {
+        double v;
+        if (ut_kv_float(kv, drops[i], 0.0, &v, err, n)) return -1;
+        if (v != 0)
+            return ut_errorf(err, n, "bart: %s %g is not supported (LayerDrop skips whole layers); set "
+                                     "model.%s: 0", drops[i], v, drops[i]);
+    }
+    if (task && strcmp(task, "sequence_classification"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for bart; use sequence_classification",
+                         task);
+    return 0;
+}
+
+/* The checkpoint may be a BartForSequenceClassification (names as ours), a
+ * bare BartModel with or without the "model." prefix; the head is optional.
+ * The copies of the shared embedding that older files hold under
+ * encoder/decoder.embed_tokens, and the LM head of a
+ * BartForConditionalGeneration, are not read. */
+static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+    static const char *const optional[] = {"classification_head.", NULL};
+    static const char *const ignored[] = {"embed_tokens.weight", "final_logits_bias", "lm_head.", NULL};
+    ut_hf_load_opts o = {.base_prefix = "model.", .optional = optional, .ignored = ignored};
+    return ut_hf_load_pretrained(m, dir, o, err, n);
+}
+
+static double param_count(const bart *b) {
+    double C = (double)b->C, attn = 4.0 * C * C + 6.0 * C, ffn_e = 2.0 * C * (double)b->EF,
+           ffn_d = 2.0 * C * (double)b->DF;
+    return (double)(b->V + 2 * (b->P + 2)) * C + (double)b->EL * (attn + ffn_e) +
+           (double)b->DL * (2.0 * attn + ffn_d) + C * (C + (double)b->K);
+}
+
+ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    static const char *const known[] = {
+        "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+        "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
+        "scale_embedding", "activation_function", "pad_token_id", "eos_token_id", "decoder_start_token_id",
+        "dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "init_std",
+        "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained", NULL};
+    if (ut_kv_check_keys(opts, known, "model bart", err, n)) return NULL;
+    const char *dir = ut_kv_get(opts, "pretrained");
+    ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
+    if (dir && !merged) return NULL;
+    const ut_kv *kv = merged ? merged : opts;
+    bart net = {0};
+    double std;
+    int rc = read_dims(kv, &net, err, n) || read_rates(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
+    ut_kv_free(merged);
+    if (rc) return NULL;
+    double numel = param_count(&net);
+    if (ut_memory_check(8 * numel, ut_fmt("bart (%.3g parameters)", numel), err, n)) return NULL;
+    bart *impl = ut_malloc_check(sizeof *impl);
+    *impl = net;
+    ut_model *m = bart_new(impl, (float)std, seed);
+    if (dir && load_pretrained(m, dir, err, n)) {
+        ut_model_free(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,156 @@
+/* Checks shared by the Hugging Face parity tests (tests/parity/test_hf_*.c):
+ * a model's logits, loss, every parameter gradient and 10 AdamW steps
+ * against a fixture batch file that tests/parity/make_hf*_fixtures.py writes
+ * (input, labels, logits, loss, grad.<name>, adamw_losses, after.<name>,
+ * metadata "decay"), and file helpers for bad-directory tests.
+ * Include after test.h: the checks record failures with CHECK.
+ * defines: hfp_rel_err, hfp_stored, hfp_check_batch, hfp_check_adamw,
+ *          hfp_copy_file, hfp_config_with. */
+#ifndef UTRAIN_TEST_HF_PARITY_H
+#define UTRAIN_TEST_HF_PARITY_H
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proc.h"
+#include "utrain/utrain.h"
+
+#define HFP_TOL 1e-4 /* max-abs error over max-abs value */
+/* A key projection's bias gets a gradient that is zero in exact arithmetic
+ * (it adds the same q . b_k to every key's score of a query, which softmax
+ * ignores): both sides hold rounding noise (~1e-9), checked against this
+ * absolute bound instead, and left out of the comparison after AdamW steps. */
+#define HFP_ZERO_GRAD 1e-7
+
+static inline double hfp_rel_err(const float *a, const float *b, int64_t n) {
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= err)) err = d;
+        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
+    }
+    return ref > 0 ? err / ref : err;
+}
+
+/* A fixture tensor (file bytes) as a tensor of ctx */
+static inline ut_tensor *hfp_stored(ut_ctx *ctx, const ut_st_tensor *t) {
+    int64_t ne[4];
+    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
+    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
+}
+
+static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f, const char *zero_bias) {
+    char name[300];
+    snprintf(name, sizeof name, "grad.%s", m->params.names[p]);
+    const ut_st_tensor *g = ut_st_get(f, name);
+    CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
+    if (!g) return;
+    const float *ours = m->params.grad + m->params.segs[p].offset, *ref = g->data;
+    if (zero_bias && strstr(name, zero_bias)) {
+        for (int64_t i = 0; i < ut_st_numel(g); i++)
+            CHECK(fabsf(ours[i]) < HFP_ZERO_GRAD && fabsf(ref[i]) < HFP_ZERO_GRAD,
+                  "%s[%lld]: %g and %g, expected about 0", name, (long long)i, ours[i], ref[i]);
+        return;
+    }
+    double e = hfp_rel_err(ours, ref, ut_st_numel(g));
+    CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
+}
+
+/* Eval-mode forward, loss and backward of m on the fixture batch: logits
+ * and loss within HFP_TOL and every parameter's gradient (names containing
+ * zero_bias: about 0 on both sides). Returns the number of gradients checked. */
+static inline int hfp_check_batch(ut_model *m, const ut_st_file *f, const char *zero_bias) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_training(ctx, false);
+    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
+    CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+    int checked = 0;
+    if (loss) {
+        const ut_st_tensor *rl = ut_st_get(f, "logits"), *rloss = ut_st_get(f, "loss");
+        CHECK(ut_nelem(logits) == ut_st_numel(rl) && logits->ne[1] == rl->shape[1], "logits shape");
+        double e = hfp_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
+        CHECK(e < HFP_TOL, "logits: relative error %.3g", e);
+        float ref = ((const float *)rloss->data)[0];
+        CHECK_NEAR(ut_f32(loss)[0], ref, 1e-4 * ref);
+        for (int p = 0; p < m->params.n; p++, checked++) hfp_check_grad(m, p, f, zero_bias);
+    }
+    ut_ctx_free(ctx);
+    return checked;
+}
+
+/* 10 AdamW steps (lr 1e-3, weight decay 0.5) on the batch against
+ * torch.optim.AdamW over Hugging Face Trainer's groups: the model's decay
+ * flags are exactly the fixture's decayed names, the losses before each step
+ * and the parameters after the steps agree (names containing zero_bias aside). */
+static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char *zero_bias) {
+    const char *decay = ut_st_meta(f, "decay");
+    CHECK(decay, "no decay names in the fixture");
+    for (int p = 0; decay && p < m->params.n; p++) {
+        char quoted[300];
+        snprintf(quoted, sizeof quoted, "\"%s\"", m->params.names[p]);
+        CHECK(m->params.segs[p].decay == (strstr(decay, quoted) != NULL), "%s: decay %d", m->params.names[p],
+              m->params.segs[p].decay);
+    }
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
+    cfg.lr = 1e-3f;
+    cfg.weight_decay = 0.5f;
+    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+                               m->params.numel);
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_training(ctx, false);
+    const ut_st_tensor *lt = ut_st_get(f, "adamw_losses");
+    CHECK(lt && ut_st_numel(lt) == 10, "adamw_losses");
+    for (int s = 0; lt && s < ut_st_numel(lt); s++) {
+        ut_ctx_reset(ctx);
+        ut_model_zero_grad(m);
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
+                                        hfp_stored(ctx, ut_st_get(f, "labels")));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        if (!loss) break;
+        float ref = ((const float *)lt->data)[s];
+        CHECK(fabs(ut_f32(loss)[0] - ref) <= 1e-4 * ref, "step %d: loss %.7f, transformers %.7f", s,
+              ut_f32(loss)[0], ref);
+        ut_optim_step(o, cfg.lr);
+    }
+    for (int p = 0; p < m->params.n; p++) {
+        char name[300];
+        snprintf(name, sizeof name, "after.%s", m->params.names[p]);
+        const ut_st_tensor *a = ut_st_get(f, name);
+        CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
+        if (!a || (zero_bias && strstr(name, zero_bias))) continue;
+        double e = hfp_rel_err(m->params.data + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
+    }
+    ut_ctx_free(ctx);
+    ut_optim_free(o);
+}
+
+/* Copies from to to, only its first keep bytes when keep >= 0. */
+static inline void hfp_copy_file(const char *from, const char *to, long keep) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    UT_ASSERT(in && out);
+    char buf[65536];
+    long left = keep;
+    for (size_t got; (got = fread(buf, 1, sizeof buf, in)) > 0;) {
+        size_t put = keep < 0 || (long)got <= left ? got : (size_t)left;
+        fwrite(buf, 1, put, out);
+        left -= (long)put;
+    }
+    fclose(in);
+    fclose(out);
+}
+
+/* dir/config.json: a copy of the file src with the first from replaced by to */
+static inline void hfp_config_with(const char *src, const char *dir, const char *from, const char *to) {
+    char path[600], *s = tp_slurp(src);
+    UT_ASSERT(s && strstr(s, from));
+    char *at = strstr(s, from);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    UT_ASSERT(f);
+    fprintf(f, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+    fclose(f);
+    free(s);
+}
+#endif
