@@ -76,6 +76,10 @@ ut_tensor *ut_attention(ut_ctx *ctx, ut_tensor *qkv, int n_head);
  * in training mode (BERT's attention_probs_dropout_prob), 0 for none. */
 ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
                                ut_tensor *mask, int n_head, float dropout);
+/* The same with GPT-2's causal mask as well: query t sees keys 0..t only,
+ * and of those the ones mask leaves (a padded batch of a decoder). */
+ut_tensor *ut_attention_masked_causal(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
+                                      ut_tensor *mask, int n_head, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

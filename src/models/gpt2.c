@@ -39,8 +39,9 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, ut_tensor *idx) {
         return NULL;
     }
     int64_t T = idx->ne[1];
-    ut_tensor *pos = ut_tensor_new(ctx, UT_I32, 1, &T);
-    for (int64_t t = 0; t < T; t++) ut_i32(pos)[t] = (int32_t)t;
+    int32_t *ps = ut_ctx_alloc(ctx, (size_t)T * sizeof *ps);
+    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
+    ut_tensor *pos = ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
     ut_tensor *tok = ut_embedding_layer_forward(ctx, &g->wte, idx);
     ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, pos));
     if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);

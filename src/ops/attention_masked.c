@@ -4,13 +4,15 @@
  *   out = softmax(q k^T / sqrt(hs) + mask[b, None, None, :]) v -> (B, T, C).
  * mask (B, T) F32 is added to every query's scores for key t (0 to attend, a
  * large negative number for padding: Hugging Face's (1 - attention_mask) *
- * finfo(float32).min); NULL attends everywhere. No causal mask. The mask takes
- * no gradient. In training mode with dropout p > 0 the probabilities are
- * dropped as torch's dropout after the softmax does (kept ones scaled by
- * 1/(1-p)), the keep mask drawn from the context's generator.
+ * finfo(float32).min); NULL attends everywhere. The mask takes no gradient.
+ * ut_attention_masked_causal also keeps query t from the keys after t (GPT-2's
+ * causal mask under its padding mask): their probabilities are exactly 0.
+ * In training mode with dropout p > 0 the probabilities are dropped as
+ * torch's dropout after the softmax does (kept ones scaled by 1/(1-p)), the keep mask drawn from the context's generator.
  * Saves the probabilities P (B, NH, T, T) in t->aux[0] and the keep mask
  * (uint8, same shape) in t->aux[1].
- * Parameters: ut_attention_masked_n_head, _p, _keep_scale (src/ops/params.h).
+ * Parameters: ut_attention_masked_n_head, _is_causal, _p, _keep_scale
+ * (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_masked.c. */
 #include "internal.h"
 #include "params.h"
@@ -23,8 +25,8 @@ static bool shapes_ok(ut_tensor *const *src, bool has_mask) {
     return !has_mask || (src[3]->ndim == 2 && src[3]->ne[0] == q->ne[0] && src[3]->ne[1] == q->ne[1]);
 }
 
-ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
-                               ut_tensor *mask, int n_head, float dropout) {
+static ut_tensor *attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
+                                   int n_head, float dropout, bool causal) {
     ut_tensor *src[4] = {q, k, v, mask};
     int nsrc = mask ? 4 : 3;
     if (!ut_op_check(ctx, "attention_masked", nsrc, src, 0)) return NULL;
@@ -45,8 +47,19 @@ ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
     ut_tensor *t = ut_op_new(ctx, UT_OP_ATTENTION_MASKED, UT_F32, 3, q->ne, nsrc, src);
     if (!t) return NULL;
     ut_attention_masked_set_n_head(t, n_head);
+    ut_attention_masked_set_is_causal(t, causal);
     float p = ctx->training ? dropout : 0.0f;
     ut_attention_masked_set_p(t, p);
     ut_attention_masked_set_keep_scale(t, 1.0f / (1.0f - p));
     return ut_op_run(t);
+}
+
+ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
+                               ut_tensor *mask, int n_head, float dropout) {
+    return attention_masked(ctx, q, k, v, mask, n_head, dropout, false);
+}
+
+ut_tensor *ut_attention_masked_causal(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v,
+                                      ut_tensor *mask, int n_head, float dropout) {
+    return attention_masked(ctx, q, k, v, mask, n_head, dropout, true);
 }

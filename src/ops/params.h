@@ -47,6 +47,7 @@ UT_PARAM_I(max_pool2d, stride, 1)
 UT_PARAM_I(attention, n_head, 0)
 /* attention_masked */
 UT_PARAM_I(attention_masked, n_head, 0)
+UT_PARAM_I(attention_masked, is_causal, 1)      /* 1: query t also sees no key after t */
 UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_masked, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the

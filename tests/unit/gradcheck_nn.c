@@ -63,6 +63,17 @@ static ut_tensor *b_attm_shared(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, ut_attention_masked(c, in[0], in[0], in[0], pad_mask(c, 2, 5), 2, 0.0f), in[0]);
 }
 
+/* causal on top of the padding mask (GPT-2 on a padded batch), or alone */
+static ut_tensor *b_attm_causal(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked_causal(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.0f);
+}
+static ut_tensor *b_attm_causal_nomask(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked_causal(c, in[0], in[1], in[2], NULL, 1, 0.0f);
+}
+static ut_tensor *b_attm_causal_dropout(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked_causal(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, 0.3f);
+}
+
 const gc_row gc_rows_nn[] = {
     {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
     {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
@@ -100,6 +111,11 @@ const gc_row gc_rows_nn[] = {
     {"attention_masked q = k = v", 1, {{3, {2, 5, 8}}}, b_attm_shared},
     {"attention_masked dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_dropout,
      .training = true},
+    {"attention_masked causal padding NH=2", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_causal},
+    {"attention_masked causal no mask", 3, {{3, {2, 4, 6}}, {3, {2, 4, 6}}, {3, {2, 4, 6}}}, b_attm_causal_nomask},
+    {"attention_masked causal T=1", 3, {{3, {2, 1, 4}}, {3, {2, 1, 4}}, {3, {2, 1, 4}}}, b_attm_causal},
+    {"attention_masked causal dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}},
+     b_attm_causal_dropout, .training = true},
     {"attention_masked dropout eval", 3, {{3, {2, 4, 8}}, {3, {2, 4, 8}}, {3, {2, 4, 8}}}, b_attm_dropout},
 };
 const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];

@@ -30,10 +30,11 @@ static void softmax_row(float *p, int64_t T) {
 }
 
 /* out (B, T, C), att (B, NH, T, T) from q, k, v (B, T, C) and mask (B, T) or
- * NULL; keep (B, NH, T, T) or NULL (no dropout), kept values scaled by ks */
+ * NULL; keep (B, NH, T, T) or NULL (no dropout), kept values scaled by ks;
+ * causal: keys after the query get probability 0 */
 void ut_attention_masked_forward_cpu(float *out, float *att, const float *q, const float *k,
                                      const float *v, const float *mask, const uint8_t *keep, float ks,
-                                     int64_t B, int64_t T, int64_t C, int64_t NH) {
+                                     bool causal, int64_t B, int64_t T, int64_t C, int64_t NH) {
     int64_t hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3) schedule(static)
@@ -44,7 +45,8 @@ void ut_attention_masked_forward_cpu(float *out, float *att, const float *q, con
                 const float *qt = q + base + t * C;
                 float *p = att + ((b * NH + h) * T + t) * T;
                 for (int64_t j = 0; j < T; j++)
-                    p[j] = dot(qt, k + base + j * C, hs) * scale + (mask ? mask[b * T + j] : 0.0f);
+                    p[j] = causal && j > t ? -INFINITY
+                                           : dot(qt, k + base + j * C, hs) * scale + (mask ? mask[b * T + j] : 0.0f);
                 softmax_row(p, T);
                 const uint8_t *kp = keep ? keep + ((b * NH + h) * T + t) * T : NULL;
                 float *o = out + base + t * C;
@@ -114,7 +116,7 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t) {
     }
     ut_attention_masked_forward_cpu(ut_f32(t), t->aux[0], ut_f32(t->src[0]), ut_f32(t->src[1]),
                                     ut_f32(t->src[2]), mask, t->aux[1], ut_attention_masked_keep_scale(t),
-                                    B, T, C, NH);
+                                    ut_attention_masked_is_causal(t) != 0, B, T, C, NH);
 }
 
 void ut_attention_masked_bwd_cpu(ut_tensor *t) {
