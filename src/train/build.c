@@ -223,8 +223,12 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         ut_kv_free(opts);
         return NULL;
     }
-    /* bert: the head's size from the data unless model.num_labels (or config.json's id2label) says */
-    if (!strcmp(cfg->model_name, "bert") && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
+    /* bert, gpt2 classifying: the head's size from the data unless model.num_labels (or
+     * config.json's id2label) says */
+    const char *task = ut_kv_get(opts, "task");
+    bool classifier = !strcmp(cfg->model_name, "bert") ||
+                      (!strcmp(cfg->model_name, "gpt2") && task && !strcmp(task, "sequence_classification"));
+    if (classifier && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
         !ut_kv_get(opts, "num_classes")) {
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
