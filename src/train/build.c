@@ -216,9 +216,10 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
     bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
-    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2")) {
+    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2") &&
+        strcmp(cfg->model_name, "roberta")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert or gpt2 (BART is not supported yet)",
+                         "model.name: bert (BERT or RoBERTa), roberta or gpt2 (BART is not supported yet)",
                  cfg->model_name);
         ut_kv_free(opts);
         return NULL;
@@ -226,7 +227,7 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     /* bert, gpt2 classifying: the head's size from the data unless model.num_labels (or
      * config.json's id2label) says */
     const char *task = ut_kv_get(opts, "task");
-    bool classifier = !strcmp(cfg->model_name, "bert") ||
+    bool classifier = !strcmp(cfg->model_name, "bert") || !strcmp(cfg->model_name, "roberta") ||
                       (!strcmp(cfg->model_name, "gpt2") && task && !strcmp(task, "sequence_classification"));
     if (classifier && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
         !ut_kv_get(opts, "num_classes")) {

@@ -46,6 +46,7 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"gpt2", "tokens", "a language model: it reads token shards"},
         {"bow", "tsv_text", "a sentence classifier: it reads TSV text"},
         {"bert", "tsv_text", "a sentence classifier: it reads TSV text"},
+        {"roberta", "tsv_text", "a sentence classifier: it reads TSV text"},
         {"cnn", "idx_images", "an image classifier: it reads IDX images"},
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
     const char *task = ut_kv_get(c->model_opts, "task");
