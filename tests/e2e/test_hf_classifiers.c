@@ -1,0 +1,131 @@
+/* End to end through the `utrain` program with the RoBERTa and GPT-2
+ * sequence-classification fixtures of tests/parity/make_hf_cls_fixtures.py
+ * (their tokenizer files as the tokenizer: RoBERTa's tokenizer.json, GPT-2's
+ * vocab.json + merges.txt) on data/sst2_sample: train mode for 3 epochs with
+ * dynamic padding (finite losses; the tiny random models learn little on 240
+ * sentences, so no accuracy is asserted), then test mode writing dev/test
+ * results and predictions, then `utrain export --format hf` of the best
+ * checkpoint, whose head has moved from the fixture's; and a GPT-2 classifier
+ * on token shards refused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "test.h"
+#include "utrain/io.h"
+
+static char tmp[256];
+
+static const char *path_in(const char *a, const char *b) {
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
+    return buf[k];
+}
+
+/* tmp/NAME.yml: model NAME from fixture DIR (extra model lines), sst2_sample */
+static void write_config(const char *name, const char *model, const char *dir, const char *extra) {
+    char file[64];
+    snprintf(file, sizeof file, "%s.yml", name);
+    FILE *f = fopen(path_in(tmp, file), "w");
+    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 3\n"
+               "model:\n  name: %s\n  pretrained: tests/parity/fixtures/%s\n%s"
+               "data:\n  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n"
+               "  dev_path: data/sst2_sample/dev.tsv\n  test_path: data/sst2_sample/test.tsv\n  max_len: 32\n"
+               "train:\n  epochs: 3\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
+               "  save_strategy: epoch\n  best_metric: dev/accuracy\n"
+               "optim:\n  name: adamw\n  lr: 2.0e-3\n  weight_decay: 0.01\n  schedule: linear\n",
+            name, tmp, model, dir, extra);
+    fclose(f);
+}
+
+static int run(const char *const *argv, const char *out) {
+    int rc = tp_run(argv, path_in(tmp, out));
+    if (rc) {
+        char *s = tp_slurp(path_in(tmp, out));
+        fprintf(stderr, "  utrain %s exited %d:\n%s\n", argv[0], rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+/* the largest difference of tensor NAME between two safetensors files */
+static double max_diff(const char *a, const char *b, const char *name) {
+    char err[512];
+    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
+    CHECK(fa && fb, "%s", err);
+    const ut_st_tensor *x = fa ? ut_st_get(fa, name) : NULL, *y = fb ? ut_st_get(fb, name) : NULL;
+    CHECK(x && y && x->nbytes == y->nbytes, "%s in %s and %s", name, a, b);
+    double d = -1;
+    for (int64_t i = 0; x && y && x->nbytes == y->nbytes && i < ut_st_numel(x); i++)
+        d = fmax(d, fabs(((const float *)x->data)[i] - ((const float *)y->data)[i]));
+    ut_st_close(fa);
+    ut_st_close(fb);
+    return d;
+}
+
+static void train_test_export(const char *name, const char *arch, const char *fixture, const char *head) {
+    char cfg[64], out[64], d[1024], hf[1024];
+    snprintf(cfg, sizeof cfg, "%s.yml", name);
+    snprintf(out, sizeof out, "%s.train.out", name);
+    snprintf(d, sizeof d, "%s/runs/%s", tmp, name);
+    snprintf(hf, sizeof hf, "%s/%s_hf", tmp, name);
+    CHECK(run((const char *[]){"train", path_in(tmp, cfg), NULL}, out) == 0, "%s: train", name);
+    char first[64] = "", last[64] = "";
+    bool ok = tp_loss_at(path_in(d, "metrics.jsonl"), "train", 1, first, sizeof first) &&
+              tp_loss_at(path_in(d, "metrics.jsonl"), "train", 45, last, sizeof last);
+    CHECK(ok && isfinite(atof(first)) && isfinite(atof(last)) && atof(last) > 0.3 && atof(last) < 1.2,
+          "%s: train loss %s at step 1, %s at step 45", name, first, last);
+    snprintf(out, sizeof out, "%s.test.out", name);
+    CHECK(run((const char *[]){"test", d, NULL}, out) == 0, "%s: test", name);
+    const char *splits[2] = {"dev", "test"};
+    for (int i = 0; i < 2; i++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s_results.json", splits[i]);
+        char *s = tp_slurp(path_in(d, file));
+        CHECK(s && strstr(s, "\"examples\": 60") && strstr(s, "\"accuracy\""), "%s %s: %s", name, file, s);
+        free(s);
+        snprintf(file, sizeof file, "%s_predictions.tsv", splits[i]);
+        CHECK(tp_count_lines(path_in(d, file)) == 61, "%s %s: header and 60 rows", name, file);
+    }
+    snprintf(out, sizeof out, "%s.export.out", name);
+    CHECK(run((const char *[]){"export", d, "--format", "hf", hf, NULL}, out) == 0, "%s: export", name);
+    char *s = tp_slurp(path_in(hf, "config.json"));
+    CHECK(s && strstr(s, arch), "%s: config.json: %s", name, s ? s : "(none)");
+    free(s);
+    char fix[512];
+    snprintf(fix, sizeof fix, "tests/parity/fixtures/%s/model.safetensors", fixture);
+    double moved = max_diff(fix, path_in(hf, "model.safetensors"), head);
+    CHECK(moved > 1e-4, "%s: %s moved by %g in training", name, head, moved);
+}
+
+static void test_roberta(void) {
+    train_test_export("roberta", "RobertaForSequenceClassification", "hf_roberta_tiny", "classifier.out_proj.weight");
+}
+static void test_gpt2_classifier(void) {
+    train_test_export("gpt2cls", "GPT2ForSequenceClassification", "hf_gpt2_cls_tiny", "score.weight");
+}
+
+static void test_refused(void) {
+    FILE *f = fopen(path_in(tmp, "tok.yml"), "w");
+    fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
+               "data:\n  name: tokens\n  train_path: x.bin\n", tmp);
+    fclose(f);
+    CHECK(tp_run((const char *[]){"train", path_in(tmp, "tok.yml"), NULL}, path_in(tmp, "tok.out")) == 1, "exit 1");
+    char *s = tp_slurp(path_in(tmp, "tok.out"));
+    CHECK(s && strstr(s, "model.task: sequence_classification") && strstr(s, "tsv_text"), "%s", s);
+    free(s);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "ut-hfcls")) return 1;
+    write_config("roberta", "bert", "hf_roberta_tiny", "  hidden_dropout_prob: 0\n");
+    write_config("gpt2cls", "gpt2", "hf_gpt2_cls_tiny", "  task: sequence_classification\n  dropout: 0\n");
+    RUN(test_roberta);
+    RUN(test_gpt2_classifier);
+    RUN(test_refused);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
