@@ -146,6 +146,35 @@ done:
     ut_model_free(m[1]);
 }
 
+/* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there,
+ * under the causal -inf): finite logits and loss near transformers' fp32 */
+static void test_autocast(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_gpt2_cls_tiny", NULL, NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int i = 0; m && f && i < 2; i++) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_ctx_set_training(ctx, false);
+        ut_ctx_set_autocast(ctx, dts[i]);
+        ut_tensor *logits = ut_model_forward(m, ctx, hp_stored(ctx, f, "input"));
+        ut_tensor *loss = ut_model_loss(m, ctx, logits, hp_stored(ctx, f, "labels"));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        if (loss) {
+            const ut_tensor *l32 = ut_tensor_to(ctx, logits, UT_F32);
+            double e = hp_rel_err(ut_f32(l32), ut_st_get(f, "logits")->data, 8);
+            CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(dts[i]), e);
+            CHECK(isfinite(ut_f32(loss)[0]) && fabs(ut_f32(loss)[0] - hp_value(f, "loss", 0)) < 0.01, "%s loss %g",
+                  ut_dtype_name(dts[i]), ut_f32(loss)[0]);
+        }
+        ut_model_zero_grad(m);
+        ut_ctx_free(ctx);
+    }
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 static void test_refusals(void) {
     char err[1024] = "";
     ut_kv *kv = ut_kv_new();
@@ -176,6 +205,7 @@ int main(int argc, char **argv) {
     RUN(test_pad_token_id_decides_the_row);
     RUN(test_new_head_and_no_pad_token);
     RUN(test_checkpointing_with_dropout);
+    RUN(test_autocast);
     RUN(test_refusals);
     return TEST_SUMMARY();
 }

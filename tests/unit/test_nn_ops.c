@@ -383,6 +383,13 @@ static void test_attention_masked_causal(void) {
         CHECK(fabsf(ut_f32(y)[(2 * T - 1) * C] - ut_f32(ym)[(2 * T - 1) * C]) > 1e-4f,
               "the padded key was not masked for its own query");
     }
+    /* example 0 all padding with the mask at -inf (autocast's rounding of
+     * -FLT_MAX): it attends nowhere, zeros rather than NaN */
+    for (int t = 0; t < T; t++) mk[t] = -INFINITY;
+    ut_tensor *yz = ut_attention_masked_causal(ctx, q, k, v, ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk),
+                                               NH, 0.0f);
+    CHECK(yz, "%s", ut_ctx_error(ctx));
+    for (int64_t i = 0; yz && i < (int64_t)T * C; i++) CHECK(ut_f32(yz)[i] == 0.0f, "[%lld] %g", (long long)i, ut_f32(yz)[i]);
     ut_ctx_free(ctx);
 }
 
