@@ -5,7 +5,8 @@
  * dynamic padding (finite losses; the tiny random models learn little on 240
  * sentences, so no accuracy is asserted), then test mode writing dev/test
  * results and predictions, then `utrain export --format hf` of the best
- * checkpoint, whose head has moved from the fixture's; and a GPT-2 classifier
+ * checkpoint, whose head has moved from the fixture's; DDP on 2 ranks x 8
+ * giving the GPT-2 classifier's one-process losses; and a GPT-2 classifier
  * on token shards refused. */
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,19 @@ static void test_gpt2_classifier(void) {
     train_test_export("gpt2cls", "GPT2ForSequenceClassification", "hf_gpt2_cls_tiny", "score.weight");
 }
 
+/* ddp on 2 ranks x 8 examples = 1 process x 16 (dropout off in the config) */
+static void test_gpt2_classifier_ddp(void) {
+    const char *argv[] = {"train", path_in(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
+                          "train.batch_size=8", "--set", "dist.strategy=ddp", "--nproc", "2", NULL};
+    CHECK(run(argv, "ddp.out") == 0, "ddp on 2 ranks");
+    for (int step = 1; step <= 45; step += 22) {
+        char a[64] = "", b[64] = "";
+        bool ok = tp_loss_at(path_in(tmp, "runs/gpt2cls/metrics.jsonl"), "train", step, a, sizeof a) &&
+                  tp_loss_at(path_in(tmp, "runs/gpt2cls_ddp/metrics.jsonl"), "train", step, b, sizeof b);
+        CHECK(ok && fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)), "step %d: loss %s vs %s", step, a, b);
+    }
+}
+
 static void test_refused(void) {
     FILE *f = fopen(path_in(tmp, "tok.yml"), "w");
     fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
@@ -127,5 +141,8 @@ int main(int argc, char **argv) {
     RUN(test_roberta);
     RUN(test_gpt2_classifier);
     RUN(test_refused);
+    /* under mpirun last: its environment turns LeakSanitizer off */
+    tp_mpi_env(true);
+    RUN(test_gpt2_classifier_ddp);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
