@@ -98,8 +98,8 @@ static ut_tensor *classify_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     }
     int64_t B = x->ne[0], T = x->ne[2];
     if (g->pad_id < 0 && B > 1) {
-        ut_ctx_set_error(ctx, "gpt2: pad_token_id is not set (config.json has none) and the batch has %lld "
-                              "rows: the last real token of a padded row cannot be found; set "
+        ut_ctx_set_error(ctx, "gpt2: pad_token_id is not set (by model.pad_token_id or config.json) and the batch "
+                              "has %lld rows: the last real token of a padded row cannot be found; set "
                               "model.pad_token_id to the tokenizer's padding id (50256, <|endoftext|>, for "
                               "GPT-2's tokenizer)", (long long)B);
         return NULL;

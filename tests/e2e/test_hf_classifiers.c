@@ -121,6 +121,44 @@ static void test_gpt2_classifier_ddp(void) {
     }
 }
 
+/* a random GPT-2 classifier with GPT-2's own BPE files
+ * (data/pretrained/gpt2-bpe, scripts/fetch-pretrained.sh): ids up to 50256,
+ * padded with <|endoftext|>, which model.pad_token_id names; without it the
+ * first step is refused */
+static void test_gpt2_real_bpe(void) {
+    const char *bpe = "data/pretrained/gpt2-bpe/encoder.json";
+    FILE *probe = fopen(bpe, "r");
+    CHECK(probe, "%s is missing: run scripts/fetch-pretrained.sh", bpe);
+    if (!probe) return;
+    fclose(probe);
+    FILE *f = fopen(path_in(tmp, "bpe.yml"), "w");
+    fprintf(f, "experiment_name: bpe\noutput_dir: %s/runs\nseed: 3\nmodel:\n  name: gpt2\n"
+               "  task: sequence_classification\n  n_layer: 1\n  n_head: 2\n  n_embd: 16\n  block_size: 32\n"
+               "  pad_token_id: 50256\ndata:\n  name: tsv_text\n  tokenizer: data/pretrained/gpt2-bpe\n"
+               "  train_path: data/sst2_sample/train.tsv\n  dev_path: data/sst2_sample/dev.tsv\n"
+               "  test_path: data/sst2_sample/test.tsv\n  max_len: 24\n"
+               "train:\n  max_steps: 4\n  batch_size: 16\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp);
+    fclose(f);
+    CHECK(run((const char *[]){"train", path_in(tmp, "bpe.yml"), NULL}, "bpe.out") == 0, "train");
+    CHECK(run((const char *[]){"test", path_in(tmp, "runs/bpe"), NULL}, "bpe.test.out") == 0, "test");
+    char *s = tp_slurp(path_in(tmp, "runs/bpe/test_results.json"));
+    CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
+    free(s);
+    f = fopen(path_in(tmp, "nopad.yml"), "w");
+    char *cfg = tp_slurp(path_in(tmp, "bpe.yml"));
+    const char *line = "  pad_token_id: 50256\n";
+    char *at = cfg ? strstr(cfg, line) : NULL;
+    if (at) memmove(at, at + strlen(line), strlen(at + strlen(line)) + 1);
+    fputs(cfg ? cfg : "", f);
+    fclose(f);
+    free(cfg);
+    CHECK(tp_run((const char *[]){"train", path_in(tmp, "nopad.yml"), "--set", "experiment_name=nopad", NULL},
+                 path_in(tmp, "nopad.out")) == 1, "exit 1 without pad_token_id");
+    s = tp_slurp(path_in(tmp, "nopad.out"));
+    CHECK(s && strstr(s, "pad_token_id is not set") && strstr(s, "50256"), "%s", s);
+    free(s);
+}
+
 static void test_refused(void) {
     FILE *f = fopen(path_in(tmp, "tok.yml"), "w");
     fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
@@ -140,6 +178,7 @@ int main(int argc, char **argv) {
     write_config("gpt2cls", "gpt2", "hf_gpt2_cls_tiny", "  task: sequence_classification\n  dropout: 0\n");
     RUN(test_roberta);
     RUN(test_gpt2_classifier);
+    RUN(test_gpt2_real_bpe);
     RUN(test_refused);
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
