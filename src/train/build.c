@@ -1,4 +1,5 @@
 /* Datasets and the model as the config describes them. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "run_internal.h"
@@ -208,6 +209,22 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **tra
 }
 
 /* ---- model ---- */
+/* The most tokens a BERT or RoBERTa row can hold (0: not one of them):
+ * max_position_embeddings, less pad_token_id + 1 for RoBERTa, whose
+ * positions start after pad_token_id (model.pad_token_id, config.json's, or 1) */
+static int64_t position_room(const ut_config *cfg, const ut_model *m) {
+    ut_tensor *b = ut_model_param(m, "bert.embeddings.position_embeddings.weight"),
+              *r = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
+    if (b || !r) return b ? b->ne[0] : 0;
+    const char *dir = ut_kv_get(cfg->model_opts, "pretrained"), *v = ut_kv_get(cfg->model_opts, "pad_token_id");
+    char why[512];
+    ut_kv *kv = dir ? ut_hf_config_read(dir, why, sizeof why) : NULL;
+    if (kv && ut_kv_get(kv, "pad_token_id")) v = ut_kv_get(kv, "pad_token_id");
+    long long pad = v ? atoll(v) : 1;
+    ut_kv_free(kv);
+    return r->ne[0] - pad - 1;
+}
+
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
@@ -252,12 +269,17 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         return NULL;
     }
     m->checkpoint_activations = cfg->checkpoint_activations;
-    /* bert: every example must fit the learned positions */
-    ut_tensor *pos = !strcmp(cfg->model_name, "bert") && !strcmp(cfg->data_name, "tsv_text")
-                         ? ut_model_param(m, "bert.embeddings.position_embeddings.weight") : NULL;
-    if (pos && cfg->max_len > pos->ne[0]) {
-        snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
-                 (long long)cfg->max_len, (long long)pos->ne[0]);
+    /* bert, roberta: every example must fit the learned positions */
+    int64_t room = strcmp(cfg->data_name, "tsv_text") ? 0 : position_room(cfg, m);
+    const ut_tensor *rob = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
+    if (room > 0 && cfg->max_len > room) {
+        if (rob)
+            snprintf(err, n, "data.max_len: %lld is more than the model's %lld positions (max_position_embeddings "
+                             "%lld less pad_token_id + 1)", (long long)cfg->max_len, (long long)room,
+                     (long long)rob->ne[0]);
+        else
+            snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
+                     (long long)cfg->max_len, (long long)room);
         ut_model_free(m);
         return NULL;
     }

@@ -160,12 +160,20 @@ static void test_gpt2_real_bpe(void) {
 }
 
 static void test_refused(void) {
+    /* hf_roberta_tiny: 66 positions, pad_token_id 1: 64 tokens at most */
+    const char *argv[] = {"train", path_in(tmp, "roberta.yml"), "--set", "experiment_name=long", "--set",
+                          "data.max_len=65", NULL};
+    CHECK(tp_run(argv, path_in(tmp, "long.out")) == 1, "max_len 65: exit 1");
+    char *s = tp_slurp(path_in(tmp, "long.out"));
+    CHECK(s && strstr(s, "data.max_len: 65 is more than the model's 64 positions (max_position_embeddings 66 "
+                         "less pad_token_id + 1)"), "%s", s);
+    free(s);
     FILE *f = fopen(path_in(tmp, "tok.yml"), "w");
     fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
                "data:\n  name: tokens\n  train_path: x.bin\n", tmp);
     fclose(f);
     CHECK(tp_run((const char *[]){"train", path_in(tmp, "tok.yml"), NULL}, path_in(tmp, "tok.out")) == 1, "exit 1");
-    char *s = tp_slurp(path_in(tmp, "tok.out"));
+    s = tp_slurp(path_in(tmp, "tok.out"));
     CHECK(s && strstr(s, "model.task: sequence_classification") && strstr(s, "tsv_text"), "%s", s);
     free(s);
 }
