@@ -331,6 +331,22 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
     return 0;
 }
 
+/* transformers' _init_weights zeroes an embedding's padding_idx row: RoBERTa's
+ * word and position rows pad_id, through one host copy of each table */
+static void zero_padding_rows(const bert *net) {
+    const ut_embedding_layer *e[2] = {&net->word, &net->pos};
+    for (int k = 0; k < 2; k++) {
+        ut_tensor *w = e[k]->w;
+        size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
+        float *h = ut_malloc_check(bytes);
+        if (!ut_tensor_get(w, h, bytes)) {
+            memset(h + net->pad_id * net->C, 0, (size_t)net->C * sizeof *h);
+            ut_tensor_set(w, h, bytes);
+        }
+        ut_free(h);
+    }
+}
+
 static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
@@ -371,6 +387,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
+    if (impl->roberta && !dir) zero_padding_rows(impl);
     if (dir && load_pretrained(m, impl->roberta, dir, err, n)) {
         ut_model_free(m);
         return NULL;

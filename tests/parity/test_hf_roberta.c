@@ -99,6 +99,14 @@ static void test_refusals(void) {
     ut_tensor *tt = m ? ut_model_param(m, "roberta.embeddings.token_type_embeddings.weight") : NULL;
     ut_tensor *pe = m ? ut_model_param(m, "roberta.embeddings.position_embeddings.weight") : NULL;
     CHECK(tt && tt->ne[0] == 1 && pe && pe->ne[0] == 514, "%s", err);
+    /* as transformers' init: the padding rows (pad_token_id 1) of the word and position tables are 0 */
+    ut_tensor *we = m ? ut_model_param(m, "roberta.embeddings.word_embeddings.weight") : NULL;
+    for (int i = 0; we && pe && i < 2; i++) {
+        const float *w = ut_f32(i ? pe : we);
+        double zero = 0, other = 0;
+        for (int c = 0; c < 768; c++) zero += fabs(w[768 + c]), other += fabs(w[2 * 768 + c]);
+        CHECK(zero == 0 && other > 1, "%s: row 1 |sum| %g, row 2 %g", i ? "positions" : "words", zero, other);
+    }
     ut_model_free(m);
 }
 
