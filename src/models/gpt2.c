@@ -11,7 +11,8 @@
  * tokenizer: ids, token type ids (unused) and attention mask; the causal
  * attention also masks padded keys; the bias-free "score" head reads the
  * hidden state at each row's last token that is not pad_token_id; output
- * (B, num_labels)). */
+ * (B, num_labels); options num_labels (num_classes), pad_token_id and
+ * initializer_range, the new head's std). docs/models.md. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
