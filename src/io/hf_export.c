@@ -1,8 +1,11 @@
 /* Export of a utrain checkpoint to a Hugging Face model directory:
  * config.json, model.safetensors under transformers' names and layouts
  * (GPT-2's Conv1D weights transposed back to (in, out), the "transformer."
- * prefix; bert's and bart's names are transformers' already) and the
- * tokenizer files of the model.pretrained directory. */
+ * prefix but for a classifier's "score"; bert's, roberta's and bart's names
+ * are transformers' already) and the tokenizer files of the model.pretrained
+ * directory. BERT, RoBERTa (roberta.* tensors), GPT-2 (GPT2LMHeadModel, or
+ * GPT2ForSequenceClassification with a score head) and BART
+ * (BartForSequenceClassification). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -59,7 +62,7 @@ static int collect(const ut_st_file *f, bool gpt2, tensor_list *l, const char *p
             return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32", path, nm,
                              ut_st_dtype_name(s->dtype));
         char buf[600];
-        snprintf(buf, sizeof buf, "%s%s", gpt2 ? "transformer." : "", nm + 6);
+        snprintf(buf, sizeof buf, "%s%s", gpt2 && strncmp(nm + 6, "score.", 6) ? "transformer." : "", nm + 6);
         ut_st_tensor t = *s;
         if (gpt2 && is_conv1d(nm) && s->ndim == 2) {
             int64_t r = t.shape[0], c = t.shape[1];
@@ -123,13 +126,31 @@ static void set_arch(cJSON *o, const char *arch) {
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
 }
 
+/* a classifier's K labels: id2label / label2id as transformers writes them */
+static void set_labels(cJSON *o, int64_t K) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");
+    cJSON *id2 = cJSON_AddObjectToObject(o, "id2label"), *l2i = cJSON_AddObjectToObject(o, "label2id");
+    for (int64_t k = 0; k < K; k++) {
+        char id[32], label[48];
+        snprintf(id, sizeof id, "%lld", (long long)k);
+        snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
+        cJSON_AddStringToObject(id2, id, label);
+        cJSON_AddNumberToObject(l2i, label, (double)k);
+    }
+}
+
 static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
     const ut_st_tensor *wte = tensor(l, "transformer.wte.weight"), *wpe = tensor(l, "transformer.wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
         return ut_errorf(err, n, "%s: not a gpt2 checkpoint (no model.wte.weight / model.wpe.weight)", path);
     double drop = opt_num(kv, "dropout", 0);
+    const ut_st_tensor *score = tensor(l, "score.weight");
     set_str(o, "model_type", "gpt2");
-    set_arch(o, "GPT2LMHeadModel");
+    set_arch(o, score ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel");
+    if (score) set_labels(o, score->shape[0]);
+    if (score && ut_kv_get(kv, "pad_token_id")) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 0));
     set_num(o, "vocab_size", (double)wte->shape[0]);
     set_num(o, "n_embd", (double)wte->shape[1]);
     set_num(o, "n_positions", (double)wpe->shape[0]);
@@ -145,56 +166,46 @@ static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     return 0;
 }
 
+static const ut_st_tensor *tensor_in(const tensor_list *l, const char *pre, const char *name) {
+    char full[300];
+    snprintf(full, sizeof full, "%s.%s", pre, name);
+    return tensor(l, full);
+}
+
+/* BERT or, with roberta.* tensors, RoBERTa */
 static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
-    const ut_st_tensor *we = tensor(l, "bert.embeddings.word_embeddings.weight"),
-                       *pe = tensor(l, "bert.embeddings.position_embeddings.weight"),
-                       *te = tensor(l, "bert.embeddings.token_type_embeddings.weight"),
-                       *in = tensor(l, "bert.encoder.layer.0.intermediate.dense.weight"),
-                       *cl = tensor(l, "classifier.weight");
+    bool rob = tensor(l, "roberta.embeddings.word_embeddings.weight") != NULL;
+    const char *pre = rob ? "roberta" : "bert";
+    char lay[64];
+    snprintf(lay, sizeof lay, "%s.encoder.layer.%%lld.output.dense.weight", pre);
+    const ut_st_tensor *we = tensor_in(l, pre, "embeddings.word_embeddings.weight"),
+                       *pe = tensor_in(l, pre, "embeddings.position_embeddings.weight"),
+                       *te = tensor_in(l, pre, "embeddings.token_type_embeddings.weight"),
+                       *in = tensor_in(l, pre, "encoder.layer.0.intermediate.dense.weight"),
+                       *cl = tensor(l, rob ? "classifier.out_proj.weight" : "classifier.weight");
     if (!we || !pe || !te || !in || !cl)
-        return ut_errorf(err, n, "%s: not a bert checkpoint (no model.bert.embeddings.* or model.classifier.weight)",
-                         path);
-    set_str(o, "model_type", "bert");
-    set_arch(o, "BertForSequenceClassification");
+        return ut_errorf(err, n, "%s: not a bert or roberta checkpoint (no model.bert.embeddings.* or "
+                                 "model.classifier.weight, no model.roberta.embeddings.* or "
+                                 "model.classifier.out_proj.weight)", path);
+    set_str(o, "model_type", pre);
+    set_arch(o, rob ? "RobertaForSequenceClassification" : "BertForSequenceClassification");
+    if (rob) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 1));
     set_num(o, "vocab_size", (double)we->shape[0]);
     set_num(o, "hidden_size", (double)we->shape[1]);
     set_num(o, "max_position_embeddings", (double)pe->shape[0]);
     set_num(o, "type_vocab_size", (double)te->shape[0]);
     set_num(o, "intermediate_size", (double)in->shape[0]);
-    set_num(o, "num_hidden_layers", (double)count_layers(l, "bert.encoder.layer.%lld.output.dense.weight"));
+    set_num(o, "num_hidden_layers", (double)count_layers(l, lay));
     set_num(o, "num_attention_heads", opt_num(kv, "num_attention_heads", 12));
-    set_num(o, "layer_norm_eps", opt_num(kv, "layer_norm_eps", 1e-12));
+    set_num(o, "layer_norm_eps", opt_num(kv, "layer_norm_eps", rob ? 1e-5 : 1e-12));
     set_num(o, "hidden_dropout_prob", opt_num(kv, "hidden_dropout_prob", 0.1));
     set_num(o, "attention_probs_dropout_prob", opt_num(kv, "attention_probs_dropout_prob", 0.1));
     set_num(o, "initializer_range", opt_num(kv, "initializer_range", 0.02));
     set_str(o, "hidden_act", ut_kv_get(kv, "hidden_act") ? ut_kv_get(kv, "hidden_act") : "gelu");
     set_str(o, "position_embedding_type", "absolute");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");
-    cJSON *id2 = cJSON_AddObjectToObject(o, "id2label"), *l2i = cJSON_AddObjectToObject(o, "label2id");
-    for (int64_t k = 0; k < cl->shape[0]; k++) {
-        char id[32], label[48];
-        snprintf(id, sizeof id, "%lld", (long long)k);
-        snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
-        cJSON_AddStringToObject(id2, id, label);
-        cJSON_AddNumberToObject(l2i, label, (double)k);
-    }
+    if (ut_kv_get(kv, "classifier_dropout")) set_num(o, "classifier_dropout", opt_num(kv, "classifier_dropout", 0.1));
+    set_labels(o, cl->shape[0]);
     return 0;
-}
-
-static void set_labels(cJSON *o, int64_t K) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");
-    cJSON *id2 = cJSON_AddObjectToObject(o, "id2label"), *l2i = cJSON_AddObjectToObject(o, "label2id");
-    for (int64_t k = 0; k < K; k++) {
-        char id[32], label[48];
-        snprintf(id, sizeof id, "%lld", (long long)k);
-        snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
-        cJSON_AddStringToObject(id2, id, label);
-        cJSON_AddNumberToObject(l2i, label, (double)k);
-    }
 }
 
 /* bart: the sizes from the tensors, the rest from the run's model options
@@ -304,8 +315,9 @@ static int write_config(cJSON *o, const char *out, char *err, size_t n) {
 int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
                  size_t n) {
     bool gpt2 = !strcmp(model_name, "gpt2"), bart = !strcmp(model_name, "bart");
-    if (!gpt2 && !bart && strcmp(model_name, "bert"))
-        return ut_errorf(err, n, "export --format hf: model.name is %s; bert, gpt2 and bart runs can be exported",
+    if (!gpt2 && !bart && strcmp(model_name, "bert") && strcmp(model_name, "roberta"))
+        return ut_errorf(err, n, "export --format hf: model.name is %s; bert, roberta, gpt2 and bart runs "
+                                 "can be exported",
                          model_name);
     if (mkdir(out, 0777) && errno != EEXIST) return ut_errorf(err, n, "%s: cannot create: %s", out, strerror(errno));
     const char *dir = ut_kv_get(opts, "pretrained");

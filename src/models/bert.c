@@ -1,4 +1,5 @@
-/* bert: BERT as Hugging Face's BertForSequenceClassification. Word, position
+/* bert: BERT as Hugging Face's BertForSequenceClassification, and RoBERTa
+ * (RobertaForSequenceClassification) as a variant of it. Word, position
  * and token type embeddings with LayerNorm, post-LayerNorm encoder layers
  * (separate query/key/value, bidirectional attention with the padding mask,
  * exact GELU), the pooler (dense + tanh on [CLS]) and a classifier.
@@ -12,7 +13,12 @@
  * type_vocab_size, layer_norm_eps, hidden_dropout_prob,
  * attention_probs_dropout_prob, initializer_range,
  * hidden_act, plus num_labels (num_classes), task and pretrained (a model
- * directory, which supplies the architecture and the weights). docs/models.md. */
+ * directory, which supplies the architecture and the weights), classifier_dropout.
+ * RoBERTa (config.json's model_type roberta, or model.name: roberta): names
+ * under "roberta.", position ids pad_token_id + 1 + the count of non-padding
+ * tokens before (padding at pad_token_id: transformers'
+ * create_position_ids_from_input_ids), no pooler, and the head
+ * classifier.dense + tanh + classifier.out_proj on <s>. docs/models.md. */
 #include <float.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -32,12 +38,14 @@ typedef struct layer_arg layer_arg;
 
 typedef struct {
     int64_t L, NH, C, I, V, P, TV, K;
-    float eps, dropout, attn_dropout;
-    bool exact_gelu;
+    int64_t pad_id;           /* RoBERTa's padding_idx */
+    float eps, dropout, attn_dropout, cls_dropout;
+    bool exact_gelu, roberta;
+    const char *prefix;       /* "bert" or "roberta" */
     ut_embedding_layer word, pos, type;
     ut_layernorm_layer emb_ln;
     bert_layer *layer;
-    ut_linear_layer pooler, classifier;
+    ut_linear_layer pooler, classifier; /* RoBERTa: classifier.dense, classifier.out_proj */
     layer_arg *args;          /* per layer: ut_checkpoint keeps the pointer until backward */
 } bert;
 
@@ -72,13 +80,23 @@ static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     return ut_layernorm_layer_forward(ctx, &l->out_ln, ut_add(ctx, h, x));
 }
 
-/* ids, type ids (B, T) I32, the additive mask (B, T) F32 and positions (T)
- * from x (B, 3, T), through one host copy */
-static int split_inputs(ut_ctx *ctx, ut_tensor *x, ut_tensor **ids, ut_tensor **types,
+/* RoBERTa's position ids (B, T): padding at pad_id, the others pad_id + 1 +
+ * the number of non-padding tokens before them */
+static void roberta_positions(int32_t *ps, const int32_t *id, int64_t B, int64_t T, int64_t pad) {
+    for (int64_t b = 0; b < B; b++) {
+        int32_t k = 0;
+        for (int64_t t = 0; t < T; t++)
+            ps[b * T + t] = id[b * T + t] == pad ? (int32_t)pad : (int32_t)(pad + ++k);
+    }
+}
+
+/* ids, type ids (B, T) I32, the additive mask (B, T) F32 and positions (T;
+ * RoBERTa (B, T)) from x (B, 3, T), through one host copy */
+static int split_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, ut_tensor **ids, ut_tensor **types,
                         ut_tensor **mask, ut_tensor **pos) {
     int64_t B = x->ne[0], T = x->ne[2];
     int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(2 * B * T + T) * sizeof *id), *ty = id + B * T, *ps = ty + B * T;
+    int32_t *id = ut_ctx_alloc(ctx, (size_t)(3 * B * T) * sizeof *id), *ty = id + B * T, *ps = ty + B * T;
     float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
     if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
     for (int64_t b = 0; b < B; b++)
@@ -87,25 +105,30 @@ static int split_inputs(ut_ctx *ctx, ut_tensor *x, ut_tensor **ids, ut_tensor **
             ty[b * T + t] = h[(b * 3 + 1) * T + t];
             mk[b * T + t] = h[(b * 3 + 2) * T + t] ? 0.0f : -FLT_MAX; /* as (1 - mask) * finfo.min */
         }
-    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
+    if (net->roberta) roberta_positions(ps, id, B, T, net->pad_id);
+    else
+        for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
     *ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
     *types = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, ty);
     *mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    *pos = ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
+    *pos = net->roberta ? ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, ps)
+                        : ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
     return *ids && *types && *mask && *pos ? 0 : -1;
 }
 
 static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     const bert *net = m->impl;
     if (!ut_op_check(ctx, "bert", 1, &x, 1)) return NULL;
-    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > net->P || !ut_is_contiguous(x)) {
+    int64_t maxT = net->roberta ? net->P - net->pad_id - 1 : net->P; /* RoBERTa's positions start after pad */
+    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > maxT || !ut_is_contiguous(x)) {
         ut_op_error(ctx, "bert", 1, &x,
                     ut_fmt("expected contiguous x (B, 3, T): token ids, token type ids and attention "
-                           "mask, T <= max_position_embeddings %lld", (long long)net->P));
+                           "mask, T <= %lld (max_position_embeddings %lld%s)", (long long)maxT,
+                           (long long)net->P, net->roberta ? " less pad_token_id + 1" : ""));
         return NULL;
     }
     ut_tensor *ids, *types, *mask, *pos;
-    if (split_inputs(ctx, x, &ids, &types, &mask, &pos)) return NULL;
+    if (split_inputs(ctx, net, x, &ids, &types, &mask, &pos)) return NULL;
     ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &net->word, ids),
                           ut_embedding_layer_forward(ctx, &net->type, types));
     h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, &net->pos, pos));
@@ -115,10 +138,11 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
         h = m->checkpoint_activations ? ut_checkpoint(ctx, layer_fn, &net->args[l], in, 2)
                                       : layer_fn(ctx, &net->args[l], in, 2);
     }
-    /* pooler on the first token ([CLS]) */
+    /* BERT: pooler on the first token ([CLS]); RoBERTa: its head's dense on <s> */
     ut_tensor *cls = ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){x->ne[0], net->C});
+    if (net->roberta) cls = ut_dropout(ctx, cls, net->cls_dropout);
     ut_tensor *pooled = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->pooler, cls));
-    return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->dropout));
+    return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
 }
 
 static ut_tensor *bert_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
@@ -144,7 +168,7 @@ static void ln_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int6
 static void layer_init(ut_model *m, bert *net, bert_layer *l, int64_t i, float std) {
     char p[128], q[160];
     int64_t C = net->C;
-    snprintf(p, sizeof p, "bert.encoder.layer.%lld", (long long)i);
+    snprintf(p, sizeof p, "%s.encoder.layer.%lld", net->prefix, (long long)i);
     const char *leaf[3] = {"query", "key", "value"};
     ut_linear_layer *qkv[3] = {&l->query, &l->key, &l->value};
     for (int k = 0; k < 3; k++) {
@@ -166,20 +190,30 @@ static void layer_init(ut_model *m, bert *net, bert_layer *l, int64_t i, float s
 /* Parameters in Hugging Face's state_dict order, initialised as its
  * _init_weights: N(0, initializer_range) weights and embeddings, zero biases,
  * LayerNorm 1 and 0. */
+static void embeddings_init(ut_model *m, bert *net, float std) {
+    char p[128];
+    const char *leaf[3] = {"word_embeddings", "position_embeddings", "token_type_embeddings"};
+    ut_embedding_layer *e[3] = {&net->word, &net->pos, &net->type};
+    int64_t rows[3] = {net->V, net->P, net->TV};
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s.embeddings.%s", net->prefix, leaf[k]);
+        ut_embedding_layer_init(m, e[k], p, rows[k], net->C, std);
+    }
+    snprintf(p, sizeof p, "%s.embeddings.LayerNorm", net->prefix);
+    ln_init(m, &net->emb_ln, p, net->C, net->eps);
+}
+
 static ut_model *bert_new(bert *net, float std, uint64_t seed) {
-    ut_model *m = ut_model_new("bert");
-    ut_embedding_layer_init(m, &net->word, "bert.embeddings.word_embeddings", net->V, net->C, std);
-    ut_embedding_layer_init(m, &net->pos, "bert.embeddings.position_embeddings", net->P, net->C, std);
-    ut_embedding_layer_init(m, &net->type, "bert.embeddings.token_type_embeddings", net->TV, net->C, std);
-    ln_init(m, &net->emb_ln, "bert.embeddings.LayerNorm", net->C, net->eps);
+    ut_model *m = ut_model_new(net->prefix);
+    embeddings_init(m, net, std);
     net->layer = ut_calloc_check((size_t)net->L, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)net->L, sizeof *net->args);
     for (int64_t i = 0; i < net->L; i++) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    linear_init(m, &net->pooler, "bert.pooler.dense", net->C, net->C, std);
-    linear_init(m, &net->classifier, "classifier", net->C, net->K, std);
+    linear_init(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C, net->C, std);
+    linear_init(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C, net->K, std);
     m->impl = net;
     m->free_impl = bert_free;
     m->forward = bert_forward;
@@ -192,22 +226,23 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
 static const char *const arch_keys[] = {"vocab_size", "hidden_size", "num_hidden_layers",
                                         "num_attention_heads", "intermediate_size",
                                         "max_position_embeddings", "type_vocab_size",
-                                        "layer_norm_eps", "hidden_act", NULL};
+                                        "layer_norm_eps", "hidden_act", "pad_token_id", NULL};
 
 /* Merges config.json (when opts has "pretrained") under the user's options:
- * the architecture comes from the directory only. */
-static ut_kv *merged_options(const ut_kv *opts, char *err, size_t n) {
+ * the architecture comes from the directory only; model_type bert or roberta
+ * (model.name roberta: roberta only). */
+static ut_kv *merged_options(const ut_kv *opts, bool roberta, char *err, size_t n) {
     const char *dir = ut_kv_get(opts, "pretrained");
     if (!dir) return NULL;
     char why[1024];
     ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
     if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
     const char *type = ut_kv_get(kv, "model_type");
-    if (strcmp(type, "bert")) {
-        ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model bert reads "
-                          "model_type bert (GPT-2 and BART directories are read by model.name: gpt2 "
-                          "and bart; RoBERTa is not supported yet)",
-                  dir, type);
+    if (strcmp(type, "roberta") && (roberta || strcmp(type, "bert"))) {
+        ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model %s reads "
+                          "model_type %s (GPT-2 and BART directories are read by model.name: gpt2 and "
+                          "bart)",
+                  dir, type, roberta ? "roberta" : "bert", roberta ? "roberta" : "bert or roberta");
         ut_kv_free(kv);
         return NULL;
     }
@@ -223,34 +258,38 @@ static ut_kv *merged_options(const ut_kv *opts, char *err, size_t n) {
     return kv;
 }
 
-/* The integer sizes: config.json's names, BERT-base defaults, each >= 1 */
+/* The integer sizes: config.json's names, BERT-base (RoBERTa-base) defaults, each >= 1 */
 static const struct {
     const char *key;
-    long long def;
+    long long def, roberta_def;
     size_t at;
 } size_keys[] = {
-    {"num_hidden_layers", 12, offsetof(bert, L)},   {"num_attention_heads", 12, offsetof(bert, NH)},
-    {"hidden_size", 768, offsetof(bert, C)},        {"intermediate_size", 3072, offsetof(bert, I)},
-    {"vocab_size", 30522, offsetof(bert, V)},       {"max_position_embeddings", 512, offsetof(bert, P)},
-    {"type_vocab_size", 2, offsetof(bert, TV)},
+    {"num_hidden_layers", 12, 12, offsetof(bert, L)},   {"num_attention_heads", 12, 12, offsetof(bert, NH)},
+    {"hidden_size", 768, 768, offsetof(bert, C)},       {"intermediate_size", 3072, 3072, offsetof(bert, I)},
+    {"vocab_size", 30522, 50265, offsetof(bert, V)},    {"max_position_embeddings", 512, 514, offsetof(bert, P)},
+    {"type_vocab_size", 2, 1, offsetof(bert, TV)},
 };
 
 static int read_dims(const ut_kv *kv, bert *net, double *std, char *err, size_t n) {
-    *net = (bert){0};
+    bool roberta = net->roberta;
+    *net = (bert){.roberta = roberta};
     for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
         long long v;
-        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
+        if (ut_kv_int(kv, size_keys[i].key, roberta ? size_keys[i].roberta_def : size_keys[i].def, &v, err, n))
+            return -1;
         if (v < 1 || v > INT32_MAX)
             return ut_errorf(err, n, "bert: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
         *(int64_t *)((char *)net + size_keys[i].at) = v;
     }
-    long long K1, K2;
-    double eps, drop, adrop;
+    long long K1, K2, pad;
+    double eps, drop, adrop, cdrop;
     if (ut_kv_int(kv, "num_classes", 2, &K1, err, n) || ut_kv_int(kv, "num_labels", K1, &K2, err, n) ||
-        ut_kv_float(kv, "layer_norm_eps", 1e-12, &eps, err, n) ||
+        ut_kv_int(kv, "pad_token_id", roberta ? 1 : 0, &pad, err, n) ||
+        ut_kv_float(kv, "layer_norm_eps", roberta ? 1e-5 : 1e-12, &eps, err, n) ||
         ut_kv_float(kv, "hidden_dropout_prob", 0.1, &drop, err, n) ||
         ut_kv_float(kv, "attention_probs_dropout_prob", 0.1, &adrop, err, n) ||
-        ut_kv_float(kv, "initializer_range", 0.02, std, err, n))
+        ut_kv_float(kv, "initializer_range", 0.02, std, err, n) ||
+        ut_kv_float(kv, "classifier_dropout", drop, &cdrop, err, n))
         return -1;
     if (K2 < 1 || K2 > INT32_MAX) return ut_errorf(err, n, "bert: num_labels %lld must be >= 1", K2);
     if (net->C % net->NH)
@@ -259,12 +298,19 @@ static int read_dims(const ut_kv *kv, bert *net, double *std, char *err, size_t 
     if (drop < 0 || drop >= 1) return ut_errorf(err, n, "bert: hidden_dropout_prob %g is outside [0, 1)", drop);
     if (adrop < 0 || adrop >= 1)
         return ut_errorf(err, n, "bert: attention_probs_dropout_prob %g is outside [0, 1)", adrop);
+    if (cdrop < 0 || cdrop >= 1) return ut_errorf(err, n, "bert: classifier_dropout %g is outside [0, 1)", cdrop);
+    if (roberta && (pad < 0 || pad + 2 > net->P || pad >= net->V))
+        return ut_errorf(err, n, "roberta: pad_token_id %lld must be a token id and leave room for positions "
+                                 "below max_position_embeddings %lld", pad, (long long)net->P);
     if (!(eps > 0) || !(*std >= 0))
         return ut_errorf(err, n, "bert: layer_norm_eps must be > 0 and initializer_range >= 0");
     net->K = K2;
     net->eps = (float)eps;
     net->dropout = (float)drop;
     net->attn_dropout = (float)adrop;
+    net->cls_dropout = (float)cdrop;
+    net->pad_id = pad;
+    net->prefix = roberta ? "roberta" : "bert";
     return 0;
 }
 
@@ -285,26 +331,51 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
     return 0;
 }
 
-static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+/* transformers' _init_weights zeroes an embedding's padding_idx row: RoBERTa's
+ * word and position rows pad_id, through one host copy of each table */
+static void zero_padding_rows(const bert *net) {
+    const ut_embedding_layer *e[2] = {&net->word, &net->pos};
+    for (int k = 0; k < 2; k++) {
+        ut_tensor *w = e[k]->w;
+        size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
+        float *h = ut_malloc_check(bytes);
+        if (!ut_tensor_get(w, h, bytes)) {
+            memset(h + net->pad_id * net->C, 0, (size_t)net->C * sizeof *h);
+            ut_tensor_set(w, h, bytes);
+        }
+        ut_free(h);
+    }
+}
+
+static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
-    ut_hf_load_opts o = {.base_prefix = "bert.", .optional = optional, .ignored = ignored};
+    /* a bare RobertaModel keeps a pooler the classifier does not use; lm_head: the MLM head */
+    static const char *const r_ignored[] = {"position_ids", "lm_head.", "pooler.", NULL};
+    ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
+                         .ignored = roberta ? r_ignored : ignored};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
-ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"vocab_size", "hidden_size", "num_hidden_layers",
                                         "num_attention_heads", "intermediate_size",
                                         "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
                                         "hidden_act", "hidden_dropout_prob",
                                         "attention_probs_dropout_prob", "initializer_range",
-                                        "num_labels", "num_classes", "task", "pretrained", NULL};
-    if (ut_kv_check_keys(opts, known, "model bert", err, n)) return NULL;
+                                        "num_labels", "num_classes", "task", "pretrained",
+                                        "classifier_dropout", "pad_token_id", NULL};
+    if (ut_kv_check_keys(opts, known, roberta ? "model roberta" : "model bert", err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
-    ut_kv *merged = dir ? merged_options(opts, err, n) : NULL;
+    ut_kv *merged = dir ? merged_options(opts, roberta, err, n) : NULL;
     if (dir && !merged) return NULL;
     const ut_kv *kv = merged ? merged : opts;
-    bert net;
+    bert net = {.roberta = roberta || (merged && !strcmp(ut_kv_get(merged, "model_type"), "roberta"))};
+    if (!net.roberta && ut_kv_get(opts, "pad_token_id")) {
+        ut_kv_free(merged);
+        return ut_errorf(err, n, "model.pad_token_id: BERT's positions do not depend on padding; it is read "
+                                 "by RoBERTa only (model.name: roberta); remove it"), NULL;
+    }
     double std;
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
@@ -316,9 +387,18 @@ ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
-    if (dir && load_pretrained(m, dir, err, n)) {
+    if (impl->roberta && !dir) zero_padding_rows(impl);
+    if (dir && load_pretrained(m, impl->roberta, dir, err, n)) {
         ut_model_free(m);
         return NULL;
     }
     return m;
+}
+
+ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    return build(opts, false, seed, err, n);
+}
+
+ut_model *ut_roberta_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    return build(opts, true, seed, err, n);
 }

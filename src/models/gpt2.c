@@ -6,7 +6,14 @@
  * Init as GPT-2: N(0, 0.02) weights, residual projections N(0, 0.02/sqrt(2 n_layer)).
  * pretrained: DIR, a Hugging Face GPT-2 directory (config.json's n_layer, n_head,
  * n_embd, vocab_size, n_positions, layer_norm_epsilon; Conv1D weights transposed
- * on import); task: causal_lm (the tied LM head). */
+ * on import); task: causal_lm (the tied LM head) or sequence_classification
+ * (GPT2ForSequenceClassification: input x I32 (B, 3, T) from tsv_text with a
+ * tokenizer: ids, token type ids (unused) and attention mask; the causal
+ * attention also masks padded keys; the bias-free "score" head reads the
+ * hidden state at each row's last token that is not pad_token_id; output
+ * (B, num_labels); options num_labels (num_classes), pad_token_id and
+ * initializer_range, the new head's std). docs/models.md. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +29,9 @@ typedef struct {
     ut_block_layer *h;
     ut_layernorm_layer ln_f;
     float dropout;
+    bool classify;            /* sequence_classification: score head, (B, 3, T) input */
+    int64_t K, pad_id;        /* num_labels; pad_token_id, -1 when unset */
+    ut_tensor *score;         /* (K, C), no bias */
 } gpt2;
 
 static void gpt2_free(void *impl) {
@@ -30,17 +40,98 @@ static void gpt2_free(void *impl) {
     ut_free(g);
 }
 
+/* position ids 0..T-1 */
+static ut_tensor *positions(ut_ctx *ctx, int64_t T) {
+    int32_t *ps = ut_ctx_alloc(ctx, (size_t)T * sizeof *ps);
+    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
+    return ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
+}
+
+/* one block with the padding mask under the causal one: in = {x (B, T, C),
+ * mask (B, T)}; attention dropout as transformers' attn_pdrop (= dropout) */
+static ut_tensor *masked_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const ut_block_layer *l = user;
+    const ut_attention_layer *a = &l->attn;
+    ut_tensor *x = in[0];
+    int64_t C = x->ne[2];
+    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
+    ut_tensor *y = ut_attention_qkv(ctx, ut_slice(ctx, qkv, 2, 0, C), ut_slice(ctx, qkv, 2, C, 2 * C),
+                                              ut_slice(ctx, qkv, 2, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
+    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
+    x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
+    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
+}
+
+/* From x (B, 3, T): ids (B, T), the additive padding mask (B, T) and the flat
+ * index b * T + t of each row's last token that is not pad_id (the last
+ * position when pad_id is unset), through one host copy. */
+static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **ids, ut_tensor **mask,
+                        ut_tensor **last) {
+    int64_t B = x->ne[0], T = x->ne[2];
+    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
+    int32_t *id = ut_ctx_alloc(ctx, (size_t)(B * T + B) * sizeof *id), *ls = id + B * T;
+    float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
+    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t at = g->pad_id < 0 ? T - 1 : 0; /* transformers: argmax of t * (id != pad), 0 if none */
+        for (int64_t t = 0; t < T; t++) {
+            id[b * T + t] = h[(b * 3) * T + t];
+            mk[b * T + t] = h[(b * 3 + 2) * T + t] ? 0.0f : -FLT_MAX; /* as (1 - mask) * finfo.min */
+            if (g->pad_id >= 0 && id[b * T + t] != g->pad_id) at = t;
+        }
+        ls[b] = (int32_t)(b * T + at);
+    }
+    *ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
+    *mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    *last = ut_tensor_wrap(ctx, UT_I32, 1, &B, ls);
+    return *ids && *mask && *last ? 0 : -1;
+}
+
+static ut_tensor *classify_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    const gpt2 *g = m->impl;
+    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > g->block_size || !ut_is_contiguous(x)) {
+        ut_op_error(ctx, "gpt2", 1, &x,
+                    ut_fmt("sequence_classification expects contiguous x (B, 3, T): token ids, token type ids "
+                           "and attention mask (tsv_text with data.tokenizer), T <= n_positions %lld",
+                           (long long)g->block_size));
+        return NULL;
+    }
+    int64_t B = x->ne[0], T = x->ne[2];
+    if (g->pad_id < 0 && B > 1) {
+        ut_ctx_set_error(ctx, "gpt2: pad_token_id is not set (by model.pad_token_id or config.json) and the batch "
+                              "has %lld rows: the last real token of a padded row cannot be found; set "
+                              "model.pad_token_id to the tokenizer's padding id (50256, <|endoftext|>, for "
+                              "GPT-2's tokenizer)", (long long)B);
+        return NULL;
+    }
+    ut_tensor *ids, *mask, *last;
+    if (split_inputs(ctx, g, x, &ids, &mask, &last)) return NULL;
+    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, ids),
+                          ut_embedding_layer_forward(ctx, &g->wpe, positions(ctx, T)));
+    if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
+    for (int64_t l = 0; l < g->n_layer; l++) {
+        ut_tensor *in[2] = {h, mask};
+        h = m->checkpoint_activations ? ut_checkpoint(ctx, masked_block_fn, &g->h[l], in, 2)
+                                      : masked_block_fn(ctx, &g->h[l], in, 2);
+    }
+    h = ut_layernorm_layer_forward(ctx, &g->ln_f, h);
+    /* the rows at the last tokens: an embedding lookup into h viewed (B * T, C) */
+    h = ut_embedding(ctx, last, ut_reshape(ctx, h, 2, (int64_t[]){B * T, g->C}));
+    return ut_linear(ctx, h, g->score, NULL);
+}
+
 static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, ut_tensor *idx) {
     const gpt2 *g = m->impl;
     if (!ut_op_check(ctx, "gpt2", 1, &idx, 1)) return NULL;
+    if (g->classify) return classify_forward(m, ctx, idx);
     if (idx->ndim != 2 || idx->ne[1] > g->block_size) {
         ut_op_error(ctx, "gpt2", 1, &idx,
                     ut_fmt("expected tokens (B, T) with T <= block_size %lld", (long long)g->block_size));
         return NULL;
     }
     int64_t T = idx->ne[1];
-    ut_tensor *pos = ut_tensor_new(ctx, UT_I32, 1, &T);
-    for (int64_t t = 0; t < T; t++) ut_i32(pos)[t] = (int32_t)t;
+    ut_tensor *pos = positions(ctx, T);
     ut_tensor *tok = ut_embedding_layer_forward(ctx, &g->wte, idx);
     ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, pos));
     if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
@@ -51,11 +142,33 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, ut_tensor *idx) {
 }
 
 static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, targets, -1);
+    const gpt2 *g = m->impl;
+    return ut_cross_entropy(ctx, logits, targets, g->classify ? -100 : -1);
+}
+
+/* sequence_classification's options: num_labels (num_classes), pad_token_id
+ * (unset: -1), initializer_range (the new score head's std) */
+static int read_head(const ut_kv *opts, gpt2 *g, double *std, char *err, size_t n) {
+    const char *task = ut_kv_get(opts, "task"), *pad = ut_kv_get(opts, "pad_token_id");
+    long long K1, K2, pid = -1;
+    g->classify = task && !strcmp(task, "sequence_classification");
+    if (ut_kv_int(opts, "num_classes", 2, &K1, err, n) || ut_kv_int(opts, "num_labels", K1, &K2, err, n) ||
+        (pad && ut_kv_int(opts, "pad_token_id", -1, &pid, err, n)) ||
+        ut_kv_float(opts, "initializer_range", 0.02, std, err, n))
+        return -1;
+    if (K2 < 1 || K2 > INT32_MAX) return ut_errorf(err, n, "gpt2: num_labels %lld must be >= 1", K2);
+    if (pad && (pid < 0 || pid > INT32_MAX))
+        return ut_errorf(err, n, "gpt2: pad_token_id %lld must be a token id >= 0", pid);
+    if (!(*std >= 0)) return ut_errorf(err, n, "gpt2: initializer_range must be >= 0");
+    g->K = K2;
+    g->pad_id = pad ? pid : -1;
+    return 0;
 }
 
 static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    gpt2 head = {0};
+    double std;
+    if (read_head(opts, &head, &std, err, n)) return NULL;
     long long L, NH, C, V, BS;
     double dropout, eps;
     if (ut_kv_int(opts, "n_layer", 12, &L, err, n) || ut_kv_int(opts, "n_head", 12, &NH, err, n) ||
@@ -74,14 +187,16 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     if (!(eps > 0)) return snprintf(err, n, "gpt2: layer_norm_epsilon must be > 0"), NULL;
 
     /* parameters and their gradients (ut_model_finalize), checked before allocating */
-    double numel = (double)(V + BS) * C + (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    double numel = (double)(V + BS) * C + (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C +
+                   (head.classify ? (double)head.K * C : 0);
     if (ut_memory_check(8 * numel, ut_fmt("gpt2 (n_layer %lld, n_embd %lld, vocab_size %lld, "
                                          "block_size %lld: %.3g parameters)", L, C, V, BS, numel),
                         err, n))
         return NULL;
     ut_model *m = ut_model_new("gpt2");
     gpt2 *g = ut_calloc_check(1, sizeof *g);
-    *g = (gpt2){.n_layer = L, .n_head = NH, .C = C, .V = V, .block_size = BS, .dropout = (float)dropout};
+    *g = head;
+    g->n_layer = L, g->n_head = NH, g->C = C, g->V = V, g->block_size = BS, g->dropout = (float)dropout;
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
     ut_embedding_layer_init(m, &g->wte, "wte", V, C, 0.02f);
@@ -94,6 +209,8 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     }
     ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
     g->ln_f.eps = (float)eps;
+    if (g->classify) /* as transformers' _init_weights: N(0, initializer_range) */
+        g->score = ut_param_add(m, "score.weight", 2, (int64_t[]){g->K, C}, (ut_init){UT_INIT_NORMAL, (float)std});
     m->impl = g;
     m->free_impl = gpt2_free;
     m->forward = gpt2_forward;
@@ -165,17 +282,28 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
 static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const transposed[] = {".c_attn.weight", ".c_proj.weight", ".c_fc.weight", NULL};
     static const char *const ignored[] = {"lm_head.weight", ".attn.bias", ".attn.masked_bias", NULL};
-    ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored};
+    static const char *const optional[] = {"score.", NULL};
+    ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored,
+                         .optional = optional};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
 ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"n_layer", "n_head",  "n_embd",     "vocab_size", "block_size",
-                                        "dropout", "task",    "pretrained", "layer_norm_epsilon", NULL};
+                                        "dropout", "task",    "pretrained", "layer_norm_epsilon",
+                                        "num_labels", "num_classes", "pad_token_id", "initializer_range", NULL};
     if (ut_kv_check_keys(opts, known, "model gpt2", err, n)) return NULL;
     const char *task = ut_kv_get(opts, "task"), *dir = ut_kv_get(opts, "pretrained");
-    if (task && strcmp(task, "causal_lm"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for gpt2; use causal_lm", task), NULL;
+    if (task && strcmp(task, "causal_lm") && strcmp(task, "sequence_classification"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for gpt2; use causal_lm or "
+                                 "sequence_classification", task), NULL;
+    bool cls = task && !strcmp(task, "sequence_classification");
+    static const char *const cls_only[] = {"num_labels", "num_classes", "pad_token_id", "initializer_range",
+                                           NULL};
+    for (int i = 0; !cls && cls_only[i]; i++)
+        if (ut_kv_get(opts, cls_only[i]))
+            return ut_errorf(err, n, "model.%s: only read with model.task: sequence_classification (the "
+                                     "causal LM predicts tokens); remove it", cls_only[i]), NULL;
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
     ut_model *m = gpt2_new(merged ? merged : opts, seed, err, n);

@@ -1,4 +1,5 @@
 /* Datasets and the model as the config describes them. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "run_internal.h"
@@ -208,6 +209,25 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **tra
 }
 
 /* ---- model ---- */
+/* The most tokens a BERT, RoBERTa or BART row can hold (0: not one of them):
+ * BART's table less its 2 offset rows;
+ * max_position_embeddings, less pad_token_id + 1 for RoBERTa, whose
+ * positions start after pad_token_id (model.pad_token_id, config.json's, or 1) */
+static int64_t position_room(const ut_config *cfg, const ut_model *m) {
+    ut_tensor *b = ut_model_param(m, "bert.embeddings.position_embeddings.weight"),
+              *r = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
+    ut_tensor *bart = ut_model_param(m, "model.encoder.embed_positions.weight");
+    if (bart) return bart->ne[0] - 2; /* BART's table has 2 rows before position 0 */
+    if (b || !r) return b ? b->ne[0] : 0;
+    const char *dir = ut_kv_get(cfg->model_opts, "pretrained"), *v = ut_kv_get(cfg->model_opts, "pad_token_id");
+    char why[512];
+    ut_kv *kv = dir ? ut_hf_config_read(dir, why, sizeof why) : NULL;
+    if (kv && ut_kv_get(kv, "pad_token_id")) v = ut_kv_get(kv, "pad_token_id");
+    long long pad = v ? atoll(v) : 1;
+    ut_kv_free(kv);
+    return r->ne[0] - pad - 1;
+}
+
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
@@ -216,15 +236,21 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     char num[32];
     bool text = !strcmp(cfg->model_name, "bow");
     bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
-    bool classifier = !strcmp(cfg->model_name, "bert") || !strcmp(cfg->model_name, "bart");
-    if (pretrained && !classifier && strcmp(cfg->model_name, "gpt2")) {
+    if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2") &&
+        strcmp(cfg->model_name, "roberta") && strcmp(cfg->model_name, "bart")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert, gpt2 or bart (as its config.json's model_type)",
+                         "model.name: bert (BERT or RoBERTa), roberta, gpt2 or bart (as its config.json's "
+                         "model_type)",
                  cfg->model_name);
         ut_kv_free(opts);
         return NULL;
     }
-    /* bert, bart: the head's size from the data unless model.num_labels (or config.json's id2label) says */
+    /* bert, roberta, bart, gpt2 classifying: the head's size from the data unless
+     * model.num_labels (or config.json's id2label) says */
+    const char *task = ut_kv_get(opts, "task");
+    bool classifier = !strcmp(cfg->model_name, "bert") || !strcmp(cfg->model_name, "roberta") ||
+                      !strcmp(cfg->model_name, "bart") ||
+                      (!strcmp(cfg->model_name, "gpt2") && task && !strcmp(task, "sequence_classification"));
     if (classifier && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
         !ut_kv_get(opts, "num_classes")) {
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
@@ -248,16 +274,17 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         return NULL;
     }
     m->checkpoint_activations = cfg->checkpoint_activations;
-    /* bert, bart: every example must fit the learned positions (bart's table has BART's 2 extra rows) */
-    bool bart = !strcmp(cfg->model_name, "bart");
-    ut_tensor *pos = !strcmp(cfg->data_name, "tsv_text")
-                         ? ut_model_param(m, bart ? "model.encoder.embed_positions.weight"
-                                                  : "bert.embeddings.position_embeddings.weight")
-                         : NULL;
-    int64_t max_pos = pos ? pos->ne[0] - (bart ? 2 : 0) : 0;
-    if (pos && cfg->max_len > max_pos) {
-        snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
-                 (long long)cfg->max_len, (long long)max_pos);
+    /* bert, roberta, bart: every example must fit the learned positions */
+    int64_t room = strcmp(cfg->data_name, "tsv_text") ? 0 : position_room(cfg, m);
+    const ut_tensor *rob = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
+    if (room > 0 && cfg->max_len > room) {
+        if (rob)
+            snprintf(err, n, "data.max_len: %lld is more than the model's %lld positions (max_position_embeddings "
+                             "%lld less pad_token_id + 1)", (long long)cfg->max_len, (long long)room,
+                     (long long)rob->ne[0]);
+        else
+            snprintf(err, n, "data.max_len: %lld is more than the model's max_position_embeddings %lld",
+                     (long long)cfg->max_len, (long long)room);
         ut_model_free(m);
         return NULL;
     }

@@ -47,8 +47,16 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"bow", "tsv_text", "a sentence classifier: it reads TSV text"},
         {"bert", "tsv_text", "a sentence classifier: it reads TSV text"},
         {"bart", "tsv_text", "a sentence classifier: it reads TSV text"},
+        {"roberta", "tsv_text", "a sentence classifier: it reads TSV text"},
         {"cnn", "idx_images", "an image classifier: it reads IDX images"},
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
+    const char *task = ut_kv_get(c->model_opts, "task");
+    if (!strcmp(c->model_name, "gpt2") && task && !strcmp(task, "sequence_classification")) {
+        if (strcmp(c->data_name, "tsv_text"))
+            FAIL("model.task: sequence_classification makes gpt2 a sentence classifier: it reads TSV text "
+                 "(data.name: tsv_text with data.tokenizer), not data.name: %s", c->data_name);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++)
         if (!strcmp(c->model_name, fits[i].model) && strcmp(c->data_name, fits[i].data))
             FAIL("model.name: %s is %s (data.name: %s), not data.name: %s; choose a model for %s data "

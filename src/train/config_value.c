@@ -175,13 +175,14 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
 }
 
 /* model.pretrained before model.name is given: the model named by the
- * directory's config.json model_type, when utrain has it (bert, gpt2,
+ * directory's config.json model_type, when utrain has it (bert, roberta, gpt2,
  * bart); an unreadable directory is reported when the model is built. */
 static void name_from_pretrained(ut_config *c, const char *dir) {
     char why[512];
     ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
     const char *type = kv ? ut_kv_get(kv, "model_type") : NULL;
-    if (type && (!strcmp(type, "bert") || !strcmp(type, "gpt2") || !strcmp(type, "bart")))
+    if (type && (!strcmp(type, "bert") || !strcmp(type, "roberta") || !strcmp(type, "gpt2") ||
+                 !strcmp(type, "bart")))
         snprintf(c->model_name, sizeof c->model_name, "%s", type);
     if (kv) ut_kv_free(kv);
 }

@@ -4,7 +4,7 @@
  * (input, labels, logits, loss, grad.<name>, adamw_losses, after.<name>,
  * metadata "decay"), and file helpers for bad-directory tests.
  * Include after test.h: the checks record failures with CHECK.
- * defines: hfp_rel_err, hfp_stored, hfp_check_batch, hfp_check_adamw,
+ * defines: hfp_rel_err, hfp_stored, hfp_value, hfp_check_batch, hfp_check_adamw,
  *          hfp_copy_file, hfp_config_with. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
@@ -39,6 +39,14 @@ static inline ut_tensor *hfp_stored(ut_ctx *ctx, const ut_st_tensor *t) {
     return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
 }
 
+/* element i of a fixture's float tensor name (0 when it is not there) */
+static inline float hfp_value(const ut_st_file *f, const char *name, int64_t i) {
+    const ut_st_tensor *t = ut_st_get(f, name);
+    float v = 0;
+    if (t && i < ut_st_numel(t)) memcpy(&v, (const char *)t->data + 4 * i, sizeof v);
+    return v;
+}
+
 static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f, const char *zero_bias) {
     char name[300];
     snprintf(name, sizeof name, "grad.%s", m->params.names[p]);
@@ -62,6 +70,7 @@ static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f,
 static inline int hfp_check_batch(ut_model *m, const ut_st_file *f, const char *zero_bias) {
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
+    ut_model_zero_grad(m);
     ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
     ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
     CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));

@@ -28,9 +28,12 @@ static const char *path_in(const char *a, const char *b) {
     return buf[k];
 }
 
+static const char *task; /* model.task of the next load, or NULL */
+
 static ut_model *load(const char *name, const char *dir, char *err, size_t n) {
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "pretrained", dir);
+    if (task) ut_kv_set(kv, "task", task);
     ut_model *m = ut_model_create(name, kv, 7, err, n);
     ut_kv_free(kv);
     return m;
@@ -43,8 +46,8 @@ static void make_run(const char *run, const char *name, const char *dir, const c
     UT_ASSERT(mkdir(run, 0777) == 0 && mkdir(path_in(run, "checkpoints"), 0777) == 0);
     FILE *f = fopen(path_in(run, "config.yml"), "w");
     UT_ASSERT(f);
-    fprintf(f, "experiment_name: x\noutput_dir: %s\nmodel:\n  name: %s\n  pretrained: %s\ndata:\n%s", tmp, name,
-            dir, data);
+    fprintf(f, "experiment_name: x\noutput_dir: %s\nmodel:\n  name: %s\n  pretrained: %s\n%s%s%sdata:\n%s", tmp,
+            name, dir, task ? "  task: " : "", task ? task : "", task ? "\n" : "", data);
     fclose(f);
     ut_model *m = load(name, dir, err, sizeof err);
     CHECK(m, "%s", err);
@@ -126,6 +129,42 @@ static void test_bert(void) {
     CHECK(tp_count_lines(path_in(out, "vocab.txt")) == 100, "vocab.txt copied");
 }
 
+/* RoBERTa through model.name bert: config.json says roberta, the tokenizer.json is copied */
+static void test_roberta(void) {
+    char run[512], out[512];
+    snprintf(run, sizeof run, "%s/robrun", tmp), snprintf(out, sizeof out, "%s/robhf", tmp);
+    make_run(run, "bert", FIX "hf_roberta_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n");
+    CHECK(export_run(run, out, "rob.out") == 0, "export roberta");
+    same_logits("bert", out, FIX "hf_roberta_tiny_batch.safetensors");
+    char *cfg = tp_slurp(path_in(out, "config.json"));
+    CHECK(cfg && strstr(cfg, "\"RobertaForSequenceClassification\"") && strstr(cfg, "\"model_type\":\t\"roberta\"") &&
+              strstr(cfg, "\"pad_token_id\":\t1"),
+          "config.json: %s", cfg ? cfg : "(none)");
+    free(cfg);
+    struct stat st;
+    CHECK(stat(path_in(out, "tokenizer.json"), &st) == 0 && st.st_size > 1000, "tokenizer.json copied");
+}
+
+/* GPT2ForSequenceClassification: score.weight without "transformer.", pad_token_id kept */
+static void test_gpt2_classifier(void) {
+    char run[512], out[512], err[1024];
+    snprintf(run, sizeof run, "%s/g2crun", tmp), snprintf(out, sizeof out, "%s/g2chf", tmp);
+    task = "sequence_classification";
+    make_run(run, "gpt2", FIX "hf_gpt2_cls_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n");
+    CHECK(export_run(run, out, "g2c.out") == 0, "export gpt2 classifier");
+    same_logits("gpt2", out, FIX "hf_gpt2_cls_tiny_batch.safetensors");
+    task = NULL;
+    ut_st_file *f = ut_st_open(path_in(out, "model.safetensors"), err, sizeof err);
+    CHECK(f && ut_st_get(f, "score.weight") && ut_st_get(f, "transformer.wte.weight"), "%s", err);
+    ut_st_close(f);
+    char *cfg = tp_slurp(path_in(out, "config.json"));
+    CHECK(cfg && strstr(cfg, "\"GPT2ForSequenceClassification\"") && strstr(cfg, "\"pad_token_id\":\t299") &&
+              strstr(cfg, "\"LABEL_1\""),
+          "config.json: %s", cfg ? cfg : "(none)");
+    free(cfg);
+    CHECK(tp_count_lines(path_in(out, "merges.txt")) > 10, "merges.txt copied");
+}
+
 /* A token shard (llm.c layout) of n ids below 100 */
 static void write_shard(const char *path, int n, unsigned seed) {
     FILE *f = fopen(path, "wb");
@@ -197,6 +236,8 @@ int main(int argc, char **argv) {
     UT_ASSERT(tp_make_tmpdir(tmp, sizeof tmp, "hfexport"));
     RUN(test_gpt2);
     RUN(test_bert);
+    RUN(test_roberta);
+    RUN(test_gpt2_classifier);
     RUN(test_gpt2_train_then_export);
     RUN(test_refusals);
     return tp_finish(TEST_SUMMARY(), tmp);

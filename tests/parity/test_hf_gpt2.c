@@ -119,7 +119,7 @@ static void refused(const char *key, const char *val, const char *dir, const cha
 
 static void test_refusals(void) {
     refused("n_embd", "64", FIX "hf_gpt2_tiny", "model.n_embd: set by model.pretrained");
-    refused("task", "sequence_classification", FIX "hf_gpt2_tiny", "not available for gpt2; use causal_lm");
+    refused("task", "seq2seq_lm", FIX "hf_gpt2_tiny", "not available for gpt2; use causal_lm or sequence_classification");
     refused(NULL, NULL, FIX "hf_bert_tiny", "has model_type 'bert'; model gpt2 reads model_type gpt2");
     char dir[256], path[600];
     UT_ASSERT(tp_make_tmpdir(dir, sizeof dir, "hfgpt2bad"));

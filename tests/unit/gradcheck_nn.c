@@ -79,6 +79,11 @@ static ut_tensor *b_attm_causal_drop(ut_ctx *c, ut_tensor **in) {
     return ut_attention_qkv(c, in[0], in[1], in[2], NULL, 1, true, 0.3f);
 }
 
+/* causal under a padding mask with dropout (GPT-2's classifier in training) */
+static ut_tensor *b_attm_causal_pad_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, true, 0.3f);
+}
+
 const gc_row gc_rows_nn[] = {
     {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
     {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
@@ -117,6 +122,9 @@ const gc_row gc_rows_nn[] = {
     {"attention_masked q = k = v", 1, {{3, {2, 5, 8}}}, b_attm_shared},
     {"attention_masked dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_dropout,
      .training = true},
+    {"attention_masked causal T=1", 3, {{3, {2, 1, 4}}, {3, {2, 1, 4}}, {3, {2, 1, 4}}}, b_attm_causal_pad},
+    {"attention_masked causal padding dropout 0.3", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}},
+     b_attm_causal_pad_drop, .training = true},
     {"attention_masked dropout eval", 3, {{3, {2, 4, 8}}, {3, {2, 4, 8}}, {3, {2, 4, 8}}}, b_attm_dropout},
     {"attention_masked cross Tq=3 Tk=5", 3, {{3, {2, 3, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_cross},
     {"attention_masked cross Tq=6 Tk=2", 3, {{3, {2, 6, 4}}, {3, {2, 2, 4}}, {3, {2, 2, 4}}}, b_attm_cross},

@@ -375,6 +375,44 @@ static void test_attention_matches_naive(void) {
     check_attention(2, 16, 64, 4);
 }
 
+/* attention_masked with the causal flag and no padding is GPT-2's causal
+ * attention (naive reference); with the last key of row 1 padded, row 1's
+ * outputs before that key are unchanged (causal: they never saw it), while
+ * the query at the padded key itself (which sees only earlier keys) differs */
+static void test_attention_masked_causal(void) {
+    int B = 2, T = 5, C = 8, NH = 2;
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, 11);
+    ut_tensor *qkv = randn(ctx, &r, 3, (int64_t[]){B, T, 3 * C});
+    ut_tensor *q = ut_slice(ctx, qkv, 2, 0, C), *k = ut_slice(ctx, qkv, 2, C, 2 * C),
+              *v = ut_slice(ctx, qkv, 2, 2 * C, 3 * C);
+    float mk[10] = {0};
+    mk[2 * T - 1] = -3.4028234663852886e38f;
+    ut_tensor *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    ut_tensor *y = ut_attention_qkv(ctx, q, k, v, NULL, NH, true, 0.0f);
+    ut_tensor *ym = ut_attention_qkv(ctx, q, k, v, mask, NH, true, 0.0f);
+    CHECK(y && ym, "%s", ut_ctx_error(ctx));
+    if (y && ym) {
+        double ref[80];
+        naive_attention(ref, ut_f32(qkv), B, T, C, NH);
+        double err = max_abs_diff(ut_f32(y), ref, (int64_t)B * T * C);
+        CHECK(err < 1e-5, "causal: max err %g", err);
+        CHECK(memcmp(ut_f32(y), ut_f32(ym), sizeof(float) * (size_t)((2 * T - 1) * C)) == 0,
+              "rows before the padded key changed");
+        CHECK(fabsf(ut_f32(y)[(2 * T - 1) * C] - ut_f32(ym)[(2 * T - 1) * C]) > 1e-4f,
+              "the padded key was not masked for its own query");
+    }
+    /* example 0 all padding with the mask at -inf (autocast's rounding of
+     * -FLT_MAX): it attends nowhere, zeros rather than NaN */
+    for (int t = 0; t < T; t++) mk[t] = -INFINITY;
+    ut_tensor *yz = ut_attention_qkv(ctx, q, k, v, ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk),
+                                               NH, true, 0.0f);
+    CHECK(yz, "%s", ut_ctx_error(ctx));
+    for (int64_t i = 0; yz && i < (int64_t)T * C; i++) CHECK(ut_f32(yz)[i] == 0.0f, "[%lld] %g", (long long)i, ut_f32(yz)[i]);
+    ut_ctx_free(ctx);
+}
+
 /* a strided qkv (a transposed view) gives the same result as its copy */
 static void test_attention_strided_input(void) {
     ut_ctx *ctx = new_ctx();
@@ -414,6 +452,7 @@ int main(void) {
     RUN(test_max_pool2d_rule);
     RUN(test_attention_matches_naive);
     RUN(test_attention_strided_input);
+    RUN(test_attention_masked_causal);
     RUN(test_attention_bad_heads);
     return TEST_SUMMARY();
 }

@@ -18,10 +18,16 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* p (T) = softmax(s), in place */
+/* p (T) = softmax(s), in place; a row with every key at -inf (a row of
+ * padding only, its mask rounded to -inf under autocast) attends nowhere:
+ * all 0 rather than NaN */
 static void softmax_row(float *p, int64_t T) {
     float m = -INFINITY, sum = 0.0f;
     for (int64_t j = 0; j < T; j++) m = p[j] > m ? p[j] : m;
+    if (m == -INFINITY) {
+        for (int64_t j = 0; j < T; j++) p[j] = 0.0f;
+        return;
+    }
     for (int64_t j = 0; j < T; j++) {
         p[j] = expf(p[j] - m);
         sum += p[j];
