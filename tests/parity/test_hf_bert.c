@@ -71,7 +71,7 @@ static void test_logits_loss_grads(void) {
             const ut_st_tensor *g = ut_st_get(f, name);
             CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
             if (!g) continue;
-            const float *ours = m->params.grad + m->params.segs[p].offset;
+            const float *ours = m->params.flat_grad + m->params.segs[p].offset;
             if (strstr(name, "attention.self.key.bias")) {
                 for (int64_t i = 0; i < ut_st_numel(g); i++)
                     CHECK(fabsf(ours[i]) < ZERO_GRAD && fabsf(((const float *)g->data)[i]) < ZERO_GRAD,
@@ -112,7 +112,7 @@ static void test_adamw_trainer_groups(void) {
     ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
     cfg.lr = 1e-3f;
     cfg.weight_decay = 0.5f;
-    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+    ut_optim *o = ut_optim_new(&cfg, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                m->params.numel);
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
@@ -135,7 +135,7 @@ static void test_adamw_trainer_groups(void) {
         const ut_st_tensor *a = ut_st_get(f, name);
         CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
         if (!a || strstr(name, "attention.self.key.bias")) continue;
-        double e = rel_err(m->params.data + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        double e = rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
         CHECK(e < TOL, "%s: relative error %.3g", name, e);
     }
     ut_ctx_free(ctx);
@@ -168,7 +168,7 @@ static void test_checkpointing_with_dropout(void) {
     }
     CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
     CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
+    CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
           "checkpointed gradients differ");
 done:
     ut_st_close(f);
