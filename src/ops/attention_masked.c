@@ -8,8 +8,8 @@
  * no gradient. In training mode with dropout p > 0 the probabilities are
  * dropped as torch's dropout after the softmax does (kept ones scaled by
  * 1/(1-p)), the keep mask drawn from the context's generator.
- * Saves the probabilities P (B, NH, T, T) in t->aux[0] and the keep mask
- * (uint8, same shape) in t->aux[1].
+ * Saves the probabilities P (B, NH, T, T) and the keep mask (uint8, same
+ * shape): ut_attention_masked_probs, ut_attention_masked_keep.
  * Parameters: ut_attention_masked_n_head, _p, _keep_scale (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_masked.c. */
 #include "internal.h"
