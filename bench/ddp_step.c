@@ -448,7 +448,7 @@ int main(int argc, char **argv) {
         if (md == NO_OVERLAP) ut_ddp_arm(ddp, ctx); /* resets the buckets; no hook fires any more */
         check_ut(comm, ut_ddp_finish(ddp, ctx), "ut_ddp_finish");
         double t3 = bench_now();
-        last_loss = ut_f32(loss)[0];
+        ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
         ut_optim_step_zero(opt, oc.lr);
         ut_ctx_reset(ctx);

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         double t2 = bench_now();
-        last_loss = ut_f32(loss)[0];
+        ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
         size_t pk = ut_ctx_peak_bytes(ctx);
         ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */

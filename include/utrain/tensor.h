@@ -61,6 +61,13 @@ struct ut_tensor {
 /* ---- tensor queries ---- */
 int64_t ut_nelem(const ut_tensor *t);
 bool ut_is_contiguous(const ut_tensor *t);
+/* Host views of a tensor's data, valid only where its device's memory is host
+ * memory. Leaving the public API: outside src/backend use ut_tensor_get /
+ * ut_tensor_set. Once the last library user outside the backends
+ * (src/models/gpt2.c) has moved, this block (comment, #define and both
+ * functions) goes, and the definitions in src/core/internal.h (backends) and
+ * tests/common/tensor_host.h (tests, which run on the CPU) take over. */
+#define UT_HOST_VIEWS_PUBLIC 1
 static inline float *ut_f32(const ut_tensor *t) { return (float *)t->data; }
 static inline int32_t *ut_i32(const ut_tensor *t) { return (int32_t *)t->data; }
 /* "(4, 16, 64)" into buf; returns buf. */
