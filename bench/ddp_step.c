@@ -381,8 +381,8 @@ int main(int argc, char **argv) {
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = 3e-4f;
     oc.weight_decay = 0.1f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n,
-                                 0, m->params.numel);
+    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
+                                 m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     ut_ddp *ddp = ut_ddp_new(comm, &m->params, o.bucket_mb);
     buckets bk = make_buckets(&m->params, o.bucket_mb);

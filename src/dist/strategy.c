@@ -270,7 +270,8 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     case UT_DIST_ZERO2:
         d->shard_grad = ut_pages_alloc(d->S);
         make_buckets(d, o->bucket_mb);
-        d->o = ut_optim_new_view(cfg, p->flat, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo, d->hi);
+        d->o = ut_optim_new_view(cfg, p->flat, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo,
+                                 d->hi);
         break;
     case UT_DIST_ZERO3:
         d->shard_grad = ut_pages_alloc(d->S);
@@ -404,8 +405,8 @@ int ut_dist_step(ut_dist *d, float lr) {
 
 ut_optim *ut_dist_full_optim(ut_dist *d) {
     ut_params *p = d->p;
-    ut_optim *full = ut_optim_new(ut_optim_get_config(d->o), p->flat, p->flat_grad, p->segs, p->n, 0,
-                                  p->numel);
+    ut_optim *full = ut_optim_new(ut_optim_get_config(d->o), p->flat, p->flat_grad, p->segs, p->n,
+                                  0, p->numel);
     ut_optim_set_steps(full, ut_optim_steps(d->o));
     for (int i = 0; i < ut_optim_nstate(d->o); i++) {
         float *dst = ut_optim_state(full, i, NULL);

@@ -625,7 +625,8 @@ int ut_st_save(const char *path, int n, const char *const *names, const ut_st_te
                 set_err(err, errn, "%s: tensor \"%s\": negative dimension", path, names[i]);
                 return -1;
             }
-        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !tensors[i].data)) {
+        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes ||
+            (t->nbytes && !tensors[i].data)) {
             set_err(err, errn, "%s: tensor \"%s\": nbytes %zu does not match its %s shape (%lld elements)",
                     path, names[i], t->nbytes, ut_st_dtype_name(t->dtype), (long long)ut_st_numel(t));
             return -1;

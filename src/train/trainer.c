@@ -229,7 +229,8 @@ static uint64_t run_hash(const ut_trainer *t) {
 /* An optimizer over the whole flat buffer, for reading a checkpoint. */
 static ut_optim *full_optimizer(ut_trainer *t) {
     ut_params *p = &t->m->params;
-    return ut_optim_new(ut_optim_get_config(t->o), p->flat, p->flat_grad, p->segs, p->n, 0, p->numel);
+    return ut_optim_new(ut_optim_get_config(t->o), p->flat, p->flat_grad, p->segs, p->n, 0,
+                        p->numel);
 }
 
 /* What ut_ckpt_load cannot check alone: the step in the file name and the

@@ -105,7 +105,8 @@ static float *probs_f32(ut_tensor *t, int64_t n, bool forward) {
         return ut_attention_probs(t);
     }
     float *p = ut_autocast_scratch(t->ctx, (size_t)n * sizeof(float));
-    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)n * ut_dtype_size(t->autocast)));
+    size_t bytes = (size_t)n * ut_dtype_size(t->autocast);
+    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, bytes));
     else ut_cpu_convert(p, UT_F32, ut_attention_probs(t), t->autocast, n);
     return p;
 }

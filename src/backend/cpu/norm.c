@@ -83,8 +83,8 @@ void ut_layernorm_fwd_cpu(ut_tensor *t) {
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
     ut_layernorm_set_mean(t, ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float)));
     ut_layernorm_set_rstd(t, ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float)));
-    ut_layernorm_forward_cpu(ut_f32(t), ut_layernorm_mean(t), ut_layernorm_rstd(t), ut_f32(x), ut_f32(w), ut_f32(b), N,
-                             C, ut_layernorm_eps(t));
+    ut_layernorm_forward_cpu(ut_f32(t), ut_layernorm_mean(t), ut_layernorm_rstd(t), ut_f32(x),
+                             ut_f32(w), ut_f32(b), N, C, ut_layernorm_eps(t));
 }
 
 void ut_layernorm_bwd_cpu(ut_tensor *t) {

@@ -210,8 +210,8 @@ void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
     }
 }
 
-/* saved: ut_cross_entropy_exps = e (N, V), ut_cross_entropy_inv_sum = inv (N), only when a gradient will be
- * asked for */
+/* saved: ut_cross_entropy_exps = e (N, V) and ut_cross_entropy_inv_sum = inv
+ * (N), only when a gradient will be asked for */
 void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     int64_t count = count_targets(t, "cross_entropy");
@@ -242,7 +242,8 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
         return;
     }
     if (!x->grad) x->grad = ut_cross_entropy_exps(t);
-    ut_cross_entropy_backward_cpu(x->grad, ut_cross_entropy_exps(t), ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
+    ut_cross_entropy_backward_cpu(x->grad, ut_cross_entropy_exps(t), ut_cross_entropy_inv_sum(t),
+                                  ut_i32(tg), (int)ut_loss_ignore_index(t),
                                   t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), last_dim(x));
 }
 

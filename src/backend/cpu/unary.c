@@ -164,5 +164,7 @@ void ut_dropout_fwd_cpu(ut_tensor *t) {
 
 void ut_dropout_bwd_cpu(ut_tensor *t) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t), ut_nelem(t));
+    if (a->requires_grad)
+        ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),
+                                ut_nelem(t));
 }
