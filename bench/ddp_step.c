@@ -25,7 +25,7 @@
  * summed).
  *
  * Then the all-reduce bandwidth of the gradient buffer, measured separately
- * (back-to-back runs on the real m->params.grad, MPI_Barrier before each, the
+ * (back-to-back runs on the real m->params.flat_grad, MPI_Barrier before each, the
  * time of a run = the slowest rank's), each variant repeated --reps times and
  * interleaved with the others:
  *   utrain, buckets    ut_comm_iallreduce of every ut_ddp bucket, in the
@@ -381,8 +381,8 @@ int main(int argc, char **argv) {
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = 3e-4f;
     oc.weight_decay = 0.1f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
-                                 0, m->params.numel);
+    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
+                                 m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     ut_ddp *ddp = ut_ddp_new(comm, &m->params, o.bucket_mb);
     buckets bk = make_buckets(&m->params, o.bucket_mb);
@@ -448,7 +448,7 @@ int main(int argc, char **argv) {
         if (md == NO_OVERLAP) ut_ddp_arm(ddp, ctx); /* resets the buckets; no hook fires any more */
         check_ut(comm, ut_ddp_finish(ddp, ctx), "ut_ddp_finish");
         double t3 = bench_now();
-        last_loss = ut_f32(loss)[0];
+        ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
         ut_optim_step_zero(opt, oc.lr);
         ut_ctx_reset(ctx);
@@ -500,13 +500,13 @@ int main(int argc, char **argv) {
 #define ALL(r, md, k) all[((r) * NMODES + (md)) * NPH + (k)]
 
     /* the ranks' parameters must be bit-identical after summed-gradient steps */
-    uint64_t h = fnv1a(m->params.data, sizeof(float) * (size_t)m->params.numel);
+    uint64_t h = fnv1a(m->params.flat, sizeof(float) * (size_t)m->params.numel);
     int same = ut_comm_check_same(comm, h, "parameters after the steps", err, sizeof err) == 0;
     if (!same && rank == 0) fprintf(stderr, "ddp_step: %s\n", err);
     bool finite = isfinite(last_loss);
 
     /* ---- all-reduce bandwidth on the gradient buffer ---- */
-    float *g = m->params.grad;
+    float *g = m->params.flat_grad;
     memset(g, 0, sizeof(float) * (size_t)m->params.numel); /* values do not change the speed; zeros stay zeros */
     /* sets: 0 ut_ddp's buckets, 1 the same split to <= bucket_mb, 2... the sweep */
     int nsets = 2 + o.nsweep;

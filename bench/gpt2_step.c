@@ -97,8 +97,8 @@ int main(int argc, char **argv) {
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = 3e-4f;
     oc.weight_decay = 0.1f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
-                                 0, m->params.numel);
+    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
+                                 m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     if (bf16) ut_ctx_set_autocast(ctx, UT_BF16);
 
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         double t2 = bench_now();
-        last_loss = ut_f32(loss)[0];
+        ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
         size_t pk = ut_ctx_peak_bytes(ctx);
         ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */

@@ -119,20 +119,33 @@ static int recall_metrics(void *user, const ut_step_outputs *out, ut_tensor *y, 
                           int max) {
     (void)user;
     if (max < NUM_CLASSES) return 0;
-    const float *logits = ut_f32(out->output);
-    for (int k = 0; k < NUM_CLASSES; k++) {
-        mets[k] = (ut_metric){.sum = 0};
-        snprintf(mets[k].name, sizeof mets[k].name, "recall_%d", k);
+    /* Tensors may live on a device: copy them to the host with ut_tensor_get,
+     * the logits converted to float32 first (they are bf16 under
+     * train.precision: bf16). */
+    int64_t B = y->ne[0];
+    ut_tensor *out32 = ut_tensor_to(out->output->ctx, out->output, UT_F32);
+    float *logits = malloc(sizeof(float) * (size_t)(B * NUM_CLASSES));
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)B);
+    int n = 0;
+    if (out32 && logits && labels &&
+        !ut_tensor_get(out32, logits, sizeof(float) * (size_t)(B * NUM_CLASSES)) &&
+        !ut_tensor_get(y, labels, sizeof(int32_t) * (size_t)B)) {
+        n = NUM_CLASSES;
+        for (int k = 0; k < NUM_CLASSES; k++) {
+            mets[k] = (ut_metric){.sum = 0};
+            snprintf(mets[k].name, sizeof mets[k].name, "recall_%d", k);
+        }
+        for (int64_t i = 0; i < B; i++) {
+            const float *row = logits + i * NUM_CLASSES;
+            int best = 0;
+            for (int k = 1; k < NUM_CLASSES; k++) best = row[k] > row[best] ? k : best;
+            mets[labels[i]].count += 1;
+            mets[labels[i]].sum += best == labels[i];
+        }
     }
-    for (int64_t i = 0; i < y->ne[0]; i++) {
-        const float *row = logits + i * NUM_CLASSES;
-        int best = 0;
-        for (int k = 1; k < NUM_CLASSES; k++) best = row[k] > row[best] ? k : best;
-        int label = ut_i32(y)[i];
-        mets[label].count += 1;
-        mets[label].sum += best == label;
-    }
-    return NUM_CLASSES;
+    free(logits);
+    free(labels);
+    return n;
 }
 
 /* on_log sees every logged line (train, dev, and test mode's splits); `user`

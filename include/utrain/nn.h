@@ -41,12 +41,17 @@ typedef struct {
 
 typedef struct {
     int n;                 /* parameter count */
-    ut_tensor **t;         /* t[i]->data/grad point into data/grad */
+    ut_tensor **t;         /* each points into flat and flat_grad */
     char **names;          /* PyTorch-style state_dict names: "h.0.attn.c_attn.weight" */
     ut_init *init;
     ut_param_seg *segs;    /* offset, numel and weight-decay flag of each */
     int64_t numel;         /* total elements */
-    float *data, *grad;    /* the flat buffers (64-byte aligned) */
+    /* The flat buffers (64-byte aligned, page mappings), in the memory of the
+     * flat buffers' backend (src/backend/backend.h: ut_flat_backend), which
+     * may be a device's: offset them and hand them to backend, optimizer and
+     * communicator calls; read or write values with ut_tensor_get / set on
+     * t[i] (or the backend's copies), never by dereferencing them. */
+    float *flat, *flat_grad;
     int cap;
 } ut_params;
 

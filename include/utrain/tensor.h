@@ -1,7 +1,7 @@
 /* utrain tensors, the per-step context, autograd.
  * defines: ut_dtype, ut_device, ut_tensor, ut_ctx, ut_ctx_* (arena, tape, errors,
  *          no-grad mode), ut_tensor_* constructors, ut_tensor_set/get,
- *          ut_backward, ut_checkpoint. */
+ *          ut_tensor_bind, ut_backward, ut_checkpoint. */
 #ifndef UTRAIN_TENSOR_H
 #define UTRAIN_TENSOR_H
 
@@ -61,8 +61,6 @@ struct ut_tensor {
 /* ---- tensor queries ---- */
 int64_t ut_nelem(const ut_tensor *t);
 bool ut_is_contiguous(const ut_tensor *t);
-static inline float *ut_f32(const ut_tensor *t) { return (float *)t->data; }
-static inline int32_t *ut_i32(const ut_tensor *t) { return (int32_t *)t->data; }
 /* "(4, 16, 64)" into buf; returns buf. */
 char *ut_shape_str(const ut_tensor *t, char *buf, size_t n);
 /* Sets contiguous strides for ne[0..ndim). */
@@ -153,6 +151,9 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
  * inf for F16). t must be contiguous; no gradient flows through. NULL with
  * the context's error set for other dtypes or a strided t. */
 ut_tensor *ut_tensor_to(ut_ctx *ctx, const ut_tensor *t, ut_dtype dt);
+/* Points a tensor no context owns (a model's parameter) at storage in its
+ * device's memory: data, and grad for its gradient (NULL: none yet). */
+void ut_tensor_bind(ut_tensor *t, void *data, float *grad);
 /* Marks a leaf as needing a gradient (allocated from the arena on backward). */
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
 

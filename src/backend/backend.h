@@ -2,7 +2,7 @@
  * by the context's device (ut_backend_get); core, ops and the layers above
  * reach device memory and kernels only through it.
  * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_backend,
- *          ut_backend_get, ut_backend_check. */
+ *          ut_backend_get, ut_backend_check, ut_flat_backend, ut_stage (host staging). */
 #ifndef UTRAIN_BACKEND_H
 #define UTRAIN_BACKEND_H
 
@@ -43,6 +43,11 @@ typedef struct {
 typedef struct ut_backend {
     const char *name;
     ut_device device;
+    /* true when the device's memory is host memory (the CPU): host code that
+     * must see device contents (the communicator, parameter initialisation,
+     * checkpoint files) uses device pointers in place; false: it stages
+     * through host buffers (ut_stage_begin / ut_stage_end). */
+    bool host_memory;
 
     /* ---- memory: device memory is opaque to callers outside src/backend ---- */
     void *(*alloc)(size_t bytes);                 /* 64-byte aligned; aborts when out of memory */
@@ -53,6 +58,9 @@ typedef struct ut_backend {
     void *(*pages_alloc)(size_t bytes);
     void (*pages_release)(void *base, size_t off, size_t len);
     void (*pages_free)(void *p, size_t bytes);
+    /* bytes of the page mapping [base, base + bytes) that hold memory now
+     * (ZeRO's memory accounting) */
+    size_t (*pages_resident)(const void *base, size_t bytes);
     void (*memset)(void *p, int v, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
     /* n elements of src (dtype from) into dst (dtype to), both device
@@ -70,6 +78,9 @@ typedef struct ut_backend {
     /* sum of x[i]^2 in double, the same bits whatever the thread count */
     double (*sum_sq)(const float *x, int64_t n);
     void (*scale)(float *x, int64_t n, float s);  /* x *= s */
+    /* dst[i] += src[0][i] + ... + src[nsrc-1][i], added in that order (the
+     * same bits whatever the thread count); zero_src: also src[k][i] = 0 */
+    void (*accumulate)(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src);
     /* One run of n elements of the optimizer step, as torch's single-tensor
      * AdamW / SGD: p, g, m, v (AdamW) or p, g, buf (SGD momentum buffer, NULL
      * without momentum) are the run's slices; decay_mul / wd the run's
@@ -91,5 +102,25 @@ const ut_backend *ut_backend_get(ut_device dev);
 /* 0 when dev has a backend; else -1 with a message in err naming the device
  * and the backends this build has. */
 int ut_backend_check(ut_device dev, char *err, size_t n);
+
+/* The backend that holds the flat parameter, gradient and optimizer-state
+ * buffers (ut_pages_alloc): the CPU's in this build. Models, optimizers,
+ * checkpoints and the dist strategies reach those buffers only through it. */
+const ut_backend *ut_flat_backend(void);
+
+/* Host access to device memory, for code that computes on the host. On a
+ * backend with host_memory the host pointer is dev itself and nothing is
+ * copied or allocated; otherwise ut_stage_begin allocates a host buffer of
+ * bytes and, when read, fills it from dev (D2H); ut_stage_end copies it back
+ * to dev (H2D) when write, and frees it. A stage may stay open across an
+ * asynchronous collective; ut_stage_end on a stage not open does nothing. */
+typedef struct {
+    const ut_backend *be;
+    void *dev, *host;
+    size_t bytes;
+    bool open;
+} ut_stage;
+void *ut_stage_begin(ut_stage *s, const ut_backend *be, void *dev, size_t bytes, bool read);
+void ut_stage_end(ut_stage *s, bool write);
 
 #endif

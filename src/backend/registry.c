@@ -1,7 +1,9 @@
-/* The backend registry, generated from backends.def. */
+/* The backend registry, generated from backends.def; the flat buffers' backend;
+ * host staging of device memory (device-neutral: it uses only the table). */
 #include <stdio.h>
 
 #include "backend.h"
+#include "utrain/base.h"
 
 #define UT_BACKEND(DEV, name) extern const ut_backend ut_backend_##name;
 #include "backends.def"
@@ -29,4 +31,25 @@ int ut_backend_check(ut_device dev, char *err, size_t n) {
         snprintf(err, n, "device %s: this build of utrain has no %s backend (built in: %s)",
                  ut_device_name(dev), ut_device_name(dev), have);
     return -1;
+}
+
+const ut_backend *ut_flat_backend(void) { return registry[UT_CPU]; }
+
+// --- host staging -------------------------------------------------------------
+
+void *ut_stage_begin(ut_stage *s, const ut_backend *be, void *dev, size_t bytes, bool read) {
+    *s = (ut_stage){.be = be, .dev = dev, .host = dev, .bytes = bytes, .open = true};
+    if (be->host_memory) return dev;
+    s->host = ut_aligned_alloc_check(bytes);
+    if (read && bytes) be->copy(s->host, dev, bytes, UT_COPY_D2H);
+    return s->host;
+}
+
+void ut_stage_end(ut_stage *s, bool write) {
+    if (!s->open) return;
+    s->open = false;
+    if (s->be->host_memory) return;
+    if (write && s->bytes) s->be->copy(s->dev, s->host, s->bytes, UT_COPY_H2D);
+    ut_free(s->host);
+    s->host = NULL;
 }

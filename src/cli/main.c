@@ -489,8 +489,8 @@ static int demo(int argc, char **argv) {
     }
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = 1e-3f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
-                                 m->params.numel);
+    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
+                                 m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)seed});
     synth s;
     ut_rng_seed(&s.rng, (uint64_t)seed + 1);

@@ -16,6 +16,10 @@ typedef struct {
     int nparams;
 } checkpoint_rec;
 
+/* A checkpoint node's saved buffer: its record. */
+static inline checkpoint_rec *ckpt_rec(const ut_tensor *t) { return t->aux[0]; }
+static inline void set_ckpt_rec(ut_tensor *t, checkpoint_rec *cr) { t->aux[0] = cr; }
+
 static void note_first_use(ut_ctx *ctx, int pi, int pos) {
     if (pi >= ctx->first_use_cap) {
         int cap = ctx->first_use_cap ? ctx->first_use_cap : 64;
@@ -31,7 +35,7 @@ static void note_first_use(ut_ctx *ctx, int pi, int pos) {
 #define FOR_EACH_PARAM(t, pi, body)                                                   \
     do {                                                                              \
         if ((t)->op == UT_OP_CHECKPOINT) {                                            \
-            const checkpoint_rec *cr_ = (t)->aux[0];                                  \
+            const checkpoint_rec *cr_ = ckpt_rec(t);                                  \
             for (int k_ = 0; k_ < cr_->nparams; k_++) {                               \
                 int pi = cr_->params[k_];                                             \
                 body;                                                                 \
@@ -145,7 +149,7 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     bool rg = cr->nparams > 0;
     for (int i = 0; i < n; i++) rg = rg || in[i]->requires_grad;
     out->requires_grad = rg;
-    out->aux[0] = cr;
+    set_ckpt_rec(out, cr);
     if (rg) ut_tape_push(ctx, out);
     return out;
 }
@@ -154,7 +158,7 @@ void ut_checkpoint_fwd(ut_tensor *t) { (void)t; /* computed in ut_checkpoint */ 
 
 void ut_checkpoint_bwd(ut_tensor *t) {
     ut_ctx *ctx = t->ctx;
-    checkpoint_rec *cr = t->aux[0];
+    checkpoint_rec *cr = ckpt_rec(t);
     for (int i = 0; i < cr->n; i++)
         if (cr->in[i]->requires_grad) ut_grad(cr->in[i]);
 

@@ -253,6 +253,12 @@ ut_tensor *ut_tensor_alias(ut_ctx *ctx, ut_tensor *a, int ndim, const int64_t *n
     return ut_tensor_wrap(ctx, a->dtype, ndim, ne, a->data);
 }
 
+void ut_tensor_bind(ut_tensor *t, void *data, float *grad) {
+    UT_ASSERT(t && !t->ctx);
+    t->data = data;
+    t->grad = grad;
+}
+
 void ut_tensor_set_requires_grad(ut_tensor *t, bool on) { t->requires_grad = on; }
 
 /* ---- op construction ---- */

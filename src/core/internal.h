@@ -13,6 +13,13 @@
 #include "utrain/tensor.h"
 #include "../backend/backend.h"
 
+/* Host views of a tensor's data, for kernels of backends whose memory is
+ * host memory (the CPU's). */
+#ifndef UT_HOST_VIEWS_PUBLIC
+static inline float *ut_f32(const ut_tensor *t) { return (float *)t->data; }
+static inline int32_t *ut_i32(const ut_tensor *t) { return (int32_t *)t->data; }
+#endif
+
 /* ---- op ids, generated from ops.def ---- */
 enum {
     UT_OP_NONE = 0,

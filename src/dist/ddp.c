@@ -1,16 +1,18 @@
 /* DDP: the flat gradient buffer cut into buckets, each all-reduced as soon as
  * backward has completed every parameter in it, so communication overlaps the
- * rest of backward. */
-#include <string.h>
-
+ * rest of backward. The communicator works on host memory: a bucket is staged
+ * (ut_stage_begin) for the all-reduce and written back when it completes,
+ * which on the CPU backend is the buffer itself, with no copy. */
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "../backend/backend.h"
 #include "buckets.h"
 
 typedef struct {
     ut_bucket_span span;
     int pending;             /* parameters not yet complete */
     ut_comm_req *req;        /* NULL until started */
+    ut_stage stage;          /* the bucket's host memory while its all-reduce runs */
 } bucket;
 
 struct ut_ddp {
@@ -51,7 +53,10 @@ int ut_ddp_nbuckets(const ut_ddp *d) { return d->nb; }
 
 static void start(ut_ddp *d, int k) {
     bucket *bk = &d->b[k];
-    bk->req = ut_comm_iallreduce(d->comm, d->params->grad + bk->span.lo, bk->span.hi - bk->span.lo);
+    int64_t n = bk->span.hi - bk->span.lo;
+    float *host = ut_stage_begin(&bk->stage, ut_flat_backend(), d->params->flat_grad + bk->span.lo,
+                                 (size_t)n * sizeof(float), true);
+    bk->req = ut_comm_iallreduce(d->comm, host, n);
     d->order[d->nstarted++] = k;
 }
 
@@ -80,8 +85,11 @@ int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx) {
     for (int k = 0; k < d->nb; k++)
         if (!d->b[k].req) start(d, k);
     int rc = 0;
-    for (int i = 0; i < d->nstarted; i++)
-        if (ut_comm_wait(d->comm, d->b[d->order[i]].req)) rc = -1;
+    for (int i = 0; i < d->nstarted; i++) {
+        bucket *bk = &d->b[d->order[i]];
+        if (ut_comm_wait(d->comm, bk->req)) rc = -1;
+        ut_stage_end(&bk->stage, true);
+    }
     /* done: a finish without a new arm starts every bucket again */
     for (int k = 0; k < d->nb; k++) d->b[k].req = NULL;
     d->nstarted = 0;

@@ -2,15 +2,15 @@
  * per worker thread. The trainer decides what each worker computes (its
  * share of the batch); this file owns the replicas and keeps their
  * parameters and gradients in step with worker 0's. */
-#include <string.h>
-
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "../backend/backend.h"
 
 struct ut_dp {
     int n;
     ut_model **m;   /* [0] is the caller's */
     ut_ctx **ctx;   /* [0] is the caller's */
+    float **peer_grads; /* workers 1..n-1's flat gradient buffers */
 };
 
 ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *user, uint64_t seed,
@@ -20,6 +20,7 @@ ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *
     d->n = n;
     d->m = ut_calloc_check((size_t)n, sizeof *d->m);
     d->ctx = ut_calloc_check((size_t)n, sizeof *d->ctx);
+    d->peer_grads = ut_calloc_check((size_t)n, sizeof *d->peer_grads);
     d->m[0] = m0;
     d->ctx[0] = ctx0;
     for (int w = 1; w < n; w++) {
@@ -35,6 +36,7 @@ ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *
             return NULL;
         }
         d->m[w]->checkpoint_activations = m0->checkpoint_activations;
+        d->peer_grads[w - 1] = d->m[w]->params.flat_grad;
         d->ctx[w] = ut_ctx_new(&(ut_ctx_opts){.seed = seed + (uint64_t)w});
     }
     ut_dp_broadcast(d);
@@ -49,6 +51,7 @@ void ut_dp_free(ut_dp *d) {
     }
     ut_free(d->m);
     ut_free(d->ctx);
+    ut_free(d->peer_grads);
     ut_free(d);
 }
 
@@ -61,23 +64,18 @@ void ut_dp_run(ut_dp *d, void (*fn)(void *user, int w), void *user) {
     for (int w = 0; w < d->n; w++) fn(user, w);
 }
 
+/* Worker 0's gradients += the others' (added in worker order, so the sum
+ * has the same bits whatever the thread count), the others' zeroed: one call
+ * of the flat buffers' backend. */
 void ut_dp_reduce_grads(ut_dp *d) {
+    if (d->n < 2) return;
     ut_params *p = &d->m[0]->params;
-    float *g = p->grad;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < p->numel; i++) {
-        float s = g[i];
-        for (int w = 1; w < d->n; w++) {
-            float *gw = d->m[w]->params.grad;
-            s += gw[i];
-            gw[i] = 0;
-        }
-        g[i] = s;
-    }
+    ut_flat_backend()->accumulate(p->flat_grad, d->peer_grads, d->n - 1, p->numel, true);
 }
 
 void ut_dp_broadcast(ut_dp *d) {
     const ut_params *p = &d->m[0]->params;
+    const ut_backend *be = ut_flat_backend();
     for (int w = 1; w < d->n; w++)
-        memcpy(d->m[w]->params.data, p->data, (size_t)p->numel * sizeof(float));
+        be->copy(d->m[w]->params.flat, p->flat, (size_t)p->numel * sizeof(float), UT_COPY_D2D);
 }

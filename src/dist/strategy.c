@@ -8,15 +8,18 @@
  * zero2/zero3 hand a gradient bucket's pages back as soon as its
  * reduce-scatter is done, and zero3 hands a unit's parameter pages back when
  * the unit is no longer needed; the addresses stay valid, so views and the
- * model's tensors never move. */
+ * model's tensors never move.
+ *
+ * The buffers belong to the flat buffers' backend (ut_flat_backend): copies,
+ * memsets and residency go through its calls, and the communicator, which
+ * works on host memory, gets each collective's buffers through a host stage
+ * (ut_stage_begin/end; the buffers themselves on the CPU backend). */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "../backend/backend.h"
 #include "buckets.h"
 
 typedef struct {
@@ -24,6 +27,7 @@ typedef struct {
     int64_t *counts;      /* per rank: elements of [lo, hi) in its shard */
     int nparams, pending; /* gradient buckets: parameters, not yet complete */
     ut_comm_req *req;
+    ut_stage in, out;     /* host views of the collective's buffers while it runs */
     enum { IDLE, STARTED, DONE } state;
 } range;
 
@@ -50,8 +54,7 @@ struct ut_dist {
     bool backward, reshard_after_forward;
     ut_comm_req *gather_req;
     size_t params_peak, grads_peak;
-    unsigned char *mincore_vec;
-    size_t mincore_len;
+    const ut_backend *be; /* the flat buffers' */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -69,26 +72,15 @@ static int64_t *rank_counts(const ut_dist *d, int64_t lo, int64_t hi) {
 
 // --- memory accounting --------------------------------------------------------
 
-/* Bytes of buf[0, n) floats resident in memory, as the system reports it. */
+/* Bytes of buf[0, n) floats that hold memory now (the backend's page count). */
 static size_t resident(ut_dist *d, const float *buf, int64_t n) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    size_t len = ((size_t)(n > 0 ? n : 1) * sizeof(float) + pg - 1) / pg * pg;
-    size_t npages = len / pg;
-    if (d->mincore_len < npages) {
-        ut_free(d->mincore_vec);
-        d->mincore_vec = ut_malloc_check(npages);
-        d->mincore_len = npages;
-    }
-    if (mincore((void *)buf, len, d->mincore_vec)) return len; /* unknown: count it all */
-    size_t k = 0;
-    for (size_t i = 0; i < npages; i++) k += d->mincore_vec[i] & 1;
-    return k * pg;
+    return d->be->pages_resident(buf, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
 void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
     size_t shard = (size_t)d->S * sizeof(float);
-    out->params = resident(d, d->p->data, d->p->numel) + (d->shard_param ? shard : 0);
-    out->grads = resident(d, d->p->grad, d->p->numel) + (d->shard_grad ? shard : 0);
+    out->params = resident(d, d->p->flat, d->p->numel) + (d->shard_param ? shard : 0);
+    out->grads = resident(d, d->p->flat_grad, d->p->numel) + (d->shard_grad ? shard : 0);
     out->optim = ut_optim_state_bytes(d->o);
     if (out->params > d->params_peak) d->params_peak = out->params;
     if (out->grads > d->grads_peak) d->grads_peak = out->grads;
@@ -112,7 +104,9 @@ static void release_done_buckets(ut_dist *d, bool wait) {
         int t = wait ? (ut_comm_wait(d->comm, bk->req) ? -1 : 1) : ut_comm_test(d->comm, bk->req);
         if (t == 0) return;
         if (t < 0) return; /* reported by the final wait */
-        ut_pages_release(d->p->grad, bk->lo, bk->hi);
+        ut_stage_end(&bk->in, false);
+        ut_stage_end(&bk->out, true);
+        ut_pages_release(d->p->flat_grad, bk->lo, bk->hi);
         bk->state = DONE;
         d->nreleased++;
     }
@@ -123,7 +117,11 @@ static void start_bucket(ut_dist *d, int k) {
     float *out = d->shard_grad + (max64(bk->lo, d->lo) - d->lo);
     if (bk->counts[d->rank] == 0) out = d->shard_grad;
     sample(d);
-    bk->req = ut_comm_ireduce_scatterv(d->comm, d->p->grad + bk->lo, out, bk->counts);
+    const float *hin = ut_stage_begin(&bk->in, d->be, d->p->flat_grad + bk->lo,
+                                      (size_t)(bk->hi - bk->lo) * sizeof(float), true);
+    float *hout = ut_stage_begin(&bk->out, d->be, out, (size_t)bk->counts[d->rank] * sizeof(float),
+                                 false);
+    bk->req = ut_comm_ireduce_scatterv(d->comm, hin, hout, bk->counts);
     bk->state = STARTED;
     d->order[d->nstarted++] = k;
     release_done_buckets(d, false);
@@ -156,21 +154,26 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
 static void unit_issue(ut_dist *d, int u) {
     range *un = &d->u[u];
     int64_t a = max64(un->lo, d->lo), e = min64(un->hi, d->hi);
-    if (e > a) memcpy(d->p->data + a, d->shard_param + (a - d->lo), (size_t)(e - a) * sizeof(float));
-    un->req = ut_comm_iallgatherv(d->comm, d->p->data + un->lo, un->counts);
+    if (e > a)
+        d->be->copy(d->p->flat + a, d->shard_param + (a - d->lo), (size_t)(e - a) * sizeof(float),
+                    UT_COPY_D2D);
+    float *host = ut_stage_begin(&un->in, d->be, d->p->flat + un->lo,
+                                 (size_t)(un->hi - un->lo) * sizeof(float), true);
+    un->req = ut_comm_iallgatherv(d->comm, host, un->counts);
     d->ustate[u] = INFLIGHT;
 }
 
 static void unit_wait(ut_dist *d, int u) {
     if (ut_comm_wait(d->comm, d->u[u].req))
         ut_abort(__FILE__, __LINE__, "zero3: gathering parameters: %s", ut_comm_error(d->comm));
+    ut_stage_end(&d->u[u].in, true);
     d->ustate[u] = GATHERED;
 }
 
 static void unit_release(ut_dist *d, int u) {
     if (d->ustate[u] == INFLIGHT) unit_wait(d, u);
     if (d->ustate[u] == RELEASED) return;
-    ut_pages_release(d->p->data, d->u[u].lo, d->u[u].hi);
+    ut_pages_release(d->p->flat, d->u[u].lo, d->u[u].hi);
     d->ustate[u] = RELEASED;
 }
 
@@ -241,6 +244,7 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     }
     ut_dist *d = ut_calloc_check(1, sizeof *d);
     d->kind = o->kind;
+    d->be = ut_flat_backend();
     d->comm = c;
     d->m = m;
     d->p = &m->params;
@@ -261,18 +265,20 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     case UT_DIST_DDP:
     case UT_DIST_ZERO1:
         if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
-        d->o = ut_optim_new(cfg, p->data, p->grad, p->segs, p->n, d->lo, d->hi);
+        d->o = ut_optim_new(cfg, p->flat, p->flat_grad, p->segs, p->n, d->lo, d->hi);
         break;
     case UT_DIST_ZERO2:
         d->shard_grad = ut_pages_alloc(d->S);
         make_buckets(d, o->bucket_mb);
-        d->o = ut_optim_new_view(cfg, p->data, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo, d->hi);
+        d->o = ut_optim_new_view(cfg, p->flat, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo,
+                                 d->hi);
         break;
     case UT_DIST_ZERO3:
         d->shard_grad = ut_pages_alloc(d->S);
         d->shard_param = ut_pages_alloc(d->S);
-        memcpy(d->shard_param, p->data + d->lo, (size_t)(d->hi - d->lo) * sizeof(float));
-        ut_pages_release(p->data, 0, p->numel);
+        d->be->copy(d->shard_param, p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float),
+                    UT_COPY_D2D);
+        ut_pages_release(p->flat, 0, p->numel);
         make_buckets(d, o->bucket_mb);
         d->o = ut_optim_new_view(cfg, d->shard_param, d->lo, d->shard_grad, d->lo, p->segs, p->n,
                                  d->lo, d->hi);
@@ -297,7 +303,6 @@ void ut_dist_free(ut_dist *d) {
     ut_free(d->unit_of);
     ut_free(d->ustate);
     ut_free(d->all_counts);
-    ut_free(d->mincore_vec);
     ut_free(d);
 }
 
@@ -353,7 +358,7 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
 }
 
 int ut_dist_grad_norm(ut_dist *d, double *norm) {
-    const float *g = d->shard_grad ? d->shard_grad : d->p->grad + d->lo;
+    const float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
     double sq = ut_grad_norm_sq(g, d->hi - d->lo);
     if (d->kind != UT_DIST_DDP && d->world > 1 && ut_comm_allreduce_f64(d->comm, &sq, 1)) return -1;
     *norm = sqrt(sq);
@@ -361,45 +366,53 @@ int ut_dist_grad_norm(ut_dist *d, double *norm) {
 }
 
 void ut_dist_scale_grads(ut_dist *d, float s) {
-    float *g = d->shard_grad ? d->shard_grad : d->p->grad + d->lo;
+    float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
     ut_grad_scale(g, d->hi - d->lo, s);
+}
+
+/* zero1: the gradient outside this rank's shard (the all-reduce filled it) */
+static void zero_outside_shard(ut_dist *d) {
+    ut_params *p = d->p;
+    d->be->memset(p->flat_grad, 0, (size_t)d->lo * sizeof(float));
+    d->be->memset(p->flat_grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
+}
+
+/* buf (the whole flat layout) all-gathered from every rank's shard */
+static int gather_all(ut_dist *d, float *buf) {
+    ut_stage st;
+    float *host = ut_stage_begin(&st, d->be, buf, (size_t)d->p->numel * sizeof(float), true);
+    int rc = ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, host, d->all_counts)) ? -1 : 0;
+    ut_stage_end(&st, true);
+    return rc;
 }
 
 void ut_dist_zero_grads(ut_dist *d) {
     ut_params *p = d->p;
-    float *g = d->shard_grad ? d->shard_grad : p->grad + d->lo;
-    memset(g, 0, (size_t)(d->hi - d->lo) * sizeof(float));
-    if (d->kind == UT_DIST_ZERO1) {
-        memset(p->grad, 0, (size_t)d->lo * sizeof(float));
-        memset(p->grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
-    }
+    float *g = d->shard_grad ? d->shard_grad : p->flat_grad + d->lo;
+    d->be->memset(g, 0, (size_t)(d->hi - d->lo) * sizeof(float));
+    if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d);
 }
 
 int ut_dist_step(ut_dist *d, float lr) {
     ut_optim_step_zero(d->o, lr);
     ut_params *p = d->p;
-    if (d->kind == UT_DIST_ZERO1) { /* the gradients outside the shard are zeroed too */
-        memset(p->grad, 0, (size_t)d->lo * sizeof(float));
-        memset(p->grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
-    }
-    if ((d->kind == UT_DIST_ZERO1 || d->kind == UT_DIST_ZERO2) && d->world > 1 &&
-        ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, p->data, d->all_counts)))
-        return -1;
-    return 0;
+    if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d); /* outside the shard too */
+    if ((d->kind != UT_DIST_ZERO1 && d->kind != UT_DIST_ZERO2) || d->world == 1) return 0;
+    return gather_all(d, p->flat);
 }
 
 // --- checkpoints ---------------------------------------------------------------
 
 ut_optim *ut_dist_full_optim(ut_dist *d) {
     ut_params *p = d->p;
-    ut_optim *full = ut_optim_new(ut_optim_get_config(d->o), p->data, p->grad, p->segs, p->n, 0,
-                                  p->numel);
+    ut_optim *full = ut_optim_new(ut_optim_get_config(d->o), p->flat, p->flat_grad, p->segs, p->n,
+                                  0, p->numel);
     ut_optim_set_steps(full, ut_optim_steps(d->o));
     for (int i = 0; i < ut_optim_nstate(d->o); i++) {
         float *dst = ut_optim_state(full, i, NULL);
-        memcpy(dst + d->lo, ut_optim_state(d->o, i, NULL), (size_t)(d->hi - d->lo) * sizeof(float));
-        if (d->kind != UT_DIST_DDP && d->world > 1 &&
-            ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, dst, d->all_counts))) {
+        d->be->copy(dst + d->lo, ut_optim_state(d->o, i, NULL),
+                    (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
+        if (d->kind != UT_DIST_DDP && d->world > 1 && gather_all(d, dst)) {
             ut_optim_free(full);
             return NULL;
         }
@@ -410,10 +423,11 @@ ut_optim *ut_dist_full_optim(ut_dist *d) {
 int ut_dist_load_full(ut_dist *d, ut_optim *full) {
     if (full) ut_optim_set_steps(d->o, ut_optim_steps(full));
     for (int i = 0; full && i < ut_optim_nstate(d->o); i++)
-        memcpy(ut_optim_state(d->o, i, NULL), ut_optim_state(full, i, NULL) + d->lo,
-               (size_t)(d->hi - d->lo) * sizeof(float));
+        d->be->copy(ut_optim_state(d->o, i, NULL), ut_optim_state(full, i, NULL) + d->lo,
+                    (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
     if (d->kind == UT_DIST_ZERO3) {
-        memcpy(d->shard_param, d->p->data + d->lo, (size_t)(d->hi - d->lo) * sizeof(float));
+        d->be->copy(d->shard_param, d->p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float),
+                    UT_COPY_D2D);
         for (int k = 0; k < d->nu; k++) d->ustate[k] = GATHERED;
         ut_dist_release(d);
     }

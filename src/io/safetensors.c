@@ -505,7 +505,7 @@ ut_st_file *ut_st_open(const char *path, char *err, size_t n) {
             memcpy(f->copies[i], src, t->nbytes);
             src = f->copies[i];
         }
-        t->data = src;
+        f->t[i].data = src;   /* the file's bytes (or the aligned copy) */
     }
     return f;
 }
@@ -625,7 +625,8 @@ int ut_st_save(const char *path, int n, const char *const *names, const ut_st_te
                 set_err(err, errn, "%s: tensor \"%s\": negative dimension", path, names[i]);
                 return -1;
             }
-        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data)) {
+        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes ||
+            (t->nbytes && !tensors[i].data)) {
             set_err(err, errn, "%s: tensor \"%s\": nbytes %zu does not match its %s shape (%lld elements)",
                     path, names[i], t->nbytes, ut_st_dtype_name(t->dtype), (long long)ut_st_numel(t));
             return -1;

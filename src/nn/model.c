@@ -7,6 +7,7 @@
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/nn.h"
+#include "../backend/backend.h"
 
 ut_model *ut_model_new(const char *type) {
     ut_model *m = ut_calloc_check(1, sizeof *m);
@@ -17,7 +18,7 @@ ut_model *ut_model_new(const char *type) {
 
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init) {
     ut_params *p = &m->params;
-    UT_ASSERT(!p->data); /* parameters are registered before ut_model_finalize */
+    UT_ASSERT(!p->flat); /* parameters are registered before ut_model_finalize */
     UT_ASSERT(ndim >= 1 && ndim <= UT_MAX_DIMS);
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 32;
@@ -94,15 +95,19 @@ static void init_chunk(float *x, int64_t n, ut_init init, uint64_t seed, int i, 
  * the chunks fill in parallel. */
 void ut_model_finalize(ut_model *m, uint64_t seed) {
     ut_params *p = &m->params;
-    p->data = ut_pages_alloc(p->numel);
-    p->grad = ut_pages_alloc(p->numel); /* zeroed, and not resident until written */
+    p->flat = ut_pages_alloc(p->numel);
+    p->flat_grad = ut_pages_alloc(p->numel); /* zeroed, and not resident until written */
     int64_t nchunks = 0;
     for (int i = 0; i < p->n; i++) {
         ut_tensor *t = p->t[i];
-        t->data = p->data + p->segs[i].offset;
-        t->grad = p->grad + p->segs[i].offset;
+        ut_tensor_bind(t, p->flat + p->segs[i].offset, p->flat_grad + p->segs[i].offset);
         nchunks += (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
     }
+    /* the values are drawn on the host: in place where the flat buffers are
+     * host memory, else in a staging buffer copied over at the end */
+    ut_stage st;
+    float *host = ut_stage_begin(&st, ut_flat_backend(), p->flat, (size_t)p->numel * sizeof(float),
+                                 false);
     /* k numbers the chunks of all parameters in order; each iteration finds
      * its parameter i and chunk c within it (a walk over the short list) */
 #pragma omp parallel for schedule(dynamic, 4) if (p->numel >= 4 * INIT_CHUNK)
@@ -112,9 +117,10 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
         while (c >= (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK)
             c -= (p->segs[i++].numel + INIT_CHUNK - 1) / INIT_CHUNK;
         int64_t off = c * INIT_CHUNK, n = p->segs[i].numel - off;
-        init_chunk(ut_f32(p->t[i]) + off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i], seed, i,
-                   c);
+        init_chunk(host + p->segs[i].offset + off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i],
+                   seed, i, c);
     }
+    ut_stage_end(&st, true);
 }
 
 void ut_model_free(ut_model *m) {
@@ -128,15 +134,15 @@ void ut_model_free(ut_model *m) {
     ut_free(p->names);
     ut_free(p->init);
     ut_free(p->segs);
-    ut_pages_free(p->data, p->numel);
-    ut_pages_free(p->grad, p->numel);
+    ut_pages_free(p->flat, p->numel);
+    ut_pages_free(p->flat_grad, p->numel);
     if (m->free_impl) m->free_impl(m->impl);
     ut_free(m->type);
     ut_free(m);
 }
 
 void ut_model_zero_grad(ut_model *m) {
-    memset(m->params.grad, 0, (size_t)m->params.numel * sizeof(float));
+    ut_flat_backend()->memset(m->params.flat_grad, 0, (size_t)m->params.numel * sizeof(float));
 }
 
 ut_tensor *ut_model_param(const ut_model *m, const char *name) {

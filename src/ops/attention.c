@@ -2,7 +2,7 @@
  * before its output projection:
  *   q, k, v = qkv.split(C, dim=2), each viewed (B, NH, T, hs), hs = C / NH
  *   out = softmax(mask(q k^T / sqrt(hs))) v, heads concatenated -> (B, T, C).
- * Saves the probabilities P (B, NH, T, T) in t->aux[0] (zero above the diagonal).
+ * Saves the probabilities P (B, NH, T, T) (ut_attention_probs) (zero above the diagonal).
  * Parameter: ut_attention_n_head (src/ops/params.h).
  * Kernels: src/backend/cpu/attention.c. */
 #include "internal.h"

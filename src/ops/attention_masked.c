@@ -11,8 +11,8 @@
  * with dropout p > 0 the probabilities are dropped as torch's dropout after
  * the softmax does (kept ones scaled by 1/(1-p)), the keep mask drawn from
  * the context's generator.
- * Saves the probabilities P (B, NH, Tq, Tk) in t->aux[0] and the keep mask
- * (uint8, same shape) in t->aux[1].
+ * Saves the probabilities P (B, NH, Tq, Tk) and the keep mask (uint8, same
+ * shape): ut_attention_masked_probs, ut_attention_masked_keep.
  * Parameters: ut_attention_masked_n_head, _causal, _p, _keep_scale (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_masked.c. */
 #include "internal.h"

@@ -1,5 +1,5 @@
 /* Layer normalisation over the last dimension, as torch.nn.functional.layer_norm
- * with biased variance. Saves mean and rstd per row (t->aux[0], t->aux[1]).
+ * with biased variance. Saves mean and rstd per row (ut_layernorm_mean, ut_layernorm_rstd).
  * Kernels: src/backend/cpu/norm.c. */
 #include "internal.h"
 #include "params.h"

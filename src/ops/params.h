@@ -1,8 +1,11 @@
-/* Named op parameters: where each op keeps its parameters in a tensor's
- * ip[] (integers) and fp[] (floats) slots. The op constructors (src/ops) set
- * them and every backend's kernels read them through these accessors, so no
- * file names a bare slot.
- * defines: ut_<op>_<param>(t) getters and ut_<op>_set_<param>(t, v) setters. */
+/* Named op parameters and saved buffers: where each op keeps its parameters
+ * in a tensor's ip[] (integers) and fp[] (floats) slots, and the buffers its
+ * forward kernel saves for backward in aux[] (arena memory of the op's
+ * device). The op constructors (src/ops) set the parameters, a backend's
+ * forward kernel sets the saved buffers, and every kernel reads both through
+ * these accessors, so no file names a bare slot.
+ * defines: ut_<op>_<param>(t) getters and ut_<op>_set_<param>(t, v) setters,
+ *          for parameters and saved buffers alike. */
 #ifndef UTRAIN_OP_PARAMS_H
 #define UTRAIN_OP_PARAMS_H
 
@@ -14,6 +17,9 @@
 #define UT_PARAM_F(op, name, slot)                                                      \
     static inline float ut_##op##_##name(const ut_tensor *t) { return t->fp[slot]; }    \
     static inline void ut_##op##_set_##name(ut_tensor *t, float v) { t->fp[slot] = v; }
+#define UT_AUX(op, name, type, slot)                                                    \
+    static inline type *ut_##op##_##name(const ut_tensor *t) { return t->aux[slot]; }   \
+    static inline void ut_##op##_set_##name(ut_tensor *t, type *v) { t->aux[slot] = v; }
 
 /* views (reshape, permute, slice): gradient strides, one per view dimension
  * (ip[0..3]), map view positions to positions in the source's gradient, which
@@ -57,6 +63,27 @@ UT_PARAM_F(attention_masked, keep_scale, 1)
 UT_PARAM_I(loss, ignore_index, 0)
 UT_PARAM_I(loss, count, 1)
 
+/* ---- saved buffers (aux[]) ---- */
+/* dropout: which elements survived (N bytes, 1 = kept) */
+UT_AUX(dropout, keep, uint8_t, 0)
+/* layernorm: each row's mean and 1 / std (N rows) */
+UT_AUX(layernorm, mean, float, 0)
+UT_AUX(layernorm, rstd, float, 1)
+/* max_pool2d: each output's argmax within its plane (int32, like the output) */
+UT_AUX(max_pool2d, argmax, int32_t, 0)
+/* attention: the probabilities P (B, NH, T, T), zero above the diagonal, in
+ * float32 or, under autocast, in the autocast dtype (hence void) */
+UT_AUX(attention, probs, void, 0)
+/* attention_masked: P (B, NH, T, T) in float32 and, with dropout, the keep
+ * mask (uint8, same shape; NULL without dropout) */
+UT_AUX(attention_masked, probs, float, 0)
+UT_AUX(attention_masked, keep, uint8_t, 1)
+/* cross_entropy: exp(x - rowmax) (N, V) and 1 / each row's sum (N); NULL
+ * when no gradient was asked for */
+UT_AUX(cross_entropy, exps, float, 0)
+UT_AUX(cross_entropy, inv_sum, float, 1)
+
 #undef UT_PARAM_I
 #undef UT_PARAM_F
+#undef UT_AUX
 #endif

@@ -1,6 +1,6 @@
 /* 2-D max pooling as torch.nn.functional.max_pool2d (no padding, dilation 1,
  * floor mode). Saves the argmax of each output within its input plane
- * (int32, t->aux[0]). Parameters: ut_max_pool2d_kernel, ut_max_pool2d_stride.
+ * (int32, ut_max_pool2d_argmax). Parameters: ut_max_pool2d_kernel, ut_max_pool2d_stride.
  * Kernels: src/backend/cpu/pool.c. */
 #include "internal.h"
 #include "params.h"

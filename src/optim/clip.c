@@ -5,11 +5,11 @@
 
 #include <math.h>
 
-/* The flat buffers are host memory: the CPU backend's flat math (its sum is
- * blocked so that every thread count gives the same bits). */
-double ut_grad_norm_sq(const float *g, int64_t n) { return ut_backend_get(UT_CPU)->sum_sq(g, n); }
+/* The flat buffers' backend's flat math (its sum is blocked so that every
+ * thread count gives the same bits). */
+double ut_grad_norm_sq(const float *g, int64_t n) { return ut_flat_backend()->sum_sq(g, n); }
 
-void ut_grad_scale(float *g, int64_t n, float s) { ut_backend_get(UT_CPU)->scale(g, n, s); }
+void ut_grad_scale(float *g, int64_t n, float s) { ut_flat_backend()->scale(g, n, s); }
 
 float ut_clip_grad_norm(float *g, int64_t n, float max_norm) {
     double norm = sqrt(ut_grad_norm_sq(g, n));

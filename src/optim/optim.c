@@ -131,16 +131,17 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 
     o->nstate = ut_optim_state_per_param(cfg);
     size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    const ut_backend *be = ut_flat_backend(); /* the state lives beside the flat buffers */
     for (int i = 0; i < o->nstate; i++) {
-        o->state[i] = ut_aligned_alloc_check(bytes);
-        memset(o->state[i], 0, bytes);
+        o->state[i] = be->alloc(bytes);
+        be->memset(o->state[i], 0, bytes);
     }
     return o;
 }
 
 void ut_optim_free(ut_optim *o) {
     if (!o) return;
-    for (int i = 0; i < o->nstate; i++) ut_free(o->state[i]);
+    for (int i = 0; i < o->nstate; i++) ut_flat_backend()->free(o->state[i]);
     ut_free(o->runs);
     ut_free(o);
 }
@@ -148,14 +149,14 @@ void ut_optim_free(ut_optim *o) {
 /* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
  * zeroes grads[a, b), padding between runs included. */
 static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, bool zero) {
-    const ut_backend *be = ut_backend_get(UT_CPU); /* the flat buffers are host memory */
+    const ut_backend *be = ut_flat_backend();
     int64_t done = a; /* grads[a, done) are zero (when zero is set) */
     for (int r = 0; r < o->nruns; r++) {
         int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
         int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
         if (s >= e) continue;
         if (zero && done < s)
-            memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
+            be->memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
         bool decay = o->runs[r].decay;
         float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
         int64_t off = s - o->lo;
@@ -167,7 +168,8 @@ static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, boo
                            decay ? k->wd : 0.0f, k, zero);
         done = e;
     }
-    if (zero && done < b) memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
+    if (zero && done < b)
+        be->memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
 }
 
 /* Start of thread t's part of n elements among nt threads, on a 16-float

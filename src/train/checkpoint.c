@@ -18,6 +18,7 @@
 #include "utrain/base.h"
 #include "utrain/io.h"
 #include "utrain/train.h"
+#include "../backend/backend.h"
 
 #define CKPT_FORMAT "utrain-checkpoint-1"
 #define CKPT_PREFIX "step_"
@@ -60,13 +61,13 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* One tensor: "name\0DTYPE\0d0,d1,...\0" then its bytes. */
-static uLong crc_tensor(uLong crc, const char *name, const ut_st_tensor *t) {
+static uLong crc_tensor(uLong crc, const char *name, const ut_st_tensor t) {
     char dims[UT_ST_MAX_DIMS * 21 + 1] = "";
     size_t at = 0;
-    for (int d = 0; d < t->ndim; d++)
-        at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%" PRId64, d ? "," : "", t->shape[d]);
-    crc = crc_str(crc_str(crc_str(crc, name), ut_st_dtype_name(t->dtype)), dims);
-    return t->nbytes ? crc_bytes(crc, t->data, t->nbytes) : crc;
+    for (int d = 0; d < t.ndim; d++)
+        at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%" PRId64, d ? "," : "", t.shape[d]);
+    crc = crc_str(crc_str(crc_str(crc, name), ut_st_dtype_name(t.dtype)), dims);
+    return t.nbytes ? crc_bytes(crc, t.data, t.nbytes) : crc;
 }
 
 /* The checkpoint checksum: metadata entries sorted by key ("key\0value\0"),
@@ -89,7 +90,7 @@ static uint32_t checksum(const char **meta_kv, const char **names, int nt, tenso
         crc = crc_str(crc_str(crc, keys[i]), meta_kv[2 * j + 1]);
     }
     qsort(names, (size_t)nt, sizeof *names, cmp_str);
-    for (int i = 0; i < nt; i++) crc = crc_tensor(crc, names[i], get(src, names[i]));
+    for (int i = 0; i < nt; i++) crc = crc_tensor(crc, names[i], *get(src, names[i]));
     return (uint32_t)crc;
 }
 
@@ -275,12 +276,20 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
     if (o) assert_full_cover(m, o);
     tensor_list l = {0, ut_malloc_check((size_t)(p->n + ns + 1) * sizeof(char *)),
                      ut_malloc_check((size_t)(p->n + ns + 1) * sizeof(ut_st_tensor))};
+    /* the file is written from host memory: the flat buffers and the
+     * optimizer's state through host stages (themselves on the CPU) */
+    const ut_backend *be = ut_flat_backend();
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    ut_stage stage[1 + MAX_STATE];
+    const float *host = ut_stage_begin(&stage[0], be, p->flat, bytes, true);
     for (int i = 0; i < p->n; i++)
-        list_add(&l, str_cat("model.", p->names[i]), p->t[i]->ndim, p->t[i]->ne, p->t[i]->data);
+        list_add(&l, str_cat("model.", p->names[i]), p->t[i]->ndim, p->t[i]->ne,
+                 host + p->segs[i].offset);
     for (int i = 0; i < ns; i++) {
         const char *name;
-        const float *buf = ut_optim_state(o, i, &name);
-        list_add(&l, str_cat("optim.", name), 1, &p->numel, buf);
+        float *buf = ut_optim_state(o, i, &name);
+        list_add(&l, str_cat("optim.", name), 1, &p->numel,
+                 ut_stage_begin(&stage[1 + i], be, buf, bytes, true));
     }
     meta_out *mo = ut_malloc_check(sizeof *mo);
     meta_build(mo, m, o, st);
@@ -293,6 +302,7 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
     mo->kv[2 * mo->n + 1] = sum;
     mo->kv[2 * mo->n + 2] = NULL;
     int rc = ut_st_save(path, l.n, l.names, l.t, mo->kv, err, n);
+    for (int i = 0; i < 1 + ns; i++) ut_stage_end(&stage[i], false);
     for (int i = 0; i < l.n; i++) ut_free((void *)l.names[i]);
     ut_free(sorted);
     ut_free(l.names);
@@ -461,20 +471,22 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
         ut_st_close(f);
         return -1;
     }
-    /* Verified: from here on nothing can fail. */
+    /* Verified: from here on nothing can fail. The file's bytes are host
+     * memory: parameters go in by ut_tensor_set, the optimizer's state by a
+     * copy to the flat buffers' backend. */
     const ut_params *p = &m->params;
     char name[512];
     for (int i = 0; i < p->n; i++) {
         snprintf(name, sizeof name, "model.%s", p->names[i]);
-        const ut_st_tensor *t = ut_st_get(f, name);
-        memcpy(p->t[i]->data, t->data, t->nbytes);
+        const ut_st_tensor t = *ut_st_get(f, name);
+        UT_ASSERT(ut_tensor_set(p->t[i], t.data, t.nbytes) == 0);
     }
     for (int i = 0; o && i < ut_optim_nstate(o); i++) {
         const char *sn;
         float *buf = ut_optim_state(o, i, &sn);
         snprintf(name, sizeof name, "optim.%s", sn);
-        const ut_st_tensor *t = ut_st_get(f, name);
-        memcpy(buf, t->data, t->nbytes);
+        const ut_st_tensor t = *ut_st_get(f, name);
+        ut_flat_backend()->copy(buf, t.data, t.nbytes, UT_COPY_H2D);
     }
     if (o) ut_optim_set_steps(o, steps);
     if (st) *st = s;

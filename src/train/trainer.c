@@ -229,7 +229,8 @@ static uint64_t run_hash(const ut_trainer *t) {
 /* An optimizer over the whole flat buffer, for reading a checkpoint. */
 static ut_optim *full_optimizer(ut_trainer *t) {
     ut_params *p = &t->m->params;
-    return ut_optim_new(ut_optim_get_config(t->o), p->data, p->grad, p->segs, p->n, 0, p->numel);
+    return ut_optim_new(ut_optim_get_config(t->o), p->flat, p->flat_grad, p->segs, p->n, 0,
+                        p->numel);
 }
 
 /* What ut_ckpt_load cannot check alone: the step in the file name and the
@@ -552,6 +553,13 @@ static int optimizer_step(ut_trainer *t) {
 /* ---- dp: worker threads, each with a replica and a share of the batch ---- */
 /* Worker w's forward and backward of its share of the micro-batch, into its
  * replica's gradients; results stay in its replica record. */
+/* The loss's value, read after ut_backward accepted it (an f32 scalar). */
+static float loss_value(const ut_tensor *loss) {
+    float v = NAN;
+    UT_ASSERT(ut_tensor_get(loss, &v, sizeof v) == 0);
+    return v;
+}
+
 static void dp_worker(void *user, int w) {
     ut_trainer *t = user;
     replica *r = &t->rep[w];
@@ -574,7 +582,7 @@ static void dp_worker(void *user, int w) {
         r->rc = -1;
         return;
     }
-    r->loss = ut_f32(out.loss)[0];
+    r->loss = loss_value(out.loss);
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
     int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[t->train->token_planes] : 0;
@@ -681,7 +689,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         return -1;
     }
     if (!empty) {
-        *loss = ut_f32(out.loss)[0];
+        *loss = loss_value(out.loss);
         ut_metric mets[UT_MAX_METRICS];
         int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
         int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;

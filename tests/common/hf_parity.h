@@ -53,7 +53,7 @@ static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f,
     const ut_st_tensor *g = ut_st_get(f, name);
     CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
     if (!g) return;
-    const float *ours = m->params.grad + m->params.segs[p].offset, *ref = g->data;
+    const float *ours = m->params.flat_grad + m->params.segs[p].offset, *ref = g->data;
     if (zero_bias && strstr(name, zero_bias)) {
         for (int64_t i = 0; i < ut_st_numel(g); i++)
             CHECK(fabsf(ours[i]) < HFP_ZERO_GRAD && fabsf(ref[i]) < HFP_ZERO_GRAD,
@@ -104,7 +104,7 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
     ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
     cfg.lr = 1e-3f;
     cfg.weight_decay = 0.5f;
-    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+    ut_optim *o = ut_optim_new(&cfg, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                m->params.numel);
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
@@ -128,7 +128,7 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
         const ut_st_tensor *a = ut_st_get(f, name);
         CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
         if (!a || (zero_bias && strstr(name, zero_bias))) continue;
-        double e = hfp_rel_err(m->params.data + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        double e = hfp_rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
         CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
     }
     ut_ctx_free(ctx);

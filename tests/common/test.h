@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tensor_host.h"
+
 static int t_checks_failed, t_passed, t_failed;
 
 #define CHECK(cond, ...)                                                  \

@@ -142,7 +142,7 @@ static bool rewrite_checkpoint(const char *run, void (*edit)(ut_train_state *)) 
     ut_kv_free(kv);
     if (!m) return false;
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-    ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+    ut_optim *o = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                m->params.numel);
     ut_train_state st;
     bool ok = !ut_ckpt_load(path, m, o, &st, err, sizeof err);

@@ -57,7 +57,7 @@ static void make_run(const char *run, const char *name, const char *dir, const c
     char path[1200];
     ut_ckpt_path(path, sizeof path, path_in(run, "checkpoints"), 1);
     CHECK(ut_ckpt_save(path, m, NULL, &st, err, sizeof err) == 0, "%s", err);
-    for (int64_t i = 0; i < m->params.numel; i++) m->params.data[i] *= 2;
+    for (int64_t i = 0; i < m->params.numel; i++) m->params.flat[i] *= 2;
     st.step = 2;
     ut_ckpt_path(path, sizeof path, path_in(run, "checkpoints"), 2);
     CHECK(ut_ckpt_save(path, m, NULL, &st, err, sizeof err) == 0, "%s", err);
@@ -209,8 +209,8 @@ static void test_gpt2_train_then_export(void) {
         double d = 0, moved = 0;
         ut_model *orig = load("gpt2", FIX "hf_gpt2_tiny", err, sizeof err);
         for (int64_t i = 0; orig && i < a->params.numel; i++) {
-            d = fmax(d, fabs(a->params.data[i] - b->params.data[i]));
-            moved = fmax(moved, fabs(a->params.data[i] - orig->params.data[i]));
+            d = fmax(d, fabs(a->params.flat[i] - b->params.flat[i]));
+            moved = fmax(moved, fabs(a->params.flat[i] - orig->params.flat[i]));
         }
         CHECK(d == 0, "export of %s differs from it by %g", ckpt, d);
         CHECK(moved > 1e-4, "training moved the weights (%g)", moved);

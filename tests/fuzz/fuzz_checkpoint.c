@@ -37,7 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     ut_kv_free(kv);
     if (!model) abort();
     ut_optim_config c = ut_optim_defaults(UT_OPTIM_ADAMW);
-    optim = ut_optim_new(&c, model->params.data, model->params.grad, model->params.segs,
+    optim = ut_optim_new(&c, model->params.flat, model->params.flat_grad, model->params.segs,
                          model->params.n, 0, model->params.numel);
     return 0;
 }

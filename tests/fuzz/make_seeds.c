@@ -98,9 +98,9 @@ static void ckpt(const char *name, const char *sizes, ut_optim_kind kind, float 
     ut_model *m = mlp(sizes);
     ut_optim_config c = ut_optim_defaults(kind);
     c.momentum = momentum;
-    ut_optim *o = ut_optim_new(&c, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+    ut_optim *o = ut_optim_new(&c, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                m->params.numel);
-    for (int64_t i = 0; i < m->params.numel; i++) m->params.grad[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (int64_t i = 0; i < m->params.numel; i++) m->params.flat_grad[i] = 0.1f * (float)(i % 7) - 0.3f;
     ut_optim_step(o, 0.01f);
     ut_train_state st = {.step = 3, .epoch = 1, .cursor = 40, .rng = {1, 2, 3, 4},
                          .best_metric = 0.25, .best_step = 2, .bad_evals = 1, .config_hash = 0xabc};

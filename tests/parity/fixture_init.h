@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tensor_host.h"
 #include "utrain/nn.h"
 
 static inline uint64_t fx_splitmix64(uint64_t z) {

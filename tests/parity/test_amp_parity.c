@@ -179,7 +179,7 @@ static void check_adamw(const model_case *c, const dtype_case *d, const ut_st_fi
     const float *ref = amp_ref(amp, c->name, d->name, "adamw_losses", steps);
     ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAMW);
     cfg.lr = 1e-3f, cfg.beta1 = 0.9f, cfg.beta2 = 0.999f, cfg.eps = 1e-8f, cfg.weight_decay = 0.01f;
-    ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs, m->params.n, 0, m->params.numel);
+    ut_optim *o = ut_optim_new(&cfg, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){0});
     ut_ctx_set_training(ctx, false);
     ut_ctx_set_autocast(ctx, d->dt);

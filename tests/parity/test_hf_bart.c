@@ -38,7 +38,7 @@ static void test_logits_loss_grads(void) {
         CHECK(checked == 95 && checked == m->params.n, "%d gradients checked of %d", checked, m->params.n);
         /* the padding row (pad_token_id 1) of the shared embedding takes no gradient */
         ut_tensor *w = ut_model_param(m, "model.shared.weight");
-        const float *g = w ? m->params.grad + m->params.segs[w->param_index].offset : NULL;
+        const float *g = w ? m->params.flat_grad + m->params.segs[w->param_index].offset : NULL;
         for (int64_t c = 0; g && c < w->ne[1]; c++)
             CHECK(g[w->ne[1] + c] == 0.0f, "pad row gradient [%lld] %g", (long long)c, g[w->ne[1] + c]);
         CHECK(g && g[0] != 0.0f, "row 0 (<s>, in every row) has a gradient");
@@ -91,7 +91,7 @@ static void test_checkpointing_with_dropout(void) {
         CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
         CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4,
               "dropout left the loss as in eval");
-        CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
+        CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
               "checkpointed gradients differ");
     }
     ut_st_close(f);

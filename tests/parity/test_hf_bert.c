@@ -77,7 +77,7 @@ static void test_checkpointing_with_dropout(void) {
     }
     CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
     CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
+    CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
           "checkpointed gradients differ");
 done:
     ut_st_close(f);

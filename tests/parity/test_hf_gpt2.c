@@ -48,7 +48,7 @@ static void check_grads(const ut_model *m, const ut_st_file *f) {
         const ut_st_tensor *g = ut_st_get(f, name);
         CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
         if (!g) continue;
-        double e = rel_err(m->params.grad + m->params.segs[p].offset, g->data, ut_st_numel(g));
+        double e = rel_err(m->params.flat_grad + m->params.segs[p].offset, g->data, ut_st_numel(g));
         CHECK(e < TOL, "%s: relative error %.3g", name, e);
         checked++;
     }

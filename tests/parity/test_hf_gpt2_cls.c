@@ -52,7 +52,7 @@ static void test_adamw_trainer_groups(void) {
         while (p < m->params.n && strcmp(m->params.names[p], name)) p++;
         CHECK(p < m->params.n, "%s", name);
         if (p == m->params.n) continue;
-        const float *ours = m->params.data + m->params.segs[p].offset;
+        const float *ours = m->params.flat + m->params.segs[p].offset;
         snprintf(name, sizeof name, "after.h.%d.attn.c_attn.bias", l);
         const ut_st_tensor *a = ut_st_get(f, name);
         CHECK(a && ut_st_numel(a) == 96, "%s", name);
@@ -139,7 +139,7 @@ static void test_checkpointing_with_dropout(void) {
     }
     CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
     CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(m[0]->params.grad, m[1]->params.grad, (size_t)m[0]->params.numel * sizeof(float)),
+    CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
           "checkpointed gradients differ");
 done:
     ut_st_close(f);

@@ -205,7 +205,7 @@ static void check_model(const model_case *c) {
         cfg.beta2 = 0.999f;
         cfg.eps = 1e-8f;
         cfg.weight_decay = 0.01f;
-        ut_optim *o = ut_optim_new(&cfg, m->params.data, m->params.grad, m->params.segs,
+        ut_optim *o = ut_optim_new(&cfg, m->params.flat, m->params.flat_grad, m->params.segs,
                                    m->params.n, 0, m->params.numel);
         const ut_st_tensor *lt = ut_st_get(f, "adamw_losses");
         const float *ref = lt->data;
@@ -280,13 +280,13 @@ static void test_gpt2_checkpoint(void) {
         if (!l) break;
         loss[ck] = ut_f32(l)[0];
         peak[ck] = ut_ctx_peak_bytes(ctx);
-        if (!ck) memcpy(grad_plain, m->params.grad, (size_t)m->params.numel * sizeof(float));
+        if (!ck) memcpy(grad_plain, m->params.flat_grad, (size_t)m->params.numel * sizeof(float));
     }
     CHECK(fabs(loss[1] - loss[0]) <= TOL_CKPT * fabs(loss[0]), "loss %.9g with checkpointing, %.9g without",
           loss[1], loss[0]);
     for (int p = 0; p < m->params.n; p++) {
         const ut_tensor *t = m->params.t[p];
-        double e = rel_err(t->grad, grad_plain + (t->grad - m->params.grad), ut_nelem(t));
+        double e = rel_err(t->grad, grad_plain + (t->grad - m->params.flat_grad), ut_nelem(t));
         CHECK(e <= TOL_CKPT, "gradient of %s: checkpointed differs by %.3g relative", m->params.names[p], e);
     }
     printf("     gpt2 peak activation memory: %zu bytes plain, %zu checkpointed\n", peak[0], peak[1]);

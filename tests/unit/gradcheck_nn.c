@@ -2,6 +2,7 @@
  * attention_masked (self, cross, causal). The "twice" rows use an op's inputs in two calls, so a
  * backward that overwrote src->grad instead of adding into it would fail. */
 #include "gradcheck.h"
+#include "tensor_host.h"
 
 static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
 static ut_tensor *b_ln_twice(ut_ctx *c, ut_tensor **in) {

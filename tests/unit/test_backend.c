@@ -1,5 +1,6 @@
 /* The backend layer: the registry (src/backend/backends.def), the CPU
- * backend's memory and flat math, whole-tensor copies (ut_tensor_set/get),
+ * backend's memory and flat math, host staging of device memory (on the CPU
+ * and on a stand-in device backend), whole-tensor copies (ut_tensor_set/get),
  * op names without a backend, and a context asked for a device this build
  * has no backend for. */
 #include <stdint.h>
@@ -73,6 +74,66 @@ static void test_flat_math(void) {
     CHECK(g[1] == -3.5f && g[N - 1] == 2.0f * (float)(((N - 1) % 17) - 8) * 0.25f, "scale");
 }
 
+/* accumulate: dst += src[0] + src[1] in that order, sources zeroed on request;
+ * pages_resident counts only the pages written so far */
+static void test_accumulate_and_residency(void) {
+    const ut_backend *b = ut_backend_get(UT_CPU);
+    enum { N = 70001 };
+    static float d[N], s0[N], s1[N];
+    for (int i = 0; i < N; i++) {
+        d[i] = 1e8f;
+        s0[i] = 1.0f;
+        s1[i] = -1e8f;
+    }
+    float *src[2] = {s0, s1};
+    b->accumulate(d, src, 2, N, false);
+    /* in order: (1e8 + 1) rounds back to 1e8, then - 1e8 gives 0 */
+    CHECK(d[0] == 0.0f && d[N - 1] == 0.0f && s0[5] == 1.0f, "order or zeroing: %g %g", d[0], s0[5]);
+    b->accumulate(d, src, 2, N, true);
+    CHECK(d[7] == -1e8f && s0[7] == 0.0f && s1[N - 1] == 0.0f, "zero_src: %g %g", d[7], s0[7]);
+    CHECK(ut_flat_backend() == b, "the flat buffers live on the CPU in this build");
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *p = b->pages_alloc(8 * pg);
+    p[0] = 1;
+    p[5 * pg] = 1;
+    CHECK(b->pages_resident(p, 8 * pg) == 2 * pg, "resident %zu", b->pages_resident(p, 8 * pg));
+    b->pages_release(p, 0, 8 * pg);
+    CHECK(b->pages_resident(p, 8 * pg) == 0, "released pages still resident");
+    b->pages_free(p, 8 * pg);
+}
+
+/* A stand-in for a device backend whose memory is not host memory: copies
+ * are counted, so the stages' traffic can be checked. */
+static int ncopies[4];
+static void counting_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind) {
+    ncopies[kind]++;
+    memcpy(dst, src, bytes);
+}
+
+static void test_stage(void) {
+    float dev[4] = {1, 2, 3, 4};
+    ut_stage st;
+    /* CPU: the device pointer itself, nothing copied */
+    uint64_t allocs = ut_alloc_count();
+    CHECK(ut_stage_begin(&st, ut_flat_backend(), dev, sizeof dev, true) == dev, "cpu stage");
+    ut_stage_end(&st, true);
+    CHECK(ut_alloc_count() == allocs, "a cpu stage allocated");
+    /* device: read fills a host copy, write puts it back, a closed stage does nothing */
+    ut_backend fake = *ut_backend_get(UT_CPU);
+    fake.host_memory = false;
+    fake.copy = counting_copy;
+    float *h = ut_stage_begin(&st, &fake, dev, sizeof dev, true);
+    CHECK(h != dev && h[2] == 3 && ncopies[UT_COPY_D2H] == 1, "read stage");
+    h[2] = 30;
+    CHECK(dev[2] == 3, "written through before the end");
+    ut_stage_end(&st, true);
+    ut_stage_end(&st, true);
+    CHECK(dev[2] == 30 && ncopies[UT_COPY_H2D] == 1, "write back: %g, %d", dev[2], ncopies[UT_COPY_H2D]);
+    h = ut_stage_begin(&st, &fake, dev, sizeof dev, false);
+    ut_stage_end(&st, false);
+    CHECK(ncopies[UT_COPY_D2H] == 1 && ncopies[UT_COPY_H2D] == 1, "a write-only / read-only stage copied");
+}
+
 static void test_tensor_set_get(void) {
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_tensor *t = ut_tensor_new2(ctx, UT_F32, 2, 3);
@@ -134,6 +195,8 @@ int main(void) {
     RUN(test_every_op_has_cpu_kernels);
     RUN(test_cpu_memory);
     RUN(test_flat_math);
+    RUN(test_accumulate_and_residency);
+    RUN(test_stage);
     RUN(test_tensor_set_get);
     RUN(test_context_without_backend);
     RUN(test_embedding_strided_ids);

@@ -42,13 +42,13 @@ static ut_model *make_mlp(const char *sizes, uint64_t seed) {
 static ut_optim *make_optim(ut_model *m, ut_optim_kind kind, float momentum) {
     ut_optim_config c = ut_optim_defaults(kind);
     c.momentum = momentum;
-    return ut_optim_new(&c, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+    return ut_optim_new(&c, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                         m->params.numel);
 }
 
 /* One optimizer step with made-up gradients, so the state is not zero. */
 static void take_step(ut_model *m, ut_optim *o) {
-    for (int64_t i = 0; i < m->params.numel; i++) m->params.grad[i] = sinf((float)i * 0.37f);
+    for (int64_t i = 0; i < m->params.numel; i++) m->params.flat_grad[i] = sinf((float)i * 0.37f);
     ut_optim_step(o, 0.01f);
 }
 
@@ -87,7 +87,7 @@ static void free_pair(pair p) {
 
 static bool same_buffers(pair a, pair b) {
     size_t bytes = (size_t)a.m->params.numel * sizeof(float);
-    if (a.m->params.numel != b.m->params.numel || memcmp(a.m->params.data, b.m->params.data, bytes) ||
+    if (a.m->params.numel != b.m->params.numel || memcmp(a.m->params.flat, b.m->params.flat, bytes) ||
         ut_optim_steps(a.o) != ut_optim_steps(b.o))
         return false;
     for (int i = 0; i < ut_optim_nstate(a.o); i++)
@@ -339,11 +339,11 @@ static void test_mismatches(void) {
     /* An optimizer of another kind: the message names both. */
     pair q = make_pair("6,5,3", 6);
     ut_optim *o = make_optim(q.m, UT_OPTIM_SGD, 0.9f);
-    float before = q.m->params.data[0];
+    float before = q.m->params.flat[0];
     char err[512] = "";
     CHECK(ut_ckpt_load(path, q.m, o, NULL, err, sizeof err) == -1, "SGD loaded AdamW state");
     CHECK(strstr(err, path) && strstr(err, "AdamW") && strstr(err, "SGD with momentum"), "%s", err);
-    CHECK(q.m->params.data[0] == before, "model modified");
+    CHECK(q.m->params.flat[0] == before, "model modified");
     ut_optim_free(o);
     free_pair(q);
 

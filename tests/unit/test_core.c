@@ -122,16 +122,16 @@ static void test_gradients_accumulate(void) {
     int64_t n = m->params.numel;
     CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "%s", ut_ctx_error(ctx));
     float *once = malloc(sizeof(float) * n);
-    memcpy(once, m->params.grad, sizeof(float) * n);
+    memcpy(once, m->params.flat_grad, sizeof(float) * n);
     ut_ctx_reset(ctx);
     CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "second backward");
     double maxerr = 0;
-    for (int64_t i = 0; i < n; i++) maxerr = fmax(maxerr, fabs(m->params.grad[i] - 2 * once[i]));
+    for (int64_t i = 0; i < n; i++) maxerr = fmax(maxerr, fabs(m->params.flat_grad[i] - 2 * once[i]));
     CHECK(maxerr < 1e-6, "two backwards give twice the gradient (max err %g)", maxerr);
     ut_model_zero_grad(m);
     for (int64_t i = 0; i < n; i++)
-        if (m->params.grad[i] != 0) {
-            CHECK(0, "zero_grad left %g at %lld", m->params.grad[i], (long long)i);
+        if (m->params.flat_grad[i] != 0) {
+            CHECK(0, "zero_grad left %g at %lld", m->params.flat_grad[i], (long long)i);
             break;
         }
     free(once);
@@ -179,7 +179,7 @@ static void test_steady_state_allocates_nothing(void) {
         ut_ctx_set_autocast(ctx, run < 2 ? UT_F32 : UT_BF16);
         ut_model *m = tiny_gpt2(ck);
         ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-        ut_optim *o = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n, 0,
+        ut_optim *o = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                    m->params.numel);
         uint64_t before = 0;
         for (int step = 0; step < 6; step++) {
@@ -210,7 +210,7 @@ static void test_checkpoint_same_grads_less_memory(void) {
         loss[ck] = ut_f32(l)[0];
         peak[ck] = ut_ctx_peak_bytes(ctx);
         g[ck] = malloc(sizeof(float) * m->params.numel);
-        memcpy(g[ck], m->params.grad, sizeof(float) * m->params.numel);
+        memcpy(g[ck], m->params.flat_grad, sizeof(float) * m->params.numel);
         if (ck) {
             CHECK(loss[0] == loss[1], "same loss %g vs %g", loss[0], loss[1]);
             CHECK(memcmp(g[0], g[1], sizeof(float) * m->params.numel) == 0, "bit-identical gradients");
@@ -237,7 +237,7 @@ static void test_checkpoint_replays_dropout(void) {
         ut_ctx *ctx = new_ctx();
         CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 2)) == 0, "%s", ut_ctx_error(ctx));
         g[ck] = malloc(sizeof(float) * m->params.numel);
-        memcpy(g[ck], m->params.grad, sizeof(float) * m->params.numel);
+        memcpy(g[ck], m->params.flat_grad, sizeof(float) * m->params.numel);
         if (ck) CHECK(memcmp(g[0], g[1], sizeof(float) * m->params.numel) == 0, "same gradients with dropout");
         ut_model_free(m);
         ut_ctx_free(ctx);
@@ -279,7 +279,7 @@ static void test_registry_accepts_user_models(void) {
     ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3});
     ut_f32(x)[0] = 1;
     ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3}));
-    CHECK(l && ut_backward(ctx, l) == 0 && m->params.grad[0] != 0, "user model trains: %s", ut_ctx_error(ctx));
+    CHECK(l && ut_backward(ctx, l) == 0 && m->params.flat_grad[0] != 0, "user model trains: %s", ut_ctx_error(ctx));
     ut_ctx_free(ctx);
     ut_model_free(m);
 }
@@ -328,7 +328,7 @@ static float *init_params(uint64_t seed, int threads, int64_t *n, float *wte_std
     if (!m) return NULL;
     *n = m->params.numel;
     float *copy = malloc(sizeof(float) * (size_t)*n);
-    memcpy(copy, m->params.data, sizeof(float) * (size_t)*n);
+    memcpy(copy, m->params.flat, sizeof(float) * (size_t)*n);
     ut_tensor *wte = ut_model_param(m, "wte.weight");
     double s = 0, s2 = 0;
     int64_t k = ut_nelem(wte);

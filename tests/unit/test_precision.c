@@ -332,7 +332,7 @@ static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **gra
     if (l) ut_tensor_get(l, loss, sizeof *loss);
     *ng = m->params.numel;
     *grad = malloc(sizeof(float) * (size_t)*ng);
-    memcpy(*grad, m->params.grad, sizeof(float) * (size_t)*ng);
+    memcpy(*grad, m->params.flat_grad, sizeof(float) * (size_t)*ng);
     free(tok);
     ut_ctx_free(ctx);
     ut_model_free(m);

@@ -2,7 +2,7 @@
  * before its output projection:
  *   q, k, v = qkv.split(C, dim=2), each viewed (B, NH, T, hs), hs = C / NH
  *   out = softmax(mask(q k^T / sqrt(hs))) v, heads concatenated -> (B, T, C).
- * Saves the probabilities P (B, NH, T, T) in t->aux[0] (zero above the diagonal).
+ * Saves the probabilities P (B, NH, T, T) (ut_attention_probs) (zero above the diagonal).
  * Parameter: ut_attention_n_head (src/ops/params.h). */
 #include <math.h>
 #include <omp.h>
@@ -101,12 +101,13 @@ void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
  * the arena) and computed, and read back in backward, in float32 scratch. */
 static float *probs_f32(ut_tensor *t, int64_t n, bool forward) {
     if (t->autocast == UT_F32) {
-        if (forward) t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float));
-        return t->aux[0];
+        if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float)));
+        return ut_attention_probs(t);
     }
     float *p = ut_autocast_scratch(t->ctx, (size_t)n * sizeof(float));
-    if (forward) t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)n * ut_dtype_size(t->autocast));
-    else ut_cpu_convert(p, UT_F32, t->aux[0], t->autocast, n);
+    size_t bytes = (size_t)n * ut_dtype_size(t->autocast);
+    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, bytes));
+    else ut_cpu_convert(p, UT_F32, ut_attention_probs(t), t->autocast, n);
     return p;
 }
 
@@ -114,7 +115,7 @@ void ut_attention_fwd_cpu(ut_tensor *t) {
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t), n = B * NH * T * T;
     float *p = probs_f32(t, n, true);
     ut_attention_forward_cpu(ut_f32(t), p, ut_f32(t->src[0]), B, T, C, NH);
-    if (t->autocast != UT_F32) ut_cpu_convert(t->aux[0], t->autocast, p, UT_F32, n);
+    if (t->autocast != UT_F32) ut_cpu_convert(ut_attention_probs(t), t->autocast, p, UT_F32, n);
 }
 
 void ut_attention_bwd_cpu(ut_tensor *t) {

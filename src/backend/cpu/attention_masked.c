@@ -116,15 +116,16 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t) {
     const float *mask = t->src[3] ? ut_f32(t->src[3]) : NULL;
     int64_t N = B * NH * Tq * Tk;
     float p = ut_attention_masked_p(t);
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float));
-    t->aux[1] = NULL;
+    ut_attention_masked_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float)));
+    ut_attention_masked_set_keep(t, NULL);
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
         uint8_t *keep = ut_ctx_alloc(t->ctx, (size_t)N);
         for (int64_t i = 0; i < N; i++) keep[i] = ut_rng_uniform(&t->ctx->rng) >= p;
-        t->aux[1] = keep;
+        ut_attention_masked_set_keep(t, keep);
     }
-    ut_attention_masked_forward_cpu(ut_f32(t), t->aux[0], ut_f32(t->src[0]), ut_f32(k), ut_f32(t->src[2]), mask,
-                                    t->aux[1], ut_attention_masked_keep_scale(t), B, Tq, Tk, C, NH,
+    ut_attention_masked_forward_cpu(ut_f32(t), ut_attention_masked_probs(t), ut_f32(t->src[0]), ut_f32(k),
+                                    ut_f32(t->src[2]), mask, ut_attention_masked_keep(t),
+                                    ut_attention_masked_keep_scale(t), B, Tq, Tk, C, NH,
                                     ut_attention_masked_causal(t) != 0);
 }
 
@@ -134,7 +135,7 @@ void ut_attention_masked_bwd_cpu(ut_tensor *t) {
     float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)Tk * sizeof(float));
     ut_attention_masked_backward_cpu(q->requires_grad ? q->grad : NULL, k->requires_grad ? k->grad : NULL,
                                      v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q),
-                                     ut_f32(k), ut_f32(v), t->aux[0], t->aux[1],
+                                     ut_f32(k), ut_f32(v), ut_attention_masked_probs(t), ut_attention_masked_keep(t),
                                      ut_attention_masked_keep_scale(t), B, Tq, Tk, C, NH,
                                      ut_attention_masked_causal(t) != 0);
 }

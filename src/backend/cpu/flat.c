@@ -1,5 +1,6 @@
-/* CPU flat-buffer math: the gradient's sum of squares (for the global norm)
- * and in-place scaling, used by clipping and the distributed strategies. */
+/* CPU flat-buffer math: the gradient's sum of squares (for the global norm),
+ * in-place scaling and summing buffers, used by clipping and the distributed
+ * strategies. */
 #include "cpu.h"
 
 /* The sum is taken in blocks whose size depends only on n (at most
@@ -35,4 +36,17 @@ double ut_cpu_sum_sq(const float *g, int64_t n) {
 void ut_cpu_scale(float *g, int64_t n, float s) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) g[i] *= s;
+}
+
+/* Each element's sum is taken in source order, so threads change nothing. */
+void ut_cpu_accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN_ELEMS)
+    for (int64_t i = 0; i < n; i++) {
+        float s = dst[i];
+        for (int k = 0; k < nsrc; k++) {
+            s += src[k][i];
+            if (zero_src) src[k][i] = 0.0f;
+        }
+        dst[i] = s;
+    }
 }

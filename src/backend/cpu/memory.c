@@ -43,6 +43,23 @@ void ut_cpu_pages_release(void *base, size_t off, size_t len) {
     UT_ASSERT(madvise((void *)pa, pb - pa, MADV_DONTNEED) == 0);
 }
 
+/* mincore over the whole pages the range touches, a fixed block of pages at
+ * a time (no allocation); a block the system cannot report counts in full */
+size_t ut_cpu_pages_resident(const void *base, size_t bytes) {
+    enum { BLOCK = 4096 };
+    unsigned char vec[BLOCK];
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), npages = page_round(bytes) / pg, k = 0;
+    for (size_t first = 0; first < npages; first += BLOCK) {
+        size_t m = npages - first < BLOCK ? npages - first : BLOCK;
+        if (mincore((char *)base + first * pg, m * pg, vec)) {
+            k += m;
+            continue;
+        }
+        for (size_t i = 0; i < m; i++) k += vec[i] & 1;
+    }
+    return k * pg;
+}
+
 void ut_cpu_memset(void *p, int v, size_t bytes) {
     if (bytes) memset(p, v, bytes);
 }

@@ -1,5 +1,5 @@
 /* Layer normalisation over the last dimension, as torch.nn.functional.layer_norm
- * with biased variance. Saves mean and rstd per row (t->aux[0], t->aux[1]). */
+ * with biased variance. Saves mean and rstd per row (ut_layernorm_mean, ut_layernorm_rstd). */
 #include <math.h>
 
 #include "cpu.h"
@@ -81,10 +81,10 @@ void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dou
 void ut_layernorm_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float));
-    t->aux[1] = ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float));
-    ut_layernorm_forward_cpu(ut_f32(t), t->aux[0], t->aux[1], ut_f32(x), ut_f32(w), ut_f32(b), N,
-                             C, ut_layernorm_eps(t));
+    ut_layernorm_set_mean(t, ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float)));
+    ut_layernorm_set_rstd(t, ut_ctx_alloc(t->ctx, (size_t)N * sizeof(float)));
+    ut_layernorm_forward_cpu(ut_f32(t), ut_layernorm_mean(t), ut_layernorm_rstd(t), ut_f32(x),
+                             ut_f32(w), ut_f32(b), N, C, ut_layernorm_eps(t));
 }
 
 void ut_layernorm_bwd_cpu(ut_tensor *t) {
@@ -92,5 +92,5 @@ void ut_layernorm_bwd_cpu(ut_tensor *t) {
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
     ut_layernorm_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
                               b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
-                              t->aux[0], t->aux[1], N, C);
+                              ut_layernorm_mean(t), ut_layernorm_rstd(t), N, C);
 }

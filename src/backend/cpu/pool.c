@@ -1,6 +1,6 @@
 /* 2-D max pooling as torch.nn.functional.max_pool2d (no padding, dilation 1,
  * floor mode). Saves the argmax of each output within its input plane
- * (int32, t->aux[0]). Parameters: ut_max_pool2d_kernel, ut_max_pool2d_stride. */
+ * (int32, ut_max_pool2d_argmax). Parameters: ut_max_pool2d_kernel, ut_max_pool2d_stride. */
 #include <math.h>
 
 #include "cpu.h"
@@ -80,14 +80,14 @@ void ut_max_pool2d_backward_cpu(float *dx, const float *dout, const int32_t *arg
 
 void ut_max_pool2d_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0];
-    t->aux[0] = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t));
-    ut_max_pool2d_forward_cpu(ut_f32(t), t->aux[0], ut_f32(x), x->ne[0] * x->ne[1], x->ne[2],
-                              x->ne[3], ut_max_pool2d_kernel(t), ut_max_pool2d_stride(t));
+    ut_max_pool2d_set_argmax(t, ut_ctx_alloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t)));
+    ut_max_pool2d_forward_cpu(ut_f32(t), ut_max_pool2d_argmax(t), ut_f32(x), x->ne[0] * x->ne[1],
+                              x->ne[2], x->ne[3], ut_max_pool2d_kernel(t), ut_max_pool2d_stride(t));
 }
 
 void ut_max_pool2d_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0];
     if (x->requires_grad)
-        ut_max_pool2d_backward_cpu(x->grad, t->grad, t->aux[0], x->ne[0] * x->ne[1], x->ne[2],
-                                   x->ne[3], t->ne[2] * t->ne[3]);
+        ut_max_pool2d_backward_cpu(x->grad, t->grad, ut_max_pool2d_argmax(t), x->ne[0] * x->ne[1],
+                                   x->ne[2], x->ne[3], t->ne[2] * t->ne[3]);
 }

@@ -210,8 +210,8 @@ void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
     }
 }
 
-/* aux[0] = e (N, V), aux[1] = inv (N), saved only when a gradient will be
- * asked for */
+/* saved: ut_cross_entropy_exps = e (N, V) and ut_cross_entropy_inv_sum = inv
+ * (N), only when a gradient will be asked for */
 void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     int64_t count = count_targets(t, "cross_entropy");
@@ -225,8 +225,8 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     }
     ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, V);
     ut_loss_set_count(t, count);
-    t->aux[0] = e;
-    t->aux[1] = inv;
+    ut_cross_entropy_set_exps(t, e);
+    ut_cross_entropy_set_inv_sum(t, inv);
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
 }
 
@@ -241,8 +241,9 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
         ut_grad(x);
         return;
     }
-    if (!x->grad) x->grad = t->aux[0];
-    ut_cross_entropy_backward_cpu(x->grad, t->aux[0], t->aux[1], ut_i32(tg), (int)ut_loss_ignore_index(t),
+    if (!x->grad) x->grad = ut_cross_entropy_exps(t);
+    ut_cross_entropy_backward_cpu(x->grad, ut_cross_entropy_exps(t), ut_cross_entropy_inv_sum(t),
+                                  ut_i32(tg), (int)ut_loss_ignore_index(t),
                                   t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), last_dim(x));
 }
 

@@ -130,7 +130,7 @@ void ut_sigmoid_bwd_cpu(ut_tensor *t) {
     if (a->requires_grad) ut_sigmoid_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
 }
 
-/* ---- dropout (inverted): parameters p and keep_scale = 1/(1-p); aux[0] = keep mask
+/* ---- dropout (inverted): parameters p and keep_scale = 1/(1-p); saved: ut_dropout_keep
  * (uint8, N), drawn in the forward kernel from ctx->rng so that a checkpoint
  * recompute, which restores the RNG state, draws the same mask ---- */
 
@@ -158,11 +158,13 @@ void ut_dropout_fwd_cpu(ut_tensor *t) {
     int64_t N = ut_nelem(t);
     uint8_t *mask = ut_ctx_alloc(t->ctx, (size_t)N);
     ut_dropout_mask_cpu(mask, &t->ctx->rng, ut_dropout_p(t), N);
-    t->aux[0] = mask;
+    ut_dropout_set_keep(t, mask);
     ut_dropout_forward_cpu(ut_f32(t), ut_f32(t->src[0]), mask, ut_dropout_keep_scale(t), N);
 }
 
 void ut_dropout_bwd_cpu(ut_tensor *t) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_dropout_backward_cpu(a->grad, t->grad, t->aux[0], ut_dropout_keep_scale(t), ut_nelem(t));
+    if (a->requires_grad)
+        ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),
+                                ut_nelem(t));
 }
