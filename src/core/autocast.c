@@ -246,7 +246,7 @@ static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool bac
     if (s->dtype == UT_F32 && round == UT_F32) return;
     const ut_backend *b = ut_backend_get(s->device);
     int64_t n = span(s);
-    if (s->dtype == UT_F32 && ut_param_behind(s) >= 0) {
+    if (s->dtype == UT_F32 && i < UT_MAX_SRC && ut_param_behind(s) >= 0) {
         const void *r16 = ut_autocast_round16(ctx, s, n, round, backward);
         if (r16) {
             float *w = wide(ctx, i, (size_t)n * sizeof(float));
