@@ -18,7 +18,14 @@
  * a copy rounded to its dtype, and a 16-bit output at a float32 buffer that
  * is converted into the tensor's storage after the kernel ran. The policy is
  * recorded per op at construction (t->autocast, t->dtype), so backward and
- * checkpoint recomputes do what the forward did. */
+ * checkpoint recomputes do what the forward did.
+ *
+ * A parameter's rounded copy is kept in 16 bits from a forward to its
+ * backward (2 bytes per element); a float32 kernel gets it widened into one
+ * buffer per source slot, reused by every product (widening is exact, so the
+ * kernel sees the values rounding in float32 would give). The cross-entropy
+ * kernel reads 16-bit logits and writes their 16-bit gradient itself, a row at
+ * a time, so the logits never exist in float32. */
 #include "internal.h"
 
 /* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
@@ -62,8 +69,21 @@ static const bool no_data[UT_OP_COUNT] = {
     [UT_OP_RESHAPE] = true, [UT_OP_PERMUTE] = true, [UT_OP_SLICE] = true, [UT_OP_CHECKPOINT] = true,
 };
 
+/* Ops whose backward kernels never read their own output: their backward
+ * converts only the output's gradient, into the output's forward buffer. */
+static const bool bwd_skips_out[UT_OP_COUNT] = {
+    [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true,
+};
+
+/* Ops whose kernels read a 16-bit src[0] and write its 16-bit gradient
+ * themselves (their other sources and output are not floating 16-bit). */
+static const bool reads_16[UT_OP_COUNT] = {
+    [UT_OP_CROSS_ENTROPY] = true,
+};
+
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
+    if (reads_16[t->op]) return false;
     if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (t->src[i] && is_16(t->src[i]->dtype)) return true;
@@ -95,7 +115,7 @@ struct ut_round_entry {
     int64_t n;
     ut_dtype dt;
     bool valid;
-    float *buf;
+    void *buf; /* n elements of dt */
     size_t cap;
 };
 
@@ -103,14 +123,18 @@ void ut_autocast_free(ut_ctx *ctx) {
     const ut_backend *b = ut_backend_get(ctx->device);
     for (int i = 0; i < UT_AUTOCAST_BUFS; i++)
         if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
+    for (int i = 0; i < UT_MAX_SRC; i++)
+        if (ctx->wide_buf[i]) b->free(ctx->wide_buf[i]);
     for (int i = 0; i < ctx->rc_len; i++)
         if (ctx->rc[i].buf) b->free(ctx->rc[i].buf);
     ut_free(ctx->rc);
 }
 
+/* The 16-bit rounded copies and the float32 buffers they are widened into. */
 size_t ut_ctx_autocast_round_bytes(const ut_ctx *ctx) {
     size_t b = 0;
     for (int i = 0; i < ctx->rc_len; i++) b += ctx->rc[i].cap;
+    for (int i = 0; i < UT_MAX_SRC; i++) b += ctx->wide_cap[i];
     return b;
 }
 
@@ -125,7 +149,7 @@ void ut_autocast_forget(ut_ctx *ctx) {
 }
 
 /* The valid rounded copy of s (dt, n elements from s->data), or NULL. */
-static float *cached_round(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt) {
+static void *cached_round(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt) {
     for (int i = 0; i < ctx->rc_len; i++) {
         struct ut_round_entry *e = &ctx->rc[i];
         if (e->key == s) return e->valid && e->src == s->data && e->n == n && e->dt == dt ? e->buf : NULL;
@@ -148,12 +172,13 @@ static struct ut_round_entry *free_entry(ut_ctx *ctx, size_t bytes) {
     return best;
 }
 
-/* An entry for s with room for n floats: s's own, else a free one, else a new one. */
+/* An entry for s with room for n 16-bit values: s's own, else a free one, else a new one. */
 static struct ut_round_entry *round_entry(ut_ctx *ctx, const ut_tensor *s, int64_t n) {
+    size_t bytes = (size_t)n * 2;
     struct ut_round_entry *e = NULL;
     for (int i = 0; i < ctx->rc_len && !e; i++)
         if (ctx->rc[i].key == s) e = &ctx->rc[i];
-    if (!e) e = free_entry(ctx, (size_t)n * sizeof(float));
+    if (!e) e = free_entry(ctx, bytes);
     if (!e) {
         if (ctx->rc_len == ctx->rc_cap) {
             ctx->rc_cap = ctx->rc_cap ? 2 * ctx->rc_cap : 64;
@@ -162,7 +187,6 @@ static struct ut_round_entry *round_entry(ut_ctx *ctx, const ut_tensor *s, int64
         e = &ctx->rc[ctx->rc_len++];
         *e = (struct ut_round_entry){0};
     }
-    size_t bytes = (size_t)n * sizeof(float);
     if (e->cap < bytes) {
         const ut_backend *b = ut_backend_get(ctx->device);
         if (e->buf) b->free(e->buf);
@@ -192,22 +216,42 @@ typedef struct {
     bool grad_swapped[UT_MAX_SRC + 1];
 } swap_state;
 
+const void *ut_autocast_round16(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
+    UT_ASSERT(is_16(dt) && s->dtype == UT_F32);
+    void *r = backward ? cached_round(ctx, s, n, dt) : NULL;
+    if (!r && ctx->grad_enabled) { /* a backward will follow: keep the copy */
+        struct ut_round_entry *e = round_entry(ctx, s, n);
+        ut_backend_get(s->device)->convert(e->buf, dt, s->data, UT_F32, n);
+        e->src = s->data, e->n = n, e->dt = dt, e->valid = true;
+        r = e->buf;
+    }
+    return r;
+}
+
+/* Source slot i's buffer for a widened rounded copy, at least bytes long. */
+static float *wide(ut_ctx *ctx, int i, size_t bytes) {
+    if (ctx->wide_cap[i] < bytes) {
+        const ut_backend *b = ut_backend_get(ctx->device);
+        if (ctx->wide_buf[i]) b->free(ctx->wide_buf[i]);
+        ctx->wide_buf[i] = b->alloc(bytes);
+        ctx->wide_cap[i] = bytes;
+    }
+    return ctx->wide_buf[i];
+}
+
 /* s's data as float32 in scratch buffer i: converted from 16 bits, or (when
- * round is BF16/F16) a float32 s rounded to it. */
+ * round is BF16/F16) a float32 s rounded to it; a parameter's rounded copy is
+ * kept in 16 bits (ut_autocast_round16) and widened into wide buffer i. */
 static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool backward) {
     if (s->dtype == UT_F32 && round == UT_F32) return;
     const ut_backend *b = ut_backend_get(s->device);
     int64_t n = span(s);
-    if (s->dtype == UT_F32 && ut_param_behind(s) >= 0) {
-        float *r = backward ? cached_round(ctx, s, n, round) : NULL;
-        if (!r && ctx->grad_enabled) { /* a backward will follow: keep the copy */
-            struct ut_round_entry *e = round_entry(ctx, s, n);
-            b->round(e->buf, s->data, n, round);
-            e->src = s->data, e->n = n, e->dt = round, e->valid = true;
-            r = e->buf;
-        }
-        if (r) {
-            s->data = r;
+    if (s->dtype == UT_F32 && i < UT_MAX_SRC && ut_param_behind(s) >= 0) {
+        const void *r16 = ut_autocast_round16(ctx, s, n, round, backward);
+        if (r16) {
+            float *w = wide(ctx, i, (size_t)n * sizeof(float));
+            b->convert(w, UT_F32, r16, round, n);
+            s->data = w;
             return;
         }
     }
@@ -218,10 +262,12 @@ static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool bac
 }
 
 /* A 16-bit s's gradient (16-bit storage too) as float32 in scratch buffer
- * UT_AUTOCAST_GRAD0 + i, for the kernel to read or add into. */
-static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, swap_state *st) {
+ * UT_AUTOCAST_GRAD0 + i (with no data, the op's own in its data buffer
+ * UT_MAX_SRC), for the kernel to read or add into. */
+static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, bool data, swap_state *st) {
     int64_t n = ut_nelem(s);
-    float *g = scratch(ctx, UT_AUTOCAST_GRAD0 + i, (size_t)n * sizeof(float));
+    int slot = i == UT_MAX_SRC && !data ? UT_MAX_SRC : UT_AUTOCAST_GRAD0 + i;
+    float *g = scratch(ctx, slot, (size_t)n * sizeof(float));
     ut_backend_get(s->device)->convert(g, UT_F32, s->grad, s->dtype, n);
     s->grad = g;
     st->grad_swapped[i] = true;
@@ -234,19 +280,20 @@ static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data
     st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
     st->grad_swapped[i] = false;
     if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
-    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
+    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, data, st);
     if (data) swap_data(ctx, s, i, round, backward);
     s->dtype = UT_F32;
 }
 
 /* Sources (and, with self, t itself) as float32; t->autocast rounds float32
- * sources. data false: only gradients (ops whose kernels read no data). */
+ * sources. data false: only gradients (ops whose kernels read no data);
+ * backward of an op in bwd_skips_out converts its own gradient only. */
 static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
     for (int i = 0; i < UT_MAX_SRC; i++) {
         st->data[i] = NULL;
         if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, self, st);
     }
-    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data, self, st);
+    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
 }
 
 static void restore(ut_tensor *s, int i, swap_state *st) {

@@ -96,6 +96,8 @@ struct ut_ctx {
     ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
     void *ac_buf[UT_AUTOCAST_BUFS]; /* float32 copies: sources and output, then their gradients */
     size_t ac_cap[UT_AUTOCAST_BUFS];
+    void *wide_buf[UT_MAX_SRC];     /* float32 widenings of 16-bit rounded copies, per source */
+    size_t wide_cap[UT_MAX_SRC];
     struct ut_round_entry *rc; /* parameters rounded by a forward, for its backward */
     int rc_len, rc_cap;
 };
@@ -123,6 +125,13 @@ void ut_autocast_forget(ut_ctx *ctx);
  * least bytes long, kept across steps: where a 16-bit kernel wrapper
  * computes what it then stores in 16 bits. */
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes);
+/* The rounded 16-bit copy (dt, n elements from s->data) of a float32
+ * parameter (or a view of one) s that an autocast op reads: a forward rounds
+ * it afresh and keeps it, the op's backward (and a checkpoint's recompute,
+ * backward true) gets the kept copy back. NULL when no backward will follow
+ * (gradients off): nothing is kept. A kernel that multiplies 16-bit operands
+ * itself reads this copy directly; float32 kernels get it widened (exact). */
+const void *ut_autocast_round16(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward);
 
 /* The parameter behind t: t itself, or the parameter a chain of views
  * starts from; -1 if none. */

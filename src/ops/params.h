@@ -79,8 +79,10 @@ UT_AUX(attention, probs, void, 0)
 UT_AUX(attention_masked, probs, float, 0)
 UT_AUX(attention_masked, keep, uint8_t, 1)
 /* cross_entropy: exp(x - rowmax) (N, V) and 1 / each row's sum (N); NULL
- * when no gradient was asked for */
+ * when no gradient was asked for. Over 16-bit logits slot 0 holds each
+ * row's max (N) instead: the exps are recomputed in backward. */
 UT_AUX(cross_entropy, exps, float, 0)
+UT_AUX(cross_entropy, row_max, float, 0)
 UT_AUX(cross_entropy, inv_sum, float, 1)
 
 #undef UT_PARAM_I

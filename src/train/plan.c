@@ -301,7 +301,8 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
             p->optim_floats == 1 ? "" : "s", p->precision);
     if (strcmp(p->precision, "fp32"))
         fprintf(f, "  %s: fp32 weights (the master copy), gradients and optimizer state; rounded weight "
-                   "copies %s (float32 buffers, kept from forward to backward); 16-bit activations, "
+                   "copies %s (16 bits, kept from forward to backward, and the float32 buffers they "
+                   "are widened into); 16-bit activations, "
                    "conversion scratch %s\n",
                 p->precision, human(p->copy_bytes, a, sizeof a), human(p->scratch_bytes, b, sizeof b));
     fprintf(f, "  shard S = %lld parameters; zero2/zero3 gradient buckets in flight %s; zero3 "

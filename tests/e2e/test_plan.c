@@ -211,13 +211,16 @@ static void test_formulas(void) {
 }
 
 /* train.precision: the same fp32 weights, gradients and optimizer state;
- * bf16 and fp16 add a float32 rounded copy of every parameter an autocast op
- * reads (all but wpe and the layer norms' weights and biases), kept by each
- * worker, and store activations in 16 bits. */
+ * bf16 and fp16 add a 16-bit rounded copy of every parameter an autocast op
+ * reads (all but wpe and the layer norms' weights and biases) and the
+ * float32 buffers the copies are widened into, one per source slot: the
+ * largest weight's size (wte or an MLP weight) and the largest bias's (the
+ * MLP's 4C), kept by each worker; and store activations in 16 bits. */
 static void test_precision(void) {
     const int64_t block = 12LL * C * C + 13LL * C;
     const int64_t psi = L * block + (int64_t)V * C + (int64_t)T * C + 2 * C;
     const int64_t rounded = psi - (int64_t)T * C - L * 4 * C - 2 * C;
+    const int64_t widest = (int64_t)V * C > 4LL * C * C ? (int64_t)V * C : 4LL * C * C;
     const int64_t S = ut_shard_size(psi, 4), buckets = 4 * psi < 10 << 20 ? 4 * psi : 10 << 20;
     const int64_t gathered = 4 * (2 * block + (L > 2 ? block : (int64_t)V * C));
     const char *prec[] = {"fp32", "bf16", "fp16"};
@@ -232,7 +235,7 @@ static void test_precision(void) {
         char want[64];
         snprintf(want, sizeof want, "\"precision\": \"%s\"", prec[k]);
         CHECK(strstr(s, want), "JSON names the precision (%s): %s", want, s);
-        const int64_t copies = k ? 4 * rounded : 0;
+        const int64_t copies = k ? 2 * rounded + 4 * widest + 4 * (4 * C) : 0;
         CHECK(json_num(s, NULL, "weight_copy_bytes") == copies, "%s weight copies %.0f vs %lld", prec[k],
               json_num(s, NULL, "weight_copy_bytes"), (long long)copies);
         CHECK(k ? json_num(s, NULL, "autocast_scratch_bytes") > 0 : json_num(s, NULL, "autocast_scratch_bytes") == 0,

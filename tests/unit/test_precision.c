@@ -358,6 +358,53 @@ static void test_bf16_halves_activations(void) {
     CHECK(fabsf(l16 - l32) < 0.02f * fabsf(l32), "loss %g bf16 vs %g fp32", l16, l32);
 }
 
+/* A linear's 16-bit logits into cross-entropy, under autocast dt: the loss
+ * and the logits' 16-bit gradient are the bits float32 cross-entropy gives on
+ * the logits' values (its gradient then rounded to dt), no float32 copy of
+ * the logits or of their gradient is kept beside the linear's own output
+ * buffer (before, cross-entropy's input and both gradients had one each).
+ * The rounded copies' bytes are checked on GPT-2 by tests/e2e/test_plan.c. */
+static void ce16_case(ut_dtype dt) {
+    enum { N = 48, C = 16, V = 1000 };
+    ut_ctx *ctx = ut_ctx_new(NULL), *ref = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, dt);
+    uint64_t s = 7;
+    ut_tensor *x = ut_tensor_new2(ctx, UT_F32, N, C), *w = ut_tensor_new2(ctx, UT_F32, V, C);
+    for (int64_t k = 0; k < N * C; k++) ut_f32(x)[k] = 2.0f * unif(&s);
+    for (int64_t k = 0; k < V * C; k++) ut_f32(w)[k] = unif(&s);
+    ut_tensor_set_requires_grad(x, true), ut_tensor_set_requires_grad(w, true);
+    int64_t nn = N;
+    int32_t tg[N];
+    for (int n = 0; n < N; n++) tg[n] = n % 7 == 3 ? -1 : (int32_t)(lcg(&s) >> 33) % V;
+    ut_tensor *targets = ut_tensor_from(ctx, UT_I32, 1, &nn, tg);
+    ut_tensor *logits = ut_linear(ctx, x, w, NULL);
+    ut_tensor *loss = ut_cross_entropy(ctx, logits, targets, -1);
+    CHECK(loss && logits->dtype == dt && ut_backward(ctx, ut_scale(ctx, loss, 8.0f)) == 0, "%s: %s",
+          ut_dtype_name(dt), ut_ctx_error(ctx));
+    if (!loss) goto out;
+    ut_tensor *lf = ut_tensor_to(ref, logits, UT_F32);
+    ut_tensor_set_requires_grad(lf, true);
+    ut_tensor *lref = ut_cross_entropy(ref, lf, ut_tensor_from(ref, UT_I32, 1, &nn, tg), -1);
+    CHECK(lref && ut_backward(ref, ut_scale(ref, lref, 8.0f)) == 0, "reference: %s", ut_ctx_error(ref));
+    CHECK(bitsf(ut_f32(loss)[0]) == bitsf(ut_f32(lref)[0]), "%s loss %.9g vs float32 %.9g", ut_dtype_name(dt),
+          ut_f32(loss)[0], ut_f32(lref)[0]);
+    int64_t ne[2] = {N, V};
+    ut_tensor *gref = ut_tensor_to(ref, ut_tensor_from(ref, UT_F32, 2, ne, lf->grad), dt);
+    CHECK(memcmp(gref->data, logits->grad, (size_t)N * V * 2) == 0, "%s logits' gradient differs from float32's",
+          ut_dtype_name(dt));
+    size_t scratch = ut_ctx_autocast_scratch_bytes(ctx), one = (size_t)N * V * sizeof(float);
+    CHECK(scratch >= one && scratch < 2 * one, "%s conversion scratch %zu bytes, logits %zu in float32",
+          ut_dtype_name(dt), scratch, one);
+out:
+    ut_ctx_free(ref);
+    ut_ctx_free(ctx);
+}
+
+static void test_cross_entropy_16bit_logits(void) {
+    ce16_case(UT_BF16);
+    ce16_case(UT_F16);
+}
+
 int main(void) {
     RUN(test_bf16_reference);
     RUN(test_f16_reference);
@@ -367,5 +414,6 @@ int main(void) {
     RUN(test_autocast_ops);
     RUN(test_autocast_off_is_fp32);
     RUN(test_bf16_halves_activations);
+    RUN(test_cross_entropy_16bit_logits);
     return TEST_SUMMARY();
 }

@@ -6,6 +6,7 @@
  * vectorise; a row's reduction order is fixed by the code, not by threads. Losses keep one double per row and
  * add the rows serially, so results do not depend on the thread count. */
 #include <math.h>
+#include <omp.h>
 
 #include "vmath.h"
 #include "cpu.h"
@@ -210,6 +211,66 @@ void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
     }
 }
 
+/* ---- cross_entropy over 16-bit logits (dt BF16 or F16): each row is
+ * widened (exactly) into a float32 row of the thread's own and computed as
+ * the float32 kernels compute it; nothing of size (N, V) is float32. The
+ * forward saves the row max and 1/sum (N each); backward recomputes the exps
+ * from the logits (the same values the forward had), adds the row's gradient
+ * to the 16-bit gradient widened, and rounds it back: the bits a float32
+ * copy of the logits and of their gradient would give. rows: one float32
+ * row of V per thread. ---- */
+static void cross_entropy_forward16(double *rowloss, float *mx, float *inv, const void *logits,
+                                    ut_dtype dt, const int32_t *targets, int ignore_index, int64_t N,
+                                    int64_t V, float *rows) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        rowloss[n] = 0.0;
+        if (targets[n] == ignore_index) continue;
+        float *x = rows + (int64_t)omp_get_thread_num() * V;
+        ut_cpu_convert(x, UT_F32, (const uint16_t *)logits + n * V, dt, V);
+        float m = row_max(x, V), xt = x[targets[n]];
+        double s = mx ? row_exp(x, x, m, V) : row_exp_sum(x, m, V);
+        if (mx) mx[n] = m, inv[n] = (float)(1.0 / s);
+        rowloss[n] = (double)m + log(s) - (double)xt;
+    }
+}
+
+static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype dt, const float *mx,
+                                     const float *inv, const int32_t *targets, int ignore_index,
+                                     float gscale, int64_t N, int64_t V, float *rows) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        if (targets[n] == ignore_index) continue;
+        float *x = rows + 2 * (int64_t)omp_get_thread_num() * V, *dx = x + V;
+        uint16_t *d16 = (uint16_t *)dlogits + n * V;
+        ut_cpu_convert(x, UT_F32, (const uint16_t *)logits + n * V, dt, V);
+        ut_cpu_convert(dx, UT_F32, d16, dt, V);
+        float m = mx[n], r = inv[n];
+#pragma omp simd
+        for (int64_t v = 0; v < V; v++) dx[v] += ut_expf_fast(x[v] - m) * r * gscale;
+        dx[targets[n]] -= gscale;
+        ut_cpu_convert(d16, dt, dx, UT_F32, V);
+    }
+}
+
+static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
+
+/* 16-bit logits: saved ut_cross_entropy_row_max (N) and _inv_sum (N) when a
+ * gradient will be asked for. */
+static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_t V) {
+    ut_tensor *x = t->src[0], *tg = t->src[1];
+    float *mx = NULL, *inv = NULL;
+    if (t->requires_grad) {
+        mx = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        inv = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+    }
+    float *rows = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+    cross_entropy_forward16(rowloss, mx, inv, x->data, x->dtype, ut_i32(tg), (int)ut_loss_ignore_index(t),
+                            N, V, rows);
+    ut_cross_entropy_set_row_max(t, mx);
+    ut_cross_entropy_set_inv_sum(t, inv);
+}
+
 /* saved: ut_cross_entropy_exps = e (N, V) and ut_cross_entropy_inv_sum = inv
  * (N), only when a gradient will be asked for */
 void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
@@ -218,6 +279,12 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     if (count < 0) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
     double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    if (is_16(x->dtype)) {
+        cross_entropy_fwd16(t, rowloss, N, V);
+        ut_loss_set_count(t, count);
+        ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
+        return;
+    }
     float *e = NULL, *inv = NULL;
     if (t->requires_grad) {
         e = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
@@ -239,6 +306,14 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
     if (!x->requires_grad) return;
     if (ut_loss_count(t) == 0) { /* every target ignored: the gradient is 0 */
         ut_grad(x);
+        return;
+    }
+    if (is_16(x->dtype)) {
+        int64_t V = last_dim(x);
+        float *rows = ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+        cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),
+                                 ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
+                                 t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V, rows);
         return;
     }
     if (!x->grad) x->grad = ut_cross_entropy_exps(t);
