@@ -59,7 +59,7 @@ int ut_dnnl_conv2d_forward(float *out, const float *x, const float *w, const flo
     int ids[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
     void *ptrs[] = {(void *)x, (void *)w, out, (void *)b};
     const dnnl_memory_desc_t *user[] = {&m.x, &m.w, &m.y, &m.b};
-    return ut_dnnl_run(&od, NULL, b ? 4 : 3, ids, ptrs, user, NULL, 0);
+    return ut_dnnl_run(&od, NULL, NULL, b ? 4 : 3, ids, ptrs, user, NULL, 0);
 }
 
 /* Runs backward descriptor od with the forward hint oneDNN asks for. */
@@ -67,9 +67,9 @@ static int run_bwd(const dnnl_convolution_desc_t *od, const conv_mds *m, bool bi
                    const int *ids, void *const *ptrs, const dnnl_memory_desc_t *const *user) {
     dnnl_convolution_desc_t fd;
     fwd_desc(&fd, m, bias);
-    dnnl_primitive_desc_t hint = ut_dnnl_pd(&fd, NULL);
+    dnnl_primitive_desc_t hint = ut_dnnl_pd(&fd, NULL, NULL);
     if (!hint) return -1;
-    int rc = ut_dnnl_run(od, hint, nargs, ids, ptrs, user, NULL, 0);
+    int rc = ut_dnnl_run(od, NULL, hint, nargs, ids, ptrs, user, NULL, 0);
     dnnl_primitive_desc_destroy(hint);
     return rc;
 }
@@ -103,8 +103,8 @@ int ut_dnnl_conv2d_impl(int dir, const ut_conv2d_shape *d, ut_dnnl_layout lay, c
     else if (dir == 1) bwd_data_desc(&od, &m);
     else bwd_weights_desc(&od, &m, true);
     fwd_desc(&fd, &m, dir != 1);
-    dnnl_primitive_desc_t hint = dir ? ut_dnnl_pd(&fd, NULL) : NULL;
-    dnnl_primitive_desc_t pd = dir && !hint ? NULL : ut_dnnl_pd(&od, hint);
+    dnnl_primitive_desc_t hint = dir ? ut_dnnl_pd(&fd, NULL, NULL) : NULL;
+    dnnl_primitive_desc_t pd = dir && !hint ? NULL : ut_dnnl_pd(&od, NULL, hint);
     const char *name = "";
     if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, (void *)&name);
     snprintf(impl, n, "%s", name);

@@ -26,10 +26,11 @@ dnnl_engine_t ut_dnnl_engine(void) {
     return engine;
 }
 
-dnnl_primitive_desc_t ut_dnnl_pd(const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint) {
+dnnl_primitive_desc_t ut_dnnl_pd(const_dnnl_op_desc_t od, const_dnnl_primitive_attr_t attr,
+                                 const_dnnl_primitive_desc_t hint) {
     dnnl_engine_t e = ut_dnnl_engine();
     dnnl_primitive_desc_t pd = NULL;
-    if (!e || dnnl_primitive_desc_create(&pd, od, NULL, e, hint) != dnnl_success) return NULL;
+    if (!e || dnnl_primitive_desc_create(&pd, od, attr, e, hint) != dnnl_success) return NULL;
     return pd;
 }
 
@@ -101,12 +102,13 @@ static void execute(const_dnnl_primitive_desc_t pd, int nargs, const int *arg_id
     dnnl_primitive_destroy(prim);
 }
 
-int ut_dnnl_run(const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint, int nargs,
+int ut_dnnl_run(const_dnnl_op_desc_t od, const_dnnl_primitive_attr_t attr,
+                const_dnnl_primitive_desc_t hint, int nargs,
                 const int *arg_ids, void *const *ptrs, const dnnl_memory_desc_t *const *user_mds,
                 char *impl, size_t n) {
     UT_ASSERT(nargs <= UT_DNNL_MAX_ARGS);
     if (impl && n) *impl = 0;
-    dnnl_primitive_desc_t pd = ut_dnnl_pd(od, hint);
+    dnnl_primitive_desc_t pd = ut_dnnl_pd(od, attr, hint);
     if (!pd) return -1;
     if (impl && n) {
         const char *name = NULL;
