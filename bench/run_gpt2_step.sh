@@ -6,7 +6,7 @@
 # Runs utrain's step (build/bench/gpt2_step) with threads 1 and 2 and PyTorch's
 # (bench/torch_gpt2_step.py) in each of threads {1, 2} x OMP_WAIT_POLICY {unset,
 # PASSIVE}, interleaved utrain, torch, utrain, torch, ... so that machine noise
-# hits both sides alike; each side runs 4 times (utrain each thread count
+# hits both sides alike; each side runs BENCH_ROUNDS times (default 4: utrain each thread count
 # twice). Each side's figure is its best run (lowest median step time).
 # Each round also runs both sides in bf16: utrain `--precision bf16`
 # (train.precision: bf16) against PyTorch under torch.autocast("cpu",
@@ -24,13 +24,16 @@
 # OPENBLAS_CORETYPE=SkylakeX, and utrain is also timed once as installed
 # (Prescott) for the record. UT_BENCH_KEEP_CORE=1 keeps the library's choice.
 #
-# Environment: BENCH_STEPS (timed steps per run, default 8); PYTHON (the
-# interpreter that runs PyTorch, default python3).
+# Environment: BENCH_STEPS (timed steps per run, default 8); BENCH_ROUNDS
+# (rounds, 1 to 4, default 4: the first two cover threads 1 and 2 on both
+# sides); PYTHON (the interpreter that runs PyTorch, default python3).
 set -uo pipefail
 
 BUILD=${1:-build}
 STEPS=${BENCH_STEPS:-8}
 PY=${PYTHON:-python3}
+ROUNDS=${BENCH_ROUNDS:-4}
+[[ "$ROUNDS" =~ ^[1-4]$ ]] || { echo "run_gpt2_step.sh: BENCH_ROUNDS must be 1 to 4, got '$ROUNDS'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 STEP_BIN=$BUILD/bench/gpt2_step
 SGEMM_BIN=$BUILD/bench/sgemm_rate
@@ -100,9 +103,9 @@ run_torch() { # threads policy precision
 }
 
 echo "== runs ($STEPS timed steps each after 2 warm-up; batch 4 x seq 64)"
-torch_settings=("1 unset" "1 PASSIVE" "2 unset" "2 PASSIVE")
+torch_settings=("1 unset" "2 unset" "1 PASSIVE" "2 PASSIVE")
 utrain_threads=(1 2 1 2)
-for i in 0 1 2 3; do
+for ((i = 0; i < ROUNDS; i++)); do
     for prec in fp32 bf16; do
         run_utrain "${utrain_threads[$i]}" $prec
         [ $have_torch = 1 ] && run_torch ${torch_settings[$i]} $prec
