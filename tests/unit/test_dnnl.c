@@ -1,6 +1,6 @@
 /* oneDNN in the CPU backend: its convolution against utrain's im2col +
  * sgemm path (every direction, plain and blocked layouts, strides and
- * padding); the bf16 instruction detection against /proc/cpuinfo; the bf16
+ * padding; the same bits twice); the bf16 instruction detection against /proc/cpuinfo; the bf16
  * matmul path forced on (oneDNN's bf16 product against sgemm within bf16
  * tolerance where oneDNN runs bf16 on this CPU, else a clean refusal and the
  * sgemm fallback), the same bits from two runs, and the path the log names. */
@@ -49,6 +49,12 @@ static void conv_case(const ut_conv2d_shape *d, ut_dnnl_layout lay) {
     CHECK(ut_dnnl_conv2d_forward(y1, x, w, b, d, lay) == 0, "oneDNN forward C %lld layout %d", (long long)d->C, lay);
     CHECK(ut_dnnl_conv2d_backward_data(dx1, g, w, d, lay) == 0, "oneDNN backward data");
     CHECK(ut_dnnl_conv2d_backward_weights(dw1, db1, g, x, d, lay) == 0, "oneDNN backward weights");
+    float *again = calloc((size_t)(nx > ny ? nx : ny), 4);
+    CHECK(ut_dnnl_conv2d_forward(again, x, w, b, d, lay) == 0 && !memcmp(again, y1, (size_t)ny * 4),
+          "oneDNN forward gives the same bits twice");
+    CHECK(ut_dnnl_conv2d_backward_data(again, g, w, d, lay) == 0 && !memcmp(again, dx1, (size_t)nx * 4),
+          "oneDNN backward data gives the same bits twice");
+    free(again);
     const char *what[] = {"forward", "dx", "dw", "db"};
     double e[] = {rel_diff(y1, y0, ny), rel_diff(dx1, dx0, nx), rel_diff(dw1, dw0, nw), rel_diff(db1, db0, d->OC)};
     for (int i = 0; i < 4; i++)
