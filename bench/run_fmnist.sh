@@ -24,7 +24,8 @@
 # Runs are interleaved per round: utrain threads 1, torch 1/unset, torch
 # 1/PASSIVE, utrain threads 2, torch 2/unset, torch 2/PASSIVE; BENCH_RUNS
 # rounds (default 2: about 12 minutes on an idle 2-core machine). PYTHON
-# names the interpreter that runs PyTorch (default python3). Each setting's
+# names the interpreter that runs PyTorch (default python3); BENCH_THREADS
+# the thread counts of the rounds (default "1 2"; "1" halves the time). Each setting's
 # figure is the median over its runs; each side keeps its fastest setting.
 # Then the table: both epoch times and test accuracies, the ratio
 # utrain/PyTorch (goal <= 0.5), the epoch's training FLOPs (forward
@@ -41,6 +42,8 @@ set -uo pipefail
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-2}
 PY=${PYTHON:-python3}   # the interpreter that runs PyTorch
+THREADS=${BENCH_THREADS:-1 2}
+[[ "$THREADS" =~ ^[12]( [12])*$ ]] || { echo "run_fmnist.sh: BENCH_THREADS is a list of 1 and 2, got '$THREADS'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 UT=$BUILD/utrain
 SGEMM_BIN=$BUILD/bench/sgemm_cnn
@@ -112,7 +115,7 @@ run_torch() { # threads policy
 
 echo "== runs ($RUNS rounds; one epoch each: 860 steps of batch 64)"
 for ((r = 1; r <= RUNS; r++)); do
-    for th in 1 2; do
+    for th in $THREADS; do
         run_utrain $th $r
         if [ $have_torch = 1 ]; then
             run_torch $th unset
