@@ -180,9 +180,12 @@ static void test_bf16_ops_forced(void) {
     ut_bf16_force_dnnl(0);
     int64_t n = bf16_block(ref);
     ut_bf16_force_dnnl(1);
+    CHECK(ut_bf16_use_dnnl(), "forced on, bf16 products try oneDNN");
     bf16_block(a);
     bf16_block(b);
     ut_bf16_force_dnnl(-1);
+    CHECK(ut_bf16_use_dnnl() == !strncmp(ut_autocast_matmul_path(UT_CPU, UT_BF16), "oneDNN", 6),
+          "back to the detection: the logged path and the path taken agree");
     CHECK(n > 0 && n <= MAXN, "n %lld", (long long)n);
     CHECK(!memcmp(a, b, (size_t)n * 4), "two runs of the oneDNN path give the same bits");
     double e = rel_diff(a, ref, n);
