@@ -6,10 +6,13 @@
  * training steps: forward + loss + backward + optimizer step with zero grad
  * (ut_optim_step_zero) + ctx reset, after 2 warm-up steps.
  *
- *   gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--bf16] [--json]
+ *   gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--precision fp32|bf16|fp16]
+ *             [--json]
  *
  * --seq sets the sequence length (default 64, at most the block size 1024).
- * --bf16 runs the step under bf16 autocast (train.precision: bf16).
+ * --precision bf16 / fp16 runs the step under that autocast (train.precision;
+ * no loss scaling: the step time is the same); --bf16 is --precision bf16.
+ * The output names the path the low-precision matrix products take.
  *
  * Prints median/min step time, tokens/s, the peak activation memory of a step
  * (ut_ctx_peak_bytes after ut_ctx_reset_peak) and the medians of the phases:
@@ -44,13 +47,15 @@ static int parse_pos(const char *flag, const char *v, long *out) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] [--bf16] [--json]\n");
+    fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] "
+               "[--precision fp32|bf16|fp16] [--json]\n");
 }
 
 int main(int argc, char **argv) {
     ut_blas_select_kernels(argv); /* may re-exec with OPENBLAS_CORETYPE set */
     long steps = 10, threads = 0, T = 64;
-    bool checkpoint = false, json = false, bf16 = false;
+    bool checkpoint = false, json = false;
+    ut_dtype prec = UT_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads") ||
             !strcmp(argv[i], "--seq")) {
@@ -58,7 +63,14 @@ int main(int argc, char **argv) {
             if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
             i++;
         } else if (!strcmp(argv[i], "--bf16")) {
-            bf16 = true;
+            prec = UT_BF16;
+        } else if (!strcmp(argv[i], "--precision")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            prec = !strcmp(v, "fp32") ? UT_F32 : !strcmp(v, "bf16") ? UT_BF16 : !strcmp(v, "fp16") ? UT_F16 : UT_I32;
+            if (prec == UT_I32) {
+                fprintf(stderr, "gpt2_step: --precision takes fp32, bf16 or fp16, got '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--checkpoint")) {
             checkpoint = true;
         } else if (!strcmp(argv[i], "--json")) {
@@ -100,7 +112,9 @@ int main(int argc, char **argv) {
     ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
                                  m->params.n, 0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
-    if (bf16) ut_ctx_set_autocast(ctx, UT_BF16);
+    ut_ctx_set_autocast(ctx, prec);
+    const char *pname = prec == UT_BF16 ? "bf16" : prec == UT_F16 ? "fp16" : "fp32";
+    const char *path = prec == UT_F32 ? "fp32 sgemm" : ut_autocast_matmul_path(UT_CPU, prec);
 
     /* random token stream: inputs are tokens [0, T), targets tokens [1, T] */
     ut_rng rng;
@@ -165,15 +179,17 @@ int main(int argc, char **argv) {
     double toks = (double)(B * T) / med;
     long long nparams = (long long)m->params.numel;
     if (json) {
-        printf("{\"impl\":\"utrain\",\"threads\":%d,\"checkpoint\":%s,\"batch\":%d,\"seq\":%ld,"
+        printf("{\"impl\":\"utrain\",\"precision\":\"%s\",\"matmul_path\":\"%s\",\"threads\":%d,"
+               "\"checkpoint\":%s,\"batch\":%d,\"seq\":%ld,"
                "\"steps\":%ld,\"params\":%lld,\"median_s\":%.6f,\"min_s\":%.6f,"
                "\"tokens_per_s\":%.1f,\"fwd_s\":%.6f,\"bwd_s\":%.6f,\"opt_s\":%.6f,"
                "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
-               nthreads, checkpoint ? "true" : "false", B, T, steps, nparams, med, mn, toks, fwd,
+               pname, path, nthreads, checkpoint ? "true" : "false", B, T, steps, nparams, med, mn, toks, fwd,
                bwd, op, peak, (double)first_loss, (double)last_loss);
     } else {
-        printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %ld, AdamW, threads %d%s\n",
-               nparams, B, T, nthreads, checkpoint ? ", activation checkpointing" : "");
+        printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %ld, AdamW, threads %d, %s%s\n",
+               nparams, B, T, nthreads, pname, checkpoint ? ", activation checkpointing" : "");
+        printf("  %s matmul: %s\n", pname, path);
         printf("  steps %ld (after %d warm-up)\n", steps, WARMUP);
         printf("  step median %8.1f ms   min %8.1f ms   %.0f tokens/s\n", 1e3 * med, 1e3 * mn, toks);
         printf("  forward+loss %6.1f ms   backward %6.1f ms   optim+zero+reset %6.1f ms (medians)\n",

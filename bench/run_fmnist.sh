@@ -23,7 +23,9 @@
 #
 # Runs are interleaved per round: utrain threads 1, torch 1/unset, torch
 # 1/PASSIVE, utrain threads 2, torch 2/unset, torch 2/PASSIVE; BENCH_RUNS
-# rounds (default 2: about 12 minutes on an idle 2-core machine). Each setting's
+# rounds (default 2: about 12 minutes on an idle 2-core machine). PYTHON
+# names the interpreter that runs PyTorch (default python3); BENCH_THREADS
+# the thread counts of the rounds (default "1 2"; "1" halves the time). Each setting's
 # figure is the median over its runs; each side keeps its fastest setting.
 # Then the table: both epoch times and test accuracies, the ratio
 # utrain/PyTorch (goal <= 0.5), the epoch's training FLOPs (forward
@@ -39,6 +41,9 @@ set -uo pipefail
 
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-2}
+PY=${PYTHON:-python3}   # the interpreter that runs PyTorch
+THREADS=${BENCH_THREADS:-1 2}
+[[ "$THREADS" =~ ^[12]( [12])*$ ]] || { echo "run_fmnist.sh: BENCH_THREADS is a list of 1 and 2, got '$THREADS'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 UT=$BUILD/utrain
 SGEMM_BIN=$BUILD/bench/sgemm_cnn
@@ -70,9 +75,9 @@ for th in 1 2; do
 done
 
 have_torch=1
-if ! python3 -c "import torch" 2>/dev/null; then
+if ! "$PY" -c "import torch" 2>/dev/null; then
     have_torch=0
-    echo "== python3 cannot import torch: PyTorch is skipped, utrain's figures alone"
+    echo "== $PY cannot import torch (set PYTHON=): PyTorch is skipped, utrain's figures alone"
 fi
 
 declare -A T ACC DONE   # per setting: space-separated values over runs
@@ -98,9 +103,9 @@ run_utrain() { # threads run
 run_torch() { # threads policy
     local j
     if [ "$2" = unset ]; then
-        j=$(env -u OMP_WAIT_POLICY python3 bench/torch_fmnist.py --threads "$1" --json)
+        j=$(env -u OMP_WAIT_POLICY "$PY" bench/torch_fmnist.py --threads "$1" --json)
     else
-        j=$(OMP_WAIT_POLICY=$2 python3 bench/torch_fmnist.py --threads "$1" --json)
+        j=$(OMP_WAIT_POLICY=$2 "$PY" bench/torch_fmnist.py --threads "$1" --json)
     fi || { echo "torch_fmnist.py failed" >&2; exit 1; }
     local e a; e=$(jget epoch_s <<<"$j"); a=$(jget test_accuracy <<<"$j")
     T[t$1_$2]+=" $e"; ACC[t$1_$2]+=" $a"
@@ -110,7 +115,7 @@ run_torch() { # threads policy
 
 echo "== runs ($RUNS rounds; one epoch each: 860 steps of batch 64)"
 for ((r = 1; r <= RUNS; r++)); do
-    for th in 1 2; do
+    for th in $THREADS; do
         run_utrain $th $r
         if [ $have_torch = 1 ]; then
             run_torch $th unset

@@ -7,9 +7,11 @@ GELU (tanh), lm_head tied to the token embedding. Batch 4 x sequence 64 of
 random tokens with next-token targets from a fixed seed, AdamW (lr 3e-4,
 weight_decay 0.1, no decay for parameters with fewer than 2 dimensions).
 Timing: 2 warm-up steps, then the median of N steps of forward, loss,
-backward, optimizer.step, zero_grad(set_to_none=True).
+backward, optimizer.step, zero_grad(set_to_none=True). --amp runs forward
+and loss under torch.autocast("cpu", dtype=torch.bfloat16) (utrain's
+train.precision: bf16): fp32 weights and optimizer, bf16 matrix products.
 
-    torch_gpt2_step.py [--steps N] [--threads N] [--json]
+    torch_gpt2_step.py [--steps N] [--threads N] [--amp] [--json]
 """
 import argparse
 import json
@@ -81,6 +83,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--amp", action="store_true", help="bf16 autocast for forward and loss")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.steps < 1:
@@ -102,8 +105,9 @@ def main():
     first = last = None
     for s in range(WARMUP + a.steps):
         t0 = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -122,7 +126,8 @@ def main():
         print(f"torch_gpt2_step: loss is not finite ({last})", file=sys.stderr)
         return 1
     med = statistics.median(times)
-    res = {"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    res = {"impl": "torch", "torch": torch.__version__, "precision": "bf16" if a.amp else "fp32",
+           "threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "batch": B, "seq": T,
            "steps": a.steps, "params": nparams, "median_s": med, "min_s": min(times),
            "tokens_per_s": B * T / med, "fwd_s": statistics.median(fwd),
@@ -132,7 +137,8 @@ def main():
         print(json.dumps(res))
     else:
         print(f"torch {torch.__version__} gpt2 124M step: {nparams} parameters, batch {B} x seq {T}, "
-              f"AdamW, threads {res['threads']}, OMP_WAIT_POLICY={res['omp_wait_policy'] or 'unset'}")
+              f"AdamW, threads {res['threads']}, OMP_WAIT_POLICY={res['omp_wait_policy'] or 'unset'}, "
+              f"{'bf16 autocast' if a.amp else 'fp32'}")
         print(f"  step median {1e3 * med:8.1f} ms   min {1e3 * min(times):8.1f} ms   "
               f"{res['tokens_per_s']:.0f} tokens/s")
         print(f"  forward+loss {1e3 * res['fwd_s']:6.1f} ms   backward {1e3 * res['bwd_s']:6.1f} ms   "

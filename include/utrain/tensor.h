@@ -98,6 +98,11 @@ void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
  * old setting. */
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt);
 ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
+/* What autocast's matrix products in dt run on, on device dev, for logs:
+ * "oneDNN AMX", "oneDNN AVX512_BF16", "fp32 sgemm on bf16-rounded inputs (CPU
+ * has no bf16 instructions)", ... (the CPU backend decides once, at first
+ * use, from cpuid and whether oneDNN runs bf16 there). */
+const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt);
 uint64_t *ut_ctx_rng_state(ut_ctx *ctx);   /* 4 words: saved/restored by checkpoints */
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
 /* Called before a parameter's values are read: when an op (or a view) takes

@@ -73,6 +73,10 @@ typedef struct ut_backend {
 
     /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def ---- */
     const ut_op_vtable *ops;
+    /* What autocast's matrix products in dt (BF16, F16) run on, in a few
+     * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
+     * inputs (CPU has no bf16 instructions)"). */
+    const char *(*matmul_path)(ut_dtype dt);
 
     /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
     /* sum of x[i]^2 in double, the same bits whatever the thread count */

@@ -52,6 +52,11 @@ ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
 
 ut_dtype ut_ctx_autocast(const ut_ctx *ctx) { return ctx->autocast; }
 
+const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt) {
+    const ut_backend *b = ut_backend_get(dev);
+    return b && b->matmul_path ? b->matmul_path(dt) : "unknown";
+}
+
 ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;

@@ -358,10 +358,9 @@ static void print_summary(ut_trainer *t) {
     if (strcmp(c->precision, "fp32"))
         ut_say(&t->log, "  Precision = %s (autocast: matmuls, convolutions, attention in %s with fp32 "
                         "accumulation, activations stored in %s; fp32 master weights)%s\n"
-                        "  %s matmuls: converted to fp32 for OpenBLAS sgemm (no bf16/fp16 kernel "
-                        "library is used on the CPU yet)\n",
+                        "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
-               c->precision);
+               c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
     if (t->ndp > 1)
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);

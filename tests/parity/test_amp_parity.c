@@ -23,11 +23,16 @@
 typedef struct {
     const char *name;
     const char *opts[12]; /* key, value, ..., NULL */
+    /* bf16 also checked nearer PyTorch's bf16 than its float32: not for the
+     * CNN, whose logits bf16 moves by only 3.3e-4 (PyTorch's two results),
+     * the size of the summation-order differences between oneDNN's direct
+     * convolution and PyTorch's, so nearness cannot tell the formats apart */
+    bool vs_fp32;
 } model_case;
 
 static const model_case gpt2_case = {
-    "gpt2", {"n_layer", "2", "n_head", "4", "n_embd", "64", "vocab_size", "97", "block_size", "16", NULL}};
-static const model_case cnn_case = {"cnn", {NULL}};
+    "gpt2", {"n_layer", "2", "n_head", "4", "n_embd", "64", "vocab_size", "97", "block_size", "16", NULL}, true};
+static const model_case cnn_case = {"cnn", {NULL}, false};
 
 /* Per dtype: logits (max-abs error over max-abs value), loss (relative) and
  * AdamW losses (over the largest loss of the run). docs/testing.md derives
@@ -125,9 +130,9 @@ static double step(ut_model *m, ut_ctx *ctx, const ut_st_file *f, float *logits,
 /* Logits and loss of one forward under autocast: within the dtype's
  * tolerance of PyTorch's autocast result. Against PyTorch computed the same
  * way (the stored variant: the GPT-2 with a fused float32 attention, the CNN
- * with its log_softmax in float32; docs/engine.md) within d->same, and 4
- * times nearer to it than to PyTorch rounding to the other 16-bit format
- * (and, for bf16, than to PyTorch's float32). */
+ * with its log_softmax in float32; docs/engine.md) within d->same, and
+ * within half the distance from it to PyTorch rounding to the other 16-bit
+ * format (and, for bf16, to PyTorch's float32): nearer its own format. */
 static void check_forward(const model_case *c, const dtype_case *d, const ut_st_file *f32, const ut_st_file *amp,
                           const char *variant) {
     ut_model *m = build(c, f32);
@@ -158,11 +163,18 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
                    d->name, variant, es, d->other, ex);
             CHECK(es <= d->same, "%s %s: %.3g from PyTorch computed the same way (tolerance %.3g)", c->name,
                   d->name, es, d->same);
-            CHECK(es * 4 < ex, "%s %s: %.3g from PyTorch's %s, not 4 times nearer than to its %s (%.3g)", c->name,
-                  d->name, es, d->name, d->other, ex);
-            if (d->vs_fp32)
-                CHECK(es * 4 < e32, "%s %s: %.3g from PyTorch's %s, not 4 times nearer than to its fp32 (%.3g)",
-                      c->name, d->name, es, d->name, e32);
+            /* nearer its own format: less than half the distance between
+             * PyTorch's two references, so (triangle inequality) nearer the
+             * right one whatever the kernels' summation order (oneDNN's
+             * convolution and OpenBLAS sum in other orders than PyTorch) */
+            double gap = rel_err(same, wrong, n);
+            CHECK(es * 2 < gap, "%s %s: %.3g from PyTorch's %s, not within half its distance to its %s (%.3g)",
+                  c->name, d->name, es, d->name, d->other, gap);
+            if (d->vs_fp32 && c->vs_fp32) {
+                double gap32 = rel_err(same, ref32->data, n);
+                CHECK(es * 2 < gap32, "%s %s: %.3g from PyTorch's %s, not within half its distance to its fp32 "
+                      "(%.3g)", c->name, d->name, es, d->name, gap32);
+            }
         }
     }
     ut_free(logits);

@@ -105,6 +105,10 @@ const gc_row gc_rows_nn[] = {
     /* more images than dw chunks: chunks of several images */
     {"conv2d batch 18", 3, {{4, {18, 2, 3, 3}}, {4, {2, 2, 2, 2}}, {1, {2}}}, b_conv_s1p0},
     {"conv2d twice", 3, {{4, {1, 2, 4, 4}}, {4, {2, 2, 3, 3}}, {1, {2}}}, b_conv_twice},
+    /* 8+ input channels: forward and input gradient go through oneDNN (conv.c) */
+    {"conv2d s1 p1 8 channels", 3, {{4, {2, 8, 5, 4}}, {4, {3, 8, 3, 3}}, {1, {3}}}, b_conv_s1p1},
+    {"conv2d s2 p1 9 channels", 2, {{4, {2, 9, 5, 6}}, {4, {10, 9, 3, 3}}}, b_conv_s2p1_nob},
+    {"conv2d s1 p0 8 channels twice", 3, {{4, {1, 8, 4, 4}}, {4, {2, 8, 3, 3}}, {1, {2}}}, b_conv_twice},
     {"max_pool2d k2 s2", 1, {{4, {2, 3, 4, 4}, GC_DISTINCT}}, b_pool_k2s2},
     {"max_pool2d k3 s2 overlap", 1, {{4, {1, 2, 7, 7}, GC_DISTINCT}}, b_pool_k3s2},
     {"max_pool2d k2 s1 overlap", 1, {{4, {1, 2, 4, 5}, GC_DISTINCT}}, b_pool_k2s1},

@@ -1,6 +1,7 @@
 /* The CPU backend's table: host memory, the OpenMP/OpenBLAS kernels, flat
  * math and optimizer updates; streams are NULL and work is synchronous. */
 #include "cpu.h"
+#include "gemm.h"
 
 static void *stream_new(ut_stream_kind kind) {
     (void)kind;
@@ -23,6 +24,7 @@ const ut_backend ut_backend_cpu = {
     .convert = ut_cpu_convert,
     .round = ut_cpu_round,
     .ops = ut_ops_cpu,
+    .matmul_path = ut_cpu_matmul_path,
     .sum_sq = ut_cpu_sum_sq,
     .scale = ut_cpu_scale,
     .accumulate = ut_cpu_accumulate,

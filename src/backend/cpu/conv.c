@@ -1,17 +1,20 @@
-/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
- * im2col per image and one sgemm per image, parallel over the batch with a
- * column buffer per thread (OpenBLAS runs single-threaded inside the region).
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1).
+ * Two paths, chosen per direction by measurement (bench/conv_dnnl.c,
+ * docs/performance.md):
+ *  - im2col per image and one sgemm per image, parallel over the batch with a
+ *    column buffer per thread (OpenBLAS runs single-threaded inside the
+ *    region): every weight gradient, and the forward and input gradient of
+ *    layers with few input channels;
+ *  - oneDNN's direct convolution on its blocked layouts (dnnl_conv.c), the
+ *    reorders from and to NCHW included: forward and input gradient from
+ *    UT_CONV_DNNL_MIN_C input channels up, where it is 10-18% faster.
  * Parameters: ut_conv2d_stride, ut_conv2d_padding (src/ops/params.h). */
 #include <omp.h>
 
+#include "conv.h"
 #include "gemm.h"
 #include "cpu.h"
 #include "../../ops/params.h"
-
-/* The weight gradient is summed over the batch in this many fixed chunks of
- * consecutive images, then the chunk partials in chunk order: the result does
- * not depend on the thread count. */
-#define CONV_DW_CHUNKS 16
 
 /* The bias gradient of one output channel adds pixel p of every image's plane
  * into lane p % CONV_DB_LANES (independent chains, so the loop vectorises
@@ -19,12 +22,12 @@
  * result depends on neither the thread count nor the vector width. */
 #define CONV_DB_LANES 16
 
-typedef struct {
-    int64_t B, C, H, W;       /* input */
-    int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
-    int64_t S, P;             /* stride, padding */
-    int64_t OH, OW;           /* output */
-} ut_conv2d_shape;
+/* Input channels from which forward and input gradient go through oneDNN:
+ * its AVX2 kernels block channels by 8; below that (the CNN's first layer,
+ * C = 1) im2col + sgemm is faster. */
+#define UT_CONV_DNNL_MIN_C 8
+
+static bool dnnl_conv_for(const ut_conv2d_shape *d) { return d->C >= UT_CONV_DNNL_MIN_C; }
 
 /* The output columns [*ow0, *ow1) of a stride-1 row with kernel column kw read
  * input columns ow - P + kw inside [0, W); the others cover padding. */
@@ -142,12 +145,12 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
 
 /* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
  * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL. Runs on nthr threads.
- * cols: 2 * nthr buffers of C*KH*KW * OH*OW floats; dw_part: CONV_DW_CHUNKS * OC*C*KH*KW. */
+ * cols: 2 * nthr buffers of C*KH*KW * OH*OW floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW. */
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
                             const float *dout, const float *x, const float *w,
                             const ut_conv2d_shape *d, int nthr) {
     int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
-    int64_t nch = d->B < CONV_DW_CHUNKS ? d->B : CONV_DW_CHUNKS;
+    int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
     if (dx || dw) {
 #pragma omp parallel num_threads(nthr)
         {
@@ -212,23 +215,36 @@ static int threads_for(int64_t n) {
 
 void ut_conv2d_fwd_cpu(ut_tensor *t) {
     ut_conv2d_shape d = shape_of(t);
+    ut_tensor *b = t->src[2];
+    const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
+    if (dnnl_conv_for(&d) && ut_dnnl_conv2d_forward(ut_f32(t), x, w, bias, &d, UT_DNNL_BLOCKED) == 0) return;
     int nthr = threads_for(d.B);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
     float *cols = ut_ctx_alloc(t->ctx, (size_t)nthr * col * sizeof(float));
-    ut_tensor *b = t->src[2];
-    ut_conv2d_forward_cpu(ut_f32(t), cols, ut_f32(t->src[0]), ut_f32(t->src[1]),
-                          b ? ut_f32(b) : NULL, &d, nthr);
+    ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
+}
+
+/* dx += the input gradient through oneDNN (written into a buffer, then
+ * added); false when oneDNN has no implementation (dx untouched). */
+static bool dnnl_backward_data(ut_tensor *t, float *dx, const ut_conv2d_shape *d) {
+    int64_t n = ut_nelem(t->src[0]);
+    float *tmp = ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float));
+    if (ut_dnnl_conv2d_backward_data(tmp, t->grad, ut_f32(t->src[1]), d, UT_DNNL_BLOCKED)) return false;
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; i++) dx[i] += tmp[i];
+    return true;
 }
 
 void ut_conv2d_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
+    if (dx && dnnl_conv_for(&d) && dnnl_backward_data(t, dx, &d)) dx = NULL;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
-    int nthr = threads_for(d.B < CONV_DW_CHUNKS ? d.B : CONV_DW_CHUNKS);
+    int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS);
     float *cols = NULL, *dw_part = NULL;
     if (dx || dw) cols = ut_ctx_alloc(t->ctx, 2 * (size_t)nthr * col * sizeof(float));
-    if (dw) dw_part = ut_ctx_alloc(t->ctx, CONV_DW_CHUNKS * nw * sizeof(float));
+    if (dw) dw_part = ut_ctx_alloc(t->ctx, UT_CONV_DW_CHUNKS * nw * sizeof(float));
     ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
                            ut_f32(x), ut_f32(w), &d, nthr);
 }

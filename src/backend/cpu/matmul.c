@@ -1,17 +1,38 @@
-/* Matrix products through sgemm: linear (x W^T + b) and batched matmul. */
+/* Matrix products: linear (x W^T + b) and batched matmul, through OpenBLAS
+ * sgemm, or (autocast bf16 on a CPU with bf16 instructions) oneDNN's bf16
+ * matmul (dnnl_matmul.c). */
 #include <omp.h>
 
 #include "gemm.h"
 #include "cpu.h"
 
+/* How an op's products run: scratch for oneDNN's bf16 operands (the largest
+ * product's), or NULL for sgemm. */
+typedef struct { uint16_t *bf16; } mm_path;
+
+static mm_path path_of(const ut_tensor *t, int64_t max_operands) {
+    mm_path p = {NULL};
+    if (t->autocast == UT_BF16 && ut_bf16_use_dnnl())
+        p.bf16 = ut_ctx_alloc(t->ctx, (size_t)max_operands * sizeof(uint16_t));
+    return p;
+}
+
+/* C (M,N) = op(A) @ op(B) + beta C (layouts as ut_gemm) on path p; a product
+ * oneDNN refuses runs on sgemm. */
+static void gemm(const mm_path *p, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                 const float *B, float beta, float *C) {
+    if (p->bf16 && ut_dnnl_gemm_bf16(ta, tb, M, N, K, A, B, beta, C, p->bf16) == 0) return;
+    ut_gemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
+}
+
 /* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ---- */
-void ut_linear_forward_cpu(float *out, const float *x, const float *w, const float *b, int64_t N,
-                           int64_t C, int64_t OC) {
+static void linear_forward(const mm_path *p, float *out, const float *x, const float *w, const float *b,
+                           int64_t N, int64_t C, int64_t OC) {
     if (b) {
 #pragma omp parallel for schedule(static)
         for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, b, (size_t)OC * sizeof(float));
     }
-    ut_gemm(false, true, N, OC, C, 1.0f, x, w, b ? 1.0f : 0.0f, out);
+    gemm(p, false, true, N, OC, C, x, w, b ? 1.0f : 0.0f, out);
 }
 
 /* Columns summed per block: a block's partial sums stay in registers / L1. */
@@ -41,26 +62,26 @@ static void bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
 }
 
 /* dx (N, C) += dout @ w; dw (OC, C) += dout^T @ x; db (OC) += column sums of dout */
-void ut_linear_backward_cpu(float *dx, float *dw, float *db, const float *dout, const float *x,
-                            const float *w, int64_t N, int64_t C, int64_t OC) {
-    if (dx) ut_gemm(false, false, N, C, OC, 1.0f, dout, w, 1.0f, dx);
-    if (dw) ut_gemm(true, false, OC, C, N, 1.0f, dout, x, 1.0f, dw);
+static void linear_backward(const mm_path *p, float *dx, float *dw, float *db, const float *dout,
+                            const float *x, const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (dx) gemm(p, false, false, N, C, OC, dout, w, 1.0f, dx);
+    if (dw) gemm(p, true, false, OC, C, N, dout, x, 1.0f, dw);
     if (db) bias_grad(db, dout, N, OC);
 }
 
 void ut_linear_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0];
-    ut_linear_forward_cpu(ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL,
-                          ut_nelem(x) / C, C, OC);
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
+    mm_path p = path_of(t, N * C + C * OC);
+    linear_forward(&p, ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
 }
 
 void ut_linear_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0];
-    ut_linear_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
-                           b && b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
-                           ut_nelem(x) / C, C, OC);
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
+    mm_path p = path_of(t, N * OC + (N > OC ? N : OC) * C);
+    linear_backward(&p, x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
+                    b && b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
 typedef struct { int64_t batch, M, K, N; bool shared_b; } mm_dims;
@@ -77,30 +98,38 @@ void ut_matmul_fwd_cpu(ut_tensor *t) {
     mm_dims d = dims_of(t);
     const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);
     if (d.shared_b) { /* one big gemm over all rows */
-        ut_gemm(false, false, d.batch * d.M, d.N, d.K, 1.0f, A, B, 0.0f, ut_f32(t));
+        mm_path p = path_of(t, d.batch * d.M * d.K + d.K * d.N);
+        gemm(&p, false, false, d.batch * d.M, d.N, d.K, A, B, 0.0f, ut_f32(t));
         return;
     }
+    mm_path p = path_of(t, d.M * d.K + d.K * d.N);
     for (int64_t i = 0; i < d.batch; i++)
-        ut_gemm(false, false, d.M, d.N, d.K, 1.0f, A + i * d.M * d.K, B + i * d.K * d.N, 0.0f,
-                ut_f32(t) + i * d.M * d.N);
+        gemm(&p, false, false, d.M, d.N, d.K, A + i * d.M * d.K, B + i * d.K * d.N, 0.0f,
+             ut_f32(t) + i * d.M * d.N);
+}
+
+/* The most operand elements one backward product of t reads. */
+static int64_t bwd_operands(const mm_dims *d) {
+    int64_t rows = d->shared_b ? d->batch * d->M : d->M;
+    int64_t da = rows * d->N + d->K * d->N, db = rows * d->K + rows * d->N;
+    return da > db ? da : db;
 }
 
 void ut_matmul_bwd_cpu(ut_tensor *t) {
     mm_dims d = dims_of(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = ut_f32(a), *B = ut_f32(b), *G = t->grad;
+    mm_path p = path_of(t, bwd_operands(&d));
     if (d.shared_b) {
-        if (a->requires_grad) ut_gemm(false, true, d.batch * d.M, d.K, d.N, 1.0f, G, B, 1.0f, a->grad);
-        if (b->requires_grad) ut_gemm(true, false, d.K, d.N, d.batch * d.M, 1.0f, A, G, 1.0f, b->grad);
+        if (a->requires_grad) gemm(&p, false, true, d.batch * d.M, d.K, d.N, G, B, 1.0f, a->grad);
+        if (b->requires_grad) gemm(&p, true, false, d.K, d.N, d.batch * d.M, A, G, 1.0f, b->grad);
         return;
     }
     for (int64_t i = 0; i < d.batch; i++) {
         const float *g = G + i * d.M * d.N;
         if (a->requires_grad)  /* dA (M,K) += G (M,N) @ B^T */
-            ut_gemm(false, true, d.M, d.K, d.N, 1.0f, g, B + i * d.K * d.N, 1.0f,
-                    a->grad + i * d.M * d.K);
+            gemm(&p, false, true, d.M, d.K, d.N, g, B + i * d.K * d.N, 1.0f, a->grad + i * d.M * d.K);
         if (b->requires_grad)  /* dB (K,N) += A^T @ G */
-            ut_gemm(true, false, d.K, d.N, d.M, 1.0f, A + i * d.M * d.K, g, 1.0f,
-                    b->grad + i * d.K * d.N);
+            gemm(&p, true, false, d.K, d.N, d.M, A + i * d.M * d.K, g, 1.0f, b->grad + i * d.K * d.N);
     }
 }

@@ -1,0 +1,49 @@
+/* 2-D convolution kernels of the CPU backend: im2col + sgemm (conv.c) and
+ * oneDNN's direct convolution (dnnl_conv.c), on plain NCHW / OIHW float32.
+ * defines: ut_conv2d_shape, ut_conv2d_forward_cpu, ut_conv2d_backward_cpu,
+ *          ut_dnnl_conv2d_forward, ut_dnnl_conv2d_backward_data,
+ *          ut_dnnl_conv2d_backward_weights, ut_dnnl_conv2d_impl, ut_dnnl_layout, UT_CONV_DW_CHUNKS. */
+#ifndef UTRAIN_CPU_CONV_H
+#define UTRAIN_CPU_CONV_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int64_t B, C, H, W;       /* input */
+    int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
+    int64_t S, P;             /* stride, padding */
+    int64_t OH, OW;           /* output */
+} ut_conv2d_shape;
+
+/* The weight gradient of the im2col path is summed over the batch in this
+ * many fixed chunks of consecutive images, then the chunk partials in chunk
+ * order: the result does not depend on the thread count. */
+#define UT_CONV_DW_CHUNKS 16
+
+/* out (B, OC, OH, OW) = conv(x (B, C, H, W), w) + b (OC), b may be NULL, on
+ * nthr threads. cols: nthr buffers of C*KH*KW * OH*OW floats. */
+void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
+                           const float *b, const ut_conv2d_shape *d, int nthr);
+/* dx += conv's input gradient, dw += its weight gradient, db += its bias
+ * gradient (each may be NULL). cols: 2 * nthr buffers of C*KH*KW * OH*OW
+ * floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW floats. */
+void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
+                            const float *dout, const float *x, const float *w,
+                            const ut_conv2d_shape *d, int nthr);
+
+/* oneDNN: the same three products, each written (not added) into its
+ * output; 0, or -1 when oneDNN has no implementation for the shape (nothing
+ * written). db may be NULL. The buffers are in the plain layouts above;
+ * UT_DNNL_PLAIN runs the primitive on them, UT_DNNL_BLOCKED lets oneDNN choose
+ * its layouts and reorders into and out of them. */
+typedef enum { UT_DNNL_PLAIN = 0, UT_DNNL_BLOCKED } ut_dnnl_layout;
+int ut_dnnl_conv2d_forward(float *out, const float *x, const float *w, const float *b,
+                           const ut_conv2d_shape *d, ut_dnnl_layout lay);
+int ut_dnnl_conv2d_backward_data(float *dx, const float *dout, const float *w,
+                                 const ut_conv2d_shape *d, ut_dnnl_layout lay);
+int ut_dnnl_conv2d_backward_weights(float *dw, float *db, const float *dout, const float *x,
+                                    const ut_conv2d_shape *d, ut_dnnl_layout lay);
+/* The name of the implementation oneDNN picks for direction dir (0 forward,
+ * 1 backward data, 2 backward weights) into impl (n bytes); -1 if none. */
+int ut_dnnl_conv2d_impl(int dir, const ut_conv2d_shape *d, ut_dnnl_layout lay, char *impl, size_t n);
+#endif
