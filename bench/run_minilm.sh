@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# MiniLM sentiment fine-tuning (configs/rt_minilm.yml), utrain against
+# transformers + PyTorch on this machine, side by side.
+#
+#   bench/run_minilm.sh [BUILD]        (BUILD defaults to build; `make bench-minilm` runs it)
+#
+# Environment: PYTHON (default python3; needs torch and transformers, e.g.
+# PYTHON=/tmp/hfvenv/bin/python), BENCH_RUNS (rounds, default 1), THREADS
+# (default 2).
+#
+# utrain: `utrain train configs/rt_minilm.yml` (2 epochs, dev evaluation and a
+#   checkpoint after each, the best kept) with `threads`, a temporary
+#   output_dir and log_interval 1, then `utrain test` on the run for the test
+#   accuracy (best dev checkpoint). An epoch's time is the sum over its steps of
+#   the step's examples / samples_per_s from metrics.jsonl: the training steps
+#   only (batch assembly, forward, loss, backward, AdamW), since the trainer
+#   leaves evaluations and checkpoint writes out of samples_per_s.
+# PyTorch: bench/torch_minilm.py, the same recipe (its docstring says how it
+#   matches), its epoch times from time.perf_counter around the training loop.
+# Both tokenize the whole data set once before training (not timed).
+#
+# Each round runs utrain then PyTorch (odd rounds) or PyTorch then utrain
+# (even rounds), so machine noise hits both alike. Each side's epoch time is
+# the median over all its epochs of all rounds; the table gives both, their
+# ratio (goal <= 0.5) and both test accuracies (goal: utrain >= PyTorch).
+set -uo pipefail
+
+BUILD=${1:-build}
+RUNS=${BENCH_RUNS:-1}
+TH=${THREADS:-2}
+PYTHON=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+UT=$BUILD/utrain
+[ -x "$UT" ] || make --no-print-directory BUILD="$BUILD" "$UT" >/dev/null || exit 1
+for f in data/pretrained/all-MiniLM-L6-v2/model.safetensors data/rt/train.tsv; do
+    [ -f "$f" ] || { echo "run_minilm: $f is missing: run scripts/fetch-pretrained.sh" >&2; exit 1; }
+done
+
+TMP=$(mktemp -d /tmp/utrain_minilm.XXXXXX) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+
+jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+
+echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+have_torch=1
+if ! "$PYTHON" -c "import torch, transformers" 2>/dev/null; then
+    have_torch=0
+    echo "== $PYTHON cannot import torch and transformers: PyTorch is skipped, utrain's figures alone"
+fi
+
+UE=""; UACC=""; TE=""; TACC=""   # epoch times and test accuracies over runs
+run_utrain() { # round
+    local dir=$TMP/u$1 out ep acc
+    out=$("$UT" train configs/rt_minilm.yml --set output_dir="$dir" --set threads="$TH" \
+        --set train.log_interval=1 --set train.progress=lines 2>&1) || { echo "$out" >&2; exit 1; }
+    # per epoch: sum of (examples in the step) / samples_per_s; "epoch" is epochs done + cursor / n
+    ep=$(awk -v n="$(($(wc -l <data/rt/train.tsv) - 1))" '/"split": "train"/ {
+            match($0, /"epoch": [0-9.eE+-]+/); e = substr($0, RSTART + 9, RLENGTH - 9) + 0
+            match($0, /"samples_per_s": [0-9.eE+-]+/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
+            k = int(e - 1e-9); t[k] += (e - prev) * n / r; prev = e; if (k > last) last = k }
+            END { for (i = 0; i <= last; i++) printf "%.2f ", t[i] }' "$dir/rt_minilm/metrics.jsonl")
+    "$UT" test "$dir/rt_minilm" >"$TMP/test.log" 2>&1 || { cat "$TMP/test.log" >&2; exit 1; }
+    acc=$(tr -d '\n' <"$dir/rt_minilm/test_results.json" | jget accuracy)
+    local dev; dev=$(grep -o 'dev:.*accuracy [0-9.]*' <<<"$out" | sed 's/.*accuracy //' | tr '\n' ' ')
+    rm -rf "$dir"
+    UE+=" $ep"; UACC+=" $acc"
+    printf "   utrain  threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %.4f   (%s)\n" \
+        "$TH" "$ep" "$dev" "$acc" "$(grep -o 'Training done.*' <<<"$out")"
+}
+run_torch() {
+    local j ep acc dev
+    j=$("$PYTHON" bench/torch_minilm.py --threads "$TH" --json 2>"$TMP/torch.err" | tail -n 1) ||
+        { cat "$TMP/torch.err" >&2; exit 1; }
+    ep=$("$PYTHON" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
+    dev=$("$PYTHON" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
+    acc=$(jget test_accuracy <<<"$j")
+    TE+=" $ep"; TACC+=" $acc"
+    printf "   pytorch threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %.4f\n" \
+        "$TH" "$ep " "$dev " "$acc"
+}
+
+echo "== runs ($RUNS rounds; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
+for ((r = 1; r <= RUNS; r++)); do
+    if ((r % 2)); then
+        run_utrain "$r"
+        [ $have_torch = 1 ] && run_torch
+    else
+        [ $have_torch = 1 ] && run_torch
+        run_utrain "$r"
+    fi
+done
+
+ue=$(median <<<"$UE")
+echo
+echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), threads $TH, load now $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "  %-40s %8.1f s    test accuracy %s\n" "utrain epoch (median)" "$ue" "$(median <<<"$UACC")"
+if [ $have_torch = 1 ]; then
+    te=$(median <<<"$TE")
+    printf "  %-40s %8.1f s    test accuracy %s\n" "PyTorch epoch (median)" "$te" "$(median <<<"$TACC")"
+    printf "  %-40s %8.2f      (goal <= 0.5)\n" "ratio utrain / PyTorch" "$(calc %.6f "$ue/$te")"
+fi
+exit 0
