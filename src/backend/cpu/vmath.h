@@ -94,8 +94,11 @@ static inline float ut_erff_fast_e(float z, float e) {
     r = fmaf(r, t, 5.776960734e-01f);
     r = fmaf(r, t, 5.632953435e-01f);
     r = fmaf(r, t, 2.608263824e-05f);
-    float y = a < 1.0f ? a * p : fmaf(-e, r, 1.0f);
-    return copysignf(y, z);
+    /* the select as bit operations: GCC does not if-convert a ?: of two float
+     * expressions (either could trap), and the loop would stay scalar */
+    uint32_t near0 = -(uint32_t)(a < 1.0f);
+    uint32_t y = (ut_float_to_bits(a * p) & near0) | (ut_float_to_bits(fmaf(-e, r, 1.0f)) & ~near0);
+    return copysignf(ut_bits_to_float(y), z);
 }
 
 static inline float ut_erff_fast(float z) { return ut_erff_fast_e(z, ut_expf_fast(-z * z)); }
