@@ -6,7 +6,9 @@
 #
 # Environment: PYTHON (default python3; needs torch and transformers, e.g.
 # PYTHON=/tmp/hfvenv/bin/python), BENCH_RUNS (rounds, default 1), THREADS
-# (default 2).
+# (default 2), PARALLEL=1 (both sides of a round at the same time: on a
+# machine that others load, both then see the same load, at the price of
+# competing with each other).
 #
 # utrain: `utrain train configs/rt_minilm.yml` (2 epochs, dev evaluation and a
 #   checkpoint after each, the best kept) with `threads`, a temporary
@@ -28,6 +30,7 @@ set -uo pipefail
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-1}
 TH=${THREADS:-2}
+PARALLEL=${PARALLEL:-0}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 UT=$BUILD/utrain
@@ -51,53 +54,64 @@ if ! "$PYTHON" -c "import torch, transformers" 2>/dev/null; then
     echo "== $PYTHON cannot import torch and transformers: PyTorch is skipped, utrain's figures alone"
 fi
 
-UE=""; UACC=""; TE=""; TACC=""   # epoch times and test accuracies over runs
+# Each run writes "epoch times|test accuracy" to $TMP/<side><round>.res and prints its line.
 run_utrain() { # round
-    local dir=$TMP/u$1 out ep acc
+    local dir=$TMP/u$1 out ep acc dev
     out=$("$UT" train configs/rt_minilm.yml --set output_dir="$dir" --set threads="$TH" \
-        --set train.log_interval=1 --set train.progress=lines 2>&1) || { echo "$out" >&2; exit 1; }
+        --set train.log_interval=1 --set train.progress=lines 2>&1) || { echo "$out" >&2; return 1; }
     # per epoch: sum of (examples in the step) / samples_per_s; "epoch" is epochs done + cursor / n
     ep=$(awk -v n="$(($(wc -l <data/rt/train.tsv) - 1))" '/"split": "train"/ {
             match($0, /"epoch": [0-9.eE+-]+/); e = substr($0, RSTART + 9, RLENGTH - 9) + 0
             match($0, /"samples_per_s": [0-9.eE+-]+/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
             k = int(e - 1e-9); t[k] += (e - prev) * n / r; prev = e; if (k > last) last = k }
             END { for (i = 0; i <= last; i++) printf "%.2f ", t[i] }' "$dir/rt_minilm/metrics.jsonl")
-    "$UT" test "$dir/rt_minilm" >"$TMP/test.log" 2>&1 || { cat "$TMP/test.log" >&2; exit 1; }
+    "$UT" test "$dir/rt_minilm" >"$dir/test.log" 2>&1 || { cat "$dir/test.log" >&2; return 1; }
     acc=$(tr -d '\n' <"$dir/rt_minilm/test_results.json" | jget accuracy)
-    local dev; dev=$(grep -o 'dev:.*accuracy [0-9.]*' <<<"$out" | sed 's/.*accuracy //' | tr '\n' ' ')
+    dev=$(grep -o 'dev:.*accuracy [0-9.]*' <<<"$out" | sed 's/.*accuracy //' | tr '\n' ' ')
     rm -rf "$dir"
-    UE+=" $ep"; UACC+=" $acc"
+    echo "$ep|$acc" >"$TMP/u$1.res"
     printf "   utrain  threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %.4f   (%s)\n" \
         "$TH" "$ep" "$dev" "$acc" "$(grep -o 'Training done.*' <<<"$out")"
 }
-run_torch() {
+run_torch() { # round
     local j ep acc dev
-    j=$("$PYTHON" bench/torch_minilm.py --threads "$TH" --json 2>"$TMP/torch.err" | tail -n 1) ||
-        { cat "$TMP/torch.err" >&2; exit 1; }
+    j=$("$PYTHON" bench/torch_minilm.py --threads "$TH" --json 2>"$TMP/torch$1.err" | tail -n 1)
+    [ -n "$j" ] || { cat "$TMP/torch$1.err" >&2; return 1; }
     ep=$("$PYTHON" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
     dev=$("$PYTHON" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
     acc=$(jget test_accuracy <<<"$j")
-    TE+=" $ep"; TACC+=" $acc"
+    echo "$ep|$acc" >"$TMP/t$1.res"
     printf "   pytorch threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %.4f\n" \
         "$TH" "$ep " "$dev " "$acc"
 }
 
-echo "== runs ($RUNS rounds; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
+if [ "$PARALLEL" = 1 ]; then
+    echo "== runs ($RUNS rounds, both sides at the same time; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
+else
+    echo "== runs ($RUNS rounds; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
+fi
 for ((r = 1; r <= RUNS; r++)); do
-    if ((r % 2)); then
-        run_utrain "$r"
-        [ $have_torch = 1 ] && run_torch
+    if [ "$PARALLEL" = 1 ] && [ $have_torch = 1 ]; then
+        run_utrain "$r" & run_torch "$r" & wait
+    elif ((r % 2)); then
+        run_utrain "$r" || exit 1
+        [ $have_torch = 1 ] && { run_torch "$r" || exit 1; }
     else
-        [ $have_torch = 1 ] && run_torch
-        run_utrain "$r"
+        [ $have_torch = 1 ] && { run_torch "$r" || exit 1; }
+        run_utrain "$r" || exit 1
     fi
 done
+UE=$(cat "$TMP"/u*.res 2>/dev/null | cut -d'|' -f1 | tr '\n' ' ')
+UACC=$(cat "$TMP"/u*.res 2>/dev/null | cut -d'|' -f2 | tr '\n' ' ')
+TE=$(cat "$TMP"/t*.res 2>/dev/null | cut -d'|' -f1 | tr '\n' ' ')
+TACC=$(cat "$TMP"/t*.res 2>/dev/null | cut -d'|' -f2 | tr '\n' ' ')
+[ -n "$UE" ] || { echo "run_minilm: no utrain run finished" >&2; exit 1; }
 
 ue=$(median <<<"$UE")
 echo
 echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), threads $TH, load now $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "  %-40s %8.1f s    test accuracy %s\n" "utrain epoch (median)" "$ue" "$(median <<<"$UACC")"
-if [ $have_torch = 1 ]; then
+if [ -n "$TE" ]; then
     te=$(median <<<"$TE")
     printf "  %-40s %8.1f s    test accuracy %s\n" "PyTorch epoch (median)" "$te" "$(median <<<"$TACC")"
     printf "  %-40s %8.2f      (goal <= 0.5)\n" "ratio utrain / PyTorch" "$(calc %.6f "$ue/$te")"
