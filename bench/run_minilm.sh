@@ -97,11 +97,9 @@ run_torch() { # round
         "$TH" "$ep " "$dev " "$acc"
 }
 
-if [ "$PARALLEL" = 1 ]; then
-    echo "== runs ($RUNS rounds, both sides at the same time; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
-else
-    echo "== runs ($RUNS rounds; 2 epochs of 122 steps, batch 32, max length 64, dynamic padding)"
-fi
+what="2 epochs of 122 steps"
+((MAXS > 0)) && what="the first $MAXS steps, no evaluation"
+echo "== runs ($RUNS rounds$([ "$PARALLEL" = 1 ] && echo ', both sides at the same time'); $what, batch 32, max length 64, dynamic padding)"
 for ((r = 1; r <= RUNS; r++)); do
     if [ "$PARALLEL" = 1 ] && [ $have_torch = 1 ]; then
         run_utrain "$r" & run_torch "$r" & wait
