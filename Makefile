@@ -168,7 +168,7 @@ bench-fmnist: deps
 	bench/run_fmnist.sh $(BUILD)
 
 # MiniLM fine-tuning on Rotten Tomatoes, 2 epochs each side (needs PYTHON with
-# torch and transformers; ~25 min on 2 cores; docs/performance.md)
+# torch and transformers; ~10 min on 2 quiet cores; docs/performance.md)
 bench-minilm: deps
 	@$(MAKE) --no-print-directory all
 	bench/run_minilm.sh $(BUILD)
