@@ -43,7 +43,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run test test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist install clean
+.PHONY: all lib deps run run-fmnist test test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist bench-minilm bench-bert install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -88,10 +88,18 @@ tests: all $(TEST_BIN) $(TEST_AUX)
 $(BUILD)/tests/dist/mpi_comm_ranks: $(BUILD)/tests/dist/test_comm
 	@cp $< $@
 
-# The main job: the CNN on Fashion-MNIST for one epoch, then its test
-# evaluation; the run directory stays in runs/fmnist_cnn. A second `make run`
-# resumes the finished run (nothing left to train) and tests it again.
+# The main job, the seeds' example: fine-tune the pretrained all-MiniLM-L6-v2
+# as a sentiment classifier on Rotten Tomatoes (2 epochs, best dev checkpoint),
+# then test mode on that checkpoint: dev/test results and predictions, the
+# test accuracy last. The run directory stays in runs/rt_minilm. A second
+# `make run` resumes the finished run (nothing left to train) and tests it again.
 run: deps
+	@$(MAKE) --no-print-directory all
+	./$(BUILD)/utrain train configs/rt_minilm.yml --set continue_training=true
+	./$(BUILD)/utrain test runs/rt_minilm
+
+# The CNN on Fashion-MNIST for one epoch, then its test evaluation (runs/fmnist_cnn).
+run-fmnist: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/utrain train configs/fmnist_cnn.yml --set continue_training=true
 	./$(BUILD)/utrain test runs/fmnist_cnn
@@ -158,6 +166,18 @@ bench-ddp: deps
 bench-fmnist: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/sgemm_cnn
 	bench/run_fmnist.sh $(BUILD)
+
+# MiniLM fine-tuning on Rotten Tomatoes, 2 epochs each side (needs PYTHON with
+# torch and transformers; ~10 min on 2 quiet cores; docs/performance.md)
+bench-minilm: deps
+	@$(MAKE) --no-print-directory all
+	bench/run_minilm.sh $(BUILD)
+
+# BERT-base-sized training step (batch 32 x 128), fp32 and bf16, against
+# transformers + PyTorch (docs/performance.md)
+bench-bert: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/bert_step
+	bench/run_bert_step.sh $(BUILD)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libutrain.a $(HDRS)
 	@mkdir -p $(dir $@)

@@ -60,6 +60,9 @@ void ut_rng_seed(ut_rng *r, uint64_t seed);
 uint64_t ut_rng_u64(ut_rng *r);
 float ut_rng_uniform(ut_rng *r);           /* [0, 1) */
 float ut_rng_normal(ut_rng *r);            /* mean 0, std 1 */
+/* keep (n) = 1 where ut_rng_uniform(r) >= p, else 0: the same draws as n
+ * calls of ut_rng_uniform, in one loop with the state in registers (dropout masks). */
+void ut_rng_keep_mask(ut_rng *r, uint8_t *keep, float p, int64_t n);
 
 /* OpenBLAS chooses its kernels from the CPU model when it loads, and an
  * OpenBLAS too old for the CPU falls back to slow generic kernels (4x slower

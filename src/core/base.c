@@ -136,6 +136,12 @@ uint64_t ut_rng_u64(ut_rng *r) {
 
 float ut_rng_uniform(ut_rng *r) { return (float)(ut_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
 
+void ut_rng_keep_mask(ut_rng *r, uint8_t *keep, float p, int64_t n) {
+    ut_rng st = *r; /* a local copy: the compiler keeps it in registers */
+    for (int64_t i = 0; i < n; i++) keep[i] = ut_rng_uniform(&st) >= p;
+    *r = st;
+}
+
 float ut_rng_normal(ut_rng *r) {
     /* Box-Muller; u1 in (0, 1] so the log is finite */
     double u1 = ((ut_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);

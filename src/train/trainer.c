@@ -371,7 +371,18 @@ static void print_summary(ut_trainer *t) {
 }
 
 /* ---- checkpoints ---- */
+static int save_now(ut_trainer *t);
+
+/* Evaluations and checkpoint writes inside a logging interval are left out
+ * of its samples_per_s: the interval's clock moves on by their duration. */
 static int save(ut_trainer *t) {
+    double t0 = now_s();
+    int rc = save_now(t);
+    t->interval_t0 += now_s() - t0;
+    return rc;
+}
+
+static int save_now(ut_trainer *t) {
     if (t->last_saved_step == t->st.step) return 0;
     char dir[1280], path[1400];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
@@ -406,9 +417,11 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
+    double t0 = now_s();
     int erc = ut_evaluate_until(t->comm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                 sizeof t->err);
     ut_dist_release(t->dist);
+    t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
         ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
         return 0;

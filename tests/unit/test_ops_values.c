@@ -229,6 +229,25 @@ static void test_mse_values(void) {
     CHECK_NEAR(ut_f32(ut_mse(ctx, x, y))[0], ref / n, 1e-6 * ref / n);
 }
 
+/* ut_rng_keep_mask draws what ut_rng_uniform would, one by one, and leaves
+ * the generator where those draws would */
+static void test_rng_keep_mask(void) {
+    ut_rng a, b;
+    ut_rng_seed(&a, 7);
+    ut_rng_seed(&b, 7);
+    enum { N = 10007 };
+    static uint8_t m[N];
+    ut_rng_keep_mask(&a, m, 0.1f, N);
+    int64_t differ = 0, kept = 0;
+    for (int64_t i = 0; i < N; i++) {
+        differ += m[i] != (ut_rng_uniform(&b) >= 0.1f);
+        kept += m[i];
+    }
+    CHECK(differ == 0, "%lld masks differ from ut_rng_uniform's draws", (long long)differ);
+    CHECK(ut_rng_u64(&a) == ut_rng_u64(&b), "the generators' states differ afterwards");
+    CHECK_NEAR((double)kept / N, 0.9, 0.01);
+}
+
 static void test_dropout(void) {
     fresh();
     int64_t n = test_quick() ? 20000 : 200000;
@@ -337,6 +356,7 @@ int main(void) {
     RUN(test_elementwise);
     RUN(test_gelu_backward_values);
     RUN(test_gelu_erf_values);
+    RUN(test_rng_keep_mask);
     RUN(test_softmax_values);
     RUN(test_softmax_noncontiguous);
     RUN(test_cross_entropy_values);

@@ -1,6 +1,7 @@
 /* ut_expf_fast (src/backend/cpu/vmath.h) against exp in double over a sweep of
  * every float range, its edge cases (overflow threshold, subnormals, inf, NaN)
- * and the equality of its vector and scalar code paths. */
+ * and the equality of its vector and scalar code paths; ut_erff_fast the same
+ * way against erf in double. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -120,9 +121,70 @@ static void test_edges(void) {
     CHECK(isnan(ut_expf_fast(NAN)) && isnan(scalar_exp(-NAN)), "NaN must stay NaN");
 }
 
+/* ---- erf ---- */
+static __attribute__((noinline)) float scalar_erf(float x) { return ut_erff_fast(x); }
+
+static __attribute__((noinline)) void vector_erf(float *y, const float *x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] = ut_erff_fast(x[i]);
+}
+
+/* error of y in units of the float spacing at erf(x) (at least FLT_MIN's) */
+static double erf_ulp_error(float y, float x) {
+    double ref = erf((double)x);
+    int e;
+    frexp(ref, &e);
+    double ulp = ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+    return fabs((double)y - ref) / ulp;
+}
+
+/* Every float in [-6, 6] at a stride (both signs; beyond, erf is +-1 in
+ * float): the worst ulp and absolute errors, vector against scalar bits, and
+ * glibc's erff's worst ulp error for comparison. */
+static void test_erf_sweep(void) {
+    const uint32_t stride = test_quick() ? 997 : 149, hi = ut_float_to_bits(6.0f);
+    static float xs[CHUNK], ys[CHUNK];
+    double worst = 0.0, worst_abs = 0.0, worst_libm = 0.0;
+    float worst_x = 0.0f;
+    long n = 0, mismatched = 0;
+    for (uint32_t u = 0; u <= hi;) {
+        int k = 0;
+        for (; k < CHUNK && u <= hi; u += stride, k += 2) xs[k] = bits(u), xs[k + 1] = -bits(u);
+        vector_erf(ys, xs, k);
+        for (int i = 0; i < k; i++) {
+            float s = scalar_erf(xs[i]);
+            mismatched += memcmp(&s, &ys[i], sizeof s) != 0;
+            double e = erf_ulp_error(ys[i], xs[i]), ea = fabs((double)ys[i] - erf((double)xs[i]));
+            if (e > worst) worst = e, worst_x = xs[i];
+            worst_abs = ea > worst_abs ? ea : worst_abs;
+            double el = erf_ulp_error(erff(xs[i]), xs[i]);
+            worst_libm = el > worst_libm ? el : worst_libm;
+        }
+        n += k;
+    }
+    printf("     %ld inputs: max error %.3f ulp (at x = %.9g), %.3g absolute; glibc erff %.3f ulp\n", n,
+           worst, (double)worst_x, worst_abs, worst_libm);
+    CHECK(worst <= 4.0, "max error %.3f ulp at x = %.9g", worst, (double)worst_x);
+    CHECK(worst_abs <= 1.6e-7, "max absolute error %.3g", worst_abs);
+    CHECK(mismatched == 0, "%ld inputs where the vector and scalar paths differ", mismatched);
+}
+
+static void test_erf_edges(void) {
+    CHECK(ut_erff_fast(0.0f) == 0.0f && signbit(ut_erff_fast(-0.0f)), "erf(+-0) = +-0");
+    CHECK(ut_erff_fast(4.0f) == 1.0f && ut_erff_fast(-7.5f) == -1.0f && ut_erff_fast(FLT_MAX) == 1.0f,
+          "erf saturates at +-1");
+    CHECK(ut_erff_fast(INFINITY) == 1.0f && ut_erff_fast(-INFINITY) == -1.0f, "erf(+-inf) = +-1");
+    CHECK(isnan(ut_erff_fast(NAN)) && isnan(scalar_erf(-NAN)), "NaN must stay NaN");
+    /* tiny arguments: erf(x) = 2x/sqrt(pi) to float precision */
+    CHECK(erf_ulp_error(ut_erff_fast(1e-20f), 1e-20f) <= 1.0 && erf_ulp_error(ut_erff_fast(1e-3f), 1e-3f) <= 1.0,
+          "small x: %.9g", (double)ut_erff_fast(1e-3f));
+}
+
 int main(void) {
     RUN(test_sweep);
     RUN(test_dense_ranges);
     RUN(test_edges);
+    RUN(test_erf_sweep);
+    RUN(test_erf_edges);
     return TEST_SUMMARY();
 }

@@ -137,7 +137,7 @@ void ut_sigmoid_bwd_cpu(ut_tensor *t) {
 /* mask (N) = 1 where an element survives (probability 1 - p), else 0. Serial:
  * the RNG is a single stream, and this keeps masks independent of threads. */
 void ut_dropout_mask_cpu(uint8_t *mask, ut_rng *rng, float p, int64_t N) {
-    for (int64_t i = 0; i < N; i++) mask[i] = ut_rng_uniform(rng) >= p;
+    ut_rng_keep_mask(rng, mask, p, N);
 }
 
 /* out (N) = inp * mask * scale */

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""BERT-base-sized training-step benchmark in transformers + PyTorch (the reference for bench/bert_step.c).
+
+BertForSequenceClassification(BertConfig()) with random weights (12 layers,
+hidden 768, 12 heads, intermediate 3072, vocab 30522, exact GELU, dropout 0.1
+on: model.train()), num_labels 2; batch 32 x 128 random tokens (token types 0,
+attention mask all ones) with random 0/1 labels from a fixed seed; AdamW
+(lr 5e-5, weight decay 0.01 except biases and LayerNorm weights, as the
+Hugging Face Trainer groups them). --bf16 runs forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights, optimizer and
+backward as autocast leaves them). Timing: 2 warm-up steps, then the median
+of N steps of forward, loss, backward, optimizer.step, zero_grad(set_to_none=True).
+
+    torch_bert_step.py [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--json]
+"""
+import argparse
+import contextlib
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import BertConfig, BertForSequenceClassification
+
+WARMUP = 2
+
+
+def decay_groups(model):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.steps < 1 or a.batch < 1 or not 1 <= a.seq <= 512:
+        ap.error("--steps and --batch must be >= 1, --seq in [1, 512]")
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(1234)
+    model = BertForSequenceClassification(BertConfig(num_labels=2, attn_implementation="sdpa"))
+    model.train()
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(decay_groups(model), lr=5e-5)
+    g = torch.Generator().manual_seed(42)
+    ids = torch.randint(0, 30522, (a.batch, a.seq), generator=g)
+    types = torch.zeros_like(ids)
+    mask = torch.ones_like(ids)
+    y = torch.randint(0, 2, (a.batch,), generator=g)
+
+    def autocast():
+        if a.bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    times, fwd, bwd, optt = [], [], [], []
+    first = last = None
+    for s in range(WARMUP + a.steps):
+        t0 = time.perf_counter()
+        with autocast():
+            logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+            loss = F.cross_entropy(logits.float(), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        last = loss.item()
+        if first is None:
+            first = last
+        if s >= WARMUP:
+            times.append(t3 - t0)
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            optt.append(t3 - t2)
+    if not math.isfinite(last):
+        print(f"torch_bert_step: loss is not finite ({last})", file=sys.stderr)
+        return 1
+    med = statistics.median(times)
+    res = {"impl": "torch", "torch": torch.__version__, "precision": "bf16" if a.bf16 else "fp32",
+           "threads": torch.get_num_threads(), "batch": a.batch, "seq": a.seq, "steps": a.steps,
+           "params": nparams, "median_s": med, "min_s": min(times), "tokens_per_s": a.batch * a.seq / med,
+           "fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd),
+           "opt_s": statistics.median(optt), "loss_first": first, "loss_last": last}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(f"torch {torch.__version__} bert-base step ({res['precision']}): {nparams} parameters, "
+              f"batch {a.batch} x seq {a.seq}, AdamW, threads {res['threads']}")
+        print(f"  step median {1e3 * med:8.1f} ms   min {1e3 * min(times):8.1f} ms   "
+              f"{res['tokens_per_s']:.0f} tokens/s")
+        print(f"  forward+loss {1e3 * res['fwd_s']:6.1f} ms   backward {1e3 * res['bwd_s']:6.1f} ms   "
+              f"optim+zero {1e3 * res['opt_s']:6.1f} ms (medians)")
+        print(f"  loss {first:.4f} -> {last:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
