@@ -156,7 +156,7 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     return rc ? rc : check_dev_labeled(c, train, dev, err, n);
 }
 
-static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train, ut_dataset **dev,
+static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_dataset **train, ut_dataset **dev,
                     ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
     if (dir) return open_tsv_pretrained(c, dir, train, dev, test, err, n);
@@ -165,12 +165,12 @@ static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train,
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
     ut_vocab *v = train ? ut_vocab_build(c->tokenizer, c->train_path, c->min_freq, err, n)
                         : ut_vocab_load(vpath, err, n);
-    if (!v || (train && ut_vocab_save(v, vpath, err, n))) {
+    if (!v || (train && lead && ut_vocab_save(v, vpath, err, n))) {
         ut_vocab_free(v);
         return -1;
     }
     int64_t first, missing = train ? ut_vocab_missing_classes(v, &first) : 0;
-    if (missing)
+    if (missing && lead)
         fprintf(stderr, "utrain: warning: %s: %lld of the %lld classes (labels 0..%lld) have no "
                         "example, the first is %lld; the model still has an output for each\n",
                 c->train_path, (long long)missing, (long long)ut_vocab_num_classes(v),
@@ -186,7 +186,7 @@ static int open_tsv(const ut_config *c, const char *run_dir, ut_dataset **train,
     return rc;
 }
 
-int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **train,
+int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
     ut_dataset **all[3] = {train, dev, test};
     for (int i = 0; i < 3; i++)
@@ -194,7 +194,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **tra
     int rc;
     if (!strcmp(cfg->data_name, "idx_images")) rc = open_idx(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
-    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, lead, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;

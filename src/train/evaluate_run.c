@@ -131,7 +131,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     ut_ctx *ctx = NULL;
     int rc = UT_EXIT_ERROR;
     if (ut_runlog_open(&log, cfg, ut_comm_rank(ut_comm_world()), false, err, sizeof err)) goto out;
-    if (own_data && ut_datasets_open(cfg, log.dir, NULL, &dev, &test, err, sizeof err)) goto out;
+    if (own_data && ut_datasets_open(cfg, log.dir, log.rank == 0, NULL, &dev, &test, err, sizeof err)) goto out;
     if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) goto out;
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);
     if (ckpt_path) snprintf(path, sizeof path, "%s", ckpt_path);

@@ -205,7 +205,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     ut_dataset *train = NULL, *dev = NULL;
     ut_model *m = NULL;
     void *x = NULL, *y = NULL;
-    int rc = ut_datasets_open(cfg, tmp, &train, &dev, NULL, err, n);
+    int rc = ut_datasets_open(cfg, tmp, true, &train, &dev, NULL, err, n);
     if (text) {
         snprintf(vocab, sizeof vocab, "%s/vocab.txt", tmp);
         unlink(vocab);

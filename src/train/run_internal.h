@@ -107,8 +107,10 @@ int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outp
                      ut_tensor *y, ut_metric *mets, int max);
 
 /* ---- building from the config ---- */
-/* Opens train/dev/test datasets as data.* says (any pointer may be NULL to skip). */
-int ut_datasets_open(const ut_config *cfg, const char *run_dir, ut_dataset **train,
+/* Opens train/dev/test datasets as data.* says (any pointer may be NULL to
+ * skip). lead: this process writes the run's vocabulary file and prints the
+ * data warnings (rank 0; the other ranks build the same vocabulary quietly). */
+int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n);
 /* Builds the model from model.* (vocab size filled from the data when unset). */
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);

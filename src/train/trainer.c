@@ -895,7 +895,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         (t->rank == 0 && write_resolved_config(t)))
         return -1;
     *own_data = !train;
-    if (!train && ut_datasets_open(c, t->log.dir, &t->train, &t->dev, NULL, t->err, sizeof t->err))
+    if (!train && ut_datasets_open(c, t->log.dir, t->rank == 0, &t->train, &t->dev, NULL, t->err, sizeof t->err))
         return -1;
     if (train) t->train = train, t->dev = dev;
     *own_m = !model;

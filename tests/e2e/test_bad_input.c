@@ -95,6 +95,17 @@ static void test_tsv_label_hole(void) {
     free(s);
 }
 
+/* on 2 ranks the warning is printed once (rank 0), not by every rank */
+static void test_tsv_label_hole_two_ranks(void) {
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--nproc", "2", "--set", kv("data.train_path", path_in("hole.tsv")),
+                                  "--set", "data.dev_path=", "--set", "experiment_name=hole2", NULL}, &s);
+    const char *first = s ? strstr(s, "have no example") : NULL;
+    CHECK(rc == 0 && first, "exit %d: %s", rc, s ? s : "(no output)");
+    CHECK(first && !strstr(first + 1, "have no example"), "the warning came more than once: %s", s ? s : "");
+    free(s);
+}
+
 /* ---- sizes that would need absurd memory ---- */
 
 static void test_absurd_sizes(void) {
@@ -341,5 +352,8 @@ int main(int argc, char **argv) {
     write_big_dev();
     RUN(test_sigterm_abandons_eval);
     RUN(test_second_signal_exits_now);
+    /* the job under mpirun last: its environment turns LeakSanitizer off */
+    tp_mpi_env(true);
+    RUN(test_tsv_label_hole_two_ranks);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
