@@ -1,13 +1,12 @@
-/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1).
- * Two paths, chosen per direction by measurement (bench/conv_dnnl.c,
- * docs/performance.md):
- *  - im2col per image and one sgemm per image, parallel over the batch with a
- *    column buffer per thread (OpenBLAS runs single-threaded inside the
- *    region): every weight gradient, and the forward and input gradient of
- *    layers with few input channels;
- *  - oneDNN's direct convolution on its blocked layouts (dnnl_conv.c), the
- *    reorders from and to NCHW included: forward and input gradient from
- *    UT_CONV_DNNL_MIN_C input channels up, where it is 10-18% faster.
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
+ * im2col per image and one sgemm per image, parallel over the batch with a
+ * column buffer per thread (OpenBLAS runs single-threaded inside the region).
+ * Each image's result is computed alone, so it does not depend on how many
+ * images a process holds: a batch split over N ranks gives one process's bits.
+ * oneDNN's direct convolution (dnnl_conv.c) is 10-18% faster on the CNN's
+ * second layer (bench/conv_dnnl.c) but its sums depend on the minibatch size
+ * (4 ranks of a batch drift 1e-4 from one process in tests/dist/
+ * test_strategies), so it is not used here; docs/performance.md.
  * Parameters: ut_conv2d_stride, ut_conv2d_padding (src/ops/params.h). */
 #include <omp.h>
 
@@ -21,13 +20,6 @@
  * without reassociation), then folds the lanes in a fixed halving tree: the
  * result depends on neither the thread count nor the vector width. */
 #define CONV_DB_LANES 16
-
-/* Input channels from which forward and input gradient go through oneDNN:
- * its AVX2 kernels block channels by 8; below that (the CNN's first layer,
- * C = 1) im2col + sgemm is faster. */
-#define UT_CONV_DNNL_MIN_C 8
-
-static bool dnnl_conv_for(const ut_conv2d_shape *d) { return d->C >= UT_CONV_DNNL_MIN_C; }
 
 /* The output columns [*ow0, *ow1) of a stride-1 row with kernel column kw read
  * input columns ow - P + kw inside [0, W); the others cover padding. */
@@ -217,29 +209,16 @@ void ut_conv2d_fwd_cpu(ut_tensor *t) {
     ut_conv2d_shape d = shape_of(t);
     ut_tensor *b = t->src[2];
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
-    if (dnnl_conv_for(&d) && ut_dnnl_conv2d_forward(ut_f32(t), x, w, bias, &d, UT_DNNL_BLOCKED) == 0) return;
     int nthr = threads_for(d.B);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
     float *cols = ut_ctx_alloc(t->ctx, (size_t)nthr * col * sizeof(float));
     ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
 }
 
-/* dx += the input gradient through oneDNN (written into a buffer, then
- * added); false when oneDNN has no implementation (dx untouched). */
-static bool dnnl_backward_data(ut_tensor *t, float *dx, const ut_conv2d_shape *d) {
-    int64_t n = ut_nelem(t->src[0]);
-    float *tmp = ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float));
-    if (ut_dnnl_conv2d_backward_data(tmp, t->grad, ut_f32(t->src[1]), d, UT_DNNL_BLOCKED)) return false;
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] += tmp[i];
-    return true;
-}
-
 void ut_conv2d_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
-    if (dx && dnnl_conv_for(&d) && dnnl_backward_data(t, dx, &d)) dx = NULL;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS);
     float *cols = NULL, *dw_part = NULL;
