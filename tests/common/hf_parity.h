@@ -4,14 +4,16 @@
  * (input, labels, logits, loss, grad.<name>, adamw_losses, after.<name>,
  * metadata "decay"), and file helpers for bad-directory tests.
  * Include after test.h: the checks record failures with CHECK.
- * defines: hfp_rel_err, hfp_stored, hfp_value, hfp_check_batch, hfp_check_adamw,
- *          hfp_copy_file, hfp_config_with. */
+ * defines: hfp_stored, hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
+ *          hfp_check_checkpointing, hfp_check_autocast, hfp_refused, hfp_copy_file,
+ *          hfp_config_with. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "parity.h"
 #include "proc.h"
 #include "utrain/utrain.h"
 
@@ -21,16 +23,6 @@
  * ignores): both sides hold rounding noise (~1e-9), checked against this
  * absolute bound instead, and left out of the comparison after AdamW steps. */
 #define HFP_ZERO_GRAD 1e-7
-
-static inline double hfp_rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d;
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
 
 /* A fixture tensor (file bytes) as a tensor of ctx */
 static inline ut_tensor *hfp_stored(ut_ctx *ctx, const ut_st_tensor *t) {
@@ -60,7 +52,7 @@ static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f,
                   "%s[%lld]: %g and %g, expected about 0", name, (long long)i, ours[i], ref[i]);
         return;
     }
-    double e = hfp_rel_err(ours, ref, ut_st_numel(g));
+    double e = pt_rel_err(ours, ref, ut_st_numel(g));
     CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
 }
 
@@ -78,7 +70,7 @@ static inline int hfp_check_batch(ut_model *m, const ut_st_file *f, const char *
     if (loss) {
         const ut_st_tensor *rl = ut_st_get(f, "logits"), *rloss = ut_st_get(f, "loss");
         CHECK(ut_nelem(logits) == ut_st_numel(rl) && logits->ne[1] == rl->shape[1], "logits shape");
-        double e = hfp_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
+        double e = pt_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
         CHECK(e < HFP_TOL, "logits: relative error %.3g", e);
         float ref = ((const float *)rloss->data)[0];
         CHECK_NEAR(ut_f32(loss)[0], ref, 1e-4 * ref);
@@ -128,11 +120,71 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
         const ut_st_tensor *a = ut_st_get(f, name);
         CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
         if (!a || (zero_bias && strstr(name, zero_bias))) continue;
-        double e = hfp_rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        double e = pt_rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
         CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
     }
     ut_ctx_free(ctx);
     ut_optim_free(o);
+}
+
+/* The loss of m on the fixture batch, with its backward: in training mode
+ * (dropout drawn from seed 5) for UT_F32, else in eval mode under autocast
+ * to that dtype, whose logits are checked within 5% of the fixture's. */
+static inline float hfp_train_loss(ut_model *m, const ut_st_file *f, ut_dtype autocast) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
+    if (autocast != UT_F32) {
+        ut_ctx_set_training(ctx, false);
+        ut_ctx_set_autocast(ctx, autocast);
+    }
+    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *l = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
+    CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+    float v = l ? ut_f32(l)[0] : NAN;
+    if (l && autocast != UT_F32) {
+        const ut_st_tensor *rl = ut_st_get(f, "logits");
+        double e = pt_rel_err(ut_f32(ut_tensor_to(ctx, logits, UT_F32)), rl->data, ut_st_numel(rl));
+        CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(autocast), e);
+    }
+    ut_ctx_free(ctx);
+    return v;
+}
+
+/* Training mode with dropout: ckpt (the same model as plain, with activation
+ * checkpointing turned on here) recomputes each layer with the same masks,
+ * so its loss and gradients are bit-identical to plain's, and dropout moves
+ * the loss away from the fixture's eval-mode one. */
+static inline void hfp_check_checkpointing(ut_model *plain, ut_model *ckpt, const ut_st_file *f) {
+    ckpt->checkpoint_activations = true;
+    float loss[2] = {hfp_train_loss(plain, f, UT_F32), hfp_train_loss(ckpt, f, UT_F32)};
+    CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
+    CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
+    CHECK(!memcmp(plain->params.flat_grad, ckpt->params.flat_grad, (size_t)plain->params.numel * sizeof(float)),
+          "checkpointed gradients differ");
+}
+
+/* bf16 and fp16 autocast: logits within 5% of the fixture's float32 ones, a
+ * finite loss within 0.01 of its loss */
+static inline void hfp_check_autocast(ut_model *m, const ut_st_file *f) {
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int i = 0; i < 2; i++) {
+        float loss = hfp_train_loss(m, f, dts[i]);
+        CHECK(isfinite(loss) && fabs(loss - hfp_value(f, "loss", 0)) < 0.01, "%s loss %g", ut_dtype_name(dts[i]),
+              loss);
+        ut_model_zero_grad(m);
+    }
+}
+
+/* model NAME with pretrained DIR (seed 7) must fail with a message holding
+ * every part */
+static inline void hfp_refused(const char *name, const char *dir, const char *const *parts) {
+    char err[1024] = "";
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "pretrained", dir);
+    ut_model *m = ut_model_create(name, kv, 7, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(!m, "%s loaded", dir);
+    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
+    ut_model_free(m);
 }
 
 /* Copies from to to, only its first keep bytes when keep >= 0. */

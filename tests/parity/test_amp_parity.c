@@ -12,13 +12,13 @@
 
 #include "fixture_init.h"
 #include "test.h"
+#include "parity.h"
 #include "utrain/base.h"
 #include "utrain/io.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
 
-#define FIXTURE_DIR "tests/parity/fixtures/"
 
 typedef struct {
     const char *name;
@@ -51,24 +51,6 @@ static const dtype_case dtypes[] = {
     {"bf16", UT_BF16, "fp16", 1.0 / 256, 4.0 / 256, 1.0 / 256, 1.0 / 256, 1.0 / 256, true},
     {"fp16", UT_F16, "bf16", 1.0 / 2048, 4.0 / 2048, 1.0 / 2048, 1.0 / 2048, 2.0 / 2048, false},
 };
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d; /* also catches NaN in a */
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
-static ut_st_file *open_fixture(const char *name) {
-    char path[256], err[512];
-    snprintf(path, sizeof path, FIXTURE_DIR "%s.safetensors", name);
-    ut_st_file *f = ut_st_open(path, err, sizeof err);
-    CHECK(f, "%s", err);
-    return f;
-}
 
 /* The stored float32 tensor "<model>.<dtype>.<what>" (NULL, with a failed
  * check, if absent or not of n elements). */
@@ -147,8 +129,8 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
     float *logits = ut_malloc_check((size_t)n * sizeof(float));
     double l = step(m, ctx, f32, logits, false);
     if (ref16 && loss16 && !isnan(l)) {
-        double e16 = rel_err(logits, ref16, n), e32 = rel_err(logits, ref32->data, n);
-        double torch_gap = rel_err(ref16, ref32->data, n), el = fabs(l - loss16[0]) / fabs(loss16[0]);
+        double e16 = pt_rel_err(logits, ref16, n), e32 = pt_rel_err(logits, ref32->data, n);
+        double torch_gap = pt_rel_err(ref16, ref32->data, n), el = fabs(l - loss16[0]) / fabs(loss16[0]);
         printf("     %s %s: logits vs torch-%s %.3g, vs torch-fp32 %.3g (torch-%s vs torch-fp32 %.3g); "
                "loss %.6f (torch %.6f, rel %.2g)\n",
                c->name, d->name, d->name, e16, e32, d->name, torch_gap, l, loss16[0], el);
@@ -158,7 +140,7 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
         const float *same = amp_ref(amp, c->name, d->name, variant, n);
         const float *wrong = amp_ref(amp, c->name, d->other, "logits", n);
         if (same && wrong) {
-            double es = rel_err(logits, same, n), ex = rel_err(logits, wrong, n);
+            double es = pt_rel_err(logits, same, n), ex = pt_rel_err(logits, wrong, n);
             printf("     %s %s vs torch-%s computed the same way (%s) %.3g; vs torch-%s %.3g\n", c->name, d->name,
                    d->name, variant, es, d->other, ex);
             CHECK(es <= d->same, "%s %s: %.3g from PyTorch computed the same way (tolerance %.3g)", c->name,
@@ -167,11 +149,11 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
              * PyTorch's two references, so (triangle inequality) nearer the
              * right one whatever the kernels' summation order (oneDNN's
              * convolution and OpenBLAS sum in other orders than PyTorch) */
-            double gap = rel_err(same, wrong, n);
+            double gap = pt_rel_err(same, wrong, n);
             CHECK(es * 2 < gap, "%s %s: %.3g from PyTorch's %s, not within half its distance to its %s (%.3g)",
                   c->name, d->name, es, d->name, d->other, gap);
             if (d->vs_fp32 && c->vs_fp32) {
-                double gap32 = rel_err(same, ref32->data, n);
+                double gap32 = pt_rel_err(same, ref32->data, n);
                 CHECK(es * 2 < gap32, "%s %s: %.3g from PyTorch's %s, not within half its distance to its fp32 "
                       "(%.3g)", c->name, d->name, es, d->name, gap32);
             }
@@ -217,7 +199,7 @@ static void check_adamw(const model_case *c, const dtype_case *d, const ut_st_fi
 }
 
 static void check_model(const model_case *c, const char *variant) {
-    ut_st_file *f32 = open_fixture(c->name), *amp = open_fixture("amp");
+    ut_st_file *f32 = pt_open_fixture(c->name), *amp = pt_open_fixture("amp");
     for (size_t i = 0; f32 && amp && i < sizeof dtypes / sizeof dtypes[0]; i++) {
         check_forward(c, &dtypes[i], f32, amp, variant);
         check_adamw(c, &dtypes[i], f32, amp);
