@@ -4,9 +4,9 @@
  * (input, labels, logits, loss, grad.<name>, adamw_losses, after.<name>,
  * metadata "decay"), and file helpers for bad-directory tests.
  * Include after test.h: the checks record failures with CHECK.
- * defines: hfp_stored, hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
- *          hfp_check_checkpointing, hfp_check_autocast, hfp_refused, hfp_copy_file,
- *          hfp_config_with. */
+ * defines: hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
+ *          hfp_copy_file, hfp_config_with, hfp_load, hfp_check_checkpointing,
+ *          hfp_check_autocast, hfp_refused, hfp_check_cut_short. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
 #include <math.h>
@@ -23,13 +23,6 @@
  * ignores): both sides hold rounding noise (~1e-9), checked against this
  * absolute bound instead, and left out of the comparison after AdamW steps. */
 #define HFP_ZERO_GRAD 1e-7
-
-/* A fixture tensor (file bytes) as a tensor of ctx */
-static inline ut_tensor *hfp_stored(ut_ctx *ctx, const ut_st_tensor *t) {
-    int64_t ne[4];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
-}
 
 /* element i of a fixture's float tensor name (0 when it is not there) */
 static inline float hfp_value(const ut_st_file *f, const char *name, int64_t i) {
@@ -63,8 +56,8 @@ static inline int hfp_check_batch(ut_model *m, const ut_st_file *f, const char *
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
     ut_model_zero_grad(m);
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *loss = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "labels")));
     CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
     int checked = 0;
     if (loss) {
@@ -105,8 +98,8 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
     for (int s = 0; lt && s < ut_st_numel(lt); s++) {
         ut_ctx_reset(ctx);
         ut_model_zero_grad(m);
-        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
-                                        hfp_stored(ctx, ut_st_get(f, "labels")));
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input"))),
+                                        pt_stored(ctx, ut_st_get(f, "labels")));
         CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
         if (!loss) break;
         float ref = ((const float *)lt->data)[s];
@@ -136,8 +129,8 @@ static inline float hfp_train_loss(ut_model *m, const ut_st_file *f, ut_dtype au
         ut_ctx_set_training(ctx, false);
         ut_ctx_set_autocast(ctx, autocast);
     }
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *l = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *l = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "labels")));
     CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
     float v = l ? ut_f32(l)[0] : NAN;
     if (l && autocast != UT_F32) {
@@ -147,44 +140,6 @@ static inline float hfp_train_loss(ut_model *m, const ut_st_file *f, ut_dtype au
     }
     ut_ctx_free(ctx);
     return v;
-}
-
-/* Training mode with dropout: ckpt (the same model as plain, with activation
- * checkpointing turned on here) recomputes each layer with the same masks,
- * so its loss and gradients are bit-identical to plain's, and dropout moves
- * the loss away from the fixture's eval-mode one. */
-static inline void hfp_check_checkpointing(ut_model *plain, ut_model *ckpt, const ut_st_file *f) {
-    ckpt->checkpoint_activations = true;
-    float loss[2] = {hfp_train_loss(plain, f, UT_F32), hfp_train_loss(ckpt, f, UT_F32)};
-    CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
-    CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(plain->params.flat_grad, ckpt->params.flat_grad, (size_t)plain->params.numel * sizeof(float)),
-          "checkpointed gradients differ");
-}
-
-/* bf16 and fp16 autocast: logits within 5% of the fixture's float32 ones, a
- * finite loss within 0.01 of its loss */
-static inline void hfp_check_autocast(ut_model *m, const ut_st_file *f) {
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int i = 0; i < 2; i++) {
-        float loss = hfp_train_loss(m, f, dts[i]);
-        CHECK(isfinite(loss) && fabs(loss - hfp_value(f, "loss", 0)) < 0.01, "%s loss %g", ut_dtype_name(dts[i]),
-              loss);
-        ut_model_zero_grad(m);
-    }
-}
-
-/* model NAME with pretrained DIR (seed 7) must fail with a message holding
- * every part */
-static inline void hfp_refused(const char *name, const char *dir, const char *const *parts) {
-    char err[1024] = "";
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    ut_model *m = ut_model_create(name, kv, 7, err, sizeof err);
-    ut_kv_free(kv);
-    CHECK(!m, "%s loaded", dir);
-    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
-    ut_model_free(m);
 }
 
 /* Copies from to to, only its first keep bytes when keep >= 0. */
@@ -213,5 +168,82 @@ static inline void hfp_config_with(const char *src, const char *dir, const char 
     fprintf(f, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
     fclose(f);
     free(s);
+}
+
+/* model NAME (seed 7) with pretrained DIR unless NULL and the options
+ * opts: key, value, ..., NULL (a pair with a NULL value left out) */
+static inline ut_model *hfp_load(const char *name, const char *dir, const char *const *opts, char *err, size_t n) {
+    ut_kv *kv = ut_kv_new();
+    if (dir) ut_kv_set(kv, "pretrained", dir);
+    for (int i = 0; opts && opts[i]; i += 2)
+        if (opts[i + 1]) ut_kv_set(kv, opts[i], opts[i + 1]);
+    ut_model *m = ut_model_create(name, kv, 7, err, n);
+    ut_kv_free(kv);
+    return m;
+}
+
+/* Training mode with dropout, model NAME from DIR (options opts) twice, the
+ * second with activation checkpointing, on the fixture batch file BATCH:
+ * recomputing each layer draws the same masks, so the losses and gradients
+ * are bit-identical, and dropout moves the loss away from the fixture's
+ * eval-mode one. */
+static inline void hfp_check_checkpointing(const char *name, const char *dir, const char *const *opts,
+                                           const char *batch) {
+    char err[1024];
+    ut_st_file *f = ut_st_open(batch, err, sizeof err);
+    ut_model *m[2] = {hfp_load(name, dir, opts, err, sizeof err), hfp_load(name, dir, opts, err, sizeof err)};
+    CHECK(f && m[0] && m[1], "%s", err);
+    if (f && m[0] && m[1]) {
+        m[1]->checkpoint_activations = true;
+        float loss[2] = {hfp_train_loss(m[0], f, UT_F32), hfp_train_loss(m[1], f, UT_F32)};
+        CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
+        CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
+        CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
+              "checkpointed gradients differ");
+    }
+    ut_st_close(f);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+}
+
+/* model NAME from DIR (options opts) on the fixture batch file BATCH under bf16 and fp16
+ * autocast: logits within 5% of the fixture's float32 ones, a finite loss
+ * within 0.01 of its loss */
+static inline void hfp_check_autocast(const char *name, const char *dir, const char *const *opts,
+                                      const char *batch) {
+    char err[1024];
+    ut_model *m = hfp_load(name, dir, opts, err, sizeof err);
+    ut_st_file *f = ut_st_open(batch, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int i = 0; m && f && i < 2; i++) {
+        float loss = hfp_train_loss(m, f, dts[i]);
+        CHECK(isfinite(loss) && fabs(loss - hfp_value(f, "loss", 0)) < 0.01, "%s loss %g", ut_dtype_name(dts[i]),
+              loss);
+        ut_model_zero_grad(m);
+    }
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+/* model NAME with pretrained DIR must fail with a message holding every part */
+static inline void hfp_refused(const char *name, const char *dir, const char *const *parts) {
+    char err[1024] = "";
+    ut_model *m = hfp_load(name, dir, NULL, err, sizeof err);
+    CHECK(!m, "%s loaded", dir);
+    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
+    ut_model_free(m);
+}
+
+/* dir/model.safetensors cut short (its first 5000 bytes of from, config.json
+ * from a copy of the fixture's): model NAME refuses it naming the file */
+static inline void hfp_check_cut_short(const char *name, const char *dir, const char *fixture) {
+    char path[600], cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", fixture);
+    hfp_config_with(cfg, dir, "{", "{");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/model.safetensors", fixture);
+    hfp_copy_file(cfg, path, 5000);
+    hfp_refused(name, dir, (const char *const[]){"model.safetensors", NULL});
 }
 #endif

@@ -1,14 +1,16 @@
 /* What the parity tests (tests/parity/test_*.c) measure against their
  * reference fixtures.
  * Include after test.h: pt_open_fixture records a failure with CHECK.
- * defines: pt_rel_err, pt_open_fixture. */
+ * defines: pt_rel_err, pt_open_fixture, pt_stored. */
 #ifndef UTRAIN_TEST_PARITY_H
 #define UTRAIN_TEST_PARITY_H
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "utrain/base.h"
 #include "utrain/io.h"
+#include "utrain/tensor.h"
 
 /* max |a - b| / max |b| (the max-abs error when b is all zeros); b is the
  * reference, and a NaN in a counts as an infinite error. */
@@ -30,5 +32,13 @@ static inline ut_st_file *pt_open_fixture(const char *name) {
     ut_st_file *f = ut_st_open(path, err, sizeof err);
     CHECK(f, "%s", err);
     return f;
+}
+
+/* A tensor of ctx holding a copy of a fixture's F32 or I32 tensor */
+static inline ut_tensor *pt_stored(ut_ctx *ctx, const ut_st_tensor *t) {
+    UT_ASSERT(t && t->ndim <= UT_MAX_DIMS && (t->dtype == UT_ST_F32 || t->dtype == UT_ST_I32));
+    int64_t ne[UT_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
+    return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
 }
 #endif

@@ -64,13 +64,6 @@ static const float *amp_ref(const ut_st_file *f, const char *model, const char *
     return t && t->dtype == UT_ST_F32 && ut_st_numel(t) == n ? t->data : NULL;
 }
 
-static ut_tensor *to_tensor(ut_ctx *ctx, const ut_st_tensor *t) {
-    UT_ASSERT(t && t->ndim <= UT_MAX_DIMS && (t->dtype == UT_ST_F32 || t->dtype == UT_ST_I32));
-    int64_t ne[UT_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
-}
-
 /* The model with the fixture's initial parameters, or NULL. */
 static ut_model *build(const model_case *c, const ut_st_file *f) {
     ut_kv *kv = ut_kv_new();
@@ -91,7 +84,7 @@ static ut_model *build(const model_case *c, const ut_st_file *f) {
 /* Forward (output as float32 into logits, if given), loss and, with
  * backward, its gradients; the loss, or NAN. */
 static double step(ut_model *m, ut_ctx *ctx, const ut_st_file *f, float *logits, bool backward) {
-    ut_tensor *x = to_tensor(ctx, ut_st_get(f, "input")), *y = to_tensor(ctx, ut_st_get(f, "targets"));
+    ut_tensor *x = pt_stored(ctx, ut_st_get(f, "input")), *y = pt_stored(ctx, ut_st_get(f, "targets"));
     ut_tensor *out = ut_model_forward(m, ctx, x);
     ut_tensor *loss = out ? ut_model_loss(m, ctx, out, y) : NULL;
     CHECK(loss, "%s: %s", m->type, ut_ctx_error(ctx));

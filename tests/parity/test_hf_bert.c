@@ -17,12 +17,7 @@
 
 #define FIX "tests/parity/fixtures/"
 static ut_model *load(const char *dir, const char *num_labels, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    if (num_labels) ut_kv_set(kv, "num_labels", num_labels);
-    ut_model *m = ut_model_create("bert", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("bert", dir, (const char *const[]){"num_labels", num_labels, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {
@@ -58,26 +53,13 @@ static void test_adamw_trainer_groups(void) {
  * checkpointing recomputes each layer with the same masks, so the gradients
  * are bit-identical to the plain run's, and dropout changes the loss */
 static void test_checkpointing_with_dropout(void) {
-    char err[1024];
-    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
-    ut_model *m[2] = {load(FIX "hf_bert_tiny", NULL, err, sizeof err), load(FIX "hf_bert_tiny", NULL, err, sizeof err)};
-    CHECK(f && m[0] && m[1], "%s", err);
-    if (f && m[0] && m[1]) hfp_check_checkpointing(m[0], m[1], f);
-    ut_st_close(f);
-    ut_model_free(m[0]);
-    ut_model_free(m[1]);
+    hfp_check_checkpointing("bert", FIX "hf_bert_tiny", NULL, FIX "hf_bert_tiny_batch.safetensors");
 }
 
 /* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there):
  * finite logits and loss close to transformers' float32 ones */
 static void test_autocast(void) {
-    char err[1024];
-    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
-    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
-    CHECK(m && f, "%s", err);
-    if (m && f) hfp_check_autocast(m, f);
-    ut_st_close(f);
-    ut_model_free(m);
+    hfp_check_autocast("bert", FIX "hf_bert_tiny", NULL, FIX "hf_bert_tiny_batch.safetensors");
 }
 
 /* sentence-transformers' layout: encoder tensors without "bert.", no
@@ -139,14 +121,16 @@ static void test_bad_directories(void) {
     config_with(d, "\"hidden_size\": 32", "\"hidden_size\": 16");
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, -1);
-    hfp_refused("bert", d, (const char *[]){"model.safetensors", "tensor 'bert.embeddings.word_embeddings.weight' has shape (100, 32), the model needs (100, 16)", NULL});
+    hfp_refused("bert", d,
+                (const char *[]){"model.safetensors",
+                                 "tensor 'bert.embeddings.word_embeddings.weight' has shape (100, 32), the model "
+                                 "needs (100, 16)",
+                                 NULL});
     /* one more layer than the file has: the missing tensor is named */
     config_with(d, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
     hfp_refused("bert", d, (const char *[]){"'bert.encoder.layer.2.attention.self.query.weight' is missing", NULL});
     /* cut short */
-    config_with(d, "x", "x");
-    hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, 5000);
-    hfp_refused("bert", d, (const char *[]){"model.safetensors", NULL});
+    hfp_check_cut_short("bert", d, FIX "hf_bert_tiny");
     tp_finish(0, d);
 }
 

@@ -17,12 +17,7 @@
 #define TOL 1e-4 /* max-abs error over max-abs value */
 
 static ut_model *load(const char *dir, const char *key, const char *val, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    if (key) ut_kv_set(kv, key, val);
-    ut_model *m = ut_model_create("gpt2", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("gpt2", dir, (const char *const[]){key, val, NULL}, err, n);
 }
 
 static void check_grads(const ut_model *m, const ut_st_file *f) {
@@ -49,8 +44,8 @@ static void parity(const char *dir) {
     if (!m || !f) goto done;
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "targets")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *loss = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "targets")));
     CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
     if (loss) {
         const ut_st_tensor *rl = ut_st_get(f, "logits");

@@ -17,13 +17,7 @@
 #define BATCH FIX "hf_gpt2_cls_tiny_batch.safetensors"
 
 static ut_model *load(const char *dir, const char *key, const char *val, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    ut_kv_set(kv, "task", "sequence_classification");
-    if (key) ut_kv_set(kv, key, val);
-    ut_model *m = ut_model_create("gpt2", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("gpt2", dir, (const char *const[]){"task", "sequence_classification", key, val, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {
@@ -75,7 +69,7 @@ static void test_pad_token_id_decides_the_row(void) {
     if (!m || !f) goto done;
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
     CHECK(logits, "%s", ut_ctx_error(ctx));
     if (logits) {
         /* row 0 has no padding: the same; row 1 is padded: it now reads the last (pad) position */
@@ -104,7 +98,7 @@ static void test_new_head_and_no_pad_token(void) {
     CHECK(sd > 0.014 && sd < 0.026, "score weight std %.4f, expected about 0.02", sd);
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    CHECK(!ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input"))), "a padded batch without pad_token_id ran");
+    CHECK(!ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input"))), "a padded batch without pad_token_id ran");
     const char *e = ut_ctx_error(ctx);
     CHECK(e && strstr(e, "pad_token_id") && strstr(e, "model.pad_token_id"), "error: %s", e ? e : "(none)");
     ut_ctx_clear_error(ctx);
@@ -121,26 +115,15 @@ done:
 /* training mode with dropout (attention and residual): checkpointing
  * recomputes with the same masks, so the gradients are bit-identical */
 static void test_checkpointing_with_dropout(void) {
-    char err[1024];
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    ut_model *m[2] = {load(FIX "hf_gpt2_cls_tiny", "dropout", "0.1", err, sizeof err), load(FIX "hf_gpt2_cls_tiny", "dropout", "0.1", err, sizeof err)};
-    CHECK(f && m[0] && m[1], "%s", err);
-    if (f && m[0] && m[1]) hfp_check_checkpointing(m[0], m[1], f);
-    ut_st_close(f);
-    ut_model_free(m[0]);
-    ut_model_free(m[1]);
+    const char *const opts[] = {"task", "sequence_classification", "dropout", "0.1", NULL};
+    hfp_check_checkpointing("gpt2", FIX "hf_gpt2_cls_tiny", opts, BATCH);
 }
 
 /* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there,
  * under the causal -inf): finite logits and loss near transformers' fp32 */
 static void test_autocast(void) {
-    char err[1024];
-    ut_model *m = load(FIX "hf_gpt2_cls_tiny", NULL, NULL, err, sizeof err);
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    CHECK(m && f, "%s", err);
-    if (m && f) hfp_check_autocast(m, f);
-    ut_st_close(f);
-    ut_model_free(m);
+    hfp_check_autocast("gpt2", FIX "hf_gpt2_cls_tiny", (const char *const[]){"task", "sequence_classification", NULL},
+                       BATCH);
 }
 
 static void test_refusals(void) {

@@ -39,14 +39,6 @@ static const ut_st_tensor *need(const ut_st_file *f, const char *model, const ch
     return t;
 }
 
-/* A context tensor holding a copy of a stored F32 or I32 tensor. */
-static ut_tensor *to_tensor(ut_ctx *ctx, const ut_st_tensor *t) {
-    UT_ASSERT(t->ndim <= UT_MAX_DIMS && (t->dtype == UT_ST_F32 || t->dtype == UT_ST_I32));
-    int64_t ne[UT_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
-}
-
 static ut_model *build(const model_case *c, const ut_st_file *f) {
     ut_kv *kv = ut_kv_new();
     for (int i = 0; c->opts[i]; i += 2) ut_kv_set(kv, c->opts[i], c->opts[i + 1]);
@@ -113,8 +105,8 @@ static ut_ctx *eval_ctx(void) {
 
 /* Forward, loss and backward on the fixture's batch into the zeroed grads. */
 static ut_tensor *forward_backward(ut_model *m, ut_ctx *ctx, const ut_st_file *f, ut_tensor **out) {
-    ut_tensor *x = to_tensor(ctx, ut_st_get(f, "input"));
-    ut_tensor *y = to_tensor(ctx, ut_st_get(f, "targets"));
+    ut_tensor *x = pt_stored(ctx, ut_st_get(f, "input"));
+    ut_tensor *y = pt_stored(ctx, ut_st_get(f, "targets"));
     ut_tensor *o = ut_model_forward(m, ctx, x);
     ut_tensor *loss = ut_model_loss(m, ctx, o, y);
     CHECK(loss, "%s: %s", m->type, ut_ctx_error(ctx));
