@@ -220,7 +220,8 @@ ut_kv *ut_hf_config_checked(const ut_kv *opts, const char *dir, const ut_hf_conf
     const char *type = ut_kv_get(kv, "model_type");
     int rc = 0;
     if (!type_known(type, s->types, list, sizeof list))
-        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model %s reads model_type %s (%s)",
+        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model %s reads "
+                               "model_type %s (%s)",
                        dir, type, s->model, list, s->others);
     for (int i = 0; s->arch_keys[i] && !rc; i++)
         if (ut_kv_get(opts, s->arch_keys[i]))

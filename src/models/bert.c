@@ -198,8 +198,10 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C, net->C, std);
-    ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C, net->K, std);
+    ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
+                                net->C, std);
+    ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
+                                net->K, std);
     m->impl = net;
     m->free_impl = bert_free;
     m->forward = bert_forward;

@@ -57,7 +57,9 @@ int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "ut-hfbert")) return 1;
-    hfe_write_config(tmp, "bert", "bert", "hf_bert_tiny", "  task: sequence_classification\n  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n", 24, 1);
+    hfe_write_config(tmp, "bert", "bert", "hf_bert_tiny",
+                     "  task: sequence_classification\n  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n",
+                     24, 1);
     RUN(test_train_then_test);
     RUN(test_unlabeled_test_file);
     RUN(test_refused);

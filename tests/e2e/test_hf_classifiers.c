@@ -47,7 +47,8 @@ static void train_test_export(const char *name, const char *arch, const char *fi
     CHECK(hfe_run((const char *[]){"test", d, NULL}, hfe_path(tmp, out)) == 0, "%s: test", name);
     hfe_check_results(d, name);
     snprintf(out, sizeof out, "%s.export.out", name);
-    CHECK(hfe_run((const char *[]){"export", d, "--format", "hf", hf, NULL}, hfe_path(tmp, out)) == 0, "%s: export", name);
+    CHECK(hfe_run((const char *[]){"export", d, "--format", "hf", hf, NULL}, hfe_path(tmp, out)) == 0, "%s: export",
+          name);
     char *s = tp_slurp(hfe_path(hf, "config.json"));
     CHECK(s && strstr(s, arch), "%s: config.json: %s", name, s ? s : "(none)");
     free(s);
@@ -69,8 +70,8 @@ static void test_gpt2_classifier_ddp(void) {
     const char *argv[] = {"train", hfe_path(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
                           "train.batch_size=8", "--set", "dist.strategy=ddp", "--nproc", "2", NULL};
     CHECK(hfe_run(argv, hfe_path(tmp, "ddp.out")) == 0, "ddp on 2 ranks");
-    hfe_check_same_losses(hfe_path(tmp, "runs/gpt2cls/metrics.jsonl"), hfe_path(tmp, "runs/gpt2cls_ddp/metrics.jsonl"), 1,
-                          45, 22, "ddp");
+    hfe_check_same_losses(hfe_path(tmp, "runs/gpt2cls/metrics.jsonl"), hfe_path(tmp, "runs/gpt2cls_ddp/metrics.jsonl"),
+                          1, 45, 22, "ddp");
 }
 
 /* a random GPT-2 classifier with GPT-2's own BPE files
@@ -92,7 +93,8 @@ static void test_gpt2_real_bpe(void) {
                "train:\n  max_steps: 4\n  batch_size: 16\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp);
     fclose(f);
     CHECK(hfe_run((const char *[]){"train", hfe_path(tmp, "bpe.yml"), NULL}, hfe_path(tmp, "bpe.out")) == 0, "train");
-    CHECK(hfe_run((const char *[]){"test", hfe_path(tmp, "runs/bpe"), NULL}, hfe_path(tmp, "bpe.test.out")) == 0, "test");
+    CHECK(hfe_run((const char *[]){"test", hfe_path(tmp, "runs/bpe"), NULL}, hfe_path(tmp, "bpe.test.out")) == 0,
+          "test");
     char *s = tp_slurp(hfe_path(tmp, "runs/bpe/test_results.json"));
     CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
