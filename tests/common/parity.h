@@ -1,7 +1,7 @@
 /* What the parity tests (tests/parity/test_*.c) measure against their
  * reference fixtures.
  * Include after test.h: pt_open_fixture records a failure with CHECK.
- * defines: pt_rel_err, pt_open_fixture, pt_stored. */
+ * defines: pt_rel_err, pt_open_fixture, pt_stored, pt_model. */
 #ifndef UTRAIN_TEST_PARITY_H
 #define UTRAIN_TEST_PARITY_H
 #include <math.h>
@@ -10,6 +10,7 @@
 
 #include "utrain/base.h"
 #include "utrain/io.h"
+#include "utrain/nn.h"
 #include "utrain/tensor.h"
 
 /* max |a - b| / max |b| (the max-abs error when b is all zeros); b is the
@@ -40,5 +41,17 @@ static inline ut_tensor *pt_stored(ut_ctx *ctx, const ut_st_tensor *t) {
     int64_t ne[UT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
     return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
+}
+
+/* model NAME from seed with the options opts (key, value, ..., NULL); NULL,
+ * with a failed check, when it is refused */
+static inline ut_model *pt_model(const char *name, const char *const *opts, uint64_t seed) {
+    ut_kv *kv = ut_kv_new();
+    for (int i = 0; opts[i]; i += 2) ut_kv_set(kv, opts[i], opts[i + 1]);
+    char err[512];
+    ut_model *m = ut_model_create(name, kv, seed, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(m, "%s: %s", name, err);
+    return m;
 }
 #endif

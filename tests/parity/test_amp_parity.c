@@ -66,12 +66,8 @@ static const float *amp_ref(const ut_st_file *f, const char *model, const char *
 
 /* The model with the fixture's initial parameters, or NULL. */
 static ut_model *build(const model_case *c, const ut_st_file *f) {
-    ut_kv *kv = ut_kv_new();
-    for (int i = 0; c->opts[i]; i += 2) ut_kv_set(kv, c->opts[i], c->opts[i + 1]);
+    ut_model *m = pt_model(c->name, c->opts, 1);
     char err[512];
-    ut_model *m = ut_model_create(c->name, kv, 1, err, sizeof err);
-    ut_kv_free(kv);
-    CHECK(m, "%s: %s", c->name, err);
     const char *seed = ut_st_meta(f, "seed");
     CHECK(seed, "%s fixture: no seed", c->name);
     if (m && seed && fx_fill_model(m, strtoull(seed, NULL, 10), err, sizeof err)) {

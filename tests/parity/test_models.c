@@ -40,12 +40,7 @@ static const ut_st_tensor *need(const ut_st_file *f, const char *model, const ch
 }
 
 static ut_model *build(const model_case *c, const ut_st_file *f) {
-    ut_kv *kv = ut_kv_new();
-    for (int i = 0; c->opts[i]; i += 2) ut_kv_set(kv, c->opts[i], c->opts[i + 1]);
-    char err[512];
-    ut_model *m = ut_model_create(c->name, kv, 1, err, sizeof err);
-    ut_kv_free(kv);
-    CHECK(m, "%s: %s", c->name, err);
+    ut_model *m = pt_model(c->name, c->opts, 1);
     if (!m) return NULL;
 
     /* Same parameters, same order, same shapes as the PyTorch model. */
