@@ -223,7 +223,7 @@ static ut_kv *merged_options(const ut_kv *opts, bool roberta, char *err, size_t 
     const char *dir = ut_kv_get(opts, "pretrained");
     if (!dir) return NULL;
     static const char *const types[] = {"bert", "roberta", NULL};
-    const ut_hf_config_spec spec = {roberta ? "roberta" : "bert", types + roberta,
+    const ut_hf_config_spec spec = {roberta ? "roberta" : "bert", roberta ? types + 1 : types,
                                     "GPT-2 and BART directories are read by model.name: gpt2 and bart", arch_keys,
                                     NULL};
     ut_kv *kv = ut_hf_config_checked(opts, dir, &spec, err, n);

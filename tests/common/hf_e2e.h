@@ -5,7 +5,7 @@
  * runs compared.
  * Include after test.h: the checks record failures with CHECK.
  * defines: hfe_path, hfe_write_config, hfe_run, hfe_utrain, hfe_check_results,
- *          hfe_check_refused, hfe_check_same_losses, hfe_check_two_ranks. */
+ *          hfe_train_then_test, hfe_check_refused, hfe_check_same_losses, hfe_check_two_ranks. */
 #ifndef UTRAIN_TEST_HF_E2E_H
 #define UTRAIN_TEST_HF_E2E_H
 #include <math.h>
@@ -82,6 +82,21 @@ static inline void hfe_check_results(const char *run_dir, const char *label) {
         snprintf(file, sizeof file, "%s_predictions.tsv", splits[i]);
         CHECK(tp_count_lines(hfe_path(run_dir, file)) == 61, "%s %s: header and 60 rows", label, file);
     }
+}
+
+/* utrain train DIR/NAME.yml (its output naming model NAME), then utrain test
+ * of DIR/runs/NAME writing hfe_check_results' files */
+static inline void hfe_train_then_test(const char *dir, const char *name) {
+    char yml[64], run[1024];
+    snprintf(yml, sizeof yml, "%s.yml", name);
+    CHECK(hfe_utrain(dir, "train", hfe_path(dir, yml), "train.out", NULL, NULL) == 0, "train");
+    snprintf(run, sizeof run, "%s/runs/%s", dir, name);
+    CHECK(hfe_utrain(dir, "test", run, "test.out", NULL, NULL) == 0, "test");
+    hfe_check_results(run, name);
+    char *s = tp_slurp(hfe_path(dir, "train.out")), want[80];
+    snprintf(want, sizeof want, "Model = %s", name);
+    CHECK(s && strstr(s, want), "train output: %s", s);
+    free(s);
 }
 
 /* train DIR/YML with each cases[i][0] set: exit 1 and cases[i][1] in the output */

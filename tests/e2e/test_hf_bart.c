@@ -13,17 +13,7 @@
 
 static char tmp[256];
 
-static void test_train_then_test(void) {
-    CHECK(hfe_utrain(tmp, "train", hfe_path(tmp, "bart.yml"), "train.out", NULL, NULL) == 0, "train");
-    const char *dir = hfe_path(tmp, "runs/bart");
-    char d[1024];
-    snprintf(d, sizeof d, "%s", dir);
-    CHECK(hfe_utrain(tmp, "test", d, "test.out", NULL, NULL) == 0, "test");
-    hfe_check_results(d, "bart");
-    char *s = tp_slurp(hfe_path(tmp, "train.out"));
-    CHECK(s && strstr(s, "Model = bart"), "train output: %s", s);
-    free(s);
-}
+static void test_train_then_test(void) { hfe_train_then_test(tmp, "bart"); }
 
 /* utrain export of the run: config.json (model_type bart, the sizes),
  * model.safetensors under transformers' names, the tokenizer; loading the

@@ -12,17 +12,7 @@
 
 static char tmp[256];
 
-static void test_train_then_test(void) {
-    CHECK(hfe_utrain(tmp, "train", hfe_path(tmp, "bert.yml"), "train.out", NULL, NULL) == 0, "train");
-    const char *dir = hfe_path(tmp, "runs/bert");
-    char d[1024];
-    snprintf(d, sizeof d, "%s", dir);
-    CHECK(hfe_utrain(tmp, "test", d, "test.out", NULL, NULL) == 0, "test");
-    hfe_check_results(d, "bert");
-    char *s = tp_slurp(hfe_path(tmp, "train.out"));
-    CHECK(s && strstr(s, "Model = bert"), "train output: %s", s);
-    free(s);
-}
+static void test_train_then_test(void) { hfe_train_then_test(tmp, "bert"); }
 
 /* an unlabeled test file (index, sentence) gives predictions under its ids */
 static void test_unlabeled_test_file(void) {
