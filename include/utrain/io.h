@@ -2,7 +2,7 @@
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
  *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_hf_config_read,
- *          ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
+ *          ut_hf_config_checked, ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
  *          ut_hf_export.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON
@@ -71,6 +71,19 @@ int ut_st_save(const char *path, int n, const char *const *names, const ut_st_te
  * when DIR is not a directory, has no config.json, the JSON is bad or has no
  * "model_type". */
 ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n);
+typedef struct {
+    const char *model;             /* the model.name that reads it, in messages */
+    const char *const *types;      /* NULL-terminated model_type values it reads */
+    const char *others;            /* where other model_types go, said in the message */
+    const char *const *arch_keys;  /* NULL-terminated options that config.json alone sets */
+    /* optional: the model's own checks of the config, -1 with a message */
+    int (*check)(const ut_kv *cfg, const char *dir, char *err, size_t n);
+} ut_hf_config_spec;
+/* What model.pretrained DIR starts with: DIR's config (ut_hf_config_read)
+ * once its model_type is one of s->types, opts sets none of s->arch_keys and
+ * s->check passes; NULL with a message naming DIR/config.json otherwise.
+ * The caller lays the user's options over it (ut_kv_update). */
+ut_kv *ut_hf_config_checked(const ut_kv *opts, const char *dir, const ut_hf_config_spec *s, char *err, size_t n);
 /* DIR/model.safetensors into path; -1 with a message when there is none (a
  * pytorch_model.bin is refused with how to convert it). */
 int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t n);

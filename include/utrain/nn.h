@@ -21,6 +21,7 @@ void ut_kv_set(ut_kv *kv, const char *key, const char *value);   /* copies both 
 const char *ut_kv_get(const ut_kv *kv, const char *key);         /* NULL if absent */
 int ut_kv_len(const ut_kv *kv);
 const char *ut_kv_key(const ut_kv *kv, int i);
+void ut_kv_update(ut_kv *kv, const ut_kv *from);                 /* sets every key of from in kv */
 /* Typed reads: 0 on success (def when absent), -1 with a message naming the
  * key and value. Lists are "784,128,10" or "[784, 128, 10]". */
 int ut_kv_int(const ut_kv *kv, const char *key, long long def, long long *out, char *err, size_t n);
@@ -82,6 +83,9 @@ void ut_model_zero_grad(ut_model *m);
 ut_tensor *ut_model_param(const ut_model *m, const char *name);   /* NULL if none */
 ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input);
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
+/* A classifier's loss: mean cross-entropy of logits (N, K) against class
+ * ids, ids -100 ignored; a model's loss for models that need no other. */
+ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
 
 /* ---- registry ---- */
 /* Builds (and finalizes) a model from options; NULL with a message on bad options. */
@@ -105,6 +109,9 @@ typedef struct { ut_layernorm_layer ln_1, ln_2; ut_attention_layer attn; ut_mlp_
  * Parameters are named PREFIX.weight and PREFIX.bias. */
 void ut_linear_layer_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
                           int64_t out, bool bias);
+/* Hugging Face (and GPT-2) init: weight N(0, std), bias zeros; the same names. */
+void ut_linear_layer_init_normal(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
+                                 int64_t out, float std);
 void ut_conv2d_layer_init(ut_model *m, ut_conv2d_layer *l, const char *prefix, int64_t in_ch,
                           int64_t out_ch, int k, int stride, int padding);
 void ut_layernorm_layer_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int64_t C);

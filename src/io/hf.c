@@ -202,6 +202,36 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
     return 0;
 }
 
+static bool type_known(const char *type, const char *const *types, char *list, size_t ln) {
+    bool found = false;
+    list[0] = 0;
+    for (int i = 0; types[i]; i++) {
+        found |= !strcmp(type, types[i]);
+        size_t at = strlen(list);
+        snprintf(list + at, ln - at, "%s%s", i ? " or " : "", types[i]);
+    }
+    return found;
+}
+
+ut_kv *ut_hf_config_checked(const ut_kv *opts, const char *dir, const ut_hf_config_spec *s, char *err, size_t n) {
+    char why[1024], list[256];
+    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
+    if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
+    const char *type = ut_kv_get(kv, "model_type");
+    int rc = 0;
+    if (!type_known(type, s->types, list, sizeof list))
+        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model %s reads "
+                               "model_type %s (%s)",
+                       dir, type, s->model, list, s->others);
+    for (int i = 0; s->arch_keys[i] && !rc; i++)
+        if (ut_kv_get(opts, s->arch_keys[i]))
+            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it", s->arch_keys[i],
+                           dir);
+    if (!rc && s->check) rc = s->check(kv, dir, err, n);
+    if (rc) ut_kv_free(kv);
+    return rc ? NULL : kv;
+}
+
 int ut_hf_weights_path(const char *dir, char *path, size_t pn, char *err, size_t n) {
     snprintf(path, pn, "%s/model.safetensors", dir);
     if (is_file(path)) return 0;

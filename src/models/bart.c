@@ -192,21 +192,7 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));
 }
 
-static ut_tensor *bart_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, y, -100);
-}
-
 /* ---- building ---- */
-static void linear_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
-                        float std) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s.weight", prefix);
-    l->w = ut_param_add(m, buf, 2, (int64_t[]){out, in}, (ut_init){UT_INIT_NORMAL, std});
-    snprintf(buf, sizeof buf, "%s.bias", prefix);
-    l->b = ut_param_add(m, buf, 1, &out, (ut_init){UT_INIT_ZEROS, 0});
-}
-
 /* k, v, q, out projections and the layer norm after, in transformers' order */
 static void attn_init(ut_model *m, bart_attn *a, const char *prefix, const char *ln, int64_t C, float std) {
     char q[200];
@@ -214,7 +200,7 @@ static void attn_init(ut_model *m, bart_attn *a, const char *prefix, const char 
     ut_linear_layer *proj[4] = {&a->k, &a->v, &a->q, &a->out};
     for (int i = 0; i < 4; i++) {
         snprintf(q, sizeof q, "%s.%s", prefix, leaf[i]);
-        linear_init(m, proj[i], q, C, C, std);
+        ut_linear_layer_init_normal(m, proj[i], q, C, C, std);
     }
     ut_layernorm_layer_init(m, &a->ln, ln, C);
 }
@@ -234,9 +220,9 @@ static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
         attn_init(m, &l->cross, a, b, C, std);
     }
     snprintf(a, sizeof a, "%s.fc1", p);
-    linear_init(m, &l->fc1, a, C, F, std);
+    ut_linear_layer_init_normal(m, &l->fc1, a, C, F, std);
     snprintf(a, sizeof a, "%s.fc2", p);
-    linear_init(m, &l->fc2, a, F, C, std);
+    ut_linear_layer_init_normal(m, &l->fc2, a, F, C, std);
     snprintf(a, sizeof a, "%s.final_layer_norm", p);
     ut_layernorm_layer_init(m, &l->final_ln, a, C);
     net->args[i] = (layer_arg){net, l};
@@ -269,12 +255,12 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
     for (int64_t i = net->EL; i < n; i++) layer_init(m, net, i, std);
     ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
-    linear_init(m, &net->dense, "classification_head.dense", net->C, net->C, std);
-    linear_init(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
+    ut_linear_layer_init_normal(m, &net->dense, "classification_head.dense", net->C, net->C, std);
+    ut_linear_layer_init_normal(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
     m->impl = net;
     m->free_impl = bart_free;
     m->forward = bart_forward;
-    m->loss = bart_loss;
+    m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     zero_pad_row(net);
     return m;
@@ -317,26 +303,11 @@ static int check_hf_config(const ut_kv *kv, const char *dir, char *err, size_t n
 /* config.json (model.pretrained) under the user's options: the architecture
  * from the directory only. */
 static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size_t n) {
-    char why[1024];
-    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
-    if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
-    const char *type = ut_kv_get(kv, "model_type");
-    int rc = 0;
-    if (strcmp(type, "bart"))
-        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model bart reads "
-                               "model_type bart (bert and gpt2 directories are read by model.name: bert, gpt2)",
-                       dir, type);
-    for (int i = 0; arch_keys[i] && !rc; i++)
-        if (ut_kv_get(opts, arch_keys[i]))
-            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it",
-                           arch_keys[i], dir);
-    if (!rc) rc = check_hf_config(kv, dir, err, n);
-    if (rc) {
-        ut_kv_free(kv);
-        return NULL;
-    }
-    for (int i = 0; i < ut_kv_len(opts); i++)
-        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    static const char *const types[] = {"bart", NULL};
+    const ut_hf_config_spec spec = {"bart", types, "bert and gpt2 directories are read by model.name: bert, gpt2",
+                                    arch_keys, check_hf_config};
+    ut_kv *kv = ut_hf_config_checked(opts, dir, &spec, err, n);
+    if (kv) ut_kv_update(kv, opts);
     return kv;
 }
 

@@ -145,21 +145,7 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
 }
 
-static ut_tensor *bert_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, y, -100);
-}
-
 /* ---- building ---- */
-static void linear_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
-                        float std) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s.weight", prefix);
-    l->w = ut_param_add(m, buf, 2, (int64_t[]){out, in}, (ut_init){UT_INIT_NORMAL, std});
-    snprintf(buf, sizeof buf, "%s.bias", prefix);
-    l->b = ut_param_add(m, buf, 1, &out, (ut_init){UT_INIT_ZEROS, 0});
-}
-
 static void ln_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int64_t C, float eps) {
     ut_layernorm_layer_init(m, l, prefix, C);
     l->eps = eps;
@@ -173,16 +159,16 @@ static void layer_init(ut_model *m, bert *net, bert_layer *l, int64_t i, float s
     ut_linear_layer *qkv[3] = {&l->query, &l->key, &l->value};
     for (int k = 0; k < 3; k++) {
         snprintf(q, sizeof q, "%s.attention.self.%s", p, leaf[k]);
-        linear_init(m, qkv[k], q, C, C, std);
+        ut_linear_layer_init_normal(m, qkv[k], q, C, C, std);
     }
     snprintf(q, sizeof q, "%s.attention.output.dense", p);
-    linear_init(m, &l->attn_out, q, C, C, std);
+    ut_linear_layer_init_normal(m, &l->attn_out, q, C, C, std);
     snprintf(q, sizeof q, "%s.attention.output.LayerNorm", p);
     ln_init(m, &l->attn_ln, q, C, net->eps);
     snprintf(q, sizeof q, "%s.intermediate.dense", p);
-    linear_init(m, &l->inter, q, C, net->I, std);
+    ut_linear_layer_init_normal(m, &l->inter, q, C, net->I, std);
     snprintf(q, sizeof q, "%s.output.dense", p);
-    linear_init(m, &l->out, q, net->I, C, std);
+    ut_linear_layer_init_normal(m, &l->out, q, net->I, C, std);
     snprintf(q, sizeof q, "%s.output.LayerNorm", p);
     ln_init(m, &l->out_ln, q, C, net->eps);
 }
@@ -212,12 +198,14 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    linear_init(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C, net->C, std);
-    linear_init(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C, net->K, std);
+    ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
+                                net->C, std);
+    ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
+                                net->K, std);
     m->impl = net;
     m->free_impl = bert_free;
     m->forward = bert_forward;
-    m->loss = bert_loss;
+    m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;
 }
@@ -234,27 +222,12 @@ static const char *const arch_keys[] = {"vocab_size", "hidden_size", "num_hidden
 static ut_kv *merged_options(const ut_kv *opts, bool roberta, char *err, size_t n) {
     const char *dir = ut_kv_get(opts, "pretrained");
     if (!dir) return NULL;
-    char why[1024];
-    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
-    if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
-    const char *type = ut_kv_get(kv, "model_type");
-    if (strcmp(type, "roberta") && (roberta || strcmp(type, "bert"))) {
-        ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model %s reads "
-                          "model_type %s (GPT-2 and BART directories are read by model.name: gpt2 and "
-                          "bart)",
-                  dir, type, roberta ? "roberta" : "bert", roberta ? "roberta" : "bert or roberta");
-        ut_kv_free(kv);
-        return NULL;
-    }
-    for (int i = 0; arch_keys[i]; i++)
-        if (ut_kv_get(opts, arch_keys[i])) {
-            ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it", arch_keys[i],
-                      dir);
-            ut_kv_free(kv);
-            return NULL;
-        }
-    for (int i = 0; i < ut_kv_len(opts); i++)
-        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    static const char *const types[] = {"bert", "roberta", NULL};
+    const ut_hf_config_spec spec = {roberta ? "roberta" : "bert", roberta ? types + 1 : types,
+                                    "GPT-2 and BART directories are read by model.name: gpt2 and bart", arch_keys,
+                                    NULL};
+    ut_kv *kv = ut_hf_config_checked(opts, dir, &spec, err, n);
+    if (kv) ut_kv_update(kv, opts);
     return kv;
 }
 

@@ -54,11 +54,6 @@ static ut_tensor *bow_forward(ut_model *m, ut_ctx *ctx, ut_tensor *ids) {
     return ut_linear_layer_forward(ctx, &net->out, x);
 }
 
-static ut_tensor *bow_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *y) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, y, -100);
-}
-
 ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"vocab_size", "n_embd", "hidden", "num_classes", "dropout", NULL};
     long long V, C, H, K;
@@ -86,7 +81,7 @@ ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     m->impl = net;
     m->free_impl = ut_free;
     m->forward = bow_forward;
-    m->loss = bow_loss;
+    m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;
 }

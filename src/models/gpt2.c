@@ -255,27 +255,13 @@ static int check_hf_config(const ut_kv *kv, const char *dir, char *err, size_t n
 /* config.json under the user's options: the architecture from the directory
  * only (n_positions as block_size), dropout from resid_pdrop unless given. */
 static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size_t n) {
-    char why[1024];
-    ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
-    if (!kv) return ut_errorf(err, n, "model.pretrained: %s", why), NULL;
-    const char *type = ut_kv_get(kv, "model_type");
-    int rc = 0;
-    if (strcmp(type, "gpt2"))
-        rc = ut_errorf(err, n, "model.pretrained: %s/config.json has model_type '%s'; model gpt2 reads "
-                               "model_type gpt2 (model.name: bert reads bert)", dir, type);
-    for (int i = 0; arch_keys[i] && !rc; i++)
-        if (ut_kv_get(opts, arch_keys[i]))
-            rc = ut_errorf(err, n, "model.%s: set by model.pretrained (%s/config.json); remove it",
-                           arch_keys[i], dir);
-    if (!rc) rc = check_hf_config(kv, dir, err, n);
-    if (rc) {
-        ut_kv_free(kv);
-        return NULL;
-    }
+    static const char *const types[] = {"gpt2", NULL};
+    const ut_hf_config_spec spec = {"gpt2", types, "model.name: bert reads bert", arch_keys, check_hf_config};
+    ut_kv *kv = ut_hf_config_checked(opts, dir, &spec, err, n);
+    if (!kv) return NULL;
     if (ut_kv_get(kv, "n_positions")) ut_kv_set(kv, "block_size", ut_kv_get(kv, "n_positions"));
     if (ut_kv_get(kv, "resid_pdrop")) ut_kv_set(kv, "dropout", ut_kv_get(kv, "resid_pdrop"));
-    for (int i = 0; i < ut_kv_len(opts); i++)
-        ut_kv_set(kv, ut_kv_key(opts, i), ut_kv_get(opts, ut_kv_key(opts, i)));
+    ut_kv_update(kv, opts);
     return kv;
 }
 

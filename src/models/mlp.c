@@ -31,11 +31,6 @@ static ut_tensor *mlp_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     return x;
 }
 
-static ut_tensor *mlp_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, targets, -100);
-}
-
 ut_model *ut_mlp_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"sizes", "activation", "dropout", NULL};
     long long sizes[MLP_MAX_LAYERS + 1];
@@ -78,7 +73,7 @@ ut_model *ut_mlp_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     m->impl = net;
     m->free_impl = ut_free;
     m->forward = mlp_forward;
-    m->loss = mlp_loss;
+    m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;
 }

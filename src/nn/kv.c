@@ -47,6 +47,10 @@ void ut_kv_set(ut_kv *kv, const char *key, const char *value) {
     kv->vals[kv->n++] = dup(value);
 }
 
+void ut_kv_update(ut_kv *kv, const ut_kv *from) {
+    for (int i = 0; i < ut_kv_len(from); i++) ut_kv_set(kv, ut_kv_key(from, i), ut_kv_get(from, ut_kv_key(from, i)));
+}
+
 const char *ut_kv_get(const ut_kv *kv, const char *key) {
     for (int i = 0; kv && i < kv->n; i++)
         if (strcmp(kv->keys[i], key) == 0) return kv->vals[i];

@@ -30,9 +30,9 @@ ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_ten
     return ut_linear(ctx, x, l->w, l->b);
 }
 
-/* GPT-2 style: weight N(0, std), bias zero */
-static void gpt2_linear_init(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
-                             int64_t out, float std) {
+/* Hugging Face style: weight N(0, std), bias zero */
+void ut_linear_layer_init_normal(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
+                                 int64_t out, float std) {
     char buf[256];
     int64_t wne[2] = {out, in};
     l->w = ut_param_add(m, pname(buf, sizeof buf, prefix, "weight"), 2, wne,
@@ -88,8 +88,8 @@ ut_tensor *ut_embedding_layer_forward(ut_ctx *ctx, const ut_embedding_layer *l, 
 void ut_attention_layer_init(ut_model *m, ut_attention_layer *l, const char *prefix, int64_t C,
                              int n_head, float proj_std, float dropout) {
     char buf[256];
-    gpt2_linear_init(m, &l->c_attn, pname(buf, sizeof buf, prefix, "c_attn"), C, 3 * C, 0.02f);
-    gpt2_linear_init(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), C, C, proj_std);
+    ut_linear_layer_init_normal(m, &l->c_attn, pname(buf, sizeof buf, prefix, "c_attn"), C, 3 * C, 0.02f);
+    ut_linear_layer_init_normal(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), C, C, proj_std);
     l->n_head = n_head;
     l->dropout = dropout;
 }
@@ -105,8 +105,8 @@ ut_tensor *ut_attention_layer_forward(ut_ctx *ctx, const ut_attention_layer *l, 
 void ut_mlp_layer_init(ut_model *m, ut_mlp_layer *l, const char *prefix, int64_t C,
                        float proj_std, float dropout) {
     char buf[256];
-    gpt2_linear_init(m, &l->c_fc, pname(buf, sizeof buf, prefix, "c_fc"), C, 4 * C, 0.02f);
-    gpt2_linear_init(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), 4 * C, C, proj_std);
+    ut_linear_layer_init_normal(m, &l->c_fc, pname(buf, sizeof buf, prefix, "c_fc"), C, 4 * C, 0.02f);
+    ut_linear_layer_init_normal(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), 4 * C, C, proj_std);
     l->dropout = dropout;
 }
 

@@ -4,14 +4,16 @@
  * (input, labels, logits, loss, grad.<name>, adamw_losses, after.<name>,
  * metadata "decay"), and file helpers for bad-directory tests.
  * Include after test.h: the checks record failures with CHECK.
- * defines: hfp_rel_err, hfp_stored, hfp_value, hfp_check_batch, hfp_check_adamw,
- *          hfp_copy_file, hfp_config_with. */
+ * defines: hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
+ *          hfp_copy_file, hfp_config_with, hfp_load, hfp_check_checkpointing,
+ *          hfp_check_autocast, hfp_refused, hfp_check_cut_short. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "parity.h"
 #include "proc.h"
 #include "utrain/utrain.h"
 
@@ -21,23 +23,6 @@
  * ignores): both sides hold rounding noise (~1e-9), checked against this
  * absolute bound instead, and left out of the comparison after AdamW steps. */
 #define HFP_ZERO_GRAD 1e-7
-
-static inline double hfp_rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d;
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
-/* A fixture tensor (file bytes) as a tensor of ctx */
-static inline ut_tensor *hfp_stored(ut_ctx *ctx, const ut_st_tensor *t) {
-    int64_t ne[4];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
-}
 
 /* element i of a fixture's float tensor name (0 when it is not there) */
 static inline float hfp_value(const ut_st_file *f, const char *name, int64_t i) {
@@ -60,7 +45,7 @@ static inline void hfp_check_grad(const ut_model *m, int p, const ut_st_file *f,
                   "%s[%lld]: %g and %g, expected about 0", name, (long long)i, ours[i], ref[i]);
         return;
     }
-    double e = hfp_rel_err(ours, ref, ut_st_numel(g));
+    double e = pt_rel_err(ours, ref, ut_st_numel(g));
     CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
 }
 
@@ -71,14 +56,14 @@ static inline int hfp_check_batch(ut_model *m, const ut_st_file *f, const char *
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
     ut_model_zero_grad(m);
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *loss = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "labels")));
     CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
     int checked = 0;
     if (loss) {
         const ut_st_tensor *rl = ut_st_get(f, "logits"), *rloss = ut_st_get(f, "loss");
         CHECK(ut_nelem(logits) == ut_st_numel(rl) && logits->ne[1] == rl->shape[1], "logits shape");
-        double e = hfp_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
+        double e = pt_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
         CHECK(e < HFP_TOL, "logits: relative error %.3g", e);
         float ref = ((const float *)rloss->data)[0];
         CHECK_NEAR(ut_f32(loss)[0], ref, 1e-4 * ref);
@@ -113,8 +98,8 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
     for (int s = 0; lt && s < ut_st_numel(lt); s++) {
         ut_ctx_reset(ctx);
         ut_model_zero_grad(m);
-        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
-                                        hfp_stored(ctx, ut_st_get(f, "labels")));
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input"))),
+                                        pt_stored(ctx, ut_st_get(f, "labels")));
         CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
         if (!loss) break;
         float ref = ((const float *)lt->data)[s];
@@ -128,11 +113,33 @@ static inline void hfp_check_adamw(ut_model *m, const ut_st_file *f, const char 
         const ut_st_tensor *a = ut_st_get(f, name);
         CHECK(a && ut_st_numel(a) == ut_nelem(m->params.t[p]), "%s", name);
         if (!a || (zero_bias && strstr(name, zero_bias))) continue;
-        double e = hfp_rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
+        double e = pt_rel_err(m->params.flat + m->params.segs[p].offset, a->data, ut_st_numel(a));
         CHECK(e < HFP_TOL, "%s: relative error %.3g", name, e);
     }
     ut_ctx_free(ctx);
     ut_optim_free(o);
+}
+
+/* The loss of m on the fixture batch, with its backward: in training mode
+ * (dropout drawn from seed 5) for UT_F32, else in eval mode under autocast
+ * to that dtype, whose logits are checked within 5% of the fixture's. */
+static inline float hfp_train_loss(ut_model *m, const ut_st_file *f, ut_dtype autocast) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
+    if (autocast != UT_F32) {
+        ut_ctx_set_training(ctx, false);
+        ut_ctx_set_autocast(ctx, autocast);
+    }
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *l = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "labels")));
+    CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+    float v = l ? ut_f32(l)[0] : NAN;
+    if (l && autocast != UT_F32) {
+        const ut_st_tensor *rl = ut_st_get(f, "logits");
+        double e = pt_rel_err(ut_f32(ut_tensor_to(ctx, logits, UT_F32)), rl->data, ut_st_numel(rl));
+        CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(autocast), e);
+    }
+    ut_ctx_free(ctx);
+    return v;
 }
 
 /* Copies from to to, only its first keep bytes when keep >= 0. */
@@ -161,5 +168,82 @@ static inline void hfp_config_with(const char *src, const char *dir, const char 
     fprintf(f, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
     fclose(f);
     free(s);
+}
+
+/* model NAME (seed 7) with pretrained DIR unless NULL and the options
+ * opts: key, value, ..., NULL (a pair with a NULL value left out) */
+static inline ut_model *hfp_load(const char *name, const char *dir, const char *const *opts, char *err, size_t n) {
+    ut_kv *kv = ut_kv_new();
+    if (dir) ut_kv_set(kv, "pretrained", dir);
+    for (int i = 0; opts && opts[i]; i += 2)
+        if (opts[i + 1]) ut_kv_set(kv, opts[i], opts[i + 1]);
+    ut_model *m = ut_model_create(name, kv, 7, err, n);
+    ut_kv_free(kv);
+    return m;
+}
+
+/* Training mode with dropout, model NAME from DIR (options opts) twice, the
+ * second with activation checkpointing, on the fixture batch file BATCH:
+ * recomputing each layer draws the same masks, so the losses and gradients
+ * are bit-identical, and dropout moves the loss away from the fixture's
+ * eval-mode one. */
+static inline void hfp_check_checkpointing(const char *name, const char *dir, const char *const *opts,
+                                           const char *batch) {
+    char err[1024];
+    ut_st_file *f = ut_st_open(batch, err, sizeof err);
+    ut_model *m[2] = {hfp_load(name, dir, opts, err, sizeof err), hfp_load(name, dir, opts, err, sizeof err)};
+    CHECK(f && m[0] && m[1], "%s", err);
+    if (f && m[0] && m[1]) {
+        m[1]->checkpoint_activations = true;
+        float loss[2] = {hfp_train_loss(m[0], f, UT_F32), hfp_train_loss(m[1], f, UT_F32)};
+        CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
+        CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
+        CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
+              "checkpointed gradients differ");
+    }
+    ut_st_close(f);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+}
+
+/* model NAME from DIR (options opts) on the fixture batch file BATCH under bf16 and fp16
+ * autocast: logits within 5% of the fixture's float32 ones, a finite loss
+ * within 0.01 of its loss */
+static inline void hfp_check_autocast(const char *name, const char *dir, const char *const *opts,
+                                      const char *batch) {
+    char err[1024];
+    ut_model *m = hfp_load(name, dir, opts, err, sizeof err);
+    ut_st_file *f = ut_st_open(batch, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int i = 0; m && f && i < 2; i++) {
+        float loss = hfp_train_loss(m, f, dts[i]);
+        CHECK(isfinite(loss) && fabs(loss - hfp_value(f, "loss", 0)) < 0.01, "%s loss %g", ut_dtype_name(dts[i]),
+              loss);
+        ut_model_zero_grad(m);
+    }
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+/* model NAME with pretrained DIR must fail with a message holding every part */
+static inline void hfp_refused(const char *name, const char *dir, const char *const *parts) {
+    char err[1024] = "";
+    ut_model *m = hfp_load(name, dir, NULL, err, sizeof err);
+    CHECK(!m, "%s loaded", dir);
+    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
+    ut_model_free(m);
+}
+
+/* dir/model.safetensors cut short (its first 5000 bytes of from, config.json
+ * from a copy of the fixture's): model NAME refuses it naming the file */
+static inline void hfp_check_cut_short(const char *name, const char *dir, const char *fixture) {
+    char path[600], cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", fixture);
+    hfp_config_with(cfg, dir, "{", "{");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/model.safetensors", fixture);
+    hfp_copy_file(cfg, path, 5000);
+    hfp_refused(name, dir, (const char *const[]){"model.safetensors", NULL});
 }
 #endif

@@ -7,158 +7,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proc.h"
 #include "test.h"
-#include "utrain/io.h"
+#include "hf_e2e.h"
 
 static char tmp[256];
 
-static const char *path_in(const char *a, const char *b) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
-    return buf[k];
-}
-
-static void write_config(void) {
-    FILE *f = fopen(path_in(tmp, "bert.yml"), "w");
-    fprintf(f, "experiment_name: bert\noutput_dir: %s/runs\nseed: 3\n"
-               "model:\n  name: bert\n  pretrained: tests/parity/fixtures/hf_bert_tiny\n"
-               "  task: sequence_classification\n  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n"
-               "data:\n  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n"
-               "  dev_path: data/sst2_sample/dev.tsv\n  test_path: data/sst2_sample/test.tsv\n  max_len: 24\n"
-               "train:\n  epochs: 1\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
-               "  save_strategy: epoch\n  best_metric: dev/accuracy\n"
-               "optim:\n  name: adamw\n  lr: 2.0e-3\n  weight_decay: 0.01\n  schedule: linear\n", tmp);
-    fclose(f);
-}
-
-/* utrain CMD ARG with --set values (NULL-terminated) and --nproc; output in tmp/NAME.out */
-static int run(const char *cmd, const char *arg, const char *name, const char *const *sets, const char *nproc) {
-    const char *argv[24] = {cmd, arg};
-    int n = 2;
-    for (int i = 0; sets && sets[i] && n < 18; i++) argv[n++] = "--set", argv[n++] = sets[i];
-    if (nproc) argv[n++] = "--nproc", argv[n++] = nproc;
-    argv[n] = NULL;
-    int rc = tp_run(argv, path_in(tmp, name));
-    if (rc) {
-        char *s = tp_slurp(path_in(tmp, name));
-        fprintf(stderr, "  utrain %s exited %d:\n%s\n", cmd, rc, s ? s : "");
-        free(s);
-    }
-    return rc;
-}
-
-static void test_train_then_test(void) {
-    CHECK(run("train", path_in(tmp, "bert.yml"), "train.out", NULL, NULL) == 0, "train");
-    const char *dir = path_in(tmp, "runs/bert");
-    char d[1024];
-    snprintf(d, sizeof d, "%s", dir);
-    CHECK(run("test", d, "test.out", NULL, NULL) == 0, "test");
-    const char *splits[2] = {"dev", "test"};
-    for (int i = 0; i < 2; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s_results.json", splits[i]);
-        char *s = tp_slurp(path_in(d, name));
-        CHECK(s && strstr(s, "\"examples\": 60") && strstr(s, "\"accuracy\"") && strstr(s, "\"loss\""), "%s: %s",
-              name, s);
-        free(s);
-        snprintf(name, sizeof name, "%s_predictions.tsv", splits[i]);
-        CHECK(tp_count_lines(path_in(d, name)) == 61, "%s: header and 60 rows", name);
-    }
-    char *s = tp_slurp(path_in(tmp, "train.out"));
-    CHECK(s && strstr(s, "Model = bert"), "train output: %s", s);
-    free(s);
-}
+static void test_train_then_test(void) { hfe_train_then_test(tmp, "bert"); }
 
 /* an unlabeled test file (index, sentence) gives predictions under its ids */
 static void test_unlabeled_test_file(void) {
-    FILE *f = fopen(path_in(tmp, "glue_test.tsv"), "w");
+    FILE *f = fopen(hfe_path(tmp, "glue_test.tsv"), "w");
     fprintf(f, "index\tsentence\n7\ta beautiful film , truly clever .\n9\tthe plot was boring .\n");
     fclose(f);
     char set[600], d[1024];
-    snprintf(set, sizeof set, "data.test_path=%s", path_in(tmp, "glue_test.tsv"));
-    snprintf(d, sizeof d, "%s", path_in(tmp, "runs/bert"));
-    CHECK(run("test", d, "unlabeled.out", (const char *[]){set, NULL}, NULL) == 0, "test, unlabeled");
-    char *s = tp_slurp(path_in(d, "test_predictions.tsv"));
-    CHECK(s && strstr(s, "\n7\t") && strstr(s, "\n9\t") && tp_count_lines(path_in(d, "test_predictions.tsv")) == 3,
+    snprintf(set, sizeof set, "data.test_path=%s", hfe_path(tmp, "glue_test.tsv"));
+    snprintf(d, sizeof d, "%s", hfe_path(tmp, "runs/bert"));
+    CHECK(hfe_utrain(tmp, "test", d, "unlabeled.out", (const char *[]){set, NULL}, NULL) == 0, "test, unlabeled");
+    char *s = tp_slurp(hfe_path(d, "test_predictions.tsv"));
+    CHECK(s && strstr(s, "\n7\t") && strstr(s, "\n9\t") && tp_count_lines(hfe_path(d, "test_predictions.tsv")) == 3,
           "%s", s);
     free(s);
 }
 
 /* bad settings: exit 1 with the key and the reason */
 static void test_refused(void) {
-    const char *cases[][2] = {
+    const char *const cases[][2] = {
         {"data.max_len=100", "data.max_len: 100 is more than the model's max_position_embeddings 64"},
         {"model.pretrained=/nonexistent/dir", "model.pretrained (its tokenizer): /nonexistent/dir"},
         {"model.num_hidden_layers=4", "model.num_hidden_layers: set by model.pretrained"},
         {"model.task=causal_lm", "model.task: 'causal_lm' is not available for bert"},
     };
-    for (int i = 0; i < 4; i++) {
-        const char *argv[] = {"train", path_in(tmp, "bert.yml"), "--set", "experiment_name=refused", "--set",
-                              cases[i][0], NULL};
-        CHECK(tp_run(argv, path_in(tmp, "refused.out")) == 1, "%s: exit 1", cases[i][0]);
-        char *s = tp_slurp(path_in(tmp, "refused.out"));
-        CHECK(s && strstr(s, cases[i][1]), "%s: %s", cases[i][0], s);
-        free(s);
-    }
+    hfe_check_refused(tmp, "bert.yml", cases, 4);
 }
 
-/* ddp and zero3 on 2 ranks x 8 examples = 1 process x 16: the same train
- * losses and weights (the config turns dropout off: each rank draws its own
- * masks) */
-static void check_two_ranks(const char *strategy) {
-    char exp[64], strat[64], run_name[64], out[64], ckpt[128];
-    snprintf(exp, sizeof exp, "experiment_name=bert_%s", strategy);
-    snprintf(strat, sizeof strat, "dist.strategy=%s", strategy);
-    snprintf(run_name, sizeof run_name, "runs/bert_%s/metrics.jsonl", strategy);
-    snprintf(out, sizeof out, "%s.out", strategy);
-    const char *sets[] = {exp, "train.batch_size=8", strat, NULL};
-    CHECK(run("train", path_in(tmp, "bert.yml"), out, sets, "2") == 0, "%s on 2 ranks", strategy);
-    for (int step = 1; step <= 15; step += 7) {
-        char a[64] = "", b[64] = "";
-        bool ok = tp_loss_at(path_in(tmp, "runs/bert/metrics.jsonl"), "train", step, a, sizeof a) &&
-                  tp_loss_at(path_in(tmp, run_name), "train", step, b, sizeof b);
-        CHECK(ok && fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)), "%s step %d: loss %s vs %s", strategy, step,
-              a, b);
-    }
-    char err[512];
-    snprintf(ckpt, sizeof ckpt, "runs/bert_%s/checkpoints/step_00000015.safetensors", strategy);
-    ut_st_file *a = ut_st_open(path_in(tmp, "runs/bert/checkpoints/step_00000015.safetensors"), err, sizeof err);
-    ut_st_file *b = ut_st_open(path_in(tmp, ckpt), err, sizeof err);
-    CHECK(a && b, "%s", err);
-    int compared = 0;
-    for (int i = 0; a && b && i < ut_st_count(a); i++) {
-        const char *name = ut_st_name(a, i);
-        /* the key bias's gradient is rounding noise (softmax ignores it), which AdamW scales up */
-        if (strncmp(name, "model.", 6) || strstr(name, "attention.self.key.bias")) continue;
-        const ut_st_tensor *x = ut_st_get(a, name), *y = ut_st_get(b, name);
-        CHECK(y && y->nbytes == x->nbytes, "%s", name);
-        if (!y || y->nbytes != x->nbytes) continue;
-        double d2 = 0, n2 = 0;
-        for (int64_t k = 0; k < ut_st_numel(x); k++) {
-            double u = ((const float *)x->data)[k], v = ((const float *)y->data)[k];
-            d2 += (u - v) * (u - v);
-            n2 += u * u;
-        }
-        CHECK(sqrt(d2) <= 1e-5 * sqrt(n2), "%s %s: relative difference %g", strategy, name,
-              sqrt(d2 / (n2 > 0 ? n2 : 1)));
-        compared++;
-    }
-    CHECK(compared == 39, "%s: %d tensors compared", strategy, compared);
-    ut_st_close(a);
-    ut_st_close(b);
-}
-
-static void test_ddp_two_ranks(void) { check_two_ranks("ddp"); }
-static void test_zero3_two_ranks(void) { check_two_ranks("zero3"); }
+static void test_ddp_two_ranks(void) { hfe_check_two_ranks(tmp, "bert", "ddp", "attention.self.key.bias", 39); }
+static void test_zero3_two_ranks(void) { hfe_check_two_ranks(tmp, "bert", "zero3", "attention.self.key.bias", 39); }
 
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "ut-hfbert")) return 1;
-    write_config();
+    hfe_write_config(tmp, "bert", "bert", "hf_bert_tiny",
+                     "  task: sequence_classification\n  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n",
+                     24, 1);
     RUN(test_train_then_test);
     RUN(test_unlabeled_test_file);
     RUN(test_refused);

@@ -11,45 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proc.h"
 #include "test.h"
-#include "utrain/io.h"
+#include "hf_e2e.h"
 
 static char tmp[256];
-
-static const char *path_in(const char *a, const char *b) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
-    return buf[k];
-}
-
-/* tmp/NAME.yml: model NAME from fixture DIR (extra model lines), sst2_sample */
-static void write_config(const char *name, const char *model, const char *dir, const char *extra) {
-    char file[64];
-    snprintf(file, sizeof file, "%s.yml", name);
-    FILE *f = fopen(path_in(tmp, file), "w");
-    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 3\n"
-               "model:\n  name: %s\n  pretrained: tests/parity/fixtures/%s\n%s"
-               "data:\n  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n"
-               "  dev_path: data/sst2_sample/dev.tsv\n  test_path: data/sst2_sample/test.tsv\n  max_len: 32\n"
-               "train:\n  epochs: 3\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
-               "  save_strategy: epoch\n  best_metric: dev/accuracy\n"
-               "optim:\n  name: adamw\n  lr: 2.0e-3\n  weight_decay: 0.01\n  schedule: linear\n",
-            name, tmp, model, dir, extra);
-    fclose(f);
-}
-
-static int run(const char *const *argv, const char *out) {
-    int rc = tp_run(argv, path_in(tmp, out));
-    if (rc) {
-        char *s = tp_slurp(path_in(tmp, out));
-        fprintf(stderr, "  utrain %s exited %d:\n%s\n", argv[0], rc, s ? s : "");
-        free(s);
-    }
-    return rc;
-}
 
 /* the largest difference of tensor NAME between two safetensors files */
 static double max_diff(const char *a, const char *b, const char *name) {
@@ -72,32 +37,24 @@ static void train_test_export(const char *name, const char *arch, const char *fi
     snprintf(out, sizeof out, "%s.train.out", name);
     snprintf(d, sizeof d, "%s/runs/%s", tmp, name);
     snprintf(hf, sizeof hf, "%s/%s_hf", tmp, name);
-    CHECK(run((const char *[]){"train", path_in(tmp, cfg), NULL}, out) == 0, "%s: train", name);
+    CHECK(hfe_run((const char *[]){"train", hfe_path(tmp, cfg), NULL}, hfe_path(tmp, out)) == 0, "%s: train", name);
     char first[64] = "", last[64] = "";
-    bool ok = tp_loss_at(path_in(d, "metrics.jsonl"), "train", 1, first, sizeof first) &&
-              tp_loss_at(path_in(d, "metrics.jsonl"), "train", 45, last, sizeof last);
+    bool ok = tp_loss_at(hfe_path(d, "metrics.jsonl"), "train", 1, first, sizeof first) &&
+              tp_loss_at(hfe_path(d, "metrics.jsonl"), "train", 45, last, sizeof last);
     CHECK(ok && isfinite(atof(first)) && isfinite(atof(last)) && atof(last) > 0.3 && atof(last) < 1.2,
           "%s: train loss %s at step 1, %s at step 45", name, first, last);
     snprintf(out, sizeof out, "%s.test.out", name);
-    CHECK(run((const char *[]){"test", d, NULL}, out) == 0, "%s: test", name);
-    const char *splits[2] = {"dev", "test"};
-    for (int i = 0; i < 2; i++) {
-        char file[64];
-        snprintf(file, sizeof file, "%s_results.json", splits[i]);
-        char *s = tp_slurp(path_in(d, file));
-        CHECK(s && strstr(s, "\"examples\": 60") && strstr(s, "\"accuracy\""), "%s %s: %s", name, file, s);
-        free(s);
-        snprintf(file, sizeof file, "%s_predictions.tsv", splits[i]);
-        CHECK(tp_count_lines(path_in(d, file)) == 61, "%s %s: header and 60 rows", name, file);
-    }
+    CHECK(hfe_run((const char *[]){"test", d, NULL}, hfe_path(tmp, out)) == 0, "%s: test", name);
+    hfe_check_results(d, name);
     snprintf(out, sizeof out, "%s.export.out", name);
-    CHECK(run((const char *[]){"export", d, "--format", "hf", hf, NULL}, out) == 0, "%s: export", name);
-    char *s = tp_slurp(path_in(hf, "config.json"));
+    CHECK(hfe_run((const char *[]){"export", d, "--format", "hf", hf, NULL}, hfe_path(tmp, out)) == 0, "%s: export",
+          name);
+    char *s = tp_slurp(hfe_path(hf, "config.json"));
     CHECK(s && strstr(s, arch), "%s: config.json: %s", name, s ? s : "(none)");
     free(s);
     char fix[512];
     snprintf(fix, sizeof fix, "tests/parity/fixtures/%s/model.safetensors", fixture);
-    double moved = max_diff(fix, path_in(hf, "model.safetensors"), head);
+    double moved = max_diff(fix, hfe_path(hf, "model.safetensors"), head);
     CHECK(moved > 1e-4, "%s: %s moved by %g in training", name, head, moved);
 }
 
@@ -110,15 +67,11 @@ static void test_gpt2_classifier(void) {
 
 /* ddp on 2 ranks x 8 examples = 1 process x 16 (dropout off in the config) */
 static void test_gpt2_classifier_ddp(void) {
-    const char *argv[] = {"train", path_in(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
+    const char *argv[] = {"train", hfe_path(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
                           "train.batch_size=8", "--set", "dist.strategy=ddp", "--nproc", "2", NULL};
-    CHECK(run(argv, "ddp.out") == 0, "ddp on 2 ranks");
-    for (int step = 1; step <= 45; step += 22) {
-        char a[64] = "", b[64] = "";
-        bool ok = tp_loss_at(path_in(tmp, "runs/gpt2cls/metrics.jsonl"), "train", step, a, sizeof a) &&
-                  tp_loss_at(path_in(tmp, "runs/gpt2cls_ddp/metrics.jsonl"), "train", step, b, sizeof b);
-        CHECK(ok && fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)), "step %d: loss %s vs %s", step, a, b);
-    }
+    CHECK(hfe_run(argv, hfe_path(tmp, "ddp.out")) == 0, "ddp on 2 ranks");
+    hfe_check_same_losses(hfe_path(tmp, "runs/gpt2cls/metrics.jsonl"), hfe_path(tmp, "runs/gpt2cls_ddp/metrics.jsonl"),
+                          1, 45, 22, "ddp");
 }
 
 /* a random GPT-2 classifier with GPT-2's own BPE files
@@ -131,7 +84,7 @@ static void test_gpt2_real_bpe(void) {
     CHECK(probe, "%s is missing: run scripts/fetch-pretrained.sh", bpe);
     if (!probe) return;
     fclose(probe);
-    FILE *f = fopen(path_in(tmp, "bpe.yml"), "w");
+    FILE *f = fopen(hfe_path(tmp, "bpe.yml"), "w");
     fprintf(f, "experiment_name: bpe\noutput_dir: %s/runs\nseed: 3\nmodel:\n  name: gpt2\n"
                "  task: sequence_classification\n  n_layer: 1\n  n_head: 2\n  n_embd: 16\n  block_size: 32\n"
                "  pad_token_id: 50256\ndata:\n  name: tsv_text\n  tokenizer: data/pretrained/gpt2-bpe\n"
@@ -139,41 +92,42 @@ static void test_gpt2_real_bpe(void) {
                "  test_path: data/sst2_sample/test.tsv\n  max_len: 24\n"
                "train:\n  max_steps: 4\n  batch_size: 16\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp);
     fclose(f);
-    CHECK(run((const char *[]){"train", path_in(tmp, "bpe.yml"), NULL}, "bpe.out") == 0, "train");
-    CHECK(run((const char *[]){"test", path_in(tmp, "runs/bpe"), NULL}, "bpe.test.out") == 0, "test");
-    char *s = tp_slurp(path_in(tmp, "runs/bpe/test_results.json"));
+    CHECK(hfe_run((const char *[]){"train", hfe_path(tmp, "bpe.yml"), NULL}, hfe_path(tmp, "bpe.out")) == 0, "train");
+    CHECK(hfe_run((const char *[]){"test", hfe_path(tmp, "runs/bpe"), NULL}, hfe_path(tmp, "bpe.test.out")) == 0,
+          "test");
+    char *s = tp_slurp(hfe_path(tmp, "runs/bpe/test_results.json"));
     CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
-    f = fopen(path_in(tmp, "nopad.yml"), "w");
-    char *cfg = tp_slurp(path_in(tmp, "bpe.yml"));
+    f = fopen(hfe_path(tmp, "nopad.yml"), "w");
+    char *cfg = tp_slurp(hfe_path(tmp, "bpe.yml"));
     const char *line = "  pad_token_id: 50256\n";
     char *at = cfg ? strstr(cfg, line) : NULL;
     if (at) memmove(at, at + strlen(line), strlen(at + strlen(line)) + 1);
     fputs(cfg ? cfg : "", f);
     fclose(f);
     free(cfg);
-    CHECK(tp_run((const char *[]){"train", path_in(tmp, "nopad.yml"), "--set", "experiment_name=nopad", NULL},
-                 path_in(tmp, "nopad.out")) == 1, "exit 1 without pad_token_id");
-    s = tp_slurp(path_in(tmp, "nopad.out"));
+    CHECK(tp_run((const char *[]){"train", hfe_path(tmp, "nopad.yml"), "--set", "experiment_name=nopad", NULL},
+                 hfe_path(tmp, "nopad.out")) == 1, "exit 1 without pad_token_id");
+    s = tp_slurp(hfe_path(tmp, "nopad.out"));
     CHECK(s && strstr(s, "pad_token_id is not set") && strstr(s, "50256"), "%s", s);
     free(s);
 }
 
 static void test_refused(void) {
     /* hf_roberta_tiny: 66 positions, pad_token_id 1: 64 tokens at most */
-    const char *argv[] = {"train", path_in(tmp, "roberta.yml"), "--set", "experiment_name=long", "--set",
+    const char *argv[] = {"train", hfe_path(tmp, "roberta.yml"), "--set", "experiment_name=long", "--set",
                           "data.max_len=65", NULL};
-    CHECK(tp_run(argv, path_in(tmp, "long.out")) == 1, "max_len 65: exit 1");
-    char *s = tp_slurp(path_in(tmp, "long.out"));
+    CHECK(tp_run(argv, hfe_path(tmp, "long.out")) == 1, "max_len 65: exit 1");
+    char *s = tp_slurp(hfe_path(tmp, "long.out"));
     CHECK(s && strstr(s, "data.max_len: 65 is more than the model's 64 positions (max_position_embeddings 66 "
                          "less pad_token_id + 1)"), "%s", s);
     free(s);
-    FILE *f = fopen(path_in(tmp, "tok.yml"), "w");
+    FILE *f = fopen(hfe_path(tmp, "tok.yml"), "w");
     fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
                "data:\n  name: tokens\n  train_path: x.bin\n", tmp);
     fclose(f);
-    CHECK(tp_run((const char *[]){"train", path_in(tmp, "tok.yml"), NULL}, path_in(tmp, "tok.out")) == 1, "exit 1");
-    s = tp_slurp(path_in(tmp, "tok.out"));
+    CHECK(tp_run((const char *[]){"train", hfe_path(tmp, "tok.yml"), NULL}, hfe_path(tmp, "tok.out")) == 1, "exit 1");
+    s = tp_slurp(hfe_path(tmp, "tok.out"));
     CHECK(s && strstr(s, "model.task: sequence_classification") && strstr(s, "tsv_text"), "%s", s);
     free(s);
 }
@@ -182,8 +136,9 @@ int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "ut-hfcls")) return 1;
-    write_config("roberta", "bert", "hf_roberta_tiny", "  hidden_dropout_prob: 0\n");
-    write_config("gpt2cls", "gpt2", "hf_gpt2_cls_tiny", "  task: sequence_classification\n  dropout: 0\n");
+    hfe_write_config(tmp, "roberta", "bert", "hf_roberta_tiny", "  hidden_dropout_prob: 0\n", 32, 3);
+    hfe_write_config(tmp, "gpt2cls", "gpt2", "hf_gpt2_cls_tiny", "  task: sequence_classification\n  dropout: 0\n", 32,
+                     3);
     RUN(test_roberta);
     RUN(test_gpt2_classifier);
     RUN(test_gpt2_real_bpe);

@@ -12,6 +12,7 @@
 
 #include "proc.h"
 #include "test.h"
+#include "parity.h"
 #include "utrain/utrain.h"
 
 #define FIX "tests/parity/fixtures/"
@@ -69,12 +70,6 @@ static int export_run(const char *run, const char *out, const char *name) {
     return tp_run(argv, path_in(tmp, name));
 }
 
-static ut_tensor *stored(ut_ctx *ctx, const ut_st_tensor *t) {
-    int64_t ne[4];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
-}
-
 /* utrain on OUT gives the fixture batch's transformers logits */
 static void same_logits(const char *name, const char *out, const char *batch) {
     char err[1024];
@@ -85,7 +80,7 @@ static void same_logits(const char *name, const char *out, const char *batch) {
     if (m && f) {
         ut_ctx *ctx = ut_ctx_new(NULL);
         ut_ctx_set_training(ctx, false);
-        ut_tensor *y = ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input")));
+        ut_tensor *y = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
         const ut_st_tensor *ref = ut_st_get(f, "logits");
         CHECK(y && ut_nelem(y) == ut_st_numel(ref), "%s: logits", out);
         double e = 0, mx = 0;
@@ -101,12 +96,20 @@ static void same_logits(const char *name, const char *out, const char *batch) {
     ut_model_free(m);
 }
 
+/* tmp/LABELrun of model NAME from fixture DIR (data lines DATA) exported to
+ * tmp/LABELhf (its path into out): utrain on it gives DIR_batch's logits */
+static void export_case(const char *label, const char *name, const char *dir, const char *data, char *out, size_t n) {
+    char run[512], log[64], batch[512];
+    snprintf(run, sizeof run, "%s/%srun", tmp, label), snprintf(out, n, "%s/%shf", tmp, label);
+    snprintf(log, sizeof log, "%s.out", label), snprintf(batch, sizeof batch, "%s_batch.safetensors", dir);
+    make_run(run, name, dir, data);
+    CHECK(export_run(run, out, log) == 0, "export %s", label);
+    same_logits(name, out, batch);
+}
+
 static void test_gpt2(void) {
-    char run[512], out[512];
-    snprintf(run, sizeof run, "%s/gpt2run", tmp), snprintf(out, sizeof out, "%s/gpt2hf", tmp);
-    make_run(run, "gpt2", FIX "hf_gpt2_tiny", "  name: tokens\n  train_path: none.bin\n");
-    CHECK(export_run(run, out, "gpt2.out") == 0, "export gpt2");
-    same_logits("gpt2", out, FIX "hf_gpt2_tiny_batch.safetensors");
+    char out[512];
+    export_case("gpt2", "gpt2", FIX "hf_gpt2_tiny", "  name: tokens\n  train_path: none.bin\n", out, sizeof out);
     char err[1024];
     ut_st_file *f = ut_st_open(path_in(out, "model.safetensors"), err, sizeof err);
     CHECK(f, "%s", err);
@@ -121,21 +124,15 @@ static void test_gpt2(void) {
 }
 
 static void test_bert(void) {
-    char run[512], out[512];
-    snprintf(run, sizeof run, "%s/bertrun", tmp), snprintf(out, sizeof out, "%s/berthf", tmp);
-    make_run(run, "bert", FIX "hf_bert_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n");
-    CHECK(export_run(run, out, "bert.out") == 0, "export bert");
-    same_logits("bert", out, FIX "hf_bert_tiny_batch.safetensors");
+    char out[512];
+    export_case("bert", "bert", FIX "hf_bert_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
     CHECK(tp_count_lines(path_in(out, "vocab.txt")) == 100, "vocab.txt copied");
 }
 
 /* RoBERTa through model.name bert: config.json says roberta, the tokenizer.json is copied */
 static void test_roberta(void) {
-    char run[512], out[512];
-    snprintf(run, sizeof run, "%s/robrun", tmp), snprintf(out, sizeof out, "%s/robhf", tmp);
-    make_run(run, "bert", FIX "hf_roberta_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n");
-    CHECK(export_run(run, out, "rob.out") == 0, "export roberta");
-    same_logits("bert", out, FIX "hf_roberta_tiny_batch.safetensors");
+    char out[512];
+    export_case("rob", "bert", FIX "hf_roberta_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
     char *cfg = tp_slurp(path_in(out, "config.json"));
     CHECK(cfg && strstr(cfg, "\"RobertaForSequenceClassification\"") && strstr(cfg, "\"model_type\":\t\"roberta\"") &&
               strstr(cfg, "\"pad_token_id\":\t1"),
@@ -147,12 +144,9 @@ static void test_roberta(void) {
 
 /* GPT2ForSequenceClassification: score.weight without "transformer.", pad_token_id kept */
 static void test_gpt2_classifier(void) {
-    char run[512], out[512], err[1024];
-    snprintf(run, sizeof run, "%s/g2crun", tmp), snprintf(out, sizeof out, "%s/g2chf", tmp);
+    char out[512], err[1024];
     task = "sequence_classification";
-    make_run(run, "gpt2", FIX "hf_gpt2_cls_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n");
-    CHECK(export_run(run, out, "g2c.out") == 0, "export gpt2 classifier");
-    same_logits("gpt2", out, FIX "hf_gpt2_cls_tiny_batch.safetensors");
+    export_case("g2c", "gpt2", FIX "hf_gpt2_cls_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
     task = NULL;
     ut_st_file *f = ut_st_open(path_in(out, "model.safetensors"), err, sizeof err);
     CHECK(f && ut_st_get(f, "score.weight") && ut_st_get(f, "transformer.wte.weight"), "%s", err);

@@ -12,13 +12,13 @@
 
 #include "fixture_init.h"
 #include "test.h"
+#include "parity.h"
 #include "utrain/base.h"
 #include "utrain/io.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
 
-#define FIXTURE_DIR "tests/parity/fixtures/"
 
 typedef struct {
     const char *name;
@@ -52,24 +52,6 @@ static const dtype_case dtypes[] = {
     {"fp16", UT_F16, "bf16", 1.0 / 2048, 4.0 / 2048, 1.0 / 2048, 1.0 / 2048, 2.0 / 2048, false},
 };
 
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d; /* also catches NaN in a */
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
-static ut_st_file *open_fixture(const char *name) {
-    char path[256], err[512];
-    snprintf(path, sizeof path, FIXTURE_DIR "%s.safetensors", name);
-    ut_st_file *f = ut_st_open(path, err, sizeof err);
-    CHECK(f, "%s", err);
-    return f;
-}
-
 /* The stored float32 tensor "<model>.<dtype>.<what>" (NULL, with a failed
  * check, if absent or not of n elements). */
 static const float *amp_ref(const ut_st_file *f, const char *model, const char *dt, const char *what,
@@ -82,21 +64,10 @@ static const float *amp_ref(const ut_st_file *f, const char *model, const char *
     return t && t->dtype == UT_ST_F32 && ut_st_numel(t) == n ? t->data : NULL;
 }
 
-static ut_tensor *to_tensor(ut_ctx *ctx, const ut_st_tensor *t) {
-    UT_ASSERT(t && t->ndim <= UT_MAX_DIMS && (t->dtype == UT_ST_F32 || t->dtype == UT_ST_I32));
-    int64_t ne[UT_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
-}
-
 /* The model with the fixture's initial parameters, or NULL. */
 static ut_model *build(const model_case *c, const ut_st_file *f) {
-    ut_kv *kv = ut_kv_new();
-    for (int i = 0; c->opts[i]; i += 2) ut_kv_set(kv, c->opts[i], c->opts[i + 1]);
+    ut_model *m = pt_model(c->name, c->opts, 1);
     char err[512];
-    ut_model *m = ut_model_create(c->name, kv, 1, err, sizeof err);
-    ut_kv_free(kv);
-    CHECK(m, "%s: %s", c->name, err);
     const char *seed = ut_st_meta(f, "seed");
     CHECK(seed, "%s fixture: no seed", c->name);
     if (m && seed && fx_fill_model(m, strtoull(seed, NULL, 10), err, sizeof err)) {
@@ -109,7 +80,7 @@ static ut_model *build(const model_case *c, const ut_st_file *f) {
 /* Forward (output as float32 into logits, if given), loss and, with
  * backward, its gradients; the loss, or NAN. */
 static double step(ut_model *m, ut_ctx *ctx, const ut_st_file *f, float *logits, bool backward) {
-    ut_tensor *x = to_tensor(ctx, ut_st_get(f, "input")), *y = to_tensor(ctx, ut_st_get(f, "targets"));
+    ut_tensor *x = pt_stored(ctx, ut_st_get(f, "input")), *y = pt_stored(ctx, ut_st_get(f, "targets"));
     ut_tensor *out = ut_model_forward(m, ctx, x);
     ut_tensor *loss = out ? ut_model_loss(m, ctx, out, y) : NULL;
     CHECK(loss, "%s: %s", m->type, ut_ctx_error(ctx));
@@ -147,8 +118,8 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
     float *logits = ut_malloc_check((size_t)n * sizeof(float));
     double l = step(m, ctx, f32, logits, false);
     if (ref16 && loss16 && !isnan(l)) {
-        double e16 = rel_err(logits, ref16, n), e32 = rel_err(logits, ref32->data, n);
-        double torch_gap = rel_err(ref16, ref32->data, n), el = fabs(l - loss16[0]) / fabs(loss16[0]);
+        double e16 = pt_rel_err(logits, ref16, n), e32 = pt_rel_err(logits, ref32->data, n);
+        double torch_gap = pt_rel_err(ref16, ref32->data, n), el = fabs(l - loss16[0]) / fabs(loss16[0]);
         printf("     %s %s: logits vs torch-%s %.3g, vs torch-fp32 %.3g (torch-%s vs torch-fp32 %.3g); "
                "loss %.6f (torch %.6f, rel %.2g)\n",
                c->name, d->name, d->name, e16, e32, d->name, torch_gap, l, loss16[0], el);
@@ -158,7 +129,7 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
         const float *same = amp_ref(amp, c->name, d->name, variant, n);
         const float *wrong = amp_ref(amp, c->name, d->other, "logits", n);
         if (same && wrong) {
-            double es = rel_err(logits, same, n), ex = rel_err(logits, wrong, n);
+            double es = pt_rel_err(logits, same, n), ex = pt_rel_err(logits, wrong, n);
             printf("     %s %s vs torch-%s computed the same way (%s) %.3g; vs torch-%s %.3g\n", c->name, d->name,
                    d->name, variant, es, d->other, ex);
             CHECK(es <= d->same, "%s %s: %.3g from PyTorch computed the same way (tolerance %.3g)", c->name,
@@ -167,11 +138,11 @@ static void check_forward(const model_case *c, const dtype_case *d, const ut_st_
              * PyTorch's two references, so (triangle inequality) nearer the
              * right one whatever the kernels' summation order (oneDNN's
              * convolution and OpenBLAS sum in other orders than PyTorch) */
-            double gap = rel_err(same, wrong, n);
+            double gap = pt_rel_err(same, wrong, n);
             CHECK(es * 2 < gap, "%s %s: %.3g from PyTorch's %s, not within half its distance to its %s (%.3g)",
                   c->name, d->name, es, d->name, d->other, gap);
             if (d->vs_fp32 && c->vs_fp32) {
-                double gap32 = rel_err(same, ref32->data, n);
+                double gap32 = pt_rel_err(same, ref32->data, n);
                 CHECK(es * 2 < gap32, "%s %s: %.3g from PyTorch's %s, not within half its distance to its fp32 "
                       "(%.3g)", c->name, d->name, es, d->name, gap32);
             }
@@ -217,7 +188,7 @@ static void check_adamw(const model_case *c, const dtype_case *d, const ut_st_fi
 }
 
 static void check_model(const model_case *c, const char *variant) {
-    ut_st_file *f32 = open_fixture(c->name), *amp = open_fixture("amp");
+    ut_st_file *f32 = pt_open_fixture(c->name), *amp = pt_open_fixture("amp");
     for (size_t i = 0; f32 && amp && i < sizeof dtypes / sizeof dtypes[0]; i++) {
         check_forward(c, &dtypes[i], f32, amp, variant);
         check_adamw(c, &dtypes[i], f32, amp);

@@ -19,12 +19,7 @@
 #define BATCH FIX "hf_bart_tiny_batch.safetensors"
 
 static ut_model *load(const char *dir, const char *num_labels, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    if (num_labels) ut_kv_set(kv, "num_labels", num_labels);
-    ut_model *m = ut_model_create("bart", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("bart", dir, (const char *const[]){"num_labels", num_labels, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {
@@ -57,63 +52,16 @@ static void test_adamw_trainer_groups(void) {
     ut_model_free(m);
 }
 
-static float train_loss(ut_model *m, const ut_st_file *f, ut_dtype autocast, float *logit0) {
-    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
-    if (autocast != UT_F32) {
-        ut_ctx_set_training(ctx, false);
-        ut_ctx_set_autocast(ctx, autocast);
-    }
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *l = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
-    CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
-    float v = l ? ut_f32(l)[0] : NAN;
-    if (l && logit0) {
-        const ut_st_tensor *rl = ut_st_get(f, "logits");
-        double e = hfp_rel_err(ut_f32(ut_tensor_to(ctx, logits, UT_F32)), rl->data, ut_st_numel(rl));
-        CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(autocast), e);
-    }
-    ut_ctx_free(ctx);
-    return v;
-}
-
 /* training mode (every dropout of the fixture's config.json drawn):
  * activation checkpointing recomputes each encoder and decoder layer with the
  * same masks, so the gradients are bit-identical, and dropout changes the loss */
 static void test_checkpointing_with_dropout(void) {
-    char err[1024];
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    ut_model *m[2] = {load(FIX "hf_bart_tiny", NULL, err, sizeof err),
-                      load(FIX "hf_bart_tiny", NULL, err, sizeof err)};
-    CHECK(f && m[0] && m[1], "%s", err);
-    if (f && m[0] && m[1]) {
-        m[1]->checkpoint_activations = true;
-        float loss[2] = {train_loss(m[0], f, UT_F32, NULL), train_loss(m[1], f, UT_F32, NULL)};
-        CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
-        CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4,
-              "dropout left the loss as in eval");
-        CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
-              "checkpointed gradients differ");
-    }
-    ut_st_close(f);
-    ut_model_free(m[0]);
-    ut_model_free(m[1]);
+    hfp_check_checkpointing("bart", FIX "hf_bart_tiny", NULL, BATCH);
 }
 
 /* bf16 and fp16 autocast: finite loss, logits within 5% of transformers' float32 ones */
 static void test_autocast(void) {
-    char err[1024];
-    ut_model *m = load(FIX "hf_bart_tiny", NULL, err, sizeof err);
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    CHECK(m && f, "%s", err);
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int i = 0; m && f && i < 2; i++) {
-        float l0, loss = train_loss(m, f, dts[i], &l0);
-        float ref = ((const float *)ut_st_get(f, "loss")->data)[0];
-        CHECK(isfinite(loss) && fabs(loss - ref) < 0.01, "%s loss %g", ut_dtype_name(dts[i]), loss);
-        ut_model_zero_grad(m);
-    }
-    ut_st_close(f);
-    ut_model_free(m);
+    hfp_check_autocast("bart", FIX "hf_bart_tiny", NULL, BATCH);
 }
 
 /* rows of one batch with different numbers of </s> (2): refused naming the
@@ -251,15 +199,6 @@ static void test_tokenizer(void) {
     check_tokenizer(FIX "hf_bart_tok_files");
 }
 
-/* loading dir must fail with a message containing every part */
-static void refused(const char *dir, const char *const *parts) {
-    char err[1024] = "";
-    ut_model *m = load(dir, NULL, err, sizeof err);
-    CHECK(!m, "%s loaded", dir);
-    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
-    ut_model_free(m);
-}
-
 static void config_with(const char *dir, const char *from, const char *to) {
     hfp_config_with(FIX "hf_bart_tiny/config.json", dir, from, to);
 }
@@ -270,25 +209,25 @@ static void test_bad_directories(void) {
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     hfp_copy_file(FIX "hf_bart_tiny/model.safetensors", p, -1);
     config_with(d, "\"model_type\": \"bart\"", "\"model_type\": \"mbart\"");
-    refused(d, (const char *[]){"config.json", "model_type 'mbart'", NULL});
+    hfp_refused("bart", d, (const char *[]){"config.json", "model_type 'mbart'", NULL});
     config_with(d, "\"activation_function\": \"gelu\"", "\"activation_function\": \"swish\"");
-    refused(d, (const char *[]){"activation_function 'swish'", NULL});
+    hfp_refused("bart", d, (const char *[]){"activation_function 'swish'", NULL});
     config_with(d, "\"is_decoder\"", "\"normalize_before\": true, \"is_decoder\"");
-    refused(d, (const char *[]){"config.json", "normalize_before true is not supported", NULL});
+    hfp_refused("bart", d, (const char *[]){"config.json", "normalize_before true is not supported", NULL});
     config_with(d, "\"is_decoder\"", "\"add_final_layer_norm\": true, \"is_decoder\"");
-    refused(d, (const char *[]){"add_final_layer_norm true is not supported", NULL});
+    hfp_refused("bart", d, (const char *[]){"add_final_layer_norm true is not supported", NULL});
     config_with(d, "\"encoder_layerdrop\": 0.0", "\"encoder_layerdrop\": 0.1");
-    refused(d, (const char *[]){"encoder_layerdrop 0.1 is not supported", "model.encoder_layerdrop: 0", NULL});
+    hfp_refused("bart", d,
+                (const char *[]){"encoder_layerdrop 0.1 is not supported", "model.encoder_layerdrop: 0", NULL});
     config_with(d, "\"d_model\": 32", "\"d_model\": 16");
-    refused(d, (const char *[]){"model.safetensors",
-                                "tensor 'model.shared.weight' has shape (538, 32), the model needs (538, 16)", NULL});
+    hfp_refused("bart", d,
+                (const char *[]){"model.safetensors",
+                                 "tensor 'model.shared.weight' has shape (538, 32), the model needs (538, 16)", NULL});
     config_with(d, "\"decoder_layers\": 2", "\"decoder_layers\": 3");
-    refused(d, (const char *[]){"'model.decoder.layers.2.self_attn.k_proj.weight' is missing", NULL});
+    hfp_refused("bart", d, (const char *[]){"'model.decoder.layers.2.self_attn.k_proj.weight' is missing", NULL});
     config_with(d, "\"pad_token_id\": 1", "\"pad_token_id\": 538");
-    refused(d, (const char *[]){"pad_token_id 538 is outside the vocabulary", NULL});
-    config_with(d, "x", "x");
-    hfp_copy_file(FIX "hf_bart_tiny/model.safetensors", p, 5000);
-    refused(d, (const char *[]){"model.safetensors", NULL});
+    hfp_refused("bart", d, (const char *[]){"pad_token_id 538 is outside the vocabulary", NULL});
+    hfp_check_cut_short("bart", d, FIX "hf_bart_tiny");
     tp_finish(0, d);
 }
 

@@ -17,12 +17,7 @@
 
 #define FIX "tests/parity/fixtures/"
 static ut_model *load(const char *dir, const char *num_labels, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    if (num_labels) ut_kv_set(kv, "num_labels", num_labels);
-    ut_model *m = ut_model_create("bert", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("bert", dir, (const char *const[]){"num_labels", num_labels, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {
@@ -58,62 +53,13 @@ static void test_adamw_trainer_groups(void) {
  * checkpointing recomputes each layer with the same masks, so the gradients
  * are bit-identical to the plain run's, and dropout changes the loss */
 static void test_checkpointing_with_dropout(void) {
-    char err[1024];
-    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
-    CHECK(f, "%s", err);
-    ut_model *m[2] = {load(FIX "hf_bert_tiny", NULL, err, sizeof err),
-                      load(FIX "hf_bert_tiny", NULL, err, sizeof err)};
-    CHECK(m[0] && m[1], "%s", err);
-    if (!f || !m[0] || !m[1]) goto done;
-    m[1]->checkpoint_activations = true;
-    float loss[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
-        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
-        ut_tensor *l = ut_model_loss(m[r], ctx, ut_model_forward(m[r], ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
-                                     hfp_stored(ctx, ut_st_get(f, "labels")));
-        CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
-        if (l) loss[r] = ut_f32(l)[0];
-        ut_ctx_free(ctx);
-    }
-    CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
-    CHECK(fabs(loss[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
-          "checkpointed gradients differ");
-done:
-    ut_st_close(f);
-    ut_model_free(m[0]);
-    ut_model_free(m[1]);
+    hfp_check_checkpointing("bert", FIX "hf_bert_tiny", NULL, FIX "hf_bert_tiny_batch.safetensors");
 }
 
 /* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there):
  * finite logits and loss close to transformers' float32 ones */
 static void test_autocast(void) {
-    char err[1024];
-    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
-    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
-    CHECK(m && f, "%s", err);
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int i = 0; m && f && i < 2; i++) {
-        ut_ctx *ctx = ut_ctx_new(NULL);
-        ut_ctx_set_training(ctx, false);
-        ut_ctx_set_autocast(ctx, dts[i]);
-        ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-        ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
-        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
-        if (loss) {
-            const ut_st_tensor *rl = ut_st_get(f, "logits");
-            const ut_tensor *l32 = ut_tensor_to(ctx, logits, UT_F32);
-            double e = hfp_rel_err(ut_f32(l32), rl->data, ut_st_numel(rl));
-            CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(dts[i]), e);
-            CHECK(isfinite(ut_f32(loss)[0]) &&
-                      fabs(ut_f32(loss)[0] - ((const float *)ut_st_get(f, "loss")->data)[0]) < 0.01,
-                  "%s loss %g", ut_dtype_name(dts[i]), ut_f32(loss)[0]);
-        }
-        ut_model_zero_grad(m);
-        ut_ctx_free(ctx);
-    }
-    ut_st_close(f);
-    ut_model_free(m);
+    hfp_check_autocast("bert", FIX "hf_bert_tiny", NULL, FIX "hf_bert_tiny_batch.safetensors");
 }
 
 /* sentence-transformers' layout: encoder tensors without "bert.", no
@@ -152,15 +98,6 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-/* loading dir must fail with a message containing every part */
-static void refused(const char *dir, const char *const *parts) {
-    char err[1024] = "";
-    ut_model *m = load(dir, NULL, err, sizeof err);
-    CHECK(!m, "%s loaded", dir);
-    for (int i = 0; parts[i]; i++) CHECK(strstr(err, parts[i]), "'%s' not in: %s", parts[i], err);
-    ut_model_free(m);
-}
-
 /* a copy of hf_bert_tiny's config.json with one replacement */
 static void config_with(const char *dir, const char *from, const char *to) {
     hfp_config_with(FIX "hf_bert_tiny/config.json", dir, from, to);
@@ -169,29 +106,31 @@ static void config_with(const char *dir, const char *from, const char *to) {
 static void test_bad_directories(void) {
     char d[256], p[600];
     UT_ASSERT(tp_make_tmpdir(d, sizeof d, "hfbad"));
-    refused("/nonexistent/model", (const char *[]){"/nonexistent/model", "not a directory", NULL});
-    refused(d, (const char *[]){d, "no config.json", NULL});
+    hfp_refused("bert", "/nonexistent/model", (const char *[]){"/nonexistent/model", "not a directory", NULL});
+    hfp_refused("bert", d, (const char *[]){d, "no config.json", NULL});
     config_with(d, "\"model_type\": \"bert\"", "\"model_type\": \"t5\"");
-    refused(d, (const char *[]){"config.json", "model_type 't5'", NULL});
+    hfp_refused("bert", d, (const char *[]){"config.json", "model_type 't5'", NULL});
     config_with(d, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"swish\"");
-    refused(d, (const char *[]){"hidden_act 'swish'", NULL});
+    hfp_refused("bert", d, (const char *[]){"hidden_act 'swish'", NULL});
     config_with(d, "x", "x");
-    refused(d, (const char *[]){"no model.safetensors", NULL});
+    hfp_refused("bert", d, (const char *[]){"no model.safetensors", NULL});
     snprintf(p, sizeof p, "%s/pytorch_model.bin", d);
     write_text(p, "pickle");
-    refused(d, (const char *[]){"pytorch_model.bin", "safetensors", NULL});
+    hfp_refused("bert", d, (const char *[]){"pytorch_model.bin", "safetensors", NULL});
     /* a checkpoint for another size: the first tensor's shape is named */
     config_with(d, "\"hidden_size\": 32", "\"hidden_size\": 16");
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, -1);
-    refused(d, (const char *[]){"model.safetensors", "tensor 'bert.embeddings.word_embeddings.weight' has shape (100, 32), the model needs (100, 16)", NULL});
+    hfp_refused("bert", d,
+                (const char *[]){"model.safetensors",
+                                 "tensor 'bert.embeddings.word_embeddings.weight' has shape (100, 32), the model "
+                                 "needs (100, 16)",
+                                 NULL});
     /* one more layer than the file has: the missing tensor is named */
     config_with(d, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
-    refused(d, (const char *[]){"'bert.encoder.layer.2.attention.self.query.weight' is missing", NULL});
+    hfp_refused("bert", d, (const char *[]){"'bert.encoder.layer.2.attention.self.query.weight' is missing", NULL});
     /* cut short */
-    config_with(d, "x", "x");
-    hfp_copy_file(FIX "hf_bert_tiny/model.safetensors", p, 5000);
-    refused(d, (const char *[]){"model.safetensors", NULL});
+    hfp_check_cut_short("bert", d, FIX "hf_bert_tiny");
     tp_finish(0, d);
 }
 

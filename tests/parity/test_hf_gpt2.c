@@ -10,34 +10,14 @@
 
 #include "proc.h"
 #include "test.h"
+#include "hf_parity.h"
 #include "utrain/utrain.h"
 
 #define FIX "tests/parity/fixtures/"
 #define TOL 1e-4 /* max-abs error over max-abs value */
 
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d;
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
 static ut_model *load(const char *dir, const char *key, const char *val, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    if (key) ut_kv_set(kv, key, val);
-    ut_model *m = ut_model_create("gpt2", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
-}
-
-static ut_tensor *stored(ut_ctx *ctx, const ut_st_tensor *t) {
-    int64_t ne[4];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_I32 ? UT_I32 : UT_F32, t->ndim, ne, t->data);
+    return hfp_load("gpt2", dir, (const char *const[]){key, val, NULL}, err, n);
 }
 
 static void check_grads(const ut_model *m, const ut_st_file *f) {
@@ -48,7 +28,7 @@ static void check_grads(const ut_model *m, const ut_st_file *f) {
         const ut_st_tensor *g = ut_st_get(f, name);
         CHECK(g && ut_st_numel(g) == ut_nelem(m->params.t[p]), "%s: no such gradient", name);
         if (!g) continue;
-        double e = rel_err(m->params.flat_grad + m->params.segs[p].offset, g->data, ut_st_numel(g));
+        double e = pt_rel_err(m->params.flat_grad + m->params.segs[p].offset, g->data, ut_st_numel(g));
         CHECK(e < TOL, "%s: relative error %.3g", name, e);
         checked++;
     }
@@ -64,14 +44,14 @@ static void parity(const char *dir) {
     if (!m || !f) goto done;
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    ut_tensor *logits = ut_model_forward(m, ctx, stored(ctx, ut_st_get(f, "input")));
-    ut_tensor *loss = ut_model_loss(m, ctx, logits, stored(ctx, ut_st_get(f, "targets")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *loss = ut_model_loss(m, ctx, logits, pt_stored(ctx, ut_st_get(f, "targets")));
     CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
     if (loss) {
         const ut_st_tensor *rl = ut_st_get(f, "logits");
         float ref = ((const float *)ut_st_get(f, "loss")->data)[0];
         CHECK(ut_nelem(logits) == ut_st_numel(rl) && logits->ndim == 3 && logits->ne[2] == 100, "logits shape");
-        double e = rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
+        double e = pt_rel_err(ut_f32(logits), rl->data, ut_st_numel(rl));
         CHECK(e < TOL, "%s: logits: relative error %.3g", dir, e);
         CHECK_NEAR(ut_f32(loss)[0], ref, 1e-4 * ref);
         check_grads(m, f);

@@ -17,13 +17,7 @@
 #define BATCH FIX "hf_gpt2_cls_tiny_batch.safetensors"
 
 static ut_model *load(const char *dir, const char *key, const char *val, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "pretrained", dir);
-    ut_kv_set(kv, "task", "sequence_classification");
-    if (key) ut_kv_set(kv, key, val);
-    ut_model *m = ut_model_create("gpt2", kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load("gpt2", dir, (const char *const[]){"task", "sequence_classification", key, val, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {
@@ -58,7 +52,7 @@ static void test_adamw_trainer_groups(void) {
         CHECK(a && ut_st_numel(a) == 96, "%s", name);
         if (!a) continue;
         const float *ref = a->data;
-        double e = fmax(hfp_rel_err(ours, ref, 32), hfp_rel_err(ours + 64, ref + 64, 32));
+        double e = fmax(pt_rel_err(ours, ref, 32), pt_rel_err(ours + 64, ref + 64, 32));
         CHECK(e < HFP_TOL, "%s (query, value): relative error %.3g", name, e);
     }
     ut_st_close(f);
@@ -75,7 +69,7 @@ static void test_pad_token_id_decides_the_row(void) {
     if (!m || !f) goto done;
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
+    ut_tensor *logits = ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input")));
     CHECK(logits, "%s", ut_ctx_error(ctx));
     if (logits) {
         /* row 0 has no padding: the same; row 1 is padded: it now reads the last (pad) position */
@@ -104,7 +98,7 @@ static void test_new_head_and_no_pad_token(void) {
     CHECK(sd > 0.014 && sd < 0.026, "score weight std %.4f, expected about 0.02", sd);
     ut_ctx *ctx = ut_ctx_new(NULL);
     ut_ctx_set_training(ctx, false);
-    CHECK(!ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input"))), "a padded batch without pad_token_id ran");
+    CHECK(!ut_model_forward(m, ctx, pt_stored(ctx, ut_st_get(f, "input"))), "a padded batch without pad_token_id ran");
     const char *e = ut_ctx_error(ctx);
     CHECK(e && strstr(e, "pad_token_id") && strstr(e, "model.pad_token_id"), "error: %s", e ? e : "(none)");
     ut_ctx_clear_error(ctx);
@@ -121,59 +115,15 @@ done:
 /* training mode with dropout (attention and residual): checkpointing
  * recomputes with the same masks, so the gradients are bit-identical */
 static void test_checkpointing_with_dropout(void) {
-    char err[1024];
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    ut_model *m[2] = {load(FIX "hf_gpt2_cls_tiny", "dropout", "0.1", err, sizeof err),
-                      load(FIX "hf_gpt2_cls_tiny", "dropout", "0.1", err, sizeof err)};
-    CHECK(f && m[0] && m[1], "%s", err);
-    if (!f || !m[0] || !m[1]) goto done;
-    m[1]->checkpoint_activations = true;
-    float loss[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
-        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 5});
-        ut_tensor *l = ut_model_loss(m[r], ctx, ut_model_forward(m[r], ctx, hfp_stored(ctx, ut_st_get(f, "input"))),
-                                     hfp_stored(ctx, ut_st_get(f, "labels")));
-        CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
-        if (l) loss[r] = ut_f32(l)[0];
-        ut_ctx_free(ctx);
-    }
-    CHECK(loss[0] == loss[1], "losses %.9g and %.9g", loss[0], loss[1]);
-    CHECK(fabs(loss[0] - hfp_value(f, "loss", 0)) > 1e-4, "dropout left the loss as in eval");
-    CHECK(!memcmp(m[0]->params.flat_grad, m[1]->params.flat_grad, (size_t)m[0]->params.numel * sizeof(float)),
-          "checkpointed gradients differ");
-done:
-    ut_st_close(f);
-    ut_model_free(m[0]);
-    ut_model_free(m[1]);
+    const char *const opts[] = {"task", "sequence_classification", "dropout", "0.1", NULL};
+    hfp_check_checkpointing("gpt2", FIX "hf_gpt2_cls_tiny", opts, BATCH);
 }
 
 /* bf16 and fp16 autocast (the padding mask's -FLT_MAX rounds to -inf there,
  * under the causal -inf): finite logits and loss near transformers' fp32 */
 static void test_autocast(void) {
-    char err[1024];
-    ut_model *m = load(FIX "hf_gpt2_cls_tiny", NULL, NULL, err, sizeof err);
-    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
-    CHECK(m && f, "%s", err);
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int i = 0; m && f && i < 2; i++) {
-        ut_ctx *ctx = ut_ctx_new(NULL);
-        ut_ctx_set_training(ctx, false);
-        ut_ctx_set_autocast(ctx, dts[i]);
-        ut_tensor *logits = ut_model_forward(m, ctx, hfp_stored(ctx, ut_st_get(f, "input")));
-        ut_tensor *loss = ut_model_loss(m, ctx, logits, hfp_stored(ctx, ut_st_get(f, "labels")));
-        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
-        if (loss) {
-            const ut_tensor *l32 = ut_tensor_to(ctx, logits, UT_F32);
-            double e = hfp_rel_err(ut_f32(l32), ut_st_get(f, "logits")->data, 8);
-            CHECK(e < 0.05, "%s logits: relative error %.3g", ut_dtype_name(dts[i]), e);
-            CHECK(isfinite(ut_f32(loss)[0]) && fabs(ut_f32(loss)[0] - hfp_value(f, "loss", 0)) < 0.01, "%s loss %g",
-                  ut_dtype_name(dts[i]), ut_f32(loss)[0]);
-        }
-        ut_model_zero_grad(m);
-        ut_ctx_free(ctx);
-    }
-    ut_st_close(f);
-    ut_model_free(m);
+    hfp_check_autocast("gpt2", FIX "hf_gpt2_cls_tiny", (const char *const[]){"task", "sequence_classification", NULL},
+                       BATCH);
 }
 
 static void test_refusals(void) {

@@ -18,12 +18,7 @@
 #define KEY_BIAS "attention.self.key.bias" /* gradient zero in exact arithmetic */
 
 static ut_model *load(const char *name, const char *dir, const char *key, const char *val, char *err, size_t n) {
-    ut_kv *kv = ut_kv_new();
-    if (dir) ut_kv_set(kv, "pretrained", dir);
-    if (key) ut_kv_set(kv, key, val);
-    ut_model *m = ut_model_create(name, kv, 7, err, n);
-    ut_kv_free(kv);
-    return m;
+    return hfp_load(name, dir, (const char *const[]){key, val, NULL}, err, n);
 }
 
 static void test_logits_loss_grads(void) {

@@ -10,13 +10,13 @@
 
 #include "fixture_init.h"
 #include "test.h"
+#include "parity.h"
 #include "utrain/base.h"
 #include "utrain/io.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
 
-#define FIXTURE_DIR "tests/parity/fixtures/"
 #define TOL_OUT 1e-5    /* logits, loss, AdamW losses: relative (see check_model) */
 #define TOL_GRAD 1e-4   /* gradients: max-abs error over max-abs value */
 #define TOL_CKPT 1e-6   /* checkpointed vs plain gpt2 */
@@ -33,46 +33,14 @@ static const model_case cases[] = {
     {"bow", {"vocab_size", "50", "n_embd", "16", "hidden", "24", "num_classes", "3", NULL}},
 };
 
-/* max |a - b| / max |b|; b is the reference. */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= err)) err = d;   /* also catches NaN in a */
-        if (fabs((double)b[i]) > ref) ref = fabs((double)b[i]);
-    }
-    return ref > 0 ? err / ref : err;
-}
-
-static ut_st_file *open_fixture(const char *name) {
-    char path[256], err[512];
-    snprintf(path, sizeof path, FIXTURE_DIR "%s.safetensors", name);
-    ut_st_file *f = ut_st_open(path, err, sizeof err);
-    CHECK(f, "%s", err);
-    return f;
-}
-
 static const ut_st_tensor *need(const ut_st_file *f, const char *model, const char *name) {
     const ut_st_tensor *t = ut_st_get(f, name);
     CHECK(t, "%s fixture has no tensor %s", model, name);
     return t;
 }
 
-/* A context tensor holding a copy of a stored F32 or I32 tensor. */
-static ut_tensor *to_tensor(ut_ctx *ctx, const ut_st_tensor *t) {
-    UT_ASSERT(t->ndim <= UT_MAX_DIMS && (t->dtype == UT_ST_F32 || t->dtype == UT_ST_I32));
-    int64_t ne[UT_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) ne[d] = t->shape[d];
-    return ut_tensor_from(ctx, t->dtype == UT_ST_F32 ? UT_F32 : UT_I32, t->ndim, ne, t->data);
-}
-
 static ut_model *build(const model_case *c, const ut_st_file *f) {
-    ut_kv *kv = ut_kv_new();
-    for (int i = 0; c->opts[i]; i += 2) ut_kv_set(kv, c->opts[i], c->opts[i + 1]);
-    char err[512];
-    ut_model *m = ut_model_create(c->name, kv, 1, err, sizeof err);
-    ut_kv_free(kv);
-    CHECK(m, "%s: %s", c->name, err);
+    ut_model *m = pt_model(c->name, c->opts, 1);
     if (!m) return NULL;
 
     /* Same parameters, same order, same shapes as the PyTorch model. */
@@ -132,8 +100,8 @@ static ut_ctx *eval_ctx(void) {
 
 /* Forward, loss and backward on the fixture's batch into the zeroed grads. */
 static ut_tensor *forward_backward(ut_model *m, ut_ctx *ctx, const ut_st_file *f, ut_tensor **out) {
-    ut_tensor *x = to_tensor(ctx, ut_st_get(f, "input"));
-    ut_tensor *y = to_tensor(ctx, ut_st_get(f, "targets"));
+    ut_tensor *x = pt_stored(ctx, ut_st_get(f, "input"));
+    ut_tensor *y = pt_stored(ctx, ut_st_get(f, "targets"));
     ut_tensor *o = ut_model_forward(m, ctx, x);
     ut_tensor *loss = ut_model_loss(m, ctx, o, y);
     CHECK(loss, "%s: %s", m->type, ut_ctx_error(ctx));
@@ -145,7 +113,7 @@ static ut_tensor *forward_backward(ut_model *m, ut_ctx *ctx, const ut_st_file *f
 }
 
 static void check_model(const model_case *c) {
-    ut_st_file *f = open_fixture(c->name);
+    ut_st_file *f = pt_open_fixture(c->name);
     if (!f) return;
     const char *req[] = {"input", "targets", "logits", "loss", "adamw_losses"};
     for (size_t i = 0; i < sizeof req / sizeof *req; i++)
@@ -170,7 +138,7 @@ static void check_model(const model_case *c) {
         CHECK(ut_nelem(out) == ut_st_numel(ref), "%s: output has %lld elements, PyTorch's %lld",
               c->name, (long long)ut_nelem(out), (long long)ut_st_numel(ref));
         if (ut_nelem(out) == ut_st_numel(ref)) {
-            double e = rel_err(ut_f32(out), ref->data, ut_nelem(out));
+            double e = pt_rel_err(ut_f32(out), ref->data, ut_nelem(out));
             CHECK(e <= TOL_OUT, "%s: output relative error %.3g", c->name, e);
         }
         double l = ut_f32(loss)[0], lref = *(const float *)ut_st_get(f, "loss")->data;
@@ -181,7 +149,7 @@ static void check_model(const model_case *c) {
             char gname[300];
             snprintf(gname, sizeof gname, "grad.%s", m->params.names[p]);
             const ut_st_tensor *g = ut_st_get(f, gname);
-            double e = rel_err(m->params.t[p]->grad, g->data, ut_nelem(m->params.t[p]));
+            double e = pt_rel_err(m->params.t[p]->grad, g->data, ut_nelem(m->params.t[p]));
             CHECK(e <= TOL_GRAD, "%s: gradient of %s: relative error %.3g", c->name,
                   m->params.names[p], e);
             if (e > worst) worst = e, worst_name = m->params.names[p];
@@ -240,7 +208,7 @@ static void test_bow(void) { check_model(&cases[3]); }
 
 /* The C generator reproduces the values PyTorch started from, bit for bit. */
 static void test_generator_matches_python(void) {
-    ut_st_file *f = open_fixture("mlp");
+    ut_st_file *f = pt_open_fixture("mlp");
     if (!f) return;
     ut_model *m = build(&cases[0], f);
     if (m && !fill(m, f)) {
@@ -259,7 +227,7 @@ static void test_generator_matches_python(void) {
 
 /* Recomputing the blocks in backward must change nothing but memory. */
 static void test_gpt2_checkpoint(void) {
-    ut_st_file *f = open_fixture("gpt2");
+    ut_st_file *f = pt_open_fixture("gpt2");
     if (!f) return;
     ut_model *m = build(&cases[2], f);
     if (!m || fill(m, f)) {
@@ -286,7 +254,7 @@ static void test_gpt2_checkpoint(void) {
           loss[1], loss[0]);
     for (int p = 0; p < m->params.n; p++) {
         const ut_tensor *t = m->params.t[p];
-        double e = rel_err(t->grad, grad_plain + (t->grad - m->params.flat_grad), ut_nelem(t));
+        double e = pt_rel_err(t->grad, grad_plain + (t->grad - m->params.flat_grad), ut_nelem(t));
         CHECK(e <= TOL_CKPT, "gradient of %s: checkpointed differs by %.3g relative", m->params.names[p], e);
     }
     printf("     gpt2 peak activation memory: %zu bytes plain, %zu checkpointed\n", peak[0], peak[1]);
