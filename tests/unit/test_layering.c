@@ -55,15 +55,21 @@ static void make_tree(void) {
     put("src/ops/op.c", "#include \"internal.h\"\n");
 }
 
+/* tmp/name holding text, its path into allow (PATH_MAX); false if unwritable */
+static bool write_allow(char *allow, const char *name, const char *text) {
+    snprintf(allow, PATH_MAX, "%s/%s", tmp, name);
+    FILE *f = fopen(allow, "w");
+    CHECK(f != NULL, "cannot write %s", allow);
+    if (!f) return false;
+    fputs(text, f);
+    fclose(f);
+    return true;
+}
+
 static void test_violations_fail_and_are_named(void) {
     char allow[PATH_MAX], root[PATH_MAX], *out = NULL;
     snprintf(root, sizeof root, "%s/tree", tmp);
-    snprintf(allow, sizeof allow, "%s/allow.txt", tmp);
-    FILE *f = fopen(allow, "w");
-    CHECK(f != NULL, "cannot write %s", allow);
-    if (!f) return;
-    fputs("# nothing allowed\n", f);
-    fclose(f);
+    if (!write_allow(allow, "allow.txt", "# nothing allowed\n")) return;
     int rc = check(root, allow, &out);
     CHECK(rc == 1, "exit %d", rc);
     CHECK(out && strstr(out, "src/models/bad.c touches tensor data"), "%s", out ? out : "");
@@ -80,13 +86,9 @@ static void test_violations_fail_and_are_named(void) {
 static void test_allowlist_only_shrinks(void) {
     char allow[PATH_MAX], root[PATH_MAX], *out = NULL;
     snprintf(root, sizeof root, "%s/tree", tmp);
-    snprintf(allow, sizeof allow, "%s/allow2.txt", tmp);
-    FILE *f = fopen(allow, "w");
-    CHECK(f != NULL, "cannot write %s", allow);
-    if (!f) return;
     /* bad.c and grad.c are allowed; clean.c and a deleted file must go */
-    fputs("src/models/bad.c\nsrc/nn/grad.c\nsrc/train/clean.c\nsrc/io/gone.c\n", f);
-    fclose(f);
+    if (!write_allow(allow, "allow2.txt", "src/models/bad.c\nsrc/nn/grad.c\nsrc/train/clean.c\nsrc/io/gone.c\n"))
+        return;
     int rc = check(root, allow, &out);
     CHECK(rc == 1, "exit %d", rc);
     CHECK(out && !strstr(out, "bad.c touches") && !strstr(out, "grad.c touches"), "%s",
