@@ -7,13 +7,13 @@ arguments (the Trainer itself is not used, so that the clock covers the
 training steps only and the thread count is ours):
 
   model       AutoModelForSequenceClassification.from_pretrained(DIR, num_labels=2)
-              after torch.manual_seed(SEED) (the new classifier's init), as
+              after torch.manual_seed(--seed, default 42) (the new classifier's init), as
               Trainer's set_seed + model_init
   data        the TSV files (sentence<TAB>label, one header line), tokenized by
               AutoTokenizer.from_pretrained(DIR) with truncation to max_length
               64; each batch padded to its longest row (DataCollatorWithPadding)
   sampler     a new random permutation of the training set every epoch from a
-              generator seeded with SEED (Trainer's RandomSampler); the last
+              generator seeded with --seed (Trainer's RandomSampler); the last
               batch is kept (dataloader_drop_last False)
   optimizer   torch.optim.AdamW lr 5e-5, betas (0.9, 0.999), eps 1e-8, weight
               decay 0.01 on every parameter except biases and LayerNorm weights
@@ -45,7 +45,7 @@ import time
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-SEED, BATCH, MAX_LEN, LR, WD = 42, 32, 64, 5e-5, 0.01
+BATCH, MAX_LEN, LR, WD = 32, 64, 5e-5, 0.01
 
 
 def read_tsv(path):
@@ -105,7 +105,7 @@ def train(model, train_rows, dev_rows, pad_id, a):
     per_epoch = (len(train_rows) + BATCH - 1) // BATCH
     total = a.epochs * per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (total - s) / total))
-    gen = torch.Generator().manual_seed(SEED)
+    gen = torch.Generator().manual_seed(a.seed)
     res = {"epoch_s": [], "eval_s": [], "dev_accuracy": [], "loss_last": None, "steps": 0}
     best, best_state = -1.0, None
     model.train()
@@ -146,17 +146,18 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--no-test", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--seed", type=int, default=42, help="the run's seed (utrain's seed: key)")
     a = ap.parse_args()
     if a.threads < 1 or a.epochs < 1 or a.max_steps < 0:
         ap.error("--threads and --epochs must be >= 1, --max-steps >= 0")
     torch.set_num_threads(a.threads)
     tok = AutoTokenizer.from_pretrained(a.model)
     rows = {s: encode(tok, f"{a.data}/{s}.tsv") for s in ("train", "dev", "test")}
-    torch.manual_seed(SEED)
+    torch.manual_seed(a.seed)
     model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=2)
     res = train(model, rows["train"], rows["dev"], tok.pad_token_id, a)
     res.update(impl="torch", torch=torch.__version__, threads=torch.get_num_threads(),
-               epochs=a.epochs, epoch_s_median=statistics.median(res["epoch_s"]),
+               epochs=a.epochs, seed=a.seed, epoch_s_median=statistics.median(res["epoch_s"]),
                dev_best=None if a.no_test else accuracy(model, rows["dev"], tok.pad_token_id),
                test_accuracy=None if a.no_test else accuracy(model, rows["test"], tok.pad_token_id))
     if a.json:
