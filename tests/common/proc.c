@@ -45,6 +45,36 @@ int tp_wait(pid_t pid) {
 
 int tp_run(const char *const *args, const char *out_path) { return tp_wait(tp_spawn(args, out_path)); }
 
+int tp_run_shown(const char *const *args, const char *out_path, int expect, const char *label) {
+    int rc = tp_run(args, out_path);
+    if (rc != expect) {
+        char *s = tp_slurp(out_path);
+        if (label) fprintf(stderr, "  %s exited %d:\n%s\n", label, rc, s ? s : "");
+        else fprintf(stderr, "  utrain %s exited %d:\n%s\n", args[0], rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+int tp_push_sets(const char **argv, int argc, int cap, char *sets) {
+    for (char *tok = strtok(sets, " "); tok && argc + 2 < cap; tok = strtok(NULL, " ")) {
+        argv[argc++] = "--set";
+        argv[argc++] = tok;
+    }
+    argv[argc] = NULL;
+    return argc;
+}
+
+const char *tp_path(const char *dir, const char *name) {
+    static char buf[16][1024];
+    static int k;
+    k = (k + 1) % 16;
+    char joined[1024]; /* dir may be the buffer about to be reused */
+    snprintf(joined, sizeof joined, "%s/%s", dir, name);
+    memcpy(buf[k], joined, sizeof joined);
+    return buf[k];
+}
+
 char *tp_slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -48,14 +48,8 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* "tmp/leaf" in one of 8 rotating buffers */
-static const char *in_tmp(const char *leaf) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, leaf);
-    return buf[k];
-}
+/* "tmp/leaf" (a rotating buffer of tp_path) */
+static const char *in_tmp(const char *leaf) { return tp_path(tmp, leaf); }
 
 /* Kills (SIGKILL, by pid) every process whose command line mentions our
  * temp dir: the ranks of a job that was killed, in any namespace. */
