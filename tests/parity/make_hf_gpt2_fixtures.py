@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from fixture_common import batch_tensors, gpt2_layout, gpt2_name, out_dir, perturb, print_logits_diff, save_pretrained, \
-    write_safetensors
+from fixture_common import batch_tensors, gpt2_layout, gpt2_name, out_dir, perturb, print_logits_diff, \
+    save_pretrained, write_safetensors
 
 
 def batch():
