@@ -117,7 +117,7 @@ static int step(ut_model *m, ut_ctx *ctx, ut_optim *opt, float lr, int32_t *x, i
     double t1 = bench_now();
     if (ut_backward(ctx, loss)) return fprintf(stderr, "bert_step: %s\n", ut_ctx_error(ctx)), -1;
     double t2 = bench_now();
-    tm->last = ut_f32(loss)[0];
+    ut_tensor_get(loss, &tm->last, sizeof tm->last);
     if (i == -WARMUP) tm->first = tm->last;
     ut_optim_step_zero(opt, lr);
     ut_ctx_reset(ctx);
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = 5e-5f;
     oc.weight_decay = 0.01f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
+    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n,
                                  0, m->params.numel);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     if (o.bf16) ut_ctx_set_autocast(ctx, UT_BF16);
