@@ -17,6 +17,8 @@
   batch_tensors, after_tensors
                      a batch file's input, labels, logits, loss, grad.<name>
                      and after.<name> tensors
+  write_cls_batch    a classifier's batch file: those, the AdamW losses and
+                     the metadata
   gpt2_name, gpt2_layout
                      a transformers GPT-2 parameter under utrain's name (no
                      "transformer.") and layout (Conv1D weights (out, in))
@@ -183,6 +185,20 @@ def after_tensors(t, model, rename=_same_name, layout=_same_layout):
     """after.<name>: every parameter as it is now, added to t."""
     for name, p in model.named_parameters():
         t["after." + rename(name)] = layout(name, p.detach().numpy().copy())
+
+
+def write_cls_batch(path, model, x, y, out, loss_fn, rename=_same_name, layout=_same_layout):
+    """After out.loss.backward(): path holds batch_tensors, adamw_losses (10
+    adamw_steps of loss_fn) and after_tensors, with the parameter and decaying
+    names and the torch version as metadata. The names and decaying names."""
+    import torch
+    t, names = batch_tensors(model, x, y, out, rename=rename, layout=layout)
+    t["adamw_losses"], decay = adamw_steps(model, loss_fn)
+    after_tensors(t, model, rename=rename, layout=layout)
+    meta = {"params": json.dumps(names), "decay": json.dumps(sorted(rename(n) for n in decay)),
+            "torch": torch.__version__}
+    write_safetensors(path, t, meta)
+    return names, decay
 
 
 def print_logits_diff(cls, name, d, logits):

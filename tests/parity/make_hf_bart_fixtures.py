@@ -46,8 +46,7 @@ import numpy as np
 import torch
 from transformers import BartConfig, BartForSequenceClassification
 
-from fixture_common import FIX, adamw_steps, after_tensors, batch_tensors, out_dir, perturb, print_logits_diff, \
-    save_pretrained, sst2_sentences, write_safetensors
+from fixture_common import FIX, out_dir, perturb, print_logits_diff, save_pretrained, sst2_sentences, write_cls_batch
 
 
 def batch():
@@ -127,11 +126,8 @@ def main():
     yt = torch.from_numpy(y).long()
     out = m(**kwargs(x), labels=yt)
     out.loss.backward()
-    t, names = batch_tensors(m, x, y, out)
-    t["adamw_losses"], decay = adamw_steps(m, lambda: m(**kwargs(x), labels=yt).loss)
-    after_tensors(t, m)
-    meta = {"params": json.dumps(names), "decay": json.dumps(decay), "torch": torch.__version__}
-    write_safetensors(os.path.join(out_root, "hf_bart_tiny_batch.safetensors"), t, meta)
+    names, decay = write_cls_batch(os.path.join(out_root, "hf_bart_tiny_batch.safetensors"), m, x, y, out,
+                                   lambda: m(**kwargs(x), labels=yt).loss)
     print("loss", out.loss.item(), "params", len(names), "decay", len(decay))
 
 

@@ -41,8 +41,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (GPT2Config, GPT2ForSequenceClassification, RobertaConfig,
                           RobertaForSequenceClassification)
 
-from fixture_common import FIX, adamw_steps, after_tensors, batch_tensors, gpt2_layout, gpt2_name, out_dir, perturb, \
-    print_logits_diff, read_safetensors, save_pretrained, sst2_sentences, write_safetensors
+from fixture_common import FIX, gpt2_layout, gpt2_name, out_dir, perturb, print_logits_diff, read_safetensors, \
+    save_pretrained, sst2_sentences, write_cls_batch
 
 
 def roberta(out_root):
@@ -111,12 +111,7 @@ def write_batch(m, x, y, rename, path):
     xt = torch.from_numpy(x).long()
     out = call(m, xt, y)
     out.loss.backward()
-    t, names = batch_tensors(m, x, y, out, rename=rename, layout=gpt2_layout)
-    t["adamw_losses"], decay = adamw_steps(m, lambda: call(m, xt, y).loss)
-    after_tensors(t, m, rename=rename, layout=gpt2_layout)
-    meta = {"params": json.dumps(names), "decay": json.dumps(sorted(rename(n) for n in decay)),
-            "torch": torch.__version__}
-    write_safetensors(path, t, meta)
+    names, _ = write_cls_batch(path, m, x, y, out, lambda: call(m, xt, y).loss, rename=rename, layout=gpt2_layout)
     print(os.path.basename(path), "loss", out.loss.item(), "params", len(names))
 
 

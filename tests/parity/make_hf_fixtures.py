@@ -29,15 +29,13 @@ It rewrites, under tests/parity/fixtures/ (or DIR with --out DIR):
                        every parameter after the 10 steps
 Everything is float32 in eval mode (dropout off), eager attention.
 """
-import json
 import os
 
 import numpy as np
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from fixture_common import adamw_steps, after_tensors, batch_tensors, out_dir, save_pretrained, sst2_sentences, \
-    write_safetensors
+from fixture_common import out_dir, save_pretrained, sst2_sentences, write_cls_batch
 
 
 def batch():
@@ -74,11 +72,8 @@ def main():
     xt, yt = torch.from_numpy(x).long(), torch.from_numpy(y).long()
     out = model(**kwargs(xt), labels=yt)
     out.loss.backward()
-    t, names = batch_tensors(model, x, y, out)
-    t["adamw_losses"], decay = adamw_steps(model, lambda: model(**kwargs(xt), labels=yt).loss)
-    after_tensors(t, model)
-    meta = {"params": json.dumps(names), "decay": json.dumps(decay), "torch": torch.__version__}
-    write_safetensors(os.path.join(out_root, "hf_bert_tiny_batch.safetensors"), t, meta)
+    names, _ = write_cls_batch(os.path.join(out_root, "hf_bert_tiny_batch.safetensors"), model, x, y, out,
+                               lambda: model(**kwargs(xt), labels=yt).loss)
     print("loss", out.loss.item(), "params", len(names))
 
 
