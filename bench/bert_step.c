@@ -31,16 +31,6 @@ typedef struct {
     bool bf16, json;
 } opts;
 
-static int parse_pos(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "bert_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--json]\n");
 }
@@ -54,7 +44,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         int k = 0;
         while (k < 4 && strcmp(argv[i], num[k])) k++;
         if (k < 4) {
-            if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst[k])) return 2;
+            if (bench_parse_pos("bert_step", argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst[k])) return 2;
             i++;
         } else if (!strcmp(argv[i], "--bf16")) {
             o->bf16 = true;

@@ -72,16 +72,6 @@ typedef struct {
 
 /* ---- command line ---- */
 
-static int parse_long(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "ddp_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static int parse_mb(const char *flag, const char *v, double *out) {
     char *end;
     *out = v ? strtod(v, &end) : 0;
@@ -133,7 +123,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         bool done = false;
         for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
             if (!strcmp(a, longs[k].flag)) {
-                if (parse_long(a, v, longs[k].dst)) return -1;
+                if (bench_parse_pos("ddp_step", a, v, longs[k].dst)) return -1;
                 i++;
                 done = true;
                 break;

@@ -36,16 +36,6 @@ static double minimum(const double *v, int n) {
     return m;
 }
 
-static int parse_pos(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "gpt2_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] "
                "[--precision fp32|bf16|fp16] [--json]\n");
@@ -60,7 +50,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads") ||
             !strcmp(argv[i], "--seq")) {
             long *dst = !strcmp(argv[i], "--steps") ? &steps : !strcmp(argv[i], "--seq") ? &T : &threads;
-            if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
+            if (bench_parse_pos("gpt2_step", argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
             i++;
         } else if (!strcmp(argv[i], "--bf16")) {
             prec = UT_BF16;
