@@ -1,12 +1,14 @@
 /* Helpers for tests that run the `utrain` program (see proc.h). */
 #include "proc.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "utrain/io.h"
@@ -86,6 +88,40 @@ char *tp_slurp(const char *path) {
     s[got] = 0;
     fclose(f);
     return s;
+}
+
+double tp_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int tp_each_proc(int (*fn)(pid_t pid, const char *cmdline, size_t len, void *arg), void *arg) {
+    enum { CAP = 1 << 16 };
+    DIR *d = opendir("/proc");
+    char *cmd = malloc(CAP), path[300];
+    int ret = 0;
+    for (struct dirent *e; d && cmd && !ret && (e = readdir(d));) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == getpid()) continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t len = fread(cmd, 1, CAP - 1, f);
+        fclose(f);
+        cmd[len] = 0;
+        if (len) ret = fn((pid_t)pid, cmd, len, arg);
+    }
+    if (d) closedir(d);
+    free(cmd);
+    return ret;
+}
+
+bool tp_cmdline_has(const char *cmdline, size_t len, const char *s) {
+    for (size_t i = 0; i < len; i += strlen(cmdline + i) + 1)
+        if (strstr(cmdline + i, s)) return true;
+    return false;
 }
 
 int tp_count_lines(const char *path) {
