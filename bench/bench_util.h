@@ -1,7 +1,8 @@
 /* Helpers shared by the benchmark programs: a monotonic clock, medians,
  * filled 64-byte-aligned buffers, a row-major sgemm with ut_gemm's
- * conventions and positive integer arguments.
- * defines: bench_now, bench_median, bench_buf, bench_gemm, bench_parse_pos. */
+ * conventions, positive integer arguments and a model's AdamW.
+ * defines: bench_now, bench_median, bench_buf, bench_gemm, bench_parse_pos, bench_repeats_threads,
+ *          bench_adamw. */
 #ifndef UTRAIN_BENCH_UTIL_H
 #define UTRAIN_BENCH_UTIL_H
 
@@ -11,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "utrain/nn.h"
+#include "utrain/optim.h"
 
 static inline double bench_now(void) {
     struct timespec ts;
@@ -69,5 +73,14 @@ static inline int bench_repeats_threads(const char *prog, int argc, char **argv,
     if (bench_parse_pos(prog, argv[*i], v, r ? repeats : threads)) return -1;
     ++*i;
     return 1;
+}
+
+/* AdamW (the library's defaults but lr and weight decay wd) over m's flat
+ * parameter and gradient buffers. */
+static inline ut_optim *bench_adamw(ut_model *m, float lr, float wd) {
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    oc.lr = lr;
+    oc.weight_decay = wd;
+    return ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0, m->params.numel);
 }
 #endif

@@ -151,11 +151,8 @@ int main(int argc, char **argv) {
     if (o.threads > 0) omp_set_num_threads((int)o.threads);
     ut_model *m = build_bert();
     if (!m) return 1;
-    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-    oc.lr = 5e-5f;
-    oc.weight_decay = 0.01f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n,
-                                 0, m->params.numel);
+    const float lr = 5e-5f;
+    ut_optim *opt = bench_adamw(m, lr, 0.01f);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     if (o.bf16) ut_ctx_set_autocast(ctx, UT_BF16);
     ut_ctx_set_training(ctx, true); /* dropout on, as in a training run */
@@ -165,7 +162,7 @@ int main(int argc, char **argv) {
     if (!x || !y || !tm.step || !tm.fwd || !tm.bwd || !tm.opt) abort();
     make_batch(x, y, o.B, o.T);
     rc = 0;
-    for (int i = -WARMUP; i < (int)o.steps && !rc; i++) rc = step(m, ctx, opt, oc.lr, x, y, &o, &tm, i);
+    for (int i = -WARMUP; i < (int)o.steps && !rc; i++) rc = step(m, ctx, opt, lr, x, y, &o, &tm, i);
     if (!rc && !isfinite(tm.last)) {
         fprintf(stderr, "bert_step: loss is not finite (%g)\n", (double)tm.last);
         rc = 1;
