@@ -1,7 +1,8 @@
 /* Helpers shared by the benchmark programs: a monotonic clock, medians,
- * filled 64-byte-aligned buffers and a row-major sgemm with ut_gemm's
- * conventions.
- * defines: bench_now, bench_median, bench_buf, bench_gemm. */
+ * filled 64-byte-aligned buffers, a row-major sgemm with ut_gemm's
+ * conventions, positive integer arguments and a model's AdamW.
+ * defines: bench_now, bench_median, bench_buf, bench_gemm, bench_parse_pos, bench_repeats_threads,
+ *          bench_adamw. */
 #ifndef UTRAIN_BENCH_UTIL_H
 #define UTRAIN_BENCH_UTIL_H
 
@@ -9,7 +10,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "utrain/nn.h"
+#include "utrain/optim.h"
 
 static inline double bench_now(void) {
     struct timespec ts;
@@ -44,5 +49,38 @@ static inline void bench_gemm(bool ta, bool tb, int M, int Nc, int K, const floa
                               float beta, float *Cm) {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, Nc,
                 K, 1.0f, A, ta ? M : K, Bm, tb ? K : Nc, beta, Cm, Nc);
+}
+
+/* *out = v, a positive integer given to flag (v NULL: missing); else -1 and
+ * "PROG: FLAG needs a positive integer, got 'V'" on stderr. */
+static inline int bench_parse_pos(const char *prog, const char *flag, const char *v, long *out) {
+    char *end;
+    *out = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || *out <= 0) {
+        fprintf(stderr, "%s: %s needs a positive integer, got '%s'\n", prog, flag, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* --repeats N or --threads N at argv[*i] (N into repeats or threads, *i moved
+ * past it): 1; a bad N: -1 with the message; another argument: 0. */
+static inline int bench_repeats_threads(const char *prog, int argc, char **argv, int *i, long *repeats,
+                                        long *threads) {
+    bool r = !strcmp(argv[*i], "--repeats");
+    if (!r && strcmp(argv[*i], "--threads")) return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (bench_parse_pos(prog, argv[*i], v, r ? repeats : threads)) return -1;
+    ++*i;
+    return 1;
+}
+
+/* AdamW (the library's defaults but lr and weight decay wd) over m's flat
+ * parameter and gradient buffers. */
+static inline ut_optim *bench_adamw(ut_model *m, float lr, float wd) {
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    oc.lr = lr;
+    oc.weight_decay = wd;
+    return ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0, m->params.numel);
 }
 #endif

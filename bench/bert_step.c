@@ -31,16 +31,6 @@ typedef struct {
     bool bf16, json;
 } opts;
 
-static int parse_pos(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "bert_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--json]\n");
 }
@@ -54,7 +44,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         int k = 0;
         while (k < 4 && strcmp(argv[i], num[k])) k++;
         if (k < 4) {
-            if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst[k])) return 2;
+            if (bench_parse_pos("bert_step", argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst[k])) return 2;
             i++;
         } else if (!strcmp(argv[i], "--bf16")) {
             o->bf16 = true;
@@ -117,7 +107,7 @@ static int step(ut_model *m, ut_ctx *ctx, ut_optim *opt, float lr, int32_t *x, i
     double t1 = bench_now();
     if (ut_backward(ctx, loss)) return fprintf(stderr, "bert_step: %s\n", ut_ctx_error(ctx)), -1;
     double t2 = bench_now();
-    tm->last = ut_f32(loss)[0];
+    ut_tensor_get(loss, &tm->last, sizeof tm->last);
     if (i == -WARMUP) tm->first = tm->last;
     ut_optim_step_zero(opt, lr);
     ut_ctx_reset(ctx);
@@ -161,11 +151,8 @@ int main(int argc, char **argv) {
     if (o.threads > 0) omp_set_num_threads((int)o.threads);
     ut_model *m = build_bert();
     if (!m) return 1;
-    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-    oc.lr = 5e-5f;
-    oc.weight_decay = 0.01f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.data, m->params.grad, m->params.segs, m->params.n,
-                                 0, m->params.numel);
+    const float lr = 5e-5f;
+    ut_optim *opt = bench_adamw(m, lr, 0.01f);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     if (o.bf16) ut_ctx_set_autocast(ctx, UT_BF16);
     ut_ctx_set_training(ctx, true); /* dropout on, as in a training run */
@@ -175,7 +162,7 @@ int main(int argc, char **argv) {
     if (!x || !y || !tm.step || !tm.fwd || !tm.bwd || !tm.opt) abort();
     make_batch(x, y, o.B, o.T);
     rc = 0;
-    for (int i = -WARMUP; i < (int)o.steps && !rc; i++) rc = step(m, ctx, opt, oc.lr, x, y, &o, &tm, i);
+    for (int i = -WARMUP; i < (int)o.steps && !rc; i++) rc = step(m, ctx, opt, lr, x, y, &o, &tm, i);
     if (!rc && !isfinite(tm.last)) {
         fprintf(stderr, "bert_step: loss is not finite (%g)\n", (double)tm.last);
         rc = 1;

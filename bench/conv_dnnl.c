@@ -144,19 +144,11 @@ static void bench_dir(conv_case *c, const char *name, int dir, long repeats, dou
 int main(int argc, char **argv) {
     long repeats = 21, threads = 0;
     for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "--repeats") || !strcmp(argv[i], "--threads")) && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (*end || v <= 0) {
-                fprintf(stderr, "conv_dnnl: %s needs a positive integer\n", argv[i]);
-                return 2;
-            }
-            *(argv[i][2] == 'r' ? &repeats : &threads) = v;
-            i++;
-        } else {
-            fprintf(stderr, "usage: conv_dnnl [--repeats N] [--threads N]\n");
-            return 2;
-        }
+        int got = bench_repeats_threads("conv_dnnl", argc, argv, &i, &repeats, &threads);
+        if (got < 0) return 2;
+        if (got > 0) continue;
+        fprintf(stderr, "usage: conv_dnnl [--repeats N] [--threads N]\n");
+        return 2;
     }
     if (threads > 0) omp_set_num_threads((int)threads);
     int nthr = omp_get_max_threads();

@@ -72,16 +72,6 @@ typedef struct {
 
 /* ---- command line ---- */
 
-static int parse_long(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "ddp_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static int parse_mb(const char *flag, const char *v, double *out) {
     char *end;
     *out = v ? strtod(v, &end) : 0;
@@ -133,7 +123,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         bool done = false;
         for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
             if (!strcmp(a, longs[k].flag)) {
-                if (parse_long(a, v, longs[k].dst)) return -1;
+                if (bench_parse_pos("ddp_step", a, v, longs[k].dst)) return -1;
                 i++;
                 done = true;
                 break;
@@ -378,11 +368,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ddp_step: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-    oc.lr = 3e-4f;
-    oc.weight_decay = 0.1f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
-                                 m->params.n, 0, m->params.numel);
+    const float lr = 3e-4f;
+    ut_optim *opt = bench_adamw(m, lr, 0.1f);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     ut_ddp *ddp = ut_ddp_new(comm, &m->params, o.bucket_mb);
     buckets bk = make_buckets(&m->params, o.bucket_mb);
@@ -450,7 +437,7 @@ int main(int argc, char **argv) {
         double t3 = bench_now();
         ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
-        ut_optim_step_zero(opt, oc.lr);
+        ut_optim_step_zero(opt, lr);
         ut_ctx_reset(ctx);
         double t4 = bench_now();
         ut_comm_stats(comm, &bytes1, &wait1);

@@ -36,16 +36,6 @@ static double minimum(const double *v, int n) {
     return m;
 }
 
-static int parse_pos(const char *flag, const char *v, long *out) {
-    char *end;
-    *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
-        fprintf(stderr, "gpt2_step: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
-        return -1;
-    }
-    return 0;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: gpt2_step [--steps N] [--threads N] [--seq T] [--checkpoint] "
                "[--precision fp32|bf16|fp16] [--json]\n");
@@ -60,7 +50,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--steps") || !strcmp(argv[i], "--threads") ||
             !strcmp(argv[i], "--seq")) {
             long *dst = !strcmp(argv[i], "--steps") ? &steps : !strcmp(argv[i], "--seq") ? &T : &threads;
-            if (parse_pos(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
+            if (bench_parse_pos("gpt2_step", argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
             i++;
         } else if (!strcmp(argv[i], "--bf16")) {
             prec = UT_BF16;
@@ -106,11 +96,8 @@ int main(int argc, char **argv) {
     }
     m->checkpoint_activations = checkpoint;
 
-    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
-    oc.lr = 3e-4f;
-    oc.weight_decay = 0.1f;
-    ut_optim *opt = ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs,
-                                 m->params.n, 0, m->params.numel);
+    const float lr = 3e-4f;
+    ut_optim *opt = bench_adamw(m, lr, 0.1f);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1});
     ut_ctx_set_autocast(ctx, prec);
     const char *pname = prec == UT_BF16 ? "bf16" : prec == UT_F16 ? "fp16" : "fp32";
@@ -156,7 +143,7 @@ int main(int argc, char **argv) {
         ut_tensor_get(loss, &last_loss, sizeof last_loss);
         if (s == 0) first_loss = last_loss;
         size_t pk = ut_ctx_peak_bytes(ctx);
-        ut_optim_step_zero(opt, oc.lr); /* update, and zero the grads in the same pass */
+        ut_optim_step_zero(opt, lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);
         double t3 = bench_now();
         if (s >= WARMUP) {

@@ -19,29 +19,19 @@
 # median step time of a run; with several rounds, the median over rounds.
 set -uo pipefail
 
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
 BUILD=${1:-build}
 STEPS=${BENCH_STEPS:-3}
 RUNS=${BENCH_RUNS:-1}
 TH=${THREADS:-2}
 PARALLEL=${PARALLEL:-0}
-PYTHON=${PYTHON:-python3}
-cd "$(dirname "$0")/.."
 STEP_BIN=$BUILD/bench/bert_step
-[ -x "$STEP_BIN" ] || make --no-print-directory BUILD="$BUILD" "$STEP_BIN" >/dev/null || exit 1
+bench_build "$BUILD" "$STEP_BIN"
 
-jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {if (NR) print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-
-echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-have_torch=1
-if ! "$PYTHON" -c "import torch, transformers" 2>/dev/null; then
-    have_torch=0
-    echo "== $PYTHON cannot import torch and transformers: PyTorch is skipped, utrain's figures alone"
-fi
-
-TMP=$(mktemp -d /tmp/utrain_bert.XXXXXX) || exit 1
-trap 'rm -rf "$TMP"' EXIT
+bench_machine
+bench_have_torch torch transformers
+bench_tmpdir bert
 
 run() { # impl precision round: prints its line, writes its median to $TMP/<impl>_<precision>.<round>
     local flag="" j
@@ -49,7 +39,7 @@ run() { # impl precision round: prints its line, writes its median to $TMP/<impl
     if [ "$1" = utrain ]; then
         j=$("$STEP_BIN" --threads "$TH" --steps "$STEPS" $flag --json) || { echo "bert_step failed" >&2; return 1; }
     else
-        j=$("$PYTHON" bench/torch_bert_step.py --threads "$TH" --steps "$STEPS" $flag --json 2>/dev/null | tail -n 1)
+        j=$("$PY" bench/torch_bert_step.py --threads "$TH" --steps "$STEPS" $flag --json 2>/dev/null | tail -n 1)
         [ -n "$j" ] || { echo "torch_bert_step.py failed" >&2; return 1; }
     fi
     local med; med=$(jget median_s <<<"$j")
@@ -76,7 +66,7 @@ for ((r = 1; r <= RUNS; r++)); do
 done
 
 echo
-echo "== BERT-base sequence classification step (B=32, T=128, AdamW), threads $TH, load now $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== BERT-base sequence classification step (B=32, T=128, AdamW), threads $TH, load now $(bench_load)"
 for p in fp32 bf16; do
     u=$(cat "$TMP"/utrain_$p.* 2>/dev/null | median)
     [ -n "$u" ] || continue

@@ -30,6 +30,8 @@
 # fragments instead of CMA; see docs/performance.md).
 set -uo pipefail
 
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-3}
 STEPS=${BENCH_STEPS:-6}
@@ -38,17 +40,9 @@ BATCH=${BENCH_BATCH:-4}
 SEQ=${BENCH_SEQ:-64}
 THREADS=${BENCH_THREADS:-1}
 SWEEP=${BENCH_SWEEP:-1,5,100}
-cd "$(dirname "$0")/.." || exit 1
 BIN=$BUILD/bench/ddp_step
-[ -x "$BIN" ] && [ "$BIN" -nt bench/ddp_step.c ] ||
-    make --no-print-directory BUILD="$BUILD" "$BIN" >/dev/null || exit 1
-
-TMP=$(mktemp -d /tmp/utrain_ddp.XXXXXX) || exit 1
-trap 'rm -rf "$TMP"' EXIT
-
-jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+bench_build "$BUILD" "$BIN" bench/ddp_step.c
+bench_tmpdir ddp
 
 # ---- OpenMPI: as root, more ranks + threads than cores, shared memory ----
 if [ "$(id -u)" = 0 ]; then
@@ -58,24 +52,16 @@ export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=$THREADS
 
-echo "== machine: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 echo "== $(mpirun --version 2>/dev/null | head -1); btl $OMPI_MCA_btl," \
     "vader single copy: ${OMPI_MCA_btl_vader_single_copy_mechanism:-cma, the OpenMPI default}"
 
-# ---- OpenBLAS kernel set ----
-core=$("$BIN" --core)
-if [ "$core" = Prescott ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${UT_BENCH_KEEP_CORE:-0}" != 1 ] &&
-    grep -qw avx512f /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=SkylakeX
-    core=$("$BIN" --core)
-    echo "== OpenBLAS picked Prescott (generic SSE3) on an AVX-512 CPU: using OPENBLAS_CORETYPE=SkylakeX ($core)"
-fi
-echo "== OpenBLAS kernels: $core"
+bench_openblas_core "$BIN" --core
 
 # ---- runs ----
 for i in $(seq 1 "$RUNS"); do
     echo
-    echo "== run $i of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "== run $i of $RUNS (load $(bench_load))"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of flags
     mpirun -np 2 --oversubscribe --bind-to none "$BIN" --threads "$THREADS" --batch "$BATCH" \
         --seq "$SEQ" --steps "$STEPS" --reps "$REPS" --sweep-mb "$SWEEP" --json "$TMP/run$i.json" \
@@ -156,5 +142,5 @@ for f in "$TMP"/run*.json; do printf " %.2f" "$(jget ratio <"$f")"; done
 echo
 same=$(cat "$TMP"/run*.json | jget same | sort -u | tr '\n' ' ')
 echo "  ranks' parameters identical after the steps: $same"
-echo "== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== load at the end: $(bench_load)"
 exit 0

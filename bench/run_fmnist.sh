@@ -39,33 +39,22 @@
 # ut_blas_select_kernels). UT_BENCH_KEEP_CORE=1 keeps the library's choice.
 set -uo pipefail
 
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-2}
-PY=${PYTHON:-python3}   # the interpreter that runs PyTorch
 THREADS=${BENCH_THREADS:-1 2}
 [[ "$THREADS" =~ ^[12]( [12])*$ ]] || { echo "run_fmnist.sh: BENCH_THREADS is a list of 1 and 2, got '$THREADS'" >&2; exit 2; }
-cd "$(dirname "$0")/.."
 UT=$BUILD/utrain
 SGEMM_BIN=$BUILD/bench/sgemm_cnn
-[ -x "$UT" ] || make --no-print-directory BUILD="$BUILD" "$UT" >/dev/null || exit 1
-[ -x "$SGEMM_BIN" ] && [ "$SGEMM_BIN" -nt bench/sgemm_cnn.c ] ||
-    make --no-print-directory BUILD="$BUILD" "$SGEMM_BIN" >/dev/null || exit 1
+bench_build "$BUILD" "$UT"
+bench_build "$BUILD" "$SGEMM_BIN" bench/sgemm_cnn.c
+bench_tmpdir fmnist
 
-TMP=$(mktemp -d /tmp/utrain_fmnist.XXXXXX) || exit 1
-trap 'rm -rf "$TMP"' EXIT
-
-jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-
-echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-
-core=$(OPENBLAS_VERBOSE=0 "$SGEMM_BIN" --threads 1 --repeats 1 --json | jget core)
-if [ "$core" = Prescott ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${UT_BENCH_KEEP_CORE:-0}" != 1 ] &&
-    grep -qw avx512f /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=SkylakeX
-    echo "== OpenBLAS picked Prescott (generic SSE3) on an AVX-512 CPU: using OPENBLAS_CORETYPE=SkylakeX"
-fi
+bench_machine
+# shellcheck disable=SC2317  # called through bench_openblas_core
+sgemm_core() { OPENBLAS_VERBOSE=0 "$SGEMM_BIN" --threads 1 --repeats 1 --json | jget core; }
+bench_openblas_core sgemm_core
 declare -A RATE
 for th in 1 2; do
     j=$("$SGEMM_BIN" --threads $th --repeats 7 --json)
@@ -74,11 +63,7 @@ for th in 1 2; do
         "(convolutions as batch-wide gemms: $(jget conv_batched_gflops <<<"$j"))"
 done
 
-have_torch=1
-if ! "$PY" -c "import torch" 2>/dev/null; then
-    have_torch=0
-    echo "== $PY cannot import torch (set PYTHON=): PyTorch is skipped, utrain's figures alone"
-fi
+bench_have_torch torch
 
 declare -A T ACC DONE   # per setting: space-separated values over runs
 run_utrain() { # threads run

@@ -29,34 +29,20 @@
 # sides); PYTHON (the interpreter that runs PyTorch, default python3).
 set -uo pipefail
 
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
 BUILD=${1:-build}
 STEPS=${BENCH_STEPS:-8}
-PY=${PYTHON:-python3}
 ROUNDS=${BENCH_ROUNDS:-4}
 [[ "$ROUNDS" =~ ^[1-4]$ ]] || { echo "run_gpt2_step.sh: BENCH_ROUNDS must be 1 to 4, got '$ROUNDS'" >&2; exit 2; }
-cd "$(dirname "$0")/.."
 STEP_BIN=$BUILD/bench/gpt2_step
 SGEMM_BIN=$BUILD/bench/sgemm_rate
-[ -x "$STEP_BIN" ] || make --no-print-directory BUILD="$BUILD" "$STEP_BIN" >/dev/null || exit 1
-[ -x "$SGEMM_BIN" ] && [ "$SGEMM_BIN" -nt bench/sgemm_rate.c ] ||
-    make --no-print-directory BUILD="$BUILD" "$SGEMM_BIN" >/dev/null || exit 1
+bench_build "$BUILD" "$STEP_BIN"
+bench_build "$BUILD" "$SGEMM_BIN" bench/sgemm_rate.c
 
-# field NAME from a one-line JSON object on stdin (numbers and strings)
-jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-
-echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-
-# ---- OpenBLAS kernel set ----
-core=$("$SGEMM_BIN" --core)
-asis_core=$core
-if [ "$core" = Prescott ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${UT_BENCH_KEEP_CORE:-0}" != 1 ] &&
-    grep -qw avx512f /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=SkylakeX
-    core=$("$SGEMM_BIN" --core)
-    echo "== OpenBLAS picked Prescott (generic SSE3) on an AVX-512 CPU: using OPENBLAS_CORETYPE=SkylakeX ($core)"
-fi
-echo "== OpenBLAS kernels: $core"
+bench_machine
+bench_openblas_core "$SGEMM_BIN" --core
+asis_core=$core_asis
 
 # ---- sgemm rate on the step's shapes ----
 declare -A RATE
@@ -68,11 +54,7 @@ done
 GEMM_FLOPS=$("$SGEMM_BIN" --threads 1 --repeats 1 --json | jget step_gemm_flops)
 
 # ---- interleaved runs ----
-have_torch=1
-if ! "$PY" -c "import torch" 2>/dev/null; then
-    have_torch=0
-    echo "== $PY cannot import torch (set PYTHON=): PyTorch is skipped, utrain's figures alone"
-fi
+bench_have_torch torch
 
 # best median and its setting per side and precision (fp32, bf16)
 declare -A UBEST UBEST_SET TBEST TBEST_SET UJ

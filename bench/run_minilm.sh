@@ -30,33 +30,22 @@
 # ratio (goal <= 0.5) and both test accuracies (goal: utrain >= PyTorch).
 set -uo pipefail
 
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
 BUILD=${1:-build}
 RUNS=${BENCH_RUNS:-1}
 TH=${THREADS:-2}
 PARALLEL=${PARALLEL:-0}
 MAXS=${BENCH_MAX_STEPS:-0}
-PYTHON=${PYTHON:-python3}
-cd "$(dirname "$0")/.."
 UT=$BUILD/utrain
-[ -x "$UT" ] || make --no-print-directory BUILD="$BUILD" "$UT" >/dev/null || exit 1
+bench_build "$BUILD" "$UT"
 for f in data/pretrained/all-MiniLM-L6-v2/model.safetensors data/rt/train.tsv; do
     [ -f "$f" ] || { echo "run_minilm: $f is missing: run scripts/fetch-pretrained.sh" >&2; exit 1; }
 done
 
-TMP=$(mktemp -d /tmp/utrain_minilm.XXXXXX) || exit 1
-trap 'rm -rf "$TMP"' EXIT
-
-jget() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {if (NR) print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
-
-echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-
-have_torch=1
-if ! "$PYTHON" -c "import torch, transformers" 2>/dev/null; then
-    have_torch=0
-    echo "== $PYTHON cannot import torch and transformers: PyTorch is skipped, utrain's figures alone"
-fi
+bench_tmpdir minilm
+bench_machine
+bench_have_torch torch transformers
 
 # Each run writes "epoch times|test accuracy" to $TMP/<side><round>.res and prints its line.
 run_utrain() { # round
@@ -87,10 +76,10 @@ run_torch() { # round
     local j ep acc dev
     local probe=()
     ((MAXS > 0)) && probe=(--max-steps "$MAXS" --epochs 1 --no-test)
-    j=$("$PYTHON" bench/torch_minilm.py --threads "$TH" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
+    j=$("$PY" bench/torch_minilm.py --threads "$TH" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
     [ -n "$j" ] || { cat "$TMP/torch$1.err" >&2; return 1; }
-    ep=$("$PYTHON" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
-    dev=$("$PYTHON" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
+    ep=$("$PY" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
+    dev=$("$PY" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
     acc=$(jget test_accuracy <<<"$j")
     echo "$ep|$acc" >"$TMP/t$1.res"
     printf "   pytorch threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %s\n" \
@@ -119,7 +108,7 @@ TACC=$(cat "$TMP"/t*.res 2>/dev/null | cut -d'|' -f2 | tr '\n' ' ')
 
 ue=$(median <<<"$UE")
 echo
-echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), threads $TH, load now $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), threads $TH, load now $(bench_load)"
 if ((MAXS > 0)); then
     te=$(median <<<"$TE")
     printf "  %-40s %8.1f s    (epoch of 122 steps: %.1f s)\n" "utrain, first $MAXS steps" "$ue" "$(calc %.6f "$ue*122/$MAXS")"

@@ -79,16 +79,10 @@ int main(int argc, char **argv) {
     long repeats = 7, threads = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "--repeats") || !strcmp(argv[i], "--threads")) && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (*end || v <= 0) {
-                fprintf(stderr, "sgemm_cnn: %s needs a positive integer\n", argv[i]);
-                return 2;
-            }
-            *(argv[i][2] == 'r' ? &repeats : &threads) = v;
-            i++;
-        } else if (!strcmp(argv[i], "--json")) {
+        int got = bench_repeats_threads("sgemm_cnn", argc, argv, &i, &repeats, &threads);
+        if (got < 0) return 2;
+        if (got > 0) continue;
+        if (!strcmp(argv[i], "--json")) {
             json = true;
         } else {
             fprintf(stderr, "usage: sgemm_cnn [--repeats N] [--threads N] [--json]\n");

@@ -16,16 +16,13 @@ of N steps of forward, loss, backward, optimizer.step, zero_grad(set_to_none=Tru
 import argparse
 import contextlib
 import json
-import math
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForSequenceClassification
 
-WARMUP = 2
+from torch_step import print_summary, timed_steps
 
 
 def decay_groups(model):
@@ -64,46 +61,24 @@ def main():
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    times, fwd, bwd, optt = [], [], [], []
-    first = last = None
-    for s in range(WARMUP + a.steps):
-        t0 = time.perf_counter()
+    def loss_fn():
         with autocast():
             logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
-            loss = F.cross_entropy(logits.float(), y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
-        last = loss.item()
-        if first is None:
-            first = last
-        if s >= WARMUP:
-            times.append(t3 - t0)
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            optt.append(t3 - t2)
-    if not math.isfinite(last):
-        print(f"torch_bert_step: loss is not finite ({last})", file=sys.stderr)
+            return F.cross_entropy(logits.float(), y)
+
+    t = timed_steps("torch_bert_step", loss_fn, opt, a.steps)
+    if t is None:
         return 1
-    med = statistics.median(times)
     res = {"impl": "torch", "torch": torch.__version__, "precision": "bf16" if a.bf16 else "fp32",
            "threads": torch.get_num_threads(), "batch": a.batch, "seq": a.seq, "steps": a.steps,
-           "params": nparams, "median_s": med, "min_s": min(times), "tokens_per_s": a.batch * a.seq / med,
-           "fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd),
-           "opt_s": statistics.median(optt), "loss_first": first, "loss_last": last}
+           "params": nparams, "median_s": t["median_s"], "min_s": t["min_s"],
+           "tokens_per_s": a.batch * a.seq / t["median_s"], **t}
     if a.json:
         print(json.dumps(res))
     else:
         print(f"torch {torch.__version__} bert-base step ({res['precision']}): {nparams} parameters, "
               f"batch {a.batch} x seq {a.seq}, AdamW, threads {res['threads']}")
-        print(f"  step median {1e3 * med:8.1f} ms   min {1e3 * min(times):8.1f} ms   "
-              f"{res['tokens_per_s']:.0f} tokens/s")
-        print(f"  forward+loss {1e3 * res['fwd_s']:6.1f} ms   backward {1e3 * res['bwd_s']:6.1f} ms   "
-              f"optim+zero {1e3 * res['opt_s']:6.1f} ms (medians)")
-        print(f"  loss {first:.4f} -> {last:.4f}")
+        print_summary(res)
     return 0
 
 

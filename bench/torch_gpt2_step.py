@@ -17,15 +17,15 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-B, T, WARMUP = 4, 64, 2
+from torch_step import print_summary, timed_steps
+
+B, T = 4, 64
 
 
 class Block(nn.Module):
@@ -101,49 +101,26 @@ def main():
     stream = torch.randint(0, 50257, (B, T + 1), generator=g)
     x, y = stream[:, :T].contiguous(), stream[:, 1:].contiguous()
 
-    times, fwd, bwd, optt = [], [], [], []
-    first = last = None
-    for s in range(WARMUP + a.steps):
-        t0 = time.perf_counter()
+    def loss_fn():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
             logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
-        last = loss.item()
-        if first is None:
-            first = last
-        if s >= WARMUP:
-            times.append(t3 - t0)
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            optt.append(t3 - t2)
-    if not math.isfinite(last):
-        print(f"torch_gpt2_step: loss is not finite ({last})", file=sys.stderr)
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+
+    t = timed_steps("torch_gpt2_step", loss_fn, opt, a.steps)
+    if t is None:
         return 1
-    med = statistics.median(times)
     res = {"impl": "torch", "torch": torch.__version__, "precision": "bf16" if a.amp else "fp32",
            "threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "batch": B, "seq": T,
-           "steps": a.steps, "params": nparams, "median_s": med, "min_s": min(times),
-           "tokens_per_s": B * T / med, "fwd_s": statistics.median(fwd),
-           "bwd_s": statistics.median(bwd), "opt_s": statistics.median(optt),
-           "loss_first": first, "loss_last": last}
+           "steps": a.steps, "params": nparams, "median_s": t["median_s"], "min_s": t["min_s"],
+           "tokens_per_s": B * T / t["median_s"], **t}
     if a.json:
         print(json.dumps(res))
     else:
         print(f"torch {torch.__version__} gpt2 124M step: {nparams} parameters, batch {B} x seq {T}, "
               f"AdamW, threads {res['threads']}, OMP_WAIT_POLICY={res['omp_wait_policy'] or 'unset'}, "
               f"{'bf16 autocast' if a.amp else 'fp32'}")
-        print(f"  step median {1e3 * med:8.1f} ms   min {1e3 * min(times):8.1f} ms   "
-              f"{res['tokens_per_s']:.0f} tokens/s")
-        print(f"  forward+loss {1e3 * res['fwd_s']:6.1f} ms   backward {1e3 * res['bwd_s']:6.1f} ms   "
-              f"optim+zero {1e3 * res['opt_s']:6.1f} ms (medians)")
-        print(f"  loss {first:.4f} -> {last:.4f}")
+        print_summary(res)
     return 0
 
 

@@ -95,17 +95,21 @@ bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     return false;
 }
 
-/* Scratch buffer i of at least bytes (device memory, kept until the context
- * is freed: warm steps allocate nothing). */
-static float *scratch(ut_ctx *ctx, int i, size_t bytes) {
-    if (ctx->ac_cap[i] < bytes) {
+/* *buf (device memory of *cap bytes) made at least bytes long: a smaller one
+ * is replaced, never shrunk, and kept until the context is freed, so warm
+ * steps allocate nothing. */
+static void *grow(ut_ctx *ctx, void **buf, size_t *cap, size_t bytes) {
+    if (*cap < bytes) {
         const ut_backend *b = ut_backend_get(ctx->device);
-        if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
-        ctx->ac_buf[i] = b->alloc(bytes);
-        ctx->ac_cap[i] = bytes;
+        if (*buf) b->free(*buf);
+        *buf = b->alloc(bytes);
+        *cap = bytes;
     }
-    return ctx->ac_buf[i];
+    return *buf;
 }
+
+/* Scratch buffer i of at least bytes. */
+static float *scratch(ut_ctx *ctx, int i, size_t bytes) { return grow(ctx, &ctx->ac_buf[i], &ctx->ac_cap[i], bytes); }
 
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return scratch(ctx, UT_AUTOCAST_KERNEL, bytes); }
 
@@ -192,12 +196,7 @@ static struct ut_round_entry *round_entry(ut_ctx *ctx, const ut_tensor *s, int64
         e = &ctx->rc[ctx->rc_len++];
         *e = (struct ut_round_entry){0};
     }
-    if (e->cap < bytes) {
-        const ut_backend *b = ut_backend_get(ctx->device);
-        if (e->buf) b->free(e->buf);
-        e->buf = b->alloc(bytes);
-        e->cap = bytes;
-    }
+    grow(ctx, &e->buf, &e->cap, bytes);
     e->key = s, e->valid = false;
     return e;
 }
@@ -233,17 +232,6 @@ const void *ut_autocast_round16(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_d
     return r;
 }
 
-/* Source slot i's buffer for a widened rounded copy, at least bytes long. */
-static float *wide(ut_ctx *ctx, int i, size_t bytes) {
-    if (ctx->wide_cap[i] < bytes) {
-        const ut_backend *b = ut_backend_get(ctx->device);
-        if (ctx->wide_buf[i]) b->free(ctx->wide_buf[i]);
-        ctx->wide_buf[i] = b->alloc(bytes);
-        ctx->wide_cap[i] = bytes;
-    }
-    return ctx->wide_buf[i];
-}
-
 /* s's data as float32 in scratch buffer i: converted from 16 bits, or (when
  * round is BF16/F16) a float32 s rounded to it; a parameter's rounded copy is
  * kept in 16 bits (ut_autocast_round16) and widened into wide buffer i. */
@@ -254,7 +242,7 @@ static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool bac
     if (s->dtype == UT_F32 && i < UT_MAX_SRC && ut_param_behind(s) >= 0) {
         const void *r16 = ut_autocast_round16(ctx, s, n, round, backward);
         if (r16) {
-            float *w = wide(ctx, i, (size_t)n * sizeof(float));
+            float *w = grow(ctx, &ctx->wide_buf[i], &ctx->wide_cap[i], (size_t)n * sizeof(float));
             b->convert(w, UT_F32, r16, round, n);
             s->data = w;
             return;

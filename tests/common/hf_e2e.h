@@ -4,7 +4,7 @@
  * test mode writes, refused settings, and train losses and weights of two
  * runs compared.
  * Include after test.h: the checks record failures with CHECK.
- * defines: hfe_path, hfe_write_config, hfe_run, hfe_utrain, hfe_check_results,
+ * defines: hfe_write_config, hfe_utrain, hfe_check_results,
  *          hfe_train_then_test, hfe_check_refused, hfe_check_same_losses, hfe_check_two_ranks. */
 #ifndef UTRAIN_TEST_HF_E2E_H
 #define UTRAIN_TEST_HF_E2E_H
@@ -17,15 +17,6 @@
 #include "utrain/base.h"
 #include "utrain/io.h"
 
-/* "a/b" in one of 8 rotating buffers */
-static inline const char *hfe_path(const char *a, const char *b) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
-    return buf[k];
-}
-
 /* DIR/NAME.yml: experiment NAME, model MODEL from tests/parity/fixtures/FIXTURE
  * (then the model lines EXTRA), sst2_sample with max_len, EPOCHS of batches of
  * 16 evaluated and saved each epoch, AdamW lr 2e-3 with a linear schedule */
@@ -33,7 +24,7 @@ static inline void hfe_write_config(const char *dir, const char *name, const cha
                                     const char *extra, int max_len, int epochs) {
     char file[64];
     snprintf(file, sizeof file, "%s.yml", name);
-    FILE *f = fopen(hfe_path(dir, file), "w");
+    FILE *f = fopen(tp_path(dir, file), "w");
     UT_ASSERT(f);
     fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 3\n"
                "model:\n  name: %s\n  pretrained: tests/parity/fixtures/%s\n%s"
@@ -46,17 +37,6 @@ static inline void hfe_write_config(const char *dir, const char *name, const cha
     fclose(f);
 }
 
-/* utrain with argv (NULL-terminated), output in out_path, shown when it fails */
-static inline int hfe_run(const char *const *argv, const char *out_path) {
-    int rc = tp_run(argv, out_path);
-    if (rc) {
-        char *s = tp_slurp(out_path);
-        fprintf(stderr, "  utrain %s exited %d:\n%s\n", argv[0], rc, s ? s : "");
-        free(s);
-    }
-    return rc;
-}
-
 /* utrain CMD ARG with --set values (NULL-terminated) and --nproc; output in DIR/OUT */
 static inline int hfe_utrain(const char *dir, const char *cmd, const char *arg, const char *out,
                              const char *const *sets, const char *nproc) {
@@ -65,7 +45,7 @@ static inline int hfe_utrain(const char *dir, const char *cmd, const char *arg, 
     for (int i = 0; sets && sets[i] && n < 18; i++) argv[n++] = "--set", argv[n++] = sets[i];
     if (nproc) argv[n++] = "--nproc", argv[n++] = nproc;
     argv[n] = NULL;
-    return hfe_run(argv, hfe_path(dir, out));
+    return tp_run_shown(argv, tp_path(dir, out), 0, NULL);
 }
 
 /* test mode's files in RUN_DIR: dev and test results of 60 examples with
@@ -75,12 +55,12 @@ static inline void hfe_check_results(const char *run_dir, const char *label) {
     for (int i = 0; i < 2; i++) {
         char file[64];
         snprintf(file, sizeof file, "%s_results.json", splits[i]);
-        char *s = tp_slurp(hfe_path(run_dir, file));
+        char *s = tp_slurp(tp_path(run_dir, file));
         CHECK(s && strstr(s, "\"examples\": 60") && strstr(s, "\"accuracy\"") && strstr(s, "\"loss\""), "%s %s: %s",
               label, file, s);
         free(s);
         snprintf(file, sizeof file, "%s_predictions.tsv", splits[i]);
-        CHECK(tp_count_lines(hfe_path(run_dir, file)) == 61, "%s %s: header and 60 rows", label, file);
+        CHECK(tp_count_lines(tp_path(run_dir, file)) == 61, "%s %s: header and 60 rows", label, file);
     }
 }
 
@@ -89,11 +69,11 @@ static inline void hfe_check_results(const char *run_dir, const char *label) {
 static inline void hfe_train_then_test(const char *dir, const char *name) {
     char yml[64], run[1024];
     snprintf(yml, sizeof yml, "%s.yml", name);
-    CHECK(hfe_utrain(dir, "train", hfe_path(dir, yml), "train.out", NULL, NULL) == 0, "train");
+    CHECK(hfe_utrain(dir, "train", tp_path(dir, yml), "train.out", NULL, NULL) == 0, "train");
     snprintf(run, sizeof run, "%s/runs/%s", dir, name);
     CHECK(hfe_utrain(dir, "test", run, "test.out", NULL, NULL) == 0, "test");
     hfe_check_results(run, name);
-    char *s = tp_slurp(hfe_path(dir, "train.out")), want[80];
+    char *s = tp_slurp(tp_path(dir, "train.out")), want[80];
     snprintf(want, sizeof want, "Model = %s", name);
     CHECK(s && strstr(s, want), "train output: %s", s);
     free(s);
@@ -102,10 +82,10 @@ static inline void hfe_train_then_test(const char *dir, const char *name) {
 /* train DIR/YML with each cases[i][0] set: exit 1 and cases[i][1] in the output */
 static inline void hfe_check_refused(const char *dir, const char *yml, const char *const (*cases)[2], int n) {
     for (int i = 0; i < n; i++) {
-        const char *argv[] = {"train", hfe_path(dir, yml), "--set", "experiment_name=refused", "--set",
+        const char *argv[] = {"train", tp_path(dir, yml), "--set", "experiment_name=refused", "--set",
                               cases[i][0], NULL};
-        CHECK(tp_run(argv, hfe_path(dir, "refused.out")) == 1, "%s: exit 1", cases[i][0]);
-        char *s = tp_slurp(hfe_path(dir, "refused.out"));
+        CHECK(tp_run(argv, tp_path(dir, "refused.out")) == 1, "%s: exit 1", cases[i][0]);
+        char *s = tp_slurp(tp_path(dir, "refused.out"));
         CHECK(s && strstr(s, cases[i][1]), "%s: %s", cases[i][0], s);
         free(s);
     }
@@ -164,14 +144,14 @@ static inline void hfe_check_two_ranks(const char *dir, const char *name, const 
     snprintf(strat, sizeof strat, "dist.strategy=%s", strategy);
     snprintf(out, sizeof out, "%s.out", strategy);
     const char *sets[] = {exp, "train.batch_size=8", strat, NULL};
-    CHECK(hfe_utrain(dir, "train", hfe_path(dir, yml), out, sets, "2") == 0, "%s on 2 ranks", strategy);
+    CHECK(hfe_utrain(dir, "train", tp_path(dir, yml), out, sets, "2") == 0, "%s on 2 ranks", strategy);
     snprintf(run, sizeof run, "runs/%s_%s/metrics.jsonl", name, strategy);
     snprintf(mine, sizeof mine, "runs/%s/metrics.jsonl", name);
-    hfe_check_same_losses(hfe_path(dir, mine), hfe_path(dir, run), 1, 15, 7, strategy);
+    hfe_check_same_losses(tp_path(dir, mine), tp_path(dir, run), 1, 15, 7, strategy);
     snprintf(run, sizeof run, "runs/%s_%s/checkpoints/step_00000015.safetensors", name, strategy);
     snprintf(mine, sizeof mine, "runs/%s/checkpoints/step_00000015.safetensors", name);
-    snprintf(ckpt, sizeof ckpt, "%s", hfe_path(dir, mine));
-    int compared = hfe_compare_weights(ckpt, hfe_path(dir, run), skip, strategy);
+    snprintf(ckpt, sizeof ckpt, "%s", tp_path(dir, mine));
+    int compared = hfe_compare_weights(ckpt, tp_path(dir, run), skip, strategy);
     CHECK(compared == want, "%s: %d tensors compared", strategy, compared);
 }
 #endif

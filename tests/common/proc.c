@@ -1,12 +1,14 @@
 /* Helpers for tests that run the `utrain` program (see proc.h). */
 #include "proc.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "utrain/io.h"
@@ -45,6 +47,36 @@ int tp_wait(pid_t pid) {
 
 int tp_run(const char *const *args, const char *out_path) { return tp_wait(tp_spawn(args, out_path)); }
 
+int tp_run_shown(const char *const *args, const char *out_path, int expect, const char *label) {
+    int rc = tp_run(args, out_path);
+    if (rc != expect) {
+        char *s = tp_slurp(out_path);
+        if (label) fprintf(stderr, "  %s exited %d:\n%s\n", label, rc, s ? s : "");
+        else fprintf(stderr, "  utrain %s exited %d:\n%s\n", args[0], rc, s ? s : "");
+        free(s);
+    }
+    return rc;
+}
+
+int tp_push_sets(const char **argv, int argc, int cap, char *sets) {
+    for (char *tok = strtok(sets, " "); tok && argc + 2 < cap; tok = strtok(NULL, " ")) {
+        argv[argc++] = "--set";
+        argv[argc++] = tok;
+    }
+    argv[argc] = NULL;
+    return argc;
+}
+
+const char *tp_path(const char *dir, const char *name) {
+    static char buf[16][1024];
+    static int k;
+    k = (k + 1) % 16;
+    char joined[1024]; /* dir may be the buffer about to be reused */
+    snprintf(joined, sizeof joined, "%s/%s", dir, name);
+    memcpy(buf[k], joined, sizeof joined);
+    return buf[k];
+}
+
 char *tp_slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -56,6 +88,40 @@ char *tp_slurp(const char *path) {
     s[got] = 0;
     fclose(f);
     return s;
+}
+
+double tp_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int tp_each_proc(int (*fn)(pid_t pid, const char *cmdline, size_t len, void *arg), void *arg) {
+    enum { CAP = 1 << 16 };
+    DIR *d = opendir("/proc");
+    char *cmd = malloc(CAP), path[300];
+    int ret = 0;
+    for (struct dirent *e; d && cmd && !ret && (e = readdir(d));) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == getpid()) continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t len = fread(cmd, 1, CAP - 1, f);
+        fclose(f);
+        cmd[len] = 0;
+        if (len) ret = fn((pid_t)pid, cmd, len, arg);
+    }
+    if (d) closedir(d);
+    free(cmd);
+    return ret;
+}
+
+bool tp_cmdline_has(const char *cmdline, size_t len, const char *s) {
+    for (size_t i = 0; i < len; i += strlen(cmdline + i) + 1)
+        if (strstr(cmdline + i, s)) return true;
+    return false;
 }
 
 int tp_count_lines(const char *path) {

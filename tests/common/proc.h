@@ -1,7 +1,8 @@
 /* Helpers for tests that run the `utrain` program: spawning it with output
  * captured, reading files, comparing checkpoints and metrics.jsonl.
- * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_spawn, tp_wait, tp_run, tp_slurp, tp_count_lines,
- *          tp_same_weights, tp_weights_rel_diff, tp_loss_at. */
+ * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_wait, tp_run, tp_run_shown,
+ *          tp_push_sets, tp_slurp, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
+ *          tp_now_s, tp_each_proc, tp_cmdline_has. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
 
@@ -17,7 +18,24 @@ const char *tp_program(void);
 pid_t tp_spawn(const char *const *args, const char *out_path);
 int tp_wait(pid_t pid);   /* exit code, or 128 + signal */
 int tp_run(const char *const *args, const char *out_path);
-char *tp_slurp(const char *path);   /* malloc'd contents, NULL if unreadable */
+/* tp_run, and when the exit code is not expect, "  LABEL exited RC:" and the
+ * captured output on stderr; a NULL label reads "utrain ARGS[0]". */
+int tp_run_shown(const char *const *args, const char *out_path, int expect, const char *label);
+/* Appends "--set" TOKEN for each space-separated token of sets (split in
+ * place) to argv[0..argc), keeping room for the NULL it ends with; the new
+ * count. */
+int tp_push_sets(const char **argv, int argc, int cap, char *sets);
+/* "dir/name" in one of 16 rotating buffers: use the result at once or copy
+ * it (nesting is fine: tp_path(tp_path(a, b), c)). */
+const char *tp_path(const char *dir, const char *name);
+char *tp_slurp(const char *path);
+double tp_now_s(void); /* CLOCK_MONOTONIC, in seconds */
+/* fn(pid, cmdline, len, arg) for every process but this one, cmdline its
+ * arguments each ending in a NUL (len bytes); stops at the first nonzero
+ * return of fn and returns it (0 when none). */
+int tp_each_proc(int (*fn)(pid_t pid, const char *cmdline, size_t len, void *arg), void *arg);
+/* Whether one of a cmdline's arguments contains s. */
+bool tp_cmdline_has(const char *cmdline, size_t len, const char *s);   /* malloc'd contents, NULL if unreadable */
 int tp_count_lines(const char *path);
 /* A fresh directory /tmp/<prefix>-XXXXXX into buf; false on failure. */
 bool tp_make_tmpdir(char *buf, size_t n, const char *prefix);

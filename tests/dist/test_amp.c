@@ -30,27 +30,15 @@ static int train(const char *name, int nproc, const char *sets_in) {
     snprintf(np, sizeof np, "%d", nproc);
     snprintf(sets, sizeof sets, "%s", sets_in);
     const char *argv[32] = {"train", cfg, "--nproc", np};
-    int argc = 4;
-    for (char *tok = strtok(sets, " "); tok && argc < 30; tok = strtok(NULL, " ")) {
-        argv[argc++] = "--set";
-        argv[argc++] = tok;
-    }
-    argv[argc] = NULL;
-    int rc = tp_run(argv, out);
-    if (rc) {
-        char *s = tp_slurp(out);
-        fprintf(stderr, "  %s exited %d:\n%s\n", name, rc, s ? s : "");
-        free(s);
-    }
-    return rc;
+    tp_push_sets(argv, 4, 32, sets);
+    return tp_run_shown(argv, out, 0, name);
 }
 
+/* tmp/runs/NAME/LEAF */
 static const char *path(const char *name, const char *leaf) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, name, leaf);
-    return buf[k];
+    char run[600];
+    snprintf(run, sizeof run, "%s/runs/%s", tmp, name);
+    return tp_path(run, leaf);
 }
 
 static const char *ckpt(const char *name, int step) {

@@ -6,7 +6,6 @@
  * started with different configurations stop at start-up with a message
  * instead of hanging; a bad --max-restarts and dp under several ranks are
  * refused with a message. */
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +17,6 @@
 #include "test.h"
 
 static char tmp[256], shard[512];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void write_cfg(const char *name, int n_embd, int max_steps) {
     char cfg[512];
@@ -42,9 +35,9 @@ static void write_cfg(const char *name, int n_embd, int max_steps) {
 }
 
 /* Reads a whole /proc file (NULs kept) into buf; returns its length. */
-static size_t read_proc(const char *pid, const char *leaf, char *buf, size_t n) {
+static size_t read_proc(pid_t pid, const char *leaf, char *buf, size_t n) {
     char path[300];
-    snprintf(path, sizeof path, "/proc/%s/%s", pid, leaf);
+    snprintf(path, sizeof path, "/proc/%ld/%s", (long)pid, leaf);
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     size_t k = fread(buf, 1, n - 1, f);
@@ -53,35 +46,33 @@ static size_t read_proc(const char *pid, const char *leaf, char *buf, size_t n) 
     return k;
 }
 
-static bool has(const char *buf, size_t len, const char *s) {
-    for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
-        if (strstr(buf + i, s)) return true;
-    return false;
+typedef struct {
+    const char *cfg;
+    int rank;
+    char *env;
+} proc_query;
+
+/* pid when its command line names q->cfg and, for q->rank >= 0, it is that
+ * utrain rank (not mpirun); else 0 */
+static int matches(pid_t pid, const char *cmdline, size_t len, void *arg) {
+    const proc_query *q = arg;
+    if (!tp_cmdline_has(cmdline, len, q->cfg)) return 0;
+    if (q->rank < 0) return (int)pid;
+    if (strstr(cmdline, "mpirun")) return 0;
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", q->rank);
+    size_t m = read_proc(pid, "environ", q->env, 1 << 20);
+    for (size_t i = 0; i < m; i += strlen(q->env + i) + 1)
+        if (!strcmp(q->env + i, want)) return (int)pid;
+    return 0;
 }
 
 /* The pid of the utrain rank `rank` running cfg (0 if none), or with rank -1,
  * of any process whose command line names cfg. */
 static pid_t find_process(const char *cfg, int rank) {
-    DIR *d = opendir("/proc");
-    pid_t found = 0;
-    char want[64], *cmd = malloc(1 << 16), *env = malloc(1 << 20);
-    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
-    for (struct dirent *e; d && !found && (e = readdir(d));) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9' || atoi(e->d_name) == getpid()) continue;
-        size_t n = read_proc(e->d_name, "cmdline", cmd, 1 << 16);
-        if (!n || !has(cmd, n, cfg)) continue;
-        if (rank < 0) {
-            found = atoi(e->d_name);
-            break;
-        }
-        if (strstr(cmd, "mpirun")) continue;
-        size_t m = read_proc(e->d_name, "environ", env, 1 << 20);
-        for (size_t i = 0; i < m; i += strlen(env + i) + 1)
-            if (!strcmp(env + i, want)) found = atoi(e->d_name);
-    }
-    if (d) closedir(d);
-    free(cmd);
-    free(env);
+    proc_query q = {cfg, rank, malloc(1 << 20)};
+    pid_t found = q.env ? (pid_t)tp_each_proc(matches, &q) : 0;
+    free(q.env);
     return found;
 }
 
@@ -90,7 +81,7 @@ static bool wait_for_step(const char *name, int step) {
     char path[700], want[64];
     snprintf(path, sizeof path, "%s/runs/%s/logger_logs/training_1.log", tmp, name);
     snprintf(want, sizeof want, "step %d/", step);
-    for (double t0 = now_s(); now_s() - t0 < 60; usleep(5000)) {
+    for (double t0 = tp_now_s(); tp_now_s() - t0 < 60; usleep(5000)) {
         char *s = tp_slurp(path);
         bool ok = s && strstr(s, want);
         free(s);
@@ -112,9 +103,9 @@ static int run_and_kill(const char *name, const char *restarts, double *secs) {
     pid_t victim = reached ? find_process(cfg, 1) : 0;
     CHECK(victim > 0, "%s: rank 1's process found", name);
     if (victim > 0) kill(victim, SIGKILL);
-    double t0 = now_s();
+    double t0 = tp_now_s();
     int rc = tp_wait(job);
-    *secs = now_s() - t0;
+    *secs = tp_now_s() - t0;
     return rc;
 }
 
@@ -170,9 +161,9 @@ static void test_mismatched_configs_are_reported(void) {
              "mpirun --oversubscribe --bind-to none %s -np 1 %s train %s : -np 1 %s train %s "
              "--set experiment_name=small > %s 2>&1",
              geteuid() == 0 ? "--allow-run-as-root" : "", tp_program(), a, tp_program(), b, out);
-    double t0 = now_s();
+    double t0 = tp_now_s();
     int rc = system(cmd);
-    double secs = now_s() - t0;
+    double secs = tp_now_s() - t0;
     char *s = tp_slurp(out);
     CHECK(rc != 0, "the job fails");
     CHECK(secs < 10, "at start-up (%.1f s), not at the timeout", secs);

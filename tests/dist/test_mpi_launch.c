@@ -6,7 +6,6 @@
  * rank failing an assertion (the whole job must end quickly, non-zero). Every
  * job is killed after 30 s, which fails its test, and no rank process may be
  * left behind. */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -34,12 +33,6 @@ typedef struct {
     char *out;   /* stdout and stderr together */
 } job;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* The common MPI job environment (tp_mpi_env), and the chunk size of
  * comm operations when chunk is set. */
 static void job_env(const char *chunk) {
@@ -48,28 +41,18 @@ static void job_env(const char *chunk) {
 }
 
 /* Kills (by pid) and counts the processes running the rank program. */
-static int reap_leftovers(void) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0) continue;
-        char path[64], cmd[PATH_MAX] = "";
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[got] = 0;
-        if (strcmp(cmd, rank_prog) == 0) {
-            kill((pid_t)pid, SIGKILL);
-            n++;
-        }
+static int kill_rank(pid_t pid, const char *cmdline, size_t len, void *count) {
+    (void)len;
+    if (strcmp(cmdline, rank_prog) == 0) {
+        kill(pid, SIGKILL);
+        ++*(int *)count;
     }
-    closedir(d);
+    return 0;
+}
+
+static int reap_leftovers(void) {
+    int n = 0;
+    tp_each_proc(kill_rank, &n);
     return n;
 }
 
@@ -94,7 +77,7 @@ static job run_job(int np, const char *mode, const char *chunk) {
     if (pipe(fd)) abort();
     char nps[16];
     snprintf(nps, sizeof nps, "%d", np);
-    double t0 = now_s();
+    double t0 = tp_now_s();
     pid_t pid = fork();
     if (pid < 0) abort();
     if (pid == 0) {
@@ -114,11 +97,11 @@ static job run_job(int np, const char *mode, const char *chunk) {
     close(fd[1]);
     bool eof = false, exited = false;
     while (!(eof && exited)) {
-        if (!j.hung && now_s() - t0 > JOB_LIMIT_S) {
+        if (!j.hung && tp_now_s() - t0 > JOB_LIMIT_S) {
             j.hung = true;
             kill(-pid, SIGKILL);
         }
-        if (j.hung && now_s() - t0 > JOB_LIMIT_S + 5) break; /* output held open by orphans */
+        if (j.hung && tp_now_s() - t0 > JOB_LIMIT_S + 5) break; /* output held open by orphans */
         if (!eof) {
             struct pollfd p = {.fd = fd[0], .events = POLLIN};
             if (poll(&p, 1, 100) > 0) {
@@ -136,7 +119,7 @@ static job run_job(int np, const char *mode, const char *chunk) {
             j.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }
     }
-    j.secs = now_s() - t0;
+    j.secs = tp_now_s() - t0;
     close(fd[0]);
     if (!exited) {
         kill(-pid, SIGKILL);

@@ -70,11 +70,12 @@ static int run(const char *name, const char *strategy, int nproc, const char *fr
     fclose(f);
     char np[8];
     snprintf(np, sizeof np, "%d", nproc);
-    int rc = tp_run((const char *[]){"train", cfg, "--nproc", np, NULL}, out);
-    char *s = tp_slurp(out);
-    if (rc) fprintf(stderr, "  %s exited %d:\n%s\n", name, rc, s ? s : "");
-    else if (from) CHECK(s && strstr(s, "Resuming from"), "%s resumed from its copied checkpoint", name);
-    free(s);
+    int rc = tp_run_shown((const char *[]){"train", cfg, "--nproc", np, NULL}, out, 0, name);
+    if (!rc && from) {
+        char *s = tp_slurp(out);
+        CHECK(s && strstr(s, "Resuming from"), "%s resumed from its copied checkpoint", name);
+        free(s);
+    }
     return rc;
 }
 

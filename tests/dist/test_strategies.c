@@ -60,27 +60,17 @@ static int train(const char *name, const char *model_data, const char *strategy,
     char sets[512];
     snprintf(sets, sizeof sets, "%s", extra);
     const char *argv[32] = {"train", cfg, "--set", bs, "--set", st, "--set", ga, "--nproc", np};
-    int argc = 10;
-    for (char *tok = strtok(sets, " "); tok && argc < 30; tok = strtok(NULL, " ")) {
-        argv[argc++] = "--set";
-        argv[argc++] = tok;
-    }
-    argv[argc] = NULL;
-    int rc = tp_run(argv, out);
-    if (rc) {
-        char *s = tp_slurp(out);
-        fprintf(stderr, "  %s (%d processes) exited %d:\n%s\n", name, nproc, rc, s ? s : "");
-        free(s);
-    }
-    return rc;
+    tp_push_sets(argv, 10, 32, sets);
+    char label[160];
+    snprintf(label, sizeof label, "%s (%d processes)", name, nproc);
+    return tp_run_shown(argv, out, 0, label);
 }
 
+/* tmp/runs/NAME/LEAF */
 static const char *path(const char *name, const char *leaf) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, name, leaf);
-    return buf[k];
+    char run[600];
+    snprintf(run, sizeof run, "%s/runs/%s", tmp, name);
+    return tp_path(run, leaf);
 }
 
 static void compare(const char *ref, const char *other) {

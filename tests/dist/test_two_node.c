@@ -42,48 +42,22 @@ static bool ns_made[2];
 static const char *const veth[2] = {"utveth0", "utveth1"};
 static const char *const addr[2] = {NET ".1", NET ".2"};
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* "tmp/leaf" in one of 8 rotating buffers */
-static const char *in_tmp(const char *leaf) {
-    static char buf[8][600];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, leaf);
-    return buf[k];
-}
+/* "tmp/leaf" (a rotating buffer of tp_path) */
+static const char *in_tmp(const char *leaf) { return tp_path(tmp, leaf); }
 
 /* Kills (SIGKILL, by pid) every process whose command line mentions our
  * temp dir: the ranks of a job that was killed, in any namespace. */
-static int reap_ours(void) {
-    if (!*tmp) return 0;
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0 || pid == getpid()) continue;
-        char path[64], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < got; i++)
-            if (!cmd[i]) cmd[i] = ' ';
-        cmd[got] = 0;
-        if (strstr(cmd, tmp)) {
-            kill((pid_t)pid, SIGKILL);
-            n++;
-        }
+static int kill_ours(pid_t pid, const char *cmdline, size_t len, void *count) {
+    if (tp_cmdline_has(cmdline, len, tmp)) {
+        kill(pid, SIGKILL);
+        ++*(int *)count;
     }
-    closedir(d);
+    return 0;
+}
+
+static int reap_ours(void) {
+    int n = 0;
+    if (*tmp) tp_each_proc(kill_ours, &n);
     return n;
 }
 
@@ -110,14 +84,14 @@ static int run(const char *const *argv, const char *out, double limit_s) {
     }
     setpgid(pid, pid);
     running = pid;
-    double t0 = now_s();
+    double t0 = tp_now_s();
     for (;;) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             running = 0;
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }
-        if (now_s() - t0 > limit_s) {
+        if (tp_now_s() - t0 > limit_s) {
             kill(-pid, SIGKILL);
             waitpid(pid, NULL, 0);
             running = 0;
@@ -283,13 +257,13 @@ static void test_two_nodes(void) {
     char hosts[64];
     snprintf(hosts, sizeof hosts, "%s:1,%s:1", addr[0], addr[1]);
     long rx0 = rx_bytes();
-    double t0 = now_s();
+    double t0 = tp_now_s();
     int rc = run((const char *[]){"ip", "netns", "exec", ns[0], "mpirun", "-np", "2", "-H", hosts, "--bind-to",
                                   "none", "--mca", "plm_rsh_agent", agent, "--mca", "btl", "tcp,self", "--mca",
                                   "btl_tcp_if_include", NET ".0/24", "--mca", "oob_tcp_if_include", NET ".0/24",
                                   tp_program(), "train", cfg, "--set", "experiment_name=two_node", NULL},
                  out, JOB_LIMIT_S);
-    double secs = now_s() - t0;
+    double secs = tp_now_s() - t0;
     long rx = rx_bytes() - rx0;
     int before = t_checks_failed;
     CHECK(rc == 0, "two nodes: mpirun exited %d", rc);

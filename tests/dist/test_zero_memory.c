@@ -30,13 +30,7 @@ static int train(const char *strategy) {
             "dist: {strategy: %s, timeout_s: 120, bucket_mb: 1}\n",
             strategy, tmp, shard, strategy);
     fclose(f);
-    int rc = tp_run((const char *[]){"train", cfg, "--nproc", "4", NULL}, out);
-    if (rc) {
-        char *s = tp_slurp(out);
-        fprintf(stderr, "  %s exited %d:\n%s\n", strategy, rc, s ? s : "");
-        free(s);
-    }
-    return rc;
+    return tp_run_shown((const char *[]){"train", cfg, "--nproc", "4", NULL}, out, 0, strategy);
 }
 
 static void check_strategy(const char *strategy) {

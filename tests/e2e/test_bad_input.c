@@ -15,13 +15,7 @@
 
 static char tmp[256], cfg[512];
 
-static const char *path_in(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static const char *path_in(const char *name) { return tp_path(tmp, name); }
 
 static void write_file(const char *path, const char *data, size_t len) {
     FILE *f = fopen(path, "wb");

@@ -29,14 +29,8 @@ static int sh(const char *fmt, ...) {
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* tmp/name in one of 8 rotating buffers */
-static const char *in_tmp(const char *name) {
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+/* tmp/name (a rotating buffer of tp_path) */
+static const char *in_tmp(const char *name) { return tp_path(tmp, name); }
 
 /* The number after "key": in a results file; -1 if absent. */
 static double json_number(const char *json, const char *key) {

@@ -20,10 +20,10 @@ static void test_train_then_test(void) { hfe_train_then_test(tmp, "bart"); }
  * export gives the best checkpoint's weights */
 static void test_export(void) {
     char d[1024], out[1024], err[512];
-    snprintf(d, sizeof d, "%s", hfe_path(tmp, "runs/bart"));
-    snprintf(out, sizeof out, "%s", hfe_path(tmp, "export"));
+    snprintf(d, sizeof d, "%s", tp_path(tmp, "runs/bart"));
+    snprintf(out, sizeof out, "%s", tp_path(tmp, "export"));
     const char *argv[] = {"export", d, "--format", "hf", out, NULL};
-    CHECK(tp_run(argv, hfe_path(tmp, "export.out")) == 0, "export");
+    CHECK(tp_run_shown(argv, tp_path(tmp, "export.out"), 0, NULL) == 0, "export");
     ut_kv *cfg = ut_hf_config_read(out, err, sizeof err);
     CHECK(cfg, "%s", err);
     const char *want[][2] = {{"model_type", "bart"}, {"d_model", "32"}, {"decoder_layers", "2"},
@@ -35,13 +35,13 @@ static void test_export(void) {
               want[i][1]);
     }
     ut_kv_free(cfg);
-    CHECK(tp_count_lines(hfe_path(out, "tokenizer.json")) > 0, "tokenizer.json copied");
+    CHECK(tp_count_lines(tp_path(out, "tokenizer.json")) > 0, "tokenizer.json copied");
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "pretrained", out);
     ut_model *m = ut_model_create("bart", kv, 1, err, sizeof err);
     ut_kv_free(kv);
     CHECK(m, "%s", err);
-    char *said = tp_slurp(hfe_path(tmp, "export.out")), ckpt[1024] = "";
+    char *said = tp_slurp(tp_path(tmp, "export.out")), ckpt[1024] = "";
     const char *at = said ? strstr(said, "exported ") : NULL;
     if (at) sscanf(at + 9, "%1023s", ckpt);
     free(said);

@@ -16,15 +16,15 @@ static void test_train_then_test(void) { hfe_train_then_test(tmp, "bert"); }
 
 /* an unlabeled test file (index, sentence) gives predictions under its ids */
 static void test_unlabeled_test_file(void) {
-    FILE *f = fopen(hfe_path(tmp, "glue_test.tsv"), "w");
+    FILE *f = fopen(tp_path(tmp, "glue_test.tsv"), "w");
     fprintf(f, "index\tsentence\n7\ta beautiful film , truly clever .\n9\tthe plot was boring .\n");
     fclose(f);
     char set[600], d[1024];
-    snprintf(set, sizeof set, "data.test_path=%s", hfe_path(tmp, "glue_test.tsv"));
-    snprintf(d, sizeof d, "%s", hfe_path(tmp, "runs/bert"));
+    snprintf(set, sizeof set, "data.test_path=%s", tp_path(tmp, "glue_test.tsv"));
+    snprintf(d, sizeof d, "%s", tp_path(tmp, "runs/bert"));
     CHECK(hfe_utrain(tmp, "test", d, "unlabeled.out", (const char *[]){set, NULL}, NULL) == 0, "test, unlabeled");
-    char *s = tp_slurp(hfe_path(d, "test_predictions.tsv"));
-    CHECK(s && strstr(s, "\n7\t") && strstr(s, "\n9\t") && tp_count_lines(hfe_path(d, "test_predictions.tsv")) == 3,
+    char *s = tp_slurp(tp_path(d, "test_predictions.tsv"));
+    CHECK(s && strstr(s, "\n7\t") && strstr(s, "\n9\t") && tp_count_lines(tp_path(d, "test_predictions.tsv")) == 3,
           "%s", s);
     free(s);
 }

@@ -37,24 +37,25 @@ static void train_test_export(const char *name, const char *arch, const char *fi
     snprintf(out, sizeof out, "%s.train.out", name);
     snprintf(d, sizeof d, "%s/runs/%s", tmp, name);
     snprintf(hf, sizeof hf, "%s/%s_hf", tmp, name);
-    CHECK(hfe_run((const char *[]){"train", hfe_path(tmp, cfg), NULL}, hfe_path(tmp, out)) == 0, "%s: train", name);
+    CHECK(tp_run_shown((const char *[]){"train", tp_path(tmp, cfg), NULL}, tp_path(tmp, out), 0, NULL) == 0,
+          "%s: train", name);
     char first[64] = "", last[64] = "";
-    bool ok = tp_loss_at(hfe_path(d, "metrics.jsonl"), "train", 1, first, sizeof first) &&
-              tp_loss_at(hfe_path(d, "metrics.jsonl"), "train", 45, last, sizeof last);
+    bool ok = tp_loss_at(tp_path(d, "metrics.jsonl"), "train", 1, first, sizeof first) &&
+              tp_loss_at(tp_path(d, "metrics.jsonl"), "train", 45, last, sizeof last);
     CHECK(ok && isfinite(atof(first)) && isfinite(atof(last)) && atof(last) > 0.3 && atof(last) < 1.2,
           "%s: train loss %s at step 1, %s at step 45", name, first, last);
     snprintf(out, sizeof out, "%s.test.out", name);
-    CHECK(hfe_run((const char *[]){"test", d, NULL}, hfe_path(tmp, out)) == 0, "%s: test", name);
+    CHECK(tp_run_shown((const char *[]){"test", d, NULL}, tp_path(tmp, out), 0, NULL) == 0, "%s: test", name);
     hfe_check_results(d, name);
     snprintf(out, sizeof out, "%s.export.out", name);
-    CHECK(hfe_run((const char *[]){"export", d, "--format", "hf", hf, NULL}, hfe_path(tmp, out)) == 0, "%s: export",
-          name);
-    char *s = tp_slurp(hfe_path(hf, "config.json"));
+    CHECK(tp_run_shown((const char *[]){"export", d, "--format", "hf", hf, NULL}, tp_path(tmp, out), 0, NULL) == 0,
+          "%s: export", name);
+    char *s = tp_slurp(tp_path(hf, "config.json"));
     CHECK(s && strstr(s, arch), "%s: config.json: %s", name, s ? s : "(none)");
     free(s);
     char fix[512];
     snprintf(fix, sizeof fix, "tests/parity/fixtures/%s/model.safetensors", fixture);
-    double moved = max_diff(fix, hfe_path(hf, "model.safetensors"), head);
+    double moved = max_diff(fix, tp_path(hf, "model.safetensors"), head);
     CHECK(moved > 1e-4, "%s: %s moved by %g in training", name, head, moved);
 }
 
@@ -67,10 +68,10 @@ static void test_gpt2_classifier(void) {
 
 /* ddp on 2 ranks x 8 examples = 1 process x 16 (dropout off in the config) */
 static void test_gpt2_classifier_ddp(void) {
-    const char *argv[] = {"train", hfe_path(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
+    const char *argv[] = {"train", tp_path(tmp, "gpt2cls.yml"), "--set", "experiment_name=gpt2cls_ddp", "--set",
                           "train.batch_size=8", "--set", "dist.strategy=ddp", "--nproc", "2", NULL};
-    CHECK(hfe_run(argv, hfe_path(tmp, "ddp.out")) == 0, "ddp on 2 ranks");
-    hfe_check_same_losses(hfe_path(tmp, "runs/gpt2cls/metrics.jsonl"), hfe_path(tmp, "runs/gpt2cls_ddp/metrics.jsonl"),
+    CHECK(tp_run_shown(argv, tp_path(tmp, "ddp.out"), 0, NULL) == 0, "ddp on 2 ranks");
+    hfe_check_same_losses(tp_path(tmp, "runs/gpt2cls/metrics.jsonl"), tp_path(tmp, "runs/gpt2cls_ddp/metrics.jsonl"),
                           1, 45, 22, "ddp");
 }
 
@@ -84,7 +85,7 @@ static void test_gpt2_real_bpe(void) {
     CHECK(probe, "%s is missing: run scripts/fetch-pretrained.sh", bpe);
     if (!probe) return;
     fclose(probe);
-    FILE *f = fopen(hfe_path(tmp, "bpe.yml"), "w");
+    FILE *f = fopen(tp_path(tmp, "bpe.yml"), "w");
     fprintf(f, "experiment_name: bpe\noutput_dir: %s/runs\nseed: 3\nmodel:\n  name: gpt2\n"
                "  task: sequence_classification\n  n_layer: 1\n  n_head: 2\n  n_embd: 16\n  block_size: 32\n"
                "  pad_token_id: 50256\ndata:\n  name: tsv_text\n  tokenizer: data/pretrained/gpt2-bpe\n"
@@ -92,42 +93,44 @@ static void test_gpt2_real_bpe(void) {
                "  test_path: data/sst2_sample/test.tsv\n  max_len: 24\n"
                "train:\n  max_steps: 4\n  batch_size: 16\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp);
     fclose(f);
-    CHECK(hfe_run((const char *[]){"train", hfe_path(tmp, "bpe.yml"), NULL}, hfe_path(tmp, "bpe.out")) == 0, "train");
-    CHECK(hfe_run((const char *[]){"test", hfe_path(tmp, "runs/bpe"), NULL}, hfe_path(tmp, "bpe.test.out")) == 0,
+    CHECK(tp_run_shown((const char *[]){"train", tp_path(tmp, "bpe.yml"), NULL}, tp_path(tmp, "bpe.out"), 0, NULL) == 0,
+          "train");
+    CHECK(tp_run_shown((const char *[]){"test", tp_path(tmp, "runs/bpe"), NULL}, tp_path(tmp, "bpe.test.out"), 0,
+                       NULL) == 0,
           "test");
-    char *s = tp_slurp(hfe_path(tmp, "runs/bpe/test_results.json"));
+    char *s = tp_slurp(tp_path(tmp, "runs/bpe/test_results.json"));
     CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
-    f = fopen(hfe_path(tmp, "nopad.yml"), "w");
-    char *cfg = tp_slurp(hfe_path(tmp, "bpe.yml"));
+    f = fopen(tp_path(tmp, "nopad.yml"), "w");
+    char *cfg = tp_slurp(tp_path(tmp, "bpe.yml"));
     const char *line = "  pad_token_id: 50256\n";
     char *at = cfg ? strstr(cfg, line) : NULL;
     if (at) memmove(at, at + strlen(line), strlen(at + strlen(line)) + 1);
     fputs(cfg ? cfg : "", f);
     fclose(f);
     free(cfg);
-    CHECK(tp_run((const char *[]){"train", hfe_path(tmp, "nopad.yml"), "--set", "experiment_name=nopad", NULL},
-                 hfe_path(tmp, "nopad.out")) == 1, "exit 1 without pad_token_id");
-    s = tp_slurp(hfe_path(tmp, "nopad.out"));
+    CHECK(tp_run((const char *[]){"train", tp_path(tmp, "nopad.yml"), "--set", "experiment_name=nopad", NULL},
+                 tp_path(tmp, "nopad.out")) == 1, "exit 1 without pad_token_id");
+    s = tp_slurp(tp_path(tmp, "nopad.out"));
     CHECK(s && strstr(s, "pad_token_id is not set") && strstr(s, "50256"), "%s", s);
     free(s);
 }
 
 static void test_refused(void) {
     /* hf_roberta_tiny: 66 positions, pad_token_id 1: 64 tokens at most */
-    const char *argv[] = {"train", hfe_path(tmp, "roberta.yml"), "--set", "experiment_name=long", "--set",
+    const char *argv[] = {"train", tp_path(tmp, "roberta.yml"), "--set", "experiment_name=long", "--set",
                           "data.max_len=65", NULL};
-    CHECK(tp_run(argv, hfe_path(tmp, "long.out")) == 1, "max_len 65: exit 1");
-    char *s = tp_slurp(hfe_path(tmp, "long.out"));
+    CHECK(tp_run(argv, tp_path(tmp, "long.out")) == 1, "max_len 65: exit 1");
+    char *s = tp_slurp(tp_path(tmp, "long.out"));
     CHECK(s && strstr(s, "data.max_len: 65 is more than the model's 64 positions (max_position_embeddings 66 "
                          "less pad_token_id + 1)"), "%s", s);
     free(s);
-    FILE *f = fopen(hfe_path(tmp, "tok.yml"), "w");
+    FILE *f = fopen(tp_path(tmp, "tok.yml"), "w");
     fprintf(f, "experiment_name: tok\noutput_dir: %s/runs\nmodel:\n  name: gpt2\n  task: sequence_classification\n"
                "data:\n  name: tokens\n  train_path: x.bin\n", tmp);
     fclose(f);
-    CHECK(tp_run((const char *[]){"train", hfe_path(tmp, "tok.yml"), NULL}, hfe_path(tmp, "tok.out")) == 1, "exit 1");
-    s = tp_slurp(hfe_path(tmp, "tok.out"));
+    CHECK(tp_run((const char *[]){"train", tp_path(tmp, "tok.yml"), NULL}, tp_path(tmp, "tok.out")) == 1, "exit 1");
+    s = tp_slurp(tp_path(tmp, "tok.out"));
     CHECK(s && strstr(s, "model.task: sequence_classification") && strstr(s, "tsv_text"), "%s", s);
     free(s);
 }

@@ -19,16 +19,6 @@
 
 static char tmp[256];
 
-static const char *path_in(const char *a, const char *b) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    char joined[1024];
-    snprintf(joined, sizeof joined, "%s/%s", a, b);
-    memcpy(buf[k], joined, sizeof joined);
-    return buf[k];
-}
-
 static const char *task; /* model.task of the next load, or NULL */
 
 static ut_model *load(const char *name, const char *dir, char *err, size_t n) {
@@ -44,8 +34,8 @@ static ut_model *load(const char *name, const char *dir, char *err, size_t n) {
  * (the best: the fixture's weights) and 2 (the newest: weights scaled by 2). */
 static void make_run(const char *run, const char *name, const char *dir, const char *data) {
     char err[1024];
-    UT_ASSERT(mkdir(run, 0777) == 0 && mkdir(path_in(run, "checkpoints"), 0777) == 0);
-    FILE *f = fopen(path_in(run, "config.yml"), "w");
+    UT_ASSERT(mkdir(run, 0777) == 0 && mkdir(tp_path(run, "checkpoints"), 0777) == 0);
+    FILE *f = fopen(tp_path(run, "config.yml"), "w");
     UT_ASSERT(f);
     fprintf(f, "experiment_name: x\noutput_dir: %s\nmodel:\n  name: %s\n  pretrained: %s\n%s%s%sdata:\n%s", tmp,
             name, dir, task ? "  task: " : "", task ? task : "", task ? "\n" : "", data);
@@ -56,18 +46,18 @@ static void make_run(const char *run, const char *name, const char *dir, const c
     ut_train_state st = {0};
     st.step = 1, st.best_step = 1;
     char path[1200];
-    ut_ckpt_path(path, sizeof path, path_in(run, "checkpoints"), 1);
+    ut_ckpt_path(path, sizeof path, tp_path(run, "checkpoints"), 1);
     CHECK(ut_ckpt_save(path, m, NULL, &st, err, sizeof err) == 0, "%s", err);
     for (int64_t i = 0; i < m->params.numel; i++) m->params.flat[i] *= 2;
     st.step = 2;
-    ut_ckpt_path(path, sizeof path, path_in(run, "checkpoints"), 2);
+    ut_ckpt_path(path, sizeof path, tp_path(run, "checkpoints"), 2);
     CHECK(ut_ckpt_save(path, m, NULL, &st, err, sizeof err) == 0, "%s", err);
     ut_model_free(m);
 }
 
 static int export_run(const char *run, const char *out, const char *name) {
     const char *argv[] = {"export", run, "--format", "hf", out, NULL};
-    return tp_run(argv, path_in(tmp, name));
+    return tp_run_shown(argv, tp_path(tmp, name), 0, NULL);
 }
 
 /* utrain on OUT gives the fixture batch's transformers logits */
@@ -111,13 +101,13 @@ static void test_gpt2(void) {
     char out[512];
     export_case("gpt2", "gpt2", FIX "hf_gpt2_tiny", "  name: tokens\n  train_path: none.bin\n", out, sizeof out);
     char err[1024];
-    ut_st_file *f = ut_st_open(path_in(out, "model.safetensors"), err, sizeof err);
+    ut_st_file *f = ut_st_open(tp_path(out, "model.safetensors"), err, sizeof err);
     CHECK(f, "%s", err);
     const ut_st_tensor *fc = f ? ut_st_get(f, "transformer.h.0.mlp.c_fc.weight") : NULL;
     CHECK(fc && fc->shape[0] == 32 && fc->shape[1] == 128, "c_fc stored (in, out) = (32, 128)");
     CHECK(f && !strcmp(ut_st_meta(f, "format") ? ut_st_meta(f, "format") : "", "pt"), "format pt");
     ut_st_close(f);
-    char *cfg = tp_slurp(path_in(out, "config.json"));
+    char *cfg = tp_slurp(tp_path(out, "config.json"));
     CHECK(cfg && strstr(cfg, "\"GPT2LMHeadModel\"") && strstr(cfg, "\"n_head\":\t2"), "config.json: %s",
           cfg ? cfg : "(none)");
     free(cfg);
@@ -126,20 +116,20 @@ static void test_gpt2(void) {
 static void test_bert(void) {
     char out[512];
     export_case("bert", "bert", FIX "hf_bert_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
-    CHECK(tp_count_lines(path_in(out, "vocab.txt")) == 100, "vocab.txt copied");
+    CHECK(tp_count_lines(tp_path(out, "vocab.txt")) == 100, "vocab.txt copied");
 }
 
 /* RoBERTa through model.name bert: config.json says roberta, the tokenizer.json is copied */
 static void test_roberta(void) {
     char out[512];
     export_case("rob", "bert", FIX "hf_roberta_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
-    char *cfg = tp_slurp(path_in(out, "config.json"));
+    char *cfg = tp_slurp(tp_path(out, "config.json"));
     CHECK(cfg && strstr(cfg, "\"RobertaForSequenceClassification\"") && strstr(cfg, "\"model_type\":\t\"roberta\"") &&
               strstr(cfg, "\"pad_token_id\":\t1"),
           "config.json: %s", cfg ? cfg : "(none)");
     free(cfg);
     struct stat st;
-    CHECK(stat(path_in(out, "tokenizer.json"), &st) == 0 && st.st_size > 1000, "tokenizer.json copied");
+    CHECK(stat(tp_path(out, "tokenizer.json"), &st) == 0 && st.st_size > 1000, "tokenizer.json copied");
 }
 
 /* GPT2ForSequenceClassification: score.weight without "transformer.", pad_token_id kept */
@@ -148,15 +138,15 @@ static void test_gpt2_classifier(void) {
     task = "sequence_classification";
     export_case("g2c", "gpt2", FIX "hf_gpt2_cls_tiny", "  name: tsv_text\n  train_path: data/sst2_sample/train.tsv\n", out, sizeof out);
     task = NULL;
-    ut_st_file *f = ut_st_open(path_in(out, "model.safetensors"), err, sizeof err);
+    ut_st_file *f = ut_st_open(tp_path(out, "model.safetensors"), err, sizeof err);
     CHECK(f && ut_st_get(f, "score.weight") && ut_st_get(f, "transformer.wte.weight"), "%s", err);
     ut_st_close(f);
-    char *cfg = tp_slurp(path_in(out, "config.json"));
+    char *cfg = tp_slurp(tp_path(out, "config.json"));
     CHECK(cfg && strstr(cfg, "\"GPT2ForSequenceClassification\"") && strstr(cfg, "\"pad_token_id\":\t299") &&
               strstr(cfg, "\"LABEL_1\""),
           "config.json: %s", cfg ? cfg : "(none)");
     free(cfg);
-    CHECK(tp_count_lines(path_in(out, "merges.txt")) > 10, "merges.txt copied");
+    CHECK(tp_count_lines(tp_path(out, "merges.txt")) > 10, "merges.txt copied");
 }
 
 /* A token shard (llm.c layout) of n ids below 100 */
@@ -176,9 +166,9 @@ static void write_shard(const char *path, int n, unsigned seed) {
 /* Fine-tune the GPT-2 fixture with `utrain train` on token shards, export,
  * and load the export: its weights are the best checkpoint's exactly. */
 static void test_gpt2_train_then_export(void) {
-    write_shard(path_in(tmp, "train.bin"), 3000, 1);
-    write_shard(path_in(tmp, "dev.bin"), 500, 2);
-    FILE *f = fopen(path_in(tmp, "ft.yml"), "w");
+    write_shard(tp_path(tmp, "train.bin"), 3000, 1);
+    write_shard(tp_path(tmp, "dev.bin"), 500, 2);
+    FILE *f = fopen(tp_path(tmp, "ft.yml"), "w");
     UT_ASSERT(f);
     fprintf(f, "experiment_name: ft\noutput_dir: %s/runs\nseed: 1\nmodel:\n  name: gpt2\n"
                "  pretrained: " FIX "hf_gpt2_tiny\n  task: causal_lm\n  dropout: 0\n"
@@ -187,12 +177,12 @@ static void test_gpt2_train_then_export(void) {
                "  save_strategy: steps\n  save_interval: 5\n  best_metric: dev/loss\n"
                "optim:\n  name: adamw\n  lr: 1.0e-3\n", tmp, tmp, tmp);
     fclose(f);
-    const char *tr[] = {"train", path_in(tmp, "ft.yml"), NULL};
-    CHECK(tp_run(tr, path_in(tmp, "ft.out")) == 0, "train");
+    const char *tr[] = {"train", tp_path(tmp, "ft.yml"), NULL};
+    CHECK(tp_run_shown(tr, tp_path(tmp, "ft.out"), 0, NULL) == 0, "train");
     char run[512], out[512], err[1024];
     snprintf(run, sizeof run, "%s/runs/ft", tmp), snprintf(out, sizeof out, "%s/fthf", tmp);
     CHECK(export_run(run, out, "ftexport.out") == 0, "export");
-    char *said = tp_slurp(path_in(tmp, "ftexport.out"));
+    char *said = tp_slurp(tp_path(tmp, "ftexport.out"));
     const char *ck = said ? strstr(said, "exported ") : NULL;
     char ckpt[1024] = "";
     if (ck) sscanf(ck + 9, "%1023s", ckpt);
@@ -215,11 +205,11 @@ static void test_gpt2_train_then_export(void) {
 }
 
 static void test_refusals(void) {
-    const char *a1[] = {"export", tmp, "--format", "onnx", path_in(tmp, "x"), NULL};
-    CHECK(tp_run(a1, path_in(tmp, "r1.out")) == 2, "format onnx refused");
-    const char *a2[] = {"export", path_in(tmp, "nowhere"), "--format", "hf", path_in(tmp, "x"), NULL};
-    CHECK(tp_run(a2, path_in(tmp, "r2.out")) == 1, "no run directory");
-    char *s = tp_slurp(path_in(tmp, "r2.out"));
+    const char *a1[] = {"export", tmp, "--format", "onnx", tp_path(tmp, "x"), NULL};
+    CHECK(tp_run(a1, tp_path(tmp, "r1.out")) == 2, "format onnx refused");
+    const char *a2[] = {"export", tp_path(tmp, "nowhere"), "--format", "hf", tp_path(tmp, "x"), NULL};
+    CHECK(tp_run(a2, tp_path(tmp, "r2.out")) == 1, "no run directory");
+    char *s = tp_slurp(tp_path(tmp, "r2.out"));
     CHECK(s && strstr(s, "nowhere/config.yml"), "message names the file: %s", s ? s : "");
     free(s);
 }

@@ -11,15 +11,6 @@
 
 static char tmp[256];
 
-/* a/b in one of 16 rotating buffers: use the result at once or copy it */
-static const char *path_in(const char *a, const char *b) {
-    static char buf[16][1024];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
-    return buf[k];
-}
-
 /* utrain CMD configs/sst2_bow.yml with output_dir in tmp and up to 10 more
  * --set values; stdout and stderr into tmp/NAME.out, shown if the exit code
  * is not expect. */
@@ -34,13 +25,9 @@ static int run_sst2x(const char *cmd, const char *name, const char *const *sets,
     argv[n] = NULL;
     char out[400];
     snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    int rc = tp_run(argv, out);
-    if (rc != expect) {
-        char *s = tp_slurp(out);
-        fprintf(stderr, "  utrain %s %s exited %d:\n%s\n", cmd, name, rc, s ? s : "");
-        free(s);
-    }
-    return rc;
+    char label[200];
+    snprintf(label, sizeof label, "utrain %s %s", cmd, name);
+    return tp_run_shown(argv, out, expect, label);
 }
 
 static int run_sst2(const char *cmd, const char *name, const char *const *sets, const char *nproc) {
@@ -101,7 +88,7 @@ static int count_checkpoints(const char *name) {
     for (int s = 1; s <= 200; s++) {
         char f[64];
         snprintf(f, sizeof f, "checkpoints/step_%08d.safetensors", s);
-        n += access(path_in(run_dir(name), f), R_OK) == 0;
+        n += access(tp_path(run_dir(name), f), R_OK) == 0;
     }
     return n;
 }
@@ -115,7 +102,7 @@ static void test_epoch_checkpoints_and_predictions(void) {
     for (int s = 15; s <= 45; s += 15) {
         char f[64];
         snprintf(f, sizeof f, "checkpoints/step_%08d.safetensors", s);
-        CHECK(access(path_in(run_dir("base"), f), R_OK) == 0, "%s", f);
+        CHECK(access(tp_path(run_dir("base"), f), R_OK) == 0, "%s", f);
     }
     CHECK(run_sst2("test", "base", NULL, NULL) == 0, "test");
     const char *split[2] = {"dev", "test"};
@@ -126,7 +113,7 @@ static void test_epoch_checkpoints_and_predictions(void) {
         snprintf(pf, sizeof pf, "%s_predictions.tsv", split[i]);
         int labels[100];
         pred_row rows[100];
-        int nl = read_labels(tsv, labels, 100), np = read_predictions(path_in(run_dir("base"), pf), rows, 100);
+        int nl = read_labels(tsv, labels, 100), np = read_predictions(tp_path(run_dir("base"), pf), rows, 100);
         CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split[i], nl, np);
         int hits = 0;
         for (int k = 0; k < np && k < nl; k++) {
@@ -137,7 +124,7 @@ static void test_epoch_checkpoints_and_predictions(void) {
                   k, r->pred, r->prob[0], r->prob[1]);
             hits += r->pred == labels[k];
         }
-        char *s = tp_slurp(path_in(run_dir("base"), res));
+        char *s = tp_slurp(tp_path(run_dir("base"), res));
         double acc = json_number(s, "accuracy");
         CHECK_NEAR(acc, (double)hits / 60.0, 1e-6);
         CHECK(s && strstr(s, "\"predictions\": \"") && strstr(s, pf), "%s", s);
@@ -149,7 +136,7 @@ static void test_epoch_checkpoints_and_predictions(void) {
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
 static void test_unlabeled_test_file(void) {
-    const char *glue = path_in(tmp, "glue_test.tsv");
+    const char *glue = tp_path(tmp, "glue_test.tsv");
     FILE *f = fopen(glue, "w");
     char *src = tp_slurp("data/sst2_sample/test.tsv");
     fprintf(f, "index\tsentence\n");
@@ -164,19 +151,19 @@ static void test_unlabeled_test_file(void) {
     char set[600];
     snprintf(set, sizeof set, "data.test_path=%s", glue);
     CHECK(run_sst2("test", "base", (const char *[]){set, NULL}, NULL) == 0, "test with an unlabeled file");
-    char *s = tp_slurp(path_in(run_dir("base"), "test_results.json"));
+    char *s = tp_slurp(tp_path(run_dir("base"), "test_results.json"));
     CHECK(s && strstr(s, "\"labeled\": false") && strstr(s, "no label column") && !strstr(s, "\"loss\"") &&
               !strstr(s, "\"accuracy\"") && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
-    s = tp_slurp(path_in(tmp, "base.out"));
+    s = tp_slurp(tp_path(tmp, "base.out"));
     CHECK(s && strstr(s, "test (60 examples):  no labels: predictions only  -> test_predictions.tsv"), "%s", s);
     free(s);
     pred_row rows[100], ref[100];
-    int n = read_predictions(path_in(run_dir("base"), "test_predictions.tsv"), rows, 100);
+    int n = read_predictions(tp_path(run_dir("base"), "test_predictions.tsv"), rows, 100);
     CHECK(n == 60 && k == 60, "%d predictions of %d", n, k);
     /* the labeled file again, for the reference predictions */
     CHECK(run_sst2("test", "base", NULL, NULL) == 0, "test, labeled");
-    CHECK(read_predictions(path_in(run_dir("base"), "test_predictions.tsv"), ref, 100) == 60, "reference");
+    CHECK(read_predictions(tp_path(run_dir("base"), "test_predictions.tsv"), ref, 100) == 60, "reference");
     for (int i = 0; i < n; i++)
         CHECK(rows[i].index == 1000 + 3 * i && rows[i].pred == ref[i].pred && rows[i].prob[0] == ref[i].prob[0],
               "row %d: %lld %d %g vs %d %g", i, rows[i].index, rows[i].pred, rows[i].prob[0], ref[i].pred,
@@ -185,7 +172,7 @@ static void test_unlabeled_test_file(void) {
 
 /* An unlabeled train or dev file cannot train: exit 1 naming the file. */
 static void test_unlabeled_refused_for_training(void) {
-    const char *glue = path_in(tmp, "glue_dev.tsv");
+    const char *glue = tp_path(tmp, "glue_dev.tsv");
     FILE *f = fopen(glue, "w");
     fprintf(f, "index\tsentence\n0\ta fine film .\n1\ta dull film .\n");
     fclose(f);
@@ -195,7 +182,7 @@ static void test_unlabeled_refused_for_training(void) {
         snprintf(set, sizeof set, "%s=%s", key[i], glue);
         snprintf(name, sizeof name, "refused%d", i);
         CHECK(run_sst2x("train", name, (const char *[]){set, NULL}, NULL, 1) == 1, "%s unlabeled: exit 1", key[i]);
-        char *s = tp_slurp(path_in(tmp, i ? "refused1.out" : "refused0.out"));
+        char *s = tp_slurp(tp_path(tmp, i ? "refused1.out" : "refused0.out"));
         CHECK(s && strstr(s, "glue_dev.tsv:1: no 'label' column") && strstr(s, "data.test_path"), "%s", s);
         free(s);
     }
@@ -203,13 +190,13 @@ static void test_unlabeled_refused_for_training(void) {
 
 /* Two ranks, a batch that does not divide the split: the same files. */
 static void test_predictions_two_ranks(void) {
-    char *one = tp_slurp(path_in(run_dir("base"), "dev_predictions.tsv"));
+    char *one = tp_slurp(tp_path(run_dir("base"), "dev_predictions.tsv"));
     CHECK(run_sst2("test", "base", (const char *[]){"train.eval_batch_size=7", NULL}, "2") == 0, "--nproc 2");
-    char *two = tp_slurp(path_in(run_dir("base"), "dev_predictions.tsv"));
+    char *two = tp_slurp(tp_path(run_dir("base"), "dev_predictions.tsv"));
     CHECK(one && two && !strcmp(one, two), "1 rank and 2 ranks differ");
     free(one);
     free(two);
-    char *s = tp_slurp(path_in(run_dir("base"), "dev_results.json"));
+    char *s = tp_slurp(tp_path(run_dir("base"), "dev_results.json"));
     CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
 }
@@ -258,7 +245,7 @@ static void test_resume_outputs(void) {
         }
         CHECK(at == 1 && lines == 4, "%s: dev/accuracy: %d points, %d at step %d:\n%s", name, lines, at, 2 * spe, s);
         free(s);
-        s = tp_slurp(path_in(run_dir(name), "logger_logs/training_0.log"));
+        s = tp_slurp(tp_path(run_dir(name), "logger_logs/training_0.log"));
         int bad = 0;
         for (char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
             if (*p != '\n' && strncmp(p, "[20", 3)) bad++;
@@ -273,7 +260,7 @@ static void test_resume_outputs(void) {
 static void test_progress_under_nproc(void) {
     CHECK(run_sst2("train", "nproc", (const char *[]){"train.epochs=1", "train.batch_size=8", "train.log_interval=5",
                                                       NULL}, "2") == 0, "train --nproc 2");
-    char *s = tp_slurp(path_in(tmp, "nproc.out"));
+    char *s = tp_slurp(tp_path(tmp, "nproc.out"));
     CHECK(s && !strchr(s, '\r') && !strstr(s, "\033[K") && strstr(s, "step 15/15"), "%s", s);
     free(s);
 }

@@ -16,15 +16,6 @@
 
 static char tmp[256];
 
-/* a/b in one of 16 rotating buffers: use the result at once or copy it */
-static const char *path_in(const char *a, const char *b) {
-    static char buf[16][1024];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
-    return buf[k];
-}
-
 /* A fast config: a small MLP on Fashion-MNIST, dropout on (so the RNG state
  * matters), a schedule that does not depend on max_steps (so runs of
  * different lengths agree step for step). */
@@ -93,7 +84,7 @@ static bool valid_json_object(const char *s) {
 
 /* ---- tests ---- */
 static void test_config_errors(void) {
-    const char *bad = path_in(tmp, "bad.yml"), *out = path_in(tmp, "bad.out");
+    const char *bad = tp_path(tmp, "bad.yml"), *out = tp_path(tmp, "bad.out");
     FILE *f = fopen(bad, "w");
     fprintf(f, "model:\n  name: cnn\ntrain:\n  batch_sise: 3\n");
     fclose(f);
@@ -107,7 +98,7 @@ static void test_config_errors(void) {
     s = tp_slurp(out);
     CHECK(s && strstr(s, "--set") && strstr(s, "train.epochs") && strstr(s, "two"), "message: %s", s);
     free(s);
-    CHECK(tp_run((const char *[]){"train", path_in(tmp, "missing.yml"), NULL}, out) == 1, "missing file exits 1");
+    CHECK(tp_run((const char *[]){"train", tp_path(tmp, "missing.yml"), NULL}, out) == 1, "missing file exits 1");
     s = tp_slurp(out);
     CHECK(s && strstr(s, "missing.yml"), "message: %s", s);
     free(s);
@@ -129,14 +120,14 @@ static void test_run_directory_and_test_mode(void) {
     snprintf(dir, sizeof dir, "%s/runs/rundir", tmp);
     const char *files[] = {"config.yml", "metrics.jsonl", "logger_logs/training_0.log",
                            "checkpoints/step_00000020.safetensors"};
-    for (int i = 0; i < 4; i++) CHECK(access(path_in(dir, files[i]), R_OK) == 0, "%s exists", files[i]);
-    DIR *d = opendir(path_in(dir, "tensorboard"));
+    for (int i = 0; i < 4; i++) CHECK(access(tp_path(dir, files[i]), R_OK) == 0, "%s exists", files[i]);
+    DIR *d = opendir(tp_path(dir, "tensorboard"));
     int events = 0;
     for (struct dirent *e; d && (e = readdir(d));) events += strstr(e->d_name, "tfevents") != NULL;
     if (d) closedir(d);
     CHECK(events == 1, "one TensorBoard event file, found %d", events);
 
-    s = tp_slurp(path_in(dir, "metrics.jsonl"));
+    s = tp_slurp(tp_path(dir, "metrics.jsonl"));
     int lines = 0, dev = 0;
     for (char *line = s, *nl; line && *line; line = nl + 1) {
         nl = strchr(line, '\n');
@@ -156,7 +147,7 @@ static void test_run_directory_and_test_mode(void) {
     CHECK(rc == 0, "test exits 0: %s", s);
     free(s);
     for (int i = 0; i < 2; i++) {
-        s = tp_slurp(path_in(dir, i ? "test_results.json" : "dev_results.json"));
+        s = tp_slurp(tp_path(dir, i ? "test_results.json" : "dev_results.json"));
         CHECK(s && valid_json_object(s) && strstr(s, "\"loss\"") && strstr(s, "\"accuracy\"") &&
                   strstr(s, "\"checkpoint\"") && strstr(s, "\"step\": "), "results: %s", s);
         free(s);
@@ -166,9 +157,12 @@ static void test_run_directory_and_test_mode(void) {
 /* 17 steps, stop, resume to 40 (the epoch of 1000 examples has 32 batches, so
  * the stop is mid-epoch and the resumed run crosses an epoch) = 40 straight. */
 static void test_exact_resume(void) {
-    const char *a = write_config("straight", NULL), *b = write_config("resumed", NULL), *out = path_in(tmp, "resume.out");
-    CHECK(tp_run((const char *[]){"train", a, "--set", "train.max_steps=40", NULL}, out) == 0, "straight run");
-    CHECK(tp_run((const char *[]){"train", b, "--set", "train.max_steps=17", NULL}, out) == 0, "first half");
+    const char *a = write_config("straight", NULL), *b = write_config("resumed", NULL);
+    const char *out = tp_path(tmp, "resume.out");
+    CHECK(tp_run_shown((const char *[]){"train", a, "--set", "train.max_steps=40", NULL}, out, 0, NULL) == 0,
+          "straight run");
+    CHECK(tp_run_shown((const char *[]){"train", b, "--set", "train.max_steps=17", NULL}, out, 0, NULL) == 0,
+          "first half");
     int rc = tp_run((const char *[]){"train", b, "--set", "train.max_steps=40", "--set", "continue_training=true", NULL}, out);
     char *s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "Resuming from") && strstr(s, "step 17"), "resumed: %s", s);
@@ -176,15 +170,15 @@ static void test_exact_resume(void) {
     char ra[512], rb[512];
     snprintf(ra, sizeof ra, "%s/runs/straight", tmp);
     snprintf(rb, sizeof rb, "%s/runs/resumed", tmp);
-    CHECK(tp_same_weights(path_in(ra, "checkpoints/step_00000040.safetensors"),
-                       path_in(rb, "checkpoints/step_00000040.safetensors")), "bit-identical final weights");
-    check_same_losses(path_in(ra, "metrics.jsonl"), path_in(rb, "metrics.jsonl"), 18, 40);
+    CHECK(tp_same_weights(tp_path(ra, "checkpoints/step_00000040.safetensors"),
+                       tp_path(rb, "checkpoints/step_00000040.safetensors")), "bit-identical final weights");
+    check_same_losses(tp_path(ra, "metrics.jsonl"), tp_path(rb, "metrics.jsonl"), 18, 40);
 }
 
 /* SIGTERM mid-run: checkpoint and exit 75; resuming finishes like an uninterrupted run. */
 static void test_sigterm_then_resume(void) {
     const char *cfg = write_config("preempt", NULL), *ref = write_config("preempt_ref", NULL);
-    const char *out = path_in(tmp, "preempt.out");
+    const char *out = tp_path(tmp, "preempt.out");
     char metrics[512];
     snprintf(metrics, sizeof metrics, "%s/runs/preempt/metrics.jsonl", tmp);
     pid_t pid = tp_spawn((const char *[]){"train", cfg, "--set", "train.max_steps=3000", NULL}, out);
@@ -196,10 +190,13 @@ static void test_sigterm_then_resume(void) {
     free(s);
     int stopped = tp_count_lines(metrics);
     CHECK(stopped >= 25 && stopped < 3000, "stopped at step %d", stopped);
-    CHECK(tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=60", "--set", "continue_training=true", NULL},
-              out) == 0 || stopped >= 60, "resume to 60");
+    CHECK(tp_run_shown((const char *[]){"train", cfg, "--set", "train.max_steps=60", "--set", "continue_training=true",
+                                        NULL},
+                       out, 0, NULL) == 0 || stopped >= 60,
+          "resume to 60");
     if (stopped < 60) {
-        CHECK(tp_run((const char *[]){"train", ref, "--set", "train.max_steps=60", NULL}, out) == 0, "reference");
+        CHECK(tp_run_shown((const char *[]){"train", ref, "--set", "train.max_steps=60", NULL}, out, 0, NULL) == 0,
+              "reference");
         char ra[512], rb[512];
         snprintf(ra, sizeof ra, "%s/runs/preempt_ref/checkpoints/step_00000060.safetensors", tmp);
         snprintf(rb, sizeof rb, "%s/runs/preempt/checkpoints/step_00000060.safetensors", tmp);
@@ -218,11 +215,12 @@ static void flip_byte(const char *path, long from_end) {
 
 /* A bit-flipped or truncated newest checkpoint is reported and the one before used. */
 static void test_corrupt_checkpoint_falls_back(void) {
-    const char *out = path_in(tmp, "corrupt.out");
+    const char *out = tp_path(tmp, "corrupt.out");
     for (int mode = 0; mode < 2; mode++) {
         const char *name = mode ? "truncated" : "flipped";
         const char *cfg = write_config(name, NULL);
-        CHECK(tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=20", NULL}, out) == 0, "%s: train", name);
+        CHECK(tp_run_shown((const char *[]){"train", cfg, "--set", "train.max_steps=20", NULL}, out, 0, NULL) == 0,
+              "%s: train", name);
         char ck[512];
         snprintf(ck, sizeof ck, "%s/runs/%s/checkpoints/step_00000020.safetensors", tmp, name);
         if (mode) CHECK(truncate(ck, 5000) == 0, "truncate");
@@ -239,15 +237,16 @@ static void test_corrupt_checkpoint_falls_back(void) {
  * weights are linear in the gradients, so summation-order differences stay at
  * float rounding (AdamW would magnify them where gradients are near zero). */
 static void test_gradient_accumulation(void) {
-    const char *out = path_in(tmp, "accum.out");
+    const char *out = tp_path(tmp, "accum.out");
     const char *a = write_config("accum1", NULL), *b = write_config("accum2", NULL);
     const char *common[] = {"--set", "train.max_steps=6", "--set", "data.shuffle=false", "--set", "model.dropout=0",
                             "--set", "optim.name=sgd", "--set", "optim.momentum=0.9"};
 #define COMMON common[0], common[1], common[2], common[3], common[4], common[5], common[6], common[7], common[8], common[9]
-    CHECK(tp_run((const char *[]){"train", a, COMMON, NULL}, out) == 0, "batch 32");
-    CHECK(tp_run((const char *[]){"train", b, COMMON,
-                               "--set", "train.batch_size=16", "--set", "train.gradient_accumulation_steps=2", NULL},
-              out) == 0, "2 x 16");
+    CHECK(tp_run_shown((const char *[]){"train", a, COMMON, NULL}, out, 0, NULL) == 0, "batch 32");
+    CHECK(tp_run_shown((const char *[]){"train", b, COMMON, "--set", "train.batch_size=16", "--set",
+                                        "train.gradient_accumulation_steps=2", NULL},
+                       out, 0, NULL) == 0,
+          "2 x 16");
     char pa[512], pb[512];
     snprintf(pa, sizeof pa, "%s/runs/accum1/checkpoints/step_00000006.safetensors", tmp);
     snprintf(pb, sizeof pb, "%s/runs/accum2/checkpoints/step_00000006.safetensors", tmp);
@@ -257,7 +256,7 @@ static void test_gradient_accumulation(void) {
 
 /* Every example config runs a few steps. */
 static void test_example_configs(void) {
-    const char *out = path_in(tmp, "examples.out");
+    const char *out = tp_path(tmp, "examples.out");
     char runs[512], kjv[512], opt[3][600];
     snprintf(runs, sizeof runs, "output_dir=%s/examples", tmp);
     int rc = tp_run((const char *[]){"train", "configs/fmnist_cnn.yml", "--set", runs, "--set", "train.max_steps=3",
@@ -286,11 +285,13 @@ static void test_example_configs(void) {
 
 /* load_dir starts a new run from another run's best weights. */
 static void test_load_dir(void) {
-    const char *out = path_in(tmp, "loaddir.out");
+    const char *out = tp_path(tmp, "loaddir.out");
     char runs[512], from[600];
     snprintf(runs, sizeof runs, "output_dir=%s/ft", tmp);
     snprintf(from, sizeof from, "load_dir=%s/ft/sst2_bow", tmp);
-    CHECK(tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.epochs=2", NULL}, out) == 0,
+    CHECK(tp_run_shown((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.epochs=2",
+                                        NULL},
+                       out, 0, NULL) == 0,
           "base run");
     int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=tuned",
                                   "--set", from, "--set", "train.epochs=1", NULL}, out);
@@ -302,7 +303,7 @@ static void test_load_dir(void) {
 
 /* With a zero learning rate nothing improves: patience 2 stops after 3 evaluations. */
 static void test_early_stopping(void) {
-    const char *out = path_in(tmp, "early.out");
+    const char *out = tp_path(tmp, "early.out");
     int rc = tp_run((const char *[]){"train", write_config("early", NULL), "--set", "train.max_steps=100", "--set",
                                   "optim.lr=0", "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=5",
                                   "--set", "train.early_stopping_patience=2", "--set", "data.dev_size=59800", NULL},
@@ -314,7 +315,7 @@ static void test_early_stopping(void) {
 
 /* train.progress: bar draws a bar with carriage returns even off a terminal. */
 static void test_progress_bar(void) {
-    const char *out = path_in(tmp, "bar.out");
+    const char *out = tp_path(tmp, "bar.out");
     int rc = tp_run((const char *[]){"train", write_config("bar", NULL), "--set", "train.max_steps=5", "--set",
                                   "train.progress=bar", NULL}, out);
     char *s = tp_slurp(out);

@@ -5,8 +5,9 @@ tests/parity/test_amp_parity.c checks utrain's bf16 and fp16 runs against.
 
 Run by hand (never by CI) where PyTorch is installed, after make_fixtures.py
 (the batches are read from its gpt2 and cnn fixtures), from anywhere:
-    python3 tests/parity/make_amp_fixtures.py
-and commit the file. Only json, struct, numpy and torch are used.
+    python3 tests/parity/make_amp_fixtures.py [--out DIR]
+and commit the file (written into DIR with --out). Only json, numpy, torch
+and fixture_common.py are used.
 
 Same models, same initial parameters (the shared generator) and the same
 batch as tests/parity/fixtures/{gpt2,cnn}.safetensors; the float32 results
@@ -45,31 +46,14 @@ Model in eval mode (dropout off), one thread, deterministic algorithms.
 import json
 import math
 import os
-import struct
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import make_fixtures as mf
+from fixture_common import FIX, out_dir, read_safetensors, write_safetensors
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def load_safetensors(path):
-    """name -> torch tensor (F32 and I32 only), and the metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    types = {"F32": np.float32, "I32": np.int32}
-    out = {}
-    for name, h in header.items():
-        a, b = h["data_offsets"]
-        arr = np.frombuffer(data[a:b], dtype=types[h["dtype"]]).reshape(h["shape"])
-        out[name] = torch.from_numpy(arr.copy())
-    return out, meta
 
 
 class FusedAttention(mf.Attention):
@@ -144,6 +128,7 @@ def run_autocast(make_model, seed, x, targets, dtype):
 
 
 def main():
+    out_root = out_dir()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     gpt2_cfg = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=97, block_size=16)
@@ -152,7 +137,8 @@ def main():
                          "optimizer": json.dumps({k: list(v) if isinstance(v, tuple) else v
                                                   for k, v in mf.ADAMW.items()})}
     for name, make_model in models.items():
-        ref, ref_meta = load_safetensors(os.path.join(mf.OUT_DIR, name + ".safetensors"))
+        ref, ref_meta = read_safetensors(os.path.join(FIX, name + ".safetensors"))
+        ref = {k: torch.from_numpy(v) for k, v in ref.items()}
         seed = int(ref_meta["seed"])
         x, targets = ref["input"], ref["targets"]
         for dn, dt in DTYPES.items():
@@ -168,8 +154,8 @@ def main():
             r = forward_only(make_variant, seed, x, targets, dt)
             for k, v in r.items():
                 tensors[f"{name}.{dn}.{variant}.{k}"] = v
-    path = os.path.join(mf.OUT_DIR, "amp.safetensors")
-    mf.save_safetensors(path, tensors, meta)
+    path = os.path.join(out_root, "amp.safetensors")
+    write_safetensors(path, tensors, meta, meta_first=True)
     print(f"{path}: {os.path.getsize(path)} bytes")
 
 

@@ -5,8 +5,10 @@ utrain's built-in models against.
 Run by hand (never by CI) where PyTorch is installed, from anywhere:
     python3 tests/parity/make_fixtures.py
 It rewrites tests/parity/fixtures/{cnn,gpt2,mlp,bow}.safetensors and, through
-optim_fixtures.py, the optimizer/schedule text fixtures; commit them.
-Only json, struct, numpy and torch are used (not the safetensors package).
+optim_fixtures.py, the optimizer/schedule text fixtures (into DIR instead
+with --out DIR); commit them.
+Only json, numpy, torch and fixture_common.py (its own safetensors writer,
+not the safetensors package) are used.
 
 Each reference model below uses utrain's parameter names and registration
 order. Initial parameters are not stored (the CNN's fc1 alone is 1.18M floats):
@@ -48,15 +50,14 @@ implementation. The first CNN batch drawn is such a case.
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT_DIR = os.path.join(HERE, "fixtures")
+from fixture_common import out_dir, write_safetensors
+
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
 ADAMW_STEPS = 10
 
@@ -268,33 +269,6 @@ def padded_ids(g, batch, length, vocab):
 
 # ---------------------------------------------------------------- writer
 
-ST_DTYPES = {torch.float32: "F32", torch.int32: "I32"}
-
-
-def save_safetensors(path, tensors, metadata):
-    """tensors: dict name -> contiguous CPU tensor (float32 or int32)."""
-    header = {"__metadata__": metadata}
-    blobs, at = [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [at, at + len(data)]}
-        blobs.append(data)
-        at += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-(8 + len(text)) % 8)   # data starts 8-byte aligned
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------- fixtures
 
 def run_reference(make_model, seed, inputs, targets, dtype):
@@ -348,7 +322,7 @@ def conditioning(r32, r64):
     return max(out / 1e-5, grad / 1e-4)
 
 
-def make_fixture(name, make_model, config, seed, draw_batch, store_init=False, attempts=10):
+def make_fixture(out_root, name, make_model, config, seed, draw_batch, store_init=False, attempts=10):
     """draw_batch() gives (inputs, targets); batches are drawn until float32
     agrees with float64 to a tenth of the test tolerances (see conditioning());
     the float32 results are stored."""
@@ -387,8 +361,8 @@ def make_fixture(name, make_model, config, seed, draw_batch, store_init=False, a
         "float32_vs_float64_over_tolerance": f"{cond:.3g}",
         "torch": torch.__version__,
     }
-    path = os.path.join(OUT_DIR, name + ".safetensors")
-    save_safetensors(path, tensors, meta)
+    path = os.path.join(out_root, name + ".safetensors")
+    write_safetensors(path, tensors, meta, meta_first=True)
     losses = r32["adamw_losses"]
     print(f"{path}: loss {r32['loss'].item():.6f}, adamw {losses[0]:.6f} -> {losses[-1]:.6f}, "
           f"float32 vs float64 {cond:.2g} x tolerance, {os.path.getsize(path)} bytes")
@@ -403,32 +377,32 @@ def main():
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    os.makedirs(OUT_DIR, exist_ok=True)
+    out_root = out_dir()
     g = torch.Generator().manual_seed(20240601)
 
-    make_fixture("cnn", CNN, {}, 1001,
+    make_fixture(out_root, "cnn", CNN, {}, 1001,
                  lambda: (torch.randn(8, 1, 28, 28, generator=g),
                           torch.randint(0, 10, (8,), generator=g, dtype=torch.int32)))
 
     cfg = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=97, block_size=16)
-    make_fixture("gpt2", lambda: GPT2(**cfg), cfg, 2002,
+    make_fixture(out_root, "gpt2", lambda: GPT2(**cfg), cfg, 2002,
                  lambda: (torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32),
                           torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32)))
 
     sizes = [20, 32, 16, 5]
-    make_fixture("mlp", lambda: MLP(sizes), {"sizes": ",".join(map(str, sizes))}, 3003,
+    make_fixture(out_root, "mlp", lambda: MLP(sizes), {"sizes": ",".join(map(str, sizes))}, 3003,
                  lambda: (torch.randn(8, 20, generator=g),
                           torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)),
                  store_init=True)
 
     bow = dict(vocab_size=50, n_embd=16, hidden=24, num_classes=3)
-    make_fixture("bow", lambda: BOW(**bow), bow, 4004,
+    make_fixture(out_root, "bow", lambda: BOW(**bow), bow, 4004,
                  lambda: (padded_ids(g, 8, 12, 50),
                           torch.randint(0, 3, (8,), generator=g, dtype=torch.int32)))
 
     # optimizers, clipping and schedules (text fixtures, tests/parity/test_optim.c)
     import optim_fixtures
-    optim_fixtures.make(OUT_DIR)
+    optim_fixtures.make(out_root)
 
 
 if __name__ == "__main__":

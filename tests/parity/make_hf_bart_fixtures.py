@@ -6,7 +6,7 @@ Run by hand (never by CI) in a virtual environment with torch and
 transformers, from anywhere:
     /tmp/hfvenv/bin/python tests/parity/make_hf_bart_fixtures.py
     /tmp/hfvenv/bin/python tests/parity/make_hf_bart_fixtures.py --check-export OUT_DIR
-It rewrites, under tests/parity/fixtures/:
+It rewrites, under tests/parity/fixtures/ (or DIR with --out DIR):
   hf_bart_tiny/        a small random BartForSequenceClassification (d_model
                        32, 2 encoder + 2 decoder layers, 4 heads, ffn 64,
                        max_position_embeddings 64, scale_embedding true,
@@ -38,18 +38,15 @@ Everything is float32 in eval mode (dropout off), eager attention.
 with from_pretrained and prints the largest difference of its logits from
 the fixture model's on the fixture batch.
 """
+import json
 import os
 import sys
-import json
 
 import numpy as np
 import torch
 from transformers import BartConfig, BartForSequenceClassification
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "fixtures")
-sys.path.insert(0, HERE)
-from make_hf_fixtures import adamw_steps_kw, trainer_decay_names, write_safetensors  # noqa: E402
+from fixture_common import FIX, out_dir, perturb, print_logits_diff, save_pretrained, sst2_sentences, write_cls_batch
 
 
 def batch():
@@ -66,33 +63,20 @@ def model():
                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                      decoder_ffn_dim=64, max_position_embeddings=64, num_labels=2,
                      scale_embedding=True, activation_function="gelu", attn_implementation="eager")
-    m = BartForSequenceClassification(cfg).float()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval()
+    return perturb(BartForSequenceClassification(cfg).float())
 
 
-def sst2_sentences():
-    out = []
-    for split in ("train", "dev", "test"):
-        with open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "data", "sst2_sample", split + ".tsv")) as f:
-            next(f)
-            out += [line.rstrip("\n").split("\t")[0] for line in f]
-    return out
-
-
-def bart_tokenizer(d):
+def bart_tokenizer(d, out_root):
     """BartTokenizer on tiny_roberta's vocabulary and merges, saved into d;
-    the legacy files into hf_bart_tok_files; the expected ids."""
+    the legacy files into out_root/hf_bart_tok_files; the expected ids."""
     from transformers import BartTokenizer
-    with open(os.path.join(OUT, "tiny_roberta", "tokenizer.json")) as f:
+    with open(os.path.join(FIX, "tiny_roberta", "tokenizer.json")) as f:
         model = json.load(f)["model"]
     vocab = dict(model["vocab"], **{"<mask>": len(model["vocab"])})
     merges = [tuple(m) for m in model["merges"]]
     tok = BartTokenizer(vocab=vocab, merges=merges)
     tok.save_pretrained(d)
-    files = os.path.join(OUT, "hf_bart_tok_files")
+    files = os.path.join(out_root, "hf_bart_tok_files")
     os.makedirs(files, exist_ok=True)
     with open(os.path.join(files, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
@@ -100,7 +84,7 @@ def bart_tokenizer(d):
         f.write("#version: 0.2\n" + "".join(" ".join(m) + "\n" for m in merges))
     sents = sst2_sentences()
     rows = [(s, "") for s in sents] + [(sents[i], sents[i + 1]) for i in range(0, 40, 2)]
-    with open(os.path.join(OUT, "hf_bart_tok_ids.txt"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out_root, "hf_bart_tok_ids.txt"), "w", encoding="utf-8") as f:
         for a, b in rows:
             ids = tok(a, b)["input_ids"] if b else tok(a)["input_ids"]
             f.write("%s\t%s\t%s\n" % (a, b, " ".join(map(str, ids))))
@@ -127,35 +111,23 @@ def kwargs(x):
 
 def check_export(d):
     x, _ = batch()
-    ref = BartForSequenceClassification.from_pretrained(os.path.join(OUT, "hf_bart_tiny")).eval()
-    got = BartForSequenceClassification.from_pretrained(d).eval()
-    with torch.no_grad():
-        a, b = ref(**kwargs(x)).logits, got(**kwargs(x)).logits
-    print("max |logits difference|", (a - b).abs().max().item(), "of max |logit|", a.abs().max().item())
+    print_logits_diff(BartForSequenceClassification, "hf_bart_tiny", d, lambda m: m(**kwargs(x)).logits)
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-export":
         return check_export(sys.argv[2])
+    out_root = out_dir()
     m = model()
-    d = os.path.join(OUT, "hf_bart_tiny")
-    m.save_pretrained(d, safe_serialization=True)
-    bart_tokenizer(d)
+    d = save_pretrained(m, os.path.join(out_root, "hf_bart_tiny"))
+    bart_tokenizer(d, out_root)
     label_config(d)
     x, y = batch()
-    out = m(**kwargs(x), labels=torch.from_numpy(y).long())
+    yt = torch.from_numpy(y).long()
+    out = m(**kwargs(x), labels=yt)
     out.loss.backward()
-    t = {"input": x, "labels": y, "logits": out.logits.detach().numpy(),
-         "loss": out.loss.detach().numpy().reshape(1)}
-    names = []
-    for name, p in m.named_parameters():
-        names.append(name)
-        t["grad." + name] = p.grad.numpy()
-    t["adamw_losses"], decay = adamw_steps_kw(m, kwargs(x), y)
-    for name, p in m.named_parameters():
-        t["after." + name] = p.detach().numpy().copy()
-    meta = {"params": json.dumps(names), "decay": json.dumps(decay), "torch": torch.__version__}
-    write_safetensors(os.path.join(OUT, "hf_bart_tiny_batch.safetensors"), t, meta)
+    names, decay = write_cls_batch(os.path.join(out_root, "hf_bart_tiny_batch.safetensors"), m, x, y, out,
+                                   lambda: m(**kwargs(x), labels=yt).loss)
     print("loss", out.loss.item(), "params", len(names), "decay", len(decay))
 
 

@@ -5,7 +5,7 @@ checks utrain's gpt2 model and its model-directory import against.
 Run by hand (never by CI) in a virtual environment with torch and
 transformers, from anywhere:
     /tmp/hfvenv/bin/python tests/parity/make_hf_gpt2_fixtures.py
-It rewrites, under tests/parity/fixtures/:
+It rewrites, under tests/parity/fixtures/ (or DIR with --out DIR):
   hf_gpt2_tiny/        a small random GPT2LMHeadModel as save_pretrained
                        writes it (tensor names with "transformer.", Conv1D
                        weights (in, out), the tied lm_head left out); every
@@ -29,33 +29,14 @@ its logits from the fixture's on the fixture's batch.
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "fixtures")
-CONV1D = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")
-
-
-def write_safetensors(path, tensors, meta):
-    """Minimal safetensors writer: F32 / I32 tensors in the given order."""
-    header, blobs, off = {}, [], 0
-    for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
-        dt = {np.float32: "F32", np.int32: "I32"}[arr.dtype.type]
-        b = arr.tobytes()
-        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = meta
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+from fixture_common import batch_tensors, gpt2_layout, gpt2_name, out_dir, perturb, print_logits_diff, \
+    save_pretrained, write_safetensors
 
 
 def batch():
@@ -71,11 +52,7 @@ def model():
     cfg = GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=2, n_head=2,
                      layer_norm_epsilon=1e-5, activation_function="gelu_new",
                      attn_implementation="eager")
-    m = GPT2LMHeadModel(cfg).float()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval()
+    return perturb(GPT2LMHeadModel(cfg).float())
 
 
 def check_export(d):
@@ -83,42 +60,27 @@ def check_export(d):
         bert = json.load(f)["model_type"] == "bert"
     if bert:
         from transformers import BertForSequenceClassification as cls
-        sys.path.insert(0, HERE)
-        from make_hf_fixtures import batch as bert_batch
-        xt = torch.from_numpy(bert_batch()[0]).long()
-        kw = dict(input_ids=xt[:, 0], token_type_ids=xt[:, 1], attention_mask=xt[:, 2])
+        from make_hf_fixtures import batch as bert_batch, kwargs
+        kw = kwargs(torch.from_numpy(bert_batch()[0]).long())
     else:
-        cls, xt = GPT2LMHeadModel, torch.from_numpy(batch()[0]).long()
-        kw = dict(input_ids=xt)
-    ref = cls.from_pretrained(os.path.join(OUT, "hf_bert_tiny" if bert else "hf_gpt2_tiny")).eval()
-    got = cls.from_pretrained(d).eval()
-    with torch.no_grad():
-        a, b = ref(**kw).logits, got(**kw).logits
-    print("max |logits difference|", (a - b).abs().max().item(), "of max |logit|", a.abs().max().item())
+        cls, kw = GPT2LMHeadModel, dict(input_ids=torch.from_numpy(batch()[0]).long())
+    print_logits_diff(cls, "hf_bert_tiny" if bert else "hf_gpt2_tiny", d, lambda m: m(**kw).logits)
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-export":
         return check_export(sys.argv[2])
+    out_root = out_dir()
     m = model()
-    m.save_pretrained(os.path.join(OUT, "hf_gpt2_tiny"), safe_serialization=True)
-    m.transformer.save_pretrained(os.path.join(OUT, "hf_gpt2_tiny_base"), safe_serialization=True)
+    save_pretrained(m, os.path.join(out_root, "hf_gpt2_tiny"))
+    save_pretrained(m.transformer, os.path.join(out_root, "hf_gpt2_tiny_base"))
     x, y = batch()
     xt = torch.from_numpy(x).long()
     out = m(input_ids=xt, labels=xt)
     out.loss.backward()
-    t = {"input": x, "targets": y, "logits": out.logits.detach().numpy(),
-         "loss": out.loss.detach().numpy().reshape(1)}
-    names = []
-    for name, p in m.named_parameters():
-        name = name[len("transformer."):] if name.startswith("transformer.") else name
-        g = p.grad.numpy()
-        if name.endswith(CONV1D):
-            g = g.T
-        names.append(name)
-        t["grad." + name] = g
+    t, names = batch_tensors(m, x, y, out, y_key="targets", rename=gpt2_name, layout=gpt2_layout)
     meta = {"params": json.dumps(names), "torch": torch.__version__}
-    write_safetensors(os.path.join(OUT, "hf_gpt2_tiny_batch.safetensors"), t, meta)
+    write_safetensors(os.path.join(out_root, "hf_gpt2_tiny_batch.safetensors"), t, meta)
     print("loss", out.loss.item(), "params", len(names))
 
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "proc.h"
 #include "test.h"
 #include "utrain/base.h"
 #include "utrain/io.h"
@@ -21,13 +22,7 @@
 
 static char dir[64];
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][160];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 160, "%s/%s", dir, name);
-    return p;
-}
+static const char *tmp_path(const char *name) { return tp_path(dir, name); }
 
 static ut_model *make_mlp(const char *sizes, uint64_t seed) {
     ut_kv *kv = ut_kv_new();

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "proc.h"
 #include "test.h"
 #include "utrain/base.h"
 #include "utrain/data.h"
@@ -19,13 +20,7 @@
 static char tmpdir[64];
 static char err[1024];
 
-static const char *tmp(const char *name) {
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
+static const char *tmp(const char *name) { return tp_path(tmpdir, name); }
 
 static void write_bytes(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");

@@ -8,18 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "test.h"
 #include "utrain/io.h"
 
 static char dir[64];
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][128];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 128, "%s/%s", dir, name);
-    return p;
-}
+static const char *tmp_path(const char *name) { return tp_path(dir, name); }
 
 /* A file with this exact header text and data after the length field. */
 static void write_raw(const char *path, uint64_t hlen, const char *header, const void *data,

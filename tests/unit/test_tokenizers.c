@@ -250,13 +250,7 @@ static ut_tokenizer *load_pretrained(const char *path) {
 static texts g_kjv, g_sst2;
 static char g_dir[256];
 
-static const char *tmp(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+static const char *tmp(const char *name) { return tp_path(g_dir, name); }
 
 static void write_file(const char *path, const char *text, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -467,8 +461,8 @@ static void test_tokenize_shard(void) {
     const char *txt = tmp("in.txt"), *bin = tmp("out.bin"), *out = tmp("tokenize.out");
     const char *text = "In the beginning God created the heaven and the earth.\n\nNaïve <|endoftext|> café";
     write_text(txt, text);
-    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out) == 0, "tokenize failed: %s",
-          tp_slurp(out));
+    CHECK(tp_run_shown((const char *[]){"tokenize", "--tokenizer", GPT2, txt, bin, NULL}, out, 0, NULL) == 0,
+          "tokenize failed");
     ut_tok_encoding e = {0};
     CHECK(ut_tokenizer_encode(t, text, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
     ut_dataset *ds = ut_token_dataset_open(bin, e.len - 1, 50257, err, sizeof err);
@@ -490,8 +484,10 @@ static void test_tokenize_shard(void) {
     char *msg = tp_slurp(out);
     CHECK(msg && strstr(msg, txt) && strstr(msg, "byte 2") && strstr(msg, "UTF-8"), "message: %s", msg);
     free(msg);
-    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", MINILM, "--text", "Héllo, wörld!", "--pair", "Unbelievable.",
-                                  NULL}, out) == 0, "tokenize --text failed");
+    CHECK(tp_run_shown((const char *[]){"tokenize", "--tokenizer", MINILM, "--text", "Héllo, wörld!", "--pair",
+                                        "Unbelievable.", NULL},
+                       out, 0, NULL) == 0,
+          "tokenize --text failed");
     msg = tp_slurp(out);
     CHECK(msg && strstr(msg, "ids: 101 7592 1010 2088 999 102 23653 1012 102\n") &&
           strstr(msg, "type_ids: 0 0 0 0 0 0 1 1 1\n") &&

@@ -16,20 +16,11 @@
 #endif
 
 #include "cpu.h"
+#include "vmath.h"
 
 #define PAR_MIN_ELEMS 65536
 
 /* ---- scalar reference conversions (also the tails of the vector loops) ---- */
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static inline float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static inline uint16_t bf16_of(uint32_t u) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
@@ -47,7 +38,7 @@ static inline uint16_t f16_subnormal(uint32_t ax) {
 }
 
 uint16_t ut_f32_to_f16_scalar(float f) {
-    uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    uint32_t x = ut_float_to_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* NaN */
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (and inf): inf */
     if (ax < 0x38800000u) return (uint16_t)(sign | f16_subnormal(ax));
@@ -60,24 +51,24 @@ float ut_f16_to_f32_scalar(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0) { /* zero or subnormal: m * 2^-24, exact */
         float v = (float)m * 0x1p-24f;
-        return bits_f32(f32_bits(v) | sign);
+        return ut_bits_to_float(ut_float_to_bits(v) | sign);
     }
-    if (e == 31) return bits_f32(sign | 0x7f800000u | (m ? 0x400000u | m << 13 : 0));
-    return bits_f32(sign | (e + 112) << 23 | m << 13);
+    if (e == 31) return ut_bits_to_float(sign | 0x7f800000u | (m ? 0x400000u | m << 13 : 0));
+    return ut_bits_to_float(sign | (e + 112) << 23 | m << 13);
 }
 
-uint16_t ut_f32_to_bf16_scalar(float f) { return bf16_of(f32_bits(f)); }
-float ut_bf16_to_f32_scalar(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+uint16_t ut_f32_to_bf16_scalar(float f) { return bf16_of(ut_float_to_bits(f)); }
+float ut_bf16_to_f32_scalar(uint16_t h) { return ut_bits_to_float((uint32_t)h << 16); }
 
 /* ---- array conversions ---- */
 void ut_f32_to_bf16_cpu(uint16_t *restrict dst, const float *restrict src, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (int64_t i = 0; i < n; i++) dst[i] = bf16_of(f32_bits(src[i]));
+    for (int64_t i = 0; i < n; i++) dst[i] = bf16_of(ut_float_to_bits(src[i]));
 }
 
 void ut_bf16_to_f32_cpu(float *restrict dst, const uint16_t *restrict src, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_ELEMS)
-    for (int64_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)src[i] << 16);
+    for (int64_t i = 0; i < n; i++) dst[i] = ut_bits_to_float((uint32_t)src[i] << 16);
 }
 
 /* Blocks of 8 through F16C where available; the scalar path otherwise and for
@@ -141,7 +132,7 @@ static void round_f16_run(float *dst, const float *src, int64_t n) {
 void ut_cpu_round(float *dst, const float *src, int64_t n, ut_dtype dt) {
     if (dt == UT_BF16) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_ELEMS)
-        for (int64_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)bf16_of(f32_bits(src[i])) << 16);
+        for (int64_t i = 0; i < n; i++) dst[i] = ut_bits_to_float((uint32_t)bf16_of(ut_float_to_bits(src[i])) << 16);
     } else if (dt == UT_F16) {
 #pragma omp parallel if (n >= PAR_MIN_ELEMS)
         {

@@ -1,5 +1,5 @@
 /* Inline, vectorisable float math for the CPU kernels.
- * defines: ut_expf_fast, ut_erff_fast_e, ut_erff_fast.
+ * defines: ut_bits_to_float, ut_float_to_bits, ut_expf_fast, ut_erff_fast_e, ut_erff_fast.
  *
  * glibc's expf is an out-of-line call per element (its vector variant is only
  * used under -ffast-math), which stops loops from vectorising. These functions
