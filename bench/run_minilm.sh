@@ -11,7 +11,11 @@
 # competing with each other), BENCH_MAX_STEPS=N (a timing probe: both sides
 # stop after N steps of the first epoch, without evaluation or test; the
 # table then gives the time of those N steps and the epoch time it implies,
-# 122/N times it, and no accuracies).
+# 122/N times it, and no accuracies), BENCH_SEEDS (the seeds of the rounds,
+# default "42": round r runs both sides with the r-th, cycling; utrain's
+# `seed:` and torch_minilm.py's --seed: the classifier's init, the shuffle and
+# dropout; several seeds give accuracies with their spread, e.g.
+# BENCH_RUNS=3 BENCH_SEEDS="1 2 3").
 #
 # utrain: `utrain train configs/rt_minilm.yml` (2 epochs, dev evaluation and a
 #   checkpoint after each, the best kept) with `threads`, a temporary
@@ -38,6 +42,12 @@ TH=${THREADS:-2}
 PARALLEL=${PARALLEL:-0}
 MAXS=${BENCH_MAX_STEPS:-0}
 UT=$BUILD/utrain
+read -r -a SEEDS <<<"${BENCH_SEEDS:-42}"
+((${#SEEDS[@]} > 0)) || { echo "run_minilm: BENCH_SEEDS is empty" >&2; exit 2; }
+for s in "${SEEDS[@]}"; do
+    [[ "$s" =~ ^[0-9]+$ ]] || { echo "run_minilm: BENCH_SEEDS must be whole numbers, got '$s'" >&2; exit 2; }
+done
+seed_of() { echo "${SEEDS[$((($1 - 1) % ${#SEEDS[@]}))]}"; } # round
 bench_build "$BUILD" "$UT"
 for f in data/pretrained/all-MiniLM-L6-v2/model.safetensors data/rt/train.tsv; do
     [ -f "$f" ] || { echo "run_minilm: $f is missing: run scripts/fetch-pretrained.sh" >&2; exit 1; }
@@ -52,7 +62,7 @@ run_utrain() { # round
     local dir=$TMP/u$1 out ep acc dev
     local probe=()
     ((MAXS > 0)) && probe=(--set train.max_steps="$MAXS" --set train.eval_strategy=no --set train.save_strategy=no)
-    out=$("$UT" train configs/rt_minilm.yml --set output_dir="$dir" --set threads="$TH" \
+    out=$("$UT" train configs/rt_minilm.yml --set output_dir="$dir" --set threads="$TH" --set seed="$(seed_of "$1")" \
         --set train.log_interval=1 --set train.progress=lines "${probe[@]}" 2>&1) || { echo "$out" >&2; return 1; }
     # per epoch: sum of (examples in the step) / samples_per_s; "epoch" is epochs done + cursor / n
     ep=$(awk -v n="$(($(wc -l <data/rt/train.tsv) - 1))" '/"split": "train"/ {
@@ -69,21 +79,21 @@ run_utrain() { # round
     dev=$(grep -o 'dev:.*accuracy [0-9.]*' <<<"$out" | sed 's/.*accuracy //' | tr '\n' ' ')
     rm -rf "$dir"
     echo "$ep|$acc" >"$TMP/u$1.res"
-    printf "   utrain  threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %s   (%s)\n" \
-        "$TH" "$ep" "$dev" "$acc" "$(grep -o 'Training done.*' <<<"$out")"
+    printf "   utrain  seed %-4s threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %s   (%s)\n" \
+        "$(seed_of "$1")" "$TH" "$ep" "$dev" "$acc" "$(grep -o 'Training done.*' <<<"$out")"
 }
 run_torch() { # round
     local j ep acc dev
     local probe=()
     ((MAXS > 0)) && probe=(--max-steps "$MAXS" --epochs 1 --no-test)
-    j=$("$PY" bench/torch_minilm.py --threads "$TH" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
+    j=$("$PY" bench/torch_minilm.py --threads "$TH" --seed "$(seed_of "$1")" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
     [ -n "$j" ] || { cat "$TMP/torch$1.err" >&2; return 1; }
     ep=$("$PY" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
     dev=$("$PY" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
     acc=$(jget test_accuracy <<<"$j")
     echo "$ep|$acc" >"$TMP/t$1.res"
-    printf "   pytorch threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %s\n" \
-        "$TH" "$ep " "$dev " "$acc"
+    printf "   pytorch seed %-4s threads %s   epochs %-16s s   dev accuracy %-14s test accuracy %s\n" \
+        "$(seed_of "$1")" "$TH" "$ep " "$dev " "$acc"
 }
 
 what="2 epochs of 122 steps"
@@ -116,10 +126,13 @@ if ((MAXS > 0)); then
         "$(calc %.6f "$te*122/$MAXS")" && printf "  %-40s %8.2f      (goal <= 0.5)\n" "ratio utrain / PyTorch" "$(calc %.6f "$ue/$te")"
     exit 0
 fi
-printf "  %-40s %8.1f s    test accuracy %s\n" "utrain epoch (median)" "$ue" "$(median <<<"$UACC")"
+mean() { awk '{ for (i = 1; i <= NF; i++) { s += $i; n++ } } END { if (n) printf "%.4f", s / n }'; }
+printf "  %-40s %8.1f s    test accuracy: median %s, mean %s over %s\n" "utrain epoch (median)" "$ue" \
+    "$(median <<<"$UACC")" "$(mean <<<"$UACC")" "$UACC"
 if [ -n "$TE" ]; then
     te=$(median <<<"$TE")
-    printf "  %-40s %8.1f s    test accuracy %s\n" "PyTorch epoch (median)" "$te" "$(median <<<"$TACC")"
+    printf "  %-40s %8.1f s    test accuracy: median %s, mean %s over %s\n" "PyTorch epoch (median)" "$te" \
+        "$(median <<<"$TACC")" "$(mean <<<"$TACC")" "$TACC"
     printf "  %-40s %8.2f      (goal <= 0.5)\n" "ratio utrain / PyTorch" "$(calc %.6f "$ue/$te")"
 fi
 exit 0
