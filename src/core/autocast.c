@@ -86,6 +86,14 @@ static const bool reads_16[UT_OP_COUNT] = {
     [UT_OP_CROSS_ENTROPY] = true,
 };
 
+/* Ops whose kernels write their 16-bit output, and read its 16-bit gradient,
+ * themselves (a block at a time: no float32 copy of the whole output). */
+static const bool writes_16[UT_OP_COUNT] = {
+    [UT_OP_LINEAR] = true,
+};
+
+static bool self_16(const ut_tensor *t) { return writes_16[t->op] && is_16(t->dtype); }
+
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
     if (reads_16[t->op]) return false;
@@ -298,7 +306,12 @@ static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
         st->data[i] = NULL;
         if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, self, st);
     }
-    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
+    if (self && self_16(t)) { /* the kernel reads its 16-bit gradient itself */
+        st->data[UT_MAX_SRC] = t->data, st->grad[UT_MAX_SRC] = t->grad, st->dtype[UT_MAX_SRC] = t->dtype;
+        st->grad_swapped[UT_MAX_SRC] = false;
+    } else if (self) {
+        swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
+    }
 }
 
 static void restore(ut_tensor *s, int i, swap_state *st) {
@@ -320,15 +333,16 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
     swap_in(t, false, true, &st);
     void *out = t->data;
     ut_dtype dt = t->dtype;
-    if (is_16(dt)) {
+    bool swap = is_16(dt) && !self_16(t); /* else the kernel writes the 16 bits */
+    if (swap) {
         t->data = scratch(t->ctx, UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
         t->dtype = UT_F32;
     }
     fwd(t);
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
-    if (is_16(dt)) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
-    else if (t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
+    if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
+    else if (!is_16(dt) && t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
     t->data = out, t->dtype = dt;
 }
 

@@ -181,3 +181,19 @@ void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int6
         }
     }
 }
+
+/* ---- a block of a matrix: rows x cols, each side with its own row stride ---- */
+void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src, ut_dtype from,
+                         int64_t src_ld, int64_t rows, int64_t cols) {
+    size_t ds = ut_dtype_size(to), ss = ut_dtype_size(from);
+    if (rows * cols < PAR_MIN_ELEMS || rows < 2) { /* one region, or none */
+        for (int64_t r = 0; r < rows; r++)
+            ut_cpu_convert((char *)dst + (size_t)(r * dst_ld) * ds, to,
+                           (const char *)src + (size_t)(r * src_ld) * ss, from, cols);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) /* nested regions run on this thread alone */
+        ut_cpu_convert((char *)dst + (size_t)(r * dst_ld) * ds, to, (const char *)src + (size_t)(r * src_ld) * ss,
+                       from, cols);
+}
