@@ -473,6 +473,29 @@ static void test_linear_16bit_blocks(void) {
     ut_bf16_force_dnnl(-1);
 }
 
+/* bf16 attention saves its probabilities in 16 bits and computes them a row
+ * at a time in float32: the step's conversion scratch is the rounded qkv,
+ * three (B, T, C) float32 buffers (attention's output; its gradient, for sum's
+ * backward and for attention's) and one row of T floats per thread, not a
+ * float32 copy of the (B, NH, T, T) probabilities. */
+static void test_attention_16bit_rows(void) {
+    enum { B = 2, T = 64, C = 32, NH = 2 };
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, UT_BF16);
+    int64_t ne[3] = {B, T, 3 * C};
+    ut_tensor *qkv = ut_tensor_new(ctx, UT_F32, 3, ne);
+    uint64_t s = 3;
+    for (int64_t k = 0; k < ut_nelem(qkv); k++) ut_f32(qkv)[k] = unif(&s);
+    ut_tensor_set_requires_grad(qkv, true);
+    ut_tensor *y = ut_attention(ctx, qkv, NH);
+    CHECK(y && ut_backward(ctx, ut_sum(ctx, y)) == 0, "%s", ut_ctx_error(ctx));
+    size_t f = sizeof(float), want = (size_t)B * T * 3 * C * f + 3 * (size_t)B * T * C * f +
+                                       (size_t)omp_get_max_threads() * T * f;
+    CHECK(ut_ctx_autocast_scratch_bytes(ctx) == want, "scratch %zu bytes, want %zu (probabilities: %zu in float32)",
+          ut_ctx_autocast_scratch_bytes(ctx), want, (size_t)B * NH * T * T * f);
+    ut_ctx_free(ctx);
+}
+
 int main(void) {
     RUN(test_bf16_reference);
     RUN(test_f16_reference);
@@ -484,5 +507,6 @@ int main(void) {
     RUN(test_bf16_halves_activations);
     RUN(test_cross_entropy_16bit_logits);
     RUN(test_linear_16bit_blocks);
+    RUN(test_attention_16bit_rows);
     return TEST_SUMMARY();
 }

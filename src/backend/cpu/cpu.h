@@ -49,6 +49,9 @@ uint16_t ut_f32_to_f16_scalar(float f);
 float ut_f16_to_f32_scalar(uint16_t h);
 void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
 void ut_cpu_round(float *dst, const float *src, int64_t n, ut_dtype dt);
+/* ut_cpu_convert on the calling thread only (no parallel region): for a row
+ * inside a kernel's own parallel loop. */
+void ut_cpu_convert_run(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
 /* dst (rows, cols; row stride dst_ld elements of to) = src (row stride src_ld
  * elements of from) converted: a block of rows or columns of a matrix. */
 void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src, ut_dtype from,
