@@ -75,9 +75,12 @@ static const bool no_data[UT_OP_COUNT] = {
 };
 
 /* Ops whose backward kernels never read their own output: their backward
- * converts only the output's gradient, into the output's forward buffer. */
+ * converts only the output's gradient. */
 static const bool bwd_skips_out[UT_OP_COUNT] = {
-    [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true,
+    [UT_OP_LINEAR] = true,    [UT_OP_MATMUL] = true,   [UT_OP_CONV2D] = true,
+    [UT_OP_SCALE] = true,     [UT_OP_RELU] = true,     [UT_OP_GELU] = true,
+    [UT_OP_GELU_ERF] = true,  [UT_OP_DROPOUT] = true,  [UT_OP_ATTENTION] = true,
+    [UT_OP_ATTENTION_MASKED] = true,
 };
 
 /* Ops whose kernels read a 16-bit src[0] and write its 16-bit gradient
