@@ -25,7 +25,10 @@
  * buffer per source slot, reused by every product (widening is exact, so the
  * kernel sees the values rounding in float32 would give). The cross-entropy
  * kernel reads 16-bit logits and writes their 16-bit gradient itself, a row at
- * a time, so the logits never exist in float32. */
+ * a time, and the linear kernel writes its 16-bit output and reads its
+ * gradient itself, a block of rows at a time, so the logits never exist in
+ * float32. The float32 copies an op needs come from one scratch buffer it
+ * gives back when it ends (take / give_back). */
 #include "internal.h"
 
 /* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
