@@ -78,12 +78,13 @@ static void linear_backward(const mm_path *p, float *dx, float *dw, float *db, c
  * db) at a time, so neither exists whole in float32 (GPT-2's logits: 196 MiB
  * at 1024 x 50257). Rounding a block rounds its elements as rounding the
  * whole does. A block is a whole number of 48 rows (or columns of dw):
- * OpenBLAS's x86 sgemm kernels tile a product's rows by 8, 16 or 24 from its
- * first row, so on one thread a block's elements are the bits of the whole
- * product; on several threads OpenBLAS divides a product between them by its
- * size, and bits differ by an ulp here and there (as they already differ
- * between thread counts). 192 rows keep B's repacking per block within a few
- * percent of the product's time. */
+ * OpenBLAS's Zen/Haswell sgemm kernels tile a product's rows by 24 from its
+ * first row (48 is also a whole number of 8- or 16-row tiles), so on one
+ * thread a block's elements are the bits of the whole product
+ * (bench/sgemm_blocks checks a CPU); on several threads OpenBLAS divides a
+ * product between them by its shape, and bits differ by an ulp here and
+ * there (as they already differ between thread counts). Each block packs
+ * the weight again: 192 rows cost the product about 13% (docs/performance.md). */
 static int64_t block_rows_max = 192, block_min_bytes = 16 << 20;
 
 void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes) {
