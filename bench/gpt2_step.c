@@ -15,7 +15,9 @@
  * The output names the path the low-precision matrix products take.
  *
  * Prints median/min step time, tokens/s, the peak activation memory of a step
- * (ut_ctx_peak_bytes after ut_ctx_reset_peak) and the medians of the phases:
+ * (ut_ctx_peak_bytes after ut_ctx_reset_peak; under bf16/fp16 also autocast's
+ * conversion scratch, ut_ctx_autocast_scratch_bytes, which lives outside the
+ * arena, and the two added up) and the medians of the phases:
  * forward (forward + loss), backward, optimizer (step + zero grad + reset). */
 #include <math.h>
 #include <omp.h>
@@ -160,6 +162,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    size_t scratch = ut_ctx_autocast_scratch_bytes(ctx);
     int n = (int)steps;
     double med = bench_median(t_step, n), mn = minimum(t_step, n);
     double fwd = bench_median(t_fwd, n), bwd = bench_median(t_bwd, n), op = bench_median(t_opt, n);
@@ -170,9 +173,9 @@ int main(int argc, char **argv) {
                "\"checkpoint\":%s,\"batch\":%d,\"seq\":%ld,"
                "\"steps\":%ld,\"params\":%lld,\"median_s\":%.6f,\"min_s\":%.6f,"
                "\"tokens_per_s\":%.1f,\"fwd_s\":%.6f,\"bwd_s\":%.6f,\"opt_s\":%.6f,"
-               "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               "\"peak_act_bytes\":%zu,\"autocast_scratch_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
                pname, path, nthreads, checkpoint ? "true" : "false", B, T, steps, nparams, med, mn, toks, fwd,
-               bwd, op, peak, (double)first_loss, (double)last_loss);
+               bwd, op, peak, scratch, (double)first_loss, (double)last_loss);
     } else {
         printf("utrain gpt2 124M step: %lld parameters, batch %d x seq %ld, AdamW, threads %d, %s%s\n",
                nparams, B, T, nthreads, pname, checkpoint ? ", activation checkpointing" : "");
@@ -182,6 +185,9 @@ int main(int argc, char **argv) {
         printf("  forward+loss %6.1f ms   backward %6.1f ms   optim+zero+reset %6.1f ms (medians)\n",
                1e3 * fwd, 1e3 * bwd, 1e3 * op);
         printf("  peak activation memory %.1f MiB (%zu bytes)\n", (double)peak / (1 << 20), peak);
+        if (scratch)
+            printf("  autocast conversion scratch %.1f MiB; with the activations %.1f MiB\n",
+                   (double)scratch / (1 << 20), (double)(peak + scratch) / (1 << 20));
         printf("  loss %.4f -> %.4f\n", (double)first_loss, (double)last_loss);
     }
     free(x);

@@ -124,11 +124,12 @@ size_t ut_ctx_bytes_in_use(const ut_ctx *ctx);
 size_t ut_ctx_peak_bytes(const ut_ctx *ctx);
 void ut_ctx_reset_peak(ut_ctx *ctx);
 /* Memory that autocast (a BF16/F16 context) holds outside the arena, in
- * bytes; both stay allocated until ut_ctx_free. round: float32 buffers of
- * parameters rounded by a forward and kept for its backward (4 bytes per
- * parameter element an autocast op reads). scratch: the float32 conversion
- * buffers (a few of the largest tensors an op reads or writes). 0 and 0 for
- * a float32 context. */
+ * bytes; both stay allocated until ut_ctx_free. round: parameters rounded by
+ * a forward and kept for its backward, in 16 bits (2 bytes per parameter
+ * element an autocast op reads), and the float32 buffers they are widened
+ * into. scratch: the float32 conversion buffer, as large as the most that
+ * one op has taken at once (its sources, output, their gradients, its
+ * kernel's own). 0 and 0 for a float32 context. */
 size_t ut_ctx_autocast_round_bytes(const ut_ctx *ctx);
 size_t ut_ctx_autocast_scratch_bytes(const ut_ctx *ctx);
 /* Scratch memory from the arena, 64-byte aligned, freed by ut_ctx_reset. */

@@ -25,7 +25,10 @@
  * buffer per source slot, reused by every product (widening is exact, so the
  * kernel sees the values rounding in float32 would give). The cross-entropy
  * kernel reads 16-bit logits and writes their 16-bit gradient itself, a row at
- * a time, so the logits never exist in float32. */
+ * a time, and the linear kernel writes its 16-bit output and reads its
+ * gradient itself, a block of rows at a time, so the logits never exist in
+ * float32. The float32 copies an op needs come from one scratch buffer it
+ * gives back when it ends (take / give_back). */
 #include "internal.h"
 
 /* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
@@ -75,9 +78,12 @@ static const bool no_data[UT_OP_COUNT] = {
 };
 
 /* Ops whose backward kernels never read their own output: their backward
- * converts only the output's gradient, into the output's forward buffer. */
+ * converts only the output's gradient. */
 static const bool bwd_skips_out[UT_OP_COUNT] = {
-    [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true,
+    [UT_OP_LINEAR] = true,    [UT_OP_MATMUL] = true,   [UT_OP_CONV2D] = true,
+    [UT_OP_SCALE] = true,     [UT_OP_RELU] = true,     [UT_OP_GELU] = true,
+    [UT_OP_GELU_ERF] = true,  [UT_OP_DROPOUT] = true,  [UT_OP_ATTENTION] = true,
+    [UT_OP_ATTENTION_MASKED] = true,
 };
 
 /* Ops whose kernels read a 16-bit src[0] and write its 16-bit gradient
@@ -85,6 +91,14 @@ static const bool bwd_skips_out[UT_OP_COUNT] = {
 static const bool reads_16[UT_OP_COUNT] = {
     [UT_OP_CROSS_ENTROPY] = true,
 };
+
+/* Ops whose kernels write their 16-bit output, and read its 16-bit gradient,
+ * themselves (a block at a time: no float32 copy of the whole output). */
+static const bool writes_16[UT_OP_COUNT] = {
+    [UT_OP_LINEAR] = true,
+};
+
+static bool self_16(const ut_tensor *t) { return writes_16[t->op] && is_16(t->dtype); }
 
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
@@ -108,10 +122,40 @@ static void *grow(ut_ctx *ctx, void **buf, size_t *cap, size_t bytes) {
     return *buf;
 }
 
-/* Scratch buffer i of at least bytes. */
-static float *scratch(ut_ctx *ctx, int i, size_t bytes) { return grow(ctx, &ctx->ac_buf[i], &ctx->ac_cap[i], bytes); }
+/* ---- conversion scratch: one buffer that the running op takes from ----
+ * An op's float32 copies (its sources, its output, their gradients, its
+ * kernel's own) are taken one after another from one buffer the context
+ * keeps, and all given back when the op ends: the scratch costs the needs of
+ * the op that needs most, not the largest copy of each kind added up. What
+ * does not fit is allocated apart for the op, and the buffer grows to the
+ * op's needs when it ends, so warm steps allocate nothing. */
+#define TAKE_ALIGN 64
 
-float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return scratch(ctx, UT_AUTOCAST_KERNEL, bytes); }
+static float *take(ut_ctx *ctx, size_t bytes) {
+    bytes = (bytes + TAKE_ALIGN - 1) / TAKE_ALIGN * TAKE_ALIGN;
+    ctx->ac_need += bytes;
+    if (ctx->ac_used + bytes <= ctx->ac_cap) {
+        float *p = (float *)((char *)ctx->ac_pool + ctx->ac_used);
+        ctx->ac_used += bytes;
+        return p;
+    }
+    UT_ASSERT(ctx->ac_nspill < UT_AUTOCAST_SPILLS);
+    return ctx->ac_spill[ctx->ac_nspill++] = ut_backend_get(ctx->device)->alloc(bytes);
+}
+
+/* The op has ended: everything it took is free again. */
+static void give_back(ut_ctx *ctx) {
+    const ut_backend *b = ut_backend_get(ctx->device);
+    for (int i = 0; i < ctx->ac_nspill; i++) b->free(ctx->ac_spill[i]);
+    if (ctx->ac_need > ctx->ac_cap) {
+        if (ctx->ac_pool) b->free(ctx->ac_pool);
+        ctx->ac_pool = b->alloc(ctx->ac_need);
+        ctx->ac_cap = ctx->ac_need;
+    }
+    ctx->ac_nspill = 0, ctx->ac_used = 0, ctx->ac_need = 0;
+}
+
+float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return take(ctx, bytes); }
 
 /* A parameter (or a view of one) rounded for an autocast op by a forward,
  * kept so that the op's backward (and a checkpointed block's recompute) reads
@@ -130,8 +174,7 @@ struct ut_round_entry {
 
 void ut_autocast_free(ut_ctx *ctx) {
     const ut_backend *b = ut_backend_get(ctx->device);
-    for (int i = 0; i < UT_AUTOCAST_BUFS; i++)
-        if (ctx->ac_buf[i]) b->free(ctx->ac_buf[i]);
+    if (ctx->ac_pool) b->free(ctx->ac_pool);
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (ctx->wide_buf[i]) b->free(ctx->wide_buf[i]);
     for (int i = 0; i < ctx->rc_len; i++)
@@ -147,11 +190,7 @@ size_t ut_ctx_autocast_round_bytes(const ut_ctx *ctx) {
     return b;
 }
 
-size_t ut_ctx_autocast_scratch_bytes(const ut_ctx *ctx) {
-    size_t b = 0;
-    for (int i = 0; i < UT_AUTOCAST_BUFS; i++) b += ctx->ac_cap[i];
-    return b;
-}
+size_t ut_ctx_autocast_scratch_bytes(const ut_ctx *ctx) { return ctx->ac_cap; }
 
 void ut_autocast_forget(ut_ctx *ctx) {
     for (int i = 0; i < ctx->rc_len; i++) ctx->rc[i].valid = false, ctx->rc[i].key = NULL;
@@ -248,19 +287,17 @@ static void swap_data(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool bac
             return;
         }
     }
-    float *r = scratch(ctx, i, (size_t)n * sizeof(float));
+    float *r = take(ctx, (size_t)n * sizeof(float));
     if (s->dtype == UT_F32) b->round(r, s->data, n, round);
     else b->convert(r, UT_F32, s->data, s->dtype, n);
     s->data = r;
 }
 
-/* A 16-bit s's gradient (16-bit storage too) as float32 in scratch buffer
- * UT_AUTOCAST_GRAD0 + i (with no data, the op's own in its data buffer
- * UT_MAX_SRC), for the kernel to read or add into. */
-static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, bool data, swap_state *st) {
+/* A 16-bit s's gradient (16-bit storage too) as float32 scratch, for the
+ * kernel to read or add into. */
+static void swap_grad(ut_ctx *ctx, ut_tensor *s, int i, swap_state *st) {
     int64_t n = ut_nelem(s);
-    int slot = i == UT_MAX_SRC && !data ? UT_MAX_SRC : UT_AUTOCAST_GRAD0 + i;
-    float *g = scratch(ctx, slot, (size_t)n * sizeof(float));
+    float *g = take(ctx, (size_t)n * sizeof(float));
     ut_backend_get(s->device)->convert(g, UT_F32, s->grad, s->dtype, n);
     s->grad = g;
     st->grad_swapped[i] = true;
@@ -273,7 +310,7 @@ static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data
     st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
     st->grad_swapped[i] = false;
     if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
-    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, data, st);
+    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
     if (data) swap_data(ctx, s, i, round, backward);
     s->dtype = UT_F32;
 }
@@ -286,7 +323,12 @@ static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
         st->data[i] = NULL;
         if (t->src[i]) swap_one(t->ctx, t->src[i], i, t->autocast, data, self, st);
     }
-    if (self) swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
+    if (self && self_16(t)) { /* the kernel reads its 16-bit gradient itself */
+        st->data[UT_MAX_SRC] = t->data, st->grad[UT_MAX_SRC] = t->grad, st->dtype[UT_MAX_SRC] = t->dtype;
+        st->grad_swapped[UT_MAX_SRC] = false;
+    } else if (self) {
+        swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
+    }
 }
 
 static void restore(ut_tensor *s, int i, swap_state *st) {
@@ -308,16 +350,18 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
     swap_in(t, false, true, &st);
     void *out = t->data;
     ut_dtype dt = t->dtype;
-    if (is_16(dt)) {
-        t->data = scratch(t->ctx, UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
+    bool swap = is_16(dt) && !self_16(t); /* else the kernel writes the 16 bits */
+    if (swap) {
+        t->data = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         t->dtype = UT_F32;
     }
     fwd(t);
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
-    if (is_16(dt)) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
-    else if (t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
+    if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
+    else if (!is_16(dt) && t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
     t->data = out, t->dtype = dt;
+    give_back(t->ctx);
 }
 
 /* A 16-bit tensor's gradient is stored in its dtype (as PyTorch's is); the
@@ -334,11 +378,12 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
     swap_in(t, true, data, &st);
     float *grad = t->grad;
     if (t->autocast != UT_F32 && !is_16(st.dtype[UT_MAX_SRC])) {
-        float *r = scratch(t->ctx, UT_AUTOCAST_GRAD0 + UT_MAX_SRC, (size_t)ut_nelem(t) * sizeof(float));
+        float *r = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;
     }
     bwd(t);
     t->grad = grad;
     swap_out(t, true, &st);
+    give_back(t->ctx);
 }

@@ -70,9 +70,7 @@ void ut_arena_reset(ut_arena *a);
 static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->extra_bytes; }
 
 /* ---- context ---- */
-#define UT_AUTOCAST_GRAD0 (UT_MAX_SRC + 1)   /* first of the gradients' buffers */
-#define UT_AUTOCAST_KERNEL (2 * UT_MAX_SRC + 2) /* a kernel's own (ut_autocast_scratch) */
-#define UT_AUTOCAST_BUFS (2 * UT_MAX_SRC + 3)
+#define UT_AUTOCAST_SPILLS (2 * UT_MAX_SRC + 8) /* most scratch takes of one op beyond the buffer */
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
@@ -94,8 +92,10 @@ struct ut_ctx {
     char err[512];
     bool has_err;
     ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
-    void *ac_buf[UT_AUTOCAST_BUFS]; /* float32 copies: sources and output, then their gradients */
-    size_t ac_cap[UT_AUTOCAST_BUFS];
+    void *ac_pool;          /* float32 copies of the op running now: sources, output, gradients, a kernel's own */
+    size_t ac_cap, ac_used, ac_need;
+    void *ac_spill[UT_AUTOCAST_SPILLS]; /* what did not fit, given back when the op ends */
+    int ac_nspill;
     void *wide_buf[UT_MAX_SRC];     /* float32 widenings of 16-bit rounded copies, per source */
     size_t wide_cap[UT_MAX_SRC];
     struct ut_round_entry *rc; /* parameters rounded by a forward, for its backward */
@@ -121,9 +121,9 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd);
 void ut_autocast_free(ut_ctx *ctx);
 /* Forgets the parameters' rounded copies (the context's reset): buffers stay. */
 void ut_autocast_forget(ut_ctx *ctx);
-/* The context's float32 scratch buffer for a kernel (UT_AUTOCAST_KERNEL), at
- * least bytes long, kept across steps: where a 16-bit kernel wrapper
- * computes what it then stores in 16 bits. */
+/* Float32 scratch of at least bytes for the kernel of the op that
+ * ut_lowp_forward / ut_lowp_backward runs now, valid until that op ends:
+ * where a kernel computes what it then stores in 16 bits. */
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes);
 /* The rounded 16-bit copy (dt, n elements from s->data) of a float32
  * parameter (or a view of one) s that an autocast op reads: a forward rounds

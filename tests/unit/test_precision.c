@@ -2,6 +2,7 @@
  * subnormals, inf, NaN; vector paths against the scalar ones; every bf16 and
  * f16 value round trip), ut_tensor_to; autocast: each op's forward and
  * backward in bf16 and f16 against float32 (one table row per op). */
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -17,6 +18,9 @@ uint16_t ut_f32_to_bf16_scalar(float f);
 float ut_bf16_to_f32_scalar(uint16_t h);
 uint16_t ut_f32_to_f16_scalar(float f);
 float ut_f16_to_f32_scalar(uint16_t h);
+/* src/backend/cpu/matmul.c and dnnl_matmul.c */
+void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
+void ut_bf16_force_dnnl(int on);
 
 static float fbits(uint32_t u) {
     float f;
@@ -405,6 +409,93 @@ static void test_cross_entropy_16bit_logits(void) {
     ce16_case(UT_F16);
 }
 
+/* ---- a linear's 16-bit output computed a block of rows at a time ---- */
+enum { LN = 200, LC = 40, LOC = 300 }; /* 200 rows: four blocks of 48 and a tail of 8 */
+
+typedef struct { uint16_t y[LN * LOC]; float dx[LN * LC], dw[LOC * LC], db[LOC]; size_t scratch; } lin16;
+
+/* y = x @ w^T + b under bf16 autocast into cross-entropy (which reads the
+ * 16-bit y itself), backward, seeded. */
+static void lin16_run(lin16 *o) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, UT_BF16);
+    uint64_t s = 11;
+    ut_tensor *x = ut_tensor_new2(ctx, UT_F32, LN, LC), *w = ut_tensor_new2(ctx, UT_F32, LOC, LC);
+    int64_t noc = LOC, nn = LN;
+    ut_tensor *b = ut_tensor_new(ctx, UT_F32, 1, &noc), *all[] = {x, w, b};
+    for (int i = 0; i < 3; i++) {
+        for (int64_t k = 0; k < ut_nelem(all[i]); k++) ut_f32(all[i])[k] = 4.0f * unif(&s);
+        ut_tensor_set_requires_grad(all[i], true);
+    }
+    int32_t tg[LN];
+    for (int n = 0; n < LN; n++) tg[n] = (int32_t)(lcg(&s) >> 33) % LOC;
+    ut_tensor *y = ut_linear(ctx, x, w, b);
+    ut_tensor *loss = ut_cross_entropy(ctx, y, ut_tensor_from(ctx, UT_I32, 1, &nn, tg), -1);
+    CHECK(loss && y->dtype == UT_BF16 && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+    if (y) {
+        memcpy(o->y, y->data, sizeof o->y);
+        memcpy(o->dx, x->grad, sizeof o->dx), memcpy(o->dw, w->grad, sizeof o->dw), memcpy(o->db, b->grad, sizeof o->db);
+    }
+    o->scratch = ut_ctx_autocast_scratch_bytes(ctx);
+    ut_ctx_free(ctx);
+}
+
+/* On one thread the blocked product gives the whole product's bits (blocks of
+ * 48 rows, OpenBLAS's row tiles); its float32 scratch is a block, not the
+ * output. On two threads it is deterministic and within rounding of it. */
+static void test_linear_16bit_blocks(void) {
+    static lin16 whole, blocked, again;
+    int threads = omp_get_max_threads();
+    ut_bf16_force_dnnl(0); /* the sgemm path: the property is OpenBLAS's */
+    omp_set_num_threads(1);
+    lin16_run(&whole);
+    ut_cpu_lowp_block_set(48, 0);
+    lin16_run(&blocked);
+    CHECK(!memcmp(whole.y, blocked.y, sizeof whole.y), "output bits differ");
+    CHECK(!memcmp(whole.dx, blocked.dx, sizeof whole.dx), "dx bits differ");
+    CHECK(!memcmp(whole.dw, blocked.dw, sizeof whole.dw), "dw bits differ");
+    CHECK(!memcmp(whole.db, blocked.db, sizeof whole.db), "db bits differ");
+    size_t out32 = (size_t)LN * LOC * sizeof(float);
+    CHECK(whole.scratch >= out32, "whole: scratch %zu bytes, output %zu in float32", whole.scratch, out32);
+    size_t block32 = (size_t)48 * LOC * sizeof(float); /* the blocked run holds one block instead */
+    CHECK(whole.scratch - blocked.scratch == out32 - block32, "scratch %zu bytes blocked, %zu whole", blocked.scratch,
+          whole.scratch);
+    omp_set_num_threads(2);
+    lin16_run(&blocked);
+    lin16_run(&again);
+    CHECK(!memcmp(again.dw, blocked.dw, sizeof again.dw) && !memcmp(again.y, blocked.y, sizeof again.y),
+          "two threads: not deterministic");
+    CHECK(rel_err(blocked.dw, whole.dw, LOC * LC) < 1e-6 && rel_err(blocked.dx, whole.dx, LN * LC) < 1e-6,
+          "two threads: dw %g, dx %g from one thread's", rel_err(blocked.dw, whole.dw, LOC * LC),
+          rel_err(blocked.dx, whole.dx, LN * LC));
+    ut_cpu_lowp_block_set(192, 16 << 20);
+    omp_set_num_threads(threads);
+    ut_bf16_force_dnnl(-1);
+}
+
+/* bf16 attention saves its probabilities in 16 bits and computes them a row
+ * at a time in float32: the conversion scratch is what attention takes (the
+ * op that takes most): the rounded qkv, its output (forward) or the output's
+ * gradient (backward) in float32, and one row of T floats per thread, not a
+ * float32 copy of the (B, NH, T, T) probabilities. */
+static void test_attention_16bit_rows(void) {
+    enum { B = 2, T = 64, C = 32, NH = 2 };
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_autocast(ctx, UT_BF16);
+    int64_t ne[3] = {B, T, 3 * C};
+    ut_tensor *qkv = ut_tensor_new(ctx, UT_F32, 3, ne);
+    uint64_t s = 3;
+    for (int64_t k = 0; k < ut_nelem(qkv); k++) ut_f32(qkv)[k] = unif(&s);
+    ut_tensor_set_requires_grad(qkv, true);
+    ut_tensor *y = ut_attention(ctx, qkv, NH);
+    CHECK(y && ut_backward(ctx, ut_sum(ctx, y)) == 0, "%s", ut_ctx_error(ctx));
+    size_t f = sizeof(float), want = (size_t)B * T * 3 * C * f + (size_t)B * T * C * f +
+                                       (size_t)omp_get_max_threads() * T * f;
+    CHECK(ut_ctx_autocast_scratch_bytes(ctx) == want, "scratch %zu bytes, want %zu (probabilities: %zu in float32)",
+          ut_ctx_autocast_scratch_bytes(ctx), want, (size_t)B * NH * T * T * f);
+    ut_ctx_free(ctx);
+}
+
 int main(void) {
     RUN(test_bf16_reference);
     RUN(test_f16_reference);
@@ -415,5 +506,7 @@ int main(void) {
     RUN(test_autocast_off_is_fp32);
     RUN(test_bf16_halves_activations);
     RUN(test_cross_entropy_16bit_logits);
+    RUN(test_linear_16bit_blocks);
+    RUN(test_attention_16bit_rows);
     return TEST_SUMMARY();
 }

@@ -18,9 +18,28 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* out (B, T, C), att (B, NH, T, T) from qkv (B, T, 3C); one row (b, h, t) per iteration */
-void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T,
-                              int64_t C, int64_t NH) {
+/* The saved probabilities (B, NH, T, T): float32 in att itself, or (under
+ * autocast) 16-bit storage of dt, whose rows a thread computes and reads in
+ * a float32 row of its own (rows: T floats per thread), so that no float32
+ * copy of the whole tensor exists. */
+typedef struct {
+    void *att;
+    ut_dtype dt;
+    float *rows;
+    int64_t T;
+} probs_rows;
+
+/* Row r's float32 values: att's own row, or this thread's. */
+static float *prow(const probs_rows *P, int64_t r) {
+    if (P->dt == UT_F32) return (float *)P->att + r * P->T;
+    return P->rows + (int64_t)omp_get_thread_num() * P->T;
+}
+
+static void *row16(const probs_rows *P, int64_t r) { return (char *)P->att + (size_t)(r * P->T) * 2; }
+
+/* out (B, T, C), P (B, NH, T, T) from qkv (B, T, 3C); one row (b, h, t) per iteration */
+static void attention_forward(float *out, const probs_rows *P, const float *qkv, int64_t B, int64_t T, int64_t C,
+                              int64_t NH) {
     int64_t hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3) schedule(static)
@@ -29,7 +48,8 @@ void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t 
             for (int64_t t = 0; t < T; t++) {
                 const float *base = qkv + b * T * C3 + h * hs;
                 const float *q = base + t * C3;
-                float *p = att + ((b * NH + h) * T + t) * T;
+                int64_t row = (b * NH + h) * T + t;
+                float *p = prow(P, row);
                 for (int64_t t2 = 0; t2 <= t; t2++) p[t2] = dot(q, base + t2 * C3 + C, hs) * scale;
                 float m = -INFINITY;
 #pragma omp simd reduction(max : m)
@@ -51,6 +71,7 @@ void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t 
                     for (int64_t i = 0; i < hs; i++) o[i] += pv * v[i];
                 }
                 for (int64_t t2 = t + 1; t2 < T; t2++) p[t2] = 0.0f;
+                if (P->dt != UT_F32) ut_cpu_convert_run(row16(P, row), P->dt, p, UT_F32, T);
             }
 }
 
@@ -59,8 +80,8 @@ void ut_attention_forward_cpu(float *out, float *att, const float *qkv, int64_t 
  * dk_t2 += scale dS q_t, dv_t2 += P dout_t. A (b, h) pair writes only its own
  * head's slices, so pairs run in parallel and each sums rows in order.
  * scratch: T floats per thread. */
-void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const probs_rows *P,
+                               int64_t B, int64_t T, int64_t C, int64_t NH) {
     int64_t hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -72,7 +93,9 @@ void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
                 const float *base = qkv + b * T * C3 + h * hs;
                 float *dbase = dqkv + b * T * C3 + h * hs;
                 for (int64_t t = 0; t < T; t++) {
-                    const float *p = att + ((b * NH + h) * T + t) * T;
+                    int64_t row = (b * NH + h) * T + t;
+                    float *p = prow(P, row);
+                    if (P->dt != UT_F32) ut_cpu_convert_run(p, UT_F32, row16(P, row), P->dt, t + 1);
                     const float *g = dout + (b * T + t) * C + h * hs;
                     const float *q = base + t * C3;
                     float *dq = dbase + t * C3;
@@ -97,25 +120,21 @@ void ut_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
     }
 }
 
-/* Under autocast the probabilities are saved in its dtype (2 bytes each in
- * the arena) and computed, and read back in backward, in float32 scratch. */
-static float *probs_f32(ut_tensor *t, int64_t n, bool forward) {
-    if (t->autocast == UT_F32) {
-        if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)n * sizeof(float)));
-        return ut_attention_probs(t);
-    }
-    float *p = ut_autocast_scratch(t->ctx, (size_t)n * sizeof(float));
-    size_t bytes = (size_t)n * ut_dtype_size(t->autocast);
-    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, bytes));
-    else ut_cpu_convert(p, UT_F32, ut_attention_probs(t), t->autocast, n);
-    return p;
+/* The probabilities' rows: float32 in the arena, or under autocast its
+ * dtype in the arena (2 bytes each) and a float32 row per thread in scratch.
+ * A forward allocates them. */
+static probs_rows probs_of(ut_tensor *t, int64_t T, int64_t n, bool forward) {
+    probs_rows P = {.dt = t->autocast, .T = T};
+    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)n * ut_dtype_size(P.dt)));
+    P.att = ut_attention_probs(t);
+    if (P.dt != UT_F32) P.rows = ut_autocast_scratch(t->ctx, (size_t)(omp_get_max_threads() * T) * sizeof(float));
+    return P;
 }
 
 void ut_attention_fwd_cpu(ut_tensor *t) {
-    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t), n = B * NH * T * T;
-    float *p = probs_f32(t, n, true);
-    ut_attention_forward_cpu(ut_f32(t), p, ut_f32(t->src[0]), B, T, C, NH);
-    if (t->autocast != UT_F32) ut_cpu_convert(ut_attention_probs(t), t->autocast, p, UT_F32, n);
+    int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
+    probs_rows P = probs_of(t, T, B * NH * T * T, true);
+    attention_forward(ut_f32(t), &P, ut_f32(t->src[0]), B, T, C, NH);
 }
 
 void ut_attention_bwd_cpu(ut_tensor *t) {
@@ -123,6 +142,6 @@ void ut_attention_bwd_cpu(ut_tensor *t) {
     if (!qkv->requires_grad) return;
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
     float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
-    float *p = probs_f32(t, B * NH * T * T, false);
-    ut_attention_backward_cpu(qkv->grad, scratch, t->grad, ut_f32(qkv), p, B, T, C, NH);
+    probs_rows P = probs_of(t, T, B * NH * T * T, false);
+    attention_backward(qkv->grad, scratch, t->grad, ut_f32(qkv), &P, B, T, C, NH);
 }

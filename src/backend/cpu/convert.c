@@ -172,3 +172,34 @@ void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int6
         }
     }
 }
+
+/* ---- on the calling thread alone: a row inside a parallel loop ---- */
+void ut_cpu_convert_run(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n) {
+    if (from == UT_F32 && to == UT_BF16) {
+        uint16_t *d = dst;
+        const float *sp = src;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) d[i] = bf16_of(ut_float_to_bits(sp[i]));
+    } else if (from == UT_BF16 && to == UT_F32) {
+        float *d = dst;
+        const uint16_t *sp = src;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) d[i] = ut_bits_to_float((uint32_t)sp[i] << 16);
+    } else if (from == UT_F32 && to == UT_F16) {
+        f32_to_f16_run(dst, src, n);
+    } else if (from == UT_F16 && to == UT_F32) {
+        f16_to_f32_run(dst, src, n);
+    } else {
+        ut_cpu_convert(dst, to, src, from, n);
+    }
+}
+
+/* ---- a block of a matrix: rows x cols, each side with its own row stride ---- */
+void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src, ut_dtype from,
+                         int64_t src_ld, int64_t rows, int64_t cols) {
+    size_t ds = ut_dtype_size(to), ss = ut_dtype_size(from);
+#pragma omp parallel for schedule(static) if (rows * cols >= PAR_MIN_ELEMS)
+    for (int64_t r = 0; r < rows; r++)
+        ut_cpu_convert_run((char *)dst + (size_t)(r * dst_ld) * ds, to, (const char *)src + (size_t)(r * src_ld) * ss,
+                           from, cols);
+}

@@ -49,6 +49,17 @@ uint16_t ut_f32_to_f16_scalar(float f);
 float ut_f16_to_f32_scalar(uint16_t h);
 void ut_cpu_convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
 void ut_cpu_round(float *dst, const float *src, int64_t n, ut_dtype dt);
+/* ut_cpu_convert on the calling thread only (no parallel region): for a row
+ * inside a kernel's own parallel loop. */
+void ut_cpu_convert_run(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n);
+/* dst (rows, cols; row stride dst_ld elements of to) = src (row stride src_ld
+ * elements of from) converted: a block of rows or columns of a matrix. */
+void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src, ut_dtype from,
+                         int64_t src_ld, int64_t rows, int64_t cols);
+/* Blocks of a linear's 16-bit output (matmul.c): rows per block (a multiple
+ * of 48; default 192) for outputs whose float32 is above min_bytes (default
+ * 16 MiB). Tests set small values to exercise the blocked path. */
+void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
                        float wd, const ut_optim_consts *k, bool zero);
 

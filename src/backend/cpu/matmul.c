@@ -69,19 +69,98 @@ static void linear_backward(const mm_path *p, float *dx, float *dw, float *db, c
     if (db) bias_grad(db, dout, N, OC);
 }
 
+/* ---- a 16-bit output, a block at a time ----
+ * Under autocast a linear's output is stored in 16 bits, and ut_lowp_forward
+ * / ut_lowp_backward leave it (and its gradient) in that storage for these
+ * kernels (src/core/autocast.c). A large output is computed a block of rows
+ * at a time into float32 scratch and rounded block by block, and backward
+ * widens its 16-bit gradient a block of rows (for dx) or of columns (for dw,
+ * db) at a time, so neither exists whole in float32 (GPT-2's logits: 196 MiB
+ * at 1024 x 50257). Rounding a block rounds its elements as rounding the
+ * whole does. A block is a whole number of 48 rows (or columns of dw):
+ * OpenBLAS's Zen/Haswell sgemm kernels tile a product's rows by 24 from its
+ * first row (48 is also a whole number of 8- or 16-row tiles), so on one
+ * thread a block's elements are the bits of the whole product
+ * (bench/sgemm_blocks checks a CPU); on several threads OpenBLAS divides a
+ * product between them by its shape, and bits differ by an ulp here and
+ * there (as they already differ between thread counts). Each block packs
+ * the weight again: 192 rows cost the product about 13% (docs/performance.md). */
+static int64_t block_rows_max = 192, block_min_bytes = 16 << 20;
+
+void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes) {
+    UT_ASSERT(rows > 0 && rows % 48 == 0 && min_bytes >= 0);
+    block_rows_max = rows, block_min_bytes = min_bytes;
+}
+
+/* Rows per block of an (N, OC) output: all N when its float32 is small. */
+static int64_t block_rows(int64_t N, int64_t OC) {
+    bool whole = N * OC * (int64_t)sizeof(float) <= block_min_bytes || N <= block_rows_max;
+    return whole ? N : block_rows_max;
+}
+
+/* Columns per block of dout for dw (OC, C) += dout^T @ x: as many bytes as a
+ * block of rows, in whole 48s. */
+static int64_t block_cols(int64_t N, int64_t OC) {
+    int64_t R = block_rows(N, OC), cols = R * OC / N / 48 * 48;
+    return R == N || cols >= OC ? OC : cols > 48 ? cols : 48;
+}
+
+static void *row_ptr(void *base, ut_dtype dt, int64_t elems) { return (char *)base + (size_t)elems * ut_dtype_size(dt); }
+
+/* out (N, OC) in t's 16-bit storage = x @ w^T + b, R rows at a time */
+static void linear_forward_16(const mm_path *p, ut_tensor *t, const float *x, const float *w, const float *b,
+                              int64_t N, int64_t C, int64_t OC) {
+    int64_t R = block_rows(N, OC);
+    float *buf = ut_autocast_scratch(t->ctx, (size_t)(R * OC) * sizeof(float));
+    for (int64_t r0 = 0; r0 < N; r0 += R) {
+        int64_t n = N - r0 < R ? N - r0 : R;
+        linear_forward(p, buf, x + r0 * C, w, b, n, C, OC);
+        ut_cpu_convert(row_ptr(t->data, t->dtype, r0 * OC), t->dtype, buf, UT_F32, n * OC);
+    }
+}
+
+/* linear_backward with dout (N, OC) in 16-bit storage of dt: dx by blocks of
+ * dout's rows, dw and db by blocks of its columns (one block when small). */
+static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float *dw, float *db, const float *x,
+                               const float *w, int64_t N, int64_t C, int64_t OC) {
+    const void *g = t->grad;
+    ut_dtype dt = t->dtype;
+    int64_t R = block_rows(N, OC), B = block_cols(N, OC);
+    float *buf = ut_autocast_scratch(t->ctx, (size_t)(R * OC > N * B ? R * OC : N * B) * sizeof(float));
+    if (R == N) { /* the whole gradient widened once */
+        ut_cpu_convert(buf, UT_F32, g, dt, N * OC);
+        linear_backward(p, dx, dw, db, buf, x, w, N, C, OC);
+        return;
+    }
+    for (int64_t r0 = 0; dx && r0 < N; r0 += R) { /* dx[r0:] += dout[r0:] @ w */
+        int64_t n = N - r0 < R ? N - r0 : R;
+        ut_cpu_convert(buf, UT_F32, row_ptr((void *)g, dt, r0 * OC), dt, n * OC);
+        gemm(p, false, false, n, C, OC, buf, w, 1.0f, dx + r0 * C);
+    }
+    for (int64_t o0 = 0; (dw || db) && o0 < OC; o0 += B) { /* dw[o0:] += dout[:, o0:]^T @ x */
+        int64_t m = OC - o0 < B ? OC - o0 : B;
+        ut_cpu_convert_rows(buf, UT_F32, m, row_ptr((void *)g, dt, o0), dt, OC, N, m);
+        if (dw) gemm(p, true, false, m, C, N, buf, x, 1.0f, dw + o0 * C);
+        if (db) bias_grad(db + o0, buf, N, m);
+    }
+}
+
 void ut_linear_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     mm_path p = path_of(t, N * C + C * OC);
-    linear_forward(&p, ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
+    if (t->dtype != UT_F32) linear_forward_16(&p, t, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
+    else linear_forward(&p, ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
 }
 
 void ut_linear_bwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     mm_path p = path_of(t, N * OC + (N > OC ? N : OC) * C);
-    linear_backward(&p, x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
-                    b && b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
+    float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
+    float *db = b && b->requires_grad ? b->grad : NULL;
+    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, dw, db, ut_f32(x), ut_f32(w), N, C, OC);
+    else linear_backward(&p, dx, dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
 typedef struct { int64_t batch, M, K, N; bool shared_b; } mm_dims;
