@@ -9,6 +9,8 @@ Run by hand (never by CI) where PyTorch is installed, after make_fixtures.py
     python3 tests/parity/make_amp_fixtures.py [--out DIR]
 and commit the file (written into DIR with --out). Only json, numpy, torch
 and fixture_common.py are used.
+The checked-in file was made with torch 2.15.0, which reproduces it byte for
+byte from the checked-in gpt2 and cnn fixtures.
 
 Same models, same initial parameters (the shared generator) and the same
 batch as tests/parity/fixtures/{gpt2,cnn}.safetensors; the float32 results
