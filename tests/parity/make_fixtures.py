@@ -130,9 +130,10 @@ class BatchStreams:
     p < 100 (so from element offsets p * 1000003 < 1e8)."""
 
     def __init__(self, seed, draw):
-        self.seed, self.p = seed, 1000 + 8 * draw
+        self.seed, self.p, self.end = seed, 1000 + 8 * draw, 1008 + 8 * draw
 
     def _next(self):
+        assert self.p < self.end, "a batch draw uses at most 8 streams"
         self.p += 1
         return self.p - 1
 
