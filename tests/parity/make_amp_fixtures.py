@@ -4,10 +4,13 @@ gives for the tiny GPT-2 and the CNN of make_fixtures.py, which
 tests/parity/test_amp_parity.c checks utrain's bf16 and fp16 runs against.
 
 Run by hand (never by CI) where PyTorch is installed, after make_fixtures.py
-(the batches are read from its gpt2 and cnn fixtures), from anywhere:
+(the batches are read from its gpt2 and cnn fixtures: from DIR with
+--out DIR when they are there, else the checked-in ones), from anywhere:
     python3 tests/parity/make_amp_fixtures.py [--out DIR]
 and commit the file (written into DIR with --out). Only json, numpy, torch
 and fixture_common.py are used.
+The checked-in file was made with torch 2.15.0, which reproduces it byte for
+byte from the checked-in gpt2 and cnn fixtures.
 
 Same models, same initial parameters (the shared generator) and the same
 batch as tests/parity/fixtures/{gpt2,cnn}.safetensors; the float32 results
@@ -127,6 +130,13 @@ def run_autocast(make_model, seed, x, targets, dtype):
     return res
 
 
+def batch_file(out_root, name):
+    """DIR/<name>.safetensors when make_fixtures.py --out DIR wrote it there,
+    else the checked-in one."""
+    path = os.path.join(out_root, name + ".safetensors")
+    return path if os.path.exists(path) else os.path.join(FIX, name + ".safetensors")
+
+
 def main():
     out_root = out_dir()
     torch.use_deterministic_algorithms(True)
@@ -137,7 +147,7 @@ def main():
                          "optimizer": json.dumps({k: list(v) if isinstance(v, tuple) else v
                                                   for k, v in mf.ADAMW.items()})}
     for name, make_model in models.items():
-        ref, ref_meta = read_safetensors(os.path.join(FIX, name + ".safetensors"))
+        ref, ref_meta = read_safetensors(batch_file(out_root, name))
         ref = {k: torch.from_numpy(v) for k, v in ref.items()}
         seed = int(ref_meta["seed"])
         x, targets = ref["input"], ref["targets"]

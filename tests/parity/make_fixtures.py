@@ -10,6 +10,13 @@ with --out DIR); commit them.
 Only json, numpy, torch and fixture_common.py (its own safetensors writer,
 not the safetensors package) are used.
 
+The checked-in files were made with torch 2.15.0 (CPU, one thread,
+deterministic algorithms); with that version a run reproduces them byte for
+byte (run with --out DIR and cmp DIR's files against tests/parity/fixtures/).
+The batches come from the generator below, not torch's, so they do not
+depend on the torch version; the results are torch's float32 arithmetic and
+another version may change their last bits.
+
 Each reference model below uses utrain's parameter names and registration
 order. Initial parameters are not stored (the CNN's fc1 alone is 1.18M floats):
 both sides compute them with the generator in init_param(), which
@@ -27,6 +34,12 @@ tests/parity/fixture_init.h reproduces bit for bit in C:
     LayerNorm bias:              float32(0.1) * v
   every product and sum rounded to float32 (no fused multiply-add).
 
+Batches use the same generator on streams p = 1000 + 8 * draw + k (k-th array
+of batch draw number `draw`, see BatchStreams): integers lo + ((x >> 40) *
+(hi - lo) >> 24), and for real inputs the float32 sum of 3 values v (roughly
+normal, variance 1). Each fixture draws from its own seed, so a redrawn batch
+of one model leaves the others' batches alone.
+
 Each fixture holds:
   input, targets                 the batch
   logits                         the model output before the loss
@@ -38,14 +51,27 @@ Each fixture holds:
   init.<param>                   (mlp only) the generated initial values, so
                                  the C generator can be checked bit for bit
 and metadata: seed, config (JSON), params (names in registration order),
-generator, optimizer, float32_vs_float64_over_tolerance, torch version.
+generator, optimizer, batch (which draw was kept),
+float32_vs_float64_over_tolerance, near_tie_gap_over_margin, torch version.
 
-Everything is computed in float32, in eval mode (dropout off). Each batch is
-also run in float64, and a batch is redrawn when float32 and float64 disagree
-by more than a tenth of test_models.c's tolerances: that happens when a
-max-pool window of the CNN holds a near-tie (gap ~1e-7) that float32 rounding
-resolves differently, which would make the fixture test rounding, not the
-implementation. The first CNN batch drawn is such a case.
+Everything is computed in float32, in eval mode (dropout off). A batch is
+redrawn when it would make the fixture test rounding, not the implementation:
+  near-tie  a forward decision lies too close to flipping: a ReLU input too
+            near 0, or in a ReLU + max-pool window (the CNN's conv2) the
+            largest input too near the second largest or 0. "Too near" is
+            closer than KINK_MARGIN = 10 times that layer's largest
+            |float32 - float64| difference on the batch: another float32
+            implementation (utrain's im2col + sgemm sums in another order)
+            rounds differently by about that much, and a flipped max-pool
+            choice sends a window's gradient to another input, moving the
+            conv weights' gradients by ~1e-3 relative (10x the tolerance).
+            It is checked first (a forward pass in float32 and float64).
+            The CNN rejects most draws: a batch holds on average ~3 conv2
+            windows (of 74k) and ~1 conv1 ReLU input under the margin, so
+            about 1 draw in 40 passes (draw 38 with torch 2.15.0); the
+            other models pass at draw 0.
+  float64   float32 and float64 results differ by more than a tenth of
+            test_models.c's tolerances.
 """
 import json
 import math
@@ -90,6 +116,38 @@ def uniform_pm1(seed, p, n):
     return np.float32(2) * u - np.float32(1)
 
 
+def uniform_int(seed, p, n, lo, hi):
+    """int32 values lo + floor(u * (hi - lo)) in [lo, hi) from the same
+    stream as uniform_pm1 (u = x >> 40 over 2^24, in exact integers)."""
+    base = np.uint64((seed + p * 1000003) & M64)
+    u = splitmix64(base + np.arange(n, dtype=np.uint64)) >> np.uint64(40)
+    return (lo + ((u * np.uint64(hi - lo)) >> np.uint64(24)).astype(np.int64)).astype(np.int32)
+
+
+class BatchStreams:
+    """The generator's streams for batch draw number `draw` of a fixture:
+    p = 1000 + 8 * draw + k for its k-th array, far from the parameters'
+    p < 100 (so from element offsets p * 1000003 < 1e8)."""
+
+    def __init__(self, seed, draw):
+        self.seed, self.p, self.end = seed, 1000 + 8 * draw, 1008 + 8 * draw
+
+    def _next(self):
+        assert self.p < self.end, "a batch draw uses at most 8 streams"
+        self.p += 1
+        return self.p - 1
+
+    def normal_like(self, *shape):
+        """float32 in [-3, 3): the sum of 3 uniform_pm1 values, roughly
+        normal with variance 1 (float32 additions, no library's sampler)."""
+        n = int(np.prod(shape))
+        u = [uniform_pm1(self.seed, self._next(), n) for _ in range(3)]
+        return torch.from_numpy(((u[0] + u[1]) + u[2]).reshape(shape))
+
+    def ints(self, lo, hi, *shape):
+        return torch.from_numpy(uniform_int(self.seed, self._next(), int(np.prod(shape)), lo, hi).reshape(shape))
+
+
 def init_param(seed, p, kind, shape, fan_in):
     n = int(np.prod(shape)) if len(shape) else 1
     v = uniform_pm1(seed, p, n)
@@ -127,6 +185,77 @@ def init_model(model, seed):
             p.copy_(torch.from_numpy(init_param(seed, p_idx, kind, tuple(p.shape), fan_in)))
 
 
+# ---------------------------------------------------------------- kinks
+
+# A batch is redrawn when a branch decision of the models' forward pass (which
+# side of 0 a ReLU input is, which input of a max-pool window is largest) lies
+# within KINK_MARGIN times the largest float32 rounding error of that layer on
+# that batch (see kink_margin()): two float32 implementations summing in
+# different orders could then decide differently and route gradients elsewhere.
+KINK_MARGIN = 10
+FLT_EPS = float(np.finfo(np.float32).eps)
+_kinks = None   # a list while kink_margin() records a forward pass
+
+
+def relu(x):
+    """F.relu; its input is recorded under kink_margin()."""
+    if _kinks is not None:
+        _kinks.append(("relu", x.detach()))
+    return F.relu(x)
+
+
+def relu_max_pool2d(x, k):
+    """F.max_pool2d(F.relu(x), k); x is recorded under kink_margin()."""
+    if _kinks is not None:
+        _kinks.append(("relu_max_pool", x.detach(), k))
+    return F.max_pool2d(F.relu(x), k)
+
+
+def kink_gaps(kind, x, k=None):
+    """How far each decision is from flipping: a ReLU input's distance to 0;
+    for a ReLU followed by a k x k max-pool, per window the gap between the
+    largest and the second largest of its k*k inputs and 0 (the gradient goes
+    to the window's largest input when that is above 0, nowhere otherwise)."""
+    x = x.double()
+    if kind == "relu":
+        return x.abs().flatten()
+    B, C, H, W = x.shape
+    w = x[:, :, :H // k * k, :W // k * k].reshape(B, C, H // k, k, W // k, k)
+    w = w.permute(0, 1, 2, 4, 3, 5).reshape(-1, k * k)
+    w = torch.cat([w, torch.zeros(w.shape[0], 1, dtype=w.dtype)], 1)
+    top2 = w.topk(2, dim=1).values
+    return top2[:, 0] - top2[:, 1]
+
+
+def record_kinks(make_model, seed, inputs, dtype):
+    global _kinks
+    model = make_model().to(dtype)
+    model.eval()
+    init_model(model, seed)
+    _kinks = []
+    try:
+        with torch.no_grad():
+            model(inputs.to(dtype) if inputs.is_floating_point() else inputs)
+        return _kinks
+    finally:
+        _kinks = None
+
+
+def kink_margin(make_model, seed, inputs):
+    """The smallest gap (kink_gaps, in float64) over its margin: KINK_MARGIN
+    times the layer's largest |float32 - float64| difference (at least
+    FLT_EPS times its largest |value|). Below 1 the batch has a near-tie;
+    inf for a model without ReLU or max-pool."""
+    worst = math.inf
+    sites32 = record_kinks(make_model, seed, inputs, torch.float32)
+    sites64 = record_kinks(make_model, seed, inputs, torch.float64)
+    for s32, s64 in zip(sites32, sites64):
+        x32, x64 = s32[1].double(), s64[1]
+        err = max((x32 - x64).abs().max().item(), FLT_EPS * x64.abs().max().item())
+        worst = min(worst, kink_gaps(s64[0], x64, *s64[2:]).min().item() / (KINK_MARGIN * err))
+    return worst
+
+
 # ---------------------------------------------------------------- models
 
 class CNN(nn.Module):
@@ -142,12 +271,11 @@ class CNN(nn.Module):
         self.fc2 = nn.Linear(128, 10)
 
     def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
+        x = relu(self.conv1(x))
+        x = relu_max_pool2d(self.conv2(x), 2)
         x = self.dropout1(x)
         x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
+        x = relu(self.fc1(x))
         x = self.dropout2(x)
         x = self.fc2(x)
         return F.log_softmax(x, dim=1)
@@ -231,7 +359,7 @@ class MLP(nn.Module):
         for i in range(self.n):
             x = getattr(self, f"fc{i}")(x)
             if i < self.n - 1:
-                x = F.relu(x)
+                x = relu(x)
         return x
 
     def loss(self, out, targets):
@@ -252,16 +380,17 @@ class BOW(nn.Module):
         mask = (ids != 0).to(self.emb.weight.dtype)
         w = mask / mask.sum(1, keepdim=True)
         x = (w.unsqueeze(1) @ self.emb(ids.long())).squeeze(1)
-        return self.out(F.relu(self.fc(x)))
+        return self.out(relu(self.fc(x)))
 
     def loss(self, out, targets):
         return F.cross_entropy(out, targets.long())
 
 
 def padded_ids(g, batch, length, vocab):
-    """Token ids in [1, vocab) with a random length >= 1 per row, zero-padded."""
-    ids = torch.randint(1, vocab, (batch, length), generator=g, dtype=torch.int32)
-    lens = torch.randint(1, length + 1, (batch,), generator=g)
+    """Token ids in [1, vocab) with a random length >= 1 per row, zero-padded
+    (g: a BatchStreams)."""
+    ids = g.ints(1, vocab, batch, length)
+    lens = g.ints(1, length + 1, batch)
     for r in range(batch):
         ids[r, lens[r]:] = 0
     return ids
@@ -322,21 +451,32 @@ def conditioning(r32, r64):
     return max(out / 1e-5, grad / 1e-4)
 
 
-def make_fixture(out_root, name, make_model, config, seed, draw_batch, store_init=False, attempts=10):
-    """draw_batch() gives (inputs, targets); batches are drawn until float32
-    agrees with float64 to a tenth of the test tolerances (see conditioning());
-    the float32 results are stored."""
-    for attempt in range(attempts):
-        inputs, targets = draw_batch()
+def draw_checked(name, make_model, seed, draw_batch, attempts):
+    """The first batch draw_batch(BatchStreams(seed, draw)) gives, draw = 0,
+    1, ..., that has no near-tie (kink_margin() >= 1) and on which float32
+    agrees with float64 to a tenth of the test tolerances (conditioning()):
+    (draw, inputs, targets, float32 results, conditioning, kink margin)."""
+    for draw in range(attempts):
+        inputs, targets = draw_batch(BatchStreams(seed, draw))
+        kink = kink_margin(make_model, seed, inputs)
+        if kink < 1:
+            print(f"{name}: batch {draw} has a near-tie at a ReLU or max-pool "
+                  f"({kink:.2g} x the margin); drawing another")
+            continue
         r32 = run_reference(make_model, seed, inputs, targets, torch.float32)
         r64 = run_reference(make_model, seed, inputs, targets, torch.float64)
         cond = conditioning(r32, r64)
         if cond <= 0.1:
-            break
-        print(f"{name}: batch {attempt} is ill-conditioned in float32 "
+            return draw, inputs, targets, r32, cond, kink
+        print(f"{name}: batch {draw} is ill-conditioned in float32 "
               f"(float64 differs by {cond:.2g} x tolerance); drawing another")
-    else:
-        raise RuntimeError(f"{name}: no well-conditioned batch in {attempts} draws")
+    raise RuntimeError(f"{name}: no usable batch in {attempts} draws")
+
+
+def make_fixture(out_root, name, make_model, config, seed, draw_batch, store_init=False, attempts=100):
+    """draw_batch(g) gives (inputs, targets) from the BatchStreams g; the
+    float32 results on the first usable batch (draw_checked()) are stored."""
+    draw, inputs, targets, r32, cond, kink = draw_checked(name, make_model, seed, draw_batch, attempts)
 
     model = make_model()
     init_model(model, seed)
@@ -358,14 +498,17 @@ def make_fixture(out_root, name, make_model, config, seed, draw_batch, store_ini
         "optimizer": json.dumps({"type": "adamw", "steps": ADAMW_STEPS, "decay": "ndim>=2",
                                  **{k: list(v) if isinstance(v, tuple) else v
                                     for k, v in ADAMW.items()}}),
+        "batch": f"draw {draw} (BatchStreams, see make_fixtures.py)",
         "float32_vs_float64_over_tolerance": f"{cond:.3g}",
+        "near_tie_gap_over_margin": f"{kink:.3g}",
         "torch": torch.__version__,
     }
     path = os.path.join(out_root, name + ".safetensors")
     write_safetensors(path, tensors, meta, meta_first=True)
     losses = r32["adamw_losses"]
     print(f"{path}: loss {r32['loss'].item():.6f}, adamw {losses[0]:.6f} -> {losses[-1]:.6f}, "
-          f"float32 vs float64 {cond:.2g} x tolerance, {os.path.getsize(path)} bytes")
+          f"float32 vs float64 {cond:.2g} x tolerance, smallest near-tie gap {kink:.2g} x the margin, "
+          f"batch draw {draw}, {os.path.getsize(path)} bytes")
 
 
 def main():
@@ -374,31 +517,26 @@ def main():
         x = splitmix64_scalar((seed + p * 1000003 + i) & M64)
         ref = np.float32(2) * np.float32((x >> 40) / 2**24) - np.float32(1)
         assert uniform_pm1(seed, p, i + 1)[i] == ref, (seed, p, i)
+        assert uniform_int(seed, p, i + 1, 3, 103)[i] == 3 + ((x >> 40) * 100 >> 24), (seed, p, i)
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     out_root = out_dir()
-    g = torch.Generator().manual_seed(20240601)
 
     make_fixture(out_root, "cnn", CNN, {}, 1001,
-                 lambda: (torch.randn(8, 1, 28, 28, generator=g),
-                          torch.randint(0, 10, (8,), generator=g, dtype=torch.int32)))
+                 lambda g: (g.normal_like(8, 1, 28, 28), g.ints(0, 10, 8)))
 
     cfg = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=97, block_size=16)
     make_fixture(out_root, "gpt2", lambda: GPT2(**cfg), cfg, 2002,
-                 lambda: (torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32),
-                          torch.randint(0, 97, (4, 16), generator=g, dtype=torch.int32)))
+                 lambda g: (g.ints(0, 97, 4, 16), g.ints(0, 97, 4, 16)))
 
     sizes = [20, 32, 16, 5]
     make_fixture(out_root, "mlp", lambda: MLP(sizes), {"sizes": ",".join(map(str, sizes))}, 3003,
-                 lambda: (torch.randn(8, 20, generator=g),
-                          torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)),
-                 store_init=True)
+                 lambda g: (g.normal_like(8, 20), g.ints(0, 5, 8)), store_init=True)
 
     bow = dict(vocab_size=50, n_embd=16, hidden=24, num_classes=3)
     make_fixture(out_root, "bow", lambda: BOW(**bow), bow, 4004,
-                 lambda: (padded_ids(g, 8, 12, 50),
-                          torch.randint(0, 3, (8,), generator=g, dtype=torch.int32)))
+                 lambda g: (padded_ids(g, 8, 12, 50), g.ints(0, 3, 8)))
 
     # optimizers, clipping and schedules (text fixtures, tests/parity/test_optim.c)
     import optim_fixtures
