@@ -88,9 +88,10 @@ ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *
  * BERT): q, k, v (N, C) hold the rows of S sequences one after the other,
  * offsets I32 (S + 1) where each starts (offsets[0] = 0, offsets[S] = N, each
  * sequence at least one row); each row attends to the rows of its own
- * sequence -> (N, C). dropout as ut_attention_masked. */
+ * sequence (causal: to those up to itself, GPT-2) -> (N, C). dropout as
+ * ut_attention_masked. */
 ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
-                               int n_head, float dropout);
+                               int n_head, bool causal, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

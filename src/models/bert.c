@@ -98,7 +98,7 @@ static ut_tensor *layer_fn_packed(ut_ctx *ctx, void *user, ut_tensor **in, int n
     ut_tensor *h = ut_attention_varlen(ctx, ut_linear_layer_forward(ctx, &l->query, x),
                                        ut_linear_layer_forward(ctx, &l->key, x),
                                        ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
-                                       a->net->attn_dropout);
+                                       false, a->net->attn_dropout);
     return layer_tail(ctx, a, h, x);
 }
 

@@ -1,10 +1,11 @@
-/* Multi-head bidirectional attention over packed sequences of different
- * lengths (unpadded BERT): the rows of S sequences stacked without padding,
+/* Multi-head attention over packed sequences of different lengths
+ * (unpadded BERT; causal: unpadded GPT-2 classification): the rows of S sequences stacked without padding,
  *   q, k, v (N, C), offsets I32 (S + 1): sequence s is rows
  *   [offsets[s], offsets[s + 1]), offsets[0] = 0, offsets[S] = N, each
  *   sequence at least one row;
  *   per sequence and head, out = softmax(q k^T / sqrt(hs)) v -> (N, C).
- * A row attends to every row of its own sequence and to nothing else, which
+ * A row attends to every row of its own sequence (causal: to the rows of its
+ * sequence up to itself) and to nothing else, which
  * is what ut_attention_masked computes for the real tokens of a padded batch
  * with its padding mask, without the padded rows and keys. In training mode
  * with dropout p > 0 the probabilities are dropped (kept ones scaled by
@@ -13,7 +14,7 @@
  * forward with an error naming the first bad entry.
  * Saves the probabilities P (per sequence and head, L x L, one after the
  * other) and the keep mask: ut_attention_varlen_probs, _keep.
- * Parameters: ut_attention_varlen_n_head, _p, _keep_scale (src/ops/params.h).
+ * Parameters: ut_attention_varlen_n_head, _causal, _p, _keep_scale (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_varlen.c. */
 #include "internal.h"
 #include "params.h"
@@ -27,7 +28,7 @@ static bool shapes_ok(ut_tensor *const *src) {
 }
 
 ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
-                               int n_head, float dropout) {
+                               int n_head, bool causal, float dropout) {
     ut_tensor *src[4] = {q, k, v, offsets};
     if (!ut_op_check(ctx, "attention_varlen", 4, src, 1u << 3)) return NULL;
     if (!shapes_ok(src)) {
@@ -51,6 +52,7 @@ ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
     ut_tensor *t = ut_op_new(ctx, UT_OP_ATTENTION_VARLEN, UT_F32, 2, q->ne, 4, src);
     if (!t) return NULL;
     ut_attention_varlen_set_n_head(t, n_head);
+    ut_attention_varlen_set_causal(t, causal);
     float p = ctx->training ? dropout : 0.0f;
     ut_attention_varlen_set_p(t, p);
     ut_attention_varlen_set_keep_scale(t, 1.0f / (1.0f - p));

@@ -60,6 +60,7 @@ UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0
 UT_PARAM_F(attention_masked, keep_scale, 1)
 /* attention_varlen */
 UT_PARAM_I(attention_varlen, n_head, 0)
+UT_PARAM_I(attention_varlen, causal, 1)       /* 1: a row attends its sequence's rows up to itself only */
 UT_PARAM_F(attention_varlen, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_varlen, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the

@@ -93,18 +93,24 @@ static ut_tensor *offsets(ut_ctx *c, int n, const int32_t *at) {
     return o;
 }
 static ut_tensor *b_attv3(ut_ctx *c, ut_tensor **in) {
-    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, 0.0f);
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, false, 0.0f);
 }
 static ut_tensor *b_attv_one(ut_ctx *c, ut_tensor **in) {
     return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 2, (int32_t[]){0, (int32_t)in[0]->ne[0]}), 1,
-                               0.0f);
+                               false, 0.0f);
 }
 static ut_tensor *b_attv_dropout(ut_ctx *c, ut_tensor **in) {
-    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, 0.3f);
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, false, 0.3f);
+}
+static ut_tensor *b_attv_causal(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, true, 0.0f);
+}
+static ut_tensor *b_attv_causal_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 3, (int32_t[]){0, 4, 7}), 1, true, 0.3f);
 }
 static ut_tensor *b_attv_shared(ut_ctx *c, ut_tensor **in) {
     ut_tensor *o = offsets(c, 3, (int32_t[]){0, 2, 5});
-    return ut_add(c, ut_attention_varlen(c, in[0], in[0], in[0], o, 2, 0.0f), in[0]);
+    return ut_add(c, ut_attention_varlen(c, in[0], in[0], in[0], o, 2, false, 0.0f), in[0]);
 }
 
 const gc_row gc_rows_nn[] = {
@@ -163,6 +169,9 @@ const gc_row gc_rows_nn[] = {
     {"attention_varlen one sequence NH=1", 3, {{2, {5, 6}}, {2, {5, 6}}, {2, {5, 6}}}, b_attv_one},
     {"attention_varlen one row", 3, {{2, {1, 4}}, {2, {1, 4}}, {2, {1, 4}}}, b_attv_one},
     {"attention_varlen dropout 0.3", 3, {{2, {7, 8}}, {2, {7, 8}}, {2, {7, 8}}}, b_attv_dropout,
+     .training = true},
+    {"attention_varlen causal lengths 3 1 3", 3, {{2, {7, 8}}, {2, {7, 8}}, {2, {7, 8}}}, b_attv_causal},
+    {"attention_varlen causal dropout", 3, {{2, {7, 6}}, {2, {7, 6}}, {2, {7, 6}}}, b_attv_causal_drop,
      .training = true},
     {"attention_varlen q = k = v", 1, {{2, {5, 8}}}, b_attv_shared},
 };

@@ -430,8 +430,9 @@ static void test_attention_strided_input(void) {
 }
 
 /* attention_varlen on packed rows equals attention_masked's real rows of the
- * same batch padded (lengths 6, 2, 4 of T = 6, MiniLM's head size 32) */
-static void test_attention_varlen_matches_masked(void) {
+ * same batch padded (lengths 6, 2, 4 of T = 6, MiniLM's head size 32), with
+ * and without the causal flag */
+static void check_varlen_matches_masked(bool causal) {
     enum { B = 3, T = 6, C = 64, NH = 2 };
     const int len[B] = {6, 2, 4};
     ut_ctx *ctx = new_ctx();
@@ -451,10 +452,10 @@ static void test_attention_varlen_matches_masked(void) {
             memcpy(ut_f32(xp[i]) + off[b] * C, ut_f32(x[i]) + b * T * C, sizeof(float) * (size_t)(len[b] * C));
     }
     ut_tensor *o = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    ut_tensor *ym = ut_attention_masked(ctx, x[0], x[1], x[2], ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk),
-                                        NH, 0.0f);
-    ut_tensor *yv = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, 0.0f);
-    ut_tensor *yv2 = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, 0.0f);
+    ut_tensor *ym = ut_attention_qkv(ctx, x[0], x[1], x[2], ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk),
+                                     NH, causal, 0.0f);
+    ut_tensor *yv = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, causal, 0.0f);
+    ut_tensor *yv2 = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, causal, 0.0f);
     CHECK(ym && yv && yv2, "%s", ut_ctx_error(ctx));
     if (!ym || !yv || !yv2) {
         ut_ctx_free(ctx);
@@ -464,10 +465,14 @@ static void test_attention_varlen_matches_masked(void) {
     for (int b = 0; b < B; b++)
         for (int64_t i = 0; i < (int64_t)len[b] * C; i++)
             err = fmax(err, fabs(ut_f32(yv)[off[b] * C + i] - ut_f32(ym)[b * T * C + i]));
-    CHECK(err < 1e-5, "packed vs padded: max err %g", err);
-    CHECK(err > 0 || ut_f32(yv)[0] != 0.0f, "outputs are all zero");
+    CHECK(err < 1e-5, "packed vs padded (causal %d): max err %g", causal, err);
     CHECK(memcmp(ut_f32(yv), ut_f32(yv2), sizeof(float) * (size_t)ut_nelem(yv)) == 0, "not deterministic");
     ut_ctx_free(ctx);
+}
+
+static void test_attention_varlen_matches_masked(void) {
+    check_varlen_matches_masked(false);
+    check_varlen_matches_masked(true);
 }
 
 /* offsets that do not split the rows into sequences name the first bad entry */
@@ -478,7 +483,7 @@ static void test_attention_varlen_bad_offsets(void) {
         ut_ctx *ctx = new_ctx();
         ut_tensor *q = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){7, 4});
         ut_tensor *o = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){4}, bad[i]);
-        ut_tensor *y = ut_attention_varlen(ctx, q, q, q, o, 2, 0.0f);
+        ut_tensor *y = ut_attention_varlen(ctx, q, q, q, o, 2, false, 0.0f);
         const char *e = ut_ctx_error(ctx);
         CHECK(y == NULL && e && strstr(e, "attention_varlen") && strstr(e, want[i]), "offsets %d: %s", i,
               e ? e : "(none)");
@@ -486,7 +491,8 @@ static void test_attention_varlen_bad_offsets(void) {
     }
     ut_ctx *ctx = new_ctx();
     ut_tensor *q = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){7, 4});
-    ut_tensor *y = ut_attention_varlen(ctx, q, q, q, ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){2}), 2, 0.0f);
+    ut_tensor *y = ut_attention_varlen(ctx, q, q, q, ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){2}), 2, false,
+                                       0.0f);
     const char *e = ut_ctx_error(ctx);
     CHECK(y == NULL && e && strstr(e, "input 3 has dtype f32"), "f32 offsets: %s", e ? e : "(none)");
     ut_ctx_free(ctx);

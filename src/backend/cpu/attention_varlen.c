@@ -2,7 +2,8 @@
  * q, k, v, out (N, C), sequence s the rows [off[s], off[s + 1]), L = its
  * length, hs = C / NH. Per (sequence, head) the products are sgemm calls on
  * the head's columns (leading dimension C), the softmax rows are vector loops,
- * and P (L x L per pair, sequence-major, then head) is saved for backward.
+ * and P (L x L per pair, sequence-major, then head; causal: zero above the
+ * diagonal) is saved for backward.
  * Pairs run in parallel, each single-threaded and writing only its own rows
  * and head columns, so the result does not depend on the number of threads
  * or on the other sequences of the batch. With dropout, Pd = P * keep / (1 - p)
@@ -20,6 +21,7 @@ typedef struct {
     const int64_t *poff; /* S + 1: where each sequence's P blocks start */
     int64_t S, C, NH, hs, maxL;
     float scale, ks;     /* 1/sqrt(hs); keep scale 1/(1-p) */
+    bool causal;         /* row i attends rows j <= i of its sequence */
 } varlen_dims;
 
 /* p (n) = softmax(scale * p) in place */
@@ -49,7 +51,11 @@ static void pair_forward(float *out, float *P, float *pd, const float *q, const 
                          const uint8_t *keep, const varlen_dims *d, int64_t L) {
     int64_t C = d->C;
     ut_gemm_ld(false, true, L, L, d->hs, 1.0f, q, C, k, C, 0.0f, P, L);
-    for (int64_t i = 0; i < L; i++) softmax_row(P + i * L, L, d->scale);
+    for (int64_t i = 0; i < L; i++) {
+        int64_t n = d->causal ? i + 1 : L;
+        softmax_row(P + i * L, n, d->scale);
+        for (int64_t j = n; j < L; j++) P[i * L + j] = 0.0f;
+    }
     const float *A = P;
     if (keep) {
         for (int64_t i = 0; i < L; i++) drop_row(pd + i * L, P + i * L, keep + i * L, d->ks, L);
@@ -131,6 +137,7 @@ static int varlen_dims_of(ut_tensor *t, varlen_dims *d) {
     d->hs = d->C / d->NH;
     d->scale = 1.0f / sqrtf((float)d->hs);
     d->ks = ut_attention_varlen_keep_scale(t);
+    d->causal = ut_attention_varlen_causal(t) != 0;
     int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
     poff[0] = 0;
     for (int64_t s = 0; s < S; s++) {
