@@ -6,6 +6,9 @@
  * Input x I32 (B, 3, T): planes of token ids, token type ids and attention
  * mask (1 = token, 0 = padding), as the pretrained-tokenizer TSV dataset
  * gives them. Output logits (B, num_labels); loss cross-entropy.
+ * Computed unpadded: the real tokens packed into rows, attention per sequence
+ * (ut_attention_varlen), the pooler on each sequence's first row; a batch
+ * where a sequence starts with padding runs padded (ut_attention_masked).
  * Parameter names are Hugging Face's ("bert.encoder.layer.0.attention.self.query.weight",
  * "classifier.weight"), so model.safetensors loads by name (src/io/hf.c).
  * Options, in config.json's names: vocab_size, hidden_size, num_hidden_layers,
