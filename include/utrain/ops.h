@@ -84,6 +84,14 @@ ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
  * (Tq == Tk only): query t attends keys j <= t, as a decoder's self-attention. */
 ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
                             int n_head, bool causal, float dropout);
+/* Bidirectional attention over packed sequences without padding (unpadded
+ * BERT): q, k, v (N, C) hold the rows of S sequences one after the other,
+ * offsets I32 (S + 1) where each starts (offsets[0] = 0, offsets[S] = N, each
+ * sequence at least one row); each row attends to the rows of its own
+ * sequence (causal: to those up to itself, GPT-2) -> (N, C). dropout as
+ * ut_attention_masked. */
+ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
+                               int n_head, bool causal, float dropout);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

@@ -34,7 +34,7 @@
 /* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
 static const bool autocast_op[UT_OP_COUNT] = {
     [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true, [UT_OP_ATTENTION] = true,
-    [UT_OP_ATTENTION_MASKED] = true,
+    [UT_OP_ATTENTION_MASKED] = true, [UT_OP_ATTENTION_VARLEN] = true,
 };
 
 /* One input, one output, elementwise: the output keeps a 16-bit input's dtype. */

@@ -8,7 +8,9 @@
  * row's last </s> goes through the classification head (dense, tanh,
  * out_proj).
  * Input x I32 (B, 3, T): planes of token ids, token type ids (not read) and
- * attention mask, as the pretrained-tokenizer TSV dataset gives them. Output
+ * attention mask, as the pretrained-tokenizer TSV dataset gives them
+ * (right-padded batches run unpadded: encoder and decoder on the real rows,
+ * ut_attention_varlen). Output
  * logits (B, num_labels); loss cross-entropy.
  * Parameter names are transformers' ("model.shared.weight",
  * "model.encoder.layers.0.self_attn.q_proj.weight",
@@ -68,12 +70,16 @@ static void bart_free(void *impl) {
 }
 
 /* ---- forward ---- */
+/* attention of x's rows to kv's: padded, mask (B, T) F32 or NULL; packed
+ * (the real rows of each sequence, one after the other), aux the I32
+ * offsets where each sequence starts */
 static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_tensor *x, ut_tensor *kv,
-                         ut_tensor *mask, int64_t NH, bool causal) {
-    ut_tensor *h = ut_attention_qkv(ctx, ut_linear_layer_forward(ctx, &a->q, x),
-                                    ut_linear_layer_forward(ctx, &a->k, kv),
-                                    ut_linear_layer_forward(ctx, &a->v, kv), mask, (int)NH, causal,
-                                    net->attn_dropout);
+                         ut_tensor *aux, int64_t NH, bool causal) {
+    ut_tensor *q = ut_linear_layer_forward(ctx, &a->q, x), *k = ut_linear_layer_forward(ctx, &a->k, kv),
+              *v = ut_linear_layer_forward(ctx, &a->v, kv);
+    ut_tensor *h = aux && aux->dtype == UT_I32
+                       ? ut_attention_varlen(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout)
+                       : ut_attention_qkv(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout);
     h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &a->out, h), net->dropout);
     return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, h));
 }
@@ -86,6 +92,7 @@ static ut_tensor *feed_forward(ut_ctx *ctx, const bart *net, const bart_layer *l
     return ut_layernorm_layer_forward(ctx, &l->final_ln, ut_add(ctx, x, h));
 }
 
+/* in = {x, mask (B, T) F32} padded, {x, offsets (B + 1) I32} packed */
 static ut_tensor *encoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     (void)n;
     const layer_arg *a = user;
@@ -93,17 +100,23 @@ static ut_tensor *encoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) 
     return feed_forward(ctx, a->net, a->l, x);
 }
 
+/* in = {x, encoder states, the encoder's mask or offsets} as encoder_layer;
+ * packed, the decoder rows are the first L of each sequence of L tokens */
 static ut_tensor *decoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     (void)n;
     const layer_arg *a = user;
-    ut_tensor *x = attend(ctx, a->net, &a->l->self, in[0], in[0], NULL, a->net->DNH, true);
+    ut_tensor *self_aux = in[2]->dtype == UT_I32 ? in[2] : NULL;
+    ut_tensor *x = attend(ctx, a->net, &a->l->self, in[0], in[0], self_aux, a->net->DNH, true);
     x = attend(ctx, a->net, &a->l->cross, x, in[1], in[2], a->net->DNH, false);
     return feed_forward(ctx, a->net, a->l, x);
 }
 
-/* What the forward reads from x (B, 3, T), through one host copy. */
+/* What the forward reads from x (B, 3, T), through one host copy: padded,
+ * ids, dec_ids (B, T), mask (B, T), pos (T), eos_at (B) rows of (B*T, C);
+ * packed (offsets set), the same for the N real tokens (N) and eos_at rows
+ * of (N, C). */
 typedef struct {
-    ut_tensor *ids, *dec_ids, *mask, *pos, *eos_at;
+    ut_tensor *ids, *dec_ids, *mask, *pos, *eos_at, *offsets;
 } bart_inputs;
 
 /* The index b*T + t of each row's last </s>; every row must hold the same
@@ -128,6 +141,44 @@ static int find_eos(ut_ctx *ctx, const bart *net, ut_tensor *x, const int32_t *i
     return 0;
 }
 
+/* Unpadded execution: every row is right-padded (mask 1...1 0...0, L >= 1
+ * ones) with its last </s> inside the L tokens, so the encoder's L real rows
+ * and the decoder's first L rows (causal: they never see the later ones) are
+ * all the head depends on. Packs them from h (the host copy of x) and the
+ * padded ids, decoder ids and </s> rows (B*T, B*T, B); 1 (nothing changed)
+ * when a row does not qualify. */
+static int pack_inputs(ut_ctx *ctx, const int32_t *h, const int32_t *id, const int32_t *dec, const int32_t *at,
+                       int64_t B, int64_t T, bart_inputs *in) {
+    int32_t *off = ut_ctx_alloc(ctx, (size_t)(B + 1) * sizeof *off);
+    off[0] = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *mb = h + (b * 3 + 2) * T;
+        int64_t L = 0;
+        while (L < T && mb[L]) L++;
+        for (int64_t t = L; t < T; t++)
+            if (mb[t]) return 1;
+        if (L == 0 || at[b] - b * T >= L) return 1;
+        off[b + 1] = off[b] + (int32_t)L;
+    }
+    int64_t N = off[B];
+    int32_t *pid = ut_ctx_alloc(ctx, (size_t)(3 * N + B) * sizeof *pid), *pdec = pid + N, *pps = pdec + N,
+            *pat = pps + N;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < off[b + 1] - off[b]; t++) {
+            pid[off[b] + t] = id[b * T + t];
+            pdec[off[b] + t] = dec[b * T + t];
+            pps[off[b] + t] = (int32_t)(t + 2);
+        }
+        pat[b] = (int32_t)(off[b] + at[b] - b * T);
+    }
+    in->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, pid);
+    in->dec_ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, pdec);
+    in->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, pps);
+    in->eos_at = ut_tensor_wrap(ctx, UT_I32, 1, &B, pat);
+    in->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    return in->ids && in->dec_ids && in->pos && in->eos_at && in->offsets ? 0 : -1;
+}
+
 static int split_inputs(ut_ctx *ctx, const bart *net, ut_tensor *x, bart_inputs *in) {
     int64_t B = x->ne[0], T = x->ne[2];
     int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
@@ -149,7 +200,9 @@ static int split_inputs(ut_ctx *ctx, const bart *net, ut_tensor *x, bart_inputs 
     in->mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
     in->pos = ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
     in->eos_at = ut_tensor_wrap(ctx, UT_I32, 1, &B, at);
-    return in->ids && in->dec_ids && in->mask && in->pos && in->eos_at ? 0 : -1;
+    in->offsets = NULL;
+    if (!in->ids || !in->dec_ids || !in->mask || !in->pos || !in->eos_at) return -1;
+    return pack_inputs(ctx, h, id, dec, at, B, T, in) < 0 ? -1 : 0;
 }
 
 /* token (scaled) + position embeddings, layernorm_embedding, dropout */
@@ -179,14 +232,14 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     }
     bart_inputs in;
     if (split_inputs(ctx, net, x, &in)) return NULL;
+    ut_tensor *aux = in.offsets ? in.offsets : in.mask; /* packed or padded */
     ut_tensor *enc = embed(ctx, net, in.ids, in.pos, &net->enc_pos, &net->enc_ln);
-    for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, in.mask}, 2);
+    for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, aux}, 2);
     ut_tensor *h = embed(ctx, net, in.dec_ids, in.pos, &net->dec_pos, &net->dec_ln);
-    for (int64_t l = 0; l < net->DL; l++)
-        h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, in.mask}, 3);
-    /* the decoder state at each row's last </s>, gathered as rows of (B*T, C) */
-    int64_t B = x->ne[0], T = x->ne[2];
-    ut_tensor *rep = ut_embedding(ctx, in.eos_at, ut_reshape(ctx, h, 2, (int64_t[]){B * T, net->C}));
+    for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, aux}, 3);
+    /* the decoder state at each row's last </s>, gathered as rows of (rows, C) */
+    int64_t rows = ut_nelem(h) / net->C;
+    ut_tensor *rep = ut_embedding(ctx, in.eos_at, ut_reshape(ctx, h, 2, (int64_t[]){rows, net->C}));
     rep = ut_dropout(ctx, rep, net->cls_dropout);
     rep = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->dense, rep));
     return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));

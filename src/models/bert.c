@@ -6,6 +6,9 @@
  * Input x I32 (B, 3, T): planes of token ids, token type ids and attention
  * mask (1 = token, 0 = padding), as the pretrained-tokenizer TSV dataset
  * gives them. Output logits (B, num_labels); loss cross-entropy.
+ * Computed unpadded: the real tokens packed into rows, attention per sequence
+ * (ut_attention_varlen), the pooler on each sequence's first row; a batch
+ * where a sequence starts with padding runs padded (ut_attention_masked).
  * Parameter names are Hugging Face's ("bert.encoder.layer.0.attention.self.query.weight",
  * "classifier.weight"), so model.safetensors loads by name (src/io/hf.c).
  * Options, in config.json's names: vocab_size, hidden_size, num_hidden_layers,
@@ -63,6 +66,19 @@ static void bert_free(void *impl) {
 }
 
 /* ---- forward ---- */
+/* the rest of an encoder layer after attention: h = attention's output,
+ * x = the layer's input (rows of any layout) */
+static ut_tensor *layer_tail(ut_ctx *ctx, const layer_arg *a, ut_tensor *h, ut_tensor *x) {
+    const bert_layer *l = a->l;
+    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->attn_out, h), a->net->dropout);
+    x = ut_layernorm_layer_forward(ctx, &l->attn_ln, ut_add(ctx, h, x));
+    h = ut_linear_layer_forward(ctx, &l->inter, x);
+    h = a->net->exact_gelu ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
+    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->out, h), a->net->dropout);
+    return ut_layernorm_layer_forward(ctx, &l->out_ln, ut_add(ctx, h, x));
+}
+
+/* padded layout: in = {x (B, T, C), additive mask (B, T)} */
 static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     (void)n;
     const layer_arg *a = user;
@@ -72,12 +88,21 @@ static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
                                        ut_linear_layer_forward(ctx, &l->key, x),
                                        ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
                                        a->net->attn_dropout);
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->attn_out, h), a->net->dropout);
-    x = ut_layernorm_layer_forward(ctx, &l->attn_ln, ut_add(ctx, h, x));
-    h = ut_linear_layer_forward(ctx, &l->inter, x);
-    h = a->net->exact_gelu ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->out, h), a->net->dropout);
-    return ut_layernorm_layer_forward(ctx, &l->out_ln, ut_add(ctx, h, x));
+    return layer_tail(ctx, a, h, x);
+}
+
+/* packed layout: in = {x (N, C), the real tokens of every sequence one after
+ * the other, offsets I32 (B + 1) where each sequence starts} */
+static ut_tensor *layer_fn_packed(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const layer_arg *a = user;
+    const bert_layer *l = a->l;
+    ut_tensor *x = in[0];
+    ut_tensor *h = ut_attention_varlen(ctx, ut_linear_layer_forward(ctx, &l->query, x),
+                                       ut_linear_layer_forward(ctx, &l->key, x),
+                                       ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
+                                       false, a->net->attn_dropout);
+    return layer_tail(ctx, a, h, x);
 }
 
 /* RoBERTa's position ids (B, T): padding at pad_id, the others pad_id + 1 +
@@ -116,6 +141,82 @@ static int split_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, ut_tensor **
     return *ids && *types && *mask && *pos ? 0 : -1;
 }
 
+/* The real tokens of x (B, 3, T) packed: ids, type ids and position ids (N)
+ * of the N tokens whose mask is set, sequence by sequence, offsets (B + 1)
+ * where each sequence starts and first (B) = offsets[0..B-1], its first row.
+ * Through one host copy. 1 when some sequence's first token is padding (the
+ * pooler reads that position: the padded layout computes it), -1 on error. */
+typedef struct {
+    ut_tensor *ids, *types, *pos, *offsets, *first;
+} packed_inputs;
+
+static int pack_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, packed_inputs *pk) {
+    int64_t B = x->ne[0], T = x->ne[2], N = 0;
+    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
+    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+    for (int64_t b = 0; b < B; b++) {
+        if (!h[(b * 3 + 2) * T]) return 1;
+        for (int64_t t = 0; t < T; t++) N += h[(b * 3 + 2) * T + t] != 0;
+    }
+    int32_t *id = ut_ctx_alloc(ctx, (size_t)(3 * N + 2 * B + 1) * sizeof *id), *ty = id + N, *ps = ty + N;
+    int32_t *off = ps + N, *first = off + B + 1, *rp = ut_ctx_alloc(ctx, (size_t)T * sizeof *rp);
+    int64_t r = 0;
+    off[0] = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *ib = h + b * 3 * T, *tb = ib + T, *mb = tb + T;
+        if (net->roberta) roberta_positions(rp, ib, 1, T, net->pad_id);
+        for (int64_t t = 0; t < T; t++) {
+            if (!mb[t]) continue;
+            id[r] = ib[t];
+            ty[r] = tb[t];
+            ps[r++] = net->roberta ? rp[t] : (int32_t)t;
+        }
+        first[b] = off[b];
+        off[b + 1] = (int32_t)r;
+    }
+    pk->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, id);
+    pk->types = ut_tensor_wrap(ctx, UT_I32, 1, &N, ty);
+    pk->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, ps);
+    pk->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    pk->first = ut_tensor_wrap(ctx, UT_I32, 1, &B, first);
+    return pk->ids && pk->types && pk->pos && pk->offsets && pk->first ? 0 : -1;
+}
+
+/* embeddings, LayerNorm and dropout of ids, types and pos (any shape) */
+static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor *types, ut_tensor *pos) {
+    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &net->word, ids),
+                          ut_embedding_layer_forward(ctx, &net->type, types));
+    h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, &net->pos, pos));
+    return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, &net->emb_ln, h), net->dropout);
+}
+
+static ut_tensor *encoder(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *aux, ut_checkpoint_fn fn) {
+    const bert *net = m->impl;
+    for (int64_t l = 0; l < net->L; l++) {
+        ut_tensor *in[2] = {h, aux};
+        h = m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[l], in, 2)
+                                      : fn(ctx, &net->args[l], in, 2);
+    }
+    return h;
+}
+
+/* BERT: pooler on the first token ([CLS]); RoBERTa: its head's dense on <s>;
+ * cls (B, C) */
+static ut_tensor *head(ut_ctx *ctx, const bert *net, ut_tensor *cls) {
+    if (net->roberta) cls = ut_dropout(ctx, cls, net->cls_dropout);
+    ut_tensor *pooled = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->pooler, cls));
+    return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
+}
+
+/* Padded execution, for batches where some sequence starts with padding */
+static ut_tensor *forward_padded(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    const bert *net = m->impl;
+    ut_tensor *ids, *types, *mask, *pos;
+    if (split_inputs(ctx, net, x, &ids, &types, &mask, &pos)) return NULL;
+    ut_tensor *h = encoder(m, ctx, embed(ctx, net, ids, types, pos), mask, layer_fn);
+    return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){x->ne[0], net->C}));
+}
+
 static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     const bert *net = m->impl;
     if (!ut_op_check(ctx, "bert", 1, &x, 1)) return NULL;
@@ -127,22 +228,14 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
                            (long long)net->P, net->roberta ? " less pad_token_id + 1" : ""));
         return NULL;
     }
-    ut_tensor *ids, *types, *mask, *pos;
-    if (split_inputs(ctx, net, x, &ids, &types, &mask, &pos)) return NULL;
-    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &net->word, ids),
-                          ut_embedding_layer_forward(ctx, &net->type, types));
-    h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, &net->pos, pos));
-    h = ut_dropout(ctx, ut_layernorm_layer_forward(ctx, &net->emb_ln, h), net->dropout);
-    for (int64_t l = 0; l < net->L; l++) {
-        ut_tensor *in[2] = {h, mask};
-        h = m->checkpoint_activations ? ut_checkpoint(ctx, layer_fn, &net->args[l], in, 2)
-                                      : layer_fn(ctx, &net->args[l], in, 2);
-    }
-    /* BERT: pooler on the first token ([CLS]); RoBERTa: its head's dense on <s> */
-    ut_tensor *cls = ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){x->ne[0], net->C});
-    if (net->roberta) cls = ut_dropout(ctx, cls, net->cls_dropout);
-    ut_tensor *pooled = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->pooler, cls));
-    return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
+    /* Unpadded execution: every op but attention is row-wise and padded
+     * positions never reach real ones, so only the real tokens are computed */
+    packed_inputs pk;
+    int rc = pack_inputs(ctx, net, x, &pk);
+    if (rc < 0) return NULL;
+    if (rc > 0) return forward_padded(m, ctx, x);
+    ut_tensor *h = encoder(m, ctx, embed(ctx, net, pk.ids, pk.types, pk.pos), pk.offsets, layer_fn_packed);
+    return head(ctx, net, ut_embedding(ctx, pk.first, h));
 }
 
 /* ---- building ---- */

@@ -11,7 +11,8 @@
  * tokenizer: ids, token type ids (unused) and attention mask; the causal
  * attention also masks padded keys; the bias-free "score" head reads the
  * hidden state at each row's last token that is not pad_token_id; output
- * (B, num_labels); options num_labels (num_classes), pad_token_id and
+ * (B, num_labels); computed on the real tokens only (packed rows,
+ * ut_attention_varlen causal) unless that token is padding; options num_labels (num_classes), pad_token_id and
  * initializer_range, the new head's std). docs/models.md. */
 #include <float.h>
 #include <math.h>
@@ -47,6 +48,14 @@ static ut_tensor *positions(ut_ctx *ctx, int64_t T) {
     return ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
 }
 
+/* a block's rest after attention y, on x's rows (any layout) */
+static ut_tensor *block_tail(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, ut_tensor *y) {
+    const ut_attention_layer *a = &l->attn;
+    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
+    x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
+    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
+}
+
 /* one block with the padding mask under the causal one: in = {x (B, T, C),
  * mask (B, T)}; attention dropout as transformers' attn_pdrop (= dropout) */
 static ut_tensor *masked_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
@@ -57,15 +66,76 @@ static ut_tensor *masked_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n
     int64_t C = x->ne[2];
     ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
     ut_tensor *y = ut_attention_qkv(ctx, ut_slice(ctx, qkv, 2, 0, C), ut_slice(ctx, qkv, 2, C, 2 * C),
-                                              ut_slice(ctx, qkv, 2, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
-    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
-    x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
-    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
+                                    ut_slice(ctx, qkv, 2, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
+    return block_tail(ctx, l, x, y);
+}
+
+/* the same block on packed rows: in = {x (N, C), the real tokens of every
+ * sequence one after the other, offsets I32 (B + 1) where each starts} */
+static ut_tensor *packed_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const ut_block_layer *l = user;
+    const ut_attention_layer *a = &l->attn;
+    ut_tensor *x = in[0];
+    int64_t C = x->ne[1];
+    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
+    ut_tensor *y = ut_attention_varlen(ctx, ut_slice(ctx, qkv, 1, 0, C), ut_slice(ctx, qkv, 1, C, 2 * C),
+                                       ut_slice(ctx, qkv, 1, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
+    return block_tail(ctx, l, x, y);
+}
+
+/* the position of row b's last token that is not pad_id (the last position
+ * when pad_id is unset; transformers: argmax of t * (id != pad), 0 if none) */
+static int64_t last_token(const gpt2 *g, const int32_t *id, int64_t T) {
+    int64_t at = g->pad_id < 0 ? T - 1 : 0;
+    for (int64_t t = 0; g->pad_id >= 0 && t < T; t++)
+        if (id[t] != g->pad_id) at = t;
+    return at;
+}
+
+/* The real tokens of x (B, 3, T) packed: ids and position ids (N) of the N
+ * tokens whose mask is set, sequence by sequence, offsets (B + 1) where each
+ * sequence starts and last (B) the packed row of each row's last token
+ * (last_token). Through one host copy. 1 when some row's last token is
+ * padding (the head reads it: the padded layout computes it), -1 on error. */
+typedef struct {
+    ut_tensor *ids, *pos, *offsets, *last;
+} packed_inputs;
+
+static int pack_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, packed_inputs *pk) {
+    int64_t B = x->ne[0], T = x->ne[2], N = 0;
+    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
+    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *mb = h + (b * 3 + 2) * T;
+        if (!mb[last_token(g, h + b * 3 * T, T)]) return 1;
+        for (int64_t t = 0; t < T; t++) N += mb[t] != 0;
+    }
+    int32_t *id = ut_ctx_alloc(ctx, (size_t)(2 * N + 2 * B + 1) * sizeof *id), *ps = id + N, *off = ps + N;
+    int32_t *last = off + B + 1;
+    int64_t r = 0;
+    off[0] = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *ib = h + b * 3 * T, *mb = ib + 2 * T;
+        int64_t at = last_token(g, ib, T);
+        for (int64_t t = 0; t < T; t++) {
+            if (!mb[t]) continue;
+            if (t == at) last[b] = (int32_t)r;
+            id[r] = ib[t];
+            ps[r++] = (int32_t)t;
+        }
+        off[b + 1] = (int32_t)r;
+    }
+    pk->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, id);
+    pk->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, ps);
+    pk->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    pk->last = ut_tensor_wrap(ctx, UT_I32, 1, &B, last);
+    return pk->ids && pk->pos && pk->offsets && pk->last ? 0 : -1;
 }
 
 /* From x (B, 3, T): ids (B, T), the additive padding mask (B, T) and the flat
- * index b * T + t of each row's last token that is not pad_id (the last
- * position when pad_id is unset), through one host copy. */
+ * index b * T + t of each row's last token (last_token), through one host
+ * copy. */
 static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **ids, ut_tensor **mask,
                         ut_tensor **last) {
     int64_t B = x->ne[0], T = x->ne[2];
@@ -74,13 +144,11 @@ static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **id
     float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
     if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
     for (int64_t b = 0; b < B; b++) {
-        int64_t at = g->pad_id < 0 ? T - 1 : 0; /* transformers: argmax of t * (id != pad), 0 if none */
         for (int64_t t = 0; t < T; t++) {
             id[b * T + t] = h[(b * 3) * T + t];
             mk[b * T + t] = h[(b * 3 + 2) * T + t] ? 0.0f : -FLT_MAX; /* as (1 - mask) * finfo.min */
-            if (g->pad_id >= 0 && id[b * T + t] != g->pad_id) at = t;
         }
-        ls[b] = (int32_t)(b * T + at);
+        ls[b] = (int32_t)(b * T + last_token(g, id + b * T, T));
     }
     *ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
     *mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
@@ -105,19 +173,30 @@ static ut_tensor *classify_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
                               "GPT-2's tokenizer)", (long long)B);
         return NULL;
     }
-    ut_tensor *ids, *mask, *last;
-    if (split_inputs(ctx, g, x, &ids, &mask, &last)) return NULL;
+    /* Unpadded execution: only the real tokens are computed (rows are
+     * independent but for attention, whose padded keys are masked) */
+    packed_inputs pk;
+    int rc = pack_inputs(ctx, g, x, &pk);
+    if (rc < 0) return NULL;
+    ut_tensor *ids, *aux, *last, *pos;
+    ut_checkpoint_fn fn = packed_block_fn;
+    if (rc == 0) {
+        ids = pk.ids, pos = pk.pos, aux = pk.offsets, last = pk.last;
+    } else {
+        if (split_inputs(ctx, g, x, &ids, &aux, &last)) return NULL;
+        pos = positions(ctx, T);
+        fn = masked_block_fn;
+    }
     ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, ids),
-                          ut_embedding_layer_forward(ctx, &g->wpe, positions(ctx, T)));
+                          ut_embedding_layer_forward(ctx, &g->wpe, pos));
     if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
     for (int64_t l = 0; l < g->n_layer; l++) {
-        ut_tensor *in[2] = {h, mask};
-        h = m->checkpoint_activations ? ut_checkpoint(ctx, masked_block_fn, &g->h[l], in, 2)
-                                      : masked_block_fn(ctx, &g->h[l], in, 2);
+        ut_tensor *in[2] = {h, aux};
+        h = m->checkpoint_activations ? ut_checkpoint(ctx, fn, &g->h[l], in, 2) : fn(ctx, &g->h[l], in, 2);
     }
     h = ut_layernorm_layer_forward(ctx, &g->ln_f, h);
-    /* the rows at the last tokens: an embedding lookup into h viewed (B * T, C) */
-    h = ut_embedding(ctx, last, ut_reshape(ctx, h, 2, (int64_t[]){B * T, g->C}));
+    /* the rows at the last tokens: an embedding lookup into h viewed (rows, C) */
+    h = ut_embedding(ctx, last, ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / g->C, g->C}));
     return ut_linear(ctx, h, g->score, NULL);
 }
 

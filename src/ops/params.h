@@ -58,6 +58,11 @@ UT_PARAM_I(attention_masked, n_head, 0)
 UT_PARAM_I(attention_masked, causal, 1)       /* 1: query t attends keys j <= t only */
 UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_masked, keep_scale, 1)
+/* attention_varlen */
+UT_PARAM_I(attention_varlen, n_head, 0)
+UT_PARAM_I(attention_varlen, causal, 1)       /* 1: a row attends its sequence's rows up to itself only */
+UT_PARAM_F(attention_varlen, p, 0)            /* dropout of the probabilities (0: none) */
+UT_PARAM_F(attention_varlen, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the
  * forward kernel) the number of targets not ignored, the mean's divisor */
 UT_PARAM_I(loss, ignore_index, 0)
@@ -78,6 +83,11 @@ UT_AUX(attention, probs, void, 0)
  * mask (uint8, same shape; NULL without dropout) */
 UT_AUX(attention_masked, probs, float, 0)
 UT_AUX(attention_masked, keep, uint8_t, 1)
+/* attention_varlen: P in float32, per sequence and head an L x L block, one
+ * after the other (sequence-major), and with dropout the keep mask (uint8,
+ * same layout; NULL without dropout) */
+UT_AUX(attention_varlen, probs, float, 0)
+UT_AUX(attention_varlen, keep, uint8_t, 1)
 /* cross_entropy: exp(x - rowmax) (N, V) and 1 / each row's sum (N); NULL
  * when no gradient was asked for. Over 16-bit logits slot 0 holds each
  * row's max (N) instead: the exps are recomputed in backward. */

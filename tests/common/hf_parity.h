@@ -6,11 +6,13 @@
  * Include after test.h: the checks record failures with CHECK.
  * defines: hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
  *          hfp_copy_file, hfp_config_with, hfp_load, hfp_check_checkpointing,
- *          hfp_check_autocast, hfp_refused, hfp_check_cut_short. */
+ *          hfp_check_autocast, hfp_refused, hfp_check_cut_short,
+ *          hfp_check_padded_path. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parity.h"
@@ -246,4 +248,40 @@ static inline void hfp_check_cut_short(const char *name, const char *dir, const 
     hfp_copy_file(cfg, path, 5000);
     hfp_refused(name, dir, (const char *const[]){"model.safetensors", NULL});
 }
+/* Models that compute only the real tokens keep the padded computation for
+ * batches they cannot pack (a left-padded row): the fixture batch's
+ * right-padded row 1, one padding column longer, next to the same row shifted
+ * right (left padding) gives the fixture's logits for that row (the padded
+ * path), and so does it alone in its batch (the packed path); the shifted
+ * row's logits are finite. */
+static inline void hfp_check_padded_path(ut_model *m, const ut_st_file *f) {
+    const ut_st_tensor *in = ut_st_get(f, "input"), *rl = ut_st_get(f, "logits");
+    const int32_t *x = in->data;
+    int64_t T = in->shape[2], K = rl->shape[1], U = T + 1;
+    int32_t *h = calloc((size_t)(2 * 3 * U), sizeof *h);
+    for (int p = 0; p < 3; p++)
+        for (int64_t t = 0; t < T; t++) {
+            h[p * U + t] = x[(3 + p) * T + t];           /* row 1, then one more padding column */
+            h[(3 + p) * U + t + 1] = x[(3 + p) * T + t]; /* row 1 shifted right */
+        }
+    for (int p = 0; p < 2; p++) { /* padding ids (the last column's) where the rows were widened */
+        h[p * U + T] = x[(3 + p) * T + T - 1];
+        h[(3 + p) * U] = x[(3 + p) * T + T - 1];
+    }
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    ut_ctx_set_training(ctx, false);
+    ut_tensor *both = ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){2, 3, U}, h));
+    ut_tensor *alone = ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){1, 3, U}, h));
+    CHECK(both && alone, "%s", ut_ctx_error(ctx));
+    if (both && alone) {
+        const float *ref = (const float *)rl->data + K;
+        double e1 = pt_rel_err(ut_f32(both), ref, K), e2 = pt_rel_err(ut_f32(alone), ref, K);
+        CHECK(e1 < HFP_TOL && e2 < HFP_TOL, "row 1: relative error %.3g padded path, %.3g packed", e1, e2);
+        for (int64_t k = 0; k < K; k++)
+            CHECK(isfinite(ut_f32(both)[K + k]), "left-padded logit %g", ut_f32(both)[K + k]);
+    }
+    ut_ctx_free(ctx);
+    free(h);
+}
+
 #endif

@@ -42,6 +42,17 @@ static void test_logits_loss_grads(void) {
     ut_model_free(m);
 }
 
+/* Unpadded execution, and the padded path it keeps for a left-padded row */
+static void test_left_padding_takes_the_padded_path(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_bart_tiny", NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    if (m && f) hfp_check_padded_path(m, f);
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 static void test_adamw_trainer_groups(void) {
     char err[1024];
     ut_model *m = load(FIX "hf_bart_tiny", NULL, err, sizeof err);
@@ -238,6 +249,7 @@ int main(int argc, char **argv) {
     RUN(test_adamw_trainer_groups);
     RUN(test_checkpointing_with_dropout);
     RUN(test_autocast);
+    RUN(test_left_padding_takes_the_padded_path);
     RUN(test_eos_counts_differ);
     RUN(test_tokenizer);
     RUN(test_bare_model_new_head);

@@ -62,6 +62,18 @@ static void test_autocast(void) {
     hfp_check_autocast("bert", FIX "hf_bert_tiny", NULL, FIX "hf_bert_tiny_batch.safetensors");
 }
 
+/* Unpadded execution, and the padded path it keeps for batches where a
+ * sequence starts with padding (hfp_check_padded_path) */
+static void test_left_padding_takes_the_padded_path(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
+    CHECK(m && f, "%s", err);
+    if (m && f) hfp_check_padded_path(m, f);
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 /* sentence-transformers' layout: encoder tensors without "bert.", no
  * classifier: the head is new, N(0, initializer_range) weights and zero bias */
 static void test_bare_encoder_new_head(void) {
@@ -141,6 +153,7 @@ int main(int argc, char **argv) {
     RUN(test_adamw_trainer_groups);
     RUN(test_checkpointing_with_dropout);
     RUN(test_autocast);
+    RUN(test_left_padding_takes_the_padded_path);
     RUN(test_bare_encoder_new_head);
     RUN(test_bad_directories);
     return TEST_SUMMARY();

@@ -1,5 +1,5 @@
 /* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention,
- * attention_masked (self, cross, causal). The "twice" rows use an op's inputs in two calls, so a
+ * attention_masked (self, cross, causal), attention_varlen. The "twice" rows use an op's inputs in two calls, so a
  * backward that overwrote src->grad instead of adding into it would fail. */
 #include "gradcheck.h"
 #include "tensor_host.h"
@@ -85,6 +85,34 @@ static ut_tensor *b_attm_causal_pad_drop(ut_ctx *c, ut_tensor **in) {
     return ut_attention_qkv(c, in[0], in[1], in[2], pad_mask(c, in[0]->ne[0], in[0]->ne[1]), 2, true, 0.3f);
 }
 
+/* attention_varlen: packed sequences of lengths 3, 1 and 3 (N = 7), or one
+ * sequence of all the rows */
+static ut_tensor *offsets(ut_ctx *c, int n, const int32_t *at) {
+    ut_tensor *o = ut_tensor_zeros(c, UT_I32, 1, (int64_t[]){n});
+    for (int i = 0; i < n; i++) ut_i32(o)[i] = at[i];
+    return o;
+}
+static ut_tensor *b_attv3(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, false, 0.0f);
+}
+static ut_tensor *b_attv_one(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 2, (int32_t[]){0, (int32_t)in[0]->ne[0]}), 1,
+                               false, 0.0f);
+}
+static ut_tensor *b_attv_dropout(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, false, 0.3f);
+}
+static ut_tensor *b_attv_causal(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, true, 0.0f);
+}
+static ut_tensor *b_attv_causal_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 3, (int32_t[]){0, 4, 7}), 1, true, 0.3f);
+}
+static ut_tensor *b_attv_shared(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *o = offsets(c, 3, (int32_t[]){0, 2, 5});
+    return ut_add(c, ut_attention_varlen(c, in[0], in[0], in[0], o, 2, false, 0.0f), in[0]);
+}
+
 const gc_row gc_rows_nn[] = {
     {"layernorm 2-D", 3, {{2, {4, 6}}, {1, {6}}, {1, {6}}}, b_ln},
     {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
@@ -137,5 +165,14 @@ const gc_row gc_rows_nn[] = {
     {"attention_masked causal + padding", 3, {{3, {2, 5, 8}}, {3, {2, 5, 8}}, {3, {2, 5, 8}}}, b_attm_causal_pad},
     {"attention_masked causal dropout", 3, {{3, {2, 4, 6}}, {3, {2, 4, 6}}, {3, {2, 4, 6}}}, b_attm_causal_drop,
      .training = true},
+    {"attention_varlen lengths 3 1 3 NH=2", 3, {{2, {7, 8}}, {2, {7, 8}}, {2, {7, 8}}}, b_attv3},
+    {"attention_varlen one sequence NH=1", 3, {{2, {5, 6}}, {2, {5, 6}}, {2, {5, 6}}}, b_attv_one},
+    {"attention_varlen one row", 3, {{2, {1, 4}}, {2, {1, 4}}, {2, {1, 4}}}, b_attv_one},
+    {"attention_varlen dropout 0.3", 3, {{2, {7, 8}}, {2, {7, 8}}, {2, {7, 8}}}, b_attv_dropout,
+     .training = true},
+    {"attention_varlen causal lengths 3 1 3", 3, {{2, {7, 8}}, {2, {7, 8}}, {2, {7, 8}}}, b_attv_causal},
+    {"attention_varlen causal dropout", 3, {{2, {7, 6}}, {2, {7, 6}}, {2, {7, 6}}}, b_attv_causal_drop,
+     .training = true},
+    {"attention_varlen q = k = v", 1, {{2, {5, 8}}}, b_attv_shared},
 };
 const int gc_nrows_nn = sizeof gc_rows_nn / sizeof gc_rows_nn[0];

@@ -1,5 +1,5 @@
 /* Forward values of layernorm, embedding, conv2d, max_pool2d and attention
- * against naive computations written here, and their error messages. */
+ * (fused, masked, packed) against naive computations written here, and their error messages. */
 #include <math.h>
 #include <string.h>
 
@@ -429,6 +429,75 @@ static void test_attention_strided_input(void) {
     ut_ctx_free(ctx);
 }
 
+/* attention_varlen on packed rows equals attention_masked's real rows of the
+ * same batch padded (lengths 6, 2, 4 of T = 6, MiniLM's head size 32), with
+ * and without the causal flag */
+static void check_varlen_matches_masked(bool causal) {
+    enum { B = 3, T = 6, C = 64, NH = 2 };
+    const int len[B] = {6, 2, 4};
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, 13);
+    ut_tensor *x[3], *xp[3];
+    float mk[B * T];
+    int32_t off[B + 1] = {0};
+    for (int b = 0; b < B; b++) {
+        off[b + 1] = off[b] + len[b];
+        for (int t = 0; t < T; t++) mk[b * T + t] = t < len[b] ? 0.0f : -3.4028234663852886e38f;
+    }
+    for (int i = 0; i < 3; i++) {
+        x[i] = randn(ctx, &r, 3, (int64_t[]){B, T, C});
+        xp[i] = ut_tensor_new(ctx, UT_F32, 2, (int64_t[]){off[B], C});
+        for (int b = 0; b < B; b++)
+            memcpy(ut_f32(xp[i]) + off[b] * C, ut_f32(x[i]) + b * T * C, sizeof(float) * (size_t)(len[b] * C));
+    }
+    ut_tensor *o = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    ut_tensor *ym = ut_attention_qkv(ctx, x[0], x[1], x[2], ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk),
+                                     NH, causal, 0.0f);
+    ut_tensor *yv = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, causal, 0.0f);
+    ut_tensor *yv2 = ut_attention_varlen(ctx, xp[0], xp[1], xp[2], o, NH, causal, 0.0f);
+    CHECK(ym && yv && yv2, "%s", ut_ctx_error(ctx));
+    if (!ym || !yv || !yv2) {
+        ut_ctx_free(ctx);
+        return;
+    }
+    double err = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t i = 0; i < (int64_t)len[b] * C; i++)
+            err = fmax(err, fabs(ut_f32(yv)[off[b] * C + i] - ut_f32(ym)[b * T * C + i]));
+    CHECK(err < 1e-5, "packed vs padded (causal %d): max err %g", causal, err);
+    CHECK(memcmp(ut_f32(yv), ut_f32(yv2), sizeof(float) * (size_t)ut_nelem(yv)) == 0, "not deterministic");
+    ut_ctx_free(ctx);
+}
+
+static void test_attention_varlen_matches_masked(void) {
+    check_varlen_matches_masked(false);
+    check_varlen_matches_masked(true);
+}
+
+/* offsets that do not split the rows into sequences name the first bad entry */
+static void test_attention_varlen_bad_offsets(void) {
+    const int32_t bad[3][4] = {{0, 3, 2, 7}, {0, 3, 4, 6}, {1, 3, 4, 7}};
+    const char *want[3] = {"offsets[2] = 2", "offsets[3] = 6", "offsets[0] = 1"};
+    for (int i = 0; i < 3; i++) {
+        ut_ctx *ctx = new_ctx();
+        ut_tensor *q = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){7, 4});
+        ut_tensor *o = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){4}, bad[i]);
+        ut_tensor *y = ut_attention_varlen(ctx, q, q, q, o, 2, false, 0.0f);
+        const char *e = ut_ctx_error(ctx);
+        CHECK(y == NULL && e && strstr(e, "attention_varlen") && strstr(e, want[i]), "offsets %d: %s", i,
+              e ? e : "(none)");
+        ut_ctx_free(ctx);
+    }
+    ut_ctx *ctx = new_ctx();
+    ut_tensor *q = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){7, 4});
+    ut_tensor *y = ut_attention_varlen(ctx, q, q, q, ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){2}), 2, false,
+                                       0.0f);
+    const char *e = ut_ctx_error(ctx);
+    CHECK(y == NULL && e && strstr(e, "input 3 has dtype f32"), "f32 offsets: %s", e ? e : "(none)");
+    ut_ctx_free(ctx);
+}
+
 static void test_attention_bad_heads(void) {
     ut_ctx *ctx = new_ctx();
     int64_t ne[3] = {1, 2, 3 * 6};
@@ -454,5 +523,7 @@ int main(void) {
     RUN(test_attention_strided_input);
     RUN(test_attention_masked_causal);
     RUN(test_attention_bad_heads);
+    RUN(test_attention_varlen_matches_masked);
+    RUN(test_attention_varlen_bad_offsets);
     return TEST_SUMMARY();
 }

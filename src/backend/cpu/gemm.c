@@ -51,6 +51,11 @@ static void warn_generic_kernels(void) {
 
 void ut_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              const float *B, float beta, float *C) {
+    ut_gemm_ld(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+}
+
+void ut_gemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     static bool checked;
     if (!checked) { /* benign race: at worst the warning prints twice */
         checked = true;
@@ -58,6 +63,5 @@ void ut_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, con
     }
     if (M == 0 || N == 0) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
-                beta, C, (int)N);
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }

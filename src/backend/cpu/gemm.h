@@ -1,6 +1,6 @@
 /* Matrix products of the CPU backend: OpenBLAS sgemm glue (gemm.c), and bf16
  * products through oneDNN where the CPU has bf16 instructions (dnnl_matmul.c).
- * defines: ut_gemm (row-major C = alpha op(A) op(B) + beta C), ut_bf16_isa,
+ * defines: ut_gemm (row-major C = alpha op(A) op(B) + beta C), ut_gemm_ld, ut_bf16_isa,
  *          ut_cpu_bf16_isa, ut_dnnl_gemm_bf16, ut_bf16_use_dnnl, ut_bf16_force_dnnl,
  *          ut_cpu_matmul_path. */
 #ifndef UTRAIN_CPU_GEMM_H
@@ -14,6 +14,10 @@
  * contiguous; ta/tb say A is stored (K,M) / B is stored (N,K). */
 void ut_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              const float *B, float beta, float *C);
+/* The same on blocks of larger row-major matrices: leading dimensions lda,
+ * ldb, ldc (elements between rows as stored). */
+void ut_gemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* The bf16 instructions of this CPU that the OS has enabled (cpuid, XCR0). */
 typedef enum { UT_BF16_ISA_NONE = 0, UT_BF16_ISA_AVX512, UT_BF16_ISA_AMX } ut_bf16_isa;
