@@ -11,6 +11,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "attn_rows.h"
 #include "cpu.h"
 #include "gemm.h"
 #include "vmath.h"
@@ -38,12 +39,6 @@ static void softmax_row(float *p, int64_t n) {
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) p[j] *= inv;
-}
-
-/* d (n) = p * keep * ks */
-static void drop_row(float *d, const float *p, const uint8_t *keep, float ks, int64_t n) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) d[j] = keep[j] ? p[j] * ks : 0.0f;
 }
 
 /* P (Tq x Tk) of one pair from the scores: scale q k^T + mask, causal keys
@@ -79,7 +74,7 @@ static void masked_forward(float *out, float *att, float *scratch, const float *
                 pair_probs(P, q + qb, k + kb, mask ? mask + b * Tk : NULL, d);
                 const float *A = P;
                 if (keep) {
-                    drop_row(pd, P, keep + pb, d->ks, Tq * Tk);
+                    ut_attn_drop_row(pd, P, keep + pb, d->ks, Tq * Tk);
                     A = pd;
                 }
                 ut_gemm_ld(false, false, Tq, d->hs, Tk, 1.0f, A, Tk, v + kb, C, 0.0f, out + qb, C);
@@ -97,19 +92,15 @@ static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, 
     ut_gemm_ld(false, true, Tq, Tk, hs, 1.0f, g, C, v, C, 0.0f, gP, Tk);
     const float *Pd = P;
     if (keep) {
-        drop_row(w, P, keep, d->ks, Tq * Tk);
-        drop_row(gP, gP, keep, d->ks, Tq * Tk);
+        ut_attn_drop_row(w, P, keep, d->ks, Tq * Tk);
+        ut_attn_drop_row(gP, gP, keep, d->ks, Tq * Tk);
         Pd = w;
     }
     if (dv) ut_gemm_ld(true, false, Tk, hs, Tq, 1.0f, Pd, Tk, g, C, 1.0f, dv, C);
     for (int64_t t = 0; t < Tq; t++) {
         float *r = gP + t * Tk;
         const float *p = P + t * Tk;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < Tk; j++) s += p[j] * r[j];
-#pragma omp simd
-        for (int64_t j = 0; j < Tk; j++) r[j] = p[j] * (r[j] - s);
+        ut_attn_softmax_grad_row(r, p, Tk);
     }
     if (dq) ut_gemm_ld(false, false, Tq, hs, Tk, d->scale, gP, Tk, k, C, 1.0f, dq, C);
     if (dk) ut_gemm_ld(true, false, Tk, hs, Tq, d->scale, gP, Tk, q, C, 1.0f, dk, C);

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "attn_rows.h"
 #include "cpu.h"
 #include "gemm.h"
 #include "vmath.h"
@@ -40,12 +41,6 @@ static void softmax_row(float *p, int64_t n, float scale) {
     for (int64_t j = 0; j < n; j++) p[j] *= inv;
 }
 
-/* d (n) = p * keep * ks */
-static void drop_row(float *d, const float *p, const uint8_t *keep, float ks, int64_t n) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) d[j] = keep[j] ? p[j] * ks : 0.0f;
-}
-
 /* one (sequence, head) pair's forward: P (L x L) and out's head columns */
 static void pair_forward(float *out, float *P, float *pd, const float *q, const float *k, const float *v,
                          const uint8_t *keep, const varlen_dims *d, int64_t L) {
@@ -58,7 +53,7 @@ static void pair_forward(float *out, float *P, float *pd, const float *q, const 
     }
     const float *A = P;
     if (keep) {
-        for (int64_t i = 0; i < L; i++) drop_row(pd + i * L, P + i * L, keep + i * L, d->ks, L);
+        for (int64_t i = 0; i < L; i++) ut_attn_drop_row(pd + i * L, P + i * L, keep + i * L, d->ks, L);
         A = pd;
     }
     ut_gemm_ld(false, false, L, d->hs, L, 1.0f, A, L, v, C, 0.0f, out, C);
@@ -90,19 +85,15 @@ static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, 
     ut_gemm_ld(false, true, L, L, hs, 1.0f, g, C, v, C, 0.0f, gP, L);
     const float *Pd = P;
     if (keep) {
-        for (int64_t i = 0; i < L; i++) drop_row(w + i * L, P + i * L, keep + i * L, d->ks, L);
+        for (int64_t i = 0; i < L; i++) ut_attn_drop_row(w + i * L, P + i * L, keep + i * L, d->ks, L);
         Pd = w;
     }
     if (dv) ut_gemm_ld(true, false, L, hs, L, 1.0f, Pd, L, g, C, 1.0f, dv, C);
     for (int64_t i = 0; i < L; i++) {
         float *r = gP + i * L;
         const float *p = P + i * L;
-        if (keep) drop_row(r, r, keep + i * L, d->ks, L);
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < L; j++) s += p[j] * r[j];
-#pragma omp simd
-        for (int64_t j = 0; j < L; j++) r[j] = p[j] * (r[j] - s);
+        if (keep) ut_attn_drop_row(r, r, keep + i * L, d->ks, L);
+        ut_attn_softmax_grad_row(r, p, L);
     }
     if (dq) ut_gemm_ld(false, false, L, hs, L, d->scale, gP, L, k, C, 1.0f, dq, C);
     if (dk) ut_gemm_ld(true, false, L, hs, L, d->scale, gP, L, q, C, 1.0f, dk, C);
