@@ -152,6 +152,11 @@ ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne,
  * tensor has a context. */
 int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes);
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
+/* t's gradient (float32, contiguous in t's shape) into host memory after a
+ * backward: bytes must equal nelem * 4. A tensor that received no gradient
+ * reads as zeros. -1 (with the context's error when t has one) when t is a
+ * 16-bit tensor or the size differs. */
+int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes);
 /* A new tensor of dtype dt holding t's values converted (F32, BF16, F16 in
  * any pair; to a 16-bit type rounding to nearest even, NaN kept, overflow to
  * inf for F16). t must be contiguous; no gradient flows through. NULL with

@@ -48,6 +48,9 @@ typedef struct ut_backend {
      * checkpoint files) uses device pointers in place; false: it stages
      * through host buffers (ut_stage_begin / ut_stage_end). */
     bool host_memory;
+    /* 0 when this machine can run the backend; else -1 with the reason in
+     * err (no GPU, no driver). NULL: always available. */
+    int (*available)(char *err, size_t n);
 
     /* ---- memory: device memory is opaque to callers outside src/backend ---- */
     void *(*alloc)(size_t bytes);                 /* 64-byte aligned; aborts when out of memory */

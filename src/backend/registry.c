@@ -20,7 +20,14 @@ const ut_backend *ut_backend_get(ut_device dev) {
 }
 
 int ut_backend_check(ut_device dev, char *err, size_t n) {
-    if (ut_backend_get(dev)) return 0;
+    const ut_backend *be = ut_backend_get(dev);
+    if (be && be->available) {
+        char why[256];
+        if (be->available(why, sizeof why) == 0) return 0;
+        if (err && n) snprintf(err, n, "device %s: %s", ut_device_name(dev), why);
+        return -1;
+    }
+    if (be) return 0;
     char have[128] = "";
     size_t k = 0;
     for (int d = 0; d < UT_DEVICE_COUNT && k < sizeof have; d++)

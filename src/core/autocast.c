@@ -49,6 +49,12 @@ static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
     ut_dtype old = ctx->autocast;
     UT_ASSERT(dt == UT_F32 || dt == UT_BF16 || dt == UT_F16);
+    if (dt != UT_F32 && !ctx->be->host_memory) {
+        /* the 16-bit paths stage through host scratch (ut_lowp_forward) */
+        ut_ctx_set_error(ctx, "autocast %s: not available on device %s yet (train.precision: fp32 "
+                              "there, or device: cpu)", ut_dtype_name(dt), ut_device_name(ctx->device));
+        return old;
+    }
     ctx->autocast = dt;
     return old;
 }

@@ -89,7 +89,11 @@ int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
         ut_tensor *t = ctx->tape[i];
         FOR_EACH_PARAM(t, pi, note_first_use(ctx, pi, i));
     }
-    ut_grad(loss)[0] += 1.0f;
+    /* d loss / d loss = 1, added (the loss may already hold a gradient) */
+    float *g = ut_grad(loss), one;
+    ctx->be->copy(&one, g, sizeof one, UT_COPY_D2H);
+    one += 1.0f;
+    ctx->be->copy(g, &one, sizeof one, UT_COPY_H2D);
     ut_backward_range(ctx, 0, ctx->tape_len, true);
     return ctx->has_err ? -1 : 0;
 }
@@ -120,14 +124,14 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     ctx->collecting = true;
     ctx->ncollected = 0;
     ctx->grad_enabled = false;
-    ctx->arena = &ctx->scratch;
+    ut_ctx_use_scratch(ctx, true);
     ut_tensor *y = fn(ctx, user, in, n);
-    ctx->arena = &ctx->main;
+    ut_ctx_use_scratch(ctx, false);
     ctx->grad_enabled = true;
     ctx->collecting = false;
     ctx->in_checkpoint = false;
     if (!y || ctx->has_err) {
-        ut_arena_reset(&ctx->scratch);
+        ut_ctx_reset_scratch(ctx);
         return NULL;
     }
     if (y->dtype != UT_F32) {
@@ -142,7 +146,7 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     out->src[0] = y;
     ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out);
     out->src[0] = NULL;
-    ut_arena_reset(&ctx->scratch);
+    ut_ctx_reset_scratch(ctx);
     cr->nparams = ctx->ncollected;
     cr->params = ut_ctx_alloc(ctx, (size_t)(cr->nparams ? cr->nparams : 1) * sizeof(int));
     if (cr->nparams) memcpy(cr->params, ctx->collected, (size_t)cr->nparams * sizeof(int));
@@ -166,7 +170,7 @@ void ut_checkpoint_bwd(ut_tensor *t) {
     bool grad_was = ctx->grad_enabled;
     ctx->grad_enabled = true;
     ctx->rng = cr->rng;
-    ctx->arena = &ctx->scratch;
+    ut_ctx_use_scratch(ctx, true);
     ctx->in_checkpoint = true;
     /* inputs as leaves whose gradients land directly in the real inputs' */
     ut_tensor **in = ut_ctx_alloc(ctx, (size_t)(cr->n ? cr->n : 1) * sizeof *in);
@@ -186,8 +190,8 @@ void ut_checkpoint_bwd(ut_tensor *t) {
     }
     ctx->tape_len = lo;
     ctx->in_checkpoint = false;
-    ctx->arena = &ctx->main;
-    ut_arena_reset(&ctx->scratch);
+    ut_ctx_use_scratch(ctx, false);
+    ut_ctx_reset_scratch(ctx);
     ctx->rng = saved;
     ctx->grad_enabled = grad_was;
 }

@@ -25,9 +25,18 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
         ut_ctx_set_error(ctx, "%s", why);
         o.device = UT_CPU;
     }
-    ut_arena_init(&ctx->main, o.arena_bytes ? o.arena_bytes : (64u << 20));
-    ut_arena_init(&ctx->scratch, 0);
-    ctx->arena = &ctx->main;
+    ctx->be = ut_backend_get(o.device);
+    size_t first = o.arena_bytes ? o.arena_bytes : (64u << 20);
+    if (ctx->be->host_memory) {
+        ut_arena_init(&ctx->main, first);
+        ut_arena_init(&ctx->scratch, 0);
+    } else { /* headers and records on the host, data on the device */
+        ut_arena_init(&ctx->main, 1u << 20);
+        ut_arena_init(&ctx->scratch, 0);
+        ut_arena_init_device(&ctx->dmain, first, ctx->be);
+        ut_arena_init_device(&ctx->dscratch, 0, ctx->be);
+    }
+    ut_ctx_use_scratch(ctx, false);
     ctx->grad_enabled = true;
     ctx->training = true;
     ctx->device = o.device;
@@ -40,6 +49,8 @@ void ut_ctx_free(ut_ctx *ctx) {
     ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
+    ut_arena_free(&ctx->dmain);
+    ut_arena_free(&ctx->dscratch);
     ut_free(ctx->tape);
     ut_free(ctx->first_use);
     ut_free(ctx->collected);
@@ -49,7 +60,11 @@ void ut_ctx_free(ut_ctx *ctx) {
 void ut_ctx_reset(ut_ctx *ctx) {
     ut_arena_reset(&ctx->main);
     ut_arena_reset(&ctx->scratch);
-    ctx->arena = &ctx->main;
+    if (!ctx->be->host_memory) {
+        ut_arena_reset(&ctx->dmain);
+        ut_arena_reset(&ctx->dscratch);
+    }
+    ut_ctx_use_scratch(ctx, false);
     ctx->tape_len = 0;
     ut_autocast_forget(ctx);
 }
@@ -94,7 +109,8 @@ void ut_ctx_set_error(ut_ctx *ctx, const char *fmt, ...) {
 
 /* ---- memory ---- */
 static size_t in_use(const ut_ctx *ctx) {
-    return ut_arena_in_use(&ctx->main) + ut_arena_in_use(&ctx->scratch);
+    return ut_arena_in_use(&ctx->main) + ut_arena_in_use(&ctx->scratch) +
+           ut_arena_in_use(&ctx->dmain) + ut_arena_in_use(&ctx->dscratch);
 }
 size_t ut_ctx_bytes_in_use(const ut_ctx *ctx) { return in_use(ctx); }
 size_t ut_ctx_peak_bytes(const ut_ctx *ctx) { return ctx->peak; }
@@ -109,6 +125,24 @@ void *ut_ctx_alloc(ut_ctx *ctx, size_t bytes) {
     size_t u = in_use(ctx);
     if (u > ctx->peak) ctx->peak = u;
     return p;
+}
+
+void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes) {
+    void *p = ut_arena_alloc(ctx->darena, bytes);
+    size_t u = in_use(ctx);
+    if (u > ctx->peak) ctx->peak = u;
+    return p;
+}
+
+void ut_ctx_reset_scratch(ut_ctx *ctx) {
+    ut_arena_reset(&ctx->scratch);
+    if (!ctx->be->host_memory) ut_arena_reset(&ctx->dscratch);
+}
+
+void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
+    ctx->arena = scratch ? &ctx->scratch : &ctx->main;
+    if (ctx->be->host_memory) ctx->darena = ctx->arena;
+    else ctx->darena = scratch ? &ctx->dscratch : &ctx->dmain;
 }
 
 /* ---- tensor queries ---- */
@@ -181,7 +215,7 @@ ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne,
 
 ut_tensor *ut_tensor_new(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne) {
     ut_tensor *t = header(ctx, dt, ndim, ne);
-    if (t) t->data = ut_ctx_alloc(ctx, (size_t)ut_nelem(t) * ut_dtype_size(dt));
+    if (t) t->data = ut_ctx_dalloc(ctx, (size_t)ut_nelem(t) * ut_dtype_size(dt));
     return t;
 }
 
@@ -229,6 +263,23 @@ int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes) {
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     if (!t || check_copy(t, bytes, "tensor_get")) return -1;
     ut_backend_get(t->device)->copy(host, t->data, bytes, UT_COPY_D2H);
+    return 0;
+}
+
+int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes) {
+    if (!t) return -1;
+    size_t want = (size_t)ut_nelem(t) * sizeof(float);
+    if (t->dtype == UT_BF16 || t->dtype == UT_F16 || bytes != want) {
+        char shape[64];
+        if (t->ctx)
+            ut_ctx_set_error(t->ctx, "tensor_get_grad: %s %s %s: %s", t->name ? t->name : "tensor",
+                             ut_dtype_name(t->dtype), ut_shape_str(t, shape, sizeof shape),
+                             bytes != want ? ut_fmt("%zu bytes given, the gradient holds %zu", bytes, want)
+                                           : "16-bit tensors keep 16-bit gradients");
+        return -1;
+    }
+    if (!t->grad) memset(host, 0, bytes);
+    else ut_backend_get(t->device)->copy(host, t->grad, bytes, UT_COPY_D2H);
     return 0;
 }
 
@@ -378,7 +429,7 @@ float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
         bool lowp = t->dtype == UT_BF16 || t->dtype == UT_F16;
         size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
-        t->grad = ut_ctx_alloc(t->ctx, bytes);
+        t->grad = ut_ctx_dalloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }
     return t->grad;

@@ -57,12 +57,15 @@ const ut_op_vtable *ut_op_table(ut_device dev);
 typedef struct {
     char *base;
     size_t cap, used;
+    const ut_backend *be;  /* device arenas: whose alloc/free its chunks come from (NULL: host) */
     void **extra;         /* overflow chunks of the current step */
     int nextra, capextra;
     size_t extra_bytes;
 } ut_arena;
 
 void ut_arena_init(ut_arena *a, size_t cap);
+/* An arena of device memory: its chunks come from be->alloc (be->free). */
+void ut_arena_init_device(ut_arena *a, size_t cap, const ut_backend *be);
 void ut_arena_free(ut_arena *a);
 void *ut_arena_alloc(ut_arena *a, size_t bytes);
 /* Frees everything; if the step overflowed, the next base holds it all. */
@@ -75,6 +78,13 @@ struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
     ut_arena *arena;        /* the one ops allocate from now */
+    /* Device memory (tensor data, gradients, kernels' saved buffers and
+     * scratch) on a device whose memory is not host memory: dmain / dscratch
+     * mirror main / scratch, and darena is the one in use. On the CPU darena
+     * is arena itself (one arena holds headers and data). */
+    ut_arena dmain, dscratch;
+    ut_arena *darena;
+    const ut_backend *be;   /* the device's backend */
     size_t peak;
     ut_tensor **tape;
     int tape_len, tape_cap;
@@ -101,6 +111,16 @@ struct ut_ctx {
     struct ut_round_entry *rc; /* parameters rounded by a forward, for its backward */
     int rc_len, rc_cap;
 };
+
+/* Device memory of ctx's device, from its device arena in use (ut_ctx_alloc's
+ * arena on a device whose memory is host memory): tensor data, gradients,
+ * kernels' saved buffers and scratch. Valid until the context's reset. */
+void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes);
+/* Switch the arenas ops allocate from: the main ones, or the checkpoint
+ * scratch ones (headers and device data together). */
+void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch);
+/* Frees everything in the checkpoint scratch arenas. */
+void ut_ctx_reset_scratch(ut_ctx *ctx);
 
 /* ---- autocast (src/core/autocast.c) ---- */
 /* The storage dtype of a new output of op with sources src, that its

@@ -145,7 +145,7 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
 static int pytorch_device(const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(v, "cpu")) return 1; /* where utrain computes */
     if (!strncmp(v, "cuda", 4))
-        return ut_errorf(err, n, "%s: the CUDA backend is not available yet; utrain computes on the CPU: "
+        return ut_errorf(err, n, "%s: training on the GPU is not available yet (docs/gpu.md); utrain computes on the CPU: "
                                  "set pytorch_device: cpu or remove the key", key);
     return ut_errorf(err, n, "%s: '%s' is not a device utrain has (cpu)", key, v);
 }
@@ -211,7 +211,7 @@ const char *const ut_cfg_compat_doc =
     "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
     "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
-    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until the CUDA backend lands |\n"
+    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until training on the GPU lands |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
     "| `hostfile`, `training_script`, `deepspeed_config` | | refused: hosts go to `mpirun`, utrain starts itself, strategies are `dist.strategy` |\n\n"
     "`eval_interval` or `save_interval` > 0 makes `train.eval_strategy` or\n"

@@ -19,10 +19,19 @@ static void test_registry(void) {
     CHECK(cpu && !strcmp(cpu->name, "cpu") && cpu->device == UT_CPU, "cpu backend");
     CHECK(ut_backend_check(UT_CPU, NULL, 0) == 0, "cpu is built in");
     char err[256] = "";
+#ifdef UT_WITH_CUDA
+    /* built with the CUDA backend: present, and usable exactly when this
+     * machine has a GPU (else the check names the reason) */
+    const ut_backend *cu = ut_backend_get(UT_CUDA);
+    CHECK(cu && !strcmp(cu->name, "cuda") && !cu->host_memory, "cuda backend");
+    if (ut_backend_check(UT_CUDA, err, sizeof err) != 0)
+        CHECK(strstr(err, "device cuda") && strstr(err, "no usable GPU"), "%s", err);
+#else
     /* this build has no CUDA backend (no line in backends.def) */
     CHECK(ut_backend_get(UT_CUDA) == NULL, "cuda backend present?");
     CHECK(ut_backend_check(UT_CUDA, err, sizeof err) == -1, "cuda check");
     CHECK(strstr(err, "no cuda backend") && strstr(err, "built in: cpu"), "%s", err);
+#endif
     CHECK(ut_backend_get((ut_device)99) == NULL, "out-of-range device");
 }
 
@@ -34,6 +43,14 @@ static void test_every_op_has_cpu_kernels(void) {
               ut_op_name(op));
     CHECK(!strcmp(ut_op_name(0), "leaf") && !strcmp(ut_op_name(ut_op_count()), "?"), "names");
 }
+
+#ifdef UT_WITH_CUDA
+static void test_every_op_has_cuda_kernels(void) {
+    const ut_backend *cu = ut_backend_get(UT_CUDA);
+    for (int op = 1; op < ut_op_count(); op++)
+        CHECK(cu->ops[op].forward && cu->ops[op].backward, "op %s has no CUDA kernel", ut_op_name(op));
+}
+#endif
 
 static void test_cpu_memory(void) {
     const ut_backend *b = ut_backend_get(UT_CPU);
@@ -160,10 +177,14 @@ static void test_tensor_set_get(void) {
     ut_ctx_free(ctx);
 }
 
+/* A context for a device this process cannot use (a build without the CUDA
+ * backend, or a machine without a GPU) carries the reason, and ops fail. */
 static void test_context_without_backend(void) {
+    char why[256] = "";
+    if (ut_backend_check(UT_CUDA, why, sizeof why) == 0) return; /* a GPU is here: nothing to refuse */
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
     const char *e = ut_ctx_error(ctx);
-    CHECK(e && strstr(e, "device cuda") && strstr(e, "no cuda backend"), "%s", e ? e : "(none)");
+    CHECK(e && strstr(e, "device cuda") && strstr(e, why), "%s", e ? e : "(none)");
     ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 1, (int64_t[]){4});
     CHECK(ut_relu(ctx, x) == NULL, "an op ran without a backend");
     ut_ctx_free(ctx);
@@ -193,6 +214,9 @@ static void test_embedding_strided_ids(void) {
 int main(void) {
     RUN(test_registry);
     RUN(test_every_op_has_cpu_kernels);
+#ifdef UT_WITH_CUDA
+    RUN(test_every_op_has_cuda_kernels);
+#endif
     RUN(test_cpu_memory);
     RUN(test_flat_math);
     RUN(test_accumulate_and_residency);

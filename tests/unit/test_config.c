@@ -489,7 +489,7 @@ static void test_flagai_keys(void) {
     ut_config_free(&c);
     check_load_error("fp16: maybe\n", "1: fp16: expected true or false, got 'maybe'");
     check_load_error("pytorch_device: 'cuda:0'\n",
-                     "1: pytorch_device: the CUDA backend is not available yet; utrain computes on the CPU: "
+                     "1: pytorch_device: training on the GPU is not available yet (docs/gpu.md); utrain computes on the CPU: "
                      "set pytorch_device: cpu or remove the key");
     check_load_error("model_parallel_size: 2\n",
                      "1: model_parallel_size: model parallelism is not available yet; set it to 1 or remove "

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The GPU check: one command, on a lent GPU machine that has the CUDA toolkit
+# but no package registry. Unpacks the .deb files that scripts/gpu-debs.sh
+# fetched (into .gpu-debs/, carried with the call) into a private prefix,
+# builds utrain with its CUDA backend, runs the GPU suite, the CPU checks that
+# need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
+# writes a summary and every log under $OUT (default: gpu-check-out/).
+#
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu cpu-bf16 bench (default: all)
+#
+# Each step is bounded in time; a failing step is recorded and the rest run.
+# The last thing printed is the summary table (also $OUT/summary.txt).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-check-out}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(env build gpu cpu-bf16 bench)
+want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+# run NAME LIMIT CMD...: CMD's output to $OUT/NAME.log; one summary line
+run() {
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    if [ "$(type -t "$1")" = function ]; then
+        timeout "$limit" bash -c "$(declare -f "$1"); $(printf '%q ' "$@")" >"$OUT/$name.log" 2>&1
+    else
+        timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    fi
+    local rc=$?
+    local verdict=ok; [ $rc -ne 0 ] && verdict="FAIL (exit $rc)"; [ $rc -eq 124 ] && verdict="TIMEOUT (${limit}s)"
+    note "$(printf '%-28s %-18s %4ds' "$name" "$verdict" $((SECONDS - t0)))"
+    return $rc
+}
+
+NPROC=$(nproc)
+P=/opt/utrain-deps
+LIBDIR=$P/usr/lib/x86_64-linux-gnu
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=$LIBDIR:$LIBDIR/openblas-openmp:$LIBDIR/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export P LIBDIR
+MAKEVARS=(BLAS_DIR="$LIBDIR/openblas-openmp" BLAS_INC="$P/usr/include/x86_64-linux-gnu/openblas-openmp"
+          CFLAGS="-I$P/usr/include -I$P/usr/include/x86_64-linux-gnu"
+          LDFLAGS="-L$LIBDIR -Wl,-rpath,$LIBDIR -Wl,-rpath,$LIBDIR/openmpi/lib")
+# The machine's own OpenMPI when it has one with its compiler wrapper (its
+# mpirun then matches the library); else the carried Debian one, relocated.
+if command -v mpicc >/dev/null 2>&1 && [ "$(command -v mpicc)" != "$P/usr/bin/mpicc" ]; then
+    MAKEVARS+=(MPI_CFLAGS="$(mpicc --showme:compile)" MPI_LIBS="$(mpicc --showme:link)")
+    MPI_OWN=1
+else
+    export OPAL_PREFIX=$P/usr PATH=$P/usr/bin:$PATH
+    MAKEVARS+=(MPI_CFLAGS="-I$LIBDIR/openmpi/include -I$LIBDIR/openmpi/include/openmpi"
+               MPI_LIBS="-L$LIBDIR/openmpi/lib -lmpi")
+    MPI_OWN=0
+fi
+
+unpack() {
+    ls .gpu-debs/*.deb >/dev/null 2>&1 || { echo "no .gpu-debs/*.deb: run scripts/gpu-debs.sh where apt works and carry .gpu-debs"; return 1; }
+    mkdir -p $P
+    for f in .gpu-debs/*.deb; do
+        # with the machine's own OpenMPI, leave the carried one packed
+        case "$(basename "$f")" in *openmpi*|libpmix*|libhwloc*|libevent*|libfabric*|libucx*|libpsm*|libmunge*|ibverbs*|librdmacm*|libnl-*)
+            [ "${MPI_OWN:-0}" = 1 ] && continue;; esac
+        dpkg -x "$f" $P || return 1
+    done
+    # Debian's alternatives links point at /etc/alternatives: aim them at the real files
+    if [ "${MPI_OWN:-0}" != 1 ]; then
+        ln -sf mpirun.openmpi $P/usr/bin/mpirun
+        ln -sf orterun $P/usr/bin/mpirun.openmpi
+        ln -sf opal_wrapper $P/usr/bin/mpicc
+    fi
+    find $P -name '*.so*' | head -50
+}
+
+if want env; then
+    {
+        date -u; uname -a; cat /etc/os-release 2>/dev/null | head -3
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
+        nvcc --version 2>&1 | tail -2; gcc --version | head -1
+        grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile|avx512_fp16' /proc/cpuinfo | sort | uniq -c
+        grep -m1 'model name' /proc/cpuinfo; echo "cores: $NPROC"
+        ls /usr/local/cuda/lib64 2>/dev/null | grep -E 'cudart|cublasLt|cudnn|nccl' | head
+        ldconfig -p | grep -E 'cudnn|nccl|libmpi' | head
+        which mpirun python3 2>&1
+        # can this machine's nvcc build and run a cuBLASLt program?
+        printf '%s\n' '#include <cstdio>' '#include <cublasLt.h>' \
+            'int main(){int n=0;cudaGetDeviceCount(&n);cublasLtHandle_t h;int r=cublasLtCreate(&h);' \
+            'printf("devices %d, cublasLtCreate %d, cublasLt version %zu\\n",n,r,cublasLtGetVersion());return r;}' >/tmp/ut_probe.cu
+        nvcc -arch=sm_90 -o /tmp/ut_probe /tmp/ut_probe.cu -lcublasLt && /tmp/ut_probe
+    } >"$OUT/env.txt" 2>&1
+    note "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $NPROC cores; GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1)"
+    note "cpu bf16: $(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | xargs)"
+fi
+
+if want build; then
+    export MPI_OWN
+    run unpack-debs 300 unpack
+    run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
+        build/bench/gpt2_step build/bench/sgemm_rate
+fi
+
+if want gpu; then
+    for t in build/tests/gpu/test_*; do
+        [ -x "$t" ] && run "gpu-$(basename "$t")" 300 "$t"
+    done
+fi
+
+if want cpu-bf16; then
+    run cpu-test_dnnl 300 build/tests/unit/test_dnnl
+    run cpu-test_precision 300 build/tests/unit/test_precision
+    run cpu-test_amp 600 build/tests/dist/test_amp
+    for prec in fp32 bf16; do
+        run "cpu-gpt2-step-$prec" 600 build/bench/gpt2_step --steps 4 --threads "$NPROC" --seq 256 --precision $prec --json
+        note "  $(tail -1 "$OUT/cpu-gpt2-step-$prec.log")"
+    done
+fi
+
+echo
+echo "==== summary ($SUMMARY) ===="
+cat "$SUMMARY"
