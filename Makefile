@@ -23,20 +23,41 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncatio
 CC_IS_CLANG := $(findstring clang,$(shell $(CC) --version 2>/dev/null | head -n 1))
 CFLAGS_CC = $(if $(CC_IS_CLANG),-Wno-unknown-warning-option -Wno-pass-failed)
 SAN     ?=
-override CFLAGS += $(CFLAGS_BASE) $(CFLAGS_CC) $(OPT) $(ARCH) $(SAN) -g
+override CFLAGS += $(CFLAGS_BASE) $(CFLAGS_CC) $(OPT) $(ARCH) $(SAN) -g $(CUDA_CFLAGS)
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
 LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -ldnnl -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
-           $(MPI_LIBS)
+           $(MPI_LIBS) $(CUDA_LIBS)
 
 LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/backend/cpu/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/dist/*.c src/train/*.c))
+
+# ---- the CUDA backend (src/backend/cuda): built whenever nvcc is found;
+# `make CUDA=0` leaves it out. Its kernels (.cu) are compiled once into
+# $(CU_BUILD) whatever BUILD is (nvcc output does not depend on CC or the
+# sanitizers); its C glue is part of LIB_SRC. Without a GPU at run time the
+# backend reports itself unavailable and the CUDA tests skip.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_BUILD  ?= build/cu
+# Hopper machine code, and PTX that the driver compiles for other GPUs (sm_80 and newer)
+CU_ARCH   ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80
+NVCCFLAGS  = -std=c++17 -O3 $(CU_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Iinclude -Werror all-warnings
+ifeq ($(CUDA),1)
+LIB_SRC   += $(sort $(wildcard src/backend/cuda/*.c))
+CU_SRC     = $(sort $(wildcard src/backend/cuda/*.cu))
+CU_OBJ     = $(CU_SRC:%.cu=$(CU_BUILD)/%.o)
+CUDA_CFLAGS = -DUT_WITH_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+endif
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
-                             tests/dist/test_*.c))
+                             tests/dist/test_*.c) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.c)))
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h tests/*/*.h))
+HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h \
+                                         src/backend/cuda/*.h tests/*/*.h))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -61,11 +82,16 @@ $(BUILD)/%.o: %.c $(HDRS)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) $(LAYER_INC) -c $< -o $@
 
-$(BUILD)/libutrain.a: $(LIB_OBJ)
+$(CU_BUILD)/%.o: %.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	@$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libutrain.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libutrain.so: $(LIB_OBJ)
+$(BUILD)/libutrain.so: $(LIB_OBJ) $(CU_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/utrain: $(CLI_OBJ) $(BUILD)/libutrain.a

@@ -99,13 +99,40 @@ if want build; then
     export MPI_OWN
     run unpack-debs 300 unpack
     run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
-        build/bench/gpt2_step build/bench/sgemm_rate
+        build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step
+    grep -E "error|warning" "$OUT/build.log" | head -20
 fi
 
+# the test programs' OpenBLAS kernels, as `make test` chooses them
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
+
 if want gpu; then
-    for t in build/tests/gpu/test_*; do
+    for t in build/tests/gpu/test_* build/tests/unit/test_backend; do
         [ -x "$t" ] && run "gpu-$(basename "$t")" 300 "$t"
+        grep -E "^(FAIL|skip)" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
     done
+    # the same GPT-2 (2 layers, small) on both devices: the losses of 3 steps agree
+    run gpu-gpt2-cpu 300 build/bench/gpu_gpt2_step --device cpu --batch 2 --seq 64 --layers 2 --steps 3 --json
+    run gpu-gpt2-cuda 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --json
+    note "  cpu:  $(tail -1 "$OUT/gpu-gpt2-cpu.log")"
+    note "  cuda: $(tail -1 "$OUT/gpu-gpt2-cuda.log")"
+fi
+
+if want bench; then
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
+    for prec in fp32 tf32; do
+        flag=; [ $prec = tf32 ] && flag=--tf32
+        run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
+        note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
+        run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 $flag --json
+        note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"
+    done
+    run bench-torch-gpt2-bf16 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --json
+    note "  $(tail -1 "$OUT/bench-torch-gpt2-bf16.log")"
+    if [ "${GPU_CHECK_COMPILE:-0}" = 1 ]; then
+        run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
+        note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
+    fi
 fi
 
 if want cpu-bf16; then

@@ -52,6 +52,13 @@ typedef struct ut_backend {
      * err (no GPU, no driver). NULL: always available. */
     int (*available)(char *err, size_t n);
 
+    /* Data errors kernels found since the last call (an index out of range),
+     * on a device whose kernels cannot stop the host when they find one:
+     * waits for the queued work, then -1 with a message naming the op, or 0.
+     * Core asks at every host read of results (ut_tensor_get, backward's
+     * end). NULL: kernels report data errors synchronously (the CPU). */
+    int (*data_error)(char *err, size_t n);
+
     /* ---- memory: device memory is opaque to callers outside src/backend ---- */
     void *(*alloc)(size_t bytes);                 /* 64-byte aligned; aborts when out of memory */
     void (*free)(void *p);

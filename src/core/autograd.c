@@ -95,6 +95,7 @@ int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
     one += 1.0f;
     ctx->be->copy(g, &one, sizeof one, UT_COPY_H2D);
     ut_backward_range(ctx, 0, ctx->tape_len, true);
+    if (ut_ctx_device_errors(ctx)) return -1;
     return ctx->has_err ? -1 : 0;
 }
 

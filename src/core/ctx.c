@@ -260,10 +260,17 @@ int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes) {
     return 0;
 }
 
+int ut_ctx_device_errors(ut_ctx *ctx) {
+    char why[256];
+    if (!ctx || !ctx->be->data_error || ctx->be->data_error(why, sizeof why) == 0) return 0;
+    ut_ctx_set_error(ctx, "%s", why);
+    return -1;
+}
+
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     if (!t || check_copy(t, bytes, "tensor_get")) return -1;
     ut_backend_get(t->device)->copy(host, t->data, bytes, UT_COPY_D2H);
-    return 0;
+    return ut_ctx_device_errors(t->ctx);
 }
 
 int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes) {

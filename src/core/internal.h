@@ -119,6 +119,10 @@ void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes);
 /* Switch the arenas ops allocate from: the main ones, or the checkpoint
  * scratch ones (headers and device data together). */
 void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch);
+/* Data errors the device's kernels found since the last check, into ctx's
+ * error (waits for the device where its kernels report late: backend.h,
+ * data_error); -1 when one was found. */
+int ut_ctx_device_errors(ut_ctx *ctx);
 /* Frees everything in the checkpoint scratch arenas. */
 void ut_ctx_reset_scratch(ut_ctx *ctx);
 

@@ -94,6 +94,9 @@ UT_AUX(attention_varlen, keep, uint8_t, 1)
 UT_AUX(cross_entropy, exps, float, 0)
 UT_AUX(cross_entropy, row_max, float, 0)
 UT_AUX(cross_entropy, inv_sum, float, 1)
+/* cross_entropy and nll_loss on a device that counts the targets itself
+ * (CUDA): the count (int64, 1, device memory) that backward divides by */
+UT_AUX(loss, dcount, int64_t, 2)
 
 #undef UT_PARAM_I
 #undef UT_PARAM_F

@@ -1,0 +1,94 @@
+/* CUDA glue of ATTENTION, fused causal self-attention over packed qkv (B, T, 3C)
+ * (semantics: src/backend/cpu/attention.c), and ut_cuda_attn_gemm, the
+ * per-(batch, head) products that the attention ops share (attention.h).
+ * Per pair (b, h) the scores Q K^T and the products with P are sgemm calls on
+ * the head's columns of qkv (row stride 3C); P (B, NH, T, T) is saved in
+ * float32, zero above the diagonal. */
+#include <math.h>
+
+#include <stddef.h> /* cuda.h uses size_t without including it */
+
+#include "cuda.h"
+#include "attention.h"
+#include "../../ops/params.h"
+
+void ut_cuda_attn_gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, ut_attn_mat A,
+                       ut_attn_mat B, float beta, float *c, int64_t ldc, int64_t csb, int64_t csh, int64_t nb,
+                       int64_t nh) {
+    if (nb <= nh) {
+        for (int64_t b = 0; b < nb; b++)
+            ut_cuda_sgemm(transA, transB, m, n, k, alpha, A.p + b * A.sb, A.ld, A.sh, B.p + b * B.sb, B.ld, B.sh,
+                          beta, c + b * csb, ldc, csh, nh);
+    } else {
+        for (int64_t h = 0; h < nh; h++)
+            ut_cuda_sgemm(transA, transB, m, n, k, alpha, A.p + h * A.sh, A.ld, A.sb, B.p + h * B.sh, B.ld, B.sb,
+                          beta, c + h * csh, ldc, csb, nb);
+    }
+}
+
+typedef struct {
+    int64_t B, T, C, NH, hs;
+    float scale;
+} attn_dims;
+
+static attn_dims dims_of(const ut_tensor *t) {
+    attn_dims d = {.B = t->ne[0], .T = t->ne[1], .C = t->ne[2], .NH = ut_attention_n_head(t)};
+    d.hs = d.C / d.NH;
+    d.scale = 1.0f / sqrtf((float)d.hs);
+    return d;
+}
+
+/* q, k or v (which = 0, 1, 2) of qkv x (B, T, 3C) as a pair operand (T x hs) */
+static ut_attn_mat qkv_part(const float *x, int which, const attn_dims *d) {
+    return (ut_attn_mat){.p = x + which * d->C, .ld = 3 * d->C, .sb = d->T * 3 * d->C, .sh = d->hs};
+}
+
+/* P (B, NH, T, T) as a pair operand */
+static ut_attn_mat probs_mat(const float *P, const attn_dims *d) {
+    return (ut_attn_mat){.p = P, .ld = d->T, .sb = d->NH * d->T * d->T, .sh = d->T * d->T};
+}
+
+static ut_attn_rows rows_of(const attn_dims *d) {
+    return (ut_attn_rows){.rows = d->B * d->NH * d->T, .Tq = d->T, .Tk = d->T, .NH = d->NH, .scale = d->scale,
+                          .causal = 1};
+}
+
+/* P = softmax(causal(scale Q K^T)); out (B, T, C) = P V, head h in columns
+ * [h hs, (h + 1) hs) */
+void ut_attention_fwd_cuda(ut_tensor *t) {
+    attn_dims d = dims_of(t);
+    int64_t T = d.T, nP = d.B * d.NH * T * T;
+    const float *qkv = t->src[0]->data;
+    float *P = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
+    ut_attention_set_probs(t, P);
+    ut_cuda_attn_gemm(false, true, T, T, d.hs, 1.0f, qkv_part(qkv, 0, &d), qkv_part(qkv, 1, &d), 0.0f, P, T,
+                      d.NH * T * T, T * T, d.B, d.NH);
+    ut_cuda_attn_softmax_fwd(P, rows_of(&d));
+    ut_cuda_attn_gemm(false, false, T, d.hs, T, 1.0f, probs_mat(P, &d), qkv_part(qkv, 2, &d), 0.0f, t->data, d.C,
+                      T * d.C, d.hs, d.B, d.NH);
+}
+
+/* dqkv += the gradient through P: dv += P^T g; dP = g V^T; dS = P (dP - rowsum(P dP));
+ * dq += scale dS K; dk += scale dS^T Q (g: t->grad's head columns) */
+void ut_attention_bwd_cuda(ut_tensor *t) {
+    ut_tensor *qkv = t->src[0];
+    if (!qkv->requires_grad) return;
+    attn_dims d = dims_of(t);
+    int64_t T = d.T, nP = d.B * d.NH * T * T;
+    const float *x = qkv->data, *P = ut_attention_probs(t);
+    float *dx = qkv->grad;
+    ut_attn_mat g = {.p = t->grad, .ld = d.C, .sb = T * d.C, .sh = d.hs};
+    float *gP = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
+    /* dq, dk, dv: the head columns of dx (B, T, 3C) */
+    float *dq = dx, *dk = dx + d.C, *dv = dx + 2 * d.C;
+    int64_t ld = 3 * d.C, sb = T * 3 * d.C;
+    /* dv (T x hs) += P^T (T x T) g (T x hs) */
+    ut_cuda_attn_gemm(true, false, T, d.hs, T, 1.0f, probs_mat(P, &d), g, 1.0f, dv, ld, sb, d.hs, d.B, d.NH);
+    /* gP (T x T) = g V^T, then the scores' gradient in place */
+    ut_cuda_attn_gemm(false, true, T, T, d.hs, 1.0f, g, qkv_part(x, 2, &d), 0.0f, gP, T, d.NH * T * T, T * T, d.B,
+                      d.NH);
+    ut_cuda_attn_softmax_bwd(gP, P, NULL, 1.0f, rows_of(&d));
+    ut_attn_mat dS = probs_mat(gP, &d);
+    ut_cuda_attn_gemm(false, false, T, d.hs, T, d.scale, dS, qkv_part(x, 1, &d), 1.0f, dq, ld, sb, d.hs, d.B, d.NH);
+    ut_cuda_attn_gemm(true, false, T, d.hs, T, d.scale, dS, qkv_part(x, 0, &d), 1.0f, dk, ld, sb, d.hs, d.B, d.NH);
+}

@@ -1,0 +1,108 @@
+/* CUDA glue of ATTENTION_MASKED: multi-head attention with separate q (B, Tq, C),
+ * k, v (B, Tk, C), an additive key mask (B, Tk) or none, optionally causal,
+ * with dropout of the probabilities (semantics: src/backend/cpu/attention_masked.c).
+ * Per pair (b, h) the products are sgemm calls on the head's columns (row
+ * stride C); P (B, NH, Tq, Tk) and, with dropout, the keep mask (drawn from the
+ * context's generator as the CPU draws it: N = B NH Tq Tk draws, in P's order)
+ * are saved for backward. */
+#include <math.h>
+#include <stddef.h> /* cuda.h uses size_t without including it */
+
+#include "cuda.h"
+#include "attention.h"
+#include "../../ops/params.h"
+
+typedef struct {
+    int64_t B, Tq, Tk, C, NH, hs;
+    float scale, ks; /* 1/sqrt(hs); keep scale 1/(1-p) */
+    bool causal;
+} masked_dims;
+
+static masked_dims dims_of(const ut_tensor *t) {
+    masked_dims d = {.B = t->ne[0], .Tq = t->ne[1], .Tk = t->src[1]->ne[1], .C = t->ne[2],
+                     .NH = ut_attention_masked_n_head(t), .causal = ut_attention_masked_causal(t) != 0};
+    d.hs = d.C / d.NH;
+    d.scale = 1.0f / sqrtf((float)d.hs);
+    d.ks = ut_attention_masked_keep_scale(t);
+    return d;
+}
+
+/* x (B, T, C) (q or its gradient: T = Tq; k, v: T = Tk) as a pair operand (T x hs) */
+static ut_attn_mat heads(const float *x, int64_t T, const masked_dims *d) {
+    return (ut_attn_mat){.p = x, .ld = d->C, .sb = T * d->C, .sh = d->hs};
+}
+
+/* P-shaped x (B, NH, Tq, Tk) as a pair operand (Tq x Tk) */
+static ut_attn_mat probs_mat(const float *x, const masked_dims *d) {
+    return (ut_attn_mat){.p = x, .ld = d->Tk, .sb = d->NH * d->Tq * d->Tk, .sh = d->Tq * d->Tk};
+}
+
+static ut_attn_rows rows_of(const masked_dims *d, const float *mask) {
+    return (ut_attn_rows){.rows = d->B * d->NH * d->Tq, .Tq = d->Tq, .Tk = d->Tk, .NH = d->NH, .mask = mask,
+                          .scale = d->scale, .causal = d->causal};
+}
+
+/* P = softmax(scale Q K^T + mask [+ causal]); out = Pd V, Pd = P * keep / (1 - p)
+ * with dropout, P without */
+void ut_attention_masked_fwd_cuda(ut_tensor *t) {
+    masked_dims d = dims_of(t);
+    const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
+    const float *mask = t->src[3] ? t->src[3]->data : NULL;
+    int64_t N = d.B * d.NH * d.Tq * d.Tk;
+    float p = ut_attention_masked_p(t);
+    float *P = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+    ut_attention_masked_set_probs(t, P);
+    ut_attention_masked_set_keep(t, NULL);
+    uint8_t *keep = NULL;
+    if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU */
+        keep = ut_ctx_dalloc(t->ctx, (size_t)N);
+        ut_cuda_dropout_mask(t->ctx, keep, p, N);
+        ut_attention_masked_set_keep(t, keep);
+    }
+    ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, heads(q, d.Tq, &d), heads(k, d.Tk, &d), 0.0f, P, d.Tk,
+                      d.NH * d.Tq * d.Tk, d.Tq * d.Tk, d.B, d.NH);
+    ut_cuda_attn_softmax_fwd(P, rows_of(&d, mask));
+    const float *A = P;
+    if (keep) {
+        float *pd = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+        ut_cuda_attn_drop(pd, P, keep, d.ks, N);
+        A = pd;
+    }
+    ut_cuda_attn_gemm(false, false, d.Tq, d.hs, d.Tk, 1.0f, probs_mat(A, &d), heads(v, d.Tk, &d), 0.0f, t->data,
+                      d.C, d.Tq * d.C, d.hs, d.B, d.NH);
+}
+
+/* dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks; dS = P (dP - rowsum(P dP));
+ * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for) */
+void ut_attention_masked_bwd_cuda(ut_tensor *t) {
+    ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
+    float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
+          *dv = vt->requires_grad ? vt->grad : NULL;
+    if (!dq && !dk && !dv) return;
+    masked_dims d = dims_of(t);
+    const float *q = qt->data, *k = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
+    const uint8_t *keep = ut_attention_masked_keep(t);
+    int64_t N = d.B * d.NH * d.Tq * d.Tk;
+    ut_attn_mat g = heads(t->grad, d.Tq, &d);
+    if (dv) {
+        const float *Pd = P;
+        if (keep) {
+            float *w = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+            ut_cuda_attn_drop(w, P, keep, d.ks, N);
+            Pd = w;
+        }
+        ut_cuda_attn_gemm(true, false, d.Tk, d.hs, d.Tq, 1.0f, probs_mat(Pd, &d), g, 1.0f, dv, d.C, d.Tk * d.C,
+                          d.hs, d.B, d.NH);
+    }
+    if (!dq && !dk) return;
+    float *gP = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+    ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, g, heads(v, d.Tk, &d), 0.0f, gP, d.Tk,
+                      d.NH * d.Tq * d.Tk, d.Tq * d.Tk, d.B, d.NH);
+    ut_cuda_attn_softmax_bwd(gP, P, keep, d.ks, rows_of(&d, NULL));
+    if (dq)
+        ut_cuda_attn_gemm(false, false, d.Tq, d.hs, d.Tk, d.scale, probs_mat(gP, &d), heads(k, d.Tk, &d), 1.0f, dq,
+                          d.C, d.Tq * d.C, d.hs, d.B, d.NH);
+    if (dk)
+        ut_cuda_attn_gemm(true, false, d.Tk, d.hs, d.Tq, d.scale, probs_mat(gP, &d), heads(q, d.Tq, &d), 1.0f, dk,
+                          d.C, d.Tk * d.C, d.hs, d.B, d.NH);
+}

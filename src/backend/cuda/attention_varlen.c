@@ -1,0 +1,148 @@
+/* CUDA glue of ATTENTION_VARLEN: multi-head attention over packed sequences,
+ * q, k, v, out (N, C), sequence s the rows [off[s], off[s + 1]) of the int32
+ * offsets (semantics: src/backend/cpu/attention_varlen.c). P holds, per
+ * sequence and then head, an L x L block (causal: zero above the diagonal);
+ * with dropout the keep mask has P's layout and is drawn as the CPU draws it
+ * (one pass over all of P, in P's order).
+ * The products' sizes are the sequences' lengths, so the host plans them: the
+ * offsets (device memory) are copied to the host with a synchronous copy (a
+ * wait on the compute stream) in forward and again in backward. This is the
+ * one op that waits on the device; acceptable for now. Per sequence, each
+ * product is one sgemm batched over the heads. */
+#include <math.h>
+#include <stddef.h> /* cuda.h uses size_t without including it */
+
+#include "cuda.h"
+#include "attention.h"
+#include "../../ops/params.h"
+
+typedef struct {
+    const int32_t *off;   /* host copy of the offsets (S + 1) */
+    const int64_t *poff;  /* host: where each sequence's P blocks start (S + 1) */
+    const int64_t *dpoff; /* the same on the device */
+    int64_t S, N, C, NH, hs, maxL;
+    float scale, ks;      /* 1/sqrt(hs); keep scale 1/(1-p) */
+    bool causal;          /* row i attends rows j <= i of its sequence */
+} varlen_plan;
+
+/* The dimensions, the offsets on the host and P's block starts (host and
+ * device; host buffers from the context's host arena); -1 with the context's
+ * error set when the offsets are not 0 = off[0] < off[1] < ... < off[S] = N. */
+static int plan_of(ut_tensor *t, varlen_plan *d) {
+    ut_tensor *offs = t->src[3];
+    int64_t N = t->ne[0], S = offs->ne[0] - 1;
+    int32_t *off = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *off);
+    ut_cuda_attn_offsets_to_host(off, offs->data, S + 1); /* synchronous: see the file's comment */
+    *d = (varlen_plan){.off = off, .S = S, .N = N, .C = t->ne[1], .NH = ut_attention_varlen_n_head(t)};
+    d->hs = d->C / d->NH;
+    d->scale = 1.0f / sqrtf((float)d->hs);
+    d->ks = ut_attention_varlen_keep_scale(t);
+    d->causal = ut_attention_varlen_causal(t) != 0;
+    int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
+    poff[0] = 0;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t L = (int64_t)off[s + 1] - off[s];
+        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > N || (s == S - 1 && off[S] != N)) {
+            int64_t at = s == 0 && off[0] != 0 ? 0 : s + 1;
+            ut_ctx_set_error(t->ctx, "attention_varlen: offsets[%lld] = %d breaks 0 = offsets[0] < offsets[1] "
+                                     "< ... < offsets[%lld] = N = %lld", (long long)at, (int)off[at],
+                             (long long)S, (long long)N);
+            return -1;
+        }
+        poff[s + 1] = poff[s] + d->NH * L * L;
+        d->maxL = L > d->maxL ? L : d->maxL;
+    }
+    d->poff = poff;
+    int64_t *dpoff = ut_ctx_dalloc(t->ctx, (size_t)(S + 1) * sizeof *dpoff);
+    ut_cuda_upload(dpoff, poff, (size_t)(S + 1) * sizeof *poff);
+    d->dpoff = dpoff;
+    return 0;
+}
+
+static ut_attn_rows rows_of(const varlen_plan *d, const ut_tensor *t) {
+    return (ut_attn_rows){.rows = d->NH * d->N, .Tk = d->maxL, .NH = d->NH, .off = t->src[3]->data,
+                          .poff = d->dpoff, .S = d->S, .scale = d->scale, .causal = d->causal};
+}
+
+/* Per sequence s (L rows from off[s]) and head h: P = softmax(causal(scale Q K^T));
+ * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without */
+void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
+    varlen_plan d;
+    ut_attention_varlen_set_probs(t, NULL);
+    ut_attention_varlen_set_keep(t, NULL);
+    if (plan_of(t, &d)) return;
+    const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
+    float *out = t->data;
+    int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
+    float p = ut_attention_varlen_p(t);
+    float *P = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+    ut_attention_varlen_set_probs(t, P);
+    uint8_t *keep = NULL;
+    if (p > 0.0f) { /* np draws from the context's stream, in P's order, as the CPU */
+        keep = ut_ctx_dalloc(t->ctx, (size_t)np);
+        ut_cuda_dropout_mask(t->ctx, keep, p, np);
+        ut_attention_varlen_set_keep(t, keep);
+    }
+    for (int64_t s = 0; s < d.S; s++) {
+        int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
+        ut_cuda_sgemm(false, true, L, L, hs, 1.0f, q + rows, C, hs, k + rows, C, hs, 0.0f, P + d.poff[s], L, L * L,
+                      d.NH);
+    }
+    ut_cuda_attn_softmax_fwd(P, rows_of(&d, t));
+    const float *A = P;
+    if (keep) {
+        float *pd = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+        ut_cuda_attn_drop(pd, P, keep, d.ks, np);
+        A = pd;
+    }
+    for (int64_t s = 0; s < d.S; s++) {
+        int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
+        ut_cuda_sgemm(false, false, L, hs, L, 1.0f, A + d.poff[s], L, L * L, v + rows, C, hs, 0.0f, out + rows, C,
+                      hs, d.NH);
+    }
+}
+
+/* Per sequence and head: dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks;
+ * dS = P (dP - rowsum(P dP)); dq += scale dS K; dk += scale dS^T Q (each
+ * gradient only when asked for) */
+void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
+    ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
+    float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
+          *dv = vt->requires_grad ? vt->grad : NULL;
+    if (!dq && !dk && !dv) return;
+    varlen_plan d;
+    if (plan_of(t, &d)) return;
+    const float *q = qt->data, *k = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);
+    const uint8_t *keep = ut_attention_varlen_keep(t);
+    int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
+    if (dv) {
+        const float *Pd = P;
+        if (keep) {
+            float *w = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+            ut_cuda_attn_drop(w, P, keep, d.ks, np);
+            Pd = w;
+        }
+        for (int64_t s = 0; s < d.S; s++) {
+            int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
+            ut_cuda_sgemm(true, false, L, hs, L, 1.0f, Pd + d.poff[s], L, L * L, g + rows, C, hs, 1.0f, dv + rows,
+                          C, hs, d.NH);
+        }
+    }
+    if (!dq && !dk) return;
+    float *gP = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+    for (int64_t s = 0; s < d.S; s++) {
+        int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
+        ut_cuda_sgemm(false, true, L, L, hs, 1.0f, g + rows, C, hs, v + rows, C, hs, 0.0f, gP + d.poff[s], L, L * L,
+                      d.NH);
+    }
+    ut_cuda_attn_softmax_bwd(gP, P, keep, d.ks, rows_of(&d, t));
+    for (int64_t s = 0; s < d.S; s++) {
+        int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
+        if (dq)
+            ut_cuda_sgemm(false, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, k + rows, C, hs, 1.0f,
+                          dq + rows, C, hs, d.NH);
+        if (dk)
+            ut_cuda_sgemm(true, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, q + rows, C, hs, 1.0f,
+                          dk + rows, C, hs, d.NH);
+    }
+}

@@ -1,0 +1,198 @@
+/* The CUDA backend's table: device memory (cudaMalloc), copies and memsets
+ * on the one compute stream, conversions and flat-buffer math (flat.cu), the
+ * op table (table.c), and whether this machine has a GPU at all.
+ *
+ * Ordering: every kernel, memset and copy of the process goes on one compute
+ * stream, so they run in the order they were queued. A copy to host memory
+ * waits for the stream before it returns (the host reads the result next); a
+ * copy from host memory returns once the host buffer has been consumed. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+#include "embedding.h"
+#include "flat.h"
+#include "softmax.h"
+
+static cudaStream_t g_stream;
+
+static void check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) ut_abort(__FILE__, __LINE__, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+void *ut_cuda_stream(void) {
+    if (!g_stream) check(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream create");
+    return g_stream;
+}
+
+void ut_cuda_launched(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) ut_abort(__FILE__, __LINE__, "CUDA kernel %s: %s", what, cudaGetErrorString(e));
+}
+
+static int available(char *err, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(err, n, "no usable GPU on this machine (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the CUDA driver sees no device");
+        cudaGetLastError(); /* clear the sticky error */
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- data errors found by kernels ---- */
+static int *g_err;
+
+int *ut_cuda_error_flag(void) {
+    if (!g_err) {
+        check(cudaMalloc((void **)&g_err, sizeof(int)), "error flag");
+        check(cudaMemsetAsync(g_err, 0, sizeof(int), ut_cuda_stream()), "error flag");
+    }
+    return g_err;
+}
+
+static int data_error(char *err, size_t n) {
+    if (!g_err) return 0; /* no kernel that checks data has run */
+    int code = 0;
+    cudaStream_t s = ut_cuda_stream();
+    check(cudaMemcpyAsync(&code, g_err, sizeof code, cudaMemcpyDeviceToHost, s), "error flag read");
+    check(cudaStreamSynchronize(s), "error flag read");
+    if (!code) return 0;
+    check(cudaMemsetAsync(g_err, 0, sizeof(int), s), "error flag clear");
+    const char *what = code == UT_CUDA_ERR_EMBEDDING_INDEX ? "embedding: an index is outside the table's rows"
+                       : code == UT_CUDA_ERR_CROSS_ENTROPY_TARGET
+                           ? "cross_entropy: a target is outside [0, classes) and is not ignore_index"
+                       : code == UT_CUDA_ERR_NLL_LOSS_TARGET
+                           ? "nll_loss: a target is outside [0, classes) and is not ignore_index"
+                           : "a kernel found bad data";
+    snprintf(err, n, "%s (found on the GPU; run on device cpu for its position)", what);
+    return -1;
+}
+
+/* ---- memory ---- */
+static void *alloc(size_t bytes) {
+    void *p = NULL;
+    if (!bytes) bytes = 64;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+        ut_abort(__FILE__, __LINE__, "CUDA: out of device memory allocating %zu bytes (%s)", bytes,
+                 cudaGetErrorString(e));
+    return p;
+}
+
+static void dfree(void *p) {
+    if (!p) return;
+    /* memory the stream may still use: let queued work finish first */
+    check(cudaStreamSynchronize(ut_cuda_stream()), "synchronize before free");
+    check(cudaFree(p), "free");
+}
+
+static void dmemset(void *p, int v, size_t bytes) {
+    if (bytes) check(cudaMemsetAsync(p, v, bytes, ut_cuda_stream()), "memset");
+}
+
+static void *pages_alloc(size_t bytes) {
+    void *p = alloc(bytes);
+    dmemset(p, 0, bytes);
+    return p;
+}
+
+/* Zeroes the range; the memory stays allocated (returning pages for real
+ * needs the virtual memory management API: docs/engine.md). */
+static void pages_release(void *base, size_t off, size_t len) { dmemset((char *)base + off, 0, len); }
+static void pages_free(void *p, size_t bytes) {
+    (void)bytes;
+    dfree(p);
+}
+static size_t pages_resident(const void *base, size_t bytes) {
+    (void)base;
+    return bytes;
+}
+
+static void copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind) {
+    if (!bytes) return;
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToHost, cudaMemcpyHostToDevice,
+                                                 cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+    cudaStream_t s = ut_cuda_stream();
+    check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], s), "copy");
+    if (kind == UT_COPY_D2H || kind == UT_COPY_H2H) check(cudaStreamSynchronize(s), "copy wait");
+}
+
+void ut_cuda_upload(void *dst, const void *host, size_t n) { copy(dst, host, n, UT_COPY_H2D); }
+
+static void convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int64_t n) {
+    utk_convert(dst, (int)to, src, (int)from, n);
+}
+static void round16(float *dst, const float *src, int64_t n, ut_dtype dt) { utk_round(dst, src, n, (int)dt); }
+
+static const char *matmul_path(ut_dtype dt) {
+    (void)dt;
+    return "cuBLASLt fp32 (autocast not yet on cuda)";
+}
+
+/* ---- flat math ---- */
+static double sum_sq(const float *x, int64_t n) { return utk_sum_sq(x, n); }
+static void scale(float *x, int64_t n, float s) { utk_scale(x, n, s); }
+static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src) {
+    /* one pass per source, in source order: each element's sum is rounded as
+     * the CPU's running sum is */
+    for (int k = 0; k < nsrc; k++) utk_add_into(dst, src[k], n, zero_src);
+}
+static void adamw_update(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
+                         const ut_optim_consts *k, bool zero) {
+    utk_adamw(p, g, m, v, n, decay_mul, k->one_m_b1, k->beta2, k->one_m_b2, k->step_size,
+              k->inv_bc2_sqrt, k->eps, zero);
+}
+static void sgd_update(float *p, float *g, float *buf, int64_t n, float wd, const ut_optim_consts *k,
+                       bool zero) {
+    utk_sgd(p, g, buf, n, wd, k->lr, k->momentum, k->one_m_damp, k->use_momentum, k->first,
+            k->nesterov, zero);
+}
+
+/* ---- dropout masks: drawn on the host as the CPU draws them ---- */
+void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n) {
+    if (n <= 0) return;
+    uint8_t *h = ut_malloc_check((size_t)n);
+    ut_rng_keep_mask(&ctx->rng, h, p, n);
+    copy(dev_mask, h, (size_t)n, UT_COPY_H2D);
+    ut_free(h);
+}
+
+/* ---- streams: one compute stream per process for now ---- */
+static void *stream_new(ut_stream_kind kind) {
+    (void)kind;
+    return ut_cuda_stream();
+}
+static void stream_sync(void *s) { check(cudaStreamSynchronize(s ? s : ut_cuda_stream()), "stream sync"); }
+static void stream_free(void *s) { (void)s; }
+
+const ut_backend ut_backend_cuda = {
+    .name = "cuda",
+    .device = UT_CUDA,
+    .host_memory = false,
+    .available = available,
+    .data_error = data_error,
+    .alloc = alloc,
+    .free = dfree,
+    .pages_alloc = pages_alloc,
+    .pages_release = pages_release,
+    .pages_free = pages_free,
+    .pages_resident = pages_resident,
+    .memset = dmemset,
+    .copy = copy,
+    .convert = convert,
+    .round = round16,
+    .ops = ut_ops_cuda,
+    .matmul_path = matmul_path,
+    .sum_sq = sum_sq,
+    .scale = scale,
+    .accumulate = accumulate,
+    .adamw_update = adamw_update,
+    .sgd_update = sgd_update,
+    .stream_new = stream_new,
+    .stream_sync = stream_sync,
+    .stream_free = stream_free,
+};

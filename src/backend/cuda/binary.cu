@@ -1,0 +1,333 @@
+/* CUDA kernels of the broadcasting binary ops ADD and MUL: the forward
+ * (out = a + b, a * b with b broadcast to a's shape), a's gradient for MUL
+ * (da += g * b) and the reduction of b's gradient over the positions b is
+ * broadcast to. That reduction is deterministic: every element of b's
+ * gradient is summed by one thread or one block in an order fixed by the
+ * shapes alone (partial sums per chunk of positions, then the chunks in
+ * order), never with atomics. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda.h"
+#include "ew.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 20;
+
+unsigned blocks_for(int64_t n) {
+    int64_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+/* ---- forward and a's gradient ---- */
+
+/* The output's shape (innermost last) with b's strides in it, after dropping
+ * size-1 dims and merging a dim into the one outside it where b's strides
+ * allow (bs[k-1] == bs[k] * ne[k]; broadcast dims, stride 0, always merge). */
+struct Bcast {
+    int nd;
+    int64_t ne[4], bs[4];
+};
+
+Bcast bcast_of(const int64_t *n4, const int64_t *s4) {
+    Bcast d;
+    d.nd = 0;
+    for (int k = 0; k < 4; k++) {
+        if (n4[k] == 1) continue;
+        if (d.nd > 0 && d.bs[d.nd - 1] == s4[k] * n4[k]) {
+            d.ne[d.nd - 1] *= n4[k];
+            d.bs[d.nd - 1] = s4[k];
+        } else {
+            d.ne[d.nd] = n4[k];
+            d.bs[d.nd] = s4[k];
+            d.nd++;
+        }
+    }
+    if (d.nd == 0) {
+        d.nd = 1;
+        d.ne[0] = 1;
+        d.bs[0] = 0;
+    }
+    return d;
+}
+
+/* b's offset for the output position i */
+template <typename I>
+__device__ __forceinline__ I b_offset(const Bcast &d, I i) {
+    I off = 0;
+#pragma unroll
+    for (int k = 3; k > 0; k--) {
+        if (k < d.nd) {
+            I e = (I)d.ne[k];
+            off += (i % e) * (I)d.bs[k];
+            i /= e;
+        }
+    }
+    return off + i * (I)d.bs[0];
+}
+
+enum { MODE_ADD = 0, MODE_MUL = 1, MODE_MUL_ACC = 2 };
+
+/* MODE_ADD: out = a + b; MODE_MUL: out = a * b; MODE_MUL_ACC: out += a * b
+ * (a is then the incoming gradient); b read at its broadcast offset */
+template <typename I, int MODE>
+__global__ void binary_kernel(float *__restrict__ out, const float *__restrict__ a,
+                              const float *__restrict__ b, Bcast d, I n) {
+    I step = (I)gridDim.x * (I)blockDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+        float y = b[b_offset<I>(d, i)];
+        if (MODE == MODE_ADD) out[i] = __fadd_rn(a[i], y);
+        else if (MODE == MODE_MUL) out[i] = __fmul_rn(a[i], y);
+        else out[i] = __fadd_rn(out[i], __fmul_rn(a[i], y));
+    }
+}
+
+template <int MODE>
+void binary_launch(float *out, const float *a, const float *b, const int64_t *n4,
+                   const int64_t *s4, const char *what) {
+    int64_t n = n4[0] * n4[1] * n4[2] * n4[3];
+    if (n <= 0) return;
+    Bcast d = bcast_of(n4, s4);
+    int64_t span = 0;
+    for (int k = 0; k < d.nd; k++) span += (d.ne[k] - 1) * d.bs[k];
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (n < (int64_t(1) << 31) && span < (int64_t(1) << 31))
+        binary_kernel<uint32_t, MODE>
+            <<<blocks_for(n), kThreads, 0, s>>>(out, a, b, d, (uint32_t)n);
+    else
+        binary_kernel<int64_t, MODE><<<blocks_for(n), kThreads, 0, s>>>(out, a, b, d, n);
+    ut_cuda_launched(what);
+}
+
+/* ---- b's gradient: db[j] += sum over broadcast positions of g * other ----
+ * The output's dims split into kept dims (b has them: b's element j is a
+ * position in them, b being contiguous) and broadcast dims (b has size 1 or
+ * lacks them: position r in them). Output offset = kept_off(j) + bc_off(r). */
+struct Reduce {
+    int64_t nb, R;           /* b's elements; broadcast positions per element */
+    int nk, nr;              /* kept / broadcast dims (at least 1 each) */
+    int64_t kn[4], ko[4];    /* kept dims: sizes and output strides */
+    int64_t rn[4], ro[4];    /* broadcast dims: sizes and output strides */
+    bool rows;               /* a block per element (else a thread per element) */
+    int64_t nchunk, clen;    /* r in chunks of clen; nchunk > 1: partial sums, then a final pass */
+};
+
+/* Appends dim (n, output stride os) to a list, merging it into the last one
+ * when contiguous with it (the output is contiguous, so a kept dim following
+ * a kept dim is also contiguous in b). */
+void push_dim(int &nd, int64_t *ne, int64_t *os, int64_t n, int64_t o) {
+    if (nd > 0 && os[nd - 1] == o * n) {
+        ne[nd - 1] *= n;
+        os[nd - 1] = o;
+    } else {
+        ne[nd] = n;
+        os[nd] = o;
+        nd++;
+    }
+}
+
+void pad_dims(int &nd, int64_t *ne, int64_t *os) {
+    if (nd == 0) {
+        nd = 1;
+        ne[0] = 1;
+        os[0] = 0;
+    }
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Reduce plan_of(const int64_t *n4, const int64_t *s4) {
+    Reduce p;
+    p.nk = p.nr = 0;
+    p.nb = p.R = 1;
+    p.rows = false;
+    int64_t os = 1;
+    int last = -1; /* kind of the innermost dim of size > 1: 0 kept, 1 broadcast */
+    int64_t o4[4];
+    for (int k = 3; k >= 0; k--) {
+        o4[k] = os;
+        os *= n4[k];
+    }
+    for (int k = 0; k < 4; k++) {
+        if (n4[k] == 1) continue;
+        if (s4[k] == 0) {
+            push_dim(p.nr, p.rn, p.ro, n4[k], o4[k]);
+            p.R *= n4[k];
+            last = 1;
+        } else {
+            push_dim(p.nk, p.kn, p.ko, n4[k], o4[k]);
+            p.nb *= n4[k];
+            last = 0;
+        }
+    }
+    pad_dims(p.nk, p.kn, p.ko);
+    pad_dims(p.nr, p.rn, p.ro);
+    /* Which kernel reads memory in order: with a broadcast dim innermost, a
+     * block per element whose threads walk it (unless it is short and there
+     * are many elements: then a thread per element); with a kept dim
+     * innermost, a thread per element, adjacent threads on adjacent elements
+     * (unless there are fewer than a warp of them). */
+    if (last == 1) p.rows = p.rn[p.nr - 1] >= 32 || p.nb < 65536;
+    else p.rows = p.nb < 32;
+    if (p.rows) {
+        /* a block of kThreads per (element, chunk): chunks of >= 2048
+         * positions, about 2048 blocks in all */
+        int64_t c = cdiv(p.R, 2048), want = cdiv(2048, p.nb);
+        p.nchunk = c < want ? c : want;
+    } else {
+        /* a thread per (element, chunk): chunks of >= 16 positions, about
+         * 2^18 threads in all, at most 1024 chunks */
+        int64_t c = cdiv(p.R, 16), want = cdiv(int64_t(1) << 18, p.nb);
+        p.nchunk = c < want ? c : want;
+        if (p.nchunk > 1024) p.nchunk = 1024;
+    }
+    if (p.nchunk < 1) p.nchunk = 1;
+    if (p.nchunk > 65535) p.nchunk = 65535;
+    p.clen = cdiv(p.R, p.nchunk);
+    p.nchunk = cdiv(p.R, p.clen);
+    return p;
+}
+
+/* offset of position i of the dims (ne, os), nd of them */
+__device__ __forceinline__ int64_t dims_offset(int nd, const int64_t *ne, const int64_t *os,
+                                               int64_t i) {
+    int64_t off = 0;
+#pragma unroll
+    for (int k = 3; k > 0; k--) {
+        if (k < nd) {
+            off += (i % ne[k]) * os[k];
+            i /= ne[k];
+        }
+    }
+    return off + i * os[0];
+}
+
+/* the sum of v over a block of kThreads threads, in a fixed order; valid in thread 0 */
+__device__ float block_sum(float v) {
+    __shared__ float warp_sums[kThreads / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < kThreads / 32 ? warp_sums[lane] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+/* Kept innermost: thread j (of b's elements) sums positions
+ * [chunk * clen, min(R, (chunk + 1) * clen)) in order, chunk = blockIdx.y;
+ * adjacent threads read adjacent memory. One chunk: db[j] += the sum;
+ * otherwise part[chunk * nb + j] = it. */
+template <bool OTHER>
+__global__ void reduce_cols_kernel(float *__restrict__ db, float *__restrict__ part,
+                                   const float *__restrict__ g, const float *__restrict__ other,
+                                   Reduce p) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= p.nb) return;
+    int64_t base = dims_offset(p.nk, p.kn, p.ko, j);
+    int64_t r0 = (int64_t)blockIdx.y * p.clen, r1 = r0 + p.clen < p.R ? r0 + p.clen : p.R;
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o = base + dims_offset(p.nr, p.rn, p.ro, r);
+        acc = __fadd_rn(acc, OTHER ? __fmul_rn(g[o], other[o]) : g[o]);
+    }
+    if (p.nchunk == 1) db[j] = __fadd_rn(db[j], acc);
+    else part[blockIdx.y * p.nb + j] = acc;
+}
+
+/* Broadcast innermost: block (j = blockIdx.x, chunk = blockIdx.y) sums the
+ * chunk's positions, thread t taking r0 + t, r0 + t + kThreads, ... (adjacent
+ * threads read adjacent memory), then a fixed tree over the block. */
+template <bool OTHER>
+__global__ void __launch_bounds__(kThreads)
+    reduce_rows_kernel(float *__restrict__ db, float *__restrict__ part,
+                       const float *__restrict__ g, const float *__restrict__ other, Reduce p) {
+    int64_t j = blockIdx.x;
+    int64_t base = dims_offset(p.nk, p.kn, p.ko, j);
+    int64_t r0 = (int64_t)blockIdx.y * p.clen, r1 = r0 + p.clen < p.R ? r0 + p.clen : p.R;
+    float acc = 0.0f;
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += kThreads) {
+        int64_t o = base + dims_offset(p.nr, p.rn, p.ro, r);
+        acc = __fadd_rn(acc, OTHER ? __fmul_rn(g[o], other[o]) : g[o]);
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) {
+        if (p.nchunk == 1) db[j] = __fadd_rn(db[j], acc);
+        else part[blockIdx.y * p.nb + j] = acc;
+    }
+}
+
+/* db[j] += part[0 * nb + j] + part[1 * nb + j] + ... (chunks in order) */
+__global__ void reduce_final_kernel(float *__restrict__ db, const float *__restrict__ part,
+                                    int64_t nb, int64_t nchunk) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= nb) return;
+    float acc = 0.0f;
+    for (int64_t c = 0; c < nchunk; c++) acc = __fadd_rn(acc, part[c * nb + j]);
+    db[j] = __fadd_rn(db[j], acc);
+}
+
+/* db (n) += g (n) * other (n), or g alone when other is NULL: b not broadcast */
+__global__ void reduce_flat_kernel(float *__restrict__ db, const float *__restrict__ g,
+                                   const float *__restrict__ other, int64_t n) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        db[i] = __fadd_rn(db[i], other ? __fmul_rn(g[i], other[i]) : g[i]);
+}
+
+} // namespace
+
+extern "C" void ut_cuda_binary_fwd(int op, float *out, const float *a, const float *b,
+                                   const int64_t *n4, const int64_t *s4) {
+    if (op == UT_CUDA_BIN_ADD) binary_launch<MODE_ADD>(out, a, b, n4, s4, "add_fwd");
+    else binary_launch<MODE_MUL>(out, a, b, n4, s4, "mul_fwd");
+}
+
+extern "C" void ut_cuda_mul_bwd_a(float *da, const float *g, const float *b, const int64_t *n4,
+                                  const int64_t *s4) {
+    binary_launch<MODE_MUL_ACC>(da, g, b, n4, s4, "mul_bwd_a");
+}
+
+extern "C" size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4) {
+    int64_t n = n4[0] * n4[1] * n4[2] * n4[3];
+    if (n <= 0) return 0;
+    Reduce p = plan_of(n4, s4);
+    if (p.R == 1 || p.nchunk == 1) return 0;
+    return (size_t)(p.nchunk * p.nb) * sizeof(float);
+}
+
+extern "C" void ut_cuda_bcast_reduce(float *db, const float *g, const float *other,
+                                     const int64_t *n4, const int64_t *s4, void *scratch) {
+    int64_t n = n4[0] * n4[1] * n4[2] * n4[3];
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    Reduce p = plan_of(n4, s4);
+    if (p.R == 1) { /* b has the output's elements: the CPU's flat path */
+        reduce_flat_kernel<<<blocks_for(n), kThreads, 0, s>>>(db, g, other, n);
+        ut_cuda_launched("bcast_reduce_flat");
+        return;
+    }
+    float *part = (float *)scratch;
+    if (p.rows) {
+        dim3 grid((unsigned)p.nb, (unsigned)p.nchunk);
+        if (other) reduce_rows_kernel<true><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
+        else reduce_rows_kernel<false><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
+        ut_cuda_launched("bcast_reduce_rows");
+    } else {
+        dim3 grid((unsigned)cdiv(p.nb, kThreads), (unsigned)p.nchunk);
+        if (other) reduce_cols_kernel<true><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
+        else reduce_cols_kernel<false><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
+        ut_cuda_launched("bcast_reduce_cols");
+    }
+    if (p.nchunk > 1) {
+        reduce_final_kernel<<<(unsigned)cdiv(p.nb, kThreads), kThreads, 0, s>>>(db, part, p.nb,
+                                                                               p.nchunk);
+        ut_cuda_launched("bcast_reduce_final");
+    }
+}

@@ -1,0 +1,81 @@
+/* Declarations shared by the CUDA backend's files.
+ *
+ * The backend is two layers. The op glue, ut_<stem>_fwd_cuda /
+ * ut_<stem>_bwd_cuda, is C (the .c files here, compiled with the library's C
+ * flags): it reads an op's parameters and saved buffers through
+ * src/ops/params.h, takes device scratch from the context's device arena
+ * (ut_ctx_dalloc) and calls launchers. The launchers and kernels are CUDA C++
+ * (the .cu files, compiled by nvcc): they take plain device pointers and sizes,
+ * queue work on the compute stream (ut_cuda_stream) and never synchronise.
+ * Each group of ops declares its launchers in its own header (ew.h,
+ * softmax.h, ...); this one holds what every file shares.
+ * defines: ut_ops_cuda, ut_<op>_fwd_cuda / ut_<op>_bwd_cuda, ut_cuda_stream,
+ *          ut_cuda_launched, ut_cuda_sgemm, ut_cuda_dropout_mask. */
+#ifndef UTRAIN_CUDA_H
+#define UTRAIN_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The compute stream every kernel and copy of this process runs on (a
+ * cudaStream_t; created on the backend's first use). */
+void *ut_cuda_stream(void);
+
+/* After each kernel launch: aborts, naming what was launched and CUDA's
+ * error, if the launch failed (a bad configuration is a bug, not bad data). */
+void ut_cuda_launched(const char *what);
+
+/* Row-major float32 products through cuBLASLt, for b < batch:
+ *   C[b] (m x n, row stride ldc) = alpha * opA(A[b]) * opB(B[b]) + beta * C[b]
+ * opA(A) is m x k: A stored m x k (row stride lda), or with transA k x m.
+ * opB(B) is k x n: B stored k x n (row stride ldb), or with transB n x k.
+ * sA, sB, sC: element strides between batch entries (0: one matrix shared by
+ * every entry; sC must not be 0 when batch > 1). Exact float32 arithmetic
+ * (no TF32) unless ut_cuda_set_tf32(true). beta 1 accumulates into C. */
+void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
+                   int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
+void ut_cuda_set_tf32(bool on);
+
+/* The device error flag (an int of device memory, 0 = none): a kernel that
+ * finds bad data (an id or target out of range) writes its UT_CUDA_ERR_*
+ * code there with atomicCAS (the first one stays), treats the element as
+ * ignored, and goes on; the backend's data_error reads and clears it at the
+ * next point where the host reads results (docs/gpu.md). */
+int *ut_cuda_error_flag(void);
+
+/* Copies n bytes from host to device memory on the compute stream, ordered
+ * after the work queued before it (the host buffer may be reused at once). */
+void ut_cuda_upload(void *dst, const void *host, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- the C op glue (not seen by nvcc) ---- */
+#ifndef __CUDACC__
+#include "../backend.h"
+#include "internal.h"
+
+extern const ut_op_vtable ut_ops_cuda[UT_OP_COUNT];
+
+#define UT_OP(E, stem)                         \
+    void ut_##stem##_fwd_cuda(ut_tensor *t);   \
+    void ut_##stem##_bwd_cuda(ut_tensor *t);
+#define UT_OP_ANY(E, stem)
+#include "ops.def"
+#undef UT_OP_ANY
+#undef UT_OP
+
+/* A dropout keep mask (n bytes of device memory, 1 = kept) drawn from the
+ * context's generator exactly as the CPU backend draws it (the same masks on
+ * both devices for the same seed), then uploaded. */
+void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n);
+#endif
+
+#endif

@@ -1,0 +1,90 @@
+/* Launchers of the CUDA elementwise, view, broadcasting and reduction
+ * kernels (view.cu, binary.cu, unary.cu, reduce.cu), called by the op glue of
+ * RESHAPE, PERMUTE, SLICE, CONTIGUOUS (view.c), ADD, MUL (binary.c), SCALE,
+ * RELU, GELU, GELU_ERF, TANH, SIGMOID, DROPOUT (unary.c), SUM, MEAN and MSE
+ * (reduce.c). Every pointer is device memory, every size an element count;
+ * shapes and strides are host arrays. The launchers queue work on the compute
+ * stream and return at once; n == 0 queues nothing. Results do not depend on
+ * the run: every sum has a fixed order decided by the sizes alone.
+ * defines: ut_cuda_strided_gather_f32, ut_cuda_strided_gather_i32,
+ *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_binary_fwd,
+ *          ut_cuda_mul_bwd_a, ut_cuda_bcast_reduce_scratch, ut_cuda_bcast_reduce,
+ *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd},
+ *          ut_cuda_sum_scratch, ut_cuda_sum, ut_cuda_spread, ut_cuda_mse_fwd,
+ *          ut_cuda_mse_bwd. */
+#ifndef UTRAIN_CUDA_EW_H
+#define UTRAIN_CUDA_EW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- views (view.cu); ndim <= 4, ne the view's shape, st strides in elements ---- */
+/* dst (contiguous, shape ne) = src read at strides st */
+void ut_cuda_strided_gather_f32(float *dst, const float *src, int ndim, const int64_t *ne,
+                                const int64_t *st);
+void ut_cuda_strided_gather_i32(int32_t *dst, const int32_t *src, int ndim, const int64_t *ne,
+                                const int64_t *st);
+/* dst at strides st += src (contiguous, shape ne); the strides must map
+ * distinct positions to distinct elements */
+void ut_cuda_strided_add(float *dst, const float *src, int ndim, const int64_t *ne,
+                         const int64_t *st);
+/* dst (n) += src (n) */
+void ut_cuda_acc(float *dst, const float *src, int64_t n);
+
+/* ---- broadcasting binary ops (binary.cu). n4: the output's shape padded to
+ * 4 dims; s4: b's strides in that frame (0 where b broadcasts). ---- */
+enum { UT_CUDA_BIN_ADD = 0, UT_CUDA_BIN_MUL = 1 };
+/* out = a + b or a * b, b broadcast */
+void ut_cuda_binary_fwd(int op, float *out, const float *a, const float *b, const int64_t *n4,
+                        const int64_t *s4);
+/* da += g * b, b broadcast */
+void ut_cuda_mul_bwd_a(float *da, const float *g, const float *b, const int64_t *n4,
+                       const int64_t *s4);
+/* Device scratch bytes that ut_cuda_bcast_reduce needs for these sizes (0: none). */
+size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4);
+/* db (b's elements, contiguous) += the sum over the broadcast positions of
+ * g * other (other NULL: g alone); g and other have the output's shape.
+ * scratch: ut_cuda_bcast_reduce_scratch bytes (may be NULL when that is 0). */
+void ut_cuda_bcast_reduce(float *db, const float *g, const float *other, const int64_t *n4,
+                          const int64_t *s4, void *scratch);
+
+/* ---- elementwise unary ops (unary.cu), flat over n ---- */
+void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n);     /* out = s x */
+void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n);     /* dx += s dy */
+void ut_cuda_relu_fwd(float *out, const float *x, int64_t n);
+void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n);
+void ut_cuda_gelu_fwd(float *out, const float *x, int64_t n);               /* tanh form */
+void ut_cuda_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n);
+void ut_cuda_gelu_erf_fwd(float *out, const float *x, int64_t n);           /* exact (erf) */
+void ut_cuda_gelu_erf_bwd(float *dx, const float *dy, const float *x, int64_t n);
+void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n);
+void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n);    /* y = tanh x */
+void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n);
+void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n); /* y = sigmoid x */
+/* out = keep ? x * scale : 0 and dx += keep ? dy * scale : 0; keep (n bytes, 1 = kept) */
+void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float scale, int64_t n);
+void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale, int64_t n);
+
+/* ---- reductions to a scalar (reduce.cu), double accumulation ---- */
+/* Device scratch bytes that ut_cuda_sum and ut_cuda_mse_fwd need for n elements. */
+size_t ut_cuda_sum_scratch(int64_t n);
+/* out[0] = sum of x (n), or with mean that sum / n (0 when n == 0) */
+void ut_cuda_sum(float *out, const float *x, int64_t n, bool mean, void *scratch);
+/* dx (n) += g[0], or with mean g[0] / n (g a device scalar) */
+void ut_cuda_spread(float *dx, const float *g, int64_t n, bool mean);
+/* out[0] = mean of (a - b)^2 over n (0 when n == 0) */
+void ut_cuda_mse_fwd(float *out, const float *a, const float *b, int64_t n, void *scratch);
+/* with d = (2 g[0] / n) (a - b): da += d, db -= d; da or db may be NULL */
+void ut_cuda_mse_bwd(float *da, float *db, const float *a, const float *b, const float *g,
+                     int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,184 @@
+/* CUDA conversions (float32, bf16, fp16, round to nearest even) and the
+ * flat-buffer math of the optimizers, clipping and the dist strategies: the
+ * CPU backend's formulas in the same operation order (src/backend/cpu/flat.c,
+ * optim.c), one thread per element. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda.h"
+#include "flat.h"
+
+#define STREAM ((cudaStream_t)ut_cuda_stream())
+static const int TPB = 256;
+static inline unsigned grid_of(int64_t n) {
+    int64_t g = (n + TPB - 1) / TPB;
+    return (unsigned)(g < 1 ? 1 : g > 65535LL * 64 ? 65535LL * 64 : g);
+}
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float load_as_f32(const void *p, int dt, int64_t i) {
+    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__global__ void k_convert(void *dst, int to, const void *src, int from, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = load_as_f32(src, from, i);
+        if (to == 1) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+        else if (to == 2) ((__half *)dst)[i] = __float2half_rn(v);
+        else ((float *)dst)[i] = v;
+    }
+}
+
+__global__ void k_round(float *dst, const float *src, int64_t n, int dt) {
+    GRID_STRIDE(i, n) {
+        float v = src[i];
+        if (dt == 1) v = __bfloat162float(__float2bfloat16_rn(v));
+        else if (dt == 2) v = __half2float(__float2half_rn(v));
+        dst[i] = v;
+    }
+}
+
+extern "C" void utk_convert(void *dst, int to, const void *src, int from, int64_t n) {
+    if (n <= 0) return;
+    k_convert<<<grid_of(n), TPB, 0, STREAM>>>(dst, to, src, from, n);
+    ut_cuda_launched("convert");
+}
+
+extern "C" void utk_round(float *dst, const float *src, int64_t n, int dt) {
+    if (n <= 0) return;
+    k_round<<<grid_of(n), TPB, 0, STREAM>>>(dst, src, n, dt);
+    ut_cuda_launched("round");
+}
+
+/* ---- sum of squares: NB fixed blocks (by n alone), each summed by one
+ * thread block in a fixed tree, then the block sums added in order ---- */
+#define SSQ_BLOCKS 1024
+__global__ void k_sum_sq_part(const float *x, int64_t n, int64_t bs, double *part) {
+    __shared__ double sh[256];
+    int64_t s = blockIdx.x * bs, e = s + bs < n ? s + bs : n;
+    double acc = 0.0;
+    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+__global__ void k_sum_parts(const double *part, int nb, double *out) {
+    double t = 0.0;
+    for (int b = 0; b < nb; b++) t += part[b];
+    *out = t;
+}
+
+extern "C" double utk_sum_sq(const float *x, int64_t n) {
+    if (n <= 0) return 0.0;
+    int64_t bs = (n + SSQ_BLOCKS - 1) / SSQ_BLOCKS;
+    if (bs < 4096) bs = 4096;
+    int nb = (int)((n + bs - 1) / bs);
+    static double *part; /* SSQ_BLOCKS + 1 doubles, kept for the process */
+    if (!part && cudaMalloc(&part, (SSQ_BLOCKS + 1) * sizeof(double)) != cudaSuccess) {
+        ut_cuda_launched("sum_sq scratch");
+    }
+    k_sum_sq_part<<<nb, 256, 0, STREAM>>>(x, n, bs, part);
+    ut_cuda_launched("sum_sq");
+    k_sum_parts<<<1, 1, 0, STREAM>>>(part, nb, part + SSQ_BLOCKS);
+    ut_cuda_launched("sum_sq parts");
+    double r = 0.0;
+    cudaMemcpyAsync(&r, part + SSQ_BLOCKS, sizeof r, cudaMemcpyDeviceToHost, STREAM);
+    cudaStreamSynchronize(STREAM);
+    return r;
+}
+
+__global__ void k_scale(float *x, int64_t n, float s) { GRID_STRIDE(i, n) x[i] *= s; }
+extern "C" void utk_scale(float *x, int64_t n, float s) {
+    if (n <= 0) return;
+    k_scale<<<grid_of(n), TPB, 0, STREAM>>>(x, n, s);
+    ut_cuda_launched("scale");
+}
+
+__global__ void k_add_into(float *dst, float *src, int64_t n, bool zero_src) {
+    GRID_STRIDE(i, n) {
+        dst[i] += src[i];
+        if (zero_src) src[i] = 0.0f;
+    }
+}
+extern "C" void utk_add_into(float *dst, float *src, int64_t n, bool zero_src) {
+    if (n <= 0) return;
+    k_add_into<<<grid_of(n), TPB, 0, STREAM>>>(dst, src, n, zero_src);
+    ut_cuda_launched("accumulate");
+}
+
+/* AdamW as torch's single-tensor step (and the CPU backend's order) */
+__global__ void k_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
+                        float one_m_b1, float beta2, float one_m_b2, float step_size,
+                        float inv_bc2_sqrt, float eps, bool zero) {
+    GRID_STRIDE(i, n) {
+        float gi = g[i];
+        float mi = __fadd_rn(m[i], __fmul_rn(one_m_b1, __fsub_rn(gi, m[i])));
+        float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        if (zero) g[i] = 0.0f;
+        float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_bc2_sqrt), eps);
+        p[i] = __fsub_rn(__fmul_rn(p[i], decay_mul), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+    }
+}
+extern "C" void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
+                          float one_m_b1, float beta2, float one_m_b2, float step_size,
+                          float inv_bc2_sqrt, float eps, bool zero) {
+    if (n <= 0) return;
+    k_adamw<<<grid_of(n), TPB, 0, STREAM>>>(p, g, m, v, n, decay_mul, one_m_b1, beta2, one_m_b2,
+                                            step_size, inv_bc2_sqrt, eps, zero);
+    ut_cuda_launched("adamw");
+}
+
+__global__ void k_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float mom,
+                      float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
+    GRID_STRIDE(i, n) {
+        float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
+        if (zero) g[i] = 0.0f;
+        if (use_momentum) {
+            float b = first ? d : __fadd_rn(__fmul_rn(buf[i], mom), __fmul_rn(one_m_damp, d));
+            buf[i] = b;
+            d = nesterov ? __fadd_rn(d, __fmul_rn(mom, b)) : b;
+        }
+        p[i] = __fsub_rn(p[i], __fmul_rn(lr, d));
+    }
+}
+extern "C" void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
+                        float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
+    if (n <= 0) return;
+    k_sgd<<<grid_of(n), TPB, 0, STREAM>>>(p, g, buf, n, wd, lr, momentum, one_m_damp, use_momentum,
+                                          first, nesterov, zero);
+    ut_cuda_launched("sgd");
+}
+
+__global__ void k_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
+    GRID_STRIDE(i, rows * cols) out[i] = bias[i % cols];
+}
+extern "C" void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
+    if (rows * cols <= 0) return;
+    k_rows_fill<<<grid_of(rows * cols), TPB, 0, STREAM>>>(out, bias, rows, cols);
+    ut_cuda_launched("bias rows");
+}
+
+/* One thread per column walks the rows in order (reads coalesce across the
+ * warp's neighbouring columns); no atomics, so the same bits every run. */
+__global__ void k_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols) {
+    GRID_STRIDE(c, cols) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < rows; r++) acc += g[r * cols + c];
+        db[c] += acc;
+    }
+}
+extern "C" void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols) {
+    if (cols <= 0) return;
+    k_col_sum_add<<<grid_of(cols), TPB, 0, STREAM>>>(db, g, rows, cols);
+    ut_cuda_launched("column sums");
+}

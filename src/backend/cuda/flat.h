@@ -1,0 +1,34 @@
+/* Launchers of the CUDA backend's conversions and flat-buffer math (flat.cu).
+ * All pointers are device memory; work is queued on the compute stream. */
+#ifndef UTRAIN_CUDA_FLAT_H
+#define UTRAIN_CUDA_FLAT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtype codes as ut_dtype: 0 F32, 1 BF16, 2 F16 */
+void utk_convert(void *dst, int to, const void *src, int from, int64_t n);
+void utk_round(float *dst, const float *src, int64_t n, int dt);
+/* sum of x[i]^2 in double, in blocks fixed by n alone and added in order:
+ * the same bits every run (synchronises: the result is read back) */
+double utk_sum_sq(const float *x, int64_t n);
+void utk_scale(float *x, int64_t n, float s);
+/* dst[i] += src[i]; zero_src: also src[i] = 0 */
+void utk_add_into(float *dst, float *src, int64_t n, bool zero_src);
+void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul, float one_m_b1,
+               float beta2, float one_m_b2, float step_size, float inv_bc2_sqrt, float eps, bool zero);
+void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
+             float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero);
+/* out (rows, cols) = bias (cols) repeated on every row */
+void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols);
+/* db (cols) += column sums of g (rows, cols), each summed over rows in order */
+void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* Row-major float32 matrix products through cuBLASLt (cuda.h, ut_cuda_sgemm).
+ *
+ * cuBLASLt is column-major. A row-major matrix stored r x c with row stride
+ * ld is the column-major c x r matrix with leading dimension ld, so the
+ * row-major C = opA(A) opB(B) is computed as the column-major
+ * C^T = opB(B)^T opA(A)^T: cuBLASLt's first operand is our B, its second our
+ * A, with the same transpose flags. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+
+static cublasLtHandle_t g_lt;
+static void *g_ws;
+static const size_t WS_BYTES = 32u << 20;
+static bool g_tf32;
+
+extern "C" void ut_cuda_set_tf32(bool on) { g_tf32 = on; }
+
+static void lt_check(cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cuBLASLt %s failed (status %d)", what, (int)s);
+        ut_cuda_launched(msg);  /* reports a pending CUDA error if there is one */
+        fprintf(stderr, "utrain: %s\n", msg);
+        abort();
+    }
+}
+
+static void lt_init(void) {
+    if (g_lt) return;
+    const char *e = getenv("UT_CUDA_TF32"); /* 1: TF32 products (docs/gpu.md) */
+    if (e && e[0] == '1') g_tf32 = true;
+    lt_check(cublasLtCreate(&g_lt), "create");
+    if (cudaMalloc(&g_ws, WS_BYTES) != cudaSuccess) {
+        fprintf(stderr, "utrain: cuBLASLt workspace: out of device memory\n");
+        abort();
+    }
+}
+
+/* column-major layout of a row-major matrix stored rows x cols (row stride ld) */
+static cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+    cublasLtMatrixLayout_t l;
+    lt_check(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows, ld), "layout");
+    if (batch > 1) {
+        int32_t b = (int32_t)batch;
+        lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch");
+        lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride), "batch stride");
+    }
+    return l;
+}
+
+static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
+    cublasLtMatmulDesc_t op;
+    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                      CUDA_R_32F), "desc");
+    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    /* stored shapes (row-major): B is k x n or n x k, A is m x k or k x m */
+    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, sB, batch) : layout(k, n, ldb, sB, batch);
+    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, sA, batch) : layout(m, k, lda, sA, batch);
+    cublasLtMatrixLayout_t lc = layout(m, n, ldc, sC, batch);
+    cublasLtMatmulPreference_t pref;
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    size_t ws = WS_BYTES;
+    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+             "workspace");
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    lt_check(cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found), "heuristic");
+    if (found < 1) lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)");
+    lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
+                            (cudaStream_t)ut_cuda_stream()),
+             "matmul");
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+}
+
+extern "C" void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
+                              int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    lt_init();
+    if (k <= 0) { /* C = beta C: no product to add */
+        if (beta == 1.0f) return;
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t r = 0; r < m; r++) {
+                /* a rare case (an empty inner dimension): a scaled copy via a 1-column product is
+                 * not possible, so clear or keep row by row */
+                if (beta == 0.0f) cudaMemsetAsync(C + b * sC + r * ldc, 0, (size_t)n * sizeof(float),
+                                                  (cudaStream_t)ut_cuda_stream());
+            }
+        return;
+    }
+    if (batch > 1 && (sA == 0 || sB == 0)) { /* a shared operand: one product per entry */
+        for (int64_t b = 0; b < batch; b++)
+            one_product(transA, transB, m, n, k, alpha, A + b * sA, lda, 0, B + b * sB, ldb, 0, beta,
+                        C + b * sC, ldc, 0, 1);
+        return;
+    }
+    one_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+}

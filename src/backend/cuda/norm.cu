@@ -1,0 +1,284 @@
+/* CUDA kernels of layernorm over the last dimension (launchers declared in
+ * norm.h), with the CPU kernels' formulas (src/backend/cpu/norm.c): two-pass
+ * mean and biased variance in float, rstd = 1 / sqrt(var + eps).
+ * A row of C <= 1024 belongs to one warp that keeps it in registers (K values
+ * a lane); a longer row to one block, re-reading it from cache. The weight and
+ * bias gradients are column sums over the rows: per chunk of rows a partial
+ * sum, then the chunks added in order. Every reduction has a fixed shape that
+ * depends on N and C only, so results are the same from run to run. */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda.h"
+#include "norm.h"
+
+#define FULL_MASK 0xffffffffu
+#define LN_WARP_ROWS 8   /* rows (warps) per block of the warp kernels */
+#define LN_COLS 32       /* columns per block of the dw/db partial sums */
+#define LN_ROW_LANES 8   /* threads down the rows in those blocks */
+#define LN_ROW_CHUNK 128 /* rows per partial sum (at least) */
+
+static cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
+
+/* Sum over a warp; every lane gets the same bits. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+/* Sum over the block (a multiple of 32 threads); every thread gets it. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    v = warp_sum(v);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sh may still be read by a previous sum */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+/* ---- forward, a warp per row, lane holding columns lane + 32k (k < K) ---- */
+template <int K>
+__global__ void ln_fwd_warp_k(float *__restrict__ out, float *__restrict__ mean,
+                              float *__restrict__ rstd, const float *__restrict__ x,
+                              const float *__restrict__ w, const float *__restrict__ b, int64_t N,
+                              int C, float eps) {
+    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *xr = x + row * C;
+    float xv[K];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        xv[k] = c < C ? xr[c] : 0.0f;
+        s += xv[k];
+    }
+    float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        if (c < C) v += (xv[k] - m) * (xv[k] - m);
+    }
+    float r = 1.0f / sqrtf(warp_sum(v) / (float)C + eps);
+    float *o = out + row * C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        if (c < C) o[c] = (xv[k] - m) * r * w[c] + b[c];
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* ---- forward, a block per row ---- */
+__global__ void ln_fwd_block_k(float *__restrict__ out, float *__restrict__ mean,
+                               float *__restrict__ rstd, const float *__restrict__ x,
+                               const float *__restrict__ w, const float *__restrict__ b, int C,
+                               float eps) {
+    __shared__ float sh[32];
+    int64_t row = blockIdx.x;
+    const float *xr = x + row * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+    float m = block_sum(s, sh) / (float)C;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    float r = 1.0f / sqrtf(block_sum(v, sh) / (float)C + eps);
+    float *o = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] - m) * r * w[c] + b[c];
+    if (threadIdx.x == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* ---- input gradient, a warp per row:
+ * dx += r * (dn - mean(dn) - (x - m) * r * mean(dn * (x - m) * r)), dn = g * w ---- */
+template <int K>
+__global__ void ln_bwd_dx_warp_k(float *__restrict__ dx, const float *__restrict__ g,
+                                 const float *__restrict__ x, const float *__restrict__ w,
+                                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                                 int64_t N, int C) {
+    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *xr = x + row * C, *gr = g + row * C;
+    float m = mean[row], r = rstd[row];
+    float dn[K], xm[K];
+    float sdn = 0.0f, sdnx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        dn[k] = 0.0f;
+        xm[k] = 0.0f;
+        if (c < C) {
+            dn[k] = gr[c] * w[c];
+            xm[k] = xr[c] - m;
+            sdn += dn[k];
+            sdnx += dn[k] * xm[k] * r;
+        }
+    }
+    sdn = warp_sum(sdn) / (float)C;
+    sdnx = warp_sum(sdnx) / (float)C;
+    float *d = dx + row * C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        if (c < C) d[c] += r * (dn[k] - sdn - xm[k] * r * sdnx);
+    }
+}
+
+/* ---- input gradient, a block per row ---- */
+__global__ void ln_bwd_dx_block_k(float *__restrict__ dx, const float *__restrict__ g,
+                                  const float *__restrict__ x, const float *__restrict__ w,
+                                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                                  int C) {
+    __shared__ float sh[32];
+    int64_t row = blockIdx.x;
+    const float *xr = x + row * C, *gr = g + row * C;
+    float m = mean[row], r = rstd[row];
+    float sdn = 0.0f, sdnx = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float dn = gr[c] * w[c];
+        sdn += dn;
+        sdnx += dn * (xr[c] - m) * r;
+    }
+    sdn = block_sum(sdn, sh) / (float)C;
+    sdnx = block_sum(sdnx, sh) / (float)C;
+    float *d = dx + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        d[c] += r * (gr[c] * w[c] - sdn - (xr[c] - m) * r * sdnx);
+}
+
+/* ---- dw, db partial sums: block (LN_COLS, LN_ROW_LANES) takes columns
+ * [LN_COLS * blockIdx.x, +LN_COLS) of rows [rc * blockIdx.y, +rc);
+ * pw[chunk, c] = sum g * (x - m) * r, pb[chunk, c] = sum g ---- */
+__global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb,
+                                  const float *__restrict__ g, const float *__restrict__ x,
+                                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                                  int64_t N, int C, int64_t rc) {
+    __shared__ float sw[LN_ROW_LANES][LN_COLS + 1], sb[LN_ROW_LANES][LN_COLS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * LN_COLS + tx;
+    int64_t r0 = (int64_t)blockIdx.y * rc, r1 = r0 + rc < N ? r0 + rc : N;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int64_t n = r0 + ty; n < r1; n += LN_ROW_LANES) {
+            float gv = g[n * C + c];
+            aw += gv * (x[n * C + c] - mean[n]) * rstd[n];
+            ab += gv;
+        }
+    }
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float s = 0.0f, t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < LN_ROW_LANES; k++) {
+            s += sw[k][tx];
+            t += sb[k][tx];
+        }
+        pw[(int64_t)blockIdx.y * C + c] = s;
+        pb[(int64_t)blockIdx.y * C + c] = t;
+    }
+}
+
+/* dw[c] += sum over chunks of pw[chunk, c] (in chunk order); db likewise */
+__global__ void ln_dwdb_final_k(float *dw, float *db, const float *__restrict__ pw,
+                                const float *__restrict__ pb, int64_t nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f, t = 0.0f;
+    for (int64_t p = 0; p < nchunks; p++) {
+        s += pw[p * C + c];
+        t += pb[p * C + c];
+    }
+    if (dw) dw[c] += s;
+    if (db) db[c] += t;
+}
+
+/* ---- launchers ---- */
+/* Values per lane of the warp kernels (C <= 32 * K), 0: use the block kernels. */
+static int warp_k(int64_t C) {
+    static const int ks[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    for (int i = 0; i < (int)(sizeof ks / sizeof ks[0]); i++)
+        if (C <= 32 * ks[i]) return ks[i];
+    return 0;
+}
+
+static int block_threads(int64_t C) { return C <= 2048 ? 128 : C <= 8192 ? 256 : 512; }
+
+/* Rows per dw/db chunk: at least LN_ROW_CHUNK, and few enough chunks for gridDim.y. */
+static int64_t row_chunk(int64_t N) {
+    int64_t rc = LN_ROW_CHUNK;
+    if ((N + rc - 1) / rc > 65535) rc = (N + 65534) / 65535;
+    return rc;
+}
+
+#define LN_WARP_CASES(X) X(1) X(2) X(4) X(8) X(12) X(16) X(24) X(32)
+
+extern "C" void ut_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+                                      const float *w, const float *b, int64_t N, int64_t C,
+                                      float eps) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+    switch (warp_k(C)) {
+#define X(K)                                                                                   \
+    case K:                                                                                    \
+        ln_fwd_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(out, mean, rstd, x, w, b, N, \
+                                                                   (int)C, eps);               \
+        break;
+        LN_WARP_CASES(X)
+#undef X
+    default:
+        ln_fwd_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(out, mean, rstd, x, w, b,
+                                                                       (int)C, eps);
+    }
+    ut_cuda_launched("layernorm_fwd");
+}
+
+extern "C" size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return 64;
+    int64_t rc = row_chunk(N), nchunks = (N + rc - 1) / rc;
+    return 2 * (size_t)nchunks * (size_t)C * sizeof(float);
+}
+
+extern "C" void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scratch,
+                                      const float *dy, const float *x, const float *w,
+                                      const float *mean, const float *rstd, int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    if (dx) {
+        unsigned grid = (unsigned)((N + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+        switch (warp_k(C)) {
+#define X(K)                                                                                 \
+    case K:                                                                                  \
+        ln_bwd_dx_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(dx, dy, x, w, mean, rstd, \
+                                                                      N, (int)C);             \
+        break;
+            LN_WARP_CASES(X)
+#undef X
+        default:
+            ln_bwd_dx_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(dx, dy, x, w, mean,
+                                                                              rstd, (int)C);
+        }
+        ut_cuda_launched("layernorm_bwd_dx");
+    }
+    if (dw || db) {
+        int64_t rc = row_chunk(N), nchunks = (N + rc - 1) / rc;
+        float *pw = (float *)scratch, *pb = pw + nchunks * C;
+        dim3 grid((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)nchunks);
+        ln_dwdb_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, pb, dy, x, mean,
+                                                                             rstd, N, (int)C, rc);
+        ut_cuda_launched("layernorm_bwd_dwdb_partial");
+        ln_dwdb_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, db, pw, pb, nchunks,
+                                                                          (int)C);
+        ut_cuda_launched("layernorm_bwd_dwdb_final");
+    }
+}

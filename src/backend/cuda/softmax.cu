@@ -1,0 +1,363 @@
+/* CUDA kernels of the softmax family: softmax, log_softmax, cross_entropy and
+ * nll_loss over N rows of V floats (launchers declared in softmax.h).
+ * A row belongs to one warp (V <= 1024) or to one whole block (larger V);
+ * its max and exp-sum come from one online pass (a running max and a sum
+ * rescaled when the max grows), per-thread sums of exps in double, combined
+ * by a fixed shuffle/shared-memory tree: the launch shape depends on V only,
+ * so every result is the same from run to run. The losses keep one double
+ * per row and one block adds the rows in a fixed order. */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda.h"
+#include "softmax.h"
+
+#define FULL_MASK 0xffffffffu
+
+static cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
+
+/* ---- reductions over a row's threads: a warp, or (BLOCK) the whole block;
+ * every thread of the group gets the result (xor shuffles: the same bits in
+ * every lane). sh: 32 slots of shared memory. ---- */
+struct MaxOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct SumOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+template <typename T, typename Op> __device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+template <bool BLOCK, typename T, typename Op>
+__device__ __forceinline__ T group_reduce(T v, Op op, T identity, T *sh) {
+    v = warp_reduce(v, op);
+    if (!BLOCK) return v;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sh may still be read by a previous reduction */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : identity;
+    return warp_reduce(v, op);
+}
+
+/* This thread's row (false: past the last row), its index in the row's
+ * group and the group's size. */
+template <bool BLOCK>
+__device__ __forceinline__ bool row_slot(int64_t N, int64_t &row, int &tid, int &nt) {
+    if (BLOCK) {
+        row = blockIdx.x;
+        tid = threadIdx.x;
+        nt = blockDim.x;
+    } else {
+        row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        tid = threadIdx.x & 31;
+        nt = 32;
+    }
+    return row < N;
+}
+
+/* The row's max M and S = sum(exp(x - M)) (double), in one pass over x. */
+template <bool BLOCK>
+__device__ __forceinline__ void row_max_sum(const float *__restrict__ x, int V, int tid, int nt,
+                                            float *shf, double *shd, float &M, double &S) {
+    float m = -INFINITY;
+    double s = 0.0;
+    for (int v = tid; v < V; v += nt) {
+        float xv = x[v];
+        if (xv > m) {
+            s = s * (double)expf(m - xv) + 1.0; /* m = -inf: s = 1 */
+            m = xv;
+        } else if (xv > -INFINITY) {
+            s += (double)expf(xv - m);
+        }
+    }
+    M = group_reduce<BLOCK>(m, MaxOp(), -INFINITY, shf);
+    double part = m > -INFINITY ? s * (double)expf(m - M) : 0.0;
+    S = group_reduce<BLOCK>(part, SumOp(), 0.0, shd);
+}
+
+/* Launch shape of a row kernel: a warp per row (8 rows a block) up to V =
+ * 1024, else a block per row. */
+struct RowLaunch {
+    bool block;
+    unsigned grid;
+    int threads;
+};
+static RowLaunch row_launch(int64_t N, int64_t V) {
+    RowLaunch L;
+    if (V <= 1024) {
+        L.block = false;
+        L.threads = 256;
+        L.grid = (unsigned)((N + 7) / 8);
+    } else {
+        L.block = true;
+        L.threads = V <= 4096 ? 128 : V <= 16384 ? 256 : 512;
+        L.grid = (unsigned)N;
+    }
+    return L;
+}
+
+/* ---- softmax / log_softmax forward: y = exp(x - M) * (1 / S), or
+ * (LOG) y = (x - M) - log(S) ---- */
+template <bool BLOCK, bool LOG>
+__global__ void softmax_fwd_k(float *__restrict__ y, const float *__restrict__ x, int64_t N, int V) {
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    int64_t row;
+    int tid, nt;
+    if (!row_slot<BLOCK>(N, row, tid, nt)) return;
+    const float *xr = x + row * V;
+    float *yr = y + row * V;
+    float M;
+    double S;
+    row_max_sum<BLOCK>(xr, V, tid, nt, shf, shd, M, S);
+    if (LOG) {
+        float ls = (float)log(S);
+        for (int v = tid; v < V; v += nt) yr[v] = (xr[v] - M) - ls;
+    } else {
+        float inv = (float)(1.0 / S);
+        for (int v = tid; v < V; v += nt) yr[v] = expf(xr[v] - M) * inv;
+    }
+}
+
+/* ---- softmax backward: dx += y * (g - sum(g * y)) ---- */
+template <bool BLOCK>
+__global__ void softmax_bwd_k(float *__restrict__ dx, const float *__restrict__ g,
+                              const float *__restrict__ y, int64_t N, int V) {
+    __shared__ double shd[32];
+    int64_t row;
+    int tid, nt;
+    if (!row_slot<BLOCK>(N, row, tid, nt)) return;
+    const float *gr = g + row * V, *yr = y + row * V;
+    float *dr = dx + row * V;
+    double d = 0.0;
+    for (int v = tid; v < V; v += nt) d += (double)gr[v] * yr[v];
+    float dd = (float)group_reduce<BLOCK>(d, SumOp(), 0.0, shd);
+    for (int v = tid; v < V; v += nt) dr[v] += yr[v] * (gr[v] - dd);
+}
+
+/* ---- log_softmax backward: dx += g - exp(y) * sum(g) ---- */
+template <bool BLOCK>
+__global__ void log_softmax_bwd_k(float *__restrict__ dx, const float *__restrict__ g,
+                                  const float *__restrict__ y, int64_t N, int V) {
+    __shared__ double shd[32];
+    int64_t row;
+    int tid, nt;
+    if (!row_slot<BLOCK>(N, row, tid, nt)) return;
+    const float *gr = g + row * V, *yr = y + row * V;
+    float *dr = dx + row * V;
+    double gs = 0.0;
+    for (int v = tid; v < V; v += nt) gs += gr[v];
+    float s = (float)group_reduce<BLOCK>(gs, SumOp(), 0.0, shd);
+    for (int v = tid; v < V; v += nt) dr[v] += gr[v] - expf(yr[v]) * s;
+}
+
+/* Whether target t counts (neither ignored nor out of range); a bad target
+ * raises code in err (first writer wins). */
+__device__ __forceinline__ bool target_counts(int t, int ignore, int V, int *err, int code,
+                                              bool report) {
+    if (t == ignore) return false;
+    if (t < 0 || t >= V) {
+        if (report && err) atomicCAS(err, 0, code);
+        return false;
+    }
+    return true;
+}
+
+/* ---- cross_entropy forward: rowloss = M + log(S) - x[target]; saves M and
+ * 1 / S (mx, inv may be NULL) ---- */
+template <bool BLOCK>
+__global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restrict__ mx,
+                                    float *__restrict__ inv, const float *__restrict__ logits,
+                                    const int32_t *__restrict__ targets, int ignore, int64_t N,
+                                    int V, int *err) {
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    int64_t row;
+    int tid, nt;
+    if (!row_slot<BLOCK>(N, row, tid, nt)) return;
+    int t = targets[row];
+    if (!target_counts(t, ignore, V, err, UT_CUDA_ERR_CROSS_ENTROPY_TARGET, tid == 0)) {
+        if (tid == 0) rowloss[row] = 0.0;
+        return; /* the whole group leaves: no reduction pending */
+    }
+    const float *xr = logits + row * V;
+    float M;
+    double S;
+    row_max_sum<BLOCK>(xr, V, tid, nt, shf, shd, M, S);
+    if (tid == 0) {
+        if (mx) {
+            mx[row] = M;
+            inv[row] = (float)(1.0 / S);
+        }
+        rowloss[row] = (double)M + log(S) - (double)xr[t];
+    }
+}
+
+/* ---- cross_entropy backward: d = exp(x - M) * inv * g, minus g at the
+ * target; written (overwrite) or added; ignored rows: 0 / nothing ---- */
+template <bool BLOCK>
+__global__ void cross_entropy_bwd_k(float *__restrict__ dx, int overwrite,
+                                    const float *__restrict__ logits, const float *__restrict__ mx,
+                                    const float *__restrict__ inv,
+                                    const int32_t *__restrict__ targets, int ignore,
+                                    const float *__restrict__ dloss,
+                                    const int64_t *__restrict__ count, int64_t N, int V) {
+    int64_t row;
+    int tid, nt;
+    if (!row_slot<BLOCK>(N, row, tid, nt)) return;
+    int t = targets[row];
+    float *dr = dx + row * V;
+    if (!target_counts(t, ignore, V, nullptr, 0, false)) {
+        if (overwrite)
+            for (int v = tid; v < V; v += nt) dr[v] = 0.0f;
+        return;
+    }
+    float g = dloss[0] / (float)count[0]; /* count >= 1: this row counts */
+    float m = mx[row], r = inv[row];
+    const float *xr = logits + row * V;
+    if (overwrite) {
+        for (int v = tid; v < V; v += nt) {
+            float p = expf(xr[v] - m) * r * g;
+            dr[v] = v == t ? p - g : p;
+        }
+    } else {
+        for (int v = tid; v < V; v += nt) {
+            float a = dr[v] + expf(xr[v] - m) * r * g;
+            dr[v] = v == t ? a - g : a;
+        }
+    }
+}
+
+/* ---- nll_loss: rowloss = -logp[target], one thread a row ---- */
+__global__ void nll_loss_fwd_k(double *__restrict__ rowloss, const float *__restrict__ logp,
+                               const int32_t *__restrict__ targets, int ignore, int64_t N, int V,
+                               int *err) {
+    int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    int t = targets[n];
+    rowloss[n] = target_counts(t, ignore, V, err, UT_CUDA_ERR_NLL_LOSS_TARGET, true)
+                     ? -(double)logp[n * V + t]
+                     : 0.0;
+}
+
+/* dlogp[target] -= dloss / count, one thread a row (rows are distinct) */
+__global__ void nll_loss_bwd_k(float *__restrict__ dlogp, const int32_t *__restrict__ targets,
+                               int ignore, const float *__restrict__ dloss,
+                               const int64_t *__restrict__ count, int64_t N, int V) {
+    int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    int t = targets[n];
+    if (target_counts(t, ignore, V, nullptr, 0, false))
+        dlogp[n * V + t] -= dloss[0] / (float)count[0];
+}
+
+/* ---- the mean over counted rows: one block; thread i takes rows i, i + nt,
+ * ... then a fixed tree ---- */
+#define LOSS_MEAN_THREADS 1024
+__global__ void loss_mean_k(float *out, int64_t *count, const double *__restrict__ rowloss,
+                            const int32_t *__restrict__ targets, int ignore, int64_t N, int V) {
+    __shared__ double shd[32];
+    __shared__ long long shl[32];
+    double s = 0.0;
+    long long c = 0;
+    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+        s += rowloss[n];
+        c += target_counts(targets[n], ignore, V, nullptr, 0, false) ? 1 : 0;
+    }
+    s = group_reduce<true>(s, SumOp(), 0.0, shd);
+    c = group_reduce<true>(c, SumOp(), 0LL, shl);
+    if (threadIdx.x == 0) {
+        out[0] = c ? (float)(s / (double)c) : 0.0f;
+        if (count) count[0] = (int64_t)c;
+    }
+}
+
+/* ---- launchers ---- */
+#define LAUNCH_ROWS(L, kernel_true, kernel_false, ...)                              \
+    do {                                                                            \
+        if ((L).block)                                                              \
+            kernel_true<<<(L).grid, (L).threads, 0, stream()>>>(__VA_ARGS__);       \
+        else                                                                        \
+            kernel_false<<<(L).grid, (L).threads, 0, stream()>>>(__VA_ARGS__);      \
+    } while (0)
+
+extern "C" void ut_cuda_softmax_fwd(float *y, const float *x, int64_t N, int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, (softmax_fwd_k<true, false>), (softmax_fwd_k<false, false>), y, x, N, (int)V);
+    ut_cuda_launched("softmax_fwd");
+}
+
+extern "C" void ut_cuda_log_softmax_fwd(float *y, const float *x, int64_t N, int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, (softmax_fwd_k<true, true>), (softmax_fwd_k<false, true>), y, x, N, (int)V);
+    ut_cuda_launched("log_softmax_fwd");
+}
+
+extern "C" void ut_cuda_softmax_bwd(float *dx, const float *dy, const float *y, int64_t N,
+                                    int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, softmax_bwd_k<true>, softmax_bwd_k<false>, dx, dy, y, N, (int)V);
+    ut_cuda_launched("softmax_bwd");
+}
+
+extern "C" void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t N,
+                                        int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, log_softmax_bwd_k<true>, log_softmax_bwd_k<false>, dx, dy, y, N, (int)V);
+    ut_cuda_launched("log_softmax_bwd");
+}
+
+extern "C" void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
+                                          const float *logits, const int32_t *targets,
+                                          int ignore_index, int64_t N, int64_t V, int *err) {
+    if (N <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, cross_entropy_fwd_k<true>, cross_entropy_fwd_k<false>, rowloss, row_max,
+                inv_sum, logits, targets, ignore_index, N, (int)V, err);
+    ut_cuda_launched("cross_entropy_fwd");
+}
+
+extern "C" void ut_cuda_cross_entropy_bwd(float *dlogits, int overwrite, const float *logits,
+                                          const float *row_max, const float *inv_sum,
+                                          const int32_t *targets, int ignore_index,
+                                          const float *dloss, const int64_t *count, int64_t N,
+                                          int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, cross_entropy_bwd_k<true>, cross_entropy_bwd_k<false>, dlogits, overwrite,
+                logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, (int)V);
+    ut_cuda_launched("cross_entropy_bwd");
+}
+
+extern "C" void ut_cuda_nll_loss_fwd(double *rowloss, const float *logp, const int32_t *targets,
+                                     int ignore_index, int64_t N, int64_t V, int *err) {
+    if (N <= 0) return;
+    nll_loss_fwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(rowloss, logp, targets,
+                                                                      ignore_index, N, (int)V, err);
+    ut_cuda_launched("nll_loss_fwd");
+}
+
+extern "C" void ut_cuda_nll_loss_bwd(float *dlogp, const int32_t *targets, int ignore_index,
+                                     const float *dloss, const int64_t *count, int64_t N,
+                                     int64_t V) {
+    if (N <= 0 || V <= 0) return;
+    nll_loss_bwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(dlogp, targets, ignore_index,
+                                                                      dloss, count, N, (int)V);
+    ut_cuda_launched("nll_loss_bwd");
+}
+
+extern "C" void ut_cuda_loss_mean(float *out, int64_t *count, const double *rowloss,
+                                  const int32_t *targets, int ignore_index, int64_t N, int64_t V) {
+    loss_mean_k<<<1, LOSS_MEAN_THREADS, 0, stream()>>>(out, count, rowloss, targets, ignore_index,
+                                                       N < 0 ? 0 : N, (int)V);
+    ut_cuda_launched("loss_mean");
+}

@@ -1,0 +1,308 @@
+/* CUDA kernels of the elementwise unary ops: scale, relu, gelu (tanh form),
+ * exact gelu (erf), tanh, sigmoid and dropout, forward (out = f(x)) and
+ * backward (dx += f'(...) dy), flat over n contiguous elements, four per
+ * thread with 16-byte loads when every pointer allows.
+ * The arithmetic is the CPU's (src/backend/cpu/unary.c, gelu_erf.c) operation
+ * for operation, with explicit round-to-nearest intrinsics so that nvcc fuses
+ * no multiply-add the CPU does not; the exps and erf of both gelus are the
+ * CPU's vmath.h polynomials, so relu, scale, dropout and both gelus give the
+ * CPU's bits. tanh and sigmoid use CUDA's tanhf / expf (within 2 ulp). */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda.h"
+#include "ew.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 20;
+
+unsigned blocks_for(int64_t n) {
+    int64_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* ---- the CPU's vmath.h functions, same operations in the same order ---- */
+
+/* e^x within 2 ulp: x = n ln2 + r, e^r by a degree-5 polynomial, 2^n as two
+ * power-of-two factors (see ut_expf_fast in src/backend/cpu/vmath.h) */
+__device__ __forceinline__ float exp_poly(float x) {
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
+    const float shift = 12582912.0f;
+    float t = __fmaf_rn(x, 1.44269504088896341f, shift);
+    float n = __fsub_rn(t, shift);
+    int32_t ni = (int32_t)(__float_as_uint(t) - __float_as_uint(shift));
+    float r = __fmaf_rn(n, -0.693359375f, x);
+    r = __fmaf_rn(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = __fmaf_rn(p, r, 1.3981999507e-3f);
+    p = __fmaf_rn(p, r, 8.3334519073e-3f);
+    p = __fmaf_rn(p, r, 4.1665795894e-2f);
+    p = __fmaf_rn(p, r, 1.6666665459e-1f);
+    p = __fmaf_rn(p, r, 5.0000001201e-1f);
+    float er = __fadd_rn(__fmaf_rn(p, __fmul_rn(r, r), r), 1.0f);
+    int32_t n1 = ni / 2, n2 = ni - n1;
+    float s1 = __uint_as_float((uint32_t)(n1 + 127) << 23);
+    float s2 = __uint_as_float((uint32_t)(n2 + 127) << 23);
+    return __fmul_rn(__fmul_rn(er, s1), s2);
+}
+
+/* erf(z) given e = e^(-z^2): z P(z^2) below |z| = 1, else 1 - e R(1 / (1 + |z|))
+ * (see ut_erff_fast_e in src/backend/cpu/vmath.h) */
+__device__ __forceinline__ float erf_poly(float z, float e) {
+    float a = fabsf(z), s = __fmul_rn(a, a);
+    float p = 7.933422441e-05f;
+    p = __fmaf_rn(p, s, -8.034827988e-04f);
+    p = __fmaf_rn(p, s, 5.191216608e-03f);
+    p = __fmaf_rn(p, s, -2.685539872e-02f);
+    p = __fmaf_rn(p, s, 1.128362571e-01f);
+    p = __fmaf_rn(p, s, -3.761262988e-01f);
+    p = __fmaf_rn(p, s, 1.128379167e+00f);
+    float t = __fdiv_rn(1.0f, __fadd_rn(1.0f, a));
+    float r = 1.032603026e+00f;
+    r = __fmaf_rn(r, t, -3.492248214e+00f);
+    r = __fmaf_rn(r, t, 4.792138032e+00f);
+    r = __fmaf_rn(r, t, -2.991974411e+00f);
+    r = __fmaf_rn(r, t, 3.648416537e-01f);
+    r = __fmaf_rn(r, t, 1.644386198e-01f);
+    r = __fmaf_rn(r, t, 5.776960734e-01f);
+    r = __fmaf_rn(r, t, 5.632953435e-01f);
+    r = __fmaf_rn(r, t, 2.608263824e-05f);
+    float y = a < 1.0f ? __fmul_rn(a, p) : __fmaf_rn(-e, r, 1.0f);
+    return copysignf(y, z);
+}
+
+/* ---- the ops: forward functors f(x), backward functors f(dy, z) (z = x or
+ * the saved output y), the backward kernel adding the result into dx ---- */
+constexpr float kGeluK0 = 0.7978845608028654f; /* sqrt(2 / pi) */
+constexpr float kGeluK1 = 0.044715f;
+constexpr float kRsqrt2 = 0.70710678118654752f;
+constexpr float kRsqrt2Pi = 0.39894228040143268f;
+
+struct ScaleF {
+    float s;
+    __device__ float operator()(float x) const { return __fmul_rn(s, x); }
+};
+struct ScaleB {
+    float s;
+    __device__ float operator()(float dy, float) const { return __fmul_rn(s, dy); }
+};
+
+struct ReluF {
+    __device__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+};
+struct ReluB { /* the gradient at 0 is 0 */
+    __device__ float operator()(float dy, float x) const { return x > 0.0f ? dy : 0.0f; }
+};
+
+/* gelu, tanh form, as sigmoid(2u) = 0.5 (1 + tanh u), u = k0 (x + k1 x^3) */
+__device__ __forceinline__ float gelu_s(float x, float x2) {
+    float u = __fadd_rn(x, __fmul_rn(__fmul_rn(kGeluK1, x2), x));
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_poly(__fmul_rn(-2.0f * kGeluK0, u))));
+}
+struct GeluF { /* x s */
+    __device__ float operator()(float x) const { return __fmul_rn(x, gelu_s(x, __fmul_rn(x, x))); }
+};
+struct GeluB { /* dy (s + 2 x s (1 - s) u'(x)), u'(x) = k0 (1 + 3 k1 x^2) */
+    __device__ float operator()(float dy, float x) const {
+        float x2 = __fmul_rn(x, x), s = gelu_s(x, x2);
+        float du = __fmul_rn(kGeluK0, __fadd_rn(1.0f, __fmul_rn(3.0f * kGeluK1, x2)));
+        float w = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), s), __fsub_rn(1.0f, s)), du);
+        return __fmul_rn(dy, __fadd_rn(s, w));
+    }
+};
+
+/* exact gelu: 0.5 x (1 + erf(x / sqrt 2)) */
+struct GeluErfF {
+    __device__ float operator()(float x) const {
+        float z = __fmul_rn(x, kRsqrt2);
+        float e = exp_poly(__fmul_rn(-z, z));
+        return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erf_poly(z, e)));
+    }
+};
+struct GeluErfB { /* dy (Phi(x) + x phi(x)) */
+    __device__ float operator()(float dy, float x) const {
+        float z = __fmul_rn(x, kRsqrt2);
+        float e = exp_poly(__fmul_rn(-z, z));
+        float cdf = __fmul_rn(0.5f, __fadd_rn(1.0f, erf_poly(z, e)));
+        return __fmul_rn(dy, __fadd_rn(cdf, __fmul_rn(__fmul_rn(x, kRsqrt2Pi), e)));
+    }
+};
+
+struct TanhF {
+    __device__ float operator()(float x) const { return tanhf(x); }
+};
+struct TanhB { /* dy (1 - y^2) */
+    __device__ float operator()(float dy, float y) const {
+        return __fmul_rn(dy, __fsub_rn(1.0f, __fmul_rn(y, y)));
+    }
+};
+
+struct SigmoidF { /* exp overflows to inf for very negative x: the limit 0 */
+    __device__ float operator()(float x) const {
+        return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+    }
+};
+struct SigmoidB { /* dy y (1 - y) */
+    __device__ float operator()(float dy, float y) const {
+        return __fmul_rn(__fmul_rn(dy, y), __fsub_rn(1.0f, y));
+    }
+};
+
+/* ---- generic kernels ---- */
+
+/* out (n) = f(x) */
+template <class F, bool VEC>
+__global__ void fwd_kernel(float *__restrict__ out, const float *__restrict__ x, int64_t n, F f) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 a = reinterpret_cast<const float4 *>(x)[v];
+            reinterpret_cast<float4 *>(out)[v] = make_float4(f(a.x), f(a.y), f(a.z), f(a.w));
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step) out[i] = f(x[i]);
+}
+
+/* dx (n) += f(dy, z) */
+template <class F, bool VEC>
+__global__ void bwd_kernel(float *__restrict__ dx, const float *__restrict__ dy,
+                           const float *__restrict__ z, int64_t n, F f) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 g = reinterpret_cast<const float4 *>(dy)[v];
+            float4 c = reinterpret_cast<const float4 *>(z)[v];
+            float4 d = reinterpret_cast<float4 *>(dx)[v];
+            d.x = __fadd_rn(d.x, f(g.x, c.x));
+            d.y = __fadd_rn(d.y, f(g.y, c.y));
+            d.z = __fadd_rn(d.z, f(g.z, c.z));
+            d.w = __fadd_rn(d.w, f(g.w, c.w));
+            reinterpret_cast<float4 *>(dx)[v] = d;
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step) dx[i] = __fadd_rn(dx[i], f(dy[i], z[i]));
+}
+
+template <class F>
+void fwd(float *out, const float *x, int64_t n, F f, const char *what) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (aligned16(out) && aligned16(x))
+        fwd_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, x, n, f);
+    else
+        fwd_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(out, x, n, f);
+    ut_cuda_launched(what);
+}
+
+template <class F>
+void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, const char *what) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (aligned16(dx) && aligned16(dy) && aligned16(z))
+        bwd_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dy, z, n, f);
+    else
+        bwd_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dy, z, n, f);
+    ut_cuda_launched(what);
+}
+
+/* BWD false: out (n) = keep ? x * scale : 0;
+ * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient) */
+template <bool BWD, bool VEC>
+__global__ void dropout_kernel(float *__restrict__ out, const float *__restrict__ x,
+                               const uint8_t *__restrict__ keep, float scale, int64_t n) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 a = reinterpret_cast<const float4 *>(x)[v];
+            uchar4 k = reinterpret_cast<const uchar4 *>(keep)[v];
+            float4 r = make_float4(k.x ? __fmul_rn(a.x, scale) : 0.0f,
+                                   k.y ? __fmul_rn(a.y, scale) : 0.0f,
+                                   k.z ? __fmul_rn(a.z, scale) : 0.0f,
+                                   k.w ? __fmul_rn(a.w, scale) : 0.0f);
+            if (BWD) {
+                float4 d = reinterpret_cast<float4 *>(out)[v];
+                r = make_float4(__fadd_rn(d.x, r.x), __fadd_rn(d.y, r.y), __fadd_rn(d.z, r.z),
+                                __fadd_rn(d.w, r.w));
+            }
+            reinterpret_cast<float4 *>(out)[v] = r;
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step) {
+        float r = keep[i] ? __fmul_rn(x[i], scale) : 0.0f;
+        out[i] = BWD ? __fadd_rn(out[i], r) : r;
+    }
+}
+
+template <bool BWD>
+void dropout(float *out, const float *x, const uint8_t *keep, float scale, int64_t n,
+             const char *what) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (aligned16(out) && aligned16(x) && ((uintptr_t)keep & 3) == 0)
+        dropout_kernel<BWD, true>
+            <<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, x, keep, scale, n);
+    else
+        dropout_kernel<BWD, false><<<blocks_for(n), kThreads, 0, s>>>(out, x, keep, scale, n);
+    ut_cuda_launched(what);
+}
+
+} // namespace
+
+extern "C" void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n) {
+    fwd(out, x, n, ScaleF{s}, "scale_fwd");
+}
+extern "C" void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n) {
+    bwd(dx, dy, dy, n, ScaleB{s}, "scale_bwd");
+}
+extern "C" void ut_cuda_relu_fwd(float *out, const float *x, int64_t n) {
+    fwd(out, x, n, ReluF{}, "relu_fwd");
+}
+extern "C" void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
+    bwd(dx, dy, x, n, ReluB{}, "relu_bwd");
+}
+extern "C" void ut_cuda_gelu_fwd(float *out, const float *x, int64_t n) {
+    fwd(out, x, n, GeluF{}, "gelu_fwd");
+}
+extern "C" void ut_cuda_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
+    bwd(dx, dy, x, n, GeluB{}, "gelu_bwd");
+}
+extern "C" void ut_cuda_gelu_erf_fwd(float *out, const float *x, int64_t n) {
+    fwd(out, x, n, GeluErfF{}, "gelu_erf_fwd");
+}
+extern "C" void ut_cuda_gelu_erf_bwd(float *dx, const float *dy, const float *x, int64_t n) {
+    bwd(dx, dy, x, n, GeluErfB{}, "gelu_erf_bwd");
+}
+extern "C" void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n) {
+    fwd(out, x, n, TanhF{}, "tanh_fwd");
+}
+extern "C" void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n) {
+    bwd(dx, dy, y, n, TanhB{}, "tanh_bwd");
+}
+extern "C" void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n) {
+    fwd(out, x, n, SigmoidF{}, "sigmoid_fwd");
+}
+extern "C" void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n) {
+    bwd(dx, dy, y, n, SigmoidB{}, "sigmoid_bwd");
+}
+extern "C" void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float scale,
+                                    int64_t n) {
+    dropout<false>(out, x, keep, scale, n, "dropout_fwd");
+}
+extern "C" void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale,
+                                    int64_t n) {
+    dropout<true>(dx, dy, keep, scale, n, "dropout_bwd");
+}

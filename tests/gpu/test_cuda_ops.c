@@ -1,0 +1,293 @@
+/* The CUDA backend against the CPU backend, op by op: every gradcheck row
+ * (tests/unit/gradcheck_*.c) is built twice from the same inputs, on a CPU
+ * context and on a CUDA context, and the output and every input's gradient
+ * of L = sum(out * R) must agree within float32 tolerance; then larger
+ * shapes of the ops GPT-2, BERT and the CNN use, two same-seed runs to the
+ * bit, and device memory a backward leaves. Without a GPU (or a build
+ * without the CUDA backend) every test skips with the reason. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/backend/backend.h"
+#include "../unit/gradcheck.h"
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/ops.h"
+#include "utrain/tensor.h"
+
+#define GC_FAMILIES(X) X(core) X(unary) X(loss) X(nn)
+#define DECLARE(f) extern const gc_row gc_rows_##f[]; extern const int gc_nrows_##f;
+GC_FAMILIES(DECLARE)
+
+/* fp32 on both sides; the products' summation orders differ (OpenBLAS,
+ * cuBLASLt), so not to the bit */
+#define TOL 2e-5
+
+static long long count(const gc_input *in) {
+    long long n = 1;
+    for (int i = 0; i < in->ndim; i++) n *= in->ne[i];
+    return n;
+}
+
+static void fill(const gc_input *in, void *dst, ut_rng *r) {
+    long long n = count(in);
+    if (in->kind == GC_INDEX) {
+        for (long long i = 0; i < n; i++) ((int *)dst)[i] = (int)(ut_rng_u64(r) % (unsigned)in->hi);
+        return;
+    }
+    float *x = dst;
+    for (long long i = 0; i < n; i++) {
+        float v = ut_rng_normal(r);
+        if (in->kind == GC_AWAY0) v = v >= 0 ? v + 0.1f : v - 0.1f;
+        if (in->kind == GC_POSITIVE) v = 0.5f + ut_rng_uniform(r);
+        if (in->kind == GC_DISTINCT) v = 0.05f * (float)i - 0.025f * (float)n;
+        x[i] = v;
+    }
+}
+
+/* What one run of a row gives: the output and each input's gradient, on the host. */
+typedef struct {
+    float *out;
+    long long nout;
+    float *grad[4];
+    char err[512];
+} result;
+
+static void result_free(result *r) {
+    free(r->out);
+    for (int i = 0; i < 4; i++) free(r->grad[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static int run_row(ut_device dev, const gc_row *row, void *const *host, const float *R, long long nR, result *res) {
+    memset(res, 0, sizeof *res);
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 1 << 20, .seed = 1234, .device = dev});
+    ut_ctx_set_training(ctx, row->training);
+    ut_tensor *in[4] = {0};
+    for (int i = 0; i < row->nin; i++) {
+        const gc_input *gi = &row->in[i];
+        int64_t ne[4];
+        for (int d = 0; d < gi->ndim; d++) ne[d] = gi->ne[d];
+        in[i] = ut_tensor_from(ctx, gi->kind == GC_INDEX ? UT_I32 : UT_F32, gi->ndim, ne, host[i]);
+        ut_tensor_set_requires_grad(in[i], gi->kind != GC_INDEX && gi->kind != GC_CONST);
+    }
+    ut_tensor *out = row->build(ctx, in);
+    ut_tensor *oc = out ? ut_contiguous(ctx, out) : NULL;
+    int rc = -1;
+    if (!oc) goto done;
+    res->nout = ut_nelem(oc);
+    res->out = malloc(sizeof(float) * (size_t)res->nout);
+    if (ut_tensor_get(oc, res->out, sizeof(float) * (size_t)res->nout)) goto done;
+    if (R) {
+        if (nR != res->nout) goto done;
+        ut_tensor *Rt = ut_tensor_from(ctx, UT_F32, out->ndim, out->ne, R);
+        ut_tensor *L = ut_sum(ctx, ut_mul(ctx, out, Rt));
+        if (!L || ut_backward(ctx, L)) goto done;
+        for (int i = 0; i < row->nin; i++) {
+            if (!in[i]->requires_grad) continue;
+            size_t b = sizeof(float) * (size_t)count(&row->in[i]);
+            res->grad[i] = malloc(b);
+            if (ut_tensor_get_grad(in[i], res->grad[i], b)) goto done;
+        }
+    }
+    rc = 0;
+done:
+    if (ut_ctx_error(ctx)) snprintf(res->err, sizeof res->err, "%s", ut_ctx_error(ctx));
+    ut_ctx_free(ctx);
+    return rc;
+}
+
+/* max |a - b| / max(max |b|, 1e-6) */
+static double rel_err(const float *a, const float *b, long long n, long long *where) {
+    double m = 0, s = 1e-6;
+    *where = 0;
+    for (long long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d, *where = i;
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    return m / s;
+}
+
+static char skip_why[256];
+static bool have_gpu(void) { return ut_backend_check(UT_CUDA, skip_why, sizeof skip_why) == 0; }
+
+/* Both devices on one row; returns 0 when they agree. */
+static int compare_row(const char *fam, const gc_row *row, double tol) {
+    ut_rng r;
+    ut_rng_seed(&r, 42);
+    void *host[4] = {0};
+    for (int i = 0; i < row->nin; i++) {
+        host[i] = malloc(sizeof(float) * (size_t)count(&row->in[i]));
+        fill(&row->in[i], host[i], &r);
+    }
+    result c, g;
+    int bad = 0;
+    /* the output's size first, for R */
+    if (run_row(UT_CPU, row, host, NULL, 0, &c)) {
+        printf("FAIL %s/%s: cpu: %s\n", fam, row->name, c.err);
+        bad = 1;
+    }
+    long long nR = c.nout;
+    result_free(&c);
+    float *R = malloc(sizeof(float) * (size_t)(nR ? nR : 1));
+    for (long long i = 0; i < nR; i++) R[i] = ut_rng_normal(&r);
+    if (!bad && run_row(UT_CPU, row, host, R, nR, &c)) {
+        printf("FAIL %s/%s: cpu: %s\n", fam, row->name, c.err);
+        bad = 1;
+    }
+    if (!bad && run_row(UT_CUDA, row, host, R, nR, &g)) {
+        printf("FAIL %s/%s: cuda: %s\n", fam, row->name, g.err);
+        bad = 1;
+        result_free(&g);
+    }
+    if (!bad) {
+        long long w;
+        double e = rel_err(g.out, c.out, c.nout, &w);
+        if (e > tol) {
+            printf("FAIL %s/%s: output differs: rel %.3g (element %lld: cuda %.8g, cpu %.8g)\n", fam, row->name,
+                   e, w, g.out[w], c.out[w]);
+            bad = 1;
+        }
+        for (int i = 0; i < row->nin && !bad; i++) {
+            if (!c.grad[i]) continue;
+            e = rel_err(g.grad[i], c.grad[i], count(&row->in[i]), &w);
+            if (e > tol) {
+                printf("FAIL %s/%s: input %d gradient differs: rel %.3g (element %lld: cuda %.8g, cpu %.8g)\n",
+                       fam, row->name, i, e, w, g.grad[i][w], c.grad[i][w]);
+                bad = 1;
+            }
+        }
+        if (!bad) printf("ok   %s/%s\n", fam, row->name);
+        result_free(&g);
+    }
+    result_free(&c);
+    free(R);
+    for (int i = 0; i < 4; i++) free(host[i]);
+    return bad;
+}
+
+static void run_family(const char *fam, const gc_row *rows, int n) {
+    for (int i = 0; i < n; i++) {
+        if (compare_row(fam, &rows[i], TOL)) t_failed++;
+        else t_passed++;
+        fflush(stdout);
+    }
+}
+
+/* ---- larger shapes: the sizes of GPT-2 124M's ops, scaled down in batch ---- */
+static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
+static ut_tensor *b_mlp(ut_ctx *c, ut_tensor **in) {
+    return ut_linear(c, ut_gelu(c, ut_linear(c, in[0], in[1], in[2])), in[3], NULL);
+}
+static ut_tensor *b_attn(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 12); }
+static ut_tensor *b_xent(ut_ctx *c, ut_tensor **in) {
+    int64_t ne[1] = {1};
+    return ut_reshape(c, ut_cross_entropy(c, in[0], in[1], -100), 1, ne);
+}
+static ut_tensor *b_emb(ut_ctx *c, ut_tensor **in) { return ut_embedding(c, in[0], in[1]); }
+static ut_tensor *b_softmax(ut_ctx *c, ut_tensor **in) { return ut_softmax(c, in[0]); }
+static ut_tensor *b_conv(ut_ctx *c, ut_tensor **in) {
+    return ut_max_pool2d(c, ut_relu(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1)), 2, 2);
+}
+static ut_tensor *b_bmm(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+
+static const gc_row big_rows[] = {
+    {"layernorm 512 x 768", 3, {{2, {512, 768}}, {1, {768}}, {1, {768}}}, b_ln},
+    {"mlp 256 x 768 -> 3072 -> 768", 4, {{2, {256, 768}}, {2, {3072, 768}}, {1, {3072}}, {2, {768, 3072}}}, b_mlp},
+    {"causal attention 2 x 128 x 768, 12 heads", 1, {{3, {2, 128, 2304}}}, b_attn},
+    {"cross-entropy 64 x 50257", 2, {{2, {64, 50257}}, {1, {64}, GC_INDEX, 50257}}, b_xent},
+    {"embedding 50257 x 768, 512 ids", 2, {{1, {512}, GC_INDEX, 50257}, {2, {50257, 768}}}, b_emb},
+    {"softmax 256 x 1024", 1, {{2, {256, 1024}}}, b_softmax},
+    {"conv 3x3 + relu + pool, 8 x 16 x 28 x 28", 3, {{4, {8, 16, 28, 28}}, {4, {32, 16, 3, 3}}, {1, {32}}}, b_conv},
+    {"batched matmul 24 x 128 x 64 @ 64 x 128", 2, {{3, {24, 128, 64}}, {3, {24, 64, 128}}}, b_bmm},
+};
+
+static void test_large_shapes(void) {
+    for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
+        if (compare_row("large", &big_rows[i], 1e-4)) t_failed++;
+        else t_passed++;
+        fflush(stdout);
+    }
+}
+
+/* Two runs of the same rows on the GPU give the same bits (no atomics in
+ * reductions, one algorithm per product). */
+static void test_same_bits_twice(void) {
+    const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4], &big_rows[6]};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const gc_row *row = rows[k];
+        ut_rng r;
+        ut_rng_seed(&r, 7);
+        void *host[4] = {0};
+        for (int i = 0; i < row->nin; i++) {
+            host[i] = malloc(sizeof(float) * (size_t)count(&row->in[i]));
+            fill(&row->in[i], host[i], &r);
+        }
+        result a, b;
+        run_row(UT_CUDA, row, host, NULL, 0, &a);
+        long long n = a.nout;
+        result_free(&a);
+        float *R = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        for (long long i = 0; i < n; i++) R[i] = ut_rng_normal(&r);
+        int ra = run_row(UT_CUDA, row, host, R, n, &a), rb = run_row(UT_CUDA, row, host, R, n, &b);
+        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
+        if (ra == 0 && rb == 0) {
+            CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
+            for (int i = 0; i < row->nin; i++)
+                if (a.grad[i])
+                    CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)count(&row->in[i])),
+                          "%s: input %d gradient differs between runs", row->name, i);
+        }
+        result_free(&a);
+        result_free(&b);
+        free(R);
+        for (int i = 0; i < 4; i++) free(host[i]);
+    }
+}
+
+/* A bad index found by a kernel is reported at the next host read, naming
+ * the op, and the read fails. */
+static void test_bad_index(void) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+    int ids[3] = {0, 7, 2}, tg[2] = {1, 9};
+    float out[12];
+    ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){5, 4});
+    ut_tensor *x = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){3}, ids);
+    ut_tensor *e = ut_embedding(ctx, x, w);
+    CHECK(e && ut_tensor_get(e, out, sizeof out) == -1, "embedding with id 7 of 5 rows was read");
+    const char *err = ut_ctx_error(ctx);
+    CHECK(err && strstr(err, "embedding"), "%s", err ? err : "(no error)");
+    ut_ctx_free(ctx);
+    ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+    ut_tensor *lg = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 4});
+    ut_tensor *t = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, tg);
+    ut_tensor *l = ut_cross_entropy(ctx, lg, t, -100);
+    float lv;
+    CHECK(l && ut_tensor_get(l, &lv, sizeof lv) == -1, "cross-entropy with target 9 of 4 classes was read");
+    err = ut_ctx_error(ctx);
+    CHECK(err && strstr(err, "cross_entropy"), "%s", err ? err : "(no error)");
+    ut_ctx_free(ctx);
+    /* the flag was cleared: a good lookup reads fine afterwards */
+    ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+    ids[1] = 4;
+    w = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){5, 4});
+    e = ut_embedding(ctx, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){3}, ids), w);
+    CHECK(e && ut_tensor_get(e, out, sizeof out) == 0, "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+    ut_ctx_free(ctx);
+}
+
+int main(void) {
+    if (!have_gpu()) {
+        printf("skip: %s\n", skip_why);
+        return TEST_SUMMARY();
+    }
+#define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);
+    GC_FAMILIES(RUNF)
+    RUN(test_large_shapes);
+    RUN(test_same_bits_twice);
+    RUN(test_bad_index);
+    return TEST_SUMMARY();
+}
