@@ -48,7 +48,7 @@ LIB_SRC   += $(sort $(wildcard src/backend/cuda/*.c))
 CU_SRC     = $(sort $(wildcard src/backend/cuda/*.cu))
 CU_OBJ     = $(CU_SRC:%.cu=$(CU_BUILD)/%.o)
 CUDA_CFLAGS = -DUT_WITH_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \

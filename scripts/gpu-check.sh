@@ -6,7 +6,7 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu cpu-bf16 bench (default: all)
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu cpu-bf16 bench profile (default: all)
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
 # The last thing printed is the summary table (also $OUT/summary.txt).
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env build gpu cpu-bf16 bench)
+[ ${#steps[@]} -eq 0 ] && steps=(env build gpu cpu-bf16 bench profile)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -108,8 +108,14 @@ grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 
 if want gpu; then
     for t in build/tests/gpu/test_* build/tests/unit/test_backend; do
-        [ -x "$t" ] && run "gpu-$(basename "$t")" 300 "$t"
+        [ -x "$t" ] || continue
+        if ! run "gpu-$(basename "$t")" 300 "$t" && command -v cuda-gdb >/dev/null; then
+            # a crash: where, from cuda-gdb (it debugs host code too)
+            timeout 300 cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/gpu-$(basename "$t")-gdb.log" 2>&1
+            grep -A25 -E "^Thread .* received signal|^#0" "$OUT/gpu-$(basename "$t")-gdb.log" | head -30 | tee -a "$SUMMARY"
+        fi
         grep -E "^(FAIL|skip)" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
+        tail -3 "$OUT/gpu-$(basename "$t").log" | tee -a "$SUMMARY"
     done
     # the same GPT-2 (2 layers, small) on both devices: the losses of 3 steps agree
     run gpu-gpt2-cpu 300 build/bench/gpu_gpt2_step --device cpu --batch 2 --seq 64 --layers 2 --steps 3 --json
@@ -122,8 +128,10 @@ if want bench; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
     for prec in fp32 tf32; do
         flag=; [ $prec = tf32 ] && flag=--tf32
-        run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
-        note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
+        for lib in cublaslt cublas; do
+            UT_CUDA_GEMM=$lib run "bench-utrain-gpt2-$prec-$lib" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
+            note "  $lib: $(tail -1 "$OUT/bench-utrain-gpt2-$prec-$lib.log")"
+        done
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"
     done
@@ -144,6 +152,15 @@ if want cpu-bf16; then
         note "  $(tail -1 "$OUT/cpu-gpt2-step-$prec.log")"
     done
 fi
+
+if want profile; then
+    # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md)
+    UT_PROFILE_OPS=1 run profile-gpt2-fp32 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 3
+    grep -A40 "op profile" "$OUT/profile-gpt2-fp32.log" | tee -a "$SUMMARY"
+fi
+
+# Every log in one archive: the device tool brings back at most 8 files.
+(cd "$OUT" && tar czf logs.tgz --remove-files -- *.log env.txt gpu-state.txt 2>/dev/null)
 
 echo
 echo "==== summary ($SUMMARY) ===="

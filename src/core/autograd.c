@@ -61,8 +61,10 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             for (int k = ut_op_owns_src0_grad[t->op] ? 1 : 0; k < UT_MAX_SRC; k++)
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
+            double t0 = ut_prof_begin(ctx);
             if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward);
             else ops[t->op].backward(t);
+            ut_prof_end(ctx, t->op, 1, t0);
         }
         if (hooks && ctx->grad_hook)
             FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));

@@ -1,6 +1,7 @@
 /* The per-step context: arenas, tape, modes, errors, tensor constructors. */
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -143,6 +144,48 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
     ctx->arena = scratch ? &ctx->scratch : &ctx->main;
     if (ctx->be->host_memory) ctx->darena = ctx->arena;
     else ctx->darena = scratch ? &ctx->dscratch : &ctx->dmain;
+}
+
+/* ---- per-op time (UT_PROFILE_OPS=1) ---- */
+static int prof_state = -1; /* -1 unknown, 0 off, 1 on */
+static double prof_time[UT_OP_COUNT][2];
+static long prof_calls[UT_OP_COUNT][2];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void prof_report(void) {
+    double total = 0;
+    for (int op = 0; op < UT_OP_COUNT; op++) total += prof_time[op][0] + prof_time[op][1];
+    fprintf(stderr, "utrain op profile (UT_PROFILE_OPS): %.3f s in kernels\n", total);
+    fprintf(stderr, "  %-20s %10s %8s %10s %8s %6s\n", "op", "fwd s", "calls", "bwd s", "calls", "share");
+    for (int op = 1; op < UT_OP_COUNT; op++) {
+        double s = prof_time[op][0] + prof_time[op][1];
+        if (prof_calls[op][0] + prof_calls[op][1] == 0) continue;
+        fprintf(stderr, "  %-20s %10.4f %8ld %10.4f %8ld %5.1f%%\n", ut_op_name(op), prof_time[op][0],
+                prof_calls[op][0], prof_time[op][1], prof_calls[op][1], total > 0 ? 100 * s / total : 0);
+    }
+}
+
+double ut_prof_begin(const ut_ctx *ctx) {
+    if (prof_state < 0) {
+        const char *e = getenv("UT_PROFILE_OPS");
+        prof_state = e && e[0] == '1';
+        if (prof_state) atexit(prof_report);
+    }
+    if (!prof_state) return -1;
+    ctx->be->stream_sync(NULL);
+    return now_s();
+}
+
+void ut_prof_end(const ut_ctx *ctx, int op, int backward, double t0) {
+    if (t0 < 0) return;
+    ctx->be->stream_sync(NULL);
+    prof_time[op][backward] += now_s() - t0;
+    prof_calls[op][backward]++;
 }
 
 /* ---- tensor queries ---- */
@@ -425,8 +468,10 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
     ut_op_fn fwd = ops[t->op].forward;
+    double t0 = ut_prof_begin(t->ctx);
     if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
     else if (fwd) fwd(t);
+    ut_prof_end(t->ctx, t->op, 0, t0);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;

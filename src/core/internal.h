@@ -123,6 +123,13 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch);
  * error (waits for the device where its kernels report late: backend.h,
  * data_error); -1 when one was found. */
 int ut_ctx_device_errors(ut_ctx *ctx);
+/* Per-op time, for finding where a step's time goes: with UT_PROFILE_OPS=1
+ * in the environment every op's forward and backward kernel is timed (the
+ * device waited for before and after, so a GPU's queue is not hidden) and a
+ * table of time per op and direction goes to stderr when the process exits.
+ * ut_prof_begin returns the start time, or a negative value when off. */
+double ut_prof_begin(const ut_ctx *ctx);
+void ut_prof_end(const ut_ctx *ctx, int op, int backward, double t0);
 /* Frees everything in the checkpoint scratch arenas. */
 void ut_ctx_reset_scratch(ut_ctx *ctx);
 

@@ -1,8 +1,9 @@
 /* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention,
  * attention_masked (self, cross, causal), attention_varlen. The "twice" rows use an op's inputs in two calls, so a
  * backward that overwrote src->grad instead of adding into it would fail. */
+#include <stdlib.h>
+
 #include "gradcheck.h"
-#include "tensor_host.h"
 
 static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
 static ut_tensor *b_ln_twice(ut_ctx *c, ut_tensor **in) {
@@ -44,8 +45,10 @@ static ut_tensor *b_att_twice(ut_ctx *c, ut_tensor **in) {
  * masked as Hugging Face masks them (finfo(float32).min), or an arbitrary
  * additive mask, or none */
 static ut_tensor *pad_mask(ut_ctx *c, int64_t B, int64_t T) {
-    ut_tensor *m = ut_tensor_zeros(c, UT_F32, 2, (int64_t[]){B, T});
-    for (int64_t t = T / 2 + 1; t < T; t++) ut_f32(m)[t] = -3.4028234663852886e38f;
+    float *h = calloc((size_t)(B * T), sizeof *h); /* built on the host: the row also runs on a GPU */
+    for (int64_t t = T / 2 + 1; t < T; t++) h[t] = -3.4028234663852886e38f;
+    ut_tensor *m = ut_tensor_from(c, UT_F32, 2, (int64_t[]){B, T}, h);
+    free(h);
     return m;
 }
 static ut_tensor *b_attm2(ut_ctx *c, ut_tensor **in) {
@@ -88,9 +91,7 @@ static ut_tensor *b_attm_causal_pad_drop(ut_ctx *c, ut_tensor **in) {
 /* attention_varlen: packed sequences of lengths 3, 1 and 3 (N = 7), or one
  * sequence of all the rows */
 static ut_tensor *offsets(ut_ctx *c, int n, const int32_t *at) {
-    ut_tensor *o = ut_tensor_zeros(c, UT_I32, 1, (int64_t[]){n});
-    for (int i = 0; i < n; i++) ut_i32(o)[i] = at[i];
-    return o;
+    return ut_tensor_from(c, UT_I32, 1, (int64_t[]){n}, at);
 }
 static ut_tensor *b_attv3(ut_ctx *c, ut_tensor **in) {
     return ut_attention_varlen(c, in[0], in[1], in[2], offsets(c, 4, (int32_t[]){0, 3, 4, 7}), 2, false, 0.0f);

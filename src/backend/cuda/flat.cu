@@ -168,17 +168,45 @@ extern "C" void utk_rows_fill(float *out, const float *bias, int64_t rows, int64
     ut_cuda_launched("bias rows");
 }
 
-/* One thread per column walks the rows in order (reads coalesce across the
- * warp's neighbouring columns); no atomics, so the same bits every run. */
-__global__ void k_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols) {
+/* Column sums in two passes with no atomics, so the same bits every run: each
+ * block of COL_ROWS rows is summed per column in row order (one thread per
+ * column, reads coalesced across the warp), then each column adds its block
+ * sums in block order. The partial sums live in a process-wide device buffer
+ * that only grows; work on the one stream runs in order, so it is not reused
+ * before the kernel that reads it has run. */
+#define COL_ROWS 256
+__global__ void k_col_part(float *part, const float *g, int64_t rows, int64_t cols) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
+    if (c >= cols) return;
+    int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; r++) acc += g[r * cols + c];
+    part[blockIdx.y * cols + c] = acc;
+}
+__global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, int64_t cols) {
     GRID_STRIDE(c, cols) {
         float acc = 0.0f;
-        for (int64_t r = 0; r < rows; r++) acc += g[r * cols + c];
+        for (int64_t p = 0; p < nparts; p++) acc += part[p * cols + c];
         db[c] += acc;
     }
 }
 extern "C" void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols) {
-    if (cols <= 0) return;
-    k_col_sum_add<<<grid_of(cols), TPB, 0, STREAM>>>(db, g, rows, cols);
+    if (cols <= 0 || rows <= 0) return;
+    static float *part;
+    static size_t cap;
+    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS;
+    size_t need = (size_t)(nparts * cols) * sizeof(float);
+    if (need > cap) {
+        if (part) {
+            cudaStreamSynchronize(STREAM);
+            cudaFree(part);
+        }
+        if (cudaMalloc(&part, need) != cudaSuccess) ut_cuda_launched("column sums scratch");
+        cap = need;
+    }
+    dim3 grid((unsigned)((cols + TPB - 1) / TPB), (unsigned)nparts);
+    k_col_part<<<grid, TPB, 0, STREAM>>>(part, g, rows, cols);
     ut_cuda_launched("column sums");
+    k_col_parts_add<<<grid_of(cols), TPB, 0, STREAM>>>(db, part, nparts, cols);
+    ut_cuda_launched("column sums (parts)");
 }

@@ -6,9 +6,11 @@
  * C^T = opB(B)^T opA(A)^T: cuBLASLt's first operand is our B, its second our
  * A, with the same transpose flags. */
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda.h"
 
@@ -16,6 +18,11 @@ static cublasLtHandle_t g_lt;
 static void *g_ws;
 static const size_t WS_BYTES = 32u << 20;
 static bool g_tf32;
+/* UT_CUDA_GEMM=cublas: the products through cuBLAS's classic strided-batched
+ * SGEMM instead of cuBLASLt (both are deterministic); for comparing the two
+ * libraries' kernel choice (docs/gpu.md) */
+static bool g_classic;
+static cublasHandle_t g_blas;
 
 extern "C" void ut_cuda_set_tf32(bool on) { g_tf32 = on; }
 
@@ -33,6 +40,13 @@ static void lt_init(void) {
     if (g_lt) return;
     const char *e = getenv("UT_CUDA_TF32"); /* 1: TF32 products (docs/gpu.md) */
     if (e && e[0] == '1') g_tf32 = true;
+    e = getenv("UT_CUDA_GEMM");
+    g_classic = e && !strcmp(e, "cublas");
+    if (g_classic) {
+        if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS) lt_check(CUBLAS_STATUS_NOT_INITIALIZED, "cuBLAS create");
+        cublasSetStream(g_blas, (cudaStream_t)ut_cuda_stream());
+        cublasSetMathMode(g_blas, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+    }
     lt_check(cublasLtCreate(&g_lt), "create");
     if (cudaMalloc(&g_ws, WS_BYTES) != cudaSuccess) {
         fprintf(stderr, "utrain: cuBLASLt workspace: out of device memory\n");
@@ -53,9 +67,23 @@ static cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int
     return l;
 }
 
+/* the same product through cuBLAS's classic API (column-major, operands swapped as above) */
+static void classic_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+                            int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB, float beta, float *C,
+                            int64_t ldc, int64_t sC, int64_t batch) {
+    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasSgemmStridedBatched(g_blas, ta, tb, (int)n, (int)m, (int)k, &alpha, B, (int)ldb, sB, A, (int)lda,
+                                       sA, &beta, C, (int)ldc, sC, (int)batch),
+             "cuBLAS sgemm");
+}
+
 static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
                         float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
+    if (g_classic) {
+        classic_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+        return;
+    }
     cublasLtMatmulDesc_t op;
     lt_check(cublasLtMatmulDescCreate(&op, g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                       CUDA_R_32F), "desc");
