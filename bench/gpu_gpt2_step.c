@@ -5,7 +5,9 @@
  * device, AdamW over the whole buffer (weight decay on every parameter; the
  * step's time does not depend on which) that also zeroes the gradients.
  *
- *   gpu_gpt2_step [--device cuda|cpu] [--batch B] [--seq T] [--layers L] [--steps N] [--tf32] [--json]
+ *   gpu_gpt2_step [--device cuda|cpu] [--batch B] [--seq T] [--layers L] [--steps N] [--tf32] [--bf16] [--json]
+ *
+ * --bf16 runs the step under bf16 autocast (train.precision: bf16).
  *
  * Until the trainer runs models on the GPU (docs/gpu.md), this is how the CUDA
  * backend's step time is measured against PyTorch's (bench/torch_gpu_gpt2_step.py,
@@ -56,7 +58,7 @@ static ut_tensor *param(ut_ctx *ctx, const pdesc *d) {
 
 int main(int argc, char **argv) {
     long B = 8, T = 1024, L = 12, steps = 10;
-    bool json = false, tf32 = false;
+    bool json = false, tf32 = false, bf16 = false;
     ut_device dev = UT_CUDA;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -66,10 +68,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = atol(v), i++;
         else if (!strcmp(a, "--device")) dev = !strcmp(v, "cpu") ? UT_CPU : UT_CUDA, i++;
         else if (!strcmp(a, "--tf32")) tf32 = true;
+        else if (!strcmp(a, "--bf16")) bf16 = true;
         else if (!strcmp(a, "--json")) json = true;
         else {
             fprintf(stderr, "usage: gpu_gpt2_step [--device cuda|cpu] [--batch B] [--seq T] [--layers L] "
-                            "[--steps N] [--tf32] [--json]\n");
+                            "[--steps N] [--tf32] [--bf16] [--json]\n");
             return 2;
         }
     }
@@ -135,6 +138,8 @@ int main(int argc, char **argv) {
     for (long t = 0; t < T; t++) pos[t] = (int32_t)t;
 
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1, .device = dev});
+    if (bf16) ut_ctx_set_autocast(ctx, UT_BF16);
+    const char *prec = bf16 ? "bf16" : tf32 ? "tf32" : "fp32";
     ut_optim_consts k = {.adamw = true, .one_m_b1 = 0.1f, .beta2 = 0.999f, .one_m_b2 = 0.001f, .eps = 1e-8f};
     const float lr = 3e-4f, wd = 0.1f;
     int total_steps = WARMUP + (int)steps;
@@ -192,12 +197,12 @@ int main(int argc, char **argv) {
         printf("{\"impl\":\"utrain\",\"device\":\"%s\",\"precision\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"layers\":%ld,"
                "\"params\":%lld,\"steps\":%ld,\"median_s\":%.6f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,"
                "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
-               ut_device_name(dev), tf32 ? "tf32" : "fp32", B, T, L, (long long)total, steps, med, tok / med,
+               ut_device_name(dev), prec, B, T, L, (long long)total, steps, med, tok / med,
                flops / med * 1e-12, peak, (double)first, (double)last);
     else
         printf("utrain gpt2 step on %s (%s): batch %ld x seq %ld, %ld layers, %lld parameters\n"
                "  step median %.1f ms, %.0f tokens/s, %.1f TFLOP/s, peak activations %.2f GiB, loss %.4f -> %.4f\n",
-               ut_device_name(dev), tf32 ? "tf32" : "fp32", B, T, L, (long long)total, 1e3 * med, tok / med,
+               ut_device_name(dev), prec, B, T, L, (long long)total, 1e3 * med, tok / med,
                flops / med * 1e-12, (double)peak / (1 << 30), (double)first, (double)last);
     ut_ctx_free(ctx);
     be->pages_free(g_p, bytes), be->pages_free(g_g, bytes), be->pages_free(m, bytes), be->pages_free(v2, bytes);

@@ -117,6 +117,13 @@ if want gpu; then
         grep -E "^(FAIL|skip)" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
         tail -3 "$OUT/gpu-$(basename "$t").log" | tee -a "$SUMMARY"
     done
+    # the attention kernels under compute-sanitizer (races, barriers, bad accesses)
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck synccheck; do
+            UT_GPU_TEST_ROWS=attention run "gpu-sanitizer-$tool" 300 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/gpu/test_cuda_ops
+            grep -E "ERROR SUMMARY|^FAIL" "$OUT/gpu-sanitizer-$tool.log" | head -3 | tee -a "$SUMMARY"
+        done
+    fi
     # the same GPT-2 (2 layers, small) on both devices: the losses of 3 steps agree
     run gpu-gpt2-cpu 300 build/bench/gpu_gpt2_step --device cpu --batch 2 --seq 64 --layers 2 --steps 3 --json
     run gpu-gpt2-cuda 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --json
@@ -126,17 +133,14 @@ fi
 
 if want bench; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
-    for prec in fp32 tf32; do
-        flag=; [ $prec = tf32 ] && flag=--tf32
-        for lib in cublaslt cublas; do
-            UT_CUDA_GEMM=$lib run "bench-utrain-gpt2-$prec-$lib" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
-            note "  $lib: $(tail -1 "$OUT/bench-utrain-gpt2-$prec-$lib.log")"
-        done
+    for prec in fp32 tf32 bf16; do
+        flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
+        run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
+        note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
+        [ $prec = bf16 ] && flag=--amp
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"
     done
-    run bench-torch-gpt2-bf16 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --json
-    note "  $(tail -1 "$OUT/bench-torch-gpt2-bf16.log")"
     if [ "${GPU_CHECK_COMPILE:-0}" = 1 ]; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
@@ -146,6 +150,9 @@ fi
 if want cpu-bf16; then
     run cpu-test_dnnl 300 build/tests/unit/test_dnnl
     run cpu-test_precision 300 build/tests/unit/test_precision
+    grep -E "FAIL|peak" "$OUT/cpu-test_precision.log" | head -5 | tee -a "$SUMMARY"
+    run cpu-test_plan 300 build/tests/e2e/test_plan
+    grep -E "FAIL" "$OUT/cpu-test_plan.log" | head -5 | tee -a "$SUMMARY"
     run cpu-test_amp 600 build/tests/dist/test_amp
     for prec in fp32 bf16; do
         run "cpu-gpt2-step-$prec" 600 build/bench/gpt2_step --steps 4 --threads "$NPROC" --seq 256 --precision $prec --json
@@ -155,8 +162,11 @@ fi
 
 if want profile; then
     # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md)
-    UT_PROFILE_OPS=1 run profile-gpt2-fp32 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 3
-    grep -A40 "op profile" "$OUT/profile-gpt2-fp32.log" | tee -a "$SUMMARY"
+    for prec in fp32 bf16; do
+        flag=; [ $prec = bf16 ] && flag=--bf16
+        UT_PROFILE_OPS=1 run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 3 $flag
+        grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
+    done
 fi
 
 # Every log in one archive: the device tool brings back at most 8 files.

@@ -83,6 +83,13 @@ typedef struct ut_backend {
 
     /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def ---- */
     const ut_op_vtable *ops;
+    /* Kernels that handle 16-bit data themselves, per op (UT_OP_COUNT
+     * entries; NULL: none). reads_16: the kernel reads a 16-bit src[0] and
+     * writes its 16-bit gradient (the CPU's cross-entropy); writes_16: it
+     * writes its 16-bit output and reads that output's 16-bit gradient (the
+     * CPU's linear, a block of rows at a time). Every other op under autocast
+     * gets float32 copies (src/core/autocast.c). */
+    const bool *reads_16, *writes_16;
     /* What autocast's matrix products in dt (BF16, F16) run on, in a few
      * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
      * inputs (CPU has no bf16 instructions)"). */

@@ -49,12 +49,6 @@ static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
     ut_dtype old = ctx->autocast;
     UT_ASSERT(dt == UT_F32 || dt == UT_BF16 || dt == UT_F16);
-    if (dt != UT_F32 && !ctx->be->host_memory) {
-        /* the 16-bit paths stage through host scratch (ut_lowp_forward) */
-        ut_ctx_set_error(ctx, "autocast %s: not available on device %s yet (train.precision: fp32 "
-                              "there, or device: cpu)", ut_dtype_name(dt), ut_device_name(ctx->device));
-        return old;
-    }
     ctx->autocast = dt;
     return old;
 }
@@ -92,23 +86,21 @@ static const bool bwd_skips_out[UT_OP_COUNT] = {
     [UT_OP_ATTENTION_MASKED] = true,
 };
 
-/* Ops whose kernels read a 16-bit src[0] and write its 16-bit gradient
- * themselves (their other sources and output are not floating 16-bit). */
-static const bool reads_16[UT_OP_COUNT] = {
-    [UT_OP_CROSS_ENTROPY] = true,
-};
-
-/* Ops whose kernels write their 16-bit output, and read its 16-bit gradient,
- * themselves (a block at a time: no float32 copy of the whole output). */
-static const bool writes_16[UT_OP_COUNT] = {
-    [UT_OP_LINEAR] = true,
-};
-
-static bool self_16(const ut_tensor *t) { return writes_16[t->op] && is_16(t->dtype); }
+/* What a device's kernels do with 16-bit data themselves (backend.h:
+ * reads_16, writes_16; NULL: nothing, every op goes through the float32
+ * copies). */
+static bool kernel_reads_16(const ut_tensor *t) {
+    const bool *r = ut_backend_get(t->device)->reads_16;
+    return r && r[t->op];
+}
+static bool self_16(const ut_tensor *t) {
+    const bool *w = ut_backend_get(t->device)->writes_16;
+    return w && w[t->op] && is_16(t->dtype);
+}
 
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
-    if (reads_16[t->op]) return false;
+    if (kernel_reads_16(t)) return false;
     if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (t->src[i] && is_16(t->src[i]->dtype)) return true;

@@ -77,7 +77,9 @@ UT_AUX(layernorm, rstd, float, 1)
 /* max_pool2d: each output's argmax within its plane (int32, like the output) */
 UT_AUX(max_pool2d, argmax, int32_t, 0)
 /* attention: the probabilities P (B, NH, T, T), zero above the diagonal, in
- * float32 or, under autocast, in the autocast dtype (hence void) */
+ * float32 or, under autocast, in the autocast dtype (hence void). The CUDA
+ * backend's fused kernel keeps each row's log-sum-exp L (B, NH, T) float32
+ * there instead (and under autocast a float32 copy of the output after it). */
 UT_AUX(attention, probs, void, 0)
 /* attention_masked: P (B, NH, T, T) in float32 and, with dropout, the keep
  * mask (uint8, same shape; NULL without dropout) */

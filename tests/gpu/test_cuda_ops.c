@@ -61,10 +61,14 @@ static void result_free(result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* the autocast dtype the rows run under (F32: off) */
+static ut_dtype g_autocast = UT_F32;
+
 static int run_row(ut_device dev, const gc_row *row, void *const *host, const float *R, long long nR, result *res) {
     memset(res, 0, sizeof *res);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 1 << 20, .seed = 1234, .device = dev});
     ut_ctx_set_training(ctx, row->training);
+    ut_ctx_set_autocast(ctx, g_autocast);
     ut_tensor *in[4] = {0};
     for (int i = 0; i < row->nin; i++) {
         const gc_input *gi = &row->in[i];
@@ -75,6 +79,7 @@ static int run_row(ut_device dev, const gc_row *row, void *const *host, const fl
     }
     ut_tensor *out = row->build(ctx, in);
     ut_tensor *oc = out ? ut_contiguous(ctx, out) : NULL;
+    if (oc && oc->dtype != UT_F32) oc = ut_tensor_to(ctx, oc, UT_F32); /* a 16-bit output under autocast */
     int rc = -1;
     if (!oc) goto done;
     res->nout = ut_nelem(oc);
@@ -169,8 +174,16 @@ static int compare_row(const char *fam, const gc_row *row, double tol) {
     return bad;
 }
 
+/* UT_GPU_TEST_ROWS=text: only the rows whose name holds text (for running
+ * a few under compute-sanitizer) */
+static bool selected(const gc_row *row) {
+    const char *f = getenv("UT_GPU_TEST_ROWS");
+    return !f || !*f || strstr(row->name, f);
+}
+
 static void run_family(const char *fam, const gc_row *rows, int n) {
     for (int i = 0; i < n; i++) {
+        if (!selected(&rows[i])) continue;
         if (compare_row(fam, &rows[i], TOL)) t_failed++;
         else t_passed++;
         fflush(stdout);
@@ -203,10 +216,18 @@ static const gc_row big_rows[] = {
     {"softmax 256 x 1024", 1, {{2, {256, 1024}}}, b_softmax},
     {"conv 3x3 + relu + pool, 8 x 16 x 28 x 28", 3, {{4, {8, 16, 28, 28}}, {4, {32, 16, 3, 3}}, {1, {32}}}, b_conv},
     {"batched matmul 24 x 128 x 64 @ 64 x 128", 2, {{3, {24, 128, 64}}, {3, {24, 64, 128}}}, b_bmm},
+    /* the fused attention's tiles (64 x 64): a long sequence, T not a multiple
+     * of 64, heads of 16 and 128, and rows not a multiple of 4 floats */
+    {"causal attention 1 x 1024 x 768, 12 heads", 1, {{3, {1, 1024, 2304}}}, b_attn},
+    {"causal attention 3 x 77 x 768, 12 heads", 1, {{3, {3, 77, 2304}}}, b_attn},
+    {"causal attention 3 x 77 x 192, 12 heads of 16", 1, {{3, {3, 77, 576}}}, b_attn},
+    {"causal attention 2 x 70 x 120, 12 heads of 10", 1, {{3, {2, 70, 360}}}, b_attn},
+    {"causal attention 1 x 130 x 1536, 12 heads of 128", 1, {{3, {1, 130, 4608}}}, b_attn},
 };
 
 static void test_large_shapes(void) {
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
+        if (!selected(&big_rows[i])) continue;
         if (compare_row("large", &big_rows[i], 1e-4)) t_failed++;
         else t_passed++;
         fflush(stdout);
@@ -216,9 +237,11 @@ static void test_large_shapes(void) {
 /* Two runs of the same rows on the GPU give the same bits (no atomics in
  * reductions, one algorithm per product). */
 static void test_same_bits_twice(void) {
-    const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4], &big_rows[6]};
+    const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4],
+                            &big_rows[6], &big_rows[8], &big_rows[9], &big_rows[11]};
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         const gc_row *row = rows[k];
+        if (!selected(row)) continue;
         ut_rng r;
         ut_rng_seed(&r, 7);
         void *host[4] = {0};
@@ -246,6 +269,26 @@ static void test_same_bits_twice(void) {
         free(R);
         for (int i = 0; i < 4; i++) free(host[i]);
     }
+}
+
+/* Under bf16 and fp16 autocast both devices round the same operands and
+ * accumulate in float32 (the GPU on TF32 tensor cores, exact for such
+ * operands), so they differ by the float32 sums' order, which can move a
+ * 16-bit rounding by one unit: 1e-2 of the largest value. */
+static void test_autocast_rows(void) {
+    const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7]};
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int d = 0; d < 2; d++) {
+        g_autocast = dts[d];
+        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+            if (!selected(rows[k])) continue;
+            char fam[32];
+            snprintf(fam, sizeof fam, "autocast %s", ut_dtype_name(dts[d]));
+            if (compare_row(fam, rows[k], 1e-2)) t_checks_failed++;
+            fflush(stdout);
+        }
+    }
+    g_autocast = UT_F32;
 }
 
 /* A bad index found by a kernel is reported at the next host read, naming
@@ -288,6 +331,7 @@ int main(void) {
     GC_FAMILIES(RUNF)
     RUN(test_large_shapes);
     RUN(test_same_bits_twice);
+    RUN(test_autocast_rows);
     RUN(test_bad_index);
     return TEST_SUMMARY();
 }

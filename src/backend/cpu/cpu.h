@@ -8,6 +8,7 @@
 #include "internal.h"
 
 extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
+extern const bool ut_cpu_reads_16[UT_OP_COUNT], ut_cpu_writes_16[UT_OP_COUNT];
 
 #define UT_OP(E, stem)                        \
     void ut_##stem##_fwd_cpu(ut_tensor *t);   \

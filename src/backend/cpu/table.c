@@ -9,3 +9,8 @@ const ut_op_vtable ut_ops_cpu[UT_OP_COUNT] = {
 #undef UT_OP_ANY
 #undef UT_OP
 };
+
+/* cross-entropy reads 16-bit logits a row at a time; linear writes its
+ * 16-bit output a block of rows at a time (matmul.c) */
+const bool ut_cpu_reads_16[UT_OP_COUNT] = {[UT_OP_CROSS_ENTROPY] = true};
+const bool ut_cpu_writes_16[UT_OP_COUNT] = {[UT_OP_LINEAR] = true};

@@ -1,15 +1,23 @@
 /* CUDA glue of ATTENTION, fused causal self-attention over packed qkv (B, T, 3C)
  * (semantics: src/backend/cpu/attention.c), and ut_cuda_attn_gemm, the
  * per-(batch, head) products that the attention ops share (attention.h).
- * Per pair (b, h) the scores Q K^T and the products with P are sgemm calls on
- * the head's columns of qkv (row stride 3C); P (B, NH, T, T) is saved in
- * float32, zero above the diagonal. */
+ * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_ok):
+ *  - fused (flash_attention.h; head size <= 128): P is never materialised.
+ *    Saved buffer ut_attention_probs (aux slot 0, a void *) then holds, on
+ *    CUDA, each query row's log-sum-exp L (B, NH, T) in float32 (and under
+ *    autocast a float32 copy of out after it), NOT the probabilities P:
+ *    nothing on CUDA but this file's backward reads it.
+ *  - materialised (larger heads, or a device short of shared memory): per
+ *    pair (b, h) the scores Q K^T and the products with P are sgemm calls on
+ *    the head's columns of qkv (row stride 3C); P (B, NH, T, T) is saved in
+ *    float32, zero above the diagonal. */
 #include <math.h>
 
 #include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "attention.h"
+#include "flash_attention.h"
 #include "../../ops/params.h"
 
 void ut_cuda_attn_gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, ut_attn_mat A,
@@ -53,12 +61,31 @@ static ut_attn_rows rows_of(const attn_dims *d) {
                           .causal = 1};
 }
 
+static bool fused(const attn_dims *d) { return ut_cuda_flash_attn_ok(d->B, d->T, d->C, d->NH); }
+
+/* The fused path's saved buffer: L (B, NH, T), then, under autocast, a
+ * float32 copy of out (B, T, C) from a multiple of 4 floats. Its backward
+ * needs out in float32, and under autocast it sees t->data in 16 bits (the
+ * op's output is stored in the autocast dtype; src/core/autocast.c converts
+ * only its gradient for backward). */
+static bool keeps_out(const ut_tensor *t) { return t->autocast != UT_F32; }
+static int64_t l_floats(const attn_dims *d) { return (d->B * d->NH * d->T + 3) / 4 * 4; }
+
 /* P = softmax(causal(scale Q K^T)); out (B, T, C) = P V, head h in columns
- * [h hs, (h + 1) hs) */
+ * [h hs, (h + 1) hs). Fused: saves L (B, NH, T) (and under autocast out's
+ * float32 copy); else P. */
 void ut_attention_fwd_cuda(ut_tensor *t) {
+    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* the materialised path's products under autocast */
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *qkv = t->src[0]->data;
+    if (fused(&d)) {
+        int64_t nL = l_floats(&d), nO = keeps_out(t) ? d.B * T * d.C : 0;
+        float *L = ut_ctx_dalloc(t->ctx, (size_t)(nL + nO) * sizeof(float));
+        ut_attention_set_probs(t, L);
+        ut_cuda_flash_attn_fwd(t->data, nO ? L + nL : NULL, L, qkv, d.B, T, d.C, d.NH);
+        return;
+    }
     float *P = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
     ut_attention_set_probs(t, P);
     ut_cuda_attn_gemm(false, true, T, T, d.hs, 1.0f, qkv_part(qkv, 0, &d), qkv_part(qkv, 1, &d), 0.0f, P, T,
@@ -69,14 +96,24 @@ void ut_attention_fwd_cuda(ut_tensor *t) {
 }
 
 /* dqkv += the gradient through P: dv += P^T g; dP = g V^T; dS = P (dP - rowsum(P dP));
- * dq += scale dS K; dk += scale dS^T Q (g: t->grad's head columns) */
+ * dq += scale dS K; dk += scale dS^T Q (g: t->grad's head columns). Fused:
+ * the same sums tile by tile, P recomputed from L and rowsum(P dP) taken as
+ * rowsum(g out) (out: the forward's float32 result, t->data or its saved
+ * copy). */
 void ut_attention_bwd_cuda(ut_tensor *t) {
+    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* the materialised path's products under autocast */
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *x = qkv->data, *P = ut_attention_probs(t);
     float *dx = qkv->grad;
+    if (fused(&d)) { /* the saved slot holds L; D (B, NH, T): each row's sum of g * out */
+        const float *out = keeps_out(t) ? P + l_floats(&d) : t->data;
+        float *D = ut_ctx_dalloc(t->ctx, (size_t)(d.B * d.NH * T) * sizeof(float));
+        ut_cuda_flash_attn_bwd(dx, D, t->grad, out, x, P, d.B, T, d.C, d.NH);
+        return;
+    }
     ut_attn_mat g = {.p = t->grad, .ld = d.C, .sb = T * d.C, .sh = d.hs};
     float *gP = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
     /* dq, dk, dv: the head columns of dx (B, T, 3C) */

@@ -24,7 +24,9 @@ static bool g_tf32;
 static bool g_classic;
 static cublasHandle_t g_blas;
 
+static bool g_rounded;
 extern "C" void ut_cuda_set_tf32(bool on) { g_tf32 = on; }
+extern "C" void ut_cuda_gemm_rounded(bool on) { g_rounded = on; }
 
 static void lt_check(cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -46,6 +48,7 @@ static void lt_init(void) {
         if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS) lt_check(CUBLAS_STATUS_NOT_INITIALIZED, "cuBLAS create");
         cublasSetStream(g_blas, (cudaStream_t)ut_cuda_stream());
         cublasSetMathMode(g_blas, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+        /* (the classic path keeps its math mode for autocast's rounded operands too: a comparison tool) */
     }
     lt_check(cublasLtCreate(&g_lt), "create");
     if (cudaMalloc(&g_ws, WS_BYTES) != cudaSuccess) {
@@ -85,7 +88,7 @@ static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t 
         return;
     }
     cublasLtMatmulDesc_t op;
-    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 || g_rounded ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                       CUDA_R_32F), "desc");
     cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");

@@ -1,0 +1,620 @@
+/* Fused ("flash") causal self-attention of ATTENTION in float32, forward and
+ * backward (flash_attention.h; semantics: src/backend/cpu/attention.c).
+ *
+ * Tiles of 64 queries x 64 keys. A head's q, k, v, dout rows are staged in
+ * shared memory as 64 x D tiles (D = 32, 64 or 128: hs rounded up, the
+ * columns past hs and the rows past T zero-filled), row stride D + 4 floats,
+ * by cp.async (16-byte copies when every row and head offset is a multiple
+ * of 4 floats and the pointers are 16-byte aligned, 4-byte copies otherwise),
+ * issued one stage ahead so that the copies of the next tile overlap the
+ * products of this one.
+ * A block has NT = 128 threads (D = 128: 256) as a TY x 16 grid, TY = NT / 16:
+ * thread (ty, tx) owns the RT = 64 / TY tile rows ty + TY r (r < RT) and, of a
+ * 64 x 64 score tile, the columns tx + 16 c (c < 4), of a 64 x D result the
+ * D / 16 columns ocol(tx, k). A row's 16 threads are 16 lanes of one warp;
+ * row reductions are xor shuffles over them.
+ *   forward: one block per (b, h, query block), heaviest blocks first; online
+ *     softmax over the key blocks up to the diagonal, O in registers; writes O
+ *     (and optionally a copy of it) and L = m + log(l).
+ *   backward: D_i = rowsum(dout_i * out_i) (one warp per row); then kernel A,
+ *     one block per (b, h, key block), loops over the query blocks from the
+ *     diagonal to T accumulating dK and dV in registers; kernel B, one block per
+ *     (b, h, query block), loops over the key blocks up to the diagonal
+ *     accumulating dQ. Each gradient element is added by one thread after a
+ *     fixed-order sum: no atomics, the same bits on every run.
+ * Shared memory per block (D = 64): forward 68 KiB (3 blocks per H100 SM),
+ * kernel A 102.5 KiB, kernel B 85 KiB (2 each); D = 128: 116, 166.5 and
+ * 149 KiB (1 each), more than some devices allow (ut_cuda_flash_attn_ok).
+ * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <stddef.h> /* cuda.h uses size_t without including it */
+
+#include "cuda.h"
+#include "flash_attention.h"
+
+namespace {
+
+constexpr int BM = 64;       /* queries (or keys) per tile */
+constexpr int PLD = BM + 4;  /* row stride of the 64 x 64 score tiles in shared memory */
+
+template <int D>
+struct cfg {
+    static constexpr int NT = D == 128 ? 256 : 128; /* threads per block */
+    static constexpr int FWD_MINB = D == 128 ? 1 : 3; /* forward blocks per SM: <= 170 registers */
+    static constexpr int TY = NT / 16;              /* thread rows */
+    static constexpr int RT = BM / TY;              /* tile rows per thread */
+    static constexpr int OC = D / 16;               /* result columns per thread */
+    static constexpr int LD = D + 4;                /* row stride of the 64 x D tiles */
+    static constexpr size_t tile = (size_t)BM * LD; /* floats of a 64 x D tile */
+    static constexpr size_t ptile = (size_t)BM * PLD;
+    static constexpr size_t fwd_bytes = (3 * tile + ptile) * sizeof(float);
+    static constexpr size_t dkdv_bytes = (4 * tile + 2 * ptile + 2 * BM) * sizeof(float);
+    static constexpr size_t dq_bytes = (4 * tile + ptile) * sizeof(float);
+};
+
+/* Where the block's rows live in global memory, and how to copy them. */
+struct geom {
+    int T, C, NH, hs;
+    float scale;
+    bool vec; /* 16-byte copies */
+};
+
+/* ---- cp.async (sm_80 and later): global -> shared without registers ---- */
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* dst (64 x D, row stride D + 4) = rows r0 .. r0 + 63 of src (row stride ld),
+ * columns < hs; zero past T or hs. Queued, not waited for. */
+template <int D>
+__device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t ld, int r0, const geom &g) {
+    using K = cfg<D>;
+    const int tid = (int)threadIdx.x;
+    /* rolled loops: the copies are asynchronous, and unrolled ones would keep
+     * every copy's address in registers across the callers' loops */
+    if (g.vec) {
+        constexpr int V4 = D / 4, RS = K::NT / V4;
+        const int c = (tid % V4) * 4;
+#pragma unroll 1
+        for (int row = tid / V4; row < BM; row += RS) {
+            const int r = r0 + row;
+            const bool ok = r < g.T && c < g.hs;
+            cp16(dst + row * K::LD + c, ok ? src + (int64_t)r * ld + c : src, ok);
+        }
+    } else {
+        constexpr int RS = K::NT / D;
+        const int c = tid % D;
+#pragma unroll 1
+        for (int row = tid / D; row < BM; row += RS) {
+            const int r = r0 + row;
+            const bool ok = r < g.T && c < g.hs;
+            cp4(dst + row * K::LD + c, ok ? src + (int64_t)r * ld + c : src, ok);
+        }
+    }
+}
+
+/* dst (64) = src[r0 .. r0 + 63], zero past T; queued */
+__device__ __forceinline__ void load_rows(float *dst, const float *src, int r0, int T) {
+    int i = (int)threadIdx.x;
+    if (i < BM) {
+        bool ok = r0 + i < T;
+        cp4(dst + i, ok ? src + r0 + i : src, ok);
+    }
+}
+
+/* the result column of a thread's k-th result entry (k < D / 16): with 4 or
+ * more per thread, runs of 4 at 64-column strides (conflict-free float4
+ * reads of a tile row), else tx * OC + k */
+template <int OC>
+__device__ __forceinline__ int ocol(int tx, int k) {
+    if constexpr (OC >= 4)
+        return (k >> 2) * 64 + tx * 4 + (k & 3);
+    else
+        return tx * OC + k;
+}
+
+__device__ __forceinline__ float comp(const float4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* s[r][c] = sum_k X[ty + TY r][k] Y[tx + 16 c][k] over k < D (64 x D tiles;
+ * sums in k order) */
+template <int D>
+__device__ __forceinline__ void mm_abt(float (&s)[cfg<D>::RT][4], const float *X, const float *Y, int ty, int tx) {
+    using K = cfg<D>;
+#pragma unroll
+    for (int r = 0; r < K::RT; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) s[r][c] = 0.0f;
+#pragma unroll 2
+    for (int k = 0; k < D; k += 4) {
+        float4 y[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) y[c] = *reinterpret_cast<const float4 *>(Y + (tx + 16 * c) * K::LD + k);
+#pragma unroll
+        for (int r = 0; r < K::RT; r++) {
+            float4 x = *reinterpret_cast<const float4 *>(X + (ty + K::TY * r) * K::LD + k);
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                s[r][c] = fmaf(x.x, y[c].x, s[r][c]);
+                s[r][c] = fmaf(x.y, y[c].y, s[r][c]);
+                s[r][c] = fmaf(x.z, y[c].z, s[r][c]);
+                s[r][c] = fmaf(x.w, y[c].w, s[r][c]);
+            }
+        }
+    }
+}
+
+/* o[r][k] += sum_j P[ty + TY r][j] Z[j][ocol(tx, k)] over j < 64 (P a
+ * 64 x 64 score tile, Z a 64 x D tile; sums in j order) */
+template <int D>
+__device__ __forceinline__ void mm_pz(float (&o)[cfg<D>::RT][cfg<D>::OC], const float *P, const float *Z, int ty,
+                                      int tx) {
+    using K = cfg<D>;
+    constexpr int OC = K::OC;
+#pragma unroll 2
+    for (int j = 0; j < BM; j += 4) {
+        float4 p[K::RT];
+#pragma unroll
+        for (int r = 0; r < K::RT; r++) p[r] = *reinterpret_cast<const float4 *>(P + (ty + K::TY * r) * PLD + j);
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            const float *zr = Z + (j + jj) * K::LD;
+            float z[OC];
+            if constexpr (OC >= 4) {
+#pragma unroll
+                for (int h = 0; h < OC / 4; h++) {
+                    float4 t = *reinterpret_cast<const float4 *>(zr + h * 64 + tx * 4);
+                    z[4 * h] = t.x;
+                    z[4 * h + 1] = t.y;
+                    z[4 * h + 2] = t.z;
+                    z[4 * h + 3] = t.w;
+                }
+            } else {
+                float2 t = *reinterpret_cast<const float2 *>(zr + tx * 2);
+                z[0] = t.x;
+                z[1] = t.y;
+            }
+#pragma unroll
+            for (int r = 0; r < K::RT; r++) {
+                float pv = comp(p[r], jj);
+#pragma unroll
+                for (int k = 0; k < OC; k++) o[r][k] = fmaf(pv, z[k], o[r][k]);
+            }
+        }
+    }
+}
+
+/* dst[ocol(tx, k)] = v[k] * mul (add: += ) for the columns < hs; dst a
+ * 16-byte aligned row when g.vec */
+template <int OC>
+__device__ __forceinline__ void put_row(float *dst, const float (&v)[OC], float mul, int tx, const geom &g,
+                                        bool add) {
+    if constexpr (OC >= 4) {
+        if (g.vec) {
+#pragma unroll
+            for (int h = 0; h < OC / 4; h++) {
+                int c = h * 64 + tx * 4;
+                if (c >= g.hs) continue;
+                float4 *p = reinterpret_cast<float4 *>(dst + c);
+                float4 w = make_float4(v[4 * h] * mul, v[4 * h + 1] * mul, v[4 * h + 2] * mul, v[4 * h + 3] * mul);
+                if (add) {
+                    float4 a = *p;
+                    w.x += a.x;
+                    w.y += a.y;
+                    w.z += a.z;
+                    w.w += a.w;
+                }
+                *p = w;
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < OC; k++) {
+        int c = ocol<OC>(tx, k);
+        if (c < g.hs) dst[c] = add ? dst[c] + v[k] * mul : v[k] * mul;
+    }
+}
+
+__device__ __forceinline__ float row_max16(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* the same bits in all 16 lanes: each step adds the same two values */
+__device__ __forceinline__ float row_sum16(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- forward: grid (B NH, query blocks), heaviest (last) query block first ---- */
+template <int D>
+__global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB) fwd_kernel(const float *__restrict__ qkv, float *__restrict__ out,
+                                                         float *__restrict__ out2, float *__restrict__ Lg, geom g) {
+    using K = cfg<D>;
+    constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
+    extern __shared__ float4 smem4[];
+    float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + K::tile, *Vs = Ks + K::tile, *Ps = Vs + K::tile;
+    const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int nqb = (g.T + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
+    const int64_t ld = 3LL * g.C;
+    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
+
+    load_tile<D>(Qs, q, ld, i0, g);
+    load_tile<D>(Ks, k, ld, 0, g);
+    cp_commit();
+    load_tile<D>(Vs, v, ld, 0, g);
+    cp_commit();
+
+    float o[RT][OC], m[RT], l[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < OC; c++) o[r][c] = 0.0f;
+    }
+    for (int kb = 0; kb <= qb; kb++) {
+        const int j0 = kb * BM;
+        cp_wait<1>(); /* Q and this K */
+        __syncthreads();
+        float s[RT][4];
+        mm_abt<D>(s, Qs, Ks, ty, tx);
+        __syncthreads(); /* Ks free */
+        if (kb < qb) load_tile<D>(Ks, k, ld, j0 + BM, g);
+        cp_commit();
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            const int il = ty + TY * r, i = i0 + il;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                s[r][c] = j0 + tx + 16 * c <= i ? s[r][c] * g.scale : -INFINITY;
+                mx = fmaxf(mx, s[r][c]);
+            }
+            /* finite: key 0 <= i lies in the first block */
+            const float mn = fmaxf(m[r], row_max16(mx));
+            const float alpha = expf(m[r] - mn); /* 0 on the first block */
+            m[r] = mn;
+            float ls = 0.0f;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float p = expf(s[r][c] - mn);
+                ls += p;
+                Ps[il * PLD + tx + 16 * c] = p;
+            }
+            l[r] = l[r] * alpha + ls;
+#pragma unroll
+            for (int c = 0; c < OC; c++) o[r][c] *= alpha;
+        }
+        cp_wait<1>(); /* this V */
+        __syncthreads();
+        mm_pz<D>(o, Ps, Vs, ty, tx);
+        __syncthreads(); /* Vs, Ps free */
+        if (kb < qb) load_tile<D>(Vs, v, ld, j0 + BM, g);
+        cp_commit();
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const float lt = row_sum16(l[r]);
+        const int i = i0 + ty + TY * r;
+        if (i < g.T) {
+            const int64_t at = ((int64_t)b * g.T + i) * g.C + (int64_t)h * g.hs;
+            put_row<OC>(out + at, o[r], 1.0f / lt, tx, g, false);
+            if (out2) put_row<OC>(out2 + at, o[r], 1.0f / lt, tx, g, false);
+            if (tx == 0) Lg[(int64_t)bh * g.T + i] = m[r] + logf(lt);
+        }
+    }
+}
+
+/* ---- backward ---- */
+
+/* Dg (B, NH, T) = rowsum(dout * out) per head; one warp per (b, t, h) */
+__global__ void dot_kernel(const float *__restrict__ out, const float *__restrict__ dout, float *__restrict__ Dg,
+                           int64_t rows, int T, int C, int NH, int hs) {
+    const int lane = (int)threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const int64_t bt = r / NH;
+        const int h = (int)(r % NH);
+        const float *o = out + bt * C + (int64_t)h * hs, *gr = dout + bt * C + (int64_t)h * hs;
+        float acc = 0.0f;
+        for (int d = lane; d < hs; d += 32) acc = fmaf(o[d], gr[d], acc);
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+        if (lane == 0) {
+            const int64_t b = bt / T, t = bt % T;
+            Dg[(b * NH + h) * T + t] = acc;
+        }
+    }
+}
+
+/* kernel A: dK, dV of key block blockIdx.y (lightest last), summed over the
+ * query blocks from the diagonal down to T */
+template <int D>
+__global__ void __launch_bounds__(cfg<D>::NT)
+    dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dout, const float *__restrict__ Lg,
+                const float *__restrict__ Dg, float *__restrict__ dqkv, geom g) {
+    using K = cfg<D>;
+    constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
+    extern __shared__ float4 smem4[];
+    float *Ks = reinterpret_cast<float *>(smem4), *Vs = Ks + K::tile, *Qs = Vs + K::tile, *Gs = Qs + K::tile;
+    float *Pt = Gs + K::tile, *St = Pt + K::ptile, *Ls = St + K::ptile, *Ds = Ls + BM;
+    const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int nqb = (g.T + BM - 1) / BM, kb = (int)blockIdx.y, j0 = kb * BM;
+    const int64_t ld = 3LL * g.C;
+    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
+    const float *gd = dout + (int64_t)b * g.T * g.C + (int64_t)h * g.hs;
+    const float *Lr = Lg + (int64_t)bh * g.T, *Dr = Dg + (int64_t)bh * g.T;
+
+    load_tile<D>(Ks, k, ld, j0, g);
+    load_tile<D>(Vs, v, ld, j0, g);
+    load_tile<D>(Gs, gd, g.C, j0, g);
+    load_rows(Ds, Dr, j0, g.T);
+    cp_commit();
+    load_tile<D>(Qs, q, ld, j0, g);
+    load_rows(Ls, Lr, j0, g.T);
+    cp_commit();
+
+    float dk[RT][OC], dv[RT][OC];
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int c = 0; c < OC; c++) dk[r][c] = dv[r][c] = 0.0f;
+    for (int qb = kb; qb < nqb; qb++) {
+        const int i0 = qb * BM;
+        const bool more = qb + 1 < nqb;
+        cp_wait<1>(); /* dout, D (and K, V) */
+        __syncthreads();
+        float dp[RT][4], s[RT][4];
+        mm_abt<D>(dp, Vs, Gs, ty, tx); /* dp[r][c] = v_j . dout_i */
+        cp_wait<0>();                  /* Q, L */
+        __syncthreads();
+        mm_abt<D>(s, Ks, Qs, ty, tx); /* s[r][c] = k_j . q_i */
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            const int jl = ty + TY * r, j = j0 + jl;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int il = tx + 16 * c, i = i0 + il;
+                float p = 0.0f, ds = 0.0f;
+                if (i >= j && i < g.T) {
+                    p = expf(s[r][c] * g.scale - Ls[il]);
+                    ds = p * (dp[r][c] - Ds[il]);
+                }
+                Pt[jl * PLD + il] = p;
+                St[jl * PLD + il] = ds;
+            }
+        }
+        __syncthreads();
+        mm_pz<D>(dv, Pt, Gs, ty, tx); /* dv_j += sum_i p dout_i */
+        __syncthreads();              /* Gs free */
+        if (more) {
+            load_tile<D>(Gs, gd, g.C, i0 + BM, g);
+            load_rows(Ds, Dr, i0 + BM, g.T);
+        }
+        cp_commit();
+        mm_pz<D>(dk, St, Qs, ty, tx); /* dk_j += sum_i ds q_i */
+        __syncthreads();              /* Qs free */
+        if (more) {
+            load_tile<D>(Qs, q, ld, i0 + BM, g);
+            load_rows(Ls, Lr, i0 + BM, g.T);
+        }
+        cp_commit();
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const int j = j0 + ty + TY * r;
+        if (j < g.T) {
+            float *row = dqkv + ((int64_t)b * g.T + j) * ld + (int64_t)h * g.hs;
+            put_row<OC>(row + g.C, dk[r], g.scale, tx, g, true);
+            put_row<OC>(row + 2 * (int64_t)g.C, dv[r], 1.0f, tx, g, true);
+        }
+    }
+}
+
+/* kernel B: dQ of query block (heaviest first), summed over the key blocks up
+ * to the diagonal */
+template <int D>
+__global__ void __launch_bounds__(cfg<D>::NT)
+    dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dout, const float *__restrict__ Lg,
+              const float *__restrict__ Dg, float *__restrict__ dqkv, geom g) {
+    using K = cfg<D>;
+    constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
+    extern __shared__ float4 smem4[];
+    float *Qs = reinterpret_cast<float *>(smem4), *Gs = Qs + K::tile, *Ks = Gs + K::tile, *Vs = Ks + K::tile;
+    float *Ss = Vs + K::tile;
+    const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int nqb = (g.T + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
+    const int64_t ld = 3LL * g.C;
+    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
+    const float *gd = dout + (int64_t)b * g.T * g.C + (int64_t)h * g.hs;
+
+    load_tile<D>(Qs, q, ld, i0, g);
+    load_tile<D>(Gs, gd, g.C, i0, g);
+    load_tile<D>(Vs, v, ld, 0, g);
+    cp_commit();
+    load_tile<D>(Ks, k, ld, 0, g);
+    cp_commit();
+
+    float Li[RT], Di[RT], dq[RT][OC];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const int i = i0 + ty + TY * r;
+        Li[r] = i < g.T ? Lg[(int64_t)bh * g.T + i] : 0.0f;
+        Di[r] = i < g.T ? Dg[(int64_t)bh * g.T + i] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < OC; c++) dq[r][c] = 0.0f;
+    }
+    for (int kb = 0; kb <= qb; kb++) {
+        const int j0 = kb * BM;
+        cp_wait<1>(); /* V (and Q, dout) */
+        __syncthreads();
+        float dp[RT][4], s[RT][4];
+        mm_abt<D>(dp, Gs, Vs, ty, tx); /* dp[r][c] = dout_i . v_j */
+        cp_wait<0>();                  /* K */
+        __syncthreads();
+        mm_abt<D>(s, Qs, Ks, ty, tx);
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            const int il = ty + TY * r, i = i0 + il;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = j0 + tx + 16 * c;
+                float ds = 0.0f;
+                if (j <= i && i < g.T) ds = expf(s[r][c] * g.scale - Li[r]) * (dp[r][c] - Di[r]);
+                Ss[il * PLD + tx + 16 * c] = ds;
+            }
+        }
+        __syncthreads(); /* Ss written, Vs free */
+        if (kb < qb) load_tile<D>(Vs, v, ld, j0 + BM, g);
+        cp_commit();
+        mm_pz<D>(dq, Ss, Ks, ty, tx); /* dq_i += sum_j ds k_j */
+        __syncthreads();              /* Ks, Ss free */
+        if (kb < qb) load_tile<D>(Ks, k, ld, j0 + BM, g);
+        cp_commit();
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const int i = i0 + ty + TY * r;
+        if (i < g.T)
+            put_row<OC>(dqkv + ((int64_t)b * g.T + i) * ld + (int64_t)h * g.hs, dq[r], g.scale, tx, g, true);
+    }
+}
+
+cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
+
+void check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "utrain: flash attention: %s failed: %s\n", what, cudaGetErrorString(e));
+        abort();
+    }
+}
+
+/* lets kernel use bytes of dynamic shared memory, preferring shared memory
+ * over L1 */
+template <typename F>
+void allow_smem(F *kernel, size_t bytes) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+          "setting the shared memory size");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared),
+          "setting the shared memory carveout");
+}
+
+int dim_of(int64_t hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
+
+size_t smem_need(int D) {
+    auto most = [](size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); };
+    if (D == 32) return most(cfg<32>::fwd_bytes, cfg<32>::dkdv_bytes, cfg<32>::dq_bytes);
+    if (D == 64) return most(cfg<64>::fwd_bytes, cfg<64>::dkdv_bytes, cfg<64>::dq_bytes);
+    return most(cfg<128>::fwd_bytes, cfg<128>::dkdv_bytes, cfg<128>::dq_bytes);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+geom geom_of(int64_t T, int64_t C, int64_t NH) {
+    geom g;
+    g.T = (int)T;
+    g.C = (int)C;
+    g.NH = (int)NH;
+    g.hs = (int)(C / NH);
+    g.scale = 1.0f / sqrtf((float)g.hs);
+    g.vec = false;
+    return g;
+}
+
+template <int D>
+void fwd(float *out, float *out2, float *L, const float *qkv, int64_t B, geom g) {
+    using K = cfg<D>;
+    allow_smem(fwd_kernel<D>, K::fwd_bytes);
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.T + BM - 1) / BM));
+    fwd_kernel<D><<<grid, K::NT, K::fwd_bytes, stream()>>>(qkv, out, out2, L, g);
+    ut_cuda_launched("flash attention forward");
+}
+
+template <int D>
+void bwd(float *dqkv, const float *dout, const float *qkv, const float *L, const float *Dg, int64_t B, geom g) {
+    using K = cfg<D>;
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.T + BM - 1) / BM));
+    allow_smem(dkdv_kernel<D>, K::dkdv_bytes);
+    dkdv_kernel<D><<<grid, K::NT, K::dkdv_bytes, stream()>>>(qkv, dout, L, Dg, dqkv, g);
+    ut_cuda_launched("flash attention backward (dk, dv)");
+    allow_smem(dq_kernel<D>, K::dq_bytes);
+    dq_kernel<D><<<grid, K::NT, K::dq_bytes, stream()>>>(qkv, dout, L, Dg, dqkv, g);
+    ut_cuda_launched("flash attention backward (dq)");
+}
+
+}  // namespace
+
+extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    if (B < 1 || T < 1 || NH < 1 || C % NH != 0) return false;
+    int64_t hs = C / NH;
+    if (hs > 128 || (T + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff || T > 0x7fffffff)
+        return false;
+    static int optin[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev < 0 || dev >= 64) return false;
+    if (!optin[dev]) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return false;
+        optin[dev] = v > 0 ? v : -1;
+    }
+    return optin[dev] > 0 && smem_need(dim_of(hs)) <= (size_t)optin[dev];
+}
+
+extern "C" void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B, int64_t T,
+                                       int64_t C, int64_t NH) {
+    if (B <= 0 || T <= 0) return;
+    geom g = geom_of(T, C, NH);
+    g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(out) && aligned16(out_copy);
+    switch (dim_of(g.hs)) {
+        case 32: fwd<32>(out, out_copy, L, qkv, B, g); break;
+        case 64: fwd<64>(out, out_copy, L, qkv, B, g); break;
+        default: fwd<128>(out, out_copy, L, qkv, B, g); break;
+    }
+}
+
+extern "C" void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out,
+                                       const float *qkv, const float *L, int64_t B, int64_t T, int64_t C,
+                                       int64_t NH) {
+    if (B <= 0 || T <= 0) return;
+    geom g = geom_of(T, C, NH);
+    g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
+    int64_t rows = B * T * NH, blocks = (rows + 7) / 8;
+    dot_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream()>>>(out, dout, Dscratch, rows, g.T,
+                                                                                  g.C, g.NH, g.hs);
+    ut_cuda_launched("flash attention backward (rowsum dout * out)");
+    switch (dim_of(g.hs)) {
+        case 32: bwd<32>(dqkv, dout, qkv, L, Dscratch, B, g); break;
+        case 64: bwd<64>(dqkv, dout, qkv, L, Dscratch, B, g); break;
+        default: bwd<128>(dqkv, dout, qkv, L, Dscratch, B, g); break;
+    }
+}

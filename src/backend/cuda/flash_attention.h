@@ -1,0 +1,45 @@
+/* Launchers of the fused ("flash") causal self-attention of ATTENTION
+ * (flash_attention.cu), used by its glue (attention.c) in place of the
+ * materialised path: P (B, NH, T, T) is never stored; the forward saves each
+ * query row's log-sum-exp L (B, NH, T) instead, and the backward recomputes
+ * P = exp(scale q.k - L) tile by tile.
+ * qkv (B, T, 3C) contiguous float32, row t of example b holding q, k, v of
+ * every head: q of head h at columns [h hs, (h + 1) hs), k at C + h hs,
+ * v at 2C + h hs (hs = C / NH). Query t attends keys j <= t; scale 1/sqrt(hs).
+ * Everything is float32 on CUDA cores; no atomics: two runs give the same bits.
+ * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd. */
+#ifndef UTRAIN_CUDA_FLASH_ATTENTION_H
+#define UTRAIN_CUDA_FLASH_ATTENTION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether the fused kernels take these sizes on the current device: head
+ * size hs <= 128, at most 65535 blocks of 64 queries, and the shared memory
+ * the kernels of hs need fits the device's per-block limit (on an H100 every
+ * hs <= 128 does; devices with less shared memory may refuse hs > 64).
+ * The glue keeps the materialised path otherwise. */
+bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH);
+
+/* out (B, T, C) = causal softmax(scale Q K^T) V per head, head h in columns
+ * [h hs, (h + 1) hs); L (B, NH, T) = each row's max + log(sum of exps) of the
+ * scaled scores. out_copy: NULL, or a second (B, T, C) buffer that gets the
+ * same values (for a backward that will not see out in float32). */
+void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B, int64_t T,
+                            int64_t C, int64_t NH);
+
+/* dqkv (B, T, 3C) += the gradient through the attention of dout (B, T, C),
+ * from qkv, the forward's out (float32) and L. Dscratch: B NH T floats of device
+ * memory (each row's sum of dout * out). */
+void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out, const float *qkv,
+                            const float *L, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
