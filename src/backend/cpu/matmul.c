@@ -7,16 +7,13 @@
 #include "cpu.h"
 
 /* How an op's products run: scratch for oneDNN's bf16 operands (the largest
- * product's), or NULL for sgemm. The scratch is autocast's (the op runs under
- * ut_lowp_forward / ut_lowp_backward when t->autocast is set), given back when
- * the op ends: taken from the arena it would stay until the step's end, once
- * per product, and bf16 would hold more activation memory than fp32. */
+ * product's), or NULL for sgemm. */
 typedef struct { uint16_t *bf16; } mm_path;
 
 static mm_path path_of(const ut_tensor *t, int64_t max_operands) {
     mm_path p = {NULL};
     if (t->autocast == UT_BF16 && ut_bf16_use_dnnl())
-        p.bf16 = (uint16_t *)ut_autocast_scratch(t->ctx, (size_t)max_operands * sizeof(uint16_t));
+        p.bf16 = ut_ctx_alloc(t->ctx, (size_t)max_operands * sizeof(uint16_t));
     return p;
 }
 
