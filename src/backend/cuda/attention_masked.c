@@ -45,7 +45,7 @@ static ut_attn_rows rows_of(const masked_dims *d, const float *mask) {
 /* P = softmax(scale Q K^T + mask [+ causal]); out = Pd V, Pd = P * keep / (1 - p)
  * with dropout, P without */
 void ut_attention_masked_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* autocast: TF32, exact on rounded operands */
+    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     masked_dims d = dims_of(t);
     const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
@@ -76,7 +76,7 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t) {
 /* dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks; dS = P (dP - rowsum(P dP));
  * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for) */
 void ut_attention_masked_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* autocast: TF32, exact on rounded operands */
+    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;

@@ -67,7 +67,7 @@ static ut_attn_rows rows_of(const varlen_plan *d, const ut_tensor *t) {
 /* Per sequence s (L rows from off[s]) and head h: P = softmax(causal(scale Q K^T));
  * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without */
 void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* autocast: TF32, exact on rounded operands */
+    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     varlen_plan d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
@@ -107,7 +107,7 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
  * dS = P (dP - rowsum(P dP)); dq += scale dS K; dk += scale dS^T Q (each
  * gradient only when asked for) */
 void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32); /* autocast: TF32, exact on rounded operands */
+    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;

@@ -129,8 +129,8 @@ static void convert(void *dst, ut_dtype to, const void *src, ut_dtype from, int6
 static void round16(float *dst, const float *src, int64_t n, ut_dtype dt) { utk_round(dst, src, n, (int)dt); }
 
 static const char *matmul_path(ut_dtype dt) {
-    (void)dt;
-    return "cuBLASLt TF32 tensor cores on 16-bit-rounded operands (exact), float32 accumulation";
+    return dt == UT_F16 ? "cuBLASLt fp16 tensor cores, float32 accumulation"
+                        : "cuBLASLt bf16 tensor cores, float32 accumulation";
 }
 
 /* ---- flat math ---- */

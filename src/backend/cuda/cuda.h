@@ -41,12 +41,13 @@ void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, fl
                    const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                    int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
 void ut_cuda_set_tf32(bool on);
-/* The products queued until the next call have operands rounded to bf16 or
- * fp16 (the op runs under autocast): they run on the TF32 tensor cores,
- * which hold every bf16 and fp16 value exactly, so the result is the 16-bit
- * operands' products accumulated in float32. Op glue sets it from
- * t->autocast around its products. */
-void ut_cuda_gemm_rounded(bool on);
+/* The products queued until the next call run under autocast dtype dt
+ * (t->autocast: UT_BF16 or UT_F16; UT_F32 ends it): their operands are
+ * float32 values rounded to dt (src/core/autocast.c), so 16-bit copies of
+ * them are exact, and the products run on the 16-bit tensor cores with
+ * float32 accumulation and output. Op glue sets it from t->autocast before
+ * its products. */
+void ut_cuda_gemm_rounded(int dt);
 
 /* The device error flag (an int of device memory, 0 = none): a kernel that
  * finds bad data (an id or target out of range) writes its UT_CUDA_ERR_*

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "flat.h"
 
 static cublasLtHandle_t g_lt;
 static void *g_ws;
@@ -24,9 +25,15 @@ static bool g_tf32;
 static bool g_classic;
 static cublasHandle_t g_blas;
 
-static bool g_rounded;
+/* autocast's dtype for the products queued now (0: none, 1: bf16, 2: fp16,
+ * as ut_dtype), and the 16-bit copies of their operands: process-wide
+ * buffers that only grow (work on the one stream runs in order, so a copy is
+ * not overwritten before the product that reads it has run) */
+static int g_round_dt;
+static void *g_op16[2];
+static size_t g_op16_cap[2];
 extern "C" void ut_cuda_set_tf32(bool on) { g_tf32 = on; }
-extern "C" void ut_cuda_gemm_rounded(bool on) { g_rounded = on; }
+extern "C" void ut_cuda_gemm_rounded(int dt) { g_round_dt = dt == 1 || dt == 2 ? dt : 0; }
 
 static void lt_check(cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -58,9 +65,10 @@ static void lt_init(void) {
 }
 
 /* column-major layout of a row-major matrix stored rows x cols (row stride ld) */
-static cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+static cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+                                     cudaDataType_t dt = CUDA_R_32F) {
     cublasLtMatrixLayout_t l;
-    lt_check(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, (uint64_t)cols, (uint64_t)rows, ld), "layout");
+    lt_check(cublasLtMatrixLayoutCreate(&l, dt, (uint64_t)cols, (uint64_t)rows, ld), "layout");
     if (batch > 1) {
         int32_t b = (int32_t)batch;
         lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch");
@@ -80,6 +88,28 @@ static void classic_product(bool transA, bool transB, int64_t m, int64_t n, int6
              "cuBLAS sgemm");
 }
 
+/* The 16-bit copy (dt) of the elements a strided batch of row-major
+ * matrices spans (rows x cols, row stride ld, batch stride s), in buffer
+ * slot; its values are already rounded to dt, so the copy is exact. */
+static const void *copy16(int slot, const float *x, int64_t rows, int64_t cols, int64_t ld, int64_t s,
+                          int64_t batch, int dt) {
+    int64_t n = (batch > 1 ? (batch - 1) * s : 0) + (rows - 1) * ld + cols;
+    size_t bytes = (size_t)n * 2;
+    if (bytes > g_op16_cap[slot]) {
+        if (g_op16[slot]) {
+            cudaStreamSynchronize((cudaStream_t)ut_cuda_stream());
+            cudaFree(g_op16[slot]);
+        }
+        if (cudaMalloc(&g_op16[slot], bytes) != cudaSuccess) {
+            fprintf(stderr, "utrain: out of device memory for 16-bit product operands (%zu bytes)\n", bytes);
+            abort();
+        }
+        g_op16_cap[slot] = bytes;
+    }
+    utk_convert(g_op16[slot], dt, x, 0, n);
+    return g_op16[slot];
+}
+
 static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
                         float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
@@ -87,15 +117,24 @@ static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t 
         classic_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
         return;
     }
+    /* autocast: the operands' 16-bit copies on the 16-bit tensor cores, float32
+     * accumulation and output; else float32 (TF32 when asked) */
+    int dt16 = g_round_dt;
+    cudaDataType_t in_t = dt16 == 1 ? CUDA_R_16BF : dt16 == 2 ? CUDA_R_16F : CUDA_R_32F;
+    const void *Ain = A, *Bin = B;
+    if (dt16) {
+        Ain = transA ? copy16(0, A, k, m, lda, sA, batch, dt16) : copy16(0, A, m, k, lda, sA, batch, dt16);
+        Bin = transB ? copy16(1, B, n, k, ldb, sB, batch, dt16) : copy16(1, B, k, n, ldb, sB, batch, dt16);
+    }
     cublasLtMatmulDesc_t op;
-    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 || g_rounded ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 && !dt16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                       CUDA_R_32F), "desc");
     cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
     lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
     /* stored shapes (row-major): B is k x n or n x k, A is m x k or k x m */
-    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, sB, batch) : layout(k, n, ldb, sB, batch);
-    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, sA, batch) : layout(m, k, lda, sA, batch);
+    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, sB, batch, in_t) : layout(k, n, ldb, sB, batch, in_t);
+    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, sA, batch, in_t) : layout(m, k, lda, sA, batch, in_t);
     cublasLtMatrixLayout_t lc = layout(m, n, ldc, sC, batch);
     cublasLtMatmulPreference_t pref;
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -105,8 +144,20 @@ static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t 
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     lt_check(cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found), "heuristic");
+    if (found < 1 && dt16) { /* no 16-bit kernel for this layout: TF32 holds the rounded values exactly */
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(op);
+        bool tf32 = g_tf32;
+        g_round_dt = 0, g_tf32 = true;
+        one_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+        g_round_dt = dt16, g_tf32 = tf32;
+        return;
+    }
     if (found < 1) lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)");
-    lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
+    lt_check(cublasLtMatmul(g_lt, op, &alpha, Bin, lb, Ain, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
                             (cudaStream_t)ut_cuda_stream()),
              "matmul");
     cublasLtMatmulPreferenceDestroy(pref);

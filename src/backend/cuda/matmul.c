@@ -2,8 +2,8 @@
  * cuBLASLt (gemm.cu), with the CPU backend's semantics
  * (src/backend/cpu/matmul.c); the bias gradient is a fixed-order column sum.
  * Under autocast the operands arrive as float32 copies rounded to bf16/fp16
- * (src/core/autocast.c) and the products run on the TF32 tensor cores, exact
- * for such operands (ut_cuda_gemm_rounded). */
+ * (src/core/autocast.c) and the products run on the 16-bit tensor cores
+ * (ut_cuda_gemm_rounded). */
 #include "cuda.h"
 #include "flat.h"
 
@@ -11,7 +11,7 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
 
 /* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ---- */
 void ut_linear_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32);
+    ut_cuda_gemm_rounded((int)t->autocast);
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     if (b) utk_rows_fill(f32(t), f32(b), N, OC);
@@ -19,7 +19,7 @@ void ut_linear_fwd_cuda(ut_tensor *t) {
 }
 
 void ut_linear_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32);
+    ut_cuda_gemm_rounded((int)t->autocast);
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     const float *G = t->grad;
@@ -42,7 +42,7 @@ static mm_dims dims_of(const ut_tensor *t) {
 }
 
 void ut_matmul_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32);
+    ut_cuda_gemm_rounded((int)t->autocast);
     mm_dims d = dims_of(t);
     const float *A = f32(t->src[0]), *B = f32(t->src[1]);
     if (d.shared_b) /* one product over all rows */
@@ -53,7 +53,7 @@ void ut_matmul_fwd_cuda(ut_tensor *t) {
 }
 
 void ut_matmul_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded(t->autocast != UT_F32);
+    ut_cuda_gemm_rounded((int)t->autocast);
     mm_dims d = dims_of(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = f32(a), *B = f32(b), *G = t->grad;
