@@ -90,6 +90,12 @@ typedef struct ut_backend {
      * CPU's linear, a block of rows at a time). Every other op under autocast
      * gets float32 copies (src/core/autocast.c). */
     const bool *reads_16, *writes_16;
+    /* native_16: the kernel takes every tensor of its op in its storage
+     * dtype (16-bit sources, output and gradients as they are) and rounds
+     * float32 sources to t->autocast itself; core converts nothing around
+     * it. The kernel may take ut_autocast_scratch and then must call
+     * ut_autocast_release before it returns. */
+    const bool *native_16;
     /* What autocast's matrix products in dt (BF16, F16) run on, in a few
      * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
      * inputs (CPU has no bf16 instructions)"). */

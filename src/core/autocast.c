@@ -93,6 +93,12 @@ static bool kernel_reads_16(const ut_tensor *t) {
     const bool *r = ut_backend_get(t->device)->reads_16;
     return r && r[t->op];
 }
+/* the kernel takes the op's tensors in their storage dtypes and does
+ * autocast's rounding itself (backend.h, native_16) */
+static bool kernel_native_16(const ut_tensor *t) {
+    const bool *n = ut_backend_get(t->device)->native_16;
+    return n && n[t->op];
+}
 static bool self_16(const ut_tensor *t) {
     const bool *w = ut_backend_get(t->device)->writes_16;
     return w && w[t->op] && is_16(t->dtype);
@@ -100,7 +106,7 @@ static bool self_16(const ut_tensor *t) {
 
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
-    if (kernel_reads_16(t)) return false;
+    if (kernel_reads_16(t) || kernel_native_16(t)) return false;
     if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (t->src[i] && is_16(t->src[i]->dtype)) return true;
@@ -154,6 +160,7 @@ static void give_back(ut_ctx *ctx) {
 }
 
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes) { return take(ctx, bytes); }
+void ut_autocast_release(ut_ctx *ctx) { give_back(ctx); }
 
 /* A parameter (or a view of one) rounded for an autocast op by a forward,
  * kept so that the op's backward (and a checkpointed block's recompute) reads

@@ -156,6 +156,9 @@ void ut_autocast_forget(ut_ctx *ctx);
  * ut_lowp_forward / ut_lowp_backward runs now, valid until that op ends:
  * where a kernel computes what it then stores in 16 bits. */
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes);
+/* A kernel that does autocast itself (backend.h, native_16) and took
+ * ut_autocast_scratch gives it all back when it ends. */
+void ut_autocast_release(ut_ctx *ctx);
 /* The rounded 16-bit copy (dt, n elements from s->data) of a float32
  * parameter (or a view of one) s that an autocast op reads: a forward rounds
  * it afresh and keeps it, the op's backward (and a checkpoint's recompute,

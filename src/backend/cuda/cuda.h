@@ -41,6 +41,10 @@ void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, fl
                    const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                    int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
 void ut_cuda_set_tf32(bool on);
+/* The same product (one matrix, no batch) on 16-bit operands stored in dt
+ * (UT_BF16 or UT_F16), float32 C, float32 accumulation. */
+void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc, int dt);
 /* The products queued until the next call run under autocast dtype dt
  * (t->autocast: UT_BF16 or UT_F16; UT_F32 ends it): their operands are
  * float32 values rounded to dt (src/core/autocast.c), so 16-bit copies of
@@ -70,6 +74,8 @@ void ut_cuda_upload(void *dst, const void *host, size_t n);
 #include "internal.h"
 
 extern const ut_op_vtable ut_ops_cuda[UT_OP_COUNT];
+extern const bool ut_cuda_native_16[UT_OP_COUNT];
+extern const ut_backend ut_backend_cuda;
 
 #define UT_OP(E, stem)                         \
     void ut_##stem##_fwd_cuda(ut_tensor *t);   \

@@ -175,12 +175,12 @@ extern "C" void utk_rows_fill(float *out, const float *bias, int64_t rows, int64
  * that only grows; work on the one stream runs in order, so it is not reused
  * before the kernel that reads it has run. */
 #define COL_ROWS 256
-__global__ void k_col_part(float *part, const float *g, int64_t rows, int64_t cols) {
+__global__ void k_col_part(float *part, const void *g, int g_dt, int64_t rows, int64_t cols) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
     if (c >= cols) return;
     int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
     float acc = 0.0f;
-    for (int64_t r = r0; r < r1; r++) acc += g[r * cols + c];
+    for (int64_t r = r0; r < r1; r++) acc += load_as_f32(g, g_dt, r * cols + c);
     part[blockIdx.y * cols + c] = acc;
 }
 __global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, int64_t cols) {
@@ -190,7 +190,7 @@ __global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, in
         db[c] += acc;
     }
 }
-extern "C" void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols) {
+extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols) {
     if (cols <= 0 || rows <= 0) return;
     static float *part;
     static size_t cap;
@@ -205,8 +205,32 @@ extern "C" void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t
         cap = need;
     }
     dim3 grid((unsigned)((cols + TPB - 1) / TPB), (unsigned)nparts);
-    k_col_part<<<grid, TPB, 0, STREAM>>>(part, g, rows, cols);
+    k_col_part<<<grid, TPB, 0, STREAM>>>(part, g, g_dt, rows, cols);
     ut_cuda_launched("column sums");
     k_col_parts_add<<<grid_of(cols), TPB, 0, STREAM>>>(db, part, nparts, cols);
     ut_cuda_launched("column sums (parts)");
+}
+
+__device__ __forceinline__ void store_from_f32(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+__global__ void k_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
+    GRID_STRIDE(i, rows * cols) store_from_f32(out, dt, i, bias ? __fadd_rn(tmp[i], bias[i % cols]) : tmp[i]);
+}
+extern "C" void utk_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
+    if (rows * cols <= 0) return;
+    k_bias_round<<<grid_of(rows * cols), TPB, 0, STREAM>>>(out, dt, tmp, bias, rows, cols);
+    ut_cuda_launched("bias and round");
+}
+
+__global__ void k_add_round(void *dst, int dt, const float *add, int64_t n) {
+    GRID_STRIDE(i, n) store_from_f32(dst, dt, i, __fadd_rn(load_as_f32(dst, dt, i), add[i]));
+}
+extern "C" void utk_add_round(void *dst, int dt, const float *add, int64_t n) {
+    if (n <= 0) return;
+    k_add_round<<<grid_of(n), TPB, 0, STREAM>>>(dst, dt, add, n);
+    ut_cuda_launched("add and round");
 }

@@ -25,8 +25,14 @@ void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, floa
              float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero);
 /* out (rows, cols) = bias (cols) repeated on every row */
 void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols);
-/* db (cols) += column sums of g (rows, cols), each summed over rows in order */
-void utk_col_sum_add(float *db, const float *g, int64_t rows, int64_t cols);
+/* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,
+ * 2 F16), each summed in fixed row blocks added in order */
+void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
+/* out (rows, cols) stored in dt = tmp + bias (bias NULL: none), rounded to
+ * nearest even: a 16-bit product's output */
+void utk_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols);
+/* dst (n, stored in dt) = dst + add, rounded: adding into a 16-bit gradient */
+void utk_add_round(void *dst, int dt, const float *add, int64_t n);
 
 #ifdef __cplusplus
 }

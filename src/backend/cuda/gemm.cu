@@ -110,25 +110,13 @@ static const void *copy16(int slot, const float *x, int64_t rows, int64_t cols, 
     return g_op16[slot];
 }
 
-static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
-                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
-    if (g_classic) {
-        classic_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
-        return;
-    }
-    /* autocast: the operands' 16-bit copies on the 16-bit tensor cores, float32
-     * accumulation and output; else float32 (TF32 when asked) */
-    int dt16 = g_round_dt;
-    cudaDataType_t in_t = dt16 == 1 ? CUDA_R_16BF : dt16 == 2 ? CUDA_R_16F : CUDA_R_32F;
-    const void *Ain = A, *Bin = B;
-    if (dt16) {
-        Ain = transA ? copy16(0, A, k, m, lda, sA, batch, dt16) : copy16(0, A, m, k, lda, sA, batch, dt16);
-        Bin = transB ? copy16(1, B, n, k, ldb, sB, batch, dt16) : copy16(1, B, k, n, ldb, sB, batch, dt16);
-    }
+/* One cuBLASLt product (row-major operands swapped as above) with operands
+ * of type in_t and float32 C; false when cuBLASLt has no algorithm for it. */
+static bool lt_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                       int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, float beta, float *C,
+                       int64_t ldc, int64_t sC, int64_t batch, cudaDataType_t in_t, cublasComputeType_t compute) {
     cublasLtMatmulDesc_t op;
-    lt_check(cublasLtMatmulDescCreate(&op, g_tf32 && !dt16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                      CUDA_R_32F), "desc");
+    lt_check(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F), "desc");
     cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
     lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
@@ -144,27 +132,49 @@ static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t 
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     lt_check(cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found), "heuristic");
-    if (found < 1 && dt16) { /* no 16-bit kernel for this layout: TF32 holds the rounded values exactly */
-        cublasLtMatmulPreferenceDestroy(pref);
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(lc);
-        cublasLtMatmulDescDestroy(op);
-        bool tf32 = g_tf32;
-        g_round_dt = 0, g_tf32 = true;
-        one_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
-        g_round_dt = dt16, g_tf32 = tf32;
-        return;
-    }
-    if (found < 1) lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)");
-    lt_check(cublasLtMatmul(g_lt, op, &alpha, Bin, lb, Ain, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
-                            (cudaStream_t)ut_cuda_stream()),
-             "matmul");
+    if (found >= 1)
+        lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
+                                (cudaStream_t)ut_cuda_stream()),
+                 "matmul");
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(op);
+    return found >= 1;
+}
+
+static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb, int64_t sB,
+                        float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
+    if (g_classic) {
+        classic_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+        return;
+    }
+    /* autocast: the operands' 16-bit copies on the 16-bit tensor cores, float32
+     * accumulation and output (TF32, which holds the rounded values exactly,
+     * where cuBLASLt has no 16-bit kernel for the layout) */
+    int dt16 = g_round_dt;
+    if (dt16) {
+        const void *a16 = transA ? copy16(0, A, k, m, lda, sA, batch, dt16) : copy16(0, A, m, k, lda, sA, batch, dt16);
+        const void *b16 = transB ? copy16(1, B, n, k, ldb, sB, batch, dt16) : copy16(1, B, k, n, ldb, sB, batch, dt16);
+        if (lt_product(transA, transB, m, n, k, alpha, a16, lda, sA, b16, ldb, sB, beta, C, ldc, sC, batch,
+                       dt16 == 1 ? CUDA_R_16BF : CUDA_R_16F, CUBLAS_COMPUTE_32F))
+            return;
+    }
+    if (!lt_product(transA, transB, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, CUDA_R_32F,
+                    g_tf32 || dt16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F))
+        lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)");
+}
+
+extern "C" void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                               const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                               int64_t ldc, int dt) {
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    lt_init();
+    if (!lt_product(transA, transB, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                    dt == 2 ? CUDA_R_16F : CUDA_R_16BF, CUBLAS_COMPUTE_32F))
+        lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic for a 16-bit product (no algorithm)");
 }
 
 extern "C" void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,

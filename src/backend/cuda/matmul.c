@@ -1,33 +1,105 @@
 /* Matrix products on the GPU: linear (x W^T + b) and batched matmul, through
  * cuBLASLt (gemm.cu), with the CPU backend's semantics
  * (src/backend/cpu/matmul.c); the bias gradient is a fixed-order column sum.
- * Under autocast the operands arrive as float32 copies rounded to bf16/fp16
- * (src/core/autocast.c) and the products run on the 16-bit tensor cores
- * (ut_cuda_gemm_rounded). */
+ * Under autocast, matmul's operands arrive as float32 copies rounded to
+ * bf16/fp16 (src/core/autocast.c) and its products run on the 16-bit tensor
+ * cores (ut_cuda_gemm_rounded); linear does autocast itself (below). */
 #include "cuda.h"
 #include "flat.h"
 
 static float *f32(const ut_tensor *t) { return (float *)t->data; }
 
-/* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ---- */
-void ut_linear_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast);
+/* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ----
+ * Under autocast the linear takes its tensors as they are stored (the
+ * backend's native_16): x in 16 bits (or float32, rounded here), w float32
+ * with its rounded 16-bit copy kept from forward to backward by autocast
+ * (ut_autocast_round16), the output and its gradient in 16 bits. The
+ * products run on the 16-bit tensor cores into float32 scratch; the output
+ * is bias-added and rounded in one pass. The results are those the wrapped
+ * path gives (rounded operands, float32 sums, rounded output). */
+static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
+
+/* x's values in dt: x itself when stored in dt, else a rounded copy in scratch */
+static const void *as16(ut_tensor *x, ut_dtype dt, int64_t n) {
+    if (x->dtype == dt) return x->data;
+    void *c = ut_autocast_scratch(x->ctx, (size_t)n * 2);
+    ut_backend_cuda.convert(c, dt, x->data, x->dtype, n);
+    return c;
+}
+
+/* w's rounded copy: the one autocast keeps for backward, or (gradients off)
+ * one in scratch */
+static const void *weight16(ut_tensor *t, ut_tensor *w, bool backward) {
+    int64_t n = ut_nelem(w);
+    const void *r = w->dtype == UT_F32 ? ut_autocast_round16(t->ctx, w, n, t->autocast, backward) : NULL;
+    return r ? r : as16(w, t->autocast, n);
+}
+
+static void linear_fwd16(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
+    int dt = (int)t->autocast;
+    const void *x16 = as16(x, t->autocast, N * C), *w16 = weight16(t, w, false);
+    float *tmp = ut_autocast_scratch(t->ctx, (size_t)(N * OC) * sizeof(float));
+    ut_cuda_gemm16(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, tmp, OC, dt);
+    /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
+    utk_bias_round(t->data, (int)t->dtype, tmp, b ? f32(b) : NULL, N, OC);
+    ut_autocast_release(t->ctx);
+}
+
+static void linear_bwd16(ut_tensor *t) {
+    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
+    int dt = (int)t->autocast;
+    /* the incoming gradient in dt: as stored, or rounded (autocast rounds it) */
+    const void *g16 = t->dtype == t->autocast ? (const void *)t->grad : NULL;
+    if (!g16) {
+        void *c = ut_autocast_scratch(t->ctx, (size_t)(N * OC) * 2);
+        ut_backend_cuda.convert(c, t->autocast, t->grad, is16(t->dtype) ? t->dtype : UT_F32, N * OC);
+        g16 = c;
+    }
+    if (x->requires_grad) { /* dx (N, C) += dout @ w */
+        const void *w16 = weight16(t, w, true);
+        if (is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
+            float *tmp = ut_autocast_scratch(t->ctx, (size_t)(N * C) * sizeof(float));
+            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 0.0f, tmp, C, dt);
+            utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
+        } else {
+            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 1.0f, x->grad, C, dt);
+        }
+    }
+    if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
+        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, g16, OC, as16(x, t->autocast, N * C), C, 1.0f, w->grad, C, dt);
+    if (b && b->requires_grad) utk_col_sum_add(b->grad, g16, dt, N, OC);
+    ut_autocast_release(t->ctx);
+}
+
+void ut_linear_fwd_cuda(ut_tensor *t) {
+    if (t->autocast != UT_F32) {
+        linear_fwd16(t);
+        return;
+    }
+    ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
+    ut_cuda_gemm_rounded(0);
     if (b) utk_rows_fill(f32(t), f32(b), N, OC);
     ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, f32(t), OC, 0, 1);
 }
 
 void ut_linear_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast);
+    if (t->autocast != UT_F32) {
+        linear_bwd16(t);
+        return;
+    }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     const float *G = t->grad;
+    ut_cuda_gemm_rounded(0);
     if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C) */
         ut_cuda_sgemm(false, false, N, C, OC, 1.0f, G, OC, 0, f32(w), C, 0, 1.0f, x->grad, C, 0, 1);
     if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
         ut_cuda_sgemm(true, false, OC, C, N, 1.0f, G, OC, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
-    if (b && b->requires_grad) utk_col_sum_add(b->grad, G, N, OC);
+    if (b && b->requires_grad) utk_col_sum_add(b->grad, G, 0, N, OC);
 }
 
 /* ---- matmul: a (..., M, K) @ b (K, N) or (..., K, N) ---- */
