@@ -9,6 +9,8 @@
 #ifndef UTRAIN_OP_PARAMS_H
 #define UTRAIN_OP_PARAMS_H
 
+#include <math.h>
+
 #include "utrain/tensor.h"
 
 #define UT_PARAM_I(op, name, slot)                                                      \
@@ -99,6 +101,56 @@ UT_AUX(cross_entropy, inv_sum, float, 1)
 /* cross_entropy and nll_loss on a device that counts the targets itself
  * (CUDA): the count (int64, 1, device memory) that backward divides by */
 UT_AUX(loss, dcount, int64_t, 2)
+
+/* ---- shapes the backends derive from an op's tensors alike ---- */
+/* matmul: a (..., M, K) @ b (K, N) (shared_b) or (..., K, N), batch products */
+typedef struct { int64_t batch, M, K, N; bool shared_b; } ut_mm_dims;
+static inline ut_mm_dims ut_matmul_dims(const ut_tensor *t) {
+    const ut_tensor *a = t->src[0], *b = t->src[1];
+    ut_mm_dims d = {.M = a->ne[a->ndim - 2], .K = a->ne[a->ndim - 1], .N = b->ne[b->ndim - 1]};
+    d.batch = ut_nelem(a) / (d.M * d.K);
+    d.shared_b = b->ndim == 2;
+    return d;
+}
+
+/* attention_masked: q (B, Tq, C), k and v (B, Tk, C), NH heads of hs */
+typedef struct {
+    int64_t B, Tq, Tk, C, NH, hs;
+    float scale, ks; /* 1/sqrt(hs); keep scale 1/(1-p) */
+    bool causal;
+} ut_masked_dims;
+static inline ut_masked_dims ut_attention_masked_dims(const ut_tensor *t) {
+    ut_masked_dims d = {.B = t->ne[0], .Tq = t->ne[1], .Tk = t->src[1]->ne[1], .C = t->ne[2],
+                        .NH = ut_attention_masked_n_head(t), .causal = ut_attention_masked_causal(t) != 0};
+    d.hs = d.C / d.NH;
+    d.scale = 1.0f / sqrtf((float)d.hs);
+    d.ks = ut_attention_masked_keep_scale(t);
+    return d;
+}
+
+/* attention_varlen: checks the S + 1 offsets off (host memory) of t's N rows
+ * (0 = off[0] < off[1] < ... < off[S] = N) and fills poff (S + 1) with where
+ * each sequence's NH L x L probability blocks start and *maxL with the
+ * longest sequence; -1 with t's context error set, naming the offset. */
+static inline int ut_attention_varlen_blocks(ut_tensor *t, const int32_t *off, int64_t S, int64_t *poff,
+                                             int64_t *maxL) {
+    int64_t N = t->ne[0], NH = ut_attention_varlen_n_head(t);
+    poff[0] = 0;
+    *maxL = 0;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t L = (int64_t)off[s + 1] - off[s];
+        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > N || (s == S - 1 && off[S] != N)) {
+            int64_t at = s == 0 && off[0] != 0 ? 0 : s + 1;
+            ut_ctx_set_error(t->ctx, "attention_varlen: offsets[%lld] = %d breaks 0 = offsets[0] < offsets[1] "
+                                     "< ... < offsets[%lld] = N = %lld", (long long)at, (int)off[at],
+                             (long long)S, (long long)N);
+            return -1;
+        }
+        poff[s + 1] = poff[s] + NH * L * L;
+        *maxL = L > *maxL ? L : *maxL;
+    }
+    return 0;
+}
 
 #undef UT_PARAM_I
 #undef UT_PARAM_F

@@ -25,28 +25,6 @@ GC_FAMILIES(DECLARE)
  * cuBLASLt), so not to the bit */
 #define TOL 2e-5
 
-static long long count(const gc_input *in) {
-    long long n = 1;
-    for (int i = 0; i < in->ndim; i++) n *= in->ne[i];
-    return n;
-}
-
-static void fill(const gc_input *in, void *dst, ut_rng *r) {
-    long long n = count(in);
-    if (in->kind == GC_INDEX) {
-        for (long long i = 0; i < n; i++) ((int *)dst)[i] = (int)(ut_rng_u64(r) % (unsigned)in->hi);
-        return;
-    }
-    float *x = dst;
-    for (long long i = 0; i < n; i++) {
-        float v = ut_rng_normal(r);
-        if (in->kind == GC_AWAY0) v = v >= 0 ? v + 0.1f : v - 0.1f;
-        if (in->kind == GC_POSITIVE) v = 0.5f + ut_rng_uniform(r);
-        if (in->kind == GC_DISTINCT) v = 0.05f * (float)i - 0.025f * (float)n;
-        x[i] = v;
-    }
-}
-
 /* What one run of a row gives: the output and each input's gradient, on the host. */
 typedef struct {
     float *out;
@@ -92,7 +70,7 @@ static int run_row(ut_device dev, const gc_row *row, void *const *host, const fl
         if (!L || ut_backward(ctx, L)) goto done;
         for (int i = 0; i < row->nin; i++) {
             if (!in[i]->requires_grad) continue;
-            size_t b = sizeof(float) * (size_t)count(&row->in[i]);
+            size_t b = sizeof(float) * (size_t)gc_count(&row->in[i]);
             res->grad[i] = malloc(b);
             if (ut_tensor_get_grad(in[i], res->grad[i], b)) goto done;
         }
@@ -125,8 +103,8 @@ static int compare_row(const char *fam, const gc_row *row, double tol) {
     ut_rng_seed(&r, 42);
     void *host[4] = {0};
     for (int i = 0; i < row->nin; i++) {
-        host[i] = malloc(sizeof(float) * (size_t)count(&row->in[i]));
-        fill(&row->in[i], host[i], &r);
+        host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
+        gc_fill(&row->in[i], host[i], &r);
     }
     result c, g;
     int bad = 0;
@@ -158,7 +136,7 @@ static int compare_row(const char *fam, const gc_row *row, double tol) {
         }
         for (int i = 0; i < row->nin && !bad; i++) {
             if (!c.grad[i]) continue;
-            e = rel_err(g.grad[i], c.grad[i], count(&row->in[i]), &w);
+            e = rel_err(g.grad[i], c.grad[i], gc_count(&row->in[i]), &w);
             if (e > tol) {
                 printf("FAIL %s/%s: input %d gradient differs: rel %.3g (element %lld: cuda %.8g, cpu %.8g)\n",
                        fam, row->name, i, e, w, g.grad[i][w], c.grad[i][w]);
@@ -246,8 +224,8 @@ static void test_same_bits_twice(void) {
         ut_rng_seed(&r, 7);
         void *host[4] = {0};
         for (int i = 0; i < row->nin; i++) {
-            host[i] = malloc(sizeof(float) * (size_t)count(&row->in[i]));
-            fill(&row->in[i], host[i], &r);
+            host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
+            gc_fill(&row->in[i], host[i], &r);
         }
         result a, b;
         run_row(UT_CUDA, row, host, NULL, 0, &a);
@@ -261,7 +239,7 @@ static void test_same_bits_twice(void) {
             CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
             for (int i = 0; i < row->nin; i++)
                 if (a.grad[i])
-                    CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)count(&row->in[i])),
+                    CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)gc_count(&row->in[i])),
                           "%s: input %d gradient differs between runs", row->name, i);
         }
         result_free(&a);

@@ -18,14 +18,14 @@ typedef struct {
     long long nout;
 } gc_state;
 
-static long long count(const gc_input *in) {
+long long gc_count(const gc_input *in) {
     long long n = 1;
     for (int i = 0; i < in->ndim; i++) n *= in->ne[i];
     return n;
 }
 
-static void fill(const gc_input *in, void *dst, ut_rng *r) {
-    long long n = count(in);
+void gc_fill(const gc_input *in, void *dst, ut_rng *r) {
+    long long n = gc_count(in);
     if (in->kind == GC_INDEX) {
         for (long long i = 0; i < n; i++) ((int *)dst)[i] = (int)(ut_rng_u64(r) % in->hi);
         return;
@@ -92,8 +92,8 @@ int gc_run(const gc_row *row, bool *seen, char *msg, int msglen) {
     ut_rng r;
     ut_rng_seed(&r, 42);
     for (int i = 0; i < row->nin; i++) {
-        s.host[i] = malloc(sizeof(float) * (size_t)count(&row->in[i]));
-        fill(&row->in[i], s.host[i], &r);
+        s.host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
+        gc_fill(&row->in[i], s.host[i], &r);
     }
     int rc = 0;
     ut_tensor *in[4] = {0};
@@ -122,7 +122,7 @@ int gc_run(const gc_row *row, bool *seen, char *msg, int msglen) {
     float *ana[4] = {0};
     for (int i = 0; i < row->nin; i++) {
         if (row->in[i].kind == GC_INDEX || row->in[i].kind == GC_CONST) continue;
-        long long n = count(&row->in[i]);
+        long long n = gc_count(&row->in[i]);
         ana[i] = malloc(sizeof(float) * (size_t)n);
         if (in[i]->grad) memcpy(ana[i], in[i]->grad, sizeof(float) * (size_t)n);
         else memset(ana[i], 0, sizeof(float) * (size_t)n);
@@ -132,7 +132,7 @@ int gc_run(const gc_row *row, bool *seen, char *msg, int msglen) {
     float eps = row->eps > 0 ? row->eps : 1e-2f, tol = row->tol > 0 ? row->tol : 1e-2f;
     for (int i = 0; i < row->nin && !rc; i++) {
         if (!ana[i]) continue;
-        long long n = count(&row->in[i]);
+        long long n = gc_count(&row->in[i]);
         float *x = s.host[i];
         double maxerr = 0, maxana = 0;
         long long worst = -1;

@@ -7,6 +7,7 @@
 #define UTRAIN_GRADCHECK_H
 #include <stdbool.h>
 
+#include "utrain/base.h"
 #include "utrain/ops.h"
 
 enum gc_kind {
@@ -34,6 +35,11 @@ typedef struct {
     float eps;       /* finite-difference step (0: 1e-2) */
     float tol;       /* max |num - ana| / max |ana| (0: 1e-2) */
 } gc_row;
+
+/* Elements of an input; its values drawn from r by kind (I32 for
+ * GC_INDEX, else float32), as the harness draws them. */
+long long gc_count(const gc_input *in);
+void gc_fill(const gc_input *in, void *dst, ut_rng *r);
 
 /* 0 if the row passes; otherwise 1 with a message in msg. Marks the op ids on
  * the row's tape in seen[] (size ut_op_count()). */

@@ -17,12 +17,6 @@
 #include "vmath.h"
 #include "../../ops/params.h"
 
-typedef struct {
-    int64_t B, Tq, Tk, C, NH, hs;
-    float scale, ks; /* 1/sqrt(hs); keep scale 1/(1-p) */
-    bool causal;
-} masked_dims;
-
 /* p (n) = softmax(p) in place; a row with every key at -inf (a row of
  * padding only, its mask rounded to -inf under autocast) attends nowhere:
  * all 0 rather than NaN */
@@ -43,7 +37,7 @@ static void softmax_row(float *p, int64_t n) {
 
 /* P (Tq x Tk) of one pair from the scores: scale q k^T + mask, causal keys
  * j > t at probability 0 */
-static void pair_probs(float *P, const float *q, const float *k, const float *mask, const masked_dims *d) {
+static void pair_probs(float *P, const float *q, const float *k, const float *mask, const ut_masked_dims *d) {
     int64_t Tq = d->Tq, Tk = d->Tk;
     ut_gemm_ld(false, true, Tq, Tk, d->hs, d->scale, q, d->C, k, d->C, 0.0f, P, Tk);
     for (int64_t t = 0; t < Tq; t++) {
@@ -61,7 +55,7 @@ static void pair_probs(float *P, const float *q, const float *k, const float *ma
  * mask (B, Tk) or NULL; keep (B, NH, Tq, Tk) or NULL (no dropout);
  * scratch: Tq * Tk floats per thread */
 static void masked_forward(float *out, float *att, float *scratch, const float *q, const float *k, const float *v,
-                           const float *mask, const uint8_t *keep, const masked_dims *d) {
+                           const float *mask, const uint8_t *keep, const ut_masked_dims *d) {
     int64_t C = d->C, Tq = d->Tq, Tk = d->Tk;
 #pragma omp parallel
     {
@@ -87,7 +81,7 @@ static void masked_forward(float *out, float *att, float *scratch, const float *
  * dS = P (dP - rowsum(P dP)); dq += scale dS k; dk += scale dS^T q */
 static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, const float *g, const float *q,
                           const float *k, const float *v, const float *P, const uint8_t *keep,
-                          const masked_dims *d) {
+                          const ut_masked_dims *d) {
     int64_t C = d->C, hs = d->hs, Tq = d->Tq, Tk = d->Tk;
     ut_gemm_ld(false, true, Tq, Tk, hs, 1.0f, g, C, v, C, 0.0f, gP, Tk);
     const float *Pd = P;
@@ -110,7 +104,7 @@ static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, 
  * scratch: 2 Tq Tk floats per thread */
 static void masked_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
                             const float *k, const float *v, const float *att, const uint8_t *keep,
-                            const masked_dims *d) {
+                            const ut_masked_dims *d) {
     int64_t C = d->C, Tq = d->Tq, Tk = d->Tk;
 #pragma omp parallel
     {
@@ -125,17 +119,8 @@ static void masked_backward(float *dq, float *dk, float *dv, float *scratch, con
     }
 }
 
-static masked_dims dims_of(const ut_tensor *t) {
-    masked_dims d = {.B = t->ne[0], .Tq = t->ne[1], .Tk = t->src[1]->ne[1], .C = t->ne[2],
-                     .NH = ut_attention_masked_n_head(t), .causal = ut_attention_masked_causal(t) != 0};
-    d.hs = d.C / d.NH;
-    d.scale = 1.0f / sqrtf((float)d.hs);
-    d.ks = ut_attention_masked_keep_scale(t);
-    return d;
-}
-
 void ut_attention_masked_fwd_cpu(ut_tensor *t) {
-    masked_dims d = dims_of(t);
+    ut_masked_dims d = ut_attention_masked_dims(t);
     const float *mask = t->src[3] ? ut_f32(t->src[3]) : NULL;
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     float p = ut_attention_masked_p(t);
@@ -153,7 +138,7 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t) {
 
 void ut_attention_masked_bwd_cpu(ut_tensor *t) {
     ut_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
-    masked_dims d = dims_of(t);
+    ut_masked_dims d = ut_attention_masked_dims(t);
     float *scratch =
         ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
     masked_backward(q->requires_grad ? q->grad : NULL, k->requires_grad ? k->grad : NULL,

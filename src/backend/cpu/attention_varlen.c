@@ -122,7 +122,7 @@ static void varlen_backward(float *dq, float *dk, float *dv, float *scratch, con
  * the offsets are not 0 = off[0] < off[1] < ... < off[S] = N */
 static int varlen_dims_of(ut_tensor *t, varlen_dims *d) {
     ut_tensor *offs = t->src[3];
-    int64_t N = t->ne[0], S = offs->ne[0] - 1;
+    int64_t S = offs->ne[0] - 1;
     const int32_t *off = ut_i32(offs);
     *d = (varlen_dims){.off = off, .S = S, .C = t->ne[1], .NH = ut_attention_varlen_n_head(t)};
     d->hs = d->C / d->NH;
@@ -130,19 +130,7 @@ static int varlen_dims_of(ut_tensor *t, varlen_dims *d) {
     d->ks = ut_attention_varlen_keep_scale(t);
     d->causal = ut_attention_varlen_causal(t) != 0;
     int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
-    poff[0] = 0;
-    for (int64_t s = 0; s < S; s++) {
-        int64_t L = (int64_t)off[s + 1] - off[s];
-        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > N || (s == S - 1 && off[S] != N)) {
-            int64_t at = s == 0 && off[0] != 0 ? 0 : s + 1;
-            ut_ctx_set_error(t->ctx, "attention_varlen: offsets[%lld] = %d breaks 0 = offsets[0] < offsets[1] "
-                                     "< ... < offsets[%lld] = N = %lld", (long long)at, (int)off[at],
-                             (long long)S, (long long)N);
-            return -1;
-        }
-        poff[s + 1] = poff[s] + d->NH * L * L;
-        d->maxL = L > d->maxL ? L : d->maxL;
-    }
+    if (ut_attention_varlen_blocks(t, off, S, poff, &d->maxL)) return -1;
     d->poff = poff;
     return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "gemm.h"
 #include "cpu.h"
+#include "../../ops/params.h"
 
 /* How an op's products run: scratch for oneDNN's bf16 operands (the largest
  * product's), or NULL for sgemm. */
@@ -163,18 +164,8 @@ void ut_linear_bwd_cpu(ut_tensor *t) {
     else linear_backward(&p, dx, dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
-typedef struct { int64_t batch, M, K, N; bool shared_b; } mm_dims;
-
-static mm_dims dims_of(const ut_tensor *t) {
-    const ut_tensor *a = t->src[0], *b = t->src[1];
-    mm_dims d = {.M = a->ne[a->ndim - 2], .K = a->ne[a->ndim - 1], .N = b->ne[b->ndim - 1]};
-    d.batch = ut_nelem(a) / (d.M * d.K);
-    d.shared_b = b->ndim == 2;
-    return d;
-}
-
 void ut_matmul_fwd_cpu(ut_tensor *t) {
-    mm_dims d = dims_of(t);
+    ut_mm_dims d = ut_matmul_dims(t);
     const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);
     if (d.shared_b) { /* one big gemm over all rows */
         mm_path p = path_of(t, d.batch * d.M * d.K + d.K * d.N);
@@ -188,14 +179,14 @@ void ut_matmul_fwd_cpu(ut_tensor *t) {
 }
 
 /* The most operand elements one backward product of t reads. */
-static int64_t bwd_operands(const mm_dims *d) {
+static int64_t bwd_operands(const ut_mm_dims *d) {
     int64_t rows = d->shared_b ? d->batch * d->M : d->M;
     int64_t da = rows * d->N + d->K * d->N, db = rows * d->K + rows * d->N;
     return da > db ? da : db;
 }
 
 void ut_matmul_bwd_cpu(ut_tensor *t) {
-    mm_dims d = dims_of(t);
+    ut_mm_dims d = ut_matmul_dims(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = ut_f32(a), *B = ut_f32(b), *G = t->grad;
     mm_path p = path_of(t, bwd_operands(&d));

@@ -12,32 +12,17 @@
 #include "attention.h"
 #include "../../ops/params.h"
 
-typedef struct {
-    int64_t B, Tq, Tk, C, NH, hs;
-    float scale, ks; /* 1/sqrt(hs); keep scale 1/(1-p) */
-    bool causal;
-} masked_dims;
-
-static masked_dims dims_of(const ut_tensor *t) {
-    masked_dims d = {.B = t->ne[0], .Tq = t->ne[1], .Tk = t->src[1]->ne[1], .C = t->ne[2],
-                     .NH = ut_attention_masked_n_head(t), .causal = ut_attention_masked_causal(t) != 0};
-    d.hs = d.C / d.NH;
-    d.scale = 1.0f / sqrtf((float)d.hs);
-    d.ks = ut_attention_masked_keep_scale(t);
-    return d;
-}
-
 /* x (B, T, C) (q or its gradient: T = Tq; k, v: T = Tk) as a pair operand (T x hs) */
-static ut_attn_mat heads(const float *x, int64_t T, const masked_dims *d) {
+static ut_attn_mat heads(const float *x, int64_t T, const ut_masked_dims *d) {
     return (ut_attn_mat){.p = x, .ld = d->C, .sb = T * d->C, .sh = d->hs};
 }
 
 /* P-shaped x (B, NH, Tq, Tk) as a pair operand (Tq x Tk) */
-static ut_attn_mat probs_mat(const float *x, const masked_dims *d) {
+static ut_attn_mat probs_mat(const float *x, const ut_masked_dims *d) {
     return (ut_attn_mat){.p = x, .ld = d->Tk, .sb = d->NH * d->Tq * d->Tk, .sh = d->Tq * d->Tk};
 }
 
-static ut_attn_rows rows_of(const masked_dims *d, const float *mask) {
+static ut_attn_rows rows_of(const ut_masked_dims *d, const float *mask) {
     return (ut_attn_rows){.rows = d->B * d->NH * d->Tq, .Tq = d->Tq, .Tk = d->Tk, .NH = d->NH, .mask = mask,
                           .scale = d->scale, .causal = d->causal};
 }
@@ -46,7 +31,7 @@ static ut_attn_rows rows_of(const masked_dims *d, const float *mask) {
  * with dropout, P without */
 void ut_attention_masked_fwd_cuda(ut_tensor *t) {
     ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
-    masked_dims d = dims_of(t);
+    ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
@@ -81,7 +66,7 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t) {
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
-    masked_dims d = dims_of(t);
+    ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = qt->data, *k = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
     const uint8_t *keep = ut_attention_masked_keep(t);
     int64_t N = d.B * d.NH * d.Tq * d.Tk;

@@ -39,19 +39,7 @@ static int plan_of(ut_tensor *t, varlen_plan *d) {
     d->ks = ut_attention_varlen_keep_scale(t);
     d->causal = ut_attention_varlen_causal(t) != 0;
     int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
-    poff[0] = 0;
-    for (int64_t s = 0; s < S; s++) {
-        int64_t L = (int64_t)off[s + 1] - off[s];
-        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > N || (s == S - 1 && off[S] != N)) {
-            int64_t at = s == 0 && off[0] != 0 ? 0 : s + 1;
-            ut_ctx_set_error(t->ctx, "attention_varlen: offsets[%lld] = %d breaks 0 = offsets[0] < offsets[1] "
-                                     "< ... < offsets[%lld] = N = %lld", (long long)at, (int)off[at],
-                             (long long)S, (long long)N);
-            return -1;
-        }
-        poff[s + 1] = poff[s] + d->NH * L * L;
-        d->maxL = L > d->maxL ? L : d->maxL;
-    }
+    if (ut_attention_varlen_blocks(t, off, S, poff, &d->maxL)) return -1;
     d->poff = poff;
     int64_t *dpoff = ut_ctx_dalloc(t->ctx, (size_t)(S + 1) * sizeof *dpoff);
     ut_cuda_upload(dpoff, poff, (size_t)(S + 1) * sizeof *poff);

@@ -5,6 +5,7 @@
  * bf16/fp16 (src/core/autocast.c) and its products run on the 16-bit tensor
  * cores (ut_cuda_gemm_rounded); linear does autocast itself (below). */
 #include "cuda.h"
+#include "../../ops/params.h"
 #include "flat.h"
 
 static float *f32(const ut_tensor *t) { return (float *)t->data; }
@@ -103,19 +104,9 @@ void ut_linear_bwd_cuda(ut_tensor *t) {
 }
 
 /* ---- matmul: a (..., M, K) @ b (K, N) or (..., K, N) ---- */
-typedef struct { int64_t batch, M, K, N; bool shared_b; } mm_dims;
-
-static mm_dims dims_of(const ut_tensor *t) {
-    const ut_tensor *a = t->src[0], *b = t->src[1];
-    mm_dims d = {.M = a->ne[a->ndim - 2], .K = a->ne[a->ndim - 1], .N = b->ne[b->ndim - 1]};
-    d.batch = ut_nelem(a) / (d.M * d.K);
-    d.shared_b = b->ndim == 2;
-    return d;
-}
-
 void ut_matmul_fwd_cuda(ut_tensor *t) {
     ut_cuda_gemm_rounded((int)t->autocast);
-    mm_dims d = dims_of(t);
+    ut_mm_dims d = ut_matmul_dims(t);
     const float *A = f32(t->src[0]), *B = f32(t->src[1]);
     if (d.shared_b) /* one product over all rows */
         ut_cuda_sgemm(false, false, d.batch * d.M, d.N, d.K, 1.0f, A, d.K, 0, B, d.N, 0, 0.0f, f32(t), d.N, 0, 1);
@@ -126,7 +117,7 @@ void ut_matmul_fwd_cuda(ut_tensor *t) {
 
 void ut_matmul_bwd_cuda(ut_tensor *t) {
     ut_cuda_gemm_rounded((int)t->autocast);
-    mm_dims d = dims_of(t);
+    ut_mm_dims d = ut_matmul_dims(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = f32(a), *B = f32(b), *G = t->grad;
     if (d.shared_b) {
