@@ -134,8 +134,9 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
     if (!strcmp(v, "pytorch") || !strcmp(v, "pytorchDDP")) /* one process is plain training */
         return assign(c, "dist.strategy", "ddp", err, n);
     if (!strcmp(v, "deepspeed"))
-        return ut_errorf(err, n, "%s: utrain does not read DeepSpeed configs; write dist.strategy: zero1, "
-                                 "zero2 or zero3 (your deepspeed.json's zero_optimization stage) instead", key);
+        return ut_errorf(err, n, "%s: utrain runs no DeepSpeed engine; write deepspeed_config: FILE (utrain "
+                                 "applies its zero stage, precision, batch and optimizer) or dist.strategy: "
+                                 "zero1, zero2 or zero3 instead of env_type", key);
     if (!strcmp(v, "deepspeed+mpu"))
         return ut_errorf(err, n, "%s: model parallelism (mpu) is not available yet; use a data-parallel "
                                  "dist.strategy (zero3 shards the parameters)", key);
@@ -168,9 +169,8 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
     if (!strcmp(key, "training_script"))
         return ut_errorf(err, n, "%s: utrain starts itself; remove the key (utrain train CFG --nproc N "
                                  "starts N processes)", key);
-    if (!strcmp(key, "deepspeed_config"))
-        return ut_errorf(err, n, "%s: utrain does not read DeepSpeed configs; write dist.strategy: zero1, "
-                                 "zero2 or zero3 instead", key);
+    if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's */
+        return ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
     return 0;
 }
 
@@ -210,10 +210,31 @@ const char *const ut_cfg_compat_doc =
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
     "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
-    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
+    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until training on the GPU lands |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
-    "| `hostfile`, `training_script`, `deepspeed_config` | | refused: hosts go to `mpirun`, utrain starts itself, strategies are `dist.strategy` |\n\n"
+    "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
+    "| `hostfile`, `training_script` | | refused: hosts go to `mpirun`, utrain starts itself |\n\n"
+    "A DeepSpeed config (`deepspeed_config: ds.json`) is read when the key is; each of\n"
+    "its keys sets the utrain keys below, `\"auto\"` keeps utrain's value, and any other\n"
+    "key, or a value utrain cannot honour, is refused naming the file and the key's path:\n\n"
+    "| DeepSpeed key | becomes |\n|---|---|\n"
+    "| `train_micro_batch_size_per_gpu` | `train.batch_size` (per process) |\n"
+    "| `gradient_accumulation_steps` | `train.gradient_accumulation_steps` |\n"
+    "| `train_batch_size` | `\"auto\"` only (the global batch is the two above times the processes) |\n"
+    "| `gradient_clipping` | `train.grad_clip` |\n"
+    "| `steps_per_print` | `train.log_interval` |\n"
+    "| `fp16.enabled`, `bf16.enabled` | `train.precision: fp16` / `bf16` |\n"
+    "| `fp16.initial_scale_power`, `fp16.loss_scale_window` | `train.init_scale` (2^power), `train.growth_interval` |\n"
+    "| `fp16.loss_scale`, `fp16.hysteresis` | 0 and 1 only (dynamic scaling, halved at every overflow, as GradScaler) |\n"
+    "| `zero_optimization.stage` | `dist.strategy`: 0 `ddp`, 1 `zero1`, 2 `zero2`, 3 `zero3` |\n"
+    "| `zero_optimization.reduce_bucket_size` (elements) | `dist.bucket_mb` (float32 MiB, rounded up) |\n"
+    "| `zero_optimization.contiguous_gradients`, `overlap_comm`, `reduce_scatter`, `allgather_partitions` | true only: what utrain always does |\n"
+    "| `zero_optimization.offload_optimizer`, `offload_param` | `\"device\": \"none\"` only (ZeRO-Offload is not available yet) |\n"
+    "| `optimizer.type` | `Adam`, `AdamW` (decoupled weight decay, DeepSpeed's default) -> `optim.name: adamw`; `SGD` -> `sgd` |\n"
+    "| `optimizer.params`: `lr`, `betas`, `eps`, `weight_decay`, `momentum` | `optim.lr`, `optim.beta1`/`beta2`, `optim.eps`, `optim.weight_decay`, `optim.momentum` |\n"
+    "| `wall_clock_breakdown` | false only |\n"
+    "| `scheduler` | refused: write `optim.schedule` and its keys |\n\n"
     "`eval_interval` or `save_interval` > 0 makes `train.eval_strategy` or\n"
     "`train.save_strategy` `steps` unless the file names the strategy itself (FlagAI has\n"
     "no strategy keys). `nodes` > 1 with `current_node` and `master_addr` (the seed's\n"

@@ -74,6 +74,9 @@ bool ut_cfg_is_model_opt(const char *key);
 /* Sets key (alias or canonical; model options included) from text with the
  * type, range and enum checks. 0, or -1 with "key: problem" in err. */
 int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* Applies DeepSpeed's JSON config at path (config_deepspeed.c): 0, or -1
+ * with a message naming the file and the key that utrain cannot honour. */
+int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n);
 /* The canonical text of a row's current value (as written and hashed). */
 void ut_cfg_format(const ut_config *c, const ut_cfg_key *k, char *buf, size_t n);
 /* Range and enum check of a row's current value: 0, or -1 with "key: ...". */

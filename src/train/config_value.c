@@ -253,9 +253,6 @@ static int seed_flag(const char *key, const char *v, const char **strategy, char
                          "%s: '%s' has no utrain equivalent (dist.strategy: ddp, zero1, zero2, zero3 "
                          "or dp; see docs/distributed.md)",
                          key, v);
-    if (!strcmp(key, "deepspeed"))
-        return ut_errorf(err, n, "deepspeed: utrain does not read DeepSpeed configs; set "
-                                 "dist.strategy: zero1, zero2 or zero3 instead");
     if (!strcmp(key, "local_rank") || !strcmp(key, "world_size") || !strcmp(key, "rank"))
         return ut_errorf(err, n,
                          "%s: ranks and the world size come from the launcher (mpirun, srun) or "

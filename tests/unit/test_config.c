@@ -363,8 +363,8 @@ static void test_seed_dist_flags(void) {
     check_set_error("fsdp=offload", "--set: fsdp: 'offload' has no utrain equivalent (dist.strategy: ddp, "
                                     "zero1, zero2, zero3 or dp; see docs/distributed.md)");
     check_set_error("is_distributed=maybe", "--set: is_distributed: expected true or false, got 'maybe'");
-    check_set_error("deepspeed=ds.json", "--set: deepspeed: utrain does not read DeepSpeed configs; set "
-                                         "dist.strategy: zero1, zero2 or zero3 instead");
+    check_set_error("deepspeed=/nonexistent/ds.json",
+                    "--set: deepspeed_config /nonexistent/ds.json: cannot open it");
     check_set_error("local_rank=1", "--set: local_rank: ranks and the world size come from the launcher "
                                     "(mpirun, srun) or --nproc N / dist.nproc_per_node, not from the config");
 }
@@ -495,8 +495,9 @@ static void test_flagai_keys(void) {
                      "1: model_parallel_size: model parallelism is not available yet; set it to 1 or remove "
                      "it (dist.strategy: zero3 shards the parameters over the data-parallel ranks)");
     check_load_error("env_type: deepspeed\n",
-                     "1: env_type: utrain does not read DeepSpeed configs; write dist.strategy: zero1, zero2 "
-                     "or zero3 (your deepspeed.json's zero_optimization stage) instead");
+                     "1: env_type: utrain runs no DeepSpeed engine; write deepspeed_config: FILE (utrain applies "
+                     "its zero stage, precision, batch and optimizer) or dist.strategy: zero1, zero2 or zero3 "
+                     "instead of env_type");
     check_load_error("env_type: deepspeed+mpu\n",
                      "1: env_type: model parallelism (mpu) is not available yet; use a data-parallel "
                      "dist.strategy (zero3 shards the parameters)");
@@ -668,6 +669,105 @@ static void test_docs_up_to_date(void) {
     free(want);
 }
 
+/* deepspeed_config: FILE (FlagAI's key; HF Trainer's deepspeed): a DeepSpeed
+ * JSON config as FlagAI's examples write it sets the utrain keys it means;
+ * what utrain cannot honour is refused naming the file and the key. */
+static char ds_path[64];
+static const char *write_ds(const char *json) {
+    snprintf(ds_path, sizeof ds_path, "/tmp/ut_ds_XXXXXX");
+    int fd = mkstemp(ds_path);
+    if (fd < 0) abort();
+    FILE *f = fdopen(fd, "w");
+    fputs(json, f);
+    fclose(f);
+    return ds_path;
+}
+
+/* loads "deepspeed_config: <json in a file>" into c; 0 or -1 (err) */
+static int load_ds(ut_config *c, const char *json) {
+    char yaml[160];
+    snprintf(yaml, sizeof yaml, "deepspeed_config: %s\n", write_ds(json));
+    int rc = load_text(c, yaml);
+    unlink(ds_path);
+    return rc;
+}
+
+static void check_ds_error(const char *json, const char *msg) {
+    ut_config c;
+    ut_config_init(&c);
+    int rc = load_ds(&c, json);
+    char want[1024];
+    snprintf(want, sizeof want, "%s:1: deepspeed_config %s: %s", path, ds_path, msg);
+    CHECK(rc == -1, "loaded: %s", json);
+    CHECK(!strcmp(err, want), "got '%s', want '%s'", err, want);
+    ut_config_free(&c);
+}
+
+static void test_deepspeed_config(void) {
+    ut_config c;
+    ut_config_init(&c);
+    int rc = load_ds(&c, "{\n"
+                         "  \"train_batch_size\": \"auto\",\n"
+                         "  \"train_micro_batch_size_per_gpu\": 8,\n"
+                         "  \"gradient_accumulation_steps\": 2,\n"
+                         "  \"gradient_clipping\": 1.0,\n"
+                         "  \"steps_per_print\": 50,\n"
+                         "  \"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": true,\n"
+                         "    \"overlap_comm\": true, \"reduce_scatter\": true, \"reduce_bucket_size\": 5e7,\n"
+                         "    \"allgather_partitions\": true, \"offload_optimizer\": {\"device\": \"none\"}},\n"
+                         "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12,\n"
+                         "    \"loss_scale_window\": 500, \"hysteresis\": 1},\n"
+                         "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 3e-5,\n"
+                         "    \"betas\": [0.9, 0.98], \"eps\": 1e-8, \"weight_decay\": 0.01}},\n"
+                         "  \"wall_clock_breakdown\": false\n"
+                         "}\n");
+    CHECK(rc == 0, "%s", err);
+    CHECK(c.batch_size == 8 && c.gradient_accumulation_steps == 2 && c.grad_clip == 1.0f && c.log_interval == 50,
+          "batch %d accum %d clip %g log %d", (int)c.batch_size, (int)c.gradient_accumulation_steps,
+          (double)c.grad_clip, (int)c.log_interval);
+    CHECK(!strcmp(c.dist_strategy, "zero2") && c.bucket_mb == 191, "strategy %s bucket %g MiB", c.dist_strategy,
+          (double)c.bucket_mb);
+    CHECK(!strcmp(c.precision, "fp16") && c.init_scale == 4096 && c.growth_interval == 500, "%s %g %d",
+          c.precision, (double)c.init_scale, (int)c.growth_interval);
+    CHECK(!strcmp(c.optim_name, "adamw") && fabs(c.lr - 3e-5) < 1e-12 && fabs(c.beta2 - 0.98) < 1e-7 &&
+              fabs(c.eps - 1e-8) < 1e-15 && fabs(c.weight_decay - 0.01) < 1e-9,
+          "%s lr %g beta2 %g eps %g wd %g", c.optim_name, (double)c.lr, (double)c.beta2, (double)c.eps,
+          (double)c.weight_decay);
+    ut_config_free(&c);
+    /* "auto" keeps utrain's value; bf16 and stage 3 */
+    ut_config_init(&c);
+    int64_t batch0 = c.batch_size;
+    CHECK(load_ds(&c, "{\"train_micro_batch_size_per_gpu\": \"auto\", \"bf16\": {\"enabled\": true},"
+                      " \"zero_optimization\": {\"stage\": 3}}") == 0 &&
+              c.batch_size == batch0 && !strcmp(c.precision, "bf16") && !strcmp(c.dist_strategy, "zero3"),
+          "auto/bf16/zero3: %s (batch %d)", err, (int)c.batch_size);
+    ut_config_free(&c);
+    check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                   "zero_optimization.offload_optimizer: ZeRO-Offload is not available yet (docs/gpu.md); set "
+                   "\"device\": \"none\" or remove the block");
+    check_ds_error("{\"zero_optimization\": {\"stage\": 5}}", "zero_optimization.stage: expected 0, 1, 2 or 3");
+    check_ds_error("{\"fp16\": {\"enabled\": true, \"hysteresis\": 2}}",
+                   "fp16.hysteresis: utrain halves the scale at every overflow, as PyTorch's GradScaler does "
+                   "(hysteresis 1); set 1 or remove it");
+    check_ds_error("{\"train_batch_size\": 64}",
+                   "train_batch_size: utrain's global batch is train_micro_batch_size_per_gpu x "
+                   "gradient_accumulation_steps x processes; give those and write \"auto\" here or remove it");
+    check_ds_error("{\"scheduler\": {\"type\": \"WarmupLR\"}}",
+                   "scheduler: not read by utrain; write optim.schedule, optim.warmup_steps or "
+                   "optim.warmup_ratio (docs/config.md)");
+    check_ds_error("{\"zero_optimization\": {\"stage3_max_live_parameters\": 1e9}}",
+                   "zero_optimization.stage3_max_live_parameters: not read by utrain; remove it (dist.* are "
+                   "utrain's distributed settings)");
+    check_ds_error("{\"optimizer\": {\"type\": \"Lamb\"}}",
+                   "optimizer.type: utrain has Adam(W) and SGD; write \"AdamW\" or \"SGD\"");
+    check_ds_error("{\"amp\": {\"enabled\": true}}", "amp: not read by utrain; remove it");
+    /* not JSON: the message names the byte */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"fp16\": {\"enabled\": true,}") == -1 && strstr(err, "not valid JSON at byte"), "%s",
+          err);
+    ut_config_free(&c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--doc")) {
         ut_config_doc_markdown(stdout);
@@ -693,6 +793,7 @@ int main(int argc, char **argv) {
     RUN(test_seed_parameters_file);
     RUN(test_seed_keys);
     RUN(test_flagai_keys);
+    RUN(test_deepspeed_config);
     RUN(test_model_data_fit);
     RUN(test_greater_is_better);
     RUN(test_validate);

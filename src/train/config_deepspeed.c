@@ -1,0 +1,252 @@
+/* DeepSpeed's JSON config as its users write it (FlagAI's `deepspeed_config:
+ * ds.json`): every key it holds sets the utrain keys it means, "auto" keeps
+ * utrain's value, and a key utrain cannot honour is refused with its path
+ * in the file and what to write instead. docs/config.md has the table. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_schema.h"
+#include "utrain/base.h"
+
+typedef struct {
+    ut_config *c;
+    const char *file;
+    char *err;
+    size_t n;
+} ds_ctx;
+
+static int refuse(ds_ctx *d, const char *path, const char *why) {
+    ut_errorf(d->err, d->n, "deepspeed_config %s: %s: %s", d->file, path, why);
+    return -1;
+}
+
+static bool is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
+
+/* v as text for ut_cfg_assign: numbers (integers exactly), booleans, strings */
+static bool text_of(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsBool(v)) return snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false"), true;
+    if (cJSON_IsString(v)) return snprintf(buf, n, "%s", v->valuestring), true;
+    if (!cJSON_IsNumber(v)) return false;
+    double x = v->valuedouble;
+    if (x == floor(x) && fabs(x) < 1e15) snprintf(buf, n, "%.0f", x);
+    else snprintf(buf, n, "%.9g", x);
+    return true;
+}
+
+/* path = value, applied as utrain's key (unless "auto") */
+static int set(ds_ctx *d, const char *path, const cJSON *v, const char *key) {
+    char buf[64], why[512];
+    if (is_auto(v)) return 0;
+    if (!text_of(v, buf, sizeof buf)) return refuse(d, path, "expected a number, true/false or \"auto\"");
+    if (ut_cfg_assign(d->c, key, buf, why, sizeof why)) return refuse(d, path, why);
+    return 0;
+}
+
+static bool is_true(const cJSON *v) { return cJSON_IsTrue(v); }
+static bool num_is(const cJSON *v, double x) { return cJSON_IsNumber(v) && v->valuedouble == x; }
+
+/* fp16 / bf16: {enabled, loss-scale keys} */
+static int precision(ds_ctx *d, const cJSON *o, const char *name) {
+    char path[128];
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        snprintf(path, sizeof path, "%s.%s", name, e->string);
+        if (!strcmp(e->string, "enabled")) {
+            if (is_auto(e)) continue;
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true, false or \"auto\"");
+            char why[512];
+            if (is_true(e) && ut_cfg_assign(d->c, "train.precision", name, why, sizeof why))
+                return refuse(d, path, why);
+            continue;
+        }
+        if (!strcmp(name, "bf16")) return refuse(d, path, "not read by utrain (bf16 needs no loss scale); remove it");
+        if (is_auto(e)) continue;
+        if (!strcmp(e->string, "loss_scale")) {
+            if (num_is(e, 0)) continue; /* 0: dynamic, what utrain does */
+            return refuse(d, path, "utrain scales the loss dynamically (GradScaler's rules); set 0 or remove it");
+        }
+        if (!strcmp(e->string, "initial_scale_power")) {
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 64 || e->valuedouble != floor(e->valuedouble))
+                return refuse(d, path, "expected an integer power of two from 0 to 64");
+            char buf[32], why[512];
+            snprintf(buf, sizeof buf, "%.0f", ldexp(1.0, (int)e->valuedouble));
+            if (ut_cfg_assign(d->c, "train.init_scale", buf, why, sizeof why)) return refuse(d, path, why);
+            continue;
+        }
+        if (!strcmp(e->string, "loss_scale_window")) {
+            if (set(d, path, e, "train.growth_interval")) return -1;
+            continue;
+        }
+        if (!strcmp(e->string, "hysteresis")) {
+            if (num_is(e, 1)) continue;
+            return refuse(d, path, "utrain halves the scale at every overflow, as PyTorch's GradScaler does "
+                                   "(hysteresis 1); set 1 or remove it");
+        }
+        return refuse(d, path, "not read by utrain; remove it (train.init_scale and train.growth_interval "
+                               "are utrain's loss-scale settings)");
+    }
+    return 0;
+}
+
+/* offload_optimizer / offload_param: only device "none" (no offload) */
+static int offload(ds_ctx *d, const cJSON *o, const char *path) {
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device");
+    if (!cJSON_IsObject(o)) return refuse(d, path, "expected an object");
+    if (!dev || (cJSON_IsString(dev) && !strcmp(dev->valuestring, "none"))) return 0;
+    return refuse(d, path, "ZeRO-Offload is not available yet (docs/gpu.md); set \"device\": \"none\" or "
+                           "remove the block");
+}
+
+static int zero(ds_ctx *d, const cJSON *o) {
+    static const char *const strategies[] = {"ddp", "zero1", "zero2", "zero3"};
+    char path[128], why[512];
+    const cJSON *e;
+    if (!cJSON_IsObject(o)) return refuse(d, "zero_optimization", "expected an object");
+    cJSON_ArrayForEach(e, o) {
+        snprintf(path, sizeof path, "zero_optimization.%s", e->string);
+        if (!strcmp(e->string, "stage")) {
+            if (is_auto(e)) continue;
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 3 || e->valuedouble != floor(e->valuedouble))
+                return refuse(d, path, "expected 0, 1, 2 or 3");
+            if (ut_cfg_assign(d->c, "dist.strategy", strategies[(int)e->valuedouble], why, sizeof why))
+                return refuse(d, path, why);
+        } else if (!strcmp(e->string, "offload_optimizer") || !strcmp(e->string, "offload_param")) {
+            if (offload(d, e, path)) return -1;
+        } else if (!strcmp(e->string, "reduce_bucket_size")) {
+            if (is_auto(e)) continue;
+            if (!cJSON_IsNumber(e) || e->valuedouble < 1) return refuse(d, path, "expected a positive number of elements");
+            /* DeepSpeed counts elements; utrain's buckets are MiB of float32 gradients */
+            char buf[32];
+            double mb = ceil(e->valuedouble * 4.0 / (1 << 20));
+            snprintf(buf, sizeof buf, "%.0f", mb < 1 ? 1 : mb);
+            if (ut_cfg_assign(d->c, "dist.bucket_mb", buf, why, sizeof why)) return refuse(d, path, why);
+        } else if (!strcmp(e->string, "contiguous_gradients") || !strcmp(e->string, "overlap_comm") ||
+                   !strcmp(e->string, "reduce_scatter") || !strcmp(e->string, "allgather_partitions")) {
+            /* what utrain always does (docs/distributed.md): gradients in one flat buffer, buckets
+             * communicated during backward, reduce-scatter and all-gather for the sharded stages */
+            if (is_true(e) || is_auto(e)) continue;
+            return refuse(d, path, "utrain always does this (docs/distributed.md); set true or remove it");
+        } else {
+            return refuse(d, path, "not read by utrain; remove it (dist.* are utrain's distributed settings)");
+        }
+    }
+    return 0;
+}
+
+static int optimizer(ds_ctx *d, const cJSON *o) {
+    char path[128], why[512];
+    if (!cJSON_IsObject(o)) return refuse(d, "optimizer", "expected an object");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *e;
+    bool sgd = false;
+    cJSON_ArrayForEach(e, o) {
+        snprintf(path, sizeof path, "optimizer.%s", e->string);
+        if (strcmp(e->string, "type") && strcmp(e->string, "params"))
+            return refuse(d, path, "not read by utrain; remove it");
+    }
+    if (type) {
+        if (!cJSON_IsString(type)) return refuse(d, "optimizer.type", "expected \"Adam\", \"AdamW\" or \"SGD\"");
+        const char *t = type->valuestring;
+        sgd = !strcmp(t, "SGD");
+        /* DeepSpeed's Adam decouples weight decay by default (adam_w_mode): AdamW */
+        if (!sgd && strcmp(t, "Adam") && strcmp(t, "AdamW"))
+            return refuse(d, "optimizer.type", "utrain has Adam(W) and SGD; write \"AdamW\" or \"SGD\"");
+        if (ut_cfg_assign(d->c, "optim.name", sgd ? "sgd" : "adamw", why, sizeof why))
+            return refuse(d, "optimizer.type", why);
+    }
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "params");
+    if (!p) return 0;
+    if (!cJSON_IsObject(p)) return refuse(d, "optimizer.params", "expected an object");
+    cJSON_ArrayForEach(e, p) {
+        snprintf(path, sizeof path, "optimizer.params.%s", e->string);
+        const char *key = !strcmp(e->string, "lr")             ? "optim.lr"
+                          : !strcmp(e->string, "eps")          ? "optim.eps"
+                          : !strcmp(e->string, "weight_decay") ? "optim.weight_decay"
+                          : !strcmp(e->string, "momentum")     ? "optim.momentum"
+                                                               : NULL;
+        if (key) {
+            if (set(d, path, e, key)) return -1;
+        } else if (!strcmp(e->string, "betas")) {
+            if (is_auto(e)) continue;
+            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(cJSON_GetArrayItem(e, 0)) ||
+                !cJSON_IsNumber(cJSON_GetArrayItem(e, 1)))
+                return refuse(d, path, "expected [beta1, beta2]");
+            if (set(d, path, cJSON_GetArrayItem(e, 0), "optim.beta1") ||
+                set(d, path, cJSON_GetArrayItem(e, 1), "optim.beta2"))
+                return -1;
+        } else if (!strcmp(e->string, "adam_w_mode")) {
+            if (is_true(e)) continue;
+            return refuse(d, path, "utrain's Adam decouples weight decay (AdamW); set true or remove it");
+        } else {
+            return refuse(d, path, "not read by utrain; remove it (optim.* are utrain's optimizer settings)");
+        }
+    }
+    return 0;
+}
+
+static int apply(ds_ctx *d, const cJSON *root) {
+    const cJSON *e;
+    if (!cJSON_IsObject(root)) return refuse(d, "(top)", "expected a JSON object");
+    cJSON_ArrayForEach(e, root) {
+        const char *k = e->string;
+        int rc = 0;
+        if (!strcmp(k, "train_micro_batch_size_per_gpu")) rc = set(d, k, e, "train.batch_size");
+        else if (!strcmp(k, "gradient_accumulation_steps")) rc = set(d, k, e, "train.gradient_accumulation_steps");
+        else if (!strcmp(k, "gradient_clipping")) rc = set(d, k, e, "train.grad_clip");
+        else if (!strcmp(k, "steps_per_print")) rc = set(d, k, e, "train.log_interval");
+        else if (!strcmp(k, "train_batch_size"))
+            rc = is_auto(e) ? 0
+                            : refuse(d, k, "utrain's global batch is train_micro_batch_size_per_gpu x "
+                                           "gradient_accumulation_steps x processes; give those and write "
+                                           "\"auto\" here or remove it");
+        else if (!strcmp(k, "fp16") || !strcmp(k, "bf16"))
+            rc = cJSON_IsObject(e) ? precision(d, e, k) : refuse(d, k, "expected an object");
+        else if (!strcmp(k, "zero_optimization")) rc = zero(d, e);
+        else if (!strcmp(k, "optimizer")) rc = optimizer(d, e);
+        else if (!strcmp(k, "wall_clock_breakdown"))
+            rc = cJSON_IsFalse(e) ? 0 : refuse(d, k, "not available; UT_PROFILE_OPS=1 times every op (docs/gpu.md)");
+        else if (!strcmp(k, "scheduler"))
+            rc = refuse(d, k, "not read by utrain; write optim.schedule, optim.warmup_steps or optim.warmup_ratio "
+                              "(docs/config.md)");
+        else rc = refuse(d, k, "not read by utrain; remove it");
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n) {
+    ds_ctx d = {.c = c, .file = path, .err = err, .n = n};
+    FILE *f = fopen(path, "rb");
+    if (!f) return ut_errorf(err, n, "deepspeed_config %s: cannot open it", path);
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            if (cap > (16u << 20)) {
+                fclose(f);
+                ut_free(text);
+                return ut_errorf(err, n, "deepspeed_config %s: larger than 16 MiB", path);
+            }
+            text = ut_realloc_check(text, cap);
+        }
+        size_t got = fread(text + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    fclose(f);
+    text[len] = 0;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    int rc;
+    if (!root)
+        rc = ut_errorf(err, n, "deepspeed_config %s: not valid JSON at byte %lld", path,
+                       (long long)(end ? end - text : 0));
+    else
+        rc = apply(&d, root);
+    cJSON_Delete(root);
+    ut_free(text);
+    return rc;
+}
