@@ -1,5 +1,6 @@
 /* Model options: a small string map with typed readers. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,7 @@ int ut_kv_float(const ut_kv *kv, const char *key, double def, double *out, char 
     errno = 0;
     double x = strtod(v, &end);
     if (end == v || *end || errno) return bad(err, n, key, v, "a number");
+    if (!isfinite(x)) return bad(err, n, key, v, "a finite number"); /* dropout: nan, layer_norm_epsilon: inf */
     *out = x;
     return 0;
 }

@@ -39,7 +39,7 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "a run directory to load initial weights from (empty: none)"},
     {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
      .doc = "seed of weight init, shuffling and dropout"},
-    {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0),
+    {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0), LE(4096),
      .doc = "CPU threads (0: the OpenMP default)"},
 
     /* ---- model ---- */

@@ -9,6 +9,10 @@
 static int check_run(const ut_config *c, char *err, size_t n) {
     if (!*c->experiment_name || strchr(c->experiment_name, '/'))
         FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
+    if (!strcmp(c->experiment_name, "."))
+        FAIL("experiment_name: '.' would put the run in output_dir itself; give the run a name");
+    if (!strcmp(c->experiment_name, ".."))
+        FAIL("experiment_name: '..' would put the run in output_dir's parent; give the run a name");
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
     if (!*c->model_name) FAIL("model.name: must not be empty");
     if (c->current_node >= c->nodes)

@@ -231,7 +231,10 @@ static void test_out_of_range(void) {
     check_load_error("optim:\n  eps: 0\n", "2: optim.eps: must be > 0");
     check_load_error("optim:\n  beta2: 1\n", "2: optim.beta2: must be >= 0 and < 1");
     check_load_error("optim:\n  betas: [0.9, 1.5]\n", "2: optim.betas: must be >= 0 and < 1");
-    check_load_error("threads: 99999999999\n", "1: threads: must be between -2147483648 and 2147483647");
+    check_load_error("threads: 99999999999\n", "1: threads: must be >= 0 and <= 4096");
+    /* 100000 threads crashed inside libgomp (the embedding kernel's parallel loop) */
+    check_load_error("threads: 100000\n", "1: threads: must be >= 0 and <= 4096");
+    check_load_error("data:\n  prefetch: 99999999999\n", "2: data.prefetch: must be between -2147483648 and 2147483647");
 }
 
 static void test_bad_enum(void) {
@@ -515,6 +518,10 @@ static void test_model_data_fit(void) {
     check_invalid((const char *const[]){"warmup_proportion=1", NULL},
                   "optim.warmup_ratio: 1 must be < 1 (a fraction of the total steps; write "
                   "optim.warmup_steps: N for a number of steps)");
+    check_invalid((const char *const[]){"experiment_name=..", NULL},
+                  "experiment_name: '..' would put the run in output_dir's parent; give the run a name");
+    check_invalid((const char *const[]){"experiment_name=.", NULL},
+                  "experiment_name: '.' would put the run in output_dir itself; give the run a name");
     check_invalid((const char *const[]){"nodes=2", "current_node=2", NULL},
                   "dist.current_node: 2 must be < dist.nodes (2): nodes count from 0");
     check_invalid((const char *const[]){"model.name=gpt2", "data.name=tsv_text", "data.train_path=x.tsv", NULL},

@@ -93,6 +93,16 @@ static void test_model_option_errors(void) {
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "n_embd", "65");
     CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "divisible"), "%s", err);
+    /* a non-finite float option is refused, naming it (it would train as 0, or a constant model) */
+    ut_kv_set(kv, "n_embd", "16");
+    ut_kv_set(kv, "dropout", "nan");
+    CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "dropout") && strstr(err, "finite"),
+          "%s", err);
+    ut_kv_set(kv, "dropout", "0");
+    ut_kv_set(kv, "layer_norm_epsilon", "inf");
+    CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "layer_norm_epsilon") &&
+              strstr(err, "finite"), "%s", err);
+    ut_kv_set(kv, "layer_norm_epsilon", "1e-5");
     ut_kv_set(kv, "n_embd", "abc");
     CHECK(!ut_model_create("gpt2", kv, 0, err, sizeof err) && strstr(err, "n_embd") && strstr(err, "abc"),
           "%s", err);
