@@ -86,11 +86,6 @@ static int check_train(const ut_config *c, char *err, size_t n) {
         FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps");
     if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1 && c->save_steps_ratio <= 0)
         FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio)");
-    if (c->log_steps_ratio > 1 || c->save_steps_ratio > 1)
-        FAIL("train.%s_steps_ratio: %g is a fraction of an epoch's steps and must be <= 1 (write "
-             "train.%s_interval: N for a number of steps)", c->log_steps_ratio > 1 ? "log" : "save",
-             c->log_steps_ratio > 1 ? c->log_steps_ratio : c->save_steps_ratio,
-             c->log_steps_ratio > 1 ? "log" : "save");
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))

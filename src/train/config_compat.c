@@ -208,7 +208,7 @@ const char *const ut_cfg_compat_doc =
     "| `continue_training_path` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `pretrained_model_dir` | empty / a Hugging Face model directory (`~/` is `$HOME`) | nothing / `model.pretrained: DIR` and `model.name` from its `config.json`'s `model_type` (`bart`, `bert`, `gpt2`) |\n"
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
-    "| `log_steps_ratio`, `save_steps_ratio` | fraction of an epoch | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
+    "| `log_steps_ratio`, `save_steps_ratio` | times per epoch (the seed's: every steps-per-epoch / ratio steps) | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
     "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until training on the GPU lands |\n"

@@ -153,10 +153,11 @@ static int accum_reduce(ut_trainer *t, accum *a) {
 }
 
 /* ---- set-up ---- */
-/* An interval given as a fraction of an epoch's optimizer steps (the seed's
- * log_steps_ratio, save_steps_ratio): rounded, at least 1. */
+/* An interval given as a count per epoch, the seed's log_steps_ratio and
+ * save_steps_ratio: steps per epoch / ratio ("100 steps and a ratio of 10
+ * log every 10 steps"), rounded, at least 1. */
 static int64_t ratio_steps(double ratio, int64_t steps_per_epoch) {
-    int64_t k = (int64_t)(ratio * (double)steps_per_epoch + 0.5);
+    int64_t k = (int64_t)((double)steps_per_epoch / ratio + 0.5);
     return k > 0 ? k : 1;
 }
 

