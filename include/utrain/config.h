@@ -52,7 +52,7 @@ typedef struct {
     int64_t eval_batch_size;     /* 0 = batch_size */
     int64_t gradient_accumulation_steps;
     int64_t log_interval;
-    double log_steps_ratio, save_steps_ratio;  /* > 0: an interval of ratio x steps per epoch */
+    double log_steps_ratio, save_steps_ratio;  /* > 0: ratio times per epoch (steps per epoch / ratio) */
     char eval_strategy[8];       /* no | steps | epoch */
     int64_t eval_interval;
     char save_strategy[8];       /* no | steps | epoch */
@@ -68,6 +68,9 @@ typedef struct {
     bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
                                     positive eval_interval / save_interval makes
                                     the strategy steps; not keys of their own */
+    char seed_recipe[192];       /* what loading a file in the seed's parameters.yml layout
+                                    set to the seed's recipe (the keys the file left out),
+                                    for the run summary; empty otherwise; not a key */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */

@@ -222,6 +222,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"checkpoint_activations", "train.checkpoint_activations"},
     {"precision", "train.precision"},
     {"init_scale", "train.init_scale"},
+    {"max_grad_norm", "train.grad_clip"},
     {"growth_interval", "train.growth_interval"},
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},

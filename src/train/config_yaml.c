@@ -16,6 +16,7 @@ typedef struct {
     ut_config *c;
     char *err;
     size_t n;
+    bool seed_layout; /* the file has the seed's data-params / transformers-params / dist-params sections */
     char **seen;     /* keys given so far, raw and canonical (duplicates are errors) */
     int *seen_line;
     int nseen, cap;
@@ -183,6 +184,7 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
             const char *name = (const char *)ev.data.scalar.value;
             /* the seed's data-params: {data_dir: D} is the top-level key data_dir */
             const char *pre = ut_cfg_is_flat_section(prefix) ? "" : prefix;
+            if (!*pre && *prefix) ld->seed_layout = true;
             if ((size_t)snprintf(key, sizeof key, "%s%s%s", pre, *pre ? "." : "", name) >= sizeof key)
                 rc = fail(ld, kline, "%s: key longer than %zu characters", name, sizeof key - 1);
             else
@@ -229,6 +231,35 @@ static ut_kv *kv_copy(const ut_kv *kv) {
 }
 
 /* Loads into a copy and keeps it only on success: a failed load leaves c as it was. */
+static bool seen(const loader *ld, const char *key) {
+    for (int i = 0; i < ld->nseen; i++)
+        if (!strcmp(ld->seen[i], key)) return true;
+    return false;
+}
+
+/* A file in the seed's parameters.yml layout trains with the seed's recipe
+ * where it does not say otherwise: the seed's trainer always decays the
+ * learning rate linearly after warmup, clips the gradient norm at 1.0 and
+ * keeps the checkpoint with the best dev accuracy. */
+static int seed_recipe(loader *ld) {
+    static const struct { const char *key, *value, *what; } recipe[] = {
+        {"optim.schedule", "linear", "linear decay after warmup"},
+        {"train.grad_clip", "1.0", "gradient clipping at 1.0"},
+        {"train.best_metric", "dev/accuracy", "best checkpoint by dev accuracy"},
+    };
+    char *out = ld->c->seed_recipe;
+    size_t cap = sizeof ld->c->seed_recipe, len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
+        if (seen(ld, recipe[i].key)) continue;
+        char msg[512];
+        if (ut_cfg_assign(ld->c, recipe[i].key, recipe[i].value, msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s: the seed's recipe: %s", ld->path, msg);
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+    }
+    return 0;
+}
+
 int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -241,6 +272,7 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     if (!yaml_parser_initialize(&ld.p)) ut_abort(__FILE__, __LINE__, "yaml_parser_initialize failed");
     yaml_parser_set_input_file(&ld.p, f);
     int rc = load_stream(&ld);
+    if (!rc && ld.seed_layout) rc = seed_recipe(&ld);
     if (!rc && ld.nseen == 0)
         rc = ut_errorf(err, n, "%s: no keys (the file is empty, holds only comments or is {}): give at "
                        "least model.name and the data.* paths (see configs/*.yml)", path);

@@ -356,6 +356,9 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (c->seed_recipe[0])
+        ut_say(&t->log, "  The seed's recipe (a parameters.yml layout that does not say otherwise): %s\n",
+               c->seed_recipe);
     if (strcmp(c->precision, "fp32"))
         ut_say(&t->log, "  Precision = %s (autocast: matmuls, convolutions, attention in %s with fp32 "
                         "accumulation, activations stored in %s; fp32 master weights)%s\n"

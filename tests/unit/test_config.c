@@ -392,6 +392,23 @@ static void test_seed_parameters_file(void) {
     CHECK(!strcmp(c.eval_strategy, "epoch") && !strcmp(c.save_strategy, "steps"), "strategies");
     CHECK(c.log_steps_ratio == 5 && c.save_steps_ratio == 1 && c.warmup_ratio == 0.1,
           "ratios: %g %g %g", c.log_steps_ratio, c.save_steps_ratio, c.warmup_ratio);
+    /* the seed's recipe where the file does not say otherwise */
+    CHECK(!strcmp(c.schedule, "linear") && c.grad_clip == 1.0 && !strcmp(c.best_metric, "dev/accuracy") &&
+              c.greater_is_better && strstr(c.seed_recipe, "linear decay") && strstr(c.seed_recipe, "clipping"),
+          "seed recipe: %s %g %s (%s)", c.schedule, c.grad_clip, c.best_metric, c.seed_recipe);
+    ut_config_free(&c);
+    /* a seed-layout file that names its own schedule and clipping keeps them; the other part applies */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n  max_grad_norm: 0.5\n  optim.schedule: cosine\n") == 0, "%s",
+          err);
+    CHECK(!strcmp(c.schedule, "cosine") && c.grad_clip == 0.5 && !strcmp(c.best_metric, "dev/accuracy") &&
+              !strcmp(c.seed_recipe, "best checkpoint by dev accuracy"),
+          "own keys: %s %g %s (%s)", c.schedule, c.grad_clip, c.best_metric, c.seed_recipe);
+    ut_config_free(&c);
+    /* utrain's own layout keeps utrain's defaults */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "train:\n  epochs: 2\n") == 0 && !strcmp(c.schedule, "constant") && c.grad_clip == 0 &&
+              !c.seed_recipe[0], "plain layout: %s %g (%s)", c.schedule, c.grad_clip, c.seed_recipe);
     ut_config_free(&c);
 }
 
