@@ -266,6 +266,22 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
     }
+    /* A tokenizer with more ids than the model has embedding rows would stop the
+     * run at the first batch that holds such an id, perhaps hours in: refused
+     * here, before anything runs. */
+    if (pretrained && data && data->vocab_size > 0) {
+        int64_t V = model_vocab(cfg);
+        if (data->vocab_size > V) {
+            const char *tok = pretrained_tokenizer(cfg);
+            snprintf(err, n, "model.pretrained %s: config.json's vocab_size is %lld, but the tokenizer (%s) has "
+                             "%lld ids: a token from id %lld up would fail at the first batch that holds one; use "
+                             "the tokenizer that came with the model",
+                     ut_kv_get(opts, "pretrained"), (long long)V, tok ? tok : "data.tokenizer",
+                     (long long)data->vocab_size, (long long)V);
+            ut_kv_free(opts);
+            return NULL;
+        }
+    }
     char why[512];
     ut_model *m = ut_model_create(cfg->model_name, opts, (uint64_t)cfg->seed, why, sizeof why);
     ut_kv_free(opts);

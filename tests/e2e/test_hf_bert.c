@@ -6,6 +6,7 @@
  * losses and weights. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "test.h"
 #include "hf_e2e.h"
@@ -29,6 +30,13 @@ static void test_unlabeled_test_file(void) {
     free(s);
 }
 
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int rc = fputs(text, f) < 0 ? -1 : 0;
+    return fclose(f) || rc ? -1 : 0;
+}
+
 /* bad settings: exit 1 with the key and the reason */
 static void test_refused(void) {
     const char *const cases[][2] = {
@@ -38,6 +46,25 @@ static void test_refused(void) {
         {"model.task=causal_lm", "model.task: 'causal_lm' is not available for bert"},
     };
     hfe_check_refused(tmp, "bert.yml", cases, 4);
+    /* a model whose embedding has fewer rows (50) than its tokenizer has ids (100): refused at
+     * start, naming both, not at the first batch that holds an id of 50 or above */
+    char dir[600], set[700];
+    snprintf(dir, sizeof dir, "%s/small_vocab", tmp);
+    char *cfg = tp_slurp("tests/parity/fixtures/hf_bert_tiny/config.json");
+    char *vocab = tp_slurp("tests/parity/fixtures/hf_bert_tiny/vocab.txt");
+    char *at = cfg ? strstr(cfg, "\"vocab_size\": 100") : NULL;
+    CHECK(at && vocab, "the fixture's config.json names vocab_size 100, and its vocab.txt");
+    if (at && vocab) {
+        memcpy(at, "\"vocab_size\":  50", strlen("\"vocab_size\": 100"));
+        CHECK(mkdir(dir, 0755) == 0 && write_text(tp_path(dir, "config.json"), cfg) == 0 &&
+                  write_text(tp_path(dir, "vocab.txt"), vocab) == 0,
+              "the copy in %s", dir);
+        snprintf(set, sizeof set, "model.pretrained=%s", dir);
+        const char *const small[][2] = {{set, "config.json's vocab_size is 50, but the tokenizer"}};
+        hfe_check_refused(tmp, "bert.yml", small, 1);
+    }
+    free(cfg);
+    free(vocab);
 }
 
 static void test_ddp_two_ranks(void) { hfe_check_two_ranks(tmp, "bert", "ddp", "attention.self.key.bias", 39); }
