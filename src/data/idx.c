@@ -3,6 +3,7 @@
  * counts, every label), so get cannot fail on the data. Gzip is detected by
  * its magic bytes, not by the file name; offsets in messages are positions
  * in the uncompressed stream. */
+#include <stdint.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -24,10 +25,27 @@ static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* The bytes an IDX file of ndim dims must hold, from its header (the first
+ * 4 + 4 ndim bytes of b): header plus the product of the dims; SIZE_MAX when
+ * that overflows. */
+static size_t idx_bytes(const unsigned char *b, int ndim) {
+    size_t hdr = 4 + 4 * (size_t)ndim, need = 1;
+    for (int d = 0; d < ndim; d++) {
+        size_t dim = be32(b + 4 + 4 * d);
+        if (dim && need > (SIZE_MAX - hdr) / dim) return SIZE_MAX;
+        need *= dim;
+    }
+    return hdr + need;
+}
+
 /* Inflates a gzip buffer (possibly several concatenated members) into a new
- * buffer. */
-static unsigned char *gunzip(const char *path, const unsigned char *in, size_t in_len,
+ * buffer, the IDX header first: once its 4 + 4 ndim bytes are out, no more
+ * than the size the header implies plus one byte (which check_idx then
+ * reports as trailing data) is inflated, so a small file whose stream would
+ * inflate to gigabytes costs what its header says, not what the stream holds. */
+static unsigned char *gunzip(const char *path, const unsigned char *in, size_t in_len, int ndim,
                              size_t *out_len, char *err, size_t n) {
+    size_t hdr = 4 + 4 * (size_t)ndim, limit = SIZE_MAX;
     size_t cap = in_len * 4 + 1024, len = 0;
     unsigned char *out = ut_malloc_check(cap);
     z_stream z;
@@ -40,13 +58,25 @@ static unsigned char *gunzip(const char *path, const unsigned char *in, size_t i
     z.next_in = (unsigned char *)in;
     z.avail_in = (uInt)in_len;  /* IDX files are far below 4 GiB */
     int rc = Z_OK;
-    while (rc != Z_STREAM_END || z.avail_in > 0) {
+    while ((rc != Z_STREAM_END || z.avail_in > 0) && len < limit) {
         if (rc == Z_STREAM_END) inflateReset(&z);
-        if (len == cap) out = ut_realloc_check(out, cap *= 2);
+        if (len == cap) {
+            cap = cap > limit / 2 ? limit : cap * 2;
+            out = ut_realloc_check(out, cap);
+        }
+        size_t room = (limit < cap ? limit : cap) - len;
         z.next_out = out + len;
-        z.avail_out = (uInt)(cap - len);
+        z.avail_out = (uInt)(room < UINT32_MAX ? room : UINT32_MAX);
+        uInt before = z.avail_out;
         rc = inflate(&z, Z_NO_FLUSH);
-        len = cap - z.avail_out;
+        len += before - z.avail_out;
+        if (limit == SIZE_MAX && len >= hdr) {
+            size_t want = idx_bytes(out, ndim);
+            /* a wrong magic stops at the header: check_idx names it */
+            limit = be32(out) != (ndim == 3 ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS) ? len
+                    : want == SIZE_MAX                                             ? SIZE_MAX
+                                                                                   : want + 1;
+        }
         if (rc == Z_STREAM_END) continue;
         if (rc != Z_OK && !(rc == Z_BUF_ERROR && z.avail_out == 0)) {
             ut_errorf(err, n, "%s: corrupt or truncated gzip data at compressed byte %zu: %s",
@@ -61,15 +91,16 @@ static unsigned char *gunzip(const char *path, const unsigned char *in, size_t i
     return out;
 }
 
-/* Reads path whole, inflating it when it starts with the gzip magic. */
-static unsigned char *load(const char *path, size_t *len, char *err, size_t n) {
+/* Reads path whole, inflating it (ndim: the IDX file's dims, for its
+ * header) when it starts with the gzip magic. */
+static unsigned char *load(const char *path, int ndim, size_t *len, char *err, size_t n) {
     size_t raw_len;
     unsigned char *raw = ut__read_file(path, &raw_len, err, n);
     if (!raw || raw_len < 2 || raw[0] != 0x1f || raw[1] != 0x8b) {
         *len = raw_len;
         return raw;
     }
-    unsigned char *out = gunzip(path, raw, raw_len, len, err, n);
+    unsigned char *out = gunzip(path, raw, raw_len, ndim, len, err, n);
     ut_free(raw);
     return out;
 }
@@ -137,9 +168,9 @@ static int idx_load(idx_impl *m, const char *images, const char *labels, int64_t
                     int64_t *hi, char *err, size_t n) {
     size_t il, ll;
     int64_t idims[3] = {0}, ldims[1] = {0};
-    if (!(m->images = load(images, &il, err, n))) return -1;
+    if (!(m->images = load(images, 3, &il, err, n))) return -1;
     if (check_idx(images, m->images, il, IDX_MAGIC_IMAGES, 3, idims, err, n)) return -1;
-    if (!(m->labels = load(labels, &ll, err, n))) return -1;
+    if (!(m->labels = load(labels, 1, &ll, err, n))) return -1;
     if (check_idx(labels, m->labels, ll, IDX_MAGIC_LABELS, 1, ldims, err, n)) return -1;
     if (idims[0] != ldims[0])
         return ut_errorf(err, n, "%s: byte offset 4: %lld labels, but %s has %lld images",

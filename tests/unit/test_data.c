@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include "proc.h"
@@ -86,6 +88,43 @@ static void gunzip_to(const char *gz, const char *out) {
     CHECK(k == 0, "gzread");
     gzclose(g);
     if (fclose(f) != 0) { perror(out); exit(1); }
+}
+
+/* A small gzip IDX file whose stream inflates to far more than its header
+ * says (here 600 MiB of zeros after 10 images of 28 x 28) is refused as
+ * trailing data after inflating only what the header implies: checked in a
+ * child process whose address space is limited to 256 MiB (left out under
+ * the sanitizers, which reserve more than that at start). */
+static void test_idx_gzip_bomb(void) {
+    char img[] = "/tmp/ut_bomb_images_XXXXXX", lab[] = "/tmp/ut_bomb_labels_XXXXXX";
+    int fi = mkstemp(img), fl = mkstemp(lab);
+    CHECK(fi >= 0 && fl >= 0, "temp files");
+    unsigned char hdr[16] = {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28};
+    gzFile g = gzdopen(fi, "wb1");
+    static unsigned char zeros[1 << 20];
+    gzwrite(g, hdr, sizeof hdr);
+    gzwrite(g, zeros, 10 * 28 * 28);
+    for (int i = 0; i < 600; i++) gzwrite(g, zeros, sizeof zeros);
+    gzclose(g);
+    unsigned char lhdr[18] = {0, 0, 8, 1, 0, 0, 0, 10};
+    CHECK(write(fl, lhdr, sizeof lhdr) == (ssize_t)sizeof lhdr, "labels");
+    close(fl);
+    pid_t pid = fork();
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__)
+        struct rlimit r = {256u << 20, 256u << 20};
+        setrlimit(RLIMIT_AS, &r);
+#endif
+        char e[512];
+        ut_dataset *ds = ut_idx_dataset_open(img, lab, MEAN, STD, 0, -1, e, sizeof e);
+        _exit(!ds && strstr(e, img) && strstr(e, "byte offset 7856") && strstr(e, "trailing bytes") ? 0 : 3);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the bomb: %s %d", WIFEXITED(st) ? "exit" : "signal",
+          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    unlink(img);
+    unlink(lab);
 }
 
 static void test_idx_plain_equals_gz_and_dev_carve(void) {
@@ -699,6 +738,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     RUN(test_idx_fashion_mnist);
     RUN(test_idx_plain_equals_gz_and_dev_carve);
+    RUN(test_idx_gzip_bomb);
     RUN(test_idx_errors);
     RUN(test_tokens);
     RUN(test_tokenize_round_trip);
