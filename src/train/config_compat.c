@@ -30,16 +30,24 @@ static int assign(ut_config *c, const char *key, const char *v, char *err, size_
 
 // --- pytorch_universal_trainer
 
+/* v with a leading ~/ read as $HOME/, as the seed's shell-written paths mean
+ * it (a literal ./~ directory would be created otherwise); 0, or -1 with err
+ * when the result is too long. */
+static int home_path(const char *key, const char *v, char *out, size_t cap, char *err, size_t n) {
+    const char *home = getenv("HOME");
+    bool tilde = !strncmp(v, "~/", 2) && home;
+    if ((size_t)snprintf(out, cap, "%s%s", tilde ? home : "", tilde ? v + 1 : v) >= cap)
+        return ut_errorf(err, n, "%s: longer than %zu characters", key, cap - 1);
+    return 0;
+}
+
 /* pretrained_model_dir: a Hugging Face model directory (a leading ~/ is
  * $HOME): model.pretrained, and model.name from its config.json's model_type
  * (the seed's from_pretrained picks the class the same way); empty: nothing. */
 static int pretrained_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!*v) return 1;
     char dir[UT_CFG_STR_MAX], why[1024];
-    const char *home = getenv("HOME");
-    bool tilde = !strncmp(v, "~/", 2) && home;
-    if ((size_t)snprintf(dir, sizeof dir, "%s%s", tilde ? home : "", tilde ? v + 1 : v) >= sizeof dir)
-        return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof dir - 1);
+    if (home_path(key, v, dir, sizeof dir, err, n)) return -1;
     ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
     if (!kv) return ut_errorf(err, n, "%s: %s", key, why);
     const char *type = ut_kv_get(kv, "model_type");
@@ -55,8 +63,7 @@ static int pretrained_dir(ut_config *c, const char *key, const char *v, char *er
 /* model_dir: the run directory, i.e. output_dir/experiment_name. */
 static int model_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     char buf[UT_CFG_STR_MAX];
-    if (strlen(v) >= sizeof buf) return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof buf - 1);
-    strcpy(buf, v);
+    if (home_path(key, v, buf, sizeof buf, err, n)) return -1;
     for (size_t len = strlen(buf); len > 1 && buf[len - 1] == '/'; len--) buf[len - 1] = 0;
     char *slash = strrchr(buf, '/');
     const char *name = slash ? slash + 1 : buf;
@@ -73,8 +80,10 @@ static int model_dir(ut_config *c, const char *key, const char *v, char *err, si
 static int data_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     static const char *const keys[] = {"data.train_path", "data.dev_path", "data.test_path"};
     static const char *const files[] = {"train.tsv", "dev.tsv", "test.tsv"};
-    char path[UT_CFG_STR_MAX + 16];
+    char path[UT_CFG_STR_MAX + 16], dir[UT_CFG_STR_MAX];
     if (!*v) return ut_errorf(err, n, "%s: must name the directory holding train.tsv, dev.tsv, test.tsv", key);
+    if (home_path(key, v, dir, sizeof dir, err, n)) return -1;
+    v = dir;
     if (assign(c, "data.name", "tsv_text", err, n) < 0) return -1;
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", v, files[i]);
@@ -163,8 +172,8 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
         return !strcmp(v, "1") ? 1 : ut_errorf(err, n, "%s: model parallelism is not available yet; set it "
                                                      "to 1 or remove it (dist.strategy: zero3 shards the "
                                                      "parameters over the data-parallel ranks)", key);
-    if (!strcmp(key, "hostfile"))
-        return ut_errorf(err, n, "%s: hosts are given to the launcher, not the config: mpirun --hostfile "
+    if (!strcmp(key, "hostfile")) /* None (empty): nothing, as load_dir: None */
+        return !*v ? 1 : ut_errorf(err, n, "%s: hosts are given to the launcher, not the config: mpirun --hostfile "
                                  "FILE ... utrain train CFG (see docs/multinode.md)", key);
     if (!strcmp(key, "training_script"))
         return ut_errorf(err, n, "%s: utrain starts itself; remove the key (utrain train CFG --nproc N "
@@ -199,8 +208,8 @@ const char *const ut_cfg_compat_doc =
     "No key is accepted and ignored: each one sets the utrain keys named here, or is\n"
     "refused with a message saying what to write instead.\n\n"
     "| key | value | becomes |\n|---|---|---|\n"
-    "| `model_dir` | a directory | the run directory: `output_dir` (its parent, `.` if none) and `experiment_name` (its last part) |\n"
-    "| `data_dir` | a directory | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path` |\n"
+    "| `model_dir` | a directory (`~/` is `$HOME`) | the run directory: `output_dir` (its parent, `.` if none) and `experiment_name` (its last part) |\n"
+    "| `data_dir` | a directory (`~/` is `$HOME`) | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path` |\n"
     "| `is_dev_file` | true / false | nothing / `train.eval_strategy: no` |\n"
     "| `use_fairscale_optimizer_sharding` | true / false | `dist.strategy: zero2` (fairscale's ShardedDDP with OSS shards gradients and optimizer state) / nothing |\n"
     "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing |\n"
@@ -218,7 +227,8 @@ const char *const ut_cfg_compat_doc =
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until training on the GPU lands |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
-    "| `hostfile`, `training_script` | | refused: hosts go to `mpirun`, utrain starts itself |\n\n"
+    "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"
+    "| `training_script` | | refused: utrain starts itself |\n\n"
     "A DeepSpeed config (`deepspeed_config: ds.json`) is read when the key is; each of\n"
     "its keys sets the utrain keys below, `\"auto\"` keeps utrain's value, and any other\n"
     "key, or a value utrain cannot honour, is refused naming the file and the key's path:\n\n"

@@ -344,6 +344,20 @@ static void test_aliases(void) {
     CHECK(c.lr == 0.01, "lr");
     CHECK(ut_config_set(&c, "epochs=6", err, sizeof err) == 0 && c.epochs == 6, "--set alias");
     ut_config_free(&c);
+    /* Hugging Face TrainingArguments' names */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "per_device_train_batch_size: 12\nper_device_eval_batch_size: 24\nnum_train_epochs: 3\n"
+                        "evaluation_strategy: steps\neval_steps: 40\nlogging_steps: 7\nsave_steps: 80\n"
+                        "save_strategy: steps\nsave_total_limit: 2\nlr_scheduler_type: cosine\n"
+                        "adam_beta1: 0.8\nadam_beta2: 0.95\nadam_epsilon: 1.0e-6\nmax_grad_norm: 1.0\n"
+                        "greater_is_better: false\n") == 0,
+          "%s", err);
+    CHECK(c.batch_size == 12 && c.eval_batch_size == 24 && c.epochs == 3 && !strcmp(c.eval_strategy, "steps") &&
+              c.eval_interval == 40 && c.log_interval == 7 && c.save_interval == 80 && c.save_total_limit == 2,
+          "HF train names");
+    CHECK(!strcmp(c.schedule, "cosine") && c.beta1 == 0.8 && c.beta2 == 0.95 && c.eps == 1e-6 && c.grad_clip == 1.0 &&
+              !c.greater_is_better, "HF optimizer names");
+    ut_config_free(&c);
 }
 
 /* Other trainers' distributed flags map onto dist.strategy or are refused. */
@@ -425,9 +439,11 @@ static void test_seed_keys(void) {
                        "dist-params:\n    nodes: 2\n    gpus: 8\n    current_node: 1\n"
                        "    master_addr: '10.100.69.32'\n    master_port: '1234'\n";
     CHECK(load_text(&c, text) == 0, "%s", err);
-    CHECK(!strcmp(c.output_dir, "~/pytorch_universal_trainer/models") &&
-              !strcmp(c.experiment_name, "bart_base_sst_baseline"), "model_dir: %s | %s", c.output_dir,
-          c.experiment_name);
+    char home_models[512];
+    snprintf(home_models, sizeof home_models, "%s/pytorch_universal_trainer/models",
+             getenv("HOME") ? getenv("HOME") : "~");
+    CHECK(!strcmp(c.output_dir, home_models) && !strcmp(c.experiment_name, "bart_base_sst_baseline"),
+          "model_dir (~/ is $HOME): %s | %s", c.output_dir, c.experiment_name);
     CHECK(!strcmp(c.dist_strategy, "zero3") && !strcmp(c.dist_wrap, "block") && c.reshard_after_forward,
           "fsdp flags: %s %s", c.dist_strategy, c.dist_wrap);
     CHECK(!strcmp(c.eval_strategy, "no"), "is_dev_file: %s", c.eval_strategy);
@@ -523,6 +539,20 @@ static void test_flagai_keys(void) {
                      "dist.strategy (zero3 shards the parameters)");
     check_load_error("env_type: tpu\n", "1: env_type: 'tpu' is not one of pytorch, pytorchDDP, deepspeed, "
                                          "deepspeed+mpu");
+    /* hostfile: None is nothing, as load_dir: None; ~/ in model_dir and data_dir is $HOME */
+    {
+        ut_config c;
+        ut_config_init(&c);
+        const char *home = getenv("HOME");
+        CHECK(load_text(&c, "hostfile: None\nmodel_dir: ~/runs/sst2\ndata_dir: ~/glue/SST-2\n") == 0, "%s", err);
+        char want[512];
+        snprintf(want, sizeof want, "%s/runs", home ? home : "");
+        CHECK(!home || (!strcmp(c.output_dir, want) && !strcmp(c.experiment_name, "sst2")), "model_dir: %s %s",
+              c.output_dir, c.experiment_name);
+        snprintf(want, sizeof want, "%s/glue/SST-2/train.tsv", home ? home : "");
+        CHECK(!home || !strcmp(c.train_path, want), "data_dir: %s", c.train_path);
+        ut_config_free(&c);
+    }
     check_load_error("hostfile: ./hostfile\n", "1: hostfile: hosts are given to the launcher, not the config: "
                                                 "mpirun --hostfile FILE ... utrain train CFG (see docs/multinode.md)");
 }
