@@ -182,11 +182,15 @@ static int pack_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, packed_inputs
     return pk->ids && pk->types && pk->pos && pk->offsets && pk->first ? 0 : -1;
 }
 
-/* embeddings, LayerNorm and dropout of ids, types and pos (any shape) */
+/* embeddings, LayerNorm and dropout of ids, types and pos (any shape). As
+ * transformers builds them, the word embedding has padding_idx pad_token_id
+ * (its row takes no gradient, also where a text holds the pad token or a
+ * batch is left-padded), and so has RoBERTa's position embedding. */
 static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor *types, ut_tensor *pos) {
-    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &net->word, ids),
+    ut_tensor *h = ut_add(ctx, ut_embedding_pad(ctx, ids, net->word.w, (int)net->pad_id),
                           ut_embedding_layer_forward(ctx, &net->type, types));
-    h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, &net->pos, pos));
+    h = ut_add(ctx, h, net->roberta ? ut_embedding_pad(ctx, pos, net->pos.w, (int)net->pad_id)
+                                    : ut_embedding_layer_forward(ctx, &net->pos, pos));
     return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, &net->emb_ln, h), net->dropout);
 }
 

@@ -74,6 +74,54 @@ static void test_left_padding_takes_the_padded_path(void) {
     ut_model_free(m);
 }
 
+/* transformers builds BERT's word embedding with padding_idx = pad_token_id
+ * (0 here): that row takes no gradient, also where a text holds the pad
+ * token itself (the unpadded path) and where a batch is left-padded (the
+ * padded path); before, a literal [PAD] moved the row by about the learning
+ * rate each step. */
+static void test_padding_row_takes_no_gradient(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_bert_tiny", NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(FIX "hf_bert_tiny_batch.safetensors", err, sizeof err);
+    CHECK(m && f, "%s", err);
+    if (!m || !f) return ut_model_free(m), ut_st_close(f);
+    const ut_st_tensor *in = ut_st_get(f, "input"), *lb = ut_st_get(f, "labels");
+    int64_t B = in->shape[0], T = in->shape[2], C = 0;
+    ut_tensor *w = ut_model_param(m, "bert.embeddings.word_embeddings.weight");
+    C = w->ne[1];
+    int32_t *x = malloc((size_t)(B * 3 * T) * sizeof *x);
+    float *g = malloc((size_t)ut_nelem(w) * sizeof *g);
+    for (int variant = 0; variant < 2; variant++) {
+        memcpy(x, in->data, (size_t)(B * 3 * T) * sizeof *x);
+        if (variant == 0) {
+            x[2] = 0; /* row 0's third token is the pad token, inside the text (mask 1) */
+        } else {      /* row 0 left-padded: its tokens shifted right by one, a pad id in front (mask 0) */
+            memmove(x + 1, x, (size_t)(T - 1) * sizeof *x);
+            memmove(x + T + 1, x + T, (size_t)(T - 1) * sizeof *x);
+            memmove(x + 2 * T + 1, x + 2 * T, (size_t)(T - 1) * sizeof *x);
+            x[0] = 0, x[T] = 0, x[2 * T] = 0;
+        }
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_ctx_set_training(ctx, false);
+        ut_tensor *y = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B}, lb->data);
+        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, 3,
+                                                                                       (int64_t[]){B, 3, T}, x)), y);
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        CHECK(ut_tensor_get_grad(w, g, (size_t)ut_nelem(w) * sizeof *g) == 0, "word embedding gradient");
+        double pad_row = 0, others = 0;
+        for (int64_t c = 0; c < C; c++) pad_row += fabs(g[c]);
+        for (int64_t i = C; i < ut_nelem(w); i++) others += fabs(g[i]);
+        CHECK(pad_row == 0 && others > 0, "%s: |grad| of the pad row %g, of the others %g",
+              variant ? "left-padded" : "literal pad token", pad_row, others);
+        ut_model_zero_grad(m);
+        ut_ctx_free(ctx);
+    }
+    free(x);
+    free(g);
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 /* sentence-transformers' layout: encoder tensors without "bert.", no
  * classifier: the head is new, N(0, initializer_range) weights and zero bias */
 static void test_bare_encoder_new_head(void) {
@@ -154,6 +202,7 @@ int main(int argc, char **argv) {
     RUN(test_checkpointing_with_dropout);
     RUN(test_autocast);
     RUN(test_left_padding_takes_the_padded_path);
+    RUN(test_padding_row_takes_no_gradient);
     RUN(test_bare_encoder_new_head);
     RUN(test_bad_directories);
     return TEST_SUMMARY();
