@@ -13,15 +13,18 @@
 static char path[64];   /* the file of the last load_text */
 static char err[1024];
 
-/* Writes text to a new file under /tmp (its name in path). */
-static void write_tmp(const char *text) {
-    snprintf(path, sizeof path, "/tmp/ut_config_XXXXXX");
-    int fd = mkstemp(path);
+/* Writes text to a new file /tmp/STEM_XXXXXX, its name into out (n bytes). */
+static void write_tmp_as(char *out, size_t n, const char *stem, const char *text) {
+    snprintf(out, n, "/tmp/%s_XXXXXX", stem);
+    int fd = mkstemp(out);
     if (fd < 0) abort();
     FILE *f = fdopen(fd, "w");
     fputs(text, f);
     fclose(f);
 }
+
+/* Writes text to a new file under /tmp (its name in path). */
+static void write_tmp(const char *text) { write_tmp_as(path, sizeof path, "ut_config", text); }
 
 /* ut_config_load of text over c; err holds the message. */
 static int load_text(ut_config *c, const char *text) {
@@ -725,12 +728,7 @@ static void test_docs_up_to_date(void) {
  * what utrain cannot honour is refused naming the file and the key. */
 static char ds_path[64];
 static const char *write_ds(const char *json) {
-    snprintf(ds_path, sizeof ds_path, "/tmp/ut_ds_XXXXXX");
-    int fd = mkstemp(ds_path);
-    if (fd < 0) abort();
-    FILE *f = fdopen(fd, "w");
-    fputs(json, f);
-    fclose(f);
+    write_tmp_as(ds_path, sizeof ds_path, "ut_ds", json);
     return ds_path;
 }
 
