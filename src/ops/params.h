@@ -128,26 +128,39 @@ static inline ut_masked_dims ut_attention_masked_dims(const ut_tensor *t) {
     return d;
 }
 
-/* attention_varlen: checks the S + 1 offsets off (host memory) of t's N rows
- * (0 = off[0] < off[1] < ... < off[S] = N) and fills poff (S + 1) with where
- * each sequence's NH L x L probability blocks start and *maxL with the
- * longest sequence; -1 with t's context error set, naming the offset. */
-static inline int ut_attention_varlen_blocks(ut_tensor *t, const int32_t *off, int64_t S, int64_t *poff,
-                                             int64_t *maxL) {
-    int64_t N = t->ne[0], NH = ut_attention_varlen_n_head(t);
+/* attention_varlen: N rows of C = NH heads of hs in S sequences */
+typedef struct {
+    const int32_t *off;       /* S + 1 offsets, host memory */
+    const int64_t *poff;      /* S + 1, host: where each sequence's NH L x L probability blocks start */
+    const int64_t *poff_dev;  /* poff in the device's memory (on the CPU, poff itself) */
+    int64_t S, N, C, NH, hs, maxL; /* maxL: the longest sequence */
+    float scale, ks;          /* 1/sqrt(hs); keep scale 1/(1-p) */
+    bool causal;              /* row i attends rows j <= i of its sequence */
+} ut_varlen_dims;
+
+/* d from t and its offsets off (S + 1, host memory), with poff (S + 1, the
+ * caller's host buffer) filled; poff_dev is left to the caller. -1 with t's
+ * context error set, naming the offset, unless 0 = off[0] < off[1] < ... <
+ * off[S] = N. */
+static inline int ut_attention_varlen_dims(ut_tensor *t, const int32_t *off, int64_t S, int64_t *poff,
+                                           ut_varlen_dims *d) {
+    *d = (ut_varlen_dims){.off = off, .poff = poff, .S = S, .N = t->ne[0], .C = t->ne[1],
+                          .NH = ut_attention_varlen_n_head(t), .ks = ut_attention_varlen_keep_scale(t),
+                          .causal = ut_attention_varlen_causal(t) != 0};
+    d->hs = d->C / d->NH;
+    d->scale = 1.0f / sqrtf((float)d->hs);
     poff[0] = 0;
-    *maxL = 0;
     for (int64_t s = 0; s < S; s++) {
         int64_t L = (int64_t)off[s + 1] - off[s];
-        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > N || (s == S - 1 && off[S] != N)) {
+        if ((s == 0 && off[0] != 0) || L < 1 || off[s + 1] > d->N || (s == S - 1 && off[S] != d->N)) {
             int64_t at = s == 0 && off[0] != 0 ? 0 : s + 1;
             ut_ctx_set_error(t->ctx, "attention_varlen: offsets[%lld] = %d breaks 0 = offsets[0] < offsets[1] "
                                      "< ... < offsets[%lld] = N = %lld", (long long)at, (int)off[at],
-                             (long long)S, (long long)N);
+                             (long long)S, (long long)d->N);
             return -1;
         }
-        poff[s + 1] = poff[s] + NH * L * L;
-        *maxL = L > *maxL ? L : *maxL;
+        poff[s + 1] = poff[s] + d->NH * L * L;
+        d->maxL = L > d->maxL ? L : d->maxL;
     }
     return 0;
 }

@@ -177,6 +177,29 @@ static void test_tensor_set_get(void) {
     ut_ctx_free(ctx);
 }
 
+/* ut_tensor_get_grad: a gradient after backward, zeros where none arrived,
+ * and the size and 16-bit refusals naming the tensor */
+static void test_tensor_get_grad(void) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    float in[3] = {1, -2, 3}, g[3] = {7, 7, 7};
+    ut_tensor *x = ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){3}, in);
+    ut_tensor *z = ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){3}, in);
+    ut_tensor_set_requires_grad(x, true);
+    CHECK(ut_tensor_get_grad(x, g, sizeof g) == 0 && g[0] == 0 && g[2] == 0, "no gradient yet reads as zeros");
+    CHECK(ut_backward(ctx, ut_sum(ctx, ut_scale(ctx, x, 3.0f))) == 0, "%s", ut_ctx_error(ctx));
+    CHECK(ut_tensor_get_grad(x, g, sizeof g) == 0 && g[0] == 3 && g[1] == 3 && g[2] == 3, "d(3 sum x)/dx = 3");
+    CHECK(ut_tensor_get_grad(z, g, sizeof g) == 0 && g[1] == 0, "a tensor outside the graph: zeros");
+    CHECK(ut_tensor_get_grad(x, g, 2 * sizeof(float)) == -1, "size mismatch accepted");
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "tensor_get_grad") && strstr(e, "8 bytes given, the gradient holds 12"), "%s",
+          e ? e : "(none)");
+    ut_ctx_clear_error(ctx);
+    ut_tensor *h = ut_tensor_to(ctx, x, UT_BF16);
+    CHECK(h && ut_tensor_get_grad(h, g, sizeof g) == -1 && strstr(ut_ctx_error(ctx), "16-bit"), "%s",
+          ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "(none)");
+    ut_ctx_free(ctx);
+}
+
 /* A context for a device this process cannot use (a build without the CUDA
  * backend, or a machine without a GPU) carries the reason, and ops fail. */
 static void test_context_without_backend(void) {
@@ -222,6 +245,7 @@ int main(void) {
     RUN(test_accumulate_and_residency);
     RUN(test_stage);
     RUN(test_tensor_set_get);
+    RUN(test_tensor_get_grad);
     RUN(test_context_without_backend);
     RUN(test_embedding_strided_ids);
     return TEST_SUMMARY();

@@ -17,14 +17,6 @@
 #include "vmath.h"
 #include "../../ops/params.h"
 
-typedef struct {
-    const int32_t *off;  /* S + 1 */
-    const int64_t *poff; /* S + 1: where each sequence's P blocks start */
-    int64_t S, C, NH, hs, maxL;
-    float scale, ks;     /* 1/sqrt(hs); keep scale 1/(1-p) */
-    bool causal;         /* row i attends rows j <= i of its sequence */
-} varlen_dims;
-
 /* p (n) = softmax(scale * p) in place */
 static void softmax_row(float *p, int64_t n, float scale) {
     float m = -INFINITY, sum = 0.0f;
@@ -43,7 +35,7 @@ static void softmax_row(float *p, int64_t n, float scale) {
 
 /* one (sequence, head) pair's forward: P (L x L) and out's head columns */
 static void pair_forward(float *out, float *P, float *pd, const float *q, const float *k, const float *v,
-                         const uint8_t *keep, const varlen_dims *d, int64_t L) {
+                         const uint8_t *keep, const ut_varlen_dims *d, int64_t L) {
     int64_t C = d->C;
     ut_gemm_ld(false, true, L, L, d->hs, 1.0f, q, C, k, C, 0.0f, P, L);
     for (int64_t i = 0; i < L; i++) {
@@ -61,7 +53,7 @@ static void pair_forward(float *out, float *P, float *pd, const float *q, const 
 
 /* out (N, C), P, keep (NULL: no dropout); scratch: L_max^2 floats per thread */
 static void varlen_forward(float *out, float *P, float *scratch, const float *q, const float *k, const float *v,
-                           const uint8_t *keep, const varlen_dims *d) {
+                           const uint8_t *keep, const ut_varlen_dims *d) {
     int64_t pairs = d->S * d->NH;
 #pragma omp parallel
     {
@@ -80,7 +72,7 @@ static void varlen_forward(float *out, float *P, float *scratch, const float *q,
  * dq += scale dS k; dk += scale dS^T q */
 static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, const float *g, const float *q,
                           const float *k, const float *v, const float *P, const uint8_t *keep,
-                          const varlen_dims *d, int64_t L) {
+                          const ut_varlen_dims *d, int64_t L) {
     int64_t C = d->C, hs = d->hs;
     ut_gemm_ld(false, true, L, L, hs, 1.0f, g, C, v, C, 0.0f, gP, L);
     const float *Pd = P;
@@ -103,7 +95,7 @@ static void pair_backward(float *dq, float *dk, float *dv, float *gP, float *w, 
  * floats per thread */
 static void varlen_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
                             const float *k, const float *v, const float *P, const uint8_t *keep,
-                            const varlen_dims *d) {
+                            const ut_varlen_dims *d) {
     int64_t pairs = d->S * d->NH;
 #pragma omp parallel
     {
@@ -120,23 +112,17 @@ static void varlen_backward(float *dq, float *dk, float *dv, float *scratch, con
 
 /* The dimensions and P's block starts; -1 with the context's error set when
  * the offsets are not 0 = off[0] < off[1] < ... < off[S] = N */
-static int varlen_dims_of(ut_tensor *t, varlen_dims *d) {
+static int varlen_dims_of(ut_tensor *t, ut_varlen_dims *d) {
     ut_tensor *offs = t->src[3];
     int64_t S = offs->ne[0] - 1;
-    const int32_t *off = ut_i32(offs);
-    *d = (varlen_dims){.off = off, .S = S, .C = t->ne[1], .NH = ut_attention_varlen_n_head(t)};
-    d->hs = d->C / d->NH;
-    d->scale = 1.0f / sqrtf((float)d->hs);
-    d->ks = ut_attention_varlen_keep_scale(t);
-    d->causal = ut_attention_varlen_causal(t) != 0;
     int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
-    if (ut_attention_varlen_blocks(t, off, S, poff, &d->maxL)) return -1;
-    d->poff = poff;
+    if (ut_attention_varlen_dims(t, ut_i32(offs), S, poff, d)) return -1;
+    d->poff_dev = poff;
     return 0;
 }
 
 void ut_attention_varlen_fwd_cpu(ut_tensor *t) {
-    varlen_dims d;
+    ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
     if (varlen_dims_of(t, &d)) return;
@@ -155,7 +141,7 @@ void ut_attention_varlen_fwd_cpu(ut_tensor *t) {
 
 void ut_attention_varlen_bwd_cpu(ut_tensor *t) {
     ut_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
-    varlen_dims d;
+    ut_varlen_dims d;
     if (varlen_dims_of(t, &d)) return;
     float *scratch =
         ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));

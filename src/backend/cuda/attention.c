@@ -13,7 +13,6 @@
  *    float32, zero above the diagonal. */
 #include <math.h>
 
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "attention.h"
@@ -75,7 +74,6 @@ static int64_t l_floats(const attn_dims *d) { return (d->B * d->NH * d->T + 3) /
  * [h hs, (h + 1) hs). Fused: saves L (B, NH, T) (and under autocast out's
  * float32 copy); else P. */
 void ut_attention_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* the materialised path's products under autocast */
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *qkv = t->src[0]->data;
@@ -101,7 +99,6 @@ void ut_attention_fwd_cuda(ut_tensor *t) {
  * rowsum(g out) (out: the forward's float32 result, t->data or its saved
  * copy). */
 void ut_attention_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* the materialised path's products under autocast */
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "attention.h"

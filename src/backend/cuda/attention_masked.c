@@ -6,7 +6,6 @@
  * context's generator as the CPU draws it: N = B NH Tq Tk draws, in P's order)
  * are saved for backward. */
 #include <math.h>
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "attention.h"
@@ -30,7 +29,6 @@ static ut_attn_rows rows_of(const ut_masked_dims *d, const float *mask) {
 /* P = softmax(scale Q K^T + mask [+ causal]); out = Pd V, Pd = P * keep / (1 - p)
  * with dropout, P without */
 void ut_attention_masked_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
@@ -61,7 +59,6 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t) {
 /* dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks; dS = P (dP - rowsum(P dP));
  * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for) */
 void ut_attention_masked_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;

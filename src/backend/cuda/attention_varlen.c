@@ -10,53 +10,36 @@
  * one op that waits on the device; acceptable for now. Per sequence, each
  * product is one sgemm batched over the heads. */
 #include <math.h>
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "attention.h"
 #include "../../ops/params.h"
 
-typedef struct {
-    const int32_t *off;   /* host copy of the offsets (S + 1) */
-    const int64_t *poff;  /* host: where each sequence's P blocks start (S + 1) */
-    const int64_t *dpoff; /* the same on the device */
-    int64_t S, N, C, NH, hs, maxL;
-    float scale, ks;      /* 1/sqrt(hs); keep scale 1/(1-p) */
-    bool causal;          /* row i attends rows j <= i of its sequence */
-} varlen_plan;
-
 /* The dimensions, the offsets on the host and P's block starts (host and
  * device; host buffers from the context's host arena); -1 with the context's
  * error set when the offsets are not 0 = off[0] < off[1] < ... < off[S] = N. */
-static int plan_of(ut_tensor *t, varlen_plan *d) {
+static int plan_of(ut_tensor *t, ut_varlen_dims *d) {
     ut_tensor *offs = t->src[3];
-    int64_t N = t->ne[0], S = offs->ne[0] - 1;
+    int64_t S = offs->ne[0] - 1;
     int32_t *off = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *off);
     ut_cuda_attn_offsets_to_host(off, offs->data, S + 1); /* synchronous: see the file's comment */
-    *d = (varlen_plan){.off = off, .S = S, .N = N, .C = t->ne[1], .NH = ut_attention_varlen_n_head(t)};
-    d->hs = d->C / d->NH;
-    d->scale = 1.0f / sqrtf((float)d->hs);
-    d->ks = ut_attention_varlen_keep_scale(t);
-    d->causal = ut_attention_varlen_causal(t) != 0;
     int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
-    if (ut_attention_varlen_blocks(t, off, S, poff, &d->maxL)) return -1;
-    d->poff = poff;
+    if (ut_attention_varlen_dims(t, off, S, poff, d)) return -1;
     int64_t *dpoff = ut_ctx_dalloc(t->ctx, (size_t)(S + 1) * sizeof *dpoff);
     ut_cuda_upload(dpoff, poff, (size_t)(S + 1) * sizeof *poff);
-    d->dpoff = dpoff;
+    d->poff_dev = dpoff;
     return 0;
 }
 
-static ut_attn_rows rows_of(const varlen_plan *d, const ut_tensor *t) {
+static ut_attn_rows rows_of(const ut_varlen_dims *d, const ut_tensor *t) {
     return (ut_attn_rows){.rows = d->NH * d->N, .Tk = d->maxL, .NH = d->NH, .off = t->src[3]->data,
-                          .poff = d->dpoff, .S = d->S, .scale = d->scale, .causal = d->causal};
+                          .poff = d->poff_dev, .S = d->S, .scale = d->scale, .causal = d->causal};
 }
 
 /* Per sequence s (L rows from off[s]) and head h: P = softmax(causal(scale Q K^T));
  * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without */
 void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
-    varlen_plan d;
+    ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
     if (plan_of(t, &d)) return;
@@ -95,12 +78,11 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
  * dS = P (dP - rowsum(P dP)); dq += scale dS K; dk += scale dS^T Q (each
  * gradient only when asked for) */
 void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
-    varlen_plan d;
+    ut_varlen_dims d;
     if (plan_of(t, &d)) return;
     const float *q = qt->data, *k = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);
     const uint8_t *keep = ut_attention_varlen_keep(t);

@@ -9,17 +9,14 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "ew.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 20;
+using utk::blocks_for;
+using utk::kThreads;
 
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
-}
 
 /* ---- forward and a's gradient ---- */
 

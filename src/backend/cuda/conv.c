@@ -7,7 +7,6 @@
  * Deterministic gradients: dx gathers its column entries (col2im, no
  * atomics); dw sums per-image products in image order (ut_cuda_sum_parts_add,
  * chunk after chunk); db folds each channel in a fixed order. */
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "conv.h"
@@ -34,7 +33,6 @@ static int64_t chunk_images(int64_t B, int64_t per_image) {
 
 /* out (B, OC, OH*OW) = w (OC, K) @ im2col(x[b]) (+ bias), K = C*KH*KW */
 void ut_conv2d_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast); /* autocast: 16-bit products */
     ut_cuda_conv_shape d = shape_of(t);
     ut_tensor *bt = t->src[2];
     const float *x = t->src[0]->data, *w = t->src[1]->data, *bias = bt ? bt->data : NULL;
@@ -59,7 +57,6 @@ void ut_conv2d_fwd_cuda(ut_tensor *t) {
 /* dx += col2im(w^T @ dout[b]); dw += sum_b dout[b] @ im2col(x[b])^T;
  * db += the sum over images and pixels of dout (each when asked for) */
 void ut_conv2d_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast);
     ut_tensor *xt = t->src[0], *wt = t->src[1], *bt = t->src[2];
     ut_cuda_conv_shape d = shape_of(t);
     float *dx = xt->requires_grad ? xt->grad : NULL, *dw = wt->requires_grad ? wt->grad : NULL;

@@ -6,17 +6,13 @@
 #include <stddef.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "conv.h"
 
 namespace {
 
-cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
-
-/* blocks of 256 threads for a grid-stride loop over n elements */
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 65536 ? b : 65536);
-}
+using utk::blocks_for;
+using utk::stream;
 
 /* col (n, K, OH*OW) from x (n, C, H, W), one element per iteration */
 __global__ void im2col_kernel(float *col, const float *x, int64_t n, ut_cuda_conv_shape d) {

@@ -49,8 +49,8 @@ void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, f
  * (t->autocast: UT_BF16 or UT_F16; UT_F32 ends it): their operands are
  * float32 values rounded to dt (src/core/autocast.c), so 16-bit copies of
  * them are exact, and the products run on the 16-bit tensor cores with
- * float32 accumulation and output. Op glue sets it from t->autocast before
- * its products. */
+ * float32 accumulation and output. The op table's thunks (table.c) set it
+ * from t->autocast before every kernel. */
 void ut_cuda_gemm_rounded(int dt);
 
 /* The device error flag (an int of device memory, 0 = none): a kernel that

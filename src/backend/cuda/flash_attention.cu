@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "flash_attention.h"

@@ -2,31 +2,17 @@
  * flat-buffer math of the optimizers, clipping and the dist strategies: the
  * CPU backend's formulas in the same operation order (src/backend/cpu/flat.c,
  * optim.c), one thread per element. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include "cuda.h"
 #include "flat.h"
+#include "launch.cuh"
 
-#define STREAM ((cudaStream_t)ut_cuda_stream())
-static const int TPB = 256;
-static inline unsigned grid_of(int64_t n) {
-    int64_t g = (n + TPB - 1) / TPB;
-    return (unsigned)(g < 1 ? 1 : g > 65535LL * 64 ? 65535LL * 64 : g);
-}
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+using utk::blocks_for;
+using utk::kThreads;
+using utk::stream;
 
-__device__ __forceinline__ float load_as_f32(const void *p, int dt, int64_t i) {
-    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == 2) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
 
 __global__ void k_convert(void *dst, int to, const void *src, int from, int64_t n) {
-    GRID_STRIDE(i, n) {
-        float v = load_as_f32(src, from, i);
+    UTK_GRID_STRIDE(i, n) {
+        float v = utk_load_f32(src, from, i);
         if (to == 1) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
         else if (to == 2) ((__half *)dst)[i] = __float2half_rn(v);
         else ((float *)dst)[i] = v;
@@ -34,7 +20,7 @@ __global__ void k_convert(void *dst, int to, const void *src, int from, int64_t 
 }
 
 __global__ void k_round(float *dst, const float *src, int64_t n, int dt) {
-    GRID_STRIDE(i, n) {
+    UTK_GRID_STRIDE(i, n) {
         float v = src[i];
         if (dt == 1) v = __bfloat162float(__float2bfloat16_rn(v));
         else if (dt == 2) v = __half2float(__float2half_rn(v));
@@ -44,13 +30,13 @@ __global__ void k_round(float *dst, const float *src, int64_t n, int dt) {
 
 extern "C" void utk_convert(void *dst, int to, const void *src, int from, int64_t n) {
     if (n <= 0) return;
-    k_convert<<<grid_of(n), TPB, 0, STREAM>>>(dst, to, src, from, n);
+    k_convert<<<blocks_for(n), kThreads, 0, stream()>>>(dst, to, src, from, n);
     ut_cuda_launched("convert");
 }
 
 extern "C" void utk_round(float *dst, const float *src, int64_t n, int dt) {
     if (n <= 0) return;
-    k_round<<<grid_of(n), TPB, 0, STREAM>>>(dst, src, n, dt);
+    k_round<<<blocks_for(n), kThreads, 0, stream()>>>(dst, src, n, dt);
     ut_cuda_launched("round");
 }
 
@@ -85,32 +71,32 @@ extern "C" double utk_sum_sq(const float *x, int64_t n) {
     if (!part && cudaMalloc(&part, (SSQ_BLOCKS + 1) * sizeof(double)) != cudaSuccess) {
         ut_cuda_launched("sum_sq scratch");
     }
-    k_sum_sq_part<<<nb, 256, 0, STREAM>>>(x, n, bs, part);
+    k_sum_sq_part<<<nb, 256, 0, stream()>>>(x, n, bs, part);
     ut_cuda_launched("sum_sq");
-    k_sum_parts<<<1, 1, 0, STREAM>>>(part, nb, part + SSQ_BLOCKS);
+    k_sum_parts<<<1, 1, 0, stream()>>>(part, nb, part + SSQ_BLOCKS);
     ut_cuda_launched("sum_sq parts");
     double r = 0.0;
-    cudaMemcpyAsync(&r, part + SSQ_BLOCKS, sizeof r, cudaMemcpyDeviceToHost, STREAM);
-    cudaStreamSynchronize(STREAM);
+    cudaMemcpyAsync(&r, part + SSQ_BLOCKS, sizeof r, cudaMemcpyDeviceToHost, stream());
+    cudaStreamSynchronize(stream());
     return r;
 }
 
-__global__ void k_scale(float *x, int64_t n, float s) { GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void k_scale(float *x, int64_t n, float s) { UTK_GRID_STRIDE(i, n) x[i] *= s; }
 extern "C" void utk_scale(float *x, int64_t n, float s) {
     if (n <= 0) return;
-    k_scale<<<grid_of(n), TPB, 0, STREAM>>>(x, n, s);
+    k_scale<<<blocks_for(n), kThreads, 0, stream()>>>(x, n, s);
     ut_cuda_launched("scale");
 }
 
 __global__ void k_add_into(float *dst, float *src, int64_t n, bool zero_src) {
-    GRID_STRIDE(i, n) {
+    UTK_GRID_STRIDE(i, n) {
         dst[i] += src[i];
         if (zero_src) src[i] = 0.0f;
     }
 }
 extern "C" void utk_add_into(float *dst, float *src, int64_t n, bool zero_src) {
     if (n <= 0) return;
-    k_add_into<<<grid_of(n), TPB, 0, STREAM>>>(dst, src, n, zero_src);
+    k_add_into<<<blocks_for(n), kThreads, 0, stream()>>>(dst, src, n, zero_src);
     ut_cuda_launched("accumulate");
 }
 
@@ -118,7 +104,7 @@ extern "C" void utk_add_into(float *dst, float *src, int64_t n, bool zero_src) {
 __global__ void k_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
                         float one_m_b1, float beta2, float one_m_b2, float step_size,
                         float inv_bc2_sqrt, float eps, bool zero) {
-    GRID_STRIDE(i, n) {
+    UTK_GRID_STRIDE(i, n) {
         float gi = g[i];
         float mi = __fadd_rn(m[i], __fmul_rn(one_m_b1, __fsub_rn(gi, m[i])));
         float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
@@ -133,14 +119,14 @@ extern "C" void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, flo
                           float one_m_b1, float beta2, float one_m_b2, float step_size,
                           float inv_bc2_sqrt, float eps, bool zero) {
     if (n <= 0) return;
-    k_adamw<<<grid_of(n), TPB, 0, STREAM>>>(p, g, m, v, n, decay_mul, one_m_b1, beta2, one_m_b2,
+    k_adamw<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, decay_mul, one_m_b1, beta2, one_m_b2,
                                             step_size, inv_bc2_sqrt, eps, zero);
     ut_cuda_launched("adamw");
 }
 
 __global__ void k_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float mom,
                       float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
-    GRID_STRIDE(i, n) {
+    UTK_GRID_STRIDE(i, n) {
         float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
         if (zero) g[i] = 0.0f;
         if (use_momentum) {
@@ -154,17 +140,17 @@ __global__ void k_sgd(float *p, float *g, float *buf, int64_t n, float wd, float
 extern "C" void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
                         float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
     if (n <= 0) return;
-    k_sgd<<<grid_of(n), TPB, 0, STREAM>>>(p, g, buf, n, wd, lr, momentum, one_m_damp, use_momentum,
+    k_sgd<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, buf, n, wd, lr, momentum, one_m_damp, use_momentum,
                                           first, nesterov, zero);
     ut_cuda_launched("sgd");
 }
 
 __global__ void k_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
-    GRID_STRIDE(i, rows * cols) out[i] = bias[i % cols];
+    UTK_GRID_STRIDE(i, rows * cols) out[i] = bias[i % cols];
 }
 extern "C" void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
     if (rows * cols <= 0) return;
-    k_rows_fill<<<grid_of(rows * cols), TPB, 0, STREAM>>>(out, bias, rows, cols);
+    k_rows_fill<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(out, bias, rows, cols);
     ut_cuda_launched("bias rows");
 }
 
@@ -180,11 +166,11 @@ __global__ void k_col_part(float *part, const void *g, int g_dt, int64_t rows, i
     if (c >= cols) return;
     int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
     float acc = 0.0f;
-    for (int64_t r = r0; r < r1; r++) acc += load_as_f32(g, g_dt, r * cols + c);
+    for (int64_t r = r0; r < r1; r++) acc += utk_load_f32(g, g_dt, r * cols + c);
     part[blockIdx.y * cols + c] = acc;
 }
 __global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, int64_t cols) {
-    GRID_STRIDE(c, cols) {
+    UTK_GRID_STRIDE(c, cols) {
         float acc = 0.0f;
         for (int64_t p = 0; p < nparts; p++) acc += part[p * cols + c];
         db[c] += acc;
@@ -198,39 +184,33 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
     size_t need = (size_t)(nparts * cols) * sizeof(float);
     if (need > cap) {
         if (part) {
-            cudaStreamSynchronize(STREAM);
+            cudaStreamSynchronize(stream());
             cudaFree(part);
         }
         if (cudaMalloc(&part, need) != cudaSuccess) ut_cuda_launched("column sums scratch");
         cap = need;
     }
-    dim3 grid((unsigned)((cols + TPB - 1) / TPB), (unsigned)nparts);
-    k_col_part<<<grid, TPB, 0, STREAM>>>(part, g, g_dt, rows, cols);
+    dim3 grid((unsigned)((cols + kThreads - 1) / kThreads), (unsigned)nparts);
+    k_col_part<<<grid, kThreads, 0, stream()>>>(part, g, g_dt, rows, cols);
     ut_cuda_launched("column sums");
-    k_col_parts_add<<<grid_of(cols), TPB, 0, STREAM>>>(db, part, nparts, cols);
+    k_col_parts_add<<<blocks_for(cols), kThreads, 0, stream()>>>(db, part, nparts, cols);
     ut_cuda_launched("column sums (parts)");
 }
 
-__device__ __forceinline__ void store_from_f32(void *p, int dt, int64_t i, float v) {
-    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
-    else ((float *)p)[i] = v;
-}
-
 __global__ void k_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
-    GRID_STRIDE(i, rows * cols) store_from_f32(out, dt, i, bias ? __fadd_rn(tmp[i], bias[i % cols]) : tmp[i]);
+    UTK_GRID_STRIDE(i, rows * cols) utk_store_f32(out, dt, i, bias ? __fadd_rn(tmp[i], bias[i % cols]) : tmp[i]);
 }
 extern "C" void utk_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
     if (rows * cols <= 0) return;
-    k_bias_round<<<grid_of(rows * cols), TPB, 0, STREAM>>>(out, dt, tmp, bias, rows, cols);
+    k_bias_round<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(out, dt, tmp, bias, rows, cols);
     ut_cuda_launched("bias and round");
 }
 
 __global__ void k_add_round(void *dst, int dt, const float *add, int64_t n) {
-    GRID_STRIDE(i, n) store_from_f32(dst, dt, i, __fadd_rn(load_as_f32(dst, dt, i), add[i]));
+    UTK_GRID_STRIDE(i, n) utk_store_f32(dst, dt, i, __fadd_rn(utk_load_f32(dst, dt, i), add[i]));
 }
 extern "C" void utk_add_round(void *dst, int dt, const float *add, int64_t n) {
     if (n <= 0) return;
-    k_add_round<<<grid_of(n), TPB, 0, STREAM>>>(dst, dt, add, n);
+    k_add_round<<<blocks_for(n), kThreads, 0, stream()>>>(dst, dt, add, n);
     ut_cuda_launched("add and round");
 }

@@ -167,10 +167,23 @@ static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t 
         lt_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)");
 }
 
+/* A product with an empty inner dimension: C = beta C (the ops pass beta 0
+ * or 1). */
+static void empty_product(int64_t m, int64_t n, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
+    if (beta != 0.0f && beta != 1.0f) lt_check(CUBLAS_STATUS_INVALID_VALUE, "a product with k = 0 and beta not 0 or 1");
+    for (int64_t b = 0; beta == 0.0f && b < batch; b++)
+        cudaMemset2DAsync(C + b * sC, (size_t)ldc * sizeof(float), 0, (size_t)n * sizeof(float), (size_t)m,
+                          (cudaStream_t)ut_cuda_stream());
+}
+
 extern "C" void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
                                const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
                                int64_t ldc, int dt) {
-    if (m <= 0 || n <= 0 || k <= 0) return;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        empty_product(m, n, beta, C, ldc, 0, 1);
+        return;
+    }
     lt_init();
     if (!lt_product(transA, transB, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
                     dt == 2 ? CUDA_R_16F : CUDA_R_16BF, CUBLAS_COMPUTE_32F))
@@ -182,15 +195,8 @@ extern "C" void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, in
                               int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch) {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     lt_init();
-    if (k <= 0) { /* C = beta C: no product to add */
-        if (beta == 1.0f) return;
-        for (int64_t b = 0; b < batch; b++)
-            for (int64_t r = 0; r < m; r++) {
-                /* a rare case (an empty inner dimension): a scaled copy via a 1-column product is
-                 * not possible, so clear or keep row by row */
-                if (beta == 0.0f) cudaMemsetAsync(C + b * sC + r * ldc, 0, (size_t)n * sizeof(float),
-                                                  (cudaStream_t)ut_cuda_stream());
-            }
+    if (k <= 0) {
+        empty_product(m, n, beta, C, ldc, sC, batch);
         return;
     }
     if (batch > 1 && (sA == 0 || sB == 0)) { /* a shared operand: one product per entry */

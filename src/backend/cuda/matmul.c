@@ -82,7 +82,6 @@ void ut_linear_fwd_cuda(ut_tensor *t) {
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
-    ut_cuda_gemm_rounded(0);
     if (b) utk_rows_fill(f32(t), f32(b), N, OC);
     ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, f32(t), OC, 0, 1);
 }
@@ -95,7 +94,6 @@ void ut_linear_bwd_cuda(ut_tensor *t) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     const float *G = t->grad;
-    ut_cuda_gemm_rounded(0);
     if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C) */
         ut_cuda_sgemm(false, false, N, C, OC, 1.0f, G, OC, 0, f32(w), C, 0, 1.0f, x->grad, C, 0, 1);
     if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
@@ -105,7 +103,6 @@ void ut_linear_bwd_cuda(ut_tensor *t) {
 
 /* ---- matmul: a (..., M, K) @ b (K, N) or (..., K, N) ---- */
 void ut_matmul_fwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast);
     ut_mm_dims d = ut_matmul_dims(t);
     const float *A = f32(t->src[0]), *B = f32(t->src[1]);
     if (d.shared_b) /* one product over all rows */
@@ -116,7 +113,6 @@ void ut_matmul_fwd_cuda(ut_tensor *t) {
 }
 
 void ut_matmul_bwd_cuda(ut_tensor *t) {
-    ut_cuda_gemm_rounded((int)t->autocast);
     ut_mm_dims d = ut_matmul_dims(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = f32(a), *B = f32(b), *G = t->grad;

@@ -2,7 +2,6 @@
  * (no padding, dilation 1, floor mode; semantics: src/backend/cpu/pool.c).
  * Saves each output's argmax within its input plane (int32, device memory).
  * Launchers: conv.h (kernels in pool.cu). */
-#include <stddef.h> /* cuda.h uses size_t without including it */
 
 #include "cuda.h"
 #include "conv.h"

@@ -7,16 +7,13 @@
 #include <stddef.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "conv.h"
 
 namespace {
 
-cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
-
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 65536 ? b : 65536);
-}
+using utk::blocks_for;
+using utk::stream;
 
 /* one output per iteration: the max of its k x k window and its index in the
  * plane; the first max in row-major window order, a NaN wins */

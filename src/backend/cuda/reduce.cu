@@ -8,19 +8,16 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "ew.h"
 
 namespace {
 
-constexpr int kThreads = 256;
+using utk::blocks_for;
+using utk::kThreads;
+
 constexpr int64_t kMaxParts = 1024;   /* blocks of the first pass */
 constexpr int64_t kPerBlock = 4096;   /* elements per block below kMaxParts blocks */
-constexpr int64_t kMaxBlocks = 1 << 20;
-
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
-}
 
 int64_t parts_for(int64_t n) {
     int64_t p = (n + kPerBlock - 1) / kPerBlock;

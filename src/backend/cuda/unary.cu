@@ -11,17 +11,14 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "ew.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 20;
+using utk::blocks_for;
+using utk::kThreads;
 
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
-}
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 

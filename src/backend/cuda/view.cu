@@ -7,12 +7,14 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "ew.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 20; /* the rest is a grid-stride loop */
+using utk::blocks_for;
+using utk::kThreads;
+
 
 /* A shape of up to 4 dims (innermost last) with strides, after merging. */
 struct Dims {
@@ -60,11 +62,6 @@ bool fits32(const Dims &d, int64_t n) {
         span += (d.ne[k] - 1) * d.st[k];
     }
     return n < (int64_t(1) << 31) && span < (int64_t(1) << 31);
-}
-
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
 }
 
 /* offset of the element at contiguous position i of the shape d */

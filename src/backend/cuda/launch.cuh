@@ -1,0 +1,48 @@
+/* What the CUDA kernel files share (CUDA C++ only): the compute stream, the
+ * grid of a grid-stride loop, and 16-bit loads and stores as float.
+ * defines: utk::kThreads, utk::kMaxBlocks, utk::stream, utk::blocks_for,
+ *          UTK_GRID_STRIDE, utk_load_f32, utk_store_f32. */
+#ifndef UTRAIN_CUDA_LAUNCH_CUH
+#define UTRAIN_CUDA_LAUNCH_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda.h"
+
+namespace utk {
+
+constexpr int kThreads = 256;           /* threads per block of the elementwise kernels */
+constexpr int64_t kMaxBlocks = 1 << 20; /* a grid-stride loop covers the rest */
+
+inline cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
+
+/* blocks of kThreads for a grid-stride loop over n items (at least one) */
+inline unsigned blocks_for(int64_t n) {
+    int64_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b < 1 ? 1 : b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+} // namespace utk
+
+/* for (i = this thread's first item; i < n; i += the grid's width) */
+#define UTK_GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* element i of p stored in dt (0 float32, 1 bf16, 2 fp16, as ut_dtype) */
+__device__ __forceinline__ float utk_load_f32(const void *p, int dt, int64_t i) {
+    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* element i of p stored in dt = v, rounded to nearest even */
+__device__ __forceinline__ void utk_store_f32(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+#endif
