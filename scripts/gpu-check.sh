@@ -134,6 +134,7 @@ fi
 
 if want bench; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
+    note "load before the benchmarks: $(uptime)"
     for prec in fp32 tf32 bf16; do
         flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
         run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
