@@ -1,6 +1,6 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
  * defines: ut_blas_select_kernels, ut_errorf, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
- *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*. */
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*, ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
 
@@ -60,9 +60,30 @@ void ut_rng_seed(ut_rng *r, uint64_t seed);
 uint64_t ut_rng_u64(ut_rng *r);
 float ut_rng_uniform(ut_rng *r);           /* [0, 1) */
 float ut_rng_normal(ut_rng *r);            /* mean 0, std 1 */
-/* keep (n) = 1 where ut_rng_uniform(r) >= p, else 0: the same draws as n
- * calls of ut_rng_uniform, in one loop with the state in registers (dropout masks). */
-void ut_rng_keep_mask(ut_rng *r, uint8_t *keep, float p, int64_t n);
+
+/* Philox4x32-10, a counter-based generator: block b of stream s under key k
+ * is a pure function of (k, s, b), four 32-bit words. Dropout draws from it,
+ * so a mask depends only on where it is drawn (the key from the seed, the
+ * stream from the micro-batch and the data-parallel rank or worker, the
+ * offset within that stream), never on what other ranks, workers or earlier
+ * runs drew: resume is exact on any number of ranks, and every backend can
+ * draw the same masks in parallel. The state is 4 words, as checkpoints keep it. */
+typedef struct {
+    uint64_t key;    /* from the seed (ut_philox_seed) */
+    uint64_t stream; /* which stream: the trainer sets one per micro-batch and rank */
+    uint64_t offset; /* draws taken from the stream so far, a multiple of 4 */
+    uint64_t zero;   /* 0 */
+} ut_philox;
+void ut_philox_seed(ut_philox *g, uint64_t seed); /* key from seed; stream and offset 0 */
+void ut_philox_block(uint64_t key, uint64_t stream, uint64_t block, uint32_t out[4]);
+/* Draw i of the stream read as a uniform in [0, 1): its top 24 bits / 2^24. */
+float ut_philox_uniform(uint64_t key, uint64_t stream, uint64_t i);
+/* keep (n) = 1 where draw offset + i is >= p as a uniform, else 0; the
+ * offset then moves past them (n rounded up to 4). Split over threads; the
+ * result does not depend on how. */
+void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n);
+/* A 64-bit mix of (a, b, c): streams from a micro-batch's coordinates. */
+uint64_t ut_philox_stream(uint64_t a, uint64_t b, uint64_t c);
 
 /* OpenBLAS chooses its kernels from the CPU model when it loads, and an
  * OpenBLAS too old for the CPU falls back to slow generic kernels (4x slower

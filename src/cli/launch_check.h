@@ -2,7 +2,7 @@
  * ranks, so processes started by other launchers (torchrun/Accelerate's
  * RANK/WORLD_SIZE, srun without MPI support, the seed's one command per node
  * with nodes/current_node) are refused with the command that starts the job.
- * defines: ut_cli_under_mpi, ut_cli_launch_check, ut_cli_world_check. */
+ * defines: ut_cli_under_mpi, ut_cli_launch_check, ut_cli_world_check, ut_cli_launch. */
 #ifndef UTRAIN_CLI_LAUNCH_CHECK_H
 #define UTRAIN_CLI_LAUNCH_CHECK_H
 
@@ -20,5 +20,12 @@ int ut_cli_launch_check(const ut_config *cfg, const char *cmd, int argc, char **
 /* Under an MPI launcher: with dist.nodes > 1 the world must be nodes x
  * nproc_per_node ranks. 0, or -1 with msg. */
 int ut_cli_world_check(const ut_config *cfg, int world, char *msg, size_t n);
+/* `--nproc N` (src/cli/launch.c): runs this command as N ranks under mpirun
+ * (cmd: train or test, or NULL; argv without --nproc and --max-restarts is
+ * passed on whole) and supervises them: SIGTERM, SIGINT and SIGUSR1 become
+ * the ranks' clean stop (exit 75), a death of this process stops them too,
+ * and a failed job (not a stop, not a usage error) starts again up to
+ * max_restarts times from its newest checkpoint. The job's exit code. */
+int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv, const ut_config *cfg);
 
 #endif

@@ -135,81 +135,6 @@ static bool wants_help(int argc, char **argv) {
     return false;
 }
 
-/* ---- processes: under a launcher, or started here through mpirun ---- */
-/* Runs the job and waits for it; 128 + signal if it was killed. */
-static int run_job(const char *const *args) {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return UT_EXIT_ERROR;
-    if (pid == 0) {
-        execvp(args[0], (char **)args);
-        fprintf(stderr, "utrain: cannot start %s: %s (apt-get install openmpi-bin)\n", args[0],
-                strerror(errno));
-        _exit(UT_EXIT_ERROR);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return UT_EXIT_ERROR;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Re-runs this command as nproc ranks: mpirun -np N ... utrain [CMD] ARGS
- * (CMD: train or test when given; ARGS without --nproc and --max-restarts).
- * Each rank gets cores/nproc OpenMP threads unless threads are set. A job that
- * fails (a rank crashed or was killed, or a timeout ended it) is started again
- * up to max_restarts times, resuming from the newest checkpoint that loads
- * (continue_training); a stop by signal (exit 75) or a usage error is not
- * retried. */
-static int launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv,
-                  const ut_config *cfg) {
-    static char exe[1024], np[16], threads[64], tty[32];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k <= 0) {
-        fprintf(stderr, "utrain: cannot find the utrain program to launch\n");
-        return UT_EXIT_ERROR;
-    }
-    exe[k] = 0;
-    snprintf(np, sizeof np, "%d", nproc);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int per_rank = cfg->threads > 0 ? cfg->threads : (int)(cores / nproc > 0 ? cores / nproc : 1);
-    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", per_rank);
-    /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
-    snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
-    const char *args[128] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none",
-                             "-x", threads, "-x", tty};
-    int n = 10;
-    if (geteuid() == 0) args[n++] = "--allow-run-as-root";
-    args[n++] = exe;
-    if (cmd) args[n++] = cmd; /* train or test: the ranks run the command given here */
-    for (int i = 0; i < argc && n < 124; i++) {
-        if (!strcmp(argv[i], "--nproc") || !strcmp(argv[i], "--max-restarts")) {
-            i++;
-            continue;
-        }
-        args[n++] = argv[i];
-    }
-    args[n] = NULL;
-    if (max_restarts == 0) {
-        fflush(NULL);
-        execvp("mpirun", (char **)args);
-        fprintf(stderr, "utrain: cannot start mpirun for %d processes: %s (apt-get install openmpi-bin)\n",
-                nproc, strerror(errno));
-        return UT_EXIT_ERROR;
-    }
-    int rc = run_job(args);
-    for (int k = 1; k <= max_restarts && rc != 0 && rc != UT_EXIT_PREEMPTED && rc != UT_EXIT_USAGE; k++) {
-        fprintf(stderr, "utrain: the job failed (exit %d); restart %d of %d from the newest checkpoint\n",
-                rc, k, max_restarts);
-        if (k == 1) { /* later attempts resume */
-            args[n++] = "--set";
-            args[n++] = "continue_training=true";
-            args[n] = NULL;
-        }
-        rc = run_job(args);
-    }
-    return rc;
-}
-
 /* --max-restarts K from the command line, 0 if absent, -1 if bad. */
 static int take_max_restarts(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
@@ -269,7 +194,7 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         return UT_EXIT_ERROR;
     }
     if ((nproc > 1 || restarts > 0) && !ut_cli_under_mpi()) {
-        rc = launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
+        rc = ut_cli_launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
     }
@@ -288,6 +213,9 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         if (rc == UT_EXIT_ERROR && ut_comm_size(comm) > 1)
             ut_abort(__FILE__, __LINE__, "rank %d stopped with an error (above); ending every rank",
                      ut_comm_rank(comm));
+        /* mpirun ends the whole job as soon as one rank exits non-zero (75
+         * after a stop): every rank's output is out before the ranks part */
+        fflush(NULL);
         ut_comm_finalize(comm);
     }
     ut_config_free(&r.cfg);

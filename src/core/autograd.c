@@ -11,7 +11,7 @@ typedef struct {
     void *user;
     ut_tensor **in;
     int n;
-    ut_rng rng;      /* state at block entry: the recompute draws the same masks */
+    ut_philox rng;   /* state at block entry: the recompute draws the same masks */
     int *params;     /* parameter indices the block uses */
     int nparams;
 } checkpoint_rec;
@@ -169,7 +169,7 @@ void ut_checkpoint_bwd(ut_tensor *t) {
     for (int i = 0; i < cr->n; i++)
         if (cr->in[i]->requires_grad) ut_grad(cr->in[i]);
 
-    ut_rng saved = ctx->rng;
+    ut_philox saved = ctx->rng;
     bool grad_was = ctx->grad_enabled;
     ctx->grad_enabled = true;
     ctx->rng = cr->rng;

@@ -136,15 +136,75 @@ uint64_t ut_rng_u64(ut_rng *r) {
 
 float ut_rng_uniform(ut_rng *r) { return (float)(ut_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
 
-void ut_rng_keep_mask(ut_rng *r, uint8_t *keep, float p, int64_t n) {
-    ut_rng st = *r; /* a local copy: the compiler keeps it in registers */
-    for (int64_t i = 0; i < n; i++) keep[i] = ut_rng_uniform(&st) >= p;
-    *r = st;
-}
 
 float ut_rng_normal(ut_rng *r) {
     /* Box-Muller; u1 in (0, 1] so the log is finite */
     double u1 = ((ut_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
     double u2 = (ut_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ---- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
+ * 1, 2, 3", SC 2011): ten rounds of two 32x32->64 products over a 128-bit
+ * counter, the 64-bit key bumped by the Weyl constants between rounds.
+ * Counter words: block (low, high), stream (low, high). ---- */
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static inline void philox10(uint32_t c[4], uint32_t k0, uint32_t k1) {
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = (uint32_t)p1;
+        c[2] = n2;
+        c[3] = (uint32_t)p0;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+}
+
+void ut_philox_block(uint64_t key, uint64_t stream, uint64_t block, uint32_t out[4]) {
+    out[0] = (uint32_t)block;
+    out[1] = (uint32_t)(block >> 32);
+    out[2] = (uint32_t)stream;
+    out[3] = (uint32_t)(stream >> 32);
+    philox10(out, (uint32_t)key, (uint32_t)(key >> 32));
+}
+
+void ut_philox_seed(ut_philox *g, uint64_t seed) {
+    *g = (ut_philox){.key = splitmix64(&seed)};
+}
+
+static inline float top24_uniform(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+float ut_philox_uniform(uint64_t key, uint64_t stream, uint64_t i) {
+    uint32_t c[4];
+    ut_philox_block(key, stream, i / 4, c);
+    return top24_uniform(c[i % 4]);
+}
+
+void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n) {
+    if (n <= 0) return;
+    const uint64_t first = g->offset / 4, key = g->key, stream = g->stream;
+    const int64_t blocks = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (blocks >= 4096)
+    for (int64_t b = 0; b < blocks; b++) {
+        uint32_t c[4];
+        ut_philox_block(key, stream, first + (uint64_t)b, c);
+        int64_t e = 4 * b, m = n - e < 4 ? n - e : 4;
+        for (int64_t j = 0; j < m; j++) keep[e + j] = top24_uniform(c[j]) >= p;
+    }
+    g->offset += 4 * (uint64_t)blocks;
+}
+
+uint64_t ut_philox_stream(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t x = a;
+    uint64_t h = splitmix64(&x);
+    x = h ^ b;
+    h = splitmix64(&x);
+    x = h ^ c;
+    return splitmix64(&x);
 }

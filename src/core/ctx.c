@@ -41,7 +41,7 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->grad_enabled = true;
     ctx->training = true;
     ctx->device = o.device;
-    ut_rng_seed(&ctx->rng, o.seed);
+    ut_philox_seed(&ctx->rng, o.seed);
     return ctx;
 }
 
@@ -83,8 +83,20 @@ bool ut_ctx_set_training(ut_ctx *ctx, bool on) {
 }
 bool ut_ctx_training(const ut_ctx *ctx) { return ctx->training; }
 ut_device ut_ctx_device(const ut_ctx *ctx) { return ctx->device; }
-void ut_ctx_seed(ut_ctx *ctx, uint64_t seed) { ut_rng_seed(&ctx->rng, seed); }
-uint64_t *ut_ctx_rng_state(ut_ctx *ctx) { return ctx->rng.s; }
+void ut_ctx_seed(ut_ctx *ctx, uint64_t seed) { ut_philox_seed(&ctx->rng, seed); }
+void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream) {
+    ctx->rng.stream = stream;
+    ctx->rng.offset = 0;
+}
+void ut_ctx_rng_get(const ut_ctx *ctx, uint64_t state[4]) {
+    state[0] = ctx->rng.key;
+    state[1] = ctx->rng.stream;
+    state[2] = ctx->rng.offset;
+    state[3] = 0;
+}
+void ut_ctx_rng_set(ut_ctx *ctx, const uint64_t state[4]) {
+    ctx->rng = (ut_philox){.key = state[0], .stream = state[1], .offset = (state[2] + 3) / 4 * 4};
+}
 void ut_ctx_set_param_hook(ut_ctx *ctx, ut_param_use_fn fn, void *user) {
     ctx->param_hook = fn;
     ctx->param_hook_user = user;

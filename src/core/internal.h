@@ -90,7 +90,7 @@ struct ut_ctx {
     int tape_len, tape_cap;
     bool grad_enabled, training, in_checkpoint, collecting;
     ut_device device;
-    ut_rng rng;
+    ut_philox rng;    /* dropout's generator: key, stream, offset */
     ut_grad_ready_fn grad_hook;
     void *grad_hook_user;
     ut_param_use_fn param_hook;

@@ -14,16 +14,34 @@
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
 
+static struct timespec first_at;
+static int first_sig;
+static pid_t first_from;
+
 /* The first signal asks for a stop at the next boundary; a second one
  * (Ctrl-C again) exits at once with 128 + signal and no checkpoint (a save
- * cut short leaves only a temporary file, removed at the next start). */
-static void on_signal(int sig) {
+ * cut short leaves only a temporary file, removed at the next start). One
+ * request can reach a rank by several routes at once: a signal to a whole
+ * process group or cgroup (systemd, Slurm) arrives directly, through the
+ * --nproc launcher and through mpirun. So a second signal within a second
+ * of the first counts only when it is the same signal from the same sender
+ * (Ctrl-C twice, or the launcher forwarding a second stop). */
+static void on_signal(int sig, siginfo_t *info, void *uc) {
+    (void)uc;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    pid_t from = info && info->si_code <= 0 ? info->si_pid : 0; /* 0: the kernel (terminal) */
     if (stop_signal) {
+        double since = (double)(now.tv_sec - first_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - first_at.tv_nsec);
+        if (since < 1.0 && (sig != first_sig || from != first_from)) return;
         static const char msg[] = "\nutrain: second signal: exiting now, without a checkpoint\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
         _exit(128 + sig);
     }
+    first_at = now;
+    first_sig = sig;
+    first_from = from;
     stop_signal = sig;
 }
 
@@ -32,8 +50,12 @@ typedef struct { struct sigaction term, usr1, intr; } saved_signals;
 static void catch_signals(saved_signals *old) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask); /* one handler at a time */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    sigaddset(&sa.sa_mask, SIGINT);
     stop_signal = 0;
     sigaction(SIGTERM, &sa, &old->term);
     sigaction(SIGUSR1, &sa, &old->usr1);
@@ -309,7 +331,7 @@ static int resume(ut_trainer *t) {
             return -1;
         }
         t->st = st;
-        memcpy(ut_ctx_rng_state(t->ctx), st.rng, sizeof st.rng);
+        ut_ctx_rng_set(t->ctx, st.rng); /* the key; each micro-batch starts its own stream */
         if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
             t->scaler.scale = (float)st.loss_scale;
             t->scaler.growth_tracker = st.scale_growth_tracker;
@@ -391,7 +413,7 @@ static int save_now(ut_trainer *t) {
     char dir[1280], path[1400];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
-    memcpy(t->st.rng, ut_ctx_rng_state(t->ctx), sizeof t->st.rng);
+    ut_ctx_rng_get(t->ctx, t->st.rng);
     t->st.config_hash = run_hash(t);
     t->st.loss_scale = t->fp16 ? t->scaler.scale : 0;
     t->st.scale_growth_tracker = t->fp16 ? t->scaler.growth_tracker : 0;
@@ -406,7 +428,18 @@ static int save_now(ut_trainer *t) {
     int rc = t->rank == 0 ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err) : 0;
     if (sharded) ut_optim_free(o);
     ut_dist_release(t->dist);
-    if (t->rank != 0 || rc) return rc; /* rank 0 writes the checkpoint */
+    if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
+        int64_t failed = rc != 0;
+        if (ut_comm_allreduce_i64(t->comm, &failed, 1)) {
+            snprintf(t->err, sizeof t->err, "confirming checkpoint %s: %s", path, ut_comm_error(t->comm));
+            return -1;
+        }
+        if (failed && t->rank != 0) {
+            snprintf(t->err, sizeof t->err, "rank 0 could not write checkpoint %s (rank 0's log says why)", path);
+            return -1;
+        }
+    }
+    if (t->rank != 0 || rc) return rc;
     char why[512];
     if (ut_ckpt_prune(dir, (int)t->cfg->save_total_limit, t->st.best_step, why, sizeof why))
         ut_say(&t->log, "warning: pruning checkpoints: %s\n", why);
@@ -576,10 +609,25 @@ static float loss_value(const ut_tensor *loss) {
     return v;
 }
 
+/* Dropout's stream for the micro-batch about to run on data-parallel rank
+ * or worker `who`: a function of (epoch, batch index in the epoch, who)
+ * under the run's key (the seed's, kept in checkpoints), so every rank and
+ * worker draws its own masks and a resumed run draws what a straight one
+ * would, however many masks earlier batches drew. */
+static void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
+    int64_t G = t->sampler.local_batch * t->sampler.world;
+    uint64_t st[4];
+    ut_ctx_rng_get(t->ctx, st); /* the key: dp workers share the trainer's */
+    st[1] = ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)ceil_div(t->st.cursor, G), (uint64_t)who);
+    st[2] = 0;
+    ut_ctx_rng_set(ctx, st);
+}
+
 static void dp_worker(void *user, int w) {
     ut_trainer *t = user;
     replica *r = &t->rep[w];
     ut_ctx *ctx = ut_dp_ctx(t->dp, w);
+    start_rng_stream(t, ctx, w);
     r->rc = 0;
     r->loss = NAN;
     memset(&r->acc, 0, sizeof r->acc);
@@ -693,6 +741,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     if (empty && (t->world == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
         return t->world == 1 ? 0 : -1; /* one process never has an empty share */
     const ut_batch *run = empty ? &t->standin : b;
+    start_rng_stream(t, t->ctx, t->rank);
     ut_step_outputs out;
     ut_tensor *y;
     if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;

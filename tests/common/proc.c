@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,9 +24,10 @@ void tp_set_program(const char *argv0) {
 
 const char *tp_program(void) { return program; }
 
-pid_t tp_spawn(const char *const *args, const char *out_path) {
+static pid_t spawn(const char *const *args, const char *out_path, bool own_group) {
     pid_t pid = fork();
     if (pid == 0) {
+        if (own_group) setpgid(0, 0);
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
@@ -38,6 +40,9 @@ pid_t tp_spawn(const char *const *args, const char *out_path) {
     }
     return pid;
 }
+
+pid_t tp_spawn(const char *const *args, const char *out_path) { return spawn(args, out_path, false); }
+pid_t tp_spawn_group(const char *const *args, const char *out_path) { return spawn(args, out_path, true); }
 
 int tp_wait(pid_t pid) {
     int st;
@@ -88,6 +93,37 @@ char *tp_slurp(const char *path) {
     s[got] = 0;
     fclose(f);
     return s;
+}
+
+bool tp_copy_file(const char *from, const char *to) {
+    size_t len = 0;
+    char *data = NULL;
+    FILE *in = fopen(from, "rb");
+    if (in && !fseek(in, 0, SEEK_END)) {
+        long end = ftell(in);
+        if (end > 0 && !fseek(in, 0, SEEK_SET)) {
+            data = malloc((size_t)end);
+            len = data && fread(data, 1, (size_t)end, in) == (size_t)end ? (size_t)end : 0;
+        }
+    }
+    if (in) fclose(in);
+    FILE *o = len ? fopen(to, "wb") : NULL;
+    bool ok = o && fwrite(data, 1, len, o) == len;
+    if (o && fclose(o)) ok = false;
+    free(data);
+    return ok;
+}
+
+bool tp_plant_checkpoint(const char *from, const char *run_dir) {
+    char dir[1100], to[1400];
+    const char *base = strrchr(from, '/');
+    snprintf(dir, sizeof dir, "%s/checkpoints", run_dir);
+    snprintf(to, sizeof to, "%s/%s", dir, base ? base + 1 : from);
+    mkdir(run_dir, 0755);
+    mkdir(dir, 0755);
+    if (tp_copy_file(from, to)) return true;
+    fprintf(stderr, "  cannot copy %s to %s\n", from, to);
+    return false;
 }
 
 double tp_now_s(void) {

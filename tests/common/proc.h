@@ -1,7 +1,7 @@
 /* Helpers for tests that run the `utrain` program: spawning it with output
  * captured, reading files, comparing checkpoints and metrics.jsonl.
- * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_wait, tp_run, tp_run_shown,
- *          tp_push_sets, tp_slurp, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
+ * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
+ *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
  *          tp_now_s, tp_each_proc, tp_cmdline_has. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
@@ -16,6 +16,9 @@ void tp_set_program(const char *argv0);
 const char *tp_program(void);
 /* Runs the program with NULL-terminated args, stdout and stderr into out_path. */
 pid_t tp_spawn(const char *const *args, const char *out_path);
+/* tp_spawn in a process group of its own (pid = group id), as a shell
+ * starts a job: kill(-pid, sig) is a Ctrl-C in its terminal. */
+pid_t tp_spawn_group(const char *const *args, const char *out_path);
 int tp_wait(pid_t pid);   /* exit code, or 128 + signal */
 int tp_run(const char *const *args, const char *out_path);
 /* tp_run, and when the exit code is not expect, "  LABEL exited RC:" and the
@@ -29,6 +32,12 @@ int tp_push_sets(const char **argv, int argc, int cap, char *sets);
  * it (nesting is fine: tp_path(tp_path(a, b), c)). */
 const char *tp_path(const char *dir, const char *name);
 char *tp_slurp(const char *path);
+/* A non-empty file copied whole; false if it could not be. */
+bool tp_copy_file(const char *from, const char *to);
+/* A run directory RUN_DIR/checkpoints (made if missing) holding a copy of
+ * checkpoint FROM under its own name: a run there with continue_training
+ * resumes from it. False (and a line on stderr) if it could not be. */
+bool tp_plant_checkpoint(const char *from, const char *run_dir);
 double tp_now_s(void); /* CLOCK_MONOTONIC, in seconds */
 /* fn(pid, cmdline, len, arg) for every process but this one, cmdline its
  * arguments each ending in a NUL (len bytes); stops at the first nonzero

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ static void write_cfg(const char *name, int n_embd, int max_steps) {
     FILE *f = fopen(cfg, "w");
     fprintf(f,
             "experiment_name: %s\noutput_dir: %s/runs\nseed: 9\nthreads: 1\n"
-            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: %d, vocab_size: 256, block_size: 16}\n"
+            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: %d, vocab_size: 256, block_size: 16,\n"
+            "        dropout: 0.1}\n"
             "data: {name: tokens, train_path: %s, seq_len: 16}\n"
             "train: {max_steps: %d, batch_size: 4, log_interval: 1, eval_strategy: \"no\",\n"
             "        save_strategy: steps, save_interval: 10, save_total_limit: 0, progress: lines}\n"
@@ -148,6 +150,74 @@ static void test_max_restarts_finishes_the_run(void) {
     free(s);
 }
 
+/* The --nproc launcher is the job's main process: a stop signal to it (or
+ * a Ctrl-C to its terminal's process group, with_group) stops every rank at
+ * one step with a checkpoint that rank 0 wrote, and the job exits 75; with
+ * --max-restarts it is not restarted. A resume goes on from that
+ * checkpoint. */
+static void stop_launcher(const char *name, int sig, bool with_group, const char *restarts) {
+    write_cfg(name, 32, 100000);
+    char cfg[512], out[512], pat[700];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    const char *args[] = {"train", cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
+    pid_t job = with_group ? tp_spawn_group(args, out) : tp_spawn(args, out);
+    CHECK(wait_for_step(name, 25), "%s: rank 1 reached step 25", name);
+    kill(with_group ? -job : job, sig);
+    int rc = tp_wait(job);
+    char *s = tp_slurp(out);
+    const char *at = s ? strstr(s, "checkpoint written") : NULL;
+    long step = 0;
+    const char *st = s ? strstr(s, "Stopped by signal") : NULL;
+    if (st) st = strstr(st, "at step ");
+    if (st) step = strtol(st + 8, NULL, 10);
+    CHECK(rc == 75 && at && step >= 25, "%s: exit 75 with a checkpoint (exit %d, step %ld):\n%s", name, rc, step,
+          s ? s : "");
+    CHECK(!s || !strstr(s, "restart 1 of"), "%s: a stop is not restarted", name);
+    snprintf(pat, sizeof pat, "%s/runs/%s/checkpoints/step_%08ld.safetensors", tmp, name, step);
+    struct stat sb;
+    CHECK(stat(pat, &sb) == 0 && sb.st_size > 0, "%s: %s is there", name, pat);
+    usleep(200000);
+    CHECK(find_process(cfg, -1) == 0, "%s: no process of the job is left", name);
+    free(s);
+    /* and the run goes on from it */
+    char more[64];
+    snprintf(more, sizeof more, "max_steps=%ld", step + 2);
+    rc = tp_run((const char *[]){"train", cfg, "--nproc", "2", "--set", "continue_training=true", "--set", more,
+                                 NULL},
+                out);
+    s = tp_slurp(out);
+    snprintf(pat, sizeof pat, "(step %ld,", step);
+    CHECK(rc == 0 && s && strstr(s, "Resuming from") && strstr(s, pat), "%s: the run resumes at step %ld:\n%s",
+          name, step, s ? s : "");
+    free(s);
+}
+
+static void test_sigterm_to_launcher_checkpoints(void) { stop_launcher("term", SIGTERM, false, NULL); }
+static void test_ctrl_c_to_group_checkpoints(void) { stop_launcher("ctrlc", SIGINT, true, NULL); }
+static void test_sigterm_with_restarts_is_a_stop(void) { stop_launcher("termr", SIGTERM, false, "2"); }
+
+/* SIGKILL to the launcher (nothing can be forwarded): the ranks do not go on
+ * unsupervised; they stop at the next step with a checkpoint and end. */
+static void test_killed_launcher_stops_the_ranks(void) {
+    const char *name = "orphan";
+    write_cfg(name, 32, 100000);
+    char cfg[512], out[512], log[700];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", "--max-restarts", "1", NULL}, out);
+    CHECK(wait_for_step(name, 25), "rank 1 reached step 25");
+    kill(job, SIGKILL);
+    tp_wait(job);
+    double t0 = tp_now_s();
+    while (find_process(cfg, -1) && tp_now_s() - t0 < 30) usleep(50000);
+    CHECK(find_process(cfg, -1) == 0, "every rank ended (%.1f s after the kill)", tp_now_s() - t0);
+    snprintf(log, sizeof log, "%s/runs/%s/logger_logs/training_0.log", tmp, name);
+    char *s = tp_slurp(log);
+    CHECK(s && strstr(s, "checkpoint written"), "rank 0 wrote a checkpoint:\n%s", s ? s : "(no log)");
+    free(s);
+}
+
 static void test_mismatched_configs_are_reported(void) {
     write_cfg("small", 32, 20);
     write_cfg("big", 64, 20);
@@ -222,6 +292,10 @@ int main(int argc, char **argv) {
     if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
     RUN(test_killed_rank_ends_the_job);
     RUN(test_max_restarts_finishes_the_run);
+    RUN(test_sigterm_to_launcher_checkpoints);
+    RUN(test_ctrl_c_to_group_checkpoints);
+    RUN(test_sigterm_with_restarts_is_a_stop);
+    RUN(test_killed_launcher_stops_the_ranks);
     RUN(test_mismatched_configs_are_reported);
     RUN(test_mismatched_batch_is_reported_in_decimal);
     RUN(test_bad_launch_requests);

@@ -29,32 +29,8 @@ static const char *ckpt(const char *run, int step) {
 /* Runs NAME (continuing from the checkpoint of run FROM at step AT, copied
  * into NAME's run directory, when from is set) to step 30. */
 static int run(const char *name, const char *strategy, int nproc, const char *from, int at) {
-    char cfg[512], out[512], dir[600];
-    if (from) {
-        snprintf(dir, sizeof dir, "%s/runs/%s", tmp, name);
-        mkdir(dir, 0755);
-        snprintf(dir, sizeof dir, "%s/runs/%s/checkpoints", tmp, name);
-        mkdir(dir, 0755);
-        char *data = NULL;
-        FILE *in = fopen(ckpt(from, at), "rb");
-        size_t len = 0;
-        if (in) {
-            fseek(in, 0, SEEK_END);
-            len = (size_t)ftell(in);
-            rewind(in);
-            data = malloc(len);
-            if (fread(data, 1, len, in) != len) len = 0;
-            fclose(in);
-        }
-        FILE *o = fopen(ckpt(name, at), "wb");
-        bool ok = data && len && o && fwrite(data, 1, len, o) == len;
-        if (o) fclose(o);
-        free(data);
-        if (!ok) {
-            fprintf(stderr, "  cannot copy %s\n", ckpt(from, at));
-            return -1;
-        }
-    }
+    char cfg[512], out[512];
+    if (from && !tp_plant_checkpoint(ckpt(from, at), tp_path(tp_path(tmp, "runs"), name))) return -1;
     snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
     snprintf(out, sizeof out, "%s/%s.out", tmp, name);
     FILE *f = fopen(cfg, "w");

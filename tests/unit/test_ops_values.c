@@ -2,6 +2,7 @@
  * computed here in double, plus their error paths (bad targets, bad shapes,
  * bad dropout p) and dropout's statistics. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -229,23 +230,49 @@ static void test_mse_values(void) {
     CHECK_NEAR(ut_f32(ut_mse(ctx, x, y))[0], ref / n, 1e-6 * ref / n);
 }
 
-/* ut_rng_keep_mask draws what ut_rng_uniform would, one by one, and leaves
- * the generator where those draws would */
-static void test_rng_keep_mask(void) {
-    ut_rng a, b;
-    ut_rng_seed(&a, 7);
-    ut_rng_seed(&b, 7);
-    enum { N = 10007 };
-    static uint8_t m[N];
-    ut_rng_keep_mask(&a, m, 0.1f, N);
+/* Philox4x32-10 against the known-answer vectors of its authors' Random123
+ * library (counter words, key words -> output words); keep masks are the
+ * stream's uniforms in order, from the offset on, whatever the thread
+ * count; the offset moves past them in blocks of 4. */
+static void test_philox(void) {
+    static const struct { uint32_t ctr[4], key[2], out[4]; } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t k = 0; k < sizeof kat / sizeof kat[0]; k++) {
+        uint32_t o[4];
+        uint64_t block = kat[k].ctr[0] | (uint64_t)kat[k].ctr[1] << 32;
+        uint64_t stream = kat[k].ctr[2] | (uint64_t)kat[k].ctr[3] << 32;
+        ut_philox_block(kat[k].key[0] | (uint64_t)kat[k].key[1] << 32, stream, block, o);
+        CHECK(!memcmp(o, kat[k].out, sizeof o), "vector %zu: %08x %08x %08x %08x", k, o[0], o[1], o[2], o[3]);
+    }
+    enum { N = 100003 };
+    static uint8_t m[N], m1[N];
+    ut_philox g;
+    ut_philox_seed(&g, 7);
+    g.stream = 12345;
+    g.offset = 8;
+    ut_philox h = g;
+    ut_philox_keep_mask(&g, m, 0.1f, N);
     int64_t differ = 0, kept = 0;
     for (int64_t i = 0; i < N; i++) {
-        differ += m[i] != (ut_rng_uniform(&b) >= 0.1f);
+        differ += m[i] != (ut_philox_uniform(g.key, g.stream, 8 + (uint64_t)i) >= 0.1f);
         kept += m[i];
     }
-    CHECK(differ == 0, "%lld masks differ from ut_rng_uniform's draws", (long long)differ);
-    CHECK(ut_rng_u64(&a) == ut_rng_u64(&b), "the generators' states differ afterwards");
+    CHECK(differ == 0, "%lld masks differ from the stream's draws", (long long)differ);
+    CHECK(g.offset == 8 + (N + 3) / 4 * 4, "offset %llu", (unsigned long long)g.offset);
     CHECK_NEAR((double)kept / N, 0.9, 0.01);
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ut_philox_keep_mask(&h, m1, 0.1f, N);
+    omp_set_num_threads(threads);
+    CHECK(!memcmp(m, m1, N), "one thread draws other masks");
+    CHECK(ut_philox_stream(1, 2, 0) != ut_philox_stream(1, 2, 1) &&
+              ut_philox_stream(1, 2, 0) != ut_philox_stream(2, 1, 0),
+          "streams of different coordinates coincide");
 }
 
 static void test_dropout(void) {
@@ -356,7 +383,7 @@ int main(void) {
     RUN(test_elementwise);
     RUN(test_gelu_backward_values);
     RUN(test_gelu_erf_values);
-    RUN(test_rng_keep_mask);
+    RUN(test_philox);
     RUN(test_softmax_values);
     RUN(test_softmax_noncontiguous);
     RUN(test_cross_entropy_values);

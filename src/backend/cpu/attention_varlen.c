@@ -131,7 +131,7 @@ void ut_attention_varlen_fwd_cpu(ut_tensor *t) {
     ut_attention_varlen_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)np * sizeof(float)));
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
         uint8_t *keep = ut_ctx_alloc(t->ctx, (size_t)np);
-        ut_rng_keep_mask(&t->ctx->rng, keep, p, np);
+        ut_philox_keep_mask(&t->ctx->rng, keep, p, np);
         ut_attention_varlen_set_keep(t, keep);
     }
     float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));

@@ -134,10 +134,10 @@ void ut_sigmoid_bwd_cpu(ut_tensor *t) {
  * (uint8, N), drawn in the forward kernel from ctx->rng so that a checkpoint
  * recompute, which restores the RNG state, draws the same mask ---- */
 
-/* mask (N) = 1 where an element survives (probability 1 - p), else 0. Serial:
- * the RNG is a single stream, and this keeps masks independent of threads. */
-void ut_dropout_mask_cpu(uint8_t *mask, ut_rng *rng, float p, int64_t N) {
-    ut_rng_keep_mask(rng, mask, p, N);
+/* mask (N) = 1 where an element survives (probability 1 - p), else 0: draws
+ * of the context's Philox stream, the same whatever the thread count. */
+void ut_dropout_mask_cpu(uint8_t *mask, ut_philox *rng, float p, int64_t N) {
+    ut_philox_keep_mask(rng, mask, p, N);
 }
 
 /* out (N) = inp * mask * scale */

@@ -160,7 +160,7 @@ const bool ut_cuda_native_16[UT_OP_COUNT] = {[UT_OP_LINEAR] = true};
 void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n) {
     if (n <= 0) return;
     uint8_t *h = ut_malloc_check((size_t)n);
-    ut_rng_keep_mask(&ctx->rng, h, p, n);
+    ut_philox_keep_mask(&ctx->rng, h, p, n);
     copy(dev_mask, h, (size_t)n, UT_COPY_H2D);
     ut_free(h);
 }
