@@ -31,9 +31,9 @@ static pid_t spawn(const char *const *args, const char *out_path, bool own_group
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
-        const char *argv[64] = {program};
+        const char *argv[256] = {program};
         int n = 1;
-        for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+        for (; args[n - 1] && n < 255; n++) argv[n] = args[n - 1];
         argv[n] = NULL;
         execv(program, (char **)argv);
         _exit(127);

@@ -150,6 +150,40 @@ static void test_max_restarts_finishes_the_run(void) {
     free(s);
 }
 
+/* Whether process pid has a TCP socket listening on an address other than
+ * loopback (/proc/net/tcp and tcp6 entries in state 0A whose inode is one
+ * of the process's descriptors). */
+static bool listens_outside_loopback(pid_t pid) {
+    char dir[64], link[512], line[512];
+    snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+    bool found = false;
+    for (int v6 = 0; v6 < 2 && !found; v6++) {
+        FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+        while (f && !found && fgets(line, sizeof line, f)) {
+            char local[64], state[8];
+            unsigned long inode;
+            if (sscanf(line, " %*d: %63s %*s %7s %*s %*s %*s %*s %*s %lu", local, state, &inode) != 3 ||
+                strcmp(state, "0A"))
+                continue;
+            bool loop = v6 ? !strncmp(local, "00000000000000000000000001000000", 32) : !strncmp(local + 6, "7F", 2);
+            if (loop) continue;
+            char want[64];
+            snprintf(want, sizeof want, "socket:[%lu]", inode);
+            for (int fd = 0; fd < 256 && !found; fd++) {
+                char path[96];
+                snprintf(path, sizeof path, "%s/%d", dir, fd);
+                ssize_t k = readlink(path, link, sizeof link - 1);
+                if (k > 0) {
+                    link[k] = 0;
+                    found = !strcmp(link, want);
+                }
+            }
+        }
+        if (f) fclose(f);
+    }
+    return found;
+}
+
 /* The --nproc launcher is the job's main process: a stop signal to it (or
  * a Ctrl-C to its terminal's process group, with_group) stops every rank at
  * one step with a checkpoint that rank 0 wrote, and the job exits 75; with
@@ -161,8 +195,14 @@ static void stop_launcher(const char *name, int sig, bool with_group, const char
     snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
     snprintf(out, sizeof out, "%s/%s.out", tmp, name);
     const char *args[] = {"train", cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
+    unsetenv("OMPI_MCA_btl"); /* the launcher's own choice of transports */
     pid_t job = with_group ? tp_spawn_group(args, out) : tp_spawn(args, out);
+    setenv("OMPI_MCA_btl", "self,vader", 1);
     CHECK(wait_for_step(name, 25), "%s: rank 1 reached step 25", name);
+    for (int r = 0; r < 2; r++) { /* a one-node job: shared memory between ranks, nothing on the network */
+        pid_t p = find_process(cfg, r);
+        CHECK(p > 0 && !listens_outside_loopback(p), "%s: rank %d listens on no network address", name, r);
+    }
     kill(with_group ? -job : job, sig);
     int rc = tp_wait(job);
     char *s = tp_slurp(out);
@@ -215,6 +255,25 @@ static void test_killed_launcher_stops_the_ranks(void) {
     snprintf(log, sizeof log, "%s/runs/%s/logger_logs/training_0.log", tmp, name);
     char *s = tp_slurp(log);
     CHECK(s && strstr(s, "checkpoint written"), "rank 0 wrote a checkpoint:\n%s", s ? s : "(no log)");
+    free(s);
+}
+
+/* However many arguments the command has, the ranks get all of them (a
+ * sweep of many --set, the last one winning). */
+static void test_every_argument_reaches_the_ranks(void) {
+    write_cfg("many", 32, 20);
+    char cfg[512], out[512];
+    snprintf(cfg, sizeof cfg, "%s/many.yml", tmp);
+    snprintf(out, sizeof out, "%s/many.out", tmp);
+    const char *args[200] = {"train", cfg, "--nproc", "2"};
+    int n = 4;
+    while (n < 190) args[n++] = "--set", args[n++] = "train.max_steps=1";
+    args[n++] = "--set", args[n++] = "train.max_steps=3";
+    args[n] = NULL;
+    int rc = tp_run(args, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Training done: 3 steps"), "the ranks ran the last --set (exit %d):\n%s", rc,
+          s ? s : "");
     free(s);
 }
 
@@ -296,6 +355,7 @@ int main(int argc, char **argv) {
     RUN(test_ctrl_c_to_group_checkpoints);
     RUN(test_sigterm_with_restarts_is_a_stop);
     RUN(test_killed_launcher_stops_the_ranks);
+    RUN(test_every_argument_reaches_the_ranks);
     RUN(test_mismatched_configs_are_reported);
     RUN(test_mismatched_batch_is_reported_in_decimal);
     RUN(test_bad_launch_requests);
