@@ -38,6 +38,10 @@ typedef struct {
  * is refused on every rank, with the holder's pid and host, before any of
  * its ranks writes there. Test mode takes no lock. Collective for training. */
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
+/* A resumed run (rank 0): metrics.jsonl keeps only the lines of steps up to
+ * the checkpoint's, since the steps after it are trained again, so every
+ * step appears once. 0, or -1 with err. */
+int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n);
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */
 void ut_say(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -173,6 +173,49 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
     return 0;
 }
 
+int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n) {
+    if (!rl->metrics) return 0;
+    char path[1280], tmp[1300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", rl->dir);
+    snprintf(tmp, sizeof tmp, "%s/metrics.jsonl.tmp", rl->dir);
+    FILE *in = fopen(path, "rb");
+    if (!in) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    FILE *out = fopen(tmp, "wb");
+    if (!out) {
+        fclose(in);
+        return ut_errorf(err, n, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long dropped = 0;
+    bool ok = true;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        long long at;
+        if (sscanf(line, "{\"step\": %lld,", &at) == 1 && at > step) {
+            dropped++;
+            continue;
+        }
+        ok = ok && fwrite(line, 1, (size_t)len, out) == (size_t)len;
+    }
+    free(line);
+    ok = ok && !ferror(in) && !fflush(out) && !fsync(fileno(out));
+    fclose(in);
+    if (fclose(out)) ok = false;
+    if (!dropped || !ok) {
+        remove(tmp);
+        return ok ? 0 : ut_errorf(err, n, "%s: cannot rewrite it: %s", tmp, strerror(errno));
+    }
+    fclose(rl->metrics);
+    rl->metrics = NULL;
+    if (rename(tmp, path)) return ut_errorf(err, n, "%s: cannot replace it: %s", path, strerror(errno));
+    if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
+    ut_note(rl, "metrics.jsonl: dropped %ld lines of steps after %lld (trained after the checkpoint and "
+                "lost with that run; trained again now)\n",
+            dropped, (long long)step);
+    return 0;
+}
+
 void ut_runlog_close(ut_runlog *rl) {
     ut_progress_end(rl);
     if (rl->log) fclose(rl->log);

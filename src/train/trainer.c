@@ -339,7 +339,7 @@ static int resume(ut_trainer *t) {
         ut_say(&t->log, "Resuming from %s (step %lld, epoch %lld, %lld examples into the epoch)\n",
                path, (long long)st.step, (long long)st.epoch, (long long)st.cursor);
         t->last_saved_step = st.step;
-        return 1;
+        return ut_runlog_rewind(&t->log, st.step, t->err, sizeof t->err) ? -1 : 1;
     }
     if (n > 0) {
         snprintf(t->err, sizeof t->err, "%s: no checkpoint could be loaded (see the warnings above)", dir);
@@ -1010,9 +1010,12 @@ static int train_loop(ut_trainer *t) {
         if (save(t)) return UT_EXIT_ERROR;
     }
     if (preempted) {
-        ut_say(&t->log, "Stopped by signal %d at step %lld; checkpoint written. Resume with "
+        char why[64]; /* a rank the signal did not reach stops because another one asked */
+        if (stop_signal) snprintf(why, sizeof why, "signal %d", (int)stop_signal);
+        else snprintf(why, sizeof why, "a stop signal to another rank");
+        ut_say(&t->log, "Stopped by %s at step %lld; checkpoint written. Resume with "
                         "continue_training: true (exit code %d).\n",
-               (int)stop_signal, (long long)t->st.step, UT_EXIT_PREEMPTED);
+               why, (long long)t->st.step, UT_EXIT_PREEMPTED);
         return UT_EXIT_PREEMPTED;
     }
     print_epoch_table(t);

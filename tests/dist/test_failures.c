@@ -258,6 +258,32 @@ static void test_killed_launcher_stops_the_ranks(void) {
     free(s);
 }
 
+/* SIGTERM to one rank (as a scheduler that signals one task may): every
+ * rank stops at the same step, and each log says why: the signal on the
+ * rank that got it, "a stop signal to another rank" on the other. */
+static void test_sigterm_to_one_rank(void) {
+    const char *name = "onerank";
+    write_cfg(name, 32, 100000);
+    char cfg[512], out[512], log[700];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", NULL}, out);
+    CHECK(wait_for_step(name, 25), "rank 1 reached step 25");
+    pid_t r1 = find_process(cfg, 1);
+    CHECK(r1 > 0, "rank 1's process found");
+    if (r1 > 0) kill(r1, SIGTERM);
+    int rc = tp_wait(job);
+    CHECK(rc == 75, "the job exits 75 (exit %d)", rc);
+    for (int r = 0; r < 2; r++) {
+        snprintf(log, sizeof log, "%s/runs/%s/logger_logs/training_%d.log", tmp, name, r);
+        char *s = tp_slurp(log);
+        const char *want = r == 1 ? "Stopped by signal 15 at step" : "Stopped by a stop signal to another rank at step";
+        CHECK(s && strstr(s, want) && !strstr(s, "signal 0"), "rank %d's log says \"%s\":\n%s", r, want,
+              s ? s : "(no log)");
+        free(s);
+    }
+}
+
 /* However many arguments the command has, the ranks get all of them (a
  * sweep of many --set, the last one winning). */
 static void test_every_argument_reaches_the_ranks(void) {
@@ -355,6 +381,7 @@ int main(int argc, char **argv) {
     RUN(test_ctrl_c_to_group_checkpoints);
     RUN(test_sigterm_with_restarts_is_a_stop);
     RUN(test_killed_launcher_stops_the_ranks);
+    RUN(test_sigterm_to_one_rank);
     RUN(test_every_argument_reaches_the_ranks);
     RUN(test_mismatched_configs_are_reported);
     RUN(test_mismatched_batch_is_reported_in_decimal);

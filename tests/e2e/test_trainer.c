@@ -230,6 +230,19 @@ static void test_corrupt_checkpoint_falls_back(void) {
         CHECK(rc == 0 && s && strstr(s, "cannot resume from") && strstr(s, "step_00000020") &&
                   strstr(s, "Resuming from") && strstr(s, "step_00000010"), "%s: %s", name, s);
         free(s);
+        /* steps 11-20 were lost with the bad checkpoint and trained again:
+         * metrics.jsonl has every step once, the second training's */
+        char metrics[512];
+        snprintf(metrics, sizeof metrics, "%s/runs/%s/metrics.jsonl", tmp, name);
+        s = tp_slurp(metrics);
+        for (int step = 1; step <= 25; step++) {
+            char want[64];
+            int times = 0;
+            snprintf(want, sizeof want, "{\"step\": %d, ", step);
+            for (const char *p = s; p && (p = strstr(p, want)); p++) times++;
+            CHECK(times == 1, "%s: step %d has %d lines in metrics.jsonl", name, step, times);
+        }
+        free(s);
     }
 }
 
