@@ -1,7 +1,7 @@
 /* utrain file I/O: the safetensors format (as written by PyTorch tooling).
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
- *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_hf_config_read,
+ *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_st_float, ut_st_first_bad, ut_hf_config_read,
  *          ut_hf_config_checked, ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
  *          ut_hf_export.
  *
@@ -39,6 +39,12 @@ typedef struct {
 } ut_st_tensor;
 
 int64_t ut_st_numel(const ut_st_tensor *t);   /* product of shape (1 for a scalar) */
+/* Element i as a float (any dtype; I64 beyond 2^24 rounds). */
+float ut_st_float(const ut_st_tensor *t, int64_t i);
+/* The first element of a float tensor that is NaN or infinite (or, with
+ * nonneg, negative), -1 if none (and for integer tensors): damaged weights
+ * are refused at load, naming the file, the tensor and the element. */
+int64_t ut_st_first_bad(const ut_st_tensor *t, bool nonneg);
 
 typedef struct ut_st_file ut_st_file;
 

@@ -84,31 +84,6 @@ ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n) {
 
 /* ---- weights ---- */
 
-static float half_to_f32(uint16_t h, bool bf16) {
-    uint32_t bits;
-    if (bf16) bits = (uint32_t)h << 16;
-    else {
-        uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
-        if (e == 0) return (s ? -1.0f : 1.0f) * ldexpf((float)m, -24);
-        bits = s | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* Element i of a checkpoint tensor (file bytes, not tensor data) as float. */
-static float st_value(ut_st_tensor st, int64_t i) {
-    if (st.dtype == UT_ST_F32) {
-        float f;
-        memcpy(&f, (const char *)st.data + 4 * i, sizeof f);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, (const char *)st.data + 2 * i, sizeof h);
-    return half_to_f32(h, st.dtype == UT_ST_BF16);
-}
-
 /* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
  * data) into parameter p through ut_tensor_set; a transposed one is a 2-D
  * (in, out) matrix written into p's (out, in). */
@@ -118,7 +93,7 @@ static int copy_into(ut_tensor *p, const ut_st_tensor *s, bool transposed) {
     int64_t k = ut_st_numel(&st), rows = transposed ? st.shape[0] : 1, cols = k / rows;
     float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = st_value(st, r * cols + c);
+        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = ut_st_float(&st, r * cols + c);
     int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
     ut_free(tmp);
     return rc;
@@ -197,6 +172,10 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
     if (s->dtype != UT_ST_F32 && s->dtype != UT_ST_F16 && s->dtype != UT_ST_BF16)
         return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", path, name,
                          ut_st_dtype_name(s->dtype));
+    int64_t bad = ut_st_first_bad(s, false);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s: tensor '%s' holds %g at element %lld: the weights are damaged (non-finite)",
+                         path, name, ut_st_float(s, bad), (long long)bad);
     (*used)++;
     if (copy_into(m->params.t[i], s, tr)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
     return 0;

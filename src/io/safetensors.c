@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,4 +720,50 @@ int ut_st_save(const char *path, int n, const char *const *names, const ut_st_te
     ut_free(tmp);
     ut_free(h.s);
     return ok ? 0 : -1;
+}
+
+/* ---- element values ---- */
+
+static float half_to_f32(uint16_t h, bool bf16) {
+    uint32_t bits;
+    if (bf16) bits = (uint32_t)h << 16;
+    else {
+        uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+        if (e == 0) return (s ? -1.0f : 1.0f) * ldexpf((float)m, -24);
+        bits = s | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+float ut_st_float(const ut_st_tensor *t, int64_t i) {
+    if (t->dtype == UT_ST_F32) {
+        float f;
+        memcpy(&f, (const char *)t->data + 4 * i, sizeof f);
+        return f;
+    }
+    if (t->dtype == UT_ST_F16 || t->dtype == UT_ST_BF16) {
+        uint16_t h;
+        memcpy(&h, (const char *)t->data + 2 * i, sizeof h);
+        return half_to_f32(h, t->dtype == UT_ST_BF16);
+    }
+    if (t->dtype == UT_ST_I32) {
+        int32_t v;
+        memcpy(&v, (const char *)t->data + 4 * i, sizeof v);
+        return (float)v;
+    }
+    int64_t v;
+    memcpy(&v, (const char *)t->data + 8 * i, sizeof v);
+    return (float)v;
+}
+
+int64_t ut_st_first_bad(const ut_st_tensor *t, bool nonneg) {
+    if (t->dtype != UT_ST_F32 && t->dtype != UT_ST_F16 && t->dtype != UT_ST_BF16) return -1;
+    int64_t k = ut_st_numel(t);
+    for (int64_t i = 0; i < k; i++) {
+        float v = ut_st_float(t, i);
+        if (!isfinite(v) || (nonneg && v < 0)) return i;
+    }
+    return -1;
 }

@@ -344,7 +344,7 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
 static int check_state(const char *path, const ut_train_state *st, char *err, size_t n) {
     struct { const char *key; int64_t v, lo, hi; } f[] = {
         {"train.step", st->step, 0, INT64_MAX},
-        {"train.epoch", st->epoch, 0, INT64_MAX},
+        {"train.epoch", st->epoch, 0, st->step}, /* every epoch takes at least one step */
         {"train.cursor", st->cursor, 0, INT64_MAX},
         {"train.best_step", st->best_step, -1, st->step},
         {"train.bad_evals", st->bad_evals, 0, INT64_MAX},
@@ -416,6 +416,10 @@ static int check_params(const char *path, const ut_st_file *f, const ut_model *m
             snprintf(name, sizeof name, "parameter %s", p->names[i]);
             return shape_mismatch(path, name, t, p->t[i]->ndim, p->t[i]->ne, err, n);
         }
+        int64_t bad = ut_st_first_bad(t, false);
+        if (bad >= 0)
+            return ut_errorf(err, n, "%s: parameter %s holds %g at element %lld: the checkpoint's weights are "
+                                     "damaged (non-finite)", path, p->names[i], ut_st_float(t, bad), (long long)bad);
     }
     for (int i = 0; i < ut_st_count(f); i++) {
         const char *tn = ut_st_name(f, i);
@@ -455,6 +459,14 @@ static int check_optim(const char *path, const ut_st_file *f, const ut_model *m,
         if (!t) rc = ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
         else if (!same_shape(t, 1, &m->params.numel))
             rc = shape_mismatch(path, name, t, 1, &m->params.numel, err, n);
+        else { /* Adam's second moments are squares: never negative */
+            bool square = !strcmp(sn, "exp_avg_sq");
+            int64_t bad = ut_st_first_bad(t, square);
+            if (bad >= 0)
+                rc = ut_errorf(err, n, "%s: optimizer state %s holds %g at element %lld: %s", path, name,
+                               ut_st_float(t, bad), (long long)bad,
+                               square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
+        }
     }
     return rc;
 }
@@ -470,6 +482,12 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
         (o && check_optim(path, f, m, o, &steps, err, n))) {
         ut_st_close(f);
         return -1;
+    }
+    if (o && steps > s.step) { /* fp16 skips make it smaller, nothing makes it larger */
+        ut_st_close(f);
+        return ut_errorf(err, n, "%s: metadata \"optim.steps\" is %lld, more than train.step %lld: the "
+                                 "optimizer steps at most once per training step", path, (long long)steps,
+                         (long long)s.step);
     }
     /* Verified: from here on nothing can fail. The file's bytes are host
      * memory: parameters go in by ut_tensor_set, the optimizer's state by a

@@ -308,6 +308,9 @@ static void test_impossible_state(void) {
         {"\"train.best_step\" is -2", {.step = 3, .best_step = -2, .rng = {1}}},
         {"\"train.bad_evals\" is -1", {.step = 3, .best_step = -1, .bad_evals = -1, .rng = {1}}},
         {"\"train.rng\" is all zeros", {.step = 3, .best_step = -1}},
+        {"\"train.epoch\" is 4611686018427387904, outside [0, 4] (at most train.step)",
+         {.step = 4, .epoch = 4611686018427387904LL, .best_step = -1, .rng = {1}}},
+        {"\"optim.steps\" is 1, more than train.step 0", {.step = 0, .best_step = -1, .rng = {1}}},
     };
     const char *path = tmp_path("impossible.safetensors");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -321,6 +324,52 @@ static void test_impossible_state(void) {
     pair q = make_pair("6,5,3", 9);
     CHECK(ut_ckpt_load(path, q.m, q.o, NULL, err, sizeof err) == 0, "the limits themselves: %s", err);
     free_pair(q);
+}
+
+/* Weights or optimizer state that no training produces (NaN, inf, a
+ * negative second moment) are refused at load, naming the tensor and the
+ * element; a Hugging Face weights file with a NaN likewise. */
+static void test_damaged_values(void) {
+    const struct { int which; int64_t at; float v; const char *want; } cases[] = {
+        {-1, 3, NAN, "parameter fc0.weight holds nan at element 3"},
+        {-1, 31, INFINITY, "holds inf at element"},
+        {1, 2, -1e-3f, "optimizer state optim.exp_avg_sq holds -0.001 at element 2: a second moment must be"},
+        {0, 5, NAN, "optimizer state optim.exp_avg holds nan at element 5"},
+    };
+    const char *path = tmp_path("damaged.safetensors");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pair p = make_pair("6,5,3", 4);
+        take_step(p.m, p.o);
+        float *buf = cases[i].which < 0 ? p.m->params.flat : ut_optim_state(p.o, cases[i].which, NULL);
+        buf[cases[i].at] = cases[i].v;
+        ut_train_state st = sample_state();
+        char err[512] = "";
+        CHECK(ut_ckpt_save(path, p.m, p.o, &st, err, sizeof err) == 0, "%s", err);
+        expect_rejected(path, "6,5,3", cases[i].want, cases[i].want);
+        free_pair(p);
+    }
+    /* a pretrained-style weights file: the same check names the tensor */
+    pair p = make_pair("6,5,3", 4);
+    const ut_params *ps = &p.m->params;
+    const char *names[8];
+    ut_st_tensor ts[8];
+    for (int i = 0; i < ps->n && i < 8; i++) {
+        names[i] = ps->names[i];
+        ts[i] = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = ps->t[i]->ndim, .data = ut_f32(ps->t[i]),
+                               .nbytes = (size_t)ut_nelem(ps->t[i]) * sizeof(float)};
+        for (int d = 0; d < ps->t[i]->ndim; d++) ts[i].shape[d] = ps->t[i]->ne[d];
+    }
+    ut_f32(ps->t[1])[2] = NAN;
+    const char *hf = tmp_path("hf");
+    mkdir(hf, 0755);
+    char err[512] = "";
+    CHECK(ut_st_save(tp_path(hf, "model.safetensors"), ps->n, names, ts, NULL, err, sizeof err) == 0, "%s", err);
+    pair q = make_pair("6,5,3", 5);
+    int rc = ut_hf_load_weights(q.m, hf, &(ut_hf_load_opts){0}, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "model.safetensors") && strstr(err, ps->names[1]) && strstr(err, "nan at element 2"),
+          "a NaN in model.safetensors is refused naming it (rc %d): %s", rc, err);
+    free_pair(q);
+    free_pair(p);
 }
 
 static void test_mismatches(void) {
@@ -482,6 +531,7 @@ int main(void) {
     RUN(test_file_layout);
     RUN(test_corrupt_files);
     RUN(test_impossible_state);
+    RUN(test_damaged_values);
     RUN(test_mismatches);
     RUN(test_directory);
     RUN(test_clean_temp);
