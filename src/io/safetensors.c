@@ -737,24 +737,27 @@ static float half_to_f32(uint16_t h, bool bf16) {
     return f;
 }
 
+/* (a file's bytes, not tensor data: read through a copy of the record) */
 float ut_st_float(const ut_st_tensor *t, int64_t i) {
-    if (t->dtype == UT_ST_F32) {
+    const ut_st_tensor st = *t;
+    const char *bytes = st.data;
+    if (st.dtype == UT_ST_F32) {
         float f;
-        memcpy(&f, (const char *)t->data + 4 * i, sizeof f);
+        memcpy(&f, bytes + 4 * i, sizeof f);
         return f;
     }
-    if (t->dtype == UT_ST_F16 || t->dtype == UT_ST_BF16) {
+    if (st.dtype == UT_ST_F16 || st.dtype == UT_ST_BF16) {
         uint16_t h;
-        memcpy(&h, (const char *)t->data + 2 * i, sizeof h);
-        return half_to_f32(h, t->dtype == UT_ST_BF16);
+        memcpy(&h, bytes + 2 * i, sizeof h);
+        return half_to_f32(h, st.dtype == UT_ST_BF16);
     }
-    if (t->dtype == UT_ST_I32) {
+    if (st.dtype == UT_ST_I32) {
         int32_t v;
-        memcpy(&v, (const char *)t->data + 4 * i, sizeof v);
+        memcpy(&v, bytes + 4 * i, sizeof v);
         return (float)v;
     }
     int64_t v;
-    memcpy(&v, (const char *)t->data + 8 * i, sizeof v);
+    memcpy(&v, bytes + 8 * i, sizeof v);
     return (float)v;
 }
 

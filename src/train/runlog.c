@@ -178,6 +178,8 @@ int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n) {
     char path[1280], tmp[1300];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rl->dir);
     snprintf(tmp, sizeof tmp, "%s/metrics.jsonl.tmp", rl->dir);
+    struct stat sb; /* a FIFO, device or link to one (a test's /dev/full) is left alone */
+    if (stat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
     FILE *in = fopen(path, "rb");
     if (!in) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
     FILE *out = fopen(tmp, "wb");

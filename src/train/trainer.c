@@ -980,6 +980,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
     if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
+    if (c->continue_training && !resumed) /* said, not refused: a restarted job may fail before its first save */
+        ut_say(&t->log, "continue_training: no checkpoint in %s/checkpoints yet; starting at step 0\n", t->log.dir);
     if (resumed < 0 || (!resumed && c->load_dir[0] && load_initial_weights(t))) return -1;
     ut_sampler_seek(&t->sampler, t->st.epoch, t->st.cursor);
     for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);

@@ -71,11 +71,11 @@ static int run(const char *name, const char *strategy, int nproc, int batch, con
     fclose(f);
     snprintf(np, sizeof np, "%d", nproc);
     int rc = tp_run_shown((const char *[]){"train", cfg, "--nproc", np, NULL}, out, 0, name);
-    if (!rc && from) {
-        char *s = tp_slurp(out);
-        CHECK(s && strstr(s, "Resuming from"), "%s resumed from step 12", name);
-        free(s);
-    }
+    char *s = rc ? NULL : tp_slurp(out);
+    if (!rc && from) CHECK(s && strstr(s, "Resuming from"), "%s resumed from step 12", name);
+    if (!rc && !from) /* continue_training with nothing to resume says so */
+        CHECK(s && strstr(s, "continue_training: no checkpoint in"), "%s says it starts at step 0", name);
+    free(s);
     return rc;
 }
 
