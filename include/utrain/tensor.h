@@ -103,14 +103,14 @@ ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
  * has no bf16 instructions)", ... (the CPU backend decides once, at first
  * use, from cpuid and whether oneDNN runs bf16 there). */
 const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt);
-/* Dropout's generator (ut_philox): ut_ctx_rng_stream starts stream `stream`
- * at offset 0 (the trainer starts one per micro-batch and rank, from
- * ut_philox_stream(epoch, batch, rank), so a mask never depends on what was
- * drawn before); get/set move the 4-word state {key, stream, offset, 0} in
- * and out of checkpoints. */
+/* Dropout's generator (ut_philox), keyed by the seed: ut_ctx_rng_stream
+ * starts stream `stream` at offset 0 (the trainer starts one per
+ * micro-batch and rank, from ut_philox_stream(epoch, batch, rank), so a mask
+ * never depends on what was drawn before and a resume needs no saved
+ * state); get gives the 4-word state {key, stream, offset, 0} that
+ * checkpoints record. */
 void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream);
 void ut_ctx_rng_get(const ut_ctx *ctx, uint64_t state[4]);
-void ut_ctx_rng_set(ut_ctx *ctx, const uint64_t state[4]);
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
 /* Called before a parameter's values are read: when an op (or a view) takes
  * the parameter, or a view of it, as an input, and before backward runs an op

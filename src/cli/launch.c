@@ -22,6 +22,7 @@
 #include "utrain/utrain.h"
 
 static volatile sig_atomic_t job_pid, stop_asks, stop_signal;
+static const int stop_sigs[3] = {SIGTERM, SIGINT, SIGUSR1};
 
 /* Every stop signal goes to mpirun as SIGUSR1, which it forwards to each
  * rank: the first asks for a checkpoint at the next step, a second one ends
@@ -33,32 +34,27 @@ static void forward_stop(int sig) {
 }
 
 static void catch_stops(struct sigaction old[3]) {
-    static const int sigs[3] = {SIGTERM, SIGINT, SIGUSR1};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward_stop;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++) sigaddset(&sa.sa_mask, sigs[i]);
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+    for (int i = 0; i < 3; i++) sigaddset(&sa.sa_mask, stop_sigs[i]);
+    for (int i = 0; i < 3; i++) sigaction(stop_sigs[i], &sa, &old[i]);
 }
 
 static void restore_stops(const struct sigaction old[3]) {
-    sigaction(SIGTERM, &old[0], NULL);
-    sigaction(SIGINT, &old[1], NULL);
-    sigaction(SIGUSR1, &old[2], NULL);
+    for (int i = 0; i < 3; i++) sigaction(stop_sigs[i], &old[i], NULL);
 }
 
 /* Runs mpirun with args and waits for it: its exit code, or 128 + signal. */
 static int run_job(const char *const *args) {
     fflush(NULL);
     pid_t parent = getpid();
-    /* the child must not die of a stop signal before mpirun's own handlers exist:
-     * block them across fork and exec; mpirun installs its handlers and unblocks */
+    /* blocked across fork: our handler must not run in the child (exec
+     * resets caught signals to their defaults), nor see a half-set job_pid */
     sigset_t stops, old_mask;
     sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGUSR1);
+    for (int i = 0; i < 3; i++) sigaddset(&stops, stop_sigs[i]);
     sigprocmask(SIG_BLOCK, &stops, &old_mask);
     pid_t pid = fork();
     if (pid < 0) {
@@ -72,9 +68,6 @@ static int run_job(const char *const *args) {
         if (getppid() != parent) _exit(UT_EXIT_ERROR); /* the supervisor is already gone */
         int null = open("/dev/null", O_RDONLY);        /* mpirun never reads our terminal */
         if (null >= 0) dup2(null, STDIN_FILENO);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGUSR1, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old_mask, NULL);
         execvp(args[0], (char **)args);
         fprintf(stderr, "utrain: cannot start %s: %s (apt-get install openmpi-bin)\n", args[0],

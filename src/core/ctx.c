@@ -94,9 +94,7 @@ void ut_ctx_rng_get(const ut_ctx *ctx, uint64_t state[4]) {
     state[2] = ctx->rng.offset;
     state[3] = 0;
 }
-void ut_ctx_rng_set(ut_ctx *ctx, const uint64_t state[4]) {
-    ctx->rng = (ut_philox){.key = state[0], .stream = state[1], .offset = (state[2] + 3) / 4 * 4};
-}
+
 void ut_ctx_set_param_hook(ut_ctx *ctx, ut_param_use_fn fn, void *user) {
     ctx->param_hook = fn;
     ctx->param_hook_user = user;

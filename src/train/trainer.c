@@ -331,7 +331,6 @@ static int resume(ut_trainer *t) {
             return -1;
         }
         t->st = st;
-        ut_ctx_rng_set(t->ctx, st.rng); /* the key; each micro-batch starts its own stream */
         if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
             t->scaler.scale = (float)st.loss_scale;
             t->scaler.growth_tracker = st.scale_growth_tracker;
@@ -611,16 +610,14 @@ static float loss_value(const ut_tensor *loss) {
 
 /* Dropout's stream for the micro-batch about to run on data-parallel rank
  * or worker `who`: a function of (epoch, batch index in the epoch, who)
- * under the run's key (the seed's, kept in checkpoints), so every rank and
- * worker draws its own masks and a resumed run draws what a straight one
- * would, however many masks earlier batches drew. */
+ * under the key every context took from the seed (part of the configuration
+ * hash, so a resumed run has the same), so every rank and worker draws its
+ * own masks and a resumed run draws what a straight one would, however many
+ * masks earlier batches drew. Nothing to restore from a checkpoint. */
 static void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
     int64_t G = t->sampler.local_batch * t->sampler.world;
-    uint64_t st[4];
-    ut_ctx_rng_get(t->ctx, st); /* the key: dp workers share the trainer's */
-    st[1] = ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)ceil_div(t->st.cursor, G), (uint64_t)who);
-    st[2] = 0;
-    ut_ctx_rng_set(ctx, st);
+    ut_ctx_rng_stream(ctx, ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)ceil_div(t->st.cursor, G),
+                                            (uint64_t)who));
 }
 
 static void dp_worker(void *user, int w) {

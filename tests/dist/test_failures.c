@@ -19,10 +19,21 @@
 
 static char tmp[256], shard[512];
 
-static void write_cfg(const char *name, int n_embd, int max_steps) {
-    char cfg[512];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    FILE *f = fopen(cfg, "w");
+/* A job's config file and captured output. */
+typedef struct {
+    char cfg[512], out[512];
+} job_files;
+
+static job_files files_of(const char *name) {
+    job_files j;
+    snprintf(j.cfg, sizeof j.cfg, "%s/%s.yml", tmp, name);
+    snprintf(j.out, sizeof j.out, "%s/%s.out", tmp, name);
+    return j;
+}
+
+static job_files write_cfg(const char *name, int n_embd, int max_steps) {
+    job_files j = files_of(name);
+    FILE *f = fopen(j.cfg, "w");
     fprintf(f,
             "experiment_name: %s\noutput_dir: %s/runs\nseed: 9\nthreads: 1\n"
             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: %d, vocab_size: 256, block_size: 16,\n"
@@ -34,6 +45,7 @@ static void write_cfg(const char *name, int n_embd, int max_steps) {
             "dist: {timeout_s: 5}\n",
             name, tmp, n_embd, shard, max_steps);
     fclose(f);
+    return j;
 }
 
 /* Reads a whole /proc file (NULs kept) into buf; returns its length. */
@@ -95,14 +107,12 @@ static bool wait_for_step(const char *name, int step) {
 /* Starts NAME on 2 ranks, kills rank 1 with SIGKILL at step 25; returns the
  * job's exit code and its seconds from the kill to the end. */
 static int run_and_kill(const char *name, const char *restarts, double *secs) {
-    char cfg[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    const char *args[] = {"train", cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
-    pid_t job = tp_spawn(args, out);
+    job_files j = files_of(name);
+    const char *args[] = {"train", j.cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
+    pid_t job = tp_spawn(args, j.out);
     bool reached = wait_for_step(name, 25);
     CHECK(reached, "%s: rank 1 reached step 25", name);
-    pid_t victim = reached ? find_process(cfg, 1) : 0;
+    pid_t victim = reached ? find_process(j.cfg, 1) : 0;
     CHECK(victim > 0, "%s: rank 1's process found", name);
     if (victim > 0) kill(victim, SIGKILL);
     double t0 = tp_now_s();
@@ -112,34 +122,26 @@ static int run_and_kill(const char *name, const char *restarts, double *secs) {
 }
 
 static void test_killed_rank_ends_the_job(void) {
-    write_cfg("killed", 32, 100000);
+    job_files j = write_cfg("killed", 32, 100000);
     double secs;
     int rc = run_and_kill("killed", NULL, &secs);
-    char out[512], cfg[512];
-    snprintf(out, sizeof out, "%s/killed.out", tmp);
-    snprintf(cfg, sizeof cfg, "%s/killed.yml", tmp);
-    char *s = tp_slurp(out);
+    char *s = tp_slurp(j.out);
     CHECK(rc != 0, "the job fails (exit %d)", rc);
     CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
     CHECK(s && strstr(s, "rank 1"), "the message names rank 1:\n%s", s ? s : "");
     usleep(200000);
-    CHECK(find_process(cfg, -1) == 0, "no process of the job is left");
+    CHECK(find_process(j.cfg, -1) == 0, "no process of the job is left");
     printf("     ended %.2f s after the kill, exit %d\n", secs, rc);
     free(s);
 }
 
 static void test_max_restarts_finishes_the_run(void) {
-    write_cfg("whole", 32, 60);
-    write_cfg("restarted", 32, 60);
-    char cfg[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/whole.yml", tmp);
-    snprintf(out, sizeof out, "%s/whole.out", tmp);
-    int rc = tp_run((const char *[]){"train", cfg, "--nproc", "2", NULL}, out);
+    job_files whole = write_cfg("whole", 32, 60), restarted = write_cfg("restarted", 32, 60);
+    int rc = tp_run((const char *[]){"train", whole.cfg, "--nproc", "2", NULL}, whole.out);
     CHECK(rc == 0, "the uninterrupted run finishes");
     double secs;
     rc = run_and_kill("restarted", "1", &secs);
-    snprintf(out, sizeof out, "%s/restarted.out", tmp);
-    char *s = tp_slurp(out);
+    char *s = tp_slurp(restarted.out);
     CHECK(rc == 0, "the restarted job finishes (exit %d):\n%s", rc, s ? s : "");
     CHECK(s && strstr(s, "restart 1 of 1") && strstr(s, "Resuming from"),
           "it says it restarted and resumed");
@@ -190,10 +192,9 @@ static bool listens_outside_loopback(pid_t pid) {
  * --max-restarts it is not restarted. A resume goes on from that
  * checkpoint. */
 static void stop_launcher(const char *name, int sig, bool with_group, const char *restarts) {
-    write_cfg(name, 32, 100000);
-    char cfg[512], out[512], pat[700];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    job_files j = write_cfg(name, 32, 100000);
+    const char *cfg = j.cfg, *out = j.out;
+    char pat[700];
     const char *args[] = {"train", cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
     unsetenv("OMPI_MCA_btl"); /* the launcher's own choice of transports */
     pid_t job = with_group ? tp_spawn_group(args, out) : tp_spawn(args, out);
@@ -241,11 +242,10 @@ static void test_sigterm_with_restarts_is_a_stop(void) { stop_launcher("termr", 
  * unsupervised; they stop at the next step with a checkpoint and end. */
 static void test_killed_launcher_stops_the_ranks(void) {
     const char *name = "orphan";
-    write_cfg(name, 32, 100000);
-    char cfg[512], out[512], log[700];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", "--max-restarts", "1", NULL}, out);
+    job_files j = write_cfg(name, 32, 100000);
+    const char *cfg = j.cfg;
+    char log[700];
+    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", "--max-restarts", "1", NULL}, j.out);
     CHECK(wait_for_step(name, 25), "rank 1 reached step 25");
     kill(job, SIGKILL);
     tp_wait(job);
@@ -263,11 +263,10 @@ static void test_killed_launcher_stops_the_ranks(void) {
  * rank that got it, "a stop signal to another rank" on the other. */
 static void test_sigterm_to_one_rank(void) {
     const char *name = "onerank";
-    write_cfg(name, 32, 100000);
-    char cfg[512], out[512], log[700];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", NULL}, out);
+    job_files j = write_cfg(name, 32, 100000);
+    const char *cfg = j.cfg;
+    char log[700];
+    pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", NULL}, j.out);
     CHECK(wait_for_step(name, 25), "rank 1 reached step 25");
     pid_t r1 = find_process(cfg, 1);
     CHECK(r1 > 0, "rank 1's process found");
@@ -287,29 +286,22 @@ static void test_sigterm_to_one_rank(void) {
 /* However many arguments the command has, the ranks get all of them (a
  * sweep of many --set, the last one winning). */
 static void test_every_argument_reaches_the_ranks(void) {
-    write_cfg("many", 32, 20);
-    char cfg[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/many.yml", tmp);
-    snprintf(out, sizeof out, "%s/many.out", tmp);
-    const char *args[200] = {"train", cfg, "--nproc", "2"};
+    job_files j = write_cfg("many", 32, 20);
+    const char *args[200] = {"train", j.cfg, "--nproc", "2"};
     int n = 4;
     while (n < 190) args[n++] = "--set", args[n++] = "train.max_steps=1";
     args[n++] = "--set", args[n++] = "train.max_steps=3";
     args[n] = NULL;
-    int rc = tp_run(args, out);
-    char *s = tp_slurp(out);
+    int rc = tp_run(args, j.out);
+    char *s = tp_slurp(j.out);
     CHECK(rc == 0 && s && strstr(s, "Training done: 3 steps"), "the ranks ran the last --set (exit %d):\n%s", rc,
           s ? s : "");
     free(s);
 }
 
 static void test_mismatched_configs_are_reported(void) {
-    write_cfg("small", 32, 20);
-    write_cfg("big", 64, 20);
-    char a[512], b[512], out[512];
-    snprintf(a, sizeof a, "%s/small.yml", tmp);
-    snprintf(b, sizeof b, "%s/big.yml", tmp);
-    snprintf(out, sizeof out, "%s/mismatch.out", tmp);
+    job_files small = write_cfg("small", 32, 20), big = write_cfg("big", 64, 20), mis = files_of("mismatch");
+    const char *a = small.cfg, *b = big.cfg, *out = mis.out;
     /* rank 0 gets one config, rank 1 the other (OpenMPI's MPMD form) */
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
@@ -330,10 +322,9 @@ static void test_mismatched_configs_are_reported(void) {
 /* A per-process batch that differs between ranks is named with both sizes
  * (the configuration hash leaves it out: a resume may change it). */
 static void test_mismatched_batch_is_reported_in_decimal(void) {
-    write_cfg("batch", 32, 20);
-    char a[512], out[512], cmd[2048];
-    snprintf(a, sizeof a, "%s/batch.yml", tmp);
-    snprintf(out, sizeof out, "%s/batch.out", tmp);
+    job_files j = write_cfg("batch", 32, 20);
+    const char *a = j.cfg, *out = j.out;
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "mpirun --oversubscribe --bind-to none %s -np 1 %s train %s : -np 1 %s train %s "
              "--set train.batch_size=8 > %s 2>&1",
@@ -348,10 +339,8 @@ static void test_mismatched_batch_is_reported_in_decimal(void) {
 
 /* Launch options and strategies that cannot run say so. */
 static void test_bad_launch_requests(void) {
-    write_cfg("bad", 32, 20);
-    char cfg[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/bad.yml", tmp);
-    snprintf(out, sizeof out, "%s/bad.out", tmp);
+    job_files j = write_cfg("bad", 32, 20);
+    const char *cfg = j.cfg, *out = j.out;
     int rc = tp_run((const char *[]){"train", cfg, "--max-restarts", "many", NULL}, out);
     char *s = tp_slurp(out);
     CHECK(rc == 2 && s && strstr(s, "--max-restarts needs a count"), "bad --max-restarts (exit %d): %s", rc,
