@@ -1,5 +1,5 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
- * defines: ut_blas_select_kernels, ut_errorf, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
  *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*, ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
@@ -95,6 +95,12 @@ void ut_blas_select_kernels(char **argv);
 /* Writes a printf-style message into err (n bytes; err may be NULL) and
  * returns -1, so error paths read `return ut_errorf(err, n, "...", ...);`. */
 int ut_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Opens path for reading when it is a regular file: a file descriptor, or
+ * -1 with "PATH: cannot open: ..." or "PATH: not a regular file" in err. A
+ * FIFO, device or directory is refused at once, never waited on (a FIFO's
+ * open would block until something writes to it). Every data file,
+ * checkpoint and weights file is opened through it. */
+int ut_open_regular(const char *path, char *err, size_t n);
 
 /* printf-style message into a thread-local buffer: for building error text. */
 const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

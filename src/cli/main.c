@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -387,11 +388,19 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int parse_int(const char *flag, const char *v, long *out) {
+/* A positive integer up to max (the demo's sizes are bounded so that no
+ * value typed here can ask for more memory than a laptop has). */
+static int parse_int(const char *flag, const char *v, long max, long *out) {
     char *end;
+    errno = 0;
     *out = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || *out <= 0) {
+    if (!v || *end || *out <= 0 || errno) {
         fprintf(stderr, "utrain demo: %s needs a positive integer, got '%s'\n", flag, v ? v : "");
+        return -1;
+    }
+    if (*out > max) {
+        fprintf(stderr, "utrain demo: %s is at most %ld, got %ld (for more, train a config: utrain train --help)\n",
+                flag, max, *out);
         return -1;
     }
     return 0;
@@ -400,14 +409,14 @@ static int parse_int(const char *flag, const char *v, long *out) {
 static int demo(int argc, char **argv) {
     long steps = 60, B = 32, seed = 1;
     for (int i = 0; i < argc; i += 2) {   /* flag, value */
-        long *dst = !strcmp(argv[i], "--steps") ? &steps
-                  : !strcmp(argv[i], "--batch-size") ? &B
-                  : !strcmp(argv[i], "--seed") ? &seed : NULL;
+        bool is_batch = !strcmp(argv[i], "--batch-size");
+        long *dst = !strcmp(argv[i], "--steps") ? &steps : is_batch ? &B : !strcmp(argv[i], "--seed") ? &seed : NULL;
         if (!dst) {
             fprintf(stderr, "utrain demo: unknown option '%s'\n", argv[i]);
             return 2;
         }
-        if (parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
+        /* a batch of 4096 28x28 images needs about 1 GiB of activations */
+        if (parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, is_batch ? 4096 : LONG_MAX, dst)) return 2;
     }
     char err[512];
     ut_model *m = ut_model_create("cnn", NULL, (uint64_t)seed, err, sizeof err);

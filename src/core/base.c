@@ -2,12 +2,15 @@
 #include "utrain/base.h"
 #include "../backend/backend.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static atomic_uint_fast64_t alloc_calls;
@@ -106,6 +109,18 @@ const char *ut_fmt(const char *fmt, ...) {
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     return buf;
+}
+
+int ut_open_regular(const char *path, char *err, size_t n) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
+        close(fd);
+        return ut_errorf(err, n, "%s: not a regular file", path);
+    }
+    return fd;
 }
 
 /* ---- xoshiro256** seeded through splitmix64 ---- */

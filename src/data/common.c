@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data_internal.h"
 #include "utrain/base.h"
@@ -17,15 +18,14 @@ char *ut__data_strdup(const char *s) {
 }
 
 unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd = ut_open_regular(path, err, n);
+    if (fd < 0) return NULL;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        ut_errorf(err, n, "%s: not a regular file", path);
-        fclose(f);
+    FILE *f = fdopen(fd, "rb");
+    if (!f || fstat(fd, &st)) {
+        ut_errorf(err, n, "%s: cannot read: %s", path, strerror(errno));
+        if (f) fclose(f);
+        else close(fd);
         return NULL;
     }
     size_t len = (size_t)st.st_size;

@@ -79,8 +79,8 @@ static int64_t check_shard(const char *path, const unsigned char *m, size_t len,
 
 /* Maps and checks one shard; returns its token count or -1. */
 static int64_t map_shard(shard *sh, int64_t vocab_size, char *err, size_t n) {
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", sh->path, strerror(errno));
+    int fd = ut_open_regular(sh->path, err, n);
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);

@@ -2,9 +2,11 @@
  * read into model options, model.safetensors loaded into a model's parameters
  * by name with every tensor's shape and dtype checked. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "utrain/base.h"
@@ -16,8 +18,12 @@ static bool is_file(const char *path) {
 }
 
 static char *read_text(const char *path, char *err, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ut_errorf(err, n, "%s: cannot open", path), NULL;
+    int fd = ut_open_regular(path, err, n);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0) close(fd), ut_errorf(err, n, "%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
     size_t cap = 4096, len = 0;
     char *s = ut_malloc_check(cap);
     for (size_t got; (got = fread(s + len, 1, cap - len - 1, f)) > 0;)

@@ -447,15 +447,14 @@ static bool check_tensors(ut_st_file *f, const char *path, size_t data_at, size_
 }
 
 ut_st_file *ut_st_open(const char *path, char *err, size_t n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        set_err(err, n, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd = ut_open_regular(path, err, n);
+    if (fd < 0) return NULL;
     struct stat st;
-    if (fstat(fileno(fp), &st) || !S_ISREG(st.st_mode)) {
-        set_err(err, n, "%s: not a regular file", path);
-        fclose(fp);
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp || fstat(fd, &st)) {
+        set_err(err, n, "%s: cannot read: %s", path, strerror(errno));
+        if (fp) fclose(fp);
+        else close(fd);
         return NULL;
     }
     size_t size = (size_t)st.st_size;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -70,6 +71,45 @@ static void test_tsv_nul_byte(void) {
     write_file(path_in("nul.tsv"), text, sizeof text - 1);
     expect_train_error(kv("data.train_path", path_in("nul.tsv")),
                        "nul.tsv:4: NUL byte at byte offset 29");
+}
+
+/* A FIFO where a data file or a checkpoint should be is refused at once
+ * (opening it for reading would wait for a writer forever): as a data
+ * path it is an error naming it; named like the newest checkpoint it is
+ * skipped with a warning and the one before it is used. */
+static void test_fifo_is_refused_not_waited_on(void) {
+    const char *fifo = path_in("train.fifo");
+    CHECK(mkfifo(fifo, 0644) == 0, "mkfifo %s", fifo);
+    double t0 = tp_now_s();
+    expect_train_error(kv("data.train_path", fifo), "train.fifo: not a regular file");
+    CHECK(tp_now_s() - t0 < 20, "refused at once (%.1f s)", tp_now_s() - t0);
+    char *s;
+    int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=fifo", "--set", "train.max_steps=2",
+                                  "--set", "train.save_strategy=steps", "--set", "train.save_interval=1", NULL},
+                 &s);
+    CHECK(rc == 0, "training: exit %d: %s", rc, s);
+    free(s);
+    const char *ck = path_in("runs/fifo/checkpoints/step_00000003.safetensors");
+    CHECK(mkfifo(ck, 0644) == 0, "mkfifo %s", ck);
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=fifo", "--set", "train.max_steps=4",
+                              "--set", "continue_training=true", NULL},
+             &s);
+    CHECK(rc == 0 && s && strstr(s, "step_00000003.safetensors: not a regular file") &&
+              strstr(s, "Resuming from") && strstr(s, "(step 2,"),
+          "the FIFO checkpoint is skipped (exit %d): %s", rc, s);
+    free(s);
+}
+
+/* utrain demo with a batch no machine holds says so (it aborted on the
+ * allocation before) */
+static void test_demo_huge_batch(void) {
+    char *s;
+    int rc = run((const char *[]){"demo", "--batch-size", "1000000000000", NULL}, &s);
+    CHECK(rc == 2 && s && strstr(s, "--batch-size is at most 4096, got 1000000000000"), "exit %d: %s", rc, s);
+    free(s);
+    rc = run((const char *[]){"demo", "--steps", "99999999999999999999999", NULL}, &s);
+    CHECK(rc == 2 && s && strstr(s, "--steps needs a positive integer"), "exit %d: %s", rc, s);
+    free(s);
 }
 
 static void test_tsv_huge_label(void) {
@@ -336,6 +376,8 @@ int main(int argc, char **argv) {
     write_config();
     RUN(test_config_files);
     RUN(test_tsv_nul_byte);
+    RUN(test_fifo_is_refused_not_waited_on);
+    RUN(test_demo_huge_batch);
     RUN(test_tsv_huge_label);
     RUN(test_tsv_label_hole);
     RUN(test_absurd_sizes);
