@@ -130,6 +130,10 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
         return ut_errorf(err, n, "%s: empty file", path);
     }
     if (strlen(t->buf) != len) return nul_byte_error(path, t, err, n);
+    if (len >= 3 && !memcmp(t->buf, "\xEF\xBB\xBF", 3)) { /* a UTF-8 byte-order mark is not text */
+        len -= 3;
+        memmove(t->buf, t->buf + 3, len + 1);
+    }
     int64_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += t->buf[i] == '\n';
     t->cap = lines;

@@ -464,6 +464,7 @@ static void test_tsv_columns(void) {
         {"label\tid\tsentence\n2\tx\tthe cat\n1\ty\ta dog\n", true, false},
         {"index\tsentence\n7\tthe cat\n40\ta dog\n", false, true},
         {"sentence\nthe cat\na dog\n", false, false},
+        {"\xEF\xBB\xBFsentence\tlabel\nthe cat\t2\na dog\t1\n", true, false}, /* a UTF-8 BOM (Windows editors) */
     };
     const int32_t cat[3] = {2, 3, 0}, dog[3] = {9, 4, 0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
