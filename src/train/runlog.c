@@ -227,6 +227,8 @@ void ut_runlog_close(ut_runlog *rl) {
     memset(rl, 0, sizeof *rl);
 }
 
+static void record_failed(const ut_runlog *rl, const char *what, int errnum);
+
 /* Every line of the message gets the timestamp (blank lines stay blank), so
  * a message printed in one call reads as whole lines in the file. */
 static void vnote(ut_runlog *rl, const char *fmt, va_list ap) {
@@ -251,7 +253,14 @@ static void vnote(ut_runlog *rl, const char *fmt, va_list ap) {
         p = nl + 1;
     }
     if (msg != small) ut_free(msg);
-    fflush(rl->log);
+    if (fflush(rl->log) || ferror(rl->log)) {
+        int e = errno;
+        fclose(rl->log);
+        rl->log = NULL;
+        char name[64];
+        snprintf(name, sizeof name, "logger_logs/training_%d.log", rl->rank);
+        record_failed(rl, name, e);
+    }
 }
 
 void ut_note(ut_runlog *rl, const char *fmt, ...) {
@@ -275,21 +284,31 @@ void ut_say(ut_runlog *rl, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* A TensorBoard write error is reported once; the run goes on without it. */
-static void tb_failed(ut_runlog *rl) {
-    fprintf(stderr, "utrain: warning: writing the TensorBoard file in %s/tensorboard failed (%s); "
-                    "TensorBoard logging stops, metrics.jsonl continues\n", rl->dir, strerror(errno));
-    ut_tb_close(rl->tb);
-    rl->tb = NULL;
+/* A write error in one of the run's records (the log file, metrics.jsonl,
+ * TensorBoard) is reported once, naming what still records the run; the
+ * failed one has been closed, and the run goes on without it (a resume cuts
+ * off a torn metrics line). */
+static void record_failed(const ut_runlog *rl, const char *what, int errnum) {
+    char left[128] = "the console";
+    if (rl->log) strcat(left, ", the log file");
+    if (rl->metrics) strcat(left, ", metrics.jsonl");
+    if (rl->tb) strcat(left, ", TensorBoard");
+    fprintf(stderr, "utrain: warning: writing %s/%s failed (%s); it stops there, %s go%s on\n", rl->dir, what,
+            strerror(errnum), left, strchr(left, ',') ? "" : "es");
 }
 
-/* A metrics.jsonl write error is reported once; the run goes on without it
- * (a resume cuts off the torn line it may have left). */
+static void tb_failed(ut_runlog *rl) {
+    int e = errno;
+    ut_tb_close(rl->tb);
+    rl->tb = NULL;
+    record_failed(rl, "tensorboard", e);
+}
+
 static void metrics_failed(ut_runlog *rl) {
-    fprintf(stderr, "utrain: warning: writing %s/metrics.jsonl failed (%s); metrics.jsonl logging "
-                    "stops, the console and TensorBoard continue\n", rl->dir, strerror(errno));
+    int e = errno;
     fclose(rl->metrics);
     rl->metrics = NULL;
+    record_failed(rl, "metrics.jsonl", e);
 }
 
 /* JSON numbers cannot be nan/inf: those become null. */

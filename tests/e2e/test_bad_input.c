@@ -277,7 +277,17 @@ static void test_metrics_write_fails_once(void) {
     CHECK(symlink("/dev/full", path_in("runs/full/metrics.jsonl")) == 0, "symlink");
     int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
                                   "--set", "train.log_interval=1", "--set", "train.max_steps=6", NULL}, &s);
-    CHECK(rc == 0 && s && count(s, "metrics.jsonl failed") == 1 && strstr(s, "Training done"),
+    CHECK(rc == 0 && s && count(s, "metrics.jsonl failed") == 1 && strstr(s, "Training done") &&
+              strstr(s, "the console, the log file, TensorBoard go on"),
+          "exit %d: %s", rc, s);
+    free(s);
+    /* the log file too: reported once, naming what is left */
+    unlink(path_in("runs/full/logger_logs/training_0.log"));
+    CHECK(symlink("/dev/full", path_in("runs/full/logger_logs/training_0.log")) == 0, "symlink");
+    rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
+                              "--set", "train.log_interval=1", "--set", "train.max_steps=9", NULL}, &s);
+    CHECK(rc == 0 && s && count(s, "training_0.log failed") == 1 && strstr(s, "Training done") &&
+              strstr(s, "it stops there, the console, TensorBoard go on"),
           "exit %d: %s", rc, s);
     free(s);
 }
