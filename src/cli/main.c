@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "          evaluate the best checkpoint on dev and test; writes dev_results.json,\n"
             "          test_results.json and *_predictions.tsv into the run directory\n"
             "  CONFIG.yml [--set KEY=VALUE]...\n"
-            "          train or test, as the config's `mode` says\n"
+            "          train or test, as the config's `mode` says (also --params=CONFIG.yml,\n"
+            "          the pytorch_universal_trainer command line)\n"
             "  plan CONFIG.yml --world-size N [--device-memory SIZE] [--set KEY=VALUE]... [--json]\n"
             "          memory per rank of each distributed strategy (ddp, zero1-3, dp), with\n"
             "          and without activation checkpointing, and which fit in SIZE (80GiB)\n"
@@ -560,6 +561,13 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    /* the seed's command line, `python main.py --params=parameters.yml`: the
+     * file's mode (train or test), as `utrain FILE` */
+    if (!strncmp(cmd, "--params=", 9) && cmd[9]) {
+        argv[1] = argv[1] + 9;
+        return cmd_train(argc - 1, argv + 1, NULL);
+    }
+    if (!strcmp(cmd, "--params") && argc > 2) return cmd_train(argc - 2, argv + 2, NULL);
     size_t len = strlen(cmd);
     if (len > 4 && (!strcmp(cmd + len - 4, ".yml") || (len > 5 && !strcmp(cmd + len - 5, ".yaml"))))
         return cmd_train(argc - 1, argv + 1, NULL);

@@ -108,9 +108,9 @@ static int seed_bool(ut_config *c, const char *key, bool on, char *err, size_t n
     if (!strcmp(key, "use_fairscale_reshard_forward"))
         return assign(c, "dist.reshard_after_forward", on ? "true" : "false", err, n);
     if (!strcmp(key, "is_dev_file")) return on ? 1 : assign(c, "train.eval_strategy", "no", err, n);
-    if (!strcmp(key, "use_max_length"))
-        return on ? 1 : ut_errorf(err, n, "%s: utrain pads and truncates every example to data.max_len "
-                                          "(max_length); set use_max_length: true", key);
+    /* true pads every example to max_length, false each batch to its longest
+     * example: the same outputs under the attention mask (docs/config.md) */
+    if (!strcmp(key, "use_max_length")) return 1;
     return 0;
 }
 
@@ -198,6 +198,8 @@ const char *const ut_cfg_compat_doc =
     "pytorch_universal_trainer's `parameters.yml` loads with its own layout: its sections\n"
     "`data-params:`, `transformers-params:` and `dist-params:` hold top-level keys\n"
     "(`dist-params: {gpus: 2}` is `gpus: 2`), and its keys are aliases (above) or these.\n"
+    "Its command line, `python main.py --params=parameters.yml`, is `utrain --params=parameters.yml`\n"
+    "(the same as `utrain parameters.yml`: train or test as the file's `mode` says).\n"
     "`configs/seed_parameters.yml` is that file with paths for this repository and the\n"
     "few seed settings utrain refuses (below) replaced by their utrain keys. FlagAI's\n"
     "Trainer arguments, written as YAML keys, load the same way (`None` reads as empty).\n"
@@ -217,7 +219,7 @@ const char *const ut_cfg_compat_doc =
     "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
     "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"
     "| `bf16` (Hugging Face) | false / true | nothing / `train.precision: bf16` |\n"
-    "| `use_max_length` | true / false | nothing (`max_length`, i.e. `data.max_len`, always applies) / refused |\n"
+    "| `use_max_length` | true / false | nothing: examples are truncated to `data.max_len` (`max_length`); with a pretrained tokenizer each batch is padded to its longest example (the seed's false), which gives the outputs padding to `max_length` (true) gives under the attention mask |\n"
     "| `continue_training_path` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `pretrained_model_dir` | empty / a Hugging Face model directory (`~/` is `$HOME`) | nothing / `model.pretrained: DIR` and `model.name` from its `config.json`'s `model_type` (`bart`, `bert`, `gpt2`) |\n"
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"

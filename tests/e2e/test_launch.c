@@ -108,6 +108,12 @@ static void test_seed_parameters_trains(void) {
     CHECK(l3 && strstr(l3, "\"lr\": 0.00374999") && strchr(l3, '\n') > strstr(l3, "\"lr\": 0.00374999"),
           "step 3's learning rate is 3/4 of 5e-3 (4 warmup steps)");
     free(m);
+    /* the seed's own command line: python main.py --params=parameters.yml */
+    snprintf(runs, sizeof runs, "output_dir=%s/runs_params", tmp);
+    rc = tp_run((const char *[]){"--params=configs/seed_parameters.yml", "--set", runs, "--set", "threads=1",
+                                 "--set", "train.progress=off", "--set", "train.max_steps=2", NULL},
+                out_path("params"));
+    CHECK(rc == 0 && output_has("params", "Training done: 2 steps"), "--params=FILE trains (exit %d)", rc);
 }
 
 // --- other launchers

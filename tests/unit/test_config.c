@@ -493,6 +493,11 @@ static void test_seed_keys(void) {
                      "directory as save_pretrained writes it: config.json, model.safetensors)");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
+    /* use_max_length: either value (truncation to max_len; padding does not change the outputs) */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "data-params:\n    use_max_length: False\n") == 0, "use_max_length: False: %s", err);
+    CHECK(load_text(&c, "data-params:\n    use_max_length: True\n") == 0, "use_max_length: True: %s", err);
+    ut_config_free(&c);
     check_set_error("num_loader_workers=4", "--set: num_loader_workers: utrain loads batches on one background "
                                            "thread of each process; remove the key (data.prefetch sets how "
                                            "many batches it prepares ahead)");
