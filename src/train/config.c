@@ -36,7 +36,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "continue_training", .type = UT_CFG_BOOL, AT(continue_training), .def = "false",
      .doc = "resume from the newest valid checkpoint of the run"},
     {.key = "load_dir", .type = UT_CFG_STR, AT(load_dir), .def = "",
-     .doc = "a run directory to load initial weights from (empty: none)"},
+     .doc = "initial weights: a run directory (its best checkpoint), its checkpoints/ folder, or one checkpoint file (empty: none)"},
     {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
      .doc = "seed of weight init, shuffling and dropout"},
     {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0), LE(4096),

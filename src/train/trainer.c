@@ -1,10 +1,12 @@
 /* The training loop: epochs or max_steps, gradient accumulation, clipping,
  * schedules, evaluation, best-checkpoint tracking, early stopping, exact
  * resume and preemption. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -349,10 +351,23 @@ static int resume(ut_trainer *t) {
 
 /* load_dir: start from another run's best weights (fine-tuning); the
  * optimizer, schedule and data position start fresh. */
+/* load_dir: a run directory (its best checkpoint), its checkpoints/
+ * folder, or one checkpoint file. */
 static int load_initial_weights(ut_trainer *t) {
     char dir[1280], path[1400];
-    snprintf(dir, sizeof dir, "%s/checkpoints", t->cfg->load_dir);
-    if (ut_best_checkpoint(dir, t->m, path, sizeof path, t->err, sizeof t->err) ||
+    const char *from = t->cfg->load_dir;
+    struct stat sb;
+    int64_t step;
+    if (stat(from, &sb)) {
+        snprintf(t->err, sizeof t->err, "load_dir: %s: %s (a run directory, its checkpoints/ folder or a "
+                                        "checkpoint file)", from, strerror(errno));
+        return -1;
+    }
+    bool file = S_ISREG(sb.st_mode);
+    if (file) snprintf(path, sizeof path, "%s", from);
+    else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
+    else snprintf(dir, sizeof dir, "%s/checkpoints", from);
+    if ((!file && ut_best_checkpoint(dir, t->m, path, sizeof path, t->err, sizeof t->err)) ||
         ut_ckpt_load(path, t->m, NULL, NULL, t->err, sizeof t->err))
         return -1;
     ut_dist_load_full(t->dist, NULL);

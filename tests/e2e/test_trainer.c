@@ -312,6 +312,21 @@ static void test_load_dir(void) {
     CHECK(rc == 0 && s && strstr(s, "Initial weights from") && strstr(s, "sst2_bow/checkpoints/step_"),
           "fine-tune: %s", s);
     free(s);
+    /* the run's checkpoints/ folder, or one checkpoint file (the step-15 one,
+     * not the best), load as well; a path that is not there is named */
+    const char *forms[3] = {"/checkpoints", "/checkpoints/step_00000015.safetensors", "/nothing"};
+    const char *want[3] = {"Initial weights from", "Initial weights from", "/nothing: No such file or directory"};
+    for (int k = 0; k < 3; k++) {
+        char exp[80], from_k[700];
+        snprintf(exp, sizeof exp, "experiment_name=tuned%d", k);
+        snprintf(from_k, sizeof from_k, "%s%s", from, forms[k]);
+        rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", exp, "--set", from_k,
+                                     "--set", "train.epochs=1", NULL}, out);
+        s = tp_slurp(out);
+        CHECK(rc == (k < 2 ? 0 : 1) && s && strstr(s, want[k]) && (k != 1 || strstr(s, "step_00000015")),
+              "load_dir=...%s: %s", forms[k], s);
+        free(s);
+    }
 }
 
 /* With a zero learning rate nothing improves: patience 2 stops after 3 evaluations. */
