@@ -98,6 +98,10 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per_rank = cfg->threads > 0 ? cfg->threads : (int)(cores / nproc > 0 ? cores / nproc : 1);
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", per_rank);
+    if (nproc > cores) /* the seed's gpus: 8 on a laptop: CPU processes, not GPUs */
+        fprintf(stderr, "utrain: note: %d processes on %ld cores (--nproc, dist.nproc_per_node and gpus start "
+                        "CPU processes); they share the cores: the results are the same, the run is slower "
+                        "than with %ld processes\n", nproc, cores, cores);
     /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
     snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
     const char *fixed[] = {"mpirun", "-np", np, "--oversubscribe", "--bind-to", "none", "-x", threads, "-x", tty};

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "proc.h"
 #include "test.h"
@@ -75,6 +76,13 @@ static int run(const char *name, const char *strategy, int nproc, int batch, con
     if (!rc && from) CHECK(s && strstr(s, "Resuming from"), "%s resumed from step 12", name);
     if (!rc && !from) /* continue_training with nothing to resume says so */
         CHECK(s && strstr(s, "continue_training: no checkpoint in"), "%s says it starts at step 0", name);
+    if (!rc && strcmp(strategy, "dp")) { /* more processes than cores: said, not refused */
+        char note[64];
+        snprintf(note, sizeof note, "note: %d processes on %ld cores", nproc, sysconf(_SC_NPROCESSORS_ONLN));
+        bool over = nproc > sysconf(_SC_NPROCESSORS_ONLN);
+        CHECK(s && (strstr(s, note) != NULL) == over, "%s: the note on %d processes is %s", name, nproc,
+              over ? "missing" : "there without cause");
+    }
     free(s);
     return rc;
 }
