@@ -123,6 +123,10 @@ static int check_idx(const char *path, const unsigned char *b, size_t len, uint3
         need = (dims[d] && need > INT64_MAX / dims[d]) ? INT64_MAX : need * dims[d];
     }
     if (dims[0] == 0) return ut_errorf(err, n, "%s: byte offset 4: empty file (0 items)", path);
+    for (int d = 1; d < ndim; d++)
+        if (dims[d] == 0)
+            return ut_errorf(err, n, "%s: byte offset %d: the images have %s 0 (each needs at least one row and column)",
+                             path, 4 + 4 * d, d == 1 ? "height" : "width");
     if ((int64_t)(len - hdr) < need)
         return ut_errorf(err, n, "%s: truncated at byte offset %zu: the header's dims need %lld bytes "
                             "after the %zu-byte header", path, len, (long long)need, hdr);

@@ -228,6 +228,47 @@ static int64_t position_room(const ut_config *cfg, const ut_model *m) {
     return r->ne[0] - pad - 1;
 }
 
+/* The image models against the images (idx_images: x is (C, H, W)): cnn
+ * takes image_size and in_channels from them unless given, and a given
+ * size or mlp's first size that does not match is refused here, naming the
+ * files, instead of failing as a linear layer's shape in the first step. */
+static int match_images(const ut_config *cfg, const ut_dataset *data, ut_kv *opts, char *err, size_t n) {
+    if (!data || strcmp(cfg->data_name, "idx_images") || data->x_ndim != 3) return 0;
+    int64_t C = data->x_ne[0], H = data->x_ne[1], W = data->x_ne[2];
+    char num[32];
+    if (!strcmp(cfg->model_name, "mlp")) {
+        long long sizes[64];
+        int count = 0;
+        char why[256];
+        if (ut_kv_get(opts, "sizes") && ut_kv_ints(opts, "sizes", sizes, 64, &count, why, sizeof why))
+            return 0; /* a malformed list: the model reports it */
+        long long first = count ? (long long)sizes[0] : 784; /* mlp's default sizes start at 784 */
+        if (first != C * H * W)
+            return ut_errorf(err, n, "model.sizes: the first size (the input) is %lld, but %s holds %lldx%lld "
+                                     "images (%lld inputs): start model.sizes with %lld",
+                             first, cfg->train_images, (long long)H, (long long)W, (long long)(C * H * W),
+                             (long long)(C * H * W));
+    } else if (!strcmp(cfg->model_name, "cnn")) {
+        if (H != W)
+            return ut_errorf(err, n, "model cnn takes square images; %s holds %lldx%lld images", cfg->train_images,
+                             (long long)H, (long long)W);
+        const char *keys[2] = {"image_size", "in_channels"};
+        int64_t have[2] = {H, C};
+        for (int k = 0; k < 2; k++) {
+            const char *v = ut_kv_get(opts, keys[k]);
+            if (v && atoll(v) != have[k])
+                return ut_errorf(err, n, "model.%s: %s, but %s holds %lldx%lld images with %lld channel(s): set "
+                                         "model.%s: %lld or remove it", keys[k], v, cfg->train_images,
+                                 (long long)H, (long long)W, (long long)C, keys[k], (long long)have[k]);
+            if (!v) {
+                snprintf(num, sizeof num, "%lld", (long long)have[k]);
+                ut_kv_set(opts, keys[k], num);
+            }
+        }
+    }
+    return 0;
+}
+
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
@@ -281,6 +322,10 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
             ut_kv_free(opts);
             return NULL;
         }
+    }
+    if (match_images(cfg, data, opts, err, n)) {
+        ut_kv_free(opts);
+        return NULL;
     }
     char why[512];
     ut_model *m = ut_model_create(cfg->model_name, opts, (uint64_t)cfg->seed, why, sizeof why);
