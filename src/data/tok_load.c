@@ -442,6 +442,14 @@ static bool load_vocab_txt(ut_tokenizer *t, const char *path, char *err, size_t 
     size_t len;
     char *buf = (char *)ut__read_file(path, &len, err, n);
     if (!buf) return false;
+    int64_t bad = ut__utf8_check(buf, len); /* a token that is not text could never match one */
+    if (bad >= 0) {
+        int64_t line = 1;
+        for (int64_t i = 0; i < bad; i++) line += buf[i] == '\n';
+        ut_free(buf);
+        return ERRF("%s: line %lld, byte offset %lld: not valid UTF-8 (a vocab.txt is UTF-8 text, one token a line)",
+                    path, (long long)line, (long long)bad);
+    }
     t->kind = UT__TOK_WORDPIECE;
     int64_t id = 0;
     bool ok = true;

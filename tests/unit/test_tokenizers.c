@@ -446,6 +446,8 @@ static void test_bad_files(void) {
     expect_load_error(v, v, "line 6: token \"hello\" appears twice");
     write_text(v, "[PAD]\nhello\n");
     expect_load_error(v, v, "no [UNK]");
+    write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\ncaf\xe9\n"); /* Latin-1, not UTF-8 */
+    expect_load_error(v, v, "line 5, byte offset 27: not valid UTF-8");
     mkdir(tmp("bpe"), 0755);
     write_text(tmp("bpe/vocab.json"), "{\"a\": 0, \"b\": 1}");
     write_text(tmp("bpe/merges.txt"), "#version: 0.2\na b\n");
