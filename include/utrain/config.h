@@ -68,9 +68,11 @@ typedef struct {
     bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
                                     positive eval_interval / save_interval makes
                                     the strategy steps; not keys of their own */
-    char seed_recipe[192];       /* what loading a file in the seed's parameters.yml layout
+    char seed_recipe[320];       /* what loading a file in the seed's parameters.yml layout
                                     set to the seed's recipe (the keys the file left out),
                                     for the run summary; empty otherwise; not a key */
+    bool one_process;            /* the seed's is_distributed: False (one process,
+                                    DataParallel over its gpus); not a key of its own */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */

@@ -274,6 +274,8 @@ int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, s
     const char *strategy;
     int cf = ut_cfg_compat(c, key, value, err, n);
     if (cf) return cf < 0 ? -1 : 0;
+    int one;
+    if (!strcmp(key, "is_distributed") && truthy(value, &one)) c->one_process = !one;
     int sf = seed_flag(key, value, &strategy, err, n);
     if (sf < 0) return -1;
     if (sf > 0) return *strategy ? ut_cfg_assign(c, "dist.strategy", strategy, err, n) : 0;

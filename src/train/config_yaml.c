@@ -260,6 +260,30 @@ static int seed_recipe(loader *ld) {
     return 0;
 }
 
+/* The seed's is_distributed: False with gpus: N > 1 runs one process with
+ * DataParallel, which splits each batch of batch_size over the N devices:
+ * utrain's dp strategy with N workers of batch_size / N each (the same
+ * global batch). */
+static int seed_data_parallel(loader *ld) {
+    ut_config *c = ld->c;
+    int64_t N = c->nproc_per_node;
+    if (!c->one_process || N < 2 || strcmp(c->dist_strategy, "ddp")) return 0;
+    if (c->batch_size % N)
+        return ut_errorf(ld->err, ld->n, "%s: is_distributed: False with gpus: %lld is one process whose "
+                                         "DataParallel splits each batch over %lld workers, but batch_size %lld does "
+                                         "not split evenly: make it a multiple of %lld",
+                         ld->path, (long long)N, (long long)N, (long long)c->batch_size, (long long)N);
+    char msg[256], b[32];
+    snprintf(b, sizeof b, "%lld", (long long)(c->batch_size / N));
+    if (ut_cfg_assign(c, "dist.strategy", "dp", msg, sizeof msg) || ut_cfg_assign(c, "train.batch_size", b, msg, sizeof msg))
+        return ut_errorf(ld->err, ld->n, "%s: %s", ld->path, msg);
+    size_t len = strlen(c->seed_recipe);
+    snprintf(c->seed_recipe + len, sizeof c->seed_recipe - len,
+             "%sis_distributed: False with gpus: %lld: one process, DataParallel over %lld workers of batch %s "
+             "(dist.strategy: dp)", len ? "; " : "", (long long)N, (long long)N, b);
+    return 0;
+}
+
 int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -273,6 +297,7 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     yaml_parser_set_input_file(&ld.p, f);
     int rc = load_stream(&ld);
     if (!rc && ld.seed_layout) rc = seed_recipe(&ld);
+    if (!rc) rc = seed_data_parallel(&ld);
     if (!rc && ld.nseen == 0)
         rc = ut_errorf(err, n, "%s: no keys (the file is empty, holds only comments or is {}): give at "
                        "least model.name and the data.* paths (see configs/*.yml)", path);

@@ -493,6 +493,23 @@ static void test_seed_keys(void) {
                      "directory as save_pretrained writes it: config.json, model.safetensors)");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
+    /* is_distributed: False with gpus: 2 is the seed's one process with DataParallel over the batch */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n    is_distributed: False\n    batch_size: 32\n"
+                        "dist-params:\n    gpus: 2\n") == 0 &&
+              !strcmp(c.dist_strategy, "dp") && c.batch_size == 16 && c.nproc_per_node == 2 &&
+              strstr(c.seed_recipe, "DataParallel over 2 workers of batch 16"),
+          "is_distributed False, gpus 2: %s batch %lld (%s) %s", c.dist_strategy, (long long)c.batch_size,
+          c.seed_recipe, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n    is_distributed: False\n    batch_size: 32\n"
+                        "dist-params:\n    gpus: 1\n") == 0 && !strcmp(c.dist_strategy, "ddp") && c.batch_size == 32,
+          "is_distributed False, gpus 1: plain training: %s %s", c.dist_strategy, err);
+    ut_config_free(&c);
+    check_load_error("transformers-params:\n    is_distributed: False\n    batch_size: 30\ndist-params:\n    gpus: 4\n",
+                     " is_distributed: False with gpus: 4 is one process whose DataParallel splits each batch over 4 "
+                     "workers, but batch_size 30 does not split evenly: make it a multiple of 4");
     /* use_max_length: either value (truncation to max_len; padding does not change the outputs) */
     ut_config_init(&c);
     CHECK(load_text(&c, "data-params:\n    use_max_length: False\n") == 0, "use_max_length: False: %s", err);
