@@ -334,6 +334,16 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         snprintf(err, n, "model: %s", why);
         return NULL;
     }
+    /* recomputing activations is done block by block: the transformers have blocks */
+    static const char *const blocked[] = {"gpt2", "bert", "roberta", "bart"};
+    bool has_blocks = false;
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) has_blocks |= !strcmp(cfg->model_name, blocked[i]);
+    if (cfg->checkpoint_activations && !has_blocks) {
+        snprintf(err, n, "train.checkpoint_activations: model %s has no transformer blocks to recompute "
+                         "(it applies to gpt2, bert, roberta and bart); remove it", cfg->model_name);
+        ut_model_free(m);
+        return NULL;
+    }
     m->checkpoint_activations = cfg->checkpoint_activations;
     /* bert, roberta, bart: every example must fit the learned positions */
     int64_t room = strcmp(cfg->data_name, "tsv_text") ? 0 : position_room(cfg, m);

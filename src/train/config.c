@@ -126,7 +126,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.grad_clip", .type = UT_CFG_FLOAT, AT(grad_clip), .def = "0", GE(0),
      .hashed = true, .doc = "clip the gradient 2-norm to this (0: off)"},
     {.key = "train.checkpoint_activations", .type = UT_CFG_BOOL, AT(checkpoint_activations),
-     .def = "false", .doc = "recompute activations in backward to save memory"},
+     .def = "false", .doc = "recompute each transformer block's activations in backward to save memory (gpt2, bert, roberta, bart; refused for the others)"},
     {.key = "train.precision", .type = UT_CFG_ENUM, AT(precision), .def = "fp32",
      .values = precisions,
      .doc = "matmuls, convolutions and attention in bf16 or fp16 with fp32 accumulation (autocast); fp32 master weights (docs/training.md)"},

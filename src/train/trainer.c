@@ -392,6 +392,8 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (c->checkpoint_activations)
+        ut_say(&t->log, "  Activation checkpointing = on (each block's activations are recomputed in backward)\n");
     if (c->seed_recipe[0])
         ut_say(&t->log, "  The seed's recipe (a parameters.yml layout that does not say otherwise): %s\n",
                c->seed_recipe);

@@ -156,6 +156,12 @@ static void test_demo_huge_batch(void) {
     free(s);
 }
 
+/* checkpoint_activations on a model without blocks is refused, not ignored */
+static void test_checkpoint_activations_without_blocks(void) {
+    expect_train_error("train.checkpoint_activations=true",
+                       "train.checkpoint_activations: model bow has no transformer blocks to recompute");
+}
+
 static void test_tsv_huge_label(void) {
     write_text(path_in("huge.tsv"), "sentence\tlabel\ngood\t1\nbad\t0\nodd\t2000000000\n");
     expect_train_error(kv("data.train_path", path_in("huge.tsv")),
@@ -432,6 +438,7 @@ int main(int argc, char **argv) {
     RUN(test_tsv_nul_byte);
     RUN(test_fifo_is_refused_not_waited_on);
     RUN(test_idx_images_against_the_model);
+    RUN(test_checkpoint_activations_without_blocks);
     RUN(test_demo_huge_batch);
     RUN(test_tsv_huge_label);
     RUN(test_tsv_label_hole);
