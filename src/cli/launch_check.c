@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "launch_check.h"
 
@@ -53,12 +54,15 @@ static void host_list(char *buf, size_t n, const char *master, long nodes, long 
     }
 }
 
+/* The printed mpirun line must run as it is: OpenMPI refuses root without this. */
+static const char *as_root(void) { return geteuid() == 0 ? " --allow-run-as-root" : ""; }
+
 static void mpirun_line(char *buf, size_t n, const char *master, long nodes, long per, const char *cmd,
                         int argc, char **argv) {
     char hosts[256], rest[1024];
     host_list(hosts, sizeof hosts, master, nodes, per);
     command_line(rest, sizeof rest, cmd, argc, argv, "");
-    snprintf(buf, n, "mpirun -np %ld --host %s --bind-to none %s", nodes * per, hosts, rest);
+    snprintf(buf, n, "mpirun -np %ld --host %s --bind-to none%s %s", nodes * per, hosts, as_root(), rest);
 }
 
 // --- srun without MPI support
@@ -101,8 +105,8 @@ static int check_torchrun(const char *cmd, int argc, char **argv, char *msg, siz
     } else {
         char rest[1024];
         command_line(rest, sizeof rest, cmd, argc, argv, "");
-        snprintf(line, sizeof line, "mpirun -np %ld --host %s:K,NODE1:K,... --bind-to none %s", world,
-                 master, rest);
+        snprintf(line, sizeof line, "mpirun -np %ld --host %s:K,NODE1:K,... --bind-to none%s %s", world,
+                 master, as_root(), rest);
     }
     snprintf(msg, n,
              "this process was started by torchrun or a launcher like it (RANK=%s, WORLD_SIZE=%ld, "

@@ -145,7 +145,8 @@ static void test_torchrun_two_nodes(void) {
                                            "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", NULL});
     CHECK(rc == 1, "exit %d", rc);
     char want[700];
-    snprintf(want, sizeof want, "\n  mpirun -np 8 --host 10.0.0.1:4,NODE1:4 --bind-to none utrain train %s\n", cfg);
+    snprintf(want, sizeof want, "\n  mpirun -np 8 --host 10.0.0.1:4,NODE1:4 --bind-to none%s utrain train %s\n",
+             geteuid() == 0 ? " --allow-run-as-root" : "", cfg);
     CHECK(output_has("tr2", want), "the command");
     CHECK(output_has("tr2", "NODEi: the address of node i"), "the note");
 }
@@ -173,7 +174,8 @@ static void test_seed_node_by_node(void) {
     CHECK(rc == 1, "exit %d", rc);
     CHECK(output_has("nodes", "dist.nodes is 2 (this is node 1, node 0 at 10.0.0.1:1234)"), "why");
     char want[700];
-    snprintf(want, sizeof want, "\n  mpirun -np 4 --host 10.0.0.1:2,NODE1:2 --bind-to none utrain train %s\n", cfg);
+    snprintf(want, sizeof want, "\n  mpirun -np 4 --host 10.0.0.1:2,NODE1:2 --bind-to none%s utrain train %s\n",
+             geteuid() == 0 ? " --allow-run-as-root" : "", cfg); /* runnable verbatim, also as root */
     CHECK(output_has("nodes", want), "the command");
     CHECK(output_has("nodes", "Start nothing on this node."), "node 1");
     CHECK(!exists(tmp, "nodes"), "the refused process made its run directory");
