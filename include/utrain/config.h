@@ -73,6 +73,8 @@ typedef struct {
                                     for the run summary; empty otherwise; not a key */
     bool one_process;            /* the seed's is_distributed: False (one process,
                                     DataParallel over its gpus); not a key of its own */
+    unsigned seed_sharding;      /* the seed's fairscale flags true in the file being
+                                    loaded: 1 optimizer sharding, 2 model sharding */
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */

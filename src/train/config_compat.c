@@ -101,9 +101,14 @@ static int empty_only(const char *key, const char *v, const char *why, char *err
 /* The seed's boolean flags: mapped onto dist.* and precision. */
 static int seed_bool(ut_config *c, const char *key, bool on, char *err, size_t n) {
     if (!strcmp(key, "use_native_fp16")) return on ? assign(c, "train.precision", "fp16", err, n) : 1;
-    if (!strcmp(key, "use_fairscale_optimizer_sharding")) /* ShardedDDP + OSS: grads and state sharded */
+    if (!strcmp(key, "use_fairscale_optimizer_sharding")) { /* ShardedDDP + OSS: grads and state sharded */
+        c->seed_sharding = on ? c->seed_sharding | 1u : c->seed_sharding & ~1u;
         return on ? assign(c, "dist.strategy", "zero2", err, n) : 1;
-    if (!strcmp(key, "use_fairscale_model_sharding")) return on ? assign(c, "dist.strategy", "zero3", err, n) : 1;
+    }
+    if (!strcmp(key, "use_fairscale_model_sharding")) {
+        c->seed_sharding = on ? c->seed_sharding | 2u : c->seed_sharding & ~2u;
+        return on ? assign(c, "dist.strategy", "zero3", err, n) : 1;
+    }
     if (!strcmp(key, "use_fairscale_autowrap")) return assign(c, "dist.wrap", on ? "block" : "model", err, n);
     if (!strcmp(key, "use_fairscale_reshard_forward"))
         return assign(c, "dist.reshard_after_forward", on ? "true" : "false", err, n);
@@ -214,7 +219,7 @@ const char *const ut_cfg_compat_doc =
     "| `data_dir` | a directory (`~/` is `$HOME`) | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path` |\n"
     "| `is_dev_file` | true / false | nothing / `train.eval_strategy: no` |\n"
     "| `use_fairscale_optimizer_sharding` | true / false | `dist.strategy: zero2` (fairscale's ShardedDDP with OSS shards gradients and optimizer state) / nothing |\n"
-    "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing |\n"
+    "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing (true together with `use_fairscale_optimizer_sharding: True` in one file is refused, as the seed says to set one) |\n"
     "| `use_fairscale_autowrap` | true / false | `dist.wrap: block` (a unit per block) / `dist.wrap: model` (the model is one unit, as FSDP without auto_wrap) |\n"
     "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
     "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"

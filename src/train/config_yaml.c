@@ -292,12 +292,18 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     }
     ut_config copy = *c;
     copy.model_opts = kv_copy(c->model_opts);
+    copy.seed_sharding = 0; /* this file's flags */
     loader ld = {.path = path, .c = &copy, .err = err, .n = n};
     if (!yaml_parser_initialize(&ld.p)) ut_abort(__FILE__, __LINE__, "yaml_parser_initialize failed");
     yaml_parser_set_input_file(&ld.p, f);
     int rc = load_stream(&ld);
     if (!rc && ld.seed_layout) rc = seed_recipe(&ld);
     if (!rc) rc = seed_data_parallel(&ld);
+    if (!rc && copy.seed_sharding == 3u) /* the seed's comments: one or the other */
+        rc = ut_errorf(err, n, "%s: use_fairscale_optimizer_sharding and use_fairscale_model_sharding are both "
+                               "True: the seed shards the optimizer alone (optimizer sharding: dist.strategy zero2) "
+                               "or everything (model sharding with optimizer sharding False: zero3); set one of "
+                               "them False", path);
     if (!rc && ld.nseen == 0)
         rc = ut_errorf(err, n, "%s: no keys (the file is empty, holds only comments or is {}): give at "
                        "least model.name and the data.* paths (see configs/*.yml)", path);

@@ -493,6 +493,12 @@ static void test_seed_keys(void) {
                      "directory as save_pretrained writes it: config.json, model.safetensors)");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
+    /* both fairscale shardings true in one file: the seed says one or the other */
+    check_load_error("transformers-params:\n    use_fairscale_optimizer_sharding: True\n"
+                     "    use_fairscale_model_sharding: True\n",
+                     " use_fairscale_optimizer_sharding and use_fairscale_model_sharding are both True: the seed "
+                     "shards the optimizer alone (optimizer sharding: dist.strategy zero2) or everything (model "
+                     "sharding with optimizer sharding False: zero3); set one of them False");
     /* is_distributed: False with gpus: 2 is the seed's one process with DataParallel over the batch */
     ut_config_init(&c);
     CHECK(load_text(&c, "transformers-params:\n    is_distributed: False\n    batch_size: 32\n"
