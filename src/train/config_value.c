@@ -290,7 +290,7 @@ int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, s
     }
     const ut_cfg_key *k = ut_cfg_find(canon);
     if (!k) {
-        char hint[160];
+        char hint[400];
         ut_cfg_suggest(key, hint, sizeof hint);
         snprintf(err, n, "%s: unknown key%s", key, hint);
         return -1;
@@ -388,7 +388,28 @@ static int distance(const char *key, const char *cand) {
 
 /* Candidates: keys, aliases and section names; a suggestion must be within
  * 1 + len/3 edits, so short nonsense gets none. */
+/* A DeepSpeed JSON block pasted into the YAML (zero_optimization: {stage: 2}):
+ * its keys belong in the JSON file that deepspeed_config reads. */
+static bool deepspeed_hint(const char *key, char *buf, size_t n) {
+    static const char *const tops[] = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+                                       "gradient_clipping", "optimizer", "scheduler", "fp16", "bf16",
+                                       "zero_allow_untested_optimizer", "steps_per_print", "wall_clock_breakdown",
+                                       "activation_checkpointing"};
+    size_t top = strcspn(key, ".");
+    for (size_t i = 0; i < sizeof tops / sizeof tops[0]; i++) {
+        if (strlen(tops[i]) != top || strncmp(key, tops[i], top)) continue;
+        snprintf(buf, n, " (a DeepSpeed setting: keep DeepSpeed's JSON in its own file and write "
+                         "deepspeed_config: FILE, which sets the utrain keys it means%s; docs/config.md)",
+                 !strcmp(key, "zero_optimization.stage") ? ", or write dist.strategy: zero1, zero2 or zero3 here"
+                 : !strcmp(key, "train_micro_batch_size_per_gpu") ? ", or write train.batch_size here"
+                 : !strcmp(key, "gradient_clipping") ? ", or write train.grad_clip here" : "");
+        return true;
+    }
+    return false;
+}
+
 void ut_cfg_suggest(const char *key, char *buf, size_t n) {
+    if (deepspeed_hint(key, buf, n)) return;
     const char *best = NULL;
     int best_d = 2 + (int)strlen(key) / 3;   /* suggestions must be nearer than this */
     int total = ut_cfg_nkeys + ut_cfg_naliases + ut_cfg_nsections;

@@ -198,7 +198,7 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
     if (entries || !*prefix || is_section(prefix) || ut_cfg_is_flat_section(prefix) ||
         ut_cfg_is_model_opt(prefix))
         return 0;
-    char hint[160];
+    char hint[400];
     ut_cfg_suggest(prefix, hint, sizeof hint);
     return fail(ld, line, "%s: unknown key%s", prefix, hint);
 }

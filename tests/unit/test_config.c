@@ -493,6 +493,11 @@ static void test_seed_keys(void) {
                      "directory as save_pretrained writes it: config.json, model.safetensors)");
     check_load_error("model_dir: /\n", "1: model_dir: '/' must end in a directory name (the run directory: "
                                         "output_dir/experiment_name)");
+    /* a pasted DeepSpeed block points at deepspeed_config and the utrain key */
+    check_load_error("zero_optimization:\n  stage: 2\n",
+                     "2: zero_optimization.stage: unknown key (a DeepSpeed setting: keep DeepSpeed's JSON in its own "
+                     "file and write deepspeed_config: FILE, which sets the utrain keys it means, or write "
+                     "dist.strategy: zero1, zero2 or zero3 here; docs/config.md)");
     /* both fairscale shardings true in one file: the seed says one or the other */
     check_load_error("transformers-params:\n    use_fairscale_optimizer_sharding: True\n"
                      "    use_fairscale_model_sharding: True\n",
