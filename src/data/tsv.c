@@ -88,6 +88,17 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
     return 0;
 }
 
+/* The seed's files (sentiment-train, read with pandas' header=None) have no
+ * header: a first line of two fields, the second an integer, is an example
+ * of (sentence, label), not a header naming columns. */
+static bool headerless(const char *line) {
+    const char *tab = strchr(line, '\t');
+    if (!tab || tab == line || strchr(tab + 1, '\t')) return false;
+    const char *d = tab + 1;
+    size_t digits = strspn(d, "0123456789");
+    return digits > 0 && digits < 10 && !d[digits];
+}
+
 static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
     tsv_columns c = {0};
     int64_t lineno = 0;
@@ -97,7 +108,11 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
         size_t len = strlen(p);
         if (len && p[len - 1] == '\r') p[--len] = 0;
         lineno++;
-        if (lineno == 1) {
+        if (lineno == 1 && headerless(p)) {
+            c = (tsv_columns){.ncol = 2, .sentence = 0, .sentence2 = -1, .label = 1, .index = -1};
+            t->labeled = true;
+            if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
+        } else if (lineno == 1) {
             if (parse_header(path, p, &c, err, n)) return -1;
             t->labeled = c.label >= 0;
             t->has_index = c.index >= 0;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 #include "config_schema.h"
@@ -80,13 +81,20 @@ static int model_dir(ut_config *c, const char *key, const char *v, char *err, si
 static int data_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     static const char *const keys[] = {"data.train_path", "data.dev_path", "data.test_path"};
     static const char *const files[] = {"train.tsv", "dev.tsv", "test.tsv"};
+    static const char *const seed_files[] = {"sentiment-train", "sentiment-dev", "sentiment-test"};
     char path[UT_CFG_STR_MAX + 16], dir[UT_CFG_STR_MAX];
     if (!*v) return ut_errorf(err, n, "%s: must name the directory holding train.tsv, dev.tsv, test.tsv", key);
     if (home_path(key, v, dir, sizeof dir, err, n)) return -1;
     v = dir;
     if (assign(c, "data.name", "tsv_text", err, n) < 0) return -1;
+    /* the seed's own names (headerless: sentence, label) when there is no train.tsv */
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/train.tsv", v);
+    bool seed_names = stat(path, &sb) != 0;
+    snprintf(path, sizeof path, "%s/sentiment-train", v);
+    seed_names = seed_names && stat(path, &sb) == 0;
     for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", v, files[i]);
+        snprintf(path, sizeof path, "%s/%s", v, seed_names ? seed_files[i] : files[i]);
         if (assign(c, keys[i], path, err, n) < 0) return -1;
     }
     return 1;
@@ -216,7 +224,7 @@ const char *const ut_cfg_compat_doc =
     "refused with a message saying what to write instead.\n\n"
     "| key | value | becomes |\n|---|---|---|\n"
     "| `model_dir` | a directory (`~/` is `$HOME`) | the run directory: `output_dir` (its parent, `.` if none) and `experiment_name` (its last part) |\n"
-    "| `data_dir` | a directory (`~/` is `$HOME`) | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path` |\n"
+    "| `data_dir` | a directory (`~/` is `$HOME`) | `data.name: tsv_text` with `train.tsv`, `dev.tsv`, `test.tsv` in it as `data.*_path`, or the seed's `sentiment-train`, `sentiment-dev`, `sentiment-test` (headerless) when there is no `train.tsv` |\n"
     "| `is_dev_file` | true / false | nothing / `train.eval_strategy: no` |\n"
     "| `use_fairscale_optimizer_sharding` | true / false | `dist.strategy: zero2` (fairscale's ShardedDDP with OSS shards gradients and optimizer state) / nothing |\n"
     "| `use_fairscale_model_sharding` | true / false | `dist.strategy: zero3` / nothing (true together with `use_fairscale_optimizer_sharding: True` in one file is refused, as the seed says to set one) |\n"

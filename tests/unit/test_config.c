@@ -402,6 +402,25 @@ static void test_seed_parameters_file(void) {
           "data_dir: %s %s", c.data_name, c.train_path);
     CHECK(!strcmp(c.dist_strategy, "ddp") && !strcmp(c.dist_wrap, "model") && !c.reshard_after_forward,
           "fairscale flags: %s %s", c.dist_strategy, c.dist_wrap);
+    /* a data_dir holding the seed's own files (sentiment-train, -dev, -test) and no train.tsv */
+    char dir[] = "/tmp/ut_seed_data_XXXXXX", file[64], text[128];
+    if (mkdtemp(dir)) {
+        const char *names[3] = {"sentiment-train", "sentiment-dev", "sentiment-test"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+            FILE *f = fopen(file, "w");
+            if (f) fputs("a fine film\t1\n", f), fclose(f);
+        }
+        snprintf(text, sizeof text, "data-params:\n    data_dir: %s\n", dir);
+        snprintf(file, sizeof file, "%s/sentiment-train", dir);
+        CHECK(load_text(&c, text) == 0 && !strcmp(c.train_path, file) && strstr(c.test_path, "sentiment-test"),
+              "the seed's file names: %s %s", c.train_path, err);
+        for (int i = 0; i < 3; i++) {
+            snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+            unlink(file);
+        }
+        rmdir(dir);
+    }
     CHECK(c.nodes == 1 && c.nproc_per_node == 1 && c.current_node == 0 && c.master_port == 29500 &&
               !strcmp(c.master_addr, "127.0.0.1"), "dist-params");
     CHECK(c.epochs == 3 && c.batch_size == 16 && c.max_len == 32 && c.lr == 5e-3, "transformers-params");

@@ -441,7 +441,7 @@ static void test_tsv_errors(void) {
     expect_tsv_error("sentence\tlabel\ngood\t-1\n", v, ":2: bad label '-1'");
     expect_tsv_error("sentence\tlabel\ngood\t1\nok\t3\n", v, ":3: label 3 >= num_classes 3");
     expect_tsv_error("", v, "empty file");
-    expect_tsv_error("good\t1\n", v, ":1: no header");
+    expect_tsv_error("good\tyes\n", v, ":1: no header");
     expect_tsv_error("sentence\tlabel\n", v, "no examples after the header");
     ut_vocab_free(v);
     CHECK(!ut_vocab_build("word", tmp("bad.tsv"), 1, err, sizeof err) && strstr(err, "no examples"), "%s", err);
@@ -465,6 +465,7 @@ static void test_tsv_columns(void) {
         {"index\tsentence\n7\tthe cat\n40\ta dog\n", false, true},
         {"sentence\nthe cat\na dog\n", false, false},
         {"\xEF\xBB\xBFsentence\tlabel\nthe cat\t2\na dog\t1\n", true, false}, /* a UTF-8 BOM (Windows editors) */
+        {"the cat\t2\na dog\t1\n", true, false}, /* the seed's headerless sentence, label */
     };
     const int32_t cat[3] = {2, 3, 0}, dog[3] = {9, 4, 0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
