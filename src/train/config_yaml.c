@@ -260,27 +260,32 @@ static int seed_recipe(loader *ld) {
     return 0;
 }
 
-/* The seed's is_distributed: False with gpus: N > 1 runs one process with
- * DataParallel, which splits each batch of batch_size over the N devices:
- * utrain's dp strategy with N workers of batch_size / N each (the same
- * global batch). */
+/* The seed's is_distributed: False is one process whose batch_size is the
+ * whole batch of an optimizer step: its loader takes batch_size /
+ * gradient_accumulation_steps examples at a time, and with gpus: N > 1
+ * DataParallel splits each of those over the N devices. utrain's dp
+ * strategy with N workers of batch_size / (accumulation x N) each gives
+ * the same global batch. */
 static int seed_data_parallel(loader *ld) {
     ut_config *c = ld->c;
-    int64_t N = c->nproc_per_node;
-    if (!c->one_process || N < 2 || strcmp(c->dist_strategy, "ddp")) return 0;
-    if (c->batch_size % N)
-        return ut_errorf(ld->err, ld->n, "%s: is_distributed: False with gpus: %lld is one process whose "
-                                         "DataParallel splits each batch over %lld workers, but batch_size %lld does "
-                                         "not split evenly: make it a multiple of %lld",
-                         ld->path, (long long)N, (long long)N, (long long)c->batch_size, (long long)N);
+    int64_t N = c->nproc_per_node, A = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
+    if (!c->one_process || N * A < 2 || strcmp(c->dist_strategy, "ddp")) return 0;
+    if (c->batch_size % (N * A))
+        return ut_errorf(ld->err, ld->n, "%s: is_distributed: False makes batch_size %lld the whole batch of a "
+                                         "step, split over gradient_accumulation_steps %lld and gpus %lld, but it "
+                                         "does not split evenly: make it a multiple of %lld",
+                         ld->path, (long long)c->batch_size, (long long)A, (long long)N, (long long)(N * A));
     char msg[256], b[32];
-    snprintf(b, sizeof b, "%lld", (long long)(c->batch_size / N));
-    if (ut_cfg_assign(c, "dist.strategy", "dp", msg, sizeof msg) || ut_cfg_assign(c, "train.batch_size", b, msg, sizeof msg))
+    snprintf(b, sizeof b, "%lld", (long long)(c->batch_size / (N * A)));
+    if ((N > 1 && ut_cfg_assign(c, "dist.strategy", "dp", msg, sizeof msg)) ||
+        ut_cfg_assign(c, "train.batch_size", b, msg, sizeof msg))
         return ut_errorf(ld->err, ld->n, "%s: %s", ld->path, msg);
     size_t len = strlen(c->seed_recipe);
     snprintf(c->seed_recipe + len, sizeof c->seed_recipe - len,
-             "%sis_distributed: False with gpus: %lld: one process, DataParallel over %lld workers of batch %s "
-             "(dist.strategy: dp)", len ? "; " : "", (long long)N, (long long)N, b);
+             "%sis_distributed: False: one process; a step's batch of %lld is %lld accumulation step(s) x %lld "
+             "worker(s) x %s%s",
+             len ? "; " : "", (long long)(c->batch_size * N * A), (long long)A, (long long)N, b,
+             N > 1 ? " (DataParallel: dist.strategy dp)" : "");
     return 0;
 }
 

@@ -528,7 +528,7 @@ static void test_seed_keys(void) {
     CHECK(load_text(&c, "transformers-params:\n    is_distributed: False\n    batch_size: 32\n"
                         "dist-params:\n    gpus: 2\n") == 0 &&
               !strcmp(c.dist_strategy, "dp") && c.batch_size == 16 && c.nproc_per_node == 2 &&
-              strstr(c.seed_recipe, "DataParallel over 2 workers of batch 16"),
+              strstr(c.seed_recipe, "a step's batch of 32 is 1 accumulation step(s) x 2 worker(s) x 16 (DataParallel"),
           "is_distributed False, gpus 2: %s batch %lld (%s) %s", c.dist_strategy, (long long)c.batch_size,
           c.seed_recipe, err);
     ut_config_free(&c);
@@ -538,8 +538,15 @@ static void test_seed_keys(void) {
           "is_distributed False, gpus 1: plain training: %s %s", c.dist_strategy, err);
     ut_config_free(&c);
     check_load_error("transformers-params:\n    is_distributed: False\n    batch_size: 30\ndist-params:\n    gpus: 4\n",
-                     " is_distributed: False with gpus: 4 is one process whose DataParallel splits each batch over 4 "
-                     "workers, but batch_size 30 does not split evenly: make it a multiple of 4");
+                     " is_distributed: False makes batch_size 30 the whole batch of a step, split over "
+                     "gradient_accumulation_steps 1 and gpus 4, but it does not split evenly: make it a multiple of 4");
+    /* one device, accumulation 2: the seed's loader takes batch_size / 2 at a time */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "transformers-params:\n    is_distributed: False\n    batch_size: 32\n"
+                        "    gradient_accumulation_steps: 2\n") == 0 &&
+              !strcmp(c.dist_strategy, "ddp") && c.batch_size == 16 && c.gradient_accumulation_steps == 2,
+          "is_distributed False, accumulation 2: %s batch %lld %s", c.dist_strategy, (long long)c.batch_size, err);
+    ut_config_free(&c);
     /* use_max_length: either value (truncation to max_len; padding does not change the outputs) */
     ut_config_init(&c);
     CHECK(load_text(&c, "data-params:\n    use_max_length: False\n") == 0, "use_max_length: False: %s", err);
