@@ -4,8 +4,10 @@
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,6 +103,16 @@ int ut_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(p
  * open would block until something writes to it). Every data file,
  * checkpoint and weights file is opened through it. */
 int ut_open_regular(const char *path, char *err, size_t n);
+/* Opens path for writing a file utrain owns (run directory, export
+ * directory): O_APPEND when append, else truncated; created 0666 less the
+ * umask. A symbolic link in the last component is refused, never written
+ * through ("PATH is a symbolic link: ..."), and so are FIFOs, sockets and
+ * directories; a regular file or a character device (/dev/null made with
+ * mknod) is opened. Returns a stdio stream, or NULL with the reason in err. */
+FILE *ut_fopen_write(const char *path, bool append, char *err, size_t n);
+/* The same check for a directory utrain writes into: 0 when path is a
+ * directory and not a symbolic link, else -1 with the reason in err. */
+int ut_check_own_dir(const char *path, char *err, size_t n);
 
 /* printf-style message into a thread-local buffer: for building error text. */
 const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -123,6 +123,44 @@ int ut_open_regular(const char *path, char *err, size_t n) {
     return fd;
 }
 
+static int refuse_link(const char *path, char *err, size_t n) {
+    return ut_errorf(err, n, "%s is a symbolic link: utrain does not write through links in the run and "
+                             "export directories it owns; remove the link (to keep runs on another disk, "
+                             "point output_dir there)", path);
+}
+
+FILE *ut_fopen_write(const char *path, bool append, char *err, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+                  0666);
+    if (fd < 0) {
+        struct stat st;
+        if (errno == ELOOP || (!lstat(path, &st) && S_ISLNK(st.st_mode))) return refuse_link(path, err, n), NULL;
+        if (errno == ENXIO) return ut_errorf(err, n, "%s: a FIFO or socket, not a file", path), NULL;
+        return ut_errorf(err, n, "%s: cannot open for writing: %s", path, strerror(errno)), NULL;
+    }
+    struct stat st;
+    int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) || flags < 0 ||
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
+        close(fd);
+        return ut_errorf(err, n, "%s: not a regular file", path), NULL;
+    }
+    FILE *f = fdopen(fd, append ? "a" : "w");
+    if (!f) {
+        close(fd);
+        ut_errorf(err, n, "%s: cannot open for writing: %s", path, strerror(errno));
+    }
+    return f;
+}
+
+int ut_check_own_dir(const char *path, char *err, size_t n) {
+    struct stat st;
+    if (lstat(path, &st)) return ut_errorf(err, n, "%s: %s", path, strerror(errno));
+    if (S_ISLNK(st.st_mode)) return refuse_link(path, err, n);
+    if (!S_ISDIR(st.st_mode)) return ut_errorf(err, n, "%s: not a directory", path);
+    return 0;
+}
+
 /* ---- xoshiro256** seeded through splitmix64 ---- */
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);

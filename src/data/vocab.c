@@ -257,8 +257,8 @@ static void write_tokens(const ut_vocab *v, FILE *f) {
 }
 
 int ut_vocab_save(const ut_vocab *v, const char *path, char *err, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ut_errorf(err, n, "%s: cannot create: %s", path, strerror(errno));
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
     write_tokens(v, f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) return ut_errorf(err, n, "%s: write failed", path);

@@ -267,8 +267,8 @@ static cJSON *base_config(const char *dir) {
 }
 
 static int write_text(const char *path, const char *text, char *err, size_t n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
     fputs(text, f);
     fputc('\n', f);
     if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
@@ -278,10 +278,10 @@ static int write_text(const char *path, const char *text, char *err, size_t n) {
 static int copy_file(const char *from, const char *to, char *err, size_t n) {
     FILE *a = fopen(from, "rb");
     if (!a) return 0; /* not there: nothing to copy */
-    FILE *b = fopen(to, "wb");
+    FILE *b = ut_fopen_write(to, false, err, n);
     if (!b) {
         fclose(a);
-        return ut_errorf(err, n, "%s: cannot write: %s", to, strerror(errno));
+        return -1;
     }
     char buf[65536];
     for (size_t got; (got = fread(buf, 1, sizeof buf, a)) > 0;) fwrite(buf, 1, got, b);

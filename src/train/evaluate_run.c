@@ -31,8 +31,8 @@ static int write_results(const char *dir, const char *split, const ut_eval_resul
                          bool predictions, const char *ckpt, int64_t step, char *err, size_t n) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s_results.json", dir, split);
-    FILE *f = fopen(path, "w");
-    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
     fprintf(f, "{\n");
     for (int i = 0; labeled && i < r->n; i++) {
         if (isfinite(r->values[i])) fprintf(f, "  \"%s\": %.9g,\n", r->names[i], r->values[i]);
@@ -66,8 +66,8 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
                              const double *logits, char *err, size_t n) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s_predictions.tsv", dir, split);
-    FILE *f = fopen(path, "w");
-    if (!f) return ut_errorf(err, n, "%s: cannot write: %s", path, strerror(errno));
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
     int64_t C = ds->num_classes;
     fprintf(f, "index\tprediction");
     for (int64_t c = 0; c < C; c++) fprintf(f, "\tprob_%lld", (long long)c);

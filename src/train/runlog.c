@@ -32,12 +32,11 @@ int ut_mkdirs(const char *path, char *err, size_t n) {
     return 0;
 }
 
-static FILE *open_in(const char *dir, const char *name, const char *mode, char *err, size_t n) {
+/* DIR/NAME opened for appending; a symbolic link planted there is refused. */
+static FILE *append_in(const char *dir, const char *name, char *err, size_t n) {
     char path[1280];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, mode);
-    if (!f) snprintf(err, n, "%s: cannot open: %s", path, strerror(errno));
-    return f;
+    return ut_fopen_write(path, true, err, n);
 }
 
 // --- the run directory's lock
@@ -61,8 +60,15 @@ static void lock_holder(int fd, char *buf, size_t n) {
 static int lock_run_dir(ut_runlog *rl, char *err, size_t n) {
     char path[1280], who[320], host[256] = "";
     snprintf(path, sizeof path, "%s/.lock", rl->dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 && !lstat(path, &st) && S_ISLNK(st.st_mode))
+        return ut_check_own_dir(path, err, n); /* names the planted link */
     if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ut_errorf(err, n, "%s: not a regular file; the run directory's lock must be one: remove it", path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         lock_holder(fd, who, sizeof who);
@@ -116,8 +122,20 @@ static long last_line_end(FILE *f, long size) {
 static int drop_torn_line(const char *dir, char *err, size_t n) {
     char path[1280];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r+b");
-    if (!f) return 0; /* none yet */
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 && errno == ENOENT) return 0; /* none yet */
+    if (fd < 0 && !lstat(path, &st) && S_ISLNK(st.st_mode)) return ut_check_own_dir(path, err, n);
+    if (fd < 0) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd); /* a device (or a FIFO, refused when it is opened for appending) has no torn line */
+        return 0;
+    }
+    FILE *f = fdopen(fd, "r+b");
+    if (!f) {
+        close(fd);
+        return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    }
     int rc = 0;
     long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f), keep = size;
     char last = 0;
@@ -157,15 +175,15 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
     const char *subs[] = {"logger_logs", "checkpoints", "tensorboard"};
     for (int i = 0; i < 3; i++) {
         snprintf(sub, sizeof sub, "%s/%s", rl->dir, subs[i]);
-        if (ut_mkdirs(sub, err, n)) return -1;
+        if (ut_mkdirs(sub, err, n) || ut_check_own_dir(sub, err, n)) return -1;
     }
     if (training && lock_collective(rl, err, n)) return -1;
     char name[64];
     snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
-    if (!(rl->log = open_in(rl->dir, name, "a", err, n))) return -1;
+    if (!(rl->log = append_in(rl->dir, name, err, n))) return -1;
     if (rank == 0 && training) {
         if (drop_torn_line(rl->dir, err, n) ||
-            !(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n)))
+            !(rl->metrics = append_in(rl->dir, "metrics.jsonl", err, n)))
             return -1;
         snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
         if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
@@ -178,14 +196,14 @@ int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n) {
     char path[1280], tmp[1300];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rl->dir);
     snprintf(tmp, sizeof tmp, "%s/metrics.jsonl.tmp", rl->dir);
-    struct stat sb; /* a FIFO, device or link to one (a test's /dev/full) is left alone */
-    if (stat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
+    struct stat sb; /* a device (a test's /dev/full) is left alone; a link was refused at open */
+    if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
     FILE *in = fopen(path, "rb");
     if (!in) return ut_errorf(err, n, "%s: cannot open: %s", path, strerror(errno));
-    FILE *out = fopen(tmp, "wb");
+    FILE *out = ut_fopen_write(tmp, false, err, n);
     if (!out) {
         fclose(in);
-        return ut_errorf(err, n, "%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
     }
     char *line = NULL;
     size_t cap = 0;
@@ -211,7 +229,7 @@ int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n) {
     fclose(rl->metrics);
     rl->metrics = NULL;
     if (rename(tmp, path)) return ut_errorf(err, n, "%s: cannot replace it: %s", path, strerror(errno));
-    if (!(rl->metrics = open_in(rl->dir, "metrics.jsonl", "a", err, n))) return -1;
+    if (!(rl->metrics = append_in(rl->dir, "metrics.jsonl", err, n))) return -1;
     ut_note(rl, "metrics.jsonl: dropped %ld lines of steps after %lld (trained after the checkpoint and "
                 "lost with that run; trained again now)\n",
             dropped, (long long)step);

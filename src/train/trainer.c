@@ -929,8 +929,9 @@ static int has_checkpoints(const char *run_dir) {
 static int write_resolved_config(ut_trainer *t) {
     char path[1280];
     snprintf(path, sizeof path, "%s/config.yml", t->log.dir);
-    FILE *f = fopen(path, "w");
-    if (!f || ut_config_write(t->cfg, f) || fclose(f)) {
+    FILE *f = ut_fopen_write(path, false, t->err, sizeof t->err);
+    if (!f) return -1;
+    if (ut_config_write(t->cfg, f) | fclose(f)) {
         snprintf(t->err, sizeof t->err, "%s: cannot write the resolved config", path);
         return -1;
     }

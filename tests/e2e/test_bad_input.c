@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -318,13 +319,21 @@ static void test_torn_metrics_line(void) {
     free(m);
 }
 
+/* Puts a full-disk device where path was: a node like /dev/full (writes fail
+ * with ENOSPC), not a link to it, since links are refused. Needs CAP_MKNOD. */
+static bool plant_full_disk(const char *path) {
+    unlink(path);
+    if (mknod(path, S_IFCHR | 0666, makedev(1, 7)) == 0) return true;
+    printf("  skipped: mknod %s: needs CAP_MKNOD (root)\n", path);
+    return false;
+}
+
 /* metrics.jsonl failing to write is reported once, and training goes on */
 static void test_metrics_write_fails_once(void) {
     char *s;
     CHECK(tp_run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "train.max_steps=1", NULL},
                  path_in("out.txt")) == 0, "first run failed");
-    unlink(path_in("runs/full/metrics.jsonl"));
-    CHECK(symlink("/dev/full", path_in("runs/full/metrics.jsonl")) == 0, "symlink");
+    if (!plant_full_disk(path_in("runs/full/metrics.jsonl"))) return;
     int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
                                   "--set", "train.log_interval=1", "--set", "train.max_steps=6", NULL}, &s);
     CHECK(rc == 0 && s && count(s, "metrics.jsonl failed") == 1 && strstr(s, "Training done") &&
@@ -332,14 +341,58 @@ static void test_metrics_write_fails_once(void) {
           "exit %d: %s", rc, s);
     free(s);
     /* the log file too: reported once, naming what is left */
-    unlink(path_in("runs/full/logger_logs/training_0.log"));
-    CHECK(symlink("/dev/full", path_in("runs/full/logger_logs/training_0.log")) == 0, "symlink");
+    if (!plant_full_disk(path_in("runs/full/logger_logs/training_0.log"))) return;
     rc = run((const char *[]){"train", cfg, "--set", "experiment_name=full", "--set", "continue_training=true",
                               "--set", "train.log_interval=1", "--set", "train.max_steps=9", NULL}, &s);
     CHECK(rc == 0 && s && count(s, "training_0.log failed") == 1 && strstr(s, "Training done") &&
               strstr(s, "it stops there, the console, TensorBoard go on"),
           "exit %d: %s", rc, s);
     free(s);
+}
+
+/* A symbolic link planted in a run directory is refused, naming it, and the
+ * file it points to is left as it was: the run's own files (log, metrics,
+ * lock, resolved config, results), its subdirectories, and the temporary
+ * file of a metrics rewind. */
+static void test_planted_links_refused(void) {
+    char *s;
+    CHECK(tp_run((const char *[]){"train", cfg, "--set", "experiment_name=links", "--set", "train.max_steps=2",
+                                  NULL}, path_in("out.txt")) == 0, "first run failed");
+    write_text(path_in("victim.txt"), "keep me\n");
+    const char *files[] = {"metrics.jsonl", "logger_logs/training_0.log", ".lock", "config.yml",
+                           "metrics.jsonl.tmp", "checkpoints", "tensorboard", "logger_logs"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char rel[300], moved[300];
+        snprintf(rel, sizeof rel, "runs/links/%s", files[i]);
+        snprintf(moved, sizeof moved, "runs/links/%s.saved", files[i]);
+        bool dir = i >= 5;
+        if (dir) CHECK(rename(path_in(rel), path_in(moved)) == 0, "%s: rename", rel);
+        else unlink(path_in(rel));
+        CHECK(symlink(path_in("victim.txt"), path_in(rel)) == 0, "symlink %s", rel);
+        /* a resume that would rewind metrics.jsonl: the first run went to step 2 */
+        int rc = run((const char *[]){"train", cfg, "--set", "experiment_name=links", "--set",
+                                      "continue_training=true", "--set", "train.max_steps=4", NULL}, &s);
+        char want[400];
+        snprintf(want, sizeof want, "%s is a symbolic link", files[i]);
+        if (!strcmp(files[i], "metrics.jsonl.tmp"))
+            CHECK(rc == 0 || (rc == 1 && s && strstr(s, want)), "%s: exit %d: %s", rel, rc, s);
+        else
+            CHECK(rc == 1 && s && strstr(s, want), "%s: exit %d: %s", rel, rc, s);
+        free(s);
+        char *v = tp_slurp(path_in("victim.txt"));
+        CHECK(v && !strcmp(v, "keep me\n"), "%s: the link's target was written: %s", rel, v);
+        free(v);
+        unlink(path_in(rel));
+        if (dir) CHECK(rename(path_in(moved), path_in(rel)) == 0, "%s: rename back", rel);
+    }
+    /* evaluation's results file, and the export directory */
+    CHECK(symlink(path_in("victim.txt"), path_in("runs/links/dev_results.json")) == 0, "symlink");
+    int rc = run((const char *[]){"test", path_in("runs/links"), NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "dev_results.json is a symbolic link"), "test: exit %d: %s", rc, s);
+    free(s);
+    char *v = tp_slurp(path_in("victim.txt"));
+    CHECK(v && !strcmp(v, "keep me\n"), "test wrote through the link: %s", v);
+    free(v);
 }
 
 /* ---- signals during evaluation ---- */
@@ -447,6 +500,7 @@ int main(int argc, char **argv) {
     RUN(test_impossible_checkpoint);
     RUN(test_torn_metrics_line);
     RUN(test_metrics_write_fails_once);
+    RUN(test_planted_links_refused);
     write_big_dev();
     RUN(test_sigterm_abandons_eval);
     RUN(test_second_signal_exits_now);
