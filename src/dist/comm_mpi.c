@@ -4,15 +4,19 @@
  * thread finishes one), and the thread runs them in issue order with blocking
  * collectives on a duplicate of MPI_COMM_WORLD. A watchdog thread ends every
  * rank (MPI_Abort) when one operation runs longer than the timeout, naming the
- * operation and its sequence number. MPI_Abort is the one call made from
- * other threads (watchdog, ut_abort): MPI_THREAD_MULTIPLE is asked for, and
- * OpenMPI's MPI_Abort works from any thread at SERIALIZED too. */
+ * operation and its sequence number, and, asking the other ranks' watchdogs
+ * over a communicator of their own, which rank did not arrive. Besides
+ * MPI_Abort (from the watchdog or ut_abort) that side channel is the one use
+ * of MPI outside the comm thread: it needs MPI_THREAD_MULTIPLE, which is
+ * asked for; where MPI gives less the report names the operation only. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "comm_internal.h"
@@ -23,6 +27,7 @@
 
 typedef struct mpi_impl {
     MPI_Comm comm;
+    MPI_Comm side; /* the watchdogs' status queries (MPI_COMM_NULL: none) */
     bool own_mpi;  /* this process's MPI_Init was ours: finalize calls MPI_Finalize */
     int64_t chunk; /* elements per MPI call (UT_COMM_CHUNK overrides, for tests) */
     pthread_mutex_t mu;
@@ -247,27 +252,175 @@ static struct timespec after(double s) {
     return t;
 }
 
-/* Wakes a few times per timeout; an operation running past it ends the job. */
+// --- the watchdog and its side channel -----------------------------------------
+/* When an operation times out, the rank's watchdog asks every other rank's
+ * watchdog, over m->side, where its rank is: the last operation it issued and
+ * finished, and whether it is inside MPI. A rank whose main thread never
+ * reached the collective still answers (its watchdog is a thread of its own);
+ * a stopped or wedged process does not, and the report says so. */
+
+enum { TAG_QUERY = 1, TAG_REPLY = 2 };
+
+typedef struct status_reply {
+    uint64_t queued, finished, running;
+    char last[120]; /* the newest operation issued, described */
+} status_reply;
+
+/* This rank's progress; called with m->mu held. */
+static void own_status(mpi_impl *m, status_reply *r) {
+    memset(r, 0, sizeof *r);
+    r->queued = m->queued;
+    r->finished = m->finished;
+    r->running = m->running;
+    if (m->queued) ut_comm_op_describe(&m->ring[m->queued % UT_COMM_QUEUE], r->last, sizeof r->last);
+}
+
+/* Answers the queries that arrived (the receive is re-posted after each). */
+static void answer_queries(mpi_impl *m, MPI_Request *req, int *from) {
+    for (;;) {
+        int got = 0;
+        MPI_Status st;
+        if (MPI_Test(req, &got, &st) != MPI_SUCCESS || !got) return;
+        status_reply r;
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        own_status(m, &r);
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        MPI_Send(&r, (int)sizeof r, MPI_BYTE, st.MPI_SOURCE, TAG_REPLY, m->side);
+        if (MPI_Irecv(from, 1, MPI_INT, MPI_ANY_SOURCE, TAG_QUERY, m->side, req) != MPI_SUCCESS) {
+            *req = MPI_REQUEST_NULL;
+            return;
+        }
+    }
+}
+
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    if (len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Asks every rank where it is (answering the others' questions meanwhile,
+ * for up to wait_s) and writes what the answers say about operation seq
+ * into buf. *defer is set when a lower rank waits in the same operation:
+ * its watchdog reports, so this one's line would only repeat it. */
+static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *what, double wait_s,
+                          MPI_Request *query, int *from, char *buf, size_t n, bool *defer) {
+    int size = c->size;
+    status_reply *rep = ut_calloc_check((size_t)size, sizeof *rep);
+    MPI_Request *req = ut_calloc_check((size_t)size * 2, sizeof *req);
+    bool *got = ut_calloc_check((size_t)size, sizeof *got);
+    int me = c->rank;
+    for (int r = 0; r < size; r++) {
+        req[2 * r] = req[2 * r + 1] = MPI_REQUEST_NULL;
+        if (r == me) continue;
+        MPI_Irecv(&rep[r], (int)sizeof rep[r], MPI_BYTE, r, TAG_REPLY, m->side, &req[2 * r]);
+        MPI_Isend(&me, 1, MPI_INT, r, TAG_QUERY, m->side, &req[2 * r + 1]);
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int left = size - 1; left > 0 && since(&t0) < wait_s;) {
+        answer_queries(m, query, from);
+        for (int r = 0; r < size; r++) {
+            int done = 0;
+            if (r == me || got[r] || req[2 * r] == MPI_REQUEST_NULL) continue;
+            if (MPI_Test(&req[2 * r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) got[r] = true, left--;
+        }
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    /* the ranks that never reached seq, those in another operation #seq,
+     * those that did not answer; the ones waiting in it */
+    char waiting[200] = "", silent[200] = "";
+    int nwait = 0, nsilent = 0;
+    *defer = false;
+    for (int r = 0; r < size; r++) {
+        if (r == me) {
+            append(waiting, sizeof waiting, "%s%d", nwait++ ? ", " : "", r);
+            continue;
+        }
+        if (!got[r]) {
+            append(silent, sizeof silent, "%s%d", nsilent++ ? ", " : "", r);
+            continue;
+        }
+        const status_reply *x = &rep[r];
+        if (x->queued < seq)
+            append(buf, n, "; rank %d has not reached it (its last operation: %s, %s)", r,
+                   x->queued ? rep[r].last : "none", x->finished == x->queued ? "done" : "in progress");
+        else if (x->running == seq || (x->finished < seq && x->queued >= seq)) {
+            char mine[120];
+            snprintf(mine, sizeof mine, "%s", what);
+            if (x->queued == seq && strcmp(rep[r].last, mine))
+                append(buf, n, "; rank %d is in %s instead", r, rep[r].last);
+            else {
+                append(waiting, sizeof waiting, "%s%d", nwait++ ? ", " : "", r);
+                if (r < me) *defer = true;
+            }
+        } else
+            append(buf, n, "; rank %d has finished it (its newest operation: %s)", r, rep[r].last);
+    }
+    if (nsilent)
+        append(buf, n, "; rank%s %s did not answer within %g s (stopped, or the process is stuck)",
+               nsilent > 1 ? "s" : "", silent, wait_s);
+    append(buf, n, "; rank%s %s wait%s in it", nwait > 1 ? "s" : "", waiting, nwait > 1 ? "" : "s");
+    /* unanswered requests are left to MPI_Abort */
+    ut_free(got);
+    ut_free(req);
+    ut_free(rep);
+}
+
+/* Wakes a few times per timeout; an operation running past it ends the job,
+ * after asking the other ranks which of them did not arrive. Between times
+ * it answers the other watchdogs' questions. */
 static void *watchdog_thread(void *arg) {
     ut_comm *c = arg;
     mpi_impl *m = c->impl;
     double period = c->timeout_s / 8 < 0.25 ? c->timeout_s / 8 : 0.25;
+    int from = 0;
+    MPI_Request query = MPI_REQUEST_NULL;
+    if (m->side != MPI_COMM_NULL && c->size > 1 &&
+        MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, TAG_QUERY, m->side, &query) != MPI_SUCCESS)
+        query = MPI_REQUEST_NULL;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
     while (!m->stop) {
         if (m->running && since(&m->running_since) > c->timeout_s) {
-            char what[160];
-            ut_comm_op_describe(&m->ring[m->running % UT_COMM_QUEUE], what, sizeof what);
-            fprintf(stderr, "utrain: rank %d: timeout after %g s in %s\n", c->rank, c->timeout_s,
-                    what);
+            uint64_t seq = m->running;
+            char what[160], report[1200] = "";
+            ut_comm_op_describe(&m->ring[seq % UT_COMM_QUEUE], what, sizeof what);
+            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+            bool defer = false;
+            double wait_s = c->timeout_s < 2 ? c->timeout_s : 2;
+            if (query != MPI_REQUEST_NULL)
+                ask_the_ranks(c, m, seq, what, wait_s, &query, &from, report, sizeof report, &defer);
+            /* a lower rank waiting in the same operation reports; this one
+             * keeps answering, and reports itself if that does not end the job */
+            for (struct timespec t0 = after(0); defer && since(&t0) < 4 * wait_s;) {
+                answer_queries(m, &query, &from);
+                struct timespec pause = {0, 10 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+            }
+            fprintf(stderr, "utrain: rank %d: timeout after %g s in %s%s\n", c->rank, c->timeout_s, what,
+                    report);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
             abort(); /* MPI_Abort does not return */
         }
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        if (query != MPI_REQUEST_NULL) answer_queries(m, &query, &from);
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        if (m->stop) break;
         struct timespec until = after(period);
         int rc = pthread_cond_timedwait(&m->tick, &m->mu, &until);
         if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
     }
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    if (query != MPI_REQUEST_NULL) {
+        MPI_Cancel(&query);
+        MPI_Wait(&query, MPI_STATUS_IGNORE);
+    }
     return NULL;
 }
 
@@ -318,6 +471,8 @@ static void mpi_finalize(ut_comm *c) {
     }
     if (UT_CHECK_MPI(MPI_Comm_free(&m->comm)))
         fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+    if (m->side != MPI_COMM_NULL && UT_CHECK_MPI(MPI_Comm_free(&m->side)))
+        fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
     if (m->own_mpi) {
         if (UT_CHECK_MPI(MPI_Finalize()))
             fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
@@ -350,6 +505,7 @@ static int64_t chunk_from_env(void) {
  * that lets the comm thread call MPI while the caller computes. */
 static int mpi_start(mpi_impl *m, int *argc, char ***argv, char *err, size_t n) {
     int init = 0, provided = 0;
+    m->side = MPI_COMM_NULL;
     if (UT_CHECK_MPI(MPI_Initialized(&init))) goto fail;
     if (!init) {
         if (UT_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided))) goto fail;
@@ -366,6 +522,10 @@ static int mpi_start(mpi_impl *m, int *argc, char ***argv, char *err, size_t n) 
     if (UT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) ||
         UT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm)) ||
         UT_CHECK_MPI(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN)))
+        goto fail;
+    if (provided >= MPI_THREAD_MULTIPLE &&
+        (UT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &m->side)) ||
+         UT_CHECK_MPI(MPI_Comm_set_errhandler(m->side, MPI_ERRORS_RETURN))))
         goto fail;
     return 0;
 fail:

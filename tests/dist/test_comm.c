@@ -262,9 +262,15 @@ static int fail_mode(const char *mode) {
     float x[4] = {1, 2, 3, 4};
     ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #1 */
     ut_comm_barrier(comm);                              /* #2 */
-    if (strcmp(mode, "timeout") == 0) {
-        if (rank == 1) {
+    if (strcmp(mode, "timeout") == 0 || strcmp(mode, "stopped") == 0 || strcmp(mode, "branch") == 0) {
+        if (rank == 1 && mode[0] == 't') {
             sleep(60); /* skips #3; the others' watchdogs end the job */
+        } else if (rank == 1 && mode[0] == 's') {
+            raise(SIGSTOP); /* its watchdog cannot answer either */
+            sleep(60);      /* continued by mpirun as it ends the job */
+        } else if (rank == 1) {
+            char b[8] = "";
+            ut_comm_bcast(comm, b, sizeof b, 0); /* #3 is another operation */
         } else {
             ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #3 never completes */
         }
@@ -284,7 +290,7 @@ static int fail_mode(const char *mode) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    double timeout = strcmp(mode, "timeout") == 0 ? 3 : 120;
+    double timeout = !strcmp(mode, "timeout") || !strcmp(mode, "stopped") || !strcmp(mode, "branch") ? 3 : 120;
     if (strcmp(mode, "crash") == 0 || strcmp(mode, "abort") == 0) timeout = 0; /* mpirun's job */
     char err[512];
     comm = ut_comm_init(&argc, &argv, false, timeout, err, sizeof err);

@@ -192,7 +192,20 @@ static void check_failure(const char *mode, const char *must_say, const char *an
  * the first abort may end the job before the other rank has printed, so
  * either rank's line will do */
 static void test_timeout_names_the_collective(void) {
-    check_failure("timeout", ": timeout after 3 s in allreduce #3 (4 elements)", NULL, 20);
+    check_failure("timeout", ": timeout after 3 s in allreduce #3 (4 elements)",
+                  "rank 1 has not reached it (its last operation: barrier #2, done)", 20);
+}
+
+/* the reporting rank asks the others' watchdogs where they are: a rank that
+ * cannot answer (stopped) and one in another operation are named as such */
+static void test_timeout_names_a_stopped_rank(void) {
+    check_failure("stopped", ": timeout after 3 s in allreduce #3 (4 elements)",
+                  "rank 1 did not answer within 2 s", 20);
+}
+
+static void test_timeout_names_a_diverged_rank(void) {
+    check_failure("branch", ": timeout after 3 s in allreduce #3 (4 elements)",
+                  "rank 1 is in bcast #3 (8 bytes from rank 0) instead", 20);
 }
 
 /* rank 1 dies of SIGKILL; OpenMPI ends the others (no watchdog armed) */
@@ -221,6 +234,8 @@ int main(void) {
     RUN(test_4_ranks);
     RUN(test_3_ranks_small_chunks);
     RUN(test_timeout_names_the_collective);
+    RUN(test_timeout_names_a_stopped_rank);
+    RUN(test_timeout_names_a_diverged_rank);
     RUN(test_killed_rank_ends_the_job);
     RUN(test_abort_ends_the_job);
     return TEST_SUMMARY();
