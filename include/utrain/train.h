@@ -77,6 +77,9 @@ int ut_ckpt_clean_temp(const char *dir);
 typedef struct ut_tb ut_tb;
 ut_tb *ut_tb_open(const char *dir, char *err, size_t n);
 int ut_tb_scalar(ut_tb *tb, const char *tag, int64_t step, double value);
+/* A resumed run: scalars of `step` and later in earlier event files are
+ * stale (TensorBoard drops them on reading this SessionLog START). */
+int ut_tb_restart(ut_tb *tb, int64_t step);
 /* Records are buffered: ut_tb_flush writes them out (0, or -1 with errno),
  * so flush before ut_tb_close to see write errors. */
 int ut_tb_flush(ut_tb *tb);

@@ -40,7 +40,9 @@ typedef struct {
 int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
 /* A resumed run (rank 0): metrics.jsonl keeps only the lines of steps up to
  * the checkpoint's, since the steps after it are trained again, so every
- * step appears once. 0, or -1 with err. */
+ * step appears once; the new TensorBoard file starts with a SessionLog START
+ * at step + 1, so TensorBoard drops those steps of the earlier files. 0, or
+ * -1 with err. */
 int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n);
 void ut_runlog_close(ut_runlog *rl);
 /* printf to stdout (rank 0) and to the rank's log file, with a timestamp in the file. */

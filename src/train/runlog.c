@@ -192,6 +192,10 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
 }
 
 int ut_runlog_rewind(ut_runlog *rl, int64_t step, char *err, size_t n) {
+    /* TensorBoard: the steps after the checkpoint that earlier files hold
+     * are dropped by the reader (a failed write is reported by the next
+     * scalar's write, as any other) */
+    if (rl->tb) ut_tb_restart(rl->tb, step + 1);
     if (!rl->metrics) return 0;
     char path[1280], tmp[1300];
     snprintf(path, sizeof path, "%s/metrics.jsonl", rl->dir);

@@ -2,12 +2,17 @@
  * record is TFRecord-framed
  *   uint64 length, uint32 masked_crc32c(length), data, uint32 masked_crc32c(data)
  * (little-endian) around an Event protocol buffer encoded by hand:
- *   Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
- *             Summary summary = 5; }
- *   Summary { repeated Value value = 1; }
- *   Value   { string tag = 1; float simple_value = 2; }
+ *   Event      { double wall_time = 1; int64 step = 2; string file_version = 3;
+ *                Summary summary = 5; SessionLog session_log = 7; }
+ *   Summary    { repeated Value value = 1; }
+ *   Value      { string tag = 1; float simple_value = 2; }
+ *   SessionLog { SessionStatus status = 1; }   (START = 1)
  * The first record carries file_version "brain.Event:2", as TensorBoard
- * expects; every scalar is one Event with one Value. */
+ * expects; every scalar is one Event with one Value. A resumed run writes a
+ * SessionLog START at the first step it trains again: TensorBoard then drops
+ * the scalars of that step and later that the earlier files hold (steps
+ * trained after the checkpoint by a run that was lost), as it does for
+ * PyTorch's SummaryWriter(purge_step=...). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -203,6 +208,19 @@ int ut_tb_scalar(ut_tb *tb, const char *tag, int64_t step, double value) {
     memcpy(&u, &f, sizeof u);
     pb_key(b, 2, 5);
     pb_fixed(b, u, 4);
+    return write_record(tb);
+}
+
+int ut_tb_restart(ut_tb *tb, int64_t step) {
+    pbuf *b = &tb->buf;
+    b->len = 0;
+    pb_double(b, 1, wall_time());
+    pb_key(b, 2, 0);
+    pb_varint(b, (uint64_t)step);
+    pb_key(b, 7, 2); /* session_log { status: START } */
+    pb_varint(b, 2);
+    pb_key(b, 1, 0);
+    pb_varint(b, 1);
     return write_record(tb);
 }
 

@@ -243,6 +243,24 @@ static void test_corrupt_checkpoint_falls_back(void) {
             CHECK(times == 1, "%s: step %d has %d lines in metrics.jsonl", name, step, times);
         }
         free(s);
+        /* TensorBoard too: the resumed run's event file drops them (read as
+         * TensorBoard reads it, by the committed stdlib reader) */
+        if (!access("tests/tools/read_tfevents.py", R_OK) && !system("python3 -c '' 2>/dev/null")) {
+            char cmd[700];
+            snprintf(cmd, sizeof cmd, "python3 tests/tools/read_tfevents.py --tag train/loss %s/runs/%s/tensorboard "
+                     "> %s/%s.tb", tmp, name, tmp, name);
+            CHECK(system(cmd) == 0, "%s: %s", name, cmd);
+            snprintf(cmd, sizeof cmd, "%s/%s.tb", tmp, name);
+            s = tp_slurp(cmd);
+            int lines = 0, last = 0;
+            for (const char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL, lines++) {
+                int step = atoi(p);
+                CHECK(step == last + 1, "%s: TensorBoard step %d after %d", name, step, last);
+                last = step;
+            }
+            CHECK(lines == 25, "%s: %d train/loss scalars in TensorBoard, want 25:\n%s", name, lines, s);
+            free(s);
+        }
     }
 }
 

@@ -4,7 +4,10 @@
     tests/tools/read_tfevents.py runs/NAME/tensorboard            # every event file in a dir
     tests/tools/read_tfevents.py events.out.tfevents.* --tag train/loss
 
-Output: one "step<TAB>tag<TAB>value" line per scalar, in file order. Every
+Output: one "step<TAB>tag<TAB>value" line per scalar, in file order. A
+SessionLog START event (a resumed run writes one at the first step it trains
+again) drops the scalars read so far at that step and later, as TensorBoard
+does; --keep-restarts prints them anyway. Every
 record's framing is checked (TFRecord length and data CRC-32C); a damaged
 record stops the file with a message on stderr and exit status 1. Only the
 standard library is used: CRC-32C (zlib has only CRC-32) and the protobuf
@@ -111,15 +114,25 @@ def tensor_scalar(msg):
     return None
 
 
+def session_start(msg):
+    """True when a SessionLog message has status START (1)."""
+    return any(f == 1 and w == 0 and v == 1 for f, w, v in fields(msg))
+
+
 def scalars(path):
-    """Yields (step, tag, value) for every scalar in an event file."""
+    """Yields (step, tag, value) for every scalar in an event file, and
+    (step, None, None) for a SessionLog START."""
     for data in records(path):
-        step, summary = 0, None
+        step, summary, start = 0, None, False
         for field, wire, v in fields(data):
             if field == 2 and wire == 0:
                 step = v - (1 << 64) if v >= 1 << 63 else v
             elif field == 5 and wire == 2:
                 summary = v
+            elif field == 7 and wire == 2:
+                start = session_start(v)
+        if start:
+            yield step, None, None
         if summary is None:
             continue
         for field, _, value in fields(summary):
@@ -151,16 +164,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+", help="event files or directories holding them")
     ap.add_argument("--tag", action="append", help="only these tags (repeatable)")
+    ap.add_argument("--keep-restarts", action="store_true",
+                    help="keep the scalars a SessionLog START would drop")
     args = ap.parse_args()
     status = 0
+    kept = []
     for path in event_files(args.paths):
         try:
             for step, tag, value in scalars(path):
-                if not args.tag or tag in args.tag:
-                    print(f"{step}\t{tag}\t{value!r}")
+                if tag is None:
+                    if not args.keep_restarts:
+                        kept = [x for x in kept if x[0] < step]
+                elif not args.tag or tag in args.tag:
+                    kept.append((step, tag, value))
         except (ValueError, IndexError, struct.error) as e:
             print(f"{path}: {e or 'malformed event'}", file=sys.stderr)
             status = 1
+    for step, tag, value in kept:
+        print(f"{step}\t{tag}\t{value!r}")
     return status
 
 

@@ -88,6 +88,7 @@ typedef struct {
     char tag[512];
     float value;
     int nvalues;
+    int session_status; /* SessionLog status, 0 if none */
 } event;
 
 static bool decode_value(const unsigned char *p, size_t n, event *e) {
@@ -116,6 +117,14 @@ static bool decode_event(const unsigned char *p, size_t n, event *e) {
         if (f.field == 1 && f.wire == 1) memcpy(&e->wall_time, &f.u, 8);
         else if (f.field == 2 && f.wire == 0) e->step = (int64_t)f.u;
         else if (f.field == 3 && f.wire == 2 && f.n < sizeof e->file_version) memcpy(e->file_version, f.s, f.n);
+        else if (f.field == 7 && f.wire == 2) {
+            pb s = {f.s, f.n, 0, false};
+            pb_field v;
+            while (next_field(&s, &v))
+                if (v.field == 1 && v.wire == 0) e->session_status = (int)v.u;
+                else return false;
+            if (s.bad || !e->session_status) return false;
+        }
         else if (f.field == 5 && f.wire == 2) {
             pb s = {f.s, f.n, 0, false};
             pb_field v;
@@ -323,6 +332,63 @@ static void test_python_readers(void) {
     }
 }
 
+/* A resumed run's file starts with a SessionLog START at the first step it
+ * trains again: readers (ours, and TensorBoard when installed) drop the
+ * earlier file's scalars of that step and later, so every step shows once,
+ * with the resumed run's value. */
+static void test_restart_drops_lost_steps(void) {
+    char err[512] = "", rdir[160];
+    snprintf(rdir, sizeof rdir, "%s/restart", dir);
+    ut_tb *a = ut_tb_open(rdir, err, sizeof err);
+    CHECK(a, "%s", err);
+    if (!a) return;
+    for (int s = 1; s <= 6; s++) ut_tb_scalar(a, "train/loss", s, 10.0 + s); /* 4-6 lost */
+    CHECK(ut_tb_flush(a) == 0, "flush");
+    ut_tb_close(a);
+    sleep(1); /* the file names order the files by their second */
+    ut_tb *b = ut_tb_open(rdir, err, sizeof err);
+    CHECK(b, "%s", err);
+    if (!b) return;
+    CHECK(ut_tb_restart(b, 4) == 0, "restart");
+    for (int s = 4; s <= 7; s++) ut_tb_scalar(b, "train/loss", s, 20.0 + s);
+    CHECK(ut_tb_flush(b) == 0, "flush");
+    ut_tb_close(b);
+    char paths[4][256];
+    CHECK(find_event_files(rdir, paths, 4) == 2, "expected two event files");
+    static event ev[16];
+    int n = read_events(paths[1], ev, 16);
+    CHECK(n == 6 && ev[1].session_status == 1 && ev[1].step == 4 && ev[1].nvalues == 0,
+          "%d records; record 1: status %d step %lld", n, ev[1].session_status, (long long)ev[1].step);
+    const char *readers[] = {
+        "python3 tests/tools/read_tfevents.py %s",
+        "python3 -c 'import sys\n"
+        "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n"
+        "a = EventAccumulator(sys.argv[1]); a.Reload()\n"
+        "for e in a.Scalars(\"train/loss\"): print(e.step, \"train/loss\", e.value, sep=\"\\t\")' %s",
+    };
+    if (access("tests/tools/read_tfevents.py", R_OK) || system("python3 -c '' 2>/dev/null")) {
+        printf("skip the readers: run from the repository root with python3\n");
+        return;
+    }
+    bool have_tb = system("python3 -c 'import tensorboard' 2>/dev/null") == 0;
+    for (int r = 0; r < (have_tb ? 2 : 1); r++) {
+        char cmd[1024], line[256], got[512] = "";
+        snprintf(cmd, sizeof cmd, readers[r], rdir);
+        FILE *p = popen(cmd, "r");
+        if (!p) continue;
+        while (fgets(line, sizeof line, p)) {
+            long long step;
+            double v;
+            if (sscanf(line, "%lld\ttrain/loss\t%lf", &step, &v) == 2)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%lld:%g ", step, v);
+        }
+        CHECK(pclose(p) == 0, "reader %d failed", r);
+        CHECK(!strcmp(got, "1:11 2:12 3:13 4:24 5:25 6:26 7:27 "), "reader %d read %s", r, got);
+    }
+    for (int i = 0; i < 2; i++) unlink(paths[i]);
+    rmdir(rdir);
+}
+
 static void remove_tree(void) {
     char paths[8][256];
     int n = find_event_files(tb_dir, paths, 8);
@@ -343,6 +409,7 @@ int main(void) {
     }
     RUN(test_crc32c);
     RUN(test_event_file);
+    RUN(test_restart_drops_lost_steps);
     RUN(test_second_writer);
     RUN(test_python_readers);
     remove_tree();
