@@ -347,13 +347,16 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
         {"train.epoch", st->epoch, 0, st->step}, /* every epoch takes at least one step */
         {"train.cursor", st->cursor, 0, INT64_MAX},
         {"train.best_step", st->best_step, -1, st->step},
-        {"train.bad_evals", st->bad_evals, 0, INT64_MAX},
+        {"train.bad_evals", st->bad_evals, 0, st->step}, /* one evaluation per step at most */
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)
             return ut_errorf(err, n, "%s: metadata \"%s\" is %lld, outside [%lld, %lld]%s", path,
                              f[i].key, (long long)f[i].v, (long long)f[i].lo, (long long)f[i].hi,
                              f[i].hi == st->step ? " (at most train.step)" : "");
+    if (st->best_step >= 0 && !isfinite(st->best_metric))
+        return ut_errorf(err, n, "%s: metadata \"train.best_metric\" is %g at best step %lld: a kept best "
+                                 "checkpoint has a finite metric", path, st->best_metric, (long long)st->best_step);
     if (!(st->rng[0] | st->rng[1] | st->rng[2] | st->rng[3]))
         return ut_errorf(err, n, "%s: metadata \"train.rng\" is all zeros, not a generator state",
                          path);

@@ -311,6 +311,11 @@ static void test_impossible_state(void) {
         {"\"train.epoch\" is 4611686018427387904, outside [0, 4] (at most train.step)",
          {.step = 4, .epoch = 4611686018427387904LL, .best_step = -1, .rng = {1}}},
         {"\"optim.steps\" is 1, more than train.step 0", {.step = 0, .best_step = -1, .rng = {1}}},
+        {"\"train.bad_evals\" is 9223372036854775807, outside [0, 5] (at most train.step)",
+         {.step = 5, .best_step = -1, .bad_evals = INT64_MAX, .rng = {1}}},
+        {"\"train.best_metric\" is inf at best step 2",
+         {.step = 5, .best_step = 2, .best_metric = INFINITY, .rng = {1}}},
+        {"\"train.best_metric\" is nan at best step 2", {.step = 5, .best_step = 2, .best_metric = NAN, .rng = {1}}},
     };
     const char *path = tmp_path("impossible.safetensors");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
