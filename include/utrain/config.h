@@ -26,6 +26,7 @@ typedef struct {
     char load_dir[UT_CFG_STR_MAX]; /* a run directory to load weights from ("" = none) */
     int64_t seed;
     int threads;                 /* 0 = OpenMP default */
+    char device[16];             /* cpu; cuda, cuda:N and sim are refused until the trainer runs there */
 
     /* ---- model ---- */
     char model_name[64];         /* model.name: a registry name */

@@ -74,10 +74,16 @@ ut_model *ut_model_new(const char *type);
 /* Registers a parameter (data assigned by ut_model_finalize). Weight decay
  * applies when ndim >= 2. name is copied. */
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init);
-/* Allocates the flat buffers and initialises every parameter from seed:
- * each in 64K-element chunks with their own streams seeded from (seed,
- * parameter index, chunk), so the values do not depend on the thread count. */
+/* Allocates the flat buffers and initialises every parameter from seed
+ * with ut_init_fill, in parallel chunks. */
 void ut_model_finalize(ut_model *m, uint64_t seed);
+/* x[j] = element first + j of a parameter called name initialised by init
+ * under seed: a function of (seed, name, element) alone, drawn from the
+ * counter-based generator (Philox4x32-10 keyed by the seed, one stream per
+ * name). The values do not depend on the parameter's place in the model,
+ * the thread count, or the rank or device that fills them, so a rank that
+ * holds rows [r0, r1) of a weight fills exactly that slice of the whole. */
+void ut_init_fill(float *x, int64_t first, int64_t n, ut_init init, uint64_t seed, const char *name);
 void ut_model_free(ut_model *m);
 void ut_model_zero_grad(ut_model *m);
 ut_tensor *ut_model_param(const ut_model *m, const char *name);   /* NULL if none */

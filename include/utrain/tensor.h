@@ -180,6 +180,12 @@ void ut_tensor_set_requires_grad(ut_tensor *t, bool on);
  * Parameter gradients are ADDED into their buffers, so micro-batches accumulate
  * until the model's gradients are zeroed. Returns 0, or -1 with ut_ctx_error set. */
 int ut_backward(ut_ctx *ctx, ut_tensor *loss);
+/* The same walk seeded from a given gradient: grad (f32, contiguous, t's
+ * shape, on t's device) is added to t's gradient, then every op on the tape
+ * runs backward. What a pipeline stage does with the gradient of its output
+ * that the next stage sent back; ut_backward(ctx, loss) is
+ * ut_backward_from(ctx, loss, ones). t must be f32 and require grad. */
+int ut_backward_from(ut_ctx *ctx, ut_tensor *t, const ut_tensor *grad);
 
 /* Activation checkpointing. fn computes one output from n inputs using ops on
  * ctx. Under ut_checkpoint it runs without keeping its inner activations; the

@@ -71,34 +71,71 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
     }
 }
 
-int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
+/* What both entry points check of the tensor the walk starts from. */
+static int check_root(ut_ctx *ctx, ut_tensor *t, const char *what) {
     if (ctx->has_err) return -1;
-    if (!loss) {
-        ut_ctx_set_error(ctx, "backward: loss is NULL");
+    if (!t) {
+        ut_ctx_set_error(ctx, "backward: %s is NULL", what);
         return -1;
     }
-    if (ut_nelem(loss) != 1 || loss->dtype != UT_F32) {
-        ut_op_error(ctx, "backward", 1, &loss, "loss must be an f32 scalar");
+    if (t->dtype != UT_F32) {
+        ut_op_error(ctx, "backward", 1, &t, ut_fmt("%s must be f32", what));
         return -1;
     }
-    if (!loss->requires_grad) {
-        ut_ctx_set_error(ctx, "backward: loss does not require grad (no parameter or input "
-                              "with requires_grad reached it, or grad was disabled)");
+    if (!t->requires_grad) {
+        ut_ctx_set_error(ctx, "backward: %s does not require grad (no parameter or input "
+                              "with requires_grad reached it, or grad was disabled)", what);
         return -1;
     }
+    return 0;
+}
+
+/* The walk over the whole tape, the gradient-ready hooks at each
+ * parameter's first use. */
+static int walk(ut_ctx *ctx) {
     for (int i = 0; i < ctx->first_use_cap; i++) ctx->first_use[i] = -1;
     for (int i = 0; i < ctx->tape_len; i++) {
         ut_tensor *t = ctx->tape[i];
         FOR_EACH_PARAM(t, pi, note_first_use(ctx, pi, i));
+    }
+    ut_backward_range(ctx, 0, ctx->tape_len, true);
+    if (ut_ctx_device_errors(ctx)) return -1;
+    return ctx->has_err ? -1 : 0;
+}
+
+int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
+    if (check_root(ctx, loss, "loss")) return -1;
+    if (ut_nelem(loss) != 1) {
+        ut_op_error(ctx, "backward", 1, &loss, "loss must be an f32 scalar");
+        return -1;
     }
     /* d loss / d loss = 1, added (the loss may already hold a gradient) */
     float *g = ut_grad(loss), one;
     ctx->be->copy(&one, g, sizeof one, UT_COPY_D2H);
     one += 1.0f;
     ctx->be->copy(g, &one, sizeof one, UT_COPY_H2D);
-    ut_backward_range(ctx, 0, ctx->tape_len, true);
-    if (ut_ctx_device_errors(ctx)) return -1;
-    return ctx->has_err ? -1 : 0;
+    return walk(ctx);
+}
+
+int ut_backward_from(ut_ctx *ctx, ut_tensor *t, const ut_tensor *grad) {
+    if (check_root(ctx, t, "the tensor")) return -1;
+    if (!grad) {
+        ut_ctx_set_error(ctx, "backward: the gradient is NULL");
+        return -1;
+    }
+    bool same = grad->ndim == t->ndim && grad->dtype == UT_F32 && grad->device == t->device &&
+                ut_is_contiguous(grad);
+    for (int d = 0; same && d < t->ndim; d++) same = grad->ne[d] == t->ne[d];
+    if (!same) {
+        ut_tensor *both[2] = {t, (ut_tensor *)grad};
+        ut_op_error(ctx, "backward", 2, both, "the gradient must be a contiguous f32 tensor of the "
+                                              "tensor's shape, on its device");
+        return -1;
+    }
+    /* added, as the scalar loss's 1 is */
+    float *g = ut_grad(t), *src = grad->data;
+    ctx->be->accumulate(g, &src, 1, ut_nelem(t), false);
+    return walk(ctx);
 }
 
 /* ---- activation checkpointing ---- */

@@ -46,53 +46,56 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
     return t;
 }
 
-/* Random initialisation runs in chunks of this many elements, each drawn from
- * its own stream, so chunks can be filled in parallel. */
+/* Random initialisation runs in chunks of this many elements, filled in
+ * parallel; the values do not depend on the chunking. */
 #define INIT_CHUNK 65536
 
-/* 64-bit finaliser (MurmurHash3's fmix64): nearby inputs give unrelated outputs. */
-static uint64_t mix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
+/* The Philox stream of a parameter: a 64-bit FNV-1a hash of its name, mixed
+ * (the dropout streams are mixes of micro-batch coordinates: another domain). */
+static uint64_t name_stream(const char *name) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
+    return ut_philox_stream(h, 0x696e6974ULL /* "init" */, 0);
 }
 
-/* x (n) from init, with the stream of chunk c of parameter i under seed
- * (c < 2^32 for any parameter below 2^48 elements, so (i, c) packs into 64 bits). */
-static void init_chunk(float *x, int64_t n, ut_init init, uint64_t seed, int i, int64_t c) {
+void ut_init_fill(float *x, int64_t first, int64_t n, ut_init init, uint64_t seed, const char *name) {
     float a = init.a;
-    switch (init.kind) {
-    case UT_INIT_ZEROS:
-        for (int64_t j = 0; j < n; j++) x[j] = 0.0f;
-        return;
-    case UT_INIT_ONES:
-        for (int64_t j = 0; j < n; j++) x[j] = 1.0f;
-        return;
-    default: break;
-    }
-    ut_rng rng;
-    ut_rng_seed(&rng, mix64(seed ^ mix64(((uint64_t)i << 32) | (uint64_t)c)));
-    if (init.kind == UT_INIT_UNIFORM) {
-        for (int64_t j = 0; j < n; j++) x[j] = a * (2.0f * ut_rng_uniform(&rng) - 1.0f);
+    if (init.kind == UT_INIT_ZEROS || init.kind == UT_INIT_ONES) {
+        for (int64_t j = 0; j < n; j++) x[j] = init.kind == UT_INIT_ONES ? 1.0f : 0.0f;
         return;
     }
-    /* Box-Muller, both values of each pair: u1 in (0, 1] so the log is finite */
-    for (int64_t j = 0; j < n; j += 2) {
-        double u1 = ((ut_rng_u64(&rng) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-        double u2 = (ut_rng_u64(&rng) >> 11) * (1.0 / 9007199254740992.0);
-        double r = sqrt(-2.0 * log(u1)), sn, cs;
-        sincos(6.283185307179586 * u2, &sn, &cs);
-        x[j] = a * (float)(r * cs);
-        if (j + 1 < n) x[j + 1] = a * (float)(r * sn);
+    ut_philox g;
+    ut_philox_seed(&g, seed);
+    const uint64_t stream = name_stream(name);
+    uint32_t c[4];
+    if (init.kind == UT_INIT_UNIFORM) { /* element e: word e % 4 of block e / 4, its top 24 bits */
+        for (int64_t j = 0; j < n; j++) {
+            uint64_t e = (uint64_t)(first + j);
+            if (j == 0 || e % 4 == 0) ut_philox_block(g.key, stream, e / 4, c);
+            x[j] = a * (2.0f * ((float)(c[e % 4] >> 8) * (1.0f / 16777216.0f)) - 1.0f);
+        }
+        return;
+    }
+    /* Box-Muller: elements 2k and 2k+1 are the pair of block k, from two
+     * 53-bit uniforms (u1 in (0, 1], so the log is finite) */
+    double r = 0, sn = 0, cs = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint64_t e = (uint64_t)(first + j);
+        if (j == 0 || e % 2 == 0) {
+            ut_philox_block(g.key, stream, e / 2, c);
+            double u1 = (double)((((uint64_t)c[0] << 32) | c[1]) >> 11) * (1.0 / 9007199254740992.0);
+            double u2 = (double)((((uint64_t)c[2] << 32) | c[3]) >> 11) * (1.0 / 9007199254740992.0);
+            r = sqrt(-2.0 * log(1.0 - u1));
+            sincos(6.283185307179586 * u2, &sn, &cs);
+        }
+        x[j] = a * (float)(r * (e % 2 ? sn : cs));
     }
 }
 
-/* Each parameter is cut into INIT_CHUNK-element chunks; chunk c of parameter
- * i draws from its own stream, seeded from (seed, i, c). The values therefore
- * depend only on seed and the parameter list, not on the thread count, and
- * the chunks fill in parallel. */
+/* Element e of parameter NAME is a function of (seed, NAME, e) alone
+ * (ut_init_fill): not of the parameter's index, the other parameters, the
+ * thread count, or which rank or device fills it, so a shard of a parameter
+ * filled on its own equals that slice of the whole. */
 void ut_model_finalize(ut_model *m, uint64_t seed) {
     ut_params *p = &m->params;
     p->flat = ut_pages_alloc(p->numel);
@@ -117,8 +120,8 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
         while (c >= (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK)
             c -= (p->segs[i++].numel + INIT_CHUNK - 1) / INIT_CHUNK;
         int64_t off = c * INIT_CHUNK, n = p->segs[i].numel - off;
-        init_chunk(host + p->segs[i].offset + off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i],
-                   seed, i, c);
+        ut_init_fill(host + p->segs[i].offset + off, off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i], seed,
+                     p->names[i]);
     }
     ut_stage_end(&st, true);
 }

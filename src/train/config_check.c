@@ -6,6 +6,18 @@
 
 #define FAIL(...) return snprintf(err, n, __VA_ARGS__), -1
 
+int ut_cfg_check_device(const char *key, const char *d, char *err, size_t n) {
+    bool cuda = !strcmp(d, "cuda") ||
+                (!strncmp(d, "cuda:", 5) && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5));
+    if (cuda)
+        FAIL("%s: '%s': training on the GPU is not available yet: the CUDA kernels are built and checked "
+             "(docs/gpu.md), the trainer does not run on them; write %s: cpu", key, d, key);
+    if (!strcmp(d, "sim"))
+        FAIL("%s: sim, the simulated device of docs/engine.md, is not built yet; write %s: cpu", key, key);
+    if (strcmp(d, "cpu")) FAIL("%s: '%s' is not one of cpu, cuda, cuda:N, sim", key, d);
+    return 0;
+}
+
 static int check_run(const ut_config *c, char *err, size_t n) {
     if (!*c->experiment_name || strchr(c->experiment_name, '/'))
         FAIL("experiment_name: '%s' must be a non-empty name without '/'", c->experiment_name);
@@ -14,6 +26,7 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->experiment_name, ".."))
         FAIL("experiment_name: '..' would put the run in output_dir's parent; give the run a name");
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
+    if (ut_cfg_check_device("device", c->device, err, n)) return -1;
     if (!*c->model_name) FAIL("model.name: must not be empty");
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",

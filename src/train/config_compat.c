@@ -165,17 +165,11 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
     return ut_errorf(err, n, "%s: '%s' is not one of pytorch, pytorchDDP, deepspeed, deepspeed+mpu", key, v);
 }
 
-static int pytorch_device(const char *key, const char *v, char *err, size_t n) {
-    if (!strcmp(v, "cpu")) return 1; /* where utrain computes */
-    if (!strncmp(v, "cuda", 4))
-        return ut_errorf(err, n, "%s: training on the GPU is not available yet (docs/gpu.md); utrain computes on the CPU: "
-                                 "set pytorch_device: cpu or remove the key", key);
-    return ut_errorf(err, n, "%s: '%s' is not a device utrain has (cpu)", key, v);
-}
 
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
-    if (!strcmp(key, "pytorch_device")) return pytorch_device(key, v, err, n);
+    if (!strcmp(key, "pytorch_device")) /* FlagAI's spelling of device */
+        return ut_cfg_check_device(key, v, err, n) ? -1 : assign(c, "device", v, err, n);
     if (!strcmp(key, "fp16") || !strcmp(key, "bf16")) { /* FlagAI's fp16, HF's fp16 and bf16 */
         bool on;
         if (!flag_value(key, v, &on, err, n)) return -1;
@@ -239,7 +233,7 @@ const char *const ut_cfg_compat_doc =
     "| `log_steps_ratio`, `save_steps_ratio` | times per epoch (the seed's: every steps-per-epoch / ratio steps) | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
     "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
-    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | nothing (utrain computes on the CPU) / refused until training on the GPU lands |\n"
+    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | `device: cpu` / refused until training on the GPU lands |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"

@@ -56,6 +56,9 @@ extern const int ut_cfg_nsections;
  * keys, or refused with what to write instead. 1: handled, 0: not such a
  * key, -1: refused (err). */
 int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* device (or pytorch_device, named by key): 0 for a device the trainer
+ * runs on, else -1 with what to write instead. */
+int ut_cfg_check_device(const char *key, const char *value, char *err, size_t n);
 /* Sections of pytorch_universal_trainer's parameters.yml (data-params,
  * transformers-params, dist-params): their keys are read as top-level keys. */
 bool ut_cfg_is_flat_section(const char *name);

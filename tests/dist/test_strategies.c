@@ -138,7 +138,13 @@ static void check_model(const char *model, const char *yaml, int accum, const ch
     }
 }
 
-static void test_cnn(void) { check_model("cnn", cnn_yaml, 1, ""); }
+/* lr 0.01: the CNN's max-pools see many near-ties (flat background), and
+ * one that rounding decides differently for a batch of 16 than for two of 8
+ * grows over 20 steps of SGD at lr 0.05 to ~1e-4 in the conv weights for
+ * most seeds, whatever the initialisation (chaos, not a strategy's error: the
+ * 2- and 4-way splits then agree with each other). At lr 0.01 seeds 3-7 stay
+ * within 1e-5. */
+static void test_cnn(void) { check_model("cnn", cnn_yaml, 1, "optim.lr=0.01"); }
 static void test_gpt2(void) { check_model("gpt2", gpt2_yaml, 1, ""); }
 /* clipping below every step's norm, so the global norm over shards matters */
 static void test_gpt2_accum_clip_ckpt_cosine(void) {

@@ -587,8 +587,20 @@ static void test_flagai_keys(void) {
     ut_config_free(&c);
     check_load_error("fp16: maybe\n", "1: fp16: expected true or false, got 'maybe'");
     check_load_error("pytorch_device: 'cuda:0'\n",
-                     "1: pytorch_device: training on the GPU is not available yet (docs/gpu.md); utrain computes on the CPU: "
-                     "set pytorch_device: cpu or remove the key");
+                     "1: pytorch_device: 'cuda:0': training on the GPU is not available yet: the CUDA kernels are built "
+                     "and checked (docs/gpu.md), the trainer does not run on them; write pytorch_device: cpu");
+    /* device: cpu runs; the others say what is missing; pytorch_device is device */
+    check_invalid((const char *[]){"device=cuda:1", NULL},
+                  "device: 'cuda:1': training on the GPU is not available yet: the CUDA kernels are built and "
+                  "checked (docs/gpu.md), the trainer does not run on them; write device: cpu");
+    check_invalid((const char *[]){"device=sim", NULL},
+                  "device: sim, the simulated device of docs/engine.md, is not built yet; write device: cpu");
+    check_invalid((const char *[]){"device=cuda:x", NULL}, "device: 'cuda:x' is not one of cpu, cuda, cuda:N, sim");
+    check_invalid((const char *[]){"device=tpu", NULL}, "device: 'tpu' is not one of cpu, cuda, cuda:N, sim");
+    ut_config_init(&c);
+    CHECK(load_text(&c, "pytorch_device: cpu\n") == 0 && !strcmp(c.device, "cpu") &&
+              ut_config_validate(&c, err, sizeof err) == 0, "pytorch_device: cpu: %s", err);
+    ut_config_free(&c);
     check_load_error("model_parallel_size: 2\n",
                      "1: model_parallel_size: model parallelism is not available yet; set it to 1 or remove "
                      "it (dist.strategy: zero3 shards the parameters over the data-parallel ranks)");

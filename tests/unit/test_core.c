@@ -367,6 +367,84 @@ static void test_init_independent_of_threads(void) {
     free(c);
 }
 
+/* A parameter's initial values depend on (seed, name, element) only: the
+ * same in a model where it is registered after others, filled piecewise
+ * from any element (odd offsets included), and different under another name.
+ * The normal draws have the asked-for spread; the uniform ones stay in
+ * [-a, a) and cover it. */
+static void test_init_by_name(void) {
+    const ut_init normal = {UT_INIT_NORMAL, 0.5f}, uniform = {UT_INIT_UNIFORM, 0.25f};
+    ut_model *a = ut_model_new("x"), *b = ut_model_new("x");
+    ut_param_add(a, "first", 2, (int64_t[]){3, 5}, normal);
+    ut_tensor *wa = ut_param_add(a, "h.0.w", 2, (int64_t[]){99, 101}, normal);
+    ut_tensor *ua = ut_param_add(a, "h.0.u", 1, (int64_t[]){1001}, uniform);
+    ut_tensor *ub = ut_param_add(b, "h.0.u", 1, (int64_t[]){1001}, uniform);
+    ut_tensor *wb = ut_param_add(b, "h.0.w", 2, (int64_t[]){99, 101}, normal);
+    ut_model_finalize(a, 11);
+    ut_model_finalize(b, 11);
+    int64_t n = 99 * 101;
+    CHECK(!memcmp(ut_f32(wa), ut_f32(wb), sizeof(float) * (size_t)n) &&
+              !memcmp(ut_f32(ua), ut_f32(ub), 1001 * sizeof(float)),
+          "values depend on the parameter's place in the model");
+    /* rows [17, 40) of the weight, and a run starting at an odd element */
+    static float part[4096];
+    ut_init_fill(part, 17 * 101, 23 * 101, normal, 11, "h.0.w");
+    CHECK(!memcmp(part, ut_f32(wa) + 17 * 101, 23 * 101 * sizeof(float)), "a row block differs from the whole");
+    ut_init_fill(part, 333, 1001 - 333, uniform, 11, "h.0.u");
+    CHECK(!memcmp(part, ut_f32(ua) + 333, (1001 - 333) * sizeof(float)), "an odd start differs");
+    ut_init_fill(part, 1, 7, normal, 11, "h.0.w");
+    CHECK(!memcmp(part, ut_f32(wa) + 1, 7 * sizeof(float)), "an odd start of a normal differs");
+    ut_init_fill(part, 0, 100, normal, 11, "h.1.w");
+    CHECK(memcmp(part, ut_f32(wa), 100 * sizeof(float)), "another name gives the same values");
+    ut_init_fill(part, 0, 100, normal, 12, "h.0.w");
+    CHECK(memcmp(part, ut_f32(wa), 100 * sizeof(float)), "another seed gives the same values");
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) s += ut_f32(wa)[i], s2 += (double)ut_f32(wa)[i] * ut_f32(wa)[i];
+    double mean = s / (double)n, sd = sqrt(s2 / (double)n - mean * mean);
+    CHECK(fabs(mean) < 0.02 && fabs(sd - 0.5) < 0.01, "normal: mean %g std %g", mean, sd);
+    float lo = 1, hi = -1;
+    for (int i = 0; i < 1001; i++) lo = fminf(lo, ut_f32(ua)[i]), hi = fmaxf(hi, ut_f32(ua)[i]);
+    CHECK(lo >= -0.25f && hi < 0.25f && lo < -0.24f && hi > 0.24f, "uniform: [%g, %g]", lo, hi);
+    ut_model_free(a);
+    ut_model_free(b);
+}
+
+/* ut_backward_from(y, G) gives the gradients of sum(y * G): a pipeline
+ * stage's backward from the gradient the next stage sent. A gradient of the
+ * wrong shape, dtype or layout is refused naming both tensors. */
+static void test_backward_from_a_gradient(void) {
+    float xv[6] = {0.5f, -1, 2, 0.25f, 1.5f, -0.75f}, wv[12], gv[8];
+    for (int i = 0; i < 12; i++) wv[i] = 0.1f * (float)(i - 5);
+    for (int i = 0; i < 8; i++) gv[i] = 0.3f * (float)(i % 3) - 0.2f;
+    float dw[2][12], dx[2][6];
+    for (int way = 0; way < 2; way++) {
+        ut_ctx *ctx = new_ctx();
+        ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 3});
+        ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){4, 3});
+        ut_tensor *g = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 4});
+        ut_tensor_set(x, xv, sizeof xv);
+        ut_tensor_set(w, wv, sizeof wv);
+        ut_tensor_set(g, gv, sizeof gv);
+        ut_tensor_set_requires_grad(x, true);
+        ut_tensor_set_requires_grad(w, true);
+        ut_tensor *y = ut_gelu(ctx, ut_linear(ctx, x, w, NULL));
+        int rc = way ? ut_backward_from(ctx, y, g) : ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, g)));
+        CHECK(rc == 0, "way %d: %s", way, ut_ctx_error(ctx));
+        ut_tensor_get_grad(w, dw[way], sizeof dw[way]);
+        ut_tensor_get_grad(x, dx[way], sizeof dx[way]);
+        if (way) {
+            ut_tensor *bad = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){4, 2});
+            CHECK(ut_backward_from(ctx, y, bad) == -1 && strstr(ut_ctx_error(ctx), "f32 (4, 2)") &&
+                      strstr(ut_ctx_error(ctx), "the gradient must be a contiguous f32 tensor of the tensor's shape"),
+                  "%s", ut_ctx_error(ctx));
+        }
+        ut_ctx_free(ctx);
+    }
+    for (int i = 0; i < 12; i++) CHECK_NEAR(dw[1][i], dw[0][i], 1e-6);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(dx[1][i], dx[0][i], 1e-6);
+    CHECK(dw[1][0] != 0 && dx[1][0] != 0, "no gradient reached the leaves");
+}
+
 int main(void) {
     RUN(test_views_share_data);
     RUN(test_errors_name_op_and_shapes);
@@ -381,5 +459,7 @@ int main(void) {
     RUN(test_registry_accepts_user_models);
     RUN(test_allocation_failure_names_size);
     RUN(test_init_independent_of_threads);
+    RUN(test_init_by_name);
+    RUN(test_backward_from_a_gradient);
     return TEST_SUMMARY();
 }
