@@ -40,6 +40,27 @@ void ut_comm_finalize(ut_comm *c);
 int ut_comm_rank(const ut_comm *c);
 int ut_comm_size(const ut_comm *c);
 const char *ut_comm_backend(const ut_comm *c);   /* "single" | "mpi" */
+int ut_comm_world_rank(const ut_comm *c);        /* this process's rank in the world */
+const char *ut_comm_name(const ut_comm *c);      /* "world", or the group's name */
+
+/* Process groups. Collective over parent: the ranks that pass the same color
+ * (>= 0) form one group, ranked by key, then by their rank in parent. name
+ * ("tp", "pp", "dp") names the group in errors and timeout reports ("tp rank
+ * 1 (world rank 3): timeout after ..."). A group is a communicator with its
+ * own queue and communication thread, so a collective blocked on one group
+ * does not hold another group's traffic. NULL with a message on failure.
+ * Finalize groups (ut_comm_finalize, in the same order on every rank)
+ * before the world. */
+ut_comm *ut_comm_split(ut_comm *parent, int color, int key, const char *name, char *err, size_t n);
+
+/* Point-to-point, non-blocking: n floats to or from peer, another rank of c.
+ * Sends and receives between two ranks match in the order they were issued
+ * (MPI's rule), started in issue order with the collectives but finishing
+ * when their partner arrives, so a send and a receive queued in either order
+ * on both ranks cannot deadlock. NULL (and the reason in ut_comm_error) when
+ * peer is not another rank; ut_comm_wait(c, NULL) then returns -1. */
+ut_comm_req *ut_comm_isend(ut_comm *c, const float *buf, int64_t n, int peer);
+ut_comm_req *ut_comm_irecv(ut_comm *c, float *buf, int64_t n, int peer);
 
 /* Non-blocking collectives on float32 buffers, summing. They run in the order
  * issued, on a communication thread, while the caller computes; buffers must

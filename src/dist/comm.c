@@ -2,8 +2,10 @@
  * handles and sequence numbers, statistics, start-up agreement checks, and the
  * single-process backend (collectives are copies or nothing, done at once).
  * Requests are handles that carry the operation's sequence number: backends
- * run operations in issue order, so "seq is done" is "the last done seq is at
- * least seq", and a request needs no slot of its own once it has run. */
+ * start operations in issue order and finish collectives in that order (a
+ * send or receive may finish later), so a request needs no slot of its own
+ * once it has run. Process groups (ut_comm_split) are communicators of their
+ * own, each with its own queue and thread. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,9 @@ const char *ut_comm_op_name(enum ut_comm_kind k) {
     case UT_COMM_ALLGATHERV_F32: return "allgatherv";
     case UT_COMM_BCAST: return "bcast";
     case UT_COMM_BARRIER: return "barrier";
+    case UT_COMM_SPLIT: return "split";
+    case UT_COMM_SEND_F32: return "send";
+    case UT_COMM_RECV_F32: return "recv";
     }
     return "?";
 }
@@ -35,6 +40,11 @@ void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n) {
     const char *name = ut_comm_op_name(op->kind);
     if (op->kind == UT_COMM_BARRIER)
         snprintf(buf, n, "%s #%" PRIu64, name, op->seq);
+    else if (op->kind == UT_COMM_SPLIT)
+        snprintf(buf, n, "%s #%" PRIu64 " (color %d)", name, op->seq, op->color);
+    else if (op->kind == UT_COMM_SEND_F32 || op->kind == UT_COMM_RECV_F32)
+        snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " elements %s rank %d)", name, op->seq, op->n,
+                 op->kind == UT_COMM_SEND_F32 ? "to" : "from", op->peer);
     else if (op->kind == UT_COMM_BCAST)
         snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " bytes from rank %d)", name, op->seq, op->n,
                  op->root);
@@ -77,6 +87,18 @@ static int single_test(ut_comm *c, uint64_t seq) {
 
 static void single_finalize(ut_comm *c) { (void)c; }
 
+const char *ut_comm_who(const ut_comm *c, char *buf, size_t n) {
+    if (!strcmp(c->name, "world")) snprintf(buf, n, "rank %d", c->rank);
+    else snprintf(buf, n, "%s rank %d (world rank %d)", c->name, c->rank, c->world_rank);
+    return buf;
+}
+
+const char *ut_comm_peer_name(const ut_comm *c, int r, char *buf, size_t n) {
+    if (!strcmp(c->name, "world")) snprintf(buf, n, "rank %d", r);
+    else snprintf(buf, n, "%s rank %d", c->name, r);
+    return buf;
+}
+
 static const ut_comm_vtable single_backend = {.name = "single",
                                               .submit = single_submit,
                                               .wait = single_wait,
@@ -95,6 +117,7 @@ static void comm_setup(ut_comm *c, double timeout_s) {
     c->timeout_s = timeout_s;
     c->be = &single_backend;
     c->size = 1;
+    snprintf(c->name, sizeof c->name, "world");
     UT_CHECK_PTHREAD(pthread_mutex_init(&c->issue_mu, NULL));
     UT_CHECK_PTHREAD(pthread_mutex_init(&c->stats_mu, NULL));
 }
@@ -121,6 +144,7 @@ ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s,
         ut_free(c);
         return NULL;
     }
+    c->world_rank = c->rank;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&world_mu));
     if (!world || world->is_static) world = c;
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&world_mu));
@@ -150,6 +174,8 @@ void ut_comm_finalize(ut_comm *c) {
 }
 
 int ut_comm_rank(const ut_comm *c) { return c->rank; }
+int ut_comm_world_rank(const ut_comm *c) { return c->world_rank; }
+const char *ut_comm_name(const ut_comm *c) { return c->name; }
 int ut_comm_size(const ut_comm *c) { return c->size; }
 const char *ut_comm_backend(const ut_comm *c) { return c->be->name; }
 const char *ut_comm_error(const ut_comm *c) { return c->err; }
@@ -176,7 +202,10 @@ static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
     case UT_COMM_ALLREDUCE_I64: return n * 8;
     case UT_COMM_ALLGATHER_U64: return n * 8 * c->size;
     case UT_COMM_BCAST: return n;
-    case UT_COMM_BARRIER: return 0;
+    case UT_COMM_SEND_F32: return n * 4;
+    case UT_COMM_BARRIER:
+    case UT_COMM_SPLIT:
+    case UT_COMM_RECV_F32: return 0;
     }
     return 0;
 }
@@ -244,7 +273,60 @@ ut_comm_req *ut_comm_iallgatherv(ut_comm *c, float *buf, const int64_t *counts) 
                                            .n = sum_counts(c, counts), .counts = counts}));
 }
 
+/* A send to or receive from peer: NULL with a message when peer is not
+ * another rank of c. */
+static ut_comm_req *p2p(ut_comm *c, enum ut_comm_kind kind, const float *in, float *out, int64_t n, int peer) {
+    char who[80];
+    const char *what = kind == UT_COMM_SEND_F32 ? "send" : "recv";
+    if (peer < 0 || peer >= c->size || peer == c->rank) {
+        snprintf(c->err, sizeof c->err, "%s: %s: peer %d is %s", ut_comm_who(c, who, sizeof who), what, peer,
+                 peer == c->rank ? "this rank itself" : ut_fmt("not a rank of %s (size %d)", c->name, c->size));
+        return NULL;
+    }
+    if (n < 0) {
+        snprintf(c->err, sizeof c->err, "%s: %s: %lld elements", ut_comm_who(c, who, sizeof who), what,
+                 (long long)n);
+        return NULL;
+    }
+    return handle(issue_op(c, (ut_comm_op){.kind = kind, .in = in, .out = out, .n = n, .peer = peer}));
+}
+
+ut_comm_req *ut_comm_isend(ut_comm *c, const float *buf, int64_t n, int peer) {
+    return p2p(c, UT_COMM_SEND_F32, buf, NULL, n, peer);
+}
+
+ut_comm_req *ut_comm_irecv(ut_comm *c, float *buf, int64_t n, int peer) {
+    return p2p(c, UT_COMM_RECV_F32, NULL, buf, n, peer);
+}
+
+ut_comm *ut_comm_split(ut_comm *parent, int color, int key, const char *name, char *err, size_t n) {
+    if (!name || !*name || strlen(name) >= sizeof parent->name || !strcmp(name, "world")) {
+        snprintf(err, n, "ut_comm_split: the group needs a name of 1 to %zu characters other than 'world'",
+                 sizeof parent->name - 1);
+        return NULL;
+    }
+    if (color < 0) {
+        snprintf(err, n, "ut_comm_split: color %d (must be >= 0)", color);
+        return NULL;
+    }
+    ut_comm *c = ut_malloc_check(sizeof *c);
+    comm_setup(c, parent->timeout_s);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->world_rank = parent->world_rank;
+    if (parent->size == 1 || !parent->be->child) return c; /* a group of one */
+    unsigned char result[UT_COMM_SPLIT_RESULT] __attribute__((aligned(16)));
+    uint64_t seq = issue_op(parent, (ut_comm_op){.kind = UT_COMM_SPLIT, .out = result, .color = color, .key = key});
+    if (wait_seq(parent, seq) || parent->be->child(parent, c, result, err, n)) {
+        if (wait_seq(parent, seq)) snprintf(err, n, "%s", parent->err);
+        comm_teardown(c);
+        ut_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 static int check_req(ut_comm *c, ut_comm_req *r, const char *fn) {
+    if (!r) return -1; /* the call that made it failed and said why in c->err */
     uint64_t seq = (uint64_t)(uintptr_t)r;
     if (seq == 0 || seq > atomic_load(&c->seq)) {
         snprintf(c->err, sizeof c->err, "%s: not a request of this communicator", fn);

@@ -35,6 +35,9 @@ enum ut_comm_kind {
     UT_COMM_ALLGATHERV_F32,     /* out[sum counts], rank r's part at its offset, in place */
     UT_COMM_BCAST,              /* out[0, n) bytes from root */
     UT_COMM_BARRIER,
+    UT_COMM_SPLIT,              /* a process group (color, key); out: the backend's result */
+    UT_COMM_SEND_F32,           /* in[0, n) to rank peer */
+    UT_COMM_RECV_F32,           /* out[0, n) from rank peer */
 };
 
 /* One queued operation. seq is the communicator's sequence number (#1, #2, ...),
@@ -47,18 +50,27 @@ typedef struct ut_comm_op {
     int64_t n; /* elements (bytes for bcast); the v-operations: sum of counts */
     const int64_t *counts; /* the v-operations: elements per rank, in rank order */
     int root;
+    int peer;              /* send, recv: the other rank */
+    int color, key;        /* split */
 } ut_comm_op;
 
-/* A backend runs ops strictly in seq order. submit is called with the issue
- * lock held (so queue order is seq order); wait returns 0 once op seq is done,
- * -1 if it failed (message in c->err). */
+/* A backend starts ops in seq order; collectives finish in that order, a
+ * send or receive may finish later than operations issued after it. submit
+ * is called with the issue lock held (so queue order is seq order); wait
+ * returns 0 once op seq is done, -1 if it failed (message in c->err). */
 typedef struct ut_comm_vtable {
     const char *name;
     void (*submit)(ut_comm *c, const ut_comm_op *op);
     int (*wait)(ut_comm *c, uint64_t seq);
     int (*test)(ut_comm *c, uint64_t seq); /* 1 done, 0 running, -1 failed */
     void (*finalize)(ut_comm *c); /* drains, stops threads, frees impl */
+    /* After a split op on parent finished with result (the op's out, of
+     * UT_COMM_SPLIT_RESULT bytes): makes child the new group's communicator
+     * (be, impl, rank, size), with threads of its own. 0, or -1 with err.
+     * NULL: the backend has no groups (size 1 only). */
+    int (*child)(ut_comm *parent, ut_comm *child, const void *result, char *err, size_t n);
 } ut_comm_vtable;
+#define UT_COMM_SPLIT_RESULT 64
 
 struct ut_comm {
     const ut_comm_vtable *be;
@@ -71,7 +83,15 @@ struct ut_comm {
     double bytes, wait_s;
     char err[512];
     bool is_static; /* the lazily made single world: never freed */
+    char name[32];  /* "world", or the group's name given to ut_comm_split */
+    int world_rank; /* this process's rank in the world */
 };
+
+/* "rank 3" in the world; "tp rank 1 (world rank 3)" in a group: the prefix
+ * of this process's messages. */
+const char *ut_comm_who(const ut_comm *c, char *buf, size_t n);
+/* How another rank r of c is named: "rank 2", or "tp rank 2". */
+const char *ut_comm_peer_name(const ut_comm *c, int r, char *buf, size_t n);
 
 const char *ut_comm_op_name(enum ut_comm_kind k);
 /* "allreduce #12 (1000 elements)" into buf. */

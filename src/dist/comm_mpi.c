@@ -1,8 +1,12 @@
-/* The MPI backend (OpenMPI). After initialisation one communication thread is
- * the only caller of MPI: callers put operations in a fixed ring of
- * UT_COMM_QUEUE slots (allocated once; a full ring blocks the caller until the
- * thread finishes one), and the thread runs them in issue order with blocking
- * collectives on a duplicate of MPI_COMM_WORLD. A watchdog thread ends every
+/* The MPI backend (OpenMPI). Each communicator (the world, and every process
+ * group split from it) has one communication thread that makes its MPI
+ * calls: callers put operations in a fixed ring of UT_COMM_QUEUE slots
+ * (allocated once; a full ring blocks the caller until the thread finishes
+ * one), and the thread starts them in issue order, collectives as blocking
+ * calls on the communicator's duplicate of MPI_COMM_WORLD (or the group's),
+ * sends and receives as non-blocking ones that it completes by polling, so a
+ * send queued before a receive on both ranks cannot deadlock. Groups run
+ * their threads side by side (MPI_THREAD_MULTIPLE). A watchdog thread ends every
  * rank (MPI_Abort) when one operation runs longer than the timeout, naming the
  * operation and its sequence number, and, asking the other ranks' watchdogs
  * over a communicator of their own, which rank did not arrive. Besides
@@ -32,13 +36,21 @@ typedef struct mpi_impl {
     int64_t chunk; /* elements per MPI call (UT_COMM_CHUNK overrides, for tests) */
     pthread_mutex_t mu;
     pthread_cond_t work; /* to the comm thread: queued or stop */
-    pthread_cond_t done; /* to callers: an operation finished (slot free, seq done) */
+    pthread_cond_t done_cv; /* to callers: an operation finished (slot free, seq done) */
     pthread_cond_t tick; /* to the watchdog: stop (timed waits on CLOCK_MONOTONIC) */
     ut_comm_op ring[UT_COMM_QUEUE]; /* op seq lives in ring[seq % UT_COMM_QUEUE] */
-    uint64_t queued, finished;      /* last seq queued, last seq done */
+    uint64_t queued, started;       /* last seq queued, last seq started */
+    uint64_t finished;              /* every seq up to this one is done */
+    bool done[UT_COMM_QUEUE];       /* seq > finished done out of order (a send or receive) */
     uint64_t failed;                /* first seq that failed, 0 if none */
-    uint64_t running;               /* seq inside MPI now, 0 if none */
+    uint64_t running;               /* seq of the blocking collective inside MPI now, 0 if none */
     struct timespec running_since;
+    /* sends and receives in flight: their seqs, when each started, and its
+     * MPI requests (two: the whole chunks, the rest) */
+    uint64_t pend[UT_COMM_QUEUE];
+    int npend;
+    struct timespec pend_since[UT_COMM_QUEUE];
+    MPI_Request preq[UT_COMM_QUEUE][2];
     bool stop;
     int *cnt, *dsp; /* per-rank counts and offsets of one v-operation window */
     pthread_t thread, watchdog;
@@ -184,8 +196,55 @@ static int bcast(mpi_impl *m, void *buf, int64_t bytes, int root) {
     return 0;
 }
 
+/* What a split hands to the child: the group's communicators, this rank's
+ * place in it. */
+typedef struct {
+    MPI_Comm comm, side;
+    int rank, size;
+} split_result;
+_Static_assert(sizeof(split_result) <= UT_COMM_SPLIT_RESULT, "split result too large");
+
+static int split(mpi_impl *m, const ut_comm_op *op) {
+    split_result *r = op->out;
+    r->comm = r->side = MPI_COMM_NULL;
+    if (m->side == MPI_COMM_NULL) return 0; /* no MPI_THREAD_MULTIPLE: the child refuses, on every rank */
+    if (UT_CHECK_MPI(MPI_Comm_split(m->comm, op->color, op->key, &r->comm)) ||
+        UT_CHECK_MPI(MPI_Comm_set_errhandler(r->comm, MPI_ERRORS_RETURN)) ||
+        UT_CHECK_MPI(MPI_Comm_rank(r->comm, &r->rank)) || UT_CHECK_MPI(MPI_Comm_size(r->comm, &r->size)))
+        return -1;
+    if (m->side != MPI_COMM_NULL && (UT_CHECK_MPI(MPI_Comm_dup(r->comm, &r->side)) ||
+                                     UT_CHECK_MPI(MPI_Comm_set_errhandler(r->side, MPI_ERRORS_RETURN))))
+        return -1;
+    return 0;
+}
+
+/* Posts a send or receive as MPI requests in preq[slot]: the whole chunks as
+ * one message of a contiguous type, the rest as another (every message
+ * between two ranks matches in order, so the receiver's two meet the
+ * sender's two). */
+static int start_p2p(mpi_impl *m, const ut_comm_op *op, MPI_Request req[2]) {
+    req[0] = req[1] = MPI_REQUEST_NULL;
+    bool send = op->kind == UT_COMM_SEND_F32;
+    float *buf = send ? (float *)op->in : op->out;
+    int64_t whole = op->n / m->chunk, rest = op->n % m->chunk;
+    MPI_Datatype t = MPI_FLOAT;
+    if (whole && (UT_CHECK_MPI(MPI_Type_contiguous((int)m->chunk, MPI_FLOAT, &t)) || UT_CHECK_MPI(MPI_Type_commit(&t))))
+        return -1;
+    int rc = 0;
+    if (whole)
+        rc = send ? UT_CHECK_MPI(MPI_Isend(buf, (int)whole, t, op->peer, 0, m->comm, &req[0]))
+                  : UT_CHECK_MPI(MPI_Irecv(buf, (int)whole, t, op->peer, 0, m->comm, &req[0]));
+    if (whole && UT_CHECK_MPI(MPI_Type_free(&t))) rc = -1; /* freed once the requests are done */
+    if (!rc && (rest || !whole)) {
+        float *p = buf + whole * m->chunk;
+        rc = send ? UT_CHECK_MPI(MPI_Isend(p, (int)rest, MPI_FLOAT, op->peer, 0, m->comm, &req[1]))
+                  : UT_CHECK_MPI(MPI_Irecv(p, (int)rest, MPI_FLOAT, op->peer, 0, m->comm, &req[1]));
+    }
+    return rc;
+}
+
 static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
-    if (op->n == 0 && op->kind != UT_COMM_BARRIER) return 0; /* the same on every rank */
+    if (op->n == 0 && op->kind != UT_COMM_BARRIER && op->kind != UT_COMM_SPLIT) return 0; /* the same on every rank */
     switch (op->kind) {
     case UT_COMM_ALLREDUCE_F32: return allreduce_sum(m, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLREDUCE_F64: return allreduce_sum(m, op->out, op->n, MPI_DOUBLE, 8);
@@ -199,43 +258,15 @@ static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
     case UT_COMM_ALLGATHERV_F32: return allgatherv(m, c->size, op->out, op->counts, op->n);
     case UT_COMM_BCAST: return bcast(m, op->out, op->n, op->root);
     case UT_COMM_BARRIER: return UT_CHECK_MPI(MPI_Barrier(m->comm));
+    case UT_COMM_SPLIT: return split(m, op);
+    case UT_COMM_SEND_F32:
+    case UT_COMM_RECV_F32: break; /* started by start_p2p */
     }
     snprintf(mpi_err, sizeof mpi_err, "unknown operation kind %d", (int)op->kind);
     return -1;
 }
 
 // --- the communication thread -----------------------------------------------
-
-/* Runs queued operations in order until stopped with the queue empty. After a
- * failure the communicator is unusable: later operations fail without
- * calling MPI (a collective half-done on some ranks cannot be resumed). */
-static void *comm_thread(void *arg) {
-    ut_comm *c = arg;
-    mpi_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    for (;;) {
-        while (m->finished == m->queued && !m->stop) UT_CHECK_PTHREAD(pthread_cond_wait(&m->work, &m->mu));
-        if (m->finished == m->queued) break; /* stopped and drained */
-        ut_comm_op op = m->ring[(m->finished + 1) % UT_COMM_QUEUE];
-        bool skip = m->failed != 0;
-        m->running = op.seq;
-        clock_gettime(CLOCK_MONOTONIC, &m->running_since);
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-        int rc = skip ? -1 : run_op(c, m, &op);
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-        m->running = 0;
-        if (rc && !m->failed) {
-            char what[160];
-            ut_comm_op_describe(&op, what, sizeof what);
-            snprintf(c->err, sizeof c->err, "rank %d: %s failed: %s", c->rank, what, mpi_err);
-            m->failed = op.seq;
-        }
-        m->finished = op.seq;
-        UT_CHECK_PTHREAD(pthread_cond_broadcast(&m->done));
-    }
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-    return NULL;
-}
 
 static double since(const struct timespec *t0) {
     struct timespec t;
@@ -250,6 +281,104 @@ static struct timespec after(double s) {
     t.tv_sec += ns / 1000000000;
     t.tv_nsec = ns % 1000000000;
     return t;
+}
+
+/* seq is done: the frontier moves past every done seq after it. Called with
+ * m->mu held. */
+static void mark_done(mpi_impl *m, uint64_t seq) {
+    m->done[seq % UT_COMM_QUEUE] = true;
+    while (m->finished < m->started && m->done[(m->finished + 1) % UT_COMM_QUEUE]) {
+        m->done[(m->finished + 1) % UT_COMM_QUEUE] = false;
+        m->finished++;
+    }
+    UT_CHECK_PTHREAD(pthread_cond_broadcast(&m->done_cv));
+}
+
+/* The first failure makes the communicator unusable; its message stays. */
+static void mark_failed(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
+    if (m->failed) return;
+    char what[160], who[80];
+    ut_comm_op_describe(op, what, sizeof what);
+    snprintf(c->err, sizeof c->err, "%s: %s failed: %s", ut_comm_who(c, who, sizeof who), what, mpi_err);
+    m->failed = op->seq;
+}
+
+/* Tests the sends and receives in flight (MPI calls without the lock: only
+ * this thread touches their requests); true when one finished. */
+static bool poll_p2p(ut_comm *c, mpi_impl *m) {
+    uint64_t seqs[UT_COMM_QUEUE];
+    int n = m->npend;
+    memcpy(seqs, m->pend, (size_t)n * sizeof *seqs);
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    bool fin[UT_COMM_QUEUE];
+    int bad[UT_COMM_QUEUE];
+    for (int i = 0; i < n; i++) {
+        int flag = 0;
+        bad[i] = UT_CHECK_MPI(MPI_Testall(2, m->preq[seqs[i] % UT_COMM_QUEUE], &flag, MPI_STATUSES_IGNORE));
+        fin[i] = flag || bad[i];
+    }
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    bool any = false;
+    for (int i = 0, k = 0; i < n; i++) {
+        if (!fin[i]) {
+            m->pend[k++] = seqs[i];
+            continue;
+        }
+        any = true;
+        if (bad[i]) mark_failed(c, m, &m->ring[seqs[i] % UT_COMM_QUEUE]);
+        mark_done(m, seqs[i]);
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) k += !fin[i];
+    m->npend = k; /* only this thread adds to the list */
+    return any;
+}
+
+/* Starts queued operations in order until stopped with the queue empty and
+ * nothing in flight: a collective runs to its end, a send or receive is
+ * posted and then polled between operations (backing off from 20 us to 1 ms
+ * while nothing else is queued). After a failure the communicator is
+ * unusable: later operations fail without calling MPI (a collective
+ * half-done on some ranks cannot be resumed). */
+static void *comm_thread(void *arg) {
+    ut_comm *c = arg;
+    mpi_impl *m = c->impl;
+    long idle_us = 20;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    for (;;) {
+        while (m->started == m->queued && !m->npend && !m->stop)
+            UT_CHECK_PTHREAD(pthread_cond_wait(&m->work, &m->mu));
+        if (m->started == m->queued && !m->npend) break; /* stopped and drained */
+        if (m->started < m->queued) {
+            ut_comm_op op = m->ring[(m->started + 1) % UT_COMM_QUEUE];
+            m->started = op.seq;
+            bool skip = m->failed != 0, p2p = op.kind == UT_COMM_SEND_F32 || op.kind == UT_COMM_RECV_F32;
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            if (!p2p) m->running = op.seq, m->running_since = t0;
+            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+            int rc = skip ? -1 : p2p ? start_p2p(m, &op, m->preq[op.seq % UT_COMM_QUEUE]) : run_op(c, m, &op);
+            UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+            m->running = 0;
+            if (rc && !skip) mark_failed(c, m, &op);
+            if (p2p && !rc) {
+                m->pend_since[op.seq % UT_COMM_QUEUE] = t0;
+                m->pend[m->npend++] = op.seq;
+            } else {
+                mark_done(m, op.seq);
+            }
+            idle_us = 20;
+        }
+        if (m->npend && poll_p2p(c, m)) idle_us = 20;
+        else if (m->npend && m->started == m->queued && !m->stop) {
+            struct timespec until = after(idle_us * 1e-6);
+            int rc = pthread_cond_timedwait(&m->work, &m->mu, &until);
+            if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
+            idle_us = idle_us < 1000 ? 2 * idle_us : 1000;
+        }
+    }
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    return NULL;
 }
 
 // --- the watchdog and its side channel -----------------------------------------
@@ -307,8 +436,13 @@ static void append(char *buf, size_t n, const char *fmt, ...) {
  * for up to wait_s) and writes what the answers say about operation seq
  * into buf. *defer is set when a lower rank waits in the same operation:
  * its watchdog reports, so this one's line would only repeat it. */
-static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *what, double wait_s,
+/* "tp " for a group's ranks, "" for the world's */
+static const char *grp(const ut_comm *c) { return strcmp(c->name, "world") ? ut_fmt("%s ", c->name) : ""; }
+
+static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *what, int peer, double wait_s,
                           MPI_Request *query, int *from, char *buf, size_t n, bool *defer) {
+    char g[40];
+    snprintf(g, sizeof g, "%s", grp(c));
     int size = c->size;
     status_reply *rep = ut_calloc_check((size_t)size, sizeof *rep);
     MPI_Request *req = ut_calloc_check((size_t)size * 2, sizeof *req);
@@ -332,11 +466,24 @@ static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *wha
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
+    *defer = false;
+    if (peer >= 0) { /* a send or receive: what its partner is doing */
+        const status_reply *x = &rep[peer];
+        if (!got[peer])
+            append(buf, n, "; %srank %d did not answer within %g s (stopped, or the process is stuck)", g, peer,
+                   wait_s);
+        else
+            append(buf, n, "; %srank %d has not posted its match (its newest operation: %s, %s)", g, peer,
+                   x->queued ? x->last : "none", x->finished == x->queued ? "done" : "in progress");
+        ut_free(got);
+        ut_free(req);
+        ut_free(rep);
+        return;
+    }
     /* the ranks that never reached seq, those in another operation #seq,
      * those that did not answer; the ones waiting in it */
     char waiting[200] = "", silent[200] = "";
     int nwait = 0, nsilent = 0;
-    *defer = false;
     for (int r = 0; r < size; r++) {
         if (r == me) {
             append(waiting, sizeof waiting, "%s%d", nwait++ ? ", " : "", r);
@@ -348,24 +495,24 @@ static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *wha
         }
         const status_reply *x = &rep[r];
         if (x->queued < seq)
-            append(buf, n, "; rank %d has not reached it (its last operation: %s, %s)", r,
+            append(buf, n, "; %srank %d has not reached it (its last operation: %s, %s)", g, r,
                    x->queued ? rep[r].last : "none", x->finished == x->queued ? "done" : "in progress");
         else if (x->running == seq || (x->finished < seq && x->queued >= seq)) {
             char mine[120];
             snprintf(mine, sizeof mine, "%s", what);
             if (x->queued == seq && strcmp(rep[r].last, mine))
-                append(buf, n, "; rank %d is in %s instead", r, rep[r].last);
+                append(buf, n, "; %srank %d is in %s instead", g, r, rep[r].last);
             else {
                 append(waiting, sizeof waiting, "%s%d", nwait++ ? ", " : "", r);
                 if (r < me) *defer = true;
             }
         } else
-            append(buf, n, "; rank %d has finished it (its newest operation: %s)", r, rep[r].last);
+            append(buf, n, "; %srank %d has finished it (its newest operation: %s)", g, r, rep[r].last);
     }
     if (nsilent)
-        append(buf, n, "; rank%s %s did not answer within %g s (stopped, or the process is stuck)",
+        append(buf, n, "; %srank%s %s did not answer within %g s (stopped, or the process is stuck)", g,
                nsilent > 1 ? "s" : "", silent, wait_s);
-    append(buf, n, "; rank%s %s wait%s in it", nwait > 1 ? "s" : "", waiting, nwait > 1 ? "" : "s");
+    append(buf, n, "; %srank%s %s wait%s in it", g, nwait > 1 ? "s" : "", waiting, nwait > 1 ? "" : "s");
     /* unanswered requests are left to MPI_Abort */
     ut_free(got);
     ut_free(req);
@@ -386,15 +533,20 @@ static void *watchdog_thread(void *arg) {
         query = MPI_REQUEST_NULL;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
     while (!m->stop) {
-        if (m->running && since(&m->running_since) > c->timeout_s) {
-            uint64_t seq = m->running;
-            char what[160], report[1200] = "";
-            ut_comm_op_describe(&m->ring[seq % UT_COMM_QUEUE], what, sizeof what);
+        /* the blocking collective, else the oldest send or receive, past the timeout */
+        uint64_t seq = m->running && since(&m->running_since) > c->timeout_s ? m->running : 0;
+        for (int i = 0; !seq && i < m->npend; i++)
+            if (since(&m->pend_since[m->pend[i] % UT_COMM_QUEUE]) > c->timeout_s) seq = m->pend[i];
+        if (seq) {
+            const ut_comm_op *op = &m->ring[seq % UT_COMM_QUEUE];
+            int peer = op->kind == UT_COMM_SEND_F32 || op->kind == UT_COMM_RECV_F32 ? op->peer : -1;
+            char what[160], report[1200] = "", who[80];
+            ut_comm_op_describe(op, what, sizeof what);
             UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
             bool defer = false;
             double wait_s = c->timeout_s < 2 ? c->timeout_s : 2;
             if (query != MPI_REQUEST_NULL)
-                ask_the_ranks(c, m, seq, what, wait_s, &query, &from, report, sizeof report, &defer);
+                ask_the_ranks(c, m, seq, what, peer, wait_s, &query, &from, report, sizeof report, &defer);
             /* a lower rank waiting in the same operation reports; this one
              * keeps answering, and reports itself if that does not end the job */
             for (struct timespec t0 = after(0); defer && since(&t0) < 4 * wait_s;) {
@@ -402,8 +554,8 @@ static void *watchdog_thread(void *arg) {
                 struct timespec pause = {0, 10 * 1000 * 1000};
                 nanosleep(&pause, NULL);
             }
-            fprintf(stderr, "utrain: rank %d: timeout after %g s in %s%s\n", c->rank, c->timeout_s, what,
-                    report);
+            fprintf(stderr, "utrain: %s: timeout after %g s in %s%s\n", ut_comm_who(c, who, sizeof who),
+                    c->timeout_s, what, report);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
             abort(); /* MPI_Abort does not return */
@@ -430,7 +582,7 @@ static void mpi_submit(ut_comm *c, const ut_comm_op *op) {
     mpi_impl *m = c->impl;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
     UT_ASSERT(op->seq == m->queued + 1 && !m->stop);
-    while (m->queued - m->finished >= UT_COMM_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done, &m->mu));
+    while (m->queued - m->finished >= UT_COMM_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
     m->ring[op->seq % UT_COMM_QUEUE] = *op;
     m->queued = op->seq;
     UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
@@ -440,7 +592,8 @@ static void mpi_submit(ut_comm *c, const ut_comm_op *op) {
 static int mpi_wait(ut_comm *c, uint64_t seq) {
     mpi_impl *m = c->impl;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    while (m->finished < seq) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done, &m->mu));
+    while (m->finished < seq && !m->done[seq % UT_COMM_QUEUE])
+        UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
     int rc = m->failed && seq >= m->failed ? -1 : 0;
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
     return rc;
@@ -449,13 +602,15 @@ static int mpi_wait(ut_comm *c, uint64_t seq) {
 static int mpi_test(ut_comm *c, uint64_t seq) {
     mpi_impl *m = c->impl;
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    int rc = m->finished < seq ? 0 : m->failed && seq >= m->failed ? -1 : 1;
+    bool done = m->finished >= seq || m->done[seq % UT_COMM_QUEUE];
+    int rc = !done ? 0 : m->failed && seq >= m->failed ? -1 : 1;
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
     return rc;
 }
 
 static void mpi_finalize(ut_comm *c) {
     mpi_impl *m = c->impl;
+    char who[80];
     UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
     m->stop = true;
     UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
@@ -470,16 +625,16 @@ static void mpi_finalize(ut_comm *c) {
         UT_CHECK_PTHREAD(pthread_join(m->watchdog, NULL));
     }
     if (UT_CHECK_MPI(MPI_Comm_free(&m->comm)))
-        fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+        fprintf(stderr, "utrain: %s: warning: %s\n", ut_comm_who(c, who, sizeof who), mpi_err);
     if (m->side != MPI_COMM_NULL && UT_CHECK_MPI(MPI_Comm_free(&m->side)))
-        fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+        fprintf(stderr, "utrain: %s: warning: %s\n", ut_comm_who(c, who, sizeof who), mpi_err);
     if (m->own_mpi) {
         if (UT_CHECK_MPI(MPI_Finalize()))
-            fprintf(stderr, "utrain: rank %d: warning: %s\n", c->rank, mpi_err);
+            fprintf(stderr, "utrain: %s: warning: %s\n", ut_comm_who(c, who, sizeof who), mpi_err);
         ut_set_abort_handler(NULL);
     }
     UT_CHECK_PTHREAD(pthread_cond_destroy(&m->work));
-    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done));
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done_cv));
     UT_CHECK_PTHREAD(pthread_cond_destroy(&m->tick));
     UT_CHECK_PTHREAD(pthread_mutex_destroy(&m->mu));
     ut_free(m->cnt);
@@ -488,9 +643,11 @@ static void mpi_finalize(ut_comm *c) {
     c->impl = NULL;
 }
 
+static int mpi_child(ut_comm *parent, ut_comm *c, const void *result, char *err, size_t n);
+
 static const ut_comm_vtable mpi_backend = {
     .name = "mpi", .submit = mpi_submit, .wait = mpi_wait, .test = mpi_test,
-    .finalize = mpi_finalize};
+    .finalize = mpi_finalize, .child = mpi_child};
 
 // --- initialisation ---------------------------------------------------------
 
@@ -533,6 +690,8 @@ fail:
     return -1;
 }
 
+static void impl_start(ut_comm *c, mpi_impl *m);
+
 int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n) {
     mpi_impl *m = ut_calloc_check(1, sizeof *m);
     m->chunk = chunk_from_env();
@@ -548,14 +707,39 @@ int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n) {
         ut_free(m);
         return -1;
     }
+    impl_start(c, m);
+    return 0;
+}
+
+/* A group's communicator over the communicators the split made. */
+static int mpi_child(ut_comm *parent, ut_comm *c, const void *result, char *err, size_t n) {
+    const split_result *r = result;
+    const mpi_impl *pm = parent->impl;
+    if (r->comm == MPI_COMM_NULL) {
+        char who[80];
+        return ut_errorf(err, n, "%s: process groups need MPI_THREAD_MULTIPLE (each group's thread calls MPI); "
+                                 "this MPI gives less", ut_comm_who(parent, who, sizeof who));
+    }
+    mpi_impl *m = ut_calloc_check(1, sizeof *m);
+    m->chunk = pm->chunk;
+    m->comm = r->comm;
+    m->side = r->side;
+    c->rank = r->rank;
+    c->size = r->size;
+    impl_start(c, m);
+    return 0;
+}
+
+/* The rest of a communicator's state, and its threads. */
+static void impl_start(ut_comm *c, mpi_impl *m) {
     m->cnt = ut_calloc_check((size_t)c->size, sizeof(int));
     m->dsp = ut_calloc_check((size_t)c->size, sizeof(int));
     pthread_condattr_t mono;
     UT_CHECK_PTHREAD(pthread_condattr_init(&mono));
     UT_CHECK_PTHREAD(pthread_condattr_setclock(&mono, CLOCK_MONOTONIC));
     UT_CHECK_PTHREAD(pthread_mutex_init(&m->mu, NULL));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->work, NULL));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->done, NULL));
+    UT_CHECK_PTHREAD(pthread_cond_init(&m->work, &mono));
+    UT_CHECK_PTHREAD(pthread_cond_init(&m->done_cv, NULL));
     UT_CHECK_PTHREAD(pthread_cond_init(&m->tick, &mono));
     UT_CHECK_PTHREAD(pthread_condattr_destroy(&mono));
     c->impl = m;
@@ -565,5 +749,4 @@ int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n) {
         UT_CHECK_PTHREAD(pthread_create(&m->watchdog, NULL, watchdog_thread, c));
         m->has_watchdog = true;
     }
-    return 0;
 }

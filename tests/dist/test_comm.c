@@ -5,7 +5,9 @@
  * Modes for the failure tests (argv[1]):
  *   timeout  rank 1 skips allreduce #3; the others must end within the 3 s timeout
  *   crash    rank 1 kills itself (SIGKILL) mid-run; mpirun must end the others
- *   abort    rank 1 fails a ut_abort mid-run; MPI_Abort must end the others */
+ *   abort    rank 1 fails a ut_abort mid-run; MPI_Abort must end the others
+ *   stopped, branch: rank 1 stops itself (SIGSTOP) / runs a broadcast as #3
+ *   p2p      in a group "pp", rank 0 waits for a message rank 1 never sends */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -256,13 +258,113 @@ static void test_stats(void) {
     ut_free(buf);
 }
 
+// --- process groups and point-to-point ----------------------------------------------
+
+/* Ranks split by parity, ranked in reverse: each group's size, order and
+ * sums cover its own members only; a group's name shows in its errors. */
+static void test_split_groups(void) {
+    char err[256] = "";
+    ut_comm *g = ut_comm_split(comm, rank % 2, -rank, "parity", err, sizeof err);
+    CHECK(g, "%s", err);
+    if (!g) return;
+    int members = size / 2 + (rank % 2 == 0 ? size % 2 : 0), below = 0;
+    for (int r = rank + 2; r < size; r += 2) below++; /* higher world ranks come first */
+    CHECK(ut_comm_size(g) == members && ut_comm_rank(g) == below && ut_comm_world_rank(g) == rank &&
+              !strcmp(ut_comm_name(g), "parity"),
+          "group: rank %d of %d (want %d of %d), name %s", ut_comm_rank(g), ut_comm_size(g), below, members,
+          ut_comm_name(g));
+    float x[3] = {(float)rank + 1, 1, (float)(rank % 2)};
+    CHECK(ut_comm_wait(g, ut_comm_iallreduce(g, x, 3)) == 0, "%s", ut_comm_error(g));
+    float want = 0;
+    for (int r = rank % 2; r < size; r += 2) want += (float)r + 1;
+    CHECK(x[0] == want && x[1] == (float)members && x[2] == (float)(members * (rank % 2)),
+          "group sums %g %g %g, want %g %d", x[0], x[1], x[2], want, members);
+    CHECK(ut_comm_isend(g, x, 1, ut_comm_rank(g)) == NULL && strstr(ut_comm_error(g), "parity rank") &&
+              strstr(ut_comm_error(g), "peer") && strstr(ut_comm_error(g), "is this rank itself"),
+          "%s", ut_comm_error(g));
+    CHECK(ut_comm_wait(g, NULL) == -1, "a failed request waits as failed");
+    CHECK(!ut_comm_split(comm, 0, 0, "world", err, sizeof err) && strstr(err, "other than 'world'"), "%s", err);
+    ut_comm_finalize(g);
+}
+
+/* A ring: every rank sends to the next and receives from the one before,
+ * both orders of posting, large enough to need the receiver (rendezvous)
+ * and, under UT_COMM_CHUNK=1000, to be cut into chunks. */
+static void test_send_recv_ring(void) {
+    if (size == 1) {
+        float v = 1;
+        CHECK(ut_comm_isend(comm, &v, 1, 0) == NULL && strstr(ut_comm_error(comm), "is this rank itself"), "%s",
+              ut_comm_error(comm));
+        return;
+    }
+    const int64_t n = 300007;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    float *out = falloc(n), *in = falloc(n);
+    for (int order = 0; order < 2; order++) {
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(rank * 1000 + i % 997 + order), in[i] = -1;
+        ut_comm_req *s, *r;
+        if (order == 0) s = ut_comm_isend(comm, out, n, next), r = ut_comm_irecv(comm, in, n, prev);
+        else r = ut_comm_irecv(comm, in, n, prev), s = ut_comm_isend(comm, out, n, next);
+        CHECK(ut_comm_wait(comm, r) == 0 && ut_comm_wait(comm, s) == 0, "%s", ut_comm_error(comm));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += in[i] != (float)(prev * 1000 + i % 997 + order);
+        CHECK(bad == 0, "order %d: %lld elements wrong from rank %d", order, (long long)bad, prev);
+    }
+    /* a collective issued after a receive finishes first; the receive then */
+    float one = 1;
+    ut_comm_req *r = ut_comm_irecv(comm, in, 5, prev);
+    CHECK(ut_comm_wait(comm, ut_comm_iallreduce(comm, &one, 1)) == 0 && one == (float)size, "allreduce after recv");
+    CHECK(ut_comm_test(comm, r) == 0, "the receive finished before its send was issued");
+    CHECK(ut_comm_barrier(comm) == 0, "%s", ut_comm_error(comm)); /* every rank has tested: now send */
+    CHECK(ut_comm_wait(comm, ut_comm_isend(comm, out, 5, next)) == 0 && ut_comm_wait(comm, r) == 0, "%s",
+          ut_comm_error(comm));
+    ut_free(out);
+    ut_free(in);
+}
+
+/* Groups progress independently: rank 1 blocks in a collective on group a
+ * that rank 0 joins only after a send to rank 1 on group b has finished. One
+ * queue for both would deadlock (the watchdog would end the job). */
+static void test_groups_do_not_block_each_other(void) {
+    char err[256] = "";
+    ut_comm *a = ut_comm_split(comm, 0, 0, "a", err, sizeof err), *b = ut_comm_split(comm, 0, 0, "b", err, sizeof err);
+    CHECK(a && b, "%s", err);
+    if (!a || !b || size == 1) {
+        ut_comm_finalize(b);
+        ut_comm_finalize(a);
+        return;
+    }
+    float x = 1, y[4] = {0};
+    if (rank == 1) {
+        ut_comm_req *ra = ut_comm_iallreduce(a, &x, 1);
+        usleep(100000); /* a's thread is inside the blocking collective */
+        CHECK(ut_comm_wait(b, ut_comm_irecv(b, y, 4, 0)) == 0, "%s", ut_comm_error(b));
+        CHECK(ut_comm_wait(a, ra) == 0, "%s", ut_comm_error(a));
+        CHECK(y[0] == 7 && y[3] == 7, "received %g %g", y[0], y[3]);
+    } else {
+        if (rank == 0) {
+            for (int i = 0; i < 4; i++) y[i] = 7;
+            CHECK(ut_comm_wait(b, ut_comm_isend(b, y, 4, 1)) == 0, "%s", ut_comm_error(b));
+        }
+        CHECK(ut_comm_wait(a, ut_comm_iallreduce(a, &x, 1)) == 0, "%s", ut_comm_error(a));
+    }
+    CHECK(x == (float)size, "group a's sum %g", x);
+    ut_comm_finalize(b);
+    ut_comm_finalize(a);
+}
+
 // --- failure modes (run under mpirun by test_mpi_launch) ---------------------------
 
 static int fail_mode(const char *mode) {
     float x[4] = {1, 2, 3, 4};
     ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #1 */
     ut_comm_barrier(comm);                              /* #2 */
-    if (strcmp(mode, "timeout") == 0 || strcmp(mode, "stopped") == 0 || strcmp(mode, "branch") == 0) {
+    if (strcmp(mode, "p2p") == 0) { /* in a group: rank 0 waits for a message rank 1 never sends */
+        char err[256];
+        ut_comm *g = ut_comm_split(comm, 0, 0, "pp", err, sizeof err);
+        if (g && rank == 0) ut_comm_wait(g, ut_comm_irecv(g, x, 4, 1));
+        else sleep(60);
+    } else if (strcmp(mode, "timeout") == 0 || strcmp(mode, "stopped") == 0 || strcmp(mode, "branch") == 0) {
         if (rank == 1 && mode[0] == 't') {
             sleep(60); /* skips #3; the others' watchdogs end the job */
         } else if (rank == 1 && mode[0] == 's') {
@@ -290,7 +392,8 @@ static int fail_mode(const char *mode) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    double timeout = !strcmp(mode, "timeout") || !strcmp(mode, "stopped") || !strcmp(mode, "branch") ? 3 : 120;
+    double timeout =
+        !strcmp(mode, "timeout") || !strcmp(mode, "stopped") || !strcmp(mode, "branch") || !strcmp(mode, "p2p") ? 3 : 120;
     if (strcmp(mode, "crash") == 0 || strcmp(mode, "abort") == 0) timeout = 0; /* mpirun's job */
     char err[512];
     comm = ut_comm_init(&argc, &argv, false, timeout, err, sizeof err);
@@ -312,6 +415,9 @@ int main(int argc, char **argv) {
     RUN(test_bcast_barrier);
     RUN(test_check_same);
     RUN(test_stats);
+    RUN(test_split_groups);
+    RUN(test_send_recv_ring);
+    RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);
     ut_comm_finalize(ut_comm_world()); /* the lazily made single world */
     printf("rank %d/%d: %d passed, %d failed\n", rank, size, t_passed, t_failed);

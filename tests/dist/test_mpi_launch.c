@@ -203,6 +203,13 @@ static void test_timeout_names_a_stopped_rank(void) {
                   "rank 1 did not answer within 2 s", 20);
 }
 
+/* a receive that never matches, in a process group: the report names the
+ * group, the receive and what its partner is doing */
+static void test_timeout_names_a_missing_send(void) {
+    check_failure("p2p", "utrain: pp rank 0 (world rank 0): timeout after 3 s in recv #1 (4 elements from rank 1)",
+                  "pp rank 1 has not posted its match (its newest operation: none, done)", 20);
+}
+
 static void test_timeout_names_a_diverged_rank(void) {
     check_failure("branch", ": timeout after 3 s in allreduce #3 (4 elements)",
                   "rank 1 is in bcast #3 (8 bytes from rank 0) instead", 20);
@@ -236,6 +243,7 @@ int main(void) {
     RUN(test_timeout_names_the_collective);
     RUN(test_timeout_names_a_stopped_rank);
     RUN(test_timeout_names_a_diverged_rank);
+    RUN(test_timeout_names_a_missing_send);
     RUN(test_killed_rank_ends_the_job);
     RUN(test_abort_ends_the_job);
     return TEST_SUMMARY();
