@@ -17,12 +17,26 @@
 typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_kind;
 
 /* An op's kernels on one device. forward computes t's data from t->src;
- * backward ADDS into src[i]->grad from t->grad (see ut_op_owns_src0_grad in
- * src/core/internal.h for the one exception). NULL: nothing to do. */
+ * backward ADDS into src[i]->grad from t->grad (UT_OPP_OWNS_SRC0_GRAD in
+ * src/core/internal.h is the one exception). NULL: nothing to do. caps says
+ * what the kernels do with 16-bit data themselves (0: nothing; every op
+ * under autocast then gets float32 copies, src/core/autocast.c):
+ *   UT_KCAP_READS_16   reads a 16-bit src[0] and writes its 16-bit gradient
+ *                      (the CPU's cross-entropy)
+ *   UT_KCAP_WRITES_16  writes its 16-bit output and reads that output's
+ *                      16-bit gradient (the CPU's linear, a block of rows at
+ *                      a time)
+ *   UT_KCAP_NATIVE_16  takes every tensor of its op in its storage dtype and
+ *                      rounds float32 sources to t->autocast itself; core
+ *                      converts nothing around it. It may take
+ *                      ut_autocast_scratch and then must call
+ *                      ut_autocast_release before it returns (CUDA's linear) */
 typedef void (*ut_op_fn)(ut_tensor *t);
+enum { UT_KCAP_READS_16 = 1 << 0, UT_KCAP_WRITES_16 = 1 << 1, UT_KCAP_NATIVE_16 = 1 << 2 };
 typedef struct {
     ut_op_fn forward;
     ut_op_fn backward;
+    unsigned caps;
 } ut_op_vtable;
 
 /* Streams: the compute stream ops run on, and the communication stream that
@@ -81,21 +95,9 @@ typedef struct ut_backend {
      * dst may equal src. */
     void (*round)(float *dst, const float *src, int64_t n, ut_dtype dt);
 
-    /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def ---- */
+    /* ---- kernels: UT_OP_COUNT entries, generated from src/core/ops.def,
+     * each with its 16-bit capabilities ---- */
     const ut_op_vtable *ops;
-    /* Kernels that handle 16-bit data themselves, per op (UT_OP_COUNT
-     * entries; NULL: none). reads_16: the kernel reads a 16-bit src[0] and
-     * writes its 16-bit gradient (the CPU's cross-entropy); writes_16: it
-     * writes its 16-bit output and reads that output's 16-bit gradient (the
-     * CPU's linear, a block of rows at a time). Every other op under autocast
-     * gets float32 copies (src/core/autocast.c). */
-    const bool *reads_16, *writes_16;
-    /* native_16: the kernel takes every tensor of its op in its storage
-     * dtype (16-bit sources, output and gradients as they are) and rounds
-     * float32 sources to t->autocast itself; core converts nothing around
-     * it. The kernel may take ut_autocast_scratch and then must call
-     * ut_autocast_release before it returns. */
-    const bool *native_16;
     /* What autocast's matrix products in dt (BF16, F16) run on, in a few
      * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
      * inputs (CPU has no bf16 instructions)"). */

@@ -31,19 +31,9 @@
  * gives back when it ends (take / give_back). */
 #include "internal.h"
 
-/* The ops autocast runs in low precision (PyTorch's "lower_precision_fp" list). */
-static const bool autocast_op[UT_OP_COUNT] = {
-    [UT_OP_LINEAR] = true, [UT_OP_MATMUL] = true, [UT_OP_CONV2D] = true, [UT_OP_ATTENTION] = true,
-    [UT_OP_ATTENTION_MASKED] = true, [UT_OP_ATTENTION_VARLEN] = true,
-};
-
-/* One input, one output, elementwise: the output keeps a 16-bit input's dtype. */
-static const bool keeps_dtype[UT_OP_COUNT] = {
-    [UT_OP_SCALE] = true, [UT_OP_RELU] = true,    [UT_OP_GELU] = true,
-    [UT_OP_TANH] = true,  [UT_OP_SIGMOID] = true, [UT_OP_DROPOUT] = true,
-    [UT_OP_GELU_ERF] = true,
-};
-
+/* Which ops autocast runs in low precision, which keep a 16-bit input's
+ * dtype, which read no data or never their own output in backward: the op
+ * properties of src/core/ops.def (UT_OPP_*). */
 static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
@@ -63,49 +53,27 @@ const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt) {
 ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;
-    if (ctx->autocast != UT_F32 && (autocast_op[op] || op == UT_OP_LAYERNORM)) return ctx->autocast;
-    if (keeps_dtype[op] && nsrc > 0 && src[0] && is_16(src[0]->dtype)) return src[0]->dtype;
+    if (ctx->autocast != UT_F32 && ut_op_is(op, UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT)) return ctx->autocast;
+    if (ut_op_is(op, UT_OPP_KEEPS_DTYPE) && nsrc > 0 && src[0] && is_16(src[0]->dtype)) return src[0]->dtype;
     return UT_F32;
 }
 
 void ut_autocast_mark(ut_ctx *ctx, ut_tensor *t) {
-    if (ctx->autocast != UT_F32 && autocast_op[t->op]) t->autocast = ctx->autocast;
+    if (ctx->autocast != UT_F32 && ut_op_is(t->op, UT_OPP_PRODUCT)) t->autocast = ctx->autocast;
 }
 
-/* Ops whose kernels never read tensor data (views, checkpointed blocks). */
-static const bool no_data[UT_OP_COUNT] = {
-    [UT_OP_RESHAPE] = true, [UT_OP_PERMUTE] = true, [UT_OP_SLICE] = true, [UT_OP_CHECKPOINT] = true,
-};
-
-/* Ops whose backward kernels never read their own output: their backward
- * converts only the output's gradient. */
-static const bool bwd_skips_out[UT_OP_COUNT] = {
-    [UT_OP_LINEAR] = true,    [UT_OP_MATMUL] = true,   [UT_OP_CONV2D] = true,
-    [UT_OP_SCALE] = true,     [UT_OP_RELU] = true,     [UT_OP_GELU] = true,
-    [UT_OP_GELU_ERF] = true,  [UT_OP_DROPOUT] = true,  [UT_OP_ATTENTION] = true,
-    [UT_OP_ATTENTION_MASKED] = true,
-};
-
-/* What a device's kernels do with 16-bit data themselves (backend.h:
- * reads_16, writes_16; NULL: nothing, every op goes through the float32
- * copies). */
-static bool kernel_reads_16(const ut_tensor *t) {
-    const bool *r = ut_backend_get(t->device)->reads_16;
-    return r && r[t->op];
-}
+/* What a device's kernel does with 16-bit data itself: the caps of its
+ * backend's op table (backend.h, UT_KCAP_*; 0: nothing, the op goes through
+ * the float32 copies). */
+static bool kernel_can(const ut_tensor *t, unsigned cap) { return (ut_op_table(t->device)[t->op].caps & cap) != 0; }
+static bool kernel_reads_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_READS_16); }
 /* the kernel takes the op's tensors in their storage dtypes and does
- * autocast's rounding itself (backend.h, native_16) */
-static bool kernel_native_16(const ut_tensor *t) {
-    const bool *n = ut_backend_get(t->device)->native_16;
-    return n && n[t->op];
-}
-static bool self_16(const ut_tensor *t) {
-    const bool *w = ut_backend_get(t->device)->writes_16;
-    return w && w[t->op] && is_16(t->dtype);
-}
+ * autocast's rounding itself */
+static bool kernel_native_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_NATIVE_16); }
+static bool self_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_WRITES_16) && is_16(t->dtype); }
 
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
-    if (t->op == UT_OP_CHECKPOINT || (no_data[t->op] && !backward)) return false;
+    if (t->op == UT_OP_CHECKPOINT || (ut_op_is(t->op, UT_OPP_NO_DATA) && !backward)) return false;
     if (kernel_reads_16(t) || kernel_native_16(t)) return false;
     if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
@@ -322,7 +290,7 @@ static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data
 
 /* Sources (and, with self, t itself) as float32; t->autocast rounds float32
  * sources. data false: only gradients (ops whose kernels read no data);
- * backward of an op in bwd_skips_out converts its own gradient only. */
+ * backward of a UT_OPP_BWD_NO_OUT op converts its own gradient only. */
 static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
     for (int i = 0; i < UT_MAX_SRC; i++) {
         st->data[i] = NULL;
@@ -332,7 +300,7 @@ static void swap_in(ut_tensor *t, bool self, bool data, swap_state *st) {
         st->data[UT_MAX_SRC] = t->data, st->grad[UT_MAX_SRC] = t->grad, st->dtype[UT_MAX_SRC] = t->dtype;
         st->grad_swapped[UT_MAX_SRC] = false;
     } else if (self) {
-        swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !bwd_skips_out[t->op], self, st);
+        swap_one(t->ctx, t, UT_MAX_SRC, UT_F32, data && !ut_op_is(t->op, UT_OPP_BWD_NO_OUT), self, st);
     }
 }
 
@@ -375,9 +343,9 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
  * a 16-bit output's gradient already is. */
 void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
     swap_state st;
-    bool data = !no_data[t->op];
+    bool data = !ut_op_is(t->op, UT_OPP_NO_DATA);
     /* a 16-bit source gets its 16-bit buffer first, also where the op would
-     * set a float32 one itself (ut_op_owns_src0_grad) */
+     * set a float32 one itself (UT_OPP_OWNS_SRC0_GRAD) */
     for (int i = 0; i < UT_MAX_SRC; i++)
         if (t->src[i] && t->src[i]->requires_grad && is_16(t->src[i]->dtype)) ut_grad(t->src[i]);
     swap_in(t, true, data, &st);

@@ -49,16 +49,12 @@ static void note_first_use(ut_ctx *ctx, int pi, int pos) {
         }                                                                             \
     } while (0)
 
-/* cross_entropy writes the logits' gradient into its saved exps (N x V, the
- * largest buffers of a language model's step). */
-const bool ut_op_owns_src0_grad[UT_OP_COUNT] = {[UT_OP_CROSS_ENTROPY] = true};
-
 void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
     const ut_op_vtable *ops = ut_op_table(ctx->device);
     for (int i = hi - 1; i >= lo && !ctx->has_err; i--) {
         ut_tensor *t = ctx->tape[i];
         if (t->grad) {
-            for (int k = ut_op_owns_src0_grad[t->op] ? 1 : 0; k < UT_MAX_SRC; k++)
+            for (int k = ut_op_is(t->op, UT_OPP_OWNS_SRC0_GRAD) ? 1 : 0; k < UT_MAX_SRC; k++)
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
             double t0 = ut_prof_begin(ctx);

@@ -466,7 +466,13 @@ const ut_op_vtable *ut_op_table(ut_device dev) {
 /* ---- op names, from the op list (no backend needed) ---- */
 static const char *const op_names[UT_OP_COUNT] = {
     [UT_OP_NONE] = "leaf",
-#define UT_OP(E, stem) [UT_OP_##E] = #stem,
+#define UT_OP(E, stem, props) [UT_OP_##E] = #stem,
+#include "ops.def"
+#undef UT_OP
+};
+
+const unsigned ut_op_props[UT_OP_COUNT] = {
+#define UT_OP(E, stem, props) [UT_OP_##E] = (props),
 #include "ops.def"
 #undef UT_OP
 };

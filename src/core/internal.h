@@ -23,26 +23,38 @@ static inline int32_t *ut_i32(const ut_tensor *t) { return (int32_t *)t->data; }
 /* ---- op ids, generated from ops.def ---- */
 enum {
     UT_OP_NONE = 0,
-#define UT_OP(E, stem) UT_OP_##E,
+#define UT_OP(E, stem, props) UT_OP_##E,
 #include "ops.def"
 #undef UT_OP
     UT_OP_COUNT
 };
 
+/* Op properties: the third column of ops.def, read by core (autocast,
+ * autograd) and never by a backend. */
+enum {
+    UT_OPP_PRODUCT = 1 << 0,        /* autocast runs it in bf16/fp16 */
+    UT_OPP_AUTOCAST_OUT = 1 << 1,   /* float32 inside, output stored in the autocast dtype */
+    UT_OPP_KEEPS_DTYPE = 1 << 2,    /* elementwise, one input: keeps a 16-bit input's dtype */
+    UT_OPP_NO_DATA = 1 << 3,        /* its forward kernel reads no tensor data */
+    UT_OPP_BWD_NO_OUT = 1 << 4,     /* its backward never reads its own output */
+    UT_OPP_OWNS_SRC0_GRAD = 1 << 5, /* below */
+};
+extern const unsigned ut_op_props[UT_OP_COUNT];
+static inline bool ut_op_is(int op, unsigned prop) { return (ut_op_props[op] & prop) != 0; }
+
 /* Gradient ownership. Before an op's backward runs, the autograd driver gives
  * every source that requires a gradient a zeroed buffer (ut_grad) to add into,
- * except src[0] of the ops flagged here: for them src[0]->grad may still be
+ * except src[0] of the ops with UT_OPP_OWNS_SRC0_GRAD: for them src[0]->grad may still be
  * NULL on entry, and the backward must then set it itself, to a contiguous
  * buffer of src[0]'s shape from the context's current arena holding the whole
  * gradient (typically a buffer it saved in forward and no longer needs, which
  * saves an allocation and a memset), or call ut_grad. When src[0]->grad exists
  * (a parameter, or a tensor used again later on the tape) it adds into it like
- * any backward. Set in src/core/autograd.c. */
-extern const bool ut_op_owns_src0_grad[UT_OP_COUNT];
+ * any backward. */
 
 /* The kernels of the ops core implements for every device (UT_OP_ANY). */
-#define UT_OP(E, stem)
-#define UT_OP_ANY(E, stem)                \
+#define UT_OP(E, stem, props)
+#define UT_OP_ANY(E, stem, props)                \
     void ut_##stem##_fwd(ut_tensor *t);   \
     void ut_##stem##_bwd(ut_tensor *t);
 #include "ops.def"
@@ -156,7 +168,7 @@ void ut_autocast_forget(ut_ctx *ctx);
  * ut_lowp_forward / ut_lowp_backward runs now, valid until that op ends:
  * where a kernel computes what it then stores in 16 bits. */
 float *ut_autocast_scratch(ut_ctx *ctx, size_t bytes);
-/* A kernel that does autocast itself (backend.h, native_16) and took
+/* A kernel that does autocast itself (UT_KCAP_NATIVE_16, backend.h) and took
  * ut_autocast_scratch gives it all back when it ends. */
 void ut_autocast_release(ut_ctx *ctx);
 /* The rounded 16-bit copy (dt, n elements from s->data) of a float32

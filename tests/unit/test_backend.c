@@ -9,6 +9,9 @@
 
 #include "../../src/backend/backend.h"
 #include "test.h"
+/* core's op properties (test_op_schema); the host views come from test.h */
+#define UT_HOST_VIEWS_PUBLIC
+#include "../../src/core/internal.h"
 #include "utrain/base.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
@@ -42,6 +45,51 @@ static void test_every_op_has_cpu_kernels(void) {
         CHECK(cpu->ops[op].forward && cpu->ops[op].backward, "op %s has no CPU kernel",
               ut_op_name(op));
     CHECK(!strcmp(ut_op_name(0), "leaf") && !strcmp(ut_op_name(ut_op_count()), "?"), "names");
+}
+
+/* The op schema: core's properties (ops.def's third column) are consistent
+ * with each other and say what autocast and autograd rely on; each
+ * backend's kernel capabilities sit in its op table and name only known
+ * flags. */
+static void test_op_schema(void) {
+    const unsigned known = UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT | UT_OPP_KEEPS_DTYPE | UT_OPP_NO_DATA |
+                           UT_OPP_BWD_NO_OUT | UT_OPP_OWNS_SRC0_GRAD;
+    for (int op = 1; op < ut_op_count(); op++) {
+        unsigned p = ut_op_props[op];
+        CHECK(!(p & ~known), "op %s: unknown property bits %#x", ut_op_name(op), p & ~known);
+        CHECK(__builtin_popcount(p & (UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT | UT_OPP_KEEPS_DTYPE)) <= 1,
+              "op %s: at most one dtype rule", ut_op_name(op));
+        CHECK(!(p & UT_OPP_NO_DATA) || !(p & (UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT)),
+              "op %s: a view cannot compute in low precision", ut_op_name(op));
+        for (int d = 0; d < UT_DEVICE_COUNT; d++) {
+            const ut_backend *be = ut_backend_get((ut_device)d);
+            if (be)
+                CHECK(!(be->ops[op].caps & ~(unsigned)(UT_KCAP_READS_16 | UT_KCAP_WRITES_16 | UT_KCAP_NATIVE_16)),
+                      "%s op %s: unknown capability bits", be->name, ut_op_name(op));
+        }
+    }
+    /* what autocast and autograd act on, as PyTorch's autocast lists have it */
+    int products = 0;
+    for (int op = 1; op < ut_op_count(); op++) products += ut_op_is(op, UT_OPP_PRODUCT);
+    CHECK(products == 6 && ut_op_is(UT_OP_LINEAR, UT_OPP_PRODUCT) && ut_op_is(UT_OP_CONV2D, UT_OPP_PRODUCT) &&
+              ut_op_is(UT_OP_ATTENTION_VARLEN, UT_OPP_PRODUCT),
+          "%d products", products);
+    CHECK(ut_op_is(UT_OP_LAYERNORM, UT_OPP_AUTOCAST_OUT) && ut_op_is(UT_OP_DROPOUT, UT_OPP_KEEPS_DTYPE) &&
+              !ut_op_is(UT_OP_SOFTMAX, UT_OPP_KEEPS_DTYPE) && ut_op_is(UT_OP_CHECKPOINT, UT_OPP_NO_DATA) &&
+              ut_op_is(UT_OP_CROSS_ENTROPY, UT_OPP_OWNS_SRC0_GRAD) && !ut_op_is(UT_OP_TANH, UT_OPP_BWD_NO_OUT),
+          "properties");
+    const ut_op_vtable *cpu = ut_backend_get(UT_CPU)->ops;
+    for (int op = 1; op < ut_op_count(); op++)
+        CHECK(cpu[op].caps == (op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
+                               : op == UT_OP_LINEAR    ? (unsigned)UT_KCAP_WRITES_16
+                                                       : 0u),
+              "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
+#ifdef UT_WITH_CUDA
+    const ut_op_vtable *cu = ut_backend_get(UT_CUDA)->ops;
+    for (int op = 1; op < ut_op_count(); op++)
+        CHECK(cu[op].caps == (op == UT_OP_LINEAR ? (unsigned)UT_KCAP_NATIVE_16 : 0u), "cuda op %s: caps %#x",
+              ut_op_name(op), cu[op].caps);
+#endif
 }
 
 #ifdef UT_WITH_CUDA
@@ -237,6 +285,7 @@ static void test_embedding_strided_ids(void) {
 int main(void) {
     RUN(test_registry);
     RUN(test_every_op_has_cpu_kernels);
+    RUN(test_op_schema);
 #ifdef UT_WITH_CUDA
     RUN(test_every_op_has_cuda_kernels);
 #endif

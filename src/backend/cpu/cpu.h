@@ -8,12 +8,11 @@
 #include "internal.h"
 
 extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
-extern const bool ut_cpu_reads_16[UT_OP_COUNT], ut_cpu_writes_16[UT_OP_COUNT];
 
-#define UT_OP(E, stem)                        \
+#define UT_OP(E, stem, props)                        \
     void ut_##stem##_fwd_cpu(ut_tensor *t);   \
     void ut_##stem##_bwd_cpu(ut_tensor *t);
-#define UT_OP_ANY(E, stem)
+#define UT_OP_ANY(E, stem, props)
 #include "ops.def"
 #undef UT_OP_ANY
 #undef UT_OP

@@ -297,7 +297,7 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
 }
 
-/* Owns src[0]'s gradient (see ut_op_owns_src0_grad): when the logits have no
+/* Owns src[0]'s gradient (UT_OPP_OWNS_SRC0_GRAD, src/core/internal.h): when the logits have no
  * gradient buffer yet, the exps' buffer, no longer needed, becomes it and the
  * gradient is written into it (no allocation, no zeroing, no read-add-write
  * of N x V floats); otherwise the gradient is added to the existing one. */

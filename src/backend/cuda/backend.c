@@ -152,10 +152,6 @@ static void sgd_update(float *p, float *g, float *buf, int64_t n, float wd, cons
             k->nesterov, zero);
 }
 
-/* linear does autocast itself (matmul.c); every other op under autocast
- * gets float32 copies from core */
-const bool ut_cuda_native_16[UT_OP_COUNT] = {[UT_OP_LINEAR] = true};
-
 /* ---- dropout masks: drawn on the host as the CPU draws them ---- */
 void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n) {
     if (n <= 0) return;
@@ -190,7 +186,6 @@ const ut_backend ut_backend_cuda = {
     .convert = convert,
     .round = round16,
     .ops = ut_ops_cuda,
-    .native_16 = ut_cuda_native_16,
     .matmul_path = matmul_path,
     .sum_sq = sum_sq,
     .scale = scale,

@@ -74,13 +74,12 @@ void ut_cuda_upload(void *dst, const void *host, size_t n);
 #include "internal.h"
 
 extern const ut_op_vtable ut_ops_cuda[UT_OP_COUNT];
-extern const bool ut_cuda_native_16[UT_OP_COUNT];
 extern const ut_backend ut_backend_cuda;
 
-#define UT_OP(E, stem)                         \
+#define UT_OP(E, stem, props)                         \
     void ut_##stem##_fwd_cuda(ut_tensor *t);   \
     void ut_##stem##_bwd_cuda(ut_tensor *t);
-#define UT_OP_ANY(E, stem)
+#define UT_OP_ANY(E, stem, props)
 #include "ops.def"
 #undef UT_OP_ANY
 #undef UT_OP

@@ -12,7 +12,7 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
 
 /* ---- linear: x (N, C), w (OC, C), b (OC) -> out (N, OC) ----
  * Under autocast the linear takes its tensors as they are stored (the
- * backend's native_16): x in 16 bits (or float32, rounded here), w float32
+ * op table's UT_KCAP_NATIVE_16): x in 16 bits (or float32, rounded here), w float32
  * with its rounded 16-bit copy kept from forward to backward by autocast
  * (ut_autocast_round16), the output and its gradient in 16 bits. The
  * products run on the 16-bit tensor cores into float32 scratch; the output

@@ -78,7 +78,7 @@ void ut_cross_entropy_fwd_cuda(ut_tensor *t) {
     ut_loss_set_dcount(t, count);
 }
 
-/* Owns src[0]'s gradient (ut_op_owns_src0_grad): when the logits have no
+/* Owns src[0]'s gradient (UT_OPP_OWNS_SRC0_GRAD, src/core/internal.h): when the logits have no
  * gradient buffer yet, one is taken from the arena and written whole (rows
  * of ignored targets as 0: no memset, no read-add-write); otherwise the
  * gradient is added to the existing one. Every target ignored: the kernel

@@ -4,7 +4,7 @@
  * and none can leave a stale setting for the next op. */
 #include "cuda.h"
 
-#define UT_OP(E, stem)                                  \
+#define UT_OP(E, stem, props)                                  \
     static void stem##_fwd(ut_tensor *t) {              \
         ut_cuda_gemm_rounded((int)t->autocast);         \
         ut_##stem##_fwd_cuda(t);                        \
@@ -13,15 +13,28 @@
         ut_cuda_gemm_rounded((int)t->autocast);         \
         ut_##stem##_bwd_cuda(t);                        \
     }
-#define UT_OP_ANY(E, stem)
+#define UT_OP_ANY(E, stem, props)
 #include "ops.def"
 #undef UT_OP_ANY
 #undef UT_OP
 
+/* What each kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
+ * linear does autocast itself (matmul.c); every other op under autocast gets
+ * float32 copies from core. Every op has CAPS_<OP> = 0 from the enum; a
+ * #define of that name after it gives an op its capabilities. */
+enum {
+#define UT_OP(E, stem, props) CAPS_##E = 0,
+#define UT_OP_ANY(E, stem, props)
+#include "ops.def"
+#undef UT_OP_ANY
+#undef UT_OP
+};
+#define CAPS_LINEAR UT_KCAP_NATIVE_16
+
 const ut_op_vtable ut_ops_cuda[UT_OP_COUNT] = {
-    [UT_OP_NONE] = {NULL, NULL},
-#define UT_OP(E, stem) [UT_OP_##E] = {stem##_fwd, stem##_bwd},
-#define UT_OP_ANY(E, stem) [UT_OP_##E] = {ut_##stem##_fwd, ut_##stem##_bwd},
+    [UT_OP_NONE] = {NULL, NULL, 0},
+#define UT_OP(E, stem, props) [UT_OP_##E] = {stem##_fwd, stem##_bwd, CAPS_##E},
+#define UT_OP_ANY(E, stem, props) [UT_OP_##E] = {ut_##stem##_fwd, ut_##stem##_bwd, 0},
 #include "ops.def"
 #undef UT_OP_ANY
 #undef UT_OP
