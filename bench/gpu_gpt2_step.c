@@ -176,7 +176,11 @@ int main(int argc, char **argv) {
         /* AdamW step t = s + 1 over the whole buffer, zeroing the gradients */
         double bc1 = 1.0 - pow(0.9, s + 1), bc2 = 1.0 - pow(0.999, s + 1);
         k.step_size = (float)(lr / bc1), k.inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-        be->adamw_update(g_p, g_g, m, v2, total, 1.0f - lr * wd, &k, true);
+        ut_optim_run all = {0, total, true};
+        ut_optim_buffers ob = {.params = g_p, .grads = g_g, .state = {m, v2}, .lo = 0, .hi = total,
+                               .runs = &all, .nruns = 1, .nstate = 2};
+        k.decay_mul = 1.0f - lr * wd;
+        be->optim_step(&ob, &k, true);
         ut_ctx_reset(ctx);
         be->stream_sync(NULL);
         double t1 = now();

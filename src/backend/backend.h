@@ -1,7 +1,8 @@
 /* The backend interface: what a device provides. One table per device, chosen
  * by the context's device (ut_backend_get); core, ops and the layers above
  * reach device memory and kernels only through it.
- * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_backend,
+ * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_optim_run,
+ *          ut_optim_buffers, ut_backend,
  *          ut_backend_get, ut_backend_check, ut_flat_backend, ut_stage (host staging). */
 #ifndef UTRAIN_BACKEND_H
 #define UTRAIN_BACKEND_H
@@ -53,6 +54,24 @@ typedef struct {
     float momentum, one_m_damp;
     bool use_momentum, first, nesterov;
 } ut_optim_consts;
+
+/* One optimizer step's buffers (device memory) and runs: element i of the
+ * optimizer's range [lo, hi) is params[i - pbase], grads[i - gbase] and
+ * state[k][i - lo]; runs (in order, inside [lo, hi)) are the stretches that
+ * hold parameters, each with or without weight decay. The gaps between them
+ * are padding: nothing is updated there, and with zero their gradients are
+ * zeroed too. */
+typedef struct {
+    int64_t begin, end;
+    bool decay;
+} ut_optim_run;
+typedef struct {
+    float *params, *grads, *state[2];
+    int64_t pbase, gbase, lo, hi;
+    const ut_optim_run *runs;
+    int nruns;
+    int nstate;
+} ut_optim_buffers;
 
 typedef struct ut_backend {
     const char *name;
@@ -110,14 +129,13 @@ typedef struct ut_backend {
     /* dst[i] += src[0][i] + ... + src[nsrc-1][i], added in that order (the
      * same bits whatever the thread count); zero_src: also src[k][i] = 0 */
     void (*accumulate)(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src);
-    /* One run of n elements of the optimizer step, as torch's single-tensor
-     * AdamW / SGD: p, g, m, v (AdamW) or p, g, buf (SGD momentum buffer, NULL
-     * without momentum) are the run's slices; decay_mul / wd the run's
-     * weight decay; zero: also store g[i] = 0 once read. */
-    void (*adamw_update)(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
-                         const ut_optim_consts *k, bool zero);
-    void (*sgd_update)(float *p, float *g, float *buf, int64_t n, float wd,
-                       const ut_optim_consts *k, bool zero);
+    /* One optimizer step over every run of b, as torch's single-tensor AdamW
+     * (k->adamw; state exp_avg, exp_avg_sq) or SGD (state: the momentum
+     * buffer, or none), with the run's weight decay (k->decay_mul, k->wd)
+     * where its decay flag is set; zero: also store g[i] = 0 once read, in
+     * the gaps too. One call per step: the backend splits the work (threads,
+     * kernel launches) itself. */
+    void (*optim_step)(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
 
     /* ---- streams (CPU: NULL streams, synchronous) ---- */
     void *(*stream_new)(ut_stream_kind kind);

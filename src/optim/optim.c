@@ -3,7 +3,6 @@
 #include "utrain/optim.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -11,15 +10,9 @@
 #include "utrain/base.h"
 #include "../backend/backend.h"
 
-/* Below this many elements a step runs on one thread: waking the team costs
- * more than the update. */
-#define PAR_MIN_ELEMS 32768
-
-/* A maximal stretch of [lo, hi) that belongs to segments with the same decay. */
-typedef struct {
-    int64_t begin, end;
-    bool decay;
-} run;
+/* A maximal stretch of [lo, hi) that belongs to segments with the same decay
+ * (backend.h: ut_optim_run). */
+typedef ut_optim_run run;
 
 struct ut_optim {
     ut_optim_config cfg;
@@ -146,40 +139,6 @@ void ut_optim_free(ut_optim *o) {
     ut_free(o);
 }
 
-/* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
- * zeroes grads[a, b), padding between runs included. */
-static void update_range(ut_optim *o, const consts *k, int64_t a, int64_t b, bool zero) {
-    const ut_backend *be = ut_flat_backend();
-    int64_t done = a; /* grads[a, done) are zero (when zero is set) */
-    for (int r = 0; r < o->nruns; r++) {
-        int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
-        int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
-        if (s >= e) continue;
-        if (zero && done < s)
-            be->memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
-        bool decay = o->runs[r].decay;
-        float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
-        int64_t off = s - o->lo;
-        if (k->adamw)
-            be->adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s,
-                         decay ? k->decay_mul : 1.0f, k, zero);
-        else
-            be->sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s,
-                           decay ? k->wd : 0.0f, k, zero);
-        done = e;
-    }
-    if (zero && done < b)
-        be->memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
-}
-
-/* Start of thread t's part of n elements among nt threads, on a 16-float
- * (cache line) boundary so threads never write the same line. */
-static int64_t part_start(int64_t n, int t, int nt) {
-    if (t >= nt) return n;
-    int64_t s = n * t / nt / 16 * 16;
-    return s < n ? s : n;
-}
-
 static void step(ut_optim *o, float lr, bool zero) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
@@ -204,12 +163,11 @@ static void step(ut_optim *o, float lr, bool zero) {
         k.first = o->steps == 1;
         k.nesterov = c->nesterov;
     }
-    int64_t n = o->hi - o->lo;
-#pragma omp parallel if (n >= PAR_MIN_ELEMS)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        update_range(o, &k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt), zero);
-    }
+    /* one backend call over every run: the backend splits the work */
+    ut_optim_buffers b = {.params = o->params, .grads = o->grads, .state = {o->state[0], o->state[1]},
+                          .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
+                          .nruns = o->nruns, .nstate = o->nstate};
+    ut_flat_backend()->optim_step(&b, &k, zero);
 }
 
 void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false); }

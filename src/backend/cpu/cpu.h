@@ -62,5 +62,6 @@ void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src
 void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
                        float wd, const ut_optim_consts *k, bool zero);
+void ut_cpu_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
 
 #endif

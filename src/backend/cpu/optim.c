@@ -1,7 +1,8 @@
-/* CPU optimizer updates over one run of a flat buffer: AdamW and SGD with the
- * operation order of torch's single-tensor implementations (src/optim splits
- * the shard into runs and threads and computes the step's scalars). */
+/* The CPU optimizer step: AdamW and SGD with the operation order of torch's
+ * single-tensor implementations, over the runs src/optim hands over (it
+ * computes the step's scalars), split over OpenMP threads here. */
 #include <math.h>
+#include <omp.h>
 
 #include "cpu.h"
 
@@ -48,5 +49,49 @@ void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf
         buf[i] = b;
         d = k->nesterov ? d + mom * b : b;
         p[i] = p[i] - lr * d;
+    }
+}
+
+/* Below this many elements a step runs on one thread: waking the team costs
+ * more than the update. */
+#define PAR_MIN_ELEMS 32768
+
+/* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
+ * zeroes grads[a, b), padding between runs included. */
+static void update_range(const ut_optim_buffers *o, const ut_optim_consts *k, int64_t a, int64_t b, bool zero) {
+    int64_t done = a; /* grads[a, done) are zero (when zero is set) */
+    for (int r = 0; r < o->nruns; r++) {
+        int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
+        int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
+        if (s >= e) continue;
+        if (zero && done < s) ut_cpu_memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
+        bool decay = o->runs[r].decay;
+        float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
+        int64_t off = s - o->lo;
+        if (k->adamw)
+            ut_cpu_adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s, decay ? k->decay_mul : 1.0f, k,
+                                zero);
+        else
+            ut_cpu_sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k, zero);
+        done = e;
+    }
+    if (zero && done < b) ut_cpu_memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
+}
+
+/* Start of thread t's part of n elements among nt threads, on a 16-float
+ * (cache line) boundary so threads never write the same line. */
+static int64_t part_start(int64_t n, int t, int nt) {
+    if (t >= nt) return n;
+    int64_t s = n * t / nt / 16 * 16;
+    return s < n ? s : n;
+}
+
+/* Elementwise, so the result does not depend on the split. */
+void ut_cpu_optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
+    int64_t n = o->hi - o->lo;
+#pragma omp parallel if (n >= PAR_MIN_ELEMS)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        update_range(o, k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt), zero);
     }
 }

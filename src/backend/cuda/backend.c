@@ -151,6 +151,25 @@ static void sgd_update(float *p, float *g, float *buf, int64_t n, float wd, cons
     utk_sgd(p, g, buf, n, wd, k->lr, k->momentum, k->one_m_damp, k->use_momentum, k->first,
             k->nesterov, zero);
 }
+/* One launch per run (a run is a stretch of parameters with one decay), and
+ * one memset per gap when the gradients are zeroed, all on the compute
+ * stream. */
+static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
+    int64_t done = o->lo;
+    for (int r = 0; r < o->nruns; r++) {
+        int64_t s = o->runs[r].begin, e = o->runs[r].end;
+        if (zero && done < s) dmemset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
+        float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
+        int64_t off = s - o->lo;
+        if (k->adamw)
+            adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s, o->runs[r].decay ? k->decay_mul : 1.0f,
+                         k, zero);
+        else
+            sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s, o->runs[r].decay ? k->wd : 0.0f, k, zero);
+        done = e;
+    }
+    if (zero && done < o->hi) dmemset(o->grads + (done - o->gbase), 0, (size_t)(o->hi - done) * sizeof(float));
+}
 
 /* ---- dropout masks: drawn on the host as the CPU draws them ---- */
 void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n) {
@@ -190,8 +209,7 @@ const ut_backend ut_backend_cuda = {
     .sum_sq = sum_sq,
     .scale = scale,
     .accumulate = accumulate,
-    .adamw_update = adamw_update,
-    .sgd_update = sgd_update,
+    .optim_step = optim_step,
     .stream_new = stream_new,
     .stream_sync = stream_sync,
     .stream_free = stream_free,
