@@ -34,15 +34,6 @@ uint64_t ut_alloc_count(void);
 int64_t ut_physical_memory(void);
 int ut_memory_check(double bytes, const char *what, char *err, size_t n);
 
-/* Float buffers in whole pages of their own (anonymous mappings), zeroed.
- * The flat parameter and gradient buffers live in these so a sharding
- * strategy can hand the memory of a range back to the system while the
- * addresses stay valid: ut_pages_release zeroes floats [lo, hi) and returns
- * the whole pages inside the range (they read as zeros, and take memory again
- * when written). Aborts when the mapping fails. */
-float *ut_pages_alloc(int64_t nfloats);
-void ut_pages_free(float *p, int64_t nfloats);
-void ut_pages_release(float *p, int64_t lo, int64_t hi);
 
 /* Fatal, always-on checks for internal invariants (not for user input, which
  * returns a status with a message). ut_abort goes through one handler so the

@@ -47,11 +47,12 @@ typedef struct {
     ut_init *init;
     ut_param_seg *segs;    /* offset, numel and weight-decay flag of each */
     int64_t numel;         /* total elements */
-    /* The flat buffers (64-byte aligned, page mappings), in the memory of the
-     * flat buffers' backend (src/backend/backend.h: ut_flat_backend), which
-     * may be a device's: offset them and hand them to backend, optimizer and
-     * communicator calls; read or write values with ut_tensor_get / set on
-     * t[i] (or the backend's copies), never by dereferencing them. */
+    ut_device device;      /* where flat, flat_grad and every parameter live */
+    /* The flat buffers (64-byte aligned, whole pages), in the memory of the
+     * device below, which may be a device's: offset them and hand them to
+     * backend, optimizer and communicator calls; read or write values with
+     * ut_tensor_get / set on t[i] (or the backend's copies), never by
+     * dereferencing them. */
     float *flat, *flat_grad;
     int cap;
 } ut_params;
@@ -69,7 +70,8 @@ struct ut_model {
     void (*free_impl)(void *impl);
 };
 
-/* Creates an empty model; register parameters, then ut_model_finalize. */
+/* Creates an empty model on the CPU (on dev inside ut_model_create_on's
+ * build); register parameters, then ut_model_finalize. */
 ut_model *ut_model_new(const char *type);
 /* Registers a parameter (data assigned by ut_model_finalize). Weight decay
  * applies when ndim >= 2. name is copied. */
@@ -99,6 +101,12 @@ typedef ut_model *(*ut_model_build_fn)(const ut_kv *opts, uint64_t seed, char *e
 /* Adds or replaces a model type; built-ins: "mlp", "cnn", "gpt2". */
 void ut_model_register(const char *name, ut_model_build_fn build);
 ut_model *ut_model_create(const char *name, const ut_kv *opts, uint64_t seed, char *err, size_t n);
+/* The same with the parameters (and their gradients) on dev: while the
+ * build function runs, ut_model_new gives the models it makes that device,
+ * so a registered build function needs nothing to support it. NULL with a
+ * message when this build or machine has no backend for dev. */
+ut_model *ut_model_create_on(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev, char *err,
+                             size_t n);
 /* Comma-separated list of registered names into buf. */
 const char *ut_model_names(char *buf, size_t n);
 

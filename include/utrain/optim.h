@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "utrain/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,6 +35,7 @@ typedef struct {
     float lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
     bool decay_all;
+    ut_device device; /* where the params, grads and state live (the flat buffers'; 0: the CPU) */
 } ut_optim_config;
 
 /* torch's defaults. AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
@@ -106,13 +109,13 @@ size_t ut_optim_state_bytes(const ut_optim *o);      /* nstate * (hi-lo) * 4 */
 /* ---- gradient clipping ---- */
 /* Sum of g[i]^2 in double. Deterministic for any thread count: fixed blocks
  * that depend only on n, added in block order. */
-double ut_grad_norm_sq(const float *g, int64_t n);
-/* g *= s. */
-void ut_grad_scale(float *g, int64_t n, float s);
+double ut_grad_norm_sq(ut_device dev, const float *g, int64_t n);
+/* g *= s. g is memory of dev, as for every function here. */
+void ut_grad_scale(ut_device dev, float *g, int64_t n, float s);
 /* torch.nn.utils.clip_grad_norm_ (2-norm): returns the norm before clipping;
  * if c = max_norm/(norm + 1e-6) < 1, scales g by c. A sharded caller instead
  * adds ut_grad_norm_sq over ranks and calls ut_grad_scale with the same c. */
-float ut_clip_grad_norm(float *g, int64_t n, float max_norm);
+float ut_clip_grad_norm(ut_device dev, float *g, int64_t n, float max_norm);
 
 /* ---- dynamic loss scaling (fp16), as torch.amp.GradScaler ----
  * The loss is multiplied by scale before backward; after the gradients are

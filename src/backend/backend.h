@@ -3,7 +3,7 @@
  * reach device memory and kernels only through it.
  * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_optim_run,
  *          ut_optim_buffers, ut_backend,
- *          ut_backend_get, ut_backend_check, ut_flat_backend, ut_stage (host staging). */
+ *          ut_backend_get, ut_backend_check, ut_pages_* (page buffers), ut_stage (host staging). */
 #ifndef UTRAIN_BACKEND_H
 #define UTRAIN_BACKEND_H
 
@@ -150,10 +150,15 @@ const ut_backend *ut_backend_get(ut_device dev);
  * and the backends this build has. */
 int ut_backend_check(ut_device dev, char *err, size_t n);
 
-/* The backend that holds the flat parameter, gradient and optimizer-state
- * buffers (ut_pages_alloc): the CPU's in this build. Models, optimizers,
- * checkpoints and the dist strategies reach those buffers only through it. */
-const ut_backend *ut_flat_backend(void);
+/* Float buffers in whole pages of their own on be's device, zeroed (the
+ * backend's pages_alloc). The flat parameter and gradient buffers live in
+ * these so a sharding strategy can hand the memory of a range back while the
+ * addresses stay valid: ut_pages_release zeroes floats [lo, hi) and gives
+ * back the whole pages inside (they read as zeros, and take memory again
+ * when written). Aborts when the allocation fails. */
+float *ut_pages_alloc(const ut_backend *be, int64_t nfloats);
+void ut_pages_free(const ut_backend *be, float *p, int64_t nfloats);
+void ut_pages_release(const ut_backend *be, float *p, int64_t lo, int64_t hi);
 
 /* Host access to device memory, for code that computes on the host. On a
  * backend with host_memory the host pointer is dev itself and nothing is

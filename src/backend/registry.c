@@ -1,4 +1,4 @@
-/* The backend registry, generated from backends.def; the flat buffers' backend;
+/* The backend registry, generated from backends.def;
  * host staging of device memory (device-neutral: it uses only the table). */
 #include <stdio.h>
 
@@ -40,7 +40,6 @@ int ut_backend_check(ut_device dev, char *err, size_t n) {
     return -1;
 }
 
-const ut_backend *ut_flat_backend(void) { return registry[UT_CPU]; }
 
 // --- host staging -------------------------------------------------------------
 

@@ -42,21 +42,20 @@ void *ut_realloc_at(void *p, size_t bytes, const char *file, int line) {
 
 /* The flat buffers: page mappings of the flat buffers' backend (the CPU's in
  * this build, so they are host memory today). */
-float *ut_pages_alloc(int64_t nfloats) {
+float *ut_pages_alloc(const ut_backend *be, int64_t nfloats) {
     UT_ASSERT(nfloats >= 0);
-    float *p = ut_flat_backend()->pages_alloc((size_t)nfloats * sizeof(float));
+    float *p = be->pages_alloc((size_t)nfloats * sizeof(float));
     atomic_fetch_add(&alloc_calls, 1);
     return p;
 }
 
-void ut_pages_free(float *p, int64_t nfloats) {
-    ut_flat_backend()->pages_free(p, (size_t)nfloats * sizeof(float));
+void ut_pages_free(const ut_backend *be, float *p, int64_t nfloats) {
+    be->pages_free(p, (size_t)nfloats * sizeof(float));
 }
 
-void ut_pages_release(float *p, int64_t lo, int64_t hi) {
+void ut_pages_release(const ut_backend *be, float *p, int64_t lo, int64_t hi) {
     if (hi <= lo) return;
-    ut_flat_backend()->pages_release(p, (size_t)lo * sizeof(float),
-                                          (size_t)(hi - lo) * sizeof(float));
+    be->pages_release(p, (size_t)lo * sizeof(float), (size_t)(hi - lo) * sizeof(float));
 }
 
 void *ut_aligned_alloc_at(size_t bytes, const char *file, int line) {

@@ -54,7 +54,7 @@ int ut_ddp_nbuckets(const ut_ddp *d) { return d->nb; }
 static void start(ut_ddp *d, int k) {
     bucket *bk = &d->b[k];
     int64_t n = bk->span.hi - bk->span.lo;
-    float *host = ut_stage_begin(&bk->stage, ut_flat_backend(), d->params->flat_grad + bk->span.lo,
+    float *host = ut_stage_begin(&bk->stage, ut_backend_get(d->params->device), d->params->flat_grad + bk->span.lo,
                                  (size_t)n * sizeof(float), true);
     bk->req = ut_comm_iallreduce(d->comm, host, n);
     d->order[d->nstarted++] = k;

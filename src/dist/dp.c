@@ -70,12 +70,12 @@ void ut_dp_run(ut_dp *d, void (*fn)(void *user, int w), void *user) {
 void ut_dp_reduce_grads(ut_dp *d) {
     if (d->n < 2) return;
     ut_params *p = &d->m[0]->params;
-    ut_flat_backend()->accumulate(p->flat_grad, d->peer_grads, d->n - 1, p->numel, true);
+    ut_backend_get(p->device)->accumulate(p->flat_grad, d->peer_grads, d->n - 1, p->numel, true);
 }
 
 void ut_dp_broadcast(ut_dp *d) {
     const ut_params *p = &d->m[0]->params;
-    const ut_backend *be = ut_flat_backend();
+    const ut_backend *be = ut_backend_get(p->device);
     for (int w = 1; w < d->n; w++)
         be->copy(d->m[w]->params.flat, p->flat, (size_t)p->numel * sizeof(float), UT_COPY_D2D);
 }

@@ -10,7 +10,7 @@
  * the unit is no longer needed; the addresses stay valid, so views and the
  * model's tensors never move.
  *
- * The buffers belong to the flat buffers' backend (ut_flat_backend): copies,
+ * The buffers belong to the model's device (its params' backend): copies,
  * memsets and residency go through its calls, and the communicator, which
  * works on host memory, gets each collective's buffers through a host stage
  * (ut_stage_begin/end; the buffers themselves on the CPU backend). */
@@ -106,7 +106,7 @@ static void release_done_buckets(ut_dist *d, bool wait) {
         if (t < 0) return; /* reported by the final wait */
         ut_stage_end(&bk->in, false);
         ut_stage_end(&bk->out, true);
-        ut_pages_release(d->p->flat_grad, bk->lo, bk->hi);
+        ut_pages_release(d->be, d->p->flat_grad, bk->lo, bk->hi);
         bk->state = DONE;
         d->nreleased++;
     }
@@ -173,7 +173,7 @@ static void unit_wait(ut_dist *d, int u) {
 static void unit_release(ut_dist *d, int u) {
     if (d->ustate[u] == INFLIGHT) unit_wait(d, u);
     if (d->ustate[u] == RELEASED) return;
-    ut_pages_release(d->p->flat, d->u[u].lo, d->u[u].hi);
+    ut_pages_release(d->be, d->p->flat, d->u[u].lo, d->u[u].hi);
     d->ustate[u] = RELEASED;
 }
 
@@ -243,8 +243,11 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         return NULL;
     }
     ut_dist *d = ut_calloc_check(1, sizeof *d);
+    ut_optim_config on_device = *cfg; /* the optimizer's state lives beside the model's buffers */
+    on_device.device = m->params.device;
+    cfg = &on_device;
     d->kind = o->kind;
-    d->be = ut_flat_backend();
+    d->be = ut_backend_get(m->params.device);
     d->comm = c;
     d->m = m;
     d->p = &m->params;
@@ -268,17 +271,17 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         d->o = ut_optim_new(cfg, p->flat, p->flat_grad, p->segs, p->n, d->lo, d->hi);
         break;
     case UT_DIST_ZERO2:
-        d->shard_grad = ut_pages_alloc(d->S);
+        d->shard_grad = ut_pages_alloc(d->be, d->S);
         make_buckets(d, o->bucket_mb);
         d->o = ut_optim_new_view(cfg, p->flat, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo,
                                  d->hi);
         break;
     case UT_DIST_ZERO3:
-        d->shard_grad = ut_pages_alloc(d->S);
-        d->shard_param = ut_pages_alloc(d->S);
+        d->shard_grad = ut_pages_alloc(d->be, d->S);
+        d->shard_param = ut_pages_alloc(d->be, d->S);
         d->be->copy(d->shard_param, p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float),
                     UT_COPY_D2D);
-        ut_pages_release(p->flat, 0, p->numel);
+        ut_pages_release(d->be, p->flat, 0, p->numel);
         make_buckets(d, o->bucket_mb);
         d->o = ut_optim_new_view(cfg, d->shard_param, d->lo, d->shard_grad, d->lo, p->segs, p->n,
                                  d->lo, d->hi);
@@ -292,8 +295,8 @@ void ut_dist_free(ut_dist *d) {
     if (!d) return;
     if (d->o) ut_optim_free(d->o);
     ut_ddp_free(d->ddp);
-    ut_pages_free(d->shard_grad, d->S);
-    ut_pages_free(d->shard_param, d->S);
+    ut_pages_free(d->be, d->shard_grad, d->S);
+    ut_pages_free(d->be, d->shard_param, d->S);
     for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
     for (int k = 0; k < d->nu; k++) ut_free(d->u[k].counts);
     ut_free(d->b);
@@ -359,7 +362,7 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
 
 int ut_dist_grad_norm(ut_dist *d, double *norm) {
     const float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
-    double sq = ut_grad_norm_sq(g, d->hi - d->lo);
+    double sq = ut_grad_norm_sq(d->p->device, g, d->hi - d->lo);
     if (d->kind != UT_DIST_DDP && d->world > 1 && ut_comm_allreduce_f64(d->comm, &sq, 1)) return -1;
     *norm = sqrt(sq);
     return 0;
@@ -367,7 +370,7 @@ int ut_dist_grad_norm(ut_dist *d, double *norm) {
 
 void ut_dist_scale_grads(ut_dist *d, float s) {
     float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
-    ut_grad_scale(g, d->hi - d->lo, s);
+    ut_grad_scale(d->p->device, g, d->hi - d->lo, s);
 }
 
 /* zero1: the gradient outside this rank's shard (the all-reduce filled it) */

@@ -9,8 +9,14 @@
 #include "utrain/nn.h"
 #include "../backend/backend.h"
 
+/* The device of the models made while ut_model_create_on runs a build. */
+static _Thread_local ut_device build_device = UT_CPU;
+
+static const ut_backend *params_backend(const ut_params *p) { return ut_backend_get(p->device); }
+
 ut_model *ut_model_new(const char *type) {
     ut_model *m = ut_calloc_check(1, sizeof *m);
+    m->params.device = build_device;
     size_t n = strlen(type) + 1;
     m->type = memcpy(ut_malloc_check(n), type, n);
     return m;
@@ -29,7 +35,7 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
     }
     ut_tensor *t = ut_calloc_check(1, sizeof *t);
     t->dtype = UT_F32;
-    t->device = UT_CPU;
+    t->device = p->device;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->ne[i] = ne[i];
     ut_set_contiguous_strides(t);
@@ -98,8 +104,9 @@ void ut_init_fill(float *x, int64_t first, int64_t n, ut_init init, uint64_t see
  * filled on its own equals that slice of the whole. */
 void ut_model_finalize(ut_model *m, uint64_t seed) {
     ut_params *p = &m->params;
-    p->flat = ut_pages_alloc(p->numel);
-    p->flat_grad = ut_pages_alloc(p->numel); /* zeroed, and not resident until written */
+    const ut_backend *be = params_backend(p);
+    p->flat = ut_pages_alloc(be, p->numel);
+    p->flat_grad = ut_pages_alloc(be, p->numel); /* zeroed, and not resident until written */
     int64_t nchunks = 0;
     for (int i = 0; i < p->n; i++) {
         ut_tensor *t = p->t[i];
@@ -109,8 +116,7 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
     /* the values are drawn on the host: in place where the flat buffers are
      * host memory, else in a staging buffer copied over at the end */
     ut_stage st;
-    float *host = ut_stage_begin(&st, ut_flat_backend(), p->flat, (size_t)p->numel * sizeof(float),
-                                 false);
+    float *host = ut_stage_begin(&st, be, p->flat, (size_t)p->numel * sizeof(float), false);
     /* k numbers the chunks of all parameters in order; each iteration finds
      * its parameter i and chunk c within it (a walk over the short list) */
 #pragma omp parallel for schedule(dynamic, 4) if (p->numel >= 4 * INIT_CHUNK)
@@ -137,15 +143,15 @@ void ut_model_free(ut_model *m) {
     ut_free(p->names);
     ut_free(p->init);
     ut_free(p->segs);
-    ut_pages_free(p->flat, p->numel);
-    ut_pages_free(p->flat_grad, p->numel);
+    ut_pages_free(params_backend(p), p->flat, p->numel);
+    ut_pages_free(params_backend(p), p->flat_grad, p->numel);
     if (m->free_impl) m->free_impl(m->impl);
     ut_free(m->type);
     ut_free(m);
 }
 
 void ut_model_zero_grad(ut_model *m) {
-    ut_flat_backend()->memset(m->params.flat_grad, 0, (size_t)m->params.numel * sizeof(float));
+    params_backend(&m->params)->memset(m->params.flat_grad, 0, (size_t)m->params.numel * sizeof(float));
 }
 
 ut_tensor *ut_model_param(const ut_model *m, const char *name) {
@@ -217,6 +223,16 @@ const char *ut_model_names(char *buf, size_t n) {
     for (int i = 0; i < nregistry && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", registry[i].name);
     return buf;
+}
+
+ut_model *ut_model_create_on(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev, char *err,
+                             size_t n) {
+    if (ut_backend_check(dev, err, n)) return NULL;
+    ut_device saved = build_device;
+    build_device = dev;
+    ut_model *m = ut_model_create(name, opts, seed, err, n);
+    build_device = saved;
+    return m;
 }
 
 ut_model *ut_model_create(const char *name, const ut_kv *opts, uint64_t seed, char *err, size_t n) {

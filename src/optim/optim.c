@@ -124,7 +124,8 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 
     o->nstate = ut_optim_state_per_param(cfg);
     size_t bytes = (size_t)(hi - lo) * sizeof(float);
-    const ut_backend *be = ut_flat_backend(); /* the state lives beside the flat buffers */
+    const ut_backend *be = ut_backend_get(cfg->device); /* the state lives beside the flat buffers */
+    UT_ASSERT(be);
     for (int i = 0; i < o->nstate; i++) {
         o->state[i] = be->alloc(bytes);
         be->memset(o->state[i], 0, bytes);
@@ -134,7 +135,7 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 
 void ut_optim_free(ut_optim *o) {
     if (!o) return;
-    for (int i = 0; i < o->nstate; i++) ut_flat_backend()->free(o->state[i]);
+    for (int i = 0; i < o->nstate; i++) ut_backend_get(o->cfg.device)->free(o->state[i]);
     ut_free(o->runs);
     ut_free(o);
 }
@@ -167,7 +168,7 @@ static void step(ut_optim *o, float lr, bool zero) {
     ut_optim_buffers b = {.params = o->params, .grads = o->grads, .state = {o->state[0], o->state[1]},
                           .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
                           .nruns = o->nruns, .nstate = o->nstate};
-    ut_flat_backend()->optim_step(&b, &k, zero);
+    ut_backend_get(c->device)->optim_step(&b, &k, zero);
 }
 
 void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false); }

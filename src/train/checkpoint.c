@@ -278,7 +278,7 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
                      ut_malloc_check((size_t)(p->n + ns + 1) * sizeof(ut_st_tensor))};
     /* the file is written from host memory: the flat buffers and the
      * optimizer's state through host stages (themselves on the CPU) */
-    const ut_backend *be = ut_flat_backend();
+    const ut_backend *be = ut_backend_get(p->device);
     size_t bytes = (size_t)p->numel * sizeof(float);
     ut_stage stage[1 + MAX_STATE];
     const float *host = ut_stage_begin(&stage[0], be, p->flat, bytes, true);
@@ -507,7 +507,7 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
         float *buf = ut_optim_state(o, i, &sn);
         snprintf(name, sizeof name, "optim.%s", sn);
         const ut_st_tensor t = *ut_st_get(f, name);
-        ut_flat_backend()->copy(buf, t.data, t.nbytes, UT_COPY_H2D);
+        ut_backend_get(ut_optim_get_config(o)->device)->copy(buf, t.data, t.nbytes, UT_COPY_H2D);
     }
     if (o) ut_optim_set_steps(o, steps);
     if (st) *st = s;

@@ -14,7 +14,9 @@
 #include "../unit/gradcheck.h"
 #include "test.h"
 #include "utrain/base.h"
+#include "utrain/nn.h"
 #include "utrain/ops.h"
+#include "utrain/optim.h"
 #include "utrain/tensor.h"
 
 #define GC_FAMILIES(X) X(core) X(unary) X(loss) X(nn)
@@ -300,6 +302,55 @@ static void test_bad_index(void) {
     ut_ctx_free(ctx);
 }
 
+/* A model built on the GPU: its parameters and flat buffers are device
+ * memory holding exactly the CPU model's initial values (initialisation is
+ * by name and element), its gradients start at zero, and an optimizer step
+ * over them runs on the device and moves every parameter as on the CPU. */
+static void test_model_on_device(void) {
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_layer", "1");
+    ut_kv_set(kv, "n_head", "2");
+    ut_kv_set(kv, "n_embd", "16");
+    ut_kv_set(kv, "vocab_size", "50");
+    ut_kv_set(kv, "block_size", "8");
+    char err[256] = "";
+    ut_model *c = ut_model_create_on("gpt2", kv, 5, UT_CPU, err, sizeof err);
+    ut_model *g = ut_model_create_on("gpt2", kv, 5, UT_CUDA, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(c && g && g->params.device == UT_CUDA && g->params.t[0]->device == UT_CUDA, "%s", err);
+    if (!c || !g) return;
+    int64_t n = c->params.numel;
+    float *hc = malloc((size_t)n * sizeof(float)), *hg = malloc((size_t)n * sizeof(float));
+    const ut_backend *be = ut_backend_get(UT_CUDA);
+    be->copy(hg, g->params.flat, (size_t)n * sizeof(float), UT_COPY_D2H);
+    memcpy(hc, c->params.flat, (size_t)n * sizeof(float));
+    CHECK(!memcmp(hc, hg, (size_t)n * sizeof(float)), "the GPU model's initial values differ from the CPU's");
+    /* the same gradient on both, one AdamW step each */
+    for (int64_t i = 0; i < n; i++) hc[i] = 0.001f * (float)(i % 13) - 0.006f;
+    memcpy(c->params.flat_grad, hc, (size_t)n * sizeof(float));
+    be->copy(g->params.flat_grad, hc, (size_t)n * sizeof(float), UT_COPY_H2D);
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+    ut_optim *oa = ut_optim_new(&oc, c->params.flat, c->params.flat_grad, c->params.segs, c->params.n, 0, n);
+    oc.device = UT_CUDA;
+    ut_optim *ob = ut_optim_new(&oc, g->params.flat, g->params.flat_grad, g->params.segs, g->params.n, 0, n);
+    ut_optim_step_zero(oa, 1e-3f);
+    ut_optim_step_zero(ob, 1e-3f);
+    be->copy(hg, g->params.flat, (size_t)n * sizeof(float), UT_COPY_D2H);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)hg[i] - c->params.flat[i]));
+    CHECK(worst <= 1e-7, "after a step the GPU parameters differ by %g", worst);
+    be->copy(hg, g->params.flat_grad, (size_t)n * sizeof(float), UT_COPY_D2H);
+    bool zero = true;
+    for (int64_t i = 0; i < n; i++) zero = zero && hg[i] == 0.0f;
+    CHECK(zero, "the step did not zero the GPU gradients");
+    ut_optim_free(oa);
+    ut_optim_free(ob);
+    free(hc);
+    free(hg);
+    ut_model_free(c);
+    ut_model_free(g);
+}
+
 int main(void) {
     if (!have_gpu()) {
         printf("skip: %s\n", skip_why);
@@ -311,5 +362,6 @@ int main(void) {
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
     RUN(test_bad_index);
+    RUN(test_model_on_device);
     return TEST_SUMMARY();
 }

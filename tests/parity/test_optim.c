@@ -172,8 +172,8 @@ static void test_clip_parity(void) {
         if (!g0 || !want) break;
         float g[NP];
         for (int i = 0; i < NP; i++) g[i] = (float)g0[i];
-        CHECK(rel_err(sqrt(ut_grad_norm_sq(g, NP)), want_norm) <= 1e-6, "%s: norm_sq", cases[c]);
-        float norm = ut_clip_grad_norm(g, NP, max_norm);
+        CHECK(rel_err(sqrt(ut_grad_norm_sq(UT_CPU, g, NP)), want_norm) <= 1e-6, "%s: norm_sq", cases[c]);
+        float norm = ut_clip_grad_norm(UT_CPU, g, NP, max_norm);
         CHECK(rel_err(norm, want_norm) <= 1e-6, "%s: norm %.9g, torch %.9g", cases[c],
               (double)norm, want_norm);
         for (int i = 0; i < NP; i++)
@@ -359,12 +359,12 @@ static void test_thread_count_invariance(void) {
     ut_optim *b = ut_optim_new(&cfg, p2, g, &seg, 1, 0, n);
     omp_set_num_threads(1);
     ut_optim_step(a, 1e-3f);
-    double s1 = ut_grad_norm_sq(g, n);
+    double s1 = ut_grad_norm_sq(UT_CPU, g, n);
     omp_set_num_threads(3);
     ut_optim_step(b, 1e-3f);
-    double s3 = ut_grad_norm_sq(g, n);
+    double s3 = ut_grad_norm_sq(UT_CPU, g, n);
     omp_set_num_threads(saved);
-    double sd = ut_grad_norm_sq(g, n);
+    double sd = ut_grad_norm_sq(UT_CPU, g, n);
     CHECK(!memcmp(p1, p2, sizeof(float) * n), "AdamW step differs between 1 and 3 threads");
     CHECK(s1 == s3 && s1 == sd, "norm_sq %.17g / %.17g / %.17g for 1 / 3 / %d threads", s1, s3,
           sd, saved);
@@ -434,7 +434,7 @@ static void test_resume_and_no_alloc(void) {
             ut_optim_step(a, 1e-3f);
             ut_optim_step(b, 1e-3f);
         }
-        ut_clip_grad_norm(g, n, 0.5f);
+        ut_clip_grad_norm(UT_CPU, g, n, 0.5f);
         CHECK(ut_alloc_count() == allocs, "config %d: steps allocated %llu times", which,
               (unsigned long long)(ut_alloc_count() - allocs));
         ut_optim *c = ut_optim_new(&cfg, pb, g, segs, 2, 0, n);

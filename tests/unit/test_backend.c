@@ -13,6 +13,7 @@
 #define UT_HOST_VIEWS_PUBLIC
 #include "../../src/core/internal.h"
 #include "utrain/base.h"
+#include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
 #include "utrain/tensor.h"
@@ -134,7 +135,7 @@ static void test_flat_math(void) {
     }
     const ut_backend *b = ut_backend_get(UT_CPU);
     CHECK_NEAR(b->sum_sq(g, N), want, want * 1e-12);
-    CHECK(ut_grad_norm_sq(g, N) == b->sum_sq(g, N), "ut_grad_norm_sq goes through the backend");
+    CHECK(ut_grad_norm_sq(UT_CPU, g, N) == b->sum_sq(g, N), "ut_grad_norm_sq goes through the backend");
     b->scale(g, N, 2.0f);
     CHECK(g[1] == -3.5f && g[N - 1] == 2.0f * (float)(((N - 1) % 17) - 8) * 0.25f, "scale");
 }
@@ -156,7 +157,6 @@ static void test_accumulate_and_residency(void) {
     CHECK(d[0] == 0.0f && d[N - 1] == 0.0f && s0[5] == 1.0f, "order or zeroing: %g %g", d[0], s0[5]);
     b->accumulate(d, src, 2, N, true);
     CHECK(d[7] == -1e8f && s0[7] == 0.0f && s1[N - 1] == 0.0f, "zero_src: %g %g", d[7], s0[7]);
-    CHECK(ut_flat_backend() == b, "the flat buffers live on the CPU in this build");
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     uint8_t *p = b->pages_alloc(8 * pg);
     p[0] = 1;
@@ -180,7 +180,7 @@ static void test_stage(void) {
     ut_stage st;
     /* CPU: the device pointer itself, nothing copied */
     uint64_t allocs = ut_alloc_count();
-    CHECK(ut_stage_begin(&st, ut_flat_backend(), dev, sizeof dev, true) == dev, "cpu stage");
+    CHECK(ut_stage_begin(&st, ut_backend_get(UT_CPU), dev, sizeof dev, true) == dev, "cpu stage");
     ut_stage_end(&st, true);
     CHECK(ut_alloc_count() == allocs, "a cpu stage allocated");
     /* device: read fills a host copy, write puts it back, a closed stage does nothing */
@@ -250,6 +250,24 @@ static void test_tensor_get_grad(void) {
 
 /* A context for a device this process cannot use (a build without the CUDA
  * backend, or a machine without a GPU) carries the reason, and ops fail. */
+/* A model's parameters live on the device it was created on: the CPU here;
+ * a device this machine or build cannot run is refused naming it. */
+static void test_model_device(void) {
+    char err[256] = "";
+    ut_model *m = ut_model_create_on("mlp", NULL, 1, UT_CPU, err, sizeof err);
+    CHECK(m && m->params.device == UT_CPU && m->params.t[0]->device == UT_CPU, "%s", err);
+    ut_model_free(m);
+    m = ut_model_create("mlp", NULL, 1, err, sizeof err);
+    CHECK(m && m->params.device == UT_CPU, "ut_model_create builds on the CPU");
+    ut_model_free(m);
+    bool gpu = ut_backend_check(UT_CUDA, NULL, 0) == 0;
+    if (!gpu) {
+        m = ut_model_create_on("mlp", NULL, 1, UT_CUDA, err, sizeof err);
+        CHECK(!m && strstr(err, "device cuda"), "a model on a device this machine lacks: %s", err);
+        ut_model_free(m);
+    }
+}
+
 static void test_context_without_backend(void) {
     char why[256] = "";
     if (ut_backend_check(UT_CUDA, why, sizeof why) == 0) return; /* a GPU is here: nothing to refuse */
@@ -295,6 +313,7 @@ int main(void) {
     RUN(test_stage);
     RUN(test_tensor_set_get);
     RUN(test_tensor_get_grad);
+    RUN(test_model_device);
     RUN(test_context_without_backend);
     RUN(test_embedding_strided_ids);
     return TEST_SUMMARY();
