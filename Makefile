@@ -28,7 +28,9 @@ TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
 LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -ldnnl -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS) $(CUDA_LIBS)
 
-LIB_SRC  = $(sort $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/backend/cpu/*.c src/nn/*.c \
+# every backend folder but cuda's (built only with nvcc, below)
+LIB_SRC  = $(sort $(filter-out src/backend/cuda/%,$(wildcard src/backend/*/*.c)) \
+                  $(wildcard src/core/*.c src/ops/*.c src/backend/*.c src/nn/*.c \
                             src/models/*.c src/optim/*.c src/io/*.c src/data/*.c src/dist/*.c src/train/*.c))
 
 # ---- the CUDA backend (src/backend/cuda): built whenever nvcc is found;
@@ -56,7 +58,7 @@ TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
-HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/cpu/*.h \
+HDRS     = $(filter-out tests/fuzz/%,$(wildcard include/utrain/*.h src/*/*.h src/*/*.def src/backend/*/*.h \
                                          src/backend/cuda/*.h src/backend/cuda/*.cuh tests/*/*.h))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -23,7 +23,10 @@ extern "C" {
  * mixed precision uses (ut_tensor_to converts; ut_ctx_set_autocast rounds the
  * matmuls' operands to them). I32 holds token ids and labels. */
 typedef enum { UT_F32 = 0, UT_BF16, UT_F16, UT_I32, UT_DTYPE_COUNT } ut_dtype;
-typedef enum { UT_CPU = 0, UT_CUDA, UT_DEVICE_COUNT } ut_device;
+/* The devices the API names; src/backend/backends.def says which this
+ * build has (sim: the simulated device, the CPU's kernels on memory the
+ * host cannot read, for testing the device seam). */
+typedef enum { UT_CPU = 0, UT_CUDA, UT_SIM, UT_DEVICE_COUNT } ut_device;
 
 const char *ut_dtype_name(ut_dtype dt);
 size_t ut_dtype_size(ut_dtype dt);

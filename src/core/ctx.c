@@ -15,7 +15,10 @@ size_t ut_dtype_size(ut_dtype dt) {
     return (unsigned)dt < UT_DTYPE_COUNT ? sizes[dt] : 0;
 }
 
-const char *ut_device_name(ut_device dev) { return dev == UT_CUDA ? "cuda" : "cpu"; }
+const char *ut_device_name(ut_device dev) {
+    static const char *const names[UT_DEVICE_COUNT] = {[UT_CPU] = "cpu", [UT_CUDA] = "cuda", [UT_SIM] = "sim"};
+    return (unsigned)dev < UT_DEVICE_COUNT ? names[dev] : "?";
+}
 
 /* ---- context lifecycle and modes ---- */
 ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {

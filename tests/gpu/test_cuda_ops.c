@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../../src/backend/backend.h"
-#include "../unit/gradcheck.h"
+#include "devcompare.h"
 #include "test.h"
 #include "utrain/base.h"
 #include "utrain/nn.h"
@@ -27,132 +27,8 @@ GC_FAMILIES(DECLARE)
  * cuBLASLt), so not to the bit */
 #define TOL 2e-5
 
-/* What one run of a row gives: the output and each input's gradient, on the host. */
-typedef struct {
-    float *out;
-    long long nout;
-    float *grad[4];
-    char err[512];
-} result;
-
-static void result_free(result *r) {
-    free(r->out);
-    for (int i = 0; i < 4; i++) free(r->grad[i]);
-    memset(r, 0, sizeof *r);
-}
-
-/* the autocast dtype the rows run under (F32: off) */
-static ut_dtype g_autocast = UT_F32;
-
-static int run_row(ut_device dev, const gc_row *row, void *const *host, const float *R, long long nR, result *res) {
-    memset(res, 0, sizeof *res);
-    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 1 << 20, .seed = 1234, .device = dev});
-    ut_ctx_set_training(ctx, row->training);
-    ut_ctx_set_autocast(ctx, g_autocast);
-    ut_tensor *in[4] = {0};
-    for (int i = 0; i < row->nin; i++) {
-        const gc_input *gi = &row->in[i];
-        int64_t ne[4];
-        for (int d = 0; d < gi->ndim; d++) ne[d] = gi->ne[d];
-        in[i] = ut_tensor_from(ctx, gi->kind == GC_INDEX ? UT_I32 : UT_F32, gi->ndim, ne, host[i]);
-        ut_tensor_set_requires_grad(in[i], gi->kind != GC_INDEX && gi->kind != GC_CONST);
-    }
-    ut_tensor *out = row->build(ctx, in);
-    ut_tensor *oc = out ? ut_contiguous(ctx, out) : NULL;
-    if (oc && oc->dtype != UT_F32) oc = ut_tensor_to(ctx, oc, UT_F32); /* a 16-bit output under autocast */
-    int rc = -1;
-    if (!oc) goto done;
-    res->nout = ut_nelem(oc);
-    res->out = malloc(sizeof(float) * (size_t)res->nout);
-    if (ut_tensor_get(oc, res->out, sizeof(float) * (size_t)res->nout)) goto done;
-    if (R) {
-        if (nR != res->nout) goto done;
-        ut_tensor *Rt = ut_tensor_from(ctx, UT_F32, out->ndim, out->ne, R);
-        ut_tensor *L = ut_sum(ctx, ut_mul(ctx, out, Rt));
-        if (!L || ut_backward(ctx, L)) goto done;
-        for (int i = 0; i < row->nin; i++) {
-            if (!in[i]->requires_grad) continue;
-            size_t b = sizeof(float) * (size_t)gc_count(&row->in[i]);
-            res->grad[i] = malloc(b);
-            if (ut_tensor_get_grad(in[i], res->grad[i], b)) goto done;
-        }
-    }
-    rc = 0;
-done:
-    if (ut_ctx_error(ctx)) snprintf(res->err, sizeof res->err, "%s", ut_ctx_error(ctx));
-    ut_ctx_free(ctx);
-    return rc;
-}
-
-/* max |a - b| / max(max |b|, 1e-6) */
-static double rel_err(const float *a, const float *b, long long n, long long *where) {
-    double m = 0, s = 1e-6;
-    *where = 0;
-    for (long long i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > m || d != d) m = d != d ? INFINITY : d, *where = i;
-        if (fabs(b[i]) > s) s = fabs(b[i]);
-    }
-    return m / s;
-}
-
 static char skip_why[256];
 static bool have_gpu(void) { return ut_backend_check(UT_CUDA, skip_why, sizeof skip_why) == 0; }
-
-/* Both devices on one row; returns 0 when they agree. */
-static int compare_row(const char *fam, const gc_row *row, double tol) {
-    ut_rng r;
-    ut_rng_seed(&r, 42);
-    void *host[4] = {0};
-    for (int i = 0; i < row->nin; i++) {
-        host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
-        gc_fill(&row->in[i], host[i], &r);
-    }
-    result c, g;
-    int bad = 0;
-    /* the output's size first, for R */
-    if (run_row(UT_CPU, row, host, NULL, 0, &c)) {
-        printf("FAIL %s/%s: cpu: %s\n", fam, row->name, c.err);
-        bad = 1;
-    }
-    long long nR = c.nout;
-    result_free(&c);
-    float *R = malloc(sizeof(float) * (size_t)(nR ? nR : 1));
-    for (long long i = 0; i < nR; i++) R[i] = ut_rng_normal(&r);
-    if (!bad && run_row(UT_CPU, row, host, R, nR, &c)) {
-        printf("FAIL %s/%s: cpu: %s\n", fam, row->name, c.err);
-        bad = 1;
-    }
-    if (!bad && run_row(UT_CUDA, row, host, R, nR, &g)) {
-        printf("FAIL %s/%s: cuda: %s\n", fam, row->name, g.err);
-        bad = 1;
-        result_free(&g);
-    }
-    if (!bad) {
-        long long w;
-        double e = rel_err(g.out, c.out, c.nout, &w);
-        if (e > tol) {
-            printf("FAIL %s/%s: output differs: rel %.3g (element %lld: cuda %.8g, cpu %.8g)\n", fam, row->name,
-                   e, w, g.out[w], c.out[w]);
-            bad = 1;
-        }
-        for (int i = 0; i < row->nin && !bad; i++) {
-            if (!c.grad[i]) continue;
-            e = rel_err(g.grad[i], c.grad[i], gc_count(&row->in[i]), &w);
-            if (e > tol) {
-                printf("FAIL %s/%s: input %d gradient differs: rel %.3g (element %lld: cuda %.8g, cpu %.8g)\n",
-                       fam, row->name, i, e, w, g.grad[i][w], c.grad[i][w]);
-                bad = 1;
-            }
-        }
-        if (!bad) printf("ok   %s/%s\n", fam, row->name);
-        result_free(&g);
-    }
-    result_free(&c);
-    free(R);
-    for (int i = 0; i < 4; i++) free(host[i]);
-    return bad;
-}
 
 /* UT_GPU_TEST_ROWS=text: only the rows whose name holds text (for running
  * a few under compute-sanitizer) */
@@ -164,7 +40,7 @@ static bool selected(const gc_row *row) {
 static void run_family(const char *fam, const gc_row *rows, int n) {
     for (int i = 0; i < n; i++) {
         if (!selected(&rows[i])) continue;
-        if (compare_row(fam, &rows[i], TOL)) t_failed++;
+        if (dc_compare_row(fam, &rows[i], UT_CUDA, TOL)) t_failed++;
         else t_passed++;
         fflush(stdout);
     }
@@ -208,7 +84,7 @@ static const gc_row big_rows[] = {
 static void test_large_shapes(void) {
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
         if (!selected(&big_rows[i])) continue;
-        if (compare_row("large", &big_rows[i], 1e-4)) t_failed++;
+        if (dc_compare_row("large", &big_rows[i], UT_CUDA, 1e-4)) t_failed++;
         else t_passed++;
         fflush(stdout);
     }
@@ -229,13 +105,13 @@ static void test_same_bits_twice(void) {
             host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
             gc_fill(&row->in[i], host[i], &r);
         }
-        result a, b;
-        run_row(UT_CUDA, row, host, NULL, 0, &a);
+        dc_result a, b;
+        dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
         long long n = a.nout;
-        result_free(&a);
+        dc_result_free(&a);
         float *R = malloc(sizeof(float) * (size_t)(n ? n : 1));
         for (long long i = 0; i < n; i++) R[i] = ut_rng_normal(&r);
-        int ra = run_row(UT_CUDA, row, host, R, n, &a), rb = run_row(UT_CUDA, row, host, R, n, &b);
+        int ra = dc_run_row(UT_CUDA, row, host, R, n, &a), rb = dc_run_row(UT_CUDA, row, host, R, n, &b);
         CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
         if (ra == 0 && rb == 0) {
             CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
@@ -244,8 +120,8 @@ static void test_same_bits_twice(void) {
                     CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)gc_count(&row->in[i])),
                           "%s: input %d gradient differs between runs", row->name, i);
         }
-        result_free(&a);
-        result_free(&b);
+        dc_result_free(&a);
+        dc_result_free(&b);
         free(R);
         for (int i = 0; i < 4; i++) free(host[i]);
     }
@@ -259,16 +135,16 @@ static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
-        g_autocast = dts[d];
+        dc_autocast = dts[d];
         for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
             if (!selected(rows[k])) continue;
             char fam[32];
             snprintf(fam, sizeof fam, "autocast %s", ut_dtype_name(dts[d]));
-            if (compare_row(fam, rows[k], 1e-2)) t_checks_failed++;
+            if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
             fflush(stdout);
         }
     }
-    g_autocast = UT_F32;
+    dc_autocast = UT_F32;
 }
 
 /* A bad index found by a kernel is reported at the next host read, naming

@@ -1,0 +1,154 @@
+/* The simulated device (src/backend/sim): a backend whose memory the host
+ * cannot read, built from the CPU's kernels. A direct host read of its
+ * memory faults; every gradcheck row gives the CPU's output and gradients to
+ * the bit, in float32 and under bf16 and fp16 autocast; a model built on it
+ * holds the CPU model's initial values and trains as the CPU's does. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../src/backend/backend.h"
+#include "devcompare.h"
+#include "test.h"
+#include "utrain/base.h"
+#include "utrain/nn.h"
+#include "utrain/ops.h"
+#include "utrain/optim.h"
+#include "utrain/tensor.h"
+
+#define GC_FAMILIES(X) X(core) X(unary) X(loss) X(nn)
+#define DECLARE(f) extern const gc_row gc_rows_##f[]; extern const int gc_nrows_##f;
+GC_FAMILIES(DECLARE)
+
+static void test_registered(void) {
+    const ut_backend *be = ut_backend_get(UT_SIM);
+    CHECK(be && be->device == UT_SIM && !be->host_memory && !strcmp(be->name, "sim") &&
+              !strcmp(ut_device_name(UT_SIM), "sim") && ut_backend_check(UT_SIM, NULL, 0) == 0,
+          "the sim backend is registered");
+    /* its op table is the CPU's kernels with the CPU's 16-bit capabilities */
+    const ut_op_vtable *cpu = ut_backend_get(UT_CPU)->ops;
+    for (int op = 1; be && op < ut_op_count(); op++)
+        CHECK(be->ops[op].forward && be->ops[op].backward && be->ops[op].caps == cpu[op].caps, "op %s",
+              ut_op_name(op));
+}
+
+static void *fault_addr;
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    fault_addr = si->si_addr;
+    _exit(fault_addr ? 42 : 43);
+}
+
+/* A tensor's data read through its pointer on the host faults; the same
+ * values come back through ut_tensor_get. */
+static void test_host_read_faults(void) {
+    const float v[4] = {1, 2, 3, 4};
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM});
+    ut_tensor *t = ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){4}, v);
+    float back[4] = {0};
+    CHECK(t && ut_tensor_get(t, back, sizeof back) == 0 && !memcmp(back, v, sizeof v), "%s",
+          ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "get");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
+        sigaction(SIGSEGV, &sa, NULL);
+        volatile float *p = t->data;
+        float x = p[1]; /* must fault */
+        _exit(x == 2.0f ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 42, "a host read of sim memory did not fault (status %#x)",
+          status);
+    ut_ctx_free(ctx);
+}
+
+static void run_family(const char *fam, const gc_row *rows, int n) {
+    for (int i = 0; i < n; i++) {
+        if (dc_compare_row(fam, &rows[i], UT_SIM, 0)) t_failed++;
+        else t_passed++;
+    }
+}
+
+/* Under autocast the 16-bit paths (the kernels' own and core's float32
+ * copies) run through the device's convert and round: the same bits too. */
+static void test_autocast_rows(void) {
+    const ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int d = 0; d < 2; d++) {
+        dc_autocast = dts[d];
+        const gc_row *all[] = {gc_rows_core, gc_rows_unary, gc_rows_loss, gc_rows_nn};
+        const int counts[] = {gc_nrows_core, gc_nrows_unary, gc_nrows_loss, gc_nrows_nn};
+        for (int f = 0; f < 4; f++)
+            for (int i = 0; i < counts[f]; i++)
+                if (dc_compare_row(ut_dtype_name(dts[d]), &all[f][i], UT_SIM, 0)) t_checks_failed++;
+    }
+    dc_autocast = UT_F32;
+}
+
+/* A model on the sim device: its flat buffers are device memory with the
+ * CPU model's initial values; one forward, backward and AdamW step of the
+ * CNN on the same batch give the CPU's loss, gradients and weights to the
+ * bit, and clipping sees the same norm. */
+static void test_model_on_sim(void) {
+    char err[256] = "";
+    ut_model *m[2] = {ut_model_create_on("cnn", NULL, 7, UT_CPU, err, sizeof err),
+                      ut_model_create_on("cnn", NULL, 7, UT_SIM, err, sizeof err)};
+    CHECK(m[0] && m[1] && m[1]->params.device == UT_SIM && m[1]->params.t[0]->device == UT_SIM, "%s", err);
+    if (!m[0] || !m[1]) return;
+    int64_t n = m[0]->params.numel;
+    const ut_backend *sim = ut_backend_get(UT_SIM);
+    float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+    memcpy(a, m[0]->params.flat, (size_t)n * sizeof(float));
+    sim->copy(b, m[1]->params.flat, (size_t)n * sizeof(float), UT_COPY_D2H);
+    CHECK(!memcmp(a, b, (size_t)n * sizeof(float)), "initial values differ");
+    enum { B = 4 };
+    float *img = malloc(B * 28 * 28 * sizeof(float));
+    int32_t y[B] = {3, 1, 4, 1};
+    for (int i = 0; i < B * 28 * 28; i++) img[i] = (float)((i * 37) % 101) / 101.0f - 0.4f;
+    float loss[2];
+    double norm[2];
+    for (int d = 0; d < 2; d++) {
+        ut_device dev = d ? UT_SIM : UT_CPU;
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = dev, .seed = 1});
+        ut_ctx_set_training(ctx, true);
+        ut_tensor *x = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){B, 1, 28, 28}, img);
+        ut_tensor *t = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B}, y);
+        ut_tensor *l = ut_model_loss(m[d], ctx, ut_model_forward(m[d], ctx, x), t);
+        CHECK(l && ut_backward(ctx, l) == 0 && ut_tensor_get(l, &loss[d], sizeof(float)) == 0, "%s: %s",
+              ut_device_name(dev), ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        norm[d] = ut_grad_norm_sq(dev, m[d]->params.flat_grad, n);
+        ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
+        oc.device = dev;
+        ut_optim *o = ut_optim_new(&oc, m[d]->params.flat, m[d]->params.flat_grad, m[d]->params.segs,
+                                   m[d]->params.n, 0, n);
+        ut_optim_step_zero(o, 1e-3f);
+        ut_optim_free(o);
+        ut_ctx_free(ctx);
+    }
+    CHECK(loss[0] == loss[1] && norm[0] == norm[1], "loss %.9g vs %.9g, norm^2 %.17g vs %.17g", loss[0], loss[1],
+          norm[0], norm[1]);
+    memcpy(a, m[0]->params.flat, (size_t)n * sizeof(float));
+    sim->copy(b, m[1]->params.flat, (size_t)n * sizeof(float), UT_COPY_D2H);
+    CHECK(!memcmp(a, b, (size_t)n * sizeof(float)), "weights after a step differ");
+    free(img);
+    free(a);
+    free(b);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+}
+
+int main(void) {
+    RUN(test_registered);
+    RUN(test_host_read_faults);
+#define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);
+    GC_FAMILIES(RUNF)
+    RUN(test_autocast_rows);
+    RUN(test_model_on_sim);
+    return TEST_SUMMARY();
+}
