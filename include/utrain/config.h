@@ -26,7 +26,7 @@ typedef struct {
     char load_dir[UT_CFG_STR_MAX]; /* a run directory to load weights from ("" = none) */
     int64_t seed;
     int threads;                 /* 0 = OpenMP default */
-    char device[16];             /* cpu; cuda, cuda:N and sim are refused until the trainer runs there */
+    char device[16];             /* cpu | sim (the simulated device); cuda, cuda:N refused until the trainer runs there */
 
     /* ---- model ---- */
     char model_name[64];         /* model.name: a registry name */
@@ -119,6 +119,8 @@ int ut_config_set(ut_config *c, const char *assignment, char *err, size_t n);
 int ut_config_validate(const ut_config *c, char *err, size_t n);
 /* The resolved configuration as YAML (every key, model options included). */
 int ut_config_write(const ut_config *c, FILE *f);
+/* The device key as a device (validated: cpu, sim, cuda, cuda:N). */
+ut_device ut_config_device(const ut_config *c);
 /* Hash of the keys that change what training computes (not output_dir, mode,
  * continue_training, threads, log/progress settings, epochs/max_steps). */
 uint64_t ut_config_hash(const ut_config *c);

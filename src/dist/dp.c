@@ -37,7 +37,8 @@ ut_dp *ut_dp_new(int n, ut_model *m0, ut_ctx *ctx0, ut_dp_build_fn build, void *
         }
         d->m[w]->checkpoint_activations = m0->checkpoint_activations;
         d->peer_grads[w - 1] = d->m[w]->params.flat_grad;
-        d->ctx[w] = ut_ctx_new(&(ut_ctx_opts){.seed = seed}); /* the trainer picks each worker's stream */
+        /* on the replica's device; the trainer picks each worker's stream */
+        d->ctx[w] = ut_ctx_new(&(ut_ctx_opts){.seed = seed, .device = d->m[w]->params.device});
     }
     ut_dp_broadcast(d);
     return d;

@@ -269,9 +269,6 @@ static int match_images(const ut_config *cfg, const ut_dataset *data, ut_kv *opt
     return 0;
 }
 
-/* The device key's device (validated: cpu, cuda, cuda:N). */
-static ut_device config_device(const ut_config *cfg) { return !strncmp(cfg->device, "cuda", 4) ? UT_CUDA : UT_CPU; }
-
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
@@ -331,7 +328,7 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         return NULL;
     }
     char why[512];
-    ut_model *m = ut_model_create_on(cfg->model_name, opts, (uint64_t)cfg->seed, config_device(cfg), why, sizeof why);
+    ut_model *m = ut_model_create_on(cfg->model_name, opts, (uint64_t)cfg->seed, ut_config_device(cfg), why, sizeof why);
     ut_kv_free(opts);
     if (!m) {
         snprintf(err, n, "model: %s", why);

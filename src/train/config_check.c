@@ -12,10 +12,12 @@ int ut_cfg_check_device(const char *key, const char *d, char *err, size_t n) {
     if (cuda)
         FAIL("%s: '%s': training on the GPU is not available yet: the CUDA kernels are built and checked "
              "(docs/gpu.md), the trainer does not run on them; write %s: cpu", key, d, key);
-    if (!strcmp(d, "sim"))
-        FAIL("%s: sim, the simulated device of docs/engine.md, is not built yet; write %s: cpu", key, key);
-    if (strcmp(d, "cpu")) FAIL("%s: '%s' is not one of cpu, cuda, cuda:N, sim", key, d);
+    if (strcmp(d, "cpu") && strcmp(d, "sim")) FAIL("%s: '%s' is not one of cpu, cuda, cuda:N, sim", key, d);
     return 0;
+}
+
+ut_device ut_config_device(const ut_config *c) {
+    return !strncmp(c->device, "cuda", 4) ? UT_CUDA : !strcmp(c->device, "sim") ? UT_SIM : UT_CPU;
 }
 
 static int check_run(const ut_config *c, char *err, size_t n) {

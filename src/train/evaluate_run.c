@@ -139,7 +139,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     ut_train_state st;
     if (ut_ckpt_load(path, model, NULL, &st, err, sizeof err)) goto out;
     ut_say(&log, "Testing %s (step %lld)\n", path, (long long)st.step);
-    ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed});
+    ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed, .device = model->params.device});
     ut_ctx_set_autocast(ctx, ut_run_precision(cfg));
     if (test_split(&log, ctx, model, dev, "dev", cfg, &h, path, st.step, err, sizeof err) ||
         test_split(&log, ctx, model, test, "test", cfg, &h, path, st.step, err, sizeof err))

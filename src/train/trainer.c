@@ -969,7 +969,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     *own_m = !model;
     t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
-    t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed});
+    t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
     ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
     t->fp16 = ut_run_precision(c) == UT_F16;
     if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);

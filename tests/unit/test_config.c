@@ -593,9 +593,12 @@ static void test_flagai_keys(void) {
     check_invalid((const char *[]){"device=cuda:1", NULL},
                   "device: 'cuda:1': training on the GPU is not available yet: the CUDA kernels are built and "
                   "checked (docs/gpu.md), the trainer does not run on them; write device: cpu");
-    check_invalid((const char *[]){"device=sim", NULL},
-                  "device: sim, the simulated device of docs/engine.md, is not built yet; write device: cpu");
     check_invalid((const char *[]){"device=cuda:x", NULL}, "device: 'cuda:x' is not one of cpu, cuda, cuda:N, sim");
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "device=sim", err, sizeof err) == 0 && ut_config_validate(&c, err, sizeof err) == 0 &&
+              ut_config_device(&c) == UT_SIM,
+          "device: sim: %s", err);
+    ut_config_free(&c);
     check_invalid((const char *[]){"device=tpu", NULL}, "device: 'tpu' is not one of cpu, cuda, cuda:N, sim");
     ut_config_init(&c);
     CHECK(load_text(&c, "pytorch_device: cpu\n") == 0 && !strcmp(c.device, "cpu") &&

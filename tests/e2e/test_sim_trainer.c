@@ -1,0 +1,159 @@
+/* The trainer on the simulated device (device: sim), whose memory the host
+ * cannot read: every run here is made twice, on sim and on the CPU, and
+ * must give the same checkpoint to the bit (weights, optimizer state and
+ * training state) and the same metrics. Covered: the CNN with evaluation
+ * and checkpoints, the tiny GPT-2 with dropout in fp32, bf16 and fp16, the
+ * bag-of-words classifier and `utrain test` on it, the dp strategy's worker
+ * threads, ddp and zero3 on two ranks, a resume on sim, and a checkpoint
+ * written on the CPU resumed on sim. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256], shard[512];
+
+/* Whole files byte for byte. */
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    for (int ca = 0, cb = 0; same && ca != EOF;) {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        same = ca == cb;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+static const char *run_file(const char *run, const char *leaf) {
+    static char buf[2][700];
+    static int k;
+    k ^= 1;
+    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, run, leaf);
+    return buf[k];
+}
+
+/* Writes NAME.yml (body: model, data and train sections) and trains it on
+ * device with extra --set settings; the exit code. */
+static int train(const char *name, const char *body, const char *device, const char *sets, int nproc) {
+    char cfg[512], out[512], dev[64], np[8];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, body);
+    fclose(f);
+    snprintf(dev, sizeof dev, "device=%s", device);
+    snprintf(np, sizeof np, "%d", nproc);
+    const char *argv[32] = {"train", cfg, "--set", dev, "--nproc", np};
+    char s[512];
+    snprintf(s, sizeof s, "%s", sets);
+    tp_push_sets(argv, 6, 32, s);
+    return tp_run_shown(argv, out, 0, name);
+}
+
+/* The same run on both devices; their checkpoint at step and metrics agree. */
+static void both(const char *name, const char *body, const char *sets, int nproc, int step) {
+    char a[64], b[64], leaf[64];
+    snprintf(a, sizeof a, "%s_cpu", name);
+    snprintf(b, sizeof b, "%s_sim", name);
+    int ra = train(a, body, "cpu", sets, nproc), rb = train(b, body, "sim", sets, nproc);
+    CHECK(ra == 0 && rb == 0, "%s: cpu exit %d, sim exit %d", name, ra, rb);
+    snprintf(leaf, sizeof leaf, "checkpoints/step_%08d.safetensors", step);
+    CHECK(same_file(run_file(a, leaf), run_file(b, leaf)), "%s: the checkpoints at step %d differ", name, step);
+    /* metrics.jsonl's losses (the lines also carry times, which differ) */
+    for (int s = 1; s <= step; s++) {
+        char la[64] = "", lb[64] = "";
+        bool ha = tp_loss_at(run_file(a, "metrics.jsonl"), "train", s, la, sizeof la);
+        bool hb = tp_loss_at(run_file(b, "metrics.jsonl"), "train", s, lb, sizeof lb);
+        CHECK(ha == hb && !strcmp(la, lb), "%s: step %d loss %s on cpu, %s on sim", name, s, la, lb);
+    }
+}
+
+static const char *cnn =
+    "model: {name: cnn}\n"
+    "data: {name: idx_images, dev_size: 200}\n"
+    "train: {max_steps: 6, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 3,\n"
+    "        save_strategy: steps, save_interval: 3, progress: lines}\n";
+
+static char gpt2[1024];
+
+static void test_cnn(void) { both("cnn", cnn, "", 1, 6); }
+
+static void test_gpt2_precisions(void) {
+    const char *p[3] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++) {
+        char name[32], set[64];
+        snprintf(name, sizeof name, "gpt2_%s", p[i]);
+        snprintf(set, sizeof set, "train.precision=%s", p[i]);
+        both(name, gpt2, set, 1, 8);
+    }
+}
+
+static void test_distributed(void) {
+    both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8);
+    both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
+    both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
+}
+
+/* bow on the SST-2 sample, then `utrain test`: the same results files */
+static void test_bow_and_test_mode(void) {
+    const char *bow = "model: {name: bow, n_embd: 8, hidden: 8}\n"
+                      "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv,\n"
+                      "       dev_path: data/sst2_sample/dev.tsv, test_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
+                      "train: {epochs: 1, batch_size: 16, log_interval: 1, progress: lines}\n";
+    both("bow", bow, "", 1, 15);
+    const char *d[2] = {"cpu", "sim"};
+    char *res[2];
+    for (int i = 0; i < 2; i++) {
+        char run[64], out[512];
+        snprintf(run, sizeof run, "%s/runs/bow_%s", tmp, d[i]);
+        snprintf(out, sizeof out, "%s/test_%s.out", tmp, d[i]);
+        CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on %s", d[i]);
+        res[i] = tp_slurp(run_file(i ? "bow_sim" : "bow_cpu", "dev_predictions.tsv"));
+    }
+    CHECK(res[0] && res[1] && !strcmp(res[0], res[1]), "the predictions differ");
+    free(res[0]);
+    free(res[1]);
+}
+
+/* A resume on sim reaches the straight run's step-8 checkpoint, and so does
+ * a run that resumes on sim from the CPU run's step-4 checkpoint. */
+static void test_resume(void) {
+    CHECK(train("r_sim", gpt2, "sim", "train.max_steps=4", 1) == 0, "the first half");
+    CHECK(train("r_sim", gpt2, "sim", "continue_training=true", 1) == 0, "the resume");
+    CHECK(same_file(run_file("r_sim", "checkpoints/step_00000008.safetensors"),
+                    run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
+          "stop at 4 and resume on sim differs from the straight run");
+    char run[600];
+    snprintf(run, sizeof run, "%s/runs/x_sim", tmp);
+    CHECK(tp_plant_checkpoint(run_file("gpt2_fp32_cpu", "checkpoints/step_00000004.safetensors"), run), "plant");
+    CHECK(train("x_sim", gpt2, "sim", "continue_training=true", 1) == 0, "the cross-device resume");
+    CHECK(same_file(run_file("x_sim", "checkpoints/step_00000008.safetensors"),
+                    run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
+          "a CPU checkpoint resumed on sim differs from the straight run");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-sim") || !tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
+    snprintf(gpt2, sizeof gpt2,
+             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16, dropout: 0.1}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 16}\n"
+             "train: {max_steps: 8, batch_size: 4, log_interval: 1, eval_strategy: \"no\", save_strategy: steps,\n"
+             "        save_interval: 4, save_total_limit: 0, progress: lines}\n"
+             "dist: {timeout_s: 120}\n",
+             shard);
+    RUN(test_cnn);
+    RUN(test_gpt2_precisions);
+    RUN(test_bow_and_test_mode);
+    RUN(test_resume);
+    /* jobs under mpirun last: their environment turns LeakSanitizer off */
+    tp_mpi_env(true);
+    RUN(test_distributed);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
