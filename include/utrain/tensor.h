@@ -153,7 +153,9 @@ ut_tensor *ut_tensor_new2(ut_ctx *ctx, ut_dtype dt, int64_t n0, int64_t n1);
 ut_tensor *ut_tensor_zeros(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne);
 /* Copies n = prod(ne) elements from data. */
 ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *data);
-/* Wraps caller memory without copying (caller keeps it alive until reset). */
+/* Wraps memory of the context's device without copying (the caller keeps it
+ * alive until reset). Not for host arrays on a device context: copy those in
+ * with ut_tensor_from (the sim device refuses a kernel over host memory). */
 ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *data);
 /* Whole-tensor copies between host memory and a tensor, through its device's
  * backend (the only way code outside the library's core and backends reads or

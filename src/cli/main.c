@@ -443,8 +443,8 @@ static int demo(int argc, char **argv) {
     int rc = 0;
     for (long step = 0; step < steps; step++) {
         synth_batch(&s, x, y, (int)B);
-        ut_tensor *xt = ut_tensor_wrap(ctx, UT_F32, 4, (int64_t[]){B, 1, 28, 28}, x);
-        ut_tensor *yt = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B}, y);
+        ut_tensor *xt = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){B, 1, 28, 28}, x);
+        ut_tensor *yt = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B}, y);
         ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
         if (!loss || ut_backward(ctx, loss)) {
             fprintf(stderr, "utrain demo: %s\n", ut_ctx_error(ctx));

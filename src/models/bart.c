@@ -171,11 +171,11 @@ static int pack_inputs(ut_ctx *ctx, const int32_t *h, const int32_t *id, const i
         }
         pat[b] = (int32_t)(off[b] + at[b] - b * T);
     }
-    in->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, pid);
-    in->dec_ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, pdec);
-    in->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, pps);
-    in->eos_at = ut_tensor_wrap(ctx, UT_I32, 1, &B, pat);
-    in->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    in->ids = ut_tensor_from(ctx, UT_I32, 1, &N, pid);
+    in->dec_ids = ut_tensor_from(ctx, UT_I32, 1, &N, pdec);
+    in->pos = ut_tensor_from(ctx, UT_I32, 1, &N, pps);
+    in->eos_at = ut_tensor_from(ctx, UT_I32, 1, &B, pat);
+    in->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
     return in->ids && in->dec_ids && in->pos && in->eos_at && in->offsets ? 0 : -1;
 }
 
@@ -195,11 +195,11 @@ static int split_inputs(ut_ctx *ctx, const bart *net, ut_tensor *x, bart_inputs 
         }
     for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)(t + 2); /* BART's position offset */
     if (find_eos(ctx, net, x, id, at)) return -1;
-    in->ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    in->dec_ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, dec);
-    in->mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    in->pos = ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
-    in->eos_at = ut_tensor_wrap(ctx, UT_I32, 1, &B, at);
+    in->ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
+    in->dec_ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, dec);
+    in->mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    in->pos = ut_tensor_from(ctx, UT_I32, 1, &T, ps);
+    in->eos_at = ut_tensor_from(ctx, UT_I32, 1, &B, at);
     in->offsets = NULL;
     if (!in->ids || !in->dec_ids || !in->mask || !in->pos || !in->eos_at) return -1;
     return pack_inputs(ctx, h, id, dec, at, B, T, in) < 0 ? -1 : 0;

@@ -133,11 +133,11 @@ static int split_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, ut_tensor **
     if (net->roberta) roberta_positions(ps, id, B, T, net->pad_id);
     else
         for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
-    *ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    *types = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, ty);
-    *mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    *pos = net->roberta ? ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, ps)
-                        : ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
+    *ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
+    *types = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, ty);
+    *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    *pos = net->roberta ? ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, ps)
+                        : ut_tensor_from(ctx, UT_I32, 1, &T, ps);
     return *ids && *types && *mask && *pos ? 0 : -1;
 }
 
@@ -174,11 +174,11 @@ static int pack_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, packed_inputs
         first[b] = off[b];
         off[b + 1] = (int32_t)r;
     }
-    pk->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, id);
-    pk->types = ut_tensor_wrap(ctx, UT_I32, 1, &N, ty);
-    pk->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, ps);
-    pk->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    pk->first = ut_tensor_wrap(ctx, UT_I32, 1, &B, first);
+    pk->ids = ut_tensor_from(ctx, UT_I32, 1, &N, id);
+    pk->types = ut_tensor_from(ctx, UT_I32, 1, &N, ty);
+    pk->pos = ut_tensor_from(ctx, UT_I32, 1, &N, ps);
+    pk->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    pk->first = ut_tensor_from(ctx, UT_I32, 1, &B, first);
     return pk->ids && pk->types && pk->pos && pk->offsets && pk->first ? 0 : -1;
 }
 

@@ -45,7 +45,7 @@ static void gpt2_free(void *impl) {
 static ut_tensor *positions(ut_ctx *ctx, int64_t T) {
     int32_t *ps = ut_ctx_alloc(ctx, (size_t)T * sizeof *ps);
     for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
-    return ut_tensor_wrap(ctx, UT_I32, 1, &T, ps);
+    return ut_tensor_from(ctx, UT_I32, 1, &T, ps);
 }
 
 /* a block's rest after attention y, on x's rows (any layout) */
@@ -126,10 +126,10 @@ static int pack_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, packed_inputs *
         }
         off[b + 1] = (int32_t)r;
     }
-    pk->ids = ut_tensor_wrap(ctx, UT_I32, 1, &N, id);
-    pk->pos = ut_tensor_wrap(ctx, UT_I32, 1, &N, ps);
-    pk->offsets = ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    pk->last = ut_tensor_wrap(ctx, UT_I32, 1, &B, last);
+    pk->ids = ut_tensor_from(ctx, UT_I32, 1, &N, id);
+    pk->pos = ut_tensor_from(ctx, UT_I32, 1, &N, ps);
+    pk->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
+    pk->last = ut_tensor_from(ctx, UT_I32, 1, &B, last);
     return pk->ids && pk->pos && pk->offsets && pk->last ? 0 : -1;
 }
 
@@ -150,9 +150,9 @@ static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **id
         }
         ls[b] = (int32_t)(b * T + last_token(g, id + b * T, T));
     }
-    *ids = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    *mask = ut_tensor_wrap(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    *last = ut_tensor_wrap(ctx, UT_I32, 1, &B, ls);
+    *ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
+    *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
+    *last = ut_tensor_from(ctx, UT_I32, 1, &B, ls);
     return *ids && *mask && *last ? 0 : -1;
 }
 

@@ -15,7 +15,7 @@ static ut_tensor *collate_token_planes(ut_ctx *ctx, const ut_dataset *ds, const 
     copy.x = ut_ctx_alloc(ctx, bytes);
     memcpy(copy.x, b->x, bytes);
     int64_t L = ut_tok_batch_trim(&copy, ds->x_ne[1]);
-    return ut_tensor_wrap(ctx, UT_I32, 3, (int64_t[]){b->count, 3, L}, copy.x);
+    return ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){b->count, 3, L}, copy.x);
 }
 
 static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b,
@@ -25,8 +25,8 @@ static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const 
     for (int i = 0; i < ds->x_ndim; i++) xne[1 + i] = ds->x_ne[i];
     for (int i = 0; i < ds->y_ndim; i++) yne[1 + i] = ds->y_ne[i];
     bool planes = ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32;
-    *x = planes ? collate_token_planes(ctx, ds, b) : ut_tensor_wrap(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
-    *y = ut_tensor_wrap(ctx, ds->y_dtype, 1 + ds->y_ndim, yne, b->y);
+    *x = planes ? collate_token_planes(ctx, ds, b) : ut_tensor_from(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
+    *y = ut_tensor_from(ctx, ds->y_dtype, 1 + ds->y_ndim, yne, b->y);
     return *x && *y ? 0 : -1;
 }
 

@@ -125,7 +125,7 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
  * A forward allocates them. */
 static probs_rows probs_of(ut_tensor *t, int64_t T, int64_t n, bool forward) {
     probs_rows P = {.dt = t->autocast, .T = T};
-    if (forward) ut_attention_set_probs(t, ut_ctx_alloc(t->ctx, (size_t)n * ut_dtype_size(P.dt)));
+    if (forward) ut_attention_set_probs(t, ut_ctx_dalloc(t->ctx, (size_t)n * ut_dtype_size(P.dt)));
     P.att = ut_attention_probs(t);
     if (P.dt != UT_F32) P.rows = ut_autocast_scratch(t->ctx, (size_t)(omp_get_max_threads() * T) * sizeof(float));
     return P;
@@ -141,7 +141,7 @@ void ut_attention_bwd_cpu(ut_tensor *t) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
-    float *scratch = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
+    float *scratch = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
     probs_rows P = probs_of(t, T, B * NH * T * T, false);
     attention_backward(qkv->grad, scratch, t->grad, ut_f32(qkv), &P, B, T, C, NH);
 }

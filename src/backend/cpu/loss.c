@@ -36,7 +36,7 @@ void ut_mse_backward_cpu(float *da, float *db, const float *a, const float *b, f
 
 void ut_mse_fwd_cpu(ut_tensor *t) {
     int64_t N = ut_nelem(t->src[0]), nblk = (N + MSE_BLOCK - 1) / MSE_BLOCK;
-    double *blocksum = ut_ctx_alloc(t->ctx, (size_t)(nblk ? nblk : 1) * sizeof(double));
+    double *blocksum = ut_ctx_dalloc(t->ctx, (size_t)(nblk ? nblk : 1) * sizeof(double));
     ut_mse_forward_cpu(blocksum, ut_f32(t->src[0]), ut_f32(t->src[1]), N);
     double s = 0.0;
     for (int64_t k = 0; k < nblk; k++) s += blocksum[k];

@@ -14,7 +14,7 @@ typedef struct { uint16_t *bf16; } mm_path;
 static mm_path path_of(const ut_tensor *t, int64_t max_operands) {
     mm_path p = {NULL};
     if (t->autocast == UT_BF16 && ut_bf16_use_dnnl())
-        p.bf16 = ut_ctx_alloc(t->ctx, (size_t)max_operands * sizeof(uint16_t));
+        p.bf16 = ut_ctx_dalloc(t->ctx, (size_t)max_operands * sizeof(uint16_t));
     return p;
 }
 

@@ -80,7 +80,7 @@ void ut_max_pool2d_backward_cpu(float *dx, const float *dout, const int32_t *arg
 
 void ut_max_pool2d_fwd_cpu(ut_tensor *t) {
     ut_tensor *x = t->src[0];
-    ut_max_pool2d_set_argmax(t, ut_ctx_alloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t)));
+    ut_max_pool2d_set_argmax(t, ut_ctx_dalloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t)));
     ut_max_pool2d_forward_cpu(ut_f32(t), ut_max_pool2d_argmax(t), ut_f32(x), x->ne[0] * x->ne[1],
                               x->ne[2], x->ne[3], ut_max_pool2d_kernel(t), ut_max_pool2d_stride(t));
 }

@@ -261,10 +261,10 @@ static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_
     ut_tensor *x = t->src[0], *tg = t->src[1];
     float *mx = NULL, *inv = NULL;
     if (t->requires_grad) {
-        mx = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
-        inv = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        mx = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        inv = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
     }
-    float *rows = ut_ctx_alloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+    float *rows = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
     cross_entropy_forward16(rowloss, mx, inv, x->data, x->dtype, ut_i32(tg), (int)ut_loss_ignore_index(t),
                             N, V, rows);
     ut_cross_entropy_set_row_max(t, mx);
@@ -278,7 +278,7 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     int64_t count = count_targets(t, "cross_entropy");
     if (count < 0) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
-    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    double *rowloss = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
     if (is_16(x->dtype)) {
         cross_entropy_fwd16(t, rowloss, N, V);
         ut_loss_set_count(t, count);
@@ -287,8 +287,8 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
     }
     float *e = NULL, *inv = NULL;
     if (t->requires_grad) {
-        e = ut_ctx_alloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
-        inv = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        e = ut_ctx_dalloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
+        inv = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
     }
     ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, V);
     ut_loss_set_count(t, count);
@@ -310,7 +310,7 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
     }
     if (is_16(x->dtype)) {
         int64_t V = last_dim(x);
-        float *rows = ut_ctx_alloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+        float *rows = ut_ctx_dalloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
         cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),
                                  ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
                                  t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V, rows);
@@ -344,7 +344,7 @@ void ut_nll_loss_fwd_cpu(ut_tensor *t) {
     int64_t count = count_targets(t, "nll_loss");
     if (count < 0) return;
     int64_t N = ut_nelem(tg);
-    double *rowloss = ut_ctx_alloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    double *rowloss = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
     ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, last_dim(x));
     ut_loss_set_count(t, count);
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);

@@ -23,6 +23,7 @@
  * events of the device-seam work queue it on a worker thread later. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -243,15 +244,43 @@ static void sim_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, 
     leave();
 }
 
-/* The op table: each CPU kernel inside the window; core's own ops (the
- * checkpoint) run ops of this table themselves. */
+/* Whether p (NULL: no buffer) is memory of this device. */
+static bool on_device(const void *p) {
+    if (!p) return true;
+    pthread_mutex_lock(&mu);
+    bool in = base && (const char *)p >= base && (const char *)p < base + top;
+    pthread_mutex_unlock(&mu);
+    return in;
+}
+
+/* Every buffer a kernel of t reads or writes is memory of this device: a
+ * tensor over host memory (what ut_tensor_wrap of a host array makes) would
+ * be an invalid pointer on a real device, so it is an error naming the op
+ * and the tensor, not a kernel that happens to work. */
+static bool buffers_on_device(ut_tensor *t, bool backward) {
+    char bad[32] = "";
+    if (!on_device(t->data) || (backward && !on_device(t->grad))) snprintf(bad, sizeof bad, "its output");
+    for (int i = 0; !*bad && i < UT_MAX_SRC; i++)
+        if (t->src[i] && (!on_device(t->src[i]->data) || (backward && !on_device(t->src[i]->grad))))
+            snprintf(bad, sizeof bad, "input %d", i);
+    if (!*bad) return true;
+    ut_ctx_set_error(t->ctx, "%s: %s holds host memory, not sim device memory (a tensor made over a host array "
+                             "reached a device kernel: copy inputs in with ut_tensor_from)",
+                     ut_op_name(t->op), bad);
+    return false;
+}
+
+/* The op table: each CPU kernel inside the window, after its buffers are
+ * checked; core's own ops (the checkpoint) run ops of this table themselves. */
 #define UT_OP(E, stem, props)                                                                                  \
     static void stem##_fwd(ut_tensor *t) {                                                                     \
+        if (!buffers_on_device(t, false)) return;                                                              \
         enter();                                                                                               \
         ut_##stem##_fwd_cpu(t);                                                                                \
         leave();                                                                                               \
     }                                                                                                          \
     static void stem##_bwd(ut_tensor *t) {                                                                     \
+        if (!buffers_on_device(t, true)) return;                                                               \
         enter();                                                                                               \
         ut_##stem##_bwd_cpu(t);                                                                                \
         leave();                                                                                               \
