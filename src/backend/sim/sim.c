@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../cpu/caps.h"
 #include "../cpu/cpu.h"
 #include "../cpu/gemm.h"
 #include "utrain/base.h"
@@ -290,20 +291,8 @@ static bool buffers_on_device(ut_tensor *t, bool backward) {
 #undef UT_OP_ANY
 #undef UT_OP
 
-/* The kernels are the CPU's, so their 16-bit capabilities are the CPU
- * table's (backend.h, UT_KCAP_*; test_op_schema holds the two equal). Every
- * op has CAPS_<OP> = 0 from the enum; a #define of that name gives an op
- * its capabilities. */
-enum {
-#define UT_OP(E, stem, props) CAPS_##E = 0,
-#define UT_OP_ANY(E, stem, props)
-#include "ops.def"
-#undef UT_OP_ANY
-#undef UT_OP
-};
-#define CAPS_CROSS_ENTROPY UT_KCAP_READS_16
-#define CAPS_LINEAR UT_KCAP_WRITES_16
-
+/* The kernels are the CPU's, and so are their 16-bit capabilities
+ * (src/backend/cpu/caps.h). */
 static const ut_op_vtable ops[UT_OP_COUNT] = {
     [UT_OP_NONE] = {NULL, NULL, 0},
 #define UT_OP(E, stem, props) [UT_OP_##E] = {stem##_fwd, stem##_bwd, CAPS_##E},
