@@ -66,7 +66,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run run-fmnist test test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist bench-minilm bench-bert install clean
+.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist bench-minilm bench-bert install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -141,6 +141,12 @@ test: deps
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-replay
 	@tests/run.sh $(BUILD) $(FUZZ_BUILD)
+
+# The same suite with the simulated device as every run's default device
+# (UTRAIN_DEVICE=sim; docs/testing.md): ~12 min on 2 cores.
+test-sim: deps
+	@$(MAKE) --no-print-directory tests
+	@UTRAIN_DEVICE=sim tests/run.sh $(BUILD)
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps

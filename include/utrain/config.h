@@ -27,6 +27,7 @@ typedef struct {
     int64_t seed;
     int threads;                 /* 0 = OpenMP default */
     char device[16];             /* cpu | sim (the simulated device); cuda, cuda:N refused until the trainer runs there */
+    bool device_from_env;        /* device is UTRAIN_DEVICE's (no device key was given) */
 
     /* ---- model ---- */
     char model_name[64];         /* model.name: a registry name */

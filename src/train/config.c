@@ -1,6 +1,7 @@
 /* The configuration schema (one row per key) and the entry points that apply
  * it: defaults, --set, and the key lookups the loader, writer and docs share. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config_schema.h"
@@ -38,7 +39,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "load_dir", .type = UT_CFG_STR, AT(load_dir), .def = "",
      .doc = "initial weights: a run directory (its best checkpoint), its checkpoints/ folder, or one checkpoint file (empty: none)"},
     {.key = "device", .type = UT_CFG_STR, AT(device), .def = "cpu",
-     .doc = "where the model computes: cpu, or sim (the simulated device: the CPU's kernels on memory the host cannot read, for testing the device seam, docs/engine.md); cuda and cuda:N are refused, saying what is missing (docs/gpu.md); pytorch_device is read as this key"},
+     .doc = "where the model computes (the environment's UTRAIN_DEVICE, when set, is the default): cpu, or sim (the simulated device: the CPU's kernels on memory the host cannot read, for testing the device seam, docs/engine.md); cuda and cuda:N are refused, saying what is missing (docs/gpu.md); pytorch_device is read as this key"},
     {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
      .doc = "seed of weight init, shuffling and dropout"},
     {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0), LE(4096),
@@ -300,6 +301,13 @@ void ut_config_init(ut_config *c) {
     }
     /* the defaults are not the user's choice */
     c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = c->model_name_set = false;
+    /* UTRAIN_DEVICE sets the device's default (a config's device key wins):
+     * `make test-sim` runs the whole suite on the simulated device so */
+    const char *dev = getenv("UTRAIN_DEVICE");
+    if (dev && *dev) { /* checked by ut_config_validate, which names UTRAIN_DEVICE */
+        snprintf(c->device, sizeof c->device, "%s", dev);
+        c->device_from_env = true;
+    }
 }
 
 void ut_config_free(ut_config *c) {

@@ -28,7 +28,7 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->experiment_name, ".."))
         FAIL("experiment_name: '..' would put the run in output_dir's parent; give the run a name");
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
-    if (ut_cfg_check_device("device", c->device, err, n)) return -1;
+    if (ut_cfg_check_device(c->device_from_env ? "UTRAIN_DEVICE" : "device", c->device, err, n)) return -1;
     if (!*c->model_name) FAIL("model.name: must not be empty");
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",

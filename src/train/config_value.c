@@ -161,6 +161,7 @@ static bool ends_with(const char *s, const char *suffix) {
  * and save_interval have no strategy key). */
 static void after_set(ut_config *c, const ut_cfg_key *k) {
     if (k->off == offsetof(ut_config, model_name)) c->model_name_set = true;
+    if (k->off == offsetof(ut_config, device)) c->device_from_env = false;
     if (k->off == offsetof(ut_config, greater_is_better)) c->greater_is_better_set = true;
     if (k->off == offsetof(ut_config, best_metric) && !c->greater_is_better_set)
         c->greater_is_better = ends_with(c->best_metric, "accuracy");

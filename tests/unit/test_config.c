@@ -599,6 +599,21 @@ static void test_flagai_keys(void) {
               ut_config_device(&c) == UT_SIM,
           "device: sim: %s", err);
     ut_config_free(&c);
+    /* UTRAIN_DEVICE is the default; a device key wins; a bad value names the variable */
+    char *saved = getenv("UTRAIN_DEVICE") ? strdup(getenv("UTRAIN_DEVICE")) : NULL;
+    setenv("UTRAIN_DEVICE", "sim", 1);
+    ut_config_init(&c);
+    CHECK(ut_config_device(&c) == UT_SIM && ut_config_validate(&c, err, sizeof err) == 0, "from the environment");
+    CHECK(ut_config_set(&c, "device=cpu", err, sizeof err) == 0 && ut_config_device(&c) == UT_CPU, "the key wins");
+    ut_config_free(&c);
+    setenv("UTRAIN_DEVICE", "tpu", 1);
+    ut_config_init(&c);
+    CHECK(ut_config_validate(&c, err, sizeof err) == -1 &&
+              !strcmp(err, "UTRAIN_DEVICE: 'tpu' is not one of cpu, cuda, cuda:N, sim"), "%s", err);
+    ut_config_free(&c);
+    if (saved) setenv("UTRAIN_DEVICE", saved, 1);
+    else unsetenv("UTRAIN_DEVICE");
+    free(saved);
     check_invalid((const char *[]){"device=tpu", NULL}, "device: 'tpu' is not one of cpu, cuda, cuda:N, sim");
     ut_config_init(&c);
     CHECK(load_text(&c, "pytorch_device: cpu\n") == 0 && !strcmp(c.device, "cpu") &&
