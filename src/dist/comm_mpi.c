@@ -370,7 +370,7 @@ static void *comm_thread(void *arg) {
             idle_us = 20;
         }
         if (m->npend && poll_p2p(c, m)) idle_us = 20;
-        else if (m->npend && m->started == m->queued && !m->stop) {
+        else if (m->npend && m->started == m->queued) { /* stopping too: wait, do not spin */
             struct timespec until = after(idle_us * 1e-6);
             int rc = pthread_cond_timedwait(&m->work, &m->mu, &until);
             if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
