@@ -436,6 +436,11 @@ static void append(char *buf, size_t n, const char *fmt, ...) {
  * for up to wait_s) and writes what the answers say about operation seq
  * into buf. *defer is set when a lower rank waits in the same operation:
  * its watchdog reports, so this one's line would only repeat it. */
+static void pause_10ms(void) {
+    struct timespec t = {0, 10 * 1000 * 1000};
+    nanosleep(&t, NULL);
+}
+
 /* "tp " for a group's ranks, "" for the world's */
 static const char *grp(const ut_comm *c) { return strcmp(c->name, "world") ? ut_fmt("%s ", c->name) : ""; }
 
@@ -463,8 +468,7 @@ static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *wha
             if (r == me || got[r] || req[2 * r] == MPI_REQUEST_NULL) continue;
             if (MPI_Test(&req[2 * r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) got[r] = true, left--;
         }
-        struct timespec pause = {0, 10 * 1000 * 1000};
-        nanosleep(&pause, NULL);
+        pause_10ms();
     }
     *defer = false;
     if (peer >= 0) { /* a send or receive: what its partner is doing */
@@ -498,9 +502,8 @@ static void ask_the_ranks(ut_comm *c, mpi_impl *m, uint64_t seq, const char *wha
             append(buf, n, "; %srank %d has not reached it (its last operation: %s, %s)", g, r,
                    x->queued ? rep[r].last : "none", x->finished == x->queued ? "done" : "in progress");
         else if (x->running == seq || (x->finished < seq && x->queued >= seq)) {
-            char mine[120];
-            snprintf(mine, sizeof mine, "%s", what);
-            if (x->queued == seq && strcmp(rep[r].last, mine))
+            /* the reply's description is cut to its field: compare that much */
+            if (x->queued == seq && strncmp(rep[r].last, what, sizeof rep[r].last - 1))
                 append(buf, n, "; %srank %d is in %s instead", g, r, rep[r].last);
             else {
                 append(waiting, sizeof waiting, "%s%d", nwait++ ? ", " : "", r);
@@ -551,8 +554,7 @@ static void *watchdog_thread(void *arg) {
              * keeps answering, and reports itself if that does not end the job */
             for (struct timespec t0 = after(0); defer && since(&t0) < 4 * wait_s;) {
                 answer_queries(m, &query, &from);
-                struct timespec pause = {0, 10 * 1000 * 1000};
-                nanosleep(&pause, NULL);
+                pause_10ms();
             }
             fprintf(stderr, "utrain: %s: timeout after %g s in %s%s\n", ut_comm_who(c, who, sizeof who),
                     c->timeout_s, what, report);
