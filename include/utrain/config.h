@@ -122,6 +122,13 @@ int ut_config_validate(const ut_config *c, char *err, size_t n);
 int ut_config_write(const ut_config *c, FILE *f);
 /* The device key as a device (validated: cpu, sim, cuda, cuda:N). */
 ut_device ut_config_device(const ut_config *c);
+/* The N of device cuda:N (0 for the others): the first GPU of this node's
+ * ranks; the rank of local rank r takes GPU (N + r) mod the node's GPUs. */
+int ut_config_device_index(const ut_config *c);
+/* Makes this process use the configured device: checks that this machine
+ * can run it and, on a machine with several GPUs, picks this rank's GPU
+ * (above). Before the model is built; 0, or -1 with the reason in err. */
+int ut_config_use_device(const ut_config *c, char *err, size_t n);
 /* Hash of the keys that change what training computes (not output_dir, mode,
  * continue_training, threads, log/progress settings, epochs/max_steps). */
 uint64_t ut_config_hash(const ut_config *c);

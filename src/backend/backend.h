@@ -84,6 +84,13 @@ typedef struct ut_backend {
     /* 0 when this machine can run the backend; else -1 with the reason in
      * err (no GPU, no driver). NULL: always available. */
     int (*available)(char *err, size_t n);
+    /* Makes this machine's device number index (of several GPUs, say) the
+     * one this process's memory and work go to; before the first
+     * allocation. 0, or -1 with the reason in err (no such device). NULL:
+     * the backend has one device. */
+    int (*select)(int index, char *err, size_t n);
+    /* How many such devices this machine has (0: none usable). NULL: one. */
+    int (*count)(void);
 
     /* Data errors kernels found since the last call (an index out of range),
      * on a device whose kernels cannot stop the host when they find one:

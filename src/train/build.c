@@ -328,6 +328,10 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         return NULL;
     }
     char why[512];
+    if (ut_config_use_device(cfg, err, n)) {
+        ut_kv_free(opts);
+        return NULL;
+    }
     ut_model *m = ut_model_create_on(cfg->model_name, opts, (uint64_t)cfg->seed, ut_config_device(cfg), why, sizeof why);
     ut_kv_free(opts);
     if (!m) {

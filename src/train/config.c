@@ -39,7 +39,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "load_dir", .type = UT_CFG_STR, AT(load_dir), .def = "",
      .doc = "initial weights: a run directory (its best checkpoint), its checkpoints/ folder, or one checkpoint file (empty: none)"},
     {.key = "device", .type = UT_CFG_STR, AT(device), .def = "cpu",
-     .doc = "where the model computes (the environment's UTRAIN_DEVICE, when set, is the default): cpu, or sim (the simulated device: the CPU's kernels on memory the host cannot read, for testing the device seam, docs/engine.md); cuda and cuda:N are refused, saying what is missing (docs/gpu.md); pytorch_device is read as this key"},
+     .doc = "where the model computes (the environment's UTRAIN_DEVICE, when set, is the default): cpu, cuda (each rank the GPU of its local rank), cuda:N (the node's ranks from GPU N on; docs/gpu.md; refused by a build without the CUDA backend); or sim (the simulated device: the CPU's kernels on memory the host cannot read, for testing the device seam, docs/engine.md); pytorch_device is read as this key"},
     {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
      .doc = "seed of weight init, shuffling and dropout"},
     {.key = "threads", .type = UT_CFG_INT, AT(threads), .def = "0", GE(0), LE(4096),

@@ -1,6 +1,9 @@
 /* ut_config_validate: every key's own range and enum (the schema), then the
  * checks that involve several keys, so a run never starts half-configured. */
+#include <stdlib.h>
 #include <string.h>
+
+#include "../backend/backend.h"
 
 #include "config_schema.h"
 
@@ -8,11 +11,41 @@
 
 int ut_cfg_check_device(const char *key, const char *d, char *err, size_t n) {
     bool cuda = !strcmp(d, "cuda") ||
-                (!strncmp(d, "cuda:", 5) && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5));
-    if (cuda)
-        FAIL("%s: '%s': training on the GPU is not available yet: the CUDA kernels are built and checked "
-             "(docs/gpu.md), the trainer does not run on them; write %s: cpu", key, d, key);
-    if (strcmp(d, "cpu") && strcmp(d, "sim")) FAIL("%s: '%s' is not one of cpu, cuda, cuda:N, sim", key, d);
+                (!strncmp(d, "cuda:", 5) && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5) &&
+                 strlen(d + 5) <= 4);
+    if (cuda && !ut_backend_get(UT_CUDA))
+        FAIL("%s: '%s': this build of utrain has no CUDA backend (nvcc was not found when it was built, or "
+             "it was built with make CUDA=0; docs/gpu.md); write %s: cpu", key, d, key);
+    if (!cuda && strcmp(d, "cpu") && strcmp(d, "sim")) FAIL("%s: '%s' is not one of cpu, cuda, cuda:N, sim", key, d);
+    return 0;
+}
+
+int ut_config_device_index(const ut_config *c) { return !strncmp(c->device, "cuda:", 5) ? atoi(c->device + 5) : 0; }
+
+/* The rank's node-local number, as the launcher gives it (mpirun sets
+ * OMPI_COMM_WORLD_LOCAL_RANK; torchrun-style launchers LOCAL_RANK). */
+static int local_rank(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!v) v = getenv("LOCAL_RANK");
+    int r = v ? atoi(v) : 0;
+    return r > 0 ? r : 0;
+}
+
+int ut_config_use_device(const ut_config *c, char *err, size_t n) {
+    ut_device dev = ut_config_device(c);
+    const char *key = c->device_from_env ? "UTRAIN_DEVICE" : "device";
+    char why[256];
+    const ut_backend *be = ut_backend_get(dev);
+    if (!be) return ut_backend_check(dev, err, n);
+    if (be->available && be->available(why, sizeof why)) FAIL("%s: %s: %s; write %s: cpu", key, c->device, why, key);
+    if (!be->select) return 0;
+    int first = ut_config_device_index(c), count = be->count ? be->count() : 1;
+    if (first >= count) {
+        be->select(first, why, sizeof why); /* says which numbers there are */
+        FAIL("%s: %s: %s", key, c->device, why);
+    }
+    int index = (first + local_rank()) % count;
+    if (be->select(index, why, sizeof why)) FAIL("%s: %s: %s", key, c->device, why);
     return 0;
 }
 

@@ -233,7 +233,7 @@ const char *const ut_cfg_compat_doc =
     "| `log_steps_ratio`, `save_steps_ratio` | times per epoch (the seed's: every steps-per-epoch / ratio steps) | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
     "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
-    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | `device: cpu` / refused until training on the GPU lands |\n"
+    "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | `device: cpu` / `device: cuda`, `cuda:N` |\n"
     "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"

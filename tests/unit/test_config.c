@@ -586,13 +586,27 @@ static void test_flagai_keys(void) {
     CHECK(load_text(&c, "bf16: true\n") == 0 && !strcmp(c.precision, "bf16"), "HF bf16: %s", err);
     ut_config_free(&c);
     check_load_error("fp16: maybe\n", "1: fp16: expected true or false, got 'maybe'");
+#ifdef UT_WITH_CUDA
+    /* cuda and cuda:N are accepted; the machine's GPUs are checked when the model is built */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "pytorch_device: 'cuda:1'\n") == 0 && ut_config_device(&c) == UT_CUDA &&
+              ut_config_device_index(&c) == 1,
+          "pytorch_device cuda:1: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "device=cuda", err, sizeof err) == 0 && ut_config_validate(&c, err, sizeof err) == 0 &&
+              ut_config_device(&c) == UT_CUDA && ut_config_device_index(&c) == 0,
+          "device: cuda: %s", err);
+    ut_config_free(&c);
+#else
     check_load_error("pytorch_device: 'cuda:0'\n",
-                     "1: pytorch_device: 'cuda:0': training on the GPU is not available yet: the CUDA kernels are built "
-                     "and checked (docs/gpu.md), the trainer does not run on them; write pytorch_device: cpu");
-    /* device: cpu runs; the others say what is missing; pytorch_device is device */
+                     "1: pytorch_device: 'cuda:0': this build of utrain has no CUDA backend (nvcc was not found when it "
+                     "was built, or it was built with make CUDA=0; docs/gpu.md); write pytorch_device: cpu");
     check_invalid((const char *[]){"device=cuda:1", NULL},
-                  "device: 'cuda:1': training on the GPU is not available yet: the CUDA kernels are built and "
-                  "checked (docs/gpu.md), the trainer does not run on them; write device: cpu");
+                  "device: 'cuda:1': this build of utrain has no CUDA backend (nvcc was not found when it was built, "
+                  "or it was built with make CUDA=0; docs/gpu.md); write device: cpu");
+#endif
+    check_invalid((const char *[]){"device=cuda:12345", NULL}, "device: 'cuda:12345' is not one of cpu, cuda, cuda:N, sim");
     check_invalid((const char *[]){"device=cuda:x", NULL}, "device: 'cuda:x' is not one of cpu, cuda, cuda:N, sim");
     ut_config_init(&c);
     CHECK(ut_config_set(&c, "device=sim", err, sizeof err) == 0 && ut_config_validate(&c, err, sizeof err) == 0 &&

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda.h"
 #include "embedding.h"
@@ -40,6 +41,34 @@ static int available(char *err, size_t n) {
         cudaGetLastError(); /* clear the sticky error */
         return -1;
     }
+    return 0;
+}
+
+static int device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+static int select_device(int index, char *err, size_t n) {
+    if (available(err, n)) return -1;
+    int count = 0, cur = -1;
+    check(cudaGetDeviceCount(&count), "device count");
+    if (index < 0 || index >= count) {
+        if (count == 1) snprintf(err, n, "there is no GPU number %d on this machine (it has one: cuda:0)", index);
+        else snprintf(err, n, "there is no GPU number %d on this machine (it has %d: cuda:0 to cuda:%d)", index, count, count - 1);
+        return -1;
+    }
+    check(cudaGetDevice(&cur), "current device");
+    if (cur == index) return 0;
+    if (g_stream) {
+        snprintf(err, n, "GPU %d already holds this process's work; a process uses one GPU", cur);
+        return -1;
+    }
+    check(cudaSetDevice(index), "set device");
     return 0;
 }
 
@@ -193,6 +222,8 @@ const ut_backend ut_backend_cuda = {
     .device = UT_CUDA,
     .host_memory = false,
     .available = available,
+    .select = select_device,
+    .count = device_count,
     .data_error = data_error,
     .alloc = alloc,
     .free = dfree,

@@ -1,0 +1,263 @@
+/* The trainer on the GPU (device: cuda), end to end: each run is made on the
+ * CPU and on the GPU, and their losses and weights must agree within
+ * float32's (or the 16-bit types') rounding; on the GPU alone, two runs with
+ * one seed and a run stopped and resumed must give the same checkpoint to
+ * the bit; checkpoints cross between the devices both ways. Covered: the CNN
+ * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
+ * and fp16, the bag-of-words classifier and `utrain test` on it, and the dp,
+ * ddp and zero3 strategies with two ranks sharing the one GPU.
+ *
+ * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
+ * machine without a GPU: there every difference is 0). Skips, saying why,
+ * where the device is missing. Prints each comparison's largest difference. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/backend/backend.h"
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256], shard[512];
+static const char *D = "cuda"; /* the device under test */
+
+/* Whole files byte for byte (false when either is missing). */
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    for (int ca = 0, cb = 0; same && ca != EOF;) {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        same = ca == cb;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+static const char *run_file(const char *run, const char *leaf) {
+    static char buf[4][700];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, run, leaf);
+    return buf[k];
+}
+
+static const char *ckpt(const char *run, int step) {
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "checkpoints/step_%08d.safetensors", step);
+    return run_file(run, leaf);
+}
+
+static int train(const char *name, const char *body, const char *device, const char *sets, int nproc) {
+    char cfg[512], out[512], dev[64], np[8];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, body);
+    fclose(f);
+    snprintf(dev, sizeof dev, "device=%s", device);
+    snprintf(np, sizeof np, "%d", nproc);
+    const char *argv[32] = {"train", cfg, "--set", dev, "--nproc", np};
+    char s[512];
+    snprintf(s, sizeof s, "%s", sets);
+    tp_push_sets(argv, 6, 32, s);
+    return tp_run_shown(argv, out, 0, name);
+}
+
+/* Largest |a - b| / |a| over the logged training losses of steps 1..steps
+ * (1e9 when a step's loss is missing from either). */
+static double loss_diff(const char *a, const char *b, int steps) {
+    double worst = 0;
+    for (int s = 1; s <= steps; s++) {
+        char la[64] = "", lb[64] = "";
+        if (!tp_loss_at(run_file(a, "metrics.jsonl"), "train", s, la, sizeof la) ||
+            !tp_loss_at(run_file(b, "metrics.jsonl"), "train", s, lb, sizeof lb))
+            return 1e9;
+        double x = strtod(la, NULL), y = strtod(lb, NULL);
+        if (!isfinite(x) || !isfinite(y)) return 1e9;
+        worst = fmax(worst, fabs(x - y) / fmax(fabs(x), 1e-12));
+    }
+    return worst;
+}
+
+/* The same run on the CPU and on D: losses within loss_tol, the weights of
+ * the checkpoint at step within w_tol (relative L2 per tensor). */
+static void both(const char *name, const char *body, const char *sets, int nproc, int step, double loss_tol,
+                 double w_tol) {
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s_cpu", name);
+    snprintf(b, sizeof b, "%s_dev", name);
+    int ra = train(a, body, "cpu", sets, nproc), rb = train(b, body, D, sets, nproc);
+    CHECK(ra == 0 && rb == 0, "%s: cpu exit %d, %s exit %d", name, ra, D, rb);
+    if (ra || rb) return;
+    double dl = loss_diff(a, b, step), dw = tp_weights_rel_diff(ckpt(a, step), ckpt(b, step));
+    printf("  %-10s losses within %.2e (allowed %.0e), weights within %.2e (allowed %.0e)\n", name, dl, loss_tol,
+           dw, w_tol);
+    CHECK(dl <= loss_tol, "%s: the losses on cpu and %s differ by %.3g relative", name, D, dl);
+    CHECK(dw >= 0 && dw <= w_tol, "%s: the weights at step %d differ by %.3g relative", name, step, dw);
+}
+
+static char cnn[1024];
+
+/* IDX files of n 28 x 28 images and their labels (the GPU machine has no
+ * Fashion-MNIST): each class a bright band at its own rows, with noise. */
+static bool write_idx(const char *images, const char *labels, int n) {
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    bool ok = fi && fl;
+    if (ok) {
+        const unsigned char hi[] = {0, 0, 8, 3}, hl[] = {0, 0, 8, 1};
+        unsigned char dims[12] = {(unsigned char)(n >> 24), (unsigned char)(n >> 16), (unsigned char)(n >> 8),
+                                  (unsigned char)n, 0, 0, 0, 28, 0, 0, 0, 28};
+        ok = fwrite(hi, 4, 1, fi) == 1 && fwrite(dims, 12, 1, fi) == 1 && fwrite(hl, 4, 1, fl) == 1 &&
+             fwrite(dims, 4, 1, fl) == 1;
+        uint32_t r = 12345;
+        for (int i = 0; ok && i < n; i++) {
+            unsigned char label = (unsigned char)(i % 10), px[784];
+            for (int p = 0; p < 784; p++) {
+                r = r * 1664525u + 1013904223u;
+                int row = p / 28, band = (row / 3) % 10 == label;
+                px[p] = (unsigned char)((band ? 160 : 0) + (r >> 26));
+            }
+            ok = fwrite(px, 784, 1, fi) == 1 && fwrite(&label, 1, 1, fl) == 1;
+        }
+    }
+    if (fi) ok = fclose(fi) == 0 && ok;
+    if (fl) ok = fclose(fl) == 0 && ok;
+    return ok;
+}
+
+static char gpt2[1024];
+
+static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-4, 1e-3); }
+
+static void test_gpt2_precisions(void) {
+    both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-4, 1e-3);
+    both("gpt2_bf16", gpt2, "train.precision=bf16", 1, 8, 2e-2, 5e-2);
+    both("gpt2_fp16", gpt2, "train.precision=fp16", 1, 8, 1e-2, 5e-2);
+}
+
+/* Two runs with one seed on the GPU: the same bits (no atomics in the
+ * gradient reductions; dropout masks from the seed). */
+static void test_same_bits(void) {
+    const char *p[2] = {"fp32", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        char name[32], ref[32], set[64];
+        snprintf(name, sizeof name, "again_%s", p[i]);
+        snprintf(ref, sizeof ref, "gpt2_%s_dev", p[i]);
+        snprintf(set, sizeof set, "train.precision=%s", p[i]);
+        CHECK(train(name, gpt2, D, set, 1) == 0, "%s", name);
+        CHECK(same_file(ckpt(name, 8), ckpt(ref, 8)), "%s: two runs with one seed give different checkpoints", p[i]);
+    }
+}
+
+/* Stopped at step 4 and resumed on the GPU: the straight run's step-8
+ * checkpoint to the bit. A CPU checkpoint resumed on the GPU, and a GPU
+ * checkpoint resumed on the CPU, end near the other device's straight run. */
+static void test_resume(void) {
+    CHECK(train("r_dev", gpt2, D, "train.max_steps=4", 1) == 0, "the first half");
+    CHECK(train("r_dev", gpt2, D, "continue_training=true", 1) == 0, "the resume");
+    CHECK(same_file(ckpt("r_dev", 8), ckpt("gpt2_fp32_dev", 8)),
+          "stop at 4 and resume on %s differs from the straight run", D);
+    char run[600];
+    snprintf(run, sizeof run, "%s/runs/x_dev", tmp);
+    CHECK(tp_plant_checkpoint(ckpt("gpt2_fp32_cpu", 4), run), "plant");
+    CHECK(train("x_dev", gpt2, D, "continue_training=true", 1) == 0, "the cpu -> %s resume", D);
+    double d1 = tp_weights_rel_diff(ckpt("x_dev", 8), ckpt("gpt2_fp32_cpu", 8));
+    snprintf(run, sizeof run, "%s/runs/x_cpu", tmp);
+    CHECK(tp_plant_checkpoint(ckpt("gpt2_fp32_dev", 4), run), "plant");
+    CHECK(train("x_cpu", gpt2, "cpu", "continue_training=true", 1) == 0, "the %s -> cpu resume", D);
+    double d2 = tp_weights_rel_diff(ckpt("x_cpu", 8), ckpt("gpt2_fp32_dev", 8));
+    printf("  resumes    cpu->%s within %.2e, %s->cpu within %.2e (allowed 1e-03)\n", D, d1, D, d2);
+    CHECK(d1 >= 0 && d1 <= 1e-3, "a CPU checkpoint resumed on %s ends %.3g from the CPU's run", D, d1);
+    CHECK(d2 >= 0 && d2 <= 1e-3, "a %s checkpoint resumed on the CPU ends %.3g from the %s run", D, d2, D);
+}
+
+/* bow on the SST-2 sample, then `utrain test` on each device: at most one
+ * prediction in fifty differs (a near-tie may round the other way). */
+static void test_bow_and_test_mode(void) {
+    const char *bow = "model: {name: bow, n_embd: 8, hidden: 8}\n"
+                      "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv,\n"
+                      "       dev_path: data/sst2_sample/dev.tsv, test_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
+                      "train: {epochs: 1, batch_size: 16, log_interval: 1, progress: lines}\n";
+    both("bow", bow, "", 1, 15, 1e-4, 1e-3);
+    const char *runs[2] = {"bow_cpu", "bow_dev"};
+    char *res[2];
+    for (int i = 0; i < 2; i++) {
+        char run[600], out[600];
+        snprintf(run, sizeof run, "%s/runs/%s", tmp, runs[i]);
+        snprintf(out, sizeof out, "%s/test_%s.out", tmp, runs[i]);
+        CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on %s", runs[i]);
+        res[i] = tp_slurp(run_file(runs[i], "dev_predictions.tsv"));
+    }
+    CHECK(res[0] && res[1], "the predictions files");
+    if (res[0] && res[1]) {
+        int lines = 0, differ = 0;
+        for (char *p = res[0], *q = res[1]; *p && *q;) {
+            char *ep = strchr(p, '\n'), *eq = strchr(q, '\n');
+            if (!ep || !eq) break;
+            lines++;
+            differ += (ep - p != eq - q) || memcmp(p, q, (size_t)(ep - p));
+            p = ep + 1;
+            q = eq + 1;
+        }
+        printf("  utrain test: %d of %d predictions differ\n", differ, lines);
+        CHECK(lines > 1 && differ * 50 <= lines, "%d of %d predictions differ", differ, lines);
+    }
+    free(res[0]);
+    free(res[1]);
+}
+
+/* Two ranks (or dp's two workers) sharing the one GPU, against the same
+ * strategy on the CPU. */
+static void test_distributed(void) {
+    both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8, 1e-4, 1e-3);
+    both("ddp", gpt2, "dist.strategy=ddp", 2, 8, 1e-4, 1e-3);
+    both("zero3", gpt2, "dist.strategy=zero3", 2, 8, 1e-4, 1e-3);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *e = getenv("UT_TRAINER_TEST_DEVICE");
+    if (e && *e) D = e;
+    ut_device dev = !strcmp(D, "sim") ? UT_SIM : UT_CUDA;
+    char why[256];
+    if (strcmp(D, "sim") && strcmp(D, "cuda")) {
+        fprintf(stderr, "UT_TRAINER_TEST_DEVICE: '%s' is not cuda or sim\n", D);
+        return 1;
+    }
+    if (ut_backend_check(dev, why, sizeof why)) {
+        printf("skip: %s\n", why);
+        return TEST_SUMMARY();
+    }
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-gputrain") || !tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
+    snprintf(gpt2, sizeof gpt2,
+             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16, dropout: 0.1}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 16}\n"
+             "train: {max_steps: 8, batch_size: 4, log_interval: 1, eval_strategy: \"no\", save_strategy: steps,\n"
+             "        save_interval: 4, save_total_limit: 0, progress: lines}\n"
+             "dist: {timeout_s: 120}\n",
+             shard);
+    char images[300], labels[300];
+    snprintf(images, sizeof images, "%s/images.idx", tmp);
+    snprintf(labels, sizeof labels, "%s/labels.idx", tmp);
+    if (!write_idx(images, labels, 600)) return 1;
+    snprintf(cnn, sizeof cnn,
+             "model: {name: cnn}\n"
+             "data: {name: idx_images, train_images: %s, train_labels: %s, dev_size: 200}\n"
+             "train: {max_steps: 6, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 3,\n"
+             "        save_strategy: steps, save_interval: 3, progress: lines}\n",
+             images, labels);
+    printf("device under test: %s\n", D);
+    RUN(test_cnn);
+    RUN(test_gpt2_precisions);
+    RUN(test_same_bits);
+    RUN(test_bow_and_test_mode);
+    RUN(test_resume);
+    tp_mpi_env(true);
+    RUN(test_distributed);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
