@@ -6,7 +6,7 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu cpu-bf16 bench profile (default: all)
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu trainer cpu-bf16 bench profile (default: all)
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
 # The last thing printed is the summary table (also $OUT/summary.txt).
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env build gpu cpu-bf16 bench profile)
+[ ${#steps[@]} -eq 0 ] && steps=(env build gpu trainer cpu-bf16 bench profile)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -147,6 +147,40 @@ if want bench; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
     fi
+fi
+
+if want trainer; then
+    # GPT-2 124M through `utrain train` on the GPU (random tokens: the machine
+    # has no corpus), against the bare step of bench/gpu_gpt2_step in the
+    # same call: what the trainer adds around the step
+    T=$OUT/trainer; mkdir -p "$T"
+    python3 - "$T/tokens.bin" <<'PY'
+import sys, numpy as np
+n = 8 * 1025 * 64
+h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
+t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
+PY
+    cat >"$T/gpt2.yml" <<YML
+experiment_name: gpt2_124m
+output_dir: $T/runs
+device: cuda
+seed: 1
+threads: $NPROC
+model: {name: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50257, block_size: 1024, dropout: 0}
+data: {name: tokens, train_path: $T/tokens.bin, seq_len: 1024}
+train: {max_steps: 30, batch_size: 8, log_interval: 10, eval_strategy: "no", save_strategy: "no", progress: lines}
+YML
+    for prec in bf16 fp32; do
+        name=trainer-gpt2-$prec; flag=--bf16
+        [ $prec = fp32 ] && name=trainer-gpt2-tf32 flag=--tf32
+        run $name 300 env UT_CUDA_TF32=$([ $prec = fp32 ] && echo 1 || echo 0) build/utrain train "$T/gpt2.yml" \
+            --set train.precision=$prec --set experiment_name=$name
+        note "  $name: $(grep -o '"tokens_per_s": [0-9.e+]*' "$T/runs/$name/metrics.jsonl" 2>&1 | tail -2 | xargs)"
+        run bench-step-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
+        note "  $(tail -1 "$OUT/bench-step-gpt2-$prec.log")"
+    done
+    rm -rf "$T"
 fi
 
 if want cpu-bf16; then
