@@ -9,7 +9,15 @@
  *
  * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
  * machine without a GPU: there every difference is 0). Skips, saying why,
- * where the device is missing. Prints each comparison's largest difference. */
+ * where the device is missing. Prints each comparison's largest difference.
+ *
+ * The bounds are about ten times what an H200 gave (2026-11-25): float32
+ * losses within 1e-7 and weights within 1e-6 relative (the CNN's 3e-5); bf16
+ * within 1.2e-4 and 2.1e-3, fp16 within 4e-6 and 7e-4, the size of the CPU's
+ * own bf16 and fp16 runs against its float32 run (1.1e-4 and 1.9e-3, 3e-6
+ * and 6.6e-4): the GPU's 16-bit products round differently, not worse. A
+ * bias that Adam drives from zero differs most (0.45 relative in bf16) and
+ * is not bounded alone: the whole model is. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -169,12 +177,12 @@ static bool write_idx(const char *images, const char *labels, int n) {
 
 static char gpt2[1024];
 
-static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-4, 1e-3); }
+static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-6, 1e-4); }
 
 static void test_gpt2_precisions(void) {
-    both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-4, 1e-3);
-    both("gpt2_bf16", gpt2, "train.precision=bf16", 1, 8, 2e-2, 5e-2);
-    both("gpt2_fp16", gpt2, "train.precision=fp16", 1, 8, 1e-2, 5e-2);
+    both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
+    both("gpt2_bf16", gpt2, "train.precision=bf16", 1, 8, 1e-3, 1e-2);
+    both("gpt2_fp16", gpt2, "train.precision=fp16", 1, 8, 1e-4, 5e-3);
     /* the scale of 16-bit rounding itself: the CPU's bf16 and fp16 runs against its fp32 run */
     for (int i = 0; i < 2; i++) {
         char worst[128], run[32];
@@ -217,9 +225,9 @@ static void test_resume(void) {
     CHECK(tp_plant_checkpoint(ckpt("gpt2_fp32_dev", 4), run), "plant");
     CHECK(train("x_cpu", gpt2, "cpu", "continue_training=true", 1) == 0, "the %s -> cpu resume", D);
     double d2 = tp_weights_rel_diff(ckpt("x_cpu", 8), ckpt("gpt2_fp32_dev", 8));
-    printf("  resumes    cpu->%s within %.2e, %s->cpu within %.2e (allowed 1e-03)\n", D, d1, D, d2);
-    CHECK(d1 >= 0 && d1 <= 1e-3, "a CPU checkpoint resumed on %s ends %.3g from the CPU's run", D, d1);
-    CHECK(d2 >= 0 && d2 <= 1e-3, "a %s checkpoint resumed on the CPU ends %.3g from the %s run", D, d2, D);
+    printf("  resumes    cpu->%s within %.2e, %s->cpu within %.2e (allowed 5e-04)\n", D, d1, D, d2);
+    CHECK(d1 >= 0 && d1 <= 5e-4, "a CPU checkpoint resumed on %s ends %.3g from the CPU's run", D, d1);
+    CHECK(d2 >= 0 && d2 <= 5e-4, "a %s checkpoint resumed on the CPU ends %.3g from the %s run", D, d2, D);
 }
 
 /* bow on the SST-2 sample, then `utrain test` on each device: at most one
@@ -229,7 +237,7 @@ static void test_bow_and_test_mode(void) {
                       "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv,\n"
                       "       dev_path: data/sst2_sample/dev.tsv, test_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
                       "train: {epochs: 1, batch_size: 16, log_interval: 1, progress: lines}\n";
-    both("bow", bow, "", 1, 15, 1e-4, 1e-3);
+    both("bow", bow, "", 1, 15, 1e-6, 1e-5);
     const char *runs[2] = {"bow_cpu", "bow_dev"};
     char *res[2];
     for (int i = 0; i < 2; i++) {
@@ -260,9 +268,9 @@ static void test_bow_and_test_mode(void) {
 /* Two ranks (or dp's two workers) sharing the one GPU, against the same
  * strategy on the CPU. */
 static void test_distributed(void) {
-    both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8, 1e-4, 1e-3);
-    both("ddp", gpt2, "dist.strategy=ddp", 2, 8, 1e-4, 1e-3);
-    both("zero3", gpt2, "dist.strategy=zero3", 2, 8, 1e-4, 1e-3);
+    both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8, 1e-6, 1e-5);
+    both("ddp", gpt2, "dist.strategy=ddp", 2, 8, 1e-6, 1e-5);
+    both("zero3", gpt2, "dist.strategy=zero3", 2, 8, 1e-6, 1e-5);
 }
 
 int main(int argc, char **argv) {
