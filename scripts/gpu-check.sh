@@ -6,7 +6,8 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu trainer cpu-bf16 bench profile (default: all)
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu suite trainer cpu-bf16 bench profile
+#                                        (default: all but suite)
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
 # The last thing printed is the summary table (also $OUT/summary.txt).
@@ -135,7 +136,7 @@ fi
 if want bench; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
     note "load before the benchmarks: $(uptime)"
-    for prec in fp32 tf32 bf16; do
+    for prec in ${GPU_CHECK_PRECISIONS:-fp32 tf32 bf16}; do
         flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
         run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
@@ -147,6 +148,15 @@ if want bench; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
     fi
+fi
+
+if want suite; then
+    # the whole suite with device: cuda as every config's default (as make
+    # test-sim does with sim): tests that compare against figures made on the
+    # CPU to the bit fail here by nature; the failures are listed to read
+    UTRAIN_DEVICE=cuda run suite-cuda "${GPU_CHECK_SUITE_LIMIT:-400}" tests/run.sh build
+    awk '/^== /{t=$2} /FAIL|broken/{print t": "$0}' "$OUT/suite-cuda.log" | head -60 | tee -a "$SUMMARY"
+    tail -1 "$OUT/suite-cuda.log" | tee -a "$SUMMARY"
 fi
 
 if want trainer; then
@@ -198,7 +208,7 @@ fi
 
 if want profile; then
     # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md)
-    for prec in fp32 bf16; do
+    for prec in ${GPU_CHECK_PROFILE:-fp32 bf16}; do
         flag=; [ $prec = bf16 ] && flag=--bf16
         UT_PROFILE_OPS=1 run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 3 $flag
         grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
