@@ -86,6 +86,7 @@ if want env; then
         ls /usr/local/cuda/lib64 2>/dev/null | grep -E 'cudart|cublasLt|cudnn|nccl' | head
         ldconfig -p | grep -E 'cudnn|nccl|libmpi' | head
         which mpirun python3 2>&1
+        mpirun --version 2>&1 | head -2
         # can this machine's nvcc build and run a cuBLASLt program?
         printf '%s\n' '#include <cstdio>' '#include <cublasLt.h>' \
             'int main(){int n=0;cudaGetDeviceCount(&n);cublasLtHandle_t h;int r=cublasLtCreate(&h);' \
