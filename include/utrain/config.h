@@ -100,6 +100,7 @@ typedef struct {
     double bucket_mb;            /* gradient bucket size */
     char dist_wrap[16];          /* zero3 units: block | param | model */
     bool reshard_after_forward;  /* zero3 */
+    char offload_optimizer[8];   /* none | cpu: ZeRO-Offload (zero1, zero2) */
     double timeout_s;            /* a collective that takes longer ends every rank */
     int64_t nproc_per_node;      /* processes per node started by `utrain train` (mpirun underneath) */
     int64_t nodes, current_node;

@@ -168,6 +168,13 @@ typedef struct {
     double bucket_mb;            /* gradient buckets (all but dp) */
     const char *wrap;            /* zero3: ut_wrap_units policy ("block" if NULL) */
     bool reshard_after_forward;  /* zero3: free a unit's gathered parameters after its forward */
+    /* zero1, zero2: ZeRO-Offload. The optimizer's state and a float32 master
+     * copy of this rank's shard live in host memory (page-locked where the
+     * device has such memory) and the update runs there on the CPU backend;
+     * the step copies the shard's gradient to the host and the updated shard
+     * back before the parameters are gathered. The model's device keeps only
+     * parameters and gradients. */
+    bool offload_optimizer;
 } ut_dist_opts;
 
 /* Bytes of this rank's model state: held now (parameters and gradients in
@@ -177,6 +184,7 @@ typedef struct {
 typedef struct {
     size_t params, grads, optim;
     size_t params_peak, grads_peak;
+    size_t host; /* ZeRO-Offload: host bytes instead (optimizer state, master shard and its gradient); optim is 0 */
 } ut_dist_mem;
 
 typedef struct ut_dist ut_dist;

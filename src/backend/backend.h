@@ -99,6 +99,12 @@ typedef struct ut_backend {
      * end). NULL: kernels report data errors synchronously (the CPU). */
     int (*data_error)(char *err, size_t n);
 
+    /* Host memory the device copies to and from fastest (page-locked; CUDA's
+     * cudaHostAlloc), for buffers that cross every step (ZeRO-Offload's).
+     * NULL: ordinary host memory is as good (ut_aligned_alloc_check). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+
     /* ---- memory: device memory is opaque to callers outside src/backend ---- */
     void *(*alloc)(size_t bytes);                 /* 64-byte aligned; aborts when out of memory */
     void (*free)(void *p);
@@ -166,6 +172,11 @@ int ut_backend_check(ut_device dev, char *err, size_t n);
 float *ut_pages_alloc(const ut_backend *be, int64_t nfloats);
 void ut_pages_free(const ut_backend *be, float *p, int64_t nfloats);
 void ut_pages_release(const ut_backend *be, float *p, int64_t lo, int64_t hi);
+
+/* Host memory that be's device copies to and from fastest (its host_alloc,
+ * else ordinary 64-byte aligned memory); aborts when out of memory. */
+void *ut_host_alloc(const ut_backend *be, size_t bytes);
+void ut_host_free(const ut_backend *be, void *p);
 
 /* Host access to device memory, for code that computes on the host. On a
  * backend with host_memory the host pointer is dev itself and nothing is

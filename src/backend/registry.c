@@ -41,6 +41,17 @@ int ut_backend_check(ut_device dev, char *err, size_t n) {
 }
 
 
+// --- host memory for copies -----------------------------------------------------
+
+void *ut_host_alloc(const ut_backend *be, size_t bytes) {
+    return be->host_alloc ? be->host_alloc(bytes) : ut_aligned_alloc_check(bytes ? bytes : 64);
+}
+
+void ut_host_free(const ut_backend *be, void *p) {
+    if (be->host_free) be->host_free(p);
+    else ut_free(p);
+}
+
 // --- host staging -------------------------------------------------------------
 
 void *ut_stage_begin(ut_stage *s, const ut_backend *be, void *dev, size_t bytes, bool read) {

@@ -16,6 +16,7 @@
  * (ut_stage_begin/end; the buffers themselves on the CPU backend). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/dist.h"
@@ -55,6 +56,12 @@ struct ut_dist {
     ut_comm_req *gather_req;
     size_t params_peak, grads_peak;
     const ut_backend *be; /* the flat buffers' */
+    /* ZeRO-Offload: the optimizer on the CPU backend over host copies of the
+     * shard [lo, hi): master parameters and the gradient (host memory from
+     * the device's host_alloc) */
+    bool offload;
+    float *h_param, *h_grad;
+    const ut_backend *obe; /* the optimizer state's: be, or the CPU's when offloaded */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -81,7 +88,8 @@ void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
     size_t shard = (size_t)d->S * sizeof(float);
     out->params = resident(d, d->p->flat, d->p->numel) + (d->shard_param ? shard : 0);
     out->grads = resident(d, d->p->flat_grad, d->p->numel) + (d->shard_grad ? shard : 0);
-    out->optim = ut_optim_state_bytes(d->o);
+    out->optim = d->offload ? 0 : ut_optim_state_bytes(d->o);
+    out->host = d->offload ? ut_optim_state_bytes(d->o) + 2 * (size_t)(d->hi - d->lo) * sizeof(float) : 0;
     if (out->params > d->params_peak) d->params_peak = out->params;
     if (out->grads > d->grads_peak) d->grads_peak = out->grads;
     out->params_peak = d->params_peak;
@@ -245,9 +253,16 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     ut_dist *d = ut_calloc_check(1, sizeof *d);
     ut_optim_config on_device = *cfg; /* the optimizer's state lives beside the model's buffers */
     on_device.device = m->params.device;
+    if (o->offload_optimizer && o->kind != UT_DIST_ZERO1 && o->kind != UT_DIST_ZERO2) {
+        ut_errorf(err, n, "optimizer offload runs with zero1 or zero2, not %s", ut_dist_name(o->kind));
+        return NULL;
+    }
+    if (o->offload_optimizer) on_device.device = UT_CPU; /* ... unless it is offloaded */
     cfg = &on_device;
     d->kind = o->kind;
     d->be = ut_backend_get(m->params.device);
+    d->obe = ut_backend_get(cfg->device);
+    d->offload = o->offload_optimizer;
     d->comm = c;
     d->m = m;
     d->p = &m->params;
@@ -288,6 +303,15 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         break;
     case UT_DIST_DP: break;
     }
+    if (d->offload) { /* the optimizer over host copies of the shard instead */
+        ut_optim_free(d->o);
+        size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
+        d->h_param = ut_host_alloc(d->be, bytes);
+        d->h_grad = ut_host_alloc(d->be, bytes);
+        d->be->copy(d->h_param, p->flat + d->lo, bytes, UT_COPY_D2H);
+        memset(d->h_grad, 0, bytes);
+        d->o = ut_optim_new_view(cfg, d->h_param, d->lo, d->h_grad, d->lo, p->segs, p->n, d->lo, d->hi);
+    }
     return d;
 }
 
@@ -297,6 +321,8 @@ void ut_dist_free(ut_dist *d) {
     ut_ddp_free(d->ddp);
     ut_pages_free(d->be, d->shard_grad, d->S);
     ut_pages_free(d->be, d->shard_param, d->S);
+    if (d->h_param) ut_host_free(d->be, d->h_param);
+    if (d->h_grad) ut_host_free(d->be, d->h_grad);
     for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
     for (int k = 0; k < d->nu; k++) ut_free(d->u[k].counts);
     ut_free(d->b);
@@ -380,10 +406,11 @@ static void zero_outside_shard(ut_dist *d) {
     d->be->memset(p->flat_grad + d->hi, 0, (size_t)(p->numel - d->hi) * sizeof(float));
 }
 
-/* buf (the whole flat layout) all-gathered from every rank's shard */
-static int gather_all(ut_dist *d, float *buf) {
+/* buf (the whole flat layout, memory of be's device) all-gathered from every
+ * rank's shard */
+static int gather_all(ut_dist *d, const ut_backend *be, float *buf) {
     ut_stage st;
-    float *host = ut_stage_begin(&st, d->be, buf, (size_t)d->p->numel * sizeof(float), true);
+    float *host = ut_stage_begin(&st, be, buf, (size_t)d->p->numel * sizeof(float), true);
     int rc = ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, host, d->all_counts)) ? -1 : 0;
     ut_stage_end(&st, true);
     return rc;
@@ -396,12 +423,24 @@ void ut_dist_zero_grads(ut_dist *d) {
     if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d);
 }
 
-int ut_dist_step(ut_dist *d, float lr) {
+/* ZeRO-Offload's step: the shard's gradient to the host, the update there,
+ * the updated shard back; the device's gradient zeroed. */
+static void offloaded_step(ut_dist *d, float lr) {
+    size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
+    float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
+    d->be->copy(d->h_grad, g, bytes, UT_COPY_D2H);
     ut_optim_step_zero(d->o, lr);
+    d->be->copy(d->p->flat + d->lo, d->h_param, bytes, UT_COPY_H2D);
+    d->be->memset(g, 0, bytes);
+}
+
+int ut_dist_step(ut_dist *d, float lr) {
+    if (d->offload) offloaded_step(d, lr);
+    else ut_optim_step_zero(d->o, lr);
     ut_params *p = d->p;
     if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d); /* outside the shard too */
     if ((d->kind != UT_DIST_ZERO1 && d->kind != UT_DIST_ZERO2) || d->world == 1) return 0;
-    return gather_all(d, p->flat);
+    return gather_all(d, d->be, p->flat);
 }
 
 // --- checkpoints ---------------------------------------------------------------
@@ -413,9 +452,9 @@ ut_optim *ut_dist_full_optim(ut_dist *d) {
     ut_optim_set_steps(full, ut_optim_steps(d->o));
     for (int i = 0; i < ut_optim_nstate(d->o); i++) {
         float *dst = ut_optim_state(full, i, NULL);
-        d->be->copy(dst + d->lo, ut_optim_state(d->o, i, NULL),
-                    (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
-        if (d->kind != UT_DIST_DDP && d->world > 1 && gather_all(d, dst)) {
+        d->obe->copy(dst + d->lo, ut_optim_state(d->o, i, NULL),
+                     (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
+        if (d->kind != UT_DIST_DDP && d->world > 1 && gather_all(d, d->obe, dst)) {
             ut_optim_free(full);
             return NULL;
         }
@@ -426,8 +465,10 @@ ut_optim *ut_dist_full_optim(ut_dist *d) {
 int ut_dist_load_full(ut_dist *d, ut_optim *full) {
     if (full) ut_optim_set_steps(d->o, ut_optim_steps(full));
     for (int i = 0; full && i < ut_optim_nstate(d->o); i++)
-        d->be->copy(ut_optim_state(d->o, i, NULL), ut_optim_state(full, i, NULL) + d->lo,
-                    (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
+        d->obe->copy(ut_optim_state(d->o, i, NULL), ut_optim_state(full, i, NULL) + d->lo,
+                     (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
+    if (d->offload) /* the master shard from the parameters just loaded */
+        d->be->copy(d->h_param, d->p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2H);
     if (d->kind == UT_DIST_ZERO3) {
         d->be->copy(d->shard_param, d->p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float),
                     UT_COPY_D2D);

@@ -285,11 +285,12 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
     for (int i = 0; i < p->n; i++)
         list_add(&l, str_cat("model.", p->names[i]), p->t[i]->ndim, p->t[i]->ne,
                  host + p->segs[i].offset);
+    const ut_backend *obe = o ? ut_backend_get(ut_optim_get_config(o)->device) : be; /* host with ZeRO-Offload */
     for (int i = 0; i < ns; i++) {
         const char *name;
         float *buf = ut_optim_state(o, i, &name);
         list_add(&l, str_cat("optim.", name), 1, &p->numel,
-                 ut_stage_begin(&stage[1 + i], be, buf, bytes, true));
+                 ut_stage_begin(&stage[1 + i], obe, buf, bytes, true));
     }
     meta_out *mo = ut_malloc_check(sizeof *mo);
     meta_build(mo, m, o, st);

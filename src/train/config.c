@@ -23,6 +23,7 @@ static const char *const schedules[] = {"constant", "cosine", "linear", "step", 
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
+static const char *const offload_targets[] = {"none", "cpu", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -189,6 +190,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "zero3: parameters gathered together: per block (h.3.*), per parameter, or the whole model"},
     {.key = "dist.reshard_after_forward", .type = UT_CFG_BOOL, AT(reshard_after_forward),
      .def = "true", .doc = "zero3: free a unit's gathered parameters after its forward (false: keep them for backward)"},
+    {.key = "dist.offload_optimizer", .type = UT_CFG_ENUM, AT(offload_optimizer), .def = "none",
+     .values = offload_targets,
+     .doc = "ZeRO-Offload (zero1, zero2): cpu keeps the optimizer's state and this rank's float32 master "
+            "shard in host memory and runs the update on the CPU's threads; the device keeps the model "
+            "and its gradients (docs/distributed.md)"},
     {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
      .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),

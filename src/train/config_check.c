@@ -63,6 +63,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!*c->output_dir) FAIL("output_dir: must not be empty");
     if (ut_cfg_check_device(c->device_from_env ? "UTRAIN_DEVICE" : "device", c->device, err, n)) return -1;
     if (!*c->model_name) FAIL("model.name: must not be empty");
+    if (!strcmp(c->offload_optimizer, "cpu") && strcmp(c->dist_strategy, "zero1") && strcmp(c->dist_strategy, "zero2"))
+        FAIL("dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not %s; "
+             "set dist.strategy: zero2 (one process too) or dist.offload_optimizer: none", c->dist_strategy);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);

@@ -91,13 +91,33 @@ static int precision(ds_ctx *d, const cJSON *o, const char *name) {
     return 0;
 }
 
-/* offload_optimizer / offload_param: only device "none" (no offload) */
-static int offload(ds_ctx *d, const cJSON *o, const char *path) {
-    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device");
+/* offload_optimizer: {device: cpu | none, pin_memory} is dist.offload_optimizer
+ * (pin_memory: the host buffers are page-locked where the device has such
+ * memory, which utrain always does); offload_param (ZeRO-Infinity) only
+ * "none". */
+static int offload(ds_ctx *d, const cJSON *o, const char *path, bool params) {
+    char sub[160], why[512];
     if (!cJSON_IsObject(o)) return refuse(d, path, "expected an object");
-    if (!dev || (cJSON_IsString(dev) && !strcmp(dev->valuestring, "none"))) return 0;
-    return refuse(d, path, "ZeRO-Offload is not available yet (docs/gpu.md); set \"device\": \"none\" or "
-                           "remove the block");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        snprintf(sub, sizeof sub, "%s.%s", path, e->string);
+        if (!strcmp(e->string, "device")) {
+            bool none = cJSON_IsString(e) && !strcmp(e->valuestring, "none");
+            bool cpu = cJSON_IsString(e) && !strcmp(e->valuestring, "cpu");
+            if (!none && !cpu) return refuse(d, sub, "expected \"cpu\" or \"none\" (nvme is not available)");
+            if (params && cpu)
+                return refuse(d, sub, "parameter offload is not available; keep \"none\" and offload the optimizer "
+                                      "(zero_optimization.offload_optimizer.device: \"cpu\")");
+            if (!params && ut_cfg_assign(d->c, "dist.offload_optimizer", cpu ? "cpu" : "none", why, sizeof why))
+                return refuse(d, sub, why);
+        } else if (!strcmp(e->string, "pin_memory")) {
+            if (!cJSON_IsBool(e)) return refuse(d, sub, "expected true or false");
+            if (!is_true(e)) return refuse(d, sub, "utrain always page-locks the offload buffers; set true or remove it");
+        } else {
+            return refuse(d, sub, "not read by utrain; remove it (device and pin_memory are)");
+        }
+    }
+    return 0;
 }
 
 static int zero(ds_ctx *d, const cJSON *o) {
@@ -114,7 +134,11 @@ static int zero(ds_ctx *d, const cJSON *o) {
             if (ut_cfg_assign(d->c, "dist.strategy", strategies[(int)e->valuedouble], why, sizeof why))
                 return refuse(d, path, why);
         } else if (!strcmp(e->string, "offload_optimizer") || !strcmp(e->string, "offload_param")) {
-            if (offload(d, e, path)) return -1;
+            if (offload(d, e, path, !strcmp(e->string, "offload_param"))) return -1;
+        } else if (!strcmp(e->string, "cpu_offload")) { /* DeepSpeed's older spelling (FlagAI's examples) */
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            if (ut_cfg_assign(d->c, "dist.offload_optimizer", cJSON_IsTrue(e) ? "cpu" : "none", why, sizeof why))
+                return refuse(d, path, why);
         } else if (!strcmp(e->string, "reduce_bucket_size")) {
             if (is_auto(e)) continue;
             if (!cJSON_IsNumber(e) || e->valuedouble < 1) return refuse(d, path, "expected a positive number of elements");

@@ -228,7 +228,8 @@ static int set_optimizer(ut_trainer *t) {
         return -1;
     }
     ut_dist_opts dopts = {.bucket_mb = c->bucket_mb, .wrap = c->dist_wrap,
-                          .reshard_after_forward = c->reshard_after_forward};
+                          .reshard_after_forward = c->reshard_after_forward,
+                          .offload_optimizer = !strcmp(c->offload_optimizer, "cpu")};
     if (ut_dist_parse(c->dist_strategy, &dopts.kind)) {
         snprintf(t->err, sizeof t->err, "dist.strategy: unknown strategy '%s'", c->dist_strategy);
         return -1;
@@ -557,6 +558,11 @@ static void log_memory(ut_trainer *t) {
             t->rank, ut_dist_name(ut_dist_kind_of(t->dist)), m.params / mib, m.grads / mib,
             m.optim / mib, (m.params + m.grads + m.optim) / mib, m.params_peak / mib,
             m.grads_peak / mib);
+    if (m.host)
+        ut_note(&t->log,
+                "optimizer offload rank %d: optimizer state, master weights and their gradient in host memory, "
+                "%.3f MiB; the update runs on the CPU\n",
+                t->rank, m.host / mib);
 }
 
 /* ---- one optimizer step (after its micro-batches' backward passes) ---- */

@@ -96,7 +96,29 @@ static void test_gpt2_precisions(void) {
 static void test_distributed(void) {
     both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8);
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
+    both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
+}
+
+/* ZeRO-Offload: the optimizer's state and update on the host, the model on
+ * sim; the same checkpoints as zero2 and zero1 without it, to the bit, with a
+ * resume in the middle; the log says where the state is. */
+static void test_offload(void) {
+    CHECK(train("z2off", gpt2, "sim", "dist.strategy=zero2 dist.offload_optimizer=cpu train.max_steps=4", 2) == 0,
+          "zero2 with offload, first half");
+    CHECK(train("z2off", gpt2, "sim", "dist.strategy=zero2 dist.offload_optimizer=cpu continue_training=true", 2) == 0,
+          "zero2 with offload, resumed");
+    CHECK(same_file(run_file("z2off", "checkpoints/step_00000008.safetensors"),
+                    run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
+          "zero2 with the optimizer offloaded differs from zero2");
+    char *log = tp_slurp(run_file("z2off", "logger_logs/training_0.log"));
+    CHECK(log && strstr(log, "optimizer offload rank 0:") && strstr(log, "optimizer 0.000 MiB"),
+          "the log says the optimizer is on the host:\n%s", log ? log : "(no log)");
+    free(log);
+    CHECK(train("z1off", gpt2, "sim", "dist.strategy=zero1 dist.offload_optimizer=cpu", 1) == 0, "zero1 with offload");
+    CHECK(same_file(run_file("z1off", "checkpoints/step_00000008.safetensors"),
+                    run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
+          "zero1 with the optimizer offloaded, one process, differs from plain training");
 }
 
 /* bow on the SST-2 sample, then `utrain test`: the same results files */
@@ -155,5 +177,6 @@ int main(int argc, char **argv) {
     /* jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_distributed);
+    RUN(test_offload);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

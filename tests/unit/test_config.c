@@ -382,6 +382,9 @@ static void test_seed_dist_flags(void) {
     ut_config_free(&c);
     check_set_error("fsdp=offload", "--set: fsdp: 'offload' has no utrain equivalent (dist.strategy: ddp, "
                                     "zero1, zero2, zero3 or dp; see docs/distributed.md)");
+    check_invalid((const char *[]){"dist.offload_optimizer=cpu", NULL},
+                  "dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not ddp; set "
+                  "dist.strategy: zero2 (one process too) or dist.offload_optimizer: none");
     check_set_error("is_distributed=maybe", "--set: is_distributed: expected true or false, got 'maybe'");
     check_set_error("deepspeed=/nonexistent/ds.json",
                     "--set: deepspeed_config /nonexistent/ds.json: cannot open it");
@@ -894,9 +897,29 @@ static void test_deepspeed_config(void) {
               c.batch_size == batch0 && !strcmp(c.precision, "bf16") && !strcmp(c.dist_strategy, "zero3"),
           "auto/bf16/zero3: %s (batch %d)", err, (int)c.batch_size);
     ut_config_free(&c);
-    check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
-                   "zero_optimization.offload_optimizer: ZeRO-Offload is not available yet (docs/gpu.md); set "
-                   "\"device\": \"none\" or remove the block");
+    /* ZeRO-Offload: offload_optimizer, and DeepSpeed's older cpu_offload (FlagAI's examples) */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\","
+                      " \"pin_memory\": true}}}") == 0 &&
+              !strcmp(c.offload_optimizer, "cpu") && !strcmp(c.dist_strategy, "zero2"),
+          "offload_optimizer: %s (%s)", err, c.offload_optimizer);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}") == 0 &&
+              !strcmp(c.offload_optimizer, "cpu") && !strcmp(c.dist_strategy, "zero1"),
+          "cpu_offload: %s (%s)", err, c.offload_optimizer);
+    ut_config_free(&c);
+    check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
+                   "zero_optimization.offload_optimizer.device: expected \"cpu\" or \"none\" (nvme is not available)");
+    check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", "
+                   "\"pin_memory\": false}}}",
+                   "zero_optimization.offload_optimizer.pin_memory: utrain always page-locks the offload buffers; "
+                   "set true or remove it");
+    check_ds_error("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}",
+                   "zero_optimization.offload_param.device: parameter offload is not available; keep \"none\" and "
+                   "offload the optimizer (zero_optimization.offload_optimizer.device: \"cpu\")");
+    check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": 1}}",
+                   "zero_optimization.cpu_offload: expected true or false");
     check_ds_error("{\"zero_optimization\": {\"stage\": 5}}", "zero_optimization.stage: expected 0, 1, 2 or 3");
     check_ds_error("{\"fp16\": {\"enabled\": true, \"hysteresis\": 2}}",
                    "fp16.hysteresis: utrain halves the scale at every overflow, as PyTorch's GradScaler does "

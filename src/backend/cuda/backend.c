@@ -119,6 +119,21 @@ static void dfree(void *p) {
     check(cudaFree(p), "free");
 }
 
+static void *host_alloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault);
+    if (e != cudaSuccess)
+        ut_abort(__FILE__, __LINE__, "CUDA: cannot page-lock %zu bytes of host memory (%s)", bytes,
+                 cudaGetErrorString(e));
+    return p;
+}
+
+static void host_free(void *p) {
+    if (!p) return;
+    check(cudaStreamSynchronize(ut_cuda_stream()), "synchronize before free");
+    check(cudaFreeHost(p), "free host");
+}
+
 static void dmemset(void *p, int v, size_t bytes) {
     if (bytes) check(cudaMemsetAsync(p, v, bytes, ut_cuda_stream()), "memset");
 }
@@ -225,6 +240,8 @@ const ut_backend ut_backend_cuda = {
     .select = select_device,
     .count = device_count,
     .data_error = data_error,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
     .alloc = alloc,
     .free = dfree,
     .pages_alloc = pages_alloc,
