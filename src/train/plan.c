@@ -258,6 +258,14 @@ static const char *human(int64_t b, char *buf, size_t n) {
     return buf;
 }
 
+/* ZeRO-Offload (dist.offload_optimizer: cpu) on a zero1/zero2 row: the
+ * device's total without the optimizer's state; into host, what host memory
+ * takes instead (the state, the float32 master shard and its gradient). */
+static int64_t offload_totals(const ut_plan *p, const ut_plan_row *r, int64_t *host) {
+    *host = r->optim + 2 * p->shard * (int64_t)sizeof(float);
+    return r->total - r->optim;
+}
+
 static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
     fprintf(f, "{\"world_size\": %d, \"model\": \"%s\", \"optimizer\": \"%s\", \"precision\": \"%s\", "
                "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
@@ -286,7 +294,14 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
                 dev <= 0 ? "null" : r->total_ckpt <= dev ? "true" : "false",
                 i + 1 < UT_PLAN_STRATEGIES ? "," : "");
     }
-    fprintf(f, " }\n}\n");
+    fprintf(f, " },\n \"offload\": {");
+    for (int i = 1; i <= 2; i++) { /* zero1, zero2 */
+        int64_t host, devtotal = offload_totals(p, &p->rows[i], &host);
+        fprintf(f, "\"%s\": {\"total\": %lld, \"host\": %lld, \"fits\": %s}%s", p->rows[i].strategy,
+                (long long)devtotal, (long long)host, dev <= 0 ? "null" : devtotal <= dev ? "true" : "false",
+                i < 2 ? ", " : "");
+    }
+    fprintf(f, "}\n}\n");
 }
 
 void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
@@ -331,6 +346,10 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
     }
     fprintf(f, "(dp: one process, %d worker thread%s, each with a replica and a micro-batch)\n", p->world,
             p->world == 1 ? "" : "s");
+    int64_t h1, h2, o1 = offload_totals(p, &p->rows[1], &h1), o2 = offload_totals(p, &p->rows[2], &h2);
+    fprintf(f, "with dist.offload_optimizer: cpu (ZeRO-Offload): zero1 %s, zero2 %s on the device; host memory "
+               "takes %s, %s (the optimizer's state, the master shard and its gradient)\n",
+            human(o1, a, sizeof a), human(o2, b, sizeof b), human(h1, c, sizeof c), human(h2, d, sizeof d));
     if (dev <= 0) {
         fprintf(f, "fits: give --device-memory SIZE (e.g. 80GiB) to check\n");
         return;

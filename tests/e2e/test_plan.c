@@ -187,6 +187,15 @@ static void test_formulas(void) {
         CHECK(json_num(s, n, "total_checkpoint") == state + want[i].acts * act_ck, "%s total (ckpt)", n);
         CHECK(json_num(s, n, "fits") == -2, "%s: no fits without --device-memory", n);
     }
+    /* ZeRO-Offload: zero1 and zero2 without the optimizer's state on the
+     * device; the host takes it with the master shard and its gradient */
+    const char *off = strstr(s, "\"offload\": {");
+    for (int i = 1; i <= 2; i++) {
+        const char *n = want[i].name;
+        CHECK(off && json_num(off, n, "total") == json_num(s, n, "total") - json_num(s, n, "optimizer") &&
+                  json_num(off, n, "host") == (double)(want[i].optim + 2 * 4 * S),
+              "%s offload: total %.0f host %.0f", n, json_num(off, n, "total"), json_num(off, n, "host"));
+    }
     free(s);
 
     /* SGD: 1 state float with momentum, none without; buckets capped at 4 Psi */

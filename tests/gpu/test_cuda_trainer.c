@@ -5,7 +5,8 @@
  * the bit; checkpoints cross between the devices both ways. Covered: the CNN
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
  * and fp16, the bag-of-words classifier and `utrain test` on it, and the dp,
- * ddp and zero3 strategies with two ranks sharing the one GPU.
+ * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
+ * one GPU.
  *
  * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
  * machine without a GPU: there every difference is 0). Skips, saying why,
@@ -271,6 +272,8 @@ static void test_distributed(void) {
     both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8, 1e-6, 1e-5);
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8, 1e-6, 1e-5);
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8, 1e-6, 1e-5);
+    /* ZeRO-Offload: the update on the host CPU, the model on the GPU */
+    both("zero2off", gpt2, "dist.strategy=zero2 dist.offload_optimizer=cpu", 2, 8, 1e-6, 1e-5);
 }
 
 int main(int argc, char **argv) {
