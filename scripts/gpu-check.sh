@@ -6,8 +6,8 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu suite trainer cpu-bf16 bench profile
-#                                        (default: all but suite)
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench profile
+#                                        (default: all but signals and suite)
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
 # The last thing printed is the summary table (also $OUT/summary.txt).
@@ -149,6 +149,17 @@ if want bench; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
     fi
+fi
+
+if want signals; then
+    # stops under mpirun (SIGTERM to the launcher, Ctrl-C, a killed rank):
+    # on the CPU, then with device cuda, the output unbuffered so that a hang
+    # shows which test it is in
+    for dev in cpu cuda; do
+        UTRAIN_DEVICE=$dev run signals-$dev 150 stdbuf -oL -eL build/tests/dist/test_failures
+        grep -E "^(ok|FAIL)|passed" "$OUT/signals-$dev.log" | tail -14 | sed "s/^/  $dev: /" | tee -a "$SUMMARY"
+    done
+    ps -eo pid,ppid,stat,etime,args | grep -E "utrain|mpirun" | grep -v grep | cut -c1-160 | tee -a "$SUMMARY"
 fi
 
 if want suite; then

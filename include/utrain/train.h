@@ -184,6 +184,8 @@ typedef struct {
     int64_t copy_bytes;         /* one worker's rounded parameter copies (bf16, fp16) */
     int64_t scratch_bytes;      /* of which act_bytes holds autocast's conversion scratch */
     ut_plan_row rows[UT_PLAN_STRATEGIES];
+    char device[16];            /* the config's device: cpu, sim, cuda, cuda:N */
+    int64_t device_bytes;       /* that device's own memory (0 on the CPU): the default of --device-memory */
 } ut_plan;
 
 /* Fills p for cfg (validated) on world >= 1 ranks: opens the datasets and
@@ -191,7 +193,8 @@ typedef struct {
  * frees everything. 0, or -1 with a message in err. */
 int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n);
 /* The table (one row per strategy; a fits column and a "fits" summary line
- * against device_memory bytes, 0 for none) or, with json, one JSON object
+ * against device_memory bytes: 0 for the device's own memory, p->device_bytes,
+ * none on the CPU) or, with json, one JSON object
  * holding every figure in bytes. */
 void ut_plan_print(const ut_plan *p, int64_t device_memory, bool json, FILE *f);
 /* A memory size: bytes ("123456"), or a number with a unit, decimal (KB, MB,

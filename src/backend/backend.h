@@ -91,6 +91,9 @@ typedef struct ut_backend {
     int (*select)(int index, char *err, size_t n);
     /* How many such devices this machine has (0: none usable). NULL: one. */
     int (*count)(void);
+    /* The selected device's memory in bytes (what `utrain plan` checks
+     * against). NULL: host memory (the CPU). */
+    size_t (*memory)(void);
 
     /* Data errors kernels found since the last call (an index out of range),
      * on a device whose kernels cannot stop the host when they find one:

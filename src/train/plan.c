@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "run_internal.h"
+#include "../backend/backend.h"
 
 #define MIB 1048576.0
 
@@ -191,6 +192,8 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     if (world < 1) return ut_errorf(err, n, "the world size must be >= 1, not %d", world);
     p->world = world;
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
+    snprintf(p->device, sizeof p->device, "%s", cfg->device);
+    p->device_bytes = 0;
     snprintf(p->optim, sizeof p->optim, "%s", cfg->optim_name);
     snprintf(p->precision, sizeof p->precision, "%s", cfg->precision);
     if ((p->optim_floats = optim_floats(cfg, err, n)) < 0) return -1;
@@ -217,6 +220,10 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
 
     rc = -1;
     if (!(m = ut_model_from_config(cfg, train, err, n))) goto done;
+    { /* the device's own memory, once the model is on it (ut_config_use_device picked this rank's GPU) */
+        const ut_backend *be = ut_backend_get(m->params.device);
+        p->device_bytes = be && be->memory ? (int64_t)be->memory() : 0;
+    }
     p->numel = m->params.numel;
     p->shard = ut_shard_size(p->numel, world);
     snprintf(p->wrap, sizeof p->wrap, "%s", cfg->dist_wrap[0] ? cfg->dist_wrap : "block");
@@ -305,6 +312,8 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
 }
 
 void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
+    bool own = dev <= 0 && p->device_bytes > 0; /* the device's own memory */
+    if (own) dev = p->device_bytes;
     if (json) {
         print_json(p, dev, f);
         return;
@@ -365,7 +374,8 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
     for (int i = 0; i < UT_PLAN_STRATEGIES; i++)
         if (p->rows[i].total > dev && p->rows[i].total_ckpt <= dev)
             j += (size_t)snprintf(ck + j, sizeof ck - j, "%s%s", j ? ", " : "", p->rows[i].strategy);
-    fprintf(f, "fits in %s per rank: %s", human(dev, a, sizeof a), k ? line : "none");
+    fprintf(f, "fits in %s per rank%s%s%s: %s", human(dev, a, sizeof a), own ? " (the memory of device " : "",
+            own ? p->device : "", own ? ")" : "", k ? line : "none");
     if (j) fprintf(f, "; with activation checkpointing also %s", ck);
     else if (!k) fprintf(f, ", not even with activation checkpointing");
     fputc('\n', f);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "run_internal.h"
+#include "../backend/backend.h"
 #include "utrain/dist.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
@@ -237,6 +238,10 @@ static int set_optimizer(ut_trainer *t) {
     if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
     t->dist = ut_dist_new(t->comm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
+    const ut_backend *be = ut_backend_get(t->m->params.device);
+    if (t->world > 1 && t->rank == 0 && !be->host_memory)
+        ut_say(&t->log, "Communication between ranks: MPI, each collective's buffer staged through host "
+                        "memory (device %s; NCCL is not used)\n", be->name);
     t->o = ut_dist_optim(t->dist);
     ut_dist_attach(t->dist, t->ctx);
     return 0;

@@ -53,6 +53,15 @@ static int device_count(void) {
     return count;
 }
 
+static size_t device_memory(void) {
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return total;
+}
+
 static int select_device(int index, char *err, size_t n) {
     if (available(err, n)) return -1;
     int count = 0, cur = -1;
@@ -239,6 +248,7 @@ const ut_backend ut_backend_cuda = {
     .available = available,
     .select = select_device,
     .count = device_count,
+    .memory = device_memory,
     .data_error = data_error,
     .host_alloc = host_alloc,
     .host_free = host_free,

@@ -308,10 +308,14 @@ static void *stream_new(ut_stream_kind kind) {
 }
 static void stream_noop(void *s) { (void)s; }
 
+/* The simulated device's memory: its reserved address space. */
+static size_t sim_memory(void) { return SIM_RESERVE; }
+
 const ut_backend ut_backend_sim = {
     .name = "sim",
     .device = UT_SIM,
     .host_memory = false,
+    .memory = sim_memory,
     .alloc = sim_alloc,
     .free = sim_free,
     .pages_alloc = sim_pages_alloc,
