@@ -1,7 +1,7 @@
 /* The backend interface: what a device provides. One table per device, chosen
  * by the context's device (ut_backend_get); core, ops and the layers above
  * reach device memory and kernels only through it.
- * defines: ut_copy_kind, ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_optim_run,
+ * defines: ut_copy_kind, ut_kctx (ut_kalloc, ut_khost, ut_kfail, ut_kscratch*, ut_kround16), ut_op_fn, ut_op_vtable, ut_stream_kind, ut_optim_consts, ut_optim_run,
  *          ut_optim_buffers, ut_backend,
  *          ut_backend_get, ut_backend_check, ut_pages_* (page buffers), ut_stage (host staging). */
 #ifndef UTRAIN_BACKEND_H
@@ -11,11 +11,48 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "utrain/base.h"
 #include "utrain/tensor.h"
+
+typedef struct ut_kctx ut_kctx;
 
 /* Direction of a copy: H = host memory, D = the backend's device memory. On
  * the CPU backend every kind is a memcpy. */
 typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_kind;
+
+/* What a kernel gets besides its op's tensors: the services of the context
+ * the op runs in, so that no kernel reaches into t->ctx (the check
+ * tools/check_kernel_ctx.sh holds src/backend to it). Core fills one per
+ * context (src/core/ctx.c) and passes it to every kernel; the owner is
+ * opaque to kernels.
+ *   ut_kalloc(k, bytes)   device memory of the op's device (saved buffers,
+ *                         scratch), 64-byte aligned, until the arena resets
+ *   ut_khost(k, bytes)    host memory, the same lifetime
+ *   ut_kfail(k, fmt, ...) a data error (an index out of range): the message
+ *                         names the op; the step stops with it
+ *   k->rng                the generator dropout draws its masks from
+ *   ut_kscratch(k, bytes), ut_kscratch_release(k), ut_kround16(k, s, n, dt, bwd)
+ *                         autocast's scratch and kept 16-bit parameter copies,
+ *                         for kernels that do autocast themselves
+ *                         (UT_KCAP_NATIVE_16, UT_KCAP_READS_16) */
+struct ut_kctx {
+    void *owner;
+    ut_philox *rng;
+    void *(*dalloc)(const ut_kctx *k, size_t bytes);
+    void *(*halloc)(const ut_kctx *k, size_t bytes);
+    void (*fail)(const ut_kctx *k, const char *msg);
+    float *(*scratch)(const ut_kctx *k, size_t bytes);
+    void (*scratch_release)(const ut_kctx *k);
+    const void *(*round16)(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward);
+};
+static inline void *ut_kalloc(const ut_kctx *k, size_t bytes) { return k->dalloc(k, bytes); }
+static inline void *ut_khost(const ut_kctx *k, size_t bytes) { return k->halloc(k, bytes); }
+static inline float *ut_kscratch(const ut_kctx *k, size_t bytes) { return k->scratch(k, bytes); }
+static inline void ut_kscratch_release(const ut_kctx *k) { k->scratch_release(k); }
+static inline const void *ut_kround16(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
+    return k->round16(k, s, n, dt, backward);
+}
+void ut_kfail(const ut_kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* An op's kernels on one device. forward computes t's data from t->src;
  * backward ADDS into src[i]->grad from t->grad (UT_OPP_OWNS_SRC0_GRAD in
@@ -32,7 +69,11 @@ typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_
  *                      converts nothing around it. It may take
  *                      ut_autocast_scratch and then must call
  *                      ut_autocast_release before it returns (CUDA's linear) */
-typedef void (*ut_op_fn)(ut_tensor *t);
+typedef void (*ut_op_fn)(ut_tensor *t, const ut_kctx *k);
+/* A kernel's context parameter, named k, in its definition:
+ *   void ut_relu_fwd_cpu(ut_tensor *t, UT_KCTX) { ... }
+ * (kernels that need nothing of it leave it unused without a warning) */
+#define UT_KCTX const ut_kctx *k __attribute__((unused))
 enum { UT_KCAP_READS_16 = 1 << 0, UT_KCAP_WRITES_16 = 1 << 1, UT_KCAP_NATIVE_16 = 1 << 2 };
 typedef struct {
     ut_op_fn forward;

@@ -1,5 +1,6 @@
 /* The backend registry, generated from backends.def;
  * host staging of device memory (device-neutral: it uses only the table). */
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "backend.h"
@@ -40,6 +41,17 @@ int ut_backend_check(ut_device dev, char *err, size_t n) {
     return -1;
 }
 
+
+// --- kernel context ------------------------------------------------------------
+
+void ut_kfail(const ut_kctx *k, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    k->fail(k, msg);
+}
 
 // --- host memory for copies -----------------------------------------------------
 

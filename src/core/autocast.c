@@ -328,7 +328,7 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
         t->data = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         t->dtype = UT_F32;
     }
-    fwd(t);
+    fwd(t, &t->ctx->kctx);
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
     if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
@@ -355,7 +355,7 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;
     }
-    bwd(t);
+    bwd(t, &t->ctx->kctx);
     t->grad = grad;
     swap_out(t, true, &st);
     give_back(t->ctx);

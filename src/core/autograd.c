@@ -59,7 +59,7 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             ut_param_use(ctx, t->src, UT_MAX_SRC);
             double t0 = ut_prof_begin(ctx);
             if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward);
-            else ops[t->op].backward(t);
+            else ops[t->op].backward(t, &ctx->kctx);
             ut_prof_end(ctx, t->op, 1, t0);
         }
         if (hooks && ctx->grad_hook)
@@ -180,7 +180,7 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     /* out = y made contiguous, by the backend's contiguous kernel (it reads
      * src[0] and writes out; out keeps no source) */
     out->src[0] = y;
-    ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out);
+    ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out, &ctx->kctx);
     out->src[0] = NULL;
     ut_ctx_reset_scratch(ctx);
     cr->nparams = ctx->ncollected;
@@ -194,9 +194,9 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     return out;
 }
 
-void ut_checkpoint_fwd(ut_tensor *t) { (void)t; /* computed in ut_checkpoint */ }
+void ut_checkpoint_fwd(ut_tensor *t, UT_KCTX) { (void)t; /* computed in ut_checkpoint */ }
 
-void ut_checkpoint_bwd(ut_tensor *t) {
+void ut_checkpoint_bwd(ut_tensor *t, UT_KCTX) { /* core's own op: it runs the block's ops through the context */
     ut_ctx *ctx = t->ctx;
     checkpoint_rec *cr = ckpt_rec(t);
     for (int i = 0; i < cr->n; i++)

@@ -20,6 +20,17 @@ const char *ut_device_name(ut_device dev) {
     return (unsigned)dev < UT_DEVICE_COUNT ? names[dev] : "?";
 }
 
+/* ---- the kernel context: this context's services, as kernels see them ---- */
+static ut_ctx *owner(const ut_kctx *k) { return k->owner; }
+static void *k_dalloc(const ut_kctx *k, size_t bytes) { return ut_ctx_dalloc(owner(k), bytes); }
+static void *k_halloc(const ut_kctx *k, size_t bytes) { return ut_ctx_alloc(owner(k), bytes); }
+static void k_fail(const ut_kctx *k, const char *msg) { ut_ctx_set_error(owner(k), "%s", msg); }
+static float *k_scratch(const ut_kctx *k, size_t bytes) { return ut_autocast_scratch(owner(k), bytes); }
+static void k_scratch_release(const ut_kctx *k) { ut_autocast_release(owner(k)); }
+static const void *k_round16(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
+    return ut_autocast_round16(owner(k), s, n, dt, backward);
+}
+
 /* ---- context lifecycle and modes ---- */
 ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ut_ctx_opts o = opts ? *opts : (ut_ctx_opts){0};
@@ -45,6 +56,8 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->training = true;
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
+    ctx->kctx = (ut_kctx){.owner = ctx, .rng = &ctx->rng, .dalloc = k_dalloc, .halloc = k_halloc, .fail = k_fail,
+                          .scratch = k_scratch, .scratch_release = k_scratch_release, .round16 = k_round16};
     return ctx;
 }
 
@@ -489,7 +502,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     ut_op_fn fwd = ops[t->op].forward;
     double t0 = ut_prof_begin(t->ctx);
     if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
-    else if (fwd) fwd(t);
+    else if (fwd) fwd(t, &t->ctx->kctx);
     ut_prof_end(t->ctx, t->op, 0, t0);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);

@@ -55,8 +55,8 @@ static inline bool ut_op_is(int op, unsigned prop) { return (ut_op_props[op] & p
 /* The kernels of the ops core implements for every device (UT_OP_ANY). */
 #define UT_OP(E, stem, props)
 #define UT_OP_ANY(E, stem, props)                \
-    void ut_##stem##_fwd(ut_tensor *t);   \
-    void ut_##stem##_bwd(ut_tensor *t);
+    void ut_##stem##_fwd(ut_tensor *t, const ut_kctx *k);   \
+    void ut_##stem##_bwd(ut_tensor *t, const ut_kctx *k);
 #include "ops.def"
 #undef UT_OP_ANY
 #undef UT_OP
@@ -97,6 +97,7 @@ struct ut_ctx {
     ut_arena dmain, dscratch;
     ut_arena *darena;
     const ut_backend *be;   /* the device's backend */
+    ut_kctx kctx;           /* what kernels get (backend.h): this context's services */
     size_t peak;
     ut_tensor **tape;
     int tape_len, tape_cap;

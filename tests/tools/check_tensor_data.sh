@@ -38,6 +38,17 @@ for f in $(find src include -name '*.[ch]' | sort); do
         pass=$((pass + 1))
     fi
 done
+# kernels take their context's services from their ut_kctx argument, never
+# from the tensor's context (backend.h, "What a kernel gets")
+for f in $(find src/backend -name '*.c' 2>/dev/null | sort); do
+    hits=$("$cc" -fpreprocessed -dD -E -P -x c "$f" 2>/dev/null | grep -cE -- '->ctx([^[:alnum:]_]|$)')
+    if [ "$hits" -gt 0 ]; then
+        echo "check_tensor_data: $f reaches into a tensor's context ($hits lines); use the kernel's ut_kctx k"
+        fail=$((fail + 1))
+    else
+        pass=$((pass + 1))
+    fi
+done
 for f in $(grep -rlE '#include[[:space:]]+"([./]*core/)?internal\.h"' src include 2>/dev/null | sort); do
     case $f in src/core/*|src/ops/*|src/backend/*) pass=$((pass + 1)) ;;
     *) echo "check_tensor_data: $f includes core's private header internal.h (only core, ops and backends may)"

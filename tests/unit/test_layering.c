@@ -56,6 +56,9 @@ static void make_tree(void) {
     put("src/models/wrap.c", "ut_tensor *w(ut_ctx *ctx, int *ids) { return ut_tensor_wrap(ctx, UT_I32, 1, n, ids); }\n"
                              "ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *d);\n");
     put("src/ops/op.c", "#include \"internal.h\"\n");
+    /* a kernel reaching into its tensor's context instead of its ut_kctx */
+    put("src/backend/cpu/snoop.c", "void f(ut_tensor *t, UT_KCTX) { ut_ctx_dalloc(t->ctx, 4); }\n"
+                                     "/* t->ctx in a comment is fine */\n");
 }
 
 /* tmp/name holding text, its path into allow (PATH_MAX); false if unwritable */
@@ -84,7 +87,9 @@ static void test_violations_fail_and_are_named(void) {
     CHECK(out && !strstr(out, "src/ops/op.c"), "%s", out ? out : "");
     CHECK(out && strstr(out, "src/models/wrap.c touches tensor data outside src/backend (1 lines)"), "%s",
           out ? out : "");
-    CHECK(out && strstr(out, "4 failed"), "%s", out ? out : "");
+    CHECK(out && strstr(out, "src/backend/cpu/snoop.c reaches into a tensor's context (1 lines)"), "%s",
+          out ? out : "");
+    CHECK(out && strstr(out, "5 failed"), "%s", out ? out : "");
     free(out);
 }
 

@@ -123,25 +123,25 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
 /* The probabilities' rows: float32 in the arena, or under autocast its
  * dtype in the arena (2 bytes each) and a float32 row per thread in scratch.
  * A forward allocates them. */
-static probs_rows probs_of(ut_tensor *t, int64_t T, int64_t n, bool forward) {
+static probs_rows probs_of(ut_tensor *t, int64_t T, int64_t n, bool forward, const ut_kctx *k) {
     probs_rows P = {.dt = t->autocast, .T = T};
-    if (forward) ut_attention_set_probs(t, ut_ctx_dalloc(t->ctx, (size_t)n * ut_dtype_size(P.dt)));
+    if (forward) ut_attention_set_probs(t, ut_kalloc(k, (size_t)n * ut_dtype_size(P.dt)));
     P.att = ut_attention_probs(t);
-    if (P.dt != UT_F32) P.rows = ut_autocast_scratch(t->ctx, (size_t)(omp_get_max_threads() * T) * sizeof(float));
+    if (P.dt != UT_F32) P.rows = ut_kscratch(k, (size_t)(omp_get_max_threads() * T) * sizeof(float));
     return P;
 }
 
-void ut_attention_fwd_cpu(ut_tensor *t) {
+void ut_attention_fwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
-    probs_rows P = probs_of(t, T, B * NH * T * T, true);
+    probs_rows P = probs_of(t, T, B * NH * T * T, true, k);
     attention_forward(ut_f32(t), &P, ut_f32(t->src[0]), B, T, C, NH);
 }
 
-void ut_attention_bwd_cpu(ut_tensor *t) {
+void ut_attention_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
-    float *scratch = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
-    probs_rows P = probs_of(t, T, B * NH * T * T, false);
+    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
+    probs_rows P = probs_of(t, T, B * NH * T * T, false, k);
     attention_backward(qkv->grad, scratch, t->grad, ut_f32(qkv), &P, B, T, C, NH);
 }

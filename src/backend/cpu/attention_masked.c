@@ -119,29 +119,29 @@ static void masked_backward(float *dq, float *dk, float *dv, float *scratch, con
     }
 }
 
-void ut_attention_masked_fwd_cpu(ut_tensor *t) {
+void ut_attention_masked_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_masked_dims d = ut_attention_masked_dims(t);
     const float *mask = t->src[3] ? ut_f32(t->src[3]) : NULL;
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     float p = ut_attention_masked_p(t);
-    ut_attention_masked_set_probs(t, ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float)));
+    ut_attention_masked_set_probs(t, ut_kalloc(k, (size_t)N * sizeof(float)));
     ut_attention_masked_set_keep(t, NULL);
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
-        uint8_t *keep = ut_ctx_dalloc(t->ctx, (size_t)N);
-        ut_philox_keep_mask(&t->ctx->rng, keep, p, N);
+        uint8_t *keep = ut_kalloc(k, (size_t)N);
+        ut_philox_keep_mask(k->rng, keep, p, N);
         ut_attention_masked_set_keep(t, keep);
     }
-    float *scratch = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
+    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
     masked_forward(ut_f32(t), ut_attention_masked_probs(t), scratch, ut_f32(t->src[0]), ut_f32(t->src[1]),
                    ut_f32(t->src[2]), mask, ut_attention_masked_keep(t), &d);
 }
 
-void ut_attention_masked_bwd_cpu(ut_tensor *t) {
-    ut_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+void ut_attention_masked_bwd_cpu(ut_tensor *t, UT_KCTX) {
+    ut_tensor *q = t->src[0], *key = t->src[1], *v = t->src[2];
     ut_masked_dims d = ut_attention_masked_dims(t);
     float *scratch =
-        ut_ctx_dalloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
-    masked_backward(q->requires_grad ? q->grad : NULL, k->requires_grad ? k->grad : NULL,
-                    v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(k), ut_f32(v),
+        ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
+    masked_backward(q->requires_grad ? q->grad : NULL, key->requires_grad ? key->grad : NULL,
+                    v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(key), ut_f32(v),
                     ut_attention_masked_probs(t), ut_attention_masked_keep(t), &d);
 }

@@ -112,40 +112,40 @@ static void varlen_backward(float *dq, float *dk, float *dv, float *scratch, con
 
 /* The dimensions and P's block starts; -1 with the context's error set when
  * the offsets are not 0 = off[0] < off[1] < ... < off[S] = N */
-static int varlen_dims_of(ut_tensor *t, ut_varlen_dims *d) {
+static int varlen_dims_of(ut_tensor *t, ut_varlen_dims *d, const ut_kctx *k) {
     ut_tensor *offs = t->src[3];
     int64_t S = offs->ne[0] - 1;
-    int64_t *poff = ut_ctx_dalloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
+    int64_t *poff = ut_kalloc(k, (size_t)(S + 1) * sizeof *poff);
     if (ut_attention_varlen_dims(t, ut_i32(offs), S, poff, d)) return -1;
     d->poff_dev = poff;
     return 0;
 }
 
-void ut_attention_varlen_fwd_cpu(ut_tensor *t) {
+void ut_attention_varlen_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
-    if (varlen_dims_of(t, &d)) return;
+    if (varlen_dims_of(t, &d, k)) return;
     int64_t np = d.poff[d.S];
     float p = ut_attention_varlen_p(t);
-    ut_attention_varlen_set_probs(t, ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float)));
+    ut_attention_varlen_set_probs(t, ut_kalloc(k, (size_t)np * sizeof(float)));
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
-        uint8_t *keep = ut_ctx_dalloc(t->ctx, (size_t)np);
-        ut_philox_keep_mask(&t->ctx->rng, keep, p, np);
+        uint8_t *keep = ut_kalloc(k, (size_t)np);
+        ut_philox_keep_mask(k->rng, keep, p, np);
         ut_attention_varlen_set_keep(t, keep);
     }
-    float *scratch = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
+    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
     varlen_forward(ut_f32(t), ut_attention_varlen_probs(t), scratch, ut_f32(t->src[0]), ut_f32(t->src[1]),
                    ut_f32(t->src[2]), ut_attention_varlen_keep(t), &d);
 }
 
-void ut_attention_varlen_bwd_cpu(ut_tensor *t) {
-    ut_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+void ut_attention_varlen_bwd_cpu(ut_tensor *t, UT_KCTX) {
+    ut_tensor *q = t->src[0], *key = t->src[1], *v = t->src[2];
     ut_varlen_dims d;
-    if (varlen_dims_of(t, &d)) return;
+    if (varlen_dims_of(t, &d, k)) return;
     float *scratch =
-        ut_ctx_dalloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
-    varlen_backward(q->requires_grad ? q->grad : NULL, k->requires_grad ? k->grad : NULL,
-                    v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(k), ut_f32(v),
+        ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
+    varlen_backward(q->requires_grad ? q->grad : NULL, key->requires_grad ? key->grad : NULL,
+                    v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(key), ut_f32(v),
                     ut_attention_varlen_probs(t), ut_attention_varlen_keep(t), &d);
 }

@@ -10,7 +10,7 @@ static void shape4(const ut_tensor *t, int64_t *n) {
 }
 
 #define BINARY_FWD(NAME, EXPR)                                                           \
-    void ut_##NAME##_fwd_cpu(ut_tensor *t) {                                             \
+    void ut_##NAME##_fwd_cpu(ut_tensor *t, UT_KCTX) {                                    \
         const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);                      \
         float *O = ut_f32(t);                                                            \
         int64_t n[4];                                                                    \
@@ -61,7 +61,7 @@ static void reduce_into_b(float *db, const float *g, const float *other, const u
             }
 }
 
-void ut_add_bwd_cpu(ut_tensor *t) {
+void ut_add_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     int64_t N = ut_nelem(t);
     if (a->requires_grad) {
@@ -71,7 +71,7 @@ void ut_add_bwd_cpu(ut_tensor *t) {
     if (b->requires_grad) reduce_into_b(b->grad, t->grad, NULL, t);
 }
 
-void ut_mul_bwd_cpu(ut_tensor *t) {
+void ut_mul_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     int64_t n[4];
     const int64_t *s = ut_binary_b_strides(t);

@@ -205,25 +205,25 @@ static int threads_for(int64_t n) {
     return n < m ? (n > 0 ? (int)n : 1) : m;
 }
 
-void ut_conv2d_fwd_cpu(ut_tensor *t) {
+void ut_conv2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     ut_tensor *b = t->src[2];
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
     int nthr = threads_for(d.B);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
-    float *cols = ut_ctx_dalloc(t->ctx, (size_t)nthr * col * sizeof(float));
+    float *cols = ut_kalloc(k, (size_t)nthr * col * sizeof(float));
     ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
 }
 
-void ut_conv2d_bwd_cpu(ut_tensor *t) {
+void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS);
     float *cols = NULL, *dw_part = NULL;
-    if (dx || dw) cols = ut_ctx_dalloc(t->ctx, 2 * (size_t)nthr * col * sizeof(float));
-    if (dw) dw_part = ut_ctx_dalloc(t->ctx, UT_CONV_DW_CHUNKS * nw * sizeof(float));
+    if (dx || dw) cols = ut_kalloc(k, 2 * (size_t)nthr * col * sizeof(float));
+    if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));
     ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
                            ut_f32(x), ut_f32(w), &d, nthr);
 }

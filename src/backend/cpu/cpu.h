@@ -10,8 +10,8 @@
 extern const ut_op_vtable ut_ops_cpu[UT_OP_COUNT];
 
 #define UT_OP(E, stem, props)                        \
-    void ut_##stem##_fwd_cpu(ut_tensor *t);   \
-    void ut_##stem##_bwd_cpu(ut_tensor *t);
+    void ut_##stem##_fwd_cpu(ut_tensor *t, const ut_kctx *k);   \
+    void ut_##stem##_bwd_cpu(ut_tensor *t, const ut_kctx *k);
 #define UT_OP_ANY(E, stem, props)
 #include "ops.def"
 #undef UT_OP_ANY

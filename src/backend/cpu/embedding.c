@@ -32,7 +32,7 @@ void ut_embedding_backward_cpu(float *dtable, const float *dout, const int32_t *
     }
 }
 
-void ut_embedding_fwd_cpu(ut_tensor *t) {
+void ut_embedding_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *idx = t->src[0], *table = t->src[1];
     int64_t N = ut_nelem(idx), V = table->ne[0], C = table->ne[1];
     const int32_t *ix = ut_i32(idx);
@@ -46,20 +46,17 @@ void ut_embedding_fwd_cpu(ut_tensor *t) {
             at[i] = rem % idx->ne[i];
             rem /= idx->ne[i];
         }
-        size_t k = 0;
-        for (int i = 0; i < idx->ndim && k < sizeof pos; i++)
-            k += (size_t)snprintf(pos + k, sizeof pos - k, "%s%lld", i ? ", " : "",
-                                  (long long)at[i]);
-        ut_ctx_set_error(t->ctx, "embedding: index %d at position [%s] is outside [0, %lld) "
-                                 "(idx %s, table %s)",
-                         (int)ix[n], pos, (long long)V, ut_shape_str(idx, si, sizeof si),
-                         ut_shape_str(table, st, sizeof st));
+        size_t len = 0;
+        for (int i = 0; i < idx->ndim && len < sizeof pos; i++)
+            len += (size_t)snprintf(pos + len, sizeof pos - len, "%s%lld", i ? ", " : "", (long long)at[i]);
+        ut_kfail(k, "embedding: index %d at position [%s] is outside [0, %lld) (idx %s, table %s)", (int)ix[n], pos,
+                 (long long)V, ut_shape_str(idx, si, sizeof si), ut_shape_str(table, st, sizeof st));
         return;
     }
     ut_embedding_forward_cpu(ut_f32(t), ix, ut_f32(table), N, C);
 }
 
-void ut_embedding_bwd_cpu(ut_tensor *t) {
+void ut_embedding_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *idx = t->src[0], *table = t->src[1];
     if (table->requires_grad)
         ut_embedding_backward_cpu(table->grad, t->grad, ut_i32(idx), ut_nelem(idx), table->ne[1],

@@ -27,11 +27,11 @@ void ut_gelu_erf_backward_cpu(float *dinp, const float *dout, const float *inp, 
     }
 }
 
-void ut_gelu_erf_fwd_cpu(ut_tensor *t) {
+void ut_gelu_erf_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_gelu_erf_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t));
 }
 
-void ut_gelu_erf_bwd_cpu(ut_tensor *t) {
+void ut_gelu_erf_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_gelu_erf_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
 }

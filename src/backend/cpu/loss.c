@@ -34,16 +34,16 @@ void ut_mse_backward_cpu(float *da, float *db, const float *a, const float *b, f
     }
 }
 
-void ut_mse_fwd_cpu(ut_tensor *t) {
+void ut_mse_fwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t->src[0]), nblk = (N + MSE_BLOCK - 1) / MSE_BLOCK;
-    double *blocksum = ut_ctx_dalloc(t->ctx, (size_t)(nblk ? nblk : 1) * sizeof(double));
+    double *blocksum = ut_kalloc(k, (size_t)(nblk ? nblk : 1) * sizeof(double));
     ut_mse_forward_cpu(blocksum, ut_f32(t->src[0]), ut_f32(t->src[1]), N);
     double s = 0.0;
     for (int64_t k = 0; k < nblk; k++) s += blocksum[k];
     ut_f32(t)[0] = N ? (float)(s / (double)N) : 0.0f;
 }
 
-void ut_mse_bwd_cpu(ut_tensor *t) {
+void ut_mse_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     int64_t N = ut_nelem(a);
     if (!N || (!a->requires_grad && !b->requires_grad)) return;

@@ -11,10 +11,10 @@
  * product's), or NULL for sgemm. */
 typedef struct { uint16_t *bf16; } mm_path;
 
-static mm_path path_of(const ut_tensor *t, int64_t max_operands) {
+static mm_path path_of(const ut_tensor *t, int64_t max_operands, const ut_kctx *k) {
     mm_path p = {NULL};
     if (t->autocast == UT_BF16 && ut_bf16_use_dnnl())
-        p.bf16 = ut_ctx_dalloc(t->ctx, (size_t)max_operands * sizeof(uint16_t));
+        p.bf16 = ut_kalloc(k, (size_t)max_operands * sizeof(uint16_t));
     return p;
 }
 
@@ -110,9 +110,9 @@ static void *row_ptr(void *base, ut_dtype dt, int64_t elems) { return (char *)ba
 
 /* out (N, OC) in t's 16-bit storage = x @ w^T + b, R rows at a time */
 static void linear_forward_16(const mm_path *p, ut_tensor *t, const float *x, const float *w, const float *b,
-                              int64_t N, int64_t C, int64_t OC) {
+                              int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
     int64_t R = block_rows(N, OC);
-    float *buf = ut_autocast_scratch(t->ctx, (size_t)(R * OC) * sizeof(float));
+    float *buf = ut_kscratch(k, (size_t)(R * OC) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R;
         linear_forward(p, buf, x + r0 * C, w, b, n, C, OC);
@@ -123,11 +123,11 @@ static void linear_forward_16(const mm_path *p, ut_tensor *t, const float *x, co
 /* linear_backward with dout (N, OC) in 16-bit storage of dt: dx by blocks of
  * dout's rows, dw and db by blocks of its columns (one block when small). */
 static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float *dw, float *db, const float *x,
-                               const float *w, int64_t N, int64_t C, int64_t OC) {
+                               const float *w, int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
     const void *g = t->grad;
     ut_dtype dt = t->dtype;
     int64_t R = block_rows(N, OC), B = block_cols(N, OC);
-    float *buf = ut_autocast_scratch(t->ctx, (size_t)(R * OC > N * B ? R * OC : N * B) * sizeof(float));
+    float *buf = ut_kscratch(k, (size_t)(R * OC > N * B ? R * OC : N * B) * sizeof(float));
     if (R == N) { /* the whole gradient widened once */
         ut_cpu_convert(buf, UT_F32, g, dt, N * OC);
         linear_backward(p, dx, dw, db, buf, x, w, N, C, OC);
@@ -146,33 +146,33 @@ static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float 
     }
 }
 
-void ut_linear_fwd_cpu(ut_tensor *t) {
+void ut_linear_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
-    mm_path p = path_of(t, N * C + C * OC);
-    if (t->dtype != UT_F32) linear_forward_16(&p, t, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
+    mm_path p = path_of(t, N * C + C * OC, k);
+    if (t->dtype != UT_F32) linear_forward_16(&p, t, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC, k);
     else linear_forward(&p, ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
 }
 
-void ut_linear_bwd_cpu(ut_tensor *t) {
+void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
-    mm_path p = path_of(t, N * OC + (N > OC ? N : OC) * C);
+    mm_path p = path_of(t, N * OC + (N > OC ? N : OC) * C, k);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     float *db = b && b->requires_grad ? b->grad : NULL;
-    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, dw, db, ut_f32(x), ut_f32(w), N, C, OC);
+    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, dw, db, ut_f32(x), ut_f32(w), N, C, OC, k);
     else linear_backward(&p, dx, dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
-void ut_matmul_fwd_cpu(ut_tensor *t) {
+void ut_matmul_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_mm_dims d = ut_matmul_dims(t);
     const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);
     if (d.shared_b) { /* one big gemm over all rows */
-        mm_path p = path_of(t, d.batch * d.M * d.K + d.K * d.N);
+        mm_path p = path_of(t, d.batch * d.M * d.K + d.K * d.N, k);
         gemm(&p, false, false, d.batch * d.M, d.N, d.K, A, B, 0.0f, ut_f32(t));
         return;
     }
-    mm_path p = path_of(t, d.M * d.K + d.K * d.N);
+    mm_path p = path_of(t, d.M * d.K + d.K * d.N, k);
     for (int64_t i = 0; i < d.batch; i++)
         gemm(&p, false, false, d.M, d.N, d.K, A + i * d.M * d.K, B + i * d.K * d.N, 0.0f,
              ut_f32(t) + i * d.M * d.N);
@@ -185,11 +185,11 @@ static int64_t bwd_operands(const ut_mm_dims *d) {
     return da > db ? da : db;
 }
 
-void ut_matmul_bwd_cpu(ut_tensor *t) {
+void ut_matmul_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_mm_dims d = ut_matmul_dims(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = ut_f32(a), *B = ut_f32(b), *G = t->grad;
-    mm_path p = path_of(t, bwd_operands(&d));
+    mm_path p = path_of(t, bwd_operands(&d), k);
     if (d.shared_b) {
         if (a->requires_grad) gemm(&p, false, true, d.batch * d.M, d.K, d.N, G, B, 1.0f, a->grad);
         if (b->requires_grad) gemm(&p, true, false, d.K, d.N, d.batch * d.M, A, G, 1.0f, b->grad);

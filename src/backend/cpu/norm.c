@@ -78,16 +78,16 @@ void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dou
     }
 }
 
-void ut_layernorm_fwd_cpu(ut_tensor *t) {
+void ut_layernorm_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    ut_layernorm_set_mean(t, ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float)));
-    ut_layernorm_set_rstd(t, ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float)));
+    ut_layernorm_set_mean(t, ut_kalloc(k, (size_t)N * sizeof(float)));
+    ut_layernorm_set_rstd(t, ut_kalloc(k, (size_t)N * sizeof(float)));
     ut_layernorm_forward_cpu(ut_f32(t), ut_layernorm_mean(t), ut_layernorm_rstd(t), ut_f32(x),
                              ut_f32(w), ut_f32(b), N, C, ut_layernorm_eps(t));
 }
 
-void ut_layernorm_bwd_cpu(ut_tensor *t) {
+void ut_layernorm_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
     ut_layernorm_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,

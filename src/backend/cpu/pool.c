@@ -78,14 +78,14 @@ void ut_max_pool2d_backward_cpu(float *dx, const float *dout, const int32_t *arg
         for (int64_t o = 0; o < OHW; o++) dx[p * H * W + arg[p * OHW + o]] += dout[p * OHW + o];
 }
 
-void ut_max_pool2d_fwd_cpu(ut_tensor *t) {
+void ut_max_pool2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0];
-    ut_max_pool2d_set_argmax(t, ut_ctx_dalloc(t->ctx, (size_t)ut_nelem(t) * sizeof(int32_t)));
+    ut_max_pool2d_set_argmax(t, ut_kalloc(k, (size_t)ut_nelem(t) * sizeof(int32_t)));
     ut_max_pool2d_forward_cpu(ut_f32(t), ut_max_pool2d_argmax(t), ut_f32(x), x->ne[0] * x->ne[1],
                               x->ne[2], x->ne[3], ut_max_pool2d_kernel(t), ut_max_pool2d_stride(t));
 }
 
-void ut_max_pool2d_bwd_cpu(ut_tensor *t) {
+void ut_max_pool2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0];
     if (x->requires_grad)
         ut_max_pool2d_backward_cpu(x->grad, t->grad, ut_max_pool2d_argmax(t), x->ne[0] * x->ne[1],

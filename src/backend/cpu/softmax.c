@@ -79,11 +79,11 @@ void ut_softmax_backward_cpu(float *dinp, const float *dout, const float *out, i
     }
 }
 
-void ut_softmax_fwd_cpu(ut_tensor *t) {
+void ut_softmax_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
 }
 
-void ut_softmax_bwd_cpu(ut_tensor *t) {
+void ut_softmax_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
@@ -120,11 +120,11 @@ void ut_log_softmax_backward_cpu(float *dinp, const float *dout, const float *ou
     }
 }
 
-void ut_log_softmax_fwd_cpu(ut_tensor *t) {
+void ut_log_softmax_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_log_softmax_forward_cpu(ut_f32(t), ut_f32(t->src[0]), rows_of(t), last_dim(t));
 }
 
-void ut_log_softmax_bwd_cpu(ut_tensor *t) {
+void ut_log_softmax_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_log_softmax_backward_cpu(a->grad, t->grad, ut_f32(t), rows_of(t), last_dim(t));
@@ -134,7 +134,7 @@ void ut_log_softmax_bwd_cpu(ut_tensor *t) {
  * that is not ignore_index sets the context error (naming the op, the value and
  * its position) and returns -1. Serial: N is the number of rows, and the first
  * bad position is the one reported. */
-static int64_t count_targets(ut_tensor *t, const char *name) {
+static int64_t count_targets(ut_tensor *t, const char *name, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     const int32_t *T = ut_i32(tg);
     int64_t N = ut_nelem(tg), V = last_dim(x), count = 0;
@@ -143,7 +143,7 @@ static int64_t count_targets(ut_tensor *t, const char *name) {
         if (T[n] == ignore) continue;
         if (T[n] < 0 || T[n] >= V) {
             char shape[64];
-            ut_ctx_set_error(t->ctx,
+            ut_kfail(k,
                              "%s: target %d at position %lld of targets %s is outside [0, %lld) "
                              "and is not ignore_index %d",
                              name, (int)T[n], (long long)n, ut_shape_str(tg, shape, sizeof shape),
@@ -257,14 +257,14 @@ static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* 16-bit logits: saved ut_cross_entropy_row_max (N) and _inv_sum (N) when a
  * gradient will be asked for. */
-static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_t V) {
+static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_t V, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     float *mx = NULL, *inv = NULL;
     if (t->requires_grad) {
-        mx = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
-        inv = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        mx = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
+        inv = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
     }
-    float *rows = ut_ctx_dalloc(t->ctx, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+    float *rows = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
     cross_entropy_forward16(rowloss, mx, inv, x->data, x->dtype, ut_i32(tg), (int)ut_loss_ignore_index(t),
                             N, V, rows);
     ut_cross_entropy_set_row_max(t, mx);
@@ -273,22 +273,22 @@ static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_
 
 /* saved: ut_cross_entropy_exps = e (N, V) and ut_cross_entropy_inv_sum = inv
  * (N), only when a gradient will be asked for */
-void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
+void ut_cross_entropy_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
-    int64_t count = count_targets(t, "cross_entropy");
+    int64_t count = count_targets(t, "cross_entropy", k);
     if (count < 0) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
-    double *rowloss = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    double *rowloss = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(double));
     if (is_16(x->dtype)) {
-        cross_entropy_fwd16(t, rowloss, N, V);
+        cross_entropy_fwd16(t, rowloss, N, V, k);
         ut_loss_set_count(t, count);
         ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
         return;
     }
     float *e = NULL, *inv = NULL;
     if (t->requires_grad) {
-        e = ut_ctx_dalloc(t->ctx, (size_t)ut_nelem(x) * sizeof(float));
-        inv = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(float));
+        e = ut_kalloc(k, (size_t)ut_nelem(x) * sizeof(float));
+        inv = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
     }
     ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, V);
     ut_loss_set_count(t, count);
@@ -301,7 +301,7 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t) {
  * gradient buffer yet, the exps' buffer, no longer needed, becomes it and the
  * gradient is written into it (no allocation, no zeroing, no read-add-write
  * of N x V floats); otherwise the gradient is added to the existing one. */
-void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
+void ut_cross_entropy_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad) return;
     if (ut_loss_count(t) == 0) { /* every target ignored: the gradient is 0 */
@@ -310,7 +310,7 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t) {
     }
     if (is_16(x->dtype)) {
         int64_t V = last_dim(x);
-        float *rows = ut_ctx_dalloc(t->ctx, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+        float *rows = ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
         cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),
                                  ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
                                  t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V, rows);
@@ -339,18 +339,18 @@ void ut_nll_loss_backward_cpu(float *dlogp, const int32_t *targets, int ignore_i
         if (targets[n] != ignore_index) dlogp[n * V + targets[n]] -= gscale;
 }
 
-void ut_nll_loss_fwd_cpu(ut_tensor *t) {
+void ut_nll_loss_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
-    int64_t count = count_targets(t, "nll_loss");
+    int64_t count = count_targets(t, "nll_loss", k);
     if (count < 0) return;
     int64_t N = ut_nelem(tg);
-    double *rowloss = ut_ctx_dalloc(t->ctx, (size_t)(N ? N : 1) * sizeof(double));
+    double *rowloss = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(double));
     ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, last_dim(x));
     ut_loss_set_count(t, count);
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
 }
 
-void ut_nll_loss_bwd_cpu(ut_tensor *t) {
+void ut_nll_loss_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad || ut_loss_count(t) == 0) return;
     ut_nll_loss_backward_cpu(x->grad, ut_i32(tg), (int)ut_loss_ignore_index(t), t->grad[0] / (float)ut_loss_count(t),

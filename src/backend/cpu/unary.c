@@ -20,11 +20,11 @@ void ut_scale_backward_cpu(float *dinp, const float *dout, float s, int64_t N) {
     for (int64_t i = 0; i < N; i++) dinp[i] += s * dout[i];
 }
 
-void ut_scale_fwd_cpu(ut_tensor *t) {
+void ut_scale_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_scale_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_scale_s(t), ut_nelem(t));
 }
 
-void ut_scale_bwd_cpu(ut_tensor *t) {
+void ut_scale_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_scale_backward_cpu(a->grad, t->grad, ut_scale_s(t), ut_nelem(t));
 }
@@ -41,9 +41,9 @@ void ut_relu_backward_cpu(float *dinp, const float *dout, const float *inp, int6
     for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-void ut_relu_fwd_cpu(ut_tensor *t) { ut_relu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
+void ut_relu_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_relu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
 
-void ut_relu_bwd_cpu(ut_tensor *t) {
+void ut_relu_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_relu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
 }
@@ -82,9 +82,9 @@ void ut_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int6
     }
 }
 
-void ut_gelu_fwd_cpu(ut_tensor *t) { ut_gelu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
+void ut_gelu_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_gelu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
 
-void ut_gelu_bwd_cpu(ut_tensor *t) {
+void ut_gelu_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_gelu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
 }
@@ -101,9 +101,9 @@ void ut_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int6
     for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
 }
 
-void ut_tanh_fwd_cpu(ut_tensor *t) { ut_tanh_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
+void ut_tanh_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_tanh_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
 
-void ut_tanh_bwd_cpu(ut_tensor *t) {
+void ut_tanh_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_tanh_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
 }
@@ -121,11 +121,11 @@ void ut_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, i
     for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
 }
 
-void ut_sigmoid_fwd_cpu(ut_tensor *t) {
+void ut_sigmoid_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_sigmoid_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t));
 }
 
-void ut_sigmoid_bwd_cpu(ut_tensor *t) {
+void ut_sigmoid_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_sigmoid_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
 }
@@ -154,15 +154,15 @@ void ut_dropout_backward_cpu(float *dinp, const float *dout, const uint8_t *mask
     for (int64_t i = 0; i < N; i++) dinp[i] += mask[i] ? dout[i] * scale : 0.0f;
 }
 
-void ut_dropout_fwd_cpu(ut_tensor *t) {
+void ut_dropout_fwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
-    uint8_t *mask = ut_ctx_dalloc(t->ctx, (size_t)N);
-    ut_dropout_mask_cpu(mask, &t->ctx->rng, ut_dropout_p(t), N);
+    uint8_t *mask = ut_kalloc(k, (size_t)N);
+    ut_dropout_mask_cpu(mask, k->rng, ut_dropout_p(t), N);
     ut_dropout_set_keep(t, mask);
     ut_dropout_forward_cpu(ut_f32(t), ut_f32(t->src[0]), mask, ut_dropout_keep_scale(t), N);
 }
 
-void ut_dropout_bwd_cpu(ut_tensor *t) {
+void ut_dropout_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),

@@ -64,7 +64,7 @@ static void strided_gather_i32(int32_t *dst, const int32_t *src, int ndim, const
                     *dst++ = src[i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3]];
 }
 
-void ut_contiguous_fwd_cpu(ut_tensor *t) {
+void ut_contiguous_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->dtype == UT_I32) {
         strided_gather_i32(ut_i32(t), ut_i32(a), a->ndim, a->ne, a->nb);
@@ -73,18 +73,18 @@ void ut_contiguous_fwd_cpu(ut_tensor *t) {
     ut_strided_gather(ut_f32(t), ut_f32(a), a->ndim, a->ne, a->nb);
 }
 
-void ut_contiguous_bwd_cpu(ut_tensor *t) {
+void ut_contiguous_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     int64_t st[UT_MAX_DIMS];
     ut_contiguous_strides(st, a->ndim, a->ne);
     if (a->requires_grad) ut_strided_add(a->grad, t->grad, t->ndim, t->ne, st);
 }
 
-void ut_reshape_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_reshape_bwd_cpu(ut_tensor *t) { view_bwd(t); }
+void ut_reshape_fwd_cpu(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_reshape_bwd_cpu(ut_tensor *t, UT_KCTX) { view_bwd(t); }
 
-void ut_permute_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_permute_bwd_cpu(ut_tensor *t) { view_bwd(t); }
+void ut_permute_fwd_cpu(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_permute_bwd_cpu(ut_tensor *t, UT_KCTX) { view_bwd(t); }
 
-void ut_slice_fwd_cpu(ut_tensor *t) { (void)t; }
-void ut_slice_bwd_cpu(ut_tensor *t) { view_bwd(t); }
+void ut_slice_fwd_cpu(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_slice_bwd_cpu(ut_tensor *t, UT_KCTX) { view_bwd(t); }

@@ -73,18 +73,18 @@ static int64_t l_floats(const attn_dims *d) { return (d->B * d->NH * d->T + 3) /
 /* P = softmax(causal(scale Q K^T)); out (B, T, C) = P V, head h in columns
  * [h hs, (h + 1) hs). Fused: saves L (B, NH, T) (and under autocast out's
  * float32 copy); else P. */
-void ut_attention_fwd_cuda(ut_tensor *t) {
+void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *qkv = t->src[0]->data;
     if (fused(&d)) {
         int64_t nL = l_floats(&d), nO = keeps_out(t) ? d.B * T * d.C : 0;
-        float *L = ut_ctx_dalloc(t->ctx, (size_t)(nL + nO) * sizeof(float));
+        float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
         ut_attention_set_probs(t, L);
         ut_cuda_flash_attn_fwd(t->data, nO ? L + nL : NULL, L, qkv, d.B, T, d.C, d.NH);
         return;
     }
-    float *P = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
+    float *P = ut_kalloc(k, (size_t)nP * sizeof(float));
     ut_attention_set_probs(t, P);
     ut_cuda_attn_gemm(false, true, T, T, d.hs, 1.0f, qkv_part(qkv, 0, &d), qkv_part(qkv, 1, &d), 0.0f, P, T,
                       d.NH * T * T, T * T, d.B, d.NH);
@@ -98,7 +98,7 @@ void ut_attention_fwd_cuda(ut_tensor *t) {
  * the same sums tile by tile, P recomputed from L and rowsum(P dP) taken as
  * rowsum(g out) (out: the forward's float32 result, t->data or its saved
  * copy). */
-void ut_attention_bwd_cuda(ut_tensor *t) {
+void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);
@@ -107,12 +107,12 @@ void ut_attention_bwd_cuda(ut_tensor *t) {
     float *dx = qkv->grad;
     if (fused(&d)) { /* the saved slot holds L; D (B, NH, T): each row's sum of g * out */
         const float *out = keeps_out(t) ? P + l_floats(&d) : t->data;
-        float *D = ut_ctx_dalloc(t->ctx, (size_t)(d.B * d.NH * T) * sizeof(float));
+        float *D = ut_kalloc(k, (size_t)(d.B * d.NH * T) * sizeof(float));
         ut_cuda_flash_attn_bwd(dx, D, t->grad, out, x, P, d.B, T, d.C, d.NH);
         return;
     }
     ut_attn_mat g = {.p = t->grad, .ld = d.C, .sb = T * d.C, .sh = d.hs};
-    float *gP = ut_ctx_dalloc(t->ctx, (size_t)nP * sizeof(float));
+    float *gP = ut_kalloc(k, (size_t)nP * sizeof(float));
     /* dq, dk, dv: the head columns of dx (B, T, 3C) */
     float *dq = dx, *dk = dx + d.C, *dv = dx + 2 * d.C;
     int64_t ld = 3 * d.C, sb = T * 3 * d.C;

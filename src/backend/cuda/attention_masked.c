@@ -28,27 +28,27 @@ static ut_attn_rows rows_of(const ut_masked_dims *d, const float *mask) {
 
 /* P = softmax(scale Q K^T + mask [+ causal]); out = Pd V, Pd = P * keep / (1 - p)
  * with dropout, P without */
-void ut_attention_masked_fwd_cuda(ut_tensor *t) {
+void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_masked_dims d = ut_attention_masked_dims(t);
-    const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
+    const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     float p = ut_attention_masked_p(t);
-    float *P = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+    float *P = ut_kalloc(k, (size_t)N * sizeof(float));
     ut_attention_masked_set_probs(t, P);
     ut_attention_masked_set_keep(t, NULL);
     uint8_t *keep = NULL;
     if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU */
-        keep = ut_ctx_dalloc(t->ctx, (size_t)N);
-        ut_cuda_dropout_mask(t->ctx, keep, p, N);
+        keep = ut_kalloc(k, (size_t)N);
+        ut_cuda_dropout_mask(k, keep, p, N);
         ut_attention_masked_set_keep(t, keep);
     }
-    ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, heads(q, d.Tq, &d), heads(k, d.Tk, &d), 0.0f, P, d.Tk,
+    ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, heads(q, d.Tq, &d), heads(kd, d.Tk, &d), 0.0f, P, d.Tk,
                       d.NH * d.Tq * d.Tk, d.Tq * d.Tk, d.B, d.NH);
     ut_cuda_attn_softmax_fwd(P, rows_of(&d, mask));
     const float *A = P;
     if (keep) {
-        float *pd = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+        float *pd = ut_kalloc(k, (size_t)N * sizeof(float));
         ut_cuda_attn_drop(pd, P, keep, d.ks, N);
         A = pd;
     }
@@ -58,20 +58,20 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t) {
 
 /* dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks; dS = P (dP - rowsum(P dP));
  * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for) */
-void ut_attention_masked_bwd_cuda(ut_tensor *t) {
+void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
     ut_masked_dims d = ut_attention_masked_dims(t);
-    const float *q = qt->data, *k = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
+    const float *q = qt->data, *kd = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
     const uint8_t *keep = ut_attention_masked_keep(t);
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     ut_attn_mat g = heads(t->grad, d.Tq, &d);
     if (dv) {
         const float *Pd = P;
         if (keep) {
-            float *w = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+            float *w = ut_kalloc(k, (size_t)N * sizeof(float));
             ut_cuda_attn_drop(w, P, keep, d.ks, N);
             Pd = w;
         }
@@ -79,12 +79,12 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t) {
                           d.hs, d.B, d.NH);
     }
     if (!dq && !dk) return;
-    float *gP = ut_ctx_dalloc(t->ctx, (size_t)N * sizeof(float));
+    float *gP = ut_kalloc(k, (size_t)N * sizeof(float));
     ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, g, heads(v, d.Tk, &d), 0.0f, gP, d.Tk,
                       d.NH * d.Tq * d.Tk, d.Tq * d.Tk, d.B, d.NH);
     ut_cuda_attn_softmax_bwd(gP, P, keep, d.ks, rows_of(&d, NULL));
     if (dq)
-        ut_cuda_attn_gemm(false, false, d.Tq, d.hs, d.Tk, d.scale, probs_mat(gP, &d), heads(k, d.Tk, &d), 1.0f, dq,
+        ut_cuda_attn_gemm(false, false, d.Tq, d.hs, d.Tk, d.scale, probs_mat(gP, &d), heads(kd, d.Tk, &d), 1.0f, dq,
                           d.C, d.Tq * d.C, d.hs, d.B, d.NH);
     if (dk)
         ut_cuda_attn_gemm(true, false, d.Tk, d.hs, d.Tq, d.scale, probs_mat(gP, &d), heads(q, d.Tq, &d), 1.0f, dk,

@@ -18,14 +18,14 @@
 /* The dimensions, the offsets on the host and P's block starts (host and
  * device; host buffers from the context's host arena); -1 with the context's
  * error set when the offsets are not 0 = off[0] < off[1] < ... < off[S] = N. */
-static int plan_of(ut_tensor *t, ut_varlen_dims *d) {
+static int plan_of(ut_tensor *t, ut_varlen_dims *d, const ut_kctx *k) {
     ut_tensor *offs = t->src[3];
     int64_t S = offs->ne[0] - 1;
-    int32_t *off = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *off);
+    int32_t *off = ut_khost(k, (size_t)(S + 1) * sizeof *off);
     ut_cuda_attn_offsets_to_host(off, offs->data, S + 1); /* synchronous: see the file's comment */
-    int64_t *poff = ut_ctx_alloc(t->ctx, (size_t)(S + 1) * sizeof *poff);
+    int64_t *poff = ut_khost(k, (size_t)(S + 1) * sizeof *poff);
     if (ut_attention_varlen_dims(t, off, S, poff, d)) return -1;
-    int64_t *dpoff = ut_ctx_dalloc(t->ctx, (size_t)(S + 1) * sizeof *dpoff);
+    int64_t *dpoff = ut_kalloc(k, (size_t)(S + 1) * sizeof *dpoff);
     ut_cuda_upload(dpoff, poff, (size_t)(S + 1) * sizeof *poff);
     d->poff_dev = dpoff;
     return 0;
@@ -38,32 +38,32 @@ static ut_attn_rows rows_of(const ut_varlen_dims *d, const ut_tensor *t) {
 
 /* Per sequence s (L rows from off[s]) and head h: P = softmax(causal(scale Q K^T));
  * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without */
-void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
+void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
-    if (plan_of(t, &d)) return;
-    const float *q = t->src[0]->data, *k = t->src[1]->data, *v = t->src[2]->data;
+    if (plan_of(t, &d, k)) return;
+    const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
     float *out = t->data;
     int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
     float p = ut_attention_varlen_p(t);
-    float *P = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+    float *P = ut_kalloc(k, (size_t)np * sizeof(float));
     ut_attention_varlen_set_probs(t, P);
     uint8_t *keep = NULL;
     if (p > 0.0f) { /* np draws from the context's stream, in P's order, as the CPU */
-        keep = ut_ctx_dalloc(t->ctx, (size_t)np);
-        ut_cuda_dropout_mask(t->ctx, keep, p, np);
+        keep = ut_kalloc(k, (size_t)np);
+        ut_cuda_dropout_mask(k, keep, p, np);
         ut_attention_varlen_set_keep(t, keep);
     }
     for (int64_t s = 0; s < d.S; s++) {
         int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
-        ut_cuda_sgemm(false, true, L, L, hs, 1.0f, q + rows, C, hs, k + rows, C, hs, 0.0f, P + d.poff[s], L, L * L,
+        ut_cuda_sgemm(false, true, L, L, hs, 1.0f, q + rows, C, hs, kd + rows, C, hs, 0.0f, P + d.poff[s], L, L * L,
                       d.NH);
     }
     ut_cuda_attn_softmax_fwd(P, rows_of(&d, t));
     const float *A = P;
     if (keep) {
-        float *pd = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+        float *pd = ut_kalloc(k, (size_t)np * sizeof(float));
         ut_cuda_attn_drop(pd, P, keep, d.ks, np);
         A = pd;
     }
@@ -77,20 +77,20 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t) {
 /* Per sequence and head: dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks;
  * dS = P (dP - rowsum(P dP)); dq += scale dS K; dk += scale dS^T Q (each
  * gradient only when asked for) */
-void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
+void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
     ut_varlen_dims d;
-    if (plan_of(t, &d)) return;
-    const float *q = qt->data, *k = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);
+    if (plan_of(t, &d, k)) return;
+    const float *q = qt->data, *kd = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);
     const uint8_t *keep = ut_attention_varlen_keep(t);
     int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
     if (dv) {
         const float *Pd = P;
         if (keep) {
-            float *w = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+            float *w = ut_kalloc(k, (size_t)np * sizeof(float));
             ut_cuda_attn_drop(w, P, keep, d.ks, np);
             Pd = w;
         }
@@ -101,7 +101,7 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
         }
     }
     if (!dq && !dk) return;
-    float *gP = ut_ctx_dalloc(t->ctx, (size_t)np * sizeof(float));
+    float *gP = ut_kalloc(k, (size_t)np * sizeof(float));
     for (int64_t s = 0; s < d.S; s++) {
         int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
         ut_cuda_sgemm(false, true, L, L, hs, 1.0f, g + rows, C, hs, v + rows, C, hs, 0.0f, gP + d.poff[s], L, L * L,
@@ -111,7 +111,7 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t) {
     for (int64_t s = 0; s < d.S; s++) {
         int64_t L = (int64_t)d.off[s + 1] - d.off[s], rows = (int64_t)d.off[s] * C;
         if (dq)
-            ut_cuda_sgemm(false, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, k + rows, C, hs, 1.0f,
+            ut_cuda_sgemm(false, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, kd + rows, C, hs, 1.0f,
                           dq + rows, C, hs, d.NH);
         if (dk)
             ut_cuda_sgemm(true, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, q + rows, C, hs, 1.0f,

@@ -225,10 +225,10 @@ static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool
 }
 
 /* ---- dropout masks: drawn on the host as the CPU draws them ---- */
-void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n) {
+void ut_cuda_dropout_mask(const ut_kctx *k, uint8_t *dev_mask, float p, int64_t n) {
     if (n <= 0) return;
     uint8_t *h = ut_malloc_check((size_t)n);
-    ut_philox_keep_mask(&ctx->rng, h, p, n);
+    ut_philox_keep_mask(k->rng, h, p, n);
     copy(dev_mask, h, (size_t)n, UT_COPY_H2D);
     ut_free(h);
 }

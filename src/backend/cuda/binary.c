@@ -21,30 +21,30 @@ static void binary_fwd(ut_tensor *t, int op) {
 }
 
 /* b's gradient += the sum over broadcast positions of t->grad * other (NULL: 1) */
-static void reduce_into_b(ut_tensor *t, const float *other) {
+static void reduce_into_b(ut_tensor *t, const float *other, const ut_kctx *k) {
     int64_t n[4];
     const int64_t *s = ut_binary_b_strides(t);
     shape4(t, n);
     size_t bytes = ut_cuda_bcast_reduce_scratch(n, s);
-    void *scratch = bytes ? ut_ctx_dalloc(t->ctx, bytes) : NULL;
+    void *scratch = bytes ? ut_kalloc(k, bytes) : NULL;
     ut_cuda_bcast_reduce(t->src[1]->grad, t->grad, other, n, s, scratch);
 }
 
-void ut_add_fwd_cuda(ut_tensor *t) { binary_fwd(t, UT_CUDA_BIN_ADD); }
-void ut_mul_fwd_cuda(ut_tensor *t) { binary_fwd(t, UT_CUDA_BIN_MUL); }
+void ut_add_fwd_cuda(ut_tensor *t, UT_KCTX) { binary_fwd(t, UT_CUDA_BIN_ADD); }
+void ut_mul_fwd_cuda(ut_tensor *t, UT_KCTX) { binary_fwd(t, UT_CUDA_BIN_MUL); }
 
-void ut_add_bwd_cuda(ut_tensor *t) {
+void ut_add_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     if (a->requires_grad) ut_cuda_acc(a->grad, t->grad, ut_nelem(t));
-    if (b->requires_grad) reduce_into_b(t, NULL);
+    if (b->requires_grad) reduce_into_b(t, NULL, k);
 }
 
-void ut_mul_bwd_cuda(ut_tensor *t) {
+void ut_mul_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     if (a->requires_grad) { /* da += g * b (broadcast) */
         int64_t n[4];
         shape4(t, n);
         ut_cuda_mul_bwd_a(a->grad, t->grad, (const float *)b->data, n, ut_binary_b_strides(t));
     }
-    if (b->requires_grad) reduce_into_b(t, (const float *)a->data);
+    if (b->requires_grad) reduce_into_b(t, (const float *)a->data, k);
 }

@@ -32,7 +32,7 @@ static int64_t chunk_images(int64_t B, int64_t per_image) {
 }
 
 /* out (B, OC, OH*OW) = w (OC, K) @ im2col(x[b]) (+ bias), K = C*KH*KW */
-void ut_conv2d_fwd_cuda(ut_tensor *t) {
+void ut_conv2d_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_cuda_conv_shape d = shape_of(t);
     ut_tensor *bt = t->src[2];
     const float *x = t->src[0]->data, *w = t->src[1]->data, *bias = bt ? bt->data : NULL;
@@ -40,7 +40,7 @@ void ut_conv2d_fwd_cuda(ut_tensor *t) {
     int64_t K = d.C * d.KH * d.KW, OHW = d.OH * d.OW, xs = d.C * d.H * d.W, os = d.OC * OHW;
     bool dir = direct(&d);
     int64_t nimg = dir ? d.B : chunk_images(d.B, K * OHW);
-    float *col = dir ? NULL : ut_ctx_dalloc(t->ctx, (size_t)(nimg * K * OHW) * sizeof(float));
+    float *col = dir ? NULL : ut_kalloc(k, (size_t)(nimg * K * OHW) * sizeof(float));
     for (int64_t n0 = 0; n0 < d.B; n0 += nimg) {
         int64_t n = d.B - n0 < nimg ? d.B - n0 : nimg;
         const float *cols = x + n0 * xs;
@@ -56,7 +56,7 @@ void ut_conv2d_fwd_cuda(ut_tensor *t) {
 
 /* dx += col2im(w^T @ dout[b]); dw += sum_b dout[b] @ im2col(x[b])^T;
  * db += the sum over images and pixels of dout (each when asked for) */
-void ut_conv2d_bwd_cuda(ut_tensor *t) {
+void ut_conv2d_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *xt = t->src[0], *wt = t->src[1], *bt = t->src[2];
     ut_cuda_conv_shape d = shape_of(t);
     float *dx = xt->requires_grad ? xt->grad : NULL, *dw = wt->requires_grad ? wt->grad : NULL;
@@ -67,8 +67,8 @@ void ut_conv2d_bwd_cuda(ut_tensor *t) {
     if (!dx && !dw) return;
     bool dir = direct(&d);
     int64_t nimg = chunk_images(d.B, (dir ? 0 : K * OHW) + (dw ? d.OC * K : 0));
-    float *col = dir ? NULL : ut_ctx_dalloc(t->ctx, (size_t)(nimg * K * OHW) * sizeof(float));
-    float *part = dw ? ut_ctx_dalloc(t->ctx, (size_t)(nimg * d.OC * K) * sizeof(float)) : NULL;
+    float *col = dir ? NULL : ut_kalloc(k, (size_t)(nimg * K * OHW) * sizeof(float));
+    float *part = dw ? ut_kalloc(k, (size_t)(nimg * d.OC * K) * sizeof(float)) : NULL;
     for (int64_t n0 = 0; n0 < d.B; n0 += nimg) {
         int64_t n = d.B - n0 < nimg ? d.B - n0 : nimg;
         const float *gn = g + n0 * os;

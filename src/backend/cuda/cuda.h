@@ -77,8 +77,8 @@ extern const ut_op_vtable ut_ops_cuda[UT_OP_COUNT];
 extern const ut_backend ut_backend_cuda;
 
 #define UT_OP(E, stem, props)                         \
-    void ut_##stem##_fwd_cuda(ut_tensor *t);   \
-    void ut_##stem##_bwd_cuda(ut_tensor *t);
+    void ut_##stem##_fwd_cuda(ut_tensor *t, const ut_kctx *k);   \
+    void ut_##stem##_bwd_cuda(ut_tensor *t, const ut_kctx *k);
 #define UT_OP_ANY(E, stem, props)
 #include "ops.def"
 #undef UT_OP_ANY
@@ -87,7 +87,7 @@ extern const ut_backend ut_backend_cuda;
 /* A dropout keep mask (n bytes of device memory, 1 = kept) drawn from the
  * context's generator exactly as the CPU backend draws it (the same masks on
  * both devices for the same seed), then uploaded. */
-void ut_cuda_dropout_mask(ut_ctx *ctx, uint8_t *dev_mask, float p, int64_t n);
+void ut_cuda_dropout_mask(const ut_kctx *k, uint8_t *dev_mask, float p, int64_t n);
 #endif
 
 #endif

@@ -21,48 +21,48 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
 static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* x's values in dt: x itself when stored in dt, else a rounded copy in scratch */
-static const void *as16(ut_tensor *x, ut_dtype dt, int64_t n) {
+static const void *as16(ut_tensor *x, ut_dtype dt, int64_t n, const ut_kctx *k) {
     if (x->dtype == dt) return x->data;
-    void *c = ut_autocast_scratch(x->ctx, (size_t)n * 2);
+    void *c = ut_kscratch(k, (size_t)n * 2);
     ut_backend_cuda.convert(c, dt, x->data, x->dtype, n);
     return c;
 }
 
 /* w's rounded copy: the one autocast keeps for backward, or (gradients off)
  * one in scratch */
-static const void *weight16(ut_tensor *t, ut_tensor *w, bool backward) {
+static const void *weight16(ut_tensor *t, ut_tensor *w, bool backward, const ut_kctx *k) {
     int64_t n = ut_nelem(w);
-    const void *r = w->dtype == UT_F32 ? ut_autocast_round16(t->ctx, w, n, t->autocast, backward) : NULL;
-    return r ? r : as16(w, t->autocast, n);
+    const void *r = w->dtype == UT_F32 ? ut_kround16(k, w, n, t->autocast, backward) : NULL;
+    return r ? r : as16(w, t->autocast, n, k);
 }
 
-static void linear_fwd16(ut_tensor *t) {
+static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
-    const void *x16 = as16(x, t->autocast, N * C), *w16 = weight16(t, w, false);
-    float *tmp = ut_autocast_scratch(t->ctx, (size_t)(N * OC) * sizeof(float));
+    const void *x16 = as16(x, t->autocast, N * C, k), *w16 = weight16(t, w, false, k);
+    float *tmp = ut_kscratch(k, (size_t)(N * OC) * sizeof(float));
     ut_cuda_gemm16(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, tmp, OC, dt);
     /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
     utk_bias_round(t->data, (int)t->dtype, tmp, b ? f32(b) : NULL, N, OC);
-    ut_autocast_release(t->ctx);
+    ut_kscratch_release(k);
 }
 
-static void linear_bwd16(ut_tensor *t) {
+static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
     /* the incoming gradient in dt: as stored, or rounded (autocast rounds it) */
     const void *g16 = t->dtype == t->autocast ? (const void *)t->grad : NULL;
     if (!g16) {
-        void *c = ut_autocast_scratch(t->ctx, (size_t)(N * OC) * 2);
+        void *c = ut_kscratch(k, (size_t)(N * OC) * 2);
         ut_backend_cuda.convert(c, t->autocast, t->grad, is16(t->dtype) ? t->dtype : UT_F32, N * OC);
         g16 = c;
     }
     if (x->requires_grad) { /* dx (N, C) += dout @ w */
-        const void *w16 = weight16(t, w, true);
+        const void *w16 = weight16(t, w, true, k);
         if (is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
-            float *tmp = ut_autocast_scratch(t->ctx, (size_t)(N * C) * sizeof(float));
+            float *tmp = ut_kscratch(k, (size_t)(N * C) * sizeof(float));
             ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 0.0f, tmp, C, dt);
             utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
         } else {
@@ -70,14 +70,14 @@ static void linear_bwd16(ut_tensor *t) {
         }
     }
     if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
-        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, g16, OC, as16(x, t->autocast, N * C), C, 1.0f, w->grad, C, dt);
+        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, g16, OC, as16(x, t->autocast, N * C, k), C, 1.0f, w->grad, C, dt);
     if (b && b->requires_grad) utk_col_sum_add(b->grad, g16, dt, N, OC);
-    ut_autocast_release(t->ctx);
+    ut_kscratch_release(k);
 }
 
-void ut_linear_fwd_cuda(ut_tensor *t) {
+void ut_linear_fwd_cuda(ut_tensor *t, UT_KCTX) {
     if (t->autocast != UT_F32) {
-        linear_fwd16(t);
+        linear_fwd16(t, k);
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
@@ -86,9 +86,9 @@ void ut_linear_fwd_cuda(ut_tensor *t) {
     ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, f32(t), OC, 0, 1);
 }
 
-void ut_linear_bwd_cuda(ut_tensor *t) {
+void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (t->autocast != UT_F32) {
-        linear_bwd16(t);
+        linear_bwd16(t, k);
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
@@ -102,7 +102,7 @@ void ut_linear_bwd_cuda(ut_tensor *t) {
 }
 
 /* ---- matmul: a (..., M, K) @ b (K, N) or (..., K, N) ---- */
-void ut_matmul_fwd_cuda(ut_tensor *t) {
+void ut_matmul_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_mm_dims d = ut_matmul_dims(t);
     const float *A = f32(t->src[0]), *B = f32(t->src[1]);
     if (d.shared_b) /* one product over all rows */
@@ -112,7 +112,7 @@ void ut_matmul_fwd_cuda(ut_tensor *t) {
                       d.M * d.N, d.batch);
 }
 
-void ut_matmul_bwd_cuda(ut_tensor *t) {
+void ut_matmul_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_mm_dims d = ut_matmul_dims(t);
     ut_tensor *a = t->src[0], *b = t->src[1];
     const float *A = f32(a), *B = f32(b), *G = t->grad;

@@ -32,21 +32,21 @@ static inline int64_t rows_of(const ut_tensor *t) {
 static inline size_t at_least_1(int64_t n) { return (size_t)(n > 0 ? n : 1); }
 
 /* ---- softmax, log_softmax ---- */
-void ut_softmax_fwd_cuda(ut_tensor *t) {
+void ut_softmax_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_cuda_softmax_fwd(dev_f32(t), dev_f32(t->src[0]), rows_of(t), last_dim(t));
 }
 
-void ut_softmax_bwd_cuda(ut_tensor *t) {
+void ut_softmax_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_cuda_softmax_bwd(a->grad, t->grad, dev_f32(t), rows_of(t), last_dim(t));
 }
 
-void ut_log_softmax_fwd_cuda(ut_tensor *t) {
+void ut_log_softmax_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_cuda_log_softmax_fwd(dev_f32(t), dev_f32(t->src[0]), rows_of(t), last_dim(t));
 }
 
-void ut_log_softmax_bwd_cuda(ut_tensor *t) {
+void ut_log_softmax_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_cuda_log_softmax_bwd(a->grad, t->grad, dev_f32(t), rows_of(t), last_dim(t));
@@ -54,21 +54,21 @@ void ut_log_softmax_bwd_cuda(ut_tensor *t) {
 
 /* ---- cross_entropy: saved ut_cross_entropy_row_max (N) and _inv_sum (N)
  * when a gradient will be asked for, and the device count ---- */
-void ut_cross_entropy_fwd_cuda(ut_tensor *t) {
+void ut_cross_entropy_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (x->dtype != UT_F32) {
-        ut_ctx_set_error(t->ctx, "cross_entropy: %s logits are not supported on CUDA",
+        ut_kfail(k, "cross_entropy: %s logits are not supported on CUDA",
                          ut_dtype_name(x->dtype));
         return;
     }
     int64_t N = ut_nelem(tg), V = last_dim(x);
     int ignore = (int)ut_loss_ignore_index(t);
-    double *rowloss = ut_ctx_dalloc(t->ctx, at_least_1(N) * sizeof(double));
-    int64_t *count = ut_ctx_dalloc(t->ctx, sizeof(int64_t));
+    double *rowloss = ut_kalloc(k, at_least_1(N) * sizeof(double));
+    int64_t *count = ut_kalloc(k, sizeof(int64_t));
     float *mx = NULL, *inv = NULL;
     if (t->requires_grad) {
-        mx = ut_ctx_dalloc(t->ctx, at_least_1(N) * sizeof(float));
-        inv = ut_ctx_dalloc(t->ctx, at_least_1(N) * sizeof(float));
+        mx = ut_kalloc(k, at_least_1(N) * sizeof(float));
+        inv = ut_kalloc(k, at_least_1(N) * sizeof(float));
     }
     ut_cuda_cross_entropy_fwd(rowloss, mx, inv, dev_f32(x), dev_i32(tg), ignore, N, V,
                               ut_cuda_error_flag());
@@ -83,13 +83,13 @@ void ut_cross_entropy_fwd_cuda(ut_tensor *t) {
  * of ignored targets as 0: no memset, no read-add-write); otherwise the
  * gradient is added to the existing one. Every target ignored: the kernel
  * gives 0 (written) or adds nothing. */
-void ut_cross_entropy_bwd_cuda(ut_tensor *t) {
+void ut_cross_entropy_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
     int overwrite = 0;
     if (!x->grad) {
-        x->grad = ut_ctx_dalloc(t->ctx, at_least_1(ut_nelem(x)) * sizeof(float));
+        x->grad = ut_kalloc(k, at_least_1(ut_nelem(x)) * sizeof(float));
         overwrite = 1;
     }
     ut_cuda_cross_entropy_bwd(x->grad, overwrite, dev_f32(x), ut_cross_entropy_row_max(t),
@@ -98,18 +98,18 @@ void ut_cross_entropy_bwd_cuda(ut_tensor *t) {
 }
 
 /* ---- nll_loss ---- */
-void ut_nll_loss_fwd_cuda(ut_tensor *t) {
+void ut_nll_loss_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     int64_t N = ut_nelem(tg), V = last_dim(x);
     int ignore = (int)ut_loss_ignore_index(t);
-    double *rowloss = ut_ctx_dalloc(t->ctx, at_least_1(N) * sizeof(double));
-    int64_t *count = ut_ctx_dalloc(t->ctx, sizeof(int64_t));
+    double *rowloss = ut_kalloc(k, at_least_1(N) * sizeof(double));
+    int64_t *count = ut_kalloc(k, sizeof(int64_t));
     ut_cuda_nll_loss_fwd(rowloss, dev_f32(x), dev_i32(tg), ignore, N, V, ut_cuda_error_flag());
     ut_cuda_loss_mean(dev_f32(t), count, rowloss, dev_i32(tg), ignore, N, V);
     ut_loss_set_dcount(t, count);
 }
 
-void ut_nll_loss_bwd_cuda(ut_tensor *t) {
+void ut_nll_loss_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad) return;
     ut_cuda_nll_loss_bwd(x->grad, dev_i32(tg), (int)ut_loss_ignore_index(t), t->grad,

@@ -5,13 +5,13 @@
 #include "cuda.h"
 
 #define UT_OP(E, stem, props)                                  \
-    static void stem##_fwd(ut_tensor *t) {              \
-        ut_cuda_gemm_rounded((int)t->autocast);         \
-        ut_##stem##_fwd_cuda(t);                        \
-    }                                                   \
-    static void stem##_bwd(ut_tensor *t) {              \
-        ut_cuda_gemm_rounded((int)t->autocast);         \
-        ut_##stem##_bwd_cuda(t);                        \
+    static void stem##_fwd(ut_tensor *t, const ut_kctx *k) { \
+        ut_cuda_gemm_rounded((int)t->autocast);                \
+        ut_##stem##_fwd_cuda(t, k);                            \
+    }                                                          \
+    static void stem##_bwd(ut_tensor *t, const ut_kctx *k) { \
+        ut_cuda_gemm_rounded((int)t->autocast);                \
+        ut_##stem##_bwd_cuda(t, k);                            \
     }
 #define UT_OP_ANY(E, stem, props)
 #include "ops.def"

@@ -12,51 +12,51 @@ static float *out_of(ut_tensor *t) { return (float *)t->data; }
 static const float *in_of(const ut_tensor *t) { return (const float *)t->src[0]->data; }
 
 /* ---- scale ---- */
-void ut_scale_fwd_cuda(ut_tensor *t) {
+void ut_scale_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_cuda_scale_fwd(out_of(t), in_of(t), ut_scale_s(t), ut_nelem(t));
 }
 
-void ut_scale_bwd_cuda(ut_tensor *t) {
+void ut_scale_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_scale_bwd(a->grad, t->grad, ut_scale_s(t), ut_nelem(t));
 }
 
 /* ---- relu ---- */
-void ut_relu_fwd_cuda(ut_tensor *t) { ut_cuda_relu_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_relu_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_relu_fwd(out_of(t), in_of(t), ut_nelem(t)); }
 
-void ut_relu_bwd_cuda(ut_tensor *t) {
+void ut_relu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_relu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
 }
 
 /* ---- gelu, tanh form ---- */
-void ut_gelu_fwd_cuda(ut_tensor *t) { ut_cuda_gelu_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_gelu_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_gelu_fwd(out_of(t), in_of(t), ut_nelem(t)); }
 
-void ut_gelu_bwd_cuda(ut_tensor *t) {
+void ut_gelu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_gelu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
 }
 
 /* ---- gelu, exact ---- */
-void ut_gelu_erf_fwd_cuda(ut_tensor *t) { ut_cuda_gelu_erf_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_gelu_erf_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_gelu_erf_fwd(out_of(t), in_of(t), ut_nelem(t)); }
 
-void ut_gelu_erf_bwd_cuda(ut_tensor *t) {
+void ut_gelu_erf_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_gelu_erf_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
 }
 
 /* ---- tanh (backward from the saved output) ---- */
-void ut_tanh_fwd_cuda(ut_tensor *t) { ut_cuda_tanh_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_tanh_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_tanh_fwd(out_of(t), in_of(t), ut_nelem(t)); }
 
-void ut_tanh_bwd_cuda(ut_tensor *t) {
+void ut_tanh_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_tanh_bwd(a->grad, t->grad, out_of(t), ut_nelem(t));
 }
 
 /* ---- sigmoid (backward from the saved output) ---- */
-void ut_sigmoid_fwd_cuda(ut_tensor *t) { ut_cuda_sigmoid_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_sigmoid_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_sigmoid_fwd(out_of(t), in_of(t), ut_nelem(t)); }
 
-void ut_sigmoid_bwd_cuda(ut_tensor *t) {
+void ut_sigmoid_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_sigmoid_bwd(a->grad, t->grad, out_of(t), ut_nelem(t));
 }
@@ -64,15 +64,15 @@ void ut_sigmoid_bwd_cuda(ut_tensor *t) {
 /* ---- dropout: the constructor records the op only in training with p > 0;
  * every forward (a checkpoint's recompute too, the generator restored) draws
  * a fresh mask, as the CPU's ---- */
-void ut_dropout_fwd_cuda(ut_tensor *t) {
+void ut_dropout_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
-    uint8_t *keep = ut_ctx_dalloc(t->ctx, (size_t)N);
-    ut_cuda_dropout_mask(t->ctx, keep, ut_dropout_p(t), N);
+    uint8_t *keep = ut_kalloc(k, (size_t)N);
+    ut_cuda_dropout_mask(k, keep, ut_dropout_p(t), N);
     ut_dropout_set_keep(t, keep);
     ut_cuda_dropout_fwd(out_of(t), in_of(t), keep, ut_dropout_keep_scale(t), N);
 }
 
-void ut_dropout_bwd_cuda(ut_tensor *t) {
+void ut_dropout_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_cuda_dropout_bwd(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),

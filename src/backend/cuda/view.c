@@ -15,7 +15,7 @@ static void view_bwd(ut_tensor *t) {
                         ut_view_grad_strides(t));
 }
 
-void ut_contiguous_fwd_cuda(ut_tensor *t) {
+void ut_contiguous_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->dtype == UT_I32) {
         ut_cuda_strided_gather_i32((int32_t *)t->data, (const int32_t *)a->data, a->ndim, a->ne,
@@ -26,16 +26,16 @@ void ut_contiguous_fwd_cuda(ut_tensor *t) {
 }
 
 /* t has a's shape and is contiguous: a's gradient (contiguous) += t's */
-void ut_contiguous_bwd_cuda(ut_tensor *t) {
+void ut_contiguous_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad) ut_cuda_acc(a->grad, t->grad, ut_nelem(t));
 }
 
-void ut_reshape_fwd_cuda(ut_tensor *t) { (void)t; }
-void ut_reshape_bwd_cuda(ut_tensor *t) { view_bwd(t); }
+void ut_reshape_fwd_cuda(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_reshape_bwd_cuda(ut_tensor *t, UT_KCTX) { view_bwd(t); }
 
-void ut_permute_fwd_cuda(ut_tensor *t) { (void)t; }
-void ut_permute_bwd_cuda(ut_tensor *t) { view_bwd(t); }
+void ut_permute_fwd_cuda(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_permute_bwd_cuda(ut_tensor *t, UT_KCTX) { view_bwd(t); }
 
-void ut_slice_fwd_cuda(ut_tensor *t) { (void)t; }
-void ut_slice_bwd_cuda(ut_tensor *t) { view_bwd(t); }
+void ut_slice_fwd_cuda(ut_tensor *t, UT_KCTX) { (void)t; }
+void ut_slice_bwd_cuda(ut_tensor *t, UT_KCTX) { view_bwd(t); }

@@ -258,14 +258,14 @@ static bool on_device(const void *p) {
  * tensor over host memory (what ut_tensor_wrap of a host array makes) would
  * be an invalid pointer on a real device, so it is an error naming the op
  * and the tensor, not a kernel that happens to work. */
-static bool buffers_on_device(ut_tensor *t, bool backward) {
+static bool buffers_on_device(ut_tensor *t, const ut_kctx *k, bool backward) {
     char bad[32] = "";
     if (!on_device(t->data) || (backward && !on_device(t->grad))) snprintf(bad, sizeof bad, "its output");
     for (int i = 0; !*bad && i < UT_MAX_SRC; i++)
         if (t->src[i] && (!on_device(t->src[i]->data) || (backward && !on_device(t->src[i]->grad))))
             snprintf(bad, sizeof bad, "input %d", i);
     if (!*bad) return true;
-    ut_ctx_set_error(t->ctx, "%s: %s holds host memory, not sim device memory (a tensor made over a host array "
+    ut_kfail(k, "%s: %s holds host memory, not sim device memory (a tensor made over a host array "
                              "reached a device kernel: copy inputs in with ut_tensor_from)",
                      ut_op_name(t->op), bad);
     return false;
@@ -274,16 +274,16 @@ static bool buffers_on_device(ut_tensor *t, bool backward) {
 /* The op table: each CPU kernel inside the window, after its buffers are
  * checked; core's own ops (the checkpoint) run ops of this table themselves. */
 #define UT_OP(E, stem, props)                                                                                  \
-    static void stem##_fwd(ut_tensor *t) {                                                                     \
-        if (!buffers_on_device(t, false)) return;                                                              \
+    static void stem##_fwd(ut_tensor *t, const ut_kctx *k) {                                                   \
+        if (!buffers_on_device(t, k, false)) return;                                                           \
         enter();                                                                                               \
-        ut_##stem##_fwd_cpu(t);                                                                                \
+        ut_##stem##_fwd_cpu(t, k);                                                                             \
         leave();                                                                                               \
     }                                                                                                          \
-    static void stem##_bwd(ut_tensor *t) {                                                                     \
-        if (!buffers_on_device(t, true)) return;                                                               \
+    static void stem##_bwd(ut_tensor *t, const ut_kctx *k) {                                                   \
+        if (!buffers_on_device(t, k, true)) return;                                                            \
         enter();                                                                                               \
-        ut_##stem##_bwd_cpu(t);                                                                                \
+        ut_##stem##_bwd_cpu(t, k);                                                                             \
         leave();                                                                                               \
     }
 #define UT_OP_ANY(E, stem, props)
