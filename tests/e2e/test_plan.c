@@ -185,7 +185,9 @@ static void test_formulas(void) {
         double state = (double)(want[i].params + want[i].grads + want[i].optim) + base;
         CHECK(json_num(s, n, "total") == state + want[i].acts * act, "%s total", n);
         CHECK(json_num(s, n, "total_checkpoint") == state + want[i].acts * act_ck, "%s total (ckpt)", n);
-        CHECK(json_num(s, n, "fits") == -2, "%s: no fits without --device-memory", n);
+        /* no fits without --device-memory on the CPU; a device's own memory otherwise (sim's 64 GiB) */
+        CHECK(json_num(s, NULL, "device_memory") == -2 ? json_num(s, n, "fits") == -2 : json_num(s, n, "fits") == 1,
+              "%s: fits %g with device_memory %g", n, json_num(s, n, "fits"), json_num(s, NULL, "device_memory"));
     }
     /* ZeRO-Offload: zero1 and zero2 without the optimizer's state on the
      * device; the host takes it with the master shard and its gradient */
@@ -322,6 +324,11 @@ static void test_fits(void) {
     free(s);
     rc = run((const char *[]){"plan", cfg, "--world-size", "2", "--device-memory", "1MiB", NULL}, &s);
     CHECK(rc == 0 && strstr(s, "fits in 1.0 MiB per rank: none, not even with activation checkpointing"), "%s", s);
+    free(s);
+    /* on a device with memory of its own, that memory is the default */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "2", "--set", "device=sim", NULL}, &s);
+    CHECK(rc == 0 && strstr(s, "fits in 64.00 GiB per rank (the memory of device sim): ddp, zero1, zero2, zero3"),
+          "%s", s);
     free(s);
 }
 
