@@ -149,6 +149,13 @@ ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x
 /* Pre-LayerNorm block: x + attn(ln_1(x)), then + mlp(ln_2(.)); with
  * checkpoint the block's activations are recomputed in backward. */
 ut_tensor *ut_block_layer_forward(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, bool checkpoint);
+/* The same block with the rows described by rows: NULL as above (x (B, T, C),
+ * causal); a float mask (B, T) of the real tokens (x (B, T, C), causal under
+ * it); or I32 offsets (B + 1) where each of B packed sequences starts (x
+ * (N, C), each causal over itself). With rows, attention probabilities get
+ * the layer's dropout too (transformers' attn_pdrop). */
+ut_tensor *ut_block_layer_forward_rows(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, ut_tensor *rows,
+                                       bool checkpoint);
 
 #ifdef __cplusplus
 }

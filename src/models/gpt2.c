@@ -48,42 +48,6 @@ static ut_tensor *positions(ut_ctx *ctx, int64_t T) {
     return ut_tensor_from(ctx, UT_I32, 1, &T, ps);
 }
 
-/* a block's rest after attention y, on x's rows (any layout) */
-static ut_tensor *block_tail(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, ut_tensor *y) {
-    const ut_attention_layer *a = &l->attn;
-    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
-    x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
-    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
-}
-
-/* one block with the padding mask under the causal one: in = {x (B, T, C),
- * mask (B, T)}; attention dropout as transformers' attn_pdrop (= dropout) */
-static ut_tensor *masked_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
-    (void)n;
-    const ut_block_layer *l = user;
-    const ut_attention_layer *a = &l->attn;
-    ut_tensor *x = in[0];
-    int64_t C = x->ne[2];
-    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
-    ut_tensor *y = ut_attention_qkv(ctx, ut_slice(ctx, qkv, 2, 0, C), ut_slice(ctx, qkv, 2, C, 2 * C),
-                                    ut_slice(ctx, qkv, 2, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
-    return block_tail(ctx, l, x, y);
-}
-
-/* the same block on packed rows: in = {x (N, C), the real tokens of every
- * sequence one after the other, offsets I32 (B + 1) where each starts} */
-static ut_tensor *packed_block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
-    (void)n;
-    const ut_block_layer *l = user;
-    const ut_attention_layer *a = &l->attn;
-    ut_tensor *x = in[0];
-    int64_t C = x->ne[1];
-    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
-    ut_tensor *y = ut_attention_varlen(ctx, ut_slice(ctx, qkv, 1, 0, C), ut_slice(ctx, qkv, 1, C, 2 * C),
-                                       ut_slice(ctx, qkv, 1, 2 * C, 3 * C), in[1], a->n_head, true, a->dropout);
-    return block_tail(ctx, l, x, y);
-}
-
 /* the position of row b's last token that is not pad_id (the last position
  * when pad_id is unset; transformers: argmax of t * (id != pad), 0 if none) */
 static int64_t last_token(const gpt2 *g, const int32_t *id, int64_t T) {
@@ -179,21 +143,17 @@ static ut_tensor *classify_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     int rc = pack_inputs(ctx, g, x, &pk);
     if (rc < 0) return NULL;
     ut_tensor *ids, *aux, *last, *pos;
-    ut_checkpoint_fn fn = packed_block_fn;
     if (rc == 0) {
         ids = pk.ids, pos = pk.pos, aux = pk.offsets, last = pk.last;
     } else {
         if (split_inputs(ctx, g, x, &ids, &aux, &last)) return NULL;
         pos = positions(ctx, T);
-        fn = masked_block_fn;
     }
     ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, ids),
                           ut_embedding_layer_forward(ctx, &g->wpe, pos));
     if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
-    for (int64_t l = 0; l < g->n_layer; l++) {
-        ut_tensor *in[2] = {h, aux};
-        h = m->checkpoint_activations ? ut_checkpoint(ctx, fn, &g->h[l], in, 2) : fn(ctx, &g->h[l], in, 2);
-    }
+    for (int64_t l = 0; l < g->n_layer; l++)
+        h = ut_block_layer_forward_rows(ctx, &g->h[l], h, aux, m->checkpoint_activations);
     h = ut_layernorm_layer_forward(ctx, &g->ln_f, h);
     /* the rows at the last tokens: an embedding lookup into h viewed (rows, C) */
     h = ut_embedding(ctx, last, ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / g->C, g->C}));

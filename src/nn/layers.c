@@ -127,15 +127,39 @@ void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int
     ut_mlp_layer_init(m, &l->mlp, pname(buf, sizeof buf, prefix, "mlp"), C, proj_std, dropout);
 }
 
+/* The one GPT-2 block, on rows as its inputs lay them out: in = {x (B, T, C)}
+ * causal over each row (the fused attention on the packed qkv); {x (B, T, C),
+ * mask (B, T)} causal under a padding mask; {x (N, C), offsets I32 (B + 1)}
+ * packed sequences, each causal over itself. The last two apply the
+ * attention-probability dropout (transformers' attn_pdrop = dropout). */
 static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
-    (void)n;
     const ut_block_layer *l = user;
+    const ut_attention_layer *a = &l->attn;
     ut_tensor *x = in[0];
-    x = ut_add(ctx, x, ut_attention_layer_forward(ctx, &l->attn, ut_layernorm_layer_forward(ctx, &l->ln_1, x)));
+    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
+    ut_tensor *y;
+    if (n < 2 || !in[1]) {
+        y = ut_attention(ctx, qkv, a->n_head);
+    } else {
+        int d = x->ndim - 1;
+        int64_t C = x->ne[d];
+        ut_tensor *q = ut_slice(ctx, qkv, d, 0, C), *k = ut_slice(ctx, qkv, d, C, 2 * C),
+                  *v = ut_slice(ctx, qkv, d, 2 * C, 3 * C);
+        y = x->ndim == 2 ? ut_attention_varlen(ctx, q, k, v, in[1], a->n_head, true, a->dropout)
+                         : ut_attention_qkv(ctx, q, k, v, in[1], a->n_head, true, a->dropout);
+    }
+    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
+    x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
     return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
 }
 
 ut_tensor *ut_block_layer_forward(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, bool checkpoint) {
-    if (checkpoint) return ut_checkpoint(ctx, block_fn, (void *)l, &x, 1);
-    return block_fn(ctx, (void *)l, &x, 1);
+    return ut_block_layer_forward_rows(ctx, l, x, NULL, checkpoint);
+}
+
+ut_tensor *ut_block_layer_forward_rows(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, ut_tensor *rows,
+                                       bool checkpoint) {
+    ut_tensor *in[2] = {x, rows};
+    int n = rows ? 2 : 1;
+    return checkpoint ? ut_checkpoint(ctx, block_fn, (void *)l, in, n) : block_fn(ctx, (void *)l, in, n);
 }
