@@ -115,6 +115,22 @@ static void test_offload(void) {
     CHECK(log && strstr(log, "optimizer offload rank 0:") && strstr(log, "optimizer 0.000 MiB"),
           "the log says the optimizer is on the host:\n%s", log ? log : "(no log)");
     free(log);
+    /* a run without offload goes on with it (the checkpoint is the same file either way) */
+    CHECK(train("z2mix", gpt2, "sim", "dist.strategy=zero2 train.max_steps=4", 2) == 0, "zero2, first half");
+    CHECK(train("z2mix", gpt2, "sim", "dist.strategy=zero2 dist.offload_optimizer=cpu continue_training=true", 2) == 0,
+          "zero2 resumed with offload");
+    CHECK(same_file(run_file("z2mix", "checkpoints/step_00000008.safetensors"),
+                    run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
+          "zero2 resumed with the optimizer offloaded differs from zero2");
+    /* fp16 loss scaling, clipping and accumulation around the offloaded step: zero1 on 2 ranks */
+    const char *mixed = "dist.strategy=zero1 train.precision=fp16 train.grad_clip=0.05 train.gradient_accumulation_steps=2";
+    char sets[256];
+    CHECK(train("z1ref", gpt2, "cpu", mixed, 2) == 0, "zero1 fp16 on the CPU");
+    snprintf(sets, sizeof sets, "%s dist.offload_optimizer=cpu", mixed);
+    CHECK(train("z1fp16off", gpt2, "sim", sets, 2) == 0, "zero1 fp16 with offload");
+    CHECK(same_file(run_file("z1fp16off", "checkpoints/step_00000008.safetensors"),
+                    run_file("z1ref", "checkpoints/step_00000008.safetensors")),
+          "zero1 fp16 with clipping and accumulation, offloaded, differs from the CPU's run");
     CHECK(train("z1off", gpt2, "sim", "dist.strategy=zero1 dist.offload_optimizer=cpu", 1) == 0, "zero1 with offload");
     CHECK(same_file(run_file("z1off", "checkpoints/step_00000008.safetensors"),
                     run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
