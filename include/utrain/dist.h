@@ -70,6 +70,11 @@ ut_comm_req *ut_comm_irecv(ut_comm *c, float *buf, int64_t n, int peer);
  *   reduce_scatter: out[0, n) = sum over ranks of in[rank*n, (rank+1)*n)
  *   allgather:      out[r*n, (r+1)*n) = in[0, n) of rank r */
 ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n);
+/* allreduce of n 16-bit values (dt UT_BF16 or UT_F16, as their bit
+ * patterns): each addition widens both to float32 and rounds the sum back
+ * (round to nearest even), so half the bytes of the float32 form move;
+ * DDP's gradient compression (dist.comm_hook) uses it. */
+ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype dt);
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n);
 ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n);
 /* The uneven forms the ZeRO strategies use on ranges of a flat buffer cut
@@ -111,6 +116,11 @@ void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s);
  * of one process on the whole global batch. */
 typedef struct ut_ddp ut_ddp;
 ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb);
+/* Gradient compression, as PyTorch's DDP communication hooks
+ * (bf16_compress_hook, fp16_compress_hook): each bucket is rounded to dt
+ * (UT_BF16 or UT_F16) for its all-reduce (ut_comm_iallreduce16) and widened
+ * back; half the bytes move. UT_F32 (the default): no compression. */
+void ut_ddp_set_compression(ut_ddp *d, ut_dtype dt);
 void ut_ddp_free(ut_ddp *d);
 /* Arms ctx's gradient-ready hook for the coming backward pass: each bucket's
  * all-reduce starts as soon as its last parameter's gradient is complete.
@@ -175,6 +185,9 @@ typedef struct {
      * back before the parameters are gathered. The model's device keeps only
      * parameters and gradients. */
     bool offload_optimizer;
+    /* ddp, zero1: the gradient all-reduce in 16 bits (ut_ddp_set_compression;
+     * UT_F32 or 0: none) */
+    ut_dtype comm_hook;
 } ut_dist_opts;
 
 /* Bytes of this rank's model state: held now (parameters and gradients in

@@ -32,6 +32,8 @@ const char *ut_comm_op_name(enum ut_comm_kind k) {
     case UT_COMM_SPLIT: return "split";
     case UT_COMM_SEND_F32: return "send";
     case UT_COMM_RECV_F32: return "recv";
+    case UT_COMM_ALLREDUCE_BF16: return "allreduce_bf16";
+    case UT_COMM_ALLREDUCE_F16: return "allreduce_f16";
     }
     return "?";
 }
@@ -200,6 +202,8 @@ static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
     case UT_COMM_ALLGATHERV_F32: return n * 4;
     case UT_COMM_ALLREDUCE_F64:
     case UT_COMM_ALLREDUCE_I64: return n * 8;
+    case UT_COMM_ALLREDUCE_BF16:
+    case UT_COMM_ALLREDUCE_F16: return n * 2;
     case UT_COMM_ALLGATHER_U64: return n * 8 * c->size;
     case UT_COMM_BCAST: return n;
     case UT_COMM_SEND_F32: return n * 4;
@@ -251,6 +255,11 @@ static ut_comm_req *handle(uint64_t seq) { return (ut_comm_req *)(uintptr_t)seq;
 
 ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n) {
     return handle(issue(c, UT_COMM_ALLREDUCE_F32, NULL, buf, n, 0));
+}
+
+ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype dt) {
+    UT_ASSERT(dt == UT_BF16 || dt == UT_F16);
+    return handle(issue(c, dt == UT_BF16 ? UT_COMM_ALLREDUCE_BF16 : UT_COMM_ALLREDUCE_F16, NULL, buf, n, 0));
 }
 
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n) {

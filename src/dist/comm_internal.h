@@ -38,6 +38,8 @@ enum ut_comm_kind {
     UT_COMM_SPLIT,              /* a process group (color, key); out: the backend's result */
     UT_COMM_SEND_F32,           /* in[0, n) to rank peer */
     UT_COMM_RECV_F32,           /* out[0, n) from rank peer */
+    UT_COMM_ALLREDUCE_BF16,     /* out[0, n) bf16 values summed in place (each addition in float32, rounded) */
+    UT_COMM_ALLREDUCE_F16,      /* the same in IEEE half */
 };
 
 /* One queued operation. seq is the communicator's sequence number (#1, #2, ...),

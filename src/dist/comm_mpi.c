@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "../backend/backend.h"
 
 #define UT_COMM_QUEUE 256
 /* MPI counts are int: one call moves at most this many elements. */
@@ -85,14 +86,60 @@ static void mpi_abort_handler(void) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static int allreduce_sum(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, size_t esz) {
+static int allreduce_op(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, size_t esz, MPI_Op op) {
     char *p = buf;
     for (int64_t o = 0; o < n; o += m->chunk) {
         int k = (int)min64(m->chunk, n - o);
-        if (UT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + o * esz, k, dt, MPI_SUM, m->comm)))
+        if (UT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + o * esz, k, dt, op, m->comm)))
             return -1;
     }
     return 0;
+}
+
+static int allreduce_sum(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, size_t esz) {
+    return allreduce_op(m, buf, n, dt, esz, MPI_SUM);
+}
+
+/* Sums of 16-bit floats (bf16, f16 as MPI_UINT16_T bit patterns), as user
+ * reductions: inout[i] = round(float(in[i]) + float(inout[i])), through the
+ * CPU backend's conversions, a block at a time. */
+static void sum16(const uint16_t *in, uint16_t *inout, int len, ut_dtype dt) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    float a[256], b[256];
+    for (int o = 0; o < len; o += 256) {
+        int k = len - o < 256 ? len - o : 256;
+        cpu->convert(a, UT_F32, in + o, dt, k);
+        cpu->convert(b, UT_F32, inout + o, dt, k);
+        for (int i = 0; i < k; i++) b[i] += a[i];
+        cpu->convert(inout + o, dt, b, UT_F32, k);
+    }
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    sum16(in, inout, *len, UT_BF16);
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    sum16(in, inout, *len, UT_F16);
+}
+
+/* The two reductions, made once per process (MPI_Op_create after MPI_Init;
+ * the communication threads are the only callers, one at a time per
+ * communicator, and the first makes them under the lock). */
+static int op16(ut_dtype dt, MPI_Op *out) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
+    int i = dt == UT_BF16 ? 0 : 1, rc = 0;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&mu));
+    if (ops[i] == MPI_OP_NULL) rc = UT_CHECK_MPI(MPI_Op_create(i == 0 ? sum_bf16 : sum_f16, 1, &ops[i]));
+    *out = ops[i];
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&mu));
+    return rc;
+}
+
+static int allreduce16(mpi_impl *m, void *buf, int64_t n, ut_dtype dt) {
+    MPI_Op op;
+    return op16(dt, &op) ? -1 : allreduce_op(m, buf, n, MPI_UINT16_T, 2, op);
 }
 
 /* k elements of dt, spaced stride bytes apart from one rank's block to the
@@ -249,6 +296,8 @@ static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
     case UT_COMM_ALLREDUCE_F32: return allreduce_sum(m, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLREDUCE_F64: return allreduce_sum(m, op->out, op->n, MPI_DOUBLE, 8);
     case UT_COMM_ALLREDUCE_I64: return allreduce_sum(m, op->out, op->n, MPI_INT64_T, 8);
+    case UT_COMM_ALLREDUCE_BF16: return allreduce16(m, op->out, op->n, UT_BF16);
+    case UT_COMM_ALLREDUCE_F16: return allreduce16(m, op->out, op->n, UT_F16);
     case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter_sum(m, c->rank, c->size, op->in, op->out, op->n);
     case UT_COMM_ALLGATHER_F32: return allgather(m, c->rank, op->in, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLGATHER_U64:

@@ -13,6 +13,7 @@ typedef struct {
     int pending;             /* parameters not yet complete */
     ut_comm_req *req;        /* NULL until started */
     ut_stage stage;          /* the bucket's host memory while its all-reduce runs */
+    uint16_t *wire;          /* compression: the bucket in 16 bits while its all-reduce runs */
 } bucket;
 
 struct ut_ddp {
@@ -23,6 +24,8 @@ struct ut_ddp {
     int *bucket_of;          /* parameter index -> bucket */
     int *order;              /* buckets in the order they were started */
     int nstarted;
+    ut_dtype wire_dt;        /* UT_BF16 or UT_F16 with compression, else UT_F32 */
+    uint16_t *wire;          /* compression: every bucket's 16-bit buffer, one allocation */
 };
 
 /* Buckets of about bucket_mb (buckets.h). */
@@ -41,8 +44,25 @@ ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb) {
     return d;
 }
 
+void ut_ddp_set_compression(ut_ddp *d, ut_dtype dt) {
+    UT_ASSERT(dt == UT_F32 || dt == UT_BF16 || dt == UT_F16);
+    ut_free(d->wire);
+    d->wire = NULL;
+    d->wire_dt = dt;
+    if (dt == UT_F32) return;
+    int64_t total = 0;
+    for (int k = 0; k < d->nb; k++) total += d->b[k].span.hi - d->b[k].span.lo;
+    d->wire = ut_malloc_check((size_t)(total ? total : 1) * sizeof(uint16_t));
+    int64_t off = 0;
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].wire = d->wire + off;
+        off += d->b[k].span.hi - d->b[k].span.lo;
+    }
+}
+
 void ut_ddp_free(ut_ddp *d) {
     if (!d) return;
+    ut_free(d->wire);
     ut_free(d->b);
     ut_free(d->bucket_of);
     ut_free(d->order);
@@ -56,7 +76,12 @@ static void start(ut_ddp *d, int k) {
     int64_t n = bk->span.hi - bk->span.lo;
     float *host = ut_stage_begin(&bk->stage, ut_backend_get(d->params->device), d->params->flat_grad + bk->span.lo,
                                  (size_t)n * sizeof(float), true);
-    bk->req = ut_comm_iallreduce(d->comm, host, n);
+    if (d->wire_dt != UT_F32) { /* compressed: round the bucket to 16 bits for the wire */
+        ut_backend_get(UT_CPU)->convert(bk->wire, d->wire_dt, host, UT_F32, n);
+        bk->req = ut_comm_iallreduce16(d->comm, bk->wire, n, d->wire_dt);
+    } else {
+        bk->req = ut_comm_iallreduce(d->comm, host, n);
+    }
     d->order[d->nstarted++] = k;
 }
 
@@ -88,6 +113,9 @@ int ut_ddp_finish(ut_ddp *d, ut_ctx *ctx) {
     for (int i = 0; i < d->nstarted; i++) {
         bucket *bk = &d->b[d->order[i]];
         if (ut_comm_wait(d->comm, bk->req)) rc = -1;
+        if (d->wire_dt != UT_F32) /* the summed 16-bit bucket widened back */
+            ut_backend_get(UT_CPU)->convert(bk->stage.host, UT_F32, bk->wire, d->wire_dt,
+                                            bk->span.hi - bk->span.lo);
         ut_stage_end(&bk->stage, true);
     }
     /* done: a finish without a new arm starts every bucket again */

@@ -283,6 +283,7 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     case UT_DIST_DDP:
     case UT_DIST_ZERO1:
         if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
+        if (d->ddp && (o->comm_hook == UT_BF16 || o->comm_hook == UT_F16)) ut_ddp_set_compression(d->ddp, o->comm_hook);
         d->o = ut_optim_new(cfg, p->flat, p->flat_grad, p->segs, p->n, d->lo, d->hi);
         break;
     case UT_DIST_ZERO2:

@@ -24,6 +24,7 @@ static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", 
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 static const char *const offload_targets[] = {"none", "cpu", NULL};
+static const char *const comm_hooks[] = {"none", "bf16", "fp16", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -195,6 +196,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ZeRO-Offload (zero1, zero2): cpu keeps the optimizer's state and this rank's float32 master "
             "shard in host memory and runs the update on the CPU's threads; the device keeps the model "
             "and its gradients (docs/distributed.md)"},
+    {.key = "dist.comm_hook", .type = UT_CFG_ENUM, AT(comm_hook), .def = "none", .values = comm_hooks,
+     .doc = "ddp, zero1: all-reduce the gradients in 16 bits (PyTorch's bf16_compress_hook / fp16_compress_hook, "
+            "Accelerate's comm_hook): half the bytes between ranks, gradients rounded to bf16 or fp16 on the way"},
     {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
      .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),

@@ -66,6 +66,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->offload_optimizer, "cpu") && strcmp(c->dist_strategy, "zero1") && strcmp(c->dist_strategy, "zero2"))
         FAIL("dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not %s; "
              "set dist.strategy: zero2 (one process too) or dist.offload_optimizer: none", c->dist_strategy);
+    if (strcmp(c->comm_hook, "none") && strcmp(c->dist_strategy, "ddp") && strcmp(c->dist_strategy, "zero1"))
+        FAIL("dist.comm_hook: %s compresses ddp's and zero1's gradient all-reduce, not %s's; set dist.strategy: ddp "
+             "or zero1, or dist.comm_hook: none", c->comm_hook, c->dist_strategy);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);

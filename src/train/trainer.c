@@ -230,7 +230,10 @@ static int set_optimizer(ut_trainer *t) {
     }
     ut_dist_opts dopts = {.bucket_mb = c->bucket_mb, .wrap = c->dist_wrap,
                           .reshard_after_forward = c->reshard_after_forward,
-                          .offload_optimizer = !strcmp(c->offload_optimizer, "cpu")};
+                          .offload_optimizer = !strcmp(c->offload_optimizer, "cpu"),
+                          .comm_hook = !strcmp(c->comm_hook, "bf16")   ? UT_BF16
+                                       : !strcmp(c->comm_hook, "fp16") ? UT_F16
+                                                                       : UT_F32};
     if (ut_dist_parse(c->dist_strategy, &dopts.kind)) {
         snprintf(t->err, sizeof t->err, "dist.strategy: unknown strategy '%s'", c->dist_strategy);
         return -1;

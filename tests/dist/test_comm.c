@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "../../src/backend/backend.h"
 #include "utrain/base.h"
 #include "utrain/dist.h"
 
@@ -202,6 +203,25 @@ static void test_f64_i64(void) {
     CHECK(v[0] == (int64_t)size * (size - 1) / 2, "%lld", (long long)v[0]);
     CHECK(v[1] == size, "%lld", (long long)v[1]);
     CHECK(v[2] == ((int64_t)size << 40), "%lld", (long long)v[2]);
+}
+
+/* 16-bit all-reduce: bf16 and fp16 sums, each addition rounded to the type */
+static void test_allreduce16(void) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    const ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int t = 0; t < 2; t++) {
+        /* exact halves; -3 each; 257, which rounds to 256 in bf16 (8 significant bits) and stays in fp16 */
+        float x[4] = {(rank + 1) * 0.5f, -3.0f, 257.0f, 0.0f}, y[4];
+        uint16_t w[4];
+        cpu->convert(w, dts[t], x, UT_F32, 4);
+        ut_comm_req *r = ut_comm_iallreduce16(comm, w, 4, dts[t]);
+        CHECK(r && ut_comm_wait(comm, r) == 0, "%s", ut_comm_error(comm));
+        cpu->convert(y, UT_F32, w, dts[t], 4);
+        CHECK_NEAR(y[0], 0.25 * size * (size + 1), 0);
+        CHECK_NEAR(y[1], -3.0 * size, 0);
+        CHECK_NEAR(y[2], (dts[t] == UT_BF16 ? 256.0 : 257.0) * size, 0);
+        CHECK_NEAR(y[3], 0, 0);
+    }
 }
 
 static void test_bcast_barrier(void) {
@@ -412,6 +432,7 @@ int main(int argc, char **argv) {
     RUN(test_out_of_order_waits);
     RUN(test_many_small_requests);
     RUN(test_f64_i64);
+    RUN(test_allreduce16);
     RUN(test_bcast_barrier);
     RUN(test_check_same);
     RUN(test_stats);

@@ -6,6 +6,7 @@
  * bag-of-words classifier and `utrain test` on it, the dp strategy's worker
  * threads, ddp and zero3 on two ranks, a resume on sim, and a checkpoint
  * written on the CPU resumed on sim. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,35 @@ static void test_distributed(void) {
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
     both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
+}
+
+/* DDP's gradient compression (dist.comm_hook): on sim and on the CPU the same
+ * bits; against the uncompressed ddp run, near but not equal (the gradients
+ * were rounded to bf16 / fp16 on the way). */
+static void test_comm_hook(void) {
+    const char *hooks[2] = {"bf16", "fp16"};
+    for (int i = 0; i < 2; i++) {
+        char name[32], set[64];
+        snprintf(name, sizeof name, "ddp_%s", hooks[i]);
+        snprintf(set, sizeof set, "dist.strategy=ddp dist.comm_hook=%s", hooks[i]);
+        both(name, gpt2, set, 2, 8);
+        char a[64];
+        snprintf(a, sizeof a, "%s_cpu", name);
+        CHECK(!same_file(run_file(a, "checkpoints/step_00000008.safetensors"),
+                         run_file("ddp_cpu", "checkpoints/step_00000008.safetensors")),
+              "%s: the compressed run equals the uncompressed one: nothing was rounded", hooks[i]);
+        double worst = 0;
+        for (int st = 1; st <= 8; st++) {
+            char la[64] = "", lb[64] = "";
+            CHECK(tp_loss_at(run_file(a, "metrics.jsonl"), "train", st, la, sizeof la) &&
+                      tp_loss_at(run_file("ddp_cpu", "metrics.jsonl"), "train", st, lb, sizeof lb),
+                  "%s: step %d's loss", hooks[i], st);
+            double x = strtod(la, NULL), y = strtod(lb, NULL);
+            worst = fmax(worst, fabs(x - y) / fabs(y));
+        }
+        printf("     %s compression: losses within %.2e of uncompressed ddp\n", hooks[i], worst);
+        CHECK(worst < 1e-2, "%s: losses %.3g from uncompressed ddp", hooks[i], worst);
+    }
 }
 
 /* ZeRO-Offload: the optimizer's state and update on the host, the model on
@@ -194,5 +224,6 @@ int main(int argc, char **argv) {
     tp_mpi_env(true);
     RUN(test_distributed);
     RUN(test_offload);
+    RUN(test_comm_hook);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

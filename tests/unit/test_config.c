@@ -382,6 +382,9 @@ static void test_seed_dist_flags(void) {
     ut_config_free(&c);
     check_set_error("fsdp=offload", "--set: fsdp: 'offload' has no utrain equivalent (dist.strategy: ddp, "
                                     "zero1, zero2, zero3 or dp; see docs/distributed.md)");
+    check_invalid((const char *[]){"dist.comm_hook=bf16", "dist.strategy=zero2", NULL},
+                  "dist.comm_hook: bf16 compresses ddp's and zero1's gradient all-reduce, not zero2's; set "
+                  "dist.strategy: ddp or zero1, or dist.comm_hook: none");
     check_invalid((const char *[]){"dist.offload_optimizer=cpu", NULL},
                   "dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not ddp; set "
                   "dist.strategy: zero2 (one process too) or dist.offload_optimizer: none");
