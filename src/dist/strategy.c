@@ -279,18 +279,20 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         ut_dist_free(d);
         return NULL;
     }
+    /* the optimizer's parameters and gradients: the flat buffers, or the
+     * rank's shard buffers (based at lo) */
+    float *op = p->flat, *og = p->flat_grad;
+    int64_t pbase = 0, gbase = 0;
     switch (o->kind) {
     case UT_DIST_DDP:
     case UT_DIST_ZERO1:
         if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
         if (d->ddp && (o->comm_hook == UT_BF16 || o->comm_hook == UT_F16)) ut_ddp_set_compression(d->ddp, o->comm_hook);
-        d->o = ut_optim_new(cfg, p->flat, p->flat_grad, p->segs, p->n, d->lo, d->hi);
         break;
     case UT_DIST_ZERO2:
         d->shard_grad = ut_pages_alloc(d->be, d->S);
         make_buckets(d, o->bucket_mb);
-        d->o = ut_optim_new_view(cfg, p->flat, 0, d->shard_grad, d->lo, p->segs, p->n, d->lo,
-                                 d->hi);
+        og = d->shard_grad, gbase = d->lo;
         break;
     case UT_DIST_ZERO3:
         d->shard_grad = ut_pages_alloc(d->be, d->S);
@@ -299,20 +301,19 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
                     UT_COPY_D2D);
         ut_pages_release(d->be, p->flat, 0, p->numel);
         make_buckets(d, o->bucket_mb);
-        d->o = ut_optim_new_view(cfg, d->shard_param, d->lo, d->shard_grad, d->lo, p->segs, p->n,
-                                 d->lo, d->hi);
+        op = d->shard_param, pbase = d->lo, og = d->shard_grad, gbase = d->lo;
         break;
     case UT_DIST_DP: break;
     }
-    if (d->offload) { /* the optimizer over host copies of the shard instead */
-        ut_optim_free(d->o);
+    if (d->offload) { /* ZeRO-Offload: over host copies of the shard instead */
         size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
         d->h_param = ut_host_alloc(d->be, bytes);
         d->h_grad = ut_host_alloc(d->be, bytes);
         d->be->copy(d->h_param, p->flat + d->lo, bytes, UT_COPY_D2H);
         memset(d->h_grad, 0, bytes);
-        d->o = ut_optim_new_view(cfg, d->h_param, d->lo, d->h_grad, d->lo, p->segs, p->n, d->lo, d->hi);
+        op = d->h_param, pbase = d->lo, og = d->h_grad, gbase = d->lo;
     }
+    d->o = ut_optim_new_view(cfg, op, pbase, og, gbase, p->segs, p->n, d->lo, d->hi);
     return d;
 }
 

@@ -185,9 +185,14 @@ bool tp_same_weights(const char *a, const char *b) {
 double tp_weights_rel_diff(const char *a, const char *b) { return tp_tensors_rel_diff(a, b, "model."); }
 
 double tp_tensors_rel_diff(const char *a, const char *b, const char *prefix) {
+    return tp_tensors_diff(a, b, prefix, NULL, NULL, 0);
+}
+
+double tp_tensors_diff(const char *a, const char *b, const char *prefix, double *whole, char *worst_name, size_t n) {
     char err[512];
     ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
-    double worst = fa && fb ? 0 : -1;
+    double worst = fa && fb ? 0 : -1, ref_all = 0, diff_all = 0;
+    if (worst_name && n) snprintf(worst_name, n, "-");
     for (int i = 0; worst >= 0 && i < ut_st_count(fa); i++) {
         const char *name = ut_st_name(fa, i);
         if (strncmp(name, prefix, strlen(prefix))) continue;
@@ -202,11 +207,72 @@ double tp_tensors_rel_diff(const char *a, const char *b, const char *prefix) {
             ref += (double)u[k] * u[k];
             diff += ((double)u[k] - v[k]) * ((double)u[k] - v[k]);
         }
-        if (ref > 0) worst = fmax(worst, sqrt(diff / ref));
+        ref_all += ref, diff_all += diff;
+        if (ref > 0 && sqrt(diff / ref) > worst) {
+            worst = sqrt(diff / ref);
+            if (worst_name && n) snprintf(worst_name, n, "%s", name);
+        }
     }
     if (fa) ut_st_close(fa);
     if (fb) ut_st_close(fb);
+    if (whole) *whole = worst >= 0 && ref_all > 0 ? sqrt(diff_all / ref_all) : -1;
     return worst;
+}
+
+double tp_loss_diff(const char *metrics_a, const char *metrics_b, int steps) {
+    double worst = 0;
+    for (int s = 1; s <= steps; s++) {
+        char la[64] = "", lb[64] = "";
+        if (!tp_loss_at(metrics_a, "train", s, la, sizeof la) || !tp_loss_at(metrics_b, "train", s, lb, sizeof lb))
+            return 1e9;
+        double x = strtod(la, NULL), y = strtod(lb, NULL);
+        if (!isfinite(x) || !isfinite(y)) return 1e9;
+        worst = fmax(worst, fabs(x - y) / fmax(fabs(x), 1e-12));
+    }
+    return worst;
+}
+
+bool tp_same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    for (int ca = 0, cb = 0; same && ca != EOF;) {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        same = ca == cb;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+int tp_train_in(const char *dir, const char *name, const char *body, const char *device, const char *sets,
+                int nproc) {
+    char cfg[512], out[512], dev[64], np[8];
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", dir, name);
+    snprintf(out, sizeof out, "%s/%s.out", dir, name);
+    FILE *f = fopen(cfg, "w");
+    if (!f) return -1;
+    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, dir, body);
+    fclose(f);
+    snprintf(dev, sizeof dev, "device=%s", device);
+    snprintf(np, sizeof np, "%d", nproc);
+    const char *argv[32] = {"train", cfg, "--set", dev, "--nproc", np};
+    char s[512];
+    snprintf(s, sizeof s, "%s", sets);
+    tp_push_sets(argv, 6, 32, s);
+    return tp_run_shown(argv, out, 0, name);
+}
+
+const char *tp_run_file(const char *dir, const char *run, const char *leaf) {
+    char rel[512];
+    snprintf(rel, sizeof rel, "runs/%s/%s", run, leaf);
+    return tp_path(dir, rel);
+}
+
+const char *tp_ckpt_file(const char *dir, const char *run, int step) {
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "checkpoints/step_%08d.safetensors", step);
+    return tp_run_file(dir, run, leaf);
 }
 
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n) {

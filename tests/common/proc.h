@@ -2,6 +2,7 @@
  * captured, reading files, comparing checkpoints and metrics.jsonl.
  * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
  *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
+ *          tp_same_file, tp_train_in, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
  *          tp_now_s, tp_each_proc, tp_cmdline_has. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
@@ -68,4 +69,26 @@ void tp_mpi_env(bool shared_memory);
 bool tp_tokenize_sample(const char *dir, char *shard, size_t n);
 /* The "loss" text of metrics.jsonl's line for (split, step). */
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
+/* Largest |a - b| / |a| over the train losses of steps 1..steps of two
+ * metrics.jsonl files (1e9 when a step's loss is missing or not finite). */
+double tp_loss_diff(const char *metrics_a, const char *metrics_b, int steps);
+/* Whole files byte for byte (false when either is missing). */
+bool tp_same_file(const char *a, const char *b);
+/* A run of a test directory: writes DIR/NAME.yml (experiment_name NAME,
+ * output_dir DIR/runs, seed 5, threads 2, then body: the model, data and
+ * train sections) and runs `utrain train` on it with device and nproc and a
+ * --set for each space-separated setting of sets, output in DIR/NAME.out
+ * (shown on failure); the exit code. */
+int tp_train_in(const char *dir, const char *name, const char *body, const char *device, const char *sets,
+                int nproc);
+/* DIR/runs/RUN/LEAF, and DIR/runs/RUN/checkpoints/step_<step>.safetensors
+ * (in tp_path's rotating buffers). */
+const char *tp_run_file(const char *dir, const char *run, const char *leaf);
+const char *tp_ckpt_file(const char *dir, const char *run, int step);
+/* Over the tensors whose names start with prefix: the largest ||a - b|| /
+ * ||a|| of one tensor (returned; -1 if unreadable, the tensors' shapes
+ * differ or one is missing), the same over all of them as one vector into
+ * *whole (may be NULL), and the name of the tensor that differs most into
+ * worst (n bytes; may be NULL). */
+double tp_tensors_diff(const char *a, const char *b, const char *prefix, double *whole, char *worst, size_t n);
 #endif

@@ -6,7 +6,6 @@
  * bag-of-words classifier and `utrain test` on it, the dp strategy's worker
  * threads, ddp and zero3 on two ranks, a resume on sim, and a checkpoint
  * written on the CPU resumed on sim. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,44 +15,10 @@
 
 static char tmp[256], shard[512];
 
-/* Whole files byte for byte. */
-static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    for (int ca = 0, cb = 0; same && ca != EOF;) {
-        ca = fgetc(fa);
-        cb = fgetc(fb);
-        same = ca == cb;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
+static const char *run_file(const char *run, const char *leaf) { return tp_run_file(tmp, run, leaf); }
 
-static const char *run_file(const char *run, const char *leaf) {
-    static char buf[2][700];
-    static int k;
-    k ^= 1;
-    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, run, leaf);
-    return buf[k];
-}
-
-/* Writes NAME.yml (body: model, data and train sections) and trains it on
- * device with extra --set settings; the exit code. */
 static int train(const char *name, const char *body, const char *device, const char *sets, int nproc) {
-    char cfg[512], out[512], dev[64], np[8];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, body);
-    fclose(f);
-    snprintf(dev, sizeof dev, "device=%s", device);
-    snprintf(np, sizeof np, "%d", nproc);
-    const char *argv[32] = {"train", cfg, "--set", dev, "--nproc", np};
-    char s[512];
-    snprintf(s, sizeof s, "%s", sets);
-    tp_push_sets(argv, 6, 32, s);
-    return tp_run_shown(argv, out, 0, name);
+    return tp_train_in(tmp, name, body, device, sets, nproc);
 }
 
 /* The same run on both devices; their checkpoint at step and metrics agree. */
@@ -64,7 +29,7 @@ static void both(const char *name, const char *body, const char *sets, int nproc
     int ra = train(a, body, "cpu", sets, nproc), rb = train(b, body, "sim", sets, nproc);
     CHECK(ra == 0 && rb == 0, "%s: cpu exit %d, sim exit %d", name, ra, rb);
     snprintf(leaf, sizeof leaf, "checkpoints/step_%08d.safetensors", step);
-    CHECK(same_file(run_file(a, leaf), run_file(b, leaf)), "%s: the checkpoints at step %d differ", name, step);
+    CHECK(tp_same_file(run_file(a, leaf), run_file(b, leaf)), "%s: the checkpoints at step %d differ", name, step);
     /* metrics.jsonl's losses (the lines also carry times, which differ) */
     for (int s = 1; s <= step; s++) {
         char la[64] = "", lb[64] = "";
@@ -113,18 +78,10 @@ static void test_comm_hook(void) {
         both(name, gpt2, set, 2, 8);
         char a[64];
         snprintf(a, sizeof a, "%s_cpu", name);
-        CHECK(!same_file(run_file(a, "checkpoints/step_00000008.safetensors"),
+        CHECK(!tp_same_file(run_file(a, "checkpoints/step_00000008.safetensors"),
                          run_file("ddp_cpu", "checkpoints/step_00000008.safetensors")),
               "%s: the compressed run equals the uncompressed one: nothing was rounded", hooks[i]);
-        double worst = 0;
-        for (int st = 1; st <= 8; st++) {
-            char la[64] = "", lb[64] = "";
-            CHECK(tp_loss_at(run_file(a, "metrics.jsonl"), "train", st, la, sizeof la) &&
-                      tp_loss_at(run_file("ddp_cpu", "metrics.jsonl"), "train", st, lb, sizeof lb),
-                  "%s: step %d's loss", hooks[i], st);
-            double x = strtod(la, NULL), y = strtod(lb, NULL);
-            worst = fmax(worst, fabs(x - y) / fabs(y));
-        }
+        double worst = tp_loss_diff(run_file("ddp_cpu", "metrics.jsonl"), run_file(a, "metrics.jsonl"), 8);
         printf("     %s compression: losses within %.2e of uncompressed ddp\n", hooks[i], worst);
         CHECK(worst < 1e-2, "%s: losses %.3g from uncompressed ddp", hooks[i], worst);
     }
@@ -138,7 +95,7 @@ static void test_offload(void) {
           "zero2 with offload, first half");
     CHECK(train("z2off", gpt2, "sim", "dist.strategy=zero2 dist.offload_optimizer=cpu continue_training=true", 2) == 0,
           "zero2 with offload, resumed");
-    CHECK(same_file(run_file("z2off", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("z2off", "checkpoints/step_00000008.safetensors"),
                     run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
           "zero2 with the optimizer offloaded differs from zero2");
     char *log = tp_slurp(run_file("z2off", "logger_logs/training_0.log"));
@@ -149,7 +106,7 @@ static void test_offload(void) {
     CHECK(train("z2mix", gpt2, "sim", "dist.strategy=zero2 train.max_steps=4", 2) == 0, "zero2, first half");
     CHECK(train("z2mix", gpt2, "sim", "dist.strategy=zero2 dist.offload_optimizer=cpu continue_training=true", 2) == 0,
           "zero2 resumed with offload");
-    CHECK(same_file(run_file("z2mix", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("z2mix", "checkpoints/step_00000008.safetensors"),
                     run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
           "zero2 resumed with the optimizer offloaded differs from zero2");
     /* fp16 loss scaling, clipping and accumulation around the offloaded step: zero1 on 2 ranks */
@@ -158,11 +115,11 @@ static void test_offload(void) {
     CHECK(train("z1ref", gpt2, "cpu", mixed, 2) == 0, "zero1 fp16 on the CPU");
     snprintf(sets, sizeof sets, "%s dist.offload_optimizer=cpu", mixed);
     CHECK(train("z1fp16off", gpt2, "sim", sets, 2) == 0, "zero1 fp16 with offload");
-    CHECK(same_file(run_file("z1fp16off", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("z1fp16off", "checkpoints/step_00000008.safetensors"),
                     run_file("z1ref", "checkpoints/step_00000008.safetensors")),
           "zero1 fp16 with clipping and accumulation, offloaded, differs from the CPU's run");
     CHECK(train("z1off", gpt2, "sim", "dist.strategy=zero1 dist.offload_optimizer=cpu", 1) == 0, "zero1 with offload");
-    CHECK(same_file(run_file("z1off", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("z1off", "checkpoints/step_00000008.safetensors"),
                     run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
           "zero1 with the optimizer offloaded, one process, differs from plain training");
 }
@@ -193,14 +150,14 @@ static void test_bow_and_test_mode(void) {
 static void test_resume(void) {
     CHECK(train("r_sim", gpt2, "sim", "train.max_steps=4", 1) == 0, "the first half");
     CHECK(train("r_sim", gpt2, "sim", "continue_training=true", 1) == 0, "the resume");
-    CHECK(same_file(run_file("r_sim", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("r_sim", "checkpoints/step_00000008.safetensors"),
                     run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
           "stop at 4 and resume on sim differs from the straight run");
     char run[600];
     snprintf(run, sizeof run, "%s/runs/x_sim", tmp);
     CHECK(tp_plant_checkpoint(run_file("gpt2_fp32_cpu", "checkpoints/step_00000004.safetensors"), run), "plant");
     CHECK(train("x_sim", gpt2, "sim", "continue_training=true", 1) == 0, "the cross-device resume");
-    CHECK(same_file(run_file("x_sim", "checkpoints/step_00000008.safetensors"),
+    CHECK(tp_same_file(run_file("x_sim", "checkpoints/step_00000008.safetensors"),
                     run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
           "a CPU checkpoint resumed on sim differs from the straight run");
 }

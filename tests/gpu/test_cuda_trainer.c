@@ -19,7 +19,6 @@
  * and 6.6e-4): the GPU's 16-bit products round differently, not worse. A
  * bias that Adam drives from zero differs most (0.45 relative in bf16) and
  * is not bounded alone: the whole model is. */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,106 +26,26 @@
 
 #include "../../src/backend/backend.h"
 #include "proc.h"
-#include "utrain/io.h"
 #include "test.h"
 
 static char tmp[256], shard[512];
 static const char *D = "cuda"; /* the device under test */
 
-/* Whole files byte for byte (false when either is missing). */
-static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    for (int ca = 0, cb = 0; same && ca != EOF;) {
-        ca = fgetc(fa);
-        cb = fgetc(fb);
-        same = ca == cb;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
-static const char *run_file(const char *run, const char *leaf) {
-    static char buf[4][700];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/runs/%s/%s", tmp, run, leaf);
-    return buf[k];
-}
-
-static const char *ckpt(const char *run, int step) {
-    char leaf[64];
-    snprintf(leaf, sizeof leaf, "checkpoints/step_%08d.safetensors", step);
-    return run_file(run, leaf);
-}
-
+static const char *run_file(const char *run, const char *leaf) { return tp_run_file(tmp, run, leaf); }
+static const char *ckpt(const char *run, int step) { return tp_ckpt_file(tmp, run, step); }
 static int train(const char *name, const char *body, const char *device, const char *sets, int nproc) {
-    char cfg[512], out[512], dev[64], np[8];
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, body);
-    fclose(f);
-    snprintf(dev, sizeof dev, "device=%s", device);
-    snprintf(np, sizeof np, "%d", nproc);
-    const char *argv[32] = {"train", cfg, "--set", dev, "--nproc", np};
-    char s[512];
-    snprintf(s, sizeof s, "%s", sets);
-    tp_push_sets(argv, 6, 32, s);
-    return tp_run_shown(argv, out, 0, name);
+    return tp_train_in(tmp, name, body, device, sets, nproc);
 }
-
-/* Largest |a - b| / |a| over the logged training losses of steps 1..steps
- * (1e9 when a step's loss is missing from either). */
 static double loss_diff(const char *a, const char *b, int steps) {
-    double worst = 0;
-    for (int s = 1; s <= steps; s++) {
-        char la[64] = "", lb[64] = "";
-        if (!tp_loss_at(run_file(a, "metrics.jsonl"), "train", s, la, sizeof la) ||
-            !tp_loss_at(run_file(b, "metrics.jsonl"), "train", s, lb, sizeof lb))
-            return 1e9;
-        double x = strtod(la, NULL), y = strtod(lb, NULL);
-        if (!isfinite(x) || !isfinite(y)) return 1e9;
-        worst = fmax(worst, fabs(x - y) / fmax(fabs(x), 1e-12));
-    }
-    return worst;
+    return tp_loss_diff(run_file(a, "metrics.jsonl"), run_file(b, "metrics.jsonl"), steps);
 }
-
-/* Relative L2 difference of the "model.*" tensors of two checkpoints, all
- * of them as one vector (-1 if unreadable); the tensor that differs most
- * (relative to its own norm) into worst / worst_rel. */
+/* Relative L2 difference of the whole model (all "model.*" tensors as one
+ * vector; -1 if unreadable); the tensor that differs most relative to its own
+ * norm into worst / worst_rel. */
 static double model_diff(const char *a, const char *b, char *worst, size_t n, double *worst_rel) {
-    char err[512];
-    ut_st_file *fa = ut_st_open(a, err, sizeof err), *fb = ut_st_open(b, err, sizeof err);
-    double ref = 0, diff = 0;
-    bool ok = fa && fb;
-    *worst_rel = 0;
-    snprintf(worst, n, "-");
-    for (int i = 0; ok && i < ut_st_count(fa); i++) {
-        const char *name = ut_st_name(fa, i);
-        if (strncmp(name, "model.", 6)) continue;
-        const ut_st_tensor *x = ut_st_get(fa, name), *y = ut_st_get(fb, name);
-        if (!y || y->nbytes != x->nbytes) {
-            ok = false;
-            break;
-        }
-        const float *u = x->data, *v = y->data;
-        double r = 0, d = 0;
-        for (size_t k = 0; k < x->nbytes / 4; k++) {
-            r += (double)u[k] * u[k];
-            d += ((double)u[k] - v[k]) * ((double)u[k] - v[k]);
-        }
-        ref += r;
-        diff += d;
-        if (r > 0 && sqrt(d / r) > *worst_rel) {
-            *worst_rel = sqrt(d / r);
-            snprintf(worst, n, "%s", name);
-        }
-    }
-    if (fa) ut_st_close(fa);
-    if (fb) ut_st_close(fb);
-    return ok && ref > 0 ? sqrt(diff / ref) : -1;
+    double whole = -1;
+    *worst_rel = tp_tensors_diff(a, b, "model.", &whole, worst, n);
+    return whole;
 }
 
 /* The same run on the CPU and on D: losses within loss_tol, the weights of
@@ -205,7 +124,7 @@ static void test_same_bits(void) {
         snprintf(ref, sizeof ref, "gpt2_%s_dev", p[i]);
         snprintf(set, sizeof set, "train.precision=%s", p[i]);
         CHECK(train(name, gpt2, D, set, 1) == 0, "%s", name);
-        CHECK(same_file(ckpt(name, 8), ckpt(ref, 8)), "%s: two runs with one seed give different checkpoints", p[i]);
+        CHECK(tp_same_file(ckpt(name, 8), ckpt(ref, 8)), "%s: two runs with one seed give different checkpoints", p[i]);
     }
 }
 
@@ -215,7 +134,7 @@ static void test_same_bits(void) {
 static void test_resume(void) {
     CHECK(train("r_dev", gpt2, D, "train.max_steps=4", 1) == 0, "the first half");
     CHECK(train("r_dev", gpt2, D, "continue_training=true", 1) == 0, "the resume");
-    CHECK(same_file(ckpt("r_dev", 8), ckpt("gpt2_fp32_dev", 8)),
+    CHECK(tp_same_file(ckpt("r_dev", 8), ckpt("gpt2_fp32_dev", 8)),
           "stop at 4 and resume on %s differs from the straight run", D);
     char run[600];
     snprintf(run, sizeof run, "%s/runs/x_dev", tmp);

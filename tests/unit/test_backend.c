@@ -13,6 +13,7 @@
 #define UT_HOST_VIEWS_PUBLIC
 #include "../../src/core/internal.h"
 #include "utrain/base.h"
+#include "utrain/config.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
@@ -268,6 +269,36 @@ static void test_model_device(void) {
     }
 }
 
+/* The config's device made this process's (ut_config_use_device): the CPU
+ * and sim always; cuda refused naming the key and what to write on a machine
+ * without a GPU, and a GPU number the machine lacks refused naming the ones
+ * it has. */
+static void test_config_use_device(void) {
+    ut_config c;
+    char err[512] = "";
+    const char *devs[2] = {"cpu", "sim"};
+    for (int i = 0; i < 2; i++) {
+        ut_config_init(&c);
+        snprintf(err, sizeof err, "device=%s", devs[i]);
+        CHECK(ut_config_set(&c, err, err, sizeof err) == 0 && ut_config_use_device(&c, err, sizeof err) == 0,
+              "device %s: %s", devs[i], err);
+        ut_config_free(&c);
+    }
+    if (!ut_backend_get(UT_CUDA)) return; /* the config refuses cuda itself (test_config) */
+    char why[256] = "";
+    bool gpu = ut_backend_check(UT_CUDA, why, sizeof why) == 0;
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, gpu ? "device=cuda:99" : "device=cuda", err, sizeof err) == 0, "%s", err);
+    err[0] = 0;
+    CHECK(ut_config_use_device(&c, err, sizeof err) == -1, "accepted: %s", c.device);
+    if (gpu)
+        CHECK(strstr(err, "device: cuda:99: there is no GPU number 99 on this machine (it has "), "%s", err);
+    else
+        CHECK(strstr(err, "device: cuda: no usable GPU on this machine") && strstr(err, "; write device: cpu"), "%s",
+              err);
+    ut_config_free(&c);
+}
+
 static void test_context_without_backend(void) {
     char why[256] = "";
     if (ut_backend_check(UT_CUDA, why, sizeof why) == 0) return; /* a GPU is here: nothing to refuse */
@@ -314,6 +345,7 @@ int main(void) {
     RUN(test_tensor_set_get);
     RUN(test_tensor_get_grad);
     RUN(test_model_device);
+    RUN(test_config_use_device);
     RUN(test_context_without_backend);
     RUN(test_embedding_strided_ids);
     return TEST_SUMMARY();
