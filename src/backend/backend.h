@@ -25,19 +25,32 @@ typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_
  * tools/check_kernel_ctx.sh holds src/backend to it). Core fills one per
  * context (src/core/ctx.c) and passes it to every kernel; the owner is
  * opaque to kernels.
+ * Core makes one per launch (ut_op_run, backward) by value, so a backend
+ * that runs kernels later (sim's worker thread) keeps a copy of what held at
+ * launch:
  *   ut_kalloc(k, bytes)   device memory of the op's device (saved buffers,
- *                         scratch), 64-byte aligned, until the arena resets
+ *                         scratch), 64-byte aligned, from the arena in use at
+ *                         launch (k->arena), until that arena resets; safe to
+ *                         call from a backend's own worker thread
  *   ut_khost(k, bytes)    host memory, the same lifetime
  *   ut_kfail(k, fmt, ...) a data error (an index out of range): the message
  *                         names the op; the step stops with it
- *   k->rng                the generator dropout draws its masks from
+ *   k->rng                this launch's own window of random draws (key,
+ *                         stream, offset) for the ops marked UT_OPP_RANDOM:
+ *                         a kernel draws from a copy of it (ut_philox g =
+ *                         k->rng), so where its masks come from is fixed when
+ *                         the op is launched, not when the kernel runs
+ *   k->stream             the stream the op's work goes on (NULL: the
+ *                         backend's compute stream)
  *   ut_kscratch(k, bytes), ut_kscratch_release(k), ut_kround16(k, s, n, dt, bwd)
  *                         autocast's scratch and kept 16-bit parameter copies,
  *                         for kernels that do autocast themselves
  *                         (UT_KCAP_NATIVE_16, UT_KCAP_READS_16) */
 struct ut_kctx {
     void *owner;
-    ut_philox *rng;
+    void *arena;    /* the device arena ut_kalloc takes from (opaque) */
+    ut_philox rng;  /* this launch's draws */
+    void *stream;
     void *(*dalloc)(const ut_kctx *k, size_t bytes);
     void *(*halloc)(const ut_kctx *k, size_t bytes);
     void (*fail)(const ut_kctx *k, const char *msg);
@@ -194,10 +207,33 @@ typedef struct ut_backend {
      * kernel launches) itself. */
     void (*optim_step)(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
 
-    /* ---- streams (CPU: NULL streams, synchronous) ---- */
-    void *(*stream_new)(ut_stream_kind kind);
+    /* ---- streams and events (CPU: NULL streams, everything synchronous) ----
+     * Work a backend queues runs in the order it was queued on its stream;
+     * NULL is the compute stream, where kernels and every call above without
+     * a stream go. copy (above) returns when the host may use its host
+     * buffer again: a D2H copy waits for the stream, an H2D copy has taken
+     * the host bytes. copy_async does neither: the host buffer of an H2D copy
+     * must stay unchanged, and that of a D2H copy unread, until the stream
+     * has got there (an event recorded after it says when). Prefer the
+     * wrappers ut_copy_async, ut_event_* (below), which also serve a backend
+     * without streams. */
+    void *(*stream_new)(ut_stream_kind kind);     /* COMPUTE: the compute stream itself */
     void (*stream_sync)(void *s);                 /* waits for work queued on s */
     void (*stream_free)(void *s);
+    void (*copy_async)(void *dst, const void *src, size_t bytes, ut_copy_kind kind, void *stream);
+    void (*memset_async)(void *p, int v, size_t bytes, void *stream);
+    /* Core is about to reuse the memory of tensor headers of ops launched so
+     * far (a context's host arena resets, or the context is freed): a
+     * backend whose queued kernels still read and write their headers waits
+     * for them here. NULL: kernels take what they need from the headers at
+     * launch (the CPU, CUDA). */
+    void (*headers_released)(void);
+    void *(*event_new)(void);
+    void (*event_record)(void *ev, void *stream); /* marks the work queued on stream so far */
+    void (*event_wait)(void *stream, void *ev);   /* work queued on stream later waits for ev */
+    void (*event_sync)(void *ev);                 /* the host waits for ev */
+    bool (*event_done)(void *ev);                 /* whether ev is done, without waiting */
+    void (*event_free)(void *ev);
 } ut_backend;
 
 /* The backend of dev, or NULL when this build has none for it
@@ -216,6 +252,17 @@ int ut_backend_check(ut_device dev, char *err, size_t n);
 float *ut_pages_alloc(const ut_backend *be, int64_t nfloats);
 void ut_pages_free(const ut_backend *be, float *p, int64_t nfloats);
 void ut_pages_release(const ut_backend *be, float *p, int64_t lo, int64_t hi);
+
+/* Streams and events through be, also where it has none (the CPU: the
+ * copy is done when the call returns; events are done when recorded). */
+void ut_copy_async(const ut_backend *be, void *dst, const void *src, size_t bytes, ut_copy_kind kind, void *stream);
+void ut_memset_async(const ut_backend *be, void *p, int v, size_t bytes, void *stream);
+void *ut_event_new(const ut_backend *be);
+void ut_event_record(const ut_backend *be, void *ev, void *stream);
+void ut_event_wait(const ut_backend *be, void *stream, void *ev);
+void ut_event_sync(const ut_backend *be, void *ev);
+bool ut_event_done(const ut_backend *be, void *ev);
+void ut_event_free(const ut_backend *be, void *ev);
 
 /* Host memory that be's device copies to and from fastest (its host_alloc,
  * else ordinary 64-byte aligned memory); aborts when out of memory. */

@@ -53,6 +53,33 @@ void ut_kfail(const ut_kctx *k, const char *fmt, ...) {
     k->fail(k, msg);
 }
 
+// --- streams and events -----------------------------------------------------------
+
+void ut_copy_async(const ut_backend *be, void *dst, const void *src, size_t bytes, ut_copy_kind kind, void *stream) {
+    if (be->copy_async) be->copy_async(dst, src, bytes, kind, stream);
+    else be->copy(dst, src, bytes, kind);
+}
+void ut_memset_async(const ut_backend *be, void *p, int v, size_t bytes, void *stream) {
+    if (be->memset_async) be->memset_async(p, v, bytes, stream);
+    else be->memset(p, v, bytes);
+}
+/* A backend without events: a token that is not NULL, and waits that are done. */
+static char no_event;
+void *ut_event_new(const ut_backend *be) { return be->event_new ? be->event_new() : &no_event; }
+void ut_event_record(const ut_backend *be, void *ev, void *stream) {
+    if (be->event_record) be->event_record(ev, stream);
+}
+void ut_event_wait(const ut_backend *be, void *stream, void *ev) {
+    if (be->event_wait) be->event_wait(stream, ev);
+}
+void ut_event_sync(const ut_backend *be, void *ev) {
+    if (be->event_sync) be->event_sync(ev);
+}
+bool ut_event_done(const ut_backend *be, void *ev) { return be->event_done ? be->event_done(ev) : true; }
+void ut_event_free(const ut_backend *be, void *ev) {
+    if (be->event_free && ev) be->event_free(ev);
+}
+
 // --- host memory for copies -----------------------------------------------------
 
 void *ut_host_alloc(const ut_backend *be, size_t bytes) {

@@ -318,7 +318,7 @@ static void swap_out(ut_tensor *t, bool self, swap_state *st) {
         if (t->src[i]) restore(t->src[i], i, st);
 }
 
-void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
+void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd, const ut_kctx *k) {
     swap_state st;
     swap_in(t, false, true, &st);
     void *out = t->data;
@@ -328,7 +328,7 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
         t->data = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         t->dtype = UT_F32;
     }
-    fwd(t, &t->ctx->kctx);
+    fwd(t, k);
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
     if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
@@ -341,7 +341,7 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd) {
  * kernels read and add into float32 copies. The incoming gradient of an
  * autocast op is rounded to its dtype (a 16-bit kernel reads it in 16 bits):
  * a 16-bit output's gradient already is. */
-void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
+void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd, const ut_kctx *k) {
     swap_state st;
     bool data = !ut_op_is(t->op, UT_OPP_NO_DATA);
     /* a 16-bit source gets its 16-bit buffer first, also where the op would
@@ -355,7 +355,7 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd) {
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;
     }
-    bwd(t, &t->ctx->kctx);
+    bwd(t, k);
     t->grad = grad;
     swap_out(t, true, &st);
     give_back(t->ctx);

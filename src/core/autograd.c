@@ -58,8 +58,9 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
             double t0 = ut_prof_begin(ctx);
-            if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward);
-            else ops[t->op].backward(t, &ctx->kctx);
+            ut_kctx k = ut_ctx_launch(ctx, UT_OP_NONE); /* backward draws nothing */
+            if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward, &k);
+            else ops[t->op].backward(t, &k);
             ut_prof_end(ctx, t->op, 1, t0);
         }
         if (hooks && ctx->grad_hook)
@@ -180,7 +181,8 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
     /* out = y made contiguous, by the backend's contiguous kernel (it reads
      * src[0] and writes out; out keeps no source) */
     out->src[0] = y;
-    ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out, &ctx->kctx);
+    ut_kctx k = ut_ctx_launch(ctx, UT_OP_CONTIGUOUS);
+    ut_op_table(ctx->device)[UT_OP_CONTIGUOUS].forward(out, &k);
     out->src[0] = NULL;
     ut_ctx_reset_scratch(ctx);
     cr->nparams = ctx->ncollected;

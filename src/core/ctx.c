@@ -22,7 +22,14 @@ const char *ut_device_name(ut_device dev) {
 
 /* ---- the kernel context: this context's services, as kernels see them ---- */
 static ut_ctx *owner(const ut_kctx *k) { return k->owner; }
-static void *k_dalloc(const ut_kctx *k, size_t bytes) { return ut_ctx_dalloc(owner(k), bytes); }
+static void lock(ut_ctx *ctx) {
+    if (ctx->locked) pthread_mutex_lock(&ctx->mu);
+}
+static void unlock(ut_ctx *ctx) {
+    if (ctx->locked) pthread_mutex_unlock(&ctx->mu);
+}
+static void *arena_take(ut_ctx *ctx, ut_arena *a, size_t bytes);
+static void *k_dalloc(const ut_kctx *k, size_t bytes) { return arena_take(owner(k), k->arena, bytes); }
 static void *k_halloc(const ut_kctx *k, size_t bytes) { return ut_ctx_alloc(owner(k), bytes); }
 static void k_fail(const ut_kctx *k, const char *msg) { ut_ctx_set_error(owner(k), "%s", msg); }
 static float *k_scratch(const ut_kctx *k, size_t bytes) { return ut_autocast_scratch(owner(k), bytes); }
@@ -56,13 +63,20 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->training = true;
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
-    ctx->kctx = (ut_kctx){.owner = ctx, .rng = &ctx->rng, .dalloc = k_dalloc, .halloc = k_halloc, .fail = k_fail,
+    ctx->locked = !ctx->be->host_memory;
+    pthread_mutex_init(&ctx->mu, NULL);
+    ctx->kctx = (ut_kctx){.owner = ctx, .dalloc = k_dalloc, .halloc = k_halloc, .fail = k_fail,
                           .scratch = k_scratch, .scratch_release = k_scratch_release, .round16 = k_round16};
     return ctx;
 }
 
+static void headers_released(const ut_ctx *ctx) {
+    if (ctx->be->headers_released) ctx->be->headers_released();
+}
+
 void ut_ctx_free(ut_ctx *ctx) {
     if (!ctx) return;
+    headers_released(ctx);
     ut_autocast_free(ctx);
     ut_arena_free(&ctx->main);
     ut_arena_free(&ctx->scratch);
@@ -71,16 +85,36 @@ void ut_ctx_free(ut_ctx *ctx) {
     ut_free(ctx->tape);
     ut_free(ctx->first_use);
     ut_free(ctx->collected);
+    pthread_mutex_destroy(&ctx->mu);
     ut_free(ctx);
 }
 
+ut_kctx ut_ctx_launch(ut_ctx *ctx, int op) {
+    ut_kctx k = ctx->kctx;
+    k.arena = ctx->darena;
+    if (ut_op_is(op, UT_OPP_RANDOM)) {
+        k.rng = ctx->rng;
+        ctx->rng.offset += UT_RNG_LAUNCH_DRAWS;
+    }
+    return k;
+}
+
+/* An arena reset may free device chunks: on sim that is queued behind the
+ * work still using them (the backend's free is stream-ordered), so it needs
+ * no wait for that, only the lock against a kernel allocating at the same
+ * time. The host arenas hold the headers of launched ops, which sim's queued
+ * kernels still read and write back: the backend waits for those first
+ * (headers_released). */
 void ut_ctx_reset(ut_ctx *ctx) {
+    headers_released(ctx);
+    lock(ctx);
     ut_arena_reset(&ctx->main);
     ut_arena_reset(&ctx->scratch);
     if (!ctx->be->host_memory) {
         ut_arena_reset(&ctx->dmain);
         ut_arena_reset(&ctx->dscratch);
     }
+    unlock(ctx);
     ut_ctx_use_scratch(ctx, false);
     ctx->tape_len = 0;
     ut_autocast_forget(ctx);
@@ -147,23 +181,24 @@ ut_tensor *ut_ctx_tape_at(const ut_ctx *ctx, int i) {
     return i >= 0 && i < ctx->tape_len ? ctx->tape[i] : NULL;
 }
 
-void *ut_ctx_alloc(ut_ctx *ctx, size_t bytes) {
-    void *p = ut_arena_alloc(ctx->arena, bytes);
+static void *arena_take(ut_ctx *ctx, ut_arena *a, size_t bytes) {
+    lock(ctx);
+    void *p = ut_arena_alloc(a, bytes);
     size_t u = in_use(ctx);
     if (u > ctx->peak) ctx->peak = u;
+    unlock(ctx);
     return p;
 }
 
-void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes) {
-    void *p = ut_arena_alloc(ctx->darena, bytes);
-    size_t u = in_use(ctx);
-    if (u > ctx->peak) ctx->peak = u;
-    return p;
-}
+void *ut_ctx_alloc(ut_ctx *ctx, size_t bytes) { return arena_take(ctx, ctx->arena, bytes); }
+void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes) { return arena_take(ctx, ctx->darena, bytes); }
 
 void ut_ctx_reset_scratch(ut_ctx *ctx) {
+    headers_released(ctx);
+    lock(ctx);
     ut_arena_reset(&ctx->scratch);
     if (!ctx->be->host_memory) ut_arena_reset(&ctx->dscratch);
+    unlock(ctx);
 }
 
 void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
@@ -501,8 +536,9 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     const ut_op_vtable *ops = ut_op_table(t->device);
     ut_op_fn fwd = ops[t->op].forward;
     double t0 = ut_prof_begin(t->ctx);
-    if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd);
-    else if (fwd) fwd(t, &t->ctx->kctx);
+    ut_kctx k = ut_ctx_launch(t->ctx, t->op);
+    if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd, &k);
+    else if (fwd) fwd(t, &k);
     ut_prof_end(t->ctx, t->op, 0, t0);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);

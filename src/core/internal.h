@@ -5,6 +5,7 @@
 #ifndef UTRAIN_INTERNAL_H
 #define UTRAIN_INTERNAL_H
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@ enum {
     UT_OPP_NO_DATA = 1 << 3,        /* its forward kernel reads no tensor data */
     UT_OPP_BWD_NO_OUT = 1 << 4,     /* its backward never reads its own output */
     UT_OPP_OWNS_SRC0_GRAD = 1 << 5, /* below */
+    UT_OPP_RANDOM = 1 << 6,         /* its forward draws random numbers (k->rng) */
 };
 extern const unsigned ut_op_props[UT_OP_COUNT];
 static inline bool ut_op_is(int op, unsigned prop) { return (ut_op_props[op] & prop) != 0; }
@@ -97,7 +99,12 @@ struct ut_ctx {
     ut_arena dmain, dscratch;
     ut_arena *darena;
     const ut_backend *be;   /* the device's backend */
-    ut_kctx kctx;           /* what kernels get (backend.h): this context's services */
+    ut_kctx kctx;           /* what kernels get (backend.h): this context's services; ut_ctx_launch copies it */
+    /* Guards the arenas on a device whose kernels may allocate from a worker
+     * thread of their backend while the host goes on (sim): every arena
+     * allocation, reset and the peak count take it there (locked). */
+    pthread_mutex_t mu;
+    bool locked;
     size_t peak;
     ut_tensor **tape;
     int tape_len, tape_cap;
@@ -125,6 +132,14 @@ struct ut_ctx {
     int rc_len, rc_cap;
 };
 
+/* The kernel context of one launch of op on ctx (backend.h, ut_kctx): the
+ * arena in use now, and for an op marked UT_OPP_RANDOM a window of
+ * UT_RNG_LAUNCH_DRAWS draws of its own, after which the context's generator
+ * moves on (so a kernel run later still draws what it would have drawn now,
+ * and a checkpointed block's recompute, which restores the generator, draws
+ * the same masks). */
+#define UT_RNG_LAUNCH_DRAWS ((uint64_t)1 << 40)
+ut_kctx ut_ctx_launch(ut_ctx *ctx, int op);
 /* Device memory of ctx's device, from its device arena in use (ut_ctx_alloc's
  * arena on a device whose memory is host memory): tensor data, gradients,
  * kernels' saved buffers and scratch. Valid until the context's reset. */
@@ -160,8 +175,8 @@ bool ut_lowp_needed(const ut_tensor *t, bool backward);
 /* Run an op's float32 kernel on float32 copies of its 16-bit sources (float32
  * sources rounded to t->autocast, and backward's incoming gradient too, for
  * an autocast op); a 16-bit output is converted into t's storage. */
-void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd);
-void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd);
+void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd, const ut_kctx *k);
+void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd, const ut_kctx *k);
 void ut_autocast_free(ut_ctx *ctx);
 /* Forgets the parameters' rounded copies (the context's reset): buffers stay. */
 void ut_autocast_forget(ut_ctx *ctx);

@@ -13,7 +13,10 @@
  * The buffers belong to the model's device (its params' backend): copies,
  * memsets and residency go through its calls, and the communicator, which
  * works on host memory, gets each collective's buffers through a host stage
- * (ut_stage_begin/end; the buffers themselves on the CPU backend). */
+ * (ut_stage_begin/end; the buffers themselves on the CPU backend). The
+ * gradient buckets (ddp's all-reduce, zero2/zero3's reduce-scatter) are the
+ * bucket engine's (bucketer.h), which on a device copies them on a
+ * communication stream while backward goes on. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,15 +24,14 @@
 #include "utrain/base.h"
 #include "utrain/dist.h"
 #include "../backend/backend.h"
-#include "buckets.h"
+#include "bucketer.h"
 
 typedef struct {
     int64_t lo, hi;       /* range of the flat buffer */
     int64_t *counts;      /* per rank: elements of [lo, hi) in its shard */
-    int nparams, pending; /* gradient buckets: parameters, not yet complete */
-    ut_comm_req *req;
-    ut_stage in, out;     /* host views of the collective's buffers while it runs */
-    enum { IDLE, STARTED, DONE } state;
+    int nparams;
+    ut_comm_req *req;     /* zero3 units: the gather */
+    ut_stage in;          /* zero3 units: host view of the gather's buffer while it runs */
 } range;
 
 enum { RELEASED, INFLIGHT, GATHERED };
@@ -46,9 +48,10 @@ struct ut_dist {
     ut_ddp *ddp;          /* ddp, zero1 */
     float *shard_grad;    /* zero2, zero3: S floats */
     float *shard_param;   /* zero3: S floats */
-    /* zero2, zero3: reduce-scatter buckets */
+    /* zero2, zero3: reduce-scatter buckets (their ranges and counts), run by the bucket engine */
     range *b;
-    int nb, *bucket_of, *order, nstarted, nreleased;
+    int nb;
+    ut_bucketer *eng;
     /* zero3: units */
     range *u;
     int nu, *unit_of, *ustate, recent[2], prefetched;
@@ -106,55 +109,44 @@ static void sample(ut_dist *d) {
 
 // --- zero2/zero3 gradient buckets: reduce-scatter, then hand the pages back ---
 
-static void release_done_buckets(ut_dist *d, bool wait) {
-    while (d->nreleased < d->nstarted) {
-        range *bk = &d->b[d->order[d->nreleased]];
-        int t = wait ? (ut_comm_wait(d->comm, bk->req) ? -1 : 1) : ut_comm_test(d->comm, bk->req);
-        if (t == 0) return;
-        if (t < 0) return; /* reported by the final wait */
-        ut_stage_end(&bk->in, false);
-        ut_stage_end(&bk->out, true);
-        ut_pages_release(d->be, d->p->flat_grad, bk->lo, bk->hi);
-        bk->state = DONE;
-        d->nreleased++;
-    }
-}
-
-static void start_bucket(ut_dist *d, int k) {
-    range *bk = &d->b[k];
-    float *out = d->shard_grad + (max64(bk->lo, d->lo) - d->lo);
-    if (bk->counts[d->rank] == 0) out = d->shard_grad;
-    sample(d);
-    const float *hin = ut_stage_begin(&bk->in, d->be, d->p->flat_grad + bk->lo,
-                                      (size_t)(bk->hi - bk->lo) * sizeof(float), true);
-    float *hout = ut_stage_begin(&bk->out, d->be, out, (size_t)bk->counts[d->rank] * sizeof(float),
-                                 false);
-    bk->req = ut_comm_ireduce_scatterv(d->comm, hin, hout, bk->counts);
-    bk->state = STARTED;
-    d->order[d->nstarted++] = k;
-    release_done_buckets(d, false);
-}
-
-static void on_grad_ready(void *user, int pi) {
+/* The bucket's gradients, summed over ranks, into each rank's part of its
+ * shard. */
+static ut_comm_req *bucket_post(void *user, int k, float *in, float *out) {
     ut_dist *d = user;
-    int k = d->bucket_of[pi];
-    if (--d->b[k].pending == 0) start_bucket(d, k);
+    sample(d);
+    return ut_comm_ireduce_scatterv(d->comm, in, out, d->b[k].counts);
+}
+
+/* Done with the bucket's span of the flat gradient: its pages go back. */
+static void bucket_done(void *user, int k) {
+    ut_dist *d = user;
+    ut_pages_release(d->be, d->p->flat_grad, d->b[k].lo, d->b[k].hi);
 }
 
 static void make_buckets(ut_dist *d, double bucket_mb) {
     ut_params *p = d->p;
     int n = p->n ? p->n : 1;
     d->b = ut_calloc_check((size_t)n, sizeof *d->b);
-    d->bucket_of = ut_calloc_check((size_t)n, sizeof(int));
-    d->order = ut_calloc_check((size_t)n, sizeof(int));
+    int *bucket_of = ut_calloc_check((size_t)n, sizeof(int));
     ut_bucket_span *span = ut_calloc_check((size_t)n, sizeof *span);
-    d->nb = ut_bucket_layout(p, bucket_mb, span, d->bucket_of);
-    for (int k = 0; k < d->nb; k++)
-        d->b[k] = (range){.lo = span[k].lo, .hi = span[k].hi, .nparams = span[k].nparams};
-    ut_free(span);
+    float **out = ut_calloc_check((size_t)n, sizeof *out);
+    int64_t *out_n = ut_calloc_check((size_t)n, sizeof *out_n);
+    d->nb = ut_bucket_layout(p, bucket_mb, span, bucket_of);
     /* the first bucket (last parameters) also covers the padding at the end */
-    if (d->nb) d->b[0].hi = max64(d->b[0].hi, p->numel);
-    for (int k = 0; k < d->nb; k++) d->b[k].counts = rank_counts(d, d->b[k].lo, d->b[k].hi);
+    if (d->nb) span[0].hi = max64(span[0].hi, p->numel);
+    for (int k = 0; k < d->nb; k++) {
+        range *bk = &d->b[k];
+        *bk = (range){.lo = span[k].lo, .hi = span[k].hi, .nparams = span[k].nparams};
+        bk->counts = rank_counts(d, bk->lo, bk->hi);
+        out_n[k] = bk->counts[d->rank];
+        out[k] = out_n[k] ? d->shard_grad + (max64(bk->lo, d->lo) - d->lo) : d->shard_grad;
+    }
+    d->eng = ut_bucketer_new(d->comm, p, span, d->nb, bucket_of, out, out_n,
+                             (ut_bucket_io){.post = bucket_post, .done = bucket_done, .user = d});
+    ut_free(span);
+    ut_free(bucket_of);
+    ut_free(out);
+    ut_free(out_n);
 }
 
 // --- zero3 units: gathered on first use, handed back when out of use ---------
@@ -321,6 +313,7 @@ void ut_dist_free(ut_dist *d) {
     if (!d) return;
     if (d->o) ut_optim_free(d->o);
     ut_ddp_free(d->ddp);
+    ut_bucketer_free(d->eng);
     ut_pages_free(d->be, d->shard_grad, d->S);
     ut_pages_free(d->be, d->shard_param, d->S);
     if (d->h_param) ut_host_free(d->be, d->h_param);
@@ -328,8 +321,6 @@ void ut_dist_free(ut_dist *d) {
     for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
     for (int k = 0; k < d->nu; k++) ut_free(d->u[k].counts);
     ut_free(d->b);
-    ut_free(d->bucket_of);
-    ut_free(d->order);
     ut_free(d->u);
     ut_free(d->unit_of);
     ut_free(d->ustate);
@@ -360,13 +351,8 @@ void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync) {
     if (!sync) return;
     if (d->ddp) {
         ut_ddp_arm(d->ddp, ctx);
-    } else if (d->nb) {
-        for (int k = 0; k < d->nb; k++) {
-            d->b[k].pending = d->b[k].nparams;
-            d->b[k].state = IDLE;
-        }
-        d->nstarted = d->nreleased = 0;
-        ut_ctx_set_grad_hook(ctx, on_grad_ready, d);
+    } else if (d->eng) {
+        ut_bucketer_arm(d->eng, ctx);
     }
 }
 
@@ -375,14 +361,8 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
     int rc = 0;
     if (sync && d->ddp) {
         rc = ut_ddp_finish(d->ddp, ctx);
-    } else if (sync && d->nb) {
-        ut_ctx_set_grad_hook(ctx, NULL, NULL);
-        for (int k = 0; k < d->nb; k++)
-            if (d->b[k].state == IDLE) start_bucket(d, k);
-        sample(d);
-        for (int i = 0; i < d->nstarted; i++)
-            if (ut_comm_wait(d->comm, d->b[d->order[i]].req)) rc = -1;
-        release_done_buckets(d, true);
+    } else if (sync && d->eng) {
+        rc = ut_bucketer_finish(d->eng, ctx);
     }
     ut_dist_release(d); /* zero3: units are gathered again by the next pass */
     return rc;

@@ -243,8 +243,13 @@ static int set_optimizer(ut_trainer *t) {
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
     if (t->world > 1 && t->rank == 0 && !be->host_memory)
-        ut_say(&t->log, "Communication between ranks: MPI, each collective's buffer staged through host "
-                        "memory (device %s; NCCL is not used)\n", be->name);
+        ut_say(&t->log, "Communication between ranks: MPI through host memory (device %s; NCCL is not used): %s\n",
+               be->name,
+               dopts.kind == UT_DIST_DDP || dopts.kind == UT_DIST_ZERO1
+                   ? "each gradient bucket is copied into page-locked host memory on a communication stream "
+                     "while backward goes on, and back before the optimizer step; other collectives are staged "
+                     "through host memory when they start"
+                   : "each collective's buffer is staged through host memory when it starts, and back when it ends");
     t->o = ut_dist_optim(t->dist);
     ut_dist_attach(t->dist, t->ctx);
     return 0;

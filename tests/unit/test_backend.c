@@ -55,7 +55,7 @@ static void test_every_op_has_cpu_kernels(void) {
  * flags. */
 static void test_op_schema(void) {
     const unsigned known = UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT | UT_OPP_KEEPS_DTYPE | UT_OPP_NO_DATA |
-                           UT_OPP_BWD_NO_OUT | UT_OPP_OWNS_SRC0_GRAD;
+                           UT_OPP_BWD_NO_OUT | UT_OPP_OWNS_SRC0_GRAD | UT_OPP_RANDOM;
     for (int op = 1; op < ut_op_count(); op++) {
         unsigned p = ut_op_props[op];
         CHECK(!(p & ~known), "op %s: unknown property bits %#x", ut_op_name(op), p & ~known);

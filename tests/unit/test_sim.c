@@ -4,6 +4,7 @@
  * the bit, in float32 and under bf16 and fp16 autocast; a model built on it
  * holds the CPU model's initial values and trains as the CPU's does. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,158 @@ static void test_host_read_faults(void) {
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 42, "a host read of sim memory did not fault (status %#x)",
           status);
+    ut_ctx_free(ctx);
+}
+
+/* ---- streams: queued work runs later, in order; only waits make it seen ----
+ * The gate holds the compute stream's worker at a known point: a dropout
+ * kernel launched with a kernel context whose allocator waits until the
+ * test opens the gate, so everything queued after it waits too, and what
+ * "later" means is fixed, not a race. */
+typedef struct {
+    ut_ctx *ctx;
+} gate;
+/* core's (src/core/internal.h, which clashes with tests/common's host accessors) */
+ut_kctx ut_ctx_launch(ut_ctx *ctx, int op);
+void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes);
+static int op_id(const char *name) {
+    for (int op = 1; op < ut_op_count(); op++)
+        if (!strcmp(ut_op_name(op), name)) return op;
+    return 0;
+}
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static bool gate_shut;
+static void *gate_dalloc(const ut_kctx *k, size_t bytes) {
+    pthread_mutex_lock(&gate_mu);
+    while (gate_shut) pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+    return ut_ctx_dalloc(k->owner, bytes);
+}
+static void gate_close(gate *g) {
+    g->ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM, .seed = 1});
+    ut_ctx_set_training(g->ctx, true);
+    ut_tensor *x = ut_tensor_zeros(g->ctx, UT_F32, 1, (int64_t[]){16});
+    ut_tensor *y = ut_dropout(g->ctx, x, 0.5f);
+    ut_backend_get(UT_SIM)->stream_sync(NULL);
+    gate_shut = true;
+    int dropout = op_id("dropout");
+    ut_kctx k = ut_ctx_launch(g->ctx, dropout);
+    k.dalloc = gate_dalloc;
+    ut_backend_get(UT_SIM)->ops[dropout].forward(y, &k); /* queued; its worker stops at the mask */
+}
+static void gate_open(gate *g) {
+    (void)g;
+    pthread_mutex_lock(&gate_mu);
+    gate_shut = false;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+}
+static void gate_free(gate *g) {
+    ut_backend_get(UT_SIM)->stream_sync(NULL);
+    ut_ctx_free(g->ctx);
+}
+
+static float dev_value(const ut_backend *be, const float *dev) {
+    float v = -1;
+    be->copy(&v, dev, sizeof v, UT_COPY_D2H);
+    return v;
+}
+
+/* copy from host memory has taken the bytes when it returns; copy_async
+ * reads them when the stream gets there, so a host buffer changed before an
+ * event says the copy ran reaches the device changed, and one changed after
+ * does not. A D2H copy_async fills its host buffer only when the stream
+ * gets there. */
+static void test_async_copies(void) {
+    const ut_backend *be = ut_backend_get(UT_SIM);
+    float *d = be->alloc(4 * sizeof(float)), h[1] = {1};
+    gate g;
+
+    gate_close(&g);
+    be->copy(d, h, sizeof h, UT_COPY_H2D);
+    h[0] = 2; /* too late: copy took 1 */
+    gate_open(&g);
+    CHECK(dev_value(be, d) == 1, "copy H2D must take the host bytes at the call: %g", dev_value(be, d));
+    gate_free(&g);
+
+    gate_close(&g);
+    ut_copy_async(be, d, h, sizeof h, UT_COPY_H2D, NULL);
+    h[0] = 3; /* a missing wait: the stream has not read h yet */
+    gate_open(&g);
+    CHECK(dev_value(be, d) == 3, "copy_async reads the host buffer when the stream gets there: %g", dev_value(be, d));
+    gate_free(&g);
+
+    void *ev = ut_event_new(be);
+    gate_close(&g);
+    h[0] = 4;
+    ut_copy_async(be, d, h, sizeof h, UT_COPY_H2D, NULL);
+    ut_event_record(be, ev, NULL);
+    gate_open(&g);
+    ut_event_sync(be, ev); /* the wait */
+    h[0] = 5;
+    CHECK(dev_value(be, d) == 4, "after the event the copy has read 4: %g", dev_value(be, d));
+    gate_free(&g);
+
+    float back = 0;
+    gate_close(&g);
+    ut_copy_async(be, &back, d, sizeof back, UT_COPY_D2H, NULL);
+    ut_event_record(be, ev, NULL);
+    CHECK(back == 0, "a D2H copy_async filled host memory before the stream got there");
+    CHECK(!ut_event_done(be, ev), "an event behind the gate is done");
+    gate_open(&g);
+    ut_event_sync(be, ev);
+    CHECK(back == 4 && ut_event_done(be, ev), "after its event the D2H copy_async holds 4: %g", back);
+    gate_free(&g);
+    ut_event_free(be, ev);
+    be->free(d);
+}
+
+/* Two streams run independently unless an event orders them: a copy on a
+ * second stream that does not wait for the compute stream's memset reads
+ * the old value; one that waits on an event recorded after the memset reads
+ * the new. */
+static void test_two_streams(void) {
+    const ut_backend *be = ut_backend_get(UT_SIM);
+    void *side = be->stream_new(UT_STREAM_COMM), *ev = ut_event_new(be);
+    CHECK(side && side != be->stream_new(UT_STREAM_COMPUTE), "a communication stream is a stream of its own");
+    float *x = be->alloc(sizeof(float)), *y = be->alloc(sizeof(float));
+    be->memset(x, 0, sizeof(float));
+    be->memset(y, 0xff, sizeof(float));
+    gate g;
+    for (int ordered = 0; ordered < 2; ordered++) {
+        gate_close(&g);
+        const float one = 1;
+        be->copy(x, &one, sizeof one, UT_COPY_H2D); /* queued behind the gate */
+        ut_event_record(be, ev, NULL);
+        if (ordered) ut_event_wait(be, side, ev);
+        ut_copy_async(be, y, x, sizeof(float), UT_COPY_D2D, side);
+        if (!ordered) be->stream_sync(side); /* the side stream is done while compute waits at the gate */
+        gate_open(&g);
+        be->stream_sync(side);
+        float got = dev_value(be, y);
+        if (ordered) CHECK(got == 1, "the side stream waited for the event: y = %g", got);
+        else CHECK(got == 0, "without the event the side stream read x before the compute stream wrote it: y = %g", got);
+        gate_free(&g);
+        be->memset(x, 0, sizeof(float));
+    }
+    be->free(x);
+    be->free(y);
+    ut_event_free(be, ev);
+    be->stream_free(side);
+}
+
+/* A kernel's data error on sim is found when it runs, after the launch
+ * returned: the next read of results reports it, naming the op. */
+static void test_late_data_error(void) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM});
+    ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){4, 3});
+    ut_tensor *ix = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, (int32_t[]){1, 9});
+    ut_tensor *y = ut_embedding(ctx, ix, w);
+    float out[6];
+    int rc = y ? ut_tensor_get(y, out, sizeof out) : -1;
+    const char *e = ut_ctx_error(ctx);
+    CHECK(rc == -1 && e && strstr(e, "embedding") && strstr(e, "9"), "%s", e ? e : "no error");
     ut_ctx_free(ctx);
 }
 
@@ -146,6 +299,9 @@ static void test_model_on_sim(void) {
 int main(void) {
     RUN(test_registered);
     RUN(test_host_read_faults);
+    RUN(test_async_copies);
+    RUN(test_two_streams);
+    RUN(test_late_data_error);
 #define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);
     GC_FAMILIES(RUNF)
     RUN(test_autocast_rows);

@@ -128,7 +128,8 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_attention_masked_set_keep(t, NULL);
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
         uint8_t *keep = ut_kalloc(k, (size_t)N);
-        ut_philox_keep_mask(k->rng, keep, p, N);
+        ut_philox g = k->rng;
+        ut_philox_keep_mask(&g, keep, p, N);
         ut_attention_masked_set_keep(t, keep);
     }
     float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));

@@ -157,7 +157,8 @@ void ut_dropout_backward_cpu(float *dinp, const float *dout, const uint8_t *mask
 void ut_dropout_fwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
     uint8_t *mask = ut_kalloc(k, (size_t)N);
-    ut_dropout_mask_cpu(mask, k->rng, ut_dropout_p(t), N);
+    ut_philox g = k->rng;
+    ut_dropout_mask_cpu(mask, &g, ut_dropout_p(t), N);
     ut_dropout_set_keep(t, mask);
     ut_dropout_forward_cpu(ut_f32(t), ut_f32(t->src[0]), mask, ut_dropout_keep_scale(t), N);
 }

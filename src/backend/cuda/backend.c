@@ -171,7 +171,23 @@ static void copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind) {
                                                  cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
     cudaStream_t s = ut_cuda_stream();
     check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], s), "copy");
-    if (kind == UT_COPY_D2H || kind == UT_COPY_H2H) check(cudaStreamSynchronize(s), "copy wait");
+    bool wait = kind == UT_COPY_D2H || kind == UT_COPY_H2H;
+    if (kind == UT_COPY_H2D) { /* from page-locked memory the copy is not staged: wait for it */
+        struct cudaPointerAttributes a;
+        if (cudaPointerGetAttributes(&a, src) == cudaSuccess) wait = a.type == cudaMemoryTypeHost;
+        else cudaGetLastError();
+    }
+    if (wait) check(cudaStreamSynchronize(s), "copy wait");
+}
+
+static cudaStream_t stream_or_compute(void *s) { return s ? (cudaStream_t)s : (cudaStream_t)ut_cuda_stream(); }
+static void copy_async(void *dst, const void *src, size_t bytes, ut_copy_kind kind, void *stream) {
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToHost, cudaMemcpyHostToDevice,
+                                                 cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, kinds[kind], stream_or_compute(stream)), "async copy");
+}
+static void memset_async(void *p, int v, size_t bytes, void *stream) {
+    if (bytes) check(cudaMemsetAsync(p, v, bytes, stream_or_compute(stream)), "async memset");
 }
 
 void ut_cuda_upload(void *dst, const void *host, size_t n) { copy(dst, host, n, UT_COPY_H2D); }
@@ -228,18 +244,41 @@ static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool
 void ut_cuda_dropout_mask(const ut_kctx *k, uint8_t *dev_mask, float p, int64_t n) {
     if (n <= 0) return;
     uint8_t *h = ut_malloc_check((size_t)n);
-    ut_philox_keep_mask(k->rng, h, p, n);
+    ut_philox g = k->rng;
+    ut_philox_keep_mask(&g, h, p, n);
     copy(dev_mask, h, (size_t)n, UT_COPY_H2D);
     ut_free(h);
 }
 
-/* ---- streams: one compute stream per process for now ---- */
+/* ---- streams: the process's compute stream, and streams of their own for
+ * the other kinds (a communicator's) ---- */
 static void *stream_new(ut_stream_kind kind) {
-    (void)kind;
-    return ut_cuda_stream();
+    if (kind == UT_STREAM_COMPUTE) return ut_cuda_stream();
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create");
+    return s;
 }
-static void stream_sync(void *s) { check(cudaStreamSynchronize(s ? s : ut_cuda_stream()), "stream sync"); }
-static void stream_free(void *s) { (void)s; }
+static void stream_sync(void *s) { check(cudaStreamSynchronize(stream_or_compute(s)), "stream sync"); }
+static void stream_free(void *s) {
+    if (s && s != g_stream) check(cudaStreamDestroy((cudaStream_t)s), "stream destroy");
+}
+static void *event_new(void) {
+    cudaEvent_t e;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create");
+    return e;
+}
+static void event_record(void *ev, void *s) { check(cudaEventRecord((cudaEvent_t)ev, stream_or_compute(s)), "event record"); }
+static void event_wait(void *s, void *ev) {
+    check(cudaStreamWaitEvent(stream_or_compute(s), (cudaEvent_t)ev, 0), "event wait");
+}
+static void event_sync(void *ev) { check(cudaEventSynchronize((cudaEvent_t)ev), "event sync"); }
+static bool event_done(void *ev) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) return false;
+    check(e, "event query");
+    return true;
+}
+static void event_free(void *ev) { check(cudaEventDestroy((cudaEvent_t)ev), "event destroy"); }
 
 const ut_backend ut_backend_cuda = {
     .name = "cuda",
@@ -271,4 +310,12 @@ const ut_backend ut_backend_cuda = {
     .stream_new = stream_new,
     .stream_sync = stream_sync,
     .stream_free = stream_free,
+    .copy_async = copy_async,
+    .memset_async = memset_async,
+    .event_new = event_new,
+    .event_record = event_record,
+    .event_wait = event_wait,
+    .event_sync = event_sync,
+    .event_done = event_done,
+    .event_free = event_free,
 };

@@ -1,0 +1,193 @@
+/* The gradient-bucket engine (bucketer.h): start, stage, post in order,
+ * complete in order. */
+#include "bucketer.h"
+
+#include "utrain/base.h"
+#include "../backend/backend.h"
+
+enum { IDLE, COPYING, POSTED, LANDED };
+
+typedef struct {
+    ut_bucket_span span;
+    float *out;           /* device memory of the result; NULL: in place (the span) */
+    int64_t out_n;
+    int pending;          /* parameters not yet complete */
+    int state;
+    ut_comm_req *req;
+    float *hin, *hout;    /* the collective's host memory */
+    ut_stage in, outs;    /* host memory path: stages that copy nothing on the CPU */
+    void *ready, *copied; /* device memory path: backward done with it; its host copy done */
+} bucket;
+
+struct ut_bucketer {
+    ut_comm *comm;
+    ut_params *p;
+    const ut_backend *be;
+    ut_bucket_io io;
+    bucket *b;
+    int nb;
+    int *bucket_of; /* parameter index -> bucket */
+    int *order;     /* buckets in the order they were started */
+    int nstarted, nposted, nlanded;
+    int rc;         /* -1 once a collective failed this pass */
+    /* device memory: the communication stream and the page-locked host copies */
+    void *stream;
+    float *pinned;
+};
+
+static int64_t span_n(const bucket *bk) { return bk->span.hi - bk->span.lo; }
+static int64_t out_n(const bucket *bk) { return bk->out ? bk->out_n : span_n(bk); }
+static float *out_dev(const ut_bucketer *b, const bucket *bk) {
+    return bk->out ? bk->out : b->p->flat_grad + bk->span.lo;
+}
+
+ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spans, int nb, const int *bucket_of,
+                             float *const *out, const int64_t *outn, ut_bucket_io io) {
+    ut_bucketer *b = ut_calloc_check(1, sizeof *b);
+    b->comm = c, b->p = p, b->io = io, b->nb = nb;
+    b->be = ut_backend_get(p->device);
+    b->b = ut_calloc_check((size_t)(nb ? nb : 1), sizeof *b->b);
+    b->order = ut_calloc_check((size_t)(nb ? nb : 1), sizeof(int));
+    b->bucket_of = ut_calloc_check((size_t)(p->n ? p->n : 1), sizeof(int));
+    for (int i = 0; i < p->n; i++) b->bucket_of[i] = bucket_of[i];
+    int64_t host = 0;
+    for (int k = 0; k < nb; k++) {
+        bucket *bk = &b->b[k];
+        bk->span = spans[k];
+        if (out) bk->out = out[k], bk->out_n = outn[k];
+        host += span_n(bk) + (bk->out ? bk->out_n : 0);
+    }
+    if (!b->be->host_memory) {
+        b->pinned = ut_host_alloc(b->be, (size_t)(host ? host : 1) * sizeof(float));
+        b->stream = b->be->stream_new(UT_STREAM_COMM);
+        float *h = b->pinned;
+        for (int k = 0; k < nb; k++) {
+            bucket *bk = &b->b[k];
+            bk->hin = h, h += span_n(bk);
+            bk->hout = bk->hin;
+            if (bk->out) bk->hout = h, h += bk->out_n;
+            bk->ready = ut_event_new(b->be);
+            bk->copied = ut_event_new(b->be);
+        }
+    }
+    return b;
+}
+
+void ut_bucketer_free(ut_bucketer *b) {
+    if (!b) return;
+    if (b->pinned) {
+        b->be->stream_sync(b->stream);
+        b->be->stream_sync(NULL); /* the copies back read the host memory */
+        for (int k = 0; k < b->nb; k++) {
+            ut_event_free(b->be, b->b[k].ready);
+            ut_event_free(b->be, b->b[k].copied);
+        }
+        b->be->stream_free(b->stream);
+        ut_host_free(b->be, b->pinned);
+    }
+    ut_free(b->b);
+    ut_free(b->order);
+    ut_free(b->bucket_of);
+    ut_free(b);
+}
+
+
+static void post(ut_bucketer *b, int k) {
+    bucket *bk = &b->b[k];
+    bk->req = b->io.post(b->io.user, k, bk->hin, bk->hout);
+    bk->state = POSTED;
+    b->nposted++;
+}
+
+/* The result goes back to the device: a copy queued on the compute stream
+ * (device memory), or the stages closed (the CPU: nothing moves). */
+static void land(ut_bucketer *b, int k) {
+    bucket *bk = &b->b[k];
+    if (b->io.landed) b->io.landed(b->io.user, k, bk->hout);
+    if (b->pinned) {
+        ut_copy_async(b->be, out_dev(b, bk), bk->hout, (size_t)out_n(bk) * sizeof(float), UT_COPY_H2D, NULL);
+    } else if (bk->out) {
+        ut_stage_end(&bk->in, false);
+        ut_stage_end(&bk->outs, true);
+    } else {
+        ut_stage_end(&bk->in, true);
+    }
+    bk->state = LANDED;
+    b->nlanded++;
+    if (b->io.done) b->io.done(b->io.user, k);
+}
+
+/* Posts, in start order (the same on every rank), the buckets whose host
+ * copies are done, and lands, in the same order, the ones whose collectives
+ * are done; wait: all of them, waiting. */
+static void progress(ut_bucketer *b, bool wait) {
+    while (b->nposted < b->nstarted) {
+        bucket *bk = &b->b[b->order[b->nposted]];
+        if (wait) ut_event_sync(b->be, bk->copied);
+        else if (!ut_event_done(b->be, bk->copied)) break;
+        post(b, b->order[b->nposted]);
+    }
+    while (b->nlanded < b->nposted) {
+        bucket *bk = &b->b[b->order[b->nlanded]];
+        int t = wait ? (ut_comm_wait(b->comm, bk->req) ? -1 : 1) : ut_comm_test(b->comm, bk->req);
+        if (t == 0) return;
+        if (t < 0) {
+            if (!wait) return; /* reported by the final wait */
+            b->rc = -1;
+        }
+        land(b, b->order[b->nlanded]);
+    }
+}
+
+static void start(ut_bucketer *b, int k) {
+    bucket *bk = &b->b[k];
+    float *g = b->p->flat_grad + bk->span.lo;
+    size_t bytes = (size_t)span_n(bk) * sizeof(float);
+    b->order[b->nstarted++] = k;
+    if (!b->pinned) { /* in place: stages that copy nothing */
+        bk->hin = ut_stage_begin(&bk->in, b->be, g, bytes, true);
+        bk->hout = bk->out ? ut_stage_begin(&bk->outs, b->be, bk->out, (size_t)bk->out_n * sizeof(float), false)
+                           : bk->hin;
+        post(b, k);
+    } else { /* the communication stream copies it once backward's kernels so far have run */
+        bk->state = COPYING;
+        ut_event_record(b->be, bk->ready, NULL);
+        ut_event_wait(b->be, b->stream, bk->ready);
+        ut_copy_async(b->be, bk->hin, g, bytes, UT_COPY_D2H, b->stream);
+        ut_event_record(b->be, bk->copied, b->stream);
+    }
+    progress(b, false);
+}
+
+/* The gradient-ready hook: a bucket's last parameter starts it; every call
+ * moves the others on. */
+static void on_ready(void *user, int param_index) {
+    ut_bucketer *b = user;
+    int k = b->bucket_of[param_index];
+    if (--b->b[k].pending == 0) start(b, k);
+    else progress(b, false);
+}
+
+void ut_bucketer_arm(ut_bucketer *b, ut_ctx *ctx) {
+    for (int k = 0; k < b->nb; k++) {
+        b->b[k].pending = b->b[k].span.nparams;
+        b->b[k].state = IDLE;
+        b->b[k].req = NULL;
+    }
+    b->nstarted = b->nposted = b->nlanded = 0;
+    b->rc = 0;
+    ut_ctx_set_grad_hook(ctx, on_ready, b);
+}
+
+int ut_bucketer_finish(ut_bucketer *b, ut_ctx *ctx) {
+    ut_ctx_set_grad_hook(ctx, NULL, NULL);
+    for (int k = 0; k < b->nb; k++)
+        if (b->b[k].state == IDLE) start(b, k);
+    progress(b, true);
+    int rc = b->rc;
+    /* a finish without a new arm starts every bucket again */
+    for (int k = 0; k < b->nb; k++) b->b[k].state = IDLE;
+    b->nstarted = b->nposted = b->nlanded = 0;
+    b->rc = 0;
+    return rc;
+}

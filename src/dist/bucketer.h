@@ -1,0 +1,60 @@
+/* The gradient-bucket engine DDP (all-reduce, ddp.c) and ZeRO-2/3
+ * (reduce-scatter, strategy.c) share: buckets from ut_bucket_layout, each
+ * started by backward's gradient-ready hook once its last parameter is
+ * complete, moved to host memory for the communicator, posted in the same
+ * order on every rank, and its result put back.
+ *
+ * How a bucket reaches host memory depends on the gradients' device:
+ *   - host memory (the CPU): in place, through host stages that copy
+ *     nothing;
+ *   - device memory (sim, cuda): the hook records an event on the compute
+ *     stream and the engine's communication stream, after it, copies the
+ *     bucket into page-locked host memory; the collective is posted once the
+ *     copy is done (polled at every later hook, waited for at the finish),
+ *     and its result goes back with a copy queued on the compute stream,
+ *     ahead of whatever reads it next (the optimizer). The hook neither
+ *     copies nor waits, so backward's kernels keep running.
+ * defines: ut_bucket_io, ut_bucketer, ut_bucketer_*. */
+#ifndef UTRAIN_DIST_BUCKETER_H
+#define UTRAIN_DIST_BUCKETER_H
+
+#include <stdbool.h>
+
+#include "utrain/dist.h"
+#include "buckets.h"
+
+/* What a strategy does with its buckets. Bucket k's input is its span of
+ * the flat gradient buffer; its output out(k) is out_n(k) floats of device
+ * memory (DDP: the span itself; ZeRO: the rank's part of its shard). */
+typedef struct {
+    /* posts bucket k's collective from in (the span's gradients in host
+     * memory) into out (host memory for its output; the same as in for an
+     * in-place collective); returns its request */
+    ut_comm_req *(*post)(void *user, int k, float *in, float *out);
+    /* bucket k's collective is done and out holds its result in host memory;
+     * called before the result goes back to the device (DDP widens a
+     * compressed bucket here). NULL: nothing to do. */
+    void (*landed)(void *user, int k, float *out);
+    /* bucket k's result is on its way back (queued, or done on the CPU); the
+     * span's gradients are no longer needed (ZeRO hands their pages back).
+     * NULL: nothing to do. */
+    void (*done)(void *user, int k);
+    void *user;
+} ut_bucket_io;
+
+typedef struct ut_bucketer ut_bucketer;
+
+/* nb buckets with their spans and each parameter's bucket (ut_bucket_layout),
+ * the output of bucket k at out[k] (out_n[k] floats; out == NULL: in place,
+ * the span itself). Copies spans, out and out_n. */
+ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spans, int nb, const int *bucket_of,
+                             float *const *out, const int64_t *out_n, ut_bucket_io io);
+void ut_bucketer_free(ut_bucketer *b);
+/* Arms ctx's gradient-ready hook for the coming backward pass. */
+void ut_bucketer_arm(ut_bucketer *b, ut_ctx *ctx);
+/* After that backward: disarms the hook, starts the buckets not started yet
+ * (parameters the forward did not use), and completes every bucket (results
+ * queued back on the device). 0, or -1 when a collective failed. */
+int ut_bucketer_finish(ut_bucketer *b, ut_ctx *ctx);
+
+#endif
