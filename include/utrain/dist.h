@@ -75,6 +75,25 @@ ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n);
  * (round to nearest even), so half the bytes of the float32 form move;
  * DDP's gradient compression (dist.comm_hook) uses it. */
 ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype dt);
+/* The typed forms: n elements of dt (UT_F32, or UT_BF16 / UT_F16 as bit
+ * patterns) combined with op:
+ *   UT_REDUCE_SUM  the sum over ranks (16-bit: each addition in float32,
+ *                  rounded back, as ut_comm_iallreduce16)
+ *   UT_REDUCE_MAX  the largest value; a NaN on any rank gives NaN (as
+ *                  torch.max)
+ *   UT_REDUCE_AVG  the sum divided by the number of ranks, the division in
+ *                  float32 and rounded once to dt (PyTorch's ReduceOp.AVG)
+ * allreduce in place; reduce_scatter: out[0, n) = op over ranks of
+ * in[rank*n, (rank+1)*n). */
+typedef enum { UT_REDUCE_SUM = 0, UT_REDUCE_MAX, UT_REDUCE_AVG, UT_REDUCE_COUNT } ut_reduce_op;
+ut_comm_req *ut_comm_iallreduce_typed(ut_comm *c, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op);
+ut_comm_req *ut_comm_ireduce_scatter_typed(ut_comm *c, const void *in, void *out, int64_t n, ut_dtype dt,
+                                           ut_reduce_op op);
+/* Whether the communicator's collectives take device memory of dev as it
+ * is (NCCL, a CUDA-aware MPI); false: callers pass host memory (stages, or
+ * page-locked copies: the MPI and single-process communicators, for every
+ * device but the CPU, whose memory is host memory). */
+bool ut_comm_accepts_device_memory(const ut_comm *c, ut_device dev);
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n);
 ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n);
 /* The uneven forms the ZeRO strategies use on ranges of a flat buffer cut
@@ -107,6 +126,17 @@ const char *ut_comm_error(const ut_comm *c);
 /* Bytes moved by this rank's collectives so far and seconds spent waiting in
  * ut_comm_wait (for benchmarks and logs). */
 void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s);
+
+/* ---- tensor parallelism: where a layer's parts meet (Megatron's f and g) ----
+ * Ops over a group's communicator (ut_comm_split), so models using them need
+ * no backward of their own (src/dist/tp.c):
+ *   ut_tp_copy:   forward the identity, backward the gradient summed over
+ *                 the group (before a column-parallel linear)
+ *   ut_tp_reduce: forward the sum over the group, backward the identity
+ *                 (after a row-parallel linear)
+ * A failed all-reduce fails the op with the communicator's message. */
+ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
+ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 
 /* ---- DDP: gradient all-reduce in buckets, overlapped with backward ----
  * Buckets are contiguous ranges of the flat gradient buffer of about

@@ -1,7 +1,7 @@
 /* utrain tensors, the per-step context, autograd.
  * defines: ut_dtype, ut_device, ut_tensor, ut_ctx, ut_ctx_* (arena, tape, errors,
  *          no-grad mode), ut_tensor_* constructors, ut_tensor_set/get,
- *          ut_tensor_bind, ut_backward, ut_checkpoint. */
+ *          ut_tensor_bind, ut_backward, ut_checkpoint, ut_collective. */
 #ifndef UTRAIN_TENSOR_H
 #define UTRAIN_TENSOR_H
 
@@ -198,6 +198,19 @@ int ut_backward_from(ut_ctx *ctx, ut_tensor *t, const ut_tensor *grad);
  * the recomputed tape. Parameters fn uses are reported ready as usual. */
 typedef ut_tensor *(*ut_checkpoint_fn)(ut_ctx *ctx, void *user, ut_tensor **in, int n);
 ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor **in, int n);
+
+/* A collective as an op, for parallelism inside a model (tensor parallel's
+ * all-reduces: ut_tp_copy, ut_tp_reduce in dist.h). fn(user, dev, buf, n,
+ * err, errn) combines the n floats of device memory buf (device dev) across
+ * ranks in place, or fails with 0 / -1 and a message in err. The op's output
+ * is x (made contiguous) passed through fwd; in backward, x's gradient gets
+ * the output's gradient passed through bwd. NULL for either: the identity.
+ * A 16-bit x under autocast is combined as float32 and keeps its dtype.
+ * name names the op in errors ("tp_reduce: rank 1: timeout ..."); fwd, bwd,
+ * user and name must stay valid until the backward. */
+typedef int (*ut_collective_fn)(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn);
+ut_tensor *ut_collective(ut_ctx *ctx, ut_tensor *x, ut_collective_fn fwd, ut_collective_fn bwd, void *user,
+                         const char *name);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,7 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         if (out) bk->out = out[k], bk->out_n = outn[k];
         host += span_n(bk) + (bk->out ? bk->out_n : 0);
     }
-    if (!b->be->host_memory) {
+    if (!ut_comm_accepts_device_memory(c, p->device)) {
         b->pinned = ut_host_alloc(b->be, (size_t)(host ? host : 1) * sizeof(float));
         b->stream = b->be->stream_new(UT_STREAM_COMM);
         float *h = b->pinned;
@@ -117,16 +117,24 @@ static void land(ut_bucketer *b, int k) {
     if (b->io.done) b->io.done(b->io.user, k);
 }
 
-/* Posts, in start order (the same on every rank), the buckets whose host
- * copies are done, and lands, in the same order, the ones whose collectives
- * are done; wait: all of them, waiting. */
-static void progress(ut_bucketer *b, bool wait) {
+/* Posts the started buckets not posted yet, in start order, each once its
+ * host copy is done. Only at points every rank reaches in the same order
+ * with the same buckets started (a bucket's start, the finish): the
+ * communicator numbers collectives in the order they are posted, and other
+ * collectives (ZeRO-3's parameter gathers) are posted between buckets, so a
+ * bucket posted whenever its copy happened to be done would get a different
+ * number on different ranks. */
+static void post_started(ut_bucketer *b) {
     while (b->nposted < b->nstarted) {
         bucket *bk = &b->b[b->order[b->nposted]];
-        if (wait) ut_event_sync(b->be, bk->copied);
-        else if (!ut_event_done(b->be, bk->copied)) break;
+        if (b->pinned) ut_event_sync(b->be, bk->copied);
         post(b, b->order[b->nposted]);
     }
+}
+
+/* Lands, in post order, the buckets whose collectives are done (posts
+ * nothing, so it may run whenever); wait: all of them, waiting. */
+static void progress(ut_bucketer *b, bool wait) {
     while (b->nlanded < b->nposted) {
         bucket *bk = &b->b[b->order[b->nlanded]];
         int t = wait ? (ut_comm_wait(b->comm, bk->req) ? -1 : 1) : ut_comm_test(b->comm, bk->req);
@@ -143,6 +151,7 @@ static void start(ut_bucketer *b, int k) {
     bucket *bk = &b->b[k];
     float *g = b->p->flat_grad + bk->span.lo;
     size_t bytes = (size_t)span_n(bk) * sizeof(float);
+    post_started(b); /* the buckets before it: their copies have had a bucket's backward to run */
     b->order[b->nstarted++] = k;
     if (!b->pinned) { /* in place: stages that copy nothing */
         bk->hin = ut_stage_begin(&bk->in, b->be, g, bytes, true);
@@ -183,6 +192,7 @@ int ut_bucketer_finish(ut_bucketer *b, ut_ctx *ctx) {
     ut_ctx_set_grad_hook(ctx, NULL, NULL);
     for (int k = 0; k < b->nb; k++)
         if (b->b[k].state == IDLE) start(b, k);
+    post_started(b);
     progress(b, true);
     int rc = b->rc;
     /* a finish without a new arm starts every bucket again */

@@ -7,13 +7,16 @@
  * How a bucket reaches host memory depends on the gradients' device:
  *   - host memory (the CPU): in place, through host stages that copy
  *     nothing;
- *   - device memory (sim, cuda): the hook records an event on the compute
- *     stream and the engine's communication stream, after it, copies the
- *     bucket into page-locked host memory; the collective is posted once the
- *     copy is done (polled at every later hook, waited for at the finish),
- *     and its result goes back with a copy queued on the compute stream,
- *     ahead of whatever reads it next (the optimizer). The hook neither
- *     copies nor waits, so backward's kernels keep running.
+ *   - device memory the communicator cannot take (sim, cuda under MPI):
+ *     the hook records an event on the compute stream, and the engine's
+ *     communication stream, after it, copies the bucket into page-locked
+ *     host memory. The collective is posted when the next bucket starts (or
+ *     at the finish), waiting for that copy if it still runs: a point every
+ *     rank reaches in the same order, as the communicator's numbering needs.
+ *     The result goes back with a copy queued on the compute stream, ahead
+ *     of whatever reads it next (the optimizer). The hook copies nothing and
+ *     waits for at most the previous bucket's copy, so backward's kernels
+ *     keep running.
  * defines: ut_bucket_io, ut_bucketer, ut_bucketer_*. */
 #ifndef UTRAIN_DIST_BUCKETER_H
 #define UTRAIN_DIST_BUCKETER_H

@@ -32,8 +32,8 @@ const char *ut_comm_op_name(enum ut_comm_kind k) {
     case UT_COMM_SPLIT: return "split";
     case UT_COMM_SEND_F32: return "send";
     case UT_COMM_RECV_F32: return "recv";
-    case UT_COMM_ALLREDUCE_BF16: return "allreduce_bf16";
-    case UT_COMM_ALLREDUCE_F16: return "allreduce_f16";
+    case UT_COMM_ALLREDUCE: return "allreduce";
+    case UT_COMM_REDUCE_SCATTER: return "reduce_scatter";
     }
     return "?";
 }
@@ -47,6 +47,9 @@ void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n) {
     else if (op->kind == UT_COMM_SEND_F32 || op->kind == UT_COMM_RECV_F32)
         snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " elements %s rank %d)", name, op->seq, op->n,
                  op->kind == UT_COMM_SEND_F32 ? "to" : "from", op->peer);
+    else if (op->kind == UT_COMM_ALLREDUCE || op->kind == UT_COMM_REDUCE_SCATTER)
+        snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " elements, %s %s)", name, op->seq, op->n, ut_dtype_name(op->dt),
+                 ut_reduce_op_name(op->redop));
     else if (op->kind == UT_COMM_BCAST)
         snprintf(buf, n, "%s #%" PRIu64 " (%" PRId64 " bytes from rank %d)", name, op->seq, op->n,
                  op->root);
@@ -70,6 +73,9 @@ static void single_submit(ut_comm *c, const ut_comm_op *op) {
         break;
     case UT_COMM_REDUCE_SCATTERV_F32:
         if (op->counts[0]) memmove(op->out, op->in, (size_t)op->counts[0] * sizeof(float));
+        break;
+    case UT_COMM_REDUCE_SCATTER: /* sum, max and average of one value: the value */
+        if (op->n) memmove(op->out, op->in, (size_t)op->n * ut_dtype_size(op->dt));
         break;
     default: break; /* allreduce, bcast from rank 0, barrier: nothing to do */
     }
@@ -202,8 +208,8 @@ static double op_bytes(const ut_comm *c, const ut_comm_op *op) {
     case UT_COMM_ALLGATHERV_F32: return n * 4;
     case UT_COMM_ALLREDUCE_F64:
     case UT_COMM_ALLREDUCE_I64: return n * 8;
-    case UT_COMM_ALLREDUCE_BF16:
-    case UT_COMM_ALLREDUCE_F16: return n * 2;
+    case UT_COMM_ALLREDUCE: return n * (double)ut_dtype_size(op->dt);
+    case UT_COMM_REDUCE_SCATTER: return n * (double)ut_dtype_size(op->dt) * c->size;
     case UT_COMM_ALLGATHER_U64: return n * 8 * c->size;
     case UT_COMM_BCAST: return n;
     case UT_COMM_SEND_F32: return n * 4;
@@ -259,7 +265,36 @@ ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n) {
 
 ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype dt) {
     UT_ASSERT(dt == UT_BF16 || dt == UT_F16);
-    return handle(issue(c, dt == UT_BF16 ? UT_COMM_ALLREDUCE_BF16 : UT_COMM_ALLREDUCE_F16, NULL, buf, n, 0));
+    return ut_comm_iallreduce_typed(c, buf, n, dt, UT_REDUCE_SUM);
+}
+
+const char *ut_reduce_op_name(ut_reduce_op op) {
+    static const char *const names[UT_REDUCE_COUNT] = {"sum", "max", "avg"};
+    return (unsigned)op < UT_REDUCE_COUNT ? names[op] : "?";
+}
+
+static void check_typed(ut_dtype dt, ut_reduce_op op) {
+    UT_ASSERT(dt == UT_F32 || dt == UT_BF16 || dt == UT_F16);
+    UT_ASSERT((unsigned)op < UT_REDUCE_COUNT);
+}
+
+ut_comm_req *ut_comm_iallreduce_typed(ut_comm *c, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op) {
+    check_typed(dt, op);
+    return handle(issue_op(c, (ut_comm_op){.kind = UT_COMM_ALLREDUCE, .out = buf, .n = n, .dt = dt, .redop = op}));
+}
+
+ut_comm_req *ut_comm_ireduce_scatter_typed(ut_comm *c, const void *in, void *out, int64_t n, ut_dtype dt,
+                                           ut_reduce_op op) {
+    check_typed(dt, op);
+    return handle(issue_op(c, (ut_comm_op){.kind = UT_COMM_REDUCE_SCATTER, .in = in, .out = out, .n = n, .dt = dt,
+                                           .redop = op}));
+}
+
+/* Neither communicator built in reaches device memory: MPI here is not
+ * CUDA-aware, and NCCL is not built in yet. */
+bool ut_comm_accepts_device_memory(const ut_comm *c, ut_device dev) {
+    (void)c;
+    return dev == UT_CPU;
 }
 
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n) {

@@ -38,8 +38,8 @@ enum ut_comm_kind {
     UT_COMM_SPLIT,              /* a process group (color, key); out: the backend's result */
     UT_COMM_SEND_F32,           /* in[0, n) to rank peer */
     UT_COMM_RECV_F32,           /* out[0, n) from rank peer */
-    UT_COMM_ALLREDUCE_BF16,     /* out[0, n) bf16 values summed in place (each addition in float32, rounded) */
-    UT_COMM_ALLREDUCE_F16,      /* the same in IEEE half */
+    UT_COMM_ALLREDUCE,          /* out[0, n) of dt combined with redop in place (ut_comm_iallreduce_typed) */
+    UT_COMM_REDUCE_SCATTER,     /* in[size*n] -> out[n] of dt, combined with redop */
 };
 
 /* One queued operation. seq is the communicator's sequence number (#1, #2, ...),
@@ -54,6 +54,8 @@ typedef struct ut_comm_op {
     int root;
     int peer;              /* send, recv: the other rank */
     int color, key;        /* split */
+    ut_dtype dt;           /* the typed operations: F32, BF16, F16 */
+    ut_reduce_op redop;
 } ut_comm_op;
 
 /* A backend starts ops in seq order; collectives finish in that order, a
@@ -96,6 +98,8 @@ const char *ut_comm_who(const ut_comm *c, char *buf, size_t n);
 const char *ut_comm_peer_name(const ut_comm *c, int r, char *buf, size_t n);
 
 const char *ut_comm_op_name(enum ut_comm_kind k);
+/* "sum", "max", "avg" */
+const char *ut_reduce_op_name(ut_reduce_op op);
 /* "allreduce #12 (1000 elements)" into buf. */
 void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n);
 

@@ -100,46 +100,102 @@ static int allreduce_sum(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, siz
     return allreduce_op(m, buf, n, dt, esz, MPI_SUM);
 }
 
-/* Sums of 16-bit floats (bf16, f16 as MPI_UINT16_T bit patterns), as user
- * reductions: inout[i] = round(float(in[i]) + float(inout[i])), through the
- * CPU backend's conversions, a block at a time. */
-static void sum16(const uint16_t *in, uint16_t *inout, int len, ut_dtype dt) {
+/* The typed reductions (ut_comm_iallreduce_typed) as MPI user operations
+ * over float32, bf16 and f16 (16-bit as MPI_UINT16_T bit patterns):
+ * inout[i] = op(in[i], inout[i]), 16-bit values widened to float32 and the
+ * result rounded back through the CPU backend's conversions, a block at a
+ * time. Sum adds; max keeps the larger, and NaN wins. AVG reduces as a sum
+ * and divides afterwards (average_in_place). */
+static void combine(const void *in, void *inout, int len, ut_dtype dt, ut_reduce_op op) {
     const ut_backend *cpu = ut_backend_get(UT_CPU);
+    size_t esz = ut_dtype_size(dt);
     float a[256], b[256];
     for (int o = 0; o < len; o += 256) {
         int k = len - o < 256 ? len - o : 256;
-        cpu->convert(a, UT_F32, in + o, dt, k);
-        cpu->convert(b, UT_F32, inout + o, dt, k);
-        for (int i = 0; i < k; i++) b[i] += a[i];
-        cpu->convert(inout + o, dt, b, UT_F32, k);
+        cpu->convert(a, UT_F32, (const char *)in + (size_t)o * esz, dt, k);
+        cpu->convert(b, UT_F32, (char *)inout + (size_t)o * esz, dt, k);
+        if (op == UT_REDUCE_MAX)
+            for (int i = 0; i < k; i++) b[i] = a[i] != a[i] || a[i] > b[i] ? a[i] : b[i];
+        else
+            for (int i = 0; i < k; i++) b[i] += a[i];
+        cpu->convert((char *)inout + (size_t)o * esz, dt, b, UT_F32, k);
     }
 }
-static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    (void)dt;
-    sum16(in, inout, *len, UT_BF16);
-}
-static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    (void)dt;
-    sum16(in, inout, *len, UT_F16);
-}
+#define USER_OP(name, dt, op)                                                \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *type) { \
+        (void)type;                                                          \
+        combine(in, inout, *len, dt, op);                                    \
+    }
+USER_OP(sum_bf16, UT_BF16, UT_REDUCE_SUM)
+USER_OP(sum_f16, UT_F16, UT_REDUCE_SUM)
+USER_OP(max_f32, UT_F32, UT_REDUCE_MAX)
+USER_OP(max_bf16, UT_BF16, UT_REDUCE_MAX)
+USER_OP(max_f16, UT_F16, UT_REDUCE_MAX)
+#undef USER_OP
 
-/* The two reductions, made once per process (MPI_Op_create after MPI_Init;
- * the communication threads are the only callers, one at a time per
- * communicator, and the first makes them under the lock). */
-static int op16(ut_dtype dt, MPI_Op *out) {
+/* The MPI datatype and operation of (dt, op), user operations made once per
+ * process (MPI_Op_create after MPI_Init; communication threads of several
+ * communicators may ask at once, so under a lock). float32 sums are MPI's
+ * own MPI_SUM. */
+static int typed_op(ut_dtype dt, ut_reduce_op op, MPI_Datatype *type, MPI_Op *out) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
-    int i = dt == UT_BF16 ? 0 : 1, rc = 0;
+    static MPI_Op made[3][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
+    static MPI_User_function *const fns[3][2] = {{NULL, max_f32}, {sum_bf16, max_bf16}, {sum_f16, max_f16}};
+    int d = dt == UT_F32 ? 0 : dt == UT_BF16 ? 1 : 2, o = op == UT_REDUCE_MAX ? 1 : 0, rc = 0;
+    *type = d == 0 ? MPI_FLOAT : MPI_UINT16_T;
+    if (!fns[d][o]) {
+        *out = MPI_SUM;
+        return 0;
+    }
     UT_CHECK_PTHREAD(pthread_mutex_lock(&mu));
-    if (ops[i] == MPI_OP_NULL) rc = UT_CHECK_MPI(MPI_Op_create(i == 0 ? sum_bf16 : sum_f16, 1, &ops[i]));
-    *out = ops[i];
+    if (made[d][o] == MPI_OP_NULL) rc = UT_CHECK_MPI(MPI_Op_create(fns[d][o], 1, &made[d][o]));
+    *out = made[d][o];
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&mu));
     return rc;
 }
 
-static int allreduce16(mpi_impl *m, void *buf, int64_t n, ut_dtype dt) {
-    MPI_Op op;
-    return op16(dt, &op) ? -1 : allreduce_op(m, buf, n, MPI_UINT16_T, 2, op);
+/* AVG: the sum divided by the number of ranks, in float32, rounded once. */
+static void average_in_place(void *buf, int64_t n, ut_dtype dt, int size) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    size_t esz = ut_dtype_size(dt);
+    float a[256];
+    for (int64_t o = 0; o < n; o += 256) {
+        int64_t k = n - o < 256 ? n - o : 256;
+        char *p = (char *)buf + (size_t)o * esz;
+        cpu->convert(a, UT_F32, p, dt, k);
+        for (int64_t i = 0; i < k; i++) a[i] /= (float)size;
+        cpu->convert(p, dt, a, UT_F32, k);
+    }
+}
+
+static int allreduce_typed(mpi_impl *m, int size, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op) {
+    MPI_Datatype type;
+    MPI_Op mop;
+    if (typed_op(dt, op, &type, &mop) || allreduce_op(m, buf, n, type, ut_dtype_size(dt), mop)) return -1;
+    if (op == UT_REDUCE_AVG) average_in_place(buf, n, dt, size);
+    return 0;
+}
+
+/* out[0, n) = op over ranks of in[rank*n, (rank+1)*n), each rank's part
+ * reduced to it with MPI_Reduce a chunk at a time (any operation on
+ * contiguous data; see reduce_scatter_sum for why not a strided type). */
+static int reduce_scatter_typed(mpi_impl *m, int rank, int size, const void *in, void *out, int64_t n, ut_dtype dt,
+                                ut_reduce_op op) {
+    MPI_Datatype type;
+    MPI_Op mop;
+    if (typed_op(dt, op, &type, &mop)) return -1;
+    size_t esz = ut_dtype_size(dt);
+    const char *src = in;
+    char *dst = out;
+    for (int64_t o = 0; o < n; o += m->chunk) {
+        int k = (int)min64(m->chunk, n - o);
+        for (int r = 0; r < size; r++)
+            if (UT_CHECK_MPI(MPI_Reduce(src + (size_t)(r * n + o) * esz, r == rank ? dst + (size_t)o * esz : NULL, k,
+                                        type, mop, r, m->comm)))
+                return -1;
+    }
+    if (op == UT_REDUCE_AVG) average_in_place(out, n, dt, size);
+    return 0;
 }
 
 /* k elements of dt, spaced stride bytes apart from one rank's block to the
@@ -296,8 +352,9 @@ static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
     case UT_COMM_ALLREDUCE_F32: return allreduce_sum(m, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLREDUCE_F64: return allreduce_sum(m, op->out, op->n, MPI_DOUBLE, 8);
     case UT_COMM_ALLREDUCE_I64: return allreduce_sum(m, op->out, op->n, MPI_INT64_T, 8);
-    case UT_COMM_ALLREDUCE_BF16: return allreduce16(m, op->out, op->n, UT_BF16);
-    case UT_COMM_ALLREDUCE_F16: return allreduce16(m, op->out, op->n, UT_F16);
+    case UT_COMM_ALLREDUCE: return allreduce_typed(m, c->size, op->out, op->n, op->dt, op->redop);
+    case UT_COMM_REDUCE_SCATTER:
+        return reduce_scatter_typed(m, c->rank, c->size, op->in, op->out, op->n, op->dt, op->redop);
     case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter_sum(m, c->rank, c->size, op->in, op->out, op->n);
     case UT_COMM_ALLGATHER_F32: return allgather(m, c->rank, op->in, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLGATHER_U64:

@@ -8,6 +8,7 @@
  *   abort    rank 1 fails a ut_abort mid-run; MPI_Abort must end the others
  *   stopped, branch: rank 1 stops itself (SIGSTOP) / runs a broadcast as #3
  *   p2p      in a group "pp", rank 0 waits for a message rank 1 never sends */
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "../../src/backend/backend.h"
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "utrain/ops.h"
 
 static ut_comm *comm;
 static int rank, size;
@@ -224,6 +226,82 @@ static void test_allreduce16(void) {
     }
 }
 
+/* The typed collectives: sum, max and average over f32, bf16 and f16, as an
+ * all-reduce and as a reduce-scatter. Rank r holds, at element i of its
+ * part, v(r, i) = (r + 1) * (i + 1) * 0.5 with sign (-1)^i, and 257 at i = 3
+ * on rank 0 (which bf16 rounds to 256, fp16 keeps), so every rank's value is
+ * exact in all three types except that one; expected values are computed
+ * here in double and rounded once to the type. */
+static float typed_value(int r, int i) {
+    if (i == 3) return r == 0 ? 257.0f : 1.0f;
+    return (float)((r + 1) * (i + 1)) * 0.5f * (i % 2 ? -1.0f : 1.0f);
+}
+static double typed_expect(int i, ut_reduce_op op, ut_dtype dt) {
+    double s = 0, mx = -INFINITY;
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    for (int r = 0; r < size; r++) {
+        float v = typed_value(r, i);
+        uint16_t w;
+        if (dt != UT_F32) { /* what the rank holds in dt */
+            cpu->convert(&w, dt, &v, UT_F32, 1);
+            cpu->convert(&v, UT_F32, &w, dt, 1);
+        }
+        s += v;
+        mx = v > mx ? v : mx;
+    }
+    return op == UT_REDUCE_MAX ? mx : op == UT_REDUCE_AVG ? s / size : s;
+}
+static const char *op_name(int op) { return op == UT_REDUCE_SUM ? "sum" : op == UT_REDUCE_MAX ? "max" : "avg"; }
+static void test_typed(void) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    const ut_dtype dts[3] = {UT_F32, UT_BF16, UT_F16};
+    enum { N = 5 };
+    for (int d = 0; d < 3; d++)
+        for (int op = 0; op < UT_REDUCE_COUNT; op++) {
+            size_t esz = ut_dtype_size(dts[d]);
+            /* all-reduce of N elements */
+            float x[N], y[N];
+            char buf[N * 4];
+            for (int i = 0; i < N; i++) x[i] = typed_value(rank, i);
+            cpu->convert(buf, dts[d], x, UT_F32, N);
+            ut_comm_req *r = ut_comm_iallreduce_typed(comm, buf, N, dts[d], (ut_reduce_op)op);
+            CHECK(r && ut_comm_wait(comm, r) == 0, "%s", ut_comm_error(comm));
+            cpu->convert(y, UT_F32, buf, dts[d], N);
+            for (int i = 0; i < N; i++) {
+                /* float32: exact but for an average that does not divide; 16 bits: a rounding or two */
+                double want = typed_expect(i, (ut_reduce_op)op, dts[d]);
+                double tol = dts[d] == UT_F32 ? 1e-6 * fabs(want) : fabs(want) / 64;
+                CHECK(fabs(y[i] - want) <= tol, "allreduce %s %s [%d]: %g, want %g", ut_dtype_name(dts[d]),
+                      op_name(op), i, y[i], want);
+            }
+            /* reduce-scatter: every rank's input has size parts of N; part p at element i holds typed_value(rank, i) + p */
+            float *in = malloc((size_t)size * N * sizeof(float));
+            char *inb = malloc((size_t)size * N * esz), outb[N * 4];
+            for (int p = 0; p < size; p++)
+                for (int i = 0; i < N; i++) in[p * N + i] = typed_value(rank, i) + (float)p;
+            cpu->convert(inb, dts[d], in, UT_F32, (int64_t)size * N);
+            r = ut_comm_ireduce_scatter_typed(comm, inb, outb, N, dts[d], (ut_reduce_op)op);
+            CHECK(r && ut_comm_wait(comm, r) == 0, "%s", ut_comm_error(comm));
+            cpu->convert(y, UT_F32, outb, dts[d], N);
+            for (int i = 0; i < N; i++) {
+                double shift = op == UT_REDUCE_SUM ? (double)rank * size : rank;
+                double want = typed_expect(i, (ut_reduce_op)op, dts[d]) + shift;
+                double tol = dts[d] == UT_F32 ? 1e-6 * fabs(want) : fabs(want) / 32;
+                CHECK(fabs(y[i] - want) <= tol, "reduce_scatter %s %s [%d]: %g, want %g", ut_dtype_name(dts[d]),
+                      op_name(op), i, y[i], want);
+            }
+            free(in);
+            free(inb);
+        }
+    /* NaN wins a max */
+    float v[2] = {rank == size - 1 ? NAN : 1.0f, (float)rank};
+    ut_comm_req *r = ut_comm_iallreduce_typed(comm, v, 2, UT_F32, UT_REDUCE_MAX);
+    CHECK(r && ut_comm_wait(comm, r) == 0 && isnan(v[0]) && v[1] == (float)(size - 1), "max with a NaN: %g %g", v[0],
+          v[1]);
+    CHECK(ut_comm_accepts_device_memory(comm, UT_CPU) && !ut_comm_accepts_device_memory(comm, UT_SIM),
+          "the MPI and single communicators take host memory only");
+}
+
 static void test_bcast_barrier(void) {
     unsigned char b[1001];
     int root = size - 1;
@@ -282,6 +360,76 @@ static void test_stats(void) {
 
 /* Ranks split by parity, ranked in reverse: each group's size, order and
  * sums cover its own members only; a group's name shows in its errors. */
+/* Tensor parallelism's f and g (ut_tp_copy, ut_tp_reduce) around a
+ * column-parallel and a row-parallel linear: an MLP split over the ranks
+ * (rank r holds rows [r*h, (r+1)*h) of the first weight and bias and the
+ * same columns of the second weight) gives the whole MLP's output and, for
+ * its parts, the whole MLP's gradients, with no backward written for it. */
+static float tp_val(int i, int k) { return sinf(0.37f * (float)i + (float)k) * 0.5f; }
+static ut_tensor *tp_leaf(ut_ctx *ctx, int ndim, const int64_t *ne, const float *v) {
+    ut_tensor *t = ut_tensor_from(ctx, UT_F32, ndim, ne, v);
+    ut_tensor_set_requires_grad(t, true);
+    return t;
+}
+static void test_tp_ops(void) {
+    enum { B = 3, C = 4, H = 8, O = 5 };
+    const int h = H / size, lo = rank * h;
+    if (H % size) return;
+    float x[B * C], w1[H * C], b1[H], w2[O * H], b2[O];
+    for (int i = 0; i < B * C; i++) x[i] = tp_val(i, 1);
+    for (int i = 0; i < H * C; i++) w1[i] = tp_val(i, 2);
+    for (int i = 0; i < H; i++) b1[i] = tp_val(i, 3);
+    for (int i = 0; i < O * H; i++) w2[i] = tp_val(i, 4);
+    for (int i = 0; i < O; i++) b2[i] = tp_val(i, 5);
+    float w1p[H * C], w2p[O * H];
+    for (int i = 0; i < h * C; i++) w1p[i] = w1[lo * C + i];
+    for (int o = 0; o < O; o++)
+        for (int j = 0; j < h; j++) w2p[o * h + j] = w2[o * H + lo + j];
+    float y[2][B * O], gx[2][B * C], gw1[2][H * C], gw2[2][O * H], gb2[2][O];
+    for (int tp = 0; tp < 2; tp++) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_tensor *X = tp_leaf(ctx, 2, (int64_t[]){B, C}, x), *B2 = tp_leaf(ctx, 1, (int64_t[]){O}, b2);
+        ut_tensor *W1 = tp_leaf(ctx, 2, (int64_t[]){tp ? h : H, C}, tp ? w1p : w1);
+        ut_tensor *B1 = tp_leaf(ctx, 1, (int64_t[]){tp ? h : H}, tp ? b1 + lo : b1);
+        ut_tensor *W2 = tp_leaf(ctx, 2, (int64_t[]){O, tp ? h : H}, tp ? w2p : w2);
+        ut_tensor *in = tp ? ut_tp_copy(ctx, X, comm) : X;
+        ut_tensor *a = ut_gelu(ctx, ut_linear(ctx, in, W1, B1));
+        ut_tensor *part = ut_linear(ctx, a, W2, NULL);
+        ut_tensor *Y = ut_add(ctx, tp ? ut_tp_reduce(ctx, part, comm) : part, B2);
+        ut_tensor *loss = ut_sum(ctx, ut_mul(ctx, Y, Y));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        if (!loss) {
+            ut_ctx_free(ctx);
+            return;
+        }
+        ut_tensor_get(Y, y[tp], sizeof y[tp]);
+        ut_tensor_get_grad(X, gx[tp], sizeof gx[tp]);
+        ut_tensor_get_grad(W1, gw1[tp], (size_t)(tp ? h : H) * C * sizeof(float));
+        ut_tensor_get_grad(W2, gw2[tp], (size_t)O * (tp ? h : H) * sizeof(float));
+        ut_tensor_get_grad(B2, gb2[tp], sizeof gb2[tp]);
+        ut_ctx_free(ctx);
+    }
+    /* each difference relative to the largest value of its tensor (sums in another order) */
+    double worst = 0, diff, top;
+#define TP_CMP(a, b) diff = fmax(diff, fabs((double)(a) - (double)(b))), top = fmax(top, fabs((double)(b)))
+#define TP_END() worst = fmax(worst, diff / top), diff = 0, top = 1e-30
+    diff = 0, top = 1e-30;
+    for (int i = 0; i < B * O; i++) TP_CMP(y[1][i], y[0][i]);
+    TP_END();
+    for (int i = 0; i < B * C; i++) TP_CMP(gx[1][i], gx[0][i]);
+    TP_END();
+    for (int i = 0; i < h * C; i++) TP_CMP(gw1[1][i], gw1[0][lo * C + i]);
+    TP_END();
+    for (int o = 0; o < O; o++)
+        for (int j = 0; j < h; j++) TP_CMP(gw2[1][o * h + j], gw2[0][o * H + lo + j]);
+    TP_END();
+    for (int i = 0; i < O; i++) TP_CMP(gb2[1][i], gb2[0][i]);
+    TP_END();
+#undef TP_CMP
+#undef TP_END
+    CHECK(worst <= 1e-5, "tensor-parallel MLP on %d ranks: output and gradients differ by %g relative", size, worst);
+}
+
 static void test_split_groups(void) {
     char err[256] = "";
     ut_comm *g = ut_comm_split(comm, rank % 2, -rank, "parity", err, sizeof err);
@@ -433,10 +581,12 @@ int main(int argc, char **argv) {
     RUN(test_many_small_requests);
     RUN(test_f64_i64);
     RUN(test_allreduce16);
+    RUN(test_typed);
     RUN(test_bcast_barrier);
     RUN(test_check_same);
     RUN(test_stats);
     RUN(test_split_groups);
+    RUN(test_tp_ops);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);

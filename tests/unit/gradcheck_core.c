@@ -1,6 +1,7 @@
 /* Gradcheck rows: matrix products, broadcasting binary ops, reductions, views,
- * checkpointing. */
+ * checkpointing, collectives. */
 #include "gradcheck.h"
+#include "../../src/backend/backend.h"
 
 static ut_tensor *b_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
 static ut_tensor *b_linear_nob(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], NULL); }
@@ -32,6 +33,18 @@ static ut_tensor *b_checkpoint(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, x, in[0]);
 }
 
+/* What an all-reduce over two ranks that hold the same values does: doubles
+ * them, forward and backward. */
+static int twice(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn) {
+    (void)user, (void)err, (void)errn;
+    ut_backend_get(dev)->scale(buf, n, 2.0f);
+    return 0;
+}
+static ut_tensor *b_collective(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *y = ut_collective(c, ut_transpose(c, in[0], 0, 1), twice, twice, NULL, "twice");
+    return ut_mul(c, y, ut_collective(c, in[1], NULL, NULL, NULL, NULL));
+}
+
 const gc_row gc_rows_core[] = {
     {"linear", 3, {{2, {5, 7}}, {2, {4, 7}}, {1, {4}}}, b_linear},
     {"linear 3-D no bias", 2, {{3, {2, 3, 7}}, {2, {4, 7}}}, b_linear_nob},
@@ -49,5 +62,6 @@ const gc_row gc_rows_core[] = {
     {"permute", 1, {{3, {2, 3, 4}}}, b_permute},
     {"slice of transpose", 1, {{3, {2, 3, 4}}}, b_slice_transpose},
     {"checkpoint", 2, {{2, {3, 4}}, {2, {4, 4}}}, b_checkpoint},
+    {"collective", 2, {{2, {3, 4}}, {2, {4, 3}}}, b_collective},
 };
 const int gc_nrows_core = sizeof gc_rows_core / sizeof gc_rows_core[0];

@@ -1,0 +1,37 @@
+/* Tensor parallelism's conjugate operators as ops (Megatron-LM's f and g):
+ * inside a tensor-parallel region each rank of the group holds a part of a
+ * layer (a column-parallel linear's output columns, a row-parallel linear's
+ * input rows), and these two ops are where the parts meet:
+ *   ut_tp_copy    forward: the identity (every rank has the whole input);
+ *                 backward: the gradient summed over the group (each rank's
+ *                 part of the layer contributed a part of it)
+ *   ut_tp_reduce  forward: the sum over the group (the partial outputs of a
+ *                 row-parallel linear); backward: the identity
+ * Both are ut_collective ops, so a model that uses them needs no backward of
+ * its own. The sum is an all-reduce on the group's communicator, through
+ * host memory (a stage) on a device whose memory the communicator cannot
+ * take. */
+#include <stdio.h>
+
+#include "utrain/dist.h"
+#include "../backend/backend.h"
+
+static int allreduce(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn) {
+    ut_comm *c = user;
+    if (ut_comm_size(c) == 1) return 0;
+    const ut_backend *be = ut_backend_get(dev);
+    ut_stage st;
+    float *h = ut_comm_accepts_device_memory(c, dev) ? buf : ut_stage_begin(&st, be, buf, (size_t)n * sizeof(float), true);
+    int rc = ut_comm_wait(c, ut_comm_iallreduce(c, h, n));
+    if (rc) snprintf(err, errn, "%s", ut_comm_error(c));
+    if (h != buf) ut_stage_end(&st, true);
+    return rc;
+}
+
+ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    return ut_collective(ctx, x, NULL, allreduce, group, "tp_copy");
+}
+
+ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    return ut_collective(ctx, x, allreduce, NULL, group, "tp_reduce");
+}
