@@ -178,6 +178,41 @@ static void test_bad_index(void) {
     ut_ctx_free(ctx);
 }
 
+/* Streams and events: a communication stream that waits on an event recorded
+ * after the compute stream's write reads the written value; copy_async to
+ * page-locked host memory holds the value once its event is done; a copy
+ * from page-locked memory through copy is done when copy returns (the host
+ * may change the buffer at once). */
+static void test_streams_events(void) {
+    const ut_backend *be = ut_backend_get(UT_CUDA);
+    enum { N = 1 << 20 };
+    float *x = be->alloc(N * sizeof(float)), *y = be->alloc(N * sizeof(float));
+    float *h = ut_host_alloc(be, N * sizeof(float));
+    void *side = be->stream_new(UT_STREAM_COMM), *ev = ut_event_new(be);
+    CHECK(side && side != be->stream_new(UT_STREAM_COMPUTE), "a communication stream of its own");
+    for (int i = 0; i < N; i++) h[i] = (float)(i % 251);
+    be->copy(x, h, N * sizeof(float), UT_COPY_H2D);
+    for (int i = 0; i < N; i++) h[i] = -1; /* copy has consumed the page-locked buffer */
+    be->scale(x, N, 2.0f);                  /* queued on the compute stream */
+    ut_event_record(be, ev, NULL);
+    ut_event_wait(be, side, ev);
+    ut_copy_async(be, y, x, N * sizeof(float), UT_COPY_D2D, side);
+    ut_event_record(be, ev, side);
+    ut_event_wait(be, NULL, ev);
+    ut_copy_async(be, h, y, N * sizeof(float), UT_COPY_D2H, NULL);
+    ut_event_record(be, ev, NULL);
+    ut_event_sync(be, ev);
+    CHECK(ut_event_done(be, ev), "a synchronised event is done");
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += h[i] != 2.0f * (float)(i % 251);
+    CHECK(bad == 0, "%d of %d values wrong after the side stream's copy", bad, N);
+    ut_event_free(be, ev);
+    be->stream_free(side);
+    ut_host_free(be, h);
+    be->free(x);
+    be->free(y);
+}
+
 /* A model built on the GPU: its parameters and flat buffers are device
  * memory holding exactly the CPU model's initial values (initialisation is
  * by name and element), its gradients start at zero, and an optimizer step
@@ -238,6 +273,7 @@ int main(void) {
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
     RUN(test_bad_index);
+    RUN(test_streams_events);
     RUN(test_model_on_device);
     return TEST_SUMMARY();
 }
