@@ -94,6 +94,12 @@ ut_comm_req *ut_comm_ireduce_scatter_typed(ut_comm *c, const void *in, void *out
  * page-locked copies: the MPI and single-process communicators, for every
  * device but the CPU, whose memory is host memory). */
 bool ut_comm_accepts_device_memory(const ut_comm *c, ut_device dev);
+/* The communicator's communication stream on device dev (the backend's
+ * UT_STREAM_COMM kind), where the copies feeding its collectives run (the
+ * gradient buckets' copies to and from host memory): made on first use,
+ * waited for and freed by ut_comm_finalize. NULL on a device without streams
+ * (the CPU). */
+void *ut_comm_stream(ut_comm *c, ut_device dev);
 ut_comm_req *ut_comm_ireduce_scatter(ut_comm *c, const float *in, float *out, int64_t n);
 ut_comm_req *ut_comm_iallgather(ut_comm *c, const float *in, float *out, int64_t n);
 /* The uneven forms the ZeRO strategies use on ranges of a flat buffer cut

@@ -30,7 +30,7 @@ struct ut_bucketer {
     int *order;     /* buckets in the order they were started */
     int nstarted, nposted, nlanded;
     int rc;         /* -1 once a collective failed this pass */
-    /* device memory: the communication stream and the page-locked host copies */
+    /* device memory: the communicator's communication stream, the page-locked host copies */
     void *stream;
     float *pinned;
 };
@@ -59,7 +59,7 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
     }
     if (!ut_comm_accepts_device_memory(c, p->device)) {
         b->pinned = ut_host_alloc(b->be, (size_t)(host ? host : 1) * sizeof(float));
-        b->stream = b->be->stream_new(UT_STREAM_COMM);
+        b->stream = ut_comm_stream(c, p->device);
         float *h = b->pinned;
         for (int k = 0; k < nb; k++) {
             bucket *bk = &b->b[k];
@@ -76,13 +76,12 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
 void ut_bucketer_free(ut_bucketer *b) {
     if (!b) return;
     if (b->pinned) {
-        b->be->stream_sync(b->stream);
-        b->be->stream_sync(NULL); /* the copies back read the host memory */
+        b->be->stream_sync(b->stream); /* the communicator's: it outlives the engine */
+        b->be->stream_sync(NULL);      /* the copies back read the host memory */
         for (int k = 0; k < b->nb; k++) {
             ut_event_free(b->be, b->b[k].ready);
             ut_event_free(b->be, b->b[k].copied);
         }
-        b->be->stream_free(b->stream);
         ut_host_free(b->be, b->pinned);
     }
     ut_free(b->b);

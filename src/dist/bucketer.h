@@ -8,7 +8,7 @@
  *   - host memory (the CPU): in place, through host stages that copy
  *     nothing;
  *   - device memory the communicator cannot take (sim, cuda under MPI):
- *     the hook records an event on the compute stream, and the engine's
+ *     the hook records an event on the compute stream, and the communicator's
  *     communication stream, after it, copies the bucket into page-locked
  *     host memory. The collective is posted when the next bucket starts (or
  *     at the finish), waiting for that copy if it still runs: a point every

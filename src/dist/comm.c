@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "../backend/backend.h"
 #include "utrain/base.h"
 
 // --- names and descriptions -----------------------------------------------
@@ -128,11 +129,30 @@ static void comm_setup(ut_comm *c, double timeout_s) {
     snprintf(c->name, sizeof c->name, "world");
     UT_CHECK_PTHREAD(pthread_mutex_init(&c->issue_mu, NULL));
     UT_CHECK_PTHREAD(pthread_mutex_init(&c->stats_mu, NULL));
+    UT_CHECK_PTHREAD(pthread_mutex_init(&c->stream_mu, NULL));
 }
 
 static void comm_teardown(ut_comm *c) {
+    for (int d = 0; d < UT_DEVICE_COUNT; d++)
+        if (c->streams[d]) { /* its last copies finish first */
+            const ut_backend *be = ut_backend_get((ut_device)d);
+            be->stream_sync(c->streams[d]);
+            be->stream_free(c->streams[d]);
+            c->streams[d] = NULL;
+        }
     UT_CHECK_PTHREAD(pthread_mutex_destroy(&c->issue_mu));
     UT_CHECK_PTHREAD(pthread_mutex_destroy(&c->stats_mu));
+    UT_CHECK_PTHREAD(pthread_mutex_destroy(&c->stream_mu));
+}
+
+void *ut_comm_stream(ut_comm *c, ut_device dev) {
+    const ut_backend *be = ut_backend_get(dev);
+    if (!be) return NULL;
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&c->stream_mu));
+    if (!c->streams[dev]) c->streams[dev] = be->stream_new(UT_STREAM_COMM);
+    void *s = c->streams[dev];
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&c->stream_mu));
+    return s;
 }
 
 static bool under_launcher(void) {

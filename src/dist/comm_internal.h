@@ -89,6 +89,10 @@ struct ut_comm {
     bool is_static; /* the lazily made single world: never freed */
     char name[32];  /* "world", or the group's name given to ut_comm_split */
     int world_rank; /* this process's rank in the world */
+    /* per device: the communication stream copies feeding this
+     * communicator's collectives run on (ut_comm_stream), made on first use */
+    void *streams[UT_DEVICE_COUNT];
+    pthread_mutex_t stream_mu;
 };
 
 /* "rank 3" in the world; "tp rank 1 (world rank 3)" in a group: the prefix
