@@ -42,6 +42,11 @@ typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_
  *                         the op is launched, not when the kernel runs
  *   k->stream             the stream the op's work goes on (NULL: the
  *                         backend's compute stream)
+ *   ut_kthreads(k)        the host threads a CPU kernel may use: the
+ *                         launching thread's OpenMP thread count (a backend
+ *                         that runs kernels on a thread of its own gives
+ *                         that thread this count first, as sim does), for
+ *                         sizing per-thread scratch
  *   ut_kscratch(k, bytes), ut_kscratch_release(k), ut_kround16(k, s, n, dt, bwd)
  *                         autocast's scratch and kept 16-bit parameter copies,
  *                         for kernels that do autocast themselves
@@ -51,6 +56,7 @@ struct ut_kctx {
     void *arena;    /* the device arena ut_kalloc takes from (opaque) */
     ut_philox rng;  /* this launch's draws */
     void *stream;
+    int threads;
     void *(*dalloc)(const ut_kctx *k, size_t bytes);
     void *(*halloc)(const ut_kctx *k, size_t bytes);
     void (*fail)(const ut_kctx *k, const char *msg);
@@ -60,6 +66,7 @@ struct ut_kctx {
 };
 static inline void *ut_kalloc(const ut_kctx *k, size_t bytes) { return k->dalloc(k, bytes); }
 static inline void *ut_khost(const ut_kctx *k, size_t bytes) { return k->halloc(k, bytes); }
+static inline int ut_kthreads(const ut_kctx *k) { return k->threads > 0 ? k->threads : 1; }
 static inline float *ut_kscratch(const ut_kctx *k, size_t bytes) { return k->scratch(k, bytes); }
 static inline void ut_kscratch_release(const ut_kctx *k) { k->scratch_release(k); }
 static inline const void *ut_kround16(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {

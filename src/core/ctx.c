@@ -1,4 +1,5 @@
 /* The per-step context: arenas, tape, modes, errors, tensor constructors. */
+#include <omp.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <time.h>
@@ -92,6 +93,7 @@ void ut_ctx_free(ut_ctx *ctx) {
 ut_kctx ut_ctx_launch(ut_ctx *ctx, int op) {
     ut_kctx k = ctx->kctx;
     k.arena = ctx->darena;
+    k.threads = omp_get_max_threads();
     if (ut_op_is(op, UT_OPP_RANDOM)) {
         k.rng = ctx->rng;
         ctx->rng.offset += UT_RNG_LAUNCH_DRAWS;

@@ -127,7 +127,7 @@ static probs_rows probs_of(ut_tensor *t, int64_t T, int64_t n, bool forward, con
     probs_rows P = {.dt = t->autocast, .T = T};
     if (forward) ut_attention_set_probs(t, ut_kalloc(k, (size_t)n * ut_dtype_size(P.dt)));
     P.att = ut_attention_probs(t);
-    if (P.dt != UT_F32) P.rows = ut_kscratch(k, (size_t)(omp_get_max_threads() * T) * sizeof(float));
+    if (P.dt != UT_F32) P.rows = ut_kscratch(k, (size_t)(ut_kthreads(k) * T) * sizeof(float));
     return P;
 }
 
@@ -141,7 +141,7 @@ void ut_attention_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     int64_t B = t->ne[0], T = t->ne[1], C = t->ne[2], NH = ut_attention_n_head(t);
-    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)T * sizeof(float));
+    float *scratch = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)T * sizeof(float));
     probs_rows P = probs_of(t, T, B * NH * T * T, false, k);
     attention_backward(qkv->grad, scratch, t->grad, ut_f32(qkv), &P, B, T, C, NH);
 }

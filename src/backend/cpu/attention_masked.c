@@ -132,7 +132,7 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t, UT_KCTX) {
         ut_philox_keep_mask(&g, keep, p, N);
         ut_attention_masked_set_keep(t, keep);
     }
-    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
+    float *scratch = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)(d.Tq * d.Tk) * sizeof(float));
     masked_forward(ut_f32(t), ut_attention_masked_probs(t), scratch, ut_f32(t->src[0]), ut_f32(t->src[1]),
                    ut_f32(t->src[2]), mask, ut_attention_masked_keep(t), &d);
 }
@@ -141,7 +141,7 @@ void ut_attention_masked_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *q = t->src[0], *key = t->src[1], *v = t->src[2];
     ut_masked_dims d = ut_attention_masked_dims(t);
     float *scratch =
-        ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)(d.Tq * d.Tk) * sizeof(float));
+        ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)(d.Tq * d.Tk) * sizeof(float));
     masked_backward(q->requires_grad ? q->grad : NULL, key->requires_grad ? key->grad : NULL,
                     v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(key), ut_f32(v),
                     ut_attention_masked_probs(t), ut_attention_masked_keep(t), &d);

@@ -135,7 +135,7 @@ void ut_attention_varlen_fwd_cpu(ut_tensor *t, UT_KCTX) {
         ut_philox_keep_mask(&g, keep, p, np);
         ut_attention_varlen_set_keep(t, keep);
     }
-    float *scratch = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
+    float *scratch = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)(d.maxL * d.maxL) * sizeof(float));
     varlen_forward(ut_f32(t), ut_attention_varlen_probs(t), scratch, ut_f32(t->src[0]), ut_f32(t->src[1]),
                    ut_f32(t->src[2]), ut_attention_varlen_keep(t), &d);
 }
@@ -145,7 +145,7 @@ void ut_attention_varlen_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_varlen_dims d;
     if (varlen_dims_of(t, &d, k)) return;
     float *scratch =
-        ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)(d.maxL * d.maxL) * sizeof(float));
+        ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)(d.maxL * d.maxL) * sizeof(float));
     varlen_backward(q->requires_grad ? q->grad : NULL, key->requires_grad ? key->grad : NULL,
                     v->requires_grad ? v->grad : NULL, scratch, t->grad, ut_f32(q), ut_f32(key), ut_f32(v),
                     ut_attention_varlen_probs(t), ut_attention_varlen_keep(t), &d);

@@ -200,8 +200,8 @@ static ut_conv2d_shape shape_of(const ut_tensor *t) {
 
 /* Threads for n independent work items: no more than items, so that column
  * buffers (one per thread) are not allocated for idle threads. */
-static int threads_for(int64_t n) {
-    int m = omp_get_max_threads();
+static int threads_for(int64_t n, const ut_kctx *k) {
+    int m = ut_kthreads(k);
     return n < m ? (n > 0 ? (int)n : 1) : m;
 }
 
@@ -209,7 +209,7 @@ void ut_conv2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     ut_tensor *b = t->src[2];
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
-    int nthr = threads_for(d.B);
+    int nthr = threads_for(d.B, k);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
     float *cols = ut_kalloc(k, (size_t)nthr * col * sizeof(float));
     ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
@@ -220,7 +220,7 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
-    int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS);
+    int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS, k);
     float *cols = NULL, *dw_part = NULL;
     if (dx || dw) cols = ut_kalloc(k, 2 * (size_t)nthr * col * sizeof(float));
     if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));

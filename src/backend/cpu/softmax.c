@@ -264,7 +264,7 @@ static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_
         mx = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
         inv = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
     }
-    float *rows = ut_kalloc(k, (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+    float *rows = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
     cross_entropy_forward16(rowloss, mx, inv, x->data, x->dtype, ut_i32(tg), (int)ut_loss_ignore_index(t),
                             N, V, rows);
     ut_cross_entropy_set_row_max(t, mx);
@@ -310,7 +310,7 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t, UT_KCTX) {
     }
     if (is_16(x->dtype)) {
         int64_t V = last_dim(x);
-        float *rows = ut_kalloc(k, 2 * (size_t)omp_get_max_threads() * (size_t)V * sizeof(float));
+        float *rows = ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
         cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),
                                  ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
                                  t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V, rows);

@@ -230,7 +230,6 @@ struct sim_item {
             ut_tensor *orig, *orig_src[UT_MAX_SRC];
             ut_tensor snap, srcs[UT_MAX_SRC];
             ut_kctx k;
-            int threads;
         } kern;
         struct {
             void *dst;
@@ -443,7 +442,7 @@ static void run_kernel(sim_stream *s, sim_item *it) {
     ut_tensor before = *t;
     ut_kctx k = it->u.kern.k;
     k.fail = w_fail, k.scratch = w_scratch, k.scratch_release = w_scratch_release, k.round16 = w_round16;
-    if (omp_get_max_threads() != it->u.kern.threads) omp_set_num_threads(it->u.kern.threads);
+    if (omp_get_max_threads() != ut_kthreads(&k)) omp_set_num_threads(ut_kthreads(&k)); /* the launch's count */
     enter();
     it->u.kern.fn(t, &k);
     leave();
@@ -656,7 +655,6 @@ static void launch(ut_op_fn fn, ut_tensor *t, const ut_kctx *k, bool backward) {
     it->u.kern.orig = t;
     it->u.kern.snap = *t;
     it->u.kern.k = *k;
-    it->u.kern.threads = omp_get_max_threads();
     for (int i = 0; i < UT_MAX_SRC; i++) {
         ut_tensor *s = t->src[i];
         if (!s) continue;
