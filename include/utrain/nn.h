@@ -40,12 +40,24 @@ typedef struct {
     float a; /* NORMAL: std; UNIFORM: bound (values in [-a, a)) */
 } ut_init;
 
+/* How a parameter is split over the ranks of a tensor-parallel group: the
+ * full tensor has shape full_ne; its dimension dim is cut into parts equal
+ * pieces and this rank holds piece part. blocks > 1: that dimension is
+ * blocks stacked blocks cut alike, and the rank holds its piece of each, in
+ * block order (GPT-2's c_attn weight (3C, C) is q, k and v: blocks = 3).
+ * parts == 1: the whole tensor, on every rank (replicated). */
+typedef struct {
+    int dim, parts, part, blocks;
+    int64_t full_ne[UT_MAX_DIMS];
+} ut_partition;
+
 typedef struct {
     int n;                 /* parameter count */
     ut_tensor **t;         /* each points into flat and flat_grad */
     char **names;          /* PyTorch-style state_dict names: "h.0.attn.c_attn.weight" */
     ut_init *init;
     ut_param_seg *segs;    /* offset, numel and weight-decay flag of each */
+    ut_partition *part;    /* how each is split over a tensor-parallel group (parts 1: not) */
     int64_t numel;         /* total elements */
     ut_device device;      /* where flat, flat_grad and every parameter live */
     /* The flat buffers (64-byte aligned, whole pages), in the memory of the
@@ -76,6 +88,16 @@ ut_model *ut_model_new(const char *type);
 /* Registers a parameter (data assigned by ut_model_finalize). Weight decay
  * applies when ndim >= 2. name is copied. */
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init);
+/* A parameter of which this rank holds one part (ut_partition: dimension
+ * dim of the full shape full_ne cut into parts, this rank's part, in blocks):
+ * the tensor has the part's shape, and ut_model_finalize fills it with
+ * exactly that slice of the full tensor's initial values (initialisation is
+ * by name and element), so the parts of all ranks put together are the
+ * whole parameter of a model built on one rank. NULL with a message in err
+ * when the dimension does not divide into blocks x parts, or part or dim is
+ * out of range. */
+ut_tensor *ut_param_add_part(ut_model *m, const char *name, int ndim, const int64_t *full_ne, ut_init init,
+                             int dim, int parts, int part, int blocks, char *err, size_t errn);
 /* Allocates the flat buffers and initialises every parameter from seed
  * with ut_init_fill, in parallel chunks. */
 void ut_model_finalize(ut_model *m, uint64_t seed);

@@ -32,6 +32,7 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
         p->names = ut_realloc_check(p->names, p->cap * sizeof *p->names);
         p->init = ut_realloc_check(p->init, p->cap * sizeof *p->init);
         p->segs = ut_realloc_check(p->segs, p->cap * sizeof *p->segs);
+        p->part = ut_realloc_check(p->part, p->cap * sizeof *p->part);
     }
     ut_tensor *t = ut_calloc_check(1, sizeof *t);
     t->dtype = UT_F32;
@@ -47,6 +48,8 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
     p->t[p->n] = t;
     p->init[p->n] = init;
     p->segs[p->n] = (ut_param_seg){.offset = p->numel, .numel = ut_nelem(t), .decay = ndim >= 2};
+    p->part[p->n] = (ut_partition){.dim = 0, .parts = 1, .part = 0, .blocks = 1};
+    for (int i = 0; i < ndim; i++) p->part[p->n].full_ne[i] = ne[i];
     p->numel += ut_nelem(t);
     p->n++;
     return t;
@@ -55,6 +58,45 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
 /* Random initialisation runs in chunks of this many elements, filled in
  * parallel; the values do not depend on the chunking. */
 #define INIT_CHUNK 65536
+
+ut_tensor *ut_param_add_part(ut_model *m, const char *name, int ndim, const int64_t *full_ne, ut_init init,
+                             int dim, int parts, int part, int blocks, char *err, size_t errn) {
+    if (ndim < 1 || ndim > UT_MAX_DIMS || dim < 0 || dim >= ndim || parts < 1 || part < 0 || part >= parts ||
+        blocks < 1 || full_ne[dim] % ((int64_t)parts * blocks)) {
+        snprintf(err, errn,
+                 "parameter %s: cannot split dimension %d (of %d) of size %lld into %d block(s) of %d parts and "
+                 "take part %d",
+                 name, dim, ndim, dim >= 0 && dim < ndim ? (long long)full_ne[dim] : -1LL, blocks, parts, part);
+        return NULL;
+    }
+    int64_t ne[UT_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) ne[i] = full_ne[i];
+    ne[dim] /= parts;
+    ut_tensor *t = ut_param_add(m, name, ndim, ne, init);
+    ut_partition *pt = &m->params.part[t->param_index];
+    *pt = (ut_partition){.dim = dim, .parts = parts, .part = part, .blocks = blocks};
+    for (int i = 0; i < ndim; i++) pt->full_ne[i] = full_ne[i];
+    return t;
+}
+
+/* Fills a part (ut_partition) with its slice of the full tensor: run by run
+ * of the part's elements that are consecutive in the full tensor too (the
+ * dimensions after the split one). */
+static void fill_part(float *x, const ut_tensor *t, const ut_partition *pt, ut_init init, uint64_t seed,
+                      const char *name) {
+    int64_t inner = 1, outer = 1;
+    for (int d = pt->dim + 1; d < t->ndim; d++) inner *= t->ne[d];
+    for (int d = 0; d < pt->dim; d++) outer *= t->ne[d];
+    const int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim];
+    const int64_t piece = F / ((int64_t)pt->blocks * pt->parts); /* rows of one block held by one part */
+#pragma omp parallel for schedule(static) if (outer * L * inner >= 4 * INIT_CHUNK)
+    for (int64_t r = 0; r < outer * L; r++) {
+        int64_t o = r / L, c = r % L;
+        int64_t full_c = (c / piece) * (F / pt->blocks) + pt->part * piece + c % piece;
+        ut_init_fill(x + r * inner, (o * F + full_c) * inner, inner, init, seed, name);
+    }
+}
+
 
 /* The Philox stream of a parameter: a 64-bit FNV-1a hash of its name, mixed
  * (the dropout streams are mixes of micro-batch coordinates: another domain). */
@@ -98,6 +140,12 @@ void ut_init_fill(float *x, int64_t first, int64_t n, ut_init init, uint64_t see
     }
 }
 
+/* The chunks of parameter i's whole-tensor fill (none for a part of a split
+ * one: fill_part fills it). */
+static int64_t chunks_of(const ut_params *p, int i) {
+    return p->part[i].parts > 1 ? 0 : (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+}
+
 /* Element e of parameter NAME is a function of (seed, NAME, e) alone
  * (ut_init_fill): not of the parameter's index, the other parameters, the
  * thread count, or which rank or device fills it, so a shard of a parameter
@@ -111,7 +159,7 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
     for (int i = 0; i < p->n; i++) {
         ut_tensor *t = p->t[i];
         ut_tensor_bind(t, p->flat + p->segs[i].offset, p->flat_grad + p->segs[i].offset);
-        nchunks += (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+        nchunks += chunks_of(p, i);
     }
     /* the values are drawn on the host: in place where the flat buffers are
      * host memory, else in a staging buffer copied over at the end */
@@ -123,12 +171,13 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
     for (int64_t k = 0; k < nchunks; k++) {
         int i = 0;
         int64_t c = k;
-        while (c >= (p->segs[i].numel + INIT_CHUNK - 1) / INIT_CHUNK)
-            c -= (p->segs[i++].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+        while (c >= chunks_of(p, i)) c -= chunks_of(p, i++);
         int64_t off = c * INIT_CHUNK, n = p->segs[i].numel - off;
         ut_init_fill(host + p->segs[i].offset + off, off, n < INIT_CHUNK ? n : INIT_CHUNK, p->init[i], seed,
                      p->names[i]);
     }
+    for (int i = 0; i < p->n; i++) /* the parts of split parameters, run by run */
+        if (p->part[i].parts > 1) fill_part(host + p->segs[i].offset, p->t[i], &p->part[i], p->init[i], seed, p->names[i]);
     ut_stage_end(&st, true);
 }
 
@@ -142,6 +191,7 @@ void ut_model_free(ut_model *m) {
     ut_free(p->t);
     ut_free(p->names);
     ut_free(p->init);
+    ut_free(p->part);
     ut_free(p->segs);
     ut_pages_free(params_backend(p), p->flat, p->numel);
     ut_pages_free(params_backend(p), p->flat_grad, p->numel);

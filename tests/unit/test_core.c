@@ -372,6 +372,56 @@ static void test_init_independent_of_threads(void) {
  * from any element (odd offsets included), and different under another name.
  * The normal draws have the asked-for spread; the uniform ones stay in
  * [-a, a) and cover it. */
+/* Parts of split parameters (ut_param_add_part) hold exactly their slice of
+ * the whole parameter's initial values: rows of a (6, 8) weight in 3 blocks
+ * over 2 parts (a packed q/k/v weight), columns of a (5, 6, 4) tensor over 3
+ * parts, a bias over 4 parts; together the parts of all ranks are the whole;
+ * a split that does not divide is refused naming the parameter. */
+static void test_init_parts(void) {
+    const ut_init normal = {UT_INIT_NORMAL, 0.5f};
+    ut_model *whole = ut_model_new("x");
+    ut_tensor *w = ut_param_add(whole, "qkv", 2, (int64_t[]){6, 8}, normal);
+    ut_tensor *c = ut_param_add(whole, "c", 3, (int64_t[]){5, 6, 4}, normal);
+    ut_tensor *b = ut_param_add(whole, "b", 1, (int64_t[]){8}, normal);
+    ut_model_finalize(whole, 5);
+    char err[256] = "";
+    int bad = 0;
+    for (int r = 0; r < 4; r++) {
+        ut_model *m = ut_model_new("x");
+        ut_tensor *wp = r < 2 ? ut_param_add_part(m, "qkv", 2, (int64_t[]){6, 8}, normal, 0, 2, r, 3, err, sizeof err)
+                              : NULL;
+        ut_tensor *cp = r < 3 ? ut_param_add_part(m, "c", 3, (int64_t[]){5, 6, 4}, normal, 1, 3, r, 1, err, sizeof err)
+                              : NULL;
+        ut_tensor *bp = ut_param_add_part(m, "b", 1, (int64_t[]){8}, normal, 0, 4, r, 1, err, sizeof err);
+        CHECK(bp && (r >= 2 || wp) && (r >= 3 || cp), "%s", err);
+        if (!bp) return;
+        ut_model_finalize(m, 5);
+        if (wp) /* block k's rows [2k, 2k+2): part r holds row 2k + r */
+            for (int k = 0; k < 3; k++)
+                bad += memcmp(ut_f32(wp) + k * 8, ut_f32(w) + (2 * k + r) * 8, 8 * sizeof(float)) != 0;
+        if (cp) /* columns [2r, 2r+2) of dimension 1 */
+            for (int o = 0; o < 5; o++)
+                bad += memcmp(ut_f32(cp) + o * 2 * 4, ut_f32(c) + (o * 6 + 2 * r) * 4, 2 * 4 * sizeof(float)) != 0;
+        bad += memcmp(ut_f32(bp), ut_f32(b) + 2 * r, 2 * sizeof(float)) != 0;
+        CHECK(!wp || (wp->ne[0] == 3 && wp->ne[1] == 8), "part shape (%lld, %lld)", (long long)wp->ne[0],
+              (long long)wp->ne[1]);
+        CHECK(m->params.part[bp->param_index].parts == 4 && m->params.part[bp->param_index].full_ne[0] == 8,
+              "the partition is kept");
+        ut_model_free(m);
+    }
+    CHECK(bad == 0, "%d slices differ from the whole parameter", bad);
+    ut_model *m = ut_model_new("x");
+    CHECK(!ut_param_add_part(m, "h.0.attn.c_attn.weight", 2, (int64_t[]){9, 4}, normal, 0, 2, 0, 3, err, sizeof err) &&
+              strstr(err, "h.0.attn.c_attn.weight") && strstr(err, "size 9"),
+          "a split that does not divide: %s", err);
+    CHECK(!ut_param_add_part(m, "w", 2, (int64_t[]){8, 4}, normal, 2, 2, 0, 1, err, sizeof err) &&
+              !ut_param_add_part(m, "w", 2, (int64_t[]){8, 4}, normal, 0, 2, 2, 1, err, sizeof err),
+          "a dimension or part out of range was taken");
+    CHECK(m->params.n == 0, "a refused part was registered");
+    ut_model_free(m);
+    ut_model_free(whole);
+}
+
 static void test_init_by_name(void) {
     const ut_init normal = {UT_INIT_NORMAL, 0.5f}, uniform = {UT_INIT_UNIFORM, 0.25f};
     ut_model *a = ut_model_new("x"), *b = ut_model_new("x");
@@ -460,6 +510,7 @@ int main(void) {
     RUN(test_allocation_failure_names_size);
     RUN(test_init_independent_of_threads);
     RUN(test_init_by_name);
+    RUN(test_init_parts);
     RUN(test_backward_from_a_gradient);
     return TEST_SUMMARY();
 }
