@@ -143,6 +143,9 @@ void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s);
  * A failed all-reduce fails the op with the communicator's message. */
 ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
+/* The two as a tensor-parallel layer's hooks over group
+ * (ut_block_layer_init_tp in nn.h). */
+ut_tp_hooks ut_tp_hooks_of(ut_comm *group);
 
 /* ---- DDP: gradient all-reduce in buckets, overlapped with backward ----
  * Buckets are contiguous ranges of the flat gradient buffer of about

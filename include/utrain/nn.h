@@ -139,7 +139,20 @@ typedef struct { ut_tensor *w, *b; float eps; } ut_layernorm_layer;
 typedef struct { ut_tensor *w; } ut_embedding_layer;
 typedef struct { ut_linear_layer c_attn, c_proj; int n_head; float dropout; } ut_attention_layer;
 typedef struct { ut_linear_layer c_fc, c_proj; float dropout; } ut_mlp_layer;
-typedef struct { ut_layernorm_layer ln_1, ln_2; ut_attention_layer attn; ut_mlp_layer mlp; } ut_block_layer;
+/* Where a tensor-parallel block's parts meet (Megatron's f and g: ut_tp_copy
+ * and ut_tp_reduce over a group, from ut_tp_hooks_of in dist.h); zeroed: the
+ * block is not split. */
+typedef struct {
+    ut_tensor *(*copy)(ut_ctx *ctx, ut_tensor *x, void *group);   /* f: identity, gradient summed */
+    ut_tensor *(*reduce)(ut_ctx *ctx, ut_tensor *x, void *group); /* g: summed, gradient identity */
+    void *group;
+} ut_tp_hooks;
+typedef struct {
+    ut_layernorm_layer ln_1, ln_2;
+    ut_attention_layer attn;
+    ut_mlp_layer mlp;
+    ut_tp_hooks tp;
+} ut_block_layer;
 
 /* PyTorch default init: weight and bias uniform in +-1/sqrt(fan_in).
  * Parameters are named PREFIX.weight and PREFIX.bias. */
@@ -160,6 +173,17 @@ void ut_mlp_layer_init(ut_model *m, ut_mlp_layer *l, const char *prefix, int64_t
                        float proj_std, float dropout);
 void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
                          float proj_std, float dropout);
+/* The block split over tp_size ranks (Megatron-LM), this rank's part
+ * tp_rank: c_attn and mlp.c_fc column-parallel (their output features: this
+ * rank's heads of q, k and v, and its share of the MLP's 4C), attn.c_proj and
+ * mlp.c_proj row-parallel (their input features; biases whole, added after
+ * the sum), layer norms whole; hooks (ut_tp_hooks_of) join the parts. The
+ * parameters keep their full names and hold their slices of the full
+ * block's initial values (ut_param_add_part). -1 with a message when n_head
+ * is not divisible by tp_size. */
+int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
+                           float proj_std, float dropout, int tp_rank, int tp_size, ut_tp_hooks hooks, char *err,
+                           size_t n);
 
 ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
 ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);

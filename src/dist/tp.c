@@ -35,3 +35,8 @@ ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
 ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
     return ut_collective(ctx, x, allreduce, NULL, group, "tp_reduce");
 }
+
+static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }
+static ut_tensor *hook_reduce(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_reduce(ctx, x, group); }
+
+ut_tp_hooks ut_tp_hooks_of(ut_comm *group) { return (ut_tp_hooks){hook_copy, hook_reduce, group}; }

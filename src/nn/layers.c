@@ -125,6 +125,63 @@ void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int
                             proj_std, dropout);
     ut_layernorm_layer_init(m, &l->ln_2, pname(buf, sizeof buf, prefix, "ln_2"), C);
     ut_mlp_layer_init(m, &l->mlp, pname(buf, sizeof buf, prefix, "mlp"), C, proj_std, dropout);
+    l->tp = (ut_tp_hooks){0}; /* not split */
+}
+
+/* A linear split over the block's tensor-parallel group: the part's weight
+ * (out, in) of the full (full_out, full_in), cut along dim (0: output
+ * features, column-parallel; 1: input features, row-parallel) in blocks;
+ * the bias follows the output features (cut when dim is 0, whole when 1). */
+static int linear_part(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out, float std,
+                       int dim, int rank, int size, int blocks, char *err, size_t n) {
+    char buf[256];
+    l->w = ut_param_add_part(m, pname(buf, sizeof buf, prefix, "weight"), 2, (int64_t[]){out, in},
+                             (ut_init){UT_INIT_NORMAL, std}, dim, size, rank, blocks, err, n);
+    l->b = dim == 0 ? ut_param_add_part(m, pname(buf, sizeof buf, prefix, "bias"), 1, &out,
+                                        (ut_init){UT_INIT_ZEROS, 0}, 0, size, rank, blocks, err, n)
+                    : ut_param_add(m, pname(buf, sizeof buf, prefix, "bias"), 1, &out, (ut_init){UT_INIT_ZEROS, 0});
+    return l->w && l->b ? 0 : -1;
+}
+
+int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
+                           float proj_std, float dropout, int tp_rank, int tp_size, ut_tp_hooks hooks, char *err,
+                           size_t n) {
+    if (tp_size < 1 || n_head % tp_size) {
+        snprintf(err, n, "%s: %d attention heads cannot be split over %d tensor-parallel ranks", prefix, n_head,
+                 tp_size);
+        return -1;
+    }
+    char buf[256], sub[256];
+    ut_layernorm_layer_init(m, &l->ln_1, pname(buf, sizeof buf, prefix, "ln_1"), C);
+    pname(sub, sizeof sub, prefix, "attn");
+    if (linear_part(m, &l->attn.c_attn, pname(buf, sizeof buf, sub, "c_attn"), C, 3 * C, 0.02f, 0, tp_rank,
+                    tp_size, 3, err, n) ||
+        linear_part(m, &l->attn.c_proj, pname(buf, sizeof buf, sub, "c_proj"), C, C, proj_std, 1, tp_rank, tp_size,
+                    1, err, n))
+        return -1;
+    l->attn.n_head = n_head / tp_size;
+    l->attn.dropout = dropout;
+    ut_layernorm_layer_init(m, &l->ln_2, pname(buf, sizeof buf, prefix, "ln_2"), C);
+    pname(sub, sizeof sub, prefix, "mlp");
+    if (linear_part(m, &l->mlp.c_fc, pname(buf, sizeof buf, sub, "c_fc"), C, 4 * C, 0.02f, 0, tp_rank, tp_size, 1,
+                    err, n) ||
+        linear_part(m, &l->mlp.c_proj, pname(buf, sizeof buf, sub, "c_proj"), 4 * C, C, proj_std, 1, tp_rank,
+                    tp_size, 1, err, n))
+        return -1;
+    l->mlp.dropout = dropout;
+    l->tp = hooks;
+    return 0;
+}
+
+/* A row-parallel linear's output: the parts summed over the group, then the
+ * whole bias; not split: the plain linear. */
+static ut_tensor *row_out(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, const ut_linear_layer *lin) {
+    if (!l->tp.reduce) return ut_linear(ctx, x, lin->w, lin->b);
+    return ut_add(ctx, l->tp.reduce(ctx, ut_linear(ctx, x, lin->w, NULL), l->tp.group), lin->b);
+}
+/* A column-parallel linear's input: the same on every rank of the group. */
+static ut_tensor *col_in(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) {
+    return l->tp.copy ? l->tp.copy(ctx, x, l->tp.group) : x;
 }
 
 /* The one GPT-2 block, on rows as its inputs lay them out: in = {x (B, T, C)}
@@ -136,21 +193,26 @@ static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     const ut_block_layer *l = user;
     const ut_attention_layer *a = &l->attn;
     ut_tensor *x = in[0];
-    ut_tensor *qkv = ut_linear(ctx, ut_layernorm_layer_forward(ctx, &l->ln_1, x), a->c_attn.w, a->c_attn.b);
+    ut_tensor *qkv = ut_linear(ctx, col_in(ctx, l, ut_layernorm_layer_forward(ctx, &l->ln_1, x)), a->c_attn.w,
+                               a->c_attn.b);
     ut_tensor *y;
+    if (!qkv) return NULL;
     if (n < 2 || !in[1]) {
         y = ut_attention(ctx, qkv, a->n_head);
     } else {
         int d = x->ndim - 1;
-        int64_t C = x->ne[d];
+        int64_t C = qkv->ne[d] / 3; /* this rank's heads' width */
         ut_tensor *q = ut_slice(ctx, qkv, d, 0, C), *k = ut_slice(ctx, qkv, d, C, 2 * C),
                   *v = ut_slice(ctx, qkv, d, 2 * C, 3 * C);
         y = x->ndim == 2 ? ut_attention_varlen(ctx, q, k, v, in[1], a->n_head, true, a->dropout)
                          : ut_attention_qkv(ctx, q, k, v, in[1], a->n_head, true, a->dropout);
     }
-    y = ut_linear(ctx, y, a->c_proj.w, a->c_proj.b);
+    y = row_out(ctx, l, y, &a->c_proj);
     x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
-    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &l->mlp, ut_layernorm_layer_forward(ctx, &l->ln_2, x)));
+    const ut_mlp_layer *mlp = &l->mlp;
+    ut_tensor *h = col_in(ctx, l, ut_layernorm_layer_forward(ctx, &l->ln_2, x));
+    h = row_out(ctx, l, ut_gelu(ctx, ut_linear(ctx, h, mlp->c_fc.w, mlp->c_fc.b)), &mlp->c_proj);
+    return ut_add(ctx, x, mlp->dropout > 0 ? ut_dropout(ctx, h, mlp->dropout) : h);
 }
 
 ut_tensor *ut_block_layer_forward(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, bool checkpoint) {

@@ -20,6 +20,7 @@
 #include "../../src/backend/backend.h"
 #include "utrain/base.h"
 #include "utrain/dist.h"
+#include "utrain/nn.h"
 #include "utrain/ops.h"
 
 static ut_comm *comm;
@@ -430,6 +431,80 @@ static void test_tp_ops(void) {
     CHECK(worst <= 1e-5, "tensor-parallel MLP on %d ranks: output and gradients differ by %g relative", size, worst);
 }
 
+/* Element e of a part (ut_partition) in its full tensor. */
+static int64_t full_index(const ut_tensor *t, const ut_partition *pt, int64_t e) {
+    int64_t inner = 1;
+    for (int d = pt->dim + 1; d < t->ndim; d++) inner *= t->ne[d];
+    int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim], piece = F / ((int64_t)pt->blocks * pt->parts);
+    int64_t i = e % inner, r = e / inner, o = r / L, c = r % L;
+    int64_t full_c = (c / piece) * (F / pt->blocks) + pt->part * piece + c % piece;
+    return (o * F + full_c) * inner + i;
+}
+
+/* Two GPT-2 blocks split over the ranks (ut_block_layer_init_tp: heads, MLP
+ * features) against the same blocks whole: the output, the input's
+ * gradient and every parameter's gradient (each rank's slice of it) agree. */
+static void test_tp_blocks(void) {
+    enum { B = 2, T = 5, C = 16, H = 4, NB = 2 };
+    if (H % size) return;
+    char err[256] = "", name[32];
+    ut_model *m[2] = {ut_model_new("x"), ut_model_new("x")};
+    ut_block_layer blk[2][NB];
+    for (int k = 0; k < NB; k++) {
+        snprintf(name, sizeof name, "h.%d", k);
+        ut_block_layer_init(m[0], &blk[0][k], name, C, H, 0.05f, 0);
+        CHECK(ut_block_layer_init_tp(m[1], &blk[1][k], name, C, H, 0.05f, 0, rank, size, ut_tp_hooks_of(comm), err,
+                                     sizeof err) == 0,
+              "%s", err);
+    }
+    ut_model_finalize(m[0], 3);
+    ut_model_finalize(m[1], 3);
+    float x[B * T * C], R[B * T * C], y[2][B * T * C], gx[2][B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = tp_val(i, 6), R[i] = tp_val(i, 7);
+    for (int s = 0; s < 2; s++) {
+        ut_model_zero_grad(m[s]);
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_tensor *X = tp_leaf(ctx, 3, (int64_t[]){B, T, C}, x), *h = X;
+        for (int k = 0; k < NB; k++) h = ut_block_layer_forward(ctx, &blk[s][k], h, false);
+        ut_tensor *loss = ut_sum(ctx, ut_mul(ctx, h, ut_tensor_from(ctx, UT_F32, 3, (int64_t[]){B, T, C}, R)));
+        CHECK(loss && ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        if (!loss) return;
+        ut_tensor_get(h, y[s], sizeof y[s]);
+        ut_tensor_get_grad(X, gx[s], sizeof gx[s]);
+        ut_ctx_free(ctx);
+    }
+    double worst = 0, top = 1e-30;
+    for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(y[1][i] - y[0][i])), top = fmax(top, fabs(y[0][i]));
+    CHECK(worst / top <= 1e-5, "output differs by %g relative", worst / top);
+    worst = 0, top = 1e-30;
+    for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(gx[1][i] - gx[0][i])), top = fmax(top, fabs(gx[0][i]));
+    CHECK(worst / top <= 1e-5, "input gradient differs by %g relative", worst / top);
+    const ut_params *p = &m[1]->params;
+    int split = 0;
+    for (int i = 0; i < p->n; i++) {
+        const ut_tensor *t = p->t[i], *w = ut_model_param(m[0], p->names[i]);
+        int64_t n = 1, nw = 1;
+        for (int d = 0; d < t->ndim; d++) n *= t->ne[d];
+        for (int d = 0; w && d < w->ndim; d++) nw *= w->ne[d];
+        float *g = malloc((size_t)n * sizeof(float)), *gw = malloc((size_t)nw * sizeof(float));
+        ut_tensor_get_grad(t, g, (size_t)n * sizeof(float));
+        if (w) ut_tensor_get_grad(w, gw, (size_t)nw * sizeof(float));
+        double d = 0, tp = 1e-30;
+        for (int64_t e = 0; w && e < n; e++) {
+            int64_t f = p->part[i].parts > 1 ? full_index(t, &p->part[i], e) : e;
+            d = fmax(d, fabs(g[e] - gw[f]));
+        }
+        for (int64_t e = 0; w && e < nw; e++) tp = fmax(tp, fabs(gw[e]));
+        split += p->part[i].parts > 1;
+        CHECK(w && d / tp <= 1e-5, "%s: gradient differs by %g relative", p->names[i], d / tp);
+        free(g);
+        free(gw);
+    }
+    CHECK(size == 1 || split == 6 * NB, "%d split parameters, want %d", split, 6 * NB);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+}
+
 static void test_split_groups(void) {
     char err[256] = "";
     ut_comm *g = ut_comm_split(comm, rank % 2, -rank, "parity", err, sizeof err);
@@ -587,6 +662,7 @@ int main(int argc, char **argv) {
     RUN(test_stats);
     RUN(test_split_groups);
     RUN(test_tp_ops);
+    RUN(test_tp_blocks);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);
