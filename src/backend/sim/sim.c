@@ -10,14 +10,15 @@
  * back in the same sizes). Whole pages for the flat buffers are cut at page
  * boundaries, so pages_release can give them back with madvise.
  *
- * The window: every call of this backend (a kernel, a copy, a memset, the
- * flat math) opens the mapping for reading and writing for its duration and
- * closes it after (mprotect), counted, so nested calls (a kernel that
- * allocates its scratch) and calls from several host threads at once (the
- * dp strategy's workers) keep it open until the last one leaves. Host code
- * that reads device memory outside a call of this backend therefore faults
- * whenever no other thread is inside one; the tests run it single-threaded
- * where it matters.
+ * The window: every piece of work of this backend (a queued kernel, copy,
+ * memset or flat-math call as a stream's worker runs it, and the calls the
+ * host makes itself: a copy to host memory, sum_sq, zeroing new pages) opens
+ * the mapping for reading and writing for its duration and closes it after
+ * (mprotect), counted, so several threads at once (the streams' workers,
+ * the dp strategy's host threads) keep it open until the last one leaves.
+ * Host code that reads device memory outside this backend therefore faults
+ * whenever no stream is running work; the tests wait for the streams before
+ * they try.
  *
  * Streams: every kernel, memset, device-side copy, conversion and flat-math
  * call is queued on a stream (the compute stream unless a stream is named)
