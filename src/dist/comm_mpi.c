@@ -176,9 +176,10 @@ static int allreduce_typed(mpi_impl *m, int size, void *buf, int64_t n, ut_dtype
     return 0;
 }
 
-/* out[0, n) = op over ranks of in[rank*n, (rank+1)*n), each rank's part
- * reduced to it with MPI_Reduce a chunk at a time (any operation on
- * contiguous data; see reduce_scatter_sum for why not a strided type). */
+/* out[0, n) = op over ranks of in[rank*n, (rank+1)*n). Up to one chunk, one
+ * MPI_Reduce_scatter_block; past it, each rank's part is reduced to it with
+ * MPI_Reduce a chunk at a time: OpenMPI rejects reductions on the strided
+ * datatype a chunked MPI_Reduce_scatter_block would need (MPI_ERR_OP). */
 static int reduce_scatter_typed(mpi_impl *m, int rank, int size, const void *in, void *out, int64_t n, ut_dtype dt,
                                 ut_reduce_op op) {
     MPI_Datatype type;
@@ -187,6 +188,11 @@ static int reduce_scatter_typed(mpi_impl *m, int rank, int size, const void *in,
     size_t esz = ut_dtype_size(dt);
     const char *src = in;
     char *dst = out;
+    if (n <= m->chunk) {
+        if (UT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, (int)n, type, mop, m->comm))) return -1;
+        if (op == UT_REDUCE_AVG) average_in_place(out, n, dt, size);
+        return 0;
+    }
     for (int64_t o = 0; o < n; o += m->chunk) {
         int k = (int)min64(m->chunk, n - o);
         for (int r = 0; r < size; r++)
@@ -208,23 +214,6 @@ static int block_type(MPI_Datatype dt, int k, MPI_Aint stride, MPI_Datatype *t) 
     if (UT_CHECK_MPI(MPI_Type_free(&c))) rc = -1;
     if (!rc && UT_CHECK_MPI(MPI_Type_commit(t))) rc = -1;
     return rc;
-}
-
-/* out[0, n) = sum over ranks of in[rank*n, (rank+1)*n). Past one chunk, each
- * rank's part is reduced to it chunk by chunk: OpenMPI rejects MPI_SUM on the
- * strided datatype a chunked MPI_Reduce_scatter_block would need (MPI_ERR_OP). */
-static int reduce_scatter_sum(mpi_impl *m, int rank, int size, const float *in, float *out,
-                              int64_t n) {
-    if (n <= m->chunk)
-        return UT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, m->comm));
-    for (int64_t o = 0; o < n; o += m->chunk) {
-        int k = (int)min64(m->chunk, n - o);
-        for (int r = 0; r < size; r++)
-            if (UT_CHECK_MPI(MPI_Reduce(in + r * n + o, r == rank ? out + o : NULL, k, MPI_FLOAT,
-                                        MPI_SUM, r, m->comm)))
-                return -1;
-    }
-    return 0;
 }
 
 /* out[r*n, (r+1)*n) = in[0, n) of rank r; in == out + rank*n is in place */
@@ -355,7 +344,8 @@ static int run_op(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
     case UT_COMM_ALLREDUCE: return allreduce_typed(m, c->size, op->out, op->n, op->dt, op->redop);
     case UT_COMM_REDUCE_SCATTER:
         return reduce_scatter_typed(m, c->rank, c->size, op->in, op->out, op->n, op->dt, op->redop);
-    case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter_sum(m, c->rank, c->size, op->in, op->out, op->n);
+    case UT_COMM_REDUCE_SCATTER_F32:
+        return reduce_scatter_typed(m, c->rank, c->size, op->in, op->out, op->n, UT_F32, UT_REDUCE_SUM);
     case UT_COMM_ALLGATHER_F32: return allgather(m, c->rank, op->in, op->out, op->n, MPI_FLOAT, 4);
     case UT_COMM_ALLGATHER_U64:
         return allgather(m, c->rank, op->in, op->out, op->n, MPI_UINT64_T, 8);

@@ -331,6 +331,13 @@ static sim_stream *stream_make(void) {
     return s;
 }
 
+/* Waits until s has run seq items (its point when seq were queued). */
+static void wait_point(sim_stream *s, uint64_t seq) {
+    pthread_mutex_lock(&s->mu);
+    while (s->done < seq) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Waits until everything queued on s so far has run. */
 static void drain(sim_stream *s) {
     if (t_worker == s)
@@ -338,8 +345,8 @@ static void drain(sim_stream *s) {
                                      "a backend function that waits)");
     pthread_mutex_lock(&s->mu);
     uint64_t want = s->queued;
-    while (s->done < want) pthread_cond_wait(&s->done_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
+    wait_point(s, want);
 }
 
 static void drain_compute_at_exit(void) { drain(g_compute); }
@@ -458,11 +465,7 @@ static void run_item(sim_stream *s, sim_item *it) {
     }
     if (it->kind == IT_WAIT) {
         sim_event e = it->u.wait;
-        if (e.s && e.s != s) {
-            pthread_mutex_lock(&e.s->mu);
-            while (e.s->done < e.seq) pthread_cond_wait(&e.s->done_cv, &e.s->mu);
-            pthread_mutex_unlock(&e.s->mu);
-        }
+        if (e.s && e.s != s) wait_point(e.s, e.seq);
         return;
     }
     if (it->kind == IT_FREE) {
@@ -733,9 +736,7 @@ static void sim_event_sync(void *ev) {
     sim_event e = *(sim_event *)ev;
     if (!e.s) return;
     if (t_worker == e.s) ut_abort(__FILE__, __LINE__, "sim device: a stream's worker waited for its own event");
-    pthread_mutex_lock(&e.s->mu);
-    while (e.s->done < e.seq) pthread_cond_wait(&e.s->done_cv, &e.s->mu);
-    pthread_mutex_unlock(&e.s->mu);
+    wait_point(e.s, e.seq);
 }
 static bool sim_event_done(void *ev) {
     sim_event e = *(sim_event *)ev;
