@@ -195,12 +195,30 @@ typedef struct {
     void *x, *y;
     int64_t epoch, cursor_after; /* sampler position after this batch */
     const int64_t *idx;          /* the dataset index of each of the count examples */
+    /* The arrays the loader's prepare made from x, with the fence that
+     * guards x, y and them (ut_inputs_fence after uploading from them);
+     * NULL for a batch that is not a loader's. */
+    ut_inputs *inputs;
 } ut_batch;
 
 typedef struct ut_loader ut_loader;
 /* Reads batches ahead in a background thread (prefetch >= 1 batches). The
  * loader owns neither the dataset nor the sampler; it advances the sampler. */
 ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch);
+typedef struct {
+    /* Run on the loader thread after each batch is read: arrays for the
+     * model from x (host memory, (count, x_ne...); a token-plane dataset's
+     * batch trimmed to its longest attention mask, as the default collate
+     * trims it) into in; 0, or -1 with a message (a data error). NULL: none. */
+    int (*prepare)(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n);
+    void *user;
+    /* x, y and the prepared arrays live in memory page-locked for this
+     * device's copies; before a buffer is filled again the loader waits for
+     * the fence recorded after the uploads from it. */
+    ut_device device;
+} ut_loader_opts;
+/* ut_loader_new with a prepare step and the device the batches go to. */
+ut_loader *ut_loader_new_opts(ut_dataset *ds, ut_sampler *s, int prefetch, const ut_loader_opts *o);
 /* 1 with a batch, 0 at the end of the epoch, -1 on a data error (message in err). */
 int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n);
 /* Stops the thread; the sampler is left at the position after the last batch

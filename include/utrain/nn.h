@@ -69,6 +69,13 @@ typedef struct {
     int cap;
 } ut_params;
 
+/* A model's prepared inputs on its device: the arrays its prepare added,
+ * in that order, and the layout it chose. */
+typedef struct {
+    int n, layout;
+    ut_tensor *t[UT_MAX_INPUTS];
+} ut_prepared;
+
 typedef struct ut_model ut_model;
 struct ut_model {
     char *type;            /* registry name */
@@ -77,6 +84,17 @@ struct ut_model {
     bool checkpoint_activations;
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
+    /* Optional, for a model whose forward needs arrays computed from its
+     * input's values (ids, masks, positions, packed offsets): prepare makes
+     * them from x, the collated batch in host memory, with ut_inputs_add
+     * (and sets in->layout); 0, or -1 with a message naming the model.
+     * The trainer runs it on the loader thread, so it may read the model's
+     * options but not its parameters. forward_prepared then runs on the
+     * uploaded arrays; forward stays NULL (ut_model_forward prepares a
+     * tensor given to it on the host first). */
+    int (*prepare)(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n);
+    ut_tensor *(*forward_prepared)(ut_model *m, ut_ctx *ctx, const ut_prepared *in);
+    ut_inputs *host_inputs; /* ut_model_forward's arrays for such a model (owned) */
     /* scalar loss from the forward output and targets */
     ut_tensor *(*loss)(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
     void (*free_impl)(void *impl);
@@ -111,7 +129,13 @@ void ut_init_fill(float *x, int64_t first, int64_t n, ut_init init, uint64_t see
 void ut_model_free(ut_model *m);
 void ut_model_zero_grad(ut_model *m);
 ut_tensor *ut_model_param(const ut_model *m, const char *name);   /* NULL if none */
+/* m->forward; for a model with prepare: input read to the host, prepared,
+ * uploaded, then forward_prepared (what the trainer does on the loader
+ * thread and with asynchronous copies). */
 ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input);
+/* The forward from inputs prepare made (the trainer's path): uploaded to
+ * ctx's device with one asynchronous copy each, fenced (ut_inputs_fence). */
+ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in);
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
  * ids, ids -100 ignored; a model's loss for models that need no other. */

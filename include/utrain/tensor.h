@@ -157,6 +157,57 @@ ut_tensor *ut_tensor_from(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne,
  * alive until reset). Not for host arrays on a device context: copy those in
  * with ut_tensor_from (the sim device refuses a kernel over host memory). */
 ut_tensor *ut_tensor_wrap(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, void *data);
+/* ut_tensor_from without waiting: the copy into the new tensor is queued on
+ * the context's stream and reads host when the stream gets there, so host
+ * must stay unchanged until an event recorded after it is done
+ * (ut_inputs_fence). From page-locked memory (ut_host_alloc through a
+ * ut_inputs, or the loader's buffers) it overlaps with the device's work. */
+ut_tensor *ut_tensor_from_async(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *host);
+
+/* ---- inputs prepared on the host ----
+ * Arrays a model computes from a batch's values (token ids, masks,
+ * positions, packed offsets) before its forward. The trainer has the loader
+ * thread make them while the device runs the previous step (a model's
+ * prepare, nn.h), then uploads each with one asynchronous copy from the
+ * loader's page-locked memory; the forward sees device tensors only. */
+#define UT_MAX_INPUTS 8
+typedef struct {
+    ut_dtype dtype;
+    int ndim;
+    int64_t ne[UT_MAX_DIMS];
+    void *host;          /* host memory, contiguous */
+} ut_host_array;
+typedef struct {
+    int n;               /* arrays added since the last ut_inputs_clear */
+    int layout;          /* the model's tag for which arrays it made (packed rows or padded) */
+    ut_host_array a[UT_MAX_INPUTS];
+    void *buf[UT_MAX_INPUTS];  /* the memory behind a[i].host, kept from batch to batch */
+    size_t cap[UT_MAX_INPUTS]; /* its bytes */
+    ut_device dev;       /* its memory is page-locked for this device's copies */
+    void *fence;         /* event after the last upload from this memory (ut_inputs_fence), */
+    ut_device fence_dev; /* of this device's backend */
+} ut_inputs;
+/* Host memory for one more array of in (dtype dt, shape ne), valid until in
+ * is cleared or freed; aborts past UT_MAX_INPUTS arrays (a model's bug). */
+void *ut_inputs_add(ut_inputs *in, ut_dtype dt, int ndim, const int64_t *ne);
+/* No arrays (their memory is kept for the next batch); waits for the fence. */
+void ut_inputs_clear(ut_inputs *in);
+void ut_inputs_free(ut_inputs *in);
+/* The arrays as tensors of ctx's device, in the order they were added, each
+ * filled by one asynchronous copy (ut_tensor_from_async); then
+ * ut_inputs_fence. -1 with the context's error set when the arena is out of
+ * memory. */
+int ut_inputs_upload(ut_ctx *ctx, ut_inputs *in, ut_tensor **t);
+/* Records in's fence on ctx's stream: the copies from in's memory queued so
+ * far (and from memory that lives as long, such as the batch beside it) are
+ * done when it is. ut_inputs_clear waits for it before the memory is
+ * written again. */
+void ut_inputs_fence(ut_ctx *ctx, ut_inputs *in);
+/* The host waits for the fence (no-op without one). */
+void ut_inputs_wait(ut_inputs *in);
+/* -1, with "model: why (input: i32 (B, 3, T))" in err: a prepare's refusal. */
+int ut_input_error(char *err, size_t n, const char *model, const ut_host_array *x, const char *why);
+
 /* Whole-tensor copies between host memory and a tensor, through its device's
  * backend (the only way code outside the library's core and backends reads or
  * writes tensor contents). bytes must equal nelem * dtype size and the tensor

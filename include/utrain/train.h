@@ -106,7 +106,9 @@ typedef struct { char name[32]; double sum, count; } ut_metric;
 
 typedef struct {
     void *user;
-    /* Builds x/y tensors from a collated batch (default: wrap x and y). */
+    /* Builds x/y tensors from a collated batch (default: copies of x and y on
+     * the model's device; with the default forward_step too, a model with
+     * prepare gets its arrays made on the loader thread instead of x). */
     int (*collate)(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b,
                    ut_tensor **x, ut_tensor **y);
     /* Forward pass producing the loss and outputs (default: model forward, then compute_loss). */

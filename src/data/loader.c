@@ -11,24 +11,35 @@
  * next ut_loader_next resumes from wherever the sampler is, first moving it
  * to the next epoch if it is still at the end; ut_loader_free right after a 0
  * leaves the sampler as the caller left it. Errors are sticky: every later
- * call returns -1 with the same message. */
+ * call returns -1 with the same message.
+ *
+ * With ut_loader_opts: after reading a batch the producer runs the model's
+ * prepare on it (the arrays go in the slot's ut_inputs), and the slots'
+ * buffers are page-locked memory of the device the batches go to. The
+ * consumer records a fence behind its uploads from a slot; the producer
+ * waits for it before filling that slot again (ut_inputs_clear). */
 #include <pthread.h>
 #include <string.h>
 
 #include "data_internal.h"
 #include "utrain/base.h"
+#include "../backend/backend.h"
 
 typedef struct {
     int status;              /* 1 batch, 0 end of epoch, -1 error */
     int64_t count, epoch, cursor_after;
     unsigned char *x, *y;
     int64_t *idx;
+    ut_inputs in;            /* prepared arrays, and the fence over x, y and them */
     char err[512];
 } slot;
 
 struct ut_loader {
     ut_dataset *ds;
     ut_sampler *s;
+    ut_loader_opts o;
+    const ut_backend *be;            /* o.device's: x and y are its page-locked host memory */
+    int32_t *trim;                   /* a token-plane batch trimmed for prepare */
     size_t x_bytes, y_bytes;         /* one example */
     int nslots;
     slot *slots;
@@ -47,9 +58,29 @@ static size_t example_bytes(int ndim, const int64_t *ne, ut_dtype dt) {
     return e * ut_dtype_size(dt);
 }
 
-/* Reads the sampler's next batch into sl (producer thread, no lock held). */
+/* The model's arrays from the batch in sl (a token-plane batch trimmed to its
+ * longest mask first, in l->trim, so the slot keeps the batch as read). */
+static int prepare(ut_loader *l, slot *sl) {
+    const ut_dataset *ds = l->ds;
+    ut_host_array x = {.dtype = ds->x_dtype, .ndim = 1 + ds->x_ndim, .ne = {sl->count}, .host = sl->x};
+    for (int d = 0; d < ds->x_ndim; d++) x.ne[1 + d] = ds->x_ne[d];
+    if (ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32) {
+        memcpy(l->trim, sl->x, (size_t)sl->count * l->x_bytes);
+        ut_batch b = {.count = sl->count, .x = l->trim};
+        x.ne[2] = ut_tok_batch_trim(&b, ds->x_ne[1]);
+        x.host = l->trim;
+    }
+    if (l->o.prepare(l->o.user, &x, &sl->in, sl->err, sizeof sl->err) == 0) return 0;
+    if (!sl->err[0]) snprintf(sl->err, sizeof sl->err, "preparing a batch of %s failed", ds->name);
+    return -1;
+}
+
+/* Reads the sampler's next batch into sl (producer thread, no lock held),
+ * once the uploads from its last batch are done. */
 static void fill(ut_loader *l, slot *sl) {
     ut_sampler *s = l->s;
+    ut_inputs_clear(&sl->in);
+    sl->err[0] = 0;
     int64_t before = s->cursor;
     sl->count = ut_sampler_next(s, sl->idx);
     sl->status = s->cursor != before ? 1 : 0;
@@ -62,6 +93,7 @@ static void fill(ut_loader *l, slot *sl) {
             return;
         }
     }
+    if (sl->status == 1 && l->o.prepare && prepare(l, sl)) sl->status = -1;
 }
 
 static void *producer(void *arg) {
@@ -84,12 +116,18 @@ static void *producer(void *arg) {
 }
 
 ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch) {
+    return ut_loader_new_opts(ds, s, prefetch, &(ut_loader_opts){.device = UT_CPU});
+}
+
+ut_loader *ut_loader_new_opts(ut_dataset *ds, ut_sampler *s, int prefetch, const ut_loader_opts *o) {
     UT_ASSERT(prefetch >= 1);
+    const ut_backend *be = ut_backend_get(o->device);
+    UT_ASSERT(be);
     /* the producer parks after an epoch's batches and its end marker, so
      * slots past those are never filled: a larger prefetch is capped */
     int64_t most = ut_sampler_batches_per_epoch(s) + 1;
     ut_loader *l = ut_calloc_check(1, sizeof *l);
-    *l = (ut_loader){.ds = ds, .s = s, .nslots = (int)(prefetch < most ? prefetch : most) + 1,
+    *l = (ut_loader){.ds = ds, .s = s, .o = *o, .be = be, .nslots = (int)(prefetch < most ? prefetch : most) + 1,
                      .x_bytes = example_bytes(ds->x_ndim, ds->x_ne, ds->x_dtype),
                      .y_bytes = example_bytes(ds->y_ndim, ds->y_ne, ds->y_dtype),
                      .last_epoch = s->epoch, .last_cursor = s->cursor};
@@ -98,10 +136,12 @@ ut_loader *ut_loader_new(ut_dataset *ds, ut_sampler *s, int prefetch) {
     size_t cap = (size_t)(s->local_batch < s->n ? s->local_batch : s->n > 0 ? s->n : 1);
     l->slots = ut_calloc_check((size_t)l->nslots, sizeof *l->slots);
     for (int i = 0; i < l->nslots; i++) {
-        l->slots[i].x = ut_malloc_check(cap * l->x_bytes);
-        l->slots[i].y = ut_malloc_check(cap * l->y_bytes);
+        l->slots[i].x = ut_host_alloc(be, cap * l->x_bytes);
+        l->slots[i].y = ut_host_alloc(be, cap * l->y_bytes);
         l->slots[i].idx = ut_malloc_check(cap * sizeof(int64_t));
+        l->slots[i].in.dev = o->device;
     }
+    if (o->prepare) l->trim = ut_malloc_check(cap * l->x_bytes);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->filled, NULL);
     pthread_cond_init(&l->freed, NULL);
@@ -145,7 +185,7 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
     }
     pthread_mutex_unlock(&l->mu);
     *b = (ut_batch){.count = sl->status == 1 ? sl->count : 0, .x = sl->x, .y = sl->y,
-                    .epoch = sl->epoch, .cursor_after = sl->cursor_after, .idx = sl->idx};
+                    .epoch = sl->epoch, .cursor_after = sl->cursor_after, .idx = sl->idx, .inputs = &sl->in};
     if (sl->status < 0) return ut_errorf(err, n, "%s", sl->err);
     return sl->status;
 }
@@ -161,10 +201,12 @@ void ut_loader_free(ut_loader *l) {
     bool after_end = l->holding && l->slots[(l->head + l->nslots - 1) % l->nslots].status == 0;
     if (!after_end) ut_sampler_seek(l->s, l->last_epoch, l->last_cursor);
     for (int i = 0; i < l->nslots; i++) {
-        ut_free(l->slots[i].x);
-        ut_free(l->slots[i].y);
+        ut_inputs_free(&l->slots[i].in); /* waits for uploads from the slot */
+        ut_host_free(l->be, l->slots[i].x);
+        ut_host_free(l->be, l->slots[i].y);
         ut_free(l->slots[i].idx);
     }
+    ut_free(l->trim);
     ut_free(l->slots);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->filled);

@@ -111,98 +111,100 @@ static ut_tensor *decoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) 
     return feed_forward(ctx, a->net, a->l, x);
 }
 
-/* What the forward reads from x (B, 3, T), through one host copy: padded,
- * ids, dec_ids (B, T), mask (B, T), pos (T), eos_at (B) rows of (B*T, C);
- * packed (offsets set), the same for the N real tokens (N) and eos_at rows
- * of (N, C). */
-typedef struct {
-    ut_tensor *ids, *dec_ids, *mask, *pos, *eos_at, *offsets;
-} bart_inputs;
+/* ---- inputs: prepared on the host (the loader thread), ut_model.prepare ----
+ * Both layouts hold ids, dec_ids, pos, eos_at and the rows' description:
+ * padded, ids and dec_ids (B, T), pos (T), eos_at (B) rows of (B*T, C) and
+ * the additive mask (B, T); packed, the same for the N real tokens (N),
+ * eos_at rows of (N, C) and offsets (B + 1). */
+enum { PACKED, PADDED };
 
-/* The index b*T + t of each row's last </s>; every row must hold the same
- * number of them, at least one (transformers' rule). */
-static int find_eos(ut_ctx *ctx, const bart *net, ut_tensor *x, const int32_t *id, int32_t *at) {
+static int32_t *add_i32(ut_inputs *in, int64_t n) { return ut_inputs_add(in, UT_I32, 1, &n); }
+
+/* The index b*T + t of each row's last </s> into at; every row must hold the
+ * same number of them, at least one (transformers' rule). */
+static int find_eos(const bart *net, const ut_host_array *x, int32_t *at, char *err, size_t n) {
     int64_t B = x->ne[0], T = x->ne[2], first = -1;
+    const int32_t *h = x->host;
     for (int64_t b = 0; b < B; b++) {
         int64_t count = 0;
         for (int64_t t = 0; t < T; t++)
-            if (id[b * T + t] == net->eos) count++, at[b] = (int32_t)(b * T + t);
+            if (h[b * 3 * T + t] == net->eos) count++, at[b] = (int32_t)(b * T + t);
         if (first < 0) first = count;
-        if (count == 0 || count != first) {
-            ut_op_error(ctx, "bart", 1, &x,
-                        ut_fmt("row %lld of the batch holds %lld </s> (eos_token_id %lld), row 0 holds %lld: "
-                               "every row needs the same number, at least one (transformers' "
-                               "BartForSequenceClassification rule; do not mix single sentences and pairs; "
-                               "a text holding the </s> token itself counts)",
-                               (long long)b, (long long)count, (long long)net->eos, (long long)first));
-            return -1;
-        }
+        if (count == 0 || count != first)
+            return ut_input_error(err, n, "bart", x,
+                                  ut_fmt("row %lld of the batch holds %lld </s> (eos_token_id %lld), row 0 holds "
+                                         "%lld: every row needs the same number, at least one (transformers' "
+                                         "BartForSequenceClassification rule; do not mix single sentences and "
+                                         "pairs; a text holding the </s> token itself counts)",
+                                         (long long)b, (long long)count, (long long)net->eos, (long long)first));
     }
     return 0;
 }
 
+/* shift_tokens_right: the start token, then the input without its last token */
+static int32_t dec_id(const bart *net, const int32_t *ib, int64_t t) { return t ? ib[t - 1] : (int32_t)net->start; }
+
 /* Unpadded execution: every row is right-padded (mask 1...1 0...0, L >= 1
  * ones) with its last </s> inside the L tokens, so the encoder's L real rows
  * and the decoder's first L rows (causal: they never see the later ones) are
- * all the head depends on. Packs them from h (the host copy of x) and the
- * padded ids, decoder ids and </s> rows (B*T, B*T, B); 1 (nothing changed)
- * when a row does not qualify. */
-static int pack_inputs(ut_ctx *ctx, const int32_t *h, const int32_t *id, const int32_t *dec, const int32_t *at,
-                       int64_t B, int64_t T, bart_inputs *in) {
-    int32_t *off = ut_ctx_alloc(ctx, (size_t)(B + 1) * sizeof *off);
-    off[0] = 0;
+ * all the head depends on. false (nothing added) when a row does not qualify. */
+static bool pack_inputs(const bart *net, const int32_t *h, const int32_t *at, int64_t B, int64_t T, ut_inputs *in) {
+    int64_t N = 0;
     for (int64_t b = 0; b < B; b++) {
         const int32_t *mb = h + (b * 3 + 2) * T;
         int64_t L = 0;
         while (L < T && mb[L]) L++;
         for (int64_t t = L; t < T; t++)
-            if (mb[t]) return 1;
-        if (L == 0 || at[b] - b * T >= L) return 1;
-        off[b + 1] = off[b] + (int32_t)L;
+            if (mb[t]) return false;
+        if (L == 0 || at[b] - b * T >= L) return false;
+        N += L;
     }
-    int64_t N = off[B];
-    int32_t *pid = ut_ctx_alloc(ctx, (size_t)(3 * N + B) * sizeof *pid), *pdec = pid + N, *pps = pdec + N,
-            *pat = pps + N;
+    int32_t *pid = add_i32(in, N), *pdec = add_i32(in, N), *pps = add_i32(in, N), *pat = add_i32(in, B);
+    int32_t *off = add_i32(in, B + 1);
+    off[0] = 0;
     for (int64_t b = 0; b < B; b++) {
-        for (int64_t t = 0; t < off[b + 1] - off[b]; t++) {
-            pid[off[b] + t] = id[b * T + t];
-            pdec[off[b] + t] = dec[b * T + t];
-            pps[off[b] + t] = (int32_t)(t + 2);
+        const int32_t *ib = h + b * 3 * T, *mb = ib + 2 * T;
+        int64_t L = 0;
+        while (L < T && mb[L]) L++;
+        off[b + 1] = off[b] + (int32_t)L;
+        for (int64_t t = 0; t < L; t++) {
+            pid[off[b] + t] = ib[t];
+            pdec[off[b] + t] = dec_id(net, ib, t);
+            pps[off[b] + t] = (int32_t)(t + 2); /* BART's position offset */
         }
         pat[b] = (int32_t)(off[b] + at[b] - b * T);
     }
-    in->ids = ut_tensor_from(ctx, UT_I32, 1, &N, pid);
-    in->dec_ids = ut_tensor_from(ctx, UT_I32, 1, &N, pdec);
-    in->pos = ut_tensor_from(ctx, UT_I32, 1, &N, pps);
-    in->eos_at = ut_tensor_from(ctx, UT_I32, 1, &B, pat);
-    in->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    return in->ids && in->dec_ids && in->pos && in->eos_at && in->offsets ? 0 : -1;
+    in->layout = PACKED;
+    return true;
 }
 
-static int split_inputs(ut_ctx *ctx, const bart *net, ut_tensor *x, bart_inputs *in) {
-    int64_t B = x->ne[0], T = x->ne[2];
-    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(2 * B * T + T + B) * sizeof *id), *dec = id + B * T,
-            *ps = dec + B * T, *at = ps + T;
-    float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
-    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+static void split_inputs(const bart *net, const int32_t *h, const int32_t *at, int64_t B, int64_t T, ut_inputs *in) {
+    int32_t *id = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}), *dec = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T});
+    int32_t *ps = add_i32(in, T), *eos = add_i32(in, B);
+    float *mk = ut_inputs_add(in, UT_F32, 2, (int64_t[]){B, T});
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             id[b * T + t] = h[(b * 3) * T + t];
             mk[b * T + t] = h[(b * 3 + 2) * T + t] ? 0.0f : -FLT_MAX; /* as (1 - mask) * finfo.min */
-            /* shift_tokens_right: the start token, then the input without its last token */
-            dec[b * T + t] = t ? h[(b * 3) * T + t - 1] : (int32_t)net->start;
+            dec[b * T + t] = dec_id(net, h + b * 3 * T, t);
         }
     for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)(t + 2); /* BART's position offset */
-    if (find_eos(ctx, net, x, id, at)) return -1;
-    in->ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    in->dec_ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, dec);
-    in->mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    in->pos = ut_tensor_from(ctx, UT_I32, 1, &T, ps);
-    in->eos_at = ut_tensor_from(ctx, UT_I32, 1, &B, at);
-    in->offsets = NULL;
-    if (!in->ids || !in->dec_ids || !in->mask || !in->pos || !in->eos_at) return -1;
-    return pack_inputs(ctx, h, id, dec, at, B, T, in) < 0 ? -1 : 0;
+    memcpy(eos, at, (size_t)B * sizeof *eos);
+    in->layout = PADDED;
+}
+
+static int bart_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    const bart *net = m->impl;
+    if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > net->P)
+        return ut_input_error(err, n, "bart", x,
+                              ut_fmt("expected I32 x (B, 3, T): token ids, token type ids and attention mask, "
+                                     "T <= max_position_embeddings %lld", (long long)net->P));
+    int64_t B = x->ne[0], T = x->ne[2];
+    int32_t *at = ut_malloc_check((size_t)(B > 0 ? B : 1) * sizeof *at);
+    int rc = find_eos(net, x, at, err, n);
+    if (!rc && !pack_inputs(net, x->host, at, B, T, in)) split_inputs(net, x->host, at, B, T, in);
+    ut_free(at);
+    return rc;
 }
 
 /* token (scaled) + position embeddings, layernorm_embedding, dropout */
@@ -221,25 +223,17 @@ static ut_tensor *run_layer(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in,
                                      : fn(ctx, &net->args[i], in, n);
 }
 
-static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     const bart *net = m->impl;
-    if (!ut_op_check(ctx, "bart", 1, &x, 1)) return NULL;
-    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > net->P || !ut_is_contiguous(x)) {
-        ut_op_error(ctx, "bart", 1, &x,
-                    ut_fmt("expected contiguous x (B, 3, T): token ids, token type ids and attention "
-                           "mask, T <= max_position_embeddings %lld", (long long)net->P));
-        return NULL;
-    }
-    bart_inputs in;
-    if (split_inputs(ctx, net, x, &in)) return NULL;
-    ut_tensor *aux = in.offsets ? in.offsets : in.mask; /* packed or padded */
-    ut_tensor *enc = embed(ctx, net, in.ids, in.pos, &net->enc_pos, &net->enc_ln);
+    /* aux: the offsets (packed) or the mask (padded) */
+    ut_tensor *ids = p->t[0], *dec_ids = p->t[1], *pos = p->t[2], *eos_at = p->t[3], *aux = p->t[4];
+    ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
     for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, aux}, 2);
-    ut_tensor *h = embed(ctx, net, in.dec_ids, in.pos, &net->dec_pos, &net->dec_ln);
+    ut_tensor *h = embed(ctx, net, dec_ids, pos, &net->dec_pos, &net->dec_ln);
     for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, aux}, 3);
     /* the decoder state at each row's last </s>, gathered as rows of (rows, C) */
     int64_t rows = ut_nelem(h) / net->C;
-    ut_tensor *rep = ut_embedding(ctx, in.eos_at, ut_reshape(ctx, h, 2, (int64_t[]){rows, net->C}));
+    ut_tensor *rep = ut_embedding(ctx, eos_at, ut_reshape(ctx, h, 2, (int64_t[]){rows, net->C}));
     rep = ut_dropout(ctx, rep, net->cls_dropout);
     rep = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->dense, rep));
     return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));
@@ -312,7 +306,8 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     ut_linear_layer_init_normal(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
     m->impl = net;
     m->free_impl = bart_free;
-    m->forward = bart_forward;
+    m->prepare = bart_prepare;
+    m->forward_prepared = bart_forward;
     m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     zero_pad_row(net);

@@ -115,15 +115,17 @@ static void roberta_positions(int32_t *ps, const int32_t *id, int64_t B, int64_t
     }
 }
 
-/* ids, type ids (B, T) I32, the additive mask (B, T) F32 and positions (T;
- * RoBERTa (B, T)) from x (B, 3, T), through one host copy */
-static int split_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, ut_tensor **ids, ut_tensor **types,
-                        ut_tensor **mask, ut_tensor **pos) {
-    int64_t B = x->ne[0], T = x->ne[2];
-    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(3 * B * T) * sizeof *id), *ty = id + B * T, *ps = ty + B * T;
-    float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
-    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+/* ---- inputs: prepared on the host (the loader thread), ut_model.prepare ---- */
+enum { PACKED, PADDED }; /* ut_inputs layouts */
+
+static int32_t *add_i32(ut_inputs *in, int64_t n) { return ut_inputs_add(in, UT_I32, 1, &n); }
+
+/* From h (B, 3, T): ids, type ids (B, T), the additive mask (B, T) and
+ * positions (T; RoBERTa (B, T)). */
+static void split_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T, ut_inputs *in) {
+    int32_t *id = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}), *ty = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T});
+    float *mk = ut_inputs_add(in, UT_F32, 2, (int64_t[]){B, T});
+    int32_t *ps = net->roberta ? ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}) : add_i32(in, T);
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             id[b * T + t] = h[(b * 3) * T + t];
@@ -133,33 +135,22 @@ static int split_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, ut_tensor **
     if (net->roberta) roberta_positions(ps, id, B, T, net->pad_id);
     else
         for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
-    *ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    *types = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, ty);
-    *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    *pos = net->roberta ? ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, ps)
-                        : ut_tensor_from(ctx, UT_I32, 1, &T, ps);
-    return *ids && *types && *mask && *pos ? 0 : -1;
+    in->layout = PADDED;
 }
 
-/* The real tokens of x (B, 3, T) packed: ids, type ids and position ids (N)
+/* The real tokens of h (B, 3, T) packed: ids, type ids and position ids (N)
  * of the N tokens whose mask is set, sequence by sequence, offsets (B + 1)
  * where each sequence starts and first (B) = offsets[0..B-1], its first row.
- * Through one host copy. 1 when some sequence's first token is padding (the
- * pooler reads that position: the padded layout computes it), -1 on error. */
-typedef struct {
-    ut_tensor *ids, *types, *pos, *offsets, *first;
-} packed_inputs;
-
-static int pack_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, packed_inputs *pk) {
-    int64_t B = x->ne[0], T = x->ne[2], N = 0;
-    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+ * false when some sequence's first token is padding (the pooler reads that
+ * position: the padded layout computes it). */
+static bool pack_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T, ut_inputs *in) {
+    int64_t N = 0;
     for (int64_t b = 0; b < B; b++) {
-        if (!h[(b * 3 + 2) * T]) return 1;
+        if (!h[(b * 3 + 2) * T]) return false;
         for (int64_t t = 0; t < T; t++) N += h[(b * 3 + 2) * T + t] != 0;
     }
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(3 * N + 2 * B + 1) * sizeof *id), *ty = id + N, *ps = ty + N;
-    int32_t *off = ps + N, *first = off + B + 1, *rp = ut_ctx_alloc(ctx, (size_t)T * sizeof *rp);
+    int32_t *id = add_i32(in, N), *ty = add_i32(in, N), *ps = add_i32(in, N), *off = add_i32(in, B + 1);
+    int32_t *first = add_i32(in, B), *rp = ut_malloc_check((size_t)(T > 0 ? T : 1) * sizeof *rp);
     int64_t r = 0;
     off[0] = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -174,12 +165,23 @@ static int pack_inputs(ut_ctx *ctx, const bert *net, ut_tensor *x, packed_inputs
         first[b] = off[b];
         off[b + 1] = (int32_t)r;
     }
-    pk->ids = ut_tensor_from(ctx, UT_I32, 1, &N, id);
-    pk->types = ut_tensor_from(ctx, UT_I32, 1, &N, ty);
-    pk->pos = ut_tensor_from(ctx, UT_I32, 1, &N, ps);
-    pk->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    pk->first = ut_tensor_from(ctx, UT_I32, 1, &B, first);
-    return pk->ids && pk->types && pk->pos && pk->offsets && pk->first ? 0 : -1;
+    ut_free(rp);
+    in->layout = PACKED;
+    return true;
+}
+
+static int bert_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    const bert *net = m->impl;
+    int64_t maxT = net->roberta ? net->P - net->pad_id - 1 : net->P; /* RoBERTa's positions start after pad */
+    if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > maxT)
+        return ut_input_error(err, n, m->type, x,
+                              ut_fmt("expected I32 x (B, 3, T): token ids, token type ids and attention mask, "
+                                     "T <= %lld (max_position_embeddings %lld%s)", (long long)maxT,
+                                     (long long)net->P, net->roberta ? " less pad_token_id + 1" : ""));
+    /* unpadded execution: every op but attention is row-wise and padded
+     * positions never reach real ones, so only the real tokens are computed */
+    if (!pack_inputs(net, x->host, x->ne[0], x->ne[2], in)) split_inputs(net, x->host, x->ne[0], x->ne[2], in);
+    return 0;
 }
 
 /* embeddings, LayerNorm and dropout of ids, types and pos (any shape). As
@@ -212,34 +214,18 @@ static ut_tensor *head(ut_ctx *ctx, const bert *net, ut_tensor *cls) {
     return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
 }
 
-/* Padded execution, for batches where some sequence starts with padding */
-static ut_tensor *forward_padded(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+/* PACKED: ids, types, positions, offsets, first; PADDED: ids, types, mask,
+ * positions (padded execution, for batches where some sequence starts with
+ * padding) */
+static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const bert *net = m->impl;
-    ut_tensor *ids, *types, *mask, *pos;
-    if (split_inputs(ctx, net, x, &ids, &types, &mask, &pos)) return NULL;
-    ut_tensor *h = encoder(m, ctx, embed(ctx, net, ids, types, pos), mask, layer_fn);
-    return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){x->ne[0], net->C}));
-}
-
-static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
-    const bert *net = m->impl;
-    if (!ut_op_check(ctx, "bert", 1, &x, 1)) return NULL;
-    int64_t maxT = net->roberta ? net->P - net->pad_id - 1 : net->P; /* RoBERTa's positions start after pad */
-    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > maxT || !ut_is_contiguous(x)) {
-        ut_op_error(ctx, "bert", 1, &x,
-                    ut_fmt("expected contiguous x (B, 3, T): token ids, token type ids and attention "
-                           "mask, T <= %lld (max_position_embeddings %lld%s)", (long long)maxT,
-                           (long long)net->P, net->roberta ? " less pad_token_id + 1" : ""));
-        return NULL;
+    ut_tensor *const *t = in->t;
+    if (in->layout == PADDED) {
+        ut_tensor *h = encoder(m, ctx, embed(ctx, net, t[0], t[1], t[3]), t[2], layer_fn);
+        return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){t[0]->ne[0], net->C}));
     }
-    /* Unpadded execution: every op but attention is row-wise and padded
-     * positions never reach real ones, so only the real tokens are computed */
-    packed_inputs pk;
-    int rc = pack_inputs(ctx, net, x, &pk);
-    if (rc < 0) return NULL;
-    if (rc > 0) return forward_padded(m, ctx, x);
-    ut_tensor *h = encoder(m, ctx, embed(ctx, net, pk.ids, pk.types, pk.pos), pk.offsets, layer_fn_packed);
-    return head(ctx, net, ut_embedding(ctx, pk.first, h));
+    ut_tensor *h = encoder(m, ctx, embed(ctx, net, t[0], t[1], t[2]), t[3], layer_fn_packed);
+    return head(ctx, net, ut_embedding(ctx, t[4], h));
 }
 
 /* ---- building ---- */
@@ -301,7 +287,8 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
                                 net->K, std);
     m->impl = net;
     m->free_impl = bert_free;
-    m->forward = bert_forward;
+    m->prepare = bert_prepare;
+    m->forward_prepared = bert_forward;
     m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;

@@ -5,6 +5,7 @@
  * dropout (0). Input tokens I32 (B, L); output logits (B, classes); loss
  * cross-entropy. */
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/ops.h"
@@ -17,37 +18,27 @@ typedef struct {
     float dropout;
 } bow;
 
-/* mask (B, 1, L): 1/count at non-padding positions, so mask @ emb is the
- * mean. Computed on the host from a copy of the ids, then set into the tensor
- * (the ids and the mask may live in device memory). */
-static ut_tensor *mean_weights(ut_ctx *ctx, ut_tensor *ids) {
-    int64_t B = ids->ne[0], L = ids->ne[1];
-    ut_tensor *w = ut_tensor_new(ctx, UT_F32, 3, (int64_t[]){B, 1, L});
-    if (!w) return NULL;
-    size_t k = (size_t)(B * L);
-    int32_t *id = ut_malloc_check(k * sizeof *id);
-    float *mw = ut_malloc_check(k * sizeof *mw);
-    int rc = ut_tensor_get(ids, id, k * sizeof *id);
-    for (int64_t b = 0; !rc && b < B; b++) {
+/* On the host (the loader thread): the ids (B, L) and weights (B, 1, L),
+ * 1/count at non-padding positions, so weights @ emb is the mean. */
+static int bow_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    (void)m;
+    if (x->dtype != UT_I32 || x->ndim != 2) return ut_input_error(err, n, "bow", x, "expected I32 token ids (B, L)");
+    int64_t B = x->ne[0], L = x->ne[1];
+    const int32_t *id = x->host;
+    memcpy(ut_inputs_add(in, UT_I32, 2, x->ne), id, (size_t)(B * L) * sizeof *id);
+    float *mw = ut_inputs_add(in, UT_F32, 3, (int64_t[]){B, 1, L});
+    for (int64_t b = 0; b < B; b++) {
         int64_t count = 0;
         for (int64_t l = 0; l < L; l++) count += id[b * L + l] != 0;
         for (int64_t l = 0; l < L; l++) mw[b * L + l] = id[b * L + l] != 0 ? 1.0f / (float)count : 0.0f;
     }
-    if (!rc) rc = ut_tensor_set(w, mw, k * sizeof *mw);
-    ut_free(id);
-    ut_free(mw);
-    return rc ? NULL : w;
+    return 0;
 }
 
-static ut_tensor *bow_forward(ut_model *m, ut_ctx *ctx, ut_tensor *ids) {
+static ut_tensor *bow_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const bow *net = m->impl;
-    if (!ut_op_check(ctx, "bow", 1, &ids, 1)) return NULL;
-    if (ids->ndim != 2 || !ut_is_contiguous(ids)) {
-        ut_op_error(ctx, "bow", 1, &ids, "expected contiguous token ids (B, L)");
-        return NULL;
-    }
-    ut_tensor *e = ut_embedding_layer_forward(ctx, &net->emb, ids);           /* (B, L, C) */
-    ut_tensor *x = ut_matmul(ctx, mean_weights(ctx, ids), e);                /* (B, 1, C) */
+    ut_tensor *e = ut_embedding_layer_forward(ctx, &net->emb, in->t[0]);     /* (B, L, C) */
+    ut_tensor *x = ut_matmul(ctx, in->t[1], e);                              /* (B, 1, C) */
     x = ut_flatten(ctx, x, 1);                                               /* (B, C) */
     if (net->has_hidden) x = ut_relu(ctx, ut_linear_layer_forward(ctx, &net->fc, x));
     if (net->dropout > 0) x = ut_dropout(ctx, x, net->dropout);
@@ -80,7 +71,8 @@ ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     net->dropout = (float)dropout;
     m->impl = net;
     m->free_impl = ut_free;
-    m->forward = bow_forward;
+    m->prepare = bow_prepare;
+    m->forward_prepared = bow_forward;
     m->loss = ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;

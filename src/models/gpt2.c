@@ -41,12 +41,8 @@ static void gpt2_free(void *impl) {
     ut_free(g);
 }
 
-/* position ids 0..T-1 */
-static ut_tensor *positions(ut_ctx *ctx, int64_t T) {
-    int32_t *ps = ut_ctx_alloc(ctx, (size_t)T * sizeof *ps);
-    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
-    return ut_tensor_from(ctx, UT_I32, 1, &T, ps);
-}
+/* ---- inputs: prepared on the host (the loader thread), ut_model.prepare ---- */
+enum { PACKED, PADDED, LM }; /* ut_inputs layouts */
 
 /* the position of row b's last token that is not pad_id (the last position
  * when pad_id is unset; transformers: argmax of t * (id != pad), 0 if none) */
@@ -57,26 +53,21 @@ static int64_t last_token(const gpt2 *g, const int32_t *id, int64_t T) {
     return at;
 }
 
-/* The real tokens of x (B, 3, T) packed: ids and position ids (N) of the N
+static int32_t *add_i32(ut_inputs *in, int64_t n) { return ut_inputs_add(in, UT_I32, 1, &n); }
+
+/* The real tokens of h (B, 3, T) packed: ids and position ids (N) of the N
  * tokens whose mask is set, sequence by sequence, offsets (B + 1) where each
  * sequence starts and last (B) the packed row of each row's last token
- * (last_token). Through one host copy. 1 when some row's last token is
- * padding (the head reads it: the padded layout computes it), -1 on error. */
-typedef struct {
-    ut_tensor *ids, *pos, *offsets, *last;
-} packed_inputs;
-
-static int pack_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, packed_inputs *pk) {
-    int64_t B = x->ne[0], T = x->ne[2], N = 0;
-    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+ * (last_token). false when some row's last token is padding (the head reads
+ * it: the padded layout computes it). */
+static bool pack_inputs(const gpt2 *g, const int32_t *h, int64_t B, int64_t T, ut_inputs *in) {
+    int64_t N = 0;
     for (int64_t b = 0; b < B; b++) {
         const int32_t *mb = h + (b * 3 + 2) * T;
-        if (!mb[last_token(g, h + b * 3 * T, T)]) return 1;
+        if (!mb[last_token(g, h + b * 3 * T, T)]) return false;
         for (int64_t t = 0; t < T; t++) N += mb[t] != 0;
     }
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(2 * N + 2 * B + 1) * sizeof *id), *ps = id + N, *off = ps + N;
-    int32_t *last = off + B + 1;
+    int32_t *id = add_i32(in, N), *ps = add_i32(in, N), *off = add_i32(in, B + 1), *last = add_i32(in, B);
     int64_t r = 0;
     off[0] = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -90,23 +81,17 @@ static int pack_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, packed_inputs *
         }
         off[b + 1] = (int32_t)r;
     }
-    pk->ids = ut_tensor_from(ctx, UT_I32, 1, &N, id);
-    pk->pos = ut_tensor_from(ctx, UT_I32, 1, &N, ps);
-    pk->offsets = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B + 1}, off);
-    pk->last = ut_tensor_from(ctx, UT_I32, 1, &B, last);
-    return pk->ids && pk->pos && pk->offsets && pk->last ? 0 : -1;
+    in->layout = PACKED;
+    return true;
 }
 
-/* From x (B, 3, T): ids (B, T), the additive padding mask (B, T) and the flat
- * index b * T + t of each row's last token (last_token), through one host
- * copy. */
-static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **ids, ut_tensor **mask,
-                        ut_tensor **last) {
-    int64_t B = x->ne[0], T = x->ne[2];
-    int32_t *h = ut_ctx_alloc(ctx, (size_t)(B * 3 * T) * sizeof *h);
-    int32_t *id = ut_ctx_alloc(ctx, (size_t)(B * T + B) * sizeof *id), *ls = id + B * T;
-    float *mk = ut_ctx_alloc(ctx, (size_t)(B * T) * sizeof *mk);
-    if (ut_tensor_get(x, h, (size_t)(B * 3 * T) * sizeof *h)) return -1;
+/* From h (B, 3, T): ids (B, T), position ids (T), the additive padding mask
+ * (B, T) and the flat index b * T + t of each row's last token (last_token). */
+static void split_inputs(const gpt2 *g, const int32_t *h, int64_t B, int64_t T, ut_inputs *in) {
+    int32_t *id = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}), *ps = add_i32(in, T);
+    float *mk = ut_inputs_add(in, UT_F32, 2, (int64_t[]){B, T});
+    int32_t *ls = add_i32(in, B);
+    for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++) {
             id[b * T + t] = h[(b * 3) * T + t];
@@ -114,70 +99,60 @@ static int split_inputs(ut_ctx *ctx, const gpt2 *g, ut_tensor *x, ut_tensor **id
         }
         ls[b] = (int32_t)(b * T + last_token(g, id + b * T, T));
     }
-    *ids = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, id);
-    *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){B, T}, mk);
-    *last = ut_tensor_from(ctx, UT_I32, 1, &B, ls);
-    return *ids && *mask && *last ? 0 : -1;
+    in->layout = PADDED;
 }
 
-static ut_tensor *classify_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+static int gpt2_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
     const gpt2 *g = m->impl;
-    if (x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > g->block_size || !ut_is_contiguous(x)) {
-        ut_op_error(ctx, "gpt2", 1, &x,
-                    ut_fmt("sequence_classification expects contiguous x (B, 3, T): token ids, token type ids "
-                           "and attention mask (tsv_text with data.tokenizer), T <= n_positions %lld",
-                           (long long)g->block_size));
-        return NULL;
+    if (!g->classify) { /* tokens (B, T) and positions 0..T-1 */
+        if (x->dtype != UT_I32 || x->ndim != 2 || x->ne[1] > g->block_size)
+            return ut_input_error(err, n, "gpt2", x, ut_fmt("expected I32 tokens (B, T) with T <= block_size %lld",
+                                                            (long long)g->block_size));
+        int64_t B = x->ne[0], T = x->ne[1];
+        memcpy(ut_inputs_add(in, UT_I32, 2, x->ne), x->host, (size_t)(B * T) * sizeof(int32_t));
+        int32_t *ps = add_i32(in, T);
+        for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
+        in->layout = LM;
+        return 0;
     }
+    if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > g->block_size)
+        return ut_input_error(err, n, "gpt2",  x,
+                              ut_fmt("sequence_classification expects I32 x (B, 3, T): token ids, token type ids "
+                                     "and attention mask (tsv_text with data.tokenizer), T <= n_positions %lld",
+                                     (long long)g->block_size));
     int64_t B = x->ne[0], T = x->ne[2];
-    if (g->pad_id < 0 && B > 1) {
-        ut_ctx_set_error(ctx, "gpt2: pad_token_id is not set (by model.pad_token_id or config.json) and the batch "
-                              "has %lld rows: the last real token of a padded row cannot be found; set "
-                              "model.pad_token_id to the tokenizer's padding id (50256, <|endoftext|>, for "
-                              "GPT-2's tokenizer)", (long long)B);
-        return NULL;
-    }
-    /* Unpadded execution: only the real tokens are computed (rows are
+    if (g->pad_id < 0 && B > 1)
+        return snprintf(err, n, "gpt2: pad_token_id is not set (by model.pad_token_id or config.json) and the "
+                                "batch has %lld rows: the last real token of a padded row cannot be found; set "
+                                "model.pad_token_id to the tokenizer's padding id (50256, <|endoftext|>, for "
+                                "GPT-2's tokenizer)", (long long)B), -1;
+    /* unpadded execution: only the real tokens are computed (rows are
      * independent but for attention, whose padded keys are masked) */
-    packed_inputs pk;
-    int rc = pack_inputs(ctx, g, x, &pk);
-    if (rc < 0) return NULL;
-    ut_tensor *ids, *aux, *last, *pos;
-    if (rc == 0) {
-        ids = pk.ids, pos = pk.pos, aux = pk.offsets, last = pk.last;
-    } else {
-        if (split_inputs(ctx, g, x, &ids, &aux, &last)) return NULL;
-        pos = positions(ctx, T);
+    if (!pack_inputs(g, x->host, B, T, in)) split_inputs(g, x->host, B, T, in);
+    return 0;
+}
+
+static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
+    const gpt2 *g = m->impl;
+    if (in->layout == LM) {
+        ut_tensor *tok = ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+        ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+        if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
+        for (int64_t l = 0; l < g->n_layer; l++)
+            x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
+        x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
+        return ut_linear(ctx, x, g->wte.w, NULL);
     }
-    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, ids),
-                          ut_embedding_layer_forward(ctx, &g->wpe, pos));
+    /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last */
+    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, in->t[0]),
+                          ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
     if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
     for (int64_t l = 0; l < g->n_layer; l++)
-        h = ut_block_layer_forward_rows(ctx, &g->h[l], h, aux, m->checkpoint_activations);
+        h = ut_block_layer_forward_rows(ctx, &g->h[l], h, in->t[2], m->checkpoint_activations);
     h = ut_layernorm_layer_forward(ctx, &g->ln_f, h);
     /* the rows at the last tokens: an embedding lookup into h viewed (rows, C) */
-    h = ut_embedding(ctx, last, ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / g->C, g->C}));
+    h = ut_embedding(ctx, in->t[3], ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / g->C, g->C}));
     return ut_linear(ctx, h, g->score, NULL);
-}
-
-static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, ut_tensor *idx) {
-    const gpt2 *g = m->impl;
-    if (!ut_op_check(ctx, "gpt2", 1, &idx, 1)) return NULL;
-    if (g->classify) return classify_forward(m, ctx, idx);
-    if (idx->ndim != 2 || idx->ne[1] > g->block_size) {
-        ut_op_error(ctx, "gpt2", 1, &idx,
-                    ut_fmt("expected tokens (B, T) with T <= block_size %lld", (long long)g->block_size));
-        return NULL;
-    }
-    int64_t T = idx->ne[1];
-    ut_tensor *pos = positions(ctx, T);
-    ut_tensor *tok = ut_embedding_layer_forward(ctx, &g->wte, idx);
-    ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, pos));
-    if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
-    for (int64_t l = 0; l < g->n_layer; l++)
-        x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
-    x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
-    return ut_linear(ctx, x, g->wte.w, NULL);
 }
 
 static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
@@ -252,7 +227,8 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
         g->score = ut_param_add(m, "score.weight", 2, (int64_t[]){g->K, C}, (ut_init){UT_INIT_NORMAL, (float)std});
     m->impl = g;
     m->free_impl = gpt2_free;
-    m->forward = gpt2_forward;
+    m->prepare = gpt2_prepare;
+    m->forward_prepared = gpt2_forward;
     m->loss = gpt2_loss;
     ut_model_finalize(m, seed);
     return m;

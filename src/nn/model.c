@@ -183,6 +183,8 @@ void ut_model_finalize(ut_model *m, uint64_t seed) {
 
 void ut_model_free(ut_model *m) {
     if (!m) return;
+    ut_inputs_free(m->host_inputs); /* waits for uploads from it */
+    ut_free(m->host_inputs);
     ut_params *p = &m->params;
     for (int i = 0; i < p->n; i++) {
         ut_free(p->t[i]);
@@ -210,8 +212,42 @@ ut_tensor *ut_model_param(const ut_model *m, const char *name) {
     return NULL;
 }
 
+ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in) {
+    ut_prepared p = {.n = in->n, .layout = in->layout};
+    if (ut_ctx_error(ctx) || ut_inputs_upload(ctx, in, p.t)) return NULL;
+    return m->forward_prepared(m, ctx, &p);
+}
+
+/* A model with prepare given a tensor: its values to the host (the
+ * context's arena), prepared there into the model's own ut_inputs (kept, so
+ * a warm step allocates nothing), and back (the trainer does this on the
+ * loader thread instead). */
+static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    if (!ut_op_check(ctx, m->type, 1, &x, 1)) return NULL;
+    if (!ut_is_contiguous(x)) {
+        ut_op_error(ctx, m->type, 1, &x, "expects a contiguous input");
+        return NULL;
+    }
+    size_t bytes = (size_t)ut_nelem(x) * ut_dtype_size(x->dtype);
+    ut_host_array h = {.dtype = x->dtype, .ndim = x->ndim, .host = ut_ctx_alloc(ctx, bytes ? bytes : 1)};
+    memcpy(h.ne, x->ne, sizeof h.ne);
+    if (!m->host_inputs) {
+        m->host_inputs = ut_calloc_check(1, sizeof *m->host_inputs);
+        m->host_inputs->dev = m->params.device;
+    }
+    ut_inputs *in = m->host_inputs;
+    ut_inputs_clear(in); /* the last call's uploads are done */
+    char err[512];
+    if (ut_tensor_get(x, h.host, bytes)) return NULL;
+    if (m->prepare(m, &h, in, err, sizeof err)) {
+        ut_ctx_set_error(ctx, "%s", err);
+        return NULL;
+    }
+    return ut_model_forward_inputs(m, ctx, in);
+}
+
 ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input) {
-    return m->forward(m, ctx, input);
+    return m->prepare ? forward_via_host(m, ctx, input) : m->forward(m, ctx, input);
 }
 
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {

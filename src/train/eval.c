@@ -18,15 +18,26 @@ static ut_tensor *collate_token_planes(ut_ctx *ctx, const ut_dataset *ds, const 
     return ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){b->count, 3, L}, copy.x);
 }
 
+/* b's y (count, y_ne...) on ctx's device: from a loader's page-locked
+ * buffer with an asynchronous copy (ut_forward_batch fences it), else copied
+ * at once. */
+static ut_tensor *collate_y(ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b) {
+    int64_t ne[4] = {b->count};
+    for (int i = 0; i < ds->y_ndim; i++) ne[1 + i] = ds->y_ne[i];
+    return b->inputs ? ut_tensor_from_async(ctx, ds->y_dtype, 1 + ds->y_ndim, ne, b->y)
+                     : ut_tensor_from(ctx, ds->y_dtype, 1 + ds->y_ndim, ne, b->y);
+}
+
 static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b,
                            ut_tensor **x, ut_tensor **y) {
     (void)user;
-    int64_t xne[4] = {b->count}, yne[4] = {b->count};
+    int64_t xne[4] = {b->count};
     for (int i = 0; i < ds->x_ndim; i++) xne[1 + i] = ds->x_ne[i];
-    for (int i = 0; i < ds->y_ndim; i++) yne[1 + i] = ds->y_ne[i];
     bool planes = ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32;
-    *x = planes ? collate_token_planes(ctx, ds, b) : ut_tensor_from(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
-    *y = ut_tensor_from(ctx, ds->y_dtype, 1 + ds->y_ndim, yne, b->y);
+    if (planes) *x = collate_token_planes(ctx, ds, b);
+    else if (b->inputs) *x = ut_tensor_from_async(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
+    else *x = ut_tensor_from(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
+    *y = collate_y(ctx, ds, b);
     return *x && *y ? 0 : -1;
 }
 
@@ -56,15 +67,43 @@ static int default_forward(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *x, u
     return out->loss ? 0 : -1;
 }
 
+/* Whether the model's prepare runs on the loader thread: it has one, and the
+ * hooks that would see the collated x are the defaults. */
+static bool prepares(const ut_hooks *h, const ut_model *m) {
+    return m->prepare && h->collate == default_collate && h->forward_step == default_forward;
+}
+
+static int prepare_thunk(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    const ut_model *m = user;
+    return m->prepare(m, x, in, err, n);
+}
+
+ut_loader *ut_run_loader(const ut_hooks *h, ut_model *m, ut_dataset *ds, ut_sampler *s, int prefetch) {
+    bool p = prepares(h, m);
+    return ut_loader_new_opts(ds, s, prefetch, &(ut_loader_opts){.prepare = p ? prepare_thunk : NULL,
+                                                                 .user = p ? m : NULL,
+                                                                 .device = m->params.device});
+}
+
 int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
                      const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n) {
     ut_tensor *x = NULL;
     memset(out, 0, sizeof *out);
-    int rc = h->collate(h->user, ctx, ds, b, &x, y);
-    if (!rc) {
-        /* the default forward step reads the other resolved hooks */
-        void *u = h->forward_step == default_forward ? (void *)h : h->user;
-        rc = h->forward_step(u, ctx, m, x, *y, out);
+    int rc = 0;
+    if (b->inputs && b->inputs->n > 0 && prepares(h, m)) {
+        /* the loader prepared the model's arrays: y and each of them go up
+         * with one asynchronous copy, and the model does no host work */
+        *y = collate_y(ctx, ds, b);
+        out->output = *y ? ut_model_forward_inputs(m, ctx, b->inputs) : NULL;
+        out->loss = out->output ? h->compute_loss(h->user, ctx, m, out->output, *y) : NULL;
+    } else {
+        rc = h->collate(h->user, ctx, ds, b, &x, y);
+        if (b->inputs) ut_inputs_fence(ctx, b->inputs); /* the loader's buffers are read until here */
+        if (!rc) {
+            /* the default forward step reads the other resolved hooks */
+            void *u = h->forward_step == default_forward ? (void *)h : h->user;
+            rc = h->forward_step(u, ctx, m, x, *y, out);
+        }
     }
     if (rc || !out->loss || ut_ctx_error(ctx)) {
         snprintf(err, n, "forward step failed: %s",
@@ -250,7 +289,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     memset(res, 0, sizeof *res);
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
-    ut_loader *l = ut_loader_new(ds, &s, 2);
+    ut_loader *l = ut_run_loader(h, m, ds, &s, 2);
     bool grad = ut_ctx_set_grad_enabled(ctx, false), train = ut_ctx_set_training(ctx, false);
     bool outputs_ok = outputs != NULL;
     double loss_sum = 0;

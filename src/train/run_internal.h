@@ -95,7 +95,12 @@ double ut_eval_get(const ut_eval_result *res, const char *name);
 /* ---- shared steps ---- */
 /* The default hooks filled in where the user left NULL. */
 void ut_hooks_resolve(ut_hooks *out, const ut_hooks *user);
-/* Forward + loss for a collated batch (through the hooks). */
+/* A loader for a run of m through h: on the loader thread the model's
+ * prepare, when it has one and the hooks are the defaults; buffers
+ * page-locked for the model's device. */
+ut_loader *ut_run_loader(const ut_hooks *h, ut_model *m, ut_dataset *ds, ut_sampler *s, int prefetch);
+/* Forward + loss for a collated batch (through the hooks; a batch with
+ * prepared inputs straight to the model's forward_prepared). */
 int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_dataset *ds,
                      const ut_batch *b, ut_step_outputs *out, ut_tensor **y, char *err, size_t n);
 /* A rank whose share of a batch is empty (the short last batch of an epoch,

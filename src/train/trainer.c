@@ -836,9 +836,10 @@ static int after_step(ut_trainer *t, double loss, bool *stop) {
 /* Runs batches until the epoch ends, the run reaches total_steps, or a stop
  * is asked for. 1: epoch finished; 0: stop (steps done or early stop); -1 error. */
 static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
-    ut_loader *l = ut_loader_new(t->train, &t->sampler, t->cfg->prefetch);
+    ut_loader *l = ut_run_loader(&t->h, t->m, t->train, &t->sampler, t->cfg->prefetch);
     for (int w = 1; w < t->ndp; w++)
-        t->rep[w].loader = ut_loader_new(t->train, &t->rep[w].sampler, t->cfg->prefetch);
+        t->rep[w].loader = ut_run_loader(&t->h, ut_dp_model(t->dp, w), t->train, &t->rep[w].sampler,
+                                         t->cfg->prefetch);
     int64_t G = t->sampler.local_batch * t->sampler.world;
     int64_t micro = 0, window = 0, window_examples = 0;
     int rc = 1;

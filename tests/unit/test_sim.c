@@ -16,6 +16,7 @@
 #include "devcompare.h"
 #include "test.h"
 #include "utrain/base.h"
+#include "utrain/data.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
@@ -174,6 +175,122 @@ static void test_async_copies(void) {
     be->free(d);
 }
 
+/* The loader's memory and the uploads from it: a batch's prepared arrays go
+ * up with asynchronous copies, and the loader may fill that slot again only
+ * after the fence recorded behind them. With the compute stream held, the
+ * next batch is taken, so the producer wants the first batch's slot back
+ * for the third; the uploaded tensor must still receive the first batch's
+ * values. */
+static int counting_get(ut_dataset *ds, int64_t i, void *x, void *y, char *e, size_t n) {
+    (void)ds, (void)e, (void)n;
+    *(float *)x = (float)i;
+    *(int32_t *)y = (int32_t)i;
+    return 0;
+}
+static int twice(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    (void)user, (void)err, (void)n;
+    float *d = ut_inputs_add(in, UT_F32, 1, &x->ne[0]);
+    for (int64_t i = 0; i < x->ne[0]; i++) d[i] = 2 * ((const float *)x->host)[i];
+    return 0;
+}
+static void test_loader_fence(void) {
+    ut_dataset ds = {.name = "counting", .n = 64, .x_ndim = 1, .x_ne = {1}, .x_dtype = UT_F32,
+                     .y_dtype = UT_I32, .get = counting_get};
+    ut_sampler s;
+    ut_sampler_init(&s, ds.n, 4, 0, 1, 0, false, false);
+    ut_loader *l = ut_loader_new_opts(&ds, &s, 1, &(ut_loader_opts){.prepare = twice, .device = UT_SIM});
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM});
+    ut_batch b;
+    char err[256] = "";
+    CHECK(ut_loader_next(l, &b, err, sizeof err) == 1 && b.inputs && b.inputs->n == 1, "a prepared batch");
+    gate g;
+    gate_close(&g);
+    ut_tensor *t[UT_MAX_INPUTS];
+    CHECK(ut_inputs_upload(ctx, b.inputs, t) == 0, "upload");
+    CHECK(ut_loader_next(l, &b, err, sizeof err) == 1, "second batch");
+    usleep(100 * 1000); /* time enough for the producer to fill the first slot, were it not waiting */
+    gate_open(&g);
+    float got[4] = {0};
+    CHECK(ut_tensor_get(t[0], got, sizeof got) == 0 && got[0] == 0 && got[1] == 2 && got[3] == 6,
+          "the upload read the first batch: %g %g %g %g", got[0], got[1], got[2], got[3]);
+    gate_free(&g);
+    ut_loader_free(l);
+    ut_sampler_free(&s);
+    ut_ctx_free(ctx);
+}
+
+/* Models prepare their inputs on the host (the loader thread); their
+ * forward_prepared on the device then reads nothing back: no D2H copy and
+ * no host reduction while it is launched. Its output equals the one
+ * ut_model_forward gives (which prepares a device tensor on the host),
+ * for each model and both layouts of the packed ones. */
+unsigned long ut_sim_host_reads(void); /* sim.c: the host's reads of device memory so far */
+static void test_prepared_forward(void) {
+    enum { B = 2, T = 6 };
+    /* token planes (B, 3, T): ids, type ids, mask; row 1 padded after 4 */
+    int32_t planes[B * 3 * T] = {5, 7, 9, 4, 4, 2, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 1, 1, 1,
+                                 6, 8, 3, 2, 1, 1, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 1, 0, 0};
+    int32_t tokens[B * T] = {5, 7, 9, 4, 4, 2, 6, 8, 3, 2, 1, 1};
+    struct { const char *name, *opts; bool planes; } cases[] = {
+        {"gpt2", "n_layer=1,n_head=2,n_embd=8,vocab_size=16,block_size=8", false},
+        {"gpt2", "n_layer=1,n_head=2,n_embd=8,vocab_size=16,block_size=8,task=sequence_classification,"
+                 "pad_token_id=1", true},
+        {"bert", "vocab_size=16,hidden_size=8,num_hidden_layers=1,num_attention_heads=2,intermediate_size=16,"
+                 "max_position_embeddings=8,type_vocab_size=2", true},
+        {"bart", "vocab_size=16,d_model=8,encoder_layers=1,decoder_layers=1,encoder_attention_heads=2,"
+                 "decoder_attention_heads=2,encoder_ffn_dim=16,decoder_ffn_dim=16,max_position_embeddings=10", true},
+        {"bow", "vocab_size=16,n_embd=4,hidden=4", false},
+    };
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        for (int padded = 0; padded < 2; padded++) {
+            if (padded && !cases[c].planes) continue;
+            int32_t x[B * 3 * T];
+            if (cases[c].planes) memcpy(x, planes, sizeof planes);
+            else memcpy(x, tokens, sizeof tokens);
+            /* row 1's mask 0 1 1 0 0 1: it starts with padding (BERT's pooler reads it), its last real
+             * token is padding (GPT-2's head reads it), and it is not right-padded (BART): padded */
+            int32_t *m1 = x + (1 * 3 + 2) * T;
+            if (padded) m1[0] = 0, m1[3] = 0, m1[5] = 1;
+            ut_kv *kv = ut_kv_new();
+            char opts[256], *save = NULL, err[512] = "";
+            snprintf(opts, sizeof opts, "%s", cases[c].opts);
+            for (char *kvs = strtok_r(opts, ",", &save); kvs; kvs = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(kvs, '=');
+                *eq = 0;
+                ut_kv_set(kv, kvs, eq + 1);
+            }
+            ut_model *m = ut_model_create_on(cases[c].name, kv, 3, UT_SIM, err, sizeof err);
+            ut_kv_free(kv);
+            CHECK(m && m->prepare && m->forward_prepared, "%s: %s", cases[c].name, err);
+            if (!m) continue;
+            ut_host_array hx = {.dtype = UT_I32, .ndim = cases[c].planes ? 3 : 2, .ne = {B, 3, T}, .host = x};
+            if (!cases[c].planes) hx.ne[1] = T;
+            ut_inputs in = {.dev = UT_SIM};
+            CHECK(m->prepare(m, &hx, &in, err, sizeof err) == 0, "%s prepare: %s", cases[c].name, err);
+            ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM, .seed = 5});
+            ut_ctx_set_training(ctx, false); /* bert and bart have dropout: the two forwards would draw apart */
+            unsigned long before = ut_sim_host_reads();
+            ut_tensor *a = ut_model_forward_inputs(m, ctx, &in);
+            unsigned long reads = ut_sim_host_reads() - before;
+            CHECK(a && reads == 0, "%s (layout %d): %lu host reads while the forward was launched: %s",
+                  cases[c].name, in.layout, reads, ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+            CHECK(!cases[c].planes || (in.layout == 1) == (padded == 1), "%s: layout %d for %s rows",
+                  cases[c].name, in.layout, padded ? "padded" : "right-padded");
+            ut_tensor *b = ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, hx.ndim, hx.ne, x));
+            int64_t k = a && b ? ut_nelem(a) : 0;
+            float *va = ut_malloc_check(4 * (size_t)(k + 1)), *vb = ut_malloc_check(4 * (size_t)(k + 1));
+            CHECK(a && b && ut_nelem(b) == k && !ut_tensor_get(a, va, 4 * (size_t)k) &&
+                      !ut_tensor_get(b, vb, 4 * (size_t)k) && !memcmp(va, vb, 4 * (size_t)k),
+                  "%s (layout %d): the prepared forward differs from ut_model_forward", cases[c].name, in.layout);
+            ut_free(va);
+            ut_free(vb);
+            ut_inputs_free(&in);
+            ut_ctx_free(ctx);
+            ut_model_free(m);
+        }
+    }
+}
+
 /* Two streams run independently unless an event orders them: a copy on a
  * second stream that does not wait for the compute stream's memset reads
  * the old value; one that waits on an event recorded after the memset reads
@@ -300,6 +417,8 @@ int main(void) {
     RUN(test_registered);
     RUN(test_host_read_faults);
     RUN(test_async_copies);
+    RUN(test_loader_fence);
+    RUN(test_prepared_forward);
     RUN(test_two_streams);
     RUN(test_late_data_error);
 #define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);

@@ -62,6 +62,8 @@ static size_t device_memory(void) {
     return total;
 }
 
+static int g_device = -1; /* chosen by select_device; -1: the runtime's default, GPU 0 */
+
 static int select_device(int index, char *err, size_t n) {
     if (available(err, n)) return -1;
     int count = 0, cur = -1;
@@ -78,7 +80,15 @@ static int select_device(int index, char *err, size_t n) {
         return -1;
     }
     check(cudaSetDevice(index), "set device");
+    g_device = index;
     return 0;
+}
+
+/* Calls from another host thread (the data loader's: page-locked buffers,
+ * its wait on an upload's event) act on this process's GPU, not GPU 0, the
+ * current device of a thread that never chose one. */
+static void bind_thread(void) {
+    if (g_device > 0) check(cudaSetDevice(g_device), "set device");
 }
 
 /* ---- data errors found by kernels ---- */
@@ -130,7 +140,8 @@ static void dfree(void *p) {
 
 static void *host_alloc(size_t bytes) {
     void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault);
+    bind_thread();
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocPortable);
     if (e != cudaSuccess)
         ut_abort(__FILE__, __LINE__, "CUDA: cannot page-lock %zu bytes of host memory (%s)", bytes,
                  cudaGetErrorString(e));
@@ -139,6 +150,7 @@ static void *host_alloc(size_t bytes) {
 
 static void host_free(void *p) {
     if (!p) return;
+    bind_thread();
     check(cudaStreamSynchronize(ut_cuda_stream()), "synchronize before free");
     check(cudaFreeHost(p), "free host");
 }
@@ -271,7 +283,10 @@ static void event_record(void *ev, void *s) { check(cudaEventRecord((cudaEvent_t
 static void event_wait(void *s, void *ev) {
     check(cudaStreamWaitEvent(stream_or_compute(s), (cudaEvent_t)ev, 0), "event wait");
 }
-static void event_sync(void *ev) { check(cudaEventSynchronize((cudaEvent_t)ev), "event sync"); }
+static void event_sync(void *ev) {
+    bind_thread();
+    check(cudaEventSynchronize((cudaEvent_t)ev), "event sync");
+}
 static bool event_done(void *ev) {
     cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
     if (e == cudaErrorNotReady) return false;

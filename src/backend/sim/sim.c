@@ -551,10 +551,18 @@ static void copy_on(void *stream, void *dst, const void *src, size_t bytes, ut_c
     }
     push(stream_of(stream), it);
 }
+/* Reads of device memory by the host (synchronous D2H copies, sum_sq),
+ * counted for tests/unit/test_sim.c: a model's forward on prepared inputs
+ * makes none. */
+static _Atomic unsigned long host_reads;
+unsigned long ut_sim_host_reads(void);
+unsigned long ut_sim_host_reads(void) { return host_reads; }
+
 static void sim_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind) {
     if (kind == UT_COPY_H2H) {
         memcpy(dst, src, bytes);
     } else if (kind == UT_COPY_D2H) { /* the host reads the result next */
+        host_reads++;
         drain(compute());
         enter();
         memcpy(dst, src, bytes);
@@ -578,6 +586,7 @@ static void sim_round(float *dst, const float *src, int64_t n, ut_dtype dt) {
     push(compute(), it);
 }
 static double sim_sum_sq(const float *x, int64_t n) {
+    host_reads++;
     drain(compute());
     enter();
     double s = ut_cpu_sum_sq(x, n);
