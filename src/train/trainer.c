@@ -593,7 +593,7 @@ static void step_done(ut_trainer *t) {
  * and its step count alone; the trainer's step (and the schedule) moves on,
  * as a PyTorch loop calling scheduler.step() every iteration does. Otherwise
  * the gradients are unscaled before clipping. Returns true for a skip. */
-static bool unscale_or_skip(ut_trainer *t, double *norm) {
+static bool unscale_or_skip(ut_trainer *t, double *norm, float *unscale) {
     bool found_inf = !isfinite(*norm);
     float scale = t->scaler.scale;
     ut_grad_scaler_update(&t->scaler, found_inf);
@@ -605,7 +605,7 @@ static bool unscale_or_skip(ut_trainer *t, double *norm) {
         step_done(t);
         return true;
     }
-    ut_dist_scale_grads(t->dist, 1.0f / scale);
+    *unscale = 1.0f / scale;
     *norm /= scale;
     return false;
 }
@@ -616,15 +616,22 @@ static int optimizer_step(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
     }
-    if (t->fp16 && unscale_or_skip(t, &norm)) return 0;
+    float unscale = 1.0f; /* fp16: 1 / the loss scale, a power of two */
+    if (t->fp16 && unscale_or_skip(t, &norm, &unscale)) return 0;
     if (!isfinite(norm)) {
         snprintf(t->err, sizeof t->err,
                  "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
                  "train.grad_clip)", norm, (long long)t->st.step);
         return -1;
     }
+    /* unscaling and clipping in one pass over the gradients: scaling by a
+     * power of two is exact, so g * (c / S) rounds as (g / S) * c does
+     * (torch's unscale, then clip), short of results below float's normal
+     * range */
+    float coef = unscale;
     if (t->cfg->grad_clip > 0 && norm > t->cfg->grad_clip)
-        ut_dist_scale_grads(t->dist, (float)(t->cfg->grad_clip / (norm + 1e-6)));
+        coef = (float)(t->cfg->grad_clip / (norm + 1e-6)) * unscale;
+    if (coef != 1.0f) ut_dist_scale_grads(t->dist, coef);
     t->last_grad_norm = norm;
     if (ut_dist_step(t->dist, ut_schedule_lr(&t->sched, t->st.step))) {
         snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
