@@ -119,6 +119,10 @@ if want gpu; then
         grep -E "^(FAIL|skip)" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
         tail -3 "$OUT/gpu-$(basename "$t").log" | tee -a "$SUMMARY"
     done
+    # inputs prepared on the loader thread and uploaded from page-locked
+    # memory against the host path, on cuda (the same checkpoint, to the bit)
+    UTRAIN_DEVICE=cuda run gpu-prepare-paths 300 build/tests/e2e/test_prepare_paths
+    grep -E "FAIL" "$OUT/gpu-prepare-paths.log" | head -10 | tee -a "$SUMMARY"
     # the attention kernels under compute-sanitizer (races, barriers, bad accesses)
     # (GPU_CHECK_SANITIZE=0 skips them: racecheck takes about two minutes)
     if command -v compute-sanitizer >/dev/null && [ "${GPU_CHECK_SANITIZE:-1}" = 1 ]; then

@@ -5,7 +5,7 @@
  * ut_model_forward reads back and prepares on the calling thread. Both must
  * train to the same checkpoint, byte for byte: the RoBERTa (with dropout),
  * GPT-2 and BART classifier fixtures on data/sst2_sample, on the CPU and on
- * the simulated device. */
+ * the simulated device (or UTRAIN_DEVICE's, e.g. cuda on a GPU machine). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +51,9 @@ static int train(const char *name, const char *exp, const char *device, const ut
 }
 
 static void both_paths(const char *name) {
-    const char *devices[2] = {"cpu", "sim"};
+    /* the second device: sim, or the suite's (UTRAIN_DEVICE=cuda on a GPU machine) */
+    const char *env = getenv("UTRAIN_DEVICE");
+    const char *devices[2] = {"cpu", env && *env && strcmp(env, "cpu") ? env : "sim"};
     ut_hooks custom = {.collate = my_collate};
     for (int d = 0; d < 2; d++) {
         char a[64], b[64], fa[512], fb[512];
