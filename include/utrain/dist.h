@@ -257,6 +257,11 @@ void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync);
 int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync);
 /* The 2-norm of the whole (summed) gradient, the same on every rank. */
 int ut_dist_grad_norm(ut_dist *d, double *norm);
+/* Whether this rank's gradient alone gives that norm (one process, or ddp's
+ * all-reduced gradient); then ut_dist_grad_sq_to queues its square sum into
+ * device memory at dst, to read back with the step's other scalars. */
+bool ut_dist_norm_local(const ut_dist *d);
+void ut_dist_grad_sq_to(ut_dist *d, double *dst);
 void ut_dist_scale_grads(ut_dist *d, float s);
 /* The optimizer step on this rank's part, gradients zeroed, and the
  * parameters made whole again where the strategy keeps them whole. */

@@ -215,6 +215,10 @@ int ut_input_error(char *err, size_t n, const char *model, const ut_host_array *
  * tensor has a context. */
 int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes);
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
+/* t's contents into memory of t's device at dst (bytes as ut_tensor_get
+ * checks them), queued in stream order without a host wait: values to read
+ * back later together, in one copy (the trainer's per-micro-batch losses). */
+int ut_tensor_copy_to(const ut_tensor *t, void *dst, size_t bytes);
 /* t's gradient (float32, contiguous in t's shape) into host memory after a
  * backward: bytes must equal nelem * 4. A tensor that received no gradient
  * reads as zeros. -1 (with the context's error when t has one) when t is a

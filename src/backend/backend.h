@@ -202,6 +202,10 @@ typedef struct ut_backend {
     /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
     /* sum of x[i]^2 in double, the same bits whatever the thread count */
     double (*sum_sq)(const float *x, int64_t n);
+    /* The same sum into device memory at dst, queued without a host wait:
+     * read back later with other scalars of the step in one copy. NULL:
+     * ut_sum_sq_to (below) takes sum_sq and copies the result there. */
+    void (*sum_sq_to)(double *dst, const float *x, int64_t n);
     void (*scale)(float *x, int64_t n, float s);  /* x *= s */
     /* dst[i] += src[0][i] + ... + src[nsrc-1][i], added in that order (the
      * same bits whatever the thread count); zero_src: also src[k][i] = 0 */
@@ -270,6 +274,9 @@ void ut_event_wait(const ut_backend *be, void *stream, void *ev);
 void ut_event_sync(const ut_backend *be, void *ev);
 bool ut_event_done(const ut_backend *be, void *ev);
 void ut_event_free(const ut_backend *be, void *ev);
+
+/* be's sum_sq_to, also where it has none */
+void ut_sum_sq_to(const ut_backend *be, double *dst, const float *x, int64_t n);
 
 /* Host memory that be's device copies to and from fastest (its host_alloc,
  * else ordinary 64-byte aligned memory); aborts when out of memory. */

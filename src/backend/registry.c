@@ -82,6 +82,15 @@ void ut_event_free(const ut_backend *be, void *ev) {
 
 // --- host memory for copies -----------------------------------------------------
 
+void ut_sum_sq_to(const ut_backend *be, double *dst, const float *x, int64_t n) {
+    if (be->sum_sq_to) {
+        be->sum_sq_to(dst, x, n);
+        return;
+    }
+    double v = be->sum_sq(x, n);
+    be->copy(dst, &v, sizeof v, UT_COPY_H2D);
+}
+
 void *ut_host_alloc(const ut_backend *be, size_t bytes) {
     return be->host_alloc ? be->host_alloc(bytes) : ut_aligned_alloc_check(bytes ? bytes : 64);
 }

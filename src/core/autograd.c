@@ -106,11 +106,12 @@ int ut_backward(ut_ctx *ctx, ut_tensor *loss) {
         ut_op_error(ctx, "backward", 1, &loss, "loss must be an f32 scalar");
         return -1;
     }
-    /* d loss / d loss = 1, added (the loss may already hold a gradient) */
-    float *g = ut_grad(loss), one;
-    ctx->be->copy(&one, g, sizeof one, UT_COPY_D2H);
-    one += 1.0f;
-    ctx->be->copy(g, &one, sizeof one, UT_COPY_H2D);
+    /* d loss / d loss = 1, added (the loss may already hold a gradient) on
+     * the device, in stream order: no read back */
+    float *g = ut_grad(loss), *one = ut_ctx_dalloc(ctx, sizeof *one);
+    const float host_one = 1.0f;
+    ctx->be->copy(one, &host_one, sizeof host_one, UT_COPY_H2D);
+    ctx->be->accumulate(g, &one, 1, 1, false);
     return walk(ctx);
 }
 

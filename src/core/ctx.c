@@ -379,6 +379,12 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     return ut_ctx_device_errors(t->ctx);
 }
 
+int ut_tensor_copy_to(const ut_tensor *t, void *dst, size_t bytes) {
+    if (!t || check_copy(t, bytes, "tensor_copy_to")) return -1;
+    ut_backend_get(t->device)->copy(dst, t->data, bytes, UT_COPY_D2D);
+    return 0;
+}
+
 int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes) {
     if (!t) return -1;
     size_t want = (size_t)ut_nelem(t) * sizeof(float);

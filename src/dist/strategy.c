@@ -368,6 +368,13 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
     return rc;
 }
 
+bool ut_dist_norm_local(const ut_dist *d) { return d->kind == UT_DIST_DDP || d->world == 1; }
+
+void ut_dist_grad_sq_to(ut_dist *d, double *dst) {
+    const float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
+    ut_sum_sq_to(d->be, dst, g, d->hi - d->lo);
+}
+
 int ut_dist_grad_norm(ut_dist *d, double *norm) {
     const float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
     double sq = ut_grad_norm_sq(d->p->device, g, d->hi - d->lo);

@@ -132,6 +132,17 @@ struct ut_trainer {
     bool fp16;                   /* train.precision fp16: the loss scaler runs */
     ut_grad_scaler scaler;
     int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
+    /* The step's scalars, kept on the device and read back in one copy at
+     * the optimizer step: the window's losses, one per micro-batch
+     * (win_loss: accum_steps floats; win_count: each one's examples), then
+     * the gradient's square sum where no collective is needed for it
+     * (win_sq). win_bytes: the whole block, win_host its host copy. */
+    float *win_loss;
+    double *win_sq;
+    size_t win_bytes;
+    unsigned char *win_host;
+    int64_t *win_count;
+    int win_n, win_last;     /* losses taken; the window's last micro-batch's, or -1 (an empty share) */
     epoch_row rows[MAX_EPOCH_ROWS];
     int nrows;
     char err[1024];
@@ -610,9 +621,33 @@ static bool unscale_or_skip(ut_trainer *t, double *norm, float *unscale) {
     return false;
 }
 
-static int optimizer_step(ut_trainer *t) {
-    double norm;
-    if (ut_dist_grad_norm(t->dist, &norm)) {
+/* The step's one read from the device: the window's losses (added to the
+ * interval's and the epoch's sums in micro-batch order, as they were taken)
+ * and, with sq, the gradient's square sum queued into win_sq. *loss: the
+ * window's last loss (NaN when this rank had no example in its last batch;
+ * dp's workers set it themselves). */
+static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
+    size_t bytes = sq ? t->win_bytes : (size_t)t->win_n * sizeof(float);
+    if (bytes) ut_backend_get(t->m->params.device)->copy(t->win_host, t->win_loss, bytes, UT_COPY_D2H);
+    const float *v = (const float *)t->win_host;
+    for (int i = 0; i < t->win_n; i++) {
+        t->interval.loss_sum += (double)v[i] * (double)t->win_count[i];
+        t->epoch.loss_sum += (double)v[i] * (double)t->win_count[i];
+    }
+    if (sq) memcpy(sq_out, t->win_host + ((unsigned char *)t->win_sq - (unsigned char *)t->win_loss), sizeof *sq_out);
+    if (t->ndp == 1) *loss = t->win_last >= 0 ? v[t->win_last] : NAN;
+    t->win_n = 0;
+    t->win_last = -1;
+}
+
+/* *loss: the window's last loss (read here with the gradient's norm) */
+static int optimizer_step(ut_trainer *t, double *loss) {
+    double norm, sq;
+    bool local = ut_dist_norm_local(t->dist);
+    if (local) ut_dist_grad_sq_to(t->dist, t->win_sq);
+    read_step(t, local, &sq, loss);
+    if (local) norm = sqrt(sq);
+    else if (ut_dist_grad_norm(t->dist, &norm)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
     }
@@ -793,14 +828,16 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
         return -1;
     }
-    if (!empty) {
-        *loss = loss_value(out.loss);
+    if (!empty) { /* the loss waits on the device for the optimizer step's one read (read_step) */
+        UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
+        t->win_count[t->win_n++] = b->count;
         ut_metric mets[UT_MAX_METRICS];
         int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
         int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-        accum_add(&t->interval, *loss, b->count, tokens, mets, k);
-        accum_add(&t->epoch, *loss, b->count, tokens, mets, k);
+        accum_add(&t->interval, 0, b->count, tokens, mets, k);
+        accum_add(&t->epoch, 0, b->count, tokens, mets, k);
     }
+    if (last) t->win_last = empty ? -1 : t->win_n - 1;
     ut_ctx_reset(t->ctx);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
         snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->comm));
@@ -873,7 +910,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
 
         micro = 0;
         bool stop = false;
-        if (optimizer_step(t) || after_step(t, loss, &stop)) {
+        if (optimizer_step(t, &loss) || after_step(t, loss, &stop)) {
             rc = -1;
             break;
         }
@@ -1013,6 +1050,17 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     }
     t->steps_per_epoch = ceil_div(t->batches_per_epoch, t->accum_steps);
     if (check_counts(t)) return -1;
+    /* a window holds at most an epoch's batches */
+    int64_t wmax = t->accum_steps < t->batches_per_epoch ? t->accum_steps : t->batches_per_epoch;
+    const ut_backend *be = ut_backend_get(t->m->params.device);
+    size_t sq_at = ((size_t)wmax * sizeof(float) + 7) / 8 * 8;
+    t->win_bytes = sq_at + sizeof(double);
+    t->win_loss = be->alloc(t->win_bytes);
+    be->memset(t->win_loss, 0, t->win_bytes);
+    t->win_sq = (double *)(void *)((unsigned char *)t->win_loss + sq_at);
+    t->win_host = ut_calloc_check(t->win_bytes, 1);
+    t->win_count = ut_calloc_check((size_t)wmax, sizeof *t->win_count);
+    t->win_last = -1;
     t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
     t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
     t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
@@ -1099,6 +1147,9 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_dist_free(t->dist);
     ut_standin_free(&t->standin);
     dp_free(t);
+    if (t->win_loss) ut_backend_get(t->m->params.device)->free(t->win_loss);
+    ut_free(t->win_count);
+    ut_free(t->win_host);
     if (t->ctx) ut_ctx_free(t->ctx);
     if (own_m) ut_model_free(t->m);
     if (own_data && t->train) ut_dataset_free(t->train);

@@ -30,7 +30,8 @@ static int my_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const ut_ba
     return *x && *y ? 0 : -1;
 }
 
-static int train(const char *name, const char *exp, const char *device, const ut_hooks *hooks) {
+static int train_with(const char *name, const char *exp, const char *device, const ut_hooks *hooks,
+                      const char *const *more) {
     char yml[64], set[128], err[512] = "";
     snprintf(yml, sizeof yml, "%s.yml", name);
     ut_config c;
@@ -43,11 +44,16 @@ static int train(const char *name, const char *exp, const char *device, const ut
     snprintf(set, sizeof set, "device=%s", device);
     if (!rc) rc = ut_config_set(&c, set, err, sizeof err);
     for (int i = 0; !rc && sets[i]; i++) rc = ut_config_set(&c, sets[i], err, sizeof err);
+    for (int i = 0; !rc && more && more[i]; i++) rc = ut_config_set(&c, more[i], err, sizeof err);
     if (!rc) rc = ut_config_validate(&c, err, sizeof err);
     CHECK(!rc, "%s: %s", exp, err);
     if (!rc) rc = ut_trainer_run(&c, NULL, NULL, NULL, hooks);
     ut_config_free(&c);
     return rc;
+}
+
+static int train(const char *name, const char *exp, const char *device, const ut_hooks *hooks) {
+    return train_with(name, exp, device, hooks, NULL);
 }
 
 static void both_paths(const char *name) {
@@ -68,6 +74,30 @@ static void both_paths(const char *name) {
     }
 }
 
+/* Reads of device memory by the host on sim (src/backend/sim/sim.c). */
+unsigned long ut_sim_host_reads(void);
+
+/* A training step reads the device once for its scalars, whatever the
+ * accumulation: the window's losses and the gradient's square sum come
+ * back together, and backward seeds the loss's gradient on the device. The
+ * classifier's accuracy reads each micro-batch's logits and labels (two
+ * reads). So four steps more of two micro-batches each make 4 x (1 + 2 x 2)
+ * reads more; before the batched read it was 4 x (1 + 2 x 4). */
+static void test_one_read_per_step(void) {
+    unsigned long r[2];
+    const char *steps[2] = {"train.max_steps=2", "train.max_steps=6"};
+    for (int i = 0; i < 2; i++) {
+        char exp[32];
+        snprintf(exp, sizeof exp, "reads_%d", i);
+        const char *more[] = {steps[i], "train.gradient_accumulation_steps=2", "train.log_interval=100",
+                              "train.save_strategy=no", NULL};
+        unsigned long before = ut_sim_host_reads();
+        CHECK(train_with("gpt2cls", exp, "sim", NULL, more) == 0, "%s", exp);
+        r[i] = ut_sim_host_reads() - before;
+    }
+    CHECK(r[1] - r[0] == 4 * (1 + 2 * 2), "host reads: %lu in 2 steps, %lu in 6 (want 20 more)", r[0], r[1]);
+}
+
 static void test_roberta(void) { both_paths("roberta"); }
 static void test_gpt2_classifier(void) { both_paths("gpt2cls"); }
 static void test_bart(void) { both_paths("bart"); }
@@ -82,5 +112,6 @@ int main(int argc, char **argv) {
     RUN(test_roberta);
     RUN(test_gpt2_classifier);
     RUN(test_bart);
+    RUN(test_one_read_per_step);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

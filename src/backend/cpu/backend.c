@@ -26,6 +26,7 @@ const ut_backend ut_backend_cpu = {
     .ops = ut_ops_cpu,
     .matmul_path = ut_cpu_matmul_path,
     .sum_sq = ut_cpu_sum_sq,
+    .sum_sq_to = ut_cpu_sum_sq_to,
     .scale = ut_cpu_scale,
     .accumulate = ut_cpu_accumulate,
     .optim_step = ut_cpu_optim_step,

@@ -31,6 +31,7 @@ size_t ut_cpu_pages_resident(const void *base, size_t bytes);
 void ut_cpu_memset(void *p, int v, size_t bytes);
 void ut_cpu_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind);
 double ut_cpu_sum_sq(const float *x, int64_t n);
+void ut_cpu_sum_sq_to(double *dst, const float *x, int64_t n);
 void ut_cpu_scale(float *x, int64_t n, float s);
 void ut_cpu_accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src);
 void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,

@@ -33,6 +33,8 @@ double ut_cpu_sum_sq(const float *g, int64_t n) {
     return total;
 }
 
+void ut_cpu_sum_sq_to(double *dst, const float *x, int64_t n) { *dst = ut_cpu_sum_sq(x, n); }
+
 void ut_cpu_scale(float *g, int64_t n, float s) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) g[i] *= s;

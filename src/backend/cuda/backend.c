@@ -216,6 +216,7 @@ static const char *matmul_path(ut_dtype dt) {
 
 /* ---- flat math ---- */
 static double sum_sq(const float *x, int64_t n) { return utk_sum_sq(x, n); }
+static void sum_sq_to(double *dst, const float *x, int64_t n) { utk_sum_sq_to(dst, x, n); }
 static void scale(float *x, int64_t n, float s) { utk_scale(x, n, s); }
 static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src) {
     /* one pass per source, in source order: each element's sum is rounded as
@@ -319,6 +320,7 @@ const ut_backend ut_backend_cuda = {
     .ops = ut_ops_cuda,
     .matmul_path = matmul_path,
     .sum_sq = sum_sq,
+    .sum_sq_to = sum_sq_to,
     .scale = scale,
     .accumulate = accumulate,
     .optim_step = optim_step,

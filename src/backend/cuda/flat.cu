@@ -62,21 +62,30 @@ __global__ void k_sum_parts(const double *part, int nb, double *out) {
     *out = t;
 }
 
-extern "C" double utk_sum_sq(const float *x, int64_t n) {
-    if (n <= 0) return 0.0;
-    int64_t bs = (n + SSQ_BLOCKS - 1) / SSQ_BLOCKS;
-    if (bs < 4096) bs = 4096;
-    int nb = (int)((n + bs - 1) / bs);
+/* the sum into device memory at out, in stream order */
+extern "C" void utk_sum_sq_to(double *out, const float *x, int64_t n) {
     static double *part; /* SSQ_BLOCKS + 1 doubles, kept for the process */
     if (!part && cudaMalloc(&part, (SSQ_BLOCKS + 1) * sizeof(double)) != cudaSuccess) {
         ut_cuda_launched("sum_sq scratch");
     }
-    k_sum_sq_part<<<nb, 256, 0, stream()>>>(x, n, bs, part);
-    ut_cuda_launched("sum_sq");
-    k_sum_parts<<<1, 1, 0, stream()>>>(part, nb, part + SSQ_BLOCKS);
+    int64_t bs = (n + SSQ_BLOCKS - 1) / SSQ_BLOCKS;
+    if (bs < 4096) bs = 4096;
+    int nb = n > 0 ? (int)((n + bs - 1) / bs) : 0;
+    if (nb > 0) {
+        k_sum_sq_part<<<nb, 256, 0, stream()>>>(x, n, bs, part);
+        ut_cuda_launched("sum_sq");
+    }
+    k_sum_parts<<<1, 1, 0, stream()>>>(part, nb, out);
     ut_cuda_launched("sum_sq parts");
+}
+
+extern "C" double utk_sum_sq(const float *x, int64_t n) {
+    if (n <= 0) return 0.0;
+    static double *res; /* one double, kept for the process */
+    if (!res && cudaMalloc(&res, sizeof(double)) != cudaSuccess) ut_cuda_launched("sum_sq result");
+    utk_sum_sq_to(res, x, n);
     double r = 0.0;
-    cudaMemcpyAsync(&r, part + SSQ_BLOCKS, sizeof r, cudaMemcpyDeviceToHost, stream());
+    cudaMemcpyAsync(&r, res, sizeof r, cudaMemcpyDeviceToHost, stream());
     cudaStreamSynchronize(stream());
     return r;
 }

@@ -16,6 +16,7 @@ void utk_round(float *dst, const float *src, int64_t n, int dt);
 /* sum of x[i]^2 in double, in blocks fixed by n alone and added in order:
  * the same bits every run (synchronises: the result is read back) */
 double utk_sum_sq(const float *x, int64_t n);
+void utk_sum_sq_to(double *out, const float *x, int64_t n);
 void utk_scale(float *x, int64_t n, float s);
 /* dst[i] += src[i]; zero_src: also src[i] = 0 */
 void utk_add_into(float *dst, float *src, int64_t n, bool zero_src);

@@ -218,7 +218,7 @@ typedef struct {
     uint64_t seq;
 } sim_event;
 
-enum { IT_KERNEL, IT_COPY, IT_MEMSET, IT_CONVERT, IT_ROUND, IT_SCALE, IT_ACCUMULATE, IT_OPTIM, IT_RELEASE,
+enum { IT_KERNEL, IT_COPY, IT_MEMSET, IT_CONVERT, IT_ROUND, IT_SCALE, IT_SUM_SQ, IT_ACCUMULATE, IT_OPTIM, IT_RELEASE,
        IT_FREE, IT_WAIT };
 
 typedef struct sim_item sim_item;
@@ -253,6 +253,7 @@ struct sim_item {
             float *x;
             int64_t n;
             float s;
+            double *sq; /* IT_SUM_SQ: where the sum goes */
         } scale;
         struct {
             float *dst;
@@ -479,6 +480,7 @@ static void run_item(sim_stream *s, sim_item *it) {
     case IT_CONVERT: ut_cpu_convert(it->u.conv.dst, it->u.conv.to, it->u.conv.src, it->u.conv.from, it->u.conv.n); break;
     case IT_ROUND: ut_cpu_round(it->u.conv.dst, it->u.conv.src, it->u.conv.n, it->u.conv.to); break;
     case IT_SCALE: ut_cpu_scale(it->u.scale.x, it->u.scale.n, it->u.scale.s); break;
+    case IT_SUM_SQ: ut_cpu_sum_sq_to(it->u.scale.sq, it->u.scale.x, it->u.scale.n); break;
     case IT_ACCUMULATE:
         ut_cpu_accumulate(it->u.acc.dst, it->u.acc.src, it->u.acc.nsrc, it->u.acc.n, it->u.acc.zero);
         break;
@@ -592,6 +594,11 @@ static double sim_sum_sq(const float *x, int64_t n) {
     double s = ut_cpu_sum_sq(x, n);
     leave();
     return s;
+}
+static void sim_sum_sq_to(double *dst, const float *x, int64_t n) {
+    sim_item *it = item(IT_SUM_SQ);
+    it->u.scale.x = (float *)x, it->u.scale.n = n, it->u.scale.sq = dst;
+    push(compute(), it);
 }
 static void sim_scale(float *x, int64_t n, float s) {
     sim_item *it = item(IT_SCALE);
@@ -785,6 +792,7 @@ const ut_backend ut_backend_sim = {
     .ops = ops,
     .matmul_path = ut_cpu_matmul_path,
     .sum_sq = sim_sum_sq,
+    .sum_sq_to = sim_sum_sq_to,
     .scale = sim_scale,
     .accumulate = sim_accumulate,
     .optim_step = sim_optim_step,
