@@ -225,6 +225,12 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n);
  * handed out (not the ones read ahead). */
 void ut_loader_free(ut_loader *l);
 
+/* Whether ds's examples are token planes (3, max_len) I32 that a batch is
+ * trimmed to its longest attention mask (ut_tok_batch_trim). */
+static inline bool ut_tok_planes(const ut_dataset *ds) {
+    return ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32;
+}
+
 /* Dynamic padding for a batch of ut_tsv_dataset_open_pretrained (x is
  * (count, 3, max_len)): L = the longest attention mask in the batch (at
  * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */

@@ -64,7 +64,7 @@ static int prepare(ut_loader *l, slot *sl) {
     const ut_dataset *ds = l->ds;
     ut_host_array x = {.dtype = ds->x_dtype, .ndim = 1 + ds->x_ndim, .ne = {sl->count}, .host = sl->x};
     for (int d = 0; d < ds->x_ndim; d++) x.ne[1 + d] = ds->x_ne[d];
-    if (ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32) {
+    if (ut_tok_planes(ds)) {
         memcpy(l->trim, sl->x, (size_t)sl->count * l->x_bytes);
         ut_batch b = {.count = sl->count, .x = l->trim};
         x.ne[2] = ut_tok_batch_trim(&b, ds->x_ne[1]);

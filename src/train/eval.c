@@ -33,8 +33,7 @@ static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const 
     (void)user;
     int64_t xne[4] = {b->count};
     for (int i = 0; i < ds->x_ndim; i++) xne[1 + i] = ds->x_ne[i];
-    bool planes = ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32;
-    if (planes) *x = collate_token_planes(ctx, ds, b);
+    if (ut_tok_planes(ds)) *x = collate_token_planes(ctx, ds, b);
     else if (b->inputs) *x = ut_tensor_from_async(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
     else *x = ut_tensor_from(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
     *y = collate_y(ctx, ds, b);
