@@ -237,6 +237,8 @@ typedef struct {
     size_t params, grads, optim;
     size_t params_peak, grads_peak;
     size_t host; /* ZeRO-Offload: host bytes instead (optimizer state, master shard and its gradient); optim is 0 */
+    size_t gather_host; /* sharded strategies on a device whose memory the communicator does not take:
+                           the page-locked host copy of the parameters that gathers go through */
 } ut_dist_mem;
 
 typedef struct ut_dist ut_dist;

@@ -12,11 +12,20 @@
  *
  * The buffers belong to the model's device (its params' backend): copies,
  * memsets and residency go through its calls, and the communicator, which
- * works on host memory, gets each collective's buffers through a host stage
- * (ut_stage_begin/end; the buffers themselves on the CPU backend). The
- * gradient buckets (ddp's all-reduce, zero2/zero3's reduce-scatter) are the
- * bucket engine's (bucketer.h), which on a device copies them on a
- * communication stream while backward goes on. */
+ * works on host memory, gets each collective's buffers through host memory
+ * (the buffers themselves on the CPU backend). The gradient buckets (ddp's
+ * all-reduce, zero2/zero3's reduce-scatter) are the bucket engine's
+ * (bucketer.h), which on a device copies them on a communication stream
+ * while backward goes on. The parameter gathers (zero1/zero2 after the step,
+ * zero3's units) go through one page-locked host copy of the flat layout
+ * (`pin`): this rank's shard goes down once per step (the one wait: the
+ * gathers need the step's result), each collective fills the rest in host
+ * memory, and the results go up with copies queued on the compute stream
+ * that the host does not wait for. A zero3 unit gathered once in a step
+ * stays valid in `pin` until the parameters change, so gathering it again
+ * (backward after a reshard, evaluation) is an upload only, no collective:
+ * every rank makes the same choice, since every rank reaches its units in
+ * the same order. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,7 +65,13 @@ struct ut_dist {
     range *u;
     int nu, *unit_of, *ustate, recent[2], prefetched;
     bool backward, reshard_after_forward;
-    ut_comm_req *gather_req;
+    /* parameter gathers through host memory (the communicator does not take
+     * the device's memory): the flat layout's page-locked copy; own_fresh:
+     * its [lo, hi) holds this rank's current shard; host_valid[u]: unit u's
+     * whole range is current there (zero3) */
+    float *pin;
+    bool own_fresh;
+    bool *host_valid;
     size_t params_peak, grads_peak;
     const ut_backend *be; /* the flat buffers' */
     /* ZeRO-Offload: the optimizer on the CPU backend over host copies of the
@@ -93,6 +108,7 @@ void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
     out->grads = resident(d, d->p->flat_grad, d->p->numel) + (d->shard_grad ? shard : 0);
     out->optim = d->offload ? 0 : ut_optim_state_bytes(d->o);
     out->host = d->offload ? ut_optim_state_bytes(d->o) + 2 * (size_t)(d->hi - d->lo) * sizeof(float) : 0;
+    out->gather_host = d->pin ? (size_t)d->p->numel * sizeof(float) : 0;
     if (out->params > d->params_peak) d->params_peak = out->params;
     if (out->grads > d->grads_peak) d->grads_peak = out->grads;
     out->params_peak = d->params_peak;
@@ -151,8 +167,43 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
 
 // --- zero3 units: gathered on first use, handed back when out of use ---------
 
+/* The parameters changed (a step, a load): the host copy is stale. */
+static void pin_stale(ut_dist *d) {
+    d->own_fresh = false;
+    for (int k = 0; d->host_valid && k < d->nu; k++) d->host_valid[k] = false;
+}
+
+/* This rank's current shard (src: its device memory) into pin[lo, hi), once
+ * per change of the parameters. The wait covers the compute stream up to
+ * here, so the uploads queued from pin before (earlier gathers) have read
+ * it too and the collectives may write it. */
+static void pin_own(ut_dist *d, const float *src) {
+    if (d->own_fresh) return;
+    ut_copy_async(d->be, d->pin + d->lo, src, (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2H, NULL);
+    d->be->stream_sync(NULL);
+    d->own_fresh = true;
+}
+
+/* pin[lo, hi) up into the flat parameters, queued on the compute stream (the
+ * next collective on pin comes after pin_own's wait) */
+static void pin_upload(ut_dist *d, int64_t lo, int64_t hi) {
+    if (hi > lo)
+        ut_copy_async(d->be, d->p->flat + lo, d->pin + lo, (size_t)(hi - lo) * sizeof(float), UT_COPY_H2D, NULL);
+}
+
 static void unit_issue(ut_dist *d, int u) {
     range *un = &d->u[u];
+    if (d->pin) {
+        if (d->host_valid[u]) { /* gathered this step already: upload only */
+            pin_upload(d, un->lo, un->hi);
+            un->req = NULL;
+        } else {
+            pin_own(d, d->shard_param);
+            un->req = ut_comm_iallgatherv(d->comm, d->pin + un->lo, un->counts);
+        }
+        d->ustate[u] = INFLIGHT;
+        return;
+    }
     int64_t a = max64(un->lo, d->lo), e = min64(un->hi, d->hi);
     if (e > a)
         d->be->copy(d->p->flat + a, d->shard_param + (a - d->lo), (size_t)(e - a) * sizeof(float),
@@ -164,9 +215,16 @@ static void unit_issue(ut_dist *d, int u) {
 }
 
 static void unit_wait(ut_dist *d, int u) {
-    if (ut_comm_wait(d->comm, d->u[u].req))
+    range *un = &d->u[u];
+    if (un->req && ut_comm_wait(d->comm, un->req))
         ut_abort(__FILE__, __LINE__, "zero3: gathering parameters: %s", ut_comm_error(d->comm));
-    ut_stage_end(&d->u[u].in, true);
+    if (d->pin && un->req) {
+        pin_upload(d, un->lo, un->hi);
+        d->host_valid[u] = true;
+    } else if (!d->pin) {
+        ut_stage_end(&un->in, true);
+    }
+    un->req = NULL;
     d->ustate[u] = GATHERED;
 }
 
@@ -230,6 +288,7 @@ static int make_units(ut_dist *d, const char *wrap, char *err, size_t n) {
         un->hi = p->segs[i].offset + p->segs[i].numel;
     }
     for (int k = 0; k < d->nu; k++) d->u[k].counts = rank_counts(d, d->u[k].lo, d->u[k].hi);
+    d->host_valid = ut_calloc_check((size_t)(d->nu ? d->nu : 1), sizeof(bool));
     d->recent[0] = d->recent[1] = d->prefetched = -1;
     return 0;
 }
@@ -267,6 +326,8 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     d->lo = sharded ? min64((int64_t)d->rank * d->S, p->numel) : 0;
     d->hi = sharded ? min64(d->lo + d->S, p->numel) : p->numel;
     d->all_counts = rank_counts(d, 0, p->numel);
+    if (sharded && d->world > 1 && !ut_comm_accepts_device_memory(c, p->device))
+        d->pin = ut_host_alloc(d->be, (size_t)(p->numel ? p->numel : 1) * sizeof(float));
     if (o->kind == UT_DIST_ZERO3 && make_units(d, o->wrap, err, n)) {
         ut_dist_free(d);
         return NULL;
@@ -316,6 +377,11 @@ void ut_dist_free(ut_dist *d) {
     ut_bucketer_free(d->eng);
     ut_pages_free(d->be, d->shard_grad, d->S);
     ut_pages_free(d->be, d->shard_param, d->S);
+    if (d->pin) {
+        d->be->stream_sync(NULL); /* queued uploads read it */
+        ut_host_free(d->be, d->pin);
+    }
+    ut_free(d->host_valid);
     if (d->h_param) ut_host_free(d->be, d->h_param);
     if (d->h_grad) ut_host_free(d->be, d->h_grad);
     for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
@@ -423,13 +489,25 @@ static void offloaded_step(ut_dist *d, float lr) {
     d->be->memset(g, 0, bytes);
 }
 
+/* zero1/zero2 after the step: every rank's updated shard into the flat
+ * parameters. Through pin: the own shard down (the step's one wait), the
+ * collective in host memory, the other ranks' parts up without a wait. */
+static int gather_params_all(ut_dist *d) {
+    if (!d->pin) return gather_all(d, d->be, d->p->flat);
+    pin_own(d, d->p->flat + d->lo);
+    if (ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, d->pin, d->all_counts))) return -1;
+    pin_upload(d, 0, d->lo);
+    pin_upload(d, d->hi, d->p->numel);
+    return 0;
+}
+
 int ut_dist_step(ut_dist *d, float lr) {
     if (d->offload) offloaded_step(d, lr);
     else ut_optim_step_zero(d->o, lr);
-    ut_params *p = d->p;
+    pin_stale(d);
     if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d); /* outside the shard too */
     if ((d->kind != UT_DIST_ZERO1 && d->kind != UT_DIST_ZERO2) || d->world == 1) return 0;
-    return gather_all(d, d->be, p->flat);
+    return gather_params_all(d);
 }
 
 // --- checkpoints ---------------------------------------------------------------
@@ -458,6 +536,7 @@ int ut_dist_load_full(ut_dist *d, ut_optim *full) {
                      (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2D);
     if (d->offload) /* the master shard from the parameters just loaded */
         d->be->copy(d->h_param, d->p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float), UT_COPY_D2H);
+    pin_stale(d);
     if (d->kind == UT_DIST_ZERO3) {
         d->be->copy(d->shard_param, d->p->flat + d->lo, (size_t)(d->hi - d->lo) * sizeof(float),
                     UT_COPY_D2D);

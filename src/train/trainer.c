@@ -254,13 +254,15 @@ static int set_optimizer(ut_trainer *t) {
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
     if (t->world > 1 && t->rank == 0 && !be->host_memory)
-        ut_say(&t->log, "Communication between ranks: MPI through host memory (device %s; NCCL is not used): %s\n",
+        ut_say(&t->log, "Communication between ranks: MPI through host memory (device %s; NCCL is not used): "
+               "each gradient bucket is copied into page-locked host memory on a communication stream "
+               "while backward goes on, and back before the optimizer step;%s other collectives are staged "
+               "through host memory when they start\n",
                be->name,
-               dopts.kind == UT_DIST_DDP || dopts.kind == UT_DIST_ZERO1
-                   ? "each gradient bucket is copied into page-locked host memory on a communication stream "
-                     "while backward goes on, and back before the optimizer step; other collectives are staged "
-                     "through host memory when they start"
-                   : "each collective's buffer is staged through host memory when it starts, and back when it ends");
+               dopts.kind == UT_DIST_DDP ? ""
+                                         : " parameters are gathered through a page-locked host copy of the "
+                                           "parameters (this rank's shard copied down once per step, the "
+                                           "results uploaded without a wait);");
     t->o = ut_dist_optim(t->dist);
     ut_dist_attach(t->dist, t->ctx);
     return 0;
@@ -587,6 +589,9 @@ static void log_memory(ut_trainer *t) {
                 "optimizer offload rank %d: optimizer state, master weights and their gradient in host memory, "
                 "%.3f MiB; the update runs on the CPU\n",
                 t->rank, m.host / mib);
+    if (m.gather_host)
+        ut_note(&t->log, "parameter gathers rank %d: through a page-locked host copy of the parameters, %.3f MiB\n",
+                t->rank, m.gather_host / mib);
 }
 
 /* ---- one optimizer step (after its micro-batches' backward passes) ---- */

@@ -64,6 +64,17 @@ static void test_distributed(void) {
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
     both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
+    /* on sim the sharded strategies gather parameters through a page-locked
+     * host copy (the communicator takes host memory only); on the CPU the
+     * buffers themselves */
+    const char *runs[4] = {"zero2_sim", "zero3_sim", "zero2_cpu", "zero3_cpu"};
+    for (int i = 0; i < 4; i++) {
+        char *log = tp_slurp(run_file(runs[i], "logger_logs/training_1.log"));
+        bool pinned = log && strstr(log, "parameter gathers rank 1: through a page-locked host copy");
+        CHECK(log && pinned == (i < 2), "%s: %s the page-locked gather path", runs[i],
+              i < 2 ? "takes" : "does not take");
+        free(log);
+    }
 }
 
 /* DDP's gradient compression (dist.comm_hook): on sim and on the CPU the same
