@@ -268,6 +268,17 @@ void ut_dist_scale_grads(ut_dist *d, float s);
 /* The optimizer step on this rank's part, gradients zeroed, and the
  * parameters made whole again where the strategy keeps them whole. */
 int ut_dist_step(ut_dist *d, float lr);
+/* Whether the step can take its scalars from device memory: the norm is
+ * local and the optimizer runs on the model's device (not offloaded). Then
+ * ut_dist_step_scaled launches the step with them (ut_optim_step_zero_scaled:
+ * a multiplier for the gradients and a skip flag), ut_dist_unstep takes a
+ * skipped step's count back, and ut_dist_set_copies16 has the step write
+ * 16-bit copies of the whole flat parameter buffer (numel elements of dt,
+ * memory of the model's device; NULL: none). */
+bool ut_dist_device_scalars(const ut_dist *d);
+int ut_dist_step_scaled(ut_dist *d, float lr, const float *scalars);
+void ut_dist_unstep(ut_dist *d);
+void ut_dist_set_copies16(ut_dist *d, void *copies16, ut_dtype dt);
 /* Zeroes the gradients ut_dist_step would have consumed, without a step
  * (fp16's skipped steps); no communication. */
 void ut_dist_zero_grads(ut_dist *d);

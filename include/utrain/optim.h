@@ -94,6 +94,25 @@ void ut_optim_step(ut_optim *o, float lr);
  * with one fewer pass over memory. For a training loop whose optimizer covers
  * the whole buffer this replaces ut_optim_step + ut_model_zero_grad. */
 void ut_optim_step_zero(ut_optim *o, float lr);
+/* ut_optim_step_zero with the step's scalars in device memory (two floats
+ * of the optimizer's device, written there by ut_grad_step_scalars): every
+ * gradient is read multiplied by scalars[0], and scalars[1] nonzero skips
+ * the update (parameters, state and the step count as they were; the
+ * gradients are still zeroed). The step launches without the host knowing
+ * the norm, as torch's fused optimizers take grad_scale and found_inf. The
+ * caller learns of a skip when it reads the norm and then calls
+ * ut_optim_unstep. */
+void ut_optim_step_zero_scaled(ut_optim *o, float lr, const float *scalars);
+/* Takes back the step count of a step its scalars skipped. */
+void ut_optim_unstep(ut_optim *o);
+/* 16-bit copies of the parameters (dt BF16 or F16; NULL: none), written by
+ * every step in the same pass: copies16[i - lo] is parameter element i
+ * rounded to dt for each i in [lo, hi) that a segment covers (padding
+ * between segments is left alone), skipped step or not. Memory of the
+ * optimizer's device, (hi - lo) elements of dt; the caller owns it.
+ * Autocast reads them instead of rounding the parameters afresh each
+ * forward (ut_ctx_set_param_copies, tensor.h). */
+void ut_optim_set_copies16(ut_optim *o, void *copies16, ut_dtype dt);
 
 /* ---- state, for checkpoints ---- */
 int64_t ut_optim_steps(const ut_optim *o);           /* steps taken */
@@ -116,6 +135,17 @@ void ut_grad_scale(ut_device dev, float *g, int64_t n, float s);
  * if c = max_norm/(norm + 1e-6) < 1, scales g by c. A sharded caller instead
  * adds ut_grad_norm_sq over ranks and calls ut_grad_scale with the same c. */
 float ut_clip_grad_norm(ut_device dev, float *g, int64_t n, float max_norm);
+/* The step's scalars into dst (two floats of dev's memory) from the square
+ * sum *sq (dev's memory, e.g. from ut_grad_norm_sq's queued form) of
+ * gradients multiplied by the loss scale `scale` (1 without fp16), queued on
+ * the device: dst[0] = 1/scale, times max_norm / (norm + 1e-6) when max_norm
+ * > 0 and the unscaled norm exceeds it; dst[1] = 1 when the norm is inf or
+ * NaN. ut_grad_step_rule gives the host the same values from the same sum. */
+void ut_grad_step_scalars(ut_device dev, float *dst, const double *sq, double max_norm, float scale);
+/* The same on the host from the norm of the scaled gradients (the square
+ * root of *sq above): returns true for a skip; *coef as dst[0], *norm the
+ * unscaled norm. */
+bool ut_grad_step_rule(double scaled_norm, double max_norm, float scale, float *coef, double *norm);
 
 /* ---- dynamic loss scaling (fp16), as torch.amp.GradScaler ----
  * The loss is multiplied by scale before backward; after the gradients are

@@ -106,6 +106,16 @@ ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
  * has no bf16 instructions)", ... (the CPU backend decides once, at first
  * use, from cpuid and whether oneDNN runs bf16 there). */
 const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt);
+/* Current 16-bit copies of the parameters for autocast: copies[i] is
+ * flat[i] rounded to dt for every parameter element i in [0, n) (both memory of the context's
+ * device; an optimizer writes them in its pass, ut_optim_set_copies16).
+ * While set, an autocast op of dt that reads a parameter inside flat takes
+ * its copy instead of rounding the parameter itself (where the copy's
+ * address is 16-byte aligned; otherwise it rounds as before): the same
+ * values, without a pass over the float32 parameters each forward. The
+ * caller promises that nothing writes flat without writing the copies until
+ * it calls this again; copies NULL stops it (before loading weights, say). */
+void ut_ctx_set_param_copies(ut_ctx *ctx, const float *flat, int64_t n, const void *copies, ut_dtype dt);
 /* Dropout's generator (ut_philox), keyed by the seed: ut_ctx_rng_stream
  * starts stream `stream` at offset 0 (the trainer starts one per
  * micro-batch and rank, from ut_philox_stream(epoch, batch, rank), so a mask

@@ -7,6 +7,7 @@
 #ifndef UTRAIN_BACKEND_H
 #define UTRAIN_BACKEND_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -132,6 +133,19 @@ typedef struct {
     const ut_optim_run *runs;
     int nruns;
     int nstate;
+    /* The step's device scalars (NULL: none), written on the device by
+     * step_scalars: every gradient is read as g[i] * scalars[0] (unscaling
+     * and clipping; g itself is left as it was, or zeroed), and scalars[1]
+     * nonzero skips the update (parameters and state stay; with zero the
+     * gradients are still zeroed). So the step launches before the host has
+     * read the norm. */
+    const float *scalars;
+    /* 16-bit copies of the parameters (NULL: none): p16[i - pbase] =
+     * params[i - pbase] rounded to p16_dtype (nearest even), written in the
+     * same pass, skipped step or not, for autocast's products to read
+     * (ut_ctx_set_param_copies). */
+    void *p16;
+    ut_dtype p16_dtype;
 } ut_optim_buffers;
 
 typedef struct ut_backend {
@@ -217,6 +231,14 @@ typedef struct ut_backend {
      * the gaps too. One call per step: the backend splits the work (threads,
      * kernel launches) itself. */
     void (*optim_step)(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
+    /* The step's scalars on the device, from the gradient's square sum *sq
+     * (of gradients multiplied by the loss scale `scale`; 1 without one):
+     * dst[1] = 1 when sqrt(*sq) is inf or NaN (the step is skipped), else 0;
+     * dst[0] = 1/scale, times max_norm / (norm + 1e-6) when max_norm > 0 and
+     * the unscaled norm sqrt(*sq) / scale exceeds it (torch's unscale, then
+     * clip_grad_norm_). Computed in double exactly as the trainer computes
+     * them on the host from the same *sq, so both see the same decision. */
+    void (*step_scalars)(float *dst, const double *sq, double max_norm, float scale);
 
     /* ---- streams and events (CPU: NULL streams, everything synchronous) ----
      * Work a backend queues runs in the order it was queued on its stream;
@@ -277,6 +299,28 @@ void ut_event_free(const ut_backend *be, void *ev);
 
 /* be's sum_sq_to, also where it has none */
 void ut_sum_sq_to(const ut_backend *be, double *dst, const float *x, int64_t n);
+/* be's step_scalars, also where it has none (then the host reads *sq) */
+void ut_step_scalars(const ut_backend *be, float *dst, const double *sq, double max_norm, float scale);
+/* step_scalars' rule (backend.h), for the host and the CPU kernels, from
+ * the norm of the scaled gradients (sqrt of their square sum): returns true
+ * to skip (a non-finite norm); *coef: the gradients' multiplier; *norm: the
+ * unscaled norm. The CUDA kernel repeats it in flat.cu. */
+static inline bool ut_step_scalars_rule(double scaled_norm, double max_norm, float scale, float *coef,
+                                        double *norm) {
+    double nrm = scaled_norm;
+    *norm = nrm;
+    *coef = 0.0f;
+    if (!isfinite(nrm)) return true;
+    nrm /= scale; /* exact for a power-of-two loss scale */
+    *norm = nrm;
+    float unscale = 1.0f / scale;
+    *coef = unscale;
+    /* scaling by a power of two is exact, so g * (c / S) rounds as (g / S) * c
+     * does (torch's unscale, then clip), short of results below float's
+     * normal range */
+    if (max_norm > 0 && nrm > max_norm) *coef = (float)(max_norm / (nrm + 1e-6)) * unscale;
+    return false;
+}
 
 /* Host memory that be's device copies to and from fastest (its host_alloc,
  * else ordinary 64-byte aligned memory); aborts when out of memory. */

@@ -1,5 +1,6 @@
 /* The backend registry, generated from backends.def;
  * host staging of device memory (device-neutral: it uses only the table). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -89,6 +90,18 @@ void ut_sum_sq_to(const ut_backend *be, double *dst, const float *x, int64_t n) 
     }
     double v = be->sum_sq(x, n);
     be->copy(dst, &v, sizeof v, UT_COPY_H2D);
+}
+
+void ut_step_scalars(const ut_backend *be, float *dst, const double *sq, double max_norm, float scale) {
+    if (be->step_scalars) {
+        be->step_scalars(dst, sq, max_norm, scale);
+        return;
+    }
+    double v, norm;
+    float h[2];
+    be->copy(&v, sq, sizeof v, UT_COPY_D2H);
+    h[1] = ut_step_scalars_rule(sqrt(v), max_norm, scale, &h[0], &norm) ? 1.0f : 0.0f;
+    be->copy(dst, h, sizeof h, UT_COPY_H2D);
 }
 
 void *ut_host_alloc(const ut_backend *be, size_t bytes) {

@@ -232,8 +232,31 @@ typedef struct {
     bool grad_swapped[UT_MAX_SRC + 1];
 } swap_state;
 
+void ut_ctx_set_param_copies(ut_ctx *ctx, const float *flat, int64_t n, const void *copies, ut_dtype dt) {
+    UT_ASSERT(!copies || (is_16(dt) && flat && n >= 0));
+    ctx->pc_flat = copies ? flat : NULL;
+    ctx->pc_n = copies ? n : 0;
+    ctx->pc = copies;
+    ctx->pc_dt = dt;
+}
+
+/* s's n elements in the parameters' current 16-bit copies, if they hold
+ * them (aligned as the kernels' own buffers are), else NULL. Addresses are
+ * compared as numbers: device memory is never read here. */
+static const void *param_copy(const ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt) {
+    if (!ctx->pc || dt != ctx->pc_dt) return NULL;
+    uintptr_t a = (uintptr_t)s->data, lo = (uintptr_t)ctx->pc_flat;
+    if (a < lo || (a - lo) % sizeof(float)) return NULL;
+    uintptr_t i = (a - lo) / sizeof(float);
+    if (i > (uintptr_t)ctx->pc_n || (uintptr_t)n > (uintptr_t)ctx->pc_n - i) return NULL;
+    const char *r = (const char *)ctx->pc + i * 2;
+    return (uintptr_t)r % 16 ? NULL : r;
+}
+
 const void *ut_autocast_round16(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
     UT_ASSERT(is_16(dt) && s->dtype == UT_F32);
+    const void *pc = param_copy(ctx, s, n, dt);
+    if (pc) return pc;
     void *r = backward ? cached_round(ctx, s, n, dt) : NULL;
     if (!r && ctx->grad_enabled) { /* a backward will follow: keep the copy */
         struct ut_round_entry *e = round_entry(ctx, s, n);

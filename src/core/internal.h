@@ -130,6 +130,12 @@ struct ut_ctx {
     size_t wide_cap[UT_MAX_SRC];
     struct ut_round_entry *rc; /* parameters rounded by a forward, for its backward */
     int rc_len, rc_cap;
+    /* the parameters' current 16-bit copies (ut_ctx_set_param_copies): pc[i]
+     * is pc_flat[i] rounded to pc_dt, i < pc_n; pc NULL: none */
+    const float *pc_flat;
+    int64_t pc_n;
+    const void *pc;
+    ut_dtype pc_dt;
 };
 
 /* The kernel context of one launch of op on ctx (backend.h, ut_kctx): the

@@ -501,6 +501,23 @@ static int gather_params_all(ut_dist *d) {
     return 0;
 }
 
+bool ut_dist_device_scalars(const ut_dist *d) { return ut_dist_norm_local(d) && !d->offload; }
+
+int ut_dist_step_scaled(ut_dist *d, float lr, const float *scalars) {
+    UT_ASSERT(ut_dist_device_scalars(d));
+    ut_optim_step_zero_scaled(d->o, lr, scalars);
+    pin_stale(d);
+    if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d); /* world 1: nothing outside */
+    return 0;
+}
+
+void ut_dist_unstep(ut_dist *d) { ut_optim_unstep(d->o); }
+
+void ut_dist_set_copies16(ut_dist *d, void *copies16, ut_dtype dt) {
+    UT_ASSERT(ut_dist_device_scalars(d) && d->lo == 0 && d->hi == d->p->numel);
+    ut_optim_set_copies16(d->o, copies16, dt);
+}
+
 int ut_dist_step(ut_dist *d, float lr) {
     if (d->offload) offloaded_step(d, lr);
     else ut_optim_step_zero(d->o, lr);

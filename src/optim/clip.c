@@ -19,3 +19,11 @@ float ut_clip_grad_norm(ut_device dev, float *g, int64_t n, float max_norm) {
     if (!(coef >= 1.0)) ut_grad_scale(dev, g, n, (float)coef);
     return (float)norm;
 }
+
+void ut_grad_step_scalars(ut_device dev, float *dst, const double *sq, double max_norm, float scale) {
+    ut_step_scalars(ut_backend_get(dev), dst, sq, max_norm, scale);
+}
+
+bool ut_grad_step_rule(double scaled_norm, double max_norm, float scale, float *coef, double *norm) {
+    return ut_step_scalars_rule(scaled_norm, max_norm, scale, coef, norm);
+}

@@ -23,6 +23,8 @@ struct ut_optim {
     float *state[2];
     run *runs;
     int nruns;
+    void *p16; /* 16-bit copies of params[lo, hi), or NULL */
+    ut_dtype p16_dt;
 };
 
 /* Per-step scalars: ut_optim_consts (src/backend/backend.h). */
@@ -140,7 +142,7 @@ void ut_optim_free(ut_optim *o) {
     ut_free(o);
 }
 
-static void step(ut_optim *o, float lr, bool zero) {
+static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
     o->steps++;
@@ -167,13 +169,28 @@ static void step(ut_optim *o, float lr, bool zero) {
     /* one backend call over every run: the backend splits the work */
     ut_optim_buffers b = {.params = o->params, .grads = o->grads, .state = {o->state[0], o->state[1]},
                           .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
-                          .nruns = o->nruns, .nstate = o->nstate};
+                          .nruns = o->nruns, .nstate = o->nstate, .scalars = scalars,
+                          /* the copies are indexed as params: based at pbase */
+                          .p16 = o->p16 ? (uint16_t *)o->p16 - (o->lo - o->pbase) : NULL, .p16_dtype = o->p16_dt};
     ut_backend_get(c->device)->optim_step(&b, &k, zero);
 }
 
-void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false); }
+void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false, NULL); }
 
-void ut_optim_step_zero(ut_optim *o, float lr) { step(o, lr, true); }
+void ut_optim_step_zero(ut_optim *o, float lr) { step(o, lr, true, NULL); }
+
+void ut_optim_step_zero_scaled(ut_optim *o, float lr, const float *scalars) { step(o, lr, true, scalars); }
+
+void ut_optim_unstep(ut_optim *o) {
+    UT_ASSERT(o->steps > 0);
+    o->steps--;
+}
+
+void ut_optim_set_copies16(ut_optim *o, void *copies16, ut_dtype dt) {
+    UT_ASSERT(!copies16 || dt == UT_BF16 || dt == UT_F16);
+    o->p16 = copies16;
+    o->p16_dt = dt;
+}
 
 int64_t ut_optim_steps(const ut_optim *o) { return o->steps; }
 

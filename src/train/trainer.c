@@ -139,6 +139,14 @@ struct ut_trainer {
      * (win_sq). win_bytes: the whole block, win_host its host copy. */
     float *win_loss;
     double *win_sq;
+    /* where the step's scalars come from the device (ut_dist_device_scalars):
+     * step_sc, two floats after the block (the gradients' multiplier and the
+     * skip flag, never read back: the host derives them from the norm), and
+     * under autocast the parameters' 16-bit copies that the optimizer's pass
+     * writes (p16, numel elements of p16_dt), or NULL */
+    float *step_sc;
+    void *p16;
+    ut_dtype p16_dt;
     size_t win_bytes;
     unsigned char *win_host;
     int64_t *win_count;
@@ -607,23 +615,21 @@ static void step_done(ut_trainer *t) {
  * the sharded strategies all-reduce the norm), so all ranks skip together.
  * A skipped step zeroes the gradients and leaves parameters, optimizer state
  * and its step count alone; the trainer's step (and the schedule) moves on,
- * as a PyTorch loop calling scheduler.step() every iteration does. Otherwise
- * the gradients are unscaled before clipping. Returns true for a skip. */
-static bool unscale_or_skip(ut_trainer *t, double *norm, float *unscale) {
-    bool found_inf = !isfinite(*norm);
+ * as a PyTorch loop calling scheduler.step() every iteration does. */
+static void skipped(ut_trainer *t) {
     float scale = t->scaler.scale;
-    ut_grad_scaler_update(&t->scaler, found_inf);
-    if (found_inf) {
-        ut_dist_zero_grads(t->dist);
-        t->skipped_steps++;
-        ut_note(&t->log, "step %lld: inf/NaN gradients at loss scale %g: step skipped, scale now %g\n",
-                (long long)t->st.step + 1, scale, t->scaler.scale);
-        step_done(t);
-        return true;
-    }
-    *unscale = 1.0f / scale;
-    *norm /= scale;
-    return false;
+    ut_grad_scaler_update(&t->scaler, true);
+    t->skipped_steps++;
+    ut_note(&t->log, "step %lld: inf/NaN gradients at loss scale %g: step skipped, scale now %g\n",
+            (long long)t->st.step + 1, scale, t->scaler.scale);
+    step_done(t);
+}
+
+static int diverged(ut_trainer *t, double norm) {
+    snprintf(t->err, sizeof t->err,
+             "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
+             "train.grad_clip)", norm, (long long)t->st.step);
+    return -1;
 }
 
 /* The step's one read from the device: the window's losses (added to the
@@ -645,37 +651,46 @@ static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
     t->win_last = -1;
 }
 
-/* *loss: the window's last loss (read here with the gradient's norm) */
+/* *loss: the window's last loss (read here with the gradient's norm).
+ * Unscaling (fp16) and clipping are one multiplier on the gradients,
+ * ut_grad_step_rule's: where the norm needs no collective the device
+ * computes it and the optimizer reads it there (ut_dist_step_scaled), so
+ * the step is launched before the one read, and the host learns of a skip
+ * from the same norm; otherwise the host decides and scales. */
 static int optimizer_step(ut_trainer *t, double *loss) {
-    double norm, sq;
-    bool local = ut_dist_norm_local(t->dist);
+    double scaled, norm, sq;
+    float coef, scale = t->fp16 ? t->scaler.scale : 1.0f;
+    double clip = t->cfg->grad_clip > 0 ? t->cfg->grad_clip : 0;
+    float lr = ut_schedule_lr(&t->sched, t->st.step);
+    bool local = ut_dist_norm_local(t->dist), dev = ut_dist_device_scalars(t->dist);
     if (local) ut_dist_grad_sq_to(t->dist, t->win_sq);
+    if (dev) {
+        ut_grad_step_scalars(t->m->params.device, t->step_sc, t->win_sq, clip, scale);
+        UT_ASSERT(ut_dist_step_scaled(t->dist, lr, t->step_sc) == 0);
+        if (t->p16) ut_ctx_set_param_copies(t->ctx, t->m->params.flat, t->m->params.numel, t->p16, t->p16_dt);
+    }
     read_step(t, local, &sq, loss);
-    if (local) norm = sqrt(sq);
-    else if (ut_dist_grad_norm(t->dist, &norm)) {
+    if (local) scaled = sqrt(sq);
+    else if (ut_dist_grad_norm(t->dist, &scaled)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
     }
-    float unscale = 1.0f; /* fp16: 1 / the loss scale, a power of two */
-    if (t->fp16 && unscale_or_skip(t, &norm, &unscale)) return 0;
-    if (!isfinite(norm)) {
-        snprintf(t->err, sizeof t->err,
-                 "the gradient norm is %g at step %lld: training diverged (lower optim.lr or set "
-                 "train.grad_clip)", norm, (long long)t->st.step);
-        return -1;
+    bool skip = ut_grad_step_rule(scaled, clip, scale, &coef, &norm);
+    if (skip) {
+        if (dev) ut_dist_unstep(t->dist); /* the device skipped it, gradients zeroed */
+        if (!t->fp16) return diverged(t, scaled);
+        if (!dev) ut_dist_zero_grads(t->dist);
+        skipped(t);
+        return 0;
     }
-    /* unscaling and clipping in one pass over the gradients: scaling by a
-     * power of two is exact, so g * (c / S) rounds as (g / S) * c does
-     * (torch's unscale, then clip), short of results below float's normal
-     * range */
-    float coef = unscale;
-    if (t->cfg->grad_clip > 0 && norm > t->cfg->grad_clip)
-        coef = (float)(t->cfg->grad_clip / (norm + 1e-6)) * unscale;
-    if (coef != 1.0f) ut_dist_scale_grads(t->dist, coef);
+    if (t->fp16) ut_grad_scaler_update(&t->scaler, false);
     t->last_grad_norm = norm;
-    if (ut_dist_step(t->dist, ut_schedule_lr(&t->sched, t->st.step))) {
-        snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
-        return -1;
+    if (!dev) {
+        if (coef != 1.0f) ut_dist_scale_grads(t->dist, coef);
+        if (ut_dist_step(t->dist, lr)) {
+            snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
+            return -1;
+        }
     }
     step_done(t);
     return 0;
@@ -1060,9 +1075,10 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     const ut_backend *be = ut_backend_get(t->m->params.device);
     size_t sq_at = ((size_t)wmax * sizeof(float) + 7) / 8 * 8;
     t->win_bytes = sq_at + sizeof(double);
-    t->win_loss = be->alloc(t->win_bytes);
-    be->memset(t->win_loss, 0, t->win_bytes);
+    t->win_loss = be->alloc(t->win_bytes + 2 * sizeof(float));
+    be->memset(t->win_loss, 0, t->win_bytes + 2 * sizeof(float));
     t->win_sq = (double *)(void *)((unsigned char *)t->win_loss + sq_at);
+    t->step_sc = (float *)(void *)((unsigned char *)t->win_loss + t->win_bytes);
     t->win_host = ut_calloc_check(t->win_bytes, 1);
     t->win_count = ut_calloc_check((size_t)wmax, sizeof *t->win_count);
     t->win_last = -1;
@@ -1072,6 +1088,12 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
+    ut_dtype ac = ut_run_precision(c);
+    if (ac != UT_F32 && ut_dist_device_scalars(t->dist)) { /* autocast's copies, written by the step */
+        t->p16_dt = ac;
+        t->p16 = be->alloc((size_t)(t->m->params.numel ? t->m->params.numel : 1) * 2);
+        ut_dist_set_copies16(t->dist, t->p16, ac);
+    }
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
     if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
@@ -1153,6 +1175,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_standin_free(&t->standin);
     dp_free(t);
     if (t->win_loss) ut_backend_get(t->m->params.device)->free(t->win_loss);
+    if (t->p16) ut_backend_get(t->m->params.device)->free(t->p16);
     ut_free(t->win_count);
     ut_free(t->win_host);
     if (t->ctx) ut_ctx_free(t->ctx);

@@ -30,6 +30,7 @@ const ut_backend ut_backend_cpu = {
     .scale = ut_cpu_scale,
     .accumulate = ut_cpu_accumulate,
     .optim_step = ut_cpu_optim_step,
+    .step_scalars = ut_cpu_step_scalars,
     .stream_new = stream_new,
     .stream_sync = stream_noop,
     .stream_free = stream_noop,

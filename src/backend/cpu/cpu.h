@@ -35,7 +35,7 @@ void ut_cpu_sum_sq_to(double *dst, const float *x, int64_t n);
 void ut_cpu_scale(float *x, int64_t n, float s);
 void ut_cpu_accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src);
 void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,
-                         float *restrict v, int64_t n, float decay_mul, const ut_optim_consts *k,
+                         float *restrict v, int64_t n, float decay_mul, float gmul, const ut_optim_consts *k,
                          bool zero);
 /* Storage conversions (convert.c): arrays, single values (the references the
  * vector paths are tested against), any pair of F32/BF16/F16, and rounding
@@ -62,7 +62,8 @@ void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src
  * 16 MiB). Tests set small values to exercise the blocked path. */
 void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
-                       float wd, const ut_optim_consts *k, bool zero);
+                       float wd, float gmul, const ut_optim_consts *k, bool zero);
 void ut_cpu_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
+void ut_cpu_step_scalars(float *dst, const double *sq, double max_norm, float scale);
 
 #endif

@@ -3,6 +3,7 @@
  * computes the step's scalars), split over OpenMP threads here. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 
 #include "cpu.h"
 
@@ -12,13 +13,13 @@
  * correction sqrt(1-beta2^t) is applied as a multiplication by its reciprocal
  * (torch divides; the difference is within the last bit of denom). */
 void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m,
-                         float *restrict v, int64_t n, float decay_mul, const ut_optim_consts *k,
+                         float *restrict v, int64_t n, float decay_mul, float gmul, const ut_optim_consts *k,
                          bool zero) {
     const float one_m_b1 = k->one_m_b1, beta2 = k->beta2, one_m_b2 = k->one_m_b2;
     const float step_size = k->step_size, inv_bc2_sqrt = k->inv_bc2_sqrt, eps = k->eps;
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = g[i] * gmul; /* exact when gmul is 1 */
         float mi = m[i] + one_m_b1 * (gi - m[i]);
         float vi = v[i] * beta2 + one_m_b2 * gi * gi;
         m[i] = mi;
@@ -30,12 +31,12 @@ void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m
 }
 
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
-                       float wd, const ut_optim_consts *k, bool zero) {
+                       float wd, float gmul, const ut_optim_consts *k, bool zero) {
     const float lr = k->lr, mom = k->momentum, one_m_damp = k->one_m_damp;
     if (!k->use_momentum) {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) {
-            p[i] = p[i] - lr * (g[i] + wd * p[i]);
+            p[i] = p[i] - lr * (g[i] * gmul + wd * p[i]);
             if (zero) g[i] = 0.0f;
         }
         return;
@@ -43,7 +44,7 @@ void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf
     /* Loop-invariant branches: GCC unswitches them and vectorizes each copy. */
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
+        float d = g[i] * gmul + wd * p[i];
         if (zero) g[i] = 0.0f;
         float b = k->first ? d : buf[i] * mom + one_m_damp * d;
         buf[i] = b;
@@ -56,23 +57,43 @@ void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf
  * more than the update. */
 #define PAR_MIN_ELEMS 32768
 
+/* Elements per block when 16-bit copies are written: the block's updated
+ * parameters are converted while they are still in the core's cache. */
+#define P16_BLOCK 4096
+
+/* One run's stretch [s, e): the update (unless skipped), then the 16-bit copies. */
+static void update_stretch(const ut_optim_buffers *o, const ut_optim_consts *k, int64_t s, int64_t e, bool decay,
+                           float gmul, bool skip, bool zero) {
+    for (int64_t b = s; b < e;) {
+        int64_t be = o->p16 && e - b > P16_BLOCK ? b + P16_BLOCK : e;
+        float *p = o->params + (b - o->pbase), *g = o->grads + (b - o->gbase);
+        int64_t off = b - o->lo;
+        if (skip) {
+            if (zero) ut_cpu_memset(g, 0, (size_t)(be - b) * sizeof(float));
+        } else if (k->adamw) {
+            ut_cpu_adamw_update(p, g, o->state[0] + off, o->state[1] + off, be - b, decay ? k->decay_mul : 1.0f,
+                                gmul, k, zero);
+        } else {
+            ut_cpu_sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, be - b, decay ? k->wd : 0.0f, gmul, k,
+                              zero);
+        }
+        if (o->p16)
+            ut_cpu_convert_run((uint16_t *)o->p16 + (b - o->pbase), o->p16_dtype, p, UT_F32, be - b);
+        b = be;
+    }
+}
+
 /* Updates [a, b), which lies inside [lo, hi), run by run; with zero, also
  * zeroes grads[a, b), padding between runs included. */
-static void update_range(const ut_optim_buffers *o, const ut_optim_consts *k, int64_t a, int64_t b, bool zero) {
+static void update_range(const ut_optim_buffers *o, const ut_optim_consts *k, int64_t a, int64_t b, float gmul,
+                         bool skip, bool zero) {
     int64_t done = a; /* grads[a, done) are zero (when zero is set) */
     for (int r = 0; r < o->nruns; r++) {
         int64_t s = o->runs[r].begin > a ? o->runs[r].begin : a;
         int64_t e = o->runs[r].end < b ? o->runs[r].end : b;
         if (s >= e) continue;
         if (zero && done < s) ut_cpu_memset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
-        bool decay = o->runs[r].decay;
-        float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
-        int64_t off = s - o->lo;
-        if (k->adamw)
-            ut_cpu_adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s, decay ? k->decay_mul : 1.0f, k,
-                                zero);
-        else
-            ut_cpu_sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k, zero);
+        update_stretch(o, k, s, e, o->runs[r].decay, gmul, skip, zero);
         done = e;
     }
     if (zero && done < b) ut_cpu_memset(o->grads + (done - o->gbase), 0, (size_t)(b - done) * sizeof(float));
@@ -89,9 +110,16 @@ static int64_t part_start(int64_t n, int t, int nt) {
 /* Elementwise, so the result does not depend on the split. */
 void ut_cpu_optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
     int64_t n = o->hi - o->lo;
+    float gmul = o->scalars ? o->scalars[0] : 1.0f;
+    bool skip = o->scalars && o->scalars[1] != 0.0f;
 #pragma omp parallel if (n >= PAR_MIN_ELEMS)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        update_range(o, k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt), zero);
+        update_range(o, k, o->lo + part_start(n, t, nt), o->lo + part_start(n, t + 1, nt), gmul, skip, zero);
     }
+}
+
+void ut_cpu_step_scalars(float *dst, const double *sq, double max_norm, float scale) {
+    double norm;
+    dst[1] = ut_step_scalars_rule(sqrt(*sq), max_norm, scale, &dst[0], &norm) ? 1.0f : 0.0f;
 }

@@ -223,34 +223,32 @@ static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool 
      * the CPU's running sum is */
     for (int k = 0; k < nsrc; k++) utk_add_into(dst, src[k], n, zero_src);
 }
-static void adamw_update(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
-                         const ut_optim_consts *k, bool zero) {
-    utk_adamw(p, g, m, v, n, decay_mul, k->one_m_b1, k->beta2, k->one_m_b2, k->step_size,
-              k->inv_bc2_sqrt, k->eps, zero);
-}
-static void sgd_update(float *p, float *g, float *buf, int64_t n, float wd, const ut_optim_consts *k,
-                       bool zero) {
-    utk_sgd(p, g, buf, n, wd, k->lr, k->momentum, k->one_m_damp, k->use_momentum, k->first,
-            k->nesterov, zero);
-}
 /* One launch per run (a run is a stretch of parameters with one decay), and
  * one memset per gap when the gradients are zeroed, all on the compute
- * stream. */
+ * stream; the step's scalars and the 16-bit copies go to every launch. */
 static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
     int64_t done = o->lo;
+    int p16_dt = (int)o->p16_dtype;
     for (int r = 0; r < o->nruns; r++) {
         int64_t s = o->runs[r].begin, e = o->runs[r].end;
         if (zero && done < s) dmemset(o->grads + (done - o->gbase), 0, (size_t)(s - done) * sizeof(float));
         float *p = o->params + (s - o->pbase), *g = o->grads + (s - o->gbase);
+        void *p16 = o->p16 ? (void *)((uint16_t *)o->p16 + (s - o->pbase)) : NULL;
         int64_t off = s - o->lo;
+        bool decay = o->runs[r].decay;
         if (k->adamw)
-            adamw_update(p, g, o->state[0] + off, o->state[1] + off, e - s, o->runs[r].decay ? k->decay_mul : 1.0f,
-                         k, zero);
+            utk_adamw(p, g, o->state[0] + off, o->state[1] + off, e - s, decay ? k->decay_mul : 1.0f, k->one_m_b1,
+                      k->beta2, k->one_m_b2, k->step_size, k->inv_bc2_sqrt, k->eps, zero, o->scalars, p16, p16_dt);
         else
-            sgd_update(p, g, o->nstate ? o->state[0] + off : NULL, e - s, o->runs[r].decay ? k->wd : 0.0f, k, zero);
+            utk_sgd(p, g, o->nstate ? o->state[0] + off : NULL, e - s, decay ? k->wd : 0.0f, k->lr, k->momentum,
+                    k->one_m_damp, k->use_momentum, k->first, k->nesterov, zero, o->scalars, p16, p16_dt);
         done = e;
     }
     if (zero && done < o->hi) dmemset(o->grads + (done - o->gbase), 0, (size_t)(o->hi - done) * sizeof(float));
+}
+
+static void step_scalars(float *dst, const double *sq, double max_norm, float scale) {
+    utk_step_scalars(dst, sq, max_norm, scale);
 }
 
 /* ---- dropout masks: drawn on the host as the CPU draws them ---- */
@@ -324,6 +322,7 @@ const ut_backend ut_backend_cuda = {
     .scale = scale,
     .accumulate = accumulate,
     .optim_step = optim_step,
+    .step_scalars = step_scalars,
     .stream_new = stream_new,
     .stream_sync = stream_sync,
     .stream_free = stream_free,

@@ -109,48 +109,89 @@ extern "C" void utk_add_into(float *dst, float *src, int64_t n, bool zero_src) {
     ut_cuda_launched("accumulate");
 }
 
-/* AdamW as torch's single-tensor step (and the CPU backend's order) */
+/* The step's device scalars (backend.h, step_scalars): the CPU's rule
+ * (ut_step_scalars_rule) in the same double operations. */
+__global__ void k_step_scalars(float *dst, const double *sq, double max_norm, float scale) {
+    double nrm = sqrt(*sq);
+    if (!isfinite(nrm)) {
+        dst[0] = 0.0f;
+        dst[1] = 1.0f;
+        return;
+    }
+    nrm = nrm / (double)scale;
+    float unscale = __fdiv_rn(1.0f, scale);
+    float coef = unscale;
+    if (max_norm > 0 && nrm > max_norm) coef = __fmul_rn((float)(max_norm / (nrm + 1e-6)), unscale);
+    dst[0] = coef;
+    dst[1] = 0.0f;
+}
+extern "C" void utk_step_scalars(float *dst, const double *sq, double max_norm, float scale) {
+    k_step_scalars<<<1, 1, 0, stream()>>>(dst, sq, max_norm, scale);
+    ut_cuda_launched("step_scalars");
+}
+
+/* the 16-bit copy of an updated parameter (dt 1 BF16, 2 F16) */
+__device__ inline void put16(void *p16, int dt, int64_t i, float v) {
+    if (dt == 1) ((__nv_bfloat16 *)p16)[i] = __float2bfloat16_rn(v);
+    else ((__half *)p16)[i] = __float2half_rn(v);
+}
+
+/* AdamW as torch's single-tensor step (and the CPU backend's order); sc:
+ * the step's scalars (NULL: multiplier 1, no skip); p16: the parameters'
+ * 16-bit copies (NULL: none) */
 __global__ void k_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
                         float one_m_b1, float beta2, float one_m_b2, float step_size,
-                        float inv_bc2_sqrt, float eps, bool zero) {
+                        float inv_bc2_sqrt, float eps, bool zero, const float *sc, void *p16, int p16_dt) {
+    float gmul = sc ? sc[0] : 1.0f;
+    bool skip = sc && sc[1] != 0.0f;
     UTK_GRID_STRIDE(i, n) {
-        float gi = g[i];
-        float mi = __fadd_rn(m[i], __fmul_rn(one_m_b1, __fsub_rn(gi, m[i])));
-        float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
+        if (!skip) {
+            float gi = __fmul_rn(g[i], gmul);
+            float mi = __fadd_rn(m[i], __fmul_rn(one_m_b1, __fsub_rn(gi, m[i])));
+            float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
+            m[i] = mi;
+            v[i] = vi;
+            float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_bc2_sqrt), eps);
+            p[i] = __fsub_rn(__fmul_rn(p[i], decay_mul), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+        }
         if (zero) g[i] = 0.0f;
-        float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_bc2_sqrt), eps);
-        p[i] = __fsub_rn(__fmul_rn(p[i], decay_mul), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+        if (p16) put16(p16, p16_dt, i, p[i]);
     }
 }
 extern "C" void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
                           float one_m_b1, float beta2, float one_m_b2, float step_size,
-                          float inv_bc2_sqrt, float eps, bool zero) {
+                          float inv_bc2_sqrt, float eps, bool zero, const float *sc, void *p16, int p16_dt) {
     if (n <= 0) return;
     k_adamw<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, decay_mul, one_m_b1, beta2, one_m_b2,
-                                            step_size, inv_bc2_sqrt, eps, zero);
+                                            step_size, inv_bc2_sqrt, eps, zero, sc, p16, p16_dt);
     ut_cuda_launched("adamw");
 }
 
 __global__ void k_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float mom,
-                      float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
+                      float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero,
+                      const float *sc, void *p16, int p16_dt) {
+    float gmul = sc ? sc[0] : 1.0f;
+    bool skip = sc && sc[1] != 0.0f;
     UTK_GRID_STRIDE(i, n) {
-        float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
-        if (zero) g[i] = 0.0f;
-        if (use_momentum) {
-            float b = first ? d : __fadd_rn(__fmul_rn(buf[i], mom), __fmul_rn(one_m_damp, d));
-            buf[i] = b;
-            d = nesterov ? __fadd_rn(d, __fmul_rn(mom, b)) : b;
+        if (!skip) {
+            float d = __fadd_rn(__fmul_rn(g[i], gmul), __fmul_rn(wd, p[i]));
+            if (use_momentum) {
+                float b = first ? d : __fadd_rn(__fmul_rn(buf[i], mom), __fmul_rn(one_m_damp, d));
+                buf[i] = b;
+                d = nesterov ? __fadd_rn(d, __fmul_rn(mom, b)) : b;
+            }
+            p[i] = __fsub_rn(p[i], __fmul_rn(lr, d));
         }
-        p[i] = __fsub_rn(p[i], __fmul_rn(lr, d));
+        if (zero) g[i] = 0.0f;
+        if (p16) put16(p16, p16_dt, i, p[i]);
     }
 }
 extern "C" void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
-                        float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero) {
+                        float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero,
+                        const float *sc, void *p16, int p16_dt) {
     if (n <= 0) return;
     k_sgd<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, buf, n, wd, lr, momentum, one_m_damp, use_momentum,
-                                          first, nesterov, zero);
+                                          first, nesterov, zero, sc, p16, p16_dt);
     ut_cuda_launched("sgd");
 }
 

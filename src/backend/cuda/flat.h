@@ -20,10 +20,17 @@ void utk_sum_sq_to(double *out, const float *x, int64_t n);
 void utk_scale(float *x, int64_t n, float s);
 /* dst[i] += src[i]; zero_src: also src[i] = 0 */
 void utk_add_into(float *dst, float *src, int64_t n, bool zero_src);
+/* The optimizer steps; sc: the step's device scalars (multiplier, skip
+ * flag; NULL: none); p16: 16-bit copies of the parameters written in the
+ * same pass (NULL: none), p16_dt 1 BF16 or 2 F16 */
 void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul, float one_m_b1,
-               float beta2, float one_m_b2, float step_size, float inv_bc2_sqrt, float eps, bool zero);
+               float beta2, float one_m_b2, float step_size, float inv_bc2_sqrt, float eps, bool zero,
+               const float *sc, void *p16, int p16_dt);
 void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
-             float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero);
+             float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero, const float *sc,
+             void *p16, int p16_dt);
+/* dst[0..1] = the step's scalars from *sq (backend.h, step_scalars) */
+void utk_step_scalars(float *dst, const double *sq, double max_norm, float scale);
 /* out (rows, cols) = bias (cols) repeated on every row */
 void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols);
 /* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,

@@ -219,7 +219,7 @@ typedef struct {
 } sim_event;
 
 enum { IT_KERNEL, IT_COPY, IT_MEMSET, IT_CONVERT, IT_ROUND, IT_SCALE, IT_SUM_SQ, IT_ACCUMULATE, IT_OPTIM, IT_RELEASE,
-       IT_FREE, IT_WAIT };
+       IT_FREE, IT_WAIT, IT_SCALARS };
 
 typedef struct sim_item sim_item;
 struct sim_item {
@@ -253,7 +253,8 @@ struct sim_item {
             float *x;
             int64_t n;
             float s;
-            double *sq; /* IT_SUM_SQ: where the sum goes */
+            double *sq; /* IT_SUM_SQ: where the sum goes; IT_SCALARS: what it reads */
+            double max_norm; /* IT_SCALARS (x: the two scalars, s: the loss scale) */
         } scale;
         struct {
             float *dst;
@@ -481,6 +482,7 @@ static void run_item(sim_stream *s, sim_item *it) {
     case IT_ROUND: ut_cpu_round(it->u.conv.dst, it->u.conv.src, it->u.conv.n, it->u.conv.to); break;
     case IT_SCALE: ut_cpu_scale(it->u.scale.x, it->u.scale.n, it->u.scale.s); break;
     case IT_SUM_SQ: ut_cpu_sum_sq_to(it->u.scale.sq, it->u.scale.x, it->u.scale.n); break;
+    case IT_SCALARS: ut_cpu_step_scalars(it->u.scale.x, it->u.scale.sq, it->u.scale.max_norm, it->u.scale.s); break;
     case IT_ACCUMULATE:
         ut_cpu_accumulate(it->u.acc.dst, it->u.acc.src, it->u.acc.nsrc, it->u.acc.n, it->u.acc.zero);
         break;
@@ -598,6 +600,11 @@ static double sim_sum_sq(const float *x, int64_t n) {
 static void sim_sum_sq_to(double *dst, const float *x, int64_t n) {
     sim_item *it = item(IT_SUM_SQ);
     it->u.scale.x = (float *)x, it->u.scale.n = n, it->u.scale.sq = dst;
+    push(compute(), it);
+}
+static void sim_step_scalars(float *dst, const double *sq, double max_norm, float scale) {
+    sim_item *it = item(IT_SCALARS);
+    it->u.scale.x = dst, it->u.scale.sq = (double *)sq, it->u.scale.max_norm = max_norm, it->u.scale.s = scale;
     push(compute(), it);
 }
 static void sim_scale(float *x, int64_t n, float s) {
@@ -796,6 +803,7 @@ const ut_backend ut_backend_sim = {
     .scale = sim_scale,
     .accumulate = sim_accumulate,
     .optim_step = sim_optim_step,
+    .step_scalars = sim_step_scalars,
     .stream_new = sim_stream_new,
     .stream_sync = sim_stream_sync,
     .stream_free = sim_stream_free,
