@@ -143,6 +143,22 @@ void ut_comm_stats(const ut_comm *c, double *bytes, double *wait_s);
  * A failed all-reduce fails the op with the communicator's message. */
 ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
+/* Vocabulary parallelism over the group's ranks, each holding an equal part
+ * of a vocabulary of `vocab` ids, rank r the ids [r*Vp, (r+1)*Vp):
+ *   ut_tp_embedding:     table (Vp, C), this rank's rows -> (..., C), the
+ *                        whole lookup on every rank (each part looks up its
+ *                        own ids, then the sum over the group)
+ *   ut_tp_cross_entropy: logits (..., Vp), this rank's columns -> the
+ *                        cross-entropy over the whole vocabulary (scalar, the
+ *                        same on every rank), without gathering the logits:
+ *                        per row only a logsumexp and a logit cross the
+ *                        group (ut_vocab_partials, ut_vocab_ce in ops.h)
+ * Their gradients reach each rank's part; the head's input gradient needs
+ * the ut_tp_copy in front of the column-parallel head, as for any
+ * column-parallel linear. */
+ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, ut_comm *group);
+ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
+                               ut_comm *group);
 /* The two as a tensor-parallel layer's hooks over group
  * (ut_block_layer_init_tp in nn.h). */
 ut_tp_hooks ut_tp_hooks_of(ut_comm *group);

@@ -48,6 +48,20 @@ ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a);
  * logits (..., V), targets I32 (...). Fused softmax + loss. Scalar (1); 0 (with a
  * zero gradient) when every target is ignored, where PyTorch gives nan. */
 ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index);
+/* Cross-entropy over a vocabulary split into `parts` equal parts, in two
+ * ops with a sum over the parts between them (ut_tp_cross_entropy in dist.h
+ * puts them together), so no rank ever holds the whole logits:
+ * ut_vocab_partials: logits (..., Vp) of ids [v0, v0 + Vp) of a vocabulary
+ *   of `vocab`, targets I32 (...) -> (N, parts, 2), N the rows, zero except
+ *   [n, part] = (logsumexp of row n's logits, its target's logit when this
+ *   part holds the target, else 0);
+ * ut_vocab_ce: those summed over the parts (every part's slot filled) ->
+ *   the mean over targets that are not ignore_index of logsumexp over the
+ *   parts' logsumexps minus the target's logit: cross_entropy's value.
+ *   A target outside [0, vocab) is an error. */
+ut_tensor *ut_vocab_partials(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t v0, int64_t vocab,
+                             int part, int parts, int ignore_index);
+ut_tensor *ut_vocab_ce(ut_ctx *ctx, ut_tensor *partials, ut_tensor *targets, int64_t vocab, int ignore_index);
 /* Same on log-probabilities: mean of -logp[target] over non-ignored targets. */
 ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index);
 /* mean((a - b)^2), a and b the same shape. Scalar (1). */
@@ -61,6 +75,12 @@ ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table);
 /* The same where row padding_idx (or -1: none) takes no gradient, as
  * torch's nn.Embedding(padding_idx=...) (BART's token embedding). */
 ut_tensor *ut_embedding_pad(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int padding_idx);
+/* A vocabulary-parallel part of an embedding: table (Vp, C) holds the rows
+ * of ids [offset, offset + Vp) of a vocabulary of `vocab` ids; an id of
+ * another part gives a zero row (the sum over the parts, ut_tp_embedding in
+ * dist.h, is the whole lookup) and takes no gradient; an id outside
+ * [0, vocab) is an error. */
+ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int64_t offset, int64_t vocab);
 
 /* ---- convolution, pooling ---- */
 /* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */

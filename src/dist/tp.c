@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "utrain/dist.h"
+#include "utrain/ops.h"
 #include "../backend/backend.h"
 
 static int allreduce(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn) {
@@ -34,6 +35,36 @@ ut_tensor *ut_tp_copy(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
 
 ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
     return ut_collective(ctx, x, allreduce, NULL, group, "tp_reduce");
+}
+
+/* this rank's part of the vocabulary: [v0, v0 + Vp) */
+static bool vocab_part(ut_ctx *ctx, const char *what, int64_t Vp, int64_t vocab, ut_comm *group, int64_t *v0) {
+    int p = ut_comm_size(group), r = ut_comm_rank(group);
+    if (Vp * p != vocab) {
+        ut_ctx_set_error(ctx, "%s: a part of %lld ids on each of %d ranks is not a vocabulary of %lld", what,
+                         (long long)Vp, p, (long long)vocab);
+        return false;
+    }
+    *v0 = (int64_t)r * Vp;
+    return true;
+}
+
+ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, ut_comm *group) {
+    int64_t v0;
+    if (!ids || !table || ut_ctx_error(ctx)) return NULL;
+    if (table->ndim != 2 || !vocab_part(ctx, "tp_embedding", table->ne[0], vocab, group, &v0)) return NULL;
+    return ut_tp_reduce(ctx, ut_embedding_part(ctx, ids, table, v0, vocab), group);
+}
+
+ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
+                               ut_comm *group) {
+    int64_t v0;
+    if (!logits || !targets || ut_ctx_error(ctx)) return NULL;
+    if (logits->ndim < 1 || !vocab_part(ctx, "tp_cross_entropy", logits->ne[logits->ndim - 1], vocab, group, &v0))
+        return NULL;
+    ut_tensor *p = ut_vocab_partials(ctx, logits, targets, v0, vocab, ut_comm_rank(group), ut_comm_size(group),
+                                     ignore_index);
+    return ut_vocab_ce(ctx, ut_tp_reduce(ctx, p, group), targets, vocab, ignore_index);
 }
 
 static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }

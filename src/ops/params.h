@@ -45,8 +45,24 @@ UT_PARAM_F(dropout, p, 0)
 UT_PARAM_F(dropout, keep_scale, 1)
 /* layernorm */
 UT_PARAM_F(layernorm, eps, 0)
-/* embedding: the row that takes no gradient (-1: none) */
+/* embedding: the row that takes no gradient (-1: none); a vocabulary-parallel
+ * part (ut_embedding_part): the table holds ids [offset, offset + rows) of a
+ * vocabulary of `vocab` ids (0: the table is the whole vocabulary) */
 UT_PARAM_I(embedding, padding_idx, 0)
+UT_PARAM_I(embedding, offset, 1)
+UT_PARAM_I(embedding, vocab, 2)
+/* vocab_partials: this part's ids [v0, v0 + Vp) of a vocabulary of V; the
+ * part's place among parts; the ignored target */
+UT_PARAM_I(vocab_partials, v0, 0)
+UT_PARAM_I(vocab_partials, vocab, 1)
+UT_PARAM_I(vocab_partials, part, 2)
+UT_PARAM_I(vocab_partials, parts, 3)
+UT_PARAM_I(vocab_partials, ignore_index, 4)
+/* vocab_ce: the vocabulary size, the ignored target */
+UT_PARAM_I(vocab_ce, vocab, 0)
+UT_PARAM_I(vocab_ce, ignore_index, 1)
+/* vocab_ce on a device that counts its targets there: the count (device, 1) */
+UT_AUX(vocab_ce, dcount, int64_t, 0)
 /* conv2d */
 UT_PARAM_I(conv2d, stride, 0)
 UT_PARAM_I(conv2d, padding, 1)

@@ -431,6 +431,62 @@ static void test_tp_ops(void) {
     CHECK(worst <= 1e-5, "tensor-parallel MLP on %d ranks: output and gradients differ by %g relative", size, worst);
 }
 
+/* A vocabulary-parallel embedding and LM head with its cross-entropy
+ * (ut_tp_embedding, ut_tp_cross_entropy), split over the ranks (rank r holds
+ * rows [r*Vp, (r+1)*Vp) of the embedding table and of the head's weight):
+ * the loss and, for each rank's part, the tables' gradients are the whole
+ * model's, with one target ignored. */
+static void test_tp_vocab(void) {
+    enum { N = 6, C = 4, V = 8 };
+    if (V % size) return;
+    const int vp = V / size, lo = rank * vp;
+    float e[V * C], w[V * C];
+    int32_t ids[N] = {0, 7, 3, 4, 4, 6}, tg[N] = {5, 1, -100, 7, 0, 3};
+    for (int i = 0; i < V * C; i++) e[i] = tp_val(i, 6), w[i] = tp_val(i, 7);
+    float loss[2], ge[2][V * C], gw[2][V * C];
+    for (int tp = 0; tp < 2; tp++) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_tensor *E = tp_leaf(ctx, 2, (int64_t[]){tp ? vp : V, C}, tp ? e + lo * C : e);
+        ut_tensor *W = tp_leaf(ctx, 2, (int64_t[]){tp ? vp : V, C}, tp ? w + lo * C : w);
+        ut_tensor *I = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, ids);
+        ut_tensor *T = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, tg);
+        ut_tensor *h = tp ? ut_tp_embedding(ctx, I, E, V, comm) : ut_embedding(ctx, I, E);
+        h = ut_gelu(ctx, h);
+        ut_tensor *l = tp ? ut_tp_cross_entropy(ctx, ut_linear(ctx, ut_tp_copy(ctx, h, comm), W, NULL), T, V, -100,
+                                                comm)
+                          : ut_cross_entropy(ctx, ut_linear(ctx, h, W, NULL), T, -100);
+        CHECK(l && ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        if (!l) {
+            ut_ctx_free(ctx);
+            return;
+        }
+        ut_tensor_get(l, &loss[tp], sizeof(float));
+        ut_tensor_get_grad(E, ge[tp], (size_t)(tp ? vp : V) * C * sizeof(float));
+        ut_tensor_get_grad(W, gw[tp], (size_t)(tp ? vp : V) * C * sizeof(float));
+        ut_ctx_free(ctx);
+    }
+    double worst = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]), top = 1e-30, diff = 0;
+    for (int i = 0; i < vp * C; i++) {
+        diff = fmax(diff, fabs((double)ge[1][i] - ge[0][lo * C + i]));
+        diff = fmax(diff, fabs((double)gw[1][i] - gw[0][lo * C + i]));
+    }
+    for (int i = 0; i < V * C; i++) top = fmax(top, fmax(fabs((double)ge[0][i]), fabs((double)gw[0][i])));
+    worst = fmax(worst, diff / top);
+    CHECK(worst <= 1e-5, "vocabulary-parallel embedding and cross-entropy on %d ranks: loss %.9g against %.9g, "
+          "differences %g relative", size, loss[1], loss[0], worst);
+    /* a vocabulary that the ranks cannot split equally is refused */
+    if (size > 1) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_tensor *W = tp_leaf(ctx, 2, (int64_t[]){vp, C}, w);
+        ut_tensor *T = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, tg);
+        ut_tensor *x = tp_leaf(ctx, 2, (int64_t[]){N, C}, e);
+        CHECK(!ut_tp_cross_entropy(ctx, ut_linear(ctx, x, W, NULL), T, V + 1, -100, comm) && ut_ctx_error(ctx) &&
+                  strstr(ut_ctx_error(ctx), "is not a vocabulary of 9"),
+              "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no error");
+        ut_ctx_free(ctx);
+    }
+}
+
 /* Element e of a part (ut_partition) in its full tensor. */
 static int64_t full_index(const ut_tensor *t, const ut_partition *pt, int64_t e) {
     int64_t inner = 1;
@@ -663,6 +719,7 @@ int main(int argc, char **argv) {
     RUN(test_split_groups);
     RUN(test_tp_ops);
     RUN(test_tp_blocks);
+    RUN(test_tp_vocab);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);

@@ -23,6 +23,19 @@ static ut_tensor *b_nll_of_log_softmax(ut_ctx *c, ut_tensor **in) {
     return ut_nll_loss(c, ut_log_softmax(c, in[0]), in[1], -100);
 }
 static ut_tensor *b_mse(ut_ctx *c, ut_tensor **in) { return ut_mse(c, in[0], in[1]); }
+/* vocabulary-parallel cross-entropy: part 1 of 2 (ids [4, 8) of 8) alone,
+ * both of its output columns weighted by the harness; the combination over
+ * given parts (every slot filled, as after the sum over ranks), with and
+ * without ignored targets; and one part holding the whole vocabulary, the
+ * pair that equals cross_entropy */
+static ut_tensor *b_vocab_partials(ut_ctx *c, ut_tensor **in) {
+    return ut_vocab_partials(c, in[0], in[1], 4, 8, 1, 2, -100);
+}
+static ut_tensor *b_vocab_ce(ut_ctx *c, ut_tensor **in) { return ut_vocab_ce(c, in[0], in[1], 8, -100); }
+static ut_tensor *b_vocab_ce_ignore0(ut_ctx *c, ut_tensor **in) { return ut_vocab_ce(c, in[0], in[1], 8, 0); }
+static ut_tensor *b_vocab_whole(ut_ctx *c, ut_tensor **in) {
+    return ut_vocab_ce(c, ut_vocab_partials(c, in[0], in[1], 0, 5, 0, 1, 0), in[1], 5, 0);
+}
 
 const gc_row gc_rows_loss[] = {
     {"cross_entropy", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_ce},
@@ -36,6 +49,11 @@ const gc_row gc_rows_loss[] = {
     {"nll_loss of log_softmax", 2, {{3, {2, 3, 6}}, {2, {2, 3}, GC_INDEX, 6}},
      b_nll_of_log_softmax},
     {"mse", 2, {{2, {3, 4}}, {2, {3, 4}}}, b_mse},
+    {"vocab_partials, part 1 of 2", 2, {{2, {5, 4}}, {1, {5}, GC_INDEX, 8}}, b_vocab_partials},
+    {"vocab_ce over 3 parts", 2, {{3, {4, 3, 2}}, {1, {4}, GC_INDEX, 8}}, b_vocab_ce},
+    {"vocab_ce ignore_index 0", 2, {{3, {6, 2, 2}}, {1, {6}, GC_INDEX, 3}}, b_vocab_ce_ignore0},
+    {"vocab_partials + vocab_ce, one part, ignore_index 0", 2, {{3, {2, 3, 5}}, {2, {2, 3}, GC_INDEX, 5}},
+     b_vocab_whole},
     {"mse 3-D const target", 2, {{3, {2, 3, 4}}, {3, {2, 3, 4}, GC_CONST}}, b_mse},
 };
 const int gc_nrows_loss = sizeof gc_rows_loss / sizeof gc_rows_loss[0];

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "vocab.h"
 #include "embedding.h"
 #include "flat.h"
 #include "softmax.h"
@@ -115,6 +116,8 @@ static int data_error(char *err, size_t n) {
                            ? "cross_entropy: a target is outside [0, classes) and is not ignore_index"
                        : code == UT_CUDA_ERR_NLL_LOSS_TARGET
                            ? "nll_loss: a target is outside [0, classes) and is not ignore_index"
+                       : code == UT_CUDA_ERR_VOCAB_TARGET
+                           ? "vocab_partials / vocab_ce: a target is outside [0, vocab) and is not ignore_index"
                            : "a kernel found bad data";
     snprintf(err, n, "%s (found on the GPU; run on device cpu for its position)", what);
     return -1;

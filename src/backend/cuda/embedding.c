@@ -14,9 +14,9 @@
 
 void ut_embedding_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *idx = t->src[0], *table = t->src[1];
-    ut_cuda_embedding_fwd((float *)t->data, (const int32_t *)idx->data,
-                          (const float *)table->data, ut_nelem(idx), table->ne[0], table->ne[1],
-                          ut_cuda_error_flag());
+    int64_t V = table->ne[0], vocab = ut_embedding_vocab(t) ? ut_embedding_vocab(t) : V;
+    ut_cuda_embedding_fwd((float *)t->data, (const int32_t *)idx->data, (const float *)table->data, ut_nelem(idx),
+                          V, table->ne[1], ut_embedding_offset(t), vocab, ut_cuda_error_flag());
 }
 
 void ut_embedding_bwd_cuda(ut_tensor *t, UT_KCTX) {
@@ -25,5 +25,5 @@ void ut_embedding_bwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(idx), V = table->ne[0];
     void *scratch = ut_kalloc(k, ut_cuda_embedding_bwd_scratch_bytes(N, V));
     ut_cuda_embedding_bwd(table->grad, t->grad, (const int32_t *)idx->data, N, V, table->ne[1],
-                          ut_embedding_padding_idx(t), scratch);
+                          ut_embedding_padding_idx(t), ut_embedding_offset(t), scratch);
 }

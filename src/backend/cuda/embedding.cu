@@ -24,11 +24,12 @@ static cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
  * both bases 16-byte aligned). ---- */
 template <bool VEC4>
 __global__ void embedding_fwd_k(float *__restrict__ out, const int32_t *__restrict__ idx,
-                                const float *__restrict__ table, int64_t V, int64_t C, int *err) {
+                                const float *__restrict__ table, int64_t V, int64_t C, int64_t off,
+                                int64_t vocab, int *err) {
     int64_t n = blockIdx.x;
-    int64_t id = idx[n];
-    bool ok = id >= 0 && id < V;
-    if (!ok && err && threadIdx.x == 0) atomicCAS(err, 0, (int)UT_CUDA_ERR_EMBEDDING_INDEX);
+    int64_t raw = idx[n], id = raw - off;
+    if ((raw < 0 || raw >= vocab) && err && threadIdx.x == 0) atomicCAS(err, 0, (int)UT_CUDA_ERR_EMBEDDING_INDEX);
+    bool ok = raw >= 0 && raw < vocab && id >= 0 && id < V; /* else: bad, or another part's: a zero row */
     if (VEC4) {
         float4 *o = (float4 *)(out + n * C);
         const float4 *s = (const float4 *)(table + (ok ? id : 0) * C);
@@ -46,11 +47,11 @@ __global__ void embedding_fwd_k(float *__restrict__ out, const int32_t *__restri
  * out of range): those sort last and are skipped; pos[n] = n */
 __global__ void embedding_keys_k(unsigned *__restrict__ keys, int32_t *__restrict__ pos,
                                  const int32_t *__restrict__ idx, int64_t N, int64_t V,
-                                 int64_t pad) {
+                                 int64_t pad, int64_t off) {
     int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    int64_t id = idx[n];
-    keys[n] = (id >= 0 && id < V && id != pad) ? (unsigned)id : (unsigned)V;
+    int64_t id = (int64_t)idx[n] - off;
+    keys[n] = (id >= 0 && id < V && idx[n] != pad) ? (unsigned)id : (unsigned)V;
     pos[n] = (int32_t)n;
 }
 
@@ -122,15 +123,15 @@ static EmbScratch emb_scratch(void *base, int64_t N, int64_t V) {
 
 /* ---- launchers ---- */
 extern "C" void ut_cuda_embedding_fwd(float *out, const int32_t *idx, const float *table,
-                                      int64_t N, int64_t V, int64_t C, int *err) {
+                                      int64_t N, int64_t V, int64_t C, int64_t off, int64_t vocab, int *err) {
     if (N <= 0 || C <= 0) return;
     bool vec4 = C % 4 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)table & 15) == 0;
     if (vec4)
-        embedding_fwd_k<true><<<(unsigned)N, EMB_FWD_THREADS, 0, stream()>>>(out, idx, table, V, C,
+        embedding_fwd_k<true><<<(unsigned)N, EMB_FWD_THREADS, 0, stream()>>>(out, idx, table, V, C, off, vocab,
                                                                              err);
     else
-        embedding_fwd_k<false><<<(unsigned)N, EMB_FWD_THREADS, 0, stream()>>>(out, idx, table, V,
-                                                                              C, err);
+        embedding_fwd_k<false><<<(unsigned)N, EMB_FWD_THREADS, 0, stream()>>>(out, idx, table, V, C, off,
+                                                                              vocab, err);
     ut_cuda_launched("embedding_fwd");
 }
 
@@ -140,12 +141,12 @@ extern "C" size_t ut_cuda_embedding_bwd_scratch_bytes(int64_t N, int64_t V) {
 }
 
 extern "C" void ut_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *idx,
-                                      int64_t N, int64_t V, int64_t C, int64_t pad,
+                                      int64_t N, int64_t V, int64_t C, int64_t pad, int64_t off,
                                       void *scratch) {
     if (N <= 0 || C <= 0 || V <= 0) return;
     EmbScratch s = emb_scratch(scratch, N, V);
     embedding_keys_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(s.keys_in, s.pos_in, idx,
-                                                                        N, V, pad);
+                                                                        N, V, pad, off);
     ut_cuda_launched("embedding_bwd_keys");
     cudaError_t e = cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
                                                     s.pos_in, s.pos_out, (int)N, 0, key_bits(V),
