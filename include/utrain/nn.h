@@ -82,6 +82,7 @@ struct ut_model {
     ut_params params;
     void *impl;            /* the model's layers */
     bool checkpoint_activations;
+    int tp_size;           /* the tensor-parallel group it is split over (ut_model_create_layout); 1: whole */
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
     /* Optional, for a model whose forward needs arrays computed from its
@@ -156,6 +157,7 @@ ut_model *ut_model_create_on(const char *name, const ut_kv *opts, uint64_t seed,
 /* Comma-separated list of registered names into buf. */
 const char *ut_model_names(char *buf, size_t n);
 
+
 /* ---- layers ---- */
 typedef struct { ut_tensor *w, *b; } ut_linear_layer;
 typedef struct { ut_tensor *w, *b; int stride, padding; } ut_conv2d_layer;
@@ -169,6 +171,12 @@ typedef struct { ut_linear_layer c_fc, c_proj; float dropout; } ut_mlp_layer;
 typedef struct {
     ut_tensor *(*copy)(ut_ctx *ctx, ut_tensor *x, void *group);   /* f: identity, gradient summed */
     ut_tensor *(*reduce)(ut_ctx *ctx, ut_tensor *x, void *group); /* g: summed, gradient identity */
+    /* the vocabulary-parallel lookup and loss (ut_tp_embedding,
+     * ut_tp_cross_entropy in dist.h): table and logits hold this rank's
+     * part of a vocabulary of `vocab` ids */
+    ut_tensor *(*embedding)(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, void *group);
+    ut_tensor *(*cross_entropy)(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab,
+                                int ignore_index, void *group);
     void *group;
 } ut_tp_hooks;
 typedef struct {
@@ -177,6 +185,24 @@ typedef struct {
     ut_mlp_layer mlp;
     ut_tp_hooks tp;
 } ut_block_layer;
+
+/* How a model is split over ranks: this rank's place in its tensor-parallel
+ * group of tp_size ranks and the hooks that join the parts over that group
+ * (ut_tp_hooks_of in dist.h). tp_size 1: whole. */
+typedef struct {
+    int tp_rank, tp_size;
+    ut_tp_hooks tp;
+} ut_model_layout;
+/* ut_model_create_on for one rank's part of a split model: while the build
+ * function runs, ut_model_build_layout() gives it layout, and a model built
+ * for tp_size > 1 sets m->tp_size to it (a build function that does not
+ * read the layout leaves it 1, and the model is refused with a message
+ * saying it has no tensor-parallel form). Built-in: gpt2 (its language
+ * model). */
+ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
+                                 const ut_model_layout *layout, char *err, size_t n);
+/* The layout of the model being built (whole outside ut_model_create_layout). */
+ut_model_layout ut_model_build_layout(void);
 
 /* PyTorch default init: weight and bias uniform in +-1/sqrt(fan_in).
  * Parameters are named PREFIX.weight and PREFIX.bias. */

@@ -70,4 +70,18 @@ ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *target
 static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }
 static ut_tensor *hook_reduce(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_reduce(ctx, x, group); }
 
-ut_tp_hooks ut_tp_hooks_of(ut_comm *group) { return (ut_tp_hooks){hook_copy, hook_reduce, group}; }
+static ut_tensor *hook_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, void *group) {
+    return ut_tp_embedding(ctx, ids, table, vocab, group);
+}
+static ut_tensor *hook_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab,
+                                     int ignore_index, void *group) {
+    return ut_tp_cross_entropy(ctx, logits, targets, vocab, ignore_index, group);
+}
+
+ut_tp_hooks ut_tp_hooks_of(ut_comm *group) {
+    return (ut_tp_hooks){.copy = hook_copy,
+                         .reduce = hook_reduce,
+                         .embedding = hook_embedding,
+                         .cross_entropy = hook_cross_entropy,
+                         .group = group};
+}

@@ -33,6 +33,7 @@ typedef struct {
     bool classify;            /* sequence_classification: score head, (B, 3, T) input */
     int64_t K, pad_id;        /* num_labels; pad_token_id, -1 when unset */
     ut_tensor *score;         /* (K, C), no bias */
+    ut_model_layout lay;      /* tensor parallel: wte holds this rank's rows of the vocabulary */
 } gpt2;
 
 static void gpt2_free(void *impl) {
@@ -135,13 +136,19 @@ static int gpt2_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
 static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const gpt2 *g = m->impl;
     if (in->layout == LM) {
-        ut_tensor *tok = ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+        const ut_tp_hooks *tp = &g->lay.tp;
+        bool split = g->lay.tp_size > 1;
+        /* split: each rank looks up its part of the vocabulary, summed over
+         * the group; its logits are its part's columns (the tied head is
+         * column-parallel), and the loss never gathers them */
+        ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, tp->group)
+                               : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
         ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
         if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
         for (int64_t l = 0; l < g->n_layer; l++)
             x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
         x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
-        return ut_linear(ctx, x, g->wte.w, NULL);
+        return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
     /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last */
     ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, in->t[0]),
@@ -157,6 +164,7 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
 
 static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
     const gpt2 *g = m->impl;
+    if (g->lay.tp_size > 1) return g->lay.tp.cross_entropy(ctx, logits, targets, g->V, -1, g->lay.tp.group);
     return ut_cross_entropy(ctx, logits, targets, g->classify ? -100 : -1);
 }
 
@@ -200,6 +208,20 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     if (dropout < 0 || dropout >= 1) return snprintf(err, n, "option 'dropout': must be in [0, 1)"), NULL;
     if (!(eps > 0)) return snprintf(err, n, "gpt2: layer_norm_epsilon must be > 0"), NULL;
 
+    ut_model_layout lay = ut_model_build_layout();
+    if (lay.tp_size > 1) {
+        if (head.classify)
+            return snprintf(err, n, "gpt2: sequence_classification has no tensor-parallel form yet "
+                                    "(dist.tensor_parallel %d); train it whole", lay.tp_size), NULL;
+        if (NH % lay.tp_size || V % lay.tp_size)
+            return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
+                                    "dist.tensor_parallel %d (pad the vocabulary, as Megatron-LM does)",
+                            NH, V, lay.tp_size), NULL;
+        if (dropout > 0)
+            return snprintf(err, n, "gpt2: dropout %g with dist.tensor_parallel %d: per-rank dropout streams "
+                                    "inside the split layers are not built yet; set model.dropout 0",
+                            dropout, lay.tp_size), NULL;
+    }
     /* parameters and their gradients (ut_model_finalize), checked before allocating */
     double numel = (double)(V + BS) * C + (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C +
                    (head.classify ? (double)head.K * C : 0);
@@ -213,12 +235,23 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->n_layer = L, g->n_head = NH, g->C = C, g->V = V, g->block_size = BS, g->dropout = (float)dropout;
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    ut_embedding_layer_init(m, &g->wte, "wte", V, C, 0.02f);
+    g->lay = lay;
+    if (lay.tp_size > 1) { /* this rank's rows of the vocabulary: the embedding's name and initial values */
+        g->wte.w = ut_param_add_part(m, "wte.weight", 2, (int64_t[]){V, C}, (ut_init){UT_INIT_NORMAL, 0.02f}, 0,
+                                     lay.tp_size, lay.tp_rank, 1, err, n);
+        m->tp_size = lay.tp_size;
+    } else {
+        ut_embedding_layer_init(m, &g->wte, "wte", V, C, 0.02f);
+    }
     ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
     for (int64_t l = 0; l < L; l++) {
         char name[32];
         snprintf(name, sizeof name, "h.%lld", (long long)l);
-        ut_block_layer_init(m, &g->h[l], name, C, (int)NH, proj_std, (float)dropout);
+        if (lay.tp_size > 1)
+            UT_ASSERT(ut_block_layer_init_tp(m, &g->h[l], name, C, (int)NH, proj_std, (float)dropout, lay.tp_rank,
+                                             lay.tp_size, lay.tp, err, n) == 0); /* n_head checked above */
+        else
+            ut_block_layer_init(m, &g->h[l], name, C, (int)NH, proj_std, (float)dropout);
         g->h[l].ln_1.eps = g->h[l].ln_2.eps = (float)eps;
     }
     ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
@@ -305,6 +338,9 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         if (ut_kv_get(opts, cls_only[i]))
             return ut_errorf(err, n, "model.%s: only read with model.task: sequence_classification (the "
                                      "causal LM predicts tokens); remove it", cls_only[i]), NULL;
+    if (dir && ut_model_build_layout().tp_size > 1)
+        return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
+                                 "split model is not built yet; load it whole"), NULL;
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
     ut_model *m = gpt2_new(merged ? merged : opts, seed, err, n);

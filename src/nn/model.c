@@ -9,14 +9,17 @@
 #include "utrain/nn.h"
 #include "../backend/backend.h"
 
-/* The device of the models made while ut_model_create_on runs a build. */
+/* The device and the layout of the models made while ut_model_create_on
+ * and ut_model_create_layout run a build. */
 static _Thread_local ut_device build_device = UT_CPU;
+static _Thread_local const ut_model_layout *build_layout;
 
 static const ut_backend *params_backend(const ut_params *p) { return ut_backend_get(p->device); }
 
 ut_model *ut_model_new(const char *type) {
     ut_model *m = ut_calloc_check(1, sizeof *m);
     m->params.device = build_device;
+    m->tp_size = 1;
     size_t n = strlen(type) + 1;
     m->type = memcpy(ut_malloc_check(n), type, n);
     return m;
@@ -318,6 +321,29 @@ ut_model *ut_model_create_on(const char *name, const ut_kv *opts, uint64_t seed,
     build_device = dev;
     ut_model *m = ut_model_create(name, opts, seed, err, n);
     build_device = saved;
+    return m;
+}
+
+ut_model_layout ut_model_build_layout(void) {
+    return build_layout ? *build_layout : (ut_model_layout){.tp_rank = 0, .tp_size = 1};
+}
+
+ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
+                                 const ut_model_layout *layout, char *err, size_t n) {
+    if (layout && (layout->tp_size < 1 || layout->tp_rank < 0 || layout->tp_rank >= layout->tp_size)) {
+        snprintf(err, n, "model %s: tensor-parallel rank %d of %d", name, layout->tp_rank, layout->tp_size);
+        return NULL;
+    }
+    const ut_model_layout *saved = build_layout;
+    build_layout = layout;
+    ut_model *m = ut_model_create_on(name, opts, seed, dev, err, n);
+    build_layout = saved;
+    int tp = layout ? layout->tp_size : 1;
+    if (m && m->tp_size != tp) {
+        snprintf(err, n, "model %s has no tensor-parallel form (dist.tensor_parallel %d): build it whole", name, tp);
+        ut_model_free(m);
+        return NULL;
+    }
     return m;
 }
 

@@ -561,6 +561,73 @@ static void test_tp_blocks(void) {
     ut_model_free(m[1]);
 }
 
+/* GPT-2's language model split over the ranks (ut_model_create_layout:
+ * its blocks Megatron-style, the tied token embedding and head by
+ * vocabulary, the loss ut_tp_cross_entropy) against the same model whole,
+ * from the same seed: the loss and each rank's part of every parameter's
+ * gradient agree; a model without a split form, and a vocabulary the ranks
+ * do not divide, are refused. */
+static void test_tp_gpt2(void) {
+    enum { B = 2, T = 6, V = 32 };
+    if (4 % size) return;
+    char err[256] = "";
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "n_layer", "2"), ut_kv_set(kv, "n_head", "4"), ut_kv_set(kv, "n_embd", "16");
+    ut_kv_set(kv, "vocab_size", "32"), ut_kv_set(kv, "block_size", "8");
+    ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
+    ut_model *m[2] = {ut_model_create("gpt2", kv, 11, err, sizeof err),
+                      ut_model_create_layout("gpt2", kv, 11, UT_CPU, &lay, err, sizeof err)};
+    CHECK(m[0] && m[1] && m[1]->tp_size == size, "%s", err);
+    if (!m[0] || !m[1]) {
+        ut_kv_free(kv);
+        return;
+    }
+    int32_t x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) x[i] = (i * 7 + 3) % V, y[i] = i == 4 ? -1 : (i * 5 + 2) % V;
+    float loss[2];
+    for (int v = 0; v < 2; v++) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_tensor *l = ut_model_loss(m[v], ctx, ut_model_forward(m[v], ctx, ut_tensor_from(ctx, UT_I32, 2,
+                                                                                     (int64_t[]){B, T}, x)),
+                                     ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, y));
+        CHECK(l && ut_backward(ctx, l) == 0 && ut_tensor_get(l, &loss[v], sizeof(float)) == 0, "%s",
+              ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        ut_ctx_free(ctx);
+    }
+    CHECK(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]), "loss %.9g split over %d, %.9g whole",
+          loss[1], size, loss[0]);
+    const ut_params *p = &m[1]->params;
+    int split = 0;
+    double worst = 0;
+    for (int i = 0; i < p->n; i++) {
+        const ut_tensor *t = p->t[i], *w = ut_model_param(m[0], p->names[i]);
+        int64_t n = ut_nelem(t), nw = w ? ut_nelem(w) : 0;
+        float *g = malloc((size_t)n * sizeof(float)), *gw = malloc((size_t)(nw + 1) * sizeof(float));
+        ut_tensor_get_grad(t, g, (size_t)n * sizeof(float));
+        if (w) ut_tensor_get_grad(w, gw, (size_t)nw * sizeof(float));
+        double d = 0, top = 1e-30;
+        for (int64_t e = 0; w && e < n; e++)
+            d = fmax(d, fabs(g[e] - gw[p->part[i].parts > 1 ? full_index(t, &p->part[i], e) : e]));
+        for (int64_t e = 0; e < nw; e++) top = fmax(top, fabs(gw[e]));
+        split += p->part[i].parts > 1;
+        worst = fmax(worst, w ? d / top : INFINITY);
+        CHECK(w && d / top <= 1e-5, "%s: gradient differs by %g relative", p->names[i], d / top);
+        free(g);
+        free(gw);
+    }
+    CHECK(size == 1 || split == 1 + 6 * 2, "%d split parameters, want 13", split);
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+    if (size > 1) {
+        ut_kv_set(kv, "vocab_size", "33");
+        CHECK(!ut_model_create_layout("gpt2", kv, 11, UT_CPU, &lay, err, sizeof err) &&
+                  strstr(err, "vocab_size 33 must be divisible"), "%s", err);
+        CHECK(!ut_model_create_layout("cnn", NULL, 11, UT_CPU, &lay, err, sizeof err) &&
+                  strstr(err, "has no tensor-parallel form"), "%s", err);
+    }
+    ut_kv_free(kv);
+}
+
 static void test_split_groups(void) {
     char err[256] = "";
     ut_comm *g = ut_comm_split(comm, rank % 2, -rank, "parity", err, sizeof err);
@@ -720,6 +787,7 @@ int main(int argc, char **argv) {
     RUN(test_tp_ops);
     RUN(test_tp_blocks);
     RUN(test_tp_vocab);
+    RUN(test_tp_gpt2);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);
