@@ -159,6 +159,23 @@ ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, ut_comm *group);
 ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
                                ut_comm *group);
+/* A split model's parameters over its tensor-parallel group (every rank
+ * calls these together, in the same order):
+ *   ut_tp_grad_norm_sq: the square sum of the whole model's gradient, the
+ *     same on every rank: split parameters' parts summed over the group,
+ *     whole (replicated) ones counted once;
+ *   ut_tp_gather_param: parameter i's whole tensor (its partition's full
+ *     shape, ut_partition in nn.h) into host memory `full` on every rank,
+ *     from every rank's part (for checkpoints and export);
+ *   ut_tp_scatter_param: this rank's part of parameter i set from the whole
+ *     tensor `full` in host memory (loading a whole checkpoint; no
+ *     communication).
+ * 0, or -1 with a message. */
+int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err, size_t n);
+int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n);
+void ut_tp_scatter_param(ut_params *p, int i, const float *full);
+/* Elements of parameter i's whole tensor (its own count when not split). */
+int64_t ut_tp_full_numel(const ut_params *p, int i);
 /* The two as a tensor-parallel layer's hooks over group
  * (ut_block_layer_init_tp in nn.h). */
 ut_tp_hooks ut_tp_hooks_of(ut_comm *group);

@@ -12,6 +12,7 @@
  * host memory (a stage) on a device whose memory the communicator cannot
  * take. */
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/dist.h"
 #include "utrain/ops.h"
@@ -84,4 +85,71 @@ ut_tp_hooks ut_tp_hooks_of(ut_comm *group) {
                          .embedding = hook_embedding,
                          .cross_entropy = hook_cross_entropy,
                          .group = group};
+}
+
+// --- a split model's parameters: norm, gather, scatter -----------------------------
+
+int64_t ut_tp_full_numel(const ut_params *p, int i) {
+    const ut_tensor *t = p->t[i];
+    const ut_partition *pt = &p->part[i];
+    if (pt->parts <= 1) return ut_nelem(t);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= pt->full_ne[d];
+    return n;
+}
+
+/* Element e of parameter i's part, as a position in the whole tensor: the
+ * split dimension holds `blocks` stacked blocks, each cut into `parts`
+ * pieces, and the part holds its piece of each block in block order. */
+static int64_t full_index(const ut_tensor *t, const ut_partition *pt, int part, int64_t e) {
+    int64_t inner = 1;
+    for (int d = pt->dim + 1; d < t->ndim; d++) inner *= t->ne[d];
+    int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim], piece = F / ((int64_t)pt->blocks * pt->parts);
+    int64_t i = e % inner, r = e / inner, o = r / L, c = r % L;
+    int64_t full_c = (c / piece) * (F / pt->blocks) + part * piece + c % piece;
+    return (o * F + full_c) * inner + i;
+}
+
+int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err, size_t n) {
+    const ut_backend *be = ut_backend_get(p->device);
+    double s[2] = {0, 0}; /* split parts, whole parameters */
+    for (int i = 0; i < p->n; i++)
+        s[p->part[i].parts > 1 ? 0 : 1] += be->sum_sq(p->flat_grad + p->segs[i].offset, p->segs[i].numel);
+    if (ut_comm_size(group) > 1 && ut_comm_allreduce_f64(group, s, 1)) {
+        snprintf(err, n, "gradient norm over the tensor-parallel group: %s", ut_comm_error(group));
+        return -1;
+    }
+    *sq = s[0] + s[1];
+    return 0;
+}
+
+int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n) {
+    const ut_tensor *t = p->t[i];
+    const ut_partition *pt = &p->part[i];
+    int64_t k = ut_nelem(t);
+    if (pt->parts <= 1) return ut_tensor_get(t, full, (size_t)k * sizeof(float));
+    if (pt->parts != ut_comm_size(group) || pt->part != ut_comm_rank(group)) {
+        snprintf(err, n, "%s: part %d of %d does not match rank %d of a group of %d", p->names[i], pt->part,
+                 pt->parts, ut_comm_rank(group), ut_comm_size(group));
+        return -1;
+    }
+    float *mine = ut_malloc_check((size_t)k * sizeof(float)), *all = ut_malloc_check((size_t)k * pt->parts * sizeof(float));
+    int rc = ut_tensor_get(t, mine, (size_t)k * sizeof(float));
+    rc = rc ? rc : ut_comm_wait(group, ut_comm_iallgather(group, mine, all, k));
+    if (rc) snprintf(err, n, "gathering %s: %s", p->names[i], ut_comm_error(group));
+    for (int r = 0; !rc && r < pt->parts; r++)
+        for (int64_t e = 0; e < k; e++) full[full_index(t, pt, r, e)] = all[(int64_t)r * k + e];
+    ut_free(mine);
+    ut_free(all);
+    return rc ? -1 : 0;
+}
+
+void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
+    ut_tensor *t = p->t[i];
+    const ut_partition *pt = &p->part[i];
+    int64_t k = ut_nelem(t);
+    float *mine = ut_malloc_check((size_t)(k ? k : 1) * sizeof(float));
+    for (int64_t e = 0; e < k; e++) mine[e] = full[pt->parts > 1 ? full_index(t, pt, pt->part, e) : e];
+    UT_ASSERT(ut_tensor_set(t, mine, (size_t)k * sizeof(float)) == 0);
+    ut_free(mine);
 }

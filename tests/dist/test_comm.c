@@ -22,6 +22,7 @@
 #include "utrain/dist.h"
 #include "utrain/nn.h"
 #include "utrain/ops.h"
+#include "utrain/optim.h"
 
 static ut_comm *comm;
 static int rank, size;
@@ -565,8 +566,11 @@ static void test_tp_blocks(void) {
  * its blocks Megatron-style, the tied token embedding and head by
  * vocabulary, the loss ut_tp_cross_entropy) against the same model whole,
  * from the same seed: the loss and each rank's part of every parameter's
- * gradient agree; a model without a split form, and a vocabulary the ranks
- * do not divide, are refused. */
+ * gradient agree, and so does the gradient norm from the parts
+ * (ut_tp_grad_norm_sq); every parameter gathered whole is the whole model's
+ * (ut_tp_gather_param) and a whole tensor scattered to the parts
+ * (ut_tp_scatter_param) gathers back; a model without a split form, and a
+ * vocabulary the ranks do not divide, are refused. */
 static void test_tp_gpt2(void) {
     enum { B = 2, T = 6, V = 32 };
     if (4 % size) return;
@@ -616,6 +620,31 @@ static void test_tp_gpt2(void) {
         free(gw);
     }
     CHECK(size == 1 || split == 1 + 6 * 2, "%d split parameters, want 13", split);
+    /* the whole model's gradient norm from the parts */
+    double sq = -1, want = ut_grad_norm_sq(UT_CPU, m[0]->params.flat_grad, m[0]->params.numel);
+    CHECK(ut_tp_grad_norm_sq(p, comm, &sq, err, sizeof err) == 0 && fabs(sq - want) <= 1e-5 * want,
+          "norm^2 %.9g from the parts, %.9g whole: %s", sq, want, err);
+    /* every parameter gathered whole is the whole model's (the same initial
+     * values, element by element); a whole tensor scattered and gathered
+     * again comes back */
+    bool same = true, back = true;
+    for (int i = 0; i < p->n; i++) {
+        const ut_tensor *w = ut_model_param(m[0], p->names[i]);
+        int64_t nf = ut_tp_full_numel(p, i);
+        float *full = malloc((size_t)nf * sizeof(float)), *ref = malloc((size_t)nf * sizeof(float));
+        CHECK(w && ut_nelem(w) == nf && ut_tp_gather_param(p, i, comm, full, err, sizeof err) == 0, "%s: %s",
+              p->names[i], err);
+        ut_tensor_get(w, ref, (size_t)nf * sizeof(float));
+        same &= !memcmp(full, ref, (size_t)nf * sizeof(float));
+        for (int64_t e = 0; e < nf; e++) ref[e] = (float)e * 0.5f - 3.0f;
+        ut_tp_scatter_param(&m[1]->params, i, ref);
+        CHECK(ut_tp_gather_param(p, i, comm, full, err, sizeof err) == 0, "%s", err);
+        back &= !memcmp(full, ref, (size_t)nf * sizeof(float));
+        free(full);
+        free(ref);
+    }
+    CHECK(same && back, "gathered parameters %s the whole model's; scattered and gathered %s",
+          same ? "equal" : "differ from", back ? "come back" : "differ");
     ut_model_free(m[0]);
     ut_model_free(m[1]);
     if (size > 1) {
