@@ -420,14 +420,26 @@ static void test_model_on_sim(void) {
  * as they were with the gradients zeroed, the copies are the parameters
  * rounded to bf16 either way, and the device's scalars are the host rule's
  * for a clipped, an unclipped and a non-finite norm. */
+/* The devices the optimizer and autocast tests below compare: the CPU, sim,
+ * and CUDA where this machine has a GPU (the suite on a GPU machine). */
+static int step_devices(ut_device *dev) {
+    int n = 0;
+    dev[n++] = UT_CPU, dev[n++] = UT_SIM;
+    char err[256];
+    if (ut_backend_check(UT_CUDA, err, sizeof err) == 0) dev[n++] = UT_CUDA;
+    return n;
+}
+
 static void test_scaled_step(void) {
     enum { N = 1000 };
+    ut_device devs[3];
+    int ndev = step_devices(devs);
     static float p0[N], g0[N], want[N], got[N], st[N], st2[N];
     static uint16_t c16[N], r16[N];
     for (int i = 0; i < N; i++) p0[i] = sinf(0.37f * (float)i), g0[i] = cosf(1.3f * (float)i) * 0.5f;
     ut_param_seg seg[2] = {{.offset = 0, .numel = 600, .decay = true}, {.offset = 608, .numel = 392, .decay = false}};
-    for (int d = 0; d < 2; d++) {
-        ut_device dev = d ? UT_SIM : UT_CPU;
+    for (int d = 0; d < ndev; d++) {
+        ut_device dev = devs[d];
         const ut_backend *be = ut_backend_get(dev);
         for (int kind = 0; kind < 2; kind++) {
             for (int skip = 0; skip < 2; skip++) {
@@ -512,8 +524,10 @@ static void test_param_copies(void) {
     enum { B = 2, T = 8, STEPS = 3 };
     int32_t x[B * T], y[B * T];
     for (int i = 0; i < B * T; i++) x[i] = (i * 7 + 3) % 32, y[i] = (i * 5 + 1) % 32;
-    for (int d = 0; d < 2; d++) {
-        ut_device dev = d ? UT_SIM : UT_CPU;
+    ut_device devs[3];
+    int ndev = step_devices(devs);
+    for (int d = 0; d < ndev; d++) {
+        ut_device dev = devs[d];
         const ut_backend *be = ut_backend_get(dev);
         float loss[2][STEPS];
         float *w[2] = {NULL, NULL};
