@@ -53,6 +53,25 @@ const char *ut_comm_name(const ut_comm *c);      /* "world", or the group's name
  * before the world. */
 ut_comm *ut_comm_split(ut_comm *parent, int color, int key, const char *name, char *err, size_t n);
 
+/* The 3-D layout of a model-parallel job (Megatron-LM's order): world rank
+ * r is tensor-parallel rank r % tp, data-parallel rank (r / tp) % dp and
+ * pipeline stage r / (tp * dp), so a tensor-parallel group is tp
+ * consecutive ranks (the ones that talk most, kept on one node), the
+ * data-parallel group the ranks holding the same part of the same stage,
+ * and the pipeline group the ranks holding the same part of the same data
+ * shard. The groups are "tp", "dp" and "pp" (ut_comm_split; a group of one
+ * rank is made as well, so callers need no special case). */
+typedef struct {
+    int tp, pp, dp;                  /* sizes: world = tp * pp * dp */
+    int tp_rank, pp_rank, dp_rank;
+    ut_comm *tp_group, *dp_group, *pp_group;
+} ut_mesh;
+/* -1 with a message naming the sizes when tp or pp is below 1 or the world
+ * size is not divisible by tp * pp. Every rank calls it with the same sizes. */
+int ut_mesh_init(ut_mesh *m, ut_comm *world, int tp, int pp, char *err, size_t n);
+/* Finalizes the groups (before the world, in the same order on every rank). */
+void ut_mesh_free(ut_mesh *m);
+
 /* Point-to-point, non-blocking: n floats to or from peer, another rank of c.
  * Sends and receives between two ranks match in the order they were issued
  * (MPI's rule), started in issue order with the collectives but finishing

@@ -153,3 +153,33 @@ void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
     UT_ASSERT(ut_tensor_set(t, mine, (size_t)k * sizeof(float)) == 0);
     ut_free(mine);
 }
+
+// --- the 3-D mesh ------------------------------------------------------------------
+
+int ut_mesh_init(ut_mesh *m, ut_comm *world, int tp, int pp, char *err, size_t n) {
+    *m = (ut_mesh){0};
+    int W = ut_comm_size(world), r = ut_comm_rank(world);
+    if (tp < 1 || pp < 1 || W % tp || W % (tp * pp)) {
+        snprintf(err, n, "world size %d is not divisible by dist.tensor_parallel %d x dist.pipeline_parallel %d", W,
+                 tp, pp);
+        return -1;
+    }
+    m->tp = tp, m->pp = pp, m->dp = W / (tp * pp);
+    m->tp_rank = r % tp, m->dp_rank = (r / tp) % m->dp, m->pp_rank = r / (tp * m->dp);
+    /* colour: the coordinates the group shares; key: the rank's place in it */
+    m->tp_group = ut_comm_split(world, m->pp_rank * m->dp + m->dp_rank, m->tp_rank, "tp", err, n);
+    m->dp_group = m->tp_group ? ut_comm_split(world, m->pp_rank * tp + m->tp_rank, m->dp_rank, "dp", err, n) : NULL;
+    m->pp_group = m->dp_group ? ut_comm_split(world, m->dp_rank * tp + m->tp_rank, m->pp_rank, "pp", err, n) : NULL;
+    if (!m->pp_group) {
+        ut_mesh_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void ut_mesh_free(ut_mesh *m) {
+    if (m->pp_group) ut_comm_finalize(m->pp_group);
+    if (m->dp_group) ut_comm_finalize(m->dp_group);
+    if (m->tp_group) ut_comm_finalize(m->tp_group);
+    *m = (ut_mesh){0};
+}

@@ -657,6 +657,43 @@ static void test_tp_gpt2(void) {
     ut_kv_free(kv);
 }
 
+/* The 3-D mesh (ut_mesh_init) for every (tp, pp) that divides the world:
+ * each group has its size, this rank's place in it, and holds the ranks the
+ * layout says (a sum of world ranks over each group against the formula);
+ * a world the sizes do not divide is refused with a message. */
+static void test_mesh(void) {
+    char err[256] = "";
+    for (int tp = 1; tp <= size; tp++)
+        for (int pp = 1; tp * pp <= size; pp++) {
+            if (size % (tp * pp)) continue;
+            ut_mesh m;
+            CHECK(ut_mesh_init(&m, comm, tp, pp, err, sizeof err) == 0, "tp %d pp %d: %s", tp, pp, err);
+            int dp = size / (tp * pp);
+            CHECK(m.dp == dp && m.tp_rank == rank % tp && m.dp_rank == (rank / tp) % dp &&
+                      m.pp_rank == rank / (tp * dp) && ut_comm_size(m.tp_group) == tp &&
+                      ut_comm_size(m.dp_group) == dp && ut_comm_size(m.pp_group) == pp &&
+                      ut_comm_rank(m.tp_group) == m.tp_rank && ut_comm_rank(m.dp_group) == m.dp_rank &&
+                      ut_comm_rank(m.pp_group) == m.pp_rank,
+                  "tp %d pp %d: ranks %d %d %d of %d %d %d", tp, pp, m.tp_rank, m.dp_rank, m.pp_rank,
+                  ut_comm_size(m.tp_group), ut_comm_size(m.dp_group), ut_comm_size(m.pp_group));
+            /* each group's sum of world ranks, from the layout */
+            int base = m.pp_rank * tp * dp, want[3] = {0, 0, 0};
+            for (int t = 0; t < tp; t++) want[0] += base + m.dp_rank * tp + t;
+            for (int d = 0; d < dp; d++) want[1] += base + d * tp + m.tp_rank;
+            for (int q = 0; q < pp; q++) want[2] += q * tp * dp + m.dp_rank * tp + m.tp_rank;
+            ut_comm *g[3] = {m.tp_group, m.dp_group, m.pp_group};
+            for (int k = 0; k < 3; k++) {
+                float v = (float)rank;
+                CHECK(ut_comm_wait(g[k], ut_comm_iallreduce(g[k], &v, 1)) == 0 && v == (float)want[k],
+                      "tp %d pp %d: group %s sums ranks to %g, want %d", tp, pp, ut_comm_name(g[k]), v, want[k]);
+            }
+            ut_mesh_free(&m);
+        }
+    ut_mesh m;
+    CHECK(ut_mesh_init(&m, comm, size + 1, 1, err, sizeof err) == -1 &&
+              strstr(err, "is not divisible by dist.tensor_parallel"), "%s", err);
+}
+
 static void test_split_groups(void) {
     char err[256] = "";
     ut_comm *g = ut_comm_split(comm, rank % 2, -rank, "parity", err, sizeof err);
@@ -817,6 +854,7 @@ int main(int argc, char **argv) {
     RUN(test_tp_blocks);
     RUN(test_tp_vocab);
     RUN(test_tp_gpt2);
+    RUN(test_mesh);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
     ut_comm_finalize(comm);
