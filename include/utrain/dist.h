@@ -166,7 +166,8 @@ ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
  * of a vocabulary of `vocab` ids, rank r the ids [r*Vp, (r+1)*Vp):
  *   ut_tp_embedding:     table (Vp, C), this rank's rows -> (..., C), the
  *                        whole lookup on every rank (each part looks up its
- *                        own ids, then the sum over the group)
+ *                        own ids, then the sum over the group); padding_idx
+ *                        (or -1) takes no gradient
  *   ut_tp_cross_entropy: logits (..., Vp), this rank's columns -> the
  *                        cross-entropy over the whole vocabulary (scalar, the
  *                        same on every rank), without gathering the logits:
@@ -175,7 +176,8 @@ ut_tensor *ut_tp_reduce(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
  * Their gradients reach each rank's part; the head's input gradient needs
  * the ut_tp_copy in front of the column-parallel head, as for any
  * column-parallel linear. */
-ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, ut_comm *group);
+ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, int padding_idx,
+                           ut_comm *group);
 ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
                                ut_comm *group);
 /* A split model's parameters over its tensor-parallel group (every rank

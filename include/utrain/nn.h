@@ -174,7 +174,8 @@ typedef struct {
     /* the vocabulary-parallel lookup and loss (ut_tp_embedding,
      * ut_tp_cross_entropy in dist.h): table and logits hold this rank's
      * part of a vocabulary of `vocab` ids */
-    ut_tensor *(*embedding)(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, void *group);
+    ut_tensor *(*embedding)(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, int padding_idx,
+                            void *group);
     ut_tensor *(*cross_entropy)(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab,
                                 int ignore_index, void *group);
     void *group;
@@ -235,6 +236,21 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
                            float proj_std, float dropout, int tp_rank, int tp_size, ut_tp_hooks hooks, char *err,
                            size_t n);
 
+/* One rank's part of a linear split over tp_size ranks (Megatron-LM):
+ * dim 0 column-parallel (its output features, and their biases), dim 1
+ * row-parallel (its input features; the bias whole, added after the sum over
+ * the group: ut_tp_row_out), in `blocks` stacked blocks (3 for a packed
+ * q/k/v). Weights N(0, std), biases 0, each part its slice of the whole
+ * initial values under the whole names. -1 with a message when the features
+ * do not divide. */
+int ut_linear_layer_init_part(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
+                              float std, int dim, int tp_rank, int tp_size, int blocks, char *err, size_t n);
+/* A column-parallel linear's input (f: the same on every rank, its gradient
+ * summed over the group), and a row-parallel linear's output (g: the parts'
+ * sum, then the whole bias); with hooks zeroed (not split) x itself and the
+ * plain linear. */
+ut_tensor *ut_tp_col_in(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x);
+ut_tensor *ut_tp_row_out(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x, const ut_linear_layer *l);
 ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
 ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
 ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, ut_tensor *x);

@@ -79,8 +79,10 @@ ut_tensor *ut_embedding_pad(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int p
  * of ids [offset, offset + Vp) of a vocabulary of `vocab` ids; an id of
  * another part gives a zero row (the sum over the parts, ut_tp_embedding in
  * dist.h, is the whole lookup) and takes no gradient; an id outside
- * [0, vocab) is an error. */
-ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int64_t offset, int64_t vocab);
+ * [0, vocab) is an error; padding_idx (an id of the whole vocabulary, or
+ * -1) takes no gradient, as in ut_embedding_pad. */
+ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int64_t offset, int64_t vocab,
+                             int padding_idx);
 
 /* ---- convolution, pooling ---- */
 /* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */

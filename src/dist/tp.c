@@ -50,11 +50,12 @@ static bool vocab_part(ut_ctx *ctx, const char *what, int64_t Vp, int64_t vocab,
     return true;
 }
 
-ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, ut_comm *group) {
+ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, int padding_idx,
+                           ut_comm *group) {
     int64_t v0;
     if (!ids || !table || ut_ctx_error(ctx)) return NULL;
     if (table->ndim != 2 || !vocab_part(ctx, "tp_embedding", table->ne[0], vocab, group, &v0)) return NULL;
-    return ut_tp_reduce(ctx, ut_embedding_part(ctx, ids, table, v0, vocab), group);
+    return ut_tp_reduce(ctx, ut_embedding_part(ctx, ids, table, v0, vocab, padding_idx), group);
 }
 
 ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
@@ -71,8 +72,9 @@ ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *target
 static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }
 static ut_tensor *hook_reduce(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_reduce(ctx, x, group); }
 
-static ut_tensor *hook_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, void *group) {
-    return ut_tp_embedding(ctx, ids, table, vocab, group);
+static ut_tensor *hook_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, int padding_idx,
+                                 void *group) {
+    return ut_tp_embedding(ctx, ids, table, vocab, padding_idx, group);
 }
 static ut_tensor *hook_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab,
                                      int ignore_index, void *group) {

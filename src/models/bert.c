@@ -50,6 +50,7 @@ typedef struct {
     bert_layer *layer;
     ut_linear_layer pooler, classifier; /* RoBERTa: classifier.dense, classifier.out_proj */
     layer_arg *args;          /* per layer: ut_checkpoint keeps the pointer until backward */
+    ut_model_layout lay;      /* tensor parallel: heads, features and the word embedding's vocabulary split */
 } bert;
 
 /* one encoder layer's fn argument: in = {x (B, T, C), mask (B, T)} */
@@ -70,23 +71,27 @@ static void bert_free(void *impl) {
  * x = the layer's input (rows of any layout) */
 static ut_tensor *layer_tail(ut_ctx *ctx, const layer_arg *a, ut_tensor *h, ut_tensor *x) {
     const bert_layer *l = a->l;
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->attn_out, h), a->net->dropout);
+    const ut_tp_hooks *tp = &a->net->lay.tp; /* zeroed when whole: plain linears */
+    h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &l->attn_out), a->net->dropout);
     x = ut_layernorm_layer_forward(ctx, &l->attn_ln, ut_add(ctx, h, x));
-    h = ut_linear_layer_forward(ctx, &l->inter, x);
+    h = ut_linear_layer_forward(ctx, &l->inter, ut_tp_col_in(ctx, tp, x));
     h = a->net->exact_gelu ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->out, h), a->net->dropout);
+    h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &l->out), a->net->dropout);
     return ut_layernorm_layer_forward(ctx, &l->out_ln, ut_add(ctx, h, x));
 }
+
+/* this rank's attention heads (all of them when whole) */
+static int local_heads(const bert *net) { return (int)(net->NH / net->lay.tp_size); }
 
 /* padded layout: in = {x (B, T, C), additive mask (B, T)} */
 static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     (void)n;
     const layer_arg *a = user;
     const bert_layer *l = a->l;
-    ut_tensor *x = in[0];
-    ut_tensor *h = ut_attention_masked(ctx, ut_linear_layer_forward(ctx, &l->query, x),
-                                       ut_linear_layer_forward(ctx, &l->key, x),
-                                       ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
+    ut_tensor *x = in[0], *xi = ut_tp_col_in(ctx, &a->net->lay.tp, x);
+    ut_tensor *h = ut_attention_masked(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
+                                       ut_linear_layer_forward(ctx, &l->key, xi),
+                                       ut_linear_layer_forward(ctx, &l->value, xi), in[1], local_heads(a->net),
                                        a->net->attn_dropout);
     return layer_tail(ctx, a, h, x);
 }
@@ -97,10 +102,10 @@ static ut_tensor *layer_fn_packed(ut_ctx *ctx, void *user, ut_tensor **in, int n
     (void)n;
     const layer_arg *a = user;
     const bert_layer *l = a->l;
-    ut_tensor *x = in[0];
-    ut_tensor *h = ut_attention_varlen(ctx, ut_linear_layer_forward(ctx, &l->query, x),
-                                       ut_linear_layer_forward(ctx, &l->key, x),
-                                       ut_linear_layer_forward(ctx, &l->value, x), in[1], (int)a->net->NH,
+    ut_tensor *x = in[0], *xi = ut_tp_col_in(ctx, &a->net->lay.tp, x);
+    ut_tensor *h = ut_attention_varlen(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
+                                       ut_linear_layer_forward(ctx, &l->key, xi),
+                                       ut_linear_layer_forward(ctx, &l->value, xi), in[1], local_heads(a->net),
                                        false, a->net->attn_dropout);
     return layer_tail(ctx, a, h, x);
 }
@@ -189,8 +194,10 @@ static int bert_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
  * (its row takes no gradient, also where a text holds the pad token or a
  * batch is left-padded), and so has RoBERTa's position embedding. */
 static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor *types, ut_tensor *pos) {
-    ut_tensor *h = ut_add(ctx, ut_embedding_pad(ctx, ids, net->word.w, (int)net->pad_id),
-                          ut_embedding_layer_forward(ctx, &net->type, types));
+    const ut_tp_hooks *tp = &net->lay.tp;
+    ut_tensor *word = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->word.w, net->V, (int)net->pad_id, tp->group)
+                                           : ut_embedding_pad(ctx, ids, net->word.w, (int)net->pad_id);
+    ut_tensor *h = ut_add(ctx, word, ut_embedding_layer_forward(ctx, &net->type, types));
     h = ut_add(ctx, h, net->roberta ? ut_embedding_pad(ctx, pos, net->pos.w, (int)net->pad_id)
                                     : ut_embedding_layer_forward(ctx, &net->pos, pos));
     return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, &net->emb_ln, h), net->dropout);
@@ -240,18 +247,29 @@ static void layer_init(ut_model *m, bert *net, bert_layer *l, int64_t i, float s
     snprintf(p, sizeof p, "%s.encoder.layer.%lld", net->prefix, (long long)i);
     const char *leaf[3] = {"query", "key", "value"};
     ut_linear_layer *qkv[3] = {&l->query, &l->key, &l->value};
+    int r = net->lay.tp_rank, T = net->lay.tp_size;
+    char err[256];
+    /* split: q, k, v and intermediate column-parallel (this rank's heads,
+     * its share of the features), the two output denses row-parallel
+     * (divisibility checked in read_dims' caller) */
+#define BERT_LINEAR(l, name, in, out, dim)                                                              \
+    do {                                                                                                \
+        if (T > 1) UT_ASSERT(ut_linear_layer_init_part(m, l, name, in, out, std, dim, r, T, 1, err, sizeof err) == 0); \
+        else ut_linear_layer_init_normal(m, l, name, in, out, std);                                     \
+    } while (0)
     for (int k = 0; k < 3; k++) {
         snprintf(q, sizeof q, "%s.attention.self.%s", p, leaf[k]);
-        ut_linear_layer_init_normal(m, qkv[k], q, C, C, std);
+        BERT_LINEAR(qkv[k], q, C, C, 0);
     }
     snprintf(q, sizeof q, "%s.attention.output.dense", p);
-    ut_linear_layer_init_normal(m, &l->attn_out, q, C, C, std);
+    BERT_LINEAR(&l->attn_out, q, C, C, 1);
     snprintf(q, sizeof q, "%s.attention.output.LayerNorm", p);
     ln_init(m, &l->attn_ln, q, C, net->eps);
     snprintf(q, sizeof q, "%s.intermediate.dense", p);
-    ut_linear_layer_init_normal(m, &l->inter, q, C, net->I, std);
+    BERT_LINEAR(&l->inter, q, C, net->I, 0);
     snprintf(q, sizeof q, "%s.output.dense", p);
-    ut_linear_layer_init_normal(m, &l->out, q, net->I, C, std);
+    BERT_LINEAR(&l->out, q, net->I, C, 1);
+#undef BERT_LINEAR
     snprintf(q, sizeof q, "%s.output.LayerNorm", p);
     ln_init(m, &l->out_ln, q, C, net->eps);
 }
@@ -266,7 +284,16 @@ static void embeddings_init(ut_model *m, bert *net, float std) {
     int64_t rows[3] = {net->V, net->P, net->TV};
     for (int k = 0; k < 3; k++) {
         snprintf(p, sizeof p, "%s.embeddings.%s", net->prefix, leaf[k]);
-        ut_embedding_layer_init(m, e[k], p, rows[k], net->C, std);
+        if (k == 0 && net->lay.tp_size > 1) { /* this rank's rows of the vocabulary */
+            char err[256], w[160];
+            snprintf(w, sizeof w, "%s.weight", p);
+            e[k]->w = ut_param_add_part(m, w, 2, (int64_t[]){rows[k], net->C}, (ut_init){UT_INIT_NORMAL, std}, 0,
+                                        net->lay.tp_size, net->lay.tp_rank, 1, err, sizeof err);
+            UT_ASSERT(e[k]->w); /* vocab_size checked in build */
+            m->tp_size = net->lay.tp_size;
+        } else {
+            ut_embedding_layer_init(m, e[k], p, rows[k], net->C, std);
+        }
     }
     snprintf(p, sizeof p, "%s.embeddings.LayerNorm", net->prefix);
     ln_init(m, &net->emb_ln, p, net->C, net->eps);
@@ -394,10 +421,13 @@ static void zero_padding_rows(const bert *net) {
     const ut_embedding_layer *e[2] = {&net->word, &net->pos};
     for (int k = 0; k < 2; k++) {
         ut_tensor *w = e[k]->w;
+        /* a split word embedding: the row is this rank's when the id is in its part */
+        int64_t row = net->pad_id - (k == 0 ? (int64_t)net->lay.tp_rank * w->ne[0] : 0);
+        if (row < 0 || row >= w->ne[0]) continue;
         size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
         float *h = ut_malloc_check(bytes);
         if (!ut_tensor_get(w, h, bytes)) {
-            memset(h + net->pad_id * net->C, 0, (size_t)net->C * sizeof *h);
+            memset(h + row * net->C, 0, (size_t)net->C * sizeof *h);
             ut_tensor_set(w, h, bytes);
         }
         ut_free(h);
@@ -437,6 +467,23 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
+    net.lay = ut_model_build_layout();
+    int T = net.lay.tp_size;
+    if (T > 1) {
+        const char *who = net.roberta ? "roberta" : "bert";
+        if (dir)
+            return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
+                                     "split model is not built yet; load it whole"), NULL;
+        if (net.NH % T || net.I % T || net.V % T)
+            return ut_errorf(err, n, "%s: num_attention_heads %lld, intermediate_size %lld and vocab_size %lld "
+                                     "must be divisible by dist.tensor_parallel %d (pad the vocabulary, as "
+                                     "Megatron-LM does)", who, (long long)net.NH, (long long)net.I,
+                             (long long)net.V, T), NULL;
+        if (net.dropout > 0 || net.attn_dropout > 0 || net.cls_dropout > 0)
+            return ut_errorf(err, n, "%s: dropout with dist.tensor_parallel %d: per-rank dropout streams inside the "
+                                     "split layers are not built yet; set hidden_dropout_prob, "
+                                     "attention_probs_dropout_prob and classifier_dropout to 0", who, T), NULL;
+    }
     double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
                                       (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +
                                       C * (C + (double)net.K);

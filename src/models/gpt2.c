@@ -141,7 +141,7 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         /* split: each rank looks up its part of the vocabulary, summed over
          * the group; its logits are its part's columns (the tied head is
          * column-parallel), and the loss never gathers them */
-        ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, tp->group)
+        ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
                                : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
         ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
         if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);

@@ -132,8 +132,8 @@ void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int
  * (out, in) of the full (full_out, full_in), cut along dim (0: output
  * features, column-parallel; 1: input features, row-parallel) in blocks;
  * the bias follows the output features (cut when dim is 0, whole when 1). */
-static int linear_part(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out, float std,
-                       int dim, int rank, int size, int blocks, char *err, size_t n) {
+int ut_linear_layer_init_part(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
+                              float std, int dim, int rank, int size, int blocks, char *err, size_t n) {
     char buf[256];
     l->w = ut_param_add_part(m, pname(buf, sizeof buf, prefix, "weight"), 2, (int64_t[]){out, in},
                              (ut_init){UT_INIT_NORMAL, std}, dim, size, rank, blocks, err, n);
@@ -154,18 +154,18 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
     char buf[256], sub[256];
     ut_layernorm_layer_init(m, &l->ln_1, pname(buf, sizeof buf, prefix, "ln_1"), C);
     pname(sub, sizeof sub, prefix, "attn");
-    if (linear_part(m, &l->attn.c_attn, pname(buf, sizeof buf, sub, "c_attn"), C, 3 * C, 0.02f, 0, tp_rank,
+    if (ut_linear_layer_init_part(m, &l->attn.c_attn, pname(buf, sizeof buf, sub, "c_attn"), C, 3 * C, 0.02f, 0, tp_rank,
                     tp_size, 3, err, n) ||
-        linear_part(m, &l->attn.c_proj, pname(buf, sizeof buf, sub, "c_proj"), C, C, proj_std, 1, tp_rank, tp_size,
+        ut_linear_layer_init_part(m, &l->attn.c_proj, pname(buf, sizeof buf, sub, "c_proj"), C, C, proj_std, 1, tp_rank, tp_size,
                     1, err, n))
         return -1;
     l->attn.n_head = n_head / tp_size;
     l->attn.dropout = dropout;
     ut_layernorm_layer_init(m, &l->ln_2, pname(buf, sizeof buf, prefix, "ln_2"), C);
     pname(sub, sizeof sub, prefix, "mlp");
-    if (linear_part(m, &l->mlp.c_fc, pname(buf, sizeof buf, sub, "c_fc"), C, 4 * C, 0.02f, 0, tp_rank, tp_size, 1,
+    if (ut_linear_layer_init_part(m, &l->mlp.c_fc, pname(buf, sizeof buf, sub, "c_fc"), C, 4 * C, 0.02f, 0, tp_rank, tp_size, 1,
                     err, n) ||
-        linear_part(m, &l->mlp.c_proj, pname(buf, sizeof buf, sub, "c_proj"), 4 * C, C, proj_std, 1, tp_rank,
+        ut_linear_layer_init_part(m, &l->mlp.c_proj, pname(buf, sizeof buf, sub, "c_proj"), 4 * C, C, proj_std, 1, tp_rank,
                     tp_size, 1, err, n))
         return -1;
     l->mlp.dropout = dropout;
@@ -173,16 +173,19 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
     return 0;
 }
 
-/* A row-parallel linear's output: the parts summed over the group, then the
- * whole bias; not split: the plain linear. */
+ut_tensor *ut_tp_row_out(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x, const ut_linear_layer *lin) {
+    if (!tp->reduce) return ut_linear(ctx, x, lin->w, lin->b);
+    return ut_add(ctx, tp->reduce(ctx, ut_linear(ctx, x, lin->w, NULL), tp->group), lin->b);
+}
+
+ut_tensor *ut_tp_col_in(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x) {
+    return tp->copy ? tp->copy(ctx, x, tp->group) : x;
+}
+
 static ut_tensor *row_out(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, const ut_linear_layer *lin) {
-    if (!l->tp.reduce) return ut_linear(ctx, x, lin->w, lin->b);
-    return ut_add(ctx, l->tp.reduce(ctx, ut_linear(ctx, x, lin->w, NULL), l->tp.group), lin->b);
+    return ut_tp_row_out(ctx, &l->tp, x, lin);
 }
-/* A column-parallel linear's input: the same on every rank of the group. */
-static ut_tensor *col_in(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) {
-    return l->tp.copy ? l->tp.copy(ctx, x, l->tp.group) : x;
-}
+static ut_tensor *col_in(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) { return ut_tp_col_in(ctx, &l->tp, x); }
 
 /* The one GPT-2 block, on rows as its inputs lay them out: in = {x (B, T, C)}
  * causal over each row (the fused attention on the packed qkv); {x (B, T, C),

@@ -49,7 +49,8 @@ ut_tensor *ut_embedding_pad(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int p
     return embedding_new(ctx, idx, table, padding_idx, 0, 0);
 }
 
-ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int64_t offset, int64_t vocab) {
+ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int64_t offset, int64_t vocab,
+                             int padding_idx) {
     if (table && (offset < 0 || table->ndim != 2 || offset + table->ne[0] > vocab)) {
         ut_tensor *src[2] = {idx, table};
         ut_op_error(ctx, "embedding", 2, src,
@@ -57,5 +58,5 @@ ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int6
                            (long long)offset, (long long)vocab));
         return NULL;
     }
-    return embedding_new(ctx, idx, table, -1, offset, vocab);
+    return embedding_new(ctx, idx, table, padding_idx, offset, vocab);
 }

@@ -451,7 +451,7 @@ static void test_tp_vocab(void) {
         ut_tensor *W = tp_leaf(ctx, 2, (int64_t[]){tp ? vp : V, C}, tp ? w + lo * C : w);
         ut_tensor *I = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, ids);
         ut_tensor *T = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, tg);
-        ut_tensor *h = tp ? ut_tp_embedding(ctx, I, E, V, comm) : ut_embedding(ctx, I, E);
+        ut_tensor *h = tp ? ut_tp_embedding(ctx, I, E, V, -1, comm) : ut_embedding(ctx, I, E);
         h = ut_gelu(ctx, h);
         ut_tensor *l = tp ? ut_tp_cross_entropy(ctx, ut_linear(ctx, ut_tp_copy(ctx, h, comm), W, NULL), T, V, -100,
                                                 comm)
@@ -562,6 +562,54 @@ static void test_tp_blocks(void) {
     ut_model_free(m[1]);
 }
 
+/* The loss of model m on input x (ndim, xne) and targets y (yndim, yne),
+ * after its backward; NAN when it failed. */
+static float split_loss(ut_model *m, int ndim, const int64_t *xne, const int32_t *x, int yndim, const int64_t *yne,
+                        const int32_t *y) {
+    ut_ctx *ctx = ut_ctx_new(NULL);
+    float v = NAN;
+    ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, ndim, xne, x)),
+                                 ut_tensor_from(ctx, UT_I32, yndim, yne, y));
+    CHECK(l && ut_backward(ctx, l) == 0 && ut_tensor_get(l, &v, sizeof(float)) == 0, "%s: %s", m->type,
+          ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+    ut_ctx_free(ctx);
+    return v;
+}
+
+/* Each parameter of the split model `part` against the whole model's (by
+ * name): its gradient within 1e-5 of its slice of the whole gradient,
+ * relative to the largest value of the whole model's gradient (some
+ * gradients are zero but for rounding: attention's key bias). Returns the
+ * number of split parameters. */
+static int check_split_grads(ut_model *whole, ut_model *part) {
+    const ut_params *p = &part->params;
+    int split = 0;
+    double top = 1e-30;
+    for (int i = 0; i < whole->params.n; i++) {
+        const ut_tensor *w = whole->params.t[i];
+        int64_t nw = ut_nelem(w);
+        float *gw = malloc((size_t)nw * sizeof(float));
+        ut_tensor_get_grad(w, gw, (size_t)nw * sizeof(float));
+        for (int64_t e = 0; e < nw; e++) top = fmax(top, fabs(gw[e]));
+        free(gw);
+    }
+    for (int i = 0; i < p->n; i++) {
+        const ut_tensor *t = p->t[i], *w = ut_model_param(whole, p->names[i]);
+        int64_t n = ut_nelem(t), nw = w ? ut_nelem(w) : 0;
+        float *g = malloc((size_t)n * sizeof(float)), *gw = malloc((size_t)(nw + 1) * sizeof(float));
+        ut_tensor_get_grad(t, g, (size_t)n * sizeof(float));
+        if (w) ut_tensor_get_grad(w, gw, (size_t)nw * sizeof(float));
+        double d = 0;
+        for (int64_t e = 0; w && e < n; e++)
+            d = fmax(d, fabs(g[e] - gw[p->part[i].parts > 1 ? full_index(t, &p->part[i], e) : e]));
+        split += p->part[i].parts > 1;
+        CHECK(w && d / top <= 1e-5, "%s %s: gradient differs by %g relative", part->type, p->names[i], d / top);
+        free(g);
+        free(gw);
+    }
+    return split;
+}
+
 /* GPT-2's language model split over the ranks (ut_model_create_layout:
  * its blocks Megatron-style, the tied token embedding and head by
  * vocabulary, the loss ut_tp_cross_entropy) against the same model whole,
@@ -589,36 +637,11 @@ static void test_tp_gpt2(void) {
     int32_t x[B * T], y[B * T];
     for (int i = 0; i < B * T; i++) x[i] = (i * 7 + 3) % V, y[i] = i == 4 ? -1 : (i * 5 + 2) % V;
     float loss[2];
-    for (int v = 0; v < 2; v++) {
-        ut_ctx *ctx = ut_ctx_new(NULL);
-        ut_tensor *l = ut_model_loss(m[v], ctx, ut_model_forward(m[v], ctx, ut_tensor_from(ctx, UT_I32, 2,
-                                                                                     (int64_t[]){B, T}, x)),
-                                     ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, y));
-        CHECK(l && ut_backward(ctx, l) == 0 && ut_tensor_get(l, &loss[v], sizeof(float)) == 0, "%s",
-              ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
-        ut_ctx_free(ctx);
-    }
+    for (int v = 0; v < 2; v++) loss[v] = split_loss(m[v], 2, (int64_t[]){B, T}, x, 2, (int64_t[]){B, T}, y);
     CHECK(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]), "loss %.9g split over %d, %.9g whole",
           loss[1], size, loss[0]);
     const ut_params *p = &m[1]->params;
-    int split = 0;
-    double worst = 0;
-    for (int i = 0; i < p->n; i++) {
-        const ut_tensor *t = p->t[i], *w = ut_model_param(m[0], p->names[i]);
-        int64_t n = ut_nelem(t), nw = w ? ut_nelem(w) : 0;
-        float *g = malloc((size_t)n * sizeof(float)), *gw = malloc((size_t)(nw + 1) * sizeof(float));
-        ut_tensor_get_grad(t, g, (size_t)n * sizeof(float));
-        if (w) ut_tensor_get_grad(w, gw, (size_t)nw * sizeof(float));
-        double d = 0, top = 1e-30;
-        for (int64_t e = 0; w && e < n; e++)
-            d = fmax(d, fabs(g[e] - gw[p->part[i].parts > 1 ? full_index(t, &p->part[i], e) : e]));
-        for (int64_t e = 0; e < nw; e++) top = fmax(top, fabs(gw[e]));
-        split += p->part[i].parts > 1;
-        worst = fmax(worst, w ? d / top : INFINITY);
-        CHECK(w && d / top <= 1e-5, "%s: gradient differs by %g relative", p->names[i], d / top);
-        free(g);
-        free(gw);
-    }
+    int split = check_split_grads(m[0], m[1]);
     CHECK(size == 1 || split == 1 + 6 * 2, "%d split parameters, want 13", split);
     /* the whole model's gradient norm from the parts */
     double sq = -1, want = ut_grad_norm_sq(UT_CPU, m[0]->params.flat_grad, m[0]->params.numel);
@@ -655,6 +678,58 @@ static void test_tp_gpt2(void) {
                   strstr(err, "has no tensor-parallel form"), "%s", err);
     }
     ut_kv_free(kv);
+}
+
+/* BERT and RoBERTa classifiers split over the ranks (q, k, v and the
+ * intermediate column-parallel, the output denses row-parallel, the word
+ * embedding by vocabulary with its padding row; embeddings of positions and
+ * types, layer norms, pooler and classifier whole) against the same models
+ * whole: loss and every gradient part agree on right-padded rows (the packed
+ * layout) and on rows that start with padding (the padded layout); dropout
+ * is refused for a split model. */
+static void test_tp_bert(void) {
+    enum { B = 2, T = 6 };
+    if (4 % size) return;
+    const char *names[2] = {"bert", "roberta"};
+    for (int k = 0; k < 2; k++) {
+        char err[256] = "";
+        ut_kv *kv = ut_kv_new();
+        ut_kv_set(kv, "vocab_size", "32"), ut_kv_set(kv, "hidden_size", "16");
+        ut_kv_set(kv, "num_hidden_layers", "2"), ut_kv_set(kv, "num_attention_heads", "4");
+        ut_kv_set(kv, "intermediate_size", "32"), ut_kv_set(kv, "max_position_embeddings", "16");
+        ut_kv_set(kv, "type_vocab_size", "2"), ut_kv_set(kv, "num_labels", "3");
+        ut_kv_set(kv, "hidden_dropout_prob", "0"), ut_kv_set(kv, "attention_probs_dropout_prob", "0");
+        if (k) ut_kv_set(kv, "pad_token_id", "1");
+        ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
+        ut_model *m[2] = {ut_model_create(names[k], kv, 5, err, sizeof err),
+                          ut_model_create_layout(names[k], kv, 5, UT_CPU, &lay, err, sizeof err)};
+        CHECK(m[0] && m[1], "%s: %s", names[k], err);
+        for (int padded = 0; padded < 2 && m[0] && m[1]; padded++) {
+            /* planes (B, 3, T): ids, types, mask; row 1 right-padded, or starting with padding */
+            int32_t x[B * 3 * T] = {5, 7, 9, 4, 4, 2, /**/ 0, 0, 0, 1, 1, 1, /**/ 1, 1, 1, 1, 1, 1,
+                                    6, 8, 3, 2, 1, 1, /**/ 0, 0, 1, 1, 0, 0, /**/ 1, 1, 1, 1, 0, 0};
+            int32_t y[B] = {2, 0};
+            if (padded) x[(1 * 3 + 2) * T + 0] = 0, x[1 * 3 * T + 0] = 1;
+            if (padded) x[(1 * 3 + 2) * T + 4] = 1, x[(1 * 3 + 2) * T + 5] = 1;
+            ut_model_zero_grad(m[0]), ut_model_zero_grad(m[1]);
+            float loss[2];
+            for (int v = 0; v < 2; v++) loss[v] = split_loss(m[v], 3, (int64_t[]){B, 3, T}, x, 1, (int64_t[]){B}, y);
+            CHECK(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]),
+                  "%s (%s rows): loss %.9g split over %d, %.9g whole", names[k], padded ? "padded" : "packed",
+                  loss[1], size, loss[0]);
+            int split = check_split_grads(m[0], m[1]);
+            /* per layer q, k, v, intermediate (weight and bias each) and two output weights; the word embedding */
+            CHECK(size == 1 || split == 2 * 10 + 1, "%s: %d split parameters, want 21", names[k], split);
+        }
+        ut_model_free(m[0]);
+        ut_model_free(m[1]);
+        if (size > 1) {
+            ut_kv_set(kv, "hidden_dropout_prob", "0.1");
+            CHECK(!ut_model_create_layout(names[k], kv, 5, UT_CPU, &lay, err, sizeof err) &&
+                      strstr(err, "per-rank dropout streams"), "%s", err);
+        }
+        ut_kv_free(kv);
+    }
 }
 
 /* The 3-D mesh (ut_mesh_init) for every (tp, pp) that divides the world:
@@ -854,6 +929,7 @@ int main(int argc, char **argv) {
     RUN(test_tp_blocks);
     RUN(test_tp_vocab);
     RUN(test_tp_gpt2);
+    RUN(test_tp_bert);
     RUN(test_mesh);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
