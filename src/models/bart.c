@@ -60,6 +60,7 @@ struct bart {
     bart_layer *layer; /* EL encoder layers, then DL decoder layers */
     layer_arg *args;
     ut_linear_layer dense, out_proj;
+    ut_model_layout lay; /* tensor parallel: heads, features and the shared embedding's vocabulary split */
 };
 
 static void bart_free(void *impl) {
@@ -75,20 +76,23 @@ static void bart_free(void *impl) {
  * offsets where each sequence starts */
 static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_tensor *x, ut_tensor *kv,
                          ut_tensor *aux, int64_t NH, bool causal) {
-    ut_tensor *q = ut_linear_layer_forward(ctx, &a->q, x), *k = ut_linear_layer_forward(ctx, &a->k, kv),
-              *v = ut_linear_layer_forward(ctx, &a->v, kv);
+    const ut_tp_hooks *tp = &net->lay.tp; /* zeroed when whole: plain linears */
+    ut_tensor *xi = ut_tp_col_in(ctx, tp, x), *kvi = kv == x ? xi : ut_tp_col_in(ctx, tp, kv);
+    ut_tensor *q = ut_linear_layer_forward(ctx, &a->q, xi), *k = ut_linear_layer_forward(ctx, &a->k, kvi),
+              *v = ut_linear_layer_forward(ctx, &a->v, kvi);
+    NH /= net->lay.tp_size; /* this rank's heads */
     ut_tensor *h = aux && aux->dtype == UT_I32
                        ? ut_attention_varlen(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout)
                        : ut_attention_qkv(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout);
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &a->out, h), net->dropout);
+    h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &a->out), net->dropout);
     return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, h));
 }
 
 static ut_tensor *feed_forward(ut_ctx *ctx, const bart *net, const bart_layer *l, ut_tensor *x) {
-    ut_tensor *h = ut_linear_layer_forward(ctx, &l->fc1, x);
+    ut_tensor *h = ut_linear_layer_forward(ctx, &l->fc1, ut_tp_col_in(ctx, &net->lay.tp, x));
     h = net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : net->act == ACT_RELU ? ut_relu(ctx, h) : ut_gelu(ctx, h);
     h = ut_dropout(ctx, h, net->act_dropout);
-    h = ut_dropout(ctx, ut_linear_layer_forward(ctx, &l->fc2, h), net->dropout);
+    h = ut_dropout(ctx, ut_tp_row_out(ctx, &net->lay.tp, h, &l->fc2), net->dropout);
     return ut_layernorm_layer_forward(ctx, &l->final_ln, ut_add(ctx, x, h));
 }
 
@@ -210,7 +214,9 @@ static int bart_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
 /* token (scaled) + position embeddings, layernorm_embedding, dropout */
 static ut_tensor *embed(ut_ctx *ctx, const bart *net, ut_tensor *ids, ut_tensor *pos,
                         const ut_embedding_layer *pe, const ut_layernorm_layer *ln) {
-    ut_tensor *h = ut_embedding_pad(ctx, ids, net->shared.w, (int)net->pad);
+    const ut_tp_hooks *tp = &net->lay.tp;
+    ut_tensor *h = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->shared.w, net->V, (int)net->pad, tp->group)
+                                        : ut_embedding_pad(ctx, ids, net->shared.w, (int)net->pad);
     if (net->embed_scale != 1.0f) h = ut_scale(ctx, h, net->embed_scale);
     h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, pe, pos));
     return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, ln, h), net->dropout);
@@ -241,13 +247,28 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
 
 /* ---- building ---- */
 /* k, v, q, out projections and the layer norm after, in transformers' order */
-static void attn_init(ut_model *m, bart_attn *a, const char *prefix, const char *ln, int64_t C, float std) {
+/* A linear, whole or this rank's part (dim 0 column-parallel, 1
+ * row-parallel; the sizes were checked in ut_bart_build). */
+static void linear_init(ut_model *m, const bart *net, ut_linear_layer *l, const char *name, int64_t in, int64_t out,
+                        float std, int dim) {
+    char err[256];
+    if (net->lay.tp_size > 1)
+        UT_ASSERT(ut_linear_layer_init_part(m, l, name, in, out, std, dim, net->lay.tp_rank, net->lay.tp_size, 1, err,
+                                            sizeof err) == 0);
+    else
+        ut_linear_layer_init_normal(m, l, name, in, out, std);
+}
+
+/* k, v, q (column-parallel when split), out (row-parallel) projections and
+ * the layer norm after, in transformers' order */
+static void attn_init(ut_model *m, const bart *net, bart_attn *a, const char *prefix, const char *ln, int64_t C,
+                      float std) {
     char q[200];
     const char *leaf[4] = {"k_proj", "v_proj", "q_proj", "out_proj"};
     ut_linear_layer *proj[4] = {&a->k, &a->v, &a->q, &a->out};
     for (int i = 0; i < 4; i++) {
         snprintf(q, sizeof q, "%s.%s", prefix, leaf[i]);
-        ut_linear_layer_init_normal(m, proj[i], q, C, C, std);
+        linear_init(m, net, proj[i], q, C, C, std, i == 3);
     }
     ut_layernorm_layer_init(m, &a->ln, ln, C);
 }
@@ -260,16 +281,16 @@ static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
     snprintf(p, sizeof p, "model.%s.layers.%lld", dec ? "decoder" : "encoder", (long long)k);
     snprintf(a, sizeof a, "%s.self_attn", p);
     snprintf(b, sizeof b, "%s.self_attn_layer_norm", p);
-    attn_init(m, &l->self, a, b, C, std);
+    attn_init(m, net, &l->self, a, b, C, std);
     if (dec) {
         snprintf(a, sizeof a, "%s.encoder_attn", p);
         snprintf(b, sizeof b, "%s.encoder_attn_layer_norm", p);
-        attn_init(m, &l->cross, a, b, C, std);
+        attn_init(m, net, &l->cross, a, b, C, std);
     }
     snprintf(a, sizeof a, "%s.fc1", p);
-    ut_linear_layer_init_normal(m, &l->fc1, a, C, F, std);
+    linear_init(m, net, &l->fc1, a, C, F, std, 0);
     snprintf(a, sizeof a, "%s.fc2", p);
-    ut_linear_layer_init_normal(m, &l->fc2, a, F, C, std);
+    linear_init(m, net, &l->fc2, a, F, C, std, 1);
     snprintf(a, sizeof a, "%s.final_layer_norm", p);
     ut_layernorm_layer_init(m, &l->final_ln, a, C);
     net->args[i] = (layer_arg){net, l};
@@ -278,10 +299,13 @@ static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
 /* nn.Embedding(padding_idx) starts with that row zero, as _init_weights leaves it */
 static void zero_pad_row(const bart *net) {
     ut_tensor *w = net->shared.w;
-    size_t bytes = (size_t)(net->V * net->C) * sizeof(float);
+    /* split: the row is this rank's when the id is in its part of the vocabulary */
+    int64_t row = net->pad - (int64_t)net->lay.tp_rank * w->ne[0];
+    if (row < 0 || row >= w->ne[0]) return;
+    size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
     float *h = ut_malloc_check(bytes);
     if (!ut_tensor_get(w, h, bytes)) {
-        memset(h + net->pad * net->C, 0, (size_t)net->C * sizeof *h);
+        memset(h + row * net->C, 0, (size_t)net->C * sizeof *h);
         ut_tensor_set(w, h, bytes);
     }
     ut_free(h);
@@ -295,7 +319,16 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     int64_t n = net->EL + net->DL;
     net->layer = ut_calloc_check((size_t)n, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    ut_embedding_layer_init(m, &net->shared, "model.shared", net->V, net->C, std);
+    if (net->lay.tp_size > 1) { /* this rank's rows of the vocabulary */
+        char err[256];
+        net->shared.w = ut_param_add_part(m, "model.shared.weight", 2, (int64_t[]){net->V, net->C},
+                                          (ut_init){UT_INIT_NORMAL, std}, 0, net->lay.tp_size, net->lay.tp_rank, 1,
+                                          err, sizeof err);
+        UT_ASSERT(net->shared.w); /* vocab_size checked in ut_bart_build */
+        m->tp_size = net->lay.tp_size;
+    } else {
+        ut_embedding_layer_init(m, &net->shared, "model.shared", net->V, net->C, std);
+    }
     ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
     for (int64_t i = 0; i < net->EL; i++) layer_init(m, net, i, std);
     ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);
@@ -497,6 +530,22 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     int rc = read_dims(kv, &net, err, n) || read_rates(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
+    net.lay = ut_model_build_layout();
+    int T = net.lay.tp_size;
+    if (T > 1) {
+        if (dir)
+            return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
+                                     "split model is not built yet; load it whole"), NULL;
+        if (net.ENH % T || net.DNH % T || net.EF % T || net.DF % T || net.V % T)
+            return ut_errorf(err, n, "bart: the attention heads (%lld, %lld), ffn dims (%lld, %lld) and "
+                                     "vocab_size %lld must be divisible by dist.tensor_parallel %d (pad the "
+                                     "vocabulary, as Megatron-LM does)", (long long)net.ENH, (long long)net.DNH,
+                             (long long)net.EF, (long long)net.DF, (long long)net.V, T), NULL;
+        if (net.dropout > 0 || net.attn_dropout > 0 || net.act_dropout > 0 || net.cls_dropout > 0)
+            return ut_errorf(err, n, "bart: dropout with dist.tensor_parallel %d: per-rank dropout streams inside "
+                                     "the split layers are not built yet; set dropout, attention_dropout, "
+                                     "activation_dropout and classifier_dropout to 0", T), NULL;
+    }
     double numel = param_count(&net);
     if (ut_memory_check(8 * numel, ut_fmt("bart (%.3g parameters)", numel), err, n)) return NULL;
     bart *impl = ut_malloc_check(sizeof *impl);

@@ -732,6 +732,52 @@ static void test_tp_bert(void) {
     }
 }
 
+/* BART's classifier split over the ranks (its encoder's and decoder's self
+ * and cross attention and feed-forward layers Megatron-style, the shared
+ * embedding by vocabulary with its padding row, positions, layer norms and
+ * the head whole) against the whole model: loss and every gradient part
+ * agree in both input layouts; dropout is refused for a split model. */
+static void test_tp_bart(void) {
+    enum { B = 2, T = 6 };
+    if (4 % size) return;
+    char err[256] = "";
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "vocab_size", "32"), ut_kv_set(kv, "d_model", "16"), ut_kv_set(kv, "encoder_layers", "1");
+    ut_kv_set(kv, "decoder_layers", "1"), ut_kv_set(kv, "encoder_attention_heads", "4");
+    ut_kv_set(kv, "decoder_attention_heads", "4"), ut_kv_set(kv, "encoder_ffn_dim", "32");
+    ut_kv_set(kv, "decoder_ffn_dim", "32"), ut_kv_set(kv, "max_position_embeddings", "16");
+    ut_kv_set(kv, "num_labels", "3"), ut_kv_set(kv, "dropout", "0");
+    ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
+    ut_model *m[2] = {ut_model_create("bart", kv, 9, err, sizeof err),
+                      ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err)};
+    CHECK(m[0] && m[1], "%s", err);
+    for (int padded = 0; padded < 2 && m[0] && m[1]; padded++) {
+        /* planes (B, 3, T): ids ending in </s> (2), types, mask; row 1 right-padded (pad 1), or not */
+        int32_t x[B * 3 * T] = {5, 7, 9, 4, 4, 2, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 1, 1, 1,
+                                6, 8, 3, 2, 1, 1, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 1, 0, 0};
+        int32_t y[B] = {1, 2};
+        if (padded) x[(1 * 3 + 2) * T + 0] = 0, x[(1 * 3 + 2) * T + 4] = 1;
+        ut_model_zero_grad(m[0]), ut_model_zero_grad(m[1]);
+        float loss[2];
+        for (int v = 0; v < 2; v++) loss[v] = split_loss(m[v], 3, (int64_t[]){B, 3, T}, x, 1, (int64_t[]){B}, y);
+        CHECK(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]),
+              "bart (%s rows): loss %.9g split over %d, %.9g whole", padded ? "padded" : "packed", loss[1], size,
+              loss[0]);
+        int split = check_split_grads(m[0], m[1]);
+        /* self attention k, v, q (weight and bias) and out weight: 7 per attention, 3 attentions; fc1
+         * weight and bias and fc2 weight: 3 per layer, 2 layers; the shared embedding */
+        CHECK(size == 1 || split == 3 * 7 + 2 * 3 + 1, "bart: %d split parameters, want 28", split);
+    }
+    ut_model_free(m[0]);
+    ut_model_free(m[1]);
+    if (size > 1) {
+        ut_kv_set(kv, "dropout", "0.1");
+        CHECK(!ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err) &&
+                  strstr(err, "per-rank dropout streams"), "%s", err);
+    }
+    ut_kv_free(kv);
+}
+
 /* The 3-D mesh (ut_mesh_init) for every (tp, pp) that divides the world:
  * each group has its size, this rank's place in it, and holds the ranks the
  * layout says (a sum of world ranks over each group against the formula);
@@ -930,6 +976,7 @@ int main(int argc, char **argv) {
     RUN(test_tp_vocab);
     RUN(test_tp_gpt2);
     RUN(test_tp_bert);
+    RUN(test_tp_bart);
     RUN(test_mesh);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
