@@ -541,10 +541,13 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
                                      "vocab_size %lld must be divisible by dist.tensor_parallel %d (pad the "
                                      "vocabulary, as Megatron-LM does)", (long long)net.ENH, (long long)net.DNH,
                              (long long)net.EF, (long long)net.DF, (long long)net.V, T), NULL;
-        if (net.dropout > 0 || net.attn_dropout > 0 || net.act_dropout > 0 || net.cls_dropout > 0)
-            return ut_errorf(err, n, "bart: dropout with dist.tensor_parallel %d: per-rank dropout streams inside "
-                                     "the split layers are not built yet; set dropout, attention_dropout, "
-                                     "activation_dropout and classifier_dropout to 0", T), NULL;
+        /* dropout and classifier_dropout act on tensors every rank holds whole, and draw the same masks on
+         * every rank (and as the whole model); attention probabilities and fc1's activations are split */
+        if (net.attn_dropout > 0 || net.act_dropout > 0)
+            return ut_errorf(err, n, "bart: attention_dropout %g and activation_dropout %g with "
+                                     "dist.tensor_parallel %d: dropout on the features split over the ranks is not "
+                                     "built yet; set both to 0", (double)net.attn_dropout, (double)net.act_dropout,
+                             T), NULL;
     }
     double numel = param_count(&net);
     if (ut_memory_check(8 * numel, ut_fmt("bart (%.3g parameters)", numel), err, n)) return NULL;

@@ -479,10 +479,12 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
                                      "must be divisible by dist.tensor_parallel %d (pad the vocabulary, as "
                                      "Megatron-LM does)", who, (long long)net.NH, (long long)net.I,
                              (long long)net.V, T), NULL;
-        if (net.dropout > 0 || net.attn_dropout > 0 || net.cls_dropout > 0)
-            return ut_errorf(err, n, "%s: dropout with dist.tensor_parallel %d: per-rank dropout streams inside the "
-                                     "split layers are not built yet; set hidden_dropout_prob, "
-                                     "attention_probs_dropout_prob and classifier_dropout to 0", who, T), NULL;
+        /* hidden and classifier dropout act on tensors every rank holds whole, and draw the same masks on
+         * every rank (and as the whole model); the attention probabilities are split by heads */
+        if (net.attn_dropout > 0)
+            return ut_errorf(err, n, "%s: attention_probs_dropout_prob %g with dist.tensor_parallel %d: dropout "
+                                     "on the heads split over the ranks is not built yet; set it to 0", who,
+                             (double)net.attn_dropout, T), NULL;
     }
     double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
                                       (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +

@@ -217,10 +217,6 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
             return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
                                     "dist.tensor_parallel %d (pad the vocabulary, as Megatron-LM does)",
                             NH, V, lay.tp_size), NULL;
-        if (dropout > 0)
-            return snprintf(err, n, "gpt2: dropout %g with dist.tensor_parallel %d: per-rank dropout streams "
-                                    "inside the split layers are not built yet; set model.dropout 0",
-                            dropout, lay.tp_size), NULL;
     }
     /* parameters and their gradients (ut_model_finalize), checked before allocating */
     double numel = (double)(V + BS) * C + (double)L * (12.0 * C * C + 13.0 * C) + 2.0 * C +

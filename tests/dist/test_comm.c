@@ -563,10 +563,13 @@ static void test_tp_blocks(void) {
 }
 
 /* The loss of model m on input x (ndim, xne) and targets y (yndim, yne),
- * after its backward; NAN when it failed. */
-static float split_loss(ut_model *m, int ndim, const int64_t *xne, const int32_t *x, int yndim, const int64_t *yne,
-                        const int32_t *y) {
-    ut_ctx *ctx = ut_ctx_new(NULL);
+ * after its backward, in training mode (dropout drawn from the same seed
+ * and stream for both models); NAN when it failed. */
+static float split_loss_mode(ut_model *m, int ndim, const int64_t *xne, const int32_t *x, int yndim,
+                             const int64_t *yne, const int32_t *y, bool training) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 77});
+    ut_ctx_set_training(ctx, training); /* dropout on: the split model must draw the whole model's masks */
+    ut_ctx_rng_stream(ctx, 5);
     float v = NAN;
     ut_tensor *l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, ndim, xne, x)),
                                  ut_tensor_from(ctx, UT_I32, yndim, yne, y));
@@ -574,6 +577,10 @@ static float split_loss(ut_model *m, int ndim, const int64_t *xne, const int32_t
           ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
     ut_ctx_free(ctx);
     return v;
+}
+static float split_loss(ut_model *m, int ndim, const int64_t *xne, const int32_t *x, int yndim, const int64_t *yne,
+                        const int32_t *y) {
+    return split_loss_mode(m, ndim, xne, x, yndim, yne, y, true);
 }
 
 /* Each parameter of the split model `part` against the whole model's (by
@@ -625,7 +632,7 @@ static void test_tp_gpt2(void) {
     char err[256] = "";
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "n_layer", "2"), ut_kv_set(kv, "n_head", "4"), ut_kv_set(kv, "n_embd", "16");
-    ut_kv_set(kv, "vocab_size", "32"), ut_kv_set(kv, "block_size", "8");
+    ut_kv_set(kv, "vocab_size", "32"), ut_kv_set(kv, "block_size", "8"), ut_kv_set(kv, "dropout", "0.2");
     ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
     ut_model *m[2] = {ut_model_create("gpt2", kv, 11, err, sizeof err),
                       ut_model_create_layout("gpt2", kv, 11, UT_CPU, &lay, err, sizeof err)};
@@ -640,6 +647,11 @@ static void test_tp_gpt2(void) {
     for (int v = 0; v < 2; v++) loss[v] = split_loss(m[v], 2, (int64_t[]){B, T}, x, 2, (int64_t[]){B, T}, y);
     CHECK(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]), "loss %.9g split over %d, %.9g whole",
           loss[1], size, loss[0]);
+    ut_model_zero_grad(m[0]); /* dropout was on: without it the loss differs */
+    float no_drop = split_loss_mode(m[0], 2, (int64_t[]){B, T}, x, 2, (int64_t[]){B, T}, y, false);
+    CHECK(fabs((double)no_drop - loss[0]) > 1e-4, "loss %.9g with dropout, %.9g without", loss[0], no_drop);
+    ut_model_zero_grad(m[0]);
+    split_loss(m[0], 2, (int64_t[]){B, T}, x, 2, (int64_t[]){B, T}, y);
     const ut_params *p = &m[1]->params;
     int split = check_split_grads(m[0], m[1]);
     CHECK(size == 1 || split == 1 + 6 * 2, "%d split parameters, want 13", split);
@@ -698,7 +710,7 @@ static void test_tp_bert(void) {
         ut_kv_set(kv, "num_hidden_layers", "2"), ut_kv_set(kv, "num_attention_heads", "4");
         ut_kv_set(kv, "intermediate_size", "32"), ut_kv_set(kv, "max_position_embeddings", "16");
         ut_kv_set(kv, "type_vocab_size", "2"), ut_kv_set(kv, "num_labels", "3");
-        ut_kv_set(kv, "hidden_dropout_prob", "0"), ut_kv_set(kv, "attention_probs_dropout_prob", "0");
+        ut_kv_set(kv, "hidden_dropout_prob", "0.2"), ut_kv_set(kv, "attention_probs_dropout_prob", "0");
         if (k) ut_kv_set(kv, "pad_token_id", "1");
         ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
         ut_model *m[2] = {ut_model_create(names[k], kv, 5, err, sizeof err),
@@ -724,9 +736,9 @@ static void test_tp_bert(void) {
         ut_model_free(m[0]);
         ut_model_free(m[1]);
         if (size > 1) {
-            ut_kv_set(kv, "hidden_dropout_prob", "0.1");
+            ut_kv_set(kv, "attention_probs_dropout_prob", "0.1");
             CHECK(!ut_model_create_layout(names[k], kv, 5, UT_CPU, &lay, err, sizeof err) &&
-                      strstr(err, "per-rank dropout streams"), "%s", err);
+                      strstr(err, "attention_probs_dropout_prob 0.1 with dist.tensor_parallel"), "%s", err);
         }
         ut_kv_free(kv);
     }
@@ -746,7 +758,7 @@ static void test_tp_bart(void) {
     ut_kv_set(kv, "decoder_layers", "1"), ut_kv_set(kv, "encoder_attention_heads", "4");
     ut_kv_set(kv, "decoder_attention_heads", "4"), ut_kv_set(kv, "encoder_ffn_dim", "32");
     ut_kv_set(kv, "decoder_ffn_dim", "32"), ut_kv_set(kv, "max_position_embeddings", "16");
-    ut_kv_set(kv, "num_labels", "3"), ut_kv_set(kv, "dropout", "0");
+    ut_kv_set(kv, "num_labels", "3"), ut_kv_set(kv, "dropout", "0.2"), ut_kv_set(kv, "classifier_dropout", "0.1");
     ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
     ut_model *m[2] = {ut_model_create("bart", kv, 9, err, sizeof err),
                       ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err)};
@@ -771,9 +783,9 @@ static void test_tp_bart(void) {
     ut_model_free(m[0]);
     ut_model_free(m[1]);
     if (size > 1) {
-        ut_kv_set(kv, "dropout", "0.1");
+        ut_kv_set(kv, "activation_dropout", "0.1");
         CHECK(!ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err) &&
-                  strstr(err, "per-rank dropout streams"), "%s", err);
+                  strstr(err, "dropout on the features split over the ranks"), "%s", err);
     }
     ut_kv_free(kv);
 }
