@@ -114,6 +114,15 @@ ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *
  * ut_attention_masked. */
 ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
                                int n_head, bool causal, float dropout);
+/* ut_attention_qkv and ut_attention_varlen for heads [head0, head0 +
+ * n_head) of an attention of heads_all heads split over tensor-parallel
+ * ranks: the same results, and with dropout each head's mask drawn where
+ * the whole attention draws it, so the parts of a split model draw the
+ * whole model's masks. */
+ut_tensor *ut_attention_qkv_heads(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
+                                  int n_head, bool causal, float dropout, int head0, int heads_all);
+ut_tensor *ut_attention_varlen_heads(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
+                                     int n_head, bool causal, float dropout, int head0, int heads_all);
 
 /* ---- reductions ---- */
 ut_tensor *ut_sum(ut_ctx *ctx, ut_tensor *a);    /* scalar (1) */

@@ -252,6 +252,21 @@ void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n) {
     g->offset += 4 * (uint64_t)blocks;
 }
 
+void ut_philox_keep_mask_at(const ut_philox *g, uint8_t *keep, float p, uint64_t first, int64_t n) {
+    if (n <= 0) return;
+    const uint64_t d0 = g->offset + first, key = g->key, stream = g->stream;
+    const uint64_t b0 = d0 / 4, b1 = (d0 + (uint64_t)n + 3) / 4; /* the blocks that hold draws d0 .. d0 + n - 1 */
+#pragma omp parallel for schedule(static) if (b1 - b0 >= 4096)
+    for (int64_t b = 0; b < (int64_t)(b1 - b0); b++) {
+        uint32_t c[4];
+        ut_philox_block(key, stream, b0 + (uint64_t)b, c);
+        for (int j = 0; j < 4; j++) {
+            int64_t e = (int64_t)((b0 + (uint64_t)b) * 4 + (uint64_t)j - d0); /* the element draw j is */
+            if (e >= 0 && e < n) keep[e] = top24_uniform(c[j]) >= p;
+        }
+    }
+}
+
 uint64_t ut_philox_stream(uint64_t a, uint64_t b, uint64_t c) {
     uint64_t x = a;
     uint64_t h = splitmix64(&x);

@@ -80,10 +80,10 @@ static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_te
     ut_tensor *xi = ut_tp_col_in(ctx, tp, x), *kvi = kv == x ? xi : ut_tp_col_in(ctx, tp, kv);
     ut_tensor *q = ut_linear_layer_forward(ctx, &a->q, xi), *k = ut_linear_layer_forward(ctx, &a->k, kvi),
               *v = ut_linear_layer_forward(ctx, &a->v, kvi);
-    NH /= net->lay.tp_size; /* this rank's heads */
+    int all = (int)NH, nh = (int)(NH / net->lay.tp_size), h0 = net->lay.tp_rank * nh; /* this rank's heads */
     ut_tensor *h = aux && aux->dtype == UT_I32
-                       ? ut_attention_varlen(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout)
-                       : ut_attention_qkv(ctx, q, k, v, aux, (int)NH, causal, net->attn_dropout);
+                       ? ut_attention_varlen_heads(ctx, q, k, v, aux, nh, causal, net->attn_dropout, h0, all)
+                       : ut_attention_qkv_heads(ctx, q, k, v, aux, nh, causal, net->attn_dropout, h0, all);
     h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &a->out), net->dropout);
     return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, h));
 }
@@ -541,13 +541,13 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
                                      "vocab_size %lld must be divisible by dist.tensor_parallel %d (pad the "
                                      "vocabulary, as Megatron-LM does)", (long long)net.ENH, (long long)net.DNH,
                              (long long)net.EF, (long long)net.DF, (long long)net.V, T), NULL;
-        /* dropout and classifier_dropout act on tensors every rank holds whole, and draw the same masks on
-         * every rank (and as the whole model); attention probabilities and fc1's activations are split */
-        if (net.attn_dropout > 0 || net.act_dropout > 0)
-            return ut_errorf(err, n, "bart: attention_dropout %g and activation_dropout %g with "
-                                     "dist.tensor_parallel %d: dropout on the features split over the ranks is not "
-                                     "built yet; set both to 0", (double)net.attn_dropout, (double)net.act_dropout,
-                             T), NULL;
+        /* dropout, classifier_dropout: on tensors every rank holds whole, the same masks on every rank
+         * (and as the whole model); attention dropout draws each head's mask where the whole attention
+         * does (ut_attention_qkv_heads); fc1's activations are split by features */
+        if (net.act_dropout > 0)
+            return ut_errorf(err, n, "bart: activation_dropout %g with dist.tensor_parallel %d: dropout on the "
+                                     "features split over the ranks is not built yet; set it to 0",
+                             (double)net.act_dropout, T), NULL;
     }
     double numel = param_count(&net);
     if (ut_memory_check(8 * numel, ut_fmt("bart (%.3g parameters)", numel), err, n)) return NULL;

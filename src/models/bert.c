@@ -89,10 +89,11 @@ static ut_tensor *layer_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     const layer_arg *a = user;
     const bert_layer *l = a->l;
     ut_tensor *x = in[0], *xi = ut_tp_col_in(ctx, &a->net->lay.tp, x);
-    ut_tensor *h = ut_attention_masked(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
-                                       ut_linear_layer_forward(ctx, &l->key, xi),
-                                       ut_linear_layer_forward(ctx, &l->value, xi), in[1], local_heads(a->net),
-                                       a->net->attn_dropout);
+    int nh = local_heads(a->net);
+    ut_tensor *h = ut_attention_qkv_heads(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
+                                          ut_linear_layer_forward(ctx, &l->key, xi),
+                                          ut_linear_layer_forward(ctx, &l->value, xi), in[1], nh, false,
+                                          a->net->attn_dropout, a->net->lay.tp_rank * nh, (int)a->net->NH);
     return layer_tail(ctx, a, h, x);
 }
 
@@ -103,10 +104,11 @@ static ut_tensor *layer_fn_packed(ut_ctx *ctx, void *user, ut_tensor **in, int n
     const layer_arg *a = user;
     const bert_layer *l = a->l;
     ut_tensor *x = in[0], *xi = ut_tp_col_in(ctx, &a->net->lay.tp, x);
-    ut_tensor *h = ut_attention_varlen(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
-                                       ut_linear_layer_forward(ctx, &l->key, xi),
-                                       ut_linear_layer_forward(ctx, &l->value, xi), in[1], local_heads(a->net),
-                                       false, a->net->attn_dropout);
+    int nh = local_heads(a->net);
+    ut_tensor *h = ut_attention_varlen_heads(ctx, ut_linear_layer_forward(ctx, &l->query, xi),
+                                             ut_linear_layer_forward(ctx, &l->key, xi),
+                                             ut_linear_layer_forward(ctx, &l->value, xi), in[1], nh, false,
+                                             a->net->attn_dropout, a->net->lay.tp_rank * nh, (int)a->net->NH);
     return layer_tail(ctx, a, h, x);
 }
 
@@ -479,12 +481,6 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
                                      "must be divisible by dist.tensor_parallel %d (pad the vocabulary, as "
                                      "Megatron-LM does)", who, (long long)net.NH, (long long)net.I,
                              (long long)net.V, T), NULL;
-        /* hidden and classifier dropout act on tensors every rank holds whole, and draw the same masks on
-         * every rank (and as the whole model); the attention probabilities are split by heads */
-        if (net.attn_dropout > 0)
-            return ut_errorf(err, n, "%s: attention_probs_dropout_prob %g with dist.tensor_parallel %d: dropout "
-                                     "on the heads split over the ranks is not built yet; set it to 0", who,
-                             (double)net.attn_dropout, T), NULL;
     }
     double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
                                       (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +

@@ -33,6 +33,11 @@ ut_tensor *ut_attention_masked(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
 
 ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
                             int n_head, bool causal, float dropout) {
+    return ut_attention_qkv_heads(ctx, q, k, v, mask, n_head, causal, dropout, 0, n_head);
+}
+
+ut_tensor *ut_attention_qkv_heads(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *mask,
+                                  int n_head, bool causal, float dropout, int head0, int heads_all) {
     ut_tensor *src[4] = {q, k, v, mask};
     int nsrc = mask ? 4 : 3;
     if (!ut_op_check(ctx, "attention_masked", nsrc, src, 0)) return NULL;
@@ -51,11 +56,18 @@ ut_tensor *ut_attention_qkv(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *
         ut_op_error(ctx, "attention_masked", nsrc, src, ut_fmt("dropout %g is outside [0, 1)", (double)dropout));
         return NULL;
     }
+    if (head0 < 0 || head0 + n_head > heads_all) {
+        ut_op_error(ctx, "attention_masked", nsrc, src,
+                    ut_fmt("heads [%d, %d) are not heads of %d", head0, head0 + n_head, heads_all));
+        return NULL;
+    }
     for (int i = 0; i < nsrc; i++) src[i] = ut_contiguous(ctx, src[i]);
     ut_tensor *t = ut_op_new(ctx, UT_OP_ATTENTION_MASKED, UT_F32, 3, q->ne, nsrc, src);
     if (!t) return NULL;
     ut_attention_masked_set_n_head(t, n_head);
     ut_attention_masked_set_causal(t, causal);
+    ut_attention_masked_set_head0(t, head0);
+    ut_attention_masked_set_heads_all(t, heads_all);
     float p = ctx->training ? dropout : 0.0f;
     ut_attention_masked_set_p(t, p);
     ut_attention_masked_set_keep_scale(t, 1.0f / (1.0f - p));

@@ -29,6 +29,11 @@ static bool shapes_ok(ut_tensor *const *src) {
 
 ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
                                int n_head, bool causal, float dropout) {
+    return ut_attention_varlen_heads(ctx, q, k, v, offsets, n_head, causal, dropout, 0, n_head);
+}
+
+ut_tensor *ut_attention_varlen_heads(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tensor *v, ut_tensor *offsets,
+                                     int n_head, bool causal, float dropout, int head0, int heads_all) {
     ut_tensor *src[4] = {q, k, v, offsets};
     if (!ut_op_check(ctx, "attention_varlen", 4, src, 1u << 3)) return NULL;
     if (!shapes_ok(src)) {
@@ -44,6 +49,11 @@ ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
         ut_op_error(ctx, "attention_varlen", 4, src, ut_fmt("dropout %g is outside [0, 1)", (double)dropout));
         return NULL;
     }
+    if (head0 < 0 || head0 + n_head > heads_all) {
+        ut_op_error(ctx, "attention_varlen", 4, src,
+                    ut_fmt("heads [%d, %d) are not heads of %d", head0, head0 + n_head, heads_all));
+        return NULL;
+    }
     for (int i = 0; i < 3; i++) src[i] = ut_contiguous(ctx, src[i]);
     if (!ut_is_contiguous(offsets)) {
         ut_op_error(ctx, "attention_varlen", 4, src, "offsets must be contiguous");
@@ -53,6 +63,8 @@ ut_tensor *ut_attention_varlen(ut_ctx *ctx, ut_tensor *q, ut_tensor *k, ut_tenso
     if (!t) return NULL;
     ut_attention_varlen_set_n_head(t, n_head);
     ut_attention_varlen_set_causal(t, causal);
+    ut_attention_varlen_set_head0(t, head0);
+    ut_attention_varlen_set_heads_all(t, heads_all);
     float p = ctx->training ? dropout : 0.0f;
     ut_attention_varlen_set_p(t, p);
     ut_attention_varlen_set_keep_scale(t, 1.0f / (1.0f - p));

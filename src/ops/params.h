@@ -74,11 +74,17 @@ UT_PARAM_I(attention, n_head, 0)
 /* attention_masked */
 UT_PARAM_I(attention_masked, n_head, 0)
 UT_PARAM_I(attention_masked, causal, 1)       /* 1: query t attends keys j <= t only */
+/* split by heads (tensor parallel): these heads are [head0, head0 + n_head)
+ * of heads_all; dropout draws each head's mask where the whole attention's is */
+UT_PARAM_I(attention_masked, head0, 2)
+UT_PARAM_I(attention_masked, heads_all, 3)
 UT_PARAM_F(attention_masked, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_masked, keep_scale, 1)
 /* attention_varlen */
 UT_PARAM_I(attention_varlen, n_head, 0)
 UT_PARAM_I(attention_varlen, causal, 1)       /* 1: a row attends its sequence's rows up to itself only */
+UT_PARAM_I(attention_varlen, head0, 2)        /* as attention_masked's */
+UT_PARAM_I(attention_varlen, heads_all, 3)
 UT_PARAM_F(attention_varlen, p, 0)            /* dropout of the probabilities (0: none) */
 UT_PARAM_F(attention_varlen, keep_scale, 1)
 /* cross_entropy and nll_loss: the ignored target value, and (set by the
@@ -179,6 +185,44 @@ static inline int ut_attention_varlen_dims(ut_tensor *t, const int32_t *off, int
         d->maxL = L > d->maxL ? L : d->maxL;
     }
     return 0;
+}
+
+/* Dropout's keep mask of attention probabilities laid out as groups of NH
+ * head blocks (group gi starts at local element gstart(gi) and holds NH
+ * blocks of blk(gi)), when these heads are [head0, head0 + NH) of an
+ * attention of NHall heads: each block is drawn at its place in the whole
+ * attention's stream (the whole group starts at gstart(gi) / NH * NHall),
+ * so a tensor split by heads draws exactly its slice of the whole mask;
+ * unsplit, the one contiguous draw. g is the launch's generator. */
+static inline void ut_heads_keep_block(const ut_philox *g, uint8_t *keep, float p, int64_t gstart, int64_t blk,
+                                       int64_t NH, int64_t head0, int64_t NHall) {
+    for (int64_t h = 0; h < NH; h++)
+        ut_philox_keep_mask_at(g, keep + gstart + h * blk, p, (uint64_t)(gstart / NH * NHall + (head0 + h) * blk),
+                               blk);
+}
+static inline void ut_attention_masked_keep_mask(const ut_tensor *t, const ut_philox *g, uint8_t *keep, float p,
+                                                 const ut_masked_dims *d) {
+    int64_t h0 = ut_attention_masked_head0(t), all = ut_attention_masked_heads_all(t);
+    int64_t blk = d->Tq * d->Tk;
+    if (all == d->NH) {
+        ut_philox g2 = *g;
+        ut_philox_keep_mask(&g2, keep, p, d->B * d->NH * blk);
+        return;
+    }
+    for (int64_t b = 0; b < d->B; b++) ut_heads_keep_block(g, keep, p, b * d->NH * blk, blk, d->NH, h0, all);
+}
+static inline void ut_attention_varlen_keep_mask(const ut_tensor *t, const ut_philox *g, uint8_t *keep, float p,
+                                                 const ut_varlen_dims *d) {
+    int64_t h0 = ut_attention_varlen_head0(t), all = ut_attention_varlen_heads_all(t);
+    if (all == d->NH) {
+        ut_philox g2 = *g;
+        ut_philox_keep_mask(&g2, keep, p, d->poff[d->S]);
+        return;
+    }
+    for (int64_t s = 0; s < d->S; s++) {
+        int64_t L = (int64_t)d->off[s + 1] - d->off[s];
+        ut_heads_keep_block(g, keep, p, d->poff[s], L * L, d->NH, h0, all);
+    }
 }
 
 #undef UT_PARAM_I

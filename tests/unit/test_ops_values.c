@@ -256,6 +256,7 @@ static void test_philox(void) {
     g.stream = 12345;
     g.offset = 8;
     ut_philox h = g;
+    const ut_philox g0 = g;
     ut_philox_keep_mask(&g, m, 0.1f, N);
     int64_t differ = 0, kept = 0;
     for (int64_t i = 0; i < N; i++) {
@@ -270,6 +271,15 @@ static void test_philox(void) {
     ut_philox_keep_mask(&h, m1, 0.1f, N);
     omp_set_num_threads(threads);
     CHECK(!memcmp(m, m1, N), "one thread draws other masks");
+    /* slices at any element (not only multiples of 4) are the whole mask's */
+    const int64_t at[][2] = {{0, 5}, {1, 3}, {3, 9}, {7, 1}, {4093, 20000}, {N - 6, 6}};
+    bool slices = true;
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        memset(m1, 2, (size_t)at[k][1] + 1);
+        ut_philox_keep_mask_at(&g0, m1, 0.1f, (uint64_t)at[k][0], at[k][1]);
+        slices &= !memcmp(m1, m + at[k][0], (size_t)at[k][1]) && m1[at[k][1]] == 2;
+    }
+    CHECK(slices, "ut_philox_keep_mask_at's slices differ from the mask");
     CHECK(ut_philox_stream(1, 2, 0) != ut_philox_stream(1, 2, 1) &&
               ut_philox_stream(1, 2, 0) != ut_philox_stream(2, 1, 0),
           "streams of different coordinates coincide");

@@ -128,8 +128,7 @@ void ut_attention_masked_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_attention_masked_set_keep(t, NULL);
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
         uint8_t *keep = ut_kalloc(k, (size_t)N);
-        ut_philox g = k->rng;
-        ut_philox_keep_mask(&g, keep, p, N);
+        ut_attention_masked_keep_mask(t, &k->rng, keep, p, &d);
         ut_attention_masked_set_keep(t, keep);
     }
     float *scratch = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)(d.Tq * d.Tk) * sizeof(float));

@@ -131,8 +131,7 @@ void ut_attention_varlen_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_attention_varlen_set_probs(t, ut_kalloc(k, (size_t)np * sizeof(float)));
     if (p > 0.0f) { /* serial draws from the context's stream, as dropout's */
         uint8_t *keep = ut_kalloc(k, (size_t)np);
-        ut_philox g = k->rng;
-        ut_philox_keep_mask(&g, keep, p, np);
+        ut_attention_varlen_keep_mask(t, &k->rng, keep, p, &d);
         ut_attention_varlen_set_keep(t, keep);
     }
     float *scratch = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)(d.maxL * d.maxL) * sizeof(float));

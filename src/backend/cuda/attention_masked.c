@@ -40,7 +40,10 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     uint8_t *keep = NULL;
     if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU */
         keep = ut_kalloc(k, (size_t)N);
-        ut_cuda_dropout_mask(k, keep, p, N);
+        uint8_t *h = ut_malloc_check((size_t)N); /* drawn on the host as the CPU draws it (split heads too) */
+        ut_attention_masked_keep_mask(t, &k->rng, h, p, &d);
+        ut_cuda_upload(keep, h, (size_t)N);
+        ut_free(h);
         ut_attention_masked_set_keep(t, keep);
     }
     ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, heads(q, d.Tq, &d), heads(kd, d.Tk, &d), 0.0f, P, d.Tk,

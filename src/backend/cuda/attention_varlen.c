@@ -52,7 +52,10 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
     uint8_t *keep = NULL;
     if (p > 0.0f) { /* np draws from the context's stream, in P's order, as the CPU */
         keep = ut_kalloc(k, (size_t)np);
-        ut_cuda_dropout_mask(k, keep, p, np);
+        uint8_t *h = ut_malloc_check((size_t)np); /* drawn on the host as the CPU draws it (split heads too) */
+        ut_attention_varlen_keep_mask(t, &k->rng, h, p, &d);
+        ut_cuda_upload(keep, h, (size_t)np);
+        ut_free(h);
         ut_attention_varlen_set_keep(t, keep);
     }
     for (int64_t s = 0; s < d.S; s++) {
