@@ -40,6 +40,11 @@ ut_tensor *ut_sigmoid(ut_ctx *ctx, ut_tensor *a);
 /* Inverted dropout: zeroes with probability p and scales survivors by 1/(1-p)
  * in training mode; identity otherwise. Masks come from the context's RNG. */
 ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p);
+/* The same on a tensor whose last dimension is columns [col0, col0 + its
+ * size) of a tensor of cols_all columns split over tensor-parallel ranks:
+ * each row's mask is drawn where the whole tensor's row draws it, so the
+ * parts draw the whole tensor's mask. */
+ut_tensor *ut_dropout_cols(ut_ctx *ctx, ut_tensor *a, float p, int64_t col0, int64_t cols_all);
 
 /* ---- softmax and losses (over the last dimension) ---- */
 ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a);

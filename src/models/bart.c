@@ -91,7 +91,12 @@ static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_te
 static ut_tensor *feed_forward(ut_ctx *ctx, const bart *net, const bart_layer *l, ut_tensor *x) {
     ut_tensor *h = ut_linear_layer_forward(ctx, &l->fc1, ut_tp_col_in(ctx, &net->lay.tp, x));
     h = net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : net->act == ACT_RELU ? ut_relu(ctx, h) : ut_gelu(ctx, h);
-    h = ut_dropout(ctx, h, net->act_dropout);
+    if (net->lay.tp_size > 1) { /* this rank's features of F: the whole tensor's mask, column slice */
+        int64_t Fp = h->ne[h->ndim - 1];
+        h = ut_dropout_cols(ctx, h, net->act_dropout, (int64_t)net->lay.tp_rank * Fp, Fp * net->lay.tp_size);
+    } else {
+        h = ut_dropout(ctx, h, net->act_dropout);
+    }
     h = ut_dropout(ctx, ut_tp_row_out(ctx, &net->lay.tp, h, &l->fc2), net->dropout);
     return ut_layernorm_layer_forward(ctx, &l->final_ln, ut_add(ctx, x, h));
 }
@@ -541,13 +546,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
                                      "vocab_size %lld must be divisible by dist.tensor_parallel %d (pad the "
                                      "vocabulary, as Megatron-LM does)", (long long)net.ENH, (long long)net.DNH,
                              (long long)net.EF, (long long)net.DF, (long long)net.V, T), NULL;
-        /* dropout, classifier_dropout: on tensors every rank holds whole, the same masks on every rank
-         * (and as the whole model); attention dropout draws each head's mask where the whole attention
-         * does (ut_attention_qkv_heads); fc1's activations are split by features */
-        if (net.act_dropout > 0)
-            return ut_errorf(err, n, "bart: activation_dropout %g with dist.tensor_parallel %d: dropout on the "
-                                     "features split over the ranks is not built yet; set it to 0",
-                             (double)net.act_dropout, T), NULL;
+        /* dropout: on tensors every rank holds whole, the same masks on every rank (and as the whole
+         * model); on split ones (attention probabilities, fc1's features) each part draws its slice of
+         * the whole mask (ut_attention_qkv_heads, ut_dropout_cols) */
     }
     double numel = param_count(&net);
     if (ut_memory_check(8 * numel, ut_fmt("bart (%.3g parameters)", numel), err, n)) return NULL;

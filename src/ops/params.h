@@ -43,6 +43,10 @@ UT_PARAM_F(scale, s, 0)
 /* dropout: drop probability p and the survivors' factor 1 / (1 - p) */
 UT_PARAM_F(dropout, p, 0)
 UT_PARAM_F(dropout, keep_scale, 1)
+/* a tensor split by columns (tensor parallel, ut_dropout_cols): its last
+ * dimension is columns [col0, col0 + cols) of cols_all (0: not split) */
+UT_PARAM_I(dropout, col0, 0)
+UT_PARAM_I(dropout, cols_all, 1)
 /* layernorm */
 UT_PARAM_F(layernorm, eps, 0)
 /* embedding: the row that takes no gradient (-1: none); a vocabulary-parallel
@@ -199,6 +203,18 @@ static inline void ut_heads_keep_block(const ut_philox *g, uint8_t *keep, float 
     for (int64_t h = 0; h < NH; h++)
         ut_philox_keep_mask_at(g, keep + gstart + h * blk, p, (uint64_t)(gstart / NH * NHall + (head0 + h) * blk),
                                blk);
+}
+/* dropout's mask (N elements): unsplit, the one contiguous draw; split by
+ * columns, each row's columns drawn where the whole tensor's row draws them */
+static inline void ut_dropout_keep_mask(const ut_tensor *t, const ut_philox *g, uint8_t *keep, int64_t N) {
+    int64_t all = ut_dropout_cols_all(t), cols = t->ne[t->ndim - 1], c0 = ut_dropout_col0(t);
+    float p = ut_dropout_p(t);
+    if (!all) {
+        ut_philox g2 = *g;
+        ut_philox_keep_mask(&g2, keep, p, N);
+        return;
+    }
+    for (int64_t r = 0; r < N / cols; r++) ut_philox_keep_mask_at(g, keep + r * cols, p, (uint64_t)(r * all + c0), cols);
 }
 static inline void ut_attention_masked_keep_mask(const ut_tensor *t, const ut_philox *g, uint8_t *keep, float p,
                                                  const ut_masked_dims *d) {

@@ -38,8 +38,16 @@ ut_tensor *ut_sigmoid(ut_ctx *ctx, ut_tensor *a) {
     return ut_op_run(unary_new(ctx, UT_OP_SIGMOID, "sigmoid", a));
 }
 
-ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p) {
+ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p) { return ut_dropout_cols(ctx, a, p, 0, 0); }
+
+ut_tensor *ut_dropout_cols(ut_ctx *ctx, ut_tensor *a, float p, int64_t col0, int64_t cols_all) {
     if (!ut_op_check(ctx, "dropout", 1, &a, 0)) return NULL;
+    if (cols_all && (a->ndim < 1 || col0 < 0 || col0 + a->ne[a->ndim - 1] > cols_all)) {
+        ut_op_error(ctx, "dropout", 1, &a,
+                    ut_fmt("columns [%lld, %lld + last dim) are not columns of %lld", (long long)col0,
+                           (long long)col0, (long long)cols_all));
+        return NULL;
+    }
     if (!(p >= 0.0f && p < 1.0f)) { /* also rejects NaN */
         ut_op_error(ctx, "dropout", 1, &a, ut_fmt("p = %g is outside [0, 1)", (double)p));
         return NULL;
@@ -49,5 +57,7 @@ ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p) {
     if (!t) return NULL;
     ut_dropout_set_p(t, p);
     ut_dropout_set_keep_scale(t, 1.0f / (1.0f - p));
+    ut_dropout_set_col0(t, col0);
+    ut_dropout_set_cols_all(t, cols_all);
     return ut_op_run(t);
 }

@@ -696,9 +696,9 @@ static void test_tp_gpt2(void) {
  * intermediate column-parallel, the output denses row-parallel, the word
  * embedding by vocabulary with its padding row; embeddings of positions and
  * types, layer norms, pooler and classifier whole) against the same models
- * whole: loss and every gradient part agree on right-padded rows (the packed
- * layout) and on rows that start with padding (the padded layout); dropout
- * is refused for a split model. */
+ * whole, hidden and attention dropout on: loss and every gradient part agree
+ * on right-padded rows (the packed layout) and on rows that start with
+ * padding (the padded layout). */
 static void test_tp_bert(void) {
     enum { B = 2, T = 6 };
     if (4 % size) return;
@@ -742,8 +742,9 @@ static void test_tp_bert(void) {
 /* BART's classifier split over the ranks (its encoder's and decoder's self
  * and cross attention and feed-forward layers Megatron-style, the shared
  * embedding by vocabulary with its padding row, positions, layer norms and
- * the head whole) against the whole model: loss and every gradient part
- * agree in both input layouts; dropout is refused for a split model. */
+ * the head whole) against the whole model, every dropout on: loss and every
+ * gradient part agree in both input layouts; sizes the ranks do not divide
+ * are refused. */
 static void test_tp_bart(void) {
     enum { B = 2, T = 6 };
     if (4 % size) return;
@@ -754,7 +755,7 @@ static void test_tp_bart(void) {
     ut_kv_set(kv, "decoder_attention_heads", "4"), ut_kv_set(kv, "encoder_ffn_dim", "32");
     ut_kv_set(kv, "decoder_ffn_dim", "32"), ut_kv_set(kv, "max_position_embeddings", "16");
     ut_kv_set(kv, "num_labels", "3"), ut_kv_set(kv, "dropout", "0.2"), ut_kv_set(kv, "classifier_dropout", "0.1");
-    ut_kv_set(kv, "attention_dropout", "0.3");
+    ut_kv_set(kv, "attention_dropout", "0.3"), ut_kv_set(kv, "activation_dropout", "0.25");
     ut_model_layout lay = {.tp_rank = rank, .tp_size = size, .tp = ut_tp_hooks_of(comm)};
     ut_model *m[2] = {ut_model_create("bart", kv, 9, err, sizeof err),
                       ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err)};
@@ -779,9 +780,9 @@ static void test_tp_bart(void) {
     ut_model_free(m[0]);
     ut_model_free(m[1]);
     if (size > 1) {
-        ut_kv_set(kv, "activation_dropout", "0.1");
+        ut_kv_set(kv, "encoder_ffn_dim", "33");
         CHECK(!ut_model_create_layout("bart", kv, 9, UT_CPU, &lay, err, sizeof err) &&
-                  strstr(err, "dropout on the features split over the ranks"), "%s", err);
+                  strstr(err, "must be divisible by dist.tensor_parallel"), "%s", err);
     }
     ut_kv_free(kv);
 }

@@ -10,6 +10,8 @@ static ut_tensor *b_gelu_erf(ut_ctx *c, ut_tensor **in) { return ut_gelu_erf(c, 
 static ut_tensor *b_tanh(ut_ctx *c, ut_tensor **in) { return ut_tanh(c, in[0]); }
 static ut_tensor *b_sigmoid(ut_ctx *c, ut_tensor **in) { return ut_sigmoid(c, in[0]); }
 static ut_tensor *b_dropout(ut_ctx *c, ut_tensor **in) { return ut_dropout(c, in[0], 0.3f); }
+/* columns 3..7 of a tensor of 11 (a tensor-parallel part) */
+static ut_tensor *b_dropout_cols(ut_ctx *c, ut_tensor **in) { return ut_dropout_cols(c, in[0], 0.3f, 3, 11); }
 static ut_tensor *b_softmax(ut_ctx *c, ut_tensor **in) { return ut_softmax(c, in[0]); }
 static ut_tensor *b_log_softmax(ut_ctx *c, ut_tensor **in) { return ut_log_softmax(c, in[0]); }
 /* non-contiguous inputs: the op copies them first */
@@ -41,6 +43,7 @@ const gc_row gc_rows_unary[] = {
     {"dropout p=0.3", 1, {{2, {6, 8}}}, b_dropout, .training = true},
     {"dropout 3-D p=0.3", 1, {{3, {2, 3, 8}}}, b_dropout, .training = true},
     {"dropout eval (identity)", 1, {{2, {3, 4}}}, b_dropout},
+    {"dropout of columns 3..7 of 11", 1, {{2, {6, 5}}}, b_dropout_cols, .training = true},
     {"softmax", 1, {{2, {3, 5}}}, b_softmax},
     {"softmax 3-D", 1, {{3, {2, 3, 7}}}, b_softmax},
     {"softmax transposed", 1, {{3, {2, 4, 3}}}, b_softmax_transposed},

@@ -131,14 +131,10 @@ void ut_sigmoid_bwd_cpu(ut_tensor *t, UT_KCTX) {
 }
 
 /* ---- dropout (inverted): parameters p and keep_scale = 1/(1-p); saved: ut_dropout_keep
- * (uint8, N), drawn in the forward kernel from ctx->rng so that a checkpoint
- * recompute, which restores the RNG state, draws the same mask ---- */
-
-/* mask (N) = 1 where an element survives (probability 1 - p), else 0: draws
- * of the context's Philox stream, the same whatever the thread count. */
-void ut_dropout_mask_cpu(uint8_t *mask, ut_philox *rng, float p, int64_t N) {
-    ut_philox_keep_mask(rng, mask, p, N);
-}
+ * (uint8, N: 1 where an element survives), drawn in the forward kernel from
+ * the launch's generator (ut_dropout_keep_mask: the context's Philox stream,
+ * the same whatever the thread count) so that a checkpoint recompute, which
+ * restores the RNG state, draws the same mask ---- */
 
 /* out (N) = inp * mask * scale */
 void ut_dropout_forward_cpu(float *out, const float *inp, const uint8_t *mask, float scale,
@@ -157,8 +153,7 @@ void ut_dropout_backward_cpu(float *dinp, const float *dout, const uint8_t *mask
 void ut_dropout_fwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
     uint8_t *mask = ut_kalloc(k, (size_t)N);
-    ut_philox g = k->rng;
-    ut_dropout_mask_cpu(mask, &g, ut_dropout_p(t), N);
+    ut_dropout_keep_mask(t, &k->rng, mask, N);
     ut_dropout_set_keep(t, mask);
     ut_dropout_forward_cpu(ut_f32(t), ut_f32(t->src[0]), mask, ut_dropout_keep_scale(t), N);
 }

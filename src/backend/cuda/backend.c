@@ -254,16 +254,6 @@ static void step_scalars(float *dst, const double *sq, double max_norm, float sc
     utk_step_scalars(dst, sq, max_norm, scale);
 }
 
-/* ---- dropout masks: drawn on the host as the CPU draws them ---- */
-void ut_cuda_dropout_mask(const ut_kctx *k, uint8_t *dev_mask, float p, int64_t n) {
-    if (n <= 0) return;
-    uint8_t *h = ut_malloc_check((size_t)n);
-    ut_philox g = k->rng;
-    ut_philox_keep_mask(&g, h, p, n);
-    copy(dev_mask, h, (size_t)n, UT_COPY_H2D);
-    ut_free(h);
-}
-
 /* ---- streams: the process's compute stream, and streams of their own for
  * the other kinds (a communicator's) ---- */
 static void *stream_new(ut_stream_kind kind) {

@@ -10,7 +10,7 @@
  * Each group of ops declares its launchers in its own header (ew.h,
  * softmax.h, ...); this one holds what every file shares.
  * defines: ut_ops_cuda, ut_<op>_fwd_cuda / ut_<op>_bwd_cuda, ut_cuda_stream,
- *          ut_cuda_launched, ut_cuda_sgemm, ut_cuda_dropout_mask. */
+ *          ut_cuda_launched, ut_cuda_sgemm. */
 #ifndef UTRAIN_CUDA_H
 #define UTRAIN_CUDA_H
 
@@ -84,10 +84,6 @@ extern const ut_backend ut_backend_cuda;
 #undef UT_OP_ANY
 #undef UT_OP
 
-/* A dropout keep mask (n bytes of device memory, 1 = kept) drawn from the
- * context's generator exactly as the CPU backend draws it (the same masks on
- * both devices for the same seed), then uploaded. */
-void ut_cuda_dropout_mask(const ut_kctx *k, uint8_t *dev_mask, float p, int64_t n);
 #endif
 
 #endif

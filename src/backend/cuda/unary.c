@@ -67,7 +67,10 @@ void ut_sigmoid_bwd_cuda(ut_tensor *t, UT_KCTX) {
 void ut_dropout_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
     uint8_t *keep = ut_kalloc(k, (size_t)N);
-    ut_cuda_dropout_mask(k, keep, ut_dropout_p(t), N);
+    uint8_t *h = ut_malloc_check((size_t)(N > 0 ? N : 1)); /* drawn on the host as the CPU draws it */
+    ut_dropout_keep_mask(t, &k->rng, h, N);
+    ut_cuda_upload(keep, h, (size_t)N);
+    ut_free(h);
     ut_dropout_set_keep(t, keep);
     ut_cuda_dropout_fwd(out_of(t), in_of(t), keep, ut_dropout_keep_scale(t), N);
 }
