@@ -115,6 +115,12 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
  * whole parameter of a model built on one rank. NULL with a message in err
  * when the dimension does not divide into blocks x parts, or part or dim is
  * out of range. */
+/* Where row r of a part lies in the full tensor: t has the part's shape,
+ * a row is one index of every dimension up to and including the split one
+ * (its elements, the dimensions after it, are consecutive in both), and
+ * `part` says which part t holds (pt->part for this rank's own). Returns
+ * the full tensor's row; times the row's elements it is the offset. */
+int64_t ut_partition_full_row(const ut_tensor *t, const ut_partition *pt, int part, int64_t r);
 ut_tensor *ut_param_add_part(ut_model *m, const char *name, int ndim, const int64_t *full_ne, ut_init init,
                              int dim, int parts, int part, int blocks, char *err, size_t errn);
 /* Allocates the flat buffers and initialises every parameter from seed
@@ -245,6 +251,19 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
  * do not divide. */
 int ut_linear_layer_init_part(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
                               float std, int dim, int tp_rank, int tp_size, int blocks, char *err, size_t n);
+/* For a build under a layout (ut_model_build_layout): the whole layer
+ * (ut_linear_layer_init_normal, ut_embedding_layer_init) when tp_size is 1,
+ * else this rank's part: a linear split on dim (the build checked the sizes
+ * divide), an embedding table by rows of its vocabulary, which also marks
+ * the model split (m->tp_size). */
+void ut_linear_layer_init_layout(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
+                                 float std, int dim, const ut_model_layout *lay);
+void ut_embedding_layer_init_layout(ut_model *m, ut_embedding_layer *l, const char *prefix, int64_t V, int64_t C,
+                                    float std, const ut_model_layout *lay);
+/* Zeroes row `id` of an embedding table (nn.Embedding's padding row at
+ * initialisation) through one host copy: split by vocabulary (lay, or NULL
+ * when whole), only on the rank whose part holds it. */
+void ut_embedding_layer_zero_row(const ut_embedding_layer *l, int64_t id, const ut_model_layout *lay);
 /* A column-parallel linear's input (f: the same on every rank, its gradient
  * summed over the group), and a row-parallel linear's output (g: the parts'
  * sum, then the whole bias); with hooks zeroed (not split) x itself and the

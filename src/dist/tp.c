@@ -100,16 +100,12 @@ int64_t ut_tp_full_numel(const ut_params *p, int i) {
     return n;
 }
 
-/* Element e of parameter i's part, as a position in the whole tensor: the
- * split dimension holds `blocks` stacked blocks, each cut into `parts`
- * pieces, and the part holds its piece of each block in block order. */
-static int64_t full_index(const ut_tensor *t, const ut_partition *pt, int part, int64_t e) {
+/* Elements of one row of parameter i's part (ut_partition_full_row): the
+ * dimensions after the split one. */
+static int64_t row_elems(const ut_tensor *t, const ut_partition *pt) {
     int64_t inner = 1;
     for (int d = pt->dim + 1; d < t->ndim; d++) inner *= t->ne[d];
-    int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim], piece = F / ((int64_t)pt->blocks * pt->parts);
-    int64_t i = e % inner, r = e / inner, o = r / L, c = r % L;
-    int64_t full_c = (c / piece) * (F / pt->blocks) + part * piece + c % piece;
-    return (o * F + full_c) * inner + i;
+    return inner;
 }
 
 int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err, size_t n) {
@@ -139,8 +135,11 @@ int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, c
     int rc = ut_tensor_get(t, mine, (size_t)k * sizeof(float));
     rc = rc ? rc : ut_comm_wait(group, ut_comm_iallgather(group, mine, all, k));
     if (rc) snprintf(err, n, "gathering %s: %s", p->names[i], ut_comm_error(group));
-    for (int r = 0; !rc && r < pt->parts; r++)
-        for (int64_t e = 0; e < k; e++) full[full_index(t, pt, r, e)] = all[(int64_t)r * k + e];
+    int64_t inner = row_elems(t, pt);
+    for (int q = 0; !rc && q < pt->parts; q++)
+        for (int64_t r = 0; r < k / inner; r++)
+            memcpy(full + ut_partition_full_row(t, pt, q, r) * inner, all + (int64_t)q * k + r * inner,
+                   (size_t)inner * sizeof(float));
     ut_free(mine);
     ut_free(all);
     return rc ? -1 : 0;
@@ -151,7 +150,14 @@ void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
     const ut_partition *pt = &p->part[i];
     int64_t k = ut_nelem(t);
     float *mine = ut_malloc_check((size_t)(k ? k : 1) * sizeof(float));
-    for (int64_t e = 0; e < k; e++) mine[e] = full[pt->parts > 1 ? full_index(t, pt, pt->part, e) : e];
+    if (pt->parts <= 1) {
+        memcpy(mine, full, (size_t)k * sizeof(float));
+    } else {
+        int64_t inner = row_elems(t, pt);
+        for (int64_t r = 0; r < k / inner; r++)
+            memcpy(mine + r * inner, full + ut_partition_full_row(t, pt, pt->part, r) * inner,
+                   (size_t)inner * sizeof(float));
+    }
     UT_ASSERT(ut_tensor_set(t, mine, (size_t)k * sizeof(float)) == 0);
     ut_free(mine);
 }

@@ -252,18 +252,6 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
 
 /* ---- building ---- */
 /* k, v, q, out projections and the layer norm after, in transformers' order */
-/* A linear, whole or this rank's part (dim 0 column-parallel, 1
- * row-parallel; the sizes were checked in ut_bart_build). */
-static void linear_init(ut_model *m, const bart *net, ut_linear_layer *l, const char *name, int64_t in, int64_t out,
-                        float std, int dim) {
-    char err[256];
-    if (net->lay.tp_size > 1)
-        UT_ASSERT(ut_linear_layer_init_part(m, l, name, in, out, std, dim, net->lay.tp_rank, net->lay.tp_size, 1, err,
-                                            sizeof err) == 0);
-    else
-        ut_linear_layer_init_normal(m, l, name, in, out, std);
-}
-
 /* k, v, q (column-parallel when split), out (row-parallel) projections and
  * the layer norm after, in transformers' order */
 static void attn_init(ut_model *m, const bart *net, bart_attn *a, const char *prefix, const char *ln, int64_t C,
@@ -273,7 +261,7 @@ static void attn_init(ut_model *m, const bart *net, bart_attn *a, const char *pr
     ut_linear_layer *proj[4] = {&a->k, &a->v, &a->q, &a->out};
     for (int i = 0; i < 4; i++) {
         snprintf(q, sizeof q, "%s.%s", prefix, leaf[i]);
-        linear_init(m, net, proj[i], q, C, C, std, i == 3);
+        ut_linear_layer_init_layout(m, proj[i], q, C, C, std, i == 3, &net->lay);
     }
     ut_layernorm_layer_init(m, &a->ln, ln, C);
 }
@@ -293,9 +281,9 @@ static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
         attn_init(m, net, &l->cross, a, b, C, std);
     }
     snprintf(a, sizeof a, "%s.fc1", p);
-    linear_init(m, net, &l->fc1, a, C, F, std, 0);
+    ut_linear_layer_init_layout(m, &l->fc1, a, C, F, std, 0, &net->lay);
     snprintf(a, sizeof a, "%s.fc2", p);
-    linear_init(m, net, &l->fc2, a, F, C, std, 1);
+    ut_linear_layer_init_layout(m, &l->fc2, a, F, C, std, 1, &net->lay);
     snprintf(a, sizeof a, "%s.final_layer_norm", p);
     ut_layernorm_layer_init(m, &l->final_ln, a, C);
     net->args[i] = (layer_arg){net, l};
@@ -303,17 +291,7 @@ static void layer_init(ut_model *m, bart *net, int64_t i, float std) {
 
 /* nn.Embedding(padding_idx) starts with that row zero, as _init_weights leaves it */
 static void zero_pad_row(const bart *net) {
-    ut_tensor *w = net->shared.w;
-    /* split: the row is this rank's when the id is in its part of the vocabulary */
-    int64_t row = net->pad - (int64_t)net->lay.tp_rank * w->ne[0];
-    if (row < 0 || row >= w->ne[0]) return;
-    size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
-    float *h = ut_malloc_check(bytes);
-    if (!ut_tensor_get(w, h, bytes)) {
-        memset(h + row * net->C, 0, (size_t)net->C * sizeof *h);
-        ut_tensor_set(w, h, bytes);
-    }
-    ut_free(h);
+    ut_embedding_layer_zero_row(&net->shared, net->pad, &net->lay); /* split: on the rank that holds it */
 }
 
 /* Parameters in transformers' state_dict order, initialised as its
@@ -324,16 +302,7 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     int64_t n = net->EL + net->DL;
     net->layer = ut_calloc_check((size_t)n, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    if (net->lay.tp_size > 1) { /* this rank's rows of the vocabulary */
-        char err[256];
-        net->shared.w = ut_param_add_part(m, "model.shared.weight", 2, (int64_t[]){net->V, net->C},
-                                          (ut_init){UT_INIT_NORMAL, std}, 0, net->lay.tp_size, net->lay.tp_rank, 1,
-                                          err, sizeof err);
-        UT_ASSERT(net->shared.w); /* vocab_size checked in ut_bart_build */
-        m->tp_size = net->lay.tp_size;
-    } else {
-        ut_embedding_layer_init(m, &net->shared, "model.shared", net->V, net->C, std);
-    }
+    ut_embedding_layer_init_layout(m, &net->shared, "model.shared", net->V, net->C, std, &net->lay);
     ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
     for (int64_t i = 0; i < net->EL; i++) layer_init(m, net, i, std);
     ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);

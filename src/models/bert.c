@@ -249,29 +249,22 @@ static void layer_init(ut_model *m, bert *net, bert_layer *l, int64_t i, float s
     snprintf(p, sizeof p, "%s.encoder.layer.%lld", net->prefix, (long long)i);
     const char *leaf[3] = {"query", "key", "value"};
     ut_linear_layer *qkv[3] = {&l->query, &l->key, &l->value};
-    int r = net->lay.tp_rank, T = net->lay.tp_size;
-    char err[256];
     /* split: q, k, v and intermediate column-parallel (this rank's heads,
      * its share of the features), the two output denses row-parallel
-     * (divisibility checked in read_dims' caller) */
-#define BERT_LINEAR(l, name, in, out, dim)                                                              \
-    do {                                                                                                \
-        if (T > 1) UT_ASSERT(ut_linear_layer_init_part(m, l, name, in, out, std, dim, r, T, 1, err, sizeof err) == 0); \
-        else ut_linear_layer_init_normal(m, l, name, in, out, std);                                     \
-    } while (0)
+     * (divisibility checked in build) */
+    const ut_model_layout *lay = &net->lay;
     for (int k = 0; k < 3; k++) {
         snprintf(q, sizeof q, "%s.attention.self.%s", p, leaf[k]);
-        BERT_LINEAR(qkv[k], q, C, C, 0);
+        ut_linear_layer_init_layout(m, qkv[k], q, C, C, std, 0, lay);
     }
     snprintf(q, sizeof q, "%s.attention.output.dense", p);
-    BERT_LINEAR(&l->attn_out, q, C, C, 1);
+    ut_linear_layer_init_layout(m, &l->attn_out, q, C, C, std, 1, lay);
     snprintf(q, sizeof q, "%s.attention.output.LayerNorm", p);
     ln_init(m, &l->attn_ln, q, C, net->eps);
     snprintf(q, sizeof q, "%s.intermediate.dense", p);
-    BERT_LINEAR(&l->inter, q, C, net->I, 0);
+    ut_linear_layer_init_layout(m, &l->inter, q, C, net->I, std, 0, lay);
     snprintf(q, sizeof q, "%s.output.dense", p);
-    BERT_LINEAR(&l->out, q, net->I, C, 1);
-#undef BERT_LINEAR
+    ut_linear_layer_init_layout(m, &l->out, q, net->I, C, std, 1, lay);
     snprintf(q, sizeof q, "%s.output.LayerNorm", p);
     ln_init(m, &l->out_ln, q, C, net->eps);
 }
@@ -286,16 +279,8 @@ static void embeddings_init(ut_model *m, bert *net, float std) {
     int64_t rows[3] = {net->V, net->P, net->TV};
     for (int k = 0; k < 3; k++) {
         snprintf(p, sizeof p, "%s.embeddings.%s", net->prefix, leaf[k]);
-        if (k == 0 && net->lay.tp_size > 1) { /* this rank's rows of the vocabulary */
-            char err[256], w[160];
-            snprintf(w, sizeof w, "%s.weight", p);
-            e[k]->w = ut_param_add_part(m, w, 2, (int64_t[]){rows[k], net->C}, (ut_init){UT_INIT_NORMAL, std}, 0,
-                                        net->lay.tp_size, net->lay.tp_rank, 1, err, sizeof err);
-            UT_ASSERT(e[k]->w); /* vocab_size checked in build */
-            m->tp_size = net->lay.tp_size;
-        } else {
-            ut_embedding_layer_init(m, e[k], p, rows[k], net->C, std);
-        }
+        /* split: the word embedding by rows of the vocabulary */
+        ut_embedding_layer_init_layout(m, e[k], p, rows[k], net->C, std, k == 0 ? &net->lay : NULL);
     }
     snprintf(p, sizeof p, "%s.embeddings.LayerNorm", net->prefix);
     ln_init(m, &net->emb_ln, p, net->C, net->eps);
@@ -420,20 +405,8 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
 /* transformers' _init_weights zeroes an embedding's padding_idx row: RoBERTa's
  * word and position rows pad_id, through one host copy of each table */
 static void zero_padding_rows(const bert *net) {
-    const ut_embedding_layer *e[2] = {&net->word, &net->pos};
-    for (int k = 0; k < 2; k++) {
-        ut_tensor *w = e[k]->w;
-        /* a split word embedding: the row is this rank's when the id is in its part */
-        int64_t row = net->pad_id - (k == 0 ? (int64_t)net->lay.tp_rank * w->ne[0] : 0);
-        if (row < 0 || row >= w->ne[0]) continue;
-        size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
-        float *h = ut_malloc_check(bytes);
-        if (!ut_tensor_get(w, h, bytes)) {
-            memset(h + row * net->C, 0, (size_t)net->C * sizeof *h);
-            ut_tensor_set(w, h, bytes);
-        }
-        ut_free(h);
-    }
+    ut_embedding_layer_zero_row(&net->word, net->pad_id, &net->lay); /* split: on the rank that holds it */
+    ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
 }
 
 static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err, size_t n) {

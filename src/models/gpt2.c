@@ -232,13 +232,7 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
     g->lay = lay;
-    if (lay.tp_size > 1) { /* this rank's rows of the vocabulary: the embedding's name and initial values */
-        g->wte.w = ut_param_add_part(m, "wte.weight", 2, (int64_t[]){V, C}, (ut_init){UT_INIT_NORMAL, 0.02f}, 0,
-                                     lay.tp_size, lay.tp_rank, 1, err, n);
-        m->tp_size = lay.tp_size;
-    } else {
-        ut_embedding_layer_init(m, &g->wte, "wte", V, C, 0.02f);
-    }
+    ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */
     ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
     for (int64_t l = 0; l < L; l++) {
         char name[32];

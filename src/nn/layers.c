@@ -2,6 +2,7 @@
  * forward functions composed of ops (autograd does the backward). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/ops.h"
@@ -227,4 +228,40 @@ ut_tensor *ut_block_layer_forward_rows(ut_ctx *ctx, const ut_block_layer *l, ut_
     ut_tensor *in[2] = {x, rows};
     int n = rows ? 2 : 1;
     return checkpoint ? ut_checkpoint(ctx, block_fn, (void *)l, in, n) : block_fn(ctx, (void *)l, in, n);
+}
+
+void ut_linear_layer_init_layout(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in, int64_t out,
+                                 float std, int dim, const ut_model_layout *lay) {
+    char err[256];
+    if (lay && lay->tp_size > 1)
+        UT_ASSERT(ut_linear_layer_init_part(m, l, prefix, in, out, std, dim, lay->tp_rank, lay->tp_size, 1, err,
+                                            sizeof err) == 0);
+    else
+        ut_linear_layer_init_normal(m, l, prefix, in, out, std);
+}
+
+void ut_embedding_layer_init_layout(ut_model *m, ut_embedding_layer *l, const char *prefix, int64_t V, int64_t C,
+                                    float std, const ut_model_layout *lay) {
+    if (!lay || lay->tp_size <= 1) {
+        ut_embedding_layer_init(m, l, prefix, V, C, std);
+        return;
+    }
+    char buf[256], err[256];
+    l->w = ut_param_add_part(m, pname(buf, sizeof buf, prefix, "weight"), 2, (int64_t[]){V, C},
+                             (ut_init){UT_INIT_NORMAL, std}, 0, lay->tp_size, lay->tp_rank, 1, err, sizeof err);
+    UT_ASSERT(l->w); /* the build checked that the vocabulary divides */
+    m->tp_size = lay->tp_size;
+}
+
+void ut_embedding_layer_zero_row(const ut_embedding_layer *l, int64_t id, const ut_model_layout *lay) {
+    ut_tensor *w = l->w;
+    int64_t rows = w->ne[0], C = w->ne[1], row = id - (lay && lay->tp_size > 1 ? (int64_t)lay->tp_rank * rows : 0);
+    if (row < 0 || row >= rows) return;
+    size_t bytes = (size_t)ut_nelem(w) * sizeof(float);
+    float *h = ut_malloc_check(bytes);
+    if (!ut_tensor_get(w, h, bytes)) {
+        memset(h + row * C, 0, (size_t)C * sizeof *h);
+        ut_tensor_set(w, h, bytes);
+    }
+    ut_free(h);
 }

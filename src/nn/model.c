@@ -82,22 +82,24 @@ ut_tensor *ut_param_add_part(ut_model *m, const char *name, int ndim, const int6
     return t;
 }
 
-/* Fills a part (ut_partition) with its slice of the full tensor: run by run
- * of the part's elements that are consecutive in the full tensor too (the
- * dimensions after the split one). */
+int64_t ut_partition_full_row(const ut_tensor *t, const ut_partition *pt, int part, int64_t r) {
+    const int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim];
+    const int64_t piece = F / ((int64_t)pt->blocks * pt->parts); /* rows of one block held by one part */
+    int64_t o = r / L, c = r % L;
+    return o * F + (c / piece) * (F / pt->blocks) + part * piece + c % piece;
+}
+
+/* Fills a part (ut_partition) with its slice of the full tensor, row by row
+ * (ut_partition_full_row). */
 static void fill_part(float *x, const ut_tensor *t, const ut_partition *pt, ut_init init, uint64_t seed,
                       const char *name) {
     int64_t inner = 1, outer = 1;
     for (int d = pt->dim + 1; d < t->ndim; d++) inner *= t->ne[d];
     for (int d = 0; d < pt->dim; d++) outer *= t->ne[d];
-    const int64_t L = t->ne[pt->dim], F = pt->full_ne[pt->dim];
-    const int64_t piece = F / ((int64_t)pt->blocks * pt->parts); /* rows of one block held by one part */
+    const int64_t L = t->ne[pt->dim];
 #pragma omp parallel for schedule(static) if (outer * L * inner >= 4 * INIT_CHUNK)
-    for (int64_t r = 0; r < outer * L; r++) {
-        int64_t o = r / L, c = r % L;
-        int64_t full_c = (c / piece) * (F / pt->blocks) + pt->part * piece + c % piece;
-        ut_init_fill(x + r * inner, (o * F + full_c) * inner, inner, init, seed, name);
-    }
+    for (int64_t r = 0; r < outer * L; r++)
+        ut_init_fill(x + r * inner, ut_partition_full_row(t, pt, pt->part, r) * inner, inner, init, seed, name);
 }
 
 
