@@ -508,6 +508,49 @@ static void test_attention_bad_heads(void) {
     ut_ctx_free(ctx);
 }
 
+/* ---- the tensor-parallel parts' ops: values and refusals ---- */
+/* A vocabulary part (ids [2, 4) of 4): its own ids look up its rows, the
+ * others give zero rows and no gradient; an id outside the vocabulary, a
+ * part outside it, heads or columns outside the whole, a part that does not
+ * fit and a bad target are refused with messages naming them. */
+static void test_split_ops(void) {
+    ut_ctx *ctx = new_ctx();
+    int64_t tne[2] = {2, 2}, ine[1] = {3};
+    float table[4] = {1, 2, 3, 4};
+    int32_t ids[3] = {3, 0, 2};
+    ut_tensor *w = ut_tensor_from(ctx, UT_F32, 2, tne, table);
+    ut_tensor_set_requires_grad(w, true);
+    ut_tensor *y = ut_embedding_part(ctx, ut_tensor_from(ctx, UT_I32, 1, ine, ids), w, 2, 4, -1);
+    CHECK(y && ut_f32(y)[0] == 3 && ut_f32(y)[1] == 4 && ut_f32(y)[2] == 0 && ut_f32(y)[3] == 0 &&
+              ut_f32(y)[4] == 1 && ut_f32(y)[5] == 2, "part lookup: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+    CHECK(y && ut_backward(ctx, ut_sum(ctx, y)) == 0 && w->grad[0] == 1 && w->grad[2] == 1, "part gradient");
+    ut_ctx_free(ctx);
+    struct { const char *want; int what; } cases[] = {
+        {"outside [0, 4)", 0}, {"must lie inside a vocabulary of 3", 1}, {"heads [2, 4) are not heads of 3", 2},
+        {"columns [2, 2 + last dim) are not columns of 3", 3}, {"does not fit a vocabulary of 6", 4},
+        {"target 9 at row 1 is outside [0, 8)", 5}};
+    for (int c = 0; c < 6; c++) {
+        ctx = new_ctx();
+        ut_ctx_set_training(ctx, true);
+        int32_t bad[3] = {3, 5, 0}, tg[2] = {1, 9};
+        ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 3, (int64_t[]){1, 2, 4});
+        ut_tensor *r = NULL;
+        switch (cases[c].what) {
+        case 0: r = ut_embedding_part(ctx, ut_tensor_from(ctx, UT_I32, 1, ine, bad), ut_tensor_zeros(ctx, UT_F32, 2, tne), 2, 4, -1); break;
+        case 1: r = ut_embedding_part(ctx, ut_tensor_from(ctx, UT_I32, 1, ine, ids), ut_tensor_zeros(ctx, UT_F32, 2, tne), 2, 3, -1); break;
+        case 2: r = ut_attention_qkv_heads(ctx, x, x, x, NULL, 2, false, 0.1f, 2, 3); break;
+        case 3: r = ut_dropout_cols(ctx, x, 0.5f, 2, 3); break;
+        case 4: r = ut_vocab_partials(ctx, ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 4}),
+                                      ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, tg), 4, 6, 1, 2, -100); break;
+        case 5: r = ut_vocab_ce(ctx, ut_tensor_zeros(ctx, UT_F32, 3, (int64_t[]){2, 2, 2}),
+                                ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, tg), 8, -100); break;
+        }
+        const char *e = ut_ctx_error(ctx);
+        CHECK(!r && e && strstr(e, cases[c].want), "case %d: %s", c, e ? e : "(accepted)");
+        ut_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     RUN(test_layernorm_normalises_rows);
     RUN(test_embedding_values);
@@ -525,5 +568,6 @@ int main(void) {
     RUN(test_attention_bad_heads);
     RUN(test_attention_varlen_matches_masked);
     RUN(test_attention_varlen_bad_offsets);
+    RUN(test_split_ops);
     return TEST_SUMMARY();
 }
