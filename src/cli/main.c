@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -540,6 +541,17 @@ static int cmd_export(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A rank of the --nproc launcher may get its stop (SIGUSR1) before the
+     * trainer catches it, or a copy of it after the trainer is done (the
+     * launcher sends it by two routes): held pending until the trainer
+     * unblocks it, and after that, instead of ending the process. Threads
+     * made from here on (MPI's, OpenMP's) inherit the mask. */
+    if (getenv("UTRAIN_SUPERVISOR")) {
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &usr1, NULL);
+    }
     ut_blas_select_kernels(argv);
     if (argc < 2) {
         usage(stderr);

@@ -4,9 +4,13 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,7 +52,53 @@ static void on_signal(int sig, siginfo_t *info, void *uc) {
     stop_signal = sig;
 }
 
-typedef struct { struct sigaction term, usr1, intr; } saved_signals;
+/* ---- the --nproc launcher as supervisor ----
+ * A rank the launcher started has its pid in UTRAIN_SUPERVISOR. When the
+ * launcher is gone (SIGKILL, OOM killer) nobody is left to pass a stop on,
+ * and some mpiruns forward nothing, so each rank looks at every step
+ * boundary and stops with a checkpoint, as for a stop signal. A pidfd holds
+ * the process itself (a reused pid cannot pass for it); kernels without
+ * pidfd_open fall back to kill(pid, 0). */
+static pid_t supervisor_pid;
+static int supervisor_fd = -1;
+static bool supervisor_lost;
+
+static void supervisor_open(void) {
+    supervisor_pid = 0;
+    supervisor_fd = -1;
+    supervisor_lost = false;
+    const char *v = getenv("UTRAIN_SUPERVISOR");
+    char *end;
+    long pid = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || pid <= 1) return;
+    supervisor_pid = (pid_t)pid;
+#ifdef SYS_pidfd_open
+    supervisor_fd = (int)syscall(SYS_pidfd_open, supervisor_pid, 0);
+    if (supervisor_fd < 0 && errno == ESRCH) supervisor_lost = true; /* gone before we looked */
+#endif
+}
+
+static void supervisor_close(void) {
+    if (supervisor_fd >= 0) close(supervisor_fd);
+    supervisor_fd = -1;
+}
+
+/* Whether the launcher has ended (checked once per step: one poll). */
+static bool supervisor_gone(void) {
+    if (supervisor_lost || supervisor_pid <= 0) return supervisor_lost;
+    if (supervisor_fd >= 0) {
+        struct pollfd p = {.fd = supervisor_fd, .events = POLLIN};
+        supervisor_lost = poll(&p, 1, 0) > 0; /* readable once the process has exited */
+    } else {
+        supervisor_lost = kill(supervisor_pid, 0) < 0 && errno == ESRCH;
+    }
+    return supervisor_lost;
+}
+
+typedef struct {
+    struct sigaction term, usr1, intr;
+    sigset_t mask;
+} saved_signals;
 
 static void catch_signals(saved_signals *old) {
     struct sigaction sa;
@@ -63,9 +113,13 @@ static void catch_signals(saved_signals *old) {
     sigaction(SIGTERM, &sa, &old->term);
     sigaction(SIGUSR1, &sa, &old->usr1);
     sigaction(SIGINT, &sa, &old->intr);
+    /* a caller may hold them blocked until now (the CLI's ranks do): a stop
+     * that came early is handled here, at the first step */
+    pthread_sigmask(SIG_UNBLOCK, &sa.sa_mask, &old->mask);
 }
 
 static void restore_signals(const saved_signals *old) {
+    pthread_sigmask(SIG_SETMASK, &old->mask, NULL);
     sigaction(SIGTERM, &old->term, NULL);
     sigaction(SIGUSR1, &old->usr1, NULL);
     sigaction(SIGINT, &old->intr, NULL);
@@ -868,7 +922,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
 
 /* A stop asked for on any rank stops all of them at the same step. */
 static bool agree_on_stop(ut_trainer *t) {
-    int64_t flag = stop_signal != 0;
+    int64_t flag = stop_signal != 0 || supervisor_gone();
     if (t->world > 1) ut_comm_allreduce_i64(t->comm, &flag, 1);
     return flag != 0;
 }
@@ -1129,8 +1183,10 @@ static int train_loop(ut_trainer *t) {
         if (save(t)) return UT_EXIT_ERROR;
     }
     if (preempted) {
-        char why[64]; /* a rank the signal did not reach stops because another one asked */
+        char why[96]; /* a rank the signal did not reach stops because another one asked */
         if (stop_signal) snprintf(why, sizeof why, "signal %d", (int)stop_signal);
+        else if (supervisor_lost)
+            snprintf(why, sizeof why, "the end of the --nproc launcher (pid %ld)", (long)supervisor_pid);
         else snprintf(why, sizeof why, "a stop signal to another rank");
         ut_say(&t->log, "Stopped by %s at step %lld; checkpoint written. Resume with "
                         "continue_training: true (exit code %d).\n",
@@ -1155,6 +1211,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     bool own_m = false, own_data = false;
     saved_signals sig;
     catch_signals(&sig);
+    supervisor_open();
     int rc = setup(t, model, train, dev, &own_m, &own_data) ? UT_EXIT_ERROR : UT_EXIT_OK;
     if (rc == UT_EXIT_OK) {
         if (hooks) ut_hooks_resolve(&t->h, hooks);
@@ -1169,6 +1226,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     /* the caller's model is handed back whole */
     if (rc != UT_EXIT_ERROR && t->dist && !own_m) ut_dist_gather_params(t->dist);
     restore_signals(&sig);
+    supervisor_close();
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_dist_free(t->dist);

@@ -239,23 +239,75 @@ static void test_ctrl_c_to_group_checkpoints(void) { stop_launcher("ctrlc", SIGI
 static void test_sigterm_with_restarts_is_a_stop(void) { stop_launcher("termr", SIGTERM, false, "2"); }
 
 /* SIGKILL to the launcher (nothing can be forwarded): the ranks do not go on
- * unsupervised; they stop at the next step with a checkpoint and end. */
-static void test_killed_launcher_stops_the_ranks(void) {
-    const char *name = "orphan";
+ * unsupervised; they stop at the next step with a checkpoint and end.
+ * `why`, when given, is what rank 0's log must say stopped it. */
+static void kill_launcher(const char *name, const char *why) {
     job_files j = write_cfg(name, 32, 100000);
     const char *cfg = j.cfg;
     char log[700];
     pid_t job = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", "--max-restarts", "1", NULL}, j.out);
-    CHECK(wait_for_step(name, 25), "rank 1 reached step 25");
+    CHECK(wait_for_step(name, 25), "%s: rank 1 reached step 25", name);
     kill(job, SIGKILL);
     tp_wait(job);
     double t0 = tp_now_s();
     while (find_process(cfg, -1) && tp_now_s() - t0 < 30) usleep(50000);
-    CHECK(find_process(cfg, -1) == 0, "every rank ended (%.1f s after the kill)", tp_now_s() - t0);
+    CHECK(find_process(cfg, -1) == 0, "%s: every rank ended (%.1f s after the kill)", name, tp_now_s() - t0);
     snprintf(log, sizeof log, "%s/runs/%s/logger_logs/training_0.log", tmp, name);
     char *s = tp_slurp(log);
-    CHECK(s && strstr(s, "checkpoint written"), "rank 0 wrote a checkpoint:\n%s", s ? s : "(no log)");
+    CHECK(s && strstr(s, "checkpoint written"), "%s: rank 0 wrote a checkpoint:\n%s", name, s ? s : "(no log)");
+    if (why) CHECK(s && strstr(s, why), "%s: rank 0's log says \"%s\":\n%s", name, why, s ? s : "(no log)");
     free(s);
+}
+
+static void test_killed_launcher_stops_the_ranks(void) { kill_launcher("orphan", NULL); }
+
+/* An mpirun that passes no signal on to its ranks, as Open MPI 4.1.6 on
+ * Ubuntu 24.04 does with SIGUSR1: a shell script named mpirun, first in
+ * PATH, that ignores SIGUSR1 and runs the real one as its child. The
+ * launcher's stop then reaches the ranks only by its own route, and a killed
+ * launcher only through the ranks watching it. */
+static char saved_path[8192];
+
+static bool put_deaf_mpirun_first(void) {
+    char real[512] = "", dir[400], script[512];
+    const char *path = getenv("PATH");
+    snprintf(saved_path, sizeof saved_path, "%s", path ? path : "/usr/bin:/bin");
+    FILE *p = popen("command -v mpirun", "r");
+    if (p) {
+        if (!fgets(real, sizeof real, p)) real[0] = 0;
+        pclose(p);
+    }
+    real[strcspn(real, "\n")] = 0;
+    if (!real[0]) return false;
+    snprintf(dir, sizeof dir, "%s/deaf", tmp);
+    mkdir(dir, 0755);
+    snprintf(script, sizeof script, "%s/mpirun", dir);
+    FILE *f = fopen(script, "w");
+    if (!f) return false;
+    fprintf(f, "#!/bin/sh\n# passes no signal on\ntrap '' USR1\n%s \"$@\" &\nwait $!\n", real);
+    fclose(f);
+    chmod(script, 0755);
+    char *np = malloc(strlen(dir) + strlen(saved_path) + 2);
+    sprintf(np, "%s:%s", dir, saved_path);
+    setenv("PATH", np, 1);
+    free(np);
+    return true;
+}
+
+static void restore_path(void) { setenv("PATH", saved_path, 1); }
+
+static void test_sigterm_without_forwarding_mpirun(void) {
+    bool ok = put_deaf_mpirun_first();
+    CHECK(ok, "a non-forwarding mpirun put first in PATH");
+    if (ok) stop_launcher("deafterm", SIGTERM, false, NULL);
+    restore_path();
+}
+
+static void test_killed_launcher_without_forwarding_mpirun(void) {
+    bool ok = put_deaf_mpirun_first();
+    CHECK(ok, "a non-forwarding mpirun put first in PATH");
+    if (ok) kill_launcher("deafkill", "Stopped by the end of the --nproc launcher");
+    restore_path();
 }
 
 /* SIGTERM to one rank (as a scheduler that signals one task may): every
@@ -370,6 +422,8 @@ int main(int argc, char **argv) {
     RUN(test_ctrl_c_to_group_checkpoints);
     RUN(test_sigterm_with_restarts_is_a_stop);
     RUN(test_killed_launcher_stops_the_ranks);
+    RUN(test_sigterm_without_forwarding_mpirun);
+    RUN(test_killed_launcher_without_forwarding_mpirun);
     RUN(test_sigterm_to_one_rank);
     RUN(test_every_argument_reaches_the_ranks);
     RUN(test_mismatched_configs_are_reported);
