@@ -60,7 +60,17 @@ int ut_dp_workers(const ut_dp *d) { return d->n; }
 ut_model *ut_dp_model(ut_dp *d, int w) { return d->m[w]; }
 ut_ctx *ut_dp_ctx(ut_dp *d, int w) { return d->ctx[w]; }
 
+/* On the CPU the workers run side by side, a thread each. On a device they
+ * all queue on the device's one compute stream, whose kernels run one after
+ * another anyway, and the host work between launches is not made for
+ * several threads at once (CUDA crashed now and then with it): there they
+ * take turns, in worker order, which also keeps the results independent of
+ * thread timing. */
 void ut_dp_run(ut_dp *d, void (*fn)(void *user, int w), void *user) {
+    if (d->m[0]->params.device != UT_CPU) {
+        for (int w = 0; w < d->n; w++) fn(user, w);
+        return;
+    }
 #pragma omp parallel for num_threads(d->n) schedule(static, 1)
     for (int w = 0; w < d->n; w++) fn(user, w);
 }

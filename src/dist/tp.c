@@ -121,19 +121,24 @@ int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err
     return 0;
 }
 
-int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n) {
+int ut_tp_gather_values(const ut_params *p, int i, const float *vals, ut_comm *group, float *full, char *err,
+                        size_t n) {
     const ut_tensor *t = p->t[i];
     const ut_partition *pt = &p->part[i];
+    const ut_backend *be = ut_backend_get(p->device);
     int64_t k = ut_nelem(t);
-    if (pt->parts <= 1) return ut_tensor_get(t, full, (size_t)k * sizeof(float));
+    if (pt->parts <= 1) {
+        be->copy(full, vals, (size_t)k * sizeof(float), UT_COPY_D2H);
+        return 0;
+    }
     if (pt->parts != ut_comm_size(group) || pt->part != ut_comm_rank(group)) {
         snprintf(err, n, "%s: part %d of %d does not match rank %d of a group of %d", p->names[i], pt->part,
                  pt->parts, ut_comm_rank(group), ut_comm_size(group));
         return -1;
     }
     float *mine = ut_malloc_check((size_t)k * sizeof(float)), *all = ut_malloc_check((size_t)k * pt->parts * sizeof(float));
-    int rc = ut_tensor_get(t, mine, (size_t)k * sizeof(float));
-    rc = rc ? rc : ut_comm_wait(group, ut_comm_iallgather(group, mine, all, k));
+    be->copy(mine, vals, (size_t)k * sizeof(float), UT_COPY_D2H);
+    int rc = ut_comm_wait(group, ut_comm_iallgather(group, mine, all, k));
     if (rc) snprintf(err, n, "gathering %s: %s", p->names[i], ut_comm_error(group));
     int64_t inner = row_elems(t, pt);
     for (int q = 0; !rc && q < pt->parts; q++)
@@ -145,8 +150,12 @@ int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, c
     return rc ? -1 : 0;
 }
 
-void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
-    ut_tensor *t = p->t[i];
+int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n) {
+    return ut_tp_gather_values(p, i, p->flat + p->segs[i].offset, group, full, err, n);
+}
+
+void ut_tp_scatter_values(const ut_params *p, int i, float *vals, const float *full) {
+    const ut_tensor *t = p->t[i];
     const ut_partition *pt = &p->part[i];
     int64_t k = ut_nelem(t);
     float *mine = ut_malloc_check((size_t)(k ? k : 1) * sizeof(float));
@@ -158,8 +167,12 @@ void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
             memcpy(mine + r * inner, full + ut_partition_full_row(t, pt, pt->part, r) * inner,
                    (size_t)inner * sizeof(float));
     }
-    UT_ASSERT(ut_tensor_set(t, mine, (size_t)k * sizeof(float)) == 0);
+    ut_backend_get(p->device)->copy(vals, mine, (size_t)k * sizeof(float), UT_COPY_H2D);
     ut_free(mine);
+}
+
+void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
+    ut_tp_scatter_values(p, i, p->flat + p->segs[i].offset, full);
 }
 
 // --- the 3-D mesh ------------------------------------------------------------------

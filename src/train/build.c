@@ -270,6 +270,11 @@ static int match_images(const ut_config *cfg, const ut_dataset *data, ut_kv *opt
 }
 
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n) {
+    return ut_model_from_config_layout(cfg, data, NULL, err, n);
+}
+
+ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *data, const ut_model_layout *layout,
+                                      char *err, size_t n) {
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
         ut_kv_set(opts, ut_kv_key(cfg->model_opts, i), ut_kv_get(cfg->model_opts, ut_kv_key(cfg->model_opts, i)));
@@ -332,7 +337,8 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
         ut_kv_free(opts);
         return NULL;
     }
-    ut_model *m = ut_model_create_on(cfg->model_name, opts, (uint64_t)cfg->seed, ut_config_device(cfg), why, sizeof why);
+    ut_model *m = ut_model_create_layout(cfg->model_name, opts, (uint64_t)cfg->seed, ut_config_device(cfg), layout,
+                                         why, sizeof why);
     ut_kv_free(opts);
     if (!m) {
         snprintf(err, n, "model: %s", why);

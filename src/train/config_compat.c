@@ -159,9 +159,8 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
         return ut_errorf(err, n, "%s: utrain runs no DeepSpeed engine; write deepspeed_config: FILE (utrain "
                                  "applies its zero stage, precision, batch and optimizer) or dist.strategy: "
                                  "zero1, zero2 or zero3 instead of env_type", key);
-    if (!strcmp(v, "deepspeed+mpu"))
-        return ut_errorf(err, n, "%s: model parallelism (mpu) is not available yet; use a data-parallel "
-                                 "dist.strategy (zero3 shards the parameters)", key);
+    if (!strcmp(v, "deepspeed+mpu")) /* Megatron's mpu: model_parallel_size says the split; ddp over the rest */
+        return 1;
     return ut_errorf(err, n, "%s: '%s' is not one of pytorch, pytorchDDP, deepspeed, deepspeed+mpu", key, v);
 }
 
@@ -176,9 +175,7 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
         return on ? assign(c, "train.precision", key, err, n) : 1;
     }
     if (!strcmp(key, "model_parallel_size") || !strcmp(key, "model_paralle_size"))
-        return !strcmp(v, "1") ? 1 : ut_errorf(err, n, "%s: model parallelism is not available yet; set it "
-                                                     "to 1 or remove it (dist.strategy: zero3 shards the "
-                                                     "parameters over the data-parallel ranks)", key);
+        return assign(c, "dist.tensor_parallel", v, err, n);
     if (!strcmp(key, "hostfile")) /* None (empty): nothing, as load_dir: None */
         return !*v ? 1 : ut_errorf(err, n, "%s: hosts are given to the launcher, not the config: mpirun --hostfile "
                                  "FILE ... utrain train CFG (see docs/multinode.md)", key);
@@ -232,9 +229,9 @@ const char *const ut_cfg_compat_doc =
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
     "| `log_steps_ratio`, `save_steps_ratio` | times per epoch (the seed's: every steps-per-epoch / ratio steps) | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
-    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`; no model parallelism yet) |\n"
+    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`) / tensor parallelism as `model_parallel_size` says, with ddp over the data-parallel ranks |\n"
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | `device: cpu` / `device: cuda`, `cuda:N` |\n"
-    "| `model_parallel_size` | 1 / more | nothing / refused until model parallelism lands |\n"
+    "| `model_parallel_size` | N | `dist.tensor_parallel: N` |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"
     "| `training_script` | | refused: utrain starts itself |\n\n"

@@ -125,5 +125,9 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n);
 /* Builds the model from model.* (vocab size filled from the data when unset). */
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
+/* The same, built as one rank's part of the model split by layout
+ * (ut_model_create_layout; NULL: whole). */
+ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *data, const ut_model_layout *layout,
+                                      char *err, size_t n);
 
 #endif

@@ -160,8 +160,17 @@ typedef struct replica {
 
 struct ut_trainer {
     const ut_config *cfg;
-    ut_comm *comm;
+    ut_comm *comm;               /* the world: start-up checks, stops, checkpoint confirmation */
     int rank, world;
+    /* dist.tensor_parallel: the mesh (tp x dp) and the model split over its
+     * tp group; dcomm is the data-parallel group the strategy, the sampler
+     * and the metrics work over (the world when tp is 1) */
+    int tp;
+    ut_mesh mesh;
+    bool have_mesh;
+    ut_comm *dcomm;
+    int drank, dworld;
+    ut_model *whole;             /* tp: the whole model, for checkpoints (made at the first one) */
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
     ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
@@ -238,11 +247,11 @@ static double accum_metric(const accum *a, const char *name) {
  * metric names line up because every rank runs the same hooks in the same
  * order. */
 static int accum_reduce(ut_trainer *t, accum *a) {
-    if (t->world == 1) return 0;
+    if (t->dworld == 1) return 0;
     double v[3 + 2 * UT_MAX_METRICS] = {a->loss_sum, (double)a->examples, (double)a->tokens};
     for (int i = 0; i < a->nmets; i++) v[3 + 2 * i] = a->mets[i].sum, v[4 + 2 * i] = a->mets[i].count;
-    if (ut_comm_allreduce_f64(t->comm, v, 3 + 2 * UT_MAX_METRICS)) {
-        snprintf(t->err, sizeof t->err, "reducing metrics over ranks: %s", ut_comm_error(t->comm));
+    if (ut_comm_allreduce_f64(t->dcomm, v, 3 + 2 * UT_MAX_METRICS)) {
+        snprintf(t->err, sizeof t->err, "reducing metrics over ranks: %s", ut_comm_error(t->dcomm));
         return -1;
     }
     a->loss_sum = v[0], a->examples = (int64_t)v[1], a->tokens = (int64_t)v[2];
@@ -312,7 +321,7 @@ static int set_optimizer(ut_trainer *t) {
         return -1;
     }
     if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
-    t->dist = ut_dist_new(t->comm, t->m, &oc, &dopts, t->err, sizeof t->err);
+    t->dist = ut_dist_new(t->dcomm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
     if (t->world > 1 && t->rank == 0 && !be->host_memory)
@@ -330,12 +339,97 @@ static int set_optimizer(ut_trainer *t) {
     return 0;
 }
 
+/* ---- tensor parallelism: checkpoints hold the whole model ----
+ * A split run's checkpoint is the file a whole run writes (the same names,
+ * shapes and flat optimizer state), so it resumes at any split, in one
+ * process too, and test, evaluate and export read it as any other. Each
+ * parameter and each of its optimizer state's segments is gathered from
+ * the parts over the tp group into a whole model built from the config
+ * (t->whole, made at the first save or load and kept), which rank 0 writes;
+ * loading reads the file into that model and hands each rank its part. The
+ * whole model costs one copy of the parameters (and, while a checkpoint is
+ * read or written, of the optimizer's state) on every rank. */
+static int64_t whole_numel(const ut_trainer *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->m->params.n; i++) n += ut_tp_full_numel(&t->m->params, i);
+    return n;
+}
+
+static ut_model *whole_model(ut_trainer *t) {
+    if (t->whole) return t->whole;
+    char why[512];
+    ut_model *w = ut_model_from_config(t->cfg, t->train, why, sizeof why);
+    if (!w) {
+        snprintf(t->err, sizeof t->err, "the whole model for checkpoints: %s", why);
+        return NULL;
+    }
+    const ut_params *p = &t->m->params, *q = &w->params;
+    for (int i = 0; i < p->n || i < q->n; i++)
+        if (i >= p->n || i >= q->n || strcmp(p->names[i], q->names[i]) || ut_tp_full_numel(p, i) != q->segs[i].numel) {
+            snprintf(t->err, sizeof t->err, "the split model's parameter %d (%s) is not the whole model's (%s)", i,
+                     i < p->n ? p->names[i] : "none", i < q->n ? q->names[i] : "none");
+            ut_model_free(w);
+            return NULL;
+        }
+    return t->whole = w;
+}
+
+static ut_optim *whole_optimizer(ut_trainer *t) {
+    ut_params *q = &t->whole->params;
+    return ut_optim_new(ut_optim_get_config(t->o), q->flat, q->flat_grad, q->segs, q->n, 0, q->numel);
+}
+
+/* The parts' parameters (and, with wo, optimizer state) into the whole
+ * model, on every rank of the tp group (a collective over it). */
+static int gather_whole(ut_trainer *t, ut_optim *wo) {
+    const ut_params *p = &t->m->params;
+    ut_params *q = &t->whole->params;
+    const ut_backend *be = ut_backend_get(q->device);
+    int ns = wo ? ut_optim_nstate(t->o) : 0, rc = 0;
+    for (int i = 0; i < p->n && !rc; i++) {
+        float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
+        size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
+        for (int s = -1; s < ns && !rc; s++) {
+            const char *name;
+            const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(t->o, s, &name) + p->segs[i].offset;
+            float *dst = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
+            rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
+            if (!rc) be->copy(dst, full, bytes, UT_COPY_H2D);
+        }
+        ut_free(full);
+    }
+    if (wo) ut_optim_set_steps(wo, ut_optim_steps(t->o));
+    return rc;
+}
+
+/* The whole model's parameters (and, with wo, optimizer state) into this
+ * rank's parts (no communication). */
+static void scatter_whole(ut_trainer *t, ut_optim *wo) {
+    ut_params *p = &t->m->params;
+    const ut_params *q = &t->whole->params;
+    const ut_backend *be = ut_backend_get(q->device);
+    int ns = wo ? ut_optim_nstate(t->o) : 0;
+    for (int i = 0; i < p->n; i++) {
+        float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
+        size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
+        for (int s = -1; s < ns; s++) {
+            const char *name;
+            const float *src = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
+            float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(t->o, s, &name) + p->segs[i].offset;
+            be->copy(full, src, bytes, UT_COPY_D2H);
+            ut_tp_scatter_values(p, i, part, full);
+        }
+        ut_free(full);
+    }
+    if (wo) ut_optim_set_steps(t->o, ut_optim_steps(wo));
+}
+
 /* What a checkpoint must agree with to be resumed: the hashed configuration
  * keys and the global batch (examples per optimizer step), so a run may go on
  * with another world size, per-process batch or accumulation, and another
  * strategy, as long as each step sees the same examples. */
 static uint64_t run_hash(const ut_trainer *t) {
-    uint64_t g = (uint64_t)(t->cfg->batch_size * t->world * t->ndp * t->accum_steps);
+    uint64_t g = (uint64_t)(t->cfg->batch_size * t->dworld * t->ndp * t->accum_steps);
     uint64_t h = ut_config_hash(t->cfg) ^ (g * 0x9e3779b97f4a7c15ULL);
     return h ^ (h >> 29);
 }
@@ -366,11 +460,11 @@ static int check_resume_state(const ut_trainer *t, const char *path, int64_t nam
 static int check_counts(ut_trainer *t) {
     const ut_config *c = t->cfg;
     int64_t g, total;
-    if (__builtin_mul_overflow(c->batch_size, (int64_t)t->world * t->ndp, &g) ||
+    if (__builtin_mul_overflow(c->batch_size, (int64_t)t->dworld * t->ndp, &g) ||
         __builtin_mul_overflow(g, t->accum_steps, &g))
         return ut_errorf(t->err, sizeof t->err, "the global batch train.batch_size %lld x %d processes x "
                          "train.gradient_accumulation_steps %lld is too large to count",
-                         (long long)c->batch_size, t->world * t->ndp, (long long)t->accum_steps);
+                         (long long)c->batch_size, t->dworld * t->ndp, (long long)t->accum_steps);
     if (c->max_steps <= 0 && __builtin_mul_overflow(c->epochs, t->steps_per_epoch, &total))
         return ut_errorf(t->err, sizeof t->err, "train.epochs %lld x %lld steps per epoch is too large to "
                          "count: use train.max_steps", (long long)c->epochs, (long long)t->steps_per_epoch);
@@ -401,10 +495,12 @@ static int resume(ut_trainer *t) {
         ut_train_state st;
         /* a sharded strategy reads the whole state, then keeps its part */
         bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
-        ut_optim *o = sharded ? full_optimizer(t) : t->o;
-        int lrc = ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
-        if (!lrc && sharded) ut_dist_load_full(t->dist, o);
-        if (sharded) ut_optim_free(o);
+        if (t->tp > 1 && !whole_model(t)) return -1;
+        ut_optim *o = t->tp > 1 ? whole_optimizer(t) : sharded ? full_optimizer(t) : t->o;
+        int lrc = ut_ckpt_load(path, t->tp > 1 ? t->whole : t->m, o, &st, why, sizeof why);
+        if (!lrc && t->tp > 1) scatter_whole(t, o);
+        else if (!lrc && sharded) ut_dist_load_full(t->dist, o);
+        if (sharded || t->tp > 1) ut_optim_free(o);
         if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
@@ -417,8 +513,8 @@ static int resume(ut_trainer *t) {
                      "the same global batch (this run's: %lld = batch_size %lld x %d processes x "
                      "%lld accumulation steps)",
                      path, (unsigned long long)st.config_hash, (unsigned long long)run_hash(t),
-                     (long long)(t->cfg->batch_size * t->world * t->ndp * t->accum_steps),
-                     (long long)t->cfg->batch_size, t->world * t->ndp, (long long)t->accum_steps);
+                     (long long)(t->cfg->batch_size * t->dworld * t->ndp * t->accum_steps),
+                     (long long)t->cfg->batch_size, t->dworld * t->ndp, (long long)t->accum_steps);
             return -1;
         }
         t->st = st;
@@ -456,9 +552,12 @@ static int load_initial_weights(ut_trainer *t) {
     if (file) snprintf(path, sizeof path, "%s", from);
     else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
     else snprintf(dir, sizeof dir, "%s/checkpoints", from);
-    if ((!file && ut_best_checkpoint(dir, t->m, path, sizeof path, t->err, sizeof t->err)) ||
-        ut_ckpt_load(path, t->m, NULL, NULL, t->err, sizeof t->err))
+    ut_model *into = t->tp > 1 ? whole_model(t) : t->m;
+    if (!into) return -1;
+    if ((!file && ut_best_checkpoint(dir, into, path, sizeof path, t->err, sizeof t->err)) ||
+        ut_ckpt_load(path, into, NULL, NULL, t->err, sizeof t->err))
         return -1;
+    if (t->tp > 1) scatter_whole(t, NULL);
     ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
@@ -468,7 +567,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static void print_summary(ut_trainer *t) {
     const ut_config *c = t->cfg;
-    int world = t->world;
+    int world = t->dworld;
     ut_say(&t->log, "***** Running training *****\n");
     ut_say(&t->log, "  Num examples = %lld\n", (long long)t->train->n);
     if (c->max_steps > 0) ut_say(&t->log, "  Max steps = %lld\n", (long long)c->max_steps);
@@ -495,10 +594,14 @@ static void print_summary(ut_trainer *t) {
     if (t->ndp > 1)
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);
+    if (t->tp > 1)
+        ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split; %lld of the model's %lld "
+                        "parameters on each rank), %d data-parallel ranks\n",
+               t->tp, (long long)t->m->params.numel, (long long)whole_numel(t), world);
     if (world > 1)
-        ut_say(&t->log, "  Processes = %d (%s, %s backend, %d gradient buckets)\n", world,
-               ut_dist_name(ut_dist_kind_of(t->dist)), ut_comm_backend(t->comm),
-               ut_dist_nbuckets(t->dist));
+        ut_say(&t->log, "  %s = %d (%s, %s backend, %d gradient buckets)\n",
+               t->tp > 1 ? "Data-parallel processes" : "Processes", world,
+               ut_dist_name(ut_dist_kind_of(t->dist)), ut_comm_backend(t->comm), ut_dist_nbuckets(t->dist));
 }
 
 /* ---- checkpoints ---- */
@@ -530,8 +633,18 @@ static int save_now(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering the state for a checkpoint: %s", ut_comm_error(t->comm));
         return -1;
     }
-    int rc = t->rank == 0 ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err) : 0;
-    if (sharded) ut_optim_free(o);
+    const ut_model *m = t->m;
+    if (t->tp > 1) { /* the whole model's state, from the parts */
+        if (!whole_model(t)) return -1;
+        o = whole_optimizer(t);
+        if (gather_whole(t, o)) {
+            ut_optim_free(o);
+            return -1;
+        }
+        m = t->whole;
+    }
+    int rc = t->rank == 0 ? ut_ckpt_save(path, m, o, &t->st, t->err, sizeof t->err) : 0;
+    if (sharded || t->tp > 1) ut_optim_free(o);
     ut_dist_release(t->dist);
     if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
         int64_t failed = rc != 0;
@@ -560,7 +673,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
     double t0 = now_s();
-    int erc = ut_evaluate_until(t->comm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+    int erc = ut_evaluate_until(t->dcomm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                 sizeof t->err);
     ut_dist_release(t->dist);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
@@ -716,7 +829,8 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     float coef, scale = t->fp16 ? t->scaler.scale : 1.0f;
     double clip = t->cfg->grad_clip > 0 ? t->cfg->grad_clip : 0;
     float lr = ut_schedule_lr(&t->sched, t->st.step);
-    bool local = ut_dist_norm_local(t->dist), dev = ut_dist_device_scalars(t->dist);
+    /* a split model's norm is the whole model's: its parts summed over the tp group */
+    bool local = t->tp == 1 && ut_dist_norm_local(t->dist), dev = t->tp == 1 && ut_dist_device_scalars(t->dist);
     if (local) ut_dist_grad_sq_to(t->dist, t->win_sq);
     if (dev) {
         ut_grad_step_scalars(t->m->params.device, t->step_sc, t->win_sq, clip, scale);
@@ -725,7 +839,10 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     }
     read_step(t, local, &sq, loss);
     if (local) scaled = sqrt(sq);
-    else if (ut_dist_grad_norm(t->dist, &scaled)) {
+    else if (t->tp > 1) {
+        if (ut_tp_grad_norm_sq(&t->m->params, t->mesh.tp_group, &sq, t->err, sizeof t->err)) return -1;
+        scaled = sqrt(sq);
+    } else if (ut_dist_grad_norm(t->dist, &scaled)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
     }
@@ -887,10 +1004,12 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     *loss = NAN;
     if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
     bool sync = last, empty = b->count == 0;
-    if (empty && (t->world == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
-        return t->world == 1 ? 0 : -1; /* one process never has an empty share */
+    if (empty && (t->dworld == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
+        return t->dworld == 1 ? 0 : -1; /* one process never has an empty share */
     const ut_batch *run = empty ? &t->standin : b;
-    start_rng_stream(t, t->ctx, t->rank);
+    /* the ranks of one tensor-parallel group draw the same masks: those of
+     * the whole model on their data-parallel rank's share */
+    start_rng_stream(t, t->ctx, t->drank);
     ut_step_outputs out;
     ut_tensor *y;
     if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
@@ -1100,12 +1219,32 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))
         return -1;
+    t->tp = (int)c->tensor_parallel;
+    t->dcomm = t->comm, t->drank = t->rank, t->dworld = t->world;
+    if (t->tp > 1) {
+        char why[512];
+        if (ut_mesh_init(&t->mesh, t->comm, t->tp, 1, why, sizeof why)) {
+            snprintf(t->err, sizeof t->err, "%s (start %d x N processes)", why, t->tp);
+            return -1;
+        }
+        t->have_mesh = true;
+        t->dcomm = t->mesh.dp_group, t->drank = t->mesh.dp_rank, t->dworld = t->mesh.dp;
+    }
     *own_data = !train;
     if (!train && ut_datasets_open(c, t->log.dir, t->rank == 0, &t->train, &t->dev, NULL, t->err, sizeof t->err))
         return -1;
     if (train) t->train = train, t->dev = dev;
     *own_m = !model;
-    t->m = model ? model : ut_model_from_config(c, t->train, t->err, sizeof t->err);
+    if (model && t->tp > 1) {
+        snprintf(t->err, sizeof t->err, "dist.tensor_parallel %d: a model handed to the trainer is whole; let the "
+                 "trainer build it from model.* (it builds each rank's part) or set dist.tensor_parallel: 1", t->tp);
+        return -1;
+    }
+    if (model) t->m = model;
+    else if (t->tp > 1) {
+        ut_model_layout lay = {.tp_rank = t->mesh.tp_rank, .tp_size = t->tp, .tp = ut_tp_hooks_of(t->mesh.tp_group)};
+        t->m = ut_model_from_config_layout(c, t->train, &lay, t->err, sizeof t->err);
+    } else t->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
     ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
@@ -1113,8 +1252,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
     /* dp: the trainer's own model is worker 0 of ndp */
-    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->rank,
-                    t->ndp > 1 ? t->ndp : t->world, (uint64_t)c->seed, c->shuffle, c->drop_last);
+    ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->drank,
+                    t->ndp > 1 ? t->ndp : t->dworld, (uint64_t)c->seed, c->shuffle, c->drop_last);
     t->accum_steps = c->gradient_accumulation_steps;
     t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
     if (t->batches_per_epoch == 0) {
@@ -1143,7 +1282,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
     ut_dtype ac = ut_run_precision(c);
-    if (ac != UT_F32 && ut_dist_device_scalars(t->dist)) { /* autocast's copies, written by the step */
+    if (ac != UT_F32 && t->tp == 1 && ut_dist_device_scalars(t->dist)) { /* autocast's copies, written by the step */
         t->p16_dt = ac;
         t->p16 = be->alloc((size_t)(t->m->params.numel ? t->m->params.numel : 1) * 2);
         ut_dist_set_copies16(t->dist, t->p16, ac);
@@ -1230,6 +1369,8 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_dist_free(t->dist);
+    if (t->have_mesh) ut_mesh_free(&t->mesh);
+    if (t->whole) ut_model_free(t->whole);
     ut_standin_free(&t->standin);
     dp_free(t);
     if (t->win_loss) ut_backend_get(t->m->params.device)->free(t->win_loss);

@@ -6,6 +6,7 @@
  * stream, so they run in the order they were queued. A copy to host memory
  * waits for the stream before it returns (the host reads the result next); a
  * copy from host memory returns once the host buffer has been consumed. */
+#include <pthread.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,12 @@ static void check(cudaError_t e, const char *what) {
     if (e != cudaSuccess) ut_abort(__FILE__, __LINE__, "CUDA %s: %s", what, cudaGetErrorString(e));
 }
 
+/* Made once, whichever thread asks first (dp's workers may ask together). */
+static void make_stream(void) { check(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream create"); }
+static pthread_once_t g_stream_once = PTHREAD_ONCE_INIT;
+
 void *ut_cuda_stream(void) {
-    if (!g_stream) check(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream create");
+    if (!g_stream) pthread_once(&g_stream_once, make_stream);
     return g_stream;
 }
 
