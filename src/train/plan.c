@@ -190,6 +190,11 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
 int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n) {
     memset(p, 0, sizeof *p);
     if (world < 1) return ut_errorf(err, n, "the world size must be >= 1, not %d", world);
+    if (cfg->tensor_parallel > 1)
+        return ut_errorf(err, n, "dist.tensor_parallel: %lld: utrain plan does not lay out split models yet; plan "
+                                 "the whole model with --set dist.tensor_parallel=1 (each rank of a split holds about "
+                                 "1/%lld of the parameters, gradients and optimizer state of its blocks)",
+                         (long long)cfg->tensor_parallel, (long long)cfg->tensor_parallel);
     p->world = world;
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
     snprintf(p->device, sizeof p->device, "%s", cfg->device);

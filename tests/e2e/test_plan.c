@@ -358,6 +358,7 @@ static void test_errors(void) {
         {{"plan", "--json", NULL}, 2, "a config file is needed"},
         {{"plan", cfg, "--set", "train.batch_sise=3", NULL}, 1, "train.batch_sise"},
         {{"plan", cfg, "--set", "optim.name=lion", NULL}, 1, "optim.name"},
+        {{"plan", cfg, "--set", "dist.tensor_parallel=2", NULL}, 1, "utrain plan does not lay out split models yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *s;

@@ -639,16 +639,23 @@ static void test_flagai_keys(void) {
     CHECK(load_text(&c, "pytorch_device: cpu\n") == 0 && !strcmp(c.device, "cpu") &&
               ut_config_validate(&c, err, sizeof err) == 0, "pytorch_device: cpu: %s", err);
     ut_config_free(&c);
-    check_load_error("model_parallel_size: 2\n",
-                     "1: model_parallel_size: model parallelism is not available yet; set it to 1 or remove "
-                     "it (dist.strategy: zero3 shards the parameters over the data-parallel ranks)");
+    /* Megatron's model parallelism: model_parallel_size is dist.tensor_parallel, env_type
+     * deepspeed+mpu leaves the data-parallel strategy as it is (ddp) */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "env_type: deepspeed+mpu\nmodel_parallel_size: 2\n") == 0 && c.tensor_parallel == 2 &&
+              !strcmp(c.dist_strategy, "ddp") && ut_config_validate(&c, err, sizeof err) == 0,
+          "deepspeed+mpu with model_parallel_size 2: %s", err);
+    ut_config_free(&c);
+    check_load_error("model_parallel_size: 0\n", "1: dist.tensor_parallel: must be >= 1");
+    ut_config_init(&c);
+    CHECK(load_text(&c, "model_parallel_size: 2\ndist: {strategy: zero3}\n") == 0 &&
+              ut_config_validate(&c, err, sizeof err) == -1 && strstr(err, "set dist.strategy: ddp"),
+          "tensor parallelism with zero3 is refused: %s", err);
+    ut_config_free(&c);
     check_load_error("env_type: deepspeed\n",
                      "1: env_type: utrain runs no DeepSpeed engine; write deepspeed_config: FILE (utrain applies "
                      "its zero stage, precision, batch and optimizer) or dist.strategy: zero1, zero2 or zero3 "
                      "instead of env_type");
-    check_load_error("env_type: deepspeed+mpu\n",
-                     "1: env_type: model parallelism (mpu) is not available yet; use a data-parallel "
-                     "dist.strategy (zero3 shards the parameters)");
     check_load_error("env_type: tpu\n", "1: env_type: 'tpu' is not one of pytorch, pytorchDDP, deepspeed, "
                                          "deepspeed+mpu");
     /* hostfile: None is nothing, as load_dir: None; ~/ in model_dir and data_dir is $HOME */
