@@ -13,6 +13,9 @@
 #include "test.h"
 #include "utrain/utrain.h"
 
+/* src/backend/cpu/dnnl_matmul.c: whether bf16 products go through oneDNN */
+bool ut_bf16_use_dnnl(void);
+
 static char tmp[256], cfg[512];
 
 /* a small GPT-2 whose model state (params, grads, AdamW state: ~200 MB)
@@ -259,8 +262,14 @@ static void test_precision(void) {
          * 16-bit input and the input's and output's gradients, (B T, 4C) each,
          * in float32 (one shared buffer, not one per kind of copy) */
         const double scratch = k ? 3.0 * BATCH * T * 4 * C * 4 : 0;
-        CHECK(json_num(s, NULL, "autocast_scratch_bytes") == scratch, "%s scratch %.0f, want %.0f", prec[k],
-              json_num(s, NULL, "autocast_scratch_bytes"), scratch);
+        /* on a CPU with bf16 instructions bf16 products take their oneDNN
+         * operands from it too, so a product's needs may exceed gelu's */
+        const double got = json_num(s, NULL, "autocast_scratch_bytes");
+        if (k == 1 && ut_bf16_use_dnnl())
+            CHECK(got >= scratch && got < 1.5 * scratch, "%s scratch %.0f, want %.0f to 1.5 times that (oneDNN)",
+                  prec[k], got, scratch);
+        else
+            CHECK(got == scratch, "%s scratch %.0f, want %.0f", prec[k], got, scratch);
         act[k] = json_num(s, NULL, "activation_bytes");
         arena[k] = act[k] - json_num(s, NULL, "autocast_scratch_bytes");
         double base = json_num(s, NULL, "runtime_bytes") + json_num(s, NULL, "dataset_bytes");

@@ -8,13 +8,16 @@
 #include "../../ops/params.h"
 
 /* How an op's products run: scratch for oneDNN's bf16 operands (the largest
- * product's), or NULL for sgemm. */
+ * product's), or NULL for sgemm. The scratch is autocast's (an autocast op's
+ * kernel takes it, and it is free again when the op ends), not the step's
+ * arena: taken from the arena, every product's operands would stay until
+ * the step ends, and a bf16 step would hold more than a float32 one. */
 typedef struct { uint16_t *bf16; } mm_path;
 
 static mm_path path_of(const ut_tensor *t, int64_t max_operands, const ut_kctx *k) {
     mm_path p = {NULL};
     if (t->autocast == UT_BF16 && ut_bf16_use_dnnl())
-        p.bf16 = ut_kalloc(k, (size_t)max_operands * sizeof(uint16_t));
+        p.bf16 = (uint16_t *)(void *)ut_kscratch(k, (size_t)max_operands * sizeof(uint16_t));
     return p;
 }
 
