@@ -187,8 +187,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "data-parallel strategy (docs/distributed.md); one process runs it as plain training"},
     {.key = "dist.tensor_parallel", .type = UT_CFG_INT, AT(tensor_parallel), .def = "1", GE(1),
      .doc = "ranks each model is split over, Megatron-LM style (gpt2, bert, roberta, bart; FlagAI's "
-            "model_parallel_size): the world is tensor_parallel x data-parallel ranks, dist.strategy ddp "
-            "over the data-parallel ones (docs/distributed.md)"},
+            "model_parallel_size): the world is tensor_parallel x data-parallel ranks, dist.strategy (ddp, "
+            "zero1-zero3) over the data-parallel ones (docs/distributed.md)"},
     {.key = "dist.bucket_mb", .type = UT_CFG_FLOAT, AT(bucket_mb), .def = "25", GT(0),
      .doc = "gradient bucket size in MiB (all-reduce for ddp/zero1, reduce-scatter for zero2/zero3)"},
     {.key = "dist.wrap", .type = UT_CFG_ENUM, AT(dist_wrap), .def = "block", .values = wrap_policies,

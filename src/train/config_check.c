@@ -69,10 +69,14 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (strcmp(c->comm_hook, "none") && strcmp(c->dist_strategy, "ddp") && strcmp(c->dist_strategy, "zero1"))
         FAIL("dist.comm_hook: %s compresses ddp's and zero1's gradient all-reduce, not %s's; set dist.strategy: ddp "
              "or zero1, or dist.comm_hook: none", c->comm_hook, c->dist_strategy);
-    if (c->tensor_parallel > 1 && strcmp(c->dist_strategy, "ddp"))
-        FAIL("dist.tensor_parallel: %lld splits the model and runs ddp over the data-parallel ranks; "
-             "dist.strategy %s with it is not built yet: set dist.strategy: ddp (or dist.tensor_parallel: 1 to "
-             "shard with ZeRO instead)", (long long)c->tensor_parallel, c->dist_strategy);
+    if (c->tensor_parallel > 1 && !strcmp(c->dist_strategy, "dp"))
+        FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
+             "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "
+             "--nproc", (long long)c->tensor_parallel);
+    if (c->tensor_parallel > 1 && !strcmp(c->offload_optimizer, "cpu"))
+        FAIL("dist.tensor_parallel: %lld with dist.offload_optimizer: cpu is not built yet; set "
+             "dist.offload_optimizer: none (ZeRO still shards the parts' optimizer state over the data-parallel "
+             "ranks)", (long long)c->tensor_parallel);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);

@@ -229,7 +229,7 @@ const char *const ut_cfg_compat_doc =
     "| `num_loader_workers` | 0 / more | nothing (no worker processes; one loader thread) / refused |\n"
     "| `log_steps_ratio`, `save_steps_ratio` | times per epoch (the seed's: every steps-per-epoch / ratio steps) | `train.log_steps_ratio`, `train.save_steps_ratio` |\n"
     "| `warmup_proportion` (also HF's `warmup_ratio`) | fraction of all steps | `optim.warmup_ratio` |\n"
-    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`) / tensor parallelism as `model_parallel_size` says, with ddp over the data-parallel ranks |\n"
+    "| `env_type` | `pytorch`, `pytorchDDP` / `deepspeed`, `deepspeed+mpu` | `dist.strategy: ddp` (one process trains plainly) / refused (write `deepspeed_config: FILE` or `dist.strategy: zero1`-`zero3`) / tensor parallelism as `model_parallel_size` says, `dist.strategy` (ddp unless `deepspeed_config` gives a ZeRO stage) over the data-parallel ranks |\n"
     "| `pytorch_device` | `cpu` / `cuda`, `cuda:N` | `device: cpu` / `device: cuda`, `cuda:N` |\n"
     "| `model_parallel_size` | N | `dist.tensor_parallel: N` |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"

@@ -379,49 +379,50 @@ static ut_optim *whole_optimizer(ut_trainer *t) {
     return ut_optim_new(ut_optim_get_config(t->o), q->flat, q->flat_grad, q->segs, q->n, 0, q->numel);
 }
 
-/* The parts' parameters (and, with wo, optimizer state) into the whole
- * model, on every rank of the tp group (a collective over it). */
-static int gather_whole(ut_trainer *t, ut_optim *wo) {
+/* The parts' parameters (and, with wo, the optimizer state of o, which
+ * covers this rank's whole part) into the whole model, on every rank of the
+ * tp group (a collective over it). */
+static int gather_whole(ut_trainer *t, ut_optim *o, ut_optim *wo) {
     const ut_params *p = &t->m->params;
     ut_params *q = &t->whole->params;
     const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(t->o) : 0, rc = 0;
+    int ns = wo ? ut_optim_nstate(o) : 0, rc = 0;
     for (int i = 0; i < p->n && !rc; i++) {
         float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
         size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
         for (int s = -1; s < ns && !rc; s++) {
             const char *name;
-            const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(t->o, s, &name) + p->segs[i].offset;
+            const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
             float *dst = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
             rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
             if (!rc) be->copy(dst, full, bytes, UT_COPY_H2D);
         }
         ut_free(full);
     }
-    if (wo) ut_optim_set_steps(wo, ut_optim_steps(t->o));
+    if (wo) ut_optim_set_steps(wo, ut_optim_steps(o));
     return rc;
 }
 
-/* The whole model's parameters (and, with wo, optimizer state) into this
- * rank's parts (no communication). */
-static void scatter_whole(ut_trainer *t, ut_optim *wo) {
+/* The whole model's parameters (and, with wo, optimizer state into o, which
+ * covers this rank's whole part) into this rank's parts (no communication). */
+static void scatter_whole(ut_trainer *t, ut_optim *wo, ut_optim *o) {
     ut_params *p = &t->m->params;
     const ut_params *q = &t->whole->params;
     const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(t->o) : 0;
+    int ns = wo ? ut_optim_nstate(o) : 0;
     for (int i = 0; i < p->n; i++) {
         float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
         size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
         for (int s = -1; s < ns; s++) {
             const char *name;
             const float *src = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
-            float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(t->o, s, &name) + p->segs[i].offset;
+            float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
             be->copy(full, src, bytes, UT_COPY_D2H);
             ut_tp_scatter_values(p, i, part, full);
         }
         ut_free(full);
     }
-    if (wo) ut_optim_set_steps(t->o, ut_optim_steps(wo));
+    if (wo) ut_optim_set_steps(o, ut_optim_steps(wo));
 }
 
 /* What a checkpoint must agree with to be resumed: the hashed configuration
@@ -496,11 +497,12 @@ static int resume(ut_trainer *t) {
         /* a sharded strategy reads the whole state, then keeps its part */
         bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
         if (t->tp > 1 && !whole_model(t)) return -1;
-        ut_optim *o = t->tp > 1 ? whole_optimizer(t) : sharded ? full_optimizer(t) : t->o;
-        int lrc = ut_ckpt_load(path, t->tp > 1 ? t->whole : t->m, o, &st, why, sizeof why);
-        if (!lrc && t->tp > 1) scatter_whole(t, o);
-        else if (!lrc && sharded) ut_dist_load_full(t->dist, o);
-        if (sharded || t->tp > 1) ut_optim_free(o);
+        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = t->tp > 1 ? whole_optimizer(t) : NULL;
+        int lrc = ut_ckpt_load(path, wo ? t->whole : t->m, wo ? wo : o, &st, why, sizeof why);
+        if (!lrc && wo) scatter_whole(t, wo, o);
+        if (!lrc && sharded) ut_dist_load_full(t->dist, o);
+        if (wo) ut_optim_free(wo);
+        if (sharded) ut_optim_free(o);
         if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
@@ -557,7 +559,7 @@ static int load_initial_weights(ut_trainer *t) {
     if ((!file && ut_best_checkpoint(dir, into, path, sizeof path, t->err, sizeof t->err)) ||
         ut_ckpt_load(path, into, NULL, NULL, t->err, sizeof t->err))
         return -1;
-    if (t->tp > 1) scatter_whole(t, NULL);
+    if (t->tp > 1) scatter_whole(t, NULL, NULL);
     ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
@@ -634,17 +636,21 @@ static int save_now(ut_trainer *t) {
         return -1;
     }
     const ut_model *m = t->m;
+    ut_optim *wo = NULL;
     if (t->tp > 1) { /* the whole model's state, from the parts */
-        if (!whole_model(t)) return -1;
-        o = whole_optimizer(t);
-        if (gather_whole(t, o)) {
-            ut_optim_free(o);
+        int grc = whole_model(t) ? 0 : -1;
+        if (!grc) grc = gather_whole(t, o, wo = whole_optimizer(t));
+        if (grc) {
+            if (wo) ut_optim_free(wo);
+            if (sharded) ut_optim_free(o);
+            ut_dist_release(t->dist);
             return -1;
         }
         m = t->whole;
     }
-    int rc = t->rank == 0 ? ut_ckpt_save(path, m, o, &t->st, t->err, sizeof t->err) : 0;
-    if (sharded || t->tp > 1) ut_optim_free(o);
+    int rc = t->rank == 0 ? ut_ckpt_save(path, m, wo ? wo : o, &t->st, t->err, sizeof t->err) : 0;
+    if (wo) ut_optim_free(wo);
+    if (sharded) ut_optim_free(o);
     ut_dist_release(t->dist);
     if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
         int64_t failed = rc != 0;
@@ -839,9 +845,17 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     }
     read_step(t, local, &sq, loss);
     if (local) scaled = sqrt(sq);
-    else if (t->tp > 1) {
-        if (ut_tp_grad_norm_sq(&t->m->params, t->mesh.tp_group, &sq, t->err, sizeof t->err)) return -1;
-        scaled = sqrt(sq);
+    else if (t->tp > 1) { /* the split parameters' parts summed over the tp group, the whole ones once */
+        double s2[2];
+        ut_comm *failed = ut_dist_grad_sq_split(t->dist, s2)                    ? t->dcomm
+                          : ut_comm_allreduce_f64(t->mesh.tp_group, s2, 1) ? t->mesh.tp_group
+                                                                           : NULL;
+        if (failed) {
+            snprintf(t->err, sizeof t->err, "gradient norm over the %s group: %s", ut_comm_name(failed),
+                     ut_comm_error(failed));
+            return -1;
+        }
+        scaled = sqrt(s2[0] + s2[1]);
     } else if (ut_dist_grad_norm(t->dist, &scaled)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;

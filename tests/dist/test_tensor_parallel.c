@@ -4,7 +4,8 @@
  * one process; split over 2 with 2 data-parallel ranks (4 in all) against
  * ddp on 2 ranks. Only the order of sums differs (a row-parallel layer's
  * partial products are added over the group), so losses and weights agree to
- * rounding. Split runs resume bit-exact, their checkpoints are the whole
+ * rounding; so do ZeRO-1/2/3 over the data-parallel ranks of a split
+ * model. Split runs resume bit-exact, their checkpoints are the whole
  * model's (a split run's checkpoint goes on in one process, and `utrain
  * test` reads it), and layouts that cannot work are refused with a
  * message. */
@@ -68,6 +69,15 @@ static void test_split_with_data_parallel(void) {
     CHECK(train("ddp2", 2, "") == 0, "ddp on 2 ranks");
     CHECK(train("tp2dp2", 4, "dist.tensor_parallel=2") == 0, "split over 2 ranks, 2 data-parallel ranks");
     agrees("tp2dp2", "ddp2");
+    /* ZeRO over the data-parallel ranks: each part's state sharded */
+    static const char *const zero[] = {"zero1", "zero2", "zero3"};
+    for (int z = 0; z < 3; z++) {
+        char name[32], sets[128];
+        snprintf(name, sizeof name, "tp2%s", zero[z]);
+        snprintf(sets, sizeof sets, "dist.tensor_parallel=2 dist.strategy=%s", zero[z]);
+        CHECK(train(name, 4, sets) == 0, "split over 2 ranks, %s over 2 data-parallel ranks", zero[z]);
+        agrees(name, "ddp2");
+    }
     char *s = output_of("tp2dp2");
     CHECK(s && strstr(s, "2 data-parallel ranks") && strstr(s, "Total train batch size (w. parallel, distributed "
                                                               "& accumulation) = 16"),
@@ -89,6 +99,12 @@ static void test_resume(void) {
     CHECK(train("part", 2, "dist.tensor_parallel=2 continue_training=true") == 0, "and goes on to 24");
     CHECK(tp_same_weights(tp_ckpt_file(tmp, "tp2", 24), tp_ckpt_file(tmp, "part", 24)),
           "resumed at the same split: the same checkpoint, bit for bit");
+    CHECK(train("partz3", 4, "dist.tensor_parallel=2 dist.strategy=zero3 train.max_steps=12") == 0,
+          "a split zero3 run stops at step 12");
+    CHECK(train("partz3", 4, "dist.tensor_parallel=2 dist.strategy=zero3 continue_training=true") == 0,
+          "and goes on to 24");
+    CHECK(tp_same_weights(tp_ckpt_file(tmp, "tp2zero3", 24), tp_ckpt_file(tmp, "partz3", 24)),
+          "resumed split under zero3: the same checkpoint, bit for bit");
     CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "tp4", 12), tp_path(tp_path(tmp, "runs"), "moved")),
           "tp4's step-12 checkpoint copied");
     CHECK(train("moved", 1, "continue_training=true") == 0, "it goes on in one process");
@@ -125,7 +141,9 @@ static void refused(const char *name, int nproc, const char *sets, const char *w
 }
 
 static void test_bad_layouts_are_refused(void) {
-    refused("badzero", 2, "dist.tensor_parallel=2 dist.strategy=zero2", "set dist.strategy: ddp");
+    refused("baddp", 2, "dist.tensor_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
+    refused("badoffload", 2, "dist.tensor_parallel=2 dist.strategy=zero2 dist.offload_optimizer=cpu",
+            "set dist.offload_optimizer: none");
     refused("baddiv", 3, "dist.tensor_parallel=2", "world size 3 is not divisible by dist.tensor_parallel 2");
     refused("badheads", 2, "dist.tensor_parallel=2 model.n_head=3 model.n_embd=33",
             "divisible");
