@@ -92,23 +92,43 @@ ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n) {
 
 /* Copies a checkpoint tensor (F32, F16 or BF16; file bytes, not tensor
  * data) into parameter p through ut_tensor_set; a transposed one is a 2-D
- * (in, out) matrix written into p's (out, in). */
-static int copy_into(ut_tensor *p, const ut_st_tensor *s, bool transposed) {
+ * (in, out) matrix written into p's (out, in). pt says which part of the
+ * tensor p holds (NULL or parts 1: all of it): the whole tensor is read and
+ * the part takes its rows (ut_partition_full_row), so a model split over a
+ * tensor-parallel group loads a whole Hugging Face checkpoint. */
+static int copy_into(ut_tensor *p, const ut_partition *pt, const ut_st_tensor *s, bool transposed) {
     const ut_st_tensor st = *s;
-    if (st.dtype == UT_ST_F32 && !transposed) return ut_tensor_set(p, st.data, st.nbytes);
+    bool split = pt && pt->parts > 1;
+    if (st.dtype == UT_ST_F32 && !transposed && !split) return ut_tensor_set(p, st.data, st.nbytes);
     int64_t k = ut_st_numel(&st), rows = transposed ? st.shape[0] : 1, cols = k / rows;
-    float *tmp = ut_malloc_check((size_t)k * sizeof *tmp);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = ut_st_float(&st, r * cols + c);
-    int rc = ut_tensor_set(p, tmp, (size_t)k * sizeof *tmp);
+    float *tmp = ut_malloc_check((size_t)(k ? k : 1) * sizeof *tmp);
+    if (transposed) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) tmp[c * rows + r] = ut_st_float(&st, r * cols + c);
+    } else {
+        for (int64_t e = 0; e < k; e++) tmp[e] = ut_st_float(&st, e);
+    }
+    int64_t mine = ut_nelem(p);
+    if (split) { /* this rank's rows of the whole, in place at the front */
+        int64_t inner = 1;
+        for (int d = pt->dim + 1; d < p->ndim; d++) inner *= p->ne[d];
+        float *part = ut_malloc_check((size_t)(mine ? mine : 1) * sizeof *part);
+        for (int64_t r = 0; r < mine / inner; r++)
+            memcpy(part + r * inner, tmp + ut_partition_full_row(p, pt, pt->part, r) * inner,
+                   (size_t)inner * sizeof(float));
+        ut_free(tmp);
+        tmp = part;
+    }
+    int rc = ut_tensor_set(p, tmp, (size_t)mine * sizeof *tmp);
     ut_free(tmp);
     return rc;
 }
 
-static bool shape_equal(const ut_tensor *p, const ut_st_tensor *s, bool transposed) {
-    if (p->ndim != s->ndim || (transposed && p->ndim != 2)) return false;
-    for (int i = 0; i < p->ndim; i++)
-        if (p->ne[transposed ? p->ndim - 1 - i : i] != s->shape[i]) return false;
+/* ne: the whole tensor's shape (a part's full_ne for a split parameter) */
+static bool shape_equal(int ndim, const int64_t *ne, const ut_st_tensor *s, bool transposed) {
+    if (ndim != s->ndim || (transposed && ndim != 2)) return false;
+    for (int i = 0; i < ndim; i++)
+        if (ne[transposed ? ndim - 1 - i : i] != s->shape[i]) return false;
     return true;
 }
 
@@ -167,12 +187,14 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
         return ut_errorf(err, n, "%s: tensor '%s' is missing (the model needs it with shape %s)", path,
                          name, shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, a, sizeof a));
     }
-    if (!shape_equal(m->params.t[i], s, tr)) {
-        const ut_tensor *p = m->params.t[i];
-        int64_t want[2] = {p->ndim == 2 ? p->ne[1] : 0, p->ne[0]};
+    const ut_tensor *p = m->params.t[i];
+    const ut_partition *pt = m->params.part ? &m->params.part[i] : NULL;
+    const int64_t *whole = pt && pt->parts > 1 ? pt->full_ne : p->ne; /* a split model reads whole tensors */
+    if (!shape_equal(p->ndim, whole, s, tr)) {
+        int64_t want[2] = {p->ndim == 2 ? whole[1] : 0, whole[0]};
         return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s%s", path, name,
                          shape_text(s->ndim, s->shape, a, sizeof a),
-                         tr && p->ndim == 2 ? shape_text(2, want, b, sizeof b) : shape_text(p->ndim, p->ne, b, sizeof b),
+                         tr && p->ndim == 2 ? shape_text(2, want, b, sizeof b) : shape_text(p->ndim, whole, b, sizeof b),
                          tr ? " (Conv1D layout: in, out)" : "");
     }
     if (s->dtype != UT_ST_F32 && s->dtype != UT_ST_F16 && s->dtype != UT_ST_BF16)
@@ -183,7 +205,7 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
         return ut_errorf(err, n, "%s: tensor '%s' holds %g at element %lld: the weights are damaged (non-finite)",
                          path, name, ut_st_float(s, bad), (long long)bad);
     (*used)++;
-    if (copy_into(m->params.t[i], s, tr)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
+    if (copy_into(m->params.t[i], pt, s, tr)) return ut_errorf(err, n, "%s: tensor '%s': copy failed", path, name);
     return 0;
 }
 

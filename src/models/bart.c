@@ -507,9 +507,6 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;
     if (T > 1) {
-        if (dir)
-            return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
-                                     "split model is not built yet; load it whole"), NULL;
         if (net.ENH % T || net.DNH % T || net.EF % T || net.DF % T || net.V % T)
             return ut_errorf(err, n, "bart: the attention heads (%lld, %lld), ffn dims (%lld, %lld) and "
                                      "vocab_size %lld must be divisible by dist.tensor_parallel %d (pad the "

@@ -446,9 +446,6 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int T = net.lay.tp_size;
     if (T > 1) {
         const char *who = net.roberta ? "roberta" : "bert";
-        if (dir)
-            return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
-                                     "split model is not built yet; load it whole"), NULL;
         if (net.NH % T || net.I % T || net.V % T)
             return ut_errorf(err, n, "%s: num_attention_heads %lld, intermediate_size %lld and vocab_size %lld "
                                      "must be divisible by dist.tensor_parallel %d (pad the vocabulary, as "

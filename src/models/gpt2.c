@@ -328,9 +328,6 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         if (ut_kv_get(opts, cls_only[i]))
             return ut_errorf(err, n, "model.%s: only read with model.task: sequence_classification (the "
                                      "causal LM predicts tokens); remove it", cls_only[i]), NULL;
-    if (dir && ut_model_build_layout().tp_size > 1)
-        return ut_errorf(err, n, "model.pretrained with dist.tensor_parallel: loading a checkpoint into a "
-                                 "split model is not built yet; load it whole"), NULL;
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
     ut_model *m = gpt2_new(merged ? merged : opts, seed, err, n);

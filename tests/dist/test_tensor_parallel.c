@@ -9,6 +9,7 @@
  * model's (a split run's checkpoint goes on in one process, and `utrain
  * test` reads it), and layouts that cannot work are refused with a
  * message. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,19 +41,22 @@ static char *output_of(const char *name) {
  * the final weights and optimizer state. (SGD with momentum: AdamW turns the
  * rounding noise of a gradient that is zero in exact arithmetic, as the key
  * bias's is, into whole steps of lr, so its weights agree only to 1e-4.) */
-static void agrees(const char *name, const char *ref) {
-    double l = tp_loss_diff(tp_run_file(tmp, ref, "metrics.jsonl"), tp_run_file(tmp, name, "metrics.jsonl"), 24);
+static void agrees_at(const char *name, const char *ref, int steps) {
+    double l = tp_loss_diff(tp_run_file(tmp, ref, "metrics.jsonl"), tp_run_file(tmp, name, "metrics.jsonl"), steps);
     CHECK(l < 1e-5, "%s: train losses within %.2g of %s's (1e-5)", name, l, ref);
     char worst[128] = "";
-    double w = tp_tensors_diff(tp_ckpt_file(tmp, ref, 24), tp_ckpt_file(tmp, name, 24), "model.", NULL, worst,
+    double w = tp_tensors_diff(tp_ckpt_file(tmp, ref, steps), tp_ckpt_file(tmp, name, steps), "model.", NULL, worst,
                                sizeof worst);
-    CHECK(w >= 0 && w < 1e-5, "%s: weights at step 24 within %.2g of %s's (1e-5; worst %s)", name, w, ref, worst);
-    double o = tp_tensors_diff(tp_ckpt_file(tmp, ref, 24), tp_ckpt_file(tmp, name, 24), "optim.", NULL, worst,
-                               sizeof worst);
-    CHECK(o >= 0 && o < 1e-4, "%s: optimizer state at step 24 within %.2g of %s's (1e-4; worst %s)", name, o, ref,
+    CHECK(w >= 0 && w < 1e-5, "%s: weights at step %d within %.2g of %s's (1e-5; worst %s)", name, steps, w, ref,
           worst);
+    double o = tp_tensors_diff(tp_ckpt_file(tmp, ref, steps), tp_ckpt_file(tmp, name, steps), "optim.", NULL, worst,
+                               sizeof worst);
+    CHECK(o >= 0 && o < 1e-4, "%s: optimizer state at step %d within %.2g of %s's (1e-4; worst %s)", name, steps, o,
+          ref, worst);
     printf("     %s against %s: losses %.2g, weights %.2g, optimizer state %.2g\n", name, ref, l, w, o);
 }
+
+static void agrees(const char *name, const char *ref) { agrees_at(name, ref, 24); }
 
 static void test_split_runs_train_as_the_whole_model(void) {
     CHECK(train("whole", 1, "") == 0, "the whole model trains in one process");
@@ -121,6 +125,29 @@ static void test_resume(void) {
     CHECK(rc == 0, "utrain test reads the split run in one process");
 }
 
+/* A pretrained Hugging Face directory (the tiny BART classifier fixture)
+ * loads into the parts, each rank taking its rows of the whole tensors, and
+ * fine-tunes as the whole model does; dev accuracy and loss equal too. */
+static void test_pretrained_split(void) {
+    static const char bart[] =
+        "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_tiny, task: sequence_classification}\n"
+        "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+        "       max_len: 32}\n"
+        "train: {max_steps: 12, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 12,\n"
+        "        grad_clip: 0.5, save_strategy: steps, save_interval: 12, save_total_limit: 0, progress: lines}\n"
+        "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        "dist: {timeout_s: 60}\n";
+    CHECK(tp_train_in(tmp, "bartwhole", bart, device(), "threads=1", 1) == 0, "the tiny BART fine-tunes whole");
+    CHECK(tp_train_in(tmp, "barttp2", bart, device(), "threads=1 dist.tensor_parallel=2", 2) == 0,
+          "and split over 2 ranks");
+    agrees_at("barttp2", "bartwhole", 12);
+    char a[64] = "", b[64] = "";
+    CHECK(tp_loss_at(tp_run_file(tmp, "bartwhole", "metrics.jsonl"), "dev", 12, a, sizeof a) &&
+              tp_loss_at(tp_run_file(tmp, "barttp2", "metrics.jsonl"), "dev", 12, b, sizeof b) &&
+              fabs(atof(a) - atof(b)) < 1e-5 * fabs(atof(a)),
+          "the dev loss at step 12: %s whole, %s split", a, b);
+}
+
 static void refused(const char *name, int nproc, const char *sets, const char *want) {
     char all[512], out[600];
     snprintf(all, sizeof all, "threads=1 %s", sets);
@@ -167,6 +194,7 @@ int main(int argc, char **argv) {
     RUN(test_split_with_data_parallel);
     RUN(test_flagai_keys);
     RUN(test_resume);
+    RUN(test_pretrained_split);
     RUN(test_bad_layouts_are_refused);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
