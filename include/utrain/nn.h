@@ -169,7 +169,14 @@ typedef struct { ut_tensor *w, *b; } ut_linear_layer;
 typedef struct { ut_tensor *w, *b; int stride, padding; } ut_conv2d_layer;
 typedef struct { ut_tensor *w, *b; float eps; } ut_layernorm_layer;
 typedef struct { ut_tensor *w; } ut_embedding_layer;
-typedef struct { ut_linear_layer c_attn, c_proj; int n_head; float dropout; } ut_attention_layer;
+/* n_head: this layer's heads; head0, heads_all: where they sit in the whole
+ * attention (0 and n_head unless split over tensor-parallel ranks), for the
+ * attention-probability dropout's masks */
+typedef struct {
+    ut_linear_layer c_attn, c_proj;
+    int n_head, head0, heads_all;
+    float dropout;
+} ut_attention_layer;
 typedef struct { ut_linear_layer c_fc, c_proj; float dropout; } ut_mlp_layer;
 /* Where a tensor-parallel block's parts meet (Megatron's f and g: ut_tp_copy
  * and ut_tp_reduce over a group, from ut_tp_hooks_of in dist.h); zeroed: the

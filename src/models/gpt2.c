@@ -150,9 +150,13 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
         return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
-    /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last */
-    ut_tensor *h = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, in->t[0]),
-                          ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+    /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last.
+     * Split: the blocks as the language model's, the token lookup by
+     * vocabulary, the score head whole on every rank. */
+    const ut_tp_hooks *tp = &g->lay.tp;
+    ut_tensor *tok = g->lay.tp_size > 1 ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
+                                        : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+    ut_tensor *h = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
     if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
     for (int64_t l = 0; l < g->n_layer; l++)
         h = ut_block_layer_forward_rows(ctx, &g->h[l], h, in->t[2], m->checkpoint_activations);
@@ -164,7 +168,8 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
 
 static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
     const gpt2 *g = m->impl;
-    if (g->lay.tp_size > 1) return g->lay.tp.cross_entropy(ctx, logits, targets, g->V, -1, g->lay.tp.group);
+    if (g->lay.tp_size > 1 && !g->classify) /* the language model's logits are split by vocabulary */
+        return g->lay.tp.cross_entropy(ctx, logits, targets, g->V, -1, g->lay.tp.group);
     return ut_cross_entropy(ctx, logits, targets, g->classify ? -100 : -1);
 }
 
@@ -210,9 +215,6 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
 
     ut_model_layout lay = ut_model_build_layout();
     if (lay.tp_size > 1) {
-        if (head.classify)
-            return snprintf(err, n, "gpt2: sequence_classification has no tensor-parallel form yet "
-                                    "(dist.tensor_parallel %d); train it whole", lay.tp_size), NULL;
         if (NH % lay.tp_size || V % lay.tp_size)
             return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
                                     "dist.tensor_parallel %d (pad the vocabulary, as Megatron-LM does)",

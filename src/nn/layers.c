@@ -92,6 +92,7 @@ void ut_attention_layer_init(ut_model *m, ut_attention_layer *l, const char *pre
     ut_linear_layer_init_normal(m, &l->c_attn, pname(buf, sizeof buf, prefix, "c_attn"), C, 3 * C, 0.02f);
     ut_linear_layer_init_normal(m, &l->c_proj, pname(buf, sizeof buf, prefix, "c_proj"), C, C, proj_std);
     l->n_head = n_head;
+    l->head0 = 0, l->heads_all = n_head;
     l->dropout = dropout;
 }
 
@@ -161,6 +162,7 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
                     1, err, n))
         return -1;
     l->attn.n_head = n_head / tp_size;
+    l->attn.head0 = tp_rank * l->attn.n_head, l->attn.heads_all = n_head;
     l->attn.dropout = dropout;
     ut_layernorm_layer_init(m, &l->ln_2, pname(buf, sizeof buf, prefix, "ln_2"), C);
     pname(sub, sizeof sub, prefix, "mlp");
@@ -208,8 +210,11 @@ static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
         int64_t C = qkv->ne[d] / 3; /* this rank's heads' width */
         ut_tensor *q = ut_slice(ctx, qkv, d, 0, C), *k = ut_slice(ctx, qkv, d, C, 2 * C),
                   *v = ut_slice(ctx, qkv, d, 2 * C, 3 * C);
-        y = x->ndim == 2 ? ut_attention_varlen(ctx, q, k, v, in[1], a->n_head, true, a->dropout)
-                         : ut_attention_qkv(ctx, q, k, v, in[1], a->n_head, true, a->dropout);
+        /* split: this rank's heads draw their slices of the whole attention's masks */
+        y = x->ndim == 2 ? ut_attention_varlen_heads(ctx, q, k, v, in[1], a->n_head, true, a->dropout, a->head0,
+                                                     a->heads_all)
+                         : ut_attention_qkv_heads(ctx, q, k, v, in[1], a->n_head, true, a->dropout, a->head0,
+                                                  a->heads_all);
     }
     y = row_out(ctx, l, y, &a->c_proj);
     x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);

@@ -125,6 +125,14 @@ static void test_resume(void) {
     CHECK(rc == 0, "utrain test reads the split run in one process");
 }
 
+static void same_dev_loss(const char *name, const char *ref, int step) {
+    char a[64] = "", b[64] = "";
+    CHECK(tp_loss_at(tp_run_file(tmp, ref, "metrics.jsonl"), "dev", step, a, sizeof a) &&
+              tp_loss_at(tp_run_file(tmp, name, "metrics.jsonl"), "dev", step, b, sizeof b) &&
+              fabs(atof(a) - atof(b)) < 1e-5 * fabs(atof(a)),
+          "%s: the dev loss at step %d: %s whole, %s split", name, step, a, b);
+}
+
 /* A pretrained Hugging Face directory (the tiny BART classifier fixture)
  * loads into the parts, each rank taking its rows of the whole tensors, and
  * fine-tunes as the whole model does; dev accuracy and loss equal too. */
@@ -141,11 +149,23 @@ static void test_pretrained_split(void) {
     CHECK(tp_train_in(tmp, "barttp2", bart, device(), "threads=1 dist.tensor_parallel=2", 2) == 0,
           "and split over 2 ranks");
     agrees_at("barttp2", "bartwhole", 12);
-    char a[64] = "", b[64] = "";
-    CHECK(tp_loss_at(tp_run_file(tmp, "bartwhole", "metrics.jsonl"), "dev", 12, a, sizeof a) &&
-              tp_loss_at(tp_run_file(tmp, "barttp2", "metrics.jsonl"), "dev", 12, b, sizeof b) &&
-              fabs(atof(a) - atof(b)) < 1e-5 * fabs(atof(a)),
-          "the dev loss at step 12: %s whole, %s split", a, b);
+    same_dev_loss("barttp2", "bartwhole", 12);
+    /* GPT2ForSequenceClassification: the blocks split, the score head whole,
+     * attention dropout on (each rank draws its heads' slices of the masks) */
+    static const char gpt2cls[] =
+        "model: {name: gpt2, pretrained: tests/parity/fixtures/hf_gpt2_cls_tiny, task: sequence_classification,\n"
+        "        dropout: 0.2}\n"
+        "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+        "       max_len: 32}\n"
+        "train: {max_steps: 12, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 12,\n"
+        "        grad_clip: 0.5, save_strategy: steps, save_interval: 12, save_total_limit: 0, progress: lines}\n"
+        "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        "dist: {timeout_s: 60}\n";
+    CHECK(tp_train_in(tmp, "clswhole", gpt2cls, device(), "threads=1", 1) == 0, "the tiny GPT-2 classifier whole");
+    CHECK(tp_train_in(tmp, "clstp2", gpt2cls, device(), "threads=1 dist.tensor_parallel=2", 2) == 0,
+          "and split over 2 ranks");
+    agrees_at("clstp2", "clswhole", 12);
+    same_dev_loss("clstp2", "clswhole", 12);
 }
 
 static void refused(const char *name, int nproc, const char *sets, const char *want) {
