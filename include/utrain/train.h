@@ -171,6 +171,8 @@ typedef struct {
 
 typedef struct {
     int world;
+    int tp, dp;                 /* dist.tensor_parallel, and the data-parallel ranks world / tp */
+    int64_t whole_numel;        /* the whole model's parameters (numel: one rank's part of them) */
     char model[64], optim[16];
     char precision[8];          /* train.precision: fp32, bf16, fp16 */
     int64_t numel, shard;       /* Psi, S */

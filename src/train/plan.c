@@ -150,7 +150,7 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
 }
 
 static void fill_rows(ut_plan *p, const ut_config *c) {
-    int64_t Psi = p->numel, S = p->shard, K = p->optim_floats, N = p->world;
+    int64_t Psi = p->numel, S = p->shard, K = p->optim_floats, N = p->dp;
     int64_t base = p->runtime_bytes + p->dataset_bytes;
     int64_t buckets = (int64_t)(2.0 * c->bucket_mb * MIB + 0.5);
     if (buckets > 4 * Psi) buckets = 4 * Psi;
@@ -190,12 +190,11 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
 int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n) {
     memset(p, 0, sizeof *p);
     if (world < 1) return ut_errorf(err, n, "the world size must be >= 1, not %d", world);
-    if (cfg->tensor_parallel > 1)
-        return ut_errorf(err, n, "dist.tensor_parallel: %lld: utrain plan does not lay out split models yet; plan "
-                                 "the whole model with --set dist.tensor_parallel=1 (each rank of a split holds about "
-                                 "1/%lld of the parameters, gradients and optimizer state of its blocks)",
-                         (long long)cfg->tensor_parallel, (long long)cfg->tensor_parallel);
+    int tp = (int)cfg->tensor_parallel;
+    if (world % tp)
+        return ut_errorf(err, n, "world size %d is not divisible by dist.tensor_parallel %d", world, tp);
     p->world = world;
+    p->tp = tp, p->dp = world / tp;
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
     snprintf(p->device, sizeof p->device, "%s", cfg->device);
     p->device_bytes = 0;
@@ -211,7 +210,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     bool text = !strcmp(cfg->data_name, "tsv_text");
     if (text && !mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
     ut_dataset *train = NULL, *dev = NULL;
-    ut_model *m = NULL;
+    ut_model *m = NULL, *part = NULL;
     void *x = NULL, *y = NULL;
     int rc = ut_datasets_open(cfg, tmp, true, &train, &dev, NULL, err, n);
     if (text) {
@@ -229,10 +228,18 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
         const ut_backend *be = ut_backend_get(m->params.device);
         p->device_bytes = be && be->memory ? (int64_t)be->memory() : 0;
     }
-    p->numel = m->params.numel;
-    p->shard = ut_shard_size(p->numel, world);
+    /* split: the state per rank is a part's (rank 0's, built without a group:
+     * nothing runs on it), sharded over the data-parallel ranks */
+    if (tp > 1) {
+        ut_model_layout lay = {.tp_rank = 0, .tp_size = tp};
+        if (!(part = ut_model_from_config_layout(cfg, train, &lay, err, n))) goto done;
+    }
+    const ut_params *own = part ? &part->params : &m->params;
+    p->whole_numel = m->params.numel;
+    p->numel = own->numel;
+    p->shard = ut_shard_size(p->numel, p->dp);
     snprintf(p->wrap, sizeof p->wrap, "%s", cfg->dist_wrap[0] ? cfg->dist_wrap : "block");
-    if (largest_units(&m->params, p->wrap, p, err, n)) goto done;
+    if (largest_units(own, p->wrap, p, err, n)) goto done;
     if (!cfg->reshard_after_forward) { /* every unit stays gathered from forward to backward */
         p->gathered_bytes = 4 * p->numel;
         snprintf(p->gathered_units, sizeof p->gathered_units, "every unit (no reshard after forward)");
@@ -255,6 +262,7 @@ done:
     ut_free(x);
     ut_free(y);
     ut_model_free(m);
+    ut_model_free(part);
     if (train) ut_dataset_free(train);
     if (dev) ut_dataset_free(dev);
     return rc;
@@ -283,6 +291,8 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
                "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
             p->world, p->model, p->optim, p->precision, (long long)p->numel, (long long)p->shard,
             p->optim_floats, (long long)p->batch);
+    fprintf(f, " \"tensor_parallel\": %d, \"data_parallel\": %d, \"whole_numel\": %lld,\n", p->tp, p->dp,
+            (long long)p->whole_numel);
     fprintf(f, " \"bucket_bytes\": %lld, \"wrap\": \"%s\", \"gathered_bytes\": %lld, "
                "\"gathered_units\": \"%s\",\n",
             (long long)p->bucket_bytes, p->wrap, (long long)p->gathered_bytes, p->gathered_units);
@@ -328,6 +338,11 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
                "parameter), %s\n",
             p->model, (long long)p->numel, p->world, p->optim, p->optim_floats,
             p->optim_floats == 1 ? "" : "s", p->precision);
+    if (p->tp > 1)
+        fprintf(f, "  tensor parallel %d: each rank holds its part, %lld of the model's %lld parameters, and the "
+                   "strategies shard it over %d data-parallel rank%s; activations are measured on the whole model "
+                   "(a part's are smaller: its heads and MLP features)\n",
+                p->tp, (long long)p->numel, (long long)p->whole_numel, p->dp, p->dp == 1 ? "" : "s");
     if (strcmp(p->precision, "fp32"))
         fprintf(f, "  %s: fp32 weights (the master copy), gradients and optimizer state; rounded weight "
                    "copies %s (16 bits, kept from forward to backward, and the float32 buffers they "
@@ -358,8 +373,8 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
             fprintf(f, "  %-4s %s", r->total <= dev ? "yes" : "no", r->total_ckpt <= dev ? "yes" : "no");
         fputc('\n', f);
     }
-    fprintf(f, "(dp: one process, %d worker thread%s, each with a replica and a micro-batch)\n", p->world,
-            p->world == 1 ? "" : "s");
+    fprintf(f, "(dp: one process, %d worker thread%s, each with a replica and a micro-batch)\n", p->dp,
+            p->dp == 1 ? "" : "s");
     int64_t h1, h2, o1 = offload_totals(p, &p->rows[1], &h1), o2 = offload_totals(p, &p->rows[2], &h2);
     fprintf(f, "with dist.offload_optimizer: cpu (ZeRO-Offload): zero1 %s, zero2 %s on the device; host memory "
                "takes %s, %s (the optimizer's state, the master shard and its gradient)\n",

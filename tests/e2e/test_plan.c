@@ -306,6 +306,38 @@ static void test_precision(void) {
     free(s);
 }
 
+/* dist.tensor_parallel 2 on 4 ranks: each rank holds rank 0's part of the
+ * GPT-2 (the vocabulary, heads and MLP features halved, layer norms,
+ * positions and the row-parallel biases whole) and the strategies shard it
+ * over the 2 data-parallel ranks. */
+static void test_tensor_parallel(void) {
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.tensor_parallel=2",
+                                  NULL}, &s);
+    CHECK(rc == 0 && s, "plan with dist.tensor_parallel 2 exits 0: %s", s ? s : "");
+    if (!s) return;
+    const int64_t block = 12LL * C * C + 13LL * C;
+    const int64_t whole = L * block + (int64_t)V * C + (int64_t)T * C + 2 * C;
+    /* per block: the two layer norms and the two row-parallel biases whole, the rest halved */
+    const int64_t part_block = 4 * C + 2 * C + (12LL * C * C + 7LL * C) / 2;
+    const int64_t part = L * part_block + (int64_t)V / 2 * C + (int64_t)T * C + 2 * C;
+    CHECK(json_num(s, NULL, "tensor_parallel") == 2 && json_num(s, NULL, "data_parallel") == 2 &&
+              json_num(s, NULL, "whole_numel") == whole && json_num(s, NULL, "numel") == part,
+          "the part: %.0f of %.0f parameters (want %lld of %lld), tp %.0f, dp %.0f", json_num(s, NULL, "numel"),
+          json_num(s, NULL, "whole_numel"), (long long)part, (long long)whole, json_num(s, NULL, "tensor_parallel"),
+          json_num(s, NULL, "data_parallel"));
+    const int64_t S = ut_shard_size(part, 2);
+    CHECK(json_num(s, "ddp", "params") == 4 * part && json_num(s, "zero1", "optimizer") == 8 * S &&
+              json_num(s, NULL, "shard") == S,
+          "ddp holds the part, zero1 shards its state over 2: params %.0f optimizer %.0f shard %.0f",
+          json_num(s, "ddp", "params"), json_num(s, "zero1", "optimizer"), json_num(s, NULL, "shard"));
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--set", "dist.tensor_parallel=2", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "tensor parallel 2: each rank holds its part"), "the table says so: %s",
+          s ? s : "");
+    free(s);
+}
+
 static void test_fits(void) {
     const char *names[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
     char *s;
@@ -367,7 +399,8 @@ static void test_errors(void) {
         {{"plan", "--json", NULL}, 2, "a config file is needed"},
         {{"plan", cfg, "--set", "train.batch_sise=3", NULL}, 1, "train.batch_sise"},
         {{"plan", cfg, "--set", "optim.name=lion", NULL}, 1, "optim.name"},
-        {{"plan", cfg, "--set", "dist.tensor_parallel=2", NULL}, 1, "utrain plan does not lay out split models yet"},
+        {{"plan", cfg, "--world-size", "3", "--set", "dist.tensor_parallel=2", NULL}, 1,
+         "world size 3 is not divisible by dist.tensor_parallel 2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *s;
@@ -391,6 +424,7 @@ int main(int argc, char **argv) {
     RUN(test_errors);
     RUN(test_formulas);
     RUN(test_precision);
+    RUN(test_tensor_parallel);
     RUN(test_fits);
     RUN(test_plan_matches_measured_peak);
     return tp_finish(TEST_SUMMARY(), tmp);
