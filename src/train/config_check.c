@@ -73,10 +73,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
              "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "
              "--nproc", (long long)c->tensor_parallel);
-    if (c->tensor_parallel > 1 && !strcmp(c->offload_optimizer, "cpu"))
-        FAIL("dist.tensor_parallel: %lld with dist.offload_optimizer: cpu is not built yet; set "
-             "dist.offload_optimizer: none (ZeRO still shards the parts' optimizer state over the data-parallel "
-             "ranks)", (long long)c->tensor_parallel);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);
