@@ -98,6 +98,8 @@ typedef struct {
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */
     int64_t tensor_parallel;     /* ranks each model is split over (1: whole) */
+    int64_t pipeline_parallel;   /* pipeline stages (1: none) */
+    char pipeline_schedule[8];   /* 1f1b | gpipe */
     double bucket_mb;            /* gradient bucket size */
     char dist_wrap[16];          /* zero3 units: block | param | model */
     bool reshard_after_forward;  /* zero3 */

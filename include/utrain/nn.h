@@ -83,6 +83,13 @@ struct ut_model {
     void *impl;            /* the model's layers */
     bool checkpoint_activations;
     int tp_size;           /* the tensor-parallel group it is split over (ut_model_create_layout); 1: whole */
+    /* Pipeline: this model is stage pp_rank of pp_size (1: the whole depth).
+     * A stage after the first starts from stage_input, the activation the
+     * previous stage sent (set before each forward, requiring grad); a
+     * stage before the last returns its activation instead of the output,
+     * and only the last one has a loss. */
+    int pp_size, pp_rank;
+    ut_tensor *stage_input;
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
     /* Optional, for a model whose forward needs arrays computed from its
@@ -202,17 +209,20 @@ typedef struct {
 
 /* How a model is split over ranks: this rank's place in its tensor-parallel
  * group of tp_size ranks and the hooks that join the parts over that group
- * (ut_tp_hooks_of in dist.h). tp_size 1: whole. */
+ * (ut_tp_hooks_of in dist.h), and its pipeline stage pp_rank of pp_size
+ * (0 or 1: one stage, the whole depth). tp_size 1, pp_size <= 1: whole. */
 typedef struct {
     int tp_rank, tp_size;
     ut_tp_hooks tp;
+    int pp_rank, pp_size;
 } ut_model_layout;
 /* ut_model_create_on for one rank's part of a split model: while the build
  * function runs, ut_model_build_layout() gives it layout, and a model built
- * for tp_size > 1 sets m->tp_size to it (a build function that does not
- * read the layout leaves it 1, and the model is refused with a message
- * saying it has no tensor-parallel form). Built-in: gpt2 (its language
- * model). */
+ * for tp_size > 1 sets m->tp_size to it, for pp_size > 1 m->pp_size (a
+ * build function that does not read the layout leaves them 1, and the
+ * model is refused with a message saying it has no tensor-parallel or
+ * pipeline form). Tensor-parallel: gpt2, bert, roberta, bart; pipeline:
+ * gpt2's language model. */
 ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
                                  const ut_model_layout *layout, char *err, size_t n);
 /* The layout of the model being built (whole outside ut_model_create_layout). */

@@ -34,6 +34,11 @@ typedef struct {
     int64_t K, pad_id;        /* num_labels; pad_token_id, -1 when unset */
     ut_tensor *score;         /* (K, C), no bias */
     ut_model_layout lay;      /* tensor parallel: wte holds this rank's rows of the vocabulary */
+    /* pipeline: this stage's blocks [b0, b1); the first stage has the
+     * embeddings, the last ln_f and the head, whose weight is its own copy of
+     * wte.weight (the trainer sums the two copies' gradients) */
+    int64_t b0, b1;
+    bool first, last;
 } gpt2;
 
 static void gpt2_free(void *impl) {
@@ -141,12 +146,16 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         /* split: each rank looks up its part of the vocabulary, summed over
          * the group; its logits are its part's columns (the tied head is
          * column-parallel), and the loss never gathers them */
-        ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
-                               : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
-        ut_tensor *x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
-        if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
-        for (int64_t l = 0; l < g->n_layer; l++)
+        ut_tensor *x = m->stage_input;
+        if (g->first) {
+            ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
+                                   : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+            x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+            if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
+        }
+        for (int64_t l = g->b0; l < g->b1; l++)
             x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
+        if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
         x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
         return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
@@ -214,6 +223,13 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     if (!(eps > 0)) return snprintf(err, n, "gpt2: layer_norm_epsilon must be > 0"), NULL;
 
     ut_model_layout lay = ut_model_build_layout();
+    int P = lay.pp_size > 1 ? lay.pp_size : 1, stage = P > 1 ? lay.pp_rank : 0;
+    if (P > 1 && head.classify)
+        return snprintf(err, n, "gpt2: sequence_classification has no pipeline form (dist.pipeline_parallel %d); "
+                                "train it with dist.pipeline_parallel: 1", P), NULL;
+    if (P > L)
+        return snprintf(err, n, "gpt2: n_layer %lld blocks cannot make dist.pipeline_parallel %d stages", L, P),
+               NULL;
     if (lay.tp_size > 1) {
         if (NH % lay.tp_size || V % lay.tp_size)
             return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
@@ -234,9 +250,14 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
     g->lay = lay;
-    ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */
-    ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
-    for (int64_t l = 0; l < L; l++) {
+    g->b0 = stage * L / P, g->b1 = (stage + 1) * L / P; /* stages of equal block counts (one more on the later ones) */
+    g->first = stage == 0, g->last = stage == P - 1;
+    m->pp_size = P, m->pp_rank = stage;
+    /* the token embedding on the first stage, the tied head's copy of it on the last */
+    if (g->first || g->last)
+        ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */
+    if (g->first) ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
+    for (int64_t l = g->b0; l < g->b1; l++) {
         char name[32];
         snprintf(name, sizeof name, "h.%lld", (long long)l);
         if (lay.tp_size > 1)
@@ -246,8 +267,11 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
             ut_block_layer_init(m, &g->h[l], name, C, (int)NH, proj_std, (float)dropout);
         g->h[l].ln_1.eps = g->h[l].ln_2.eps = (float)eps;
     }
-    ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
-    g->ln_f.eps = (float)eps;
+    if (lay.tp_size > 1) m->tp_size = lay.tp_size; /* every stage is split, with or without wte */
+    if (g->last) {
+        ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
+        g->ln_f.eps = (float)eps;
+    }
     if (g->classify) /* as transformers' _init_weights: N(0, initializer_range) */
         g->score = ut_param_add(m, "score.weight", 2, (int64_t[]){g->K, C}, (ut_init){UT_INIT_NORMAL, (float)std});
     m->impl = g;
@@ -311,6 +335,10 @@ static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"score.", NULL};
     ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored,
                          .optional = optional};
+    if (m->pp_size > 1) { /* a stage reads its own tensors: the others' are not "unused" */
+        char why[1024];
+        return ut_hf_load_weights(m, dir, &o, why, sizeof why) ? ut_errorf(err, n, "model.pretrained: %s", why) : 0;
+    }
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 

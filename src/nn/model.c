@@ -20,6 +20,7 @@ ut_model *ut_model_new(const char *type) {
     ut_model *m = ut_calloc_check(1, sizeof *m);
     m->params.device = build_device;
     m->tp_size = 1;
+    m->pp_size = 1;
     size_t n = strlen(type) + 1;
     m->type = memcpy(ut_malloc_check(n), type, n);
     return m;
@@ -332,6 +333,10 @@ ut_model_layout ut_model_build_layout(void) {
 
 ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
                                  const ut_model_layout *layout, char *err, size_t n) {
+    if (layout && layout->pp_size > 1 && (layout->pp_rank < 0 || layout->pp_rank >= layout->pp_size)) {
+        snprintf(err, n, "model %s: pipeline stage %d of %d", name, layout->pp_rank, layout->pp_size);
+        return NULL;
+    }
     if (layout && (layout->tp_size < 1 || layout->tp_rank < 0 || layout->tp_rank >= layout->tp_size)) {
         snprintf(err, n, "model %s: tensor-parallel rank %d of %d", name, layout->tp_rank, layout->tp_size);
         return NULL;
@@ -340,7 +345,13 @@ ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t s
     build_layout = layout;
     ut_model *m = ut_model_create_on(name, opts, seed, dev, err, n);
     build_layout = saved;
-    int tp = layout ? layout->tp_size : 1;
+    int tp = layout ? layout->tp_size : 1, pp = layout && layout->pp_size > 1 ? layout->pp_size : 1;
+    if (m && m->pp_size != pp) {
+        snprintf(err, n, "model %s has no pipeline form (dist.pipeline_parallel %d): gpt2's language model has "
+                 "one; train it with dist.pipeline_parallel: 1", name, pp);
+        ut_model_free(m);
+        return NULL;
+    }
     if (m && m->tp_size != tp) {
         snprintf(err, n, "model %s has no tensor-parallel form (dist.tensor_parallel %d): build it whole", name, tp);
         ut_model_free(m);

@@ -24,6 +24,7 @@ static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", 
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 static const char *const offload_targets[] = {"none", "cpu", NULL};
+static const char *const pipeline_schedules[] = {"1f1b", "gpipe", NULL};
 static const char *const comm_hooks[] = {"none", "bf16", "fp16", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
@@ -189,6 +190,16 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ranks each model is split over, Megatron-LM style (gpt2, bert, roberta, bart; FlagAI's "
             "model_parallel_size): the world is tensor_parallel x data-parallel ranks, dist.strategy (ddp, "
             "zero1-zero3) over the data-parallel ones (docs/distributed.md)"},
+    {.key = "dist.pipeline_parallel", .type = UT_CFG_INT, AT(pipeline_parallel), .def = "1", GE(1),
+     .doc = "pipeline stages the model's blocks are split into (gpt2's language model; DeepSpeed's pipeline "
+            "parallelism): the world is pipeline_parallel x tensor_parallel x data-parallel ranks, and each "
+            "optimizer step's train.gradient_accumulation_steps micro-batches flow through the stages "
+            "(docs/distributed.md)"},
+    {.key = "dist.pipeline_schedule", .type = UT_CFG_ENUM, AT(pipeline_schedule), .def = "1f1b",
+     .values = pipeline_schedules,
+     .doc = "the order of a stage's forwards and backwards: 1f1b (one forward, one backward once the pipeline is "
+            "full: at most pipeline_parallel micro-batches' activations held) or gpipe (every forward, then every "
+            "backward: all of them held); the same results"},
     {.key = "dist.bucket_mb", .type = UT_CFG_FLOAT, AT(bucket_mb), .def = "25", GT(0),
      .doc = "gradient bucket size in MiB (all-reduce for ddp/zero1, reduce-scatter for zero2/zero3)"},
     {.key = "dist.wrap", .type = UT_CFG_ENUM, AT(dist_wrap), .def = "block", .values = wrap_policies,
@@ -270,6 +281,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"dist.gpus", "dist.nproc_per_node"},
     {"num_gpus", "dist.nproc_per_node"},
     {"num_nodes", "dist.nodes"},
+    {"train.micro_batches", "train.gradient_accumulation_steps"}, /* a pipeline's micro-batches per step */
+    {"pipeline_parallel_size", "dist.pipeline_parallel"},
     {"master_ip", "dist.master_addr"},
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);

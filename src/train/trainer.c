@@ -170,7 +170,19 @@ struct ut_trainer {
     bool have_mesh;
     ut_comm *dcomm;
     int drank, dworld;
-    ut_model *whole;             /* tp: the whole model, for checkpoints (made at the first one) */
+    ut_model *whole;             /* split: the whole model, for checkpoints (made at the first one) */
+    int *owner;                  /* split: the pipeline stage that holds each of the whole model's parameters */
+    /* dist.pipeline_parallel: this rank's stage is the model; a window's
+     * micro-batches are in flight in slots (a context, the received input,
+     * the output or loss, the host buffer of its send); the embed group is
+     * the first and the last stage (the tied embedding's two copies) */
+    int pp;
+    bool gpipe;
+    ut_comm *embed;
+    bool embed_used;
+    struct stage_slot *slots;
+    int nslots;
+    int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
     ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
@@ -219,6 +231,10 @@ struct ut_trainer {
     char err[1024];
 };
 
+
+/* Whether the model is split over ranks (tensor or pipeline parallelism). */
+static bool split_model(const ut_trainer *t) { return t->tp > 1 || t->pp > 1; }
+static int pp_fail(ut_trainer *t, const char *what);
 
 static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
     a->loss_sum += loss * (double)count;
@@ -339,20 +355,28 @@ static int set_optimizer(ut_trainer *t) {
     return 0;
 }
 
-/* ---- tensor parallelism: checkpoints hold the whole model ----
+/* ---- split models (tensor and pipeline parallelism): checkpoints hold the whole model ----
  * A split run's checkpoint is the file a whole run writes (the same names,
  * shapes and flat optimizer state), so it resumes at any split, in one
  * process too, and test, evaluate and export read it as any other. Each
  * parameter and each of its optimizer state's segments is gathered from
- * the parts over the tp group into a whole model built from the config
- * (t->whole, made at the first save or load and kept), which rank 0 writes;
- * loading reads the file into that model and hands each rank its part. The
- * whole model costs one copy of the parameters (and, while a checkpoint is
- * read or written, of the optimizer's state) on every rank. */
+ * the parts over the tp group and from the pipeline stage that holds it
+ * (the first that does: a tied weight's copy on the last stage is the same
+ * values) into a whole model built from the config (t->whole, made at the
+ * first save, load or pipeline evaluation and kept), which rank 0 writes;
+ * loading reads the file into that model and hands each rank its part, by
+ * name. The whole model costs one copy of the parameters (and, while a
+ * checkpoint is read or written, of the optimizer's state) on every rank. */
 static int64_t whole_numel(const ut_trainer *t) {
     int64_t n = 0;
     for (int i = 0; i < t->m->params.n; i++) n += ut_tp_full_numel(&t->m->params, i);
     return n;
+}
+
+static int param_index(const ut_params *p, const char *name) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->names[i], name)) return i;
+    return -1;
 }
 
 static ut_model *whole_model(ut_trainer *t) {
@@ -364,13 +388,36 @@ static ut_model *whole_model(ut_trainer *t) {
         return NULL;
     }
     const ut_params *p = &t->m->params, *q = &w->params;
-    for (int i = 0; i < p->n || i < q->n; i++)
-        if (i >= p->n || i >= q->n || strcmp(p->names[i], q->names[i]) || ut_tp_full_numel(p, i) != q->segs[i].numel) {
-            snprintf(t->err, sizeof t->err, "the split model's parameter %d (%s) is not the whole model's (%s)", i,
-                     i < p->n ? p->names[i] : "none", i < q->n ? q->names[i] : "none");
+    for (int i = 0; i < p->n; i++) {
+        int k = param_index(q, p->names[i]);
+        if (k < 0 || ut_tp_full_numel(p, i) != q->segs[k].numel) {
+            snprintf(t->err, sizeof t->err, "the split model's parameter %s is not the whole model's", p->names[i]);
             ut_model_free(w);
             return NULL;
         }
+    }
+    /* which stage holds each whole parameter: a bit per stage, summed over the pipeline */
+    t->owner = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *t->owner);
+    int64_t *bits = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *bits);
+    for (int k = 0; k < q->n; k++) bits[k] = param_index(p, q->names[k]) >= 0 ? (int64_t)1 << t->mesh.pp_rank : 0;
+    if (t->pp > 1 && ut_comm_allreduce_i64(t->mesh.pp_group, bits, q->n)) {
+        snprintf(t->err, sizeof t->err, "the stages' parameters: %s", ut_comm_error(t->mesh.pp_group));
+        ut_free(bits);
+        ut_model_free(w);
+        return NULL;
+    }
+    for (int k = 0; k < q->n; k++) {
+        int s = 0;
+        while (s < 63 && !(bits[k] >> s & 1)) s++;
+        t->owner[k] = s;
+        if (!bits[k]) {
+            snprintf(t->err, sizeof t->err, "no pipeline stage holds %s", q->names[k]);
+            ut_free(bits);
+            ut_model_free(w);
+            return NULL;
+        }
+    }
+    ut_free(bits);
     return t->whole = w;
 }
 
@@ -380,21 +427,30 @@ static ut_optim *whole_optimizer(ut_trainer *t) {
 }
 
 /* The parts' parameters (and, with wo, the optimizer state of o, which
- * covers this rank's whole part) into the whole model, on every rank of the
- * tp group (a collective over it). */
+ * covers this rank's whole part) into the whole model, on every rank
+ * (collectives over the tp group and the pipeline). */
 static int gather_whole(ut_trainer *t, ut_optim *o, ut_optim *wo) {
     const ut_params *p = &t->m->params;
     ut_params *q = &t->whole->params;
     const ut_backend *be = ut_backend_get(q->device);
     int ns = wo ? ut_optim_nstate(o) : 0, rc = 0;
-    for (int i = 0; i < p->n && !rc; i++) {
-        float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
-        size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
+    for (int k = 0; k < q->n && !rc; k++) {
+        int i = param_index(p, q->names[k]);
+        bool mine = t->owner[k] == t->mesh.pp_rank;
+        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
+        float *full = ut_malloc_check(bytes ? bytes : 1);
         for (int s = -1; s < ns && !rc; s++) {
             const char *name;
-            const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-            float *dst = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
-            rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
+            if (mine) {
+                const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
+                rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
+            }
+            if (!rc && t->pp > 1 && ut_comm_bcast(t->mesh.pp_group, full, bytes, t->owner[k])) {
+                snprintf(t->err, sizeof t->err, "%s from pipeline stage %d: %s", q->names[k], t->owner[k],
+                         ut_comm_error(t->mesh.pp_group));
+                rc = -1;
+            }
+            float *dst = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
             if (!rc) be->copy(dst, full, bytes, UT_COPY_H2D);
         }
         ut_free(full);
@@ -404,18 +460,20 @@ static int gather_whole(ut_trainer *t, ut_optim *o, ut_optim *wo) {
 }
 
 /* The whole model's parameters (and, with wo, optimizer state into o, which
- * covers this rank's whole part) into this rank's parts (no communication). */
+ * covers this rank's whole part) into this rank's parts, by name (no
+ * communication). */
 static void scatter_whole(ut_trainer *t, ut_optim *wo, ut_optim *o) {
     ut_params *p = &t->m->params;
     const ut_params *q = &t->whole->params;
     const ut_backend *be = ut_backend_get(q->device);
     int ns = wo ? ut_optim_nstate(o) : 0;
     for (int i = 0; i < p->n; i++) {
-        float *full = ut_malloc_check((size_t)(q->segs[i].numel ? q->segs[i].numel : 1) * sizeof(float));
-        size_t bytes = (size_t)q->segs[i].numel * sizeof(float);
+        int k = param_index(q, p->names[i]);
+        float *full = ut_malloc_check((size_t)(q->segs[k].numel ? q->segs[k].numel : 1) * sizeof(float));
+        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
         for (int s = -1; s < ns; s++) {
             const char *name;
-            const float *src = s < 0 ? q->flat + q->segs[i].offset : ut_optim_state(wo, s, &name) + q->segs[i].offset;
+            const float *src = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
             float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
             be->copy(full, src, bytes, UT_COPY_D2H);
             ut_tp_scatter_values(p, i, part, full);
@@ -496,8 +554,8 @@ static int resume(ut_trainer *t) {
         ut_train_state st;
         /* a sharded strategy reads the whole state, then keeps its part */
         bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
-        if (t->tp > 1 && !whole_model(t)) return -1;
-        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = t->tp > 1 ? whole_optimizer(t) : NULL;
+        if (split_model(t) && !whole_model(t)) return -1;
+        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = split_model(t) ? whole_optimizer(t) : NULL;
         int lrc = ut_ckpt_load(path, wo ? t->whole : t->m, wo ? wo : o, &st, why, sizeof why);
         if (!lrc && wo) scatter_whole(t, wo, o);
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
@@ -554,12 +612,12 @@ static int load_initial_weights(ut_trainer *t) {
     if (file) snprintf(path, sizeof path, "%s", from);
     else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
     else snprintf(dir, sizeof dir, "%s/checkpoints", from);
-    ut_model *into = t->tp > 1 ? whole_model(t) : t->m;
+    ut_model *into = split_model(t) ? whole_model(t) : t->m;
     if (!into) return -1;
     if ((!file && ut_best_checkpoint(dir, into, path, sizeof path, t->err, sizeof t->err)) ||
         ut_ckpt_load(path, into, NULL, NULL, t->err, sizeof t->err))
         return -1;
-    if (t->tp > 1) scatter_whole(t, NULL, NULL);
+    if (split_model(t)) scatter_whole(t, NULL, NULL);
     ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
@@ -600,9 +658,13 @@ static void print_summary(ut_trainer *t) {
         ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split; %lld of the model's %lld "
                         "parameters on each rank), %d data-parallel ranks\n",
                t->tp, (long long)t->m->params.numel, (long long)whole_numel(t), world);
+    if (t->pp > 1)
+        ut_say(&t->log, "  Pipeline parallel = %d stages (this one: %d, blocks of the model split evenly), %s "
+                        "schedule, %lld micro-batches per step\n",
+               t->pp, t->mesh.pp_rank, t->gpipe ? "GPipe" : "1F1B", (long long)t->accum_steps);
     if (world > 1)
         ut_say(&t->log, "  %s = %d (%s, %s backend, %d gradient buckets)\n",
-               t->tp > 1 ? "Data-parallel processes" : "Processes", world,
+               split_model(t) ? "Data-parallel processes" : "Processes", world,
                ut_dist_name(ut_dist_kind_of(t->dist)), ut_comm_backend(t->comm), ut_dist_nbuckets(t->dist));
 }
 
@@ -637,7 +699,7 @@ static int save_now(ut_trainer *t) {
     }
     const ut_model *m = t->m;
     ut_optim *wo = NULL;
-    if (t->tp > 1) { /* the whole model's state, from the parts */
+    if (split_model(t)) { /* the whole model's state, from the parts */
         int grc = whole_model(t) ? 0 : -1;
         if (!grc) grc = gather_whole(t, o, wo = whole_optimizer(t));
         if (grc) {
@@ -679,7 +741,14 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
     double t0 = now_s();
-    int erc = ut_evaluate_until(t->dcomm, t->ctx, t->m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+    /* pipeline: the stages' parameters gathered into the whole model, which
+     * every stage evaluates on its data-parallel rank's share */
+    ut_model *m = t->m;
+    if (t->pp > 1) {
+        if (!whole_model(t) || gather_whole(t, t->o, NULL)) return -1;
+        m = t->whole;
+    }
+    int erc = ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                 sizeof t->err);
     ut_dist_release(t->dist);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
@@ -836,26 +905,43 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     double clip = t->cfg->grad_clip > 0 ? t->cfg->grad_clip : 0;
     float lr = ut_schedule_lr(&t->sched, t->st.step);
     /* a split model's norm is the whole model's: its parts summed over the tp group */
-    bool local = t->tp == 1 && ut_dist_norm_local(t->dist), dev = t->tp == 1 && ut_dist_device_scalars(t->dist);
+    bool whole = !split_model(t);
+    bool local = whole && ut_dist_norm_local(t->dist), dev = whole && ut_dist_device_scalars(t->dist);
     if (local) ut_dist_grad_sq_to(t->dist, t->win_sq);
     if (dev) {
         ut_grad_step_scalars(t->m->params.device, t->step_sc, t->win_sq, clip, scale);
         UT_ASSERT(ut_dist_step_scaled(t->dist, lr, t->step_sc) == 0);
         if (t->p16) ut_ctx_set_param_copies(t->ctx, t->m->params.flat, t->m->params.numel, t->p16, t->p16_dt);
     }
+    double before = t->interval.loss_sum;
     read_step(t, local, &sq, loss);
+    if (t->pp > 1) { /* the losses are the last stage's: every stage logs them */
+        double v[2] = {t->interval.loss_sum - before, t->mesh.pp_rank == t->pp - 1 ? *loss : 0};
+        if (ut_comm_allreduce_f64(t->mesh.pp_group, v, 2)) return pp_fail(t, "sharing the loss");
+        if (t->mesh.pp_rank != t->pp - 1) {
+            t->interval.loss_sum += v[0];
+            t->epoch.loss_sum += v[0];
+        }
+        *loss = v[1];
+    }
     if (local) scaled = sqrt(sq);
-    else if (t->tp > 1) { /* the split parameters' parts summed over the tp group, the whole ones once */
+    else if (split_model(t)) {
+        /* the split parameters' parts summed over the tp group, the whole
+         * ones once; the stages' sums added (the last stage's copy of the
+         * tied embedding left out: the first stage counts it) */
         double s2[2];
-        ut_comm *failed = ut_dist_grad_sq_split(t->dist, s2)                    ? t->dcomm
+        int skip = t->pp > 1 && t->mesh.pp_rank == t->pp - 1 ? param_index(&t->m->params, "wte.weight") : -1;
+        ut_comm *failed = ut_dist_grad_sq_split(t->dist, skip, s2)                ? t->dcomm
                           : ut_comm_allreduce_f64(t->mesh.tp_group, s2, 1) ? t->mesh.tp_group
                                                                            : NULL;
+        s2[0] += s2[1];
+        if (!failed && t->pp > 1 && ut_comm_allreduce_f64(t->mesh.pp_group, s2, 1)) failed = t->mesh.pp_group;
         if (failed) {
             snprintf(t->err, sizeof t->err, "gradient norm over the %s group: %s", ut_comm_name(failed),
                      ut_comm_error(failed));
             return -1;
         }
-        scaled = sqrt(s2[0] + s2[1]);
+        scaled = sqrt(s2[0]);
     } else if (ut_dist_grad_norm(t->dist, &scaled)) {
         snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
         return -1;
@@ -1008,6 +1094,261 @@ static void dp_free(ut_trainer *t) {
     ut_dp_free(t->dp);
 }
 
+/* ---- pipeline parallelism: a stage's forwards and backwards ----
+ * Every stage reads the same batches (its data-parallel rank's share); the
+ * first stage embeds them, each later one starts from the activation the
+ * one before sent, and only the last computes the loss. A window's
+ * micro-batches flow through the stages in one of two orders, the same on
+ * every stage, so sends and receives meet:
+ *   gpipe  every forward, then every backward (all of them in flight);
+ *   1f1b   stage s runs its first P - s forwards (the pipeline fills), then
+ *          one backward after each forward, then the backwards left, so at
+ *          most P - s micro-batches are in flight.
+ * Backwards run in micro-batch order; the window's last one runs with the
+ * strategy's hooks armed (ddp's buckets over the data-parallel ranks). A
+ * transfer is a header (ndim and shape, as floats) and the values, through
+ * host memory. */
+typedef struct stage_slot {
+    ut_ctx *ctx;
+    ut_tensor *x;     /* the received activation (requires grad); NULL on the first stage */
+    ut_tensor *out;   /* the stage's output (not the last stage) */
+    ut_tensor *loss;  /* the scaled loss (the last stage) */
+    float *buf;       /* host memory for this slot's sends and receives */
+    int64_t cap;
+    float hdr[4];
+    ut_comm_req *req; /* its send in flight, or NULL */
+} stage_slot;
+
+static int pp_fail(ut_trainer *t, const char *what) {
+    snprintf(t->err, sizeof t->err, "pipeline stage %d: %s: %s", t->mesh.pp_rank, what,
+             ut_comm_error(t->mesh.pp_group));
+    return -1;
+}
+
+static float *slot_buf(stage_slot *sl, int64_t n) {
+    if (n > sl->cap) {
+        ut_free(sl->buf);
+        sl->buf = ut_malloc_check((size_t)n * sizeof(float));
+        sl->cap = n;
+    }
+    return sl->buf;
+}
+
+/* Waits for the slot's send in flight, so that its buffer may be reused. */
+static int slot_wait(ut_trainer *t, stage_slot *sl) {
+    ut_comm_req *r = sl->req;
+    sl->req = NULL;
+    return r && ut_comm_wait(t->mesh.pp_group, r) ? pp_fail(t, "send") : 0;
+}
+
+/* t's values to the pipeline's rank peer: with its shape first when header. */
+static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad, bool header, int peer) {
+    int64_t n = ut_nelem(v);
+    if (slot_wait(t, sl)) return -1;
+    float *buf = slot_buf(sl, n);
+    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float)))) {
+        snprintf(t->err, sizeof t->err, "pipeline stage %d: reading its %s", t->mesh.pp_rank,
+                 grad ? "input's gradient" : "output");
+        return -1;
+    }
+    ut_comm *pg = t->mesh.pp_group;
+    if (header) {
+        sl->hdr[0] = (float)v->ndim;
+        for (int d = 0; d < 3; d++) sl->hdr[1 + d] = d < v->ndim ? (float)v->ne[d] : 1.0f;
+        if (ut_comm_wait(pg, ut_comm_isend(pg, sl->hdr, 4, peer))) return pp_fail(t, "sending a shape");
+    }
+    sl->req = ut_comm_isend(pg, buf, n, peer);
+    return sl->req ? 0 : pp_fail(t, "sending");
+}
+
+/* A tensor of ctx received from the pipeline's rank peer: shaped by a header
+ * first (like), or like `like`. NULL on failure (t->err). */
+static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, int peer) {
+    ut_comm *pg = t->mesh.pp_group;
+    int ndim;
+    int64_t ne[3];
+    if (like) {
+        ndim = like->ndim;
+        for (int d = 0; d < ndim; d++) ne[d] = like->ne[d];
+    } else {
+        float hdr[4];
+        if (ut_comm_wait(pg, ut_comm_irecv(pg, hdr, 4, peer))) return pp_fail(t, "receiving a shape"), NULL;
+        ndim = (int)hdr[0];
+        if (ndim < 1 || ndim > 3) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: stage %d sent a %d-dimensional activation",
+                     t->mesh.pp_rank, peer, ndim);
+            return NULL;
+        }
+        for (int d = 0; d < ndim; d++) ne[d] = (int64_t)hdr[1 + d];
+    }
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= ne[d];
+    if (slot_wait(t, sl)) return NULL;
+    float *buf = slot_buf(sl, n);
+    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, n, peer))) return pp_fail(t, "receiving"), NULL;
+    ut_tensor *x = ut_tensor_new(sl->ctx, UT_F32, ndim, ne);
+    UT_ASSERT(ut_tensor_set(x, buf, (size_t)n * sizeof(float)) == 0);
+    return x;
+}
+
+/* This stage's output for batch b on ctx (the model's forward; the stage's
+ * input is in m->stage_input). */
+static ut_tensor *stage_output(ut_trainer *t, ut_ctx *ctx, const ut_batch *b) {
+    if (b->inputs && b->inputs->n > 0) return ut_model_forward_inputs(t->m, ctx, b->inputs);
+    ut_tensor *x = NULL, *y = NULL;
+    if (t->h.collate(t->h.user, ctx, t->train, b, &x, &y)) return NULL;
+    if (b->inputs) ut_inputs_fence(ctx, b->inputs);
+    return ut_model_forward(t->m, ctx, x);
+}
+
+static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
+    stage_slot *sl = &t->slots[t->pp_fwd % t->nslots];
+    ut_ctx *ctx = sl->ctx;
+    int stage = t->mesh.pp_rank;
+    bool tail = stage == t->pp - 1, empty = b->count == 0;
+    if (empty && ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)) return -1;
+    const ut_batch *run = empty ? &t->standin : b;
+    /* each stage draws its own masks for the micro-batch */
+    start_rng_stream(t, ctx, (int64_t)t->drank * t->pp + stage);
+    sl->x = NULL, sl->out = NULL, sl->loss = NULL;
+    if (stage > 0) {
+        if (!(sl->x = pp_recv(t, sl, NULL, stage - 1))) return -1;
+        ut_tensor_set_requires_grad(sl->x, true);
+    }
+    t->m->stage_input = sl->x;
+    if (tail) {
+        ut_step_outputs out;
+        ut_tensor *y;
+        if (ut_forward_batch(&t->h, ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
+        ut_tensor *scaled = ut_scale(ctx, out.loss, (float)b->count / (float)window_examples);
+        if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
+        sl->loss = scaled;
+        if (!empty) {
+            UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
+            t->win_count[t->win_n++] = b->count;
+            if (last) t->win_last = t->win_n - 1;
+            ut_metric mets[UT_MAX_METRICS];
+            int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
+            int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
+            accum_add(&t->interval, 0, b->count, tokens, mets, k);
+            accum_add(&t->epoch, 0, b->count, tokens, mets, k);
+        }
+    } else {
+        if (!(sl->out = stage_output(t, ctx, run))) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: forward failed: %s", stage,
+                     ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output");
+            return -1;
+        }
+        if (pp_send(t, sl, sl->out, false, true, stage + 1)) return -1;
+        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
+        accum_add(&t->interval, 0, b->count, tokens, NULL, 0);
+        accum_add(&t->epoch, 0, b->count, tokens, NULL, 0);
+    }
+    t->m->stage_input = NULL;
+    t->pp_fwd++;
+    return 0;
+}
+
+/* The window's next backward; sync: its last (the strategy's reduction). */
+static int pp_backward(ut_trainer *t, bool sync) {
+    stage_slot *sl = &t->slots[t->pp_bwd % t->nslots];
+    ut_ctx *ctx = sl->ctx;
+    int stage = t->mesh.pp_rank;
+    ut_dist_backward_begin(t->dist, ctx, sync);
+    int rc;
+    if (stage == t->pp - 1) {
+        rc = ut_backward(ctx, sl->loss);
+    } else {
+        ut_tensor *g = pp_recv(t, sl, sl->out, stage + 1);
+        if (!g) return -1;
+        rc = ut_backward_from(ctx, sl->out, g);
+    }
+    if (rc) {
+        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(ctx));
+        return -1;
+    }
+    if (stage > 0 && pp_send(t, sl, sl->x, true, false, stage - 1)) return -1;
+    ut_ctx_reset(ctx);
+    if (ut_dist_backward_end(t->dist, ctx, sync)) {
+        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
+        return -1;
+    }
+    t->pp_bwd++;
+    return 0;
+}
+
+/* The tied embedding's two copies (first and last stage) get the sum of
+ * their gradients, so they stay the same values. */
+static int pp_sync_embedding(ut_trainer *t) {
+    if (!t->embed_used) return 0;
+    ut_params *p = &t->m->params;
+    int i = param_index(p, "wte.weight");
+    if (i < 0) return 0;
+    const ut_backend *be = ut_backend_get(p->device);
+    size_t bytes = (size_t)p->segs[i].numel * sizeof(float);
+    ut_stage st;
+    float *g = p->flat_grad + p->segs[i].offset;
+    float *h = ut_comm_accepts_device_memory(t->embed, p->device) ? g : ut_stage_begin(&st, be, g, bytes, true);
+    int rc = ut_comm_wait(t->embed, ut_comm_iallreduce(t->embed, h, p->segs[i].numel));
+    if (h != g) ut_stage_end(&st, true);
+    if (rc) snprintf(t->err, sizeof t->err, "the tied embedding's gradient: %s", ut_comm_error(t->embed));
+    return rc ? -1 : 0;
+}
+
+static int pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
+    if (t->pp_fwd == 0) t->pp_bwd = 0;
+    if (pp_forward(t, b, window_examples, last)) return -1;
+    int64_t ahead = t->pp - 1 - t->mesh.pp_rank; /* 1f1b: forwards before the first backward, less one */
+    if (!t->gpipe)
+        while (t->pp_bwd < t->pp_fwd - ahead)
+            if (pp_backward(t, last && t->pp_bwd + 1 == t->pp_fwd)) return -1;
+    if (!last) return 0;
+    while (t->pp_bwd < t->pp_fwd)
+        if (pp_backward(t, t->pp_bwd + 1 == t->pp_fwd)) return -1;
+    for (int k = 0; k < t->nslots; k++)
+        if (slot_wait(t, &t->slots[k])) return -1;
+    t->pp_fwd = t->pp_bwd = 0;
+    return pp_sync_embedding(t);
+}
+
+static int pp_setup(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    t->gpipe = !strcmp(c->pipeline_schedule, "gpipe");
+    int64_t M = t->accum_steps < t->batches_per_epoch ? t->accum_steps : t->batches_per_epoch;
+    t->nslots = (int)(t->gpipe ? M : M < t->pp ? M : t->pp);
+    t->slots = ut_calloc_check((size_t)t->nslots, sizeof *t->slots);
+    for (int k = 0; k < t->nslots; k++) {
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
+        ut_ctx_set_autocast(ctx, ut_run_precision(c));
+        ut_dist_attach(t->dist, ctx);
+        t->slots[k].ctx = ctx;
+    }
+    /* the tied embedding: a group of the first and the last stage of each data-parallel rank */
+    int stage = t->mesh.pp_rank;
+    bool ends = stage == 0 || stage == t->pp - 1;
+    char why[512];
+    /* (the stages between are each a group of one, unused) */
+    int color = ends ? t->mesh.dp_rank : t->mesh.dp + t->rank;
+    if (!(t->embed = ut_comm_split(t->comm, color, stage, "embed", why, sizeof why))) {
+        snprintf(t->err, sizeof t->err, "the tied embedding's group: %s", why);
+        return -1;
+    }
+    t->embed_used = ends && t->pp > 1;
+    return 0;
+}
+
+static void pp_free(ut_trainer *t) {
+    for (int k = 0; k < t->nslots; k++) {
+        if (t->slots[k].req) ut_comm_wait(t->mesh.pp_group, t->slots[k].req);
+        if (t->slots[k].ctx) ut_ctx_free(t->slots[k].ctx);
+        ut_free(t->slots[k].buf);
+    }
+    ut_free(t->slots);
+    t->slots = NULL;
+    if (t->embed) ut_comm_finalize(t->embed);
+    t->embed = NULL;
+}
+
 /* Forward and backward of one micro-batch; the last of a window runs its
  * backward with the gradient hooks armed, so gradients are reduced over
  * ranks as buckets complete. A rank with no examples in this batch (the
@@ -1017,6 +1358,7 @@ static void dp_free(ut_trainer *t) {
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
     if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
+    if (t->pp > 1) return pp_micro_step(t, b, window_examples, last);
     bool sync = last, empty = b->count == 0;
     if (empty && (t->dworld == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
         return t->dworld == 1 ? 0 : -1; /* one process never has an empty share */
@@ -1233,12 +1575,12 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))
         return -1;
-    t->tp = (int)c->tensor_parallel;
+    t->tp = (int)c->tensor_parallel, t->pp = (int)c->pipeline_parallel;
     t->dcomm = t->comm, t->drank = t->rank, t->dworld = t->world;
-    if (t->tp > 1) {
+    if (split_model(t)) {
         char why[512];
-        if (ut_mesh_init(&t->mesh, t->comm, t->tp, 1, why, sizeof why)) {
-            snprintf(t->err, sizeof t->err, "%s (start %d x N processes)", why, t->tp);
+        if (ut_mesh_init(&t->mesh, t->comm, t->tp, t->pp, why, sizeof why)) {
+            snprintf(t->err, sizeof t->err, "%s (start %d x N processes)", why, t->tp * t->pp);
             return -1;
         }
         t->have_mesh = true;
@@ -1249,14 +1591,17 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         return -1;
     if (train) t->train = train, t->dev = dev;
     *own_m = !model;
-    if (model && t->tp > 1) {
-        snprintf(t->err, sizeof t->err, "dist.tensor_parallel %d: a model handed to the trainer is whole; let the "
-                 "trainer build it from model.* (it builds each rank's part) or set dist.tensor_parallel: 1", t->tp);
+    if (model && split_model(t)) {
+        snprintf(t->err, sizeof t->err, "dist.tensor_parallel %d x dist.pipeline_parallel %d: a model handed to the "
+                 "trainer is whole; let the trainer build it from model.* (it builds each rank's part) or set both "
+                 "to 1", t->tp, t->pp);
         return -1;
     }
     if (model) t->m = model;
-    else if (t->tp > 1) {
-        ut_model_layout lay = {.tp_rank = t->mesh.tp_rank, .tp_size = t->tp, .tp = ut_tp_hooks_of(t->mesh.tp_group)};
+    else if (split_model(t)) {
+        ut_model_layout lay = {.tp_rank = t->mesh.tp_rank, .tp_size = t->tp,
+                               .tp = t->tp > 1 ? ut_tp_hooks_of(t->mesh.tp_group) : (ut_tp_hooks){0},
+                               .pp_rank = t->mesh.pp_rank, .pp_size = t->pp};
         t->m = ut_model_from_config_layout(c, t->train, &lay, t->err, sizeof t->err);
     } else t->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m) return -1;
@@ -1296,12 +1641,13 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;
     ut_dtype ac = ut_run_precision(c);
-    if (ac != UT_F32 && t->tp == 1 && ut_dist_device_scalars(t->dist)) { /* autocast's copies, written by the step */
+    if (ac != UT_F32 && !split_model(t) && ut_dist_device_scalars(t->dist)) { /* autocast's copies, written by the step */
         t->p16_dt = ac;
         t->p16 = be->alloc((size_t)(t->m->params.numel ? t->m->params.numel : 1) * 2);
         ut_dist_set_copies16(t->dist, t->p16, ac);
     }
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
+    if (t->pp > 1 && pp_setup(t)) return -1;
     if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
     if (c->continue_training && !resumed) /* said, not refused: a restarted job may fail before its first save */
@@ -1382,8 +1728,10 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     supervisor_close();
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
+    pp_free(t);
     ut_dist_free(t->dist);
     if (t->have_mesh) ut_mesh_free(&t->mesh);
+    ut_free(t->owner);
     if (t->whole) ut_model_free(t->whole);
     ut_standin_free(&t->standin);
     dp_free(t);
