@@ -1,0 +1,142 @@
+/* Pipeline parallelism through the trainer (dist.pipeline_parallel,
+ * dist.pipeline_schedule): a 4-block GPT-2 with clipping and 4 micro-batches
+ * per step, split into 2, 3 and 4 stages (1F1B and GPipe) against the whole
+ * model in one process, and 2 stages x 2 data-parallel ranks against ddp on
+ * 2 ranks: without dropout each stage computes what the whole model does,
+ * so losses, dev losses and weights agree to rounding. With dropout the two
+ * schedules give the same bits, a stopped run resumes bit-exact, and a
+ * pipeline's checkpoint (the whole model's) goes on in one process; layouts
+ * that cannot work are refused with a message. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "test.h"
+
+static char tmp[256], shard[512], body[2048];
+
+static const char *device(void) {
+    const char *d = getenv("UTRAIN_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
+static int train(const char *name, int nproc, const char *sets) {
+    char all[512];
+    snprintf(all, sizeof all, "threads=1 %s", sets);
+    return tp_train_in(tmp, name, body, device(), all, nproc);
+}
+
+static char *output_of(const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s.out", tmp, name);
+    return tp_slurp(path);
+}
+
+/* Run `name` against `ref` over 16 steps: train losses, the dev loss at step
+ * 16, the weights and the momentum. */
+static void agrees(const char *name, const char *ref) {
+    double l = tp_loss_diff(tp_run_file(tmp, ref, "metrics.jsonl"), tp_run_file(tmp, name, "metrics.jsonl"), 16);
+    CHECK(l < 1e-5, "%s: train losses within %.2g of %s's (1e-5)", name, l, ref);
+    char a[64] = "", b[64] = "";
+    CHECK(tp_loss_at(tp_run_file(tmp, ref, "metrics.jsonl"), "dev", 16, a, sizeof a) &&
+              tp_loss_at(tp_run_file(tmp, name, "metrics.jsonl"), "dev", 16, b, sizeof b) &&
+              fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)),
+          "%s: the dev loss at step 16: %s, %s's %s", name, b, ref, a);
+    char worst[128] = "";
+    double w = tp_tensors_diff(tp_ckpt_file(tmp, ref, 16), tp_ckpt_file(tmp, name, 16), "model.", NULL, worst,
+                               sizeof worst);
+    CHECK(w >= 0 && w < 1e-5, "%s: weights within %.2g of %s's (1e-5; worst %s)", name, w, ref, worst);
+    double o = tp_tensors_diff(tp_ckpt_file(tmp, ref, 16), tp_ckpt_file(tmp, name, 16), "optim.", NULL, worst,
+                               sizeof worst);
+    CHECK(o >= 0 && o < 1e-4, "%s: momentum within %.2g of %s's (1e-4; worst %s)", name, o, ref, worst);
+    printf("     %s against %s: losses %.2g, weights %.2g, momentum %.2g\n", name, ref, l, w, o);
+}
+
+static void test_stages_train_as_the_whole_model(void) {
+    CHECK(train("whole", 1, "") == 0, "the whole model in one process");
+    CHECK(train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
+    CHECK(train("pp3", 3, "dist.pipeline_parallel=3") == 0, "3 stages (blocks 1, 1, 2)");
+    CHECK(train("pp4", 4, "dist.pipeline_parallel=4 dist.pipeline_schedule=gpipe") == 0, "4 stages, GPipe");
+    agrees("pp2", "whole");
+    agrees("pp3", "whole");
+    agrees("pp4", "whole");
+    char *s = output_of("pp2");
+    CHECK(s && strstr(s, "Pipeline parallel = 2 stages") && strstr(s, "1F1B schedule, 4 micro-batches per step"),
+          "the summary names the stages and the schedule:\n%s", s ? s : "");
+    free(s);
+}
+
+static void test_stages_with_data_parallel(void) {
+    CHECK(train("ddp2", 2, "") == 0, "ddp on 2 ranks");
+    CHECK(train("pp2dp2", 4, "dist.pipeline_parallel=2") == 0, "2 stages x 2 data-parallel ranks");
+    agrees("pp2dp2", "ddp2");
+}
+
+/* With dropout: each stage draws its own masks per micro-batch, whatever
+ * the schedule; a resumed run draws what a straight one does. */
+static void test_dropout_schedules_and_resume(void) {
+    CHECK(train("d1f1b", 2, "dist.pipeline_parallel=2 model.dropout=0.1") == 0, "1F1B with dropout");
+    CHECK(train("dgpipe", 2, "dist.pipeline_parallel=2 model.dropout=0.1 dist.pipeline_schedule=gpipe") == 0,
+          "GPipe with dropout");
+    CHECK(tp_same_weights(tp_ckpt_file(tmp, "d1f1b", 16), tp_ckpt_file(tmp, "dgpipe", 16)),
+          "the two schedules: the same checkpoint, bit for bit");
+    CHECK(train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 train.max_steps=8") == 0,
+          "a run stops at step 8");
+    CHECK(train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 continue_training=true") == 0,
+          "and goes on to 16");
+    CHECK(tp_same_weights(tp_ckpt_file(tmp, "d1f1b", 16), tp_ckpt_file(tmp, "dpart", 16)),
+          "resumed: the same checkpoint, bit for bit");
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "pp4", 8), tp_path(tp_path(tmp, "runs"), "moved")),
+          "the 4-stage run's step-8 checkpoint copied");
+    CHECK(train("moved", 1, "continue_training=true") == 0, "it goes on in one process");
+    double w = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "moved", 16), "model.", NULL, NULL, 0);
+    CHECK(w >= 0 && w < 1e-5, "to the whole run's weights (%.2g)", w);
+}
+
+static void refused(const char *name, int nproc, const char *sets, const char *want) {
+    char all[512], out[600], cfg[512], np[8];
+    snprintf(all, sizeof all, "threads=1 %s", sets);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\n%s", name, tmp, body);
+    fclose(f);
+    snprintf(np, sizeof np, "%d", nproc);
+    const char *argv[32] = {"train", cfg, "--nproc", np};
+    tp_push_sets(argv, 4, 32, all);
+    int rc = tp_run(argv, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 1 && s && strstr(s, want), "%s: exit 1 saying \"%s\" (exit %d):\n%s", name, want, rc, s ? s : "");
+    free(s);
+}
+
+static void test_bad_layouts_are_refused(void) {
+    refused("badzero", 2, "dist.pipeline_parallel=2 dist.strategy=zero1", "set dist.strategy: ddp");
+    refused("badtp", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2", "is not built yet: use one of them");
+    refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
+    refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-pp")) return 1;
+    tp_mpi_env(true);
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
+    snprintf(body, sizeof body,
+             "model: {name: gpt2, n_layer: 4, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+             "data: {name: tokens, train_path: %s, dev_path: %s, seq_len: 16}\n"
+             "train: {max_steps: 16, batch_size: 4, gradient_accumulation_steps: 4, log_interval: 1,\n"
+             "        eval_strategy: steps, eval_interval: 16, grad_clip: 0.5,\n"
+             "        save_strategy: steps, save_interval: 8, save_total_limit: 0, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.01}\n"
+             "dist: {timeout_s: 60}\n",
+             shard, shard);
+    RUN(test_stages_train_as_the_whole_model);
+    RUN(test_stages_with_data_parallel);
+    RUN(test_dropout_schedules_and_resume);
+    RUN(test_bad_layouts_are_refused);
+    return tp_finish(TEST_SUMMARY(), tmp);
+}
