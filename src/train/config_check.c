@@ -73,13 +73,15 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
              "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "
              "--nproc", (long long)c->tensor_parallel);
-    if (c->pipeline_parallel > 1 && strcmp(c->dist_strategy, "ddp"))
-        FAIL("dist.pipeline_parallel: %lld runs ddp over the data-parallel ranks of each stage; dist.strategy %s "
-             "with pipeline stages is not built yet: set dist.strategy: ddp", (long long)c->pipeline_parallel,
-             c->dist_strategy);
-    if (c->pipeline_parallel > 1 && c->tensor_parallel > 1)
-        FAIL("dist.pipeline_parallel %lld with dist.tensor_parallel %lld is not built yet: use one of them",
-             (long long)c->pipeline_parallel, (long long)c->tensor_parallel);
+    if (c->pipeline_parallel > 1 && (!strcmp(c->dist_strategy, "zero2") || !strcmp(c->dist_strategy, "zero3") ||
+                                     !strcmp(c->dist_strategy, "fsdp")))
+        FAIL("dist.pipeline_parallel: %lld with dist.strategy %s is not built yet (the tied embedding's two "
+             "copies are summed after the gradients are reduced, which %s shards): set dist.strategy: ddp or zero1",
+             (long long)c->pipeline_parallel, c->dist_strategy, c->dist_strategy);
+    if (c->pipeline_parallel > 1 && !strcmp(c->dist_strategy, "dp"))
+        FAIL("dist.pipeline_parallel: %lld puts stages on processes; dist.strategy dp (threads of one process) "
+             "cannot hold them: set dist.strategy: ddp (or zero1-zero3) and start the processes with --nproc",
+             (long long)c->pipeline_parallel);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);

@@ -1328,7 +1328,7 @@ static int pp_setup(ut_trainer *t) {
     bool ends = stage == 0 || stage == t->pp - 1;
     char why[512];
     /* (the stages between are each a group of one, unused) */
-    int color = ends ? t->mesh.dp_rank : t->mesh.dp + t->rank;
+    int color = ends ? t->mesh.dp_rank * t->tp + t->mesh.tp_rank : t->mesh.dp * t->tp + t->rank;
     if (!(t->embed = ut_comm_split(t->comm, color, stage, "embed", why, sizeof why))) {
         snprintf(t->err, sizeof t->err, "the tied embedding's group: %s", why);
         return -1;

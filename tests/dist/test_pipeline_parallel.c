@@ -1,8 +1,9 @@
 /* Pipeline parallelism through the trainer (dist.pipeline_parallel,
  * dist.pipeline_schedule): a 4-block GPT-2 with clipping and 4 micro-batches
  * per step, split into 2, 3 and 4 stages (1F1B and GPipe) against the whole
- * model in one process, and 2 stages x 2 data-parallel ranks against ddp on
- * 2 ranks: without dropout each stage computes what the whole model does,
+ * model in one process, 2 stages x 2 tensor-parallel ranks against it too
+ * (and with 2 data-parallel ranks more, 8 in all, against ddp on 2),
+ * and 2 stages x 2 data-parallel ranks (ddp, zero1) against ddp on 2 ranks: without dropout each stage computes what the whole model does,
  * so losses, dev losses and weights agree to rounding. With dropout the two
  * schedules give the same bits, a stopped run resumes bit-exact, and a
  * pipeline's checkpoint (the whole model's) goes on in one process; layouts
@@ -72,6 +73,19 @@ static void test_stages_with_data_parallel(void) {
     CHECK(train("ddp2", 2, "") == 0, "ddp on 2 ranks");
     CHECK(train("pp2dp2", 4, "dist.pipeline_parallel=2") == 0, "2 stages x 2 data-parallel ranks");
     agrees("pp2dp2", "ddp2");
+    CHECK(train("pp2zero1", 4, "dist.pipeline_parallel=2 dist.strategy=zero1") == 0,
+          "2 stages x zero1 over 2 data-parallel ranks");
+    agrees("pp2zero1", "ddp2");
+}
+
+/* Stages split Megatron-style too: 2 stages x 2 tensor-parallel ranks. */
+static void test_stages_with_tensor_parallel(void) {
+    CHECK(train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
+    agrees("pp2tp2", "whole");
+    /* the 3-D mesh: 2 stages x tp 2 x 2 data-parallel ranks (zero1), 8 ranks */
+    CHECK(train("mesh8", 8, "dist.pipeline_parallel=2 dist.tensor_parallel=2 dist.strategy=zero1") == 0,
+          "2 stages x tp 2 x zero1 over 2 data-parallel ranks");
+    agrees("mesh8", "ddp2");
 }
 
 /* With dropout: each stage draws its own masks per micro-batch, whatever
@@ -113,8 +127,8 @@ static void refused(const char *name, int nproc, const char *sets, const char *w
 }
 
 static void test_bad_layouts_are_refused(void) {
-    refused("badzero", 2, "dist.pipeline_parallel=2 dist.strategy=zero1", "set dist.strategy: ddp");
-    refused("badtp", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2", "is not built yet: use one of them");
+    refused("badzero", 2, "dist.pipeline_parallel=2 dist.strategy=zero2", "set dist.strategy: ddp or zero1");
+    refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
     refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
     refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
 }
@@ -136,6 +150,7 @@ int main(int argc, char **argv) {
              shard, shard);
     RUN(test_stages_train_as_the_whole_model);
     RUN(test_stages_with_data_parallel);
+    RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
     RUN(test_dropout_schedules_and_resume);
     RUN(test_bad_layouts_are_refused);
     return tp_finish(TEST_SUMMARY(), tmp);
