@@ -171,7 +171,10 @@ typedef struct {
 
 typedef struct {
     int world;
-    int tp, dp;                 /* dist.tensor_parallel, and the data-parallel ranks world / tp */
+    int tp, dp;                 /* dist.tensor_parallel, and the data-parallel ranks world / (tp pp) */
+    int pp, pp_stage;           /* dist.pipeline_parallel; the stage with the most parameters (planned) */
+    int64_t micro_batches, in_flight; /* pipeline: per step, and held at once by the planned stage */
+    double bubble;              /* pipeline: the idle share of a step, (pp - 1) / (micro_batches + pp - 1) */
     int64_t whole_numel;        /* the whole model's parameters (numel: one rank's part of them) */
     char model[64], optim[16];
     char precision[8];          /* train.precision: fp32, bf16, fp16 */

@@ -190,11 +190,12 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
 int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size_t n) {
     memset(p, 0, sizeof *p);
     if (world < 1) return ut_errorf(err, n, "the world size must be >= 1, not %d", world);
-    int tp = (int)cfg->tensor_parallel;
-    if (world % tp)
-        return ut_errorf(err, n, "world size %d is not divisible by dist.tensor_parallel %d", world, tp);
+    int tp = (int)cfg->tensor_parallel, pp = (int)cfg->pipeline_parallel;
+    if (world % (tp * pp))
+        return ut_errorf(err, n, "world size %d is not divisible by dist.tensor_parallel %d x dist.pipeline_parallel %d",
+                         world, tp, pp);
     p->world = world;
-    p->tp = tp, p->dp = world / tp;
+    p->tp = tp, p->pp = pp, p->dp = world / (tp * pp);
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
     snprintf(p->device, sizeof p->device, "%s", cfg->device);
     p->device_bytes = 0;
@@ -230,9 +231,18 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     }
     /* split: the state per rank is a part's (rank 0's, built without a group:
      * nothing runs on it), sharded over the data-parallel ranks */
-    if (tp > 1) {
-        ut_model_layout lay = {.tp_rank = 0, .tp_size = tp};
-        if (!(part = ut_model_from_config_layout(cfg, train, &lay, err, n))) goto done;
+    /* pipeline: every stage built in turn, the one with the most parameters planned */
+    for (int stage = 0; (tp > 1 || pp > 1) && stage < pp; stage++) {
+        ut_model_layout lay = {.tp_rank = 0, .tp_size = tp, .pp_rank = stage, .pp_size = pp};
+        ut_model *sm = ut_model_from_config_layout(cfg, train, &lay, err, n);
+        if (!sm) goto done;
+        if (!part || sm->params.numel > part->params.numel) {
+            ut_model_free(part);
+            part = sm;
+            p->pp_stage = stage;
+        } else {
+            ut_model_free(sm);
+        }
     }
     const ut_params *own = part ? &part->params : &m->params;
     p->whole_numel = m->params.numel;
@@ -256,6 +266,17 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->act_bytes = plain.arena + plain.scratch, p->act_ckpt_bytes = ckpt.arena + ckpt.scratch;
     p->scratch_bytes = plain.scratch;
     p->copy_bytes = plain.round > ckpt.round ? plain.round : ckpt.round;
+    if (pp > 1) {
+        /* a stage's activations: about 1/pp of the whole model's per
+         * micro-batch (its share of the blocks), for each micro-batch it
+         * holds at once: pp - stage in 1F1B, all of them in GPipe */
+        int64_t M = cfg->gradient_accumulation_steps;
+        int64_t held = !strcmp(cfg->pipeline_schedule, "gpipe") ? M : pp - p->pp_stage;
+        p->micro_batches = M, p->in_flight = held < M ? held : M;
+        p->bubble = (double)(pp - 1) / (double)(M + pp - 1);
+        p->act_bytes = (p->act_bytes - p->scratch_bytes) * p->in_flight / pp + p->scratch_bytes;
+        p->act_ckpt_bytes = (p->act_ckpt_bytes - p->scratch_bytes) * p->in_flight / pp + p->scratch_bytes;
+    }
     fill_rows(p, cfg);
     rc = 0;
 done:
@@ -293,6 +314,9 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
             p->optim_floats, (long long)p->batch);
     fprintf(f, " \"tensor_parallel\": %d, \"data_parallel\": %d, \"whole_numel\": %lld,\n", p->tp, p->dp,
             (long long)p->whole_numel);
+    fprintf(f, " \"pipeline_parallel\": %d, \"pipeline_stage\": %d, \"micro_batches\": %lld, \"in_flight\": %lld, "
+               "\"bubble\": %.6f,\n",
+            p->pp, p->pp_stage, (long long)p->micro_batches, (long long)p->in_flight, p->bubble);
     fprintf(f, " \"bucket_bytes\": %lld, \"wrap\": \"%s\", \"gathered_bytes\": %lld, "
                "\"gathered_units\": \"%s\",\n",
             (long long)p->bucket_bytes, p->wrap, (long long)p->gathered_bytes, p->gathered_units);
@@ -343,6 +367,12 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
                    "strategies shard it over %d data-parallel rank%s; activations are measured on the whole model "
                    "(a part's are smaller: its heads and MLP features)\n",
                 p->tp, (long long)p->numel, (long long)p->whole_numel, p->dp, p->dp == 1 ? "" : "s");
+    if (p->pp > 1)
+        fprintf(f, "  pipeline parallel %d: planned for stage %d, the one with the most parameters (%lld of the "
+                   "model's %lld); its activations estimated as 1/%d of the whole model's per micro-batch, %lld "
+                   "micro-batch%s held at once of %lld per step; bubble (p-1)/(m+p-1) = %.1f%% of a step\n",
+                p->pp, p->pp_stage, (long long)p->numel, (long long)p->whole_numel, p->pp, (long long)p->in_flight,
+                p->in_flight == 1 ? "" : "es", (long long)p->micro_batches, 100.0 * p->bubble);
     if (strcmp(p->precision, "fp32"))
         fprintf(f, "  %s: fp32 weights (the master copy), gradients and optimizer state; rounded weight "
                    "copies %s (16 bits, kept from forward to backward, and the float32 buffers they "
@@ -353,9 +383,9 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
                "gathers %s (%s, dist.wrap %s)\n",
             (long long)p->shard, human(p->bucket_bytes, a, sizeof a), p->gathered_units,
             human(p->gathered_bytes, b, sizeof b), p->wrap);
-    fprintf(f, "  activations, measured on one micro-batch of %lld examples: %s, %s with "
-               "activation checkpointing\n",
-            (long long)p->batch, human(p->act_bytes, a, sizeof a), human(p->act_ckpt_bytes, b, sizeof b));
+    fprintf(f, "  activations, %s one micro-batch of %lld examples: %s, %s with activation checkpointing\n",
+            p->pp > 1 ? "the planned stage's, estimated from the whole model's on" : "measured on", (long long)p->batch,
+            human(p->act_bytes, a, sizeof a), human(p->act_ckpt_bytes, b, sizeof b));
     fprintf(f, "  runtime base (in every total): %s process + %s dataset = %s\n\n",
             human(p->runtime_bytes, a, sizeof a), human(p->dataset_bytes, b, sizeof b),
             human(p->runtime_bytes + p->dataset_bytes, c, sizeof c));

@@ -4,6 +4,7 @@
  * exactly (world size 4, AdamW, SGD with and without momentum, dist.wrap,
  * dist.reshard_after_forward), the fits column and summary, --device-memory
  * sizes, and command-line errors (exit 2) and config errors (exit 1). */
+#include <math.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -338,6 +339,38 @@ static void test_tensor_parallel(void) {
     free(s);
 }
 
+/* dist.pipeline_parallel 2 on 4 ranks, 4 micro-batches: the first stage
+ * (embeddings and half the blocks: more than the last stage's half, ln_f
+ * and head copy) is planned, over 2 data-parallel ranks, its activations
+ * estimated for 2 micro-batches held (1F1B) or 4 (GPipe); the bubble is
+ * (2 - 1) / (4 + 2 - 1). */
+static void test_pipeline_parallel(void) {
+    const int64_t block = 12LL * C * C + 13LL * C;
+    const int64_t first = (int64_t)V * C + (int64_t)T * C + L / 2 * block;
+    for (int gpipe = 0; gpipe < 2; gpipe++) {
+        char *s;
+        int rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.pipeline_parallel=2",
+                                      "--set", "train.gradient_accumulation_steps=4", "--set",
+                                      gpipe ? "dist.pipeline_schedule=gpipe" : "dist.pipeline_schedule=1f1b", NULL},
+                     &s);
+        CHECK(rc == 0 && s, "plan with 2 stages exits 0: %s", s ? s : "");
+        if (!s) continue;
+        CHECK(json_num(s, NULL, "pipeline_parallel") == 2 && json_num(s, NULL, "pipeline_stage") == 0 &&
+                  json_num(s, NULL, "data_parallel") == 2 && json_num(s, NULL, "numel") == first &&
+                  json_num(s, NULL, "in_flight") == (gpipe ? 4 : 2) &&
+                  fabs(json_num(s, NULL, "bubble") - 0.2) < 1e-6 && json_num(s, "ddp", "params") == 4 * first,
+              "%s: stage %.0f, %.0f parameters (want %lld), %.0f held, bubble %.3f", gpipe ? "gpipe" : "1f1b",
+              json_num(s, NULL, "pipeline_stage"), json_num(s, NULL, "numel"), (long long)first,
+              json_num(s, NULL, "in_flight"), json_num(s, NULL, "bubble"));
+        free(s);
+    }
+    char *s;
+    int rc = run((const char *[]){"plan", cfg, "--world-size", "6", "--set", "dist.pipeline_parallel=4", NULL}, &s);
+    CHECK(rc == 1 && s && strstr(s, "world size 6 is not divisible by dist.tensor_parallel 1 x dist.pipeline_parallel 4"),
+          "a world the stages do not divide: %s", s ? s : "");
+    free(s);
+}
+
 static void test_fits(void) {
     const char *names[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
     char *s;
@@ -400,7 +433,7 @@ static void test_errors(void) {
         {{"plan", cfg, "--set", "train.batch_sise=3", NULL}, 1, "train.batch_sise"},
         {{"plan", cfg, "--set", "optim.name=lion", NULL}, 1, "optim.name"},
         {{"plan", cfg, "--world-size", "3", "--set", "dist.tensor_parallel=2", NULL}, 1,
-         "world size 3 is not divisible by dist.tensor_parallel 2"},
+         "world size 3 is not divisible by dist.tensor_parallel 2 x dist.pipeline_parallel 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *s;
@@ -425,6 +458,7 @@ int main(int argc, char **argv) {
     RUN(test_formulas);
     RUN(test_precision);
     RUN(test_tensor_parallel);
+    RUN(test_pipeline_parallel);
     RUN(test_fits);
     RUN(test_plan_matches_measured_peak);
     return tp_finish(TEST_SUMMARY(), tmp);
