@@ -66,7 +66,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-fmnist bench-minilm bench-bert install clean
+.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-parallel bench-fmnist bench-minilm bench-bert install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -195,6 +195,12 @@ bench: deps
 bench-ddp: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench/ddp_step
 	bench/run_ddp_step.sh $(BUILD)
+
+# GPT-2 with tensor and pipeline parallelism against ddp on 2 ranks, and the
+# pipeline bubble (docs/performance.md)
+bench-parallel: deps
+	@$(MAKE) --no-print-directory all
+	bench/run_parallel.sh $(BUILD)
 
 # Fashion-MNIST CNN, one epoch: utrain against PyTorch (~12 min; docs/performance.md)
 bench-fmnist: deps

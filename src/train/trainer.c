@@ -1700,6 +1700,21 @@ static int train_loop(ut_trainer *t) {
     ut_say(&t->log, "Training done: %lld steps in %.1f s%s\n", (long long)t->st.step,
            now_s() - t->run_t0, best);
     ut_say(&t->log, "Run directory: %s\n", t->log.dir);
+    if (t->world > 1) { /* this rank's traffic, in its log: the world's and every group's */
+        ut_comm *cs[5] = {t->comm, t->have_mesh ? t->mesh.tp_group : NULL, t->have_mesh ? t->mesh.dp_group : NULL,
+                          t->have_mesh ? t->mesh.pp_group : NULL, t->embed};
+        double bytes = 0, wait = 0;
+        for (int i = 0; i < 5; i++) {
+            double b, w;
+            if (!cs[i]) continue;
+            ut_comm_stats(cs[i], &b, &w);
+            bytes += b, wait += w;
+        }
+        ut_note(&t->log, "communication: rank %d moved %.1f MiB in collectives and transfers over %lld steps "
+                         "(%.1f MiB a step), waiting %.2f s\n",
+                t->rank, bytes / 1048576.0, (long long)t->steps_this_run,
+                t->steps_this_run ? bytes / 1048576.0 / (double)t->steps_this_run : 0.0, wait);
+    }
     return UT_EXIT_OK;
 }
 

@@ -106,9 +106,10 @@ static bool wait_for_step(const char *name, int step) {
 
 /* Starts NAME on 2 ranks, kills rank 1 with SIGKILL at step 25; returns the
  * job's exit code and its seconds from the kill to the end. */
-static int run_and_kill(const char *name, const char *restarts, double *secs) {
+static int run_and_kill_with(const char *name, const char *restarts, const char *set, double *secs) {
     job_files j = files_of(name);
-    const char *args[] = {"train", j.cfg, "--nproc", "2", restarts ? "--max-restarts" : NULL, restarts, NULL};
+    const char *args[] = {"train", j.cfg, "--nproc", "2", "--set", set ? set : "threads=1",
+                          restarts ? "--max-restarts" : NULL, restarts, NULL};
     pid_t job = tp_spawn(args, j.out);
     bool reached = wait_for_step(name, 25);
     CHECK(reached, "%s: rank 1 reached step 25", name);
@@ -121,10 +122,31 @@ static int run_and_kill(const char *name, const char *restarts, double *secs) {
     return rc;
 }
 
+static int run_and_kill(const char *name, const char *restarts, double *secs) {
+    return run_and_kill_with(name, restarts, NULL, secs);
+}
+
 static void test_killed_rank_ends_the_job(void) {
     job_files j = write_cfg("killed", 32, 100000);
     double secs;
     int rc = run_and_kill("killed", NULL, &secs);
+    char *s = tp_slurp(j.out);
+    CHECK(rc != 0, "the job fails (exit %d)", rc);
+    CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
+    CHECK(s && strstr(s, "rank 1"), "the message names rank 1:\n%s", s ? s : "");
+    usleep(200000);
+    CHECK(find_process(j.cfg, -1) == 0, "no process of the job is left");
+    printf("     ended %.2f s after the kill, exit %d\n", secs, rc);
+    free(s);
+}
+
+/* The same for a model split over the two ranks (dist.tensor_parallel 2):
+ * the survivor is waiting in the split's collectives, and the job still ends
+ * within the timeout, naming rank 1. */
+static void test_killed_rank_of_a_split_model(void) {
+    job_files j = write_cfg("killedtp", 32, 100000);
+    double secs;
+    int rc = run_and_kill_with("killedtp", NULL, "dist.tensor_parallel=2", &secs);
     char *s = tp_slurp(j.out);
     CHECK(rc != 0, "the job fails (exit %d)", rc);
     CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
@@ -417,6 +439,7 @@ int main(int argc, char **argv) {
     tp_mpi_env(true);
     if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
     RUN(test_killed_rank_ends_the_job);
+    RUN(test_killed_rank_of_a_split_model);
     RUN(test_max_restarts_finishes_the_run);
     RUN(test_sigterm_to_launcher_checkpoints);
     RUN(test_ctrl_c_to_group_checkpoints);

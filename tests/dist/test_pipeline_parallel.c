@@ -109,6 +109,22 @@ static void test_dropout_schedules_and_resume(void) {
     CHECK(w >= 0 && w < 1e-5, "to the whole run's weights (%.2g)", w);
 }
 
+/* One checkpoint through three layouts: 2 stages x tp 2 at step 8, one
+ * process to step 12, 4 stages to step 16: the whole run's weights and
+ * momentum. */
+static void test_checkpoint_across_layouts(void) {
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "pp2tp2", 8), tp_path(tp_path(tmp, "runs"), "chain1")),
+          "the pp2 x tp2 run's step-8 checkpoint copied");
+    CHECK(train("chain1", 1, "continue_training=true train.max_steps=12 train.save_interval=4") == 0,
+          "one process goes on to step 12");
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "chain1", 12), tp_path(tp_path(tmp, "runs"), "chain2")),
+          "its step-12 checkpoint copied");
+    CHECK(train("chain2", 4, "continue_training=true dist.pipeline_parallel=4") == 0, "4 stages go on to step 16");
+    double w = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "chain2", 16), "model.", NULL, NULL, 0);
+    double o = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "chain2", 16), "optim.", NULL, NULL, 0);
+    CHECK(w >= 0 && w < 1e-5 && o >= 0 && o < 1e-4, "the whole run's weights (%.2g) and momentum (%.2g)", w, o);
+}
+
 static void refused(const char *name, int nproc, const char *sets, const char *want) {
     char all[512], out[600], cfg[512], np[8];
     snprintf(all, sizeof all, "threads=1 %s", sets);
@@ -152,6 +168,7 @@ int main(int argc, char **argv) {
     RUN(test_stages_with_data_parallel);
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
     RUN(test_dropout_schedules_and_resume);
+    RUN(test_checkpoint_across_layouts);
     RUN(test_bad_layouts_are_refused);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
