@@ -20,7 +20,7 @@
 # against (p-1)/(m+p-1).
 #
 # Environment: BENCH_MICRO, BENCH_BATCH, BENCH_SEQ, BENCH_STEPS, BENCH_THREADS,
-# BENCH_LAYERS (12), BENCH_EMBD (768), BENCH_HEADS (12), BENCH_VOCAB (50257).
+# BENCH_LAYERS (12), BENCH_EMBD (768), BENCH_HEADS (12), BENCH_VOCAB (50304).
 # Needs data/pretrained/gpt2-bpe (scripts/fetch-pretrained.sh) and Debian's
 # bible-kjv; the token shards are written once to data/kjv_bpe.
 set -uo pipefail
@@ -36,7 +36,7 @@ THREADS=${BENCH_THREADS:-1}
 L=${BENCH_LAYERS:-12}
 C=${BENCH_EMBD:-768}
 H=${BENCH_HEADS:-12}
-V=${BENCH_VOCAB:-50257}
+V=${BENCH_VOCAB:-50304} # GPT-2's 50257 padded to a multiple of 64, as Megatron-LM and llm.c pad it (tp needs it even)
 UTRAIN=$BUILD/utrain
 [ -x "$UTRAIN" ] || { echo "run_parallel: $UTRAIN not built (make)" >&2; exit 1; }
 [ -s data/kjv_bpe/train.bin ] || scripts/prepare-kjv.sh data/kjv_bpe "$UTRAIN" data/pretrained/gpt2-bpe || exit 1
@@ -74,8 +74,7 @@ run() { # NAME NPROC THREADS SETS...
     for s in "$@"; do sets+=(--set "$s"); done
     if ! "$UTRAIN" train "$TMP/base.yml" --nproc "$np" --set experiment_name="$name" --set threads="$th" \
         "${sets[@]}" > "$TMP/$name.out" 2>&1; then
-        echo "run_parallel: $name failed:" >&2
-        tail -5 "$TMP/$name.out" >&2
+        echo "run_parallel: $name failed: $(grep -m1 'error' "$TMP/$name.out")" >&2
         return 1
     fi
 }

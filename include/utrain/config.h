@@ -100,6 +100,7 @@ typedef struct {
     int64_t tensor_parallel;     /* ranks each model is split over (1: whole) */
     int64_t pipeline_parallel;   /* pipeline stages (1: none) */
     char pipeline_schedule[8];   /* 1f1b | gpipe */
+    char pipeline_blocks[256];   /* blocks per stage, "9,3" (empty: balanced by compute) */
     double bucket_mb;            /* gradient bucket size */
     char dist_wrap[16];          /* zero3 units: block | param | model */
     bool reshard_after_forward;  /* zero3 */

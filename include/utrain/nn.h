@@ -89,6 +89,7 @@ struct ut_model {
      * stage before the last returns its activation instead of the output,
      * and only the last one has a loss. */
     int pp_size, pp_rank;
+    int64_t pp_b0, pp_b1;  /* the stage's blocks [pp_b0, pp_b1) */
     ut_tensor *stage_input;
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
@@ -215,6 +216,9 @@ typedef struct {
     int tp_rank, tp_size;
     ut_tp_hooks tp;
     int pp_rank, pp_size;
+    /* pp_size blocks per stage, adding up to the model's blocks; NULL: the
+     * model balances its stages itself */
+    const int *pp_blocks;
 } ut_model_layout;
 /* ut_model_create_on for one rank's part of a split model: while the build
  * function runs, ut_model_build_layout() gives it layout, and a model built

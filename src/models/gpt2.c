@@ -201,6 +201,45 @@ static int read_head(const ut_kv *opts, gpt2 *g, double *std, char *err, size_t 
     return 0;
 }
 
+/* Stage lay.pp_rank's blocks [b0, b1) of L. The layout's list, or balanced
+ * by compute: a block costs about 12 C^2 + 2 T C multiply-adds a token (its
+ * linears, and attention over T positions), the last stage's head C V, the
+ * embeddings' lookups nothing; stage s ends where the cost so far is nearest
+ * (s + 1) / P of the whole, each stage keeping at least one block. */
+static int stage_blocks(const ut_model_layout *lay, int64_t L, int64_t C, int64_t V, int64_t T, int64_t *b0,
+                        int64_t *b1, char *err, size_t n) {
+    int P = lay->pp_size > 1 ? lay->pp_size : 1, stage = P > 1 ? lay->pp_rank : 0;
+    if (P == 1) return *b0 = 0, *b1 = L, 0;
+    int64_t at = 0, start = 0;
+    if (lay->pp_blocks) {
+        for (int s = 0; s < P; s++) {
+            if (lay->pp_blocks[s] < 1)
+                return ut_errorf(err, n, "dist.pipeline_blocks: stage %d has %d blocks (each needs at least 1)", s,
+                                 lay->pp_blocks[s]);
+            if (s == stage) start = at;
+            at += lay->pp_blocks[s];
+        }
+        if (at != L)
+            return ut_errorf(err, n, "dist.pipeline_blocks: the stages' blocks add up to %lld, the model has "
+                                     "n_layer %lld", (long long)at, (long long)L);
+        *b0 = start, *b1 = start + lay->pp_blocks[stage];
+        return 0;
+    }
+    double blk = 12.0 * (double)C * (double)C + 2.0 * (double)T * (double)C, head = (double)C * (double)V;
+    double total = (double)L + head / blk; /* in blocks */
+    for (int s = 0; s < P; s++) {
+        int64_t end = s == P - 1 ? L : (int64_t)llround((double)(s + 1) * total / P);
+        if (end < at + 1) end = at + 1;               /* at least one block here */
+        if (end > L - (P - 1 - s)) end = L - (P - 1 - s); /* and one for each stage after */
+        if (s == stage) {
+            *b0 = at, *b1 = end;
+            return 0;
+        }
+        at = end;
+    }
+    return 0;
+}
+
 static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     gpt2 head = {0};
     double std;
@@ -250,9 +289,14 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
     g->lay = lay;
-    g->b0 = stage * L / P, g->b1 = (stage + 1) * L / P; /* stages of equal block counts (one more on the later ones) */
+    if (stage_blocks(&lay, L, C, V, BS, &g->b0, &g->b1, err, n)) {
+        ut_free(g->h);
+        ut_free(g);
+        ut_model_free(m);
+        return NULL;
+    }
     g->first = stage == 0, g->last = stage == P - 1;
-    m->pp_size = P, m->pp_rank = stage;
+    m->pp_size = P, m->pp_rank = stage, m->pp_b0 = g->b0, m->pp_b1 = g->b1;
     /* the token embedding on the first stage, the tied head's copy of it on the last */
     if (g->first || g->last)
         ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */

@@ -273,8 +273,36 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
     return ut_model_from_config_layout(cfg, data, NULL, err, n);
 }
 
+/* dist.pipeline_blocks as counts into out[0, P); 0, or -1 with a message
+ * when it does not hold P positive counts. */
+int ut_pipeline_blocks(const ut_config *cfg, int P, int *out, char *err, size_t n) {
+    const char *p = cfg->pipeline_blocks;
+    for (int s = 0; s < P; s++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 1 << 20 || (s < P - 1 ? *end != ',' : *end != 0))
+            return ut_errorf(err, n, "dist.pipeline_blocks: '%s' is not %d block counts >= 1 separated by commas "
+                                     "(one per stage of dist.pipeline_parallel %d), e.g. \"%s\"",
+                             cfg->pipeline_blocks, P, P, P == 2 ? "9,3" : P == 3 ? "5,4,3" : "4,3,3,2");
+        out[s] = (int)v;
+        p = end + 1;
+    }
+    return 0;
+}
+
 ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *data, const ut_model_layout *layout,
                                       char *err, size_t n) {
+    ut_model_layout lay;
+    int blocks[UT_MAX_PIPELINE_STAGES];
+    if (layout && layout->pp_size > 1 && cfg->pipeline_blocks[0]) { /* the user's split of the blocks */
+        if (layout->pp_size > UT_MAX_PIPELINE_STAGES)
+            return ut_errorf(err, n, "dist.pipeline_parallel %d: at most %d stages", layout->pp_size,
+                             UT_MAX_PIPELINE_STAGES), NULL;
+        if (ut_pipeline_blocks(cfg, layout->pp_size, blocks, err, n)) return NULL;
+        lay = *layout;
+        lay.pp_blocks = blocks;
+        layout = &lay;
+    }
     ut_kv *opts = ut_kv_new();
     for (int i = 0; i < ut_kv_len(cfg->model_opts); i++)
         ut_kv_set(opts, ut_kv_key(cfg->model_opts, i), ut_kv_get(cfg->model_opts, ut_kv_key(cfg->model_opts, i)));

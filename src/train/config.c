@@ -200,6 +200,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "the order of a stage's forwards and backwards: 1f1b (one forward, one backward once the pipeline is "
             "full: at most pipeline_parallel micro-batches' activations held) or gpipe (every forward, then every "
             "backward: all of them held); the same results"},
+    {.key = "dist.pipeline_blocks", .type = UT_CFG_STR, AT(pipeline_blocks), .def = "",
+     .doc = "blocks per pipeline stage, comma-separated (\"9,3\"; they add up to the model's blocks); empty: "
+            "balanced by compute, the last stage's head counted as the blocks it costs"},
     {.key = "dist.bucket_mb", .type = UT_CFG_FLOAT, AT(bucket_mb), .def = "25", GT(0),
      .doc = "gradient bucket size in MiB (all-reduce for ddp/zero1, reduce-scatter for zero2/zero3)"},
     {.key = "dist.wrap", .type = UT_CFG_ENUM, AT(dist_wrap), .def = "block", .values = wrap_policies,

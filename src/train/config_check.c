@@ -6,6 +6,7 @@
 #include "../backend/backend.h"
 
 #include "config_schema.h"
+#include "run_internal.h"
 
 #define FAIL(...) return snprintf(err, n, __VA_ARGS__), -1
 
@@ -78,6 +79,11 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.pipeline_parallel: %lld with dist.strategy %s is not built yet (the tied embedding's two "
              "copies are summed after the gradients are reduced, which %s shards): set dist.strategy: ddp or zero1",
              (long long)c->pipeline_parallel, c->dist_strategy, c->dist_strategy);
+    if (c->pipeline_parallel > 62) FAIL("dist.pipeline_parallel: %lld: at most 62 stages", (long long)c->pipeline_parallel);
+    if (c->pipeline_blocks[0] && c->pipeline_parallel < 2)
+        FAIL("dist.pipeline_blocks: '%s' splits pipeline stages; set dist.pipeline_parallel (2 or more) or remove it",
+             c->pipeline_blocks);
+    if (c->pipeline_blocks[0] && ut_pipeline_blocks(c, (int)c->pipeline_parallel, (int[62]){0}, err, n)) return -1;
     if (c->pipeline_parallel > 1 && !strcmp(c->dist_strategy, "dp"))
         FAIL("dist.pipeline_parallel: %lld puts stages on processes; dist.strategy dp (threads of one process) "
              "cannot hold them: set dist.strategy: ddp (or zero1-zero3) and start the processes with --nproc",

@@ -129,5 +129,8 @@ ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, cha
  * (ut_model_create_layout; NULL: whole). */
 ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *data, const ut_model_layout *layout,
                                       char *err, size_t n);
+/* dist.pipeline_blocks read as P stages' block counts into out. */
+#define UT_MAX_PIPELINE_STAGES 62
+int ut_pipeline_blocks(const ut_config *cfg, int P, int *out, char *err, size_t n);
 
 #endif

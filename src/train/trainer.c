@@ -658,10 +658,13 @@ static void print_summary(ut_trainer *t) {
         ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split; %lld of the model's %lld "
                         "parameters on each rank), %d data-parallel ranks\n",
                t->tp, (long long)t->m->params.numel, (long long)whole_numel(t), world);
-    if (t->pp > 1)
-        ut_say(&t->log, "  Pipeline parallel = %d stages (this one: %d, blocks of the model split evenly), %s "
-                        "schedule, %lld micro-batches per step\n",
-               t->pp, t->mesh.pp_rank, t->gpipe ? "GPipe" : "1F1B", (long long)t->accum_steps);
+    if (t->pp > 1) {
+        ut_say(&t->log, "  Pipeline parallel = %d stages (blocks %s), %s schedule, %lld micro-batches per step\n",
+               t->pp, t->cfg->pipeline_blocks[0] ? t->cfg->pipeline_blocks : "balanced by compute",
+               t->gpipe ? "GPipe" : "1F1B", (long long)t->accum_steps);
+        ut_note(&t->log, "  this rank: stage %d of %d, blocks %lld to %lld\n", t->mesh.pp_rank, t->pp,
+                (long long)t->m->pp_b0, (long long)t->m->pp_b1 - 1);
+    }
     if (world > 1)
         ut_say(&t->log, "  %s = %d (%s, %s backend, %d gradient buckets)\n",
                split_model(t) ? "Data-parallel processes" : "Processes", world,

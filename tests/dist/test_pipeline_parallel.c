@@ -60,12 +60,21 @@ static void test_stages_train_as_the_whole_model(void) {
     CHECK(train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
     CHECK(train("pp3", 3, "dist.pipeline_parallel=3") == 0, "3 stages (blocks 1, 1, 2)");
     CHECK(train("pp4", 4, "dist.pipeline_parallel=4 dist.pipeline_schedule=gpipe") == 0, "4 stages, GPipe");
+    CHECK(train("pp2list", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=3,1") == 0, "2 stages of 3 and 1 blocks");
     agrees("pp2", "whole");
+    agrees("pp2list", "whole");
     agrees("pp3", "whole");
     agrees("pp4", "whole");
     char *s = output_of("pp2");
-    CHECK(s && strstr(s, "Pipeline parallel = 2 stages") && strstr(s, "1F1B schedule, 4 micro-batches per step"),
+    CHECK(s && strstr(s, "Pipeline parallel = 2 stages (blocks balanced by compute)") &&
+              strstr(s, "1F1B schedule, 4 micro-batches per step"),
           "the summary names the stages and the schedule:\n%s", s ? s : "");
+    free(s);
+    char log[700];
+    snprintf(log, sizeof log, "%s/runs/pp2list/logger_logs/training_1.log", tmp);
+    s = tp_slurp(log);
+    CHECK(s && strstr(s, "this rank: stage 1 of 2, blocks 3 to 3"), "rank 1's log names its blocks:\n%s",
+          s ? s : "");
     free(s);
 }
 
@@ -147,6 +156,9 @@ static void test_bad_layouts_are_refused(void) {
     refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
     refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
     refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
+    refused("badsum", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=2,1", "add up to 3, the model has n_layer 4");
+    refused("badlist", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=4", "is not 2 block counts >= 1");
+    refused("badnopp", 1, "dist.pipeline_blocks=2,2", "set dist.pipeline_parallel (2 or more)");
 }
 
 int main(int argc, char **argv) {
