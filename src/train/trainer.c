@@ -14,9 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "run_internal.h"
-#include "../backend/backend.h"
-#include "utrain/dist.h"
+#include "trainer_internal.h"
 
 /* ---- preemption: signals only set a flag; the loop acts at a step boundary ---- */
 static volatile sig_atomic_t stop_signal;
@@ -131,127 +129,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- the run ---- */
-typedef struct {
-    double loss_sum;           /* sum of per-example losses */
-    int64_t examples, tokens;
-    ut_metric mets[UT_MAX_METRICS];
-    int nmets;
-} accum;
 
-#define MAX_EPOCH_ROWS 64
-typedef struct {
-    int64_t epoch;
-    double train_loss, train_acc;
-    ut_eval_result dev;
-} epoch_row;
-
-/* dp: a worker's share of each batch and its results (its model replica
- * and context are in the worker group, ut_dp). */
-typedef struct replica {
-    ut_sampler sampler;
-    ut_loader *loader;
-    ut_batch b;
-    accum acc;
-    double loss;
-    int rc;
-    char err[512];
-} replica;
-
-struct ut_trainer {
-    const ut_config *cfg;
-    ut_comm *comm;               /* the world: start-up checks, stops, checkpoint confirmation */
-    int rank, world;
-    /* dist.tensor_parallel: the mesh (tp x dp) and the model split over its
-     * tp group; dcomm is the data-parallel group the strategy, the sampler
-     * and the metrics work over (the world when tp is 1) */
-    int tp;
-    ut_mesh mesh;
-    bool have_mesh;
-    ut_comm *dcomm;
-    int drank, dworld;
-    ut_model *whole;             /* split: the whole model, for checkpoints (made at the first one) */
-    int *owner;                  /* split: the pipeline stage that holds each of the whole model's parameters */
-    /* dist.pipeline_parallel: this rank's stage is the model; a window's
-     * micro-batches are in flight in slots (a context, the received input,
-     * the output or loss, the host buffer of its send); the embed group is
-     * the first and the last stage (the tied embedding's two copies) */
-    int pp;
-    bool gpipe;
-    ut_comm *embed;
-    bool embed_used;
-    struct stage_slot *slots;
-    int nslots;
-    int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
-    ut_dist *dist;               /* the strategy; owns the optimizer */
-    int ndp;                     /* dp: worker threads (1 otherwise) */
-    ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
-    struct replica *rep;         /* dp: each worker's share and results */
-    int64_t dp_window;           /* dp: examples of the current window over all workers */
-    ut_runlog log;
-    ut_hooks h;
-    ut_model *m;
-    ut_optim *o;
-    ut_ctx *ctx;
-    ut_dataset *train, *dev;
-    ut_batch standin;         /* an empty share's stand-in example (ut_standin_batch) */
-    ut_sampler sampler;
-    ut_schedule sched;
-    ut_train_state st;
-    int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
-    int64_t last_saved_step;
-    int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
-    accum interval, epoch;
-    double interval_t0, run_t0, last_grad_norm;
-    int64_t steps_this_run;
-    bool fp16;                   /* train.precision fp16: the loss scaler runs */
-    ut_grad_scaler scaler;
-    int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
-    /* The step's scalars, kept on the device and read back in one copy at
-     * the optimizer step: the window's losses, one per micro-batch
-     * (win_loss: accum_steps floats; win_count: each one's examples), then
-     * the gradient's square sum where no collective is needed for it
-     * (win_sq). win_bytes: the whole block, win_host its host copy. */
-    float *win_loss;
-    double *win_sq;
-    /* where the step's scalars come from the device (ut_dist_device_scalars):
-     * step_sc, two floats after the block (the gradients' multiplier and the
-     * skip flag, never read back: the host derives them from the norm), and
-     * under autocast the parameters' 16-bit copies that the optimizer's pass
-     * writes (p16, numel elements of p16_dt), or NULL */
-    float *step_sc;
-    void *p16;
-    ut_dtype p16_dt;
-    size_t win_bytes;
-    unsigned char *win_host;
-    int64_t *win_count;
-    int win_n, win_last;     /* losses taken; the window's last micro-batch's, or -1 (an empty share) */
-    epoch_row rows[MAX_EPOCH_ROWS];
-    int nrows;
-    char err[1024];
-};
-
-
-/* Whether the model is split over ranks (tensor or pipeline parallelism). */
-static bool split_model(const ut_trainer *t) { return t->tp > 1 || t->pp > 1; }
-static int pp_fail(ut_trainer *t, const char *what);
-
-static void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
-    a->loss_sum += loss * (double)count;
-    a->examples += count;
-    a->tokens += tokens;
-    for (int i = 0; i < k; i++) {
-        int j = 0;
-        while (j < a->nmets && strcmp(a->mets[j].name, m[i].name)) j++;
-        if (j == a->nmets) {
-            if (a->nmets == UT_MAX_METRICS) continue;
-            a->mets[a->nmets++] = (ut_metric){.sum = 0};
-            memcpy(a->mets[j].name, m[i].name, sizeof m[i].name);
-        }
-        a->mets[j].sum += m[i].sum;
-        a->mets[j].count += m[i].count;
-    }
-}
 
 static double accum_metric(const accum *a, const char *name) {
     for (int i = 0; i < a->nmets; i++)
@@ -373,11 +251,6 @@ static int64_t whole_numel(const ut_trainer *t) {
     return n;
 }
 
-static int param_index(const ut_params *p, const char *name) {
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->names[i], name)) return i;
-    return -1;
-}
 
 static ut_model *whole_model(ut_trainer *t) {
     if (t->whole) return t->whole;
@@ -920,7 +793,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     read_step(t, local, &sq, loss);
     if (t->pp > 1) { /* the losses are the last stage's: every stage logs them */
         double v[2] = {t->interval.loss_sum - before, t->mesh.pp_rank == t->pp - 1 ? *loss : 0};
-        if (ut_comm_allreduce_f64(t->mesh.pp_group, v, 2)) return pp_fail(t, "sharing the loss");
+        if (ut_comm_allreduce_f64(t->mesh.pp_group, v, 2)) return ut_pp_fail(t, "sharing the loss");
         if (t->mesh.pp_rank != t->pp - 1) {
             t->interval.loss_sum += v[0];
             t->epoch.loss_sum += v[0];
@@ -980,17 +853,6 @@ static float loss_value(const ut_tensor *loss) {
     return v;
 }
 
-/* Dropout's stream for the micro-batch about to run on data-parallel rank
- * or worker `who`: a function of (epoch, batch index in the epoch, who)
- * under the key every context took from the seed (part of the configuration
- * hash, so a resumed run has the same), so every rank and worker draws its
- * own masks and a resumed run draws what a straight one would, however many
- * masks earlier batches drew. Nothing to restore from a checkpoint. */
-static void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
-    int64_t G = t->sampler.local_batch * t->sampler.world;
-    ut_ctx_rng_stream(ctx, ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)ceil_div(t->st.cursor, G),
-                                            (uint64_t)who));
-}
 
 static void dp_worker(void *user, int w) {
     ut_trainer *t = user;
@@ -1097,261 +959,6 @@ static void dp_free(ut_trainer *t) {
     ut_dp_free(t->dp);
 }
 
-/* ---- pipeline parallelism: a stage's forwards and backwards ----
- * Every stage reads the same batches (its data-parallel rank's share); the
- * first stage embeds them, each later one starts from the activation the
- * one before sent, and only the last computes the loss. A window's
- * micro-batches flow through the stages in one of two orders, the same on
- * every stage, so sends and receives meet:
- *   gpipe  every forward, then every backward (all of them in flight);
- *   1f1b   stage s runs its first P - s forwards (the pipeline fills), then
- *          one backward after each forward, then the backwards left, so at
- *          most P - s micro-batches are in flight.
- * Backwards run in micro-batch order; the window's last one runs with the
- * strategy's hooks armed (ddp's buckets over the data-parallel ranks). A
- * transfer is a header (ndim and shape, as floats) and the values, through
- * host memory. */
-typedef struct stage_slot {
-    ut_ctx *ctx;
-    ut_tensor *x;     /* the received activation (requires grad); NULL on the first stage */
-    ut_tensor *out;   /* the stage's output (not the last stage) */
-    ut_tensor *loss;  /* the scaled loss (the last stage) */
-    float *buf;       /* host memory for this slot's sends and receives */
-    int64_t cap;
-    float hdr[4];
-    ut_comm_req *req; /* its send in flight, or NULL */
-} stage_slot;
-
-static int pp_fail(ut_trainer *t, const char *what) {
-    snprintf(t->err, sizeof t->err, "pipeline stage %d: %s: %s", t->mesh.pp_rank, what,
-             ut_comm_error(t->mesh.pp_group));
-    return -1;
-}
-
-static float *slot_buf(stage_slot *sl, int64_t n) {
-    if (n > sl->cap) {
-        ut_free(sl->buf);
-        sl->buf = ut_malloc_check((size_t)n * sizeof(float));
-        sl->cap = n;
-    }
-    return sl->buf;
-}
-
-/* Waits for the slot's send in flight, so that its buffer may be reused. */
-static int slot_wait(ut_trainer *t, stage_slot *sl) {
-    ut_comm_req *r = sl->req;
-    sl->req = NULL;
-    return r && ut_comm_wait(t->mesh.pp_group, r) ? pp_fail(t, "send") : 0;
-}
-
-/* t's values to the pipeline's rank peer: with its shape first when header. */
-static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad, bool header, int peer) {
-    int64_t n = ut_nelem(v);
-    if (slot_wait(t, sl)) return -1;
-    float *buf = slot_buf(sl, n);
-    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float)))) {
-        snprintf(t->err, sizeof t->err, "pipeline stage %d: reading its %s", t->mesh.pp_rank,
-                 grad ? "input's gradient" : "output");
-        return -1;
-    }
-    ut_comm *pg = t->mesh.pp_group;
-    if (header) {
-        sl->hdr[0] = (float)v->ndim;
-        for (int d = 0; d < 3; d++) sl->hdr[1 + d] = d < v->ndim ? (float)v->ne[d] : 1.0f;
-        if (ut_comm_wait(pg, ut_comm_isend(pg, sl->hdr, 4, peer))) return pp_fail(t, "sending a shape");
-    }
-    sl->req = ut_comm_isend(pg, buf, n, peer);
-    return sl->req ? 0 : pp_fail(t, "sending");
-}
-
-/* A tensor of ctx received from the pipeline's rank peer: shaped by a header
- * first (like), or like `like`. NULL on failure (t->err). */
-static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, int peer) {
-    ut_comm *pg = t->mesh.pp_group;
-    int ndim;
-    int64_t ne[3];
-    if (like) {
-        ndim = like->ndim;
-        for (int d = 0; d < ndim; d++) ne[d] = like->ne[d];
-    } else {
-        float hdr[4];
-        if (ut_comm_wait(pg, ut_comm_irecv(pg, hdr, 4, peer))) return pp_fail(t, "receiving a shape"), NULL;
-        ndim = (int)hdr[0];
-        if (ndim < 1 || ndim > 3) {
-            snprintf(t->err, sizeof t->err, "pipeline stage %d: stage %d sent a %d-dimensional activation",
-                     t->mesh.pp_rank, peer, ndim);
-            return NULL;
-        }
-        for (int d = 0; d < ndim; d++) ne[d] = (int64_t)hdr[1 + d];
-    }
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= ne[d];
-    if (slot_wait(t, sl)) return NULL;
-    float *buf = slot_buf(sl, n);
-    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, n, peer))) return pp_fail(t, "receiving"), NULL;
-    ut_tensor *x = ut_tensor_new(sl->ctx, UT_F32, ndim, ne);
-    UT_ASSERT(ut_tensor_set(x, buf, (size_t)n * sizeof(float)) == 0);
-    return x;
-}
-
-/* This stage's output for batch b on ctx (the model's forward; the stage's
- * input is in m->stage_input). */
-static ut_tensor *stage_output(ut_trainer *t, ut_ctx *ctx, const ut_batch *b) {
-    if (b->inputs && b->inputs->n > 0) return ut_model_forward_inputs(t->m, ctx, b->inputs);
-    ut_tensor *x = NULL, *y = NULL;
-    if (t->h.collate(t->h.user, ctx, t->train, b, &x, &y)) return NULL;
-    if (b->inputs) ut_inputs_fence(ctx, b->inputs);
-    return ut_model_forward(t->m, ctx, x);
-}
-
-static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
-    stage_slot *sl = &t->slots[t->pp_fwd % t->nslots];
-    ut_ctx *ctx = sl->ctx;
-    int stage = t->mesh.pp_rank;
-    bool tail = stage == t->pp - 1, empty = b->count == 0;
-    if (empty && ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)) return -1;
-    const ut_batch *run = empty ? &t->standin : b;
-    /* each stage draws its own masks for the micro-batch */
-    start_rng_stream(t, ctx, (int64_t)t->drank * t->pp + stage);
-    sl->x = NULL, sl->out = NULL, sl->loss = NULL;
-    if (stage > 0) {
-        if (!(sl->x = pp_recv(t, sl, NULL, stage - 1))) return -1;
-        ut_tensor_set_requires_grad(sl->x, true);
-    }
-    t->m->stage_input = sl->x;
-    if (tail) {
-        ut_step_outputs out;
-        ut_tensor *y;
-        if (ut_forward_batch(&t->h, ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
-        ut_tensor *scaled = ut_scale(ctx, out.loss, (float)b->count / (float)window_examples);
-        if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
-        sl->loss = scaled;
-        if (!empty) {
-            UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
-            t->win_count[t->win_n++] = b->count;
-            if (last) t->win_last = t->win_n - 1;
-            ut_metric mets[UT_MAX_METRICS];
-            int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-            int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-            accum_add(&t->interval, 0, b->count, tokens, mets, k);
-            accum_add(&t->epoch, 0, b->count, tokens, mets, k);
-        }
-    } else {
-        if (!(sl->out = stage_output(t, ctx, run))) {
-            snprintf(t->err, sizeof t->err, "pipeline stage %d: forward failed: %s", stage,
-                     ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output");
-            return -1;
-        }
-        if (pp_send(t, sl, sl->out, false, true, stage + 1)) return -1;
-        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-        accum_add(&t->interval, 0, b->count, tokens, NULL, 0);
-        accum_add(&t->epoch, 0, b->count, tokens, NULL, 0);
-    }
-    t->m->stage_input = NULL;
-    t->pp_fwd++;
-    return 0;
-}
-
-/* The window's next backward; sync: its last (the strategy's reduction). */
-static int pp_backward(ut_trainer *t, bool sync) {
-    stage_slot *sl = &t->slots[t->pp_bwd % t->nslots];
-    ut_ctx *ctx = sl->ctx;
-    int stage = t->mesh.pp_rank;
-    ut_dist_backward_begin(t->dist, ctx, sync);
-    int rc;
-    if (stage == t->pp - 1) {
-        rc = ut_backward(ctx, sl->loss);
-    } else {
-        ut_tensor *g = pp_recv(t, sl, sl->out, stage + 1);
-        if (!g) return -1;
-        rc = ut_backward_from(ctx, sl->out, g);
-    }
-    if (rc) {
-        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(ctx));
-        return -1;
-    }
-    if (stage > 0 && pp_send(t, sl, sl->x, true, false, stage - 1)) return -1;
-    ut_ctx_reset(ctx);
-    if (ut_dist_backward_end(t->dist, ctx, sync)) {
-        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
-        return -1;
-    }
-    t->pp_bwd++;
-    return 0;
-}
-
-/* The tied embedding's two copies (first and last stage) get the sum of
- * their gradients, so they stay the same values. */
-static int pp_sync_embedding(ut_trainer *t) {
-    if (!t->embed_used) return 0;
-    ut_params *p = &t->m->params;
-    int i = param_index(p, "wte.weight");
-    if (i < 0) return 0;
-    const ut_backend *be = ut_backend_get(p->device);
-    size_t bytes = (size_t)p->segs[i].numel * sizeof(float);
-    ut_stage st;
-    float *g = p->flat_grad + p->segs[i].offset;
-    float *h = ut_comm_accepts_device_memory(t->embed, p->device) ? g : ut_stage_begin(&st, be, g, bytes, true);
-    int rc = ut_comm_wait(t->embed, ut_comm_iallreduce(t->embed, h, p->segs[i].numel));
-    if (h != g) ut_stage_end(&st, true);
-    if (rc) snprintf(t->err, sizeof t->err, "the tied embedding's gradient: %s", ut_comm_error(t->embed));
-    return rc ? -1 : 0;
-}
-
-static int pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
-    if (t->pp_fwd == 0) t->pp_bwd = 0;
-    if (pp_forward(t, b, window_examples, last)) return -1;
-    int64_t ahead = t->pp - 1 - t->mesh.pp_rank; /* 1f1b: forwards before the first backward, less one */
-    if (!t->gpipe)
-        while (t->pp_bwd < t->pp_fwd - ahead)
-            if (pp_backward(t, last && t->pp_bwd + 1 == t->pp_fwd)) return -1;
-    if (!last) return 0;
-    while (t->pp_bwd < t->pp_fwd)
-        if (pp_backward(t, t->pp_bwd + 1 == t->pp_fwd)) return -1;
-    for (int k = 0; k < t->nslots; k++)
-        if (slot_wait(t, &t->slots[k])) return -1;
-    t->pp_fwd = t->pp_bwd = 0;
-    return pp_sync_embedding(t);
-}
-
-static int pp_setup(ut_trainer *t) {
-    const ut_config *c = t->cfg;
-    t->gpipe = !strcmp(c->pipeline_schedule, "gpipe");
-    int64_t M = t->accum_steps < t->batches_per_epoch ? t->accum_steps : t->batches_per_epoch;
-    t->nslots = (int)(t->gpipe ? M : M < t->pp ? M : t->pp);
-    t->slots = ut_calloc_check((size_t)t->nslots, sizeof *t->slots);
-    for (int k = 0; k < t->nslots; k++) {
-        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
-        ut_ctx_set_autocast(ctx, ut_run_precision(c));
-        ut_dist_attach(t->dist, ctx);
-        t->slots[k].ctx = ctx;
-    }
-    /* the tied embedding: a group of the first and the last stage of each data-parallel rank */
-    int stage = t->mesh.pp_rank;
-    bool ends = stage == 0 || stage == t->pp - 1;
-    char why[512];
-    /* (the stages between are each a group of one, unused) */
-    int color = ends ? t->mesh.dp_rank * t->tp + t->mesh.tp_rank : t->mesh.dp * t->tp + t->rank;
-    if (!(t->embed = ut_comm_split(t->comm, color, stage, "embed", why, sizeof why))) {
-        snprintf(t->err, sizeof t->err, "the tied embedding's group: %s", why);
-        return -1;
-    }
-    t->embed_used = ends && t->pp > 1;
-    return 0;
-}
-
-static void pp_free(ut_trainer *t) {
-    for (int k = 0; k < t->nslots; k++) {
-        if (t->slots[k].req) ut_comm_wait(t->mesh.pp_group, t->slots[k].req);
-        if (t->slots[k].ctx) ut_ctx_free(t->slots[k].ctx);
-        ut_free(t->slots[k].buf);
-    }
-    ut_free(t->slots);
-    t->slots = NULL;
-    if (t->embed) ut_comm_finalize(t->embed);
-    t->embed = NULL;
-}
-
 /* Forward and backward of one micro-batch; the last of a window runs its
  * backward with the gradient hooks armed, so gradients are reduced over
  * ranks as buckets complete. A rank with no examples in this batch (the
@@ -1361,7 +968,7 @@ static void pp_free(ut_trainer *t) {
 static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss) {
     *loss = NAN;
     if (t->ndp > 1) return dp_micro_step(t, b, window_examples, last, loss);
-    if (t->pp > 1) return pp_micro_step(t, b, window_examples, last);
+    if (t->pp > 1) return ut_pp_micro_step(t, b, window_examples, last);
     bool sync = last, empty = b->count == 0;
     if (empty && (t->dworld == 1 || ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)))
         return t->dworld == 1 ? 0 : -1; /* one process never has an empty share */
@@ -1650,7 +1257,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         ut_dist_set_copies16(t->dist, t->p16, ac);
     }
     if (!strcmp(c->dist_strategy, "dp") && dp_setup(t, *own_m)) return -1;
-    if (t->pp > 1 && pp_setup(t)) return -1;
+    if (t->pp > 1 && ut_pp_setup(t)) return -1;
     if (t->rank == 0) clean_stale_temp(t);
     int resumed = c->continue_training ? resume(t) : 0;
     if (c->continue_training && !resumed) /* said, not refused: a restarted job may fail before its first save */
@@ -1746,7 +1353,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     supervisor_close();
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
-    pp_free(t);
+    ut_pp_free(t);
     ut_dist_free(t->dist);
     if (t->have_mesh) ut_mesh_free(&t->mesh);
     ut_free(t->owner);

@@ -1,0 +1,263 @@
+/* Pipeline parallelism's step engine: a stage's forwards and backwards of a
+ * window's micro-batches, the transfers between stages and the tied
+ * embedding's gradient (docs/distributed.md, "Pipeline parallelism"). The
+ * trainer (trainer.c) calls ut_pp_micro_step for each micro-batch where it
+ * would run one forward and backward itself. */
+#include <string.h>
+
+#include "trainer_internal.h"
+
+/* ---- pipeline parallelism: a stage's forwards and backwards ----
+ * Every stage reads the same batches (its data-parallel rank's share); the
+ * first stage embeds them, each later one starts from the activation the
+ * one before sent, and only the last computes the loss. A window's
+ * micro-batches flow through the stages in one of two orders, the same on
+ * every stage, so sends and receives meet:
+ *   gpipe  every forward, then every backward (all of them in flight);
+ *   1f1b   stage s runs its first P - s forwards (the pipeline fills), then
+ *          one backward after each forward, then the backwards left, so at
+ *          most P - s micro-batches are in flight.
+ * Backwards run in micro-batch order; the window's last one runs with the
+ * strategy's hooks armed (ddp's buckets over the data-parallel ranks). A
+ * transfer is a header (ndim and shape, as floats) and the values, through
+ * host memory. */
+typedef struct stage_slot {
+    ut_ctx *ctx;
+    ut_tensor *x;     /* the received activation (requires grad); NULL on the first stage */
+    ut_tensor *out;   /* the stage's output (not the last stage) */
+    ut_tensor *loss;  /* the scaled loss (the last stage) */
+    float *buf;       /* host memory for this slot's sends and receives */
+    int64_t cap;
+    float hdr[4];
+    ut_comm_req *req; /* its send in flight, or NULL */
+} stage_slot;
+
+int ut_pp_fail(ut_trainer *t, const char *what) {
+    snprintf(t->err, sizeof t->err, "pipeline stage %d: %s: %s", t->mesh.pp_rank, what,
+             ut_comm_error(t->mesh.pp_group));
+    return -1;
+}
+
+static float *slot_buf(stage_slot *sl, int64_t n) {
+    if (n > sl->cap) {
+        ut_free(sl->buf);
+        sl->buf = ut_malloc_check((size_t)n * sizeof(float));
+        sl->cap = n;
+    }
+    return sl->buf;
+}
+
+/* Waits for the slot's send in flight, so that its buffer may be reused. */
+static int slot_wait(ut_trainer *t, stage_slot *sl) {
+    ut_comm_req *r = sl->req;
+    sl->req = NULL;
+    return r && ut_comm_wait(t->mesh.pp_group, r) ? ut_pp_fail(t, "send") : 0;
+}
+
+/* t's values to the pipeline's rank peer: with its shape first when header. */
+static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad, bool header, int peer) {
+    int64_t n = ut_nelem(v);
+    if (slot_wait(t, sl)) return -1;
+    float *buf = slot_buf(sl, n);
+    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float)))) {
+        snprintf(t->err, sizeof t->err, "pipeline stage %d: reading its %s", t->mesh.pp_rank,
+                 grad ? "input's gradient" : "output");
+        return -1;
+    }
+    ut_comm *pg = t->mesh.pp_group;
+    if (header) {
+        sl->hdr[0] = (float)v->ndim;
+        for (int d = 0; d < 3; d++) sl->hdr[1 + d] = d < v->ndim ? (float)v->ne[d] : 1.0f;
+        if (ut_comm_wait(pg, ut_comm_isend(pg, sl->hdr, 4, peer))) return ut_pp_fail(t, "sending a shape");
+    }
+    sl->req = ut_comm_isend(pg, buf, n, peer);
+    return sl->req ? 0 : ut_pp_fail(t, "sending");
+}
+
+/* A tensor of ctx received from the pipeline's rank peer: shaped by a header
+ * first (like), or like `like`. NULL on failure (t->err). */
+static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, int peer) {
+    ut_comm *pg = t->mesh.pp_group;
+    int ndim;
+    int64_t ne[3];
+    if (like) {
+        ndim = like->ndim;
+        for (int d = 0; d < ndim; d++) ne[d] = like->ne[d];
+    } else {
+        float hdr[4];
+        if (ut_comm_wait(pg, ut_comm_irecv(pg, hdr, 4, peer))) return ut_pp_fail(t, "receiving a shape"), NULL;
+        ndim = (int)hdr[0];
+        if (ndim < 1 || ndim > 3) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: stage %d sent a %d-dimensional activation",
+                     t->mesh.pp_rank, peer, ndim);
+            return NULL;
+        }
+        for (int d = 0; d < ndim; d++) ne[d] = (int64_t)hdr[1 + d];
+    }
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= ne[d];
+    if (slot_wait(t, sl)) return NULL;
+    float *buf = slot_buf(sl, n);
+    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, n, peer))) return ut_pp_fail(t, "receiving"), NULL;
+    ut_tensor *x = ut_tensor_new(sl->ctx, UT_F32, ndim, ne);
+    UT_ASSERT(ut_tensor_set(x, buf, (size_t)n * sizeof(float)) == 0);
+    return x;
+}
+
+/* This stage's output for batch b on ctx (the model's forward; the stage's
+ * input is in m->stage_input). */
+static ut_tensor *stage_output(ut_trainer *t, ut_ctx *ctx, const ut_batch *b) {
+    if (b->inputs && b->inputs->n > 0) return ut_model_forward_inputs(t->m, ctx, b->inputs);
+    ut_tensor *x = NULL, *y = NULL;
+    if (t->h.collate(t->h.user, ctx, t->train, b, &x, &y)) return NULL;
+    if (b->inputs) ut_inputs_fence(ctx, b->inputs);
+    return ut_model_forward(t->m, ctx, x);
+}
+
+static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
+    stage_slot *sl = &t->slots[t->pp_fwd % t->nslots];
+    ut_ctx *ctx = sl->ctx;
+    int stage = t->mesh.pp_rank;
+    bool tail = stage == t->pp - 1, empty = b->count == 0;
+    if (empty && ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)) return -1;
+    const ut_batch *run = empty ? &t->standin : b;
+    /* each stage draws its own masks for the micro-batch */
+    start_rng_stream(t, ctx, (int64_t)t->drank * t->pp + stage);
+    sl->x = NULL, sl->out = NULL, sl->loss = NULL;
+    if (stage > 0) {
+        if (!(sl->x = pp_recv(t, sl, NULL, stage - 1))) return -1;
+        ut_tensor_set_requires_grad(sl->x, true);
+    }
+    t->m->stage_input = sl->x;
+    if (tail) {
+        ut_step_outputs out;
+        ut_tensor *y;
+        if (ut_forward_batch(&t->h, ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
+        ut_tensor *scaled = ut_scale(ctx, out.loss, (float)b->count / (float)window_examples);
+        if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
+        sl->loss = scaled;
+        if (!empty) {
+            UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
+            t->win_count[t->win_n++] = b->count;
+            if (last) t->win_last = t->win_n - 1;
+            ut_metric mets[UT_MAX_METRICS];
+            int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
+            int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
+            accum_add(&t->interval, 0, b->count, tokens, mets, k);
+            accum_add(&t->epoch, 0, b->count, tokens, mets, k);
+        }
+    } else {
+        if (!(sl->out = stage_output(t, ctx, run))) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: forward failed: %s", stage,
+                     ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output");
+            return -1;
+        }
+        if (pp_send(t, sl, sl->out, false, true, stage + 1)) return -1;
+        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
+        accum_add(&t->interval, 0, b->count, tokens, NULL, 0);
+        accum_add(&t->epoch, 0, b->count, tokens, NULL, 0);
+    }
+    t->m->stage_input = NULL;
+    t->pp_fwd++;
+    return 0;
+}
+
+/* The window's next backward; sync: its last (the strategy's reduction). */
+static int pp_backward(ut_trainer *t, bool sync) {
+    stage_slot *sl = &t->slots[t->pp_bwd % t->nslots];
+    ut_ctx *ctx = sl->ctx;
+    int stage = t->mesh.pp_rank;
+    ut_dist_backward_begin(t->dist, ctx, sync);
+    int rc;
+    if (stage == t->pp - 1) {
+        rc = ut_backward(ctx, sl->loss);
+    } else {
+        ut_tensor *g = pp_recv(t, sl, sl->out, stage + 1);
+        if (!g) return -1;
+        rc = ut_backward_from(ctx, sl->out, g);
+    }
+    if (rc) {
+        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(ctx));
+        return -1;
+    }
+    if (stage > 0 && pp_send(t, sl, sl->x, true, false, stage - 1)) return -1;
+    ut_ctx_reset(ctx);
+    if (ut_dist_backward_end(t->dist, ctx, sync)) {
+        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
+        return -1;
+    }
+    t->pp_bwd++;
+    return 0;
+}
+
+/* The tied embedding's two copies (first and last stage) get the sum of
+ * their gradients, so they stay the same values. */
+static int pp_sync_embedding(ut_trainer *t) {
+    if (!t->embed_used) return 0;
+    ut_params *p = &t->m->params;
+    int i = param_index(p, "wte.weight");
+    if (i < 0) return 0;
+    const ut_backend *be = ut_backend_get(p->device);
+    size_t bytes = (size_t)p->segs[i].numel * sizeof(float);
+    ut_stage st;
+    float *g = p->flat_grad + p->segs[i].offset;
+    float *h = ut_comm_accepts_device_memory(t->embed, p->device) ? g : ut_stage_begin(&st, be, g, bytes, true);
+    int rc = ut_comm_wait(t->embed, ut_comm_iallreduce(t->embed, h, p->segs[i].numel));
+    if (h != g) ut_stage_end(&st, true);
+    if (rc) snprintf(t->err, sizeof t->err, "the tied embedding's gradient: %s", ut_comm_error(t->embed));
+    return rc ? -1 : 0;
+}
+
+int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
+    if (t->pp_fwd == 0) t->pp_bwd = 0;
+    if (pp_forward(t, b, window_examples, last)) return -1;
+    int64_t ahead = t->pp - 1 - t->mesh.pp_rank; /* 1f1b: forwards before the first backward, less one */
+    if (!t->gpipe)
+        while (t->pp_bwd < t->pp_fwd - ahead)
+            if (pp_backward(t, last && t->pp_bwd + 1 == t->pp_fwd)) return -1;
+    if (!last) return 0;
+    while (t->pp_bwd < t->pp_fwd)
+        if (pp_backward(t, t->pp_bwd + 1 == t->pp_fwd)) return -1;
+    for (int k = 0; k < t->nslots; k++)
+        if (slot_wait(t, &t->slots[k])) return -1;
+    t->pp_fwd = t->pp_bwd = 0;
+    return pp_sync_embedding(t);
+}
+
+int ut_pp_setup(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    t->gpipe = !strcmp(c->pipeline_schedule, "gpipe");
+    int64_t M = t->accum_steps < t->batches_per_epoch ? t->accum_steps : t->batches_per_epoch;
+    t->nslots = (int)(t->gpipe ? M : M < t->pp ? M : t->pp);
+    t->slots = ut_calloc_check((size_t)t->nslots, sizeof *t->slots);
+    for (int k = 0; k < t->nslots; k++) {
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
+        ut_ctx_set_autocast(ctx, ut_run_precision(c));
+        ut_dist_attach(t->dist, ctx);
+        t->slots[k].ctx = ctx;
+    }
+    /* the tied embedding: a group of the first and the last stage of each data-parallel rank */
+    int stage = t->mesh.pp_rank;
+    bool ends = stage == 0 || stage == t->pp - 1;
+    char why[512];
+    /* (the stages between are each a group of one, unused) */
+    int color = ends ? t->mesh.dp_rank * t->tp + t->mesh.tp_rank : t->mesh.dp * t->tp + t->rank;
+    if (!(t->embed = ut_comm_split(t->comm, color, stage, "embed", why, sizeof why))) {
+        snprintf(t->err, sizeof t->err, "the tied embedding's group: %s", why);
+        return -1;
+    }
+    t->embed_used = ends && t->pp > 1;
+    return 0;
+}
+
+void ut_pp_free(ut_trainer *t) {
+    for (int k = 0; k < t->nslots; k++) {
+        if (t->slots[k].req) ut_comm_wait(t->mesh.pp_group, t->slots[k].req);
+        if (t->slots[k].ctx) ut_ctx_free(t->slots[k].ctx);
+        ut_free(t->slots[k].buf);
+    }
+    ut_free(t->slots);
+    t->slots = NULL;
+    if (t->embed) ut_comm_finalize(t->embed);
+    t->embed = NULL;
+}

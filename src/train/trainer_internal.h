@@ -1,0 +1,165 @@
+/* The trainer's run state, shared by trainer.c and the step engines beside
+ * it (pipeline.c).
+ * defines: accum, epoch_row, replica, struct ut_trainer, split_model,
+ *          accum_add, param_index, start_rng_stream, ut_pp_* (pipeline.c). */
+#ifndef UTRAIN_TRAINER_INTERNAL_H
+#define UTRAIN_TRAINER_INTERNAL_H
+
+#include "run_internal.h"
+#include "../backend/backend.h"
+#include "utrain/dist.h"
+
+/* ---- the run ---- */
+typedef struct {
+    double loss_sum;           /* sum of per-example losses */
+    int64_t examples, tokens;
+    ut_metric mets[UT_MAX_METRICS];
+    int nmets;
+} accum;
+
+#define MAX_EPOCH_ROWS 64
+typedef struct {
+    int64_t epoch;
+    double train_loss, train_acc;
+    ut_eval_result dev;
+} epoch_row;
+
+/* dp: a worker's share of each batch and its results (its model replica
+ * and context are in the worker group, ut_dp). */
+typedef struct replica {
+    ut_sampler sampler;
+    ut_loader *loader;
+    ut_batch b;
+    accum acc;
+    double loss;
+    int rc;
+    char err[512];
+} replica;
+
+struct ut_trainer {
+    const ut_config *cfg;
+    ut_comm *comm;               /* the world: start-up checks, stops, checkpoint confirmation */
+    int rank, world;
+    /* dist.tensor_parallel: the mesh (tp x dp) and the model split over its
+     * tp group; dcomm is the data-parallel group the strategy, the sampler
+     * and the metrics work over (the world when tp is 1) */
+    int tp;
+    ut_mesh mesh;
+    bool have_mesh;
+    ut_comm *dcomm;
+    int drank, dworld;
+    ut_model *whole;             /* split: the whole model, for checkpoints (made at the first one) */
+    int *owner;                  /* split: the pipeline stage that holds each of the whole model's parameters */
+    /* dist.pipeline_parallel: this rank's stage is the model; a window's
+     * micro-batches are in flight in slots (a context, the received input,
+     * the output or loss, the host buffer of its send); the embed group is
+     * the first and the last stage (the tied embedding's two copies) */
+    int pp;
+    bool gpipe;
+    ut_comm *embed;
+    bool embed_used;
+    struct stage_slot *slots;
+    int nslots;
+    int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
+    ut_dist *dist;               /* the strategy; owns the optimizer */
+    int ndp;                     /* dp: worker threads (1 otherwise) */
+    ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
+    struct replica *rep;         /* dp: each worker's share and results */
+    int64_t dp_window;           /* dp: examples of the current window over all workers */
+    ut_runlog log;
+    ut_hooks h;
+    ut_model *m;
+    ut_optim *o;
+    ut_ctx *ctx;
+    ut_dataset *train, *dev;
+    ut_batch standin;         /* an empty share's stand-in example (ut_standin_batch) */
+    ut_sampler sampler;
+    ut_schedule sched;
+    ut_train_state st;
+    int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
+    int64_t last_saved_step;
+    int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
+    accum interval, epoch;
+    double interval_t0, run_t0, last_grad_norm;
+    int64_t steps_this_run;
+    bool fp16;                   /* train.precision fp16: the loss scaler runs */
+    ut_grad_scaler scaler;
+    int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
+    /* The step's scalars, kept on the device and read back in one copy at
+     * the optimizer step: the window's losses, one per micro-batch
+     * (win_loss: accum_steps floats; win_count: each one's examples), then
+     * the gradient's square sum where no collective is needed for it
+     * (win_sq). win_bytes: the whole block, win_host its host copy. */
+    float *win_loss;
+    double *win_sq;
+    /* where the step's scalars come from the device (ut_dist_device_scalars):
+     * step_sc, two floats after the block (the gradients' multiplier and the
+     * skip flag, never read back: the host derives them from the norm), and
+     * under autocast the parameters' 16-bit copies that the optimizer's pass
+     * writes (p16, numel elements of p16_dt), or NULL */
+    float *step_sc;
+    void *p16;
+    ut_dtype p16_dt;
+    size_t win_bytes;
+    unsigned char *win_host;
+    int64_t *win_count;
+    int win_n, win_last;     /* losses taken; the window's last micro-batch's, or -1 (an empty share) */
+    epoch_row rows[MAX_EPOCH_ROWS];
+    int nrows;
+    char err[1024];
+};
+
+/* Whether the model is split over ranks (tensor or pipeline parallelism). */
+static inline bool split_model(const ut_trainer *t) { return t->tp > 1 || t->pp > 1; }
+
+static inline void accum_add(accum *a, double loss, int64_t count, int64_t tokens, const ut_metric *m, int k) {
+    a->loss_sum += loss * (double)count;
+    a->examples += count;
+    a->tokens += tokens;
+    for (int i = 0; i < k; i++) {
+        int j = 0;
+        while (j < a->nmets && strcmp(a->mets[j].name, m[i].name)) j++;
+        if (j == a->nmets) {
+            if (a->nmets == UT_MAX_METRICS) continue;
+            a->mets[a->nmets++] = (ut_metric){.sum = 0};
+            memcpy(a->mets[j].name, m[i].name, sizeof m[i].name);
+        }
+        a->mets[j].sum += m[i].sum;
+        a->mets[j].count += m[i].count;
+    }
+}
+
+static inline int param_index(const ut_params *p, const char *name) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->names[i], name)) return i;
+    return -1;
+}
+
+/* Dropout's stream for the micro-batch about to run on data-parallel rank
+ * or worker `who`: a function of (epoch, batch index in the epoch, who)
+ * under the key every context took from the seed (part of the configuration
+ * hash, so a resumed run has the same), so every rank and worker draws its
+ * own masks and a resumed run draws what a straight one would, however many
+ * masks earlier batches drew. Nothing to restore from a checkpoint. */
+static inline void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
+    int64_t G = t->sampler.local_batch * t->sampler.world;
+    ut_ctx_rng_stream(ctx, ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)((t->st.cursor + G - 1) / G),
+                                            (uint64_t)who));
+}
+
+/* ---- pipeline parallelism (pipeline.c) ----
+ * ut_pp_setup: the stage's slots (a context per micro-batch in flight,
+ *   min(M, P) for 1F1B, M for GPipe) and the tied embedding's group, after
+ *   the strategy exists; ut_pp_free gives them back.
+ * ut_pp_micro_step: one micro-batch of the window (its forward, and the
+ *   backwards the schedule runs after it; the window's last one runs every
+ *   backward left, waits for the sends and sums the tied embedding's
+ *   gradient over its two stages).
+ * ut_pp_fail: "pipeline stage S: WHAT: <the pipeline group's error>" into
+ *   t->err; -1. */
+int ut_pp_setup(ut_trainer *t);
+void ut_pp_free(ut_trainer *t);
+int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last);
+int ut_pp_fail(ut_trainer *t, const char *what);
+
+#endif
