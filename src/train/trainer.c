@@ -233,129 +233,6 @@ static int set_optimizer(ut_trainer *t) {
     return 0;
 }
 
-/* ---- split models (tensor and pipeline parallelism): checkpoints hold the whole model ----
- * A split run's checkpoint is the file a whole run writes (the same names,
- * shapes and flat optimizer state), so it resumes at any split, in one
- * process too, and test, evaluate and export read it as any other. Each
- * parameter and each of its optimizer state's segments is gathered from
- * the parts over the tp group and from the pipeline stage that holds it
- * (the first that does: a tied weight's copy on the last stage is the same
- * values) into a whole model built from the config (t->whole, made at the
- * first save, load or pipeline evaluation and kept), which rank 0 writes;
- * loading reads the file into that model and hands each rank its part, by
- * name. The whole model costs one copy of the parameters (and, while a
- * checkpoint is read or written, of the optimizer's state) on every rank. */
-static int64_t whole_numel(const ut_trainer *t) {
-    int64_t n = 0;
-    for (int i = 0; i < t->m->params.n; i++) n += ut_tp_full_numel(&t->m->params, i);
-    return n;
-}
-
-
-static ut_model *whole_model(ut_trainer *t) {
-    if (t->whole) return t->whole;
-    char why[512];
-    ut_model *w = ut_model_from_config(t->cfg, t->train, why, sizeof why);
-    if (!w) {
-        snprintf(t->err, sizeof t->err, "the whole model for checkpoints: %s", why);
-        return NULL;
-    }
-    const ut_params *p = &t->m->params, *q = &w->params;
-    for (int i = 0; i < p->n; i++) {
-        int k = param_index(q, p->names[i]);
-        if (k < 0 || ut_tp_full_numel(p, i) != q->segs[k].numel) {
-            snprintf(t->err, sizeof t->err, "the split model's parameter %s is not the whole model's", p->names[i]);
-            ut_model_free(w);
-            return NULL;
-        }
-    }
-    /* which stage holds each whole parameter: a bit per stage, summed over the pipeline */
-    t->owner = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *t->owner);
-    int64_t *bits = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *bits);
-    for (int k = 0; k < q->n; k++) bits[k] = param_index(p, q->names[k]) >= 0 ? (int64_t)1 << t->mesh.pp_rank : 0;
-    if (t->pp > 1 && ut_comm_allreduce_i64(t->mesh.pp_group, bits, q->n)) {
-        snprintf(t->err, sizeof t->err, "the stages' parameters: %s", ut_comm_error(t->mesh.pp_group));
-        ut_free(bits);
-        ut_model_free(w);
-        return NULL;
-    }
-    for (int k = 0; k < q->n; k++) {
-        int s = 0;
-        while (s < 63 && !(bits[k] >> s & 1)) s++;
-        t->owner[k] = s;
-        if (!bits[k]) {
-            snprintf(t->err, sizeof t->err, "no pipeline stage holds %s", q->names[k]);
-            ut_free(bits);
-            ut_model_free(w);
-            return NULL;
-        }
-    }
-    ut_free(bits);
-    return t->whole = w;
-}
-
-static ut_optim *whole_optimizer(ut_trainer *t) {
-    ut_params *q = &t->whole->params;
-    return ut_optim_new(ut_optim_get_config(t->o), q->flat, q->flat_grad, q->segs, q->n, 0, q->numel);
-}
-
-/* The parts' parameters (and, with wo, the optimizer state of o, which
- * covers this rank's whole part) into the whole model, on every rank
- * (collectives over the tp group and the pipeline). */
-static int gather_whole(ut_trainer *t, ut_optim *o, ut_optim *wo) {
-    const ut_params *p = &t->m->params;
-    ut_params *q = &t->whole->params;
-    const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(o) : 0, rc = 0;
-    for (int k = 0; k < q->n && !rc; k++) {
-        int i = param_index(p, q->names[k]);
-        bool mine = t->owner[k] == t->mesh.pp_rank;
-        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
-        float *full = ut_malloc_check(bytes ? bytes : 1);
-        for (int s = -1; s < ns && !rc; s++) {
-            const char *name;
-            if (mine) {
-                const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-                rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
-            }
-            if (!rc && t->pp > 1 && ut_comm_bcast(t->mesh.pp_group, full, bytes, t->owner[k])) {
-                snprintf(t->err, sizeof t->err, "%s from pipeline stage %d: %s", q->names[k], t->owner[k],
-                         ut_comm_error(t->mesh.pp_group));
-                rc = -1;
-            }
-            float *dst = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
-            if (!rc) be->copy(dst, full, bytes, UT_COPY_H2D);
-        }
-        ut_free(full);
-    }
-    if (wo) ut_optim_set_steps(wo, ut_optim_steps(o));
-    return rc;
-}
-
-/* The whole model's parameters (and, with wo, optimizer state into o, which
- * covers this rank's whole part) into this rank's parts, by name (no
- * communication). */
-static void scatter_whole(ut_trainer *t, ut_optim *wo, ut_optim *o) {
-    ut_params *p = &t->m->params;
-    const ut_params *q = &t->whole->params;
-    const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(o) : 0;
-    for (int i = 0; i < p->n; i++) {
-        int k = param_index(q, p->names[i]);
-        float *full = ut_malloc_check((size_t)(q->segs[k].numel ? q->segs[k].numel : 1) * sizeof(float));
-        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
-        for (int s = -1; s < ns; s++) {
-            const char *name;
-            const float *src = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
-            float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-            be->copy(full, src, bytes, UT_COPY_D2H);
-            ut_tp_scatter_values(p, i, part, full);
-        }
-        ut_free(full);
-    }
-    if (wo) ut_optim_set_steps(o, ut_optim_steps(wo));
-}
-
 /* What a checkpoint must agree with to be resumed: the hashed configuration
  * keys and the global batch (examples per optimizer step), so a run may go on
  * with another world size, per-process batch or accumulation, and another
@@ -427,10 +304,10 @@ static int resume(ut_trainer *t) {
         ut_train_state st;
         /* a sharded strategy reads the whole state, then keeps its part */
         bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
-        if (split_model(t) && !whole_model(t)) return -1;
-        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = split_model(t) ? whole_optimizer(t) : NULL;
+        if (split_model(t) && !ut_split_whole_model(t)) return -1;
+        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = split_model(t) ? ut_split_whole_optimizer(t) : NULL;
         int lrc = ut_ckpt_load(path, wo ? t->whole : t->m, wo ? wo : o, &st, why, sizeof why);
-        if (!lrc && wo) scatter_whole(t, wo, o);
+        if (!lrc && wo) ut_split_scatter(t, wo, o);
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
         if (wo) ut_optim_free(wo);
         if (sharded) ut_optim_free(o);
@@ -485,12 +362,12 @@ static int load_initial_weights(ut_trainer *t) {
     if (file) snprintf(path, sizeof path, "%s", from);
     else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
     else snprintf(dir, sizeof dir, "%s/checkpoints", from);
-    ut_model *into = split_model(t) ? whole_model(t) : t->m;
+    ut_model *into = split_model(t) ? ut_split_whole_model(t) : t->m;
     if (!into) return -1;
     if ((!file && ut_best_checkpoint(dir, into, path, sizeof path, t->err, sizeof t->err)) ||
         ut_ckpt_load(path, into, NULL, NULL, t->err, sizeof t->err))
         return -1;
-    if (split_model(t)) scatter_whole(t, NULL, NULL);
+    if (split_model(t)) ut_split_scatter(t, NULL, NULL);
     ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
@@ -530,7 +407,7 @@ static void print_summary(ut_trainer *t) {
     if (t->tp > 1)
         ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split; %lld of the model's %lld "
                         "parameters on each rank), %d data-parallel ranks\n",
-               t->tp, (long long)t->m->params.numel, (long long)whole_numel(t), world);
+               t->tp, (long long)t->m->params.numel, (long long)ut_split_whole_numel(t), world);
     if (t->pp > 1) {
         ut_say(&t->log, "  Pipeline parallel = %d stages (blocks %s), %s schedule, %lld micro-batches per step\n",
                t->pp, t->cfg->pipeline_blocks[0] ? t->cfg->pipeline_blocks : "balanced by compute",
@@ -576,8 +453,8 @@ static int save_now(ut_trainer *t) {
     const ut_model *m = t->m;
     ut_optim *wo = NULL;
     if (split_model(t)) { /* the whole model's state, from the parts */
-        int grc = whole_model(t) ? 0 : -1;
-        if (!grc) grc = gather_whole(t, o, wo = whole_optimizer(t));
+        int grc = ut_split_whole_model(t) ? 0 : -1;
+        if (!grc) grc = ut_split_gather(t, o, wo = ut_split_whole_optimizer(t));
         if (grc) {
             if (wo) ut_optim_free(wo);
             if (sharded) ut_optim_free(o);
@@ -621,7 +498,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
      * every stage evaluates on its data-parallel rank's share */
     ut_model *m = t->m;
     if (t->pp > 1) {
-        if (!whole_model(t) || gather_whole(t, t->o, NULL)) return -1;
+        if (!ut_split_whole_model(t) || ut_split_gather(t, t->o, NULL)) return -1;
         m = t->whole;
     }
     int erc = ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,

@@ -1,7 +1,8 @@
 /* The trainer's run state, shared by trainer.c and the step engines beside
  * it (pipeline.c).
  * defines: accum, epoch_row, replica, struct ut_trainer, split_model,
- *          accum_add, param_index, start_rng_stream, ut_pp_* (pipeline.c). */
+ *          accum_add, param_index, start_rng_stream, ut_split_* (split.c),
+ *          ut_pp_* (pipeline.c). */
 #ifndef UTRAIN_TRAINER_INTERNAL_H
 #define UTRAIN_TRAINER_INTERNAL_H
 
@@ -146,6 +147,24 @@ static inline void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
     ut_ctx_rng_stream(ctx, ut_philox_stream((uint64_t)t->st.epoch, (uint64_t)((t->st.cursor + G - 1) / G),
                                             (uint64_t)who));
 }
+
+/* ---- split models' checkpoints (split.c) ----
+ * ut_split_whole_model: the whole model built from the config (t->whole,
+ *   made once and kept) and which pipeline stage holds each of its
+ *   parameters (t->owner); NULL with t->err.
+ * ut_split_whole_optimizer: an optimizer over the whole model's flat buffers
+ *   with the run's settings (its state zero).
+ * ut_split_gather: the parts' parameters, and with wo the state of o (which
+ *   covers this rank's whole part), into the whole model: collectives over
+ *   the tp group and the pipeline, on every rank; 0 or -1 with t->err.
+ * ut_split_scatter: the whole model's parameters, and with wo its state into
+ *   o, into this rank's parts by name (no communication).
+ * ut_split_whole_numel: the whole model's parameter count from the parts. */
+int64_t ut_split_whole_numel(const ut_trainer *t);
+ut_model *ut_split_whole_model(ut_trainer *t);
+ut_optim *ut_split_whole_optimizer(ut_trainer *t);
+int ut_split_gather(ut_trainer *t, ut_optim *o, ut_optim *wo);
+void ut_split_scatter(ut_trainer *t, ut_optim *wo, ut_optim *o);
 
 /* ---- pipeline parallelism (pipeline.c) ----
  * ut_pp_setup: the stage's slots (a context per micro-batch in flight,
