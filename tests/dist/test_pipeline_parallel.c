@@ -15,63 +15,34 @@
 
 #include "proc.h"
 #include "test.h"
+#include "split_runs.h"
 
-static char tmp[256], shard[512], body[2048];
+static char shard[512];
 
-static const char *device(void) {
-    const char *d = getenv("UTRAIN_DEVICE");
-    return d && *d ? d : "cpu";
-}
-
-static int train(const char *name, int nproc, const char *sets) {
-    char all[512];
-    snprintf(all, sizeof all, "threads=1 %s", sets);
-    return tp_train_in(tmp, name, body, device(), all, nproc);
-}
-
-static char *output_of(const char *name) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s.out", tmp, name);
-    return tp_slurp(path);
-}
-
-/* Run `name` against `ref` over 16 steps: train losses, the dev loss at step
- * 16, the weights and the momentum. */
+/* Run `name` against `ref` over 16 steps: train losses, weights and
+ * momentum (split_agrees), and the dev loss at step 16. */
 static void agrees(const char *name, const char *ref) {
-    double l = tp_loss_diff(tp_run_file(tmp, ref, "metrics.jsonl"), tp_run_file(tmp, name, "metrics.jsonl"), 16);
-    CHECK(l < 1e-5, "%s: train losses within %.2g of %s's (1e-5)", name, l, ref);
-    char a[64] = "", b[64] = "";
-    CHECK(tp_loss_at(tp_run_file(tmp, ref, "metrics.jsonl"), "dev", 16, a, sizeof a) &&
-              tp_loss_at(tp_run_file(tmp, name, "metrics.jsonl"), "dev", 16, b, sizeof b) &&
-              fabs(atof(a) - atof(b)) <= 1e-5 * fabs(atof(a)),
-          "%s: the dev loss at step 16: %s, %s's %s", name, b, ref, a);
-    char worst[128] = "";
-    double w = tp_tensors_diff(tp_ckpt_file(tmp, ref, 16), tp_ckpt_file(tmp, name, 16), "model.", NULL, worst,
-                               sizeof worst);
-    CHECK(w >= 0 && w < 1e-5, "%s: weights within %.2g of %s's (1e-5; worst %s)", name, w, ref, worst);
-    double o = tp_tensors_diff(tp_ckpt_file(tmp, ref, 16), tp_ckpt_file(tmp, name, 16), "optim.", NULL, worst,
-                               sizeof worst);
-    CHECK(o >= 0 && o < 1e-4, "%s: momentum within %.2g of %s's (1e-4; worst %s)", name, o, ref, worst);
-    printf("     %s against %s: losses %.2g, weights %.2g, momentum %.2g\n", name, ref, l, w, o);
+    split_agrees(name, ref, 16);
+    split_same_dev_loss(name, ref, 16);
 }
 
 static void test_stages_train_as_the_whole_model(void) {
-    CHECK(train("whole", 1, "") == 0, "the whole model in one process");
-    CHECK(train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
-    CHECK(train("pp3", 3, "dist.pipeline_parallel=3") == 0, "3 stages (blocks 1, 1, 2)");
-    CHECK(train("pp4", 4, "dist.pipeline_parallel=4 dist.pipeline_schedule=gpipe") == 0, "4 stages, GPipe");
-    CHECK(train("pp2list", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=3,1") == 0, "2 stages of 3 and 1 blocks");
+    CHECK(split_train("whole", 1, "") == 0, "the whole model in one process");
+    CHECK(split_train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
+    CHECK(split_train("pp3", 3, "dist.pipeline_parallel=3") == 0, "3 stages (blocks 1, 1, 2)");
+    CHECK(split_train("pp4", 4, "dist.pipeline_parallel=4 dist.pipeline_schedule=gpipe") == 0, "4 stages, GPipe");
+    CHECK(split_train("pp2list", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=3,1") == 0, "2 stages of 3 and 1 blocks");
     agrees("pp2", "whole");
     agrees("pp2list", "whole");
     agrees("pp3", "whole");
     agrees("pp4", "whole");
-    char *s = output_of("pp2");
+    char *s = split_output("pp2");
     CHECK(s && strstr(s, "Pipeline parallel = 2 stages (blocks balanced by compute)") &&
               strstr(s, "1F1B schedule, 4 micro-batches per step"),
           "the summary names the stages and the schedule:\n%s", s ? s : "");
     free(s);
     char log[700];
-    snprintf(log, sizeof log, "%s/runs/pp2list/logger_logs/training_1.log", tmp);
+    snprintf(log, sizeof log, "%s/runs/pp2list/logger_logs/training_1.log", split_dir);
     s = tp_slurp(log);
     CHECK(s && strstr(s, "this rank: stage 1 of 2, blocks 3 to 3"), "rank 1's log names its blocks:\n%s",
           s ? s : "");
@@ -79,20 +50,20 @@ static void test_stages_train_as_the_whole_model(void) {
 }
 
 static void test_stages_with_data_parallel(void) {
-    CHECK(train("ddp2", 2, "") == 0, "ddp on 2 ranks");
-    CHECK(train("pp2dp2", 4, "dist.pipeline_parallel=2") == 0, "2 stages x 2 data-parallel ranks");
+    CHECK(split_train("ddp2", 2, "") == 0, "ddp on 2 ranks");
+    CHECK(split_train("pp2dp2", 4, "dist.pipeline_parallel=2") == 0, "2 stages x 2 data-parallel ranks");
     agrees("pp2dp2", "ddp2");
-    CHECK(train("pp2zero1", 4, "dist.pipeline_parallel=2 dist.strategy=zero1") == 0,
+    CHECK(split_train("pp2zero1", 4, "dist.pipeline_parallel=2 dist.strategy=zero1") == 0,
           "2 stages x zero1 over 2 data-parallel ranks");
     agrees("pp2zero1", "ddp2");
 }
 
 /* Stages split Megatron-style too: 2 stages x 2 tensor-parallel ranks. */
 static void test_stages_with_tensor_parallel(void) {
-    CHECK(train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
+    CHECK(split_train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
     agrees("pp2tp2", "whole");
     /* the 3-D mesh: 2 stages x tp 2 x 2 data-parallel ranks (zero1), 8 ranks */
-    CHECK(train("mesh8", 8, "dist.pipeline_parallel=2 dist.tensor_parallel=2 dist.strategy=zero1") == 0,
+    CHECK(split_train("mesh8", 8, "dist.pipeline_parallel=2 dist.tensor_parallel=2 dist.strategy=zero1") == 0,
           "2 stages x tp 2 x zero1 over 2 data-parallel ranks");
     agrees("mesh8", "ddp2");
 }
@@ -100,21 +71,21 @@ static void test_stages_with_tensor_parallel(void) {
 /* With dropout: each stage draws its own masks per micro-batch, whatever
  * the schedule; a resumed run draws what a straight one does. */
 static void test_dropout_schedules_and_resume(void) {
-    CHECK(train("d1f1b", 2, "dist.pipeline_parallel=2 model.dropout=0.1") == 0, "1F1B with dropout");
-    CHECK(train("dgpipe", 2, "dist.pipeline_parallel=2 model.dropout=0.1 dist.pipeline_schedule=gpipe") == 0,
+    CHECK(split_train("d1f1b", 2, "dist.pipeline_parallel=2 model.dropout=0.1") == 0, "1F1B with dropout");
+    CHECK(split_train("dgpipe", 2, "dist.pipeline_parallel=2 model.dropout=0.1 dist.pipeline_schedule=gpipe") == 0,
           "GPipe with dropout");
-    CHECK(tp_same_weights(tp_ckpt_file(tmp, "d1f1b", 16), tp_ckpt_file(tmp, "dgpipe", 16)),
+    CHECK(tp_same_weights(tp_ckpt_file(split_dir, "d1f1b", 16), tp_ckpt_file(split_dir, "dgpipe", 16)),
           "the two schedules: the same checkpoint, bit for bit");
-    CHECK(train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 train.max_steps=8") == 0,
+    CHECK(split_train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 train.max_steps=8") == 0,
           "a run stops at step 8");
-    CHECK(train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 continue_training=true") == 0,
+    CHECK(split_train("dpart", 2, "dist.pipeline_parallel=2 model.dropout=0.1 continue_training=true") == 0,
           "and goes on to 16");
-    CHECK(tp_same_weights(tp_ckpt_file(tmp, "d1f1b", 16), tp_ckpt_file(tmp, "dpart", 16)),
+    CHECK(tp_same_weights(tp_ckpt_file(split_dir, "d1f1b", 16), tp_ckpt_file(split_dir, "dpart", 16)),
           "resumed: the same checkpoint, bit for bit");
-    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "pp4", 8), tp_path(tp_path(tmp, "runs"), "moved")),
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(split_dir, "pp4", 8), tp_path(tp_path(split_dir, "runs"), "moved")),
           "the 4-stage run's step-8 checkpoint copied");
-    CHECK(train("moved", 1, "continue_training=true") == 0, "it goes on in one process");
-    double w = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "moved", 16), "model.", NULL, NULL, 0);
+    CHECK(split_train("moved", 1, "continue_training=true") == 0, "it goes on in one process");
+    double w = tp_tensors_diff(tp_ckpt_file(split_dir, "whole", 16), tp_ckpt_file(split_dir, "moved", 16), "model.", NULL, NULL, 0);
     CHECK(w >= 0 && w < 1e-5, "to the whole run's weights (%.2g)", w);
 }
 
@@ -122,52 +93,36 @@ static void test_dropout_schedules_and_resume(void) {
  * process to step 12, 4 stages to step 16: the whole run's weights and
  * momentum. */
 static void test_checkpoint_across_layouts(void) {
-    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "pp2tp2", 8), tp_path(tp_path(tmp, "runs"), "chain1")),
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(split_dir, "pp2tp2", 8), tp_path(tp_path(split_dir, "runs"), "chain1")),
           "the pp2 x tp2 run's step-8 checkpoint copied");
-    CHECK(train("chain1", 1, "continue_training=true train.max_steps=12 train.save_interval=4") == 0,
+    CHECK(split_train("chain1", 1, "continue_training=true train.max_steps=12 train.save_interval=4") == 0,
           "one process goes on to step 12");
-    CHECK(tp_plant_checkpoint(tp_ckpt_file(tmp, "chain1", 12), tp_path(tp_path(tmp, "runs"), "chain2")),
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(split_dir, "chain1", 12), tp_path(tp_path(split_dir, "runs"), "chain2")),
           "its step-12 checkpoint copied");
-    CHECK(train("chain2", 4, "continue_training=true dist.pipeline_parallel=4") == 0, "4 stages go on to step 16");
-    double w = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "chain2", 16), "model.", NULL, NULL, 0);
-    double o = tp_tensors_diff(tp_ckpt_file(tmp, "whole", 16), tp_ckpt_file(tmp, "chain2", 16), "optim.", NULL, NULL, 0);
+    CHECK(split_train("chain2", 4, "continue_training=true dist.pipeline_parallel=4") == 0, "4 stages go on to step 16");
+    double w = tp_tensors_diff(tp_ckpt_file(split_dir, "whole", 16), tp_ckpt_file(split_dir, "chain2", 16), "model.", NULL, NULL, 0);
+    double o = tp_tensors_diff(tp_ckpt_file(split_dir, "whole", 16), tp_ckpt_file(split_dir, "chain2", 16), "optim.", NULL, NULL, 0);
     CHECK(w >= 0 && w < 1e-5 && o >= 0 && o < 1e-4, "the whole run's weights (%.2g) and momentum (%.2g)", w, o);
 }
 
-static void refused(const char *name, int nproc, const char *sets, const char *want) {
-    char all[512], out[600], cfg[512], np[8];
-    snprintf(all, sizeof all, "threads=1 %s", sets);
-    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\n%s", name, tmp, body);
-    fclose(f);
-    snprintf(np, sizeof np, "%d", nproc);
-    const char *argv[32] = {"train", cfg, "--nproc", np};
-    tp_push_sets(argv, 4, 32, all);
-    int rc = tp_run(argv, out);
-    char *s = tp_slurp(out);
-    CHECK(rc == 1 && s && strstr(s, want), "%s: exit 1 saying \"%s\" (exit %d):\n%s", name, want, rc, s ? s : "");
-    free(s);
-}
 
 static void test_bad_layouts_are_refused(void) {
-    refused("badzero", 2, "dist.pipeline_parallel=2 dist.strategy=zero2", "set dist.strategy: ddp or zero1");
-    refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
-    refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
-    refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
-    refused("badsum", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=2,1", "add up to 3, the model has n_layer 4");
-    refused("badlist", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=4", "is not 2 block counts >= 1");
-    refused("badnopp", 1, "dist.pipeline_blocks=2,2", "set dist.pipeline_parallel (2 or more)");
+    split_refused("badzero", 2, "dist.pipeline_parallel=2 dist.strategy=zero2", "set dist.strategy: ddp or zero1");
+    split_refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
+    split_refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
+    split_refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
+    split_refused("badsum", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=2,1", "add up to 3, the model has n_layer 4");
+    split_refused("badlist", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=4", "is not 2 block counts >= 1");
+    split_refused("badnopp", 1, "dist.pipeline_blocks=2,2", "set dist.pipeline_parallel (2 or more)");
 }
 
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
-    if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-pp")) return 1;
+    if (!tp_make_tmpdir(split_dir, sizeof split_dir, "utrain-pp")) return 1;
     tp_mpi_env(true);
-    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return 1;
-    snprintf(body, sizeof body,
+    if (!tp_tokenize_sample(split_dir, shard, sizeof shard)) return 1;
+    snprintf(split_body, sizeof split_body,
              "model: {name: gpt2, n_layer: 4, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
              "data: {name: tokens, train_path: %s, dev_path: %s, seq_len: 16}\n"
              "train: {max_steps: 16, batch_size: 4, gradient_accumulation_steps: 4, log_interval: 1,\n"
@@ -182,5 +137,5 @@ int main(int argc, char **argv) {
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);
     RUN(test_bad_layouts_are_refused);
-    return tp_finish(TEST_SUMMARY(), tmp);
+    return tp_finish(TEST_SUMMARY(), split_dir);
 }
