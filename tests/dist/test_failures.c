@@ -126,36 +126,28 @@ static int run_and_kill(const char *name, const char *restarts, double *secs) {
     return run_and_kill_with(name, restarts, NULL, secs);
 }
 
-static void test_killed_rank_ends_the_job(void) {
-    job_files j = write_cfg("killed", 32, 100000);
+/* Rank 1 of run NAME (set: one more setting, or NULL) killed at step 25:
+ * every rank ends within the timeout, the message names rank 1, and no
+ * process is left. */
+static void killed_rank(const char *name, const char *set) {
+    job_files j = write_cfg(name, 32, 100000);
     double secs;
-    int rc = run_and_kill("killed", NULL, &secs);
+    int rc = run_and_kill_with(name, NULL, set, &secs);
     char *s = tp_slurp(j.out);
-    CHECK(rc != 0, "the job fails (exit %d)", rc);
-    CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
-    CHECK(s && strstr(s, "rank 1"), "the message names rank 1:\n%s", s ? s : "");
+    CHECK(rc != 0, "%s: the job fails (exit %d)", name, rc);
+    CHECK(secs < 5 + 10, "%s: every rank ended %.1f s after the kill (timeout 5 s)", name, secs);
+    CHECK(s && strstr(s, "rank 1"), "%s: the message names rank 1:\n%s", name, s ? s : "");
     usleep(200000);
-    CHECK(find_process(j.cfg, -1) == 0, "no process of the job is left");
-    printf("     ended %.2f s after the kill, exit %d\n", secs, rc);
+    CHECK(find_process(j.cfg, -1) == 0, "%s: no process of the job is left", name);
+    printf("     %s: ended %.2f s after the kill, exit %d\n", name, secs, rc);
     free(s);
 }
 
+static void test_killed_rank_ends_the_job(void) { killed_rank("killed", NULL); }
+
 /* The same for a model split over the two ranks (dist.tensor_parallel 2):
- * the survivor is waiting in the split's collectives, and the job still ends
- * within the timeout, naming rank 1. */
-static void test_killed_rank_of_a_split_model(void) {
-    job_files j = write_cfg("killedtp", 32, 100000);
-    double secs;
-    int rc = run_and_kill_with("killedtp", NULL, "dist.tensor_parallel=2", &secs);
-    char *s = tp_slurp(j.out);
-    CHECK(rc != 0, "the job fails (exit %d)", rc);
-    CHECK(secs < 5 + 10, "every rank ended %.1f s after the kill (timeout 5 s)", secs);
-    CHECK(s && strstr(s, "rank 1"), "the message names rank 1:\n%s", s ? s : "");
-    usleep(200000);
-    CHECK(find_process(j.cfg, -1) == 0, "no process of the job is left");
-    printf("     ended %.2f s after the kill, exit %d\n", secs, rc);
-    free(s);
-}
+ * the survivor waits in the split's collectives, and the job still ends. */
+static void test_killed_rank_of_a_split_model(void) { killed_rank("killedtp", "dist.tensor_parallel=2"); }
 
 static void test_max_restarts_finishes_the_run(void) {
     job_files whole = write_cfg("whole", 32, 60), restarted = write_cfg("restarted", 32, 60);
