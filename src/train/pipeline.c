@@ -3,6 +3,7 @@
  * embedding's gradient (docs/distributed.md, "Pipeline parallelism"). The
  * trainer (trainer.c) calls ut_pp_micro_step for each micro-batch where it
  * would run one forward and backward itself. */
+#include <stdio.h>
 #include <string.h>
 
 #include "trainer_internal.h"
@@ -209,19 +210,34 @@ static int pp_sync_embedding(ut_trainer *t) {
 }
 
 int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
+    /* zero2 shards the gradients as its buckets complete, so the tied
+     * embedding's copies must be summed before: its window's last backward
+     * runs without the hooks, and the reduction follows the sum (zero3 is
+     * refused with stages: src/train/config_check.c) */
+    ut_dist_kind kind = ut_dist_kind_of(t->dist);
+    bool defer = t->embed_used && (kind == UT_DIST_ZERO2 || kind == UT_DIST_ZERO3);
     if (t->pp_fwd == 0) t->pp_bwd = 0;
     if (pp_forward(t, b, window_examples, last)) return -1;
     int64_t ahead = t->pp - 1 - t->mesh.pp_rank; /* 1f1b: forwards before the first backward, less one */
     if (!t->gpipe)
         while (t->pp_bwd < t->pp_fwd - ahead)
-            if (pp_backward(t, last && t->pp_bwd + 1 == t->pp_fwd)) return -1;
+            if (pp_backward(t, !defer && last && t->pp_bwd + 1 == t->pp_fwd)) return -1;
     if (!last) return 0;
     while (t->pp_bwd < t->pp_fwd)
-        if (pp_backward(t, t->pp_bwd + 1 == t->pp_fwd)) return -1;
+        if (pp_backward(t, !defer && t->pp_bwd + 1 == t->pp_fwd)) return -1;
     for (int k = 0; k < t->nslots; k++)
         if (slot_wait(t, &t->slots[k])) return -1;
     t->pp_fwd = t->pp_bwd = 0;
-    return pp_sync_embedding(t);
+    if (pp_sync_embedding(t)) return -1;
+    if (defer) { /* every bucket reduced now, none during a backward */
+        ut_ctx *ctx = t->slots[0].ctx;
+        ut_dist_backward_begin(t->dist, ctx, true);
+        if (ut_dist_backward_end(t->dist, ctx, true)) {
+            snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int ut_pp_setup(ut_trainer *t) {
