@@ -226,11 +226,19 @@ typedef struct {
  * build function that does not read the layout leaves them 1, and the
  * model is refused with a message saying it has no tensor-parallel or
  * pipeline form). Tensor-parallel: gpt2, bert, roberta, bart; pipeline:
- * gpt2's language model. */
+ * gpt2's language model, bert, roberta. */
 ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
                                  const ut_model_layout *layout, char *err, size_t n);
 /* The layout of the model being built (whole outside ut_model_create_layout). */
 ut_model_layout ut_model_build_layout(void);
+/* A pipeline stage's blocks [b0, b1) of a model's L: the layout's
+ * pp_blocks, or balanced by compute: stage s ends where the blocks so far
+ * are nearest (s + 1) / P of L + head_blocks (the last stage's head costs
+ * that many blocks; the first stage's embeddings nothing), every stage
+ * keeping at least one. One stage: all of them. 0, or -1 with a message
+ * (a list that does not add up to L, more stages than blocks). */
+int ut_pipeline_stage_blocks(const ut_model_layout *lay, int64_t L, double head_blocks, int64_t *b0, int64_t *b1,
+                             char *err, size_t n);
 
 /* PyTorch default init: weight and bias uniform in +-1/sqrt(fan_in).
  * Parameters are named PREFIX.weight and PREFIX.bias. */

@@ -51,6 +51,10 @@ typedef struct {
     ut_linear_layer pooler, classifier; /* RoBERTa: classifier.dense, classifier.out_proj */
     layer_arg *args;          /* per layer: ut_checkpoint keeps the pointer until backward */
     ut_model_layout lay;      /* tensor parallel: heads, features and the word embedding's vocabulary split */
+    /* pipeline: this stage's layers [b0, b1); the first stage embeds, the
+     * last has the pooler and the classifier */
+    int64_t b0, b1;
+    bool first, last;
 } bert;
 
 /* one encoder layer's fn argument: in = {x (B, T, C), mask (B, T)} */
@@ -207,7 +211,7 @@ static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor 
 
 static ut_tensor *encoder(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *aux, ut_checkpoint_fn fn) {
     const bert *net = m->impl;
-    for (int64_t l = 0; l < net->L; l++) {
+    for (int64_t l = net->b0; l < net->b1; l++) {
         ut_tensor *in[2] = {h, aux};
         h = m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[l], in, 2)
                                       : fn(ctx, &net->args[l], in, 2);
@@ -229,11 +233,17 @@ static ut_tensor *head(ut_ctx *ctx, const bert *net, ut_tensor *cls) {
 static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const bert *net = m->impl;
     ut_tensor *const *t = in->t;
+    /* a pipeline stage after the first starts from the activation it was
+     * sent; one before the last returns its layers' output */
     if (in->layout == PADDED) {
-        ut_tensor *h = encoder(m, ctx, embed(ctx, net, t[0], t[1], t[3]), t[2], layer_fn);
+        ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[3]) : m->stage_input;
+        ut_tensor *h = encoder(m, ctx, x, t[2], layer_fn);
+        if (!net->last) return h;
         return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){t[0]->ne[0], net->C}));
     }
-    ut_tensor *h = encoder(m, ctx, embed(ctx, net, t[0], t[1], t[2]), t[3], layer_fn_packed);
+    ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2]) : m->stage_input;
+    ut_tensor *h = encoder(m, ctx, x, t[3], layer_fn_packed);
+    if (!net->last) return h;
     return head(ctx, net, ut_embedding(ctx, t[4], h));
 }
 
@@ -288,17 +298,22 @@ static void embeddings_init(ut_model *m, bert *net, float std) {
 
 static ut_model *bert_new(bert *net, float std, uint64_t seed) {
     ut_model *m = ut_model_new(net->prefix);
-    embeddings_init(m, net, std);
+    if (net->first) embeddings_init(m, net, std);
     net->layer = ut_calloc_check((size_t)net->L, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)net->L, sizeof *net->args);
-    for (int64_t i = 0; i < net->L; i++) {
+    for (int64_t i = net->b0; i < net->b1; i++) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
-                                net->C, std);
-    ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
-                                net->K, std);
+    if (net->last) {
+        ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
+                                    net->C, std);
+        ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
+                                    net->K, std);
+    }
+    if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size; /* every stage is split, with or without embeddings */
+    int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
+    m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;
     m->impl = net;
     m->free_impl = bert_free;
     m->prepare = bert_prepare;
@@ -416,6 +431,10 @@ static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err
     static const char *const r_ignored[] = {"position_ids", "lm_head.", "pooler.", NULL};
     ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
                          .ignored = roberta ? r_ignored : ignored};
+    if (m->pp_size > 1) { /* a stage reads its own tensors: the others' are not "unused" */
+        char why[1024];
+        return ut_hf_load_weights(m, dir, &o, why, sizeof why) ? ut_errorf(err, n, "model.pretrained: %s", why) : 0;
+    }
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -443,6 +462,9 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     ut_kv_free(merged);
     if (rc) return NULL;
     net.lay = ut_model_build_layout();
+    /* pipeline stages of equal layer counts (the pooler and classifier cost next to nothing) */
+    if (ut_pipeline_stage_blocks(&net.lay, net.L, 0, &net.b0, &net.b1, err, n)) return NULL;
+    net.first = net.b0 == 0, net.last = net.b1 == net.L;
     int T = net.lay.tp_size;
     if (T > 1) {
         const char *who = net.roberta ? "roberta" : "bert";
@@ -459,7 +481,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
-    if (impl->roberta && !dir) zero_padding_rows(impl);
+    if (impl->roberta && !dir && impl->first) zero_padding_rows(impl);
     if (dir && load_pretrained(m, impl->roberta, dir, err, n)) {
         ut_model_free(m);
         return NULL;

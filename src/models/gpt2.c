@@ -201,43 +201,13 @@ static int read_head(const ut_kv *opts, gpt2 *g, double *std, char *err, size_t 
     return 0;
 }
 
-/* Stage lay.pp_rank's blocks [b0, b1) of L. The layout's list, or balanced
- * by compute: a block costs about 12 C^2 + 2 T C multiply-adds a token (its
- * linears, and attention over T positions), the last stage's head C V, the
- * embeddings' lookups nothing; stage s ends where the cost so far is nearest
- * (s + 1) / P of the whole, each stage keeping at least one block. */
+/* Stage lay.pp_rank's blocks [b0, b1) of L (ut_pipeline_stage_blocks): a
+ * block costs about 12 C^2 + 2 T C multiply-adds a token (its linears, and
+ * attention over T positions), the last stage's head C V. */
 static int stage_blocks(const ut_model_layout *lay, int64_t L, int64_t C, int64_t V, int64_t T, int64_t *b0,
                         int64_t *b1, char *err, size_t n) {
-    int P = lay->pp_size > 1 ? lay->pp_size : 1, stage = P > 1 ? lay->pp_rank : 0;
-    if (P == 1) return *b0 = 0, *b1 = L, 0;
-    int64_t at = 0, start = 0;
-    if (lay->pp_blocks) {
-        for (int s = 0; s < P; s++) {
-            if (lay->pp_blocks[s] < 1)
-                return ut_errorf(err, n, "dist.pipeline_blocks: stage %d has %d blocks (each needs at least 1)", s,
-                                 lay->pp_blocks[s]);
-            if (s == stage) start = at;
-            at += lay->pp_blocks[s];
-        }
-        if (at != L)
-            return ut_errorf(err, n, "dist.pipeline_blocks: the stages' blocks add up to %lld, the model has "
-                                     "n_layer %lld", (long long)at, (long long)L);
-        *b0 = start, *b1 = start + lay->pp_blocks[stage];
-        return 0;
-    }
     double blk = 12.0 * (double)C * (double)C + 2.0 * (double)T * (double)C, head = (double)C * (double)V;
-    double total = (double)L + head / blk; /* in blocks */
-    for (int s = 0; s < P; s++) {
-        int64_t end = s == P - 1 ? L : (int64_t)llround((double)(s + 1) * total / P);
-        if (end < at + 1) end = at + 1;               /* at least one block here */
-        if (end > L - (P - 1 - s)) end = L - (P - 1 - s); /* and one for each stage after */
-        if (s == stage) {
-            *b0 = at, *b1 = end;
-            return 0;
-        }
-        at = end;
-    }
-    return 0;
+    return ut_pipeline_stage_blocks(lay, L, head / blk, b0, b1, err, n);
 }
 
 static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n) {

@@ -347,8 +347,8 @@ ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t s
     build_layout = saved;
     int tp = layout ? layout->tp_size : 1, pp = layout && layout->pp_size > 1 ? layout->pp_size : 1;
     if (m && m->pp_size != pp) {
-        snprintf(err, n, "model %s has no pipeline form (dist.pipeline_parallel %d): gpt2's language model has "
-                 "one; train it with dist.pipeline_parallel: 1", name, pp);
+        snprintf(err, n, "model %s has no pipeline form (dist.pipeline_parallel %d): gpt2's language model, bert "
+                 "and roberta have one; train it with dist.pipeline_parallel: 1", name, pp);
         ut_model_free(m);
         return NULL;
     }
@@ -367,4 +367,39 @@ ut_model *ut_model_create(const char *name, const ut_kv *opts, uint64_t seed, ch
     char names[512];
     snprintf(err, n, "unknown model '%s' (registered: %s)", name, ut_model_names(names, sizeof names));
     return NULL;
+}
+
+int ut_pipeline_stage_blocks(const ut_model_layout *lay, int64_t L, double head_blocks, int64_t *b0, int64_t *b1,
+                             char *err, size_t n) {
+    int P = lay && lay->pp_size > 1 ? lay->pp_size : 1, stage = P > 1 ? lay->pp_rank : 0;
+    if (P == 1) return *b0 = 0, *b1 = L, 0;
+    int64_t at = 0, start = 0;
+    if (lay->pp_blocks) {
+        for (int s = 0; s < P; s++) {
+            if (lay->pp_blocks[s] < 1)
+                return ut_errorf(err, n, "dist.pipeline_blocks: stage %d has %d blocks (each needs at least 1)", s,
+                                 lay->pp_blocks[s]);
+            if (s == stage) start = at;
+            at += lay->pp_blocks[s];
+        }
+        if (at != L)
+            return ut_errorf(err, n, "dist.pipeline_blocks: the stages' blocks add up to %lld, the model has "
+                                     "%lld", (long long)at, (long long)L);
+        *b0 = start, *b1 = start + lay->pp_blocks[stage];
+        return 0;
+    }
+    if (P > L)
+        return ut_errorf(err, n, "%lld blocks cannot make dist.pipeline_parallel %d stages", (long long)L, P);
+    double total = (double)L + (head_blocks > 0 ? head_blocks : 0); /* in blocks */
+    for (int s = 0; s < P; s++) {
+        int64_t end = s == P - 1 ? L : (int64_t)llround((double)(s + 1) * total / P);
+        if (end < at + 1) end = at + 1;                   /* at least one block here */
+        if (end > L - (P - 1 - s)) end = L - (P - 1 - s); /* and one for each stage after */
+        if (s == stage) {
+            *b0 = at, *b1 = end;
+            return 0;
+        }
+        at = end;
+    }
+    return 0;
 }

@@ -1,5 +1,6 @@
 /* Pipeline parallelism through the trainer (dist.pipeline_parallel,
- * dist.pipeline_schedule): a 4-block GPT-2 with clipping and 4 micro-batches
+ * dist.pipeline_schedule): a small BERT in 2 stages (and x tp 2) against
+ * the whole model, and a 4-block GPT-2 with clipping and 4 micro-batches
  * per step, split into 2, 3 and 4 stages (1F1B and GPipe) against the whole
  * model in one process, 2 stages x 2 tensor-parallel ranks against it too
  * (and with 2 data-parallel ranks more, 8 in all, against ddp on 2),
@@ -73,6 +74,42 @@ static void test_stages_with_tensor_parallel(void) {
     agrees("mesh8", "ddp2");
 }
 
+/* BERT from scratch (MiniLM's WordPiece vocabulary) in 2 stages, and 2 stages
+ * x tp 2, against the whole model; without dropout (each stage draws its
+ * own masks). Weights compared as one vector: the key bias's gradient is
+ * rounding noise in any run. */
+static void test_bert_stages(void) {
+    static const char bert[] =
+        "model: {name: bert, vocab_size: 30522, hidden_size: 32, num_hidden_layers: 4, num_attention_heads: 4,\n"
+        "        intermediate_size: 64, max_position_embeddings: 64, hidden_dropout_prob: 0,\n"
+        "        attention_probs_dropout_prob: 0}\n"
+        "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+        "       max_len: 32, tokenizer: data/pretrained/all-MiniLM-L6-v2}\n"
+        "train: {max_steps: 8, batch_size: 8, gradient_accumulation_steps: 2, log_interval: 1,\n"
+        "        eval_strategy: steps, eval_interval: 8, grad_clip: 0.5, save_strategy: steps, save_interval: 8,\n"
+        "        save_total_limit: 0, progress: lines}\n"
+        "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        "dist: {timeout_s: 60}\n";
+    CHECK(tp_train_in(split_dir, "bertwhole", bert, split_device(), "threads=1", 1) == 0, "a small BERT whole");
+    CHECK(tp_train_in(split_dir, "bertpp2", bert, split_device(), "threads=1 dist.pipeline_parallel=2", 2) == 0,
+          "in 2 stages");
+    CHECK(tp_train_in(split_dir, "bertpp2tp2", bert, split_device(),
+                      "threads=1 dist.pipeline_parallel=2 dist.tensor_parallel=2", 4) == 0,
+          "in 2 stages x tp 2");
+    static const char *const runs[] = {"bertpp2", "bertpp2tp2"};
+    for (int r = 0; r < 2; r++) {
+        double l = tp_loss_diff(tp_run_file(split_dir, "bertwhole", "metrics.jsonl"),
+                                tp_run_file(split_dir, runs[r], "metrics.jsonl"), 8);
+        double all = -1;
+        tp_tensors_diff(tp_ckpt_file(split_dir, "bertwhole", 8), tp_ckpt_file(split_dir, runs[r], 8), "model.", &all,
+                        NULL, 0);
+        CHECK(l < 1e-5 && all >= 0 && all < 1e-5, "%s: losses within %.2g, the weights as one vector within %.2g of "
+              "the whole model's (1e-5)", runs[r], l, all);
+        split_same_dev_loss(runs[r], "bertwhole", 8);
+        printf("     %s against bertwhole: losses %.2g, weights %.2g\n", runs[r], l, all);
+    }
+}
+
 /* With dropout: each stage draws its own masks per micro-batch, whatever
  * the schedule; a resumed run draws what a straight one does. */
 static void test_dropout_schedules_and_resume(void) {
@@ -116,7 +153,7 @@ static void test_bad_layouts_are_refused(void) {
     split_refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
     split_refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
     split_refused("baddeep", 2, "dist.pipeline_parallel=2 model.n_layer=1", "cannot make dist.pipeline_parallel 2 stages");
-    split_refused("badsum", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=2,1", "add up to 3, the model has n_layer 4");
+    split_refused("badsum", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=2,1", "add up to 3, the model has 4");
     split_refused("badlist", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=4", "is not 2 block counts >= 1");
     split_refused("badnopp", 1, "dist.pipeline_blocks=2,2", "set dist.pipeline_parallel (2 or more)");
 }
@@ -139,6 +176,7 @@ int main(int argc, char **argv) {
     RUN(test_stages_train_as_the_whole_model);
     RUN(test_stages_with_data_parallel);
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
+    RUN(test_bert_stages);
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);
     RUN(test_bad_layouts_are_refused);
