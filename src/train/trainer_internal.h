@@ -1,8 +1,8 @@
 /* The trainer's run state, shared by trainer.c and the step engines beside
- * it (pipeline.c).
+ * it (dp_step.c, pipeline.c).
  * defines: accum, epoch_row, replica, struct ut_trainer, split_model,
  *          accum_add, param_index, start_rng_stream, ut_split_* (split.c),
- *          ut_pp_* (pipeline.c). */
+ *          ut_dp_* (dp_step.c), ut_pp_* (pipeline.c). */
 #ifndef UTRAIN_TRAINER_INTERNAL_H
 #define UTRAIN_TRAINER_INTERNAL_H
 
@@ -165,6 +165,18 @@ ut_model *ut_split_whole_model(ut_trainer *t);
 ut_optim *ut_split_whole_optimizer(ut_trainer *t);
 int ut_split_gather(ut_trainer *t, ut_optim *o, ut_optim *wo);
 void ut_split_scatter(ut_trainer *t, ut_optim *wo, ut_optim *o);
+
+/* ---- dist.strategy dp: worker threads in one process (dp_step.c) ----
+ * ut_dp_setup: the worker group (a replica per worker built from the
+ *   config; own_m: the trainer built t->m) and each worker's sampler;
+ *   ut_dp_step_free gives them back.
+ * ut_dp_micro_step: the workers' forwards and backwards of their shares of
+ *   one micro-batch, side by side (a device: in turn), their results merged
+ *   in worker order, and on the window's last micro-batch the replicas'
+ *   gradients added into the trainer's model; *loss: the micro-batch's. */
+int ut_dp_setup(ut_trainer *t, bool own_m);
+void ut_dp_step_free(ut_trainer *t);
+int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss);
 
 /* ---- pipeline parallelism (pipeline.c) ----
  * ut_pp_setup: the stage's slots (a context per micro-batch in flight,
