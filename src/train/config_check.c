@@ -74,11 +74,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
              "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "
              "--nproc", (long long)c->tensor_parallel);
-    if (c->pipeline_parallel > 1 && (!strcmp(c->dist_strategy, "zero3") || !strcmp(c->dist_strategy, "fsdp")))
-        FAIL("dist.pipeline_parallel: %lld with dist.strategy %s is not built yet (zero3 gathers each unit's "
-             "parameters in the order one forward and backward use them; a pipeline interleaves micro-batches): "
-             "set dist.strategy: zero2 (gradients and optimizer state sharded), zero1 or ddp",
-             (long long)c->pipeline_parallel, c->dist_strategy);
     if (c->pipeline_parallel > 62) FAIL("dist.pipeline_parallel: %lld: at most 62 stages", (long long)c->pipeline_parallel);
     if (c->pipeline_blocks[0] && c->pipeline_parallel < 2)
         FAIL("dist.pipeline_blocks: '%s' splits pipeline stages; set dist.pipeline_parallel (2 or more) or remove it",

@@ -210,10 +210,9 @@ static int pp_sync_embedding(ut_trainer *t) {
 }
 
 int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
-    /* zero2 shards the gradients as its buckets complete, so the tied
-     * embedding's copies must be summed before: its window's last backward
-     * runs without the hooks, and the reduction follows the sum (zero3 is
-     * refused with stages: src/train/config_check.c) */
+    /* zero2 and zero3 shard the gradients as their buckets complete, so the
+     * tied embedding's copies must be summed before: their window's last
+     * backward runs without the hooks, and the reduction follows the sum */
     ut_dist_kind kind = ut_dist_kind_of(t->dist);
     bool defer = t->embed_used && (kind == UT_DIST_ZERO2 || kind == UT_DIST_ZERO3);
     if (t->pp_fwd == 0) t->pp_bwd = 0;

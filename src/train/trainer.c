@@ -498,11 +498,18 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
      * every stage evaluates on its data-parallel rank's share */
     ut_model *m = t->m;
     if (t->pp > 1) {
+        /* zero3 holds a shard of the stage's parameters: gathered first */
+        if (ut_dist_gather_params(t->dist)) {
+            snprintf(t->err, sizeof t->err, "gathering the parameters to evaluate: %s", ut_comm_error(t->dcomm));
+            return -1;
+        }
         if (!ut_split_whole_model(t) || ut_split_gather(t, t->o, NULL)) return -1;
         m = t->whole;
+        ut_dist_detach(t->dist, t->ctx); /* zero3's parameter hook knows the stage's parameters, not these */
     }
     int erc = ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                 sizeof t->err);
+    if (t->pp > 1) ut_dist_attach(t->dist, t->ctx);
     ut_dist_release(t->dist);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
