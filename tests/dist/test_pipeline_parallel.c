@@ -4,7 +4,7 @@
  * per step, split into 2, 3 and 4 stages (1F1B and GPipe) against the whole
  * model in one process, 2 stages x 2 tensor-parallel ranks against it too
  * (and with 2 data-parallel ranks more, 8 in all, against ddp on 2),
- * and 2 stages x 2 data-parallel ranks (ddp, zero1-3) against ddp on 2 ranks: without dropout each stage computes what the whole model does,
+ * and 2 stages x 2 data-parallel ranks (ddp, zero1-3, ZeRO-Offload) against ddp on 2 ranks: without dropout each stage computes what the whole model does,
  * so losses, dev losses and weights agree to rounding. With dropout the two
  * schedules give the same bits, a stopped run resumes bit-exact, and a
  * pipeline's checkpoint (the whole model's) goes on in one process; layouts
@@ -62,6 +62,9 @@ static void test_stages_with_data_parallel(void) {
         CHECK(split_train(name, 4, sets) == 0, "2 stages x %s over 2 data-parallel ranks", zero[z]);
         agrees(name, "ddp2");
     }
+    CHECK(split_train("pp2offload", 4, "dist.pipeline_parallel=2 dist.strategy=zero2 dist.offload_optimizer=cpu") == 0,
+          "2 stages x zero2 with ZeRO-Offload over 2 data-parallel ranks");
+    agrees("pp2offload", "ddp2");
 }
 
 /* Stages split Megatron-style too: 2 stages x 2 tensor-parallel ranks. */
