@@ -35,6 +35,10 @@ static void test_stages_train_as_the_whole_model(void) {
     CHECK(split_train("pp2list", 2, "dist.pipeline_parallel=2 dist.pipeline_blocks=3,1") == 0, "2 stages of 3 and 1 blocks");
     agrees("pp2", "whole");
     agrees("pp2list", "whole");
+    /* each stage recomputes its blocks' activations in backward */
+    CHECK(split_train("pp2ckpt", 2, "dist.pipeline_parallel=2 train.checkpoint_activations=true") == 0,
+          "2 stages with activation checkpointing");
+    agrees("pp2ckpt", "whole");
     agrees("pp3", "whole");
     agrees("pp4", "whole");
     char *s = split_output("pp2");
