@@ -283,7 +283,8 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n) {
     int unused = 0;
     char first[256] = "", why[1024];
-    o.unused = &unused;
+    /* a pipeline stage reads its own tensors: the other stages' are not unused */
+    o.unused = m->pp_size > 1 ? NULL : &unused;
     o.first_unused = first;
     o.first_unused_n = sizeof first;
     if (ut_hf_load_weights(m, dir, &o, why, sizeof why)) return ut_errorf(err, n, "model.pretrained: %s", why);

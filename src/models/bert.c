@@ -431,10 +431,6 @@ static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err
     static const char *const r_ignored[] = {"position_ids", "lm_head.", "pooler.", NULL};
     ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
                          .ignored = roberta ? r_ignored : ignored};
-    if (m->pp_size > 1) { /* a stage reads its own tensors: the others' are not "unused" */
-        char why[1024];
-        return ut_hf_load_weights(m, dir, &o, why, sizeof why) ? ut_errorf(err, n, "model.pretrained: %s", why) : 0;
-    }
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 

@@ -236,9 +236,8 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     if (P > 1 && head.classify)
         return snprintf(err, n, "gpt2: sequence_classification has no pipeline form (dist.pipeline_parallel %d); "
                                 "train it with dist.pipeline_parallel: 1", P), NULL;
-    if (P > L)
-        return snprintf(err, n, "gpt2: n_layer %lld blocks cannot make dist.pipeline_parallel %d stages", L, P),
-               NULL;
+    int64_t b0, b1;
+    if (stage_blocks(&lay, L, C, V, BS, &b0, &b1, err, n)) return NULL;
     if (lay.tp_size > 1) {
         if (NH % lay.tp_size || V % lay.tp_size)
             return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
@@ -259,12 +258,7 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->h = ut_calloc_check((size_t)L, sizeof *g->h);
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
     g->lay = lay;
-    if (stage_blocks(&lay, L, C, V, BS, &g->b0, &g->b1, err, n)) {
-        ut_free(g->h);
-        ut_free(g);
-        ut_model_free(m);
-        return NULL;
-    }
+    g->b0 = b0, g->b1 = b1;
     g->first = stage == 0, g->last = stage == P - 1;
     m->pp_size = P, m->pp_rank = stage, m->pp_b0 = g->b0, m->pp_b1 = g->b1;
     /* the token embedding on the first stage, the tied head's copy of it on the last */
@@ -349,10 +343,6 @@ static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"score.", NULL};
     ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored,
                          .optional = optional};
-    if (m->pp_size > 1) { /* a stage reads its own tensors: the others' are not "unused" */
-        char why[1024];
-        return ut_hf_load_weights(m, dir, &o, why, sizeof why) ? ut_errorf(err, n, "model.pretrained: %s", why) : 0;
-    }
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 

@@ -43,8 +43,7 @@ static void dp_worker(void *user, int w) {
     r->loss = loss_value(out.loss);
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-    int64_t tokens = t->train->vocab_size > 0 ? r->b.count * t->train->x_ne[t->train->token_planes] : 0;
-    accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
+    accum_add(&r->acc, r->loss, r->b.count, batch_tokens(t, r->b.count), mets, k);
     ut_ctx_reset(ctx);
 }
 

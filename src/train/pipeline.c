@@ -137,16 +137,8 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         ut_tensor *scaled = ut_scale(ctx, out.loss, (float)b->count / (float)window_examples);
         if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
         sl->loss = scaled;
-        if (!empty) {
-            UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
-            t->win_count[t->win_n++] = b->count;
-            if (last) t->win_last = t->win_n - 1;
-            ut_metric mets[UT_MAX_METRICS];
-            int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-            int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-            accum_add(&t->interval, 0, b->count, tokens, mets, k);
-            accum_add(&t->epoch, 0, b->count, tokens, mets, k);
-        }
+        if (!empty) ut_trainer_record(t, &out, y, b);
+        if (last) t->win_last = empty ? -1 : t->win_n - 1;
     } else {
         if (!(sl->out = stage_output(t, ctx, run))) {
             snprintf(t->err, sizeof t->err, "pipeline stage %d: forward failed: %s", stage,
@@ -154,9 +146,9 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
             return -1;
         }
         if (pp_send(t, sl, sl->out, false, true, stage + 1)) return -1;
-        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-        accum_add(&t->interval, 0, b->count, tokens, NULL, 0);
-        accum_add(&t->epoch, 0, b->count, tokens, NULL, 0);
+        /* the examples and tokens for the log (the loss is the last stage's) */
+        accum_add(&t->interval, 0, b->count, batch_tokens(t, b->count), NULL, 0);
+        accum_add(&t->epoch, 0, b->count, batch_tokens(t, b->count), NULL, 0);
     }
     t->m->stage_input = NULL;
     t->pp_fwd++;

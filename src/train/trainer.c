@@ -755,15 +755,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
         return -1;
     }
-    if (!empty) { /* the loss waits on the device for the optimizer step's one read (read_step) */
-        UT_ASSERT(ut_tensor_copy_to(out.loss, t->win_loss + t->win_n, sizeof(float)) == 0);
-        t->win_count[t->win_n++] = b->count;
-        ut_metric mets[UT_MAX_METRICS];
-        int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-        int64_t tokens = t->train->vocab_size > 0 ? b->count * t->train->x_ne[t->train->token_planes] : 0;
-        accum_add(&t->interval, 0, b->count, tokens, mets, k);
-        accum_add(&t->epoch, 0, b->count, tokens, mets, k);
-    }
+    if (!empty) ut_trainer_record(t, &out, y, b);
     if (last) t->win_last = empty ? -1 : t->win_n - 1;
     ut_ctx_reset(t->ctx);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
@@ -771,6 +763,16 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         return -1;
     }
     return 0;
+}
+
+void ut_trainer_record(ut_trainer *t, const ut_step_outputs *out, ut_tensor *y, const ut_batch *b) {
+    /* the loss waits on the device for the optimizer step's one read (read_step) */
+    UT_ASSERT(ut_tensor_copy_to(out->loss, t->win_loss + t->win_n, sizeof(float)) == 0);
+    t->win_count[t->win_n++] = b->count;
+    ut_metric mets[UT_MAX_METRICS];
+    int k = ut_batch_metrics(&t->h, t->train, out, y, mets, UT_MAX_METRICS);
+    accum_add(&t->interval, 0, b->count, batch_tokens(t, b->count), mets, k);
+    accum_add(&t->epoch, 0, b->count, batch_tokens(t, b->count), mets, k);
 }
 
 /* A stop asked for on any rank stops all of them at the same step. */

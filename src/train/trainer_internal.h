@@ -130,6 +130,16 @@ static inline void accum_add(accum *a, double loss, int64_t count, int64_t token
     }
 }
 
+/* Tokens in count examples of the training set (0 unless it holds tokens). */
+static inline int64_t batch_tokens(const ut_trainer *t, int64_t count) {
+    return t->train->vocab_size > 0 ? count * t->train->x_ne[t->train->token_planes] : 0;
+}
+
+/* A micro-batch's results into the step's window (its loss, left on the
+ * device for the one read) and the interval's and epoch's metrics
+ * (trainer.c; the plain step and the pipeline's last stage). */
+void ut_trainer_record(ut_trainer *t, const ut_step_outputs *out, ut_tensor *y, const ut_batch *b);
+
 static inline int param_index(const ut_params *p, const char *name) {
     for (int i = 0; i < p->n; i++)
         if (!strcmp(p->names[i], name)) return i;
