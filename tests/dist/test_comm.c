@@ -689,6 +689,13 @@ static void test_tp_gpt2(void) {
         CHECK(!ut_model_create_layout("cnn", NULL, 11, UT_CPU, &lay, err, sizeof err) &&
                   strstr(err, "has no tensor-parallel form"), "%s", err);
     }
+    /* pipeline stages: a model without a pipeline form, and a stage out of range */
+    ut_model_layout stages = {.tp_rank = 0, .tp_size = 1, .pp_rank = 1, .pp_size = 2};
+    CHECK(!ut_model_create_layout("cnn", NULL, 11, UT_CPU, &stages, err, sizeof err) &&
+              strstr(err, "has no pipeline form (dist.pipeline_parallel 2)"), "%s", err);
+    stages.pp_rank = 2;
+    CHECK(!ut_model_create_layout("gpt2", kv, 11, UT_CPU, &stages, err, sizeof err) &&
+              strstr(err, "pipeline stage 2 of 2"), "%s", err);
     ut_kv_free(kv);
 }
 
