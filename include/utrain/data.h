@@ -3,7 +3,8 @@
  * exact batch) and the loader (collates batches in a background thread).
  * defines: ut_dataset, ut_sampler, ut_loader, ut_batch, ut_vocab, dataset
  *          constructors, ut_tokenize_file, ut_tokenizer (pretrained WordPiece
- *          and byte-level BPE), ut_tok_opts, ut_tok_encoding. */
+ *          and byte-level BPE), ut_tok_opts, ut_tok_encoding,
+ *          ut_seq2seq_opts (sequence-to-sequence text). */
 #ifndef UTRAIN_DATA_H
 #define UTRAIN_DATA_H
 
@@ -36,6 +37,10 @@ struct ut_dataset {
                                   * collate pads a batch to its longest mask (ut_tok_batch_trim) */
     const int64_t *example_id;   /* optional: each example's id for predictions (a TSV's index
                                   * column); NULL: its position in the dataset */
+    bool seq2seq;                /* x is (4, L) I32 planes: source ids, source mask, target ids,
+                                  * target mask; y (L) the target ids, -100 past the target
+                                  * (ut_seq2seq_dataset_open); the default collate trims a
+                                  * batch with ut_seq2seq_batch_trim */
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
     void (*free)(ut_dataset *ds);
     void *impl;
@@ -148,6 +153,44 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
 ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
                                            int64_t num_classes, char *err, size_t n);
 
+/* ---- sequence-to-sequence text (docs/data.md) ---- */
+typedef struct {
+    int64_t max_source_len, max_target_len; /* tokens, special tokens included; >= 2 */
+    const char *source_field, *target_field; /* TSV column / JSON key names; NULL: "source", "target" */
+    const char *source_prefix;               /* prepended to every source text (T5's "summarize: "); NULL: none */
+    bool lowercase;                          /* lower-case both texts first (FlagAI's example does) */
+} ut_seq2seq_opts;
+/* Pairs of texts. path + target_path: FlagAI's parallel files
+ * (train_inputs.txt / train_targets.txt), one example per line, line k of
+ * one file paired with line k of the other; target_path NULL: path is a TSV
+ * (a header naming the fields, as ut_tsv_dataset_open reads) when it ends in
+ * .tsv, JSON Lines when it ends in .jsonl or .json (one object per line, the
+ * two fields strings), else an error saying what to write. Each text is
+ * lower-cased (o->lowercase), the source gets o->source_prefix, then both
+ * are encoded with the tokenizer's special tokens (BART "<s> text </s>", T5
+ * "text </s>") and truncated silently to max_source_len / max_target_len
+ * (transformers' truncation=True; ut_seq2seq_truncated counts them).
+ * Example: L = max(max_source_len, max_target_len); x (4, L) i32 = source
+ * ids, source mask, target ids, target mask (ids padded with the pad id,
+ * 0 without one); y (L) i32 = the target ids, -100 where the target mask is
+ * 0. vocab_size is the tokenizer's, num_classes 0, ds->seq2seq set. NULL with
+ * a message naming the file and line: line counts that differ, an empty
+ * source or target, invalid UTF-8 (its byte offset in the line), a missing
+ * TSV column or JSON key, a TSV row with the wrong number of fields, a JSON
+ * line that is not an object or a value that is not a string, no examples.
+ * t is used only during the call. */
+ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, ut_tokenizer *t,
+                                    const ut_seq2seq_opts *o, char *err, size_t n);
+/* Example i's text, which 0 the source, 1 the target: as read, lower-cased
+ * when o->lowercase was set, without the source prefix (the reference for
+ * BLEU, the input when writing generations). NULL when ds is not a
+ * ut_seq2seq_dataset_open dataset, i or which is out of range. */
+const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which);
+/* How many sources (which 0) or targets (which 1) were cut to max_source_len
+ * / max_target_len; 0 for a dataset that is not seq2seq. */
+int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which);
+/* ut_seq2seq_planes and ut_seq2seq_batch_trim: after the loader (they take a ut_batch). */
+
 /* ---- sampler ---- */
 /* Decides which examples each process sees. The order of an epoch is a
  * permutation of [0, n) drawn from (seed, epoch) (identity without shuffle).
@@ -235,6 +278,17 @@ static inline bool ut_tok_planes(const ut_dataset *ds) {
  * (count, 3, max_len)): L = the longest attention mask in the batch (at
  * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */
 int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len);
+
+/* Whether ds's examples are the seq2seq planes (4, L) I32 above. */
+static inline bool ut_seq2seq_planes(const ut_dataset *ds) {
+    return ds->seq2seq && ds->x_ndim == 2 && ds->x_ne[0] == 4 && ds->x_dtype == UT_I32;
+}
+/* Dynamic padding for a batch of ut_seq2seq_dataset_open, like
+ * ut_tok_batch_trim: x is (count, 4, max_len), y (count, max_len) (y may be
+ * NULL). L' = the longest source or target mask in the batch (at least 1);
+ * x is rewritten in place as (count, 4, L') and y as (count, L'),
+ * contiguous. Returns L'. */
+int64_t ut_seq2seq_batch_trim(ut_batch *b, int64_t max_len);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,13 @@ typedef struct {
     ut_tensor *t[UT_MAX_INPUTS];
 } ut_prepared;
 
+/* A model's token ids for generation (-1: none): the decoder's start
+ * token, end of sequence, padding, and the token forced first (BART's
+ * forced_bos_token_id); its vocabulary size. */
+typedef struct {
+    int64_t start, eos, pad, forced_bos, vocab;
+} ut_decoder_tokens;
+
 typedef struct ut_model ut_model;
 struct ut_model {
     char *type;            /* registry name */
@@ -107,7 +114,58 @@ struct ut_model {
     /* scalar loss from the forward output and targets */
     ut_tensor *(*loss)(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
     void (*free_impl)(void *impl);
+    /* Token-by-token decoding for text generation (ut_generate); NULL for a
+     * model that generates no text. */
+    const struct ut_decoder_ops *decoder;
+    ut_decoder_tokens tokens;
 };
+
+/* ---- a model's decoder, for text generation (ut_generate, src/nn/generate.c) ----
+ * begin encodes B sources (host ids and attention masks, (B, S) row-major)
+ * and makes a decoding state for N = B * per_source rows (row r decodes
+ * source r / per_source) of at most max_len decoder tokens, with a
+ * key/value cache when cache is true. step gives the next-token logits of
+ * every row (host (N, vocab)) for the prefixes so far: prefix (N, len)
+ * row-major, its first column the decoder start token; a cached state reads
+ * only the last column (each step's tokens go into the cache), an uncached
+ * one runs the decoder over the whole prefix. reorder makes row r continue
+ * from row rows[r]'s prefix (beam search); end frees the state. begin and
+ * step return NULL / -1 with a message. */
+typedef struct ut_decoder_ops {
+    void *(*begin)(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per_source,
+                   int64_t max_len, bool cache, char *err, size_t n);
+    int (*step)(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n);
+    int (*reorder)(void *state, const int32_t *rows, char *err, size_t n);
+    void (*end)(void *state);
+} ut_decoder_ops;
+
+/* ---- text generation (src/nn/generate.c, docs/generation.md) ----
+ * What transformers' generate does, with its defaults: greedy decoding,
+ * beam search, or sampling, through a model's decoder (m->decoder). */
+enum { UT_EARLY_HEURISTIC = 0, UT_EARLY_TRUE = 1, UT_EARLY_NEVER = 2 }; /* early_stopping: false, true, "never" */
+typedef struct {
+    int64_t max_new_tokens;       /* 20 */
+    int64_t min_new_tokens;       /* 0: end of sequence is banned before this many new tokens */
+    int num_beams;                /* 1: greedy (or sampling) */
+    double length_penalty;        /* 1.0: a finished beam scores sum(log p) / length^length_penalty */
+    int early_stopping;           /* UT_EARLY_*: HEURISTIC (transformers' false) */
+    int64_t no_repeat_ngram_size; /* 0: none */
+    bool do_sample;               /* sample (num_beams 1) from the processed distribution */
+    double temperature, top_p;    /* 1.0, 1.0 */
+    int64_t top_k;                /* 50 (0: none) */
+    uint64_t seed;                /* sampling's generator */
+    bool no_cache;                /* run the decoder over the whole prefix at each step */
+    int64_t forced_bos, forced_eos; /* the first / the last possible token forced; -1: none,
+                                     * -2 (the default): forced_bos the model's */
+} ut_gen_opts;
+void ut_gen_opts_init(ut_gen_opts *o);
+/* Generates for B sources (host ids and attention masks (B, S)): out (B,
+ * max_new_tokens) the new tokens of each (after the decoder's start token;
+ * the end-of-sequence token included when it came, then the pad id),
+ * lens[b] how many. 0, or -1 with a message (a model without a decoder, bad
+ * options, a failed step). */
+int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int32_t *mask, int64_t B, int64_t S,
+                int32_t *out, int64_t *lens, char *err, size_t n);
 
 /* Creates an empty model on the CPU (on dev inside ut_model_create_on's
  * build); register parameters, then ut_model_finalize. */

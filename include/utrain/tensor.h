@@ -229,6 +229,15 @@ int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes);
  * checks them), queued in stream order without a host wait: values to read
  * back later together, in one copy (the trainer's per-micro-batch losses). */
 int ut_tensor_copy_to(const ut_tensor *t, void *dst, size_t bytes);
+/* src's contents into the contiguous dst (same dtype and device) from its
+ * element first on, queued in stream order like ut_tensor_copy_to: a step's
+ * rows into a cache. -1 (the context's error set) when it does not fit. */
+int ut_tensor_copy_into(ut_tensor *dst, int64_t first, const ut_tensor *src);
+/* A tensor of ctx over t's memory (t contiguous, on ctx's device, and kept
+ * alive by its own context until ctx is reset): state that outlives a
+ * step's context (a decoder's cache), used in that step's ops. NULL with
+ * ctx's error set otherwise. */
+ut_tensor *ut_tensor_share(ut_ctx *ctx, const ut_tensor *t);
 /* t's gradient (float32, contiguous in t's shape) into host memory after a
  * backward: bytes must equal nelem * 4. A tensor that received no gradient
  * reads as zeros. -1 (with the context's error when t has one) when t is a

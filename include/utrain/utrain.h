@@ -9,11 +9,12 @@
 #include "utrain/tensor.h" // defines: ut_tensor, ut_ctx, autograd, checkpointing
 #include "utrain/ops.h"    // defines: every op
 #include "utrain/optim.h"  // defines: SGD, AdamW, clipping, schedules
-#include "utrain/nn.h"     // defines: parameters, layers, models, registry
+#include "utrain/nn.h"     // defines: parameters, layers, models, registry, text generation
 #include "utrain/io.h"     // defines: safetensors read/write
 #include "utrain/config.h" // defines: the run configuration (schema, YAML, --set)
 #include "utrain/data.h"   // defines: datasets, tokenizers, sampler, loader
 #include "utrain/train.h"  // defines: the trainer, checkpoints, TensorBoard, hooks
 #include "utrain/dist.h"   // defines: the communicator (single, MPI), DDP
+#include "utrain/textmetrics.h" // defines: BLEU, ROUGE-L, exact match of generated text
 
 #endif

@@ -385,6 +385,34 @@ int ut_tensor_copy_to(const ut_tensor *t, void *dst, size_t bytes) {
     return 0;
 }
 
+int ut_tensor_copy_into(ut_tensor *dst, int64_t first, const ut_tensor *src) {
+    if (!dst || !src) return -1;
+    int64_t n = ut_nelem(src);
+    if (dst->dtype != src->dtype || dst->device != src->device || !ut_is_contiguous(dst) || first < 0 ||
+        first + n > ut_nelem(dst)) {
+        char a[64], b[64];
+        ut_ctx *c = src->ctx ? src->ctx : dst->ctx;
+        if (c)
+            ut_ctx_set_error(c, "tensor_copy_into: %s %s into %s %s at element %lld does not fit",
+                             ut_dtype_name(src->dtype), ut_shape_str(src, a, sizeof a), ut_dtype_name(dst->dtype),
+                             ut_shape_str(dst, b, sizeof b), (long long)first);
+        return -1;
+    }
+    size_t es = ut_dtype_size(dst->dtype);
+    return ut_tensor_copy_to(src, (char *)dst->data + (size_t)first * es, (size_t)n * es);
+}
+
+ut_tensor *ut_tensor_share(ut_ctx *ctx, const ut_tensor *t) {
+    if (!t) return NULL;
+    if (!ut_is_contiguous(t) || t->device != ut_ctx_device(ctx)) {
+        char a[64];
+        ut_ctx_set_error(ctx, "tensor_share: %s %s must be contiguous and on the context's device",
+                         ut_dtype_name(t->dtype), ut_shape_str(t, a, sizeof a));
+        return NULL;
+    }
+    return ut_tensor_wrap(ctx, t->dtype, t->ndim, t->ne, t->data);
+}
+
 int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes) {
     if (!t) return -1;
     size_t want = (size_t)ut_nelem(t) * sizeof(float);

@@ -60,6 +60,9 @@ struct bart {
     bart_layer *layer; /* EL encoder layers, then DL decoder layers */
     layer_arg *args;
     ut_linear_layer dense, out_proj;
+    bool gen;          /* task seq2seq: BartForConditionalGeneration's LM head instead of the classifier */
+    float *final_bias; /* its final_logits_bias (V), read from model.pretrained; NULL: zeros */
+    int64_t forced_bos; /* forced_bos_token_id, -1: none */
     ut_model_layout lay; /* tensor parallel: heads, features and the shared embedding's vocabulary split */
 };
 
@@ -67,6 +70,7 @@ static void bart_free(void *impl) {
     bart *net = impl;
     ut_free(net->layer);
     ut_free(net->args);
+    ut_free(net->final_bias);
     ut_free(net);
 }
 
@@ -125,7 +129,7 @@ static ut_tensor *decoder_layer(ut_ctx *ctx, void *user, ut_tensor **in, int n) 
  * padded, ids and dec_ids (B, T), pos (T), eos_at (B) rows of (B*T, C) and
  * the additive mask (B, T); packed, the same for the N real tokens (N),
  * eos_at rows of (N, C) and offsets (B + 1). */
-enum { PACKED, PADDED };
+enum { PACKED, PADDED, GEN }; /* GEN: task seq2seq's arrays (gen_prepare) */
 
 static int32_t *add_i32(ut_inputs *in, int64_t n) { return ut_inputs_add(in, UT_I32, 1, &n); }
 
@@ -202,8 +206,11 @@ static void split_inputs(const bart *net, const int32_t *h, const int32_t *at, i
     in->layout = PADDED;
 }
 
+static int gen_prepare(const bart *net, const ut_host_array *x, ut_inputs *in, char *err, size_t n);
+
 static int bart_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
     const bart *net = m->impl;
+    if (net->gen && x->dtype == UT_I32) return gen_prepare(net, x, in, err, n);
     if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > net->P)
         return ut_input_error(err, n, "bart", x,
                               ut_fmt("expected I32 x (B, 3, T): token ids, token type ids and attention mask, "
@@ -234,8 +241,11 @@ static ut_tensor *run_layer(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in,
                                      : fn(ctx, &net->args[i], in, n);
 }
 
+static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p);
+
 static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     const bart *net = m->impl;
+    if (p->layout == GEN) return gen_forward(m, ctx, p);
     /* aux: the offsets (packed) or the mask (padded) */
     ut_tensor *ids = p->t[0], *dec_ids = p->t[1], *pos = p->t[2], *eos_at = p->t[3], *aux = p->t[4];
     ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
@@ -249,6 +259,264 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     rep = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->dense, rep));
     return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));
 }
+
+/* ---- sequence to sequence (task seq2seq): BartForConditionalGeneration ----
+ * Input x I32 (B, 4, L): planes of source ids, source attention mask,
+ * target ids and target mask (ut_seq2seq_dataset_open); targets y I32
+ * (B, T), T the longest target of the batch, -100 past each target's end.
+ * The decoder reads the targets shifted right (the start token, then the
+ * target without its last token, padding where the target has ended), as
+ * transformers does with labels; output logits (B, T, V) through the tied
+ * head plus final_logits_bias. */
+/* The length of a row's mask: one past its last 1 (at least 1). */
+static int64_t mask_len(const int32_t *m, int64_t L) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < L; t++)
+        if (m[t]) n = t + 1;
+    return n ? n : 1;
+}
+
+static int gen_prepare(const bart *net, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    if (x->ndim != 3 || x->ne[1] != 4)
+        return ut_input_error(err, n, "bart", x,
+                              "task seq2seq expects I32 x (B, 4, L): source ids, source mask, target ids and "
+                              "target mask (data.name: seq2seq_text)");
+    int64_t B = x->ne[0], L = x->ne[2], S = 1, T = 1;
+    const int32_t *h = x->host;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = mask_len(h + (b * 4 + 1) * L, L), t = mask_len(h + (b * 4 + 3) * L, L);
+        S = s > S ? s : S;
+        T = t > T ? t : T;
+    }
+    if (S > net->P || T > net->P)
+        return ut_input_error(err, n, "bart", x,
+                              ut_fmt("a source of %lld or a target of %lld tokens is longer than "
+                                     "max_position_embeddings %lld (lower data.max_source_len / max_target_len)",
+                                     (long long)S, (long long)T, (long long)net->P));
+    int32_t *ids = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, S}), *sp = add_i32(in, S);
+    float *mk = ut_inputs_add(in, UT_F32, 2, (int64_t[]){B, S});
+    int32_t *dec = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}), *tp = add_i32(in, T);
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *src = h + b * 4 * L, *sm = src + L, *tgt = src + 2 * L, *tm = src + 3 * L;
+        for (int64_t t = 0; t < S; t++) {
+            ids[b * S + t] = src[t];
+            mk[b * S + t] = sm[t] ? 0.0f : -FLT_MAX;
+        }
+        for (int64_t t = 0; t < T; t++)
+            dec[b * T + t] = t == 0 ? (int32_t)net->start : tm[t - 1] ? tgt[t - 1] : (int32_t)net->pad;
+    }
+    for (int64_t t = 0; t < S; t++) sp[t] = (int32_t)(t + 2);
+    for (int64_t t = 0; t < T; t++) tp[t] = (int32_t)(t + 2);
+    in->layout = GEN;
+    return 0;
+}
+
+/* the tied head: h @ shared^T + final_logits_bias */
+static ut_tensor *lm_head(ut_ctx *ctx, const bart *net, ut_tensor *h) {
+    ut_tensor *bias = net->final_bias ? ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){net->V}, net->final_bias) : NULL;
+    return ut_linear(ctx, h, net->shared.w, bias);
+}
+
+static ut_tensor *encode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *pos, ut_tensor *mask) {
+    const bart *net = m->impl;
+    ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
+    for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, mask}, 2);
+    return enc;
+}
+
+/* the decoder's states (B, T, C) for ids (B, T) at positions pos over the encoder's states */
+static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *pos, ut_tensor *enc, ut_tensor *mask) {
+    const bart *net = m->impl;
+    ut_tensor *h = embed(ctx, net, ids, pos, &net->dec_pos, &net->dec_ln);
+    for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, mask}, 3);
+    return h;
+}
+
+static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+    ut_tensor *enc = encode(m, ctx, p->t[0], p->t[1], p->t[2]);
+    return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], enc, p->t[2]));
+}
+
+static ut_tensor *gen_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    (void)m;
+    if (!ut_op_check(ctx, "bart seq2seq loss", 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
+    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
+        targets->ne[1] != logits->ne[1]) {
+        ut_op_error(ctx, "bart seq2seq loss", 2, (ut_tensor *[]){logits, targets},
+                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
+        return NULL;
+    }
+    return ut_cross_entropy(ctx, logits, targets, -100);
+}
+
+/* ---- generation (ut_decoder_ops): the encoder once, then one decoder step
+ * per token. Cached, each decoder layer keeps its self-attention keys and
+ * values (time-major (max_len, N, C): a step's N rows go in with one copy)
+ * and the cross-attention's, computed once from the encoder's states. */
+typedef struct {
+    ut_model *m;
+    bart *net;
+    ut_ctx *keep, *ctx;    /* the state's tensors; one step's (reset after each) */
+    int64_t N, S, Tmax, len;
+    int per;
+    bool cache;
+    ut_tensor *enc, *mask; /* (N, S, C), (N, S) */
+    ut_tensor **kv;        /* per decoder layer: self k, self v (Tmax, N, C), cross k, cross v (N, S, C) */
+} dec_state;
+
+static void dec_end(void *state) {
+    dec_state *s = state;
+    if (!s) return;
+    ut_ctx_free(s->ctx);
+    ut_ctx_free(s->keep);
+    ut_free(s->kv);
+    ut_free(s);
+}
+
+static ut_ctx *gen_ctx(const ut_model *m) {
+    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
+    ut_ctx_set_grad_enabled(c, false);
+    ut_ctx_set_training(c, false);
+    return c;
+}
+
+static int ctx_failed(ut_ctx *ctx, char *err, size_t n) {
+    return ut_ctx_error(ctx) ? ut_errorf(err, n, "bart generation: %s", ut_ctx_error(ctx)) : 0;
+}
+
+static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
+                       int64_t max_len, bool cache, char *err, size_t n) {
+    bart *net = m->impl;
+    if (B < 1 || S < 1 || per < 1 || max_len < 1)
+        return ut_errorf(err, n, "bart generation: empty batch"), NULL;
+    if (S > net->P || max_len > net->P)
+        return ut_errorf(err, n, "bart generation: a source of %lld tokens or %lld decoder tokens is longer than "
+                                 "max_position_embeddings %lld", (long long)S, (long long)max_len,
+                         (long long)net->P), NULL;
+    dec_state *s = ut_calloc_check(1, sizeof *s);
+    int64_t N = B * per, C = net->C;
+    *s = (dec_state){.m = m, .net = net, .keep = gen_ctx(m), .ctx = gen_ctx(m), .N = N, .S = S, .Tmax = max_len,
+                     .per = per, .cache = cache};
+    ut_ctx *k = s->keep;
+    int32_t *pos = ut_ctx_alloc(k, (size_t)S * sizeof *pos), *rows = ut_ctx_alloc(k, (size_t)N * sizeof *rows);
+    float *mk = ut_ctx_alloc(k, (size_t)(B * S) * sizeof *mk), *mkN = ut_ctx_alloc(k, (size_t)(N * S) * sizeof *mkN);
+    for (int64_t t = 0; t < S; t++) pos[t] = (int32_t)(t + 2);
+    for (int64_t i = 0; i < B * S; i++) mk[i] = mask[i] ? 0.0f : -FLT_MAX;
+    for (int64_t r = 0; r < N; r++) {
+        rows[r] = (int32_t)(r / per);
+        memcpy(mkN + r * S, mk + (r / per) * S, (size_t)S * sizeof *mk);
+    }
+    ut_tensor *ids = ut_tensor_from(k, UT_I32, 2, (int64_t[]){B, S}, src);
+    ut_tensor *enc = encode(m, k, ids, ut_tensor_from(k, UT_I32, 1, (int64_t[]){S}, pos),
+                            ut_tensor_from(k, UT_F32, 2, (int64_t[]){B, S}, mk));
+    /* each source's states for its per_source rows */
+    if (enc) enc = ut_embedding(k, ut_tensor_from(k, UT_I32, 1, (int64_t[]){N}, rows),
+                                ut_reshape(k, enc, 2, (int64_t[]){B, S * C}));
+    s->enc = enc ? ut_reshape(k, enc, 3, (int64_t[]){N, S, C}) : NULL;
+    s->mask = ut_tensor_from(k, UT_F32, 2, (int64_t[]){N, S}, mkN);
+    if (cache && s->enc) {
+        s->kv = ut_calloc_check((size_t)(4 * net->DL), sizeof *s->kv);
+        for (int64_t l = 0; l < net->DL; l++) {
+            const bart_layer *ly = &net->layer[net->EL + l];
+            s->kv[4 * l] = ut_tensor_zeros(k, UT_F32, 3, (int64_t[]){max_len, N, C});
+            s->kv[4 * l + 1] = ut_tensor_zeros(k, UT_F32, 3, (int64_t[]){max_len, N, C});
+            s->kv[4 * l + 2] = ut_linear_layer_forward(k, &ly->cross.k, s->enc);
+            s->kv[4 * l + 3] = ut_linear_layer_forward(k, &ly->cross.v, s->enc);
+        }
+    }
+    if (ctx_failed(k, err, n)) {
+        dec_end(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* out-projection, dropout (off), residual and layer norm after an attention's heads h */
+static ut_tensor *attn_out(ut_ctx *ctx, const bart_attn *a, ut_tensor *x, ut_tensor *h) {
+    return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, ut_linear_layer_forward(ctx, &a->out, h)));
+}
+
+/* A keep-context tensor in the step context (the same memory) */
+static ut_tensor *in_step(dec_state *s, const ut_tensor *t) { return ut_tensor_share(s->ctx, t); }
+
+/* One cached step: x (N, 1, C), the rows' tokens at position t */
+static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t) {
+    ut_ctx *ctx = s->ctx;
+    const bart *net = s->net;
+    const bart_layer *ly = &net->layer[net->EL + l];
+    int64_t N = s->N, C = net->C;
+    ut_tensor *q = ut_linear_layer_forward(ctx, &ly->self.q, x);
+    ut_tensor *kn = ut_linear_layer_forward(ctx, &ly->self.k, x), *vn = ut_linear_layer_forward(ctx, &ly->self.v, x);
+    if (!kn || !vn || ut_tensor_copy_into(s->kv[4 * l], t * N * C, kn) ||
+        ut_tensor_copy_into(s->kv[4 * l + 1], t * N * C, vn))
+        return NULL;
+    ut_tensor *kv[2];
+    for (int i = 0; i < 2; i++)
+        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_slice(ctx, in_step(s, s->kv[4 * l + i]), 0, 0, t + 1), 0, 1));
+    int nh = (int)net->DNH;
+    x = attn_out(ctx, &ly->self, x, ut_attention_qkv(ctx, q, kv[0], kv[1], NULL, nh, false, 0));
+    q = ut_linear_layer_forward(ctx, &ly->cross.q, x);
+    ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->kv[4 * l + 2]), in_step(s, s->kv[4 * l + 3]),
+                                    in_step(s, s->mask), nh, false, 0);
+    x = attn_out(ctx, &ly->cross, x, h);
+    return feed_forward(ctx, net, ly, x);
+}
+
+static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+    dec_state *s = state;
+    const bart *net = s->net;
+    ut_ctx *ctx = s->ctx;
+    int64_t N = s->N, C = net->C;
+    if (len < 1 || len > s->Tmax || (s->cache && len != s->len + 1))
+        return ut_errorf(err, n, "bart generation: step of %lld tokens after %lld (at most %lld)", (long long)len,
+                         (long long)s->len, (long long)s->Tmax);
+    ut_tensor *h;
+    if (s->cache) {
+        int32_t *ids = ut_ctx_alloc(ctx, (size_t)N * sizeof *ids), pos = (int32_t)(len + 1);
+        for (int64_t r = 0; r < N; r++) ids[r] = prefix[r * len + len - 1];
+        h = embed(ctx, net, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, 1}, ids),
+                  ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos), &net->dec_pos, &net->dec_ln);
+        for (int64_t l = 0; l < net->DL && h; l++) h = cached_layer(s, l, h, len - 1);
+    } else {
+        int32_t *pos = ut_ctx_alloc(ctx, (size_t)len * sizeof *pos);
+        for (int64_t t = 0; t < len; t++) pos[t] = (int32_t)(t + 2);
+        h = decode(s->m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+                   ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, pos), in_step(s, s->enc), in_step(s, s->mask));
+        h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
+    }
+    if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
+    int rc = ctx_failed(ctx, err, n) || !h || ut_tensor_get(h, logits, (size_t)(N * net->V) * sizeof(float));
+    if (rc && !err[0]) ut_errorf(err, n, "bart generation: reading the logits failed");
+    ut_ctx_reset(ctx);
+    if (!rc) s->len = len;
+    return rc ? -1 : 0;
+}
+
+static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
+    dec_state *s = state;
+    int64_t N = s->N, C = s->net->C, T = s->len;
+    for (int64_t r = 0; r < N; r++)
+        if (rows[r] < 0 || rows[r] >= N || rows[r] / s->per != r / s->per)
+            return ut_errorf(err, n, "bart generation: row %lld cannot continue row %d of another source",
+                             (long long)r, rows[r]);
+    if (!s->cache || T == 0) return 0;
+    ut_ctx *ctx = s->ctx;
+    int32_t *idx = ut_ctx_alloc(ctx, (size_t)(T * N) * sizeof *idx);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < N; r++) idx[t * N + r] = (int32_t)(t * N + rows[r]);
+    ut_tensor *it = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){T * N}, idx);
+    for (int64_t l = 0; l < s->net->DL; l++)
+        for (int i = 0; i < 2; i++) {
+            ut_tensor *c = s->kv[4 * l + i];
+            ut_tensor *g = ut_embedding(ctx, it, ut_reshape(ctx, in_step(s, c), 2, (int64_t[]){s->Tmax * N, C}));
+            if (!g || ut_tensor_copy_into(c, 0, g)) break;
+        }
+    int rc = ctx_failed(ctx, err, n);
+    ut_ctx_reset(ctx);
+    return rc;
+}
+
+static const ut_decoder_ops bart_decoder = {dec_begin, dec_step, dec_reorder, dec_end};
 
 /* ---- building ---- */
 /* k, v, q, out projections and the layer norm after, in transformers' order */
@@ -309,13 +577,20 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
     for (int64_t i = net->EL; i < n; i++) layer_init(m, net, i, std);
     ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
-    ut_linear_layer_init_normal(m, &net->dense, "classification_head.dense", net->C, net->C, std);
-    ut_linear_layer_init_normal(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
+    if (!net->gen) {
+        ut_linear_layer_init_normal(m, &net->dense, "classification_head.dense", net->C, net->C, std);
+        ut_linear_layer_init_normal(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
+    }
     m->impl = net;
     m->free_impl = bart_free;
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
-    m->loss = ut_model_class_loss;
+    m->loss = net->gen ? gen_loss : ut_model_class_loss;
+    if (net->gen) {
+        m->decoder = &bart_decoder;
+        m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad,
+                                        .forced_bos = net->forced_bos, .vocab = net->V};
+    }
     ut_model_finalize(m, seed);
     zero_pad_row(net);
     return m;
@@ -327,7 +602,7 @@ static const char *const arch_keys[] = {"vocab_size", "d_model", "encoder_layers
                                         "encoder_attention_heads", "decoder_attention_heads",
                                         "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
                                         "scale_embedding", "activation_function", "pad_token_id",
-                                        "eos_token_id", "decoder_start_token_id", NULL};
+                                        "eos_token_id", "decoder_start_token_id", "forced_bos_token_id", NULL};
 
 /* What transformers' BartConfig (and older BART configs) can say that this
  * model does not do: key, the value that is supported, what to do instead. */
@@ -462,10 +737,41 @@ static int read_kinds(const ut_kv *kv, bart *net, char *err, size_t n) {
             return ut_errorf(err, n, "bart: %s %g is not supported (LayerDrop skips whole layers); set "
                                      "model.%s: 0", drops[i], v, drops[i]);
     }
-    if (task && strcmp(task, "sequence_classification"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for bart; use sequence_classification",
-                         task);
+    net->gen = task && (!strcmp(task, "seq2seq") || !strcmp(task, "conditional_generation"));
+    if (task && !net->gen && strcmp(task, "sequence_classification"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for bart; use sequence_classification or "
+                                 "seq2seq", task);
+    long long fb;
+    if (ut_kv_int(kv, "forced_bos_token_id", -1, &fb, err, n)) return -1;
+    if (fb < -1 || fb >= net->V)
+        return ut_errorf(err, n, "bart: forced_bos_token_id %lld is outside the vocabulary [0, %lld)", fb,
+                         (long long)net->V);
+    net->forced_bos = fb;
     return 0;
+}
+
+/* BartForConditionalGeneration's final_logits_bias (1, V), a buffer
+ * transformers does not train: kept beside the parameters, read from the
+ * directory (absent or all zeros: none). */
+static int load_final_bias(bart *net, const char *dir, char *err, size_t n) {
+    char path[4096];
+    if (ut_hf_weights_path(dir, path, sizeof path, err, n)) return -1;
+    ut_st_file *f = ut_st_open(path, err, n);
+    if (!f) return -1;
+    const ut_st_tensor *t = ut_st_get(f, "final_logits_bias");
+    if (!t) t = ut_st_get(f, "model.final_logits_bias");
+    int rc = 0;
+    if (t && ut_st_numel(t) != net->V)
+        rc = ut_errorf(err, n, "%s: final_logits_bias has %lld values, vocab_size is %lld", path,
+                       (long long)ut_st_numel(t), (long long)net->V);
+    bool nonzero = false;
+    for (int64_t i = 0; t && !rc && i < net->V && !nonzero; i++) nonzero = ut_st_float(t, i) != 0.0f;
+    if (nonzero) {
+        net->final_bias = ut_malloc_check((size_t)net->V * sizeof(float));
+        for (int64_t i = 0; i < net->V; i++) net->final_bias[i] = ut_st_float(t, i);
+    }
+    ut_st_close(f);
+    return rc;
 }
 
 /* The checkpoint may be a BartForSequenceClassification (names as ours), a
@@ -476,15 +782,19 @@ static int read_kinds(const ut_kv *kv, bart *net, char *err, size_t n) {
 static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
     static const char *const optional[] = {"classification_head.", NULL};
     static const char *const ignored[] = {"embed_tokens.weight", "final_logits_bias", "lm_head.", NULL};
-    ut_hf_load_opts o = {.base_prefix = "model.", .optional = optional, .ignored = ignored};
-    return ut_hf_load_pretrained(m, dir, o, err, n);
+    static const char *const gen_ignored[] = {"embed_tokens.weight", "final_logits_bias", "lm_head.",
+                                              "classification_head.", NULL};
+    bart *net = m->impl;
+    ut_hf_load_opts o = {.base_prefix = "model.", .optional = optional, .ignored = net->gen ? gen_ignored : ignored};
+    if (ut_hf_load_pretrained(m, dir, o, err, n)) return -1;
+    return net->gen ? load_final_bias(net, dir, err, n) : 0;
 }
 
 static double param_count(const bart *b) {
     double C = (double)b->C, attn = 4.0 * C * C + 6.0 * C, ffn_e = 2.0 * C * (double)b->EF,
            ffn_d = 2.0 * C * (double)b->DF;
     return (double)(b->V + 2 * (b->P + 2)) * C + (double)b->EL * (attn + ffn_e) +
-           (double)b->DL * (2.0 * attn + ffn_d) + C * (C + (double)b->K);
+           (double)b->DL * (2.0 * attn + ffn_d) + (b->gen ? 0.0 : C * (C + (double)b->K));
 }
 
 ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
@@ -493,7 +803,8 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
         "scale_embedding", "activation_function", "pad_token_id", "eos_token_id", "decoder_start_token_id",
         "dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "init_std",
-        "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained", NULL};
+        "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained",
+        "forced_bos_token_id", NULL};
     if (ut_kv_check_keys(opts, known, "model bart", err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
@@ -506,6 +817,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (rc) return NULL;
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;
+    if (net.gen && (T > 1 || net.lay.pp_size > 1))
+        return ut_errorf(err, n, "bart: task seq2seq has no tensor- or pipeline-parallel form yet; train it "
+                                 "with data parallelism (ddp, zero1-3)"), NULL;
     if (T > 1) {
         if (net.ENH % T || net.DNH % T || net.EF % T || net.DF % T || net.V % T)
             return ut_errorf(err, n, "bart: the attention heads (%lld, %lld), ffn dims (%lld, %lld) and "

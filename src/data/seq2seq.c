@@ -1,0 +1,454 @@
+/* Sequence-to-sequence text: (source, target) pairs from parallel files
+ * (FlagAI's train_inputs.txt / train_targets.txt), a TSV with a header or
+ * JSON Lines, encoded once at open with a pretrained tokenizer. The ids are
+ * kept compactly (one array, offsets per text); get expands an example into
+ * the (4, L) planes, and the batch trim makes the padding dynamic. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "data_internal.h"
+#include "tok_internal.h"
+#include "utrain/base.h"
+
+enum { SRC = 0, TGT = 1 };
+static const char *const what_name[2] = {"source", "target"};
+
+typedef struct {
+    int64_t n, cap;              /* examples; room for cap */
+    int32_t *ids;                /* every text's ids: example k's source, then its target */
+    int64_t nids, ids_cap;
+    int64_t *id_off;             /* (2 cap + 1): text j (2k source, 2k + 1 target) is ids[id_off[j], id_off[j + 1]) */
+    char *text;                  /* the texts, each NUL-terminated */
+    int64_t ntext, text_cap;
+    int64_t *text_off;           /* (2 cap): text j starts at text + text_off[j] */
+    int64_t max_len[2], L, truncated[2];
+    int32_t pad;
+} s2s_impl;
+
+/* ---- the dataset ---- */
+
+static int s2s_get(ut_dataset *ds, int64_t i, void *xv, void *yv, char *err, size_t n) {
+    const s2s_impl *m = ds->impl;
+    if (i < 0 || i >= ds->n)
+        return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", ds->name, (long long)i,
+                         (long long)ds->n);
+    int32_t *x = xv, *y = yv;
+    const int64_t L = m->L;
+    for (int w = SRC; w <= TGT; w++) {          /* x (4, L): ids and mask of the source, then the target */
+        const int32_t *ids = m->ids + m->id_off[2 * i + w];
+        int64_t len = m->id_off[2 * i + w + 1] - m->id_off[2 * i + w];
+        int32_t *tok = x + 2 * w * L, *mask = tok + L;
+        for (int64_t j = 0; j < L; j++) {
+            tok[j] = j < len ? ids[j] : m->pad;
+            mask[j] = j < len;
+        }
+    }
+    for (int64_t j = 0; j < L; j++) y[j] = x[3 * L + j] ? x[2 * L + j] : -100;
+    return 0;
+}
+
+static void s2s_impl_free(s2s_impl *m) {
+    if (!m) return;
+    ut_free(m->ids);
+    ut_free(m->id_off);
+    ut_free(m->text);
+    ut_free(m->text_off);
+    ut_free(m);
+}
+
+static void s2s_free(ut_dataset *ds) {
+    s2s_impl_free(ds->impl);
+    ut_free((char *)ds->name);
+    ut_free(ds);
+}
+
+static const s2s_impl *impl_of(const ut_dataset *ds) {
+    return ds && ds->seq2seq && ds->get == s2s_get ? ds->impl : NULL;
+}
+
+const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which) {
+    const s2s_impl *m = impl_of(ds);
+    if (!m || i < 0 || i >= m->n || (which != SRC && which != TGT)) return NULL;
+    return m->text + m->text_off[2 * i + which];
+}
+
+int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which) {
+    const s2s_impl *m = impl_of(ds);
+    return m && (which == SRC || which == TGT) ? m->truncated[which] : 0;
+}
+
+int64_t ut_seq2seq_batch_trim(ut_batch *b, int64_t max_len) {
+    int32_t *x = b->x, *y = b->y;
+    int64_t L = 1;
+    for (int64_t k = 0; k < b->count; k++)
+        for (int plane = 1; plane <= 3; plane += 2) {       /* the source and the target mask */
+            const int32_t *mask = x + (k * 4 + plane) * max_len;
+            int64_t len = max_len;
+            while (len > 0 && !mask[len - 1]) len--;
+            if (len > L) L = len;
+        }
+    /* rows move towards the front only, in order, so memmove in place is safe */
+    for (int64_t r = 0; r < 4 * b->count; r++) memmove(x + r * L, x + r * max_len, (size_t)L * sizeof *x);
+    for (int64_t k = 0; y && k < b->count; k++) memmove(y + k * L, y + k * max_len, (size_t)L * sizeof *y);
+    return L;
+}
+
+/* ---- lines of a text file ---- */
+
+/* A file split into lines in place: line[k] is line k + 1, NUL-terminated,
+ * without its "\n" or "\r\n"; a newline at the end of the file ends the last
+ * line and starts none. A UTF-8 byte-order mark is dropped. */
+typedef struct {
+    char *buf;
+    char **line;
+    int64_t n;
+} s2s_lines;
+
+static void lines_free(s2s_lines *f) {
+    ut_free(f->buf);
+    ut_free(f->line);
+    memset(f, 0, sizeof *f);
+}
+
+/* Ends the line at p[start, end) and checks it is text: no NUL byte, UTF-8. */
+static int take_line(const char *path, s2s_lines *f, char *p, size_t start, size_t end, char *err, size_t n) {
+    long long lineno = (long long)f->n + 1;
+    const char *nul = memchr(p + start, 0, end - start);
+    if (nul)
+        return ut_errorf(err, n, "%s:%lld: NUL byte at byte %td of the line (expected a text file)", path,
+                         lineno, nul - (p + start));
+    p[end] = 0;                  /* the '\n', or the spare NUL after the data */
+    if (end > start && p[end - 1] == '\r') p[--end] = 0;
+    int64_t bad = ut__utf8_check(p + start, end - start);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, lineno,
+                         (long long)bad);
+    f->line[f->n++] = p + start;
+    return 0;
+}
+
+static int read_lines(const char *path, s2s_lines *f, char *err, size_t n) {
+    memset(f, 0, sizeof *f);
+    size_t len;
+    f->buf = (char *)ut__read_file(path, &len, err, n);
+    if (!f->buf) return -1;
+    char *p = f->buf;
+    if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) {    /* a byte-order mark is not text */
+        p += 3;
+        len -= 3;
+    }
+    int64_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += p[i] == '\n';
+    f->line = ut_malloc_check((size_t)lines * sizeof *f->line);
+    for (size_t start = 0; start < len;) {
+        const char *nl = memchr(p + start, '\n', len - start);
+        size_t end = nl ? (size_t)(nl - p) : len;
+        if (take_line(path, f, p, start, end, err, n)) {
+            lines_free(f);
+            return -1;
+        }
+        start = end + 1;
+    }
+    return 0;
+}
+
+static bool blank(const char *s) { return s[strspn(s, " \t\r\n\v\f")] == 0; }
+
+/* ---- encoding into the dataset ---- */
+
+typedef struct {
+    ut_tokenizer *tok;
+    const ut_seq2seq_opts *o;
+    s2s_impl *m;
+    ut_tok_encoding e;
+    ut__sbuf src;                /* the prefix and the source text */
+} builder;
+
+static void *grow(void *p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return p;
+    while (*cap < need) *cap = *cap ? 2 * *cap : 256;
+    return ut_realloc_check(p, (size_t)*cap * elem);
+}
+
+static void push_text(s2s_impl *m, int64_t j, const char *s, size_t len) {
+    m->text = grow(m->text, &m->text_cap, m->ntext + (int64_t)len + 1, 1);
+    m->text_off[j] = m->ntext;
+    memcpy(m->text + m->ntext, s, len);
+    m->text[m->ntext + (int64_t)len] = 0;
+    m->ntext += (int64_t)len + 1;
+}
+
+/* Encodes text as text j of the dataset: with the special tokens, cut to
+ * max_len[w] (counted when it had to be). */
+static int encode_text(builder *b, int w, const char *text, const char *path, int64_t line, char *err,
+                       size_t n) {
+    s2s_impl *m = b->m;
+    char why[512];
+    ut_tok_opts whole = {0}, cut = {.max_len = m->max_len[w]};
+    int rc = ut_tokenizer_encode(b->tok, text, NULL, &whole, &b->e, why, sizeof why);
+    if (!rc && b->e.len > cut.max_len) {
+        m->truncated[w]++;
+        rc = ut_tokenizer_encode(b->tok, text, NULL, &cut, &b->e, why, sizeof why);
+    }
+    if (rc) return ut_errorf(err, n, "%s:%lld: %s: %s", path, (long long)line, what_name[w], why);
+    m->ids = grow(m->ids, &m->ids_cap, m->nids + b->e.len, sizeof *m->ids);
+    memcpy(m->ids + m->nids, b->e.ids, (size_t)b->e.len * sizeof *m->ids);
+    m->nids += b->e.len;
+    m->id_off[2 * m->n + w + 1] = m->nids;
+    return 0;
+}
+
+/* Adds one example; path[w] and line[w] say where text w came from. */
+static int add_example(builder *b, const char *text[2], const char *const path[2], const int64_t line[2],
+                       char *err, size_t n) {
+    s2s_impl *m = b->m;
+    for (int w = SRC; w <= TGT; w++)
+        if (blank(text[w]))
+            return ut_errorf(err, n, "%s:%lld: empty %s (every example needs a source and a target text)",
+                             path[w], (long long)line[w], what_name[w]);
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 256;
+        m->id_off = ut_realloc_check(m->id_off, (size_t)(2 * m->cap + 1) * sizeof *m->id_off);
+        m->text_off = ut_realloc_check(m->text_off, (size_t)(2 * m->cap) * sizeof *m->text_off);
+        m->id_off[0] = 0;
+    }
+    for (int w = SRC; w <= TGT; w++) {
+        size_t len = strlen(text[w]);
+        char *low = b->o->lowercase ? ut__bert_normalize(text[w], len, false, false, false, true, &len) : NULL;
+        const char *t = low ? low : text[w];
+        push_text(m, 2 * m->n + w, t, len);
+        if (w == SRC) {
+            b->src.n = 0;
+            ut__sbuf_put(&b->src, "", 0);
+            if (b->o->source_prefix) ut__sbuf_put(&b->src, b->o->source_prefix, strlen(b->o->source_prefix));
+            ut__sbuf_put(&b->src, t, len);
+            t = b->src.s;
+        }
+        int rc = encode_text(b, w, t, path[w], line[w], err, n);
+        ut_free(low);
+        if (rc) return -1;
+    }
+    m->n++;
+    return 0;
+}
+
+/* ---- the three layouts ---- */
+
+static int read_parallel(builder *b, const char *spath, const char *tpath, char *err, size_t n) {
+    s2s_lines f[2];
+    if (read_lines(spath, &f[SRC], err, n)) return -1;
+    if (read_lines(tpath, &f[TGT], err, n)) {
+        lines_free(&f[SRC]);
+        return -1;
+    }
+    int rc = 0;
+    if (f[SRC].n != f[TGT].n)
+        rc = ut_errorf(err, n, "%s has %lld lines but %s has %lld: parallel files hold one example per line, "
+                       "line k of the sources paired with line k of the targets", spath, (long long)f[SRC].n,
+                       tpath, (long long)f[TGT].n);
+    const char *const path[2] = {spath, tpath};
+    for (int64_t k = 0; !rc && k < f[SRC].n; k++) {
+        const char *text[2] = {f[SRC].line[k], f[TGT].line[k]};
+        const int64_t line[2] = {k + 1, k + 1};
+        rc = add_example(b, text, path, line, err, n);
+    }
+    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples (an empty file)", spath);
+    lines_free(&f[SRC]);
+    lines_free(&f[TGT]);
+    return rc;
+}
+
+/* Splits line at tabs in place into f (room for cap); returns the field count. */
+static int64_t split_tabs(char *line, char **f, int64_t cap) {
+    int64_t k = 0;
+    for (char *p = line;; p++) {
+        if (k < cap) f[k] = p;
+        k++;
+        p = strchr(p, '\t');
+        if (!p) return k;
+        *p = 0;
+    }
+}
+
+static int64_t count_fields(const char *line) {
+    int64_t k = 1;
+    for (const char *p = line; (p = strchr(p, '\t')); p++) k++;
+    return k;
+}
+
+/* The header's column named name, or an error listing the columns found. */
+static int find_column(const char *path, char **col, int64_t ncol, const char *name, const char *role,
+                       int64_t *at, char *err, size_t n) {
+    for (int64_t k = 0; k < ncol; k++)
+        if (!strcmp(col[k], name)) {
+            *at = k;
+            return 0;
+        }
+    char found[300] = "";
+    size_t used = 0;
+    for (int64_t k = 0; k < ncol && used < sizeof found; k++)
+        used += (size_t)snprintf(found + used, sizeof found - used, "%s'%.40s'", k ? ", " : "", col[k]);
+    return ut_errorf(err, n, "%s:1: no '%s' column for the %s text in the header (columns found: %s); the "
+                     "first line names the tab-separated columns (the field names are options: source_field, "
+                     "target_field)", path, name, role, found);
+}
+
+static int read_tsv(builder *b, const char *path, const char *fields[2], char *err, size_t n) {
+    s2s_lines f;
+    if (read_lines(path, &f, err, n)) return -1;
+    if (f.n == 0) {
+        lines_free(&f);
+        return ut_errorf(err, n, "%s: empty file: expected a header line naming the columns '%s' and '%s' "
+                         "(tab-separated), then one example per line", path, fields[SRC], fields[TGT]);
+    }
+    int64_t ncol = count_fields(f.line[0]), at[2] = {0, 0};
+    char **col = ut_malloc_check((size_t)ncol * sizeof *col);
+    split_tabs(f.line[0], col, ncol);
+    int rc = find_column(path, col, ncol, fields[SRC], "source", &at[SRC], err, n);
+    if (!rc) rc = find_column(path, col, ncol, fields[TGT], "target", &at[TGT], err, n);
+    const char *const where[2] = {path, path};
+    for (int64_t k = 1; !rc && k < f.n; k++) {
+        if (blank(f.line[k])) continue;         /* as the GLUE reader (tsv.c): blank lines are skipped */
+        int64_t got = count_fields(f.line[k]);
+        if (got != ncol) {
+            rc = ut_errorf(err, n, "%s:%lld: %s: expected %lld tab-separated fields as in the header, got %lld",
+                           path, (long long)k + 1, got < ncol ? "missing tab" : "too many tabs",
+                           (long long)ncol, (long long)got);
+            break;
+        }
+        split_tabs(f.line[k], col, ncol);
+        const char *text[2] = {col[at[SRC]], col[at[TGT]]};
+        const int64_t line[2] = {k + 1, k + 1};
+        rc = add_example(b, text, where, line, err, n);
+    }
+    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples after the header", path);
+    ut_free(col);
+    lines_free(&f);
+    return rc;
+}
+
+static const char *json_kind(const cJSON *j) {
+    return cJSON_IsNull(j) ? "null" : cJSON_IsBool(j) ? "a boolean" : cJSON_IsNumber(j) ? "a number"
+         : cJSON_IsString(j) ? "a string" : cJSON_IsArray(j) ? "an array" : "an object";
+}
+
+/* The string under key of object o, or an error naming the line. */
+static int json_text(const char *path, int64_t line, const cJSON *o, const char *key, const char **out,
+                     char *err, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        char keys[300] = "";
+        size_t used = 0;
+        for (const cJSON *c = o->child; c && used < sizeof keys; c = c->next)
+            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s\"%.40s\"", c == o->child ? "" : ", ",
+                                     c->string);
+        return ut_errorf(err, n, "%s:%lld: no \"%s\" key (keys found: %s)", path, (long long)line, key,
+                         used ? keys : "none");
+    }
+    if (!cJSON_IsString(v))
+        return ut_errorf(err, n, "%s:%lld: \"%s\" is %s, expected a string", path, (long long)line, key,
+                         json_kind(v));
+    *out = v->valuestring;
+    return 0;
+}
+
+static int jsonl_line(builder *b, const char *path, const char *s, int64_t line, const char *fields[2],
+                      char *err, size_t n) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(s, &end, true);
+    if (!j)
+        return ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object "
+                         "{\"%s\": \"...\", \"%s\": \"...\"} per line, not an array or an object "
+                         "spread over lines", path, (long long)line,
+                         end ? end - s : (ptrdiff_t)0, fields[SRC], fields[TGT]);
+    int rc = 0;
+    if (!cJSON_IsObject(j))
+        rc = ut_errorf(err, n, "%s:%lld: %s, expected an object {\"%s\": \"...\", \"%s\": \"...\"} (JSON "
+                       "Lines: one object per line)", path, (long long)line, json_kind(j), fields[SRC],
+                       fields[TGT]);
+    const char *text[2] = {NULL, NULL};
+    for (int w = SRC; w <= TGT && !rc; w++) rc = json_text(path, line, j, fields[w], &text[w], err, n);
+    const char *const where[2] = {path, path};
+    const int64_t lines[2] = {line, line};
+    if (!rc) rc = add_example(b, text, where, lines, err, n);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int read_jsonl(builder *b, const char *path, const char *fields[2], char *err, size_t n) {
+    s2s_lines f;
+    if (read_lines(path, &f, err, n)) return -1;
+    int rc = 0;
+    for (int64_t k = 0; !rc && k < f.n; k++)
+        if (!blank(f.line[k])) rc = jsonl_line(b, path, f.line[k], k + 1, fields, err, n);
+    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples (expected one JSON object per line)", path);
+    lines_free(&f);
+    return rc;
+}
+
+/* ---- open ---- */
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcasecmp(s + a - b, suffix);
+}
+
+/* The lengths are in range and leave room for text beside the special tokens. */
+static int check_lengths(const char *path, ut_tokenizer *t, const ut_seq2seq_opts *o, char *err, size_t n) {
+    const int64_t len[2] = {o->max_source_len, o->max_target_len};
+    for (int w = SRC; w <= TGT; w++) {
+        if (len[w] < 2 || len[w] > 1000000000)
+            return ut_errorf(err, n, "%s: max_%s_len must be in [2, 1e9] (got %lld)", path, what_name[w],
+                             (long long)len[w]);
+        ut_tok_encoding e = {0};
+        ut_tok_opts to = {.max_len = len[w]};
+        char why[256];
+        int rc = ut_tokenizer_encode(t, "a", NULL, &to, &e, why, sizeof why);
+        ut_tok_encoding_free(&e);
+        if (rc) return ut_errorf(err, n, "%s: max_%s_len %lld: %s", path, what_name[w], (long long)len[w], why);
+    }
+    return 0;
+}
+
+static int read_examples(builder *b, const char *path, const char *target_path, char *err, size_t n) {
+    const char *fields[2] = {b->o->source_field ? b->o->source_field : "source",
+                             b->o->target_field ? b->o->target_field : "target"};
+    if (target_path) return read_parallel(b, path, target_path, err, n);
+    if (ends_with(path, ".tsv")) return read_tsv(b, path, fields, err, n);
+    if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return read_jsonl(b, path, fields, err, n);
+    return ut_errorf(err, n, "%s: unknown layout: give a .tsv file (a header naming the columns '%s' and '%s'), "
+                     "a .jsonl or .json file (one object {\"%s\": ..., \"%s\": ...} per line), or two parallel "
+                     "text files (sources and targets, one example per line)", path, fields[SRC], fields[TGT],
+                     fields[SRC], fields[TGT]);
+}
+
+ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, ut_tokenizer *t,
+                                    const ut_seq2seq_opts *o, char *err, size_t n) {
+    if (!o) {
+        ut_errorf(err, n, "%s: no seq2seq options (max_source_len, max_target_len)", path);
+        return NULL;
+    }
+    if (check_lengths(path, t, o, err, n)) return NULL;
+    s2s_impl *m = ut_calloc_check(1, sizeof *m);
+    m->max_len[SRC] = o->max_source_len;
+    m->max_len[TGT] = o->max_target_len;
+    m->L = o->max_source_len > o->max_target_len ? o->max_source_len : o->max_target_len;
+    int32_t pad = ut_tokenizer_special_id(t, "pad");
+    m->pad = pad >= 0 ? pad : 0;
+    builder b = {.tok = t, .o = o, .m = m};
+    int rc = read_examples(&b, path, target_path, err, n);
+    ut_tok_encoding_free(&b.e);
+    ut_free(b.src.s);
+    if (rc) {
+        s2s_impl_free(m);
+        return NULL;
+    }
+    ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
+    *ds = (ut_dataset){.name = ut__data_strdup(path), .n = m->n, .x_ndim = 2, .x_ne = {4, m->L}, .y_ndim = 1,
+                       .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = 0,
+                       .vocab_size = ut_tokenizer_vocab_size(t), .seq2seq = true, .get = s2s_get,
+                       .free = s2s_free, .impl = m};
+    return ds;
+}

@@ -1,0 +1,167 @@
+/* Hugging Face BART sequence to sequence: utrain's bart with model.task
+ * seq2seq, loaded from a BartForConditionalGeneration directory
+ * (tests/parity/fixtures/hf_bart_gen_tiny, made by
+ * tests/parity/make_hf_bart_gen_fixtures.py), gives transformers' logits,
+ * loss and every parameter gradient on a batch of padded sources and
+ * targets, and 10 AdamW steps; ut_generate gives the tokens transformers'
+ * generate gives for greedy decoding and beam search under its options
+ * (beams, early stopping, length penalty, no-repeat n-grams, minimum new
+ * tokens, forced first and last tokens), with and without the decoder's
+ * key/value cache. */
+#include <string.h>
+
+#include "proc.h"
+#include "test.h"
+#include "hf_parity.h"
+
+#define FIX "tests/parity/fixtures/"
+#define DIR FIX "hf_bart_gen_tiny"
+#define BATCH FIX "hf_bart_gen_batch.safetensors"
+
+static ut_model *load(char *err, size_t n) {
+    return hfp_load("bart", DIR, (const char *const[]){"task", "seq2seq", NULL}, err, n);
+}
+
+static void test_logits_loss_grads(void) {
+    char err[1024];
+    ut_model *m = load(err, sizeof err);
+    CHECK(m, "%s", err);
+    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
+    CHECK(f, "%s", err);
+    if (m && f) {
+        int checked = hfp_check_batch(m, f, "k_proj.bias");
+        CHECK(checked == 91 && checked == m->params.n, "%d gradients checked of %d", checked, m->params.n);
+    }
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+static void test_adamw(void) {
+    char err[1024];
+    ut_model *m = load(err, sizeof err);
+    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    if (m && f) hfp_check_adamw(m, f, "k_proj.bias");
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+/* the cases of make_hf_bart_gen_fixtures.py */
+static const struct {
+    const char *name;
+    int beams, early;
+    double lp;
+    int64_t ngram, min_new, bos, eos, max_new;
+} cases[] = {
+    {"greedy", 1, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
+    {"beam4", 4, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
+    {"beam3_early_lp2_ngram2_min4", 3, UT_EARLY_TRUE, 2.0, 2, 4, -1, -1, 12},
+    {"beam4_never_lp05", 4, UT_EARLY_NEVER, 0.5, 0, 0, -1, -1, 12},
+    {"greedy_forced_ngram3_min3", 1, UT_EARLY_HEURISTIC, 1.0, 3, 3, 0, 2, 12},
+    {"beam2_forced", 2, UT_EARLY_HEURISTIC, 1.0, 0, 0, 0, -1, 8},
+};
+
+static void check_generation(bool no_cache) {
+    char err[1024];
+    ut_model *m = load(err, sizeof err);
+    ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
+    CHECK(m && f, "%s", err);
+    const ut_st_tensor *in = f ? ut_st_get(f, "input") : NULL;
+    if (!m || !in) goto done;
+    int64_t B = in->shape[0], L = in->shape[2];
+    int32_t src[64], mask[64];
+    const int32_t *x = in->data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < L; t++) src[b * L + t] = x[(b * 4) * L + t], mask[b * L + t] = x[(b * 4 + 1) * L + t];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ut_gen_opts o;
+        ut_gen_opts_init(&o);
+        o.num_beams = cases[c].beams, o.early_stopping = cases[c].early, o.length_penalty = cases[c].lp;
+        o.no_repeat_ngram_size = cases[c].ngram, o.min_new_tokens = cases[c].min_new;
+        o.forced_bos = cases[c].bos, o.forced_eos = cases[c].eos, o.max_new_tokens = cases[c].max_new;
+        o.no_cache = no_cache;
+        int32_t out[64];
+        int64_t lens[8];
+        int rc = ut_generate(m, &o, src, mask, B, L, out, lens, err, sizeof err);
+        CHECK(rc == 0, "%s: %s", cases[c].name, err);
+        char name[96];
+        snprintf(name, sizeof name, "gen.%s", cases[c].name);
+        const ut_st_tensor *ref = ut_st_get(f, name);
+        CHECK(ref && ut_st_numel(ref) == B * o.max_new_tokens, "%s: no reference", name);
+        if (rc || !ref) continue;
+        const int32_t *r = ref->data;
+        for (int64_t b = 0; b < B; b++) {
+            char got[256] = "", want[256] = "";
+            for (int64_t i = 0; i < o.max_new_tokens; i++) {
+                snprintf(got + strlen(got), sizeof got - strlen(got), " %d", out[b * o.max_new_tokens + i]);
+                snprintf(want + strlen(want), sizeof want - strlen(want), " %d", r[b * o.max_new_tokens + i]);
+            }
+            CHECK(!strcmp(got, want), "%s%s row %lld:%s, transformers:%s", cases[c].name,
+                  no_cache ? " (no cache)" : "", (long long)b, got, want);
+            /* lens: up to and including the end of sequence, or all */
+            int64_t want_len = o.max_new_tokens;
+            for (int64_t i = 0; i < o.max_new_tokens; i++)
+                if (r[b * o.max_new_tokens + i] == 2) {
+                    want_len = i + 1;
+                    break;
+                }
+            CHECK(lens[b] == want_len, "%s row %lld: %lld tokens, expected %lld", cases[c].name, (long long)b,
+                  (long long)lens[b], (long long)want_len);
+        }
+    }
+done:
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
+static void test_generate_cached(void) { check_generation(false); }
+static void test_generate_uncached(void) { check_generation(true); }
+
+/* bad options and a model without a decoder are refused with a message */
+static void test_refusals(void) {
+    char err[1024];
+    ut_model *m = load(err, sizeof err);
+    ut_model *cls = hfp_load("bart", FIX "hf_bart_tiny", NULL, err, sizeof err);
+    CHECK(m && cls, "%s", err);
+    int32_t src[3] = {0, 70, 2}, mask[3] = {1, 1, 1}, out[40];
+    int64_t lens[1];
+    ut_gen_opts o;
+    ut_gen_opts_init(&o);
+    if (cls) {
+        CHECK(ut_generate(cls, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 &&
+                  strstr(err, "generates no text"), "%s", err);
+    }
+    if (m) {
+        o.do_sample = true, o.num_beams = 2;
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 && strstr(err, "sampling"),
+              "%s", err);
+        ut_gen_opts_init(&o);
+        o.max_new_tokens = 40; /* 41 decoder positions > max_position_embeddings 32 */
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 &&
+                  strstr(err, "max_position_embeddings"), "%s", err);
+        ut_gen_opts_init(&o);
+        o.forced_bos = 538;
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 && strstr(err, "538"), "%s",
+              err);
+        /* sampling: seeded, so the same seed gives the same tokens */
+        ut_gen_opts_init(&o);
+        o.do_sample = true, o.seed = 7, o.top_k = 5, o.top_p = 0.9, o.temperature = 0.7;
+        int32_t again[20];
+        int64_t l2[1];
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == 0 &&
+                  ut_generate(m, &o, src, mask, 1, 3, again, l2, err, sizeof err) == 0 &&
+                  !memcmp(out, again, sizeof again) && lens[0] == l2[0],
+              "sampling with one seed differs: %s", err);
+    }
+    ut_model_free(m);
+    ut_model_free(cls);
+}
+
+int main(void) {
+    RUN(test_logits_loss_grads);
+    RUN(test_adamw);
+    RUN(test_generate_cached);
+    RUN(test_generate_uncached);
+    RUN(test_refusals);
+    return TEST_SUMMARY();
+}
