@@ -34,7 +34,7 @@ typedef struct {
     ut_kv *model_opts;           /* every other model.* key, checked by the model */
 
     /* ---- data ---- */
-    char data_name[32];          /* idx_images | tokens | tsv_text */
+    char data_name[32];          /* idx_images | tokens | tsv_text | seq2seq_text */
     char train_images[UT_CFG_STR_MAX], train_labels[UT_CFG_STR_MAX];
     char dev_images[UT_CFG_STR_MAX], dev_labels[UT_CFG_STR_MAX];
     char test_images[UT_CFG_STR_MAX], test_labels[UT_CFG_STR_MAX];
@@ -47,6 +47,21 @@ typedef struct {
     int64_t min_freq;            /* tsv_text word vocabulary: minimum count */
     bool shuffle, drop_last;
     int prefetch;                /* batches the loader prepares ahead */
+    /* seq2seq_text: the target files beside parallel source files (FlagAI's
+     * train_inputs.txt / train_targets.txt); empty: train_path etc. are TSV
+     * or JSON Lines holding both texts */
+    char train_target_path[UT_CFG_STR_MAX], dev_target_path[UT_CFG_STR_MAX], test_target_path[UT_CFG_STR_MAX];
+    int64_t max_source_len, max_target_len; /* seq2seq_text: truncate to these many tokens */
+    char source_field[64], target_field[64]; /* seq2seq_text: TSV columns / JSON keys */
+    char source_prefix[UT_CFG_STR_MAX];     /* seq2seq_text: prepended to every source */
+    bool lowercase;              /* seq2seq_text: lower-case both texts */
+
+    /* ---- generate: evaluation by generation and `utrain generate` ---- */
+    bool gen_eval;               /* generate.eval: dev/test evaluation also generates (bleu, rougeL, exact_match) */
+    int64_t gen_max_new_tokens, gen_min_new_tokens, gen_num_beams, gen_no_repeat_ngram_size, gen_top_k;
+    double gen_length_penalty, gen_temperature, gen_top_p;
+    char gen_early_stopping[8];  /* false | true | never */
+    bool gen_do_sample;
 
     /* ---- train ---- */
     int64_t epochs, max_steps;   /* max_steps > 0 overrides epochs */

@@ -238,6 +238,9 @@ typedef struct {
     void *x, *y;
     int64_t epoch, cursor_after; /* sampler position after this batch */
     const int64_t *idx;          /* the dataset index of each of the count examples */
+    /* A seq2seq batch as the loader trimmed it (ut_seq2seq_batch_trim): x
+     * (count, 4, x_len), y (count, y_len); 0: the dataset's shapes. */
+    int64_t x_len, y_len;
     /* The arrays the loader's prepare made from x, with the fence that
      * guards x, y and them (ut_inputs_fence after uploading from them);
      * NULL for a batch that is not a loader's. */
@@ -285,9 +288,10 @@ static inline bool ut_seq2seq_planes(const ut_dataset *ds) {
 }
 /* Dynamic padding for a batch of ut_seq2seq_dataset_open, like
  * ut_tok_batch_trim: x is (count, 4, max_len), y (count, max_len) (y may be
- * NULL). L' = the longest source or target mask in the batch (at least 1);
- * x is rewritten in place as (count, 4, L') and y as (count, L'),
- * contiguous. Returns L'. */
+ * NULL). L' = the longest source or target mask in the batch, T' the
+ * longest target (each at least 1); x is rewritten in place as (count, 4,
+ * L') and y as (count, T') (the decoder's positions), contiguous, and
+ * b->x_len, b->y_len set to them. Returns L'. */
 int64_t ut_seq2seq_batch_trim(ut_batch *b, int64_t max_len);
 
 #ifdef __cplusplus

@@ -28,6 +28,7 @@
 typedef struct {
     int status;              /* 1 batch, 0 end of epoch, -1 error */
     int64_t count, epoch, cursor_after;
+    int64_t x_len, y_len;    /* a seq2seq batch trimmed in place (0: not) */
     unsigned char *x, *y;
     int64_t *idx;
     ut_inputs in;            /* prepared arrays, and the fence over x, y and them */
@@ -64,6 +65,7 @@ static int prepare(ut_loader *l, slot *sl) {
     const ut_dataset *ds = l->ds;
     ut_host_array x = {.dtype = ds->x_dtype, .ndim = 1 + ds->x_ndim, .ne = {sl->count}, .host = sl->x};
     for (int d = 0; d < ds->x_ndim; d++) x.ne[1 + d] = ds->x_ne[d];
+    if (sl->x_len) x.ne[2] = sl->x_len;
     if (ut_tok_planes(ds)) {
         memcpy(l->trim, sl->x, (size_t)sl->count * l->x_bytes);
         ut_batch b = {.count = sl->count, .x = l->trim};
@@ -92,6 +94,12 @@ static void fill(ut_loader *l, slot *sl) {
             sl->status = -1;
             return;
         }
+    }
+    sl->x_len = sl->y_len = 0;
+    if (sl->status == 1 && ut_seq2seq_planes(l->ds)) { /* padding to the batch's longest texts, in place */
+        ut_batch b = {.count = sl->count, .x = sl->x, .y = sl->y};
+        ut_seq2seq_batch_trim(&b, l->ds->x_ne[1]);
+        sl->x_len = b.x_len, sl->y_len = b.y_len;
     }
     if (sl->status == 1 && l->o.prepare && prepare(l, sl)) sl->status = -1;
 }
@@ -185,7 +193,8 @@ int ut_loader_next(ut_loader *l, ut_batch *b, char *err, size_t n) {
     }
     pthread_mutex_unlock(&l->mu);
     *b = (ut_batch){.count = sl->status == 1 ? sl->count : 0, .x = sl->x, .y = sl->y,
-                    .epoch = sl->epoch, .cursor_after = sl->cursor_after, .idx = sl->idx, .inputs = &sl->in};
+                    .epoch = sl->epoch, .cursor_after = sl->cursor_after, .idx = sl->idx, .inputs = &sl->in,
+                    .x_len = sl->x_len, .y_len = sl->y_len};
     if (sl->status < 0) return ut_errorf(err, n, "%s", sl->err);
     return sl->status;
 }

@@ -81,17 +81,20 @@ int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which) {
 
 int64_t ut_seq2seq_batch_trim(ut_batch *b, int64_t max_len) {
     int32_t *x = b->x, *y = b->y;
-    int64_t L = 1;
+    int64_t L = 1, T = 1;
     for (int64_t k = 0; k < b->count; k++)
         for (int plane = 1; plane <= 3; plane += 2) {       /* the source and the target mask */
             const int32_t *mask = x + (k * 4 + plane) * max_len;
             int64_t len = max_len;
             while (len > 0 && !mask[len - 1]) len--;
             if (len > L) L = len;
+            if (plane == 3 && len > T) T = len;
         }
     /* rows move towards the front only, in order, so memmove in place is safe */
     for (int64_t r = 0; r < 4 * b->count; r++) memmove(x + r * L, x + r * max_len, (size_t)L * sizeof *x);
-    for (int64_t k = 0; y && k < b->count; k++) memmove(y + k * L, y + k * max_len, (size_t)L * sizeof *y);
+    for (int64_t k = 0; y && k < b->count; k++) memmove(y + k * T, y + k * max_len, (size_t)T * sizeof *y);
+    b->x_len = L;
+    b->y_len = T;
     return L;
 }
 

@@ -186,6 +186,54 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
     return rc;
 }
 
+ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n) {
+    const char *dir = pretrained_tokenizer(c);
+    if (!dir)
+        return ut_errorf(err, n, "data.name %s: needs a pretrained tokenizer: set model.pretrained (a Hugging "
+                                 "Face model directory) or data.tokenizer (a tokenizer directory or file)",
+                         c->data_name), NULL;
+    char why[1024];
+    ut_tokenizer *tok = ut_tokenizer_load(dir, why, sizeof why);
+    if (!tok)
+        ut_errorf(err, n, "%s: %s", strcmp(c->tokenizer, "word") ? "data.tokenizer" : "model.pretrained (its tokenizer)",
+                  why);
+    return tok;
+}
+
+/* seq2seq_text: pairs read with the pretrained tokenizer (data.tokenizer, or
+ * model.pretrained's); a warning for texts cut to the length limits */
+static int open_seq2seq(const ut_config *c, bool lead, ut_dataset **train, ut_dataset **dev, ut_dataset **test,
+                        char *err, size_t n) {
+    ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
+    if (!tok) return -1;
+    ut_seq2seq_opts o = {.max_source_len = c->max_source_len, .max_target_len = c->max_target_len,
+                         .source_field = c->source_field, .target_field = c->target_field,
+                         .source_prefix = c->source_prefix[0] ? c->source_prefix : NULL, .lowercase = c->lowercase};
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    const char *targets[3] = {c->train_target_path, c->dev_target_path, c->test_target_path};
+    const char *keys[3] = {"data.train_path", "data.dev_path", "data.test_path"};
+    ut_dataset **out[3] = {train, dev, test};
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!out[i] || !paths[i][0]) {
+            if (out[i] && i == 0) rc = ut_errorf(err, n, "data.train_path: seq2seq_text needs the training pairs");
+            continue;
+        }
+        if (!(*out[i] = ut_seq2seq_dataset_open(paths[i], targets[i][0] ? targets[i] : NULL, tok, &o, err, n))) {
+            rc = -1;
+            break;
+        }
+        int64_t cut[2] = {ut_seq2seq_truncated(*out[i], 0), ut_seq2seq_truncated(*out[i], 1)};
+        if (lead && (cut[0] || cut[1]))
+            fprintf(stderr, "utrain: warning: %s (%s): %lld of %lld sources cut to data.max_source_len %lld, %lld "
+                            "targets to data.max_target_len %lld\n", paths[i], keys[i], (long long)cut[0],
+                    (long long)(*out[i])->n, (long long)c->max_source_len, (long long)cut[1],
+                    (long long)c->max_target_len);
+    }
+    ut_tokenizer_free(tok);
+    return rc;
+}
+
 int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
     ut_dataset **all[3] = {train, dev, test};
@@ -195,6 +243,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     if (!strcmp(cfg->data_name, "idx_images")) rc = open_idx(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, lead, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, lead, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
@@ -319,11 +368,26 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
         ut_kv_free(opts);
         return NULL;
     }
+    /* pairs of texts: a model that can read them generates (model.task seq2seq) */
+    bool seq2seq = !strcmp(cfg->data_name, "seq2seq_text");
+    if (seq2seq && !ut_kv_get(opts, "task")) ut_kv_set(opts, "task", "seq2seq");
+    if (seq2seq && strcmp(ut_kv_get(opts, "task"), "seq2seq") && strcmp(ut_kv_get(opts, "task"), "conditional_generation")) {
+        snprintf(err, n, "model.task: %s, but data.name seq2seq_text trains a sequence-to-sequence model: set "
+                         "model.task: seq2seq (or remove it)", ut_kv_get(opts, "task"));
+        ut_kv_free(opts);
+        return NULL;
+    }
+    if (seq2seq && strcmp(cfg->model_name, "bart")) {
+        snprintf(err, n, "data.name seq2seq_text: model %s is not a sequence-to-sequence model; use model.name: "
+                         "bart (model.pretrained: a BART directory)", cfg->model_name);
+        ut_kv_free(opts);
+        return NULL;
+    }
     /* bert, roberta, bart, gpt2 classifying: the head's size from the data unless
      * model.num_labels (or config.json's id2label) says */
     const char *task = ut_kv_get(opts, "task");
     bool classifier = !strcmp(cfg->model_name, "bert") || !strcmp(cfg->model_name, "roberta") ||
-                      !strcmp(cfg->model_name, "bart") ||
+                      (!strcmp(cfg->model_name, "bart") && !seq2seq) ||
                       (!strcmp(cfg->model_name, "gpt2") && task && !strcmp(task, "sequence_classification"));
     if (classifier && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels") &&
         !ut_kv_get(opts, "num_classes")) {
@@ -384,6 +448,17 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
     }
     m->checkpoint_activations = cfg->checkpoint_activations;
     /* bert, roberta, bart: every example must fit the learned positions */
+    if (seq2seq) {
+        int64_t pos = position_room(cfg, m);
+        const char *key = cfg->max_source_len > pos ? "data.max_source_len" : "data.max_target_len";
+        int64_t v = cfg->max_source_len > pos ? cfg->max_source_len : cfg->max_target_len;
+        if (pos > 0 && v > pos) {
+            snprintf(err, n, "%s: %lld is more than the model's max_position_embeddings %lld", key, (long long)v,
+                     (long long)pos);
+            ut_model_free(m);
+            return NULL;
+        }
+    }
     int64_t room = strcmp(cfg->data_name, "tsv_text") ? 0 : position_room(cfg, m);
     const ut_tensor *rob = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
     if (room > 0 && cfg->max_len > room) {

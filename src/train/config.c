@@ -15,7 +15,8 @@
 #define LE(v) .hi = UT_CFG_LE, .max = (v)
 
 static const char *const modes[] = {"train", "test", NULL};
-static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", NULL};
+static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", NULL};
+static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
@@ -96,6 +97,24 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "drop the last incomplete training batch of an epoch"},
     {.key = "data.prefetch", .type = UT_CFG_INT, AT(prefetch), .def = "2", GE(1),
      .doc = "batches the loader prepares ahead"},
+    {.key = "data.train_target_path", .type = UT_CFG_STR, AT(train_target_path), .def = "", .hashed = true,
+     .doc = "seq2seq_text: the targets, one a line, beside train_path's sources (FlagAI's train_targets.txt); empty: train_path is TSV or JSON Lines with both"},
+    {.key = "data.dev_target_path", .type = UT_CFG_STR, AT(dev_target_path), .def = "",
+     .doc = "seq2seq_text: dev targets beside dev_path"},
+    {.key = "data.test_target_path", .type = UT_CFG_STR, AT(test_target_path), .def = "",
+     .doc = "seq2seq_text: test targets beside test_path"},
+    {.key = "data.max_source_len", .type = UT_CFG_INT, AT(max_source_len), .def = "512", GE(2), LE(1e9),
+     .hashed = true, .doc = "seq2seq_text: truncate sources to this many tokens (special tokens included)"},
+    {.key = "data.max_target_len", .type = UT_CFG_INT, AT(max_target_len), .def = "128", GE(2), LE(1e9),
+     .hashed = true, .doc = "seq2seq_text: truncate targets to this many tokens (special tokens included)"},
+    {.key = "data.source_field", .type = UT_CFG_STR, AT(source_field), .def = "source", .hashed = true,
+     .doc = "seq2seq_text: the sources' TSV column or JSON key"},
+    {.key = "data.target_field", .type = UT_CFG_STR, AT(target_field), .def = "target", .hashed = true,
+     .doc = "seq2seq_text: the targets' TSV column or JSON key"},
+    {.key = "data.source_prefix", .type = UT_CFG_STR, AT(source_prefix), .def = "", .hashed = true,
+     .doc = "seq2seq_text: text put before every source (T5's `summarize: `)"},
+    {.key = "data.lowercase", .type = UT_CFG_BOOL, AT(lowercase), .def = "false", .hashed = true,
+     .doc = "seq2seq_text: lower-case sources and targets (FlagAI's example does)"},
 
     /* ---- train ---- */
     {.key = "train.epochs", .type = UT_CFG_INT, AT(epochs), .def = "1", GE(0),
@@ -147,6 +166,30 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "smallest change of best_metric that counts as an improvement"},
     {.key = "train.progress", .type = UT_CFG_ENUM, AT(progress), .def = "auto",
      .values = progress_kinds, .doc = "progress display (auto: a bar on a terminal, else lines)"},
+
+    /* ---- generate ---- */
+    {.key = "generate.eval", .type = UT_CFG_BOOL, AT(gen_eval), .def = "false",
+     .doc = "seq2seq: evaluation also generates for every dev/test example and reports bleu, rougeL and exact_match (Seq2SeqTrainer's predict_with_generate); test mode writes <split>_generations.tsv"},
+    {.key = "generate.max_new_tokens", .type = UT_CFG_INT, AT(gen_max_new_tokens), .def = "64", GE(1), LE(1e6),
+     .doc = "tokens generated at most after the decoder's start"},
+    {.key = "generate.min_new_tokens", .type = UT_CFG_INT, AT(gen_min_new_tokens), .def = "0", GE(0), LE(1e6),
+     .doc = "end of sequence is banned before this many new tokens"},
+    {.key = "generate.num_beams", .type = UT_CFG_INT, AT(gen_num_beams), .def = "1", GE(1), LE(32),
+     .doc = "1: greedy decoding (or sampling); more: beam search"},
+    {.key = "generate.length_penalty", .type = UT_CFG_FLOAT, AT(gen_length_penalty), .def = "1.0",
+     .doc = "beam search: a finished beam scores its log-probability / length^length_penalty"},
+    {.key = "generate.early_stopping", .type = UT_CFG_ENUM, AT(gen_early_stopping), .def = "false",
+     .values = early_kinds, .doc = "beam search: false, true or never, as transformers' generate"},
+    {.key = "generate.no_repeat_ngram_size", .type = UT_CFG_INT, AT(gen_no_repeat_ngram_size), .def = "0",
+     GE(0), LE(1e6), .doc = "n-grams of this size occur at most once (0: off)"},
+    {.key = "generate.do_sample", .type = UT_CFG_BOOL, AT(gen_do_sample), .def = "false",
+     .doc = "sample from the distribution (num_beams 1) with the run's seed"},
+    {.key = "generate.temperature", .type = UT_CFG_FLOAT, AT(gen_temperature), .def = "1.0", GT(0),
+     .doc = "sampling: logits divided by this"},
+    {.key = "generate.top_k", .type = UT_CFG_INT, AT(gen_top_k), .def = "50", GE(0), LE(1e9),
+     .doc = "sampling: keep the k most likely tokens (0: all)"},
+    {.key = "generate.top_p", .type = UT_CFG_FLOAT, AT(gen_top_p), .def = "1.0", GT(0), LE(1),
+     .doc = "sampling: keep the smallest set of tokens whose probability reaches top_p"},
 
     /* ---- optim ---- */
     {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
@@ -249,6 +292,14 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"save_steps_ratio", "train.save_steps_ratio"},
     {"num_epochs", "train.epochs"},
     {"max_length", "data.max_len"},
+    /* Hugging Face's summarization and translation scripts and Seq2SeqTrainingArguments */
+    {"max_source_length", "data.max_source_len"},
+    {"max_target_length", "data.max_target_len"},
+    {"source_prefix", "data.source_prefix"},
+    {"predict_with_generate", "generate.eval"},
+    {"generation_num_beams", "generate.num_beams"},
+    {"num_beams", "generate.num_beams"},
+    {"max_new_tokens", "generate.max_new_tokens"},
     {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
     {"precision", "train.precision"},
@@ -290,8 +341,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
 };
 const int ut_cfg_naliases = (int)(sizeof ut_cfg_aliases / sizeof ut_cfg_aliases[0]);
 
-const char *const ut_cfg_sections[] = {"", "model", "data", "train", "optim", "dist"};
-const int ut_cfg_nsections = 6;
+const char *const ut_cfg_sections[] = {"", "model", "data", "train", "generate", "optim", "dist"};
+const int ut_cfg_nsections = 7;
 
 // --- lookups
 

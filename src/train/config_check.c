@@ -107,6 +107,20 @@ static int check_data(const ut_config *c, char *err, size_t n) {
     } else if (!*c->train_path) {
         FAIL("data.train_path: required when data.name is %s", c->data_name);
     }
+    bool pairs = !strcmp(c->data_name, "seq2seq_text");
+    const char *tkeys[3] = {"data.train_target_path", "data.dev_target_path", "data.test_target_path"};
+    const char *tvals[3] = {c->train_target_path, c->dev_target_path, c->test_target_path};
+    const char *pvals[3] = {c->train_path, c->dev_path, c->test_path};
+    for (int i = 0; i < 3; i++) {
+        if (*tvals[i] && !pairs)
+            FAIL("%s: only data.name seq2seq_text reads target files (data.name is %s); remove it", tkeys[i],
+                 c->data_name);
+        if (*tvals[i] && !*pvals[i]) FAIL("%s: given without the sources beside it (%s)", tkeys[i],
+                                         i == 0 ? "data.train_path" : i == 1 ? "data.dev_path" : "data.test_path");
+    }
+    if (c->gen_eval && !pairs)
+        FAIL("generate.eval: evaluation by generation needs sequence-to-sequence data (data.name: seq2seq_text), "
+             "not data.name: %s; remove it", c->data_name);
     return 0;
 }
 
@@ -123,6 +137,7 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"cnn", "idx_images", "an image classifier: it reads IDX images"},
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
     const char *task = ut_kv_get(c->model_opts, "task");
+    if (!strcmp(c->model_name, "bart") && !strcmp(c->data_name, "seq2seq_text")) return 0; /* BartForConditionalGeneration */
     if (!strcmp(c->model_name, "gpt2") && task && !strcmp(task, "sequence_classification")) {
         if (strcmp(c->data_name, "tsv_text"))
             FAIL("model.task: sequence_classification makes gpt2 a sentence classifier: it reads TSV text "

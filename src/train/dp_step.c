@@ -44,11 +44,13 @@ static void dp_worker(void *user, int w) {
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
     accum_add(&r->acc, r->loss, r->b.count, batch_tokens(t, r->b.count), mets, k);
+    r->acc.loss_w += (double)r->b.count;
     ut_ctx_reset(ctx);
 }
 
 static void accum_merge(accum *dst, const accum *src) {
     dst->loss_sum += src->loss_sum;
+    dst->loss_w += src->loss_w;
     dst->examples += src->examples;
     dst->tokens += src->tokens;
     accum_add(dst, 0, 0, 0, src->mets, src->nmets);

@@ -24,6 +24,7 @@ static ut_tensor *collate_token_planes(ut_ctx *ctx, const ut_dataset *ds, const 
 static ut_tensor *collate_y(ut_ctx *ctx, const ut_dataset *ds, const ut_batch *b) {
     int64_t ne[4] = {b->count};
     for (int i = 0; i < ds->y_ndim; i++) ne[1 + i] = ds->y_ne[i];
+    if (b->y_len) ne[1] = b->y_len; /* a trimmed seq2seq batch */
     return b->inputs ? ut_tensor_from_async(ctx, ds->y_dtype, 1 + ds->y_ndim, ne, b->y)
                      : ut_tensor_from(ctx, ds->y_dtype, 1 + ds->y_ndim, ne, b->y);
 }
@@ -33,6 +34,7 @@ static int default_collate(void *user, ut_ctx *ctx, const ut_dataset *ds, const 
     (void)user;
     int64_t xne[4] = {b->count};
     for (int i = 0; i < ds->x_ndim; i++) xne[1 + i] = ds->x_ne[i];
+    if (b->x_len) xne[2] = b->x_len; /* a trimmed seq2seq batch */
     if (ut_tok_planes(ds)) *x = collate_token_planes(ctx, ds, b);
     else if (b->inputs) *x = ut_tensor_from_async(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
     else *x = ut_tensor_from(ctx, ds->x_dtype, 1 + ds->x_ndim, xne, b->x);
@@ -128,6 +130,7 @@ int ut_standin_batch(ut_dataset *ds, ut_batch *b, char *err, size_t n) {
         ut_standin_free(b);
         return -1;
     }
+    if (ut_seq2seq_planes(ds)) ut_seq2seq_batch_trim(b, ds->x_ne[1]); /* as the loader's batches are */
     return 0;
 }
 
@@ -201,19 +204,27 @@ static void add_metric(ut_eval_result *res, const char *name, double v) {
 }
 
 /* ---- evaluation ---- */
-/* Sums (loss, examples, each metric's sum and count) over the ranks. */
-static int reduce_eval(ut_comm *comm, double *loss_sum, int64_t *examples, ut_metric *acc, int nacc,
-                       char *err, size_t n) {
+/* Sums (loss, its weight, examples, each metric's sum and count) over the ranks. */
+static int reduce_eval(ut_comm *comm, double *loss_sum, double *weight, int64_t *examples, ut_metric *acc,
+                       int nacc, char *err, size_t n) {
     if (ut_comm_size(comm) == 1) return 0;
-    double v[2 + 2 * UT_MAX_METRICS] = {*loss_sum, (double)*examples};
-    for (int i = 0; i < nacc; i++) v[2 + 2 * i] = acc[i].sum, v[3 + 2 * i] = acc[i].count;
-    if (ut_comm_allreduce_f64(comm, v, 2 + 2 * UT_MAX_METRICS)) {
+    double v[3 + 2 * UT_MAX_METRICS] = {*loss_sum, *weight, (double)*examples};
+    for (int i = 0; i < nacc; i++) v[3 + 2 * i] = acc[i].sum, v[4 + 2 * i] = acc[i].count;
+    if (ut_comm_allreduce_f64(comm, v, 3 + 2 * UT_MAX_METRICS)) {
         snprintf(err, n, "reducing evaluation over ranks: %s", ut_comm_error(comm));
         return -1;
     }
-    *loss_sum = v[0], *examples = (int64_t)v[1];
-    for (int i = 0; i < nacc; i++) acc[i].sum = v[2 + 2 * i], acc[i].count = v[3 + 2 * i];
+    *loss_sum = v[0], *weight = v[1], *examples = (int64_t)v[2];
+    for (int i = 0; i < nacc; i++) acc[i].sum = v[3 + 2 * i], acc[i].count = v[4 + 2 * i];
     return 0;
+}
+
+int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b) {
+    if (!ut_seq2seq_planes(ds) || !b->y) return b->count;
+    int64_t T = b->y_len ? b->y_len : ds->y_ne[0], w = 0;
+    const int32_t *y = b->y;
+    for (int64_t i = 0; i < b->count * T; i++) w += y[i] != -100;
+    return w;
 }
 
 /* Adds one batch's metrics into the running sums (matched by name). */
@@ -291,7 +302,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     ut_loader *l = ut_run_loader(h, m, ds, &s, 2);
     bool grad = ut_ctx_set_grad_enabled(ctx, false), train = ut_ctx_set_training(ctx, false);
     bool outputs_ok = outputs != NULL;
-    double loss_sum = 0;
+    double loss_sum = 0, weight = 0;
     ut_metric acc[UT_MAX_METRICS];
     int nacc = 0;
     ut_batch b, standin = {0};
@@ -324,7 +335,9 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
             rc = -1;
             break;
         }
-        loss_sum += (double)lv * (double)b.count;
+        int64_t w = ut_batch_weight(ds, &b); /* seq2seq: the mean over target tokens */
+        loss_sum += (double)lv * (double)w;
+        weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
         add_batch_metrics(acc, &nacc, mets, ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS));
         if (outputs_ok) outputs_ok = store_outputs(out.output, &b, ds->num_classes, outputs);
@@ -337,10 +350,10 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     ut_sampler_free(&s);
     ut_standin_free(&standin);
     if (rc == 2) return 1; /* abandoned: res holds nothing */
-    if (rc < 0 || reduce_eval(comm, &loss_sum, &res->examples, acc, nacc, err, n)) return -1;
+    if (rc < 0 || reduce_eval(comm, &loss_sum, &weight, &res->examples, acc, nacc, err, n)) return -1;
     if (outputs && gather_outputs(comm, outputs, ds->n * ds->num_classes, &outputs_ok, err, n)) return -1;
     if (have_outputs) *have_outputs = outputs && outputs_ok;
-    double loss = res->examples ? loss_sum / (double)res->examples : NAN;
+    double loss = weight > 0 ? loss_sum / weight : NAN;
     add_metric(res, "loss", loss);
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);
     if (ds->vocab_size > 0 && ds->y_ndim > 0) add_metric(res, "perplexity", exp(loss));

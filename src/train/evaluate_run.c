@@ -78,6 +78,49 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
     return 0;
 }
 
+/* <split>_generations.tsv: a header, then source, reference and generated
+ * text of each example in dataset order (tabs and newlines inside a text
+ * written as spaces, so every example is one row). */
+static void put_field(FILE *f, const char *s) {
+    for (; s && *s; s++) fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
+}
+
+static int write_generations(const char *dir, const char *split, const ut_dataset *ds, char **texts, char *err,
+                             size_t n) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s_generations.tsv", dir, split);
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
+    fprintf(f, "source\treference\tgenerated\n");
+    for (int64_t i = 0; i < ds->n; i++) {
+        put_field(f, ut_seq2seq_text(ds, i, 0));
+        fputc('\t', f);
+        put_field(f, ut_seq2seq_text(ds, i, 1));
+        fputc('\t', f);
+        put_field(f, texts[i]);
+        fputc('\n', f);
+    }
+    if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
+    return 0;
+}
+
+/* Sequence to sequence: every example generated (generate.* options), the
+ * scores added to r and, on rank 0, <split>_generations.tsv written. */
+static int test_generation(ut_runlog *log, ut_model *m, ut_dataset *ds, const char *split, const ut_config *c,
+                           int64_t bs, ut_eval_result *r, char *err, size_t n) {
+    ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
+    if (!tok) return -1;
+    ut_gen_opts o;
+    ut_gen_opts_from_config(c, &o);
+    char **texts = NULL;
+    int rc = ut_evaluate_generation(ut_comm_world(), m, ds, bs, &o, tok, r, &texts, err, n);
+    if (!rc && log->rank == 0) rc = write_generations(log->dir, split, ds, texts, err, n);
+    for (int64_t i = 0; texts && i < ds->n; i++) ut_free(texts[i]);
+    ut_free(texts);
+    ut_tokenizer_free(tok);
+    return rc;
+}
+
 /* What test mode says about a split on the console and in the log. */
 static void report_split(ut_runlog *log, const char *split, const ut_eval_result *r, bool labeled,
                          bool predictions) {
@@ -105,12 +148,15 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
     int rc = ut_evaluate_outputs(ut_comm_world(), ctx, m, ds, bs, h, &r, logits, &have, err, n);
+    bool gen = ut_seq2seq_planes(ds);
+    if (!rc && gen) rc = test_generation(log, m, ds, split, c, bs, &r, err, n);
     if (!rc && h->on_log && labeled) {
         const char *names[UT_MAX_METRICS];
         for (int i = 0; i < r.n; i++) names[i] = r.names[i];
         h->on_log(h->user, split, step, r.n, names, r.values);
     }
     if (!rc) report_split(log, split, &r, labeled, have);
+    if (!rc && gen) ut_say(log, "%s: generations -> %s_generations.tsv\n", split, split);
     if (!rc && classify && !have)
         ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld classes)\n", split,
                (long long)ds->num_classes);

@@ -91,6 +91,22 @@ int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds,
                         char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
+/* What a batch's mean loss is over: its examples, or for seq2seq data its
+ * target tokens (labels other than -100). */
+int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b);
+/* generate.* as generation options (the run's seed for sampling). */
+void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
+/* Evaluation by generation of a seq2seq dataset (eval_generate.c): each
+ * example generated once over the ranks of comm (batches of `batch`),
+ * decoded with tok and scored against its target text; bleu, rougeL,
+ * exact_match and gen_len appended to res, the same on every rank. texts
+ * (may be NULL): every example's generated text (ds->n strings, ut_free
+ * each and the array). 0, or -1 with a message. */
+int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t batch, const ut_gen_opts *o,
+                           ut_tokenizer *tok, ut_eval_result *res, char ***texts, char *err, size_t n);
+/* The pretrained tokenizer a text run reads its data with (data.tokenizer,
+ * or model.pretrained's); NULL with a message when it has none. */
+ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);
 
 /* ---- shared steps ---- */
 /* The default hooks filled in where the user left NULL. */

@@ -142,14 +142,14 @@ static double accum_metric(const accum *a, const char *name) {
  * order. */
 static int accum_reduce(ut_trainer *t, accum *a) {
     if (t->dworld == 1) return 0;
-    double v[3 + 2 * UT_MAX_METRICS] = {a->loss_sum, (double)a->examples, (double)a->tokens};
-    for (int i = 0; i < a->nmets; i++) v[3 + 2 * i] = a->mets[i].sum, v[4 + 2 * i] = a->mets[i].count;
-    if (ut_comm_allreduce_f64(t->dcomm, v, 3 + 2 * UT_MAX_METRICS)) {
+    double v[4 + 2 * UT_MAX_METRICS] = {a->loss_sum, (double)a->examples, (double)a->tokens, a->loss_w};
+    for (int i = 0; i < a->nmets; i++) v[4 + 2 * i] = a->mets[i].sum, v[5 + 2 * i] = a->mets[i].count;
+    if (ut_comm_allreduce_f64(t->dcomm, v, 4 + 2 * UT_MAX_METRICS)) {
         snprintf(t->err, sizeof t->err, "reducing metrics over ranks: %s", ut_comm_error(t->dcomm));
         return -1;
     }
-    a->loss_sum = v[0], a->examples = (int64_t)v[1], a->tokens = (int64_t)v[2];
-    for (int i = 0; i < a->nmets; i++) a->mets[i].sum = v[3 + 2 * i], a->mets[i].count = v[4 + 2 * i];
+    a->loss_sum = v[0], a->examples = (int64_t)v[1], a->tokens = (int64_t)v[2], a->loss_w = v[3];
+    for (int i = 0; i < a->nmets; i++) a->mets[i].sum = v[4 + 2 * i], a->mets[i].count = v[5 + 2 * i];
     return 0;
 }
 
@@ -509,6 +509,13 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     }
     int erc = ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                 sizeof t->err);
+    if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
+        ut_gen_opts o;
+        ut_gen_opts_from_config(t->cfg, &o);
+        if (!t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
+        else if (ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, res, NULL, t->err, sizeof t->err))
+            erc = -1;
+    }
     if (t->pp > 1) ut_dist_attach(t->dist, t->ctx);
     ut_dist_release(t->dist);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
@@ -556,7 +563,7 @@ static int log_train(ut_trainer *t) {
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = ut_schedule_lr(&t->sched, t->st.step - 1);
-    double loss = a->loss_sum / (double)a->examples, acc = accum_metric(a, "accuracy");
+    double loss = a->loss_w > 0 ? a->loss_sum / a->loss_w : NAN, acc = accum_metric(a, "accuracy");
     const char *names[6] = {"loss", "lr", "grad_norm", "samples_per_s"};
     double vals[6] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
     int n = 4;
@@ -646,6 +653,8 @@ static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
     for (int i = 0; i < t->win_n; i++) {
         t->interval.loss_sum += (double)v[i] * (double)t->win_count[i];
         t->epoch.loss_sum += (double)v[i] * (double)t->win_count[i];
+        t->interval.loss_w += (double)t->win_count[i];
+        t->epoch.loss_w += (double)t->win_count[i];
     }
     if (sq) memcpy(sq_out, t->win_host + ((unsigned char *)t->win_sq - (unsigned char *)t->win_loss), sizeof *sq_out);
     if (t->ndp == 1) *loss = t->win_last >= 0 ? v[t->win_last] : NAN;
@@ -662,6 +671,15 @@ static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
 static int optimizer_step(ut_trainer *t, double *loss) {
     double scaled, norm, sq;
     float coef, scale = t->fp16 ? t->scaler.scale : 1.0f;
+    if (t->token_weights) { /* the gradient so far is the window's mean times tokens / examples */
+        int64_t w[2] = {t->win_weight, t->win_examples};
+        t->win_weight = 0;
+        if (t->dworld > 1 && ut_comm_allreduce_i64(t->dcomm, w, 1)) {
+            snprintf(t->err, sizeof t->err, "target tokens over ranks: %s", ut_comm_error(t->dcomm));
+            return -1;
+        }
+        if (w[0] > 0) scale *= (float)((double)w[0] / (double)w[1]);
+    }
     double clip = t->cfg->grad_clip > 0 ? t->cfg->grad_clip : 0;
     float lr = ut_schedule_lr(&t->sched, t->st.step);
     /* a split model's norm is the whole model's: its parts summed over the tp group */
@@ -673,14 +691,17 @@ static int optimizer_step(ut_trainer *t, double *loss) {
         UT_ASSERT(ut_dist_step_scaled(t->dist, lr, t->step_sc) == 0);
         if (t->p16) ut_ctx_set_param_copies(t->ctx, t->m->params.flat, t->m->params.numel, t->p16, t->p16_dt);
     }
-    double before = t->interval.loss_sum;
+    double before = t->interval.loss_sum, before_w = t->interval.loss_w;
     read_step(t, local, &sq, loss);
     if (t->pp > 1) { /* the losses are the last stage's: every stage logs them */
-        double v[2] = {t->interval.loss_sum - before, t->mesh.pp_rank == t->pp - 1 ? *loss : 0};
-        if (ut_comm_allreduce_f64(t->mesh.pp_group, v, 2)) return ut_pp_fail(t, "sharing the loss");
-        if (t->mesh.pp_rank != t->pp - 1) {
+        bool last = t->mesh.pp_rank == t->pp - 1;
+        double v[3] = {t->interval.loss_sum - before, last ? *loss : 0, t->interval.loss_w - before_w};
+        if (ut_comm_allreduce_f64(t->mesh.pp_group, v, 3)) return ut_pp_fail(t, "sharing the loss");
+        if (!last) {
             t->interval.loss_sum += v[0];
             t->epoch.loss_sum += v[0];
+            t->interval.loss_w += v[2];
+            t->epoch.loss_w += v[2];
         }
         *loss = v[1];
     }
@@ -748,7 +769,10 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     ut_tensor *y;
     if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
     /* the window's mean loss over all ranks: each micro-batch weighted by its share */
-    ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)b->count / (float)window_examples);
+    int64_t w = t->token_weights && !empty ? ut_batch_weight(t->train, b) : b->count;
+    t->win_weight += w;
+    t->win_examples = window_examples;
+    ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)w / (float)window_examples);
     if (t->fp16) scaled = ut_scale(t->ctx, scaled, t->scaler.scale);
     ut_dist_backward_begin(t->dist, t->ctx, sync);
     if (ut_backward(t->ctx, scaled)) {
@@ -768,7 +792,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
 void ut_trainer_record(ut_trainer *t, const ut_step_outputs *out, ut_tensor *y, const ut_batch *b) {
     /* the loss waits on the device for the optimizer step's one read (read_step) */
     UT_ASSERT(ut_tensor_copy_to(out->loss, t->win_loss + t->win_n, sizeof(float)) == 0);
-    t->win_count[t->win_n++] = b->count;
+    t->win_count[t->win_n++] = t->token_weights ? ut_batch_weight(t->train, b) : b->count;
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, out, y, mets, UT_MAX_METRICS);
     accum_add(&t->interval, 0, b->count, batch_tokens(t, b->count), mets, k);
@@ -876,7 +900,7 @@ static void epoch_end(ut_trainer *t, int *rc) {
     epoch_row *row = t->nrows < MAX_EPOCH_ROWS ? &t->rows[t->nrows++] : NULL;
     if (row) {
         *row = (epoch_row){.epoch = t->st.epoch};
-        row->train_loss = t->epoch.examples ? t->epoch.loss_sum / (double)t->epoch.examples : NAN;
+        row->train_loss = t->epoch.loss_w > 0 ? t->epoch.loss_sum / t->epoch.loss_w : NAN;
         row->train_acc = accum_metric(&t->epoch, "accuracy");
     }
     memset(&t->epoch, 0, sizeof t->epoch);
@@ -990,6 +1014,13 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->fp16 = ut_run_precision(c) == UT_F16;
     if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
+    t->token_weights = ut_seq2seq_planes(t->train);
+    if (t->token_weights && t->ndp > 1) {
+        snprintf(t->err, sizeof t->err, "dist.strategy dp: sequence-to-sequence data (%s) weighs its loss by target "
+                 "tokens, which the dp workers do not; use ddp (or zero1/zero2/zero3) under --nproc",
+                 t->train->name);
+        return -1;
+    }
     /* dp: the trainer's own model is worker 0 of ndp */
     ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->drank,
                     t->ndp > 1 ? t->ndp : t->dworld, (uint64_t)c->seed, c->shuffle, c->drop_last);
@@ -1128,6 +1159,7 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
     if (t->have_mesh) ut_mesh_free(&t->mesh);
     ut_free(t->owner);
     if (t->whole) ut_model_free(t->whole);
+    ut_tokenizer_free(t->tok);
     ut_standin_free(&t->standin);
     ut_dp_step_free(t);
     if (t->win_loss) ut_backend_get(t->m->params.device)->free(t->win_loss);

@@ -12,7 +12,8 @@
 
 /* ---- the run ---- */
 typedef struct {
-    double loss_sum;           /* sum of per-example losses */
+    double loss_sum;           /* sum of per-example (seq2seq: per-target-token) losses */
+    double loss_w;             /* what loss_sum is a sum over: examples, or target tokens */
     int64_t examples, tokens;
     ut_metric mets[UT_MAX_METRICS];
     int nmets;
@@ -50,6 +51,7 @@ struct ut_trainer {
     ut_comm *dcomm;
     int drank, dworld;
     ut_model *whole;             /* split: the whole model, for checkpoints (made at the first one) */
+    ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */
     int *owner;                  /* split: the pipeline stage that holds each of the whole model's parameters */
     /* dist.pipeline_parallel: this rank's stage is the model; a window's
      * micro-batches are in flight in slots (a context, the received input,
@@ -103,7 +105,14 @@ struct ut_trainer {
     ut_dtype p16_dt;
     size_t win_bytes;
     unsigned char *win_host;
-    int64_t *win_count;
+    int64_t *win_count;      /* each micro-batch's loss weight: its examples (seq2seq: target tokens) */
+    /* seq2seq: losses are means over target tokens, so a step's gradient is
+     * the mean over the window's target tokens on every rank together: each
+     * micro-batch's loss is weighted by its tokens over the window's
+     * examples, and the step multiplies by the window's examples over its
+     * tokens (summed over the ranks, win_weight this rank's) */
+    bool token_weights;
+    int64_t win_weight, win_examples;
     int win_n, win_last;     /* losses taken; the window's last micro-batch's, or -1 (an empty share) */
     epoch_row rows[MAX_EPOCH_ROWS];
     int nrows;
