@@ -1,0 +1,140 @@
+/* Sequence-to-sequence fine-tuning through the trainer (data.name
+ * seq2seq_text, FlagAI's parallel source/target files): the tiny
+ * BartForConditionalGeneration of tests/parity/fixtures/hf_bart_gen_tiny
+ * learns to copy a sentence's first four words; its loss is the mean over
+ * target tokens, so ddp and zero3 on 2 ranks (and gradient accumulation)
+ * reach the weights of one process with the same global batch even though
+ * the ranks' batches hold different numbers of target tokens; evaluation by
+ * generation scores the dev set (bleu, rougeL, exact_match) and picks the
+ * best checkpoint; test mode writes each example's generation; bad pairs
+ * are refused naming the files. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc.h"
+#include "test.h"
+#include "split_runs.h"
+
+/* sentences of data/sst2_sample/<split>.tsv as sources, their first four
+ * words as targets: DIR/<split>_inputs.txt, DIR/<split>_targets.txt */
+static bool write_pairs(const char *split, int most) {
+    char path[600], src[700], tgt[700], line[1024];
+    snprintf(path, sizeof path, "data/sst2_sample/%s.tsv", split);
+    snprintf(src, sizeof src, "%s/%s_inputs.txt", split_dir, split);
+    snprintf(tgt, sizeof tgt, "%s/%s_targets.txt", split_dir, split);
+    FILE *in = fopen(path, "r"), *fs = fopen(src, "w"), *ft = fopen(tgt, "w");
+    bool ok = in && fs && ft && fgets(line, sizeof line, in); /* the header */
+    for (int k = 0; ok && k < most && fgets(line, sizeof line, in); k++) {
+        char *tab = strchr(line, '\t');
+        if (tab) *tab = 0;
+        fprintf(fs, "%s\n", line);
+        int words = 0;
+        for (char *p = strtok(line, " "); p && words < 4; p = strtok(NULL, " "), words++)
+            fprintf(ft, "%s%s", words ? " " : "", p);
+        fputc('\n', ft);
+    }
+    if (in) fclose(in);
+    if (fs) fclose(fs);
+    if (ft) fclose(ft);
+    return ok;
+}
+
+/* ddp and zero3 on 2 ranks, and 2 micro-batches of 4, against batches of 8 */
+static void test_ranks_agree(void) {
+    CHECK(split_train("whole", 1, "") == 0, "one process");
+    CHECK(split_train("ddp2", 2, "train.batch_size=4") == 0, "ddp on 2 ranks");
+    CHECK(split_train("zero3", 2, "train.batch_size=4 dist.strategy=zero3") == 0, "zero3 on 2 ranks");
+    CHECK(split_train("accum", 1, "train.batch_size=4 train.gradient_accumulation_steps=2") == 0,
+          "2 micro-batches of 4");
+    split_agrees("ddp2", "whole", 16);
+    split_agrees("zero3", "whole", 16);
+    split_agrees("accum", "whole", 16);
+    split_same_dev_loss("ddp2", "whole", 16);
+}
+
+/* the first word of each non-header row's column col (0-based) of a TSV into out */
+static int first_words(const char *tsv, int col, char out[][64], int most) {
+    char *s = tp_slurp(tsv);
+    int n = 0;
+    char *save = NULL;
+    for (char *line = s ? strtok_r(s, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        if (line == s) continue; /* the header */
+        char *f = line;
+        for (int c = 0; c < col && f; c++) f = strchr(f, '\t') ? strchr(f, '\t') + 1 : NULL;
+        if (n == most) break;
+        out[n][0] = 0;
+        if (f) sscanf(f, "%63s", out[n]);
+        n++;
+    }
+    free(s);
+    return n;
+}
+
+/* trained longer with Adam, it copies: generation evaluated on dev picks the
+ * best checkpoint by bleu, and test mode writes the generations */
+static void test_learns_and_generates(void) {
+    CHECK(split_train("learn", 1,
+                      "train.max_steps=0 train.epochs=60 optim.name=adamw optim.lr=1e-2 optim.weight_decay=0 "
+                      "train.eval_strategy=steps train.eval_interval=160 train.best_metric=dev/bleu "
+                      "train.greater_is_better=true generate.eval=true generate.max_new_tokens=10") == 0,
+          "60 epochs with generation evaluated");
+    char *s = split_output("learn");
+    CHECK(s && strstr(s, "bleu") && strstr(s, "rougeL") && strstr(s, "exact_match"),
+          "evaluation by generation is reported:\n%s", s ? s : "");
+    free(s);
+    char cfg[700], out[700];
+    snprintf(cfg, sizeof cfg, "%s/runs/learn", split_dir);
+    snprintf(out, sizeof out, "%s/learn_test.out", split_dir);
+    CHECK(tp_run((const char *[]){"test", cfg, NULL}, out) == 0, "utrain test");
+    const char *gens = tp_run_file(split_dir, "learn", "test_generations.tsv");
+    CHECK(tp_count_lines(gens) == 17, "a header and 16 generations: %d lines", tp_count_lines(gens));
+    char src[16][64], hyp[16][64];
+    int n = first_words(gens, 0, src, 16), m = first_words(gens, 2, hyp, 16), same = 0;
+    for (int i = 0; i < n && i < m; i++) same += !strcmp(src[i], hyp[i]);
+    CHECK(n == 16 && m == 16 && same >= 10, "%d of %d generations start with their source's first word", same, n);
+    char *r = tp_slurp(tp_run_file(split_dir, "learn", "test_results.json"));
+    double bleu = r && strstr(r, "\"bleu\":") ? atof(strstr(r, "\"bleu\":") + 7) : -1;
+    CHECK(bleu > 8, "test bleu %g", bleu);
+    free(r);
+}
+
+/* pairs that cannot be read are refused, naming the files */
+static void test_bad_pairs(void) {
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/short_targets.txt", split_dir);
+    FILE *f = fopen(bad, "w");
+    if (f) {
+        fprintf(f, "one\ntwo\n");
+        fclose(f);
+    }
+    char sets[900];
+    snprintf(sets, sizeof sets, "data.train_target_path=%s", bad);
+    split_refused("badcount", 1, sets, "short_targets.txt");
+    split_refused("baddata", 1, "data.name=tsv_text", "only data.name seq2seq_text reads target files");
+    split_refused("badtask", 1, "model.task=sequence_classification", "model.task");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    tp_set_program(argv[0]);
+    if (!tp_make_tmpdir(split_dir, sizeof split_dir, "utrain-s2s")) return 1;
+    tp_mpi_env(true);
+    if (!write_pairs("train", 64) || !write_pairs("dev", 16)) return 1;
+    snprintf(split_body, sizeof split_body,
+             "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny, dropout: 0}\n"
+             "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
+             "       dev_path: %s/dev_inputs.txt, dev_target_path: %s/dev_targets.txt,\n"
+             "       test_path: %s/dev_inputs.txt, test_target_path: %s/dev_targets.txt,\n"
+             "       max_source_len: 32, max_target_len: 16, shuffle: true}\n"
+             "train: {max_steps: 16, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 16,\n"
+             "        save_strategy: steps, save_interval: 16, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.01}\n"
+             "dist: {timeout_s: 60}\n",
+             split_dir, split_dir, split_dir, split_dir, split_dir, split_dir);
+    RUN(test_ranks_agree);
+    RUN(test_learns_and_generates);
+    RUN(test_bad_pairs);
+    return tp_finish(TEST_SUMMARY(), split_dir);
+}
