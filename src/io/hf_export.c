@@ -5,7 +5,8 @@
  * are transformers' already) and the tokenizer files of the model.pretrained
  * directory. BERT, RoBERTa (roberta.* tensors), GPT-2 (GPT2LMHeadModel, or
  * GPT2ForSequenceClassification with a score head) and BART
- * (BartForSequenceClassification). */
+ * (BartForSequenceClassification, or BartForConditionalGeneration for
+ * model.task seq2seq, with its final_logits_bias). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -46,6 +47,16 @@ static bool ends_with(const char *s, const char *suffix) {
 static bool is_conv1d(const char *name) {
     return ends_with(name, ".c_attn.weight") || ends_with(name, ".c_proj.weight") ||
            ends_with(name, ".c_fc.weight");
+}
+
+/* Adds name -> t (data owned by the list when owned is set) at the end. */
+static void list_add(tensor_list *l, const char *name, ut_st_tensor t, float *owned) {
+    l->names = ut_realloc_check(l->names, (size_t)(l->n + 1) * sizeof *l->names);
+    l->t = ut_realloc_check(l->t, (size_t)(l->n + 1) * sizeof *l->t);
+    l->owned = ut_realloc_check(l->owned, (size_t)(l->n + 1) * sizeof *l->owned);
+    l->names[l->n] = dup_text(name);
+    l->t[l->n] = t;
+    l->owned[l->n++] = owned;
 }
 
 /* The checkpoint's "model.*" tensors under the Hugging Face names. */
@@ -210,17 +221,42 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
 
 /* bart: the sizes from the tensors, the rest from the run's model options
  * over model.pretrained's config.json (BartConfig's defaults where neither says) */
-static int bart_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+/* BartForConditionalGeneration's final_logits_bias (1, V): model.pretrained's
+ * (a buffer fine-tuning leaves as it is), else zeros */
+static int final_logits_bias(tensor_list *l, int64_t V, const char *dir, char *err, size_t n) {
+    float *b = ut_calloc_check((size_t)V, sizeof *b);
+    char path[4200];
+    char why[512];
+    ut_st_file *f = dir && !ut_hf_weights_path(dir, path, sizeof path, why, sizeof why)
+                        ? ut_st_open(path, why, sizeof why) : NULL;
+    const ut_st_tensor *t = f ? ut_st_get(f, "final_logits_bias") : NULL;
+    if (!t && f) t = ut_st_get(f, "model.final_logits_bias");
+    if (t && ut_st_numel(t) != V) {
+        ut_st_close(f);
+        ut_free(b);
+        return ut_errorf(err, n, "%s: final_logits_bias has %lld values, the checkpoint's vocabulary %lld", path,
+                         (long long)ut_st_numel(t), (long long)V);
+    }
+    for (int64_t i = 0; t && i < V; i++) b[i] = ut_st_float(t, i);
+    ut_st_close(f);
+    list_add(l, "final_logits_bias",
+             (ut_st_tensor){.dtype = UT_ST_F32, .ndim = 2, .shape = {1, V}, .data = b, .nbytes = (size_t)V * 4}, b);
+    return 0;
+}
+
+static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
     const ut_st_tensor *sh = tensor(l, "model.shared.weight"),
                        *pe = tensor(l, "model.encoder.embed_positions.weight"),
                        *ef = tensor(l, "model.encoder.layers.0.fc1.weight"),
                        *df = tensor(l, "model.decoder.layers.0.fc1.weight"),
                        *cl = tensor(l, "classification_head.out_proj.weight");
-    if (!sh || !pe || !ef || !df || !cl || pe->shape[0] < 3)
-        return ut_errorf(err, n, "%s: not a bart checkpoint (no model.model.shared.weight, "
-                                 "model.model.encoder.* or model.classification_head.*)", path);
+    /* a run of model.task seq2seq (seq2seq_text data) has no classification head: a generation model */
+    bool gen = !cl;
+    if (!sh || !pe || !ef || !df || pe->shape[0] < 3)
+        return ut_errorf(err, n, "%s: not a bart checkpoint (no model.model.shared.weight or "
+                                 "model.model.encoder.*)", path);
     set_str(o, "model_type", "bart");
-    set_arch(o, "BartForSequenceClassification");
+    set_arch(o, gen ? "BartForConditionalGeneration" : "BartForSequenceClassification");
     set_num(o, "vocab_size", (double)sh->shape[0]);
     set_num(o, "d_model", (double)sh->shape[1]);
     set_num(o, "max_position_embeddings", (double)(pe->shape[0] - 2));
@@ -239,6 +275,7 @@ static int bart_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     set_str(o, "activation_function", act ? act : "gelu");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_embedding");
     cJSON_AddBoolToObject(o, "scale_embedding", scale && !strcmp(scale, "true"));
+    if (gen) return final_logits_bias(l, sh->shape[0], ut_kv_get(kv, "pretrained"), err, n);
     set_labels(o, cl->shape[0]);
     return 0;
 }
@@ -293,7 +330,8 @@ static int copy_file(const char *from, const char *to, char *err, size_t n) {
 
 static int copy_tokenizer(const char *dir, const char *out, char *err, size_t n) {
     static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                        "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json", NULL};
+                                        "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                                        "generation_config.json", NULL};
     for (int i = 0; dir && files[i]; i++) {
         char a[4200], b[4200];
         snprintf(a, sizeof a, "%s/%s", dir, files[i]);
