@@ -139,6 +139,19 @@ typedef struct ut_decoder_ops {
     void (*end)(void *state);
 } ut_decoder_ops;
 
+/* ---- a decoder's key/value cache (src/nn/kvcache.c) ----
+ * Per layer a key and a value buffer (which 0, 1) of (max_len, rows,
+ * width) in keep's memory (a context that outlives the generation's steps):
+ * put writes a step's (rows, width) at position t with one copy, get gives
+ * positions [0, len) as a (len, rows, width) view in a step's ctx, reorder
+ * makes row r hold what row rows[r] held, at every position below len. */
+typedef struct ut_kv_cache ut_kv_cache;
+ut_kv_cache *ut_kv_cache_new(ut_ctx *keep, int64_t layers, int64_t max_len, int64_t rows, int64_t width);
+void ut_kv_cache_free(ut_kv_cache *c);
+int ut_kv_cache_put(ut_kv_cache *c, int64_t layer, int which, int64_t t, const ut_tensor *x);
+ut_tensor *ut_kv_cache_get(ut_ctx *ctx, const ut_kv_cache *c, int64_t layer, int which, int64_t len);
+int ut_kv_cache_reorder(ut_ctx *ctx, ut_kv_cache *c, const int32_t *rows, int64_t len);
+
 /* ---- text generation (src/nn/generate.c, docs/generation.md) ----
  * What transformers' generate does, with its defaults: greedy decoding,
  * beam search, or sampling, through a model's decoder (m->decoder). */

@@ -1,6 +1,6 @@
 /* utrain ops: each records itself on the context's tape and has a backward.
  * defines: ut_linear, ut_matmul, ut_add, ut_mul, ut_scale, activations, softmax
- *          family, losses, ut_layernorm, ut_embedding, ut_conv2d, ut_max_pool2d,
+ *          family, losses, ut_layernorm, ut_rms_norm, ut_embedding, ut_conv2d, ut_max_pool2d,
  *          ut_dropout, ut_attention, reductions, views (reshape, flatten,
  *          permute, transpose, slice, contiguous), ut_op_name, ut_op_check,
  *          ut_op_error.
@@ -75,6 +75,10 @@ ut_tensor *ut_mse(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 /* ---- normalisation, lookup ---- */
 /* x (..., C), w and b (C) */
 ut_tensor *ut_layernorm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, float eps);
+/* RMS normalisation over the last dimension, as T5's T5LayerNorm: x (..., C),
+ * w (C) -> w * x * rsqrt(mean(x^2 over C) + eps), no mean subtracted, no
+ * bias, the mean of squares in float32. eps >= 0. */
+ut_tensor *ut_rms_norm(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, float eps);
 /* idx I32 (...), table (V, C) -> (..., C). An index outside [0, V) is an error. */
 ut_tensor *ut_embedding(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table);
 /* The same where row padding_idx (or -1: none) takes no gradient, as

@@ -6,7 +6,7 @@
  * directory. BERT, RoBERTa (roberta.* tensors), GPT-2 (GPT2LMHeadModel, or
  * GPT2ForSequenceClassification with a score head) and BART
  * (BartForSequenceClassification, or BartForConditionalGeneration for
- * model.task seq2seq, with its final_logits_bias). */
+ * model.task seq2seq, with its final_logits_bias), T5 (T5ForConditionalGeneration). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -280,6 +280,45 @@ static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *pa
     return 0;
 }
 
+/* t5: T5ForConditionalGeneration; the sizes from the tensors, the rest
+ * from the run's model options over model.pretrained's config.json */
+static int t5_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+    const ut_st_tensor *sh = tensor(l, "shared.weight"),
+                       *rel = tensor(l, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+                       *q = tensor(l, "encoder.block.0.layer.0.SelfAttention.q.weight"),
+                       *wi = tensor(l, "encoder.block.0.layer.1.DenseReluDense.wi.weight"),
+                       *wi0 = tensor(l, "encoder.block.0.layer.1.DenseReluDense.wi_0.weight"),
+                       *head = tensor(l, "lm_head.weight");
+    if (!sh || !rel || !q || (!wi && !wi0) || rel->shape[1] < 1)
+        return ut_errorf(err, n, "%s: not a t5 checkpoint (no model.shared.weight, model.encoder.block.0.* "
+                                 "attention and feed-forward tensors)", path);
+    set_str(o, "model_type", "t5");
+    set_arch(o, "T5ForConditionalGeneration");
+    set_num(o, "vocab_size", (double)sh->shape[0]);
+    set_num(o, "d_model", (double)sh->shape[1]);
+    set_num(o, "num_heads", (double)rel->shape[1]);
+    set_num(o, "d_kv", (double)(q->shape[0] / rel->shape[1]));
+    set_num(o, "d_ff", (double)(wi ? wi : wi0)->shape[0]);
+    set_num(o, "relative_attention_num_buckets", (double)rel->shape[0]);
+    set_num(o, "num_layers", (double)count_layers(l, "encoder.block.%lld.layer.0.layer_norm.weight"));
+    set_num(o, "num_decoder_layers", (double)count_layers(l, "decoder.block.%lld.layer.0.layer_norm.weight"));
+    static const struct { const char *key; double def; bool real; } nums[] = {
+        {"relative_attention_max_distance", 128, 0}, {"pad_token_id", 0, 0}, {"eos_token_id", 1, 0},
+        {"decoder_start_token_id", 0, 0}, {"dropout_rate", 0.1, 1}, {"layer_norm_epsilon", 1e-6, 1},
+        {"initializer_factor", 1.0, 1}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        (nums[i].real ? set_float : set_num)(o, nums[i].key, opt_num(kv, nums[i].key, nums[i].def));
+    const char *ff = ut_kv_get(kv, "feed_forward_proj");
+    set_str(o, "feed_forward_proj", ff ? ff : wi0 ? "gated-gelu" : "relu");
+    /* an lm_head of its own: T5 v1.1's tie_word_embeddings false (unscaled) */
+    const char *scale = ut_kv_get(kv, "scale_decoder_outputs");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_decoder_outputs");
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", head == NULL);
+    if (!head) cJSON_AddBoolToObject(o, "scale_decoder_outputs", !scale || strcmp(scale, "false"));
+    return 0;
+}
+
 /* The pretrained directory's config.json as the starting point (its other
  * keys kept), else an empty object. */
 static cJSON *base_config(const char *dir) {
@@ -330,6 +369,7 @@ static int copy_file(const char *from, const char *to, char *err, size_t n) {
 
 static int copy_tokenizer(const char *dir, const char *out, char *err, size_t n) {
     static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "spiece.model",
                                         "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
                                         "generation_config.json", NULL};
     for (int i = 0; dir && files[i]; i++) {
@@ -352,9 +392,9 @@ static int write_config(cJSON *o, const char *out, char *err, size_t n) {
 
 int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
                  size_t n) {
-    bool gpt2 = !strcmp(model_name, "gpt2"), bart = !strcmp(model_name, "bart");
-    if (!gpt2 && !bart && strcmp(model_name, "bert") && strcmp(model_name, "roberta"))
-        return ut_errorf(err, n, "export --format hf: model.name is %s; bert, roberta, gpt2 and bart runs "
+    bool gpt2 = !strcmp(model_name, "gpt2"), bart = !strcmp(model_name, "bart"), t5 = !strcmp(model_name, "t5");
+    if (!gpt2 && !bart && !t5 && strcmp(model_name, "bert") && strcmp(model_name, "roberta"))
+        return ut_errorf(err, n, "export --format hf: model.name is %s; bert, roberta, gpt2, bart and t5 runs "
                                  "can be exported",
                          model_name);
     if (mkdir(out, 0777) && errno != EEXIST) return ut_errorf(err, n, "%s: cannot create: %s", out, strerror(errno));
@@ -371,6 +411,7 @@ int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, co
     int rc = !f || collect(f, gpt2, &l, ckpt, err, n) ||
              (gpt2   ? gpt2_config(cfg, &l, kv, ckpt, err, n)
               : bart ? bart_config(cfg, &l, kv, ckpt, err, n)
+              : t5   ? t5_config(cfg, &l, kv, ckpt, err, n)
                      : bert_config(cfg, &l, kv, ckpt, err, n)) ||
              write_config(cfg, out, err, n);
     if (!rc) {

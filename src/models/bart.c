@@ -361,7 +361,8 @@ typedef struct {
     int per;
     bool cache;
     ut_tensor *enc, *mask; /* (N, S, C), (N, S) */
-    ut_tensor **kv;        /* per decoder layer: self k, self v (Tmax, N, C), cross k, cross v (N, S, C) */
+    ut_kv_cache *self;     /* the decoder layers' self-attention keys and values */
+    ut_tensor **cross;     /* per decoder layer: cross-attention k, v (N, S, C) */
 } dec_state;
 
 static void dec_end(void *state) {
@@ -369,7 +370,8 @@ static void dec_end(void *state) {
     if (!s) return;
     ut_ctx_free(s->ctx);
     ut_ctx_free(s->keep);
-    ut_free(s->kv);
+    ut_kv_cache_free(s->self);
+    ut_free(s->cross);
     ut_free(s);
 }
 
@@ -415,13 +417,12 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
     s->enc = enc ? ut_reshape(k, enc, 3, (int64_t[]){N, S, C}) : NULL;
     s->mask = ut_tensor_from(k, UT_F32, 2, (int64_t[]){N, S}, mkN);
     if (cache && s->enc) {
-        s->kv = ut_calloc_check((size_t)(4 * net->DL), sizeof *s->kv);
+        s->self = ut_kv_cache_new(k, net->DL, max_len, N, C);
+        s->cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->cross);
         for (int64_t l = 0; l < net->DL; l++) {
             const bart_layer *ly = &net->layer[net->EL + l];
-            s->kv[4 * l] = ut_tensor_zeros(k, UT_F32, 3, (int64_t[]){max_len, N, C});
-            s->kv[4 * l + 1] = ut_tensor_zeros(k, UT_F32, 3, (int64_t[]){max_len, N, C});
-            s->kv[4 * l + 2] = ut_linear_layer_forward(k, &ly->cross.k, s->enc);
-            s->kv[4 * l + 3] = ut_linear_layer_forward(k, &ly->cross.v, s->enc);
+            s->cross[2 * l] = ut_linear_layer_forward(k, &ly->cross.k, s->enc);
+            s->cross[2 * l + 1] = ut_linear_layer_forward(k, &ly->cross.v, s->enc);
         }
     }
     if (ctx_failed(k, err, n)) {
@@ -444,19 +445,16 @@ static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t)
     ut_ctx *ctx = s->ctx;
     const bart *net = s->net;
     const bart_layer *ly = &net->layer[net->EL + l];
-    int64_t N = s->N, C = net->C;
     ut_tensor *q = ut_linear_layer_forward(ctx, &ly->self.q, x);
     ut_tensor *kn = ut_linear_layer_forward(ctx, &ly->self.k, x), *vn = ut_linear_layer_forward(ctx, &ly->self.v, x);
-    if (!kn || !vn || ut_tensor_copy_into(s->kv[4 * l], t * N * C, kn) ||
-        ut_tensor_copy_into(s->kv[4 * l + 1], t * N * C, vn))
-        return NULL;
-    ut_tensor *kv[2];
+    if (ut_kv_cache_put(s->self, l, 0, t, kn) || ut_kv_cache_put(s->self, l, 1, t, vn)) return NULL;
+    ut_tensor *kv[2]; /* the keys and values so far, (N, t + 1, C) */
     for (int i = 0; i < 2; i++)
-        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_slice(ctx, in_step(s, s->kv[4 * l + i]), 0, 0, t + 1), 0, 1));
+        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->self, l, i, t + 1), 0, 1));
     int nh = (int)net->DNH;
     x = attn_out(ctx, &ly->self, x, ut_attention_qkv(ctx, q, kv[0], kv[1], NULL, nh, false, 0));
     q = ut_linear_layer_forward(ctx, &ly->cross.q, x);
-    ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->kv[4 * l + 2]), in_step(s, s->kv[4 * l + 3]),
+    ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->cross[2 * l]), in_step(s, s->cross[2 * l + 1]),
                                     in_step(s, s->mask), nh, false, 0);
     x = attn_out(ctx, &ly->cross, x, h);
     return feed_forward(ctx, net, ly, x);
@@ -494,25 +492,15 @@ static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logi
 
 static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
     dec_state *s = state;
-    int64_t N = s->N, C = s->net->C, T = s->len;
+    int64_t N = s->N;
     for (int64_t r = 0; r < N; r++)
         if (rows[r] < 0 || rows[r] >= N || rows[r] / s->per != r / s->per)
             return ut_errorf(err, n, "bart generation: row %lld cannot continue row %d of another source",
                              (long long)r, rows[r]);
-    if (!s->cache || T == 0) return 0;
-    ut_ctx *ctx = s->ctx;
-    int32_t *idx = ut_ctx_alloc(ctx, (size_t)(T * N) * sizeof *idx);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t r = 0; r < N; r++) idx[t * N + r] = (int32_t)(t * N + rows[r]);
-    ut_tensor *it = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){T * N}, idx);
-    for (int64_t l = 0; l < s->net->DL; l++)
-        for (int i = 0; i < 2; i++) {
-            ut_tensor *c = s->kv[4 * l + i];
-            ut_tensor *g = ut_embedding(ctx, it, ut_reshape(ctx, in_step(s, c), 2, (int64_t[]){s->Tmax * N, C}));
-            if (!g || ut_tensor_copy_into(c, 0, g)) break;
-        }
-    int rc = ctx_failed(ctx, err, n);
-    ut_ctx_reset(ctx);
+    if (!s->cache) return 0;
+    ut_kv_cache_reorder(s->ctx, s->self, rows, s->len);
+    int rc = ctx_failed(s->ctx, err, n);
+    ut_ctx_reset(s->ctx);
     return rc;
 }
 

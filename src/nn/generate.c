@@ -181,7 +181,9 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     int64_t V = p->tok.vocab, T = p->max_len, N = B * K;
     const float NEG = -1.0e9f;
     float lp = (float)o->length_penalty;
-    int32_t pad = (int32_t)(p->tok.pad >= 0 ? p->tok.pad : p->tok.eos);
+    /* what follows a finished hypothesis: transformers' beam search writes
+     * `pad_token_id or eos_token_id`, so end of sequence where pad is 0 (T5) */
+    int32_t pad = (int32_t)(p->tok.pad > 0 || p->tok.eos < 0 ? p->tok.pad : p->tok.eos);
     int32_t *run = ut_malloc_check((size_t)(N * T) * sizeof *run), *nrun = ut_malloc_check((size_t)(N * T) * sizeof *nrun);
     int32_t *fin = ut_malloc_check((size_t)(N * T) * sizeof *fin), *pre = ut_malloc_check((size_t)(N * T) * sizeof *pre);
     float *rs = ut_malloc_check((size_t)N * sizeof *rs), *fs = ut_malloc_check((size_t)N * sizeof *fs);

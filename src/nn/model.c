@@ -277,6 +277,7 @@ ut_model *ut_bow_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_bert_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 ut_model *ut_roberta_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
+ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n);
 
 static void add(const char *name, ut_model_build_fn build) {
     for (int i = 0; i < nregistry; i++)
@@ -301,6 +302,7 @@ static void register_builtins(void) {
     add("bert", ut_bert_build);
     add("bart", ut_bart_build);
     add("roberta", ut_roberta_build);
+    add("t5", ut_t5_build);
 }
 
 void ut_model_register(const char *name, ut_model_build_fn build) {

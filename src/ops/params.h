@@ -49,6 +49,8 @@ UT_PARAM_I(dropout, col0, 0)
 UT_PARAM_I(dropout, cols_all, 1)
 /* layernorm */
 UT_PARAM_F(layernorm, eps, 0)
+/* rms_norm */
+UT_PARAM_F(rms_norm, eps, 0)
 /* embedding: the row that takes no gradient (-1: none); a vocabulary-parallel
  * part (ut_embedding_part): the table holds ids [offset, offset + rows) of a
  * vocabulary of `vocab` ids (0: the table is the whole vocabulary) */
@@ -102,6 +104,8 @@ UT_AUX(dropout, keep, uint8_t, 0)
 /* layernorm: each row's mean and 1 / std (N rows) */
 UT_AUX(layernorm, mean, float, 0)
 UT_AUX(layernorm, rstd, float, 1)
+/* rms_norm: each row's 1 / sqrt(mean(x^2) + eps) (N rows) */
+UT_AUX(rms_norm, rstd, float, 0)
 /* max_pool2d: each output's argmax within its plane (int32, like the output) */
 UT_AUX(max_pool2d, argmax, int32_t, 0)
 /* attention: the probabilities P (B, NH, T, T), zero above the diagonal, in

@@ -360,9 +360,9 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
     bool text = !strcmp(cfg->model_name, "bow");
     bool pretrained = ut_kv_get(opts, "pretrained") != NULL;
     if (pretrained && strcmp(cfg->model_name, "bert") && strcmp(cfg->model_name, "gpt2") &&
-        strcmp(cfg->model_name, "roberta") && strcmp(cfg->model_name, "bart")) {
+        strcmp(cfg->model_name, "roberta") && strcmp(cfg->model_name, "bart") && strcmp(cfg->model_name, "t5")) {
         snprintf(err, n, "model.pretrained: model.name is %s; a Hugging Face directory is read by "
-                         "model.name: bert (BERT or RoBERTa), roberta, gpt2 or bart (as its config.json's "
+                         "model.name: bert (BERT or RoBERTa), roberta, gpt2, bart or t5 (as its config.json's "
                          "model_type)",
                  cfg->model_name);
         ut_kv_free(opts);
@@ -377,9 +377,9 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
         ut_kv_free(opts);
         return NULL;
     }
-    if (seq2seq && strcmp(cfg->model_name, "bart")) {
+    if (seq2seq && strcmp(cfg->model_name, "bart") && strcmp(cfg->model_name, "t5")) {
         snprintf(err, n, "data.name seq2seq_text: model %s is not a sequence-to-sequence model; use model.name: "
-                         "bart (model.pretrained: a BART directory)", cfg->model_name);
+                         "bart or t5 (model.pretrained: a BART or T5 directory)", cfg->model_name);
         ut_kv_free(opts);
         return NULL;
     }

@@ -138,6 +138,9 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
     const char *task = ut_kv_get(c->model_opts, "task");
     if (!strcmp(c->model_name, "bart") && !strcmp(c->data_name, "seq2seq_text")) return 0; /* BartForConditionalGeneration */
+    if (!strcmp(c->model_name, "t5") && strcmp(c->data_name, "seq2seq_text"))
+        FAIL("model.name: t5 is a sequence-to-sequence model: it reads pairs of texts (data.name: seq2seq_text), "
+             "not data.name: %s", c->data_name);
     if (!strcmp(c->model_name, "gpt2") && task && !strcmp(task, "sequence_classification")) {
         if (strcmp(c->data_name, "tsv_text"))
             FAIL("model.task: sequence_classification makes gpt2 a sentence classifier: it reads TSV text "

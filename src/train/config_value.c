@@ -177,14 +177,15 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
 
 /* model.pretrained before model.name is given: the model named by the
  * directory's config.json model_type, when utrain has it (bert, roberta, gpt2,
- * bart); an unreadable directory is reported when the model is built. */
+ * bart, t5 and mt5); an unreadable directory is reported when the model is built. */
 static void name_from_pretrained(ut_config *c, const char *dir) {
     char why[512];
     ut_kv *kv = ut_hf_config_read(dir, why, sizeof why);
     const char *type = kv ? ut_kv_get(kv, "model_type") : NULL;
     if (type && (!strcmp(type, "bert") || !strcmp(type, "roberta") || !strcmp(type, "gpt2") ||
-                 !strcmp(type, "bart")))
+                 !strcmp(type, "bart") || !strcmp(type, "t5")))
         snprintf(c->model_name, sizeof c->model_name, "%s", type);
+    if (type && !strcmp(type, "mt5")) snprintf(c->model_name, sizeof c->model_name, "t5"); /* mT5: T5 v1.1's layout */
     if (kv) ut_kv_free(kv);
 }
 

@@ -7,7 +7,7 @@
  * defines: hfp_value, hfp_check_batch, hfp_check_adamw, hfp_train_loss,
  *          hfp_copy_file, hfp_config_with, hfp_load, hfp_check_checkpointing,
  *          hfp_check_autocast, hfp_refused, hfp_check_cut_short,
- *          hfp_check_padded_path. */
+ *          hfp_check_padded_path, hfp_gen_case, hfp_check_generation. */
 #ifndef UTRAIN_TEST_HF_PARITY_H
 #define UTRAIN_TEST_HF_PARITY_H
 #include <math.h>
@@ -282,6 +282,67 @@ static inline void hfp_check_padded_path(ut_model *m, const ut_st_file *f) {
     }
     ut_ctx_free(ctx);
     free(h);
+}
+
+/* A generation case of a fixture (make_hf_*_gen / t5 scripts): its name
+ * (gen.<name> holds transformers' tokens, (B, max_new) padded with pad)
+ * and options. */
+typedef struct {
+    const char *name;
+    int beams, early;
+    double lp;
+    int64_t ngram, min_new, bos, eos, max_new;
+} hfp_gen_case;
+
+/* ut_generate on the fixture batch's sources (input planes 0 and 1) under
+ * each case gives transformers' tokens, and lens up to and including the
+ * end of sequence eos (all max_new when it never came). */
+static inline void hfp_check_generation(ut_model *m, const ut_st_file *f, const hfp_gen_case *cases, int ncases,
+                                        bool no_cache, int32_t eos) {
+    char err[1024];
+    const ut_st_tensor *in = ut_st_get(f, "input");
+    CHECK(in && in->ndim == 3 && in->shape[1] == 4, "the fixture has no input planes");
+    if (!in) return;
+    int64_t B = in->shape[0], L = in->shape[2];
+    int32_t *src = malloc((size_t)(B * L) * sizeof *src), *mask = malloc((size_t)(B * L) * sizeof *mask);
+    const int32_t *x = in->data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < L; t++) src[b * L + t] = x[(b * 4) * L + t], mask[b * L + t] = x[(b * 4 + 1) * L + t];
+    for (int c = 0; c < ncases; c++) {
+        ut_gen_opts o;
+        ut_gen_opts_init(&o);
+        o.num_beams = cases[c].beams, o.early_stopping = cases[c].early, o.length_penalty = cases[c].lp;
+        o.no_repeat_ngram_size = cases[c].ngram, o.min_new_tokens = cases[c].min_new;
+        o.forced_bos = cases[c].bos, o.forced_eos = cases[c].eos, o.max_new_tokens = cases[c].max_new;
+        o.no_cache = no_cache;
+        int64_t M = o.max_new_tokens;
+        int32_t *out = malloc((size_t)(B * M) * sizeof *out);
+        int64_t *lens = malloc((size_t)B * sizeof *lens);
+        int rc = ut_generate(m, &o, src, mask, B, L, out, lens, err, sizeof err);
+        CHECK(rc == 0, "%s: %s", cases[c].name, err);
+        char name[96];
+        snprintf(name, sizeof name, "gen.%s", cases[c].name);
+        const ut_st_tensor *ref = ut_st_get(f, name);
+        CHECK(ref && ut_st_numel(ref) == B * M, "%s: no reference", name);
+        for (int64_t b = 0; !rc && ref && b < B; b++) {
+            const int32_t *r = (const int32_t *)ref->data + b * M;
+            char got[512] = "", want[512] = "";
+            int64_t want_len = M;
+            for (int64_t i = 0; i < M; i++) {
+                snprintf(got + strlen(got), sizeof got - strlen(got), " %d", out[b * M + i]);
+                snprintf(want + strlen(want), sizeof want - strlen(want), " %d", r[i]);
+                if (r[i] == eos && want_len == M) want_len = i + 1;
+            }
+            CHECK(!strcmp(got, want), "%s%s row %lld:%s, transformers:%s", cases[c].name, no_cache ? " (no cache)" : "",
+                  (long long)b, got, want);
+            CHECK(lens[b] == want_len, "%s row %lld: %lld tokens, expected %lld", cases[c].name, (long long)b,
+                  (long long)lens[b], (long long)want_len);
+        }
+        free(out);
+        free(lens);
+    }
+    free(src);
+    free(mask);
 }
 
 #endif

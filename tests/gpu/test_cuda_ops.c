@@ -48,6 +48,7 @@ static void run_family(const char *fam, const gc_row *rows, int n) {
 
 /* ---- larger shapes: the sizes of GPT-2 124M's ops, scaled down in batch ---- */
 static ut_tensor *b_ln(ut_ctx *c, ut_tensor **in) { return ut_layernorm(c, in[0], in[1], in[2], 1e-5f); }
+static ut_tensor *b_rms(ut_ctx *c, ut_tensor **in) { return ut_rms_norm(c, in[0], in[1], 1e-6f); }
 static ut_tensor *b_mlp(ut_ctx *c, ut_tensor **in) {
     return ut_linear(c, ut_gelu(c, ut_linear(c, in[0], in[1], in[2])), in[3], NULL);
 }
@@ -79,6 +80,10 @@ static const gc_row big_rows[] = {
     {"causal attention 3 x 77 x 192, 12 heads of 16", 1, {{3, {3, 77, 576}}}, b_attn},
     {"causal attention 2 x 70 x 120, 12 heads of 10", 1, {{3, {2, 70, 360}}}, b_attn},
     {"causal attention 1 x 130 x 1536, 12 heads of 128", 1, {{3, {1, 130, 4608}}}, b_attn},
+    /* rms_norm (T5): a warp per row (C <= 1024), then a block per row with
+     * rows that fill no whole warp block and three dw chunks */
+    {"rms_norm 512 x 768", 2, {{2, {512, 768}}, {1, {768}}}, b_rms},
+    {"rms_norm 301 x 4100", 2, {{2, {301, 4100}}, {1, {4100}}}, b_rms},
 };
 
 static void test_large_shapes(void) {
@@ -93,8 +98,8 @@ static void test_large_shapes(void) {
 /* Two runs of the same rows on the GPU give the same bits (no atomics in
  * reductions, one algorithm per product). */
 static void test_same_bits_twice(void) {
-    const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4],
-                            &big_rows[6], &big_rows[8], &big_rows[9], &big_rows[11]};
+    const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4], &big_rows[6],
+                            &big_rows[8], &big_rows[9], &big_rows[11], &big_rows[13], &big_rows[14]};
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         const gc_row *row = rows[k];
         if (!selected(row)) continue;
@@ -132,7 +137,8 @@ static void test_same_bits_twice(void) {
  * operands), so they differ by the float32 sums' order, which can move a
  * 16-bit rounding by one unit: 1e-2 of the largest value. */
 static void test_autocast_rows(void) {
-    const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7]};
+    const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
+                            &big_rows[13]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         dc_autocast = dts[d];

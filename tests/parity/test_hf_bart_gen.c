@@ -47,12 +47,7 @@ static void test_adamw(void) {
 }
 
 /* the cases of make_hf_bart_gen_fixtures.py */
-static const struct {
-    const char *name;
-    int beams, early;
-    double lp;
-    int64_t ngram, min_new, bos, eos, max_new;
-} cases[] = {
+static const hfp_gen_case cases[] = {
     {"greedy", 1, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
     {"beam4", 4, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
     {"beam3_early_lp2_ngram2_min4", 3, UT_EARLY_TRUE, 2.0, 2, 4, -1, -1, 12},
@@ -66,50 +61,7 @@ static void check_generation(bool no_cache) {
     ut_model *m = load(err, sizeof err);
     ut_st_file *f = ut_st_open(BATCH, err, sizeof err);
     CHECK(m && f, "%s", err);
-    const ut_st_tensor *in = f ? ut_st_get(f, "input") : NULL;
-    if (!m || !in) goto done;
-    int64_t B = in->shape[0], L = in->shape[2];
-    int32_t src[64], mask[64];
-    const int32_t *x = in->data;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < L; t++) src[b * L + t] = x[(b * 4) * L + t], mask[b * L + t] = x[(b * 4 + 1) * L + t];
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        ut_gen_opts o;
-        ut_gen_opts_init(&o);
-        o.num_beams = cases[c].beams, o.early_stopping = cases[c].early, o.length_penalty = cases[c].lp;
-        o.no_repeat_ngram_size = cases[c].ngram, o.min_new_tokens = cases[c].min_new;
-        o.forced_bos = cases[c].bos, o.forced_eos = cases[c].eos, o.max_new_tokens = cases[c].max_new;
-        o.no_cache = no_cache;
-        int32_t out[64];
-        int64_t lens[8];
-        int rc = ut_generate(m, &o, src, mask, B, L, out, lens, err, sizeof err);
-        CHECK(rc == 0, "%s: %s", cases[c].name, err);
-        char name[96];
-        snprintf(name, sizeof name, "gen.%s", cases[c].name);
-        const ut_st_tensor *ref = ut_st_get(f, name);
-        CHECK(ref && ut_st_numel(ref) == B * o.max_new_tokens, "%s: no reference", name);
-        if (rc || !ref) continue;
-        const int32_t *r = ref->data;
-        for (int64_t b = 0; b < B; b++) {
-            char got[256] = "", want[256] = "";
-            for (int64_t i = 0; i < o.max_new_tokens; i++) {
-                snprintf(got + strlen(got), sizeof got - strlen(got), " %d", out[b * o.max_new_tokens + i]);
-                snprintf(want + strlen(want), sizeof want - strlen(want), " %d", r[b * o.max_new_tokens + i]);
-            }
-            CHECK(!strcmp(got, want), "%s%s row %lld:%s, transformers:%s", cases[c].name,
-                  no_cache ? " (no cache)" : "", (long long)b, got, want);
-            /* lens: up to and including the end of sequence, or all */
-            int64_t want_len = o.max_new_tokens;
-            for (int64_t i = 0; i < o.max_new_tokens; i++)
-                if (r[b * o.max_new_tokens + i] == 2) {
-                    want_len = i + 1;
-                    break;
-                }
-            CHECK(lens[b] == want_len, "%s row %lld: %lld tokens, expected %lld", cases[c].name, (long long)b,
-                  (long long)lens[b], (long long)want_len);
-        }
-    }
-done:
+    if (m && f) hfp_check_generation(m, f, cases, (int)(sizeof cases / sizeof cases[0]), no_cache, 2);
     ut_st_close(f);
     ut_model_free(m);
 }

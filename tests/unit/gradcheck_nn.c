@@ -1,4 +1,4 @@
-/* Gradcheck rows: layernorm, embedding, conv2d, max_pool2d, attention,
+/* Gradcheck rows: layernorm, rms_norm, embedding, conv2d, max_pool2d, attention,
  * attention_masked (self, cross, causal), attention_varlen. The "twice" rows use an op's inputs in two calls, so a
  * backward that overwrote src->grad instead of adding into it would fail. */
 #include <stdlib.h>
@@ -13,6 +13,15 @@ static ut_tensor *b_ln_twice(ut_ctx *c, ut_tensor **in) {
 /* a strided input: layernorm over dim 1 of a transposed (C, N) tensor */
 static ut_tensor *b_ln_transposed(ut_ctx *c, ut_tensor **in) {
     return ut_layernorm(c, ut_transpose(c, in[0], 0, 1), in[1], in[2], 1e-5f);
+}
+
+static ut_tensor *b_rms(ut_ctx *c, ut_tensor **in) { return ut_rms_norm(c, in[0], in[1], 1e-6f); }
+static ut_tensor *b_rms_twice(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, ut_rms_norm(c, in[0], in[1], 1e-6f), ut_rms_norm(c, ut_mul(c, in[0], in[0]), in[1], 1e-6f));
+}
+/* a strided input: rms_norm over dim 1 of a transposed (C, N) tensor */
+static ut_tensor *b_rms_transposed(ut_ctx *c, ut_tensor **in) {
+    return ut_rms_norm(c, ut_transpose(c, in[0], 0, 1), in[1], 1e-6f);
 }
 
 static ut_tensor *b_emb(ut_ctx *c, ut_tensor **in) { return ut_embedding(c, in[0], in[1]); }
@@ -119,6 +128,10 @@ const gc_row gc_rows_nn[] = {
     {"layernorm 3-D", 3, {{3, {2, 3, 8}}, {1, {8}}, {1, {8}}}, b_ln},
     {"layernorm strided x", 3, {{2, {5, 3}}, {1, {5}}, {1, {5}}}, b_ln_transposed},
     {"layernorm twice", 3, {{2, {3, 5}}, {1, {5}}, {1, {5}}}, b_ln_twice},
+    {"rms_norm 2-D", 2, {{2, {4, 6}}, {1, {6}}}, b_rms},
+    {"rms_norm 3-D", 2, {{3, {2, 3, 8}}, {1, {8}}}, b_rms},
+    {"rms_norm strided x", 2, {{2, {5, 3}}, {1, {5}}}, b_rms_transposed},
+    {"rms_norm twice", 2, {{2, {3, 5}}, {1, {5}}}, b_rms_twice},
     {"embedding 2-D idx", 2, {{2, {2, 3}, GC_INDEX, 5}, {2, {5, 4}}}, b_emb},
     {"embedding repeats", 2, {{1, {9}, GC_INDEX, 3}, {2, {3, 4}}}, b_emb},
     {"embedding padding_idx", 2, {{2, {2, 3}, GC_INDEX, 4}, {2, {5, 4}}}, b_emb_pad},

@@ -76,7 +76,8 @@ static void test_op_schema(void) {
     CHECK(products == 6 && ut_op_is(UT_OP_LINEAR, UT_OPP_PRODUCT) && ut_op_is(UT_OP_CONV2D, UT_OPP_PRODUCT) &&
               ut_op_is(UT_OP_ATTENTION_VARLEN, UT_OPP_PRODUCT),
           "%d products", products);
-    CHECK(ut_op_is(UT_OP_LAYERNORM, UT_OPP_AUTOCAST_OUT) && ut_op_is(UT_OP_DROPOUT, UT_OPP_KEEPS_DTYPE) &&
+    CHECK(ut_op_is(UT_OP_LAYERNORM, UT_OPP_AUTOCAST_OUT) && ut_op_is(UT_OP_RMS_NORM, UT_OPP_AUTOCAST_OUT) &&
+              ut_op_is(UT_OP_DROPOUT, UT_OPP_KEEPS_DTYPE) &&
               !ut_op_is(UT_OP_SOFTMAX, UT_OPP_KEEPS_DTYPE) && ut_op_is(UT_OP_CHECKPOINT, UT_OPP_NO_DATA) &&
               ut_op_is(UT_OP_CROSS_ENTROPY, UT_OPP_OWNS_SRC0_GRAD) && !ut_op_is(UT_OP_TANH, UT_OPP_BWD_NO_OUT),
           "properties");

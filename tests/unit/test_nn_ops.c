@@ -1,5 +1,5 @@
-/* Forward values of layernorm, embedding, conv2d, max_pool2d and attention
- * (fused, masked, packed) against naive computations written here, and their error messages. */
+/* Forward values of layernorm, rms_norm (and its gradients), embedding, conv2d, max_pool2d and
+ * attention (fused, masked, packed) against naive computations written here, and their error messages. */
 #include <math.h>
 #include <string.h>
 
@@ -59,6 +59,82 @@ static void test_layernorm_normalises_rows(void) {
     for (int64_t i = 0; y && y2 && i < N * C; i++)
         CHECK_NEAR(ut_f32(y2)[i], ut_f32(y)[i] * ut_f32(w)[i % C] + ut_f32(b)[i % C], 1e-5);
     ut_ctx_free(ctx);
+}
+
+/* ---- rms_norm ---- */
+/* max over the row of |a - b|, over the row's max |b| */
+static double row_rel_err(const float *a, const double *b, int64_t C) {
+    double m = 0, e = max_abs_diff(a, b, C);
+    for (int64_t c = 0; c < C; c++) m = fmax(m, fabs(b[c]));
+    return e / (m > 0 ? m : 1);
+}
+
+/* y = w * x * r, r = 1 / sqrt(mean(x^2) + eps), and the gradients of
+ * L = sum(y * R) (dx = r * (R w - x r^2 mean(R w x)), dw = sum over rows of
+ * R x r), all in double here, on (2, 3, C) rows: shifted rows (no mean is
+ * subtracted) and a row of small values whose mean square is eps's size. */
+static void test_rms_norm_values(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng rg;
+    ut_rng_seed(&rg, 3);
+    enum { N = 6, C = 37 };
+    const float eps = 1e-6f;
+    int64_t xne[3] = {2, 3, C}, cne = C;
+    ut_tensor *x = randn(ctx, &rg, 3, xne), *w = randn(ctx, &rg, 1, &cne), *R = randn(ctx, &rg, 3, xne);
+    float *xv = ut_f32(x), *wv = ut_f32(w), *Rv = ut_f32(R);
+    for (int64_t c = 0; c < C; c++) {
+        xv[1 * C + c] += 4.0f;       /* a large mean */
+        xv[2 * C + c] = 2.0f * xv[2 * C + c] - 3.0f;
+        xv[4 * C + c] *= 1e-3f;      /* mean(x^2) ~ eps */
+    }
+    ut_tensor_set_requires_grad(x, true);
+    ut_tensor_set_requires_grad(w, true);
+    ut_tensor *y = ut_rms_norm(ctx, x, w, eps);
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (!y) {
+        ut_ctx_free(ctx);
+        return;
+    }
+    CHECK(y->ndim == 3 && y->ne[0] == 2 && y->ne[1] == 3 && y->ne[2] == C && y->dtype == UT_F32, "shape");
+    int rc = ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, R)));
+    CHECK(rc == 0, "%s", ut_ctx_error(ctx));
+    double dw[C] = {0};
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = xv + n * C, *g = Rv + n * C;
+        double ss = 0, sdnx = 0, yr[C], dxr[C];
+        for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int64_t c = 0; c < C; c++) {
+            yr[c] = (double)wv[c] * xr[c] * r;
+            sdnx += (double)g[c] * wv[c] * xr[c];
+            dw[c] += (double)g[c] * xr[c] * r;
+        }
+        for (int64_t c = 0; c < C; c++) dxr[c] = r * ((double)g[c] * wv[c] - xr[c] * r * r * sdnx / C);
+        double ey = row_rel_err(ut_f32(y) + n * C, yr, C), ex = rc ? 1 : row_rel_err(x->grad + n * C, dxr, C);
+        CHECK(ey < 1e-5 && ex < 1e-5, "row %lld: output error %.3g, input gradient error %.3g", (long long)n, ey, ex);
+    }
+    double ew = rc ? 1 : row_rel_err(w->grad, dw, C);
+    CHECK(ew < 1e-5, "weight gradient error %.3g", ew);
+    ut_ctx_free(ctx);
+}
+
+static void test_rms_norm_bad_inputs(void) {
+    static const struct { int64_t xc, wc; int wdim; float eps; const char *want; } cases[] = {
+        {5, 6, 1, 1e-6f, "expected x (..., C), weight (C)"},
+        {5, 5, 2, 1e-6f, "expected x (..., C), weight (C)"},
+        {5, 5, 1, -1.0f, "eps -1 must be >= 0"},
+        {5, 5, 1, NAN, "must be >= 0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        ut_ctx *ctx = new_ctx();
+        int64_t xne[2] = {3, cases[k].xc}, wne[2] = {1, cases[k].wc};
+        ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, cases[k].wdim, wne + 2 - cases[k].wdim);
+        ut_tensor *y = ut_rms_norm(ctx, ut_tensor_zeros(ctx, UT_F32, 2, xne), w, cases[k].eps);
+        const char *e = ut_ctx_error(ctx);
+        CHECK(!y && e && strstr(e, "rms_norm") && strstr(e, cases[k].want), "case %zu: %s", k,
+              e ? e : "(accepted)");
+        ut_ctx_free(ctx);
+    }
 }
 
 /* ---- embedding ---- */
@@ -553,6 +629,8 @@ static void test_split_ops(void) {
 
 int main(void) {
     RUN(test_layernorm_normalises_rows);
+    RUN(test_rms_norm_values);
+    RUN(test_rms_norm_bad_inputs);
     RUN(test_embedding_values);
     RUN(test_embedding_padding_idx);
     RUN(test_embedding_bad_index);

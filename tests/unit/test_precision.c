@@ -193,6 +193,8 @@ static ut_tensor *f_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0
 static ut_tensor *f_matmul(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
 static ut_tensor *f_conv(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 1); }
 static ut_tensor *f_attn(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 2); }
+/* float32 inside, output stored in the autocast dtype, as layernorm */
+static ut_tensor *f_rms(ut_ctx *c, ut_tensor **in) { return ut_rms_norm(c, in[0], in[1], 1e-6f); }
 /* a block as a model runs it: layernorm (f32) -> linear -> gelu -> softmax (f32) */
 static ut_tensor *f_block(ut_ctx *c, ut_tensor **in) {
     ut_tensor *h = ut_layernorm(c, in[0], in[3], in[4], 1e-5f);
@@ -206,6 +208,7 @@ static const ac_case ac_cases[] = {
     {"conv2d", 3, {4, 4, 1}, {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, f_conv, true},
     {"attention", 1, {3}, {{2, 5, 24}}, f_attn, true},
     {"block", 5, {2, 2, 1, 1, 1}, {{6, 40}, {24, 40}, {24}, {40}, {40}}, f_block, false},
+    {"rms_norm", 2, {3, 1}, {{2, 3, 40}, {40}}, f_rms, true},
 };
 
 typedef struct { float *y, *g[MAXIN]; int64_t ny, ng[MAXIN]; } ac_result;

@@ -1,6 +1,7 @@
-/* CUDA kernels of layernorm over the last dimension (launchers declared in
- * norm.h), with the CPU kernels' formulas (src/backend/cpu/norm.c): two-pass
- * mean and biased variance in float, rstd = 1 / sqrt(var + eps).
+/* CUDA kernels of layernorm and rms_norm over the last dimension (launchers
+ * declared in norm.h), with the CPU kernels' formulas (src/backend/cpu/norm.c):
+ * layernorm's two-pass mean and biased variance in float, rstd = 1 / sqrt(var
+ * + eps); rms_norm's rstd = 1 / sqrt(mean(x^2) + eps), in float.
  * A row of C <= 1024 belongs to one warp that keeps it in registers (K values
  * a lane); a longer row to one block, re-reading it from cache. The weight and
  * bias gradients are column sums over the rows: per chunk of rows a partial
@@ -280,5 +281,180 @@ extern "C" void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scr
         ln_dwdb_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, db, pw, pb, nchunks,
                                                                           (int)C);
         ut_cuda_launched("layernorm_bwd_dwdb_final");
+    }
+}
+
+/* ==== rms_norm: the same shapes as layernorm's (a warp per row for
+ * C <= 1024, a block per row beyond; dw as per-chunk partial sums in
+ * scratch, added in chunk order) ==== */
+
+/* ---- forward, a warp per row, lane holding columns lane + 32k (k < K) ---- */
+template <int K>
+__global__ void rms_fwd_warp_k(float *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ x,
+                               const float *__restrict__ w, int64_t N, int C, float eps) {
+    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* the whole warp: one row per warp */
+    const float *xr = x + row * C;
+    float xv[K];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        xv[k] = c < C ? xr[c] : 0.0f;
+        ss += xv[k] * xv[k];
+    }
+    float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
+    float *o = out + row * C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        if (c < C) o[c] = xv[k] * r * w[c];
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+/* ---- forward, a block per row ---- */
+__global__ void rms_fwd_block_k(float *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ x,
+                                const float *__restrict__ w, int C, float eps) {
+    __shared__ float sh[32];
+    int64_t row = blockIdx.x;
+    const float *xr = x + row * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += xr[c] * xr[c];
+    float r = 1.0f / sqrtf(block_sum(ss, sh) / (float)C + eps);
+    float *o = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = xr[c] * r * w[c];
+    if (threadIdx.x == 0) rstd[row] = r;
+}
+
+/* ---- input gradient, a warp per row:
+ * dx += r * (dn - x * r * mean(dn * x * r)), dn = g * w ---- */
+template <int K>
+__global__ void rms_bwd_dx_warp_k(float *__restrict__ dx, const float *__restrict__ g,
+                                  const float *__restrict__ x, const float *__restrict__ w,
+                                  const float *__restrict__ rstd, int64_t N, int C) {
+    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *xr = x + row * C, *gr = g + row * C;
+    float r = rstd[row];
+    float dn[K], xv[K];
+    float sdnx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        dn[k] = 0.0f;
+        xv[k] = 0.0f;
+        if (c < C) {
+            dn[k] = gr[c] * w[c];
+            xv[k] = xr[c];
+            sdnx += dn[k] * xv[k] * r;
+        }
+    }
+    sdnx = warp_sum(sdnx) / (float)C;
+    float *d = dx + row * C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = lane + 32 * k;
+        if (c < C) d[c] += r * (dn[k] - xv[k] * r * sdnx);
+    }
+}
+
+/* ---- input gradient, a block per row ---- */
+__global__ void rms_bwd_dx_block_k(float *__restrict__ dx, const float *__restrict__ g,
+                                   const float *__restrict__ x, const float *__restrict__ w,
+                                   const float *__restrict__ rstd, int C) {
+    __shared__ float sh[32];
+    int64_t row = blockIdx.x;
+    const float *xr = x + row * C, *gr = g + row * C;
+    float r = rstd[row];
+    float sdnx = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sdnx += gr[c] * w[c] * xr[c] * r;
+    sdnx = block_sum(sdnx, sh) / (float)C;
+    float *d = dx + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) d[c] += r * (gr[c] * w[c] - xr[c] * r * sdnx);
+}
+
+/* ---- dw partial sums: block (LN_COLS, LN_ROW_LANES) takes columns
+ * [LN_COLS * blockIdx.x, +LN_COLS) of rows [rc * blockIdx.y, +rc);
+ * pw[chunk, c] = sum g * x * r ---- */
+__global__ void rms_dw_partial_k(float *__restrict__ pw, const float *__restrict__ g, const float *__restrict__ x,
+                                 const float *__restrict__ rstd, int64_t N, int C, int64_t rc) {
+    __shared__ float sw[LN_ROW_LANES][LN_COLS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * LN_COLS + tx;
+    int64_t r0 = (int64_t)blockIdx.y * rc, r1 = r0 + rc < N ? r0 + rc : N;
+    float aw = 0.0f;
+    if (c < C)
+        for (int64_t n = r0 + ty; n < r1; n += LN_ROW_LANES) aw += g[n * C + c] * x[n * C + c] * rstd[n];
+    sw[ty][tx] = aw;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < LN_ROW_LANES; k++) s += sw[k][tx];
+        pw[(int64_t)blockIdx.y * C + c] = s;
+    }
+}
+
+/* dw[c] += sum over chunks of pw[chunk, c] (in chunk order) */
+__global__ void rms_dw_final_k(float *dw, const float *__restrict__ pw, int64_t nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int64_t p = 0; p < nchunks; p++) s += pw[p * C + c];
+    dw[c] += s;
+}
+
+/* ---- rms_norm launchers ---- */
+extern "C" void ut_cuda_rms_norm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t N,
+                                     int64_t C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+    switch (warp_k(C)) {
+#define X(K)                                                                                             \
+    case K:                                                                                              \
+        rms_fwd_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(out, rstd, x, w, N, (int)C, eps); \
+        break;
+        LN_WARP_CASES(X)
+#undef X
+    default:
+        rms_fwd_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(out, rstd, x, w, (int)C, eps);
+    }
+    ut_cuda_launched("rms_norm_fwd");
+}
+
+extern "C" size_t ut_cuda_rms_norm_bwd_scratch_bytes(int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return 64;
+    int64_t rc = row_chunk(N), nchunks = (N + rc - 1) / rc;
+    return (size_t)nchunks * (size_t)C * sizeof(float);
+}
+
+extern "C" void ut_cuda_rms_norm_bwd(float *dx, float *dw, void *scratch, const float *dy, const float *x,
+                                     const float *w, const float *rstd, int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    if (dx) {
+        unsigned grid = (unsigned)((N + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+        switch (warp_k(C)) {
+#define X(K)                                                                                              \
+    case K:                                                                                               \
+        rms_bwd_dx_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(dx, dy, x, w, rstd, N, (int)C); \
+        break;
+            LN_WARP_CASES(X)
+#undef X
+        default:
+            rms_bwd_dx_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(dx, dy, x, w, rstd, (int)C);
+        }
+        ut_cuda_launched("rms_norm_bwd_dx");
+    }
+    if (dw) {
+        int64_t rc = row_chunk(N), nchunks = (N + rc - 1) / rc;
+        float *pw = (float *)scratch;
+        dim3 grid((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)nchunks);
+        rms_dw_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, dy, x, rstd, N, (int)C, rc);
+        ut_cuda_launched("rms_norm_bwd_dw_partial");
+        rms_dw_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, pw, nchunks, (int)C);
+        ut_cuda_launched("rms_norm_bwd_dw_final");
     }
 }

@@ -1,9 +1,10 @@
-/* Launchers of the CUDA layernorm kernels (src/backend/cuda/norm.cu), shared
- * by the C glue (norm.c) and the kernels. x, out, gradients: N rows of C
+/* Launchers of the CUDA layernorm and rms_norm kernels (src/backend/cuda/norm.cu),
+ * shared by the C glue (norm.c) and the kernels. x, out, gradients: N rows of C
  * floats (contiguous device memory); w, b: C. Launchers queue work on the
  * compute stream and return at once.
  * defines: ut_cuda_layernorm_fwd, ut_cuda_layernorm_bwd,
- *          ut_cuda_layernorm_bwd_scratch_bytes. */
+ *          ut_cuda_layernorm_bwd_scratch_bytes, ut_cuda_rms_norm_fwd,
+ *          ut_cuda_rms_norm_bwd, ut_cuda_rms_norm_bwd_scratch_bytes. */
 #ifndef UTRAIN_CUDA_NORM_H
 #define UTRAIN_CUDA_NORM_H
 
@@ -30,6 +31,22 @@ size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C);
 void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scratch, const float *dy,
                            const float *x, const float *w, const float *mean, const float *rstd,
                            int64_t N, int64_t C);
+
+/* out (N, C) = x * rstd * w per row, with rstd = 1 / sqrt(mean(x^2) + eps)
+ * saved (N) */
+void ut_cuda_rms_norm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t N, int64_t C,
+                          float eps);
+
+/* Bytes of device scratch ut_cuda_rms_norm_bwd needs when dw is asked for
+ * (per-chunk column partial sums). */
+size_t ut_cuda_rms_norm_bwd_scratch_bytes(int64_t N, int64_t C);
+
+/* dx (N, C) += rstd * (dn - xhat * mean(dn * xhat)) with dn = dy * w,
+ * xhat = x * rstd; dw (C) += sum_n dy * xhat. Either of dx, dw may be NULL;
+ * scratch (ut_cuda_rms_norm_bwd_scratch_bytes) is needed only with dw. The
+ * column sums run in a fixed order. */
+void ut_cuda_rms_norm_bwd(float *dx, float *dw, void *scratch, const float *dy, const float *x,
+                          const float *w, const float *rstd, int64_t N, int64_t C);
 
 #ifdef __cplusplus
 }

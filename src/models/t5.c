@@ -1,0 +1,661 @@
+/* t5: T5 as Hugging Face's T5ForConditionalGeneration (t5, T5 v1.1,
+ * flan-t5, mT5). A shared token embedding (no positions: each stack's first
+ * layer holds a relative-position bias, bucketed by distance as T5 does,
+ * that every layer of the stack adds to its attention scores), pre-norm
+ * blocks with T5's RMS layer norm (no mean, no bias), attention without
+ * the 1/sqrt(d_kv) scaling (T5 folds it into its initialisation), a ReLU or
+ * gated-GELU feed-forward, a final norm per stack; the head is the shared
+ * embedding with the decoder's states scaled by d_model^-0.5 (T5), or
+ * lm_head unscaled (T5 v1.1's tie_word_embeddings false; transformers 5
+ * writes scale_decoder_outputs false with the head tied instead). The decoder reads the target shifted right behind
+ * decoder_start_token_id (the pad id).
+ * Input x I32 (B, 4, L): source ids, source mask, target ids, target mask
+ * (ut_seq2seq_dataset_open); targets y I32 (B, T), -100 past each target;
+ * output logits (B, T, V). Parameter names are transformers' ("shared.weight",
+ * "encoder.block.0.layer.0.SelfAttention.q.weight", ...), so model.safetensors
+ * loads by name. Options: config.json's names, plus task (seq2seq) and
+ * pretrained (a model directory). docs/models.md. */
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "utrain/base.h"
+#include "utrain/io.h"
+#include "utrain/nn.h"
+#include "utrain/ops.h"
+
+typedef struct {
+    ut_linear_layer q, k, v, o;
+} t5_attn;
+
+typedef struct {
+    t5_attn self, cross;        /* cross: decoder blocks only */
+    ut_tensor *ln_self, *ln_cross, *ln_ff;
+    ut_linear_layer wi, wi0, wi1, wo; /* wi (ReLU / GELU) or wi0, wi1 (gated) */
+} t5_block;
+
+enum { ACT_RELU, ACT_GELU, ACT_GELU_TANH };
+
+typedef struct t5 t5;
+typedef struct {
+    const t5 *net;
+    const t5_block *b;
+} block_arg;
+
+struct t5 {
+    int64_t EL, DL, H, C, DK, F, V, NB, MD;
+    int64_t pad, eos, start;
+    bool gated, tied, scale; /* scale: the decoder's states times d_model^-0.5 before the head */
+    int act;
+    float dropout, eps;
+    ut_embedding_layer shared;
+    ut_tensor *enc_rel, *dec_rel; /* relative-position bias tables (buckets, heads) */
+    ut_tensor *enc_ln, *dec_ln;   /* the stacks' final norms */
+    ut_linear_layer lm_head;      /* untied only */
+    t5_block *block;              /* EL encoder blocks, then DL decoder blocks */
+    block_arg *args;
+};
+
+static void t5_free(void *impl) {
+    t5 *net = impl;
+    ut_free(net->block);
+    ut_free(net->args);
+    ut_free(net);
+}
+
+/* ---- relative positions ----
+ * T5's bucket of a key at distance d = key - query: bidirectional (the
+ * encoder) halves the buckets by sign; within a half, distances below
+ * half of it are exact, the rest logarithmic up to max_distance, as
+ * transformers computes them in float32. */
+static int32_t bucket(int64_t d, bool bidirectional, int64_t nb, int64_t md) {
+    int64_t b = 0;
+    if (bidirectional) {
+        nb /= 2;
+        if (d > 0) b += nb;
+        d = d < 0 ? -d : d;
+    } else {
+        d = d < 0 ? -d : 0;
+    }
+    int64_t exact = nb / 2;
+    if (d < exact) return (int32_t)(b + d);
+    float r = logf((float)d / (float)exact) / logf((float)md / (float)exact) * (float)(nb - exact);
+    int64_t large = exact + (int64_t)r;
+    return (int32_t)(b + (large < nb - 1 ? large : nb - 1));
+}
+
+/* buckets of queries q0 .. q0 + Tq - 1 against keys 0 .. Tk - 1, row-major */
+static void buckets(int32_t *out, int64_t q0, int64_t Tq, int64_t Tk, bool bidirectional, const t5 *net) {
+    for (int64_t i = 0; i < Tq; i++)
+        for (int64_t j = 0; j < Tk; j++) out[i * Tk + j] = bucket(j - (q0 + i), bidirectional, net->NB, net->MD);
+}
+
+/* the bias (H, Tq, Tk) of the bucket ids (Tq * Tk) */
+static ut_tensor *position_bias(ut_ctx *ctx, ut_tensor *table, ut_tensor *ids, int64_t Tq, int64_t Tk) {
+    ut_tensor *e = ut_reshape(ctx, ut_embedding(ctx, ids, table), 3, (int64_t[]){Tq, Tk, table->ne[1]});
+    return ut_contiguous(ctx, ut_permute(ctx, e, (const int[]){2, 0, 1}));
+}
+
+/* ---- attention ---- */
+/* x (B, T, H * DK) as heads: perm {0, 2, 1, 3} (B, H, T, DK), {0, 2, 3, 1} (B, H, DK, T) */
+static ut_tensor *heads(ut_ctx *ctx, const t5 *net, ut_tensor *x, const int *perm) {
+    ut_tensor *h = ut_reshape(ctx, x, 4, (int64_t[]){x->ne[0], x->ne[1], net->H, net->DK});
+    return ut_contiguous(ctx, ut_permute(ctx, h, perm));
+}
+static const int AS_Q[4] = {0, 2, 1, 3}, AS_KT[4] = {0, 2, 3, 1};
+
+/* softmax(q kT + bias + mask) v, heads back to (B, Tq, H * DK), then o:
+ * q (B, H, Tq, DK), kT (B, H, DK, Tk), v (B, H, Tk, DK); bias (H, Tq, Tk)
+ * and mask (B, 1, 1, Tk) may be NULL */
+static ut_tensor *attend(ut_ctx *ctx, const t5 *net, const t5_attn *a, ut_tensor *q, ut_tensor *kT, ut_tensor *v,
+                         ut_tensor *bias, ut_tensor *mask) {
+    ut_tensor *s = ut_matmul(ctx, q, kT);
+    if (bias) s = ut_add(ctx, s, bias);
+    if (mask) s = ut_add(ctx, s, mask);
+    ut_tensor *p = ut_dropout(ctx, ut_softmax(ctx, s), net->dropout);
+    ut_tensor *o = ut_contiguous(ctx, ut_permute(ctx, ut_matmul(ctx, p, v), AS_Q));
+    if (!o) return NULL;
+    o = ut_reshape(ctx, o, 3, (int64_t[]){o->ne[0], o->ne[1], net->H * net->DK});
+    return ut_linear_layer_forward(ctx, &a->o, o);
+}
+
+/* attention of x's rows to kv's (both (B, T, C) states, normed) */
+static ut_tensor *attention(ut_ctx *ctx, const t5 *net, const t5_attn *a, ut_tensor *x, ut_tensor *kv,
+                            ut_tensor *bias, ut_tensor *mask) {
+    ut_tensor *q = heads(ctx, net, ut_linear_layer_forward(ctx, &a->q, x), AS_Q);
+    ut_tensor *kT = heads(ctx, net, ut_linear_layer_forward(ctx, &a->k, kv), AS_KT);
+    ut_tensor *v = heads(ctx, net, ut_linear_layer_forward(ctx, &a->v, kv), AS_Q);
+    return attend(ctx, net, a, q, kT, v, bias, mask);
+}
+
+static ut_tensor *rms(ut_ctx *ctx, const t5 *net, ut_tensor *w, ut_tensor *x) {
+    return ut_rms_norm(ctx, x, w, net->eps);
+}
+
+static ut_tensor *act(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
+    return net->act == ACT_RELU ? ut_relu(ctx, h) : net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
+}
+
+/* x + dropout(feed-forward(norm(x))) */
+static ut_tensor *feed_forward(ut_ctx *ctx, const t5 *net, const t5_block *b, ut_tensor *x) {
+    ut_tensor *n = rms(ctx, net, b->ln_ff, x), *h;
+    if (net->gated)
+        h = ut_mul(ctx, act(ctx, net, ut_linear_layer_forward(ctx, &b->wi0, n)), ut_linear_layer_forward(ctx, &b->wi1, n));
+    else
+        h = act(ctx, net, ut_linear_layer_forward(ctx, &b->wi, n));
+    h = ut_linear_layer_forward(ctx, &b->wo, ut_dropout(ctx, h, net->dropout));
+    return ut_add(ctx, x, ut_dropout(ctx, h, net->dropout));
+}
+
+/* in = {x, position bias (H, S, S), mask (B, 1, 1, S)} */
+static ut_tensor *encoder_block(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const block_arg *a = user;
+    const t5 *net = a->net;
+    ut_tensor *x = in[0], *h = rms(ctx, net, a->b->ln_self, x);
+    x = ut_add(ctx, x, ut_dropout(ctx, attention(ctx, net, &a->b->self, h, h, in[1], in[2]), net->dropout));
+    return feed_forward(ctx, net, a->b, x);
+}
+
+/* in = {x, position bias with the causal mask (H, T, T), encoder states, their mask (B, 1, 1, S)} */
+static ut_tensor *decoder_block(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
+    (void)n;
+    const block_arg *a = user;
+    const t5 *net = a->net;
+    ut_tensor *x = in[0], *h = rms(ctx, net, a->b->ln_self, x);
+    x = ut_add(ctx, x, ut_dropout(ctx, attention(ctx, net, &a->b->self, h, h, in[1], NULL), net->dropout));
+    h = rms(ctx, net, a->b->ln_cross, x);
+    x = ut_add(ctx, x, ut_dropout(ctx, attention(ctx, net, &a->b->cross, h, in[2], NULL, in[3]), net->dropout));
+    return feed_forward(ctx, net, a->b, x);
+}
+
+static ut_tensor *run_block(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in, int n) {
+    t5 *net = m->impl;
+    ut_checkpoint_fn fn = i < net->EL ? encoder_block : decoder_block;
+    return m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[i], in, n) : fn(ctx, &net->args[i], in, n);
+}
+
+static ut_tensor *embed(ut_ctx *ctx, const t5 *net, ut_tensor *ids) {
+    return ut_dropout(ctx, ut_embedding_layer_forward(ctx, &net->shared, ids), net->dropout);
+}
+
+/* the encoder's states (B, S, C): ids (B, S), buckets (S * S), mask (B, 1, 1, S) */
+static ut_tensor *encode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *bk, ut_tensor *mask) {
+    const t5 *net = m->impl;
+    int64_t S = ids->ne[1];
+    ut_tensor *x = embed(ctx, net, ids), *bias = position_bias(ctx, net->enc_rel, bk, S, S);
+    for (int64_t l = 0; l < net->EL; l++) x = run_block(m, ctx, l, (ut_tensor *[]){x, bias, mask}, 3);
+    return ut_dropout(ctx, rms(ctx, net, net->enc_ln, x), net->dropout);
+}
+
+/* the decoder's states (B, T, C): ids (B, T), buckets (T * T), causal (T, T) */
+static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *bk, ut_tensor *causal, ut_tensor *enc,
+                         ut_tensor *mask) {
+    const t5 *net = m->impl;
+    int64_t T = ids->ne[1];
+    ut_tensor *x = embed(ctx, net, ids), *bias = ut_add(ctx, position_bias(ctx, net->dec_rel, bk, T, T), causal);
+    for (int64_t l = 0; l < net->DL; l++) x = run_block(m, ctx, net->EL + l, (ut_tensor *[]){x, bias, enc, mask}, 4);
+    return ut_dropout(ctx, rms(ctx, net, net->dec_ln, x), net->dropout);
+}
+
+static ut_tensor *lm_head(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
+    if (net->scale) h = ut_scale(ctx, h, 1.0f / sqrtf((float)net->C));
+    return net->tied ? ut_linear(ctx, h, net->shared.w, NULL) : ut_linear_layer_forward(ctx, &net->lm_head, h);
+}
+
+/* ---- inputs ----
+ * src ids (B, S), src mask (B, 1, 1, S), encoder buckets (S * S), decoder
+ * ids (B, T), decoder buckets (T * T), causal mask (T, T); S and T the
+ * batch's longest source and target. */
+static int64_t mask_len(const int32_t *m, int64_t L) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < L; t++)
+        if (m[t]) n = t + 1;
+    return n ? n : 1;
+}
+
+static int t5_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
+    const t5 *net = m->impl;
+    if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 4)
+        return ut_input_error(err, n, "t5", x,
+                              "expected I32 x (B, 4, L): source ids, source mask, target ids and target mask "
+                              "(data.name: seq2seq_text)");
+    int64_t B = x->ne[0], L = x->ne[2], S = 1, T = 1;
+    const int32_t *h = x->host;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = mask_len(h + (b * 4 + 1) * L, L), t = mask_len(h + (b * 4 + 3) * L, L);
+        S = s > S ? s : S;
+        T = t > T ? t : T;
+    }
+    int32_t *ids = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, S});
+    float *mk = ut_inputs_add(in, UT_F32, 4, (int64_t[]){B, 1, 1, S});
+    int32_t *eb = ut_inputs_add(in, UT_I32, 1, (int64_t[]){S * S});
+    int32_t *dec = ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T});
+    int32_t *db = ut_inputs_add(in, UT_I32, 1, (int64_t[]){T * T});
+    float *causal = ut_inputs_add(in, UT_F32, 2, (int64_t[]){T, T});
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *src = h + b * 4 * L, *sm = src + L, *tgt = src + 2 * L, *tm = src + 3 * L;
+        for (int64_t t = 0; t < S; t++) {
+            ids[b * S + t] = src[t];
+            mk[b * S + t] = sm[t] ? 0.0f : -FLT_MAX;
+        }
+        for (int64_t t = 0; t < T; t++)
+            dec[b * T + t] = t == 0 ? (int32_t)net->start : tm[t - 1] ? tgt[t - 1] : (int32_t)net->pad;
+    }
+    buckets(eb, 0, S, S, true, net);
+    buckets(db, 0, T, T, false, net);
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) causal[i * T + j] = j > i ? -FLT_MAX : 0.0f;
+    for (int64_t i = 0; i < B * S; i++)
+        if (ids[i] < 0 || ids[i] >= net->V)
+            return ut_input_error(err, n, "t5", x, ut_fmt("token id %d is outside the vocabulary [0, %lld)", ids[i],
+                                                         (long long)net->V));
+    return 0;
+}
+
+static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+    ut_tensor *enc = encode(m, ctx, p->t[0], p->t[2], p->t[1]);
+    return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], p->t[5], enc, p->t[1]));
+}
+
+static ut_tensor *t5_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    (void)m;
+    if (!ut_op_check(ctx, "t5 loss", 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
+    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
+        targets->ne[1] != logits->ne[1]) {
+        ut_op_error(ctx, "t5 loss", 2, (ut_tensor *[]){logits, targets},
+                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
+        return NULL;
+    }
+    return ut_cross_entropy(ctx, logits, targets, -100);
+}
+
+/* ---- generation (ut_decoder_ops): the encoder once, then a token per step;
+ * cached, each decoder block keeps its self-attention keys and values
+ * (ut_kv_cache) and the cross-attention's, computed once */
+typedef struct {
+    ut_model *m;
+    t5 *net;
+    ut_ctx *keep, *ctx;
+    int64_t N, S, Tmax, len;
+    int per;
+    bool cache;
+    ut_tensor *enc, *mask; /* (N, S, C), (N, 1, 1, S) */
+    ut_kv_cache *self;
+    ut_tensor **cross;     /* per decoder block: kT (N, H, DK, S), v (N, H, S, DK) */
+} dec_state;
+
+static void dec_end(void *state) {
+    dec_state *s = state;
+    if (!s) return;
+    ut_ctx_free(s->ctx);
+    ut_ctx_free(s->keep);
+    ut_kv_cache_free(s->self);
+    ut_free(s->cross);
+    ut_free(s);
+}
+
+static ut_ctx *gen_ctx(const ut_model *m) {
+    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
+    ut_ctx_set_grad_enabled(c, false);
+    ut_ctx_set_training(c, false);
+    return c;
+}
+
+static int ctx_failed(ut_ctx *ctx, char *err, size_t n) {
+    return ut_ctx_error(ctx) ? ut_errorf(err, n, "t5 generation: %s", ut_ctx_error(ctx)) : 0;
+}
+
+static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
+                       int64_t max_len, bool cache, char *err, size_t n) {
+    t5 *net = m->impl;
+    if (B < 1 || S < 1 || per < 1 || max_len < 1) return ut_errorf(err, n, "t5 generation: empty batch"), NULL;
+    for (int64_t i = 0; i < B * S; i++)
+        if (src[i] < 0 || src[i] >= net->V)
+            return ut_errorf(err, n, "t5 generation: token id %d is outside the vocabulary [0, %lld)", src[i],
+                             (long long)net->V), NULL;
+    dec_state *s = ut_calloc_check(1, sizeof *s);
+    int64_t N = B * per, C = net->C, HD = net->H * net->DK;
+    *s = (dec_state){.m = m, .net = net, .keep = gen_ctx(m), .ctx = gen_ctx(m), .N = N, .S = S, .Tmax = max_len,
+                     .per = per, .cache = cache};
+    ut_ctx *k = s->keep;
+    int32_t *bk = ut_ctx_alloc(k, (size_t)(S * S) * sizeof *bk), *rows = ut_ctx_alloc(k, (size_t)N * sizeof *rows);
+    float *mk = ut_ctx_alloc(k, (size_t)(B * S) * sizeof *mk), *mkN = ut_ctx_alloc(k, (size_t)(N * S) * sizeof *mkN);
+    buckets(bk, 0, S, S, true, net);
+    for (int64_t i = 0; i < B * S; i++) mk[i] = mask[i] ? 0.0f : -FLT_MAX;
+    for (int64_t r = 0; r < N; r++) {
+        rows[r] = (int32_t)(r / per);
+        memcpy(mkN + r * S, mk + (r / per) * S, (size_t)S * sizeof *mk);
+    }
+    ut_tensor *enc = encode(m, k, ut_tensor_from(k, UT_I32, 2, (int64_t[]){B, S}, src),
+                            ut_tensor_from(k, UT_I32, 1, (int64_t[]){S * S}, bk),
+                            ut_tensor_from(k, UT_F32, 4, (int64_t[]){B, 1, 1, S}, mk));
+    if (enc) enc = ut_embedding(k, ut_tensor_from(k, UT_I32, 1, (int64_t[]){N}, rows),
+                                ut_reshape(k, enc, 2, (int64_t[]){B, S * C}));
+    s->enc = enc ? ut_reshape(k, enc, 3, (int64_t[]){N, S, C}) : NULL;
+    s->mask = ut_tensor_from(k, UT_F32, 4, (int64_t[]){N, 1, 1, S}, mkN);
+    if (cache && s->enc) {
+        s->self = ut_kv_cache_new(k, net->DL, max_len, N, HD);
+        s->cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->cross);
+        for (int64_t l = 0; l < net->DL; l++) {
+            const t5_block *b = &net->block[net->EL + l];
+            s->cross[2 * l] = heads(k, net, ut_linear_layer_forward(k, &b->cross.k, s->enc), AS_KT);
+            s->cross[2 * l + 1] = heads(k, net, ut_linear_layer_forward(k, &b->cross.v, s->enc), AS_Q);
+        }
+    }
+    if (ctx_failed(k, err, n)) {
+        dec_end(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* One cached step of decoder block l: x (N, 1, C) at position t, bias (H, 1, t + 1) */
+static ut_tensor *cached_block(dec_state *s, int64_t l, ut_tensor *x, int64_t t, ut_tensor *bias) {
+    ut_ctx *ctx = s->ctx;
+    const t5 *net = s->net;
+    const t5_block *b = &net->block[net->EL + l];
+    ut_tensor *h = rms(ctx, net, b->ln_self, x);
+    ut_tensor *q = heads(ctx, net, ut_linear_layer_forward(ctx, &b->self.q, h), AS_Q);
+    ut_tensor *kn = ut_linear_layer_forward(ctx, &b->self.k, h), *vn = ut_linear_layer_forward(ctx, &b->self.v, h);
+    if (ut_kv_cache_put(s->self, l, 0, t, kn) || ut_kv_cache_put(s->self, l, 1, t, vn)) return NULL;
+    /* the keys and values so far, (t + 1, N, H * DK) as heads */
+    ut_tensor *kv[2];
+    for (int i = 0; i < 2; i++) {
+        ut_tensor *c = ut_kv_cache_get(ctx, s->self, l, i, t + 1);
+        c = ut_reshape(ctx, ut_contiguous(ctx, c), 4, (int64_t[]){t + 1, s->N, net->H, net->DK});
+        kv[i] = ut_contiguous(ctx, ut_permute(ctx, c, i ? (const int[]){1, 2, 0, 3} : (const int[]){1, 2, 3, 0}));
+    }
+    x = ut_add(ctx, x, attend(ctx, net, &b->self, q, kv[0], kv[1], bias, NULL));
+    h = rms(ctx, net, b->ln_cross, x);
+    q = heads(ctx, net, ut_linear_layer_forward(ctx, &b->cross.q, h), AS_Q);
+    x = ut_add(ctx, x, attend(ctx, net, &b->cross, q, ut_tensor_share(ctx, s->cross[2 * l]),
+                              ut_tensor_share(ctx, s->cross[2 * l + 1]), NULL, ut_tensor_share(ctx, s->mask)));
+    return feed_forward(ctx, net, b, x);
+}
+
+static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+    dec_state *s = state;
+    const t5 *net = s->net;
+    ut_ctx *ctx = s->ctx;
+    int64_t N = s->N, C = net->C;
+    if (len < 1 || len > s->Tmax || (s->cache && len != s->len + 1))
+        return ut_errorf(err, n, "t5 generation: step of %lld tokens after %lld (at most %lld)", (long long)len,
+                         (long long)s->len, (long long)s->Tmax);
+    ut_tensor *h;
+    if (s->cache) {
+        int64_t t = len - 1;
+        int32_t *ids = ut_ctx_alloc(ctx, (size_t)N * sizeof *ids), *bk = ut_ctx_alloc(ctx, (size_t)len * sizeof *bk);
+        for (int64_t r = 0; r < N; r++) ids[r] = prefix[r * len + t];
+        buckets(bk, t, 1, len, false, net);
+        ut_tensor *bias = position_bias(ctx, net->dec_rel, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, bk), 1, len);
+        h = embed(ctx, net, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, 1}, ids));
+        for (int64_t l = 0; l < net->DL && h; l++) h = cached_block(s, l, h, t, bias);
+        h = h ? rms(ctx, net, net->dec_ln, h) : NULL;
+    } else {
+        int32_t *bk = ut_ctx_alloc(ctx, (size_t)(len * len) * sizeof *bk);
+        float *causal = ut_ctx_alloc(ctx, (size_t)(len * len) * sizeof *causal);
+        buckets(bk, 0, len, len, false, net);
+        for (int64_t i = 0; i < len; i++)
+            for (int64_t j = 0; j < len; j++) causal[i * len + j] = j > i ? -FLT_MAX : 0.0f;
+        h = decode(s->m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+                   ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len * len}, bk),
+                   ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){len, len}, causal), ut_tensor_share(ctx, s->enc),
+                   ut_tensor_share(ctx, s->mask));
+        h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
+    }
+    if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
+    int rc = ctx_failed(ctx, err, n) || !h || ut_tensor_get(h, logits, (size_t)(N * net->V) * sizeof(float));
+    if (rc && !err[0]) ut_errorf(err, n, "t5 generation: reading the logits failed");
+    ut_ctx_reset(ctx);
+    if (!rc) s->len = len;
+    return rc ? -1 : 0;
+}
+
+static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
+    dec_state *s = state;
+    for (int64_t r = 0; r < s->N; r++)
+        if (rows[r] < 0 || rows[r] >= s->N || rows[r] / s->per != r / s->per)
+            return ut_errorf(err, n, "t5 generation: row %lld cannot continue row %d of another source",
+                             (long long)r, rows[r]);
+    if (!s->cache) return 0;
+    ut_kv_cache_reorder(s->ctx, s->self, rows, s->len);
+    int rc = ctx_failed(s->ctx, err, n);
+    ut_ctx_reset(s->ctx);
+    return rc;
+}
+
+static const ut_decoder_ops t5_decoder = {dec_begin, dec_step, dec_reorder, dec_end};
+
+/* ---- building ---- */
+static void linear(ut_model *m, ut_linear_layer *l, const char *name, int64_t in, int64_t out, float std) {
+    l->w = ut_param_add(m, name, 2, (int64_t[]){out, in}, (ut_init){UT_INIT_NORMAL, std});
+    l->b = NULL;
+}
+
+static ut_tensor *norm_weight(ut_model *m, const char *name, int64_t C) {
+    return ut_param_add(m, name, 1, (int64_t[]){C}, (ut_init){UT_INIT_ONES, 0});
+}
+
+/* q, k, v, o as T5's _init_weights draws them (initializer_factor f) */
+static void attn_init(ut_model *m, const t5 *net, t5_attn *a, const char *prefix, float f) {
+    char q[200];
+    int64_t C = net->C, HD = net->H * net->DK;
+    float stds[4] = {f / sqrtf((float)(C * net->DK)), f / sqrtf((float)C), f / sqrtf((float)C), f / sqrtf((float)HD)};
+    const char *leaf[4] = {"q", "k", "v", "o"};
+    ut_linear_layer *proj[4] = {&a->q, &a->k, &a->v, &a->o};
+    for (int i = 0; i < 4; i++) {
+        snprintf(q, sizeof q, "%s.%s.weight", prefix, leaf[i]);
+        linear(m, proj[i], q, i == 3 ? HD : C, i == 3 ? C : HD, stds[i]);
+    }
+}
+
+static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
+    bool dec = i >= net->EL;
+    int64_t k = dec ? i - net->EL : i, C = net->C, F = net->F;
+    t5_block *b = &net->block[i];
+    char p[128], a[200];
+    snprintf(p, sizeof p, "%s.block.%lld.layer", dec ? "decoder" : "encoder", (long long)k);
+    snprintf(a, sizeof a, "%s.0.SelfAttention", p);
+    attn_init(m, net, &b->self, a, f);
+    if (k == 0) { /* the stack's relative-position bias */
+        snprintf(a, sizeof a, "%s.0.SelfAttention.relative_attention_bias.weight", p);
+        ut_tensor **rel = dec ? &net->dec_rel : &net->enc_rel;
+        *rel = ut_param_add(m, a, 2, (int64_t[]){net->NB, net->H}, (ut_init){UT_INIT_NORMAL, f / sqrtf((float)C)});
+    }
+    snprintf(a, sizeof a, "%s.0.layer_norm.weight", p);
+    b->ln_self = norm_weight(m, a, C);
+    int ff = 1;
+    if (dec) {
+        snprintf(a, sizeof a, "%s.1.EncDecAttention", p);
+        attn_init(m, net, &b->cross, a, f);
+        snprintf(a, sizeof a, "%s.1.layer_norm.weight", p);
+        b->ln_cross = norm_weight(m, a, C);
+        ff = 2;
+    }
+    if (net->gated) {
+        snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi_0.weight", p, ff);
+        linear(m, &b->wi0, a, C, F, f / sqrtf((float)C));
+        snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi_1.weight", p, ff);
+        linear(m, &b->wi1, a, C, F, f / sqrtf((float)C));
+    } else {
+        snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi.weight", p, ff);
+        linear(m, &b->wi, a, C, F, f / sqrtf((float)C));
+    }
+    snprintf(a, sizeof a, "%s.%d.DenseReluDense.wo.weight", p, ff);
+    linear(m, &b->wo, a, F, C, f / sqrtf((float)F));
+    snprintf(a, sizeof a, "%s.%d.layer_norm.weight", p, ff);
+    b->ln_ff = norm_weight(m, a, C);
+    net->args[i] = (block_arg){net, b};
+}
+
+/* Parameters in transformers' state_dict order */
+static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
+    ut_model *m = ut_model_new("t5");
+    int64_t n = net->EL + net->DL;
+    net->block = ut_calloc_check((size_t)n, sizeof *net->block);
+    net->args = ut_calloc_check((size_t)n, sizeof *net->args);
+    ut_embedding_layer_init(m, &net->shared, "shared", net->V, net->C, f);
+    for (int64_t i = 0; i < net->EL; i++) block_init(m, net, i, f);
+    net->enc_ln = norm_weight(m, "encoder.final_layer_norm.weight", net->C);
+    for (int64_t i = net->EL; i < n; i++) block_init(m, net, i, f);
+    net->dec_ln = norm_weight(m, "decoder.final_layer_norm.weight", net->C);
+    if (!net->tied) linear(m, &net->lm_head, "lm_head.weight", net->C, net->V, f);
+    m->impl = net;
+    m->free_impl = t5_free;
+    m->prepare = t5_prepare;
+    m->forward_prepared = t5_forward;
+    m->loss = t5_loss;
+    m->decoder = &t5_decoder;
+    m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
+                                    .vocab = net->V};
+    ut_model_finalize(m, seed);
+    /* weight decay as Hugging Face Trainer groups T5's parameters (by name:
+     * none for a "bias"): the norms' weights decay, the relative-position
+     * bias tables do not */
+    for (int p = 0; p < m->params.n; p++) m->params.segs[p].decay = !strstr(m->params.names[p], "bias");
+    return m;
+}
+
+/* ---- options ---- */
+static const char *const arch_keys[] = {"vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
+                                        "num_heads", "relative_attention_num_buckets",
+                                        "relative_attention_max_distance", "feed_forward_proj",
+                                        "tie_word_embeddings", "scale_decoder_outputs", "pad_token_id",
+                                        "eos_token_id", "decoder_start_token_id", "layer_norm_epsilon", NULL};
+
+static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size_t n) {
+    static const char *const types[] = {"t5", "mt5", NULL};
+    const ut_hf_config_spec spec = {"t5", types, "bart directories are read by model.name: bart", arch_keys, NULL};
+    ut_kv *kv = ut_hf_config_checked(opts, dir, &spec, err, n);
+    if (kv) ut_kv_update(kv, opts);
+    return kv;
+}
+
+static const struct {
+    const char *key;
+    long long def;
+    size_t at;
+} size_keys[] = {
+    {"vocab_size", 32128, offsetof(t5, V)},
+    {"d_model", 512, offsetof(t5, C)},
+    {"d_kv", 64, offsetof(t5, DK)},
+    {"d_ff", 2048, offsetof(t5, F)},
+    {"num_layers", 6, offsetof(t5, EL)},
+    {"num_heads", 8, offsetof(t5, H)},
+    {"relative_attention_num_buckets", 32, offsetof(t5, NB)},
+    {"relative_attention_max_distance", 128, offsetof(t5, MD)},
+};
+
+static const struct {
+    const char *key;
+    long long def;
+    size_t at;
+} token_keys[] = {
+    {"pad_token_id", 0, offsetof(t5, pad)},
+    {"eos_token_id", 1, offsetof(t5, eos)},
+    {"decoder_start_token_id", 0, offsetof(t5, start)},
+};
+
+static int read_dims(const ut_kv *kv, t5 *net, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
+        long long v;
+        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
+        if (v < 1 || v > INT32_MAX)
+            return ut_errorf(err, n, "t5: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
+        *(int64_t *)((char *)net + size_keys[i].at) = v;
+    }
+    long long dl;
+    if (ut_kv_int(kv, "num_decoder_layers", net->EL, &dl, err, n)) return -1;
+    if (dl < 1 || dl > INT32_MAX) return ut_errorf(err, n, "t5: num_decoder_layers %lld must be >= 1", dl);
+    net->DL = dl;
+    if (net->NB < 4) return ut_errorf(err, n, "t5: relative_attention_num_buckets %lld must be >= 4", (long long)net->NB);
+    if (net->MD <= net->NB / 4)
+        return ut_errorf(err, n, "t5: relative_attention_max_distance %lld must exceed a quarter of the buckets",
+                         (long long)net->MD);
+    for (size_t i = 0; i < sizeof token_keys / sizeof token_keys[0]; i++) {
+        long long v;
+        if (ut_kv_int(kv, token_keys[i].key, token_keys[i].def, &v, err, n)) return -1;
+        if (v < 0 || v >= net->V)
+            return ut_errorf(err, n, "t5: %s %lld is outside the vocabulary [0, %lld)", token_keys[i].key, v,
+                             (long long)net->V);
+        *(int64_t *)((char *)net + token_keys[i].at) = v;
+    }
+    return 0;
+}
+
+/* feed_forward_proj, tie_word_embeddings, the rates, task */
+static int read_kinds(const ut_kv *kv, t5 *net, double *factor, char *err, size_t n) {
+    const char *ff = ut_kv_get(kv, "feed_forward_proj"), *task = ut_kv_get(kv, "task");
+    if (!ff) ff = "relu";
+    net->gated = !strncmp(ff, "gated-", 6);
+    const char *a = net->gated ? ff + 6 : ff;
+    if (!strcmp(a, "relu")) net->act = ACT_RELU;
+    else if (!strcmp(ff, "gated-gelu") || !strcmp(a, "gelu_new")) net->act = ACT_GELU_TANH; /* transformers' rule */
+    else if (!strcmp(a, "gelu")) net->act = ACT_GELU;
+    else
+        return ut_errorf(err, n, "t5: feed_forward_proj '%s' is not supported (relu, gated-gelu, gelu, gelu_new, "
+                                 "gated-relu)", ff);
+    double d, eps;
+    /* T5 ties its head and scales the states; T5 v1.1's files say tie_word_embeddings false (an lm_head
+     * of its own, no scaling); transformers 5 ties always and writes scale_decoder_outputs instead */
+    if (ut_kv_bool(kv, "tie_word_embeddings", true, &net->tied, err, n) ||
+        ut_kv_bool(kv, "scale_decoder_outputs", net->tied, &net->scale, err, n) ||
+        ut_kv_float(kv, "dropout_rate", 0.1, &d, err, n) || ut_kv_float(kv, "layer_norm_epsilon", 1e-6, &eps, err, n) ||
+        ut_kv_float(kv, "initializer_factor", 1.0, factor, err, n))
+        return -1;
+    if (!(d >= 0 && d < 1)) return ut_errorf(err, n, "t5: dropout_rate %g is outside [0, 1)", d);
+    if (!(eps > 0)) return ut_errorf(err, n, "t5: layer_norm_epsilon %g must be > 0", eps);
+    if (!(*factor >= 0)) return ut_errorf(err, n, "t5: initializer_factor %g must be >= 0", *factor);
+    net->dropout = (float)d, net->eps = (float)eps;
+    if (task && strcmp(task, "seq2seq") && strcmp(task, "conditional_generation"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for t5; use seq2seq", task);
+    return 0;
+}
+
+/* T5ForConditionalGeneration's file: the tied copies under
+ * encoder/decoder.embed_tokens and a tied lm_head are not read */
+static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+    const t5 *net = m->impl;
+    static const char *const ignored[] = {"embed_tokens.weight", NULL};
+    static const char *const tied_ignored[] = {"embed_tokens.weight", "lm_head.weight", NULL};
+    ut_hf_load_opts o = {.ignored = net->tied ? tied_ignored : ignored};
+    return ut_hf_load_pretrained(m, dir, o, err, n);
+}
+
+ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+    static const char *const known[] = {
+        "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+        "relative_attention_num_buckets", "relative_attention_max_distance", "feed_forward_proj",
+        "tie_word_embeddings", "scale_decoder_outputs", "pad_token_id", "eos_token_id", "decoder_start_token_id",
+        "dropout_rate",
+        "layer_norm_epsilon", "initializer_factor", "task", "pretrained", NULL};
+    if (ut_kv_check_keys(opts, known, "model t5", err, n)) return NULL;
+    const char *dir = ut_kv_get(opts, "pretrained");
+    ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
+    if (dir && !merged) return NULL;
+    const ut_kv *kv = merged ? merged : opts;
+    t5 net = {0};
+    double factor;
+    int rc = read_dims(kv, &net, err, n) || read_kinds(kv, &net, &factor, err, n);
+    ut_kv_free(merged);
+    if (rc) return NULL;
+    ut_model_layout lay = ut_model_build_layout();
+    if (lay.tp_size > 1 || lay.pp_size > 1)
+        return ut_errorf(err, n, "t5: no tensor- or pipeline-parallel form yet; train it with data parallelism "
+                                 "(ddp, zero1-3)"), NULL;
+    double C = (double)net.C, HD = (double)(net.H * net.DK), F = (double)net.F * (net.gated ? 3 : 2);
+    double numel = (double)net.V * C * (net.tied ? 1 : 2) + (double)net.EL * (4 * C * HD + F * C) +
+                   (double)net.DL * (8 * C * HD + F * C) + 2.0 * (double)(net.NB * net.H);
+    if (ut_memory_check(8 * numel, ut_fmt("t5 (%.3g parameters)", numel), err, n)) return NULL;
+    t5 *impl = ut_malloc_check(sizeof *impl);
+    *impl = net;
+    ut_model *m = t5_new(impl, (float)factor, seed);
+    if (dir && load_pretrained(m, dir, err, n)) {
+        ut_model_free(m);
+        return NULL;
+    }
+    return m;
+}
