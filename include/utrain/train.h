@@ -2,7 +2,8 @@
  * TensorBoard, and the hooks that customise them.
  * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories, stale temporaries),
  *          ut_tb_* (TensorBoard event files), ut_hooks, ut_trainer_run,
- *          ut_trainer_test, UT_EXIT_* codes. */
+ *          ut_trainer_test, UT_EXIT_* codes; ut_model_from_config, ut_run_tokenizer,
+ *          ut_best_checkpoint, ut_gen_opts_from_config (a run's parts, for `utrain generate`). */
 #ifndef UTRAIN_TRAIN_H
 #define UTRAIN_TRAIN_H
 
@@ -120,6 +121,13 @@ typedef struct {
      * for language models; loss and perplexity are always reported). Returns
      * the number written to metrics (at most max). */
     int (*metrics)(void *user, const ut_step_outputs *out, ut_tensor *y, ut_metric *metrics, int max);
+    /* Metrics over a split's generations (evaluation by generation:
+     * generate.eval, and test mode on seq2seq data): every example's source,
+     * reference and generated text in dataset order (each rank gets them
+     * all and must write the same values). Reported as sum / count beside
+     * bleu and rougeL. Returns the number written (at most max). */
+    int (*generation_metrics)(void *user, int64_t n, const char *const *sources, const char *const *references,
+                              const char *const *generated, ut_metric *metrics, int max);
     /* Called with every logged line of scalars (split train|dev|test). */
     void (*on_log)(void *user, const char *split, int64_t step, int n, const char *const *names,
                    const double *values);
@@ -209,6 +217,18 @@ void ut_plan_print(const ut_plan *p, int64_t device_memory, bool json, FILE *f);
  * "512MiB", "1.5GB". 0 and *out set, or -1 for anything else (a zero or
  * negative size, an unknown unit). */
 int ut_parse_bytes(const char *s, int64_t *out);
+
+/* ---- a trained run's parts for other programs (`utrain generate`; src/train) ----
+ * The run's model built from model.* (data: the dataset that fills sizes
+ * the config leaves to it, or NULL), its pretrained tokenizer (data.tokenizer,
+ * or model.pretrained's; NULL with a message when it has none), the
+ * checkpoint test mode uses (the newest's train.best_step if that one is
+ * kept, else the newest; loaded into m to read it, its path into path) and
+ * generate.* as generation options (the run's seed for sampling). */
+ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
+ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);
+int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
+void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
 
 #ifdef __cplusplus
 }

@@ -44,8 +44,24 @@ static int64_t sources(ut_dataset *ds, const int64_t *idx, int64_t count, int32_
     return S;
 }
 
+/* the hook's metrics over every example's texts, appended to res */
+static void hook_metrics(const ut_hooks *h, ut_dataset *ds, char **hyp, ut_eval_result *res) {
+    int64_t N = ds->n;
+    const char **src = ut_malloc_check((size_t)(N ? N : 1) * sizeof *src), **ref = ut_malloc_check((size_t)(N ? N : 1) * sizeof *ref);
+    for (int64_t i = 0; i < N; i++) src[i] = ut_seq2seq_text(ds, i, 0), ref[i] = ut_seq2seq_text(ds, i, 1);
+    ut_metric mets[UT_MAX_METRICS];
+    int k = h->generation_metrics(h->user, N, src, ref, (const char *const *)hyp, mets, UT_MAX_METRICS - res->n);
+    for (int i = 0; i < k && res->n < UT_MAX_METRICS; i++) {
+        snprintf(res->names[res->n], sizeof res->names[0], "%s", mets[i].name);
+        res->values[res->n++] = mets[i].count ? mets[i].sum / mets[i].count : 0;
+    }
+    ut_free(src);
+    ut_free(ref);
+}
+
 int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t batch, const ut_gen_opts *o,
-                           ut_tokenizer *tok, ut_eval_result *res, char ***texts, char *err, size_t n) {
+                           ut_tokenizer *tok, const ut_hooks *h, ut_eval_result *res, char ***texts, char *err,
+                           size_t n) {
     if (!ut_seq2seq_planes(ds))
         return ut_errorf(err, n, "generate.eval: %s is not sequence-to-sequence data (data.name: seq2seq_text)",
                          ds->name);
@@ -111,6 +127,7 @@ int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t b
             snprintf(res->names[res->n], sizeof res->names[0], "%s", names[i]);
             res->values[res->n++] = v[i];
         }
+        if (h && h->generation_metrics) hook_metrics(h, ds, hyp, res);
     }
     if (!rc && texts) *texts = hyp;
     else {

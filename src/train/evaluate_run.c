@@ -107,13 +107,13 @@ static int write_generations(const char *dir, const char *split, const ut_datase
 /* Sequence to sequence: every example generated (generate.* options), the
  * scores added to r and, on rank 0, <split>_generations.tsv written. */
 static int test_generation(ut_runlog *log, ut_model *m, ut_dataset *ds, const char *split, const ut_config *c,
-                           int64_t bs, ut_eval_result *r, char *err, size_t n) {
+                           const ut_hooks *h, int64_t bs, ut_eval_result *r, char *err, size_t n) {
     ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
     if (!tok) return -1;
     ut_gen_opts o;
     ut_gen_opts_from_config(c, &o);
     char **texts = NULL;
-    int rc = ut_evaluate_generation(ut_comm_world(), m, ds, bs, &o, tok, r, &texts, err, n);
+    int rc = ut_evaluate_generation(ut_comm_world(), m, ds, bs, &o, tok, h, r, &texts, err, n);
     if (!rc && log->rank == 0) rc = write_generations(log->dir, split, ds, texts, err, n);
     for (int64_t i = 0; texts && i < ds->n; i++) ut_free(texts[i]);
     ut_free(texts);
@@ -149,7 +149,7 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
     int rc = ut_evaluate_outputs(ut_comm_world(), ctx, m, ds, bs, h, &r, logits, &have, err, n);
     bool gen = ut_seq2seq_planes(ds);
-    if (!rc && gen) rc = test_generation(log, m, ds, split, c, bs, &r, err, n);
+    if (!rc && gen) rc = test_generation(log, m, ds, split, c, h, bs, &r, err, n);
     if (!rc && h->on_log && labeled) {
         const char *names[UT_MAX_METRICS];
         for (int i = 0; i < r.n; i++) names[i] = r.names[i];

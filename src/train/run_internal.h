@@ -99,11 +99,13 @@ void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
 /* Evaluation by generation of a seq2seq dataset (eval_generate.c): each
  * example generated once over the ranks of comm (batches of `batch`),
  * decoded with tok and scored against its target text; bleu, rougeL,
- * exact_match and gen_len appended to res, the same on every rank. texts
+ * exact_match, gen_len and h's generation_metrics (h may be NULL) appended
+ * to res, the same on every rank. texts
  * (may be NULL): every example's generated text (ds->n strings, ut_free
  * each and the array). 0, or -1 with a message. */
 int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t batch, const ut_gen_opts *o,
-                           ut_tokenizer *tok, ut_eval_result *res, char ***texts, char *err, size_t n);
+                           ut_tokenizer *tok, const ut_hooks *h, ut_eval_result *res, char ***texts, char *err,
+                           size_t n);
 /* The pretrained tokenizer a text run reads its data with (data.tokenizer,
  * or model.pretrained's); NULL with a message when it has none. */
 ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);

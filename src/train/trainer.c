@@ -513,7 +513,8 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
         if (!t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
-        else if (ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, res, NULL, t->err, sizeof t->err))
+        else if (ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, &t->h, res, NULL, t->err,
+                                        sizeof t->err))
             erc = -1;
     }
     if (t->pp > 1) ut_dist_attach(t->dist, t->ctx);

@@ -1,8 +1,9 @@
-/* examples/custom as a user meets it: `make install` into a temporary prefix,
- * build the example with that prefix's pkg-config file, run it, and check the
- * run directory it leaves (checkpoints, metrics.jsonl carrying the example's
- * own metric, dev and test results well above chance). Runs from the
- * repository root, as tests/run.sh does. */
+/* examples/custom and examples/seq2seq as a user meets them: `make install`
+ * into a temporary prefix, build each example with that prefix's pkg-config
+ * file, run it, and check the run directory it leaves (checkpoints,
+ * metrics.jsonl carrying the example's own metrics, dev and test results
+ * well above chance; the seq2seq example's metric over generations). Runs
+ * from the repository root, as tests/run.sh does. */
 #include <stdarg.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -90,6 +91,65 @@ static void test_install_build_run(void) {
     free(out);
 }
 
+/* pairs of sst2_sample sentences and their first four words, as FlagAI's parallel files */
+static void write_pairs(const char *split, int most) {
+    char path[600], line[1024];
+    snprintf(path, sizeof path, "data/sst2_sample/%s.tsv", split);
+    FILE *in = fopen(path, "r");
+    snprintf(path, sizeof path, "%s_inputs.txt", split);
+    FILE *fs = fopen(in_tmp(path), "w");
+    snprintf(path, sizeof path, "%s_targets.txt", split);
+    FILE *ft = fopen(in_tmp(path), "w");
+    UT_ASSERT(in && fs && ft && fgets(line, sizeof line, in));
+    for (int k = 0; k < most && fgets(line, sizeof line, in); k++) {
+        char *tab = strchr(line, '\t');
+        if (tab) *tab = 0;
+        fprintf(fs, "%s\n", line);
+        int words = 0;
+        for (char *p = strtok(line, " "); p && words < 4; p = strtok(NULL, " "), words++)
+            fprintf(ft, "%s%s", words ? " " : "", p);
+        fputc('\n', ft);
+    }
+    fclose(in), fclose(fs), fclose(ft);
+}
+
+/* examples/seq2seq (after the install above): its hooks' token_accuracy in
+ * the training log and first_word in the dev evaluations and test results */
+static void test_seq2seq_example(void) {
+    const char *cflags = "";
+#ifdef __SANITIZE_ADDRESS__
+    cflags = "CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer'";
+#endif
+    int rc = sh("make --no-print-directory -C examples/seq2seq PKG_CONFIG_PATH=%s/lib/pkgconfig "
+                "OUT=%s %s >%s 2>&1", tmp, in_tmp("seq2seq"), cflags, in_tmp("build2.log"));
+    CHECK(rc == 0, "building examples/seq2seq exited %d (see %s)", rc, in_tmp("build2.log"));
+    if (rc) return;
+    write_pairs("train", 64);
+    write_pairs("dev", 16);
+    FILE *f = fopen(in_tmp("s2s.yml"), "w");
+    UT_ASSERT(f);
+    fprintf(f, "experiment_name: s2s\noutput_dir: %s\nthreads: 1\n"
+               "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny}\n"
+               "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
+               "       dev_path: %s/dev_inputs.txt, dev_target_path: %s/dev_targets.txt,\n"
+               "       test_path: %s/dev_inputs.txt, test_target_path: %s/dev_targets.txt, max_source_len: 32, max_target_len: 16}\n"
+               "train: {epochs: 40, batch_size: 8, eval_strategy: epoch, log_interval: 8, progress: lines,\n"
+               "        best_metric: dev/first_word, greater_is_better: true, save_total_limit: 2}\n"
+               "generate: {eval: true, max_new_tokens: 8}\noptim: {lr: 1e-2, weight_decay: 0}\n",
+            in_tmp("runs"), tmp, tmp, tmp, tmp, tmp, tmp);
+    fclose(f);
+    rc = sh("%s %s >%s 2>&1", in_tmp("seq2seq"), in_tmp("s2s.yml"), in_tmp("run2.log"));
+    CHECK(rc == 0, "the seq2seq example exited %d (see %s)", rc, in_tmp("run2.log"));
+    char *metrics = tp_slurp(in_tmp("runs/s2s/metrics.jsonl"));
+    CHECK(metrics && strstr(metrics, "\"token_accuracy\"") && strstr(metrics, "\"first_word\""),
+          "metrics.jsonl lacks token_accuracy or first_word");
+    free(metrics);
+    char *res = tp_slurp(in_tmp("runs/s2s/test_results.json"));
+    double fw = json_number(res, "first_word"), bleu = json_number(res, "bleu");
+    CHECK(fw >= 0.5 && bleu > 0, "test first_word %.3f, bleu %.3f", fw, bleu);
+    free(res);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* BUILD/tests/e2e/test_example_custom -> BUILD */
@@ -107,5 +167,6 @@ int main(int argc, char **argv) {
     unsetenv("MFLAGS");
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-example")) return 1;
     RUN(test_install_build_run);
+    RUN(test_seq2seq_example);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
