@@ -1,4 +1,4 @@
-/* utrain command line: train, test, plan, config, tokenize, export, demo, version. */
+/* utrain command line: train, test, generate, plan, config, tokenize, export, demo, version. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,9 @@
 #include "launch_check.h"
 #include "utrain/utrain.h"
 
+/* `utrain generate` (generate.c): ARGS after the command; an exit code. */
+int ut_cli_generate(int argc, char **argv);
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: utrain <command> [options]\n"
@@ -25,6 +28,10 @@ static void usage(FILE *f) {
             "  test CONFIG.yml|RUN_DIR [--set KEY=VALUE]... [--checkpoint PATH]\n"
             "          evaluate the best checkpoint on dev and test; writes dev_results.json,\n"
             "          test_results.json and *_predictions.tsv into the run directory\n"
+            "  generate RUN_DIR|CONFIG.yml|MODEL_DIR --input FILE [--output FILE] [options]\n"
+            "          a text for every line of FILE from a sequence-to-sequence run (its best\n"
+            "          checkpoint) or a Hugging Face model directory (bart); greedy decoding,\n"
+            "          beam search or sampling (utrain generate --help)\n"
             "  CONFIG.yml [--set KEY=VALUE]...\n"
             "          train or test, as the config's `mode` says (also --params=CONFIG.yml,\n"
             "          the pytorch_universal_trainer command line)\n"
@@ -569,6 +576,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "demo")) return demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2, "train");
     if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return ut_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
