@@ -66,7 +66,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-parallel bench-fmnist bench-minilm bench-bert install clean
+.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -218,6 +218,12 @@ bench-minilm: deps
 bench-bert: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/bert_step
 	bench/run_bert_step.sh $(BUILD)
+
+# T5-small- and BART-base-sized seq2seq step and generation speed against
+# transformers + PyTorch (docs/performance.md)
+bench-seq2seq: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/seq2seq_step
+	bench/run_seq2seq.sh $(BUILD)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libutrain.a $(HDRS)
 	@mkdir -p $(dir $@)
