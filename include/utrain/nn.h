@@ -121,19 +121,23 @@ struct ut_model {
 };
 
 /* ---- a model's decoder, for text generation (ut_generate, src/nn/generate.c) ----
- * begin encodes B sources (host ids and attention masks, (B, S) row-major)
- * and makes a decoding state for N = B * per_source rows (row r decodes
- * source r / per_source) of at most max_len decoder tokens, with a
- * key/value cache when cache is true. step gives the next-token logits of
- * every row (host (N, vocab)) for the prefixes so far: prefix (N, len)
- * row-major, its first column the decoder start token; a cached state reads
- * only the last column (each step's tokens go into the cache), an uncached
- * one runs the decoder over the whole prefix. reorder makes row r continue
- * from row rows[r]'s prefix (beam search); end frees the state. begin and
- * step return NULL / -1 with a message. */
+ * begin takes B sources (host ids and attention masks, (B, S) row-major):
+ * an encoder-decoder model encodes them, a decoder-only one takes them as
+ * prompts. It makes a decoding state for N = B * per_source rows (row r
+ * decodes source r / per_source) with room for max_new tokens after the
+ * decoder's prompt, and a key/value cache when cache is true; *prompt (N,
+ * *prompt_len) row-major, owned by the state, is each row's decoder prompt:
+ * the start token (length 1), or a decoder-only model's prompt (left-padded
+ * to the longest). step gives the next-token logits of every row (host (N,
+ * vocab)) for the prefixes so far: prefix (N, len) row-major, the prompt
+ * first; a cached state reads only what it has not seen (each step's
+ * tokens go into the cache), an uncached one runs the decoder over the
+ * whole prefix. reorder makes row r continue from row rows[r]'s prefix
+ * (beam search); end frees the state. begin and step return NULL / -1 with
+ * a message. */
 typedef struct ut_decoder_ops {
     void *(*begin)(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per_source,
-                   int64_t max_len, bool cache, char *err, size_t n);
+                   int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err, size_t n);
     int (*step)(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n);
     int (*reorder)(void *state, const int32_t *rows, char *err, size_t n);
     void (*end)(void *state);
@@ -142,7 +146,8 @@ typedef struct ut_decoder_ops {
 /* ---- a decoder's key/value cache (src/nn/kvcache.c) ----
  * Per layer a key and a value buffer (which 0, 1) of (max_len, rows,
  * width) in keep's memory (a context that outlives the generation's steps):
- * put writes a step's (rows, width) at position t with one copy, get gives
+ * put writes a step's (rows, width), or k positions' (k, rows, width), at
+ * position t with one copy, get gives
  * positions [0, len) as a (len, rows, width) view in a step's ctx, reorder
  * makes row r hold what row rows[r] held, at every position below len. */
 typedef struct ut_kv_cache ut_kv_cache;

@@ -23,8 +23,9 @@ static void usage_generate(FILE *f) {
             "writes them one a line, in order, to --output (default: standard output). The\n"
             "model is a trained run (RUN_DIR, or its CONFIG.yml: the best checkpoint by\n"
             "train.best_metric, or --checkpoint) or a Hugging Face model directory\n"
-            "(config.json, model.safetensors and the tokenizer; today bart and t5, as\n"
-            "BartForConditionalGeneration and T5ForConditionalGeneration). Defaults: the\n"
+            "(config.json, model.safetensors and the tokenizer: bart and t5, as\n"
+            "BartForConditionalGeneration and T5ForConditionalGeneration, and gpt2, which\n"
+            "continues each line as a prompt). Defaults: the\n"
             "run's generate.* keys, or the directory's generation_config.json, else\n"
             "transformers' defaults. Options:\n"
             "  --input FILE              one source a line (UTF-8; CRLF is fine; an empty\n"
@@ -211,17 +212,19 @@ typedef struct {
     char what[1600];         /* the weights generating, for the first line */
 } gen_model;
 
-/* Whether a run's config makes a model that generates: data seq2seq_text or model.task seq2seq. */
+/* Whether a run's config makes a model that generates: data seq2seq_text or
+ * model.task seq2seq, or GPT-2's language model (continuing a prompt). */
 static bool config_generates(const ut_config *c) {
     const char *task = ut_kv_get(c->model_opts, "task");
     return !strcmp(c->data_name, "seq2seq_text") ||
-           (task && (!strcmp(task, "seq2seq") || !strcmp(task, "conditional_generation")));
+           (task && (!strcmp(task, "seq2seq") || !strcmp(task, "conditional_generation"))) ||
+           (!strcmp(c->model_name, "gpt2") && (!task || !strcmp(task, "causal_lm")));
 }
 
 static int refuse_config(const char *target, const ut_config *c, char *err, size_t n) {
     return ut_errorf(err, n, "%s: this run's model does not generate text (model.name %s, data.name %s): "
-                             "generating needs a sequence-to-sequence model, today bart or t5 trained on "
-                             "data.name seq2seq_text (model.task: seq2seq)", target, c->model_name, c->data_name);
+                             "generating needs a sequence-to-sequence model (bart or t5 trained on data.name "
+                             "seq2seq_text) or GPT-2's language model", target, c->model_name, c->data_name);
 }
 
 /* A run: RUN_DIR/config.yml (run_dir set) or a config file, --set applied;
@@ -452,24 +455,24 @@ static int load_model_dir(gen_model *g, const gen_args *a, const char *dir, char
     if (!kv) return -1;
     const char *type = ut_kv_get(kv, "model_type");
     long long P = 1024;   /* BART's default max_position_embeddings */
-    bool t5 = !strcmp(type, "t5") || !strcmp(type, "mt5");
+    bool t5 = !strcmp(type, "t5") || !strcmp(type, "mt5"), gpt2 = !strcmp(type, "gpt2");
     int rc = 0;
-    if (strcmp(type, "bart") && !t5)
+    if (strcmp(type, "bart") && !t5 && !gpt2)
         rc = ut_errorf(err, n, "%s: model_type %s does not generate text: `utrain generate` runs sequence-to-"
-                               "sequence models, today bart and t5 (BartForConditionalGeneration, "
-                               "T5ForConditionalGeneration); bert, roberta and gpt2 directories are for training "
-                               "and test mode", dir, type);
+                               "sequence models (bart, t5: BartForConditionalGeneration, "
+                               "T5ForConditionalGeneration) and GPT-2's language model; bert and roberta "
+                               "directories are for training and test mode", dir, type);
     /* T5 has relative positions, no table: its sources are cut at 512 tokens, as its tokenizers' model_max_length */
     if (!rc && t5) P = 513;
-    else if (!rc) rc = ut_kv_int(kv, "max_position_embeddings", 1024, &P, err, n);
+    else if (!rc) rc = ut_kv_int(kv, gpt2 ? "n_positions" : "max_position_embeddings", 1024, &P, err, n);
     ut_kv_free(kv);
     if (rc) return -1;
     if (P < 2) return ut_errorf(err, n, "%s/config.json: max_position_embeddings %lld is too small", dir, P);
     ut_kv *opts = ut_kv_new();
     ut_kv_set(opts, "pretrained", dir);
-    ut_kv_set(opts, "task", "seq2seq");
+    if (!gpt2) ut_kv_set(opts, "task", "seq2seq");
     char why[1024];
-    g->m = ut_model_create(t5 ? "t5" : "bart", opts, 0, why, sizeof why);
+    g->m = ut_model_create(t5 ? "t5" : gpt2 ? "gpt2" : "bart", opts, 0, why, sizeof why);
     ut_kv_free(opts);
     if (!g->m) return ut_errorf(err, n, "%s: %s", dir, why);
     snprintf(g->what, sizeof g->what, "%s", dir);

@@ -182,6 +182,155 @@ static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tens
     return ut_cross_entropy(ctx, logits, targets, g->classify ? -100 : -1);
 }
 
+/* ---- generation from a prompt (ut_decoder_ops; the language model) ----
+ * Prompts are left-padded to the longest (transformers' padding_side
+ * "left"): padded keys are masked for every later token, and positions
+ * count the real tokens only (a pad's is 1, as transformers sets it).
+ * Cached, the prompt goes through in one step and each block keeps its keys
+ * and values (ut_kv_cache); then one token a step. */
+typedef struct {
+    ut_model *m;
+    gpt2 *g;
+    ut_ctx *keep, *ctx;
+    int64_t N, P, Tmax, len; /* rows, prompt length, positions at most, positions cached */
+    int per;
+    bool cache;
+    int32_t *prompt;         /* (N, P) */
+    int32_t *pads;           /* per row: the prompt's padding at its left */
+    float *mask;             /* (N, Tmax): 0, or -FLT_MAX for a pad */
+    ut_kv_cache *kv;
+} lm_state;
+
+static void lm_end(void *state) {
+    lm_state *s = state;
+    if (!s) return;
+    ut_ctx_free(s->ctx);
+    ut_ctx_free(s->keep);
+    ut_kv_cache_free(s->kv);
+    ut_free(s->prompt);
+    ut_free(s->pads);
+    ut_free(s->mask);
+    ut_free(s);
+}
+
+static ut_ctx *lm_ctx(const ut_model *m) {
+    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
+    ut_ctx_set_grad_enabled(c, false);
+    ut_ctx_set_training(c, false);
+    return c;
+}
+
+static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
+                      int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err, size_t n) {
+    gpt2 *g = m->impl;
+    int64_t P = 0, N = B * (int64_t)per;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t k = 0;
+        for (int64_t t = 0; t < S; t++) k += mask[b * S + t] != 0;
+        if (k == 0)
+            return ut_errorf(err, n, "gpt2 generation: prompt %lld is empty (a causal model continues a text)",
+                             (long long)b), NULL;
+        P = k > P ? k : P;
+    }
+    if (P + max_new > g->block_size)
+        return ut_errorf(err, n, "gpt2 generation: a prompt of %lld tokens and %lld new ones are more than "
+                                 "block_size (n_positions) %lld", (long long)P, (long long)max_new,
+                         (long long)g->block_size), NULL;
+    lm_state *s = ut_calloc_check(1, sizeof *s);
+    *s = (lm_state){.m = m, .g = g, .keep = lm_ctx(m), .ctx = lm_ctx(m), .N = N, .P = P, .Tmax = P + max_new,
+                    .per = per, .cache = cache};
+    s->prompt = ut_malloc_check((size_t)(N * P) * sizeof *s->prompt);
+    s->pads = ut_malloc_check((size_t)N * sizeof *s->pads);
+    s->mask = ut_calloc_check((size_t)(N * s->Tmax), sizeof *s->mask);
+    int32_t pad = (int32_t)(m->tokens.pad >= 0 ? m->tokens.pad : 0);
+    for (int64_t r = 0; r < N; r++) {
+        const int32_t *ib = src + (r / per) * S, *mb = mask + (r / per) * S;
+        int64_t k = 0;
+        for (int64_t t = 0; t < S; t++) k += mb[t] != 0;
+        s->pads[r] = (int32_t)(P - k);
+        for (int64_t t = 0; t < P - k; t++) s->prompt[r * P + t] = pad, s->mask[r * s->Tmax + t] = -FLT_MAX;
+        for (int64_t t = 0, j = P - k; t < S; t++)
+            if (mb[t]) s->prompt[r * P + j++] = ib[t];
+    }
+    if (cache) s->kv = ut_kv_cache_new(s->keep, g->n_layer, s->Tmax, N, g->C);
+    if (ut_ctx_error(s->keep)) {
+        ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(s->keep));
+        lm_end(s);
+        return NULL;
+    }
+    *prompt = s->prompt, *prompt_len = P;
+    return s;
+}
+
+/* block l over x (N, T, C) at positions [t0, t0 + T): keys and values from
+ * the cache (stored first) or, uncached, x's own; mask (N, t0 + T) */
+static ut_tensor *lm_block(lm_state *s, int64_t l, ut_tensor *x, int64_t t0, ut_tensor *mask) {
+    ut_ctx *ctx = s->ctx;
+    const ut_block_layer *b = &s->g->h[l];
+    int64_t C = s->g->C, T = x->ne[1];
+    ut_tensor *qkv = ut_linear_layer_forward(ctx, &b->attn.c_attn, ut_layernorm_layer_forward(ctx, &b->ln_1, x));
+    ut_tensor *q = ut_contiguous(ctx, ut_slice(ctx, qkv, 2, 0, C)), *kv[2];
+    for (int i = 0; i < 2; i++) {
+        kv[i] = ut_contiguous(ctx, ut_slice(ctx, qkv, 2, (i + 1) * C, (i + 2) * C));
+        if (!s->cache) continue;
+        if (!kv[i] || ut_kv_cache_put(s->kv, l, i, t0, ut_contiguous(ctx, ut_transpose(ctx, kv[i], 0, 1))))
+            return NULL;
+        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->kv, l, i, t0 + T), 0, 1));
+    }
+    ut_tensor *y = ut_attention_qkv(ctx, q, kv[0], kv[1], mask, b->attn.n_head, T > 1, 0);
+    x = ut_add(ctx, x, ut_linear_layer_forward(ctx, &b->attn.c_proj, y));
+    return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &b->mlp, ut_layernorm_layer_forward(ctx, &b->ln_2, x)));
+}
+
+static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+    lm_state *s = state;
+    const gpt2 *g = s->g;
+    ut_ctx *ctx = s->ctx;
+    int64_t N = s->N, C = g->C;
+    /* cached: the prompt at the first step, then the one new token */
+    int64_t t0 = s->cache ? s->len : 0, T = len - t0;
+    if (len < s->P || len > s->Tmax || T < 1 || (s->cache && s->len == 0 && len != s->P))
+        return ut_errorf(err, n, "gpt2 generation: step of %lld tokens after %lld (prompt %lld, at most %lld)",
+                         (long long)len, (long long)s->len, (long long)s->P, (long long)s->Tmax);
+    int32_t *ids = ut_ctx_alloc(ctx, (size_t)(N * T) * sizeof *ids), *pos = ut_ctx_alloc(ctx, (size_t)(N * T) * sizeof *pos);
+    float *mk = ut_ctx_alloc(ctx, (size_t)(N * len) * sizeof *mk);
+    for (int64_t r = 0; r < N; r++) {
+        for (int64_t t = 0; t < T; t++) {
+            int64_t at = t0 + t;
+            ids[r * T + t] = prefix[r * len + at];
+            pos[r * T + t] = at >= s->pads[r] ? (int32_t)(at - s->pads[r]) : 1;
+        }
+        memcpy(mk + r * len, s->mask + r * s->Tmax, (size_t)len * sizeof *mk);
+    }
+    ut_tensor *idt = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, T}, ids);
+    ut_tensor *x = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, idt),
+                          ut_embedding_layer_forward(ctx, &g->wpe, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, T}, pos)));
+    ut_tensor *mask = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){N, len}, mk);
+    for (int64_t l = 0; l < g->n_layer && x; l++) x = lm_block(s, l, x, t0, mask);
+    if (x) x = ut_contiguous(ctx, ut_slice(ctx, ut_layernorm_layer_forward(ctx, &g->ln_f, x), 1, T - 1, T));
+    if (x) x = ut_linear(ctx, ut_reshape(ctx, x, 2, (int64_t[]){N, C}), g->wte.w, NULL);
+    int rc = ut_ctx_error(ctx) || !x || ut_tensor_get(x, logits, (size_t)(N * g->V) * sizeof(float));
+    if (rc) ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "reading the logits failed");
+    ut_ctx_reset(ctx);
+    if (!rc && s->cache) s->len = len;
+    return rc ? -1 : 0;
+}
+
+static int lm_reorder(void *state, const int32_t *rows, char *err, size_t n) {
+    lm_state *s = state;
+    for (int64_t r = 0; r < s->N; r++)
+        if (rows[r] < 0 || rows[r] >= s->N || rows[r] / s->per != r / s->per)
+            return ut_errorf(err, n, "gpt2 generation: row %lld cannot continue row %d of another prompt",
+                             (long long)r, rows[r]);
+    if (!s->cache) return 0;
+    ut_kv_cache_reorder(s->ctx, s->kv, rows, s->len);
+    int rc = ut_ctx_error(s->ctx) ? ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(s->ctx)) : 0;
+    ut_ctx_reset(s->ctx);
+    return rc;
+}
+
+static const ut_decoder_ops gpt2_decoder = {lm_begin, lm_step, lm_reorder, lm_end};
+
 /* sequence_classification's options: num_labels (num_classes), pad_token_id
  * (unset: -1), initializer_range (the new score head's std) */
 static int read_head(const ut_kv *opts, gpt2 *g, double *std, char *err, size_t n) {
@@ -287,6 +436,13 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     m->prepare = gpt2_prepare;
     m->forward_prepared = gpt2_forward;
     m->loss = gpt2_loss;
+    if (!g->classify && lay.tp_size <= 1 && P == 1) { /* the language model generates */
+        long long eos;
+        if (ut_kv_int(opts, "eos_token_id", V > 50256 ? 50256 : -1, &eos, err, n)) eos = -1;
+        m->decoder = &gpt2_decoder;
+        m->tokens = (ut_decoder_tokens){.start = -1, .eos = eos < V ? eos : -1, .pad = eos >= 0 && eos < V ? eos : 0,
+                                        .forced_bos = -1, .vocab = V};
+    }
     ut_model_finalize(m, seed);
     return m;
 }

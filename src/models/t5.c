@@ -309,7 +309,9 @@ static int ctx_failed(ut_ctx *ctx, char *err, size_t n) {
 }
 
 static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
-                       int64_t max_len, bool cache, char *err, size_t n) {
+                       int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err,
+                       size_t n) {
+    int64_t max_len = max_new + 1; /* the start token, then the new ones */
     t5 *net = m->impl;
     if (B < 1 || S < 1 || per < 1 || max_len < 1) return ut_errorf(err, n, "t5 generation: empty batch"), NULL;
     for (int64_t i = 0; i < B * S; i++)
@@ -321,6 +323,9 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
     *s = (dec_state){.m = m, .net = net, .keep = gen_ctx(m), .ctx = gen_ctx(m), .N = N, .S = S, .Tmax = max_len,
                      .per = per, .cache = cache};
     ut_ctx *k = s->keep;
+    int32_t *start = ut_ctx_alloc(k, (size_t)N * sizeof *start);
+    for (int64_t r = 0; r < N; r++) start[r] = (int32_t)net->start;
+    *prompt = start, *prompt_len = 1;
     int32_t *bk = ut_ctx_alloc(k, (size_t)(S * S) * sizeof *bk), *rows = ut_ctx_alloc(k, (size_t)N * sizeof *rows);
     float *mk = ut_ctx_alloc(k, (size_t)(B * S) * sizeof *mk), *mkN = ut_ctx_alloc(k, (size_t)(N * S) * sizeof *mkN);
     buckets(bk, 0, S, S, true, net);

@@ -22,7 +22,9 @@ void ut_gen_opts_init(ut_gen_opts *o) {
 typedef struct {
     const ut_gen_opts *o;
     ut_decoder_tokens tok;
-    int64_t max_len; /* the decoder's tokens at most, start included */
+    int64_t P;        /* the decoder's prompt: the start token (1), or a decoder-only model's prompt */
+    int64_t max_len;  /* the decoder's tokens at most, the prompt included */
+    const int32_t *prompt; /* (rows, P) */
 } procs;
 
 /* tokens that would repeat an n-gram of seq (len tokens) get -inf */
@@ -39,12 +41,12 @@ static void force(float *s, int64_t V, int64_t id) {
     s[id] = 0.0f;
 }
 
-/* seq: the row's len tokens so far (the start token first) */
+/* seq: the row's len tokens so far (the prompt first) */
 static void process(const procs *p, const int32_t *seq, int64_t len, float *s) {
     int64_t V = p->tok.vocab;
     ban_ngrams(p, seq, len, s);
-    if (len - 1 < p->o->min_new_tokens && p->tok.eos >= 0) s[p->tok.eos] = -INFINITY;
-    if (len == 1 && p->tok.forced_bos >= 0) force(s, V, p->tok.forced_bos);
+    if (len - p->P < p->o->min_new_tokens && p->tok.eos >= 0) s[p->tok.eos] = -INFINITY;
+    if (len == p->P && p->tok.forced_bos >= 0) force(s, V, p->tok.forced_bos);
     if (len == p->max_len - 1 && p->o->forced_eos >= 0) force(s, V, p->o->forced_eos);
 }
 
@@ -118,9 +120,10 @@ static int greedy(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out
     ut_rng_seed(&rng, o->seed);
     int rc = 0;
     int32_t pad = (int32_t)(p->tok.pad >= 0 ? p->tok.pad : p->tok.eos);
-    for (int64_t b = 0; b < B; b++) seq[b * T] = (int32_t)p->tok.start, lens[b] = 0;
+    int64_t P = p->P;
+    for (int64_t b = 0; b < B; b++) memcpy(seq + b * T, p->prompt + b * P, (size_t)P * sizeof *seq), lens[b] = 0;
     int32_t *pre = ut_malloc_check((size_t)(B * T) * sizeof *pre);
-    for (int64_t len = 1; len < T && !rc; len++) {
+    for (int64_t len = P; len < T && !rc; len++) {
         for (int64_t b = 0; b < B; b++) memcpy(pre + b * len, seq + b * T, (size_t)len * sizeof *pre);
         if (m->decoder->step(st, pre, len, logits, err, n)) {
             rc = -1;
@@ -132,7 +135,7 @@ static int greedy(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out
             process(p, seq + b * T, len, s);
             int64_t tok = o->do_sample ? sample(o, s, V, tmp, &rng) : argmax(s, V);
             if (done[b]) tok = pad;
-            else lens[b] = len;
+            else lens[b] = len - P + 1;
             seq[b * T + len] = (int32_t)tok;
             if (tok == p->tok.eos) done[b] = true;
             all = all && done[b];
@@ -141,7 +144,7 @@ static int greedy(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out
     }
     for (int64_t b = 0; b < B && !rc; b++)
         for (int64_t i = 0; i < o->max_new_tokens; i++)
-            out[b * o->max_new_tokens + i] = i < lens[b] ? seq[b * T + 1 + i] : pad;
+            out[b * o->max_new_tokens + i] = i < lens[b] ? seq[b * T + P + i] : pad;
     ut_free(pre);
     ut_free(seq);
     ut_free(logits);
@@ -178,7 +181,7 @@ static void top_k(const float *x, int64_t n, int k, int64_t *idx) {
 static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, int64_t *lens, char *err, size_t n) {
     const ut_gen_opts *o = p->o;
     int K = o->num_beams, K2 = 2 * K;
-    int64_t V = p->tok.vocab, T = p->max_len, N = B * K;
+    int64_t V = p->tok.vocab, T = p->max_len, N = B * K, P = p->P;
     const float NEG = -1.0e9f;
     float lp = (float)o->length_penalty;
     /* what follows a finished hypothesis: transformers' beam search writes
@@ -195,13 +198,14 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     int64_t *ti = ut_malloc_check((size_t)(K2 > K ? K2 : K) * sizeof *ti), *mi = ut_malloc_check((size_t)K * sizeof *mi);
     for (int64_t i = 0; i < N * T; i++) run[i] = fin[i] = pad;
     for (int64_t r = 0; r < N; r++) {
-        run[r * T] = fin[r * T] = (int32_t)p->tok.start;
+        memcpy(run + r * T, p->prompt + r * P, (size_t)P * sizeof *run);
+        memcpy(fin + r * T, p->prompt + r * P, (size_t)P * sizeof *fin);
         rs[r] = r % K ? NEG : 0.0f;
         fs[r] = NEG;
     }
     for (int64_t b = 0; b < B; b++) open[b] = true;
     int rc = 0;
-    for (int64_t len = 1; len < T; len++) {
+    for (int64_t len = P; len < T; len++) {
         for (int64_t r = 0; r < N; r++) memcpy(pre + r * len, run + r * T, (size_t)len * sizeof *pre);
         if (m->decoder->step(st, pre, len, logits, err, n)) {
             rc = -1;
@@ -241,7 +245,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
             bool full = true;
             for (int k = 0; k < K; k++) full = full && ff[b * K + k];
             for (int k = 0; k < K; k++) fin_v[k] = fs[b * K + k];
-            float norm = powf((float)len, lp); /* the new length: len + 1 tokens minus the start */
+            float norm = powf((float)(len + 1 - P), lp); /* the new length: len + 1 tokens less the prompt */
             for (int i = 0; i < K2; i++) {
                 float v = c[i].v / norm;
                 if (full && o->early_stopping == UT_EARLY_TRUE) v += NEG;
@@ -267,7 +271,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
                     const cand *x = &c[j - K];
                     memcpy(fin + r * T, run + (b * K + x->beam) * T, (size_t)T * sizeof *fin);
                     fin[r * T + len] = x->tok;
-                    flen[r] = len;
+                    flen[r] = len + 1 - P;
                     ff[r] = hit[j - K] && j - K < K;
                 }
             }
@@ -282,7 +286,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
         }
         /* can a running beam still beat the worst finished one? */
         for (int64_t b = 0; b < B; b++) {
-            float hl = o->early_stopping == UT_EARLY_NEVER && lp > 0 ? (float)(T - 1) : (float)len;
+            float hl = o->early_stopping == UT_EARLY_NEVER && lp > 0 ? (float)(T - P) : (float)(len + 1 - P);
             float best = rs[b * K] / powf(hl, lp), worst = INFINITY;
             bool all_fin = true;
             for (int k = 0; k < K; k++) worst = fs[b * K + k] < worst ? fs[b * K + k] : worst;
@@ -301,7 +305,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
         int64_t r = b * K; /* the best finished hypothesis */
         lens[b] = flen[r];
         for (int64_t i = 0; i < o->max_new_tokens; i++)
-            out[b * o->max_new_tokens + i] = i < flen[r] ? fin[r * T + 1 + i] : pad;
+            out[b * o->max_new_tokens + i] = i < flen[r] ? fin[r * T + P + i] : pad;
     }
     ut_free(run);
     ut_free(nrun);
@@ -332,7 +336,7 @@ int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int
     if (o->do_sample && o->num_beams > 1)
         return ut_errorf(err, n, "generation: sampling with beams (do_sample and num_beams %d) is not supported; "
                                  "use num_beams 1 to sample, or beam search without do_sample", o->num_beams);
-    procs p = {.o = o, .tok = m->tokens, .max_len = o->max_new_tokens + 1};
+    procs p = {.o = o, .tok = m->tokens};
     if (o->forced_bos != -2) p.tok.forced_bos = o->forced_bos;
     int64_t ids[3] = {p.tok.forced_bos, o->forced_eos, p.tok.start};
     for (int i = 0; i < 3; i++)
@@ -340,8 +344,10 @@ int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int
             return ut_errorf(err, n, "generation: token id %lld is outside the vocabulary [0, %lld)",
                              (long long)ids[i], (long long)p.tok.vocab);
     if (B == 0) return 0;
-    void *st = m->decoder->begin(m, src, mask, B, S, o->num_beams, p.max_len, !o->no_cache, err, n);
+    void *st = m->decoder->begin(m, src, mask, B, S, o->num_beams, o->max_new_tokens, !o->no_cache, &p.prompt, &p.P,
+                                 err, n);
     if (!st) return -1;
+    p.max_len = p.P + o->max_new_tokens;
     int rc = o->num_beams > 1 ? beam(m, st, &p, B, out, lens, err, n) : greedy(m, st, &p, B, out, lens, err, n);
     m->decoder->end(st);
     return rc;

@@ -29,8 +29,9 @@ void ut_kv_cache_free(ut_kv_cache *c) {
 
 int ut_kv_cache_put(ut_kv_cache *c, int64_t layer, int which, int64_t t, const ut_tensor *x) {
     ut_tensor *b = c->buf[2 * layer + which];
-    if (!b || !x || ut_nelem(x) != c->rows * c->width || t < 0 || t >= c->max_len) return -1;
-    return ut_tensor_copy_into(b, t * c->rows * c->width, x);
+    int64_t row = c->rows * c->width, k = x ? ut_nelem(x) / row : 0;
+    if (!b || !x || k < 1 || k * row != ut_nelem(x) || t < 0 || t + k > c->max_len) return -1;
+    return ut_tensor_copy_into(b, t * row, x);
 }
 
 ut_tensor *ut_kv_cache_get(ut_ctx *ctx, const ut_kv_cache *c, int64_t layer, int which, int64_t len) {

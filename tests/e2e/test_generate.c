@@ -444,8 +444,8 @@ static void test_refusals(void) {
     CHECK(run_gen("noinput", 2, (const char *[]){GEN_DIR, NULL}) == 2 &&
               said("noinput", (const char *[]){"--input FILE is needed", NULL}), "no --input");
     CHECK(run_gen("gpt2", 1, (const char *[]){FIX "hf_gpt2_tiny", "--input", in, NULL}) == 1 &&
-              said("gpt2", (const char *[]){"model_type gpt2 does not generate text", "bart", NULL}),
-          "a GPT-2 directory");
+              said("gpt2", (const char *[]){"tokenizer", "no tokenizer files", NULL}),
+          "a GPT-2 directory without its tokenizer");
     CHECK(run_gen("bert", 1, (const char *[]){FIX "hf_bert_tiny", "--input", in, NULL}) == 1 &&
               said("bert", (const char *[]){"model_type bert does not generate text", "bart", NULL}),
           "a BERT directory");

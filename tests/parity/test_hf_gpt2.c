@@ -5,7 +5,8 @@
  * gives transformers' logits, loss and every parameter gradient. The square
  * c_proj weights are not symmetric, so loading one untransposed would show
  * here by value; the bare GPT2Model directory loads the same; bad
- * directories are refused naming the file and tensor. */
+ * directories are refused naming the file and tensor; generation from
+ * prompts gives transformers' tokens. */
 #include <string.h>
 
 #include "proc.h"
@@ -136,9 +137,41 @@ static void test_refusals(void) {
     tp_finish(0, dir);
 }
 
+/* Generation from prompts of 7, 3 and 1 tokens (make_hf_gpt2_gen_fixtures.py):
+ * generate's tokens (transformers with the prompts left-padded and masked)
+ * for greedy decoding and beam search, with and without the cache */
+static const hfp_gen_case gen_cases[] = {
+    {"greedy", 1, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
+    {"beam4", 4, UT_EARLY_HEURISTIC, 1.0, 0, 0, -1, -1, 12},
+    {"beam3_early_lp2_ngram2_min4", 3, UT_EARLY_TRUE, 2.0, 2, 4, -1, -1, 12},
+    {"greedy_ngram3_min3", 1, UT_EARLY_HEURISTIC, 1.0, 3, 3, -1, -1, 12},
+};
+
+static void test_generate(void) {
+    char err[1024];
+    ut_model *m = load(FIX "hf_gpt2_tiny", NULL, NULL, err, sizeof err);
+    ut_st_file *f = ut_st_open(FIX "hf_gpt2_tiny_gen.safetensors", err, sizeof err);
+    CHECK(m && f, "%s", err);
+    for (int no_cache = 0; m && f && no_cache < 2; no_cache++)
+        hfp_check_generation(m, f, gen_cases, (int)(sizeof gen_cases / sizeof gen_cases[0]), no_cache, -1);
+    /* an empty prompt and more tokens than positions are refused */
+    int32_t src[2] = {5, 6}, mask[2] = {0, 0}, out[64];
+    int64_t lens[1];
+    ut_gen_opts o;
+    ut_gen_opts_init(&o);
+    CHECK(m && ut_generate(m, &o, src, mask, 1, 2, out, lens, err, sizeof err) == -1 && strstr(err, "empty"), "%s",
+          err);
+    mask[0] = 1, o.max_new_tokens = 64;
+    CHECK(m && ut_generate(m, &o, src, mask, 1, 2, out, lens, err, sizeof err) == -1 && strstr(err, "block_size"),
+          "%s", err);
+    ut_st_close(f);
+    ut_model_free(m);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
+    RUN(test_generate);
     RUN(test_lm_head_model);
     RUN(test_bare_model);
     RUN(test_conv1d_transposed);
