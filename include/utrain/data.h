@@ -93,19 +93,23 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
                                 size_t n);
 
 /* ---- pretrained tokenizers (docs/data.md) ---- */
-/* WordPiece (BERT) and byte-level BPE (GPT-2, RoBERTa, BART) read from
- * Hugging Face files; ids match Hugging Face `tokenizers`. */
+/* WordPiece (BERT), byte-level BPE (GPT-2, RoBERTa, BART) and SentencePiece
+ * Unigram (T5) read from Hugging Face files; ids match Hugging Face
+ * `tokenizers`. */
 typedef struct ut_tokenizer ut_tokenizer;
 /* path: a directory holding tokenizer.json, else vocab.txt (with an optional
  * tokenizer_config.json), else vocab.json or encoder.json with merges.txt or
  * vocab.bpe; or one of those files. NULL with a message naming the file and
- * what is wrong (missing, not JSON, an unsupported model such as Unigram). */
+ * what is wrong (missing, not JSON, an unsupported model such as WordLevel,
+ * with the JSON path of an unsupported or bad part: model.vocab[3],
+ * normalizer.normalizers[0].precompiled_charsmap, ...). */
 ut_tokenizer *ut_tokenizer_load(const char *path, char *err, size_t n);
 void ut_tokenizer_free(ut_tokenizer *t);             /* NULL is fine */
 int64_t ut_tokenizer_vocab_size(const ut_tokenizer *t);
-const char *ut_tokenizer_model(const ut_tokenizer *t);  /* "WordPiece" or "BPE" */
+const char *ut_tokenizer_model(const ut_tokenizer *t);  /* "WordPiece", "BPE" or "Unigram" */
 /* The id of a special token by role: "cls", "sep", "pad", "unk", "mask",
- * "bos", "eos"; -1 when the tokenizer has none. GPT-2's pad is <|endoftext|>. */
+ * "bos", "eos"; -1 when the tokenizer has none. GPT-2's pad is <|endoftext|>;
+ * T5's pad, eos, unk are <pad> 0, </s> 1, <unk> 2 (sep is </s> too, bos -1). */
 int32_t ut_tokenizer_special_id(const ut_tokenizer *t, const char *role);
 int32_t ut_tokenizer_token_id(const ut_tokenizer *t, const char *token);  /* -1: none */
 const char *ut_tokenizer_token(const ut_tokenizer *t, int32_t id);         /* NULL: none */
@@ -114,7 +118,7 @@ typedef struct {
     int64_t max_len;     /* truncate to this many tokens, specials included (pairs:
                           * longest first); 0: no limit */
     int64_t pad_to;      /* pad to this length with the pad id, type id 0, mask 0; 0: none */
-    bool no_special;     /* leave out [CLS] / [SEP] (<s> / </s>) */
+    bool no_special;     /* leave out [CLS] / [SEP] (<s> / </s>; T5's </s>) */
 } ut_tok_opts;
 
 /* One encoded text (or pair): len ids, token type ids (0 for the first text,
@@ -128,16 +132,17 @@ typedef struct {
 /* text (and pair, or NULL) are NUL-terminated UTF-8; o NULL: no truncation,
  * no padding, special tokens added. 0, or -1 with a message
  * (invalid UTF-8 with its byte offset; max_len too small for the special
- * tokens). Not thread-safe: BPE keeps a cache in t. */
+ * tokens). Not thread-safe: BPE keeps a cache in t, Unigram a work table. */
 int ut_tokenizer_encode(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o,
                         ut_tok_encoding *e, char *err, size_t n);
 void ut_tok_encoding_free(ut_tok_encoding *e);
 /* The text of n ids (ut_free it). Byte-level BPE gives back the bytes
  * exactly (GPT-2: decode(encode(s)) == s); WordPiece joins tokens with
  * spaces, glues "##" pieces to the word before and drops the space before
- * . ? ! , (Hugging Face's decoder with cleanup). skip_special leaves out
- * special tokens ([CLS], <|endoftext|>, ...). NULL with a message for an id
- * outside the vocabulary. */
+ * . ? ! , (Hugging Face's decoder with cleanup); Unigram applies
+ * tokenizer.json's decoder (T5's Metaspace: "▁" becomes a space, none at the
+ * start). skip_special leaves out special tokens ([CLS], <|endoftext|>,
+ * </s>, <pad>, ...). NULL with a message for an id outside the vocabulary. */
 char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special,
                           char *err, size_t errn);
 

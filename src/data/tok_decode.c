@@ -1,7 +1,8 @@
 /* Decoding ids back to text: byte-level BPE gives back the exact bytes;
  * WordPiece joins tokens with spaces, glues "##" continuations to the word
  * before and applies the cleanup of Hugging Face's WordPiece decoder to each
- * token (" ." -> ".", " ," -> ",", ...). */
+ * token (" ." -> ".", " ," -> ",", ...); Unigram runs tokenizer.json's
+ * decoder (Metaspace: "▁" back to spaces). */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,19 @@ static void put_wordpiece(ut__sbuf *b, const ut_tokenizer *t, const char *tok, b
     ut_free(s);
 }
 
+/* The tokens' strings in order (special ones left out with skip_special),
+ * through the decoder steps. */
+static void decode_unigram(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, ut__sbuf *b) {
+    const char **toks = ut_malloc_check((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const ut__added *a = added_of(t, ids[i]);
+        if (!(a && a->special && skip_special)) toks[k++] = t->vocab.tokens[ids[i]];
+    }
+    ut__spm_decode(&t->spm, toks, k, b);
+    ut_free(toks);
+}
+
 char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char *err,
                           size_t errn) {
     ut__sbuf b = {0};
@@ -73,6 +87,7 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
             ut_free(b.s);
             return NULL;
         }
+        if (t->kind == UT__TOK_UNIGRAM) continue;   /* checked here, decoded below */
         const ut__added *a = added_of(t, ids[i]);
         if (a && a->special && skip_special) continue;
         if (t->kind == UT__TOK_WORDPIECE) put_wordpiece(&b, t, tok, first);
@@ -80,5 +95,6 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
         else put_bytes(&b, tok);
         first = false;
     }
+    if (t->kind == UT__TOK_UNIGRAM) decode_unigram(t, ids, n, skip_special, &b);
     return b.s;
 }

@@ -1,16 +1,34 @@
 /* Encoding with a pretrained tokenizer: added (special) tokens matched in
- * the raw text, then normalizer, pre-tokenizer and model on the text between
- * them; truncation (longest first for pairs), the special-token template
- * ([CLS] A [SEP] B [SEP], <s> A </s></s> B </s>), padding and the mask. */
+ * the raw text, then normalizer, pre-tokenizer and model (WordPiece, BPE,
+ * Unigram) on the text between them; truncation (longest first for pairs),
+ * the special-token template ([CLS] A [SEP] B [SEP], <s> A </s></s> B </s>,
+ * A </s>), padding and the mask. */
 #include <string.h>
 
 #include "tok_internal.h"
 #include "utrain/base.h"
 
-/* The model's ids of plain text s[0, len) (no added tokens in it). */
-static void encode_plain(ut_tokenizer *t, const char *s, size_t len, ut__ivec *out) {
+/* Unigram: SentencePiece's normalizers, then Metaspace, then Viterbi. */
+static void encode_unigram(ut_tokenizer *t, const char *s, size_t len, bool at_start, ut__ivec *out) {
     ut__pieces pc = {0};
-    if (t->kind == UT__TOK_WORDPIECE) {
+    ut__sbuf buf = {0};
+    size_t nl;
+    bool lead_kept;
+    char *norm = ut__spm_normalize(&t->spm, s, len, &nl, &lead_kept);
+    ut__spm_pre_tokenize(&t->spm, norm, nl, at_start && lead_kept, &buf, &pc);
+    for (size_t i = 0; i < pc.n; i++) ut__unigram_encode(t->uni, &t->vocab, buf.s + pc.p[i].off, pc.p[i].len, out);
+    ut_free(norm);
+    ut_free(buf.s);
+    ut_free(pc.p);
+}
+
+/* The model's ids of plain text s[0, len) (no added tokens in it); at_start:
+ * s begins the text. */
+static void encode_plain(ut_tokenizer *t, const char *s, size_t len, bool at_start, ut__ivec *out) {
+    ut__pieces pc = {0};
+    if (t->kind == UT__TOK_UNIGRAM) {
+        encode_unigram(t, s, len, at_start, out);
+    } else if (t->kind == UT__TOK_WORDPIECE) {
         size_t nl;
         char *norm = ut__bert_normalize(s, len, t->clean, t->cjk, t->strip_accents, t->lowercase, &nl);
         ut__bert_split(norm, nl, &pc);
@@ -59,11 +77,11 @@ static void encode_seq(ut_tokenizer *t, const char *s, size_t len, ut__ivec *out
     for (;;) {
         int k = next_added(t, s, len, i, &a, &b);
         if (k < 0) break;
-        if (a > i) encode_plain(t, s + i, a - i, out);
+        if (a > i) encode_plain(t, s + i, a - i, i == 0, out);
         ut__ivec_push(out, t->added[k].id);
         i = b;
     }
-    if (i < len) encode_plain(t, s + i, len - i, out);
+    if (i < len) encode_plain(t, s + i, len - i, i == 0, out);
 }
 
 static int64_t count_specials(const ut__tmpl_item *it, int cnt) {
@@ -149,7 +167,7 @@ void ut_tok_encoding_free(ut_tok_encoding *e) {
 int64_t ut_tokenizer_vocab_size(const ut_tokenizer *t) { return t->vocab.size; }
 
 const char *ut_tokenizer_model(const ut_tokenizer *t) {
-    return t->kind == UT__TOK_WORDPIECE ? "WordPiece" : "BPE";
+    return t->kind == UT__TOK_WORDPIECE ? "WordPiece" : t->kind == UT__TOK_UNIGRAM ? "Unigram" : "BPE";
 }
 
 int32_t ut_tokenizer_token_id(const ut_tokenizer *t, const char *token) {

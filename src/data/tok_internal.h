@@ -1,6 +1,7 @@
 /* The pretrained tokenizers' internals, shared by src/data/tok_*.c (not public API).
  * defines: ut__strmap, ut__ivec, ut__piece, the Unicode helpers, the
- *          WordPiece and BPE models, struct ut_tokenizer. */
+ *          WordPiece, BPE and Unigram models, SentencePiece's text pipeline
+ *          (ut__spm: normalizers, Metaspace, decoders), struct ut_tokenizer. */
 #ifndef UT_TOK_INTERNAL_H
 #define UT_TOK_INTERNAL_H
 
@@ -105,6 +106,88 @@ int ut__bpe_char_byte(int32_t cp);
 /* Appends the ids of one pre-tokenized piece of raw bytes (byte-level). */
 void ut__bpe_encode(ut__bpe *b, const ut__vocab_tab *v, const char *s, size_t len, ut__ivec *out);
 
+/* ---- Unigram (SentencePiece: T5, ALBERT, XLNet), tok_unigram.c ---- */
+typedef struct ut__unigram ut__unigram;
+/* n pieces, ids 0..n-1 (their text is v's tokens[0..n-1]); unk: the unknown
+ * piece's id. */
+ut__unigram *ut__unigram_new(int64_t n, int32_t unk, bool byte_fallback);
+void ut__unigram_free(ut__unigram *u);
+/* Piece id (text s[0, len)) with its log-probability score. */
+void ut__unigram_add(ut__unigram *u, int32_t id, const char *s, size_t len, double score);
+/* Appends the ids of one pre-tokenized piece: the segmentation with the best
+ * total score (Viterbi), characters without a piece fused into one unknown
+ * token (or <0xNN> byte pieces with byte_fallback), as Hugging Face's
+ * Unigram::encode and tokenize do. */
+void ut__unigram_encode(ut__unigram *u, const ut__vocab_tab *v, const char *s, size_t len, ut__ivec *out);
+
+/* ---- SentencePiece's precompiled character map, tok_charsmap.c ---- */
+typedef struct ut__charsmap ut__charsmap;
+/* From the base64 text of a Precompiled normalizer; NULL with a message
+ * starting with `where` when it is not base64 or its double-array trie or
+ * string blob is inconsistent. */
+ut__charsmap *ut__charsmap_from_base64(const char *b64, const char *where, char *err, size_t n);
+void ut__charsmap_free(ut__charsmap *c);
+/* Hugging Face's Precompiled normalizer of s[0, len), appended to out. */
+void ut__charsmap_normalize(const ut__charsmap *c, const char *s, size_t len, ut__sbuf *out);
+
+/* ---- SentencePiece-style text pipeline (Unigram tokenizers), tok_spm.c ---- */
+typedef struct ut__regex ut__regex;
+/* The few regular expressions the converters write (" {2,}", "\A +| +\z",
+ * "\A▁"): literal characters, \A, \z, one quantifier (*, +, ?, {n},
+ * {n,}, {n,m}) per alternative, alternatives with |. NULL with a message
+ * for anything else. */
+ut__regex *ut__regex_new(const char *pattern, const char *where, char *err, size_t n);
+void ut__regex_free(ut__regex *r);
+
+enum { UT__NORM_PRECOMPILED, UT__NORM_REPLACE, UT__NORM_STRIP, UT__NORM_LOWERCASE, UT__NORM_NFC,
+       UT__NORM_NFD, UT__NORM_NFKC, UT__NORM_NFKD, UT__NORM_PREPEND };
+typedef struct {
+    int kind;
+    ut__charsmap *cmap;     /* Precompiled */
+    ut__regex *re;          /* Replace with a Regex pattern */
+    char *pattern;          /* Replace with a String pattern */
+    char *content;          /* Replace's content, Prepend's text */
+    bool left, right;       /* Strip */
+} ut__norm_step;
+
+enum { UT__PREPEND_ALWAYS, UT__PREPEND_FIRST, UT__PREPEND_NEVER };
+typedef struct {
+    int32_t replacement;    /* a code point, U+2581 */
+    int prepend;            /* UT__PREPEND_* */
+    bool split;
+} ut__metaspace;
+
+enum { UT__DEC_METASPACE, UT__DEC_BYTE_FALLBACK, UT__DEC_FUSE, UT__DEC_REPLACE, UT__DEC_STRIP };
+typedef struct {
+    int kind;
+    ut__metaspace ms;       /* Metaspace */
+    char *pattern, *content; /* Replace */
+    int32_t strip_char;     /* Strip: content, start, stop */
+    int64_t start, stop;
+} ut__dec_step;
+
+typedef struct {
+    ut__norm_step *norm;
+    int nnorm;
+    bool ws_split;          /* pre-tokenizer WhitespaceSplit (before Metaspace) */
+    bool metaspace;
+    ut__metaspace ms;
+    ut__dec_step *dec;
+    int ndec;
+    bool decoder;           /* false: tokens joined with spaces (no decoder) */
+} ut__spm;
+void ut__spm_free(ut__spm *p);
+/* The normalizers in order on s[0, len): a new string (*out_len bytes).
+ * *lead_kept: false when a Replace or Strip removed the text's start (then
+ * Hugging Face no longer counts the result as starting at offset 0). */
+char *ut__spm_normalize(const ut__spm *p, const char *s, size_t len, size_t *out_len, bool *lead_kept);
+/* The pre-tokenizer on normalized text: the pieces' text goes to buf, their
+ * spans to out. at_start: s begins the text (Metaspace's "first" scheme). */
+void ut__spm_pre_tokenize(const ut__spm *p, const char *s, size_t len, bool at_start, ut__sbuf *buf,
+                          ut__pieces *out);
+/* The decoder on n tokens; the text is appended to out. */
+void ut__spm_decode(const ut__spm *p, const char *const *tokens, int64_t n, ut__sbuf *out);
+
 /* ---- the tokenizer ---- */
 typedef struct {
     char *content;
@@ -121,7 +204,7 @@ typedef struct {
     int32_t type_id;
 } ut__tmpl_item;
 
-enum { UT__TOK_WORDPIECE, UT__TOK_BPE };
+enum { UT__TOK_WORDPIECE, UT__TOK_BPE, UT__TOK_UNIGRAM };
 
 struct ut_tokenizer {
     int kind;
@@ -129,6 +212,8 @@ struct ut_tokenizer {
     ut__vocab_tab vocab;
     ut__wordpiece wp;
     ut__bpe *bpe;
+    ut__unigram *uni;
+    ut__spm spm;            /* Unigram: normalizers, pre-tokenizer, decoder */
     /* normalizer (WordPiece) */
     bool clean, cjk, strip_accents, lowercase;
     bool prefix_space;      /* byte-level: a space before text that does not start with one */

@@ -1,8 +1,10 @@
 /* Loading pretrained tokenizers: Hugging Face tokenizer.json (WordPiece with
- * BERT's normalizer and pre-tokenizer; byte-level BPE), the older vocab.txt
+ * BERT's normalizer and pre-tokenizer; byte-level BPE; Unigram with
+ * SentencePiece's normalizers, Metaspace and decoders), the older vocab.txt
  * (BERT), and vocab.json / encoder.json + merges.txt / vocab.bpe (GPT-2,
  * RoBERTa, BART). JSON is parsed with cJSON. Every error names the file. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -248,9 +250,15 @@ static bool read_post_processor(ut_tokenizer *t, const cJSON *pp, const char *pa
 
 /* ---- tokenizer.json ---- */
 
+static bool read_spm_normalizer(ut_tokenizer *t, const cJSON *nz, const char *path, const char *at, int depth,
+                                char *err, size_t n);
+static bool read_spm_pre_tokenizer(ut_tokenizer *t, const cJSON *pt, const char *path, const char *at,
+                                   int depth, char *err, size_t n);
+
 static bool read_normalizer(ut_tokenizer *t, const cJSON *nz, const char *path, char *err, size_t n) {
     const char *type = get_str(nz, "type");
     if (!nz || cJSON_IsNull(nz)) return true;
+    if (t->kind == UT__TOK_UNIGRAM) return read_spm_normalizer(t, nz, path, "normalizer", 0, err, n);
     if (!type || strcmp(type, "BertNormalizer"))
         return ERRF("%s: normalizer \"%s\" is not supported (BertNormalizer or null is)", path, type ? type : "?");
     t->clean = get_bool(nz, "clean_text", true);
@@ -262,6 +270,7 @@ static bool read_normalizer(ut_tokenizer *t, const cJSON *nz, const char *path, 
 
 static bool read_pre_tokenizer(ut_tokenizer *t, const cJSON *pt, const char *path, char *err, size_t n) {
     const char *type = get_str(pt, "type");
+    if (t->kind == UT__TOK_UNIGRAM) return read_spm_pre_tokenizer(t, pt, path, "pre_tokenizer", 0, err, n);
     const char *want = t->kind == UT__TOK_WORDPIECE ? "BertPreTokenizer" : "ByteLevel";
     if (!type || strcmp(type, want))
         return ERRF("%s: pre_tokenizer \"%s\" is not supported with a %s model (%s is)", path,
@@ -323,6 +332,213 @@ static bool read_bpe(ut_tokenizer *t, const cJSON *m, const char *path, char *er
     return ut__bpe_check_bytes(t->bpe, &t->vocab, path, err, n);
 }
 
+/* ---- Unigram (SentencePiece) ---- */
+
+static bool read_unigram(ut_tokenizer *t, const cJSON *m, const char *path, char *err, size_t n) {
+    const cJSON *vocab = get(m, "vocab"), *unk = get(m, "unk_id");
+    int cnt = cJSON_GetArraySize(vocab);
+    int64_t unk_id;
+    if (!cJSON_IsArray(vocab) || cnt < 1)
+        return ERRF("%s: model.vocab: expected a non-empty list of [piece, score]", path);
+    if (!unk || cJSON_IsNull(unk))
+        return ERRF("%s: model.unk_id is null: a Unigram model without an unknown piece is not supported", path);
+    if (!json_int(unk, 0, cnt - 1, &unk_id))
+        return ERRF("%s: model.unk_id must be an integer in [0, %d): the vocabulary has %d pieces", path, cnt, cnt);
+    t->uni = ut__unigram_new(cnt, (int32_t)unk_id, get_bool(m, "byte_fallback", false));
+    int k = 0;
+    for (const cJSON *e = vocab->child; e; e = e->next, k++) {
+        const cJSON *piece = cJSON_GetArrayItem(e, 0), *score = cJSON_GetArrayItem(e, 1);
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsString(piece) || !cJSON_IsNumber(score) ||
+            !isfinite(score->valuedouble))
+            return ERRF("%s: model.vocab[%d]: expected [piece, score], a string and a finite number", path, k);
+        size_t len = strlen(piece->valuestring);
+        if (!ut__vocab_tab_add(&t->vocab, piece->valuestring, len, k, path, err, n)) return false;
+        ut__unigram_add(t->uni, k, piece->valuestring, len, score->valuedouble);
+    }
+    t->ids_unk = (int32_t)unk_id;
+    return true;
+}
+
+/* A string of exactly one character: its code point, else -1. */
+static int32_t one_char(const char *s) {
+    size_t i = 0, len = s ? strlen(s) : 0;
+    int32_t cp = len ? ut__utf8_next(s, len, &i) : -1;
+    return i == len ? cp : -1;
+}
+
+static char *sub_path(char *buf, size_t size, const char *at, const char *list, int k) {
+    snprintf(buf, size, "%s.%s[%d]", at, list, k);
+    return buf;
+}
+
+/* Replace's {"String": s} or {"Regex": r} into a pattern or a regex. */
+static bool read_pattern(const cJSON *o, bool regex_ok, char **pattern, ut__regex **re, const char *path,
+                         const char *at, char *err, size_t n) {
+    const char *str = get_str(get(o, "pattern"), "String"), *rx = get_str(get(o, "pattern"), "Regex");
+    char where[600];
+    snprintf(where, sizeof where, "%s: %s.pattern", path, at);
+    if (str) {
+        *pattern = ut__data_strdup(str);
+        return true;
+    }
+    if (rx && regex_ok) return (*re = ut__regex_new(rx, where, err, n)) != NULL;
+    return ERRF("%s: expected {\"String\": text}%s", where, regex_ok ? " or {\"Regex\": pattern}" : "");
+}
+
+static bool read_norm_step(ut_tokenizer *t, const cJSON *nz, const char *type, const char *path, const char *at,
+                           char *err, size_t n) {
+    ut__norm_step st = {.kind = -1};
+    static const char *const forms[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(type, forms[k])) st.kind = UT__NORM_NFC + k;
+    const char *text = get_str(nz, !strcmp(type, "Prepend") ? "prepend" : "content");
+    char where[600];
+    snprintf(where, sizeof where, "%s: %s.precompiled_charsmap", path, at);
+    bool ok = true;
+    if (!strcmp(type, "Precompiled")) {
+        const char *b64 = get_str(nz, "precompiled_charsmap");
+        st.kind = UT__NORM_PRECOMPILED;
+        ok = b64 ? (st.cmap = ut__charsmap_from_base64(b64, where, err, n)) != NULL
+                 : ERRF("%s: not a base64 string", where);
+    } else if (!strcmp(type, "Replace") || !strcmp(type, "Prepend")) {
+        st.kind = type[0] == 'R' ? UT__NORM_REPLACE : UT__NORM_PREPEND;
+        ok = text ? true : ERRF("%s: %s.%s: expected a string", path, at, type[0] == 'R' ? "content" : "prepend");
+        if (ok && st.kind == UT__NORM_REPLACE) ok = read_pattern(nz, true, &st.pattern, &st.re, path, at, err, n);
+        st.content = ut__data_strdup(text ? text : "");
+    } else if (!strcmp(type, "Strip") || !strcmp(type, "Lowercase")) {
+        st.kind = type[0] == 'S' ? UT__NORM_STRIP : UT__NORM_LOWERCASE;
+        st.left = get_bool(nz, "strip_left", false);
+        st.right = get_bool(nz, "strip_right", true);
+    } else if (st.kind < 0) {
+        return ERRF("%s: %s: type \"%s\" is not supported with a Unigram model (Sequence, Precompiled, Replace, "
+                    "Strip, Lowercase, NFC, NFD, NFKC, NFKD and Prepend are)", path, at, type);
+    }
+    ut__spm *p = &t->spm;
+    p->norm = ut_realloc_check(p->norm, (size_t)(p->nnorm + 1) * sizeof *p->norm);
+    p->norm[p->nnorm++] = st;   /* kept also when !ok, so that it is freed */
+    return ok;
+}
+
+static bool read_spm_normalizer(ut_tokenizer *t, const cJSON *nz, const char *path, const char *at, int depth,
+                                char *err, size_t n) {
+    const char *type = get_str(nz, "type");
+    if (!type) return ERRF("%s: %s: expected an object with a \"type\"", path, at);
+    if (strcmp(type, "Sequence")) return read_norm_step(t, nz, type, path, at, err, n);
+    const cJSON *list = get(nz, "normalizers");
+    if (!cJSON_IsArray(list) || depth > 3)
+        return ERRF("%s: %s.normalizers: expected a list (nested at most 3 deep)", path, at);
+    int k = 0;
+    char sub[256];
+    for (const cJSON *e = list->child; e; e = e->next, k++)
+        if (!read_spm_normalizer(t, e, path, sub_path(sub, sizeof sub, at, "normalizers", k), depth + 1, err, n))
+            return false;
+    return true;
+}
+
+/* Metaspace's replacement, prepend_scheme ("always", "first", "never";
+ * older files: add_prefix_space) and split, as Hugging Face reads them. */
+static bool read_metaspace(ut__metaspace *ms, const cJSON *o, const char *path, const char *at, char *err,
+                           size_t n) {
+    const char *scheme = get_str(o, "prepend_scheme");
+    ms->replacement = one_char(get_str(o, "replacement"));
+    if (ms->replacement < 0) return ERRF("%s: %s.replacement: expected a string of one character", path, at);
+    ms->prepend = !scheme || !strcmp(scheme, "always") ? UT__PREPEND_ALWAYS
+                : !strcmp(scheme, "first") ? UT__PREPEND_FIRST
+                : !strcmp(scheme, "never") ? UT__PREPEND_NEVER : -1;
+    if (ms->prepend < 0)
+        return ERRF("%s: %s.prepend_scheme \"%s\": expected \"always\", \"first\" or \"never\"", path, at, scheme);
+    if (!get_bool(o, "add_prefix_space", true)) ms->prepend = UT__PREPEND_NEVER;
+    ms->split = get_bool(o, "split", true);
+    return true;
+}
+
+static bool read_spm_pre_tokenizer(ut_tokenizer *t, const cJSON *pt, const char *path, const char *at,
+                                   int depth, char *err, size_t n) {
+    const char *type = get_str(pt, "type");
+    ut__spm *p = &t->spm;
+    if (!pt || cJSON_IsNull(pt)) return true;
+    if (type && !strcmp(type, "Sequence")) {
+        const cJSON *list = get(pt, "pretokenizers");
+        if (!cJSON_IsArray(list) || depth > 3)
+            return ERRF("%s: %s.pretokenizers: expected a list (nested at most 3 deep)", path, at);
+        int k = 0;
+        char sub[256];
+        for (const cJSON *e = list->child; e; e = e->next, k++)
+            if (!read_spm_pre_tokenizer(t, e, path, sub_path(sub, sizeof sub, at, "pretokenizers", k), depth + 1,
+                                        err, n))
+                return false;
+        return true;
+    }
+    if (type && !strcmp(type, "WhitespaceSplit")) {
+        if (p->ws_split || p->metaspace) return ERRF("%s: %s: WhitespaceSplit can come once, before Metaspace", path, at);
+        p->ws_split = true;
+        return true;
+    }
+    if (!type || strcmp(type, "Metaspace"))
+        return ERRF("%s: %s: type \"%s\" is not supported with a Unigram model (Metaspace, WhitespaceSplit, a "
+                    "Sequence of them, or null are)", path, at, type ? type : "?");
+    if (p->metaspace) return ERRF("%s: %s: a second Metaspace is not supported", path, at);
+    if (!read_metaspace(&p->ms, pt, path, at, err, n)) return false;
+    if (p->ws_split && p->ms.prepend == UT__PREPEND_FIRST)
+        return ERRF("%s: %s: Metaspace with prepend_scheme \"first\" after WhitespaceSplit is not supported", path,
+                    at);
+    p->metaspace = true;
+    return true;
+}
+
+static bool read_dec_step(ut_tokenizer *t, const cJSON *d, const char *type, const char *path, const char *at,
+                          char *err, size_t n) {
+    ut__dec_step st = {.kind = -1};
+    bool ok = true;
+    int64_t start = 0, stop = 0;
+    if (!strcmp(type, "Metaspace")) {
+        st.kind = UT__DEC_METASPACE;
+        ok = read_metaspace(&st.ms, d, path, at, err, n);
+    } else if (!strcmp(type, "ByteFallback") || !strcmp(type, "Fuse")) {
+        st.kind = type[0] == 'B' ? UT__DEC_BYTE_FALLBACK : UT__DEC_FUSE;
+    } else if (!strcmp(type, "Replace")) {
+        const char *content = get_str(d, "content");
+        st.kind = UT__DEC_REPLACE;
+        ok = content ? read_pattern(d, false, &st.pattern, NULL, path, at, err, n)
+                     : ERRF("%s: %s.content: expected a string", path, at);
+        st.content = ut__data_strdup(content ? content : "");
+    } else if (!strcmp(type, "Strip")) {
+        st.kind = UT__DEC_STRIP;
+        st.strip_char = one_char(get_str(d, "content"));
+        ok = st.strip_char >= 0 && json_int(get(d, "start"), 0, 1 << 20, &start) &&
+             json_int(get(d, "stop"), 0, 1 << 20, &stop);
+        if (!ok) ut_errorf(err, n, "%s: %s: Strip needs a one-character content and integer start and stop", path, at);
+        st.start = start;
+        st.stop = stop;
+    } else {
+        return ERRF("%s: %s: type \"%s\" is not supported with a Unigram model (Metaspace, ByteFallback, Fuse, "
+                    "Replace, Strip, a Sequence of them, or null are)", path, at, type);
+    }
+    ut__spm *p = &t->spm;
+    p->dec = ut_realloc_check(p->dec, (size_t)(p->ndec + 1) * sizeof *p->dec);
+    p->dec[p->ndec++] = st;
+    return ok;
+}
+
+/* null: the tokens joined with spaces, as Hugging Face does without a decoder. */
+static bool read_spm_decoder(ut_tokenizer *t, const cJSON *d, const char *path, const char *at, int depth,
+                             char *err, size_t n) {
+    const char *type = get_str(d, "type");
+    if (!d || cJSON_IsNull(d)) return true;
+    t->spm.decoder = true;
+    if (!type) return ERRF("%s: %s: expected an object with a \"type\"", path, at);
+    if (strcmp(type, "Sequence")) return read_dec_step(t, d, type, path, at, err, n);
+    const cJSON *list = get(d, "decoders");
+    if (!cJSON_IsArray(list) || depth > 3)
+        return ERRF("%s: %s.decoders: expected a list (nested at most 3 deep)", path, at);
+    int k = 0;
+    char sub[256];
+    for (const cJSON *e = list->child; e; e = e->next, k++)
+        if (!read_spm_decoder(t, e, path, sub_path(sub, sizeof sub, at, "decoders", k), depth + 1, err, n))
+            return false;
+    return true;
+}
+
 static bool read_added(ut_tokenizer *t, const cJSON *list, const char *path, char *err, size_t n) {
     int cnt = cJSON_GetArraySize(list);
     if (!cJSON_IsArray(list) || !cnt) return true;
@@ -365,7 +581,11 @@ static bool read_model(ut_tokenizer *t, const cJSON *root, const char *path, cha
         t->kind = UT__TOK_BPE;
         return read_bpe(t, m, path, err, n);
     }
-    return ERRF("%s: model type \"%s\" is not supported (WordPiece and byte-level BPE are)", path,
+    if (type && !strcmp(type, "Unigram")) {
+        t->kind = UT__TOK_UNIGRAM;
+        return read_unigram(t, m, path, err, n);
+    }
+    return ERRF("%s: model type \"%s\" is not supported (WordPiece, byte-level BPE and Unigram are)", path,
                 type ? type : "?");
 }
 
@@ -377,7 +597,8 @@ static bool load_tokenizer_json(ut_tokenizer *t, const char *path, char *err, si
     bool ok = read_model(t, root, path, err, n) && read_normalizer(t, get(root, "normalizer"), path, err, n) &&
               read_pre_tokenizer(t, get(root, "pre_tokenizer"), path, err, n) &&
               read_added(t, get(root, "added_tokens"), path, err, n) &&
-              read_post_processor(t, get(root, "post_processor"), path, err, n);
+              read_post_processor(t, get(root, "post_processor"), path, err, n) &&
+              (t->kind != UT__TOK_UNIGRAM || read_spm_decoder(t, get(root, "decoder"), path, "decoder", 0, err, n));
     int64_t v;
     if (ok && pid && !cJSON_IsNull(pid)) {
         ok = int_token(t, pid, &v);
@@ -607,6 +828,8 @@ void ut_tokenizer_free(ut_tokenizer *t) {
     if (!t) return;
     ut__vocab_tab_free(&t->vocab);
     ut__bpe_free(t->bpe);
+    ut__unigram_free(t->uni);
+    ut__spm_free(&t->spm);
     ut_free(t->wp.prefix);
     for (int i = 0; i < t->nadded; i++) ut_free(t->added[i].content);
     ut_free(t->added);

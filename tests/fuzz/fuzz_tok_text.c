@@ -1,14 +1,16 @@
-/* Fuzz target: any text through the two tokenizer families. The input's
+/* Fuzz target: any text through the three tokenizer families. The input's
  * first byte picks the options (max_len, pad_to, special tokens), a 0x1f
  * byte splits the rest into a text and a pair. Byte-level BPE must give the
  * text back exactly from its ids (GPT-2's decoding is lossless); WordPiece
- * ids must lie in the vocabulary. Text that is not UTF-8 must be refused
- * with a message. The tokenizers are small ones written by this file. */
+ * and Unigram ids must lie in the vocabulary and decode. Text that is not
+ * UTF-8 must be refused with a message. The tokenizers are small ones
+ * written by this file (the Unigram one T5's layout with a small
+ * SentencePiece character map, byte fallback for a few bytes). */
 #include "fuzz.h"
 #include "utrain/base.h"
 #include "utrain/data.h"
 
-static ut_tokenizer *wordpiece, *bpe;
+static ut_tokenizer *wordpiece, *bpe, *unigram;
 
 /* GPT-2's byte -> character map (as src/data/tok_bpe.c, written again here). */
 static int byte_char(int b) {
@@ -69,9 +71,52 @@ static void make_wordpiece(void) {
     wordpiece = load(fz_write("vocab.txt", (const uint8_t *)vocab, sizeof vocab - 1));
 }
 
+/* The character map of tests/fuzz/make_seeds.sh's unigram seed: 7 rules
+ * (Ａ ﬁ e+U+0301 U+3000 U+0001 ａ ①) compiled by SentencePiece. */
+static const char charsmap[] =
+    "AAQAAAAMAAAAAACAAQ0AAMwYAgCBBQAADAAAgJGEAgCgPQAAAwAAgIAMAgCABQAAAQAAgKwAAgCBDQAACQAAgKF9AAAFAACAgQ0A"
+    "AAcAAIARAAAAFgAAABcAAAAUAAAAFQAAABoAAAAbAAAAGAAAABkAAAC8yAIAvTQCABwAAAAdAAAAIgAAACMAAAAgAAAAIQAAACYA"
+    "AAAnAAAAJAAAACUAAAAqAAAAKwAAACgAAAApAAAALgAAAC8AAAAsAAAALQAAADIAAAAzAAAAMAAAADEAAAA2AAAANwAAADQAAAA1"
+    "AAAAOgAAADsAAAA4AAAAOQAAAD4AAAA/AAAAPAAAAD0AAABCAAAAQwAAAEAAAABBAAAARgAAAEcAAABEAAAARQAAAEoAAABLAAAA"
+    "SAAAAEkAAABOAAAATwAAAEwAAABNAAAAUgAAAFMAAABQAAAAUQAAAFYAAABXAAAAVAAAAFUAAABaAAAAWwAAAFgAAABZAAAAXgAA"
+    "AF8AAABcAAAAXQAAAGIAAABjAAAAYAAAAGEAAABmAAAAZwAAAGWkAgBlAAAAagAAAGsAAABoAAAAaQAAAG4AAABvAAAAbAAAAG0A"
+    "AAByAAAAcwAAAHAAAABxAAAAdgAAAHcAAAB0AAAAdQAAAHoAAAB7AAAAeAAAAHkAAAB+AAAAfwAAAHwAAAB9AAAAggAAAIMAAACA"
+    "AAAAgQAAAIYAAACHAAAAhAAAAIUAAACKAAAAiwAAAIgAAACJAAAAjgAAAI8AAACMAAAAjQAAAJIAAACTAAAAkAAAAJEAAACWAAAA"
+    "lwAAAJQAAACVAAAAmgAAAJsAAACYAAAAmQAAAJ4AAACfAAAAnAAAAJ0AAACiAAAAowAAAKAAAAChAAAApgAAAKcAAACkAAAApQAA"
+    "AKoAAACrAAAAqAAAAKkAAACuAAAArwAAAKwAAACtAAAAsgAAALMAAACwAAAAsQAAALYAAAC3AAAAtAAAALUAAAC6AAAAuwAAALgA"
+    "AAC5AAAAvgAAAL8AAAC8AAAAvQAAAMIAAADDAAAAwAAAAMEAAADGAAAAxwAAAMQAAADFAAAAygAAAMsAAADIAAAAyQAAAM4AAADP"
+    "AAAAzAAAAM0AAADSAAAA0wAAANAAAADRAAAA1gAAANcAAADUAAAA1QAAANoAAADbAAAA2AAAANkAAADeAAAA3wAAANwAAADdAAAA"
+    "46QBAOLYAQDgAAAA4QAAAOYAAADnAAAA5AAAAOUAAADqAAAA6wAAAOgAAADpAAAA7zABAO8AAADsAAAA7QAAAPIAAADzAAAA8AAA"
+    "APEAAAD2AAAA9wAAAPQAAAD1AAAA+gAAAPsAAAD4AAAA+QAAAP4AAAD/AAAA/AAAAP0AAAAAIAAxAEEAYQBmaQDDqQA=";
+
+static void make_unigram(void) {
+    static const char specials[] =
+        "[{\"id\":0,\"content\":\"<pad>\",\"special\":true},{\"id\":1,\"content\":\"</s>\",\"special\":true},"
+        "{\"id\":2,\"content\":\"<unk>\",\"special\":true},{\"id\":12,\"content\":\"<extra_id_0>\",\"special\":true}]";
+    static const char tmpl[] =
+        "{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"</s>\"}}],"
+        "\"pair\":[{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"</s>\"}},{\"Sequence\":{\"id\":\"B\"}},"
+        "{\"SpecialToken\":{\"id\":\"</s>\"}}],\"special_tokens\":{\"</s>\":{\"id\":\"</s>\",\"ids\":[1]}}}";
+    static const char pieces[] =
+        "[\"<pad>\",0],[\"</s>\",0],[\"<unk>\",0],[\"\\u2581\",-1.6],[\"e\",-2.3],[\"th\",-2.8],[\"\\u2581the\",-3],"
+        "[\"a\",-3.5],[\"<0xE2>\",-5],[\"<0xC3>\",-5],[\"<0xA9>\",-5],[\"\\u2581\\u2581\",-6],[\"<extra_id_0>\",0]";
+    static const char ms[] = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\"}";
+    char json[8192];
+    int n = snprintf(json, sizeof json,
+                     "{\"added_tokens\":%s,\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":["
+                     "{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"%s\"},"
+                     "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" {2,}\"},\"content\":\" \"}]},"
+                     "\"pre_tokenizer\":%s,\"post_processor\":%s,"
+                     "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},%s]},"
+                     "\"model\":{\"type\":\"Unigram\",\"unk_id\":2,\"byte_fallback\":true,\"vocab\":[%s]}}",
+                     specials, charsmap, ms, tmpl, ms, pieces);
+    unigram = load(fz_write("tokenizer.json", (const uint8_t *)json, (size_t)n));
+}
+
 static void free_all(void) {
     ut_tokenizer_free(wordpiece);
     ut_tokenizer_free(bpe);
+    ut_tokenizer_free(unigram);
 }
 
 static void check(ut_tokenizer *t, const char *text, const char *pair, const ut_tok_opts *o, bool lossless) {
@@ -98,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!bpe) {
         make_bpe();
         make_wordpiece();
+        make_unigram();
         atexit(free_all);
     }
     uint8_t opt;
@@ -110,6 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ut_tok_opts o = {.max_len = opt & 0x0f, .pad_to = (opt >> 4) & 0x07, .no_special = opt >> 7};
     check(wordpiece, text, pair, &o, false);
     check(bpe, text, pair, &o, false);
+    check(unigram, text, pair, &o, false);
     ut_tok_opts plain = {.no_special = true};
     check(bpe, text, NULL, &plain, true);   /* no pair, no limit: lossless */
     free(text);

@@ -4,13 +4,15 @@
  * padding, and decoding what it encoded must succeed. */
 #include "fuzz_data.h"
 
+/* the last: full-width letters, a ligature, a combining accent, an ideographic
+ * space, a character no vocabulary has, a T5 sentinel (for Unigram files) */
 static const char *const texts[] = {"Hello, world! It's a fine day.", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 12,5",
-                                    ""};
+                                    "", "\xef\xbc\xa8i \xef\xac\x81ne e\xcc\x81\xe3\x80\x80\xe2\x98\x83 <extra_id_0> the"};
 
 static void exercise(ut_tokenizer *t, const char *path) {
     ut_tok_encoding e = {0};
     char err[1024] = "";
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         ut_tok_opts o = {.max_len = i == 1 ? 8 : 0, .pad_to = i == 2 ? 6 : 0};
         if (ut_tokenizer_encode(t, texts[i], i == 1 ? texts[0] : NULL, &o, &e, err, sizeof err)) continue;
         if (e.len < 0 || (o.max_len && e.len > o.max_len && !o.pad_to)) {

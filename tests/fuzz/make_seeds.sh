@@ -26,7 +26,11 @@ printf 'data:\n  name: tokens\n  train_path: "data/*.bin"\n  seq_len: 1024\ntrai
 # more tokenizer.json seeds (small enough for -max_len=4096): WordPiece with
 # TemplateProcessing and padding, byte-level BPE as GPT-2's (merges "a b")
 # and as RoBERTa's (merges as lists, RobertaProcessing, <mask> with lstrip),
-# and a Unigram file (refused)
+# and two Unigram files: T5's layout (a small SentencePiece character map
+# built from 7 rules: Ａ ﬁ e+U+0301 U+3000 U+0001 ａ ①, WhitespaceSplit +
+# Metaspace, a sentinel) and the layout transformers gives a SentencePiece
+# model without a class (Replace with regular expressions, byte_fallback with
+# a few <0xNN> pieces, decoder Replace + ByteFallback + Fuse + Strip)
 python3 - tests/fuzz/tokenizer/corpus <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -86,7 +90,48 @@ save("bpe_roberta", {"version": "1.0", "truncation": None, "padding": None,
      "decoder": bl(True),
      "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": v,
                "merges": [[a, b] for a, b in merges]}})
-save("unigram", {"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.5]]}})
+CHARSMAP = ("AAQAAAAMAAAAAACAAQ0AAMwYAgCBBQAADAAAgJGEAgCgPQAAAwAAgIAMAgCABQAAAQAAgKwAAgCBDQAACQAAgKF9AAAFAACAgQ0AAAcAAIARAAAAFgAA"
+            "ABcAAAAUAAAAFQAAABoAAAAbAAAAGAAAABkAAAC8yAIAvTQCABwAAAAdAAAAIgAAACMAAAAgAAAAIQAAACYAAAAnAAAAJAAAACUAAAAqAAAAKwAA"
+            "ACgAAAApAAAALgAAAC8AAAAsAAAALQAAADIAAAAzAAAAMAAAADEAAAA2AAAANwAAADQAAAA1AAAAOgAAADsAAAA4AAAAOQAAAD4AAAA/AAAAPAAA"
+            "AD0AAABCAAAAQwAAAEAAAABBAAAARgAAAEcAAABEAAAARQAAAEoAAABLAAAASAAAAEkAAABOAAAATwAAAEwAAABNAAAAUgAAAFMAAABQAAAAUQAA"
+            "AFYAAABXAAAAVAAAAFUAAABaAAAAWwAAAFgAAABZAAAAXgAAAF8AAABcAAAAXQAAAGIAAABjAAAAYAAAAGEAAABmAAAAZwAAAGWkAgBlAAAAagAA"
+            "AGsAAABoAAAAaQAAAG4AAABvAAAAbAAAAG0AAAByAAAAcwAAAHAAAABxAAAAdgAAAHcAAAB0AAAAdQAAAHoAAAB7AAAAeAAAAHkAAAB+AAAAfwAA"
+            "AHwAAAB9AAAAggAAAIMAAACAAAAAgQAAAIYAAACHAAAAhAAAAIUAAACKAAAAiwAAAIgAAACJAAAAjgAAAI8AAACMAAAAjQAAAJIAAACTAAAAkAAA"
+            "AJEAAACWAAAAlwAAAJQAAACVAAAAmgAAAJsAAACYAAAAmQAAAJ4AAACfAAAAnAAAAJ0AAACiAAAAowAAAKAAAAChAAAApgAAAKcAAACkAAAApQAA"
+            "AKoAAACrAAAAqAAAAKkAAACuAAAArwAAAKwAAACtAAAAsgAAALMAAACwAAAAsQAAALYAAAC3AAAAtAAAALUAAAC6AAAAuwAAALgAAAC5AAAAvgAA"
+            "AL8AAAC8AAAAvQAAAMIAAADDAAAAwAAAAMEAAADGAAAAxwAAAMQAAADFAAAAygAAAMsAAADIAAAAyQAAAM4AAADPAAAAzAAAAM0AAADSAAAA0wAA"
+            "ANAAAADRAAAA1gAAANcAAADUAAAA1QAAANoAAADbAAAA2AAAANkAAADeAAAA3wAAANwAAADdAAAA46QBAOLYAQDgAAAA4QAAAOYAAADnAAAA5AAA"
+            "AOUAAADqAAAA6wAAAOgAAADpAAAA7zABAO8AAADsAAAA7QAAAPIAAADzAAAA8AAAAPEAAAD2AAAA9wAAAPQAAAD1AAAA+gAAAPsAAAD4AAAA+QAA"
+            "AP4AAAD/AAAA/AAAAP0AAAAAIAAxAEEAYQBmaQDDqQA=")
+pieces = [["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["\u2581", -1.59], ["e", -2.26], ["n", -2.67], ["th", -2.76],
+          ["d", -2.89], ["o", -2.89], ["at", -2.96], ["l", -3.18], ["r", -3.18], ["a", -3.49], ["g", -3.59],
+          ["in", -3.59], ["\u2581c", -3.6], ["\u2581he", -3.93], ["ea", -4.23], ["i", -4.28], ["h", -4.28],
+          [".", -4.28], ["G", -4.28], ["w", -4.28]]
+t5_specials = ["<pad>", "</s>", "<unk>"]
+eos_template = {"type": "TemplateProcessing", "single": [seq("A", 0), tok("</s>", 0)],
+                "pair": [seq("A", 0), tok("</s>", 0), seq("B", 0), tok("</s>", 0)],
+                "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}}
+metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+save("unigram", {"version": "1.0", "truncation": None, "padding": None,
+     "added_tokens": [added(i, s) for i, s in enumerate(t5_specials)] + [added(len(pieces), "<extra_id_0>")],
+     "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": CHARSMAP},
+                    {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+     "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]},
+     "post_processor": eos_template, "decoder": metaspace,
+     "model": {"type": "Unigram", "unk_id": 2, "vocab": pieces + [["<extra_id_0>", 0.0]], "byte_fallback": False}})
+byte_pieces = [["<0x%02X>" % b, -5.0] for b in (0x20, 0x98, 0x83, 0xC3, 0xA9, 0xE2)]
+replace = lambda kind, pat, content: {"type": "Replace", "pattern": {kind: pat}, "content": content}
+save("unigram_bf", {"version": "1.0", "truncation": None, "padding": None,
+     "added_tokens": [added(i, s) for i, s in enumerate(t5_specials)],
+     "normalizer": {"type": "Sequence", "normalizers": [
+         {"type": "NFKC"}, {"type": "Lowercase"}, {"type": "Strip", "strip_left": False, "strip_right": True},
+         replace("Regex", "\\A +| +\\z", ""), replace("Regex", " {2,}", " "), replace("String", " ", "\u2581"),
+         replace("Regex", "\\A\u2581", "\u2581\u2581"), {"type": "Prepend", "prepend": "\u2581"}]},
+     "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+     "post_processor": eos_template,
+     "decoder": {"type": "Sequence", "decoders": [replace("String", "\u2581", " "), {"type": "ByteFallback"},
+                 {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+     "model": {"type": "Unigram", "unk_id": 2, "vocab": pieces + byte_pieces, "byte_fallback": True}})
 PY
 t=tests/fuzz/tok_text/corpus
 printf '\000In the beginning God created the heaven and the earth.' > "$t/kjv"

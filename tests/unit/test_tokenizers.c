@@ -3,7 +3,9 @@
  * truncated pairs, for all-MiniLM-L6-v2 (WordPiece, from tokenizer.json and
  * from vocab.txt), GPT-2 (byte-level BPE from encoder.json + vocab.bpe) and a
  * small RoBERTa-style BPE tokenizer.json (tests/parity/tokenizer_fixtures.py
- * writes the expected ids). Then bad files and the tokenize command's shards. */
+ * writes the expected ids); T5-style SentencePiece Unigram files in six
+ * layouts (tests/parity/make_t5_tokenizer_fixture.py). Then bad files and the
+ * tokenize command's shards. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,9 @@
 #define MINILM "data/pretrained/all-MiniLM-L6-v2"
 #define GPT2 "data/pretrained/gpt2-bpe"
 #define ROBERTA "tests/parity/fixtures/tiny_roberta"
+#define T5 "tests/parity/fixtures/t5_unigram"
+#define T5_BF "tests/parity/fixtures/t5_unigram_bf"
+#define T5_CASES "tests/parity/fixtures/t5_unigram_cases.txt.gz"
 
 static char err[1024];
 
@@ -379,8 +384,10 @@ static void test_bad_files(void) {
     const char *p = tmp("tokenizer.json");
     write_file(p, good, len / 2);
     expect_load_error(p, p, "ends too soon");
+    write_text(p, "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0}}}");
+    expect_load_error(p, p, "model type \"WordLevel\" is not supported");
     write_text(p, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
-    expect_load_error(p, p, "model type \"Unigram\" is not supported");
+    expect_load_error(p, p, "model.unk_id is null");
     write_text(p, "{\"vocab\": 1}");
     expect_load_error(p, p, "no \"model\"");
     write_text(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, x}");
@@ -456,6 +463,334 @@ static void test_bad_files(void) {
     expect_load_error(tmp("bpe"), "vocab.json", "byte 0x00");
 }
 
+/* ---- T5: SentencePiece Unigram (tests/parity/make_t5_tokenizer_fixture.py) ---- */
+
+/* text with its one occurrence of from replaced by to; NULL when from is not
+ * there exactly once. */
+static char *edit_once(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    if (!at || strstr(at + 1, from)) return NULL;
+    size_t fl = strlen(from), tl = strlen(to), head = (size_t)(at - text);
+    char *s = malloc(strlen(text) - fl + tl + 1);
+    memcpy(s, text, head);
+    memcpy(s + head, to, tl);
+    strcpy(s + head + tl, at + fl);
+    return s;
+}
+
+/* One variant of the fixture: its tokenizer.json text (a file plus edits). */
+typedef struct {
+    char letter;
+    char *json;
+    ut_tokenizer *tok;
+    bool broken;
+    int checked, failed;
+} t5_run;
+
+static void t5_finish(t5_run *r) {
+    if (r->letter) {
+        CHECK(r->checked > 0 && r->failed == 0, "T5 variant %c: %d of %d cases differ from Hugging Face tokenizers",
+              r->letter, r->failed, r->checked);
+        printf("     T5 variant %c: %d cases\n", r->letter, r->checked);
+    }
+    ut_tokenizer_free(r->tok);
+    free(r->json);
+    memset(r, 0, sizeof *r);
+}
+
+static bool t5_load(t5_run *r) {
+    if (!r->tok && !r->broken) {
+        char name[32];
+        snprintf(name, sizeof name, "t5_%c.json", r->letter);
+        write_text(tmp(name), r->json);
+        r->tok = ut_tokenizer_load(tmp(name), err, sizeof err);
+        r->broken = !r->tok;
+        CHECK(r->tok, "T5 variant %c: %s", r->letter, err);
+    }
+    return r->tok != NULL;
+}
+
+static void t5_mismatch(t5_run *r, char kind, long i, const ut_tok_encoding *e, const int32_t *want, int64_t n,
+                        const char *text) {
+    int64_t k = 0;
+    while (k < e->len && k < n && e->ids[k] == want[k]) k++;
+    if (++r->failed <= 3)
+        CHECK(0, "T5 %c %c text %ld: first mismatch at token %lld: got %d, want %d (lengths %lld, %lld); text \"%.200s\"",
+              r->letter, kind, i, (long long)k, k < e->len ? e->ids[k] : -1, k < n ? want[k] : -1, (long long)e->len,
+              (long long)n, text);
+}
+
+/* "I|N|D|S K ..." or "P I J MAXLEN ids ; type_ids" of variant r. */
+static void t5_case(t5_run *r, char kind, char *p, const texts *tx, ut_tok_encoding *e) {
+    static int32_t want[8192], want_types[8192];
+    long i = strtol(p, &p, 10), j = -1;
+    ut_tok_opts o = {.no_special = kind == 'N'};
+    if (kind == 'P') {
+        j = strtol(p, &p, 10);
+        o.max_len = strtol(p, &p, 10);
+    }
+    r->checked++;
+    if (i < 0 || i >= tx->n || j >= tx->n) {
+        r->failed++;
+        CHECK(0, "T5 %c: fixture text %ld or %ld beyond the %d texts", r->letter, i, j, tx->n);
+        return;
+    }
+    if (ut_tokenizer_encode(r->tok, tx->s[i], j >= 0 ? tx->s[j] : NULL, &o, e, err, sizeof err)) {
+        r->failed++;
+        CHECK(0, "T5 %c text %ld: %s", r->letter, i, err);
+        return;
+    }
+    while (*p == ' ') p++;
+    if (kind == 'D' || kind == 'S') {
+        char *w = unhex(p), *got = ut_tokenizer_decode(r->tok, e->ids, e->len, kind == 'D', err, sizeof err);
+        if ((!got || strcmp(got, w)) && ++r->failed <= 3)
+            CHECK(0, "T5 %c decode of text %ld: got \"%s\", want \"%s\"", r->letter, i, got ? got : err, w);
+        ut_free(got);
+        free(w);
+        return;
+    }
+    int64_t n = parse_ids(&p, want, 8192);
+    bool same = e->len == n && !memcmp(e->ids, want, (size_t)n * sizeof *want);
+    if (same && *p == ';') {
+        p++;
+        same = parse_ids(&p, want_types, 8192) == n && !memcmp(e->type_ids, want_types, (size_t)n * sizeof *want);
+    }
+    if (!same) t5_mismatch(r, kind, i, e, want, n, tx->s[i]);
+}
+
+/* Every case of the fixture, for each variant of the two files. */
+static void test_t5_unigram(void) {
+    gzFile gz = gzopen(T5_CASES, "rb");
+    CHECK(gz, "cannot open %s (written by tests/parity/make_t5_tokenizer_fixture.py)", T5_CASES);
+    if (!gz) return;
+    static char line[1 << 17];
+    texts tx = {0};
+    t5_run r = {0};
+    ut_tok_encoding e = {0};
+    int variants = 0;
+    while (gzgets(gz, line, sizeof line)) {
+        line[strcspn(line, "\n")] = 0;
+        char kind = line[0], *p = line + 2;
+        if (!kind || kind == '#' || !line[1]) continue;
+        if (kind == 'X') {
+            char *s = unhex(p);
+            texts_add(&tx, s, strlen(s));
+            free(s);
+        } else if (kind == 'F') {
+            t5_finish(&r);
+            r.letter = p[0];
+            r.json = tp_slurp(tp_path("tests/parity/fixtures", p + 2));
+            CHECK(r.json, "cannot read tests/parity/fixtures/%s", p + 2);
+            r.broken = !r.json;
+            variants++;
+        } else if (kind == 'E' && r.json) {
+            char *sp = strchr(p + 2, ' ');
+            if (sp) *sp = 0;
+            char *from = unhex(p + 2), *to = unhex(sp ? sp + 1 : "-"), *ed = edit_once(r.json, from, to);
+            CHECK(ed, "T5 variant %c: edit \"%.60s\" does not apply", r.letter, from);
+            r.broken |= !ed;
+            free(r.json);
+            r.json = ed ? ed : strdup("");
+            free(from);
+            free(to);
+        } else if (strchr("INDSP", kind) && r.json && t5_load(&r)) {
+            t5_case(&r, kind, p + 2, &tx, &e);
+        }
+    }
+    t5_finish(&r);
+    gzclose(gz);
+    CHECK(variants == 6 && tx.n > 300, "T5 fixture: %d variants, %d texts", variants, tx.n);
+    texts_free(&tx);
+    ut_tok_encoding_free(&e);
+}
+
+/* The ids of text as one string "a b c". */
+static void ids_str(ut_tokenizer *t, const char *text, const ut_tok_opts *o, char *out, size_t n) {
+    ut_tok_encoding e = {0};
+    size_t k = 0;
+    out[0] = 0;
+    CHECK(ut_tokenizer_encode(t, text, NULL, o, &e, err, sizeof err) == 0, "%s", err);
+    for (int64_t i = 0; i < e.len && k + 16 < n; i++) k += (size_t)snprintf(out + k, n - k, "%s%d", i ? " " : "", e.ids[i]);
+    ut_tok_encoding_free(&e);
+}
+
+/* Special ids, padding, truncation that keeps </s>, unknown characters fused,
+ * byte fallback, and the tokenize command. */
+static void test_t5_specials_and_padding(void) {
+    ut_tokenizer *t = ut_tokenizer_load(T5, err, sizeof err);
+    CHECK(t, "%s", err);
+    if (!t) return;
+    CHECK(!strcmp(ut_tokenizer_model(t), "Unigram") && ut_tokenizer_vocab_size(t) == 2003, "T5: %s %lld",
+          ut_tokenizer_model(t), (long long)ut_tokenizer_vocab_size(t));
+    CHECK(ut_tokenizer_special_id(t, "pad") == 0 && ut_tokenizer_special_id(t, "eos") == 1 &&
+          ut_tokenizer_special_id(t, "unk") == 2 && ut_tokenizer_special_id(t, "bos") == -1 &&
+          ut_tokenizer_special_id(t, "mask") == -1 && ut_tokenizer_special_id(t, "cls") == -1, "T5 special ids");
+    CHECK(ut_tokenizer_token_id(t, "<extra_id_0>") == 2002 && !strcmp(ut_tokenizer_token(t, 2002), "<extra_id_0>"),
+          "sentinels");
+    const char *text = "In the beginning God created the heaven and the earth.";
+    ut_tok_encoding e = {0}, p = {0};
+    CHECK(ut_tokenizer_encode(t, text, NULL, NULL, &e, err, sizeof err) == 0 && e.len > 6 && e.ids[e.len - 1] == 1,
+          "ends with </s>: %s", err);
+    ut_tok_opts o = {.pad_to = e.len + 3};
+    CHECK(ut_tokenizer_encode(t, text, NULL, &o, &p, err, sizeof err) == 0 && p.len == e.len + 3 &&
+          !memcmp(p.ids, e.ids, (size_t)e.len * 4) && p.ids[e.len] == 0 && p.mask[e.len - 1] == 1 &&
+          p.mask[e.len] == 0 && p.type_ids[e.len] == 0, "padded with <pad> 0, mask 0");
+    char *d1 = ut_tokenizer_decode(t, e.ids, e.len, true, err, sizeof err);
+    char *d2 = ut_tokenizer_decode(t, p.ids, p.len, true, err, sizeof err);
+    char *d3 = ut_tokenizer_decode(t, p.ids, p.len, false, err, sizeof err);
+    CHECK(d1 && d2 && !strcmp(d1, text) && !strcmp(d2, text), "decode: \"%s\" / \"%s\"", d1, d2);
+    CHECK(d3 && strstr(d3, "earth.</s><pad><pad><pad>"), "decode with specials: \"%s\"", d3);
+    ut_free(d1);
+    ut_free(d2);
+    ut_free(d3);
+    o = (ut_tok_opts){.max_len = 4};
+    CHECK(ut_tokenizer_encode(t, text, NULL, &o, &p, err, sizeof err) == 0 && p.len == 4 &&
+          !memcmp(p.ids, e.ids, 3 * 4) && p.ids[3] == 1, "truncation keeps </s>");
+    o = (ut_tok_opts){.max_len = 7};
+    CHECK(ut_tokenizer_encode(t, text, "And God said.", &o, &p, err, sizeof err) == 0 && p.len == 7 &&
+          p.ids[6] == 1 && p.type_ids[6] == 0, "pair truncated to 7 ends with </s>");
+    o = (ut_tok_opts){.no_special = true};
+    CHECK(ut_tokenizer_encode(t, text, NULL, &o, &p, err, sizeof err) == 0 && p.len == e.len - 1 &&
+          !memcmp(p.ids, e.ids, (size_t)p.len * 4), "no_special leaves </s> out");
+    o = (ut_tok_opts){.max_len = 1};
+    CHECK(ut_tokenizer_encode(t, text, NULL, &o, &p, err, sizeof err) == -1 && strstr(err, "max_len 1"),
+          "max_len 1: %s", err);
+    CHECK(ut_tokenizer_encode(t, "bad \xff", NULL, NULL, &p, err, sizeof err) == -1 && strstr(err, "byte 4"),
+          "invalid UTF-8: %s", err);
+    int32_t bad_id = 2003;
+    CHECK(!ut_tokenizer_decode(t, &bad_id, 1, false, err, sizeof err) && strstr(err, "id 2003"), "%s", err);
+    char a[256], b[256];
+    ids_str(t, "snow \xe2\x98\x83\xe2\x98\x83\xe2\x98\x83 man", NULL, a, sizeof a);  /* ☃ is not a piece */
+    CHECK(strstr(a, " 2 ") && !strstr(a, " 2 2"), "three unknown characters make one <unk>: %s", a);
+    ut_tokenizer_free(t);
+    t = ut_tokenizer_load(T5_BF, err, sizeof err);
+    CHECK(t, "%s", err);
+    if (t) {
+        ids_str(t, "snow \xe2\x98\x83 man", NULL, a, sizeof a);
+        snprintf(b, sizeof b, " %d %d %d ", ut_tokenizer_token_id(t, "<0xE2>"), ut_tokenizer_token_id(t, "<0x98>"),
+                 ut_tokenizer_token_id(t, "<0x83>"));
+        CHECK(strstr(a, b) && !strstr(a, " 2 "), "byte fallback: %s (want%s)", a, b);
+        CHECK(ut_tokenizer_encode(t, "snow \xe2\x98\x83 man", NULL, NULL, &p, err, sizeof err) == 0, "%s", err);
+        char *back = ut_tokenizer_decode(t, p.ids, p.len, true, err, sizeof err);
+        CHECK(back && !strcmp(back, "snow \xe2\x98\x83 man"), "byte fallback decodes: \"%s\"", back);
+        ut_free(back);
+    }
+    ut_tokenizer_free(t);
+    t = ut_tokenizer_load(T5, err, sizeof err);
+    const char *out = tmp("t5_tokenize.out");
+    CHECK(tp_run_shown((const char *[]){"tokenize", "--tokenizer", T5, "--text", "Hello <extra_id_0> world", NULL}, out,
+                       0, NULL) == 0, "tokenize --text with T5 failed");
+    char *msg = tp_slurp(out), want[300];
+    if (t) ids_str(t, "Hello <extra_id_0> world", NULL, a, sizeof a);
+    snprintf(want, sizeof want, "ids: %s\n", a);
+    CHECK(t && msg && strstr(msg, want) && strstr(msg, "<extra_id_0>") && strstr(msg, "</s>"), "tokenize --text: %s",
+          msg);
+    free(msg);
+    ut_tokenizer_free(t);
+    ut_tok_encoding_free(&e);
+    ut_tok_encoding_free(&p);
+}
+
+/* The good file with one edit: refused, the message naming the file. */
+static void t5_expect_edit(const char *good, const char *from, const char *to, const char *want) {
+    char *bad = edit_once(good, from, to);
+    CHECK(bad, "edit \"%s\" does not apply to the T5 fixture", from);
+    if (!bad) return;
+    const char *p = tmp("tokenizer.json");
+    write_text(p, bad);
+    expect_load_error(p, p, want);
+    free(bad);
+}
+
+static void test_t5_bad_files(void) {
+    char *good = tp_slurp(T5 "/tokenizer.json"), *bf = tp_slurp(T5_BF "/tokenizer.json");
+    CHECK(good && bf, "cannot read the T5 fixtures");
+    if (!good || !bf) {
+        free(good);
+        free(bf);
+        return;
+    }
+    static const struct { const char *from, *to, *want; } edits[] = {
+        {"[\"<pad>\",0.0]", "[\"<pad>\",\"x\"]", "model.vocab[0]: expected [piece, score]"},
+        {"[\"<pad>\",0.0]", "[0.0,\"<pad>\"]", "model.vocab[0]: expected [piece, score]"},
+        {"[\"</s>\",0.0]", "[\"</s>\"]", "model.vocab[1]: expected [piece, score]"},
+        {"[\"<unk>\",0.0]", "[\"<unk>\",1e999]", "model.vocab[2]: expected [piece, score]"},
+        {"[\"</s>\",0.0]", "[\"<pad>\",0.0]", "\"<pad>\" appears twice"},
+        {"\"vocab\":[[", "\"vocab\":{},\"v\":[[", "model.vocab: expected a non-empty list"},
+        {"\"unk_id\":2", "\"unk_id\":2003", "model.unk_id must be an integer in [0, 2003)"},
+        {"\"unk_id\":2", "\"unk_id\":-1", "model.unk_id must be an integer"},
+        {"\"unk_id\":2", "\"unk_id\":null", "model.unk_id is null"},
+        {"\"precompiled_charsmap\":\"AKQAAACE", "\"precompiled_charsmap\":\"A!QAAACE",
+         "normalizer.precompiled_charsmap: not base64"},
+        {"\"precompiled_charsmap\":\"AKQAAACE", "\"precompiled_charsmap\":\"AKQAAACE=",
+         "normalizer.precompiled_charsmap: not base64"},
+        {"\"precompiled_charsmap\":\"AKQAAACE", "\"precompiled_charsmap\":\"8P//fwCE",
+         "corrupt precompiled_charsmap (57086 bytes): the trie is longer than the map"},
+        {"\"precompiled_charsmap\":\"AKQAAACE", "\"precompiled_charsmap\":\"AAQAAACE", "corrupt precompiled_charsmap"},
+        {"\"normalizer\":{\"type\":\"Precompiled\"", "\"normalizer\":{\"type\":\"Nmt\"",
+         "normalizer: type \"Nmt\" is not supported with a Unigram model"},
+        {"{\"type\":\"WhitespaceSplit\"}", "{\"type\":\"Whitespace\"}",
+         "pre_tokenizer.pretokenizers[0]: type \"Whitespace\" is not supported"},
+        {"\"prepend_scheme\":\"always\",\"split\":true}]}", "\"prepend_scheme\":\"first\",\"split\":true}]}",
+         "prepend_scheme \"first\" after WhitespaceSplit"},
+        {"\"prepend_scheme\":\"always\",\"split\":true}]}", "\"prepend_scheme\":\"sometimes\",\"split\":true}]}",
+         "pre_tokenizer.pretokenizers[1].prepend_scheme \"sometimes\""},
+        {"\"replacement\":\"\xe2\x96\x81\",\"prepend_scheme\":\"always\",\"split\":true}]}",
+         "\"replacement\":\"ab\",\"prepend_scheme\":\"always\",\"split\":true}]}",
+         "pre_tokenizer.pretokenizers[1].replacement: expected a string of one character"},
+        {"\"decoder\":{\"type\":\"Metaspace\"", "\"decoder\":{\"type\":\"CTC\"", "decoder: type \"CTC\" is not supported"},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof *edits; k++) t5_expect_edit(good, edits[k].from, edits[k].to, edits[k].want);
+    static const struct { const char *from, *to, *want; } bf_edits[] = {
+        {"{\"Regex\":\" {2,}\"}", "{\"Regex\":\"[ ]{2,}\"}",
+         "normalizer.normalizers[1].pattern: regular expression \"[ ]{2,}\" is not supported"},
+        {"{\"Regex\":\" {2,}\"}", "{\"Regex\":\" *\"}", "can match the empty string"},
+        {"{\"type\":\"ByteFallback\"}", "{\"type\":\"ByteLevel\"}", "decoder.decoders[1]: type \"ByteLevel\""},
+        {"\"start\":1", "\"start\":\"1\"", "decoder.decoders[3]: Strip needs"},
+        {"\"pattern\":{\"String\":\"\xe2\x96\x81\"}", "\"pattern\":{\"Regex\":\"\xe2\x96\x81\"}",
+         "decoder.decoders[0].pattern: expected {\"String\": text}"},
+    };
+    for (size_t k = 0; k < sizeof bf_edits / sizeof *bf_edits; k++)
+        t5_expect_edit(bf, bf_edits[k].from, bf_edits[k].to, bf_edits[k].want);
+    /* cut anywhere: refused; bytes flipped (many in the character map): loads or is refused, never a crash */
+    const char *p = tmp("tokenizer.json");
+    size_t len = strlen(good);
+    int accepted = 0;
+    for (size_t cut = 0; cut < len; cut += test_quick() ? 14983 : 4999) {
+        write_file(p, good, cut);
+        ut_tokenizer *c = ut_tokenizer_load(p, err, sizeof err);
+        accepted += c != NULL;
+        CHECK(c || strstr(err, p), "cut at %zu: message does not name the file: %s", cut, err);
+        ut_tokenizer_free(c);
+    }
+    CHECK(accepted == 0, "%d cut-short T5 files accepted", accepted);
+    const char *cm = strstr(good, "\"precompiled_charsmap\":\"");
+    size_t cm_at = cm ? (size_t)(cm - good) + 24 : 0;
+    uint64_t seed = 11;
+    for (int k = 0; k < (test_quick() ? 30 : 120); k++) {
+        char *bad = strdup(good);
+        for (int f = 0; f < 2; f++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = k % 2 ? cm_at + (seed >> 33) % 76000 : (seed >> 33) % len;   /* odd: inside the map */
+            static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            bad[at] = k % 2 ? b64[(seed >> 13) % 64] : (char)(seed >> 13);
+        }
+        write_file(p, bad, len);
+        ut_tokenizer *c = ut_tokenizer_load(p, err, sizeof err);
+        if (c) {
+            ut_tok_encoding e = {0};
+            if (ut_tokenizer_encode(c, "Ｈéllo \xe2\x98\x83 wörld ǉ\xcc\x81", "and a pair", NULL, &e, err, sizeof err) == 0)
+                ut_free(ut_tokenizer_decode(c, e.ids, e.len, true, err, sizeof err));
+            ut_tok_encoding_free(&e);
+        }
+        CHECK(c || strstr(err, p), "flip %d: message does not name the file: %s", k, err);
+        ut_tokenizer_free(c);
+        free(bad);
+    }
+    free(good);
+    free(bf);
+}
+
 /* utrain tokenize with GPT-2's BPE writes the ids encode gives, as uint16. */
 static void test_tokenize_shard(void) {
     ut_tokenizer *t = load_pretrained(GPT2);
@@ -495,11 +830,11 @@ static void test_tokenize_shard(void) {
           strstr(msg, "type_ids: 0 0 0 0 0 0 1 1 1\n") &&
           strstr(msg, "tokens: [CLS] hello , world ! [SEP] unbelievable . [SEP]\n"), "tokenize --text: %s", msg);
     free(msg);
-    const char *uni = tmp("unigram.json");
-    write_text(uni, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
-    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", uni, txt, bin, NULL}, out) == 1, "Unigram accepted");
+    const char *wl = tmp("wordlevel.json");
+    write_text(wl, "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0}}}");
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", wl, txt, bin, NULL}, out) == 1, "WordLevel accepted");
     msg = tp_slurp(out);
-    CHECK(msg && strstr(msg, uni) && strstr(msg, "Unigram"), "message: %s", msg);
+    CHECK(msg && strstr(msg, wl) && strstr(msg, "WordLevel"), "message: %s", msg);
     free(msg);
     ut_tok_encoding_free(&e);
     ut_tokenizer_free(t);
@@ -604,6 +939,9 @@ int main(int argc, char **argv) {
     RUN(test_bpe_decode_round_trip);
     RUN(test_padding_and_specials);
     RUN(test_bad_files);
+    RUN(test_t5_unigram);
+    RUN(test_t5_specials_and_padding);
+    RUN(test_t5_bad_files);
     RUN(test_tokenize_shard);
     RUN(test_tsv_pretrained);
     RUN(test_gpt2_bpe_example);
