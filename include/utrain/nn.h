@@ -32,6 +32,17 @@ int ut_kv_check_keys(const ut_kv *kv, const char *const *known, const char *what
                      size_t n);
 int ut_kv_ints(const ut_kv *kv, const char *key, long long *out, int max, int *count, char *err,
                size_t n);
+/* Integer options into a model's struct: each field's key (its default
+ * def) read into the int64_t at base + at, in [lo, hi]; 0, or -1 with
+ * "<model>: <key> <v> is outside [lo, hi]" (with range, e.g. "the
+ * vocabulary": "... outside the vocabulary [lo, hi + 1)"). */
+typedef struct {
+    const char *key;
+    long long def;
+    size_t at;
+} ut_kv_field;
+int ut_kv_read_fields(const ut_kv *kv, const ut_kv_field *f, int nf, long long lo, long long hi, const char *range,
+                      void *base, const char *model, char *err, size_t n);
 
 /* ---- parameters: one flat buffer for values, one for gradients ---- */
 typedef enum { UT_INIT_ZEROS, UT_INIT_ONES, UT_INIT_NORMAL, UT_INIT_UNIFORM } ut_init_kind;
@@ -157,6 +168,51 @@ int ut_kv_cache_put(ut_kv_cache *c, int64_t layer, int which, int64_t t, const u
 ut_tensor *ut_kv_cache_get(ut_ctx *ctx, const ut_kv_cache *c, int64_t layer, int which, int64_t len);
 int ut_kv_cache_reorder(ut_ctx *ctx, ut_kv_cache *c, const int32_t *rows, int64_t len);
 
+/* What every model's decoding state holds (src/nn/kvcache.c): the model and
+ * its name for messages, a context for the state's tensors (keep) and one
+ * for a step's (ctx, reset after each), no-grad and in eval mode on the
+ * model's device; rows (sources x per), room for max_len decoder tokens,
+ * how many are cached (len) and the self-attention cache (kv, NULL when
+ * cache is false or not yet made); an encoder-decoder's encoder states
+ * (enc, rows first), their mask, its layers' cross-attention keys and
+ * values (cross, 2 a layer, ut_malloc'd; NULL when uncached) and the
+ * sources' length S. */
+typedef struct {
+    ut_model *m;
+    const char *model;
+    ut_ctx *keep, *ctx;
+    int64_t rows, max_len, len, S;
+    int per;
+    bool cache;
+    ut_kv_cache *kv;
+    ut_tensor *enc, *mask, **cross;
+} ut_decode_base;
+void ut_decode_base_init(ut_decode_base *b, ut_model *m, const char *model, int64_t rows, int per, int64_t max_len,
+                         bool cache);
+void ut_decode_base_free(ut_decode_base *b);
+/* ut_decoder_ops.end of a state whose first member is its ut_decode_base
+ * (ut_calloc_check'd, nothing else of its own to free) */
+void ut_decode_end(void *state);
+/* An encoder-decoder's decoder prompt: each row's start token (keep's host arena) */
+const int32_t *ut_decode_start(ut_decode_base *b, int64_t start);
+/* -1 with "<model> generation: <ctx's error>" when ctx has one, else 0 */
+int ut_decode_failed(const ut_decode_base *b, ut_ctx *ctx, char *err, size_t n);
+/* ut_decoder_ops.reorder: rows must stay within their source; the cache follows */
+int ut_decode_reorder(ut_decode_base *b, const int32_t *rows, char *err, size_t n);
+/* The end of a step: logits (rows, vocab) into out on the host, the step's
+ * context reset, len prefix tokens seen; -1 with a message when the step
+ * failed. */
+int ut_decode_logits(ut_decode_base *b, ut_tensor *logits, int64_t len, float *out, char *err, size_t n);
+/* An encoder-decoder's step: len in [1, max_len], and cached, one token
+ * past what the cache holds; else -1 with a message */
+int ut_decode_step_ok(const ut_decode_base *b, int64_t len, char *err, size_t n);
+/* the rows' last tokens (rows, 1) in the step's context */
+ut_tensor *ut_decode_last_ids(ut_decode_base *b, const int32_t *prefix, int64_t len);
+/* x (B, ...) with each row repeated per times: (B * per, ...) */
+ut_tensor *ut_decode_expand(ut_ctx *ctx, ut_tensor *x, int per);
+/* sources' attention masks (B, S) as additive masks of their rows (B * per, S): 0 or -FLT_MAX, in ctx's host arena */
+float *ut_decode_mask(ut_ctx *ctx, const int32_t *mask, int64_t B, int64_t S, int per);
+
 /* ---- text generation (src/nn/generate.c, docs/generation.md) ----
  * What transformers' generate does, with its defaults: greedy decoding,
  * beam search, or sampling, through a model's decoder (m->decoder). */
@@ -231,6 +287,10 @@ ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor 
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
  * ids, ids -100 ignored; a model's loss for models that need no other. */
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
+/* A sequence-to-sequence model's loss: mean cross-entropy of logits (B, T,
+ * V) against targets (B, T), -100 ignored; targets of another shape are a
+ * context error saying so. */
+ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
 
 /* ---- registry ---- */
 /* Builds (and finalizes) a model from options; NULL with a message on bad options. */

@@ -337,54 +337,14 @@ static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], enc, p->t[2]));
 }
 
-static ut_tensor *gen_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    (void)m;
-    if (!ut_op_check(ctx, "bart seq2seq loss", 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
-    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
-        targets->ne[1] != logits->ne[1]) {
-        ut_op_error(ctx, "bart seq2seq loss", 2, (ut_tensor *[]){logits, targets},
-                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
-        return NULL;
-    }
-    return ut_cross_entropy(ctx, logits, targets, -100);
-}
-
 /* ---- generation (ut_decoder_ops): the encoder once, then one decoder step
  * per token. Cached, each decoder layer keeps its self-attention keys and
  * values (time-major (max_len, N, C): a step's N rows go in with one copy)
  * and the cross-attention's, computed once from the encoder's states. */
 typedef struct {
-    ut_model *m;
+    ut_decode_base b; /* b.kv: the decoder's self-attention keys and values; b.enc, b.mask, b.cross */
     bart *net;
-    ut_ctx *keep, *ctx;    /* the state's tensors; one step's (reset after each) */
-    int64_t N, S, Tmax, len;
-    int per;
-    bool cache;
-    ut_tensor *enc, *mask; /* (N, S, C), (N, S) */
-    ut_kv_cache *self;     /* the decoder layers' self-attention keys and values */
-    ut_tensor **cross;     /* per decoder layer: cross-attention k, v (N, S, C) */
 } dec_state;
-
-static void dec_end(void *state) {
-    dec_state *s = state;
-    if (!s) return;
-    ut_ctx_free(s->ctx);
-    ut_ctx_free(s->keep);
-    ut_kv_cache_free(s->self);
-    ut_free(s->cross);
-    ut_free(s);
-}
-
-static ut_ctx *gen_ctx(const ut_model *m) {
-    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
-    ut_ctx_set_grad_enabled(c, false);
-    ut_ctx_set_training(c, false);
-    return c;
-}
-
-static int ctx_failed(ut_ctx *ctx, char *err, size_t n) {
-    return ut_ctx_error(ctx) ? ut_errorf(err, n, "bart generation: %s", ut_ctx_error(ctx)) : 0;
-}
 
 static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
                        int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err,
@@ -399,39 +359,28 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
                          (long long)net->P), NULL;
     dec_state *s = ut_calloc_check(1, sizeof *s);
     int64_t N = B * per, C = net->C;
-    *s = (dec_state){.m = m, .net = net, .keep = gen_ctx(m), .ctx = gen_ctx(m), .N = N, .S = S, .Tmax = max_len,
-                     .per = per, .cache = cache};
-    ut_ctx *k = s->keep;
-    int32_t *start = ut_ctx_alloc(k, (size_t)N * sizeof *start);
-    for (int64_t r = 0; r < N; r++) start[r] = (int32_t)net->start;
-    *prompt = start, *prompt_len = 1;
-    int32_t *pos = ut_ctx_alloc(k, (size_t)S * sizeof *pos), *rows = ut_ctx_alloc(k, (size_t)N * sizeof *rows);
-    float *mk = ut_ctx_alloc(k, (size_t)(B * S) * sizeof *mk), *mkN = ut_ctx_alloc(k, (size_t)(N * S) * sizeof *mkN);
+    ut_decode_base_init(&s->b, m, "bart", N, per, max_len, cache);
+    s->net = net, s->b.S = S;
+    ut_ctx *k = s->b.keep;
+    int32_t *pos = ut_ctx_alloc(k, (size_t)S * sizeof *pos);
+    *prompt = ut_decode_start(&s->b, net->start), *prompt_len = 1;
     for (int64_t t = 0; t < S; t++) pos[t] = (int32_t)(t + 2);
-    for (int64_t i = 0; i < B * S; i++) mk[i] = mask[i] ? 0.0f : -FLT_MAX;
-    for (int64_t r = 0; r < N; r++) {
-        rows[r] = (int32_t)(r / per);
-        memcpy(mkN + r * S, mk + (r / per) * S, (size_t)S * sizeof *mk);
-    }
-    ut_tensor *ids = ut_tensor_from(k, UT_I32, 2, (int64_t[]){B, S}, src);
-    ut_tensor *enc = encode(m, k, ids, ut_tensor_from(k, UT_I32, 1, (int64_t[]){S}, pos),
-                            ut_tensor_from(k, UT_F32, 2, (int64_t[]){B, S}, mk));
-    /* each source's states for its per_source rows */
-    if (enc) enc = ut_embedding(k, ut_tensor_from(k, UT_I32, 1, (int64_t[]){N}, rows),
-                                ut_reshape(k, enc, 2, (int64_t[]){B, S * C}));
-    s->enc = enc ? ut_reshape(k, enc, 3, (int64_t[]){N, S, C}) : NULL;
-    s->mask = ut_tensor_from(k, UT_F32, 2, (int64_t[]){N, S}, mkN);
-    if (cache && s->enc) {
-        s->self = ut_kv_cache_new(k, net->DL, max_len, N, C);
-        s->cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->cross);
+    ut_tensor *enc = encode(m, k, ut_tensor_from(k, UT_I32, 2, (int64_t[]){B, S}, src),
+                            ut_tensor_from(k, UT_I32, 1, (int64_t[]){S}, pos),
+                            ut_tensor_from(k, UT_F32, 2, (int64_t[]){B, S}, ut_decode_mask(k, mask, B, S, 1)));
+    s->b.enc = ut_decode_expand(k, enc, per); /* each source's states for its per_source rows */
+    s->b.mask = ut_tensor_from(k, UT_F32, 2, (int64_t[]){N, S}, ut_decode_mask(k, mask, B, S, per));
+    if (cache && s->b.enc) {
+        s->b.kv = ut_kv_cache_new(k, net->DL, max_len, N, C);
+        s->b.cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->b.cross);
         for (int64_t l = 0; l < net->DL; l++) {
             const bart_layer *ly = &net->layer[net->EL + l];
-            s->cross[2 * l] = ut_linear_layer_forward(k, &ly->cross.k, s->enc);
-            s->cross[2 * l + 1] = ut_linear_layer_forward(k, &ly->cross.v, s->enc);
+            s->b.cross[2 * l] = ut_linear_layer_forward(k, &ly->cross.k, s->b.enc);
+            s->b.cross[2 * l + 1] = ut_linear_layer_forward(k, &ly->cross.v, s->b.enc);
         }
     }
-    if (ctx_failed(k, err, n)) {
-        dec_end(s);
+    if (ut_decode_failed(&s->b, k, err, n)) {
+        ut_decode_end(s);
         return NULL;
     }
     return s;
@@ -443,24 +392,24 @@ static ut_tensor *attn_out(ut_ctx *ctx, const bart_attn *a, ut_tensor *x, ut_ten
 }
 
 /* A keep-context tensor in the step context (the same memory) */
-static ut_tensor *in_step(dec_state *s, const ut_tensor *t) { return ut_tensor_share(s->ctx, t); }
+static ut_tensor *in_step(dec_state *s, const ut_tensor *t) { return ut_tensor_share(s->b.ctx, t); }
 
 /* One cached step: x (N, 1, C), the rows' tokens at position t */
 static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t) {
-    ut_ctx *ctx = s->ctx;
+    ut_ctx *ctx = s->b.ctx;
     const bart *net = s->net;
     const bart_layer *ly = &net->layer[net->EL + l];
     ut_tensor *q = ut_linear_layer_forward(ctx, &ly->self.q, x);
     ut_tensor *kn = ut_linear_layer_forward(ctx, &ly->self.k, x), *vn = ut_linear_layer_forward(ctx, &ly->self.v, x);
-    if (ut_kv_cache_put(s->self, l, 0, t, kn) || ut_kv_cache_put(s->self, l, 1, t, vn)) return NULL;
+    if (ut_kv_cache_put(s->b.kv, l, 0, t, kn) || ut_kv_cache_put(s->b.kv, l, 1, t, vn)) return NULL;
     ut_tensor *kv[2]; /* the keys and values so far, (N, t + 1, C) */
     for (int i = 0; i < 2; i++)
-        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->self, l, i, t + 1), 0, 1));
+        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->b.kv, l, i, t + 1), 0, 1));
     int nh = (int)net->DNH;
     x = attn_out(ctx, &ly->self, x, ut_attention_qkv(ctx, q, kv[0], kv[1], NULL, nh, false, 0));
     q = ut_linear_layer_forward(ctx, &ly->cross.q, x);
-    ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->cross[2 * l]), in_step(s, s->cross[2 * l + 1]),
-                                    in_step(s, s->mask), nh, false, 0);
+    ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->b.cross[2 * l]), in_step(s, s->b.cross[2 * l + 1]),
+                                    in_step(s, s->b.mask), nh, false, 0);
     x = attn_out(ctx, &ly->cross, x, h);
     return feed_forward(ctx, net, ly, x);
 }
@@ -468,48 +417,31 @@ static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t)
 static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
     dec_state *s = state;
     const bart *net = s->net;
-    ut_ctx *ctx = s->ctx;
-    int64_t N = s->N, C = net->C;
-    if (len < 1 || len > s->Tmax || (s->cache && len != s->len + 1))
-        return ut_errorf(err, n, "bart generation: step of %lld tokens after %lld (at most %lld)", (long long)len,
-                         (long long)s->len, (long long)s->Tmax);
+    ut_ctx *ctx = s->b.ctx;
+    int64_t N = s->b.rows, C = net->C;
+    if (ut_decode_step_ok(&s->b, len, err, n)) return -1;
     ut_tensor *h;
-    if (s->cache) {
-        int32_t *ids = ut_ctx_alloc(ctx, (size_t)N * sizeof *ids), pos = (int32_t)(len + 1);
-        for (int64_t r = 0; r < N; r++) ids[r] = prefix[r * len + len - 1];
-        h = embed(ctx, net, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, 1}, ids),
-                  ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos), &net->dec_pos, &net->dec_ln);
+    if (s->b.cache) {
+        int32_t pos = (int32_t)(len + 1);
+        h = embed(ctx, net, ut_decode_last_ids(&s->b, prefix, len), ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos),
+                  &net->dec_pos, &net->dec_ln);
         for (int64_t l = 0; l < net->DL && h; l++) h = cached_layer(s, l, h, len - 1);
     } else {
         int32_t *pos = ut_ctx_alloc(ctx, (size_t)len * sizeof *pos);
         for (int64_t t = 0; t < len; t++) pos[t] = (int32_t)(t + 2);
-        h = decode(s->m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
-                   ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, pos), in_step(s, s->enc), in_step(s, s->mask));
+        h = decode(s->b.m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+                   ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, pos), in_step(s, s->b.enc), in_step(s, s->b.mask));
         h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
     }
     if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
-    int rc = ctx_failed(ctx, err, n) || !h || ut_tensor_get(h, logits, (size_t)(N * net->V) * sizeof(float));
-    if (rc && !err[0]) ut_errorf(err, n, "bart generation: reading the logits failed");
-    ut_ctx_reset(ctx);
-    if (!rc) s->len = len;
-    return rc ? -1 : 0;
+    return ut_decode_logits(&s->b, h, len, logits, err, n);
 }
 
 static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
-    dec_state *s = state;
-    int64_t N = s->N;
-    for (int64_t r = 0; r < N; r++)
-        if (rows[r] < 0 || rows[r] >= N || rows[r] / s->per != r / s->per)
-            return ut_errorf(err, n, "bart generation: row %lld cannot continue row %d of another source",
-                             (long long)r, rows[r]);
-    if (!s->cache) return 0;
-    ut_kv_cache_reorder(s->ctx, s->self, rows, s->len);
-    int rc = ctx_failed(s->ctx, err, n);
-    ut_ctx_reset(s->ctx);
-    return rc;
+    return ut_decode_reorder(&((dec_state *)state)->b, rows, err, n);
 }
 
-static const ut_decoder_ops bart_decoder = {dec_begin, dec_step, dec_reorder, dec_end};
+static const ut_decoder_ops bart_decoder = {dec_begin, dec_step, dec_reorder, ut_decode_end};
 
 /* ---- building ---- */
 /* k, v, q, out projections and the layer norm after, in transformers' order */
@@ -578,7 +510,7 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     m->free_impl = bart_free;
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
-    m->loss = net->gen ? gen_loss : ut_model_class_loss;
+    m->loss = net->gen ? ut_model_seq2seq_loss : ut_model_class_loss;
     if (net->gen) {
         m->decoder = &bart_decoder;
         m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad,
@@ -635,11 +567,7 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
 }
 
 /* The integer sizes: config.json's names, BART-base defaults, each >= 1 */
-static const struct {
-    const char *key;
-    long long def;
-    size_t at;
-} size_keys[] = {
+static const ut_kv_field size_keys[] = {
     {"encoder_layers", 6, offsetof(bart, EL)},          {"decoder_layers", 6, offsetof(bart, DL)},
     {"encoder_attention_heads", 12, offsetof(bart, ENH)}, {"decoder_attention_heads", 12, offsetof(bart, DNH)},
     {"d_model", 768, offsetof(bart, C)},                {"encoder_ffn_dim", 3072, offsetof(bart, EF)},
@@ -648,32 +576,19 @@ static const struct {
 };
 
 /* The special token ids: pad 1, eos 2, decoder start 2 (BART's), each in the vocabulary */
-static const struct {
-    const char *key;
-    long long def;
-    size_t at;
-} token_keys[] = {
+static const ut_kv_field token_keys[] = {
     {"pad_token_id", 1, offsetof(bart, pad)},
     {"eos_token_id", 2, offsetof(bart, eos)},
     {"decoder_start_token_id", 2, offsetof(bart, start)},
 };
 
 static int read_dims(const ut_kv *kv, bart *net, char *err, size_t n) {
-    for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
-        long long v;
-        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
-        if (v < 1 || v > INT32_MAX)
-            return ut_errorf(err, n, "bart: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
-        *(int64_t *)((char *)net + size_keys[i].at) = v;
-    }
-    for (size_t i = 0; i < sizeof token_keys / sizeof token_keys[0]; i++) {
-        long long v;
-        if (ut_kv_int(kv, token_keys[i].key, token_keys[i].def, &v, err, n)) return -1;
-        if (v < 0 || v >= net->V)
-            return ut_errorf(err, n, "bart: %s %lld is outside the vocabulary [0, %lld)", token_keys[i].key, v,
-                             (long long)net->V);
-        *(int64_t *)((char *)net + token_keys[i].at) = v;
-    }
+    if (ut_kv_read_fields(kv, size_keys, (int)(sizeof size_keys / sizeof size_keys[0]), 1, INT32_MAX, NULL, net,
+                          "bart", err, n))
+        return -1;
+    if (ut_kv_read_fields(kv, token_keys, (int)(sizeof token_keys / sizeof token_keys[0]), 0, net->V - 1,
+                          "the vocabulary", net, "bart", err, n))
+        return -1;
     if (net->C % net->ENH || net->C % net->DNH)
         return ut_errorf(err, n, "bart: d_model %lld is not divisible by encoder_attention_heads %lld and "
                                  "decoder_attention_heads %lld", (long long)net->C, (long long)net->ENH,

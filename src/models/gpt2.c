@@ -189,35 +189,22 @@ static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tens
  * Cached, the prompt goes through in one step and each block keeps its keys
  * and values (ut_kv_cache); then one token a step. */
 typedef struct {
-    ut_model *m;
+    ut_decode_base b;        /* b.max_len: the prompt and the new tokens; b.kv: each block's keys and values */
     gpt2 *g;
-    ut_ctx *keep, *ctx;
-    int64_t N, P, Tmax, len; /* rows, prompt length, positions at most, positions cached */
-    int per;
-    bool cache;
+    int64_t P;               /* the prompt's length */
     int32_t *prompt;         /* (N, P) */
     int32_t *pads;           /* per row: the prompt's padding at its left */
-    float *mask;             /* (N, Tmax): 0, or -FLT_MAX for a pad */
-    ut_kv_cache *kv;
+    float *mask;             /* (N, max_len): 0, or -FLT_MAX for a pad */
 } lm_state;
 
 static void lm_end(void *state) {
     lm_state *s = state;
     if (!s) return;
-    ut_ctx_free(s->ctx);
-    ut_ctx_free(s->keep);
-    ut_kv_cache_free(s->kv);
+    ut_decode_base_free(&s->b);
     ut_free(s->prompt);
     ut_free(s->pads);
     ut_free(s->mask);
     ut_free(s);
-}
-
-static ut_ctx *lm_ctx(const ut_model *m) {
-    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
-    ut_ctx_set_grad_enabled(c, false);
-    ut_ctx_set_training(c, false);
-    return c;
 }
 
 static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
@@ -237,24 +224,24 @@ static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int6
                                  "block_size (n_positions) %lld", (long long)P, (long long)max_new,
                          (long long)g->block_size), NULL;
     lm_state *s = ut_calloc_check(1, sizeof *s);
-    *s = (lm_state){.m = m, .g = g, .keep = lm_ctx(m), .ctx = lm_ctx(m), .N = N, .P = P, .Tmax = P + max_new,
-                    .per = per, .cache = cache};
+    int64_t T = P + max_new;
+    ut_decode_base_init(&s->b, m, "gpt2", N, per, T, cache);
+    s->g = g, s->P = P;
     s->prompt = ut_malloc_check((size_t)(N * P) * sizeof *s->prompt);
     s->pads = ut_malloc_check((size_t)N * sizeof *s->pads);
-    s->mask = ut_calloc_check((size_t)(N * s->Tmax), sizeof *s->mask);
+    s->mask = ut_calloc_check((size_t)(N * T), sizeof *s->mask);
     int32_t pad = (int32_t)(m->tokens.pad >= 0 ? m->tokens.pad : 0);
     for (int64_t r = 0; r < N; r++) {
         const int32_t *ib = src + (r / per) * S, *mb = mask + (r / per) * S;
         int64_t k = 0;
         for (int64_t t = 0; t < S; t++) k += mb[t] != 0;
         s->pads[r] = (int32_t)(P - k);
-        for (int64_t t = 0; t < P - k; t++) s->prompt[r * P + t] = pad, s->mask[r * s->Tmax + t] = -FLT_MAX;
+        for (int64_t t = 0; t < P - k; t++) s->prompt[r * P + t] = pad, s->mask[r * T + t] = -FLT_MAX;
         for (int64_t t = 0, j = P - k; t < S; t++)
             if (mb[t]) s->prompt[r * P + j++] = ib[t];
     }
-    if (cache) s->kv = ut_kv_cache_new(s->keep, g->n_layer, s->Tmax, N, g->C);
-    if (ut_ctx_error(s->keep)) {
-        ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(s->keep));
+    if (cache) s->b.kv = ut_kv_cache_new(s->b.keep, g->n_layer, T, N, g->C);
+    if (ut_decode_failed(&s->b, s->b.keep, err, n)) {
         lm_end(s);
         return NULL;
     }
@@ -265,17 +252,17 @@ static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int6
 /* block l over x (N, T, C) at positions [t0, t0 + T): keys and values from
  * the cache (stored first) or, uncached, x's own; mask (N, t0 + T) */
 static ut_tensor *lm_block(lm_state *s, int64_t l, ut_tensor *x, int64_t t0, ut_tensor *mask) {
-    ut_ctx *ctx = s->ctx;
+    ut_ctx *ctx = s->b.ctx;
     const ut_block_layer *b = &s->g->h[l];
     int64_t C = s->g->C, T = x->ne[1];
     ut_tensor *qkv = ut_linear_layer_forward(ctx, &b->attn.c_attn, ut_layernorm_layer_forward(ctx, &b->ln_1, x));
     ut_tensor *q = ut_contiguous(ctx, ut_slice(ctx, qkv, 2, 0, C)), *kv[2];
     for (int i = 0; i < 2; i++) {
         kv[i] = ut_contiguous(ctx, ut_slice(ctx, qkv, 2, (i + 1) * C, (i + 2) * C));
-        if (!s->cache) continue;
-        if (!kv[i] || ut_kv_cache_put(s->kv, l, i, t0, ut_contiguous(ctx, ut_transpose(ctx, kv[i], 0, 1))))
+        if (!s->b.cache) continue;
+        if (!kv[i] || ut_kv_cache_put(s->b.kv, l, i, t0, ut_contiguous(ctx, ut_transpose(ctx, kv[i], 0, 1))))
             return NULL;
-        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->kv, l, i, t0 + T), 0, 1));
+        kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->b.kv, l, i, t0 + T), 0, 1));
     }
     ut_tensor *y = ut_attention_qkv(ctx, q, kv[0], kv[1], mask, b->attn.n_head, T > 1, 0);
     x = ut_add(ctx, x, ut_linear_layer_forward(ctx, &b->attn.c_proj, y));
@@ -285,13 +272,13 @@ static ut_tensor *lm_block(lm_state *s, int64_t l, ut_tensor *x, int64_t t0, ut_
 static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
     lm_state *s = state;
     const gpt2 *g = s->g;
-    ut_ctx *ctx = s->ctx;
-    int64_t N = s->N, C = g->C;
+    ut_ctx *ctx = s->b.ctx;
+    int64_t N = s->b.rows, C = g->C, Tm = s->b.max_len;
     /* cached: the prompt at the first step, then the one new token */
-    int64_t t0 = s->cache ? s->len : 0, T = len - t0;
-    if (len < s->P || len > s->Tmax || T < 1 || (s->cache && s->len == 0 && len != s->P))
+    int64_t t0 = s->b.cache ? s->b.len : 0, T = len - t0;
+    if (len < s->P || len > Tm || T < 1 || (s->b.cache && s->b.len == 0 && len != s->P))
         return ut_errorf(err, n, "gpt2 generation: step of %lld tokens after %lld (prompt %lld, at most %lld)",
-                         (long long)len, (long long)s->len, (long long)s->P, (long long)s->Tmax);
+                         (long long)len, (long long)s->b.len, (long long)s->P, (long long)Tm);
     int32_t *ids = ut_ctx_alloc(ctx, (size_t)(N * T) * sizeof *ids), *pos = ut_ctx_alloc(ctx, (size_t)(N * T) * sizeof *pos);
     float *mk = ut_ctx_alloc(ctx, (size_t)(N * len) * sizeof *mk);
     for (int64_t r = 0; r < N; r++) {
@@ -300,7 +287,7 @@ static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logit
             ids[r * T + t] = prefix[r * len + at];
             pos[r * T + t] = at >= s->pads[r] ? (int32_t)(at - s->pads[r]) : 1;
         }
-        memcpy(mk + r * len, s->mask + r * s->Tmax, (size_t)len * sizeof *mk);
+        memcpy(mk + r * len, s->mask + r * Tm, (size_t)len * sizeof *mk);
     }
     ut_tensor *idt = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, T}, ids);
     ut_tensor *x = ut_add(ctx, ut_embedding_layer_forward(ctx, &g->wte, idt),
@@ -309,24 +296,11 @@ static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logit
     for (int64_t l = 0; l < g->n_layer && x; l++) x = lm_block(s, l, x, t0, mask);
     if (x) x = ut_contiguous(ctx, ut_slice(ctx, ut_layernorm_layer_forward(ctx, &g->ln_f, x), 1, T - 1, T));
     if (x) x = ut_linear(ctx, ut_reshape(ctx, x, 2, (int64_t[]){N, C}), g->wte.w, NULL);
-    int rc = ut_ctx_error(ctx) || !x || ut_tensor_get(x, logits, (size_t)(N * g->V) * sizeof(float));
-    if (rc) ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "reading the logits failed");
-    ut_ctx_reset(ctx);
-    if (!rc && s->cache) s->len = len;
-    return rc ? -1 : 0;
+    return ut_decode_logits(&s->b, x, s->b.cache ? len : 0, logits, err, n);
 }
 
 static int lm_reorder(void *state, const int32_t *rows, char *err, size_t n) {
-    lm_state *s = state;
-    for (int64_t r = 0; r < s->N; r++)
-        if (rows[r] < 0 || rows[r] >= s->N || rows[r] / s->per != r / s->per)
-            return ut_errorf(err, n, "gpt2 generation: row %lld cannot continue row %d of another prompt",
-                             (long long)r, rows[r]);
-    if (!s->cache) return 0;
-    ut_kv_cache_reorder(s->ctx, s->kv, rows, s->len);
-    int rc = ut_ctx_error(s->ctx) ? ut_errorf(err, n, "gpt2 generation: %s", ut_ctx_error(s->ctx)) : 0;
-    ut_ctx_reset(s->ctx);
-    return rc;
+    return ut_decode_reorder(&((lm_state *)state)->b, rows, err, n);
 }
 
 static const ut_decoder_ops gpt2_decoder = {lm_begin, lm_step, lm_reorder, lm_end};

@@ -260,53 +260,13 @@ static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], p->t[5], enc, p->t[1]));
 }
 
-static ut_tensor *t5_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    (void)m;
-    if (!ut_op_check(ctx, "t5 loss", 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
-    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
-        targets->ne[1] != logits->ne[1]) {
-        ut_op_error(ctx, "t5 loss", 2, (ut_tensor *[]){logits, targets},
-                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
-        return NULL;
-    }
-    return ut_cross_entropy(ctx, logits, targets, -100);
-}
-
 /* ---- generation (ut_decoder_ops): the encoder once, then a token per step;
  * cached, each decoder block keeps its self-attention keys and values
  * (ut_kv_cache) and the cross-attention's, computed once */
 typedef struct {
-    ut_model *m;
+    ut_decode_base b; /* b.kv: the decoder's self-attention keys and values; b.enc, b.mask, b.cross */
     t5 *net;
-    ut_ctx *keep, *ctx;
-    int64_t N, S, Tmax, len;
-    int per;
-    bool cache;
-    ut_tensor *enc, *mask; /* (N, S, C), (N, 1, 1, S) */
-    ut_kv_cache *self;
-    ut_tensor **cross;     /* per decoder block: kT (N, H, DK, S), v (N, H, S, DK) */
 } dec_state;
-
-static void dec_end(void *state) {
-    dec_state *s = state;
-    if (!s) return;
-    ut_ctx_free(s->ctx);
-    ut_ctx_free(s->keep);
-    ut_kv_cache_free(s->self);
-    ut_free(s->cross);
-    ut_free(s);
-}
-
-static ut_ctx *gen_ctx(const ut_model *m) {
-    ut_ctx *c = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 16u << 20, .device = m->params.device});
-    ut_ctx_set_grad_enabled(c, false);
-    ut_ctx_set_training(c, false);
-    return c;
-}
-
-static int ctx_failed(ut_ctx *ctx, char *err, size_t n) {
-    return ut_ctx_error(ctx) ? ut_errorf(err, n, "t5 generation: %s", ut_ctx_error(ctx)) : 0;
-}
 
 static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
                        int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err,
@@ -319,39 +279,29 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
             return ut_errorf(err, n, "t5 generation: token id %d is outside the vocabulary [0, %lld)", src[i],
                              (long long)net->V), NULL;
     dec_state *s = ut_calloc_check(1, sizeof *s);
-    int64_t N = B * per, C = net->C, HD = net->H * net->DK;
-    *s = (dec_state){.m = m, .net = net, .keep = gen_ctx(m), .ctx = gen_ctx(m), .N = N, .S = S, .Tmax = max_len,
-                     .per = per, .cache = cache};
-    ut_ctx *k = s->keep;
-    int32_t *start = ut_ctx_alloc(k, (size_t)N * sizeof *start);
-    for (int64_t r = 0; r < N; r++) start[r] = (int32_t)net->start;
-    *prompt = start, *prompt_len = 1;
-    int32_t *bk = ut_ctx_alloc(k, (size_t)(S * S) * sizeof *bk), *rows = ut_ctx_alloc(k, (size_t)N * sizeof *rows);
-    float *mk = ut_ctx_alloc(k, (size_t)(B * S) * sizeof *mk), *mkN = ut_ctx_alloc(k, (size_t)(N * S) * sizeof *mkN);
+    int64_t N = B * per, HD = net->H * net->DK;
+    ut_decode_base_init(&s->b, m, "t5", N, per, max_len, cache);
+    s->net = net, s->b.S = S;
+    ut_ctx *k = s->b.keep;
+    int32_t *bk = ut_ctx_alloc(k, (size_t)(S * S) * sizeof *bk);
+    *prompt = ut_decode_start(&s->b, net->start), *prompt_len = 1;
     buckets(bk, 0, S, S, true, net);
-    for (int64_t i = 0; i < B * S; i++) mk[i] = mask[i] ? 0.0f : -FLT_MAX;
-    for (int64_t r = 0; r < N; r++) {
-        rows[r] = (int32_t)(r / per);
-        memcpy(mkN + r * S, mk + (r / per) * S, (size_t)S * sizeof *mk);
-    }
     ut_tensor *enc = encode(m, k, ut_tensor_from(k, UT_I32, 2, (int64_t[]){B, S}, src),
                             ut_tensor_from(k, UT_I32, 1, (int64_t[]){S * S}, bk),
-                            ut_tensor_from(k, UT_F32, 4, (int64_t[]){B, 1, 1, S}, mk));
-    if (enc) enc = ut_embedding(k, ut_tensor_from(k, UT_I32, 1, (int64_t[]){N}, rows),
-                                ut_reshape(k, enc, 2, (int64_t[]){B, S * C}));
-    s->enc = enc ? ut_reshape(k, enc, 3, (int64_t[]){N, S, C}) : NULL;
-    s->mask = ut_tensor_from(k, UT_F32, 4, (int64_t[]){N, 1, 1, S}, mkN);
-    if (cache && s->enc) {
-        s->self = ut_kv_cache_new(k, net->DL, max_len, N, HD);
-        s->cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->cross);
+                            ut_tensor_from(k, UT_F32, 4, (int64_t[]){B, 1, 1, S}, ut_decode_mask(k, mask, B, S, 1)));
+    s->b.enc = ut_decode_expand(k, enc, per); /* each source's states for its per_source rows */
+    s->b.mask = ut_tensor_from(k, UT_F32, 4, (int64_t[]){N, 1, 1, S}, ut_decode_mask(k, mask, B, S, per));
+    if (cache && s->b.enc) {
+        s->b.kv = ut_kv_cache_new(k, net->DL, max_len, N, HD);
+        s->b.cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->b.cross);
         for (int64_t l = 0; l < net->DL; l++) {
             const t5_block *b = &net->block[net->EL + l];
-            s->cross[2 * l] = heads(k, net, ut_linear_layer_forward(k, &b->cross.k, s->enc), AS_KT);
-            s->cross[2 * l + 1] = heads(k, net, ut_linear_layer_forward(k, &b->cross.v, s->enc), AS_Q);
+            s->b.cross[2 * l] = heads(k, net, ut_linear_layer_forward(k, &b->cross.k, s->b.enc), AS_KT);
+            s->b.cross[2 * l + 1] = heads(k, net, ut_linear_layer_forward(k, &b->cross.v, s->b.enc), AS_Q);
         }
     }
-    if (ctx_failed(k, err, n)) {
-        dec_end(s);
+    if (ut_decode_failed(&s->b, k, err, n)) {
+        ut_decode_end(s);
         return NULL;
     }
     return s;
@@ -359,44 +309,41 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
 
 /* One cached step of decoder block l: x (N, 1, C) at position t, bias (H, 1, t + 1) */
 static ut_tensor *cached_block(dec_state *s, int64_t l, ut_tensor *x, int64_t t, ut_tensor *bias) {
-    ut_ctx *ctx = s->ctx;
+    ut_ctx *ctx = s->b.ctx;
     const t5 *net = s->net;
     const t5_block *b = &net->block[net->EL + l];
     ut_tensor *h = rms(ctx, net, b->ln_self, x);
     ut_tensor *q = heads(ctx, net, ut_linear_layer_forward(ctx, &b->self.q, h), AS_Q);
     ut_tensor *kn = ut_linear_layer_forward(ctx, &b->self.k, h), *vn = ut_linear_layer_forward(ctx, &b->self.v, h);
-    if (ut_kv_cache_put(s->self, l, 0, t, kn) || ut_kv_cache_put(s->self, l, 1, t, vn)) return NULL;
+    if (ut_kv_cache_put(s->b.kv, l, 0, t, kn) || ut_kv_cache_put(s->b.kv, l, 1, t, vn)) return NULL;
     /* the keys and values so far, (t + 1, N, H * DK) as heads */
     ut_tensor *kv[2];
     for (int i = 0; i < 2; i++) {
-        ut_tensor *c = ut_kv_cache_get(ctx, s->self, l, i, t + 1);
-        c = ut_reshape(ctx, ut_contiguous(ctx, c), 4, (int64_t[]){t + 1, s->N, net->H, net->DK});
+        ut_tensor *c = ut_kv_cache_get(ctx, s->b.kv, l, i, t + 1);
+        c = ut_reshape(ctx, ut_contiguous(ctx, c), 4, (int64_t[]){t + 1, s->b.rows, net->H, net->DK});
         kv[i] = ut_contiguous(ctx, ut_permute(ctx, c, i ? (const int[]){1, 2, 0, 3} : (const int[]){1, 2, 3, 0}));
     }
     x = ut_add(ctx, x, attend(ctx, net, &b->self, q, kv[0], kv[1], bias, NULL));
     h = rms(ctx, net, b->ln_cross, x);
     q = heads(ctx, net, ut_linear_layer_forward(ctx, &b->cross.q, h), AS_Q);
-    x = ut_add(ctx, x, attend(ctx, net, &b->cross, q, ut_tensor_share(ctx, s->cross[2 * l]),
-                              ut_tensor_share(ctx, s->cross[2 * l + 1]), NULL, ut_tensor_share(ctx, s->mask)));
+    x = ut_add(ctx, x, attend(ctx, net, &b->cross, q, ut_tensor_share(ctx, s->b.cross[2 * l]),
+                              ut_tensor_share(ctx, s->b.cross[2 * l + 1]), NULL, ut_tensor_share(ctx, s->b.mask)));
     return feed_forward(ctx, net, b, x);
 }
 
 static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
     dec_state *s = state;
     const t5 *net = s->net;
-    ut_ctx *ctx = s->ctx;
-    int64_t N = s->N, C = net->C;
-    if (len < 1 || len > s->Tmax || (s->cache && len != s->len + 1))
-        return ut_errorf(err, n, "t5 generation: step of %lld tokens after %lld (at most %lld)", (long long)len,
-                         (long long)s->len, (long long)s->Tmax);
+    ut_ctx *ctx = s->b.ctx;
+    int64_t N = s->b.rows, C = net->C;
+    if (ut_decode_step_ok(&s->b, len, err, n)) return -1;
     ut_tensor *h;
-    if (s->cache) {
+    if (s->b.cache) {
         int64_t t = len - 1;
-        int32_t *ids = ut_ctx_alloc(ctx, (size_t)N * sizeof *ids), *bk = ut_ctx_alloc(ctx, (size_t)len * sizeof *bk);
-        for (int64_t r = 0; r < N; r++) ids[r] = prefix[r * len + t];
+        int32_t *bk = ut_ctx_alloc(ctx, (size_t)len * sizeof *bk);
         buckets(bk, t, 1, len, false, net);
         ut_tensor *bias = position_bias(ctx, net->dec_rel, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, bk), 1, len);
-        h = embed(ctx, net, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, 1}, ids));
+        h = embed(ctx, net, ut_decode_last_ids(&s->b, prefix, len));
         for (int64_t l = 0; l < net->DL && h; l++) h = cached_block(s, l, h, t, bias);
         h = h ? rms(ctx, net, net->dec_ln, h) : NULL;
     } else {
@@ -405,34 +352,21 @@ static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logi
         buckets(bk, 0, len, len, false, net);
         for (int64_t i = 0; i < len; i++)
             for (int64_t j = 0; j < len; j++) causal[i * len + j] = j > i ? -FLT_MAX : 0.0f;
-        h = decode(s->m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+        h = decode(s->b.m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
                    ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len * len}, bk),
-                   ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){len, len}, causal), ut_tensor_share(ctx, s->enc),
-                   ut_tensor_share(ctx, s->mask));
+                   ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){len, len}, causal), ut_tensor_share(ctx, s->b.enc),
+                   ut_tensor_share(ctx, s->b.mask));
         h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
     }
     if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
-    int rc = ctx_failed(ctx, err, n) || !h || ut_tensor_get(h, logits, (size_t)(N * net->V) * sizeof(float));
-    if (rc && !err[0]) ut_errorf(err, n, "t5 generation: reading the logits failed");
-    ut_ctx_reset(ctx);
-    if (!rc) s->len = len;
-    return rc ? -1 : 0;
+    return ut_decode_logits(&s->b, h, len, logits, err, n);
 }
 
 static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
-    dec_state *s = state;
-    for (int64_t r = 0; r < s->N; r++)
-        if (rows[r] < 0 || rows[r] >= s->N || rows[r] / s->per != r / s->per)
-            return ut_errorf(err, n, "t5 generation: row %lld cannot continue row %d of another source",
-                             (long long)r, rows[r]);
-    if (!s->cache) return 0;
-    ut_kv_cache_reorder(s->ctx, s->self, rows, s->len);
-    int rc = ctx_failed(s->ctx, err, n);
-    ut_ctx_reset(s->ctx);
-    return rc;
+    return ut_decode_reorder(&((dec_state *)state)->b, rows, err, n);
 }
 
-static const ut_decoder_ops t5_decoder = {dec_begin, dec_step, dec_reorder, dec_end};
+static const ut_decoder_ops t5_decoder = {dec_begin, dec_step, dec_reorder, ut_decode_end};
 
 /* ---- building ---- */
 static void linear(ut_model *m, ut_linear_layer *l, const char *name, int64_t in, int64_t out, float std) {
@@ -512,7 +446,7 @@ static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     m->free_impl = t5_free;
     m->prepare = t5_prepare;
     m->forward_prepared = t5_forward;
-    m->loss = t5_loss;
+    m->loss = ut_model_seq2seq_loss;
     m->decoder = &t5_decoder;
     m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
                                     .vocab = net->V};
@@ -539,11 +473,7 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
     return kv;
 }
 
-static const struct {
-    const char *key;
-    long long def;
-    size_t at;
-} size_keys[] = {
+static const ut_kv_field size_keys[] = {
     {"vocab_size", 32128, offsetof(t5, V)},
     {"d_model", 512, offsetof(t5, C)},
     {"d_kv", 64, offsetof(t5, DK)},
@@ -554,24 +484,16 @@ static const struct {
     {"relative_attention_max_distance", 128, offsetof(t5, MD)},
 };
 
-static const struct {
-    const char *key;
-    long long def;
-    size_t at;
-} token_keys[] = {
+static const ut_kv_field token_keys[] = {
     {"pad_token_id", 0, offsetof(t5, pad)},
     {"eos_token_id", 1, offsetof(t5, eos)},
     {"decoder_start_token_id", 0, offsetof(t5, start)},
 };
 
 static int read_dims(const ut_kv *kv, t5 *net, char *err, size_t n) {
-    for (size_t i = 0; i < sizeof size_keys / sizeof size_keys[0]; i++) {
-        long long v;
-        if (ut_kv_int(kv, size_keys[i].key, size_keys[i].def, &v, err, n)) return -1;
-        if (v < 1 || v > INT32_MAX)
-            return ut_errorf(err, n, "t5: %s %lld is outside [1, %d]", size_keys[i].key, v, INT32_MAX);
-        *(int64_t *)((char *)net + size_keys[i].at) = v;
-    }
+    if (ut_kv_read_fields(kv, size_keys, (int)(sizeof size_keys / sizeof size_keys[0]), 1, INT32_MAX, NULL, net,
+                          "t5", err, n))
+        return -1;
     long long dl;
     if (ut_kv_int(kv, "num_decoder_layers", net->EL, &dl, err, n)) return -1;
     if (dl < 1 || dl > INT32_MAX) return ut_errorf(err, n, "t5: num_decoder_layers %lld must be >= 1", dl);
@@ -580,14 +502,9 @@ static int read_dims(const ut_kv *kv, t5 *net, char *err, size_t n) {
     if (net->MD <= net->NB / 4)
         return ut_errorf(err, n, "t5: relative_attention_max_distance %lld must exceed a quarter of the buckets",
                          (long long)net->MD);
-    for (size_t i = 0; i < sizeof token_keys / sizeof token_keys[0]; i++) {
-        long long v;
-        if (ut_kv_int(kv, token_keys[i].key, token_keys[i].def, &v, err, n)) return -1;
-        if (v < 0 || v >= net->V)
-            return ut_errorf(err, n, "t5: %s %lld is outside the vocabulary [0, %lld)", token_keys[i].key, v,
-                             (long long)net->V);
-        *(int64_t *)((char *)net + token_keys[i].at) = v;
-    }
+    if (ut_kv_read_fields(kv, token_keys, (int)(sizeof token_keys / sizeof token_keys[0]), 0, net->V - 1,
+                          "the vocabulary", net, "t5", err, n))
+        return -1;
     return 0;
 }
 

@@ -139,3 +139,17 @@ int ut_kv_check_keys(const ut_kv *kv, const char *const *known, const char *what
     }
     return 0;
 }
+
+int ut_kv_read_fields(const ut_kv *kv, const ut_kv_field *f, int nf, long long lo, long long hi, const char *range,
+                      void *base, const char *model, char *err, size_t n) {
+    for (int i = 0; i < nf; i++) {
+        long long v;
+        if (ut_kv_int(kv, f[i].key, f[i].def, &v, err, n)) return -1;
+        if (v < lo || v > hi)
+            return range ? ut_errorf(err, n, "%s: %s %lld is outside %s [%lld, %lld)", model, f[i].key, v, range, lo,
+                                     hi + 1)
+                         : ut_errorf(err, n, "%s: %s %lld is outside [%lld, %lld]", model, f[i].key, v, lo, hi);
+        *(int64_t *)((char *)base + f[i].at) = v;
+    }
+    return 0;
+}

@@ -261,6 +261,19 @@ ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_t
     return ut_cross_entropy(ctx, logits, targets, -100);
 }
 
+ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    char what[96];
+    snprintf(what, sizeof what, "%s seq2seq loss", m->type);
+    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
+    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
+        targets->ne[1] != logits->ne[1]) {
+        ut_op_error(ctx, what, 2, (ut_tensor *[]){logits, targets},
+                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
+        return NULL;
+    }
+    return ut_cross_entropy(ctx, logits, targets, -100);
+}
+
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets) {
     return m->loss(m, ctx, output, targets);
 }
