@@ -210,3 +210,26 @@ def print_logits_diff(cls, name, d, logits):
     with torch.no_grad():
         a, b = logits(ref), logits(got)
     print("max |logits difference|", (a - b).abs().max().item(), "of max |logit|", a.abs().max().item())
+
+
+def seq2seq_generations(m, x, cases, base, pad, eos):
+    """generate's new tokens (after the decoder start) for each (name, options)
+    case over base, from the sources of x's planes 0 (ids) and 1 (mask):
+    gen.<name> (B, max_new) int32, padded as generate pads (beam search
+    writes `pad_token_id or eos_token_id`: the end-of-sequence id where pad
+    is 0), and the options as JSON metadata."""
+    import torch
+    xt = torch.from_numpy(x).long()
+    out, meta = {}, {}
+    for name, opts in cases:
+        o = dict(base, **opts)
+        with torch.no_grad():
+            seq = m.generate(input_ids=xt[:, 0], attention_mask=xt[:, 1], **o)
+        new = seq[:, 1:].numpy().astype(np.int32)
+        fill = eos if o["num_beams"] > 1 and pad == 0 else pad
+        g = np.full((x.shape[0], o["max_new_tokens"]), fill, dtype=np.int32)
+        g[:, :new.shape[1]] = new
+        out["gen." + name] = g
+        meta["gen." + name] = json.dumps(o)
+        print(name, g.tolist())
+    return out, meta

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
-from fixture_common import FIX, out_dir, perturb, save_pretrained, write_safetensors, batch_tensors, adamw_steps, after_tensors
+from fixture_common import seq2seq_generations, FIX, out_dir, perturb, save_pretrained, write_safetensors, batch_tensors, adamw_steps, after_tensors
 
 PAD = 1
 MAX_NEW = 12
@@ -100,19 +100,7 @@ def kwargs(x, y):
 
 
 def generations(m, x):
-    xt = torch.from_numpy(x).long()
-    out, meta = {}, {}
-    for name, opts in CASES:
-        o = dict(BASE, **opts)
-        with torch.no_grad():
-            seq = m.generate(input_ids=xt[:, 0], attention_mask=xt[:, 1], **o)
-        new = seq[:, 1:].numpy().astype(np.int32)
-        g = np.full((x.shape[0], o["max_new_tokens"]), PAD, dtype=np.int32)
-        g[:, :new.shape[1]] = new
-        out["gen." + name] = g
-        meta["gen." + name] = json.dumps(o)
-        print(name, g.tolist())
-    return out, meta
+    return seq2seq_generations(m, x, CASES, BASE, PAD, 2)
 
 
 def main():

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from fixture_common import out_dir, perturb, save_pretrained, write_safetensors, batch_tensors, adamw_steps, after_tensors
+from fixture_common import seq2seq_generations, out_dir, perturb, save_pretrained, write_safetensors, batch_tensors, adamw_steps, after_tensors
 
 PAD, EOS, V = 0, 1, 96
 BASE = dict(do_sample=False, num_beams=1, length_penalty=1.0, early_stopping=False, no_repeat_ngram_size=0,
@@ -98,22 +98,7 @@ def buckets(m):
 
 
 def generations(m, x):
-    xt = torch.from_numpy(x).long()
-    out, meta = {}, {}
-    for name, opts in CASES:
-        o = dict(BASE, **opts)
-        with torch.no_grad():
-            seq = m.generate(input_ids=xt[:, 0], attention_mask=xt[:, 1], **o)
-        new = seq[:, 1:].numpy().astype(np.int32)
-        # past the end, generate writes the pad id, but beam search writes
-        # `pad_token_id or eos_token_id`: the end-of-sequence id when pad is 0
-        fill = EOS if o["num_beams"] > 1 and PAD == 0 else PAD
-        g = np.full((x.shape[0], o["max_new_tokens"]), fill, dtype=np.int32)
-        g[:, :new.shape[1]] = new
-        out["gen." + name] = g
-        meta["gen." + name] = json.dumps(o)
-        print(name, g.tolist())
-    return out, meta
+    return seq2seq_generations(m, x, CASES, BASE, PAD, EOS)
 
 
 def main():
