@@ -1,8 +1,9 @@
 /* examples/seq2seq: a sequence-to-sequence run through the utrain library
  * with two hooks of our own, the way FlagAI's Trainer is customised:
- *   - forward_step returns the loss and the logits, as FlagAI's
- *     forward_step returns {"loss", "logits", ...}, and adds a named output
- *     of its own (the share of target tokens the logits predict);
+ *   - forward_step returns the loss, the logits and the decoder's hidden
+ *     states, as FlagAI's forward_step returns {"loss", "logits",
+ *     "hidden_states"}; the metrics hook reads them (the share of target
+ *     tokens the logits predict, the states' mean square);
  *   - generation_metrics scores every generation of the dev and test sets
  *     with a metric of ours (the share whose first word is the reference's),
  *     reported beside bleu and rougeL and usable as train.best_metric.
@@ -16,12 +17,38 @@
 
 #include <utrain/utrain.h>
 
-/* ---- forward_step: the model, its loss, and outputs for metrics ---- */
+/* ---- forward_step: the model, its loss, and outputs for metrics ----
+ * As FlagAI's forward_step returns {"loss", "logits", "hidden_states"}: the
+ * decoder's final states (m->hidden) go out as a named output. */
 static int forward_step(void *user, ut_ctx *ctx, ut_model *m, ut_tensor *x, ut_tensor *y, ut_step_outputs *out) {
     (void)user;
     out->output = ut_model_forward(m, ctx, x); /* logits (B, T, V) */
     out->loss = out->output ? ut_model_loss(m, ctx, out->output, y) : NULL;
+    if (m->hidden) {
+        out->names[out->n] = "hidden_states"; /* (B, T, d_model) */
+        out->values[out->n++] = m->hidden;
+    }
     return out->loss ? 0 : -1;
+}
+
+/* the root mean square of the decoder's final states, from the named output */
+static int hidden_rms(const ut_step_outputs *out, ut_metric *met) {
+    for (int i = 0; i < out->n; i++) {
+        const ut_tensor *h = out->values[i];
+        if (strcmp(out->names[i], "hidden_states") || h->dtype != UT_F32) continue;
+        int64_t k = ut_nelem(h);
+        float *v = malloc((size_t)k * sizeof *v);
+        if (!v || ut_tensor_get(h, v, (size_t)k * sizeof *v)) {
+            free(v);
+            return 0;
+        }
+        *met = (ut_metric){.name = "hidden_rms"};
+        for (int64_t j = 0; j < k; j++) met->sum += (double)v[j] * v[j];
+        met->count = (double)k;
+        free(v);
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- metrics: per batch, the target tokens whose logit is the largest ---- */
@@ -48,6 +75,7 @@ static int token_accuracy(void *user, const ut_step_outputs *out, ut_tensor *y, 
     }
     free(logits);
     free(labels);
+    if (k < max) k += hidden_rms(out, mets + k); /* reported as the mean square (sum / count) */
     return k;
 }
 

@@ -129,6 +129,12 @@ struct ut_model {
      * model that generates no text. */
     const struct ut_decoder_ops *decoder;
     ut_decoder_tokens tokens;
+    /* The last forward's final hidden states before the head, (B, T, C):
+     * a seq2seq model's decoder states, GPT-2's language model's; a tensor
+     * of that forward's context (valid until it is reset), NULL for models
+     * that do not keep them. A forward_step hook hands them on as FlagAI's
+     * forward_step returns decoder_hidden_states. */
+    ut_tensor *hidden;
 };
 
 /* ---- a model's decoder, for text generation (ut_generate, src/nn/generate.c) ----

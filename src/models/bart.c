@@ -334,7 +334,8 @@ static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *po
 
 static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     ut_tensor *enc = encode(m, ctx, p->t[0], p->t[1], p->t[2]);
-    return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], enc, p->t[2]));
+    m->hidden = decode(m, ctx, p->t[3], p->t[4], enc, p->t[2]);
+    return lm_head(ctx, m->impl, m->hidden);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then one decoder step

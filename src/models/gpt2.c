@@ -156,7 +156,7 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         for (int64_t l = g->b0; l < g->b1; l++)
             x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
         if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
-        x = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
+        x = m->hidden = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
         return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
     /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last.

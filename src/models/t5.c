@@ -257,7 +257,8 @@ static int t5_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, 
 
 static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     ut_tensor *enc = encode(m, ctx, p->t[0], p->t[2], p->t[1]);
-    return lm_head(ctx, m->impl, decode(m, ctx, p->t[3], p->t[4], p->t[5], enc, p->t[1]));
+    m->hidden = decode(m, ctx, p->t[3], p->t[4], p->t[5], enc, p->t[1]);
+    return lm_head(ctx, m->impl, m->hidden);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then a token per step;

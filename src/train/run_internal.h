@@ -62,7 +62,7 @@ void ut_progress_end(ut_runlog *rl);
 int ut_mkdirs(const char *path, char *err, size_t n);
 
 /* ---- evaluation ---- */
-#define UT_MAX_METRICS 8
+#define UT_MAX_METRICS 16 /* loss, perplexity, accuracy, the generation scores and the hooks' */
 typedef struct {
     int n;
     char names[UT_MAX_METRICS][32];

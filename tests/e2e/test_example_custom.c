@@ -141,8 +141,9 @@ static void test_seq2seq_example(void) {
     rc = sh("%s %s >%s 2>&1", in_tmp("seq2seq"), in_tmp("s2s.yml"), in_tmp("run2.log"));
     CHECK(rc == 0, "the seq2seq example exited %d (see %s)", rc, in_tmp("run2.log"));
     char *metrics = tp_slurp(in_tmp("runs/s2s/metrics.jsonl"));
-    CHECK(metrics && strstr(metrics, "\"token_accuracy\"") && strstr(metrics, "\"first_word\""),
-          "metrics.jsonl lacks token_accuracy or first_word");
+    CHECK(metrics && strstr(metrics, "\"token_accuracy\"") && strstr(metrics, "\"first_word\"") &&
+              strstr(metrics, "\"hidden_rms\""),
+          "metrics.jsonl lacks token_accuracy, hidden_rms or first_word");
     free(metrics);
     char *res = tp_slurp(in_tmp("runs/s2s/test_results.json"));
     double fw = json_number(res, "first_word"), bleu = json_number(res, "bleu");
