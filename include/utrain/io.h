@@ -3,7 +3,7 @@
  *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
  *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_st_float, ut_st_first_bad, ut_hf_config_read,
  *          ut_hf_config_checked, ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
- *          ut_hf_export.
+ *          ut_hf_export, ut_hf_copy_tokenizer.
  *
  * Layout: an 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
@@ -116,6 +116,11 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
  * and one warning on stderr naming the count and first of the checkpoint's
  * tensors the model does not use. */
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n);
+/* Copies a model directory's tokenizer files (tokenizer.json,
+ * tokenizer_config.json, special_tokens_map.json, spiece.model, vocab.txt,
+ * vocab.json, merges.txt, added_tokens.json, generation_config.json; those
+ * it has) into out. 0, or -1 with a message. */
+int ut_hf_copy_tokenizer(const char *dir, const char *out, char *err, size_t n);
 /* Writes checkpoint ckpt of a model_name (bert, gpt2 or bart) run with model
  * options opts as a Hugging Face directory out (created if needed):
  * config.json (from opts' model.pretrained config.json when there is one,

@@ -541,6 +541,11 @@ static int cmd_export(int argc, char **argv) {
     int rc = ut_config_load(&cfg, path, err, sizeof err);
     if (!rc && !ckpt) rc = best_checkpoint_path(run, path, sizeof path, err, sizeof err);
     if (!rc) rc = ut_hf_export(cfg.model_name, cfg.model_opts, ckpt ? ckpt : path, out, err, sizeof err);
+    /* a run that read its text with data.tokenizer (no model.pretrained): that tokenizer's files too */
+    struct stat sb;
+    if (!rc && !ut_kv_get(cfg.model_opts, "pretrained") && strcmp(cfg.tokenizer, "word") &&
+        strcmp(cfg.tokenizer, "byte") && !stat(cfg.tokenizer, &sb) && S_ISDIR(sb.st_mode))
+        rc = ut_hf_copy_tokenizer(cfg.tokenizer, out, err, sizeof err);
     if (rc) fprintf(stderr, "utrain: %s\n", err);
     else printf("exported %s to %s\n", ckpt ? ckpt : path, out);
     ut_config_free(&cfg);

@@ -367,7 +367,7 @@ static int copy_file(const char *from, const char *to, char *err, size_t n) {
     return 0;
 }
 
-static int copy_tokenizer(const char *dir, const char *out, char *err, size_t n) {
+int ut_hf_copy_tokenizer(const char *dir, const char *out, char *err, size_t n) {
     static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                         "spiece.model",
                                         "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
@@ -419,7 +419,7 @@ int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, co
         snprintf(path, sizeof path, "%s/model.safetensors", out);
         const char *meta[] = {"format", "pt", NULL};
         rc = ut_st_save(path, l.n, (const char *const *)l.names, l.t, meta, err, n) ||
-             copy_tokenizer(dir, out, err, n);
+             ut_hf_copy_tokenizer(dir, out, err, n);
     }
     cJSON_Delete(cfg);
     list_free(&l);
