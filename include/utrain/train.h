@@ -142,6 +142,15 @@ int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_
  * and writes dev_results.json and test_results.json in the run directory. */
 int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
                     ut_dataset *test, const ut_hooks *hooks);
+/* The same over the ranks of comm (the `utrain` program hands down the
+ * world it made with ut_comm_init; the two above use ut_comm_world()): the
+ * run's collectives, its checks that every rank has the same config, its
+ * run-directory lock and its evaluation's sums all go through comm. */
+struct ut_comm;
+int ut_trainer_run_on(const ut_config *cfg, struct ut_comm *comm, ut_model *model, ut_dataset *train,
+                      ut_dataset *dev, const ut_hooks *hooks);
+int ut_trainer_test_on(const ut_config *cfg, struct ut_comm *comm, const char *ckpt_path, ut_model *model,
+                       ut_dataset *dev, ut_dataset *test, const ut_hooks *hooks);
 
 /* ---- memory planning (`utrain plan`, docs/plan.md) ----
  * Per-rank bytes of each distributed strategy for the config's model on

@@ -175,10 +175,11 @@ static int take_nproc(int argc, char **argv) {
     return 0;
 }
 
-static int run_mode(cli_run *r, const char *force_mode) {
+/* The run on this rank's communicator (the world ut_comm_init made) */
+static int run_mode(cli_run *r, const char *force_mode, ut_comm *comm) {
     if (force_mode) snprintf(r->cfg.mode, sizeof r->cfg.mode, "%s", force_mode);
-    return !strcmp(r->cfg.mode, "test") ? ut_trainer_test(&r->cfg, r->checkpoint, NULL, NULL, NULL, NULL)
-                                        : ut_trainer_run(&r->cfg, NULL, NULL, NULL, NULL);
+    return !strcmp(r->cfg.mode, "test") ? ut_trainer_test_on(&r->cfg, comm, r->checkpoint, NULL, NULL, NULL, NULL)
+                                        : ut_trainer_run_on(&r->cfg, comm, NULL, NULL, NULL, NULL);
 }
 
 /* Loads the config; starts the ranks if asked to and not yet under a
@@ -217,7 +218,7 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         rc = UT_EXIT_ERROR;   /* every rank sees the same world: all stop here */
         ut_comm_finalize(comm);
     } else {
-        rc = run_mode(&r, force_mode);
+        rc = run_mode(&r, force_mode, comm);
         /* an error on one rank would leave the others waiting in a collective
          * until dist.timeout_s: end them all now */
         if (rc == UT_EXIT_ERROR && ut_comm_size(comm) > 1)

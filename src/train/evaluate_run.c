@@ -113,7 +113,7 @@ static int test_generation(ut_runlog *log, ut_model *m, ut_dataset *ds, const ch
     ut_gen_opts o;
     ut_gen_opts_from_config(c, &o);
     char **texts = NULL;
-    int rc = ut_evaluate_generation(ut_comm_world(), m, ds, bs, &o, tok, h, r, &texts, err, n);
+    int rc = ut_evaluate_generation(log->comm, m, ds, bs, &o, tok, h, r, &texts, err, n);
     if (!rc && log->rank == 0) rc = write_generations(log->dir, split, ds, texts, err, n);
     for (int64_t i = 0; texts && i < ds->n; i++) ut_free(texts[i]);
     ut_free(texts);
@@ -147,7 +147,7 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
     bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
-    int rc = ut_evaluate_outputs(ut_comm_world(), ctx, m, ds, bs, h, &r, logits, &have, err, n);
+    int rc = ut_evaluate_outputs(log->comm, ctx, m, ds, bs, h, &r, logits, &have, err, n);
     bool gen = ut_seq2seq_planes(ds);
     if (!rc && gen) rc = test_generation(log, m, ds, split, c, h, bs, &r, err, n);
     if (!rc && h->on_log && labeled) {
@@ -169,6 +169,11 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
 
 int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model, ut_dataset *dev,
                     ut_dataset *test, const ut_hooks *hooks) {
+    return ut_trainer_test_on(cfg, ut_comm_world(), ckpt_path, model, dev, test, hooks);
+}
+
+int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_path, ut_model *model,
+                       ut_dataset *dev, ut_dataset *test, const ut_hooks *hooks) {
     char err[1024] = "", path[1400], dir[1280];
     ut_runlog log;
     ut_hooks h;
@@ -176,7 +181,7 @@ int ut_trainer_test(const ut_config *cfg, const char *ckpt_path, ut_model *model
     bool own_data = !dev && !test, own_m = !model;
     ut_ctx *ctx = NULL;
     int rc = UT_EXIT_ERROR;
-    if (ut_runlog_open(&log, cfg, ut_comm_rank(ut_comm_world()), false, err, sizeof err)) goto out;
+    if (ut_runlog_open(&log, cfg, comm, false, err, sizeof err)) goto out;
     if (own_data && ut_datasets_open(cfg, log.dir, log.rank == 0, NULL, &dev, &test, err, sizeof err)) goto out;
     if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) goto out;
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);

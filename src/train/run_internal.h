@@ -23,6 +23,7 @@ typedef struct {
     FILE *log;                /* logger_logs/training_<rank>.log */
     FILE *metrics;            /* metrics.jsonl (rank 0) */
     ut_tb *tb;                /* tensorboard/ (rank 0) */
+    ut_comm *comm;            /* the run's ranks */
     int rank;
     bool bar;                 /* show a progress bar (a terminal, or train.progress: bar) */
     bool lines;               /* print a line per logged step (no bar, progress not off) */
@@ -37,7 +38,7 @@ typedef struct {
  * ut_runlog_close or its exit): a second training job in the same directory
  * is refused on every rank, with the holder's pid and host, before any of
  * its ranks writes there. Test mode takes no lock. Collective for training. */
-int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n);
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, ut_comm *comm, bool training, char *err, size_t n);
 /* A resumed run (rank 0): metrics.jsonl keeps only the lines of steps up to
  * the checkpoint's, since the steps after it are trained again, so every
  * step appears once; the new TensorBoard file starts with a SessionLog START

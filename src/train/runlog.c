@@ -93,7 +93,7 @@ static int lock_run_dir(ut_runlog *rl, char *err, size_t n) {
 /* Rank 0 locks; every rank learns whether it could before anyone writes. */
 static int lock_collective(ut_runlog *rl, char *err, size_t n) {
     int rc = rl->rank == 0 ? lock_run_dir(rl, err, n) : 0;
-    ut_comm *comm = ut_comm_world();
+    ut_comm *comm = rl->comm;
     if (ut_comm_size(comm) == 1) return rc;
     int64_t failed = rc != 0;
     if (ut_comm_allreduce_i64(comm, &failed, 1))
@@ -160,9 +160,10 @@ static bool stdout_is_terminal(void) {
     return !launched || (tty && !strcmp(tty, "1"));
 }
 
-int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training, char *err, size_t n) {
+int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, ut_comm *comm, bool training, char *err, size_t n) {
     memset(rl, 0, sizeof *rl);
-    rl->rank = rank;
+    rl->comm = comm;
+    rl->rank = ut_comm_rank(comm);
     const char *p = cfg->progress;
     rl->bar = !strcmp(p, "bar") || (!strcmp(p, "auto") && stdout_is_terminal());
     rl->lines = !rl->bar && strcmp(p, "off");
@@ -179,9 +180,9 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, int rank, bool training,
     }
     if (training && lock_collective(rl, err, n)) return -1;
     char name[64];
-    snprintf(name, sizeof name, "logger_logs/training_%d.log", rank);
+    snprintf(name, sizeof name, "logger_logs/training_%d.log", rl->rank);
     if (!(rl->log = append_in(rl->dir, name, err, n))) return -1;
-    if (rank == 0 && training) {
+    if (rl->rank == 0 && training) {
         if (drop_torn_line(rl->dir, err, n) ||
             !(rl->metrics = append_in(rl->dir, "metrics.jsonl", err, n)))
             return -1;

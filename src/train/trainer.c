@@ -969,7 +969,6 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                  "another experiment_name (or remove the directory)", runpath);
         return -1;
     }
-    t->comm = ut_comm_world();
     t->rank = ut_comm_rank(t->comm);
     t->world = ut_comm_size(t->comm);
     if (ut_comm_check_same(t->comm, ut_config_hash(c), "the configuration (hash)", t->err, sizeof t->err) ||
@@ -977,7 +976,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
         ut_comm_check_same_int(t->comm, c->gradient_accumulation_steps,
                                "train.gradient_accumulation_steps", t->err, sizeof t->err))
         return -1;
-    if (ut_runlog_open(&t->log, c, t->rank, true, t->err, sizeof t->err) ||
+    if (ut_runlog_open(&t->log, c, t->comm, true, t->err, sizeof t->err) ||
         (t->rank == 0 && write_resolved_config(t)))
         return -1;
     t->tp = (int)c->tensor_parallel, t->pp = (int)c->pipeline_parallel;
@@ -1132,8 +1131,14 @@ static int train_loop(ut_trainer *t) {
 
 int ut_trainer_run(const ut_config *cfg, ut_model *model, ut_dataset *train, ut_dataset *dev,
                    const ut_hooks *hooks) {
+    return ut_trainer_run_on(cfg, ut_comm_world(), model, train, dev, hooks);
+}
+
+int ut_trainer_run_on(const ut_config *cfg, ut_comm *comm, ut_model *model, ut_dataset *train, ut_dataset *dev,
+                      const ut_hooks *hooks) {
     ut_trainer *t = ut_calloc_check(1, sizeof *t);
     t->cfg = cfg;
+    t->comm = comm;
     bool own_m = false, own_data = false;
     saved_signals sig;
     catch_signals(&sig);

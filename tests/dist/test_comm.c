@@ -23,6 +23,7 @@
 #include "utrain/nn.h"
 #include "utrain/ops.h"
 #include "utrain/optim.h"
+#include "utrain/train.h"
 
 static ut_comm *comm;
 static int rank, size;
@@ -856,6 +857,63 @@ static void test_split_groups(void) {
     ut_comm_finalize(g);
 }
 
+/* The trainer runs on the communicator handed to it (ut_trainer_run_on),
+ * not on the world: the ranks split by parity, and each parity group
+ * trains a run of its own (its own experiment, a config that differs from
+ * the other group's) with ddp over the group. Over the world the ranks'
+ * configs would differ and the run would be refused. */
+static void test_trainer_on_group(void) {
+    char err[512] = "", dir[64] = "/tmp/utrain-onGroup-XXXXXX", path[160], set[256];
+    ut_comm *g = ut_comm_split(comm, rank % 2, rank, "parity", err, sizeof err);
+    CHECK(g, "%s", err);
+    if (!g) return;
+    /* rank 0 of the world makes the directory and the token shard; the others wait for it */
+    int64_t made = 0;
+    if (rank == 0 && mkdtemp(dir)) {
+        snprintf(path, sizeof path, "%s/tokens.bin", dir);
+        FILE *f = fopen(path, "wb");
+        int32_t head[256] = {20240520, 1, 4096};
+        uint16_t tok[4096];
+        for (int i = 0; i < 4096; i++) tok[i] = (uint16_t)(i * 7 % 64);
+        made = f && fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1;
+        if (f) fclose(f);
+    }
+    ut_comm_allreduce_i64(comm, &made, 1);
+    CHECK(made == 1, "the shard");
+    ut_comm_bcast(comm, dir, sizeof dir, 0);
+    ut_config cfg;
+    ut_config_init(&cfg);
+    const char *sets[] = {"model.name=gpt2", "model.n_layer=1", "model.n_head=1", "model.n_embd=8",
+                          "model.vocab_size=64", "model.block_size=8", "data.name=tokens", "data.seq_len=8",
+                          "train.max_steps=2", "train.batch_size=2", "train.eval_strategy=no",
+                          "train.progress=off", "threads=1"};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !rc; i++) rc = ut_config_set(&cfg, sets[i], err, sizeof err);
+    snprintf(set, sizeof set, "data.train_path=%s/tokens.bin", dir);
+    if (!rc) rc = ut_config_set(&cfg, set, err, sizeof err);
+    snprintf(set, sizeof set, "output_dir=%s", dir);
+    if (!rc) rc = ut_config_set(&cfg, set, err, sizeof err);
+    snprintf(set, sizeof set, "experiment_name=parity%d", rank % 2);
+    if (!rc) rc = ut_config_set(&cfg, set, err, sizeof err);
+    snprintf(set, sizeof set, "optim.lr=%g", 0.01 * (1 + rank % 2)); /* the groups' configs differ */
+    if (!rc) rc = ut_config_set(&cfg, set, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (!rc) CHECK(ut_trainer_run_on(&cfg, g, NULL, NULL, NULL, NULL) == UT_EXIT_OK, "a run on the parity group");
+    snprintf(path, sizeof path, "%s/parity%d/checkpoints", dir, rank % 2);
+    int64_t steps[4];
+    CHECK(ut_ckpt_list(path, steps, 4) >= 1 && steps[0] == 2, "the group's run wrote its step-2 checkpoint in %s",
+          path);
+    ut_config_free(&cfg);
+    ut_comm_finalize(g);
+    int64_t done = 1;
+    ut_comm_allreduce_i64(comm, &done, 1); /* every group is done before rank 0 removes the directory */
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0, "removing %s", dir);
+    }
+}
+
 /* A ring: every rank sends to the next and receives from the one before,
  * both orders of posting, large enough to need the receiver (rendezvous)
  * and, under UT_COMM_CHUNK=1000, to be cut into chunks. */
@@ -987,6 +1045,7 @@ int main(int argc, char **argv) {
     RUN(test_check_same);
     RUN(test_stats);
     RUN(test_split_groups);
+    RUN(test_trainer_on_group);
     RUN(test_tp_ops);
     RUN(test_tp_blocks);
     RUN(test_tp_vocab);
