@@ -38,7 +38,8 @@ typedef struct {
     char train_images[UT_CFG_STR_MAX], train_labels[UT_CFG_STR_MAX];
     char dev_images[UT_CFG_STR_MAX], dev_labels[UT_CFG_STR_MAX];
     char test_images[UT_CFG_STR_MAX], test_labels[UT_CFG_STR_MAX];
-    int64_t dev_size;            /* carve the last N train examples as dev when no dev file */
+    int64_t dev_size;            /* idx_images: carve the last N train examples as dev when no dev file */
+    double dev_fraction;         /* text data: carve this last fraction of the train examples as dev (0: none) */
     double mean, std;            /* image normalisation: (x/255 - mean) / std */
     char train_path[UT_CFG_STR_MAX], dev_path[UT_CFG_STR_MAX], test_path[UT_CFG_STR_MAX];
     int64_t seq_len;             /* tokens: sequence length T */

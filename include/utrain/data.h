@@ -44,6 +44,9 @@ struct ut_dataset {
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
     void (*free)(ut_dataset *ds);
     void *impl;
+    /* optional: example i's texts (which 0 the source, 1 the target) of a
+     * dataset of texts (ut_seq2seq_text reads it); NULL: none */
+    const char *(*text)(const ut_dataset *ds, int64_t i, int which);
 };
 void ut_dataset_free(ut_dataset *ds);
 

@@ -68,10 +68,14 @@ static const s2s_impl *impl_of(const ut_dataset *ds) {
     return ds && ds->seq2seq && ds->get == s2s_get ? ds->impl : NULL;
 }
 
-const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which) {
+static const char *s2s_text(const ut_dataset *ds, int64_t i, int which) {
     const s2s_impl *m = impl_of(ds);
     if (!m || i < 0 || i >= m->n || (which != SRC && which != TGT)) return NULL;
     return m->text + m->text_off[2 * i + which];
+}
+
+const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which) {
+    return ds && ds->seq2seq && ds->text ? ds->text(ds, i, which) : NULL;
 }
 
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which) {
@@ -451,7 +455,7 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = m->n, .x_ndim = 2, .x_ne = {4, m->L}, .y_ndim = 1,
                        .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = 0,
-                       .vocab_size = ut_tokenizer_vocab_size(t), .seq2seq = true, .get = s2s_get,
+                       .vocab_size = ut_tokenizer_vocab_size(t), .seq2seq = true, .get = s2s_get, .text = s2s_text,
                        .free = s2s_free, .impl = m};
     return ds;
 }

@@ -17,6 +17,11 @@ static int subset_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, si
     return s->parent->get(s->parent, s->lo + i, x, y, err, n);
 }
 
+static const char *subset_text(const ut_dataset *ds, int64_t i, int which) {
+    const subset *s = ds->impl;
+    return i >= 0 && i < ds->n ? s->parent->text(s->parent, s->lo + i, which) : NULL;
+}
+
 static void subset_free(ut_dataset *ds) {
     subset *s = ds->impl;
     if (--*s->refs == 0) {
@@ -38,6 +43,7 @@ static ut_dataset *subset_new(ut_dataset *parent, int *refs, int64_t lo, int64_t
     ds->impl = s;
     ds->get = subset_get;
     ds->free = subset_free;
+    ds->text = parent->text ? subset_text : NULL;
     return ds;
 }
 
@@ -234,6 +240,20 @@ static int open_seq2seq(const ut_config *c, bool lead, ut_dataset **train, ut_da
     return rc;
 }
 
+/* data.dev_fraction: the last fraction of the training examples (at least
+ * one, not all) as the dev set, for text data without a dev file */
+static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
+    if (!(c->dev_fraction > 0) || !train || !*train || !dev || *dev) return 0;
+    int64_t N = (*train)->n, k = (int64_t)((double)N * c->dev_fraction + 0.5);
+    if (k < 1) k = 1;
+    if (k >= N)
+        return ut_errorf(err, n, "data.dev_fraction %g of %s's %lld examples leaves none to train on", c->dev_fraction,
+                         (*train)->name, (long long)N);
+    ut_dataset *full = *train;
+    *train = NULL;
+    return carve(full, k, train, dev, err, n);
+}
+
 int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
     ut_dataset **all[3] = {train, dev, test};
@@ -248,6 +268,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
     }
+    if (!rc && strcmp(cfg->data_name, "idx_images")) rc = carve_fraction(cfg, train, dev, err, n);
     if (rc)
         for (int i = 0; i < 3; i++)
             if (all[i] && *all[i]) {

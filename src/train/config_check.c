@@ -107,6 +107,15 @@ static int check_data(const ut_config *c, char *err, size_t n) {
     } else if (!*c->train_path) {
         FAIL("data.train_path: required when data.name is %s", c->data_name);
     }
+    bool images = !strcmp(c->data_name, "idx_images");
+    if (images && c->dev_fraction > 0)
+        FAIL("data.dev_fraction: IDX images carve their dev set with data.dev_size (a count); remove it");
+    if (!images && c->dev_size != 5000)
+        FAIL("data.dev_size: carves a dev set from IDX images only; for %s data set data.dev_fraction (the last "
+             "fraction of the training examples)", c->data_name);
+    if (!images && c->dev_fraction > 0 && *c->dev_path)
+        FAIL("data.dev_fraction: data.dev_path is given; the dev set is either that file or a carved fraction of "
+             "the training examples: remove one");
     bool pairs = !strcmp(c->data_name, "seq2seq_text");
     const char *tkeys[3] = {"data.train_target_path", "data.dev_target_path", "data.test_target_path"};
     const char *tvals[3] = {c->train_target_path, c->dev_target_path, c->test_target_path};

@@ -132,6 +132,20 @@ static void test_t5(void) {
     memcpy(split_body, saved, sizeof saved);
 }
 
+/* FlagAI's split: one pair of files, its last 20% the dev set
+ * (data.dev_fraction): 13 of 64 pairs evaluated, by loss and by generation */
+static void test_dev_fraction(void) {
+    CHECK(split_train("frac", 1, "data.dev_path= data.dev_target_path= data.dev_fraction=0.2 generate.eval=true "
+                                 "generate.max_new_tokens=4") == 0,
+          "a dev set carved from the training pairs");
+    char *s = split_output("frac");
+    CHECK(s && strstr(s, "Num examples = 51") && strstr(s, "dev:") && strstr(s, "bleu"),
+          "51 pairs trained, the other 13 evaluated:\n%s", s ? s : "");
+    free(s);
+    split_refused("fracdev", 1, "data.dev_fraction=0.2", "either that file or a carved fraction");
+    split_refused("fracsize", 1, "data.dev_size=10", "data.dev_fraction");
+}
+
 /* pairs that cannot be read are refused, naming the files */
 static void test_bad_pairs(void) {
     char bad[700];
@@ -168,6 +182,7 @@ int main(int argc, char **argv) {
     RUN(test_ranks_agree);
     RUN(test_learns_and_generates);
     RUN(test_t5);
+    RUN(test_dev_fraction);
     RUN(test_bad_pairs);
     return tp_finish(TEST_SUMMARY(), split_dir);
 }
