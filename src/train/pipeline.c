@@ -21,7 +21,7 @@
  * Backwards run in micro-batch order; the window's last one runs with the
  * strategy's hooks armed (ddp's buckets over the data-parallel ranks). A
  * transfer is a header (ndim and shape, as floats) and the values, through
- * host memory. */
+ * host memory: float32, or 16-bit under train.precision bf16 / fp16. */
 typedef struct stage_slot {
     ut_ctx *ctx;
     ut_tensor *x;     /* the received activation (requires grad); NULL on the first stage */
@@ -55,12 +55,25 @@ static int slot_wait(ut_trainer *t, stage_slot *sl) {
     return r && ut_comm_wait(t->mesh.pp_group, r) ? ut_pp_fail(t, "send") : 0;
 }
 
+/* Values on the wire: float32, or under train.precision bf16 / fp16 that
+ * 16-bit type (half the bytes; the receiver widens them back to float32,
+ * as the stage's autocast would have rounded its products anyway). */
+static int64_t wire_floats(const ut_trainer *t, int64_t n) { return t->pp_wire == UT_F32 ? n : (n + 1) / 2; }
+
+/* buf (n float32 on the host) rounded to the wire's 16-bit type in place
+ * (its first n * 2 bytes), through a conversion on ctx's device */
+static int narrow(ut_trainer *t, ut_ctx *ctx, float *buf, int ndim, const int64_t *ne, int64_t n) {
+    ut_tensor *h = ut_tensor_to(ctx, ut_tensor_from(ctx, UT_F32, ndim, ne, buf), t->pp_wire);
+    return !h || ut_tensor_get(h, buf, (size_t)n * 2) ? -1 : 0;
+}
+
 /* t's values to the pipeline's rank peer: with its shape first when header. */
 static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad, bool header, int peer) {
     int64_t n = ut_nelem(v);
     if (slot_wait(t, sl)) return -1;
     float *buf = slot_buf(sl, n);
-    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float)))) {
+    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float))) ||
+        (t->pp_wire != UT_F32 && narrow(t, sl->ctx, buf, v->ndim, v->ne, n))) {
         snprintf(t->err, sizeof t->err, "pipeline stage %d: reading its %s", t->mesh.pp_rank,
                  grad ? "input's gradient" : "output");
         return -1;
@@ -71,7 +84,7 @@ static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad,
         for (int d = 0; d < 3; d++) sl->hdr[1 + d] = d < v->ndim ? (float)v->ne[d] : 1.0f;
         if (ut_comm_wait(pg, ut_comm_isend(pg, sl->hdr, 4, peer))) return ut_pp_fail(t, "sending a shape");
     }
-    sl->req = ut_comm_isend(pg, buf, n, peer);
+    sl->req = ut_comm_isend(pg, buf, wire_floats(t, n), peer);
     return sl->req ? 0 : ut_pp_fail(t, "sending");
 }
 
@@ -99,7 +112,12 @@ static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, 
     for (int d = 0; d < ndim; d++) n *= ne[d];
     if (slot_wait(t, sl)) return NULL;
     float *buf = slot_buf(sl, n);
-    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, n, peer))) return ut_pp_fail(t, "receiving"), NULL;
+    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, wire_floats(t, n), peer))) return ut_pp_fail(t, "receiving"), NULL;
+    if (t->pp_wire != UT_F32) { /* widened back to float32 */
+        ut_tensor *h = ut_tensor_new(sl->ctx, t->pp_wire, ndim, ne);
+        UT_ASSERT(ut_tensor_set(h, buf, (size_t)n * 2) == 0);
+        return ut_tensor_to(sl->ctx, h, UT_F32);
+    }
     ut_tensor *x = ut_tensor_new(sl->ctx, UT_F32, ndim, ne);
     UT_ASSERT(ut_tensor_set(x, buf, (size_t)n * sizeof(float)) == 0);
     return x;

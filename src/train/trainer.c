@@ -1012,6 +1012,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
     ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
     t->fp16 = ut_run_precision(c) == UT_F16;
+    t->pp_wire = ut_run_precision(c);
     if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
     t->token_weights = ut_seq2seq_planes(t->train);

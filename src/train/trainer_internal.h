@@ -86,6 +86,7 @@ struct ut_trainer {
     double interval_t0, run_t0, last_grad_norm;
     int64_t steps_this_run;
     bool fp16;                   /* train.precision fp16: the loss scaler runs */
+    ut_dtype pp_wire;            /* what pipeline stages send each other: F32, or the 16-bit precision's type */
     ut_grad_scaler scaler;
     int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
     /* The step's scalars, kept on the device and read back in one copy at
