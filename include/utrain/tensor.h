@@ -124,6 +124,11 @@ void ut_ctx_set_param_copies(ut_ctx *ctx, const float *flat, int64_t n, const vo
  * checkpoints record. */
 void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream);
 void ut_ctx_rng_get(const ut_ctx *ctx, uint64_t state[4]);
+/* Moves the current stream to region k: a model that runs in pipeline
+ * stages draws its embeddings' masks in region 0, block l's in region l + 1
+ * and its head's after the last block, so a block's masks are the same
+ * whichever stage (or the whole model) runs it. A region holds 2^40 draws. */
+void ut_ctx_rng_region(ut_ctx *ctx, int64_t k);
 void ut_ctx_set_grad_hook(ut_ctx *ctx, ut_grad_ready_fn fn, void *user);
 /* Called before a parameter's values are read: when an op (or a view) takes
  * the parameter, or a view of it, as an input, and before backward runs an op

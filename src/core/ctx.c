@@ -140,6 +140,8 @@ void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream) {
     ctx->rng.stream = stream;
     ctx->rng.offset = 0;
 }
+void ut_ctx_rng_region(ut_ctx *ctx, int64_t k) { ctx->rng.offset = (uint64_t)k << 40; }
+
 void ut_ctx_rng_get(const ut_ctx *ctx, uint64_t state[4]) {
     state[0] = ctx->rng.key;
     state[1] = ctx->rng.stream;

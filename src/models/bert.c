@@ -212,6 +212,7 @@ static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor 
 static ut_tensor *encoder(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *aux, ut_checkpoint_fn fn) {
     const bert *net = m->impl;
     for (int64_t l = net->b0; l < net->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1); /* the layer's masks whichever stage runs it */
         ut_tensor *in[2] = {h, aux};
         h = m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[l], in, 2)
                                       : fn(ctx, &net->args[l], in, 2);
@@ -222,6 +223,7 @@ static ut_tensor *encoder(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *aux
 /* BERT: pooler on the first token ([CLS]); RoBERTa: its head's dense on <s>;
  * cls (B, C) */
 static ut_tensor *head(ut_ctx *ctx, const bert *net, ut_tensor *cls) {
+    ut_ctx_rng_region(ctx, net->L + 1);
     if (net->roberta) cls = ut_dropout(ctx, cls, net->cls_dropout);
     ut_tensor *pooled = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->pooler, cls));
     return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));

@@ -153,8 +153,10 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
             x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
             if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
         }
-        for (int64_t l = g->b0; l < g->b1; l++)
+        for (int64_t l = g->b0; l < g->b1; l++) {
+            ut_ctx_rng_region(ctx, l + 1); /* the block's masks whichever stage runs it */
             x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
+        }
         if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
         x = m->hidden = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
         return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);

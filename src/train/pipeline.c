@@ -140,8 +140,9 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     bool tail = stage == t->pp - 1, empty = b->count == 0;
     if (empty && ut_standin_batch(t->train, &t->standin, t->err, sizeof t->err)) return -1;
     const ut_batch *run = empty ? &t->standin : b;
-    /* each stage draws its own masks for the micro-batch */
-    start_rng_stream(t, ctx, (int64_t)t->drank * t->pp + stage);
+    /* every stage draws from its data-parallel rank's stream for the
+     * micro-batch, each block in its own region: the whole model's masks */
+    start_rng_stream(t, ctx, t->drank);
     sl->x = NULL, sl->out = NULL, sl->loss = NULL;
     if (stage > 0) {
         if (!(sl->x = pp_recv(t, sl, NULL, stage - 1))) return -1;

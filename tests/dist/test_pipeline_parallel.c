@@ -146,6 +146,17 @@ static void test_bert_stages(void) {
 
 /* With dropout: each stage draws its own masks per micro-batch, whatever
  * the schedule; a resumed run draws what a straight one does. */
+/* With dropout, 2 stages draw the whole model's masks (each block draws in
+ * its own region of the micro-batch's stream, whichever stage runs it):
+ * the same training as one process */
+static void test_dropout_as_the_whole_model(void) {
+    CHECK(split_train("dwhole", 1, "model.dropout=0.1") == 0, "the whole model with dropout");
+    CHECK(split_train("dpp2", 2, "dist.pipeline_parallel=2 model.dropout=0.1") == 0, "2 stages with dropout");
+    CHECK(split_train("dpp4", 4, "dist.pipeline_parallel=4 model.dropout=0.1") == 0, "4 stages with dropout");
+    agrees("dpp2", "dwhole");
+    agrees("dpp4", "dwhole");
+}
+
 static void test_dropout_schedules_and_resume(void) {
     CHECK(split_train("d1f1b", 2, "dist.pipeline_parallel=2 model.dropout=0.1") == 0, "1F1B with dropout");
     CHECK(split_train("dgpipe", 2, "dist.pipeline_parallel=2 model.dropout=0.1 dist.pipeline_schedule=gpipe") == 0,
@@ -211,6 +222,7 @@ int main(int argc, char **argv) {
     RUN(test_stages_with_data_parallel);
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
     RUN(test_bert_stages);
+    RUN(test_dropout_as_the_whole_model);
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);
     RUN(test_bad_layouts_are_refused);
