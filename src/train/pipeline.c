@@ -67,13 +67,23 @@ static int narrow(ut_trainer *t, ut_ctx *ctx, float *buf, int ndim, const int64_
     return !h || ut_tensor_get(h, buf, (size_t)n * 2) ? -1 : 0;
 }
 
+/* Megatron-LM's scatter/gather: the activations and gradients at a stage
+ * boundary are the same on every rank of a tensor-parallel group, so each
+ * sends only its 1/tp part to its peer (the same tensor rank of the next or
+ * previous stage) and the receiving group puts the parts back together
+ * (an all-gather): the traffic between stages is the tensor's once, not tp
+ * times. Whole sends where tp is 1 or does not divide the tensor. */
+static int64_t part_of(const ut_trainer *t, int64_t n) { return t->tp > 1 && n % t->tp == 0 ? n / t->tp : n; }
+
 /* t's values to the pipeline's rank peer: with its shape first when header. */
 static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad, bool header, int peer) {
-    int64_t n = ut_nelem(v);
+    int64_t n = ut_nelem(v), k = part_of(t, n);
     if (slot_wait(t, sl)) return -1;
     float *buf = slot_buf(sl, n);
-    if ((grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float))) ||
-        (t->pp_wire != UT_F32 && narrow(t, sl->ctx, buf, v->ndim, v->ne, n))) {
+    bool bad = grad ? ut_tensor_get_grad(v, buf, (size_t)n * sizeof(float)) : ut_tensor_get(v, buf, (size_t)n * sizeof(float));
+    if (!bad && k < n) memmove(buf, buf + (int64_t)t->mesh.tp_rank * k, (size_t)k * sizeof(float));
+    if (!bad && t->pp_wire != UT_F32) bad = narrow(t, sl->ctx, buf, 1, (int64_t[]){k}, k);
+    if (bad) {
         snprintf(t->err, sizeof t->err, "pipeline stage %d: reading its %s", t->mesh.pp_rank,
                  grad ? "input's gradient" : "output");
         return -1;
@@ -84,7 +94,7 @@ static int pp_send(ut_trainer *t, stage_slot *sl, const ut_tensor *v, bool grad,
         for (int d = 0; d < 3; d++) sl->hdr[1 + d] = d < v->ndim ? (float)v->ne[d] : 1.0f;
         if (ut_comm_wait(pg, ut_comm_isend(pg, sl->hdr, 4, peer))) return ut_pp_fail(t, "sending a shape");
     }
-    sl->req = ut_comm_isend(pg, buf, wire_floats(t, n), peer);
+    sl->req = ut_comm_isend(pg, buf, wire_floats(t, k), peer);
     return sl->req ? 0 : ut_pp_fail(t, "sending");
 }
 
@@ -111,12 +121,23 @@ static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, 
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) n *= ne[d];
     if (slot_wait(t, sl)) return NULL;
-    float *buf = slot_buf(sl, n);
-    if (ut_comm_wait(pg, ut_comm_irecv(pg, buf, wire_floats(t, n), peer))) return ut_pp_fail(t, "receiving"), NULL;
+    int64_t k = part_of(t, n);
+    float *buf = slot_buf(sl, n + k); /* the whole at the front, this rank's part after it */
+    float *part = k < n ? buf + n : buf;
+    if (ut_comm_wait(pg, ut_comm_irecv(pg, part, wire_floats(t, k), peer))) return ut_pp_fail(t, "receiving"), NULL;
     if (t->pp_wire != UT_F32) { /* widened back to float32 */
-        ut_tensor *h = ut_tensor_new(sl->ctx, t->pp_wire, ndim, ne);
-        UT_ASSERT(ut_tensor_set(h, buf, (size_t)n * 2) == 0);
-        return ut_tensor_to(sl->ctx, h, UT_F32);
+        ut_tensor *h = ut_tensor_new(sl->ctx, t->pp_wire, 1, (int64_t[]){k});
+        UT_ASSERT(ut_tensor_set(h, part, (size_t)k * 2) == 0);
+        h = ut_tensor_to(sl->ctx, h, UT_F32);
+        if (!h || ut_tensor_get(h, part, (size_t)k * sizeof(float))) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: widening a 16-bit transfer", t->mesh.pp_rank);
+            return NULL;
+        }
+    }
+    if (k < n && ut_comm_wait(t->mesh.tp_group, ut_comm_iallgather(t->mesh.tp_group, part, buf, k))) {
+        snprintf(t->err, sizeof t->err, "pipeline stage %d: gathering a transfer over the tp group: %s",
+                 t->mesh.pp_rank, ut_comm_error(t->mesh.tp_group));
+        return NULL;
     }
     ut_tensor *x = ut_tensor_new(sl->ctx, UT_F32, ndim, ne);
     UT_ASSERT(ut_tensor_set(x, buf, (size_t)n * sizeof(float)) == 0);
