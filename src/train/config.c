@@ -88,7 +88,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tokens: sequence length T"},
     {.key = "data.tokenizer", .type = UT_CFG_STR, AT(tokenizer), .def = "word", .hashed = true,
      .doc = "tsv_text: word, byte, or a pretrained tokenizer directory (tokenizer.json or "
-            "vocab.txt); with model.pretrained, word means that model directory's tokenizer"},
+            "vocab.txt); with model.pretrained, word means that model directory's tokenizer; "
+            "seq2seq_text: the pretrained tokenizer; tokens: the one `utrain tokenize` made the shards with, "
+            "which `utrain generate` encodes prompts and decodes with"},
     {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tsv_text: pad or truncate to this many tokens"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,

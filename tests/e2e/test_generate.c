@@ -495,6 +495,49 @@ static void test_empty_input_and_help(void) {
     free(s);
 }
 
+/* GPT-2's language model continues prompts through a run: a tiny model
+ * trained on a shard `utrain tokenize` made, with that tokenizer as
+ * data.tokenizer, writes a continuation for each prompt (the tokens
+ * themselves are checked against transformers by test_hf_gpt2) */
+static void test_gpt2_run_continues_prompts(void) {
+    char text[300], shard[300], cfg[300], in[300], out[300], runs[300];
+    snprintf(text, sizeof text, "%s/lm.txt", tmp);
+    snprintf(shard, sizeof shard, "%s/lm.bin", tmp);
+    snprintf(cfg, sizeof cfg, "%s/lm.yml", tmp);
+    snprintf(in, sizeof in, "%s/prompts.txt", tmp);
+    snprintf(out, sizeof out, "%s/continued.txt", tmp);
+    snprintf(runs, sizeof runs, "%s/lmruns", tmp);
+    char *tsv = tp_slurp("data/sst2_sample/train.tsv");
+    UT_ASSERT(tsv);
+    FILE *f = fopen(text, "w");
+    UT_ASSERT(f);
+    for (char *line = strchr(tsv, '\n'); line && line[1]; line = strchr(line + 1, '\n'))
+        fprintf(f, "%.*s\n", (int)strcspn(line + 1, "\t"), line + 1);
+    fclose(f);
+    free(tsv);
+    const char *tok = "tests/parity/fixtures/hf_bart_tok_files";
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", tok, text, shard, NULL}, tp_path(tmp, "tok.out")) == 0,
+          "the shard");
+    FILE *c = fopen(cfg, "w");
+    UT_ASSERT(c);
+    fprintf(c, "experiment_name: lm\noutput_dir: %s\nthreads: 1\nseed: 3\n"
+               "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 538, block_size: 64}\n"
+               "data: {name: tokens, train_path: %s, seq_len: 32, tokenizer: %s}\n"
+               "train: {epochs: 5, batch_size: 8, eval_strategy: no, progress: off}\noptim: {lr: 1e-2}\n"
+               "generate: {max_new_tokens: 6}\n",
+            runs, shard, tok);
+    fclose(c);
+    CHECK(tp_run((const char *[]){"train", cfg, NULL}, tp_path(tmp, "lmtrain.out")) == 0, "the language model trains");
+    write_file(in, "the film\nhonestly , the plot\n");
+    char run[400];
+    snprintf(run, sizeof run, "%s/lm", runs);
+    CHECK(run_gen("lm", 0, (const char *[]){run, "--input", in, "--output", out, NULL}) == 0, "generate");
+    int n = 0;
+    char **lines = read_lines(out, &n);
+    CHECK(n == 2 && lines && lines[0][0] && lines[1][0], "two continuations, not empty (%d lines)", n);
+    free_lines(lines, n);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -507,6 +550,7 @@ int main(int argc, char **argv) {
     RUN(test_copy_task_learnt);
     RUN(test_refusals);
     RUN(test_empty_input_and_help);
+    RUN(test_gpt2_run_continues_prompts);
     for (int i = 0; i <= NDEV; i++) free(dev_src[i]);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
