@@ -333,6 +333,9 @@ int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int
         o->no_repeat_ngram_size < 0 || o->top_k < 0 || !(o->temperature > 0) || !(o->top_p > 0 && o->top_p <= 1))
         return ut_errorf(err, n, "generation: max_new_tokens >= 1, min_new_tokens >= 0, num_beams in [1, 32], "
                                  "no_repeat_ngram_size >= 0, top_k >= 0, temperature > 0, top_p in (0, 1]");
+    if (m->tokens.vocab < 2)
+        return ut_errorf(err, n, "generation: model %s has a vocabulary of %lld tokens (at least 2 to choose from)",
+                         m->type, (long long)m->tokens.vocab);
     if (o->do_sample && o->num_beams > 1)
         return ut_errorf(err, n, "generation: sampling with beams (do_sample and num_beams %d) is not supported; "
                                  "use num_beams 1 to sample, or beam search without do_sample", o->num_beams);
