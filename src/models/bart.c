@@ -313,8 +313,20 @@ static int gen_prepare(const bart *net, const ut_host_array *x, ut_inputs *in, c
 
 /* the tied head: h @ shared^T + final_logits_bias */
 static ut_tensor *lm_head(ut_ctx *ctx, const bart *net, ut_tensor *h) {
-    ut_tensor *bias = net->final_bias ? ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){net->V}, net->final_bias) : NULL;
+    /* split: this rank's rows of the vocabulary (column-parallel), the
+     * logits never gathered (the loss is vocabulary-parallel) */
+    int T = net->lay.tp_size;
+    int64_t Vp = net->V / T;
+    ut_tensor *bias = net->final_bias ? ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){Vp},
+                                                       net->final_bias + (int64_t)net->lay.tp_rank * Vp)
+                                      : NULL;
+    if (T > 1) h = net->lay.tp.copy(ctx, h, net->lay.tp.group);
     return ut_linear(ctx, h, net->shared.w, bias);
+}
+
+static ut_tensor *gen_loss_split(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    const bart *net = m->impl;
+    return net->lay.tp.cross_entropy(ctx, logits, targets, net->V, -100, net->lay.tp.group);
 }
 
 static ut_tensor *encode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *pos, ut_tensor *mask) {
@@ -511,8 +523,8 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     m->free_impl = bart_free;
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
-    m->loss = net->gen ? ut_model_seq2seq_loss : ut_model_class_loss;
-    if (net->gen) {
+    m->loss = !net->gen ? ut_model_class_loss : net->lay.tp_size > 1 ? gen_loss_split : ut_model_seq2seq_loss;
+    if (net->gen && net->lay.tp_size == 1) { /* a split model generates through its gathered whole (the trainer's) */
         m->decoder = &bart_decoder;
         m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad,
                                         .forced_bos = net->forced_bos, .vocab = net->V};
@@ -726,9 +738,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (rc) return NULL;
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;
-    if (net.gen && (T > 1 || net.lay.pp_size > 1))
-        return ut_errorf(err, n, "bart: task seq2seq has no tensor- or pipeline-parallel form yet; train it "
-                                 "with data parallelism (ddp, zero1-3)"), NULL;
+    if (net.gen && net.lay.pp_size > 1)
+        return ut_errorf(err, n, "bart: task seq2seq has no pipeline-parallel form yet; train it with tensor "
+                                 "and data parallelism (dist.tensor_parallel, ddp, zero1-3)"), NULL;
     if (T > 1) {
         if (net.ENH % T || net.DNH % T || net.EF % T || net.DF % T || net.V % T)
             return ut_errorf(err, n, "bart: the attention heads (%lld, %lld), ffn dims (%lld, %lld) and "

@@ -512,9 +512,19 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
-        if (!t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
-        else if (ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, &t->h, res, NULL, t->err,
-                                        sizeof t->err))
+        /* a split model generates through the whole one (every rank of a
+         * tensor-parallel group the same share) */
+        if (split_model(t) && m == t->m) {
+            if (ut_dist_gather_params(t->dist) || !ut_split_whole_model(t) || ut_split_gather(t, t->o, NULL)) {
+                if (!t->err[0]) snprintf(t->err, sizeof t->err, "gathering the parameters to generate");
+                erc = -1;
+            }
+            m = t->whole;
+            ut_dist_release(t->dist);
+        }
+        if (!erc && !t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
+        if (!erc && ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, &t->h, res, NULL, t->err,
+                                           sizeof t->err))
             erc = -1;
     }
     if (t->pp > 1) ut_dist_attach(t->dist, t->ctx);

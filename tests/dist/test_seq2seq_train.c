@@ -3,7 +3,8 @@
  * BartForConditionalGeneration of tests/parity/fixtures/hf_bart_gen_tiny
  * learns to copy a sentence's first four words; its loss is the mean over
  * target tokens, so ddp and zero3 on 2 ranks (and gradient accumulation)
- * reach the weights of one process with the same global batch even though
+ * reach the weights of one process, as BART split over 2 ranks (tensor
+ * parallel, its vocabulary-parallel head and loss) does, with the same global batch even though
  * the ranks' batches hold different numbers of target tokens; evaluation by
  * generation scores the dev set (bleu, rougeL, exact_match) and picks the
  * best checkpoint; test mode writes each example's generation; a T5 from
@@ -49,6 +50,13 @@ static void test_ranks_agree(void) {
     CHECK(split_train("zero3", 2, "train.batch_size=4 dist.strategy=zero3") == 0, "zero3 on 2 ranks");
     CHECK(split_train("accum", 1, "train.batch_size=4 train.gradient_accumulation_steps=2") == 0,
           "2 micro-batches of 4");
+    CHECK(split_train("tp2", 2, "dist.tensor_parallel=2 generate.eval=true generate.max_new_tokens=4") == 0,
+          "split over 2 ranks (tensor parallel), generating through the gathered whole model");
+    split_agrees("tp2", "whole", 16);
+    split_same_dev_loss("tp2", "whole", 16);
+    char *tp = split_output("tp2");
+    CHECK(tp && strstr(tp, "bleu"), "the split run's dev evaluation generates:\n%s", tp ? tp : "");
+    free(tp);
     split_agrees("ddp2", "whole", 16);
     split_agrees("zero3", "whole", 16);
     split_agrees("accum", "whole", 16);
