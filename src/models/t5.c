@@ -56,6 +56,13 @@ struct t5 {
     ut_linear_layer lm_head;      /* untied only */
     t5_block *block;              /* EL encoder blocks, then DL decoder blocks */
     block_arg *args;
+    /* tensor parallel (Megatron-LM): each rank holds Hl = H / tp_size heads
+     * (q, k, v column-parallel, o row-parallel, its heads' columns of the
+     * position-bias tables), F / tp_size of the feed-forward's features and
+     * V / tp_size of the vocabulary (the shared embedding, the head and a
+     * vocabulary-parallel loss); norms whole */
+    ut_model_layout lay;
+    int64_t Hl;
 };
 
 static void t5_free(void *impl) {
@@ -101,10 +108,16 @@ static ut_tensor *position_bias(ut_ctx *ctx, ut_tensor *table, ut_tensor *ids, i
 /* ---- attention ---- */
 /* x (B, T, H * DK) as heads: perm {0, 2, 1, 3} (B, H, T, DK), {0, 2, 3, 1} (B, H, DK, T) */
 static ut_tensor *heads(ut_ctx *ctx, const t5 *net, ut_tensor *x, const int *perm) {
-    ut_tensor *h = ut_reshape(ctx, x, 4, (int64_t[]){x->ne[0], x->ne[1], net->H, net->DK});
+    ut_tensor *h = ut_reshape(ctx, x, 4, (int64_t[]){x->ne[0], x->ne[1], net->Hl, net->DK});
     return ut_contiguous(ctx, ut_permute(ctx, h, perm));
 }
 static const int AS_Q[4] = {0, 2, 1, 3}, AS_KT[4] = {0, 2, 3, 1};
+
+/* a row-parallel linear without bias: the parts' products summed over the group */
+static ut_tensor *row_out(ut_ctx *ctx, const t5 *net, const ut_linear_layer *l, ut_tensor *x) {
+    ut_tensor *y = ut_linear(ctx, x, l->w, NULL);
+    return net->lay.tp_size > 1 ? net->lay.tp.reduce(ctx, y, net->lay.tp.group) : y;
+}
 
 /* softmax(q kT + bias + mask) v, heads back to (B, Tq, H * DK), then o:
  * q (B, H, Tq, DK), kT (B, H, DK, Tk), v (B, H, Tk, DK); bias (H, Tq, Tk)
@@ -114,16 +127,27 @@ static ut_tensor *attend(ut_ctx *ctx, const t5 *net, const t5_attn *a, ut_tensor
     ut_tensor *s = ut_matmul(ctx, q, kT);
     if (bias) s = ut_add(ctx, s, bias);
     if (mask) s = ut_add(ctx, s, mask);
-    ut_tensor *p = ut_dropout(ctx, ut_softmax(ctx, s), net->dropout);
+    ut_tensor *p = ut_softmax(ctx, s);
+    if (p && net->lay.tp_size > 1) { /* this rank's heads' slice of the whole (B, H, Tq, Tk) mask */
+        int64_t B = p->ne[0], cols = net->Hl * p->ne[2] * p->ne[3];
+        p = ut_reshape(ctx, ut_dropout_cols(ctx, ut_reshape(ctx, p, 2, (int64_t[]){B, cols}), net->dropout,
+                                            (int64_t)net->lay.tp_rank * cols, cols * net->lay.tp_size),
+                       4, p->ne);
+    } else {
+        p = ut_dropout(ctx, p, net->dropout);
+    }
     ut_tensor *o = ut_contiguous(ctx, ut_permute(ctx, ut_matmul(ctx, p, v), AS_Q));
     if (!o) return NULL;
-    o = ut_reshape(ctx, o, 3, (int64_t[]){o->ne[0], o->ne[1], net->H * net->DK});
-    return ut_linear_layer_forward(ctx, &a->o, o);
+    o = ut_reshape(ctx, o, 3, (int64_t[]){o->ne[0], o->ne[1], net->Hl * net->DK});
+    return row_out(ctx, net, &a->o, o);
 }
 
 /* attention of x's rows to kv's (both (B, T, C) states, normed) */
 static ut_tensor *attention(ut_ctx *ctx, const t5 *net, const t5_attn *a, ut_tensor *x, ut_tensor *kv,
                             ut_tensor *bias, ut_tensor *mask) {
+    bool self = kv == x;
+    x = ut_tp_col_in(ctx, &net->lay.tp, x);
+    kv = self ? x : ut_tp_col_in(ctx, &net->lay.tp, kv);
     ut_tensor *q = heads(ctx, net, ut_linear_layer_forward(ctx, &a->q, x), AS_Q);
     ut_tensor *kT = heads(ctx, net, ut_linear_layer_forward(ctx, &a->k, kv), AS_KT);
     ut_tensor *v = heads(ctx, net, ut_linear_layer_forward(ctx, &a->v, kv), AS_Q);
@@ -140,12 +164,18 @@ static ut_tensor *act(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
 
 /* x + dropout(feed-forward(norm(x))) */
 static ut_tensor *feed_forward(ut_ctx *ctx, const t5 *net, const t5_block *b, ut_tensor *x) {
-    ut_tensor *n = rms(ctx, net, b->ln_ff, x), *h;
+    ut_tensor *n = ut_tp_col_in(ctx, &net->lay.tp, rms(ctx, net, b->ln_ff, x)), *h;
     if (net->gated)
         h = ut_mul(ctx, act(ctx, net, ut_linear_layer_forward(ctx, &b->wi0, n)), ut_linear_layer_forward(ctx, &b->wi1, n));
     else
         h = act(ctx, net, ut_linear_layer_forward(ctx, &b->wi, n));
-    h = ut_linear_layer_forward(ctx, &b->wo, ut_dropout(ctx, h, net->dropout));
+    if (h && net->lay.tp_size > 1) { /* this rank's features: the whole tensor's mask, column slice */
+        int64_t Fp = h->ne[h->ndim - 1];
+        h = ut_dropout_cols(ctx, h, net->dropout, (int64_t)net->lay.tp_rank * Fp, Fp * net->lay.tp_size);
+    } else {
+        h = ut_dropout(ctx, h, net->dropout);
+    }
+    h = row_out(ctx, net, &b->wo, h);
     return ut_add(ctx, x, ut_dropout(ctx, h, net->dropout));
 }
 
@@ -178,7 +208,10 @@ static ut_tensor *run_block(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in,
 }
 
 static ut_tensor *embed(ut_ctx *ctx, const t5 *net, ut_tensor *ids) {
-    return ut_dropout(ctx, ut_embedding_layer_forward(ctx, &net->shared, ids), net->dropout);
+    const ut_tp_hooks *tp = &net->lay.tp;
+    ut_tensor *e = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->shared.w, net->V, -1, tp->group)
+                                        : ut_embedding_layer_forward(ctx, &net->shared, ids);
+    return ut_dropout(ctx, e, net->dropout);
 }
 
 /* the encoder's states (B, S, C): ids (B, S), buckets (S * S), mask (B, 1, 1, S) */
@@ -202,7 +235,13 @@ static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *bk
 
 static ut_tensor *lm_head(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
     if (net->scale) h = ut_scale(ctx, h, 1.0f / sqrtf((float)net->C));
+    h = ut_tp_col_in(ctx, &net->lay.tp, h); /* split: this rank's rows of the vocabulary, never gathered */
     return net->tied ? ut_linear(ctx, h, net->shared.w, NULL) : ut_linear_layer_forward(ctx, &net->lm_head, h);
+}
+
+static ut_tensor *t5_loss_split(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    const t5 *net = m->impl;
+    return net->lay.tp.cross_entropy(ctx, logits, targets, net->V, -100, net->lay.tp.group);
 }
 
 /* ---- inputs ----
@@ -280,7 +319,7 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
             return ut_errorf(err, n, "t5 generation: token id %d is outside the vocabulary [0, %lld)", src[i],
                              (long long)net->V), NULL;
     dec_state *s = ut_calloc_check(1, sizeof *s);
-    int64_t N = B * per, HD = net->H * net->DK;
+    int64_t N = B * per, HD = net->Hl * net->DK;
     ut_decode_base_init(&s->b, m, "t5", N, per, max_len, cache);
     s->net = net, s->b.S = S;
     ut_ctx *k = s->b.keep;
@@ -321,7 +360,7 @@ static ut_tensor *cached_block(dec_state *s, int64_t l, ut_tensor *x, int64_t t,
     ut_tensor *kv[2];
     for (int i = 0; i < 2; i++) {
         ut_tensor *c = ut_kv_cache_get(ctx, s->b.kv, l, i, t + 1);
-        c = ut_reshape(ctx, ut_contiguous(ctx, c), 4, (int64_t[]){t + 1, s->b.rows, net->H, net->DK});
+        c = ut_reshape(ctx, ut_contiguous(ctx, c), 4, (int64_t[]){t + 1, s->b.rows, net->Hl, net->DK});
         kv[i] = ut_contiguous(ctx, ut_permute(ctx, c, i ? (const int[]){1, 2, 0, 3} : (const int[]){1, 2, 3, 0}));
     }
     x = ut_add(ctx, x, attend(ctx, net, &b->self, q, kv[0], kv[1], bias, NULL));
@@ -370,8 +409,17 @@ static int dec_reorder(void *state, const int32_t *rows, char *err, size_t n) {
 static const ut_decoder_ops t5_decoder = {dec_begin, dec_step, dec_reorder, ut_decode_end};
 
 /* ---- building ---- */
-static void linear(ut_model *m, ut_linear_layer *l, const char *name, int64_t in, int64_t out, float std) {
-    l->w = ut_param_add(m, name, 2, (int64_t[]){out, in}, (ut_init){UT_INIT_NORMAL, std});
+/* a linear without bias, N(0, std); split over the layout's tensor-parallel
+ * group on dim (0: its output features, 1: its inputs) when dim >= 0 */
+static void linear(ut_model *m, const t5 *net, ut_linear_layer *l, const char *name, int64_t in, int64_t out,
+                   float std, int dim) {
+    ut_init init = {UT_INIT_NORMAL, std};
+    char err[256];
+    if (dim >= 0 && net->lay.tp_size > 1)
+        UT_ASSERT((l->w = ut_param_add_part(m, name, 2, (int64_t[]){out, in}, init, dim, net->lay.tp_size,
+                                            net->lay.tp_rank, 1, err, sizeof err)));
+    else
+        l->w = ut_param_add(m, name, 2, (int64_t[]){out, in}, init);
     l->b = NULL;
 }
 
@@ -388,7 +436,7 @@ static void attn_init(ut_model *m, const t5 *net, t5_attn *a, const char *prefix
     ut_linear_layer *proj[4] = {&a->q, &a->k, &a->v, &a->o};
     for (int i = 0; i < 4; i++) {
         snprintf(q, sizeof q, "%s.%s.weight", prefix, leaf[i]);
-        linear(m, proj[i], q, i == 3 ? HD : C, i == 3 ? C : HD, stds[i]);
+        linear(m, net, proj[i], q, i == 3 ? HD : C, i == 3 ? C : HD, stds[i], i == 3 ? 1 : 0);
     }
 }
 
@@ -403,7 +451,13 @@ static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
     if (k == 0) { /* the stack's relative-position bias */
         snprintf(a, sizeof a, "%s.0.SelfAttention.relative_attention_bias.weight", p);
         ut_tensor **rel = dec ? &net->dec_rel : &net->enc_rel;
-        *rel = ut_param_add(m, a, 2, (int64_t[]){net->NB, net->H}, (ut_init){UT_INIT_NORMAL, f / sqrtf((float)C)});
+        ut_init init = {UT_INIT_NORMAL, f / sqrtf((float)C)};
+        char err[256];
+        if (net->lay.tp_size > 1) /* this rank's heads' columns */
+            UT_ASSERT((*rel = ut_param_add_part(m, a, 2, (int64_t[]){net->NB, net->H}, init, 1, net->lay.tp_size,
+                                                net->lay.tp_rank, 1, err, sizeof err)));
+        else
+            *rel = ut_param_add(m, a, 2, (int64_t[]){net->NB, net->H}, init);
     }
     snprintf(a, sizeof a, "%s.0.layer_norm.weight", p);
     b->ln_self = norm_weight(m, a, C);
@@ -417,15 +471,15 @@ static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
     }
     if (net->gated) {
         snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi_0.weight", p, ff);
-        linear(m, &b->wi0, a, C, F, f / sqrtf((float)C));
+        linear(m, net, &b->wi0, a, C, F, f / sqrtf((float)C), 0);
         snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi_1.weight", p, ff);
-        linear(m, &b->wi1, a, C, F, f / sqrtf((float)C));
+        linear(m, net, &b->wi1, a, C, F, f / sqrtf((float)C), 0);
     } else {
         snprintf(a, sizeof a, "%s.%d.DenseReluDense.wi.weight", p, ff);
-        linear(m, &b->wi, a, C, F, f / sqrtf((float)C));
+        linear(m, net, &b->wi, a, C, F, f / sqrtf((float)C), 0);
     }
     snprintf(a, sizeof a, "%s.%d.DenseReluDense.wo.weight", p, ff);
-    linear(m, &b->wo, a, F, C, f / sqrtf((float)F));
+    linear(m, net, &b->wo, a, F, C, f / sqrtf((float)F), 1);
     snprintf(a, sizeof a, "%s.%d.layer_norm.weight", p, ff);
     b->ln_ff = norm_weight(m, a, C);
     net->args[i] = (block_arg){net, b};
@@ -437,20 +491,23 @@ static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     int64_t n = net->EL + net->DL;
     net->block = ut_calloc_check((size_t)n, sizeof *net->block);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    ut_embedding_layer_init(m, &net->shared, "shared", net->V, net->C, f);
+    ut_embedding_layer_init_layout(m, &net->shared, "shared", net->V, net->C, f, &net->lay);
     for (int64_t i = 0; i < net->EL; i++) block_init(m, net, i, f);
     net->enc_ln = norm_weight(m, "encoder.final_layer_norm.weight", net->C);
     for (int64_t i = net->EL; i < n; i++) block_init(m, net, i, f);
     net->dec_ln = norm_weight(m, "decoder.final_layer_norm.weight", net->C);
-    if (!net->tied) linear(m, &net->lm_head, "lm_head.weight", net->C, net->V, f);
+    if (!net->tied) linear(m, net, &net->lm_head, "lm_head.weight", net->C, net->V, f, 0);
     m->impl = net;
     m->free_impl = t5_free;
     m->prepare = t5_prepare;
     m->forward_prepared = t5_forward;
-    m->loss = ut_model_seq2seq_loss;
-    m->decoder = &t5_decoder;
-    m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
-                                    .vocab = net->V};
+    m->loss = net->lay.tp_size > 1 ? t5_loss_split : ut_model_seq2seq_loss;
+    if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size;
+    else { /* a split model generates through its gathered whole (the trainer's) */
+        m->decoder = &t5_decoder;
+        m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
+                                        .vocab = net->V};
+    }
     ut_model_finalize(m, seed);
     /* weight decay as Hugging Face Trainer groups T5's parameters (by name:
      * none for a "bias"): the norms' weights decay, the relative-position
@@ -565,10 +622,17 @@ ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     int rc = read_dims(kv, &net, err, n) || read_kinds(kv, &net, &factor, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
-    ut_model_layout lay = ut_model_build_layout();
-    if (lay.tp_size > 1 || lay.pp_size > 1)
-        return ut_errorf(err, n, "t5: no tensor- or pipeline-parallel form yet; train it with data parallelism "
-                                 "(ddp, zero1-3)"), NULL;
+    net.lay = ut_model_build_layout();
+    int TP = net.lay.tp_size > 1 ? net.lay.tp_size : 1;
+    if (net.lay.pp_size > 1)
+        return ut_errorf(err, n, "t5: no pipeline-parallel form yet; train it with tensor and data parallelism "
+                                 "(dist.tensor_parallel, ddp, zero1-3)"), NULL;
+    if (net.H % TP || net.F % TP || net.V % TP)
+        return ut_errorf(err, n, "t5: num_heads %lld, d_ff %lld and vocab_size %lld must be divisible by "
+                                 "dist.tensor_parallel %d (pad the vocabulary, as Megatron-LM does)",
+                         (long long)net.H, (long long)net.F, (long long)net.V, TP), NULL;
+    net.lay.tp_size = TP;
+    net.Hl = net.H / TP;
     double C = (double)net.C, HD = (double)(net.H * net.DK), F = (double)net.F * (net.gated ? 3 : 2);
     double numel = (double)net.V * C * (net.tied ? 1 : 2) + (double)net.EL * (4 * C * HD + F * C) +
                    (double)net.DL * (8 * C * HD + F * C) + 2.0 * (double)(net.NB * net.H);

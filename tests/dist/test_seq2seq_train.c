@@ -110,13 +110,14 @@ static void test_learns_and_generates(void) {
 }
 
 /* T5 from scratch (gated GELU, relative positions) with T5's Unigram
- * tokenizer and a source prefix: ddp on 2 ranks reaches one process's
+ * tokenizer and a source prefix: ddp on 2 ranks and the model split over 2
+ * ranks (tensor parallel, with and without dropout) reach one process's
  * weights, and test mode generates */
 static void test_t5(void) {
     char saved[sizeof split_body];
     memcpy(saved, split_body, sizeof saved);
     snprintf(split_body, sizeof split_body,
-             "model: {name: t5, vocab_size: 2003, d_model: 32, d_kv: 8, d_ff: 64, num_layers: 2, num_heads: 4,\n"
+             "model: {name: t5, vocab_size: 2004, d_model: 32, d_kv: 8, d_ff: 64, num_layers: 2, num_heads: 4,\n"
              "        feed_forward_proj: gated-gelu, dropout_rate: 0}\n"
              "data: {name: seq2seq_text, tokenizer: tests/parity/fixtures/t5_unigram, source_prefix: \"first words: \",\n"
              "       train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
@@ -131,6 +132,14 @@ static void test_t5(void) {
     CHECK(split_train("t5whole", 1, "") == 0, "T5 in one process");
     CHECK(split_train("t5ddp2", 2, "train.batch_size=4") == 0, "T5 with ddp on 2 ranks");
     split_agrees("t5ddp2", "t5whole", 16);
+    /* split over 2 ranks: 2 of the 4 heads, half the features and the vocabulary each */
+    CHECK(split_train("t5tp2", 2, "dist.tensor_parallel=2") == 0, "T5 split over 2 ranks");
+    split_agrees("t5tp2", "t5whole", 16);
+    /* with dropout: the parts draw the whole model's masks */
+    CHECK(split_train("t5dwhole", 1, "model.dropout_rate=0.1") == 0, "T5 with dropout in one process");
+    CHECK(split_train("t5dtp2", 2, "dist.tensor_parallel=2 model.dropout_rate=0.1") == 0,
+          "T5 with dropout split over 2 ranks");
+    split_agrees("t5dtp2", "t5dwhole", 16);
     char run[700], out[700];
     snprintf(run, sizeof run, "%s/runs/t5whole", split_dir);
     snprintf(out, sizeof out, "%s/t5_test.out", split_dir);
