@@ -367,7 +367,7 @@ typedef struct {
  * for tp_size > 1 sets m->tp_size to it, for pp_size > 1 m->pp_size (a
  * build function that does not read the layout leaves them 1, and the
  * model is refused with a message saying it has no tensor-parallel or
- * pipeline form). Tensor-parallel: gpt2, bert, roberta, bart; pipeline:
+ * pipeline form). Tensor-parallel: gpt2, bert, roberta, bart, t5; pipeline:
  * gpt2's language model, bert, roberta. */
 ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t seed, ut_device dev,
                                  const ut_model_layout *layout, char *err, size_t n);
