@@ -146,16 +146,16 @@ struct ut_model {
  * *prompt_len) row-major, owned by the state, is each row's decoder prompt:
  * the start token (length 1), or a decoder-only model's prompt (left-padded
  * to the longest). step gives the next-token logits of every row (host (N,
- * vocab)) for the prefixes so far: prefix (N, len) row-major, the prompt
- * first; a cached state reads only what it has not seen (each step's
- * tokens go into the cache), an uncached one runs the decoder over the
- * whole prefix. reorder makes row r continue from row rows[r]'s prefix
+ * vocab)) for the prefixes so far: row r's len tokens at seq + r * ld, the
+ * prompt first; a cached state reads only what it has not seen (each
+ * step's tokens go into the cache), an uncached one runs the decoder over
+ * the whole prefix. reorder makes row r continue from row rows[r]'s prefix
  * (beam search); end frees the state. begin and step return NULL / -1 with
  * a message. */
 typedef struct ut_decoder_ops {
     void *(*begin)(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per_source,
                    int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err, size_t n);
-    int (*step)(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n);
+    int (*step)(void *state, const int32_t *seq, int64_t ld, int64_t len, float *logits, char *err, size_t n);
     int (*reorder)(void *state, const int32_t *rows, char *err, size_t n);
     void (*end)(void *state);
 } ut_decoder_ops;
@@ -212,8 +212,10 @@ int ut_decode_logits(ut_decode_base *b, ut_tensor *logits, int64_t len, float *o
 /* An encoder-decoder's step: len in [1, max_len], and cached, one token
  * past what the cache holds; else -1 with a message */
 int ut_decode_step_ok(const ut_decode_base *b, int64_t len, char *err, size_t n);
-/* the rows' last tokens (rows, 1) in the step's context */
-ut_tensor *ut_decode_last_ids(ut_decode_base *b, const int32_t *prefix, int64_t len);
+/* The rows' prefixes (row r's len tokens at seq + r * ld) in the step's
+ * context: their last tokens (rows, 1), or all of them (rows, len) */
+ut_tensor *ut_decode_last_ids(ut_decode_base *b, const int32_t *seq, int64_t ld, int64_t len);
+ut_tensor *ut_decode_prefix(ut_decode_base *b, const int32_t *seq, int64_t ld, int64_t len);
 /* x (B, ...) with each row repeated per times: (B * per, ...) */
 ut_tensor *ut_decode_expand(ut_ctx *ctx, ut_tensor *x, int per);
 /* sources' attention masks (B, S) as additive masks of their rows (B * per, S): 0 or -FLT_MAX, in ctx's host arena */

@@ -427,7 +427,7 @@ static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t)
     return feed_forward(ctx, net, ly, x);
 }
 
-static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+static int dec_step(void *state, const int32_t *seq, int64_t ld, int64_t len, float *logits, char *err, size_t n) {
     dec_state *s = state;
     const bart *net = s->net;
     ut_ctx *ctx = s->b.ctx;
@@ -436,13 +436,13 @@ static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logi
     ut_tensor *h;
     if (s->b.cache) {
         int32_t pos = (int32_t)(len + 1);
-        h = embed(ctx, net, ut_decode_last_ids(&s->b, prefix, len), ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos),
+        h = embed(ctx, net, ut_decode_last_ids(&s->b, seq, ld, len), ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos),
                   &net->dec_pos, &net->dec_ln);
         for (int64_t l = 0; l < net->DL && h; l++) h = cached_layer(s, l, h, len - 1);
     } else {
         int32_t *pos = ut_ctx_alloc(ctx, (size_t)len * sizeof *pos);
         for (int64_t t = 0; t < len; t++) pos[t] = (int32_t)(t + 2);
-        h = decode(s->b.m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+        h = decode(s->b.m, ctx, ut_decode_prefix(&s->b, seq, ld, len),
                    ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, pos), in_step(s, s->b.enc), in_step(s, s->b.mask));
         h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
     }

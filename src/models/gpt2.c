@@ -194,20 +194,11 @@ typedef struct {
     ut_decode_base b;        /* b.max_len: the prompt and the new tokens; b.kv: each block's keys and values */
     gpt2 *g;
     int64_t P;               /* the prompt's length */
+    /* in b.keep's host arena: */
     int32_t *prompt;         /* (N, P) */
     int32_t *pads;           /* per row: the prompt's padding at its left */
     float *mask;             /* (N, max_len): 0, or -FLT_MAX for a pad */
 } lm_state;
-
-static void lm_end(void *state) {
-    lm_state *s = state;
-    if (!s) return;
-    ut_decode_base_free(&s->b);
-    ut_free(s->prompt);
-    ut_free(s->pads);
-    ut_free(s->mask);
-    ut_free(s);
-}
 
 static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int64_t B, int64_t S, int per,
                       int64_t max_new, bool cache, const int32_t **prompt, int64_t *prompt_len, char *err, size_t n) {
@@ -229,22 +220,23 @@ static void *lm_begin(ut_model *m, const int32_t *src, const int32_t *mask, int6
     int64_t T = P + max_new;
     ut_decode_base_init(&s->b, m, "gpt2", N, per, T, cache);
     s->g = g, s->P = P;
-    s->prompt = ut_malloc_check((size_t)(N * P) * sizeof *s->prompt);
-    s->pads = ut_malloc_check((size_t)N * sizeof *s->pads);
-    s->mask = ut_calloc_check((size_t)(N * T), sizeof *s->mask);
+    s->prompt = ut_ctx_alloc(s->b.keep, (size_t)(N * P) * sizeof *s->prompt);
+    s->pads = ut_ctx_alloc(s->b.keep, (size_t)N * sizeof *s->pads);
+    s->mask = ut_ctx_alloc(s->b.keep, (size_t)(N * T) * sizeof *s->mask);
     int32_t pad = (int32_t)(m->tokens.pad >= 0 ? m->tokens.pad : 0);
     for (int64_t r = 0; r < N; r++) {
         const int32_t *ib = src + (r / per) * S, *mb = mask + (r / per) * S;
         int64_t k = 0;
         for (int64_t t = 0; t < S; t++) k += mb[t] != 0;
         s->pads[r] = (int32_t)(P - k);
-        for (int64_t t = 0; t < P - k; t++) s->prompt[r * P + t] = pad, s->mask[r * T + t] = -FLT_MAX;
+        for (int64_t t = 0; t < T; t++) s->mask[r * T + t] = t < P - k ? -FLT_MAX : 0.0f;
+        for (int64_t t = 0; t < P - k; t++) s->prompt[r * P + t] = pad;
         for (int64_t t = 0, j = P - k; t < S; t++)
             if (mb[t]) s->prompt[r * P + j++] = ib[t];
     }
     if (cache) s->b.kv = ut_kv_cache_new(s->b.keep, g->n_layer, T, N, g->C);
     if (ut_decode_failed(&s->b, s->b.keep, err, n)) {
-        lm_end(s);
+        ut_decode_end(s);
         return NULL;
     }
     *prompt = s->prompt, *prompt_len = P;
@@ -271,7 +263,7 @@ static ut_tensor *lm_block(lm_state *s, int64_t l, ut_tensor *x, int64_t t0, ut_
     return ut_add(ctx, x, ut_mlp_layer_forward(ctx, &b->mlp, ut_layernorm_layer_forward(ctx, &b->ln_2, x)));
 }
 
-static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+static int lm_step(void *state, const int32_t *seq, int64_t ld, int64_t len, float *logits, char *err, size_t n) {
     lm_state *s = state;
     const gpt2 *g = s->g;
     ut_ctx *ctx = s->b.ctx;
@@ -286,7 +278,7 @@ static int lm_step(void *state, const int32_t *prefix, int64_t len, float *logit
     for (int64_t r = 0; r < N; r++) {
         for (int64_t t = 0; t < T; t++) {
             int64_t at = t0 + t;
-            ids[r * T + t] = prefix[r * len + at];
+            ids[r * T + t] = seq[r * ld + at];
             pos[r * T + t] = at >= s->pads[r] ? (int32_t)(at - s->pads[r]) : 1;
         }
         memcpy(mk + r * len, s->mask + r * Tm, (size_t)len * sizeof *mk);
@@ -305,7 +297,7 @@ static int lm_reorder(void *state, const int32_t *rows, char *err, size_t n) {
     return ut_decode_reorder(&((lm_state *)state)->b, rows, err, n);
 }
 
-static const ut_decoder_ops gpt2_decoder = {lm_begin, lm_step, lm_reorder, lm_end};
+static const ut_decoder_ops gpt2_decoder = {lm_begin, lm_step, lm_reorder, ut_decode_end};
 
 /* sequence_classification's options: num_labels (num_classes), pad_token_id
  * (unset: -1), initializer_range (the new score head's std) */

@@ -371,7 +371,7 @@ static ut_tensor *cached_block(dec_state *s, int64_t l, ut_tensor *x, int64_t t,
     return feed_forward(ctx, net, b, x);
 }
 
-static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logits, char *err, size_t n) {
+static int dec_step(void *state, const int32_t *seq, int64_t ld, int64_t len, float *logits, char *err, size_t n) {
     dec_state *s = state;
     const t5 *net = s->net;
     ut_ctx *ctx = s->b.ctx;
@@ -383,7 +383,7 @@ static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logi
         int32_t *bk = ut_ctx_alloc(ctx, (size_t)len * sizeof *bk);
         buckets(bk, t, 1, len, false, net);
         ut_tensor *bias = position_bias(ctx, net->dec_rel, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len}, bk), 1, len);
-        h = embed(ctx, net, ut_decode_last_ids(&s->b, prefix, len));
+        h = embed(ctx, net, ut_decode_last_ids(&s->b, seq, ld, len));
         for (int64_t l = 0; l < net->DL && h; l++) h = cached_block(s, l, h, t, bias);
         h = h ? rms(ctx, net, net->dec_ln, h) : NULL;
     } else {
@@ -392,7 +392,7 @@ static int dec_step(void *state, const int32_t *prefix, int64_t len, float *logi
         buckets(bk, 0, len, len, false, net);
         for (int64_t i = 0; i < len; i++)
             for (int64_t j = 0; j < len; j++) causal[i * len + j] = j > i ? -FLT_MAX : 0.0f;
-        h = decode(s->b.m, ctx, ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){N, len}, prefix),
+        h = decode(s->b.m, ctx, ut_decode_prefix(&s->b, seq, ld, len),
                    ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){len * len}, bk),
                    ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){len, len}, causal), ut_tensor_share(ctx, s->b.enc),
                    ut_tensor_share(ctx, s->b.mask));

@@ -122,10 +122,8 @@ static int greedy(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out
     int32_t pad = (int32_t)(p->tok.pad >= 0 ? p->tok.pad : p->tok.eos);
     int64_t P = p->P;
     for (int64_t b = 0; b < B; b++) memcpy(seq + b * T, p->prompt + b * P, (size_t)P * sizeof *seq), lens[b] = 0;
-    int32_t *pre = ut_malloc_check((size_t)(B * T) * sizeof *pre);
     for (int64_t len = P; len < T && !rc; len++) {
-        for (int64_t b = 0; b < B; b++) memcpy(pre + b * len, seq + b * T, (size_t)len * sizeof *pre);
-        if (m->decoder->step(st, pre, len, logits, err, n)) {
+        if (m->decoder->step(st, seq, T, len, logits, err, n)) {
             rc = -1;
             break;
         }
@@ -145,7 +143,6 @@ static int greedy(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out
     for (int64_t b = 0; b < B && !rc; b++)
         for (int64_t i = 0; i < o->max_new_tokens; i++)
             out[b * o->max_new_tokens + i] = i < lens[b] ? seq[b * T + P + i] : pad;
-    ut_free(pre);
     ut_free(seq);
     ut_free(logits);
     ut_free(tmp);
@@ -188,14 +185,14 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
      * `pad_token_id or eos_token_id`, so end of sequence where pad is 0 (T5) */
     int32_t pad = (int32_t)(p->tok.pad > 0 || p->tok.eos < 0 ? p->tok.pad : p->tok.eos);
     int32_t *run = ut_malloc_check((size_t)(N * T) * sizeof *run), *nrun = ut_malloc_check((size_t)(N * T) * sizeof *nrun);
-    int32_t *fin = ut_malloc_check((size_t)(N * T) * sizeof *fin), *pre = ut_malloc_check((size_t)(N * T) * sizeof *pre);
+    int32_t *fin = ut_malloc_check((size_t)(N * T) * sizeof *fin), *old = ut_malloc_check((size_t)(K * T) * sizeof *old);
     float *rs = ut_malloc_check((size_t)N * sizeof *rs), *fs = ut_malloc_check((size_t)N * sizeof *fs);
     int64_t *flen = ut_calloc_check((size_t)N, sizeof *flen);
     bool *ff = ut_calloc_check((size_t)N, sizeof *ff), *open = ut_malloc_check((size_t)B * sizeof *open);
     float *logits = ut_malloc_check((size_t)(N * V) * sizeof *logits);
     float *acc = ut_malloc_check((size_t)(K * V) * sizeof *acc);
     int32_t *parent = ut_malloc_check((size_t)N * sizeof *parent);
-    int64_t *ti = ut_malloc_check((size_t)(K2 > K ? K2 : K) * sizeof *ti), *mi = ut_malloc_check((size_t)K * sizeof *mi);
+    int64_t *ti = ut_malloc_check((size_t)K2 * sizeof *ti), *mi = ut_malloc_check((size_t)K * sizeof *mi);
     for (int64_t i = 0; i < N * T; i++) run[i] = fin[i] = pad;
     for (int64_t r = 0; r < N; r++) {
         memcpy(run + r * T, p->prompt + r * P, (size_t)P * sizeof *run);
@@ -206,8 +203,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     for (int64_t b = 0; b < B; b++) open[b] = true;
     int rc = 0;
     for (int64_t len = P; len < T; len++) {
-        for (int64_t r = 0; r < N; r++) memcpy(pre + r * len, run + r * T, (size_t)len * sizeof *pre);
-        if (m->decoder->step(st, pre, len, logits, err, n)) {
+        if (m->decoder->step(st, run, T, len, logits, err, n)) {
             rc = -1;
             break;
         }
@@ -255,7 +251,6 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
             }
             top_k(fin_v, K + K2, K, mi);
             /* gather into the slots in order, from a copy of the old ones */
-            int32_t *old = pre; /* free until the next step */
             memcpy(old, fin + b * K * T, (size_t)(K * T) * sizeof *old);
             int64_t ofl[64];
             bool off[64];
@@ -310,7 +305,7 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     ut_free(run);
     ut_free(nrun);
     ut_free(fin);
-    ut_free(pre);
+    ut_free(old);
     ut_free(rs);
     ut_free(fs);
     ut_free(flen);
@@ -327,8 +322,8 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
 int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int32_t *mask, int64_t B, int64_t S,
                 int32_t *out, int64_t *lens, char *err, size_t n) {
     if (!m->decoder)
-        return ut_errorf(err, n, "model %s generates no text (generation needs a sequence-to-sequence model, "
-                                 "model.task: seq2seq)", m->type);
+        return ut_errorf(err, n, "model %s generates no text (bart and t5 as sequence-to-sequence models, "
+                                 "model.task: seq2seq, and gpt2's language model do)", m->type);
     if (o->max_new_tokens < 1 || o->min_new_tokens < 0 || o->num_beams < 1 || o->num_beams > 32 ||
         o->no_repeat_ngram_size < 0 || o->top_k < 0 || !(o->temperature > 0) || !(o->top_p > 0 && o->top_p <= 1))
         return ut_errorf(err, n, "generation: max_new_tokens >= 1, min_new_tokens >= 0, num_beams in [1, 32], "

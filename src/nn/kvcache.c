@@ -6,6 +6,7 @@
  * buffer), and a decoding state's common part (ut_decode_base): its two
  * contexts, the beam-reorder check, sources expanded to their rows. */
 #include <float.h>
+#include <string.h>
 
 #include "utrain/base.h"
 #include "utrain/nn.h"
@@ -100,7 +101,9 @@ int ut_decode_reorder(ut_decode_base *b, const int32_t *rows, char *err, size_t 
         if (rows[r] < 0 || rows[r] >= b->rows || rows[r] / b->per != r / b->per)
             return ut_errorf(err, n, "%s generation: row %lld cannot continue row %d of another source", b->model,
                              (long long)r, rows[r]);
-    if (!b->cache || !b->kv) return 0;
+    bool same = true; /* the beams kept their rows: nothing to move */
+    for (int64_t r = 0; r < b->rows && same; r++) same = rows[r] == r;
+    if (same || !b->cache || !b->kv) return 0;
     ut_kv_cache_reorder(b->ctx, b->kv, rows, b->len);
     int rc = ut_decode_failed(b, b->ctx, err, n);
     ut_ctx_reset(b->ctx);
@@ -142,8 +145,14 @@ int ut_decode_step_ok(const ut_decode_base *b, int64_t len, char *err, size_t n)
                      (long long)b->len, (long long)b->max_len);
 }
 
-ut_tensor *ut_decode_last_ids(ut_decode_base *b, const int32_t *prefix, int64_t len) {
+ut_tensor *ut_decode_last_ids(ut_decode_base *b, const int32_t *seq, int64_t ld, int64_t len) {
     int32_t *ids = ut_ctx_alloc(b->ctx, (size_t)b->rows * sizeof *ids);
-    for (int64_t r = 0; r < b->rows; r++) ids[r] = prefix[r * len + len - 1];
+    for (int64_t r = 0; r < b->rows; r++) ids[r] = seq[r * ld + len - 1];
     return ut_tensor_from(b->ctx, UT_I32, 2, (int64_t[]){b->rows, 1}, ids);
+}
+
+ut_tensor *ut_decode_prefix(ut_decode_base *b, const int32_t *seq, int64_t ld, int64_t len) {
+    int32_t *ids = ut_ctx_alloc(b->ctx, (size_t)(b->rows * len) * sizeof *ids);
+    for (int64_t r = 0; r < b->rows; r++) memcpy(ids + r * len, seq + r * ld, (size_t)len * sizeof *ids);
+    return ut_tensor_from(b->ctx, UT_I32, 2, (int64_t[]){b->rows, len}, ids);
 }
