@@ -148,6 +148,11 @@ void ut_tok_encoding_free(ut_tok_encoding *e);
  * </s>, <pad>, ...). NULL with a message for an id outside the vocabulary. */
 char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special,
                           char *err, size_t errn);
+/* A generated text as it is shown and scored (ut_free it): ids the
+ * tokenizer does not have and special tokens left out (as Hugging Face's
+ * decode leaves them), bytes that are not UTF-8 (byte-level BPE can cut a
+ * character) as U+FFFD, the spaces at both ends trimmed. Never fails. */
+char *ut_tokenizer_decode_generated(const ut_tokenizer *t, const int32_t *ids, int64_t n);
 
 /* Text classification with a pretrained tokenizer: the TSV layout above, the
  * text in "sentence" (or "sentence1") and, for pair tasks, "sentence2". Each
@@ -197,6 +202,13 @@ const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which);
 /* How many sources (which 0) or targets (which 1) were cut to max_source_len
  * / max_target_len; 0 for a dataset that is not seq2seq. */
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which);
+/* One source encoded as the dataset encodes its sources: lower-cased
+ * (o->lowercase), after o->source_prefix, with the special tokens, cut at
+ * o->max_source_len (*cut says whether it was). 0, or -1 with "byte K: not
+ * valid UTF-8" or the tokenizer's message. `utrain generate` encodes its
+ * input lines with it. */
+int ut_seq2seq_encode_source(ut_tokenizer *t, const ut_seq2seq_opts *o, const char *text, ut_tok_encoding *e,
+                             bool *cut, char *err, size_t n);
 /* ut_seq2seq_planes and ut_seq2seq_batch_trim: after the loader (they take a ut_batch). */
 
 /* ---- sampler ---- */

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #include "utrain/utrain.h"
 
@@ -568,28 +567,6 @@ static void free_lines(gen_lines *f) {
     ut_free(f->line);
 }
 
-/* s lower-cased as data.lowercase does (each code point's lowercase; U+0130
- * gives "i" and U+0307); NULL when s is not UTF-8 (the encoder says where). */
-static char *lowercase(const char *s) {
-    size_t len = strlen(s), k = 0;
-    char *out = ut_malloc_check(3 * len + 1);   /* no lowercase is longer than 3 bytes per input byte */
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t used = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (used < 1) {
-            ut_free(out);
-            return NULL;
-        }
-        i += (size_t)used;
-        if (cp == 0x130) {
-            out[k++] = 'i';
-            k += (size_t)utf8proc_encode_char(0x307, (utf8proc_uint8_t *)out + k);
-        } else k += (size_t)utf8proc_encode_char(utf8proc_tolower(cp), (utf8proc_uint8_t *)out + k);
-    }
-    out[k] = 0;
-    return out;
-}
-
 /* The encoded sources: source i is ids[off[i], off[i + 1]). */
 typedef struct {
     int32_t *ids;
@@ -605,27 +582,11 @@ static int line_error(const char *path, int64_t line, const char *why, char *err
 static int encode_line(gen_model *g, ut_tok_encoding *e, const char *path, int64_t line, const char *text,
                        gen_sources *s, char *err, size_t n) {
     char why[1024];
-    char *low = NULL, *full = NULL;
-    /* the line alone first when it is changed: a bad byte's offset is the line's */
-    if ((g->prefix || g->lowercase) && ut_tokenizer_encode(g->tok, text, NULL, NULL, e, why, sizeof why))
+    bool cut;
+    ut_seq2seq_opts o = {.max_source_len = g->max_len, .source_prefix = g->prefix, .lowercase = g->lowercase};
+    if (ut_seq2seq_encode_source(g->tok, &o, text, e, &cut, why, sizeof why))
         return line_error(path, line, why, err, n);
-    if (g->lowercase && !(low = lowercase(text))) return line_error(path, line, "not valid UTF-8", err, n);
-    if (g->prefix) {
-        size_t a = strlen(g->prefix), b = strlen(low ? low : text);
-        full = ut_malloc_check(a + b + 1);
-        memcpy(full, g->prefix, a);
-        memcpy(full + a, low ? low : text, b + 1);
-    }
-    const char *src = full ? full : low ? low : text;
-    ut_tok_opts whole = {0}, cut = {.max_len = g->max_len};
-    int rc = ut_tokenizer_encode(g->tok, src, NULL, &whole, e, why, sizeof why);
-    if (!rc && e->len > g->max_len) {
-        s->cut++;
-        rc = ut_tokenizer_encode(g->tok, src, NULL, &cut, e, why, sizeof why);
-    }
-    ut_free(low);
-    ut_free(full);
-    if (rc) return line_error(path, line, why, err, n);
+    s->cut += cut;
     if (s->off[s->n] + e->len > s->cap) {
         while (s->off[s->n] + e->len > s->cap) s->cap = s->cap ? 2 * s->cap : 4096;
         s->ids = ut_realloc_check(s->ids, (size_t)s->cap * sizeof *s->ids);
@@ -651,50 +612,11 @@ static int encode_sources(gen_model *g, const char *path, const gen_lines *f, ge
 
 /* ---- the texts ---- */
 
-/* The length of the UTF-8 sequence at s (left bytes), or minus the length of
- * the invalid piece to replace there (the maximal subpart, as Python's
- * errors="replace" and Rust's from_utf8_lossy cut it). */
-static int utf8_seq(const unsigned char *s, size_t left) {
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    int need;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, lo = 0xA0;
-    else if (c == 0xED) need = 2, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, lo = 0x90;
-    else if (c == 0xF4) need = 3, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else return -1;
-    for (int i = 1; i <= need; i++, lo = 0x80, hi = 0xBF)
-        if ((size_t)i >= left || s[i] < lo || s[i] > hi) return -i;
-    return need + 1;
-}
-
-/* One generated text as written: bytes that are not UTF-8 as U+FFFD (what a
- * Hugging Face tokenizer's decode gives), spaces at its ends trimmed, tabs,
- * carriage returns and newlines inside it as spaces. */
+/* One generated text as written (ut_tokenizer_decode_generated's), tabs,
+ * carriage returns and newlines inside it as spaces: one line per source. */
 static void put_text(FILE *out, const char *text) {
-    const unsigned char *s = (const unsigned char *)text, *e = s + strlen(text);
-    while (*s == ' ') s++;
-    while (e > s && e[-1] == ' ') e--;
-    while (s < e) {
-        int k = utf8_seq(s, (size_t)(e - s));
-        if (k < 0) fputs("\xEF\xBF\xBD", out);
-        else if (*s == '\t' || *s == '\n' || *s == '\r') fputc(' ', out);
-        else fwrite(s, 1, (size_t)k, out);
-        s += k < 0 ? -k : k;
-    }
+    for (const char *c = text; *c; c++) fputc(*c == '\t' || *c == '\n' || *c == '\r' ? ' ' : *c, out);
     fputc('\n', out);
-}
-
-/* The text of one generation: ids the tokenizer does not have are left out
- * (as Hugging Face's decode leaves them), special tokens too. */
-static char *decode(const gen_model *g, const int32_t *ids, int64_t len, int32_t *tmp, char *err, size_t n) {
-    int64_t V = ut_tokenizer_vocab_size(g->tok), k = 0;
-    for (int64_t i = 0; i < len; i++)
-        if (ids[i] >= 0 && ids[i] < V) tmp[k++] = ids[i];
-    return ut_tokenizer_decode(g->tok, tmp, k, true, err, n);
 }
 
 /* ---- progress on a terminal ---- */
@@ -758,7 +680,7 @@ static int generate_all(gen_model *g, const gen_sources *s, const char *in_path,
         if (s->off[i + 1] - s->off[i] > longest) longest = s->off[i + 1] - s->off[i];
     int32_t *src = ut_malloc_check((size_t)(B * longest) * sizeof *src);
     int32_t *mask = ut_malloc_check((size_t)(B * longest) * sizeof *mask);
-    int32_t *ids = ut_malloc_check((size_t)(B * M) * sizeof *ids), *tmp = ut_malloc_check((size_t)M * sizeof *tmp);
+    int32_t *ids = ut_malloc_check((size_t)(B * M) * sizeof *ids);
     int64_t *lens = ut_malloc_check((size_t)B * sizeof *lens);
     bool stdout_tty = out == stdout && isatty(STDOUT_FILENO);
     gen_progress p = {.on = isatty(STDERR_FILENO), .t0 = now_s()};
@@ -774,9 +696,8 @@ static int generate_all(gen_model *g, const gen_sources *s, const char *in_path,
         }
         if (stdout_tty) progress_clear(&p);
         for (int64_t k = 0; k < count && !rc; k++) {
-            char *text = decode(g, ids + k * M, lens[k], tmp, why, sizeof why);
-            if (!text) rc = ut_errorf(err, n, "%s:%lld: decoding: %s", in_path, (long long)(b0 + k + 1), why);
-            else put_text(out, text);
+            char *text = ut_tokenizer_decode_generated(g->tok, ids + k * M, lens[k]);
+            put_text(out, text);
             ut_free(text);
         }
         fflush(out);
@@ -786,7 +707,6 @@ static int generate_all(gen_model *g, const gen_sources *s, const char *in_path,
     ut_free(src);
     ut_free(mask);
     ut_free(ids);
-    ut_free(tmp);
     ut_free(lens);
     return rc;
 }

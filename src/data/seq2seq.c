@@ -170,7 +170,6 @@ typedef struct {
     const ut_seq2seq_opts *o;
     s2s_impl *m;
     ut_tok_encoding e;
-    ut__sbuf src;                /* the prefix and the source text */
 } builder;
 
 static void *grow(void *p, int64_t *cap, int64_t need, size_t elem) {
@@ -187,7 +186,16 @@ static void push_text(s2s_impl *m, int64_t j, const char *s, size_t len) {
     m->ntext += (int64_t)len + 1;
 }
 
-/* Encodes text as text j of the dataset: with the special tokens, cut to
+/* b->e's ids as text w of the example being added */
+static void push_ids(builder *b, int w) {
+    s2s_impl *m = b->m;
+    m->ids = grow(m->ids, &m->ids_cap, m->nids + b->e.len, sizeof *m->ids);
+    memcpy(m->ids + m->nids, b->e.ids, (size_t)b->e.len * sizeof *m->ids);
+    m->nids += b->e.len;
+    m->id_off[2 * m->n + w + 1] = m->nids;
+}
+
+/* Encodes text as text w of the dataset: with the special tokens, cut to
  * max_len[w] (counted when it had to be). */
 static int encode_text(builder *b, int w, const char *text, const char *path, int64_t line, char *err,
                        size_t n) {
@@ -200,11 +208,38 @@ static int encode_text(builder *b, int w, const char *text, const char *path, in
         rc = ut_tokenizer_encode(b->tok, text, NULL, &cut, &b->e, why, sizeof why);
     }
     if (rc) return ut_errorf(err, n, "%s:%lld: %s: %s", path, (long long)line, what_name[w], why);
-    m->ids = grow(m->ids, &m->ids_cap, m->nids + b->e.len, sizeof *m->ids);
-    memcpy(m->ids + m->nids, b->e.ids, (size_t)b->e.len * sizeof *m->ids);
-    m->nids += b->e.len;
-    m->id_off[2 * m->n + w + 1] = m->nids;
+    push_ids(b, w);
     return 0;
+}
+
+/* The source text (as read) encoded as ut_seq2seq_encode_source does */
+static int encode_source(builder *b, const char *text, const char *path, int64_t line, char *err, size_t n) {
+    char why[512];
+    bool cut;
+    if (ut_seq2seq_encode_source(b->tok, b->o, text, &b->e, &cut, why, sizeof why))
+        return ut_errorf(err, n, "%s:%lld: %s: %s", path, (long long)line, what_name[SRC], why);
+    b->m->truncated[SRC] += cut;
+    push_ids(b, SRC);
+    return 0;
+}
+
+int ut_seq2seq_encode_source(ut_tokenizer *t, const ut_seq2seq_opts *o, const char *text, ut_tok_encoding *e,
+                             bool *cut, char *err, size_t n) {
+    size_t len = strlen(text);
+    int64_t bad = ut__utf8_check(text, len);
+    if (bad >= 0) return ut_errorf(err, n, "byte %lld: not valid UTF-8", (long long)bad);
+    char *low = o->lowercase ? ut__bert_normalize(text, len, false, false, false, true, &len) : NULL;
+    ut__sbuf src = {0};
+    ut__sbuf_put(&src, "", 0);
+    if (o->source_prefix) ut__sbuf_put(&src, o->source_prefix, strlen(o->source_prefix));
+    ut__sbuf_put(&src, low ? low : text, len);
+    ut_tok_opts whole = {0}, part = {.max_len = o->max_source_len};
+    int rc = ut_tokenizer_encode(t, src.s, NULL, &whole, e, err, n);
+    *cut = !rc && e->len > o->max_source_len;
+    if (*cut) rc = ut_tokenizer_encode(t, src.s, NULL, &part, e, err, n);
+    ut_free(low);
+    ut_free(src.s);
+    return rc;
 }
 
 /* Adds one example; path[w] and line[w] say where text w came from. */
@@ -226,14 +261,8 @@ static int add_example(builder *b, const char *text[2], const char *const path[2
         char *low = b->o->lowercase ? ut__bert_normalize(text[w], len, false, false, false, true, &len) : NULL;
         const char *t = low ? low : text[w];
         push_text(m, 2 * m->n + w, t, len);
-        if (w == SRC) {
-            b->src.n = 0;
-            ut__sbuf_put(&b->src, "", 0);
-            if (b->o->source_prefix) ut__sbuf_put(&b->src, b->o->source_prefix, strlen(b->o->source_prefix));
-            ut__sbuf_put(&b->src, t, len);
-            t = b->src.s;
-        }
-        int rc = encode_text(b, w, t, path[w], line[w], err, n);
+        int rc = w == SRC ? encode_source(b, text[w], path[w], line[w], err, n)
+                          : encode_text(b, w, t, path[w], line[w], err, n);
         ut_free(low);
         if (rc) return -1;
     }
@@ -447,7 +476,6 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
     builder b = {.tok = t, .o = o, .m = m};
     int rc = read_examples(&b, path, target_path, err, n);
     ut_tok_encoding_free(&b.e);
-    ut_free(b.src.s);
     if (rc) {
         s2s_impl_free(m);
         return NULL;

@@ -98,3 +98,47 @@ char *ut_tokenizer_decode(const ut_tokenizer *t, const int32_t *ids, int64_t n, 
     if (t->kind == UT__TOK_UNIGRAM) decode_unigram(t, ids, n, skip_special, &b);
     return b.s;
 }
+
+/* The length of the UTF-8 sequence at s (left bytes), or minus the length
+ * of the invalid piece to replace there (the maximal subpart, as Python's
+ * errors="replace" and Rust's from_utf8_lossy cut it). */
+static int utf8_seq(const unsigned char *s, size_t left) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    int need;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) need = 2;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else return -1;
+    for (int i = 1; i <= need; i++, lo = 0x80, hi = 0xBF)
+        if ((size_t)i >= left || s[i] < lo || s[i] > hi) return -i;
+    return need + 1;
+}
+
+char *ut_tokenizer_decode_generated(const ut_tokenizer *t, const int32_t *ids, int64_t n) {
+    int32_t *known = ut_malloc_check((size_t)(n > 0 ? n : 1) * sizeof *known);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < t->vocab.size) known[k++] = ids[i];
+    char err[8];
+    char *raw = ut_tokenizer_decode(t, known, k, true, err, sizeof err); /* only unknown ids fail: none */
+    ut_free(known);
+    UT_ASSERT(raw);
+    const unsigned char *s = (const unsigned char *)raw, *e = s + strlen(raw);
+    while (*s == ' ') s++;
+    while (e > s && e[-1] == ' ') e--;
+    ut__sbuf b = {0};
+    ut__sbuf_put(&b, "", 0);
+    while (s < e) {
+        int len = utf8_seq(s, (size_t)(e - s));
+        if (len < 0) ut__sbuf_put(&b, "\xEF\xBF\xBD", 3);
+        else ut__sbuf_put(&b, (const char *)s, (size_t)len);
+        s += len < 0 ? -len : len;
+    }
+    ut_free(raw);
+    return b.s;
+}

@@ -101,17 +101,7 @@ int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t b
     int32_t *one = ut_malloc_check((size_t)(M ? M : 1) * sizeof *one);
     for (int64_t i = 0; i < N && !rc; i++) {
         for (int64_t j = 0; j < lens[i]; j++) one[j] = (int32_t)(ids[i * M + j] - 1);
-        char *text = ut_tokenizer_decode(tok, one, lens[i], true, err, n);
-        if (!text) {
-            rc = -1;
-            break;
-        }
-        /* the text without the spaces a tokenizer leaves at its ends */
-        char *s = text, *e = text + strlen(text);
-        while (*s == ' ') s++;
-        while (e > s && e[-1] == ' ') e--;
-        *e = 0;
-        memmove(text, s, (size_t)(e - s) + 1);
+        char *text = ut_tokenizer_decode_generated(tok, one, lens[i]);
         const char *ref = ut_seq2seq_text(ds, i, 1);
         ut_bleu_add(&bleu, text, ref ? ref : "");
         rouge += ut_rouge_l(text, ref ? ref : "");
