@@ -195,12 +195,14 @@ ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *target
 int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err, size_t n);
 int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n);
 void ut_tp_scatter_param(ut_params *p, int i, const float *full);
-/* The same for values laid out as parameter i's part at vals, in the
- * parameters' device memory (an optimizer state buffer's segment of it, for
- * checkpoints). */
-int ut_tp_gather_values(const ut_params *p, int i, const float *vals, ut_comm *group, float *full, char *err,
-                        size_t n);
-void ut_tp_scatter_values(const ut_params *p, int i, float *vals, const float *full);
+/* The same for values laid out as parameter i's part at vals, in device
+ * dev's memory (an optimizer state buffer's segment, for checkpoints: on the
+ * host under ZeRO-Offload). */
+int ut_tp_gather_values(const ut_params *p, int i, ut_device dev, const float *vals, ut_comm *group, float *full,
+                        char *err, size_t n);
+void ut_tp_scatter_values(const ut_params *p, int i, ut_device dev, float *vals, const float *full);
+/* This rank's part of parameter i's whole tensor full, both in host memory. */
+void ut_tp_part_values(const ut_params *p, int i, const float *full, float *mine);
 /* Elements of parameter i's whole tensor (its own count when not split). */
 int64_t ut_tp_full_numel(const ut_params *p, int i);
 /* The two as a tensor-parallel layer's hooks over group

@@ -1,6 +1,8 @@
 /* utrain file I/O: the safetensors format (as written by PyTorch tooling).
  * defines: ut_st_dtype, ut_st_tensor, ut_st_file, ut_st_open, ut_st_count,
- *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save,
+ *          ut_st_name, ut_st_get, ut_st_meta, ut_st_close, ut_st_save, ut_st_open_index, ut_st_index,
+ *          ut_st_offset, ut_st_read, ut_st_writer_open, ut_st_writer_write, ut_st_writer_set_meta,
+ *          ut_st_writer_close,
  *          ut_st_dtype_name, ut_st_dtype_size, ut_st_numel, ut_st_float, ut_st_first_bad, ut_hf_config_read,
  *          ut_hf_config_checked, ut_hf_weights_path, ut_hf_load_opts, ut_hf_load_weights, ut_hf_load_pretrained,
  *          ut_hf_export, ut_hf_copy_tokenizer.
@@ -70,6 +72,31 @@ const char *ut_st_meta(const ut_st_file *f, const char *key);
  * mismatch, I/O failure naming the path). */
 int ut_st_save(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
                const char *const *meta_kv, char *err, size_t errn);
+
+/* Files larger than memory, a piece at a time.
+ * ut_st_open_index: like ut_st_open, but reads and checks only the header;
+ *   the tensors' data is NULL, read by ut_st_read (the file stays open).
+ * ut_st_index: tensor name's index, or -1. ut_st_offset: tensor i's place in
+ *   the data (its first data_offset): file order.
+ * ut_st_read: nbytes of tensor i from byte at of it, into dst (either kind of
+ *   open file); -1 with err naming the tensor and the file bytes.
+ * ut_st_writer_*: ut_st_save in steps: the header from the tensors' names,
+ *   dtypes and shapes (their data unused), then every tensor's bytes in order
+ *   by ut_st_writer_write (in as many pieces as wanted), then
+ *   ut_st_writer_close(commit) syncs and renames it over path (or, without
+ *   commit, removes the temporary file). ut_st_writer_set_meta rewrites a
+ *   metadata value in place with one of the same length (a checksum known
+ *   only at the end). The bytes equal ut_st_save's for the same tensors. */
+ut_st_file *ut_st_open_index(const char *path, char *err, size_t n);
+int ut_st_index(const ut_st_file *f, const char *name);
+int64_t ut_st_offset(const ut_st_file *f, int i);
+int ut_st_read(const ut_st_file *f, int i, size_t at, void *dst, size_t nbytes, char *err, size_t n);
+typedef struct ut_st_writer ut_st_writer;
+ut_st_writer *ut_st_writer_open(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
+                                const char *const *meta_kv, char *err, size_t errn);
+int ut_st_writer_write(ut_st_writer *w, const void *data, size_t nbytes, char *err, size_t errn);
+int ut_st_writer_set_meta(ut_st_writer *w, const char *key, const char *value, char *err, size_t errn);
+int ut_st_writer_close(ut_st_writer *w, bool commit, char *err, size_t errn);
 
 /* ---- Hugging Face model directories (src/io/hf.c; docs/models.md) ---- */
 /* DIR/config.json's top-level numbers, strings and booleans as options

@@ -1,6 +1,7 @@
 /* utrain trainer: the training loop, evaluation, checkpoints, logs,
  * TensorBoard, and the hooks that customise them.
- * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories, stale temporaries),
+ * defines: ut_train_state, ut_ckpt_* (checkpoint files and directories, stale temporaries, written and
+ *          read a tensor at a time),
  *          ut_tb_* (TensorBoard event files), ut_hooks, ut_trainer_run,
  *          ut_trainer_test, UT_EXIT_* codes; ut_model_from_config, ut_run_tokenizer,
  *          ut_best_checkpoint, ut_gen_opts_from_config (a run's parts, for `utrain generate`). */
@@ -58,6 +59,44 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
  * nothing is modified. st may be NULL. */
 int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st, char *err,
                  size_t n);
+/* The same files a tensor at a time, for models held in parts (tensor and
+ * pipeline parallelism), so no process needs the whole model in memory.
+ * ut_ckpt_writer_open: the parameters' names and shapes, in the whole
+ *   model's order; state: the optimizer's state names comma-separated
+ *   ("exp_avg,exp_avg_sq"; "" for plain SGD) or NULL for none. Then
+ *   ut_ckpt_writer_put gives every value in file order, in pieces of any
+ *   size: each parameter's in order, then for each state its values for
+ *   each parameter in order. ut_ckpt_writer_close(commit) seals it (the
+ *   checksum) and renames it into place; without commit it removes it. The
+ *   file is the one ut_ckpt_save writes for the same values.
+ * ut_ckpt_reader_open: checks the format, the checksum (reading the file a
+ *   piece at a time), the training state (into st) and the model type (NULL:
+ *   any); ut_ckpt_reader_nparams/param_name list the file's parameters;
+ *   ut_ckpt_reader_param reads one whole (its shape checked, values finite);
+ *   ut_ckpt_reader_optim checks the optimizer state against the names want
+ *   and gives its step count; ut_ckpt_reader_state reads one parameter's
+ *   segment of a state. 0, or -1 with err naming the file and the tensor. */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[8];
+} ut_ckpt_entry;
+typedef struct ut_ckpt_writer ut_ckpt_writer;
+ut_ckpt_writer *ut_ckpt_writer_open(const char *path, const char *type, int n, const ut_ckpt_entry *e,
+                                    const char *state, int64_t optim_steps, const ut_train_state *st, char *err,
+                                    size_t en);
+int ut_ckpt_writer_put(ut_ckpt_writer *w, const float *v, int64_t n, char *err, size_t en);
+int ut_ckpt_writer_close(ut_ckpt_writer *w, bool commit, char *err, size_t en);
+typedef struct ut_ckpt_reader ut_ckpt_reader;
+ut_ckpt_reader *ut_ckpt_reader_open(const char *path, const char *type, ut_train_state *st, char *err, size_t n);
+int ut_ckpt_reader_nparams(const ut_ckpt_reader *r);
+const char *ut_ckpt_reader_param_name(const ut_ckpt_reader *r, int j);
+int ut_ckpt_reader_param(ut_ckpt_reader *r, const char *name, int ndim, const int64_t *shape, float *dst, char *err,
+                         size_t n);
+int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, char *err, size_t n);
+int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name, int64_t numel, float *dst,
+                         char *err, size_t n);
+void ut_ckpt_reader_close(ut_ckpt_reader *r);
 /* Checkpoints in dir are named step_<8 digits>.safetensors. Lists their
  * steps, newest first; returns the count (up to max; 0 for a missing dir,
  * -1 if dir cannot be read). Other files, temporary files included, are
@@ -232,7 +271,8 @@ int ut_parse_bytes(const char *s, int64_t *out);
  * the config leaves to it, or NULL), its pretrained tokenizer (data.tokenizer,
  * or model.pretrained's; NULL with a message when it has none), the
  * checkpoint test mode uses (the newest's train.best_step if that one is
- * kept, else the newest; loaded into m to read it, its path into path) and
+ * kept, else the newest; only the newest's metadata is read, checked against
+ * m's type when m is not NULL; the path into path) and
  * generate.* as generation options (the run's seed for sampling). */
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
 ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);

@@ -121,11 +121,11 @@ int ut_tp_grad_norm_sq(const ut_params *p, ut_comm *group, double *sq, char *err
     return 0;
 }
 
-int ut_tp_gather_values(const ut_params *p, int i, const float *vals, ut_comm *group, float *full, char *err,
-                        size_t n) {
+int ut_tp_gather_values(const ut_params *p, int i, ut_device dev, const float *vals, ut_comm *group, float *full,
+                        char *err, size_t n) {
     const ut_tensor *t = p->t[i];
     const ut_partition *pt = &p->part[i];
-    const ut_backend *be = ut_backend_get(p->device);
+    const ut_backend *be = ut_backend_get(dev);
     int64_t k = ut_nelem(t);
     if (pt->parts <= 1) {
         be->copy(full, vals, (size_t)k * sizeof(float), UT_COPY_D2H);
@@ -151,28 +151,32 @@ int ut_tp_gather_values(const ut_params *p, int i, const float *vals, ut_comm *g
 }
 
 int ut_tp_gather_param(const ut_params *p, int i, ut_comm *group, float *full, char *err, size_t n) {
-    return ut_tp_gather_values(p, i, p->flat + p->segs[i].offset, group, full, err, n);
+    return ut_tp_gather_values(p, i, p->device, p->flat + p->segs[i].offset, group, full, err, n);
 }
 
-void ut_tp_scatter_values(const ut_params *p, int i, float *vals, const float *full) {
+void ut_tp_part_values(const ut_params *p, int i, const float *full, float *mine) {
     const ut_tensor *t = p->t[i];
     const ut_partition *pt = &p->part[i];
     int64_t k = ut_nelem(t);
-    float *mine = ut_malloc_check((size_t)(k ? k : 1) * sizeof(float));
     if (pt->parts <= 1) {
         memcpy(mine, full, (size_t)k * sizeof(float));
-    } else {
-        int64_t inner = row_elems(t, pt);
-        for (int64_t r = 0; r < k / inner; r++)
-            memcpy(mine + r * inner, full + ut_partition_full_row(t, pt, pt->part, r) * inner,
-                   (size_t)inner * sizeof(float));
+        return;
     }
-    ut_backend_get(p->device)->copy(vals, mine, (size_t)k * sizeof(float), UT_COPY_H2D);
+    int64_t inner = row_elems(t, pt);
+    for (int64_t r = 0; r < k / inner; r++)
+        memcpy(mine + r * inner, full + ut_partition_full_row(t, pt, pt->part, r) * inner, (size_t)inner * sizeof(float));
+}
+
+void ut_tp_scatter_values(const ut_params *p, int i, ut_device dev, float *vals, const float *full) {
+    int64_t k = ut_nelem(p->t[i]);
+    float *mine = ut_malloc_check((size_t)(k ? k : 1) * sizeof(float));
+    ut_tp_part_values(p, i, full, mine);
+    ut_backend_get(dev)->copy(vals, mine, (size_t)k * sizeof(float), UT_COPY_H2D);
     ut_free(mine);
 }
 
 void ut_tp_scatter_param(ut_params *p, int i, const float *full) {
-    ut_tp_scatter_values(p, i, p->flat + p->segs[i].offset, full);
+    ut_tp_scatter_values(p, i, p->device, p->flat + p->segs[i].offset, full);
 }
 
 // --- the 3-D mesh ------------------------------------------------------------------

@@ -60,7 +60,9 @@ static char *str_dup(const char *s) {
 /* ---------------------------------------------------------------- reader */
 
 struct ut_st_file {
-    unsigned char *buf;   /* the whole file */
+    unsigned char *buf;   /* the whole file (ut_st_open) or its header (ut_st_open_index) */
+    int fd;               /* ut_st_open_index: the open file, read by ut_st_read; else -1 */
+    size_t data_at;       /* the file offset of the data */
     int n, cap;
     char **names;
     ut_st_tensor *t;
@@ -446,58 +448,93 @@ static bool check_tensors(ut_st_file *f, const char *path, size_t data_at, size_
     return ok;
 }
 
-ut_st_file *ut_st_open(const char *path, char *err, size_t n) {
+/* Opens path and reads its header (the whole file with whole, else only the
+ * length field and the header), validated; NULL with err. */
+static ut_st_file *st_open(const char *path, bool whole, char *err, size_t n) {
     int fd = ut_open_regular(path, err, n);
     if (fd < 0) return NULL;
     struct stat st;
-    FILE *fp = fdopen(fd, "rb");
-    if (!fp || fstat(fd, &st)) {
+    if (fstat(fd, &st)) {
         set_err(err, n, "%s: cannot read: %s", path, strerror(errno));
-        if (fp) fclose(fp);
-        else close(fd);
+        close(fd);
         return NULL;
     }
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         set_err(err, n, "%s: byte 0: file is %zu bytes, too short for the 8-byte header length",
                 path, size);
-        fclose(fp);
+        close(fd);
         return NULL;
     }
     ut_st_file *f = ut_calloc_check(1, sizeof *f);
-    f->buf = ut_aligned_alloc_check(size);
-    size_t got = fread(f->buf, 1, size, fp);
-    fclose(fp);
-    if (got != size) {
-        set_err(err, n, "%s: read %zu of %zu bytes", path, got, size);
-        ut_st_close(f);
+    f->fd = -1;
+    unsigned char len8[8];
+    if (!whole && pread(fd, len8, 8, 0) != 8) {
+        set_err(err, n, "%s: cannot read the header length: %s", path, strerror(errno));
+        close(fd);
+        ut_free(f);
         return NULL;
     }
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->buf[i];
+    if (whole) {
+        f->buf = ut_aligned_alloc_check(size);
+        ssize_t got = 0;
+        for (size_t at = 0; at < size; at += (size_t)got)
+            if ((got = pread(fd, f->buf + at, size - at, (off_t)at)) <= 0) break;
+        if (got <= 0) {
+            set_err(err, n, "%s: cannot read all %zu bytes: %s", path, size, got < 0 ? strerror(errno) : "short file");
+            close(fd);
+            ut_st_close(f);
+            return NULL;
+        }
+        memcpy(len8, f->buf, 8);
+    }
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
     if (hlen > ST_MAX_HEADER || hlen > size - 8) {
         set_err(err, n,
                 "%s: byte 0: header length %llu does not fit in the file (%zu bytes after the "
                 "length field)%s",
                 path, (unsigned long long)hlen, size - 8,
                 hlen > ST_MAX_HEADER ? " or exceeds the 100 MB limit" : "");
+        close(fd);
         ut_st_close(f);
         return NULL;
     }
+    if (!whole) { /* the header alone, at its place after the length field */
+        f->buf = ut_aligned_alloc_check(8 + (size_t)hlen);
+        memcpy(f->buf, len8, 8);
+        ssize_t got = 0;
+        for (size_t at = 0; at < hlen; at += (size_t)got)
+            if ((got = pread(fd, f->buf + 8 + at, (size_t)hlen - at, (off_t)(8 + at))) <= 0) break;
+        if (hlen && got <= 0) {
+            set_err(err, n, "%s: cannot read the %llu-byte header: %s", path, (unsigned long long)hlen,
+                    got < 0 ? strerror(errno) : "short file");
+            close(fd);
+            ut_st_close(f);
+            return NULL;
+        }
+    }
     if (hlen < 2 || f->buf[8] != '{') {
         set_err(err, n, "%s: byte 8: header does not start with '{'", path);
+        close(fd);
         ut_st_close(f);
         return NULL;
     }
     hdr h = {(const char *)f->buf + 8, (size_t)hlen, path, err, n};
-    size_t data_at = 8 + (size_t)hlen;
-    if (!read_header(&h, f) || !check_tensors(f, path, data_at, size - data_at, err, n)) {
+    f->data_at = 8 + (size_t)hlen;
+    if (!read_header(&h, f) || !check_tensors(f, path, f->data_at, size - f->data_at, err, n)) {
+        close(fd);
         ut_st_close(f);
         return NULL;
     }
+    if (!whole) {
+        f->fd = fd;
+        return f;
+    }
+    close(fd);
     for (int i = 0; i < f->n; i++) {
         ut_st_tensor *t = &f->t[i];
-        const unsigned char *src = f->buf + data_at + f->off[i][0];
+        const unsigned char *src = f->buf + f->data_at + f->off[i][0];
         /* Writers need not align tensors; copy the odd ones so callers can
          * read them as float or int arrays. */
         if ((uintptr_t)src % ut_st_dtype_size(t->dtype)) {
@@ -510,8 +547,43 @@ ut_st_file *ut_st_open(const char *path, char *err, size_t n) {
     return f;
 }
 
+ut_st_file *ut_st_open(const char *path, char *err, size_t n) { return st_open(path, true, err, n); }
+
+ut_st_file *ut_st_open_index(const char *path, char *err, size_t n) { return st_open(path, false, err, n); }
+
+int ut_st_index(const ut_st_file *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) return i;
+    return -1;
+}
+
+int64_t ut_st_offset(const ut_st_file *f, int i) { return i >= 0 && i < f->n ? (int64_t)f->off[i][0] : -1; }
+
+int ut_st_read(const ut_st_file *f, int i, size_t at, void *dst, size_t nbytes, char *err, size_t n) {
+    UT_ASSERT(i >= 0 && i < f->n);
+    if (at > f->t[i].nbytes || nbytes > f->t[i].nbytes - at)
+        return set_err(err, n, "tensor \"%s\": bytes [%zu, %zu) are outside its %zu", f->names[i], at, at + nbytes,
+                       f->t[i].nbytes), -1;
+    if (f->fd < 0) {
+        memcpy(dst, (const unsigned char *)f->t[i].data + at, nbytes);
+        return 0;
+    }
+    size_t from = f->data_at + (size_t)f->off[i][0] + at;
+    for (size_t done = 0; done < nbytes;) {
+        ssize_t got = pread(f->fd, (char *)dst + done, nbytes - done, (off_t)(from + done));
+        if (got <= 0) {
+            set_err(err, n, "tensor \"%s\": reading file bytes %zu..%zu: %s", f->names[i], from, from + nbytes,
+                    got < 0 ? strerror(errno) : "the file is shorter than its header says");
+            return -1;
+        }
+        done += (size_t)got;
+    }
+    return 0;
+}
+
 void ut_st_close(ut_st_file *f) {
     if (!f) return;
+    if (f->fd >= 0) close(f->fd);
     for (int i = 0; i < f->n; i++) {
         ut_free(f->names[i]);
         ut_free(f->copies[i]);
@@ -602,123 +674,214 @@ static void sync_dir_of(const char *path) {
     ut_free(dir);
 }
 
-int ut_st_save(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
-               const char *const *meta_kv, char *err, size_t errn) {
+struct ut_st_writer {
+    char *path, *tmp;
+    FILE *fp;
+    sbuf h;           /* the header (length field not included) */
+    size_t left;      /* data bytes still to come */
+    size_t meta_at[64]; /* where each metadata value's text starts in the header */
+    int nmeta;
+    char **meta_keys;
+};
+
+static void writer_free(ut_st_writer *w) {
+    if (w->fp) {
+        fclose(w->fp);
+        unlink(w->tmp);
+    }
+    for (int k = 0; k < w->nmeta; k++) ut_free(w->meta_keys[k]);
+    ut_free(w->meta_keys);
+    ut_free(w->h.s);
+    ut_free(w->tmp);
+    ut_free(w->path);
+    ut_free(w);
+}
+
+ut_st_writer *ut_st_writer_open(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
+                                const char *const *meta_kv, char *err, size_t errn) {
     for (int i = 0; i < n; i++) {
         const ut_st_tensor *t = &tensors[i];
         if (!names[i] || !*names[i] || !strcmp(names[i], "__metadata__")) {
             set_err(err, errn, "%s: tensor %d: bad name \"%s\"", path, i, names[i] ? names[i] : "(null)");
-            return -1;
+            return NULL;
         }
         for (int j = 0; j < i; j++)
             if (!strcmp(names[i], names[j])) {
                 set_err(err, errn, "%s: duplicate tensor name \"%s\"", path, names[i]);
-                return -1;
+                return NULL;
             }
         if (!ut_st_dtype_name(t->dtype) || t->ndim < 0 || t->ndim > UT_ST_MAX_DIMS) {
             set_err(err, errn, "%s: tensor \"%s\": bad dtype %d or ndim %d", path, names[i],
                     (int)t->dtype, t->ndim);
-            return -1;
+            return NULL;
         }
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] < 0) {
                 set_err(err, errn, "%s: tensor \"%s\": negative dimension", path, names[i]);
-                return -1;
+                return NULL;
             }
-        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes ||
-            (t->nbytes && !tensors[i].data)) {
+        if ((size_t)ut_st_numel(t) * ut_st_dtype_size(t->dtype) != t->nbytes) {
             set_err(err, errn, "%s: tensor \"%s\": nbytes %zu does not match its %s shape (%lld elements)",
                     path, names[i], t->nbytes, ut_st_dtype_name(t->dtype), (long long)ut_st_numel(t));
-            return -1;
+            return NULL;
         }
     }
+    int nm = 0;
+    while (meta_kv && meta_kv[2 * nm]) {
+        if (!meta_kv[2 * nm + 1]) {
+            set_err(err, errn, "%s: metadata key \"%s\" has no value", path, meta_kv[2 * nm]);
+            return NULL;
+        }
+        nm++;
+    }
+    if (nm > (int)(sizeof ((ut_st_writer *)0)->meta_at / sizeof(size_t))) {
+        set_err(err, errn, "%s: %d metadata entries, more than this writer keeps", path, nm);
+        return NULL;
+    }
 
-    sbuf h = {0};
+    ut_st_writer *w = ut_calloc_check(1, sizeof *w);
+    w->path = str_dup(path);
+    w->meta_keys = ut_calloc_check((size_t)(nm ? nm : 1), sizeof *w->meta_keys);
+    sbuf *h = &w->h;
     char num[64];
     size_t at = 0;
-    sb_puts(&h, "{");
-    if (meta_kv && meta_kv[0]) {
-        sb_puts(&h, "\"__metadata__\":{");
-        for (int k = 0; meta_kv[k]; k += 2) {
-            if (!meta_kv[k + 1]) {
-                set_err(err, errn, "%s: metadata key \"%s\" has no value", path, meta_kv[k]);
-                ut_free(h.s);
-                return -1;
-            }
-            if (k) sb_puts(&h, ",");
-            sb_json_string(&h, meta_kv[k]);
-            sb_puts(&h, ":");
-            sb_json_string(&h, meta_kv[k + 1]);
+    sb_puts(h, "{");
+    if (nm) {
+        sb_puts(h, "\"__metadata__\":{");
+        for (int k = 0; k < nm; k++) {
+            if (k) sb_puts(h, ",");
+            sb_json_string(h, meta_kv[2 * k]);
+            sb_puts(h, ":");
+            w->meta_at[k] = h->len + 1; /* after the opening quote */
+            w->meta_keys[k] = str_dup(meta_kv[2 * k]);
+            w->nmeta = k + 1;
+            sb_json_string(h, meta_kv[2 * k + 1]);
         }
-        sb_puts(&h, "}");
-        if (n) sb_puts(&h, ",");
+        sb_puts(h, "}");
+        if (n) sb_puts(h, ",");
     }
     for (int i = 0; i < n; i++) {
         const ut_st_tensor *t = &tensors[i];
-        if (i) sb_puts(&h, ",");
-        sb_json_string(&h, names[i]);
-        sb_puts(&h, ":{\"dtype\":\"");
-        sb_puts(&h, ut_st_dtype_name(t->dtype));
-        sb_puts(&h, "\",\"shape\":[");
+        if (i) sb_puts(h, ",");
+        sb_json_string(h, names[i]);
+        sb_puts(h, ":{\"dtype\":\"");
+        sb_puts(h, ut_st_dtype_name(t->dtype));
+        sb_puts(h, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-            sb_puts(&h, num);
+            sb_puts(h, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", at, at + t->nbytes);
-        sb_puts(&h, num);
+        sb_puts(h, num);
         at += t->nbytes;
     }
-    sb_puts(&h, "}");
+    sb_puts(h, "}");
     /* Pad with spaces so the data starts 8-byte aligned, as the reference
      * writer does; readers that mmap the file can then use it in place. */
-    while ((8 + h.len) % 8) sb_puts(&h, " ");
+    while ((8 + h->len) % 8) sb_puts(h, " ");
+    w->left = at;
 
     /* O_EXCL on a per-process, per-call name instead of mkstemp: the file
      * gets the usual umask-derived mode rather than mkstemp's 0600. */
     static atomic_uint tmp_counter;
     size_t plen = strlen(path);
-    char *tmp = ut_malloc_check(plen + 48);
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    w->tmp = ut_malloc_check(plen + 48);
+    snprintf(w->tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
+    int fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
-        set_err(err, errn, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-        ut_free(tmp);
-        ut_free(h.s);
-        return -1;
+        set_err(err, errn, "%s: cannot create temporary file %s: %s", path, w->tmp, strerror(errno));
+        writer_free(w);
+        return NULL;
     }
-    FILE *fp = fdopen(fd, "wb");
-    if (!fp) {
+    if (!(w->fp = fdopen(fd, "wb"))) {
         set_err(err, errn, "%s: fdopen: %s", path, strerror(errno));
         close(fd);
-        unlink(tmp);
-        ut_free(tmp);
-        ut_free(h.s);
-        return -1;
+        unlink(w->tmp);
+        writer_free(w);
+        return NULL;
     }
     unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    bool ok = write_all(fp, len8, 8) && write_all(fp, h.s, h.len);
-    for (int i = 0; ok && i < n; i++)
-        if (tensors[i].nbytes) ok = write_all(fp, tensors[i].data, tensors[i].nbytes);
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+    if (!write_all(w->fp, len8, 8) || !write_all(w->fp, h->s, h->len)) {
+        set_err(err, errn, "%s: write failed: %s", path, strerror(errno));
+        writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int ut_st_writer_write(ut_st_writer *w, const void *data, size_t nbytes, char *err, size_t errn) {
+    if (nbytes > w->left)
+        return set_err(err, errn, "%s: %zu bytes more than the header's tensors hold", w->path, nbytes - w->left), -1;
+    if (nbytes && !write_all(w->fp, data, nbytes))
+        return set_err(err, errn, "%s: write failed: %s", w->path, strerror(errno)), -1;
+    w->left -= nbytes;
+    return 0;
+}
+
+int ut_st_writer_set_meta(ut_st_writer *w, const char *key, const char *value, char *err, size_t errn) {
+    for (int k = 0; k < w->nmeta; k++) {
+        if (strcmp(w->meta_keys[k], key)) continue;
+        size_t len = strlen(value);
+        const char *old = w->h.s + w->meta_at[k], *q = memchr(old, '"', w->h.len - w->meta_at[k]);
+        if (!q || (size_t)(q - old) != len || memchr(value, '"', len) || memchr(value, '\\', len))
+            return set_err(err, errn, "%s: metadata \"%s\": the new value must be as long as the first", w->path, key),
+                   -1;
+        memcpy(w->h.s + w->meta_at[k], value, len);
+        if (fflush(w->fp) || pwrite(fileno(w->fp), value, len, (off_t)(8 + w->meta_at[k])) != (ssize_t)len)
+            return set_err(err, errn, "%s: write failed: %s", w->path, strerror(errno)), -1;
+        return 0;
+    }
+    return set_err(err, errn, "%s: no metadata \"%s\" to set", w->path, key), -1;
+}
+
+int ut_st_writer_close(ut_st_writer *w, bool commit, char *err, size_t errn) {
+    if (!w) return 0;
+    if (!commit) {
+        writer_free(w);
+        return 0;
+    }
+    if (w->left) {
+        set_err(err, errn, "%s: %zu bytes of tensor data were never written", w->path, w->left);
+        writer_free(w);
+        return -1;
+    }
+    bool ok = fflush(w->fp) == 0 && fsync(fileno(w->fp)) == 0;
     int saved = errno;
-    if (fclose(fp) != 0 && ok) {
+    if (fclose(w->fp) != 0 && ok) {
         ok = false;
         saved = errno;
     }
-    if (ok && rename(tmp, path) != 0) {
+    w->fp = NULL;
+    if (ok && rename(w->tmp, w->path) != 0) {
         ok = false;
         saved = errno;
     }
     if (!ok) {
-        set_err(err, errn, "%s: write failed: %s", path, strerror(saved));
-        unlink(tmp);
+        set_err(err, errn, "%s: write failed: %s", w->path, strerror(saved));
+        unlink(w->tmp);
     } else {
-        sync_dir_of(path);
+        sync_dir_of(w->path);
     }
-    ut_free(tmp);
-    ut_free(h.s);
+    writer_free(w);
     return ok ? 0 : -1;
+}
+
+int ut_st_save(const char *path, int n, const char *const *names, const ut_st_tensor *tensors,
+               const char *const *meta_kv, char *err, size_t errn) {
+    for (int i = 0; i < n; i++)
+        if (tensors[i].nbytes && !tensors[i].data) {
+            set_err(err, errn, "%s: tensor \"%s\": no data", path, names[i] ? names[i] : "(null)");
+            return -1;
+        }
+    ut_st_writer *w = ut_st_writer_open(path, n, names, tensors, meta_kv, err, errn);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++)
+        if (ut_st_writer_write(w, tensors[i].data, tensors[i].nbytes, err, errn)) {
+            ut_st_writer_close(w, false, NULL, 0);
+            return -1;
+        }
+    return ut_st_writer_close(w, true, err, errn);
 }
 
 /* ---- element values ---- */

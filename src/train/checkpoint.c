@@ -60,23 +60,22 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* One tensor: "name\0DTYPE\0d0,d1,...\0" then its bytes. */
-static uLong crc_tensor(uLong crc, const char *name, const ut_st_tensor t) {
+/* A tensor's record's prefix "name\0DTYPE\0d0,d1,...\0" into crc; its length into *len. */
+static uLong crc_prefix(uLong crc, const char *name, ut_st_dtype dt, int ndim, const int64_t *shape, size_t *len) {
     char dims[UT_ST_MAX_DIMS * 21 + 1] = "";
     size_t at = 0;
-    for (int d = 0; d < t.ndim; d++)
-        at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%" PRId64, d ? "," : "", t.shape[d]);
-    crc = crc_str(crc_str(crc_str(crc, name), ut_st_dtype_name(t.dtype)), dims);
-    return t.nbytes ? crc_bytes(crc, t.data, t.nbytes) : crc;
+    for (int d = 0; d < ndim; d++) at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%" PRId64, d ? "," : "", shape[d]);
+    if (len) *len = strlen(name) + 1 + strlen(ut_st_dtype_name(dt)) + 1 + at + 1;
+    return crc_str(crc_str(crc_str(crc, name), ut_st_dtype_name(dt)), dims);
 }
 
 /* The checkpoint checksum: metadata entries sorted by key ("key\0value\0"),
- * then tensors sorted by name. meta_kv is key, value, ..., NULL without the
- * checksum entry. get returns the tensor called name. */
-typedef const ut_st_tensor *(*tensor_fn)(const void *src, const char *name);
+ * then tensors sorted by name, each its record (crc_tensor). meta_kv is key,
+ * value, ..., NULL without the checksum entry. tcrc continues crc over the
+ * record of the tensor called name (false when it cannot be read). */
+typedef bool (*tensor_crc_fn)(const void *src, const char *name, uLong *crc);
 
-static uint32_t checksum(const char **meta_kv, const char **names, int nt, tensor_fn get,
-                         const void *src) {
+static uLong meta_crc(const char **meta_kv) {
     int nm = 0;
     while (meta_kv[2 * nm]) nm++;
     const char *keys[K_COUNT];
@@ -89,9 +88,17 @@ static uint32_t checksum(const char **meta_kv, const char **names, int nt, tenso
         while (strcmp(meta_kv[2 * j], keys[i])) j++;
         crc = crc_str(crc_str(crc, keys[i]), meta_kv[2 * j + 1]);
     }
+    return crc;
+}
+
+static bool checksum(const char **meta_kv, const char **names, int nt, tensor_crc_fn tcrc, const void *src,
+                     uint32_t *out) {
+    uLong crc = meta_crc(meta_kv);
     qsort(names, (size_t)nt, sizeof *names, cmp_str);
-    for (int i = 0; i < nt; i++) crc = crc_tensor(crc, names[i], *get(src, names[i]));
-    return (uint32_t)crc;
+    for (int i = 0; i < nt; i++)
+        if (!tcrc(src, names[i], &crc)) return false;
+    *out = (uint32_t)crc;
+    return true;
 }
 
 /* ---------------------------------------------------------------- metadata */
@@ -139,11 +146,13 @@ static void state_names(ut_optim *o, char *buf, size_t n) {
     }
 }
 
-static void meta_build(meta_out *mo, const ut_model *m, ut_optim *o, const ut_train_state *st) {
+/* state: the optimizer's state names (state_names), NULL for none. */
+static void meta_build(meta_out *mo, const char *type, const char *state, int64_t optim_steps,
+                       const ut_train_state *st) {
     mo->n = 0;
     mo->kv[0] = NULL;
     meta_put(mo, K_FORMAT, CKPT_FORMAT);
-    meta_put(mo, K_MODEL_TYPE, m->type);
+    meta_put(mo, K_MODEL_TYPE, type);
     meta_putf(mo, K_STEP, "%" PRId64, st->step);
     meta_putf(mo, K_EPOCH, "%" PRId64, st->epoch);
     meta_putf(mo, K_CURSOR, "%" PRId64, st->cursor);
@@ -159,9 +168,9 @@ static void meta_build(meta_out *mo, const ut_model *m, ut_optim *o, const ut_tr
         meta_put(mo, K_AMP_SCALE, mo->buf[K_AMP_SCALE]);
         meta_putf(mo, K_AMP_TRACKER, "%" PRId64, st->scale_growth_tracker);
     }
-    if (!o) return;
-    meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, ut_optim_steps(o));
-    state_names(o, mo->state_names, sizeof mo->state_names);
+    if (!state) return;
+    meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, optim_steps);
+    snprintf(mo->state_names, sizeof mo->state_names, "%s", state);
     meta_put(mo, K_OPTIM_STATE, mo->state_names);
 }
 
@@ -230,36 +239,6 @@ static bool parse_state(const ut_st_file *f, ut_train_state *st) {
 
 /* ---------------------------------------------------------------- save */
 
-typedef struct {
-    int n;
-    const char **names;
-    ut_st_tensor *t;
-} tensor_list;
-
-static const ut_st_tensor *list_get(const void *src, const char *name) {
-    const tensor_list *l = src;
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->names[i], name)) return &l->t[i];
-    return NULL;
-}
-
-static void list_add(tensor_list *l, char *name, int ndim, const int64_t *shape, const void *data) {
-    ut_st_tensor *t = &l->t[l->n];
-    *t = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = ndim, .data = data};
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    t->nbytes = (size_t)ut_st_numel(t) * sizeof(float);
-    l->names[l->n++] = name;
-}
-
-/* The optimizer must cover the whole parameter buffer: its state buffers
- * are saved as flat tensors of numel floats. ZeRO will gather the shards of
- * every rank here before saving (and scatter them in ut_ckpt_load). */
-static void assert_full_cover(const ut_model *m, const ut_optim *o) {
-    int ns = ut_optim_nstate(o);
-    UT_ASSERT(ns <= MAX_STATE);
-    UT_ASSERT(ut_optim_state_bytes(o) == (size_t)ns * (size_t)m->params.numel * sizeof(float));
-}
-
 static char *str_cat(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     char *s = ut_malloc_check(la + lb + 1);
@@ -268,53 +247,201 @@ static char *str_cat(const char *a, const char *b) {
     return s;
 }
 
+/* The checksum entry after the others (not counted in mo->n: the checksum
+ * is over the entries before it). */
+static void mo_put_checksum(meta_out *mo, const char *sum) {
+    mo->kv[2 * mo->n] = CHECKSUM_KEY;
+    mo->kv[2 * mo->n + 1] = sum;
+    mo->kv[2 * mo->n + 2] = NULL;
+}
+
+/* The file's tensors: "model.<name>" for each entry, then "optim.<state>"
+ * for each state name (flat, the entries' elements in their order). */
+struct ut_ckpt_writer {
+    ut_st_writer *w;
+    char *path;
+    int nt, cur;          /* tensors; the one being written */
+    char **names;         /* their file names */
+    size_t *bytes, left;  /* each one's bytes; those the current one still needs */
+    uLong *crc, *len;     /* each one's record checksum so far (crc_prefix on), and length */
+    meta_out mo;
+    bool failed;
+};
+
+/* The comma-separated state names into names[] (at most MAX_STATE). */
+static int split_states(const char *state, char names[MAX_STATE][24]) {
+    int ns = 0;
+    for (const char *p = state; p && *p && ns < MAX_STATE;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        snprintf(names[ns++], 24, "%.*s", (int)len, p);
+        p = c ? c + 1 : p + len;
+    }
+    return ns;
+}
+
+ut_ckpt_writer *ut_ckpt_writer_open(const char *path, const char *type, int n, const ut_ckpt_entry *e,
+                                    const char *state, int64_t optim_steps, const ut_train_state *st, char *err,
+                                    size_t en) {
+    char sn[MAX_STATE][24];
+    int ns = split_states(state, sn);
+    ut_ckpt_writer *w = ut_calloc_check(1, sizeof *w);
+    w->nt = n + ns;
+    w->names = ut_calloc_check((size_t)w->nt + 1, sizeof *w->names);
+    w->bytes = ut_calloc_check((size_t)w->nt + 1, sizeof *w->bytes);
+    w->crc = ut_calloc_check((size_t)w->nt + 1, sizeof *w->crc);
+    w->len = ut_calloc_check((size_t)w->nt + 1, sizeof *w->len);
+    ut_st_tensor *t = ut_calloc_check((size_t)w->nt + 1, sizeof *t);
+    int64_t total = 0;
+    for (int i = 0; i < w->nt; i++) {
+        if (i < n) {
+            w->names[i] = str_cat("model.", e[i].name);
+            t[i] = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = e[i].ndim};
+            memcpy(t[i].shape, e[i].shape, (size_t)e[i].ndim * sizeof *e[i].shape);
+            total += ut_st_numel(&t[i]);
+        } else {
+            w->names[i] = str_cat("optim.", sn[i - n]);
+            t[i] = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = 1, .shape = {total}};
+        }
+        t[i].nbytes = w->bytes[i] = (size_t)ut_st_numel(&t[i]) * sizeof(float);
+        size_t plen;
+        w->crc[i] = crc_prefix(crc32(0L, Z_NULL, 0), w->names[i], UT_ST_F32, t[i].ndim, t[i].shape, &plen);
+        w->len[i] = (uLong)(plen + w->bytes[i]);
+    }
+    meta_build(&w->mo, type, state, optim_steps, st);
+    mo_put_checksum(&w->mo, "00000000"); /* set when the data is written */
+    w->w = ut_st_writer_open(path, w->nt, (const char *const *)w->names, t, w->mo.kv, err, en);
+    w->mo.kv[2 * w->mo.n] = NULL; /* the checksum is over the entries before it */
+    ut_free(t);
+    w->path = str_cat(path, "");
+    w->left = w->nt ? w->bytes[0] : 0;
+    if (!w->w) {
+        ut_ckpt_writer_close(w, false, NULL, 0);
+        return NULL;
+    }
+    return w;
+}
+
+int ut_ckpt_writer_put(ut_ckpt_writer *w, const float *v, int64_t n, char *err, size_t en) {
+    size_t bytes = (size_t)n * sizeof(float);
+    const char *p = (const char *)v;
+    while (bytes && !w->failed) {
+        while (!w->left && w->cur < w->nt) {
+            w->cur++;
+            w->left = w->cur < w->nt ? w->bytes[w->cur] : 0;
+        }
+        if (w->cur >= w->nt) {
+            w->failed = true;
+            return ut_errorf(err, en, "%s: more values than the checkpoint's tensors hold", w->path);
+        }
+        size_t k = bytes < w->left ? bytes : w->left;
+        if (ut_st_writer_write(w->w, p, k, err, en)) {
+            w->failed = true;
+            return -1;
+        }
+        w->crc[w->cur] = crc_bytes(w->crc[w->cur], p, k);
+        w->left -= k, bytes -= k, p += k;
+    }
+    return w->failed ? -1 : 0;
+}
+
+int ut_ckpt_writer_close(ut_ckpt_writer *w, bool commit, char *err, size_t en) {
+    if (!w) return 0;
+    int rc = 0;
+    if (commit && w->failed) rc = ut_errorf(err, en, "%s: not written (an earlier write failed)", w->path);
+    if (commit && !rc) { /* the records in name order after the metadata */
+        int *order = ut_malloc_check((size_t)(w->nt + 1) * sizeof *order);
+        for (int i = 0; i < w->nt; i++) order[i] = i;
+        for (int i = 1; i < w->nt; i++) /* insertion sort by name: a model's few hundred tensors */
+            for (int j = i; j > 0 && strcmp(w->names[order[j - 1]], w->names[order[j]]) > 0; j--) {
+                int x = order[j];
+                order[j] = order[j - 1], order[j - 1] = x;
+            }
+        uLong crc = meta_crc(w->mo.kv);
+        for (int i = 0; i < w->nt; i++) crc = crc32_combine(crc, w->crc[order[i]], (z_off_t)w->len[order[i]]);
+        ut_free(order);
+        char sum[16];
+        snprintf(sum, sizeof sum, "%08" PRIx32, (uint32_t)crc);
+        rc = ut_st_writer_set_meta(w->w, CHECKSUM_KEY, sum, err, en);
+    }
+    if (w->w && ut_st_writer_close(w->w, commit && !rc, err, en)) rc = -1;
+    for (int i = 0; i < w->nt; i++) ut_free(w->names[i]);
+    ut_free(w->names);
+    ut_free(w->bytes);
+    ut_free(w->crc);
+    ut_free(w->len);
+    ut_free(w->path);
+    ut_free(w);
+    return rc;
+}
+
+/* The optimizer must cover the whole parameter buffer: its state buffers
+ * are saved as flat tensors of numel floats (a sharded strategy gathers
+ * them first). */
+static void assert_full_cover(const ut_model *m, const ut_optim *o) {
+    int ns = ut_optim_nstate(o);
+    UT_ASSERT(ns <= MAX_STATE);
+    UT_ASSERT(ut_optim_state_bytes(o) == (size_t)ns * (size_t)m->params.numel * sizeof(float));
+}
+
 int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_train_state *st,
                  char *err, size_t n) {
     const ut_params *p = &m->params;
     UT_ASSERT(st);
     int ns = o ? ut_optim_nstate(o) : 0;
     if (o) assert_full_cover(m, o);
-    tensor_list l = {0, ut_malloc_check((size_t)(p->n + ns + 1) * sizeof(char *)),
-                     ut_malloc_check((size_t)(p->n + ns + 1) * sizeof(ut_st_tensor))};
+    ut_ckpt_entry *e = ut_calloc_check((size_t)p->n + 1, sizeof *e);
+    for (int i = 0; i < p->n; i++) {
+        e[i] = (ut_ckpt_entry){.name = p->names[i], .ndim = p->t[i]->ndim};
+        memcpy(e[i].shape, p->t[i]->ne, (size_t)p->t[i]->ndim * sizeof *e[i].shape);
+    }
+    char state[MAX_STATE * 24] = "";
+    if (o) state_names(o, state, sizeof state);
+    ut_ckpt_writer *w = ut_ckpt_writer_open(path, m->type, p->n, e, o ? state : NULL, o ? ut_optim_steps(o) : 0,
+                                            st, err, n);
+    ut_free(e);
+    if (!w) return -1;
     /* the file is written from host memory: the flat buffers and the
      * optimizer's state through host stages (themselves on the CPU) */
     const ut_backend *be = ut_backend_get(p->device);
     size_t bytes = (size_t)p->numel * sizeof(float);
-    ut_stage stage[1 + MAX_STATE];
-    const float *host = ut_stage_begin(&stage[0], be, p->flat, bytes, true);
-    for (int i = 0; i < p->n; i++)
-        list_add(&l, str_cat("model.", p->names[i]), p->t[i]->ndim, p->t[i]->ne,
-                 host + p->segs[i].offset);
+    ut_stage stage;
+    int rc = ut_ckpt_writer_put(w, ut_stage_begin(&stage, be, p->flat, bytes, true), p->numel, err, n);
+    ut_stage_end(&stage, false);
     const ut_backend *obe = o ? ut_backend_get(ut_optim_get_config(o)->device) : be; /* host with ZeRO-Offload */
-    for (int i = 0; i < ns; i++) {
+    for (int i = 0; i < ns && !rc; i++) {
         const char *name;
         float *buf = ut_optim_state(o, i, &name);
-        list_add(&l, str_cat("optim.", name), 1, &p->numel,
-                 ut_stage_begin(&stage[1 + i], obe, buf, bytes, true));
+        rc = ut_ckpt_writer_put(w, ut_stage_begin(&stage, obe, buf, bytes, true), p->numel, err, n);
+        ut_stage_end(&stage, false);
     }
-    meta_out *mo = ut_malloc_check(sizeof *mo);
-    meta_build(mo, m, o, st);
-    /* checksum() sorts the names it is given; the file keeps model order. */
-    const char **sorted = ut_malloc_check((size_t)(l.n + 1) * sizeof *sorted);
-    memcpy(sorted, l.names, (size_t)l.n * sizeof *sorted);
-    char sum[16];
-    snprintf(sum, sizeof sum, "%08" PRIx32, checksum(mo->kv, sorted, l.n, list_get, &l));
-    mo->kv[2 * mo->n] = CHECKSUM_KEY;
-    mo->kv[2 * mo->n + 1] = sum;
-    mo->kv[2 * mo->n + 2] = NULL;
-    int rc = ut_st_save(path, l.n, l.names, l.t, mo->kv, err, n);
-    for (int i = 0; i < 1 + ns; i++) ut_stage_end(&stage[i], false);
-    for (int i = 0; i < l.n; i++) ut_free((void *)l.names[i]);
-    ut_free(sorted);
-    ut_free(l.names);
-    ut_free(l.t);
-    ut_free(mo);
-    return rc;
+    return ut_ckpt_writer_close(w, !rc, rc ? NULL : err, n) || rc ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- load */
 
-static const ut_st_tensor *file_get(const void *src, const char *name) { return ut_st_get(src, name); }
+/* A tensor's record: its prefix and bytes, read a piece at a time from a
+ * file opened whole or by its index. */
+static bool file_crc(const void *src, const char *name, uLong *crc) {
+    const ut_st_file *f = src;
+    int i = ut_st_index(f, name);
+    const ut_st_tensor *t = ut_st_get(f, name);
+    *crc = crc_prefix(*crc, name, t->dtype, t->ndim, t->shape, NULL);
+    if (t->data) {
+        *crc = crc_bytes(*crc, t->data, t->nbytes);
+        return true;
+    }
+    enum { PIECE = 8 << 20 };
+    unsigned char *buf = ut_malloc_check(t->nbytes < PIECE ? t->nbytes + 1 : PIECE);
+    bool ok = true;
+    for (size_t at = 0; at < t->nbytes && ok; at += PIECE) {
+        size_t k = t->nbytes - at < PIECE ? t->nbytes - at : PIECE;
+        ok = !ut_st_read(f, i, at, buf, k, NULL, 0);
+        if (ok) *crc = crc_bytes(*crc, buf, k);
+    }
+    ut_free(buf);
+    return ok;
+}
 
 static int verify_checksum(const char *path, const ut_st_file *f, char *err, size_t n) {
     const char *stored = ut_st_meta(f, CHECKSUM_KEY);
@@ -332,9 +459,12 @@ static int verify_checksum(const char *path, const ut_st_file *f, char *err, siz
     int nt = ut_st_count(f);
     const char **names = ut_malloc_check((size_t)(nt + 1) * sizeof *names);
     for (int i = 0; i < nt; i++) names[i] = ut_st_name(f, i);
-    char want[16];
-    snprintf(want, sizeof want, "%08" PRIx32, checksum(kv, names, nt, file_get, f));
+    uint32_t sum;
+    bool read = checksum(kv, names, nt, file_crc, f, &sum);
     ut_free(names);
+    if (!read) return ut_errorf(err, n, "%s: cannot read the file's tensors to check its checksum", path);
+    char want[16];
+    snprintf(want, sizeof want, "%08" PRIx32, sum);
     if (strcmp(stored, want))
         return ut_errorf(err, n, "%s: checksum mismatch: the file is corrupt", path);
     return 0;
@@ -364,8 +494,9 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
     return 0;
 }
 
-/* Format, checksum, then every metadata value this loader needs. */
-static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, ut_train_state *st,
+/* Format, checksum, then every metadata value this loader needs; type: the
+ * model's (NULL: any). */
+static int check_meta(const char *path, const ut_st_file *f, const char *type_want, ut_train_state *st,
                       char *err, size_t n) {
     const char *fmt = ut_st_meta(f, meta_keys[K_FORMAT]);
     if (!fmt) return ut_errorf(err, n, "%s: not a utrain checkpoint (no \"utrain.format\" metadata)", path);
@@ -380,9 +511,9 @@ static int check_meta(const char *path, const ut_st_file *f, const ut_model *m, 
         return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*)", path);
     if (check_state(path, st, err, n)) return -1;
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
-    if (strcmp(type, m->type))
+    if (type_want && strcmp(type, type_want))
         return ut_errorf(err, n, "%s: checkpoint is of a \"%s\" model, this model is \"%s\"", path, type,
-                    m->type);
+                    type_want);
     return 0;
 }
 
@@ -409,17 +540,33 @@ static int shape_mismatch(const char *path, const char *what, const ut_st_tensor
                 ut_st_dtype_name(t->dtype), have, want);
 }
 
+/* The first of n floats that is not finite (or, with nonneg, negative), -1 if none. */
+static int64_t first_bad(const float *v, int64_t n, bool nonneg) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]) || (nonneg && v[i] < 0)) return i;
+    return -1;
+}
+
+/* The parameter tensor called name in f ("model.<name>") with this shape,
+ * or NULL with err. */
+static const ut_st_tensor *param_tensor(const char *path, const ut_st_file *f, const char *pname, int ndim,
+                                        const int64_t *shape, char *err, size_t n) {
+    char name[512];
+    snprintf(name, sizeof name, "model.%s", pname);
+    const ut_st_tensor *t = ut_st_get(f, name);
+    if (!t) return ut_errorf(err, n, "%s: parameter %s is missing from the checkpoint", path, pname), NULL;
+    if (!same_shape(t, ndim, shape)) {
+        snprintf(name, sizeof name, "parameter %s", pname);
+        return shape_mismatch(path, name, t, ndim, shape, err, n), NULL;
+    }
+    return t;
+}
+
 static int check_params(const char *path, const ut_st_file *f, const ut_model *m, char *err, size_t n) {
     const ut_params *p = &m->params;
-    char name[512];
     for (int i = 0; i < p->n; i++) {
-        snprintf(name, sizeof name, "model.%s", p->names[i]);
-        const ut_st_tensor *t = ut_st_get(f, name);
-        if (!t) return ut_errorf(err, n, "%s: parameter %s is missing from the checkpoint", path, p->names[i]);
-        if (!same_shape(t, p->t[i]->ndim, p->t[i]->ne)) {
-            snprintf(name, sizeof name, "parameter %s", p->names[i]);
-            return shape_mismatch(path, name, t, p->t[i]->ndim, p->t[i]->ne, err, n);
-        }
+        const ut_st_tensor *t = param_tensor(path, f, p->names[i], p->t[i]->ndim, p->t[i]->ne, err, n);
+        if (!t) return -1;
         int64_t bad = ut_st_first_bad(t, false);
         if (bad >= 0)
             return ut_errorf(err, n, "%s: parameter %s holds %g at element %lld: the checkpoint's weights are "
@@ -441,38 +588,61 @@ static const char *describe_state(const char *names) {
     return names;
 }
 
-static int check_optim(const char *path, const ut_st_file *f, const ut_model *m, ut_optim *o,
-                       int64_t *steps, char *err, size_t n) {
+/* The optimizer's metadata and state tensors against the state names want
+ * (numel elements each); the step count into *steps. Values are checked
+ * where they are read (whole files here, index files by the reader). */
+static int check_optim(const char *path, const ut_st_file *f, const char *want, int64_t numel, int64_t *steps,
+                       char *err, size_t n) {
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
     if (!have || !steps_s) return ut_errorf(err, n, "%s: the checkpoint holds no optimizer state", path);
     if (!parse_i64(steps_s, steps) || *steps < 0)
         return ut_errorf(err, n, "%s: malformed optim.steps \"%s\"", path, steps_s);
-    char want[MAX_STATE * 24];
-    state_names(o, want, sizeof want);
-    int rc = 0;
     if (strcmp(have, want))
-        rc = ut_errorf(err, n, "%s: the checkpoint's optimizer is %s but this optimizer is %s", path,
-                  describe_state(have), describe_state(want));
-    for (int i = 0; !rc && i < ut_optim_nstate(o); i++) {
-        const char *sn;
-        ut_optim_state(o, i, &sn);
+        return ut_errorf(err, n, "%s: the checkpoint's optimizer is %s but this optimizer is %s", path,
+                         describe_state(have), describe_state(want));
+    char sn[MAX_STATE][24];
+    int ns = split_states(want, sn);
+    for (int i = 0; i < ns; i++) {
         char name[64];
-        snprintf(name, sizeof name, "optim.%s", sn);
+        snprintf(name, sizeof name, "optim.%s", sn[i]);
         const ut_st_tensor *t = ut_st_get(f, name);
-        if (!t) rc = ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
-        else if (!same_shape(t, 1, &m->params.numel))
-            rc = shape_mismatch(path, name, t, 1, &m->params.numel, err, n);
-        else { /* Adam's second moments are squares: never negative */
-            bool square = !strcmp(sn, "exp_avg_sq");
-            int64_t bad = ut_st_first_bad(t, square);
-            if (bad >= 0)
-                rc = ut_errorf(err, n, "%s: optimizer state %s holds %g at element %lld: %s", path, name,
-                               ut_st_float(t, bad), (long long)bad,
-                               square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
-        }
+        if (!t) return ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
+        if (!same_shape(t, 1, &numel)) return shape_mismatch(path, name, t, 1, &numel, err, n);
+        if (!t->data) continue;
+        /* Adam's second moments are squares: never negative */
+        bool square = !strcmp(sn[i], "exp_avg_sq");
+        int64_t bad = ut_st_first_bad(t, square);
+        if (bad >= 0)
+            return ut_errorf(err, n, "%s: optimizer state %s holds %g at element %lld: %s", path, name,
+                             ut_st_float(t, bad), (long long)bad,
+                             square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
     }
-    return rc;
+    return 0;
+}
+
+/* Where each "model.*" tensor's values start in the flat optimizer state:
+ * the parameters in the file's order (the order of the model that wrote
+ * it), into off[] by tensor index (-1 for the other tensors); the total. */
+static int64_t state_offsets(const ut_st_file *f, int64_t *off) {
+    int nt = ut_st_count(f), k = 0;
+    int *idx = ut_malloc_check((size_t)(nt + 1) * sizeof *idx);
+    for (int i = 0; i < nt; i++) {
+        off[i] = -1;
+        if (!strncmp(ut_st_name(f, i), "model.", 6)) idx[k++] = i;
+    }
+    for (int i = 1; i < k; i++) /* by place in the file (a few hundred tensors) */
+        for (int j = i; j > 0 && ut_st_offset(f, idx[j - 1]) > ut_st_offset(f, idx[j]); j--) {
+            int x = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = x;
+        }
+    int64_t at = 0;
+    for (int i = 0; i < k; i++) {
+        off[idx[i]] = at;
+        at += ut_st_numel(ut_st_get(f, ut_st_name(f, idx[i])));
+    }
+    ut_free(idx);
+    return at;
 }
 
 int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st, char *err,
@@ -482,8 +652,10 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
     if (o) assert_full_cover(m, o);
     ut_train_state s;
     int64_t steps = 0;
-    if (check_meta(path, f, m, &s, err, n) || check_params(path, f, m, err, n) ||
-        (o && check_optim(path, f, m, o, &steps, err, n))) {
+    char want[MAX_STATE * 24] = "";
+    if (o) state_names(o, want, sizeof want);
+    if (check_meta(path, f, m->type, &s, err, n) || check_params(path, f, m, err, n) ||
+        (o && check_optim(path, f, want, m->params.numel, &steps, err, n))) {
         ut_st_close(f);
         return -1;
     }
@@ -495,24 +667,122 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
     }
     /* Verified: from here on nothing can fail. The file's bytes are host
      * memory: parameters go in by ut_tensor_set, the optimizer's state by a
-     * copy to the flat buffers' backend. */
+     * copy to the flat buffers' backend, each parameter's segment from its
+     * place in the file's order. */
     const ut_params *p = &m->params;
     char name[512];
+    int64_t *off = ut_malloc_check((size_t)(ut_st_count(f) + 1) * sizeof *off);
+    state_offsets(f, off);
     for (int i = 0; i < p->n; i++) {
         snprintf(name, sizeof name, "model.%s", p->names[i]);
         const ut_st_tensor t = *ut_st_get(f, name);
         UT_ASSERT(ut_tensor_set(p->t[i], t.data, t.nbytes) == 0);
     }
-    for (int i = 0; o && i < ut_optim_nstate(o); i++) {
+    for (int k = 0; o && k < ut_optim_nstate(o); k++) {
         const char *sn;
-        float *buf = ut_optim_state(o, i, &sn);
+        float *buf = ut_optim_state(o, k, &sn);
         snprintf(name, sizeof name, "optim.%s", sn);
-        const ut_st_tensor t = *ut_st_get(f, name);
-        ut_backend_get(ut_optim_get_config(o)->device)->copy(buf, t.data, t.nbytes, UT_COPY_H2D);
+        const float *src = ut_st_get(f, name)->data;
+        const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
+        for (int i = 0; i < p->n; i++) {
+            snprintf(name, sizeof name, "model.%s", p->names[i]);
+            obe->copy(buf + p->segs[i].offset, src + off[ut_st_index(f, name)],
+                      (size_t)p->segs[i].numel * sizeof(float), UT_COPY_H2D);
+        }
     }
+    ut_free(off);
     if (o) ut_optim_set_steps(o, steps);
     if (st) *st = s;
     ut_st_close(f);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- a piece at a time */
+
+struct ut_ckpt_reader {
+    ut_st_file *f;
+    char *path;
+    int64_t *off;   /* state_offsets */
+    int64_t total;  /* the parameters' elements */
+    ut_train_state st;
+};
+
+ut_ckpt_reader *ut_ckpt_reader_open(const char *path, const char *type, ut_train_state *st, char *err, size_t n) {
+    ut_st_file *f = ut_st_open_index(path, err, n);
+    if (!f) return NULL;
+    ut_ckpt_reader *r = ut_calloc_check(1, sizeof *r);
+    r->f = f;
+    r->path = str_cat(path, "");
+    r->off = ut_malloc_check((size_t)(ut_st_count(f) + 1) * sizeof *r->off);
+    r->total = state_offsets(f, r->off);
+    if (check_meta(path, f, type, &r->st, err, n)) {
+        ut_ckpt_reader_close(r);
+        return NULL;
+    }
+    if (st) *st = r->st;
+    return r;
+}
+
+void ut_ckpt_reader_close(ut_ckpt_reader *r) {
+    if (!r) return;
+    ut_st_close(r->f);
+    ut_free(r->off);
+    ut_free(r->path);
+    ut_free(r);
+}
+
+int ut_ckpt_reader_nparams(const ut_ckpt_reader *r) {
+    int k = 0;
+    for (int i = 0; i < ut_st_count(r->f); i++) k += r->off[i] >= 0;
+    return k;
+}
+
+const char *ut_ckpt_reader_param_name(const ut_ckpt_reader *r, int j) {
+    for (int i = 0; i < ut_st_count(r->f); i++)
+        if (r->off[i] >= 0 && j-- == 0) return ut_st_name(r->f, i) + 6;
+    return NULL;
+}
+
+int ut_ckpt_reader_param(ut_ckpt_reader *r, const char *name, int ndim, const int64_t *shape, float *dst, char *err,
+                         size_t n) {
+    const ut_st_tensor *t = param_tensor(r->path, r->f, name, ndim, shape, err, n);
+    if (!t) return -1;
+    char fname[512];
+    snprintf(fname, sizeof fname, "model.%s", name);
+    if (ut_st_read(r->f, ut_st_index(r->f, fname), 0, dst, t->nbytes, err, n)) return -1;
+    int64_t bad = first_bad(dst, (int64_t)(t->nbytes / sizeof(float)), false);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s: parameter %s holds %g at element %lld: the checkpoint's weights are "
+                                 "damaged (non-finite)", r->path, name, dst[bad], (long long)bad);
+    return 0;
+}
+
+int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, char *err, size_t n) {
+    if (check_optim(r->path, r->f, want, r->total, steps, err, n)) return -1;
+    if (*steps > r->st.step)
+        return ut_errorf(err, n, "%s: metadata \"optim.steps\" is %lld, more than train.step %lld: the "
+                                 "optimizer steps at most once per training step", r->path, (long long)*steps,
+                         (long long)r->st.step);
+    return 0;
+}
+
+int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name, int64_t numel, float *dst,
+                         char *err, size_t n) {
+    char fname[512];
+    snprintf(fname, sizeof fname, "model.%s", name);
+    int i = ut_st_index(r->f, fname);
+    snprintf(fname, sizeof fname, "optim.%s", state);
+    int s = ut_st_index(r->f, fname);
+    if (i < 0 || s < 0 || numel != ut_st_numel(ut_st_get(r->f, ut_st_name(r->f, i))))
+        return ut_errorf(err, n, "%s: no %s state of %lld values for parameter %s", r->path, state, (long long)numel,
+                         name);
+    if (ut_st_read(r->f, s, (size_t)r->off[i] * sizeof(float), dst, (size_t)numel * sizeof(float), err, n)) return -1;
+    bool square = !strcmp(state, "exp_avg_sq");
+    int64_t bad = first_bad(dst, numel, square);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s: optimizer state optim.%s holds %g at element %lld: %s", r->path, state, dst[bad],
+                         (long long)(r->off[i] + bad),
+                         square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
     return 0;
 }
 

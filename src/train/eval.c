@@ -270,31 +270,53 @@ static int gather_outputs(ut_comm *comm, double *outputs, int64_t count, bool *o
     return 0;
 }
 
+typedef struct {
+    ut_eval_stage_fn fn;
+    void *arg;
+} stage_of;
+
 static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                    const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                    const ut_hooks *h, bool (*stop)(void *), void *arg, const stage_of *stage, ut_eval_result *res,
                     double *outputs, bool *have_outputs, char *err, size_t n);
 
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, res, NULL, NULL, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, NULL, res, NULL, NULL, err, n);
 }
 
 int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                       const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
                       char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, res, NULL, NULL, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, NULL, res, NULL, NULL, err, n);
 }
 
 int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                         const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
                         char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, res, outputs, have_outputs, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, NULL, res, outputs, have_outputs, err, n);
 }
 
-/* The three above in one: stop (may be NULL) is asked before each batch,
- * outputs (may be NULL) receives each example's output row. */
+int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
+                      bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
+                      char *err, size_t n) {
+    stage_of so = {stage, stage_arg};
+    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, &so, res, NULL, NULL, err, n);
+}
+
+/* A pipeline stage's part of a batch before the model's forward: 1 when
+ * the stage is done with it (not the last), 0 to go on, -1 on failure. */
+static int run_stage(const stage_of *stage, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n) {
+    if (!stage) return 0;
+    int r = stage->fn(stage->arg, ctx, m, b, err, n);
+    if (r == 1) ut_ctx_reset(ctx);
+    return r;
+}
+
+/* The four above in one: stop (may be NULL) is asked before each batch,
+ * stage (may be NULL) runs before each forward, outputs (may be NULL)
+ * receives each example's output row. */
 static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                    const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                    const ut_hooks *h, bool (*stop)(void *), void *arg, const stage_of *stage, ut_eval_result *res,
                     double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
     ut_sampler s;
@@ -316,19 +338,23 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         ut_step_outputs out;
         ut_tensor *y;
         if (b.count == 0) { /* this rank's share of the short last batch is empty */
-            if (ut_comm_size(comm) == 1) continue;
-            if (ut_standin_batch(ds, &standin, err, n) ||
-                ut_forward_batch(h, ctx, m, ds, &standin, &out, &y, err, n)) {
+            if (ut_comm_size(comm) == 1 && !stage) continue;
+            int sr = ut_standin_batch(ds, &standin, err, n) ? -1 : run_stage(stage, ctx, m, &standin, err, n);
+            if (sr < 0 || (sr == 0 && ut_forward_batch(h, ctx, m, ds, &standin, &out, &y, err, n))) {
                 rc = -1;
                 break;
             }
+            m->stage_input = NULL;
             ut_ctx_reset(ctx);
             continue;
         }
-        if (ut_forward_batch(h, ctx, m, ds, &b, &out, &y, err, n)) {
+        int sr = run_stage(stage, ctx, m, &b, err, n);
+        if (sr == 1) continue;
+        if (sr < 0 || ut_forward_batch(h, ctx, m, ds, &b, &out, &y, err, n)) {
             rc = -1;
             break;
         }
+        m->stage_input = NULL;
         float lv;
         if (ut_tensor_get(out.loss, &lv, sizeof lv)) {
             snprintf(err, n, "reading the loss: %s", ut_ctx_error(ctx));

@@ -16,7 +16,10 @@ int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char
     }
     ut_train_state st;
     ut_ckpt_path(path, pn, dir, steps[0]);
-    if (ut_ckpt_load(path, m, NULL, &st, err, n)) return -1;
+    /* the newest one's training state names the best (its weights are not read) */
+    ut_ckpt_reader *r = ut_ckpt_reader_open(path, m ? m->type : NULL, &st, err, n);
+    if (!r) return -1;
+    ut_ckpt_reader_close(r);
     for (int i = 0; i < k; i++)
         if (steps[i] == st.best_step) {
             ut_ckpt_path(path, pn, dir, st.best_step);

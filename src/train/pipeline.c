@@ -144,12 +144,12 @@ static ut_tensor *pp_recv(ut_trainer *t, stage_slot *sl, const ut_tensor *like, 
     return x;
 }
 
-/* This stage's output for batch b on ctx (the model's forward; the stage's
- * input is in m->stage_input). */
-static ut_tensor *stage_output(ut_trainer *t, ut_ctx *ctx, const ut_batch *b) {
+/* This stage's output for batch b of ds on ctx (the model's forward; the
+ * stage's input is in m->stage_input). */
+static ut_tensor *stage_output(ut_trainer *t, ut_ctx *ctx, ut_dataset *ds, const ut_batch *b) {
     if (b->inputs && b->inputs->n > 0) return ut_model_forward_inputs(t->m, ctx, b->inputs);
     ut_tensor *x = NULL, *y = NULL;
-    if (t->h.collate(t->h.user, ctx, t->train, b, &x, &y)) return NULL;
+    if (t->h.collate(t->h.user, ctx, ds, b, &x, &y)) return NULL;
     if (b->inputs) ut_inputs_fence(ctx, b->inputs);
     return ut_model_forward(t->m, ctx, x);
 }
@@ -180,7 +180,7 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         if (!empty) ut_trainer_record(t, &out, y, b);
         if (last) t->win_last = empty ? -1 : t->win_n - 1;
     } else {
-        if (!(sl->out = stage_output(t, ctx, run))) {
+        if (!(sl->out = stage_output(t, ctx, t->train, run))) {
             snprintf(t->err, sizeof t->err, "pipeline stage %d: forward failed: %s", stage,
                      ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output");
             return -1;
@@ -271,6 +271,40 @@ int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
     return 0;
 }
 
+/* ---- evaluation through the stages ----
+ * Every stage reads the same dev batches (its data-parallel rank's share);
+ * each runs its blocks on what the stage before sent and sends the result
+ * on (through its own slot, eval_slot, on the evaluation's context), and
+ * the last computes the loss and metrics, which it then hands to the
+ * others (rank 0, on the first stage, logs them and keeps the best). */
+static int eval_stage(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n) {
+    ut_trainer *t = arg;
+    stage_slot *sl = t->eval_slot;
+    int stage = t->mesh.pp_rank;
+    sl->ctx = ctx;
+    m->stage_input = NULL;
+    if (stage > 0 && !(m->stage_input = pp_recv(t, sl, NULL, stage - 1))) return snprintf(err, n, "%s", t->err), -1;
+    if (stage == t->pp - 1) return 0;
+    ut_tensor *out = stage_output(t, ctx, t->dev, b);
+    m->stage_input = NULL;
+    if (!out) return snprintf(err, n, "pipeline stage %d: forward failed: %s", stage,
+                              ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output"), -1;
+    if (pp_send(t, sl, out, false, true, stage + 1)) return snprintf(err, n, "%s", t->err), -1;
+    return 1;
+}
+
+int ut_pp_evaluate(ut_trainer *t, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res) {
+    if (!t->eval_slot) t->eval_slot = ut_calloc_check(1, sizeof *t->eval_slot);
+    int rc = ut_evaluate_stage(t->dcomm, t->ctx, t->m, t->dev, batch, &t->h, stop, arg, eval_stage, t, res, t->err,
+                               sizeof t->err);
+    if (slot_wait(t, t->eval_slot)) rc = -1;
+    if (rc < 0) return -1;
+    /* the last stage's numbers to every stage (an abandoned one is the same everywhere) */
+    if (rc == 0 && ut_comm_bcast(t->mesh.pp_group, res, sizeof *res, t->pp - 1))
+        return ut_pp_fail(t, "the evaluation's results");
+    return rc;
+}
+
 int ut_pp_setup(ut_trainer *t) {
     const ut_config *c = t->cfg;
     t->gpipe = !strcmp(c->pipeline_schedule, "gpipe");
@@ -298,6 +332,12 @@ int ut_pp_setup(ut_trainer *t) {
 }
 
 void ut_pp_free(ut_trainer *t) {
+    if (t->eval_slot) {
+        if (t->eval_slot->req) ut_comm_wait(t->mesh.pp_group, t->eval_slot->req);
+        ut_free(t->eval_slot->buf);
+        ut_free(t->eval_slot);
+        t->eval_slot = NULL;
+    }
     for (int k = 0; k < t->nslots; k++) {
         if (t->slots[k].req) ut_comm_wait(t->mesh.pp_group, t->slots[k].req);
         if (t->slots[k].ctx) ut_ctx_free(t->slots[k].ctx);

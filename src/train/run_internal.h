@@ -90,6 +90,16 @@ int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, i
 int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                         const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
                         char *err, size_t n);
+/* The same on one stage of a pipeline: stage(stage_arg, ...) runs before
+ * each batch's forward (a stand-in's too, on every rank). On a stage before
+ * the last it runs that stage's part of the forward and hands the result on,
+ * returning 1 (the batch ends there); on the last it receives the input
+ * (m->stage_input) and returns 0; -1 with err. Only the last stage's res
+ * holds the numbers. */
+typedef int (*ut_eval_stage_fn)(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n);
+int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
+                      bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
+                      char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 /* What a batch's mean loss is over: its examples, or for seq2seq data its

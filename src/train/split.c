@@ -1,129 +1,277 @@
-/* Checkpoints of split models (tensor and pipeline parallelism): the whole
- * model gathered from the ranks' parts, and the parts taken from it. */
+/* Checkpoints of split models (tensor and pipeline parallelism), written and
+ * read a tensor at a time, and the whole model gathered from the parts (for
+ * the evaluations that still run on it). */
 #include <string.h>
 
 #include "trainer_internal.h"
+#include "../backend/backend.h"
 
 /* ---- split models (tensor and pipeline parallelism): checkpoints hold the whole model ----
  * A split run's checkpoint is the file a whole run writes (the same names,
  * shapes and flat optimizer state), so it resumes at any split, in one
- * process too, and test, evaluate and export read it as any other. Each
- * parameter and each of its optimizer state's segments is gathered from
- * the parts over the tp group and from the pipeline stage that holds it
- * (the first that does: a tied weight's copy on the last stage is the same
- * values) into a whole model built from the config (t->whole, made at the
- * first save, load or pipeline evaluation and kept), which rank 0 writes;
- * loading reads the file into that model and hands each rank its part, by
- * name. The whole model costs one copy of the parameters (and, while a
- * checkpoint is read or written, of the optimizer's state) on every rank. */
-int64_t ut_split_whole_numel(const ut_trainer *t) {
-    int64_t n = 0;
-    for (int i = 0; i < t->m->params.n; i++) n += ut_tp_full_numel(&t->m->params, i);
-    return n;
-}
+ * process too, and test, evaluate and export read it as any other.
+ *
+ * Nothing holds the whole model to do so. The whole model's parameter list
+ * (names, full shapes, and the stage that holds each) is put together from
+ * the stages' lists. To save, each tensor in file order is gathered over
+ * the tp group of the stage that holds it (a tied weight's copy on the last
+ * stage is the same values: the first stage's is taken), sent to rank 0
+ * over its pipeline group, and written there (ut_ckpt_writer): a process
+ * holds its part and one whole tensor. To load, every rank reads the whole
+ * tensors of its own parameters from the file, one at a time, and keeps
+ * its part (ut_ckpt_reader). */
 
-
-ut_model *ut_split_whole_model(ut_trainer *t) {
-    if (t->whole) return t->whole;
-    char why[512];
-    ut_model *w = ut_model_from_config(t->cfg, t->train, why, sizeof why);
-    if (!w) {
-        snprintf(t->err, sizeof t->err, "the whole model for checkpoints: %s", why);
-        return NULL;
-    }
-    const ut_params *p = &t->m->params, *q = &w->params;
+/* The whole model's parameters: this stage's list, as lines "name ndim d0 d1 ...". */
+static char *stage_list(const ut_params *p, int64_t *len) {
+    size_t cap = 256, at = 0;
+    char *s = ut_malloc_check(cap);
     for (int i = 0; i < p->n; i++) {
-        int k = param_index(q, p->names[i]);
-        if (k < 0 || ut_tp_full_numel(p, i) != q->segs[k].numel) {
-            snprintf(t->err, sizeof t->err, "the split model's parameter %s is not the whole model's", p->names[i]);
-            ut_model_free(w);
-            return NULL;
-        }
+        size_t need = strlen(p->names[i]) + 16 + (size_t)UT_MAX_DIMS * 21;
+        if (at + need >= cap) s = ut_realloc_check(s, cap = 2 * (at + need));
+        at += (size_t)snprintf(s + at, cap - at, "%s %d", p->names[i], p->t[i]->ndim);
+        for (int d = 0; d < p->t[i]->ndim; d++) at += (size_t)snprintf(s + at, cap - at, " %lld", (long long)p->part[i].full_ne[d]);
+        s[at++] = '\n';
     }
-    /* which stage holds each whole parameter: a bit per stage, summed over the pipeline */
-    t->owner = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *t->owner);
-    int64_t *bits = ut_calloc_check((size_t)(q->n ? q->n : 1), sizeof *bits);
-    for (int k = 0; k < q->n; k++) bits[k] = param_index(p, q->names[k]) >= 0 ? (int64_t)1 << t->mesh.pp_rank : 0;
-    if (t->pp > 1 && ut_comm_allreduce_i64(t->mesh.pp_group, bits, q->n)) {
-        snprintf(t->err, sizeof t->err, "the stages' parameters: %s", ut_comm_error(t->mesh.pp_group));
-        ut_free(bits);
-        ut_model_free(w);
-        return NULL;
-    }
-    for (int k = 0; k < q->n; k++) {
-        int s = 0;
-        while (s < 63 && !(bits[k] >> s & 1)) s++;
-        t->owner[k] = s;
-        if (!bits[k]) {
-            snprintf(t->err, sizeof t->err, "no pipeline stage holds %s", q->names[k]);
-            ut_free(bits);
-            ut_model_free(w);
-            return NULL;
-        }
-    }
-    ut_free(bits);
-    return t->whole = w;
+    s[at] = 0;
+    *len = (int64_t)at;
+    return s;
 }
 
-ut_optim *ut_split_whole_optimizer(ut_trainer *t) {
-    ut_params *q = &t->whole->params;
-    return ut_optim_new(ut_optim_get_config(t->o), q->flat, q->flat_grad, q->segs, q->n, 0, q->numel);
+/* Appends stage's list text to t->wl: a name seen before (a tied weight)
+ * keeps its first stage, and must have the same shape. */
+static int add_stage(ut_trainer *t, int stage, char *text) {
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        ut_split_param e = {.owner = stage};
+        char name[256];
+        int used = 0;
+        if (sscanf(line, "%255s %d%n", name, &e.ndim, &used) != 2 || e.ndim < 1 || e.ndim > UT_MAX_DIMS) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d's parameter list: '%s'", stage, line);
+            return -1;
+        }
+        e.numel = 1;
+        for (int d = 0; d < e.ndim; d++) {
+            long long v;
+            int k;
+            if (sscanf(line + used, " %lld%n", &v, &k) != 1) {
+                snprintf(t->err, sizeof t->err, "pipeline stage %d's parameter list: '%s'", stage, line);
+                return -1;
+            }
+            e.shape[d] = v, e.numel *= v, used += k;
+        }
+        int j = 0;
+        while (j < t->nwl && strcmp(t->wl[j].name, name)) j++;
+        if (j < t->nwl) {
+            if (t->wl[j].numel != e.numel) {
+                snprintf(t->err, sizeof t->err, "%s has %lld elements on pipeline stage %d and %lld on stage %d", name,
+                         (long long)t->wl[j].numel, t->wl[j].owner, (long long)e.numel, stage);
+                return -1;
+            }
+            continue;
+        }
+        size_t nl = strlen(name) + 1;
+        e.name = memcpy(ut_malloc_check(nl), name, nl);
+        t->wl = ut_realloc_check(t->wl, (size_t)(t->nwl + 1) * sizeof *t->wl);
+        t->wl[t->nwl++] = e;
+    }
+    return 0;
 }
 
-/* The parts' parameters (and, with wo, the optimizer state of o, which
- * covers this rank's whole part) into the whole model, on every rank
- * (collectives over the tp group and the pipeline). */
-int ut_split_gather(ut_trainer *t, ut_optim *o, ut_optim *wo) {
-    const ut_params *p = &t->m->params;
-    ut_params *q = &t->whole->params;
-    const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(o) : 0, rc = 0;
-    for (int k = 0; k < q->n && !rc; k++) {
-        int i = param_index(p, q->names[k]);
-        bool mine = t->owner[k] == t->mesh.pp_rank;
-        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
-        float *full = ut_malloc_check(bytes ? bytes : 1);
-        for (int s = -1; s < ns && !rc; s++) {
-            const char *name;
-            if (mine) {
-                const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-                rc = ut_tp_gather_values(p, i, part, t->mesh.tp_group, full, t->err, sizeof t->err);
-            }
-            if (!rc && t->pp > 1 && ut_comm_bcast(t->mesh.pp_group, full, bytes, t->owner[k])) {
-                snprintf(t->err, sizeof t->err, "%s from pipeline stage %d: %s", q->names[k], t->owner[k],
-                         ut_comm_error(t->mesh.pp_group));
-                rc = -1;
-            }
-            float *dst = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
-            if (!rc) be->copy(dst, full, bytes, UT_COPY_H2D);
+int ut_split_whole_list(ut_trainer *t) {
+    if (t->wl) return 0;
+    int64_t len;
+    char *mine = stage_list(&t->m->params, &len);
+    int rc = 0;
+    for (int s = 0; s < t->pp && !rc; s++) {
+        int64_t n = len;
+        char *text = mine;
+        if (t->pp > 1) { /* stage s's list to every stage of this pipeline */
+            if (ut_comm_bcast(t->mesh.pp_group, &n, sizeof n, s)) rc = ut_pp_fail(t, "the stages' parameter lists");
+            if (!rc && s != t->mesh.pp_rank) text = ut_malloc_check((size_t)n + 1);
+            if (!rc && ut_comm_bcast(t->mesh.pp_group, text, (size_t)n, s)) rc = ut_pp_fail(t, "the stages' parameter lists");
+            text[n] = 0;
         }
-        ut_free(full);
+        if (!rc) rc = add_stage(t, s, text);
+        if (text != mine) ut_free(text);
     }
-    if (wo) ut_optim_set_steps(wo, ut_optim_steps(o));
+    ut_free(mine);
     return rc;
 }
 
-/* The whole model's parameters (and, with wo, optimizer state into o, which
- * covers this rank's whole part) into this rank's parts, by name (no
- * communication). */
-void ut_split_scatter(ut_trainer *t, ut_optim *wo, ut_optim *o) {
-    ut_params *p = &t->m->params;
-    const ut_params *q = &t->whole->params;
-    const ut_backend *be = ut_backend_get(q->device);
-    int ns = wo ? ut_optim_nstate(o) : 0;
-    for (int i = 0; i < p->n; i++) {
-        int k = param_index(q, p->names[i]);
-        float *full = ut_malloc_check((size_t)(q->segs[k].numel ? q->segs[k].numel : 1) * sizeof(float));
-        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
-        for (int s = -1; s < ns; s++) {
-            const char *name;
-            const float *src = s < 0 ? q->flat + q->segs[k].offset : ut_optim_state(wo, s, &name) + q->segs[k].offset;
-            float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-            be->copy(full, src, bytes, UT_COPY_D2H);
-            ut_tp_scatter_values(p, i, part, full);
+int64_t ut_split_whole_numel(ut_trainer *t) {
+    int64_t n = 0;
+    if (ut_split_whole_list(t)) return -1;
+    for (int k = 0; k < t->nwl; k++) n += t->wl[k].numel;
+    return n;
+}
+
+int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_state *st) {
+    if (ut_split_whole_list(t)) return -1;
+    const ut_params *p = &t->m->params;
+    int ns = o ? ut_optim_nstate(o) : 0;
+    char state[128] = "";
+    for (int s = 0; s < ns; s++) {
+        const char *name;
+        ut_optim_state(o, s, &name);
+        size_t at = strlen(state);
+        snprintf(state + at, sizeof state - at, "%s%s", s ? "," : "", name);
+    }
+    ut_ckpt_writer *w = NULL;
+    int wrc = 0, rc = 0; /* rank 0's writing, and the transfers (every rank's) */
+    if (t->rank == 0) {
+        ut_ckpt_entry *e = ut_calloc_check((size_t)t->nwl + 1, sizeof *e);
+        for (int k = 0; k < t->nwl; k++) {
+            e[k] = (ut_ckpt_entry){.name = t->wl[k].name, .ndim = t->wl[k].ndim};
+            memcpy(e[k].shape, t->wl[k].shape, sizeof t->wl[k].shape);
+        }
+        w = ut_ckpt_writer_open(path, t->m->type, t->nwl, e, o ? state : NULL, o ? ut_optim_steps(o) : 0, st, t->err,
+                                sizeof t->err);
+        ut_free(e);
+        wrc = w ? 0 : -1;
+    }
+    /* rank 0 keeps taking part when its writing failed: the others' transfers
+     * must meet, and the confirmation after the save tells them */
+    ut_device sdev = o ? ut_optim_get_config(o)->device : p->device;
+    for (int s = -1; s < ns && !rc; s++)
+        for (int k = 0; k < t->nwl && !rc; k++) {
+            const ut_split_param *e = &t->wl[k];
+            float *full = NULL;
+            if (e->owner == t->mesh.pp_rank && t->mesh.dp_rank == 0) { /* this stage's tp group gathers it */
+                int i = param_index(p, e->name);
+                const char *name;
+                const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
+                full = ut_malloc_check((size_t)e->numel * sizeof(float));
+                rc = ut_tp_gather_values(p, i, s < 0 ? p->device : sdev, part, t->mesh.tp_group, full, t->err,
+                                         sizeof t->err);
+                if (!rc && e->owner != 0 && t->mesh.tp_rank == 0 &&
+                    ut_comm_wait(t->mesh.pp_group, ut_comm_isend(t->mesh.pp_group, full, e->numel, 0)))
+                    rc = ut_pp_fail(t, "sending a tensor of the checkpoint");
+            } else if (t->rank == 0) { /* from the stage that holds it */
+                full = ut_malloc_check((size_t)e->numel * sizeof(float));
+                if (ut_comm_wait(t->mesh.pp_group, ut_comm_irecv(t->mesh.pp_group, full, e->numel, e->owner)))
+                    rc = ut_pp_fail(t, "receiving a tensor of the checkpoint");
+            }
+            if (!rc && t->rank == 0 && !wrc) wrc = ut_ckpt_writer_put(w, full, e->numel, t->err, sizeof t->err);
+            ut_free(full);
+        }
+    if (t->rank == 0 && ut_ckpt_writer_close(w, !rc && !wrc, !rc && !wrc ? t->err : NULL, sizeof t->err)) wrc = -1;
+    return rc || wrc ? -1 : 0;
+}
+
+int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *st, char *err, size_t n) {
+    if (ut_split_whole_list(t)) return snprintf(err, n, "%s", t->err), -1;
+    ut_ckpt_reader *r = ut_ckpt_reader_open(path, t->m->type, st, err, n);
+    if (!r) return -1;
+    const ut_params *p = &t->m->params;
+    int rc = 0;
+    /* the file's parameters are the whole model's */
+    for (int j = 0; j < ut_ckpt_reader_nparams(r) && !rc; j++) {
+        const char *name = ut_ckpt_reader_param_name(r, j);
+        int k = 0;
+        while (k < t->nwl && strcmp(t->wl[k].name, name)) k++;
+        if (k == t->nwl) rc = ut_errorf(err, n, "%s: tensor model.%s is not a parameter of this %s model", path, name,
+                                        t->m->type);
+    }
+    int ns = o ? ut_optim_nstate(o) : 0;
+    char want[128] = "";
+    for (int s = 0; s < ns; s++) {
+        const char *name;
+        ut_optim_state(o, s, &name);
+        size_t at = strlen(want);
+        snprintf(want + at, sizeof want - at, "%s%s", s ? "," : "", name);
+    }
+    int64_t steps = 0;
+    if (!rc && o) rc = ut_ckpt_reader_optim(r, want, &steps, err, n);
+    /* read into host parts first: nothing changes unless all of it loads */
+    float *parts = rc ? NULL : ut_malloc_check((size_t)(p->numel ? p->numel : 1) * (size_t)(1 + ns) * sizeof(float));
+    for (int i = 0; i < p->n && !rc; i++) {
+        const ut_tensor *pt = p->t[i];
+        const ut_partition *part = &p->part[i];
+        int64_t full_n = ut_tp_full_numel(p, i);
+        float *full = ut_malloc_check((size_t)(full_n ? full_n : 1) * sizeof(float));
+        for (int s = -1; s < ns && !rc; s++) {
+            const char *sname = "";
+            if (s >= 0) ut_optim_state(o, s, &sname);
+            rc = s < 0 ? ut_ckpt_reader_param(r, p->names[i], pt->ndim, part->full_ne, full, err, n)
+                       : ut_ckpt_reader_state(r, sname, p->names[i], full_n, full, err, n);
+            if (!rc) ut_tp_part_values(p, i, full, parts + (size_t)(s + 1) * (size_t)p->numel + p->segs[i].offset);
         }
         ut_free(full);
     }
-    if (wo) ut_optim_set_steps(o, ut_optim_steps(wo));
+    ut_ckpt_reader_close(r);
+    if (!rc) { /* all of it read: into the parameters and the optimizer */
+        ut_backend_get(p->device)->copy(p->flat, parts, (size_t)p->numel * sizeof(float), UT_COPY_H2D);
+        for (int s = 0; s < ns; s++) {
+            const char *sname;
+            ut_backend_get(ut_optim_get_config(o)->device)
+                ->copy(ut_optim_state(o, s, &sname), parts + (size_t)(s + 1) * (size_t)p->numel,
+                       (size_t)p->numel * sizeof(float), UT_COPY_H2D);
+        }
+        if (o) ut_optim_set_steps(o, steps);
+    }
+    ut_free(parts);
+    return rc;
 }
 
+/* ---- the whole model, for evaluations that run on it ----
+ * A pipeline's evaluation and a split model's generation run on the whole
+ * model: built from the config (t->whole, made once and kept) and filled
+ * from the parts on every rank. */
+ut_model *ut_split_whole_model(ut_trainer *t) {
+    if (t->whole) return t->whole;
+    if (ut_split_whole_list(t)) return NULL;
+    char why[512];
+    ut_model *w = ut_model_from_config(t->cfg, t->train, why, sizeof why);
+    if (!w) {
+        snprintf(t->err, sizeof t->err, "the whole model: %s", why);
+        return NULL;
+    }
+    const ut_params *q = &w->params;
+    for (int k = 0; k < q->n; k++) {
+        int j = 0;
+        while (j < t->nwl && strcmp(t->wl[j].name, q->names[k])) j++;
+        if (j == t->nwl || t->wl[j].numel != q->segs[k].numel) {
+            snprintf(t->err, sizeof t->err, "the whole model's parameter %s is not the split model's", q->names[k]);
+            ut_model_free(w);
+            return NULL;
+        }
+    }
+    return t->whole = w;
+}
+
+int ut_split_gather(ut_trainer *t) {
+    const ut_params *p = &t->m->params;
+    ut_params *q = &t->whole->params;
+    const ut_backend *be = ut_backend_get(q->device);
+    int rc = 0;
+    for (int k = 0; k < q->n && !rc; k++) {
+        int j = 0;
+        while (strcmp(t->wl[j].name, q->names[k])) j++;
+        int owner = t->wl[j].owner;
+        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
+        float *full = ut_malloc_check(bytes ? bytes : 1);
+        if (owner == t->mesh.pp_rank) {
+            int i = param_index(p, q->names[k]);
+            rc = ut_tp_gather_values(p, i, p->device, p->flat + p->segs[i].offset, t->mesh.tp_group, full, t->err,
+                                     sizeof t->err);
+        }
+        if (!rc && t->pp > 1 && ut_comm_bcast(t->mesh.pp_group, full, bytes, owner)) {
+            snprintf(t->err, sizeof t->err, "%s from pipeline stage %d: %s", q->names[k], owner,
+                     ut_comm_error(t->mesh.pp_group));
+            rc = -1;
+        }
+        if (!rc) be->copy(q->flat + q->segs[k].offset, full, bytes, UT_COPY_H2D);
+        ut_free(full);
+    }
+    return rc;
+}
+
+void ut_split_free(ut_trainer *t) {
+    for (int k = 0; k < t->nwl; k++) ut_free(t->wl[k].name);
+    ut_free(t->wl);
+    t->wl = NULL;
+    t->nwl = 0;
+    if (t->whole) ut_model_free(t->whole);
+    t->whole = NULL;
+}

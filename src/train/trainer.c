@@ -291,6 +291,24 @@ static void clean_stale_temp(ut_trainer *t) {
                k == 1 ? "" : "s", dir);
 }
 
+/* A split model's ranks each read their own parts: they go on only if
+ * every one of them loaded (a rank that failed says why, the others say
+ * that one did). -1 when the ranks cannot agree. */
+static int agree_on_load(ut_trainer *t, int *lrc, char *why, size_t n) {
+    int64_t failed[2] = {*lrc != 0, *lrc != 0 ? t->rank : 0};
+    if (ut_comm_allreduce_i64(t->comm, failed, 2)) {
+        snprintf(t->err, sizeof t->err, "agreeing on a checkpoint: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    if (failed[0] && !*lrc) {
+        *lrc = -1;
+        snprintf(why, n, "%lld rank%s could not read %s part%s of it (rank %lld's log says why)", (long long)failed[0],
+                 failed[0] == 1 ? "" : "s", failed[0] == 1 ? "its" : "their", failed[0] == 1 ? "" : "s",
+                 (long long)(failed[0] == 1 ? failed[1] : 0));
+    }
+    return 0;
+}
+
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -304,12 +322,14 @@ static int resume(ut_trainer *t) {
         ut_train_state st;
         /* a sharded strategy reads the whole state, then keeps its part */
         bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
-        if (split_model(t) && !ut_split_whole_model(t)) return -1;
-        ut_optim *o = sharded ? full_optimizer(t) : t->o, *wo = split_model(t) ? ut_split_whole_optimizer(t) : NULL;
-        int lrc = ut_ckpt_load(path, wo ? t->whole : t->m, wo ? wo : o, &st, why, sizeof why);
-        if (!lrc && wo) ut_split_scatter(t, wo, o);
+        ut_optim *o = sharded ? full_optimizer(t) : t->o;
+        int lrc = split_model(t) ? ut_split_load(t, path, o, &st, why, sizeof why)
+                                 : ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
+        if (split_model(t) && agree_on_load(t, &lrc, why, sizeof why)) {
+            if (sharded) ut_optim_free(o);
+            return -1;
+        }
         if (!lrc && sharded) ut_dist_load_full(t->dist, o);
-        if (wo) ut_optim_free(wo);
         if (sharded) ut_optim_free(o);
         if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
@@ -362,12 +382,18 @@ static int load_initial_weights(ut_trainer *t) {
     if (file) snprintf(path, sizeof path, "%s", from);
     else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
     else snprintf(dir, sizeof dir, "%s/checkpoints", from);
-    ut_model *into = split_model(t) ? ut_split_whole_model(t) : t->m;
-    if (!into) return -1;
-    if ((!file && ut_best_checkpoint(dir, into, path, sizeof path, t->err, sizeof t->err)) ||
-        ut_ckpt_load(path, into, NULL, NULL, t->err, sizeof t->err))
+    if (!file && ut_best_checkpoint(dir, NULL, path, sizeof path, t->err, sizeof t->err)) return -1;
+    if (split_model(t)) {
+        char why[1024];
+        int lrc = ut_split_load(t, path, NULL, NULL, why, sizeof why);
+        if (agree_on_load(t, &lrc, why, sizeof why)) return -1;
+        if (lrc) {
+            snprintf(t->err, sizeof t->err, "%s", why);
+            return -1;
+        }
+    } else if (ut_ckpt_load(path, t->m, NULL, NULL, t->err, sizeof t->err)) {
         return -1;
-    if (split_model(t)) ut_split_scatter(t, NULL, NULL);
+    }
     ut_dist_load_full(t->dist, NULL);
     ut_say(&t->log, "Initial weights from %s\n", path);
     return 0;
@@ -450,21 +476,9 @@ static int save_now(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "gathering the state for a checkpoint: %s", ut_comm_error(t->comm));
         return -1;
     }
-    const ut_model *m = t->m;
-    ut_optim *wo = NULL;
-    if (split_model(t)) { /* the whole model's state, from the parts */
-        int grc = ut_split_whole_model(t) ? 0 : -1;
-        if (!grc) grc = ut_split_gather(t, o, wo = ut_split_whole_optimizer(t));
-        if (grc) {
-            if (wo) ut_optim_free(wo);
-            if (sharded) ut_optim_free(o);
-            ut_dist_release(t->dist);
-            return -1;
-        }
-        m = t->whole;
-    }
-    int rc = t->rank == 0 ? ut_ckpt_save(path, m, wo ? wo : o, &t->st, t->err, sizeof t->err) : 0;
-    if (wo) ut_optim_free(wo);
+    int rc = split_model(t) ? ut_split_save(t, path, o, &t->st)
+             : t->rank == 0 ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err)
+                            : 0;
     if (sharded) ut_optim_free(o);
     ut_dist_release(t->dist);
     if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
@@ -473,8 +487,8 @@ static int save_now(ut_trainer *t) {
             snprintf(t->err, sizeof t->err, "confirming checkpoint %s: %s", path, ut_comm_error(t->comm));
             return -1;
         }
-        if (failed && t->rank != 0) {
-            snprintf(t->err, sizeof t->err, "rank 0 could not write checkpoint %s (rank 0's log says why)", path);
+        if (failed && t->rank != 0 && !rc) {
+            snprintf(t->err, sizeof t->err, "checkpoint %s was not written (rank 0's log says why)", path);
             return -1;
         }
     }
@@ -494,28 +508,18 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
     double t0 = now_s();
-    /* pipeline: the stages' parameters gathered into the whole model, which
-     * every stage evaluates on its data-parallel rank's share */
+    /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
-    if (t->pp > 1) {
-        /* zero3 holds a shard of the stage's parameters: gathered first */
-        if (ut_dist_gather_params(t->dist)) {
-            snprintf(t->err, sizeof t->err, "gathering the parameters to evaluate: %s", ut_comm_error(t->dcomm));
-            return -1;
-        }
-        if (!ut_split_whole_model(t) || ut_split_gather(t, t->o, NULL)) return -1;
-        m = t->whole;
-        ut_dist_detach(t->dist, t->ctx); /* zero3's parameter hook knows the stage's parameters, not these */
-    }
-    int erc = ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
-                                sizeof t->err);
+    int erc = t->pp > 1 ? ut_pp_evaluate(t, bs, stop_asked, t, res)
+                        : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
+                                            sizeof t->err);
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
         /* a split model generates through the whole one (every rank of a
          * tensor-parallel group the same share) */
         if (split_model(t) && m == t->m) {
-            if (ut_dist_gather_params(t->dist) || !ut_split_whole_model(t) || ut_split_gather(t, t->o, NULL)) {
+            if (ut_dist_gather_params(t->dist) || !ut_split_whole_model(t) || ut_split_gather(t)) {
                 if (!t->err[0]) snprintf(t->err, sizeof t->err, "gathering the parameters to generate");
                 erc = -1;
             }
@@ -527,7 +531,6 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
                                            sizeof t->err))
             erc = -1;
     }
-    if (t->pp > 1) ut_dist_attach(t->dist, t->ctx);
     ut_dist_release(t->dist);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
@@ -1018,7 +1021,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                                .pp_rank = t->mesh.pp_rank, .pp_size = t->pp};
         t->m = ut_model_from_config_layout(c, t->train, &lay, t->err, sizeof t->err);
     } else t->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
-    if (!t->m) return -1;
+    if (!t->m || (split_model(t) && ut_split_whole_list(t))) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
     ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
     t->fp16 = ut_run_precision(c) == UT_F16;
@@ -1174,8 +1177,7 @@ int ut_trainer_run_on(const ut_config *cfg, ut_comm *comm, ut_model *model, ut_d
     ut_pp_free(t);
     ut_dist_free(t->dist);
     if (t->have_mesh) ut_mesh_free(&t->mesh);
-    ut_free(t->owner);
-    if (t->whole) ut_model_free(t->whole);
+    ut_split_free(t);
     ut_tokenizer_free(t->tok);
     ut_standin_free(&t->standin);
     ut_dp_step_free(t);

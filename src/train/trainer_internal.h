@@ -50,9 +50,10 @@ struct ut_trainer {
     bool have_mesh;
     ut_comm *dcomm;
     int drank, dworld;
-    ut_model *whole;             /* split: the whole model, for checkpoints (made at the first one) */
+    ut_model *whole;             /* split: the whole model, for pipeline evaluation and generation (made at the first) */
+    struct ut_split_param *wl;   /* split: the whole model's parameters (ut_split_whole_list) */
+    int nwl;
     ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */
-    int *owner;                  /* split: the pipeline stage that holds each of the whole model's parameters */
     /* dist.pipeline_parallel: this rank's stage is the model; a window's
      * micro-batches are in flight in slots (a context, the received input,
      * the output or loss, the host buffer of its send); the embed group is
@@ -63,6 +64,7 @@ struct ut_trainer {
     bool embed_used;
     struct stage_slot *slots;
     int nslots;
+    struct stage_slot *eval_slot; /* evaluation's sends and receives */
     int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
@@ -169,22 +171,34 @@ static inline void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
 }
 
 /* ---- split models' checkpoints (split.c) ----
+ * ut_split_whole_list: the whole model's parameters (t->wl: names, full
+ *   shapes, the first pipeline stage that holds each), in its order, from
+ *   the stages' lists (collective over the pipeline; made once); 0 or -1
+ *   with t->err. ut_split_whole_numel: their elements (-1 on failure).
+ * ut_split_save: checkpoint path of the parts' parameters and, with o (over
+ *   this rank's whole part), their optimizer state: every rank calls it,
+ *   rank 0 writes; 0 or -1 with t->err.
+ * ut_split_load: this rank's parts (and o's state) from checkpoint path, a
+ *   whole tensor at a time; nothing changes unless all of it loads; 0 or -1
+ *   with err. Local: the caller agrees the outcome over the ranks.
  * ut_split_whole_model: the whole model built from the config (t->whole,
- *   made once and kept) and which pipeline stage holds each of its
- *   parameters (t->owner); NULL with t->err.
- * ut_split_whole_optimizer: an optimizer over the whole model's flat buffers
- *   with the run's settings (its state zero).
- * ut_split_gather: the parts' parameters, and with wo the state of o (which
- *   covers this rank's whole part), into the whole model: collectives over
- *   the tp group and the pipeline, on every rank; 0 or -1 with t->err.
- * ut_split_scatter: the whole model's parameters, and with wo its state into
- *   o, into this rank's parts by name (no communication).
- * ut_split_whole_numel: the whole model's parameter count from the parts. */
-int64_t ut_split_whole_numel(const ut_trainer *t);
+ *   made once and kept), NULL with t->err; ut_split_gather fills it from the
+ *   parts (collectives over the tp group and the pipeline, every rank).
+ * ut_split_free: what these keep. */
+typedef struct ut_split_param {
+    char *name;
+    int ndim;
+    int64_t shape[UT_MAX_DIMS];
+    int64_t numel;
+    int owner;
+} ut_split_param;
+int ut_split_whole_list(ut_trainer *t);
+int64_t ut_split_whole_numel(ut_trainer *t);
+int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_state *st);
+int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *st, char *err, size_t n);
 ut_model *ut_split_whole_model(ut_trainer *t);
-ut_optim *ut_split_whole_optimizer(ut_trainer *t);
-int ut_split_gather(ut_trainer *t, ut_optim *o, ut_optim *wo);
-void ut_split_scatter(ut_trainer *t, ut_optim *wo, ut_optim *o);
+int ut_split_gather(ut_trainer *t);
+void ut_split_free(ut_trainer *t);
 
 /* ---- dist.strategy dp: worker threads in one process (dp_step.c) ----
  * ut_dp_setup: the worker group (a replica per worker built from the
@@ -206,9 +220,13 @@ int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
  *   backwards the schedule runs after it; the window's last one runs every
  *   backward left, waits for the sends and sums the tied embedding's
  *   gradient over its two stages).
+ * ut_pp_evaluate: the dev set through the stages (ut_evaluate_stage), every
+ *   stage getting the last one's results; 0, 1 when stop said so, -1 with
+ *   t->err.
  * ut_pp_fail: "pipeline stage S: WHAT: <the pipeline group's error>" into
  *   t->err; -1. */
 int ut_pp_setup(ut_trainer *t);
+int ut_pp_evaluate(ut_trainer *t, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res);
 void ut_pp_free(ut_trainer *t);
 int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last);
 int ut_pp_fail(ut_trainer *t, const char *what);

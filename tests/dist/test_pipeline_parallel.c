@@ -47,11 +47,13 @@ static void test_bf16_transfers(void) {
                             tp_run_file(split_dir, "pp2bf16", "metrics.jsonl"), 16);
     CHECK(l >= 0 && l < 2e-2, "bf16 stages' losses within %.2g of the whole model's bf16 run (2e-2)", l);
     /* stage 0 sends 64 activations of 4 x 16 x 32 values (16 steps of 4
-     * micro-batches): 0.5 MiB in float32, 0.25 in bf16; the rest of its
-     * traffic (the embedding's gradient, the shared losses) is the same */
+     * micro-batches) and, evaluating at step 16, the dev set's 544 sequences
+     * of 16 x 32 (the dev set is the training shard): 1.56 MiB in float32,
+     * 0.78 in bf16; the rest of its traffic (the embedding's gradient, the
+     * shared losses, the checkpoints' tensors) is the same */
     double a = moved_mib("pp2"), b = moved_mib("pp2bf16");
-    CHECK(a > 0 && b > 0 && a - b > 0.14 && a - b < 0.36,
-          "rank 0 moved %.1f MiB in bf16 against %.1f MiB in float32 (0.25 MiB less expected)", b, a);
+    CHECK(a > 0 && b > 0 && a - b > 0.65 && a - b < 0.9,
+          "rank 0 moved %.2f MiB in bf16 against %.2f MiB in float32 (0.78 MiB less expected)", b, a);
 }
 
 static void test_stages_train_as_the_whole_model(void) {

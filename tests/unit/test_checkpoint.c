@@ -525,6 +525,105 @@ static void remove_dir(void) {
     rmdir(dir);
 }
 
+/* The writer for models in parts: its file is ut_ckpt_save's, byte for
+ * byte; the reader reads a parameter and its state segments; a file whose
+ * parameters come in another order loads each state segment by name. */
+static void put_all(ut_ckpt_writer *w, const float *v, int64_t n, int64_t piece, char *err, size_t en) {
+    for (int64_t at = 0; at < n; at += piece) CHECK(ut_ckpt_writer_put(w, v + at, n - at < piece ? n - at : piece, err, en) == 0, "%s", err);
+}
+
+static void test_streamed(void) {
+    pair a = make_pair("6,5,3", 3);
+    take_step(a.m, a.o);
+    ut_train_state st = sample_state();
+    const ut_params *p = &a.m->params;
+    char err[512] = "";
+    const char *ref = tmp_path("s_ref.safetensors"), *str = tmp_path("s_stream.safetensors"),
+               *rev = tmp_path("s_rev.safetensors");
+    CHECK(ut_ckpt_save(ref, a.m, a.o, &st, err, sizeof err) == 0, "%s", err);
+    ut_ckpt_entry e[16];
+    for (int i = 0; i < p->n; i++) {
+        e[i] = (ut_ckpt_entry){.name = p->names[i], .ndim = p->t[i]->ndim};
+        memcpy(e[i].shape, p->t[i]->ne, (size_t)p->t[i]->ndim * sizeof(int64_t));
+    }
+    ut_ckpt_writer *w = ut_ckpt_writer_open(str, a.m->type, p->n, e, "exp_avg,exp_avg_sq", ut_optim_steps(a.o), &st,
+                                            err, sizeof err);
+    CHECK(w, "%s", err);
+    if (!w) return;
+    put_all(w, p->flat, p->numel, 7, err, sizeof err);
+    for (int s = 0; s < 2; s++) put_all(w, ut_optim_state(a.o, s, NULL), p->numel, 11, err, sizeof err);
+    CHECK(ut_ckpt_writer_close(w, true, err, sizeof err) == 0, "%s", err);
+    size_t l1 = 0, l2 = 0;
+    unsigned char *b1 = read_file(ref, &l1), *b2 = read_file(str, &l2);
+    CHECK(b1 && b2 && l1 == l2 && l1 > 0 && !memcmp(b1, b2, l1), "streamed file differs from ut_ckpt_save's (%zu, %zu bytes)",
+          l1, l2);
+    free(b1);
+    free(b2);
+
+    ut_train_state got;
+    ut_ckpt_reader *r = ut_ckpt_reader_open(str, a.m->type, &got, err, sizeof err);
+    CHECK(r && same_state(&st, &got), "%s", err);
+    if (r) {
+        CHECK(ut_ckpt_reader_nparams(r) == p->n && !strcmp(ut_ckpt_reader_param_name(r, 1), p->names[1]), "params");
+        float v[64];
+        int64_t steps = -1;
+        CHECK(ut_ckpt_reader_param(r, p->names[2], p->t[2]->ndim, p->t[2]->ne, v, err, sizeof err) == 0 &&
+                  !memcmp(v, p->flat + p->segs[2].offset, (size_t)p->segs[2].numel * sizeof(float)), "param: %s", err);
+        CHECK(ut_ckpt_reader_optim(r, "exp_avg,exp_avg_sq", &steps, err, sizeof err) == 0 && steps == 1, "%s", err);
+        CHECK(ut_ckpt_reader_optim(r, "momentum_buffer", &steps, err, sizeof err) == -1 && strstr(err, "AdamW"),
+              "another optimizer's state accepted: %s", err);
+        CHECK(ut_ckpt_reader_state(r, "exp_avg_sq", p->names[2], p->segs[2].numel, v, err, sizeof err) == 0 &&
+                  !memcmp(v, ut_optim_state(a.o, 1, NULL) + p->segs[2].offset, (size_t)p->segs[2].numel * sizeof(float)),
+              "state: %s", err);
+        int64_t wrong[2] = {5, 7};
+        CHECK(ut_ckpt_reader_param(r, p->names[0], 2, wrong, v, err, sizeof err) == -1 && strstr(err, p->names[0]),
+              "a wrong shape was accepted: %s", err);
+        ut_ckpt_reader_close(r);
+    }
+
+    /* the parameters in reverse order: ut_ckpt_load finds each one's state by name */
+    ut_ckpt_entry re[16];
+    for (int i = 0; i < p->n; i++) re[i] = e[p->n - 1 - i];
+    w = ut_ckpt_writer_open(rev, a.m->type, p->n, re, "exp_avg,exp_avg_sq", ut_optim_steps(a.o), &st, err, sizeof err);
+    CHECK(w, "%s", err);
+    if (!w) return;
+    for (int s = -1; s < 2; s++)
+        for (int i = p->n - 1; i >= 0; i--) {
+            const float *base = s < 0 ? p->flat : ut_optim_state(a.o, s, NULL);
+            put_all(w, base + p->segs[i].offset, p->segs[i].numel, 5, err, sizeof err);
+        }
+    CHECK(ut_ckpt_writer_put(w, p->flat, 1, err, sizeof err) == -1 && strstr(err, "more values"), "an extra value: %s", err);
+    CHECK(ut_ckpt_writer_close(w, true, err, sizeof err) == -1, "a writer that failed was sealed");
+    w = ut_ckpt_writer_open(rev, a.m->type, p->n, re, "exp_avg,exp_avg_sq", ut_optim_steps(a.o), &st, err, sizeof err);
+    for (int s = -1; s < 2 && w; s++)
+        for (int i = p->n - 1; i >= 0; i--) {
+            const float *base = s < 0 ? p->flat : ut_optim_state(a.o, s, NULL);
+            put_all(w, base + p->segs[i].offset, p->segs[i].numel, 5, err, sizeof err);
+        }
+    CHECK(w && ut_ckpt_writer_close(w, true, err, sizeof err) == 0, "%s", err);
+    pair q = make_pair("6,5,3", 4);
+    CHECK(!same_buffers(a, q), "fresh model equals the saved one: test is vacuous");
+    CHECK(ut_ckpt_load(rev, q.m, q.o, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(same_buffers(a, q), "reordered file: parameters or optimizer state differ");
+    free_pair(q);
+
+    /* a flipped byte in the data: the reader's checksum catches it */
+    size_t len = 0;
+    unsigned char *b = read_file(str, &len);
+    if (b && len > 16) {
+        b[len - 9] ^= 0x10;
+        write_file(str, b, len);
+        r = ut_ckpt_reader_open(str, NULL, NULL, err, sizeof err);
+        CHECK(!r && strstr(err, "checksum mismatch") && strstr(err, str), "%s", err);
+        ut_ckpt_reader_close(r);
+    }
+    free(b);
+    unlink(ref);
+    unlink(str);
+    unlink(rev);
+    free_pair(a);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/ut_ckpt_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -540,6 +639,7 @@ int main(void) {
     RUN(test_mismatches);
     RUN(test_directory);
     RUN(test_clean_temp);
+    RUN(test_streamed);
     free_pair(saved);
     remove_dir();
     return TEST_SUMMARY();

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -275,6 +276,65 @@ static void test_flipped_headers(void) {
     unlink(p);
 }
 
+/* The writer in steps gives ut_st_save's bytes; the index reader reads
+ * pieces of tensors without the data in memory. */
+static void test_pieces(void) {
+    float a[12], b[5];
+    for (int i = 0; i < 12; i++) a[i] = (float)i * 0.5f - 1;
+    for (int i = 0; i < 5; i++) b[i] = (float)(100 + i);
+    const char *names[] = {"a", "b"};
+    ut_st_tensor t[] = {{UT_ST_F32, 2, {3, 4}, a, sizeof a}, {UT_ST_F32, 1, {5}, b, sizeof b}};
+    const char *meta[] = {"k", "abcd", "sum", "00000000", NULL};
+    const char *whole = tmp_path("whole.safetensors"), *steps = tmp_path("steps.safetensors");
+    char err[512] = "";
+    const char *meta2[] = {"k", "abcd", "sum", "1234abcd", NULL};
+    CHECK(ut_st_save(whole, 2, names, t, meta2, err, sizeof err) == 0, "%s", err);
+    ut_st_writer *w = ut_st_writer_open(steps, 2, names, t, meta, err, sizeof err);
+    CHECK(w, "%s", err);
+    if (!w) return;
+    /* pieces that cross the tensors' boundary */
+    CHECK(ut_st_writer_write(w, a, 20, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_st_writer_write(w, (char *)a + 20, 28, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_st_writer_set_meta(w, "sum", "12345", err, sizeof err) == -1 && strstr(err, "as long"),
+          "a value of another length was accepted: %s", err);
+    CHECK(ut_st_writer_set_meta(w, "sum", "1234abcd", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_st_writer_write(w, b, sizeof b, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_st_writer_write(w, b, 4, err, sizeof err) == -1 && strstr(err, "more than"), "an extra byte: %s", err);
+    CHECK(ut_st_writer_close(w, true, err, sizeof err) == 0, "%s", err);
+    char *x = tp_slurp(whole), *y = tp_slurp(steps);
+    struct stat sx, sy;
+    CHECK(!stat(whole, &sx) && !stat(steps, &sy) && sx.st_size == sy.st_size && x && y &&
+              !memcmp(x, y, (size_t)sx.st_size), "the writer's file differs from ut_st_save's");
+    free(x);
+    free(y);
+
+    ut_st_file *f = ut_st_open_index(steps, err, sizeof err);
+    CHECK(f, "%s", err);
+    if (f) {
+        int i = ut_st_index(f, "a");
+        CHECK(i >= 0 && ut_st_get(f, "a")->data == NULL && ut_st_offset(f, ut_st_index(f, "b")) == (int64_t)sizeof a,
+              "index file: tensor a at %d, b at %lld", i, (long long)ut_st_offset(f, ut_st_index(f, "b")));
+        float got[3];
+        CHECK(ut_st_read(f, i, 5 * sizeof(float), got, sizeof got, err, sizeof err) == 0 && got[0] == a[5] &&
+                  got[2] == a[7], "pieces read back wrong: %s", err);
+        CHECK(ut_st_read(f, i, 11 * sizeof(float), got, 2 * sizeof(float), err, sizeof err) == -1 &&
+                  strstr(err, "outside"), "a read past the tensor: %s", err);
+        CHECK(!strcmp(ut_st_meta(f, "sum"), "1234abcd"), "metadata %s", ut_st_meta(f, "sum"));
+        ut_st_close(f);
+    }
+    /* a writer closed before all its data leaves nothing behind */
+    unlink(steps);
+    w = ut_st_writer_open(steps, 2, names, t, meta, err, sizeof err);
+    CHECK(w && ut_st_writer_write(w, a, sizeof a, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_st_writer_close(w, true, err, sizeof err) == -1 && strstr(err, "never written"), "%s", err);
+    CHECK(access(steps, F_OK) != 0, "a short file was put in place");
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        CHECK(!strstr(e->d_name, ".tmp."), "temporary file %s left behind", e->d_name);
+    if (d) closedir(d);
+    unlink(whole);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/ut_safetensors_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -287,6 +347,7 @@ int main(void) {
     RUN(test_save_errors);
     RUN(test_reads_python_file);
     RUN(test_flipped_headers);
+    RUN(test_pieces);
     const char *files[] = {"rt.safetensors", "bad.safetensors", "unaligned.safetensors"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(tmp_path(files[i]));
     rmdir(dir);
