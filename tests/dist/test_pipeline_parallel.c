@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "proc.h"
+#include "utrain/io.h"
+#include "utrain/train.h"
 #include "test.h"
 #include "split_runs.h"
 
@@ -195,6 +197,71 @@ static void test_checkpoint_across_layouts(void) {
 }
 
 
+/* A checkpoint that only one stage cannot read (a NaN in a block of the last
+ * stage, under a valid checksum): every rank passes over it and they resume
+ * together from the one before, rank 0 saying which rank failed and that
+ * rank saying why; the run then ends where a straight one does. */
+static void damage(const char *from, const char *to, const char *victim) {
+    char err[512] = "";
+    ut_train_state st;
+    ut_st_file *f = ut_st_open(from, err, sizeof err);
+    ut_ckpt_reader *r = f ? ut_ckpt_reader_open(from, NULL, &st, err, sizeof err) : NULL;
+    CHECK(f && r, "%s", err);
+    if (!f || !r) {
+        ut_st_close(f);
+        return;
+    }
+    ut_ckpt_reader_close(r);
+    ut_ckpt_entry e[128];
+    int n = 0;
+    for (int i = 0; i < ut_st_count(f) && n < 128; i++) {
+        const char *name = ut_st_name(f, i);
+        if (strncmp(name, "model.", 6)) continue;
+        const ut_st_tensor *t = ut_st_get(f, name);
+        e[n] = (ut_ckpt_entry){.name = name + 6, .ndim = t->ndim};
+        memcpy(e[n++].shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    }
+    ut_ckpt_writer *w = ut_ckpt_writer_open(to, ut_st_meta(f, "model.type"), n, e, ut_st_meta(f, "optim.state"),
+                                            atoll(ut_st_meta(f, "optim.steps")), &st, err, sizeof err);
+    CHECK(w, "%s", err);
+    for (int i = 0; w && i < n; i++) { /* file order is the model's */
+        char name[300];
+        snprintf(name, sizeof name, "model.%s", e[i].name);
+        const ut_st_tensor *t = ut_st_get(f, name);
+        float *v = malloc(t->nbytes);
+        memcpy(v, t->data, t->nbytes);
+        if (!strcmp(e[i].name, victim)) v[3] = NAN;
+        CHECK(ut_ckpt_writer_put(w, v, (int64_t)(t->nbytes / 4), err, sizeof err) == 0, "%s", err);
+        free(v);
+    }
+    const ut_st_tensor *mom = ut_st_get(f, "optim.momentum_buffer");
+    CHECK(w && mom && ut_ckpt_writer_put(w, mom->data, (int64_t)(mom->nbytes / 4), err, sizeof err) == 0, "%s", err);
+    CHECK(ut_ckpt_writer_close(w, true, err, sizeof err) == 0, "%s", err);
+    ut_st_close(f);
+}
+
+static void test_ranks_agree_on_a_damaged_checkpoint(void) {
+    char run[600], to[700];
+    snprintf(run, sizeof run, "%s/runs/agree", split_dir);
+    CHECK(tp_plant_checkpoint(tp_ckpt_file(split_dir, "pp2", 8), run), "pp2's step-8 checkpoint copied");
+    snprintf(to, sizeof to, "%s/checkpoints/step_00000016.safetensors", run);
+    damage(tp_ckpt_file(split_dir, "pp2", 16), to, "h.3.mlp.c_proj.weight");
+    CHECK(split_train("agree", 2, "dist.pipeline_parallel=2 continue_training=true") == 0,
+          "2 stages go on past a checkpoint only the second can see is damaged");
+    char *log0 = tp_slurp(tp_path(run, "logger_logs/training_0.log")),
+         *log1 = tp_slurp(tp_path(run, "logger_logs/training_1.log"));
+    CHECK(log0 && strstr(log0, "cannot resume from") && strstr(log0, "1 rank could not read its part of it (rank 1") &&
+              strstr(log0, "Resuming from") && strstr(log0, "step_00000008"),
+          "rank 0's log: %s", log0 ? log0 : "(none)");
+    CHECK(log1 && strstr(log1, "h.3.mlp.c_proj.weight holds nan"), "rank 1's log names the tensor: %s",
+          log1 ? log1 : "(none)");
+    free(log0);
+    free(log1);
+    double w = tp_tensors_diff(tp_ckpt_file(split_dir, "pp2", 16), tp_ckpt_file(split_dir, "agree", 16), "model.", NULL,
+                               NULL, 0);
+    CHECK(w == 0, "resumed from step 8: pp2's weights at step 16 to the bit (%.2g)", w);
+}
+
 static void test_bad_layouts_are_refused(void) {
     split_refused("baddp", 2, "dist.pipeline_parallel=2 dist.strategy=dp", "dist.strategy dp (threads of one process)");
     split_refused("baddiv", 3, "dist.pipeline_parallel=2", "world size 3 is not divisible");
@@ -227,6 +294,7 @@ int main(int argc, char **argv) {
     RUN(test_dropout_as_the_whole_model);
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);
+    RUN(test_ranks_agree_on_a_damaged_checkpoint);
     RUN(test_bad_layouts_are_refused);
     return tp_finish(TEST_SUMMARY(), split_dir);
 }
