@@ -75,7 +75,8 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
  *   ut_ckpt_reader_param reads one whole (its shape checked, values finite);
  *   ut_ckpt_reader_optim checks the optimizer state against the names want
  *   and gives its step count; ut_ckpt_reader_state reads one parameter's
- *   segment of a state. 0, or -1 with err naming the file and the tensor. */
+ *   segment of a state, ut_ckpt_reader_state_range a range of the flat
+ *   buffer. 0, or -1 with err naming the file and the tensor. */
 typedef struct {
     const char *name;
     int ndim;
@@ -96,6 +97,10 @@ int ut_ckpt_reader_param(ut_ckpt_reader *r, const char *name, int ndim, const in
 int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, char *err, size_t n);
 int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name, int64_t numel, float *dst,
                          char *err, size_t n);
+/* Elements [lo, hi) of the model p's flat buffer of state `state` (a ZeRO
+ * shard), each parameter's piece found by name. */
+int ut_ckpt_reader_state_range(ut_ckpt_reader *r, const char *state, const ut_params *p, int64_t lo, int64_t hi,
+                               float *dst, char *err, size_t n);
 void ut_ckpt_reader_close(ut_ckpt_reader *r);
 /* Checkpoints in dir are named step_<8 digits>.safetensors. Lists their
  * steps, newest first; returns the count (up to max; 0 for a missing dir,

@@ -786,6 +786,33 @@ int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name,
     return 0;
 }
 
+int ut_ckpt_reader_state_range(ut_ckpt_reader *r, const char *state, const ut_params *p, int64_t lo, int64_t hi,
+                               float *dst, char *err, size_t n) {
+    for (int i = 0; i < p->n; i++) {
+        int64_t a = p->segs[i].offset, e = a + p->segs[i].numel;
+        if (e <= lo || a >= hi) continue;
+        int64_t from = a > lo ? a : lo, to = e < hi ? e : hi;
+        char fname[512];
+        snprintf(fname, sizeof fname, "model.%s", p->names[i]);
+        int k = ut_st_index(r->f, fname);
+        snprintf(fname, sizeof fname, "optim.%s", state);
+        int s = ut_st_index(r->f, fname);
+        if (k < 0 || s < 0 || ut_st_numel(ut_st_get(r->f, ut_st_name(r->f, k))) != p->segs[i].numel)
+            return ut_errorf(err, n, "%s: no %s state of %lld values for parameter %s", r->path, state,
+                             (long long)p->segs[i].numel, p->names[i]);
+        if (ut_st_read(r->f, s, (size_t)(r->off[k] + from - a) * sizeof(float), dst + (from - lo),
+                       (size_t)(to - from) * sizeof(float), err, n))
+            return -1;
+    }
+    bool square = !strcmp(state, "exp_avg_sq");
+    int64_t bad = first_bad(dst, hi - lo, square);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s: optimizer state optim.%s holds %g at flat element %lld: %s", r->path, state,
+                         dst[bad], (long long)(lo + bad),
+                         square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
+    return 0;
+}
+
 /* ---------------------------------------------------------------- directories */
 
 void ut_ckpt_path(char *buf, size_t n, const char *dir, int64_t step) {

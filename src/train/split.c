@@ -275,3 +275,117 @@ void ut_split_free(ut_trainer *t) {
     if (t->whole) ut_model_free(t->whole);
     t->whole = NULL;
 }
+
+/* ---- ZeRO: checkpoints from the shards ----
+ * A sharded strategy (zero1/2/3, with or without Offload) holds 1/N of the
+ * optimizer state on each rank, as [lo, hi) of the flat buffer, the ranks'
+ * ranges in rank order. The file's optim.* tensors are that flat buffer, so
+ * rank 0 writes each state as the ranks' shards arrive in rank order, and
+ * each rank reads back only its own range: no rank holds the whole state. */
+static void state_list(ut_optim *o, char *buf, size_t n) {
+    buf[0] = 0;
+    for (int s = 0; s < ut_optim_nstate(o); s++) {
+        const char *name;
+        ut_optim_state(o, s, &name);
+        size_t at = strlen(buf);
+        snprintf(buf + at, n - at, "%s%s", s ? "," : "", name);
+    }
+}
+
+int ut_shard_save(ut_trainer *t, const char *path) {
+    const ut_params *p = &t->m->params;
+    ut_optim *o = t->o;
+    int ns = ut_optim_nstate(o), W = t->world;
+    int64_t lo, hi;
+    ut_dist_shard(t->dist, &lo, &hi);
+    int64_t *cnt = ut_calloc_check((size_t)W, sizeof *cnt);
+    cnt[t->rank] = hi - lo;
+    if (ut_comm_allreduce_i64(t->comm, cnt, W)) {
+        snprintf(t->err, sizeof t->err, "the shards' sizes: %s", ut_comm_error(t->comm));
+        ut_free(cnt);
+        return -1;
+    }
+    char state[128];
+    state_list(o, state, sizeof state);
+    ut_ckpt_writer *w = NULL;
+    int wrc = 0, rc = 0;
+    if (t->rank == 0) {
+        ut_ckpt_entry *e = ut_calloc_check((size_t)p->n + 1, sizeof *e);
+        for (int i = 0; i < p->n; i++) {
+            e[i] = (ut_ckpt_entry){.name = p->names[i], .ndim = p->t[i]->ndim};
+            memcpy(e[i].shape, p->t[i]->ne, (size_t)p->t[i]->ndim * sizeof(int64_t));
+        }
+        w = ut_ckpt_writer_open(path, t->m->type, p->n, e, state, ut_optim_steps(o), &t->st, t->err, sizeof t->err);
+        ut_free(e);
+        if (!w) wrc = -1;
+        ut_stage st; /* the parameters, gathered on every rank before this */
+        const float *h = ut_stage_begin(&st, ut_backend_get(p->device), p->flat, (size_t)p->numel * sizeof(float), true);
+        if (!wrc) wrc = ut_ckpt_writer_put(w, h, p->numel, t->err, sizeof t->err);
+        ut_stage_end(&st, false);
+    }
+    int64_t most = 0;
+    for (int r = 0; r < W; r++) most = cnt[r] > most ? cnt[r] : most;
+    float *mine = ut_malloc_check((size_t)(hi - lo + 1) * sizeof(float));
+    float *buf = t->rank == 0 ? ut_malloc_check((size_t)(most + 1) * sizeof(float)) : NULL;
+    const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
+    for (int s = 0; s < ns && !rc; s++) {
+        obe->copy(mine, ut_optim_state(o, s, NULL), (size_t)(hi - lo) * sizeof(float), UT_COPY_D2H);
+        if (t->rank != 0) {
+            if (ut_comm_wait(t->comm, ut_comm_isend(t->comm, mine, hi - lo, 0))) rc = -1;
+            continue;
+        }
+        for (int r = 0; r < W && !rc; r++) {
+            const float *v = mine;
+            if (r > 0) {
+                if (ut_comm_wait(t->comm, ut_comm_irecv(t->comm, buf, cnt[r], r))) rc = -1;
+                v = buf;
+            }
+            if (!rc && !wrc) wrc = ut_ckpt_writer_put(w, v, cnt[r], t->err, sizeof t->err);
+        }
+    }
+    if (rc) snprintf(t->err, sizeof t->err, "the optimizer's shards for %s: %s", path, ut_comm_error(t->comm));
+    if (t->rank == 0 && ut_ckpt_writer_close(w, !rc && !wrc, !rc && !wrc ? t->err : NULL, sizeof t->err)) wrc = -1;
+    ut_free(mine);
+    ut_free(buf);
+    ut_free(cnt);
+    return rc || wrc ? -1 : 0;
+}
+
+int ut_shard_load(ut_trainer *t, const char *path, ut_train_state *st, char *err, size_t n) {
+    const ut_params *p = &t->m->params;
+    ut_optim *o = t->o;
+    int ns = ut_optim_nstate(o);
+    int64_t lo, hi, steps = 0;
+    ut_dist_shard(t->dist, &lo, &hi);
+    ut_ckpt_reader *r = ut_ckpt_reader_open(path, t->m->type, st, err, n);
+    if (!r) return -1;
+    char want[128];
+    state_list(o, want, sizeof want);
+    int rc = ut_ckpt_reader_optim(r, want, &steps, err, n);
+    for (int j = 0; j < ut_ckpt_reader_nparams(r) && !rc; j++)
+        if (!ut_model_param(t->m, ut_ckpt_reader_param_name(r, j)))
+            rc = ut_errorf(err, n, "%s: tensor model.%s is not a parameter of this %s model", path,
+                           ut_ckpt_reader_param_name(r, j), t->m->type);
+    /* read into host memory first: nothing changes unless all of it loads */
+    float *params = ut_malloc_check((size_t)(p->numel + 1) * sizeof(float));
+    float *shard = ut_malloc_check((size_t)((hi - lo) * ns + 1) * sizeof(float));
+    for (int i = 0; i < p->n && !rc; i++)
+        rc = ut_ckpt_reader_param(r, p->names[i], p->t[i]->ndim, p->t[i]->ne, params + p->segs[i].offset, err, n);
+    for (int s = 0; s < ns && !rc; s++) {
+        const char *name;
+        ut_optim_state(o, s, &name);
+        rc = ut_ckpt_reader_state_range(r, name, p, lo, hi, shard + (size_t)s * (size_t)(hi - lo), err, n);
+    }
+    ut_ckpt_reader_close(r);
+    if (!rc) {
+        ut_backend_get(p->device)->copy(p->flat, params, (size_t)p->numel * sizeof(float), UT_COPY_H2D);
+        const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
+        for (int s = 0; s < ns; s++)
+            obe->copy(ut_optim_state(o, s, NULL), shard + (size_t)s * (size_t)(hi - lo), (size_t)(hi - lo) * sizeof(float),
+                      UT_COPY_H2D);
+        ut_optim_set_steps(o, steps);
+    }
+    ut_free(params);
+    ut_free(shard);
+    return rc;
+}

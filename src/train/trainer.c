@@ -320,17 +320,20 @@ static int resume(ut_trainer *t) {
         ut_ckpt_path(path, sizeof path, dir, steps[i]);
         char why[1024];
         ut_train_state st;
-        /* a sharded strategy reads the whole state, then keeps its part */
-        bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
-        ut_optim *o = sharded ? full_optimizer(t) : t->o;
+        /* a sharded strategy on a whole model reads its own range of the
+         * state; on a split model it reads the state of its part, then keeps
+         * its range of that */
+        bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP, shards = sharded && !split_model(t) && t->world > 1;
+        ut_optim *o = sharded && !shards ? full_optimizer(t) : t->o;
         int lrc = split_model(t) ? ut_split_load(t, path, o, &st, why, sizeof why)
+                  : shards       ? ut_shard_load(t, path, &st, why, sizeof why)
                                  : ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
-        if (split_model(t) && agree_on_load(t, &lrc, why, sizeof why)) {
-            if (sharded) ut_optim_free(o);
+        if ((split_model(t) || shards) && agree_on_load(t, &lrc, why, sizeof why)) {
+            if (o != t->o) ut_optim_free(o);
             return -1;
         }
-        if (!lrc && sharded) ut_dist_load_full(t->dist, o);
-        if (sharded) ut_optim_free(o);
+        if (!lrc && sharded) ut_dist_load_full(t->dist, shards ? NULL : o);
+        if (o != t->o) ut_optim_free(o);
         if (!lrc) lrc = check_resume_state(t, path, steps[i], &st, why, sizeof why);
         if (lrc) {
             ut_say(&t->log, "warning: cannot resume from %s: %s\n", path, why);
@@ -469,17 +472,19 @@ static int save_now(ut_trainer *t) {
     t->st.loss_scale = t->fp16 ? t->scaler.scale : 0;
     t->st.scale_growth_tracker = t->fp16 ? t->scaler.growth_tracker : 0;
     t->last_saved_step = t->st.step;
-    /* a sharded strategy gathers the whole state first (every rank takes part) */
-    bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
+    /* a sharded strategy on a whole model streams its shards to rank 0; on a
+     * split model it gathers the state of its part first (every rank takes part) */
+    bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP, shards = sharded && !split_model(t) && t->world > 1;
     ut_optim *o = t->o;
-    if (sharded && (ut_dist_gather_params(t->dist) || !(o = ut_dist_full_optim(t->dist)))) {
+    if (sharded && (ut_dist_gather_params(t->dist) || (!shards && !(o = ut_dist_full_optim(t->dist))))) {
         snprintf(t->err, sizeof t->err, "gathering the state for a checkpoint: %s", ut_comm_error(t->comm));
         return -1;
     }
-    int rc = split_model(t) ? ut_split_save(t, path, o, &t->st)
-             : t->rank == 0 ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err)
-                            : 0;
-    if (sharded) ut_optim_free(o);
+    int rc = shards           ? ut_shard_save(t, path)
+             : split_model(t) ? ut_split_save(t, path, o, &t->st)
+             : t->rank == 0   ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err)
+                              : 0;
+    if (o != t->o) ut_optim_free(o);
     ut_dist_release(t->dist);
     if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
         int64_t failed = rc != 0;

@@ -199,6 +199,14 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
 ut_model *ut_split_whole_model(ut_trainer *t);
 int ut_split_gather(ut_trainer *t);
 void ut_split_free(ut_trainer *t);
+/* ZeRO's checkpoints from the shards (a sharded strategy on a whole model,
+ * world > 1): ut_shard_save, every rank, rank 0 writing the parameters
+ * (gathered before) and each state as the ranks' shards arrive, 0 or -1
+ * with t->err; ut_shard_load, this rank's parameters and its own range of
+ * the state (nothing changes unless all of it loads; the caller agrees the
+ * outcome and refreshes the strategy), 0 or -1 with err. */
+int ut_shard_save(ut_trainer *t, const char *path);
+int ut_shard_load(ut_trainer *t, const char *path, ut_train_state *st, char *err, size_t n);
 
 /* ---- dist.strategy dp: worker threads in one process (dp_step.c) ----
  * ut_dp_setup: the worker group (a replica per worker built from the
