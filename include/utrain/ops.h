@@ -148,6 +148,9 @@ ut_tensor *ut_permute(ut_ctx *ctx, ut_tensor *a, const int *perm);
 ut_tensor *ut_transpose(ut_ctx *ctx, ut_tensor *a, int d0, int d1);
 /* Elements [start, end) of dimension dim. */
 ut_tensor *ut_slice(ut_ctx *ctx, ut_tensor *a, int dim, int64_t start, int64_t end);
+/* a's rows then b's: the two along dimension 0 (the other dimensions
+ * equal), as torch.cat((a, b)). Float32 unless both share a 16-bit dtype. */
+ut_tensor *ut_concat_rows(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 /* Contiguous copy (a no-op returning a when already contiguous). */
 ut_tensor *ut_contiguous(ut_ctx *ctx, ut_tensor *a);
 

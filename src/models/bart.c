@@ -64,6 +64,11 @@ struct bart {
     float *final_bias; /* its final_logits_bias (V), read from model.pretrained; NULL: zeros */
     int64_t forced_bos; /* forced_bos_token_id, -1: none */
     ut_model_layout lay; /* tensor parallel: heads, features and the shared embedding's vocabulary split */
+    /* pipeline (the classifier): this stage's layers [b0, b1) of the EL + DL
+     * (encoder's, then decoder's); the first stage embeds both streams, the
+     * last has the classification head */
+    int64_t b0, b1;
+    bool first, last;
 };
 
 static void bart_free(void *impl) {
@@ -243,18 +248,54 @@ static ut_tensor *run_layer(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in,
 
 static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p);
 
+/* Dropout regions (ut_ctx_rng_region): the encoder's embeddings 0, layer i
+ * (of the EL + DL) i + 1, the decoder's embeddings EL + DL + 1, the head
+ * EL + DL + 2, so a layer's masks do not depend on the pipeline stage that
+ * runs it. */
+static int64_t dec_embed_region(const bart *net) { return net->EL + net->DL + 1; }
+
+/* A (rows, C) view of a stream of states */
+static ut_tensor *rows_of(ut_ctx *ctx, const bart *net, ut_tensor *h) {
+    return ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / net->C, net->C});
+}
+
+/* The classifier. Between pipeline stages the two streams travel as one
+ * tensor, the encoder's rows then the decoder's ((2 R, C), R the rows of
+ * the batch's ids): every stage's input and output but the last's. */
 static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     const bart *net = m->impl;
     if (p->layout == GEN) return gen_forward(m, ctx, p);
     /* aux: the offsets (packed) or the mask (padded) */
     ut_tensor *ids = p->t[0], *dec_ids = p->t[1], *pos = p->t[2], *eos_at = p->t[3], *aux = p->t[4];
-    ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
-    for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, aux}, 2);
-    ut_tensor *h = embed(ctx, net, dec_ids, pos, &net->dec_pos, &net->dec_ln);
-    for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, aux}, 3);
+    int64_t shape[UT_MAX_DIMS], R = ut_nelem(ids);
+    for (int d = 0; d < ids->ndim; d++) shape[d] = ids->ne[d];
+    shape[ids->ndim] = net->C;
+    ut_tensor *enc, *h;
+    if (net->first) {
+        ut_ctx_rng_region(ctx, 0);
+        enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
+        ut_ctx_rng_region(ctx, dec_embed_region(net));
+        h = embed(ctx, net, dec_ids, pos, &net->dec_pos, &net->dec_ln);
+    } else {
+        ut_tensor *x = m->stage_input;
+        if (!x || ut_nelem(x) != 2 * R * net->C) {
+            ut_ctx_set_error(ctx, "bart pipeline stage %d: received %lld values, the batch's two streams are %lld",
+                             m->pp_rank, x ? (long long)ut_nelem(x) : 0LL, (long long)(2 * R * net->C));
+            return NULL;
+        }
+        x = ut_reshape(ctx, x, 2, (int64_t[]){2 * R, net->C});
+        enc = ut_reshape(ctx, ut_slice(ctx, x, 0, 0, R), ids->ndim + 1, shape);
+        h = ut_reshape(ctx, ut_slice(ctx, x, 0, R, 2 * R), ids->ndim + 1, shape);
+    }
+    for (int64_t l = net->b0; l < net->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1);
+        if (l < net->EL) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, aux}, 2);
+        else h = run_layer(m, ctx, l, (ut_tensor *[]){h, enc, aux}, 3);
+    }
+    if (!net->last) return ut_concat_rows(ctx, rows_of(ctx, net, enc), rows_of(ctx, net, h));
     /* the decoder state at each row's last </s>, gathered as rows of (rows, C) */
-    int64_t rows = ut_nelem(h) / net->C;
-    ut_tensor *rep = ut_embedding(ctx, eos_at, ut_reshape(ctx, h, 2, (int64_t[]){rows, net->C}));
+    ut_ctx_rng_region(ctx, dec_embed_region(net) + 1);
+    ut_tensor *rep = ut_embedding(ctx, eos_at, rows_of(ctx, net, h));
     rep = ut_dropout(ctx, rep, net->cls_dropout);
     rep = ut_tanh(ctx, ut_linear_layer_forward(ctx, &net->dense, rep));
     return ut_linear_layer_forward(ctx, &net->out_proj, ut_dropout(ctx, rep, net->cls_dropout));
@@ -508,14 +549,22 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     int64_t n = net->EL + net->DL;
     net->layer = ut_calloc_check((size_t)n, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    ut_embedding_layer_init_layout(m, &net->shared, "model.shared", net->V, net->C, std, &net->lay);
-    ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
-    for (int64_t i = 0; i < net->EL; i++) layer_init(m, net, i, std);
-    ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);
-    ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
-    for (int64_t i = net->EL; i < n; i++) layer_init(m, net, i, std);
-    ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
-    if (!net->gen) {
+    /* a pipeline stage registers its own: the first the embeddings, each its layers, the last the head */
+    if (net->first) {
+        ut_embedding_layer_init_layout(m, &net->shared, "model.shared", net->V, net->C, std, &net->lay);
+        ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
+    }
+    for (int64_t i = net->b0; i < net->b1 && i < net->EL; i++) layer_init(m, net, i, std);
+    if (net->first) {
+        ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);
+        ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
+    }
+    for (int64_t i = net->b0 > net->EL ? net->b0 : net->EL; i < net->b1; i++) layer_init(m, net, i, std);
+    if (net->first) ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
+    if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size; /* every stage is split, with or without embeddings */
+    int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
+    m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;
+    if (net->last && !net->gen) {
         ut_linear_layer_init_normal(m, &net->dense, "classification_head.dense", net->C, net->C, std);
         ut_linear_layer_init_normal(m, &net->out_proj, "classification_head.out_proj", net->C, net->K, std);
     }
@@ -530,7 +579,7 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
                                         .forced_bos = net->forced_bos, .vocab = net->V};
     }
     ut_model_finalize(m, seed);
-    zero_pad_row(net);
+    if (net->first) zero_pad_row(net);
     return m;
 }
 
@@ -741,6 +790,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (net.gen && net.lay.pp_size > 1)
         return ut_errorf(err, n, "bart: task seq2seq has no pipeline-parallel form yet; train it with tensor "
                                  "and data parallelism (dist.tensor_parallel, ddp, zero1-3)"), NULL;
+    /* pipeline stages of equal layer counts over the encoder's layers then the decoder's */
+    if (ut_pipeline_stage_blocks(&net.lay, net.EL + net.DL, 0, &net.b0, &net.b1, err, n)) return NULL;
+    net.first = net.b0 == 0, net.last = net.b1 == net.EL + net.DL;
     if (T > 1) {
         if (net.ENH % T || net.DNH % T || net.EF % T || net.DF % T || net.V % T)
             return ut_errorf(err, n, "bart: the attention heads (%lld, %lld), ffn dims (%lld, %lld) and "

@@ -197,6 +197,42 @@ static void test_checkpoint_across_layouts(void) {
 }
 
 
+/* The tiny pretrained BART classifier (2 encoder and 2 decoder layers) with
+ * every dropout on, in 2 stages (the encoder's layers, then the decoder's),
+ * 3 stages (a boundary inside each half) and 2 stages x tp 2, against the
+ * whole model: the two streams travel between the stages as one tensor. */
+static void test_bart_stages(void) {
+    static const char bart[] =
+        "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_tiny, task: sequence_classification,\n"
+        "        dropout: 0.1, attention_dropout: 0.1, activation_dropout: 0.1, classifier_dropout: 0.1}\n"
+        "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+        "       max_len: 32}\n"
+        "train: {max_steps: 8, batch_size: 8, gradient_accumulation_steps: 2, log_interval: 1,\n"
+        "        eval_strategy: steps, eval_interval: 8, grad_clip: 0.5, save_strategy: steps, save_interval: 8,\n"
+        "        save_total_limit: 0, progress: lines}\n"
+        "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        "dist: {timeout_s: 60}\n";
+    CHECK(tp_train_in(split_dir, "bartwhole", bart, split_device(), "threads=1", 1) == 0, "the BART classifier whole");
+    CHECK(tp_train_in(split_dir, "bartpp2", bart, split_device(), "threads=1 dist.pipeline_parallel=2", 2) == 0,
+          "in 2 stages");
+    CHECK(tp_train_in(split_dir, "bartpp3", bart, split_device(),
+                      "threads=1 dist.pipeline_parallel=3 dist.pipeline_schedule=gpipe", 3) == 0, "in 3 stages");
+    CHECK(tp_train_in(split_dir, "bartpp2tp2", bart, split_device(),
+                      "threads=1 dist.pipeline_parallel=2 dist.tensor_parallel=2", 4) == 0, "in 2 stages x tp 2");
+    static const char *const runs[] = {"bartpp2", "bartpp3", "bartpp2tp2"};
+    for (int r = 0; r < 3; r++) {
+        double l = tp_loss_diff(tp_run_file(split_dir, "bartwhole", "metrics.jsonl"),
+                                tp_run_file(split_dir, runs[r], "metrics.jsonl"), 8);
+        double all = -1;
+        tp_tensors_diff(tp_ckpt_file(split_dir, "bartwhole", 8), tp_ckpt_file(split_dir, runs[r], 8), "model.", &all,
+                        NULL, 0);
+        CHECK(l < 1e-5 && all >= 0 && all < 1e-5, "%s: losses within %.2g, the weights as one vector within %.2g of "
+              "the whole model's (1e-5)", runs[r], l, all);
+        split_same_dev_loss(runs[r], "bartwhole", 8);
+        printf("     %s against bartwhole: losses %.2g, weights %.2g\n", runs[r], l, all);
+    }
+}
+
 /* A checkpoint that only one stage cannot read (a NaN in a block of the last
  * stage, under a valid checksum): every rank passes over it and they resume
  * together from the one before, rank 0 saying which rank failed and that
@@ -291,6 +327,7 @@ int main(int argc, char **argv) {
     RUN(test_stages_with_data_parallel);
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
     RUN(test_bert_stages);
+    RUN(test_bart_stages);
     RUN(test_dropout_as_the_whole_model);
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);

@@ -45,6 +45,12 @@ static ut_tensor *b_collective(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, y, ut_collective(c, in[1], NULL, NULL, NULL, NULL));
 }
 
+/* the rows of a strided view and of a plain tensor, then an op that reads them */
+static ut_tensor *b_concat_rows(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *y = ut_concat_rows(c, ut_transpose(c, in[0], 0, 1), in[1]);
+    return ut_mul(c, y, y);
+}
+
 const gc_row gc_rows_core[] = {
     {"linear", 3, {{2, {5, 7}}, {2, {4, 7}}, {1, {4}}}, b_linear},
     {"linear 3-D no bias", 2, {{3, {2, 3, 7}}, {2, {4, 7}}}, b_linear_nob},
@@ -63,5 +69,6 @@ const gc_row gc_rows_core[] = {
     {"slice of transpose", 1, {{3, {2, 3, 4}}}, b_slice_transpose},
     {"checkpoint", 2, {{2, {3, 4}}, {2, {4, 4}}}, b_checkpoint},
     {"collective", 2, {{2, {3, 4}}, {2, {4, 3}}}, b_collective},
+    {"concat_rows", 2, {{3, {3, 2, 4}}, {3, {1, 3, 4}}}, b_concat_rows},
 };
 const int gc_nrows_core = sizeof gc_rows_core / sizeof gc_rows_core[0];
