@@ -180,6 +180,9 @@ ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_
                            ut_comm *group);
 ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
                                ut_comm *group);
+/* x's last dimension gathered from every rank of group, in rank order (no
+ * gradient; ut_tp_hooks.gather): a split model's logits for generation. */
+ut_tensor *ut_tp_gather_last(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 /* A split model's parameters over its tensor-parallel group (every rank
  * calls these together, in the same order):
  *   ut_tp_grad_norm_sq: the square sum of the whole model's gradient, the

@@ -343,6 +343,10 @@ typedef struct {
                             void *group);
     ut_tensor *(*cross_entropy)(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab,
                                 int ignore_index, void *group);
+    /* the parts of the last dimension put together in rank order (x (..., n)
+     * -> (..., n x ranks)), every rank the same; no gradient: for generation,
+     * whose search reads the whole vocabulary's logits */
+    ut_tensor *(*gather)(ut_ctx *ctx, ut_tensor *x, void *group);
     void *group;
 } ut_tp_hooks;
 typedef struct {

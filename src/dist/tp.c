@@ -69,7 +69,43 @@ ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *target
     return ut_vocab_ce(ctx, ut_tp_reduce(ctx, p, group), targets, vocab, ignore_index);
 }
 
+ut_tensor *ut_tp_gather_last(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    if (!x || ut_ctx_error(ctx)) return NULL;
+    int P = ut_comm_size(group);
+    if (P == 1) return x;
+    x = ut_contiguous(ctx, x);
+    if (!x) return NULL;
+    int64_t n = ut_nelem(x), w = x->ne[x->ndim - 1], rows = w ? n / w : 0;
+    float *mine = ut_malloc_check((size_t)(n + 1) * sizeof(float)), *all = ut_malloc_check((size_t)(n * P + 1) * sizeof(float));
+    ut_tensor *out = NULL;
+    if (x->dtype != UT_F32 && !(x = ut_tensor_to(ctx, x, UT_F32))) goto done;
+    if (ut_tensor_get(x, mine, (size_t)n * sizeof(float))) {
+        ut_ctx_set_error(ctx, "tp_gather: reading this rank's part");
+        goto done;
+    }
+    if (ut_comm_wait(group, ut_comm_iallgather(group, mine, all, n))) {
+        ut_ctx_set_error(ctx, "tp_gather over the tensor-parallel group: %s", ut_comm_error(group));
+        goto done;
+    }
+    { /* rank q's part of row r: columns [q w, (q + 1) w) of it */
+        float *whole = ut_malloc_check((size_t)(n * P + 1) * sizeof(float));
+        for (int64_t r = 0; r < rows; r++)
+            for (int q = 0; q < P; q++)
+                memcpy(whole + (r * P + q) * w, all + (int64_t)q * n + r * w, (size_t)w * sizeof(float));
+        int64_t ne[UT_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
+        ne[x->ndim - 1] = w * P;
+        out = ut_tensor_from(ctx, UT_F32, x->ndim, ne, whole);
+        ut_free(whole);
+    }
+done:
+    ut_free(mine);
+    ut_free(all);
+    return out;
+}
+
 static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }
+static ut_tensor *hook_gather(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_gather_last(ctx, x, group); }
 static ut_tensor *hook_reduce(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_reduce(ctx, x, group); }
 
 static ut_tensor *hook_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_t vocab, int padding_idx,
@@ -86,6 +122,7 @@ ut_tp_hooks ut_tp_hooks_of(ut_comm *group) {
                          .reduce = hook_reduce,
                          .embedding = hook_embedding,
                          .cross_entropy = hook_cross_entropy,
+                         .gather = hook_gather,
                          .group = group};
 }
 

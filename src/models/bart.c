@@ -424,13 +424,14 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
                             ut_tensor_from(k, UT_F32, 2, (int64_t[]){B, S}, ut_decode_mask(k, mask, B, S, 1)));
     s->b.enc = ut_decode_expand(k, enc, per); /* each source's states for its per_source rows */
     s->b.mask = ut_tensor_from(k, UT_F32, 2, (int64_t[]){N, S}, ut_decode_mask(k, mask, B, S, per));
-    if (cache && s->b.enc) {
-        s->b.kv = ut_kv_cache_new(k, net->DL, max_len, N, C);
+    if (cache && s->b.enc) { /* split: this rank's heads' keys and values (C / tp wide) */
+        s->b.kv = ut_kv_cache_new(k, net->DL, max_len, N, C / net->lay.tp_size);
         s->b.cross = ut_calloc_check((size_t)(2 * net->DL), sizeof *s->b.cross);
+        ut_tensor *enc_in = ut_tp_col_in(k, &net->lay.tp, s->b.enc);
         for (int64_t l = 0; l < net->DL; l++) {
             const bart_layer *ly = &net->layer[net->EL + l];
-            s->b.cross[2 * l] = ut_linear_layer_forward(k, &ly->cross.k, s->b.enc);
-            s->b.cross[2 * l + 1] = ut_linear_layer_forward(k, &ly->cross.v, s->b.enc);
+            s->b.cross[2 * l] = ut_linear_layer_forward(k, &ly->cross.k, enc_in);
+            s->b.cross[2 * l + 1] = ut_linear_layer_forward(k, &ly->cross.v, enc_in);
         }
     }
     if (ut_decode_failed(&s->b, k, err, n)) {
@@ -440,9 +441,10 @@ static void *dec_begin(ut_model *m, const int32_t *src, const int32_t *mask, int
     return s;
 }
 
-/* out-projection, dropout (off), residual and layer norm after an attention's heads h */
-static ut_tensor *attn_out(ut_ctx *ctx, const bart_attn *a, ut_tensor *x, ut_tensor *h) {
-    return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, ut_linear_layer_forward(ctx, &a->out, h)));
+/* out-projection (row-parallel when split), dropout (off), residual and
+ * layer norm after an attention's heads h */
+static ut_tensor *attn_out(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_tensor *x, ut_tensor *h) {
+    return ut_layernorm_layer_forward(ctx, &a->ln, ut_add(ctx, x, ut_tp_row_out(ctx, &net->lay.tp, h, &a->out)));
 }
 
 /* A keep-context tensor in the step context (the same memory) */
@@ -453,18 +455,19 @@ static ut_tensor *cached_layer(dec_state *s, int64_t l, ut_tensor *x, int64_t t)
     ut_ctx *ctx = s->b.ctx;
     const bart *net = s->net;
     const bart_layer *ly = &net->layer[net->EL + l];
-    ut_tensor *q = ut_linear_layer_forward(ctx, &ly->self.q, x);
-    ut_tensor *kn = ut_linear_layer_forward(ctx, &ly->self.k, x), *vn = ut_linear_layer_forward(ctx, &ly->self.v, x);
+    ut_tensor *xi = ut_tp_col_in(ctx, &net->lay.tp, x); /* split: this rank's heads from here */
+    ut_tensor *q = ut_linear_layer_forward(ctx, &ly->self.q, xi);
+    ut_tensor *kn = ut_linear_layer_forward(ctx, &ly->self.k, xi), *vn = ut_linear_layer_forward(ctx, &ly->self.v, xi);
     if (ut_kv_cache_put(s->b.kv, l, 0, t, kn) || ut_kv_cache_put(s->b.kv, l, 1, t, vn)) return NULL;
     ut_tensor *kv[2]; /* the keys and values so far, (N, t + 1, C) */
     for (int i = 0; i < 2; i++)
         kv[i] = ut_contiguous(ctx, ut_transpose(ctx, ut_kv_cache_get(ctx, s->b.kv, l, i, t + 1), 0, 1));
-    int nh = (int)net->DNH;
-    x = attn_out(ctx, &ly->self, x, ut_attention_qkv(ctx, q, kv[0], kv[1], NULL, nh, false, 0));
-    q = ut_linear_layer_forward(ctx, &ly->cross.q, x);
+    int nh = (int)(net->DNH / net->lay.tp_size);
+    x = attn_out(ctx, net, &ly->self, x, ut_attention_qkv(ctx, q, kv[0], kv[1], NULL, nh, false, 0));
+    q = ut_linear_layer_forward(ctx, &ly->cross.q, ut_tp_col_in(ctx, &net->lay.tp, x));
     ut_tensor *h = ut_attention_qkv(ctx, q, in_step(s, s->b.cross[2 * l]), in_step(s, s->b.cross[2 * l + 1]),
                                     in_step(s, s->b.mask), nh, false, 0);
-    x = attn_out(ctx, &ly->cross, x, h);
+    x = attn_out(ctx, net, &ly->cross, x, h);
     return feed_forward(ctx, net, ly, x);
 }
 
@@ -488,6 +491,7 @@ static int dec_step(void *state, const int32_t *seq, int64_t ld, int64_t len, fl
         h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
     }
     if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
+    if (h && net->lay.tp_size > 1) h = net->lay.tp.gather(ctx, h, net->lay.tp.group); /* the whole vocabulary */
     return ut_decode_logits(&s->b, h, len, logits, err, n);
 }
 
@@ -573,7 +577,7 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
     m->loss = !net->gen ? ut_model_class_loss : net->lay.tp_size > 1 ? gen_loss_split : ut_model_seq2seq_loss;
-    if (net->gen && net->lay.tp_size == 1) { /* a split model generates through its gathered whole (the trainer's) */
+    if (net->gen) { /* split: every rank of the group runs the same search on the gathered logits */
         m->decoder = &bart_decoder;
         m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad,
                                         .forced_bos = net->forced_bos, .vocab = net->V};

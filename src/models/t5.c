@@ -399,6 +399,7 @@ static int dec_step(void *state, const int32_t *seq, int64_t ld, int64_t len, fl
         h = ut_contiguous(ctx, ut_slice(ctx, h, 1, len - 1, len));
     }
     if (h) h = lm_head(ctx, net, ut_reshape(ctx, h, 2, (int64_t[]){N, C}));
+    if (h && net->lay.tp_size > 1) h = net->lay.tp.gather(ctx, h, net->lay.tp.group); /* the whole vocabulary */
     return ut_decode_logits(&s->b, h, len, logits, err, n);
 }
 
@@ -503,11 +504,11 @@ static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     m->forward_prepared = t5_forward;
     m->loss = net->lay.tp_size > 1 ? t5_loss_split : ut_model_seq2seq_loss;
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size;
-    else { /* a split model generates through its gathered whole (the trainer's) */
-        m->decoder = &t5_decoder;
-        m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
-                                        .vocab = net->V};
-    }
+    /* split: every rank of the group runs the same search on the gathered logits (each holds its heads'
+     * keys and values) */
+    m->decoder = &t5_decoder;
+    m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
+                                    .vocab = net->V};
     ut_model_finalize(m, seed);
     /* weight decay as Hugging Face Trainer groups T5's parameters (by name:
      * none for a "bias"): the norms' weights decay, the relative-position

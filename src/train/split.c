@@ -1,6 +1,6 @@
-/* Checkpoints of split models (tensor and pipeline parallelism), written and
- * read a tensor at a time, and the whole model gathered from the parts (for
- * the evaluations that still run on it). */
+/* Checkpoints of split models (tensor and pipeline parallelism) and of
+ * ZeRO's shards, written and read a tensor at a time: no rank holds the
+ * whole model or the whole optimizer state. */
 #include <string.h>
 
 #include "trainer_internal.h"
@@ -214,66 +214,11 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
     return rc;
 }
 
-/* ---- the whole model, for evaluations that run on it ----
- * A pipeline's evaluation and a split model's generation run on the whole
- * model: built from the config (t->whole, made once and kept) and filled
- * from the parts on every rank. */
-ut_model *ut_split_whole_model(ut_trainer *t) {
-    if (t->whole) return t->whole;
-    if (ut_split_whole_list(t)) return NULL;
-    char why[512];
-    ut_model *w = ut_model_from_config(t->cfg, t->train, why, sizeof why);
-    if (!w) {
-        snprintf(t->err, sizeof t->err, "the whole model: %s", why);
-        return NULL;
-    }
-    const ut_params *q = &w->params;
-    for (int k = 0; k < q->n; k++) {
-        int j = 0;
-        while (j < t->nwl && strcmp(t->wl[j].name, q->names[k])) j++;
-        if (j == t->nwl || t->wl[j].numel != q->segs[k].numel) {
-            snprintf(t->err, sizeof t->err, "the whole model's parameter %s is not the split model's", q->names[k]);
-            ut_model_free(w);
-            return NULL;
-        }
-    }
-    return t->whole = w;
-}
-
-int ut_split_gather(ut_trainer *t) {
-    const ut_params *p = &t->m->params;
-    ut_params *q = &t->whole->params;
-    const ut_backend *be = ut_backend_get(q->device);
-    int rc = 0;
-    for (int k = 0; k < q->n && !rc; k++) {
-        int j = 0;
-        while (strcmp(t->wl[j].name, q->names[k])) j++;
-        int owner = t->wl[j].owner;
-        size_t bytes = (size_t)q->segs[k].numel * sizeof(float);
-        float *full = ut_malloc_check(bytes ? bytes : 1);
-        if (owner == t->mesh.pp_rank) {
-            int i = param_index(p, q->names[k]);
-            rc = ut_tp_gather_values(p, i, p->device, p->flat + p->segs[i].offset, t->mesh.tp_group, full, t->err,
-                                     sizeof t->err);
-        }
-        if (!rc && t->pp > 1 && ut_comm_bcast(t->mesh.pp_group, full, bytes, owner)) {
-            snprintf(t->err, sizeof t->err, "%s from pipeline stage %d: %s", q->names[k], owner,
-                     ut_comm_error(t->mesh.pp_group));
-            rc = -1;
-        }
-        if (!rc) be->copy(q->flat + q->segs[k].offset, full, bytes, UT_COPY_H2D);
-        ut_free(full);
-    }
-    return rc;
-}
-
 void ut_split_free(ut_trainer *t) {
     for (int k = 0; k < t->nwl; k++) ut_free(t->wl[k].name);
     ut_free(t->wl);
     t->wl = NULL;
     t->nwl = 0;
-    if (t->whole) ut_model_free(t->whole);
-    t->whole = NULL;
 }
 
 /* ---- ZeRO: checkpoints from the shards ----

@@ -521,15 +521,12 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
-        /* a split model generates through the whole one (every rank of a
-         * tensor-parallel group the same share) */
-        if (split_model(t) && m == t->m) {
-            if (ut_dist_gather_params(t->dist) || !ut_split_whole_model(t) || ut_split_gather(t)) {
-                if (!t->err[0]) snprintf(t->err, sizeof t->err, "gathering the parameters to generate");
-                erc = -1;
-            }
-            m = t->whole;
-            ut_dist_release(t->dist);
+        /* a split model generates on its parts: every rank of a tensor-parallel
+         * group runs the same search over its data-parallel share (zero3's
+         * shards gathered first: the decoding contexts have no hooks) */
+        if (ut_dist_gather_params(t->dist)) {
+            snprintf(t->err, sizeof t->err, "gathering the parameters to generate: %s", ut_comm_error(t->dcomm));
+            erc = -1;
         }
         if (!erc && !t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
         if (!erc && ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, &t->h, res, NULL, t->err,

@@ -50,7 +50,6 @@ struct ut_trainer {
     bool have_mesh;
     ut_comm *dcomm;
     int drank, dworld;
-    ut_model *whole;             /* split: the whole model, for pipeline evaluation and generation (made at the first) */
     struct ut_split_param *wl;   /* split: the whole model's parameters (ut_split_whole_list) */
     int nwl;
     ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */
@@ -181,9 +180,6 @@ static inline void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
  * ut_split_load: this rank's parts (and o's state) from checkpoint path, a
  *   whole tensor at a time; nothing changes unless all of it loads; 0 or -1
  *   with err. Local: the caller agrees the outcome over the ranks.
- * ut_split_whole_model: the whole model built from the config (t->whole,
- *   made once and kept), NULL with t->err; ut_split_gather fills it from the
- *   parts (collectives over the tp group and the pipeline, every rank).
  * ut_split_free: what these keep. */
 typedef struct ut_split_param {
     char *name;
@@ -196,8 +192,6 @@ int ut_split_whole_list(ut_trainer *t);
 int64_t ut_split_whole_numel(ut_trainer *t);
 int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_state *st);
 int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *st, char *err, size_t n);
-ut_model *ut_split_whole_model(ut_trainer *t);
-int ut_split_gather(ut_trainer *t);
 void ut_split_free(ut_trainer *t);
 /* ZeRO's checkpoints from the shards (a sharded strategy on a whole model,
  * world > 1): ut_shard_save, every rank, rank 0 writing the parameters
