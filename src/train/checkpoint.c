@@ -425,17 +425,17 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
 static bool file_crc(const void *src, const char *name, uLong *crc) {
     const ut_st_file *f = src;
     int i = ut_st_index(f, name);
-    const ut_st_tensor *t = ut_st_get(f, name);
-    *crc = crc_prefix(*crc, name, t->dtype, t->ndim, t->shape, NULL);
-    if (t->data) {
-        *crc = crc_bytes(*crc, t->data, t->nbytes);
+    const ut_st_tensor t = *ut_st_get(f, name); /* (a file's bytes, not tensor data: read through a copy) */
+    *crc = crc_prefix(*crc, name, t.dtype, t.ndim, t.shape, NULL);
+    if (t.data) {
+        *crc = crc_bytes(*crc, t.data, t.nbytes);
         return true;
     }
     enum { PIECE = 8 << 20 };
-    unsigned char *buf = ut_malloc_check(t->nbytes < PIECE ? t->nbytes + 1 : PIECE);
+    unsigned char *buf = ut_malloc_check(t.nbytes < PIECE ? t.nbytes + 1 : PIECE);
     bool ok = true;
-    for (size_t at = 0; at < t->nbytes && ok; at += PIECE) {
-        size_t k = t->nbytes - at < PIECE ? t->nbytes - at : PIECE;
+    for (size_t at = 0; at < t.nbytes && ok; at += PIECE) {
+        size_t k = t.nbytes - at < PIECE ? t.nbytes - at : PIECE;
         ok = !ut_st_read(f, i, at, buf, k, NULL, 0);
         if (ok) *crc = crc_bytes(*crc, buf, k);
     }
@@ -609,7 +609,8 @@ static int check_optim(const char *path, const ut_st_file *f, const char *want, 
         const ut_st_tensor *t = ut_st_get(f, name);
         if (!t) return ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
         if (!same_shape(t, 1, &numel)) return shape_mismatch(path, name, t, 1, &numel, err, n);
-        if (!t->data) continue;
+        const ut_st_tensor whole = *t; /* an index file's tensors have no bytes here */
+        if (!whole.data) continue;
         /* Adam's second moments are squares: never negative */
         bool square = !strcmp(sn[i], "exp_avg_sq");
         int64_t bad = ut_st_first_bad(t, square);
@@ -682,7 +683,8 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
         const char *sn;
         float *buf = ut_optim_state(o, k, &sn);
         snprintf(name, sizeof name, "optim.%s", sn);
-        const float *src = ut_st_get(f, name)->data;
+        const ut_st_tensor st_t = *ut_st_get(f, name);
+        const float *src = st_t.data;
         const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
         for (int i = 0; i < p->n; i++) {
             snprintf(name, sizeof name, "model.%s", p->names[i]);
