@@ -298,9 +298,9 @@ int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds,
 
 int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
                       bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
-                      char *err, size_t n) {
+                      double *outputs, bool *have_outputs, char *err, size_t n) {
     stage_of so = {stage, stage_arg};
-    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, &so, res, NULL, NULL, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, &so, res, outputs, have_outputs, err, n);
 }
 
 /* A pipeline stage's part of a batch before the model's forward: 1 when

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "run_internal.h"
+#include "trainer_internal.h"
 
 int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n) {
     int64_t steps[256];
@@ -109,14 +109,15 @@ static int write_generations(const char *dir, const char *split, const ut_datase
 
 /* Sequence to sequence: every example generated (generate.* options), the
  * scores added to r and, on rank 0, <split>_generations.tsv written. */
-static int test_generation(ut_runlog *log, ut_model *m, ut_dataset *ds, const char *split, const ut_config *c,
-                           const ut_hooks *h, int64_t bs, ut_eval_result *r, char *err, size_t n) {
+static int test_generation(ut_runlog *log, ut_comm *comm, ut_model *m, ut_dataset *ds, const char *split,
+                           const ut_config *c, const ut_hooks *h, int64_t bs, ut_eval_result *r, char *err,
+                           size_t n) {
     ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
     if (!tok) return -1;
     ut_gen_opts o;
     ut_gen_opts_from_config(c, &o);
     char **texts = NULL;
-    int rc = ut_evaluate_generation(log->comm, m, ds, bs, &o, tok, h, r, &texts, err, n);
+    int rc = ut_evaluate_generation(comm, m, ds, bs, &o, tok, h, r, &texts, err, n);
     if (!rc && log->rank == 0) rc = write_generations(log->dir, split, ds, texts, err, n);
     for (int64_t i = 0; texts && i < ds->n; i++) ut_free(texts[i]);
     ut_free(texts);
@@ -136,12 +137,21 @@ static void report_split(ut_runlog *log, const char *split, const ut_eval_result
            predictions ? "  -> " : "", predictions ? split : "", predictions ? "_predictions.tsv" : "");
 }
 
+/* How test mode evaluates: over comm's ranks (the data-parallel ones) on
+ * ctx, or by ev(ev_arg, ...) when set (a split model's parts). */
+typedef struct {
+    ut_comm *comm;
+    ut_ctx *ctx;
+    ut_model *m;
+    ut_eval_fn ev;
+    void *ev_arg;
+} test_on;
+
 /* Evaluates one split; classification data (num_classes > 0) also gets its
  * predictions. Language-model data (token shards) gets none: a row per
  * token would be a file many times the size of the data. */
-static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, const char *split,
-                      const ut_config *c, const ut_hooks *h, const char *ckpt, int64_t step,
-                      char *err, size_t n) {
+static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const char *split, const ut_config *c,
+                      const ut_hooks *h, const char *ckpt, int64_t step, char *err, size_t n) {
     if (!ds) {
         ut_say(log, "%s: no %s data configured; skipped\n", split, split);
         return 0;
@@ -150,9 +160,10 @@ static int test_split(ut_runlog *log, ut_ctx *ctx, ut_model *m, ut_dataset *ds, 
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
     bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
-    int rc = ut_evaluate_outputs(log->comm, ctx, m, ds, bs, h, &r, logits, &have, err, n);
+    int rc = on->ev ? on->ev(on->ev_arg, ds, bs, &r, logits, &have, err, n)
+                    : ut_evaluate_outputs(on->comm, on->ctx, on->m, ds, bs, h, &r, logits, &have, err, n);
     bool gen = ut_seq2seq_planes(ds);
-    if (!rc && gen) rc = test_generation(log, m, ds, split, c, h, bs, &r, err, n);
+    if (!rc && gen) rc = test_generation(log, on->comm, on->m, ds, split, c, h, bs, &r, err, n);
     if (!rc && h->on_log && labeled) {
         const char *names[UT_MAX_METRICS];
         for (int i = 0; i < r.n; i++) names[i] = r.names[i];
@@ -183,25 +194,42 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     ut_hooks_resolve(&h, hooks);
     bool own_data = !dev && !test, own_m = !model;
     ut_ctx *ctx = NULL;
+    ut_trainer *split = NULL;
     int rc = UT_EXIT_ERROR;
     if (ut_runlog_open(&log, cfg, comm, false, err, sizeof err)) goto out;
     if (own_data && ut_datasets_open(cfg, log.dir, log.rank == 0, NULL, &dev, &test, err, sizeof err)) goto out;
-    if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) goto out;
+    /* a split run under as many processes as its split takes (or a multiple)
+     * tests on its parts; otherwise each process holds the whole model */
+    int parts = (int)(cfg->tensor_parallel * cfg->pipeline_parallel), W = ut_comm_size(comm);
+    if (own_m && parts > 1 && W > 1 && W % parts == 0) {
+        if (!(split = ut_split_test_open(cfg, comm, dev ? dev : test, &h, err, sizeof err))) goto out;
+        model = ut_split_test_model(split);
+        own_m = false;
+    } else if (own_m && !(model = ut_model_from_config(cfg, dev ? dev : test, err, sizeof err))) {
+        goto out;
+    }
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);
     if (ckpt_path) snprintf(path, sizeof path, "%s", ckpt_path);
     else if (ut_best_checkpoint(dir, model, path, sizeof path, err, sizeof err)) goto out;
     ut_train_state st;
-    if (ut_ckpt_load(path, model, NULL, &st, err, sizeof err)) goto out;
-    ut_say(&log, "Testing %s (step %lld)\n", path, (long long)st.step);
+    if (split ? ut_split_test_load(split, path, &st, err, sizeof err) : ut_ckpt_load(path, model, NULL, &st, err, sizeof err))
+        goto out;
+    char how[160] = "";
+    if (split)
+        snprintf(how, sizeof how, " on the model's parts (tensor parallel %lld, %lld pipeline stage%s)",
+                 (long long)cfg->tensor_parallel, (long long)cfg->pipeline_parallel, cfg->pipeline_parallel > 1 ? "s" : "");
+    ut_say(&log, "Testing %s (step %lld)%s\n", path, (long long)st.step, how);
     ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed, .device = model->params.device});
     ut_ctx_set_autocast(ctx, ut_run_precision(cfg));
-    if (test_split(&log, ctx, model, dev, "dev", cfg, &h, path, st.step, err, sizeof err) ||
-        test_split(&log, ctx, model, test, "test", cfg, &h, path, st.step, err, sizeof err))
+    test_on on = {split ? ut_split_test_dcomm(split) : comm, ctx, model, split ? ut_split_test_eval : NULL, split};
+    if (test_split(&log, &on, dev, "dev", cfg, &h, path, st.step, err, sizeof err) ||
+        test_split(&log, &on, test, "test", cfg, &h, path, st.step, err, sizeof err))
         goto out;
     rc = UT_EXIT_OK;
 out:
     if (rc != UT_EXIT_OK) fprintf(stderr, "utrain: error: %s\n", err);
     if (ctx) ut_ctx_free(ctx);
+    ut_split_test_free(split);
     if (own_m && model) ut_model_free(model);
     if (own_data && dev) ut_dataset_free(dev);
     if (own_data && test) ut_dataset_free(test);

@@ -282,10 +282,11 @@ static int eval_stage(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, ch
     stage_slot *sl = t->eval_slot;
     int stage = t->mesh.pp_rank;
     sl->ctx = ctx;
+    ut_dataset *ds = t->eval_ds;
     m->stage_input = NULL;
     if (stage > 0 && !(m->stage_input = pp_recv(t, sl, NULL, stage - 1))) return snprintf(err, n, "%s", t->err), -1;
     if (stage == t->pp - 1) return 0;
-    ut_tensor *out = stage_output(t, ctx, t->dev, b);
+    ut_tensor *out = stage_output(t, ctx, ds, b);
     m->stage_input = NULL;
     if (!out) return snprintf(err, n, "pipeline stage %d: forward failed: %s", stage,
                               ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no output"), -1;
@@ -293,15 +294,21 @@ static int eval_stage(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, ch
     return 1;
 }
 
-int ut_pp_evaluate(ut_trainer *t, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res) {
+int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                   double *outputs, bool *have_outputs) {
     if (!t->eval_slot) t->eval_slot = ut_calloc_check(1, sizeof *t->eval_slot);
-    int rc = ut_evaluate_stage(t->dcomm, t->ctx, t->m, t->dev, batch, &t->h, stop, arg, eval_stage, t, res, t->err,
-                               sizeof t->err);
+    t->eval_ds = ds;
+    int rc = ut_evaluate_stage(t->dcomm, t->ctx, t->m, ds, batch, &t->h, stop, arg, eval_stage, t, res, outputs,
+                               have_outputs, t->err, sizeof t->err);
     if (slot_wait(t, t->eval_slot)) rc = -1;
     if (rc < 0) return -1;
     /* the last stage's numbers to every stage (an abandoned one is the same everywhere) */
-    if (rc == 0 && ut_comm_bcast(t->mesh.pp_group, res, sizeof *res, t->pp - 1))
-        return ut_pp_fail(t, "the evaluation's results");
+    int last = t->pp - 1;
+    ut_comm *pg = t->mesh.pp_group;
+    if (rc == 0 && ut_comm_bcast(pg, res, sizeof *res, last)) return ut_pp_fail(t, "the evaluation's results");
+    if (rc == 0 && outputs && (ut_comm_bcast(pg, have_outputs, sizeof *have_outputs, last) ||
+                               ut_comm_bcast(pg, outputs, (size_t)(ds->n * ds->num_classes) * sizeof *outputs, last)))
+        return ut_pp_fail(t, "the evaluation's outputs");
     return rc;
 }
 

@@ -95,11 +95,16 @@ int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds,
  * the last it runs that stage's part of the forward and hands the result on,
  * returning 1 (the batch ends there); on the last it receives the input
  * (m->stage_input) and returns 0; -1 with err. Only the last stage's res
- * holds the numbers. */
+ * (and outputs, as ut_evaluate_outputs, when not NULL) holds the numbers. */
 typedef int (*ut_eval_stage_fn)(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n);
 int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
                       bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
-                      char *err, size_t n);
+                      double *outputs, bool *have_outputs, char *err, size_t n);
+/* An evaluation of ds as test mode runs it (ut_evaluate_outputs, or a split
+ * model's own): res on every rank, outputs (may be NULL) on rank 0 at
+ * least. 0 or -1 with err. */
+typedef int (*ut_eval_fn)(void *arg, ut_dataset *ds, int64_t batch, ut_eval_result *res, double *outputs,
+                          bool *have_outputs, char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
 /* What a batch's mean loss is over: its examples, or for seq2seq data its

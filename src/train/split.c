@@ -159,6 +159,21 @@ int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_s
     return rc || wrc ? -1 : 0;
 }
 
+int ut_split_agree(ut_trainer *t, int *lrc, char *why, size_t n) {
+    int64_t failed[2] = {*lrc != 0, *lrc != 0 ? t->rank : 0};
+    if (ut_comm_allreduce_i64(t->comm, failed, 2)) {
+        snprintf(t->err, sizeof t->err, "agreeing on a checkpoint: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    if (failed[0] && !*lrc) {
+        *lrc = -1;
+        snprintf(why, n, "%lld rank%s could not read %s part%s of it (rank %lld's log says why)", (long long)failed[0],
+                 failed[0] == 1 ? "" : "s", failed[0] == 1 ? "its" : "their", failed[0] == 1 ? "" : "s",
+                 (long long)(failed[0] == 1 ? failed[1] : 0));
+    }
+    return 0;
+}
+
 int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *st, char *err, size_t n) {
     if (ut_split_whole_list(t)) return snprintf(err, n, "%s", t->err), -1;
     ut_ckpt_reader *r = ut_ckpt_reader_open(path, t->m->type, st, err, n);

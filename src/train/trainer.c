@@ -291,24 +291,6 @@ static void clean_stale_temp(ut_trainer *t) {
                k == 1 ? "" : "s", dir);
 }
 
-/* A split model's ranks each read their own parts: they go on only if
- * every one of them loaded (a rank that failed says why, the others say
- * that one did). -1 when the ranks cannot agree. */
-static int agree_on_load(ut_trainer *t, int *lrc, char *why, size_t n) {
-    int64_t failed[2] = {*lrc != 0, *lrc != 0 ? t->rank : 0};
-    if (ut_comm_allreduce_i64(t->comm, failed, 2)) {
-        snprintf(t->err, sizeof t->err, "agreeing on a checkpoint: %s", ut_comm_error(t->comm));
-        return -1;
-    }
-    if (failed[0] && !*lrc) {
-        *lrc = -1;
-        snprintf(why, n, "%lld rank%s could not read %s part%s of it (rank %lld's log says why)", (long long)failed[0],
-                 failed[0] == 1 ? "" : "s", failed[0] == 1 ? "its" : "their", failed[0] == 1 ? "" : "s",
-                 (long long)(failed[0] == 1 ? failed[1] : 0));
-    }
-    return 0;
-}
-
 /* Resumes from the newest checkpoint that loads; a corrupt one is reported
  * and the one before it tried. Returns 1 if resumed, 0 if none, -1 on error. */
 static int resume(ut_trainer *t) {
@@ -328,7 +310,7 @@ static int resume(ut_trainer *t) {
         int lrc = split_model(t) ? ut_split_load(t, path, o, &st, why, sizeof why)
                   : shards       ? ut_shard_load(t, path, &st, why, sizeof why)
                                  : ut_ckpt_load(path, t->m, o, &st, why, sizeof why);
-        if ((split_model(t) || shards) && agree_on_load(t, &lrc, why, sizeof why)) {
+        if ((split_model(t) || shards) && ut_split_agree(t, &lrc, why, sizeof why)) {
             if (o != t->o) ut_optim_free(o);
             return -1;
         }
@@ -389,7 +371,7 @@ static int load_initial_weights(ut_trainer *t) {
     if (split_model(t)) {
         char why[1024];
         int lrc = ut_split_load(t, path, NULL, NULL, why, sizeof why);
-        if (agree_on_load(t, &lrc, why, sizeof why)) return -1;
+        if (ut_split_agree(t, &lrc, why, sizeof why)) return -1;
         if (lrc) {
             snprintf(t->err, sizeof t->err, "%s", why);
             return -1;
@@ -515,7 +497,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
     double t0 = now_s();
     /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
-    int erc = t->pp > 1 ? ut_pp_evaluate(t, bs, stop_asked, t, res)
+    int erc = t->pp > 1 ? ut_pp_evaluate(t, t->dev, bs, stop_asked, t, res, NULL, NULL)
                         : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
                                             sizeof t->err);
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */

@@ -64,6 +64,7 @@ struct ut_trainer {
     struct stage_slot *slots;
     int nslots;
     struct stage_slot *eval_slot; /* evaluation's sends and receives */
+    ut_dataset *eval_ds;         /* the dataset being evaluated through the stages */
     int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
     ut_dist *dist;               /* the strategy; owns the optimizer */
     int ndp;                     /* dp: worker threads (1 otherwise) */
@@ -192,6 +193,10 @@ int ut_split_whole_list(ut_trainer *t);
 int64_t ut_split_whole_numel(ut_trainer *t);
 int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_state *st);
 int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *st, char *err, size_t n);
+/* Ranks that each read their own parts go on only if every one of them
+ * loaded (*lrc: this rank's outcome, made -1 with why naming the rank
+ * that failed); -1 (t->err) when the ranks cannot agree. */
+int ut_split_agree(ut_trainer *t, int *lrc, char *why, size_t n);
 void ut_split_free(ut_trainer *t);
 /* ZeRO's checkpoints from the shards (a sharded strategy on a whole model,
  * world > 1): ut_shard_save, every rank, rank 0 writing the parameters
@@ -214,6 +219,22 @@ int ut_dp_setup(ut_trainer *t, bool own_m);
 void ut_dp_step_free(ut_trainer *t);
 int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last, double *loss);
 
+/* ---- test mode on a split model's parts (test_split.c) ----
+ * ut_split_test_open: the mesh, this rank's part of the model (data fills
+ *   the sizes the config leaves to it) and a context; NULL with err.
+ * ut_split_test_load: its part of checkpoint path (every rank agreeing).
+ * ut_split_test_eval: a ut_eval_fn (arg: the tester) evaluating through
+ *   the parts. ut_split_test_model / _dcomm: the part and the data-parallel
+ *   group. ut_split_test_free: all of it. */
+ut_trainer *ut_split_test_open(const ut_config *c, ut_comm *comm, const ut_dataset *data, const ut_hooks *h,
+                               char *err, size_t n);
+int ut_split_test_load(ut_trainer *t, const char *path, ut_train_state *st, char *err, size_t n);
+int ut_split_test_eval(void *arg, ut_dataset *ds, int64_t batch, ut_eval_result *res, double *outputs, bool *have,
+                       char *err, size_t n);
+ut_model *ut_split_test_model(ut_trainer *t);
+ut_comm *ut_split_test_dcomm(ut_trainer *t);
+void ut_split_test_free(ut_trainer *t);
+
 /* ---- pipeline parallelism (pipeline.c) ----
  * ut_pp_setup: the stage's slots (a context per micro-batch in flight,
  *   min(M, P) for 1F1B, M for GPipe) and the tied embedding's group, after
@@ -222,13 +243,14 @@ int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
  *   backwards the schedule runs after it; the window's last one runs every
  *   backward left, waits for the sends and sums the tied embedding's
  *   gradient over its two stages).
- * ut_pp_evaluate: the dev set through the stages (ut_evaluate_stage), every
- *   stage getting the last one's results; 0, 1 when stop said so, -1 with
- *   t->err.
+ * ut_pp_evaluate: ds through the stages (ut_evaluate_stage), every stage
+ *   getting the last one's results (and, with outputs, its outputs); 0, 1
+ *   when stop said so, -1 with t->err.
  * ut_pp_fail: "pipeline stage S: WHAT: <the pipeline group's error>" into
  *   t->err; -1. */
 int ut_pp_setup(ut_trainer *t);
-int ut_pp_evaluate(ut_trainer *t, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res);
+int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                   double *outputs, bool *have_outputs);
 void ut_pp_free(ut_trainer *t);
 int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last);
 int ut_pp_fail(ut_trainer *t, const char *what);

@@ -231,6 +231,28 @@ static void test_bart_stages(void) {
         split_same_dev_loss(runs[r], "bartwhole", 8);
         printf("     %s against bartwhole: losses %.2g, weights %.2g\n", runs[r], l, all);
     }
+    /* test mode on the parts: `utrain test --nproc 2` of the 2-stage run goes
+     * through its stages and writes what one process holding the whole
+     * model writes (the stages run the same arithmetic: the same bytes) */
+    char run[600], out[700], *parts_pred = NULL, *parts_res = NULL;
+    snprintf(run, sizeof run, "%s/runs/bartpp2", split_dir);
+    snprintf(out, sizeof out, "%s/bart_test_parts.out", split_dir);
+    CHECK(tp_run_shown((const char *[]){"test", run, "--nproc", "2", NULL}, out, 0, "utrain test --nproc 2") == 0,
+          "test mode on the 2 stages");
+    char *said = tp_slurp(out);
+    CHECK(said && strstr(said, "on the model's parts (tensor parallel 1, 2 pipeline stages)"), "%s", said ? said : "");
+    free(said);
+    parts_pred = tp_slurp(tp_run_file(split_dir, "bartpp2", "dev_predictions.tsv"));
+    parts_res = tp_slurp(tp_run_file(split_dir, "bartpp2", "dev_results.json"));
+    snprintf(out, sizeof out, "%s/bart_test_whole.out", split_dir);
+    CHECK(tp_run_shown((const char *[]){"test", run, NULL}, out, 0, "utrain test") == 0, "test mode in one process");
+    char *whole_pred = tp_slurp(tp_run_file(split_dir, "bartpp2", "dev_predictions.tsv")),
+         *whole_res = tp_slurp(tp_run_file(split_dir, "bartpp2", "dev_results.json"));
+    CHECK(parts_pred && whole_pred && tp_count_lines(tp_run_file(split_dir, "bartpp2", "dev_predictions.tsv")) > 10 &&
+              !strcmp(parts_pred, whole_pred), "dev_predictions.tsv: the parts' and the whole model's differ");
+    CHECK(parts_res && whole_res && !strcmp(parts_res, whole_res), "dev_results.json: the parts'\n%s\nthe whole's\n%s",
+          parts_res ? parts_res : "", whole_res ? whole_res : "");
+    free(parts_pred), free(parts_res), free(whole_pred), free(whole_res);
 }
 
 /* A checkpoint that only one stage cannot read (a NaN in a block of the last

@@ -152,6 +152,18 @@ static void test_t5(void) {
     CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on the T5 run");
     CHECK(tp_count_lines(tp_run_file(split_dir, "t5whole", "test_generations.tsv")) == 17,
           "T5's test generations: a header and 16 rows");
+    /* the split run's test mode on its 2 parts generates what one process
+     * holding the whole model generates */
+    snprintf(run, sizeof run, "%s/runs/t5tp2", split_dir);
+    CHECK(tp_run((const char *[]){"test", run, "--nproc", "2", NULL}, out) == 0, "utrain test --nproc 2 on the split T5");
+    char *said = tp_slurp(out), *parts = tp_slurp(tp_run_file(split_dir, "t5tp2", "test_generations.tsv"));
+    CHECK(said && strstr(said, "on the model's parts"), "%s", said ? said : "");
+    CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on the split T5 in one process");
+    char *whole = tp_slurp(tp_run_file(split_dir, "t5tp2", "test_generations.tsv"));
+    CHECK(parts && whole && tp_count_lines(tp_run_file(split_dir, "t5tp2", "test_generations.tsv")) == 17 &&
+              !strcmp(parts, whole), "the parts' generations:\n%s\nthe whole model's:\n%s", parts ? parts : "",
+          whole ? whole : "");
+    free(said), free(parts), free(whole);
     memcpy(split_body, saved, sizeof saved);
 }
 

@@ -120,9 +120,34 @@ static void fine_tune_split(const char *name, const char *model) {
  * does: the tiny BART classifier, and GPT2ForSequenceClassification (the
  * blocks split, the score head whole, attention dropout on: each rank draws
  * its heads' slices of the masks). */
+/* The "loss" of a results file (dev_results.json), NAN if none */
+static double results_loss(const char *path) {
+    char *s = tp_slurp(path), *at = s ? strstr(s, "\"loss\": ") : NULL;
+    double v = at ? atof(at + 8) : NAN;
+    free(s);
+    return v;
+}
+
 static void test_pretrained_split(void) {
     fine_tune_split("bart", "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_tiny, "
                             "task: sequence_classification}\n");
+    /* test mode on the parts (`--nproc 2` of the split run) against one
+     * process holding the whole model: the same dev loss and predictions */
+    char run[600], out[700];
+    snprintf(run, sizeof run, "%s/runs/bart_tp2", split_dir);
+    snprintf(out, sizeof out, "%s/bart_tp2_test.out", split_dir);
+    CHECK(tp_run_shown((const char *[]){"test", run, "--nproc", "2", NULL}, out, 0, "utrain test --nproc 2") == 0,
+          "test mode on the 2 parts");
+    char *said = tp_slurp(out);
+    CHECK(said && strstr(said, "on the model's parts (tensor parallel 2, 1 pipeline stage)"), "%s", said ? said : "");
+    free(said);
+    double parts = results_loss(tp_run_file(split_dir, "bart_tp2", "dev_results.json"));
+    int lines = tp_count_lines(tp_run_file(split_dir, "bart_tp2", "dev_predictions.tsv"));
+    CHECK(tp_run_shown((const char *[]){"test", run, NULL}, out, 0, "utrain test") == 0, "test mode in one process");
+    double whole = results_loss(tp_run_file(split_dir, "bart_tp2", "dev_results.json"));
+    CHECK(isfinite(parts) && fabs(parts - whole) <= 1e-5 * fabs(whole) && lines > 10 &&
+              lines == tp_count_lines(tp_run_file(split_dir, "bart_tp2", "dev_predictions.tsv")),
+          "dev loss %.9g on the parts, %.9g whole; %d prediction lines", parts, whole, lines);
     fine_tune_split("gpt2cls", "model: {name: gpt2, pretrained: tests/parity/fixtures/hf_gpt2_cls_tiny, "
                                "task: sequence_classification, dropout: 0.2}\n");
 }
