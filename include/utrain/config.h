@@ -114,6 +114,7 @@ typedef struct {
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */
     int64_t tensor_parallel;     /* ranks each model is split over (1: whole) */
+    bool sequence_parallel;      /* the blocks' norm and dropout regions split by sequence over the tp ranks */
     int64_t pipeline_parallel;   /* pipeline stages (1: none) */
     char pipeline_schedule[8];   /* 1f1b | gpipe */
     char pipeline_blocks[256];   /* blocks per stage, "9,3" (empty: balanced by compute) */

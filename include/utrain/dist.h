@@ -180,6 +180,20 @@ ut_tensor *ut_tp_embedding(ut_ctx *ctx, ut_tensor *ids, ut_tensor *table, int64_
                            ut_comm *group);
 ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t vocab, int ignore_index,
                                ut_comm *group);
+/* Sequence parallelism (Megatron-LM's): in the layer-norm and dropout
+ * regions of a split block each rank of group holds (B, T/p, ...), its rows
+ * [r T/p, (r + 1) T/p) of every sequence.
+ *   ut_tp_seq_split          (B, T, ...) the same on every rank -> this
+ *                            rank's rows; gradient all-gathered
+ *   ut_tp_seq_gather         this rank's rows -> the whole (B, T, ...) on
+ *                            every rank (all-gather); gradient summed over
+ *                            the group and scattered (reduce-scatter)
+ *   ut_tp_seq_reduce_scatter (B, T, ...) partial sums -> this rank's rows of
+ *                            their sum; gradient all-gathered
+ * T must divide by the group's size (an error names it). */
+ut_tensor *ut_tp_seq_split(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
+ut_tensor *ut_tp_seq_gather(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
+ut_tensor *ut_tp_seq_reduce_scatter(ut_ctx *ctx, ut_tensor *x, ut_comm *group);
 /* x's last dimension gathered from every rank of group, in rank order (no
  * gradient; ut_tp_hooks.gather): a split model's logits for generation. */
 ut_tensor *ut_tp_gather_last(ut_ctx *ctx, ut_tensor *x, ut_comm *group);

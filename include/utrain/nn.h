@@ -101,6 +101,7 @@ struct ut_model {
     void *impl;            /* the model's layers */
     bool checkpoint_activations;
     int tp_size;           /* the tensor-parallel group it is split over (ut_model_create_layout); 1: whole */
+    bool seq_parallel;     /* built with the layout's seq_parallel (its blocks' norm regions split by sequence) */
     /* Pipeline: this model is stage pp_rank of pp_size (1: the whole depth).
      * A stage after the first starts from stage_input, the activation the
      * previous stage sent (set before each forward, requiring grad); a
@@ -347,6 +348,13 @@ typedef struct {
      * -> (..., n x ranks)), every rank the same; no gradient: for generation,
      * whose search reads the whole vocabulary's logits */
     ut_tensor *(*gather)(ut_ctx *ctx, ut_tensor *x, void *group);
+    /* sequence parallelism (ut_tp_seq_* in dist.h): x (B, T, ...) to this
+     * rank's (B, T/p, ...) of it; this rank's (B, T/p, ...) to the whole
+     * (B, T, ...) (gradient: the sum over the group, this rank's part); the
+     * partial sums (B, T, ...) to this rank's (B, T/p, ...) of their sum */
+    ut_tensor *(*seq_split)(ut_ctx *ctx, ut_tensor *x, void *group);
+    ut_tensor *(*seq_gather)(ut_ctx *ctx, ut_tensor *x, void *group);
+    ut_tensor *(*seq_reduce_scatter)(ut_ctx *ctx, ut_tensor *x, void *group);
     void *group;
 } ut_tp_hooks;
 typedef struct {
@@ -354,6 +362,10 @@ typedef struct {
     ut_attention_layer attn;
     ut_mlp_layer mlp;
     ut_tp_hooks tp;
+    /* sequence parallelism (ut_block_layer_set_seq): the block takes and
+     * gives this rank's rows of each sequence, seq_rank of seq_size */
+    bool seq;
+    int seq_rank, seq_size;
 } ut_block_layer;
 
 /* How a model is split over ranks: this rank's place in its tensor-parallel
@@ -363,6 +375,7 @@ typedef struct {
 typedef struct {
     int tp_rank, tp_size;
     ut_tp_hooks tp;
+    bool seq_parallel; /* with tp_size > 1: sequence parallelism (models that have it set m->seq_parallel) */
     int pp_rank, pp_size;
     /* pp_size blocks per stage, adding up to the model's blocks; NULL: the
      * model balances its stages itself */
@@ -418,6 +431,18 @@ void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int
 int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
                            float proj_std, float dropout, int tp_rank, int tp_size, ut_tp_hooks hooks, char *err,
                            size_t n);
+/* A tensor-parallel block made sequence-parallel: it takes and gives this
+ * rank's rows of each sequence ((B, T/p, C)); its layer norms, dropouts
+ * and residual adds work on them, an all-gather of the sequence before
+ * each column-parallel product and a reduce-scatter after each
+ * row-parallel one replace the all-reduces; the norms' parameters and the
+ * row-parallel biases get their gradients summed over the group. The
+ * dropout masks are the whole model's (the (B, T, C) mask's rows). Only
+ * the fused causal path ((B, T, C) input, no mask). */
+void ut_block_layer_set_seq(ut_block_layer *l, int rank, int size);
+/* Dropout of this rank's rows x (B, T/p, ...) of a (B, T, ...) tensor with
+ * the whole tensor's mask (sequence parallelism). */
+ut_tensor *ut_dropout_seq(ut_ctx *ctx, ut_tensor *x, float p, int rank, int size);
 
 /* One rank's part of a linear split over tp_size ranks (Megatron-LM):
  * dim 0 column-parallel (its output features, and their biases), dim 1

@@ -290,6 +290,16 @@ ut_tensor *ut_checkpoint(ut_ctx *ctx, ut_checkpoint_fn fn, void *user, ut_tensor
 typedef int (*ut_collective_fn)(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn);
 ut_tensor *ut_collective(ut_ctx *ctx, ut_tensor *x, ut_collective_fn fwd, ut_collective_fn bwd, void *user,
                          const char *name);
+/* The same where the output has another shape (ndim, ne; float32): fwd(user,
+ * dev, x's in_n floats, in_n, the output's out_n floats, out_n) writes the
+ * output; bwd(user, dev, the output's gradient, out_n, a buffer of in_n
+ * floats, in_n) writes the gradient that is added into x's (sequence
+ * parallelism's all-gathers and reduce-scatters along the sequence, dist.h).
+ * Both are required. */
+typedef int (*ut_collective_to_fn)(void *user, ut_device dev, const float *in, int64_t in_n, float *out,
+                                   int64_t out_n, char *err, size_t errn);
+ut_tensor *ut_collective_to(ut_ctx *ctx, ut_tensor *x, int ndim, const int64_t *ne, ut_collective_to_fn fwd,
+                            ut_collective_to_fn bwd, void *user, const char *name);
 
 #ifdef __cplusplus
 }

@@ -56,3 +56,49 @@ void ut_collective_bwd(ut_tensor *t, UT_KCTX) {
     }
     be->accumulate(x->grad, &g, 1, n, false);
 }
+
+/* ---- ut_collective_to: a collective whose output has another shape ---- */
+typedef struct {
+    ut_collective_to_fn fwd, bwd;
+    void *user;
+    const char *name;
+} collective_to_rec;
+
+ut_tensor *ut_collective_to(ut_ctx *ctx, ut_tensor *x, int ndim, const int64_t *ne, ut_collective_to_fn fwd,
+                            ut_collective_to_fn bwd, void *user, const char *name) {
+    if (!name) name = "collective";
+    if (!ut_op_check(ctx, name, 1, &x, 0)) return NULL;
+    if (ndim < 1 || ndim > UT_MAX_DIMS || !fwd || !bwd) {
+        ut_op_error(ctx, name, 1, &x, "bad output shape or functions");
+        return NULL;
+    }
+    if (!ut_is_contiguous(x)) x = ut_contiguous(ctx, x);
+    if (!x) return NULL;
+    collective_to_rec *r = ut_ctx_alloc(ctx, sizeof *r);
+    *r = (collective_to_rec){fwd, bwd, user, name};
+    ut_tensor *t = ut_op_new(ctx, UT_OP_COLLECTIVE_TO, UT_F32, ndim, ne, 1, &x);
+    if (!t) return NULL;
+    t->aux[0] = r;
+    return ut_op_run(t);
+}
+
+void ut_collective_to_fwd(ut_tensor *t, UT_KCTX) {
+    const collective_to_rec *r = t->aux[0];
+    char err[400] = "";
+    if (r->fwd(r->user, t->device, t->src[0]->data, ut_nelem(t->src[0]), t->data, ut_nelem(t), err, sizeof err))
+        ut_kfail(k, "%s: %s", r->name, err[0] ? err : "failed");
+}
+
+void ut_collective_to_bwd(ut_tensor *t, UT_KCTX) {
+    ut_tensor *x = t->src[0];
+    if (!x->requires_grad) return;
+    const collective_to_rec *r = t->aux[0];
+    int64_t n = ut_nelem(x);
+    float *g = ut_kalloc(k, (size_t)(n ? n : 1) * sizeof(float));
+    char err[400] = "";
+    if (r->bwd(r->user, t->device, t->grad, ut_nelem(t), g, n, err, sizeof err)) {
+        ut_kfail(k, "%s: %s", r->name, err[0] ? err : "failed");
+        return;
+    }
+    ut_backend_get(t->device)->accumulate(x->grad, &g, 1, n, false);
+}

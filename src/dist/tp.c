@@ -104,6 +104,115 @@ done:
     return out;
 }
 
+
+// --- sequence parallelism: the sequence dimension split over the group -------------
+/* A tensor (B, T, ...) seen as (B, T, R); in a sequence-parallel region each
+ * rank holds (B, T / p, R), the rows [q T/p, (q + 1) T/p) of each sequence
+ * (Megatron-LM's sequence parallelism). The collectives run through host
+ * memory: a device's buffers are staged. */
+typedef struct {
+    ut_comm *group;
+    int64_t B, T, R; /* the whole tensor's */
+} seq_rec;
+
+/* host copies of device memory, and back */
+static float *to_host(ut_device dev, const float *x, int64_t n) {
+    float *h = ut_malloc_check((size_t)(n + 1) * sizeof(float));
+    ut_backend_get(dev)->copy(h, x, (size_t)n * sizeof(float), UT_COPY_D2H);
+    return h;
+}
+static void from_host(ut_device dev, float *x, const float *h, int64_t n) {
+    ut_backend_get(dev)->copy(x, h, (size_t)n * sizeof(float), UT_COPY_H2D);
+}
+
+/* (B, T/p, R) of every rank -> (B, T, R) on every rank */
+static int seq_all_gather(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n,
+                          char *err, size_t errn) {
+    const seq_rec *s = user;
+    int p = ut_comm_size(s->group);
+    int64_t Tp = s->T / p, piece = Tp * s->R;
+    float *mine = to_host(dev, in, in_n), *all = ut_malloc_check((size_t)(out_n + 1) * sizeof(float)),
+          *whole = ut_malloc_check((size_t)(out_n + 1) * sizeof(float));
+    int rc = ut_comm_wait(s->group, ut_comm_iallgather(s->group, mine, all, in_n));
+    if (rc) snprintf(err, errn, "%s", ut_comm_error(s->group));
+    for (int64_t b = 0; !rc && b < s->B; b++)
+        for (int q = 0; q < p; q++)
+            memcpy(whole + (b * s->T + (int64_t)q * Tp) * s->R, all + (int64_t)q * in_n + b * piece,
+                   (size_t)piece * sizeof(float));
+    if (!rc) from_host(dev, out, whole, out_n);
+    ut_free(mine), ut_free(all), ut_free(whole);
+    return rc ? -1 : 0;
+}
+
+/* (B, T, R) partial sums on every rank -> this rank's (B, T/p, R) of their sum */
+static int seq_reduce_scatter(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n,
+                              char *err, size_t errn) {
+    const seq_rec *s = user;
+    int p = ut_comm_size(s->group);
+    int64_t Tp = s->T / p, piece = Tp * s->R;
+    float *h = to_host(dev, in, in_n), *byrank = ut_malloc_check((size_t)(in_n + 1) * sizeof(float)),
+          *mine = ut_malloc_check((size_t)(out_n + 1) * sizeof(float));
+    for (int64_t b = 0; b < s->B; b++)
+        for (int q = 0; q < p; q++)
+            memcpy(byrank + (int64_t)q * out_n + b * piece, h + (b * s->T + (int64_t)q * Tp) * s->R,
+                   (size_t)piece * sizeof(float));
+    int rc = ut_comm_wait(s->group, ut_comm_ireduce_scatter(s->group, byrank, mine, out_n));
+    if (rc) snprintf(err, errn, "%s", ut_comm_error(s->group));
+    else from_host(dev, out, mine, out_n);
+    ut_free(h), ut_free(byrank), ut_free(mine);
+    return rc ? -1 : 0;
+}
+
+/* (B, T, R) the same on every rank -> this rank's (B, T/p, R) (no communication) */
+static int seq_take(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n, char *err,
+                    size_t errn) {
+    (void)in_n, (void)out_n, (void)err, (void)errn;
+    const seq_rec *s = user;
+    int p = ut_comm_size(s->group), q = ut_comm_rank(s->group);
+    int64_t Tp = s->T / p, piece = Tp * s->R;
+    const ut_backend *be = ut_backend_get(dev);
+    for (int64_t b = 0; b < s->B; b++)
+        be->copy(out + b * piece, in + (b * s->T + (int64_t)q * Tp) * s->R, (size_t)piece * sizeof(float), UT_COPY_D2D);
+    return 0;
+}
+
+/* the op: x (B, Tin, ...) to (B, Tout, ...) with the record of the whole T */
+static ut_tensor *seq_op(ut_ctx *ctx, ut_tensor *x, ut_comm *group, bool gathers, ut_collective_to_fn fwd,
+                         ut_collective_to_fn bwd, const char *name) {
+    if (!x || ut_ctx_error(ctx)) return NULL;
+    int p = ut_comm_size(group);
+    if (x->ndim < 2) {
+        ut_ctx_set_error(ctx, "%s: a (batch, sequence, ...) tensor is needed, not %d-dimensional", name, x->ndim);
+        return NULL;
+    }
+    int64_t T = gathers ? x->ne[1] * p : x->ne[1];
+    if (T % p) {
+        ut_ctx_set_error(ctx, "%s: the sequence of %lld positions does not split over %d ranks (make the sequence "
+                              "length a multiple of dist.tensor_parallel)", name, (long long)T, p);
+        return NULL;
+    }
+    seq_rec *r = ut_ctx_alloc(ctx, sizeof *r);
+    int64_t rows = x->ne[0] * x->ne[1];
+    *r = (seq_rec){group, x->ne[0], T, rows > 0 ? ut_nelem(x) / rows : 0};
+    int64_t ne[UT_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) ne[d] = x->ne[d];
+    ne[1] = gathers ? T : T / p;
+    return ut_collective_to(ctx, x, x->ndim, ne, fwd, bwd, r, name);
+}
+
+ut_tensor *ut_tp_seq_split(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    return seq_op(ctx, x, group, false, seq_take, seq_all_gather, "tp_seq_split");
+}
+ut_tensor *ut_tp_seq_gather(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    return seq_op(ctx, x, group, true, seq_all_gather, seq_reduce_scatter, "tp_seq_gather");
+}
+ut_tensor *ut_tp_seq_reduce_scatter(ut_ctx *ctx, ut_tensor *x, ut_comm *group) {
+    return seq_op(ctx, x, group, false, seq_reduce_scatter, seq_all_gather, "tp_seq_reduce_scatter");
+}
+static ut_tensor *hook_seq_split(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_seq_split(ctx, x, group); }
+static ut_tensor *hook_seq_gather(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_seq_gather(ctx, x, group); }
+static ut_tensor *hook_seq_rs(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_seq_reduce_scatter(ctx, x, group); }
+
 static ut_tensor *hook_copy(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_copy(ctx, x, group); }
 static ut_tensor *hook_gather(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_gather_last(ctx, x, group); }
 static ut_tensor *hook_reduce(ut_ctx *ctx, ut_tensor *x, void *group) { return ut_tp_reduce(ctx, x, group); }
@@ -123,6 +232,9 @@ ut_tp_hooks ut_tp_hooks_of(ut_comm *group) {
                          .embedding = hook_embedding,
                          .cross_entropy = hook_cross_entropy,
                          .gather = hook_gather,
+                         .seq_split = hook_seq_split,
+                         .seq_gather = hook_seq_gather,
+                         .seq_reduce_scatter = hook_seq_rs,
                          .group = group};
 }
 

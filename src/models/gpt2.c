@@ -39,6 +39,7 @@ typedef struct {
      * wte.weight (the trainer sums the two copies' gradients) */
     int64_t b0, b1;
     bool first, last;
+    bool seq;                 /* sequence parallel: the blocks and ln_f on this rank's rows of each sequence */
 } gpt2;
 
 static void gpt2_free(void *impl) {
@@ -151,13 +152,24 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
             ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
                                    : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
             x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
-            if (g->dropout > 0) x = ut_dropout(ctx, x, g->dropout);
+            if (g->seq) { /* this rank's rows from here to ln_f, the whole model's masks */
+                x = tp->seq_split(ctx, x, tp->group);
+                x = ut_dropout_seq(ctx, x, g->dropout, g->lay.tp_rank, g->lay.tp_size);
+            } else if (g->dropout > 0) {
+                x = ut_dropout(ctx, x, g->dropout);
+            }
         }
         for (int64_t l = g->b0; l < g->b1; l++) {
             ut_ctx_rng_region(ctx, l + 1); /* the block's masks whichever stage runs it */
             x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
         }
         if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
+        if (g->seq) { /* ln_f on this rank's rows (its gradient summed over the group), then the whole sequence */
+            x = ut_layernorm(ctx, x, tp->copy(ctx, g->ln_f.w, tp->group), tp->copy(ctx, g->ln_f.b, tp->group),
+                             g->ln_f.eps);
+            x = m->hidden = tp->seq_gather(ctx, x, tp->group);
+            return ut_linear(ctx, x, g->wte.w, NULL);
+        }
         x = m->hidden = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
         return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
@@ -393,6 +405,10 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
         g->h[l].ln_1.eps = g->h[l].ln_2.eps = (float)eps;
     }
     if (lay.tp_size > 1) m->tp_size = lay.tp_size; /* every stage is split, with or without wte */
+    /* sequence parallelism: the language model in one stage */
+    g->seq = lay.seq_parallel && lay.tp_size > 1 && !g->classify && P == 1;
+    for (int64_t l = g->b0; g->seq && l < g->b1; l++) ut_block_layer_set_seq(&g->h[l], lay.tp_rank, lay.tp_size);
+    m->seq_parallel = g->seq;
     if (g->last) {
         ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
         g->ln_f.eps = (float)eps;

@@ -190,6 +190,47 @@ static ut_tensor *row_out(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x, co
 }
 static ut_tensor *col_in(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) { return ut_tp_col_in(ctx, &l->tp, x); }
 
+void ut_block_layer_set_seq(ut_block_layer *l, int rank, int size) {
+    l->seq = size > 1;
+    l->seq_rank = rank, l->seq_size = size;
+}
+
+ut_tensor *ut_dropout_seq(ut_ctx *ctx, ut_tensor *x, float p, int rank, int size) {
+    if (!x || p <= 0) return x;
+    int64_t B = x->ne[0], w = ut_nelem(x) / (B ? B : 1); /* a row of x: T/p positions */
+    ut_tensor *v = ut_reshape(ctx, x, 2, (int64_t[]){B, w});
+    return ut_reshape(ctx, ut_dropout_cols(ctx, v, p, (int64_t)rank * w, w * size), x->ndim, x->ne);
+}
+
+/* A replicated parameter used on this rank's rows only: its gradient summed
+ * over the group (the identity forward; tp_copy's backward). */
+static ut_tensor *seq_param(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *w) {
+    return l->tp.copy(ctx, w, l->tp.group);
+}
+
+static ut_tensor *seq_norm(ut_ctx *ctx, const ut_block_layer *l, const ut_layernorm_layer *ln, ut_tensor *x) {
+    return ut_layernorm(ctx, x, seq_param(ctx, l, ln->w), seq_param(ctx, l, ln->b), ln->eps);
+}
+
+/* the row-parallel product's partial sums to this rank's rows of their sum, its bias, the dropout */
+static ut_tensor *seq_out(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *h, const ut_linear_layer *lin, float p) {
+    h = l->tp.seq_reduce_scatter(ctx, ut_linear(ctx, h, lin->w, NULL), l->tp.group);
+    h = ut_add(ctx, h, seq_param(ctx, l, lin->b));
+    return ut_dropout_seq(ctx, h, p, l->seq_rank, l->seq_size);
+}
+
+/* The sequence-parallel block: x (B, T/p, C), this rank's rows */
+static ut_tensor *block_seq(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) {
+    const ut_attention_layer *a = &l->attn;
+    const ut_mlp_layer *mlp = &l->mlp;
+    ut_tensor *h = l->tp.seq_gather(ctx, seq_norm(ctx, l, &l->ln_1, x), l->tp.group);
+    h = ut_attention(ctx, ut_linear(ctx, h, a->c_attn.w, a->c_attn.b), a->n_head);
+    x = ut_add(ctx, x, seq_out(ctx, l, h, &a->c_proj, a->dropout));
+    h = l->tp.seq_gather(ctx, seq_norm(ctx, l, &l->ln_2, x), l->tp.group);
+    h = ut_gelu(ctx, ut_linear(ctx, h, mlp->c_fc.w, mlp->c_fc.b));
+    return ut_add(ctx, x, seq_out(ctx, l, h, &mlp->c_proj, mlp->dropout));
+}
+
 /* The one GPT-2 block, on rows as its inputs lay them out: in = {x (B, T, C)}
  * causal over each row (the fused attention on the packed qkv); {x (B, T, C),
  * mask (B, T)} causal under a padding mask; {x (N, C), offsets I32 (B + 1)}
@@ -199,6 +240,13 @@ static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     const ut_block_layer *l = user;
     const ut_attention_layer *a = &l->attn;
     ut_tensor *x = in[0];
+    if (l->seq) {
+        if (n >= 2 && in[1]) {
+            ut_ctx_set_error(ctx, "a sequence-parallel block runs on whole (batch, sequence) rows without a mask");
+            return NULL;
+        }
+        return block_seq(ctx, l, x);
+    }
     ut_tensor *qkv = ut_linear(ctx, col_in(ctx, l, ut_layernorm_layer_forward(ctx, &l->ln_1, x)), a->c_attn.w,
                                a->c_attn.b);
     ut_tensor *y;

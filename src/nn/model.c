@@ -367,6 +367,12 @@ ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t s
         ut_model_free(m);
         return NULL;
     }
+    if (m && layout && layout->seq_parallel && tp > 1 && !m->seq_parallel) {
+        snprintf(err, n, "model %s has no sequence-parallel form (dist.sequence_parallel): gpt2's language model has "
+                 "one; remove dist.sequence_parallel", name);
+        ut_model_free(m);
+        return NULL;
+    }
     if (m && m->tp_size != tp) {
         snprintf(err, n, "model %s has no tensor-parallel form (dist.tensor_parallel %d): build it whole", name, tp);
         ut_model_free(m);

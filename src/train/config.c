@@ -237,6 +237,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ranks each model is split over, Megatron-LM style (gpt2, bert, roberta, bart; FlagAI's "
             "model_parallel_size): the world is tensor_parallel x data-parallel ranks, dist.strategy (ddp, "
             "zero1-zero3) over the data-parallel ones (docs/distributed.md)"},
+    {.key = "dist.sequence_parallel", .type = UT_CFG_BOOL, AT(sequence_parallel), .def = "false",
+     .doc = "with dist.tensor_parallel: the layer norms, dropouts and residual adds of each block work on 1/tp of "
+            "the sequence on each rank (Megatron-LM's sequence parallelism: all-gathers and reduce-scatters instead "
+            "of all-reduces, the activations there cut by tp; gpt2's language model; the same results)"},
     {.key = "dist.pipeline_parallel", .type = UT_CFG_INT, AT(pipeline_parallel), .def = "1", GE(1),
      .doc = "pipeline stages the model's blocks are split into (gpt2's language model; DeepSpeed's pipeline "
             "parallelism): the world is pipeline_parallel x tensor_parallel x data-parallel ranks, and each "

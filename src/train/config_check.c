@@ -74,6 +74,12 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
              "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "
              "--nproc", (long long)c->tensor_parallel);
+    if (c->sequence_parallel && c->tensor_parallel < 2)
+        FAIL("dist.sequence_parallel: true splits each sequence over the tensor-parallel ranks; set "
+             "dist.tensor_parallel (2 or more) or remove it");
+    if (c->sequence_parallel && c->pipeline_parallel > 1)
+        FAIL("dist.sequence_parallel: true with dist.pipeline_parallel %lld: sequence parallelism runs without "
+             "pipeline stages; remove one of them", (long long)c->pipeline_parallel);
     if (c->pipeline_parallel > 62) FAIL("dist.pipeline_parallel: %lld: at most 62 stages", (long long)c->pipeline_parallel);
     if (c->pipeline_blocks[0] && c->pipeline_parallel < 2)
         FAIL("dist.pipeline_blocks: '%s' splits pipeline stages; set dist.pipeline_parallel (2 or more) or remove it",

@@ -25,6 +25,7 @@ ut_trainer *ut_split_test_open(const ut_config *c, ut_comm *comm, const ut_datas
     t->dcomm = t->mesh.dp_group, t->drank = t->mesh.dp_rank, t->dworld = t->mesh.dp;
     ut_model_layout lay = {.tp_rank = t->mesh.tp_rank, .tp_size = t->tp,
                            .tp = t->tp > 1 ? ut_tp_hooks_of(t->mesh.tp_group) : (ut_tp_hooks){0},
+                               .seq_parallel = c->sequence_parallel,
                            .pp_rank = t->mesh.pp_rank, .pp_size = t->pp};
     t->m = ut_model_from_config_layout(c, data, &lay, err, n);
     if (!t->m || ut_split_whole_list(t)) {

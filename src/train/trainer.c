@@ -416,9 +416,10 @@ static void print_summary(ut_trainer *t) {
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);
     if (t->tp > 1)
-        ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split; %lld of the model's %lld "
+        ut_say(&t->log, "  Tensor parallel = %d ranks per model (Megatron-LM split%s; %lld of the model's %lld "
                         "parameters on each rank), %d data-parallel ranks\n",
-               t->tp, (long long)t->m->params.numel, (long long)ut_split_whole_numel(t), world);
+               t->tp, t->m->seq_parallel ? ", sequence parallel" : "", (long long)t->m->params.numel,
+               (long long)ut_split_whole_numel(t), world);
     if (t->pp > 1) {
         ut_say(&t->log, "  Pipeline parallel = %d stages (blocks %s), %s schedule, %lld micro-batches per step\n",
                t->pp, t->cfg->pipeline_blocks[0] ? t->cfg->pipeline_blocks : "balanced by compute",
@@ -1002,6 +1003,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     else if (split_model(t)) {
         ut_model_layout lay = {.tp_rank = t->mesh.tp_rank, .tp_size = t->tp,
                                .tp = t->tp > 1 ? ut_tp_hooks_of(t->mesh.tp_group) : (ut_tp_hooks){0},
+                               .seq_parallel = c->sequence_parallel,
                                .pp_rank = t->mesh.pp_rank, .pp_size = t->pp};
         t->m = ut_model_from_config_layout(c, t->train, &lay, t->err, sizeof t->err);
     } else t->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);

@@ -55,6 +55,30 @@ static void test_split_with_data_parallel(void) {
     free(s);
 }
 
+/* Sequence parallelism (dropout on): split over 2 and 4 ranks, and over 2
+ * with zero2 over 2 data-parallel ranks, each rank holding its rows of the
+ * sequence in the norm and dropout regions, trains as the whole model (and
+ * as the plain split) does; bad combinations are refused. */
+static void test_sequence_parallel(void) {
+    CHECK(split_train("sp2", 2, "dist.tensor_parallel=2 dist.sequence_parallel=true") == 0,
+          "split over 2 ranks, sequence parallel");
+    CHECK(split_train("sp4", 4, "dist.tensor_parallel=4 dist.sequence_parallel=true") == 0,
+          "split over 4 ranks, sequence parallel");
+    CHECK(split_train("sp2zero2", 4, "dist.tensor_parallel=2 dist.sequence_parallel=true dist.strategy=zero2") == 0,
+          "split over 2 ranks, sequence parallel, zero2 over 2 data-parallel ranks");
+    split_agrees("sp2", "whole", 24);
+    split_agrees("sp4", "whole", 24);
+    split_agrees("sp2zero2", "ddp2", 24);
+    char *s = split_output("sp2");
+    CHECK(s && strstr(s, "sequence parallel"), "the summary says so:\n%s", s ? s : "");
+    free(s);
+    split_refused("spalone", 1, "dist.sequence_parallel=true", "set dist.tensor_parallel (2 or more)");
+    split_refused("sppp", 4, "dist.tensor_parallel=2 dist.pipeline_parallel=2 dist.sequence_parallel=true",
+                  "sequence parallelism runs without pipeline stages");
+    split_refused("spodd", 4, "dist.tensor_parallel=4 dist.sequence_parallel=true data.seq_len=14",
+                  "does not split over 4 ranks");
+}
+
 /* FlagAI's spelling: env_type deepspeed+mpu with model_parallel_size. */
 static void test_flagai_keys(void) {
     CHECK(split_train("flagai", 2, "env_type=deepspeed+mpu model_parallel_size=2") == 0, "FlagAI's keys are taken");
@@ -205,6 +229,7 @@ int main(int argc, char **argv) {
              shard);
     RUN(test_split_runs_train_as_the_whole_model);
     RUN(test_split_with_data_parallel);
+    RUN(test_sequence_parallel); /* after whole and ddp2, its references */
     RUN(test_flagai_keys);
     RUN(test_resume);
     RUN(test_pretrained_split);

@@ -45,6 +45,32 @@ static ut_tensor *b_collective(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, y, ut_collective(c, in[1], NULL, NULL, NULL, NULL));
 }
 
+/* What an all-gather over two ranks holding the same values does (the
+ * output twice the input), and its adjoint (the two halves' gradients
+ * summed); gradcheck proves the pair adjoint. */
+static int gather2(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n, char *err,
+                   size_t errn) {
+    (void)user, (void)out_n, (void)err, (void)errn;
+    const ut_backend *be = ut_backend_get(dev);
+    be->copy(out, in, (size_t)in_n * sizeof(float), UT_COPY_D2D);
+    be->copy(out + in_n, in, (size_t)in_n * sizeof(float), UT_COPY_D2D);
+    return 0;
+}
+static int gather2_bwd(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n, char *err,
+                       size_t errn) {
+    (void)user, (void)in_n, (void)err, (void)errn;
+    const ut_backend *be = ut_backend_get(dev);
+    be->copy(out, in, (size_t)out_n * sizeof(float), UT_COPY_D2D);
+    const float *second = in + out_n;
+    be->accumulate(out, (float *const *)&second, 1, out_n, false);
+    return 0;
+}
+static ut_tensor *b_collective_to(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *y = ut_collective_to(c, ut_transpose(c, in[0], 0, 1), 2, (int64_t[]){8, 3}, gather2, gather2_bwd, NULL,
+                                    "gather2");
+    return ut_mul(c, y, in[1]);
+}
+
 /* the rows of a strided view and of a plain tensor, then an op that reads them */
 static ut_tensor *b_concat_rows(ut_ctx *c, ut_tensor **in) {
     ut_tensor *y = ut_concat_rows(c, ut_transpose(c, in[0], 0, 1), in[1]);
@@ -70,5 +96,6 @@ const gc_row gc_rows_core[] = {
     {"checkpoint", 2, {{2, {3, 4}}, {2, {4, 4}}}, b_checkpoint},
     {"collective", 2, {{2, {3, 4}}, {2, {4, 3}}}, b_collective},
     {"concat_rows", 2, {{3, {3, 2, 4}}, {3, {1, 3, 4}}}, b_concat_rows},
+    {"collective_to", 2, {{2, {3, 4}}, {2, {8, 3}}}, b_collective_to},
 };
 const int gc_nrows_core = sizeof gc_rows_core / sizeof gc_rows_core[0];
