@@ -234,7 +234,7 @@ const ut_cfg_key ut_cfg_schema[] = {
      .values = dist_strategies,
      .doc = "data-parallel strategy (docs/distributed.md); one process runs it as plain training"},
     {.key = "dist.tensor_parallel", .type = UT_CFG_INT, AT(tensor_parallel), .def = "1", GE(1),
-     .doc = "ranks each model is split over, Megatron-LM style (gpt2, bert, roberta, bart; FlagAI's "
+     .doc = "ranks each model is split over, Megatron-LM style (gpt2, bert, roberta, bart, t5; FlagAI's "
             "model_parallel_size): the world is tensor_parallel x data-parallel ranks, dist.strategy (ddp, "
             "zero1-zero3) over the data-parallel ones (docs/distributed.md)"},
     {.key = "dist.sequence_parallel", .type = UT_CFG_BOOL, AT(sequence_parallel), .def = "false",
@@ -242,7 +242,8 @@ const ut_cfg_key ut_cfg_schema[] = {
             "the sequence on each rank (Megatron-LM's sequence parallelism: all-gathers and reduce-scatters instead "
             "of all-reduces, the activations there cut by tp; gpt2's language model; the same results)"},
     {.key = "dist.pipeline_parallel", .type = UT_CFG_INT, AT(pipeline_parallel), .def = "1", GE(1),
-     .doc = "pipeline stages the model's blocks are split into (gpt2's language model; DeepSpeed's pipeline "
+     .doc = "pipeline stages the model's blocks are split into (gpt2's language model, bert, roberta, bart's "
+            "classifier; DeepSpeed's pipeline "
             "parallelism): the world is pipeline_parallel x tensor_parallel x data-parallel ranks, and each "
             "optimizer step's train.gradient_accumulation_steps micro-batches flow through the stages "
             "(docs/distributed.md)"},
