@@ -137,6 +137,10 @@ const gc_row gc_rows_nn[] = {
     {"embedding padding_idx", 2, {{2, {2, 3}, GC_INDEX, 4}, {2, {5, 4}}}, b_emb_pad},
     {"embedding twice", 2, {{2, {2, 4}, GC_INDEX, 4}, {2, {4, 3}}}, b_emb_twice},
     {"conv2d s1 p0 bias", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_s1p0},
+    /* 8 channels and more: Winograd F(2x2, 3x3); odd outputs (5x4 and 3x3) cut the last tiles */
+    {"conv2d winograd p0", 3, {{4, {2, 8, 7, 6}}, {4, {9, 8, 3, 3}}, {1, {9}}}, b_conv_s1p0},
+    {"conv2d winograd p1", 3, {{4, {1, 8, 5, 4}}, {4, {8, 8, 3, 3}}, {1, {8}}}, b_conv_s1p1},
+    {"conv2d winograd p2", 3, {{4, {5, 8, 1, 3}}, {4, {8, 8, 3, 3}}, {1, {8}}}, b_conv_s1p2},
     {"conv2d s1 p1 bias", 3, {{4, {2, 2, 4, 5}}, {4, {3, 2, 3, 3}}, {1, {3}}}, b_conv_s1p1},
     /* stride-1 fast paths: padding wider than the input, so some kernel
      * columns have no valid output column at all (odd sizes throughout) */

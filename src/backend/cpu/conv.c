@@ -209,6 +209,13 @@ void ut_conv2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     ut_tensor *b = t->src[2];
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
+    if (ut_winograd_applies(&d)) {
+        int nthr = threads_for((d.B + 3) / 4, k);
+        float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
+        float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
+        ut_winograd_forward(ut_f32(t), U, ws, x, w, bias, &d, nthr);
+        return;
+    }
     int nthr = threads_for(d.B, k);
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
     float *cols = ut_kalloc(k, (size_t)nthr * col * sizeof(float));
@@ -222,6 +229,13 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS, k);
     float *cols = NULL, *dw_part = NULL;
+    if ((dx || dw) && ut_winograd_applies(&d)) {
+        float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
+        float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
+        float *dU = dw ? ut_kalloc(k, (size_t)(UT_CONV_DW_CHUNKS + 1) * 16 * (size_t)(d.OC * d.C) * sizeof(float)) : NULL;
+        ut_winograd_backward(dx, dw, U, ws, dU, t->grad, ut_f32(x), ut_f32(w), &d, nthr);
+        dx = dw = NULL; /* done: the bias gradient below */
+    }
     if (dx || dw) cols = ut_kalloc(k, 2 * (size_t)nthr * col * sizeof(float));
     if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));
     ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,

@@ -5,6 +5,7 @@
  *          ut_dnnl_conv2d_backward_weights, ut_dnnl_conv2d_impl, ut_dnnl_layout, UT_CONV_DW_CHUNKS. */
 #ifndef UTRAIN_CPU_CONV_H
 #define UTRAIN_CPU_CONV_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,20 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
                             const float *dout, const float *x, const float *w,
                             const ut_conv2d_shape *d, int nthr);
+
+/* Winograd F(2x2, 3x3) (winograd.c) for the layers ut_winograd_applies
+ * takes (3x3, stride 1, padding <= 2, at least 8 input and output
+ * channels). forward writes out (B, OC, OH, OW) (+ b, may be NULL);
+ * backward adds the input and weight gradients into dx and dw (either may
+ * be NULL; the bias gradient is im2col's code's). U: 16*OC*C floats; ws:
+ * nthr * ut_winograd_thread_floats; dU_part: (UT_CONV_DW_CHUNKS + 1) *
+ * 16*OC*C floats. */
+bool ut_winograd_applies(const ut_conv2d_shape *d);
+size_t ut_winograd_thread_floats(const ut_conv2d_shape *d);
+void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
+                         const ut_conv2d_shape *d, int nthr);
+void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
+                          const float *x, const float *w, const ut_conv2d_shape *d, int nthr);
 
 /* oneDNN: the same three products, each written (not added) into its
  * output; 0, or -1 when oneDNN has no implementation for the shape (nothing
