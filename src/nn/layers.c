@@ -122,6 +122,7 @@ ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x
 void ut_block_layer_init(ut_model *m, ut_block_layer *l, const char *prefix, int64_t C, int n_head,
                          float proj_std, float dropout) {
     char buf[256];
+    l->seq = false, l->seq_rank = 0, l->seq_size = 1;
     ut_layernorm_layer_init(m, &l->ln_1, pname(buf, sizeof buf, prefix, "ln_1"), C);
     ut_attention_layer_init(m, &l->attn, pname(buf, sizeof buf, prefix, "attn"), C, n_head,
                             proj_std, dropout);
@@ -154,6 +155,7 @@ int ut_block_layer_init_tp(ut_model *m, ut_block_layer *l, const char *prefix, i
         return -1;
     }
     char buf[256], sub[256];
+    l->seq = false, l->seq_rank = 0, l->seq_size = 1;
     ut_layernorm_layer_init(m, &l->ln_1, pname(buf, sizeof buf, prefix, "ln_1"), C);
     pname(sub, sizeof sub, prefix, "attn");
     if (ut_linear_layer_init_part(m, &l->attn.c_attn, pname(buf, sizeof buf, sub, "c_attn"), C, 3 * C, 0.02f, 0, tp_rank,

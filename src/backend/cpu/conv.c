@@ -1,4 +1,6 @@
-/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1).
+ * 3x3 stride-1 layers of 8 channels or more go through Winograd F(2x2, 3x3)
+ * (winograd.c, ut_winograd_applies); the others through
  * im2col per image and one sgemm per image, parallel over the batch with a
  * column buffer per thread (OpenBLAS runs single-threaded inside the region).
  * Each image's result is computed alone, so it does not depend on how many

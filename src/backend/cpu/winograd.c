@@ -19,6 +19,8 @@
  * (UT_CONV_DW_CHUNKS). Which layers take this path: ut_winograd_applies,
  * the rule measured in docs/performance.md. */
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conv.h"
@@ -26,8 +28,18 @@
 
 #define WINO_GROUP 4 /* images per matrix product */
 
+/* UTRAIN_CONV=im2col keeps every layer on im2col + sgemm (comparisons). */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool im2col_only;
+static void read_env(void) {
+    const char *e = getenv("UTRAIN_CONV");
+    im2col_only = e && !strcmp(e, "im2col");
+}
+
 bool ut_winograd_applies(const ut_conv2d_shape *d) {
-    return d->KH == 3 && d->KW == 3 && d->S == 1 && d->P <= 2 && d->C >= 8 && d->OC >= 8 && d->OH >= 2 && d->OW >= 2;
+    pthread_once(&env_once, read_env);
+    return !im2col_only && d->KH == 3 && d->KW == 3 && d->S == 1 && d->P <= 2 && d->C >= 8 && d->OC >= 8 &&
+           d->OH >= 2 && d->OW >= 2;
 }
 
 static int64_t tiles_of(const ut_conv2d_shape *d) { return ((d->OH + 1) / 2) * ((d->OW + 1) / 2); }
