@@ -96,6 +96,9 @@ ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int6
 /* ---- convolution, pooling ---- */
 /* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */
 ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
+/* For a conv2d op's output t: which algorithm its device runs it on
+ * ("Winograd F(2x2, 3x3)", "im2col + sgemm"); NULL for any other tensor. */
+const char *ut_conv2d_path(const ut_tensor *t);
 /* x (B, C, H, W) -> (B, C, OH, OW), window k, stride s (floor mode, no padding) */
 ut_tensor *ut_max_pool2d(ut_ctx *ctx, ut_tensor *x, int k, int stride);
 

@@ -253,6 +253,7 @@ typedef struct {
     int64_t scratch_bytes;      /* of which act_bytes holds autocast's conversion scratch */
     ut_plan_row rows[UT_PLAN_STRATEGIES];
     char device[16];            /* the config's device: cpu, sim, cuda, cuda:N */
+    char convs[512];            /* each convolution of the model and its algorithm ("" for none) */
     int64_t device_bytes;       /* that device's own memory (0 on the CPU): the default of --device-memory */
 } ut_plan;
 

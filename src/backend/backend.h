@@ -212,6 +212,10 @@ typedef struct ut_backend {
      * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
      * inputs (CPU has no bf16 instructions)"). */
     const char *(*matmul_path)(ut_dtype dt);
+    /* Which algorithm a 2-D convolution of this shape runs on ("Winograd
+     * F(2x2, 3x3)", "im2col + sgemm"), for `utrain plan`; NULL: not said. */
+    const char *(*conv2d_path)(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
+                               int64_t OH, int64_t OW);
 
     /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
     /* sum of x[i]^2 in double, the same bits whatever the thread count */

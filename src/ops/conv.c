@@ -1,11 +1,21 @@
-/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1):
- * im2col per image and one sgemm per image, parallel over the batch with a
- * column buffer per thread (OpenBLAS runs single-threaded inside the region).
+/* 2-D convolution as torch.nn.functional.conv2d (groups 1, dilation 1). On
+ * the CPU: Winograd F(2x2, 3x3) for 3x3 stride-1 layers of 8 channels or
+ * more, else im2col per image and one sgemm per image, parallel over the
+ * batch with a column buffer per thread (OpenBLAS single-threaded inside).
  * Parameters: ut_conv2d_stride, ut_conv2d_padding (src/ops/params.h).
  * Kernels: src/backend/cpu/conv.c. */
 
 #include "internal.h"
 #include "params.h"
+
+const char *ut_conv2d_path(const ut_tensor *t) {
+    if (!t || t->op != UT_OP_CONV2D) return NULL;
+    const ut_backend *be = ut_backend_get(t->device);
+    const ut_tensor *x = t->src[0], *w = t->src[1];
+    if (!be || !be->conv2d_path) return "the device's convolution";
+    return be->conv2d_path(x->ne[1], w->ne[0], w->ne[2], w->ne[3], ut_conv2d_stride(t), ut_conv2d_padding(t),
+                           t->ne[2], t->ne[3]);
+}
 
 ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride,
                      int padding) {

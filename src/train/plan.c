@@ -130,8 +130,25 @@ typedef struct {
 
 /* Forward, loss scaled as the trainer scales it, backward of one
  * micro-batch on a fresh context with the run's autocast dtype. */
+/* Each convolution on ctx's tape and the algorithm its device runs it
+ * with, "C->OC KHxKW OHxOW: path; ...", into convs (cn bytes). */
+static void list_convolutions(ut_ctx *ctx, char *convs, size_t cn) {
+    size_t k = 0;
+    convs[0] = 0;
+    for (int i = 0; i < ut_ctx_tape_len(ctx) && k < cn; i++) {
+        const ut_tensor *t = ut_ctx_tape_at(ctx, i);
+        const char *path = ut_conv2d_path(t);
+        if (!path) continue;
+        const ut_tensor *w = t->src[1];
+        k += (size_t)snprintf(convs + k, cn - k, "%s%lld->%lld %lldx%lld out %lldx%lld: %s", k ? "; " : "",
+                              (long long)w->ne[1], (long long)w->ne[0], (long long)w->ne[2], (long long)w->ne[3],
+                              (long long)t->ne[2], (long long)t->ne[3], path);
+    }
+    if (k >= cn && cn > 4) snprintf(convs + cn - 4, 4, "...");
+}
+
 static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, const ut_batch *b,
-                               bool checkpoint, act_measure *am, char *err, size_t n) {
+                               bool checkpoint, act_measure *am, char *convs, size_t cn, char *err, size_t n) {
     m->checkpoint_activations = checkpoint;
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = m->params.device});
     ut_ctx_set_autocast(ctx, ut_run_precision(c));
@@ -140,6 +157,7 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
     ut_step_outputs out;
     ut_tensor *y;
     int rc = ut_forward_batch(&h, ctx, m, ds, b, &out, &y, err, n);
+    if (!rc && convs) list_convolutions(ctx, convs, cn);
     if (!rc && ut_backward(ctx, ut_scale(ctx, out.loss, 1.0f)))
         rc = ut_errorf(err, n, "backward: %s", ut_ctx_error(ctx));
     am->arena = (int64_t)ut_ctx_peak_bytes(ctx);
@@ -259,8 +277,8 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->batch = count;
     ut_batch b = {.count = count, .x = x, .y = y};
     act_measure plain, ckpt;
-    if (measure_activations(cfg, m, train, &b, false, &plain, err, n) ||
-        measure_activations(cfg, m, train, &b, true, &ckpt, err, n))
+    if (measure_activations(cfg, m, train, &b, false, &plain, p->convs, sizeof p->convs, err, n) ||
+        measure_activations(cfg, m, train, &b, true, &ckpt, NULL, 0, err, n))
         goto done;
     /* the scratch counts with the activations (it grows with the batch) */
     p->act_bytes = plain.arena + plain.scratch, p->act_ckpt_bytes = ckpt.arena + ckpt.scratch;
@@ -326,6 +344,7 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
             (long long)p->act_ckpt_bytes);
     fprintf(f, " \"weight_copy_bytes\": %lld, \"autocast_scratch_bytes\": %lld,\n", (long long)p->copy_bytes,
             (long long)p->scratch_bytes);
+    fprintf(f, " \"convolutions\": \"%s\",\n", p->convs);
     if (dev > 0) fprintf(f, " \"device_memory\": %lld,\n", (long long)dev);
     else fprintf(f, " \"device_memory\": null,\n");
     fprintf(f, " \"strategies\": {\n");
@@ -386,6 +405,7 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
     fprintf(f, "  activations, %s one micro-batch of %lld examples: %s, %s with activation checkpointing\n",
             p->pp > 1 ? "the planned stage's, estimated from the whole model's on" : "measured on", (long long)p->batch,
             human(p->act_bytes, a, sizeof a), human(p->act_ckpt_bytes, b, sizeof b));
+    if (p->convs[0]) fprintf(f, "  convolutions: %s\n", p->convs);
     fprintf(f, "  runtime base (in every total): %s process + %s dataset = %s\n\n",
             human(p->runtime_bytes, a, sizeof a), human(p->dataset_bytes, b, sizeof b),
             human(p->runtime_bytes + p->dataset_bytes, c, sizeof c));

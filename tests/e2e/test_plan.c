@@ -422,6 +422,26 @@ static void test_sizes(void) {
     }
 }
 
+/* The CNN's convolutions and the algorithm each runs on: conv1 (one input
+ * channel) on im2col + sgemm, conv2 on Winograd; UTRAIN_CONV=im2col both on
+ * im2col. */
+static void test_convolutions(void) {
+    char path[512], *s;
+    snprintf(path, sizeof path, "%s/cnn.yml", tmp);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("model: {name: cnn}\ndata: {name: idx_images, dev_size: 200}\ntrain: {batch_size: 8}\n", f), fclose(f);
+    CHECK(run((const char *[]){"plan", path, "--world-size", "1", NULL}, &s) == 0, "plan on the CNN: %s", s);
+    CHECK(s && strstr(s, "convolutions: 1->32 3x3 out 26x26: im2col + sgemm; 32->64 3x3 out 24x24: Winograd "
+                         "F(2x2, 3x3)"), "the layers' algorithms:\n%s", s ? s : "");
+    free(s);
+    setenv("UTRAIN_CONV", "im2col", 1);
+    CHECK(run((const char *[]){"plan", path, "--world-size", "1", "--json", NULL}, &s) == 0, "plan --json: %s", s);
+    unsetenv("UTRAIN_CONV");
+    CHECK(s && strstr(s, "\"convolutions\": \"1->32 3x3 out 26x26: im2col + sgemm; 32->64 3x3 out 24x24: im2col + "
+                         "sgemm\""), "UTRAIN_CONV=im2col:\n%s", s ? s : "");
+    free(s);
+}
+
 static void test_errors(void) {
     struct { const char *args[8]; int code; const char *msg; } cases[] = {
         {{"plan", cfg, "--world-size", "0", NULL}, 2, "--world-size needs a rank count >= 1, got '0'"},
@@ -454,6 +474,7 @@ int main(int argc, char **argv) {
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-plan")) return 1;
     write_files();
     RUN(test_sizes);
+    RUN(test_convolutions);
     RUN(test_errors);
     RUN(test_formulas);
     RUN(test_precision);

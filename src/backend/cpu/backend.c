@@ -2,6 +2,7 @@
  * math and optimizer updates; streams are NULL and work is synchronous. */
 #include "cpu.h"
 #include "gemm.h"
+#include "conv.h"
 
 static void *stream_new(ut_stream_kind kind) {
     (void)kind;
@@ -25,6 +26,7 @@ const ut_backend ut_backend_cpu = {
     .round = ut_cpu_round,
     .ops = ut_ops_cpu,
     .matmul_path = ut_cpu_matmul_path,
+    .conv2d_path = ut_cpu_conv2d_path,
     .sum_sq = ut_cpu_sum_sq,
     .sum_sq_to = ut_cpu_sum_sq_to,
     .scale = ut_cpu_scale,

@@ -193,6 +193,12 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
     }
 }
 
+const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
+                               int64_t OH, int64_t OW) {
+    ut_conv2d_shape d = {.B = 1, .C = C, .OC = OC, .KH = KH, .KW = KW, .S = stride, .P = padding, .OH = OH, .OW = OW};
+    return ut_winograd_applies(&d) ? "Winograd F(2x2, 3x3)" : "im2col + sgemm";
+}
+
 static ut_conv2d_shape shape_of(const ut_tensor *t) {
     const ut_tensor *x = t->src[0], *w = t->src[1];
     return (ut_conv2d_shape){.B = x->ne[0], .C = x->ne[1], .H = x->ne[2], .W = x->ne[3],

@@ -40,6 +40,9 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
  * nthr * ut_winograd_thread_floats; dU_part: (UT_CONV_DW_CHUNKS + 1) *
  * 16*OC*C floats. */
 bool ut_winograd_applies(const ut_conv2d_shape *d);
+/* The backend's conv2d_path (backend.h): which of the two a shape takes. */
+const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
+                               int64_t OH, int64_t OW);
 size_t ut_winograd_thread_floats(const ut_conv2d_shape *d);
 void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
                          const ut_conv2d_shape *d, int nthr);

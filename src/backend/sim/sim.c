@@ -58,6 +58,7 @@
 #include "../cpu/caps.h"
 #include "../cpu/cpu.h"
 #include "../cpu/gemm.h"
+#include "../cpu/conv.h"
 #include "utrain/base.h"
 
 #define SIM_RESERVE ((size_t)64 << 30) /* address space, not memory */
@@ -798,6 +799,7 @@ const ut_backend ut_backend_sim = {
     .round = sim_round,
     .ops = ops,
     .matmul_path = ut_cpu_matmul_path,
+    .conv2d_path = ut_cpu_conv2d_path, /* sim runs the CPU's kernels */
     .sum_sq = sim_sum_sq,
     .sum_sq_to = sim_sum_sq_to,
     .scale = sim_scale,
