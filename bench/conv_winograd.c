@@ -97,8 +97,8 @@ int main(int argc, char **argv) {
         size_t col = (size_t)(d->C * 9 * d->OH * d->OW);
         c.x = bench_buf(nx(d)), c.w = bench_buf(nw(d)), c.b = bench_buf((size_t)d->OC), c.dout = bench_buf(ny(d));
         c.cols = bench_buf(2 * (size_t)nthr * col), c.dw_part = bench_buf(UT_CONV_DW_CHUNKS * nw(d));
-        c.U = bench_buf(ut_winograd_kernel_floats(d)), c.ws = bench_buf((size_t)nthr * ut_winograd_thread_floats(d));
-        c.dU = bench_buf((size_t)(UT_CONV_DW_CHUNKS + 1) * ut_winograd_kernel_floats(d));
+        c.U = bench_buf((size_t)(16 * d->OC * d->C)), c.ws = bench_buf((size_t)nthr * ut_winograd_thread_floats(d));
+        c.dU = bench_buf((size_t)(UT_CONV_DW_CHUNKS + 1) * 16 * (size_t)(d->OC * d->C));
         for (int a = 0; a < 2; a++) c.out[a] = bench_buf(ny(d)), c.dx[a] = bench_buf(nx(d)), c.dw[a] = bench_buf(nw(d));
         for (int dir = DIR_FWD; dir <= DIR_BWD_WEIGHTS; dir++) {
             run(&c, 0, dir), run(&c, 1, dir); /* warm-up, and the results compared */

@@ -196,8 +196,7 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
 const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
                                int64_t OH, int64_t OW) {
     ut_conv2d_shape d = {.B = 1, .C = C, .OC = OC, .KH = KH, .KW = KW, .S = stride, .P = padding, .OH = OH, .OW = OW};
-    int m = ut_winograd_tile(&d);
-    return m == 4 ? "Winograd F(4x4, 3x3)" : m == 2 ? "Winograd F(2x2, 3x3)" : "im2col + sgemm";
+    return ut_winograd_applies(&d) ? "Winograd F(2x2, 3x3)" : "im2col + sgemm";
 }
 
 static ut_conv2d_shape shape_of(const ut_tensor *t) {
@@ -220,7 +219,7 @@ void ut_conv2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
     if (ut_winograd_applies(&d)) {
         int nthr = threads_for((d.B + 3) / 4, k);
-        float *U = ut_kalloc(k, ut_winograd_kernel_floats(&d) * sizeof(float));
+        float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
         float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
         ut_winograd_forward(ut_f32(t), U, ws, x, w, bias, &d, nthr);
         return;
@@ -239,9 +238,9 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS, k);
     float *cols = NULL, *dw_part = NULL;
     if ((dx || dw) && ut_winograd_applies(&d)) {
-        float *U = ut_kalloc(k, ut_winograd_kernel_floats(&d) * sizeof(float));
+        float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
         float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
-        float *dU = dw ? ut_kalloc(k, (UT_CONV_DW_CHUNKS + 1) * ut_winograd_kernel_floats(&d) * sizeof(float)) : NULL;
+        float *dU = dw ? ut_kalloc(k, (size_t)(UT_CONV_DW_CHUNKS + 1) * 16 * (size_t)(d.OC * d.C) * sizeof(float)) : NULL;
         ut_winograd_backward(dx, dw, U, ws, dU, t->grad, ut_f32(x), ut_f32(w), &d, nthr);
         dx = dw = NULL; /* done: the bias gradient below */
     }

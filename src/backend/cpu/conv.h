@@ -38,10 +38,8 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
  * backward adds the input and weight gradients into dx and dw (either may
  * be NULL; the bias gradient is im2col's code's). U: 16*OC*C floats; ws:
  * nthr * ut_winograd_thread_floats; dU_part: (UT_CONV_DW_CHUNKS + 1) *
- * ut_winograd_kernel_floats. */
-int ut_winograd_tile(const ut_conv2d_shape *d); /* m: 2 or 4, 0 for im2col */
+ * 16*OC*C floats. */
 bool ut_winograd_applies(const ut_conv2d_shape *d);
-size_t ut_winograd_kernel_floats(const ut_conv2d_shape *d); /* U: (m + 2)^2 * OC * C */
 /* The backend's conv2d_path (backend.h): which of the two a shape takes. */
 const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
                                int64_t OH, int64_t OW);

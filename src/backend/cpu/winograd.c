@@ -28,30 +28,21 @@
 
 #define WINO_GROUP 4 /* images per matrix product */
 
-/* UTRAIN_CONV=im2col keeps every layer on im2col + sgemm; winograd2 or
- * winograd4 gives every layer Winograd can take that tile (comparisons). */
+/* UTRAIN_CONV=im2col keeps every layer on im2col + sgemm (comparisons). */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-static int forced = -1; /* -1: the rule; 0: im2col; 2 or 4 */
+static bool im2col_only;
 static void read_env(void) {
     const char *e = getenv("UTRAIN_CONV");
-    if (!e) return;
-    if (!strcmp(e, "im2col")) forced = 0;
-    else if (!strcmp(e, "winograd2")) forced = 2;
-    else if (!strcmp(e, "winograd4")) forced = 4;
+    im2col_only = e && !strcmp(e, "im2col");
 }
 
-int ut_winograd_tile(const ut_conv2d_shape *d) {
+bool ut_winograd_applies(const ut_conv2d_shape *d) {
     pthread_once(&env_once, read_env);
-    bool can = d->KH == 3 && d->KW == 3 && d->S == 1 && d->P <= 2 && d->C >= 8 && d->OC >= 8 && d->OH >= 2 &&
-               d->OW >= 2;
-    if (!can || forced == 0) return 0;
-    return forced > 0 ? forced : 2;
+    return !im2col_only && d->KH == 3 && d->KW == 3 && d->S == 1 && d->P <= 2 && d->C >= 8 && d->OC >= 8 &&
+           d->OH >= 2 && d->OW >= 2;
 }
 
-bool ut_winograd_applies(const ut_conv2d_shape *d) { return ut_winograd_tile(d) > 0; }
-
-static int64_t tiles_h(const ut_conv2d_shape *d, int m) { return (d->OH + m - 1) / m; }
-static int64_t tiles_w(const ut_conv2d_shape *d, int m) { return (d->OW + m - 1) / m; }
+static int64_t tiles_of(const ut_conv2d_shape *d) { return ((d->OH + 1) / 2) * ((d->OW + 1) / 2); }
 
 /* The 16 matrices of a transform lie XPAD floats apart more than their
  * size: at a multiple of 4 KiB apart, the 16 streams a tile's values go to
@@ -59,22 +50,15 @@ static int64_t tiles_w(const ut_conv2d_shape *d, int m) { return (d->OW + m - 1)
 #define XPAD 16
 static int64_t xs(int64_t rows, int64_t N) { return rows * N + XPAD; }
 
-/* per thread: V and M (or V, dM and dV), then the transforms' scratch: the
- * input gradient's plane, its row of tiles and the padded rows */
-static int64_t scratch_floats(const ut_conv2d_shape *d, int m) {
-    int64_t a = m + 2, TW = tiles_w(d, m), TH = tiles_h(d, m), WP = m * TW + 2;
-    return (m * TH + 2) * WP + a * a * TW + a * WP;
-}
-
-size_t ut_winograd_kernel_floats(const ut_conv2d_shape *d) {
-    int64_t a = ut_winograd_tile(d) + 2;
-    return (size_t)(a * a * d->OC * d->C);
+/* per thread: V and M (or V, dM and dV), then the transforms' scratch */
+static int64_t scratch_floats(const ut_conv2d_shape *d) {
+    int64_t TW = (d->OW + 1) / 2, TH = (d->OH + 1) / 2;
+    return (2 * TH + 2) * (2 * TW + 2) + 16 * TW + 4 * (2 * TW + 2);
 }
 
 size_t ut_winograd_thread_floats(const ut_conv2d_shape *d) {
-    int m = ut_winograd_tile(d);
-    int64_t a = m + 2, N = WINO_GROUP * tiles_h(d, m) * tiles_w(d, m);
-    return (size_t)(a * a * (2 * xs(d->C, N) + xs(d->OC, N)) + scratch_floats(d, m));
+    int64_t N = WINO_GROUP * tiles_of(d);
+    return (size_t)(16 * (2 * xs(d->C, N) + xs(d->OC, N)) + scratch_floats(d));
 }
 
 /* U (16, OC, C) = G g G^T of each 3x3 kernel g of w (OC, C, 3, 3) */
@@ -291,311 +275,70 @@ static void kernel_grad_transform(float *dw, const float *dU, const ut_conv2d_sh
     }
 }
 
-/* ---- F(4x4, 3x3): 6x6 tiles, 36 products (interpolation points 0, +-1,
- * +-2 and infinity; Lavin and Gray's matrices), written as their 1-D
- * transforms applied to the columns, then the rows ---- */
-#define IN inline __attribute__((always_inline))
-static IN void bt4(const float d[6], float o[6]) { /* B^T d */
-    o[0] = 4 * d[0] - 5 * d[2] + d[4];
-    o[1] = -4 * (d[1] + d[2]) + d[3] + d[4];
-    o[2] = 4 * (d[1] - d[2]) - d[3] + d[4];
-    o[3] = -2 * (d[1] - d[3]) - d[2] + d[4];
-    o[4] = 2 * (d[1] - d[3]) - d[2] + d[4];
-    o[5] = 4 * d[1] - 5 * d[3] + d[5];
-}
-static IN void b4(const float v[6], float o[6]) { /* B v */
-    o[0] = 4 * v[0];
-    o[1] = -4 * v[1] + 4 * v[2] - 2 * v[3] + 2 * v[4] + 4 * v[5];
-    o[2] = -5 * v[0] - 4 * v[1] - 4 * v[2] - v[3] - v[4];
-    o[3] = v[1] - v[2] + 2 * v[3] - 2 * v[4] - 5 * v[5];
-    o[4] = v[0] + v[1] + v[2] + v[3] + v[4];
-    o[5] = v[5];
-}
-static IN void at4(const float m[6], float o[4]) { /* A^T m */
-    float s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
-    o[0] = m[0] + s12 + s34;
-    o[1] = d12 + 2 * d34;
-    o[2] = s12 + 4 * s34;
-    o[3] = d12 + 8 * d34 + m[5];
-}
-static IN void a4(const float y[4], float o[6]) { /* A y */
-    o[0] = y[0];
-    o[1] = y[0] + y[1] + y[2] + y[3];
-    o[2] = y[0] - y[1] + y[2] - y[3];
-    o[3] = y[0] + 2 * y[1] + 4 * y[2] + 8 * y[3];
-    o[4] = y[0] - 2 * y[1] + 4 * y[2] - 8 * y[3];
-    o[5] = y[3];
-}
-static IN void g4(const float g[3], float o[6]) { /* G g */
-    o[0] = g[0] / 4;
-    o[1] = -(g[0] + g[1] + g[2]) / 6;
-    o[2] = -(g[0] - g[1] + g[2]) / 6;
-    o[3] = g[0] / 24 + g[1] / 12 + g[2] / 6;
-    o[4] = g[0] / 24 - g[1] / 12 + g[2] / 6;
-    o[5] = g[2];
-}
-static IN void gt4(const float u[6], float o[3]) { /* G^T u */
-    o[0] = u[0] / 4 - u[1] / 6 - u[2] / 6 + u[3] / 24 + u[4] / 24;
-    o[1] = -u[1] / 6 + u[2] / 6 + u[3] / 12 - u[4] / 12;
-    o[2] = -u[1] / 6 - u[2] / 6 + u[3] / 6 + u[4] / 6 + u[5];
-}
-
-static void kernel_transform4(float *U, const float *w, const ut_conv2d_shape *d) {
-    int64_t P = d->OC * d->C;
-#pragma omp parallel for schedule(static)
-    for (int64_t kc = 0; kc < P; kc++) {
-        const float *g = w + kc * 9;
-        float t[3][6], col[3], u6[6], row[6];
-        for (int r = 0; r < 3; r++) g4(g + 3 * r, t[r]); /* each kernel row's 6, then down the columns */
-        for (int j = 0; j < 6; j++) {
-            for (int r = 0; r < 3; r++) col[r] = t[r][j];
-            g4(col, u6);
-            for (int i = 0; i < 6; i++) U[(i * 6 + j) * P + kc] = u6[i];
-        }
-        (void)row;
-    }
-}
-
-static void kernel_grad_transform4(float *dw, const float *dU, const ut_conv2d_shape *d) {
-    int64_t P = d->OC * d->C;
-#pragma omp parallel for schedule(static)
-    for (int64_t kc = 0; kc < P; kc++) {
-        float t[6][3], u6[6], r3[3];
-        for (int i = 0; i < 6; i++) { /* each row of dU through G^T */
-            for (int j = 0; j < 6; j++) u6[j] = dU[(i * 6 + j) * P + kc];
-            gt4(u6, t[i]);
-        }
-        float *g = dw + kc * 9;
-        for (int c = 0; c < 3; c++) { /* then down the columns */
-            for (int i = 0; i < 6; i++) u6[i] = t[i][c];
-            gt4(u6, r3);
-            for (int r = 0; r < 3; r++) g[3 * r + c] += r3[r];
-        }
-    }
-}
-
-static void input_transform4(float *V, int64_t N, int64_t col0, const float *x, float *pad, const ut_conv2d_shape *d) {
-    int64_t TW = (d->OW + 3) / 4, TH = (d->OH + 3) / 4, CN = xs(d->C, N), WP = 4 * TW + 2;
-    for (int64_t c = 0; c < d->C; c++) {
-        const float *xc = x + c * d->H * d->W;
-        for (int64_t ti = 0; ti < TH; ti++) {
-            for (int a = 0; a < 6; a++) { /* padded row 4 ti - P + a: column j is input column j - P */
-                float *r = pad + a * WP;
-                int64_t h = 4 * ti - d->P + a, n = d->W < WP - d->P ? d->W : WP - d->P;
-                if (h < 0 || h >= d->H) {
-                    memset(r, 0, (size_t)WP * sizeof(float));
-                    continue;
-                }
-                memset(r, 0, (size_t)d->P * sizeof(float));
-                memcpy(r + d->P, xc + h * d->W, (size_t)n * sizeof(float));
-                if (d->P + n < WP) memset(r + d->P + n, 0, (size_t)(WP - d->P - n) * sizeof(float));
-            }
-            float *v = V + c * N + col0 + ti * TW;
-#pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) {
-                float t[6][6], u[6][6], col[6], o[6];
-                for (int a = 0; a < 6; a++)
-                    for (int b = 0; b < 6; b++) t[a][b] = pad[a * WP + 4 * tj + b];
-                for (int b = 0; b < 6; b++) { /* B^T t, column by column */
-                    for (int a = 0; a < 6; a++) col[a] = t[a][b];
-                    bt4(col, o);
-                    for (int a = 0; a < 6; a++) u[a][b] = o[a];
-                }
-                for (int a = 0; a < 6; a++) { /* (B^T t) B, row by row */
-                    bt4(u[a], o);
-                    for (int b = 0; b < 6; b++) v[(6 * a + b) * CN + tj] = o[b];
-                }
-            }
-        }
-    }
-}
-
-static void output_transform4(float *out, const float *M, int64_t N, int64_t col0, const float *b, float *pad,
-                              const ut_conv2d_shape *d) {
-    int64_t TW = (d->OW + 3) / 4, TH = (d->OH + 3) / 4, KN = xs(d->OC, N), WP = 4 * TW + 2;
-    for (int64_t k = 0; k < d->OC; k++) {
-        float *ok = out + k * d->OH * d->OW, bias = b ? b[k] : 0.0f;
-        for (int64_t ti = 0; ti < TH; ti++) {
-            const float *m = M + k * N + col0 + ti * TW;
-#pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) { /* pad row i: output row 4 ti + i */
-                float s[4][6], col[6], o[4], row[6];
-                for (int j = 0; j < 6; j++) { /* A^T m, column by column */
-                    for (int p = 0; p < 6; p++) col[p] = m[(6 * p + j) * KN + tj];
-                    at4(col, o);
-                    for (int i = 0; i < 4; i++) s[i][j] = o[i];
-                }
-                for (int i = 0; i < 4; i++) { /* (A^T m) A, row by row */
-                    for (int j = 0; j < 6; j++) row[j] = s[i][j];
-                    at4(row, o);
-                    for (int j = 0; j < 4; j++) pad[i * WP + 4 * tj + j] = o[j] + bias;
-                }
-            }
-            for (int i = 0; i < 4 && 4 * ti + i < d->OH; i++)
-                memcpy(ok + (4 * ti + i) * d->OW, pad + i * WP, (size_t)d->OW * sizeof(float));
-        }
-    }
-}
-
-static void grad_transform4(float *dM, int64_t N, int64_t col0, const float *g, float *pad, const ut_conv2d_shape *d) {
-    int64_t TW = (d->OW + 3) / 4, TH = (d->OH + 3) / 4, KN = xs(d->OC, N), WP = 4 * TW + 2;
-    for (int64_t k = 0; k < d->OC; k++) {
-        const float *gk = g + k * d->OH * d->OW;
-        for (int64_t ti = 0; ti < TH; ti++) {
-            for (int i = 0; i < 4; i++) { /* rows 4 ti + i, zero past the output */
-                float *r = pad + i * WP;
-                int64_t h = 4 * ti + i;
-                if (h < d->OH) {
-                    memcpy(r, gk + h * d->OW, (size_t)d->OW * sizeof(float));
-                    memset(r + d->OW, 0, (size_t)(4 * TW - d->OW) * sizeof(float));
-                } else {
-                    memset(r, 0, (size_t)(4 * TW) * sizeof(float));
-                }
-            }
-            float *m = dM + k * N + col0 + ti * TW;
-#pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) {
-                float y[4][4], q[6][4], col[4], o[6], row[4];
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) y[i][j] = pad[i * WP + 4 * tj + j];
-                for (int j = 0; j < 4; j++) { /* A y, column by column */
-                    for (int i = 0; i < 4; i++) col[i] = y[i][j];
-                    a4(col, o);
-                    for (int p = 0; p < 6; p++) q[p][j] = o[p];
-                }
-                for (int p = 0; p < 6; p++) { /* (A y) A^T, row by row */
-                    for (int j = 0; j < 4; j++) row[j] = q[p][j];
-                    a4(row, o);
-                    for (int r = 0; r < 6; r++) m[(6 * p + r) * KN + tj] = o[r];
-                }
-            }
-        }
-    }
-}
-
-static void input_grad_transform4(float *dx, const float *dV, int64_t N, int64_t col0, float *acc, float *tmp,
-                                  const ut_conv2d_shape *d) {
-    int64_t TW = (d->OW + 3) / 4, TH = (d->OH + 3) / 4, CN = xs(d->C, N), WP = 4 * TW + 2, HP = 4 * TH + 2;
-    for (int64_t c = 0; c < d->C; c++) {
-        memset(acc, 0, (size_t)(HP * WP) * sizeof(float));
-        for (int64_t ti = 0; ti < TH; ti++) {
-            const float *v = dV + c * N + col0 + ti * TW;
-#pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) { /* tmp[(6 a + b) TW + tj] = (B v B^T)[a][b] */
-                float r[6][6], col[6], o[6];
-                for (int j = 0; j < 6; j++) { /* B v, column by column */
-                    for (int i = 0; i < 6; i++) col[i] = v[(6 * i + j) * CN + tj];
-                    b4(col, o);
-                    for (int a = 0; a < 6; a++) r[a][j] = o[a];
-                }
-                for (int a = 0; a < 6; a++) { /* (B v) B^T, row by row */
-                    b4(r[a], o);
-                    for (int b = 0; b < 6; b++) tmp[(6 * a + b) * TW + tj] = o[b];
-                }
-            }
-            for (int a = 0; a < 6; a++) {
-                float *row = acc + (4 * ti + a) * WP;
-                for (int b = 0; b < 6; b++) {
-                    const float *t = tmp + (6 * a + b) * TW;
-#pragma omp simd
-                    for (int64_t tj = 0; tj < TW; tj++) row[4 * tj + b] += t[tj];
-                }
-            }
-        }
-        float *xc = dx + c * d->H * d->W;
-        for (int64_t h = 0; h < d->H; h++) {
-            int64_t j = h + d->P;
-            if (j >= HP) break;
-            const float *row = acc + j * WP;
-            int64_t w1 = d->W < WP - d->P ? d->W : WP - d->P;
-#pragma omp simd
-            for (int64_t w = 0; w < w1; w++) xc[h * d->W + w] += row[w + d->P];
-        }
-    }
-}
-
 void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
                          const ut_conv2d_shape *d, int nthr) {
-    int m = ut_winograd_tile(d);
-    int64_t A2 = (m + 2) * (m + 2), T = tiles_h(d, m) * tiles_w(d, m), N = WINO_GROUP * T;
-    int64_t ngroups = (d->B + WINO_GROUP - 1) / WINO_GROUP, CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
-    if (m == 4) kernel_transform4(U, w, d);
-    else kernel_transform(U, w, d);
+    int64_t T = tiles_of(d), N = WINO_GROUP * T, ngroups = (d->B + WINO_GROUP - 1) / WINO_GROUP;
+    int64_t CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
+    kernel_transform(U, w, d);
 #pragma omp parallel num_threads(nthr)
     {
-        float *V = ws + (size_t)omp_get_thread_num() * ut_winograd_thread_floats(d), *M = V + A2 * xs(d->C, N);
-        float *pad = M + A2 * xs(d->OC, N);
+        float *V = ws + (size_t)omp_get_thread_num() * ut_winograd_thread_floats(d), *M = V + 16 * xs(d->C, N);
+        float *pad = M + 16 * xs(d->OC, N);
 #pragma omp for schedule(static)
         for (int64_t gi = 0; gi < ngroups; gi++) {
             int64_t n0 = gi * WINO_GROUP, n1 = n0 + WINO_GROUP < d->B ? n0 + WINO_GROUP : d->B, cols = (n1 - n0) * T;
-            for (int64_t n = n0; n < n1; n++) {
-                if (m == 4) input_transform4(V, N, (n - n0) * T, x + n * CHW, pad, d);
-                else input_transform(V, N, (n - n0) * T, x + n * CHW, pad, d);
-            }
-            for (int64_t xi = 0; xi < A2; xi++)
+            for (int64_t n = n0; n < n1; n++) input_transform(V, N, (n - n0) * T, x + n * CHW, pad, d);
+            for (int xi = 0; xi < 16; xi++)
                 ut_gemm_ld(false, false, d->OC, cols, d->C, 1.0f, U + xi * d->OC * d->C, d->C, V + xi * xs(d->C, N), N,
                            0.0f, M + xi * xs(d->OC, N), N);
-            for (int64_t n = n0; n < n1; n++) {
-                if (m == 4) output_transform4(out + n * OHW, M, N, (n - n0) * T, b, pad, d);
-                else output_transform(out + n * OHW, M, N, (n - n0) * T, b, pad, d);
-            }
+            for (int64_t n = n0; n < n1; n++) output_transform(out + n * OHW, M, N, (n - n0) * T, b, pad, d);
         }
     }
 }
 
 void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
                           const float *x, const float *w, const ut_conv2d_shape *d, int nthr) {
-    int m = ut_winograd_tile(d);
-    int64_t A2 = (m + 2) * (m + 2), TW = tiles_w(d, m), TH = tiles_h(d, m), T = TH * TW, N = WINO_GROUP * T;
-    int64_t KC = d->OC * d->C, CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
+    int64_t T = tiles_of(d), N = WINO_GROUP * T, KC = d->OC * d->C;
+    int64_t CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
     int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
-    if (dx && m == 4) kernel_transform4(U, w, d);
-    else if (dx) kernel_transform(U, w, d);
+    if (dx) kernel_transform(U, w, d);
 #pragma omp parallel num_threads(nthr)
     {
-        float *V = ws + (size_t)omp_get_thread_num() * ut_winograd_thread_floats(d), *dM = V + A2 * xs(d->C, N),
-              *dV = dM + A2 * xs(d->OC, N), *plane = dV + A2 * xs(d->C, N);
-        float *tmp = plane + (m * TH + 2) * (m * TW + 2), *rows = tmp + A2 * TW;
+        float *V = ws + (size_t)omp_get_thread_num() * ut_winograd_thread_floats(d), *dM = V + 16 * xs(d->C, N),
+              *dV = dM + 16 * xs(d->OC, N), *pad = dV + 16 * xs(d->C, N);
+        int64_t TW = (d->OW + 1) / 2, TH = (d->OH + 1) / 2;
+        float *tmp = pad + (2 * TH + 2) * (2 * TW + 2), *rows = tmp + 16 * TW;
 #pragma omp for schedule(static)
         for (int64_t ch = 0; ch < nch; ch++) {
-            float *pu = dw ? dU_part + ch * A2 * KC : NULL;
+            float *pu = dw ? dU_part + ch * 16 * KC : NULL;
             int64_t c0 = ch * d->B / nch, c1 = (ch + 1) * d->B / nch;
             for (int64_t n0 = c0; n0 < c1; n0 += WINO_GROUP) {
                 int64_t n1 = n0 + WINO_GROUP < c1 ? n0 + WINO_GROUP : c1, cols = (n1 - n0) * T;
-                for (int64_t n = n0; n < n1; n++) {
-                    if (m == 4) grad_transform4(dM, N, (n - n0) * T, dout + n * OHW, rows, d);
-                    else grad_transform(dM, N, (n - n0) * T, dout + n * OHW, rows, d);
-                }
+                for (int64_t n = n0; n < n1; n++) grad_transform(dM, N, (n - n0) * T, dout + n * OHW, rows, d);
                 if (dw) {
-                    for (int64_t n = n0; n < n1; n++) {
-                        if (m == 4) input_transform4(V, N, (n - n0) * T, x + n * CHW, rows, d);
-                        else input_transform(V, N, (n - n0) * T, x + n * CHW, rows, d);
-                    }
-                    for (int64_t xi = 0; xi < A2; xi++)
-                        ut_gemm_ld(false, true, d->OC, d->C, cols, 1.0f, dM + xi * xs(d->OC, N), N, V + xi * xs(d->C, N),
-                                   N, n0 == c0 ? 0.0f : 1.0f, pu + xi * KC, d->C);
+                    for (int64_t n = n0; n < n1; n++) input_transform(V, N, (n - n0) * T, x + n * CHW, rows, d);
+                    for (int xi = 0; xi < 16; xi++)
+                        ut_gemm_ld(false, true, d->OC, d->C, cols, 1.0f, dM + xi * xs(d->OC, N), N, V + xi * xs(d->C, N), N,
+                                   n0 == c0 ? 0.0f : 1.0f, pu + xi * KC, d->C);
                 }
                 if (dx) {
-                    for (int64_t xi = 0; xi < A2; xi++)
+                    for (int xi = 0; xi < 16; xi++)
                         ut_gemm_ld(true, false, d->C, cols, d->OC, 1.0f, U + xi * KC, d->C, dM + xi * xs(d->OC, N), N,
                                    0.0f, dV + xi * xs(d->C, N), N);
-                    for (int64_t n = n0; n < n1; n++) {
-                        if (m == 4) input_grad_transform4(dx + n * CHW, dV, N, (n - n0) * T, plane, tmp, d);
-                        else input_grad_transform(dx + n * CHW, dV, N, (n - n0) * T, plane, tmp, d);
-                    }
+                    for (int64_t n = n0; n < n1; n++)
+                        input_grad_transform(dx + n * CHW, dV, N, (n - n0) * T, pad, tmp, d);
                 }
             }
         }
     }
     if (dw) { /* the chunks' partials in chunk order, then back to 3x3 */
-        float *dU = dU_part + nch * A2 * KC;
+        float *dU = dU_part + nch * 16 * KC;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < A2 * KC; i++) {
+        for (int64_t i = 0; i < 16 * KC; i++) {
             float s = 0.0f;
-            for (int64_t ch = 0; ch < nch; ch++) s += dU_part[ch * A2 * KC + i];
+            for (int64_t ch = 0; ch < nch; ch++) s += dU_part[ch * 16 * KC + i];
             dU[i] = s;
         }
-        if (m == 4) kernel_grad_transform4(dw, dU, d);
-        else kernel_grad_transform(dw, dU, d);
+        kernel_grad_transform(dw, dU, d);
     }
 }
