@@ -33,6 +33,17 @@ static inline double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* max |a - b| / max |a| over n floats (two paths' results compared) */
+static inline double bench_rel_diff(const float *a, const float *b, size_t n) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i], v = a[i];
+        m = d > m ? d : -d > m ? -d : m;
+        s = v > s ? v : -v > s ? -v : s;
+    }
+    return s > 0 ? m / s : m;
+}
+
 /* n floats in [-0.5, 0.5), a fixed pattern; exits on allocation failure. */
 static inline float *bench_buf(size_t n) {
     float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);

@@ -71,16 +71,6 @@ static void run_dnnl(conv_case *c, int dir, ut_dnnl_layout lay) {
     }
 }
 
-/* max |a - b| / max |a| */
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double m = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)a[i] - b[i]));
-        s = fmax(s, fabs((double)a[i]));
-    }
-    return s > 0 ? m / s : m;
-}
-
 static void case_init(conv_case *c, ut_conv2d_shape d, int nthr) {
     c->d = d, c->nthr = nthr;
     size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), big = nx(&d) > nw(&d) ? nx(&d) : nw(&d);
@@ -104,9 +94,9 @@ static void case_free(conv_case *c) {
 }
 
 static double diff_of(conv_case *c, int dir) {
-    if (dir == DIR_FWD) return rel_diff(c->u_out, c->n_out, ny(&c->d));
-    if (dir == DIR_BWD_DATA) return rel_diff(c->u_dx, c->n_dx, nx(&c->d));
-    return fmax(rel_diff(c->u_dw, c->n_dw, nw(&c->d)), rel_diff(c->u_db, c->n_db, (size_t)c->d.OC));
+    if (dir == DIR_FWD) return bench_rel_diff(c->u_out, c->n_out, ny(&c->d));
+    if (dir == DIR_BWD_DATA) return bench_rel_diff(c->u_dx, c->n_dx, nx(&c->d));
+    return fmax(bench_rel_diff(c->u_dw, c->n_dw, nw(&c->d)), bench_rel_diff(c->u_db, c->n_db, (size_t)c->d.OC));
 }
 
 static void bench_dir(conv_case *c, const char *name, int dir, long repeats, double *t[3]) {

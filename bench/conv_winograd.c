@@ -53,15 +53,6 @@ static void run(conv_case *c, int algo, int dir) {
     }
 }
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double m = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)a[i] - b[i]));
-        s = fmax(s, fabs((double)a[i]));
-    }
-    return s > 0 ? m / s : m;
-}
-
 int main(int argc, char **argv) {
     long repeats = 11, threads = 0;
     double peak = 0;
@@ -102,9 +93,9 @@ int main(int argc, char **argv) {
         for (int a = 0; a < 2; a++) c.out[a] = bench_buf(ny(d)), c.dx[a] = bench_buf(nx(d)), c.dw[a] = bench_buf(nw(d));
         for (int dir = DIR_FWD; dir <= DIR_BWD_WEIGHTS; dir++) {
             run(&c, 0, dir), run(&c, 1, dir); /* warm-up, and the results compared */
-            double diff = dir == DIR_FWD ? rel_diff(c.out[0], c.out[1], ny(d))
-                          : dir == DIR_BWD_DATA ? rel_diff(c.dx[0], c.dx[1], nx(d))
-                                                : rel_diff(c.dw[0], c.dw[1], nw(d));
+            double diff = dir == DIR_FWD ? bench_rel_diff(c.out[0], c.out[1], ny(d))
+                          : dir == DIR_BWD_DATA ? bench_rel_diff(c.dx[0], c.dx[1], nx(d))
+                                                : bench_rel_diff(c.dw[0], c.dw[1], nw(d));
             for (long r = 0; r < repeats; r++)
                 for (int a = 0; a < 2; a++) {
                     double t0 = bench_now();

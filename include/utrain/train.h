@@ -82,6 +82,10 @@ typedef struct {
     int ndim;
     int64_t shape[8];
 } ut_ckpt_entry;
+/* The optimizer's state names as checkpoints record them, comma-separated
+ * (AdamW "exp_avg,exp_avg_sq", SGD with momentum "momentum_buffer", plain
+ * SGD ""): the writer's state and the reader's want. */
+void ut_ckpt_state_names(ut_optim *o, char *buf, size_t n);
 typedef struct ut_ckpt_writer ut_ckpt_writer;
 ut_ckpt_writer *ut_ckpt_writer_open(const char *path, const char *type, int n, const ut_ckpt_entry *e,
                                     const char *state, int64_t optim_steps, const ut_train_state *st, char *err,

@@ -134,9 +134,7 @@ static void format_double(char *buf, size_t n, double v) {
     else snprintf(buf, n, "%.17g", v);
 }
 
-/* The optimizer's state names, comma-separated. They identify its kind:
- * AdamW "exp_avg,exp_avg_sq", SGD with momentum "momentum_buffer", plain SGD "". */
-static void state_names(ut_optim *o, char *buf, size_t n) {
+void ut_ckpt_state_names(ut_optim *o, char *buf, size_t n) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < ut_optim_nstate(o) && at < n; i++) {
@@ -146,7 +144,7 @@ static void state_names(ut_optim *o, char *buf, size_t n) {
     }
 }
 
-/* state: the optimizer's state names (state_names), NULL for none. */
+/* state: the optimizer's state names (ut_ckpt_state_names), NULL for none. */
 static void meta_build(meta_out *mo, const char *type, const char *state, int64_t optim_steps,
                        const ut_train_state *st) {
     mo->n = 0;
@@ -396,7 +394,7 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
         memcpy(e[i].shape, p->t[i]->ne, (size_t)p->t[i]->ndim * sizeof *e[i].shape);
     }
     char state[MAX_STATE * 24] = "";
-    if (o) state_names(o, state, sizeof state);
+    if (o) ut_ckpt_state_names(o, state, sizeof state);
     ut_ckpt_writer *w = ut_ckpt_writer_open(path, m->type, p->n, e, o ? state : NULL, o ? ut_optim_steps(o) : 0,
                                             st, err, n);
     ut_free(e);
@@ -654,7 +652,7 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
     ut_train_state s;
     int64_t steps = 0;
     char want[MAX_STATE * 24] = "";
-    if (o) state_names(o, want, sizeof want);
+    if (o) ut_ckpt_state_names(o, want, sizeof want);
     if (check_meta(path, f, m->type, &s, err, n) || check_params(path, f, m, err, n) ||
         (o && check_optim(path, f, want, m->params.numel, &steps, err, n))) {
         ut_st_close(f);

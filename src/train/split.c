@@ -111,12 +111,7 @@ int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_s
     const ut_params *p = &t->m->params;
     int ns = o ? ut_optim_nstate(o) : 0;
     char state[128] = "";
-    for (int s = 0; s < ns; s++) {
-        const char *name;
-        ut_optim_state(o, s, &name);
-        size_t at = strlen(state);
-        snprintf(state + at, sizeof state - at, "%s%s", s ? "," : "", name);
-    }
+    if (o) ut_ckpt_state_names(o, state, sizeof state);
     ut_ckpt_writer *w = NULL;
     int wrc = 0, rc = 0; /* rank 0's writing, and the transfers (every rank's) */
     if (t->rank == 0) {
@@ -190,12 +185,7 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
     }
     int ns = o ? ut_optim_nstate(o) : 0;
     char want[128] = "";
-    for (int s = 0; s < ns; s++) {
-        const char *name;
-        ut_optim_state(o, s, &name);
-        size_t at = strlen(want);
-        snprintf(want + at, sizeof want - at, "%s%s", s ? "," : "", name);
-    }
+    if (o) ut_ckpt_state_names(o, want, sizeof want);
     int64_t steps = 0;
     if (!rc && o) rc = ut_ckpt_reader_optim(r, want, &steps, err, n);
     /* read into host parts first: nothing changes unless all of it loads */
@@ -242,16 +232,6 @@ void ut_split_free(ut_trainer *t) {
  * ranges in rank order. The file's optim.* tensors are that flat buffer, so
  * rank 0 writes each state as the ranks' shards arrive in rank order, and
  * each rank reads back only its own range: no rank holds the whole state. */
-static void state_list(ut_optim *o, char *buf, size_t n) {
-    buf[0] = 0;
-    for (int s = 0; s < ut_optim_nstate(o); s++) {
-        const char *name;
-        ut_optim_state(o, s, &name);
-        size_t at = strlen(buf);
-        snprintf(buf + at, n - at, "%s%s", s ? "," : "", name);
-    }
-}
-
 int ut_shard_save(ut_trainer *t, const char *path) {
     const ut_params *p = &t->m->params;
     ut_optim *o = t->o;
@@ -266,7 +246,7 @@ int ut_shard_save(ut_trainer *t, const char *path) {
         return -1;
     }
     char state[128];
-    state_list(o, state, sizeof state);
+    ut_ckpt_state_names(o, state, sizeof state);
     ut_ckpt_writer *w = NULL;
     int wrc = 0, rc = 0;
     if (t->rank == 0) {
@@ -320,7 +300,7 @@ int ut_shard_load(ut_trainer *t, const char *path, ut_train_state *st, char *err
     ut_ckpt_reader *r = ut_ckpt_reader_open(path, t->m->type, st, err, n);
     if (!r) return -1;
     char want[128];
-    state_list(o, want, sizeof want);
+    ut_ckpt_state_names(o, want, sizeof want);
     int rc = ut_ckpt_reader_optim(r, want, &steps, err, n);
     for (int j = 0; j < ut_ckpt_reader_nparams(r) && !rc; j++)
         if (!ut_model_param(t->m, ut_ckpt_reader_param_name(r, j)))

@@ -602,6 +602,42 @@ static void test_attention_bad_heads(void) {
  * others give zero rows and no gradient; an id outside the vocabulary, a
  * part outside it, heads or columns outside the whole, a part that does not
  * fit and a bad target are refused with messages naming them. */
+/* ut_concat_rows: a's rows then b's (a 16-bit one widened), and tensors
+ * that differ after the first dimension refused; ut_collective_to refuses
+ * a bad output shape and missing functions, naming the op */
+static int copy_fn(void *user, ut_device dev, const float *in, int64_t in_n, float *out, int64_t out_n, char *err,
+                   size_t errn) {
+    (void)user, (void)dev, (void)err, (void)errn;
+    for (int64_t i = 0; i < out_n; i++) out[i] = in[i % in_n];
+    return 0;
+}
+
+static void test_concat_and_shaped_collective(void) {
+    ut_ctx *ctx = new_ctx();
+    float av[4] = {1, 2, 3, 4}, bv[2] = {5.5f, -6};
+    ut_tensor *a = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 2}, av);
+    ut_tensor *b = ut_tensor_to(ctx, ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){1, 2}, bv), UT_BF16);
+    ut_tensor *y = ut_concat_rows(ctx, a, b);
+    float got[8] = {0};
+    CHECK(y && y->dtype == UT_F32 && y->ne[0] == 3 && y->ne[1] == 2 && !ut_tensor_get(y, got, 6 * sizeof(float)) &&
+              got[0] == 1 && got[3] == 4 && got[4] == 5.5f && got[5] == -6,
+          "concat_rows: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "wrong values");
+    ut_tensor *c = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){1, 4}, av);
+    CHECK(!ut_concat_rows(ctx, a, c) && ut_ctx_error(ctx) && strstr(ut_ctx_error(ctx), "concat_rows") &&
+              strstr(ut_ctx_error(ctx), "after the first"),
+          "(2, 2) and (1, 4) concatenated: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no error");
+    ut_ctx_free(ctx);
+    ctx = new_ctx();
+    a = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 2}, av);
+    y = ut_collective_to(ctx, a, 1, (int64_t[]){8}, copy_fn, copy_fn, NULL, "twice");
+    CHECK(y && y->ne[0] == 8 && !ut_tensor_get(y, got, sizeof got) && got[4] == 1 && got[7] == 4,
+          "collective_to: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "wrong values");
+    CHECK(!ut_collective_to(ctx, a, 1, (int64_t[]){8}, copy_fn, NULL, NULL, "half") && ut_ctx_error(ctx) &&
+              strstr(ut_ctx_error(ctx), "half"),
+          "a collective without a backward: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no error");
+    ut_ctx_free(ctx);
+}
+
 static void test_split_ops(void) {
     ut_ctx *ctx = new_ctx();
     int64_t tne[2] = {2, 2}, ine[1] = {3};
@@ -660,5 +696,6 @@ int main(void) {
     RUN(test_attention_varlen_matches_masked);
     RUN(test_attention_varlen_bad_offsets);
     RUN(test_split_ops);
+    RUN(test_concat_and_shaped_collective);
     return TEST_SUMMARY();
 }
