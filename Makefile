@@ -25,7 +25,7 @@ CFLAGS_CC = $(if $(CC_IS_CLANG),-Wno-unknown-warning-option -Wno-pass-failed)
 SAN     ?=
 override CFLAGS += $(CFLAGS_BASE) $(CFLAGS_CC) $(OPT) $(ARCH) $(SAN) -g $(CUDA_CFLAGS)
 TEST_CFLAGS = -Itests/common -Itests/unit -Wno-missing-field-initializers
-LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -ldnnl -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
+LDLIBS   = $(SAN) -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lxsmm -lopenblas -ldnnl -lyaml -lcjson -lutf8proc -lz -lm -fopenmp -lpthread \
            $(MPI_LIBS) $(CUDA_LIBS)
 
 # every backend folder but cuda's (built only with nvcc, below)

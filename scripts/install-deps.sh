@@ -10,7 +10,7 @@ set -euo pipefail
 # fuzz targets and their replay in `make test` (tests/fuzz/)
 pkgs=(build-essential pkg-config libopenblas-openmp-dev libyaml-dev libcjson-dev libutf8proc-dev zlib1g-dev
       openmpi-bin libopenmpi-dev iproute2 dataset-fashion-mnist bible-kjv-text bible-kjv
-      python3-pip unzip bzip2 clang libclang-rt-dev libomp-dev bc libdnnl-dev)
+      python3-pip unzip bzip2 clang libclang-rt-dev libomp-dev bc libdnnl-dev libxsmm-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -267,6 +267,13 @@ static void test_conv2d_matches_naive(void) {
     check_conv(5, 8, 8, 9, 8, 3, 3, 1, 1, false);
     check_conv(2, 11, 4, 5, 12, 3, 3, 1, 2, true);
     check_conv(6, 32, 26, 26, 64, 3, 3, 1, 0, true);
+    /* an image of several blocks of tile rows (the last one shorter) */
+    check_conv(2, 32, 37, 37, 32, 3, 3, 1, 1, true);
+    /* the products on OpenBLAS where libxsmm has no kernel (UTRAIN_SMALL_GEMM=blas) */
+    setenv("UTRAIN_SMALL_GEMM", "blas", 1);
+    check_conv(3, 8, 7, 6, 9, 3, 3, 1, 0, true);
+    check_conv(2, 32, 37, 37, 32, 3, 3, 1, 1, true);
+    unsetenv("UTRAIN_SMALL_GEMM");
 }
 
 /* dw and dx of a large batch are bitwise the same on a second run */

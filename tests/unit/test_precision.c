@@ -417,7 +417,12 @@ static void test_cross_entropy_16bit_logits(void) {
 }
 
 /* ---- a linear's 16-bit output computed a block of rows at a time ---- */
-enum { LN = 200, LC = 40, LOC = 300 }; /* 200 rows: four blocks of 48 and a tail of 8 */
+/* 232 rows: four blocks of 48 and a tail of 40; dw in six blocks of 48
+ * columns. Every block's product is over 10^6 multiply-adds: OpenBLAS's
+ * SkylakeX kernels take products under that through their small-matrix
+ * kernels, which sum in another order than the large-product tiles (a
+ * blocked output is only ever at least 16 MiB: its blocks are far larger). */
+enum { LN = 232, LC = 128, LOC = 288 };
 
 typedef struct { uint16_t y[LN * LOC]; float dx[LN * LC], dw[LOC * LC], db[LOC]; size_t scratch; } lin16;
 

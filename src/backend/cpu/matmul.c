@@ -85,7 +85,10 @@ static void linear_backward(const mm_path *p, float *dx, float *dw, float *db, c
  * OpenBLAS's Zen/Haswell sgemm kernels tile a product's rows by 24 from its
  * first row (48 is also a whole number of 8- or 16-row tiles), so on one
  * thread a block's elements are the bits of the whole product
- * (bench/sgemm_blocks checks a CPU); on several threads OpenBLAS divides a
+ * (bench/sgemm_blocks checks a CPU) as long as the block's product is over
+ * 10^6 multiply-adds (OpenBLAS's SkylakeX kernels take smaller ones through
+ * small-matrix kernels that sum in another order; blocked outputs are at
+ * least 16 MiB, so their blocks are far larger); on several threads OpenBLAS divides a
  * product between them by its shape, and bits differ by an ulp here and
  * there (as they already differ between thread counts). Each block packs
  * the weight again: 192 rows cost the product about 13% (docs/performance.md). */
