@@ -1,5 +1,6 @@
 /* CPU backend memory: aligned heap blocks, page mappings for the flat
  * buffers, memset and copies (every copy kind is a memcpy on the host). */
+#include <omp.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -60,8 +61,23 @@ size_t ut_cpu_pages_resident(const void *base, size_t bytes) {
     return k * pg;
 }
 
+/* Large buffers (gradients of activations, zeroed as the backward pass
+ * reaches them) are set by all threads, each a contiguous share: one
+ * thread alone leaves the others waiting, and does not reach the memory's
+ * bandwidth. */
+#define MEMSET_PARALLEL_BYTES ((size_t)1 << 20)
+
 void ut_cpu_memset(void *p, int v, size_t bytes) {
-    if (bytes) memset(p, v, bytes);
+    if (bytes < MEMSET_PARALLEL_BYTES || omp_in_parallel()) {
+        if (bytes) memset(p, v, bytes);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), i = (size_t)omp_get_thread_num();
+        size_t a = bytes * i / nt / 64 * 64, b = i + 1 == nt ? bytes : bytes * (i + 1) / nt / 64 * 64;
+        memset((char *)p + a, v, b - a);
+    }
 }
 
 void ut_cpu_copy(void *dst, const void *src, size_t bytes, ut_copy_kind kind) {
