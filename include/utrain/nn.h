@@ -474,6 +474,8 @@ ut_tensor *ut_tp_col_in(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x);
 ut_tensor *ut_tp_row_out(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x, const ut_linear_layer *l);
 ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
 ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
+/* relu(layer(x)) through ut_conv2d_relu */
+ut_tensor *ut_conv2d_layer_forward_relu(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
 ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, ut_tensor *x);
 ut_tensor *ut_embedding_layer_forward(ut_ctx *ctx, const ut_embedding_layer *l, ut_tensor *idx);
 /* x (B, T, C) -> (B, T, C) */

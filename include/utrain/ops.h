@@ -96,6 +96,12 @@ ut_tensor *ut_embedding_part(ut_ctx *ctx, ut_tensor *idx, ut_tensor *table, int6
 /* ---- convolution, pooling ---- */
 /* x (B, C, H, W), w (OC, C, KH, KW), b (OC) or NULL -> (B, OC, OH, OW) */
 ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
+/* ut_relu(ut_conv2d(...)), the same values and gradients, in one op where
+ * the device's kernels apply the ReLU as they write the output and mask the
+ * gradient as they read it (the CPU: no pass over the activation of its
+ * own, no second activation and gradient in memory); elsewhere, and under
+ * autocast, the two ops. */
+ut_tensor *ut_conv2d_relu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
 /* For a conv2d op's output t: which algorithm its device runs it on
  * ("Winograd F(2x2, 3x3)", "im2col + sgemm"); NULL for any other tensor. */
 const char *ut_conv2d_path(const ut_tensor *t);

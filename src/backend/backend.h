@@ -216,6 +216,10 @@ typedef struct ut_backend {
      * F(2x2, 3x3)", "im2col + sgemm"), for `utrain plan`; NULL: not said. */
     const char *(*conv2d_path)(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
                                int64_t OH, int64_t OW);
+    /* Its conv2d kernels apply a ReLU in the same pass (the fused_relu parameter
+     * of src/ops/params.h, ut_conv2d_relu); false: ut_conv2d_relu is a
+     * conv2d and a relu. */
+    bool conv2d_relu;
 
     /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
     /* sum of x[i]^2 in double, the same bits whatever the thread count */

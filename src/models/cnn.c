@@ -18,8 +18,8 @@ typedef struct {
 
 static ut_tensor *cnn_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     const cnn *net = m->impl;
-    x = ut_relu(ctx, ut_conv2d_layer_forward(ctx, &net->conv1, x));
-    x = ut_relu(ctx, ut_conv2d_layer_forward(ctx, &net->conv2, x));
+    x = ut_conv2d_layer_forward_relu(ctx, &net->conv1, x);
+    x = ut_conv2d_layer_forward_relu(ctx, &net->conv2, x);
     x = ut_dropout(ctx, ut_max_pool2d(ctx, x, 2, 2), net->dropout1);
     x = ut_relu(ctx, ut_linear_layer_forward(ctx, &net->fc1, ut_flatten(ctx, x, 1)));
     x = ut_dropout(ctx, x, net->dropout2);

@@ -60,6 +60,10 @@ ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_ten
     return ut_conv2d(ctx, x, l->w, l->b, l->stride, l->padding);
 }
 
+ut_tensor *ut_conv2d_layer_forward_relu(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x) {
+    return ut_conv2d_relu(ctx, x, l->w, l->b, l->stride, l->padding);
+}
+
 /* ---- layernorm ---- */
 void ut_layernorm_layer_init(ut_model *m, ut_layernorm_layer *l, const char *prefix, int64_t C) {
     char buf[256];

@@ -17,8 +17,8 @@ const char *ut_conv2d_path(const ut_tensor *t) {
                            t->ne[2], t->ne[3]);
 }
 
-ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride,
-                     int padding) {
+static ut_tensor *conv2d_new(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding,
+                             bool relu) {
     ut_tensor *src[3] = {x, w, b};
     int ns = b ? 3 : 2;
     if (!ut_op_check(ctx, "conv2d", ns, src, 0)) return NULL;
@@ -53,5 +53,19 @@ ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int 
     if (!t) return NULL;
     ut_conv2d_set_stride(t, stride);
     ut_conv2d_set_padding(t, padding);
+    ut_conv2d_set_fused_relu(t, relu);
     return ut_op_run(t);
+}
+
+ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding) {
+    return conv2d_new(ctx, x, w, b, stride, padding, false);
+}
+
+/* Fused where the device's kernels take it, in float32 only: under autocast
+ * the output is stored in 16 bits, and the backward mask reads the output
+ * (the two ops give the same values: ReLU is exact). */
+ut_tensor *ut_conv2d_relu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding) {
+    const ut_backend *be = x ? ut_backend_get(x->device) : NULL;
+    if (be && be->conv2d_relu && ctx->autocast == UT_F32) return conv2d_new(ctx, x, w, b, stride, padding, true);
+    return ut_relu(ctx, conv2d_new(ctx, x, w, b, stride, padding, false));
 }

@@ -72,6 +72,9 @@ UT_AUX(vocab_ce, dcount, int64_t, 0)
 /* conv2d */
 UT_PARAM_I(conv2d, stride, 0)
 UT_PARAM_I(conv2d, padding, 1)
+/* 1: the output is relu of the convolution (ut_conv2d_relu): backward masks
+ * its gradient by output > 0, so it reads its own output */
+UT_PARAM_I(conv2d, fused_relu, 2)
 /* max_pool2d */
 UT_PARAM_I(max_pool2d, kernel, 0)
 UT_PARAM_I(max_pool2d, stride, 1)

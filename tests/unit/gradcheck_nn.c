@@ -36,6 +36,8 @@ static ut_tensor *b_conv_s1p1(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, i
 static ut_tensor *b_conv_s1p2(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], in[2], 1, 2); }
 static ut_tensor *b_conv_s2p1_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 1); }
 static ut_tensor *b_conv_s2p0_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 0); }
+static ut_tensor *b_conv_relu_s1p0(ut_ctx *c, ut_tensor **in) { return ut_conv2d_relu(c, in[0], in[1], in[2], 1, 0); }
+static ut_tensor *b_conv_relu_s1p1(ut_ctx *c, ut_tensor **in) { return ut_conv2d_relu(c, in[0], in[1], in[2], 1, 1); }
 static ut_tensor *b_conv_twice(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1), ut_conv2d(c, in[0], in[1], in[2], 1, 1));
 }
@@ -142,6 +144,11 @@ const gc_row gc_rows_nn[] = {
     {"conv2d winograd p1", 3, {{4, {1, 8, 5, 4}}, {4, {8, 8, 3, 3}}, {1, {8}}}, b_conv_s1p1},
     {"conv2d winograd p2", 3, {{4, {5, 8, 1, 3}}, {4, {8, 8, 3, 3}}, {1, {8}}}, b_conv_s1p2},
     {"conv2d s1 p1 bias", 3, {{4, {2, 2, 4, 5}}, {4, {3, 2, 3, 3}}, {1, {3}}}, b_conv_s1p1},
+    /* ut_conv2d_relu: the ReLU in the convolution's own kernels (im2col, Winograd);
+     * few outputs, so that none lies within eps of the kink (test_nn_ops
+     * compares larger ones with relu(conv2d) bit for bit) */
+    {"conv2d relu im2col", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_relu_s1p0},
+    {"conv2d relu winograd", 3, {{4, {1, 8, 2, 3}}, {4, {9, 8, 3, 3}}, {1, {9}}}, b_conv_relu_s1p1},
     /* stride-1 fast paths: padding wider than the input, so some kernel
      * columns have no valid output column at all (odd sizes throughout) */
     {"conv2d s1 p2 narrow", 3, {{4, {2, 3, 3, 1}}, {4, {2, 3, 5, 3}}, {1, {2}}}, b_conv_s1p2},

@@ -1,6 +1,7 @@
 /* Forward values of layernorm, rms_norm (and its gradients), embedding, conv2d, max_pool2d and
  * attention (fused, masked, packed) against naive computations written here, and their error messages. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
@@ -307,6 +308,66 @@ static void test_conv2d_backward_deterministic(void) {
     }
     free(first[0]);
     free(first[1]);
+}
+
+/* ut_conv2d_relu gives relu(conv2d)'s output and gradients bit for bit, on
+ * im2col (one input channel, as the CNN's first layer) and on Winograd
+ * (padding 0 and 1, odd sizes); under autocast it is the two ops */
+typedef struct { float *y, *g[3]; int64_t n[4]; } conv_relu_run;
+
+static conv_relu_run conv_relu_once(bool fused, int64_t B, int64_t C, int64_t H, int64_t OC, int P) {
+    ut_ctx *ctx = new_ctx();
+    ut_rng r;
+    ut_rng_seed(&r, 21);
+    int64_t xne[4] = {B, C, H, H + 1}, wne[4] = {OC, C, 3, 3};
+    ut_tensor *x = randn(ctx, &r, 4, xne), *w = randn(ctx, &r, 4, wne), *b = randn(ctx, &r, 1, &OC);
+    ut_tensor *in[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ut_tensor_set_requires_grad(in[i], true);
+    ut_tensor *y = fused ? ut_conv2d_relu(ctx, x, w, b, 1, P) : ut_relu(ctx, ut_conv2d(ctx, x, w, b, 1, P));
+    conv_relu_run o = {0};
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (!y) goto out;
+    CHECK(!strcmp(ut_op_name(y->op), fused ? "conv2d" : "relu"), "op %s", ut_op_name(y->op));
+    ut_tensor *wy = randn(ctx, &r, 4, y->ne);
+    CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, wy))) == 0, "%s", ut_ctx_error(ctx));
+    o.n[3] = ut_nelem(y);
+    o.y = malloc(sizeof(float) * (size_t)o.n[3]);
+    memcpy(o.y, ut_f32(y), sizeof(float) * (size_t)o.n[3]);
+    for (int i = 0; i < 3; i++) {
+        o.n[i] = ut_nelem(in[i]);
+        o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
+        memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+    }
+out:
+    ut_ctx_free(ctx);
+    return o;
+}
+
+static void test_conv2d_relu_fused(void) {
+    const int64_t shapes[][5] = {{5, 1, 12, 8, 0}, {3, 16, 14, 16, 0}, {2, 8, 9, 12, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *q = shapes[s];
+        conv_relu_run a = conv_relu_once(false, q[0], q[1], q[2], q[3], (int)q[4]);
+        conv_relu_run f = conv_relu_once(true, q[0], q[1], q[2], q[3], (int)q[4]);
+        if (a.y && f.y) {
+            int64_t zeros = 0;
+            for (int64_t i = 0; i < a.n[3]; i++) zeros += a.y[i] == 0.0f;
+            CHECK(zeros > a.n[3] / 4 && zeros < 3 * a.n[3] / 4, "shape %zu: %lld of %lld outputs clamped", s,
+                  (long long)zeros, (long long)a.n[3]);
+            CHECK(!memcmp(a.y, f.y, sizeof(float) * (size_t)a.n[3]), "shape %zu: outputs differ", s);
+            for (int i = 0; i < 3; i++)
+                CHECK(!memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]), "shape %zu: gradient %d differs", s, i);
+        }
+        free(a.y), free(f.y);
+        for (int i = 0; i < 3; i++) free(a.g[i]), free(f.g[i]);
+    }
+    /* under autocast: a conv2d and a relu */
+    ut_ctx *ctx = new_ctx();
+    ut_ctx_set_autocast(ctx, UT_BF16);
+    int64_t xne[4] = {1, 8, 6, 6}, wne[4] = {8, 8, 3, 3};
+    ut_tensor *y = ut_conv2d_relu(ctx, ut_tensor_zeros(ctx, UT_F32, 4, xne), ut_tensor_zeros(ctx, UT_F32, 4, wne), NULL, 1, 1);
+    CHECK(y && !strcmp(ut_op_name(y->op), "relu"), "autocast: %s", y ? ut_op_name(y->op) : ut_ctx_error(ctx));
+    ut_ctx_free(ctx);
 }
 
 static void test_conv2d_channel_mismatch(void) {
@@ -692,6 +753,7 @@ int main(void) {
     RUN(test_embedding_bad_index);
     RUN(test_conv2d_matches_naive);
     RUN(test_conv2d_backward_deterministic);
+    RUN(test_conv2d_relu_fused);
     RUN(test_conv2d_channel_mismatch);
     RUN(test_max_pool2d_known);
     RUN(test_max_pool2d_ties);

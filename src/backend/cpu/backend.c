@@ -27,6 +27,7 @@ const ut_backend ut_backend_cpu = {
     .ops = ut_ops_cpu,
     .matmul_path = ut_cpu_matmul_path,
     .conv2d_path = ut_cpu_conv2d_path,
+    .conv2d_relu = true,
     .sum_sq = ut_cpu_sum_sq,
     .sum_sq_to = ut_cpu_sum_sq_to,
     .scale = ut_cpu_scale,

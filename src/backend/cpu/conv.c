@@ -133,27 +133,48 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
                 for (int64_t oc = 0; oc < d->OC; oc++)
                     for (int64_t p = 0; p < OHW; p++) o[oc * OHW + p] = b[oc];
             ut_gemm(false, false, d->OC, OHW, K, 1.0f, w, col, b ? 1.0f : 0.0f, o);
+            if (d->relu)
+#pragma omp simd
+                for (int64_t i = 0; i < d->OC * OHW; i++) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
         }
     }
 }
 
+/* dout where out > 0, else 0: the gradient through a fused ReLU (g: n floats) */
+static inline float relu_grad(float g, float out) { return out > 0.0f ? g : 0.0f; }
+
+/* per thread: im2col's columns, their gradient, and with a fused ReLU an
+ * image's masked dout */
+size_t ut_conv2d_cols_floats(const ut_conv2d_shape *d) {
+    size_t col = (size_t)(d->C * d->KH * d->KW * d->OH * d->OW);
+    return 2 * col + (d->relu ? (size_t)(d->OC * d->OH * d->OW) : 0);
+}
+
 /* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
  * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL. Runs on nthr threads.
- * cols: 2 * nthr buffers of C*KH*KW * OH*OW floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW. */
+ * cols: nthr buffers of ut_conv2d_cols_floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW.
+ * With d->relu, dout is masked by out > 0 as it is read (an image at a time). */
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
-                            const float *dout, const float *x, const float *w,
+                            const float *dout, const float *out, const float *x, const float *w,
                             const ut_conv2d_shape *d, int nthr) {
     int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
     int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
     if (dx || dw) {
 #pragma omp parallel num_threads(nthr)
         {
-            float *col = cols + 2 * (int64_t)omp_get_thread_num() * K * OHW, *dcol = col + K * OHW;
+            float *col = cols + (int64_t)omp_get_thread_num() * (int64_t)ut_conv2d_cols_floats(d), *dcol = col + K * OHW;
+            float *masked = dcol + K * OHW;
 #pragma omp for schedule(static)
             for (int64_t ch = 0; ch < nch; ch++) {
                 float *pw = dw ? dw_part + ch * NW : NULL;
                 for (int64_t n = ch * d->B / nch; n < (ch + 1) * d->B / nch; n++) {
                     const float *g = dout + n * d->OC * OHW;
+                    if (d->relu) {
+                        const float *o = out + n * d->OC * OHW;
+#pragma omp simd
+                        for (int64_t i = 0; i < d->OC * OHW; i++) masked[i] = relu_grad(g[i], o[i]);
+                        g = masked;
+                    }
                     if (dw) {
                         bool first = n == ch * d->B / nch;
                         im2col(col, x + n * d->C * d->H * d->W, d);
@@ -182,6 +203,13 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
             for (int64_t n = 0; n < d->B; n++) {
                 const float *g = dout + (n * d->OC + oc) * OHW;
                 int64_t p = 0;
+                if (d->relu) {
+                    const float *o = out + (n * d->OC + oc) * OHW;
+                    for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
+                        for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
+                    for (int j = 0; p + j < OHW; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
+                    continue;
+                }
                 for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
                     for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += g[p + j];
                 for (int j = 0; p + j < OHW; j++) acc[j] += g[p + j];
@@ -203,7 +231,8 @@ static ut_conv2d_shape shape_of(const ut_tensor *t) {
     const ut_tensor *x = t->src[0], *w = t->src[1];
     return (ut_conv2d_shape){.B = x->ne[0], .C = x->ne[1], .H = x->ne[2], .W = x->ne[3],
                              .OC = w->ne[0], .KH = w->ne[2], .KW = w->ne[3],
-                             .S = ut_conv2d_stride(t), .P = ut_conv2d_padding(t), .OH = t->ne[2], .OW = t->ne[3]};
+                             .S = ut_conv2d_stride(t), .P = ut_conv2d_padding(t), .OH = t->ne[2], .OW = t->ne[3],
+                             .relu = ut_conv2d_fused_relu(t) != 0};
 }
 
 /* Threads for n independent work items: no more than items, so that column
@@ -234,18 +263,19 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
-    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW), nw = (size_t)(d.OC * d.C * d.KH * d.KW);
+    const float *out = d.relu ? ut_f32(t) : NULL;
+    size_t nw = (size_t)(d.OC * d.C * d.KH * d.KW);
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS, k);
     float *cols = NULL, *dw_part = NULL;
     if ((dx || dw) && ut_winograd_applies(&d)) {
         float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
         float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
         float *dU = dw ? ut_kalloc(k, (size_t)(UT_CONV_DW_CHUNKS + 1) * 16 * (size_t)(d.OC * d.C) * sizeof(float)) : NULL;
-        ut_winograd_backward(dx, dw, U, ws, dU, t->grad, ut_f32(x), ut_f32(w), &d, nthr);
+        ut_winograd_backward(dx, dw, U, ws, dU, t->grad, out, ut_f32(x), ut_f32(w), &d, nthr);
         dx = dw = NULL; /* done: the bias gradient below */
     }
-    if (dx || dw) cols = ut_kalloc(k, 2 * (size_t)nthr * col * sizeof(float));
+    if (dx || dw) cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
     if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));
-    ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad,
+    ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad, out,
                            ut_f32(x), ut_f32(w), &d, nthr);
 }

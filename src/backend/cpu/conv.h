@@ -14,6 +14,7 @@ typedef struct {
     int64_t OC, KH, KW;       /* weight (OC, C, KH, KW) */
     int64_t S, P;             /* stride, padding */
     int64_t OH, OW;           /* output */
+    bool relu;                /* the output is relu(conv): forward clamps it, backward masks dout by out > 0 */
 } ut_conv2d_shape;
 
 /* The weight gradient of the im2col path is summed over the batch in this
@@ -26,17 +27,20 @@ typedef struct {
 void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
                            const float *b, const ut_conv2d_shape *d, int nthr);
 /* dx += conv's input gradient, dw += its weight gradient, db += its bias
- * gradient (each may be NULL). cols: 2 * nthr buffers of C*KH*KW * OH*OW
- * floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW floats. */
+ * gradient (each may be NULL). cols: nthr buffers of ut_conv2d_cols_floats;
+ * dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW floats. With d->relu, out is the
+ * forward's output and dout counts where out > 0 only. */
+size_t ut_conv2d_cols_floats(const ut_conv2d_shape *d);
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
-                            const float *dout, const float *x, const float *w,
+                            const float *dout, const float *out, const float *x, const float *w,
                             const ut_conv2d_shape *d, int nthr);
 
 /* Winograd F(2x2, 3x3) (winograd.c) for the layers ut_winograd_applies
  * takes (3x3, stride 1, padding <= 2, at least 8 input and output
  * channels). forward writes out (B, OC, OH, OW) (+ b, may be NULL);
  * backward adds the input and weight gradients into dx and dw (either may
- * be NULL; the bias gradient is im2col's code's). U: 16*OC*C floats; ws:
+ * be NULL; the bias gradient is im2col's code's; with d->relu, out is the
+ * forward's output, as ut_conv2d_backward_cpu's). U: 16*OC*C floats; ws:
  * nthr * ut_winograd_thread_floats; dU_part: (UT_CONV_DW_CHUNKS + 1) *
  * 16*OC*C floats. */
 bool ut_winograd_applies(const ut_conv2d_shape *d);
@@ -47,7 +51,7 @@ size_t ut_winograd_thread_floats(const ut_conv2d_shape *d);
 void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
                          const ut_conv2d_shape *d, int nthr);
 void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
-                          const float *x, const float *w, const ut_conv2d_shape *d, int nthr);
+                          const float *out, const float *x, const float *w, const ut_conv2d_shape *d, int nthr);
 
 /* oneDNN: the same three products, each written (not added) into its
  * output; 0, or -1 when oneDNN has no implementation for the shape (nothing

@@ -210,10 +210,12 @@ static void input_transform(float *V, const wblocks *bl, int64_t r0, int64_t r1,
     }
 }
 
-/* rows [2 r0, 2 r1) of out (OC, OH, OW) of one image = A^T M A of M (16, OC, nb), plus b */
+/* rows [2 r0, 2 r1) of out (OC, OH, OW) of one image = A^T M A of M (16, OC, nb), plus b;
+ * with d->relu, clamped at 0 */
 static void output_transform(float *out, const float *M, const wblocks *bl, int64_t r0, int64_t r1, const float *b,
                              float *pad, const ut_conv2d_shape *d) {
     int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm;
+    const bool relu = d->relu;
     for (int64_t k = 0; k < d->OC; k++) {
         float *ok = out + k * d->OH * d->OW, bias = b ? b[k] : 0.0f;
         for (int64_t ti = r0; ti < r1; ti++) {
@@ -230,10 +232,13 @@ static void output_transform(float *out, const float *M, const wblocks *bl, int6
                     s[0][j] = m0 + m1 + m2;
                     s[1][j] = m1 - m2 - m3;
                 }
-                y0[2 * tj] = s[0][0] + s[0][1] + s[0][2] + bias; /* (A^T m) A */
-                y0[2 * tj + 1] = s[0][1] - s[0][2] - s[0][3] + bias;
-                y1[2 * tj] = s[1][0] + s[1][1] + s[1][2] + bias;
-                y1[2 * tj + 1] = s[1][1] - s[1][2] - s[1][3] + bias;
+                float o00 = s[0][0] + s[0][1] + s[0][2] + bias, o01 = s[0][1] - s[0][2] - s[0][3] + bias; /* (A^T m) A */
+                float o10 = s[1][0] + s[1][1] + s[1][2] + bias, o11 = s[1][1] - s[1][2] - s[1][3] + bias;
+                if (relu) {
+                    o00 = o00 > 0.0f ? o00 : 0.0f, o01 = o01 > 0.0f ? o01 : 0.0f;
+                    o10 = o10 > 0.0f ? o10 : 0.0f, o11 = o11 > 0.0f ? o11 : 0.0f;
+                }
+                y0[2 * tj] = o00, y0[2 * tj + 1] = o01, y1[2 * tj] = o10, y1[2 * tj + 1] = o11;
             }
             if (fit) continue;
             float *o0 = ok + 2 * ti * d->OW, *o1 = o0 + d->OW;
@@ -246,26 +251,38 @@ static void output_transform(float *out, const float *M, const wblocks *bl, int6
     }
 }
 
-/* Row h of an output plane gk (OH rows of OW), 2 TW wide with zeros past
- * the output: the plane's own row where it is whole, else a copy in buf. */
-static const float *output_row(const float *gk, int64_t h, float *buf, const ut_conv2d_shape *d, int64_t TW) {
+/* Row h of an output gradient plane gk (OH rows of OW), 2 TW wide with
+ * zeros past the output: the plane's own row where it is whole, else a copy
+ * in buf. With a fused ReLU (ok: the output's plane), the copy counts the
+ * gradient where the output is > 0 only. */
+static const float *output_row(const float *gk, const float *ok, int64_t h, float *buf, const ut_conv2d_shape *d,
+                               int64_t TW) {
     bool inside = h < d->OH;
-    if (inside && d->OW == 2 * TW) return gk + h * d->OW;
-    const float *src = gk + (inside ? h : 0) * d->OW;
+    if (inside && d->OW == 2 * TW && !ok) return gk + h * d->OW;
+    int64_t r = (inside ? h : 0) * d->OW;
+    const float *src = gk + r;
+    if (ok) {
+        const float *o = ok + r;
+#pragma omp simd
+        for (int64_t j = 0; j < 2 * TW; j++) buf[j] = inside && j < d->OW && o[j] > 0.0f ? src[j] : 0.0f;
+        return buf;
+    }
 #pragma omp simd
     for (int64_t j = 0; j < 2 * TW; j++) buf[j] = inside && j < d->OW ? src[j] : 0.0f;
     return buf;
 }
 
-/* dM (16, OC, nb) = A dy A^T of tile rows [r0, r1) of one image's output gradient g (OC, OH, OW) */
-static void grad_transform(float *dM, const wblocks *bl, int64_t r0, int64_t r1, const float *g, float *pad,
-                           const ut_conv2d_shape *d) {
+/* dM (16, OC, nb) = A dy A^T of tile rows [r0, r1) of one image's output
+ * gradient g (OC, OH, OW); with a fused ReLU (out: the image's output, else
+ * NULL) dy is g where out > 0 */
+static void grad_transform(float *dM, const wblocks *bl, int64_t r0, int64_t r1, const float *g, const float *out,
+                           float *pad, const ut_conv2d_shape *d) {
     int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm;
     for (int64_t k = 0; k < d->OC; k++) {
-        const float *gk = g + k * d->OH * d->OW;
+        const float *gk = g + k * d->OH * d->OW, *ok = out ? out + k * d->OH * d->OW : NULL;
         for (int64_t ti = r0; ti < r1; ti++) {
             /* rows 2 ti and 2 ti + 1, 2 TW wide, zero past the output */
-            const float *y0 = output_row(gk, 2 * ti, pad, d, TW), *y1 = output_row(gk, 2 * ti + 1, pad + WP, d, TW);
+            const float *y0 = output_row(gk, ok, 2 * ti, pad, d, TW), *y1 = output_row(gk, ok, 2 * ti + 1, pad + WP, d, TW);
             float *m = dM + k * N + (ti - r0) * TW;
 #pragma omp simd
             for (int64_t tj = 0; tj < TW; tj++) {
@@ -436,7 +453,7 @@ static void transpose_tiles(float *Vt, const float *V, const wblocks *bl, int64_
 }
 
 void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
-                          const float *x, const float *w, const ut_conv2d_shape *d, int nthr) {
+                          const float *out, const float *x, const float *w, const ut_conv2d_shape *d, int nthr) {
     wblocks bl = blocks_of(d);
     int64_t KC = d->OC * d->C, CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
     int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
@@ -456,7 +473,7 @@ void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_p
                 for (int64_t r0 = 0; r0 < bl.TH; r0 += bl.rows) {
                     int64_t r1 = r0 + bl.rows < bl.TH ? r0 + bl.rows : bl.TH, cols = (r1 - r0) * bl.TW;
                     const wgemms *g = r1 - r0 == bl.rows ? &full : &tail;
-                    grad_transform(dM, &bl, r0, r1, dout + n * OHW, pad, d);
+                    grad_transform(dM, &bl, r0, r1, dout + n * OHW, out ? out + n * OHW : NULL, pad, d);
                     if (dx) {
                         for (int xi = 0; xi < 16; xi++)
                             rm_gemm_run(&g->bwd_data, U + xi * KC, dM + xi * bl.sm, dV + xi * bl.sv);
