@@ -49,8 +49,8 @@ static void run_im2col(conv_case *c, int dir) {
     const ut_conv2d_shape *d = &c->d;
     if (dir == DIR_FWD) ut_conv2d_forward_cpu(c->u_out, c->cols, c->x, c->w, c->b, d, c->nthr);
     else if (dir == DIR_BWD_DATA)
-        ut_conv2d_backward_cpu(c->u_dx, NULL, NULL, c->cols, c->dw_part, c->dout, NULL, c->x, c->w, d, c->nthr);
-    else ut_conv2d_backward_cpu(NULL, c->u_dw, c->u_db, c->cols, c->dw_part, c->dout, NULL, c->x, c->w, d, c->nthr);
+        ut_conv2d_backward_cpu(c->u_dx, NULL, NULL, c->cols, c->dw_part, c->dout, NULL, NULL, c->x, c->w, d, c->nthr);
+    else ut_conv2d_backward_cpu(NULL, c->u_dw, c->u_db, c->cols, c->dw_part, c->dout, NULL, NULL, c->x, c->w, d, c->nthr);
 }
 
 static void run_dnnl(conv_case *c, int dir, ut_dnnl_layout lay) {

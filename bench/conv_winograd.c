@@ -44,12 +44,12 @@ static void run(conv_case *c, int algo, int dir) {
         if (dir == DIR_FWD) ut_conv2d_forward_cpu(c->out[0], c->cols, c->x, c->w, c->b, d, c->nthr);
         else
             ut_conv2d_backward_cpu(dir == DIR_BWD_DATA ? c->dx[0] : NULL, dir == DIR_BWD_WEIGHTS ? c->dw[0] : NULL,
-                                   NULL, c->cols, c->dw_part, c->dout, NULL, c->x, c->w, d, c->nthr);
+                                   NULL, c->cols, c->dw_part, c->dout, NULL, NULL, c->x, c->w, d, c->nthr);
     } else {
-        if (dir == DIR_FWD) ut_winograd_forward(c->out[1], c->U, c->ws, c->x, c->w, c->b, d, c->nthr);
+        if (dir == DIR_FWD) ut_winograd_forward(c->out[1], NULL, c->U, c->ws, c->x, c->w, c->b, d, c->nthr);
         else
             ut_winograd_backward(dir == DIR_BWD_DATA ? c->dx[1] : NULL, dir == DIR_BWD_WEIGHTS ? c->dw[1] : NULL, c->U,
-                                 c->ws, c->dU, c->dout, NULL, c->x, c->w, d, c->nthr);
+                                 c->ws, c->dU, c->dout, NULL, NULL, c->x, c->w, d, c->nthr);
     }
 }
 

@@ -102,6 +102,15 @@ ut_tensor *ut_conv2d(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int 
  * own, no second activation and gradient in memory); elsewhere, and under
  * autocast, the two ops. */
 ut_tensor *ut_conv2d_relu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
+/* ut_max_pool2d(ut_conv2d_relu(...), 2, 2), the same values and gradients,
+ * in one op on the same devices as ut_conv2d_relu: the convolution's
+ * output is pooled as it is written (Winograd's 2x2 output tiles are the
+ * pooling windows) and never stored whole; backward rebuilds its gradient
+ * from the pooled one where it reads it. */
+ut_tensor *ut_conv2d_relu_maxpool2(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int stride, int padding);
+/* The height and width of a conv2d op's convolution (before a fused
+ * pooling: t's own for the others) into hw; false for any other tensor. */
+bool ut_conv2d_out_hw(const ut_tensor *t, int64_t hw[2]);
 /* For a conv2d op's output t: which algorithm its device runs it on
  * ("Winograd F(2x2, 3x3)", "im2col + sgemm"); NULL for any other tensor. */
 const char *ut_conv2d_path(const ut_tensor *t);

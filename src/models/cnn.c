@@ -19,8 +19,9 @@ typedef struct {
 static ut_tensor *cnn_forward(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     const cnn *net = m->impl;
     x = ut_conv2d_layer_forward_relu(ctx, &net->conv1, x);
-    x = ut_conv2d_layer_forward_relu(ctx, &net->conv2, x);
-    x = ut_dropout(ctx, ut_max_pool2d(ctx, x, 2, 2), net->dropout1);
+    /* conv2, its ReLU and the pooling in one op: the 24x24 activation is never stored */
+    const ut_conv2d_layer *c2 = &net->conv2;
+    x = ut_dropout(ctx, ut_conv2d_relu_maxpool2(ctx, x, c2->w, c2->b, c2->stride, c2->padding), net->dropout1);
     x = ut_relu(ctx, ut_linear_layer_forward(ctx, &net->fc1, ut_flatten(ctx, x, 1)));
     x = ut_dropout(ctx, x, net->dropout2);
     return ut_log_softmax(ctx, ut_linear_layer_forward(ctx, &net->fc2, x));

@@ -75,6 +75,11 @@ UT_PARAM_I(conv2d, padding, 1)
 /* 1: the output is relu of the convolution (ut_conv2d_relu): backward masks
  * its gradient by output > 0, so it reads its own output */
 UT_PARAM_I(conv2d, fused_relu, 2)
+/* 2: then 2x2 stride-2 max pooling too (ut_conv2d_relu_maxpool2, with
+ * fused_relu): the output is the pooled one, pool_arg (uint8, one per
+ * pooled element) the max's place in its window (0 to 3, row-major) */
+UT_PARAM_I(conv2d, fused_pool, 3)
+UT_AUX(conv2d, pool_arg, uint8_t, 0)
 /* max_pool2d */
 UT_PARAM_I(max_pool2d, kernel, 0)
 UT_PARAM_I(max_pool2d, stride, 1)

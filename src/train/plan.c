@@ -138,11 +138,12 @@ static void list_convolutions(ut_ctx *ctx, char *convs, size_t cn) {
     for (int i = 0; i < ut_ctx_tape_len(ctx) && k < cn; i++) {
         const ut_tensor *t = ut_ctx_tape_at(ctx, i);
         const char *path = ut_conv2d_path(t);
-        if (!path) continue;
+        int64_t hw[2];
+        if (!path || !ut_conv2d_out_hw(t, hw)) continue;
         const ut_tensor *w = t->src[1];
         k += (size_t)snprintf(convs + k, cn - k, "%s%lld->%lld %lldx%lld out %lldx%lld: %s", k ? "; " : "",
                               (long long)w->ne[1], (long long)w->ne[0], (long long)w->ne[2], (long long)w->ne[3],
-                              (long long)t->ne[2], (long long)t->ne[3], path);
+                              (long long)hw[0], (long long)hw[1], path);
     }
     if (k >= cn && cn > 4) snprintf(convs + cn - 4, 4, "...");
 }

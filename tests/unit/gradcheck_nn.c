@@ -38,6 +38,12 @@ static ut_tensor *b_conv_s2p1_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(
 static ut_tensor *b_conv_s2p0_nob(ut_ctx *c, ut_tensor **in) { return ut_conv2d(c, in[0], in[1], NULL, 2, 0); }
 static ut_tensor *b_conv_relu_s1p0(ut_ctx *c, ut_tensor **in) { return ut_conv2d_relu(c, in[0], in[1], in[2], 1, 0); }
 static ut_tensor *b_conv_relu_s1p1(ut_ctx *c, ut_tensor **in) { return ut_conv2d_relu(c, in[0], in[1], in[2], 1, 1); }
+static ut_tensor *b_conv_relu_pool_s1p0(ut_ctx *c, ut_tensor **in) {
+    return ut_conv2d_relu_maxpool2(c, in[0], in[1], in[2], 1, 0);
+}
+static ut_tensor *b_conv_relu_pool_s1p1(ut_ctx *c, ut_tensor **in) {
+    return ut_conv2d_relu_maxpool2(c, in[0], in[1], in[2], 1, 1);
+}
 static ut_tensor *b_conv_twice(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1), ut_conv2d(c, in[0], in[1], in[2], 1, 1));
 }
@@ -149,6 +155,9 @@ const gc_row gc_rows_nn[] = {
      * compares larger ones with relu(conv2d) bit for bit) */
     {"conv2d relu im2col", 3, {{4, {2, 3, 5, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_relu_s1p0},
     {"conv2d relu winograd", 3, {{4, {1, 8, 2, 3}}, {4, {9, 8, 3, 3}}, {1, {9}}}, b_conv_relu_s1p1},
+    /* ut_conv2d_relu_maxpool2: the 2x2 max pooling fused too (odd sizes: a row or column no window takes) */
+    {"conv2d relu pool im2col", 3, {{4, {1, 3, 6, 5}}, {4, {4, 3, 3, 3}}, {1, {4}}}, b_conv_relu_pool_s1p0},
+    {"conv2d relu pool winograd", 3, {{4, {1, 8, 5, 4}}, {4, {8, 8, 3, 3}}, {1, {8}}}, b_conv_relu_pool_s1p1},
     /* stride-1 fast paths: padding wider than the input, so some kernel
      * columns have no valid output column at all (odd sizes throughout) */
     {"conv2d s1 p2 narrow", 3, {{4, {2, 3, 3, 1}}, {4, {2, 3, 5, 3}}, {1, {2}}}, b_conv_s1p2},

@@ -45,7 +45,7 @@ static void conv_case(const ut_conv2d_shape *d, ut_dnnl_layout lay) {
     float *y0 = calloc((size_t)ny, 4), *y1 = calloc((size_t)ny, 4), *dx0 = calloc((size_t)nx, 4), *dx1 = calloc((size_t)nx, 4);
     float *dw0 = calloc((size_t)nw, 4), *dw1 = calloc((size_t)nw, 4), *db0 = calloc((size_t)d->OC, 4), *db1 = calloc((size_t)d->OC, 4);
     ut_conv2d_forward_cpu(y0, cols, x, w, b, d, 1);
-    ut_conv2d_backward_cpu(dx0, dw0, db0, cols, part, g, NULL, x, w, d, 1);
+    ut_conv2d_backward_cpu(dx0, dw0, db0, cols, part, g, NULL, NULL, x, w, d, 1);
     CHECK(ut_dnnl_conv2d_forward(y1, x, w, b, d, lay) == 0, "oneDNN forward C %lld layout %d", (long long)d->C, lay);
     CHECK(ut_dnnl_conv2d_backward_data(dx1, g, w, d, lay) == 0, "oneDNN backward data");
     CHECK(ut_dnnl_conv2d_backward_weights(dw1, db1, g, x, d, lay) == 0, "oneDNN backward weights");

@@ -310,12 +310,14 @@ static void test_conv2d_backward_deterministic(void) {
     free(first[1]);
 }
 
-/* ut_conv2d_relu gives relu(conv2d)'s output and gradients bit for bit, on
- * im2col (one input channel, as the CNN's first layer) and on Winograd
- * (padding 0 and 1, odd sizes); under autocast it is the two ops */
+/* ut_conv2d_relu gives relu(conv2d)'s output and gradients bit for bit, and
+ * ut_conv2d_relu_maxpool2 max_pool2d(relu(conv2d), 2, 2)'s, on im2col (one
+ * input channel, as the CNN's first layer) and on Winograd (padding 0 and
+ * 1, odd sizes: a last row or column that no window takes); under autocast
+ * they are the separate ops */
 typedef struct { float *y, *g[3]; int64_t n[4]; } conv_relu_run;
 
-static conv_relu_run conv_relu_once(bool fused, int64_t B, int64_t C, int64_t H, int64_t OC, int P) {
+static conv_relu_run conv_relu_once(bool fused, bool pool, int64_t B, int64_t C, int64_t H, int64_t OC, int P) {
     ut_ctx *ctx = new_ctx();
     ut_rng r;
     ut_rng_seed(&r, 21);
@@ -324,10 +326,12 @@ static conv_relu_run conv_relu_once(bool fused, int64_t B, int64_t C, int64_t H,
     ut_tensor *in[3] = {x, w, b};
     for (int i = 0; i < 3; i++) ut_tensor_set_requires_grad(in[i], true);
     ut_tensor *y = fused ? ut_conv2d_relu(ctx, x, w, b, 1, P) : ut_relu(ctx, ut_conv2d(ctx, x, w, b, 1, P));
+    if (pool) y = fused ? ut_conv2d_relu_maxpool2(ctx, x, w, b, 1, P) : ut_max_pool2d(ctx, y, 2, 2);
     conv_relu_run o = {0};
     CHECK(y != NULL, "%s", ut_ctx_error(ctx));
     if (!y) goto out;
-    CHECK(!strcmp(ut_op_name(y->op), fused ? "conv2d" : "relu"), "op %s", ut_op_name(y->op));
+    const char *want = fused ? "conv2d" : pool ? "max_pool2d" : "relu";
+    CHECK(!strcmp(ut_op_name(y->op), want), "op %s", ut_op_name(y->op));
     ut_tensor *wy = randn(ctx, &r, 4, y->ne);
     CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, wy))) == 0, "%s", ut_ctx_error(ctx));
     o.n[3] = ut_nelem(y);
@@ -345,18 +349,21 @@ out:
 
 static void test_conv2d_relu_fused(void) {
     const int64_t shapes[][5] = {{5, 1, 12, 8, 0}, {3, 16, 14, 16, 0}, {2, 8, 9, 12, 1}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int64_t *q = shapes[s];
-        conv_relu_run a = conv_relu_once(false, q[0], q[1], q[2], q[3], (int)q[4]);
-        conv_relu_run f = conv_relu_once(true, q[0], q[1], q[2], q[3], (int)q[4]);
+    for (size_t s = 0; s < 2 * sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *q = shapes[s / 2];
+        bool pool = s % 2;
+        conv_relu_run a = conv_relu_once(false, pool, q[0], q[1], q[2], q[3], (int)q[4]);
+        conv_relu_run f = conv_relu_once(true, pool, q[0], q[1], q[2], q[3], (int)q[4]);
         if (a.y && f.y) {
             int64_t zeros = 0;
             for (int64_t i = 0; i < a.n[3]; i++) zeros += a.y[i] == 0.0f;
-            CHECK(zeros > a.n[3] / 4 && zeros < 3 * a.n[3] / 4, "shape %zu: %lld of %lld outputs clamped", s,
-                  (long long)zeros, (long long)a.n[3]);
-            CHECK(!memcmp(a.y, f.y, sizeof(float) * (size_t)a.n[3]), "shape %zu: outputs differ", s);
+            /* about half the outputs clamped; pooled, about a sixteenth (all four of a window) */
+            int64_t lo = pool ? a.n[3] / 40 : a.n[3] / 4, hi = pool ? a.n[3] / 4 : 3 * a.n[3] / 4;
+            CHECK(zeros > lo && zeros < hi, "case %zu: %lld of %lld outputs clamped", s, (long long)zeros,
+                  (long long)a.n[3]);
+            CHECK(!memcmp(a.y, f.y, sizeof(float) * (size_t)a.n[3]), "case %zu: outputs differ", s);
             for (int i = 0; i < 3; i++)
-                CHECK(!memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]), "shape %zu: gradient %d differs", s, i);
+                CHECK(!memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]), "case %zu: gradient %d differs", s, i);
         }
         free(a.y), free(f.y);
         for (int i = 0; i < 3; i++) free(a.g[i]), free(f.g[i]);
@@ -367,6 +374,9 @@ static void test_conv2d_relu_fused(void) {
     int64_t xne[4] = {1, 8, 6, 6}, wne[4] = {8, 8, 3, 3};
     ut_tensor *y = ut_conv2d_relu(ctx, ut_tensor_zeros(ctx, UT_F32, 4, xne), ut_tensor_zeros(ctx, UT_F32, 4, wne), NULL, 1, 1);
     CHECK(y && !strcmp(ut_op_name(y->op), "relu"), "autocast: %s", y ? ut_op_name(y->op) : ut_ctx_error(ctx));
+    y = ut_conv2d_relu_maxpool2(ctx, ut_tensor_zeros(ctx, UT_F32, 4, xne), ut_tensor_zeros(ctx, UT_F32, 4, wne), NULL, 1, 1);
+    CHECK(y && !strcmp(ut_op_name(y->op), "max_pool2d") && y->ne[2] == 3, "autocast: %s",
+          y ? ut_op_name(y->op) : ut_ctx_error(ctx));
     ut_ctx_free(ctx);
 }
 

@@ -140,23 +140,68 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
     }
 }
 
+/* out, arg (B, OC, OH/2, OW/2) = 2x2 max pooling of relu(conv): each
+ * image's convolution into the thread's buffer, clamped, then pooled. */
+void ut_conv2d_forward_pool_cpu(float *out, uint8_t *arg, float *cols, const float *x, const float *w,
+                                const float *b, const ut_conv2d_shape *d, int nthr) {
+    int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, PH = d->OH / 2, PW = d->OW / 2;
+#pragma omp parallel num_threads(nthr)
+    {
+        float *col = cols + (int64_t)omp_get_thread_num() * (int64_t)ut_conv2d_cols_floats(d), *o = col + 2 * K * OHW;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < d->B; n++) {
+            im2col(col, x + n * d->C * d->H * d->W, d);
+            if (b)
+                for (int64_t oc = 0; oc < d->OC; oc++)
+                    for (int64_t p = 0; p < OHW; p++) o[oc * OHW + p] = b[oc];
+            ut_gemm(false, false, d->OC, OHW, K, 1.0f, w, col, b ? 1.0f : 0.0f, o);
+            for (int64_t oc = 0; oc < d->OC; oc++)
+                for (int64_t pi = 0; pi < PH; pi++) {
+                    const float *r0 = o + oc * OHW + 2 * pi * d->OW, *r1 = r0 + d->OW;
+                    float *po = out + ((n * d->OC + oc) * PH + pi) * PW;
+                    uint8_t *pa = arg + ((n * d->OC + oc) * PH + pi) * PW;
+#pragma omp simd
+                    for (int64_t pj = 0; pj < PW; pj++) {
+                        float a = r0[2 * pj], bb = r0[2 * pj + 1], c = r1[2 * pj], e = r1[2 * pj + 1];
+                        a = a > 0.0f ? a : 0.0f, bb = bb > 0.0f ? bb : 0.0f;
+                        c = c > 0.0f ? c : 0.0f, e = e > 0.0f ? e : 0.0f;
+                        po[pj] = ut_conv2d_max4(a, bb, c, e, &pa[pj]);
+                    }
+                }
+        }
+    }
+}
+
 /* dout where out > 0, else 0: the gradient through a fused ReLU (g: n floats) */
 static inline float relu_grad(float g, float out) { return out > 0.0f ? g : 0.0f; }
 
 /* per thread: im2col's columns, their gradient, and with a fused ReLU an
- * image's masked dout */
+ * image's masked dout (or, pooling, its convolution) */
 size_t ut_conv2d_cols_floats(const ut_conv2d_shape *d) {
     size_t col = (size_t)(d->C * d->KH * d->KW * d->OH * d->OW);
     return 2 * col + (d->relu ? (size_t)(d->OC * d->OH * d->OW) : 0);
 }
 
+/* image n's gradient at the convolution's output (OC, OH, OW) into g, from
+ * the pooled gradient, output and places of a fused ReLU and pooling */
+static void unpool_grad(float *g, const float *dout, const float *out, const uint8_t *arg, int64_t n,
+                        const ut_conv2d_shape *d) {
+    int64_t PHW = (d->OH / 2) * (d->OW / 2);
+    for (int64_t oc = 0; oc < d->OC; oc++) {
+        int64_t p = (n * d->OC + oc) * PHW;
+        for (int64_t h = 0; h < d->OH; h++)
+            ut_conv2d_pooled_grad_row(g + (oc * d->OH + h) * d->OW, d->OW, h, dout + p, out + p, arg + p, d);
+    }
+}
+
 /* dx (B, C, H, W) += col2im(w^T @ dout[b]); dw (OC, C*KH*KW) += sum_b dout[b] @ im2col(x[b])^T;
  * db (OC) += sum over b and pixels of dout. dx, dw, db may be NULL. Runs on nthr threads.
  * cols: nthr buffers of ut_conv2d_cols_floats; dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW.
- * With d->relu, dout is masked by out > 0 as it is read (an image at a time). */
+ * With d->relu, dout is masked by out > 0 as it is read (an image at a time);
+ * with d->pool, dout, out and arg are the pooled ones (unpool_grad). */
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
-                            const float *dout, const float *out, const float *x, const float *w,
-                            const ut_conv2d_shape *d, int nthr) {
+                            const float *dout, const float *out, const uint8_t *arg, const float *x,
+                            const float *w, const ut_conv2d_shape *d, int nthr) {
     int64_t K = d->C * d->KH * d->KW, OHW = d->OH * d->OW, NW = d->OC * K;
     int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
     if (dx || dw) {
@@ -169,7 +214,10 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
                 float *pw = dw ? dw_part + ch * NW : NULL;
                 for (int64_t n = ch * d->B / nch; n < (ch + 1) * d->B / nch; n++) {
                     const float *g = dout + n * d->OC * OHW;
-                    if (d->relu) {
+                    if (d->pool) {
+                        unpool_grad(masked, dout, out, arg, n, d);
+                        g = masked;
+                    } else if (d->relu) {
                         const float *o = out + n * d->OC * OHW;
 #pragma omp simd
                         for (int64_t i = 0; i < d->OC * OHW; i++) masked[i] = relu_grad(g[i], o[i]);
@@ -196,7 +244,23 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
             dw[i] += s;
         }
     }
-    if (db) {
+    if (db && d->pool) { /* rows rebuilt from the pooled gradient (cols: a row per thread), summed as below */
+        int64_t PHW = (d->OH / 2) * (d->OW / 2);
+#pragma omp parallel for schedule(static) num_threads(nthr)
+        for (int64_t oc = 0; oc < d->OC; oc++) {
+            float acc[CONV_DB_LANES] = {0}, *row = cols + (int64_t)omp_get_thread_num() * (int64_t)ut_conv2d_cols_floats(d);
+            for (int64_t n = 0; n < d->B; n++) {
+                int64_t q = (n * d->OC + oc) * PHW, p = 0;
+                for (int64_t h = 0; h < d->OH; h++) {
+                    ut_conv2d_pooled_grad_row(row, d->OW, h, dout + q, out + q, arg + q, d);
+                    for (int64_t j = 0; j < d->OW; j++, p++) acc[p % CONV_DB_LANES] += row[j];
+                }
+            }
+            for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+            db[oc] += acc[0];
+        }
+    } else if (db) {
 #pragma omp parallel for schedule(static)
         for (int64_t oc = 0; oc < d->OC; oc++) {
             float acc[CONV_DB_LANES] = {0};
@@ -229,10 +293,12 @@ const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, in
 
 static ut_conv2d_shape shape_of(const ut_tensor *t) {
     const ut_tensor *x = t->src[0], *w = t->src[1];
+    int64_t hw[2];
+    ut_conv2d_out_hw(t, hw); /* the convolution's own size: t is pooled with fused_pool */
     return (ut_conv2d_shape){.B = x->ne[0], .C = x->ne[1], .H = x->ne[2], .W = x->ne[3],
                              .OC = w->ne[0], .KH = w->ne[2], .KW = w->ne[3],
-                             .S = ut_conv2d_stride(t), .P = ut_conv2d_padding(t), .OH = t->ne[2], .OW = t->ne[3],
-                             .relu = ut_conv2d_fused_relu(t) != 0};
+                             .S = ut_conv2d_stride(t), .P = ut_conv2d_padding(t), .OH = hw[0], .OW = hw[1],
+                             .relu = ut_conv2d_fused_relu(t) != 0, .pool = ut_conv2d_fused_pool(t) != 0};
 }
 
 /* Threads for n independent work items: no more than items, so that column
@@ -246,17 +312,22 @@ void ut_conv2d_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     ut_tensor *b = t->src[2];
     const float *x = ut_f32(t->src[0]), *w = ut_f32(t->src[1]), *bias = b ? ut_f32(b) : NULL;
+    uint8_t *arg = NULL;
+    if (d.pool) {
+        arg = ut_kalloc(k, (size_t)ut_nelem(t));
+        ut_conv2d_set_pool_arg(t, arg);
+    }
     if (ut_winograd_applies(&d)) {
-        int nthr = threads_for((d.B + 3) / 4, k);
+        int nthr = threads_for(d.B, k);
         float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
         float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
-        ut_winograd_forward(ut_f32(t), U, ws, x, w, bias, &d, nthr);
+        ut_winograd_forward(ut_f32(t), arg, U, ws, x, w, bias, &d, nthr);
         return;
     }
     int nthr = threads_for(d.B, k);
-    size_t col = (size_t)(d.C * d.KH * d.KW * d.OH * d.OW);
-    float *cols = ut_kalloc(k, (size_t)nthr * col * sizeof(float));
-    ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
+    float *cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
+    if (d.pool) ut_conv2d_forward_pool_cpu(ut_f32(t), arg, cols, x, w, bias, &d, nthr);
+    else ut_conv2d_forward_cpu(ut_f32(t), cols, x, w, bias, &d, nthr);
 }
 
 void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -264,6 +335,8 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_conv2d_shape d = shape_of(t);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     const float *out = d.relu ? ut_f32(t) : NULL;
+    const uint8_t *arg = d.pool ? ut_conv2d_pool_arg(t) : NULL;
+    bool db = b && b->requires_grad;
     size_t nw = (size_t)(d.OC * d.C * d.KH * d.KW);
     int nthr = threads_for(d.B < UT_CONV_DW_CHUNKS ? d.B : UT_CONV_DW_CHUNKS, k);
     float *cols = NULL, *dw_part = NULL;
@@ -271,11 +344,11 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
         float *U = ut_kalloc(k, (size_t)(16 * d.OC * d.C) * sizeof(float));
         float *ws = ut_kalloc(k, (size_t)nthr * ut_winograd_thread_floats(&d) * sizeof(float));
         float *dU = dw ? ut_kalloc(k, (size_t)(UT_CONV_DW_CHUNKS + 1) * 16 * (size_t)(d.OC * d.C) * sizeof(float)) : NULL;
-        ut_winograd_backward(dx, dw, U, ws, dU, t->grad, out, ut_f32(x), ut_f32(w), &d, nthr);
+        ut_winograd_backward(dx, dw, U, ws, dU, t->grad, out, arg, ut_f32(x), ut_f32(w), &d, nthr);
         dx = dw = NULL; /* done: the bias gradient below */
     }
-    if (dx || dw) cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
+    if (dx || dw || (db && d.pool)) cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
     if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));
-    ut_conv2d_backward_cpu(dx, dw, b && b->requires_grad ? b->grad : NULL, cols, dw_part, t->grad, out,
-                           ut_f32(x), ut_f32(w), &d, nthr);
+    ut_conv2d_backward_cpu(dx, dw, db ? b->grad : NULL, cols, dw_part, t->grad, out, arg, ut_f32(x), ut_f32(w), &d,
+                           nthr);
 }

@@ -15,7 +15,47 @@ typedef struct {
     int64_t S, P;             /* stride, padding */
     int64_t OH, OW;           /* output */
     bool relu;                /* the output is relu(conv): forward clamps it, backward masks dout by out > 0 */
+    bool pool;                /* with relu: then 2x2 stride-2 max pooling; the output is (B, OC, OH/2, OW/2) */
 } ut_conv2d_shape;
+
+/* Row h (0 <= h < OH) of the gradient that reaches a convolution through a
+ * fused ReLU and 2x2 max pooling (d->pool), width (>= OW) floats into buf:
+ * the pooled gradient gp at its window's max (arg: 0 to 3, row-major) where
+ * the pooled output op is > 0, zeros elsewhere and past OW. gp, op, arg:
+ * one output channel's (OH/2, OW/2) planes. What max_pool2d's and relu's
+ * backward give, value for value. */
+static inline void ut_conv2d_pooled_grad_row(float *buf, int64_t width, int64_t h, const float *gp, const float *op,
+                                             const uint8_t *arg, const ut_conv2d_shape *d) {
+    int64_t PH = d->OH / 2, PW = d->OW / 2, pi = h / 2, ai = 2 * (h % 2), j0 = 0;
+    if (pi < PH) {
+        const float *g = gp + pi * PW, *o = op + pi * PW;
+        const uint8_t *a = arg + pi * PW;
+#pragma omp simd
+        for (int64_t pj = 0; pj < PW; pj++) {
+            float v = o[pj] > 0.0f ? g[pj] : 0.0f;
+            buf[2 * pj] = a[pj] == ai ? v : 0.0f;
+            buf[2 * pj + 1] = a[pj] == ai + 1 ? v : 0.0f;
+        }
+        j0 = 2 * PW;
+    }
+    for (int64_t j = j0; j < width; j++) buf[j] = 0.0f;
+}
+
+/* The 2x2 max of a, b (the window's top row) and c, e (its bottom row), and
+ * its place, by max_pool2d's rule: the first element starts the max, a
+ * later one takes it when greater or NaN (cpu/pool.c). */
+static inline float ut_conv2d_max4(float a, float b, float c, float e, uint8_t *at) {
+    float m = a;
+    uint8_t i = 0;
+    bool t = b > m || b != b;
+    m = t ? b : m, i = t ? 1 : i;
+    t = c > m || c != c;
+    m = t ? c : m, i = t ? 2 : i;
+    t = e > m || e != e;
+    m = t ? e : m, i = t ? 3 : i;
+    *at = i;
+    return m;
+}
 
 /* The weight gradient of the im2col path is summed over the batch in this
  * many fixed chunks of consecutive images, then the chunk partials in chunk
@@ -26,21 +66,26 @@ typedef struct {
  * nthr threads. cols: nthr buffers of C*KH*KW * OH*OW floats. */
 void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float *w,
                            const float *b, const ut_conv2d_shape *d, int nthr);
+/* With d->pool: out is the pooled (B, OC, OH/2, OW/2), arg its places
+ * (uint8); cols: nthr buffers of ut_conv2d_cols_floats. */
+void ut_conv2d_forward_pool_cpu(float *out, uint8_t *arg, float *cols, const float *x, const float *w,
+                                const float *b, const ut_conv2d_shape *d, int nthr);
 /* dx += conv's input gradient, dw += its weight gradient, db += its bias
  * gradient (each may be NULL). cols: nthr buffers of ut_conv2d_cols_floats;
  * dw_part: UT_CONV_DW_CHUNKS * OC*C*KH*KW floats. With d->relu, out is the
  * forward's output and dout counts where out > 0 only. */
 size_t ut_conv2d_cols_floats(const ut_conv2d_shape *d);
 void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float *dw_part,
-                            const float *dout, const float *out, const float *x, const float *w,
-                            const ut_conv2d_shape *d, int nthr);
+                            const float *dout, const float *out, const uint8_t *arg, const float *x,
+                            const float *w, const ut_conv2d_shape *d, int nthr);
 
 /* Winograd F(2x2, 3x3) (winograd.c) for the layers ut_winograd_applies
  * takes (3x3, stride 1, padding <= 2, at least 8 input and output
  * channels). forward writes out (B, OC, OH, OW) (+ b, may be NULL);
  * backward adds the input and weight gradients into dx and dw (either may
  * be NULL; the bias gradient is im2col's code's; with d->relu, out is the
- * forward's output, as ut_conv2d_backward_cpu's). U: 16*OC*C floats; ws:
+ * forward's output, and with d->pool the output and arg are the pooled
+ * ones, as ut_conv2d_backward_cpu's). U: 16*OC*C floats; ws:
  * nthr * ut_winograd_thread_floats; dU_part: (UT_CONV_DW_CHUNKS + 1) *
  * 16*OC*C floats. */
 bool ut_winograd_applies(const ut_conv2d_shape *d);
@@ -48,10 +93,11 @@ bool ut_winograd_applies(const ut_conv2d_shape *d);
 const char *ut_cpu_conv2d_path(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,
                                int64_t OH, int64_t OW);
 size_t ut_winograd_thread_floats(const ut_conv2d_shape *d);
-void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
-                         const ut_conv2d_shape *d, int nthr);
+void ut_winograd_forward(float *out, uint8_t *arg, float *U, float *ws, const float *x, const float *w,
+                         const float *b, const ut_conv2d_shape *d, int nthr);
 void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
-                          const float *out, const float *x, const float *w, const ut_conv2d_shape *d, int nthr);
+                          const float *out, const uint8_t *arg, const float *x, const float *w,
+                          const ut_conv2d_shape *d, int nthr);
 
 /* oneDNN: the same three products, each written (not added) into its
  * output; 0, or -1 when oneDNN has no implementation for the shape (nothing

@@ -210,14 +210,49 @@ static void input_transform(float *V, const wblocks *bl, int64_t r0, int64_t r1,
     }
 }
 
+/* The 2x2 outputs of tile tj of a row of tiles m (16 matrices SM apart),
+ * plus bias, clamped at 0 with relu: o[0], o[1] the top row, o[2], o[3] the
+ * bottom one (A^T m A) */
+static inline void tile_outputs(float o[4], const float *m, int64_t SM, int64_t tj, float bias, bool relu) {
+    float s[2][4];
+    for (int j = 0; j < 4; j++) { /* A^T m */
+        float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj], m3 = m[(12 + j) * SM + tj];
+        s[0][j] = m0 + m1 + m2;
+        s[1][j] = m1 - m2 - m3;
+    }
+    o[0] = s[0][0] + s[0][1] + s[0][2] + bias; /* (A^T m) A */
+    o[1] = s[0][1] - s[0][2] - s[0][3] + bias;
+    o[2] = s[1][0] + s[1][1] + s[1][2] + bias;
+    o[3] = s[1][1] - s[1][2] - s[1][3] + bias;
+    if (relu)
+        for (int i = 0; i < 4; i++) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
+}
+
 /* rows [2 r0, 2 r1) of out (OC, OH, OW) of one image = A^T M A of M (16, OC, nb), plus b;
- * with d->relu, clamped at 0 */
-static void output_transform(float *out, const float *M, const wblocks *bl, int64_t r0, int64_t r1, const float *b,
-                             float *pad, const ut_conv2d_shape *d) {
-    int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm;
+ * with d->relu, clamped at 0. With d->pool, out is the image's pooled
+ * (OC, OH/2, OW/2) and arg their places: a tile's 2x2 outputs are a
+ * pooling window (a last, cut row or column of tiles is no window). */
+static void output_transform(float *out, uint8_t *arg, const float *M, const wblocks *bl, int64_t r0, int64_t r1,
+                             const float *b, float *pad, const ut_conv2d_shape *d) {
+    int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm, PH = d->OH / 2, PW = d->OW / 2;
     const bool relu = d->relu;
     for (int64_t k = 0; k < d->OC; k++) {
-        float *ok = out + k * d->OH * d->OW, bias = b ? b[k] : 0.0f;
+        float bias = b ? b[k] : 0.0f;
+        if (d->pool) {
+            for (int64_t ti = r0; ti < r1 && ti < PH; ti++) {
+                const float *m = M + k * N + (ti - r0) * TW;
+                float *po = out + (k * PH + ti) * PW;
+                uint8_t *pa = arg + (k * PH + ti) * PW;
+#pragma omp simd
+                for (int64_t tj = 0; tj < PW; tj++) {
+                    float o[4];
+                    tile_outputs(o, m, SM, tj, bias, relu);
+                    po[tj] = ut_conv2d_max4(o[0], o[1], o[2], o[3], &pa[tj]);
+                }
+            }
+            continue;
+        }
+        float *ok = out + k * d->OH * d->OW;
         for (int64_t ti = r0; ti < r1; ti++) {
             const float *m = M + k * N + (ti - r0) * TW;
             /* the two output rows, 2 TW wide: in place where they fit */
@@ -225,20 +260,9 @@ static void output_transform(float *out, const float *M, const wblocks *bl, int6
             float *y0 = fit ? ok + 2 * ti * d->OW : pad, *y1 = fit && 2 * ti + 1 < d->OH ? ok + (2 * ti + 1) * d->OW : pad + WP;
 #pragma omp simd
             for (int64_t tj = 0; tj < TW; tj++) {
-                float s[2][4];
-                for (int j = 0; j < 4; j++) { /* A^T m */
-                    float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj],
-                          m3 = m[(12 + j) * SM + tj];
-                    s[0][j] = m0 + m1 + m2;
-                    s[1][j] = m1 - m2 - m3;
-                }
-                float o00 = s[0][0] + s[0][1] + s[0][2] + bias, o01 = s[0][1] - s[0][2] - s[0][3] + bias; /* (A^T m) A */
-                float o10 = s[1][0] + s[1][1] + s[1][2] + bias, o11 = s[1][1] - s[1][2] - s[1][3] + bias;
-                if (relu) {
-                    o00 = o00 > 0.0f ? o00 : 0.0f, o01 = o01 > 0.0f ? o01 : 0.0f;
-                    o10 = o10 > 0.0f ? o10 : 0.0f, o11 = o11 > 0.0f ? o11 : 0.0f;
-                }
-                y0[2 * tj] = o00, y0[2 * tj + 1] = o01, y1[2 * tj] = o10, y1[2 * tj + 1] = o11;
+                float o[4];
+                tile_outputs(o, m, SM, tj, bias, relu);
+                y0[2 * tj] = o[0], y0[2 * tj + 1] = o[1], y1[2 * tj] = o[2], y1[2 * tj + 1] = o[3];
             }
             if (fit) continue;
             float *o0 = ok + 2 * ti * d->OW, *o1 = o0 + d->OW;
@@ -274,15 +298,29 @@ static const float *output_row(const float *gk, const float *ok, int64_t h, floa
 
 /* dM (16, OC, nb) = A dy A^T of tile rows [r0, r1) of one image's output
  * gradient g (OC, OH, OW); with a fused ReLU (out: the image's output, else
- * NULL) dy is g where out > 0 */
+ * NULL) dy is g where out > 0; with d->pool, g, out and arg are the image's
+ * pooled ones (ut_conv2d_pooled_grad_row) */
 static void grad_transform(float *dM, const wblocks *bl, int64_t r0, int64_t r1, const float *g, const float *out,
-                           float *pad, const ut_conv2d_shape *d) {
+                           const uint8_t *arg, float *pad, const ut_conv2d_shape *d) {
     int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm;
     for (int64_t k = 0; k < d->OC; k++) {
-        const float *gk = g + k * d->OH * d->OW, *ok = out ? out + k * d->OH * d->OW : NULL;
+        const float *gk = g + k * d->OH * d->OW, *ok = out && !d->pool ? out + k * d->OH * d->OW : NULL;
         for (int64_t ti = r0; ti < r1; ti++) {
             /* rows 2 ti and 2 ti + 1, 2 TW wide, zero past the output */
-            const float *y0 = output_row(gk, ok, 2 * ti, pad, d, TW), *y1 = output_row(gk, ok, 2 * ti + 1, pad + WP, d, TW);
+            const float *y0, *y1;
+            if (d->pool) {
+                int64_t PHW = (d->OH / 2) * (d->OW / 2);
+                const float *gp = g + k * PHW, *op = out + k * PHW;
+                const uint8_t *ap = arg + k * PHW;
+                bool in0 = 2 * ti < d->OH, in1 = 2 * ti + 1 < d->OH;
+                if (in0) ut_conv2d_pooled_grad_row(pad, 2 * TW, 2 * ti, gp, op, ap, d);
+                else memset(pad, 0, (size_t)(2 * TW) * sizeof(float));
+                if (in1) ut_conv2d_pooled_grad_row(pad + WP, 2 * TW, 2 * ti + 1, gp, op, ap, d);
+                else memset(pad + WP, 0, (size_t)(2 * TW) * sizeof(float));
+                y0 = pad, y1 = pad + WP;
+            } else {
+                y0 = output_row(gk, ok, 2 * ti, pad, d, TW), y1 = output_row(gk, ok, 2 * ti + 1, pad + WP, d, TW);
+            }
             float *m = dM + k * N + (ti - r0) * TW;
 #pragma omp simd
             for (int64_t tj = 0; tj < TW; tj++) {
@@ -421,10 +459,10 @@ static wgemms gemms_for(const ut_conv2d_shape *d, const wblocks *bl, int64_t col
     };
 }
 
-void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const float *w, const float *b,
-                         const ut_conv2d_shape *d, int nthr) {
+void ut_winograd_forward(float *out, uint8_t *arg, float *U, float *ws, const float *x, const float *w,
+                         const float *b, const ut_conv2d_shape *d, int nthr) {
     wblocks bl = blocks_of(d);
-    int64_t CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW, KC = d->OC * d->C;
+    int64_t CHW = d->C * d->H * d->W, YHW = d->OC * (d->pool ? (d->OH / 2) * (d->OW / 2) : d->OH * d->OW), KC = d->OC * d->C;
     int64_t last = bl.TH % bl.rows ? bl.TH % bl.rows : bl.rows;
     wgemms full = gemms_for(d, &bl, bl.nb), tail = gemms_for(d, &bl, last * bl.TW);
     kernel_transform(U, w, d, false);
@@ -439,7 +477,7 @@ void ut_winograd_forward(float *out, float *U, float *ws, const float *x, const 
                 const rm_gemm *g = r1 - r0 == bl.rows ? &full.fwd : &tail.fwd;
                 input_transform(V, &bl, r0, r1, x + n * CHW, pad, d);
                 for (int xi = 0; xi < 16; xi++) rm_gemm_run(g, U + xi * KC, V + xi * bl.sv, M + xi * bl.sm);
-                output_transform(out + n * OHW, M, &bl, r0, r1, b, pad, d);
+                output_transform(out + n * YHW, arg ? arg + n * YHW : NULL, M, &bl, r0, r1, b, pad, d);
             }
     }
 }
@@ -453,9 +491,10 @@ static void transpose_tiles(float *Vt, const float *V, const wblocks *bl, int64_
 }
 
 void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_part, const float *dout,
-                          const float *out, const float *x, const float *w, const ut_conv2d_shape *d, int nthr) {
+                          const float *out, const uint8_t *arg, const float *x, const float *w,
+                          const ut_conv2d_shape *d, int nthr) {
     wblocks bl = blocks_of(d);
-    int64_t KC = d->OC * d->C, CHW = d->C * d->H * d->W, OHW = d->OC * d->OH * d->OW;
+    int64_t KC = d->OC * d->C, CHW = d->C * d->H * d->W, YHW = d->OC * (d->pool ? (d->OH / 2) * (d->OW / 2) : d->OH * d->OW); /* an image of the output */
     int64_t nch = d->B < UT_CONV_DW_CHUNKS ? d->B : UT_CONV_DW_CHUNKS;
     int64_t last = bl.TH % bl.rows ? bl.TH % bl.rows : bl.rows;
     wgemms full = gemms_for(d, &bl, bl.nb), tail = gemms_for(d, &bl, last * bl.TW);
@@ -473,7 +512,8 @@ void ut_winograd_backward(float *dx, float *dw, float *U, float *ws, float *dU_p
                 for (int64_t r0 = 0; r0 < bl.TH; r0 += bl.rows) {
                     int64_t r1 = r0 + bl.rows < bl.TH ? r0 + bl.rows : bl.TH, cols = (r1 - r0) * bl.TW;
                     const wgemms *g = r1 - r0 == bl.rows ? &full : &tail;
-                    grad_transform(dM, &bl, r0, r1, dout + n * OHW, out ? out + n * OHW : NULL, pad, d);
+                    grad_transform(dM, &bl, r0, r1, dout + n * YHW, out ? out + n * YHW : NULL, arg ? arg + n * YHW : NULL,
+                                   pad, d);
                     if (dx) {
                         for (int xi = 0; xi < 16; xi++)
                             rm_gemm_run(&g->bwd_data, U + xi * KC, dM + xi * bl.sm, dV + xi * bl.sv);
