@@ -311,17 +311,19 @@ static void test_conv2d_backward_deterministic(void) {
 }
 
 /* ut_conv2d_relu gives relu(conv2d)'s output and gradients bit for bit, and
- * ut_conv2d_relu_maxpool2 max_pool2d(relu(conv2d), 2, 2)'s, on im2col (one
+ * ut_conv2d_relu_maxpool2 max_pool2d(relu(conv2d), 2, 2)'s (the bias
+ * gradient up to rounding), on im2col (one
  * input channel, as the CNN's first layer) and on Winograd (padding 0 and
  * 1, odd sizes: a last row or column that no window takes); under autocast
  * they are the separate ops */
 typedef struct { float *y, *g[3]; int64_t n[4]; } conv_relu_run;
 
-static conv_relu_run conv_relu_once(bool fused, bool pool, int64_t B, int64_t C, int64_t H, int64_t OC, int P) {
+static conv_relu_run conv_relu_once(bool fused, bool pool, int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC,
+                                    int P) {
     ut_ctx *ctx = new_ctx();
     ut_rng r;
     ut_rng_seed(&r, 21);
-    int64_t xne[4] = {B, C, H, H + 1}, wne[4] = {OC, C, 3, 3};
+    int64_t xne[4] = {B, C, H, W}, wne[4] = {OC, C, 3, 3};
     ut_tensor *x = randn(ctx, &r, 4, xne), *w = randn(ctx, &r, 4, wne), *b = randn(ctx, &r, 1, &OC);
     ut_tensor *in[3] = {x, w, b};
     for (int i = 0; i < 3; i++) ut_tensor_set_requires_grad(in[i], true);
@@ -348,12 +350,15 @@ out:
 }
 
 static void test_conv2d_relu_fused(void) {
-    const int64_t shapes[][5] = {{5, 1, 12, 8, 0}, {3, 16, 14, 16, 0}, {2, 8, 9, 12, 1}};
+    /* B, C, H, W, OC, padding; the last two: even outputs (every tile a
+     * window), in one block and in five blocks of tile rows */
+    const int64_t shapes[][6] = {{5, 1, 12, 13, 8, 0}, {3, 16, 14, 15, 16, 0}, {2, 8, 9, 10, 12, 1},
+                                 {2, 16, 10, 12, 8, 0}, {1, 32, 38, 38, 32, 0}};
     for (size_t s = 0; s < 2 * sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t *q = shapes[s / 2];
         bool pool = s % 2;
-        conv_relu_run a = conv_relu_once(false, pool, q[0], q[1], q[2], q[3], (int)q[4]);
-        conv_relu_run f = conv_relu_once(true, pool, q[0], q[1], q[2], q[3], (int)q[4]);
+        conv_relu_run a = conv_relu_once(false, pool, q[0], q[1], q[2], q[3], q[4], (int)q[5]);
+        conv_relu_run f = conv_relu_once(true, pool, q[0], q[1], q[2], q[3], q[4], (int)q[5]);
         if (a.y && f.y) {
             int64_t zeros = 0;
             for (int64_t i = 0; i < a.n[3]; i++) zeros += a.y[i] == 0.0f;
@@ -362,8 +367,12 @@ static void test_conv2d_relu_fused(void) {
             CHECK(zeros > lo && zeros < hi, "case %zu: %lld of %lld outputs clamped", s, (long long)zeros,
                   (long long)a.n[3]);
             CHECK(!memcmp(a.y, f.y, sizeof(float) * (size_t)a.n[3]), "case %zu: outputs differ", s);
-            for (int i = 0; i < 3; i++)
+            /* pooled, the bias gradient sums each window's share once rather than
+             * its four places (three of them zeros): equal up to rounding */
+            for (int i = 0; i < (pool ? 2 : 3); i++)
                 CHECK(!memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]), "case %zu: gradient %d differs", s, i);
+            for (int64_t j = 0; pool && j < a.n[2]; j++)
+                CHECK_NEAR(f.g[2][j], a.g[2][j], 1e-5 * (1 + fabs(a.g[2][j])));
         }
         free(a.y), free(f.y);
         for (int i = 0; i < 3; i++) free(a.g[i]), free(f.g[i]);

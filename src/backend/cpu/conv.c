@@ -244,17 +244,17 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
             dw[i] += s;
         }
     }
-    if (db && d->pool) { /* rows rebuilt from the pooled gradient (cols: a row per thread), summed as below */
+    if (db && d->pool) { /* over the pooled gradient: a window adds its max's share once */
         int64_t PHW = (d->OH / 2) * (d->OW / 2);
-#pragma omp parallel for schedule(static) num_threads(nthr)
+#pragma omp parallel for schedule(static)
         for (int64_t oc = 0; oc < d->OC; oc++) {
-            float acc[CONV_DB_LANES] = {0}, *row = cols + (int64_t)omp_get_thread_num() * (int64_t)ut_conv2d_cols_floats(d);
+            float acc[CONV_DB_LANES] = {0};
             for (int64_t n = 0; n < d->B; n++) {
-                int64_t q = (n * d->OC + oc) * PHW, p = 0;
-                for (int64_t h = 0; h < d->OH; h++) {
-                    ut_conv2d_pooled_grad_row(row, d->OW, h, dout + q, out + q, arg + q, d);
-                    for (int64_t j = 0; j < d->OW; j++, p++) acc[p % CONV_DB_LANES] += row[j];
-                }
+                const float *g = dout + (n * d->OC + oc) * PHW, *o = out + (n * d->OC + oc) * PHW;
+                int64_t p = 0;
+                for (; p + CONV_DB_LANES <= PHW; p += CONV_DB_LANES)
+                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
+                for (int j = 0; p + j < PHW; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
             }
             for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
                 for (int j = 0; j < w; j++) acc[j] += acc[j + w];
@@ -347,7 +347,7 @@ void ut_conv2d_bwd_cpu(ut_tensor *t, UT_KCTX) {
         ut_winograd_backward(dx, dw, U, ws, dU, t->grad, out, arg, ut_f32(x), ut_f32(w), &d, nthr);
         dx = dw = NULL; /* done: the bias gradient below */
     }
-    if (dx || dw || (db && d.pool)) cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
+    if (dx || dw) cols = ut_kalloc(k, (size_t)nthr * ut_conv2d_cols_floats(&d) * sizeof(float));
     if (dw) dw_part = ut_kalloc(k, UT_CONV_DW_CHUNKS * nw * sizeof(float));
     ut_conv2d_backward_cpu(dx, dw, db ? b->grad : NULL, cols, dw_part, t->grad, out, arg, ut_f32(x), ut_f32(w), &d,
                            nthr);

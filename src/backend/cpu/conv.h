@@ -46,14 +46,14 @@ static inline void ut_conv2d_pooled_grad_row(float *buf, int64_t width, int64_t 
  * later one takes it when greater or NaN (cpu/pool.c). */
 static inline float ut_conv2d_max4(float a, float b, float c, float e, uint8_t *at) {
     float m = a;
-    uint8_t i = 0;
-    bool t = b > m || b != b;
+    int i = 0;
+    bool t = (b > m) | (b != b); /* | and ?: rather than || and if: the loops over windows vectorise */
     m = t ? b : m, i = t ? 1 : i;
-    t = c > m || c != c;
+    t = (c > m) | (c != c);
     m = t ? c : m, i = t ? 2 : i;
-    t = e > m || e != e;
+    t = (e > m) | (e != e);
     m = t ? e : m, i = t ? 3 : i;
-    *at = i;
+    *at = (uint8_t)i;
     return m;
 }
 

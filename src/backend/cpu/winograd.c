@@ -210,44 +210,72 @@ static void input_transform(float *V, const wblocks *bl, int64_t r0, int64_t r1,
     }
 }
 
-/* The 2x2 outputs of tile tj of a row of tiles m (16 matrices SM apart),
- * plus bias, clamped at 0 with relu: o[0], o[1] the top row, o[2], o[3] the
- * bottom one (A^T m A) */
-static inline void tile_outputs(float o[4], const float *m, int64_t SM, int64_t tj, float bias, bool relu) {
-    float s[2][4];
-    for (int j = 0; j < 4; j++) { /* A^T m */
-        float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj], m3 = m[(12 + j) * SM + tj];
-        s[0][j] = m0 + m1 + m2;
-        s[1][j] = m1 - m2 - m3;
+/* The output rows y0, y1 (2 TW wide) of a row of tiles m: A^T m A plus
+ * bias, clamped at 0 with relu. Inlined with relu a constant at each call,
+ * so that the loop has no branch and vectorises. */
+static inline void tile_row_outputs(float *y0, float *y1, const float *m, int64_t SM, int64_t TW, float bias,
+                                    const bool relu) {
+#pragma omp simd
+    for (int64_t tj = 0; tj < TW; tj++) {
+        float s[2][4];
+        for (int j = 0; j < 4; j++) { /* A^T m */
+            float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj],
+                  m3 = m[(12 + j) * SM + tj];
+            s[0][j] = m0 + m1 + m2;
+            s[1][j] = m1 - m2 - m3;
+        }
+        float o00 = s[0][0] + s[0][1] + s[0][2] + bias, o01 = s[0][1] - s[0][2] - s[0][3] + bias; /* (A^T m) A */
+        float o10 = s[1][0] + s[1][1] + s[1][2] + bias, o11 = s[1][1] - s[1][2] - s[1][3] + bias;
+        if (relu) {
+            o00 = o00 > 0.0f ? o00 : 0.0f, o01 = o01 > 0.0f ? o01 : 0.0f;
+            o10 = o10 > 0.0f ? o10 : 0.0f, o11 = o11 > 0.0f ? o11 : 0.0f;
+        }
+        y0[2 * tj] = o00, y0[2 * tj + 1] = o01, y1[2 * tj] = o10, y1[2 * tj + 1] = o11;
     }
-    o[0] = s[0][0] + s[0][1] + s[0][2] + bias; /* (A^T m) A */
-    o[1] = s[0][1] - s[0][2] - s[0][3] + bias;
-    o[2] = s[1][0] + s[1][1] + s[1][2] + bias;
-    o[3] = s[1][1] - s[1][2] - s[1][3] + bias;
-    if (relu)
-        for (int i = 0; i < 4; i++) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
 }
 
 /* rows [2 r0, 2 r1) of out (OC, OH, OW) of one image = A^T M A of M (16, OC, nb), plus b;
  * with d->relu, clamped at 0. With d->pool, out is the image's pooled
  * (OC, OH/2, OW/2) and arg their places: a tile's 2x2 outputs are a
- * pooling window (a last, cut row or column of tiles is no window). */
+ * pooling window (a last, cut row or column of tiles is no window). The
+ * loops over tiles are written so that they vectorise (selects, and no
+ * bool or 8-bit temporaries among the floats). */
 static void output_transform(float *out, uint8_t *arg, const float *M, const wblocks *bl, int64_t r0, int64_t r1,
                              const float *b, float *pad, const ut_conv2d_shape *d) {
     int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm, PH = d->OH / 2, PW = d->OW / 2;
     const bool relu = d->relu;
     for (int64_t k = 0; k < d->OC; k++) {
         float bias = b ? b[k] : 0.0f;
-        if (d->pool) {
-            for (int64_t ti = r0; ti < r1 && ti < PH; ti++) {
+        if (d->pool) { /* relu too: no NaN is left, so max_pool2d's rule is "a later element wins when greater" */
+            /* where every tile of the block is a window (OW even, the rows inside
+             * the pooled output), the block's tiles and its pooled outputs are in
+             * the same order: one loop over all of them (whole vectors), else a
+             * row of tiles at a time */
+            bool whole = PW == TW && r1 <= PH;
+            for (int64_t ti = r0; ti < (whole ? r0 + 1 : r1 < PH ? r1 : PH); ti++) {
                 const float *m = M + k * N + (ti - r0) * TW;
                 float *po = out + (k * PH + ti) * PW;
                 uint8_t *pa = arg + (k * PH + ti) * PW;
+                int64_t n = whole ? (r1 - r0) * TW : PW;
 #pragma omp simd
-                for (int64_t tj = 0; tj < PW; tj++) {
-                    float o[4];
-                    tile_outputs(o, m, SM, tj, bias, relu);
-                    po[tj] = ut_conv2d_max4(o[0], o[1], o[2], o[3], &pa[tj]);
+                for (int64_t tj = 0; tj < n; tj++) {
+                    float s[2][4];
+                    for (int j = 0; j < 4; j++) { /* A^T m */
+                        float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj],
+                              m3 = m[(12 + j) * SM + tj];
+                        s[0][j] = m0 + m1 + m2;
+                        s[1][j] = m1 - m2 - m3;
+                    }
+                    float o0 = s[0][0] + s[0][1] + s[0][2] + bias, o1 = s[0][1] - s[0][2] - s[0][3] + bias;
+                    float o2 = s[1][0] + s[1][1] + s[1][2] + bias, o3 = s[1][1] - s[1][2] - s[1][3] + bias;
+                    o0 = o0 > 0.0f ? o0 : 0.0f, o1 = o1 > 0.0f ? o1 : 0.0f;
+                    o2 = o2 > 0.0f ? o2 : 0.0f, o3 = o3 > 0.0f ? o3 : 0.0f;
+                    float mx = o0, at = 0.0f;
+                    at = o1 > mx ? 1.0f : at, mx = o1 > mx ? o1 : mx;
+                    at = o2 > mx ? 2.0f : at, mx = o2 > mx ? o2 : mx;
+                    at = o3 > mx ? 3.0f : at, mx = o3 > mx ? o3 : mx;
+                    po[tj] = mx;
+                    pa[tj] = (uint8_t)at;
                 }
             }
             continue;
@@ -258,12 +286,8 @@ static void output_transform(float *out, uint8_t *arg, const float *M, const wbl
             /* the two output rows, 2 TW wide: in place where they fit */
             bool fit = d->OW == 2 * TW;
             float *y0 = fit ? ok + 2 * ti * d->OW : pad, *y1 = fit && 2 * ti + 1 < d->OH ? ok + (2 * ti + 1) * d->OW : pad + WP;
-#pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) {
-                float o[4];
-                tile_outputs(o, m, SM, tj, bias, relu);
-                y0[2 * tj] = o[0], y0[2 * tj + 1] = o[1], y1[2 * tj] = o[2], y1[2 * tj + 1] = o[3];
-            }
+            if (relu) tile_row_outputs(y0, y1, m, SM, TW, bias, true);
+            else tile_row_outputs(y0, y1, m, SM, TW, bias, false);
             if (fit) continue;
             float *o0 = ok + 2 * ti * d->OW, *o1 = o0 + d->OW;
 #pragma omp simd
@@ -300,44 +324,52 @@ static const float *output_row(const float *gk, const float *ok, int64_t h, floa
  * gradient g (OC, OH, OW); with a fused ReLU (out: the image's output, else
  * NULL) dy is g where out > 0; with d->pool, g, out and arg are the image's
  * pooled ones (ut_conv2d_pooled_grad_row) */
+/* dM's 16 values of tile tj (matrices SM apart) = A y A^T of its 2x2 output gradient y */
+static inline void tile_grad(float *m, int64_t SM, int64_t tj, float y00, float y01, float y10, float y11) {
+    float y[2][2] = {{y00, y01}, {y10, y11}}, q[4][2];
+    for (int j = 0; j < 2; j++) { /* A y */
+        q[0][j] = y[0][j];
+        q[1][j] = y[0][j] + y[1][j];
+        q[2][j] = y[0][j] - y[1][j];
+        q[3][j] = -y[1][j];
+    }
+    for (int i = 0; i < 4; i++) { /* (A y) A^T */
+        m[(4 * i + 0) * SM + tj] = q[i][0];
+        m[(4 * i + 1) * SM + tj] = q[i][0] + q[i][1];
+        m[(4 * i + 2) * SM + tj] = q[i][0] - q[i][1];
+        m[(4 * i + 3) * SM + tj] = -q[i][1];
+    }
+}
+
 static void grad_transform(float *dM, const wblocks *bl, int64_t r0, int64_t r1, const float *g, const float *out,
                            const uint8_t *arg, float *pad, const ut_conv2d_shape *d) {
-    int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm;
+    int64_t TW = bl->TW, WP = 2 * TW + 2, N = bl->nb, SM = bl->sm, PH = d->OH / 2, PW = d->OW / 2;
     for (int64_t k = 0; k < d->OC; k++) {
-        const float *gk = g + k * d->OH * d->OW, *ok = out && !d->pool ? out + k * d->OH * d->OW : NULL;
+        if (d->pool) { /* a tile's gradient is the pooled one at its max, where the pooled output is > 0 */
+            bool whole = PW == TW && r1 <= PH; /* as output_transform: one loop over the block */
+            for (int64_t ti = r0; ti < (whole ? r0 + 1 : r1); ti++) {
+                float *m = dM + k * N + (ti - r0) * TW;
+                int64_t n = whole ? (r1 - r0) * TW : ti < PH ? PW : 0, at = (k * PH + (ti < PH ? ti : 0)) * PW;
+                const float *gp = g + at, *op = out + at;
+                const uint8_t *ap = arg + at;
+#pragma omp simd
+                for (int64_t tj = 0; tj < n; tj++) {
+                    float v = gp[tj], o = op[tj];
+                    int a = ap[tj];
+                    v = o > 0.0f ? v : 0.0f;
+                    tile_grad(m, SM, tj, a == 0 ? v : 0.0f, a == 1 ? v : 0.0f, a == 2 ? v : 0.0f, a == 3 ? v : 0.0f);
+                }
+                for (int64_t tj = n; tj < TW; tj++) tile_grad(m, SM, tj, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            continue;
+        }
+        const float *gk = g + k * d->OH * d->OW, *ok = out ? out + k * d->OH * d->OW : NULL;
         for (int64_t ti = r0; ti < r1; ti++) {
             /* rows 2 ti and 2 ti + 1, 2 TW wide, zero past the output */
-            const float *y0, *y1;
-            if (d->pool) {
-                int64_t PHW = (d->OH / 2) * (d->OW / 2);
-                const float *gp = g + k * PHW, *op = out + k * PHW;
-                const uint8_t *ap = arg + k * PHW;
-                bool in0 = 2 * ti < d->OH, in1 = 2 * ti + 1 < d->OH;
-                if (in0) ut_conv2d_pooled_grad_row(pad, 2 * TW, 2 * ti, gp, op, ap, d);
-                else memset(pad, 0, (size_t)(2 * TW) * sizeof(float));
-                if (in1) ut_conv2d_pooled_grad_row(pad + WP, 2 * TW, 2 * ti + 1, gp, op, ap, d);
-                else memset(pad + WP, 0, (size_t)(2 * TW) * sizeof(float));
-                y0 = pad, y1 = pad + WP;
-            } else {
-                y0 = output_row(gk, ok, 2 * ti, pad, d, TW), y1 = output_row(gk, ok, 2 * ti + 1, pad + WP, d, TW);
-            }
+            const float *y0 = output_row(gk, ok, 2 * ti, pad, d, TW), *y1 = output_row(gk, ok, 2 * ti + 1, pad + WP, d, TW);
             float *m = dM + k * N + (ti - r0) * TW;
 #pragma omp simd
-            for (int64_t tj = 0; tj < TW; tj++) {
-                float y[2][2] = {{y0[2 * tj], y0[2 * tj + 1]}, {y1[2 * tj], y1[2 * tj + 1]}}, q[4][2];
-                for (int j = 0; j < 2; j++) { /* A y */
-                    q[0][j] = y[0][j];
-                    q[1][j] = y[0][j] + y[1][j];
-                    q[2][j] = y[0][j] - y[1][j];
-                    q[3][j] = -y[1][j];
-                }
-                for (int i = 0; i < 4; i++) { /* (A y) A^T */
-                    m[(4 * i + 0) * SM + tj] = q[i][0];
-                    m[(4 * i + 1) * SM + tj] = q[i][0] + q[i][1];
-                    m[(4 * i + 2) * SM + tj] = q[i][0] - q[i][1];
-                    m[(4 * i + 3) * SM + tj] = -q[i][1];
-                }
-            }
+            for (int64_t tj = 0; tj < TW; tj++) tile_grad(m, SM, tj, y0[2 * tj], y0[2 * tj + 1], y1[2 * tj], y1[2 * tj + 1]);
         }
     }
 }
