@@ -140,6 +140,45 @@ void ut_conv2d_forward_cpu(float *out, float *cols, const float *x, const float 
     }
 }
 
+/* Row h (0 <= h < OH) of the gradient that reaches a convolution through a
+ * fused ReLU and 2x2 max pooling (d->pool), width (>= OW) floats into buf:
+ * the pooled gradient gp at its window's max (arg: 0 to 3, row-major) where
+ * the pooled output op is > 0, zeros elsewhere and past OW. gp, op, arg:
+ * one output channel's (OH/2, OW/2) planes. What max_pool2d's and relu's
+ * backward give, value for value. */
+static void pooled_grad_row(float *buf, int64_t width, int64_t h, const float *gp, const float *op,
+                                             const uint8_t *arg, const ut_conv2d_shape *d) {
+    int64_t PH = d->OH / 2, PW = d->OW / 2, pi = h / 2, ai = 2 * (h % 2), j0 = 0;
+    if (pi < PH) {
+        const float *g = gp + pi * PW, *o = op + pi * PW;
+        const uint8_t *a = arg + pi * PW;
+#pragma omp simd
+        for (int64_t pj = 0; pj < PW; pj++) {
+            float v = o[pj] > 0.0f ? g[pj] : 0.0f;
+            buf[2 * pj] = a[pj] == ai ? v : 0.0f;
+            buf[2 * pj + 1] = a[pj] == ai + 1 ? v : 0.0f;
+        }
+        j0 = 2 * PW;
+    }
+    for (int64_t j = j0; j < width; j++) buf[j] = 0.0f;
+}
+
+/* The 2x2 max of a, b (the window's top row) and c, e (its bottom row), and
+ * its place, by max_pool2d's rule: the first element starts the max, a
+ * later one takes it when greater or NaN (pool.c). */
+static inline float max4(float a, float b, float c, float e, uint8_t *at) {
+    float m = a;
+    int i = 0;
+    bool t = (b > m) | (b != b); /* | and ?: rather than || and if: the loops over windows vectorise */
+    m = t ? b : m, i = t ? 1 : i;
+    t = (c > m) | (c != c);
+    m = t ? c : m, i = t ? 2 : i;
+    t = (e > m) | (e != e);
+    m = t ? e : m, i = t ? 3 : i;
+    *at = (uint8_t)i;
+    return m;
+}
+
 /* out, arg (B, OC, OH/2, OW/2) = 2x2 max pooling of relu(conv): each
  * image's convolution into the thread's buffer, clamped, then pooled. */
 void ut_conv2d_forward_pool_cpu(float *out, uint8_t *arg, float *cols, const float *x, const float *w,
@@ -165,7 +204,7 @@ void ut_conv2d_forward_pool_cpu(float *out, uint8_t *arg, float *cols, const flo
                         float a = r0[2 * pj], bb = r0[2 * pj + 1], c = r1[2 * pj], e = r1[2 * pj + 1];
                         a = a > 0.0f ? a : 0.0f, bb = bb > 0.0f ? bb : 0.0f;
                         c = c > 0.0f ? c : 0.0f, e = e > 0.0f ? e : 0.0f;
-                        po[pj] = ut_conv2d_max4(a, bb, c, e, &pa[pj]);
+                        po[pj] = max4(a, bb, c, e, &pa[pj]);
                     }
                 }
         }
@@ -190,7 +229,7 @@ static void unpool_grad(float *g, const float *dout, const float *out, const uin
     for (int64_t oc = 0; oc < d->OC; oc++) {
         int64_t p = (n * d->OC + oc) * PHW;
         for (int64_t h = 0; h < d->OH; h++)
-            ut_conv2d_pooled_grad_row(g + (oc * d->OH + h) * d->OW, d->OW, h, dout + p, out + p, arg + p, d);
+            pooled_grad_row(g + (oc * d->OH + h) * d->OW, d->OW, h, dout + p, out + p, arg + p, d);
     }
 }
 
@@ -244,39 +283,17 @@ void ut_conv2d_backward_cpu(float *dx, float *dw, float *db, float *cols, float 
             dw[i] += s;
         }
     }
-    if (db && d->pool) { /* over the pooled gradient: a window adds its max's share once */
-        int64_t PHW = (d->OH / 2) * (d->OW / 2);
+    if (db) { /* with a fused ReLU dout counts where out > 0; pooled, each window's share once */
+        int64_t plane = d->pool ? (d->OH / 2) * (d->OW / 2) : OHW;
 #pragma omp parallel for schedule(static)
         for (int64_t oc = 0; oc < d->OC; oc++) {
             float acc[CONV_DB_LANES] = {0};
             for (int64_t n = 0; n < d->B; n++) {
-                const float *g = dout + (n * d->OC + oc) * PHW, *o = out + (n * d->OC + oc) * PHW;
+                const float *g = dout + (n * d->OC + oc) * plane, *o = out ? out + (n * d->OC + oc) * plane : NULL;
                 int64_t p = 0;
-                for (; p + CONV_DB_LANES <= PHW; p += CONV_DB_LANES)
-                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
-                for (int j = 0; p + j < PHW; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
-            }
-            for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
-                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-            db[oc] += acc[0];
-        }
-    } else if (db) {
-#pragma omp parallel for schedule(static)
-        for (int64_t oc = 0; oc < d->OC; oc++) {
-            float acc[CONV_DB_LANES] = {0};
-            for (int64_t n = 0; n < d->B; n++) {
-                const float *g = dout + (n * d->OC + oc) * OHW;
-                int64_t p = 0;
-                if (d->relu) {
-                    const float *o = out + (n * d->OC + oc) * OHW;
-                    for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
-                        for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
-                    for (int j = 0; p + j < OHW; j++) acc[j] += relu_grad(g[p + j], o[p + j]);
-                    continue;
-                }
-                for (; p + CONV_DB_LANES <= OHW; p += CONV_DB_LANES)
-                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += g[p + j];
-                for (int j = 0; p + j < OHW; j++) acc[j] += g[p + j];
+                for (; p + CONV_DB_LANES <= plane; p += CONV_DB_LANES)
+                    for (int j = 0; j < CONV_DB_LANES; j++) acc[j] += o ? relu_grad(g[p + j], o[p + j]) : g[p + j];
+                for (int j = 0; p + j < plane; j++) acc[j] += o ? relu_grad(g[p + j], o[p + j]) : g[p + j];
             }
             for (int w = CONV_DB_LANES / 2; w > 0; w /= 2)
                 for (int j = 0; j < w; j++) acc[j] += acc[j + w];

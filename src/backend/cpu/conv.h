@@ -18,45 +18,6 @@ typedef struct {
     bool pool;                /* with relu: then 2x2 stride-2 max pooling; the output is (B, OC, OH/2, OW/2) */
 } ut_conv2d_shape;
 
-/* Row h (0 <= h < OH) of the gradient that reaches a convolution through a
- * fused ReLU and 2x2 max pooling (d->pool), width (>= OW) floats into buf:
- * the pooled gradient gp at its window's max (arg: 0 to 3, row-major) where
- * the pooled output op is > 0, zeros elsewhere and past OW. gp, op, arg:
- * one output channel's (OH/2, OW/2) planes. What max_pool2d's and relu's
- * backward give, value for value. */
-static inline void ut_conv2d_pooled_grad_row(float *buf, int64_t width, int64_t h, const float *gp, const float *op,
-                                             const uint8_t *arg, const ut_conv2d_shape *d) {
-    int64_t PH = d->OH / 2, PW = d->OW / 2, pi = h / 2, ai = 2 * (h % 2), j0 = 0;
-    if (pi < PH) {
-        const float *g = gp + pi * PW, *o = op + pi * PW;
-        const uint8_t *a = arg + pi * PW;
-#pragma omp simd
-        for (int64_t pj = 0; pj < PW; pj++) {
-            float v = o[pj] > 0.0f ? g[pj] : 0.0f;
-            buf[2 * pj] = a[pj] == ai ? v : 0.0f;
-            buf[2 * pj + 1] = a[pj] == ai + 1 ? v : 0.0f;
-        }
-        j0 = 2 * PW;
-    }
-    for (int64_t j = j0; j < width; j++) buf[j] = 0.0f;
-}
-
-/* The 2x2 max of a, b (the window's top row) and c, e (its bottom row), and
- * its place, by max_pool2d's rule: the first element starts the max, a
- * later one takes it when greater or NaN (cpu/pool.c). */
-static inline float ut_conv2d_max4(float a, float b, float c, float e, uint8_t *at) {
-    float m = a;
-    int i = 0;
-    bool t = (b > m) | (b != b); /* | and ?: rather than || and if: the loops over windows vectorise */
-    m = t ? b : m, i = t ? 1 : i;
-    t = (c > m) | (c != c);
-    m = t ? c : m, i = t ? 2 : i;
-    t = (e > m) | (e != e);
-    m = t ? e : m, i = t ? 3 : i;
-    *at = (uint8_t)i;
-    return m;
-}
-
 /* The weight gradient of the im2col path is summed over the batch in this
  * many fixed chunks of consecutive images, then the chunk partials in chunk
  * order: the result does not depend on the thread count. */

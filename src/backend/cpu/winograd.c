@@ -259,6 +259,8 @@ static void output_transform(float *out, uint8_t *arg, const float *M, const wbl
                 int64_t n = whole ? (r1 - r0) * TW : PW;
 #pragma omp simd
                 for (int64_t tj = 0; tj < n; tj++) {
+                    /* A^T m A as in tile_row_outputs, written out again: gcc
+                     * vectorises neither loop once this is a shared inline function */
                     float s[2][4];
                     for (int j = 0; j < 4; j++) { /* A^T m */
                         float m0 = m[(0 + j) * SM + tj], m1 = m[(4 + j) * SM + tj], m2 = m[(8 + j) * SM + tj],
@@ -323,7 +325,7 @@ static const float *output_row(const float *gk, const float *ok, int64_t h, floa
 /* dM (16, OC, nb) = A dy A^T of tile rows [r0, r1) of one image's output
  * gradient g (OC, OH, OW); with a fused ReLU (out: the image's output, else
  * NULL) dy is g where out > 0; with d->pool, g, out and arg are the image's
- * pooled ones (ut_conv2d_pooled_grad_row) */
+ * pooled ones, as conv.c's pooled_grad_row reads them */
 /* dM's 16 values of tile tj (matrices SM apart) = A y A^T of its 2x2 output gradient y */
 static inline void tile_grad(float *m, int64_t SM, int64_t tj, float y00, float y01, float y10, float y11) {
     float y[2][2] = {{y00, y01}, {y10, y11}}, q[4][2];
