@@ -23,13 +23,17 @@ extern "C" {
 typedef struct ut_comm ut_comm;
 typedef struct ut_comm_req ut_comm_req;
 
-/* Sets up this process's communicator: MPI when it runs under a launcher
- * (mpirun/mpiexec/srun: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set) or
- * when force_mpi, else the single-process one. Every collective that takes
- * longer than timeout_s (0: no limit) ends all ranks: each reports the
- * collective it was in and its sequence number ("rank 1: timeout in
- * allreduce #123"). Returns NULL with a message on failure. The first
- * communicator made becomes ut_comm_world(). */
+/* Sets up this process's communicator: MPI when it runs under an MPI
+ * launcher (mpirun/mpiexec/srun: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK
+ * set) or when force_mpi; TCP when RANK and WORLD_SIZE > 1 are set without
+ * MPI (torchrun, Accelerate, PyTorchJob: the ranks meet at MASTER_ADDR:
+ * MASTER_PORT); else the single-process one. Under MPI, every collective
+ * that takes longer than timeout_s (0: no limit) ends all ranks: each
+ * reports the collective it was in and its sequence number ("rank 1:
+ * timeout in allreduce #123"); under TCP the operation fails with that
+ * message, and a rank that exits fails its peers' operations with its
+ * name. Returns NULL with a message on failure. The first communicator made
+ * becomes ut_comm_world(). */
 ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s, char *err,
                       size_t n);
 /* The communicator made by ut_comm_init, or a single-process one. */
@@ -39,7 +43,7 @@ void ut_comm_finalize(ut_comm *c);
 
 int ut_comm_rank(const ut_comm *c);
 int ut_comm_size(const ut_comm *c);
-const char *ut_comm_backend(const ut_comm *c);   /* "single" | "mpi" */
+const char *ut_comm_backend(const ut_comm *c);   /* "single" | "mpi" | "tcp" */
 int ut_comm_world_rank(const ut_comm *c);        /* this process's rank in the world */
 const char *ut_comm_name(const ut_comm *c);      /* "world", or the group's name */
 

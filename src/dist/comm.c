@@ -167,7 +167,8 @@ ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s,
     }
     ut_comm *c = ut_malloc_check(sizeof *c);
     comm_setup(c, timeout_s);
-    if ((force_mpi || under_launcher()) && ut_comm_mpi_init(c, argc, argv, err, n)) {
+    bool mpi = force_mpi || under_launcher();
+    if ((mpi && ut_comm_mpi_init(c, argc, argv, err, n)) || (!mpi && ut_comm_tcp_launched() && ut_comm_tcp_init(c, err, n))) {
         comm_teardown(c);
         ut_free(c);
         return NULL;
@@ -291,6 +292,35 @@ ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype
 const char *ut_reduce_op_name(ut_reduce_op op) {
     static const char *const names[UT_REDUCE_COUNT] = {"sum", "max", "avg"};
     return (unsigned)op < UT_REDUCE_COUNT ? names[op] : "?";
+}
+
+void ut_comm_combine(const void *in, void *inout, int64_t len, ut_dtype dt, ut_reduce_op op) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    size_t esz = ut_dtype_size(dt);
+    float a[256], b[256];
+    for (int64_t o = 0; o < len; o += 256) {
+        int64_t k = len - o < 256 ? len - o : 256;
+        cpu->convert(a, UT_F32, (const char *)in + (size_t)o * esz, dt, k);
+        cpu->convert(b, UT_F32, (char *)inout + (size_t)o * esz, dt, k);
+        if (op == UT_REDUCE_MAX)
+            for (int64_t i = 0; i < k; i++) b[i] = a[i] != a[i] || a[i] > b[i] ? a[i] : b[i];
+        else
+            for (int64_t i = 0; i < k; i++) b[i] += a[i];
+        cpu->convert((char *)inout + (size_t)o * esz, dt, b, UT_F32, k);
+    }
+}
+
+void ut_comm_average(void *buf, int64_t n, ut_dtype dt, int size) {
+    const ut_backend *cpu = ut_backend_get(UT_CPU);
+    size_t esz = ut_dtype_size(dt);
+    float a[256];
+    for (int64_t o = 0; o < n; o += 256) {
+        int64_t k = n - o < 256 ? n - o : 256;
+        char *p = (char *)buf + (size_t)o * esz;
+        cpu->convert(a, UT_F32, p, dt, k);
+        for (int64_t i = 0; i < k; i++) a[i] /= (float)size;
+        cpu->convert(p, dt, a, UT_F32, k);
+    }
 }
 
 static void check_typed(ut_dtype dt, ut_reduce_op op) {

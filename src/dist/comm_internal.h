@@ -1,7 +1,8 @@
 /* The communicator's insides, shared by the interface (comm.c) and the MPI
  * backend (comm_mpi.c).
  * defines: UT_CHECK_PTHREAD, ut_comm (the struct), ut_comm_op, ut_comm_kind, ut_comm_vtable,
- *          ut_comm_op_name, ut_comm_op_describe, ut_comm_mpi_init. */
+ *          ut_comm_op_name, ut_comm_op_describe, ut_comm_combine, ut_comm_average,
+ *          ut_comm_mpi_init, ut_comm_tcp_init, ut_comm_tcp_launched. */
 #ifndef UTRAIN_COMM_INTERNAL_H
 #define UTRAIN_COMM_INTERNAL_H
 
@@ -107,9 +108,28 @@ const char *ut_reduce_op_name(ut_reduce_op op);
 /* "allreduce #12 (1000 elements)" into buf. */
 void ut_comm_op_describe(const ut_comm_op *op, char *buf, size_t n);
 
+/* The typed reductions' arithmetic, shared by the backends: inout[i] =
+ * op(in[i], inout[i]) for len elements of dt (float32, bf16, f16), 16-bit
+ * values widened to float32 and the result rounded back through the CPU
+ * backend's conversions. Sum adds; max keeps the larger, and NaN wins. AVG
+ * is reduced as a sum; ut_comm_average then divides by the ranks, in
+ * float32, rounded once. */
+void ut_comm_combine(const void *in, void *inout, int64_t len, ut_dtype dt, ut_reduce_op op);
+void ut_comm_average(void *buf, int64_t n, ut_dtype dt, int size);
+
 /* Initialises MPI (or joins an MPI the program initialised itself) and fills c
  * (be, impl, rank, size); starts the communication and watchdog threads.
  * Returns 0, or -1 with a message in err. */
 int ut_comm_mpi_init(ut_comm *c, int *argc, char ***argv, char *err, size_t n);
+
+/* Whether this process was started as one rank of several without MPI:
+ * RANK and WORLD_SIZE (> 1) are set, as torchrun, Accelerate and
+ * Kubernetes' PyTorchJob set them. */
+bool ut_comm_tcp_launched(void);
+
+/* Joins the job those variables describe over TCP (comm_tcp.c): fills c
+ * (be, impl, rank, size) and starts its threads. 0, or -1 with a message in
+ * err naming the variable or the rank that failed. */
+int ut_comm_tcp_init(ut_comm *c, char *err, size_t n);
 
 #endif

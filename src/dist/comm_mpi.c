@@ -101,30 +101,13 @@ static int allreduce_sum(mpi_impl *m, void *buf, int64_t n, MPI_Datatype dt, siz
 }
 
 /* The typed reductions (ut_comm_iallreduce_typed) as MPI user operations
- * over float32, bf16 and f16 (16-bit as MPI_UINT16_T bit patterns):
- * inout[i] = op(in[i], inout[i]), 16-bit values widened to float32 and the
- * result rounded back through the CPU backend's conversions, a block at a
- * time. Sum adds; max keeps the larger, and NaN wins. AVG reduces as a sum
- * and divides afterwards (average_in_place). */
-static void combine(const void *in, void *inout, int len, ut_dtype dt, ut_reduce_op op) {
-    const ut_backend *cpu = ut_backend_get(UT_CPU);
-    size_t esz = ut_dtype_size(dt);
-    float a[256], b[256];
-    for (int o = 0; o < len; o += 256) {
-        int k = len - o < 256 ? len - o : 256;
-        cpu->convert(a, UT_F32, (const char *)in + (size_t)o * esz, dt, k);
-        cpu->convert(b, UT_F32, (char *)inout + (size_t)o * esz, dt, k);
-        if (op == UT_REDUCE_MAX)
-            for (int i = 0; i < k; i++) b[i] = a[i] != a[i] || a[i] > b[i] ? a[i] : b[i];
-        else
-            for (int i = 0; i < k; i++) b[i] += a[i];
-        cpu->convert((char *)inout + (size_t)o * esz, dt, b, UT_F32, k);
-    }
-}
+ * over float32, bf16 and f16 (16-bit as MPI_UINT16_T bit patterns), each
+ * ut_comm_combine; AVG reduces as a sum and divides afterwards
+ * (ut_comm_average). */
 #define USER_OP(name, dt, op)                                                \
     static void name(void *in, void *inout, int *len, MPI_Datatype *type) { \
         (void)type;                                                          \
-        combine(in, inout, *len, dt, op);                                    \
+        ut_comm_combine(in, inout, *len, dt, op);                            \
     }
 USER_OP(sum_bf16, UT_BF16, UT_REDUCE_SUM)
 USER_OP(sum_f16, UT_F16, UT_REDUCE_SUM)
@@ -154,25 +137,11 @@ static int typed_op(ut_dtype dt, ut_reduce_op op, MPI_Datatype *type, MPI_Op *ou
     return rc;
 }
 
-/* AVG: the sum divided by the number of ranks, in float32, rounded once. */
-static void average_in_place(void *buf, int64_t n, ut_dtype dt, int size) {
-    const ut_backend *cpu = ut_backend_get(UT_CPU);
-    size_t esz = ut_dtype_size(dt);
-    float a[256];
-    for (int64_t o = 0; o < n; o += 256) {
-        int64_t k = n - o < 256 ? n - o : 256;
-        char *p = (char *)buf + (size_t)o * esz;
-        cpu->convert(a, UT_F32, p, dt, k);
-        for (int64_t i = 0; i < k; i++) a[i] /= (float)size;
-        cpu->convert(p, dt, a, UT_F32, k);
-    }
-}
-
 static int allreduce_typed(mpi_impl *m, int size, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op) {
     MPI_Datatype type;
     MPI_Op mop;
     if (typed_op(dt, op, &type, &mop) || allreduce_op(m, buf, n, type, ut_dtype_size(dt), mop)) return -1;
-    if (op == UT_REDUCE_AVG) average_in_place(buf, n, dt, size);
+    if (op == UT_REDUCE_AVG) ut_comm_average(buf, n, dt, size);
     return 0;
 }
 
@@ -190,7 +159,7 @@ static int reduce_scatter_typed(mpi_impl *m, int rank, int size, const void *in,
     char *dst = out;
     if (n <= m->chunk) {
         if (UT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, (int)n, type, mop, m->comm))) return -1;
-        if (op == UT_REDUCE_AVG) average_in_place(out, n, dt, size);
+        if (op == UT_REDUCE_AVG) ut_comm_average(out, n, dt, size);
         return 0;
     }
     for (int64_t o = 0; o < n; o += m->chunk) {
@@ -200,7 +169,7 @@ static int reduce_scatter_typed(mpi_impl *m, int rank, int size, const void *in,
                                         type, mop, r, m->comm)))
                 return -1;
     }
-    if (op == UT_REDUCE_AVG) average_in_place(out, n, dt, size);
+    if (op == UT_REDUCE_AVG) ut_comm_average(out, n, dt, size);
     return 0;
 }
 

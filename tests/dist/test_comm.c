@@ -45,7 +45,8 @@ static int64_t ar_check(const float *buf, int64_t n) {
 static void test_world_and_backend(void) {
     CHECK(ut_comm_world() == comm, "ut_comm_world is not the communicator made by init");
     CHECK(rank >= 0 && rank < size, "rank %d of %d", rank, size);
-    const char *want = getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "single";
+    const char *ws = getenv("WORLD_SIZE");
+    const char *want = getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : ws && strcmp(ws, "1") ? "tcp" : "single";
     CHECK(strcmp(ut_comm_backend(comm), want) == 0, "backend %s, want %s", ut_comm_backend(comm),
           want);
 }
@@ -1030,6 +1031,14 @@ static void test_groups_do_not_block_each_other(void) {
 
 // --- failure modes (run under mpirun by test_mpi_launch) ---------------------------
 
+/* Under MPI a failure ends the job (the watchdog, MPI_Abort); under TCP the
+ * operation fails, and the rank reports it and exits, as the trainer does. */
+static void or_exit(int rc, ut_comm *c) {
+    if (!rc) return;
+    fprintf(stderr, "utrain: %s\n", ut_comm_error(c));
+    exit(1);
+}
+
 static int fail_mode(const char *mode) {
     float x[4] = {1, 2, 3, 4};
     ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #1 */
@@ -1037,7 +1046,7 @@ static int fail_mode(const char *mode) {
     if (strcmp(mode, "p2p") == 0) { /* in a group: rank 0 waits for a message rank 1 never sends */
         char err[256];
         ut_comm *g = ut_comm_split(comm, 0, 0, "pp", err, sizeof err);
-        if (g && rank == 0) ut_comm_wait(g, ut_comm_irecv(g, x, 4, 1));
+        if (g && rank == 0) or_exit(ut_comm_wait(g, ut_comm_irecv(g, x, 4, 1)), g);
         else sleep(60);
     } else if (strcmp(mode, "timeout") == 0 || strcmp(mode, "stopped") == 0 || strcmp(mode, "branch") == 0) {
         if (rank == 1 && mode[0] == 't') {
@@ -1047,9 +1056,9 @@ static int fail_mode(const char *mode) {
             sleep(60);      /* continued by mpirun as it ends the job */
         } else if (rank == 1) {
             char b[8] = "";
-            ut_comm_bcast(comm, b, sizeof b, 0); /* #3 is another operation */
+            or_exit(ut_comm_bcast(comm, b, sizeof b, 0), comm); /* #3 is another operation */
         } else {
-            ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)); /* #3 never completes */
+            or_exit(ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)), comm); /* #3 never completes */
         }
     } else {
         for (int it = 0; it < 1000000; it++) {
@@ -1057,7 +1066,7 @@ static int fail_mode(const char *mode) {
                 if (strcmp(mode, "crash") == 0) raise(SIGKILL);
                 UT_ASSERT(it != 50 && "rank 1 fails on purpose");
             }
-            ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4));
+            or_exit(ut_comm_wait(comm, ut_comm_iallreduce(comm, x, 4)), comm);
             if (it > 100) usleep(1000);
         }
     }
