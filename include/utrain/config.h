@@ -128,6 +128,7 @@ typedef struct {
     int64_t nodes, current_node;
     char master_addr[256];
     int64_t master_port;
+    char launcher[8];            /* auto | mpi | tcp: how `utrain train` starts this node's ranks */
 } ut_config;
 
 /* Defaults for every key; model_opts is a new empty map. */

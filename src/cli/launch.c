@@ -18,9 +18,23 @@
  * watch this process (UTRAIN_SUPERVISOR holds its pid) and stop with a
  * checkpoint once it is gone, so they never outlive their supervisor
  * whatever mpirun does. A one-node job talks over shared memory and
- * loopback only. */
+ * loopback only.
+ *
+ * With dist.launcher: tcp (or auto where mpirun is not installed, and
+ * always for dist.nodes > 1, the seed's one command per node) the job
+ * process is a child of this one that starts this node's ranks itself,
+ * with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set as
+ * torchrun sets them; the ranks meet over TCP (src/dist/comm_tcp.c). The
+ * job process passes SIGUSR1 on to its ranks, as mpirun does, and when one
+ * rank fails it gives the others 5 seconds to end (they see the failed
+ * rank's connections close) before it kills them. Its exit code is the
+ * first failed rank's. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,8 +133,124 @@ static void restore_stops(const struct sigaction old[3]) {
     for (int i = 0; i < 3; i++) sigaction(stop_sigs[i], &old[i], NULL);
 }
 
-/* Runs mpirun with args and waits for it: its exit code, or 128 + signal. */
-static int run_job(const char *const *args) {
+/* What a job is: mpirun with its arguments, or this node's ranks started
+ * here and joined over TCP. */
+typedef struct job_spec {
+    const char **args;      /* mpirun's whole command line (mpi) */
+    bool tcp;
+    const char **rank_args; /* utrain CMD ARGS... (tcp) */
+    int nproc, first_rank, world, threads;
+    const char *addr;
+    int port;               /* 0: a free port of this machine, picked for each attempt */
+} job_spec;
+
+// --- the TCP job: this node's ranks as children of the job process ----------------
+
+static pid_t tcp_ranks[256];
+static volatile sig_atomic_t tcp_nranks;
+
+static void tcp_forward(int sig) {
+    for (int i = 0; i < tcp_nranks; i++)
+        if (tcp_ranks[i] > 0) kill(tcp_ranks[i], sig);
+}
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A TCP port nothing listens on now, on the loopback interface. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Runs in the job process: starts the ranks, waits for them, ends the rest
+ * 5 s after the first one fails. The first failure's code, else 0. */
+static int tcp_job(const job_spec *js) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tcp_forward;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    char v[64];
+    setenv("MASTER_ADDR", js->addr, 1);
+    snprintf(v, sizeof v, "%d", js->port);
+    setenv("MASTER_PORT", v, 1);
+    snprintf(v, sizeof v, "%d", js->world);
+    setenv("WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", js->nproc);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE"); /* rank 0 hosts the rendezvous */
+    sigset_t usr1, old;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pid_t job = getpid();
+    for (int i = 0; i < js->nproc; i++) {
+        sigprocmask(SIG_BLOCK, &usr1, &old);
+        pid_t pid = fork();
+        if (pid == 0) {
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            signal(SIGUSR1, SIG_DFL); /* exec keeps a handler's signal caught otherwise */
+            prctl(PR_SET_PDEATHSIG, SIGUSR1);
+            if (getppid() != job) _exit(UT_EXIT_ERROR);
+            snprintf(v, sizeof v, "%d", js->first_rank + i);
+            setenv("RANK", v, 1);
+            snprintf(v, sizeof v, "%d", i);
+            setenv("LOCAL_RANK", v, 1);
+            execv(js->rank_args[0], (char **)js->rank_args);
+            fprintf(stderr, "utrain: cannot start rank %d: %s\n", js->first_rank + i, strerror(errno));
+            _exit(UT_EXIT_ERROR);
+        }
+        if (pid > 0) tcp_ranks[tcp_nranks++] = pid;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        if (pid < 0) {
+            fprintf(stderr, "utrain: cannot start rank %d: %s\n", js->first_rank + i, strerror(errno));
+            tcp_forward(SIGKILL);
+            break;
+        }
+    }
+    int rc = tcp_nranks < js->nproc ? UT_EXIT_ERROR : 0, left = tcp_nranks;
+    double kill_at = rc ? mono_s() : 0;
+    while (left > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) break;
+        if (pid == 0) { /* a rank failed: the others get 5 s */
+            if (mono_s() > kill_at) tcp_forward(SIGKILL);
+            usleep(50000);
+            continue;
+        }
+        for (int i = 0; i < tcp_nranks; i++)
+            if (tcp_ranks[i] == pid) tcp_ranks[i] = 0, left--;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (code && !rc) {
+            rc = code;
+            kill_at = mono_s() + 5;
+        }
+    }
+    return rc;
+}
+
+/* Runs the job (mpirun, or the TCP job process) and waits for it: its exit
+ * code, or 128 + signal. */
+static int run_job(const job_spec *js) {
+    const char *const *args = (const char *const *)js->args;
+    int port = js->port;
+    if (js->tcp && !port && (port = free_port()) < 0) {
+        fprintf(stderr, "utrain: cannot find a free TCP port for the ranks to meet at: %s\n", strerror(errno));
+        return UT_EXIT_ERROR;
+    }
     fflush(NULL);
     pid_t parent = getpid();
     /* blocked across fork: our handler must not run in the child (exec
@@ -132,15 +262,22 @@ static int run_job(const char *const *args) {
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old_mask, NULL);
-        fprintf(stderr, "utrain: cannot start mpirun: %s\n", strerror(errno));
+        fprintf(stderr, "utrain: cannot start the job: %s\n", strerror(errno));
         return UT_EXIT_ERROR;
     }
     if (pid == 0) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGUSR1);
         if (getppid() != parent) _exit(UT_EXIT_ERROR); /* the supervisor is already gone */
-        int null = open("/dev/null", O_RDONLY);        /* mpirun never reads our terminal */
+        int null = open("/dev/null", O_RDONLY);        /* the ranks never read our terminal */
         if (null >= 0) dup2(null, STDIN_FILENO);
+        if (js->tcp) {
+            job_spec mine = *js;
+            mine.port = port;
+            for (int i = 0; i < 3; i++) signal(stop_sigs[i], SIG_DFL);
+            sigprocmask(SIG_SETMASK, &old_mask, NULL);
+            _exit(tcp_job(&mine));
+        }
         sigprocmask(SIG_SETMASK, &old_mask, NULL);
         execvp(args[0], (char **)args);
         fprintf(stderr, "utrain: cannot start %s: %s (apt-get install openmpi-bin)\n", args[0],
@@ -170,6 +307,21 @@ static int run_job(const char *const *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Whether name is an executable file in a directory of PATH. */
+static bool on_path(const char *name) {
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char dir[1024], file[1200];
+    for (const char *p = path; *p;) {
+        size_t k = strcspn(p, ":");
+        snprintf(dir, sizeof dir, "%.*s", (int)(k < sizeof dir ? k : sizeof dir - 1), p);
+        snprintf(file, sizeof file, "%s/%s", *dir ? dir : ".", name);
+        if (!access(file, X_OK)) return true;
+        p += k + (p[k] == ':');
+    }
+    return false;
+}
+
 int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv, const ut_config *cfg) {
     static char np[16], threads[64], tty[32], supervisor[48];
     const char *exe = self_exe;
@@ -190,6 +342,24 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
                         "than with %ld processes\n", nproc, cores, cores);
     /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
     snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
+    job_spec js = {.nproc = nproc, .threads = per_rank, .world = nproc, .addr = "127.0.0.1"};
+    js.tcp = cfg->nodes > 1 || !strcmp(cfg->launcher, "tcp") || (!strcmp(cfg->launcher, "auto") && !on_path("mpirun"));
+    if (cfg->nodes > 1) {
+        js.first_rank = (int)cfg->current_node * nproc;
+        js.world = (int)cfg->nodes * nproc;
+        js.addr = cfg->master_addr;
+        js.port = (int)cfg->master_port;
+        fprintf(stderr, "utrain: node %lld of %lld: starting ranks %d to %d of %d; they meet the other nodes' at "
+                        "%s:%d\n", (long long)cfg->current_node, (long long)cfg->nodes, js.first_rank,
+                js.first_rank + nproc - 1, js.world, js.addr, js.port);
+    } else if (js.tcp && !strcmp(cfg->launcher, "auto")) {
+        fprintf(stderr, "utrain: mpirun is not installed: the %d ranks talk over TCP (dist.launcher: tcp)\n", nproc);
+    }
+    if (js.tcp) { /* the environment the ranks inherit from the job process */
+        setenv("OMP_NUM_THREADS", threads + strlen("OMP_NUM_THREADS="), 1);
+        setenv("UTRAIN_STDOUT_TTY", tty + strlen("UTRAIN_STDOUT_TTY="), 1);
+        setenv("UTRAIN_SUPERVISOR", supervisor + strlen("UTRAIN_SUPERVISOR="), 1);
+    }
     const char *fixed[] = {"mpirun", "-np", np,      "--oversubscribe", "--bind-to", "none", "-x",
                            threads,  "-x", tty, "-x",              supervisor};
     int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
@@ -215,10 +385,14 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
         args[n++] = argv[i];
     }
     args[n] = NULL;
+    int first_rank_arg = 0; /* args[first_rank_arg..] is the ranks' own command line */
+    while (args[first_rank_arg] != exe) first_rank_arg++;
+    js.args = args;
+    js.rank_args = args + first_rank_arg;
     struct sigaction old[3];
     stop_asks = 0;
     catch_stops(old);
-    int rc = run_job(args);
+    int rc = run_job(&js);
     for (int r = 1; r <= max_restarts && !stop_asks && rc != 0 && rc != UT_EXIT_PREEMPTED && rc != UT_EXIT_USAGE;
          r++) {
         fprintf(stderr, "utrain: the job failed (exit %d); restart %d of %d from the newest checkpoint\n",
@@ -228,7 +402,7 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
             args[n++] = "continue_training=true";
             args[n] = NULL;
         }
-        rc = run_job(args);
+        rc = run_job(&js);
     }
     if (stop_asks && rc != UT_EXIT_PREEMPTED && rc != 0)
         fprintf(stderr, "utrain: stopped by signal %d; the ranks ended with exit %d%s\n", (int)stop_signal, rc,

@@ -1,7 +1,9 @@
-/* How this process was started, checked before a run: utrain's ranks come
- * from MPI. Other launchers' processes would each train alone as rank 0 of 1
- * in the same run directory, so they are refused with the command that
- * starts the job they meant. */
+/* How this process was started, checked before a run. A rank comes from
+ * MPI (mpirun, srun with PMIx) or from a launcher that sets RANK and
+ * WORLD_SIZE (torchrun, Accelerate, PyTorchJob, and utrain's own TCP
+ * launcher); srun without MPI support would leave each task training alone
+ * as rank 0 of 1 in the same run directory, so it is refused with the
+ * command that starts the job it meant. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,11 @@
 
 bool ut_cli_under_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+bool ut_cli_under_launcher(void) {
+    const char *w = getenv("WORLD_SIZE"), *r = getenv("RANK");
+    return ut_cli_under_mpi() || (w && *w && strcmp(w, "1") && r && *r);
 }
 
 /* An environment variable as a positive count, 0 when unset or not one. */
@@ -82,54 +89,20 @@ static int check_slurm(const char *cmd, int argc, char **argv, char *msg, size_t
     return -1;
 }
 
-// --- torchrun, Accelerate and other RANK/WORLD_SIZE launchers
-
-static bool local_address(const char *addr) {
-    return !strcmp(addr, "localhost") || !strncmp(addr, "127.", 4) || !strcmp(addr, "::1");
-}
-
-static int check_torchrun(const char *cmd, int argc, char **argv, char *msg, size_t n) {
-    long world = env_count("WORLD_SIZE");
-    if (world <= 1) return 0;
-    const char *master = env_or("MASTER_ADDR", "127.0.0.1");
-    long per = env_count("LOCAL_WORLD_SIZE");
-    if (!per) per = local_address(master) ? world : 0;
-    char line[1400], nproc[32];
-    const char *note = "(NODEi: the address of node i, K: processes per node; see docs/multinode.md)";
-    if (per == world) {
-        note = "(see docs/distributed.md)";
-        snprintf(nproc, sizeof nproc, " --nproc %ld", world);
-        command_line(line, sizeof line, cmd, argc, argv, nproc);
-    } else if (per > 0 && world % per == 0) {
-        mpirun_line(line, sizeof line, master, world / per, per, cmd, argc, argv);
-    } else {
-        char rest[1024];
-        command_line(rest, sizeof rest, cmd, argc, argv, "");
-        snprintf(line, sizeof line, "mpirun -np %ld --host %s:K,NODE1:K,... --bind-to none%s %s", world,
-                 master, as_root(), rest);
-    }
-    snprintf(msg, n,
-             "this process was started by torchrun or a launcher like it (RANK=%s, WORLD_SIZE=%ld, "
-             "LOCAL_RANK=%s, MASTER_ADDR=%s, MASTER_PORT=%s); utrain's ranks come from MPI, so each "
-             "process would train alone as rank 0 of 1 in the same run directory.\n"
-             "Start the job once, and utrain starts its ranks:\n  %s\n%s",
-             env_or("RANK", "unset"), world, env_or("LOCAL_RANK", "unset"), master,
-             env_or("MASTER_PORT", "unset"), line, note);
-    return -1;
-}
-
 // --- the seed's node-by-node launch (nodes, current_node, master_addr)
 
+/* With dist.launcher: mpi the nodes' commands cannot join (auto and tcp
+ * start this node's ranks, which meet the other nodes' at master_addr). */
 static int check_nodes(const ut_config *c, const char *cmd, int argc, char **argv, char *msg, size_t n) {
-    if (c->nodes <= 1) return 0;
+    if (c->nodes <= 1 || strcmp(c->launcher, "mpi")) return 0;
     char line[1400];
     mpirun_line(line, sizeof line, c->master_addr, (long)c->nodes, (long)c->nproc_per_node, cmd, argc, argv);
     snprintf(msg, n,
-             "dist.nodes is %lld (this is node %lld, node 0 at %s:%lld): utrain does not join commands "
-             "started node by node into one job. Run the job once, on node 0, and mpirun starts the "
-             "ranks of every node (%lld x %lld):\n  %s\n"
+             "dist.nodes is %lld (this is node %lld, node 0 at %s:%lld) with dist.launcher: mpi, which does "
+             "not join commands started node by node into one job. Run the job once, on node 0, and mpirun "
+             "starts the ranks of every node (%lld x %lld):\n  %s\n"
              "%s(NODEi: the address of node i; mpirun reaches the nodes over ssh, or use srun: see "
-             "docs/multinode.md)",
+             "docs/multinode.md). Or set dist.launcher: tcp and run utrain on every node.",
              (long long)c->nodes, (long long)c->current_node, c->master_addr, (long long)c->master_port,
              (long long)c->nodes, (long long)c->nproc_per_node, line,
              c->current_node ? "Start nothing on this node. " : "");
@@ -137,9 +110,8 @@ static int check_nodes(const ut_config *c, const char *cmd, int argc, char **arg
 }
 
 int ut_cli_launch_check(const ut_config *cfg, const char *cmd, int argc, char **argv, char *msg, size_t n) {
-    if (ut_cli_under_mpi()) return 0;
-    if (check_slurm(cmd, argc, argv, msg, n) || check_torchrun(cmd, argc, argv, msg, n) ||
-        check_nodes(cfg, cmd, argc, argv, msg, n))
+    if (ut_cli_under_launcher()) return 0;
+    if (check_slurm(cmd, argc, argv, msg, n) || check_nodes(cfg, cmd, argc, argv, msg, n))
         return -1;
     return 0;
 }
@@ -148,8 +120,8 @@ int ut_cli_world_check(const ut_config *c, int world, char *msg, size_t n) {
     if (c->nodes <= 1 || world == c->nodes * c->nproc_per_node) return 0;
     snprintf(msg, n,
              "dist.nodes %lld x dist.nproc_per_node (gpus) %lld is %lld ranks, but the launcher started "
-             "%d: give mpirun -np %lld, or set nodes and gpus to the job's shape",
+             "%d: give mpirun -np %lld (or WORLD_SIZE=%lld), or set nodes and gpus to the job's shape",
              (long long)c->nodes, (long long)c->nproc_per_node, (long long)(c->nodes * c->nproc_per_node),
-             world, (long long)(c->nodes * c->nproc_per_node));
+             world, (long long)(c->nodes * c->nproc_per_node), (long long)(c->nodes * c->nproc_per_node));
     return -1;
 }

@@ -358,7 +358,9 @@ static int store_set(int fd, const char *key, const char *value, double deadline
     return write_all(fd, m.buf, m.n, deadline, "the launcher's store");
 }
 
-/* Waits until key is set (WAIT, one key), then reads it (GET) into value. */
+/* Waits until key is set (WAIT, one key), then reads it (GET) into value.
+ * The two go one after the other: the store answers a GET at once, set or
+ * not, even behind a WAIT still waiting. */
 static int store_get(int fd, const char *key, char *value, size_t vn, double deadline) {
     store_msg m = {.n = 0};
     uint8_t q = STORE_WAIT;
@@ -366,13 +368,16 @@ static int store_get(int fd, const char *key, char *value, size_t vn, double dea
     put(&m, &q, 1);
     put(&m, &one, sizeof one);
     put_str(&m, key, strlen(key));
-    q = STORE_GET;
-    put(&m, &q, 1);
-    put_str(&m, key, strlen(key));
     uint8_t stop = 1;
     uint64_t len = 0;
     if (write_all(fd, m.buf, m.n, deadline, "the launcher's store") ||
-        read_all(fd, &stop, 1, deadline, ut_fmt("the launcher's store (key %s)", key)) ||
+        read_all(fd, &stop, 1, deadline, ut_fmt("the launcher's store (key %s)", key)))
+        return -1;
+    m.n = 0;
+    q = STORE_GET;
+    put(&m, &q, 1);
+    put_str(&m, key, strlen(key));
+    if (write_all(fd, m.buf, m.n, deadline, "the launcher's store") ||
         read_all(fd, &len, sizeof len, deadline, "the launcher's store"))
         return -1;
     if (stop != 0 || len >= vn) {

@@ -27,6 +27,7 @@ static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 static const char *const offload_targets[] = {"none", "cpu", NULL};
 static const char *const pipeline_schedules[] = {"1f1b", "gpipe", NULL};
 static const char *const comm_hooks[] = {"none", "bf16", "fp16", NULL};
+static const char *const launchers[] = {"auto", "mpi", "tcp", NULL};
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -272,15 +273,20 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
      .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
-     .doc = "processes on this node; > 1 makes `utrain train` start them (mpirun underneath)"},
+     .doc = "processes on this node; > 1 makes `utrain train` start them (dist.launcher says how)"},
     {.key = "dist.nodes", .type = UT_CFG_INT, AT(nodes), .def = "1", GE(1),
-     .doc = "nodes in the job; > 1 needs an MPI launcher with nodes x nproc_per_node ranks (without one, start-up prints the mpirun line)"},
+     .doc = "nodes in the job; > 1: run `utrain train` once on each node with its dist.current_node, and the "
+            "ranks of all nodes meet at master_addr:master_port (TCP), or start the whole job with mpirun"},
     {.key = "dist.current_node", .type = UT_CFG_INT, AT(current_node), .def = "0", GE(0),
-     .doc = "this node's index (< nodes); named in the multi-node start-up message"},
+     .doc = "this node's index (< nodes): its ranks are current_node x nproc_per_node and up"},
     {.key = "dist.master_addr", .type = UT_CFG_STR, AT(master_addr), .def = "127.0.0.1",
-     .doc = "address of node 0: the first host of the mpirun line printed for nodes > 1"},
+     .doc = "address of node 0, which every node's ranks reach (nodes > 1)"},
     {.key = "dist.master_port", .type = UT_CFG_INT, AT(master_port), .def = "29500", GE(1),
-     .doc = "port on node 0 (the seed's; named in the multi-node start-up message, mpirun picks its own ports)"},
+     .doc = "port on node 0 where the ranks of all nodes meet (nodes > 1; one node picks a free port)"},
+    {.key = "dist.launcher", .type = UT_CFG_ENUM, AT(launcher), .def = "auto", .values = launchers,
+     .doc = "how `utrain train` starts this node's ranks: mpi (mpirun, shared memory between them), tcp (the "
+            "ranks are children of utrain and talk over TCP, as under torchrun), auto (mpi on one node when "
+            "mpirun is installed, else tcp; tcp for nodes > 1)"},
 };
 const int ut_cfg_nkeys = (int)(sizeof ut_cfg_schema / sizeof ut_cfg_schema[0]);
 

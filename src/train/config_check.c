@@ -89,6 +89,8 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.pipeline_parallel: %lld puts stages on processes; dist.strategy dp (threads of one process) "
              "cannot hold them: set dist.strategy: ddp (or zero1-zero3) and start the processes with --nproc",
              (long long)c->pipeline_parallel);
+    if (c->master_port > 65535)
+        FAIL("dist.master_port: %lld is not a TCP port (1 to 65535)", (long long)c->master_port);
     if (c->current_node >= c->nodes)
         FAIL("dist.current_node: %lld must be < dist.nodes (%lld): nodes count from 0",
              (long long)c->current_node, (long long)c->nodes);
