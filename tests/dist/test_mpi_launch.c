@@ -5,9 +5,17 @@
  * collective (the others time out, naming it), a rank killed mid-run and a
  * rank failing an assertion (the whole job must end quickly, non-zero). Every
  * job is killed after 30 s, which fails its test, and no rank process may be
- * left behind. */
+ * left behind.
+ *
+ * The same program runs on the TCP backend, its ranks started as torchrun
+ * starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) by a job process
+ * that, like torchrun, ends the other ranks when one fails: 2, 3 and 4
+ * ranks, and the failure modes with TCP's reports. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -67,9 +75,65 @@ static void append(job *j, size_t *len, size_t *cap, const char *buf, size_t n) 
     j->out[*len] = 0;
 }
 
-/* mpirun -np N --oversubscribe mpi_comm_ranks [mode], in its own process
- * group so a hung job can be killed whole. */
-static job run_job(int np, const char *mode, const char *chunk) {
+/* A free TCP port on the loopback interface. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) abort();
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The TCP job: np rank processes with torchrun's variables; 1 s after one
+ * exits non-zero the others are killed (torchrun ends them at once; the
+ * second lets every rank that saw the failure print its report). Exits
+ * with the first failure's code. */
+static void tcp_job(int np, const char *mode) {
+    char v[32];
+    snprintf(v, sizeof v, "%d", free_port());
+    setenv("MASTER_PORT", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", np);
+    setenv("WORLD_SIZE", v, 1);
+    pid_t pids[16];
+    for (int r = 0; r < np; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) abort();
+        if (pids[r] == 0) {
+            snprintf(v, sizeof v, "%d", r);
+            setenv("RANK", v, 1);
+            setenv("LOCAL_RANK", v, 1);
+            char *args[] = {rank_prog, (char *)mode, NULL};
+            execv(rank_prog, args);
+            _exit(127);
+        }
+    }
+    int rc = 0, left = np;
+    double kill_at = 0;
+    while (left > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
+        if (pid < 0) break;
+        if (pid == 0) {
+            if (tp_now_s() > kill_at)
+                for (int r = 0; r < np; r++) kill(pids[r], SIGKILL);
+            usleep(20000);
+            continue;
+        }
+        left--;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (code && !rc) {
+            rc = code;
+            kill_at = tp_now_s() + 1;
+        }
+    }
+    _exit(rc);
+}
+
+/* mpirun -np N --oversubscribe mpi_comm_ranks [mode] (or, with tcp, the
+ * TCP job), in its own process group so a hung job can be killed whole. */
+static job run_job_on(bool tcp, int np, const char *mode, const char *chunk) {
     job j = {.status = -1};
     size_t len = 0, cap = 0;
     append(&j, &len, &cap, "", 0);
@@ -86,6 +150,7 @@ static job run_job(int np, const char *mode, const char *chunk) {
         dup2(fd[1], 2);
         close(fd[0]);
         close(fd[1]);
+        if (tcp) tcp_job(np, mode);
         job_env(chunk);
         char *args[] = {"mpirun", "-np", nps, "--oversubscribe", rank_prog, (char *)mode, NULL};
         if (!mode) args[5] = NULL;
@@ -127,10 +192,14 @@ static job run_job(int np, const char *mode, const char *chunk) {
     }
     usleep(200000); /* ranks killed by mpirun need a moment to go */
     j.leftover = reap_leftovers();
-    printf("  np=%d %s%s: exit %d in %.1f s%s\n", np, mode ? mode : "tests",
+    printf("  %snp=%d %s%s: exit %d in %.1f s%s\n", tcp ? "tcp " : "", np, mode ? mode : "tests",
            chunk ? " (small chunks)" : "", j.status, j.secs, j.hung ? " (HUNG, killed)" : "");
     return j;
 }
+
+static bool on_tcp;
+
+static job run_job(int np, const char *mode, const char *chunk) { return run_job_on(on_tcp, np, mode, chunk); }
 
 /* The job's last 60 lines, marked so run.sh does not take them for ours. */
 static void show_output(const job *j) {
@@ -234,6 +303,35 @@ static void test_timeout_names_a_diverged_rank(void) {
                      "rank 1 is in bcast #3 (8 bytes from rank 0) instead", rank1, 20);
 }
 
+// --- the TCP backend ---------------------------------------------------------------
+
+static void test_tcp_ranks(void) {
+    on_tcp = true;
+    check_ranks(2, NULL);
+    check_ranks(3, NULL);
+    check_ranks(4, NULL);
+    on_tcp = false;
+}
+
+/* The failure modes over TCP: the operation fails with a report and the
+ * rank exits; the job process ends the rest. A rank that never reaches the
+ * collective is named by the rank receiving from it; ranks in different
+ * operations name each other's; a dead rank is named by its neighbours. */
+static void test_tcp_failures(void) {
+    on_tcp = true;
+    check_failure("timeout", "rank 2: timeout after 3 s in allreduce #3 (4 elements): waiting for rank 1, which has "
+                             "not reached this operation", NULL, 20);
+    static const char *const rank1[2] = {"rank 1: bcast #3 (8 bytes from rank 0) failed: rank 0 is in allreduce #3 "
+                                         "(4 elements) instead", "the ranks issued different operations"};
+    check_failure_or("branch", "rank 2: allreduce #3 (4 elements) failed: rank 1 is in bcast #3 (8 bytes from rank 0) "
+                               "instead", "the ranks issued different operations", rank1, 20);
+    check_failure("p2p", "utrain: pp rank 0 (world rank 0): timeout after 3 s in recv #1 (4 elements from rank 1): "
+                         "pp rank 1 has sent nothing", NULL, 20);
+    check_failure("crash", "failed: rank 1 closed its connection", "it exited or was killed", 20);
+    check_failure("abort", "rank 1 fails on purpose", "failed: rank 1 closed its connection", 20);
+    on_tcp = false;
+}
+
 /* rank 1 dies of SIGKILL; OpenMPI ends the others (no watchdog armed) */
 static void test_killed_rank_ends_the_job(void) { check_failure("crash", NULL, NULL, 20); }
 
@@ -265,5 +363,7 @@ int main(void) {
     RUN(test_timeout_names_a_missing_send);
     RUN(test_killed_rank_ends_the_job);
     RUN(test_abort_ends_the_job);
+    RUN(test_tcp_ranks);
+    RUN(test_tcp_failures);
     return TEST_SUMMARY();
 }

@@ -1,13 +1,18 @@
-/* How jobs are started, through the `utrain` program: processes started by
- * torchrun-style launchers (RANK/WORLD_SIZE/...), by srun without MPI support
- * (SLURM_* only) and by the seed's one-command-per-node launch (nodes,
- * current_node, master_addr) are refused with the command that runs the job,
- * simulated by setting the launchers' variables; the same variables under
- * mpirun train normally. And the run directory's lock: a second training
- * job in a directory in use is refused with the holder's pid; test mode and a
- * resumed job after the holder ends are not. */
+/* How jobs are started, through the `utrain` program: processes started as
+ * torchrun starts them (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), `--nproc`
+ * with either launcher, and the seed's one-command-per-node launch (nodes,
+ * current_node, master_addr, master_port) all train the same weights as
+ * mpirun, to the bit; bad launcher variables are refused naming the
+ * variable; srun without MPI support (SLURM_* only) and node-by-node with
+ * dist.launcher: mpi are refused with the command that runs the job. A stop
+ * signal to a TCP job ends it with a checkpoint. And the run directory's
+ * lock: a second training job in a directory in use is refused with the
+ * holder's pid; test mode and a resumed job after the holder ends are not. */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -118,37 +123,96 @@ static void test_seed_parameters_trains(void) {
 
 // --- other launchers
 
-static void test_torchrun_one_node(void) {
-    const char *cfg = write_config("tr1", 1, NULL);
-    int rc = run_with_env("tr1", cfg,
-                          (const char *[]){"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
-                                           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", NULL});
-    CHECK(rc == 1, "exit %d", rc);
-    CHECK(output_has("tr1", "started by torchrun or a launcher like it (RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, "
-                            "MASTER_ADDR=127.0.0.1, MASTER_PORT=29500)"), "why");
-    char want[700];
-    snprintf(want, sizeof want, "\n  utrain train %s --nproc 2\n", cfg);
-    CHECK(output_has("tr1", want), "the command");
-    CHECK(!exists(tmp, "tr1"), "the refused process made its run directory");
-    /* Accelerate on one node without LOCAL_WORLD_SIZE */
-    rc = run_with_env("tr1b", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=3", "MASTER_ADDR=localhost", NULL});
-    CHECK(rc == 1 && output_has("tr1b", " --nproc 3\n"), "exit %d", rc);
-    /* a world of one is an ordinary run */
-    rc = run_with_env("tr1c", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", NULL});
-    CHECK(rc == 0 && exists(tmp, "tr1"), "world of 1: exit %d", rc);
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) abort();
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
-static void test_torchrun_two_nodes(void) {
-    const char *cfg = write_config("tr2", 1, NULL);
-    int rc = run_with_env("tr2", cfg,
-                          (const char *[]){"RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=4",
-                                           "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", NULL});
-    CHECK(rc == 1, "exit %d", rc);
-    char want[700];
-    snprintf(want, sizeof want, "\n  mpirun -np 8 --host 10.0.0.1:4,NODE1:4 --bind-to none%s utrain train %s\n",
-             geteuid() == 0 ? " --allow-run-as-root" : "", cfg);
-    CHECK(output_has("tr2", want), "the command");
-    CHECK(output_has("tr2", "NODEi: the address of node i"), "the note");
+static const char *ckpt(const char *run, int step) {
+    static char p[2][700];
+    static int k;
+    k ^= 1;
+    snprintf(p[k], sizeof p[k], "%s/runs/%s/checkpoints/step_%08d.safetensors", tmp, run, step);
+    return p[k];
+}
+
+/* The reference: 2 ranks under mpirun (--nproc 2, dist.launcher: mpi), 15 steps. */
+static const char *reference(void) {
+    static bool done;
+    const char *cfg = write_config("ref", 1, NULL);
+    if (!done) {
+        int rc = tp_run((const char *[]){"train", cfg, "--nproc", "2", "--set", "dist.launcher=mpi", NULL},
+                        out_path("ref"));
+        CHECK(rc == 0, "the mpirun reference: exit %d", rc);
+        done = true;
+    }
+    return ckpt("ref", 15);
+}
+
+/* torchrun's processes: each rank is started alone with the variables set;
+ * they meet at MASTER_ADDR:MASTER_PORT and train as mpirun's ranks do. */
+static void test_torchrun_one_node(void) {
+    const char *ref = reference();
+    const char *cfg = write_config("tr1", 1, NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", free_port());
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    pid_t pid[2];
+    for (int r = 1; r >= 0; r--) { /* rank 1 first: it waits for rank 0 to listen */
+        char v[8];
+        snprintf(v, sizeof v, "%d", r);
+        setenv("RANK", v, 1);
+        setenv("LOCAL_RANK", v, 1);
+        pid[r] = tp_spawn((const char *[]){"train", cfg, NULL}, out_path(r ? "tr1_rank1" : "tr1"));
+    }
+    int rc0 = tp_wait(pid[0]), rc1 = tp_wait(pid[1]);
+    for (const char *const *v = (const char *const[]){"WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                                       "RANK", "LOCAL_RANK", NULL};
+         *v; v++)
+        unsetenv(*v);
+    CHECK(rc0 == 0 && rc1 == 0, "exit %d and %d", rc0, rc1);
+    CHECK(output_has("tr1", "Processes = 2 (ddp, tcp backend"), "the log names the backend");
+    CHECK(tp_same_file(ckpt("tr1", 15), ref), "torchrun-style ranks trained other weights than mpirun's");
+    /* utrain's own launcher over TCP */
+    cfg = write_config("tcp", 1, NULL);
+    int rc = tp_run((const char *[]){"train", cfg, "--nproc", "2", "--set", "dist.launcher=tcp", NULL}, out_path("tcp"));
+    CHECK(rc == 0 && tp_same_file(ckpt("tcp", 15), ref), "--nproc 2 with dist.launcher tcp: exit %d", rc);
+    /* a world of one is an ordinary run */
+    rc = run_with_env("tr1c", write_config("tr1c", 1, NULL),
+                      (const char *[]){"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", NULL});
+    CHECK(rc == 0 && exists(tmp, "tr1c"), "world of 1: exit %d", rc);
+}
+
+/* Launcher variables that cannot form a job are named. */
+static void test_torchrun_bad_variables(void) {
+    const char *cfg = write_config("trbad", 1, NULL);
+    int rc = run_with_env("trbad", cfg,
+                          (const char *[]){"RANK=2", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", NULL});
+    CHECK(rc == 1 && output_has("trbad", "RANK is '2': it must be a whole number from 0 to 1"), "RANK: exit %d", rc);
+    rc = run_with_env("trport", cfg, (const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", NULL});
+    CHECK(rc == 1 && output_has("trport", "MASTER_PORT is not set"), "MASTER_PORT: exit %d", rc);
+    /* rank 0 cannot listen where another program does */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof a;
+    CHECK(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !listen(fd, 1) &&
+              !getsockname(fd, (struct sockaddr *)&a, &len),
+          "a socket to hold a port");
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", ntohs(a.sin_port));
+    rc = run_with_env("trbusy", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port, NULL});
+    close(fd);
+    snprintf(port, sizeof port, "MASTER_PORT %d: ", ntohs(a.sin_port));
+    CHECK(rc == 1 && output_has("trbusy", "rank 0 cannot listen on ") && output_has("trbusy", port),
+          "a port in use: exit %d", rc);
+    CHECK(!exists(tmp, "trbad"), "a refused process made its run directory");
 }
 
 static void test_srun_without_mpi(void) {
@@ -167,18 +231,56 @@ static void test_srun_without_mpi(void) {
     CHECK(rc == 0 && exists(tmp, "srun"), "batch script: exit %d", rc);
 }
 
+/* The seed's launch: the same command on every node, each with its
+ * current_node; node 0's ranks host the meeting at master_addr:master_port.
+ * Two "nodes" of one rank on this machine train mpirun's weights. */
 static void test_seed_node_by_node(void) {
-    const char *cfg = write_config("nodes", 1, "dist-params:\n    nodes: 2\n    gpus: 2\n    current_node: 1\n"
-                                            "    master_addr: '10.0.0.1'\n    master_port: '1234'\n");
-    int rc = run_with_env("nodes", cfg, (const char *[]){NULL});
+    const char *ref = reference();
+    char extra[300];
+    snprintf(extra, sizeof extra, "dist-params:\n    nodes: 2\n    gpus: 1\n    current_node: 0\n"
+                                  "    master_addr: '127.0.0.1'\n    master_port: '%d'\n", free_port());
+    const char *cfg = write_config("nodes", 1, extra);
+    char run1[400];
+    snprintf(run1, sizeof run1, "model_dir=%s/runs/nodes1", tmp);
+    pid_t n1 = tp_spawn((const char *[]){"train", cfg, "--set", "current_node=1", "--set", run1, NULL},
+                        out_path("nodes1"));
+    int rc0 = tp_run((const char *[]){"train", cfg, NULL}, out_path("nodes")), rc1 = tp_wait(n1);
+    CHECK(rc0 == 0 && rc1 == 0, "exit %d and %d", rc0, rc1);
+    CHECK(output_has("nodes1", "node 1 of 2: starting ranks 1 to 1 of 2"), "node 1 says what it starts");
+    CHECK(tp_same_file(ckpt("nodes", 15), ref), "node by node trained other weights than mpirun's");
+    /* dist.launcher: mpi cannot join them: the mpirun line instead */
+    cfg = write_config("nodes_mpi", 1, "dist-params:\n    nodes: 2\n    gpus: 2\n    current_node: 1\n"
+                                       "    master_addr: '10.0.0.1'\n    master_port: '1234'\n"
+                                       "dist: {launcher: mpi}\n");
+    int rc = run_with_env("nodes_mpi", cfg, (const char *[]){NULL});
     CHECK(rc == 1, "exit %d", rc);
-    CHECK(output_has("nodes", "dist.nodes is 2 (this is node 1, node 0 at 10.0.0.1:1234)"), "why");
+    CHECK(output_has("nodes_mpi", "dist.nodes is 2 (this is node 1, node 0 at 10.0.0.1:1234) with dist.launcher: mpi"),
+          "why");
     char want[700];
     snprintf(want, sizeof want, "\n  mpirun -np 4 --host 10.0.0.1:2,NODE1:2 --bind-to none%s utrain train %s\n",
              geteuid() == 0 ? " --allow-run-as-root" : "", cfg); /* runnable verbatim, also as root */
-    CHECK(output_has("nodes", want), "the command");
-    CHECK(output_has("nodes", "Start nothing on this node."), "node 1");
-    CHECK(!exists(tmp, "nodes"), "the refused process made its run directory");
+    CHECK(output_has("nodes_mpi", want), "the command");
+    CHECK(output_has("nodes_mpi", "Start nothing on this node."), "node 1");
+    CHECK(!exists(tmp, "nodes_mpi"), "the refused process made its run directory");
+}
+
+/* SIGTERM to `utrain train --nproc 2` over TCP: the ranks stop at one step,
+ * rank 0 writes the checkpoint, the job exits 75 and leaves no rank behind. */
+static void test_tcp_job_stops_with_a_checkpoint(void) {
+    const char *cfg = write_config("tcpstop", 100000, "save_interval: 1000000\n");
+    pid_t pid = tp_spawn((const char *[]){"train", cfg, "--nproc", "2", "--set", "dist.launcher=tcp", NULL},
+                         out_path("tcpstop"));
+    char metrics[600];
+    snprintf(metrics, sizeof metrics, "%s/runs/tcpstop/metrics.jsonl", tmp);
+    for (int i = 0; i < 400 && tp_count_lines(metrics) < 3; i++) nanosleep(&(struct timespec){0, 50000000}, NULL);
+    kill(pid, SIGTERM);
+    int rc = tp_wait(pid);
+    CHECK(rc == 75, "exit %d", rc);
+    CHECK(output_has("tcpstop", "checkpoint written"), "the checkpoint");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/runs/tcpstop/checkpoints", tmp);
+    int64_t steps[2];
+    CHECK(ut_ckpt_list(dir, steps, 2) >= 1, "a checkpoint in %s", dir);
 }
 
 /* Under mpirun the launchers' variables do not matter: the job trains on its
@@ -254,9 +356,10 @@ int main(int argc, char **argv) {
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-launch")) return 1;
     RUN(test_seed_parameters_trains);
     RUN(test_torchrun_one_node);
-    RUN(test_torchrun_two_nodes);
+    RUN(test_torchrun_bad_variables);
     RUN(test_srun_without_mpi);
     RUN(test_seed_node_by_node);
+    RUN(test_tcp_job_stops_with_a_checkpoint);
     RUN(test_under_mpirun);
     RUN(test_run_directory_lock);
     return tp_finish(TEST_SUMMARY(), tmp);
