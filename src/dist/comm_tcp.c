@@ -33,7 +33,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -127,6 +129,49 @@ static void host_of(const struct sockaddr_storage *a, char *buf, size_t n) {
         else inet_ntop(AF_INET6, x, tmp, sizeof tmp);
     }
     snprintf(buf, n, "%s", tmp);
+}
+
+static bool is_loopback(const char *host) { return !strncmp(host, "127.", 4) || !strcmp(host, "::1"); }
+
+/* UTRAIN_SOCKET_IFNAME (or Gloo's GLOO_SOCKET_IFNAME, which torchrun users
+ * set for the same reason): the interface whose address the other ranks
+ * reach this one by. 0 with the address in host, 1 when neither is set, -1
+ * with why() when the interface has no address. */
+static int interface_host(char *host, size_t n) {
+    const char *name = getenv("UTRAIN_SOCKET_IFNAME"), *var = "UTRAIN_SOCKET_IFNAME";
+    if (!name || !*name) name = getenv("GLOO_SOCKET_IFNAME"), var = "GLOO_SOCKET_IFNAME";
+    if (!name || !*name) return 1;
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all)) {
+        why("getifaddrs: %s", strerror(errno));
+        return -1;
+    }
+    char v6[100] = "", names[300] = "";
+    bool v4 = false;
+    for (struct ifaddrs *a = all; a; a = a->ifa_next) {
+        if (!a->ifa_addr || (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) continue;
+        if (!strstr(names, a->ifa_name) && strlen(names) + strlen(a->ifa_name) + 3 < sizeof names)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", a->ifa_name);
+        if (strcmp(a->ifa_name, name)) continue;
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss);
+        memcpy(&ss, a->ifa_addr, a->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                    : sizeof(struct sockaddr_in6));
+        if (a->ifa_addr->sa_family == AF_INET && !v4) {
+            host_of(&ss, host, n);
+            v4 = true;
+        } else if (a->ifa_addr->sa_family == AF_INET6 && !*v6 &&
+                   !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)&ss)->sin6_addr)) {
+            host_of(&ss, v6, sizeof v6);
+        }
+    }
+    freeifaddrs(all);
+    if (!v4 && *v6) snprintf(host, n, "%s", v6);
+    if (!v4 && !*v6) {
+        why("%s is '%s', which is not an interface with an address here (this machine has: %s)", var, name, names);
+        return -1;
+    }
+    return 0;
 }
 
 static int port_of(int fd) {
@@ -392,6 +437,8 @@ static int store_get(int fd, const char *key, char *value, size_t vn, double dea
 
 // --- the rendezvous -----------------------------------------------------------------
 
+static bool spans_nodes(void);
+
 typedef struct launch_env {
     int rank, size, port;
     char master[256];
@@ -451,6 +498,14 @@ static int rendezvous_store(const launch_env *e, int my_port, tcp_host *hosts, d
         goto out;
     }
     host_of(&a, hs, sizeof hs);
+    int ifh = interface_host(hs, sizeof hs);
+    if (ifh < 0) goto out;
+    if (ifh && is_loopback(hs) && spans_nodes()) {
+        why("this rank would be reached at %s, a loopback address (the route to MASTER_ADDR %s stays on this "
+            "machine), but the job spans nodes: set UTRAIN_SOCKET_IFNAME to the interface the nodes share "
+            "(`ip -brief addr` lists them)", hs, e->master);
+        goto out;
+    }
     store_msg m = {.n = 0};
     put(&m, &q, 1);
     put(&m, &magic, sizeof magic);
@@ -474,15 +529,26 @@ out:
     return rc;
 }
 
+/* LOCAL_WORLD_SIZE below WORLD_SIZE: ranks on other machines. */
+static bool spans_nodes(void) {
+    const char *l = getenv("LOCAL_WORLD_SIZE"), *w = getenv("WORLD_SIZE");
+    return l && w && atol(l) > 0 && atol(l) < atol(w);
+}
+
 typedef struct rdzv_hello {
     uint32_t magic, version, rank, size, port;
+    char host[96]; /* UTRAIN_SOCKET_IFNAME's address, or "" (rank 0 takes the connection's) */
 } rdzv_hello;
 
 /* Without a launcher's store: rank 0 listens at MASTER_ADDR:MASTER_PORT and
  * hands every rank the table of addresses (each rank's host as rank 0 sees
  * its connection come from; rank 0's own as the others reached it). */
 static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, double deadline, char *err, size_t n) {
-    rdzv_hello h = {TCP_MAGIC, TCP_VERSION, (uint32_t)e->rank, (uint32_t)e->size, (uint32_t)my_port};
+    rdzv_hello h = {TCP_MAGIC, TCP_VERSION, (uint32_t)e->rank, (uint32_t)e->size, (uint32_t)my_port, ""};
+    char own[96] = "";
+    int ifh = interface_host(own, sizeof own);
+    if (ifh < 0) return ut_errorf(err, n, "rank %d: %s", e->rank, tcp_err);
+    if (!ifh) snprintf(h.host, sizeof h.host, "%s", own);
     if (e->rank != 0) {
         int fd = connect_to(e->master, e->port, deadline);
         if (fd < 0) return ut_errorf(err, n, "cannot reach rank 0 at MASTER_ADDR:MASTER_PORT: %s", tcp_err);
@@ -538,11 +604,23 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
             goto out;
         }
         fds[g.rank] = fd;
-        host_of(&a, hosts[g.rank].host, sizeof hosts[g.rank].host);
+        g.host[sizeof g.host - 1] = 0;
+        if (g.host[0]) snprintf(hosts[g.rank].host, sizeof hosts[g.rank].host, "%s", g.host);
+        else host_of(&a, hosts[g.rank].host, sizeof hosts[g.rank].host);
         hosts[g.rank].port = g.port;
-        if (k == 1) host_of(&me, hosts[0].host, sizeof hosts[0].host);
-        hosts[0].port = (uint32_t)my_port;
+        /* rank 0's own address: as a rank on another machine reached it, if any did */
+        char here[96];
+        host_of(&me, here, sizeof here);
+        if (!*hosts[0].host || (is_loopback(hosts[0].host) && !is_loopback(here)))
+            snprintf(hosts[0].host, sizeof hosts[0].host, "%s", here);
     }
+    if (*own) snprintf(hosts[0].host, sizeof hosts[0].host, "%s", own);
+    hosts[0].port = (uint32_t)my_port;
+    /* ranks that reached rank 0 over loopback share its machine: the others
+     * reach them at rank 0's address */
+    for (int r = 1; r < e->size; r++)
+        if (is_loopback(hosts[r].host) && !is_loopback(hosts[0].host))
+            snprintf(hosts[r].host, sizeof hosts[r].host, "%s", hosts[0].host);
     for (int r = 1; r < e->size; r++)
         if (write_all(fds[r], hosts, (size_t)e->size * sizeof *hosts, deadline, ut_fmt("rank %d", r))) {
             ut_errorf(err, n, "rendezvous: %s", tcp_err);

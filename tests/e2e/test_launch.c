@@ -218,6 +218,12 @@ static void test_torchrun_bad_variables(void) {
     snprintf(port, sizeof port, "MASTER_PORT %d: ", ntohs(a.sin_port));
     CHECK(rc == 1 && output_has("trbusy", "rank 0 cannot listen on ") && output_has("trbusy", port),
           "a port in use: exit %d", rc);
+    /* the interface named for the ranks' addresses must exist */
+    rc = run_with_env("trif", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500",
+                                                   "UTRAIN_SOCKET_IFNAME=nosuchif0", NULL});
+    CHECK(rc == 1 && output_has("trif", "UTRAIN_SOCKET_IFNAME is 'nosuchif0', which is not an interface with an "
+                                        "address here (this machine has: lo"),
+          "a missing interface: exit %d", rc);
     CHECK(!exists(tmp, "trbad"), "a refused process made its run directory");
 }
 
