@@ -66,7 +66,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
+.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -198,6 +198,10 @@ bench-ddp: deps
 
 # GPT-2 with tensor and pipeline parallelism against ddp on 2 ranks, and the
 # pipeline bubble (docs/performance.md)
+bench-allreduce: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench/comm_allreduce
+	bench/run_allreduce.sh $(BUILD)
+
 bench-parallel: deps
 	@$(MAKE) --no-print-directory all
 	bench/run_parallel.sh $(BUILD)
