@@ -72,6 +72,11 @@ static void test_stages_train_as_the_whole_model(void) {
     agrees("pp2ckpt", "whole");
     agrees("pp3", "whole");
     agrees("pp4", "whole");
+    /* over TCP (dist.launcher: tcp) the stages' sends and receives take the
+     * tcp communicator's own thread: the same run, to the bit */
+    CHECK(split_train("pp2tcp", 2, "dist.pipeline_parallel=2 dist.launcher=tcp") == 0, "2 stages over TCP");
+    CHECK(tp_same_file(tp_ckpt_file(split_dir, "pp2tcp", 16), tp_ckpt_file(split_dir, "pp2", 16)),
+          "2 stages over TCP: another checkpoint than over MPI");
     char *s = split_output("pp2");
     CHECK(s && strstr(s, "Pipeline parallel = 2 stages (blocks balanced by compute)") &&
               strstr(s, "1F1B schedule, 4 micro-batches per step"),

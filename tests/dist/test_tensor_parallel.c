@@ -26,6 +26,10 @@ static void test_split_runs_train_as_the_whole_model(void) {
     CHECK(split_train("tp4", 4, "dist.tensor_parallel=4") == 0, "split over 4 ranks");
     split_agrees("tp2", "whole", 24);
     split_agrees("tp4", "whole", 24);
+    /* over TCP (dist.launcher: tcp): the same run, to the bit */
+    CHECK(split_train("tp2tcp", 2, "dist.tensor_parallel=2 dist.launcher=tcp") == 0, "split over 2 ranks over TCP");
+    CHECK(tp_same_file(tp_ckpt_file(split_dir, "tp2tcp", 24), tp_ckpt_file(split_dir, "tp2", 24)),
+          "tp2 over TCP: another checkpoint than over MPI");
     char *s = split_output("tp2");
     CHECK(s && strstr(s, "Tensor parallel = 2 ranks per model"), "the summary names the split:\n%s", s ? s : "");
     free(s);
