@@ -60,6 +60,7 @@ typedef struct {
     /* ---- generate: evaluation by generation and `utrain generate` ---- */
     bool gen_eval;               /* generate.eval: dev/test evaluation also generates (bleu, rougeL, exact_match) */
     int64_t gen_max_new_tokens, gen_min_new_tokens, gen_num_beams, gen_no_repeat_ngram_size, gen_top_k;
+    int64_t gen_num_return_sequences; /* texts per source in `utrain generate` (evaluation scores the first) */
     double gen_length_penalty, gen_temperature, gen_top_p;
     char gen_early_stopping[8];  /* false | true | never */
     bool gen_do_sample;

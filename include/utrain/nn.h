@@ -233,20 +233,24 @@ typedef struct {
     double length_penalty;        /* 1.0: a finished beam scores sum(log p) / length^length_penalty */
     int early_stopping;           /* UT_EARLY_*: HEURISTIC (transformers' false) */
     int64_t no_repeat_ngram_size; /* 0: none */
-    bool do_sample;               /* sample (num_beams 1) from the processed distribution */
+    bool do_sample;               /* sample from the processed distribution (with beams: the
+                                   * candidates drawn without replacement, transformers' beam sample) */
     double temperature, top_p;    /* 1.0, 1.0 */
     int64_t top_k;                /* 50 (0: none) */
     uint64_t seed;                /* sampling's generator */
     bool no_cache;                /* run the decoder over the whole prefix at each step */
     int64_t forced_bos, forced_eos; /* the first / the last possible token forced; -1: none,
                                      * -2 (the default): forced_bos the model's */
+    int64_t num_return_sequences;   /* 1: texts per source (sampling: independent draws;
+                                     * beam search: the best finished beams, <= num_beams) */
 } ut_gen_opts;
 void ut_gen_opts_init(ut_gen_opts *o);
-/* Generates for B sources (host ids and attention masks (B, S)): out (B,
- * max_new_tokens) the new tokens of each (after the decoder's start token;
- * the end-of-sequence token included when it came, then the pad id),
- * lens[b] how many. 0, or -1 with a message (a model without a decoder, bad
- * options, a failed step). */
+/* Generates for B sources (host ids and attention masks (B, S)): out (B x R,
+ * max_new_tokens) the new tokens of each text (after the decoder's start
+ * token; the end-of-sequence token included when it came, then the pad id),
+ * lens[b * R + j] how many, R = num_return_sequences texts per source, the
+ * best first for beam search. 0, or -1 with a message (a model without a
+ * decoder, bad options, a failed step). */
 int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int32_t *mask, int64_t B, int64_t S,
                 int32_t *out, int64_t *lens, char *err, size_t n);
 

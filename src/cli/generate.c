@@ -18,8 +18,9 @@ static void usage_generate(FILE *f) {
     fprintf(f,
             "usage: utrain generate RUN_DIR|CONFIG.yml|MODEL_DIR --input FILE [--output FILE] [options]\n"
             "\n"
-            "Generates a text for every line of FILE with a sequence-to-sequence model and\n"
-            "writes them one a line, in order, to --output (default: standard output). The\n"
+            "Generates a text (or --num-return-sequences texts) for every line of FILE with a\n"
+            "sequence-to-sequence model and writes them one a line, in order, to --output\n"
+            "(default: standard output). The\n"
             "model is a trained run (RUN_DIR, or its CONFIG.yml: the best checkpoint by\n"
             "train.best_metric, or --checkpoint) or a Hugging Face model directory\n"
             "(config.json, model.safetensors and the tokenizer: bart and t5, as\n"
@@ -38,12 +39,14 @@ static void usage_generate(FILE *f) {
             "  --length-penalty F        beam search: a finished beam scores log p / length^F\n"
             "  --early-stopping WHEN     beam search: false, true or never, as transformers\n"
             "  --no-repeat-ngram-size N  no n-gram of N tokens twice in a text (0: off)\n"
-            "  --do-sample               sample the next token (num_beams 1) instead of the\n"
-            "                            most likely one\n"
+            "  --do-sample               sample the next token instead of the most likely\n"
+            "                            one (with beams: draw the beams' continuations)\n"
             "  --temperature F           sampling: logits divided by F (> 0)\n"
             "  --top-k N                 sampling: only the N most likely tokens (0: all)\n"
             "  --top-p F                 sampling: the smallest set of tokens whose\n"
             "                            probability reaches F, in (0, 1]\n"
+            "  --num-return-sequences N  texts per source, written one a line in a row: N\n"
+            "                            draws (--do-sample) or the N best beams (<= beams)\n"
             "  --seed N                  sampling's seed (default: the run's seed, else 0)\n"
             "  --batch-size N            sources generated together, right-padded to the\n"
             "                            longest (default: train.eval_batch_size, else\n"
@@ -58,7 +61,7 @@ static void usage_generate(FILE *f) {
 }
 
 /* ---- the generation flags, and the generation_config.json keys behind them ---- */
-enum { G_MAX_NEW, G_MIN_NEW, G_BEAMS, G_LP, G_EARLY, G_NGRAM, G_SAMPLE, G_TEMP, G_TOPK, G_TOPP, G_COUNT };
+enum { G_MAX_NEW, G_MIN_NEW, G_BEAMS, G_LP, G_EARLY, G_NGRAM, G_SAMPLE, G_TEMP, G_TOPK, G_TOPP, G_NRET, G_COUNT };
 typedef struct {
     const char *flag, *key;  /* the command line's name; generation_config.json's */
     char type;               /* 'i' integer, 'f' number, 'b' switch, 'e' false | true | never */
@@ -79,6 +82,7 @@ static const gen_key gen_keys[G_COUNT] = {
     [G_TEMP] = {"--temperature", "temperature", 'f', 0, 1e9, true, "a number > 0"},
     [G_TOPK] = {"--top-k", "top_k", 'i', 0, 1e9, false, "an integer from 0 to 1000000000"},
     [G_TOPP] = {"--top-p", "top_p", 'f', 0, 1, true, "a number in (0, 1]"},
+    [G_NRET] = {"--num-return-sequences", "num_return_sequences", 'i', 1, 1024, false, "an integer from 1 to 1024"},
 };
 
 static bool gen_in_range(const gen_key *g, double v) {
@@ -99,6 +103,7 @@ static void gen_set(ut_gen_opts *o, int k, double v) {
     case G_TEMP: o->temperature = v; break;
     case G_TOPK: o->top_k = (int64_t)v; break;
     case G_TOPP: o->top_p = v; break;
+    case G_NRET: o->num_return_sequences = (int64_t)v; break;
     }
 }
 
@@ -268,7 +273,7 @@ static const struct {
     const char *key;
     double neutral;
 } unhonoured[] = {
-    {"num_return_sequences", 1}, {"repetition_penalty", 1}, {"encoder_repetition_penalty", 1},
+    {"repetition_penalty", 1}, {"encoder_repetition_penalty", 1},
     {"diversity_penalty", 0}, {"num_beam_groups", 1}, {"typical_p", 1}, {"epsilon_cutoff", 0},
     {"eta_cutoff", 0}, {"min_p", 0}, {"encoder_no_repeat_ngram_size", 0}, {"guidance_scale", 1},
     {"penalty_alpha", 0}, {"bad_words_ids", NAN}, {"suppress_tokens", NAN}, {"begin_suppress_tokens", NAN},
@@ -523,10 +528,13 @@ static int apply_flags(gen_model *g, const gen_args *a, char *err, size_t n) {
     if (a->batch) g->batch = a->batch;
     if (ut_generate(g->m, &g->o, NULL, NULL, 0, 0, NULL, NULL, err, n)) return -1;
     /* bound what one batch holds: rows of beams and their tokens */
-    double rows = (double)g->batch * g->o.num_beams;
+    int64_t per = g->o.num_beams > 1 ? g->o.num_beams : g->o.num_return_sequences;
+    double rows = (double)g->batch * (double)per;
     if (rows > GEN_MAX_BATCH || rows * (double)(g->o.max_new_tokens + 1) > (double)(1 << 28))
-        return ut_errorf(err, n, "batch size %lld x num_beams %d x max_new_tokens %lld: too much at once; lower "
-                                 "--batch-size", (long long)g->batch, g->o.num_beams, (long long)g->o.max_new_tokens);
+        return ut_errorf(err, n, "batch size %lld x %s %lld x max_new_tokens %lld: too much at once; lower "
+                                 "--batch-size", (long long)g->batch,
+                         g->o.num_beams > 1 ? "num_beams" : "num_return_sequences", (long long)per,
+                         (long long)g->o.max_new_tokens);
     return 0;
 }
 
@@ -675,13 +683,13 @@ static int64_t batch_of(const gen_model *g, const gen_sources *s, int64_t b0, in
 }
 
 static int generate_all(gen_model *g, const gen_sources *s, const char *in_path, FILE *out, char *err, size_t n) {
-    int64_t B = g->batch, M = g->o.max_new_tokens, longest = 1;
+    int64_t B = g->batch, M = g->o.max_new_tokens, R = g->o.num_return_sequences, longest = 1;
     for (int64_t i = 0; i < s->n; i++)
         if (s->off[i + 1] - s->off[i] > longest) longest = s->off[i + 1] - s->off[i];
     int32_t *src = ut_malloc_check((size_t)(B * longest) * sizeof *src);
     int32_t *mask = ut_malloc_check((size_t)(B * longest) * sizeof *mask);
-    int32_t *ids = ut_malloc_check((size_t)(B * M) * sizeof *ids);
-    int64_t *lens = ut_malloc_check((size_t)B * sizeof *lens);
+    int32_t *ids = ut_malloc_check((size_t)(B * R * M) * sizeof *ids);
+    int64_t *lens = ut_malloc_check((size_t)(B * R) * sizeof *lens);
     bool stdout_tty = out == stdout && isatty(STDOUT_FILENO);
     gen_progress p = {.on = isatty(STDERR_FILENO), .t0 = now_s()};
     int rc = 0;
@@ -695,7 +703,7 @@ static int generate_all(gen_model *g, const gen_sources *s, const char *in_path,
             break;
         }
         if (stdout_tty) progress_clear(&p);
-        for (int64_t k = 0; k < count && !rc; k++) {
+        for (int64_t k = 0; k < count * R && !rc; k++) { /* source by source, its R texts in a row */
             char *text = ut_tokenizer_decode_generated(g->tok, ids + k * M, lens[k]);
             put_text(out, text);
             ut_free(text);
@@ -712,7 +720,10 @@ static int generate_all(gen_model *g, const gen_sources *s, const char *in_path,
 }
 
 static const char *search_name(const ut_gen_opts *o) {
-    return o->do_sample ? "sampling" : o->num_beams > 1 ? ut_fmt("beam search (%d beams)", o->num_beams) : "greedy";
+    const char *s = o->num_beams > 1 ? ut_fmt("%s (%d beams)", o->do_sample ? "beam sampling" : "beam search", o->num_beams)
+                    : o->do_sample  ? "sampling"
+                                    : "greedy";
+    return o->num_return_sequences > 1 ? ut_fmt("%s, %lld texts a source", s, (long long)o->num_return_sequences) : s;
 }
 
 /* Everything after the command line: 0, or -1 with err. */
@@ -739,7 +750,8 @@ static int run_generate(const gen_args *a, char *err, size_t n) {
     if (out && fclose(out) && !rc)
         rc = ut_errorf(err, n, "%s: write failed: %s", a->output, strerror(errno));
     if (!rc && a->output)
-        fprintf(stderr, "utrain generate: %lld texts -> %s (%.1f s)\n", (long long)s.n, a->output, now_s() - t0);
+        fprintf(stderr, "utrain generate: %lld texts -> %s (%.1f s)\n", (long long)(s.n * g.o.num_return_sequences),
+                a->output, now_s() - t0);
     ut_free(s.ids);
     ut_free(s.off);
     free_lines(&lines);

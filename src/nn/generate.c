@@ -1,5 +1,6 @@
 /* Text generation over a model's decoder (ut_decoder_ops): greedy decoding,
- * beam search and sampling as transformers' generate does them, with its
+ * beam search, sampling and beam sampling as transformers' generate does
+ * them, several texts per source (num_return_sequences), with its
  * logits processors (minimum new tokens, no-repeat n-grams, forced first and
  * last tokens) and, for beam search, its scoring, candidate selection and
  * stopping rules (float32 arithmetic in the same order, so the same model
@@ -15,7 +16,7 @@
 
 void ut_gen_opts_init(ut_gen_opts *o) {
     *o = (ut_gen_opts){.max_new_tokens = 20, .num_beams = 1, .length_penalty = 1.0, .temperature = 1.0,
-                       .top_p = 1.0, .top_k = 50, .forced_bos = -2, .forced_eos = -1};
+                       .top_p = 1.0, .top_k = 50, .forced_bos = -2, .forced_eos = -1, .num_return_sequences = 1};
 }
 
 /* ---- the logits processors, on one row's scores (V) ---- */
@@ -72,7 +73,9 @@ static int cmp_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int64_t sample(const ut_gen_opts *o, float *s, int64_t V, float *tmp, ut_rng *rng) {
+/* The warpers on one row's scores: temperature, top-k, then top-p; leaves
+ * log-probabilities (-inf for the tokens cut). */
+static void warp(const ut_gen_opts *o, float *s, int64_t V, float *tmp) {
     if (o->temperature != 1.0)
         for (int64_t v = 0; v < V; v++) s[v] = (float)(s[v] / o->temperature);
     if (o->top_k > 0 && o->top_k < V) { /* keep the scores at least the k-th largest */
@@ -97,6 +100,10 @@ static int64_t sample(const ut_gen_opts *o, float *s, int64_t V, float *tmp, ut_
             if (expf(s[v]) < cut) s[v] = -INFINITY;
         log_softmax(s, V);
     }
+}
+
+static int64_t sample(const ut_gen_opts *o, float *s, int64_t V, float *tmp, ut_rng *rng) {
+    warp(o, s, V, tmp);
     double u = ut_rng_uniform(rng), cum = 0;
     int64_t last = argmax(s, V);
     for (int64_t v = 0; v < V; v++) {
@@ -193,6 +200,10 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     float *acc = ut_malloc_check((size_t)(K * V) * sizeof *acc);
     int32_t *parent = ut_malloc_check((size_t)N * sizeof *parent);
     int64_t *ti = ut_malloc_check((size_t)K2 * sizeof *ti), *mi = ut_malloc_check((size_t)K * sizeof *mi);
+    float *gkey = o->do_sample ? ut_malloc_check((size_t)(K * V) * sizeof *gkey) : NULL;
+    float *wtmp = o->do_sample ? ut_malloc_check((size_t)V * sizeof *wtmp) : NULL;
+    ut_rng rng;
+    ut_rng_seed(&rng, o->seed);
     for (int64_t i = 0; i < N * T; i++) run[i] = fin[i] = pad;
     for (int64_t r = 0; r < N; r++) {
         memcpy(run + r * T, p->prompt + r * P, (size_t)P * sizeof *run);
@@ -215,10 +226,29 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
                 float *s = logits + r * V;
                 log_softmax(s, V);
                 process(p, run + r * T, len, s);
+                if (o->do_sample) warp(o, s, V, wtmp); /* on each beam's log-probabilities, then accumulated */
                 for (int64_t v = 0; v < V; v++) acc[k * V + v] = s[v] + rs[r];
             }
             cand c[64];
-            top_k(acc, K * V, K2, ti);
+            if (o->do_sample) {
+                /* 2K continuations drawn without replacement, each with
+                 * probability in proportion to exp(acc): the 2K largest of
+                 * acc + Gumbel noise (the Gumbel-top-k trick); then in order
+                 * of acc, as beam search takes them */
+                for (int64_t i = 0; i < K * V; i++) {
+                    double u = ut_rng_uniform(&rng);
+                    gkey[i] = acc[i] == -INFINITY ? -INFINITY : acc[i] - (float)log(-log(u > 0 ? u : 1e-300));
+                }
+                top_k(gkey, K * V, K2, ti);
+                for (int i = 1; i < K2; i++) /* insertion sort by acc, descending (ties: the earlier draw) */
+                    for (int j = i; j > 0 && acc[ti[j]] > acc[ti[j - 1]]; j--) {
+                        int64_t t = ti[j];
+                        ti[j] = ti[j - 1];
+                        ti[j - 1] = t;
+                    }
+            } else {
+                top_k(acc, K * V, K2, ti);
+            }
             bool hit[64];
             for (int i = 0; i < K2; i++) {
                 c[i] = (cand){acc[ti[i]], (int32_t)(ti[i] / V), (int32_t)(ti[i] % V)};
@@ -296,12 +326,14 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
         }
         if (!any_open || (all_full && o->early_stopping == UT_EARLY_TRUE) || all_hit) break;
     }
-    for (int64_t b = 0; b < B && !rc; b++) {
-        int64_t r = b * K; /* the best finished hypothesis */
-        lens[b] = flen[r];
-        for (int64_t i = 0; i < o->max_new_tokens; i++)
-            out[b * o->max_new_tokens + i] = i < flen[r] ? fin[r * T + P + i] : pad;
-    }
+    int64_t R = o->num_return_sequences;
+    for (int64_t b = 0; b < B && !rc; b++)
+        for (int64_t j = 0; j < R; j++) { /* the R best finished hypotheses, best first */
+            int64_t r = b * K + j, q = b * R + j;
+            lens[q] = flen[r];
+            for (int64_t i = 0; i < o->max_new_tokens; i++)
+                out[q * o->max_new_tokens + i] = i < flen[r] ? fin[r * T + P + i] : pad;
+        }
     ut_free(run);
     ut_free(nrun);
     ut_free(fin);
@@ -316,6 +348,8 @@ static int beam(ut_model *m, void *st, const procs *p, int64_t B, int32_t *out, 
     ut_free(parent);
     ut_free(ti);
     ut_free(mi);
+    ut_free(gkey);
+    ut_free(wtmp);
     return rc;
 }
 
@@ -331,9 +365,16 @@ int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int
     if (m->tokens.vocab < 2)
         return ut_errorf(err, n, "generation: model %s has a vocabulary of %lld tokens (at least 2 to choose from)",
                          m->type, (long long)m->tokens.vocab);
-    if (o->do_sample && o->num_beams > 1)
-        return ut_errorf(err, n, "generation: sampling with beams (do_sample and num_beams %d) is not supported; "
-                                 "use num_beams 1 to sample, or beam search without do_sample", o->num_beams);
+    int64_t R = o->num_return_sequences;
+    if (R < 1 || R > 1024)
+        return ut_errorf(err, n, "generation: num_return_sequences %lld (1 to 1024)", (long long)R);
+    if (R > 1 && o->num_beams == 1 && !o->do_sample)
+        return ut_errorf(err, n, "generation: greedy decoding gives one text per source, so num_return_sequences %lld "
+                                 "needs do_sample (independent draws) or num_beams >= %lld (the best beams)",
+                         (long long)R, (long long)R);
+    if (o->num_beams > 1 && R > o->num_beams)
+        return ut_errorf(err, n, "generation: num_return_sequences %lld is more than num_beams %d: beam search "
+                                 "returns at most its beams", (long long)R, o->num_beams);
     procs p = {.o = o, .tok = m->tokens};
     if (o->forced_bos != -2) p.tok.forced_bos = o->forced_bos;
     int64_t ids[3] = {p.tok.forced_bos, o->forced_eos, p.tok.start};
@@ -342,11 +383,29 @@ int ut_generate(ut_model *m, const ut_gen_opts *o, const int32_t *src, const int
             return ut_errorf(err, n, "generation: token id %lld is outside the vocabulary [0, %lld)",
                              (long long)ids[i], (long long)p.tok.vocab);
     if (B == 0) return 0;
-    void *st = m->decoder->begin(m, src, mask, B, S, o->num_beams, o->max_new_tokens, !o->no_cache, &p.prompt, &p.P,
+    /* sampling R texts a source: each source R times in a row, drawn apart */
+    int64_t rows = B;
+    int32_t *xs = NULL, *xm = NULL;
+    if (o->num_beams == 1 && R > 1) {
+        rows = B * R;
+        xs = ut_malloc_check((size_t)(rows * S) * sizeof *xs);
+        xm = mask ? ut_malloc_check((size_t)(rows * S) * sizeof *xm) : NULL;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < R; j++) {
+                memcpy(xs + (b * R + j) * S, src + b * S, (size_t)S * sizeof *xs);
+                if (mask) memcpy(xm + (b * R + j) * S, mask + b * S, (size_t)S * sizeof *xm);
+            }
+        src = xs, mask = xm;
+    }
+    void *st = m->decoder->begin(m, src, mask, rows, S, o->num_beams, o->max_new_tokens, !o->no_cache, &p.prompt, &p.P,
                                  err, n);
-    if (!st) return -1;
-    p.max_len = p.P + o->max_new_tokens;
-    int rc = o->num_beams > 1 ? beam(m, st, &p, B, out, lens, err, n) : greedy(m, st, &p, B, out, lens, err, n);
-    m->decoder->end(st);
+    int rc = -1;
+    if (st) {
+        p.max_len = p.P + o->max_new_tokens;
+        rc = o->num_beams > 1 ? beam(m, st, &p, B, out, lens, err, n) : greedy(m, st, &p, rows, out, lens, err, n);
+        m->decoder->end(st);
+    }
+    ut_free(xs);
+    ut_free(xm);
     return rc;
 }

@@ -195,6 +195,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "sampling: keep the k most likely tokens (0: all)"},
     {.key = "generate.top_p", .type = UT_CFG_FLOAT, AT(gen_top_p), .def = "1.0", GT(0), LE(1),
      .doc = "sampling: keep the smallest set of tokens whose probability reaches top_p"},
+    {.key = "generate.num_return_sequences", .type = UT_CFG_INT, AT(gen_num_return_sequences), .def = "1", GE(1),
+     LE(1024),
+     .doc = "texts per source in `utrain generate`: independent draws with do_sample, else the best beams "
+            "(<= num_beams); evaluation by generation scores the first (the best beam)"},
 
     /* ---- optim ---- */
     {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
@@ -314,6 +318,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"predict_with_generate", "generate.eval"},
     {"generation_num_beams", "generate.num_beams"},
     {"num_beams", "generate.num_beams"},
+    {"num_return_sequences", "generate.num_return_sequences"},
     {"max_new_tokens", "generate.max_new_tokens"},
     {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},

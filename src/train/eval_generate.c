@@ -24,6 +24,7 @@ void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o) {
     o->top_k = c->gen_top_k;
     o->top_p = c->gen_top_p;
     o->seed = (uint64_t)c->seed;
+    o->num_return_sequences = c->gen_num_return_sequences;
 }
 
 /* The sources of examples idx[0, count) as (count, S) ids and masks, S the
@@ -67,6 +68,9 @@ int ut_evaluate_generation(ut_comm *comm, ut_model *m, ut_dataset *ds, int64_t b
                          ds->name);
     int rank = ut_comm_rank(comm), world = ut_comm_size(comm);
     int64_t N = ds->n, M = o->max_new_tokens, L = ds->x_ne[1];
+    ut_gen_opts one_text = *o; /* the scores are of one text a source: the best beam, or one draw */
+    one_text.num_return_sequences = 1;
+    o = &one_text;
     /* the generated ids + 1 (0: another rank's) and lengths of every example */
     int64_t *ids = ut_calloc_check((size_t)(N * M + N + 1), sizeof *ids), *lens = ids + N * M;
     int32_t *xb = ut_malloc_check((size_t)(batch * 4 * L) * sizeof *xb), *yb = ut_malloc_check((size_t)(batch * L) * sizeof *yb);

@@ -193,12 +193,12 @@ static void test_model_dir_matches_transformers(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s", tp_path(tmp, "gen_no_forced_eos"));
     copy_model_dir(dir, "{\"decoder_start_token_id\": 2, \"eos_token_id\": 2, \"pad_token_id\": 1, "
-                        "\"forced_eos_token_id\": null, \"max_length\": 13, \"num_return_sequences\": 2, "
+                        "\"forced_eos_token_id\": null, \"max_length\": 13, \"num_beam_groups\": 2, "
                         "\"repetition_penalty\": 1.0}\n");
     snprintf(out, sizeof out, "%s", tp_path(tmp, "no_eos_out.txt"));
     CHECK(run_gen("no_eos", 0, (const char *[]){dir, "--input", in, "--output", out, NULL}) == 0, "no forced eos");
     check_lines_greedy(out, tok, f, B, 12);   /* max_length 13: 12 new tokens */
-    CHECK(said("no_eos", (const char *[]){"generation_config.json: num_return_sequences 2: not supported", NULL}),
+    CHECK(said("no_eos", (const char *[]){"generation_config.json: num_beam_groups 2: not supported", NULL}),
           "a warning names the key it cannot honour (and not repetition_penalty 1.0)");
     char *s = tp_slurp(tp_path(tmp, "no_eos.out"));
     CHECK(s && !strstr(s, "repetition_penalty"), "repetition_penalty 1.0 does nothing: no warning");
@@ -262,6 +262,8 @@ static bool train_copy_run(void) {
     return tp_run_shown(argv, tp_path(tmp, "train.out"), 0, "utrain train (copy)") == 0;
 }
 
+static int texts_made; /* how many texts in_process made: sources x num_return_sequences */
+
 /* What ut_generate gives in process on the run's best checkpoint for all
  * the dev sources in one batch, as the program writes it (dev_src order). */
 static char **in_process(void (*tweak)(ut_gen_opts *)) {
@@ -277,7 +279,7 @@ static char **in_process(void (*tweak)(ut_gen_opts *)) {
     UT_ASSERT(tok);
     enum { N = NDEV + 1, S = 32 };
     int32_t src[N * S], mask[N * S], pad = ut_tokenizer_special_id(tok, "pad");
-    int64_t longest = 1, lens[N];
+    int64_t longest = 1, *lens = calloc(N * 32, sizeof *lens);
     ut_tok_encoding e[N];
     memset(e, 0, sizeof e);
     for (int i = 0; i < N; i++) {
@@ -294,31 +296,36 @@ static char **in_process(void (*tweak)(ut_gen_opts *)) {
     ut_gen_opts_from_config(&cfg, &o);
     o.max_new_tokens = 12;
     if (tweak) tweak(&o);
-    int32_t *out = calloc((size_t)(N * o.max_new_tokens), sizeof *out);
+    int64_t R = o.num_return_sequences;
+    UT_ASSERT(R <= 32);
+    int32_t *out = calloc((size_t)(N * R * o.max_new_tokens), sizeof *out);
     CHECK(ut_generate(m, &o, src, mask, N, longest, out, lens, err, sizeof err) == 0, "%s", err);
-    char **texts = calloc(N, sizeof *texts);
-    for (int i = 0; i < N; i++) {
+    char **texts = calloc(N * R, sizeof *texts);
+    for (int i = 0; i < N * R; i++) {
         char *t = ut_tokenizer_decode(tok, out + i * o.max_new_tokens, lens[i], true, err, sizeof err);
         UT_ASSERT(t);
         texts[i] = as_written(t);
         ut_free(t);
-        ut_tok_encoding_free(&e[i]);
     }
+    for (int i = 0; i < N; i++) ut_tok_encoding_free(&e[i]);
+    free(lens);
     free(out);
+    texts_made = (int)(N * R);
     ut_tokenizer_free(tok);
     ut_model_free(m);
     ut_config_free(&cfg);
     return texts;
 }
 
+/* the program's output file against in_process's texts (texts_made of them) */
 static void check_against(const char *name, const char *out, char **want) {
-    int n;
+    int n, w = texts_made;
     char **got = read_lines(out, &n);
-    CHECK(n == NDEV + 1, "%s: %d lines for %d sources", name, n, NDEV + 1);
-    for (int i = 0; i < n && i <= NDEV; i++)
+    CHECK(n == w, "%s: %d lines for %d texts", name, n, w);
+    for (int i = 0; i < n && i < w; i++)
         CHECK(!strcmp(got[i], want[i]), "%s line %d: '%s', in process '%s'", name, i + 1, got[i], want[i]);
     free_lines(got, n);
-    free_lines(want, NDEV + 1);
+    free_lines(want, w);
 }
 
 static void beams(ut_gen_opts *o) {
@@ -329,6 +336,27 @@ static void beams(ut_gen_opts *o) {
 static void sampling(ut_gen_opts *o) {
     o->do_sample = true, o->temperature = 0.8, o->top_k = 10, o->top_p = 0.9, o->seed = 11;
 }
+
+static void beams3(ut_gen_opts *o) {
+    beams(o);
+    o->num_return_sequences = 3;
+}
+
+static void sampling3(ut_gen_opts *o) {
+    sampling(o);
+    o->num_return_sequences = 3;
+}
+
+static void beam_sampling(ut_gen_opts *o) {
+    o->do_sample = true, o->num_beams = 3, o->temperature = 1.5, o->seed = 5, o->num_return_sequences = 2;
+}
+
+static void beam_sampling_seed6(ut_gen_opts *o) {
+    beam_sampling(o);
+    o->seed = 6;
+}
+
+static void beams_plain(ut_gen_opts *o) { o->num_beams = 3, o->num_return_sequences = 2; }
 
 static bool trained;
 
@@ -356,6 +384,50 @@ static void test_run_matches_in_process(void) {
                                    "--batch-size", "17", "--do-sample", "--temperature", "0.8", "--top-k", "10",
                                    "--top-p", "0.9", "--seed", "11", "--no-cache", NULL}) == 0, "sample");
     check_against("sample", out, in_process(sampling));
+    /* several texts a source: the 3 best beams (the first is the single
+     * best's), 3 draws, and beam sampling */
+    snprintf(out, sizeof out, "%s/beams3.txt", tmp);
+    CHECK(run_gen("beams3", 0,
+                  (const char *[]){run_dir, "--input", dev_path, "--output", out, "--max-new-tokens", "12",
+                                   "--batch-size", "17", "--num-beams", "3", "--length-penalty", "0.5",
+                                   "--early-stopping", "true", "--no-repeat-ngram-size", "2", "--min-new-tokens",
+                                   "2", "--num-return-sequences", "3", NULL}) == 0, "beams, 3 texts a source");
+    char **best = in_process(beams);
+    char **three = in_process(beams3);
+    int distinct = 0;
+    for (int i = 0; i <= NDEV; i++) {
+        CHECK(!strcmp(three[3 * i], best[i]), "source %d: the first of 3 beams '%s', the best beam '%s'", i + 1,
+              three[3 * i], best[i]);
+        distinct += strcmp(three[3 * i], three[3 * i + 1]) != 0 && strcmp(three[3 * i + 1], three[3 * i + 2]) != 0;
+    }
+    CHECK(distinct > NDEV / 2, "the 3 beams of a source differ (%d of %d sources)", distinct, NDEV + 1);
+    free_lines(best, NDEV + 1);
+    check_against("beams3", out, three);
+    snprintf(out, sizeof out, "%s/sample3.txt", tmp);
+    CHECK(run_gen("sample3", 0,
+                  (const char *[]){run_dir, "--input", dev_path, "--output", out, "--max-new-tokens", "12",
+                                   "--batch-size", "17", "--do-sample", "--temperature", "0.8", "--top-k", "10",
+                                   "--top-p", "0.9", "--seed", "11", "--num-return-sequences", "3", NULL}) == 0,
+          "3 draws a source");
+    check_against("sample3", out, in_process(sampling3));
+    snprintf(out, sizeof out, "%s/beamsample.txt", tmp);
+    CHECK(run_gen("beamsample", 0,
+                  (const char *[]){run_dir, "--input", dev_path, "--output", out, "--max-new-tokens", "12",
+                                   "--batch-size", "17", "--do-sample", "--num-beams", "3", "--temperature", "1.5",
+                                   "--seed", "5", "--num-return-sequences", "2", NULL}) == 0,
+          "beam sampling");
+    check_against("beamsample", out, in_process(beam_sampling));
+    /* the same seed draws the same texts; the draws are not beam search's */
+    char **again = in_process(beam_sampling), **plain = in_process(beams_plain);
+    int same = 0, differ = 0;
+    for (int i = 0; i <= NDEV; i++) same += !strcmp(again[2 * i], plain[2 * i]);
+    char **other = in_process(beam_sampling_seed6);
+    for (int i = 0; i < 2 * (NDEV + 1); i++) differ += strcmp(again[i], other[i]) != 0;
+    CHECK(same < NDEV + 1, "beam sampling at temperature 1.5 gave beam search's best text for every source");
+    CHECK(differ > 0, "beam sampling with seeds 5 and 6 gave the same texts");
+    free_lines(again, 2 * (NDEV + 1));
+    free_lines(plain, 2 * (NDEV + 1));
+    free_lines(other, 2 * (NDEV + 1));
 }
 
 /* the config file with --set (generate.* keys, data.lowercase) gives what
@@ -458,9 +530,14 @@ static void test_refusals(void) {
               said("neither", (const char *[]){"neither a run directory (no config.yml) nor a Hugging Face model "
                                                "directory (no config.json)", NULL}),
           "a directory that is neither");
-    CHECK(run_gen("sample_beams", 1, (const char *[]){GEN_DIR, "--input", in, "--do-sample", "--num-beams", "2",
-                                                      NULL}) == 1 &&
-              said("sample_beams", (const char *[]){"sampling with beams", NULL}), "sampling with beams");
+    CHECK(run_gen("greedy_many", 1, (const char *[]){GEN_DIR, "--input", in, "--num-return-sequences", "2", NULL}) == 1 &&
+              said("greedy_many", (const char *[]){"greedy decoding gives one text per source, so "
+                                                   "num_return_sequences 2 needs do_sample", NULL}),
+          "several texts from greedy decoding");
+    CHECK(run_gen("beams_many", 1, (const char *[]){GEN_DIR, "--input", in, "--num-beams", "2",
+                                                    "--num-return-sequences", "3", NULL}) == 1 &&
+              said("beams_many", (const char *[]){"num_return_sequences 3 is more than num_beams 2", NULL}),
+          "more texts than beams");
     CHECK(run_gen("too_long", 1, (const char *[]){GEN_DIR, "--input", in, "--max-new-tokens", "40", NULL}) == 1 &&
               said("too_long", (const char *[]){"fixture_sources.txt: lines 1 to 3: ", "max_position_embeddings 32",
                                                 NULL}), "more new tokens than positions");
