@@ -212,11 +212,20 @@ static int encode_text(builder *b, int w, const char *text, const char *path, in
     return 0;
 }
 
-/* The source text (as read) encoded as ut_seq2seq_encode_source does */
-static int encode_source(builder *b, const char *text, const char *path, int64_t line, char *err, size_t n) {
+/* The source text encoded as ut_seq2seq_encode_source does; text is
+ * already lower-cased where data.lowercase asks for it (add_example did it
+ * once for the stored text and the encoding both). */
+static int encode_source(builder *b, const char *as_read, const char *text, const char *path, int64_t line,
+                         char *err, size_t n) {
     char why[512];
     bool cut;
-    if (ut_seq2seq_encode_source(b->tok, b->o, text, &b->e, &cut, why, sizeof why))
+    ut_seq2seq_opts o = *b->o;
+    o.lowercase = false;
+    int64_t bad = ut__utf8_check(as_read, strlen(as_read)); /* as ut_seq2seq_encode_source checks it */
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s:%lld: %s: byte %lld: not valid UTF-8", path, (long long)line, what_name[SRC],
+                         (long long)bad);
+    if (ut_seq2seq_encode_source(b->tok, &o, text, &b->e, &cut, why, sizeof why))
         return ut_errorf(err, n, "%s:%lld: %s: %s", path, (long long)line, what_name[SRC], why);
     b->m->truncated[SRC] += cut;
     push_ids(b, SRC);
@@ -261,7 +270,7 @@ static int add_example(builder *b, const char *text[2], const char *const path[2
         char *low = b->o->lowercase ? ut__bert_normalize(text[w], len, false, false, false, true, &len) : NULL;
         const char *t = low ? low : text[w];
         push_text(m, 2 * m->n + w, t, len);
-        int rc = w == SRC ? encode_source(b, text[w], path[w], line[w], err, n)
+        int rc = w == SRC ? encode_source(b, text[w], t, path[w], line[w], err, n)
                           : encode_text(b, w, t, path[w], line[w], err, n);
         ut_free(low);
         if (rc) return -1;
