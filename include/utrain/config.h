@@ -135,6 +135,14 @@ typedef struct {
 /* Defaults for every key; model_opts is a new empty map. */
 void ut_config_init(ut_config *c);
 void ut_config_free(ut_config *c);
+/* accelerate launch's settings from its environment variables
+ * (ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_FSDP with FSDP_*,
+ * ACCELERATE_USE_DEEPSPEED with ACCELERATE_DEEPSPEED_*, ...) as the
+ * defaults of the keys they mean: call after ut_config_init and before
+ * ut_config_load, so the file's keys win. said gets what was applied
+ * ("precision bf16, FSDP FULL_SHARD (dist.strategy zero3)"; "" for
+ * nothing). 0, or -1 with a message naming the variable. */
+int ut_config_accelerate_env(ut_config *c, char *said, size_t sn, char *err, size_t n);
 /* Loads a YAML file over the current values. Errors name the file, line and
  * key: "configs/x.yml:12: train.batch_sise: unknown key (did you mean
  * train.batch_size?)". Returns 0 or -1 with err. */

@@ -129,6 +129,11 @@ static int load_config(cli_run *r, int argc, char **argv, bool allow_ckpt, bool 
         snprintf(path, sizeof path, "%s/config.yml", file);
         file = path;
     }
+    char said[512];
+    if (ut_config_accelerate_env(&r->cfg, said, sizeof said, err, sizeof err)) goto fail;
+    const char *rank = getenv("RANK");
+    if (*said && (!rank || !strcmp(rank, "0")))
+        fprintf(stderr, "utrain: accelerate launch's settings (the config's own keys win): %s\n", said);
     if (ut_config_load(&r->cfg, file, err, sizeof err)) goto fail;
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--set") && ut_config_set(&r->cfg, argv[++i], err, sizeof err)) goto fail;

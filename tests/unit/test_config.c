@@ -958,6 +958,114 @@ static void test_deepspeed_config(void) {
     ut_config_free(&c);
 }
 
+/* accelerate launch's environment: the defaults of the keys it means, the
+ * file's own keys winning; what utrain cannot honour is refused naming the
+ * variable */
+static const char *const accel_vars[] = {
+    "ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_FSDP", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
+    "FSDP_RESHARD_AFTER_FORWARD", "FSDP_ACTIVATION_CHECKPOINTING", "FSDP_OFFLOAD_PARAMS", "ACCELERATE_USE_DEEPSPEED",
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+    "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_USE_MEGATRON_LM", NULL};
+
+static void accel_clear(void) {
+    for (const char *const *v = accel_vars; *v; v++) unsetenv(*v);
+}
+
+/* the variables (NAME=VALUE, NULL-terminated) applied to a fresh config, then
+ * the YAML text loaded over it (NULL: none); rc of the first that fails */
+static int accel(ut_config *c, const char *const *vars, const char *yaml, char *said) {
+    accel_clear();
+    for (const char *const *v = vars; *v; v++) {
+        char name[96];
+        const char *eq = strchr(*v, '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *v), *v);
+        setenv(name, eq + 1, 1);
+    }
+    ut_config_init(c);
+    int rc = ut_config_accelerate_env(c, said, 512, err, sizeof err);
+    if (!rc && yaml) rc = load_text(c, yaml);
+    accel_clear();
+    return rc;
+}
+
+static void test_accelerate_launch(void) {
+    ut_config c;
+    char said[512];
+    CHECK(accel(&c, (const char *[]){"ACCELERATE_MIXED_PRECISION=bf16", "ACCELERATE_USE_FSDP=true",
+                                     "FSDP_SHARDING_STRATEGY=FULL_SHARD", "FSDP_AUTO_WRAP_POLICY=NO_WRAP",
+                                     "FSDP_RESHARD_AFTER_FORWARD=false", "FSDP_ACTIVATION_CHECKPOINTING=true",
+                                     "FSDP_OFFLOAD_PARAMS=false", NULL},
+                NULL, said) == 0,
+          "%s", err);
+    CHECK(!strcmp(c.precision, "bf16") && !strcmp(c.dist_strategy, "zero3") && !strcmp(c.dist_wrap, "model") &&
+              !c.reshard_after_forward && c.checkpoint_activations,
+          "FSDP: precision %s strategy %s wrap %s reshard %d ckpt %d", c.precision, c.dist_strategy, c.dist_wrap,
+          c.reshard_after_forward, c.checkpoint_activations);
+    CHECK(!strcmp(said, "precision bf16, FSDP FULL_SHARD (dist.strategy zero3)"), "said '%s'", said);
+    ut_config_free(&c);
+    /* the file's keys win over the launcher's */
+    CHECK(accel(&c, (const char *[]){"ACCELERATE_MIXED_PRECISION=fp16", "ACCELERATE_USE_FSDP=true",
+                                     "FSDP_SHARDING_STRATEGY=2", NULL},
+                "train: {precision: bf16}\n", said) == 0,
+          "%s", err);
+    CHECK(!strcmp(c.precision, "bf16") && !strcmp(c.dist_strategy, "zero2"), "file over env: %s %s", c.precision,
+          c.dist_strategy);
+    ut_config_free(&c);
+    CHECK(accel(&c, (const char *[]){"ACCELERATE_MIXED_PRECISION=no", "ACCELERATE_USE_DEEPSPEED=true",
+                                     "ACCELERATE_DEEPSPEED_ZERO_STAGE=2",
+                                     "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu",
+                                     "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE=none",
+                                     "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4", "ACCELERATE_GRADIENT_CLIPPING=1.0",
+                                     NULL},
+                NULL, said) == 0,
+          "%s", err);
+    CHECK(!strcmp(c.precision, "fp32") && !strcmp(c.dist_strategy, "zero2") && !strcmp(c.offload_optimizer, "cpu") &&
+              c.gradient_accumulation_steps == 4 && c.grad_clip == 1.0f,
+          "DeepSpeed: %s %s %s %d %g", c.precision, c.dist_strategy, c.offload_optimizer,
+          (int)c.gradient_accumulation_steps, (double)c.grad_clip);
+    ut_config_free(&c);
+    /* a DeepSpeed config file through the launcher */
+    char env[300];
+    snprintf(env, sizeof env, "ACCELERATE_DEEPSPEED_CONFIG_FILE=%s",
+             write_ds("{\"zero_optimization\": {\"stage\": 3}, \"bf16\": {\"enabled\": true}}"));
+    CHECK(accel(&c, (const char *[]){"ACCELERATE_USE_DEEPSPEED=true", env, NULL}, NULL, said) == 0, "%s", err);
+    unlink(ds_path);
+    CHECK(!strcmp(c.dist_strategy, "zero3") && !strcmp(c.precision, "bf16"), "ds file: %s %s", c.dist_strategy,
+          c.precision);
+    ut_config_free(&c);
+    /* refusals */
+    static const struct {
+        const char *vars[3], *msg;
+    } bad[] = {
+        {{"ACCELERATE_MIXED_PRECISION=fp8", NULL},
+         "ACCELERATE_MIXED_PRECISION=fp8 (accelerate launch --mixed_precision fp8): utrain trains in fp32, bf16 or "
+         "fp16; launch with --mixed_precision bf16, fp16 or no"},
+        {{"ACCELERATE_USE_FSDP=true", "FSDP_SHARDING_STRATEGY=HYBRID_SHARD", NULL},
+         "FSDP_SHARDING_STRATEGY=HYBRID_SHARD (accelerate launch --fsdp_sharding_strategy): utrain shards over all "
+         "ranks or none: FULL_SHARD (dist.strategy zero3), SHARD_GRAD_OP (zero2) or NO_SHARD (ddp)"},
+        {{"ACCELERATE_USE_FSDP=true", "FSDP_OFFLOAD_PARAMS=true", NULL},
+         "FSDP_OFFLOAD_PARAMS=true (accelerate launch --fsdp_offload_params true): utrain keeps the parameters on "
+         "the device; what it offloads is the optimizer (dist.offload_optimizer: cpu, with zero1 or zero2)"},
+        {{"ACCELERATE_USE_DEEPSPEED=true", "ACCELERATE_DEEPSPEED_ZERO_STAGE=4", NULL},
+         "ACCELERATE_DEEPSPEED_ZERO_STAGE=4 (accelerate launch --zero_stage): a ZeRO stage is 0, 1, 2 or 3"},
+        {{"ACCELERATE_USE_DEEPSPEED=true", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=0", NULL},
+         "ACCELERATE_GRADIENT_ACCUMULATION_STEPS (from accelerate launch): "},
+        {{"ACCELERATE_USE_MEGATRON_LM=true", NULL},
+         "ACCELERATE_USE_MEGATRON_LM=true (accelerate launch --use_megatron_lm): utrain splits models itself"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = accel(&c, bad[i].vars, NULL, said);
+        CHECK(rc == -1 && !strncmp(err, bad[i].msg, strlen(bad[i].msg)), "%s: got '%s'", bad[i].vars[0], err);
+        ut_config_free(&c);
+    }
+    /* nothing set: nothing applied */
+    CHECK(accel(&c, (const char *[]){NULL}, NULL, said) == 0 && !*said && !strcmp(c.precision, "fp32") &&
+              !strcmp(c.dist_strategy, "ddp"),
+          "no variables: '%s' %s %s", said, c.precision, c.dist_strategy);
+    ut_config_free(&c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--doc")) {
         ut_config_doc_markdown(stdout);
@@ -984,6 +1092,7 @@ int main(int argc, char **argv) {
     RUN(test_seed_keys);
     RUN(test_flagai_keys);
     RUN(test_deepspeed_config);
+    RUN(test_accelerate_launch);
     RUN(test_model_data_fit);
     RUN(test_greater_is_better);
     RUN(test_validate);
