@@ -618,9 +618,10 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
     hosts[0].port = (uint32_t)my_port;
     /* ranks that reached rank 0 over loopback share its machine: the others
      * reach them at rank 0's address */
+    char h0[sizeof hosts[0].host];
+    memcpy(h0, hosts[0].host, sizeof h0);
     for (int r = 1; r < e->size; r++)
-        if (is_loopback(hosts[r].host) && !is_loopback(hosts[0].host))
-            snprintf(hosts[r].host, sizeof hosts[r].host, "%s", hosts[0].host);
+        if (is_loopback(hosts[r].host) && !is_loopback(h0)) memcpy(hosts[r].host, h0, sizeof h0);
     for (int r = 1; r < e->size; r++)
         if (write_all(fds[r], hosts, (size_t)e->size * sizeof *hosts, deadline, ut_fmt("rank %d", r))) {
             ut_errorf(err, n, "rendezvous: %s", tcp_err);

@@ -193,6 +193,9 @@ static void test_distributed(void) {
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8, 1e-6, 1e-5);
     /* ZeRO-Offload: the update on the host CPU, the model on the GPU */
     both("zero2off", gpt2, "dist.strategy=zero2 dist.offload_optimizer=cpu", 2, 8, 1e-6, 1e-5);
+    /* the ranks over TCP (torchrun's way) instead of MPI: the device's
+     * buffers staged through host memory the same way */
+    both("zero3tcp", gpt2, "dist.strategy=zero3 dist.launcher=tcp", 2, 8, 1e-6, 1e-5);
 }
 
 int main(int argc, char **argv) {
