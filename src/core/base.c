@@ -1,6 +1,7 @@
 /* Checked allocation, fatal errors and the random generator. */
 #include "utrain/base.h"
 #include "../backend/backend.h"
+#include "philox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -200,42 +201,23 @@ float ut_rng_normal(ut_rng *r) {
  * 1, 2, 3", SC 2011): ten rounds of two 32x32->64 products over a 128-bit
  * counter, the 64-bit key bumped by the Weyl constants between rounds.
  * Counter words: block (low, high), stream (low, high). ---- */
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static inline void philox10(uint32_t c[4], uint32_t k0, uint32_t k1) {
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
-        c[0] = n0;
-        c[1] = (uint32_t)p1;
-        c[2] = n2;
-        c[3] = (uint32_t)p0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-}
-
 void ut_philox_block(uint64_t key, uint64_t stream, uint64_t block, uint32_t out[4]) {
     out[0] = (uint32_t)block;
     out[1] = (uint32_t)(block >> 32);
     out[2] = (uint32_t)stream;
     out[3] = (uint32_t)(stream >> 32);
-    philox10(out, (uint32_t)key, (uint32_t)(key >> 32));
+    ut_philox10(out, (uint32_t)key, (uint32_t)(key >> 32));
 }
 
 void ut_philox_seed(ut_philox *g, uint64_t seed) {
     *g = (ut_philox){.key = splitmix64(&seed)};
 }
 
-static inline float top24_uniform(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
 float ut_philox_uniform(uint64_t key, uint64_t stream, uint64_t i) {
     uint32_t c[4];
     ut_philox_block(key, stream, i / 4, c);
-    return top24_uniform(c[i % 4]);
+    return ut_philox_top24(c[i % 4]);
 }
 
 /* PHILOX_LANES consecutive blocks from block0 at once, lane by lane in each
@@ -256,15 +238,15 @@ static inline void philox10_lanes(uint32_t c[4][PHILOX_LANES], uint64_t key, uin
     for (int r = 0; r < 10; r++) {
 #pragma omp simd
         for (int l = 0; l < PHILOX_LANES; l++) {
-            uint64_t p0 = (uint64_t)PHILOX_M0 * c0[l], p1 = (uint64_t)PHILOX_M1 * c2[l];
+            uint64_t p0 = (uint64_t)UT_PHILOX_M0 * c0[l], p1 = (uint64_t)UT_PHILOX_M1 * c2[l];
             uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
             c0[l] = n0;
             c1[l] = (uint32_t)p1;
             c2[l] = n2;
             c3[l] = (uint32_t)p0;
         }
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
+        k0 += UT_PHILOX_W0;
+        k1 += UT_PHILOX_W1;
     }
     memcpy(c[0], c0, sizeof c0);
     memcpy(c[1], c1, sizeof c1);
@@ -283,10 +265,10 @@ void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n) {
         int64_t e0 = 4 * PHILOX_LANES * gi;
         if (e0 + 4 * PHILOX_LANES <= n) {
             for (int l = 0; l < PHILOX_LANES; l++)
-                for (int j = 0; j < 4; j++) keep[e0 + 4 * l + j] = top24_uniform(c[j][l]) >= p;
+                for (int j = 0; j < 4; j++) keep[e0 + 4 * l + j] = ut_philox_top24(c[j][l]) >= p;
             continue;
         }
-        for (int64_t e = e0; e < n; e++) keep[e] = top24_uniform(c[(e - e0) % 4][(e - e0) / 4]) >= p;
+        for (int64_t e = e0; e < n; e++) keep[e] = ut_philox_top24(c[(e - e0) % 4][(e - e0) / 4]) >= p;
     }
     g->offset += 4 * (uint64_t)blocks;
 }
@@ -301,7 +283,7 @@ void ut_philox_keep_mask_at(const ut_philox *g, uint8_t *keep, float p, uint64_t
         ut_philox_block(key, stream, b0 + (uint64_t)b, c);
         for (int j = 0; j < 4; j++) {
             int64_t e = (int64_t)((b0 + (uint64_t)b) * 4 + (uint64_t)j - d0); /* the element draw j is */
-            if (e >= 0 && e < n) keep[e] = top24_uniform(c[j]) >= p;
+            if (e >= 0 && e < n) keep[e] = ut_philox_top24(c[j]) >= p;
         }
     }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "../../src/core/philox.h"
 #include "utrain/base.h"
 #include "utrain/ops.h"
 
@@ -285,6 +286,32 @@ static void test_philox(void) {
           "streams of different coordinates coincide");
 }
 
+/* What the CUDA backend's mask kernel computes for each element on its own
+ * (src/core/philox.h: ut_dropout_draw, ut_philox_keep) against the masks
+ * the CPU draws in blocks: a whole tensor's at a window's offset, and a
+ * tensor-parallel part's columns of every row. */
+static void test_dropout_mask_per_element(void) {
+    enum { R = 37, COLS = 29, ALL = 96, C0 = 35, N = R * COLS };
+    static uint8_t cpu[R * ALL], dev[R * ALL];
+    ut_philox g;
+    ut_philox_seed(&g, 11);
+    g.stream = ut_philox_stream(3, 4, 5);
+    const uint64_t offsets[] = {0, 8, (uint64_t)5 << 40, ((uint64_t)7 << 40) + 12};
+    int64_t bad = 0;
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        g.offset = offsets[k];
+        ut_philox g2 = g;
+        ut_philox_keep_mask(&g2, cpu, 0.25f, R * ALL);
+        for (int64_t e = 0; e < R * ALL; e++)
+            dev[e] = ut_philox_keep(g.key, g.stream, ut_dropout_draw(g.offset, e, 0, 0, 0), 0.25f);
+        bad += memcmp(cpu, dev, R * ALL) != 0;
+        for (int64_t r = 0; r < R; r++) ut_philox_keep_mask_at(&g, cpu + r * COLS, 0.25f, (uint64_t)(r * ALL + C0), COLS);
+        for (int64_t e = 0; e < N; e++) dev[e] = ut_philox_keep(g.key, g.stream, ut_dropout_draw(g.offset, e, ALL, COLS, C0), 0.25f);
+        bad += memcmp(cpu, dev, N) != 0;
+    }
+    CHECK(bad == 0, "%lld of 8 masks computed per element differ from the blocked draws", (long long)bad);
+}
+
 static void test_dropout(void) {
     fresh();
     int64_t n = test_quick() ? 20000 : 200000;
@@ -400,6 +427,7 @@ int main(void) {
     RUN(test_cross_entropy_large_vocab);
     RUN(test_nll_loss_values);
     RUN(test_mse_values);
+    RUN(test_dropout_mask_per_element);
     RUN(test_dropout);
     RUN(test_errors);
     ut_ctx_free(ctx);

@@ -9,7 +9,7 @@
  * defines: ut_cuda_strided_gather_f32, ut_cuda_strided_gather_i32,
  *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_binary_fwd,
  *          ut_cuda_mul_bwd_a, ut_cuda_bcast_reduce_scratch, ut_cuda_bcast_reduce,
- *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd},
+ *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd}, ut_cuda_dropout_mask,
  *          ut_cuda_sum_scratch, ut_cuda_sum, ut_cuda_spread, ut_cuda_mse_fwd,
  *          ut_cuda_mse_bwd. */
 #ifndef UTRAIN_CUDA_EW_H
@@ -68,6 +68,12 @@ void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n);
 void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n); /* y = sigmoid x */
 /* out = keep ? x * scale : 0 and dx += keep ? dy * scale : 0; keep (n bytes, 1 = kept) */
 void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float scale, int64_t n);
+/* keep (n) = dropout's mask drawn on the device, the draws ut_dropout_keep_mask
+ * makes on the host for the generator (key, stream, offset) and a tensor
+ * of `cols` columns at column c0 of rows `all` wide (all 0: the whole
+ * rows), drop probability p (src/core/philox.h) */
+void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t stream, uint64_t offset, int64_t all,
+                          int64_t cols, int64_t c0, float p);
 void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale, int64_t n);
 
 /* ---- reductions to a scalar (reduce.cu), double accumulation ---- */

@@ -63,14 +63,14 @@ void ut_sigmoid_bwd_cuda(ut_tensor *t, UT_KCTX) {
 
 /* ---- dropout: the constructor records the op only in training with p > 0;
  * every forward (a checkpoint's recompute too, the generator restored) draws
- * a fresh mask, as the CPU's ---- */
+ * a fresh mask, as the CPU's: the same draws, computed by a kernel from the
+ * launch's generator window (src/core/philox.h) ---- */
 void ut_dropout_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
     uint8_t *keep = ut_kalloc(k, (size_t)N);
-    uint8_t *h = ut_malloc_check((size_t)(N > 0 ? N : 1)); /* drawn on the host as the CPU draws it */
-    ut_dropout_keep_mask(t, &k->rng, h, N);
-    ut_cuda_upload(keep, h, (size_t)N);
-    ut_free(h);
+    int64_t all = ut_dropout_cols_all(t);
+    ut_cuda_dropout_mask(keep, N, k->rng.key, k->rng.stream, k->rng.offset, all, all ? t->ne[t->ndim - 1] : 0,
+                         all ? ut_dropout_col0(t) : 0, ut_dropout_p(t));
     ut_dropout_set_keep(t, keep);
     ut_cuda_dropout_fwd(out_of(t), in_of(t), keep, ut_dropout_keep_scale(t), N);
 }

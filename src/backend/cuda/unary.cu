@@ -13,6 +13,7 @@
 #include "cuda.h"
 #include "launch.cuh"
 #include "ew.h"
+#include "../../core/philox.h"
 
 namespace {
 
@@ -257,7 +258,25 @@ void dropout(float *out, const float *x, const uint8_t *keep, float scale, int64
     ut_cuda_launched(what);
 }
 
+/* keep (n) = dropout's keep decisions, each element's draw computed here
+ * as the CPU computes it (ut_dropout_draw, ut_philox_keep): one Philox
+ * block per element, so no mask crosses from the host */
+__global__ void dropout_mask_kernel(uint8_t *__restrict__ keep, int64_t n, uint64_t key, uint64_t stream,
+                                    uint64_t offset, int64_t all, int64_t cols, int64_t c0, float p) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step)
+        keep[e] = ut_philox_keep(key, stream, ut_dropout_draw(offset, e, all, cols, c0), p) ? 1 : 0;
+}
+
 } // namespace
+
+extern "C" void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t stream, uint64_t offset,
+                                     int64_t all, int64_t cols, int64_t c0, float p) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    dropout_mask_kernel<<<blocks_for(n), kThreads, 0, s>>>(keep, n, key, stream, offset, all, cols, c0, p);
+    ut_cuda_launched("dropout_mask");
+}
 
 extern "C" void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n) {
     fwd(out, x, n, ScaleF{s}, "scale_fwd");
