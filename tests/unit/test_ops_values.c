@@ -288,8 +288,9 @@ static void test_philox(void) {
 
 /* What the CUDA backend's mask kernel computes for each element on its own
  * (src/core/philox.h: ut_dropout_draw, ut_philox_keep) against the masks
- * the CPU draws in blocks: a whole tensor's at a window's offset, and a
- * tensor-parallel part's columns of every row. */
+ * the CPU draws in blocks: a whole tensor's at a window's offset, a
+ * tensor-parallel part's columns of every row, and attention's
+ * probabilities for a part of the heads. */
 static void test_dropout_mask_per_element(void) {
     enum { R = 37, COLS = 29, ALL = 96, C0 = 35, N = R * COLS };
     static uint8_t cpu[R * ALL], dev[R * ALL];
@@ -309,7 +310,21 @@ static void test_dropout_mask_per_element(void) {
         for (int64_t e = 0; e < N; e++) dev[e] = ut_philox_keep(g.key, g.stream, ut_dropout_draw(g.offset, e, ALL, COLS, C0), 0.25f);
         bad += memcmp(cpu, dev, N) != 0;
     }
-    CHECK(bad == 0, "%lld of 8 masks computed per element differ from the blocked draws", (long long)bad);
+    /* attention's probabilities, a part of the heads: batch row b's NH x BLK
+     * of the whole row's NHALL x BLK, from head H0 on */
+    enum { B = 3, NH = 2, NHALL = 5, H0 = 1, BLK = 7 * 9 };
+    static uint8_t acpu[B * NH * BLK], adev[B * NH * BLK];
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        g.offset = offsets[k];
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < NH; h++)
+                ut_philox_keep_mask_at(&g, acpu + (b * NH + h) * BLK, 0.25f, (uint64_t)(b * NHALL * BLK + (H0 + h) * BLK),
+                                       BLK);
+        for (int64_t e = 0; e < B * NH * BLK; e++)
+            adev[e] = ut_philox_keep(g.key, g.stream, ut_dropout_draw(g.offset, e, NHALL * BLK, NH * BLK, H0 * BLK), 0.25f);
+        bad += memcmp(acpu, adev, sizeof acpu) != 0;
+    }
+    CHECK(bad == 0, "%lld of 12 masks computed per element differ from the blocked draws", (long long)bad);
 }
 
 static void test_dropout(void) {

@@ -9,6 +9,7 @@
 
 #include "cuda.h"
 #include "attention.h"
+#include "ew.h"
 #include "../../ops/params.h"
 
 /* x (B, T, C) (q or its gradient: T = Tq; k, v: T = Tk) as a pair operand (T x hs) */
@@ -38,12 +39,14 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_attention_masked_set_probs(t, P);
     ut_attention_masked_set_keep(t, NULL);
     uint8_t *keep = NULL;
-    if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU */
+    if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU; a part of the heads
+                       * (tensor parallelism) takes the whole tensor's draws of its heads: each batch row's
+                       * NH x Tq x Tk of the whole row's NHall x Tq x Tk, from head head0 on */
         keep = ut_kalloc(k, (size_t)N);
-        uint8_t *h = ut_malloc_check((size_t)N); /* drawn on the host as the CPU draws it (split heads too) */
-        ut_attention_masked_keep_mask(t, &k->rng, h, p, &d);
-        ut_cuda_upload(keep, h, (size_t)N);
-        ut_free(h);
+        int64_t blk = d.Tq * d.Tk, all = ut_attention_masked_heads_all(t);
+        bool whole = all == d.NH;
+        ut_cuda_dropout_mask(keep, N, k->rng.key, k->rng.stream, k->rng.offset, whole ? 0 : all * blk,
+                             whole ? 0 : d.NH * blk, whole ? 0 : ut_attention_masked_head0(t) * blk, p);
         ut_attention_masked_set_keep(t, keep);
     }
     ut_cuda_attn_gemm(false, true, d.Tq, d.Tk, d.hs, 1.0f, heads(q, d.Tq, &d), heads(kd, d.Tk, &d), 0.0f, P, d.Tk,
