@@ -84,8 +84,14 @@ static void test_refusals(void) {
                   strstr(err, "generates no text"), "%s", err);
     }
     if (m) {
-        o.do_sample = true, o.num_beams = 2;
-        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 && strstr(err, "sampling"),
+        o.num_beams = 2, o.num_return_sequences = 3; /* beam search returns at most its beams */
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 &&
+                  strstr(err, "num_return_sequences 3 is more than num_beams 2"),
+              "%s", err);
+        ut_gen_opts_init(&o);
+        o.num_return_sequences = 2; /* greedy decoding gives one text */
+        CHECK(ut_generate(m, &o, src, mask, 1, 3, out, lens, err, sizeof err) == -1 &&
+                  strstr(err, "greedy decoding gives one text per source"),
               "%s", err);
         ut_gen_opts_init(&o);
         o.max_new_tokens = 40; /* 41 decoder positions > max_position_embeddings 32 */
