@@ -580,7 +580,9 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
         rdzv_hello g;
         struct sockaddr_storage a, me;
         socklen_t alen = sizeof a, mlen = sizeof me;
-        if (read_all(fd, &g, sizeof g, deadline, "a connecting rank") || getpeername(fd, (struct sockaddr *)&a, &alen) ||
+        /* a connection that says nothing within 10 s is not a rank (a health check, a port scan) */
+        double hello_by = deadline > 0 && deadline < now_s() + 10 ? deadline : now_s() + 10;
+        if (read_all(fd, &g, sizeof g, hello_by, "a connecting rank") || getpeername(fd, (struct sockaddr *)&a, &alen) ||
             getsockname(fd, (struct sockaddr *)&me, &mlen)) {
             close(fd);
             k--; /* not a rank: a port scanner, a health check */

@@ -196,6 +196,37 @@ static void test_torchrun_one_node(void) {
     CHECK(rc == 0 && exists(tmp, "tr1c"), "world of 1: exit %d", rc);
 }
 
+/* A stranger at MASTER_PORT (junk bytes, then gone) does not stop the
+ * ranks from meeting there. */
+static void test_rendezvous_ignores_strangers(void) {
+    const char *cfg = write_config("stranger", 1, NULL);
+    int port = free_port();
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", ports, 1);
+    setenv("RANK", "0", 1);
+    pid_t r0 = tp_spawn((const char *[]){"train", cfg, NULL}, out_path("stranger"));
+    bool sent = false;
+    for (int i = 0; i < 200 && !sent; i++) { /* until rank 0 listens */
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof a))
+            sent = write(fd, "GET / HTTP/1.0\r\n\r\n", 18) == 18;
+        if (fd >= 0) close(fd);
+        if (!sent) nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    setenv("RANK", "1", 1);
+    pid_t r1 = tp_spawn((const char *[]){"train", cfg, NULL}, out_path("stranger_1"));
+    int rc0 = tp_wait(r0), rc1 = tp_wait(r1);
+    for (const char *const *v = (const char *const[]){"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK", NULL}; *v; v++)
+        unsetenv(*v);
+    CHECK(sent, "could not reach rank 0 at its MASTER_PORT");
+    CHECK(rc0 == 0 && rc1 == 0 && output_has("stranger", "Processes = 2 (ddp, tcp backend"), "exit %d and %d", rc0, rc1);
+}
+
 /* Launcher variables that cannot form a job are named. */
 static void test_torchrun_bad_variables(void) {
     const char *cfg = write_config("trbad", 1, NULL);
@@ -369,6 +400,7 @@ int main(int argc, char **argv) {
     RUN(test_seed_parameters_trains);
     RUN(test_torchrun_one_node);
     RUN(test_torchrun_bad_variables);
+    RUN(test_rendezvous_ignores_strangers);
     RUN(test_srun_without_mpi);
     RUN(test_seed_node_by_node);
     RUN(test_tcp_job_stops_with_a_checkpoint);
