@@ -673,24 +673,64 @@ static void reduce_into(reduce_kind k, const void *in, void *inout, int64_t len)
  * received so far) may use what has arrived. */
 typedef void (*recv_fn)(void *arg, size_t got);
 
+/* Each collective's first message to the next rank opens with a header, so
+ * ranks that issue different operations (a bug in the program, or ranks
+ * that took different branches) stop with both operations named instead of
+ * reading each other's bytes as their own. */
+typedef struct op_header {
+    uint32_t magic, kind;
+    uint64_t seq;
+    int64_t n;
+    int32_t root, dt, redop, pad;
+} op_header;
+
+static op_header header_of(const ut_comm_op *op) {
+    op_header h = {TCP_MAGIC, (uint32_t)op->kind, op->seq, op->n, op->root, (int32_t)op->dt, (int32_t)op->redop, 0};
+    if (op->kind != UT_COMM_ALLREDUCE && op->kind != UT_COMM_REDUCE_SCATTER) h.dt = h.redop = 0;
+    if (op->kind != UT_COMM_BCAST) h.root = 0;
+    if (op->kind == UT_COMM_SPLIT) h.n = 0;
+    return h;
+}
+
 typedef struct step_ctx {
     ut_comm *c;
     tcp_impl *m;
     double deadline;
-    bool header; /* the opening exchange of headers: no data of this operation from a peer yet */
+    bool hdr_out, hdr_in; /* the header still to send (before the first data to a peer) / to receive */
+    op_header mine, theirs;
 } step_ctx;
+
+/* The previous rank's header against this rank's: -1 with why() when the
+ * ranks are in different operations. */
+static int header_agrees(step_ctx *x, int from) {
+    if (!memcmp(&x->mine, &x->theirs, sizeof x->mine)) return 0;
+    char name[64], what[160];
+    ut_comm_peer_name(x->c, from, name, sizeof name);
+    const op_header *t = &x->theirs;
+    if (t->magic != TCP_MAGIC || t->kind > UT_COMM_REDUCE_SCATTER) {
+        why("%s sent something that is not an operation's header: the ranks are out of step", name);
+        return -1;
+    }
+    ut_comm_op other = {.kind = (enum ut_comm_kind)t->kind, .seq = t->seq, .n = t->n, .root = t->root,
+                        .dt = (ut_dtype)t->dt, .redop = (ut_reduce_op)t->redop};
+    ut_comm_op_describe(&other, what, sizeof what);
+    why("%s is in %s instead: the ranks issued different operations", name, what);
+    return -1;
+}
 
 static int exchange(step_ctx *x, int to, const void *sbuf, size_t sn, int from, void *rbuf, size_t rn, recv_fn on_recv,
                     void *arg) {
     tcp_impl *m = x->m;
     const char *s = sbuf;
     char *r = rbuf, name[64];
-    size_t sd = 0, rd = 0;
-    while (sd < sn || rd < rn) {
+    /* the operation's header goes first on the first send and comes first on the first receive */
+    size_t hs = to >= 0 && x->hdr_out ? sizeof x->mine : 0, hr = from >= 0 && x->hdr_in ? sizeof x->theirs : 0;
+    size_t sd = 0, rd = 0, st = hs + (to >= 0 ? sn : 0), rt = hr + (from >= 0 ? rn : 0);
+    while (sd < st || rd < rt) {
         struct pollfd p[2];
         int np = 0, is = -1, ir = -1;
-        if (sd < sn) p[is = np++] = (struct pollfd){.fd = m->coll[to], .events = POLLOUT};
-        if (rd < rn) {
+        if (sd < st) p[is = np++] = (struct pollfd){.fd = m->coll[to], .events = POLLOUT};
+        if (rd < rt) {
             if (is >= 0 && from == to) p[ir = is].events |= POLLIN;
             else p[ir = np++] = (struct pollfd){.fd = m->coll[from], .events = POLLIN};
         }
@@ -701,17 +741,18 @@ static int exchange(step_ctx *x, int to, const void *sbuf, size_t sn, int from, 
             return -1;
         }
         if (k == 0) {
-            if (rd < rn)
+            if (rd < rt)
                 why("timeout after %g s: waiting for %s%s", x->c->timeout_s,
                     ut_comm_peer_name(x->c, from, name, sizeof name),
-                    x->header ? ", which has not reached this operation" : "'s data");
+                    rd < hr ? ", which has not reached this operation" : "'s data");
             else why("timeout after %g s: %s takes no data", x->c->timeout_s,
                      ut_comm_peer_name(x->c, to, name, sizeof name));
             return -1;
         }
         if (is >= 0 && (p[is].revents & (POLLOUT | POLLERR | POLLHUP))) {
-            size_t want = sn - sd < TCP_PIECE ? sn - sd : TCP_PIECE;
-            ssize_t w = send(m->coll[to], s + sd, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+            const char *from_p = sd < hs ? (const char *)&x->mine + sd : s + (sd - hs);
+            size_t want = sd < hs ? hs - sd : st - sd < TCP_PIECE ? st - sd : TCP_PIECE;
+            ssize_t w = send(m->coll[to], from_p, want, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0 && errno != EAGAIN && errno != EINTR) {
                 why("%s closed its connection (%s): it exited or was killed",
                     ut_comm_peer_name(x->c, to, name, sizeof name), strerror(errno));
@@ -720,18 +761,23 @@ static int exchange(step_ctx *x, int to, const void *sbuf, size_t sn, int from, 
             if (w > 0) sd += (size_t)w;
         }
         if (ir >= 0 && (p[ir].revents & (POLLIN | POLLERR | POLLHUP))) {
-            ssize_t g = recv(m->coll[from], r + rd, rn - rd, MSG_DONTWAIT);
+            char *into = rd < hr ? (char *)&x->theirs + rd : r + (rd - hr);
+            ssize_t g = recv(m->coll[from], into, rd < hr ? hr - rd : rt - rd, MSG_DONTWAIT);
             if (g == 0 || (g < 0 && errno != EAGAIN && errno != EINTR)) {
                 why("%s closed its connection%s%s: it exited or was killed",
                     ut_comm_peer_name(x->c, from, name, sizeof name), g ? ": " : "", g ? strerror(errno) : "");
                 return -1;
             }
             if (g > 0) {
+                bool in_header = rd < hr;
                 rd += (size_t)g;
-                if (on_recv) on_recv(arg, rd);
+                if (in_header && rd == hr && header_agrees(x, from)) return -1;
+                if (rd > hr && on_recv) on_recv(arg, rd - hr);
             }
         }
     }
+    if (hs) x->hdr_out = false;
+    if (hr) x->hdr_in = false;
     return 0;
 }
 
@@ -868,8 +914,8 @@ static int bcast(step_ctx *x, void *buf, int64_t bytes, int root) {
     char *b = buf;
     for (int64_t o = 0; o < bytes; o += TCP_PIECE) {
         size_t k = (size_t)(bytes - o < TCP_PIECE ? bytes - o : TCP_PIECE);
-        if (pos > 0 && exchange(x, next, NULL, 0, prev, b + o, k, NULL, NULL)) return -1;
-        if (pos < P - 1 && exchange(x, next, b + o, k, prev, NULL, 0, NULL, NULL)) return -1;
+        if (pos > 0 && exchange(x, -1, NULL, 0, prev, b + o, k, NULL, NULL)) return -1;
+        if (pos < P - 1 && exchange(x, next, b + o, k, -1, NULL, 0, NULL, NULL)) return -1;
     }
     return 0;
 }
@@ -950,71 +996,39 @@ out:
     return rc;
 }
 
-/* Each collective opens with a header passed around the ring, so ranks
- * that issue different operations (a bug in the program, or ranks that took
- * different branches) stop with both operations named instead of reading
- * each other's bytes as their own. */
-typedef struct op_header {
-    uint32_t magic, kind;
-    uint64_t seq;
-    int64_t n;
-    int32_t root, dt, redop, pad;
-} op_header;
-
-static op_header header_of(const ut_comm_op *op) {
-    op_header h = {TCP_MAGIC, (uint32_t)op->kind, op->seq, op->n, op->root, (int32_t)op->dt, (int32_t)op->redop, 0};
-    if (op->kind != UT_COMM_ALLREDUCE && op->kind != UT_COMM_REDUCE_SCATTER) h.dt = h.redop = 0;
-    if (op->kind != UT_COMM_BCAST) h.root = 0;
-    if (op->kind == UT_COMM_SPLIT) h.n = 0;
-    return h;
-}
-
-static int check_headers(step_ctx *x, const ut_comm_op *op) {
-    int P = x->c->size, r = x->c->rank;
-    if (P == 1) return 0;
-    op_header mine = header_of(op), theirs;
-    x->header = true;
-    if (exchange(x, (r + 1) % P, &mine, sizeof mine, (r + P - 1) % P, &theirs, sizeof theirs, NULL, NULL)) return -1;
-    x->header = false;
-    if (!memcmp(&mine, &theirs, sizeof mine)) return 0;
-    char name[64], what[160];
-    ut_comm_peer_name(x->c, (r + P - 1) % P, name, sizeof name);
-    if (theirs.magic != TCP_MAGIC || theirs.kind > UT_COMM_REDUCE_SCATTER) {
-        why("%s sent something that is not an operation's header: the ranks are out of step", name);
-        return -1;
-    }
-    ut_comm_op other = {.kind = (enum ut_comm_kind)theirs.kind, .seq = theirs.seq, .n = theirs.n, .root = theirs.root,
-                        .dt = (ut_dtype)theirs.dt, .redop = (ut_reduce_op)theirs.redop};
-    ut_comm_op_describe(&other, what, sizeof what);
-    why("%s is in %s instead: the ranks issued different operations", name, what);
-    return -1;
-}
-
-static int run_op(ut_comm *c, tcp_impl *m, const ut_comm_op *op) {
-    step_ctx x = {c, m, c->timeout_s > 0 ? now_s() + c->timeout_s : 0, false};
-    if (check_headers(&x, op)) return -1;
-    if (op->n == 0 && op->kind != UT_COMM_BARRIER && op->kind != UT_COMM_SPLIT) return 0; /* the same on every rank */
+static int collective(step_ctx *x, const ut_comm_op *op) {
     const reduce_kind f32 = {UT_F32, 0, UT_REDUCE_SUM};
     switch (op->kind) {
-    case UT_COMM_ALLREDUCE_F32: return allreduce(&x, op->out, op->n, f32);
-    case UT_COMM_ALLREDUCE_F64: return allreduce(&x, op->out, op->n, (reduce_kind){UT_F32, 1, UT_REDUCE_SUM});
-    case UT_COMM_ALLREDUCE_I64: return allreduce(&x, op->out, op->n, (reduce_kind){UT_F32, 2, UT_REDUCE_SUM});
-    case UT_COMM_ALLREDUCE: return allreduce(&x, op->out, op->n, (reduce_kind){op->dt, 0, op->redop});
-    case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter(&x, op->in, op->out, NULL, op->n, f32);
+    case UT_COMM_ALLREDUCE_F32: return allreduce(x, op->out, op->n, f32);
+    case UT_COMM_ALLREDUCE_F64: return allreduce(x, op->out, op->n, (reduce_kind){UT_F32, 1, UT_REDUCE_SUM});
+    case UT_COMM_ALLREDUCE_I64: return allreduce(x, op->out, op->n, (reduce_kind){UT_F32, 2, UT_REDUCE_SUM});
+    case UT_COMM_ALLREDUCE: return allreduce(x, op->out, op->n, (reduce_kind){op->dt, 0, op->redop});
+    case UT_COMM_REDUCE_SCATTER_F32: return reduce_scatter(x, op->in, op->out, NULL, op->n, f32);
     case UT_COMM_REDUCE_SCATTER:
-        return reduce_scatter(&x, op->in, op->out, NULL, op->n, (reduce_kind){op->dt, 0, op->redop});
-    case UT_COMM_REDUCE_SCATTERV_F32: return reduce_scatter(&x, op->in, op->out, op->counts, 0, f32);
-    case UT_COMM_ALLGATHER_F32: return allgather(&x, op->in, op->out, NULL, op->n, 4);
-    case UT_COMM_ALLGATHER_U64: return allgather(&x, op->in, op->out, NULL, op->n, 8);
-    case UT_COMM_ALLGATHERV_F32: return allgather(&x, NULL, op->out, op->counts, 0, 4);
-    case UT_COMM_BCAST: return bcast(&x, op->out, op->n, op->root);
-    case UT_COMM_BARRIER: return barrier(&x);
-    case UT_COMM_SPLIT: return split(&x, op);
+        return reduce_scatter(x, op->in, op->out, NULL, op->n, (reduce_kind){op->dt, 0, op->redop});
+    case UT_COMM_REDUCE_SCATTERV_F32: return reduce_scatter(x, op->in, op->out, op->counts, 0, f32);
+    case UT_COMM_ALLGATHER_F32: return allgather(x, op->in, op->out, NULL, op->n, 4);
+    case UT_COMM_ALLGATHER_U64: return allgather(x, op->in, op->out, NULL, op->n, 8);
+    case UT_COMM_ALLGATHERV_F32: return allgather(x, NULL, op->out, op->counts, 0, 4);
+    case UT_COMM_BCAST: return bcast(x, op->out, op->n, op->root);
+    case UT_COMM_BARRIER: return barrier(x);
+    case UT_COMM_SPLIT: return split(x, op);
     case UT_COMM_SEND_F32:
     case UT_COMM_RECV_F32: break; /* the p2p thread's */
     }
     why("unknown operation kind %d", (int)op->kind);
     return -1;
+}
+
+static int run_op(ut_comm *c, tcp_impl *m, const ut_comm_op *op) {
+    step_ctx x = {.c = c, .m = m, .deadline = c->timeout_s > 0 ? now_s() + c->timeout_s : 0, .mine = header_of(op)};
+    x.hdr_out = x.hdr_in = c->size > 1;
+    bool empty = op->n == 0 && op->kind != UT_COMM_BARRIER && op->kind != UT_COMM_SPLIT; /* nothing to move */
+    int rc = empty ? 0 : collective(&x, op);
+    /* nothing went to or came from a neighbour: the headers alone */
+    if (!rc && x.hdr_out && x.hdr_in)
+        rc = exchange(&x, (c->rank + 1) % c->size, NULL, 0, (c->rank + c->size - 1) % c->size, NULL, 0, NULL, NULL);
+    return rc;
 }
 
 // --- completion ------------------------------------------------------------------------
