@@ -19,8 +19,10 @@
  * over all ranks) then an all-gather of the segments, so every rank gets
  * the same bits and each rank sends and receives about 2(P-1)/P of the
  * buffer. A step sends to the next rank while it receives from the previous
- * one (poll on both sockets), combining what arrives as it arrives. Sends
- * and receives run on a second thread that moves whichever of them can
+ * one (poll on both sockets), combining what arrives as it arrives; the
+ * first message of each collective opens with its header (kind, sequence
+ * number, size), which the receiver checks before it touches the data.
+ * Sends and receives run on a second thread that moves whichever of them can
  * move, oldest first per peer and direction (MPI's order).
  *
  * Failures end the operation, not the process: a peer that closes its
