@@ -3,7 +3,7 @@
  * device too: a kernel computes the draws the CPU computes, bit for bit.
  * Draw d of a (key, stream) is word d % 4 of block d / 4; a keep decision
  * compares its top 24 bits, as a float in [0, 1), with the drop probability.
- * defines: ut_philox10, ut_philox_top24, ut_philox_keep, ut_dropout_draw. */
+ * defines: ut_philox10, ut_philox_top24, ut_philox_keep, ut_dropout_draw, ut_varlen_draw. */
 #ifndef UTRAIN_CORE_PHILOX_H
 #define UTRAIN_CORE_PHILOX_H
 
@@ -54,6 +54,16 @@ UT_PHILOX_FN bool ut_philox_keep(uint64_t key, uint64_t stream, uint64_t d, floa
 UT_PHILOX_FN uint64_t ut_dropout_draw(uint64_t offset, int64_t e, int64_t all, int64_t cols, int64_t c0) {
     if (!all) return (offset & ~(uint64_t)3) + (uint64_t)e;
     return offset + (uint64_t)((e / cols) * all + c0 + e % cols);
+}
+
+/* The draw of element e of packed attention's probabilities for a part of
+ * the heads (NH of NHall, from head h0): sequence s's NH blocks of L2 = L x L
+ * start at element ps = poff[s], and take the whole tensor's draws of its
+ * heads, which start at offset + ps / NH * NHall. */
+UT_PHILOX_FN uint64_t ut_varlen_draw(uint64_t offset, int64_t e, int64_t ps, int64_t L2, int64_t NH, int64_t NHall,
+                                     int64_t h0) {
+    int64_t within = e - ps;
+    return offset + (uint64_t)(ps / NH * NHall + (h0 + within / L2) * L2 + within % L2);
 }
 
 #endif

@@ -324,7 +324,26 @@ static void test_dropout_mask_per_element(void) {
             adev[e] = ut_philox_keep(g.key, g.stream, ut_dropout_draw(g.offset, e, NHALL * BLK, NH * BLK, H0 * BLK), 0.25f);
         bad += memcmp(acpu, adev, sizeof acpu) != 0;
     }
-    CHECK(bad == 0, "%lld of 12 masks computed per element differ from the blocked draws", (long long)bad);
+    /* packed attention, a part of the heads: sequences of 3, 1 and 5 rows */
+    const int64_t Ls[3] = {3, 1, 5};
+    int64_t poff[4] = {0};
+    for (int s = 0; s < 3; s++) poff[s + 1] = poff[s] + NH * Ls[s] * Ls[s];
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        g.offset = offsets[k];
+        for (int s = 0; s < 3; s++)
+            for (int64_t h = 0; h < NH; h++) {
+                int64_t blk = Ls[s] * Ls[s];
+                ut_philox_keep_mask_at(&g, acpu + poff[s] + h * blk, 0.25f, (uint64_t)(poff[s] / NH * NHALL + (H0 + h) * blk),
+                                       blk);
+            }
+        for (int64_t e = 0; e < poff[3]; e++) {
+            int s = e < poff[1] ? 0 : e < poff[2] ? 1 : 2;
+            adev[e] = ut_philox_keep(g.key, g.stream,
+                                     ut_varlen_draw(g.offset, e, poff[s], Ls[s] * Ls[s], NH, NHALL, H0), 0.25f);
+        }
+        bad += memcmp(acpu, adev, (size_t)poff[3]) != 0;
+    }
+    CHECK(bad == 0, "%lld of 16 masks computed per element differ from the blocked draws", (long long)bad);
 }
 
 static void test_dropout(void) {

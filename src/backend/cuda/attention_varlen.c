@@ -13,6 +13,7 @@
 
 #include "cuda.h"
 #include "attention.h"
+#include "ew.h"
 #include "../../ops/params.h"
 
 /* The dimensions, the offsets on the host and P's block starts (host and
@@ -50,12 +51,15 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
     float *P = ut_kalloc(k, (size_t)np * sizeof(float));
     ut_attention_varlen_set_probs(t, P);
     uint8_t *keep = NULL;
-    if (p > 0.0f) { /* np draws from the context's stream, in P's order, as the CPU */
+    if (p > 0.0f) { /* np draws from the context's stream, in P's order, as the CPU (a part of the heads:
+                       * the whole tensor's draws of its heads), computed on the device */
         keep = ut_kalloc(k, (size_t)np);
-        uint8_t *h = ut_malloc_check((size_t)np); /* drawn on the host as the CPU draws it (split heads too) */
-        ut_attention_varlen_keep_mask(t, &k->rng, h, p, &d);
-        ut_cuda_upload(keep, h, (size_t)np);
-        ut_free(h);
+        int64_t all = ut_attention_varlen_heads_all(t);
+        if (all == d.NH)
+            ut_cuda_dropout_mask(keep, np, k->rng.key, k->rng.stream, k->rng.offset, 0, 0, 0, p);
+        else
+            ut_cuda_varlen_dropout_mask(keep, np, d.poff_dev, d.S, d.NH, all, ut_attention_varlen_head0(t), k->rng.key,
+                                        k->rng.stream, k->rng.offset, p);
         ut_attention_varlen_set_keep(t, keep);
     }
     for (int64_t s = 0; s < d.S; s++) {

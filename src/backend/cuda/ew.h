@@ -10,6 +10,7 @@
  *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_binary_fwd,
  *          ut_cuda_mul_bwd_a, ut_cuda_bcast_reduce_scratch, ut_cuda_bcast_reduce,
  *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd}, ut_cuda_dropout_mask,
+ *          ut_cuda_varlen_dropout_mask,
  *          ut_cuda_sum_scratch, ut_cuda_sum, ut_cuda_spread, ut_cuda_mse_fwd,
  *          ut_cuda_mse_bwd. */
 #ifndef UTRAIN_CUDA_EW_H
@@ -74,6 +75,10 @@ void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float 
  * rows), drop probability p (src/core/philox.h) */
 void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t stream, uint64_t offset, int64_t all,
                           int64_t cols, int64_t c0, float p);
+/* keep (n) = packed attention's dropout mask for NH of NHall heads from head
+ * h0, sequence s's blocks from poff[s] (S + 1 offsets, device memory) */
+void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH, int64_t NHall,
+                                 int64_t h0, uint64_t key, uint64_t stream, uint64_t offset, float p);
 void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale, int64_t n);
 
 /* ---- reductions to a scalar (reduce.cu), double accumulation ---- */

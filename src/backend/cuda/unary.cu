@@ -268,7 +268,34 @@ __global__ void dropout_mask_kernel(uint8_t *__restrict__ keep, int64_t n, uint6
         keep[e] = ut_philox_keep(key, stream, ut_dropout_draw(offset, e, all, cols, c0), p) ? 1 : 0;
 }
 
+/* the same for packed attention's probabilities, a part of the heads:
+ * each element finds its sequence in poff (S + 1 offsets, device memory) */
+__global__ void varlen_mask_kernel(uint8_t *__restrict__ keep, int64_t n, const int64_t *__restrict__ poff, int64_t S,
+                                   int64_t NH, int64_t NHall, int64_t h0, uint64_t key, uint64_t stream,
+                                   uint64_t offset, float p) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+        int64_t lo = 0, hi = S; /* the s with poff[s] <= e < poff[s + 1] */
+        while (hi - lo > 1) {
+            int64_t mid = (lo + hi) / 2;
+            if (poff[mid] <= e) lo = mid;
+            else hi = mid;
+        }
+        int64_t L2 = (poff[lo + 1] - poff[lo]) / NH;
+        keep[e] = ut_philox_keep(key, stream, ut_varlen_draw(offset, e, poff[lo], L2, NH, NHall, h0), p) ? 1 : 0;
+    }
+}
+
 } // namespace
+
+extern "C" void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH,
+                                            int64_t NHall, int64_t h0, uint64_t key, uint64_t stream, uint64_t offset,
+                                            float p) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    varlen_mask_kernel<<<blocks_for(n), kThreads, 0, s>>>(keep, n, poff, S, NH, NHall, h0, key, stream, offset, p);
+    ut_cuda_launched("varlen_dropout_mask");
+}
 
 extern "C" void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t stream, uint64_t offset,
                                      int64_t all, int64_t cols, int64_t c0, float p) {
