@@ -114,6 +114,60 @@ static const ut_comm_vtable single_backend = {.name = "single",
                                               .test = single_test,
                                               .finalize = single_finalize};
 
+// --- the operation queue the threaded backends share -------------------------
+
+void ut_comm_queue_init(ut_comm_queue *q) {
+    memset(q, 0, sizeof *q);
+    pthread_condattr_t mono;
+    UT_CHECK_PTHREAD(pthread_condattr_init(&mono));
+    UT_CHECK_PTHREAD(pthread_condattr_setclock(&mono, CLOCK_MONOTONIC));
+    UT_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
+    UT_CHECK_PTHREAD(pthread_cond_init(&q->work, &mono));
+    UT_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
+    UT_CHECK_PTHREAD(pthread_condattr_destroy(&mono));
+}
+
+void ut_comm_queue_destroy(ut_comm_queue *q) {
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&q->work));
+    UT_CHECK_PTHREAD(pthread_cond_destroy(&q->done_cv));
+    UT_CHECK_PTHREAD(pthread_mutex_destroy(&q->mu));
+}
+
+void ut_comm_queue_submit(ut_comm_queue *q, const ut_comm_op *op) {
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&q->mu));
+    UT_ASSERT(op->seq == q->queued + 1 && !q->stop);
+    while (q->queued - q->finished >= UT_COMM_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&q->done_cv, &q->mu));
+    q->ring[op->seq % UT_COMM_QUEUE] = *op;
+    q->queued = op->seq;
+    UT_CHECK_PTHREAD(pthread_cond_signal(&q->work));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&q->mu));
+}
+
+int ut_comm_queue_wait(ut_comm_queue *q, uint64_t seq) {
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&q->mu));
+    while (q->finished < seq && !q->done[seq % UT_COMM_QUEUE]) UT_CHECK_PTHREAD(pthread_cond_wait(&q->done_cv, &q->mu));
+    int rc = q->failed && seq >= q->failed ? -1 : 0;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&q->mu));
+    return rc;
+}
+
+int ut_comm_queue_test(ut_comm_queue *q, uint64_t seq) {
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&q->mu));
+    bool done = q->finished >= seq || q->done[seq % UT_COMM_QUEUE];
+    int rc = !done ? 0 : q->failed && seq >= q->failed ? -1 : 1;
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&q->mu));
+    return rc;
+}
+
+void ut_comm_queue_done(ut_comm_queue *q, uint64_t seq) {
+    q->done[seq % UT_COMM_QUEUE] = true;
+    while (q->finished < q->started && q->done[(q->finished + 1) % UT_COMM_QUEUE]) {
+        q->done[(q->finished + 1) % UT_COMM_QUEUE] = false;
+        q->finished++;
+    }
+    UT_CHECK_PTHREAD(pthread_cond_broadcast(&q->done_cv));
+}
+
 // --- construction and the world ---------------------------------------------
 
 static pthread_mutex_t world_mu = PTHREAD_MUTEX_INITIALIZER;

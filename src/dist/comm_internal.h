@@ -1,7 +1,8 @@
 /* The communicator's insides, shared by the interface (comm.c) and the MPI
  * backend (comm_mpi.c).
  * defines: UT_CHECK_PTHREAD, ut_comm (the struct), ut_comm_op, ut_comm_kind, ut_comm_vtable,
- *          ut_comm_op_name, ut_comm_op_describe, ut_comm_combine, ut_comm_average,
+ *          ut_comm_op_name, ut_comm_op_describe, ut_comm_combine, ut_comm_average, ut_comm_queue (and its
+ *          _init, _destroy, _submit, _wait, _test, _done),
  *          ut_comm_mpi_init, ut_comm_tcp_init, ut_comm_tcp_launched. */
 #ifndef UTRAIN_COMM_INTERNAL_H
 #define UTRAIN_COMM_INTERNAL_H
@@ -58,6 +59,35 @@ typedef struct ut_comm_op {
     ut_dtype dt;           /* the typed operations: F32, BF16, F16 */
     ut_reduce_op redop;
 } ut_comm_op;
+
+/* The operations a backend's thread takes in issue order, from the
+ * callers' submit to done, in a fixed ring of UT_COMM_QUEUE slots (a full
+ * ring blocks the caller until an operation finishes): op seq lives in
+ * ring[seq % UT_COMM_QUEUE]. Collectives finish in order; a send or
+ * receive may finish later than operations after it (done[] holds those
+ * until the frontier `finished` passes them). The first failure's seq
+ * stays in `failed`: that operation and every later one fail. */
+#define UT_COMM_QUEUE 256
+typedef struct ut_comm_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t work;    /* to the backend's thread: queued or stop (timed waits on CLOCK_MONOTONIC) */
+    pthread_cond_t done_cv; /* to callers: an operation finished (slot free, seq done) */
+    ut_comm_op ring[UT_COMM_QUEUE];
+    uint64_t queued, started; /* last seq queued, last seq the backend took */
+    uint64_t finished;        /* every seq up to this one is done */
+    uint64_t failed;          /* first seq that failed, 0 if none */
+    bool done[UT_COMM_QUEUE]; /* seq > finished done out of order (a send or receive) */
+    bool stop;
+} ut_comm_queue;
+void ut_comm_queue_init(ut_comm_queue *q);
+void ut_comm_queue_destroy(ut_comm_queue *q);
+/* the vtable's submit, wait and test over q */
+void ut_comm_queue_submit(ut_comm_queue *q, const ut_comm_op *op);
+int ut_comm_queue_wait(ut_comm_queue *q, uint64_t seq);
+int ut_comm_queue_test(ut_comm_queue *q, uint64_t seq);
+/* seq is done: the frontier moves past every done seq after it, callers
+ * wake. Called with q->mu held. */
+void ut_comm_queue_done(ut_comm_queue *q, uint64_t seq);
 
 /* A backend starts ops in seq order; collectives finish in that order, a
  * send or receive may finish later than operations issued after it. submit

@@ -26,7 +26,6 @@
 #include "comm_internal.h"
 #include "../backend/backend.h"
 
-#define UT_COMM_QUEUE 256
 /* MPI counts are int: one call moves at most this many elements. */
 #define UT_COMM_CHUNK_MAX ((int64_t)(INT32_MAX / 2))
 
@@ -35,15 +34,8 @@ typedef struct mpi_impl {
     MPI_Comm side; /* the watchdogs' status queries (MPI_COMM_NULL: none) */
     bool own_mpi;  /* this process's MPI_Init was ours: finalize calls MPI_Finalize */
     int64_t chunk; /* elements per MPI call (UT_COMM_CHUNK overrides, for tests) */
-    pthread_mutex_t mu;
-    pthread_cond_t work; /* to the comm thread: queued or stop */
-    pthread_cond_t done_cv; /* to callers: an operation finished (slot free, seq done) */
+    ut_comm_queue q;     /* the operations; its mutex also guards the fields below */
     pthread_cond_t tick; /* to the watchdog: stop (timed waits on CLOCK_MONOTONIC) */
-    ut_comm_op ring[UT_COMM_QUEUE]; /* op seq lives in ring[seq % UT_COMM_QUEUE] */
-    uint64_t queued, started;       /* last seq queued, last seq started */
-    uint64_t finished;              /* every seq up to this one is done */
-    bool done[UT_COMM_QUEUE];       /* seq > finished done out of order (a send or receive) */
-    uint64_t failed;                /* first seq that failed, 0 if none */
     uint64_t running;               /* seq of the blocking collective inside MPI now, 0 if none */
     struct timespec running_since;
     /* sends and receives in flight: their seqs, when each started, and its
@@ -52,7 +44,6 @@ typedef struct mpi_impl {
     int npend;
     struct timespec pend_since[UT_COMM_QUEUE];
     MPI_Request preq[UT_COMM_QUEUE][2];
-    bool stop;
     int *cnt, *dsp; /* per-rank counts and offsets of one v-operation window */
     pthread_t thread, watchdog;
     bool has_watchdog;
@@ -348,24 +339,13 @@ static struct timespec after(double s) {
     return t;
 }
 
-/* seq is done: the frontier moves past every done seq after it. Called with
- * m->mu held. */
-static void mark_done(mpi_impl *m, uint64_t seq) {
-    m->done[seq % UT_COMM_QUEUE] = true;
-    while (m->finished < m->started && m->done[(m->finished + 1) % UT_COMM_QUEUE]) {
-        m->done[(m->finished + 1) % UT_COMM_QUEUE] = false;
-        m->finished++;
-    }
-    UT_CHECK_PTHREAD(pthread_cond_broadcast(&m->done_cv));
-}
-
 /* The first failure makes the communicator unusable; its message stays. */
 static void mark_failed(ut_comm *c, mpi_impl *m, const ut_comm_op *op) {
-    if (m->failed) return;
+    if (m->q.failed) return;
     char what[160], who[80];
     ut_comm_op_describe(op, what, sizeof what);
     snprintf(c->err, sizeof c->err, "%s: %s failed: %s", ut_comm_who(c, who, sizeof who), what, mpi_err);
-    m->failed = op->seq;
+    m->q.failed = op->seq;
 }
 
 /* Tests the sends and receives in flight (MPI calls without the lock: only
@@ -374,7 +354,7 @@ static bool poll_p2p(ut_comm *c, mpi_impl *m) {
     uint64_t seqs[UT_COMM_QUEUE];
     int n = m->npend;
     memcpy(seqs, m->pend, (size_t)n * sizeof *seqs);
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     bool fin[UT_COMM_QUEUE];
     int bad[UT_COMM_QUEUE];
     for (int i = 0; i < n; i++) {
@@ -382,7 +362,7 @@ static bool poll_p2p(ut_comm *c, mpi_impl *m) {
         bad[i] = UT_CHECK_MPI(MPI_Testall(2, m->preq[seqs[i] % UT_COMM_QUEUE], &flag, MPI_STATUSES_IGNORE));
         fin[i] = flag || bad[i];
     }
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
     bool any = false;
     for (int i = 0, k = 0; i < n; i++) {
         if (!fin[i]) {
@@ -390,8 +370,8 @@ static bool poll_p2p(ut_comm *c, mpi_impl *m) {
             continue;
         }
         any = true;
-        if (bad[i]) mark_failed(c, m, &m->ring[seqs[i] % UT_COMM_QUEUE]);
-        mark_done(m, seqs[i]);
+        if (bad[i]) mark_failed(c, m, &m->q.ring[seqs[i] % UT_COMM_QUEUE]);
+        ut_comm_queue_done(&m->q, seqs[i]);
     }
     int k = 0;
     for (int i = 0; i < n; i++) k += !fin[i];
@@ -409,40 +389,40 @@ static void *comm_thread(void *arg) {
     ut_comm *c = arg;
     mpi_impl *m = c->impl;
     long idle_us = 20;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
     for (;;) {
-        while (m->started == m->queued && !m->npend && !m->stop)
-            UT_CHECK_PTHREAD(pthread_cond_wait(&m->work, &m->mu));
-        if (m->started == m->queued && !m->npend) break; /* stopped and drained */
-        if (m->started < m->queued) {
-            ut_comm_op op = m->ring[(m->started + 1) % UT_COMM_QUEUE];
-            m->started = op.seq;
-            bool skip = m->failed != 0, p2p = op.kind == UT_COMM_SEND_F32 || op.kind == UT_COMM_RECV_F32;
+        while (m->q.started == m->q.queued && !m->npend && !m->q.stop)
+            UT_CHECK_PTHREAD(pthread_cond_wait(&m->q.work, &m->q.mu));
+        if (m->q.started == m->q.queued && !m->npend) break; /* stopped and drained */
+        if (m->q.started < m->q.queued) {
+            ut_comm_op op = m->q.ring[(m->q.started + 1) % UT_COMM_QUEUE];
+            m->q.started = op.seq;
+            bool skip = m->q.failed != 0, p2p = op.kind == UT_COMM_SEND_F32 || op.kind == UT_COMM_RECV_F32;
             struct timespec t0;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             if (!p2p) m->running = op.seq, m->running_since = t0;
-            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
             int rc = skip ? -1 : p2p ? start_p2p(m, &op, m->preq[op.seq % UT_COMM_QUEUE]) : run_op(c, m, &op);
-            UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+            UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
             m->running = 0;
             if (rc && !skip) mark_failed(c, m, &op);
             if (p2p && !rc) {
                 m->pend_since[op.seq % UT_COMM_QUEUE] = t0;
                 m->pend[m->npend++] = op.seq;
             } else {
-                mark_done(m, op.seq);
+                ut_comm_queue_done(&m->q, op.seq);
             }
             idle_us = 20;
         }
         if (m->npend && poll_p2p(c, m)) idle_us = 20;
-        else if (m->npend && m->started == m->queued) { /* stopping too: wait, do not spin */
+        else if (m->npend && m->q.started == m->q.queued) { /* stopping too: wait, do not spin */
             struct timespec until = after(idle_us * 1e-6);
-            int rc = pthread_cond_timedwait(&m->work, &m->mu, &until);
+            int rc = pthread_cond_timedwait(&m->q.work, &m->q.mu, &until);
             if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
             idle_us = idle_us < 1000 ? 2 * idle_us : 1000;
         }
     }
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     return NULL;
 }
 
@@ -460,13 +440,13 @@ typedef struct status_reply {
     char last[120]; /* the newest operation issued, described */
 } status_reply;
 
-/* This rank's progress; called with m->mu held. */
+/* This rank's progress; called with m->q.mu held. */
 static void own_status(mpi_impl *m, status_reply *r) {
     memset(r, 0, sizeof *r);
-    r->queued = m->queued;
-    r->finished = m->finished;
+    r->queued = m->q.queued;
+    r->finished = m->q.finished;
     r->running = m->running;
-    if (m->queued) ut_comm_op_describe(&m->ring[m->queued % UT_COMM_QUEUE], r->last, sizeof r->last);
+    if (m->q.queued) ut_comm_op_describe(&m->q.ring[m->q.queued % UT_COMM_QUEUE], r->last, sizeof r->last);
 }
 
 /* Answers the queries that arrived (the receive is re-posted after each). */
@@ -476,9 +456,9 @@ static void answer_queries(mpi_impl *m, MPI_Request *req, int *from) {
         MPI_Status st;
         if (MPI_Test(req, &got, &st) != MPI_SUCCESS || !got) return;
         status_reply r;
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
         own_status(m, &r);
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
         MPI_Send(&r, (int)sizeof r, MPI_BYTE, st.MPI_SOURCE, TAG_REPLY, m->side);
         if (MPI_Irecv(from, 1, MPI_INT, MPI_ANY_SOURCE, TAG_QUERY, m->side, req) != MPI_SUCCESS) {
             *req = MPI_REQUEST_NULL;
@@ -599,18 +579,18 @@ static void *watchdog_thread(void *arg) {
     if (m->side != MPI_COMM_NULL && c->size > 1 &&
         MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, TAG_QUERY, m->side, &query) != MPI_SUCCESS)
         query = MPI_REQUEST_NULL;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    while (!m->stop) {
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
+    while (!m->q.stop) {
         /* the blocking collective, else the oldest send or receive, past the timeout */
         uint64_t seq = m->running && since(&m->running_since) > c->timeout_s ? m->running : 0;
         for (int i = 0; !seq && i < m->npend; i++)
             if (since(&m->pend_since[m->pend[i] % UT_COMM_QUEUE]) > c->timeout_s) seq = m->pend[i];
         if (seq) {
-            const ut_comm_op *op = &m->ring[seq % UT_COMM_QUEUE];
+            const ut_comm_op *op = &m->q.ring[seq % UT_COMM_QUEUE];
             int peer = op->kind == UT_COMM_SEND_F32 || op->kind == UT_COMM_RECV_F32 ? op->peer : -1;
             char what[160], report[1200] = "", who[80];
             ut_comm_op_describe(op, what, sizeof what);
-            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+            UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
             bool defer = false;
             double wait_s = c->timeout_s < 2 ? c->timeout_s : 2;
             if (query != MPI_REQUEST_NULL)
@@ -627,15 +607,15 @@ static void *watchdog_thread(void *arg) {
             MPI_Abort(MPI_COMM_WORLD, 1);
             abort(); /* MPI_Abort does not return */
         }
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
         if (query != MPI_REQUEST_NULL) answer_queries(m, &query, &from);
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-        if (m->stop) break;
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
+        if (m->q.stop) break;
         struct timespec until = after(period);
-        int rc = pthread_cond_timedwait(&m->tick, &m->mu, &until);
+        int rc = pthread_cond_timedwait(&m->tick, &m->q.mu, &until);
         if (rc && rc != ETIMEDOUT) UT_CHECK_PTHREAD(rc);
     }
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     if (query != MPI_REQUEST_NULL) {
         MPI_Cancel(&query);
         MPI_Wait(&query, MPI_STATUS_IGNORE);
@@ -645,50 +625,24 @@ static void *watchdog_thread(void *arg) {
 
 // --- the backend's entry points ---------------------------------------------
 
-static void mpi_submit(ut_comm *c, const ut_comm_op *op) {
-    mpi_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    UT_ASSERT(op->seq == m->queued + 1 && !m->stop);
-    while (m->queued - m->finished >= UT_COMM_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
-    m->ring[op->seq % UT_COMM_QUEUE] = *op;
-    m->queued = op->seq;
-    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-}
-
-static int mpi_wait(ut_comm *c, uint64_t seq) {
-    mpi_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    while (m->finished < seq && !m->done[seq % UT_COMM_QUEUE])
-        UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
-    int rc = m->failed && seq >= m->failed ? -1 : 0;
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-    return rc;
-}
-
-static int mpi_test(ut_comm *c, uint64_t seq) {
-    mpi_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    bool done = m->finished >= seq || m->done[seq % UT_COMM_QUEUE];
-    int rc = !done ? 0 : m->failed && seq >= m->failed ? -1 : 1;
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-    return rc;
-}
+static void mpi_submit(ut_comm *c, const ut_comm_op *op) { ut_comm_queue_submit(&((mpi_impl *)c->impl)->q, op); }
+static int mpi_wait(ut_comm *c, uint64_t seq) { return ut_comm_queue_wait(&((mpi_impl *)c->impl)->q, seq); }
+static int mpi_test(ut_comm *c, uint64_t seq) { return ut_comm_queue_test(&((mpi_impl *)c->impl)->q, seq); }
 
 static void mpi_finalize(ut_comm *c) {
     mpi_impl *m = c->impl;
     char who[80];
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    m->stop = true;
-    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
+    m->q.stop = true;
+    UT_CHECK_PTHREAD(pthread_cond_signal(&m->q.work));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     /* the comm thread drains the queue before it ends; the watchdog keeps
      * watching until then */
     UT_CHECK_PTHREAD(pthread_join(m->thread, NULL));
     if (m->has_watchdog) {
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
         UT_CHECK_PTHREAD(pthread_cond_signal(&m->tick));
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
         UT_CHECK_PTHREAD(pthread_join(m->watchdog, NULL));
     }
     if (UT_CHECK_MPI(MPI_Comm_free(&m->comm)))
@@ -700,10 +654,8 @@ static void mpi_finalize(ut_comm *c) {
             fprintf(stderr, "utrain: %s: warning: %s\n", ut_comm_who(c, who, sizeof who), mpi_err);
         ut_set_abort_handler(NULL);
     }
-    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->work));
-    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done_cv));
     UT_CHECK_PTHREAD(pthread_cond_destroy(&m->tick));
-    UT_CHECK_PTHREAD(pthread_mutex_destroy(&m->mu));
+    ut_comm_queue_destroy(&m->q);
     ut_free(m->cnt);
     ut_free(m->dsp);
     ut_free(m);
@@ -801,12 +753,10 @@ static int mpi_child(ut_comm *parent, ut_comm *c, const void *result, char *err,
 static void impl_start(ut_comm *c, mpi_impl *m) {
     m->cnt = ut_calloc_check((size_t)c->size, sizeof(int));
     m->dsp = ut_calloc_check((size_t)c->size, sizeof(int));
+    ut_comm_queue_init(&m->q);
     pthread_condattr_t mono;
     UT_CHECK_PTHREAD(pthread_condattr_init(&mono));
     UT_CHECK_PTHREAD(pthread_condattr_setclock(&mono, CLOCK_MONOTONIC));
-    UT_CHECK_PTHREAD(pthread_mutex_init(&m->mu, NULL));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->work, &mono));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->done_cv, NULL));
     UT_CHECK_PTHREAD(pthread_cond_init(&m->tick, &mono));
     UT_CHECK_PTHREAD(pthread_condattr_destroy(&mono));
     c->impl = m;

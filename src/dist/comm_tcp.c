@@ -53,7 +53,6 @@
 
 #include "comm_internal.h"
 
-#define TCP_QUEUE 256
 #define TCP_MAGIC 0x75747470u   /* hello messages: "uttp" */
 #define TCP_VERSION 1u
 #define TCP_PIECE (4u << 20)     /* bytes per send call, and a broadcast's pipeline piece */
@@ -71,17 +70,13 @@ static int world_nhosts;
 typedef struct tcp_impl {
     int *coll, *p2p; /* [size]: a socket to each other rank (-1 for this rank) */
     int wake;        /* eventfd: new sends and receives for the p2p thread */
-    pthread_mutex_t mu;
-    pthread_cond_t work, done_cv;
-    ut_comm_op ring[TCP_QUEUE]; /* op seq lives in ring[seq % TCP_QUEUE] */
-    uint64_t queued, started, finished, failed;
-    bool done[TCP_QUEUE];
+    ut_comm_queue q; /* the operations; its mutex also guards the fields below */
     /* sends and receives handed to the p2p thread, oldest first */
-    uint64_t pend[TCP_QUEUE];
+    uint64_t pend[UT_COMM_QUEUE];
     int npend;
-    int64_t moved[TCP_QUEUE];   /* bytes moved, by seq % TCP_QUEUE */
-    double since[TCP_QUEUE];    /* when it was handed over */
-    bool stop, p2p_stop;
+    int64_t moved[UT_COMM_QUEUE];   /* bytes moved, by seq % UT_COMM_QUEUE */
+    double since[UT_COMM_QUEUE];    /* when it was handed over */
+    bool p2p_stop;
     pthread_t thread, p2p_thread;
     char *scratch; /* the collective thread's */
     size_t scratch_n;
@@ -251,54 +246,41 @@ static int connect_to(const char *host, int port, double deadline) {
     return -1;
 }
 
-/* Writes or reads all n bytes before the deadline (blocking sockets, poll
- * for the time limit). who names the other side in messages. */
-static int write_all(int fd, const void *buf, size_t n, double deadline, const char *who) {
-    const char *p = buf;
-    while (n) {
-        struct pollfd q = {.fd = fd, .events = POLLOUT};
-        int k = poll(&q, 1, ms_left(deadline));
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            why(k ? "poll: %s" : "timed out writing to %s", k ? strerror(errno) : who);
-            return -1;
-        }
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (w < 0) {
-            why("writing to %s: %s", who, strerror(errno));
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n, double deadline, const char *who) {
+/* Writes (out) or reads all n bytes before the deadline (blocking
+ * sockets, poll for the time limit). who names the other side in messages. */
+static int move_all(int fd, void *buf, size_t n, double deadline, const char *who, bool out) {
     char *p = buf;
     while (n) {
-        struct pollfd q = {.fd = fd, .events = POLLIN};
+        struct pollfd q = {.fd = fd, .events = out ? POLLOUT : POLLIN};
         int k = poll(&q, 1, ms_left(deadline));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
-            why(k ? "poll: %s" : "timed out waiting for %s", k ? strerror(errno) : who);
+            why(k ? "poll: %s" : out ? "timed out writing to %s" : "timed out waiting for %s",
+                k ? strerror(errno) : who);
             return -1;
         }
-        ssize_t g = recv(fd, p, n, MSG_DONTWAIT);
+        ssize_t g = out ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, n, MSG_DONTWAIT);
         if (g < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (g == 0) {
+        if (g == 0 && !out) {
             why("%s closed the connection", who);
             return -1;
         }
         if (g < 0) {
-            why("reading from %s: %s", who, strerror(errno));
+            why("%s %s: %s", out ? "writing to" : "reading from", who, strerror(errno));
             return -1;
         }
         p += g;
         n -= (size_t)g;
     }
     return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n, double deadline, const char *who) {
+    return move_all(fd, (void *)buf, n, deadline, who, true);
+}
+
+static int read_all(int fd, void *buf, size_t n, double deadline, const char *who) {
+    return move_all(fd, buf, n, deadline, who, false);
 }
 
 static int accept_until(int listener, double deadline, const char *what) {
@@ -1035,21 +1017,10 @@ static int run_op(ut_comm *c, tcp_impl *m, const ut_comm_op *op) {
 
 // --- completion ------------------------------------------------------------------------
 
-/* seq is done: the frontier moves past every done seq after it. Called with
- * m->mu held. */
-static void mark_done(tcp_impl *m, uint64_t seq) {
-    m->done[seq % TCP_QUEUE] = true;
-    while (m->finished < m->started && m->done[(m->finished + 1) % TCP_QUEUE]) {
-        m->done[(m->finished + 1) % TCP_QUEUE] = false;
-        m->finished++;
-    }
-    UT_CHECK_PTHREAD(pthread_cond_broadcast(&m->done_cv));
-}
-
 /* The first failure makes the communicator unusable; its message stays.
- * Called with m->mu held. */
+ * Called with m->q.mu held. */
 static void mark_failed(ut_comm *c, tcp_impl *m, const ut_comm_op *op, const char *text) {
-    if (m->failed) return;
+    if (m->q.failed) return;
     char what[160], who[80];
     ut_comm_op_describe(op, what, sizeof what);
     if (!strncmp(text, "timeout", 7)) /* "timeout after 3 s in allreduce #3 (...): waiting for ..." */
@@ -1057,7 +1028,7 @@ static void mark_failed(ut_comm *c, tcp_impl *m, const ut_comm_op *op, const cha
                  c->timeout_s, what, strchr(text, ':') ? strchr(text, ':') : "");
     else
         snprintf(c->err, sizeof c->err, "%s: %s failed: %s", ut_comm_who(c, who, sizeof who), what, text);
-    m->failed = op->seq;
+    m->q.failed = op->seq;
 }
 
 // --- the collective thread --------------------------------------------------------------
@@ -1071,27 +1042,27 @@ static void wake_p2p(tcp_impl *m) {
 static void *coll_thread(void *arg) {
     ut_comm *c = arg;
     tcp_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
     for (;;) {
-        while (m->started == m->queued && !m->stop) UT_CHECK_PTHREAD(pthread_cond_wait(&m->work, &m->mu));
-        if (m->started == m->queued) break; /* stopped and drained */
-        ut_comm_op op = m->ring[(m->started + 1) % TCP_QUEUE];
-        m->started = op.seq;
-        bool skip = m->failed != 0;
+        while (m->q.started == m->q.queued && !m->q.stop) UT_CHECK_PTHREAD(pthread_cond_wait(&m->q.work, &m->q.mu));
+        if (m->q.started == m->q.queued) break; /* stopped and drained */
+        ut_comm_op op = m->q.ring[(m->q.started + 1) % UT_COMM_QUEUE];
+        m->q.started = op.seq;
+        bool skip = m->q.failed != 0;
         if (!skip && (op.kind == UT_COMM_SEND_F32 || op.kind == UT_COMM_RECV_F32)) {
-            m->moved[op.seq % TCP_QUEUE] = 0;
-            m->since[op.seq % TCP_QUEUE] = now_s();
+            m->moved[op.seq % UT_COMM_QUEUE] = 0;
+            m->since[op.seq % UT_COMM_QUEUE] = now_s();
             m->pend[m->npend++] = op.seq;
             wake_p2p(m);
             continue;
         }
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
         int rc = skip ? -1 : run_op(c, m, &op);
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
         if (rc && !skip) mark_failed(c, m, &op, tcp_err);
-        mark_done(m, op.seq);
+        ut_comm_queue_done(&m->q, op.seq);
     }
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     return NULL;
 }
 
@@ -1103,20 +1074,20 @@ static void *p2p_thread(void *arg) {
     ut_comm *c = arg;
     tcp_impl *m = c->impl;
     int P = c->size;
-    ut_comm_op *ops = ut_malloc_check(TCP_QUEUE * sizeof *ops);
-    double *since = ut_malloc_check(TCP_QUEUE * sizeof *since);
-    struct pollfd *pf = ut_malloc_check((TCP_QUEUE + 1) * sizeof *pf);
-    int *which = ut_malloc_check(TCP_QUEUE * sizeof *which);
+    ut_comm_op *ops = ut_malloc_check(UT_COMM_QUEUE * sizeof *ops);
+    double *since = ut_malloc_check(UT_COMM_QUEUE * sizeof *since);
+    struct pollfd *pf = ut_malloc_check((UT_COMM_QUEUE + 1) * sizeof *pf);
+    int *which = ut_malloc_check(UT_COMM_QUEUE * sizeof *which);
     bool *busy = ut_malloc_check((size_t)P * 2 * sizeof *busy);
     for (;;) {
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
         int n = m->npend;
         bool stop = m->p2p_stop;
         for (int i = 0; i < n; i++) {
-            ops[i] = m->ring[m->pend[i] % TCP_QUEUE];
-            since[i] = m->since[m->pend[i] % TCP_QUEUE];
+            ops[i] = m->q.ring[m->pend[i] % UT_COMM_QUEUE];
+            since[i] = m->since[m->pend[i] % UT_COMM_QUEUE];
         }
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
         if (!n && stop) break;
         /* the oldest of each (peer, direction) */
         memset(busy, 0, (size_t)P * 2 * sizeof *busy);
@@ -1145,7 +1116,7 @@ static void *p2p_thread(void *arg) {
             const ut_comm_op *op = &ops[which[j - 1]];
             double t0 = since[which[j - 1]];
             size_t total = (size_t)op->n * sizeof(float);
-            int64_t *moved = &m->moved[op->seq % TCP_QUEUE]; /* only this thread writes it */
+            int64_t *moved = &m->moved[op->seq % UT_COMM_QUEUE]; /* only this thread writes it */
             const char *fail = NULL;
             char name[64], text[300];
             ut_comm_peer_name(c, op->peer, name, sizeof name);
@@ -1171,7 +1142,7 @@ static void *p2p_thread(void *arg) {
                 fail = text;
             }
             if (fail || finished) {
-                UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+                UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
                 if (fail) mark_failed(c, m, op, fail);
                 for (int i = 0; i < m->npend; i++)
                     if (m->pend[i] == op->seq) {
@@ -1179,14 +1150,14 @@ static void *p2p_thread(void *arg) {
                         m->npend--;
                         break;
                     }
-                mark_done(m, op->seq);
-                UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+                ut_comm_queue_done(&m->q, op->seq);
+                UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
             }
         }
         /* after a failure, everything still pending fails too */
-        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-        while (m->failed && m->npend) mark_done(m, m->pend[--m->npend]);
-        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+        UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
+        while (m->q.failed && m->npend) ut_comm_queue_done(&m->q, m->pend[--m->npend]);
+        UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     }
     ut_free(busy);
     ut_free(since);
@@ -1198,34 +1169,9 @@ static void *p2p_thread(void *arg) {
 
 // --- the backend's entry points --------------------------------------------------------------
 
-static void tcp_submit(ut_comm *c, const ut_comm_op *op) {
-    tcp_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    UT_ASSERT(op->seq == m->queued + 1 && !m->stop);
-    while (m->queued - m->finished >= TCP_QUEUE) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
-    m->ring[op->seq % TCP_QUEUE] = *op;
-    m->queued = op->seq;
-    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-}
-
-static int tcp_wait(ut_comm *c, uint64_t seq) {
-    tcp_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    while (m->finished < seq && !m->done[seq % TCP_QUEUE]) UT_CHECK_PTHREAD(pthread_cond_wait(&m->done_cv, &m->mu));
-    int rc = m->failed && seq >= m->failed ? -1 : 0;
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-    return rc;
-}
-
-static int tcp_test(ut_comm *c, uint64_t seq) {
-    tcp_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    bool done = m->finished >= seq || m->done[seq % TCP_QUEUE];
-    int rc = !done ? 0 : m->failed && seq >= m->failed ? -1 : 1;
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
-    return rc;
-}
+static void tcp_submit(ut_comm *c, const ut_comm_op *op) { ut_comm_queue_submit(&((tcp_impl *)c->impl)->q, op); }
+static int tcp_wait(ut_comm *c, uint64_t seq) { return ut_comm_queue_wait(&((tcp_impl *)c->impl)->q, seq); }
+static int tcp_test(ut_comm *c, uint64_t seq) { return ut_comm_queue_test(&((tcp_impl *)c->impl)->q, seq); }
 
 /* Closes the sockets gently: this side stops writing, then reads until the
  * peer has stopped too (for up to 2 s), so nothing the peer still had to
@@ -1250,22 +1196,20 @@ static void close_gently(int *fds, int size) {
 
 static void tcp_finalize(ut_comm *c) {
     tcp_impl *m = c->impl;
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
-    m->stop = true;
-    UT_CHECK_PTHREAD(pthread_cond_signal(&m->work));
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
+    m->q.stop = true;
+    UT_CHECK_PTHREAD(pthread_cond_signal(&m->q.work));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     UT_CHECK_PTHREAD(pthread_join(m->thread, NULL));
-    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_lock(&m->q.mu));
     m->p2p_stop = true;
     wake_p2p(m);
-    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->mu));
+    UT_CHECK_PTHREAD(pthread_mutex_unlock(&m->q.mu));
     UT_CHECK_PTHREAD(pthread_join(m->p2p_thread, NULL));
     close_gently(m->coll, c->size);
     close_gently(m->p2p, c->size);
     close(m->wake);
-    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->work));
-    UT_CHECK_PTHREAD(pthread_cond_destroy(&m->done_cv));
-    UT_CHECK_PTHREAD(pthread_mutex_destroy(&m->mu));
+    ut_comm_queue_destroy(&m->q);
     ut_free(m->coll);
     ut_free(m->p2p);
     ut_free(m->scratch);
@@ -1294,9 +1238,7 @@ static void impl_start(ut_comm *c, int *coll, int *p2p) {
     m->p2p = p2p;
     m->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (m->wake < 0) ut_abort(__FILE__, __LINE__, "eventfd: %s", strerror(errno));
-    UT_CHECK_PTHREAD(pthread_mutex_init(&m->mu, NULL));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->work, NULL));
-    UT_CHECK_PTHREAD(pthread_cond_init(&m->done_cv, NULL));
+    ut_comm_queue_init(&m->q);
     c->impl = m;
     c->be = &tcp_backend;
     UT_CHECK_PTHREAD(pthread_create(&m->thread, NULL, coll_thread, c));

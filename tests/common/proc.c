@@ -1,8 +1,11 @@
 /* Helpers for tests that run the `utrain` program (see proc.h). */
 #include "proc.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +127,15 @@ bool tp_plant_checkpoint(const char *from, const char *run_dir) {
     if (tp_copy_file(from, to)) return true;
     fprintf(stderr, "  cannot copy %s to %s\n", from, to);
     return false;
+}
+
+int tp_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) abort();
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
 double tp_now_s(void) {

@@ -3,7 +3,7 @@
  * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
  *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
  *          tp_same_file, tp_train_in, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
- *          tp_now_s, tp_each_proc, tp_cmdline_has. */
+ *          tp_now_s, tp_free_port, tp_each_proc, tp_cmdline_has. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
 
@@ -40,6 +40,7 @@ bool tp_copy_file(const char *from, const char *to);
  * resumes from it. False (and a line on stderr) if it could not be. */
 bool tp_plant_checkpoint(const char *from, const char *run_dir);
 double tp_now_s(void); /* CLOCK_MONOTONIC, in seconds */
+int tp_free_port(void); /* a TCP port nothing listens on now, on the loopback interface */
 /* fn(pid, cmdline, len, arg) for every process but this one, cmdline its
  * arguments each ending in a NUL (len bytes); stops at the first nonzero
  * return of fn and returns it (0 when none). */

@@ -11,11 +11,8 @@
  * starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) by a job process
  * that, like torchrun, ends the other ranks when one fails: 2, 3 and 4
  * ranks, and the failure modes with TCP's reports. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -75,15 +72,6 @@ static void append(job *j, size_t *len, size_t *cap, const char *buf, size_t n) 
     j->out[*len] = 0;
 }
 
-/* A free TCP port on the loopback interface. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) abort();
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* The TCP job: np rank processes with torchrun's variables; 1 s after one
  * exits non-zero the others are killed (torchrun ends them at once; the
@@ -91,7 +79,7 @@ static int free_port(void) {
  * with the first failure's code. */
 static void tcp_job(int np, const char *mode) {
     char v[32];
-    snprintf(v, sizeof v, "%d", free_port());
+    snprintf(v, sizeof v, "%d", tp_free_port());
     setenv("MASTER_PORT", v, 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     snprintf(v, sizeof v, "%d", np);

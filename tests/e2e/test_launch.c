@@ -123,14 +123,6 @@ static void test_seed_parameters_trains(void) {
 
 // --- other launchers
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) abort();
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static const char *ckpt(const char *run, int step) {
     static char p[2][700];
@@ -165,7 +157,7 @@ static void test_torchrun_one_node(void) {
     const char *ref = reference();
     const char *cfg = write_config("tr1", 1, NULL);
     char port[16];
-    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(port, sizeof port, "%d", tp_free_port());
     setenv("WORLD_SIZE", "2", 1);
     setenv("LOCAL_WORLD_SIZE", "2", 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -200,7 +192,7 @@ static void test_torchrun_one_node(void) {
  * ranks from meeting there. */
 static void test_rendezvous_ignores_strangers(void) {
     const char *cfg = write_config("stranger", 1, NULL);
-    int port = free_port();
+    int port = tp_free_port();
     char ports[16];
     snprintf(ports, sizeof ports, "%d", port);
     setenv("WORLD_SIZE", "2", 1);
@@ -281,7 +273,7 @@ static void test_seed_node_by_node(void) {
     const char *ref = reference();
     char extra[300];
     snprintf(extra, sizeof extra, "dist-params:\n    nodes: 2\n    gpus: 1\n    current_node: 0\n"
-                                  "    master_addr: '127.0.0.1'\n    master_port: '%d'\n", free_port());
+                                  "    master_addr: '127.0.0.1'\n    master_port: '%d'\n", tp_free_port());
     const char *cfg = write_config("nodes", 1, extra);
     char run1[400];
     snprintf(run1, sizeof run1, "model_dir=%s/runs/nodes1", tmp);
