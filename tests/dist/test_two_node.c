@@ -5,7 +5,9 @@
  * Fashion-MNIST images, 10 SGD steps) runs as one rank per "node" and must
  * exit 0, have both ranks log 2 processes, send its gradients over the veth,
  * and end with the weights of the same config run as 2 ranks on one node
- * (plain mpirun) within 1e-5 relative L2.
+ * (plain mpirun) within 1e-5 relative L2. Then the same over TCP, started
+ * as the seed starts a job: `utrain train` in each namespace with its
+ * dist.current_node, the ranks meeting at node 0's address.
  *
  * Needs root and iproute2; without them, or where namespaces or veth pairs
  * cannot be made (an unprivileged container), it says why and reports
@@ -296,6 +298,51 @@ static void test_two_nodes(void) {
     if (t_checks_failed != before) show(out);
 }
 
+/* The seed's node-by-node launch over TCP: the same command in each
+ * namespace, dist.current_node 0 and 1, meeting at node 0's address; the
+ * ranks find each other's addresses (node 1's as node 0 sees it connect)
+ * and every byte between them goes over the veth. */
+static void test_two_nodes_tcp(void) {
+    char master[64];
+    snprintf(master, sizeof master, "dist.master_addr=%s", addr[0]);
+    const char *out[2] = {in_tmp("tcp_node0.out"), in_tmp("tcp_node1.out")};
+    long rx0 = rx_bytes();
+    double t0 = tp_now_s();
+    fflush(NULL);
+    pid_t node1 = fork();
+    if (node1 == 0) {
+        const char *a[] = {"ip", "netns", "exec", ns[1], tp_program(), "train", cfg, "--set",
+                           "experiment_name=two_node_tcp_1", "--set", "dist.nodes=2", "--set", "dist.current_node=1",
+                           "--set", master, "--set", "dist.master_port=29615", NULL};
+        _exit(run(a, out[1], JOB_LIMIT_S));
+    }
+    const char *a[] = {"ip", "netns", "exec", ns[0], tp_program(), "train", cfg, "--set",
+                       "experiment_name=two_node_tcp", "--set", "dist.nodes=2", "--set", "dist.current_node=0", "--set",
+                       master, "--set", "dist.master_port=29615", NULL};
+    int rc0 = run(a, out[0], JOB_LIMIT_S), st = 0, rc1 = -1;
+    if (node1 > 0 && waitpid(node1, &st, 0) == node1) rc1 = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    double secs = tp_now_s() - t0;
+    long rx = rx_bytes() - rx0;
+    int before = t_checks_failed;
+    CHECK(rc0 == 0 && rc1 == 0, "node 0 exited %d, node 1 %d", rc0, rc1);
+    char *log = tp_slurp(in_tmp("runs/two_node_tcp/logger_logs/training_0.log"));
+    CHECK(log && strstr(log, "Processes = 2 (ddp, tcp backend"), "rank 0's log does not say 2 processes over tcp");
+    free(log);
+    CHECK(rx >= (long)STEPS * NPARAMS * 4 / 2, "only %ld bytes came in over %s", rx, veth[1]);
+    char ckpt[700];
+    snprintf(ckpt, sizeof ckpt, "%s/runs/two_node_tcp/checkpoints/step_%08d.safetensors", tmp, STEPS);
+    if (!rc0 && !rc1 && *ref_ckpt && access(ref_ckpt, R_OK) == 0) {
+        double w = tp_weights_rel_diff(ref_ckpt, ckpt);
+        CHECK(w >= 0 && w <= 1e-5, "two nodes over TCP vs one node: final weights differ by %.3g relative", w);
+        printf("     two nodes over TCP: %.1f s, %ld bytes over the veth, weights within %.2g of one node\n", secs, rx,
+               w);
+    }
+    if (t_checks_failed != before) {
+        show(out[0]);
+        show(out[1]);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* BUILD/utrain by an absolute path: the ranks may start in another directory */
@@ -361,6 +408,7 @@ int main(int argc, char **argv) {
     RUN(test_agent);
     RUN(test_one_node);
     RUN(test_two_nodes);
+    RUN(test_two_nodes_tcp);
     teardown();
     return tp_finish(TEST_SUMMARY(), tmp);
 }
