@@ -36,6 +36,11 @@ typedef struct ut_comm_req ut_comm_req;
  * becomes ut_comm_world(). */
 ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s, char *err,
                       size_t n);
+/* Whether this process was started as one rank of several: by an MPI
+ * launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set), or with RANK
+ * and WORLD_SIZE > 1 set (torchrun, Accelerate, PyTorchJob, utrain's TCP
+ * launcher). ut_comm_init then joins that job. */
+bool ut_comm_launched(void);
 /* The communicator made by ut_comm_init, or a single-process one. */
 ut_comm *ut_comm_world(void);
 /* Waits for outstanding work and shuts the backend down (MPI_Finalize). */

@@ -139,14 +139,14 @@ typedef struct job_spec {
     const char **args;      /* mpirun's whole command line (mpi) */
     bool tcp;
     const char **rank_args; /* utrain CMD ARGS... (tcp) */
-    int nproc, first_rank, world, threads;
+    int nproc, first_rank, world;
     const char *addr;
     int port;               /* 0: a free port of this machine, picked for each attempt */
 } job_spec;
 
 // --- the TCP job: this node's ranks as children of the job process ----------------
 
-static pid_t tcp_ranks[256];
+static pid_t *tcp_ranks; /* the job process's ranks (js->nproc of them), 0 once reaped */
 static volatile sig_atomic_t tcp_nranks;
 
 static void tcp_forward(int sig) {
@@ -195,6 +195,7 @@ static int tcp_job(const job_spec *js) {
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     pid_t job = getpid();
+    tcp_ranks = ut_calloc_check((size_t)js->nproc, sizeof *tcp_ranks);
     for (int i = 0; i < js->nproc; i++) {
         sigprocmask(SIG_BLOCK, &usr1, &old);
         pid_t pid = fork();
@@ -239,6 +240,9 @@ static int tcp_job(const job_spec *js) {
             kill_at = mono_s() + 5;
         }
     }
+    tcp_nranks = 0; /* the handler forwards to nobody from here on */
+    ut_free(tcp_ranks);
+    tcp_ranks = NULL;
     return rc;
 }
 
@@ -342,7 +346,7 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
                         "than with %ld processes\n", nproc, cores, cores);
     /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
     snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
-    job_spec js = {.nproc = nproc, .threads = per_rank, .world = nproc, .addr = "127.0.0.1"};
+    job_spec js = {.nproc = nproc, .world = nproc, .addr = "127.0.0.1"};
     js.tcp = cfg->nodes > 1 || !strcmp(cfg->launcher, "tcp") || (!strcmp(cfg->launcher, "auto") && !on_path("mpirun"));
     if (cfg->nodes > 1) {
         js.first_rank = (int)cfg->current_node * nproc;

@@ -10,15 +10,7 @@
 #include <unistd.h>
 
 #include "launch_check.h"
-
-bool ut_cli_under_mpi(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
-bool ut_cli_under_launcher(void) {
-    const char *w = getenv("WORLD_SIZE"), *r = getenv("RANK");
-    return ut_cli_under_mpi() || (w && *w && strcmp(w, "1") && r && *r);
-}
+#include "utrain/dist.h"
 
 /* An environment variable as a positive count, 0 when unset or not one. */
 static long env_count(const char *name) {
@@ -110,7 +102,7 @@ static int check_nodes(const ut_config *c, const char *cmd, int argc, char **arg
 }
 
 int ut_cli_launch_check(const ut_config *cfg, const char *cmd, int argc, char **argv, char *msg, size_t n) {
-    if (ut_cli_under_launcher()) return 0;
+    if (ut_comm_launched()) return 0;
     if (check_slurm(cmd, argc, argv, msg, n) || check_nodes(cfg, cmd, argc, argv, msg, n))
         return -1;
     return 0;

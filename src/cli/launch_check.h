@@ -3,7 +3,7 @@
  * TCP launcher); srun without MPI support, and the seed's one command per
  * node with dist.launcher: mpi, are refused with the command that starts
  * the job.
- * defines: ut_cli_under_mpi, ut_cli_under_launcher, ut_cli_launch_check, ut_cli_world_check, ut_cli_launch. */
+ * defines: ut_cli_launch_check, ut_cli_world_check, ut_cli_launch. */
 #ifndef UTRAIN_CLI_LAUNCH_CHECK_H
 #define UTRAIN_CLI_LAUNCH_CHECK_H
 
@@ -12,11 +12,6 @@
 
 #include "utrain/config.h"
 
-/* Started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx). */
-bool ut_cli_under_mpi(void);
-/* Started as one rank of a job: by MPI, or with RANK and WORLD_SIZE > 1
- * set (torchrun, Accelerate, PyTorchJob, utrain's TCP launcher). */
-bool ut_cli_under_launcher(void);
 /* Before anything starts. cmd is "train" or "test"; argv the arguments after
  * it (the config file, --set options, --nproc). 0, or -1 with the message
  * (several lines, the command to use among them) in msg. */

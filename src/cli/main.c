@@ -209,7 +209,7 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         ut_config_free(&r.cfg);
         return UT_EXIT_ERROR;
     }
-    if ((nproc > 1 || restarts > 0 || r.cfg.nodes > 1) && !ut_cli_under_launcher()) {
+    if ((nproc > 1 || restarts > 0 || r.cfg.nodes > 1) && !ut_comm_launched()) {
         rc = ut_cli_launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;
