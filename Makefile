@@ -50,7 +50,24 @@ LIB_SRC   += $(sort $(wildcard src/backend/cuda/*.c))
 CU_SRC     = $(sort $(wildcard src/backend/cuda/*.cu))
 CU_OBJ     = $(CU_SRC:%.cu=$(CU_BUILD)/%.o)
 CUDA_CFLAGS = -DUT_WITH_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl
+# NCCL (the ranks' collectives on GPU memory): only its header is needed to
+# build, the library is opened when a run asks for it (src/backend/cuda/nccl.c).
+# The toolkit's, the system's or pip's nvidia-nccl; `make NCCL=0` leaves it out.
+NCCL      ?= 1
+ifeq ($(NCCL),1)
+ifeq ($(origin NCCL_INC),undefined)
+NCCL_INC  := $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include,$(if $(wildcard $(d)/nccl.h),$(d))))
+ifeq ($(NCCL_INC),)
+NCCL_INC  := $(shell python3 -c 'import nvidia.nccl as m, os; d = list(m.__path__)[0]; \
+               print(d + "/include" if os.path.exists(d + "/include/nccl.h") else "")' 2>/dev/null)
+endif
+endif
+NCCL_LIBDIR ?= $(firstword $(foreach d,$(NCCL_INC)/../lib $(NCCL_INC)/../lib64,$(if $(wildcard $(d)/libnccl.so.2),$(abspath $(d)))))
+ifneq ($(NCCL_INC),)
+CUDA_CFLAGS += -DUT_WITH_NCCL -I$(NCCL_INC) $(if $(NCCL_LIBDIR),-DUT_NCCL_LIBDIR='"$(NCCL_LIBDIR)"')
+endif
+endif
 endif
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \

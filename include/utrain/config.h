@@ -124,6 +124,7 @@ typedef struct {
     bool reshard_after_forward;  /* zero3 */
     char offload_optimizer[8];   /* none | cpu: ZeRO-Offload (zero1, zero2) */
     char comm_hook[8];           /* none | bf16 | fp16: compressed gradient all-reduce (ddp, zero1) */
+    char device_comm[8];         /* auto | direct | host: collectives on device memory (NCCL) or staged */
     double timeout_s;            /* a collective that takes longer ends every rank */
     int64_t nproc_per_node;      /* processes per node started by `utrain train` (mpirun underneath) */
     int64_t nodes, current_node;

@@ -122,6 +122,48 @@ ut_comm_req *ut_comm_ireduce_scatter_typed(ut_comm *c, const void *in, void *out
  * page-locked copies: the MPI and single-process communicators, for every
  * device but the CPU, whose memory is host memory). */
 bool ut_comm_accepts_device_memory(const ut_comm *c, ut_device dev);
+/* ---- collectives on device memory ----
+ * How ranks whose model lives on a device (sim, cuda) exchange its data,
+ * decided once per communicator and device (dist.device_comm):
+ *   UT_DEVCOMM_DIRECT  on the device's own memory, queued on the
+ *                      communicator's communication stream: NCCL on cuda
+ *                      (one GPU per rank; src/backend/cuda/nccl.c); on sim,
+ *                      the host communicator run by that stream, as a GPU's
+ *                      library would run (src/dist/comm_device.c);
+ *   UT_DEVCOMM_HOST    staged through page-locked host memory for the host
+ *                      communicator (MPI, TCP);
+ *   UT_DEVCOMM_AUTO    direct where every rank can (cuda: NCCL loads and no
+ *                      two ranks share a GPU; sim: always), else host.
+ * DDP's gradient buckets, tensor parallelism's sums and a pipeline's tied
+ * embedding take the direct path where it is set up; the other collectives
+ * stage through host memory. */
+typedef enum { UT_DEVCOMM_AUTO = 0, UT_DEVCOMM_DIRECT, UT_DEVCOMM_HOST } ut_devcomm_mode;
+/* "auto", "direct", "host" -> mode; -1 for anything else */
+int ut_devcomm_parse(const char *s, ut_devcomm_mode *mode);
+/* Collective over c: chooses how c's collectives on dev's memory go and
+ * sets up the direct path (NCCL's communicator). path: a line for the log
+ * saying which and why ("through host memory: ranks 0 and 1 share one cuda
+ * device ..."). -1 with a message when direct was asked for and a rank
+ * cannot (naming it and what to write instead), or NCCL fails to start. A
+ * communicator never set up goes through host memory. */
+int ut_comm_device_setup(ut_comm *c, ut_device dev, ut_devcomm_mode mode, char *path, size_t pn, char *err,
+                         size_t n);
+/* Whether c's collectives on dev's memory go direct. */
+bool ut_comm_direct(const ut_comm *c, ut_device dev);
+/* Direct (ut_comm_direct true): buf[0, n) of dt (F32, BF16, F16, device
+ * memory) combined over the ranks in place, queued on c's communication
+ * stream on dev (ut_comm_stream); the caller orders that stream after
+ * buf's producers and buf's consumers after the stream (events). 0, or -1
+ * with the message in ut_comm_error (an earlier operation's failure too). */
+int ut_comm_direct_allreduce(ut_comm *c, ut_device dev, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op);
+/* The same, after the work queued on the compute stream so far, and with
+ * the compute stream's later work after it: no host wait. */
+int ut_comm_direct_allreduce_ordered(ut_comm *c, ut_device dev, void *buf, int64_t n, ut_dtype dt,
+                                     ut_reduce_op op);
+/* A failure of the direct path found after its operations were queued (a
+ * peer gone, a timeout), without waiting: 0, or -1 with the message. */
+int ut_comm_direct_status(ut_comm *c, ut_device dev);
+
 /* The communicator's communication stream on device dev (the backend's
  * UT_STREAM_COMM kind), where the copies feeding its collectives run (the
  * gradient buckets' copies to and from host memory): made on first use,

@@ -148,6 +148,27 @@ typedef struct {
     ut_dtype p16_dtype;
 } ut_optim_buffers;
 
+/* Collectives on a device's own memory and streams, by the device's
+ * communication library (NCCL on CUDA), loaded when first asked for. A
+ * group's communicator is made on every rank from the id rank 0 made (the
+ * caller passes it over the host communicator); its operations are queued
+ * on a stream and read and write device memory when that stream reaches
+ * them. Reduction ops: 0 sum, 1 max, 2 average (ut_reduce_op's order). */
+typedef struct ut_device_coll {
+    size_t id_bytes;
+    /* 0 when the library is there (its name and version into what: "NCCL
+     * 2.28.3"); else -1 with the reason in err */
+    int (*load)(char *what, size_t wn, char *err, size_t n);
+    int (*make_id)(void *id, char *err, size_t n);
+    /* collective over the size ranks; NULL with the library's message */
+    void *(*comm_new)(const void *id, int rank, int size, char *err, size_t n);
+    /* buf[0, n) of dt (F32, BF16, F16) combined over the ranks in place */
+    int (*allreduce)(void *g, void *buf, int64_t n, ut_dtype dt, int op, void *stream, char *err, size_t en);
+    /* a failure found after the operation was queued: -1 with the message */
+    int (*status)(void *g, char *err, size_t n);
+    void (*comm_free)(void *g);
+} ut_device_coll;
+
 typedef struct ut_backend {
     const char *name;
     ut_device device;
@@ -275,6 +296,21 @@ typedef struct ut_backend {
     void (*event_sync)(void *ev);                 /* the host waits for ev */
     bool (*event_done)(void *ev);                 /* whether ev is done, without waiting */
     void (*event_free)(void *ev);
+
+    /* ---- collectives on device memory (src/dist/comm_device.c) ---- */
+    /* The device's communication library (NULL: none built in) */
+    const ut_device_coll *coll;
+    /* Runs fn(arg) on the host when stream gets there, with the device's
+     * memory open to it for the duration: the simulated device, whose
+     * memory is host memory the host may not touch otherwise, runs its
+     * direct collectives through the host communicator this way. NULL: none
+     * (a GPU). */
+    void (*enqueue_host)(void *stream, void (*fn)(void *arg), void *arg);
+    /* The device this process computes on, named uniquely on this machine
+     * (a GPU's PCI bus id; sim: one device per process): ranks on one
+     * host with the same name share a device. 0, or -1 (not known). NULL:
+     * devices are not shared (the CPU). */
+    int (*device_key)(char *buf, size_t n);
 } ut_backend;
 
 /* The backend of dev, or NULL when this build has none for it

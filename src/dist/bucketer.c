@@ -16,7 +16,8 @@ typedef struct {
     ut_comm_req *req;
     float *hin, *hout;    /* the collective's host memory */
     ut_stage in, outs;    /* host memory path: stages that copy nothing on the CPU */
-    void *ready, *copied; /* device memory path: backward done with it; its host copy done */
+    void *ready, *copied; /* device memory path: backward done with it; its host copy (direct: its
+                           * collective) done */
 } bucket;
 
 struct ut_bucketer {
@@ -57,7 +58,14 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         if (out) bk->out = out[k], bk->out_n = outn[k];
         host += span_n(bk) + (bk->out ? bk->out_n : 0);
     }
-    if (!ut_comm_accepts_device_memory(c, p->device)) {
+    if (io.direct) {
+        UT_ASSERT(io.post_direct && ut_comm_direct(c, p->device) && !out);
+        b->stream = ut_comm_stream(c, p->device);
+        for (int k = 0; k < nb; k++) {
+            b->b[k].ready = ut_event_new(b->be);
+            b->b[k].copied = ut_event_new(b->be);
+        }
+    } else if (!ut_comm_accepts_device_memory(c, p->device)) {
         b->pinned = ut_host_alloc(b->be, (size_t)(host ? host : 1) * sizeof(float));
         b->stream = ut_comm_stream(c, p->device);
         float *h = b->pinned;
@@ -75,6 +83,13 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
 
 void ut_bucketer_free(ut_bucketer *b) {
     if (!b) return;
+    if (b->io.direct) {
+        b->be->stream_sync(b->stream);
+        for (int k = 0; k < b->nb; k++) {
+            ut_event_free(b->be, b->b[k].ready);
+            ut_event_free(b->be, b->b[k].copied);
+        }
+    }
     if (b->pinned) {
         b->be->stream_sync(b->stream); /* the communicator's: it outlives the engine */
         b->be->stream_sync(NULL);      /* the copies back read the host memory */
@@ -146,7 +161,42 @@ static void progress(ut_bucketer *b, bool wait) {
     }
 }
 
+/* The direct path: the collective on the span, on the communicator's
+ * stream after the compute stream's work so far. */
+static void start_direct(ut_bucketer *b, int k) {
+    bucket *bk = &b->b[k];
+    float *g = b->p->flat_grad + bk->span.lo;
+    b->order[b->nstarted++] = k;
+    if (b->io.prepare) b->io.prepare(b->io.user, k, g);
+    ut_event_record(b->be, bk->ready, NULL);
+    ut_event_wait(b->be, b->stream, bk->ready);
+    if (b->io.post_direct(b->io.user, k, g)) b->rc = -1;
+    ut_event_record(b->be, bk->copied, b->stream);
+    bk->state = POSTED;
+    b->nposted++;
+}
+
+/* The direct path's finish: the compute stream after every collective, the
+ * host after the last (so a failure is this step's), then landed and done
+ * in post order. */
+static void finish_direct(ut_bucketer *b) {
+    for (int i = 0; i < b->nposted; i++) ut_event_wait(b->be, NULL, b->b[b->order[i]].copied);
+    if (b->nposted) ut_event_sync(b->be, b->b[b->order[b->nposted - 1]].copied);
+    if (ut_comm_direct_status(b->comm, b->p->device)) b->rc = -1;
+    for (int i = 0; i < b->nposted; i++) {
+        int k = b->order[i];
+        if (b->io.landed) b->io.landed(b->io.user, k, b->p->flat_grad + b->b[k].span.lo);
+        b->b[k].state = LANDED;
+        if (b->io.done) b->io.done(b->io.user, k);
+    }
+    b->nlanded = b->nposted;
+}
+
 static void start(ut_bucketer *b, int k) {
+    if (b->io.direct) {
+        start_direct(b, k);
+        return;
+    }
     bucket *bk = &b->b[k];
     float *g = b->p->flat_grad + bk->span.lo;
     size_t bytes = (size_t)span_n(bk) * sizeof(float);
@@ -173,7 +223,7 @@ static void on_ready(void *user, int param_index) {
     ut_bucketer *b = user;
     int k = b->bucket_of[param_index];
     if (--b->b[k].pending == 0) start(b, k);
-    else progress(b, false);
+    else if (!b->io.direct) progress(b, false);
 }
 
 void ut_bucketer_arm(ut_bucketer *b, ut_ctx *ctx) {
@@ -191,8 +241,12 @@ int ut_bucketer_finish(ut_bucketer *b, ut_ctx *ctx) {
     ut_ctx_set_grad_hook(ctx, NULL, NULL);
     for (int k = 0; k < b->nb; k++)
         if (b->b[k].state == IDLE) start(b, k);
-    post_started(b);
-    progress(b, true);
+    if (b->io.direct) {
+        finish_direct(b);
+    } else {
+        post_started(b);
+        progress(b, true);
+    }
     int rc = b->rc;
     /* a finish without a new arm starts every bucket again */
     for (int k = 0; k < b->nb; k++) b->b[k].state = IDLE;

@@ -16,7 +16,15 @@
  *     The result goes back with a copy queued on the compute stream, ahead
  *     of whatever reads it next (the optimizer). The hook copies nothing and
  *     waits for at most the previous bucket's copy, so backward's kernels
- *     keep running.
+ *     keep running;
+ *   - device memory the communicator takes directly (NCCL on cuda, the
+ *     simulated device's direct collectives; DDP only): the hook records an
+ *     event on the compute stream, the communicator's stream waits for it
+ *     and runs the collective on the span itself, posted at once (start
+ *     order is the same on every rank). At the finish the compute stream
+ *     waits for every bucket's collective and the host for the last one
+ *     (a failure is reported at the step it happened in); nothing is
+ *     copied.
  * defines: ut_bucket_io, ut_bucketer, ut_bucketer_*. */
 #ifndef UTRAIN_DIST_BUCKETER_H
 #define UTRAIN_DIST_BUCKETER_H
@@ -43,6 +51,16 @@ typedef struct {
      * NULL: nothing to do. */
     void (*done)(void *user, int k);
     void *user;
+    /* The direct path (ut_comm_direct on the gradients' device; DDP): the
+     * bucket's collective runs on its device memory, on the communicator's
+     * stream, and post is not used. prepare (NULL: nothing) queues on the
+     * compute stream what the collective reads (DDP compressed: the 16-bit
+     * copy); post_direct queues the collective on the communicator's stream,
+     * which the engine has ordered after them; landed gets the span's device
+     * memory, the compute stream already ordered after the collective. */
+    bool direct;
+    void (*prepare)(void *user, int k, float *in);
+    int (*post_direct)(void *user, int k, float *in);
 } ut_bucket_io;
 
 typedef struct ut_bucketer ut_bucketer;

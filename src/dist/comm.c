@@ -250,6 +250,7 @@ ut_comm *ut_comm_world(void) {
 
 void ut_comm_finalize(ut_comm *c) {
     if (!c) return;
+    ut_comm_direct_free_all(c);
     c->be->finalize(c);
     UT_CHECK_PTHREAD(pthread_mutex_lock(&world_mu));
     if (world == c) world = NULL;

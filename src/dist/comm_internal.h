@@ -3,7 +3,7 @@
  * defines: UT_CHECK_PTHREAD, ut_comm (the struct), ut_comm_op, ut_comm_kind, ut_comm_vtable,
  *          ut_comm_op_name, ut_comm_op_describe, ut_comm_combine, ut_comm_average, ut_comm_queue (and its
  *          _init, _destroy, _submit, _wait, _test, _done),
- *          ut_comm_mpi_init, ut_comm_tcp_init, ut_comm_tcp_launched. */
+ *          ut_comm_mpi_init, ut_comm_tcp_init, ut_comm_tcp_launched, ut_comm_direct_free_all. */
 #ifndef UTRAIN_COMM_INTERNAL_H
 #define UTRAIN_COMM_INTERNAL_H
 
@@ -124,7 +124,14 @@ struct ut_comm {
      * communicator's collectives run on (ut_comm_stream), made on first use */
     void *streams[UT_DEVICE_COUNT];
     pthread_mutex_t stream_mu;
+    /* per device: the direct collectives (comm_device.c), NULL: through
+     * host memory */
+    struct ut_direct *direct[UT_DEVICE_COUNT];
 };
+
+/* Frees the direct collectives' state of every device (comm_device.c),
+ * before the communicator's own backend goes. */
+void ut_comm_direct_free_all(ut_comm *c);
 
 /* "rank 3" in the world; "tp rank 1 (world rank 3)" in a group: the prefix
  * of this process's messages. */

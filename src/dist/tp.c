@@ -8,9 +8,10 @@
  *   ut_tp_reduce  forward: the sum over the group (the partial outputs of a
  *                 row-parallel linear); backward: the identity
  * Both are ut_collective ops, so a model that uses them needs no backward of
- * its own. The sum is an all-reduce on the group's communicator, through
- * host memory (a stage) on a device whose memory the communicator cannot
- * take. */
+ * its own. The sum is an all-reduce on the group's communicator: direct on
+ * the device's memory where the group has the direct path (dist.h; queued
+ * between the compute stream's work, no host wait), else through host
+ * memory (a stage) on a device whose memory the communicator cannot take. */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,11 @@
 static int allreduce(void *user, ut_device dev, float *buf, int64_t n, char *err, size_t errn) {
     ut_comm *c = user;
     if (ut_comm_size(c) == 1) return 0;
+    if (ut_comm_direct(c, dev)) { /* on the device's memory, between the compute stream's work */
+        int rc = ut_comm_direct_allreduce_ordered(c, dev, buf, n, UT_F32, UT_REDUCE_SUM);
+        if (rc) snprintf(err, errn, "%s", ut_comm_error(c));
+        return rc;
+    }
     const ut_backend *be = ut_backend_get(dev);
     ut_stage st;
     float *h = ut_comm_accepts_device_memory(c, dev) ? buf : ut_stage_begin(&st, be, buf, (size_t)n * sizeof(float), true);

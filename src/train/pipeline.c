@@ -234,6 +234,12 @@ static int pp_sync_embedding(ut_trainer *t) {
     size_t bytes = (size_t)p->segs[i].numel * sizeof(float);
     ut_stage st;
     float *g = p->flat_grad + p->segs[i].offset;
+    if (ut_comm_direct(t->embed, p->device)) { /* queued between the compute stream's work */
+        if (!ut_comm_direct_allreduce_ordered(t->embed, p->device, g, p->segs[i].numel, UT_F32, UT_REDUCE_SUM))
+            return 0;
+        snprintf(t->err, sizeof t->err, "the tied embedding's gradient: %s", ut_comm_error(t->embed));
+        return -1;
+    }
     float *h = ut_comm_accepts_device_memory(t->embed, p->device) ? g : ut_stage_begin(&st, be, g, bytes, true);
     int rc = ut_comm_wait(t->embed, ut_comm_iallreduce(t->embed, h, p->segs[i].numel));
     if (h != g) ut_stage_end(&st, true);
@@ -335,6 +341,11 @@ int ut_pp_setup(ut_trainer *t) {
         return -1;
     }
     t->embed_used = ends && t->pp > 1;
+    ut_devcomm_mode mode = UT_DEVCOMM_AUTO;
+    ut_devcomm_parse(t->cfg->device_comm, &mode);
+    char path[640];
+    if (ut_comm_device_setup(t->embed, t->m->params.device, mode, path, sizeof path, t->err, sizeof t->err))
+        return -1;
     return 0;
 }
 

@@ -183,6 +183,30 @@ static int set_schedule(ut_trainer *t) {
     return 0;
 }
 
+/* How ranks exchange the model's device memory (dist.device_comm): set up
+ * on the data-parallel group, and on the tensor-parallel group of a split
+ * model (each collective over its group, every rank in this order). path:
+ * the data-parallel group's, for the log. */
+static int setup_device_comm(ut_trainer *t, ut_dist_kind kind, char *path, size_t pn) {
+    ut_devcomm_mode mode = UT_DEVCOMM_AUTO;
+    ut_devcomm_parse(t->cfg->device_comm, &mode);
+    ut_device dev = t->m->params.device;
+    /* the gradients' all-reduce (ddp, zero1) is what goes direct; zero2's
+     * and zero3's sharded collectives are staged (config_check refuses
+     * direct with them) */
+    bool allreduce = kind == UT_DIST_DDP || kind == UT_DIST_ZERO1;
+    if (ut_comm_device_setup(t->dcomm, dev, allreduce ? mode : UT_DEVCOMM_HOST, path, pn, t->err, sizeof t->err))
+        return -1;
+    if (!allreduce) snprintf(path, pn, "through host memory");
+    if (t->have_mesh && t->tp > 1) {
+        char tpp[640];
+        if (ut_comm_device_setup(t->mesh.tp_group, dev, mode, tpp, sizeof tpp, t->err, sizeof t->err)) return -1;
+        if (t->rank == 0 && !ut_backend_get(dev)->host_memory)
+            ut_say(&t->log, "Tensor-parallel sums (device %s): %s\n", ut_backend_get(dev)->name, tpp);
+    }
+    return 0;
+}
+
 static int set_optimizer(ut_trainer *t) {
     const ut_config *c = t->cfg;
     ut_optim_kind kind;
@@ -215,15 +239,22 @@ static int set_optimizer(ut_trainer *t) {
         return -1;
     }
     if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
+    char path[640];
+    if (setup_device_comm(t, dopts.kind, path, sizeof path)) return -1;
     t->dist = ut_dist_new(t->dcomm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
-    if (t->world > 1 && t->rank == 0 && !be->host_memory)
-        ut_say(&t->log, "Communication between ranks: MPI through host memory (device %s; NCCL is not used): "
+    bool direct = ut_comm_direct(t->dcomm, t->m->params.device);
+    if (t->dworld > 1 && t->rank == 0 && !be->host_memory && direct)
+        ut_say(&t->log, "Communication between ranks (device %s): %s; each gradient bucket is all-reduced on "
+               "the device's memory, on the communicator's stream, as backward completes it; other collectives "
+               "are staged through host memory when they start\n", be->name, path);
+    if (t->dworld > 1 && t->rank == 0 && !be->host_memory && !direct)
+        ut_say(&t->log, "Communication between ranks (device %s): %s (%s): "
                "each gradient bucket is copied into page-locked host memory on a communication stream "
                "while backward goes on, and back before the optimizer step;%s other collectives are staged "
                "through host memory when they start\n",
-               be->name,
+               be->name, ut_comm_backend(t->dcomm), path,
                dopts.kind == UT_DIST_DDP ? ""
                                          : " parameters are gathered through a page-locked host copy of the "
                                            "parameters (this rank's shard copied down once per step, the "

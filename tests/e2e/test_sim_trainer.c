@@ -4,7 +4,8 @@
  * training state) and the same metrics. Covered: the CNN with evaluation
  * and checkpoints, the tiny GPT-2 with dropout in fp32, bf16 and fp16, the
  * bag-of-words classifier and `utrain test` on it, the dp strategy's worker
- * threads, ddp and zero3 on two ranks, a resume on sim, and a checkpoint
+ * threads, ddp (direct and staged collectives) and zero3 on two ranks, a
+ * resume on sim, and a checkpoint
  * written on the CPU resumed on sim. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,18 @@ static void test_gpt2_precisions(void) {
 static void test_distributed(void) {
     both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8);
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
+    /* ddp on sim takes the direct path by default (dist.device_comm: auto),
+     * the staged one when asked: both give the CPU's bits */
+    both("ddp_host", gpt2, "dist.strategy=ddp dist.device_comm=host", 2, 8);
+    const char *paths[2][2] = {{"ddp_sim", "(device sim): direct, the simulated device's collectives on the device's "
+                                           "memory; each gradient bucket is all-reduced on the device's memory"},
+                               {"ddp_host_sim", "(device sim): mpi (through host memory (dist.device_comm: host)): "
+                                                "each gradient bucket is copied into page-locked host memory"}};
+    for (int i = 0; i < 2; i++) {
+        char *log = tp_slurp(run_file(paths[i][0], "logger_logs/training_0.log"));
+        CHECK(log && strstr(log, paths[i][1]), "%s: the log does not say '%s'", paths[i][0], paths[i][1]);
+        free(log);
+    }
     both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
     both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
     /* on sim the sharded strategies gather parameters through a page-locked

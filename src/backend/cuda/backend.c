@@ -292,6 +292,24 @@ static bool event_done(void *ev) {
 }
 static void event_free(void *ev) { check(cudaEventDestroy((cudaEvent_t)ev), "event destroy"); }
 
+/* This process's GPU by its PCI bus id: ranks on one host with the same id
+ * share a GPU (NCCL takes one GPU per rank). */
+static int device_key(char *buf, size_t n) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(buf, (int)n, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
+#ifdef UT_WITH_NCCL
+extern const ut_device_coll ut_cuda_nccl; /* nccl.c */
+#define CUDA_COLL (&ut_cuda_nccl)
+#else
+#define CUDA_COLL NULL
+#endif
+
 const ut_backend ut_backend_cuda = {
     .name = "cuda",
     .device = UT_CUDA,
@@ -332,4 +350,6 @@ const ut_backend ut_backend_cuda = {
     .event_sync = event_sync,
     .event_done = event_done,
     .event_free = event_free,
+    .coll = CUDA_COLL,
+    .device_key = device_key,
 };

@@ -220,7 +220,7 @@ typedef struct {
 } sim_event;
 
 enum { IT_KERNEL, IT_COPY, IT_MEMSET, IT_CONVERT, IT_ROUND, IT_SCALE, IT_SUM_SQ, IT_ACCUMULATE, IT_OPTIM, IT_RELEASE,
-       IT_FREE, IT_WAIT, IT_SCALARS };
+       IT_FREE, IT_WAIT, IT_SCALARS, IT_HOST };
 
 typedef struct sim_item sim_item;
 struct sim_item {
@@ -275,6 +275,10 @@ struct sim_item {
             size_t off, len;
         } rel;
         sim_event wait;
+        struct { /* IT_HOST: a host function the stream runs in order */
+            void (*fn)(void *);
+            void *arg;
+        } host;
     } u;
 };
 
@@ -489,6 +493,7 @@ static void run_item(sim_stream *s, sim_item *it) {
         break;
     case IT_OPTIM: ut_cpu_optim_step(&it->u.opt.b, &it->u.opt.k, it->u.opt.zero); break;
     case IT_RELEASE: ut_cpu_pages_release(it->u.rel.base, it->u.rel.off, it->u.rel.len); break;
+    case IT_HOST: it->u.host.fn(it->u.host.arg); break;
     default: ut_abort(__FILE__, __LINE__, "sim device: unknown work item %d", it->kind);
     }
     leave();
@@ -779,6 +784,21 @@ static void sim_event_wait(void *stream, void *ev) {
 /* The simulated device's memory: its reserved address space. */
 static size_t sim_memory(void) { return SIM_RESERVE; }
 
+/* The direct collectives' host function (src/dist/comm_device.c): run by the
+ * stream's worker in order, the window open, so the host communicator it
+ * calls reads and writes the device's memory as a GPU's library would. */
+static void sim_enqueue_host(void *stream, void (*fn)(void *), void *arg) {
+    sim_item *it = item(IT_HOST);
+    it->u.host.fn = fn, it->u.host.arg = arg;
+    push(stream_of(stream), it);
+}
+
+/* Every process has a simulated device of its own. */
+static int sim_device_key(char *buf, size_t n) {
+    snprintf(buf, n, "sim-%ld", (long)getpid());
+    return 0;
+}
+
 const ut_backend ut_backend_sim = {
     .name = "sim",
     .device = UT_SIM,
@@ -817,4 +837,6 @@ const ut_backend ut_backend_sim = {
     .event_sync = sim_event_sync,
     .event_done = sim_event_done,
     .event_free = sim_event_free,
+    .enqueue_host = sim_enqueue_host,
+    .device_key = sim_device_key,
 };
