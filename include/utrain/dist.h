@@ -1,9 +1,10 @@
 /* utrain distributed: the communicator every strategy talks through, with a
- * single-process backend (always built) and an MPI backend (OpenMPI); NCCL
- * joins beside MPI with the CUDA backend.
+ * single-process backend (always built), an MPI backend (OpenMPI) and a TCP
+ * one, and collectives on device memory beside them (NCCL on cuda).
  * defines: ut_comm, ut_comm_req, ut_comm_* (init, world, rank/size,
  *          non-blocking allreduce / reduce-scatter / all-gather, wait,
- *          blocking helpers, start-up agreement checks), ut_ddp (bucketed,
+ *          blocking helpers, start-up agreement checks), ut_devcomm_mode,
+ *          ut_comm_device_setup, ut_comm_direct_*, ut_ddp (bucketed,
  *          overlapped gradient all-reduce). */
 #ifndef UTRAIN_DIST_H
 #define UTRAIN_DIST_H

@@ -66,11 +66,17 @@ static void test_distributed(void) {
     /* ddp on sim takes the direct path by default (dist.device_comm: auto),
      * the staged one when asked: both give the CPU's bits */
     both("ddp_host", gpt2, "dist.strategy=ddp dist.device_comm=host", 2, 8);
-    const char *paths[2][2] = {{"ddp_sim", "(device sim): direct, the simulated device's collectives on the device's "
+    both("ddp_tcp", gpt2, "dist.strategy=ddp dist.launcher=tcp", 2, 8); /* the direct path's group over TCP */
+    /* tensor parallelism's sums and a pipeline's tied embedding, direct on sim */
+    both("tp2", gpt2, "dist.tensor_parallel=2", 2, 8);
+    both("pp2", gpt2, "dist.pipeline_parallel=2", 2, 8);
+    const char *paths[3][2] = {{"ddp_sim", "(device sim): direct, the simulated device's collectives on the device's "
                                            "memory; each gradient bucket is all-reduced on the device's memory"},
+                               {"tp2_sim", "Tensor-parallel sums (device sim): direct, the simulated device's "
+                                           "collectives"},
                                {"ddp_host_sim", "(device sim): mpi (through host memory (dist.device_comm: host)): "
                                                 "each gradient bucket is copied into page-locked host memory"}};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         char *log = tp_slurp(run_file(paths[i][0], "logger_logs/training_0.log"));
         CHECK(log && strstr(log, paths[i][1]), "%s: the log does not say '%s'", paths[i][0], paths[i][1]);
         free(log);

@@ -6,7 +6,8 @@
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
  * and fp16, the bag-of-words classifier and `utrain test` on it, and the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
- * one GPU.
+ * one GPU (their gradients staged through host memory: NCCL takes a GPU per
+ * rank, and dist.device_comm: direct is refused there).
  *
  * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
  * machine without a GPU: there every difference is 0). Skips, saying why,
@@ -196,6 +197,27 @@ static void test_distributed(void) {
     /* the ranks over TCP (torchrun's way) instead of MPI: the device's
      * buffers staged through host memory the same way */
     both("zero3tcp", gpt2, "dist.strategy=zero3 dist.launcher=tcp", 2, 8, 1e-6, 1e-5);
+    /* how the gradients travel (dist.device_comm): two ranks on one GPU
+     * cannot use NCCL, so auto stages them through host memory, says why,
+     * and direct is refused naming the ranks; on sim (a device per process)
+     * both go direct */
+    bool sim = !strcmp(D, "sim");
+    char *log = tp_slurp(run_file("ddp_dev", "logger_logs/training_0.log"));
+    const char *want = sim ? "(device sim): direct, the simulated device's collectives"
+                           : "(device cuda): mpi (through host memory: ranks 0 and 1 share one cuda device";
+    CHECK(log && strstr(log, want), "ddp on %s: the log does not say '%s'", D, want);
+    free(log);
+    int rc = train("ddp_direct", gpt2, D, "dist.strategy=ddp dist.device_comm=direct", 2);
+    if (sim) {
+        CHECK(rc == 0, "ddp with dist.device_comm=direct on sim: exit %d", rc);
+    } else {
+        char out[512];
+        snprintf(out, sizeof out, "%s/ddp_direct.out", tmp);
+        char *o = tp_slurp(out);
+        CHECK(rc != 0 && o && strstr(o, "dist.device_comm: direct: ranks 0 and 1 share one cuda device"),
+              "ddp with dist.device_comm=direct on one GPU: exit %d, output %s", rc, o ? o : "(none)");
+        free(o);
+    }
 }
 
 int main(int argc, char **argv) {

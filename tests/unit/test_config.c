@@ -382,6 +382,21 @@ static void test_seed_dist_flags(void) {
     ut_config_free(&c);
     check_set_error("fsdp=offload", "--set: fsdp: 'offload' has no utrain equivalent (dist.strategy: ddp, "
                                     "zero1, zero2, zero3 or dp; see docs/distributed.md)");
+    check_invalid((const char *[]){"dist.device_comm=direct", NULL},
+                  "dist.device_comm: direct runs collectives on a device's memory (device: cuda or sim); on the CPU "
+                  "the ranks exchange host memory in place: remove it or write dist.device_comm: auto");
+    check_invalid((const char *[]){"dist.device_comm=direct", "device=sim", "dist.strategy=zero3", NULL},
+                  "dist.device_comm: direct takes ddp's and zero1's gradient all-reduce; zero3's reduce-scatter and "
+                  "gathers go through host memory: write dist.device_comm: auto (or host), or dist.strategy: ddp or "
+                  "zero1");
+    {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(ut_config_set(&c, "dist.device_comm=nccl", err, sizeof err) == -1 && strstr(err, "dist.device_comm") &&
+                  strstr(err, "direct"),
+              "dist.device_comm=nccl: %s", err);
+        ut_config_free(&c);
+    }
     check_invalid((const char *[]){"dist.comm_hook=bf16", "dist.strategy=zero2", NULL},
                   "dist.comm_hook: bf16 compresses ddp's and zero1's gradient all-reduce, not zero2's; set "
                   "dist.strategy: ddp or zero1, or dist.comm_hook: none");

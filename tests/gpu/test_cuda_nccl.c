@@ -1,0 +1,94 @@
+/* NCCL behind the direct collectives (dist.h, src/backend/cuda/nccl.c) on
+ * the GPU: the library loads, a communicator of one rank is made from the
+ * id the host communicator carries, and all-reduces in float32, bf16 and
+ * fp16 (sum, max, average) queued on the communication stream, ordered
+ * after the compute stream's writes and before its reads, give back the
+ * values (one rank: every reduction is the identity, to the bit). A
+ * machine has one GPU here, and NCCL takes one GPU per rank, so several
+ * ranks are checked on sim (tests/e2e/test_sim_trainer) and by the log's
+ * refusal in tests/gpu/test_cuda_trainer.
+ * Skips, saying why, without a GPU or without NCCL. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/backend/backend.h"
+#include "utrain/dist.h"
+#include "test.h"
+
+static const ut_backend *be;
+
+static void test_one_rank(void) {
+    char path[640], err[512];
+    ut_comm *c = ut_comm_init(NULL, NULL, false, 60, err, sizeof err);
+    CHECK(c != NULL, "ut_comm_init: %s", err);
+    if (!c) return;
+    /* auto with one rank: nothing to exchange */
+    CHECK(ut_comm_device_setup(c, UT_CUDA, UT_DEVCOMM_AUTO, path, sizeof path, err, sizeof err) == 0, "auto: %s",
+          err);
+    CHECK(!ut_comm_direct(c, UT_CUDA) && strstr(path, "one rank"), "auto, one rank: %s", path);
+    CHECK(ut_comm_device_setup(c, UT_CUDA, UT_DEVCOMM_DIRECT, path, sizeof path, err, sizeof err) == 0, "direct: %s",
+          err);
+    printf("  path: %s\n", path);
+    CHECK(ut_comm_direct(c, UT_CUDA) && strstr(path, "NCCL"), "direct: %s", path);
+    if (!ut_comm_direct(c, UT_CUDA)) {
+        ut_comm_finalize(c);
+        return;
+    }
+    enum { N = 4099 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = (float)((i * 37) % 101) * 0.37f - 11.0f;
+    float *d = be->alloc(N * sizeof(float));
+    void *d16 = be->alloc(N * 2);
+    const ut_dtype dts[3] = {UT_F32, UT_BF16, UT_F16};
+    const ut_reduce_op ops[3] = {UT_REDUCE_SUM, UT_REDUCE_MAX, UT_REDUCE_AVG};
+    for (int t = 0; t < 3; t++)
+        for (int o = 0; o < 3; o++) {
+            be->copy(d, x, N * sizeof(float), UT_COPY_H2D);
+            void *buf = d;
+            if (dts[t] != UT_F32) be->convert(buf = d16, dts[t], d, UT_F32, N);
+            int rc = ut_comm_direct_allreduce_ordered(c, UT_CUDA, buf, N, dts[t], ops[o]);
+            CHECK(rc == 0, "allreduce dtype %d op %d: %s", (int)dts[t], (int)ops[o], ut_comm_error(c));
+            /* the compute stream reads after the collective: the 16-bit values widened */
+            float *want = malloc(N * sizeof(float));
+            if (dts[t] != UT_F32) {
+                float *w = be->alloc(N * sizeof(float));
+                be->convert(w, UT_F32, d16, dts[t], N); /* after: rounded x, which one rank leaves as it is */
+                be->copy(y, w, N * sizeof(float), UT_COPY_D2H);
+                ut_backend_get(UT_CPU)->round(want, x, N, dts[t]);
+                be->free(w);
+            } else {
+                be->copy(y, d, N * sizeof(float), UT_COPY_D2H);
+                memcpy(want, x, N * sizeof(float));
+            }
+            CHECK(!memcmp(y, want, N * sizeof(float)), "allreduce dtype %d op %d: one rank changed the values",
+                  (int)dts[t], (int)ops[o]);
+            free(want);
+        }
+    CHECK(ut_comm_direct_status(c, UT_CUDA) == 0, "status: %s", ut_comm_error(c));
+    be->free(d);
+    be->free(d16);
+    free(x);
+    free(y);
+    ut_comm_finalize(c); /* NCCL's communicator destroyed with it */
+}
+
+int main(void) {
+    char why[512], what[64];
+    if (ut_backend_check(UT_CUDA, why, sizeof why) || ut_backend_get(UT_CUDA)->available(why, sizeof why)) {
+        printf("skip: %s\n", why);
+        return TEST_SUMMARY();
+    }
+    be = ut_backend_get(UT_CUDA);
+    if (!be->coll) {
+        printf("skip: this build has no NCCL (nccl.h was not found when it was built)\n");
+        return TEST_SUMMARY();
+    }
+    if (be->coll->load(what, sizeof what, why, sizeof why)) {
+        printf("skip: %s\n", why);
+        return TEST_SUMMARY();
+    }
+    printf("%s\n", what);
+    RUN(test_one_rank);
+    return TEST_SUMMARY();
+}
