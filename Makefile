@@ -83,7 +83,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
+.PHONY: all lib deps nccl-info run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -91,6 +91,10 @@ lib: $(BUILD)/libutrain.a $(BUILD)/libutrain.so
 
 deps:
 	@scripts/install-deps.sh
+
+# where the build finds NCCL's header and library (scripts/gpu-check.sh's env step)
+nccl-info:
+	@echo "NCCL header: $(if $(NCCL_INC),$(NCCL_INC)/nccl.h,not found (built without NCCL)); library beside it: $(if $(NCCL_LIBDIR),$(NCCL_LIBDIR),none (libnccl.so.2 from the loader's path))"
 
 # core's private header (src/core/internal.h) is on the include path of core,
 # ops and the backends only; the layers above use include/utrain/*.h

@@ -157,8 +157,21 @@ bool ut_comm_direct(const ut_comm *c, ut_device dev);
  * buf's producers and buf's consumers after the stream (events). 0, or -1
  * with the message in ut_comm_error (an earlier operation's failure too). */
 int ut_comm_direct_allreduce(ut_comm *c, ut_device dev, void *buf, int64_t n, ut_dtype dt, ut_reduce_op op);
-/* The same, after the work queued on the compute stream so far, and with
- * the compute stream's later work after it: no host wait. */
+/* The ZeRO strategies' uneven forms (as ut_comm_ireduce_scatterv,
+ * ut_comm_iallgatherv), float32, direct; counts is copied. */
+int ut_comm_direct_reduce_scatterv(ut_comm *c, ut_device dev, const float *in, float *out, const int64_t *counts);
+int ut_comm_direct_allgatherv(ut_comm *c, ut_device dev, float *buf, const int64_t *counts);
+/* Ordering with the compute stream: after_compute makes the communication
+ * stream's later work wait for the compute stream's work so far;
+ * before_compute makes the compute stream's later work wait for the
+ * communication stream's so far; record marks the communication stream's
+ * point in the event ev (the backend's, ut_event_new) for a later
+ * ut_event_wait. None waits on the host. */
+void ut_comm_direct_after_compute(ut_comm *c, ut_device dev);
+void ut_comm_direct_before_compute(ut_comm *c, ut_device dev);
+void ut_comm_direct_record(ut_comm *c, ut_device dev, void *ev);
+/* An all-reduce between the two: after the compute stream's work so far,
+ * before its later work. */
 int ut_comm_direct_allreduce_ordered(ut_comm *c, ut_device dev, void *buf, int64_t n, ut_dtype dt,
                                      ut_reduce_op op);
 /* A failure of the direct path found after its operations were queued (a

@@ -164,6 +164,14 @@ typedef struct ut_device_coll {
     void *(*comm_new)(const void *id, int rank, int size, char *err, size_t n);
     /* buf[0, n) of dt (F32, BF16, F16) combined over the ranks in place */
     int (*allreduce)(void *g, void *buf, int64_t n, ut_dtype dt, int op, void *stream, char *err, size_t en);
+    /* The ZeRO strategies' uneven forms over consecutive per-rank parts
+     * (counts[r] float32 elements of rank r, of size ranks):
+     * reduce_scatterv: out[0, counts[rank]) = the sum over ranks of
+     * rank's part of in; allgatherv: every rank's part of buf from that
+     * rank, in place */
+    int (*reduce_scatterv)(void *g, const float *in, float *out, const int64_t *counts, int size, void *stream,
+                           char *err, size_t en);
+    int (*allgatherv)(void *g, float *buf, const int64_t *counts, int size, void *stream, char *err, size_t en);
     /* a failure found after the operation was queued: -1 with the message */
     int (*status)(void *g, char *err, size_t n);
     void (*comm_free)(void *g);

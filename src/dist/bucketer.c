@@ -59,7 +59,7 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         host += span_n(bk) + (bk->out ? bk->out_n : 0);
     }
     if (io.direct) {
-        UT_ASSERT(io.post_direct && ut_comm_direct(c, p->device) && !out);
+        UT_ASSERT(io.post_direct && ut_comm_direct(c, p->device));
         b->stream = ut_comm_stream(c, p->device);
         for (int k = 0; k < nb; k++) {
             b->b[k].ready = ut_event_new(b->be);
@@ -170,7 +170,7 @@ static void start_direct(ut_bucketer *b, int k) {
     if (b->io.prepare) b->io.prepare(b->io.user, k, g);
     ut_event_record(b->be, bk->ready, NULL);
     ut_event_wait(b->be, b->stream, bk->ready);
-    if (b->io.post_direct(b->io.user, k, g)) b->rc = -1;
+    if (b->io.post_direct(b->io.user, k, g, out_dev(b, bk))) b->rc = -1;
     ut_event_record(b->be, bk->copied, b->stream);
     bk->state = POSTED;
     b->nposted++;
@@ -185,7 +185,7 @@ static void finish_direct(ut_bucketer *b) {
     if (ut_comm_direct_status(b->comm, b->p->device)) b->rc = -1;
     for (int i = 0; i < b->nposted; i++) {
         int k = b->order[i];
-        if (b->io.landed) b->io.landed(b->io.user, k, b->p->flat_grad + b->b[k].span.lo);
+        if (b->io.landed) b->io.landed(b->io.user, k, out_dev(b, &b->b[k]));
         b->b[k].state = LANDED;
         if (b->io.done) b->io.done(b->io.user, k);
     }

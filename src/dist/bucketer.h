@@ -18,7 +18,7 @@
  *     waits for at most the previous bucket's copy, so backward's kernels
  *     keep running;
  *   - device memory the communicator takes directly (NCCL on cuda, the
- *     simulated device's direct collectives; DDP only): the hook records an
+ *     simulated device's direct collectives): the hook records an
  *     event on the compute stream, the communicator's stream waits for it
  *     and runs the collective on the span itself, posted at once (start
  *     order is the same on every rank). At the finish the compute stream
@@ -51,16 +51,17 @@ typedef struct {
      * NULL: nothing to do. */
     void (*done)(void *user, int k);
     void *user;
-    /* The direct path (ut_comm_direct on the gradients' device; DDP): the
+    /* The direct path (ut_comm_direct on the gradients' device): the
      * bucket's collective runs on its device memory, on the communicator's
      * stream, and post is not used. prepare (NULL: nothing) queues on the
      * compute stream what the collective reads (DDP compressed: the 16-bit
-     * copy); post_direct queues the collective on the communicator's stream,
-     * which the engine has ordered after them; landed gets the span's device
-     * memory, the compute stream already ordered after the collective. */
+     * copy); post_direct queues the collective from in (the span) into out
+     * (device memory: bucket k's output, or the span) on the communicator's
+     * stream, which the engine has ordered after them; landed gets out, the
+     * compute stream already ordered after the collective. */
     bool direct;
     void (*prepare)(void *user, int k, float *in);
-    int (*post_direct)(void *user, int k, float *in);
+    int (*post_direct)(void *user, int k, float *in, float *out);
 } ut_bucket_io;
 
 typedef struct ut_bucketer ut_bucketer;

@@ -189,15 +189,19 @@ int ut_comm_device_setup(ut_comm *c, ut_device dev, ut_devcomm_mode mode, char *
 }
 
 /* ---- sim: the host communicator at the stream's point ---- */
+enum { OP_ALLREDUCE, OP_REDUCE_SCATTERV, OP_ALLGATHERV };
 typedef struct {
     struct ut_direct *d;
-    void *buf;
+    int kind;
+    void *buf;       /* allreduce, allgatherv: in place; reduce_scatterv: the input */
+    float *out;      /* reduce_scatterv */
     int64_t n;
     ut_dtype dt;
     ut_reduce_op op;
+    int64_t *counts; /* the v-forms: a copy, freed with the op */
 } host_op;
 
-/* The calls the staged path makes for the same reduction, so both give
+/* The calls the staged path makes for the same operation, so both give
  * the same bits. */
 static void run_host_op(void *arg) {
     host_op *o = arg;
@@ -206,9 +210,11 @@ static void run_host_op(void *arg) {
     bool failed = d->failed;
     UT_CHECK_PTHREAD(pthread_mutex_unlock(&d->mu));
     if (!failed) {
-        ut_comm_req *r = o->op != UT_REDUCE_SUM ? ut_comm_iallreduce_typed(d->hc, o->buf, o->n, o->dt, o->op)
-                         : o->dt == UT_F32      ? ut_comm_iallreduce(d->hc, o->buf, o->n)
-                                                : ut_comm_iallreduce16(d->hc, o->buf, o->n, o->dt);
+        ut_comm_req *r = o->kind == OP_REDUCE_SCATTERV ? ut_comm_ireduce_scatterv(d->hc, o->buf, o->out, o->counts)
+                         : o->kind == OP_ALLGATHERV    ? ut_comm_iallgatherv(d->hc, o->buf, o->counts)
+                         : o->op != UT_REDUCE_SUM      ? ut_comm_iallreduce_typed(d->hc, o->buf, o->n, o->dt, o->op)
+                         : o->dt == UT_F32             ? ut_comm_iallreduce(d->hc, o->buf, o->n)
+                                                       : ut_comm_iallreduce16(d->hc, o->buf, o->n, o->dt);
         if (ut_comm_wait(d->hc, r)) {
             UT_CHECK_PTHREAD(pthread_mutex_lock(&d->mu));
             d->failed = true;
@@ -216,7 +222,18 @@ static void run_host_op(void *arg) {
             UT_CHECK_PTHREAD(pthread_mutex_unlock(&d->mu));
         }
     }
+    ut_free(o->counts);
     ut_free(o);
+}
+
+static void enqueue(ut_comm *c, ut_device dev, host_op o, const int64_t *counts) {
+    host_op *q = ut_malloc_check(sizeof *q);
+    *q = o;
+    if (counts) {
+        q->counts = ut_malloc_check((size_t)c->size * sizeof *counts);
+        memcpy(q->counts, counts, (size_t)c->size * sizeof *counts);
+    }
+    q->d->be->enqueue_host(ut_comm_stream(c, dev), run_host_op, q);
 }
 
 int ut_comm_direct_status(ut_comm *c, ut_device dev) {
@@ -235,23 +252,53 @@ int ut_comm_direct_allreduce(ut_comm *c, ut_device dev, void *buf, int64_t n, ut
     UT_ASSERT(d && (dt == UT_F32 || dt == UT_BF16 || dt == UT_F16) && (unsigned)op < UT_REDUCE_COUNT && n >= 0);
     if (ut_comm_direct_status(c, dev)) return -1;
     if (n == 0) return 0;
-    void *s = ut_comm_stream(c, dev);
-    if (d->coll) return d->coll->allreduce(d->g, buf, n, dt, (int)op, s, c->err, sizeof c->err);
-    host_op *o = ut_malloc_check(sizeof *o);
-    *o = (host_op){.d = d, .buf = buf, .n = n, .dt = dt, .op = op};
-    d->be->enqueue_host(s, run_host_op, o);
+    if (d->coll) return d->coll->allreduce(d->g, buf, n, dt, (int)op, ut_comm_stream(c, dev), c->err, sizeof c->err);
+    enqueue(c, dev, (host_op){.d = d, .kind = OP_ALLREDUCE, .buf = buf, .n = n, .dt = dt, .op = op}, NULL);
     return 0;
+}
+
+int ut_comm_direct_reduce_scatterv(ut_comm *c, ut_device dev, const float *in, float *out, const int64_t *counts) {
+    struct ut_direct *d = c->direct[dev];
+    UT_ASSERT(d);
+    if (ut_comm_direct_status(c, dev)) return -1;
+    if (d->coll)
+        return d->coll->reduce_scatterv(d->g, in, out, counts, c->size, ut_comm_stream(c, dev), c->err,
+                                        sizeof c->err);
+    enqueue(c, dev, (host_op){.d = d, .kind = OP_REDUCE_SCATTERV, .buf = (void *)in, .out = out}, counts);
+    return 0;
+}
+
+int ut_comm_direct_allgatherv(ut_comm *c, ut_device dev, float *buf, const int64_t *counts) {
+    struct ut_direct *d = c->direct[dev];
+    UT_ASSERT(d);
+    if (ut_comm_direct_status(c, dev)) return -1;
+    if (d->coll) return d->coll->allgatherv(d->g, buf, counts, c->size, ut_comm_stream(c, dev), c->err, sizeof c->err);
+    enqueue(c, dev, (host_op){.d = d, .kind = OP_ALLGATHERV, .buf = buf}, counts);
+    return 0;
+}
+
+void ut_comm_direct_after_compute(ut_comm *c, ut_device dev) {
+    struct ut_direct *d = c->direct[dev];
+    UT_ASSERT(d);
+    ut_event_record(d->be, d->ev_in, NULL);
+    ut_event_wait(d->be, ut_comm_stream(c, dev), d->ev_in);
+}
+
+void ut_comm_direct_record(ut_comm *c, ut_device dev, void *ev) {
+    ut_event_record(c->direct[dev]->be, ev, ut_comm_stream(c, dev));
+}
+
+void ut_comm_direct_before_compute(ut_comm *c, ut_device dev) {
+    struct ut_direct *d = c->direct[dev];
+    UT_ASSERT(d);
+    ut_event_record(d->be, d->ev_out, ut_comm_stream(c, dev));
+    ut_event_wait(d->be, NULL, d->ev_out);
 }
 
 int ut_comm_direct_allreduce_ordered(ut_comm *c, ut_device dev, void *buf, int64_t n, ut_dtype dt,
                                      ut_reduce_op op) {
-    struct ut_direct *d = c->direct[dev];
-    UT_ASSERT(d);
-    void *s = ut_comm_stream(c, dev);
-    ut_event_record(d->be, d->ev_in, NULL);
-    ut_event_wait(d->be, s, d->ev_in);
+    ut_comm_direct_after_compute(c, dev);
     int rc = ut_comm_direct_allreduce(c, dev, buf, n, dt, op);
-    ut_event_record(d->be, d->ev_out, s);
-    ut_event_wait(d->be, NULL, d->ev_out);
+    ut_comm_direct_before_compute(c, dev);
     return rc;
 }

@@ -50,8 +50,9 @@ static void prepare_direct(void *user, int k, float *in) {
         ut_backend_get(d->dev)->convert(d->wire_of[k], d->wire_dt, in, UT_F32, span_n(&d->span[k]));
 }
 
-static int post_direct(void *user, int k, float *in) {
+static int post_direct(void *user, int k, float *in, float *out) {
     ut_ddp *d = user;
+    (void)out; /* in place */
     int64_t n = span_n(&d->span[k]);
     if (d->wire_dt == UT_F32) return ut_comm_direct_allreduce(d->comm, d->dev, in, n, UT_F32, UT_REDUCE_SUM);
     return ut_comm_direct_allreduce(d->comm, d->dev, d->wire_of[k], n, d->wire_dt, UT_REDUCE_SUM);

@@ -16,7 +16,11 @@
  * (the buffers themselves on the CPU backend). The gradient buckets (ddp's
  * all-reduce, zero2/zero3's reduce-scatter) are the bucket engine's
  * (bucketer.h), which on a device copies them on a communication stream
- * while backward goes on. The parameter gathers (zero1/zero2 after the step,
+ * while backward goes on. With the direct path (dist.h, ut_comm_direct) every
+ * collective runs on the device's memory instead, on the communicator's
+ * stream, ordered with the compute stream by events (zero3's prefetched
+ * units: the compute stream waits for a unit's gather when an op first
+ * reads it). Otherwise the parameter gathers (zero1/zero2 after the step,
  * zero3's units) go through one page-locked host copy of the flat layout
  * (`pin`): this rank's shard goes down once per step (the one wait: the
  * gathers need the step's result), each collective fills the rest in host
@@ -72,6 +76,10 @@ struct ut_dist {
     float *pin;
     bool own_fresh;
     bool *host_valid;
+    /* the direct path (ut_comm_direct): the collectives on the device's
+     * memory, on the communicator's stream; uev[u]: unit u's gather done */
+    bool direct;
+    void **uev;
     size_t params_peak, grads_peak;
     const ut_backend *be; /* the flat buffers' */
     /* ZeRO-Offload: the optimizer on the CPU backend over host copies of the
@@ -133,6 +141,14 @@ static ut_comm_req *bucket_post(void *user, int k, float *in, float *out) {
     return ut_comm_ireduce_scatterv(d->comm, in, out, d->b[k].counts);
 }
 
+/* The same on the device's memory (the direct path), queued on the
+ * communicator's stream. */
+static int bucket_post_direct(void *user, int k, float *in, float *out) {
+    ut_dist *d = user;
+    sample(d);
+    return ut_comm_direct_reduce_scatterv(d->comm, d->p->device, in, out, d->b[k].counts);
+}
+
 /* Done with the bucket's span of the flat gradient: its pages go back. */
 static void bucket_done(void *user, int k) {
     ut_dist *d = user;
@@ -157,8 +173,9 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
         out_n[k] = bk->counts[d->rank];
         out[k] = out_n[k] ? d->shard_grad + (max64(bk->lo, d->lo) - d->lo) : d->shard_grad;
     }
-    d->eng = ut_bucketer_new(d->comm, p, span, d->nb, bucket_of, out, out_n,
-                             (ut_bucket_io){.post = bucket_post, .done = bucket_done, .user = d});
+    ut_bucket_io io = {.post = bucket_post, .done = bucket_done, .user = d};
+    if (d->direct) io = (ut_bucket_io){.direct = true, .post_direct = bucket_post_direct, .done = bucket_done, .user = d};
+    d->eng = ut_bucketer_new(d->comm, p, span, d->nb, bucket_of, out, out_n, io);
     ut_free(span);
     ut_free(bucket_of);
     ut_free(out);
@@ -193,6 +210,19 @@ static void pin_upload(ut_dist *d, int64_t lo, int64_t hi) {
 
 static void unit_issue(ut_dist *d, int u) {
     range *un = &d->u[u];
+    if (d->direct) { /* the own part in place, the others' by the collective after it */
+        int64_t a = max64(un->lo, d->lo), e = min64(un->hi, d->hi);
+        if (e > a)
+            d->be->copy(d->p->flat + a, d->shard_param + (a - d->lo), (size_t)(e - a) * sizeof(float),
+                        UT_COPY_D2D);
+        ut_comm_direct_after_compute(d->comm, d->p->device);
+        if (ut_comm_direct_allgatherv(d->comm, d->p->device, d->p->flat + un->lo, un->counts))
+            ut_abort(__FILE__, __LINE__, "zero3: gathering parameters: %s", ut_comm_error(d->comm));
+        ut_comm_direct_record(d->comm, d->p->device, d->uev[u]);
+        un->req = NULL;
+        d->ustate[u] = INFLIGHT;
+        return;
+    }
     if (d->pin) {
         if (d->host_valid[u]) { /* gathered this step already: upload only */
             pin_upload(d, un->lo, un->hi);
@@ -216,6 +246,11 @@ static void unit_issue(ut_dist *d, int u) {
 
 static void unit_wait(ut_dist *d, int u) {
     range *un = &d->u[u];
+    if (d->direct) { /* the compute stream's later work after the gather; no host wait */
+        ut_event_wait(d->be, NULL, d->uev[u]);
+        d->ustate[u] = GATHERED;
+        return;
+    }
     if (un->req && ut_comm_wait(d->comm, un->req))
         ut_abort(__FILE__, __LINE__, "zero3: gathering parameters: %s", ut_comm_error(d->comm));
     if (d->pin && un->req) {
@@ -289,6 +324,10 @@ static int make_units(ut_dist *d, const char *wrap, char *err, size_t n) {
     }
     for (int k = 0; k < d->nu; k++) d->u[k].counts = rank_counts(d, d->u[k].lo, d->u[k].hi);
     d->host_valid = ut_calloc_check((size_t)(d->nu ? d->nu : 1), sizeof(bool));
+    if (d->direct) {
+        d->uev = ut_calloc_check((size_t)(d->nu ? d->nu : 1), sizeof(void *));
+        for (int k = 0; k < d->nu; k++) d->uev[k] = ut_event_new(d->be);
+    }
     d->recent[0] = d->recent[1] = d->prefetched = -1;
     return 0;
 }
@@ -326,7 +365,8 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     d->lo = sharded ? min64((int64_t)d->rank * d->S, p->numel) : 0;
     d->hi = sharded ? min64(d->lo + d->S, p->numel) : p->numel;
     d->all_counts = rank_counts(d, 0, p->numel);
-    if (sharded && d->world > 1 && !ut_comm_accepts_device_memory(c, p->device))
+    d->direct = sharded && d->world > 1 && ut_comm_direct(c, p->device);
+    if (sharded && d->world > 1 && !d->direct && !ut_comm_accepts_device_memory(c, p->device))
         d->pin = ut_host_alloc(d->be, (size_t)(p->numel ? p->numel : 1) * sizeof(float));
     if (o->kind == UT_DIST_ZERO3 && make_units(d, o->wrap, err, n)) {
         ut_dist_free(d);
@@ -372,6 +412,9 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
 
 void ut_dist_free(ut_dist *d) {
     if (!d) return;
+    if (d->direct) d->be->stream_sync(ut_comm_stream(d->comm, d->p->device)); /* gathers still queued */
+    for (int k = 0; d->uev && k < d->nu; k++) ut_event_free(d->be, d->uev[k]);
+    ut_free(d->uev);
     if (d->o) ut_optim_free(d->o);
     ut_ddp_free(d->ddp);
     ut_bucketer_free(d->eng);
@@ -503,9 +546,15 @@ static void offloaded_step(ut_dist *d, float lr) {
 }
 
 /* zero1/zero2 after the step: every rank's updated shard into the flat
- * parameters. Through pin: the own shard down (the step's one wait), the
+ * parameters. Direct: on the device's memory, no host wait. Through pin: the own shard down (the step's one wait), the
  * collective in host memory, the other ranks' parts up without a wait. */
 static int gather_params_all(ut_dist *d) {
+    if (d->direct) { /* between the compute stream's work: the step before, the next forward after */
+        ut_comm_direct_after_compute(d->comm, d->p->device);
+        int rc = ut_comm_direct_allgatherv(d->comm, d->p->device, d->p->flat, d->all_counts);
+        ut_comm_direct_before_compute(d->comm, d->p->device);
+        return rc;
+    }
     if (!d->pin) return gather_all(d, d->be, d->p->flat);
     pin_own(d, d->p->flat + d->lo);
     if (ut_comm_wait(d->comm, ut_comm_iallgatherv(d->comm, d->pin, d->all_counts))) return -1;

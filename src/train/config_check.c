@@ -73,10 +73,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->device_comm, "direct") && !strcmp(c->device, "cpu"))
         FAIL("dist.device_comm: direct runs collectives on a device's memory (device: cuda or sim); on the CPU "
              "the ranks exchange host memory in place: remove it or write dist.device_comm: auto");
-    if (!strcmp(c->device_comm, "direct") && (!strcmp(c->dist_strategy, "zero2") || !strcmp(c->dist_strategy, "zero3")))
-        FAIL("dist.device_comm: direct takes ddp's and zero1's gradient all-reduce; %s's reduce-scatter and "
-             "gathers go through host memory: write dist.device_comm: auto (or host), or dist.strategy: ddp or "
-             "zero1", c->dist_strategy);
     if (c->tensor_parallel > 1 && !strcmp(c->dist_strategy, "dp"))
         FAIL("dist.tensor_parallel: %lld splits the model over processes; dist.strategy dp (threads of one "
              "process) cannot hold the parts: set dist.strategy: ddp or zero1-zero3 and start the processes with "

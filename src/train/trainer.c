@@ -187,17 +187,11 @@ static int set_schedule(ut_trainer *t) {
  * on the data-parallel group, and on the tensor-parallel group of a split
  * model (each collective over its group, every rank in this order). path:
  * the data-parallel group's, for the log. */
-static int setup_device_comm(ut_trainer *t, ut_dist_kind kind, char *path, size_t pn) {
+static int setup_device_comm(ut_trainer *t, char *path, size_t pn) {
     ut_devcomm_mode mode = UT_DEVCOMM_AUTO;
     ut_devcomm_parse(t->cfg->device_comm, &mode);
     ut_device dev = t->m->params.device;
-    /* the gradients' all-reduce (ddp, zero1) is what goes direct; zero2's
-     * and zero3's sharded collectives are staged (config_check refuses
-     * direct with them) */
-    bool allreduce = kind == UT_DIST_DDP || kind == UT_DIST_ZERO1;
-    if (ut_comm_device_setup(t->dcomm, dev, allreduce ? mode : UT_DEVCOMM_HOST, path, pn, t->err, sizeof t->err))
-        return -1;
-    if (!allreduce) snprintf(path, pn, "through host memory");
+    if (ut_comm_device_setup(t->dcomm, dev, mode, path, pn, t->err, sizeof t->err)) return -1;
     if (t->have_mesh && t->tp > 1) {
         char tpp[640];
         if (ut_comm_device_setup(t->mesh.tp_group, dev, mode, tpp, sizeof tpp, t->err, sizeof t->err)) return -1;
@@ -240,15 +234,17 @@ static int set_optimizer(ut_trainer *t) {
     }
     if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
     char path[640];
-    if (setup_device_comm(t, dopts.kind, path, sizeof path)) return -1;
+    if (setup_device_comm(t, path, sizeof path)) return -1;
     t->dist = ut_dist_new(t->dcomm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
     bool direct = ut_comm_direct(t->dcomm, t->m->params.device);
     if (t->dworld > 1 && t->rank == 0 && !be->host_memory && direct)
-        ut_say(&t->log, "Communication between ranks (device %s): %s; each gradient bucket is all-reduced on "
-               "the device's memory, on the communicator's stream, as backward completes it; other collectives "
-               "are staged through host memory when they start\n", be->name, path);
+        ut_say(&t->log, "Communication between ranks (device %s): %s; each gradient bucket is %s on the "
+               "device's memory, on the communicator's stream, as backward completes it%s; small values (losses, "
+               "norms) and checkpoints go through host memory\n", be->name, path,
+               dopts.kind == UT_DIST_DDP || dopts.kind == UT_DIST_ZERO1 ? "all-reduced" : "reduce-scattered",
+               dopts.kind == UT_DIST_DDP ? "" : ", and the parameters are gathered there too");
     if (t->dworld > 1 && t->rank == 0 && !be->host_memory && !direct)
         ut_say(&t->log, "Communication between ranks (device %s): %s (%s): "
                "each gradient bucket is copied into page-locked host memory on a communication stream "

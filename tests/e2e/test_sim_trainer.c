@@ -70,24 +70,29 @@ static void test_distributed(void) {
     /* tensor parallelism's sums and a pipeline's tied embedding, direct on sim */
     both("tp2", gpt2, "dist.tensor_parallel=2", 2, 8);
     both("pp2", gpt2, "dist.pipeline_parallel=2", 2, 8);
-    const char *paths[3][2] = {{"ddp_sim", "(device sim): direct, the simulated device's collectives on the device's "
+    both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
+    both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
+    const char *paths[4][2] = {{"ddp_sim", "(device sim): direct, the simulated device's collectives on the device's "
                                            "memory; each gradient bucket is all-reduced on the device's memory"},
+                               {"zero3_sim", "each gradient bucket is reduce-scattered on the device's memory, on the "
+                                             "communicator's stream, as backward completes it, and the parameters "
+                                             "are gathered there too"},
                                {"tp2_sim", "Tensor-parallel sums (device sim): direct, the simulated device's "
                                            "collectives"},
                                {"ddp_host_sim", "(device sim): mpi (through host memory (dist.device_comm: host)): "
                                                 "each gradient bucket is copied into page-locked host memory"}};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         char *log = tp_slurp(run_file(paths[i][0], "logger_logs/training_0.log"));
         CHECK(log && strstr(log, paths[i][1]), "%s: the log does not say '%s'", paths[i][0], paths[i][1]);
         free(log);
     }
-    both("zero2", gpt2, "dist.strategy=zero2", 2, 8);
-    both("zero3", gpt2, "dist.strategy=zero3", 2, 8);
-    /* on sim the sharded strategies gather parameters through a page-locked
-     * host copy (the communicator takes host memory only); on the CPU the
-     * buffers themselves */
-    const char *runs[4] = {"zero2_sim", "zero3_sim", "zero2_cpu", "zero3_cpu"};
-    for (int i = 0; i < 4; i++) {
+    /* staged through host memory (dist.device_comm: host), the sharded
+     * strategies gather parameters through a page-locked host copy; direct
+     * (the default on sim) and on the CPU, on the buffers themselves */
+    both("zero2_host", gpt2, "dist.strategy=zero2 dist.device_comm=host", 2, 8);
+    both("zero3_host", gpt2, "dist.strategy=zero3 dist.device_comm=host", 2, 8);
+    const char *runs[6] = {"zero2_host_sim", "zero3_host_sim", "zero2_sim", "zero3_sim", "zero2_cpu", "zero3_cpu"};
+    for (int i = 0; i < 6; i++) {
         char *log = tp_slurp(run_file(runs[i], "logger_logs/training_1.log"));
         bool pinned = log && strstr(log, "parameter gathers rank 1: through a page-locked host copy");
         CHECK(log && pinned == (i < 2), "%s: %s the page-locked gather path", runs[i],

@@ -1,9 +1,11 @@
 /* NCCL behind the direct collectives (dist.h, src/backend/cuda/nccl.c) on
  * the GPU: the library loads, a communicator of one rank is made from the
  * id the host communicator carries, and all-reduces in float32, bf16 and
- * fp16 (sum, max, average) queued on the communication stream, ordered
- * after the compute stream's writes and before its reads, give back the
- * values (one rank: every reduction is the identity, to the bit). A
+ * fp16 (sum, max, average) and the ZeRO strategies' reduce-scatter and
+ * all-gather (NCCL groups of rooted reduces and broadcasts) queued on the
+ * communication stream, ordered after the compute stream's writes and
+ * before its reads, give back the values (one rank: every reduction is the
+ * identity, to the bit). A
  * machine has one GPU here, and NCCL takes one GPU per rank, so several
  * ranks are checked on sim (tests/e2e/test_sim_trainer) and by the log's
  * refusal in tests/gpu/test_cuda_trainer.
@@ -65,6 +67,21 @@ static void test_one_rank(void) {
                   (int)dts[t], (int)ops[o]);
             free(want);
         }
+    /* the ZeRO forms with one rank: the reduce-scatter copies the input to
+     * the output, the all-gather leaves the buffer */
+    float *o = be->alloc(N * sizeof(float));
+    int64_t counts[1] = {N};
+    be->copy(d, x, N * sizeof(float), UT_COPY_H2D);
+    be->memset(o, 0, N * sizeof(float));
+    ut_comm_direct_after_compute(c, UT_CUDA);
+    CHECK(ut_comm_direct_reduce_scatterv(c, UT_CUDA, d, o, counts) == 0, "reduce_scatterv: %s", ut_comm_error(c));
+    CHECK(ut_comm_direct_allgatherv(c, UT_CUDA, d, counts) == 0, "allgatherv: %s", ut_comm_error(c));
+    ut_comm_direct_before_compute(c, UT_CUDA);
+    be->copy(y, o, N * sizeof(float), UT_COPY_D2H);
+    CHECK(!memcmp(y, x, N * sizeof(float)), "reduce_scatterv with one rank: the output is not the input");
+    be->copy(y, d, N * sizeof(float), UT_COPY_D2H);
+    CHECK(!memcmp(y, x, N * sizeof(float)), "allgatherv with one rank changed the buffer");
+    be->free(o);
     CHECK(ut_comm_direct_status(c, UT_CUDA) == 0, "status: %s", ut_comm_error(c));
     be->free(d);
     be->free(d16);

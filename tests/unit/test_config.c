@@ -385,10 +385,6 @@ static void test_seed_dist_flags(void) {
     check_invalid((const char *[]){"dist.device_comm=direct", NULL},
                   "dist.device_comm: direct runs collectives on a device's memory (device: cuda or sim); on the CPU "
                   "the ranks exchange host memory in place: remove it or write dist.device_comm: auto");
-    check_invalid((const char *[]){"dist.device_comm=direct", "device=sim", "dist.strategy=zero3", NULL},
-                  "dist.device_comm: direct takes ddp's and zero1's gradient all-reduce; zero3's reduce-scatter and "
-                  "gathers go through host memory: write dist.device_comm: auto (or host), or dist.strategy: ddp or "
-                  "zero1");
     {
         ut_config c;
         ut_config_init(&c);

@@ -31,6 +31,11 @@ static struct {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                           cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
     ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*comm_destroy)(ncclComm_t);
     ncclResult_t (*comm_abort)(ncclComm_t);
@@ -65,6 +70,10 @@ static void load_once(void) {
     *(void **)&nc.get_unique_id = find("ncclGetUniqueId");
     *(void **)&nc.comm_init_rank = find("ncclCommInitRank");
     *(void **)&nc.all_reduce = find("ncclAllReduce");
+    *(void **)&nc.reduce = find("ncclReduce");
+    *(void **)&nc.broadcast = find("ncclBroadcast");
+    *(void **)&nc.group_start = find("ncclGroupStart");
+    *(void **)&nc.group_end = find("ncclGroupEnd");
     *(void **)&nc.comm_get_async_error = find("ncclCommGetAsyncError");
     *(void **)&nc.comm_destroy = find("ncclCommDestroy");
     *(void **)&nc.comm_abort = find("ncclCommAbort");
@@ -131,6 +140,33 @@ static int nccl_allreduce(void *g, void *buf, int64_t count, ut_dtype dt, int op
     return r == ncclSuccess ? 0 : fail((ncclComm_t)g, r, "all-reduce (ncclAllReduce)", err, n);
 }
 
+/* Uneven parts: one reduce (or broadcast) per rank's part, rooted at that
+ * rank, fused into one group so NCCL runs them together. */
+static int nccl_reduce_scatterv(void *g, const float *in, float *out, const int64_t *counts, int size, void *stream,
+                                char *err, size_t n) {
+    ncclResult_t r = nc.group_start();
+    int64_t off = 0;
+    for (int q = 0; q < size && r == ncclSuccess; off += counts[q], q++)
+        if (counts[q] > 0)
+            r = nc.reduce(in + off, out, (size_t)counts[q], ncclFloat32, ncclSum, q, (ncclComm_t)g,
+                          (cudaStream_t)stream);
+    ncclResult_t e = nc.group_end();
+    if (r == ncclSuccess) r = e;
+    return r == ncclSuccess ? 0 : fail((ncclComm_t)g, r, "reduce-scatter (grouped ncclReduce)", err, n);
+}
+
+static int nccl_allgatherv(void *g, float *buf, const int64_t *counts, int size, void *stream, char *err, size_t n) {
+    ncclResult_t r = nc.group_start();
+    int64_t off = 0;
+    for (int q = 0; q < size && r == ncclSuccess; off += counts[q], q++)
+        if (counts[q] > 0)
+            r = nc.broadcast(buf + off, buf + off, (size_t)counts[q], ncclFloat32, q, (ncclComm_t)g,
+                             (cudaStream_t)stream);
+    ncclResult_t e = nc.group_end();
+    if (r == ncclSuccess) r = e;
+    return r == ncclSuccess ? 0 : fail((ncclComm_t)g, r, "all-gather (grouped ncclBroadcast)", err, n);
+}
+
 static int nccl_status(void *g, char *err, size_t n) {
     ncclResult_t a = ncclSuccess;
     ncclResult_t r = nc.comm_get_async_error((ncclComm_t)g, &a);
@@ -156,6 +192,8 @@ const ut_device_coll ut_cuda_nccl = {
     .make_id = nccl_make_id,
     .comm_new = nccl_comm_new,
     .allreduce = nccl_allreduce,
+    .reduce_scatterv = nccl_reduce_scatterv,
+    .allgatherv = nccl_allgatherv,
     .status = nccl_status,
     .comm_free = nccl_comm_free,
 };
