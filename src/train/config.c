@@ -276,7 +276,7 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ddp, zero1: all-reduce the gradients in 16 bits (PyTorch's bf16_compress_hook / fp16_compress_hook, "
             "Accelerate's comm_hook): half the bytes between ranks, gradients rounded to bf16 or fp16 on the way"},
     {.key = "dist.device_comm", .type = UT_CFG_ENUM, AT(device_comm), .def = "auto", .values = device_comms,
-     .doc = "a model on a device (cuda, sim): how ranks exchange its gradients. direct: on the device's own "
+     .doc = "a model on a device (cuda, sim): how ranks exchange its gradients and parameters. direct: on the device's own "
             "memory (NCCL on cuda, one GPU per rank: PyTorch's backend='nccl'); host: through page-locked host "
             "memory and MPI or TCP (several ranks may share a GPU); auto: direct where every rank can, else "
             "host, the log says which (docs/distributed.md)"},

@@ -165,6 +165,16 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
 }
 
 
+/* Hugging Face TrainingArguments' ddp_backend (torch.distributed's backend):
+ * nccl collectives on the GPUs' memory, gloo and mpi through host memory */
+static int ddp_backend(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return 1; /* None: the default */
+    if (!strcmp(v, "nccl")) return assign(c, "dist.device_comm", "direct", err, n);
+    if (!strcmp(v, "gloo") || !strcmp(v, "mpi")) return assign(c, "dist.device_comm", "host", err, n);
+    return ut_errorf(err, n, "%s: '%s' is not a backend utrain has; write nccl (collectives on the GPUs' memory), "
+                             "gloo or mpi (through host memory), or dist.device_comm: auto | direct | host", key, v);
+}
+
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
     if (!strcmp(key, "pytorch_device")) /* FlagAI's spelling of device */
@@ -184,6 +194,7 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
                                  "starts N processes)", key);
     if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's */
         return ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
+    if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
     return 0;
 }
 
@@ -223,6 +234,7 @@ const char *const ut_cfg_compat_doc =
     "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
     "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"
     "| `bf16` (Hugging Face) | false / true | nothing / `train.precision: bf16` |\n"
+    "| `ddp_backend` (Hugging Face) | `nccl` / `gloo`, `mpi` / empty | `dist.device_comm: direct` / `dist.device_comm: host` / nothing (others are refused) |\n"
     "| `use_max_length` | true / false | nothing: examples are truncated to `data.max_len` (`max_length`); with a pretrained tokenizer each batch is padded to its longest example (the seed's false), which gives the outputs padding to `max_length` (true) gives under the attention mask |\n"
     "| `continue_training_path` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `pretrained_model_dir` | empty / a Hugging Face model directory (`~/` is `$HOME`) | nothing / `model.pretrained: DIR` and `model.name` from its `config.json`'s `model_type` (`bart`, `bert`, `gpt2`) |\n"

@@ -602,6 +602,19 @@ static void test_flagai_keys(void) {
           "fp16: %s %s", c.precision, err);
     CHECK(load_text(&c, "bf16: true\n") == 0 && !strcmp(c.precision, "bf16"), "HF bf16: %s", err);
     ut_config_free(&c);
+    /* HF's ddp_backend: torch.distributed's backend as dist.device_comm */
+    const char *backends[3][2] = {{"nccl", "direct"}, {"gloo", "host"}, {"mpi", "host"}};
+    for (int i = 0; i < 3; i++) {
+        char text[64];
+        snprintf(text, sizeof text, "ddp_backend: %s\n", backends[i][0]);
+        ut_config_init(&c);
+        CHECK(load_text(&c, text) == 0 && !strcmp(c.device_comm, backends[i][1]), "ddp_backend %s: %s %s",
+              backends[i][0], c.device_comm, err);
+        ut_config_free(&c);
+    }
+    check_load_error("ddp_backend: hccl\n", "1: ddp_backend: 'hccl' is not a backend utrain has; write nccl "
+                                           "(collectives on the GPUs' memory), gloo or mpi (through host memory), "
+                                           "or dist.device_comm: auto | direct | host");
     check_load_error("fp16: maybe\n", "1: fp16: expected true or false, got 'maybe'");
 #ifdef UT_WITH_CUDA
     /* cuda and cuda:N are accepted; the machine's GPUs are checked when the model is built */
