@@ -174,7 +174,8 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
         out[k] = out_n[k] ? d->shard_grad + (max64(bk->lo, d->lo) - d->lo) : d->shard_grad;
     }
     ut_bucket_io io = {.post = bucket_post, .done = bucket_done, .user = d};
-    if (d->direct) io = (ut_bucket_io){.direct = true, .post_direct = bucket_post_direct, .done = bucket_done, .user = d};
+    if (d->direct)
+        io = (ut_bucket_io){.direct = true, .post_direct = bucket_post_direct, .done = bucket_done, .user = d};
     d->eng = ut_bucketer_new(d->comm, p, span, d->nb, bucket_of, out, out_n, io);
     ut_free(span);
     ut_free(bucket_of);

@@ -276,10 +276,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ddp, zero1: all-reduce the gradients in 16 bits (PyTorch's bf16_compress_hook / fp16_compress_hook, "
             "Accelerate's comm_hook): half the bytes between ranks, gradients rounded to bf16 or fp16 on the way"},
     {.key = "dist.device_comm", .type = UT_CFG_ENUM, AT(device_comm), .def = "auto", .values = device_comms,
-     .doc = "a model on a device (cuda, sim): how ranks exchange its gradients and parameters. direct: on the device's own "
-            "memory (NCCL on cuda, one GPU per rank: PyTorch's backend='nccl'); host: through page-locked host "
-            "memory and MPI or TCP (several ranks may share a GPU); auto: direct where every rank can, else "
-            "host, the log says which (docs/distributed.md)"},
+     .doc = "a model on a device (cuda, sim): how ranks exchange its gradients and parameters. direct: on the "
+            "device's own memory (NCCL on cuda, one GPU per rank: PyTorch's backend='nccl'); host: through "
+            "page-locked host memory and MPI or TCP (several ranks may share a GPU); auto: direct where every "
+            "rank can, else host, the log says which (docs/distributed.md)"},
     {.key = "dist.timeout_s", .type = UT_CFG_FLOAT, AT(timeout_s), .def = "300", GE(0),
      .doc = "a collective running longer than this ends every rank with a report (0: no limit)"},
     {.key = "dist.nproc_per_node", .type = UT_CFG_INT, AT(nproc_per_node), .def = "1", GE(1),
