@@ -6,8 +6,12 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench profile
-#                                        (default: all but signals and suite)
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench llmc profile
+#                                        (default: all but signals, suite and llmc)
+#
+# llmc builds llm.c (prepared here by scripts/gpu-llmc.sh into .llmc/, carried
+# too) and runs its GPT-2 124M step beside utrain's. GPU_CHECK_BATCH sets the
+# GPT-2 benchmarks' batch (default 8 sequences of 1024 tokens).
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
 # The last thing printed is the summary table (also $OUT/summary.txt).
@@ -144,14 +148,14 @@ if want bench; then
     note "load before the benchmarks: $(uptime)"
     for prec in ${GPU_CHECK_PRECISIONS:-fp32 tf32 bf16}; do
         flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
-        run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
+        run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
         [ $prec = bf16 ] && flag=--amp
-        run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 $flag --json
+        run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"
     done
     if [ "${GPU_CHECK_COMPILE:-0}" = 1 ]; then
-        run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch 8 --seq 1024 --steps 10 --amp --compile --json
+        run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
     fi
 fi
@@ -221,6 +225,38 @@ if want cpu-bf16; then
         run "cpu-gpt2-step-$prec" 600 build/bench/gpt2_step --steps 4 --threads "$NPROC" --seq 256 --precision $prec --json
         note "  $(tail -1 "$OUT/cpu-gpt2-step-$prec.log")"
     done
+fi
+
+if want llmc; then
+    # llm.c's GPT-2 124M (random init, bf16, its own attention: built without
+    # cuDNN) on random tokens, at the benchmarks' batch: tokens/s of its steps
+    B=${GPU_CHECK_BATCH:-8}
+    if [ -f .llmc/train_gpt2.cu ]; then
+        L=/tmp/utrain-llmc; rm -rf $L; cp -r .llmc $L; mkdir -p $L/lib
+        # CUDA 13's cudaMemAdvise takes a location: its managed-memory
+        # fallback (never wanted on these machines) is taken out; NVML is the
+        # driver's libnvidia-ml.so.1, linked through a name the linker finds
+        sed -i -e '/cudaMemAdvise(\*out, bytes, cudaMemAdviseSetPreferredLocation/d' \
+            -e 's|if(err == cudaErrorMemoryAllocation) {|if (0) {|' $L/llmc/cuda_utils.cuh
+        nvml=$(ldconfig -p | awk '/libnvidia-ml.so.1 /{print $NF; exit}')
+        [ -n "$nvml" ] && ln -sf "$nvml" $L/lib/libnvidia-ml.so
+        run llmc-build 600 bash -c "cd $L && nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
+            -gencode arch=compute_90,code=sm_90 -DENABLE_BF16 train_gpt2.cu -lcublas -lcublasLt -L$L/lib \
+            -lnvidia-ml -o train_gpt2cu"
+        python3 - "$L/tok.bin" "$B" <<'PY'
+import sys, numpy as np
+n = int(sys.argv[2]) * 1024 * 40 + 1
+h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
+t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
+PY
+        run llmc-gpt2-bf16 300 $L/train_gpt2cu -i $L/tok.bin -j $L/tok.bin -e d12 -b "$B" -t 1024 -x 20 \
+            -v 100000 -s 100000 -h 0 -n 0
+        note "  llm.c $(cut -c1-12 .llmc/COMMIT) GPT-2 124M bf16 B=$B T=1024: median of steps 11-20: $(grep -o \
+            '[0-9.]* ms | [0-9.]*% bf16 MFU | [0-9]* tok/s' "$OUT/llmc-gpt2-bf16.log" | tail -10 | sort -n | sed -n 5p)"
+    else
+        note "llmc: no .llmc/ (run scripts/gpu-llmc.sh where llm.c was fetched, and carry .llmc)"
+    fi
 fi
 
 if want profile; then
