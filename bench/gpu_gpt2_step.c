@@ -5,7 +5,7 @@
  * device, AdamW over the whole buffer (weight decay on every parameter; the
  * step's time does not depend on which) that also zeroes the gradients.
  *
- *   gpu_gpt2_step [--device cuda|cpu] [--batch B] [--seq T] [--layers L] [--steps N] [--tf32] [--bf16] [--json]
+ *   gpu_gpt2_step [--device cuda|cpu|sim] [--batch B] [--seq T] [--layers L] [--steps N] [--tf32] [--bf16] [--json]
  *
  * --bf16 runs the step under bf16 autocast (train.precision: bf16).
  *
@@ -66,12 +66,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seq")) T = atol(v), i++;
         else if (!strcmp(a, "--layers")) L = atol(v), i++;
         else if (!strcmp(a, "--steps")) steps = atol(v), i++;
-        else if (!strcmp(a, "--device")) dev = !strcmp(v, "cpu") ? UT_CPU : UT_CUDA, i++;
+        else if (!strcmp(a, "--device")) dev = !strcmp(v, "cpu") ? UT_CPU : !strcmp(v, "sim") ? UT_SIM : UT_CUDA, i++;
         else if (!strcmp(a, "--tf32")) tf32 = true;
         else if (!strcmp(a, "--bf16")) bf16 = true;
         else if (!strcmp(a, "--json")) json = true;
         else {
-            fprintf(stderr, "usage: gpu_gpt2_step [--device cuda|cpu] [--batch B] [--seq T] [--layers L] "
+            fprintf(stderr, "usage: gpu_gpt2_step [--device cuda|cpu|sim] [--batch B] [--seq T] [--layers L] "
                             "[--steps N] [--tf32] [--bf16] [--json]\n");
             return 2;
         }

@@ -260,10 +260,13 @@ PY
 fi
 
 if want profile; then
-    # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md)
+    # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md;
+    # gpu: the GPU's own time per op from timing events, nothing waited for;
+    # GPU_CHECK_PROFILE_MODE=1: the host's clock around a wait per op)
     for prec in ${GPU_CHECK_PROFILE:-fp32 bf16}; do
         flag=; [ $prec = bf16 ] && flag=--bf16
-        UT_PROFILE_OPS=1 run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 3 $flag
+        UT_PROFILE_OPS=${GPU_CHECK_PROFILE_MODE:-gpu} run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step \
+            --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 3 $flag
         grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
     done
 fi

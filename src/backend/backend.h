@@ -304,6 +304,12 @@ typedef struct ut_backend {
     void (*event_sync)(void *ev);                 /* the host waits for ev */
     bool (*event_done)(void *ev);                 /* whether ev is done, without waiting */
     void (*event_free)(void *ev);
+    /* Events that also keep the time the device reached them (recorded,
+     * waited for and freed as the others): timer_ms is the device's time
+     * between two of them once both are done, in milliseconds (-1: not
+     * known). For UT_PROFILE_OPS=gpu; NULL: the device has no such clock. */
+    void *(*timer_new)(void);
+    double (*timer_ms)(void *start, void *end);
 
     /* ---- collectives on device memory (src/dist/comm_device.c) ---- */
     /* The device's communication library (NULL: none built in) */

@@ -57,7 +57,7 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             for (int k = ut_op_is(t->op, UT_OPP_OWNS_SRC0_GRAD) ? 1 : 0; k < UT_MAX_SRC; k++)
                 if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
-            double t0 = ut_prof_begin(ctx);
+            ut_prof_mark t0 = ut_prof_begin(ctx);
             ut_kctx k = ut_ctx_launch(ctx, UT_OP_NONE); /* backward draws nothing */
             if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward, &k);
             else ops[t->op].backward(t, &k);

@@ -211,10 +211,21 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
     else ctx->darena = scratch ? &ctx->dscratch : &ctx->dmain;
 }
 
-/* ---- per-op time (UT_PROFILE_OPS=1) ---- */
-static int prof_state = -1; /* -1 unknown, 0 off, 1 on */
+/* ---- per-op time (UT_PROFILE_OPS=1, or gpu) ---- */
+static int prof_state = -1; /* -1 unknown, 0 off, 1 host clock around waits, 2 the device's timing events */
 static double prof_time[UT_OP_COUNT][2];
 static long prof_calls[UT_OP_COUNT][2];
+static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+/* mode 2: the ops whose events are not read yet, and spare events */
+typedef struct {
+    void *a, *b;
+    int op, dir;
+} prof_pair;
+static const ut_backend *prof_be;
+static prof_pair *prof_pend;
+static int prof_npend, prof_cap;
+static void **prof_spare;
+static int prof_nspare, prof_spare_cap;
 
 static double now_s(void) {
     struct timespec ts;
@@ -222,10 +233,37 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static void prof_spare_put(void *ev) {
+    if (prof_nspare == prof_spare_cap) {
+        prof_spare_cap = prof_spare_cap ? 2 * prof_spare_cap : 256;
+        prof_spare = ut_realloc_check(prof_spare, (size_t)prof_spare_cap * sizeof *prof_spare);
+    }
+    prof_spare[prof_nspare++] = ev;
+}
+
+/* Reads the pending pairs' times (waiting for the last one) and gives their
+ * events back. Called with prof_mu held. */
+static void prof_resolve(void) {
+    if (!prof_npend) return;
+    prof_be->event_sync(prof_pend[prof_npend - 1].b);
+    for (int i = 0; i < prof_npend; i++) {
+        prof_pair *q = &prof_pend[i];
+        double ms = prof_be->timer_ms(q->a, q->b);
+        if (ms >= 0) prof_time[q->op][q->dir] += ms * 1e-3;
+        prof_calls[q->op][q->dir]++;
+        prof_spare_put(q->a);
+        prof_spare_put(q->b);
+    }
+    prof_npend = 0;
+}
+
 static void prof_report(void) {
+    pthread_mutex_lock(&prof_mu);
+    if (prof_state == 2) prof_resolve();
     double total = 0;
     for (int op = 0; op < UT_OP_COUNT; op++) total += prof_time[op][0] + prof_time[op][1];
-    fprintf(stderr, "utrain op profile (UT_PROFILE_OPS): %.3f s in kernels\n", total);
+    fprintf(stderr, "utrain op profile (UT_PROFILE_OPS=%s): %.3f s in kernels%s\n", prof_state == 2 ? "gpu" : "1",
+            total, prof_state == 2 ? " (the device's timing events)" : "");
     fprintf(stderr, "  %-20s %10s %8s %10s %8s %6s\n", "op", "fwd s", "calls", "bwd s", "calls", "share");
     for (int op = 1; op < UT_OP_COUNT; op++) {
         double s = prof_time[op][0] + prof_time[op][1];
@@ -233,24 +271,54 @@ static void prof_report(void) {
         fprintf(stderr, "  %-20s %10.4f %8ld %10.4f %8ld %5.1f%%\n", ut_op_name(op), prof_time[op][0],
                 prof_calls[op][0], prof_time[op][1], prof_calls[op][1], total > 0 ? 100 * s / total : 0);
     }
+    pthread_mutex_unlock(&prof_mu);
 }
 
-double ut_prof_begin(const ut_ctx *ctx) {
+ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
     if (prof_state < 0) {
         const char *e = getenv("UT_PROFILE_OPS");
-        prof_state = e && e[0] == '1';
+        prof_state = !e ? 0 : !strcmp(e, "1") ? 1 : !strcmp(e, "gpu") ? 2 : 0;
+        if (prof_state == 2 && !ctx->be->timer_new) {
+            fprintf(stderr, "utrain: UT_PROFILE_OPS=gpu: device %s has no clock of its own; timing on the host "
+                            "around waits (UT_PROFILE_OPS=1)\n", ctx->be->name);
+            prof_state = 1;
+        }
+        if (prof_state == 2) prof_be = ctx->be;
         if (prof_state) atexit(prof_report);
     }
-    if (!prof_state) return -1;
+    if (!prof_state) return (ut_prof_mark){.t = -1};
+    if (prof_state == 2 && ctx->be == prof_be) {
+        pthread_mutex_lock(&prof_mu);
+        void *ev = prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new();
+        pthread_mutex_unlock(&prof_mu);
+        prof_be->event_record(ev, NULL);
+        return (ut_prof_mark){.t = 0, .ev = ev};
+    }
+    if (prof_state == 2) return (ut_prof_mark){.t = -1}; /* another device's ops: not timed */
     ctx->be->stream_sync(NULL);
-    return now_s();
+    return (ut_prof_mark){.t = now_s()};
 }
 
-void ut_prof_end(const ut_ctx *ctx, int op, int backward, double t0) {
-    if (t0 < 0) return;
+void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m) {
+    if (m.t < 0) return;
+    if (m.ev) {
+        pthread_mutex_lock(&prof_mu);
+        void *ev = prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new();
+        prof_be->event_record(ev, NULL);
+        if (prof_npend == prof_cap) {
+            prof_cap = prof_cap ? 2 * prof_cap : 1024;
+            prof_pend = ut_realloc_check(prof_pend, (size_t)prof_cap * sizeof *prof_pend);
+        }
+        prof_pend[prof_npend++] = (prof_pair){.a = m.ev, .b = ev, .op = op, .dir = backward};
+        if (prof_npend >= 4096) prof_resolve(); /* a wait every few thousand ops, not every op */
+        pthread_mutex_unlock(&prof_mu);
+        return;
+    }
     ctx->be->stream_sync(NULL);
-    prof_time[op][backward] += now_s() - t0;
+    pthread_mutex_lock(&prof_mu);
+    prof_time[op][backward] += now_s() - m.t;
     prof_calls[op][backward]++;
+    pthread_mutex_unlock(&prof_mu);
 }
 
 /* ---- tensor queries ---- */
@@ -573,7 +641,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     if (!t) return NULL;
     const ut_op_vtable *ops = ut_op_table(t->device);
     ut_op_fn fwd = ops[t->op].forward;
-    double t0 = ut_prof_begin(t->ctx);
+    ut_prof_mark t0 = ut_prof_begin(t->ctx);
     ut_kctx k = ut_ctx_launch(t->ctx, t->op);
     if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd, &k);
     else if (fwd) fwd(t, &k);

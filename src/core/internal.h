@@ -159,11 +159,18 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch);
 int ut_ctx_device_errors(ut_ctx *ctx);
 /* Per-op time, for finding where a step's time goes: with UT_PROFILE_OPS=1
  * in the environment every op's forward and backward kernel is timed (the
- * device waited for before and after, so a GPU's queue is not hidden) and a
+ * device waited for before and after, so a GPU's queue is not hidden; the
+ * host's launch time counts too); with UT_PROFILE_OPS=gpu, on a device with
+ * a clock (backend.h, timer_new), by timing events around each op's work on
+ * the compute stream, nothing waited for: the device's own time per op. A
  * table of time per op and direction goes to stderr when the process exits.
- * ut_prof_begin returns the start time, or a negative value when off. */
-double ut_prof_begin(const ut_ctx *ctx);
-void ut_prof_end(const ut_ctx *ctx, int op, int backward, double t0);
+ * ut_prof_begin returns the mark ut_prof_end takes (t < 0: off). */
+typedef struct {
+    double t;
+    void *ev;
+} ut_prof_mark;
+ut_prof_mark ut_prof_begin(const ut_ctx *ctx);
+void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m);
 /* Frees everything in the checkpoint scratch arenas. */
 void ut_ctx_reset_scratch(ut_ctx *ctx);
 

@@ -180,6 +180,32 @@ static void test_bow_and_test_mode(void) {
     free(res[1]);
 }
 
+/* UT_PROFILE_OPS: the table of time per op goes to stderr at exit, on the
+ * host's clock around waits (1) or from the device's timing events (gpu:
+ * sim's are the times its stream's worker reached them), with each op's
+ * calls: 4 steps of a 2-layer GPT-2 make 4 cross-entropies forward and back. */
+static void test_profile(void) {
+    const char *modes[2] = {"1", "gpu"};
+    for (int i = 0; i < 2; i++) {
+        char name[32], out[512], head[96];
+        snprintf(name, sizeof name, "prof_%s", modes[i]);
+        setenv("UT_PROFILE_OPS", modes[i], 1);
+        int rc = train(name, gpt2, "sim", "train.max_steps=4", 1);
+        unsetenv("UT_PROFILE_OPS");
+        snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+        char *o = tp_slurp(out);
+        snprintf(head, sizeof head, "utrain op profile (UT_PROFILE_OPS=%s)", modes[i]);
+        const char *ce = o ? strstr(o, "  cross_entropy") : NULL;
+        long fwd = 0, bwd = 0;
+        double fs = -1, bs = -1;
+        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %ld", &fs, &fwd, &bs, &bwd);
+        CHECK(rc == 0 && o && strstr(o, head) && strstr(o, "  linear") && fwd == 4 && bwd == 4 && fs > 0 && bs > 0,
+              "UT_PROFILE_OPS=%s: exit %d, cross_entropy %ld / %ld calls, %g / %g s:\n%s", modes[i], rc, fwd, bwd, fs,
+              bs, o ? o : "(no output)");
+        free(o);
+    }
+}
+
 /* A resume on sim reaches the straight run's step-8 checkpoint, and so does
  * a run that resumes on sim from the CPU run's step-4 checkpoint. */
 static void test_resume(void) {
@@ -212,6 +238,7 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_precisions);
     RUN(test_bow_and_test_mode);
     RUN(test_resume);
+    RUN(test_profile);
     /* jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_distributed);

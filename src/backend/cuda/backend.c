@@ -291,6 +291,19 @@ static bool event_done(void *ev) {
     return true;
 }
 static void event_free(void *ev) { check(cudaEventDestroy((cudaEvent_t)ev), "event destroy"); }
+static void *timer_new(void) {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "timing event create");
+    return e;
+}
+static double timer_ms(void *a, void *b) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return ms;
+}
 
 /* This process's GPU by its PCI bus id: ranks on one host with the same id
  * share a GPU (NCCL takes one GPU per rank). */
@@ -350,6 +363,8 @@ const ut_backend ut_backend_cuda = {
     .event_sync = event_sync,
     .event_done = event_done,
     .event_free = event_free,
+    .timer_new = timer_new,
+    .timer_ms = timer_ms,
     .coll = CUDA_COLL,
     .device_key = device_key,
 };

@@ -220,7 +220,7 @@ typedef struct {
 } sim_event;
 
 enum { IT_KERNEL, IT_COPY, IT_MEMSET, IT_CONVERT, IT_ROUND, IT_SCALE, IT_SUM_SQ, IT_ACCUMULATE, IT_OPTIM, IT_RELEASE,
-       IT_FREE, IT_WAIT, IT_SCALARS, IT_HOST };
+       IT_FREE, IT_WAIT, IT_SCALARS, IT_HOST, IT_STAMP };
 
 typedef struct sim_item sim_item;
 struct sim_item {
@@ -465,6 +465,12 @@ static void run_kernel(sim_stream *s, sim_item *it) {
     give_saved(it->u.kern.orig, &before, t);
 }
 
+static double stamp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void run_item(sim_stream *s, sim_item *it) {
     if (it->kind == IT_KERNEL) {
         run_kernel(s, it);
@@ -494,6 +500,7 @@ static void run_item(sim_stream *s, sim_item *it) {
     case IT_OPTIM: ut_cpu_optim_step(&it->u.opt.b, &it->u.opt.k, it->u.opt.zero); break;
     case IT_RELEASE: ut_cpu_pages_release(it->u.rel.base, it->u.rel.off, it->u.rel.len); break;
     case IT_HOST: it->u.host.fn(it->u.host.arg); break;
+    case IT_STAMP: *(double *)it->u.host.arg = stamp_now(); break;
     default: ut_abort(__FILE__, __LINE__, "sim device: unknown work item %d", it->kind);
     }
     leave();
@@ -752,11 +759,30 @@ static void sim_headers_released(void) {
     if (g_compute) drain(g_compute);
 }
 
-static void *sim_event_new(void) { return ut_calloc_check(1, sizeof(sim_event)); }
+/* An event; a timer (timer_new) also keeps when its stream's worker reached
+ * it (the host's clock: sim's "device time" is the worker's). */
+typedef struct {
+    sim_event e; /* first: the streams read an event as a sim_event */
+    bool timed;
+    double t;
+} sim_timer;
+
+static void *sim_event_new(void) { return ut_calloc_check(1, sizeof(sim_timer)); }
+static void *sim_timer_new(void) {
+    sim_timer *t = ut_calloc_check(1, sizeof *t);
+    t->timed = true;
+    return t;
+}
+static double sim_timer_ms(void *a, void *b) { return 1e3 * (((sim_timer *)b)->t - ((sim_timer *)a)->t); }
 static void sim_event_free(void *e) { ut_free(e); }
 static void sim_event_record(void *ev, void *stream) {
     sim_event *e = ev;
     sim_stream *s = stream_of(stream);
+    if (((sim_timer *)ev)->timed) { /* the stamp, then the point after it */
+        sim_item *it = item(IT_STAMP);
+        it->u.host.arg = &((sim_timer *)ev)->t;
+        push(s, it);
+    }
     pthread_mutex_lock(&s->mu);
     e->s = s, e->seq = s->queued;
     pthread_mutex_unlock(&s->mu);
@@ -837,6 +863,8 @@ const ut_backend ut_backend_sim = {
     .event_sync = sim_event_sync,
     .event_done = sim_event_done,
     .event_free = sim_event_free,
+    .timer_new = sim_timer_new,
+    .timer_ms = sim_timer_ms,
     .enqueue_host = sim_enqueue_host,
     .device_key = sim_device_key,
 };
