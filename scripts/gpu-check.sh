@@ -7,7 +7,13 @@
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
 #   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench llmc profile
-#                                        (default: all but signals, suite and llmc)
+#                                        (default: env build gpu bench llmc profile; `all`: every step
+#                                        but signals and suite)
+#
+# The whole call must end inside the device tool's 600 s per command:
+# GPU_CHECK_BUDGET (default 540) seconds bound it; a step that would start
+# with under 20 s left is skipped (the summary says so), and each step's own
+# limit is cut to what is left, so the summary and logs always come back.
 #
 # llmc builds llm.c (prepared here by scripts/gpu-llmc.sh into .llmc/, carried
 # too) and runs its GPT-2 124M step beside utrain's. GPU_CHECK_BATCH sets the
@@ -20,7 +26,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env build gpu trainer cpu-bf16 bench profile)
+[ ${#steps[@]} -eq 0 ] && steps=(env build gpu bench llmc profile)
+[ "${steps[*]}" = all ] && steps=(env build gpu trainer cpu-bf16 bench llmc profile)
+BUDGET=${GPU_CHECK_BUDGET:-540}
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -28,7 +36,12 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 # run NAME LIMIT CMD...: CMD's output to $OUT/NAME.log; one summary line
 run() {
     local name=$1 limit=$2; shift 2
-    local t0=$SECONDS
+    local t0=$SECONDS left=$((BUDGET - SECONDS))
+    if [ $left -lt 20 ]; then
+        note "$(printf '%-28s %-18s' "$name" "skipped (budget)")"
+        return 125
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
     if [ "$(type -t "$1")" = function ]; then
         timeout "$limit" bash -c "$(declare -f "$1"); $(printf '%q ' "$@")" >"$OUT/$name.log" 2>&1
     else
@@ -106,7 +119,7 @@ if want build; then
     export MPI_OWN
     run unpack-debs 300 unpack
     run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
-        build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step
+        build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm
     grep -E "error|warning" "$OUT/build.log" | head -20
 fi
 
@@ -130,7 +143,7 @@ if want gpu; then
     grep -E "FAIL" "$OUT/gpu-prepare-paths.log" | head -10 | tee -a "$SUMMARY"
     # the attention kernels under compute-sanitizer (races, barriers, bad accesses)
     # (GPU_CHECK_SANITIZE=0 skips them: racecheck takes about two minutes)
-    if command -v compute-sanitizer >/dev/null && [ "${GPU_CHECK_SANITIZE:-1}" = 1 ]; then
+    if command -v compute-sanitizer >/dev/null && [ "${GPU_CHECK_SANITIZE:-0}" = 1 ]; then
         for tool in memcheck racecheck synccheck; do
             UT_GPU_TEST_ROWS=attention run "gpu-sanitizer-$tool" 300 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/gpu/test_cuda_ops
             grep -E "ERROR SUMMARY|^FAIL" "$OUT/gpu-sanitizer-$tool.log" | head -3 | tee -a "$SUMMARY"
@@ -146,7 +159,7 @@ fi
 if want bench; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu-state.txt" 2>&1
     note "load before the benchmarks: $(uptime)"
-    for prec in ${GPU_CHECK_PRECISIONS:-fp32 tf32 bf16}; do
+    for prec in ${GPU_CHECK_PRECISIONS:-bf16 tf32}; do
         flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
         run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
@@ -263,11 +276,14 @@ if want profile; then
     # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md;
     # gpu: the GPU's own time per op from timing events, nothing waited for;
     # GPU_CHECK_PROFILE_MODE=1: the host's clock around a wait per op)
-    for prec in ${GPU_CHECK_PROFILE:-fp32 bf16}; do
+    for prec in ${GPU_CHECK_PROFILE:-bf16}; do
         flag=; [ $prec = bf16 ] && flag=--bf16
         UT_PROFILE_OPS=${GPU_CHECK_PROFILE_MODE:-gpu} run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step \
             --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 3 $flag
         grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
+        # the same step's products alone, shape by shape (what linear's share is made of)
+        run gemm-gpt2-$prec 120 build/bench/gpu_gemm --batch "${GPU_CHECK_BATCH:-8}" --precision $prec
+        cat "$OUT/gemm-gpt2-$prec.log" | tee -a "$SUMMARY"
     done
 fi
 
