@@ -56,7 +56,7 @@ void ut_log_softmax_bwd_cuda(ut_tensor *t, UT_KCTX) {
  * when a gradient will be asked for, and the device count ---- */
 void ut_cross_entropy_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
-    if (x->dtype != UT_F32) {
+    if (x->dtype != UT_F32 && x->dtype != UT_BF16 && x->dtype != UT_F16) {
         ut_kfail(k, "cross_entropy: %s logits are not supported on CUDA",
                          ut_dtype_name(x->dtype));
         return;
@@ -70,7 +70,7 @@ void ut_cross_entropy_fwd_cuda(ut_tensor *t, UT_KCTX) {
         mx = ut_kalloc(k, at_least_1(N) * sizeof(float));
         inv = ut_kalloc(k, at_least_1(N) * sizeof(float));
     }
-    ut_cuda_cross_entropy_fwd(rowloss, mx, inv, dev_f32(x), dev_i32(tg), ignore, N, V,
+    ut_cuda_cross_entropy_fwd(rowloss, mx, inv, x->data, (int)x->dtype, dev_i32(tg), ignore, N, V,
                               ut_cuda_error_flag());
     ut_cuda_loss_mean(dev_f32(t), count, rowloss, dev_i32(tg), ignore, N, V);
     ut_cross_entropy_set_row_max(t, mx);
@@ -88,11 +88,11 @@ void ut_cross_entropy_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (!x->requires_grad) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
     int overwrite = 0;
-    if (!x->grad) {
-        x->grad = ut_kalloc(k, at_least_1(ut_nelem(x)) * sizeof(float));
+    if (!x->grad) { /* stored as the logits are: float32, or 16 bits (the op table's UT_KCAP_READS_16) */
+        x->grad = ut_kalloc(k, at_least_1(ut_nelem(x)) * (x->dtype == UT_F32 ? sizeof(float) : 2));
         overwrite = 1;
     }
-    ut_cuda_cross_entropy_bwd(x->grad, overwrite, dev_f32(x), ut_cross_entropy_row_max(t),
+    ut_cuda_cross_entropy_bwd(x->grad, overwrite, x->data, (int)x->dtype, ut_cross_entropy_row_max(t),
                               ut_cross_entropy_inv_sum(t), dev_i32(tg),
                               (int)ut_loss_ignore_index(t), t->grad, ut_loss_dcount(t), N, V);
 }

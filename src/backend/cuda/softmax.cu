@@ -6,6 +6,8 @@
  * by a fixed shuffle/shared-memory tree: the launch shape depends on V only,
  * so every result is the same from run to run. The losses keep one double
  * per row and one block adds the rows in a fixed order. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -60,14 +62,23 @@ __device__ __forceinline__ bool row_slot(int64_t N, int64_t &row, int &tid, int 
     return row < N;
 }
 
+/* Values as stored (float32, or the cross-entropy's 16-bit logits and their
+ * gradient): widened exactly to float, and rounded back to nearest even. */
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
+
 /* The row's max M and S = sum(exp(x - M)) (double), in one pass over x. */
-template <bool BLOCK>
-__device__ __forceinline__ void row_max_sum(const float *__restrict__ x, int V, int tid, int nt,
+template <bool BLOCK, typename T>
+__device__ __forceinline__ void row_max_sum(const T *__restrict__ x, int V, int tid, int nt,
                                             float *shf, double *shd, float &M, double &S) {
     float m = -INFINITY;
     double s = 0.0;
     for (int v = tid; v < V; v += nt) {
-        float xv = x[v];
+        float xv = ld(x + v);
         if (xv > m) {
             s = s * (double)expf(m - xv) + 1.0; /* m = -inf: s = 1 */
             m = xv;
@@ -169,10 +180,10 @@ __device__ __forceinline__ bool target_counts(int t, int ignore, int V, int *err
 }
 
 /* ---- cross_entropy forward: rowloss = M + log(S) - x[target]; saves M and
- * 1 / S (mx, inv may be NULL) ---- */
-template <bool BLOCK>
+ * 1 / S (mx, inv may be NULL); logits of T (float, bf16, fp16) ---- */
+template <bool BLOCK, typename T>
 __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restrict__ mx,
-                                    float *__restrict__ inv, const float *__restrict__ logits,
+                                    float *__restrict__ inv, const T *__restrict__ logits,
                                     const int32_t *__restrict__ targets, int ignore, int64_t N,
                                     int V, int *err) {
     __shared__ float shf[32];
@@ -185,7 +196,7 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
         if (tid == 0) rowloss[row] = 0.0;
         return; /* the whole group leaves: no reduction pending */
     }
-    const float *xr = logits + row * V;
+    const T *xr = logits + row * V;
     float M;
     double S;
     row_max_sum<BLOCK>(xr, V, tid, nt, shf, shd, M, S);
@@ -194,15 +205,18 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
             mx[row] = M;
             inv[row] = (float)(1.0 / S);
         }
-        rowloss[row] = (double)M + log(S) - (double)xr[t];
+        rowloss[row] = (double)M + log(S) - (double)ld(xr + t);
     }
 }
 
 /* ---- cross_entropy backward: d = exp(x - M) * inv * g, minus g at the
- * target; written (overwrite) or added; ignored rows: 0 / nothing ---- */
-template <bool BLOCK>
-__global__ void cross_entropy_bwd_k(float *__restrict__ dx, int overwrite,
-                                    const float *__restrict__ logits, const float *__restrict__ mx,
+ * target; written (overwrite) or added; ignored rows: 0 / nothing. With
+ * 16-bit logits (T) the gradient is stored in T too: each element widened,
+ * added to in float, rounded once (what float copies around the kernel
+ * would give). ---- */
+template <bool BLOCK, typename T>
+__global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
+                                    const T *__restrict__ logits, const float *__restrict__ mx,
                                     const float *__restrict__ inv,
                                     const int32_t *__restrict__ targets, int ignore,
                                     const float *__restrict__ dloss,
@@ -211,24 +225,24 @@ __global__ void cross_entropy_bwd_k(float *__restrict__ dx, int overwrite,
     int tid, nt;
     if (!row_slot<BLOCK>(N, row, tid, nt)) return;
     int t = targets[row];
-    float *dr = dx + row * V;
+    T *dr = dx + row * V;
     if (!target_counts(t, ignore, V, nullptr, 0, false)) {
         if (overwrite)
-            for (int v = tid; v < V; v += nt) dr[v] = 0.0f;
+            for (int v = tid; v < V; v += nt) st(dr + v, 0.0f);
         return;
     }
     float g = dloss[0] / (float)count[0]; /* count >= 1: this row counts */
     float m = mx[row], r = inv[row];
-    const float *xr = logits + row * V;
+    const T *xr = logits + row * V;
     if (overwrite) {
         for (int v = tid; v < V; v += nt) {
-            float p = expf(xr[v] - m) * r * g;
-            dr[v] = v == t ? p - g : p;
+            float p = expf(ld(xr + v) - m) * r * g;
+            st(dr + v, v == t ? p - g : p);
         }
     } else {
         for (int v = tid; v < V; v += nt) {
-            float a = dr[v] + expf(xr[v] - m) * r * g;
-            dr[v] = v == t ? a - g : a;
+            float a = ld(dr + v) + expf(ld(xr + v) - m) * r * g;
+            st(dr + v, v == t ? a - g : a);
         }
     }
 }
@@ -316,25 +330,45 @@ extern "C" void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float 
     ut_cuda_launched("log_softmax_bwd");
 }
 
+template <typename T>
+static void ce_fwd(double *rowloss, float *row_max, float *inv_sum, const void *logits, const int32_t *targets,
+                   int ignore_index, int64_t N, int64_t V, int *err) {
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, (cross_entropy_fwd_k<true, T>), (cross_entropy_fwd_k<false, T>), rowloss, row_max, inv_sum,
+                (const T *)logits, targets, ignore_index, N, (int)V, err);
+}
+
 extern "C" void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
-                                          const float *logits, const int32_t *targets,
+                                          const void *logits, int dt, const int32_t *targets,
                                           int ignore_index, int64_t N, int64_t V, int *err) {
     if (N <= 0) return;
-    RowLaunch L = row_launch(N, V);
-    LAUNCH_ROWS(L, cross_entropy_fwd_k<true>, cross_entropy_fwd_k<false>, rowloss, row_max,
-                inv_sum, logits, targets, ignore_index, N, (int)V, err);
+    if (dt == 1) ce_fwd<__nv_bfloat16>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
+    else if (dt == 2) ce_fwd<__half>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
+    else ce_fwd<float>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
     ut_cuda_launched("cross_entropy_fwd");
 }
 
-extern "C" void ut_cuda_cross_entropy_bwd(float *dlogits, int overwrite, const float *logits,
+template <typename T>
+static void ce_bwd(void *dlogits, int overwrite, const void *logits, const float *row_max, const float *inv_sum,
+                   const int32_t *targets, int ignore_index, const float *dloss, const int64_t *count, int64_t N,
+                   int64_t V) {
+    RowLaunch L = row_launch(N, V);
+    LAUNCH_ROWS(L, (cross_entropy_bwd_k<true, T>), (cross_entropy_bwd_k<false, T>), (T *)dlogits, overwrite,
+                (const T *)logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, (int)V);
+}
+
+extern "C" void ut_cuda_cross_entropy_bwd(void *dlogits, int overwrite, const void *logits, int dt,
                                           const float *row_max, const float *inv_sum,
                                           const int32_t *targets, int ignore_index,
                                           const float *dloss, const int64_t *count, int64_t N,
                                           int64_t V) {
     if (N <= 0 || V <= 0) return;
-    RowLaunch L = row_launch(N, V);
-    LAUNCH_ROWS(L, cross_entropy_bwd_k<true>, cross_entropy_bwd_k<false>, dlogits, overwrite,
-                logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, (int)V);
+    if (dt == 1)
+        ce_bwd<__nv_bfloat16>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
+    else if (dt == 2)
+        ce_bwd<__half>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
+    else
+        ce_bwd<float>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
     ut_cuda_launched("cross_entropy_bwd");
 }
 

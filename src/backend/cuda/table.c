@@ -19,8 +19,9 @@
 #undef UT_OP
 
 /* What each kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
- * linear does autocast itself (matmul.c); every other op under autocast gets
- * float32 copies from core. Every op has CAPS_<OP> = 0 from the enum; a
+ * linear does autocast itself (matmul.c), cross-entropy reads 16-bit logits
+ * and writes their 16-bit gradient (softmax.cu); every other op under
+ * autocast gets float32 copies from core. Every op has CAPS_<OP> = 0 from the enum; a
  * #define of that name after it gives an op its capabilities. */
 enum {
 #define UT_OP(E, stem, props) CAPS_##E = 0,
@@ -30,6 +31,7 @@ enum {
 #undef UT_OP
 };
 #define CAPS_LINEAR UT_KCAP_NATIVE_16
+#define CAPS_CROSS_ENTROPY UT_KCAP_READS_16
 
 const ut_op_vtable ut_ops_cuda[UT_OP_COUNT] = {
     [UT_OP_NONE] = {NULL, NULL, 0},
