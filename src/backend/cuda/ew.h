@@ -59,10 +59,12 @@ void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n);     /* o
 void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n);     /* dx += s dy */
 void ut_cuda_relu_fwd(float *out, const float *x, int64_t n);
 void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n);
-void ut_cuda_gelu_fwd(float *out, const float *x, int64_t n);               /* tanh form */
-void ut_cuda_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n);
-void ut_cuda_gelu_erf_fwd(float *out, const float *x, int64_t n);           /* exact (erf) */
-void ut_cuda_gelu_erf_bwd(float *dx, const float *dy, const float *x, int64_t n);
+/* the gelus take each buffer in its storage dtype (dt*: 0 float32, 1 bf16, 2
+ * fp16, as ut_dtype): widened to float, results rounded to nearest even */
+void ut_cuda_gelu_fwd(void *out, int dto, const void *x, int dtx, int64_t n); /* tanh form */
+void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n);
+void ut_cuda_gelu_erf_fwd(void *out, int dto, const void *x, int dtx, int64_t n); /* exact (erf) */
+void ut_cuda_gelu_erf_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n);
 void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n);
 void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n);    /* y = tanh x */
 void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n);

@@ -29,20 +29,27 @@ void ut_relu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (a->requires_grad) ut_cuda_relu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
 }
 
-/* ---- gelu, tanh form ---- */
-void ut_gelu_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_gelu_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+/* ---- gelu, tanh form and exact: every tensor as stored (the op table's
+ * UT_KCAP_NATIVE_16: a 16-bit input, its 16-bit output, and their 16-bit
+ * gradients are read and written in place of float32 copies) ---- */
+void ut_gelu_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_cuda_gelu_fwd(t->data, (int)t->dtype, t->src[0]->data, (int)t->src[0]->dtype, ut_nelem(t));
+}
 
 void ut_gelu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_gelu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
+    if (a->requires_grad)
+        ut_cuda_gelu_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t));
 }
 
-/* ---- gelu, exact ---- */
-void ut_gelu_erf_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_gelu_erf_fwd(out_of(t), in_of(t), ut_nelem(t)); }
+void ut_gelu_erf_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_cuda_gelu_erf_fwd(t->data, (int)t->dtype, t->src[0]->data, (int)t->src[0]->dtype, ut_nelem(t));
+}
 
 void ut_gelu_erf_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_gelu_erf_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
+    if (a->requires_grad)
+        ut_cuda_gelu_erf_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t));
 }
 
 /* ---- tanh (backward from the saved output) ---- */

@@ -7,6 +7,8 @@
  * no multiply-add the CPU does not; the exps and erf of both gelus are the
  * CPU's vmath.h polynomials, so relu, scale, dropout and both gelus give the
  * CPU's bits. tanh and sigmoid use CUDA's tanhf / expf (within 2 ulp). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -245,6 +247,59 @@ __global__ void dropout_kernel(float *__restrict__ out, const float *__restrict_
     }
 }
 
+/* ---- any storage dtype (the ops marked UT_KCAP_NATIVE_16 in table.c): each
+ * pointer's elements of dt (0 float32, 1 bf16, 2 fp16, as ut_dtype), widened
+ * exactly to float, the result rounded to nearest even: the bits float32
+ * copies around the float kernels would give ---- */
+__device__ __forceinline__ float ld_dt(const void *p, int dt, int64_t i) {
+    if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    if (dt == 2) return __half2float(static_cast<const __half *>(p)[i]);
+    return static_cast<const float *>(p)[i];
+}
+__device__ __forceinline__ void st_dt(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
+    else if (dt == 2) static_cast<__half *>(p)[i] = __float2half_rn(v);
+    else static_cast<float *>(p)[i] = v;
+}
+
+template <class F>
+__global__ void fwd_any_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx, int64_t n, F f) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        st_dt(out, dto, i, f(ld_dt(x, dtx, i)));
+}
+
+template <class F>
+__global__ void bwd_any_kernel(void *__restrict__ dx, int dtd, const void *__restrict__ dy, int dtg,
+                               const void *__restrict__ z, int dtz, int64_t n, F f) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        st_dt(dx, dtd, i, __fadd_rn(ld_dt(dx, dtd, i), f(ld_dt(dy, dtg, i), ld_dt(z, dtz, i))));
+}
+
+template <class F>
+void fwd_any(void *out, int dto, const void *x, int dtx, int64_t n, F f, const char *what) {
+    if (n <= 0) return;
+    if (dto == 0 && dtx == 0) {
+        fwd((float *)out, (const float *)x, n, f, what);
+        return;
+    }
+    fwd_any_kernel<F><<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(out, dto, x, dtx, n, f);
+    ut_cuda_launched(what);
+}
+
+template <class F>
+void bwd_any(void *dx, int dtd, const void *dy, int dtg, const void *z, int dtz, int64_t n, F f, const char *what) {
+    if (n <= 0) return;
+    if (dtd == 0 && dtg == 0 && dtz == 0) {
+        bwd((float *)dx, (const float *)dy, (const float *)z, n, f, what);
+        return;
+    }
+    bwd_any_kernel<F><<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(dx, dtd, dy, dtg, z, dtz, n,
+                                                                                     f);
+    ut_cuda_launched(what);
+}
+
 template <bool BWD>
 void dropout(float *out, const float *x, const uint8_t *keep, float scale, int64_t n,
              const char *what) {
@@ -317,17 +372,18 @@ extern "C" void ut_cuda_relu_fwd(float *out, const float *x, int64_t n) {
 extern "C" void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
     bwd(dx, dy, x, n, ReluB{}, "relu_bwd");
 }
-extern "C" void ut_cuda_gelu_fwd(float *out, const float *x, int64_t n) {
-    fwd(out, x, n, GeluF{}, "gelu_fwd");
+extern "C" void ut_cuda_gelu_fwd(void *out, int dto, const void *x, int dtx, int64_t n) {
+    fwd_any(out, dto, x, dtx, n, GeluF{}, "gelu_fwd");
 }
-extern "C" void ut_cuda_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-    bwd(dx, dy, x, n, GeluB{}, "gelu_bwd");
+extern "C" void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n) {
+    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluB{}, "gelu_bwd");
 }
-extern "C" void ut_cuda_gelu_erf_fwd(float *out, const float *x, int64_t n) {
-    fwd(out, x, n, GeluErfF{}, "gelu_erf_fwd");
+extern "C" void ut_cuda_gelu_erf_fwd(void *out, int dto, const void *x, int dtx, int64_t n) {
+    fwd_any(out, dto, x, dtx, n, GeluErfF{}, "gelu_erf_fwd");
 }
-extern "C" void ut_cuda_gelu_erf_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-    bwd(dx, dy, x, n, GeluErfB{}, "gelu_erf_bwd");
+extern "C" void ut_cuda_gelu_erf_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx,
+                                     int64_t n) {
+    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluErfB{}, "gelu_erf_bwd");
 }
 extern "C" void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n) {
     fwd(out, x, n, TanhF{}, "tanh_fwd");
