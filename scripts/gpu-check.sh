@@ -163,6 +163,11 @@ if want bench; then
         flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
         run "bench-utrain-gpt2-$prec" 300 build/bench/gpu_gpt2_step --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-utrain-gpt2-$prec.log")"
+        if [ $prec = bf16 ]; then # linear's 16-bit output through our rounding pass instead of cuBLASLt's
+            UT_CUDA_LT_FUSED=0 run "bench-utrain-gpt2-bf16-unfused" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_CUDA_LT_FUSED=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-unfused.log")"
+        fi
         [ $prec = bf16 ] && flag=--amp
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"

@@ -45,6 +45,14 @@ void ut_cuda_set_tf32(bool on);
  * (UT_BF16 or UT_F16), float32 C, float32 accumulation. */
 void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
                     int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc, int dt);
+/* The same with the result in dt too, written by cuBLASLt: D = alpha
+ * opA(A) opB(B) + beta D (+ bias, float32, one value per column of the
+ * row-major m x n result), in float32, rounded once. false (nothing queued)
+ * when cuBLASLt has no algorithm for it or UT_CUDA_LT_FUSED=0: the caller
+ * takes the float32 result and rounds it itself. */
+bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                        int64_t lda, const void *B, int64_t ldb, float beta, void *D, int64_t ldd, int dt,
+                        const float *bias);
 /* The products queued until the next call run under autocast dtype dt
  * (t->autocast: UT_BF16 or UT_F16; UT_F32 ends it): their operands are
  * float32 values rounded to dt (src/core/autocast.c), so 16-bit copies of

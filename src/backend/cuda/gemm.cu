@@ -24,6 +24,9 @@ static bool g_tf32;
  * libraries' kernel choice (docs/gpu.md) */
 static bool g_classic;
 static cublasHandle_t g_blas;
+/* UT_CUDA_LT_FUSED=0: 16-bit outputs through float32 scratch and a rounding
+ * pass instead of cuBLASLt writing them (for comparing; docs/gpu.md) */
+static bool g_no_fused;
 
 /* autocast's dtype for the products queued now (0: none, 1: bf16, 2: fp16,
  * as ut_dtype), and the 16-bit copies of their operands: process-wide
@@ -51,6 +54,8 @@ static void lt_init(void) {
     if (e && e[0] == '1') g_tf32 = true;
     e = getenv("UT_CUDA_GEMM");
     g_classic = e && !strcmp(e, "cublas");
+    e = getenv("UT_CUDA_LT_FUSED");
+    g_no_fused = e && e[0] == '0';
     if (g_classic) {
         if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS) lt_check(CUBLAS_STATUS_NOT_INITIALIZED, "cuBLAS create");
         cublasSetStream(g_blas, (cudaStream_t)ut_cuda_stream());
@@ -174,6 +179,56 @@ static void empty_product(int64_t m, int64_t n, float beta, float *C, int64_t ld
     for (int64_t b = 0; beta == 0.0f && b < batch; b++)
         cudaMemset2DAsync(C + b * sC, (size_t)ldc * sizeof(float), 0, (size_t)n * sizeof(float), (size_t)m,
                           (cudaStream_t)ut_cuda_stream());
+}
+
+/* A 16-bit product with a 16-bit result written by cuBLASLt itself:
+ * D (dt) = alpha opA(A) opB(B) + beta D, plus bias (float32, one value per
+ * column of the row-major result) when given, computed in float32 and
+ * rounded once to dt. false when cuBLASLt has no algorithm for it (or
+ * UT_CUDA_LT_FUSED=0): nothing was queued. */
+extern "C" bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *D,
+                                   int64_t ldd, int dt, const float *bias) {
+    if (m <= 0 || n <= 0 || k <= 0) return false;
+    lt_init();
+    if (g_no_fused || g_classic) return false;
+    cudaDataType_t t16 = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasLtMatmulDesc_t op;
+    lt_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    if (bias) { /* the column-major result is n x m... of our row-major m x n: a value per its row */
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+        lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
+        lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+                 "bias type");
+    }
+    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, 0, 1, t16) : layout(k, n, ldb, 0, 1, t16);
+    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, 0, 1, t16) : layout(m, k, lda, 0, 1, t16);
+    cublasLtMatrixLayout_t ld = layout(m, n, ldd, 0, 1, t16);
+    cublasLtMatmulPreference_t pref;
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    size_t ws = WS_BYTES;
+    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+             "workspace");
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    /* an unsupported combination may be refused here rather than answered with 0 algorithms */
+    if (cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, ld, ld, pref, 1, &heur, &found) != CUBLAS_STATUS_SUCCESS)
+        found = 0;
+    if (found >= 1)
+        lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, D, ld, D, ld, &heur.algo, g_ws, WS_BYTES,
+                                (cudaStream_t)ut_cuda_stream()),
+                 "matmul (16-bit result)");
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+    return found >= 1;
 }
 
 extern "C" void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,

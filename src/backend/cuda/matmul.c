@@ -15,9 +15,13 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
  * op table's UT_KCAP_NATIVE_16): x in 16 bits (or float32, rounded here), w float32
  * with its rounded 16-bit copy kept from forward to backward by autocast
  * (ut_autocast_round16), the output and its gradient in 16 bits. The
- * products run on the 16-bit tensor cores into float32 scratch; the output
- * is bias-added and rounded in one pass. The results are those the wrapped
- * path gives (rounded operands, float32 sums, rounded output). */
+ * products run on the 16-bit tensor cores; cuBLASLt writes the 16-bit
+ * output with the bias added in float32 (its bias epilogue), and adds the
+ * input gradient into a 16-bit one, each rounded once; where it has no
+ * algorithm for that (or UT_CUDA_LT_FUSED=0) the product goes into float32
+ * scratch and the output is bias-added and rounded in one pass of ours. The
+ * results are those the wrapped path gives (rounded operands, float32 sums,
+ * rounded output). */
 static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* x's values in dt: x itself when stored in dt, else a rounded copy in scratch */
@@ -41,6 +45,12 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
     const void *x16 = as16(x, t->autocast, N * C, k), *w16 = weight16(t, w, false, k);
+    /* cuBLASLt writes the 16-bit output itself, the bias added in float32 */
+    if (t->dtype == t->autocast &&
+        ut_cuda_gemm16_out(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, t->data, OC, dt, b ? f32(b) : NULL)) {
+        ut_kscratch_release(k);
+        return;
+    }
     float *tmp = ut_kscratch(k, (size_t)(N * OC) * sizeof(float));
     ut_cuda_gemm16(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, tmp, OC, dt);
     /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
@@ -61,7 +71,10 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     }
     if (x->requires_grad) { /* dx (N, C) += dout @ w */
         const void *w16 = weight16(t, w, true, k);
-        if (is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
+        if (x->dtype == t->autocast &&
+            ut_cuda_gemm16_out(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 1.0f, x->grad, C, dt, NULL)) {
+            /* cuBLASLt added it to the 16-bit gradient, rounded once */
+        } else if (is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
             float *tmp = ut_kscratch(k, (size_t)(N * C) * sizeof(float));
             ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 0.0f, tmp, C, dt);
             utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
