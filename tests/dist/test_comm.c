@@ -998,6 +998,96 @@ static void test_send_recv_ring(void) {
     ut_free(in);
 }
 
+/* The direct collectives (dist.h) on the simulated device's memory, over a
+ * group of every rank: set up with direct (the log line's path says so),
+ * then a float32 sum, a bf16 max, an fp16 average, the uneven reduce-scatter
+ * and the in-place all-gather, each queued between the compute stream's
+ * writes and reads and checked against the exact result; host mode sets up
+ * nothing. The group's finalize takes the direct path's own group with it. */
+static void test_direct_on_sim(void) {
+    const ut_backend *sim = ut_backend_get(UT_SIM);
+    char path[640], err[512];
+    ut_comm *c = ut_comm_split(comm, 0, rank, "direct", err, sizeof err);
+    CHECK(c, "split: %s", err);
+    if (!c) return;
+    CHECK(ut_comm_device_setup(c, UT_SIM, UT_DEVCOMM_HOST, path, sizeof path, err, sizeof err) == 0 &&
+              !ut_comm_direct(c, UT_SIM) && strstr(path, "through host memory"),
+          "host mode: %s", path);
+    CHECK(ut_comm_device_setup(c, UT_SIM, UT_DEVCOMM_DIRECT, path, sizeof path, err, sizeof err) == 0, "direct: %s",
+          err);
+    CHECK(ut_comm_direct(c, UT_SIM) && strstr(path, "direct, the simulated device's collectives"), "path: %s", path);
+    if (!ut_comm_direct(c, UT_SIM)) {
+        ut_comm_finalize(c);
+        return;
+    }
+    enum { N = 1000 };
+    float *h = falloc(N), *back = falloc(N);
+    float *d = sim->alloc(N * sizeof(float));
+    void *d16 = sim->alloc(N * 2);
+    /* float32 sum: small integers, exact */
+    for (int64_t i = 0; i < N; i++) h[i] = ar_value(rank, i);
+    sim->copy(d, h, N * sizeof(float), UT_COPY_H2D);
+    CHECK(ut_comm_direct_allreduce_ordered(c, UT_SIM, d, N, UT_F32, UT_REDUCE_SUM) == 0, "sum: %s", ut_comm_error(c));
+    sim->copy(back, d, N * sizeof(float), UT_COPY_D2H);
+    CHECK(ar_check(back, N) == 0, "direct float32 sum: wrong values");
+    /* bf16 max and fp16 average of values exact in both: rank r has r + i % 7 */
+    const ut_dtype dts[2] = {UT_BF16, UT_F16};
+    const ut_reduce_op ops[2] = {UT_REDUCE_MAX, UT_REDUCE_AVG};
+    const char *opname[2] = {"max", "avg"};
+    for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < N; i++) h[i] = (float)(rank + i % 7);
+        sim->copy(d, h, N * sizeof(float), UT_COPY_H2D);
+        sim->convert(d16, dts[k], d, UT_F32, N);
+        CHECK(ut_comm_direct_allreduce_ordered(c, UT_SIM, d16, N, dts[k], ops[k]) == 0, "%s: %s", opname[k],
+              ut_comm_error(c));
+        sim->convert(d, UT_F32, d16, dts[k], N);
+        sim->copy(back, d, N * sizeof(float), UT_COPY_D2H);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N; i++) {
+            float want = k == 0 ? (float)(size - 1 + i % 7) : (float)(i % 7) + (float)(size - 1) / 2.0f;
+            bad += back[i] != want;
+        }
+        CHECK(bad == 0, "direct %s %s: %lld wrong", ut_dtype_name(dts[k]), opname[k], (long long)bad);
+    }
+    /* uneven parts: rank r owns r + 3 elements */
+    int64_t *counts = ut_calloc_check((size_t)size, sizeof *counts), total = 0, off = 0;
+    for (int r = 0; r < size; r++) total += counts[r] = r + 3;
+    for (int r = 0; r < rank; r++) off += counts[r];
+    float *in = sim->alloc((size_t)total * sizeof(float)), *out = sim->alloc((size_t)counts[rank] * sizeof(float));
+    float *hin = falloc(total), *hout = falloc(total);
+    for (int64_t i = 0; i < total; i++) hin[i] = ar_value(rank, i);
+    sim->copy(in, hin, (size_t)total * sizeof(float), UT_COPY_H2D);
+    ut_comm_direct_after_compute(c, UT_SIM);
+    CHECK(ut_comm_direct_reduce_scatterv(c, UT_SIM, in, out, counts) == 0, "reduce_scatterv: %s", ut_comm_error(c));
+    ut_comm_direct_before_compute(c, UT_SIM);
+    sim->copy(hout, out, (size_t)counts[rank] * sizeof(float), UT_COPY_D2H);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < counts[rank]; i++) bad += hout[i] != ar_expect(off + i);
+    CHECK(bad == 0, "direct reduce_scatterv: %lld of %lld wrong", (long long)bad, (long long)counts[rank]);
+    /* every rank's part of in from that rank, in place: rank r's part holds 100 r + i */
+    for (int64_t i = 0; i < counts[rank]; i++) hin[off + i] = (float)(100 * rank + i);
+    sim->copy(in, hin, (size_t)total * sizeof(float), UT_COPY_H2D);
+    ut_comm_direct_after_compute(c, UT_SIM);
+    CHECK(ut_comm_direct_allgatherv(c, UT_SIM, in, counts) == 0, "allgatherv: %s", ut_comm_error(c));
+    ut_comm_direct_before_compute(c, UT_SIM);
+    sim->copy(hout, in, (size_t)total * sizeof(float), UT_COPY_D2H);
+    bad = 0;
+    for (int r = 0, o = 0; r < size; o += (int)counts[r], r++)
+        for (int64_t i = 0; i < counts[r]; i++) bad += hout[o + i] != (float)(100 * r + i);
+    CHECK(bad == 0, "direct allgatherv: %lld wrong", (long long)bad);
+    CHECK(ut_comm_direct_status(c, UT_SIM) == 0, "status: %s", ut_comm_error(c));
+    sim->free(in);
+    sim->free(out);
+    sim->free(d);
+    sim->free(d16);
+    ut_free(counts);
+    free(hin);
+    free(hout);
+    free(h);
+    free(back);
+    ut_comm_finalize(c);
+}
+
 /* Groups progress independently: rank 1 blocks in a collective on group a
  * that rank 0 joins only after a send to rank 1 on group b has finished. One
  * queue for both would deadlock (the watchdog would end the job). */
@@ -1113,6 +1203,7 @@ int main(int argc, char **argv) {
     RUN(test_mesh);
     RUN(test_send_recv_ring);
     RUN(test_groups_do_not_block_each_other);
+    RUN(test_direct_on_sim);
     ut_comm_finalize(comm);
     ut_comm_finalize(ut_comm_world()); /* the lazily made single world */
     printf("rank %d/%d: %d passed, %d failed\n", rank, size, t_passed, t_failed);
