@@ -116,10 +116,23 @@ static void catch_signals(saved_signals *old) {
     pthread_sigmask(SIG_UNBLOCK, &sa.sa_mask, &old->mask);
 }
 
+/* A rank of the --nproc launcher (a supervisor) gets each stop by two routes
+ * (mpirun's forwarding and the launcher's own): a copy that comes after the
+ * trainer is done must not end the rank, and the threads made meanwhile (the
+ * communicators', a device's streams, OpenMP's) have SIGUSR1 unblocked, so
+ * re-blocking it on this thread is not enough: such a rank ignores it from
+ * here on, whichever thread it reaches. */
 static void restore_signals(const saved_signals *old) {
     pthread_sigmask(SIG_SETMASK, &old->mask, NULL);
     sigaction(SIGTERM, &old->term, NULL);
-    sigaction(SIGUSR1, &old->usr1, NULL);
+    if (supervisor_pid > 0 && old->usr1.sa_handler == SIG_DFL && !(old->usr1.sa_flags & SA_SIGINFO)) {
+        struct sigaction ign;
+        memset(&ign, 0, sizeof ign);
+        ign.sa_handler = SIG_IGN;
+        sigaction(SIGUSR1, &ign, NULL);
+    } else {
+        sigaction(SIGUSR1, &old->usr1, NULL);
+    }
     sigaction(SIGINT, &old->intr, NULL);
 }
 

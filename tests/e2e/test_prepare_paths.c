@@ -6,8 +6,10 @@
  * train to the same checkpoint, byte for byte: the RoBERTa (with dropout),
  * GPT-2 and BART classifier fixtures on data/sst2_sample, on the CPU and on
  * the simulated device (or UTRAIN_DEVICE's, e.g. cuda on a GPU machine). */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "hf_e2e.h"
@@ -98,6 +100,34 @@ static void test_one_read_per_step(void) {
     CHECK(r[1] - r[0] == 4 * (1 + 2 * 2), "host reads: %lu in 2 steps, %lu in 6 (want 20 more)", r[0], r[1]);
 }
 
+/* A rank of the --nproc launcher gets each stop twice (mpirun forwards it,
+ * the launcher sends it too); a copy arriving after the trainer is done must
+ * not end the process, whichever thread it reaches (the trainer's run made
+ * threads with it unblocked: sim's streams, OpenMP's). Such a rank
+ * (UTRAIN_SUPERVISOR set) ignores SIGUSR1 after the trainer; any other
+ * program gets its own disposition back. */
+static void test_late_stop_copy(void) {
+    char pid[32];
+    snprintf(pid, sizeof pid, "%ld", (long)getppid());
+    for (int sup = 0; sup < 2; sup++) {
+        if (sup) setenv("UTRAIN_SUPERVISOR", pid, 1);
+        char exp[32];
+        snprintf(exp, sizeof exp, "late_stop_%d", sup);
+        const char *more[] = {"train.max_steps=1", "train.save_strategy=no", NULL};
+        CHECK(train_with("gpt2cls", exp, "sim", NULL, more) == 0, "%s", exp);
+        unsetenv("UTRAIN_SUPERVISOR");
+        struct sigaction cur;
+        sigaction(SIGUSR1, NULL, &cur);
+        CHECK(cur.sa_handler == (sup ? SIG_IGN : SIG_DFL), "after the trainer%s: SIGUSR1 %s", sup ? ", supervised" : "",
+              cur.sa_handler == SIG_IGN ? "ignored" : cur.sa_handler == SIG_DFL ? "default" : "caught");
+        if (sup && cur.sa_handler == SIG_IGN) { /* the copy itself: the process goes on (else it ends with 138) */
+            kill(getpid(), SIGUSR1);
+            usleep(100000);
+            signal(SIGUSR1, SIG_DFL);
+        }
+    }
+}
+
 static void test_roberta(void) { both_paths("roberta"); }
 static void test_gpt2_classifier(void) { both_paths("gpt2cls"); }
 static void test_bart(void) { both_paths("bart"); }
@@ -113,5 +143,6 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_classifier);
     RUN(test_bart);
     RUN(test_one_read_per_step);
+    RUN(test_late_stop_copy);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
