@@ -115,20 +115,14 @@ static const void *copy16(int slot, const float *x, int64_t rows, int64_t cols, 
     return g_op16[slot];
 }
 
-/* One cuBLASLt product (row-major operands swapped as above) with operands
- * of type in_t and float32 C; false when cuBLASLt has no algorithm for it. */
-static bool lt_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
-                       int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, float beta, float *C,
-                       int64_t ldc, int64_t sC, int64_t batch, cudaDataType_t in_t, cublasComputeType_t compute) {
-    cublasLtMatmulDesc_t op;
-    lt_check(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F), "desc");
-    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
-    /* stored shapes (row-major): B is k x n or n x k, A is m x k or k x m */
-    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, sB, batch, in_t) : layout(k, n, ldb, sB, batch, in_t);
-    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, sA, batch, in_t) : layout(m, k, lda, sA, batch, in_t);
-    cublasLtMatrixLayout_t lc = layout(m, n, ldc, sC, batch);
+/* The operation op of the row-major operands (the layouts made from their
+ * stored shapes, swapped as above) queued with the heuristic's first
+ * algorithm; frees op and the layouts. false when there is none; with
+ * optional, also when the heuristic rejects the combination outright (else
+ * that is fatal). */
+static bool lt_run(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                   cublasLtMatrixLayout_t lc, float alpha, const void *A, const void *B, float beta, void *C,
+                   bool optional) {
     cublasLtMatmulPreference_t pref;
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
     size_t ws = WS_BYTES;
@@ -136,7 +130,11 @@ static bool lt_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k
              "workspace");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    lt_check(cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found), "heuristic");
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS) {
+        if (!optional) lt_check(hs, "heuristic");
+        found = 0;
+    }
     if (found >= 1)
         lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, C, lc, C, lc, &heur.algo, g_ws, WS_BYTES,
                                 (cudaStream_t)ut_cuda_stream()),
@@ -147,6 +145,29 @@ static bool lt_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(op);
     return found >= 1;
+}
+
+/* A product's descriptor: compute type, float32 scalars, the transposes
+ * (swapped as above) */
+static cublasLtMatmulDesc_t lt_desc(bool transA, bool transB, cublasComputeType_t compute) {
+    cublasLtMatmulDesc_t op;
+    lt_check(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F), "desc");
+    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    return op;
+}
+
+/* One cuBLASLt product (row-major operands swapped as above) with operands
+ * of type in_t and float32 C; false when cuBLASLt has no algorithm for it. */
+static bool lt_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                       int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, float beta, float *C,
+                       int64_t ldc, int64_t sC, int64_t batch, cudaDataType_t in_t, cublasComputeType_t compute) {
+    cublasLtMatmulDesc_t op = lt_desc(transA, transB, compute);
+    /* stored shapes (row-major): B is k x n or n x k, A is m x k or k x m */
+    cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, sB, batch, in_t) : layout(k, n, ldb, sB, batch, in_t);
+    cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, sA, batch, in_t) : layout(m, k, lda, sA, batch, in_t);
+    return lt_run(op, la, lb, layout(m, n, ldc, sC, batch), alpha, A, B, beta, C, false);
 }
 
 static void one_product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
@@ -193,12 +214,8 @@ extern "C" bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t 
     lt_init();
     if (g_no_fused || g_classic) return false;
     cudaDataType_t t16 = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
-    cublasLtMatmulDesc_t op;
-    lt_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    cublasOperation_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
-    if (bias) { /* the column-major result is n x m... of our row-major m x n: a value per its row */
+    cublasLtMatmulDesc_t op = lt_desc(transA, transB, CUBLAS_COMPUTE_32F);
+    if (bias) { /* the column-major result is our row-major one transposed: a value per its row */
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_32F;
         lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
@@ -208,27 +225,7 @@ extern "C" bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t 
     }
     cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, 0, 1, t16) : layout(k, n, ldb, 0, 1, t16);
     cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, 0, 1, t16) : layout(m, k, lda, 0, 1, t16);
-    cublasLtMatrixLayout_t ld = layout(m, n, ldd, 0, 1, t16);
-    cublasLtMatmulPreference_t pref;
-    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    size_t ws = WS_BYTES;
-    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-             "workspace");
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    /* an unsupported combination may be refused here rather than answered with 0 algorithms */
-    if (cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, ld, ld, pref, 1, &heur, &found) != CUBLAS_STATUS_SUCCESS)
-        found = 0;
-    if (found >= 1)
-        lt_check(cublasLtMatmul(g_lt, op, &alpha, B, lb, A, la, &beta, D, ld, D, ld, &heur.algo, g_ws, WS_BYTES,
-                                (cudaStream_t)ut_cuda_stream()),
-                 "matmul (16-bit result)");
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(op);
-    return found >= 1;
+    return lt_run(op, la, lb, layout(m, n, ldd, 0, 1, t16), alpha, A, B, beta, D, true);
 }
 
 extern "C" void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
