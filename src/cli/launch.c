@@ -68,7 +68,27 @@ static pid_t parent_of(pid_t pid) {
     return (pid_t)ppid;
 }
 
-/* Whether pid runs this program and descends from the job (mpirun). */
+/* Whether pid's environment names this process as its supervisor
+ * (UTRAIN_SUPERVISOR, which every rank gets): a rank of ours however the
+ * MPI below started it. */
+static bool supervised_by_us(pid_t pid) {
+    char path[64], want[48];
+    snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+    int n = snprintf(want, sizeof want, "UTRAIN_SUPERVISOR=%ld", (long)getpid()) + 1; /* with its NUL */
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    static char env[(1 << 16) + 1];
+    size_t k = fread(env, 1, sizeof env - 1, f);
+    fclose(f);
+    env[k] = 0; /* a last entry cut short ends here */
+    for (size_t i = 0; i + (size_t)n <= k; i += strlen(env + i) + 1)
+        if (!memcmp(env + i, want, (size_t)n)) return true;
+    return false;
+}
+
+/* Whether pid runs this program and is one of the job's ranks: it descends
+ * from the job (mpirun), or (an MPI whose daemons start ranks apart from
+ * mpirun, as Open MPI 5's may) its environment says we supervise it. */
 static bool is_rank_of(pid_t pid, pid_t job) {
     char path[64], exe[sizeof self_exe];
     snprintf(path, sizeof path, "/proc/%ld/exe", (long)pid);
@@ -78,7 +98,7 @@ static bool is_rank_of(pid_t pid, pid_t job) {
     if (strcmp(exe, self_exe)) return false;
     for (pid_t p = parent_of(pid), hops = 0; p > 1 && hops < 64; p = parent_of(p), hops++)
         if (p == job) return true;
-    return false;
+    return supervised_by_us(pid);
 }
 
 /* The ranks already asked to stop `asked` times (at most 256 of them: the

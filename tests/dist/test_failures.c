@@ -310,6 +310,45 @@ static bool put_deaf_mpirun_first(void) {
 
 static void restore_path(void) { setenv("PATH", saved_path, 1); }
 
+/* An mpirun that passes no signal on and whose ranks do not descend from it
+ * (as an MPI whose daemons start the ranks apart from mpirun): the script
+ * starts the real one in a new session through a process that exits at once
+ * (so the ranks' parents lead to init, not to the job), waits for the exit
+ * code it leaves in a file, and exits with it. The launcher then finds the
+ * ranks by the supervisor named in their environment. */
+static bool put_detached_mpirun_first(void) {
+    if (!put_deaf_mpirun_first()) return false;
+    char real[512] = "", script[512];
+    FILE *p = popen("PATH=\"$(echo \"$PATH\" | cut -d: -f2-)\" command -v mpirun", "r");
+    if (p) {
+        if (!fgets(real, sizeof real, p)) real[0] = 0;
+        pclose(p);
+    }
+    real[strcspn(real, "\n")] = 0;
+    if (!real[0]) return false;
+    snprintf(script, sizeof script, "%s/deaf/mpirun", tmp);
+    FILE *f = fopen(script, "w");
+    if (!f) return false;
+    fprintf(f,
+            "#!/bin/sh\n# passes no signal on; its ranks descend from init, not from it\ntrap '' USR1\n"
+            "rc=%s/deaf/rc.$$\nrm -f \"$rc\"\n"
+            "( setsid sh -c '%s \"$@\"; echo $? > \"$0.tmp\"; mv \"$0.tmp\" \"$0\"' \"$rc\" \"$@\" & )\n"
+            "while [ ! -f \"$rc\" ]; do sleep 0.1; done\nexit $(cat \"$rc\")\n",
+            tmp, real);
+    fclose(f);
+    return true;
+}
+
+/* SIGTERM to the launcher with such an mpirun: every rank stops at one step
+ * with a checkpoint, as with any other (tests/dist/test_failures' termination
+ * rules). */
+static void test_sigterm_with_detached_ranks(void) {
+    bool ok = put_detached_mpirun_first();
+    CHECK(ok, "a detaching mpirun put first in PATH");
+    if (ok) stop_launcher("detached", SIGTERM, false, NULL);
+    restore_path();
+}
+
 static void test_sigterm_without_forwarding_mpirun(void) {
     bool ok = put_deaf_mpirun_first();
     CHECK(ok, "a non-forwarding mpirun put first in PATH");
@@ -439,6 +478,7 @@ int main(int argc, char **argv) {
     RUN(test_killed_launcher_stops_the_ranks);
     RUN(test_sigterm_without_forwarding_mpirun);
     RUN(test_killed_launcher_without_forwarding_mpirun);
+    RUN(test_sigterm_with_detached_ranks);
     RUN(test_sigterm_to_one_rank);
     RUN(test_every_argument_reaches_the_ranks);
     RUN(test_mismatched_configs_are_reported);
