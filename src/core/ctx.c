@@ -257,6 +257,9 @@ static void prof_resolve(void) {
     prof_npend = 0;
 }
 
+/* A timing event: a spare one, else a new one. Called with prof_mu held. */
+static void *prof_event(void) { return prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new(); }
+
 static void prof_report(void) {
     pthread_mutex_lock(&prof_mu);
     if (prof_state == 2) prof_resolve();
@@ -289,7 +292,7 @@ ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
     if (!prof_state) return (ut_prof_mark){.t = -1};
     if (prof_state == 2 && ctx->be == prof_be) {
         pthread_mutex_lock(&prof_mu);
-        void *ev = prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new();
+        void *ev = prof_event();
         pthread_mutex_unlock(&prof_mu);
         prof_be->event_record(ev, NULL);
         return (ut_prof_mark){.t = 0, .ev = ev};
@@ -303,7 +306,7 @@ void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m) {
     if (m.t < 0) return;
     if (m.ev) {
         pthread_mutex_lock(&prof_mu);
-        void *ev = prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new();
+        void *ev = prof_event();
         prof_be->event_record(ev, NULL);
         if (prof_npend == prof_cap) {
             prof_cap = prof_cap ? 2 * prof_cap : 1024;

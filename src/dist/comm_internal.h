@@ -1,5 +1,6 @@
-/* The communicator's insides, shared by the interface (comm.c) and the MPI
- * backend (comm_mpi.c).
+/* The communicator's insides, shared by the interface (comm.c), its
+ * backends (comm_mpi.c, comm_tcp.c) and the direct collectives
+ * (comm_device.c).
  * defines: UT_CHECK_PTHREAD, ut_comm (the struct), ut_comm_op, ut_comm_kind, ut_comm_vtable,
  *          ut_comm_op_name, ut_comm_op_describe, ut_comm_combine, ut_comm_average, ut_comm_queue (and its
  *          _init, _destroy, _submit, _wait, _test, _done),

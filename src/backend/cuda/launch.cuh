@@ -1,7 +1,7 @@
 /* What the CUDA kernel files share (CUDA C++ only): the compute stream, the
  * grid of a grid-stride loop, and 16-bit loads and stores as float.
  * defines: utk::kThreads, utk::kMaxBlocks, utk::stream, utk::blocks_for,
- *          UTK_GRID_STRIDE, utk_load_f32, utk_store_f32. */
+ *          UTK_GRID_STRIDE, utk_load_f32, utk_store_f32, utk_load, utk_store. */
 #ifndef UTRAIN_CUDA_LAUNCH_CUH
 #define UTRAIN_CUDA_LAUNCH_CUH
 
@@ -44,5 +44,13 @@ __device__ __forceinline__ void utk_store_f32(void *p, int dt, int64_t i, float 
     else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
     else ((float *)p)[i] = v;
 }
+
+/* the same for a pointer whose type says the dtype (kernels templated on it) */
+__device__ __forceinline__ float utk_load(const float *p) { return *p; }
+__device__ __forceinline__ float utk_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float utk_load(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void utk_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void utk_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void utk_store(__half *p, float v) { *p = __float2half_rn(v); }
 
 #endif

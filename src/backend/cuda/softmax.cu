@@ -6,12 +6,11 @@
  * by a fixed shuffle/shared-memory tree: the launch shape depends on V only,
  * so every result is the same from run to run. The losses keep one double
  * per row and one block adds the rows in a fixed order. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "softmax.h"
 
 #define FULL_MASK 0xffffffffu
@@ -62,15 +61,6 @@ __device__ __forceinline__ bool row_slot(int64_t N, int64_t &row, int &tid, int 
     return row < N;
 }
 
-/* Values as stored (float32, or the cross-entropy's 16-bit logits and their
- * gradient): widened exactly to float, and rounded back to nearest even. */
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void st(__half *p, float v) { *p = __float2half_rn(v); }
-
 /* The row's max M and S = sum(exp(x - M)) (double), in one pass over x. */
 template <bool BLOCK, typename T>
 __device__ __forceinline__ void row_max_sum(const T *__restrict__ x, int V, int tid, int nt,
@@ -78,7 +68,7 @@ __device__ __forceinline__ void row_max_sum(const T *__restrict__ x, int V, int 
     float m = -INFINITY;
     double s = 0.0;
     for (int v = tid; v < V; v += nt) {
-        float xv = ld(x + v);
+        float xv = utk_load(x + v);
         if (xv > m) {
             s = s * (double)expf(m - xv) + 1.0; /* m = -inf: s = 1 */
             m = xv;
@@ -205,7 +195,7 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
             mx[row] = M;
             inv[row] = (float)(1.0 / S);
         }
-        rowloss[row] = (double)M + log(S) - (double)ld(xr + t);
+        rowloss[row] = (double)M + log(S) - (double)utk_load(xr + t);
     }
 }
 
@@ -228,7 +218,7 @@ __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
     T *dr = dx + row * V;
     if (!target_counts(t, ignore, V, nullptr, 0, false)) {
         if (overwrite)
-            for (int v = tid; v < V; v += nt) st(dr + v, 0.0f);
+            for (int v = tid; v < V; v += nt) utk_store(dr + v, 0.0f);
         return;
     }
     float g = dloss[0] / (float)count[0]; /* count >= 1: this row counts */
@@ -236,13 +226,13 @@ __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
     const T *xr = logits + row * V;
     if (overwrite) {
         for (int v = tid; v < V; v += nt) {
-            float p = expf(ld(xr + v) - m) * r * g;
-            st(dr + v, v == t ? p - g : p);
+            float p = expf(utk_load(xr + v) - m) * r * g;
+            utk_store(dr + v, v == t ? p - g : p);
         }
     } else {
         for (int v = tid; v < V; v += nt) {
-            float a = ld(dr + v) + expf(ld(xr + v) - m) * r * g;
-            st(dr + v, v == t ? a - g : a);
+            float a = utk_load(dr + v) + expf(utk_load(xr + v) - m) * r * g;
+            utk_store(dr + v, v == t ? a - g : a);
         }
     }
 }

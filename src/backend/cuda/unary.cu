@@ -7,8 +7,6 @@
  * no multiply-add the CPU does not; the exps and erf of both gelus are the
  * CPU's vmath.h polynomials, so relu, scale, dropout and both gelus give the
  * CPU's bits. tanh and sigmoid use CUDA's tanhf / expf (within 2 ulp). */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -248,25 +246,14 @@ __global__ void dropout_kernel(float *__restrict__ out, const float *__restrict_
 }
 
 /* ---- any storage dtype (the ops marked UT_KCAP_NATIVE_16 in table.c): each
- * pointer's elements of dt (0 float32, 1 bf16, 2 fp16, as ut_dtype), widened
- * exactly to float, the result rounded to nearest even: the bits float32
- * copies around the float kernels would give ---- */
-__device__ __forceinline__ float ld_dt(const void *p, int dt, int64_t i) {
-    if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-    if (dt == 2) return __half2float(static_cast<const __half *>(p)[i]);
-    return static_cast<const float *>(p)[i];
-}
-__device__ __forceinline__ void st_dt(void *p, int dt, int64_t i, float v) {
-    if (dt == 1) static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
-    else if (dt == 2) static_cast<__half *>(p)[i] = __float2half_rn(v);
-    else static_cast<float *>(p)[i] = v;
-}
-
+ * pointer's elements of its dt, read and written through launch.cuh's
+ * utk_load_f32 / utk_store_f32 (widened exactly, rounded to nearest even):
+ * the bits float32 copies around the float kernels would give ---- */
 template <class F>
 __global__ void fwd_any_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx, int64_t n, F f) {
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        st_dt(out, dto, i, f(ld_dt(x, dtx, i)));
+        utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i)));
 }
 
 template <class F>
@@ -274,7 +261,8 @@ __global__ void bwd_any_kernel(void *__restrict__ dx, int dtd, const void *__res
                                const void *__restrict__ z, int dtz, int64_t n, F f) {
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        st_dt(dx, dtd, i, __fadd_rn(ld_dt(dx, dtd, i), f(ld_dt(dy, dtg, i), ld_dt(z, dtz, i))));
+        utk_store_f32(dx, dtd, i,
+                      __fadd_rn(utk_load_f32(dx, dtd, i), f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
 }
 
 template <class F>
