@@ -51,21 +51,40 @@ CU_SRC     = $(sort $(wildcard src/backend/cuda/*.cu))
 CU_OBJ     = $(CU_SRC:%.cu=$(CU_BUILD)/%.o)
 CUDA_CFLAGS = -DUT_WITH_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl
+# $(call nv_inc,header,pip module): the folder holding an NVIDIA library's
+# header: the toolkit's, the system's, or a pip wheel's (nvidia-nccl,
+# nvidia-cudnn: what PyTorch installs), first found
+nv_inc = $(or $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu,\
+                 $(if $(wildcard $(d)/$(1)),$(d)))),\
+              $(shell python3 -c 'import nvidia.$(2) as m, os; d = list(m.__path__)[0]; \
+                 print(d + "/include" if os.path.exists(d + "/include/$(1)") else "")' 2>/dev/null))
+# $(call nv_libdir,include folder,library file): the lib folder beside it that holds the library
+nv_libdir = $(firstword $(foreach d,$(1)/../lib $(1)/../lib64,$(if $(wildcard $(d)/$(2)),$(abspath $(d)))))
 # NCCL (the ranks' collectives on GPU memory): only its header is needed to
 # build, the library is opened when a run asks for it (src/backend/cuda/nccl.c).
 # The toolkit's, the system's or pip's nvidia-nccl; `make NCCL=0` leaves it out.
 NCCL      ?= 1
 ifeq ($(NCCL),1)
 ifeq ($(origin NCCL_INC),undefined)
-NCCL_INC  := $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include,$(if $(wildcard $(d)/nccl.h),$(d))))
-ifeq ($(NCCL_INC),)
-NCCL_INC  := $(shell python3 -c 'import nvidia.nccl as m, os; d = list(m.__path__)[0]; \
-               print(d + "/include" if os.path.exists(d + "/include/nccl.h") else "")' 2>/dev/null)
+NCCL_INC  := $(call nv_inc,nccl.h,nccl)
 endif
-endif
-NCCL_LIBDIR ?= $(firstword $(foreach d,$(NCCL_INC)/../lib $(NCCL_INC)/../lib64,$(if $(wildcard $(d)/libnccl.so.2),$(abspath $(d)))))
+NCCL_LIBDIR ?= $(call nv_libdir,$(NCCL_INC),libnccl.so.2)
 ifneq ($(NCCL_INC),)
 CUDA_CFLAGS += -DUT_WITH_NCCL -I$(NCCL_INC) $(if $(NCCL_LIBDIR),-DUT_NCCL_LIBDIR='"$(NCCL_LIBDIR)"')
+endif
+endif
+# cuDNN (the convolutions on the GPU), the same way: the header to build, the
+# library opened at the first convolution (src/backend/cuda/cudnn.c); a
+# machine without it convolves with utrain's own kernels. `make CUDNN=0`
+# leaves it out.
+CUDNN     ?= 1
+ifeq ($(CUDNN),1)
+ifeq ($(origin CUDNN_INC),undefined)
+CUDNN_INC := $(call nv_inc,cudnn.h,cudnn)
+endif
+CUDNN_LIBDIR ?= $(call nv_libdir,$(CUDNN_INC),libcudnn.so.9)
+ifneq ($(CUDNN_INC),)
+CUDA_CFLAGS += -DUT_WITH_CUDNN -I$(CUDNN_INC) $(if $(CUDNN_LIBDIR),-DUT_CUDNN_LIBDIR='"$(CUDNN_LIBDIR)"')
 endif
 endif
 endif
@@ -92,9 +111,10 @@ lib: $(BUILD)/libutrain.a $(BUILD)/libutrain.so
 deps:
 	@scripts/install-deps.sh
 
-# where the build finds NCCL's header and library (scripts/gpu-check.sh's env step)
+# where the build finds NCCL's and cuDNN's headers and libraries (scripts/gpu-check.sh's env step)
 nccl-info:
 	@echo "NCCL header: $(if $(NCCL_INC),$(NCCL_INC)/nccl.h,not found (built without NCCL)); library beside it: $(if $(NCCL_LIBDIR),$(NCCL_LIBDIR),none (libnccl.so.2 from the loader's path))"
+	@echo "cuDNN header: $(if $(CUDNN_INC),$(CUDNN_INC)/cudnn.h,not found (built without cuDNN)); library beside it: $(if $(CUDNN_LIBDIR),$(CUDNN_LIBDIR),none (libcudnn.so.9 from the loader's path))"
 
 # core's private header (src/core/internal.h) is on the include path of core,
 # ops and the backends only; the layers above use include/utrain/*.h

@@ -112,7 +112,7 @@ if want env; then
     } >"$OUT/env.txt" 2>&1
     note "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $NPROC cores; GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1)"
     note "cpu bf16: $(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | xargs)"
-    note "$(make -s nccl-info 2>&1 | tail -1)"
+    make -s nccl-info 2>&1 | tail -2 | while IFS= read -r l; do note "$l"; done
 fi
 
 if want build; then

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../../src/backend/backend.h"
+#include "../../src/backend/cuda/cudnn_conv.h"
 #include "devcompare.h"
 #include "test.h"
 #include "utrain/base.h"
@@ -153,6 +154,43 @@ static void test_autocast_rows(void) {
     dc_autocast = UT_F32;
 }
 
+/* cuDNN opens here and has every function utrain calls (this runs without
+ * a GPU: a misspelt name or a library too old fails on the build machine);
+ * where it is missing, the convolutions' own kernels are what runs, and
+ * this says so. */
+static void test_cudnn_library(void) {
+    char what[64] = "", why[512] = "";
+    int r = ut_cuda_cudnn_probe(what, sizeof what, why, sizeof why);
+    CHECK(r >= 0, "%s", why);
+    if (r == 0) printf("  %s\n", what);
+    else printf("  skip: %s\n", why);
+}
+
+/* Every convolution row twice more: once with UT_CUDA_CONV=cudnn (cuDNN must
+ * take each pass of each row, or the op fails) and once with
+ * UT_CUDA_CONV=im2col (utrain's own kernels), both against the CPU. The
+ * default run of the rows above is cuDNN where it takes them. */
+static void test_conv_paths(void) {
+    char what[64], why[512];
+    bool have = ut_cuda_cudnn_probe(what, sizeof what, why, sizeof why) == 0;
+    const char *modes[] = {"cudnn", "im2col"};
+    for (int m = 0; m < 2; m++) {
+        if (m == 0 && !have) {
+            printf("  skip cudnn: %s\n", why);
+            continue;
+        }
+        setenv("UT_CUDA_CONV", modes[m], 1);
+        char fam[32];
+        snprintf(fam, sizeof fam, "conv %s", modes[m]);
+        for (int i = 0; i < gc_nrows_nn; i++)
+            if (strstr(gc_rows_nn[i].name, "conv") && selected(&gc_rows_nn[i]))
+                if (dc_compare_row(fam, &gc_rows_nn[i], UT_CUDA, TOL)) t_checks_failed++;
+        if (selected(&big_rows[6]) && dc_compare_row(fam, &big_rows[6], UT_CUDA, 1e-4)) t_checks_failed++;
+        fflush(stdout);
+    }
+    unsetenv("UT_CUDA_CONV");
+}
+
 /* A bad index found by a kernel is reported at the next host read, naming
  * the op, and the read fails. */
 static void test_bad_index(void) {
@@ -269,6 +307,7 @@ static void test_model_on_device(void) {
 }
 
 int main(void) {
+    RUN(test_cudnn_library);
     if (!have_gpu()) {
         printf("skip: %s\n", skip_why);
         return TEST_SUMMARY();
@@ -276,6 +315,7 @@ int main(void) {
 #define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);
     GC_FAMILIES(RUNF)
     RUN(test_large_shapes);
+    RUN(test_conv_paths);
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
     RUN(test_bad_index);

@@ -1,5 +1,8 @@
 /* CUDA glue of CONV2D, 2-D convolution as torch.nn.functional.conv2d (groups 1,
- * dilation 1; semantics: src/backend/cpu/conv.c): im2col over a chunk of
+ * dilation 1; semantics: src/backend/cpu/conv.c).
+ * Each pass (forward, dx, dw) goes to cuDNN where it takes it (cudnn.c:
+ * deterministic, exact algorithms; UT_CUDA_CONV=im2col keeps it out), and
+ * otherwise to utrain's own kernels: im2col over a chunk of
  * images, then one ut_cuda_sgemm batched over the chunk's images. Chunks keep
  * the column buffer and the weight gradient's per-image partials under
  * CONV_CHUNK_BYTES. A 1x1 convolution with stride 1 and no padding uses the
@@ -10,6 +13,7 @@
 
 #include "cuda.h"
 #include "conv.h"
+#include "cudnn_conv.h"
 #include "../../ops/params.h"
 
 #define CONV_CHUNK_BYTES ((size_t)256 << 20)
@@ -38,6 +42,8 @@ void ut_conv2d_fwd_cuda(ut_tensor *t, UT_KCTX) {
     const float *x = t->src[0]->data, *w = t->src[1]->data, *bias = bt ? bt->data : NULL;
     float *out = t->data;
     int64_t K = d.C * d.KH * d.KW, OHW = d.OH * d.OW, xs = d.C * d.H * d.W, os = d.OC * OHW;
+    if (bias) ut_cuda_conv_bias_fill(out, bias, d.B, d.OC, OHW);
+    if (ut_cuda_cudnn_conv(UT_CUDNN_FWD, &d, x, w, out, bias ? 1.0f : 0.0f, k)) return;
     bool dir = direct(&d);
     int64_t nimg = dir ? d.B : chunk_images(d.B, K * OHW);
     float *col = dir ? NULL : ut_kalloc(k, (size_t)(nimg * K * OHW) * sizeof(float));
@@ -48,7 +54,6 @@ void ut_conv2d_fwd_cuda(ut_tensor *t, UT_KCTX) {
             ut_cuda_im2col(col, cols, n, &d);
             cols = col;
         }
-        if (bias) ut_cuda_conv_bias_fill(out + n0 * os, bias, n, d.OC, OHW);
         ut_cuda_sgemm(false, false, d.OC, OHW, K, 1.0f, w, K, 0, cols, OHW, K * OHW, bias ? 1.0f : 0.0f,
                       out + n0 * os, OHW, os, n);
     }
@@ -64,6 +69,8 @@ void ut_conv2d_bwd_cuda(ut_tensor *t, UT_KCTX) {
     const float *x = xt->data, *w = wt->data, *g = t->grad;
     int64_t K = d.C * d.KH * d.KW, OHW = d.OH * d.OW, xs = d.C * d.H * d.W, os = d.OC * OHW;
     if (db) ut_cuda_conv_bias_grad(db, g, d.B, d.OC, OHW);
+    if (dw && ut_cuda_cudnn_conv(UT_CUDNN_BWD_FILTER, &d, x, g, dw, 1.0f, k)) dw = NULL;
+    if (dx && ut_cuda_cudnn_conv(UT_CUDNN_BWD_DATA, &d, w, g, dx, 1.0f, k)) dx = NULL;
     if (!dx && !dw) return;
     bool dir = direct(&d);
     int64_t nimg = chunk_images(d.B, (dir ? 0 : K * OHW) + (dw ? d.OC * K : 0));

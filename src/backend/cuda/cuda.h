@@ -41,6 +41,8 @@ void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, fl
                    const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                    int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
 void ut_cuda_set_tf32(bool on);
+/* whether TF32 products are on (ut_cuda_set_tf32, UT_CUDA_TF32=1) */
+bool ut_cuda_tf32(void);
 /* The same product (one matrix, no batch) on 16-bit operands stored in dt
  * (UT_BF16 or UT_F16), float32 C, float32 accumulation. */
 void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
@@ -60,6 +62,8 @@ bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t 
  * float32 accumulation and output. The op table's thunks (table.c) set it
  * from t->autocast before every kernel. */
 void ut_cuda_gemm_rounded(int dt);
+/* the dtype ut_cuda_gemm_rounded set (0: none) */
+int ut_cuda_gemm_rounding(void);
 
 /* The device error flag (an int of device memory, 0 = none): a kernel that
  * finds bad data (an id or target out of range) writes its UT_CUDA_ERR_*

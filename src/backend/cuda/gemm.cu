@@ -69,6 +69,12 @@ static void lt_init(void) {
     }
 }
 
+extern "C" bool ut_cuda_tf32(void) {
+    lt_init(); /* reads UT_CUDA_TF32 */
+    return g_tf32;
+}
+extern "C" int ut_cuda_gemm_rounding(void) { return g_round_dt; }
+
 /* column-major layout of a row-major matrix stored rows x cols (row stride ld) */
 static cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
                                      cudaDataType_t dt = CUDA_R_32F) {
