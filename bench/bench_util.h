@@ -2,7 +2,7 @@
  * filled 64-byte-aligned buffers, a row-major sgemm with ut_gemm's
  * conventions, positive integer arguments and a model's AdamW.
  * defines: bench_now, bench_median, bench_buf, bench_gemm, bench_parse_pos, bench_repeats_threads,
- *          bench_adamw. */
+ *          bench_adamw, bench_adamw_on. */
 #ifndef UTRAIN_BENCH_UTIL_H
 #define UTRAIN_BENCH_UTIL_H
 
@@ -88,10 +88,12 @@ static inline int bench_repeats_threads(const char *prog, int argc, char **argv,
 
 /* AdamW (the library's defaults but lr and weight decay wd) over m's flat
  * parameter and gradient buffers. */
-static inline ut_optim *bench_adamw(ut_model *m, float lr, float wd) {
+static inline ut_optim *bench_adamw_on(ut_model *m, float lr, float wd, ut_device dev) {
     ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAMW);
     oc.lr = lr;
     oc.weight_decay = wd;
+    oc.device = dev;
     return ut_optim_new(&oc, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0, m->params.numel);
 }
+static inline ut_optim *bench_adamw(ut_model *m, float lr, float wd) { return bench_adamw_on(m, lr, wd, UT_CPU); }
 #endif

@@ -7,6 +7,11 @@
 #   median              the median of whitespace-separated numbers on stdin
 #                       (nothing when there are none)
 #   bench_load          the 1, 5 and 15 minute load averages
+#   fmnist_loop_s METRICS
+#                       the training loop's seconds of a configs/fmnist_cnn.yml
+#                       epoch from its metrics.jsonl: the sum over the train
+#                       lines of the examples in each interval / samples_per_s
+#                       (fails when the lines do not cover the 55,000 images)
 #   bench_machine       the "== machine: ..." line: cores, CPU model, load
 #   bench_build BUILD TARGET [SOURCE]
 #                       makes TARGET when it is missing (or older than SOURCE)
@@ -30,6 +35,13 @@ calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {if (NR) print NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 bench_load() { cut -d' ' -f1-3 /proc/loadavg; }
+fmnist_loop_s() {
+    awk -v bs=64 -v n=55000 '/"split": "train"/ {
+            match($0, /"step": [0-9]+/); s = substr($0, RSTART + 8, RLENGTH - 8) + 0
+            match($0, /"samples_per_s": [0-9.eE+-]+/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
+            e = s * bs; if (e > n) e = n; t += (e - prev) / r; prev = e }
+            END { if (prev != n) exit 1; printf "%.3f", t }' "$1"
+}
 
 bench_machine() {
     echo "== machine: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores," \

@@ -9,9 +9,9 @@
  *
  * --bf16 runs the step under bf16 autocast (train.precision: bf16).
  *
- * Until the trainer runs models on the GPU (docs/gpu.md), this is how the CUDA
- * backend's step time is measured against PyTorch's (bench/torch_gpu_gpt2_step.py,
- * the same graph and shapes). Timing: 2 warm-up steps, then the median over N
+ * The CUDA backend's bare step, measured against PyTorch's
+ * (bench/torch_gpu_gpt2_step.py, the same graph and shapes) and against the
+ * trainer's own step (scripts/gpu-check.sh trainer). Timing: 2 warm-up steps, then the median over N
  * steps, each ending when the loss has been read back to the host. */
 #include <math.h>
 #include <stdio.h>

@@ -72,11 +72,7 @@ run_utrain() { # threads run
         --set train.eval_strategy=no --set train.progress=lines 2>&1) || { echo "$out" >&2; exit 1; }
     done_s=$(sed -n 's/.*Training done: [0-9]* steps in \([0-9.]*\) s.*/\1/p' <<<"$out")
     # loop time: sum over train lines of examples in the interval / samples_per_s
-    loop=$(awk -v bs=64 -v n=55000 '/"split": "train"/ {
-            match($0, /"step": [0-9]+/); s = substr($0, RSTART + 8, RLENGTH - 8) + 0
-            match($0, /"samples_per_s": [0-9.eE+-]+/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
-            e = s * bs; if (e > n) e = n; t += (e - prev) / r; prev = e }
-            END { if (prev != n) exit 1; printf "%.3f", t }' "$dir/fmnist_cnn/metrics.jsonl") ||
+    loop=$(fmnist_loop_s "$dir/fmnist_cnn/metrics.jsonl") ||
         { echo "metrics.jsonl does not cover the epoch" >&2; exit 1; }
     "$UT" test "$dir/fmnist_cnn" >/dev/null 2>&1 || { echo "utrain test failed" >&2; exit 1; }
     acc=$(tr -d '\n' <"$dir/fmnist_cnn/test_results.json" | jget accuracy)

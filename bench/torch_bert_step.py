@@ -10,8 +10,12 @@ Hugging Face Trainer groups them). --bf16 runs forward and loss under
 torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights, optimizer and
 backward as autocast leaves them). Timing: 2 warm-up steps, then the median
 of N steps of forward, loss, backward, optimizer.step, zero_grad(set_to_none=True).
+--device cuda runs it on the GPU (each phase timed to the device's end of
+it; autocast on "cuda"; TF32 off unless --tf32, which turns it on for the
+matrix products as torch.backends.cuda.matmul.allow_tf32 does), and reports
+torch.cuda.max_memory_allocated.
 
-    torch_bert_step.py [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--json]
+    torch_bert_step.py [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] [--device cpu|cuda] [--json]
 """
 import argparse
 import contextlib
@@ -39,6 +43,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or not 1 <= a.seq <= 512:
@@ -46,19 +52,24 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(1234)
-    model = BertForSequenceClassification(BertConfig(num_labels=2, attn_implementation="sdpa"))
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
+    model = BertForSequenceClassification(BertConfig(num_labels=2, attn_implementation="sdpa")).to(dev)
     model.train()
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(decay_groups(model), lr=5e-5)
     g = torch.Generator().manual_seed(42)
-    ids = torch.randint(0, 30522, (a.batch, a.seq), generator=g)
+    ids = torch.randint(0, 30522, (a.batch, a.seq), generator=g).to(dev)
     types = torch.zeros_like(ids)
     mask = torch.ones_like(ids)
-    y = torch.randint(0, 2, (a.batch,), generator=g)
+    y = torch.randint(0, 2, (a.batch,), generator=g).to(dev)
 
     def autocast():
         if a.bf16:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(a.device, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def loss_fn():
@@ -66,10 +77,13 @@ def main():
             logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
             return F.cross_entropy(logits.float(), y)
 
-    t = timed_steps("torch_bert_step", loss_fn, opt, a.steps)
+    t = timed_steps("torch_bert_step", loss_fn, opt, a.steps, sync=torch.cuda.synchronize if cuda else None)
     if t is None:
         return 1
-    res = {"impl": "torch", "torch": torch.__version__, "precision": "bf16" if a.bf16 else "fp32",
+    prec = "bf16" if a.bf16 else "tf32" if a.tf32 and cuda else "fp32"
+    if cuda:
+        t["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    res = {"impl": "torch", "torch": torch.__version__, "device": a.device, "precision": prec,
            "threads": torch.get_num_threads(), "batch": a.batch, "seq": a.seq, "steps": a.steps,
            "params": nparams, "median_s": t["median_s"], "min_s": t["min_s"],
            "tokens_per_s": a.batch * a.seq / t["median_s"], **t}

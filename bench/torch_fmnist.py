@@ -2,7 +2,7 @@
 """Fashion-MNIST CNN, one epoch, in PyTorch: the reference for utrain's
 configs/fmnist_cnn.yml (src/models/cnn.c, the classic PyTorch MNIST example).
 
-    python3 bench/torch_fmnist.py [--threads N] [--seed S] [--data DIR] [--json]
+    python3 bench/torch_fmnist.py [--threads N] [--seed S] [--data DIR] [--device cpu|cuda] [--json]
 
 Network: conv1 1->32 3x3, relu, conv2 32->64 3x3, relu, max_pool 2,
 dropout 0.25, flatten, fc1 9216->128, relu, dropout 0.5, fc2 128->10,
@@ -18,6 +18,9 @@ backward, optimizer step, zero_grad. Not timed: reading and normalising the
 IDX files, building the model, and the test evaluation afterwards (t10k,
 10,000 images, eval mode, no grad), which gives the test accuracy.
 torchvision is not needed: the IDX .gz files are read with gzip + numpy.
+--device cuda keeps the model, the data and the permutation on the GPU,
+with TF32 off for cuDNN and the matrix products (PyTorch's default lets
+cuDNN use TF32; utrain's float32 does not).
 """
 import argparse
 import gzip
@@ -74,20 +77,26 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch default)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     torch.manual_seed(a.seed)
 
     xtr, ytr = load(a.data, "train")
-    xtr, ytr = xtr[:TRAIN_N].contiguous(), ytr[:TRAIN_N].contiguous()
+    xtr, ytr = xtr[:TRAIN_N].contiguous().to(dev), ytr[:TRAIN_N].contiguous().to(dev)
     xte, yte = load(a.data, "t10k")
-    model = Net()
+    xte, yte = xte.to(dev), yte.to(dev)
+    model = Net().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(a.seed)
-    perm = torch.randperm(TRAIN_N, generator=g)
+    perm = torch.randperm(TRAIN_N, generator=g).to(dev)
 
     model.train()
     steps, loss_sum, correct = 0, 0.0, 0
@@ -111,6 +120,7 @@ def main():
         for i in range(0, len(xte), 1000):
             test_correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
     res = {
+        "device": a.device,
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
         "steps": steps,

@@ -10,22 +10,30 @@ import time
 WARMUP = 2
 
 
-def timed_steps(name, loss_fn, opt, steps, warmup=WARMUP):
+def timed_steps(name, loss_fn, opt, steps, warmup=WARMUP, sync=None):
     """warmup + steps steps of loss_fn() (forward and loss, under whatever
     autocast it enters), backward and opt; the medians over the timed steps
     (median_s, min_s, fwd_s, bwd_s, opt_s) and the first and last losses, or
-    None (with a message) when the last loss is not finite."""
+    None (with a message) when the last loss is not finite. sync (a GPU's
+    torch.cuda.synchronize) is called before each time is taken, so that
+    each phase ends when the device has done it."""
     times, fwd, bwd, optt = [], [], [], []
     first = last = None
+
+    def now():
+        if sync is not None:
+            sync()
+        return time.perf_counter()
+
     for s in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0 = now()
         loss = loss_fn()
-        t1 = time.perf_counter()
+        t1 = now()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = now()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
+        t3 = now()
         last = loss.item()
         if first is None:
             first = last

@@ -6,8 +6,8 @@
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
-#   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench llmc profile
-#                                        (default: env build gpu bench llmc profile; `all`: every step
+#   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench models llmc profile
+#                                        (default: env build gpu bench models llmc profile; `all`: every step
 #                                        but signals and suite)
 #
 # The whole call must end inside the device tool's 600 s per command:
@@ -26,8 +26,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env build gpu bench llmc profile)
-[ "${steps[*]}" = all ] && steps=(env build gpu trainer cpu-bf16 bench llmc profile)
+[ ${#steps[@]} -eq 0 ] && steps=(env build gpu bench models llmc profile)
+[ "${steps[*]}" = all ] && steps=(env build gpu trainer cpu-bf16 bench models llmc profile)
 BUDGET=${GPU_CHECK_BUDGET:-540}
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 SUMMARY=$OUT/summary.txt
@@ -119,7 +119,7 @@ if want build; then
     export MPI_OWN
     run unpack-debs 300 unpack
     run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
-        build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm
+        build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm build/bench/bert_step
     grep -E "error|warning" "$OUT/build.log" | head -20
 fi
 
@@ -176,6 +176,52 @@ if want bench; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
     fi
+fi
+
+if want models; then
+    # the benchmark table's other rows, utrain against PyTorch on this GPU:
+    # the Fashion-MNIST CNN's epoch (configs/fmnist_cnn.yml through `utrain
+    # train`; bench/torch_fmnist.py) and the BERT-base training step at
+    # 32 x 128 (bench/bert_step.c; bench/torch_bert_step.py), in float32 (as
+    # the issue's PyTorch figures are), TF32 and bf16
+    . bench/common.sh # jget, calc, fmnist_loop_s
+    M=/tmp/utrain-models; rm -rf $M; mkdir -p $M
+    FM=/usr/share/datasets/fashion-mnist
+    if [ ! -f $FM/train-images-idx3-ubyte.gz ]; then
+        FM=$M/fmnist
+        python3 bench/make_fmnist_like.py $FM
+        note "models: no Fashion-MNIST here: a synthetic set of its shapes (bench/make_fmnist_like.py); the times hold, the accuracies are that set's"
+    fi
+    sets=()
+    for f in train_images:train-images-idx3 train_labels:train-labels-idx1 test_images:t10k-images-idx3 \
+        test_labels:t10k-labels-idx1; do
+        sets+=(--set "data.${f%%:*}=$FM/${f#*:}-ubyte.gz")
+    done
+    run models-cnn-utrain 240 build/utrain train configs/fmnist_cnn.yml --set device=cuda --set output_dir=$M/runs \
+        --set train.eval_strategy=no --set train.progress=lines "${sets[@]}" &&
+        run models-cnn-utrain-test 120 build/utrain test $M/runs/fmnist_cnn
+    uloop=$(fmnist_loop_s $M/runs/fmnist_cnn/metrics.jsonl 2>/dev/null)
+    uacc=$(tr -d '\n' <$M/runs/fmnist_cnn/test_results.json 2>/dev/null | jget accuracy)
+    run models-cnn-torch 240 python3 bench/torch_fmnist.py --device cuda --data $FM --json
+    j=$(tail -1 "$OUT/models-cnn-torch.log")
+    tloop=$(jget epoch_s <<<"$j")
+    line="  fmnist cnn epoch (55,000 images, batch 64, fp32): utrain ${uloop:-?} s (test acc ${uacc:-?}),"
+    line+=" PyTorch ${tloop:-?} s (test acc $(jget test_accuracy <<<"$j"))"
+    [ -n "$uloop" ] && [ -n "$tloop" ] && line+=", ratio $(calc %.3f "$uloop/$tloop")"
+    note "$line"
+    for prec in fp32 tf32 bf16; do
+        flag=; [ $prec = tf32 ] && flag=--tf32; [ $prec = bf16 ] && flag=--bf16
+        run models-bert-utrain-$prec 200 build/bench/bert_step --device cuda --steps 10 $flag --json
+        run models-bert-torch-$prec 200 python3 bench/torch_bert_step.py --device cuda --steps 10 $flag --json
+        u=$(tail -1 "$OUT/models-bert-utrain-$prec.log"); t=$(tail -1 "$OUT/models-bert-torch-$prec.log")
+        um=$(jget median_s <<<"$u"); tm=$(jget median_s <<<"$t")
+        ua=$(jget activation_peak_bytes <<<"$u"); tmax=$(jget max_memory_allocated <<<"$t")
+        line="  bert-base step 32 x 128 $prec: utrain ${um:-?} s (activations ${ua:-?} B), PyTorch ${tm:-?} s"
+        line+=" (max allocated ${tmax:-?} B)"
+        [ -n "$um" ] && [ -n "$tm" ] && line+=", ratio $(calc %.3f "$um/$tm")"
+        note "$line"
+    done
+    rm -rf $M
 fi
 
 if want signals; then
