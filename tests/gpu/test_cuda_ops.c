@@ -64,6 +64,10 @@ static ut_tensor *b_conv(ut_ctx *c, ut_tensor **in) {
     return ut_max_pool2d(c, ut_relu(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1)), 2, 2);
 }
 static ut_tensor *b_bmm(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+/* layernorm of a product's output: under autocast its input is 16-bit too */
+static ut_tensor *b_lin_ln(ut_ctx *c, ut_tensor **in) {
+    return ut_layernorm(c, ut_linear(c, in[0], in[1], NULL), in[2], in[3], 1e-5f);
+}
 
 static const gc_row big_rows[] = {
     {"layernorm 512 x 768", 3, {{2, {512, 768}}, {1, {768}}, {1, {768}}}, b_ln},
@@ -85,6 +89,9 @@ static const gc_row big_rows[] = {
      * rows that fill no whole warp block and three dw chunks */
     {"rms_norm 512 x 768", 2, {{2, {512, 768}}, {1, {768}}}, b_rms},
     {"rms_norm 301 x 4100", 2, {{2, {301, 4100}}, {1, {4100}}}, b_rms},
+    /* a warp per row (768) and a block per row (2500) */
+    {"linear -> layernorm 256 x 768", 4, {{2, {256, 768}}, {2, {768, 768}}, {1, {768}}, {1, {768}}}, b_lin_ln},
+    {"linear -> layernorm 64 x 2500", 4, {{2, {64, 512}}, {2, {2500, 512}}, {1, {2500}}, {1, {2500}}}, b_lin_ln},
 };
 
 static void test_large_shapes(void) {
@@ -139,7 +146,7 @@ static void test_same_bits_twice(void) {
  * 16-bit rounding by one unit: 1e-2 of the largest value. */
 static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
-                            &big_rows[13]};
+                            &big_rows[13], &big_rows[15], &big_rows[16]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         dc_autocast = dts[d];

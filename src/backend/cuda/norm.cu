@@ -6,11 +6,16 @@
  * a lane); a longer row to one block, re-reading it from cache. The weight and
  * bias gradients are column sums over the rows: per chunk of rows a partial
  * sum, then the chunks added in order. Every reduction has a fixed shape that
- * depends on N and C only, so results are the same from run to run. */
+ * depends on N and C only, so results are the same from run to run.
+ * Layernorm's x and out (and so dx and dy) may be stored in 16 bits (dtype
+ * codes xdt, odt as ut_dtype: 0 float32, 1 bf16, 2 fp16): values are widened
+ * as read, computed in float, and rounded once as written; a 16-bit dx is
+ * read, added to in float and rounded back, the bits float32 copies give. */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda.h"
+#include "launch.cuh"
 #include "norm.h"
 
 #define FULL_MASK 0xffffffffu
@@ -41,20 +46,20 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 
 /* ---- forward, a warp per row, lane holding columns lane + 32k (k < K) ---- */
 template <int K>
-__global__ void ln_fwd_warp_k(float *__restrict__ out, float *__restrict__ mean,
-                              float *__restrict__ rstd, const float *__restrict__ x,
+__global__ void ln_fwd_warp_k(void *__restrict__ out, int odt, float *__restrict__ mean,
+                              float *__restrict__ rstd, const void *__restrict__ x, int xdt,
                               const float *__restrict__ w, const float *__restrict__ b, int64_t N,
                               int C, float eps) {
     int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *xr = x + row * C;
+    int64_t base = row * C;
     float xv[K];
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
         int c = lane + 32 * k;
-        xv[k] = c < C ? xr[c] : 0.0f;
+        xv[k] = c < C ? utk_load_f32(x, xdt, base + c) : 0.0f;
         s += xv[k];
     }
     float m = warp_sum(s) / (float)C;
@@ -65,11 +70,10 @@ __global__ void ln_fwd_warp_k(float *__restrict__ out, float *__restrict__ mean,
         if (c < C) v += (xv[k] - m) * (xv[k] - m);
     }
     float r = 1.0f / sqrtf(warp_sum(v) / (float)C + eps);
-    float *o = out + row * C;
 #pragma unroll
     for (int k = 0; k < K; k++) {
         int c = lane + 32 * k;
-        if (c < C) o[c] = (xv[k] - m) * r * w[c] + b[c];
+        if (c < C) utk_store_f32(out, odt, base + c, (xv[k] - m) * r * w[c] + b[c]);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -78,21 +82,23 @@ __global__ void ln_fwd_warp_k(float *__restrict__ out, float *__restrict__ mean,
 }
 
 /* ---- forward, a block per row ---- */
-__global__ void ln_fwd_block_k(float *__restrict__ out, float *__restrict__ mean,
-                               float *__restrict__ rstd, const float *__restrict__ x,
+__global__ void ln_fwd_block_k(void *__restrict__ out, int odt, float *__restrict__ mean,
+                               float *__restrict__ rstd, const void *__restrict__ x, int xdt,
                                const float *__restrict__ w, const float *__restrict__ b, int C,
                                float eps) {
     __shared__ float sh[32];
-    int64_t row = blockIdx.x;
-    const float *xr = x + row * C;
+    int64_t row = blockIdx.x, base = row * C;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += utk_load_f32(x, xdt, base + c);
     float m = block_sum(s, sh) / (float)C;
     float v = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = utk_load_f32(x, xdt, base + c) - m;
+        v += d * d;
+    }
     float r = 1.0f / sqrtf(block_sum(v, sh) / (float)C + eps);
-    float *o = out + row * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] - m) * r * w[c] + b[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        utk_store_f32(out, odt, base + c, (utk_load_f32(x, xdt, base + c) - m) * r * w[c] + b[c]);
     if (threadIdx.x == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -102,14 +108,14 @@ __global__ void ln_fwd_block_k(float *__restrict__ out, float *__restrict__ mean
 /* ---- input gradient, a warp per row:
  * dx += r * (dn - mean(dn) - (x - m) * r * mean(dn * (x - m) * r)), dn = g * w ---- */
 template <int K>
-__global__ void ln_bwd_dx_warp_k(float *__restrict__ dx, const float *__restrict__ g,
-                                 const float *__restrict__ x, const float *__restrict__ w,
+__global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
+                                 const void *__restrict__ x, int xdt, const float *__restrict__ w,
                                  const float *__restrict__ mean, const float *__restrict__ rstd,
                                  int64_t N, int C) {
     int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *xr = x + row * C, *gr = g + row * C;
+    int64_t base = row * C;
     float m = mean[row], r = rstd[row];
     float dn[K], xm[K];
     float sdn = 0.0f, sdnx = 0.0f;
@@ -119,51 +125,51 @@ __global__ void ln_bwd_dx_warp_k(float *__restrict__ dx, const float *__restrict
         dn[k] = 0.0f;
         xm[k] = 0.0f;
         if (c < C) {
-            dn[k] = gr[c] * w[c];
-            xm[k] = xr[c] - m;
+            dn[k] = utk_load_f32(g, odt, base + c) * w[c];
+            xm[k] = utk_load_f32(x, xdt, base + c) - m;
             sdn += dn[k];
             sdnx += dn[k] * xm[k] * r;
         }
     }
     sdn = warp_sum(sdn) / (float)C;
     sdnx = warp_sum(sdnx) / (float)C;
-    float *d = dx + row * C;
 #pragma unroll
     for (int k = 0; k < K; k++) {
         int c = lane + 32 * k;
-        if (c < C) d[c] += r * (dn[k] - sdn - xm[k] * r * sdnx);
+        if (c < C)
+            utk_store_f32(dx, xdt, base + c, utk_load_f32(dx, xdt, base + c) + r * (dn[k] - sdn - xm[k] * r * sdnx));
     }
 }
 
 /* ---- input gradient, a block per row ---- */
-__global__ void ln_bwd_dx_block_k(float *__restrict__ dx, const float *__restrict__ g,
-                                  const float *__restrict__ x, const float *__restrict__ w,
+__global__ void ln_bwd_dx_block_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
+                                  const void *__restrict__ x, int xdt, const float *__restrict__ w,
                                   const float *__restrict__ mean, const float *__restrict__ rstd,
                                   int C) {
     __shared__ float sh[32];
-    int64_t row = blockIdx.x;
-    const float *xr = x + row * C, *gr = g + row * C;
+    int64_t row = blockIdx.x, base = row * C;
     float m = mean[row], r = rstd[row];
     float sdn = 0.0f, sdnx = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float dn = gr[c] * w[c];
+        float dn = utk_load_f32(g, odt, base + c) * w[c];
         sdn += dn;
-        sdnx += dn * (xr[c] - m) * r;
+        sdnx += dn * (utk_load_f32(x, xdt, base + c) - m) * r;
     }
     sdn = block_sum(sdn, sh) / (float)C;
     sdnx = block_sum(sdnx, sh) / (float)C;
-    float *d = dx + row * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        d[c] += r * (gr[c] * w[c] - sdn - (xr[c] - m) * r * sdnx);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float dn = utk_load_f32(g, odt, base + c) * w[c], xm = utk_load_f32(x, xdt, base + c) - m;
+        utk_store_f32(dx, xdt, base + c, utk_load_f32(dx, xdt, base + c) + r * (dn - sdn - xm * r * sdnx));
+    }
 }
 
 /* ---- dw, db partial sums: block (LN_COLS, LN_ROW_LANES) takes columns
  * [LN_COLS * blockIdx.x, +LN_COLS) of rows [rc * blockIdx.y, +rc);
  * pw[chunk, c] = sum g * (x - m) * r, pb[chunk, c] = sum g ---- */
 __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb,
-                                  const float *__restrict__ g, const float *__restrict__ x,
-                                  const float *__restrict__ mean, const float *__restrict__ rstd,
-                                  int64_t N, int C, int64_t rc) {
+                                  const void *__restrict__ g, int odt, const void *__restrict__ x,
+                                  int xdt, const float *__restrict__ mean,
+                                  const float *__restrict__ rstd, int64_t N, int C, int64_t rc) {
     __shared__ float sw[LN_ROW_LANES][LN_COLS + 1], sb[LN_ROW_LANES][LN_COLS + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * LN_COLS + tx;
@@ -171,8 +177,8 @@ __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int64_t n = r0 + ty; n < r1; n += LN_ROW_LANES) {
-            float gv = g[n * C + c];
-            aw += gv * (x[n * C + c] - mean[n]) * rstd[n];
+            float gv = utk_load_f32(g, odt, n * C + c);
+            aw += gv * (utk_load_f32(x, xdt, n * C + c) - mean[n]) * rstd[n];
             ab += gv;
         }
     }
@@ -225,22 +231,22 @@ static int64_t row_chunk(int64_t N) {
 
 #define LN_WARP_CASES(X) X(1) X(2) X(4) X(8) X(12) X(16) X(24) X(32)
 
-extern "C" void ut_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
-                                      const float *w, const float *b, int64_t N, int64_t C,
+extern "C" void ut_cuda_layernorm_fwd(void *out, int odt, float *mean, float *rstd, const void *x,
+                                      int xdt, const float *w, const float *b, int64_t N, int64_t C,
                                       float eps) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)((N + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
     switch (warp_k(C)) {
 #define X(K)                                                                                   \
     case K:                                                                                    \
-        ln_fwd_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(out, mean, rstd, x, w, b, N, \
-                                                                   (int)C, eps);               \
+        ln_fwd_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(out, odt, mean, rstd, x, xdt, w, \
+                                                                   b, N, (int)C, eps);         \
         break;
         LN_WARP_CASES(X)
 #undef X
     default:
-        ln_fwd_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(out, mean, rstd, x, w, b,
-                                                                       (int)C, eps);
+        ln_fwd_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(out, odt, mean, rstd, x, xdt, w,
+                                                                       b, (int)C, eps);
     }
     ut_cuda_launched("layernorm_fwd");
 }
@@ -251,8 +257,8 @@ extern "C" size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C) {
     return 2 * (size_t)nchunks * (size_t)C * sizeof(float);
 }
 
-extern "C" void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scratch,
-                                      const float *dy, const float *x, const float *w,
+extern "C" void ut_cuda_layernorm_bwd(void *dx, float *dw, float *db, void *scratch, const void *dy,
+                                      int odt, const void *x, int xdt, const float *w,
                                       const float *mean, const float *rstd, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
     if (dx) {
@@ -260,14 +266,14 @@ extern "C" void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scr
         switch (warp_k(C)) {
 #define X(K)                                                                                 \
     case K:                                                                                  \
-        ln_bwd_dx_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(dx, dy, x, w, mean, rstd, \
-                                                                      N, (int)C);             \
+        ln_bwd_dx_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(dx, dy, odt, x, xdt, w, mean, \
+                                                                      rstd, N, (int)C);       \
         break;
             LN_WARP_CASES(X)
 #undef X
         default:
-            ln_bwd_dx_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(dx, dy, x, w, mean,
-                                                                              rstd, (int)C);
+            ln_bwd_dx_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(dx, dy, odt, x, xdt, w,
+                                                                              mean, rstd, (int)C);
         }
         ut_cuda_launched("layernorm_bwd_dx");
     }
@@ -275,8 +281,8 @@ extern "C" void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scr
         int64_t rc = row_chunk(N), nchunks = (N + rc - 1) / rc;
         float *pw = (float *)scratch, *pb = pw + nchunks * C;
         dim3 grid((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)nchunks);
-        ln_dwdb_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, pb, dy, x, mean,
-                                                                             rstd, N, (int)C, rc);
+        ln_dwdb_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, pb, dy, odt, x, xdt,
+                                                                             mean, rstd, N, (int)C, rc);
         ut_cuda_launched("layernorm_bwd_dwdb_partial");
         ln_dwdb_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, db, pw, pb, nchunks,
                                                                           (int)C);

@@ -17,8 +17,8 @@ extern "C" {
 
 /* out (N, C) = (x - mean) * rstd * w + b per row, with mean and rstd =
  * 1 / sqrt(biased variance + eps) saved (N each) */
-void ut_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
-                           const float *b, int64_t N, int64_t C, float eps);
+void ut_cuda_layernorm_fwd(void *out, int odt, float *mean, float *rstd, const void *x, int xdt,
+                           const float *w, const float *b, int64_t N, int64_t C, float eps);
 
 /* Bytes of device scratch ut_cuda_layernorm_bwd needs when dw or db is
  * asked for (per-chunk column partial sums). */
@@ -28,8 +28,8 @@ size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C);
  * xhat = (x - mean) * rstd; dw (C) += sum_n dy * xhat; db (C) += sum_n dy.
  * Any of dx, dw, db may be NULL; scratch (ut_cuda_layernorm_bwd_scratch_bytes)
  * is needed only with dw or db. The column sums run in a fixed order. */
-void ut_cuda_layernorm_bwd(float *dx, float *dw, float *db, void *scratch, const float *dy,
-                           const float *x, const float *w, const float *mean, const float *rstd,
+void ut_cuda_layernorm_bwd(void *dx, float *dw, float *db, void *scratch, const void *dy, int odt,
+                           const void *x, int xdt, const float *w, const float *mean, const float *rstd,
                            int64_t N, int64_t C);
 
 /* out (N, C) = x * rstd * w per row, with rstd = 1 / sqrt(mean(x^2) + eps)
