@@ -64,6 +64,23 @@ static ut_tensor *b_conv(ut_ctx *c, ut_tensor **in) {
     return ut_max_pool2d(c, ut_relu(c, ut_conv2d(c, in[0], in[1], in[2], 1, 1)), 2, 2);
 }
 static ut_tensor *b_bmm(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
+/* adds and products with a product's output: under autocast it is 16-bit,
+ * so the binary kernels mix 16-bit and float32 tensors (and their
+ * gradients), broadcast or not, and x * x takes both terms of a 16-bit
+ * gradient */
+static ut_tensor *b_resid(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, in[0], ut_linear(c, in[0], in[1], NULL));
+}
+static ut_tensor *b_lin_bias(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, ut_linear(c, in[0], in[1], NULL), in[2]);
+}
+static ut_tensor *b_lin_scale(ut_ctx *c, ut_tensor **in) {
+    return ut_mul(c, ut_linear(c, in[0], in[1], NULL), in[2]);
+}
+static ut_tensor *b_lin_square(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *l = ut_linear(c, in[0], in[1], NULL);
+    return ut_add(c, ut_mul(c, l, l), ut_mul(c, in[0], l));
+}
 /* layernorm of a product's output: under autocast its input is 16-bit too */
 static ut_tensor *b_lin_ln(ut_ctx *c, ut_tensor **in) {
     return ut_layernorm(c, ut_linear(c, in[0], in[1], NULL), in[2], in[3], 1e-5f);
@@ -92,6 +109,10 @@ static const gc_row big_rows[] = {
     /* a warp per row (768) and a block per row (2500) */
     {"linear -> layernorm 256 x 768", 4, {{2, {256, 768}}, {2, {768, 768}}, {1, {768}}, {1, {768}}}, b_lin_ln},
     {"linear -> layernorm 64 x 2500", 4, {{2, {64, 512}}, {2, {2500, 512}}, {1, {2500}}, {1, {2500}}}, b_lin_ln},
+    {"x + linear(x) 256 x 768", 2, {{2, {256, 768}}, {2, {768, 768}}}, b_resid},
+    {"linear(x) + bias 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_bias},
+    {"linear(x) * scale 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_scale},
+    {"l * l + x * l, l = linear(x), 128 x 256", 2, {{2, {128, 256}}, {2, {256, 256}}}, b_lin_square},
 };
 
 static void test_large_shapes(void) {
@@ -146,7 +167,8 @@ static void test_same_bits_twice(void) {
  * 16-bit rounding by one unit: 1e-2 of the largest value. */
 static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
-                            &big_rows[13], &big_rows[15], &big_rows[16]};
+                            &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17], &big_rows[18],
+                            &big_rows[19], &big_rows[20]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         dc_autocast = dts[d];

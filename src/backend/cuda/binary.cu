@@ -4,7 +4,11 @@
  * broadcast to. That reduction is deterministic: every element of b's
  * gradient is summed by one thread or one block in an order fixed by the
  * shapes alone (partial sums per chunk of positions, then the chunks in
- * order), never with atomics. */
+ * order), never with atomics.
+ * Each tensor comes with its dtype code (ew.h); the kernels are compiled
+ * twice, ALL32 for the all-float32 case (plain loads) and once for any mix
+ * of float32 and 16-bit storage (widened as read, rounded once as
+ * written). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -16,6 +20,17 @@ namespace {
 
 using utk::blocks_for;
 using utk::kThreads;
+
+/* element i of p (dtype dt; ALL32: float32) as float, and stored */
+template <bool ALL32>
+__device__ __forceinline__ float ld(const void *p, int dt, int64_t i) {
+    return ALL32 ? ((const float *)p)[i] : utk_load_f32(p, dt, i);
+}
+template <bool ALL32>
+__device__ __forceinline__ void st(void *p, int dt, int64_t i, float v) {
+    if (ALL32) ((float *)p)[i] = v;
+    else utk_store_f32(p, dt, i, v);
+}
 
 
 /* ---- forward and a's gradient ---- */
@@ -69,32 +84,40 @@ enum { MODE_ADD = 0, MODE_MUL = 1, MODE_MUL_ACC = 2 };
 
 /* MODE_ADD: out = a + b; MODE_MUL: out = a * b; MODE_MUL_ACC: out += a * b
  * (a is then the incoming gradient); b read at its broadcast offset */
-template <typename I, int MODE>
-__global__ void binary_kernel(float *__restrict__ out, const float *__restrict__ a,
-                              const float *__restrict__ b, Bcast d, I n) {
+template <typename I, int MODE, bool ALL32>
+__global__ void binary_kernel(void *__restrict__ out, int odt, const void *__restrict__ a, int adt,
+                              const void *__restrict__ b, int bdt, Bcast d, I n) {
     I step = (I)gridDim.x * (I)blockDim.x;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
-        float y = b[b_offset<I>(d, i)];
-        if (MODE == MODE_ADD) out[i] = __fadd_rn(a[i], y);
-        else if (MODE == MODE_MUL) out[i] = __fmul_rn(a[i], y);
-        else out[i] = __fadd_rn(out[i], __fmul_rn(a[i], y));
+        float y = ld<ALL32>(b, bdt, (int64_t)b_offset<I>(d, i)), x = ld<ALL32>(a, adt, (int64_t)i);
+        if (MODE == MODE_ADD) st<ALL32>(out, odt, (int64_t)i, __fadd_rn(x, y));
+        else if (MODE == MODE_MUL) st<ALL32>(out, odt, (int64_t)i, __fmul_rn(x, y));
+        else st<ALL32>(out, odt, (int64_t)i, __fadd_rn(ld<ALL32>(out, odt, (int64_t)i), __fmul_rn(x, y)));
     }
 }
 
+template <int MODE, bool ALL32>
+void binary_launch_t(void *out, int odt, const void *a, int adt, const void *b, int bdt, const Bcast &d,
+                     int64_t n, bool narrow) {
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (narrow)
+        binary_kernel<uint32_t, MODE, ALL32>
+            <<<blocks_for(n), kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, (uint32_t)n);
+    else
+        binary_kernel<int64_t, MODE, ALL32><<<blocks_for(n), kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, n);
+}
+
 template <int MODE>
-void binary_launch(float *out, const float *a, const float *b, const int64_t *n4,
+void binary_launch(void *out, int odt, const void *a, int adt, const void *b, int bdt, const int64_t *n4,
                    const int64_t *s4, const char *what) {
     int64_t n = n4[0] * n4[1] * n4[2] * n4[3];
     if (n <= 0) return;
     Bcast d = bcast_of(n4, s4);
     int64_t span = 0;
     for (int k = 0; k < d.nd; k++) span += (d.ne[k] - 1) * d.bs[k];
-    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (n < (int64_t(1) << 31) && span < (int64_t(1) << 31))
-        binary_kernel<uint32_t, MODE>
-            <<<blocks_for(n), kThreads, 0, s>>>(out, a, b, d, (uint32_t)n);
-    else
-        binary_kernel<int64_t, MODE><<<blocks_for(n), kThreads, 0, s>>>(out, a, b, d, n);
+    bool narrow = n < (int64_t(1) << 31) && span < (int64_t(1) << 31);
+    if (odt == 0 && adt == 0 && bdt == 0) binary_launch_t<MODE, true>(out, odt, a, adt, b, bdt, d, n, narrow);
+    else binary_launch_t<MODE, false>(out, odt, a, adt, b, bdt, d, n, narrow);
     ut_cuda_launched(what);
 }
 
@@ -221,10 +244,10 @@ __device__ float block_sum(float v) {
  * [chunk * clen, min(R, (chunk + 1) * clen)) in order, chunk = blockIdx.y;
  * adjacent threads read adjacent memory. One chunk: db[j] += the sum;
  * otherwise part[chunk * nb + j] = it. */
-template <bool OTHER>
-__global__ void reduce_cols_kernel(float *__restrict__ db, float *__restrict__ part,
-                                   const float *__restrict__ g, const float *__restrict__ other,
-                                   Reduce p) {
+template <bool OTHER, bool ALL32>
+__global__ void reduce_cols_kernel(void *__restrict__ db, int dbt, float *__restrict__ part,
+                                   const void *__restrict__ g, int gdt, const void *__restrict__ other,
+                                   int odt, Reduce p) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= p.nb) return;
     int64_t base = dims_offset(p.nk, p.kn, p.ko, j);
@@ -232,63 +255,101 @@ __global__ void reduce_cols_kernel(float *__restrict__ db, float *__restrict__ p
     float acc = 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         int64_t o = base + dims_offset(p.nr, p.rn, p.ro, r);
-        acc = __fadd_rn(acc, OTHER ? __fmul_rn(g[o], other[o]) : g[o]);
+        float gv = ld<ALL32>(g, gdt, o);
+        acc = __fadd_rn(acc, OTHER ? __fmul_rn(gv, ld<ALL32>(other, odt, o)) : gv);
     }
-    if (p.nchunk == 1) db[j] = __fadd_rn(db[j], acc);
+    if (p.nchunk == 1) st<ALL32>(db, dbt, j, __fadd_rn(ld<ALL32>(db, dbt, j), acc));
     else part[blockIdx.y * p.nb + j] = acc;
 }
 
 /* Broadcast innermost: block (j = blockIdx.x, chunk = blockIdx.y) sums the
  * chunk's positions, thread t taking r0 + t, r0 + t + kThreads, ... (adjacent
  * threads read adjacent memory), then a fixed tree over the block. */
-template <bool OTHER>
+template <bool OTHER, bool ALL32>
 __global__ void __launch_bounds__(kThreads)
-    reduce_rows_kernel(float *__restrict__ db, float *__restrict__ part,
-                       const float *__restrict__ g, const float *__restrict__ other, Reduce p) {
+    reduce_rows_kernel(void *__restrict__ db, int dbt, float *__restrict__ part, const void *__restrict__ g,
+                       int gdt, const void *__restrict__ other, int odt, Reduce p) {
     int64_t j = blockIdx.x;
     int64_t base = dims_offset(p.nk, p.kn, p.ko, j);
     int64_t r0 = (int64_t)blockIdx.y * p.clen, r1 = r0 + p.clen < p.R ? r0 + p.clen : p.R;
     float acc = 0.0f;
     for (int64_t r = r0 + threadIdx.x; r < r1; r += kThreads) {
         int64_t o = base + dims_offset(p.nr, p.rn, p.ro, r);
-        acc = __fadd_rn(acc, OTHER ? __fmul_rn(g[o], other[o]) : g[o]);
+        float gv = ld<ALL32>(g, gdt, o);
+        acc = __fadd_rn(acc, OTHER ? __fmul_rn(gv, ld<ALL32>(other, odt, o)) : gv);
     }
     acc = block_sum(acc);
     if (threadIdx.x == 0) {
-        if (p.nchunk == 1) db[j] = __fadd_rn(db[j], acc);
+        if (p.nchunk == 1) st<ALL32>(db, dbt, j, __fadd_rn(ld<ALL32>(db, dbt, j), acc));
         else part[blockIdx.y * p.nb + j] = acc;
     }
 }
 
 /* db[j] += part[0 * nb + j] + part[1 * nb + j] + ... (chunks in order) */
-__global__ void reduce_final_kernel(float *__restrict__ db, const float *__restrict__ part,
-                                    int64_t nb, int64_t nchunk) {
+__global__ void reduce_final_kernel(void *__restrict__ db, int dbt, const float *__restrict__ part, int64_t nb,
+                                    int64_t nchunk) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= nb) return;
     float acc = 0.0f;
     for (int64_t c = 0; c < nchunk; c++) acc = __fadd_rn(acc, part[c * nb + j]);
-    db[j] = __fadd_rn(db[j], acc);
+    utk_store_f32(db, dbt, j, __fadd_rn(utk_load_f32(db, dbt, j), acc));
 }
 
 /* db (n) += g (n) * other (n), or g alone when other is NULL: b not broadcast */
-__global__ void reduce_flat_kernel(float *__restrict__ db, const float *__restrict__ g,
-                                   const float *__restrict__ other, int64_t n) {
+template <bool ALL32>
+__global__ void reduce_flat_kernel(void *__restrict__ db, int dbt, const void *__restrict__ g, int gdt,
+                                   const void *__restrict__ other, int odt, int64_t n) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        float gv = ld<ALL32>(g, gdt, i);
+        st<ALL32>(db, dbt, i, __fadd_rn(ld<ALL32>(db, dbt, i), other ? __fmul_rn(gv, ld<ALL32>(other, odt, i)) : gv));
+    }
+}
+
+/* dst (n) += src (n), some of them 16-bit */
+__global__ void acc_dt_kernel(void *__restrict__ dst, int ddt, const void *__restrict__ src, int sdt, int64_t n) {
     int64_t step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        db[i] = __fadd_rn(db[i], other ? __fmul_rn(g[i], other[i]) : g[i]);
+        utk_store_f32(dst, ddt, i, __fadd_rn(utk_load_f32(dst, ddt, i), utk_load_f32(src, sdt, i)));
+}
+
+template <bool ALL32>
+void reduce_launch(void *db, int dbt, const void *g, int gdt, const void *other, int odt, const Reduce &p,
+                   float *part, cudaStream_t s) {
+    if (p.rows) {
+        dim3 grid((unsigned)p.nb, (unsigned)p.nchunk);
+        if (other) reduce_rows_kernel<true, ALL32><<<grid, kThreads, 0, s>>>(db, dbt, part, g, gdt, other, odt, p);
+        else reduce_rows_kernel<false, ALL32><<<grid, kThreads, 0, s>>>(db, dbt, part, g, gdt, other, odt, p);
+        ut_cuda_launched("bcast_reduce_rows");
+    } else {
+        dim3 grid((unsigned)cdiv(p.nb, kThreads), (unsigned)p.nchunk);
+        if (other) reduce_cols_kernel<true, ALL32><<<grid, kThreads, 0, s>>>(db, dbt, part, g, gdt, other, odt, p);
+        else reduce_cols_kernel<false, ALL32><<<grid, kThreads, 0, s>>>(db, dbt, part, g, gdt, other, odt, p);
+        ut_cuda_launched("bcast_reduce_cols");
+    }
 }
 
 } // namespace
 
-extern "C" void ut_cuda_binary_fwd(int op, float *out, const float *a, const float *b,
+extern "C" void ut_cuda_binary_fwd(int op, void *out, int odt, const void *a, int adt, const void *b, int bdt,
                                    const int64_t *n4, const int64_t *s4) {
-    if (op == UT_CUDA_BIN_ADD) binary_launch<MODE_ADD>(out, a, b, n4, s4, "add_fwd");
-    else binary_launch<MODE_MUL>(out, a, b, n4, s4, "mul_fwd");
+    if (op == UT_CUDA_BIN_ADD) binary_launch<MODE_ADD>(out, odt, a, adt, b, bdt, n4, s4, "add_fwd");
+    else binary_launch<MODE_MUL>(out, odt, a, adt, b, bdt, n4, s4, "mul_fwd");
 }
 
-extern "C" void ut_cuda_mul_bwd_a(float *da, const float *g, const float *b, const int64_t *n4,
-                                  const int64_t *s4) {
-    binary_launch<MODE_MUL_ACC>(da, g, b, n4, s4, "mul_bwd_a");
+extern "C" void ut_cuda_mul_bwd_a(void *da, int dadt, const void *g, int gdt, const void *b, int bdt,
+                                  const int64_t *n4, const int64_t *s4) {
+    binary_launch<MODE_MUL_ACC>(da, dadt, g, gdt, b, bdt, n4, s4, "mul_bwd_a");
+}
+
+extern "C" void ut_cuda_acc_dt(void *dst, int ddt, const void *src, int sdt, int64_t n) {
+    if (ddt == 0 && sdt == 0) {
+        ut_cuda_acc((float *)dst, (const float *)src, n);
+        return;
+    }
+    if (n <= 0) return;
+    acc_dt_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(dst, ddt, src, sdt, n);
+    ut_cuda_launched("acc_dt");
 }
 
 extern "C" size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4) {
@@ -299,32 +360,24 @@ extern "C" size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t 
     return (size_t)(p.nchunk * p.nb) * sizeof(float);
 }
 
-extern "C" void ut_cuda_bcast_reduce(float *db, const float *g, const float *other,
+extern "C" void ut_cuda_bcast_reduce(void *db, int dbt, const void *g, int gdt, const void *other, int odt,
                                      const int64_t *n4, const int64_t *s4, void *scratch) {
     int64_t n = n4[0] * n4[1] * n4[2] * n4[3];
     if (n <= 0) return;
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     Reduce p = plan_of(n4, s4);
+    bool all32 = dbt == 0 && gdt == 0 && (!other || odt == 0);
     if (p.R == 1) { /* b has the output's elements: the CPU's flat path */
-        reduce_flat_kernel<<<blocks_for(n), kThreads, 0, s>>>(db, g, other, n);
+        if (all32) reduce_flat_kernel<true><<<blocks_for(n), kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
+        else reduce_flat_kernel<false><<<blocks_for(n), kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
         ut_cuda_launched("bcast_reduce_flat");
         return;
     }
     float *part = (float *)scratch;
-    if (p.rows) {
-        dim3 grid((unsigned)p.nb, (unsigned)p.nchunk);
-        if (other) reduce_rows_kernel<true><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
-        else reduce_rows_kernel<false><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
-        ut_cuda_launched("bcast_reduce_rows");
-    } else {
-        dim3 grid((unsigned)cdiv(p.nb, kThreads), (unsigned)p.nchunk);
-        if (other) reduce_cols_kernel<true><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
-        else reduce_cols_kernel<false><<<grid, kThreads, 0, s>>>(db, part, g, other, p);
-        ut_cuda_launched("bcast_reduce_cols");
-    }
+    if (all32) reduce_launch<true>(db, dbt, g, gdt, other, odt, p, part, s);
+    else reduce_launch<false>(db, dbt, g, gdt, other, odt, p, part, s);
     if (p.nchunk > 1) {
-        reduce_final_kernel<<<(unsigned)cdiv(p.nb, kThreads), kThreads, 0, s>>>(db, part, p.nb,
-                                                                               p.nchunk);
+        reduce_final_kernel<<<(unsigned)cdiv(p.nb, kThreads), kThreads, 0, s>>>(db, dbt, part, p.nb, p.nchunk);
         ut_cuda_launched("bcast_reduce_final");
     }
 }

@@ -7,7 +7,7 @@
  * stream and return at once; n == 0 queues nothing. Results do not depend on
  * the run: every sum has a fixed order decided by the sizes alone.
  * defines: ut_cuda_strided_gather_f32, ut_cuda_strided_gather_i32,
- *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_binary_fwd,
+ *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_acc_dt, ut_cuda_binary_fwd,
  *          ut_cuda_mul_bwd_a, ut_cuda_bcast_reduce_scratch, ut_cuda_bcast_reduce,
  *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd}, ut_cuda_dropout_mask,
  *          ut_cuda_varlen_dropout_mask,
@@ -38,21 +38,27 @@ void ut_cuda_strided_add(float *dst, const float *src, int ndim, const int64_t *
 void ut_cuda_acc(float *dst, const float *src, int64_t n);
 
 /* ---- broadcasting binary ops (binary.cu). n4: the output's shape padded to
- * 4 dims; s4: b's strides in that frame (0 where b broadcasts). ---- */
+ * 4 dims; s4: b's strides in that frame (0 where b broadcasts). Every
+ * tensor is taken as stored, its dtype code after it (ut_dtype: 0 float32,
+ * 1 bf16, 2 fp16): values widened as read, computed in float, rounded once
+ * as written; a 16-bit gradient is read, added to and rounded back. ---- */
 enum { UT_CUDA_BIN_ADD = 0, UT_CUDA_BIN_MUL = 1 };
 /* out = a + b or a * b, b broadcast */
-void ut_cuda_binary_fwd(int op, float *out, const float *a, const float *b, const int64_t *n4,
-                        const int64_t *s4);
+void ut_cuda_binary_fwd(int op, void *out, int odt, const void *a, int adt, const void *b, int bdt,
+                        const int64_t *n4, const int64_t *s4);
 /* da += g * b, b broadcast */
-void ut_cuda_mul_bwd_a(float *da, const float *g, const float *b, const int64_t *n4,
+void ut_cuda_mul_bwd_a(void *da, int dadt, const void *g, int gdt, const void *b, int bdt, const int64_t *n4,
                        const int64_t *s4);
+/* dst (n) += src (n), each as stored */
+void ut_cuda_acc_dt(void *dst, int ddt, const void *src, int sdt, int64_t n);
 /* Device scratch bytes that ut_cuda_bcast_reduce needs for these sizes (0: none). */
 size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4);
 /* db (b's elements, contiguous) += the sum over the broadcast positions of
- * g * other (other NULL: g alone); g and other have the output's shape.
+ * g * other (other NULL: g alone); g and other have the output's shape; the
+ * sums in float32, added to db and rounded once.
  * scratch: ut_cuda_bcast_reduce_scratch bytes (may be NULL when that is 0). */
-void ut_cuda_bcast_reduce(float *db, const float *g, const float *other, const int64_t *n4,
-                          const int64_t *s4, void *scratch);
+void ut_cuda_bcast_reduce(void *db, int dbt, const void *g, int gdt, const void *other, int odt,
+                          const int64_t *n4, const int64_t *s4, void *scratch);
 
 /* ---- elementwise unary ops (unary.cu), flat over n ---- */
 void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n);     /* out = s x */
