@@ -183,7 +183,8 @@ if want models; then
     # the Fashion-MNIST CNN's epoch (configs/fmnist_cnn.yml through `utrain
     # train`; bench/torch_fmnist.py) and the BERT-base training step at
     # 32 x 128 (bench/bert_step.c; bench/torch_bert_step.py), in float32 (as
-    # the issue's PyTorch figures are), TF32 and bf16
+    # the issue's PyTorch figures are), TF32 and bf16; then ZeRO-Offload's
+    # device memory against zero2's
     . bench/common.sh # jget, calc, fmnist_loop_s
     M=/tmp/utrain-models; rm -rf $M; mkdir -p $M
     FM=/usr/share/datasets/fashion-mnist
@@ -220,6 +221,33 @@ if want models; then
         line+=" (max allocated ${tmax:-?} B)"
         [ -n "$um" ] && [ -n "$tm" ] && line+=", ratio $(calc %.3f "$um/$tm")"
         note "$line"
+    done
+    # ZeRO-Offload's device memory against zero2's: GPT-2 124M, one rank,
+    # bf16, 5 steps each; the trainer's own accounting of the model state
+    # on the device and in host memory (its log), and its tokens/s
+    python3 - "$M/tokens.bin" <<'PY'
+import sys, numpy as np
+n = 8 * 1025 * 8
+h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
+t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
+PY
+    cat >"$M/gpt2.yml" <<YML
+output_dir: $M/runs
+device: cuda
+seed: 1
+threads: $NPROC
+model: {name: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50257, block_size: 1024, dropout: 0}
+data: {name: tokens, train_path: $M/tokens.bin, seq_len: 1024}
+train: {max_steps: 5, batch_size: 8, log_interval: 5, eval_strategy: "no", save_strategy: "no", progress: lines, precision: bf16}
+dist: {strategy: zero2}
+YML
+    for off in none cpu; do
+        run models-gpt2-zero2-offload-$off 200 build/utrain train "$M/gpt2.yml" --set experiment_name=zero2_$off \
+            --set dist.offload_optimizer=$off
+        note "  gpt2 124M zero2, offload_optimizer $off: $(grep -h -o -E '(memory|optimizer offload) rank 0.*' \
+            $M/runs/zero2_$off/logger_logs/*.log 2>/dev/null | xargs) $(grep -o '"tokens_per_s": [0-9.e+]*' \
+            $M/runs/zero2_$off/metrics.jsonl 2>/dev/null | tail -1)"
     done
     rm -rf $M
 fi
