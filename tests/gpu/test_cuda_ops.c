@@ -124,41 +124,71 @@ static void test_large_shapes(void) {
     }
 }
 
-/* Two runs of the same rows on the GPU give the same bits (no atomics in
- * reductions, one algorithm per product). */
+/* Two runs of a row on the GPU give the same bits (no atomics in
+ * reductions, one algorithm per product), under the autocast dc_autocast
+ * says. */
+static void same_bits(const gc_row *row) {
+    ut_rng r;
+    ut_rng_seed(&r, 7);
+    void *host[4] = {0};
+    for (int i = 0; i < row->nin; i++) {
+        host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
+        gc_fill(&row->in[i], host[i], &r);
+    }
+    dc_result a, b;
+    dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+    long long n = a.nout;
+    dc_result_free(&a);
+    float *R = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (long long i = 0; i < n; i++) R[i] = ut_rng_normal(&r);
+    int ra = dc_run_row(UT_CUDA, row, host, R, n, &a), rb = dc_run_row(UT_CUDA, row, host, R, n, &b);
+    CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
+    if (ra == 0 && rb == 0) {
+        CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
+        for (int i = 0; i < row->nin; i++)
+            if (a.grad[i])
+                CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)gc_count(&row->in[i])),
+                      "%s: input %d gradient differs between runs", row->name, i);
+    }
+    dc_result_free(&a);
+    dc_result_free(&b);
+    free(R);
+    for (int i = 0; i < 4; i++) free(host[i]);
+}
+
 static void test_same_bits_twice(void) {
     const gc_row *rows[] = {&big_rows[1], &big_rows[2], &big_rows[3], &big_rows[4], &big_rows[6],
                             &big_rows[8], &big_rows[9], &big_rows[11], &big_rows[13], &big_rows[14]};
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-        const gc_row *row = rows[k];
-        if (!selected(row)) continue;
-        ut_rng r;
-        ut_rng_seed(&r, 7);
-        void *host[4] = {0};
-        for (int i = 0; i < row->nin; i++) {
-            host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
-            gc_fill(&row->in[i], host[i], &r);
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (selected(rows[k])) same_bits(rows[k]);
+}
+
+/* Attention under autocast with head size 64 runs on the tensor cores
+ * (flash_attention_tc.cu): against the CPU's autocast at both 16-bit types,
+ * T a multiple of 64 and not, then again on the float32 kernels
+ * (UT_CUDA_ATTN=fp32); and the same bits twice. */
+static void test_attention_paths(void) {
+    const gc_row *rows[] = {&big_rows[2], &big_rows[8], &big_rows[9]};
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    const char *paths[2] = {"tensor cores", "fp32"};
+    for (int p = 0; p < 2; p++) {
+        if (p == 1) setenv("UT_CUDA_ATTN", "fp32", 1);
+        for (int d = 0; d < 2; d++) {
+            dc_autocast = dts[d];
+            for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+                if (!selected(rows[k])) continue;
+                char fam[48];
+                snprintf(fam, sizeof fam, "attention %s %s", paths[p], ut_dtype_name(dts[d]));
+                if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
+                fflush(stdout);
+            }
         }
-        dc_result a, b;
-        dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
-        long long n = a.nout;
-        dc_result_free(&a);
-        float *R = malloc(sizeof(float) * (size_t)(n ? n : 1));
-        for (long long i = 0; i < n; i++) R[i] = ut_rng_normal(&r);
-        int ra = dc_run_row(UT_CUDA, row, host, R, n, &a), rb = dc_run_row(UT_CUDA, row, host, R, n, &b);
-        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
-        if (ra == 0 && rb == 0) {
-            CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
-            for (int i = 0; i < row->nin; i++)
-                if (a.grad[i])
-                    CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)gc_count(&row->in[i])),
-                          "%s: input %d gradient differs between runs", row->name, i);
-        }
-        dc_result_free(&a);
-        dc_result_free(&b);
-        free(R);
-        for (int i = 0; i < 4; i++) free(host[i]);
+        unsetenv("UT_CUDA_ATTN");
     }
+    dc_autocast = UT_BF16;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (selected(rows[k])) same_bits(rows[k]);
+    dc_autocast = UT_F32;
 }
 
 /* Under bf16 and fp16 autocast both devices round the same operands and
@@ -347,6 +377,7 @@ int main(void) {
     RUN(test_conv_paths);
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
+    RUN(test_attention_paths);
     RUN(test_bad_index);
     RUN(test_streams_events);
     RUN(test_model_on_device);

@@ -2,7 +2,9 @@
  * (semantics: src/backend/cpu/attention.c), and ut_cuda_attn_gemm, the
  * per-(batch, head) products that the attention ops share (attention.h).
  * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_ok):
- *  - fused (flash_attention.h; head size <= 128): P is never materialised.
+ *  - fused (flash_attention.h; head size <= 128): P is never materialised;
+ *    under autocast with head size 64 its products run on the tensor cores
+ *    (flash_attention_tc.cu; UT_CUDA_ATTN=fp32: the float32 kernels).
  *    Saved buffer ut_attention_probs (aux slot 0, a void *) then holds, on
  *    CUDA, each query row's log-sum-exp L (B, NH, T) in float32 (and under
  *    autocast a float32 copy of out after it), NOT the probabilities P:
@@ -61,6 +63,11 @@ static ut_attn_rows rows_of(const attn_dims *d) {
 }
 
 static bool fused(const attn_dims *d) { return ut_cuda_flash_attn_ok(d->B, d->T, d->C, d->NH); }
+/* the fused path on the tensor cores: under autocast (qkv's float32 values
+ * are then exact in its dtype), head size 64, unless UT_CUDA_ATTN=fp32 */
+static bool tensor_cores(const ut_tensor *t, const attn_dims *d) {
+    return (t->autocast == UT_BF16 || t->autocast == UT_F16) && ut_cuda_flash_attn_tc_ok(d->B, d->T, d->C, d->NH);
+}
 
 /* The fused path's saved buffer: L (B, NH, T), then, under autocast, a
  * float32 copy of out (B, T, C) from a multiple of 4 floats. Its backward
@@ -77,11 +84,13 @@ void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *qkv = t->src[0]->data;
-    if (fused(&d)) {
+    bool tc = tensor_cores(t, &d);
+    if (tc || fused(&d)) {
         int64_t nL = l_floats(&d), nO = keeps_out(t) ? d.B * T * d.C : 0;
         float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
         ut_attention_set_probs(t, L);
-        ut_cuda_flash_attn_fwd(t->data, nO ? L + nL : NULL, L, qkv, d.B, T, d.C, d.NH);
+        if (tc) ut_cuda_flash_attn_tc_fwd(t->data, nO ? L + nL : NULL, L, qkv, d.B, T, d.C, d.NH, (int)t->autocast);
+        else ut_cuda_flash_attn_fwd(t->data, nO ? L + nL : NULL, L, qkv, d.B, T, d.C, d.NH);
         return;
     }
     float *P = ut_kalloc(k, (size_t)nP * sizeof(float));
@@ -105,10 +114,12 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *x = qkv->data, *P = ut_attention_probs(t);
     float *dx = qkv->grad;
-    if (fused(&d)) { /* the saved slot holds L; D (B, NH, T): each row's sum of g * out */
+    bool tc = tensor_cores(t, &d);
+    if (tc || fused(&d)) { /* the saved slot holds L; D (B, NH, T): each row's sum of g * out */
         const float *out = keeps_out(t) ? P + l_floats(&d) : t->data;
         float *D = ut_kalloc(k, (size_t)(d.B * d.NH * T) * sizeof(float));
-        ut_cuda_flash_attn_bwd(dx, D, t->grad, out, x, P, d.B, T, d.C, d.NH);
+        if (tc) ut_cuda_flash_attn_tc_bwd(dx, D, t->grad, out, x, P, d.B, T, d.C, d.NH, (int)t->autocast);
+        else ut_cuda_flash_attn_bwd(dx, D, t->grad, out, x, P, d.B, T, d.C, d.NH);
         return;
     }
     ut_attn_mat g = {.p = t->grad, .ld = d.C, .sb = T * d.C, .sh = d.hs};

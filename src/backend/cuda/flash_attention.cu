@@ -35,6 +35,7 @@
 
 #include "cuda.h"
 #include "flash_attention.h"
+#include "launch.cuh"
 
 namespace {
 
@@ -508,24 +509,7 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 }
 
 cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
-
-void check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) {
-        fprintf(stderr, "utrain: flash attention: %s failed: %s\n", what, cudaGetErrorString(e));
-        abort();
-    }
-}
-
-/* lets kernel use bytes of dynamic shared memory, preferring shared memory
- * over L1 */
-template <typename F>
-void allow_smem(F *kernel, size_t bytes) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-          "setting the shared memory size");
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               (int)cudaSharedmemCarveoutMaxShared),
-          "setting the shared memory carveout");
-}
+using utk::allow_smem;
 
 int dim_of(int64_t hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
 
@@ -601,16 +585,22 @@ extern "C" void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, co
     }
 }
 
+extern "C" void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T,
+                                          int64_t C, int64_t NH) {
+    int64_t rows = B * T * NH, blocks = (rows + 7) / 8;
+    if (rows <= 0) return;
+    dot_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream()>>>(out, dout, Dg, rows, (int)T, (int)C,
+                                                                                  (int)NH, (int)(C / NH));
+    ut_cuda_launched("flash attention backward (rowsum dout * out)");
+}
+
 extern "C" void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out,
                                        const float *qkv, const float *L, int64_t B, int64_t T, int64_t C,
                                        int64_t NH) {
     if (B <= 0 || T <= 0) return;
     geom g = geom_of(T, C, NH);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
-    int64_t rows = B * T * NH, blocks = (rows + 7) / 8;
-    dot_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream()>>>(out, dout, Dscratch, rows, g.T,
-                                                                                  g.C, g.NH, g.hs);
-    ut_cuda_launched("flash attention backward (rowsum dout * out)");
+    ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, T, C, NH);
     switch (dim_of(g.hs)) {
         case 32: bwd<32>(dqkv, dout, qkv, L, Dscratch, B, g); break;
         case 64: bwd<64>(dqkv, dout, qkv, L, Dscratch, B, g); break;

@@ -7,7 +7,11 @@
  * every head: q of head h at columns [h hs, (h + 1) hs), k at C + h hs,
  * v at 2C + h hs (hs = C / NH). Query t attends keys j <= t; scale 1/sqrt(hs).
  * Everything is float32 on CUDA cores; no atomics: two runs give the same bits.
- * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd. */
+ * The tensor-core forms (flash_attention_tc.cu) take the same buffers under
+ * autocast, their products on the bf16 or fp16 tensor cores.
+ * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd,
+ *          ut_cuda_flash_attn_rowdot, ut_cuda_flash_attn_tc_ok, ut_cuda_flash_attn_tc_fwd,
+ *          ut_cuda_flash_attn_tc_bwd. */
 #ifndef UTRAIN_CUDA_FLASH_ATTENTION_H
 #define UTRAIN_CUDA_FLASH_ATTENTION_H
 
@@ -37,6 +41,26 @@ void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, const float *
  * memory (each row's sum of dout * out). */
 void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out, const float *qkv,
                             const float *L, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+/* Dg (B, NH, T) = each row's sum of dout * out over its head's columns
+ * (the backward's D; ut_cuda_flash_attn_bwd computes it itself) */
+void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T, int64_t C,
+                               int64_t NH);
+
+/* The same attention with its four products on the tensor cores, for qkv
+ * whose values are exact in dt (1 bf16, 2 fp16: autocast's rounded
+ * operands, held in float32): Q K^T and the gradients' products from 16-bit
+ * copies with float32 accumulation, the softmax in float32, P (and dS) rounded
+ * to dt before the products that take them, as fused 16-bit attention
+ * kernels do. Head size 64; ok says whether these sizes and the device's
+ * shared memory take it, and UT_CUDA_ATTN=fp32 turns it off (the float32
+ * kernels above run instead). Same buffers, L and D as the float32 forms;
+ * deterministic. */
+bool ut_cuda_flash_attn_tc_ok(int64_t B, int64_t T, int64_t C, int64_t NH);
+void ut_cuda_flash_attn_tc_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int dt);
+void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out, const float *qkv,
+                               const float *L, int64_t B, int64_t T, int64_t C, int64_t NH, int dt);
 
 #ifdef __cplusplus
 }

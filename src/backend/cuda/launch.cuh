@@ -1,7 +1,8 @@
 /* What the CUDA kernel files share (CUDA C++ only): the compute stream, the
  * grid of a grid-stride loop, and 16-bit loads and stores as float.
  * defines: utk::kThreads, utk::kMaxBlocks, utk::stream, utk::blocks_for,
- *          UTK_GRID_STRIDE, utk_load_f32, utk_store_f32, utk_load, utk_store. */
+ *          utk::check, utk::allow_smem, UTK_GRID_STRIDE, utk_load_f32,
+ *          utk_store_f32, utk_load, utk_store. */
 #ifndef UTRAIN_CUDA_LAUNCH_CUH
 #define UTRAIN_CUDA_LAUNCH_CUH
 
@@ -9,6 +10,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda.h"
 
@@ -23,6 +26,25 @@ inline cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
 inline unsigned blocks_for(int64_t n) {
     int64_t b = (n + kThreads - 1) / kThreads;
     return (unsigned)(b < 1 ? 1 : b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+/* a CUDA call that cannot fail but for a bug: aborts, naming it */
+inline void check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "utrain: %s failed: %s\n", what, cudaGetErrorString(e));
+        abort();
+    }
+}
+
+/* lets kernel use bytes of dynamic shared memory (past the default 48 KiB),
+ * preferring shared memory over L1 */
+template <typename F>
+void allow_smem(F *kernel, size_t bytes) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+          "setting a kernel's shared memory size");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared),
+          "setting a kernel's shared memory carveout");
 }
 
 } // namespace utk
