@@ -90,7 +90,7 @@ endif
 endif
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
-                             tests/dist/test_*.c) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.c)))
+                             tests/dist/test_*.c tests/emu/test_*.c) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.c)))
 # programs that tests start (under mpirun), not run alone by tests/run.sh
 TEST_AUX = $(BUILD)/tests/dist/mpi_comm_ranks
 TEST_LIB = $(sort $(wildcard tests/unit/gradcheck*.c tests/common/*.c))
@@ -151,6 +151,33 @@ $(BUILD)/tests/%.o: tests/%.c $(HDRS)
 	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -c $< -o $@
 
 tests: all $(TEST_BIN) $(TEST_AUX)
+
+# ---- the CUDA emulator (tests/emu, docs/testing.md): CUDA kernel files run
+# by the host's C++ compiler, their launches rewritten by tests/emu/prep.pl,
+# so that kernels are tested on machines without a GPU (or nvcc) ----
+EMU_CU   = flash_attention_tc norm binary view
+EMU_OBJ  = $(EMU_CU:%=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o
+EMU_FLAGS = -std=c++17 -O2 -g -DUT_CUDA_EMU -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-attributes \
+            -Itests/emu/shim -Isrc/backend/cuda -Iinclude
+
+$(BUILD)/emu/%.cpp: src/backend/cuda/%.cu tests/emu/prep.pl
+	@mkdir -p $(dir $@)
+	@perl tests/emu/prep.pl $< > $@
+
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h $(HDRS)
+	@echo "  EMU   $(notdir $<)"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
+$(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
+$(BUILD)/tests/emu/test_emu_kernels: tests/emu/test_emu_kernels.c $(EMU_OBJ) $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -c $< -o $@.o
+	@$(CXX) -o $@ $@.o $(EMU_OBJ) $(SAN) -lm
 
 # The MPI rank program is test_comm itself under a name run.sh does not run:
 # tests/dist/test_mpi_launch starts it under mpirun.

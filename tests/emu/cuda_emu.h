@@ -1,0 +1,345 @@
+/* A CUDA emulator for testing kernels without a GPU (C++17, host only).
+ *
+ * The CUDA backend's kernel files (the .cu files of src/backend/cuda) are compiled by
+ * the host compiler against the headers in tests/emu/shim (cuda_runtime.h,
+ * cuda_bf16.h, cuda_fp16.h, mma.h: each includes this one) after
+ * tests/emu/prep.pl has rewritten their launches (k<<<grid, block, smem,
+ * stream>>>(args) becomes utemu::launch(k, grid, block, smem, args)) and
+ * their dynamic shared memory. Then a launch runs the grid's blocks one
+ * after another, each block's threads as fibers (ucontext) on one host
+ * thread: a thread runs until it reaches a barrier (__syncthreads,
+ * __syncwarp, or a shuffle, which is a write, a warp barrier, a read and
+ * another warp barrier), and a barrier opens when every live thread of its
+ * block or warp has reached one. What it checks besides the results:
+ *   - barriers: a warp or block whose threads wait at barriers that cannot
+ *     all open (a barrier inside a branch only some threads take) stops the
+ *     run, naming the kernel and block (deadlock on a GPU);
+ *   - WMMA: fragments are whole 16 x 16 tiles in every lane (mma_sync
+ *     computes the product in float, every lane the same), and
+ *     load_matrix_sync / store_matrix_sync check what the hardware requires:
+ *     a 32-byte aligned pointer and a leading dimension that is a multiple
+ *     of 16 bytes;
+ *   - dynamic shared memory is a heap buffer of exactly the launch's size
+ *     (so AddressSanitizer builds see overruns), filled with NaN bytes at
+ *     each block's start (so a read before a write shows);
+ *   - grid and block limits (blocks of at most 1024 threads, gridDim.y and
+ *     .z at most 65535) and shared memory past the launch's request.
+ * What it does not model: timing, races between threads that the barriers
+ * do not order (the threads run in a fixed order, so a race gives one
+ * answer here), warp-synchronous code without __syncwarp, and atomics
+ * beyond what is below. */
+#ifndef UTRAIN_CUDA_EMU_H
+#define UTRAIN_CUDA_EMU_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <functional>
+#include <type_traits>
+
+/* ---- the language: qualifiers become nothing (or plain C++) ---- */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+
+/* ---- built-in types and variables ---- */
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+namespace utemu {
+
+struct thread_state {
+    uint3 tid;
+    int wait; /* 0 running, 1 at a warp barrier, 2 at a block barrier */
+    bool done;
+};
+
+/* the emulator's state for the block running now */
+uint3 &block_idx();
+dim3 &grid_dim();
+dim3 &block_dim();
+thread_state &current();
+void barrier(int kind); /* 1 warp, 2 block */
+void *dyn_smem();
+[[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...);
+float *shuffle_slots(); /* one per thread of the block */
+
+inline long long grid_x(dim3 d) { return d.x; }
+inline unsigned grid_y(dim3 d) { return d.y; }
+inline unsigned grid_z(dim3 d) { return d.z; }
+template <typename I>
+inline long long grid_x(I n) {
+    return (long long)n;
+}
+template <typename I>
+inline unsigned grid_y(I) {
+    return 1;
+}
+template <typename I>
+inline unsigned grid_z(I) {
+    return 1;
+}
+
+/* what a launch runs: body() once per thread of each block */
+void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+
+/* a launch's configuration, <<<grid, block[, smem[, stream]]>>> */
+struct config {
+    dim3 grid, block;
+    size_t smem;
+};
+template <typename G, typename B>
+inline config make_config(G grid, B block, size_t smem = 0, const void *stream = nullptr) {
+    (void)stream;
+    return config{dim3((unsigned)grid_x(grid), grid_y(grid), grid_z(grid)), dim3((unsigned)grid_x(block),
+                  grid_y(block), grid_z(block)), smem};
+}
+
+/* k<<<cfg>>>(args) as tests/emu/prep.pl writes it */
+template <typename K, typename... A>
+void launch(const char *name, K kernel, config c, A... args) {
+    run_grid(name, c.grid, c.block, c.smem, [=]() { kernel(args...); });
+}
+
+} // namespace utemu
+
+#define threadIdx (utemu::current().tid)
+#define blockIdx (utemu::block_idx())
+#define gridDim (utemu::grid_dim())
+#define blockDim (utemu::block_dim())
+
+inline void __syncthreads() { utemu::barrier(2); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    utemu::barrier(1);
+}
+
+/* lane l of the warp gets v of lane src(l) */
+template <typename T>
+inline T utemu_shuffle(T v, int (*src)(int lane, int arg), int arg) {
+    static_assert(sizeof(T) <= sizeof(float), "32-bit shuffles");
+    float *slots = utemu::shuffle_slots();
+    const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
+    const unsigned warp0 = t & ~31u;
+    const int lane = (int)(t & 31u);
+    memcpy(&slots[t], &v, sizeof(T));
+    utemu::barrier(1);
+    int s = src(lane, arg);
+    T r;
+    memcpy(&r, &slots[warp0 + (unsigned)(s >= 0 && s < 32 ? s : lane)], sizeof(T));
+    utemu::barrier(1);
+    return r;
+}
+inline int utemu_src_xor(int lane, int o) { return lane ^ o; }
+inline int utemu_src_down(int lane, int o) { return lane + o; }
+inline int utemu_src_up(int lane, int o) { return lane - o; }
+inline int utemu_src_idx(int lane, int o) {
+    (void)lane;
+    return o & 31;
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int o) {
+    (void)mask;
+    return utemu_shuffle(v, utemu_src_xor, o);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, int o) {
+    (void)mask;
+    return utemu_shuffle(v, utemu_src_down, o);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, int o) {
+    (void)mask;
+    return utemu_shuffle(v, utemu_src_up, o);
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src) {
+    (void)mask;
+    return utemu_shuffle(v, utemu_src_idx, src);
+}
+
+/* ---- arithmetic intrinsics (rounded to nearest: the host's float arithmetic) ---- */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline int atomicCAS(int *p, int cmp, int v) {
+    int old = *p;
+    if (old == cmp) *p = v;
+    return old;
+}
+inline float atomicAdd(float *p, float v) {
+    float old = *p;
+    *p = old + v;
+    return old;
+}
+
+/* ---- 16-bit floating point storage ---- */
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __half {
+    uint16_t bits;
+};
+inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    __nv_bfloat16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) h.bits = (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
+    else h.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return h;
+}
+inline float __half2float(__half h) {
+    uint32_t s = (uint32_t)(h.bits >> 15) << 31, e = (h.bits >> 10) & 0x1fu, m = h.bits & 0x3ffu, u;
+    if (e == 0x1f) u = s | 0x7f800000u | (m << 13);
+    else if (e) u = s | ((e + 112u) << 23) | (m << 13);
+    else if (!m) u = s;
+    else { /* subnormal: m 2^-24 */
+        float f = ldexpf((float)m, -24);
+        memcpy(&u, &f, 4);
+        u |= s;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline __half __float2half_rn(float f) {
+    __half h;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (a != a) h.bits = (uint16_t)(s | 0x7e00u);
+    else if (a >= 65520.0f) h.bits = (uint16_t)(s | 0x7c00u); /* rounds to infinity */
+    else if (a < 6.103515625e-05f) { /* subnormal or zero: multiples of 2^-24, nearest even */
+        h.bits = (uint16_t)(s | (uint16_t)lrintf(a * 16777216.0f));
+    } else {
+        uint32_t ua;
+        memcpy(&ua, &a, 4);
+        uint32_t e = (ua >> 23) - 112u, m = ua & 0x7fffffu;
+        uint32_t v = (e << 10) | (m >> 13), rest = m & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (v & 1u))) v++;
+        h.bits = (uint16_t)(s | v);
+    }
+    return h;
+}
+
+/* ---- WMMA (mma.h): whole tiles in every lane; loads and stores are warp
+ * barriers, as the hardware's collective operations are in effect ---- */
+namespace nvcuda {
+namespace wmma {
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+    static constexpr int rows = M, cols = N;
+    float x[16 * 16];
+    static constexpr int num_elements = 16 * 16;
+};
+
+inline float utemu_val(float v) { return v; }
+inline float utemu_val(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float utemu_val(__half v) { return __half2float(v); }
+
+/* checks a tile's pointer and stride, then waits for the warp: the WMMA
+ * loads and stores are collective (every lane of a warp takes part, in
+ * step), so no lane stores a tile before every lane has loaded the tiles
+ * that the warp's previous loads read */
+void utemu_check_tile(const void *p, unsigned ldm, size_t elem, const char *what);
+
+template <typename Use, typename T, typename L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    utemu_check_tile(p, ldm, sizeof(T), "load_matrix_sync");
+    const bool row = std::is_same<L, row_major>::value;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = utemu_val(row ? p[r * ldm + c] : p[c * ldm + r]);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                             layout_t l) {
+    utemu_check_tile(p, ldm, sizeof(float), "load_matrix_sync (accumulator)");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+}
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                              layout_t l) {
+    utemu_check_tile(p, ldm, sizeof(float), "store_matrix_sync");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * 16 + c];
+}
+template <typename Use, typename T, typename L>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
+    for (int i = 0; i < 256; i++) f.x[i] = v;
+}
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    utemu::barrier(1);
+    float out[256];
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float s = c.x[r * 16 + n];
+            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + n];
+            out[r * 16 + n] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+} // namespace wmma
+} // namespace nvcuda
+
+/* ---- the runtime API the kernel files' launchers call ---- */
+typedef int cudaError_t;
+typedef struct utemu_stream *cudaStream_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
+enum { cudaSharedmemCarveoutMaxShared = 100 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor };
+inline const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated error" : "no error"; }
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute, int) {
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+/* an H100's: 227 KiB of opt-in shared memory, compute capability 9 */
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 9;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+#endif

@@ -1,0 +1,2 @@
+/* the CUDA emulator in place of the toolkit's <mma.h> (tests/emu/cuda_emu.h) */
+#include "../cuda_emu.h"

@@ -1,0 +1,330 @@
+/* CUDA kernels run on the CUDA emulator (tests/emu/cuda_emu.h), without a
+ * GPU, against references computed here in double precision: the kernels
+ * written in sessions that had no GPU, before a GPU ever runs them.
+ *   - attention on the tensor cores (flash_attention_tc.cu), bf16 and fp16,
+ *     forward (out, its copy, L) and backward (dq, dk, dv added into dqkv),
+ *     T a multiple of 64 and not, one and several heads and examples;
+ *   - layer norm with 16-bit x and out (norm.cu): out, mean, rstd; dx added
+ *     into a 16-bit gradient, dw and db into float32;
+ *   - add and mul with 16-bit and float32 operands, broadcast or not
+ *     (binary.cu), forward and both gradients.
+ * The emulator also checks the barriers, the WMMA tiles' alignment and
+ * strides, and the grid and shared memory against a GPU's limits (it stops
+ * the program, naming the kernel, where they are broken). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/backend/cuda/ew.h"
+#include "../../src/backend/cuda/flash_attention.h"
+#include "../../src/backend/cuda/norm.h"
+#include "../common/test.h"
+
+/* what the kernel files call in the CUDA backend, here */
+void *ut_cuda_stream(void) { return NULL; }
+void ut_cuda_launched(const char *what) { (void)what; }
+
+/* D (B, NH, T) = rowsum(dout * out) per head, as flash_attention.cu's
+ * kernel does (that file's copies are inline assembly the emulator does not
+ * run) */
+void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) {
+    int64_t hs = C / NH;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < NH; h++) {
+                float s = 0.0f;
+                for (int64_t d = 0; d < hs; d++) s += out[(b * T + t) * C + h * hs + d] * dout[(b * T + t) * C + h * hs + d];
+                Dg[(b * NH + h) * T + t] = s;
+            }
+}
+
+/* ---- values: a fixed generator, and rounding to the 16-bit types ---- */
+static uint64_t g_rng = 88172645463325252ull;
+static double uniform(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+static float normal(void) { return (float)(sqrt(-2.0 * log(uniform() + 1e-300)) * cos(6.283185307179586 * uniform())); }
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* fp16 of a float in the normal range (the tests' values are) */
+static uint16_t to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (a < 6.103515625e-05f) return (uint16_t)(s | (uint16_t)lrintf(a * 16777216.0f));
+    memcpy(&u, &a, 4);
+    uint32_t e = (u >> 23) - 112u, m = u & 0x7fffffu, v = (e << 10) | (m >> 13), rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (v & 1u))) v++;
+    return (uint16_t)(s | v);
+}
+static float from_f16(uint16_t h) {
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    float v = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
+    return h & 0x8000u ? -v : v;
+}
+/* f rounded to dt (1 bf16, 2 fp16) */
+static float round_to(float f, int dt) { return dt == 1 ? from_bf16(to_bf16(f)) : dt == 2 ? from_f16(to_f16(f)) : f; }
+static float load16(const void *p, int dt, int64_t i) {
+    if (dt == 1) return from_bf16(((const uint16_t *)p)[i]);
+    if (dt == 2) return from_f16(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+static void store16(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) ((uint16_t *)p)[i] = to_bf16(v);
+    else if (dt == 2) ((uint16_t *)p)[i] = to_f16(v);
+    else ((float *)p)[i] = v;
+}
+static size_t dt_size(int dt) { return dt ? 2 : 4; }
+
+/* the largest |got - want| over n, relative to the largest |want| */
+static double rel_err(const float *got, const double *want, int64_t n) {
+    double e = 0, m = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= e)) e = d; /* NaN wins */
+        if (fabs(want[i]) > m) m = fabs(want[i]);
+    }
+    return e / m;
+}
+
+/* ---- attention ---- */
+
+/* out, L and dqkv (the gradient of sum(out * G)) of causal attention in double */
+static void attention_ref(const float *qkv, const float *G, int B, int T, int C, int NH, double *out, double *L,
+                          double *dqkv) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *P = malloc(sizeof(double) * (size_t)T), *dP = malloc(sizeof(double) * (size_t)T);
+    memset(dqkv, 0, sizeof(double) * (size_t)B * T * 3 * C);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0, D = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double s = 0;
+                    for (int d = 0; d < hs; d++) s += (double)q[d] * k[d];
+                    P[j] = s * scale;
+                    if (P[j] > mx) mx = P[j];
+                }
+                for (int j = 0; j <= i; j++) sum += (P[j] = exp(P[j] - mx));
+                L[((size_t)b * NH + h) * T + i] = mx + log(sum);
+                const float *g = G + ((size_t)b * T + i) * C + h * hs;
+                double *o = out + ((size_t)b * T + i) * C + h * hs;
+                for (int d = 0; d < hs; d++) o[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    P[j] /= sum;
+                    const float *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    double dp = 0;
+                    for (int d = 0; d < hs; d++) o[d] += P[j] * v[d], dp += (double)g[d] * v[d];
+                    dP[j] = dp;
+                    D += P[j] * dp;
+                }
+                double *dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                for (int j = 0; j <= i; j++) {
+                    double ds = P[j] * (dP[j] - D) * scale;
+                    const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double *dk = dqkv + ((size_t)b * T + j) * 3 * C + C + h * hs, *dv = dk + C;
+                    for (int d = 0; d < hs; d++) {
+                        dq[d] += ds * k[d];
+                        dk[d] += ds * q[d];
+                        dv[d] += P[j] * g[d];
+                    }
+                }
+            }
+    free(P);
+    free(dP);
+}
+
+static void attention_case(int dt, int B, int T, int NH, double tol_out, double tol_grad) {
+    int C = 64 * NH;
+    int64_t nx = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C, nl = (int64_t)B * NH * T;
+    float *qkv = calloc((size_t)nx, sizeof(float)), *G = calloc((size_t)no, sizeof(float));
+    float *dqkv = calloc((size_t)nx, sizeof(float));
+    float *out = malloc(sizeof(float) * no), *out2 = malloc(sizeof(float) * no), *L = malloc(sizeof(float) * nl);
+    float *Dg = malloc(sizeof(float) * nl);
+    double *rout = malloc(sizeof(double) * no), *rL = malloc(sizeof(double) * nl), *rd = malloc(sizeof(double) * nx);
+    /* autocast's operands: values exact in dt; the outputs' gradient too */
+    for (int64_t i = 0; i < nx; i++) qkv[i] = round_to(normal(), dt);
+    for (int64_t i = 0; i < no; i++) G[i] = round_to(normal(), dt);
+    for (int64_t i = 0; i < nx; i++) dqkv[i] = 0.25f; /* the kernels add to what is there */
+    ut_cuda_flash_attn_tc_fwd(out, out2, L, qkv, B, T, C, NH, dt);
+    ut_cuda_flash_attn_tc_bwd(dqkv, Dg, G, out, qkv, L, B, T, C, NH, dt);
+    attention_ref(qkv, G, B, T, C, NH, rout, rL, rd);
+    for (int64_t i = 0; i < nx; i++) dqkv[i] -= 0.25f;
+    double eo = rel_err(out, rout, no), el = rel_err(L, rL, nl);
+    CHECK(eo <= tol_out, "dt %d B %d T %d NH %d: out off by %.3g of its largest value (tol %.3g)", dt, B, T, NH, eo,
+          tol_out);
+    CHECK(!memcmp(out, out2, sizeof(float) * no), "dt %d B %d T %d NH %d: out's copy differs", dt, B, T, NH);
+    CHECK(el <= 1e-5, "dt %d B %d T %d NH %d: L off by %.3g", dt, B, T, NH, el);
+    /* q, k, v gradients apart: each relative to its own largest value */
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++) {
+        int64_t n = (int64_t)B * T * C;
+        float *got = malloc(sizeof(float) * n);
+        double *want = malloc(sizeof(double) * n);
+        for (int64_t r = 0; r < (int64_t)B * T; r++)
+            for (int c = 0; c < C; c++) {
+                got[r * C + c] = dqkv[r * 3 * C + part * C + c];
+                want[r * C + c] = rd[r * 3 * C + part * C + c];
+            }
+        double e = rel_err(got, want, n);
+        CHECK(e <= tol_grad, "dt %d B %d T %d NH %d: %s off by %.3g of its largest value (tol %.3g)", dt, B, T, NH,
+              names[part], e, tol_grad);
+        free(got);
+        free(want);
+    }
+    free(qkv), free(G), free(dqkv), free(out), free(out2), free(L), free(Dg), free(rout), free(rL), free(rd);
+}
+
+/* P and dS rounded to the 16-bit type set the tolerances: bf16 has 8 bits
+ * of precision, fp16 11 */
+static void test_attention_tc(void) {
+    CHECK(ut_cuda_flash_attn_tc_ok(2, 77, 128, 2), "head size 64 is taken");
+    CHECK(!ut_cuda_flash_attn_tc_ok(2, 77, 96, 2), "head size 48 is not");
+    int shapes[][3] = {{1, 64, 1}, {2, 77, 2}, {1, 130, 1}};
+    for (int s = 0; s < 3; s++) {
+        attention_case(1, shapes[s][0], shapes[s][1], shapes[s][2], 4e-3, 8e-3);
+        attention_case(2, shapes[s][0], shapes[s][1], shapes[s][2], 5e-4, 1.5e-3);
+    }
+}
+
+/* ---- layer norm with 16-bit x and out ---- */
+static void layernorm_case(int dt, int N, int C) {
+    size_t es = sizeof(float); /* room for any dtype */
+    void *x = malloc(es * N * C), *out = malloc(es * N * C), *dy = malloc(es * N * C), *dx = malloc(es * N * C);
+    float *w = malloc(sizeof(float) * C), *b = malloc(sizeof(float) * C), *dw = calloc((size_t)C, sizeof(float));
+    float *db = calloc((size_t)C, sizeof(float)), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *got = malloc(sizeof(float) * N * C);
+    double *want = malloc(sizeof(double) * N * C), *wdx = malloc(sizeof(double) * N * C);
+    double *wdw = calloc((size_t)C, sizeof(double)), *wdb = calloc((size_t)C, sizeof(double));
+    for (int64_t i = 0; i < (int64_t)N * C; i++) {
+        store16(x, dt, i, 2.0f + normal());
+        store16(dy, dt, i, normal());
+        store16(dx, dt, i, 0.5f);
+    }
+    for (int c = 0; c < C; c++) w[c] = 1.0f + 0.1f * normal(), b[c] = 0.1f * normal();
+    ut_cuda_layernorm_fwd(out, dt, mean, rstd, x, dt, w, b, N, C, 1e-5f);
+    void *scratch = malloc(ut_cuda_layernorm_bwd_scratch_bytes(N, C));
+    ut_cuda_layernorm_bwd(dx, dw, db, scratch, dy, dt, x, dt, w, mean, rstd, N, C);
+    for (int n = 0; n < N; n++) {
+        double m = 0, v = 0, sdn = 0, sdnx = 0;
+        for (int c = 0; c < C; c++) m += load16(x, dt, (int64_t)n * C + c);
+        m /= C;
+        for (int c = 0; c < C; c++) v += pow(load16(x, dt, (int64_t)n * C + c) - m, 2);
+        double r = 1.0 / sqrt(v / C + 1e-5);
+        CHECK(fabs(mean[n] - m) <= 1e-5 * (1 + fabs(m)) && fabs(rstd[n] - r) <= 1e-5 * r, "row %d: mean %g rstd %g, want %g %g",
+              n, mean[n], rstd[n], m, r);
+        for (int c = 0; c < C; c++) {
+            int64_t i = (int64_t)n * C + c;
+            double xh = (load16(x, dt, i) - m) * r, g = load16(dy, dt, i);
+            want[i] = xh * w[c] + b[c];
+            got[i] = load16(out, dt, i);
+            sdn += g * w[c], sdnx += g * w[c] * xh;
+            wdw[c] += g * xh, wdb[c] += g;
+        }
+        sdn /= C, sdnx /= C;
+        for (int c = 0; c < C; c++) {
+            int64_t i = (int64_t)n * C + c;
+            double xh = (load16(x, dt, i) - m) * r;
+            wdx[i] = 0.5 + r * (load16(dy, dt, i) * w[c] - sdn - xh * sdnx);
+        }
+    }
+    /* one rounding to dt of a value computed in float */
+    double tol = dt == 1 ? 6e-3 : 1e-3;
+    double e = rel_err(got, want, (int64_t)N * C);
+    CHECK(e <= tol, "dt %d %d x %d: out off by %.3g (tol %.3g)", dt, N, C, e, tol);
+    for (int64_t i = 0; i < (int64_t)N * C; i++) got[i] = load16(dx, dt, i);
+    e = rel_err(got, wdx, (int64_t)N * C);
+    CHECK(e <= tol, "dt %d %d x %d: dx off by %.3g (tol %.3g)", dt, N, C, e, tol);
+    e = rel_err(dw, wdw, C);
+    CHECK(e <= 1e-4, "dt %d %d x %d: dw off by %.3g", dt, N, C, e);
+    e = rel_err(db, wdb, C);
+    CHECK(e <= 1e-4, "dt %d %d x %d: db off by %.3g", dt, N, C, e);
+    free(x), free(out), free(dy), free(dx), free(w), free(b), free(dw), free(db), free(mean), free(rstd), free(got);
+    free(want), free(wdx), free(wdw), free(wdb), free(scratch);
+}
+
+static void test_layernorm_16(void) {
+    for (int dt = 1; dt <= 2; dt++) {
+        layernorm_case(dt, 37, 768);  /* a warp per row */
+        layernorm_case(dt, 5, 2500);  /* a block per row */
+        layernorm_case(dt, 300, 64);  /* dw, db over several row chunks */
+    }
+}
+
+/* ---- add and mul with mixed storage ---- */
+/* out (N, C) = a op b, b (N, C) or (C) broadcast; da, db of sum(out * g) */
+static void binary_case(int op, int odt, int adt, int bdt, int N, int C, bool bcast) {
+    int64_t n = (int64_t)N * C, nb = bcast ? C : n;
+    void *a = malloc(dt_size(adt) * n), *b = malloc(dt_size(bdt) * nb), *out = malloc(dt_size(odt) * n);
+    void *g = malloc(dt_size(odt) * n), *da = malloc(dt_size(adt) * n), *dbv = malloc(dt_size(bdt) * nb);
+    for (int64_t i = 0; i < n; i++) store16(a, adt, i, normal()), store16(g, odt, i, normal()), store16(da, adt, i, 0.5f);
+    for (int64_t i = 0; i < nb; i++) store16(b, bdt, i, normal()), store16(dbv, bdt, i, 0.5f);
+    int64_t n4[4] = {1, 1, N, C}, s4[4] = {0, 0, bcast ? 0 : C, 1};
+    ut_cuda_binary_fwd(op, out, odt, a, adt, b, bdt, n4, s4);
+    if (op == UT_CUDA_BIN_ADD) ut_cuda_acc_dt(da, adt, g, odt, n);
+    else ut_cuda_mul_bwd_a(da, adt, g, odt, b, bdt, n4, s4);
+    void *scratch = malloc(ut_cuda_bcast_reduce_scratch(n4, s4) + 64);
+    ut_cuda_bcast_reduce(dbv, bdt, g, odt, op == UT_CUDA_BIN_ADD ? NULL : a, adt, n4, s4, scratch);
+    float *got = malloc(sizeof(float) * n);
+    double *want = malloc(sizeof(double) * n), *wda = malloc(sizeof(double) * n), *wdb = calloc((size_t)nb, sizeof(double));
+    for (int64_t i = 0; i < nb; i++) wdb[i] = 0.5;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = bcast ? i % C : i;
+        double x = load16(a, adt, i), y = load16(b, bdt, j), gv = load16(g, odt, i);
+        want[i] = op == UT_CUDA_BIN_ADD ? x + y : x * y;
+        got[i] = load16(out, odt, i);
+        wda[i] = 0.5 + (op == UT_CUDA_BIN_ADD ? gv : gv * y);
+        wdb[j] += op == UT_CUDA_BIN_ADD ? gv : gv * x;
+    }
+    /* one rounding to the stored type */
+    double tol[3] = {1e-6, 6e-3, 1e-3};
+    double e = rel_err(got, want, n);
+    CHECK(e <= tol[odt], "op %d dts %d %d %d: out off by %.3g", op, odt, adt, bdt, e);
+    for (int64_t i = 0; i < n; i++) got[i] = load16(da, adt, i);
+    e = rel_err(got, wda, n);
+    CHECK(e <= tol[adt], "op %d dts %d %d %d: da off by %.3g", op, odt, adt, bdt, e);
+    float *gotb = malloc(sizeof(float) * nb);
+    for (int64_t i = 0; i < nb; i++) gotb[i] = load16(dbv, bdt, i);
+    e = rel_err(gotb, wdb, nb);
+    CHECK(e <= (bdt ? tol[bdt] : 1e-5), "op %d dts %d %d %d%s: db off by %.3g", op, odt, adt, bdt, bcast ? " (broadcast)" : "",
+          e);
+    free(a), free(b), free(out), free(g), free(da), free(dbv), free(scratch), free(got), free(want), free(wda), free(wdb);
+    free(gotb);
+}
+
+static void test_binary_mixed(void) {
+    /* the residual add (float32 + bf16 -> float32), a 16-bit bias add, a
+     * scale, all float32 (the ALL32 kernels), and fp16 everywhere */
+    int cases[][3] = {{0, 0, 1}, {0, 1, 0}, {1, 1, 1}, {0, 0, 0}, {2, 2, 2}, {0, 2, 0}};
+    for (int op = 0; op < 2; op++)
+        for (int k = 0; k < 6; k++) {
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 33, 200, false);
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 300, 70, true);
+        }
+}
+
+int main(void) {
+    RUN(test_attention_tc);
+    RUN(test_layernorm_16);
+    RUN(test_binary_mixed);
+    return TEST_SUMMARY();
+}
