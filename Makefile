@@ -155,7 +155,7 @@ tests: all $(TEST_BIN) $(TEST_AUX)
 # ---- the CUDA emulator (tests/emu, docs/testing.md): CUDA kernel files run
 # by the host's C++ compiler, their launches rewritten by tests/emu/prep.pl,
 # so that kernels are tested on machines without a GPU (or nvcc) ----
-EMU_CU   = flash_attention_tc norm binary view
+EMU_CU   = flash_attention_tc norm binary view unary softmax
 EMU_OBJ  = $(EMU_CU:%=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o
 EMU_FLAGS = -std=c++17 -O2 -g -DUT_CUDA_EMU -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-attributes \
             -Itests/emu/shim -Isrc/backend/cuda -Iinclude

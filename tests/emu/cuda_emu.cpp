@@ -35,7 +35,7 @@ struct block_run {
     dim3 grid, block;
     uint3 bidx;
     std::vector<fiber> f;
-    std::vector<float> slots;
+    std::vector<uint64_t> slots;
     void *smem;
     size_t smem_bytes;
     ucontext_t main;
@@ -109,7 +109,7 @@ dim3 &grid_dim() { return g_run ? g_run->grid : g_none_dim; }
 dim3 &block_dim() { return g_run ? g_run->block : g_none_dim; }
 thread_state &current() { return g_run ? g_run->f[(size_t)g_run->cur].st : g_host_thread; }
 void *dyn_smem() { return g_run ? g_run->smem : nullptr; }
-float *shuffle_slots() { return g_run->slots.data(); }
+uint64_t *shuffle_slots() { return g_run->slots.data(); }
 
 void barrier(int kind) {
     if (!g_run) die("a barrier outside a kernel");
@@ -129,7 +129,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     r.grid = grid;
     r.block = block;
     r.f.resize(nt);
-    r.slots.assign(nt, 0.0f);
+    r.slots.assign(nt, 0);
     r.smem_bytes = smem;
     r.smem = smem ? aligned_alloc(128, (smem + 127) / 128 * 128) : nullptr;
     r.body = &body;

@@ -58,10 +58,16 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
-struct float4 {
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(4) uchar4 {
+    unsigned char x, y, z, w;
+};
+static inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w) {
+    return uchar4{x, y, z, w};
+}
 
 namespace utemu {
 
@@ -79,7 +85,7 @@ thread_state &current();
 void barrier(int kind); /* 1 warp, 2 block */
 void *dyn_smem();
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...);
-float *shuffle_slots(); /* one per thread of the block */
+uint64_t *shuffle_slots(); /* one per thread of the block */
 
 inline long long grid_x(dim3 d) { return d.x; }
 inline unsigned grid_y(dim3 d) { return d.y; }
@@ -134,8 +140,8 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 /* lane l of the warp gets v of lane src(l) */
 template <typename T>
 inline T utemu_shuffle(T v, int (*src)(int lane, int arg), int arg) {
-    static_assert(sizeof(T) <= sizeof(float), "32-bit shuffles");
-    float *slots = utemu::shuffle_slots();
+    static_assert(sizeof(T) <= sizeof(uint64_t), "32- and 64-bit shuffles");
+    uint64_t *slots = utemu::shuffle_slots();
     const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
     const unsigned warp0 = t & ~31u;
     const int lane = (int)(t & 31u);
@@ -182,6 +188,22 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __expf(float x) { return expf(x); }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline double __dsqrt_rn(double x) { return sqrt(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 inline float __logf(float x) { return logf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int atomicCAS(int *p, int cmp, int v) {
@@ -341,5 +363,26 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+/* device memory is host memory; the one stream is the host's program order */
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                      cudaMemcpyDefault };
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t = nullptr) {
+    memset(d, v, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+template <typename T>
+inline cudaError_t cudaMalloc(T **p, size_t n) {
+    *p = (T *)malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
 
 #endif

@@ -7,7 +7,11 @@
  *   - layer norm with 16-bit x and out (norm.cu): out, mean, rstd; dx added
  *     into a 16-bit gradient, dw and db into float32;
  *   - add and mul with 16-bit and float32 operands, broadcast or not
- *     (binary.cu), forward and both gradients.
+ *     (binary.cu), forward and both gradients;
+ *   - both gelus with 16-bit input, output and gradients (unary.cu);
+ *   - cross-entropy reading 16-bit logits and writing their 16-bit gradient
+ *     (softmax.cu), with an ignored and an out-of-range target;
+ *   - rms_norm (norm.cu): a warp per row and a block per row.
  * The emulator also checks the barriers, the WMMA tiles' alignment and
  * strides, and the grid and shared memory against a GPU's limits (it stops
  * the program, naming the kernel, where they are broken). */
@@ -21,6 +25,7 @@
 #include "../../src/backend/cuda/ew.h"
 #include "../../src/backend/cuda/flash_attention.h"
 #include "../../src/backend/cuda/norm.h"
+#include "../../src/backend/cuda/softmax.h"
 #include "../common/test.h"
 
 /* what the kernel files call in the CUDA backend, here */
@@ -322,9 +327,150 @@ static void test_binary_mixed(void) {
         }
 }
 
+/* ---- the gelus, every tensor as stored ---- */
+static double gelu_ref(double x, bool erf_form, double *deriv) {
+    if (erf_form) {
+        double cdf = 0.5 * (1.0 + erf(x / sqrt(2.0)));
+        *deriv = cdf + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+        return x * cdf;
+    }
+    const double k0 = sqrt(2.0 / M_PI), k1 = 0.044715;
+    double u = k0 * (x + k1 * x * x * x), t = tanh(u);
+    *deriv = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k0 * (1.0 + 3.0 * k1 * x * x);
+    return 0.5 * x * (1.0 + t);
+}
+
+static void test_gelu_16(void) {
+    const int64_t n = 5000;
+    double tol[3] = {2e-6, 6e-3, 1e-3};
+    for (int form = 0; form < 2; form++)
+        for (int dt = 0; dt <= 2; dt++) {
+            void *x = malloc(4 * n), *out = malloc(4 * n), *dy = malloc(4 * n), *dx = malloc(4 * n);
+            float *got = malloc(sizeof(float) * n);
+            double *want = malloc(sizeof(double) * n), *wdx = malloc(sizeof(double) * n);
+            for (int64_t i = 0; i < n; i++) {
+                store16(x, dt, i, 3.0f * normal());
+                store16(dy, dt, i, normal());
+                store16(dx, dt, i, 0.25f);
+            }
+            if (form) {
+                ut_cuda_gelu_erf_fwd(out, dt, x, dt, n);
+                ut_cuda_gelu_erf_bwd(dx, dt, dy, dt, x, dt, n);
+            } else {
+                ut_cuda_gelu_fwd(out, dt, x, dt, n);
+                ut_cuda_gelu_bwd(dx, dt, dy, dt, x, dt, n);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                double d;
+                want[i] = gelu_ref(load16(x, dt, i), form, &d);
+                wdx[i] = 0.25 + load16(dy, dt, i) * d;
+                got[i] = load16(out, dt, i);
+            }
+            double e = rel_err(got, want, n);
+            CHECK(e <= tol[dt], "gelu%s dt %d: out off by %.3g (tol %.3g)", form ? "_erf" : "", dt, e, tol[dt]);
+            for (int64_t i = 0; i < n; i++) got[i] = load16(dx, dt, i);
+            e = rel_err(got, wdx, n);
+            CHECK(e <= tol[dt], "gelu%s dt %d: dx off by %.3g (tol %.3g)", form ? "_erf" : "", dt, e, tol[dt]);
+            free(x), free(out), free(dy), free(dx), free(got), free(want), free(wdx);
+        }
+}
+
+/* ---- cross-entropy over 16-bit logits ---- */
+static void cross_entropy_case(int dt, int N, int V) {
+    void *lg = malloc(4 * (size_t)N * V), *dl = malloc(4 * (size_t)N * V);
+    int32_t *tg = malloc(sizeof(int32_t) * N);
+    double *rowloss = malloc(sizeof(double) * N);
+    float *rmax = malloc(sizeof(float) * N), *inv = malloc(sizeof(float) * N), mean = 0, dloss = 1.0f;
+    int64_t count = 0;
+    int err = 0;
+    for (int64_t i = 0; i < (int64_t)N * V; i++) store16(lg, dt, i, 4.0f * normal()), store16(dl, dt, i, 0.125f);
+    for (int n = 0; n < N; n++) tg[n] = (int32_t)(uniform() * V);
+    tg[1] = -100;   /* ignored */
+    tg[2] = V + 3;  /* out of range: an error, counted as ignored */
+    ut_cuda_cross_entropy_fwd(rowloss, rmax, inv, lg, dt, tg, -100, N, V, &err);
+    ut_cuda_loss_mean(&mean, &count, rowloss, tg, -100, N, V);
+    ut_cuda_cross_entropy_bwd(dl, 0, lg, dt, rmax, inv, tg, -100, &dloss, &count, N, V);
+    CHECK(err == UT_CUDA_ERR_CROSS_ENTROPY_TARGET, "the out-of-range target set error %d", err);
+    CHECK(count == N - 2, "count %lld, want %d", (long long)count, N - 2);
+    double total = 0;
+    float *got = malloc(sizeof(float) * (size_t)N * V);
+    double *want = malloc(sizeof(double) * (size_t)N * V);
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, load16(lg, dt, (int64_t)n * V + v));
+        for (int v = 0; v < V; v++) s += exp(load16(lg, dt, (int64_t)n * V + v) - mx);
+        bool counted = tg[n] >= 0 && tg[n] < V;
+        double loss = counted ? mx + log(s) - load16(lg, dt, (int64_t)n * V + tg[n]) : 0;
+        total += loss;
+        CHECK(fabs(rowloss[n] - loss) <= 1e-5 * (1 + fabs(loss)), "row %d: loss %g, want %g", n, rowloss[n], loss);
+        for (int v = 0; v < V; v++) {
+            int64_t i = (int64_t)n * V + v;
+            double g = counted ? (exp(load16(lg, dt, i) - mx) / s - (v == tg[n])) / (N - 2) : 0;
+            want[i] = 0.125 + g;
+            got[i] = load16(dl, dt, i);
+        }
+    }
+    CHECK(fabs(mean - total / (N - 2)) <= 1e-5 * (1 + fabs(mean)), "mean %g, want %g", mean, total / (N - 2));
+    double tol[3] = {1e-6, 6e-3, 1e-3};
+    double e = rel_err(got, want, (int64_t)N * V);
+    CHECK(e <= tol[dt], "dt %d %d x %d: the logits' gradient off by %.3g (tol %.3g)", dt, N, V, e, tol[dt]);
+    free(lg), free(dl), free(tg), free(rowloss), free(rmax), free(inv), free(got), free(want);
+}
+
+static void test_cross_entropy_16(void) {
+    for (int dt = 0; dt <= 2; dt++) {
+        cross_entropy_case(dt, 6, 50);
+        cross_entropy_case(dt, 5, 5000);
+    }
+}
+
+/* ---- rms_norm ---- */
+static void rms_case(int N, int C) {
+    float *x = malloc(sizeof(float) * N * C), *out = malloc(sizeof(float) * N * C), *dy = malloc(sizeof(float) * N * C);
+    float *dx = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * C), *dw = malloc(sizeof(float) * C);
+    float *rstd = malloc(sizeof(float) * N);
+    double *want = malloc(sizeof(double) * N * C), *wdx = malloc(sizeof(double) * N * C), *wdw = malloc(sizeof(double) * C);
+    for (int64_t i = 0; i < (int64_t)N * C; i++) x[i] = normal(), dy[i] = normal(), dx[i] = 0.5f;
+    for (int c = 0; c < C; c++) w[c] = 1.0f + 0.1f * normal(), dw[c] = 0.5f, wdw[c] = 0.5;
+    ut_cuda_rms_norm_fwd(out, rstd, x, w, N, C, 1e-6f);
+    void *scratch = malloc(ut_cuda_rms_norm_bwd_scratch_bytes(N, C));
+    ut_cuda_rms_norm_bwd(dx, dw, scratch, dy, x, w, rstd, N, C);
+    for (int n = 0; n < N; n++) {
+        double ss = 0, sdnx = 0;
+        for (int c = 0; c < C; c++) ss += (double)x[n * C + c] * x[n * C + c];
+        double r = 1.0 / sqrt(ss / C + 1e-6);
+        CHECK(fabs(rstd[n] - r) <= 1e-5 * r, "row %d: rstd %g, want %g", n, rstd[n], r);
+        for (int c = 0; c < C; c++) {
+            double xh = x[n * C + c] * r;
+            want[n * C + c] = xh * w[c];
+            sdnx += dy[n * C + c] * w[c] * xh;
+            wdw[c] += dy[n * C + c] * xh;
+        }
+        sdnx /= C;
+        for (int c = 0; c < C; c++)
+            wdx[n * C + c] = 0.5 + r * (dy[n * C + c] * w[c] - x[n * C + c] * r * sdnx);
+    }
+    double e = rel_err(out, want, (int64_t)N * C);
+    CHECK(e <= 1e-5, "%d x %d: out off by %.3g", N, C, e);
+    e = rel_err(dx, wdx, (int64_t)N * C);
+    CHECK(e <= 1e-5, "%d x %d: dx off by %.3g", N, C, e);
+    e = rel_err(dw, wdw, C);
+    CHECK(e <= 1e-5, "%d x %d: dw off by %.3g", N, C, e);
+    free(x), free(out), free(dy), free(dx), free(w), free(dw), free(rstd), free(want), free(wdx), free(wdw), free(scratch);
+}
+
+static void test_rms_norm(void) {
+    rms_case(33, 512);  /* a warp per row */
+    rms_case(7, 4100);  /* a block per row */
+    rms_case(300, 40);  /* dw over several row chunks */
+}
+
 int main(void) {
     RUN(test_attention_tc);
     RUN(test_layernorm_16);
     RUN(test_binary_mixed);
+    RUN(test_gelu_16);
+    RUN(test_cross_entropy_16);
+    RUN(test_rms_norm);
     return TEST_SUMMARY();
 }
