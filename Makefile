@@ -88,6 +88,20 @@ CUDA_CFLAGS += -DUT_WITH_CUDNN -I$(CUDNN_INC) $(if $(CUDNN_LIBDIR),-DUT_CUDNN_LI
 endif
 endif
 endif
+# `make CUDA_EMU=1 BUILD=build-emu ...` (`make test-emu`): the CUDA backend
+# built for the CUDA emulator (tests/emu; docs/testing.md): its C glue against
+# the emulator's runtime, its kernel files by the host's C++ compiler, the
+# products by tests/emu/gemm_emu.cpp in place of cuBLASLt; no nvcc, cuDNN or
+# NCCL. The GPU tests then run on the CPU.
+CUDA_EMU  ?= 0
+ifeq ($(CUDA_EMU),1)
+LIB_SRC   := $(filter-out src/backend/cuda/%,$(LIB_SRC)) $(sort $(wildcard src/backend/cuda/*.c))
+CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(filter-out gemm,$(basename $(notdir $(wildcard src/backend/cuda/*.cu))))) \
+             $(BUILD)/emu/gemm_emu.o $(BUILD)/emu/cuda_emu.o
+CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -Itests/emu/shim
+CUDA_LIBS   = -lstdc++
+override CUDA := 1
+endif
 CLI_SRC  = $(sort $(wildcard src/cli/*.c))
 TEST_SRC = $(sort $(wildcard tests/unit/test_*.c tests/parity/test_*.c tests/e2e/test_*.c \
                              tests/dist/test_*.c tests/emu/test_*.c) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.c)))
@@ -102,7 +116,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps nccl-info run run-fmnist test test-sim test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
+.PHONY: all lib deps nccl-info run run-fmnist test test-sim test-emu emu-tests test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -157,18 +171,23 @@ tests: all $(TEST_BIN) $(TEST_AUX)
 # so that kernels are tested on machines without a GPU (or nvcc) ----
 EMU_CU   = flash_attention_tc norm binary view unary softmax
 EMU_OBJ  = $(EMU_CU:%=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o
-EMU_FLAGS = -std=c++17 -O2 -g -DUT_CUDA_EMU -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-attributes \
+EMU_FLAGS = -std=c++17 -O3 $(ARCH) -g -fPIC -DUT_CUDA_EMU -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-attributes \
             -Itests/emu/shim -Isrc/backend/cuda -Iinclude
 
 $(BUILD)/emu/%.cpp: src/backend/cuda/%.cu tests/emu/prep.pl
 	@mkdir -p $(dir $@)
 	@perl tests/emu/prep.pl $< > $@
 
-$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h $(HDRS)
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h $(HDRS)
 	@echo "  EMU   $(notdir $<)"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
-$(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h
+$(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
+$(BUILD)/emu/gemm_emu.o: tests/emu/gemm_emu.cpp tests/emu/cuda_emu.h $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
@@ -208,13 +227,27 @@ export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
 test: deps
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-replay
-	@tests/run.sh $(BUILD) $(FUZZ_BUILD)
+	@$(MAKE) --no-print-directory emu-tests
+	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh $(BUILD) $(FUZZ_BUILD) build-emu
 
 # The same suite with the simulated device as every run's default device
 # (UTRAIN_DEVICE=sim; docs/testing.md): ~12 min on 2 cores.
 test-sim: deps
 	@$(MAKE) --no-print-directory tests
 	@UTRAIN_DEVICE=sim tests/run.sh $(BUILD)
+
+# The GPU tests (tests/gpu: every op against the CPU, the trainer on cuda) on
+# the CUDA emulator, built into build-emu (docs/testing.md, "The CUDA
+# emulator"); the longest sequences are left out (slow there). `make test`
+# runs them too.
+EMU_TESTS = build-emu/tests/gpu/test_cuda_ops build-emu/tests/gpu/test_cuda_trainer
+EMU_SKIP  = x 1024 x
+emu-tests:
+	@$(MAKE) --no-print-directory CUDA_EMU=1 BUILD=build-emu build-emu/utrain $(EMU_TESTS)
+
+test-emu: deps
+	@$(MAKE) --no-print-directory emu-tests
+	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh build-emu
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps

@@ -3,6 +3,7 @@
  * warp or block has reached one, and the checks the header lists. */
 #include "cuda_emu.h"
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <ucontext.h>
 
@@ -24,11 +25,35 @@ namespace {
 
 constexpr size_t STACK = 256 << 10; /* bytes of stack per emulated thread */
 
+/* A thread's fiber. It starts through its ucontext (setcontext: once) and
+ * then switches with _setjmp/_longjmp, which save no signal mask: no system
+ * call per switch. Under AddressSanitizer, which follows stack switches
+ * through swapcontext only, every switch is a swapcontext. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UTEMU_UCONTEXT_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UTEMU_UCONTEXT_ONLY 1
+#endif
+#endif
+#ifndef UTEMU_UCONTEXT_ONLY
+#define UTEMU_UCONTEXT_ONLY 0
+#endif
+
 struct fiber {
     ucontext_t ctx;
+    jmp_buf jb;
+    bool started;
     thread_state st;
-    std::vector<char> stack;
+    char *stack; /* STACK bytes from the pool */
 };
+
+/* fiber stacks, kept from launch to launch (fresh ones cost a page fault per page) */
+std::vector<char *> g_stacks;
+char *stack_of(size_t i) {
+    while (g_stacks.size() <= i) g_stacks.push_back((char *)malloc(STACK));
+    return g_stacks[i];
+}
 
 struct block_run {
     const char *name;
@@ -36,9 +61,11 @@ struct block_run {
     uint3 bidx;
     std::vector<fiber> f;
     std::vector<uint64_t> slots;
+    std::vector<float> tiles;
     void *smem;
     size_t smem_bytes;
     ucontext_t main;
+    jmp_buf main_jb;
     int cur;
     const std::function<void()> *body;
 };
@@ -49,11 +76,32 @@ dim3 g_none_dim;
 thread_state g_host_thread;
 
 
+/* from the running fiber back to the scheduler */
+void to_scheduler(block_run *r) {
+    fiber &me = r->f[(size_t)r->cur];
+    if (UTEMU_UCONTEXT_ONLY) swapcontext(&me.ctx, &r->main);
+    else if (!_setjmp(me.jb)) _longjmp(r->main_jb, 1);
+}
+
+/* from the scheduler into fiber x */
+void to_fiber(block_run *r, fiber &x) {
+    if (UTEMU_UCONTEXT_ONLY) {
+        swapcontext(&r->main, &x.ctx);
+    } else if (!_setjmp(r->main_jb)) {
+        if (!x.started) {
+            x.started = true;
+            setcontext(&x.ctx);
+        }
+        _longjmp(x.jb, 1);
+    }
+}
+
 void entry() {
     block_run *r = g_run;
     (*r->body)();
     r->f[(size_t)r->cur].st.done = true;
-    swapcontext(&r->f[(size_t)r->cur].ctx, &r->main);
+    if (UTEMU_UCONTEXT_ONLY) swapcontext(&r->f[(size_t)r->cur].ctx, &r->main);
+    else _longjmp(r->main_jb, 1);
 }
 
 /* opens the barriers every live thread of their group has reached; false
@@ -95,9 +143,10 @@ __attribute__((noinline)) void start_fiber(fiber &x, unsigned t, dim3 block) {
     x.st.tid = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
     x.st.wait = 0;
     x.st.done = false;
+    x.started = false;
     getcontext(&x.ctx);
-    x.ctx.uc_stack.ss_sp = x.stack.data();
-    x.ctx.uc_stack.ss_size = x.stack.size();
+    x.ctx.uc_stack.ss_sp = x.stack;
+    x.ctx.uc_stack.ss_size = STACK;
     x.ctx.uc_link = nullptr;
     makecontext(&x.ctx, entry, 0);
 }
@@ -110,12 +159,16 @@ dim3 &block_dim() { return g_run ? g_run->block : g_none_dim; }
 thread_state &current() { return g_run ? g_run->f[(size_t)g_run->cur].st : g_host_thread; }
 void *dyn_smem() { return g_run ? g_run->smem : nullptr; }
 uint64_t *shuffle_slots() { return g_run->slots.data(); }
+float *warp_tile() {
+    const thread_state &t = current();
+    unsigned i = t.tid.x + g_run->block.x * (t.tid.y + g_run->block.y * t.tid.z);
+    return g_run->tiles.data() + (size_t)(i / 32) * 256;
+}
 
 void barrier(int kind) {
     if (!g_run) die("a barrier outside a kernel");
-    fiber &me = g_run->f[(size_t)g_run->cur];
-    me.st.wait = kind;
-    swapcontext(&me.ctx, &g_run->main);
+    g_run->f[(size_t)g_run->cur].st.wait = kind;
+    to_scheduler(g_run);
 }
 
 void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
@@ -130,11 +183,14 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     r.block = block;
     r.f.resize(nt);
     r.slots.assign(nt, 0);
+    r.tiles.assign((size_t)(nt + 31) / 32 * 256, 0.0f);
     r.smem_bytes = smem;
     r.smem = smem ? aligned_alloc(128, (smem + 127) / 128 * 128) : nullptr;
     r.body = &body;
-    for (auto &x : r.f) x.stack.resize(STACK);
     block_run *outer = g_run;
+    /* a launch from inside a kernel (none today) would need stacks of its own */
+    size_t base = outer ? outer->f.size() : 0;
+    for (size_t i = 0; i < r.f.size(); i++) r.f[i].stack = stack_of(base + i);
     g_run = &r;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
@@ -150,7 +206,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
                         all_done = false;
                         if (x.st.wait) continue;
                         r.cur = (int)t;
-                        swapcontext(&r.main, &x.ctx);
+                        to_fiber(&r, x);
                     }
                     if (all_done) break;
                     if (!open_barriers(&r))
@@ -175,3 +231,130 @@ void utemu_check_tile(const void *p, unsigned ldm, size_t elem, const char *what
 }
 } // namespace wmma
 } // namespace nvcuda
+
+/* ---- the runtime API (cuda_runtime_emu.h) ---- */
+#include <mutex>
+#include <set>
+
+namespace {
+std::mutex g_host_mu;
+std::set<const void *> g_host_allocs; /* cudaHostAlloc's blocks: page-locked host memory */
+int g_device;
+struct utemu_stream_tag {
+    int unused;
+};
+struct utemu_event_tag {
+    int unused;
+};
+bool no_gpu() {
+    const char *e = getenv("UT_EMU_NO_GPU");
+    return e && e[0] == '1';
+}
+} // namespace
+
+extern "C" {
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (emulated)";
+    case cudaErrorNotReady: return "device not ready (emulated)";
+    default: return "invalid argument (emulated)";
+    }
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = no_gpu() ? 0 : 1;
+    return no_gpu() ? cudaErrorNoDevice : cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d != 0 || no_gpu()) return cudaErrorInvalidValue;
+    g_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = g_device;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int) {
+    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 9;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int n, int d) {
+    snprintf(buf, (size_t)n, "0000:%02x:00.0 (emulated)", d);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    *total = (size_t)80 << 30;
+    *free_bytes = *total;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
+    *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+    if (!*p) return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> l(g_host_mu);
+    g_host_allocs.insert(*p);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    {
+        std::lock_guard<std::mutex> l(g_host_mu);
+        g_host_allocs.erase(p);
+    }
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    std::lock_guard<std::mutex> l(g_host_mu);
+    memset(a, 0, sizeof *a);
+    /* the start of a page-locked block; other pointers count as device memory */
+    a->type = g_host_allocs.count(p) ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t) {
+    if (n) memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) {
+    if (n) memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset2DAsync(void *d, size_t pitch, int v, size_t w, size_t h, cudaStream_t) {
+    for (size_t r = 0; r < h; r++) memset((char *)d + r * pitch, v, w);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = (cudaStream_t) new utemu_stream_tag();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete (utemu_stream_tag *)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t) new utemu_event_tag();
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
+    *ms = 0.0f;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete (utemu_event_tag *)e;
+    return cudaSuccess;
+}
+}

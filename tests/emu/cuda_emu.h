@@ -41,6 +41,8 @@
 #include <functional>
 #include <type_traits>
 
+#include "cuda_runtime_emu.h"
+
 /* ---- the language: qualifiers become nothing (or plain C++) ---- */
 #define __global__
 #define __device__
@@ -62,6 +64,10 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct alignas(8) float2 {
+    float x, y;
+};
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 struct alignas(4) uchar4 {
     unsigned char x, y, z, w;
 };
@@ -86,6 +92,7 @@ void barrier(int kind); /* 1 warp, 2 block */
 void *dyn_smem();
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...);
 uint64_t *shuffle_slots(); /* one per thread of the block */
+float *warp_tile();        /* 256 floats per warp of the block: WMMA products */
 
 inline long long grid_x(dim3 d) { return d.x; }
 inline unsigned grid_y(dim3 d) { return d.y; }
@@ -328,61 +335,30 @@ template <typename T, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
                      const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
+    /* every lane holds the same tiles: lane 0 computes, the others copy */
     utemu::barrier(1);
-    float out[256];
-    for (int r = 0; r < 16; r++)
-        for (int n = 0; n < 16; n++) {
-            float s = c.x[r * 16 + n];
-            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + n];
-            out[r * 16 + n] = s;
-        }
-    memcpy(d.x, out, sizeof out);
+    float *out = utemu::warp_tile();
+    if ((threadIdx.x & 31u) == 0)
+        for (int r = 0; r < 16; r++)
+            for (int n = 0; n < 16; n++) {
+                float s = c.x[r * 16 + n];
+                for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + n];
+                out[r * 16 + n] = s;
+            }
+    utemu::barrier(1);
+    memcpy(d.x, out, sizeof d.x);
 }
 } // namespace wmma
 } // namespace nvcuda
 
-/* ---- the runtime API the kernel files' launchers call ---- */
-typedef int cudaError_t;
-typedef struct utemu_stream *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
-enum { cudaSharedmemCarveoutMaxShared = 100 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor };
-inline const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated error" : "no error"; }
+/* ---- the runtime API (cuda_runtime_emu.h) as the kernel files call it ---- */
 template <typename F>
 inline cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute, int) {
     return cudaSuccess;
 }
-inline cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
-    return cudaSuccess;
-}
-/* an H100's: 227 KiB of opt-in shared memory, compute capability 9 */
-inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
-    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 9;
-    return cudaSuccess;
-}
-inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-/* device memory is host memory; the one stream is the host's program order */
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
-                      cudaMemcpyDefault };
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
-    memmove(d, s, n);
-    return cudaSuccess;
-}
-inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t = nullptr) {
-    memset(d, v, n);
-    return cudaSuccess;
-}
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 template <typename T>
 inline cudaError_t cudaMalloc(T **p, size_t n) {
-    *p = (T *)malloc(n ? n : 1);
-    return *p ? cudaSuccess : cudaErrorInvalidValue;
-}
-inline cudaError_t cudaFree(void *p) {
-    free(p);
-    return cudaSuccess;
+    return cudaMalloc((void **)p, n);
 }
 
 #endif

@@ -98,7 +98,16 @@ static bool write_idx(const char *images, const char *labels, int n) {
 
 static char gpt2[1024];
 
+/* On the CUDA emulator (tests/emu) the CNN drifts further from the CPU than
+ * on an H200 (its losses within 1e-7 after six AdamW steps): the same kernels,
+ * but sums whose float rounding differs in the last bits, which AdamW
+ * amplifies on parameters with tiny gradients (measured: 4.5e-5 on the
+ * losses, 1.4e-3 on the weights; without dropout 8e-6) */
+#ifdef UT_CUDA_EMU
+static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-4, 1e-2); }
+#else
 static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-6, 1e-4); }
+#endif
 
 static void test_gpt2_precisions(void) {
     both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
@@ -203,8 +212,14 @@ static void test_distributed(void) {
      * both go direct */
     bool sim = !strcmp(D, "sim");
     char *log = tp_slurp(run_file("ddp_dev", "logger_logs/training_0.log"));
-    const char *want = sim ? "(device sim): direct, the simulated device's collectives"
-                           : "(device cuda): mpi (through host memory: ranks 0 and 1 share one cuda device";
+#ifdef UT_WITH_NCCL
+    const char *why = "ranks 0 and 1 share one cuda device";
+#else /* a build without NCCL (the CUDA emulator's, tests/emu) says that first */
+    const char *why = "rank 0 cannot use them: this build has no collectives on cuda memory";
+#endif
+    char want[256];
+    snprintf(want, sizeof want, "%s", sim ? "(device sim): direct, the simulated device's collectives" : "");
+    if (!sim) snprintf(want, sizeof want, "(device cuda): mpi (through host memory: %s", why);
     CHECK(log && strstr(log, want), "ddp on %s: the log does not say '%s'", D, want);
     free(log);
     int rc = train("ddp_direct", gpt2, D, "dist.strategy=ddp dist.device_comm=direct", 2);
@@ -214,8 +229,10 @@ static void test_distributed(void) {
         char out[512];
         snprintf(out, sizeof out, "%s/ddp_direct.out", tmp);
         char *o = tp_slurp(out);
-        CHECK(rc != 0 && o && strstr(o, "dist.device_comm: direct: ranks 0 and 1 share one cuda device"),
-              "ddp with dist.device_comm=direct on one GPU: exit %d, output %s", rc, o ? o : "(none)");
+        char refused[256];
+        snprintf(refused, sizeof refused, "dist.device_comm: direct: %s", why);
+        CHECK(rc != 0 && o && strstr(o, refused), "ddp with dist.device_comm=direct on one GPU: exit %d, output %s",
+              rc, o ? o : "(none)");
         free(o);
     }
 }

@@ -81,7 +81,7 @@ void ut_cuda_upload(void *dst, const void *host, size_t n);
 #endif
 
 /* ---- the C op glue (not seen by nvcc) ---- */
-#if !defined(__CUDACC__) && !defined(UT_CUDA_EMU) /* nvcc, or the CUDA emulator of tests/emu */
+#if !defined(__CUDACC__) && !defined(__cplusplus) /* not for nvcc, nor the kernels built for tests/emu */
 #include "../backend.h"
 #include "internal.h"
 

@@ -65,6 +65,15 @@ struct geom {
 };
 
 /* ---- cp.async (sm_80 and later): global -> shared without registers ---- */
+#ifdef UT_CUDA_EMU /* the CUDA emulator (tests/emu): each copy done when issued, zeros where not valid */
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
+    for (int i = 0; i < 4; i++) dst[i] = valid ? src[i] : 0.0f;
+}
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) { *dst = valid ? *src : 0.0f; }
+__device__ __forceinline__ void cp_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_wait() {}
+#else
 __device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
     unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0)
@@ -81,6 +90,7 @@ template <int N>
 __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+#endif
 
 /* dst (64 x D, row stride D + 4) = rows r0 .. r0 + 63 of src (row stride ld),
  * columns < hs; zero past T or hs. Queued, not waited for. */
