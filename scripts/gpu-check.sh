@@ -54,6 +54,17 @@ run() {
 }
 
 NPROC=$(nproc)
+# random_tokens FILE N: a token file (llm.c's .bin layout, which utrain's
+# tokens dataset reads) of N random GPT-2 ids: the machine has no corpus
+random_tokens() {
+    python3 - "$1" "$2" <<'PY'
+import sys, numpy as np
+n = int(sys.argv[2])
+h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
+t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
+PY
+}
 P=/opt/utrain-deps
 LIBDIR=$P/usr/lib/x86_64-linux-gnu
 export PATH=/usr/local/cuda/bin:$PATH
@@ -225,13 +236,7 @@ if want models; then
     # ZeRO-Offload's device memory against zero2's: GPT-2 124M, one rank,
     # bf16, 5 steps each; the trainer's own accounting of the model state
     # on the device and in host memory (its log), and its tokens/s
-    python3 - "$M/tokens.bin" <<'PY'
-import sys, numpy as np
-n = 8 * 1025 * 8
-h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
-t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
-with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
-PY
+    random_tokens "$M/tokens.bin" $((8 * 1025 * 8))
     cat >"$M/gpt2.yml" <<YML
 output_dir: $M/runs
 device: cuda
@@ -277,13 +282,7 @@ if want trainer; then
     # has no corpus), against the bare step of bench/gpu_gpt2_step in the
     # same call: what the trainer adds around the step
     T=$OUT/trainer; mkdir -p "$T"
-    python3 - "$T/tokens.bin" <<'PY'
-import sys, numpy as np
-n = 8 * 1025 * 64
-h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
-t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
-with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
-PY
+    random_tokens "$T/tokens.bin" $((8 * 1025 * 64))
     cat >"$T/gpt2.yml" <<YML
 experiment_name: gpt2_124m
 output_dir: $T/runs
@@ -335,13 +334,7 @@ if want llmc; then
         run llmc-build 600 bash -c "cd $L && nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
             -gencode arch=compute_90,code=sm_90 -DENABLE_BF16 train_gpt2.cu -lcublas -lcublasLt -L$L/lib \
             -lnvidia-ml -o train_gpt2cu"
-        python3 - "$L/tok.bin" "$B" <<'PY'
-import sys, numpy as np
-n = int(sys.argv[2]) * 1024 * 40 + 1
-h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
-t = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
-with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.tobytes())
-PY
+        random_tokens "$L/tok.bin" $((B * 1024 * 40 + 1))
         run llmc-gpt2-bf16 300 $L/train_gpt2cu -i $L/tok.bin -j $L/tok.bin -e d12 -b "$B" -t 1024 -x 20 \
             -v 100000 -s 100000 -h 0 -n 0
         note "  llm.c $(cut -c1-12 .llmc/COMMIT) GPT-2 124M bf16 B=$B T=1024: median of steps 11-20: $(grep -o \

@@ -243,6 +243,30 @@ __device__ __forceinline__ void add_rows(float *dst, int64_t ld, const float *f,
     for (int c = 0; c < D / 2; c++) d[c] += f[r * lf + half * (D / 2) + c] * s;
 }
 
+/* What both backward kernels start from: their shared memory (four 64 x D
+ * T16 tiles, the warps' two float score tiles and their T16 tile, then 64
+ * rows of L and D for kernel A) and their head's place in qkv and dout. */
+template <typename T16>
+struct bwd_block {
+    T16 *tile[4], *Pw;
+    float *Sw, *Gw, *Ls, *Ds;
+    int bh, b, h, w, lane;
+    int64_t ld;
+    const float *base, *gbase;
+    __device__ bwd_block(unsigned char *sm, const float *qkv, const float *dout, int T, int C, int NH) {
+        for (int i = 0; i < 4; i++) tile[i] = (T16 *)(sm + i * H_TILE);
+        bh = (int)blockIdx.x, b = bh / NH, h = bh % NH;
+        w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+        Sw = (float *)(sm + 4 * H_TILE) + w * WR * LF;
+        Gw = (float *)(sm + 4 * H_TILE + F_TILE) + w * WR * LF;
+        Pw = (T16 *)(sm + 4 * H_TILE + 2 * F_TILE) + w * WR * LP;
+        Ls = (float *)(sm + 4 * H_TILE + 2 * F_TILE + P_TILE), Ds = Ls + BM;
+        ld = 3 * (int64_t)C;
+        base = qkv + (int64_t)b * T * ld + (int64_t)h * D;
+        gbase = dout + (int64_t)b * T * C + (int64_t)h * D;
+    }
+};
+
 /* kernel A: dK, dV of key block blockIdx.y (heaviest, the first, first) */
 template <typename T16>
 __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dout,
@@ -250,19 +274,13 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv,
                                                   float *__restrict__ dqkv, int T, int C, int NH, float scale,
                                                   bool vec) {
     extern __shared__ __align__(128) unsigned char sm[];
-    T16 *Ks = (T16 *)sm, *Vs = (T16 *)(sm + H_TILE), *Qs = (T16 *)(sm + 2 * H_TILE), *Gs = (T16 *)(sm + 3 * H_TILE);
-    float *Ss = (float *)(sm + 4 * H_TILE), *Gp = (float *)(sm + 4 * H_TILE + F_TILE);
-    T16 *Ps = (T16 *)(sm + 4 * H_TILE + 2 * F_TILE);
-    float *Ls = (float *)(sm + 4 * H_TILE + 2 * F_TILE + P_TILE), *Ds = Ls + BM;
-    const int bh = (int)blockIdx.x, b = bh / NH, h = bh % NH;
-    const int kb = (int)blockIdx.y, nqb = (int)gridDim.y;
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
-    const int k0 = kb * BM;
-    const int64_t ld = 3 * (int64_t)C;
-    const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * D;
-    const float *gbase = dout + (int64_t)b * T * C + (int64_t)h * D;
-    float *Sw = Ss + w * WR * LF, *Gw = Gp + w * WR * LF;
-    T16 *Pw = Ps + w * WR * LP;
+    bwd_block<T16> k(sm, qkv, dout, T, C, NH);
+    T16 *Ks = k.tile[0], *Vs = k.tile[1], *Qs = k.tile[2], *Gs = k.tile[3], *Pw = k.Pw;
+    float *Sw = k.Sw, *Gw = k.Gw, *Ls = k.Ls, *Ds = k.Ds;
+    const int bh = k.bh, b = k.b, h = k.h, w = k.w, lane = k.lane;
+    const int64_t ld = k.ld;
+    const float *base = k.base, *gbase = k.gbase;
+    const int kb = (int)blockIdx.y, nqb = (int)gridDim.y, k0 = kb * BM;
 
     load_tile<T16>(Ks, base + C, ld, k0, T, vec);
     load_tile<T16>(Vs, base + 2 * (int64_t)C, ld, k0, T, vec);
@@ -329,18 +347,13 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ qkv, c
                                                 float *__restrict__ dqkv, int T, int C, int NH, float scale,
                                                 bool vec) {
     extern __shared__ __align__(128) unsigned char sm[];
-    T16 *Qs = (T16 *)sm, *Gs = (T16 *)(sm + H_TILE), *Ks = (T16 *)(sm + 2 * H_TILE), *Vs = (T16 *)(sm + 3 * H_TILE);
-    float *Ss = (float *)(sm + 4 * H_TILE), *Gp = (float *)(sm + 4 * H_TILE + F_TILE);
-    T16 *Ps = (T16 *)(sm + 4 * H_TILE + 2 * F_TILE);
-    const int bh = (int)blockIdx.x, b = bh / NH, h = bh % NH;
-    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y;
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
-    const int q0 = qb * BM;
-    const int64_t ld = 3 * (int64_t)C;
-    const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * D;
-    const float *gbase = dout + (int64_t)b * T * C + (int64_t)h * D;
-    float *Sw = Ss + w * WR * LF, *Gw = Gp + w * WR * LF;
-    T16 *Pw = Ps + w * WR * LP;
+    bwd_block<T16> k(sm, qkv, dout, T, C, NH);
+    T16 *Qs = k.tile[0], *Gs = k.tile[1], *Ks = k.tile[2], *Vs = k.tile[3], *Pw = k.Pw;
+    float *Sw = k.Sw, *Gw = k.Gw;
+    const int bh = k.bh, b = k.b, h = k.h, w = k.w, lane = k.lane;
+    const int64_t ld = k.ld;
+    const float *base = k.base, *gbase = k.gbase;
+    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qb * BM;
 
     load_tile<T16>(Qs, base, ld, q0, T, vec);
     load_tile<T16>(Gs, gbase, C, q0, T, vec);
