@@ -163,30 +163,18 @@ inline T utemu_shuffle(T v, int (*src)(int lane, int arg), int arg) {
 inline int utemu_src_xor(int lane, int o) { return lane ^ o; }
 inline int utemu_src_down(int lane, int o) { return lane + o; }
 inline int utemu_src_up(int lane, int o) { return lane - o; }
-inline int utemu_src_idx(int lane, int o) {
-    (void)lane;
-    return o & 31;
-}
-template <typename T>
-inline T __shfl_xor_sync(unsigned mask, T v, int o) {
-    (void)mask;
-    return utemu_shuffle(v, utemu_src_xor, o);
-}
-template <typename T>
-inline T __shfl_down_sync(unsigned mask, T v, int o) {
-    (void)mask;
-    return utemu_shuffle(v, utemu_src_down, o);
-}
-template <typename T>
-inline T __shfl_up_sync(unsigned mask, T v, int o) {
-    (void)mask;
-    return utemu_shuffle(v, utemu_src_up, o);
-}
-template <typename T>
-inline T __shfl_sync(unsigned mask, T v, int src) {
-    (void)mask;
-    return utemu_shuffle(v, utemu_src_idx, src);
-}
+inline int utemu_src_idx(int lane, int o) { return (void)lane, o & 31; }
+/* __shfl_xor_sync, __shfl_down_sync, __shfl_up_sync, __shfl_sync (the mask unused: whole warps) */
+#define UTEMU_SHUFFLE(name, src)                                 \
+    template <typename T>                                        \
+    inline T name(unsigned mask, T v, int o) {                   \
+        return (void)mask, utemu_shuffle(v, src, o);             \
+    }
+UTEMU_SHUFFLE(__shfl_xor_sync, utemu_src_xor)
+UTEMU_SHUFFLE(__shfl_down_sync, utemu_src_down)
+UTEMU_SHUFFLE(__shfl_up_sync, utemu_src_up)
+UTEMU_SHUFFLE(__shfl_sync, utemu_src_idx)
+#undef UTEMU_SHUFFLE
 
 /* ---- arithmetic intrinsics (rounded to nearest: the host's float arithmetic) ---- */
 inline float __fadd_rn(float a, float b) { return a + b; }
