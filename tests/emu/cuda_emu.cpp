@@ -48,11 +48,17 @@ struct fiber {
     char *stack; /* STACK bytes from the pool */
 };
 
-/* fiber stacks, kept from launch to launch (fresh ones cost a page fault per page) */
-std::vector<char *> g_stacks;
+/* fiber stacks, kept from launch to launch (fresh ones cost a page fault
+ * per page), freed at exit */
+struct stack_pool {
+    std::vector<char *> v;
+    ~stack_pool() {
+        for (char *p : v) free(p);
+    }
+} g_stacks;
 char *stack_of(size_t i) {
-    while (g_stacks.size() <= i) g_stacks.push_back((char *)malloc(STACK));
-    return g_stacks[i];
+    while (g_stacks.v.size() <= i) g_stacks.v.push_back((char *)malloc(STACK));
+    return g_stacks.v[i];
 }
 
 struct block_run {
