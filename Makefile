@@ -90,14 +90,14 @@ endif
 endif
 # `make CUDA_EMU=1 BUILD=build-emu ...` (`make test-emu`): the CUDA backend
 # built for the CUDA emulator (tests/emu; docs/testing.md): its C glue against
-# the emulator's runtime, its kernel files by the host's C++ compiler, the
-# products by tests/emu/gemm_emu.cpp in place of cuBLASLt; no nvcc, cuDNN or
-# NCCL. The GPU tests then run on the CPU.
+# the emulator's runtime, its kernel files (gemm.cu included) by the host's
+# C++ compiler, cuBLASLt by tests/emu/cublas_emu.cpp; no nvcc, cuDNN or NCCL.
+# The GPU tests then run on the CPU.
 CUDA_EMU  ?= 0
 ifeq ($(CUDA_EMU),1)
 LIB_SRC   := $(filter-out src/backend/cuda/%,$(LIB_SRC)) $(sort $(wildcard src/backend/cuda/*.c))
-CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(filter-out gemm,$(basename $(notdir $(wildcard src/backend/cuda/*.cu))))) \
-             $(BUILD)/emu/gemm_emu.o $(BUILD)/emu/cuda_emu.o
+CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(basename $(notdir $(wildcard src/backend/cuda/*.cu)))) \
+             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cuda_emu.o
 CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -Itests/emu/shim
 CUDA_LIBS   = -lstdc++
 override CUDA := 1
@@ -131,8 +131,9 @@ nccl-info:
 	@echo "cuDNN header: $(if $(CUDNN_INC),$(CUDNN_INC)/cudnn.h,not found (built without cuDNN)); library beside it: $(if $(CUDNN_LIBDIR),$(CUDNN_LIBDIR),none (libcudnn.so.9 from the loader's path))"
 
 # core's private header (src/core/internal.h) is on the include path of core,
-# ops and the backends only; the layers above use include/utrain/*.h
-LAYER_INC = $(if $(filter src/core/% src/ops/% src/backend/%,$<),-Isrc/core)
+# ops and the backends only (and of the test that calls the CUDA backend's
+# products directly); the layers above use include/utrain/*.h
+LAYER_INC = $(if $(filter src/core/% src/ops/% src/backend/% tests/gpu/test_cuda_gemm.c,$<),-Isrc/core)
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -157,7 +158,7 @@ $(BUILD)/utrain: $(CLI_OBJ) $(BUILD)/libutrain.a
 $(BUILD)/tests/%: tests/%.c $(TEST_OBJ) $(BUILD)/libutrain.a $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
-	@$(CC) $(CFLAGS) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJ) $(BUILD)/libutrain.a $(LDFLAGS) $(LDLIBS)
+	@$(CC) $(CFLAGS) $(TEST_CFLAGS) $(LAYER_INC) -o $@ $< $(TEST_OBJ) $(BUILD)/libutrain.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tests/%.o: tests/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -178,7 +179,7 @@ $(BUILD)/emu/%.cpp: src/backend/cuda/%.cu tests/emu/prep.pl
 	@mkdir -p $(dir $@)
 	@perl tests/emu/prep.pl $< > $@
 
-$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h $(HDRS)
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h tests/emu/cublas_emu.h $(HDRS)
 	@echo "  EMU   $(notdir $<)"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
@@ -187,7 +188,7 @@ $(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/c
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
-$(BUILD)/emu/gemm_emu.o: tests/emu/gemm_emu.cpp tests/emu/cuda_emu.h $(HDRS)
+$(BUILD)/emu/cublas_emu.o: tests/emu/cublas_emu.cpp tests/emu/cublas_emu.h tests/emu/cuda_emu.h
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
@@ -240,7 +241,7 @@ test-sim: deps
 # the CUDA emulator, built into build-emu (docs/testing.md, "The CUDA
 # emulator"); the longest sequences are left out (slow there). `make test`
 # runs them too.
-EMU_TESTS = build-emu/tests/gpu/test_cuda_ops build-emu/tests/gpu/test_cuda_trainer
+EMU_TESTS = build-emu/tests/gpu/test_cuda_ops build-emu/tests/gpu/test_cuda_gemm build-emu/tests/gpu/test_cuda_trainer
 EMU_SKIP  = x 1024 x
 emu-tests:
 	@$(MAKE) --no-print-directory CUDA_EMU=1 BUILD=build-emu build-emu/utrain $(EMU_TESTS)

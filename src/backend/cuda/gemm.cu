@@ -121,19 +121,39 @@ static const void *copy16(int slot, const float *x, int64_t rows, int64_t cols, 
     return g_op16[slot];
 }
 
+/* p's alignment in bytes, at most 256 */
+static uint32_t alignment(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
+
 /* The operation op of the row-major operands (the layouts made from their
  * stored shapes, swapped as above) queued with the heuristic's first
  * algorithm; frees op and the layouts. false when there is none; with
  * optional, also when the heuristic rejects the combination outright (else
- * that is fatal). */
+ * that is fatal).
+ * The heuristic is told how the operands are aligned: it assumes 256 bytes
+ * unless told, and an algorithm chosen for that may refuse a pointer into
+ * the middle of a tensor (a head's columns, a parameter in the flat
+ * buffer). */
 static bool lt_run(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                    cublasLtMatrixLayout_t lc, float alpha, const void *A, const void *B, float beta, void *C,
                    bool optional) {
     cublasLtMatmulPreference_t pref;
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    size_t ws = WS_BYTES;
+    uint64_t ws = WS_BYTES;
     lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
              "workspace");
+    /* cuBLASLt's A is our B (swapped as above); C is D */
+    const void *by_lt[4] = {B, A, C, C};
+    for (int i = 0; i < 4; i++) {
+        uint32_t al = alignment(by_lt[i]);
+        lt_check(cublasLtMatmulPreferenceSetAttribute(
+                     pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &al,
+                     sizeof al),
+                 "alignment");
+    }
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, op, lb, la, lc, lc, pref, 1, &heur, &found);
