@@ -91,14 +91,15 @@ endif
 # `make CUDA_EMU=1 BUILD=build-emu ...` (`make test-emu`): the CUDA backend
 # built for the CUDA emulator (tests/emu; docs/testing.md): its C glue against
 # the emulator's runtime, its kernel files (gemm.cu included) by the host's
-# C++ compiler, cuBLASLt by tests/emu/cublas_emu.cpp; no nvcc, cuDNN or NCCL.
+# C++ compiler, cuBLASLt and cuDNN by tests/emu/cublas_emu.cpp and
+# cudnn_emu.cpp; no nvcc or NCCL.
 # The GPU tests then run on the CPU.
 CUDA_EMU  ?= 0
 ifeq ($(CUDA_EMU),1)
 LIB_SRC   := $(filter-out src/backend/cuda/%,$(LIB_SRC)) $(sort $(wildcard src/backend/cuda/*.c))
 CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(basename $(notdir $(wildcard src/backend/cuda/*.cu)))) \
-             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cuda_emu.o
-CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -Itests/emu/shim
+             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cudnn_emu.o $(BUILD)/emu/cuda_emu.o
+CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -DUT_WITH_CUDNN -Itests/emu/shim
 CUDA_LIBS   = -lstdc++
 override CUDA := 1
 endif
@@ -184,6 +185,11 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
 $(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
+$(BUILD)/emu/cudnn_emu.o: tests/emu/cudnn_emu.cpp tests/emu/cudnn_emu.h tests/emu/cuda_emu.h
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@

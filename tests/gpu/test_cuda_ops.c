@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../src/backend/backend.h"
 #include "../../src/backend/cuda/cudnn_conv.h"
@@ -227,6 +229,55 @@ static void test_cudnn_library(void) {
     else printf("  skip: %s\n", why);
 }
 
+/* UT_CUDA_CONV=cudnn where cuDNN cannot be opened (UT_CUDNN_LIBRARY names a
+ * file that is not there): the convolution fails, naming the setting, the
+ * library and what to write instead; without UT_CUDA_CONV it runs on
+ * utrain's own kernels. In a child process: cuDNN is opened once per
+ * process, and the other tests open the real one. */
+static void test_cudnn_refused(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        setenv("UT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+        if (!have_gpu()) {
+            printf("  skip: %s\n", skip_why);
+            fflush(stdout);
+            _exit(0);
+        }
+        for (int m = 0; m < 2; m++) {
+            if (m == 0) setenv("UT_CUDA_CONV", "cudnn", 1);
+            else unsetenv("UT_CUDA_CONV");
+            ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+            float ones[50], halves[54];
+            for (int i = 0; i < 50; i++) ones[i] = 1.0f;
+            for (int i = 0; i < 54; i++) halves[i] = 0.5f;
+            ut_tensor *x = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){1, 2, 5, 5}, ones);
+            ut_tensor *w = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){3, 2, 3, 3}, halves);
+            ut_tensor *y = ut_conv2d(ctx, x, w, NULL, 1, 1);
+            float out[75];
+            int rc = y ? ut_tensor_get(y, out, sizeof out) : -1;
+            const char *err = ut_ctx_error(ctx);
+            if (m == 0) {
+                CHECK(rc == -1, "UT_CUDA_CONV=cudnn ran without cuDNN");
+                CHECK(err && strstr(err, "UT_CUDA_CONV=cudnn") && strstr(err, "UT_CUDNN_LIBRARY=/nonexistent") &&
+                          strstr(err, "unset UT_CUDA_CONV"),
+                      "%s", err ? err : "(no error)");
+            } else {
+                /* the centre of a 3x3 window over ones: 2 channels x 9 x 0.5 */
+                CHECK(rc == 0 && out[12] == 9.0f && out[0] == 4 * 2 * 0.5f, "auto without cuDNN: rc %d, %s, "
+                      "out[12] %g, out[0] %g", rc, err ? err : "", (double)out[12], (double)out[0]);
+            }
+            ut_ctx_free(ctx);
+        }
+        fflush(stdout);
+        _exit(t_checks_failed ? 1 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %d)", st);
+}
+
 /* Every convolution row twice more: once with UT_CUDA_CONV=cudnn (cuDNN must
  * take each pass of each row, or the op fails) and once with
  * UT_CUDA_CONV=im2col (utrain's own kernels), both against the CPU. The
@@ -237,21 +288,7 @@ static void test_conv_paths(void) {
     const char *modes[] = {"cudnn", "im2col"};
     for (int m = 0; m < 2; m++) {
         if (m == 0 && !have) {
-            /* cuDNN required where it cannot be used: the op fails, saying
-             * why and what to write instead (the emulator's build has none) */
-            printf("  no cudnn here: %s\n", why);
-            setenv("UT_CUDA_CONV", "cudnn", 1);
-            ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
-            ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 4, (int64_t[]){1, 2, 5, 5});
-            ut_tensor *w = ut_tensor_zeros(ctx, UT_F32, 4, (int64_t[]){3, 2, 3, 3});
-            ut_tensor *y = ut_conv2d(ctx, x, w, NULL, 1, 1);
-            float out[75];
-            CHECK(!y || ut_tensor_get(y, out, sizeof out) == -1, "UT_CUDA_CONV=cudnn ran without cuDNN");
-            const char *err = ut_ctx_error(ctx);
-            CHECK(err && strstr(err, "UT_CUDA_CONV=cudnn") && strstr(err, "unset UT_CUDA_CONV"), "%s",
-                  err ? err : "(no error)");
-            ut_ctx_free(ctx);
-            unsetenv("UT_CUDA_CONV");
+            printf("  no cudnn here (im2col only): %s\n", why);
             continue;
         }
         setenv("UT_CUDA_CONV", modes[m], 1);
@@ -382,6 +419,7 @@ static void test_model_on_device(void) {
 }
 
 int main(void) {
+    RUN(test_cudnn_refused); /* first: it forks, and CUDA must not be initialised before */
     RUN(test_cudnn_library);
     if (!have_gpu()) {
         printf("skip: %s\n", skip_why);

@@ -1,0 +1,2 @@
+/* the CUDA emulator in place of cuDNN's <cudnn.h> (tests/emu/cudnn_emu.h) */
+#include "../cudnn_emu.h"
