@@ -15,7 +15,11 @@
 # default "42": round r runs both sides with the r-th, cycling; utrain's
 # `seed:` and torch_minilm.py's --seed: the classifier's init, the shuffle and
 # dropout; several seeds give accuracies with their spread, e.g.
-# BENCH_RUNS=3 BENCH_SEEDS="1 2 3").
+# BENCH_RUNS=3 BENCH_SEEDS="1 2 3"), DEVICE (default cpu; cuda: both sides
+# on the GPU, utrain's `device:` and torch_minilm.py's --device),
+# MINILM_MODEL (default data/pretrained/all-MiniLM-L6-v2; the GPU check's
+# minilm step points it at bench/make_minilm_like.py's random weights) and
+# RT_DATA (default data/rt: train.tsv, dev.tsv, test.tsv).
 #
 # utrain: `utrain train configs/rt_minilm.yml` (2 epochs, dev evaluation and a
 #   checkpoint after each, the best kept) with `threads`, a temporary
@@ -42,6 +46,9 @@ TH=${THREADS:-2}
 PARALLEL=${PARALLEL:-0}
 MAXS=${BENCH_MAX_STEPS:-0}
 UT=$BUILD/utrain
+DEV=${DEVICE:-cpu}
+MODEL=${MINILM_MODEL:-data/pretrained/all-MiniLM-L6-v2}
+DATA=${RT_DATA:-data/rt}
 read -r -a SEEDS <<<"${BENCH_SEEDS:-42}"
 ((${#SEEDS[@]} > 0)) || { echo "run_minilm: BENCH_SEEDS is empty" >&2; exit 2; }
 for s in "${SEEDS[@]}"; do
@@ -49,7 +56,7 @@ for s in "${SEEDS[@]}"; do
 done
 seed_of() { echo "${SEEDS[$((($1 - 1) % ${#SEEDS[@]}))]}"; } # round
 bench_build "$BUILD" "$UT"
-for f in data/pretrained/all-MiniLM-L6-v2/model.safetensors data/rt/train.tsv; do
+for f in "$MODEL/model.safetensors" "$DATA/train.tsv" "$DATA/dev.tsv" "$DATA/test.tsv"; do
     [ -f "$f" ] || { echo "run_minilm: $f is missing: run scripts/fetch-pretrained.sh" >&2; exit 1; }
 done
 
@@ -63,9 +70,11 @@ run_utrain() { # round
     local probe=()
     ((MAXS > 0)) && probe=(--set train.max_steps="$MAXS" --set train.eval_strategy=no --set train.save_strategy=no)
     out=$("$UT" train configs/rt_minilm.yml --set output_dir="$dir" --set threads="$TH" --set seed="$(seed_of "$1")" \
-        --set train.log_interval=1 --set train.progress=lines "${probe[@]}" 2>&1) || { echo "$out" >&2; return 1; }
+        --set train.log_interval=1 --set train.progress=lines --set device="$DEV" --set model.pretrained="$MODEL" \
+        --set data.train_path="$DATA/train.tsv" --set data.dev_path="$DATA/dev.tsv" \
+        --set data.test_path="$DATA/test.tsv" "${probe[@]}" 2>&1) || { echo "$out" >&2; return 1; }
     # per epoch: sum of (examples in the step) / samples_per_s; "epoch" is epochs done + cursor / n
-    ep=$(awk -v n="$(($(wc -l <data/rt/train.tsv) - 1))" '/"split": "train"/ {
+    ep=$(awk -v n="$(($(wc -l <"$DATA/train.tsv") - 1))" '/"split": "train"/ {
             match($0, /"epoch": [0-9.eE+-]+/); e = substr($0, RSTART + 9, RLENGTH - 9) + 0
             match($0, /"samples_per_s": [0-9.eE+-]+/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
             k = int(e - 1e-9); t[k] += (e - prev) * n / r; prev = e; if (k > last) last = k }
@@ -86,7 +95,8 @@ run_torch() { # round
     local j ep acc dev
     local probe=()
     ((MAXS > 0)) && probe=(--max-steps "$MAXS" --epochs 1 --no-test)
-    j=$("$PY" bench/torch_minilm.py --threads "$TH" --seed "$(seed_of "$1")" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
+    j=$("$PY" bench/torch_minilm.py --threads "$TH" --seed "$(seed_of "$1")" --device "$DEV" --model "$MODEL" \
+        --data "$DATA" "${probe[@]}" --json 2>"$TMP/torch$1.err" | tail -n 1)
     [ -n "$j" ] || { cat "$TMP/torch$1.err" >&2; return 1; }
     ep=$("$PY" -c 'import json,sys; print(" ".join("%.2f" % t for t in json.loads(sys.argv[1])["epoch_s"]))' "$j")
     dev=$("$PY" -c 'import json,sys; print(" ".join("%.4f" % t for t in json.loads(sys.argv[1])["dev_accuracy"]))' "$j")
@@ -118,7 +128,7 @@ TACC=$(cat "$TMP"/t*.res 2>/dev/null | cut -d'|' -f2 | tr '\n' ' ')
 
 ue=$(median <<<"$UE")
 echo
-echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), threads $TH, load now $(bench_load)"
+echo "== MiniLM on Rotten Tomatoes (configs/rt_minilm.yml), device $DEV, model $MODEL, threads $TH, load now $(bench_load)"
 if ((MAXS > 0)); then
     te=$(median <<<"$TE")
     printf "  %-40s %8.1f s    (epoch of 122 steps: %.1f s)\n" "utrain, first $MAXS steps" "$ue" "$(calc %.6f "$ue*122/$MAXS")"

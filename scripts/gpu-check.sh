@@ -7,8 +7,8 @@
 # writes a summary and every log under $OUT (default: gpu-check-out/).
 #
 #   scripts/gpu-check.sh [step ...]      steps: env build gpu signals suite trainer cpu-bf16 bench models llmc profile
-#                                        (default: env build gpu bench models llmc profile; `all`: every step
-#                                        but signals and suite)
+#                                        minilm (default: env build gpu bench models llmc profile; `all`:
+#                                        every step but signals, suite and minilm)
 #
 # The whole call must end inside the device tool's 600 s per command:
 # GPU_CHECK_BUDGET (default 540) seconds bound it; a step that would start
@@ -16,7 +16,10 @@
 # limit is cut to what is left, so the summary and logs always come back.
 #
 # llmc builds llm.c (prepared here by scripts/gpu-llmc.sh into .llmc/, carried
-# too) and runs its GPT-2 124M step beside utrain's. GPU_CHECK_BATCH sets the
+# too) and runs its GPT-2 124M step beside utrain's. minilm (a call of its
+# own: `scripts/gpu-check.sh env build minilm`, carrying .gpu-debs and
+# .gpu-minilm from scripts/gpu-minilm.sh) fine-tunes MiniLM on Rotten
+# Tomatoes end to end on the GPU, utrain against transformers + PyTorch. GPU_CHECK_BATCH sets the
 # GPT-2 benchmarks' batch (default 8 sequences of 1024 tokens).
 #
 # Each step is bounded in time; a failing step is recorded and the rest run.
@@ -255,6 +258,26 @@ YML
             $M/runs/zero2_$off/metrics.jsonl 2>/dev/null | tail -1)"
     done
     rm -rf $M
+fi
+
+if want minilm; then
+    # MiniLM fine-tuning on Rotten Tomatoes end to end (configs/rt_minilm.yml:
+    # 2 epochs, dev evaluation and a checkpoint after each, the test), both
+    # sides on the GPU. The tokenizer and the data come in .gpu-minilm
+    # (scripts/gpu-minilm.sh); the weights are random in MiniLM's shapes
+    # (bench/make_minilm_like.py: the pretrained file does not fit in a
+    # call), so the times are those of the pretrained run and the
+    # accuracies are not.
+    if [ -f .gpu-minilm/model/config.json ]; then
+        W=/tmp/utrain-minilm-like; rm -rf $W
+        run minilm-weights 120 python3 bench/make_minilm_like.py .gpu-minilm/model $W
+        DEVICE=cuda MINILM_MODEL=$W RT_DATA=.gpu-minilm/rt THREADS=$NPROC PYTHON=python3 \
+            run minilm 420 bench/run_minilm.sh build
+        grep -A4 "^== MiniLM" "$OUT/minilm.log" | tee -a "$SUMMARY"
+        rm -rf $W
+    else
+        note "minilm: no .gpu-minilm/ (run scripts/gpu-minilm.sh here, and carry .gpu-minilm)"
+    fi
 fi
 
 if want signals; then
