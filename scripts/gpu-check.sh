@@ -57,6 +57,22 @@ run() {
 }
 
 NPROC=$(nproc)
+# gpt2_yml DIR STEPS LOG_INTERVAL [TRAIN_KEY [LINE]]: DIR/gpt2.yml, GPT-2 124M
+# on cuda over DIR/tokens.bin at batch 8 x 1024, runs under DIR/runs; an
+# extra `train:` key and an extra top-level line (a `dist:` block)
+gpt2_yml() {
+    cat >"$1/gpt2.yml" <<YML
+experiment_name: gpt2_124m
+output_dir: $1/runs
+device: cuda
+seed: 1
+threads: $NPROC
+model: {name: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50257, block_size: 1024, dropout: 0}
+data: {name: tokens, train_path: $1/tokens.bin, seq_len: 1024}
+train: {max_steps: $2, batch_size: 8, log_interval: $3, eval_strategy: "no", save_strategy: "no", progress: lines${4:+, $4}}
+${5:-}
+YML
+}
 # random_tokens FILE N: a token file (llm.c's .bin layout, which utrain's
 # tokens dataset reads) of N random GPT-2 ids: the machine has no corpus
 random_tokens() {
@@ -240,16 +256,7 @@ if want models; then
     # bf16, 5 steps each; the trainer's own accounting of the model state
     # on the device and in host memory (its log), and its tokens/s
     random_tokens "$M/tokens.bin" $((8 * 1025 * 8))
-    cat >"$M/gpt2.yml" <<YML
-output_dir: $M/runs
-device: cuda
-seed: 1
-threads: $NPROC
-model: {name: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50257, block_size: 1024, dropout: 0}
-data: {name: tokens, train_path: $M/tokens.bin, seq_len: 1024}
-train: {max_steps: 5, batch_size: 8, log_interval: 5, eval_strategy: "no", save_strategy: "no", progress: lines, precision: bf16}
-dist: {strategy: zero2}
-YML
+    gpt2_yml "$M" 5 5 "precision: bf16" "dist: {strategy: zero2}"
     for off in none cpu; do
         run models-gpt2-zero2-offload-$off 200 build/utrain train "$M/gpt2.yml" --set experiment_name=zero2_$off \
             --set dist.offload_optimizer=$off
@@ -306,16 +313,7 @@ if want trainer; then
     # same call: what the trainer adds around the step
     T=$OUT/trainer; mkdir -p "$T"
     random_tokens "$T/tokens.bin" $((8 * 1025 * 64))
-    cat >"$T/gpt2.yml" <<YML
-experiment_name: gpt2_124m
-output_dir: $T/runs
-device: cuda
-seed: 1
-threads: $NPROC
-model: {name: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 50257, block_size: 1024, dropout: 0}
-data: {name: tokens, train_path: $T/tokens.bin, seq_len: 1024}
-train: {max_steps: 30, batch_size: 8, log_interval: 10, eval_strategy: "no", save_strategy: "no", progress: lines}
-YML
+    gpt2_yml "$T" 30 10
     for prec in bf16 fp32; do
         name=trainer-gpt2-$prec; flag=--bf16
         [ $prec = fp32 ] && name=trainer-gpt2-tf32 flag=--tf32

@@ -30,6 +30,8 @@ typedef enum { UT_CPU = 0, UT_CUDA, UT_SIM, UT_DEVICE_COUNT } ut_device;
 
 const char *ut_dtype_name(ut_dtype dt);
 size_t ut_dtype_size(ut_dtype dt);
+/* bf16 or fp16: the 16-bit floating-point storage types */
+static inline bool ut_dtype_is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 const char *ut_device_name(ut_device dev);
 
 typedef struct ut_ctx ut_ctx;

@@ -34,7 +34,6 @@
 /* Which ops autocast runs in low precision, which keep a 16-bit input's
  * dtype, which read no data or never their own output in backward: the op
  * properties of src/core/ops.def (UT_OPP_*). */
-static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
     ut_dtype old = ctx->autocast;
@@ -54,7 +53,7 @@ ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;
     if (ctx->autocast != UT_F32 && ut_op_is(op, UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT)) return ctx->autocast;
-    if (ut_op_is(op, UT_OPP_KEEPS_DTYPE) && nsrc > 0 && src[0] && is_16(src[0]->dtype)) return src[0]->dtype;
+    if (ut_op_is(op, UT_OPP_KEEPS_DTYPE) && nsrc > 0 && src[0] && ut_dtype_is16(src[0]->dtype)) return src[0]->dtype;
     return UT_F32;
 }
 
@@ -70,14 +69,14 @@ static bool kernel_reads_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_R
 /* the kernel takes the op's tensors in their storage dtypes and does
  * autocast's rounding itself */
 static bool kernel_native_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_NATIVE_16); }
-static bool self_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_WRITES_16) && is_16(t->dtype); }
+static bool self_16(const ut_tensor *t) { return kernel_can(t, UT_KCAP_WRITES_16) && ut_dtype_is16(t->dtype); }
 
 bool ut_lowp_needed(const ut_tensor *t, bool backward) {
     if (t->op == UT_OP_CHECKPOINT || (ut_op_is(t->op, UT_OPP_NO_DATA) && !backward)) return false;
     if (kernel_reads_16(t) || kernel_native_16(t)) return false;
-    if (t->autocast != UT_F32 || is_16(t->dtype)) return true;
+    if (t->autocast != UT_F32 || ut_dtype_is16(t->dtype)) return true;
     for (int i = 0; i < UT_MAX_SRC; i++)
-        if (t->src[i] && is_16(t->src[i]->dtype)) return true;
+        if (t->src[i] && ut_dtype_is16(t->src[i]->dtype)) return true;
     return false;
 }
 
@@ -233,7 +232,7 @@ typedef struct {
 } swap_state;
 
 void ut_ctx_set_param_copies(ut_ctx *ctx, const float *flat, int64_t n, const void *copies, ut_dtype dt) {
-    UT_ASSERT(!copies || (is_16(dt) && flat && n >= 0));
+    UT_ASSERT(!copies || (ut_dtype_is16(dt) && flat && n >= 0));
     ctx->pc_flat = copies ? flat : NULL;
     ctx->pc_n = copies ? n : 0;
     ctx->pc = copies;
@@ -254,7 +253,7 @@ static const void *param_copy(const ut_ctx *ctx, const ut_tensor *s, int64_t n, 
 }
 
 const void *ut_autocast_round16(ut_ctx *ctx, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
-    UT_ASSERT(is_16(dt) && s->dtype == UT_F32);
+    UT_ASSERT(ut_dtype_is16(dt) && s->dtype == UT_F32);
     const void *pc = param_copy(ctx, s, n, dt);
     if (pc) return pc;
     void *r = backward ? cached_round(ctx, s, n, dt) : NULL;
@@ -305,8 +304,8 @@ static void swap_one(ut_ctx *ctx, ut_tensor *s, int i, ut_dtype round, bool data
                      swap_state *st) {
     st->data[i] = s->data, st->grad[i] = s->grad, st->dtype[i] = s->dtype;
     st->grad_swapped[i] = false;
-    if (s->dtype != UT_F32 && !is_16(s->dtype)) return;
-    if (is_16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
+    if (s->dtype != UT_F32 && !ut_dtype_is16(s->dtype)) return;
+    if (ut_dtype_is16(s->dtype) && s->grad) swap_grad(ctx, s, i, st);
     if (data) swap_data(ctx, s, i, round, backward);
     s->dtype = UT_F32;
 }
@@ -346,7 +345,7 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd, const ut_kctx *k) {
     swap_in(t, false, true, &st);
     void *out = t->data;
     ut_dtype dt = t->dtype;
-    bool swap = is_16(dt) && !self_16(t); /* else the kernel writes the 16 bits */
+    bool swap = ut_dtype_is16(dt) && !self_16(t); /* else the kernel writes the 16 bits */
     if (swap) {
         t->data = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         t->dtype = UT_F32;
@@ -355,7 +354,7 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd, const ut_kctx *k) {
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
     if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
-    else if (!is_16(dt) && t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
+    else if (!ut_dtype_is16(dt) && t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
     t->data = out, t->dtype = dt;
     give_back(t->ctx);
 }
@@ -370,10 +369,10 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd, const ut_kctx *k) {
     /* a 16-bit source gets its 16-bit buffer first, also where the op would
      * set a float32 one itself (UT_OPP_OWNS_SRC0_GRAD) */
     for (int i = 0; i < UT_MAX_SRC; i++)
-        if (t->src[i] && t->src[i]->requires_grad && is_16(t->src[i]->dtype)) ut_grad(t->src[i]);
+        if (t->src[i] && t->src[i]->requires_grad && ut_dtype_is16(t->src[i]->dtype)) ut_grad(t->src[i]);
     swap_in(t, true, data, &st);
     float *grad = t->grad;
-    if (t->autocast != UT_F32 && !is_16(st.dtype[UT_MAX_SRC])) {
+    if (t->autocast != UT_F32 && !ut_dtype_is16(st.dtype[UT_MAX_SRC])) {
         float *r = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;

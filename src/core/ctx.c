@@ -489,7 +489,7 @@ ut_tensor *ut_tensor_share(ut_ctx *ctx, const ut_tensor *t) {
 int ut_tensor_get_grad(const ut_tensor *t, float *host, size_t bytes) {
     if (!t) return -1;
     size_t want = (size_t)ut_nelem(t) * sizeof(float);
-    if (t->dtype == UT_BF16 || t->dtype == UT_F16 || bytes != want) {
+    if (ut_dtype_is16(t->dtype) || bytes != want) {
         char shape[64];
         if (t->ctx)
             ut_ctx_set_error(t->ctx, "tensor_get_grad: %s %s %s: %s", t->name ? t->name : "tensor",
@@ -551,7 +551,7 @@ bool ut_op_check(ut_ctx *ctx, const char *op, int n, ut_tensor *const *src, unsi
             return false;
         }
         ut_dtype want = (i32_mask >> i & 1) ? UT_I32 : UT_F32, dt = src[i]->dtype;
-        if (want == UT_F32 && (dt == UT_BF16 || dt == UT_F16)) dt = UT_F32; /* read as f32 */
+        if (want == UT_F32 && ut_dtype_is16(dt)) dt = UT_F32; /* read as f32 */
         if (dt != want) {
             ut_op_error(ctx, op, n, src,
                         ut_fmt("input %d has dtype %s, expected %s", i,
@@ -656,7 +656,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
 
 float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
-        bool lowp = t->dtype == UT_BF16 || t->dtype == UT_F16;
+        bool lowp = ut_dtype_is16(t->dtype);
         size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
         t->grad = ut_ctx_dalloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);

@@ -342,7 +342,7 @@ ut_comm_req *ut_comm_iallreduce(ut_comm *c, float *buf, int64_t n) {
 }
 
 ut_comm_req *ut_comm_iallreduce16(ut_comm *c, uint16_t *buf, int64_t n, ut_dtype dt) {
-    UT_ASSERT(dt == UT_BF16 || dt == UT_F16);
+    UT_ASSERT(ut_dtype_is16(dt));
     return ut_comm_iallreduce_typed(c, buf, n, dt, UT_REDUCE_SUM);
 }
 

@@ -381,7 +381,7 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     case UT_DIST_DDP:
     case UT_DIST_ZERO1:
         if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
-        if (d->ddp && (o->comm_hook == UT_BF16 || o->comm_hook == UT_F16)) ut_ddp_set_compression(d->ddp, o->comm_hook);
+        if (d->ddp && ut_dtype_is16(o->comm_hook)) ut_ddp_set_compression(d->ddp, o->comm_hook);
         break;
     case UT_DIST_ZERO2:
         d->shard_grad = ut_pages_alloc(d->be, d->S);

@@ -187,7 +187,7 @@ void ut_optim_unstep(ut_optim *o) {
 }
 
 void ut_optim_set_copies16(ut_optim *o, void *copies16, ut_dtype dt) {
-    UT_ASSERT(!copies16 || dt == UT_BF16 || dt == UT_F16);
+    UT_ASSERT(!copies16 || ut_dtype_is16(dt));
     o->p16 = copies16;
     o->p16_dt = dt;
 }

@@ -253,7 +253,6 @@ static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype
     }
 }
 
-static bool is_16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* 16-bit logits: saved ut_cross_entropy_row_max (N) and _inv_sum (N) when a
  * gradient will be asked for. */
@@ -279,7 +278,7 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t, UT_KCTX) {
     if (count < 0) return;
     int64_t N = ut_nelem(tg), V = last_dim(x);
     double *rowloss = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(double));
-    if (is_16(x->dtype)) {
+    if (ut_dtype_is16(x->dtype)) {
         cross_entropy_fwd16(t, rowloss, N, V, k);
         ut_loss_set_count(t, count);
         ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
@@ -308,7 +307,7 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t, UT_KCTX) {
         ut_grad(x);
         return;
     }
-    if (is_16(x->dtype)) {
+    if (ut_dtype_is16(x->dtype)) {
         int64_t V = last_dim(x);
         float *rows = ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
         cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),

@@ -66,7 +66,7 @@ static bool fused(const attn_dims *d) { return ut_cuda_flash_attn_ok(d->B, d->T,
 /* the fused path on the tensor cores: under autocast (qkv's float32 values
  * are then exact in its dtype), head size 64, unless UT_CUDA_ATTN=fp32 */
 static bool tensor_cores(const ut_tensor *t, const attn_dims *d) {
-    return (t->autocast == UT_BF16 || t->autocast == UT_F16) && ut_cuda_flash_attn_tc_ok(d->B, d->T, d->C, d->NH);
+    return ut_dtype_is16(t->autocast) && ut_cuda_flash_attn_tc_ok(d->B, d->T, d->C, d->NH);
 }
 
 /* The fused path's saved buffer: L (B, NH, T), then, under autocast, a

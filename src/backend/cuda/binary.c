@@ -16,7 +16,6 @@ static void shape4(const ut_tensor *t, int64_t *n) {
     for (int i = 0; i < 4; i++) n[i] = i < pad ? 1 : t->ne[i - pad];
 }
 
-static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 static void binary_fwd(ut_tensor *t, int op) {
     int64_t n[4];
@@ -39,7 +38,7 @@ typedef struct {
 static grads grads_begin(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     grads g = {a->grad, b->grad, (int)a->dtype, (int)b->dtype, NULL};
-    if (a == b && a->requires_grad && is16(a->dtype)) {
+    if (a == b && a->requires_grad && ut_dtype_is16(a->dtype)) {
         int64_t n = ut_nelem(a);
         g.wide = ut_kalloc(k, (size_t)n * sizeof(float));
         ut_backend_cuda.convert(g.wide, UT_F32, a->grad, a->dtype, n);

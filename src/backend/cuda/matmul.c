@@ -22,7 +22,6 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
  * scratch and the output is bias-added and rounded in one pass of ours. The
  * results are those the wrapped path gives (rounded operands, float32 sums,
  * rounded output). */
-static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* x's values in dt: x itself when stored in dt, else a rounded copy in scratch */
 static const void *as16(ut_tensor *x, ut_dtype dt, int64_t n, const ut_kctx *k) {
@@ -66,7 +65,7 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     const void *g16 = t->dtype == t->autocast ? (const void *)t->grad : NULL;
     if (!g16) {
         void *c = ut_kscratch(k, (size_t)(N * OC) * 2);
-        ut_backend_cuda.convert(c, t->autocast, t->grad, is16(t->dtype) ? t->dtype : UT_F32, N * OC);
+        ut_backend_cuda.convert(c, t->autocast, t->grad, ut_dtype_is16(t->dtype) ? t->dtype : UT_F32, N * OC);
         g16 = c;
     }
     if (x->requires_grad) { /* dx (N, C) += dout @ w */
@@ -74,7 +73,7 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
         if (x->dtype == t->autocast &&
             ut_cuda_gemm16_out(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 1.0f, x->grad, C, dt, NULL)) {
             /* cuBLASLt added it to the 16-bit gradient, rounded once */
-        } else if (is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
+        } else if (ut_dtype_is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
             float *tmp = ut_kscratch(k, (size_t)(N * C) * sizeof(float));
             ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 0.0f, tmp, C, dt);
             utk_add_round(x->grad, (int)x->dtype, tmp, N * C);

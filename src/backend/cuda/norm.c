@@ -7,7 +7,6 @@
 #include "../../ops/params.h"
 
 static inline float *dev_f32(const ut_tensor *t) { return (float *)t->data; }
-static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
 
 /* Layernorm takes its tensors as stored (UT_KCAP_NATIVE_16, table.c): x and
  * out (so dx and dy) in float32 or 16 bits, read and written by the kernels
@@ -15,7 +14,7 @@ static bool is16(ut_dtype dt) { return dt == UT_BF16 || dt == UT_F16; }
  * is widened into scratch here, and its gradient summed in float32 scratch
  * and added back rounded, as core's copies would. */
 static const float *wide(const ut_tensor *p, UT_KCTX) {
-    if (!is16(p->dtype)) return dev_f32(p);
+    if (!ut_dtype_is16(p->dtype)) return dev_f32(p);
     int64_t n = ut_nelem(p);
     float *f = ut_kalloc(k, (size_t)n * sizeof(float));
     ut_backend_cuda.convert(f, UT_F32, p->data, p->dtype, n);
@@ -23,14 +22,14 @@ static const float *wide(const ut_tensor *p, UT_KCTX) {
 }
 static float *wide_grad(const ut_tensor *p, UT_KCTX) {
     if (!p->requires_grad) return NULL;
-    if (!is16(p->dtype)) return p->grad;
+    if (!ut_dtype_is16(p->dtype)) return p->grad;
     int64_t n = ut_nelem(p);
     float *f = ut_kalloc(k, (size_t)n * sizeof(float));
     ut_backend_cuda.convert(f, UT_F32, p->grad, p->dtype, n);
     return f;
 }
 static void narrow_grad(const ut_tensor *p, const float *f) {
-    if (f && is16(p->dtype)) ut_backend_cuda.convert(p->grad, p->dtype, f, UT_F32, ut_nelem(p));
+    if (f && ut_dtype_is16(p->dtype)) ut_backend_cuda.convert(p->grad, p->dtype, f, UT_F32, ut_nelem(p));
 }
 
 void ut_layernorm_fwd_cuda(ut_tensor *t, UT_KCTX) {
