@@ -428,6 +428,7 @@ typedef struct launch_env {
     char master[256];
     bool agent_store;
     char restart[24];
+    double wait_s; /* the rendezvous' wait (0: none given yet; then none at all) */
 } launch_env;
 
 static int env_int(const char *name, long lo, long hi, long *out, char *err, size_t n) {
@@ -453,6 +454,14 @@ static int read_env(launch_env *e, char *err, size_t n) {
     if (env_int("WORLD_SIZE", 1, 1 << 20, &size, err, n) || env_int("RANK", 0, size - 1, &rank, err, n) ||
         env_int("MASTER_PORT", 1, 65535, &port, err, n))
         return -1;
+    /* how long the ranks wait for each other at the start: UTRAIN_RENDEZVOUS_TIMEOUT seconds,
+     * else the collectives' timeout, at least a minute (ranks that start late) */
+    e->wait_s = 0;
+    if (getenv("UTRAIN_RENDEZVOUS_TIMEOUT")) {
+        long w;
+        if (env_int("UTRAIN_RENDEZVOUS_TIMEOUT", 1, 1L << 30, &w, err, n)) return -1;
+        e->wait_s = (double)w;
+    }
     const char *m = getenv("MASTER_ADDR");
     if (!m || !*m) return ut_errorf(err, n, "MASTER_ADDR is not set (the address of the node of rank 0)");
     if (strlen(m) >= sizeof e->master) return ut_errorf(err, n, "MASTER_ADDR is too long");
@@ -535,7 +544,9 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
     if (!ifh) snprintf(h.host, sizeof h.host, "%s", own);
     if (e->rank != 0) {
         int fd = connect_to(e->master, e->port, deadline);
-        if (fd < 0) return ut_errorf(err, n, "cannot reach rank 0 at MASTER_ADDR:MASTER_PORT: %s", tcp_err);
+        if (fd < 0)
+            return ut_errorf(err, n, "cannot reach rank 0 at MASTER_ADDR:MASTER_PORT within %.0f s: %s "
+                             "(UTRAIN_RENDEZVOUS_TIMEOUT sets the wait)", e->wait_s, tcp_err);
         int rc = write_all(fd, &h, sizeof h, deadline, "rank 0") ||
                  read_all(fd, hosts, (size_t)e->size * sizeof *hosts, deadline, "rank 0's table of ranks");
         close(fd);
@@ -555,10 +566,17 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
     for (int k = 1; k < e->size; k++) {
         int fd = accept_until(lfd, deadline, ut_fmt("the other %d ranks", e->size - k));
         if (fd < 0) {
-            int missing = 0;
-            for (int r = 1; r < e->size; r++) missing += fds[r] < 0;
-            ut_errorf(err, n, "rendezvous at MASTER_PORT %d: %s; %d of %d ranks did not arrive", e->port, tcp_err,
-                      missing, e->size - 1);
+            /* the ranks that did not come, by number (the first few) */
+            char list[160] = "";
+            int missing = 0, used = 0;
+            for (int r = 1; r < e->size; r++)
+                if (fds[r] < 0 && ++missing <= 8 && used < (int)sizeof list)
+                    used += snprintf(list + used, sizeof list - (size_t)used, "%s%d", missing > 1 ? ", " : "", r);
+            if (missing > 8 && used < (int)sizeof list) snprintf(list + used, sizeof list - (size_t)used, ", ...");
+            ut_errorf(err, n,
+                      "rendezvous at MASTER_PORT %d: %s; %d of %d ranks did not arrive (rank%s %s) within %.0f s "
+                      "(UTRAIN_RENDEZVOUS_TIMEOUT sets the wait)",
+                      e->port, tcp_err, missing, e->size - 1, missing > 1 ? "s" : "", list, e->wait_s);
             goto out;
         }
         rdzv_hello g;
@@ -1259,8 +1277,9 @@ static int tcp_child(ut_comm *parent, ut_comm *c, const void *result, char *err,
 int ut_comm_tcp_init(ut_comm *c, char *err, size_t n) {
     launch_env e;
     if (read_env(&e, err, n)) return -1;
-    /* the rendezvous waits for ranks that start late: at least a minute */
-    double deadline = c->timeout_s > 0 ? now_s() + (c->timeout_s > 60 ? c->timeout_s : 60) : 0;
+    /* the rendezvous waits for ranks that start late: UTRAIN_RENDEZVOUS_TIMEOUT, else at least a minute */
+    if (e.wait_s == 0 && c->timeout_s > 0) e.wait_s = c->timeout_s > 60 ? c->timeout_s : 60;
+    double deadline = e.wait_s > 0 ? now_s() + e.wait_s : 0;
     int lfd = listen_on(0);
     if (lfd < 0) return ut_errorf(err, n, "rank %d cannot open a listening socket: %s", e.rank, tcp_err);
     tcp_host *hosts = ut_calloc_check((size_t)e.size, sizeof *hosts);

@@ -248,6 +248,26 @@ static void test_torchrun_bad_variables(void) {
                                         "address here (this machine has: lo"),
           "a missing interface: exit %d", rc);
     CHECK(!exists(tmp, "trbad"), "a refused process made its run directory");
+    /* ranks that never come: rank 0 names them after UTRAIN_RENDEZVOUS_TIMEOUT; a rank
+     * that cannot reach rank 0 says so after the same wait; a bad wait is named */
+    char mport[32];
+    snprintf(mport, sizeof mport, "MASTER_PORT=%d", tp_free_port());
+    double t0 = tp_now_s();
+    rc = run_with_env("trwait", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", mport,
+                                                     "UTRAIN_RENDEZVOUS_TIMEOUT=2", NULL});
+    double waited = tp_now_s() - t0;
+    CHECK(rc == 1 && output_has("trwait", "2 of 2 ranks did not arrive (ranks 1, 2) within 2 s "
+                                          "(UTRAIN_RENDEZVOUS_TIMEOUT sets the wait)"),
+          "missing ranks: exit %d", rc);
+    CHECK(waited >= 1.5 && waited < 30, "rank 0 waited %.1f s for a 2 s rendezvous", waited);
+    rc = run_with_env("trwait1", cfg, (const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", mport,
+                                                      "UTRAIN_RENDEZVOUS_TIMEOUT=1", NULL});
+    CHECK(rc == 1 && output_has("trwait1", "cannot reach rank 0 at MASTER_ADDR:MASTER_PORT within 1 s"),
+          "rank 0 missing: exit %d", rc);
+    rc = run_with_env("trwaitbad", cfg, (const char *[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", mport,
+                                                        "UTRAIN_RENDEZVOUS_TIMEOUT=soon", NULL});
+    CHECK(rc == 1 && output_has("trwaitbad", "UTRAIN_RENDEZVOUS_TIMEOUT is 'soon': it must be a whole number from 1"),
+          "a bad wait: exit %d", rc);
 }
 
 static void test_srun_without_mpi(void) {
