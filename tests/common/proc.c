@@ -332,6 +332,29 @@ void tp_mpi_env(bool shared_memory) {
     setenv("ASAN_OPTIONS", asan, 1);
 }
 
+bool tp_write_pairs(const char *dir, const char *split, int most) {
+    char path[600], src[700], tgt[700], line[1024];
+    snprintf(path, sizeof path, "data/sst2_sample/%s.tsv", split);
+    snprintf(src, sizeof src, "%s/%s_inputs.txt", dir, split);
+    snprintf(tgt, sizeof tgt, "%s/%s_targets.txt", dir, split);
+    FILE *in = fopen(path, "r"), *fs = fopen(src, "w"), *ft = fopen(tgt, "w");
+    bool ok = in && fs && ft && fgets(line, sizeof line, in); /* the header */
+    for (int k = 0; ok && k < most && fgets(line, sizeof line, in); k++) {
+        char *tab = strchr(line, '\t');
+        if (tab) *tab = 0;
+        fprintf(fs, "%s\n", line);
+        int words = 0;
+        char *save = NULL;
+        for (char *w = strtok_r(line, " ", &save); w && words < 4; w = strtok_r(NULL, " ", &save), words++)
+            fprintf(ft, "%s%s", words ? " " : "", w);
+        fputc('\n', ft);
+    }
+    if (in) fclose(in);
+    if (fs) ok = fclose(fs) == 0 && ok;
+    if (ft) ok = fclose(ft) == 0 && ok;
+    return ok;
+}
+
 bool tp_tokenize_sample(const char *dir, char *shard, size_t n) {
     char out[600];
     snprintf(shard, n, "%s/text.bin", dir);

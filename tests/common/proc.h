@@ -3,7 +3,7 @@
  * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
  *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
  *          tp_same_file, tp_train_in, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
- *          tp_now_s, tp_free_port, tp_each_proc, tp_cmdline_has. */
+ *          tp_now_s, tp_free_port, tp_each_proc, tp_cmdline_has, tp_write_pairs. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
 
@@ -68,6 +68,10 @@ void tp_mpi_env(bool shared_memory);
 /* DIR/text.bin: the SST-2 sample text tokenized byte by byte (a tokens
  * shard for small GPT-2 runs); its path into shard. */
 bool tp_tokenize_sample(const char *dir, char *shard, size_t n);
+/* DIR/<split>_inputs.txt and DIR/<split>_targets.txt: the first `most`
+ * sentences of data/sst2_sample/<split>.tsv and their first four words, as
+ * FlagAI's parallel source/target files (a copying task for seq2seq runs). */
+bool tp_write_pairs(const char *dir, const char *split, int most);
 /* The "loss" text of metrics.jsonl's line for (split, step). */
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
 /* Largest |a - b| / |a| over the train losses of steps 1..steps of two

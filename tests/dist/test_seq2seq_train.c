@@ -19,30 +19,6 @@
 #include "test.h"
 #include "split_runs.h"
 
-/* sentences of data/sst2_sample/<split>.tsv as sources, their first four
- * words as targets: DIR/<split>_inputs.txt, DIR/<split>_targets.txt */
-static bool write_pairs(const char *split, int most) {
-    char path[600], src[700], tgt[700], line[1024];
-    snprintf(path, sizeof path, "data/sst2_sample/%s.tsv", split);
-    snprintf(src, sizeof src, "%s/%s_inputs.txt", split_dir, split);
-    snprintf(tgt, sizeof tgt, "%s/%s_targets.txt", split_dir, split);
-    FILE *in = fopen(path, "r"), *fs = fopen(src, "w"), *ft = fopen(tgt, "w");
-    bool ok = in && fs && ft && fgets(line, sizeof line, in); /* the header */
-    for (int k = 0; ok && k < most && fgets(line, sizeof line, in); k++) {
-        char *tab = strchr(line, '\t');
-        if (tab) *tab = 0;
-        fprintf(fs, "%s\n", line);
-        int words = 0;
-        for (char *p = strtok(line, " "); p && words < 4; p = strtok(NULL, " "), words++)
-            fprintf(ft, "%s%s", words ? " " : "", p);
-        fputc('\n', ft);
-    }
-    if (in) fclose(in);
-    if (fs) fclose(fs);
-    if (ft) fclose(ft);
-    return ok;
-}
-
 /* ddp and zero3 on 2 ranks, and 2 micro-batches of 4, against batches of 8 */
 static void test_ranks_agree(void) {
     CHECK(split_train("whole", 1, "") == 0, "one process");
@@ -202,7 +178,7 @@ int main(int argc, char **argv) {
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(split_dir, sizeof split_dir, "utrain-s2s")) return 1;
     tp_mpi_env(true);
-    if (!write_pairs("train", 64) || !write_pairs("dev", 16)) return 1;
+    if (!tp_write_pairs(split_dir, "train", 64) || !tp_write_pairs(split_dir, "dev", 16)) return 1;
     snprintf(split_body, sizeof split_body,
              "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny, dropout: 0}\n"
              "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"

@@ -91,28 +91,6 @@ static void test_install_build_run(void) {
     free(out);
 }
 
-/* pairs of sst2_sample sentences and their first four words, as FlagAI's parallel files */
-static void write_pairs(const char *split, int most) {
-    char path[600], line[1024];
-    snprintf(path, sizeof path, "data/sst2_sample/%s.tsv", split);
-    FILE *in = fopen(path, "r");
-    snprintf(path, sizeof path, "%s_inputs.txt", split);
-    FILE *fs = fopen(in_tmp(path), "w");
-    snprintf(path, sizeof path, "%s_targets.txt", split);
-    FILE *ft = fopen(in_tmp(path), "w");
-    UT_ASSERT(in && fs && ft && fgets(line, sizeof line, in));
-    for (int k = 0; k < most && fgets(line, sizeof line, in); k++) {
-        char *tab = strchr(line, '\t');
-        if (tab) *tab = 0;
-        fprintf(fs, "%s\n", line);
-        int words = 0;
-        for (char *p = strtok(line, " "); p && words < 4; p = strtok(NULL, " "), words++)
-            fprintf(ft, "%s%s", words ? " " : "", p);
-        fputc('\n', ft);
-    }
-    fclose(in), fclose(fs), fclose(ft);
-}
-
 /* examples/seq2seq (after the install above): its hooks' token_accuracy in
  * the training log and first_word in the dev evaluations and test results */
 static void test_seq2seq_example(void) {
@@ -124,8 +102,7 @@ static void test_seq2seq_example(void) {
                 "OUT=%s %s >%s 2>&1", tmp, in_tmp("seq2seq"), cflags, in_tmp("build2.log"));
     CHECK(rc == 0, "building examples/seq2seq exited %d (see %s)", rc, in_tmp("build2.log"));
     if (rc) return;
-    write_pairs("train", 64);
-    write_pairs("dev", 16);
+    UT_ASSERT(tp_write_pairs(tmp, "train", 64) && tp_write_pairs(tmp, "dev", 16));
     FILE *f = fopen(in_tmp("s2s.yml"), "w");
     UT_ASSERT(f);
     fprintf(f, "experiment_name: s2s\noutput_dir: %s\nthreads: 1\n"

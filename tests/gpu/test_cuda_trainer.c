@@ -4,10 +4,13 @@
  * one seed and a run stopped and resumed must give the same checkpoint to
  * the bit; checkpoints cross between the devices both ways. Covered: the CNN
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
- * and fp16, the bag-of-words classifier and `utrain test` on it, and the dp,
+ * and fp16, the bag-of-words classifier and `utrain test` on it, the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
  * one GPU (their gradients staged through host memory: NCCL takes a GPU per
- * rank, and dist.device_comm: direct is refused there).
+ * rank, and dist.device_comm: direct is refused there), GPT-2 split over two
+ * ranks (tensor and pipeline parallel), and sequence-to-sequence: BART
+ * fine-tuned with evaluation by generation, T5 split over two ranks with
+ * dropout, then generating with beam search in test mode.
  *
  * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
  * machine without a GPU: there every difference is 0). Skips, saying why,
@@ -237,6 +240,38 @@ static void test_distributed(void) {
     }
 }
 
+/* The model split over two ranks sharing the GPU, against the same split on
+ * the CPU: GPT-2 tensor-parallel (heads and features) and pipeline-parallel
+ * (layers). */
+static void test_model_parallel(void) {
+    both("tp2", gpt2, "dist.tensor_parallel=2", 2, 8, 1e-6, 1e-5);
+    both("pp2", gpt2, "dist.pipeline_parallel=2", 2, 8, 1e-6, 1e-5);
+}
+
+static char bart[2048], t5[2048];
+
+/* Sequence-to-sequence on the GPU against the CPU: the tiny pretrained BART
+ * fine-tuned to copy a sentence's first words, evaluated by greedy
+ * generation (bleu, rougeL, exact_match on the dev set); a T5 from scratch
+ * (relative positions, gated GELU) split over two ranks, then `utrain test`
+ * generating with beam search on the GPU. The generations themselves may
+ * differ where two tokens' scores are within rounding, so the losses and
+ * weights are what must agree, and the generation runs must complete. */
+static void test_seq2seq(void) {
+    both("bart", bart, "", 1, 8, 1e-6, 1e-5);
+    char *o = tp_slurp(tp_path(tmp, "bart_dev.out"));
+    CHECK(o && strstr(o, "eval  step 8  dev:") && strstr(o, "bleu") && strstr(o, "exact_match"),
+          "BART on %s: no dev evaluation by generation in its output", D);
+    free(o);
+    both("t5tp2", t5, "dist.tensor_parallel=2", 2, 8, 1e-6, 1e-5);
+    char run[600], out[600];
+    snprintf(run, sizeof run, "%s/runs/t5tp2_dev", tmp);
+    snprintf(out, sizeof out, "%s/t5_test.out", tmp);
+    CHECK(tp_run((const char *[]){"test", run, "--nproc", "2", NULL}, out) == 0, "utrain test --nproc 2 on %s's T5", D);
+    CHECK(tp_count_lines(run_file("t5tp2_dev", "test_generations.tsv")) == 17,
+          "T5's test generations on %s: a header and 16 rows", D);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     const char *e = getenv("UT_TRAINER_TEST_DEVICE");
@@ -270,6 +305,30 @@ int main(int argc, char **argv) {
              "train: {max_steps: 6, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 3,\n"
              "        save_strategy: steps, save_interval: 3, progress: lines}\n",
              images, labels);
+    if (!tp_write_pairs(tmp, "train", 64) || !tp_write_pairs(tmp, "dev", 16)) return 1;
+    snprintf(bart, sizeof bart,
+             "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny, dropout: 0}\n"
+             "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
+             "       dev_path: %s/dev_inputs.txt, dev_target_path: %s/dev_targets.txt, max_source_len: 32,\n"
+             "       max_target_len: 16}\n"
+             "train: {max_steps: 8, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 8,\n"
+             "        save_strategy: steps, save_interval: 8, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+             "generate: {eval: true, max_new_tokens: 4}\n",
+             tmp, tmp, tmp, tmp);
+    snprintf(t5, sizeof t5,
+             "model: {name: t5, vocab_size: 2004, d_model: 32, d_kv: 8, d_ff: 64, num_layers: 2, num_heads: 4,\n"
+             "        feed_forward_proj: gated-gelu, dropout_rate: 0.1}\n"
+             "data: {name: seq2seq_text, tokenizer: tests/parity/fixtures/t5_unigram, source_prefix: \"first words: \",\n"
+             "       train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
+             "       test_path: %s/dev_inputs.txt, test_target_path: %s/dev_targets.txt,\n"
+             "       max_source_len: 48, max_target_len: 16}\n"
+             "train: {max_steps: 8, batch_size: 8, log_interval: 1, eval_strategy: no,\n"
+             "        save_strategy: steps, save_interval: 8, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+             "generate: {max_new_tokens: 6, num_beams: 2}\n"
+             "dist: {timeout_s: 120}\n",
+             tmp, tmp, tmp, tmp);
     printf("device under test: %s\n", D);
     RUN(test_cnn);
     RUN(test_gpt2_precisions);
@@ -278,5 +337,7 @@ int main(int argc, char **argv) {
     RUN(test_resume);
     tp_mpi_env(true);
     RUN(test_distributed);
+    RUN(test_model_parallel);
+    RUN(test_seq2seq);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
