@@ -91,15 +91,15 @@ endif
 # `make CUDA_EMU=1 BUILD=build-emu ...` (`make test-emu`): the CUDA backend
 # built for the CUDA emulator (tests/emu; docs/testing.md): its C glue against
 # the emulator's runtime, its kernel files (gemm.cu included) by the host's
-# C++ compiler, cuBLASLt and cuDNN by tests/emu/cublas_emu.cpp and
-# cudnn_emu.cpp; no nvcc or NCCL.
+# C++ compiler, cuBLASLt, cuDNN and NCCL by tests/emu/cublas_emu.cpp,
+# cudnn_emu.cpp and nccl_emu.cpp; no nvcc.
 # The GPU tests then run on the CPU.
 CUDA_EMU  ?= 0
 ifeq ($(CUDA_EMU),1)
 LIB_SRC   := $(filter-out src/backend/cuda/%,$(LIB_SRC)) $(sort $(wildcard src/backend/cuda/*.c))
 CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(basename $(notdir $(wildcard src/backend/cuda/*.cu)))) \
-             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cudnn_emu.o $(BUILD)/emu/cuda_emu.o
-CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -DUT_WITH_CUDNN -Itests/emu/shim
+             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cudnn_emu.o $(BUILD)/emu/nccl_emu.o $(BUILD)/emu/cuda_emu.o
+CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -DUT_WITH_CUDNN -DUT_WITH_NCCL -Itests/emu/shim
 CUDA_LIBS   = -lstdc++
 override CUDA := 1
 endif
@@ -189,6 +189,11 @@ $(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/c
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
+$(BUILD)/emu/nccl_emu.o: tests/emu/nccl_emu.cpp tests/emu/nccl_emu.h tests/emu/cuda_emu.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
 $(BUILD)/emu/cudnn_emu.o: tests/emu/cudnn_emu.cpp tests/emu/cudnn_emu.h tests/emu/cuda_emu.h
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
@@ -247,7 +252,8 @@ test-sim: deps
 # the CUDA emulator, built into build-emu (docs/testing.md, "The CUDA
 # emulator"); the longest sequences are left out (slow there). `make test`
 # runs them too.
-EMU_TESTS = build-emu/tests/gpu/test_cuda_ops build-emu/tests/gpu/test_cuda_gemm build-emu/tests/gpu/test_cuda_trainer
+EMU_TESTS = build-emu/tests/gpu/test_cuda_ops build-emu/tests/gpu/test_cuda_gemm build-emu/tests/gpu/test_cuda_nccl \
+            build-emu/tests/gpu/test_cuda_trainer
 EMU_SKIP  = x 1024 x
 emu-tests:
 	@$(MAKE) --no-print-directory CUDA_EMU=1 BUILD=build-emu build-emu/utrain $(EMU_TESTS)

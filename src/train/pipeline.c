@@ -346,6 +346,10 @@ int ut_pp_setup(ut_trainer *t) {
     char path[640];
     if (ut_comm_device_setup(t->embed, t->m->params.device, mode, path, sizeof path, t->err, sizeof t->err))
         return -1;
+    const ut_backend *be = ut_backend_get(t->m->params.device);
+    if (t->rank == 0 && t->embed_used && !be->host_memory)
+        ut_say(&t->log, "The tied embedding's gradient between the first and last stages (device %s): %s\n", be->name,
+               path);
     return 0;
 }
 

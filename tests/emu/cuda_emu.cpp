@@ -256,6 +256,13 @@ bool no_gpu() {
     const char *e = getenv("UT_EMU_NO_GPU");
     return e && e[0] == '1';
 }
+/* UT_EMU_GPUS=N: the machine has N emulated GPUs (default 1), each its own
+ * PCI bus id, so that ranks on GPUs of their own go direct (NCCL) */
+int gpus() {
+    const char *e = getenv("UT_EMU_GPUS");
+    int n = e && *e ? atoi(e) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+}
 } // namespace
 
 extern "C" {
@@ -270,11 +277,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = no_gpu() ? 0 : 1;
+    *n = no_gpu() ? 0 : gpus();
     return no_gpu() ? cudaErrorNoDevice : cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
-    if (d != 0 || no_gpu()) return cudaErrorInvalidValue;
+    if (d < 0 || d >= gpus() || no_gpu()) return cudaErrorInvalidValue;
     g_device = d;
     return cudaSuccess;
 }

@@ -4,7 +4,8 @@
  * memory, every stream runs in the host's program order (an operation is
  * done when its call returns, so every event is complete when recorded), and
  * it reports itself as an H100 (80 GiB, compute capability 9.0, 227 KiB of
- * opt-in shared memory per block). UT_EMU_NO_GPU=1 makes it report no
+ * opt-in shared memory per block). UT_EMU_GPUS=N gives it N such GPUs (each
+ * its own PCI bus id; they share the host's memory). UT_EMU_NO_GPU=1 makes it report no
  * device, for the paths that run without one. */
 #ifndef UTRAIN_CUDA_RUNTIME_EMU_H
 #define UTRAIN_CUDA_RUNTIME_EMU_H

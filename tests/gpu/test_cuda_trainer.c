@@ -248,6 +248,52 @@ static void test_model_parallel(void) {
     both("pp2", gpt2, "dist.pipeline_parallel=2", 2, 8, 1e-6, 1e-5);
 }
 
+/* Ranks on GPUs of their own: gradients, ZeRO's parts, tensor-parallel sums
+ * and the pipeline's tied embedding go through NCCL on the devices' memory
+ * (dist.device_comm: direct), against the same runs on the CPU; DDP's
+ * buckets compressed to bf16 are converted on the device. Needs two GPUs:
+ * the CUDA emulator gives itself two (UT_EMU_GPUS=2, its NCCL between the
+ * processes in shared memory); a real machine runs these rows when
+ * UT_GPU_TEST_GPUS says it has two or more. */
+static void test_nccl_ranks(void) {
+#ifdef UT_CUDA_EMU
+    setenv("UT_EMU_GPUS", "2", 1);
+#else
+    const char *g = getenv("UT_GPU_TEST_GPUS");
+    if (strcmp(D, "cuda") || !g || atoi(g) < 2) {
+        printf("  skip: one GPU here (UT_GPU_TEST_GPUS=N with N >= 2 runs these rows on a machine with more)\n");
+        return;
+    }
+#endif
+    /* each against the CPU's run of the same strategy (the CPU has no
+     * device_comm; the runs of test_distributed and test_model_parallel
+     * where there is one) */
+    const char *sets[] = {"dist.strategy=ddp", "dist.strategy=zero2", "dist.strategy=zero3", "dist.tensor_parallel=2",
+                          "dist.pipeline_parallel=2", "dist.strategy=ddp dist.comm_hook=bf16"};
+    const char *names[] = {"nccl_ddp", "nccl_zero2", "nccl_zero3", "nccl_tp2", "nccl_pp2", "nccl_ddp_bf16"};
+    const char *refs[] = {"ddp_cpu", "zero2_cpu", "zero3_cpu", "tp2_cpu", "pp2_cpu", "ddp_bf16_cpu"};
+    for (int i = 0; i < 6; i++) {
+        if (i == 1 || i == 5) CHECK(train(refs[i], gpt2, "cpu", sets[i], 2) == 0, "%s on the CPU", sets[i]);
+        char s[160], worst[128];
+        snprintf(s, sizeof s, "%s dist.device_comm=direct", sets[i]);
+        int rc = train(names[i], gpt2, D, s, 2);
+        CHECK(rc == 0, "%s on %s: exit %d", s, D, rc);
+        if (rc) continue;
+        double wr, dl = loss_diff(refs[i], names[i], 8),
+                   dw = model_diff(ckpt(refs[i], 8), ckpt(names[i], 8), worst, sizeof worst, &wr);
+        printf("  %-13s losses within %.2e, weights within %.2e of the CPU (most in %s, %.2e)\n", names[i], dl, dw,
+               worst, wr);
+        CHECK(dl <= 1e-6 && dw >= 0 && dw <= 1e-5, "%s: losses %.3g, weights %.3g from the CPU's", names[i], dl, dw);
+        char *log = tp_slurp(run_file(names[i], "logger_logs/training_0.log"));
+        CHECK(log && strstr(log, i == 4 ? "last stages (device cuda): direct, NCCL" : "(device cuda): direct, NCCL"),
+              "%s: the log does not say the ranks went direct through NCCL", names[i]);
+        free(log);
+    }
+#ifdef UT_CUDA_EMU
+    unsetenv("UT_EMU_GPUS");
+#endif
+}
+
 static char bart[2048], t5[2048];
 
 /* Sequence-to-sequence on the GPU against the CPU: the tiny pretrained BART
@@ -338,6 +384,7 @@ int main(int argc, char **argv) {
     tp_mpi_env(true);
     RUN(test_distributed);
     RUN(test_model_parallel);
+    RUN(test_nccl_ranks);
     RUN(test_seq2seq);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
