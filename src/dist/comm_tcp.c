@@ -746,7 +746,9 @@ static int exchange(step_ctx *x, int to, const void *sbuf, size_t sn, int from, 
             if (rd < rt)
                 why("timeout after %g s: waiting for %s%s", x->c->timeout_s,
                     ut_comm_peer_name(x->c, from, name, sizeof name),
-                    rd < hr ? ", which has not reached this operation" : "'s data");
+                    rd < hr ? ", which has not reached this operation"
+                            : "'s data (it is in this operation: it waits on a rank before it in the ring, which "
+                              "the rank after that one names, or it is slow)");
             else why("timeout after %g s: %s takes no data", x->c->timeout_s,
                      ut_comm_peer_name(x->c, to, name, sizeof name));
             return -1;

@@ -217,6 +217,31 @@ static void test_autocast_rows(void) {
     dc_autocast = UT_F32;
 }
 
+/* The autocast rows again with UT_CUDA_LT_FUSED=0: linear's 16-bit
+ * outputs and gradients through float32 scratch and the backend's own
+ * rounding pass (the path taken where cuBLASLt has no kernel writing them),
+ * against the CPU as above. In a child process: gemm.cu reads its switches
+ * once, and the other tests run with the fused form. */
+static void test_autocast_unfused(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        setenv("UT_CUDA_LT_FUSED", "0", 1);
+        if (!have_gpu()) {
+            printf("  skip: %s\n", skip_why);
+            fflush(stdout);
+            _exit(0);
+        }
+        test_autocast_rows();
+        fflush(stdout);
+        _exit(t_checks_failed ? 1 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %d)", st);
+}
+
 /* cuDNN opens here and has every function utrain calls (this runs without
  * a GPU: a misspelt name or a library too old fails on the build machine);
  * where it is missing, the convolutions' own kernels are what runs, and
@@ -419,7 +444,9 @@ static void test_model_on_device(void) {
 }
 
 int main(void) {
-    RUN(test_cudnn_refused); /* first: it forks, and CUDA must not be initialised before */
+    /* first: these fork, and CUDA must not be initialised before */
+    RUN(test_cudnn_refused);
+    RUN(test_autocast_unfused);
     RUN(test_cudnn_library);
     if (!have_gpu()) {
         printf("skip: %s\n", skip_why);
