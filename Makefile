@@ -180,26 +180,13 @@ $(BUILD)/emu/%.cpp: src/backend/cuda/%.cu tests/emu/prep.pl
 	@mkdir -p $(dir $@)
 	@perl tests/emu/prep.pl $< > $@
 
-$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h tests/emu/cublas_emu.h $(HDRS)
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp $(wildcard tests/emu/*.h) $(HDRS)
 	@echo "  EMU   $(notdir $<)"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
-$(BUILD)/emu/cuda_emu.o: tests/emu/cuda_emu.cpp tests/emu/cuda_emu.h tests/emu/cuda_runtime_emu.h
-	@mkdir -p $(dir $@)
-	@echo "  CXX   $<"
-	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
-
-$(BUILD)/emu/nccl_emu.o: tests/emu/nccl_emu.cpp tests/emu/nccl_emu.h tests/emu/cuda_emu.h
-	@mkdir -p $(dir $@)
-	@echo "  CXX   $<"
-	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
-
-$(BUILD)/emu/cudnn_emu.o: tests/emu/cudnn_emu.cpp tests/emu/cudnn_emu.h tests/emu/cuda_emu.h
-	@mkdir -p $(dir $@)
-	@echo "  CXX   $<"
-	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
-
-$(BUILD)/emu/cublas_emu.o: tests/emu/cublas_emu.cpp tests/emu/cublas_emu.h tests/emu/cuda_emu.h
+# the emulator itself and its stand-ins for the CUDA runtime, cuBLASLt, cuDNN and NCCL
+EMU_LIBS = cuda_emu cublas_emu cudnn_emu nccl_emu
+$(EMU_LIBS:%=$(BUILD)/emu/%.o): $(BUILD)/emu/%.o: tests/emu/%.cpp $(wildcard tests/emu/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@

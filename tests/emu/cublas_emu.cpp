@@ -83,15 +83,6 @@ cublasStatus_t fail(cublasStatus_t s, const char *fmt, ...) {
 
 bool known_type(int t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
 
-float tf32(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;
-    u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 float load(const void *p, int t, int64_t i) {
     if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     if (t == CUDA_R_16F) return __half2float(((const __half *)p)[i]);
@@ -124,12 +115,12 @@ void product(int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, const 
         for (int64_t i = 0; i < m; i++)
             for (int64_t p = 0; p < k; p++) {
                 float v = A.at(b, i, p);
-                a[(size_t)(i * k + p)] = round_tf32 ? tf32(v) : v;
+                a[(size_t)(i * k + p)] = round_tf32 ? utemu_tf32(v) : v;
             }
         for (int64_t p = 0; p < k; p++)
             for (int64_t j = 0; j < n; j++) {
                 float v = B.at(b, p, j);
-                bt[(size_t)(p * n + j)] = round_tf32 ? tf32(v) : v;
+                bt[(size_t)(p * n + j)] = round_tf32 ? utemu_tf32(v) : v;
             }
         for (int64_t i = 0; i < m; i++) {
             float *c = acc.data();

@@ -268,6 +268,17 @@ inline __half __float2half_rn(float f) {
     return h;
 }
 
+/* x rounded to TF32 (10 mantissa bits, nearest even), as the tensor cores
+ * read float32 operands (the emulated cuBLASLt and cuDNN) */
+inline float utemu_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 /* ---- WMMA (mma.h): whole tiles in every lane; loads and stores are warp
  * barriers, as the hardware's collective operations are in effect ---- */
 namespace nvcuda {

@@ -57,15 +57,6 @@ cudnnStatus_t fail(cudnnStatus_t s, const char *fmt, ...) {
     return s;
 }
 
-float tf32(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;
-    u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 enum pass { FWD, BWD_DATA, BWD_FILTER };
 
 /* the shapes agree: w's channels x's, y (n, k, OH, OW) what the convolution gives */
@@ -168,10 +159,59 @@ cudnnStatus_t check_run(pass p, cudnnHandle_t h, const utemu_cudnn_tensor *x, co
     return fail(CUDNN_STATUS_BAD_PARAM, "%s: algorithm %d is not one of this pass's", call, algo);
 }
 
+/* Every product of a convolution, in one order for all three passes:
+ * f(x index, y index, w index) for each image n, output channel k, input
+ * channel c, kernel tap (i, j) and output position (oh, ow) that reads
+ * inside x. Each output element of each pass so receives its terms in the
+ * same order: y over (c, i, j), x over (k, i, j), w over (n, oh, ow). */
+template <typename F>
+void taps(const utemu_cudnn_tensor &x, const utemu_cudnn_filter &w, const utemu_cudnn_conv &cv,
+          const utemu_cudnn_tensor &y, F f) {
+    for (int n = 0; n < y.n; n++)
+        for (int k = 0; k < y.c; k++)
+            for (int c = 0; c < x.c; c++)
+                for (int i = 0; i < w.h; i++)
+                    for (int j = 0; j < w.w; j++) {
+                        size_t wi = (((size_t)k * w.c + c) * w.h + i) * w.w + j;
+                        size_t xc = ((size_t)n * x.c + c) * x.h * x.w, yk = ((size_t)n * y.c + k) * y.h * y.w;
+                        for (int oh = 0; oh < y.h; oh++) {
+                            int ih = oh * cv.sh - cv.ph + i * cv.dh;
+                            if (ih < 0 || ih >= x.h) continue;
+                            for (int ow = 0; ow < y.w; ow++) {
+                                int iw = ow * cv.sw - cv.pw + j * cv.dw;
+                                if (iw >= 0 && iw < x.w)
+                                    f(xc + (size_t)ih * x.w + iw, yk + (size_t)oh * y.w + ow, wi);
+                            }
+                        }
+                    }
+}
+
+template <typename T>
+cudnnStatus_t create(T **d) {
+    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+    *d = new T{};
+    return CUDNN_STATUS_SUCCESS;
+}
+template <typename T>
+cudnnStatus_t destroy(T *d) {
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+/* a tensor's or filter's four sizes: NCHW float32, each at least 1 */
+template <typename T>
+cudnnStatus_t set4d(T *d, cudnnTensorFormat_t f, cudnnDataType_t t, int a, int b, int c, int e, const char *what) {
+    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+    if (f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT)
+        return fail(CUDNN_STATUS_NOT_SUPPORTED, "%s: only NCHW float32 is emulated", what);
+    if (a < 1 || b < 1 || c < 1 || e < 1) return fail(CUDNN_STATUS_BAD_PARAM, "%s %dx%dx%dx%d", what, a, b, c, e);
+    *d = T{true, a, b, c, e};
+    return CUDNN_STATUS_SUCCESS;
+}
+
 std::vector<float> take(const float *p, size_t n, bool round) {
     std::vector<float> v(p, p + n);
     if (round)
-        for (float &f : v) f = tf32(f);
+        for (float &f : v) f = utemu_tf32(f);
     return v;
 }
 
@@ -212,47 +252,22 @@ static cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
     h->stream = s;
     return CUDNN_STATUS_SUCCESS;
 }
-static cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    *d = new utemu_cudnn_tensor{};
-    return CUDNN_STATUS_SUCCESS;
-}
+static cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d) { return create(d); }
 static cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t,
                                                 int n, int c, int h, int w) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    if (f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT)
-        return fail(CUDNN_STATUS_NOT_SUPPORTED, "tensor: only NCHW float32 is emulated");
-    if (n < 1 || c < 1 || h < 1 || w < 1) return fail(CUDNN_STATUS_BAD_PARAM, "tensor %dx%dx%dx%d", n, c, h, w);
-    *d = utemu_cudnn_tensor{true, n, c, h, w};
-    return CUDNN_STATUS_SUCCESS;
+    return set4d(d, f, t, n, c, h, w, "tensor");
 }
-static cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
-static cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    *d = new utemu_cudnn_filter{};
-    return CUDNN_STATUS_SUCCESS;
-}
+static cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) { return destroy(d); }
+static cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) { return create(d); }
 static cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f,
                                                 int k, int c, int h, int w) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    if (f != CUDNN_TENSOR_NCHW || t != CUDNN_DATA_FLOAT)
-        return fail(CUDNN_STATUS_NOT_SUPPORTED, "filter: only NCHW float32 is emulated");
-    if (k < 1 || c < 1 || h < 1 || w < 1) return fail(CUDNN_STATUS_BAD_PARAM, "filter %dx%dx%dx%d", k, c, h, w);
-    *d = utemu_cudnn_filter{true, k, c, h, w};
-    return CUDNN_STATUS_SUCCESS;
+    return set4d(d, f, t, k, c, h, w, "filter");
 }
-static cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
+static cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) { return destroy(d); }
 static cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    *d = new utemu_cudnn_conv{};
-    (*d)->math = CUDNN_DEFAULT_MATH;
-    return CUDNN_STATUS_SUCCESS;
+    cudnnStatus_t s = create(d);
+    if (!s) (*d)->math = CUDNN_DEFAULT_MATH;
+    return s;
 }
 static cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u, int v,
                                                      int dh, int dw, cudnnConvolutionMode_t mode,
@@ -274,10 +289,7 @@ static cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d,
     d->math = m;
     return CUDNN_STATUS_SUCCESS;
 }
-static cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
+static cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) { return destroy(d); }
 
 static cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                                             cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t cv,
@@ -313,24 +325,7 @@ static cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
     std::vector<float> X = take((const float *)xp, (size_t)x.n * x.c * x.h * x.w, r);
     std::vector<float> W = take((const float *)wp, (size_t)w.k * w.c * w.h * w.w, r);
     std::vector<float> acc((size_t)y.n * y.c * y.h * y.w, 0.0f);
-    for (int n = 0; n < y.n; n++)
-        for (int k = 0; k < y.c; k++) {
-            float *o = &acc[((size_t)n * y.c + k) * y.h * y.w];
-            for (int c = 0; c < x.c; c++)
-                for (int i = 0; i < w.h; i++)
-                    for (int j = 0; j < w.w; j++) {
-                        float wv = W[(((size_t)k * w.c + c) * w.h + i) * w.w + j];
-                        const float *xc = &X[((size_t)n * x.c + c) * x.h * x.w];
-                        for (int oh = 0; oh < y.h; oh++) {
-                            int ih = oh * cv->sh - cv->ph + i * cv->dh;
-                            if (ih < 0 || ih >= x.h) continue;
-                            for (int ow = 0; ow < y.w; ow++) {
-                                int iw = ow * cv->sw - cv->pw + j * cv->dw;
-                                if (iw >= 0 && iw < x.w) o[oh * y.w + ow] = fmaf(wv, xc[ih * x.w + iw], o[oh * y.w + ow]);
-                            }
-                        }
-                    }
-        }
+    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[yi] = fmaf(W[wi], X[xi], acc[yi]); });
     finish((float *)yp, acc, scalar(alpha), scalar(beta));
     return CUDNN_STATUS_SUCCESS;
 }
@@ -349,24 +344,7 @@ static cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *a
     std::vector<float> W = take((const float *)wp, (size_t)w.k * w.c * w.h * w.w, r);
     std::vector<float> DY = take((const float *)dyp, (size_t)y.n * y.c * y.h * y.w, r);
     std::vector<float> acc((size_t)x.n * x.c * x.h * x.w, 0.0f);
-    for (int n = 0; n < x.n; n++)
-        for (int c = 0; c < x.c; c++) {
-            float *o = &acc[((size_t)n * x.c + c) * x.h * x.w];
-            for (int k = 0; k < y.c; k++)
-                for (int i = 0; i < w.h; i++)
-                    for (int j = 0; j < w.w; j++) {
-                        float wv = W[(((size_t)k * w.c + c) * w.h + i) * w.w + j];
-                        const float *g = &DY[((size_t)n * y.c + k) * y.h * y.w];
-                        for (int oh = 0; oh < y.h; oh++) {
-                            int ih = oh * cv->sh - cv->ph + i * cv->dh;
-                            if (ih < 0 || ih >= x.h) continue;
-                            for (int ow = 0; ow < y.w; ow++) {
-                                int iw = ow * cv->sw - cv->pw + j * cv->dw;
-                                if (iw >= 0 && iw < x.w) o[ih * x.w + iw] = fmaf(wv, g[oh * y.w + ow], o[ih * x.w + iw]);
-                            }
-                        }
-                    }
-        }
+    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[xi] = fmaf(W[wi], DY[yi], acc[xi]); });
     finish((float *)dxp, acc, scalar(alpha), scalar(beta));
     return CUDNN_STATUS_SUCCESS;
 }
@@ -385,25 +363,7 @@ static cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void 
     std::vector<float> X = take((const float *)xp, (size_t)x.n * x.c * x.h * x.w, r);
     std::vector<float> DY = take((const float *)dyp, (size_t)y.n * y.c * y.h * y.w, r);
     std::vector<float> acc((size_t)w.k * w.c * w.h * w.w, 0.0f);
-    for (int k = 0; k < w.k; k++)
-        for (int c = 0; c < w.c; c++)
-            for (int i = 0; i < w.h; i++)
-                for (int j = 0; j < w.w; j++) {
-                    float a = 0.0f;
-                    for (int n = 0; n < x.n; n++) {
-                        const float *g = &DY[((size_t)n * y.c + k) * y.h * y.w];
-                        const float *xc = &X[((size_t)n * x.c + c) * x.h * x.w];
-                        for (int oh = 0; oh < y.h; oh++) {
-                            int ih = oh * cv->sh - cv->ph + i * cv->dh;
-                            if (ih < 0 || ih >= x.h) continue;
-                            for (int ow = 0; ow < y.w; ow++) {
-                                int iw = ow * cv->sw - cv->pw + j * cv->dw;
-                                if (iw >= 0 && iw < x.w) a = fmaf(g[oh * y.w + ow], xc[ih * x.w + iw], a);
-                            }
-                        }
-                    }
-                    acc[(((size_t)k * w.c + c) * w.h + i) * w.w + j] = a;
-                }
+    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[wi] = fmaf(DY[yi], X[xi], acc[wi]); });
     finish((float *)dwp, acc, scalar(alpha), scalar(beta));
     return CUDNN_STATUS_SUCCESS;
 }

@@ -90,8 +90,24 @@ static void test_one_rank(void) {
     ut_comm_finalize(c); /* NCCL's communicator destroyed with it */
 }
 
+/* NCCL opens here and has every function utrain calls (without a GPU: a
+ * misspelt name or too old a library fails on the build machine); where it
+ * is not installed, this says so. */
+static void test_nccl_library(void) {
+    const ut_backend *b = ut_backend_get(UT_CUDA);
+    if (!b || !b->coll) {
+        printf("  skip: this build has no NCCL (nccl.h was not found when it was built)\n");
+        return;
+    }
+    char what[64] = "", why[512] = "";
+    int r = b->coll->load(what, sizeof what, why, sizeof why);
+    CHECK(r == 0 || strstr(why, "is not installed here"), "%s", why);
+    printf("  %s\n", r == 0 ? what : why);
+}
+
 int main(void) {
     char why[512], what[64];
+    RUN(test_nccl_library);
     if (ut_backend_check(UT_CUDA, why, sizeof why) || ut_backend_get(UT_CUDA)->available(why, sizeof why)) {
         printf("skip: %s\n", why);
         return TEST_SUMMARY();

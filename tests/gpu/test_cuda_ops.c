@@ -217,30 +217,32 @@ static void test_autocast_rows(void) {
     dc_autocast = UT_F32;
 }
 
-/* The autocast rows again with UT_CUDA_LT_FUSED=0: linear's 16-bit
- * outputs and gradients through float32 scratch and the backend's own
- * rounding pass (the path taken where cuBLASLt has no kernel writing them),
- * against the CPU as above. In a child process: gemm.cu reads its switches
- * once, and the other tests run with the fused form. */
-static void test_autocast_unfused(void) {
+/* body in a child process whose environment has var=val from its start
+ * (cuDNN and cuBLASLt read their switches once per process), skipping
+ * without a GPU; its failures are the caller's. Called before this process
+ * starts CUDA: a child forked after that could not use the GPU. */
+static void in_child(const char *var, const char *val, void (*body)(void)) {
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0, "fork failed");
     if (pid == 0) {
-        setenv("UT_CUDA_LT_FUSED", "0", 1);
-        if (!have_gpu()) {
-            printf("  skip: %s\n", skip_why);
-            fflush(stdout);
-            _exit(0);
-        }
-        test_autocast_rows();
+        setenv(var, val, 1);
+        if (!have_gpu()) printf("  skip: %s\n", skip_why);
+        else body();
         fflush(stdout);
         _exit(t_checks_failed ? 1 : 0);
     }
     int st = 0;
     waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %d)", st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child with %s=%s failed (status %d)", var, val, st);
 }
+
+/* The autocast rows again with UT_CUDA_LT_FUSED=0: linear's 16-bit
+ * outputs and gradients through float32 scratch and the backend's own
+ * rounding pass (the path taken where cuBLASLt has no kernel writing them),
+ * against the CPU as above. In a child process: gemm.cu reads its switches
+ * once, and the other tests run with the fused form. */
+static void test_autocast_unfused(void) { in_child("UT_CUDA_LT_FUSED", "0", test_autocast_rows); }
 
 /* cuDNN opens here and has every function utrain calls (this runs without
  * a GPU: a misspelt name or a library too old fails on the build machine);
@@ -259,49 +261,34 @@ static void test_cudnn_library(void) {
  * library and what to write instead; without UT_CUDA_CONV it runs on
  * utrain's own kernels. In a child process: cuDNN is opened once per
  * process, and the other tests open the real one. */
-static void test_cudnn_refused(void) {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork failed");
-    if (pid == 0) {
-        setenv("UT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
-        if (!have_gpu()) {
-            printf("  skip: %s\n", skip_why);
-            fflush(stdout);
-            _exit(0);
+static void cudnn_refused(void) {
+    for (int m = 0; m < 2; m++) {
+        if (m == 0) setenv("UT_CUDA_CONV", "cudnn", 1);
+        else unsetenv("UT_CUDA_CONV");
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+        float ones[50], halves[54];
+        for (int i = 0; i < 50; i++) ones[i] = 1.0f;
+        for (int i = 0; i < 54; i++) halves[i] = 0.5f;
+        ut_tensor *x = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){1, 2, 5, 5}, ones);
+        ut_tensor *w = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){3, 2, 3, 3}, halves);
+        ut_tensor *y = ut_conv2d(ctx, x, w, NULL, 1, 1);
+        float out[75];
+        int rc = y ? ut_tensor_get(y, out, sizeof out) : -1;
+        const char *err = ut_ctx_error(ctx);
+        if (m == 0) {
+            CHECK(rc == -1, "UT_CUDA_CONV=cudnn ran without cuDNN");
+            CHECK(err && strstr(err, "UT_CUDA_CONV=cudnn") && strstr(err, "UT_CUDNN_LIBRARY=/nonexistent") &&
+                      strstr(err, "unset UT_CUDA_CONV"),
+                  "%s", err ? err : "(no error)");
+        } else {
+            /* the centre of a 3x3 window over ones: 2 channels x 9 x 0.5 */
+            CHECK(rc == 0 && out[12] == 9.0f && out[0] == 4 * 2 * 0.5f, "auto without cuDNN: rc %d, %s, "
+                  "out[12] %g, out[0] %g", rc, err ? err : "", (double)out[12], (double)out[0]);
         }
-        for (int m = 0; m < 2; m++) {
-            if (m == 0) setenv("UT_CUDA_CONV", "cudnn", 1);
-            else unsetenv("UT_CUDA_CONV");
-            ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
-            float ones[50], halves[54];
-            for (int i = 0; i < 50; i++) ones[i] = 1.0f;
-            for (int i = 0; i < 54; i++) halves[i] = 0.5f;
-            ut_tensor *x = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){1, 2, 5, 5}, ones);
-            ut_tensor *w = ut_tensor_from(ctx, UT_F32, 4, (int64_t[]){3, 2, 3, 3}, halves);
-            ut_tensor *y = ut_conv2d(ctx, x, w, NULL, 1, 1);
-            float out[75];
-            int rc = y ? ut_tensor_get(y, out, sizeof out) : -1;
-            const char *err = ut_ctx_error(ctx);
-            if (m == 0) {
-                CHECK(rc == -1, "UT_CUDA_CONV=cudnn ran without cuDNN");
-                CHECK(err && strstr(err, "UT_CUDA_CONV=cudnn") && strstr(err, "UT_CUDNN_LIBRARY=/nonexistent") &&
-                          strstr(err, "unset UT_CUDA_CONV"),
-                      "%s", err ? err : "(no error)");
-            } else {
-                /* the centre of a 3x3 window over ones: 2 channels x 9 x 0.5 */
-                CHECK(rc == 0 && out[12] == 9.0f && out[0] == 4 * 2 * 0.5f, "auto without cuDNN: rc %d, %s, "
-                      "out[12] %g, out[0] %g", rc, err ? err : "", (double)out[12], (double)out[0]);
-            }
-            ut_ctx_free(ctx);
-        }
-        fflush(stdout);
-        _exit(t_checks_failed ? 1 : 0);
+        ut_ctx_free(ctx);
     }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %d)", st);
 }
+static void test_cudnn_refused(void) { in_child("UT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", cudnn_refused); }
 
 /* Every convolution row twice more: once with UT_CUDA_CONV=cudnn (cuDNN must
  * take each pass of each row, or the op fails) and once with

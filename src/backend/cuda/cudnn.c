@@ -20,6 +20,7 @@
 #include "utrain/base.h"
 #include "cudnn_conv.h"
 #include "cuda.h"
+#include "dl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,6 @@ int ut_cuda_cudnn_probe(char *what, size_t wn, char *err, size_t n) {
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 
@@ -61,7 +61,6 @@ int ut_cuda_cudnn_probe(char *what, size_t wn, char *err, size_t n) {
 
 /* the functions utrain calls, looked up once */
 static struct {
-    void *lib;
     size_t (*get_version)(void);
     const char *(*get_error_string)(cudnnStatus_t);
     cudnnStatus_t (*create)(cudnnHandle_t *);
@@ -124,52 +123,27 @@ static int g_next; /* the entry replaced next when all are used */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #ifdef UT_CUDA_EMU
-/* the CUDA emulator's build: the emulated cuDNN (tests/emu/cudnn_emu.cpp)
- * stands in for the library unless UT_CUDNN_LIBRARY names one */
-static char g_emu_lib;
-#define EMU_LIB ((void *)&g_emu_lib)
+#define EMU_SYMBOLS utemu_cudnn_symbol /* tests/emu/cudnn_emu.cpp */
+#else
+#define EMU_SYMBOLS NULL
 #endif
-
-/* the library file opened (for messages) */
-static const char *g_lib_name = "libcudnn.so.9";
+#ifndef UT_CUDNN_LIBDIR
+#define UT_CUDNN_LIBDIR NULL
+#endif
+static ut_cuda_lib g_lib;
 
 static void *find(const char *sym) {
-#ifdef UT_CUDA_EMU
-    void *f = dn.lib == EMU_LIB ? utemu_cudnn_symbol(sym) : dlsym(dn.lib, sym);
-#else
-    void *f = dlsym(dn.lib, sym);
-#endif
-    if (!f && !dn.err[0]) snprintf(dn.err, sizeof dn.err, "cuDNN: %s is missing from %s", sym, g_lib_name);
+    void *f = ut_cuda_lib_find(&g_lib, EMU_SYMBOLS, sym);
+    if (!f && !dn.err[0]) snprintf(dn.err, sizeof dn.err, "cuDNN: %s is missing from %s", sym, g_lib.name);
     return f;
 }
 
 /* UT_CUDNN_LIBRARY: the cuDNN library file to open (docs/gpu.md); else
  * libcudnn.so.9 from the loader's path, then beside the cuDNN the build found */
 static void load_once(void) {
-    const char *path = getenv("UT_CUDNN_LIBRARY");
-    if (path && *path) {
-        g_lib_name = path;
-        dn.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    } else {
-#ifdef UT_CUDA_EMU
-        dn.lib = EMU_LIB;
-        g_lib_name = "the CUDA emulator's cuDNN";
-#else
-        dn.lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-#endif
-#ifdef UT_CUDNN_LIBDIR
-        if (!dn.lib) dn.lib = dlopen(UT_CUDNN_LIBDIR "/libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-#endif
-    }
-    if (!dn.lib) {
-        const char *why = dlerror();
-        if (path && *path)
-            snprintf(dn.err, sizeof dn.err, "cuDNN could not be opened from UT_CUDNN_LIBRARY=%s (%s); point it at "
-                     "a cuDNN 9 libcudnn.so.9, or unset it", path, why ? why : "not found");
-        else
-            snprintf(dn.err, sizeof dn.err, "cuDNN is not installed here (libcudnn.so.9: %s); install cuDNN 9 "
-                     "(Debian: libcudnn9-cuda-13 from NVIDIA's repository, or pip's nvidia-cudnn with its lib "
-                     "folder on LD_LIBRARY_PATH or named by UT_CUDNN_LIBRARY)", why ? why : "not found");
+    if (ut_cuda_lib_open(&g_lib, "UT_CUDNN_LIBRARY", "libcudnn.so.9", UT_CUDNN_LIBDIR,
+                         "install cuDNN 9 (Debian: libcudnn9-cuda-13 from NVIDIA's repository, or pip's nvidia-cudnn)",
+                         dn.err, sizeof dn.err)) {
         dn.state = -1;
         dn.absent = true;
         return;

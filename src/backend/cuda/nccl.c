@@ -17,8 +17,8 @@
 #include "../backend.h"
 
 #ifdef UT_WITH_NCCL
+#include "dl.h"
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +27,6 @@
 
 /* the functions utrain calls, looked up once */
 static struct {
-    void *lib;
     ncclResult_t (*get_version)(int *);
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
@@ -49,52 +48,27 @@ static struct {
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #ifdef UT_CUDA_EMU
-/* the CUDA emulator's build: the emulated NCCL (tests/emu/nccl_emu.cpp)
- * stands in for the library unless UT_NCCL_LIBRARY names one */
-static char g_emu_lib;
-#define EMU_LIB ((void *)&g_emu_lib)
+#define EMU_SYMBOLS utemu_nccl_symbol /* tests/emu/nccl_emu.cpp */
+#else
+#define EMU_SYMBOLS NULL
 #endif
-
-/* the library file opened (for messages) */
-static const char *g_lib_name = "libnccl.so.2";
+#ifndef UT_NCCL_LIBDIR
+#define UT_NCCL_LIBDIR NULL
+#endif
+static ut_cuda_lib g_lib;
 
 static void *find(const char *sym) {
-#ifdef UT_CUDA_EMU
-    void *f = nc.lib == EMU_LIB ? utemu_nccl_symbol(sym) : dlsym(nc.lib, sym);
-#else
-    void *f = dlsym(nc.lib, sym);
-#endif
-    if (!f && !nc.err[0]) snprintf(nc.err, sizeof nc.err, "NCCL: %s is missing from %s (too old a NCCL)", sym, g_lib_name);
+    void *f = ut_cuda_lib_find(&g_lib, EMU_SYMBOLS, sym);
+    if (!f && !nc.err[0]) snprintf(nc.err, sizeof nc.err, "NCCL: %s is missing from %s (too old a NCCL)", sym, g_lib.name);
     return f;
 }
 
 /* UT_NCCL_LIBRARY: the NCCL library file to open (docs/gpu.md); else
  * libnccl.so.2 from the loader's path, then beside the NCCL the build found */
 static void load_once(void) {
-    const char *path = getenv("UT_NCCL_LIBRARY");
-    if (path && *path) {
-        g_lib_name = path;
-        nc.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    } else {
-#ifdef UT_CUDA_EMU
-        nc.lib = EMU_LIB;
-        g_lib_name = "the CUDA emulator's NCCL";
-#else
-        nc.lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-#endif
-#ifdef UT_NCCL_LIBDIR
-        if (!nc.lib) nc.lib = dlopen(UT_NCCL_LIBDIR "/libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-#endif
-    }
-    if (!nc.lib) {
-        const char *why = dlerror();
-        if (path && *path)
-            snprintf(nc.err, sizeof nc.err, "NCCL could not be opened from UT_NCCL_LIBRARY=%s (%s); point it at "
-                     "a libnccl.so.2, or unset it", path, why ? why : "not found");
-        else
-            snprintf(nc.err, sizeof nc.err, "NCCL is not installed here (libnccl.so.2: %s); install it (Debian: "
-                     "libnccl2 from NVIDIA's CUDA repository, or pip's nvidia-nccl with its lib folder on "
-                     "LD_LIBRARY_PATH or named by UT_NCCL_LIBRARY)", why ? why : "not found");
+    if (ut_cuda_lib_open(&g_lib, "UT_NCCL_LIBRARY", "libnccl.so.2", UT_NCCL_LIBDIR,
+                         "install NCCL (Debian: libnccl2 from NVIDIA's CUDA repository, or pip's nvidia-nccl)", nc.err,
+                         sizeof nc.err)) {
         nc.state = -1;
         return;
     }
