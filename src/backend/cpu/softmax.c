@@ -253,7 +253,6 @@ static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype
     }
 }
 
-
 /* 16-bit logits: saved ut_cross_entropy_row_max (N) and _inv_sum (N) when a
  * gradient will be asked for. */
 static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_t V, const ut_kctx *k) {

@@ -16,7 +16,6 @@ static void shape4(const ut_tensor *t, int64_t *n) {
     for (int i = 0; i < 4; i++) n[i] = i < pad ? 1 : t->ne[i - pad];
 }
 
-
 static void binary_fwd(ut_tensor *t, int op) {
     int64_t n[4];
     shape4(t, n);
