@@ -164,7 +164,7 @@ if want gpu; then
             timeout 300 cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/gpu-$(basename "$t")-gdb.log" 2>&1
             grep -A25 -E "^Thread .* received signal|^#0" "$OUT/gpu-$(basename "$t")-gdb.log" | head -30 | tee -a "$SUMMARY"
         fi
-        grep -E "^(FAIL|skip)" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
+        grep -E "^(FAIL|skip)|^  note:" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
         tail -3 "$OUT/gpu-$(basename "$t").log" | tee -a "$SUMMARY"
     done
     # inputs prepared on the loader thread and uploaded from page-locked
