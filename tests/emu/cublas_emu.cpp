@@ -24,7 +24,8 @@
  *     is D's (the default) or float32. (The headers document D's type for a
  *     16-bit D; float32 is accepted here so that gemm.cu's fused path with a
  *     float32 bias runs. On a GPU whose cuBLASLt refuses it, the heuristic
- *     finds nothing and gemm.cu falls back to its rounding pass.)
+ *     finds nothing and gemm.cu falls back to its rounding pass:
+ *     UT_EMU_LT_STRICT_BIAS=1 refuses it here too, for testing that.)
  *   - an algorithm is used only for the problem it was found for;
  *   - alignment: the heuristic assumes the operands are aligned as the
  *     preference says (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 by
@@ -155,6 +156,13 @@ uint64_t signature(const utemu_lt_desc *d, const utemu_lt_layout *a, const utemu
     return h;
 }
 
+/* UT_EMU_LT_STRICT_BIAS=1: only the bias types the headers document (D's),
+ * as a cuBLASLt without a kernel for a float32 bias with a 16-bit D */
+bool strict_bias() {
+    const char *e = getenv("UT_EMU_LT_STRICT_BIAS");
+    return e && e[0] == '1';
+}
+
 uint32_t alignment(const void *p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a) a >>= 1;
@@ -198,7 +206,7 @@ cublasStatus_t check_problem(const utemu_lt_desc *d, const utemu_lt_layout *A, c
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
         if (!d->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "the BIAS epilogue without a bias pointer");
         int bt = d->bias_type < 0 ? (int)D->type : d->bias_type;
-        if (bt != (int)D->type && bt != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (bt != (int)D->type && (bt != CUDA_R_32F || strict_bias())) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     *m = am, *n = bn, *k = ak;
     return CUBLAS_STATUS_SUCCESS;
