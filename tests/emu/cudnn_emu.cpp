@@ -225,6 +225,32 @@ float scalar(const void *p) {
     return f;
 }
 
+/* One pass: its output (y forward, x backward data, w backward filter) =
+ * alpha (the products of the other two summed over the taps) + beta output;
+ * the two inputs given, the third pointer NULL. */
+cudnnStatus_t convolve(pass p, cudnnHandle_t h, const utemu_cudnn_tensor *xd, const utemu_cudnn_filter *wd,
+                       const utemu_cudnn_conv *cv, const utemu_cudnn_tensor *yd, int algo, const void *alpha,
+                       const void *beta, const void *xp, const void *wp, const void *yp, void *out, void *ws,
+                       size_t wsn, const char *call) {
+    const void *a = p == BWD_DATA ? wp : xp, *b = p == FWD ? wp : yp;
+    cudnnStatus_t s = check_run(p, h, xd, wd, cv, yd, algo, alpha, beta, a, b, out, ws, wsn, call);
+    if (s) return s;
+    const utemu_cudnn_tensor &x = *xd, &y = *yd;
+    const utemu_cudnn_filter &w = *wd;
+    bool r = cv->math != CUDNN_FMA_MATH;
+    size_t nx = (size_t)x.n * x.c * x.h * x.w, nw = (size_t)w.k * w.c * w.h * w.w, ny = (size_t)y.n * y.c * y.h * y.w;
+    std::vector<float> X = p == BWD_DATA ? std::vector<float>() : take((const float *)xp, nx, r);
+    std::vector<float> W = p == BWD_FILTER ? std::vector<float>() : take((const float *)wp, nw, r);
+    std::vector<float> Y = p == FWD ? std::vector<float>() : take((const float *)yp, ny, r);
+    std::vector<float> acc(p == FWD ? ny : p == BWD_DATA ? nx : nw, 0.0f);
+    if (p == FWD) taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[yi] = fmaf(W[wi], X[xi], acc[yi]); });
+    else if (p == BWD_DATA)
+        taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[xi] = fmaf(W[wi], Y[yi], acc[xi]); });
+    else taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[wi] = fmaf(Y[yi], X[xi], acc[wi]); });
+    finish((float *)out, acc, scalar(alpha), scalar(beta));
+    return CUDNN_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" {
@@ -316,56 +342,23 @@ static cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                                              const void *xp, cudnnFilterDescriptor_t wd, const void *wp,
                                              cudnnConvolutionDescriptor_t cv, cudnnConvolutionFwdAlgo_t algo, void *ws,
                                              size_t wsn, const void *beta, cudnnTensorDescriptor_t yd, void *yp) {
-    cudnnStatus_t s = check_run(FWD, h, xd, wd, cv, yd, algo, alpha, beta, xp, wp, yp, ws, wsn,
-                                "cudnnConvolutionForward");
-    if (s) return s;
-    const utemu_cudnn_tensor &x = *xd, &y = *yd;
-    const utemu_cudnn_filter &w = *wd;
-    bool r = cv->math != CUDNN_FMA_MATH;
-    std::vector<float> X = take((const float *)xp, (size_t)x.n * x.c * x.h * x.w, r);
-    std::vector<float> W = take((const float *)wp, (size_t)w.k * w.c * w.h * w.w, r);
-    std::vector<float> acc((size_t)y.n * y.c * y.h * y.w, 0.0f);
-    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[yi] = fmaf(W[wi], X[xi], acc[yi]); });
-    finish((float *)yp, acc, scalar(alpha), scalar(beta));
-    return CUDNN_STATUS_SUCCESS;
+    return convolve(FWD, h, xd, wd, cv, yd, algo, alpha, beta, xp, wp, nullptr, yp, ws, wsn, "cudnnConvolutionForward");
 }
-
 static cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, cudnnFilterDescriptor_t wd,
                                                   const void *wp, cudnnTensorDescriptor_t dyd, const void *dyp,
                                                   cudnnConvolutionDescriptor_t cv, cudnnConvolutionBwdDataAlgo_t algo,
                                                   void *ws, size_t wsn, const void *beta, cudnnTensorDescriptor_t dxd,
                                                   void *dxp) {
-    cudnnStatus_t s = check_run(BWD_DATA, h, dxd, wd, cv, dyd, algo, alpha, beta, wp, dyp, dxp, ws, wsn,
-                                "cudnnConvolutionBackwardData");
-    if (s) return s;
-    const utemu_cudnn_tensor &x = *dxd, &y = *dyd;
-    const utemu_cudnn_filter &w = *wd;
-    bool r = cv->math != CUDNN_FMA_MATH;
-    std::vector<float> W = take((const float *)wp, (size_t)w.k * w.c * w.h * w.w, r);
-    std::vector<float> DY = take((const float *)dyp, (size_t)y.n * y.c * y.h * y.w, r);
-    std::vector<float> acc((size_t)x.n * x.c * x.h * x.w, 0.0f);
-    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[xi] = fmaf(W[wi], DY[yi], acc[xi]); });
-    finish((float *)dxp, acc, scalar(alpha), scalar(beta));
-    return CUDNN_STATUS_SUCCESS;
+    return convolve(BWD_DATA, h, dxd, wd, cv, dyd, algo, alpha, beta, nullptr, wp, dyp, dxp, ws, wsn,
+                    "cudnnConvolutionBackwardData");
 }
-
 static cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t xd,
                                                     const void *xp, cudnnTensorDescriptor_t dyd, const void *dyp,
                                                     cudnnConvolutionDescriptor_t cv,
                                                     cudnnConvolutionBwdFilterAlgo_t algo, void *ws, size_t wsn,
                                                     const void *beta, cudnnFilterDescriptor_t dwd, void *dwp) {
-    cudnnStatus_t s = check_run(BWD_FILTER, h, xd, dwd, cv, dyd, algo, alpha, beta, xp, dyp, dwp, ws, wsn,
-                                "cudnnConvolutionBackwardFilter");
-    if (s) return s;
-    const utemu_cudnn_tensor &x = *xd, &y = *dyd;
-    const utemu_cudnn_filter &w = *dwd;
-    bool r = cv->math != CUDNN_FMA_MATH;
-    std::vector<float> X = take((const float *)xp, (size_t)x.n * x.c * x.h * x.w, r);
-    std::vector<float> DY = take((const float *)dyp, (size_t)y.n * y.c * y.h * y.w, r);
-    std::vector<float> acc((size_t)w.k * w.c * w.h * w.w, 0.0f);
-    taps(x, w, *cv, y, [&](size_t xi, size_t yi, size_t wi) { acc[wi] = fmaf(DY[yi], X[xi], acc[wi]); });
-    finish((float *)dwp, acc, scalar(alpha), scalar(beta));
-    return CUDNN_STATUS_SUCCESS;
+    return convolve(BWD_FILTER, h, xd, dwd, cv, dyd, algo, alpha, beta, xp, nullptr, dyp, dwp, ws, wsn,
+                    "cudnnConvolutionBackwardFilter");
 }
 
 void *utemu_cudnn_symbol(const char *name) {
