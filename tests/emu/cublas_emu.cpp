@@ -44,9 +44,7 @@
 
 #include <vector>
 
-struct utemu_lt {
-    int magic;
-};
+struct utemu_lt {};
 struct utemu_cublas {
     cublasMath_t math;
 };
@@ -229,7 +227,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     if (!h) return CUBLAS_STATUS_INVALID_VALUE;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) return CUBLAS_STATUS_NOT_INITIALIZED;
-    *h = new utemu_lt{ALGO_MAGIC};
+    *h = new utemu_lt{};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {

@@ -44,7 +44,6 @@ const size_t SLOT = (size_t)4 << 20;
 
 struct header {
     std::atomic<uint32_t> joined, count, gen;
-    uint32_t nranks;
 };
 /* what a rank is about to do, compared across ranks before any data moves */
 struct signature {
@@ -258,7 +257,6 @@ static ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId i
     c->h = (header *)m;
     c->sig = (signature *)((char *)m + 64);
     c->slots = (char *)m + 64 + (size_t)nranks * sizeof(signature);
-    c->h->nranks = (uint32_t)nranks;
     c->h->joined.fetch_add(1);
     double t0 = now_s();
     while (c->h->joined.load() < (uint32_t)nranks) {

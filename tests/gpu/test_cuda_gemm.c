@@ -7,7 +7,7 @@
  * allocation's alignment (a head's columns, a parameter inside the flat
  * buffer).
  *
- * The values are multiples of 1/64 below 2 in magnitude, so every product
+ * The values are multiples of 1/32 up to 1.5 in magnitude, so every product
  * and partial sum is exact in float32 and in TF32 and the 16-bit types
  * hold the operands: a float32 result must equal the double-precision
  * reference to the bit whatever order the library sums in, and a 16-bit
@@ -37,7 +37,7 @@ static const ut_backend *be;
 static char skip_why[256];
 
 static uint32_t rng = 12345u;
-/* a multiple of 1/64 in [-1.5, 1.5] */
+/* a multiple of 1/32 in [-1.5, 1.5] */
 static float value(void) {
     rng = rng * 1664525u + 1013904223u;
     return (float)((int)(rng >> 16) % 97 - 48) / 32.0f;

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../src/backend/backend.h"
 #include "utrain/dist.h"
@@ -105,8 +107,31 @@ static void test_nccl_library(void) {
     printf("  %s\n", r == 0 ? what : why);
 }
 
+/* UT_NCCL_LIBRARY naming a file that is not there: the load fails naming
+ * the variable and what to write instead (in a child: NCCL is opened once
+ * per process) */
+static void test_nccl_library_refused(void) {
+    const ut_backend *b = ut_backend_get(UT_CUDA);
+    if (!b || !b->coll) return;
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        setenv("UT_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+        char what[64] = "", why[512] = "";
+        int r = b->coll->load(what, sizeof what, why, sizeof why);
+        CHECK(r != 0 && strstr(why, "UT_NCCL_LIBRARY=/nonexistent/libnccl.so.2") && strstr(why, "or unset it"), "%s",
+              r ? why : what);
+        _exit(t_checks_failed ? 1 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %d)", st);
+}
+
 int main(void) {
     char why[512], what[64];
+    RUN(test_nccl_library_refused); /* first: the parent must not have opened NCCL yet */
     RUN(test_nccl_library);
     if (ut_backend_check(UT_CUDA, why, sizeof why) || ut_backend_get(UT_CUDA)->available(why, sizeof why)) {
         printf("skip: %s\n", why);

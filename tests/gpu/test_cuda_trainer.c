@@ -52,8 +52,19 @@ static double model_diff(const char *a, const char *b, char *worst, size_t n, do
     return whole;
 }
 
-/* The same run on the CPU and on D: losses within loss_tol, the weights of
- * the checkpoint at step within w_tol (relative L2 of the whole model). */
+/* Run b (on D) against run a (on the CPU): losses within loss_tol, the
+ * weights of the checkpoint at step within w_tol (relative L2 of the whole
+ * model). */
+static void agree(const char *name, const char *a, const char *b, int step, double loss_tol, double w_tol) {
+    char worst[128];
+    double wr, dl = loss_diff(a, b, step), dw = model_diff(ckpt(a, step), ckpt(b, step), worst, sizeof worst, &wr);
+    printf("  %-13s losses within %.2e (allowed %.0e), weights within %.2e (allowed %.0e; most in %s, %.2e)\n",
+           name, dl, loss_tol, dw, w_tol, worst, wr);
+    CHECK(dl <= loss_tol, "%s: the losses on cpu and %s differ by %.3g relative", name, D, dl);
+    CHECK(dw >= 0 && dw <= w_tol, "%s: the weights at step %d differ by %.3g relative", name, step, dw);
+}
+
+/* The same run on the CPU and on D, then agree(). */
 static void both(const char *name, const char *body, const char *sets, int nproc, int step, double loss_tol,
                  double w_tol) {
     char a[64], b[64];
@@ -61,13 +72,7 @@ static void both(const char *name, const char *body, const char *sets, int nproc
     snprintf(b, sizeof b, "%s_dev", name);
     int ra = train(a, body, "cpu", sets, nproc), rb = train(b, body, D, sets, nproc);
     CHECK(ra == 0 && rb == 0, "%s: cpu exit %d, %s exit %d", name, ra, D, rb);
-    if (ra || rb) return;
-    char worst[128];
-    double wr, dl = loss_diff(a, b, step), dw = model_diff(ckpt(a, step), ckpt(b, step), worst, sizeof worst, &wr);
-    printf("  %-10s losses within %.2e (allowed %.0e), weights within %.2e (allowed %.0e; most in %s, %.2e)\n",
-           name, dl, loss_tol, dw, w_tol, worst, wr);
-    CHECK(dl <= loss_tol, "%s: the losses on cpu and %s differ by %.3g relative", name, D, dl);
-    CHECK(dw >= 0 && dw <= w_tol, "%s: the weights at step %d differ by %.3g relative", name, step, dw);
+    if (!ra && !rb) agree(name, a, b, step, loss_tol, w_tol);
 }
 
 static char cnn[1024];
@@ -217,7 +222,7 @@ static void test_distributed(void) {
     char *log = tp_slurp(run_file("ddp_dev", "logger_logs/training_0.log"));
 #ifdef UT_WITH_NCCL
     const char *why = "ranks 0 and 1 share one cuda device";
-#else /* a build without NCCL (the CUDA emulator's, tests/emu) says that first */
+#else /* a build without NCCL (`make NCCL=0`) says that first */
     const char *why = "rank 0 cannot use them: this build has no collectives on cuda memory";
 #endif
     char want[256];
@@ -274,16 +279,12 @@ static void test_nccl_ranks(void) {
     const char *refs[] = {"ddp_cpu", "zero2_cpu", "zero3_cpu", "tp2_cpu", "pp2_cpu", "ddp_bf16_cpu"};
     for (int i = 0; i < 6; i++) {
         if (i == 1 || i == 5) CHECK(train(refs[i], gpt2, "cpu", sets[i], 2) == 0, "%s on the CPU", sets[i]);
-        char s[160], worst[128];
+        char s[160];
         snprintf(s, sizeof s, "%s dist.device_comm=direct", sets[i]);
         int rc = train(names[i], gpt2, D, s, 2);
         CHECK(rc == 0, "%s on %s: exit %d", s, D, rc);
         if (rc) continue;
-        double wr, dl = loss_diff(refs[i], names[i], 8),
-                   dw = model_diff(ckpt(refs[i], 8), ckpt(names[i], 8), worst, sizeof worst, &wr);
-        printf("  %-13s losses within %.2e, weights within %.2e of the CPU (most in %s, %.2e)\n", names[i], dl, dw,
-               worst, wr);
-        CHECK(dl <= 1e-6 && dw >= 0 && dw <= 1e-5, "%s: losses %.3g, weights %.3g from the CPU's", names[i], dl, dw);
+        agree(names[i], refs[i], names[i], 8, 1e-6, 1e-5);
         char *log = tp_slurp(run_file(names[i], "logger_logs/training_0.log"));
         CHECK(log && strstr(log, i == 4 ? "last stages (device cuda): direct, NCCL" : "(device cuda): direct, NCCL"),
               "%s: the log does not say the ranks went direct through NCCL", names[i]);
