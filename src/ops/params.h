@@ -122,9 +122,14 @@ UT_AUX(max_pool2d, argmax, int32_t, 0)
  * there instead (and under autocast a float32 copy of the output after it). */
 UT_AUX(attention, probs, void, 0)
 /* attention_masked: P (B, NH, T, T) in float32 and, with dropout, the keep
- * mask (uint8, same shape; NULL without dropout) */
+ * mask (uint8, same shape; NULL without dropout). The CUDA backend's fused
+ * kernels keep each row's log-sum-exp L (B, NH, Tq) float32 in probs
+ * instead (and under autocast a float32 copy of the output after it), no
+ * keep mask, and the launch's window of draws (host memory) in rng, from
+ * which the backward draws the same keep decisions again. */
 UT_AUX(attention_masked, probs, float, 0)
 UT_AUX(attention_masked, keep, uint8_t, 1)
+UT_AUX(attention_masked, rng, ut_philox, 2)
 /* attention_varlen: P in float32, per sequence and head an L x L block, one
  * after the other (sequence-major), and with dropout the keep mask (uint8,
  * same layout; NULL without dropout) */

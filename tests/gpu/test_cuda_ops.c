@@ -119,6 +119,95 @@ static const gc_row big_rows[] = {
     {"l * l + x * l, l = linear(x), 128 x 256", 2, {{2, {128, 256}}, {2, {256, 256}}}, b_lin_square},
 };
 
+static void same_bits(const gc_row *row);
+
+/* ---- masked attention (ATTENTION_MASKED) at BERT's and BART's sizes ---- */
+
+/* a padding mask (B, T): example b's last b T / 4 + 1 keys masked as
+ * Hugging Face masks them (finfo(float32).min); with none, the last
+ * example's every key at -inf (a row of padding only under autocast, which
+ * attends nowhere) */
+static ut_tensor *key_mask(ut_ctx *c, int64_t B, int64_t T, bool none) {
+    float *h = calloc((size_t)(B * T), sizeof *h);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = T - 1 - b * T / 4; t < T; t++) h[b * T + t] = -3.4028234663852886e38f;
+    if (none)
+        for (int64_t t = 0; t < T; t++) h[(B - 1) * T + t] = -INFINITY;
+    ut_tensor *m = ut_tensor_from(c, UT_F32, 2, (int64_t[]){B, T}, h);
+    free(h);
+    return m;
+}
+static ut_tensor *b_mha_pad(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], key_mask(c, in[1]->ne[0], in[1]->ne[1], false), 12, 0.0f);
+}
+static ut_tensor *b_mha_pad_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], key_mask(c, in[1]->ne[0], in[1]->ne[1], false), 12, 0.1f);
+}
+static ut_tensor *b_mha_none(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], key_mask(c, in[1]->ne[0], in[1]->ne[1], true), 12, 0.0f);
+}
+static ut_tensor *b_mha_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_masked(c, in[0], in[1], in[2], NULL, 12, 0.1f);
+}
+static ut_tensor *b_mha_causal_pad_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv(c, in[0], in[1], in[2], key_mask(c, in[1]->ne[0], in[1]->ne[1], false), 12, true,
+                            0.1f);
+}
+/* heads [4, 8) of 12 (a tensor-parallel rank's part): its dropout draws are
+ * the whole attention's draws of those heads */
+static ut_tensor *b_mha_part_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_qkv_heads(c, in[0], in[1], in[2], key_mask(c, in[1]->ne[0], in[1]->ne[1], false), 4, false,
+                                  0.1f, 4, 12);
+}
+
+#define QKV3(B, Tq, Tk, C) {{3, {B, Tq, C}}, {3, {B, Tk, C}}, {3, {B, Tk, C}}}
+static const gc_row masked_rows[] = {
+    {"masked attention 4 x 128 x 768, 12 heads, padding", 3, QKV3(4, 128, 128, 768), b_mha_pad},
+    {"masked attention 2 x 128 x 768, 12 heads, padding, dropout 0.1", 3, QKV3(2, 128, 128, 768), b_mha_pad_drop,
+     .training = true},
+    {"cross-attention 2 x 77 from 130 x 768, 12 heads, padded keys", 3, QKV3(2, 77, 130, 768), b_mha_pad},
+    {"masked attention 3 x 77 x 192, 12 heads of 16, one example all -inf", 3, QKV3(3, 77, 77, 192), b_mha_none},
+    {"causal masked attention 2 x 70 x 120, 12 heads of 10, padding, dropout 0.1", 3, QKV3(2, 70, 70, 120),
+     b_mha_causal_pad_drop, .training = true},
+    {"masked attention 1 x 130 x 1536, 12 heads of 128, dropout 0.1", 3, QKV3(1, 130, 130, 1536), b_mha_drop,
+     .training = true},
+    {"masked attention heads 4..7 of 12, 2 x 100 x 256, dropout 0.1", 3, QKV3(2, 100, 100, 256), b_mha_part_drop,
+     .training = true},
+    /* k and v constants: only the dq kernel runs */
+    {"masked attention 2 x 64 x 768, gradient of q only, dropout 0.1", 3,
+     {{3, {2, 64, 768}}, {3, {2, 64, 768}, GC_CONST}, {3, {2, 64, 768}, GC_CONST}}, b_mha_pad_drop,
+     .training = true},
+};
+#undef QKV3
+#define N_MASKED (int)(sizeof masked_rows / sizeof masked_rows[0])
+
+/* ATTENTION_MASKED at real sizes: the fused kernels against the CPU (fp32
+ * and under bf16 autocast), the materialised path too (UT_CUDA_ATTN=unfused,
+ * with the small rows of the nn family), and the same bits twice */
+static void test_masked_attention(void) {
+    for (int u = 0; u < 2; u++) {
+        if (u) setenv("UT_CUDA_ATTN", "unfused", 1);
+        for (int i = 0; i < N_MASKED; i++) {
+            if (!selected(&masked_rows[i])) continue;
+            if (dc_compare_row(u ? "unfused" : "fused", &masked_rows[i], UT_CUDA, 1e-4)) t_checks_failed++;
+            fflush(stdout);
+        }
+        if (u)
+            for (int i = 0; i < gc_nrows_nn; i++)
+                if (strstr(gc_rows_nn[i].name, "attention_masked") && selected(&gc_rows_nn[i]) &&
+                    dc_compare_row("unfused", &gc_rows_nn[i], UT_CUDA, TOL))
+                    t_checks_failed++;
+        unsetenv("UT_CUDA_ATTN");
+    }
+    dc_autocast = UT_BF16;
+    for (int i = 0; i < 3; i++)
+        if (selected(&masked_rows[i]) && dc_compare_row("fused bf16", &masked_rows[i], UT_CUDA, 1e-2))
+            t_checks_failed++;
+    dc_autocast = UT_F32;
+    for (int i = 1; i < 3; i++)
+        if (selected(&masked_rows[i])) same_bits(&masked_rows[i]);
+}
+
 static void test_large_shapes(void) {
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
         if (!selected(&big_rows[i])) continue;
@@ -446,6 +535,7 @@ int main(void) {
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
     RUN(test_attention_paths);
+    RUN(test_masked_attention);
     RUN(test_bad_index);
     RUN(test_streams_events);
     RUN(test_model_on_device);

@@ -1,16 +1,48 @@
 /* CUDA glue of ATTENTION_MASKED: multi-head attention with separate q (B, Tq, C),
  * k, v (B, Tk, C), an additive key mask (B, Tk) or none, optionally causal,
  * with dropout of the probabilities (semantics: src/backend/cpu/attention_masked.c).
- * Per pair (b, h) the products are sgemm calls on the head's columns (row
- * stride C); P (B, NH, Tq, Tk) and, with dropout, the keep mask (drawn from the
- * context's generator as the CPU draws it: N = B NH Tq Tk draws, in P's order)
- * are saved for backward. */
+ * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_masked_ok):
+ *  - fused (flash_attention.h; head size <= 128): P and the keep mask are
+ *    never materialised. Saved: each query row's log-sum-exp L (B, NH, Tq)
+ *    (and under autocast a float32 copy of out after it) in the probs slot,
+ *    and with dropout the launch's window of draws (k->rng, host memory) in
+ *    the rng slot, from which the backward's kernels draw every keep decision
+ *    again, each the draw the CPU takes for that element.
+ *  - materialised (larger heads, a device short of shared memory, or
+ *    UT_CUDA_ATTN=unfused): per pair (b, h) the products are sgemm calls on
+ *    the head's columns (row stride C); P (B, NH, Tq, Tk) and, with dropout,
+ *    the keep mask (drawn from the context's generator as the CPU draws it:
+ *    N = B NH Tq Tk draws, in P's order) are saved for backward. */
 #include <math.h>
 
 #include "cuda.h"
 #include "attention.h"
 #include "ew.h"
+#include "flash_attention.h"
 #include "../../ops/params.h"
+
+static bool fused(const ut_masked_dims *d) { return ut_cuda_flash_attn_masked_ok(d->B, d->Tq, d->Tk, d->C, d->NH); }
+
+/* The fused kernels' masking: t's mask, causal flag and dropout, its draws
+ * from the window rng (NULL: no dropout) */
+static ut_flash_masking masking_of(const ut_tensor *t, const ut_masked_dims *d, const ut_philox *rng) {
+    ut_flash_masking mk = {.mask = t->src[3] ? t->src[3]->data : NULL, .causal = d->causal};
+    float p = ut_attention_masked_p(t);
+    if (rng && p > 0.0f) { /* as ut_cuda_dropout_mask's arguments in the materialised path */
+        int64_t blk = d->Tq * d->Tk, all = ut_attention_masked_heads_all(t);
+        bool whole = all == d->NH;
+        mk.drop = (ut_flash_drop){.p = p, .ks = d->ks, .key = rng->key, .stream = rng->stream, .offset = rng->offset,
+                                  .all = whole ? 0 : all * blk, .cols = whole ? 0 : d->NH * blk,
+                                  .c0 = whole ? 0 : ut_attention_masked_head0(t) * blk};
+    }
+    return mk;
+}
+
+/* The fused path's saved buffer: L (B, NH, Tq), then, under autocast, a
+ * float32 copy of out (B, Tq, C) from a multiple of 4 floats (its backward
+ * needs out in float32, and under autocast t->data is 16-bit) */
+static bool keeps_out(const ut_tensor *t) { return t->autocast != UT_F32; }
+static int64_t l_floats(const ut_masked_dims *d) { return (d->B * d->NH * d->Tq + 3) / 4 * 4; }
 
 /* x (B, T, C) (q or its gradient: T = Tq; k, v: T = Tk) as a pair operand (T x hs) */
 static ut_attn_mat heads(const float *x, int64_t T, const ut_masked_dims *d) {
@@ -35,9 +67,24 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     float p = ut_attention_masked_p(t);
+    ut_attention_masked_set_keep(t, NULL);
+    ut_attention_masked_set_rng(t, NULL);
+    if (fused(&d)) {
+        int64_t nL = l_floats(&d), nO = keeps_out(t) ? d.B * d.Tq * d.C : 0;
+        float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
+        ut_attention_masked_set_probs(t, L);
+        ut_philox *rng = NULL;
+        if (p > 0.0f) {
+            rng = ut_khost(k, sizeof *rng);
+            *rng = k->rng;
+            ut_attention_masked_set_rng(t, rng);
+        }
+        ut_flash_masking mk = masking_of(t, &d, rng);
+        ut_cuda_flash_attn_masked_fwd(t->data, nO ? L + nL : NULL, L, q, kd, v, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
+        return;
+    }
     float *P = ut_kalloc(k, (size_t)N * sizeof(float));
     ut_attention_masked_set_probs(t, P);
-    ut_attention_masked_set_keep(t, NULL);
     uint8_t *keep = NULL;
     if (p > 0.0f) { /* N draws from the context's stream, in P's order, as the CPU; a part of the heads
                        * (tensor parallelism) takes the whole tensor's draws of its heads: each batch row's
@@ -71,6 +118,13 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (!dq && !dk && !dv) return;
     ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = qt->data, *kd = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
+    if (fused(&d)) { /* the probs slot holds L; D (B, NH, Tq): each row's sum of g * out */
+        const float *out = keeps_out(t) ? P + l_floats(&d) : t->data;
+        float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.Tq) * sizeof(float));
+        ut_flash_masking mk = masking_of(t, &d, ut_attention_masked_rng(t));
+        ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, P, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
+        return;
+    }
     const uint8_t *keep = ut_attention_masked_keep(t);
     int64_t N = d.B * d.NH * d.Tq * d.Tk;
     ut_attn_mat g = heads(t->grad, d.Tq, &d);

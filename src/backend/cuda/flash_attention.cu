@@ -1,5 +1,14 @@
-/* Fused ("flash") causal self-attention of ATTENTION in float32, forward and
- * backward (flash_attention.h; semantics: src/backend/cpu/attention.c).
+/* Fused ("flash") attention in float32, forward and backward
+ * (flash_attention.h): the causal self-attention of ATTENTION over packed qkv
+ * (semantics: src/backend/cpu/attention.c) and, as a second form of the same
+ * kernels (template flag MK), ATTENTION_MASKED's separate q, k, v with
+ * Tq != Tk, an additive key mask, an optional causal mask and dropout of the
+ * probabilities (semantics: src/backend/cpu/attention_masked.c). The masked
+ * form never stores P or the keep mask: each keep decision is the Philox draw
+ * the CPU makes for that element (src/core/philox.h), computed again wherever
+ * it is needed; a row whose keys are all masked (-inf) attends nowhere: its
+ * output is 0 and its L is +inf, so every p = exp(s - L) recomputed from it
+ * is 0.
  *
  * Tiles of 64 queries x 64 keys. A head's q, k, v, dout rows are staged in
  * shared memory as 64 x D tiles (D = 32, 64 or 128: hs rounded up, the
@@ -16,7 +25,7 @@
  *   forward: one block per (b, h, query block), heaviest blocks first; online
  *     softmax over the key blocks up to the diagonal, O in registers; writes O
  *     (and optionally a copy of it) and L = m + log(l).
- *   backward: D_i = rowsum(dout_i * out_i) (one warp per row); then kernel A,
+ *   backward: D_i = rowsum(dout_i * out_i) (one thread per row); then kernel A,
  *     one block per (b, h, key block), loops over the query blocks from the
  *     diagonal to T accumulating dK and dV in registers; kernel B, one block per
  *     (b, h, query block), loops over the key blocks up to the diagonal
@@ -31,11 +40,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
+#include <string.h>
 
 #include "cuda.h"
 #include "flash_attention.h"
 #include "launch.cuh"
+#include "../../core/philox.h"
 
 namespace {
 
@@ -57,11 +67,21 @@ struct cfg {
     static constexpr size_t dq_bytes = (4 * tile + ptile) * sizeof(float);
 };
 
-/* Where the block's rows live in global memory, and how to copy them. */
+/* Where the rows live in global memory, how to copy them, and (MK) what
+ * masks the scores. q, k, v: head 0 of batch entry 0, row strides ldq, ldk,
+ * ldv (the gradients dq, dk, dv use the same layouts), batch strides sq (q)
+ * and sk (k and v). out, dout, the output's copy: (B, Tq, C); L and D:
+ * (B, NH, Tq). */
 struct geom {
-    int T, C, NH, hs;
+    const float *q, *k, *v;
+    int64_t ldq, ldk, ldv, sq, sk;
+    int Tq, Tk, C, NH, hs;
     float scale;
     bool vec; /* 16-byte copies */
+    /* MK only */
+    const float *mask; /* (B, Tk) added to every query's scores, or NULL */
+    bool causal;       /* Tq == Tk; query i attends keys j <= i */
+    ut_flash_drop drop;
 };
 
 /* ---- cp.async (sm_80 and later): global -> shared without registers ---- */
@@ -93,9 +113,9 @@ __device__ __forceinline__ void cp_wait() {
 #endif
 
 /* dst (64 x D, row stride D + 4) = rows r0 .. r0 + 63 of src (row stride ld),
- * columns < hs; zero past T or hs. Queued, not waited for. */
+ * columns < hs; zero past n rows or hs. Queued, not waited for. */
 template <int D>
-__device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t ld, int r0, const geom &g) {
+__device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t ld, int r0, int n, const geom &g) {
     using K = cfg<D>;
     const int tid = (int)threadIdx.x;
     /* rolled loops: the copies are asynchronous, and unrolled ones would keep
@@ -106,7 +126,7 @@ __device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t 
 #pragma unroll 1
         for (int row = tid / V4; row < BM; row += RS) {
             const int r = r0 + row;
-            const bool ok = r < g.T && c < g.hs;
+            const bool ok = r < n && c < g.hs;
             cp16(dst + row * K::LD + c, ok ? src + (int64_t)r * ld + c : src, ok);
         }
     } else {
@@ -115,7 +135,7 @@ __device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t 
 #pragma unroll 1
         for (int row = tid / D; row < BM; row += RS) {
             const int r = r0 + row;
-            const bool ok = r < g.T && c < g.hs;
+            const bool ok = r < n && c < g.hs;
             cp4(dst + row * K::LD + c, ok ? src + (int64_t)r * ld + c : src, ok);
         }
     }
@@ -257,24 +277,41 @@ __device__ __forceinline__ float row_sum16(float v) {
     return v;
 }
 
+/* ---- the masked form's pieces (MK) ---- */
+
+/* what the mask adds to key j's scores: its entry (0 without a mask), -inf
+ * past Tk */
+__device__ __forceinline__ float key_bias(const float *mrow, int j, int Tk) {
+    return j < Tk ? (mrow ? mrow[j] : 0.0f) : -INFINITY;
+}
+
+/* whether dropout keeps element (i, j) of pair bh's P (B, NH, Tq, Tk): the
+ * draw the CPU's mask takes for it (ut_attention_masked_keep_mask) */
+__device__ __forceinline__ bool kept(const ut_flash_drop &d, int bh, int i, int j, const geom &g) {
+    const int64_t e = ((int64_t)bh * g.Tq + i) * g.Tk + j;
+    return ut_philox_keep(d.key, d.stream, ut_dropout_draw(d.offset, e, d.all, d.cols, d.c0), d.p);
+}
+
 /* ---- forward: grid (B NH, query blocks), heaviest (last) query block first ---- */
-template <int D>
-__global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB) fwd_kernel(const float *__restrict__ qkv, float *__restrict__ out,
-                                                         float *__restrict__ out2, float *__restrict__ Lg, geom g) {
+template <int D, bool MK>
+__global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
+    fwd_kernel(float *__restrict__ out, float *__restrict__ out2, float *__restrict__ Lg, geom g) {
     using K = cfg<D>;
     constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + K::tile, *Vs = Ks + K::tile, *Ps = Vs + K::tile;
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int nqb = (g.T + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
-    const int64_t ld = 3LL * g.C;
-    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
+    const int nqb = (g.Tq + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
+    const int kend = MK && !g.causal ? (g.Tk - 1) / BM : qb; /* the last key block */
+    const int64_t hc = (int64_t)h * g.hs;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    [[maybe_unused]] const float *mrow = MK && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
 
-    load_tile<D>(Qs, q, ld, i0, g);
-    load_tile<D>(Ks, k, ld, 0, g);
+    load_tile<D>(Qs, q, g.ldq, i0, g.Tq, g);
+    load_tile<D>(Ks, k, g.ldk, 0, g.Tk, g);
     cp_commit();
-    load_tile<D>(Vs, v, ld, 0, g);
+    load_tile<D>(Vs, v, g.ldv, 0, g.Tk, g);
     cp_commit();
 
     float o[RT][OC], m[RT], l[RT];
@@ -285,44 +322,76 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB) fwd_kernel(const
 #pragma unroll
         for (int c = 0; c < OC; c++) o[r][c] = 0.0f;
     }
-    for (int kb = 0; kb <= qb; kb++) {
+    for (int kb = 0; kb <= kend; kb++) {
         const int j0 = kb * BM;
         cp_wait<1>(); /* Q and this K */
         __syncthreads();
         float s[RT][4];
         mm_abt<D>(s, Qs, Ks, ty, tx);
         __syncthreads(); /* Ks free */
-        if (kb < qb) load_tile<D>(Ks, k, ld, j0 + BM, g);
+        if (kb < kend) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
         cp_commit();
+        if constexpr (MK) {
+            float kbias[4];
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-            const int il = ty + TY * r, i = i0 + il;
-            float mx = -INFINITY;
+            for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                s[r][c] = j0 + tx + 16 * c <= i ? s[r][c] * g.scale : -INFINITY;
-                mx = fmaxf(mx, s[r][c]);
+            for (int r = 0; r < RT; r++) {
+                const int il = ty + TY * r, i = i0 + il;
+                float mx = -INFINITY;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    s[r][c] = !g.causal || j0 + tx + 16 * c <= i ? s[r][c] * g.scale + kbias[c] : -INFINITY;
+                    mx = fmaxf(mx, s[r][c]);
+                }
+                const float mn = fmaxf(m[r], row_max16(mx));
+                const float base = mn == -INFINITY ? 0.0f : mn; /* every key so far masked: exps of 0 */
+                const float alpha = expf(m[r] - base);
+                m[r] = mn;
+                float ls = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    float p = expf(s[r][c] - base);
+                    ls += p; /* the softmax's sum: before dropout */
+                    if (g.drop.p > 0.0f)
+                        p = i < g.Tq && kept(g.drop, bh, i, j0 + tx + 16 * c, g) ? p * g.drop.ks : 0.0f;
+                    Ps[il * PLD + tx + 16 * c] = p;
+                }
+                l[r] = l[r] * alpha + ls;
+#pragma unroll
+                for (int c = 0; c < OC; c++) o[r][c] *= alpha;
             }
-            /* finite: key 0 <= i lies in the first block */
-            const float mn = fmaxf(m[r], row_max16(mx));
-            const float alpha = expf(m[r] - mn); /* 0 on the first block */
-            m[r] = mn;
-            float ls = 0.0f;
+        } else {
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                float p = expf(s[r][c] - mn);
-                ls += p;
-                Ps[il * PLD + tx + 16 * c] = p;
+            for (int r = 0; r < RT; r++) {
+                const int il = ty + TY * r, i = i0 + il;
+                float mx = -INFINITY;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    s[r][c] = j0 + tx + 16 * c <= i ? s[r][c] * g.scale : -INFINITY;
+                    mx = fmaxf(mx, s[r][c]);
+                }
+                /* finite: key 0 <= i lies in the first block */
+                const float mn = fmaxf(m[r], row_max16(mx));
+                const float alpha = expf(m[r] - mn); /* 0 on the first block */
+                m[r] = mn;
+                float ls = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    float p = expf(s[r][c] - mn);
+                    ls += p;
+                    Ps[il * PLD + tx + 16 * c] = p;
+                }
+                l[r] = l[r] * alpha + ls;
+#pragma unroll
+                for (int c = 0; c < OC; c++) o[r][c] *= alpha;
             }
-            l[r] = l[r] * alpha + ls;
-#pragma unroll
-            for (int c = 0; c < OC; c++) o[r][c] *= alpha;
         }
         cp_wait<1>(); /* this V */
         __syncthreads();
         mm_pz<D>(o, Ps, Vs, ty, tx);
         __syncthreads(); /* Vs, Ps free */
-        if (kb < qb) load_tile<D>(Vs, v, ld, j0 + BM, g);
+        if (kb < kend) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
         cp_commit();
     }
     cp_wait<0>();
@@ -330,43 +399,43 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB) fwd_kernel(const
     for (int r = 0; r < RT; r++) {
         const float lt = row_sum16(l[r]);
         const int i = i0 + ty + TY * r;
-        if (i < g.T) {
-            const int64_t at = ((int64_t)b * g.T + i) * g.C + (int64_t)h * g.hs;
-            put_row<OC>(out + at, o[r], 1.0f / lt, tx, g, false);
-            if (out2) put_row<OC>(out2 + at, o[r], 1.0f / lt, tx, g, false);
-            if (tx == 0) Lg[(int64_t)bh * g.T + i] = m[r] + logf(lt);
+        if (i < g.Tq) {
+            /* MK: a row whose keys are all masked attends nowhere: out 0, L = +inf */
+            const bool any = !MK || lt > 0.0f;
+            const int64_t at = ((int64_t)b * g.Tq + i) * g.C + hc;
+            put_row<OC>(out + at, o[r], any ? 1.0f / lt : 0.0f, tx, g, false);
+            if (out2) put_row<OC>(out2 + at, o[r], any ? 1.0f / lt : 0.0f, tx, g, false);
+            if (tx == 0) Lg[(int64_t)bh * g.Tq + i] = any ? m[r] + logf(lt) : INFINITY;
         }
     }
 }
 
 /* ---- backward ---- */
 
-/* Dg (B, NH, T) = rowsum(dout * out) per head; one warp per (b, t, h) */
+/* Dg (B, NH, T) = rowsum(dout * out) per head; one thread per (b, t, h),
+ * summing in column order with fmaf as mm_abt sums dp = dout . v: where
+ * out_i is one key's v (a single attended key), D_i and dp then have the
+ * same bits and that row's ds = p (dp - D) is exactly 0, as on the CPU */
 __global__ void dot_kernel(const float *__restrict__ out, const float *__restrict__ dout, float *__restrict__ Dg,
                            int64_t rows, int T, int C, int NH, int hs) {
-    const int lane = (int)threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+    UTK_GRID_STRIDE(r, rows) {
         const int64_t bt = r / NH;
         const int h = (int)(r % NH);
         const float *o = out + bt * C + (int64_t)h * hs, *gr = dout + bt * C + (int64_t)h * hs;
         float acc = 0.0f;
-        for (int d = lane; d < hs; d += 32) acc = fmaf(o[d], gr[d], acc);
-#pragma unroll
-        for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
-        if (lane == 0) {
-            const int64_t b = bt / T, t = bt % T;
-            Dg[(b * NH + h) * T + t] = acc;
-        }
+        for (int d = 0; d < hs; d++) acc = fmaf(o[d], gr[d], acc);
+        const int64_t b = bt / T, t = bt % T;
+        Dg[(b * NH + h) * T + t] = acc;
     }
 }
 
 /* kernel A: dK, dV of key block blockIdx.y (lightest last), summed over the
- * query blocks from the diagonal down to T */
-template <int D>
+ * query blocks from the diagonal (MK without causal: the first) to Tq.
+ * dk, dv: either may be NULL (not wanted) */
+template <int D, bool MK>
 __global__ void __launch_bounds__(cfg<D>::NT)
-    dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dout, const float *__restrict__ Lg,
-                const float *__restrict__ Dg, float *__restrict__ dqkv, geom g) {
+    dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
+                float *dk_out, float *dv_out, geom g) {
     using K = cfg<D>;
     constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
     extern __shared__ float4 smem4[];
@@ -374,27 +443,34 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     float *Pt = Gs + K::tile, *St = Pt + K::ptile, *Ls = St + K::ptile, *Ds = Ls + BM;
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int nqb = (g.T + BM - 1) / BM, kb = (int)blockIdx.y, j0 = kb * BM;
-    const int64_t ld = 3LL * g.C;
-    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
-    const float *gd = dout + (int64_t)b * g.T * g.C + (int64_t)h * g.hs;
-    const float *Lr = Lg + (int64_t)bh * g.T, *Dr = Dg + (int64_t)bh * g.T;
+    const int nqb = (g.Tq + BM - 1) / BM, kb = (int)blockIdx.y, j0 = kb * BM;
+    const int qfirst = MK && !g.causal ? 0 : kb, f0 = qfirst * BM; /* the first query block */
+    const int64_t hc = (int64_t)h * g.hs;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    const float *Lr = Lg + (int64_t)bh * g.Tq, *Dr = Dg + (int64_t)bh * g.Tq;
 
-    load_tile<D>(Ks, k, ld, j0, g);
-    load_tile<D>(Vs, v, ld, j0, g);
-    load_tile<D>(Gs, gd, g.C, j0, g);
-    load_rows(Ds, Dr, j0, g.T);
+    load_tile<D>(Ks, k, g.ldk, j0, g.Tk, g);
+    load_tile<D>(Vs, v, g.ldv, j0, g.Tk, g);
+    load_tile<D>(Gs, gd, g.C, f0, g.Tq, g);
+    load_rows(Ds, Dr, f0, g.Tq);
     cp_commit();
-    load_tile<D>(Qs, q, ld, j0, g);
-    load_rows(Ls, Lr, j0, g.T);
+    load_tile<D>(Qs, q, g.ldq, f0, g.Tq, g);
+    load_rows(Ls, Lr, f0, g.Tq);
     cp_commit();
 
+    [[maybe_unused]] float kbias[MK ? RT : 1];
+    if constexpr (MK) {
+        const float *mrow = g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+#pragma unroll
+        for (int r = 0; r < RT; r++) kbias[r] = key_bias(mrow, j0 + ty + TY * r, g.Tk);
+    }
     float dk[RT][OC], dv[RT][OC];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int c = 0; c < OC; c++) dk[r][c] = dv[r][c] = 0.0f;
-    for (int qb = kb; qb < nqb; qb++) {
+    for (int qb = qfirst; qb < nqb; qb++) {
         const int i0 = qb * BM;
         const bool more = qb + 1 < nqb;
         cp_wait<1>(); /* dout, D (and K, V) */
@@ -410,28 +486,40 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int il = tx + 16 * c, i = i0 + il;
-                float p = 0.0f, ds = 0.0f;
-                if (i >= j && i < g.T) {
-                    p = expf(s[r][c] * g.scale - Ls[il]);
+                float p = 0.0f, pd = 0.0f, ds = 0.0f;
+                if constexpr (MK) {
+                    if (i < g.Tq && j < g.Tk && (!g.causal || i >= j)) {
+                        p = expf(s[r][c] * g.scale + kbias[r] - Ls[il]);
+                        float dpd = dp[r][c];
+                        pd = p;
+                        if (g.drop.p > 0.0f) {
+                            const bool kp = kept(g.drop, bh, i, j, g);
+                            pd = kp ? p * g.drop.ks : 0.0f;
+                            dpd = kp ? dpd * g.drop.ks : 0.0f;
+                        }
+                        ds = p * (dpd - Ds[il]);
+                    }
+                } else if (i >= j && i < g.Tq) {
+                    p = pd = expf(s[r][c] * g.scale - Ls[il]);
                     ds = p * (dp[r][c] - Ds[il]);
                 }
-                Pt[jl * PLD + il] = p;
+                Pt[jl * PLD + il] = pd;
                 St[jl * PLD + il] = ds;
             }
         }
         __syncthreads();
-        mm_pz<D>(dv, Pt, Gs, ty, tx); /* dv_j += sum_i p dout_i */
+        mm_pz<D>(dv, Pt, Gs, ty, tx); /* dv_j += sum_i pd dout_i */
         __syncthreads();              /* Gs free */
         if (more) {
-            load_tile<D>(Gs, gd, g.C, i0 + BM, g);
-            load_rows(Ds, Dr, i0 + BM, g.T);
+            load_tile<D>(Gs, gd, g.C, i0 + BM, g.Tq, g);
+            load_rows(Ds, Dr, i0 + BM, g.Tq);
         }
         cp_commit();
         mm_pz<D>(dk, St, Qs, ty, tx); /* dk_j += sum_i ds q_i */
         __syncthreads();              /* Qs free */
         if (more) {
-            load_tile<D>(Qs, q, ld, i0 + BM, g);
-            load_rows(Ls, Lr, i0 + BM, g.T);
+            load_tile<D>(Qs, q, g.ldq, i0 + BM, g.Tq, g);
+            load_rows(Ls, Lr, i0 + BM, g.Tq);
         }
         cp_commit();
     }
@@ -439,20 +527,19 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         const int j = j0 + ty + TY * r;
-        if (j < g.T) {
-            float *row = dqkv + ((int64_t)b * g.T + j) * ld + (int64_t)h * g.hs;
-            put_row<OC>(row + g.C, dk[r], g.scale, tx, g, true);
-            put_row<OC>(row + 2 * (int64_t)g.C, dv[r], 1.0f, tx, g, true);
+        if (j < g.Tk) {
+            if (dk_out) put_row<OC>(dk_out + b * g.sk + j * g.ldk + hc, dk[r], g.scale, tx, g, true);
+            if (dv_out) put_row<OC>(dv_out + b * g.sk + j * g.ldv + hc, dv[r], 1.0f, tx, g, true);
         }
     }
 }
 
 /* kernel B: dQ of query block (heaviest first), summed over the key blocks up
- * to the diagonal */
-template <int D>
+ * to the diagonal (MK without causal: all of them) */
+template <int D, bool MK>
 __global__ void __launch_bounds__(cfg<D>::NT)
-    dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dout, const float *__restrict__ Lg,
-              const float *__restrict__ Dg, float *__restrict__ dqkv, geom g) {
+    dq_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
+              float *__restrict__ dq_out, geom g) {
     using K = cfg<D>;
     constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
     extern __shared__ float4 smem4[];
@@ -460,28 +547,30 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     float *Ss = Vs + K::tile;
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int nqb = (g.T + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
-    const int64_t ld = 3LL * g.C;
-    const float *q = qkv + (int64_t)b * g.T * ld + (int64_t)h * g.hs, *k = q + g.C, *v = q + 2 * (int64_t)g.C;
-    const float *gd = dout + (int64_t)b * g.T * g.C + (int64_t)h * g.hs;
+    const int nqb = (g.Tq + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
+    const int kend = MK && !g.causal ? (g.Tk - 1) / BM : qb; /* the last key block */
+    const int64_t hc = (int64_t)h * g.hs;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    [[maybe_unused]] const float *mrow = MK && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
 
-    load_tile<D>(Qs, q, ld, i0, g);
-    load_tile<D>(Gs, gd, g.C, i0, g);
-    load_tile<D>(Vs, v, ld, 0, g);
+    load_tile<D>(Qs, q, g.ldq, i0, g.Tq, g);
+    load_tile<D>(Gs, gd, g.C, i0, g.Tq, g);
+    load_tile<D>(Vs, v, g.ldv, 0, g.Tk, g);
     cp_commit();
-    load_tile<D>(Ks, k, ld, 0, g);
+    load_tile<D>(Ks, k, g.ldk, 0, g.Tk, g);
     cp_commit();
 
     float Li[RT], Di[RT], dq[RT][OC];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         const int i = i0 + ty + TY * r;
-        Li[r] = i < g.T ? Lg[(int64_t)bh * g.T + i] : 0.0f;
-        Di[r] = i < g.T ? Dg[(int64_t)bh * g.T + i] : 0.0f;
+        Li[r] = i < g.Tq ? Lg[(int64_t)bh * g.Tq + i] : 0.0f;
+        Di[r] = i < g.Tq ? Dg[(int64_t)bh * g.Tq + i] : 0.0f;
 #pragma unroll
         for (int c = 0; c < OC; c++) dq[r][c] = 0.0f;
     }
-    for (int kb = 0; kb <= qb; kb++) {
+    for (int kb = 0; kb <= kend; kb++) {
         const int j0 = kb * BM;
         cp_wait<1>(); /* V (and Q, dout) */
         __syncthreads();
@@ -490,6 +579,11 @@ __global__ void __launch_bounds__(cfg<D>::NT)
         cp_wait<0>();                  /* K */
         __syncthreads();
         mm_abt<D>(s, Qs, Ks, ty, tx);
+        [[maybe_unused]] float kbias[4];
+        if constexpr (MK) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
+        }
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             const int il = ty + TY * r, i = i0 + il;
@@ -497,24 +591,31 @@ __global__ void __launch_bounds__(cfg<D>::NT)
             for (int c = 0; c < 4; c++) {
                 const int j = j0 + tx + 16 * c;
                 float ds = 0.0f;
-                if (j <= i && i < g.T) ds = expf(s[r][c] * g.scale - Li[r]) * (dp[r][c] - Di[r]);
+                if constexpr (MK) {
+                    if (i < g.Tq && j < g.Tk && (!g.causal || j <= i)) {
+                        float dpd = dp[r][c];
+                        if (g.drop.p > 0.0f) dpd = kept(g.drop, bh, i, j, g) ? dpd * g.drop.ks : 0.0f;
+                        ds = expf(s[r][c] * g.scale + kbias[c] - Li[r]) * (dpd - Di[r]);
+                    }
+                } else if (j <= i && i < g.Tq) {
+                    ds = expf(s[r][c] * g.scale - Li[r]) * (dp[r][c] - Di[r]);
+                }
                 Ss[il * PLD + tx + 16 * c] = ds;
             }
         }
         __syncthreads(); /* Ss written, Vs free */
-        if (kb < qb) load_tile<D>(Vs, v, ld, j0 + BM, g);
+        if (kb < kend) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
         cp_commit();
         mm_pz<D>(dq, Ss, Ks, ty, tx); /* dq_i += sum_j ds k_j */
         __syncthreads();              /* Ks, Ss free */
-        if (kb < qb) load_tile<D>(Ks, k, ld, j0 + BM, g);
+        if (kb < kend) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
         cp_commit();
     }
     cp_wait<0>();
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         const int i = i0 + ty + TY * r;
-        if (i < g.T)
-            put_row<OC>(dqkv + ((int64_t)b * g.T + i) * ld + (int64_t)h * g.hs, dq[r], g.scale, tx, g, true);
+        if (i < g.Tq) put_row<OC>(dq_out + b * g.sq + i * g.ldq + hc, dq[r], g.scale, tx, g, true);
     }
 }
 
@@ -532,44 +633,15 @@ size_t smem_need(int D) {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-geom geom_of(int64_t T, int64_t C, int64_t NH) {
-    geom g;
-    g.T = (int)T;
-    g.C = (int)C;
-    g.NH = (int)NH;
-    g.hs = (int)(C / NH);
-    g.scale = 1.0f / sqrtf((float)g.hs);
-    g.vec = false;
-    return g;
-}
-
-template <int D>
-void fwd(float *out, float *out2, float *L, const float *qkv, int64_t B, geom g) {
-    using K = cfg<D>;
-    allow_smem(fwd_kernel<D>, K::fwd_bytes);
-    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.T + BM - 1) / BM));
-    fwd_kernel<D><<<grid, K::NT, K::fwd_bytes, stream()>>>(qkv, out, out2, L, g);
-    ut_cuda_launched("flash attention forward");
-}
-
-template <int D>
-void bwd(float *dqkv, const float *dout, const float *qkv, const float *L, const float *Dg, int64_t B, geom g) {
-    using K = cfg<D>;
-    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.T + BM - 1) / BM));
-    allow_smem(dkdv_kernel<D>, K::dkdv_bytes);
-    dkdv_kernel<D><<<grid, K::NT, K::dkdv_bytes, stream()>>>(qkv, dout, L, Dg, dqkv, g);
-    ut_cuda_launched("flash attention backward (dk, dv)");
-    allow_smem(dq_kernel<D>, K::dq_bytes);
-    dq_kernel<D><<<grid, K::NT, K::dq_bytes, stream()>>>(qkv, dout, L, Dg, dqkv, g);
-    ut_cuda_launched("flash attention backward (dq)");
-}
-
-}  // namespace
-
-extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    if (B < 1 || T < 1 || NH < 1 || C % NH != 0) return false;
+/* Whether the kernels take B x NH pairs of Tq queries and Tk keys, C columns,
+ * on the current device (UT_CUDA_ATTN=unfused: never) */
+bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
+    if (ut_cuda_flash_attn_unfused()) return false;
+    if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0) return false;
     int64_t hs = C / NH;
-    if (hs > 128 || (T + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff || T > 0x7fffffff)
+    if (hs > 128 || (Tq + BM - 1) / BM > 65535 || (Tk + BM - 1) / BM > 65535 || B * NH > 0x7fffffff ||
+        3 * C > 0x7fffffff || Tq * 3 * C > INT64_MAX / B || Tk * 3 * C > INT64_MAX / B || Tq > 0x7fffffff ||
+        Tk > 0x7fffffff)
         return false;
     static int optin[64];
     int dev = 0;
@@ -583,24 +655,119 @@ extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t N
     return optin[dev] > 0 && smem_need(dim_of(hs)) <= (size_t)optin[dev];
 }
 
+geom geom_of(int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
+    geom g = {};
+    g.Tq = (int)Tq;
+    g.Tk = (int)Tk;
+    g.C = (int)C;
+    g.NH = (int)NH;
+    g.hs = (int)(C / NH);
+    g.scale = 1.0f / sqrtf((float)g.hs);
+    g.vec = false;
+    return g;
+}
+
+/* ATTENTION's packed qkv (B, T, 3C): q, k, v of a row side by side */
+geom geom_packed(const float *qkv, int64_t T, int64_t C, int64_t NH) {
+    geom g = geom_of(T, T, C, NH);
+    g.q = qkv;
+    g.k = qkv + C;
+    g.v = qkv + 2 * C;
+    g.ldq = g.ldk = g.ldv = 3 * C;
+    g.sq = g.sk = T * 3 * C;
+    g.causal = true;
+    return g;
+}
+
+/* ATTENTION_MASKED's q (B, Tq, C), k and v (B, Tk, C) */
+geom geom_masked(const float *q, const float *k, const float *v, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                 const ut_flash_masking *mk) {
+    geom g = geom_of(Tq, Tk, C, NH);
+    g.q = q;
+    g.k = k;
+    g.v = v;
+    g.ldq = g.ldk = g.ldv = C;
+    g.sq = Tq * C;
+    g.sk = Tk * C;
+    g.mask = mk->mask;
+    g.causal = mk->causal;
+    g.drop = mk->drop;
+    return g;
+}
+
+template <int D, bool MK>
+void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
+    using K = cfg<D>;
+    allow_smem(fwd_kernel<D, MK>, K::fwd_bytes);
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+    fwd_kernel<D, MK><<<grid, K::NT, K::fwd_bytes, stream()>>>(out, out2, L, g);
+    ut_cuda_launched(MK ? "flash attention forward (masked)" : "flash attention forward");
+}
+
+template <int D, bool MK>
+void bwd(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
+         const geom &g) {
+    using K = cfg<D>;
+    if (dk || dv) {
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
+        allow_smem(dkdv_kernel<D, MK>, K::dkdv_bytes);
+        dkdv_kernel<D, MK><<<grid, K::NT, K::dkdv_bytes, stream()>>>(dout, L, Dg, dk, dv, g);
+        ut_cuda_launched(MK ? "flash attention backward (dk, dv; masked)" : "flash attention backward (dk, dv)");
+    }
+    if (dq) {
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+        allow_smem(dq_kernel<D, MK>, K::dq_bytes);
+        dq_kernel<D, MK><<<grid, K::NT, K::dq_bytes, stream()>>>(dout, L, Dg, dq, g);
+        ut_cuda_launched(MK ? "flash attention backward (dq; masked)" : "flash attention backward (dq)");
+    }
+}
+
+template <bool MK>
+void fwd_any(float *out, float *out2, float *L, int64_t B, const geom &g) {
+    switch (dim_of(g.hs)) {
+        case 32: fwd<32, MK>(out, out2, L, B, g); break;
+        case 64: fwd<64, MK>(out, out2, L, B, g); break;
+        default: fwd<128, MK>(out, out2, L, B, g); break;
+    }
+}
+
+template <bool MK>
+void bwd_any(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
+             const geom &g) {
+    switch (dim_of(g.hs)) {
+        case 32: bwd<32, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
+        case 64: bwd<64, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
+        default: bwd<128, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
+    }
+}
+
+}  // namespace
+
+extern "C" bool ut_cuda_flash_attn_unfused(void) {
+    const char *e = getenv("UT_CUDA_ATTN");
+    return e && !strcmp(e, "unfused");
+}
+
+extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) { return fits(B, T, T, C, NH); }
+
+extern "C" bool ut_cuda_flash_attn_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
+    return fits(B, Tq, Tk, C, NH);
+}
+
 extern "C" void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B, int64_t T,
                                        int64_t C, int64_t NH) {
     if (B <= 0 || T <= 0) return;
-    geom g = geom_of(T, C, NH);
+    geom g = geom_packed(qkv, T, C, NH);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(out) && aligned16(out_copy);
-    switch (dim_of(g.hs)) {
-        case 32: fwd<32>(out, out_copy, L, qkv, B, g); break;
-        case 64: fwd<64>(out, out_copy, L, qkv, B, g); break;
-        default: fwd<128>(out, out_copy, L, qkv, B, g); break;
-    }
+    fwd_any<false>(out, out_copy, L, B, g);
 }
 
 extern "C" void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T,
                                           int64_t C, int64_t NH) {
-    int64_t rows = B * T * NH, blocks = (rows + 7) / 8;
+    int64_t rows = B * T * NH;
     if (rows <= 0) return;
-    dot_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream()>>>(out, dout, Dg, rows, (int)T, (int)C,
-                                                                                  (int)NH, (int)(C / NH));
+    dot_kernel<<<utk::blocks_for(rows), utk::kThreads, 0, stream()>>>(out, dout, Dg, rows, (int)T, (int)C, (int)NH,
+                                                                      (int)(C / NH));
     ut_cuda_launched("flash attention backward (rowsum dout * out)");
 }
 
@@ -608,12 +775,30 @@ extern "C" void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float
                                        const float *qkv, const float *L, int64_t B, int64_t T, int64_t C,
                                        int64_t NH) {
     if (B <= 0 || T <= 0) return;
-    geom g = geom_of(T, C, NH);
+    geom g = geom_packed(qkv, T, C, NH);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
     ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, T, C, NH);
-    switch (dim_of(g.hs)) {
-        case 32: bwd<32>(dqkv, dout, qkv, L, Dscratch, B, g); break;
-        case 64: bwd<64>(dqkv, dout, qkv, L, Dscratch, B, g); break;
-        default: bwd<128>(dqkv, dout, qkv, L, Dscratch, B, g); break;
-    }
+    bwd_any<false>(dqkv, dqkv + C, dqkv + 2 * C, dout, L, Dscratch, B, g);
+}
+
+extern "C" void ut_cuda_flash_attn_masked_fwd(float *out, float *out_copy, float *L, const float *q, const float *k,
+                                              const float *v, int64_t B, int64_t Tq, int64_t Tk, int64_t C,
+                                              int64_t NH, const ut_flash_masking *mk) {
+    if (B <= 0 || Tq <= 0) return;
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
+    g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out) &&
+            aligned16(out_copy);
+    fwd_any<true>(out, out_copy, L, B, g);
+}
+
+extern "C" void ut_cuda_flash_attn_masked_bwd(float *dq, float *dk, float *dv, float *Dscratch, const float *dout,
+                                              const float *out, const float *q, const float *k, const float *v,
+                                              const float *L, int64_t B, int64_t Tq, int64_t Tk, int64_t C,
+                                              int64_t NH, const ut_flash_masking *mk) {
+    if (B <= 0 || Tq <= 0 || (!dq && !dk && !dv)) return;
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
+    g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout) &&
+            aligned16(dq) && aligned16(dk) && aligned16(dv);
+    ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, Tq, C, NH);
+    bwd_any<true>(dq, dk, dv, dout, L, Dscratch, B, g);
 }

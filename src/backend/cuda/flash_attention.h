@@ -9,9 +9,15 @@
  * Everything is float32 on CUDA cores; no atomics: two runs give the same bits.
  * The tensor-core forms (flash_attention_tc.cu) take the same buffers under
  * autocast, their products on the bf16 or fp16 tensor cores.
+ * The masked forms take ATTENTION_MASKED's separate q, k, v (attention_masked.c)
+ * with its key mask, causal mask and dropout; they save the same L.
+ * UT_CUDA_ATTN=unfused turns every fused form off (the glue's materialised
+ * paths run: a check of one against the other).
  * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd,
  *          ut_cuda_flash_attn_rowdot, ut_cuda_flash_attn_tc_ok, ut_cuda_flash_attn_tc_fwd,
- *          ut_cuda_flash_attn_tc_bwd. */
+ *          ut_cuda_flash_attn_tc_bwd, ut_cuda_flash_attn_unfused, ut_flash_drop,
+ *          ut_flash_masking, ut_cuda_flash_attn_masked_ok, ut_cuda_flash_attn_masked_fwd,
+ *          ut_cuda_flash_attn_masked_bwd. */
 #ifndef UTRAIN_CUDA_FLASH_ATTENTION_H
 #define UTRAIN_CUDA_FLASH_ATTENTION_H
 
@@ -61,6 +67,51 @@ void ut_cuda_flash_attn_tc_fwd(float *out, float *out_copy, float *L, const floa
                                int64_t C, int64_t NH, int dt);
 void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out, const float *qkv,
                                const float *L, int64_t B, int64_t T, int64_t C, int64_t NH, int dt);
+
+/* Whether UT_CUDA_ATTN=unfused asks for the materialised paths */
+bool ut_cuda_flash_attn_unfused(void);
+
+/* Dropout of the probabilities inside the fused masked kernels: element
+ * (b, h, i, j) of P (B, NH, Tq, Tk) is kept when ut_philox_keep(key, stream,
+ * ut_dropout_draw(offset, e, all, cols, c0), p) holds, e its index in P:
+ * the draw the CPU's mask takes for it (all = cols = c0 = 0 unsplit; a part
+ * of the heads: all = NHall Tq Tk, cols = NH Tq Tk, c0 = head0 Tq Tk). Kept
+ * probabilities are scaled by ks = 1 / (1 - p). p = 0: no dropout. */
+typedef struct {
+    float p, ks;
+    uint64_t key, stream, offset;
+    int64_t all, cols, c0;
+} ut_flash_drop;
+
+/* What masks the scores: mask (B, Tk) added to every query's scores for key
+ * j, or NULL; causal (Tq == Tk): query i attends keys j <= i; dropout. */
+typedef struct {
+    const float *mask;
+    bool causal;
+    ut_flash_drop drop;
+} ut_flash_masking;
+
+/* Whether the masked kernels take these sizes on the current device (as
+ * ut_cuda_flash_attn_ok, with Tq queries and Tk keys) */
+bool ut_cuda_flash_attn_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH);
+
+/* out (B, Tq, C) = softmax(scale Q K^T + mask [+ causal]) V, dropped as mk
+ * says, per head; q (B, Tq, C), k, v (B, Tk, C) contiguous float32;
+ * L (B, NH, Tq) each row's max + log(sum of exps) of its scores before
+ * dropout, +inf for a row whose keys are all at -inf (its out is 0).
+ * out_copy as ut_cuda_flash_attn_fwd's. */
+void ut_cuda_flash_attn_masked_fwd(float *out, float *out_copy, float *L, const float *q, const float *k,
+                                   const float *v, int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                                   const ut_flash_masking *mk);
+
+/* dq, dk, dv (each NULL when not wanted; the layouts of q, k, v) += the
+ * gradient through the attention of dout (B, Tq, C), from the forward's
+ * float32 out, L and the same mk (dropout's draws are made again).
+ * Dscratch: B NH Tq floats. */
+void ut_cuda_flash_attn_masked_bwd(float *dq, float *dk, float *dv, float *Dscratch, const float *dout,
+                                   const float *out, const float *q, const float *k, const float *v, const float *L,
+                                   int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                                   const ut_flash_masking *mk);
 
 #ifdef __cplusplus
 }

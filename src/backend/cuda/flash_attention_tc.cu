@@ -435,7 +435,7 @@ void bwd(float *dqkv, const float *dout, const float *qkv, const float *L, const
 
 extern "C" bool ut_cuda_flash_attn_tc_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
     const char *e = getenv("UT_CUDA_ATTN");
-    if (e && !strcmp(e, "fp32")) return false;
+    if (e && (!strcmp(e, "fp32") || !strcmp(e, "unfused"))) return false;
     if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || C / NH != D) return false;
     if ((T + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff || T > 0x7fffffff) return false;
     static int optin[64];
