@@ -132,9 +132,13 @@ UT_AUX(attention_masked, keep, uint8_t, 1)
 UT_AUX(attention_masked, rng, ut_philox, 2)
 /* attention_varlen: P in float32, per sequence and head an L x L block, one
  * after the other (sequence-major), and with dropout the keep mask (uint8,
- * same layout; NULL without dropout) */
+ * same layout; NULL without dropout). The CUDA backend's fused kernels keep
+ * in probs L (NH, N) float32, under autocast a float32 copy of the output,
+ * and the checked offsets' plan (src/backend/cuda/attention_varlen.c), and
+ * with dropout the launch's window of draws (host memory) in rng. */
 UT_AUX(attention_varlen, probs, float, 0)
 UT_AUX(attention_varlen, keep, uint8_t, 1)
+UT_AUX(attention_varlen, rng, ut_philox, 2)
 /* cross_entropy: exp(x - rowmax) (N, V) and 1 / each row's sum (N); NULL
  * when no gradient was asked for. Over 16-bit logits slot 0 holds each
  * row's max (N) instead: the exps are recomputed in backward. */

@@ -160,7 +160,27 @@ static ut_tensor *b_mha_part_drop(ut_ctx *c, ut_tensor **in) {
                                   0.1f, 4, 12);
 }
 
+/* ATTENTION_VARLEN (unpadded BERT, packed BART): sequences of lengths 37,
+ * 128, 5, 64, 90, 1 and 70 (N = 395), tiles holding several of them */
+static ut_tensor *seq_offsets(ut_ctx *c) {
+    int32_t off[8] = {0, 37, 165, 170, 234, 324, 325, 395};
+    return ut_tensor_from(c, UT_I32, 1, (int64_t[]){8}, off);
+}
+static ut_tensor *b_var(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], seq_offsets(c), 12, false, 0.0f);
+}
+static ut_tensor *b_var_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], seq_offsets(c), 12, false, 0.1f);
+}
+static ut_tensor *b_var_causal_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen(c, in[0], in[1], in[2], seq_offsets(c), 12, true, 0.1f);
+}
+static ut_tensor *b_var_part_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_attention_varlen_heads(c, in[0], in[1], in[2], seq_offsets(c), 4, true, 0.1f, 4, 12);
+}
+
 #define QKV3(B, Tq, Tk, C) {{3, {B, Tq, C}}, {3, {B, Tk, C}}, {3, {B, Tk, C}}}
+#define QKV2(N, C) {{2, {N, C}}, {2, {N, C}}, {2, {N, C}}}
 static const gc_row masked_rows[] = {
     {"masked attention 4 x 128 x 768, 12 heads, padding", 3, QKV3(4, 128, 128, 768), b_mha_pad},
     {"masked attention 2 x 128 x 768, 12 heads, padding, dropout 0.1", 3, QKV3(2, 128, 128, 768), b_mha_pad_drop,
@@ -173,17 +193,26 @@ static const gc_row masked_rows[] = {
      .training = true},
     {"masked attention heads 4..7 of 12, 2 x 100 x 256, dropout 0.1", 3, QKV3(2, 100, 100, 256), b_mha_part_drop,
      .training = true},
+    {"packed sequences 395 x 768, 12 heads", 3, QKV2(395, 768), b_var},
+    {"packed sequences 395 x 768, 12 heads, dropout 0.1", 3, QKV2(395, 768), b_var_drop, .training = true},
+    {"packed sequences 395 x 120, 12 heads of 10, causal, dropout 0.1", 3, QKV2(395, 120), b_var_causal_drop,
+     .training = true},
+    {"packed sequences 395 x 1536, 12 heads of 128, dropout 0.1", 3, QKV2(395, 1536), b_var_drop, .training = true},
+    {"packed sequences heads 4..7 of 12, 395 x 256, causal, dropout 0.1", 3, QKV2(395, 256), b_var_part_drop,
+     .training = true},
     /* k and v constants: only the dq kernel runs */
     {"masked attention 2 x 64 x 768, gradient of q only, dropout 0.1", 3,
      {{3, {2, 64, 768}}, {3, {2, 64, 768}, GC_CONST}, {3, {2, 64, 768}, GC_CONST}}, b_mha_pad_drop,
      .training = true},
 };
 #undef QKV3
+#undef QKV2
 #define N_MASKED (int)(sizeof masked_rows / sizeof masked_rows[0])
 
-/* ATTENTION_MASKED at real sizes: the fused kernels against the CPU (fp32
- * and under bf16 autocast), the materialised path too (UT_CUDA_ATTN=unfused,
- * with the small rows of the nn family), and the same bits twice */
+/* ATTENTION_MASKED and ATTENTION_VARLEN at real sizes: the fused kernels
+ * against the CPU (fp32 and under bf16 autocast), the materialised paths too
+ * (UT_CUDA_ATTN=unfused, with the small rows of the nn family), the same
+ * bits twice, and bad offsets reported through the device error flag */
 static void test_masked_attention(void) {
     for (int u = 0; u < 2; u++) {
         if (u) setenv("UT_CUDA_ATTN", "unfused", 1);
@@ -194,18 +223,38 @@ static void test_masked_attention(void) {
         }
         if (u)
             for (int i = 0; i < gc_nrows_nn; i++)
-                if (strstr(gc_rows_nn[i].name, "attention_masked") && selected(&gc_rows_nn[i]) &&
+                if ((strstr(gc_rows_nn[i].name, "attention_masked") || strstr(gc_rows_nn[i].name, "attention_varlen")) &&
+                    selected(&gc_rows_nn[i]) &&
                     dc_compare_row("unfused", &gc_rows_nn[i], UT_CUDA, TOL))
                     t_checks_failed++;
         unsetenv("UT_CUDA_ATTN");
     }
     dc_autocast = UT_BF16;
-    for (int i = 0; i < 3; i++)
-        if (selected(&masked_rows[i]) && dc_compare_row("fused bf16", &masked_rows[i], UT_CUDA, 1e-2))
+    const int bf16_rows[] = {0, 1, 2, 7, 8};
+    for (int i = 0; i < 5; i++)
+        if (selected(&masked_rows[bf16_rows[i]]) &&
+            dc_compare_row("fused bf16", &masked_rows[bf16_rows[i]], UT_CUDA, 1e-2))
             t_checks_failed++;
     dc_autocast = UT_F32;
-    for (int i = 1; i < 3; i++)
-        if (selected(&masked_rows[i])) same_bits(&masked_rows[i]);
+    const int twice[] = {1, 2, 8, 11};
+    for (int i = 0; i < 4; i++)
+        if (selected(&masked_rows[twice[i]])) same_bits(&masked_rows[twice[i]]);
+    /* offsets that end before N: the fused forward's plan raises the error
+     * flag, the read reports it, and a good call reads fine afterwards */
+    for (int good = 0; good < 2; good++) {
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+        int32_t off[3] = {0, 3, good ? 8 : 7};
+        ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){8, 64});
+        ut_tensor *o = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){3}, off);
+        ut_tensor *y = ut_attention_varlen(ctx, x, x, x, o, 2, false, 0.0f);
+        float v[8 * 64];
+        int rc = y ? ut_tensor_get(y, v, sizeof v) : -1;
+        const char *err = ut_ctx_error(ctx);
+        if (good) CHECK(rc == 0, "good offsets after bad ones: %s", err ? err : "");
+        else CHECK(rc == -1 && err && strstr(err, "attention_varlen"), "offsets ending at 7 of 8 rows: %s",
+                   err ? err : "(read fine)");
+        ut_ctx_free(ctx);
+    }
 }
 
 static void test_large_shapes(void) {

@@ -1,20 +1,105 @@
 /* CUDA glue of ATTENTION_VARLEN: multi-head attention over packed sequences,
  * q, k, v, out (N, C), sequence s the rows [off[s], off[s + 1]) of the int32
- * offsets (semantics: src/backend/cpu/attention_varlen.c). P holds, per
- * sequence and then head, an L x L block (causal: zero above the diagonal);
- * with dropout the keep mask has P's layout and is drawn as the CPU draws it
- * (one pass over all of P, in P's order).
- * The products' sizes are the sequences' lengths, so the host plans them: the
- * offsets (device memory) are copied to the host with a synchronous copy (a
- * wait on the compute stream) in forward and again in backward. This is the
- * one op that waits on the device; acceptable for now. Per sequence, each
- * product is one sgemm batched over the heads. */
+ * offsets (semantics: src/backend/cpu/attention_varlen.c).
+ * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_varlen_ok):
+ *  - fused (flash_attention.h; head size <= 128): tiles of 64 packed rows,
+ *    the pairs of different sequences masked; the offsets stay on the device
+ *    (a plan kernel checks them and raises the device error flag, reported
+ *    at the next host read, if they are bad), so nothing waits. Saved in the
+ *    probs slot: L (NH, N), under autocast a float32 copy of out, then the
+ *    plan (poff, S + 1 int64, and the bad flag); with dropout the launch's
+ *    window of draws in the rng slot, from which the kernels draw every keep
+ *    decision where the CPU draws it.
+ *  - materialised (larger heads, a device short of shared memory, or
+ *    UT_CUDA_ATTN=unfused): P holds, per sequence and then head, an L x L
+ *    block (causal: zero above the diagonal); with dropout the keep mask has
+ *    P's layout and is drawn as the CPU draws it (one pass over all of P, in
+ *    P's order). The products' sizes are the sequences' lengths, so the host
+ *    plans them: the offsets are copied to the host with a synchronous copy
+ *    (a wait on the compute stream) in forward and again in backward. Per
+ *    sequence, each product is one sgemm batched over the heads. */
 #include <math.h>
 
 #include "cuda.h"
 #include "attention.h"
 #include "ew.h"
+#include "flash_attention.h"
 #include "../../ops/params.h"
+
+/* ---- fused ---- */
+
+typedef struct {
+    int64_t N, C, NH, S;
+    float ks;
+    bool causal;
+} fused_dims;
+
+static fused_dims fused_dims_of(const ut_tensor *t) {
+    fused_dims d = {.N = t->ne[0], .C = t->ne[1], .NH = ut_attention_varlen_n_head(t), .S = t->src[3]->ne[0] - 1,
+                    .ks = ut_attention_varlen_keep_scale(t), .causal = ut_attention_varlen_causal(t) != 0};
+    return d;
+}
+
+static bool fused(const fused_dims *d) { return ut_cuda_flash_attn_varlen_ok(d->N, d->S, d->C, d->NH); }
+
+/* The saved buffer, in floats: L (NH, N), the float32 copy of out (N, C;
+ * under autocast, where t->data is 16-bit), poff (S + 1 int64), bad (an
+ * int), each part from a multiple of 4 floats */
+typedef struct {
+    int64_t l, out, poff, bad, total;
+} saved_layout;
+
+static int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
+
+static saved_layout layout_of(const ut_tensor *t, const fused_dims *d) {
+    saved_layout s = {.l = 0, .out = round4(d->NH * d->N)};
+    s.poff = s.out + (t->autocast != UT_F32 ? round4(d->N * d->C) : 0);
+    s.bad = s.poff + round4(2 * (d->S + 1));
+    s.total = s.bad + 4;
+    return s;
+}
+
+static ut_flash_masking masking_of(const ut_tensor *t, const fused_dims *d, float *saved, const saved_layout *s,
+                                   const ut_philox *rng) {
+    ut_flash_masking mk = {.causal = d->causal, .off = t->src[3]->data, .poff = (const int64_t *)(saved + s->poff),
+                           .bad = (const int *)(saved + s->bad), .S = d->S};
+    float p = ut_attention_varlen_p(t);
+    if (rng && p > 0.0f) { /* a part of the heads draws the whole tensor's draws of its heads */
+        int64_t all = ut_attention_varlen_heads_all(t);
+        mk.drop = (ut_flash_drop){.p = p, .ks = d->ks, .key = rng->key, .stream = rng->stream, .offset = rng->offset,
+                                  .all = all == d->NH ? 0 : all, .c0 = ut_attention_varlen_head0(t)};
+    }
+    return mk;
+}
+
+static void fused_fwd(ut_tensor *t, const fused_dims *d, const ut_kctx *k) {
+    saved_layout s = layout_of(t, d);
+    float *saved = ut_kalloc(k, (size_t)s.total * sizeof(float));
+    ut_attention_varlen_set_probs(t, saved);
+    ut_cuda_flash_attn_varlen_plan((int64_t *)(saved + s.poff), (int *)(saved + s.bad), t->src[3]->data, d->S, d->N,
+                                   d->NH);
+    ut_philox *rng = NULL;
+    if (ut_attention_varlen_p(t) > 0.0f) {
+        rng = ut_khost(k, sizeof *rng);
+        *rng = k->rng;
+        ut_attention_varlen_set_rng(t, rng);
+    }
+    ut_flash_masking mk = masking_of(t, d, saved, &s, rng);
+    ut_cuda_flash_attn_masked_fwd(t->data, s.out < s.poff ? saved + s.out : NULL, saved, t->src[0]->data,
+                                  t->src[1]->data, t->src[2]->data, 1, d->N, d->N, d->C, d->NH, &mk);
+}
+
+static void fused_bwd(ut_tensor *t, const fused_dims *d, float *dq, float *dk, float *dv, const ut_kctx *k) {
+    saved_layout s = layout_of(t, d);
+    float *saved = ut_attention_varlen_probs(t);
+    const float *out = s.out < s.poff ? saved + s.out : t->data;
+    float *D = ut_kalloc(k, (size_t)(d->NH * d->N) * sizeof(float));
+    ut_flash_masking mk = masking_of(t, d, saved, &s, ut_attention_varlen_rng(t));
+    ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, t->src[0]->data, t->src[1]->data, t->src[2]->data,
+                                  saved, 1, d->N, d->N, d->C, d->NH, &mk);
+}
+
+/* ---- materialised ---- */
 
 /* The dimensions, the offsets on the host and P's block starts (host and
  * device; host buffers from the context's host arena); -1 with the context's
@@ -43,6 +128,12 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
+    ut_attention_varlen_set_rng(t, NULL);
+    fused_dims fd = fused_dims_of(t);
+    if (fused(&fd)) {
+        fused_fwd(t, &fd, k);
+        return;
+    }
     if (plan_of(t, &d, k)) return;
     const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
     float *out = t->data;
@@ -89,6 +180,11 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
+    fused_dims fd = fused_dims_of(t);
+    if (fused(&fd)) {
+        fused_bwd(t, &fd, dq, dk, dv, k);
+        return;
+    }
     ut_varlen_dims d;
     if (plan_of(t, &d, k)) return;
     const float *q = qt->data, *kd = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);

@@ -17,6 +17,7 @@
 #include "embedding.h"
 #include "flat.h"
 #include "softmax.h"
+#include "flash_attention.h"
 
 static cudaStream_t g_stream;
 
@@ -123,6 +124,8 @@ static int data_error(char *err, size_t n) {
                            ? "nll_loss: a target is outside [0, classes) and is not ignore_index"
                        : code == UT_CUDA_ERR_VOCAB_TARGET
                            ? "vocab_partials / vocab_ce: a target is outside [0, vocab) and is not ignore_index"
+                       : code == UT_CUDA_ERR_VARLEN_OFFSETS
+                           ? "attention_varlen: the offsets break 0 = offsets[0] < offsets[1] < ... < offsets[S] = N"
                            : "a kernel found bad data";
     snprintf(err, n, "%s (found on the GPU; run on device cpu for its position)", what);
     return -1;

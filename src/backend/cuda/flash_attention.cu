@@ -1,14 +1,22 @@
 /* Fused ("flash") attention in float32, forward and backward
- * (flash_attention.h): the causal self-attention of ATTENTION over packed qkv
- * (semantics: src/backend/cpu/attention.c) and, as a second form of the same
- * kernels (template flag MK), ATTENTION_MASKED's separate q, k, v with
- * Tq != Tk, an additive key mask, an optional causal mask and dropout of the
- * probabilities (semantics: src/backend/cpu/attention_masked.c). The masked
- * form never stores P or the keep mask: each keep decision is the Philox draw
- * the CPU makes for that element (src/core/philox.h), computed again wherever
- * it is needed; a row whose keys are all masked (-inf) attends nowhere: its
- * output is 0 and its L is +inf, so every p = exp(s - L) recomputed from it
- * is 0.
+ * (flash_attention.h), in three forms of the same kernels (template MODE):
+ *   PACKED: the causal self-attention of ATTENTION over packed qkv
+ *     (semantics: src/backend/cpu/attention.c);
+ *   MASKED: ATTENTION_MASKED's separate q, k, v with Tq != Tk, an additive
+ *     key mask, an optional causal mask and dropout of the probabilities
+ *     (semantics: src/backend/cpu/attention_masked.c);
+ *   VARLEN: ATTENTION_VARLEN's packed sequences (src/backend/cpu/attention_varlen.c):
+ *     one (N, C) batch, tiles of 64 rows that may hold several sequences;
+ *     each tile's rows find their sequence in the offsets (a binary search,
+ *     kept in shared memory), a block visits the other side's rows from the
+ *     start of its first row's sequence to the end of its last's, and the
+ *     pairs of different sequences are masked. The offsets never reach the
+ *     host: a plan kernel checks them and raises the device error flag.
+ * MASKED and VARLEN never store P or the keep mask: each keep decision is
+ * the Philox draw the CPU makes for that element (src/core/philox.h),
+ * computed again wherever it is needed; a row whose keys are all masked
+ * (-inf) attends nowhere: its output is 0 and its L is +inf, so every
+ * p = exp(s - L) recomputed from it is 0.
  *
  * Tiles of 64 queries x 64 keys. A head's q, k, v, dout rows are staged in
  * shared memory as 64 x D tiles (D = 32, 64 or 128: hs rounded up, the
@@ -67,21 +75,30 @@ struct cfg {
     static constexpr size_t dq_bytes = (4 * tile + ptile) * sizeof(float);
 };
 
-/* Where the rows live in global memory, how to copy them, and (MK) what
- * masks the scores. q, k, v: head 0 of batch entry 0, row strides ldq, ldk,
- * ldv (the gradients dq, dk, dv use the same layouts), batch strides sq (q)
- * and sk (k and v). out, dout, the output's copy: (B, Tq, C); L and D:
- * (B, NH, Tq). */
+/* The kernels' three forms: ATTENTION's packed causal qkv, ATTENTION_MASKED,
+ * ATTENTION_VARLEN's packed sequences */
+enum { PACKED = 0, MASKED = 1, VARLEN = 2 };
+
+/* Where the rows live in global memory, how to copy them, and what masks the
+ * scores. q, k, v: head 0 of batch entry 0, row strides ldq, ldk, ldv (the
+ * gradients dq, dk, dv use the same layouts), batch strides sq (q) and sk
+ * (k and v). out, dout, the output's copy: (B, Tq, C); L and D: (B, NH, Tq).
+ * VARLEN: B = 1, Tq = Tk = N rows, sequence s the rows [off[s], off[s + 1]). */
 struct geom {
     const float *q, *k, *v;
     int64_t ldq, ldk, ldv, sq, sk;
     int Tq, Tk, C, NH, hs;
     float scale;
     bool vec; /* 16-byte copies */
-    /* MK only */
-    const float *mask; /* (B, Tk) added to every query's scores, or NULL */
+    /* MASKED and VARLEN */
+    const float *mask; /* MASKED: (B, Tk) added to every query's scores, or NULL */
     bool causal;       /* Tq == Tk; query i attends keys j <= i */
     ut_flash_drop drop;
+    /* VARLEN */
+    const int32_t *off;  /* S + 1 offsets */
+    const int64_t *poff; /* S + 1: where each sequence's NH L x L blocks of P would start (dropout's draws) */
+    const int *bad;      /* nonzero: the offsets are not valid, nothing is computed */
+    int S;
 };
 
 /* ---- cp.async (sm_80 and later): global -> shared without registers ---- */
@@ -277,41 +294,108 @@ __device__ __forceinline__ float row_sum16(float v) {
     return v;
 }
 
-/* ---- the masked form's pieces (MK) ---- */
+/* ---- the masked and packed-sequence forms' pieces ---- */
 
-/* what the mask adds to key j's scores: its entry (0 without a mask), -inf
- * past Tk */
+/* MASKED: what the mask adds to key j's scores: its entry (0 without a
+ * mask), -inf past Tk */
 __device__ __forceinline__ float key_bias(const float *mrow, int j, int Tk) {
     return j < Tk ? (mrow ? mrow[j] : 0.0f) : -INFINITY;
 }
 
-/* whether dropout keeps element (i, j) of pair bh's P (B, NH, Tq, Tk): the
- * draw the CPU's mask takes for it (ut_attention_masked_keep_mask) */
-__device__ __forceinline__ bool kept(const ut_flash_drop &d, int bh, int i, int j, const geom &g) {
-    const int64_t e = ((int64_t)bh * g.Tq + i) * g.Tk + j;
-    return ut_philox_keep(d.key, d.stream, ut_dropout_draw(d.offset, e, d.all, d.cols, d.c0), d.p);
+/* VARLEN: the sequence s of packed row i (off[s] <= i < off[s + 1]) */
+__device__ __forceinline__ int seq_of(const int32_t *off, int S, int i) {
+    int lo = 0, hi = S;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (off[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* VARLEN: a tile's 64 rows' sequences, in shared memory: row r0 + t's
+ * sequence's rows [lo[t], hi[t]) and where its blocks of P start (poff);
+ * rows past N get the empty range */
+struct segs {
+    int lo[BM], hi[BM];
+    int64_t ps[BM];
+};
+__device__ __forceinline__ void load_segs(segs *sg, const geom &g, int r0) {
+    const int t = (int)threadIdx.x, i = r0 + t;
+    if (t < BM) {
+        if (i < g.Tq) {
+            const int s = seq_of(g.off, g.S, i);
+            sg->lo[t] = g.off[s];
+            sg->hi[t] = g.off[s + 1];
+            sg->ps[t] = g.poff[s];
+        } else {
+            sg->lo[t] = sg->hi[t] = 0;
+            sg->ps[t] = 0;
+        }
+    }
+}
+
+/* whether dropout keeps element (i, j) of pair bh's probabilities: the draw
+ * the CPU's mask takes for it. MASKED: P (B, NH, Tq, Tk)
+ * (ut_attention_masked_keep_mask); VARLEN: sequence [lo, hi) of rows whose
+ * blocks start at ps, head bh (ut_attention_varlen_keep_mask) */
+template <int MODE>
+__device__ __forceinline__ bool kept(const geom &g, int bh, int i, int j, int lo, int hi, int64_t ps) {
+    const ut_flash_drop &d = g.drop;
+    uint64_t draw;
+    if constexpr (MODE == VARLEN) {
+        const int64_t L = hi - lo, e = ps + (bh * L + (i - lo)) * L + (j - lo);
+        draw = d.all ? ut_varlen_draw(d.offset, e, ps, L * L, g.NH, d.all, d.c0) : ut_dropout_draw(d.offset, e, 0, 0, 0);
+    } else {
+        const int64_t e = ((int64_t)bh * g.Tq + i) * g.Tk + j;
+        draw = ut_dropout_draw(d.offset, e, d.all, d.cols, d.c0);
+    }
+    return ut_philox_keep(d.key, d.stream, draw, d.p);
+}
+
+/* The rows the other side's loop visits, [*beg, *stop) in tiles of 64 from
+ * *beg, for a block of the rows [r0, r0 + 64): keys for a query tile
+ * (fwd, dq), queries for a key tile (dkdv, keys = false) */
+template <int MODE>
+__device__ __forceinline__ void span_of(const geom &g, int r0, bool keys, int *beg, int *stop) {
+    const int n = keys ? g.Tk : g.Tq;
+    if constexpr (MODE == VARLEN) {
+        const int last = (r0 + BM < g.Tq ? r0 + BM : g.Tq) - 1;
+        *beg = keys || !g.causal ? g.off[seq_of(g.off, g.S, r0)] : r0;
+        *stop = keys && g.causal ? last + 1 : g.off[seq_of(g.off, g.S, last) + 1];
+        if (*g.bad) *beg = *stop = 0; /* nothing: the error flag is raised */
+    } else if (MODE == MASKED && !g.causal) {
+        *beg = 0;
+        *stop = n;
+    } else { /* causal, one length: keys up to the diagonal, queries from it */
+        *beg = keys ? 0 : r0;
+        *stop = keys ? r0 + 1 : n;
+    }
 }
 
 /* ---- forward: grid (B NH, query blocks), heaviest (last) query block first ---- */
-template <int D, bool MK>
+template <int D, int MODE>
 __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
     fwd_kernel(float *__restrict__ out, float *__restrict__ out2, float *__restrict__ Lg, geom g) {
     using K = cfg<D>;
     constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + K::tile, *Vs = Ks + K::tile, *Ps = Vs + K::tile;
+    [[maybe_unused]] segs *sg = reinterpret_cast<segs *>(Ps + K::ptile);
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int nqb = (g.Tq + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
-    const int kend = MK && !g.causal ? (g.Tk - 1) / BM : qb; /* the last key block */
+    int kbeg, kstop;
+    span_of<MODE>(g, i0, true, &kbeg, &kstop);
     const int64_t hc = (int64_t)h * g.hs;
     const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
-    [[maybe_unused]] const float *mrow = MK && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    if constexpr (MODE == VARLEN) load_segs(sg, g, i0);
 
     load_tile<D>(Qs, q, g.ldq, i0, g.Tq, g);
-    load_tile<D>(Ks, k, g.ldk, 0, g.Tk, g);
+    load_tile<D>(Ks, k, g.ldk, kbeg, g.Tk, g);
     cp_commit();
-    load_tile<D>(Vs, v, g.ldv, 0, g.Tk, g);
+    load_tile<D>(Vs, v, g.ldv, kbeg, g.Tk, g);
     cp_commit();
 
     float o[RT][OC], m[RT], l[RT];
@@ -322,26 +406,37 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
 #pragma unroll
         for (int c = 0; c < OC; c++) o[r][c] = 0.0f;
     }
-    for (int kb = 0; kb <= kend; kb++) {
-        const int j0 = kb * BM;
+    for (int j0 = kbeg; j0 < kstop; j0 += BM) {
+        const bool more = j0 + BM < kstop;
         cp_wait<1>(); /* Q and this K */
         __syncthreads();
         float s[RT][4];
         mm_abt<D>(s, Qs, Ks, ty, tx);
         __syncthreads(); /* Ks free */
-        if (kb < kend) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
+        if (more) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
         cp_commit();
-        if constexpr (MK) {
-            float kbias[4];
+        if constexpr (MODE != PACKED) {
+            [[maybe_unused]] float kbias[4];
+            if constexpr (MODE == MASKED) {
 #pragma unroll
-            for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
+                for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
+            }
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const int il = ty + TY * r, i = i0 + il;
+                [[maybe_unused]] int lo = 0, hi = 0;
+                if constexpr (MODE == VARLEN) {
+                    lo = sg->lo[il];
+                    hi = sg->hi[il];
+                }
                 float mx = -INFINITY;
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    s[r][c] = !g.causal || j0 + tx + 16 * c <= i ? s[r][c] * g.scale + kbias[c] : -INFINITY;
+                    const int j = j0 + tx + 16 * c;
+                    bool ok = !g.causal || j <= i;
+                    if constexpr (MODE == VARLEN) ok = ok && j >= lo && j < hi;
+                    if constexpr (MODE == MASKED) s[r][c] = ok ? s[r][c] * g.scale + kbias[c] : -INFINITY;
+                    else s[r][c] = ok ? s[r][c] * g.scale : -INFINITY;
                     mx = fmaxf(mx, s[r][c]);
                 }
                 const float mn = fmaxf(m[r], row_max16(mx));
@@ -351,10 +446,11 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
                 float ls = 0.0f;
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
+                    const int j = j0 + tx + 16 * c;
                     float p = expf(s[r][c] - base);
                     ls += p; /* the softmax's sum: before dropout */
-                    if (g.drop.p > 0.0f)
-                        p = i < g.Tq && kept(g.drop, bh, i, j0 + tx + 16 * c, g) ? p * g.drop.ks : 0.0f;
+                    if (g.drop.p > 0.0f && p != 0.0f)
+                        p = kept<MODE>(g, bh, i, j, lo, hi, MODE == VARLEN ? sg->ps[il] : 0) ? p * g.drop.ks : 0.0f;
                     Ps[il * PLD + tx + 16 * c] = p;
                 }
                 l[r] = l[r] * alpha + ls;
@@ -391,7 +487,7 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
         __syncthreads();
         mm_pz<D>(o, Ps, Vs, ty, tx);
         __syncthreads(); /* Vs, Ps free */
-        if (kb < kend) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
+        if (more) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
         cp_commit();
     }
     cp_wait<0>();
@@ -400,8 +496,8 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
         const float lt = row_sum16(l[r]);
         const int i = i0 + ty + TY * r;
         if (i < g.Tq) {
-            /* MK: a row whose keys are all masked attends nowhere: out 0, L = +inf */
-            const bool any = !MK || lt > 0.0f;
+            /* a row whose keys are all masked attends nowhere: out 0, L = +inf */
+            const bool any = MODE == PACKED || lt > 0.0f;
             const int64_t at = ((int64_t)b * g.Tq + i) * g.C + hc;
             put_row<OC>(out + at, o[r], any ? 1.0f / lt : 0.0f, tx, g, false);
             if (out2) put_row<OC>(out2 + at, o[r], any ? 1.0f / lt : 0.0f, tx, g, false);
@@ -429,10 +525,35 @@ __global__ void dot_kernel(const float *__restrict__ out, const float *__restric
     }
 }
 
+/* p and the scores' gradient ds of element (i, j) in the backward kernels, 0
+ * where it is masked; pd: p after dropout (what multiplies dout into dv).
+ * bias: the mask's entry for key j (MASKED); lo, hi, ps: the sequence of
+ * the row whose segments the block holds (VARLEN) */
+template <int MODE>
+__device__ __forceinline__ void grad_at(const geom &g, int bh, int i, int j, float s, float dp, float Li, float Di,
+                                        float bias, int lo, int hi, int64_t ps, float &pd, float &ds) {
+    pd = ds = 0.0f;
+    bool ok;
+    if constexpr (MODE == PACKED) ok = j <= i && i < g.Tq;
+    else if constexpr (MODE == MASKED) ok = i < g.Tq && j < g.Tk && (!g.causal || j <= i);
+    else ok = i >= lo && i < hi && j >= lo && j < hi && (!g.causal || j <= i);
+    if (!ok) return;
+    float p;
+    if constexpr (MODE == MASKED) p = expf(s * g.scale + bias - Li);
+    else p = expf(s * g.scale - Li);
+    pd = p;
+    if (MODE != PACKED && g.drop.p > 0.0f) {
+        const bool kp = kept<MODE>(g, bh, i, j, lo, hi, ps);
+        pd = kp ? p * g.drop.ks : 0.0f;
+        dp = kp ? dp * g.drop.ks : 0.0f;
+    }
+    ds = p * (dp - Di);
+}
+
 /* kernel A: dK, dV of key block blockIdx.y (lightest last), summed over the
- * query blocks from the diagonal (MK without causal: the first) to Tq.
- * dk, dv: either may be NULL (not wanted) */
-template <int D, bool MK>
+ * query blocks from the diagonal (not causal: every query that sees these
+ * keys) to the last. dk, dv: either may be NULL (not wanted) */
+template <int D, int MODE>
 __global__ void __launch_bounds__(cfg<D>::NT)
     dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
                 float *dk_out, float *dv_out, geom g) {
@@ -441,26 +562,32 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     extern __shared__ float4 smem4[];
     float *Ks = reinterpret_cast<float *>(smem4), *Vs = Ks + K::tile, *Qs = Vs + K::tile, *Gs = Qs + K::tile;
     float *Pt = Gs + K::tile, *St = Pt + K::ptile, *Ls = St + K::ptile, *Ds = Ls + BM;
+    [[maybe_unused]] segs *sg = reinterpret_cast<segs *>(Ds + BM);
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int nqb = (g.Tq + BM - 1) / BM, kb = (int)blockIdx.y, j0 = kb * BM;
-    const int qfirst = MK && !g.causal ? 0 : kb, f0 = qfirst * BM; /* the first query block */
+    const int kb = (int)blockIdx.y, j0 = kb * BM;
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    int qbeg, qstop;
+    span_of<MODE>(g, j0, false, &qbeg, &qstop);
     const int64_t hc = (int64_t)h * g.hs;
     const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
     const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
     const float *Lr = Lg + (int64_t)bh * g.Tq, *Dr = Dg + (int64_t)bh * g.Tq;
+    if constexpr (MODE == VARLEN) load_segs(sg, g, j0);
 
     load_tile<D>(Ks, k, g.ldk, j0, g.Tk, g);
     load_tile<D>(Vs, v, g.ldv, j0, g.Tk, g);
-    load_tile<D>(Gs, gd, g.C, f0, g.Tq, g);
-    load_rows(Ds, Dr, f0, g.Tq);
+    load_tile<D>(Gs, gd, g.C, qbeg, g.Tq, g);
+    load_rows(Ds, Dr, qbeg, g.Tq);
     cp_commit();
-    load_tile<D>(Qs, q, g.ldq, f0, g.Tq, g);
-    load_rows(Ls, Lr, f0, g.Tq);
+    load_tile<D>(Qs, q, g.ldq, qbeg, g.Tq, g);
+    load_rows(Ls, Lr, qbeg, g.Tq);
     cp_commit();
 
-    [[maybe_unused]] float kbias[MK ? RT : 1];
-    if constexpr (MK) {
+    [[maybe_unused]] float kbias[MODE == MASKED ? RT : 1];
+    if constexpr (MODE == MASKED) {
         const float *mrow = g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
 #pragma unroll
         for (int r = 0; r < RT; r++) kbias[r] = key_bias(mrow, j0 + ty + TY * r, g.Tk);
@@ -470,9 +597,8 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int c = 0; c < OC; c++) dk[r][c] = dv[r][c] = 0.0f;
-    for (int qb = qfirst; qb < nqb; qb++) {
-        const int i0 = qb * BM;
-        const bool more = qb + 1 < nqb;
+    for (int i0 = qbeg; i0 < qstop; i0 += BM) {
+        const bool more = i0 + BM < qstop;
         cp_wait<1>(); /* dout, D (and K, V) */
         __syncthreads();
         float dp[RT][4], s[RT][4];
@@ -483,26 +609,19 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             const int jl = ty + TY * r, j = j0 + jl;
+            [[maybe_unused]] int lo = 0, hi = 0;
+            [[maybe_unused]] int64_t ps = 0;
+            if constexpr (MODE == VARLEN) {
+                lo = sg->lo[jl];
+                hi = sg->hi[jl];
+                ps = sg->ps[jl];
+            }
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int il = tx + 16 * c, i = i0 + il;
-                float p = 0.0f, pd = 0.0f, ds = 0.0f;
-                if constexpr (MK) {
-                    if (i < g.Tq && j < g.Tk && (!g.causal || i >= j)) {
-                        p = expf(s[r][c] * g.scale + kbias[r] - Ls[il]);
-                        float dpd = dp[r][c];
-                        pd = p;
-                        if (g.drop.p > 0.0f) {
-                            const bool kp = kept(g.drop, bh, i, j, g);
-                            pd = kp ? p * g.drop.ks : 0.0f;
-                            dpd = kp ? dpd * g.drop.ks : 0.0f;
-                        }
-                        ds = p * (dpd - Ds[il]);
-                    }
-                } else if (i >= j && i < g.Tq) {
-                    p = pd = expf(s[r][c] * g.scale - Ls[il]);
-                    ds = p * (dp[r][c] - Ds[il]);
-                }
+                float pd, ds;
+                grad_at<MODE>(g, bh, i, j, s[r][c], dp[r][c], Ls[il], Ds[il], MODE == MASKED ? kbias[r] : 0.0f,
+                              lo, hi, ps, pd, ds);
                 Pt[jl * PLD + il] = pd;
                 St[jl * PLD + il] = ds;
             }
@@ -534,9 +653,9 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     }
 }
 
-/* kernel B: dQ of query block (heaviest first), summed over the key blocks up
- * to the diagonal (MK without causal: all of them) */
-template <int D, bool MK>
+/* kernel B: dQ of query block (heaviest first), summed over the key blocks
+ * the forward visited */
+template <int D, int MODE>
 __global__ void __launch_bounds__(cfg<D>::NT)
     dq_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
               float *__restrict__ dq_out, geom g) {
@@ -545,20 +664,26 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4), *Gs = Qs + K::tile, *Ks = Gs + K::tile, *Vs = Ks + K::tile;
     float *Ss = Vs + K::tile;
+    [[maybe_unused]] segs *sg = reinterpret_cast<segs *>(Ss + K::ptile);
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int nqb = (g.Tq + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
-    const int kend = MK && !g.causal ? (g.Tk - 1) / BM : qb; /* the last key block */
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    int kbeg, kstop;
+    span_of<MODE>(g, i0, true, &kbeg, &kstop);
     const int64_t hc = (int64_t)h * g.hs;
     const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
     const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
-    [[maybe_unused]] const float *mrow = MK && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    if constexpr (MODE == VARLEN) load_segs(sg, g, i0);
 
     load_tile<D>(Qs, q, g.ldq, i0, g.Tq, g);
     load_tile<D>(Gs, gd, g.C, i0, g.Tq, g);
-    load_tile<D>(Vs, v, g.ldv, 0, g.Tk, g);
+    load_tile<D>(Vs, v, g.ldv, kbeg, g.Tk, g);
     cp_commit();
-    load_tile<D>(Ks, k, g.ldk, 0, g.Tk, g);
+    load_tile<D>(Ks, k, g.ldk, kbeg, g.Tk, g);
     cp_commit();
 
     float Li[RT], Di[RT], dq[RT][OC];
@@ -570,8 +695,8 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 #pragma unroll
         for (int c = 0; c < OC; c++) dq[r][c] = 0.0f;
     }
-    for (int kb = 0; kb <= kend; kb++) {
-        const int j0 = kb * BM;
+    for (int j0 = kbeg; j0 < kstop; j0 += BM) {
+        const bool more = j0 + BM < kstop;
         cp_wait<1>(); /* V (and Q, dout) */
         __syncthreads();
         float dp[RT][4], s[RT][4];
@@ -580,35 +705,34 @@ __global__ void __launch_bounds__(cfg<D>::NT)
         __syncthreads();
         mm_abt<D>(s, Qs, Ks, ty, tx);
         [[maybe_unused]] float kbias[4];
-        if constexpr (MK) {
+        if constexpr (MODE == MASKED) {
 #pragma unroll
             for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
         }
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             const int il = ty + TY * r, i = i0 + il;
+            [[maybe_unused]] int lo = 0, hi = 0;
+            [[maybe_unused]] int64_t ps = 0;
+            if constexpr (MODE == VARLEN) {
+                lo = sg->lo[il];
+                hi = sg->hi[il];
+                ps = sg->ps[il];
+            }
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int j = j0 + tx + 16 * c;
-                float ds = 0.0f;
-                if constexpr (MK) {
-                    if (i < g.Tq && j < g.Tk && (!g.causal || j <= i)) {
-                        float dpd = dp[r][c];
-                        if (g.drop.p > 0.0f) dpd = kept(g.drop, bh, i, j, g) ? dpd * g.drop.ks : 0.0f;
-                        ds = expf(s[r][c] * g.scale + kbias[c] - Li[r]) * (dpd - Di[r]);
-                    }
-                } else if (j <= i && i < g.Tq) {
-                    ds = expf(s[r][c] * g.scale - Li[r]) * (dp[r][c] - Di[r]);
-                }
+                float pd, ds;
+                grad_at<MODE>(g, bh, i, j0 + tx + 16 * c, s[r][c], dp[r][c], Li[r], Di[r],
+                              MODE == MASKED ? kbias[c] : 0.0f, lo, hi, ps, pd, ds);
                 Ss[il * PLD + tx + 16 * c] = ds;
             }
         }
         __syncthreads(); /* Ss written, Vs free */
-        if (kb < kend) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
+        if (more) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
         cp_commit();
         mm_pz<D>(dq, Ss, Ks, ty, tx); /* dq_i += sum_j ds k_j */
         __syncthreads();              /* Ks, Ss free */
-        if (kb < kend) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
+        if (more) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
         cp_commit();
     }
     cp_wait<0>();
@@ -619,23 +743,69 @@ __global__ void __launch_bounds__(cfg<D>::NT)
     }
 }
 
+/* VARLEN's plan, one block: bad = 0 when 0 = off[0] < off[1] < ... <
+ * off[S] = N, else 1 and the error flag raised; poff[s] = NH * (the sum of
+ * L^2 over the sequences before s) */
+constexpr int PLAN_NT = 256;
+__global__ void __launch_bounds__(PLAN_NT)
+    plan_kernel(const int32_t *__restrict__ off, int S, int N, int NH, int64_t *__restrict__ poff, int *bad,
+                int *err) {
+    __shared__ int64_t part[PLAN_NT];
+    __shared__ int anybad;
+    const int t = (int)threadIdx.x, per = (S + PLAN_NT - 1) / PLAN_NT, s0 = t * per;
+    const int s1 = s0 + per < S ? s0 + per : S;
+    if (t == 0) anybad = off[0] != 0 || off[S] != N;
+    __syncthreads();
+    int64_t sum = 0;
+    bool wrong = false;
+    for (int s = s0; s < s1; s++) {
+        const int64_t L = (int64_t)off[s + 1] - off[s];
+        if (L < 1 || off[s + 1] > N) wrong = true;
+        else sum += NH * L * L;
+    }
+    part[t] = sum;
+    if (wrong) anybad = 1;
+    __syncthreads();
+    if (t == 0) {
+        int64_t run = 0;
+        for (int i = 0; i < PLAN_NT; i++) {
+            const int64_t x = part[i];
+            part[i] = run;
+            run += x;
+        }
+        *bad = anybad;
+        if (anybad && err) atomicCAS(err, 0, (int)UT_CUDA_ERR_VARLEN_OFFSETS);
+    }
+    __syncthreads();
+    int64_t run = part[t];
+    for (int s = s0; s < s1; s++) {
+        poff[s] = run;
+        const int64_t L = (int64_t)off[s + 1] - off[s];
+        if (L >= 1 && off[s + 1] <= N) run += NH * L * L;
+    }
+    if (s1 == S && s0 < S) poff[S] = run;
+}
+
 cudaStream_t stream() { return (cudaStream_t)ut_cuda_stream(); }
 using utk::allow_smem;
 
 int dim_of(int64_t hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
 
-size_t smem_need(int D) {
+/* the most shared memory a kernel of D takes (VARLEN: the segments' too) */
+size_t smem_need(int D, bool varlen) {
     auto most = [](size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); };
-    if (D == 32) return most(cfg<32>::fwd_bytes, cfg<32>::dkdv_bytes, cfg<32>::dq_bytes);
-    if (D == 64) return most(cfg<64>::fwd_bytes, cfg<64>::dkdv_bytes, cfg<64>::dq_bytes);
-    return most(cfg<128>::fwd_bytes, cfg<128>::dkdv_bytes, cfg<128>::dq_bytes);
+    size_t extra = varlen ? sizeof(segs) : 0;
+    if (D == 32) return most(cfg<32>::fwd_bytes, cfg<32>::dkdv_bytes, cfg<32>::dq_bytes) + extra;
+    if (D == 64) return most(cfg<64>::fwd_bytes, cfg<64>::dkdv_bytes, cfg<64>::dq_bytes) + extra;
+    return most(cfg<128>::fwd_bytes, cfg<128>::dkdv_bytes, cfg<128>::dq_bytes) + extra;
 }
+constexpr size_t seg_bytes(int MODE) { return MODE == VARLEN ? sizeof(segs) : 0; }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Whether the kernels take B x NH pairs of Tq queries and Tk keys, C columns,
  * on the current device (UT_CUDA_ATTN=unfused: never) */
-bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
+bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, bool varlen) {
     if (ut_cuda_flash_attn_unfused()) return false;
     if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0) return false;
     int64_t hs = C / NH;
@@ -652,7 +822,7 @@ bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
         if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return false;
         optin[dev] = v > 0 ? v : -1;
     }
-    return optin[dev] > 0 && smem_need(dim_of(hs)) <= (size_t)optin[dev];
+    return optin[dev] > 0 && smem_need(dim_of(hs), varlen) <= (size_t)optin[dev];
 }
 
 geom geom_of(int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
@@ -679,7 +849,8 @@ geom geom_packed(const float *qkv, int64_t T, int64_t C, int64_t NH) {
     return g;
 }
 
-/* ATTENTION_MASKED's q (B, Tq, C), k and v (B, Tk, C) */
+/* ATTENTION_MASKED's q (B, Tq, C), k and v (B, Tk, C), or ATTENTION_VARLEN's
+ * (N, C) (B = 1, Tq = Tk = N, mk->off set) */
 geom geom_masked(const float *q, const float *k, const float *v, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
                  const ut_flash_masking *mk) {
     geom g = geom_of(Tq, Tk, C, NH);
@@ -692,52 +863,66 @@ geom geom_masked(const float *q, const float *k, const float *v, int64_t Tq, int
     g.mask = mk->mask;
     g.causal = mk->causal;
     g.drop = mk->drop;
+    g.off = mk->off;
+    g.poff = mk->poff;
+    g.bad = mk->bad;
+    g.S = (int)mk->S;
     return g;
 }
 
-template <int D, bool MK>
+const char *const fwd_name[3] = {"flash attention forward", "flash attention forward (masked)",
+                                  "flash attention forward (packed sequences)"};
+const char *const dkdv_name[3] = {"flash attention backward (dk, dv)", "flash attention backward (dk, dv; masked)",
+                                   "flash attention backward (dk, dv; packed sequences)"};
+const char *const dq_name[3] = {"flash attention backward (dq)", "flash attention backward (dq; masked)",
+                                 "flash attention backward (dq; packed sequences)"};
+
+template <int D, int MODE>
 void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
     using K = cfg<D>;
-    allow_smem(fwd_kernel<D, MK>, K::fwd_bytes);
+    const size_t bytes = K::fwd_bytes + seg_bytes(MODE);
+    allow_smem(fwd_kernel<D, MODE>, bytes);
     dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
-    fwd_kernel<D, MK><<<grid, K::NT, K::fwd_bytes, stream()>>>(out, out2, L, g);
-    ut_cuda_launched(MK ? "flash attention forward (masked)" : "flash attention forward");
+    fwd_kernel<D, MODE><<<grid, K::NT, bytes, stream()>>>(out, out2, L, g);
+    ut_cuda_launched(fwd_name[MODE]);
 }
 
-template <int D, bool MK>
+template <int D, int MODE>
 void bwd(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
          const geom &g) {
     using K = cfg<D>;
     if (dk || dv) {
+        const size_t bytes = K::dkdv_bytes + seg_bytes(MODE);
         dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
-        allow_smem(dkdv_kernel<D, MK>, K::dkdv_bytes);
-        dkdv_kernel<D, MK><<<grid, K::NT, K::dkdv_bytes, stream()>>>(dout, L, Dg, dk, dv, g);
-        ut_cuda_launched(MK ? "flash attention backward (dk, dv; masked)" : "flash attention backward (dk, dv)");
+        allow_smem(dkdv_kernel<D, MODE>, bytes);
+        dkdv_kernel<D, MODE><<<grid, K::NT, bytes, stream()>>>(dout, L, Dg, dk, dv, g);
+        ut_cuda_launched(dkdv_name[MODE]);
     }
     if (dq) {
+        const size_t bytes = K::dq_bytes + seg_bytes(MODE);
         dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
-        allow_smem(dq_kernel<D, MK>, K::dq_bytes);
-        dq_kernel<D, MK><<<grid, K::NT, K::dq_bytes, stream()>>>(dout, L, Dg, dq, g);
-        ut_cuda_launched(MK ? "flash attention backward (dq; masked)" : "flash attention backward (dq)");
+        allow_smem(dq_kernel<D, MODE>, bytes);
+        dq_kernel<D, MODE><<<grid, K::NT, bytes, stream()>>>(dout, L, Dg, dq, g);
+        ut_cuda_launched(dq_name[MODE]);
     }
 }
 
-template <bool MK>
+template <int MODE>
 void fwd_any(float *out, float *out2, float *L, int64_t B, const geom &g) {
     switch (dim_of(g.hs)) {
-        case 32: fwd<32, MK>(out, out2, L, B, g); break;
-        case 64: fwd<64, MK>(out, out2, L, B, g); break;
-        default: fwd<128, MK>(out, out2, L, B, g); break;
+        case 32: fwd<32, MODE>(out, out2, L, B, g); break;
+        case 64: fwd<64, MODE>(out, out2, L, B, g); break;
+        default: fwd<128, MODE>(out, out2, L, B, g); break;
     }
 }
 
-template <bool MK>
+template <int MODE>
 void bwd_any(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
              const geom &g) {
     switch (dim_of(g.hs)) {
-        case 32: bwd<32, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
-        case 64: bwd<64, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
-        default: bwd<128, MK>(dq, dk, dv, dout, L, Dg, B, g); break;
+        case 32: bwd<32, MODE>(dq, dk, dv, dout, L, Dg, B, g); break;
+        case 64: bwd<64, MODE>(dq, dk, dv, dout, L, Dg, B, g); break;
+        default: bwd<128, MODE>(dq, dk, dv, dout, L, Dg, B, g); break;
     }
 }
 
@@ -748,10 +933,22 @@ extern "C" bool ut_cuda_flash_attn_unfused(void) {
     return e && !strcmp(e, "unfused");
 }
 
-extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) { return fits(B, T, T, C, NH); }
+extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    return fits(B, T, T, C, NH, false);
+}
 
 extern "C" bool ut_cuda_flash_attn_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
-    return fits(B, Tq, Tk, C, NH);
+    return fits(B, Tq, Tk, C, NH, false);
+}
+
+extern "C" bool ut_cuda_flash_attn_varlen_ok(int64_t N, int64_t S, int64_t C, int64_t NH) {
+    return S >= 1 && S < N + 1 && fits(1, N, N, C, NH, true);
+}
+
+extern "C" void ut_cuda_flash_attn_varlen_plan(int64_t *poff, int *bad, const int32_t *off, int64_t S, int64_t N,
+                                               int64_t NH) {
+    plan_kernel<<<1, PLAN_NT, 0, stream()>>>(off, (int)S, (int)N, (int)NH, poff, bad, ut_cuda_error_flag());
+    ut_cuda_launched("flash attention plan (packed sequences)");
 }
 
 extern "C" void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B, int64_t T,
@@ -759,7 +956,7 @@ extern "C" void ut_cuda_flash_attn_fwd(float *out, float *out_copy, float *L, co
     if (B <= 0 || T <= 0) return;
     geom g = geom_packed(qkv, T, C, NH);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(out) && aligned16(out_copy);
-    fwd_any<false>(out, out_copy, L, B, g);
+    fwd_any<PACKED>(out, out_copy, L, B, g);
 }
 
 extern "C" void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T,
@@ -778,7 +975,7 @@ extern "C" void ut_cuda_flash_attn_bwd(float *dqkv, float *Dscratch, const float
     geom g = geom_packed(qkv, T, C, NH);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
     ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, T, C, NH);
-    bwd_any<false>(dqkv, dqkv + C, dqkv + 2 * C, dout, L, Dscratch, B, g);
+    bwd_any<PACKED>(dqkv, dqkv + C, dqkv + 2 * C, dout, L, Dscratch, B, g);
 }
 
 extern "C" void ut_cuda_flash_attn_masked_fwd(float *out, float *out_copy, float *L, const float *q, const float *k,
@@ -788,7 +985,8 @@ extern "C" void ut_cuda_flash_attn_masked_fwd(float *out, float *out_copy, float
     geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out) &&
             aligned16(out_copy);
-    fwd_any<true>(out, out_copy, L, B, g);
+    if (mk->off) fwd_any<VARLEN>(out, out_copy, L, B, g);
+    else fwd_any<MASKED>(out, out_copy, L, B, g);
 }
 
 extern "C" void ut_cuda_flash_attn_masked_bwd(float *dq, float *dk, float *dv, float *Dscratch, const float *dout,
@@ -800,5 +998,6 @@ extern "C" void ut_cuda_flash_attn_masked_bwd(float *dq, float *dk, float *dv, f
     g.vec = C % 4 == 0 && g.hs % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout) &&
             aligned16(dq) && aligned16(dk) && aligned16(dv);
     ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, Tq, C, NH);
-    bwd_any<true>(dq, dk, dv, dout, L, Dscratch, B, g);
+    if (mk->off) bwd_any<VARLEN>(dq, dk, dv, dout, L, Dscratch, B, g);
+    else bwd_any<MASKED>(dq, dk, dv, dout, L, Dscratch, B, g);
 }

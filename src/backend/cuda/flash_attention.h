@@ -84,12 +84,37 @@ typedef struct {
 } ut_flash_drop;
 
 /* What masks the scores: mask (B, Tk) added to every query's scores for key
- * j, or NULL; causal (Tq == Tk): query i attends keys j <= i; dropout. */
+ * j, or NULL; causal (Tq == Tk): query i attends keys j <= i; dropout.
+ * Packed sequences (ATTENTION_VARLEN; off != NULL; then B = 1, Tq = Tk = N,
+ * mask NULL): row i attends the rows of its own sequence s, [off[s],
+ * off[s + 1]) of the S + 1 int32 offsets (device memory), with poff and bad
+ * from ut_cuda_flash_attn_varlen_plan; dropout's element (s, h, i, j) is
+ * then drawn as ut_attention_varlen_keep_mask draws it: drop.all = NHall and
+ * drop.c0 = head0 for a part of the heads (ut_varlen_draw), all = 0 unsplit. */
 typedef struct {
     const float *mask;
     bool causal;
     ut_flash_drop drop;
+    const int32_t *off;
+    const int64_t *poff;
+    const int *bad;
+    int64_t S;
 } ut_flash_masking;
+
+/* The device error flag's code for offsets that are not 0 = off[0] < off[1]
+ * < ... < off[S] = N (cuda.h's ut_cuda_error_flag) */
+enum { UT_CUDA_ERR_VARLEN_OFFSETS = 5 };
+
+/* Whether the kernels take N packed rows in S sequences (as
+ * ut_cuda_flash_attn_ok) */
+bool ut_cuda_flash_attn_varlen_ok(int64_t N, int64_t S, int64_t C, int64_t NH);
+
+/* On the compute stream, without waiting: bad (one int of device memory) =
+ * 0 when the offsets off (S + 1, device) are valid for N rows, else 1 with
+ * the error flag raised (the kernels then compute nothing: out 0, no
+ * gradient); poff (S + 1 int64, device) = where each sequence's NH L x L
+ * blocks of probabilities would start, for dropout's draws. */
+void ut_cuda_flash_attn_varlen_plan(int64_t *poff, int *bad, const int32_t *off, int64_t S, int64_t N, int64_t NH);
 
 /* Whether the masked kernels take these sizes on the current device (as
  * ut_cuda_flash_attn_ok, with Tq queries and Tk keys) */
