@@ -381,7 +381,9 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
     constexpr int RT = K::RT, OC = K::OC, TY = K::TY;
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + K::tile, *Vs = Ks + K::tile, *Ps = Vs + K::tile;
+    /* VARLEN: the query rows' sequences; MASKED: the key tile's biases */
     [[maybe_unused]] segs *sg = reinterpret_cast<segs *>(Ps + K::ptile);
+    [[maybe_unused]] float *Bs = Ps + K::ptile;
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int nqb = (g.Tq + BM - 1) / BM, qb = nqb - 1 - (int)blockIdx.y, i0 = qb * BM;
@@ -391,6 +393,9 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
     const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     if constexpr (MODE == VARLEN) load_segs(sg, g, i0);
+    if constexpr (MODE == MASKED) { /* in shared memory, not registers: the forward has none to spare */
+        if (tid < BM) Bs[tid] = key_bias(mrow, kbeg + tid, g.Tk);
+    }
 
     load_tile<D>(Qs, q, g.ldq, i0, g.Tq, g);
     load_tile<D>(Ks, k, g.ldk, kbeg, g.Tk, g);
@@ -416,11 +421,6 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
         if (more) load_tile<D>(Ks, k, g.ldk, j0 + BM, g.Tk, g);
         cp_commit();
         if constexpr (MODE != PACKED) {
-            [[maybe_unused]] float kbias[4];
-            if constexpr (MODE == MASKED) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) kbias[c] = key_bias(mrow, j0 + tx + 16 * c, g.Tk);
-            }
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const int il = ty + TY * r, i = i0 + il;
@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
                     const int j = j0 + tx + 16 * c;
                     bool ok = !g.causal || j <= i;
                     if constexpr (MODE == VARLEN) ok = ok && j >= lo && j < hi;
-                    if constexpr (MODE == MASKED) s[r][c] = ok ? s[r][c] * g.scale + kbias[c] : -INFINITY;
+                    if constexpr (MODE == MASKED) s[r][c] = ok ? s[r][c] * g.scale + Bs[tx + 16 * c] : -INFINITY;
                     else s[r][c] = ok ? s[r][c] * g.scale : -INFINITY;
                     mx = fmaxf(mx, s[r][c]);
                 }
@@ -486,9 +486,12 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
         cp_wait<1>(); /* this V */
         __syncthreads();
         mm_pz<D>(o, Ps, Vs, ty, tx);
-        __syncthreads(); /* Vs, Ps free */
+        __syncthreads(); /* Vs, Ps (and Bs) free */
         if (more) load_tile<D>(Vs, v, g.ldv, j0 + BM, g.Tk, g);
         cp_commit();
+        if constexpr (MODE == MASKED) {
+            if (more && tid < BM) Bs[tid] = key_bias(mrow, j0 + BM + tid, g.Tk);
+        }
     }
     cp_wait<0>();
 #pragma unroll
@@ -554,7 +557,7 @@ __device__ __forceinline__ void grad_at(const geom &g, int bh, int i, int j, flo
  * query blocks from the diagonal (not causal: every query that sees these
  * keys) to the last. dk, dv: either may be NULL (not wanted) */
 template <int D, int MODE>
-__global__ void __launch_bounds__(cfg<D>::NT)
+__global__ void __launch_bounds__(cfg<D>::NT, 1)
     dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
                 float *dk_out, float *dv_out, geom g) {
     using K = cfg<D>;
@@ -656,7 +659,7 @@ __global__ void __launch_bounds__(cfg<D>::NT)
 /* kernel B: dQ of query block (heaviest first), summed over the key blocks
  * the forward visited */
 template <int D, int MODE>
-__global__ void __launch_bounds__(cfg<D>::NT)
+__global__ void __launch_bounds__(cfg<D>::NT, 1)
     dq_kernel(const float *__restrict__ dout, const float *__restrict__ Lg, const float *__restrict__ Dg,
               float *__restrict__ dq_out, geom g) {
     using K = cfg<D>;
@@ -791,21 +794,22 @@ using utk::allow_smem;
 
 int dim_of(int64_t hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : 128; }
 
-/* the most shared memory a kernel of D takes (VARLEN: the segments' too) */
-size_t smem_need(int D, bool varlen) {
+/* the most shared memory a kernel of D takes, extra bytes past its tiles */
+size_t smem_need(int D, size_t extra) {
     auto most = [](size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); };
-    size_t extra = varlen ? sizeof(segs) : 0;
     if (D == 32) return most(cfg<32>::fwd_bytes, cfg<32>::dkdv_bytes, cfg<32>::dq_bytes) + extra;
     if (D == 64) return most(cfg<64>::fwd_bytes, cfg<64>::dkdv_bytes, cfg<64>::dq_bytes) + extra;
     return most(cfg<128>::fwd_bytes, cfg<128>::dkdv_bytes, cfg<128>::dq_bytes) + extra;
 }
-constexpr size_t seg_bytes(int MODE) { return MODE == VARLEN ? sizeof(segs) : 0; }
+/* the shared memory past a kernel's tiles: VARLEN's segments, MASKED's key
+ * biases (the forward's) */
+constexpr size_t seg_bytes(int MODE) { return MODE == VARLEN ? sizeof(segs) : MODE == MASKED ? BM * sizeof(float) : 0; }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Whether the kernels take B x NH pairs of Tq queries and Tk keys, C columns,
  * on the current device (UT_CUDA_ATTN=unfused: never) */
-bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, bool varlen) {
+bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, int MODE) {
     if (ut_cuda_flash_attn_unfused()) return false;
     if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0) return false;
     int64_t hs = C / NH;
@@ -822,7 +826,7 @@ bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, bool varlen)
         if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return false;
         optin[dev] = v > 0 ? v : -1;
     }
-    return optin[dev] > 0 && smem_need(dim_of(hs), varlen) <= (size_t)optin[dev];
+    return optin[dev] > 0 && smem_need(dim_of(hs), seg_bytes(MODE)) <= (size_t)optin[dev];
 }
 
 geom geom_of(int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
@@ -934,15 +938,15 @@ extern "C" bool ut_cuda_flash_attn_unfused(void) {
 }
 
 extern "C" bool ut_cuda_flash_attn_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    return fits(B, T, T, C, NH, false);
+    return fits(B, T, T, C, NH, PACKED);
 }
 
 extern "C" bool ut_cuda_flash_attn_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
-    return fits(B, Tq, Tk, C, NH, false);
+    return fits(B, Tq, Tk, C, NH, MASKED);
 }
 
 extern "C" bool ut_cuda_flash_attn_varlen_ok(int64_t N, int64_t S, int64_t C, int64_t NH) {
-    return S >= 1 && S < N + 1 && fits(1, N, N, C, NH, true);
+    return S >= 1 && S < N + 1 && fits(1, N, N, C, NH, VARLEN);
 }
 
 extern "C" void ut_cuda_flash_attn_varlen_plan(int64_t *poff, int *bad, const int32_t *off, int64_t S, int64_t N,
