@@ -4,7 +4,8 @@
  * one seed and a run stopped and resumed must give the same checkpoint to
  * the bit; checkpoints cross between the devices both ways. Covered: the CNN
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
- * and fp16, the bag-of-words classifier and `utrain test` on it, the dp,
+ * and fp16, the tiny BERT fine-tuned with dropout in fp32 and bf16, the
+ * bag-of-words classifier and `utrain test` on it, the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
  * one GPU (their gradients staged through host memory: NCCL takes a GPU per
  * rank, and dist.device_comm: direct is refused there), GPT-2 split over two
@@ -116,6 +117,16 @@ static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-4, 1e-2); }
 #else
 static void test_cnn(void) { both("cnn", cnn, "", 1, 6, 1e-6, 1e-4); }
 #endif
+
+static char bert[1024];
+
+/* The tiny pretrained BERT fine-tuned for classification (unpadded: its
+ * attention runs over packed sequences, the fused kernels of
+ * ATTENTION_VARLEN), hidden and attention dropout 0.1, in fp32 and bf16 */
+static void test_bert(void) {
+    both("bert_fp32", bert, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
+    both("bert_bf16", bert, "train.precision=bf16", 1, 8, 1e-3, 1e-2);
+}
 
 static void test_gpt2_precisions(void) {
     both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
@@ -353,6 +364,13 @@ int main(int argc, char **argv) {
              "        save_strategy: steps, save_interval: 3, progress: lines}\n",
              images, labels);
     if (!tp_write_pairs(tmp, "train", 64) || !tp_write_pairs(tmp, "dev", 16)) return 1;
+    snprintf(bert, sizeof bert,
+             "model: {name: bert, pretrained: tests/parity/fixtures/hf_bert_tiny, task: sequence_classification}\n"
+             "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+             "       max_len: 32}\n"
+             "train: {max_steps: 8, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 8,\n"
+             "        save_strategy: steps, save_interval: 8, progress: lines}\n"
+             "optim: {name: adamw, lr: 2.0e-3}\n");
     snprintf(bart, sizeof bart,
              "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny, dropout: 0}\n"
              "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
@@ -379,6 +397,7 @@ int main(int argc, char **argv) {
     printf("device under test: %s\n", D);
     RUN(test_cnn);
     RUN(test_gpt2_precisions);
+    RUN(test_bert);
     RUN(test_same_bits);
     RUN(test_bow_and_test_mode);
     RUN(test_resume);
