@@ -12,7 +12,8 @@
  * the softmax does (kept ones scaled by 1/(1-p)), the keep mask drawn from
  * the context's generator.
  * Saves the probabilities P (B, NH, Tq, Tk) and the keep mask (uint8, same
- * shape): ut_attention_masked_probs, ut_attention_masked_keep.
+ * shape): ut_attention_masked_probs, ut_attention_masked_keep (the CUDA
+ * backend's fused kernels save other things there: src/ops/params.h).
  * Parameters: ut_attention_masked_n_head, _causal, _p, _keep_scale (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_masked.c. */
 #include "internal.h"

@@ -13,7 +13,9 @@
  * head, row order. The offsets take no gradient; bad offsets fail the
  * forward with an error naming the first bad entry.
  * Saves the probabilities P (per sequence and head, L x L, one after the
- * other) and the keep mask: ut_attention_varlen_probs, _keep.
+ * other) and the keep mask: ut_attention_varlen_probs, _keep (the CUDA
+ * backend's fused kernels save other things there and check the offsets
+ * on the device, reporting bad ones at the next read: src/ops/params.h).
  * Parameters: ut_attention_varlen_n_head, _causal, _p, _keep_scale (src/ops/params.h).
  * Kernels: src/backend/cpu/attention_varlen.c. */
 #include "internal.h"

@@ -193,12 +193,14 @@ static const gc_row masked_rows[] = {
      .training = true},
     {"masked attention heads 4..7 of 12, 2 x 100 x 256, dropout 0.1", 3, QKV3(2, 100, 100, 256), b_mha_part_drop,
      .training = true},
-    {"packed sequences 395 x 768, 12 heads", 3, QKV2(395, 768), b_var},
-    {"packed sequences 395 x 768, 12 heads, dropout 0.1", 3, QKV2(395, 768), b_var_drop, .training = true},
-    {"packed sequences 395 x 120, 12 heads of 10, causal, dropout 0.1", 3, QKV2(395, 120), b_var_causal_drop,
+    {"packed-sequence attention 395 x 768, 12 heads", 3, QKV2(395, 768), b_var},
+    {"packed-sequence attention 395 x 768, 12 heads, dropout 0.1", 3, QKV2(395, 768), b_var_drop,
      .training = true},
-    {"packed sequences 395 x 1536, 12 heads of 128, dropout 0.1", 3, QKV2(395, 1536), b_var_drop, .training = true},
-    {"packed sequences heads 4..7 of 12, 395 x 256, causal, dropout 0.1", 3, QKV2(395, 256), b_var_part_drop,
+    {"packed-sequence attention 395 x 120, 12 heads of 10, causal, dropout 0.1", 3, QKV2(395, 120), b_var_causal_drop,
+     .training = true},
+    {"packed-sequence attention 395 x 1536, 12 heads of 128, dropout 0.1", 3, QKV2(395, 1536), b_var_drop,
+     .training = true},
+    {"packed-sequence attention heads 4..7 of 12, 395 x 256, causal, dropout 0.1", 3, QKV2(395, 256), b_var_part_drop,
      .training = true},
     /* k and v constants: only the dq kernel runs */
     {"masked attention 2 x 64 x 768, gradient of q only, dropout 0.1", 3,
@@ -223,7 +225,8 @@ static void test_masked_attention(void) {
         }
         if (u)
             for (int i = 0; i < gc_nrows_nn; i++)
-                if ((strstr(gc_rows_nn[i].name, "attention_masked") || strstr(gc_rows_nn[i].name, "attention_varlen")) &&
+                if ((strstr(gc_rows_nn[i].name, "attention_masked") ||
+                     strstr(gc_rows_nn[i].name, "attention_varlen")) &&
                     selected(&gc_rows_nn[i]) &&
                     dc_compare_row("unfused", &gc_rows_nn[i], UT_CUDA, TOL))
                     t_checks_failed++;

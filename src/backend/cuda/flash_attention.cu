@@ -345,7 +345,8 @@ __device__ __forceinline__ bool kept(const geom &g, int bh, int i, int j, int lo
     uint64_t draw;
     if constexpr (MODE == VARLEN) {
         const int64_t L = hi - lo, e = ps + (bh * L + (i - lo)) * L + (j - lo);
-        draw = d.all ? ut_varlen_draw(d.offset, e, ps, L * L, g.NH, d.all, d.c0) : ut_dropout_draw(d.offset, e, 0, 0, 0);
+        draw = d.all ? ut_varlen_draw(d.offset, e, ps, L * L, g.NH, d.all, d.c0)
+                     : ut_dropout_draw(d.offset, e, 0, 0, 0);
     } else {
         const int64_t e = ((int64_t)bh * g.Tq + i) * g.Tk + j;
         draw = ut_dropout_draw(d.offset, e, d.all, d.cols, d.c0);
