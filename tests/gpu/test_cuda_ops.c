@@ -206,13 +206,15 @@ static const gc_row masked_rows[] = {
     {"masked attention 2 x 64 x 768, gradient of q only, dropout 0.1", 3,
      {{3, {2, 64, 768}}, {3, {2, 64, 768}, GC_CONST}, {3, {2, 64, 768}, GC_CONST}}, b_mha_pad_drop,
      .training = true},
+    {"masked attention 3 x 77 x 768, 12 heads, one example all -inf", 3, QKV3(3, 77, 77, 768), b_mha_none},
 };
 #undef QKV3
 #undef QKV2
 #define N_MASKED (int)(sizeof masked_rows / sizeof masked_rows[0])
 
 /* ATTENTION_MASKED and ATTENTION_VARLEN at real sizes: the fused kernels
- * against the CPU (fp32 and under bf16 autocast), the materialised paths too
+ * against the CPU (fp32, and under bf16 and fp16 autocast on the tensor
+ * cores and on the float32 kernels), the materialised paths too
  * (UT_CUDA_ATTN=unfused, with the small rows of the nn family), the same
  * bits twice, and bad offsets reported through the device error flag */
 static void test_masked_attention(void) {
@@ -232,14 +234,28 @@ static void test_masked_attention(void) {
                     t_checks_failed++;
         unsetenv("UT_CUDA_ATTN");
     }
-    dc_autocast = UT_BF16;
-    const int bf16_rows[] = {0, 1, 2, 7, 8};
-    for (int i = 0; i < 5; i++)
-        if (selected(&masked_rows[bf16_rows[i]]) &&
-            dc_compare_row("fused bf16", &masked_rows[bf16_rows[i]], UT_CUDA, 1e-2))
-            t_checks_failed++;
-    dc_autocast = UT_F32;
+    /* under autocast, head size 64: the tensor-core kernels, then the float32
+     * ones (UT_CUDA_ATTN=fp32), at both 16-bit types */
+    const int hs64[] = {0, 1, 2, 6, 7, 8, 11, 13};
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int p = 0; p < 2; p++) {
+        if (p) setenv("UT_CUDA_ATTN", "fp32", 1);
+        for (int d = 0; d < 2; d++) {
+            dc_autocast = dts[d];
+            char fam[48];
+            snprintf(fam, sizeof fam, "%s %s", p ? "fused fp32" : "tensor cores", ut_dtype_name(dts[d]));
+            for (int i = 0; i < (int)(sizeof hs64 / sizeof hs64[0]); i++)
+                if ((!p || i < 3) && selected(&masked_rows[hs64[i]]) &&
+                    dc_compare_row(fam, &masked_rows[hs64[i]], UT_CUDA, 1e-2))
+                    t_checks_failed++;
+        }
+        unsetenv("UT_CUDA_ATTN");
+    }
     const int twice[] = {1, 2, 8, 11};
+    dc_autocast = UT_BF16;
+    for (int i = 0; i < 2; i++)
+        if (selected(&masked_rows[twice[i * 2]])) same_bits(&masked_rows[twice[i * 2]]);
+    dc_autocast = UT_F32;
     for (int i = 0; i < 4; i++)
         if (selected(&masked_rows[twice[i]])) same_bits(&masked_rows[twice[i]]);
     /* offsets that end before N: the fused forward's plan raises the error

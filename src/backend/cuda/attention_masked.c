@@ -2,8 +2,8 @@
  * k, v (B, Tk, C), an additive key mask (B, Tk) or none, optionally causal,
  * with dropout of the probabilities (semantics: src/backend/cpu/attention_masked.c).
  * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_masked_ok):
- *  - fused (flash_attention.h; head size <= 128): P and the keep mask are
- *    never materialised. Saved: each query row's log-sum-exp L (B, NH, Tq)
+ *  - fused (flash_attention.h; head size <= 128; under autocast with head
+ *    size 64 on the tensor cores): P and the keep mask are never materialised. Saved: each query row's log-sum-exp L (B, NH, Tq)
  *    (and under autocast a float32 copy of out after it) in the probs slot,
  *    and with dropout the launch's window of draws (k->rng, host memory) in
  *    the rng slot, from which the backward's kernels draw every keep decision
@@ -22,6 +22,11 @@
 #include "../../ops/params.h"
 
 static bool fused(const ut_masked_dims *d) { return ut_cuda_flash_attn_masked_ok(d->B, d->Tq, d->Tk, d->C, d->NH); }
+/* the fused path on the tensor cores: under autocast (q, k, v's float32
+ * values are then exact in its dtype), head size 64 */
+static bool tensor_cores(const ut_tensor *t, const ut_masked_dims *d) {
+    return ut_dtype_is16(t->autocast) && ut_cuda_flash_attn_tc_masked_ok(d->B, d->Tq, d->Tk, d->C, d->NH);
+}
 
 /* The fused kernels' masking: t's mask, causal flag and dropout, its draws
  * from the window rng (NULL: no dropout) */
@@ -69,7 +74,8 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     float p = ut_attention_masked_p(t);
     ut_attention_masked_set_keep(t, NULL);
     ut_attention_masked_set_rng(t, NULL);
-    if (fused(&d)) {
+    bool tc = tensor_cores(t, &d);
+    if (tc || fused(&d)) {
         int64_t nL = l_floats(&d), nO = keeps_out(t) ? d.B * d.Tq * d.C : 0;
         float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
         ut_attention_masked_set_probs(t, L);
@@ -80,7 +86,10 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
             ut_attention_masked_set_rng(t, rng);
         }
         ut_flash_masking mk = masking_of(t, &d, rng);
-        ut_cuda_flash_attn_masked_fwd(t->data, nO ? L + nL : NULL, L, q, kd, v, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
+        if (tc)
+            ut_cuda_flash_attn_tc_masked_fwd(t->data, nO ? L + nL : NULL, L, q, kd, v, d.B, d.Tq, d.Tk, d.C, d.NH, &mk,
+                                             (int)t->autocast);
+        else ut_cuda_flash_attn_masked_fwd(t->data, nO ? L + nL : NULL, L, q, kd, v, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
         return;
     }
     float *P = ut_kalloc(k, (size_t)N * sizeof(float));
@@ -118,11 +127,15 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (!dq && !dk && !dv) return;
     ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = qt->data, *kd = kt->data, *v = vt->data, *P = ut_attention_masked_probs(t);
-    if (fused(&d)) { /* the probs slot holds L; D (B, NH, Tq): each row's sum of g * out */
+    bool tc = tensor_cores(t, &d);
+    if (tc || fused(&d)) { /* the probs slot holds L; D (B, NH, Tq): each row's sum of g * out */
         const float *out = keeps_out(t) ? P + l_floats(&d) : t->data;
         float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.Tq) * sizeof(float));
         ut_flash_masking mk = masking_of(t, &d, ut_attention_masked_rng(t));
-        ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, P, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
+        if (tc)
+            ut_cuda_flash_attn_tc_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, P, d.B, d.Tq, d.Tk, d.C, d.NH, &mk,
+                                             (int)t->autocast);
+        else ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, P, d.B, d.Tq, d.Tk, d.C, d.NH, &mk);
         return;
     }
     const uint8_t *keep = ut_attention_masked_keep(t);

@@ -2,7 +2,8 @@
  * q, k, v, out (N, C), sequence s the rows [off[s], off[s + 1]) of the int32
  * offsets (semantics: src/backend/cpu/attention_varlen.c).
  * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_varlen_ok):
- *  - fused (flash_attention.h; head size <= 128): tiles of 64 packed rows,
+ *  - fused (flash_attention.h; head size <= 128; under autocast with head
+ *    size 64 on the tensor cores): tiles of 64 packed rows,
  *    the pairs of different sequences masked; the offsets stay on the device
  *    (a plan kernel checks them and raises the device error flag, reported
  *    at the next host read, if they are bad), so nothing waits. Saved in the
@@ -41,6 +42,10 @@ static fused_dims fused_dims_of(const ut_tensor *t) {
 }
 
 static bool fused(const fused_dims *d) { return ut_cuda_flash_attn_varlen_ok(d->N, d->S, d->C, d->NH); }
+/* the fused path on the tensor cores: under autocast, head size 64 */
+static bool tensor_cores(const ut_tensor *t, const fused_dims *d) {
+    return ut_dtype_is16(t->autocast) && ut_cuda_flash_attn_tc_varlen_ok(d->N, d->S, d->C, d->NH);
+}
 
 /* The saved buffer, in floats: L (NH, N), the float32 copy of out (N, C;
  * under autocast, where t->data is 16-bit), poff (S + 1 int64), bad (an
@@ -85,8 +90,12 @@ static void fused_fwd(ut_tensor *t, const fused_dims *d, const ut_kctx *k) {
         ut_attention_varlen_set_rng(t, rng);
     }
     ut_flash_masking mk = masking_of(t, d, saved, &s, rng);
-    ut_cuda_flash_attn_masked_fwd(t->data, s.out < s.poff ? saved + s.out : NULL, saved, t->src[0]->data,
-                                  t->src[1]->data, t->src[2]->data, 1, d->N, d->N, d->C, d->NH, &mk);
+    float *copy = s.out < s.poff ? saved + s.out : NULL;
+    const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
+    if (tensor_cores(t, d))
+        ut_cuda_flash_attn_tc_masked_fwd(t->data, copy, saved, q, kd, v, 1, d->N, d->N, d->C, d->NH, &mk,
+                                         (int)t->autocast);
+    else ut_cuda_flash_attn_masked_fwd(t->data, copy, saved, q, kd, v, 1, d->N, d->N, d->C, d->NH, &mk);
 }
 
 static void fused_bwd(ut_tensor *t, const fused_dims *d, float *dq, float *dk, float *dv, const ut_kctx *k) {
@@ -95,8 +104,11 @@ static void fused_bwd(ut_tensor *t, const fused_dims *d, float *dq, float *dk, f
     const float *out = s.out < s.poff ? saved + s.out : t->data;
     float *D = ut_kalloc(k, (size_t)(d->NH * d->N) * sizeof(float));
     ut_flash_masking mk = masking_of(t, d, saved, &s, ut_attention_varlen_rng(t));
-    ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, t->src[0]->data, t->src[1]->data, t->src[2]->data,
-                                  saved, 1, d->N, d->N, d->C, d->NH, &mk);
+    const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
+    if (tensor_cores(t, d))
+        ut_cuda_flash_attn_tc_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, saved, 1, d->N, d->N, d->C, d->NH,
+                                         &mk, (int)t->autocast);
+    else ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, saved, 1, d->N, d->N, d->C, d->NH, &mk);
 }
 
 /* ---- materialised ---- */
@@ -130,7 +142,7 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_attention_varlen_set_keep(t, NULL);
     ut_attention_varlen_set_rng(t, NULL);
     fused_dims fd = fused_dims_of(t);
-    if (fused(&fd)) {
+    if (tensor_cores(t, &fd) || fused(&fd)) {
         fused_fwd(t, &fd, k);
         return;
     }
@@ -181,7 +193,7 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
     fused_dims fd = fused_dims_of(t);
-    if (fused(&fd)) {
+    if (tensor_cores(t, &fd) || fused(&fd)) {
         fused_bwd(t, &fd, dq, dk, dv, k);
         return;
     }

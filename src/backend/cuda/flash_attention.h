@@ -10,14 +10,18 @@
  * The tensor-core forms (flash_attention_tc.cu) take the same buffers under
  * autocast, their products on the bf16 or fp16 tensor cores.
  * The masked forms take ATTENTION_MASKED's separate q, k, v (attention_masked.c)
- * with its key mask, causal mask and dropout; they save the same L.
+ * with its key mask, causal mask and dropout, or ATTENTION_VARLEN's packed
+ * sequences (attention_varlen.c); they save the same L.
  * UT_CUDA_ATTN=unfused turns every fused form off (the glue's materialised
  * paths run: a check of one against the other).
  * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd,
  *          ut_cuda_flash_attn_rowdot, ut_cuda_flash_attn_tc_ok, ut_cuda_flash_attn_tc_fwd,
  *          ut_cuda_flash_attn_tc_bwd, ut_cuda_flash_attn_unfused, ut_flash_drop,
  *          ut_flash_masking, ut_cuda_flash_attn_masked_ok, ut_cuda_flash_attn_masked_fwd,
- *          ut_cuda_flash_attn_masked_bwd. */
+ *          ut_cuda_flash_attn_masked_bwd, UT_CUDA_ERR_VARLEN_OFFSETS, ut_cuda_flash_attn_varlen_ok,
+ *          ut_cuda_flash_attn_varlen_plan, ut_cuda_flash_attn_tc_masked_ok,
+ *          ut_cuda_flash_attn_tc_varlen_ok, ut_cuda_flash_attn_tc_masked_fwd,
+ *          ut_cuda_flash_attn_tc_masked_bwd. */
 #ifndef UTRAIN_CUDA_FLASH_ATTENTION_H
 #define UTRAIN_CUDA_FLASH_ATTENTION_H
 
@@ -137,6 +141,20 @@ void ut_cuda_flash_attn_masked_bwd(float *dq, float *dk, float *dv, float *Dscra
                                    const float *out, const float *q, const float *k, const float *v, const float *L,
                                    int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
                                    const ut_flash_masking *mk);
+
+/* The masked and packed-sequence forms on the tensor cores, for autocast (as
+ * ut_cuda_flash_attn_tc_*: head size 64, q, k, v exact in dt, P rounded to
+ * dt before the products that take it; UT_CUDA_ATTN=fp32 or unfused turns
+ * them off), with the arguments of ut_cuda_flash_attn_masked_* */
+bool ut_cuda_flash_attn_tc_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH);
+bool ut_cuda_flash_attn_tc_varlen_ok(int64_t N, int64_t S, int64_t C, int64_t NH);
+void ut_cuda_flash_attn_tc_masked_fwd(float *out, float *out_copy, float *L, const float *q, const float *k,
+                                      const float *v, int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                                      const ut_flash_masking *mk, int dt);
+void ut_cuda_flash_attn_tc_masked_bwd(float *dq, float *dk, float *dv, float *Dscratch, const float *dout,
+                                      const float *out, const float *q, const float *k, const float *v,
+                                      const float *L, int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                                      const ut_flash_masking *mk, int dt);
 
 #ifdef __cplusplus
 }

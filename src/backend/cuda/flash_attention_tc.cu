@@ -1,6 +1,10 @@
-/* Fused causal self-attention of ATTENTION on the tensor cores, for autocast
- * (flash_attention.h: ut_cuda_flash_attn_tc_*; semantics:
- * src/backend/cpu/attention.c; the float32 form: flash_attention.cu).
+/* Fused attention on the tensor cores, for autocast (flash_attention.h:
+ * ut_cuda_flash_attn_tc_*; the float32 forms: flash_attention.cu), in the
+ * float32 forms' three kinds (template MODE, flash_common.cuh): ATTENTION's
+ * causal self-attention over packed qkv (semantics:
+ * src/backend/cpu/attention.c), ATTENTION_MASKED's (key mask, Tq != Tk,
+ * causal or not, dropout) and ATTENTION_VARLEN's packed sequences, with the
+ * same loop ranges, masks and dropout draws as the float32 forms.
  *
  * Head size D = 64; tiles of 64 queries x 64 keys; a block has 4 warps, and
  * warp w owns tile rows 16 w .. 16 w + 15. The products are WMMA 16x16x16
@@ -34,6 +38,7 @@
 
 #include "cuda.h"
 #include "flash_attention.h"
+#include "flash_common.cuh"
 #include "launch.cuh"
 
 namespace {
@@ -41,7 +46,6 @@ namespace {
 using namespace nvcuda;
 
 constexpr int D = 64;         /* head size */
-constexpr int BM = 64;        /* queries or keys per tile */
 constexpr int NW = 4;         /* warps per block */
 constexpr int NT = 32 * NW;   /* threads per block */
 constexpr int WR = BM / NW;   /* tile rows per warp (16) */
@@ -150,25 +154,28 @@ __device__ __forceinline__ void scores(float *s, const frag_a<T16> *a, const T16
 }
 
 /* ---- forward ---- */
-template <typename T16>
-__global__ void __launch_bounds__(NT) fwd_kernel(const float *__restrict__ qkv, float *__restrict__ out,
-                                                 float *__restrict__ out2, float *__restrict__ L, int T, int C,
-                                                 int NH, float scale, bool vec) {
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float *__restrict__ out2,
+                                                 float *__restrict__ L, geom g) {
     extern __shared__ __align__(128) unsigned char sm[];
     T16 *Qs = (T16 *)sm, *Ks = (T16 *)(sm + H_TILE), *Vs = (T16 *)(sm + 2 * H_TILE);
     float *Ss = (float *)(sm + 3 * H_TILE);
     T16 *Ps = (T16 *)(sm + 3 * H_TILE + F_TILE);
     float *Os = (float *)(sm + 3 * H_TILE + F_TILE + P_TILE);
-    const int bh = (int)blockIdx.x, b = bh / NH, h = bh % NH;
+    [[maybe_unused]] float *Bs = (float *)(sm + FWD_BYTES); /* MASKED: the key tile's biases */
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int qb = (int)gridDim.y - 1 - (int)blockIdx.y; /* heaviest first */
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const int q0 = qb * BM;
-    const int64_t ld = 3 * (int64_t)C;
-    const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * D;
+    const int64_t hc = (int64_t)h * D;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    int kbeg, kstop;
+    span_of<MODE>(g, q0, true, &kbeg, &kstop);
     float *Sw = Ss + w * WR * LF, *Ow = Os + w * WR * LO;
     T16 *Pw = Ps + w * WR * LP;
 
-    load_tile<T16>(Qs, base, ld, q0, T, vec);
+    load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
     for (int i = (int)threadIdx.x; i < BM * LO; i += NT) Os[i] = 0.0f;
     __syncthreads();
     frag_a<T16> qa[D / 16];
@@ -176,12 +183,17 @@ __global__ void __launch_bounds__(NT) fwd_kernel(const float *__restrict__ qkv, 
 
     /* this lane's row of the warp's 16 and its half of the columns */
     const int r = lane >> 1, half = lane & 1, qi = q0 + w * WR + r;
+    [[maybe_unused]] int lo = 0, hi = 0;
+    [[maybe_unused]] int64_t pst = 0;
+    if constexpr (MODE == VARLEN) seq_range(g, qi, &lo, &hi, &pst);
     float m = -INFINITY, l = 0.0f;
-    for (int kb = 0; kb <= qb; kb++) {
-        const int k0 = kb * BM;
-        __syncthreads(); /* every warp is done with the previous Ks, Vs */
-        load_tile<T16>(Ks, base + C, ld, k0, T, vec);
-        load_tile<T16>(Vs, base + 2 * (int64_t)C, ld, k0, T, vec);
+    for (int k0 = kbeg; k0 < kstop; k0 += BM) {
+        __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
+        load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
+        load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+        if constexpr (MODE == MASKED) {
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+        }
         __syncthreads();
         scores<T16>(Sw, qa, Ks);
         __syncwarp();
@@ -189,19 +201,26 @@ __global__ void __launch_bounds__(NT) fwd_kernel(const float *__restrict__ qkv, 
 #pragma unroll
         for (int c = 0; c < BM / 2; c++) {
             const int col = half * (BM / 2) + c, key = k0 + col;
-            const float s = key <= qi && key < T ? Sw[r * LF + col] * scale : -INFINITY;
+            bool ok;
+            if constexpr (MODE == PACKED) ok = key <= qi && key < g.Tk;
+            else if constexpr (MODE == MASKED) ok = key < g.Tk && (!g.causal || key <= qi);
+            else ok = key >= lo && key < hi && (!g.causal || key <= qi);
+            float s = ok ? Sw[r * LF + col] * g.scale : -INFINITY;
+            if constexpr (MODE == MASKED) s += Bs[col];
             sv[c] = s;
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float mn = fmaxf(m, mx);
-        /* a row with no key yet (a padding row past T) keeps zeros */
+        /* a row with no key yet (masked so far, or a padding row past Tq) keeps zeros */
         const float alpha = mn == -INFINITY ? 1.0f : expf(m - mn);
         float ps = 0.0f;
 #pragma unroll
         for (int c = 0; c < BM / 2; c++) {
-            const float p = mn == -INFINITY ? 0.0f : expf(sv[c] - mn);
-            ps += p;
+            float p = mn == -INFINITY ? 0.0f : expf(sv[c] - mn);
+            ps += p; /* the softmax's sum: before dropout */
+            if (MODE != PACKED && g.drop.p > 0.0f && p != 0.0f)
+                p = kept<MODE>(g, bh, qi, k0 + half * (BM / 2) + c, lo, hi, pst) ? p * g.drop.ks : 0.0f;
             Pw[r * LP + half * (BM / 2) + c] = to16<T16>(p);
         }
         ps += __shfl_xor_sync(0xffffffffu, ps, 1);
@@ -218,16 +237,18 @@ __global__ void __launch_bounds__(NT) fwd_kernel(const float *__restrict__ qkv, 
         for (int n = 0; n < D / 16; n++) wmma::store_matrix_sync(Ow + n * 16, acc[n], LO, wmma::mem_row_major);
         __syncwarp();
     }
-    if (qi < T) {
-        const float inv = 1.0f / l;
-        const int64_t o = ((int64_t)b * T + qi) * C + (int64_t)h * D + half * (D / 2);
+    if (qi < g.Tq) {
+        /* a row whose keys are all masked attends nowhere: out 0, L = +inf */
+        const bool any = MODE == PACKED || l > 0.0f;
+        const float inv = any ? 1.0f / l : 0.0f;
+        const int64_t o = ((int64_t)b * g.Tq + qi) * g.C + hc + half * (D / 2);
 #pragma unroll 4
         for (int c = 0; c < D / 2; c++) {
             const float v = Ow[r * LO + half * (D / 2) + c] * inv;
             out[o + c] = v;
             if (out2) out2[o + c] = v;
         }
-        if (half == 0) L[(int64_t)bh * T + qi] = m + logf(l);
+        if (half == 0) L[(int64_t)bh * g.Tq + qi] = any ? m + logf(l) : INFINITY;
     }
 }
 
@@ -245,45 +266,64 @@ __device__ __forceinline__ void add_rows(float *dst, int64_t ld, const float *f,
 
 /* What both backward kernels start from: their shared memory (four 64 x D
  * T16 tiles, the warps' two float score tiles and their T16 tile, then 64
- * rows of L and D for kernel A) and their head's place in qkv and dout. */
+ * rows of L and D for kernel A, or kernel B's key biases) and their head's
+ * place in q, k, v and dout. */
 template <typename T16>
 struct bwd_block {
     T16 *tile[4], *Pw;
     float *Sw, *Gw, *Ls, *Ds;
     int bh, b, h, w, lane;
-    int64_t ld;
-    const float *base, *gbase;
-    __device__ bwd_block(unsigned char *sm, const float *qkv, const float *dout, int T, int C, int NH) {
+    int64_t hc;
+    const float *q, *k, *v, *gd;
+    __device__ bwd_block(unsigned char *sm, const geom &g, const float *dout) {
         for (int i = 0; i < 4; i++) tile[i] = (T16 *)(sm + i * H_TILE);
-        bh = (int)blockIdx.x, b = bh / NH, h = bh % NH;
+        bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
         w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
         Sw = (float *)(sm + 4 * H_TILE) + w * WR * LF;
         Gw = (float *)(sm + 4 * H_TILE + F_TILE) + w * WR * LF;
         Pw = (T16 *)(sm + 4 * H_TILE + 2 * F_TILE) + w * WR * LP;
         Ls = (float *)(sm + 4 * H_TILE + 2 * F_TILE + P_TILE), Ds = Ls + BM;
-        ld = 3 * (int64_t)C;
-        base = qkv + (int64_t)b * T * ld + (int64_t)h * D;
-        gbase = dout + (int64_t)b * T * C + (int64_t)h * D;
+        hc = (int64_t)h * D;
+        q = g.q + b * g.sq + hc, k = g.k + b * g.sk + hc, v = g.v + b * g.sk + hc;
+        gd = dout + (int64_t)b * g.Tq * g.C + hc;
     }
 };
 
-/* kernel A: dK, dV of key block blockIdx.y (heaviest, the first, first) */
-template <typename T16>
-__global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dout,
-                                                  const float *__restrict__ L, const float *__restrict__ Dg,
-                                                  float *__restrict__ dqkv, int T, int C, int NH, float scale,
-                                                  bool vec) {
-    extern __shared__ __align__(128) unsigned char sm[];
-    bwd_block<T16> k(sm, qkv, dout, T, C, NH);
-    T16 *Ks = k.tile[0], *Vs = k.tile[1], *Qs = k.tile[2], *Gs = k.tile[3], *Pw = k.Pw;
-    float *Sw = k.Sw, *Gw = k.Gw, *Ls = k.Ls, *Ds = k.Ds;
-    const int bh = k.bh, b = k.b, h = k.h, w = k.w, lane = k.lane;
-    const int64_t ld = k.ld;
-    const float *base = k.base, *gbase = k.gbase;
-    const int kb = (int)blockIdx.y, nqb = (int)gridDim.y, k0 = kb * BM;
+/* p of element (query qq, key kk) from its score s, recomputed from the
+ * row's L (0 where masked); bias: the mask's entry for the key (MASKED);
+ * lo, hi: the sequence's rows (VARLEN) */
+template <int MODE>
+__device__ __forceinline__ float prob_at(const geom &g, int qq, int kk, float s, float Lq, float bias, int lo,
+                                         int hi) {
+    bool ok;
+    if constexpr (MODE == PACKED) ok = kk <= qq && qq < g.Tq && kk < g.Tk;
+    else if constexpr (MODE == MASKED) ok = qq < g.Tq && kk < g.Tk && (!g.causal || kk <= qq);
+    else ok = qq >= lo && qq < hi && kk >= lo && kk < hi && (!g.causal || kk <= qq);
+    if (!ok) return 0.0f;
+    if constexpr (MODE == MASKED) return expf(s * g.scale + bias - Lq);
+    else return expf(s * g.scale - Lq);
+}
 
-    load_tile<T16>(Ks, base + C, ld, k0, T, vec);
-    load_tile<T16>(Vs, base + 2 * (int64_t)C, ld, k0, T, vec);
+/* kernel A: dK, dV of key block blockIdx.y, summed over the query blocks
+ * that see it (the float32 form's range); dk, dv: either may be NULL */
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ L,
+                                                  const float *__restrict__ Dg, float *dk_out, float *dv_out,
+                                                  geom g) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    bwd_block<T16> kb(sm, g, dout);
+    T16 *Ks = kb.tile[0], *Vs = kb.tile[1], *Qs = kb.tile[2], *Gs = kb.tile[3], *Pw = kb.Pw;
+    float *Sw = kb.Sw, *Gw = kb.Gw, *Ls = kb.Ls, *Ds = kb.Ds;
+    const int bh = kb.bh, b = kb.b, w = kb.w, lane = kb.lane;
+    const int k0 = (int)blockIdx.y * BM;
+    int qbeg, qstop;
+    span_of<MODE>(g, k0, false, &qbeg, &qstop);
+
+    load_tile<T16>(Ks, kb.k, g.ldk, k0, g.Tk, g.vec);
+    load_tile<T16>(Vs, kb.v, g.ldv, k0, g.Tk, g.vec);
     __syncthreads();
     frag_a<T16> ka[D / 16], va[D / 16];
     rows_a<T16>(ka, Ks + w * WR * LH);
@@ -296,15 +336,19 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv,
     }
     /* this lane's key (a row of the warp's 16) and its half of the queries */
     const int r = lane >> 1, half = lane & 1, kj = k0 + w * WR + r;
-    for (int qb = kb; qb < nqb; qb++) {
-        const int q0 = qb * BM;
+    [[maybe_unused]] int lo = 0, hi = 0;
+    [[maybe_unused]] int64_t pst = 0;
+    if constexpr (MODE == VARLEN) seq_range(g, kj, &lo, &hi, &pst);
+    [[maybe_unused]] float bias = 0.0f;
+    if constexpr (MODE == MASKED) bias = key_bias(g.mask ? g.mask + (int64_t)b * g.Tk : nullptr, kj, g.Tk);
+    for (int q0 = qbeg; q0 < qstop; q0 += BM) {
         __syncthreads(); /* every warp is done with the previous Qs, Gs, Ls, Ds */
-        load_tile<T16>(Qs, base, ld, q0, T, vec);
-        load_tile<T16>(Gs, gbase, C, q0, T, vec);
+        load_tile<T16>(Qs, kb.q, g.ldq, q0, g.Tq, g.vec);
+        load_tile<T16>(Gs, kb.gd, g.C, q0, g.Tq, g.vec);
         for (int i = (int)threadIdx.x; i < BM; i += NT) {
-            const bool ok = q0 + i < T;
-            Ls[i] = ok ? L[(int64_t)bh * T + q0 + i] : 0.0f;
-            Ds[i] = ok ? Dg[(int64_t)bh * T + q0 + i] : 0.0f;
+            const bool ok = q0 + i < g.Tq;
+            Ls[i] = ok ? L[(int64_t)bh * g.Tq + q0 + i] : 0.0f;
+            Ds[i] = ok ? Dg[(int64_t)bh * g.Tq + q0 + i] : 0.0f;
         }
         __syncthreads();
         scores<T16>(Sw, ka, Qs); /* S^T: the warp's keys against the block's queries */
@@ -313,14 +357,19 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv,
         float ds[BM / 2];
 #pragma unroll
         for (int c = 0; c < BM / 2; c++) {
-            const int col = half * (BM / 2) + c, q = q0 + col;
-            float p = 0.0f;
-            if (kj <= q && q < T && kj < T) p = expf(Sw[r * LF + col] * scale - Ls[col]);
-            Pw[r * LP + col] = to16<T16>(p);
-            ds[c] = p * (Gw[r * LF + col] - Ds[col]);
+            const int col = half * (BM / 2) + c, qq = q0 + col;
+            const float p = prob_at<MODE>(g, qq, kj, Sw[r * LF + col], Ls[col], bias, lo, hi);
+            float pd = p, dp = Gw[r * LF + col];
+            if (MODE != PACKED && g.drop.p > 0.0f && p != 0.0f) {
+                const bool kp = kept<MODE>(g, bh, qq, kj, lo, hi, pst);
+                pd = kp ? p * g.drop.ks : 0.0f;
+                dp = kp ? dp * g.drop.ks : 0.0f;
+            }
+            Pw[r * LP + col] = to16<T16>(pd);
+            ds[c] = p * (dp - Ds[col]);
         }
         __syncwarp();
-        mm_px<T16>(dv, Pw, Gs); /* dV += P^T dout */
+        mm_px<T16>(dv, Pw, Gs); /* dV += Pd^T dout */
         __syncwarp();            /* the P^T fragments are loaded: dS^T takes their place */
 #pragma unroll
         for (int c = 0; c < BM / 2; c++) Pw[r * LP + half * (BM / 2) + c] = to16<T16>(ds[c]);
@@ -328,35 +377,38 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ qkv,
         mm_px<T16>(dk, Pw, Qs); /* dK += dS^T Q */
         __syncwarp();
     }
-    /* into dqkv's k and v columns, through the warp's float tiles */
+    /* into dk and dv, through the warp's float tiles */
 #pragma unroll
     for (int n = 0; n < D / 16; n++) {
         wmma::store_matrix_sync(Sw + n * 16, dk[n], LF, wmma::mem_row_major);
         wmma::store_matrix_sync(Gw + n * 16, dv[n], LF, wmma::mem_row_major);
     }
     __syncwarp();
-    float *dbase = dqkv + (int64_t)b * T * ld + (int64_t)h * D;
-    add_rows(dbase + C, ld, Sw, LF, k0 + w * WR, T, scale);
-    add_rows(dbase + 2 * (int64_t)C, ld, Gw, LF, k0 + w * WR, T, 1.0f);
+    if (dk_out) add_rows(dk_out + b * g.sk + kb.hc, g.ldk, Sw, LF, k0 + w * WR, g.Tk, g.scale);
+    if (dv_out) add_rows(dv_out + b * g.sk + kb.hc, g.ldv, Gw, LF, k0 + w * WR, g.Tk, 1.0f);
 }
 
-/* kernel B: dQ of query block (heaviest first) */
-template <typename T16>
-__global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dout,
-                                                const float *__restrict__ L, const float *__restrict__ Dg,
-                                                float *__restrict__ dqkv, int T, int C, int NH, float scale,
-                                                bool vec) {
+/* kernel B: dQ of query block (heaviest first), over the key blocks the
+ * forward visited */
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, const float *__restrict__ L,
+                                                const float *__restrict__ Dg, float *__restrict__ dq_out, geom g) {
     extern __shared__ __align__(128) unsigned char sm[];
-    bwd_block<T16> k(sm, qkv, dout, T, C, NH);
-    T16 *Qs = k.tile[0], *Gs = k.tile[1], *Ks = k.tile[2], *Vs = k.tile[3], *Pw = k.Pw;
-    float *Sw = k.Sw, *Gw = k.Gw;
-    const int bh = k.bh, b = k.b, h = k.h, w = k.w, lane = k.lane;
-    const int64_t ld = k.ld;
-    const float *base = k.base, *gbase = k.gbase;
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    bwd_block<T16> kb(sm, g, dout);
+    T16 *Qs = kb.tile[0], *Gs = kb.tile[1], *Ks = kb.tile[2], *Vs = kb.tile[3], *Pw = kb.Pw;
+    float *Sw = kb.Sw, *Gw = kb.Gw;
+    [[maybe_unused]] float *Bs = (float *)(sm + DQ_BYTES); /* MASKED: the key tile's biases */
+    const int bh = kb.bh, b = kb.b, w = kb.w, lane = kb.lane;
     const int qb = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qb * BM;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    int kbeg, kstop;
+    span_of<MODE>(g, q0, true, &kbeg, &kstop);
 
-    load_tile<T16>(Qs, base, ld, q0, T, vec);
-    load_tile<T16>(Gs, gbase, C, q0, T, vec);
+    load_tile<T16>(Qs, kb.q, g.ldq, q0, g.Tq, g.vec);
+    load_tile<T16>(Gs, kb.gd, g.C, q0, g.Tq, g.vec);
     __syncthreads();
     frag_a<T16> qa[D / 16], ga[D / 16];
     rows_a<T16>(qa, Qs + w * WR * LH);
@@ -365,12 +417,18 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ qkv, c
 #pragma unroll
     for (int n = 0; n < D / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
     const int r = lane >> 1, half = lane & 1, qi = q0 + w * WR + r;
-    const float Li = qi < T ? L[(int64_t)bh * T + qi] : 0.0f, Di = qi < T ? Dg[(int64_t)bh * T + qi] : 0.0f;
-    for (int kb = 0; kb <= qb; kb++) {
-        const int k0 = kb * BM;
-        __syncthreads(); /* every warp is done with the previous Ks, Vs */
-        load_tile<T16>(Ks, base + C, ld, k0, T, vec);
-        load_tile<T16>(Vs, base + 2 * (int64_t)C, ld, k0, T, vec);
+    const float Li = qi < g.Tq ? L[(int64_t)bh * g.Tq + qi] : 0.0f;
+    const float Di = qi < g.Tq ? Dg[(int64_t)bh * g.Tq + qi] : 0.0f;
+    [[maybe_unused]] int lo = 0, hi = 0;
+    [[maybe_unused]] int64_t pst = 0;
+    if constexpr (MODE == VARLEN) seq_range(g, qi, &lo, &hi, &pst);
+    for (int k0 = kbeg; k0 < kstop; k0 += BM) {
+        __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
+        load_tile<T16>(Ks, kb.k, g.ldk, k0, g.Tk, g.vec);
+        load_tile<T16>(Vs, kb.v, g.ldv, k0, g.Tk, g.vec);
+        if constexpr (MODE == MASKED) {
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+        }
         __syncthreads();
         scores<T16>(Sw, qa, Ks); /* S = Q K^T */
         scores<T16>(Gw, ga, Vs); /* dP = dout V^T */
@@ -378,9 +436,11 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ qkv, c
 #pragma unroll
         for (int c = 0; c < BM / 2; c++) {
             const int col = half * (BM / 2) + c, key = k0 + col;
-            float ds = 0.0f;
-            if (key <= qi && qi < T) ds = expf(Sw[r * LF + col] * scale - Li) * (Gw[r * LF + col] - Di);
-            Pw[r * LP + col] = to16<T16>(ds);
+            const float p = prob_at<MODE>(g, qi, key, Sw[r * LF + col], Li, MODE == MASKED ? Bs[col] : 0.0f, lo, hi);
+            float dp = Gw[r * LF + col];
+            if (MODE != PACKED && g.drop.p > 0.0f && p != 0.0f)
+                dp = kept<MODE>(g, bh, qi, key, lo, hi, pst) ? dp * g.drop.ks : 0.0f;
+            Pw[r * LP + col] = to16<T16>(p * (dp - Di));
         }
         __syncwarp();
         mm_px<T16>(dq, Pw, Ks); /* dQ += dS K */
@@ -389,55 +449,74 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ qkv, c
 #pragma unroll
     for (int n = 0; n < D / 16; n++) wmma::store_matrix_sync(Sw + n * 16, dq[n], LF, wmma::mem_row_major);
     __syncwarp();
-    add_rows(dqkv + (int64_t)b * T * ld + (int64_t)h * D, ld, Sw, LF, q0 + w * WR, T, scale);
+    add_rows(dq_out + b * g.sq + kb.hc, g.ldq, Sw, LF, q0 + w * WR, g.Tq, g.scale);
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* what the launchers share: the grid (b h, 64-row blocks) and the checks */
-struct launch {
-    dim3 grid;
-    int T, C, NH;
-    float scale;
-    bool vec;
-};
+/* shared memory past a kernel's regions: MASKED's key biases (forward, dq) */
+constexpr size_t extra_bytes(int MODE) { return MODE == MASKED ? BM * sizeof(float) : 0; }
 
-launch launch_of(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    launch g;
-    g.grid = dim3((unsigned)(B * NH), (unsigned)((T + BM - 1) / BM));
-    g.T = (int)T, g.C = (int)C, g.NH = (int)NH;
-    g.scale = 1.0f / sqrtf((float)D);
-    g.vec = C % 4 == 0;
-    return g;
+const char *const fwd_name[3] = {"flash attention forward (tensor cores)",
+                                  "flash attention forward (masked; tensor cores)",
+                                  "flash attention forward (packed sequences; tensor cores)"};
+const char *const dkdv_name[3] = {"flash attention backward (dk, dv; tensor cores)",
+                                   "flash attention backward (dk, dv; masked; tensor cores)",
+                                   "flash attention backward (dk, dv; packed sequences; tensor cores)"};
+const char *const dq_name[3] = {"flash attention backward (dq; tensor cores)",
+                                 "flash attention backward (dq; masked; tensor cores)",
+                                 "flash attention backward (dq; packed sequences; tensor cores)"};
+
+template <typename T16, int MODE>
+void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
+    const size_t bytes = FWD_BYTES + extra_bytes(MODE);
+    utk::allow_smem(fwd_kernel<T16, MODE>, bytes);
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+    fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, out2, L, g);
+    ut_cuda_launched(fwd_name[MODE]);
 }
 
-template <typename T16>
-void fwd(float *out, float *out2, float *L, const float *qkv, const launch &g) {
-    utk::allow_smem(fwd_kernel<T16>, FWD_BYTES);
-    fwd_kernel<T16><<<g.grid, NT, FWD_BYTES, utk::stream()>>>(qkv, out, out2, L, g.T, g.C, g.NH, g.scale,
-                                                               g.vec && aligned16(qkv));
-    ut_cuda_launched("flash attention forward (tensor cores)");
+template <typename T16, int MODE>
+void bwd(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
+         const geom &g) {
+    if (dk || dv) {
+        utk::allow_smem(dkdv_kernel<T16, MODE>, DKDV_BYTES);
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
+        dkdv_kernel<T16, MODE><<<grid, NT, DKDV_BYTES, utk::stream()>>>(dout, L, Dg, dk, dv, g);
+        ut_cuda_launched(dkdv_name[MODE]);
+    }
+    if (dq) {
+        const size_t bytes = DQ_BYTES + extra_bytes(MODE);
+        utk::allow_smem(dq_kernel<T16, MODE>, bytes);
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+        dq_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(dout, L, Dg, dq, g);
+        ut_cuda_launched(dq_name[MODE]);
+    }
 }
 
-template <typename T16>
-void bwd(float *dqkv, const float *dout, const float *qkv, const float *L, const float *Dg, const launch &g) {
-    bool vec = g.vec && aligned16(qkv) && aligned16(dout);
-    utk::allow_smem(dkdv_kernel<T16>, DKDV_BYTES);
-    dkdv_kernel<T16><<<g.grid, NT, DKDV_BYTES, utk::stream()>>>(qkv, dout, L, Dg, dqkv, g.T, g.C, g.NH, g.scale,
-                                                                 vec);
-    ut_cuda_launched("flash attention backward (dk, dv; tensor cores)");
-    utk::allow_smem(dq_kernel<T16>, DQ_BYTES);
-    dq_kernel<T16><<<g.grid, NT, DQ_BYTES, utk::stream()>>>(qkv, dout, L, Dg, dqkv, g.T, g.C, g.NH, g.scale, vec);
-    ut_cuda_launched("flash attention backward (dq; tensor cores)");
+template <int MODE>
+void fwd_dt(float *out, float *out2, float *L, int64_t B, const geom &g, int dt) {
+    if (dt == 2) fwd<__half, MODE>(out, out2, L, B, g);
+    else fwd<__nv_bfloat16, MODE>(out, out2, L, B, g);
 }
 
-}  // namespace
+template <int MODE>
+void bwd_dt(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
+            const geom &g, int dt) {
+    if (dt == 2) bwd<__half, MODE>(dq, dk, dv, dout, L, Dg, B, g);
+    else bwd<__nv_bfloat16, MODE>(dq, dk, dv, dout, L, Dg, B, g);
+}
 
-extern "C" bool ut_cuda_flash_attn_tc_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
+/* Whether B x NH pairs of Tq queries and Tk keys with head size 64 fit the
+ * kernels on the current device (sm_80 or later); UT_CUDA_ATTN=fp32 or
+ * unfused: never */
+bool tc_fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, int MODE) {
     const char *e = getenv("UT_CUDA_ATTN");
     if (e && (!strcmp(e, "fp32") || !strcmp(e, "unfused"))) return false;
-    if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || C / NH != D) return false;
-    if ((T + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff || T > 0x7fffffff) return false;
+    if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0 || C / NH != D) return false;
+    if ((Tq + BM - 1) / BM > 65535 || (Tk + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff ||
+        Tq > 0x7fffffff || Tk > 0x7fffffff || Tq * 3 * C > INT64_MAX / B || Tk * 3 * C > INT64_MAX / B)
+        return false;
     static int optin[64];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
@@ -450,16 +529,30 @@ extern "C" bool ut_cuda_flash_attn_tc_ok(int64_t B, int64_t T, int64_t C, int64_
         optin[dev] = major >= 8 && v > 0 ? v : -1;
     }
     size_t need = FWD_BYTES > DKDV_BYTES ? FWD_BYTES : DKDV_BYTES;
-    need = need > DQ_BYTES ? need : DQ_BYTES;
+    need = (need > DQ_BYTES ? need : DQ_BYTES) + extra_bytes(MODE);
     return optin[dev] > 0 && need <= (size_t)optin[dev];
+}
+
+}  // namespace
+
+extern "C" bool ut_cuda_flash_attn_tc_ok(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    return tc_fits(B, T, T, C, NH, PACKED);
+}
+
+extern "C" bool ut_cuda_flash_attn_tc_masked_ok(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH) {
+    return tc_fits(B, Tq, Tk, C, NH, MASKED);
+}
+
+extern "C" bool ut_cuda_flash_attn_tc_varlen_ok(int64_t N, int64_t S, int64_t C, int64_t NH) {
+    return S >= 1 && S < N + 1 && tc_fits(1, N, N, C, NH, VARLEN);
 }
 
 extern "C" void ut_cuda_flash_attn_tc_fwd(float *out, float *out_copy, float *L, const float *qkv, int64_t B,
                                           int64_t T, int64_t C, int64_t NH, int dt) {
     if (B <= 0 || T <= 0) return;
-    launch g = launch_of(B, T, C, NH);
-    if (dt == 2) fwd<__half>(out, out_copy, L, qkv, g);
-    else fwd<__nv_bfloat16>(out, out_copy, L, qkv, g);
+    geom g = geom_packed(qkv, T, C, NH);
+    g.vec = C % 4 == 0 && aligned16(qkv);
+    fwd_dt<PACKED>(out, out_copy, L, B, g, dt);
 }
 
 extern "C" void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out,
@@ -467,7 +560,29 @@ extern "C" void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const fl
                                           int64_t NH, int dt) {
     if (B <= 0 || T <= 0) return;
     ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, T, C, NH);
-    launch g = launch_of(B, T, C, NH);
-    if (dt == 2) bwd<__half>(dqkv, dout, qkv, L, Dscratch, g);
-    else bwd<__nv_bfloat16>(dqkv, dout, qkv, L, Dscratch, g);
+    geom g = geom_packed(qkv, T, C, NH);
+    g.vec = C % 4 == 0 && aligned16(qkv) && aligned16(dout);
+    bwd_dt<PACKED>(dqkv, dqkv + C, dqkv + 2 * C, dout, L, Dscratch, B, g, dt);
+}
+
+extern "C" void ut_cuda_flash_attn_tc_masked_fwd(float *out, float *out_copy, float *L, const float *q,
+                                                 const float *k, const float *v, int64_t B, int64_t Tq, int64_t Tk,
+                                                 int64_t C, int64_t NH, const ut_flash_masking *mk, int dt) {
+    if (B <= 0 || Tq <= 0) return;
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
+    g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+    if (mk->off) fwd_dt<VARLEN>(out, out_copy, L, B, g, dt);
+    else fwd_dt<MASKED>(out, out_copy, L, B, g, dt);
+}
+
+extern "C" void ut_cuda_flash_attn_tc_masked_bwd(float *dq, float *dk, float *dv, float *Dscratch,
+                                                 const float *dout, const float *out, const float *q, const float *k,
+                                                 const float *v, const float *L, int64_t B, int64_t Tq, int64_t Tk,
+                                                 int64_t C, int64_t NH, const ut_flash_masking *mk, int dt) {
+    if (B <= 0 || Tq <= 0 || (!dq && !dk && !dv)) return;
+    ut_cuda_flash_attn_rowdot(Dscratch, dout, out, B, Tq, C, NH);
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
+    g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
+    if (mk->off) bwd_dt<VARLEN>(dq, dk, dv, dout, L, Dscratch, B, g, dt);
+    else bwd_dt<MASKED>(dq, dk, dv, dout, L, Dscratch, B, g, dt);
 }
