@@ -357,7 +357,7 @@ static void close_mesh(int *coll, int *p2p, int size) {
 
 // --- the c10d TCPStore client (torchrun's store) ------------------------------------
 
-enum { STORE_VALIDATE = 0, STORE_SET = 1, STORE_GET = 3, STORE_WAIT = 6 };
+enum { STORE_VALIDATE = 0, STORE_SET = 1, STORE_GET = 3, STORE_CHECK = 5, STORE_WAIT = 6 };
 #define STORE_MAGIC 0x3C85F7CEu
 
 typedef struct {
@@ -474,17 +474,70 @@ static int read_env(launch_env *e, char *err, size_t n) {
     return 0;
 }
 
+/* A connection to the store at MASTER_ADDR:MASTER_PORT that has said hello
+ * (VALIDATE with the store's magic); -1 with why() set */
+static int store_open(const launch_env *e, double deadline) {
+    int fd = connect_to(e->master, e->port, deadline);
+    if (fd < 0) return -1;
+    store_msg m = {.n = 0};
+    uint8_t q = STORE_VALIDATE;
+    uint32_t magic = STORE_MAGIC;
+    put(&m, &q, 1);
+    put(&m, &magic, sizeof magic);
+    if (write_all(fd, m.buf, m.n, deadline, "the launcher's store")) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Adds rank r, the missing-th missing one, to a list of the first 8 */
+static void list_rank(char *list, size_t ln, int *used, int missing, int r) {
+    if (*used >= (int)ln || missing > 9) return;
+    *used += missing <= 8 ? snprintf(list + *used, ln - (size_t)*used, "%s%d", missing > 1 ? ", " : "", r)
+                          : snprintf(list + *used, ln - (size_t)*used, ", ...");
+}
+
+/* After the wait for rank `from`'s key timed out: which ranks from `from` on
+ * have not set their keys (CHECK, on a new connection: the old one still
+ * has its WAIT queued), named in tcp_err after what it said */
+static void store_name_missing(const launch_env *e, int from) {
+    char first[sizeof tcp_err], list[160] = "";
+    snprintf(first, sizeof first, "%s", tcp_err);
+    double by = now_s() + 5;
+    int fd = store_open(e, by), missing = 0, used = 0;
+    for (int r = from; fd >= 0 && r < e->size; r++) {
+        char key[96];
+        snprintf(key, sizeof key, "utrain/%s/%d", e->restart, r);
+        store_msg m = {.n = 0};
+        uint8_t q = STORE_CHECK, ready = 1;
+        uint64_t one = 1;
+        put(&m, &q, 1);
+        put(&m, &one, sizeof one);
+        put_str(&m, key, strlen(key));
+        if (write_all(fd, m.buf, m.n, by, "the launcher's store") ||
+            read_all(fd, &ready, 1, by, "the launcher's store")) {
+            missing = -1;
+            break;
+        }
+        if (ready != 0) list_rank(list, sizeof list, &used, ++missing, r); /* 0: READY, 1: NOT_READY */
+    }
+    if (fd >= 0) close(fd);
+    if (missing > 0)
+        why("%s; %d of %d ranks did not arrive (rank%s %s) within %.0f s (UTRAIN_RENDEZVOUS_TIMEOUT sets the wait)",
+            first, missing, e->size, missing > 1 ? "s" : "", list, e->wait_s);
+    else snprintf(tcp_err, sizeof tcp_err, "%s", first);
+}
+
 /* Through torchrun's store: this rank's "host port" under its key, then
  * every rank's. The host is this machine's address on the route to the
  * store, which the other ranks reach it by. */
 static int rendezvous_store(const launch_env *e, int my_port, tcp_host *hosts, double deadline) {
-    int fd = connect_to(e->master, e->port, deadline);
+    int fd = store_open(e, deadline);
     if (fd < 0) return -1;
     int rc = -1;
     struct sockaddr_storage a;
     socklen_t len = sizeof a;
-    uint8_t q = STORE_VALIDATE;
-    uint32_t magic = STORE_MAGIC;
     char hs[100], key[96], value[160];
     if (getsockname(fd, (struct sockaddr *)&a, &len)) {
         why("getsockname: %s", strerror(errno));
@@ -499,17 +552,16 @@ static int rendezvous_store(const launch_env *e, int my_port, tcp_host *hosts, d
             "(`ip -brief addr` lists them)", hs, e->master);
         goto out;
     }
-    store_msg m = {.n = 0};
-    put(&m, &q, 1);
-    put(&m, &magic, sizeof magic);
-    if (write_all(fd, m.buf, m.n, deadline, "the launcher's store")) goto out;
     snprintf(key, sizeof key, "utrain/%s/%d", e->restart, e->rank);
     snprintf(value, sizeof value, "%s %d", hs, my_port);
     if (store_set(fd, key, value, deadline)) goto out;
     for (int r = 0; r < e->size; r++) {
         snprintf(key, sizeof key, "utrain/%s/%d", e->restart, r);
         unsigned port = 0;
-        if (store_get(fd, key, value, sizeof value, deadline)) goto out;
+        if (store_get(fd, key, value, sizeof value, deadline)) {
+            if (deadline > 0 && now_s() >= deadline) store_name_missing(e, r);
+            goto out;
+        }
         if (sscanf(value, "%95s %u", hosts[r].host, &port) != 2 || port == 0 || port > 65535) {
             why("the launcher's store holds '%s' under %s, not 'host port'", value, key);
             goto out;
@@ -570,9 +622,7 @@ static int rendezvous_own(const launch_env *e, int my_port, tcp_host *hosts, dou
             char list[160] = "";
             int missing = 0, used = 0;
             for (int r = 1; r < e->size; r++)
-                if (fds[r] < 0 && ++missing <= 8 && used < (int)sizeof list)
-                    used += snprintf(list + used, sizeof list - (size_t)used, "%s%d", missing > 1 ? ", " : "", r);
-            if (missing > 8 && used < (int)sizeof list) snprintf(list + used, sizeof list - (size_t)used, ", ...");
+                if (fds[r] < 0) list_rank(list, sizeof list, &used, ++missing, r);
             ut_errorf(err, n,
                       "rendezvous at MASTER_PORT %d: %s; %d of %d ranks did not arrive (rank%s %s) within %.0f s "
                       "(UTRAIN_RENDEZVOUS_TIMEOUT sets the wait)",

@@ -5,14 +5,19 @@
  * mpirun, to the bit; bad launcher variables are refused naming the
  * variable; srun without MPI support (SLURM_* only) and node-by-node with
  * dist.launcher: mpi are refused with the command that runs the job. A stop
- * signal to a TCP job ends it with a checkpoint. And the run directory's
+ * signal to a TCP job ends it with a checkpoint. Under torchrun the ranks
+ * meet through its store (a stand-in speaking its protocol here), and ranks
+ * that never come are named. And the run directory's
  * lock: a second training job in a directory in use is refused with the
  * holder's pid; test mode and a resumed job after the holder ends are not. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -219,6 +224,157 @@ static void test_rendezvous_ignores_strangers(void) {
     CHECK(rc0 == 0 && rc1 == 0 && output_has("stranger", "Processes = 2 (ddp, tcp backend"), "exit %d and %d", rc0, rc1);
 }
 
+/* ---- a stand-in for torchrun's store: the c10d TCPStore protocol as utrain
+ * speaks it (VALIDATE, SET, GET, CHECK, and WAIT, answered once the key is
+ * set), one process serving every connection ---- */
+
+static bool rd(int fd, void *p, size_t n) {
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, (char *)p + got, n - got);
+        if (k <= 0) return false;
+        got += (size_t)k;
+    }
+    return true;
+}
+static bool rd_str(int fd, char *s, size_t cap) {
+    uint64_t len;
+    if (!rd(fd, &len, sizeof len) || len >= cap || !rd(fd, s, (size_t)len)) return false;
+    s[len] = 0;
+    return true;
+}
+static bool wr(int fd, const void *p, size_t n) { return write(fd, p, n) == (ssize_t)n; }
+
+enum { KV = 32, CONNS = 32 };
+static struct { char key[96], value[160]; } kv[KV];
+static int nkv;
+static const char *kv_get(const char *key) {
+    for (int i = 0; i < nkv; i++)
+        if (!strcmp(kv[i].key, key)) return kv[i].value;
+    return NULL;
+}
+
+/* One query from fd; false: close it. waiting[i]: the key connection i waits for */
+static bool store_query(int fd, int i, char (*waiting)[96], const struct pollfd *fds, int nf) {
+    uint8_t q;
+    char key[96], value[160];
+    uint64_t n;
+    if (!rd(fd, &q, 1)) return false;
+    switch (q) {
+        case 0: { /* VALIDATE: the magic, no answer */
+            uint32_t magic;
+            return rd(fd, &magic, sizeof magic) && magic == 0x3C85F7CEu;
+        }
+        case 1: /* SET; then the waits on that key end (0: stop waiting) */
+            if (!rd_str(fd, key, sizeof key) || !rd_str(fd, value, sizeof value) || nkv == KV) return false;
+            snprintf(kv[nkv].key, sizeof kv[nkv].key, "%s", key);
+            snprintf(kv[nkv].value, sizeof kv[nkv].value, "%s", value);
+            nkv++;
+            for (int j = 1; j < nf; j++)
+                if (waiting[j][0] && !strcmp(waiting[j], key)) {
+                    waiting[j][0] = 0;
+                    (void)wr(fds[j].fd, "\0", 1);
+                }
+            return true;
+        case 3: { /* GET: the length, then the bytes */
+            if (!rd_str(fd, key, sizeof key)) return false;
+            const char *v = kv_get(key);
+            uint64_t len = v ? strlen(v) : 0;
+            return wr(fd, &len, sizeof len) && (!len || wr(fd, v, (size_t)len));
+        }
+        case 5: /* CHECK: 0 when every key is set, else 1 */
+        case 6: { /* WAIT: 0 once every key is set */
+            if (!rd(fd, &n, sizeof n) || n != 1 || !rd_str(fd, key, sizeof key)) return false;
+            uint8_t ready = kv_get(key) ? 0 : 1;
+            if (q == 6 && ready) {
+                snprintf(waiting[i], sizeof waiting[i], "%s", key);
+                return true;
+            }
+            return q == 6 ? wr(fd, "\0", 1) : wr(fd, &ready, 1);
+        }
+        default: return false;
+    }
+}
+
+static void serve_store(int lfd) {
+    struct pollfd fds[CONNS] = {{.fd = lfd, .events = POLLIN}};
+    char waiting[CONNS][96] = {{0}};
+    int nf = 1;
+    for (;;) {
+        if (poll(fds, (nfds_t)nf, -1) < 0) _exit(1);
+        for (int i = nf - 1; i >= 1; i--)
+            if (fds[i].revents && !store_query(fds[i].fd, i, waiting, fds, nf)) {
+                close(fds[i].fd);
+                fds[i] = fds[nf - 1];
+                memcpy(waiting[i], waiting[nf - 1], sizeof waiting[i]);
+                nf--;
+            }
+        if (fds[0].revents & POLLIN) {
+            int c = accept(lfd, NULL, NULL);
+            if (c >= 0 && nf < CONNS) {
+                fds[nf] = (struct pollfd){.fd = c, .events = POLLIN};
+                waiting[nf++][0] = 0;
+            } else if (c >= 0) {
+                close(c);
+            }
+        }
+    }
+}
+
+/* torchrun's launch (TORCHELASTIC_USE_AGENT_STORE=True): the ranks exchange
+ * their addresses through the store at MASTER_ADDR:MASTER_PORT and train as
+ * mpirun's ranks do; of a job of 3 whose rank 2 never comes, the other two
+ * name it after UTRAIN_RENDEZVOUS_TIMEOUT. */
+static void test_torchrun_store(void) {
+    const char *ref = reference();
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CHECK(lfd >= 0 && !bind(lfd, (struct sockaddr *)&a, sizeof a) && !listen(lfd, 16) &&
+              !getsockname(lfd, (struct sockaddr *)&a, &len),
+          "a socket for the store");
+    fflush(stdout);
+    pid_t store = fork();
+    if (store == 0) serve_store(lfd);
+    close(lfd);
+    char port[16];
+    snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    for (int job = 0; job < 2; job++) {
+        const char *name = job ? "trstore3" : "trstore";
+        const char *cfg = write_config(name, 1, NULL);
+        setenv("WORLD_SIZE", job ? "3" : "2", 1);
+        setenv("TORCHELASTIC_RESTART_COUNT", job ? "1" : "0", 1); /* the keys of another attempt */
+        if (job) setenv("UTRAIN_RENDEZVOUS_TIMEOUT", "2", 1);
+        pid_t pid[2];
+        for (int r = 0; r < 2; r++) {
+            char v[8], out[32];
+            snprintf(v, sizeof v, "%d", r);
+            snprintf(out, sizeof out, "%s_%d", name, r);
+            setenv("RANK", v, 1);
+            setenv("LOCAL_RANK", v, 1);
+            pid[r] = tp_spawn((const char *[]){"train", cfg, NULL}, out_path(out));
+        }
+        int rc0 = tp_wait(pid[0]), rc1 = tp_wait(pid[1]);
+        if (!job) {
+            CHECK(rc0 == 0 && rc1 == 0, "through the store: exit %d and %d", rc0, rc1);
+            CHECK(tp_same_file(ckpt("trstore", 15), ref), "ranks met through the store trained other weights");
+        } else {
+            const char *said = "1 of 3 ranks did not arrive (rank 2) within 2 s (UTRAIN_RENDEZVOUS_TIMEOUT";
+            CHECK(rc0 == 1 && rc1 == 1 && output_has("trstore3_0", said) && output_has("trstore3_1", said),
+                  "a rank that never comes: exit %d and %d, not named", rc0, rc1);
+        }
+    }
+    kill(store, SIGKILL);
+    waitpid(store, NULL, 0);
+    for (const char *const *v = (const char *const[]){"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+                                                       "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+                                                       "UTRAIN_RENDEZVOUS_TIMEOUT", NULL};
+         *v; v++)
+        unsetenv(*v);
+}
+
 /* Launcher variables that cannot form a job are named. */
 static void test_torchrun_bad_variables(void) {
     const char *cfg = write_config("trbad", 1, NULL);
@@ -412,6 +568,7 @@ int main(int argc, char **argv) {
     RUN(test_seed_parameters_trains);
     RUN(test_torchrun_one_node);
     RUN(test_torchrun_bad_variables);
+    RUN(test_torchrun_store);
     RUN(test_rendezvous_ignores_strangers);
     RUN(test_srun_without_mpi);
     RUN(test_seed_node_by_node);
