@@ -720,23 +720,9 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* Whether the kernels take B x NH pairs of Tq queries and Tk keys, C columns,
  * on the current device (UT_CUDA_ATTN=unfused: never) */
 bool fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, int MODE) {
-    if (ut_cuda_flash_attn_unfused()) return false;
-    if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0) return false;
-    int64_t hs = C / NH;
-    if (hs > 128 || (Tq + BM - 1) / BM > 65535 || (Tk + BM - 1) / BM > 65535 || B * NH > 0x7fffffff ||
-        3 * C > 0x7fffffff || Tq * 3 * C > INT64_MAX / B || Tk * 3 * C > INT64_MAX / B || Tq > 0x7fffffff ||
-        Tk > 0x7fffffff)
-        return false;
-    static int optin[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (dev < 0 || dev >= 64) return false;
-    if (!optin[dev]) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return false;
-        optin[dev] = v > 0 ? v : -1;
-    }
-    return optin[dev] > 0 && smem_need(dim_of(hs), seg_bytes(MODE)) <= (size_t)optin[dev];
+    if (ut_cuda_flash_attn_unfused() || !sizes_fit(B, Tq, Tk, C, NH, 128)) return false;
+    size_t have = device_smem(0);
+    return have > 0 && smem_need(dim_of(C / NH), seg_bytes(MODE)) <= have;
 }
 
 const char *const fwd_name[3] = {"flash attention forward", "flash attention forward (masked)",

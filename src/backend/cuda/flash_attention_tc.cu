@@ -513,24 +513,11 @@ void bwd_dt(float *dq, float *dk, float *dv, const float *dout, const float *L, 
 bool tc_fits(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, int MODE) {
     const char *e = getenv("UT_CUDA_ATTN");
     if (e && (!strcmp(e, "fp32") || !strcmp(e, "unfused"))) return false;
-    if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0 || C / NH != D) return false;
-    if ((Tq + BM - 1) / BM > 65535 || (Tk + BM - 1) / BM > 65535 || B * NH > 0x7fffffff || 3 * C > 0x7fffffff ||
-        Tq > 0x7fffffff || Tk > 0x7fffffff || Tq * 3 * C > INT64_MAX / B || Tk * 3 * C > INT64_MAX / B)
-        return false;
-    static int optin[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-    if (!optin[dev]) {
-        int v = 0, major = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            return false;
-        /* bf16 WMMA needs sm_80 */
-        optin[dev] = major >= 8 && v > 0 ? v : -1;
-    }
+    if (!sizes_fit(B, Tq, Tk, C, NH, D) || C / NH != D) return false;
     size_t need = FWD_BYTES > DKDV_BYTES ? FWD_BYTES : DKDV_BYTES;
     need = (need > DQ_BYTES ? need : DQ_BYTES) + extra_bytes(MODE);
-    return optin[dev] > 0 && need <= (size_t)optin[dev];
+    size_t have = device_smem(8); /* bf16 WMMA needs sm_80 */
+    return have > 0 && need <= have;
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
  * same masks, loop ranges and dropout draws. Its definitions have internal
  * linkage: each kernel file includes it once.
  * defines: BM, PACKED, MASKED, VARLEN, geom, key_bias, seq_of, seq_range,
- *          kept, span_of, geom_of, geom_packed, geom_masked. */
+ *          kept, span_of, geom_of, geom_packed, geom_masked, sizes_fit, device_smem. */
 #ifndef UTRAIN_CUDA_FLASH_COMMON_CUH
 #define UTRAIN_CUDA_FLASH_COMMON_CUH
 
@@ -158,6 +158,32 @@ inline geom geom_masked(const float *q, const float *k, const float *v, int64_t 
     g.bad = mk->bad;
     g.S = (int)mk->S;
     return g;
+}
+
+/* Whether B x NH pairs of Tq queries and Tk keys, C columns (NH heads of at
+ * most max_hs), stay within the kernels' grids and indices */
+inline bool sizes_fit(int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH, int64_t max_hs) {
+    if (B < 1 || Tq < 1 || Tk < 1 || NH < 1 || C % NH != 0 || C / NH > max_hs) return false;
+    return (Tq + BM - 1) / BM <= 65535 && (Tk + BM - 1) / BM <= 65535 && B * NH <= 0x7fffffff &&
+           3 * C <= 0x7fffffff && Tq <= 0x7fffffff && Tk <= 0x7fffffff && Tq * 3 * C <= INT64_MAX / B &&
+           Tk * 3 * C <= INT64_MAX / B;
+}
+
+/* The current device's shared memory per block (opt-in) in bytes: 0 where
+ * it cannot say or its compute capability's major is below min_major */
+inline size_t device_smem(int min_major) {
+    static int optin[64], major[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!optin[dev]) {
+        int v = 0, m = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return 0;
+        optin[dev] = v > 0 ? v : -1;
+        major[dev] = m;
+    }
+    return optin[dev] > 0 && major[dev] >= min_major ? (size_t)optin[dev] : 0;
 }
 
 }  // namespace
