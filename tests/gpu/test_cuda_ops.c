@@ -214,7 +214,7 @@ static const gc_row masked_rows[] = {
 
 /* ATTENTION_MASKED and ATTENTION_VARLEN at real sizes: the fused kernels
  * against the CPU (fp32, and under bf16 and fp16 autocast on the tensor
- * cores and on the float32 kernels), the materialised paths too
+ * cores, and bf16 on the float32 kernels), the materialised paths too
  * (UT_CUDA_ATTN=unfused, with the small rows of the nn family), the same
  * bits twice, and bad offsets reported through the device error flag */
 static void test_masked_attention(void) {
@@ -234,21 +234,25 @@ static void test_masked_attention(void) {
                     t_checks_failed++;
         unsetenv("UT_CUDA_ATTN");
     }
-    /* under autocast, head size 64: the tensor-core kernels, then the float32
-     * ones (UT_CUDA_ATTN=fp32), at both 16-bit types */
-    const int hs64[] = {0, 1, 2, 6, 7, 8, 11, 13};
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int p = 0; p < 2; p++) {
-        if (p) setenv("UT_CUDA_ATTN", "fp32", 1);
-        for (int d = 0; d < 2; d++) {
-            dc_autocast = dts[d];
-            char fam[48];
-            snprintf(fam, sizeof fam, "%s %s", p ? "fused fp32" : "tensor cores", ut_dtype_name(dts[d]));
-            for (int i = 0; i < (int)(sizeof hs64 / sizeof hs64[0]); i++)
-                if ((!p || i < 3) && selected(&masked_rows[hs64[i]]) &&
-                    dc_compare_row(fam, &masked_rows[hs64[i]], UT_CUDA, 1e-2))
-                    t_checks_failed++;
-        }
+    /* under autocast, head size 64: the tensor-core kernels in bf16 (every
+     * kind of mask) and fp16 (dropout, padded and packed), then the float32
+     * ones (UT_CUDA_ATTN=fp32) */
+    static const struct {
+        ut_dtype dt;
+        const char *path, *fam;
+        int rows[8], n;
+    } passes[] = {
+        {UT_BF16, NULL, "tensor cores bf16", {0, 1, 2, 6, 7, 8, 11, 13}, 8},
+        {UT_F16, NULL, "tensor cores f16", {1, 8}, 2},
+        {UT_BF16, "fp32", "fused fp32 bf16", {0, 1, 2}, 3},
+    };
+    for (size_t p = 0; p < sizeof passes / sizeof passes[0]; p++) {
+        if (passes[p].path) setenv("UT_CUDA_ATTN", passes[p].path, 1);
+        dc_autocast = passes[p].dt;
+        for (int i = 0; i < passes[p].n; i++)
+            if (selected(&masked_rows[passes[p].rows[i]]) &&
+                dc_compare_row(passes[p].fam, &masked_rows[passes[p].rows[i]], UT_CUDA, 1e-2))
+                t_checks_failed++;
         unsetenv("UT_CUDA_ATTN");
     }
     const int twice[] = {1, 2, 8, 11};
