@@ -3,8 +3,9 @@
  * with dropout of the probabilities (semantics: src/backend/cpu/attention_masked.c).
  * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_masked_ok):
  *  - fused (flash_attention.h; head size <= 128; under autocast with head
- *    size 64 on the tensor cores): P and the keep mask are never materialised. Saved: each query row's log-sum-exp L (B, NH, Tq)
- *    (and under autocast a float32 copy of out after it) in the probs slot,
+ *    size 64 on the tensor cores): P and the keep mask are never
+ *    materialised. Saved: each query row's log-sum-exp L (B, NH, Tq) (and
+ *    under autocast a float32 copy of out after it) in the probs slot,
  *    and with dropout the launch's window of draws (k->rng, host memory) in
  *    the rng slot, from which the backward's kernels draw every keep decision
  *    again, each the draw the CPU takes for that element.

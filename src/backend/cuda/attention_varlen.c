@@ -3,8 +3,8 @@
  * offsets (semantics: src/backend/cpu/attention_varlen.c).
  * Two paths, chosen alike by forward and backward (ut_cuda_flash_attn_varlen_ok):
  *  - fused (flash_attention.h; head size <= 128; under autocast with head
- *    size 64 on the tensor cores): tiles of 64 packed rows,
- *    the pairs of different sequences masked; the offsets stay on the device
+ *    size 64 on the tensor cores): tiles of 64 packed rows, the pairs of
+ *    different sequences masked; the offsets stay on the device
  *    (a plan kernel checks them and raises the device error flag, reported
  *    at the next host read, if they are bad), so nothing waits. Saved in the
  *    probs slot: L (NH, N), under autocast a float32 copy of out, then the
