@@ -474,6 +474,9 @@ static int read_env(launch_env *e, char *err, size_t n) {
     return 0;
 }
 
+/* The store key under which rank r of this attempt leaves its address */
+static void store_key(char *key, size_t n, const launch_env *e, int r) { snprintf(key, n, "utrain/%s/%d", e->restart, r); }
+
 /* A connection to the store at MASTER_ADDR:MASTER_PORT that has said hello
  * (VALIDATE with the store's magic); -1 with why() set */
 static int store_open(const launch_env *e, double deadline) {
@@ -508,7 +511,7 @@ static void store_name_missing(const launch_env *e, int from) {
     int fd = store_open(e, by), missing = 0, used = 0;
     for (int r = from; fd >= 0 && r < e->size; r++) {
         char key[96];
-        snprintf(key, sizeof key, "utrain/%s/%d", e->restart, r);
+        store_key(key, sizeof key, e, r);
         store_msg m = {.n = 0};
         uint8_t q = STORE_CHECK, ready = 1;
         uint64_t one = 1;
@@ -552,11 +555,11 @@ static int rendezvous_store(const launch_env *e, int my_port, tcp_host *hosts, d
             "(`ip -brief addr` lists them)", hs, e->master);
         goto out;
     }
-    snprintf(key, sizeof key, "utrain/%s/%d", e->restart, e->rank);
+    store_key(key, sizeof key, e, e->rank);
     snprintf(value, sizeof value, "%s %d", hs, my_port);
     if (store_set(fd, key, value, deadline)) goto out;
     for (int r = 0; r < e->size; r++) {
-        snprintf(key, sizeof key, "utrain/%s/%d", e->restart, r);
+        store_key(key, sizeof key, e, r);
         unsigned port = 0;
         if (store_get(fd, key, value, sizeof value, deadline)) {
             if (deadline > 0 && now_s() >= deadline) store_name_missing(e, r);
