@@ -172,11 +172,16 @@ tests: all $(TEST_BIN) $(TEST_AUX)
 # by the host's C++ compiler, their launches rewritten by tests/emu/prep.pl,
 # so that kernels are tested on machines without a GPU (or nvcc) ----
 EMU_CU   = flash_attention_tc norm binary view unary softmax
-EMU_OBJ  = $(EMU_CU:%=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o
+EMU_OBJ  = $(EMU_CU:%=$(BUILD)/emu/%.o) $(BUILD)/emu/broken.o $(BUILD)/emu/cuda_emu.o
 EMU_FLAGS = -std=c++17 -O3 $(ARCH) -g -fPIC -DUT_CUDA_EMU -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-attributes \
             -Itests/emu/shim -Isrc/backend/cuda -Iinclude
 
 $(BUILD)/emu/%.cpp: src/backend/cuda/%.cu tests/emu/prep.pl
+	@mkdir -p $(dir $@)
+	@perl tests/emu/prep.pl $< > $@
+
+# kernels that break a GPU's rules, for the emulator's own checks
+$(BUILD)/emu/broken.cpp: tests/emu/broken.cu tests/emu/prep.pl
 	@mkdir -p $(dir $@)
 	@perl tests/emu/prep.pl $< > $@
 

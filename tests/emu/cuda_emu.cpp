@@ -40,12 +40,22 @@ constexpr size_t STACK = 256 << 10; /* bytes of stack per emulated thread */
 #define UTEMU_UCONTEXT_ONLY 0
 #endif
 
+/* a cp.async copy not landed yet: group -1 while its group is open */
+struct async_op {
+    void *dst;
+    const void *src;
+    size_t n, src_n;
+    long group;
+};
+
 struct fiber {
     ucontext_t ctx;
     jmp_buf jb;
     bool started;
     thread_state st;
-    char *stack; /* STACK bytes from the pool */
+    char *stack;                /* STACK bytes from the pool */
+    std::vector<async_op> ops;  /* this thread's copies in flight */
+    long groups;                /* groups it has committed */
 };
 
 /* fiber stacks, kept from launch to launch (fresh ones cost a page fault
@@ -68,6 +78,7 @@ struct block_run {
     std::vector<fiber> f;
     std::vector<uint64_t> slots;
     std::vector<float> tiles;
+    bool async_lazy; /* cp.async copies land at the wait (else at issue) */
     void *smem;
     size_t smem_bytes;
     ucontext_t main;
@@ -150,11 +161,64 @@ __attribute__((noinline)) void start_fiber(fiber &x, unsigned t, dim3 block) {
     x.st.wait = 0;
     x.st.done = false;
     x.started = false;
+    x.ops.clear();
+    x.groups = 0;
     getcontext(&x.ctx);
     x.ctx.uc_stack.ss_sp = x.stack;
     x.ctx.uc_stack.ss_size = STACK;
     x.ctx.uc_link = nullptr;
     makecontext(&x.ctx, entry, 0);
+}
+
+/* The order of the grid's blocks and of a block's threads. On a GPU the
+ * blocks run in any order, at once, and a block's threads between two
+ * barriers in any interleaving; a kernel that is right gives the same
+ * results whatever the order. So the emulator varies it (UT_EMU_ORDER=fixed
+ * runs blocks and threads in index order instead): launches take their
+ * blocks in ascending, descending or interleaved (odd, then even) order in
+ * turn, and each block runs its threads, at every barrier phase, in
+ * ascending order, descending order, or a permutation drawn from the
+ * block's index and the phase, by the block's index and the launch's. A
+ * race that the barriers do not order (a thread reading what another
+ * writes in the same phase, a block reading what another block writes)
+ * then gives different values in different blocks, which the tests'
+ * comparisons with the CPU see; reads before any write of dynamic shared
+ * memory give NaN. The orders are fixed by the indices: a run repeats. */
+uint64_t g_launches;
+
+bool vary_order() {
+    const char *e = getenv("UT_EMU_ORDER"); /* at each launch: a test may set it */
+    return !(e && !strcmp(e, "fixed"));
+}
+
+/* the k-th block a launch runs, of n */
+uint64_t block_at(uint64_t k, uint64_t n, uint64_t launch_no) {
+    switch (launch_no % 3) {
+    case 0: return k;
+    case 1: return n - 1 - k;
+    default: { /* odd indices, then even */
+        uint64_t odd = n / 2;
+        return k < odd ? 2 * k + 1 : 2 * (k - odd);
+    }
+    }
+}
+
+/* order = the threads' indices in the order a phase runs them (kind 0
+ * ascending, 1 descending, 2 a permutation drawn from seed) */
+void thread_order(std::vector<unsigned> &order, uint64_t seed, uint64_t kind) {
+    const unsigned n = (unsigned)order.size();
+    for (unsigned t = 0; t < n; t++) order[t] = kind == 1 ? n - 1 - t : t;
+    if (kind != 2) return;
+    uint64_t x = seed | 1;
+    for (unsigned t = n; t > 1; t--) { /* Fisher-Yates with xorshift64 */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned j = (unsigned)(x % t);
+        unsigned tmp = order[t - 1];
+        order[t - 1] = order[j];
+        order[j] = tmp;
+    }
 }
 
 } // namespace
@@ -169,6 +233,43 @@ float *warp_tile() {
     const thread_state &t = current();
     unsigned i = t.tid.x + g_run->block.x * (t.tid.y + g_run->block.y * t.tid.z);
     return g_run->tiles.data() + (size_t)(i / 32) * 256;
+}
+
+namespace {
+void land(const async_op &o) {
+    memcpy(o.dst, o.src, o.src_n);
+    memset((char *)o.dst + o.src_n, 0, o.n - o.src_n);
+}
+} // namespace
+
+void async_copy(void *dst, const void *src, size_t n, size_t src_n) {
+    if (!g_run) die("cp.async outside a kernel");
+    if ((uintptr_t)dst % n || (uintptr_t)src % n)
+        die("%s: a %zu-byte cp.async from %p to %p, not %zu-byte aligned (a misaligned address on a GPU)",
+            g_run->name, n, src, dst, n);
+    if (src_n > n) die("%s: a cp.async reading %zu of %zu bytes", g_run->name, src_n, n);
+    async_op o{dst, src, n, src_n, -1};
+    if (!g_run->async_lazy) land(o);
+    else g_run->f[(size_t)g_run->cur].ops.push_back(o);
+}
+
+void async_commit() {
+    if (!g_run) die("cp.async.commit_group outside a kernel");
+    fiber &me = g_run->f[(size_t)g_run->cur];
+    for (async_op &o : me.ops)
+        if (o.group < 0) o.group = me.groups;
+    me.groups++;
+}
+
+void async_wait(int pending) {
+    if (!g_run) die("cp.async.wait_group outside a kernel");
+    fiber &me = g_run->f[(size_t)g_run->cur];
+    size_t k = 0;
+    for (const async_op &o : me.ops) {
+        if (o.group >= 0 && o.group < me.groups - pending) land(o);
+        else me.ops[k++] = o;
+    }
+    me.ops.resize(k);
 }
 
 void barrier(int kind) {
@@ -198,29 +299,36 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     size_t base = outer ? outer->f.size() : 0;
     for (size_t i = 0; i < r.f.size(); i++) r.f[i].stack = stack_of(base + i);
     g_run = &r;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                r.bidx = uint3{bx, by, bz};
-                if (r.smem) memset(r.smem, 0xff, smem); /* NaN floats: reads before writes show */
-                for (unsigned t = 0; t < nt; t++) start_fiber(r.f[t], t, block);
-                for (;;) {
-                    bool all_done = true;
-                    for (unsigned t = 0; t < nt; t++) {
-                        fiber &x = r.f[t];
-                        if (x.st.done) continue;
-                        all_done = false;
-                        if (x.st.wait) continue;
-                        r.cur = (int)t;
-                        to_fiber(&r, x);
-                    }
-                    if (all_done) break;
-                    if (!open_barriers(&r))
-                        die("%s: block (%u, %u, %u): threads wait at barriers that cannot open (a barrier only "
-                            "some threads of a warp or block reach)",
-                            name, bx, by, bz);
-                }
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    const bool vary = vary_order();
+    const uint64_t launch_no = g_launches++;
+    std::vector<unsigned> order(nt);
+    for (uint64_t k = 0; k < nblocks; k++) {
+        uint64_t b = vary ? block_at(k, nblocks, launch_no) : k;
+        unsigned bx = (unsigned)(b % grid.x), by = (unsigned)(b / grid.x % grid.y),
+                 bz = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+        r.bidx = uint3{bx, by, bz};
+        r.async_lazy = vary && (b + launch_no) % 2 == 1;
+        if (r.smem) memset(r.smem, 0xff, smem); /* NaN floats: reads before writes show */
+        for (unsigned t = 0; t < nt; t++) start_fiber(r.f[t], t, block);
+        for (uint64_t round = 0;; round++) {
+            thread_order(order, vary ? b * 0x9e3779b97f4a7c15ull + round : 0, vary ? (b + launch_no) % 3 : 0);
+            bool all_done = true;
+            for (unsigned t : order) {
+                fiber &x = r.f[t];
+                if (x.st.done) continue;
+                all_done = false;
+                if (x.st.wait) continue;
+                r.cur = (int)t;
+                to_fiber(&r, x);
             }
+            if (all_done) break;
+            if (!open_barriers(&r))
+                die("%s: block (%u, %u, %u): threads wait at barriers that cannot open (a barrier only "
+                    "some threads of a warp or block reach)",
+                    name, bx, by, bz);
+        }
+    }
     g_run = outer;
     free(r.smem);
 }
@@ -239,8 +347,32 @@ void utemu_check_tile(const void *p, unsigned ldm, size_t elem, const char *what
 } // namespace nvcuda
 
 /* ---- the runtime API (cuda_runtime_emu.h) ---- */
+#include <map>
 #include <mutex>
 #include <set>
+
+namespace utemu {
+namespace {
+std::mutex g_smem_mu;
+std::map<const void *, int> g_smem_limit; /* kernel -> bytes cudaFuncSetAttribute allowed */
+} // namespace
+
+void set_smem_limit(const void *kernel, int bytes) {
+    std::lock_guard<std::mutex> l(g_smem_mu);
+    g_smem_limit[kernel] = bytes;
+}
+
+void check_smem_limit(const char *name, const void *kernel, size_t smem) {
+    if (smem <= 49152) return;
+    std::lock_guard<std::mutex> l(g_smem_mu);
+    auto it = g_smem_limit.find(kernel);
+    int allowed = it == g_smem_limit.end() ? 49152 : it->second;
+    if (smem > (size_t)allowed)
+        die("%s: a launch with %zu bytes of dynamic shared memory, past the %d its "
+            "cudaFuncAttributeMaxDynamicSharedMemorySize allows (the GPU refuses it)",
+            name, smem, allowed);
+}
+} // namespace utemu
 
 namespace {
 std::mutex g_host_mu;

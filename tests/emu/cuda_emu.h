@@ -23,11 +23,21 @@
  *     (so AddressSanitizer builds see overruns), filled with NaN bytes at
  *     each block's start (so a read before a write shows);
  *   - grid and block limits (blocks of at most 1024 threads, gridDim.y and
- *     .z at most 65535) and shared memory past the launch's request.
- * What it does not model: timing, races between threads that the barriers
- * do not order (the threads run in a fixed order, so a race gives one
- * answer here), warp-synchronous code without __syncwarp, and atomics
- * beyond what is below. */
+ *     .z at most 65535) and shared memory past the launch's request;
+ *   - dynamic shared memory past 48 KiB that cudaFuncSetAttribute did not
+ *     allow for that kernel first (the GPU refuses the launch);
+ *   - cp.async's alignment, and copies that land as late as the wait for
+ *     their group in some blocks and as early as their issue in others
+ *     (async_copy below);
+ *   - races: blocks and threads run in orders that vary from launch to
+ *     launch and block to block (cuda_emu.cpp, thread_order), so a read
+ *     that no barrier orders after another thread's write (or a block's
+ *     read of another block's output) gives values that differ from block
+ *     to block, and the tests' comparisons fail; so does warp-synchronous
+ *     code that leans on lanes running in step without __syncwarp.
+ *     UT_EMU_ORDER=fixed runs everything in index order.
+ * What it does not model: timing, registers and static shared memory (what
+ * ptxas reports), and atomics beyond what is below. */
 #ifndef UTRAIN_CUDA_EMU_H
 #define UTRAIN_CUDA_EMU_H
 
@@ -113,6 +123,29 @@ inline unsigned grid_z(I) {
 /* what a launch runs: body() once per thread of each block */
 void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
+/* A kernel's dynamic shared memory beyond the default 48 KiB is refused on
+ * a GPU unless cudaFuncSetAttribute(kernel,
+ * cudaFuncAttributeMaxDynamicSharedMemorySize, n) allowed at least that
+ * much first: set_smem_limit records it, check_smem_limit stops a launch
+ * past it, naming the kernel. */
+void set_smem_limit(const void *kernel, int bytes);
+void check_smem_limit(const char *name, const void *kernel, size_t smem);
+
+/* cp.async (sm_80 and later) as the hardware runs it: a copy of n bytes
+ * from global src to shared dst (the first src_n of them read, the rest
+ * zero), aligned to n, lands some time between its issue and the issuing
+ * thread's wait for its group. Blocks differ in when (cuda_emu.cpp,
+ * async_lazy): some land each copy as it is issued, the others only at the
+ * wait, so that a thread reading a tile before its wait (or another
+ * thread's tile before the barrier after their waits) reads what was there
+ * before in some blocks, and one copying into a tile others still read
+ * overwrites it early in others. async_commit closes the thread's open
+ * group; async_wait(pending) lands every committed group but the pending
+ * most recent ones. */
+void async_copy(void *dst, const void *src, size_t n, size_t src_n);
+void async_commit();
+void async_wait(int pending);
+
 /* a launch's configuration, <<<grid, block[, smem[, stream]]>>> */
 struct config {
     dim3 grid, block;
@@ -128,6 +161,7 @@ inline config make_config(G grid, B block, size_t smem = 0, const void *stream =
 /* k<<<cfg>>>(args) as tests/emu/prep.pl writes it */
 template <typename K, typename... A>
 void launch(const char *name, K kernel, config c, A... args) {
+    check_smem_limit(name, (const void *)kernel, c.smem);
     run_grid(name, c.grid, c.block, c.smem, [=]() { kernel(args...); });
 }
 
@@ -352,7 +386,11 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
 
 /* ---- the runtime API (cuda_runtime_emu.h) as the kernel files call it ---- */
 template <typename F>
-inline cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute, int) {
+inline cudaError_t cudaFuncSetAttribute(F *kernel, cudaFuncAttribute a, int v) {
+    if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (v < 0 || v > 232448) return cudaErrorInvalidValue;
+        utemu::set_smem_limit((const void *)kernel, v);
+    }
     return cudaSuccess;
 }
 template <typename T>

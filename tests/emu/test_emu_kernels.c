@@ -14,13 +14,19 @@
  *   - rms_norm (norm.cu): a warp per row and a block per row.
  * The emulator also checks the barriers, the WMMA tiles' alignment and
  * strides, and the grid and shared memory against a GPU's limits (it stops
- * the program, naming the kernel, where they are broken). */
+ * the program, naming the kernel, where they are broken), and runs blocks
+ * and threads in varying orders so that races change results;
+ * test_emulator_checks proves each check on kernels that break the rule
+ * (tests/emu/broken.cu). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../src/backend/cuda/ew.h"
 #include "../../src/backend/cuda/flash_attention.h"
@@ -465,7 +471,120 @@ static void test_rms_norm(void) {
     rms_case(300, 40);  /* dw over several row chunks */
 }
 
+/* ---- the emulator's own checks, on kernels that break a GPU's rules
+ * (tests/emu/broken.cu) ---- */
+void utemu_broken_race(float *out, int blocks, int sync);
+void utemu_broken_block_race(int *cell, int *out, int blocks);
+void utemu_broken_barrier(int *out);
+void utemu_broken_smem(float *out, int allow);
+void utemu_broken_async(float *out, const float *src, int blocks, int wait);
+void utemu_broken_async_align(const float *src);
+
+/* fn(arg) in a child process with stderr into a file: whether the child
+ * died of SIGABRT having said want */
+static bool child_stops(void (*fn)(int), int arg, const char *want) {
+    char path[] = "/tmp/ut-emu-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        fn(arg);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char buf[1024] = {0};
+    ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    unlink(path);
+    bool ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && k > 0 && strstr(buf, want);
+    if (!ok) fprintf(stderr, "  child: status %d, said: %s\n", st, buf);
+    return ok;
+}
+static void run_half_barrier(int arg) {
+    (void)arg;
+    int out[32];
+    utemu_broken_barrier(out);
+}
+static void run_big_smem(int allow) {
+    float out[32];
+    utemu_broken_smem(out, allow);
+}
+static void run_async_align(int arg) {
+    (void)arg;
+    static _Alignas(16) float src[8];
+    utemu_broken_async_align(src);
+}
+
+/* How many of the blocks' rows of out (blocks x 64) differ from row 0, and
+ * whether every value is its thread's neighbour's index. */
+static int race_rows(const float *out, int blocks, bool *all_right) {
+    int differ = 0;
+    *all_right = true;
+    for (int b = 0; b < blocks; b++) {
+        if (memcmp(out + b * 64, out, 64 * sizeof(float))) differ++;
+        for (int t = 0; t < 64; t++)
+            if (out[b * 64 + t] != (float)((t + 1) % 64)) *all_right = false;
+    }
+    return differ;
+}
+
+static void test_emulator_checks(void) {
+    enum { B = 12 };
+    float out[B * 64];
+    bool right;
+    /* a race inside a block: the blocks' threads run in different orders,
+     * so some blocks read their neighbours' values and others NaN */
+    utemu_broken_race(out, B, 0);
+    int differ = race_rows(out, B, &right);
+    CHECK(differ > 0 && !right, "a race went unseen: %d of %d blocks differ", differ, B);
+    /* the same with the barrier: every block right */
+    utemu_broken_race(out, B, 1);
+    CHECK(race_rows(out, B, &right) == 0 && right, "the barrier's version is wrong");
+    /* a race between blocks: launches take their blocks in different orders */
+    int cell[B], seen[3][B];
+    for (int k = 0; k < 3; k++) {
+        memset(cell, 0, sizeof cell);
+        utemu_broken_block_race(cell, seen[k], B);
+    }
+    CHECK(memcmp(seen[0], seen[1], sizeof seen[0]) || memcmp(seen[1], seen[2], sizeof seen[0]),
+          "three launches read the other blocks' cells alike");
+    /* cp.async: a tile read before its wait reads the copies in some blocks
+     * and NaN in others; waited for, every block is right */
+    float src[64];
+    for (int t = 0; t < 64; t++) src[t] = (float)t;
+    utemu_broken_async(out, src, B, 0);
+    differ = race_rows(out, B, &right);
+    CHECK(differ > 0 && !right, "a cp.async read before its wait went unseen: %d of %d blocks differ", differ, B);
+    utemu_broken_async(out, src, B, 1);
+    CHECK(race_rows(out, B, &right) == 0 && right, "the waited cp.async is wrong");
+    CHECK(child_stops(run_async_align, 0, "not 16-byte aligned"), "a misaligned cp.async");
+    /* barriers that cannot open; shared memory not allowed */
+    CHECK(child_stops(run_half_barrier, 0, "barriers that cannot open"), "the half barrier");
+    CHECK(child_stops(run_big_smem, 0, "cudaFuncAttributeMaxDynamicSharedMemorySize"), "64 KiB unallowed");
+    float o[32];
+    utemu_broken_smem(o, 1);
+    CHECK(o[0] == 1.0f && o[31] == 1.0f, "64 KiB allowed: %g %g", o[0], o[31]);
+    /* UT_EMU_ORDER=fixed runs every block alike (in a child, to leave this
+     * process's environment alone) */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("UT_EMU_ORDER", "fixed", 1);
+        float o2[B * 64];
+        bool r2;
+        utemu_broken_race(o2, B, 0);
+        _exit(race_rows(o2, B, &r2) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "UT_EMU_ORDER=fixed: blocks differ (status %d)", st);
+}
+
 int main(void) {
+    RUN(test_emulator_checks);
     RUN(test_attention_tc);
     RUN(test_layernorm_16);
     RUN(test_binary_mixed);

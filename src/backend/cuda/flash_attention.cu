@@ -75,14 +75,18 @@ struct cfg {
 };
 
 /* ---- cp.async (sm_80 and later): global -> shared without registers ---- */
-#ifdef UT_CUDA_EMU /* the CUDA emulator (tests/emu): each copy done when issued, zeros where not valid */
+#ifdef UT_CUDA_EMU /* the CUDA emulator's model of them (tests/emu/cuda_emu.h, async_copy) */
 __device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
-    for (int i = 0; i < 4; i++) dst[i] = valid ? src[i] : 0.0f;
+    utemu::async_copy(dst, src, 16, valid ? 16 : 0);
 }
-__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) { *dst = valid ? *src : 0.0f; }
-__device__ __forceinline__ void cp_commit() {}
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
+    utemu::async_copy(dst, src, 4, valid ? 4 : 0);
+}
+__device__ __forceinline__ void cp_commit() { utemu::async_commit(); }
 template <int N>
-__device__ __forceinline__ void cp_wait() {}
+__device__ __forceinline__ void cp_wait() {
+    utemu::async_wait(N);
+}
 #else
 __device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
     unsigned s = (unsigned)__cvta_generic_to_shared(dst);
