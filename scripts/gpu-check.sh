@@ -93,6 +93,12 @@ export P LIBDIR
 MAKEVARS=(BLAS_DIR="$LIBDIR/openblas-openmp" BLAS_INC="$P/usr/include/x86_64-linux-gnu/openblas-openmp"
           CFLAGS="-I$P/usr/include -I$P/usr/include/x86_64-linux-gnu"
           LDFLAGS="-L$LIBDIR -Wl,-rpath,$LIBDIR -Wl,-rpath,$LIBDIR/openmpi/lib")
+# Kernels for this machine's GPU alone (half the nvcc time of the default
+# Hopper code plus Ampere PTX), where nvidia-smi names its compute capability.
+CC_GPU=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+case "$CC_GPU" in
+    [0-9][0-9]|[0-9][0-9][0-9]) MAKEVARS+=(CU_ARCH="-gencode arch=compute_$CC_GPU,code=sm_$CC_GPU") ;;
+esac
 # The machine's own OpenMPI when it has one with its compiler wrapper (its
 # mpirun then matches the library); else the carried Debian one, relocated.
 if command -v mpicc >/dev/null 2>&1 && [ "$(command -v mpicc)" != "$P/usr/bin/mpicc" ]; then
@@ -148,6 +154,7 @@ fi
 if want build; then
     export MPI_OWN
     run unpack-debs 300 unpack
+    note "kernels built for: ${CC_GPU:+sm_$CC_GPU (this GPU)}${CC_GPU:-sm_90 + compute_80 PTX (the default)}"
     run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
         build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm build/bench/bert_step
     grep -E "error|warning" "$OUT/build.log" | head -20
