@@ -61,7 +61,7 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             ut_kctx k = ut_ctx_launch(ctx, UT_OP_NONE); /* backward draws nothing */
             if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward, &k);
             else ops[t->op].backward(t, &k);
-            ut_prof_end(ctx, t->op, 1, t0);
+            ut_prof_end(ctx, t, 1, t0);
         }
         if (hooks && ctx->grad_hook)
             FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));

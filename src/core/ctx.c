@@ -214,12 +214,14 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
 /* ---- per-op time (UT_PROFILE_OPS=1, or gpu) ---- */
 static int prof_state = -1; /* -1 unknown, 0 off, 1 host clock around waits, 2 the device's timing events */
 static double prof_time[UT_OP_COUNT][2];
+static double prof_bytes[UT_OP_COUNT][2]; /* nominal traffic (prof_traffic) */
 static long prof_calls[UT_OP_COUNT][2];
 static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
 /* mode 2: the ops whose events are not read yet, and spare events */
 typedef struct {
     void *a, *b;
     int op, dir;
+    double bytes;
 } prof_pair;
 static const ut_backend *prof_be;
 static prof_pair *prof_pend;
@@ -250,6 +252,7 @@ static void prof_resolve(void) {
         prof_pair *q = &prof_pend[i];
         double ms = prof_be->timer_ms(q->a, q->b);
         if (ms >= 0) prof_time[q->op][q->dir] += ms * 1e-3;
+        prof_bytes[q->op][q->dir] += q->bytes;
         prof_calls[q->op][q->dir]++;
         prof_spare_put(q->a);
         prof_spare_put(q->b);
@@ -267,14 +270,43 @@ static void prof_report(void) {
     for (int op = 0; op < UT_OP_COUNT; op++) total += prof_time[op][0] + prof_time[op][1];
     fprintf(stderr, "utrain op profile (UT_PROFILE_OPS=%s): %.3f s in kernels%s\n", prof_state == 2 ? "gpu" : "1",
             total, prof_state == 2 ? " (the device's timing events)" : "");
-    fprintf(stderr, "  %-20s %10s %8s %10s %8s %6s\n", "op", "fwd s", "calls", "bwd s", "calls", "share");
+    fprintf(stderr, "  %-20s %10s %8s %8s %10s %8s %8s %6s\n", "op", "fwd s", "calls", "GB/s", "bwd s", "calls",
+            "GB/s", "share");
     for (int op = 1; op < UT_OP_COUNT; op++) {
         double s = prof_time[op][0] + prof_time[op][1];
         if (prof_calls[op][0] + prof_calls[op][1] == 0) continue;
-        fprintf(stderr, "  %-20s %10.4f %8ld %10.4f %8ld %5.1f%%\n", ut_op_name(op), prof_time[op][0],
-                prof_calls[op][0], prof_time[op][1], prof_calls[op][1], total > 0 ? 100 * s / total : 0);
+        char rate[2][16];
+        for (int d = 0; d < 2; d++) {
+            if (prof_time[op][d] > 0 && prof_bytes[op][d] > 0)
+                snprintf(rate[d], sizeof rate[d], "%.1f", prof_bytes[op][d] / prof_time[op][d] * 1e-9);
+            else snprintf(rate[d], sizeof rate[d], "-");
+        }
+        fprintf(stderr, "  %-20s %10.4f %8ld %8s %10.4f %8ld %8s %5.1f%%\n", ut_op_name(op), prof_time[op][0],
+                prof_calls[op][0], rate[0], prof_time[op][1], prof_calls[op][1], rate[1],
+                total > 0 ? 100 * s / total : 0);
     }
+    fprintf(stderr, "  (GB/s: the bytes of the op's inputs and output, backward its output's gradient, inputs and\n"
+                    "   their gradients read and written, over its time: a nominal rate to hold against the\n"
+                    "   device's memory bandwidth; views move nothing)\n");
     pthread_mutex_unlock(&prof_mu);
+}
+
+/* The bytes a plain kernel of t's op moves: forward, its inputs read and
+ * its output written (none for views); backward, the output's gradient and
+ * the inputs read, and each input's gradient read and written (gradients
+ * are 16-bit where their tensor is: ut_grad). */
+static double prof_traffic(const ut_tensor *t, int backward) {
+    if (!backward && ut_op_is(t->op, UT_OPP_NO_DATA)) return 0;
+    double b = 0;
+    for (int k = 0; k < UT_MAX_SRC; k++) {
+        const ut_tensor *x = t->src[k];
+        if (!x) continue;
+        double n = (double)ut_nelem(x);
+        b += n * (double)ut_dtype_size(x->dtype);
+        if (backward && x->requires_grad) b += 2 * n * (ut_dtype_is16(x->dtype) ? 2 : sizeof(float));
+    }
+    double n = (double)ut_nelem(t);
+    return b + n * (backward ? (ut_dtype_is16(t->dtype) ? 2 : sizeof(float)) : (double)ut_dtype_size(t->dtype));
 }
 
 ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
@@ -302,8 +334,10 @@ ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
     return (ut_prof_mark){.t = now_s()};
 }
 
-void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m) {
+void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_mark m) {
     if (m.t < 0) return;
+    int op = t->op;
+    double bytes = prof_traffic(t, backward);
     if (m.ev) {
         pthread_mutex_lock(&prof_mu);
         void *ev = prof_event();
@@ -312,7 +346,7 @@ void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m) {
             prof_cap = prof_cap ? 2 * prof_cap : 1024;
             prof_pend = ut_realloc_check(prof_pend, (size_t)prof_cap * sizeof *prof_pend);
         }
-        prof_pend[prof_npend++] = (prof_pair){.a = m.ev, .b = ev, .op = op, .dir = backward};
+        prof_pend[prof_npend++] = (prof_pair){.a = m.ev, .b = ev, .op = op, .dir = backward, .bytes = bytes};
         if (prof_npend >= 4096) prof_resolve(); /* a wait every few thousand ops, not every op */
         pthread_mutex_unlock(&prof_mu);
         return;
@@ -320,6 +354,7 @@ void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m) {
     ctx->be->stream_sync(NULL);
     pthread_mutex_lock(&prof_mu);
     prof_time[op][backward] += now_s() - m.t;
+    prof_bytes[op][backward] += bytes;
     prof_calls[op][backward]++;
     pthread_mutex_unlock(&prof_mu);
 }
@@ -648,7 +683,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     ut_kctx k = ut_ctx_launch(t->ctx, t->op);
     if (fwd && ut_lowp_needed(t, false)) ut_lowp_forward(t, fwd, &k);
     else if (fwd) fwd(t, &k);
-    ut_prof_end(t->ctx, t->op, 0, t0);
+    ut_prof_end(t->ctx, t, 0, t0);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;

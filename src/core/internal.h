@@ -163,14 +163,16 @@ int ut_ctx_device_errors(ut_ctx *ctx);
  * host's launch time counts too); with UT_PROFILE_OPS=gpu, on a device with
  * a clock (backend.h, timer_new), by timing events around each op's work on
  * the compute stream, nothing waited for: the device's own time per op. A
- * table of time per op and direction goes to stderr when the process exits.
- * ut_prof_begin returns the mark ut_prof_end takes (t < 0: off). */
+ * table of time per op and direction goes to stderr when the process exits,
+ * with each one's nominal memory rate (its inputs', output's and gradients'
+ * bytes over its time). ut_prof_begin returns the mark ut_prof_end takes for
+ * op tensor t (mark.t < 0: off). */
 typedef struct {
     double t;
     void *ev;
 } ut_prof_mark;
 ut_prof_mark ut_prof_begin(const ut_ctx *ctx);
-void ut_prof_end(const ut_ctx *ctx, int op, int backward, ut_prof_mark m);
+void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_mark m);
 /* Frees everything in the checkpoint scratch arenas. */
 void ut_ctx_reset_scratch(ut_ctx *ctx);
 

@@ -183,7 +183,8 @@ static void test_bow_and_test_mode(void) {
 /* UT_PROFILE_OPS: the table of time per op goes to stderr at exit, on the
  * host's clock around waits (1) or from the device's timing events (gpu:
  * sim's are the times its stream's worker reached them), with each op's
- * calls: 4 steps of a 2-layer GPT-2 make 4 cross-entropies forward and back. */
+ * calls and memory rates: 4 steps of a 2-layer GPT-2 make 4 cross-entropies
+ * forward and back. */
 static void test_profile(void) {
     const char *modes[2] = {"1", "gpu"};
     for (int i = 0; i < 2; i++) {
@@ -197,11 +198,14 @@ static void test_profile(void) {
         snprintf(head, sizeof head, "utrain op profile (UT_PROFILE_OPS=%s)", modes[i]);
         const char *ce = o ? strstr(o, "  cross_entropy") : NULL;
         long fwd = 0, bwd = 0;
-        double fs = -1, bs = -1;
-        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %ld", &fs, &fwd, &bs, &bwd);
+        double fs = -1, bs = -1, fr = -1, br = -1;
+        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %lf %ld %lf", &fs, &fwd, &fr, &bs, &bwd, &br);
         CHECK(rc == 0 && o && strstr(o, head) && strstr(o, "  linear") && fwd == 4 && bwd == 4 && fs > 0 && bs > 0,
               "UT_PROFILE_OPS=%s: exit %d, cross_entropy %ld / %ld calls, %g / %g s:\n%s", modes[i], rc, fwd, bwd, fs,
               bs, o ? o : "(no output)");
+        /* each direction's memory rate */
+        CHECK(fr > 0 && br > 0 && strstr(o, "GB/s"), "UT_PROFILE_OPS=%s: cross_entropy's rates %g / %g GB/s", modes[i],
+              fr, br);
         free(o);
     }
 }
