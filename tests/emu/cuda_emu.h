@@ -78,6 +78,9 @@ struct alignas(8) float2 {
     float x, y;
 };
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 struct alignas(4) uchar4 {
     unsigned char x, y, z, w;
 };
@@ -301,6 +304,11 @@ inline __half __float2half_rn(float f) {
     }
     return h;
 }
+
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
 
 /* x rounded to TF32 (10 mantissa bits, nearest even), as the tensor cores
  * read float32 operands (the emulated cuBLASLt and cuDNN) */

@@ -283,10 +283,13 @@ static void test_layernorm_16(void) {
 
 /* ---- add and mul with mixed storage ---- */
 /* out (N, C) = a op b, b (N, C) or (C) broadcast; da, db of sum(out * g) */
-static void binary_case(int op, int odt, int adt, int bdt, int N, int C, bool bcast) {
+/* off: a and da start one element past an aligned address (the kernels
+ * then go one element at a time; aligned, four at a time where b allows) */
+static void binary_case(int op, int odt, int adt, int bdt, int N, int C, bool bcast, int off) {
     int64_t n = (int64_t)N * C, nb = bcast ? C : n;
-    void *a = malloc(dt_size(adt) * n), *b = malloc(dt_size(bdt) * nb), *out = malloc(dt_size(odt) * n);
-    void *g = malloc(dt_size(odt) * n), *da = malloc(dt_size(adt) * n), *dbv = malloc(dt_size(bdt) * nb);
+    char *abuf = malloc(dt_size(adt) * (n + 1)), *dabuf = malloc(dt_size(adt) * (n + 1));
+    void *a = abuf + off * dt_size(adt), *b = malloc(dt_size(bdt) * nb), *out = malloc(dt_size(odt) * n);
+    void *g = malloc(dt_size(odt) * n), *da = dabuf + off * dt_size(adt), *dbv = malloc(dt_size(bdt) * nb);
     for (int64_t i = 0; i < n; i++) store16(a, adt, i, normal()), store16(g, odt, i, normal()), store16(da, adt, i, 0.5f);
     for (int64_t i = 0; i < nb; i++) store16(b, bdt, i, normal()), store16(dbv, bdt, i, 0.5f);
     int64_t n4[4] = {1, 1, N, C}, s4[4] = {0, 0, bcast ? 0 : C, 1};
@@ -318,7 +321,8 @@ static void binary_case(int op, int odt, int adt, int bdt, int N, int C, bool bc
     e = rel_err(gotb, wdb, nb);
     CHECK(e <= (bdt ? tol[bdt] : 1e-5), "op %d dts %d %d %d%s: db off by %.3g", op, odt, adt, bdt, bcast ? " (broadcast)" : "",
           e);
-    free(a), free(b), free(out), free(g), free(da), free(dbv), free(scratch), free(got), free(want), free(wda), free(wdb);
+    free(abuf), free(b), free(out), free(g), free(dabuf), free(dbv), free(scratch), free(got), free(want), free(wda),
+        free(wdb);
     free(gotb);
 }
 
@@ -328,8 +332,12 @@ static void test_binary_mixed(void) {
     int cases[][3] = {{0, 0, 1}, {0, 1, 0}, {1, 1, 1}, {0, 0, 0}, {2, 2, 2}, {0, 2, 0}};
     for (int op = 0; op < 2; op++)
         for (int k = 0; k < 6; k++) {
-            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 33, 200, false);
-            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 300, 70, true);
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 33, 200, false, 0);
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 300, 70, true, 0);
+            /* four at a time: a tail of 3, a broadcast row of 64; then one at a time */
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 7, 13, false, 0);
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 30, 64, true, 0);
+            binary_case(op, cases[k][0], cases[k][1], cases[k][2], 33, 200, false, 1);
         }
 }
 
@@ -347,11 +355,14 @@ static double gelu_ref(double x, bool erf_form, double *deriv) {
 }
 
 static void test_gelu_16(void) {
-    const int64_t n = 5000;
     double tol[3] = {2e-6, 6e-3, 1e-3};
-    for (int form = 0; form < 2; form++)
+    /* four at a time with a tail of 3; x one element past alignment (one at a time) */
+    const int64_t sizes[2] = {5003, 1001};
+    for (int form = 0; form < 4; form++)
         for (int dt = 0; dt <= 2; dt++) {
-            void *x = malloc(4 * n), *out = malloc(4 * n), *dy = malloc(4 * n), *dx = malloc(4 * n);
+            const int64_t n = sizes[form / 2], off = form / 2;
+            char *xbuf = malloc(4 * (n + 1));
+            void *x = xbuf + off * dt_size(dt), *out = malloc(4 * n), *dy = malloc(4 * n), *dx = malloc(4 * n);
             float *got = malloc(sizeof(float) * n);
             double *want = malloc(sizeof(double) * n), *wdx = malloc(sizeof(double) * n);
             for (int64_t i = 0; i < n; i++) {
@@ -359,7 +370,7 @@ static void test_gelu_16(void) {
                 store16(dy, dt, i, normal());
                 store16(dx, dt, i, 0.25f);
             }
-            if (form) {
+            if (form % 2) {
                 ut_cuda_gelu_erf_fwd(out, dt, x, dt, n);
                 ut_cuda_gelu_erf_bwd(dx, dt, dy, dt, x, dt, n);
             } else {
@@ -368,16 +379,18 @@ static void test_gelu_16(void) {
             }
             for (int64_t i = 0; i < n; i++) {
                 double d;
-                want[i] = gelu_ref(load16(x, dt, i), form, &d);
+                want[i] = gelu_ref(load16(x, dt, i), form % 2, &d);
                 wdx[i] = 0.25 + load16(dy, dt, i) * d;
                 got[i] = load16(out, dt, i);
             }
             double e = rel_err(got, want, n);
-            CHECK(e <= tol[dt], "gelu%s dt %d: out off by %.3g (tol %.3g)", form ? "_erf" : "", dt, e, tol[dt]);
+            CHECK(e <= tol[dt], "gelu%s dt %d n %ld: out off by %.3g (tol %.3g)", form % 2 ? "_erf" : "", dt, (long)n,
+                  e, tol[dt]);
             for (int64_t i = 0; i < n; i++) got[i] = load16(dx, dt, i);
             e = rel_err(got, wdx, n);
-            CHECK(e <= tol[dt], "gelu%s dt %d: dx off by %.3g (tol %.3g)", form ? "_erf" : "", dt, e, tol[dt]);
-            free(x), free(out), free(dy), free(dx), free(got), free(want), free(wdx);
+            CHECK(e <= tol[dt], "gelu%s dt %d n %ld: dx off by %.3g (tol %.3g)", form % 2 ? "_erf" : "", dt, (long)n,
+                  e, tol[dt]);
+            free(xbuf), free(out), free(dy), free(dx), free(got), free(want), free(wdx);
         }
 }
 

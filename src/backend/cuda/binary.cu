@@ -84,11 +84,31 @@ enum { MODE_ADD = 0, MODE_MUL = 1, MODE_MUL_ACC = 2 };
 
 /* MODE_ADD: out = a + b; MODE_MUL: out = a * b; MODE_MUL_ACC: out += a * b
  * (a is then the incoming gradient); b read at its broadcast offset */
-template <typename I, int MODE, bool ALL32>
+/* VEC (vec_ok): four outputs a thread at a time (launch.cuh, utk_load4),
+ * then the tail one by one */
+__device__ __forceinline__ float4 combine4(int mode, float4 x, float4 y, float4 o) {
+    if (mode == MODE_ADD)
+        return make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y), __fadd_rn(x.z, y.z), __fadd_rn(x.w, y.w));
+    if (mode == MODE_MUL)
+        return make_float4(__fmul_rn(x.x, y.x), __fmul_rn(x.y, y.y), __fmul_rn(x.z, y.z), __fmul_rn(x.w, y.w));
+    return make_float4(__fadd_rn(o.x, __fmul_rn(x.x, y.x)), __fadd_rn(o.y, __fmul_rn(x.y, y.y)),
+                       __fadd_rn(o.z, __fmul_rn(x.z, y.z)), __fadd_rn(o.w, __fmul_rn(x.w, y.w)));
+}
+
+template <typename I, int MODE, bool ALL32, bool VEC>
 __global__ void binary_kernel(void *__restrict__ out, int odt, const void *__restrict__ a, int adt,
                               const void *__restrict__ b, int bdt, Bcast d, I n) {
-    I step = (I)gridDim.x * (I)blockDim.x;
-    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+    I step = (I)gridDim.x * (I)blockDim.x, i0 = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x, tail = 0;
+    if (VEC) {
+        I n4 = n / 4;
+        for (I v = i0; v < n4; v += step) {
+            float4 x = utk_load4(a, adt, (int64_t)v), y = utk_load4(b, bdt, (int64_t)(b_offset<I>(d, 4 * v) / 4));
+            float4 o = MODE == MODE_MUL_ACC ? utk_load4(out, odt, (int64_t)v) : x;
+            utk_store4(out, odt, (int64_t)v, combine4(MODE, x, y, o));
+        }
+        tail = n4 * 4;
+    }
+    for (I i = tail + i0; i < n; i += step) {
         float y = ld<ALL32>(b, bdt, (int64_t)b_offset<I>(d, i)), x = ld<ALL32>(a, adt, (int64_t)i);
         if (MODE == MODE_ADD) st<ALL32>(out, odt, (int64_t)i, __fadd_rn(x, y));
         else if (MODE == MODE_MUL) st<ALL32>(out, odt, (int64_t)i, __fmul_rn(x, y));
@@ -96,15 +116,34 @@ __global__ void binary_kernel(void *__restrict__ out, int odt, const void *__res
     }
 }
 
+/* Whether four consecutive outputs (from a multiple of 4) read four
+ * consecutive elements of b, aligned: b's innermost dim is contiguous
+ * (stride 1) and, unless it is the only one, a multiple of 4 long, with
+ * the other strides multiples of 4; and every pointer is aligned for four
+ * at a time. */
+bool vec_ok(const Bcast &d, const void *out, int odt, const void *a, int adt, const void *b, int bdt) {
+    if (d.bs[d.nd - 1] != 1 || (d.nd > 1 && d.ne[d.nd - 1] % 4)) return false; /* one dim: b as the output */
+    for (int k = 0; k < d.nd - 1; k++)
+        if (d.bs[k] % 4) return false;
+    return utk_vec4_ok(out, odt) && utk_vec4_ok(a, adt) && utk_vec4_ok(b, bdt);
+}
+
+template <int MODE, bool ALL32, bool VEC>
+void binary_launch_v(void *out, int odt, const void *a, int adt, const void *b, int bdt, const Bcast &d,
+                     int64_t n, bool narrow) {
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    unsigned blocks = blocks_for(VEC ? (n + 3) / 4 : n);
+    if (narrow)
+        binary_kernel<uint32_t, MODE, ALL32, VEC><<<blocks, kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, (uint32_t)n);
+    else
+        binary_kernel<int64_t, MODE, ALL32, VEC><<<blocks, kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, n);
+}
+
 template <int MODE, bool ALL32>
 void binary_launch_t(void *out, int odt, const void *a, int adt, const void *b, int bdt, const Bcast &d,
                      int64_t n, bool narrow) {
-    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (narrow)
-        binary_kernel<uint32_t, MODE, ALL32>
-            <<<blocks_for(n), kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, (uint32_t)n);
-    else
-        binary_kernel<int64_t, MODE, ALL32><<<blocks_for(n), kThreads, 0, s>>>(out, odt, a, adt, b, bdt, d, n);
+    if (vec_ok(d, out, odt, a, adt, b, bdt)) binary_launch_v<MODE, ALL32, true>(out, odt, a, adt, b, bdt, d, n, narrow);
+    else binary_launch_v<MODE, ALL32, false>(out, odt, a, adt, b, bdt, d, n, narrow);
 }
 
 template <int MODE>
@@ -295,21 +334,40 @@ __global__ void reduce_final_kernel(void *__restrict__ db, int dbt, const float 
     utk_store_f32(db, dbt, j, __fadd_rn(utk_load_f32(db, dbt, j), acc));
 }
 
-/* db (n) += g (n) * other (n), or g alone when other is NULL: b not broadcast */
-template <bool ALL32>
+/* db (n) += g (n) * other (n), or g alone when other is NULL: b not
+ * broadcast; VEC: four at a time, then the tail */
+template <bool ALL32, bool VEC>
 __global__ void reduce_flat_kernel(void *__restrict__ db, int dbt, const void *__restrict__ g, int gdt,
                                    const void *__restrict__ other, int odt, int64_t n) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 x = utk_load4(g, gdt, v), o = utk_load4(db, dbt, v);
+            if (other) x = combine4(MODE_MUL, x, utk_load4(other, odt, v), x);
+            utk_store4(db, dbt, v, combine4(MODE_ADD, o, x, o));
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step) {
         float gv = ld<ALL32>(g, gdt, i);
         st<ALL32>(db, dbt, i, __fadd_rn(ld<ALL32>(db, dbt, i), other ? __fmul_rn(gv, ld<ALL32>(other, odt, i)) : gv));
     }
 }
 
-/* dst (n) += src (n), some of them 16-bit */
+/* dst (n) += src (n), some of them 16-bit; VEC: four at a time, then the tail */
+template <bool VEC>
 __global__ void acc_dt_kernel(void *__restrict__ dst, int ddt, const void *__restrict__ src, int sdt, int64_t n) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 o = utk_load4(dst, ddt, v);
+            utk_store4(dst, ddt, v, combine4(MODE_ADD, o, utk_load4(src, sdt, v), o));
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step)
         utk_store_f32(dst, ddt, i, __fadd_rn(utk_load_f32(dst, ddt, i), utk_load_f32(src, sdt, i)));
 }
 
@@ -348,7 +406,11 @@ extern "C" void ut_cuda_acc_dt(void *dst, int ddt, const void *src, int sdt, int
         return;
     }
     if (n <= 0) return;
-    acc_dt_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(dst, ddt, src, sdt, n);
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (utk_vec4_ok(dst, ddt) && utk_vec4_ok(src, sdt))
+        acc_dt_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dst, ddt, src, sdt, n);
+    else
+        acc_dt_kernel<false><<<blocks_for(n), kThreads, 0, s>>>(dst, ddt, src, sdt, n);
     ut_cuda_launched("acc_dt");
 }
 
@@ -368,8 +430,12 @@ extern "C" void ut_cuda_bcast_reduce(void *db, int dbt, const void *g, int gdt, 
     Reduce p = plan_of(n4, s4);
     bool all32 = dbt == 0 && gdt == 0 && (!other || odt == 0);
     if (p.R == 1) { /* b has the output's elements: the CPU's flat path */
-        if (all32) reduce_flat_kernel<true><<<blocks_for(n), kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
-        else reduce_flat_kernel<false><<<blocks_for(n), kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
+        bool vec = utk_vec4_ok(db, dbt) && utk_vec4_ok(g, gdt) && (!other || utk_vec4_ok(other, odt));
+        unsigned blocks = blocks_for(vec ? (n + 3) / 4 : n);
+        if (vec && all32) reduce_flat_kernel<true, true><<<blocks, kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
+        else if (vec) reduce_flat_kernel<false, true><<<blocks, kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
+        else if (all32) reduce_flat_kernel<true, false><<<blocks, kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
+        else reduce_flat_kernel<false, false><<<blocks, kThreads, 0, s>>>(db, dbt, g, gdt, other, odt, n);
         ut_cuda_launched("bcast_reduce_flat");
         return;
     }

@@ -2,7 +2,7 @@
  * grid of a grid-stride loop, and 16-bit loads and stores as float.
  * defines: utk::kThreads, utk::kMaxBlocks, utk::stream, utk::blocks_for,
  *          utk::check, utk::allow_smem, UTK_GRID_STRIDE, utk_load_f32,
- *          utk_store_f32, utk_load, utk_store. */
+ *          utk_store_f32, utk_vec4_ok, utk_load4, utk_store4, utk_load, utk_store. */
 #ifndef UTRAIN_CUDA_LAUNCH_CUH
 #define UTRAIN_CUDA_LAUNCH_CUH
 
@@ -65,6 +65,37 @@ __device__ __forceinline__ void utk_store_f32(void *p, int dt, int64_t i, float 
     if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
     else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
     else ((float *)p)[i] = v;
+}
+
+/* Four consecutive elements at once (elements 4 i4 .. 4 i4 + 3 of p, stored
+ * in dt): one 16-byte access for float32, one 8-byte access for 16 bits,
+ * so p must be aligned to that (utk_vec4_ok); the values are those of
+ * utk_load_f32 / utk_store_f32 element by element. Elementwise kernels take
+ * this path where every pointer allows: a warp's 16-bit loads then fetch
+ * 256 bytes, not 64. */
+inline bool utk_vec4_ok(const void *p, int dt) { return ((uintptr_t)p & (dt ? 7u : 15u)) == 0; }
+
+__device__ __forceinline__ float utk_from16(unsigned u, int dt) {
+    return dt == 1 ? __uint_as_float(u << 16) : __half2float(__ushort_as_half((unsigned short)u));
+}
+__device__ __forceinline__ unsigned utk_to16(float v, int dt) {
+    return dt == 1 ? (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v)) : (unsigned)__half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ float4 utk_load4(const void *p, int dt, int64_t i4) {
+    if (dt == 0) return reinterpret_cast<const float4 *>(p)[i4];
+    uint2 u = reinterpret_cast<const uint2 *>(p)[i4]; /* element 0 in the low half of u.x */
+    return make_float4(utk_from16(u.x & 0xffffu, dt), utk_from16(u.x >> 16, dt), utk_from16(u.y & 0xffffu, dt),
+                       utk_from16(u.y >> 16, dt));
+}
+__device__ __forceinline__ void utk_store4(void *p, int dt, int64_t i4, float4 v) {
+    if (dt == 0) {
+        reinterpret_cast<float4 *>(p)[i4] = v;
+        return;
+    }
+    uint2 u;
+    u.x = utk_to16(v.x, dt) | (utk_to16(v.y, dt) << 16);
+    u.y = utk_to16(v.z, dt) | (utk_to16(v.w, dt) << 16);
+    reinterpret_cast<uint2 *>(p)[i4] = u;
 }
 
 /* the same for a pointer whose type says the dtype (kernels templated on it) */

@@ -249,18 +249,37 @@ __global__ void dropout_kernel(float *__restrict__ out, const float *__restrict_
  * pointer's elements of its dt, read and written through launch.cuh's
  * utk_load_f32 / utk_store_f32 (widened exactly, rounded to nearest even):
  * the bits float32 copies around the float kernels would give ---- */
-template <class F>
+/* VEC: four elements a thread at a time (launch.cuh, utk_load4), then the
+ * tail one by one */
+template <class F, bool VEC>
 __global__ void fwd_any_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i)));
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 a = utk_load4(x, dtx, v);
+            utk_store4(out, dto, v, make_float4(f(a.x), f(a.y), f(a.z), f(a.w)));
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step) utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i)));
 }
 
-template <class F>
+template <class F, bool VEC>
 __global__ void bwd_any_kernel(void *__restrict__ dx, int dtd, const void *__restrict__ dy, int dtg,
                                const void *__restrict__ z, int dtz, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
+    if (VEC) {
+        int64_t n4 = n / 4;
+        for (int64_t v = i0; v < n4; v += step) {
+            float4 d = utk_load4(dx, dtd, v), g = utk_load4(dy, dtg, v), a = utk_load4(z, dtz, v);
+            utk_store4(dx, dtd, v,
+                       make_float4(__fadd_rn(d.x, f(g.x, a.x)), __fadd_rn(d.y, f(g.y, a.y)),
+                                   __fadd_rn(d.z, f(g.z, a.z)), __fadd_rn(d.w, f(g.w, a.w))));
+        }
+        tail = n4 * 4;
+    }
+    for (int64_t i = tail + i0; i < n; i += step)
         utk_store_f32(dx, dtd, i,
                       __fadd_rn(utk_load_f32(dx, dtd, i), f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
 }
@@ -272,7 +291,11 @@ void fwd_any(void *out, int dto, const void *x, int dtx, int64_t n, F f, const c
         fwd((float *)out, (const float *)x, n, f, what);
         return;
     }
-    fwd_any_kernel<F><<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(out, dto, x, dtx, n, f);
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (utk_vec4_ok(out, dto) && utk_vec4_ok(x, dtx))
+        fwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, dto, x, dtx, n, f);
+    else
+        fwd_any_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(out, dto, x, dtx, n, f);
     ut_cuda_launched(what);
 }
 
@@ -283,8 +306,11 @@ void bwd_any(void *dx, int dtd, const void *dy, int dtg, const void *z, int dtz,
         bwd((float *)dx, (const float *)dy, (const float *)z, n, f, what);
         return;
     }
-    bwd_any_kernel<F><<<blocks_for(n), kThreads, 0, (cudaStream_t)ut_cuda_stream()>>>(dx, dtd, dy, dtg, z, dtz, n,
-                                                                                     f);
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (utk_vec4_ok(dx, dtd) && utk_vec4_ok(dy, dtg) && utk_vec4_ok(z, dtz))
+        bwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
+    else
+        bwd_any_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
     ut_cuda_launched(what);
 }
 
