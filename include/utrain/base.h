@@ -1,6 +1,6 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
  * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
- *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_rng_*, ut_philox_*. */
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_rng_*, ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
 
@@ -42,6 +42,12 @@ _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 typedef void (*ut_abort_handler)(void);
 void ut_set_abort_handler(ut_abort_handler fn);
+/* A failure the user can act on but the run cannot come back from (a GPU
+ * out of memory in the middle of a step): "utrain: error: MESSAGE" on
+ * stderr, stdio's streams flushed, then the job ends through the same
+ * handler as ut_abort (every MPI rank goes) but with exit status 1 and no
+ * core dump. Checkpoints already written stay as they are. */
+_Noreturn void ut_fail_exit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define UT_ASSERT(cond)                                                        \
     do {                                                                       \
         if (!(cond)) ut_abort(__FILE__, __LINE__, "assertion failed: %s", #cond); \

@@ -92,6 +92,18 @@ _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+_Noreturn void ut_fail_exit(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "utrain: error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(NULL);
+    if (abort_handler) abort_handler();
+    _exit(1);
+}
+
 int ut_errorf(char *err, size_t n, const char *fmt, ...) {
     if (err && n) {
         va_list ap;

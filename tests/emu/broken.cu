@@ -2,11 +2,12 @@
  * the CUDA emulator (cuda_emu.h) sees each break where a GPU would misbehave
  * or refuse: a race inside a block, a race between blocks, a barrier only
  * some threads reach, dynamic shared memory past 48 KiB without the
- * kernel's attribute, a cp.async tile read before its wait, and a
- * misaligned cp.async. Built for the emulator only (never by nvcc), after
+ * kernel's attribute, a block larger than the kernel's __launch_bounds__,
+ * a cp.async tile read before its wait, and a misaligned cp.async. Built for the emulator only (never by nvcc), after
  * tests/emu/prep.pl as the backend's kernel files are.
  * defines: utemu_broken_race, utemu_broken_block_race, utemu_broken_barrier,
- *          utemu_broken_smem, utemu_broken_async, utemu_broken_async_align. */
+ *          utemu_broken_smem, utemu_broken_async, utemu_broken_async_align,
+ *          utemu_broken_bounds. */
 #include <cuda_runtime.h>
 
 #define RACE_NT 64
@@ -69,7 +70,13 @@ __global__ void async_misaligned_k(const float *src) {
     utemu::async_wait(0);
 }
 
+/* at most 64 threads a block */
+__global__ void __launch_bounds__(RACE_NT) bounded_k(int *out) { out[threadIdx.x] = (int)threadIdx.x; }
+
 extern "C" {
+
+/* bounded_k on a block of threads threads (at most 64 allowed; out: that many ints) */
+void utemu_broken_bounds(int *out, int threads) { bounded_k<<<1, threads>>>(out); }
 
 /* out (blocks x 64) = src[(t + 1) % 64] per thread t, the copies waited
  * for or not; src: 64 floats */

@@ -272,6 +272,14 @@ void async_wait(int pending) {
     me.ops.resize(k);
 }
 
+void check_bounds(long max_threads, const char *kernel) {
+    if (!g_run) die("%s: __launch_bounds__ checked outside a kernel", kernel);
+    long nt = (long)g_run->block.x * g_run->block.y * g_run->block.z;
+    if (nt > max_threads)
+        die("%s (%s): a block of %ld threads, past its __launch_bounds__ of %ld (the GPU refuses the launch)",
+            g_run->name, kernel, nt, max_threads);
+}
+
 void barrier(int kind) {
     if (!g_run) die("a barrier outside a kernel");
     g_run->f[(size_t)g_run->cur].st.wait = kind;
@@ -377,6 +385,14 @@ void check_smem_limit(const char *name, const void *kernel, size_t smem) {
 namespace {
 std::mutex g_host_mu;
 std::set<const void *> g_host_allocs; /* cudaHostAlloc's blocks: page-locked host memory */
+std::map<const void *, size_t> g_dev_sizes; /* cudaMalloc's blocks and their sizes */
+size_t g_dev_used;                          /* their sum */
+/* the emulated GPU's memory: 80 GiB, or UT_EMU_MEM_BYTES (so that a test can
+ * run it out) */
+size_t mem_total() {
+    const char *e = getenv("UT_EMU_MEM_BYTES");
+    return e && *e ? (size_t)strtoull(e, nullptr, 10) : (size_t)80 << 30;
+}
 int g_device;
 struct utemu_stream_tag {
     int unused;
@@ -430,15 +446,30 @@ cudaError_t cudaDeviceGetPCIBusId(char *buf, int n, int d) {
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    *total = (size_t)80 << 30;
-    *free_bytes = *total;
+    std::lock_guard<std::mutex> l(g_host_mu);
+    *total = mem_total();
+    *free_bytes = *total > g_dev_used ? *total - g_dev_used : 0;
     return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **p, size_t n) {
+    std::lock_guard<std::mutex> l(g_host_mu);
+    if (n > mem_total() - g_dev_used) {
+        *p = nullptr;
+        return cudaErrorMemoryAllocation;
+    }
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p) return cudaErrorMemoryAllocation;
+    g_dev_sizes[*p] = n;
+    g_dev_used += n;
+    return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+    std::lock_guard<std::mutex> l(g_host_mu);
+    auto it = g_dev_sizes.find(p);
+    if (it != g_dev_sizes.end()) {
+        g_dev_used -= it->second;
+        g_dev_sizes.erase(it);
+    }
     free(p);
     return cudaSuccess;
 }

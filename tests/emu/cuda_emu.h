@@ -25,7 +25,8 @@
  *   - grid and block limits (blocks of at most 1024 threads, gridDim.y and
  *     .z at most 65535) and shared memory past the launch's request;
  *   - dynamic shared memory past 48 KiB that cudaFuncSetAttribute did not
- *     allow for that kernel first (the GPU refuses the launch);
+ *     allow for that kernel first, and blocks larger than a kernel's
+ *     __launch_bounds__ (the GPU refuses either launch);
  *   - cp.async's alignment, and copies that land as late as the wait for
  *     their group in some blocks and as early as their issue in others
  *     (async_copy below);
@@ -131,6 +132,9 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
  * cudaFuncAttributeMaxDynamicSharedMemorySize, n) allowed at least that
  * much first: set_smem_limit records it, check_smem_limit stops a launch
  * past it, naming the kernel. */
+/* stops a kernel launched with more threads a block than its
+ * __launch_bounds__ allow (prep.pl puts the call first in its body) */
+void check_bounds(long max_threads, const char *kernel);
 void set_smem_limit(const void *kernel, int bytes);
 void check_smem_limit(const char *name, const void *kernel, size_t smem);
 

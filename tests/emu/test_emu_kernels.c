@@ -492,6 +492,7 @@ void utemu_broken_barrier(int *out);
 void utemu_broken_smem(float *out, int allow);
 void utemu_broken_async(float *out, const float *src, int blocks, int wait);
 void utemu_broken_async_align(const float *src);
+void utemu_broken_bounds(int *out, int threads);
 
 /* fn(arg) in a child process with stderr into a file: whether the child
  * died of SIGABRT having said want */
@@ -524,6 +525,10 @@ static void run_half_barrier(int arg) {
 static void run_big_smem(int allow) {
     float out[32];
     utemu_broken_smem(out, allow);
+}
+static void run_bounds(int threads) {
+    int out[128];
+    utemu_broken_bounds(out, threads);
 }
 static void run_async_align(int arg) {
     (void)arg;
@@ -574,9 +579,14 @@ static void test_emulator_checks(void) {
     utemu_broken_async(out, src, B, 1);
     CHECK(race_rows(out, B, &right) == 0 && right, "the waited cp.async is wrong");
     CHECK(child_stops(run_async_align, 0, "not 16-byte aligned"), "a misaligned cp.async");
-    /* barriers that cannot open; shared memory not allowed */
+    /* barriers that cannot open; shared memory not allowed first */
     CHECK(child_stops(run_half_barrier, 0, "barriers that cannot open"), "the half barrier");
     CHECK(child_stops(run_big_smem, 0, "cudaFuncAttributeMaxDynamicSharedMemorySize"), "64 KiB unallowed");
+    /* a block past the kernel's __launch_bounds__ (64), and one within */
+    CHECK(child_stops(run_bounds, 128, "past its __launch_bounds__ of 64"), "128 threads for a bound of 64");
+    int ob[64] = {0};
+    utemu_broken_bounds(ob, 64);
+    CHECK(ob[63] == 63, "64 threads within the bound: %d", ob[63]);
     float o[32];
     utemu_broken_smem(o, 1);
     CHECK(o[0] == 1.0f && o[31] == 1.0f, "64 KiB allowed: %g %g", o[0], o[31]);

@@ -330,6 +330,41 @@ static void test_seq2seq(void) {
           "T5's test generations on %s: a header and 16 rows", D);
 }
 
+/* A step too large for the GPU's memory ends the run with exit status 1 and
+ * a message that says what to change (not an abort with a core dump), on
+ * one rank and on two under mpirun. Only the CUDA emulator can give the GPU
+ * less memory (UT_EMU_MEM_BYTES): 80 MiB, which the tiny GPT-2 outgrows in
+ * its first step at a batch of 1024 x 16 tokens. */
+static void test_out_of_memory(void) {
+#ifndef UT_CUDA_EMU
+    printf("  skip: only the CUDA emulator can run a GPU out of memory on purpose\n");
+#else
+    if (strcmp(D, "cuda")) return;
+    setenv("UT_EMU_MEM_BYTES", "83886080", 1);
+    for (int nproc = 1; nproc <= 2; nproc++) {
+        char name[32], cfg[512], out[512], np[8], sets[64], dev[32];
+        snprintf(name, sizeof name, "oom%d", nproc);
+        snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+        snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+        FILE *f = fopen(cfg, "w");
+        if (!f) break;
+        fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, gpt2);
+        fclose(f);
+        snprintf(np, sizeof np, "%d", nproc);
+        snprintf(sets, sizeof sets, "train.batch_size=%d", 1024);
+        snprintf(dev, sizeof dev, "device=%s", D);
+        const char *argv[] = {"train", cfg, "--set", dev, "--set", sets, "--set", "dist.strategy=ddp", "--nproc", np, NULL};
+        int rc = tp_run(argv, out);
+        char *o = tp_slurp(out);
+        CHECK(rc == 1 && o && strstr(o, "utrain: error: device cuda:0 is out of memory") && strstr(o, "train.batch_size") &&
+                  strstr(o, "utrain plan") && !strstr(o, "fatal"),
+              "%d rank(s): exit %d, said:\n%s", nproc, rc, o ? o : "(nothing)");
+        free(o);
+    }
+    unsetenv("UT_EMU_MEM_BYTES");
+#endif
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     const char *e = getenv("UT_TRAINER_TEST_DEVICE");
@@ -406,5 +441,6 @@ int main(int argc, char **argv) {
     RUN(test_model_parallel);
     RUN(test_nccl_ranks);
     RUN(test_seq2seq);
+    RUN(test_out_of_memory);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

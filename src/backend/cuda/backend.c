@@ -132,15 +132,43 @@ static int data_error(char *err, size_t n) {
 }
 
 /* ---- memory ---- */
-static void *alloc(size_t bytes) {
+/* bytes as "123.4 MiB" or "12.34 GiB" into buf */
+static const char *size_str(char *buf, size_t n, double bytes) {
+    const double mib = 1024.0 * 1024.0;
+    if (bytes >= 1024 * mib) snprintf(buf, n, "%.2f GiB", bytes / (1024 * mib));
+    else snprintf(buf, n, "%.1f MiB", bytes / mib);
+    return buf;
+}
+
+/* Device memory, for every allocation of the backend (the arenas, the
+ * kernel files' scratch). Running out is the user's to fix (a batch too
+ * large for the GPU), so it ends the run with exit status 1 and what to
+ * change, not with an abort: the message says what was asked and for what,
+ * what the GPU has free, and the settings that make a step smaller. */
+void *ut_cuda_malloc(size_t bytes, const char *what) {
     void *p = NULL;
     if (!bytes) bytes = 64;
     cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total = 0;
+        if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) (void)cudaGetLastError();
+        char a[32], f[32], t[32];
+        ut_fail_exit("device cuda:%d is out of memory: %s more asked (%s), %s of its %s free. Make a step "
+                     "smaller: lower train.batch_size (train.gradient_accumulation_steps keeps the batch the "
+                     "optimizer sees), or set train.checkpoint_activations: true, train.precision: bf16, or "
+                     "dist.strategy: zero2 or zero3 over more GPUs; `utrain plan CONFIG --world-size N` gives the "
+                     "memory each rank needs",
+                     g_device < 0 ? 0 : g_device, size_str(a, sizeof a, (double)bytes), what,
+                     size_str(f, sizeof f, (double)free_b), size_str(t, sizeof t, (double)total));
+    }
     if (e != cudaSuccess)
-        ut_abort(__FILE__, __LINE__, "CUDA: out of device memory allocating %zu bytes (%s)", bytes,
+        ut_abort(__FILE__, __LINE__, "CUDA: allocating %zu bytes of device memory (%s) failed: %s", bytes, what,
                  cudaGetErrorString(e));
     return p;
 }
+
+static void *alloc(size_t bytes) { return ut_cuda_malloc(bytes, "tensors and saved activations"); }
 
 static void dfree(void *p) {
     if (!p) return;
@@ -153,6 +181,15 @@ static void *host_alloc(size_t bytes) {
     void *p = NULL;
     bind_thread();
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        char a[32];
+        ut_fail_exit("cannot page-lock %s more of host memory (batches on their way to the GPU, gradients "
+                     "and parameters staged for other ranks, ZeRO-Offload's optimizer state): the machine's memory, or the locked-memory "
+                     "limit (ulimit -l), is too small for it; `utrain plan CONFIG --world-size N` gives the host "
+                     "memory each rank needs",
+                     size_str(a, sizeof a, (double)bytes));
+    }
     if (e != cudaSuccess)
         ut_abort(__FILE__, __LINE__, "CUDA: cannot page-lock %zu bytes of host memory (%s)", bytes,
                  cudaGetErrorString(e));

@@ -10,7 +10,7 @@
  * Each group of ops declares its launchers in its own header (ew.h,
  * softmax.h, ...); this one holds what every file shares.
  * defines: ut_ops_cuda, ut_<op>_fwd_cuda / ut_<op>_bwd_cuda, ut_cuda_stream,
- *          ut_cuda_launched, ut_cuda_sgemm. */
+ *          ut_cuda_launched, ut_cuda_malloc, ut_cuda_sgemm. */
 #ifndef UTRAIN_CUDA_H
 #define UTRAIN_CUDA_H
 
@@ -29,6 +29,11 @@ void *ut_cuda_stream(void);
 /* After each kernel launch: aborts, naming what was launched and CUDA's
  * error, if the launch failed (a bad configuration is a bug, not bad data). */
 void ut_cuda_launched(const char *what);
+
+/* bytes of device memory (cudaMalloc) for what (a phrase for the message:
+ * "the cuBLASLt workspace"). A GPU out of memory ends the run with exit
+ * status 1 and what to change (ut_fail_exit), never returns NULL. */
+void *ut_cuda_malloc(size_t bytes, const char *what);
 
 /* Row-major float32 products through cuBLASLt, for b < batch:
  *   C[b] (m x n, row stride ldc) = alpha * opA(A[b]) * opB(B[b]) + beta * C[b]

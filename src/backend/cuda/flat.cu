@@ -65,9 +65,7 @@ __global__ void k_sum_parts(const double *part, int nb, double *out) {
 /* the sum into device memory at out, in stream order */
 extern "C" void utk_sum_sq_to(double *out, const float *x, int64_t n) {
     static double *part; /* SSQ_BLOCKS + 1 doubles, kept for the process */
-    if (!part && cudaMalloc(&part, (SSQ_BLOCKS + 1) * sizeof(double)) != cudaSuccess) {
-        ut_cuda_launched("sum_sq scratch");
-    }
+    if (!part) part = (double *)ut_cuda_malloc((SSQ_BLOCKS + 1) * sizeof(double), "the gradient norm's partial sums");
     int64_t bs = (n + SSQ_BLOCKS - 1) / SSQ_BLOCKS;
     if (bs < 4096) bs = 4096;
     int nb = n > 0 ? (int)((n + bs - 1) / bs) : 0;
@@ -82,7 +80,7 @@ extern "C" void utk_sum_sq_to(double *out, const float *x, int64_t n) {
 extern "C" double utk_sum_sq(const float *x, int64_t n) {
     if (n <= 0) return 0.0;
     static double *res; /* one double, kept for the process */
-    if (!res && cudaMalloc(&res, sizeof(double)) != cudaSuccess) ut_cuda_launched("sum_sq result");
+    if (!res) res = (double *)ut_cuda_malloc(sizeof(double), "a sum of squares");
     utk_sum_sq_to(res, x, n);
     double r = 0.0;
     cudaMemcpyAsync(&r, res, sizeof r, cudaMemcpyDeviceToHost, stream());
@@ -237,7 +235,7 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
             cudaStreamSynchronize(stream());
             cudaFree(part);
         }
-        if (cudaMalloc(&part, need) != cudaSuccess) ut_cuda_launched("column sums scratch");
+        part = (float *)ut_cuda_malloc(need, "column sums' partial sums");
         cap = need;
     }
     dim3 grid((unsigned)((cols + kThreads - 1) / kThreads), (unsigned)nparts);

@@ -63,10 +63,7 @@ static void lt_init(void) {
         /* (the classic path keeps its math mode for autocast's rounded operands too: a comparison tool) */
     }
     lt_check(cublasLtCreate(&g_lt), "create");
-    if (cudaMalloc(&g_ws, WS_BYTES) != cudaSuccess) {
-        fprintf(stderr, "utrain: cuBLASLt workspace: out of device memory\n");
-        abort();
-    }
+    g_ws = ut_cuda_malloc(WS_BYTES, "the cuBLASLt workspace");
 }
 
 extern "C" bool ut_cuda_tf32(void) {
@@ -111,10 +108,7 @@ static const void *copy16(int slot, const float *x, int64_t rows, int64_t cols, 
             cudaStreamSynchronize((cudaStream_t)ut_cuda_stream());
             cudaFree(g_op16[slot]);
         }
-        if (cudaMalloc(&g_op16[slot], bytes) != cudaSuccess) {
-            fprintf(stderr, "utrain: out of device memory for 16-bit product operands (%zu bytes)\n", bytes);
-            abort();
-        }
+        g_op16[slot] = ut_cuda_malloc(bytes, "16-bit copies of a product's operands");
         g_op16_cap[slot] = bytes;
     }
     utk_convert(g_op16[slot], dt, x, 0, n);
