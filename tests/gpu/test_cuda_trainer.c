@@ -353,11 +353,12 @@ static void test_out_of_memory(void) {
         snprintf(np, sizeof np, "%d", nproc);
         snprintf(sets, sizeof sets, "train.batch_size=%d", 1024);
         snprintf(dev, sizeof dev, "device=%s", D);
-        const char *argv[] = {"train", cfg, "--set", dev, "--set", sets, "--set", "dist.strategy=ddp", "--nproc", np, NULL};
+        const char *argv[] = {"train", cfg,   "--set", dev, "--set", sets, "--set", "dist.strategy=ddp",
+                              "--nproc", np, NULL};
         int rc = tp_run(argv, out);
         char *o = tp_slurp(out);
-        CHECK(rc == 1 && o && strstr(o, "utrain: error: device cuda:0 is out of memory") && strstr(o, "train.batch_size") &&
-                  strstr(o, "utrain plan") && !strstr(o, "fatal"),
+        CHECK(rc == 1 && o && strstr(o, "utrain: error: device cuda:0 is out of memory") &&
+                  strstr(o, "train.batch_size") && strstr(o, "utrain plan") && !strstr(o, "fatal"),
               "%d rank(s): exit %d, said:\n%s", nproc, rc, o ? o : "(nothing)");
         free(o);
     }

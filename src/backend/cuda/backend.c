@@ -185,9 +185,9 @@ static void *host_alloc(size_t bytes) {
         (void)cudaGetLastError();
         char a[32];
         ut_fail_exit("cannot page-lock %s more of host memory (batches on their way to the GPU, gradients "
-                     "and parameters staged for other ranks, ZeRO-Offload's optimizer state): the machine's memory, or the locked-memory "
-                     "limit (ulimit -l), is too small for it; `utrain plan CONFIG --world-size N` gives the host "
-                     "memory each rank needs",
+                     "and parameters staged for other ranks, ZeRO-Offload's optimizer state): the machine's "
+                     "memory, or the locked-memory limit (ulimit -l), is too small for it; `utrain plan CONFIG "
+                     "--world-size N` gives the host memory each rank needs",
                      size_str(a, sizeof a, (double)bytes));
     }
     if (e != cudaSuccess)

@@ -79,7 +79,8 @@ __device__ __forceinline__ float utk_from16(unsigned u, int dt) {
     return dt == 1 ? __uint_as_float(u << 16) : __half2float(__ushort_as_half((unsigned short)u));
 }
 __device__ __forceinline__ unsigned utk_to16(float v, int dt) {
-    return dt == 1 ? (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v)) : (unsigned)__half_as_ushort(__float2half_rn(v));
+    return dt == 1 ? (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v))
+                   : (unsigned)__half_as_ushort(__float2half_rn(v));
 }
 __device__ __forceinline__ float4 utk_load4(const void *p, int dt, int64_t i4) {
     if (dt == 0) return reinterpret_cast<const float4 *>(p)[i4];
