@@ -258,6 +258,16 @@ if want models; then
         line+=" (max allocated ${tmax:-?} B)"
         [ -n "$um" ] && [ -n "$tm" ] && line+=", ratio $(calc %.3f "$um/$tm")"
         note "$line"
+        # the fused masked / packed-sequence attention against the materialised
+        # path: always in bf16, and wherever the fused run failed
+        if [ $prec = bf16 ] || [ -z "$um" ]; then
+            run models-bert-utrain-$prec-unfused 200 env UT_CUDA_ATTN=unfused build/bench/bert_step --device cuda \
+                --steps 10 $flag --json
+            uu=$(jget median_s <<<"$(tail -1 "$OUT/models-bert-utrain-$prec-unfused.log")")
+            line="  bert-base step 32 x 128 $prec, attention unfused (UT_CUDA_ATTN=unfused): utrain ${uu:-?} s"
+            [ -n "$um" ] && [ -n "$uu" ] && line+=", fused / unfused $(calc %.3f "$um/$uu")"
+            note "$line"
+        fi
     done
     # ZeRO-Offload's device memory against zero2's: GPT-2 124M, one rank,
     # bf16, 5 steps each; the trainer's own accounting of the model state
