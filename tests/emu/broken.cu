@@ -3,11 +3,12 @@
  * or refuse: a race inside a block, a race between blocks, a barrier only
  * some threads reach, dynamic shared memory past 48 KiB without the
  * kernel's attribute, a block larger than the kernel's __launch_bounds__,
- * a cp.async tile read before its wait, and a misaligned cp.async. Built for the emulator only (never by nvcc), after
+ * a cp.async tile read before its wait, a misaligned cp.async, and
+ * full-mask shuffles in warps that are not whole. Built for the emulator only (never by nvcc), after
  * tests/emu/prep.pl as the backend's kernel files are.
  * defines: utemu_broken_race, utemu_broken_block_race, utemu_broken_barrier,
  *          utemu_broken_smem, utemu_broken_async, utemu_broken_async_align,
- *          utemu_broken_bounds. */
+ *          utemu_broken_bounds, utemu_broken_partial_warp. */
 #include <cuda_runtime.h>
 
 #define RACE_NT 64
@@ -70,10 +71,23 @@ __global__ void async_misaligned_k(const float *src) {
     utemu::async_wait(0);
 }
 
+/* a warp sum by shuffles after the odd lanes have left (or in a block of
+ * threads that leaves the last warp short) */
+__global__ void partial_warp_k(float *out, int exit_odd) {
+    if (exit_odd && (threadIdx.x & 1)) return;
+    float v = 1.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    out[threadIdx.x] = v;
+}
+
 /* at most 64 threads a block */
 __global__ void __launch_bounds__(RACE_NT) bounded_k(int *out) { out[threadIdx.x] = (int)threadIdx.x; }
 
 extern "C" {
+
+/* partial_warp_k on one block of threads threads, the odd lanes leaving
+ * first or not (out: threads floats) */
+void utemu_broken_partial_warp(float *out, int threads, int exit_odd) { partial_warp_k<<<1, threads>>>(out, exit_odd); }
 
 /* bounded_k on a block of threads threads (at most 64 allowed; out: that many ints) */
 void utemu_broken_bounds(int *out, int threads) { bounded_k<<<1, threads>>>(out); }

@@ -147,7 +147,14 @@ bool open_barriers(block_run *r) {
             if (r->f[i].st.wait == 1) ww++;
         }
         if (wl && ww == wl) {
-            for (size_t i = w0; i < n && i < w0 + 32; i++) r->f[i].st.wait = 0;
+            for (size_t i = w0; i < n && i < w0 + 32; i++) {
+                const char *what = r->f[i].st.whole;
+                if (what && (wl < 32))
+                    die("%s: block (%u, %u, %u): %s in a warp of %zu live lanes of 32 (%s)", r->name, r->bidx.x,
+                        r->bidx.y, r->bidx.z, what, wl,
+                        w0 + 32 > n ? "a block size that leaves its last warp short" : "the others have exited");
+            }
+            for (size_t i = w0; i < n && i < w0 + 32; i++) r->f[i].st.wait = 0, r->f[i].st.whole = nullptr;
             opened = true;
         }
     }
@@ -160,6 +167,7 @@ __attribute__((noinline)) void start_fiber(fiber &x, unsigned t, dim3 block) {
     x.st.tid = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
     x.st.wait = 0;
     x.st.done = false;
+    x.st.whole = nullptr;
     x.started = false;
     x.ops.clear();
     x.groups = 0;
@@ -280,6 +288,12 @@ void check_bounds(long max_threads, const char *kernel) {
             g_run->name, kernel, nt, max_threads);
 }
 
+void barrier_whole(const char *what) {
+    if (!g_run) die("%s outside a kernel", what);
+    g_run->f[(size_t)g_run->cur].st.whole = what;
+    barrier(1);
+}
+
 void barrier(int kind) {
     if (!g_run) die("a barrier outside a kernel");
     g_run->f[(size_t)g_run->cur].st.wait = kind;
@@ -349,7 +363,7 @@ void utemu_check_tile(const void *p, unsigned ldm, size_t elem, const char *what
     if ((uintptr_t)p % 32) utemu::die("%s: a pointer %p not 32-byte aligned", what, p);
     if ((ldm * elem) % 16)
         utemu::die("%s: a leading dimension of %u elements of %zu bytes, not a multiple of 16 bytes", what, ldm, elem);
-    utemu::barrier(1);
+    utemu::barrier_whole(what);
 }
 } // namespace wmma
 } // namespace nvcuda

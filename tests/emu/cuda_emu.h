@@ -36,7 +36,9 @@
  *     read of another block's output) gives values that differ from block
  *     to block, and the tests' comparisons fail; so does warp-synchronous
  *     code that leans on lanes running in step without __syncwarp.
- *     UT_EMU_ORDER=fixed runs everything in index order.
+ *     UT_EMU_ORDER=fixed runs everything in index order;
+ *   - shuffles, __syncwarp and WMMA operations in warps that are not whole
+ *     (lanes exited, or a block size that leaves the last warp short).
  * What it does not model: timing, registers and static shared memory (what
  * ptxas reports), and atomics beyond what is below. */
 #ifndef UTRAIN_CUDA_EMU_H
@@ -93,8 +95,9 @@ namespace utemu {
 
 struct thread_state {
     uint3 tid;
-    int wait; /* 0 running, 1 at a warp barrier, 2 at a block barrier */
+    int wait;          /* 0 running, 1 at a warp barrier, 2 at a block barrier */
     bool done;
+    const char *whole; /* at a warp barrier that needs the whole warp: for what */
 };
 
 /* the emulator's state for the block running now */
@@ -103,6 +106,13 @@ dim3 &grid_dim();
 dim3 &block_dim();
 thread_state &current();
 void barrier(int kind); /* 1 warp, 2 block */
+/* A warp barrier for a warp-wide operation (what: a shuffle, __syncwarp, a
+ * WMMA operation) that needs the whole warp: where it opens in a warp that
+ * is not whole (lanes that have exited, or a block whose size leaves the
+ * last warp short), the program stops. The full mask the backend's code
+ * passes names every lane, and on a GPU naming a lane that cannot take
+ * part is undefined (a hang or garbage). */
+void barrier_whole(const char *what);
 void *dyn_smem();
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...);
 uint64_t *shuffle_slots(); /* one per thread of the block */
@@ -181,8 +191,8 @@ void launch(const char *name, K kernel, config c, A... args) {
 
 inline void __syncthreads() { utemu::barrier(2); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    (void)mask;
-    utemu::barrier(1);
+    if (mask == 0xffffffffu) utemu::barrier_whole("__syncwarp");
+    else utemu::barrier(1);
 }
 
 /* lane l of the warp gets v of lane src(l) */
@@ -194,7 +204,7 @@ inline T utemu_shuffle(T v, int (*src)(int lane, int arg), int arg) {
     const unsigned warp0 = t & ~31u;
     const int lane = (int)(t & 31u);
     memcpy(&slots[t], &v, sizeof(T));
-    utemu::barrier(1);
+    utemu::barrier_whole("a __shfl_*_sync with the full mask");
     int s = src(lane, arg);
     T r;
     memcpy(&r, &slots[warp0 + (unsigned)(s >= 0 && s < 32 ? s : lane)], sizeof(T));
@@ -381,7 +391,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
                      const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
     /* every lane holds the same tiles: lane 0 computes, the others copy */
-    utemu::barrier(1);
+    utemu::barrier_whole("mma_sync");
     float *out = utemu::warp_tile();
     if ((threadIdx.x & 31u) == 0)
         for (int r = 0; r < 16; r++)

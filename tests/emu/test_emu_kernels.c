@@ -493,6 +493,7 @@ void utemu_broken_smem(float *out, int allow);
 void utemu_broken_async(float *out, const float *src, int blocks, int wait);
 void utemu_broken_async_align(const float *src);
 void utemu_broken_bounds(int *out, int threads);
+void utemu_broken_partial_warp(float *out, int threads, int exit_odd);
 
 /* fn(arg) in a child process with stderr into a file: whether the child
  * died of SIGABRT having said want */
@@ -529,6 +530,10 @@ static void run_big_smem(int allow) {
 static void run_bounds(int threads) {
     int out[128];
     utemu_broken_bounds(out, threads);
+}
+static void run_partial_warp(int threads) {
+    float out[64];
+    utemu_broken_partial_warp(out, threads, threads == 32);
 }
 static void run_async_align(int arg) {
     (void)arg;
@@ -582,6 +587,13 @@ static void test_emulator_checks(void) {
     /* barriers that cannot open; shared memory not allowed first */
     CHECK(child_stops(run_half_barrier, 0, "barriers that cannot open"), "the half barrier");
     CHECK(child_stops(run_big_smem, 0, "cudaFuncAttributeMaxDynamicSharedMemorySize"), "64 KiB unallowed");
+    /* full-mask shuffles where lanes have left, or in a short last warp;
+     * whole warps sum to 32 */
+    CHECK(child_stops(run_partial_warp, 32, "the others have exited"), "a shuffle after lanes exit");
+    CHECK(child_stops(run_partial_warp, 48, "leaves its last warp short"), "a shuffle in a short warp");
+    float pw[64] = {0};
+    utemu_broken_partial_warp(pw, 64, 0);
+    CHECK(pw[0] == 32.0f && pw[63] == 32.0f, "whole warps: %g %g", pw[0], pw[63]);
     /* a block past the kernel's __launch_bounds__ (64), and one within */
     CHECK(child_stops(run_bounds, 128, "past its __launch_bounds__ of 64"), "128 threads for a bound of 64");
     int ob[64] = {0};
