@@ -259,6 +259,11 @@ bool tp_same_file(const char *a, const char *b) {
 
 int tp_train_in(const char *dir, const char *name, const char *body, const char *device, const char *sets,
                 int nproc) {
+    return tp_train_expect(dir, name, body, device, sets, nproc, 0);
+}
+
+int tp_train_expect(const char *dir, const char *name, const char *body, const char *device, const char *sets,
+                    int nproc, int expect) {
     char cfg[512], out[512], dev[64], np[8];
     snprintf(cfg, sizeof cfg, "%s/%s.yml", dir, name);
     snprintf(out, sizeof out, "%s/%s.out", dir, name);
@@ -272,7 +277,7 @@ int tp_train_in(const char *dir, const char *name, const char *body, const char 
     char s[512];
     snprintf(s, sizeof s, "%s", sets);
     tp_push_sets(argv, 6, 32, s);
-    return tp_run_shown(argv, out, 0, name);
+    return tp_run_shown(argv, out, expect, name);
 }
 
 const char *tp_run_file(const char *dir, const char *run, const char *leaf) {

@@ -2,7 +2,7 @@
  * captured, reading files, comparing checkpoints and metrics.jsonl.
  * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
  *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
- *          tp_same_file, tp_train_in, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
+ *          tp_same_file, tp_train_in, tp_train_expect, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
  *          tp_now_s, tp_free_port, tp_each_proc, tp_cmdline_has, tp_write_pairs. */
 #ifndef UTRAIN_TEST_PROC_H
 #define UTRAIN_TEST_PROC_H
@@ -86,6 +86,10 @@ bool tp_same_file(const char *a, const char *b);
  * (shown on failure); the exit code. */
 int tp_train_in(const char *dir, const char *name, const char *body, const char *device, const char *sets,
                 int nproc);
+/* The same where the run should end with exit code expect (its output is
+ * shown when it does not). */
+int tp_train_expect(const char *dir, const char *name, const char *body, const char *device, const char *sets,
+                    int nproc, int expect);
 /* DIR/runs/RUN/LEAF, and DIR/runs/RUN/checkpoints/step_<step>.safetensors
  * (in tp_path's rotating buffers). */
 const char *tp_run_file(const char *dir, const char *run, const char *leaf);

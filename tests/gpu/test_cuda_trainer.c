@@ -342,20 +342,10 @@ static void test_out_of_memory(void) {
     if (strcmp(D, "cuda")) return;
     setenv("UT_EMU_MEM_BYTES", "83886080", 1);
     for (int nproc = 1; nproc <= 2; nproc++) {
-        char name[32], cfg[512], out[512], np[8], sets[64], dev[32];
+        char name[32], out[512];
         snprintf(name, sizeof name, "oom%d", nproc);
-        snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
         snprintf(out, sizeof out, "%s/%s.out", tmp, name);
-        FILE *f = fopen(cfg, "w");
-        if (!f) break;
-        fprintf(f, "experiment_name: %s\noutput_dir: %s/runs\nseed: 5\nthreads: 2\n%s", name, tmp, gpt2);
-        fclose(f);
-        snprintf(np, sizeof np, "%d", nproc);
-        snprintf(sets, sizeof sets, "train.batch_size=%d", 1024);
-        snprintf(dev, sizeof dev, "device=%s", D);
-        const char *argv[] = {"train", cfg,   "--set", dev, "--set", sets, "--set", "dist.strategy=ddp",
-                              "--nproc", np, NULL};
-        int rc = tp_run(argv, out);
+        int rc = tp_train_expect(tmp, name, gpt2, D, "train.batch_size=1024 dist.strategy=ddp", nproc, 1);
         char *o = tp_slurp(out);
         CHECK(rc == 1 && o && strstr(o, "utrain: error: device cuda:0 is out of memory") &&
                   strstr(o, "train.batch_size") && strstr(o, "utrain plan") && !strstr(o, "fatal"),
