@@ -1,6 +1,6 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
  * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
- *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_rng_*, ut_philox_*. */
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fmt_bytes, ut_rng_*, ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
 
@@ -117,6 +117,9 @@ int ut_check_own_dir(const char *path, char *err, size_t n);
 
 /* printf-style message into a thread-local buffer: for building error text. */
 const char *ut_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* bytes as people read them ("12.34 GiB", "123.4 MiB", "5.0 KiB", "512 B")
+ * into buf; returns buf. */
+const char *ut_fmt_bytes(double bytes, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

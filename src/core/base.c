@@ -114,6 +114,15 @@ int ut_errorf(char *err, size_t n, const char *fmt, ...) {
     return -1;
 }
 
+const char *ut_fmt_bytes(double bytes, char *buf, size_t n) {
+    const double mib = 1024.0 * 1024.0;
+    if (bytes >= 1024 * mib) snprintf(buf, n, "%.2f GiB", bytes / (1024 * mib));
+    else if (bytes >= mib) snprintf(buf, n, "%.1f MiB", bytes / mib);
+    else if (bytes >= 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024);
+    else snprintf(buf, n, "%.0f B", bytes);
+    return buf;
+}
+
 const char *ut_fmt(const char *fmt, ...) {
     static _Thread_local char buf[1024];
     va_list ap;

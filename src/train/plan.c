@@ -309,14 +309,7 @@ done:
 }
 
 /* ---- output ---- */
-static const char *human(int64_t b, char *buf, size_t n) {
-    double v = (double)b;
-    if (v >= 1024 * MIB) snprintf(buf, n, "%.2f GiB", v / (1024 * MIB));
-    else if (v >= MIB) snprintf(buf, n, "%.1f MiB", v / MIB);
-    else if (v >= 1024) snprintf(buf, n, "%.1f KiB", v / 1024);
-    else snprintf(buf, n, "%lld B", (long long)b);
-    return buf;
-}
+static const char *human(int64_t b, char *buf, size_t n) { return ut_fmt_bytes((double)b, buf, n); }
 
 /* ZeRO-Offload (dist.offload_optimizer: cpu) on a zero1/zero2 row: the
  * device's total without the optimizer's state; into host, what host memory

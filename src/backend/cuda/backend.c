@@ -132,14 +132,6 @@ static int data_error(char *err, size_t n) {
 }
 
 /* ---- memory ---- */
-/* bytes as "123.4 MiB" or "12.34 GiB" into buf */
-static const char *size_str(char *buf, size_t n, double bytes) {
-    const double mib = 1024.0 * 1024.0;
-    if (bytes >= 1024 * mib) snprintf(buf, n, "%.2f GiB", bytes / (1024 * mib));
-    else snprintf(buf, n, "%.1f MiB", bytes / mib);
-    return buf;
-}
-
 /* Device memory, for every allocation of the backend (the arenas, the
  * kernel files' scratch). Running out is the user's to fix (a batch too
  * large for the GPU), so it ends the run with exit status 1 and what to
@@ -159,8 +151,8 @@ void *ut_cuda_malloc(size_t bytes, const char *what) {
                      "optimizer sees), or set train.checkpoint_activations: true, train.precision: bf16, or "
                      "dist.strategy: zero2 or zero3 over more GPUs; `utrain plan CONFIG --world-size N` gives the "
                      "memory each rank needs",
-                     g_device < 0 ? 0 : g_device, size_str(a, sizeof a, (double)bytes), what,
-                     size_str(f, sizeof f, (double)free_b), size_str(t, sizeof t, (double)total));
+                     g_device < 0 ? 0 : g_device, ut_fmt_bytes((double)bytes, a, sizeof a), what,
+                     ut_fmt_bytes((double)free_b, f, sizeof f), ut_fmt_bytes((double)total, t, sizeof t));
     }
     if (e != cudaSuccess)
         ut_abort(__FILE__, __LINE__, "CUDA: allocating %zu bytes of device memory (%s) failed: %s", bytes, what,
@@ -188,7 +180,7 @@ static void *host_alloc(size_t bytes) {
                      "and parameters staged for other ranks, ZeRO-Offload's optimizer state): the machine's "
                      "memory, or the locked-memory limit (ulimit -l), is too small for it; `utrain plan CONFIG "
                      "--world-size N` gives the host memory each rank needs",
-                     size_str(a, sizeof a, (double)bytes));
+                     ut_fmt_bytes((double)bytes, a, sizeof a));
     }
     if (e != cudaSuccess)
         ut_abort(__FILE__, __LINE__, "CUDA: cannot page-lock %zu bytes of host memory (%s)", bytes,

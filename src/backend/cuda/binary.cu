@@ -98,22 +98,19 @@ __device__ __forceinline__ float4 combine4(int mode, float4 x, float4 y, float4 
 template <typename I, int MODE, bool ALL32, bool VEC>
 __global__ void binary_kernel(void *__restrict__ out, int odt, const void *__restrict__ a, int adt,
                               const void *__restrict__ b, int bdt, Bcast d, I n) {
-    I step = (I)gridDim.x * (I)blockDim.x, i0 = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x, tail = 0;
-    if (VEC) {
-        I n4 = n / 4;
-        for (I v = i0; v < n4; v += step) {
+    utk_ew_loop<VEC, I>(
+        n,
+        [&](I v) {
             float4 x = utk_load4(a, adt, (int64_t)v), y = utk_load4(b, bdt, (int64_t)(b_offset<I>(d, 4 * v) / 4));
             float4 o = MODE == MODE_MUL_ACC ? utk_load4(out, odt, (int64_t)v) : x;
             utk_store4(out, odt, (int64_t)v, combine4(MODE, x, y, o));
-        }
-        tail = n4 * 4;
-    }
-    for (I i = tail + i0; i < n; i += step) {
-        float y = ld<ALL32>(b, bdt, (int64_t)b_offset<I>(d, i)), x = ld<ALL32>(a, adt, (int64_t)i);
-        if (MODE == MODE_ADD) st<ALL32>(out, odt, (int64_t)i, __fadd_rn(x, y));
-        else if (MODE == MODE_MUL) st<ALL32>(out, odt, (int64_t)i, __fmul_rn(x, y));
-        else st<ALL32>(out, odt, (int64_t)i, __fadd_rn(ld<ALL32>(out, odt, (int64_t)i), __fmul_rn(x, y)));
-    }
+        },
+        [&](I i) {
+            float y = ld<ALL32>(b, bdt, (int64_t)b_offset<I>(d, i)), x = ld<ALL32>(a, adt, (int64_t)i);
+            if (MODE == MODE_ADD) st<ALL32>(out, odt, (int64_t)i, __fadd_rn(x, y));
+            else if (MODE == MODE_MUL) st<ALL32>(out, odt, (int64_t)i, __fmul_rn(x, y));
+            else st<ALL32>(out, odt, (int64_t)i, __fadd_rn(ld<ALL32>(out, odt, (int64_t)i), __fmul_rn(x, y)));
+        });
 }
 
 /* Whether four consecutive outputs (from a multiple of 4) read four
@@ -339,36 +336,31 @@ __global__ void reduce_final_kernel(void *__restrict__ db, int dbt, const float 
 template <bool ALL32, bool VEC>
 __global__ void reduce_flat_kernel(void *__restrict__ db, int dbt, const void *__restrict__ g, int gdt,
                                    const void *__restrict__ other, int odt, int64_t n) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
             float4 x = utk_load4(g, gdt, v), o = utk_load4(db, dbt, v);
             if (other) x = combine4(MODE_MUL, x, utk_load4(other, odt, v), x);
             utk_store4(db, dbt, v, combine4(MODE_ADD, o, x, o));
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step) {
-        float gv = ld<ALL32>(g, gdt, i);
-        st<ALL32>(db, dbt, i, __fadd_rn(ld<ALL32>(db, dbt, i), other ? __fmul_rn(gv, ld<ALL32>(other, odt, i)) : gv));
-    }
+        },
+        [&](int64_t i) {
+            float gv = ld<ALL32>(g, gdt, i);
+            st<ALL32>(db, dbt, i, __fadd_rn(ld<ALL32>(db, dbt, i), other ? __fmul_rn(gv, ld<ALL32>(other, odt, i)) : gv));
+        });
 }
 
 /* dst (n) += src (n), some of them 16-bit; VEC: four at a time, then the tail */
 template <bool VEC>
 __global__ void acc_dt_kernel(void *__restrict__ dst, int ddt, const void *__restrict__ src, int sdt, int64_t n) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
             float4 o = utk_load4(dst, ddt, v);
             utk_store4(dst, ddt, v, combine4(MODE_ADD, o, utk_load4(src, sdt, v), o));
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step)
-        utk_store_f32(dst, ddt, i, __fadd_rn(utk_load_f32(dst, ddt, i), utk_load_f32(src, sdt, i)));
+        },
+        [&](int64_t i) {
+            utk_store_f32(dst, ddt, i, __fadd_rn(utk_load_f32(dst, ddt, i), utk_load_f32(src, sdt, i)));
+        });
 }
 
 template <bool ALL32>

@@ -2,7 +2,7 @@
  * grid of a grid-stride loop, and 16-bit loads and stores as float.
  * defines: utk::kThreads, utk::kMaxBlocks, utk::stream, utk::blocks_for,
  *          utk::check, utk::allow_smem, UTK_GRID_STRIDE, utk_load_f32,
- *          utk_store_f32, utk_vec4_ok, utk_load4, utk_store4, utk_load, utk_store. */
+ *          utk_store_f32, utk_vec4_ok, utk_load4, utk_store4, utk_ew_loop, utk_load, utk_store. */
 #ifndef UTRAIN_CUDA_LAUNCH_CUH
 #define UTRAIN_CUDA_LAUNCH_CUH
 
@@ -97,6 +97,22 @@ __device__ __forceinline__ void utk_store4(void *p, int dt, int64_t i4, float4 v
     u.x = utk_to16(v.x, dt) | (utk_to16(v.y, dt) << 16);
     u.y = utk_to16(v.z, dt) | (utk_to16(v.w, dt) << 16);
     reinterpret_cast<uint2 *>(p)[i4] = u;
+}
+
+/* The elementwise kernels' grid-stride loop over n elements: where VEC,
+ * body4(v) for each group v of four (elements 4v .. 4v + 3) first, then
+ * body1(i) for the tail; otherwise body1(i) for every element. I: the index
+ * type (32 bits where n allows). */
+template <bool VEC, typename I = int64_t, class B4, class B1>
+__device__ __forceinline__ void utk_ew_loop(I n, B4 body4, B1 body1) {
+    const I step = (I)gridDim.x * (I)blockDim.x, i0 = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
+    I tail = 0;
+    if (VEC) {
+        const I n4 = n / 4;
+        for (I v = i0; v < n4; v += step) body4(v);
+        tail = n4 * 4;
+    }
+    for (I i = tail + i0; i < n; i += step) body1(i);
 }
 
 /* the same for a pointer whose type says the dtype (kernels templated on it) */

@@ -153,67 +153,6 @@ struct SigmoidB { /* dy y (1 - y) */
 
 /* ---- generic kernels ---- */
 
-/* out (n) = f(x) */
-template <class F, bool VEC>
-__global__ void fwd_kernel(float *__restrict__ out, const float *__restrict__ x, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
-            float4 a = reinterpret_cast<const float4 *>(x)[v];
-            reinterpret_cast<float4 *>(out)[v] = make_float4(f(a.x), f(a.y), f(a.z), f(a.w));
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step) out[i] = f(x[i]);
-}
-
-/* dx (n) += f(dy, z) */
-template <class F, bool VEC>
-__global__ void bwd_kernel(float *__restrict__ dx, const float *__restrict__ dy,
-                           const float *__restrict__ z, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
-            float4 g = reinterpret_cast<const float4 *>(dy)[v];
-            float4 c = reinterpret_cast<const float4 *>(z)[v];
-            float4 d = reinterpret_cast<float4 *>(dx)[v];
-            d.x = __fadd_rn(d.x, f(g.x, c.x));
-            d.y = __fadd_rn(d.y, f(g.y, c.y));
-            d.z = __fadd_rn(d.z, f(g.z, c.z));
-            d.w = __fadd_rn(d.w, f(g.w, c.w));
-            reinterpret_cast<float4 *>(dx)[v] = d;
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step) dx[i] = __fadd_rn(dx[i], f(dy[i], z[i]));
-}
-
-template <class F>
-void fwd(float *out, const float *x, int64_t n, F f, const char *what) {
-    if (n <= 0) return;
-    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (aligned16(out) && aligned16(x))
-        fwd_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, x, n, f);
-    else
-        fwd_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(out, x, n, f);
-    ut_cuda_launched(what);
-}
-
-template <class F>
-void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, const char *what) {
-    if (n <= 0) return;
-    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (aligned16(dx) && aligned16(dy) && aligned16(z))
-        bwd_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dy, z, n, f);
-    else
-        bwd_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dy, z, n, f);
-    ut_cuda_launched(what);
-}
-
 /* BWD false: out (n) = keep ? x * scale : 0;
  * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient) */
 template <bool BWD, bool VEC>
@@ -253,44 +192,36 @@ __global__ void dropout_kernel(float *__restrict__ out, const float *__restrict_
  * tail one by one */
 template <class F, bool VEC>
 __global__ void fwd_any_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
             float4 a = utk_load4(x, dtx, v);
             utk_store4(out, dto, v, make_float4(f(a.x), f(a.y), f(a.z), f(a.w)));
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step) utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i)));
+        },
+        [&](int64_t i) { utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i))); });
 }
 
 template <class F, bool VEC>
 __global__ void bwd_any_kernel(void *__restrict__ dx, int dtd, const void *__restrict__ dy, int dtg,
                                const void *__restrict__ z, int dtz, int64_t n, F f) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
             float4 d = utk_load4(dx, dtd, v), g = utk_load4(dy, dtg, v), a = utk_load4(z, dtz, v);
             utk_store4(dx, dtd, v,
                        make_float4(__fadd_rn(d.x, f(g.x, a.x)), __fadd_rn(d.y, f(g.y, a.y)),
                                    __fadd_rn(d.z, f(g.z, a.z)), __fadd_rn(d.w, f(g.w, a.w))));
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step)
-        utk_store_f32(dx, dtd, i,
-                      __fadd_rn(utk_load_f32(dx, dtd, i), f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
+        },
+        [&](int64_t i) {
+            utk_store_f32(dx, dtd, i,
+                          __fadd_rn(utk_load_f32(dx, dtd, i), f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
+        });
 }
 
+/* out (n) = f(x), each buffer in its dtype */
 template <class F>
 void fwd_any(void *out, int dto, const void *x, int dtx, int64_t n, F f, const char *what) {
     if (n <= 0) return;
-    if (dto == 0 && dtx == 0) {
-        fwd((float *)out, (const float *)x, n, f, what);
-        return;
-    }
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     if (utk_vec4_ok(out, dto) && utk_vec4_ok(x, dtx))
         fwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, dto, x, dtx, n, f);
@@ -299,19 +230,26 @@ void fwd_any(void *out, int dto, const void *x, int dtx, int64_t n, F f, const c
     ut_cuda_launched(what);
 }
 
+/* dx (n) += f(dy, z), each buffer in its dtype */
 template <class F>
 void bwd_any(void *dx, int dtd, const void *dy, int dtg, const void *z, int dtz, int64_t n, F f, const char *what) {
     if (n <= 0) return;
-    if (dtd == 0 && dtg == 0 && dtz == 0) {
-        bwd((float *)dx, (const float *)dy, (const float *)z, n, f, what);
-        return;
-    }
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     if (utk_vec4_ok(dx, dtd) && utk_vec4_ok(dy, dtg) && utk_vec4_ok(z, dtz))
         bwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
     else
         bwd_any_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
     ut_cuda_launched(what);
+}
+
+/* the float32 ops */
+template <class F>
+void fwd(float *out, const float *x, int64_t n, F f, const char *what) {
+    fwd_any(out, 0, x, 0, n, f, what);
+}
+template <class F>
+void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, const char *what) {
+    bwd_any(dx, 0, dy, 0, z, 0, n, f, what);
 }
 
 template <bool BWD>
