@@ -89,6 +89,12 @@ static ut_tensor *b_lin_square(ut_ctx *c, ut_tensor **in) {
 static ut_tensor *b_lin_ln(ut_ctx *c, ut_tensor **in) {
     return ut_layernorm(c, ut_linear(c, in[0], in[1], NULL), in[2], in[3], 1e-5f);
 }
+/* dropout of a product's output joining the residual stream (BERT's
+ * hidden-state dropout): under autocast the dropout reads and writes 16
+ * bits; 3 x 77 leaves a tail past the groups of four */
+static ut_tensor *b_lin_drop(ut_ctx *c, ut_tensor **in) {
+    return ut_add(c, in[0], ut_dropout(c, ut_linear(c, in[0], in[1], NULL), 0.1f));
+}
 
 static const gc_row big_rows[] = {
     {"layernorm 512 x 768", 3, {{2, {512, 768}}, {1, {768}}, {1, {768}}}, b_ln},
@@ -117,6 +123,8 @@ static const gc_row big_rows[] = {
     {"linear(x) + bias 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_bias},
     {"linear(x) * scale 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_scale},
     {"l * l + x * l, l = linear(x), 128 x 256", 2, {{2, {128, 256}}, {2, {256, 256}}}, b_lin_square},
+    {"x + dropout(linear(x)) 256 x 768, p 0.1", 2, {{2, {256, 768}}, {2, {768, 768}}}, b_lin_drop, .training = true},
+    {"x + dropout(linear(x)) 3 x 77, p 0.1", 2, {{2, {3, 77}}, {2, {77, 77}}}, b_lin_drop, .training = true},
 };
 
 static void same_bits(const gc_row *row);
@@ -367,7 +375,7 @@ static void test_attention_paths(void) {
 static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
                             &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17], &big_rows[18],
-                            &big_rows[19], &big_rows[20]};
+                            &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         dc_autocast = dts[d];

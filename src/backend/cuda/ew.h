@@ -75,8 +75,9 @@ void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n);
 void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n);    /* y = tanh x */
 void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n);
 void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n); /* y = sigmoid x */
-/* out = keep ? x * scale : 0 and dx += keep ? dy * scale : 0; keep (n bytes, 1 = kept) */
-void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float scale, int64_t n);
+/* out = keep ? x * scale : 0 and dx += keep ? dy * scale : 0; keep (n bytes,
+ * 1 = kept); each buffer in its storage dtype, as the gelus' */
+void ut_cuda_dropout_fwd(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale, int64_t n);
 /* keep (n) = dropout's mask drawn on the device, the draws ut_dropout_keep_mask
  * makes on the host for the generator (key, stream, offset) and a tensor
  * of `cols` columns at column c0 of rows `all` wide (all 0: the whole
@@ -87,7 +88,7 @@ void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t strea
  * h0, sequence s's blocks from poff[s] (S + 1 offsets, device memory) */
 void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH, int64_t NHall,
                                  int64_t h0, uint64_t key, uint64_t stream, uint64_t offset, float p);
-void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale, int64_t n);
+void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale, int64_t n);
 
 /* ---- reductions to a scalar (reduce.cu), double accumulation ---- */
 /* Device scratch bytes that ut_cuda_sum and ut_cuda_mse_fwd need for n elements. */

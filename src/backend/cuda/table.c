@@ -21,7 +21,8 @@
 /* What each kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
  * linear does autocast itself (matmul.c), cross-entropy reads 16-bit logits
  * and writes their 16-bit gradient (softmax.cu), the gelus (unary.cu) and
- * layernorm (norm.c), add and mul (binary.c) read and write every tensor as stored; every other op under autocast gets
+ * layernorm (norm.c), add and mul (binary.c) and dropout (unary.c) read and
+ * write every tensor as stored; every other op under autocast gets
  * float32 copies from core. Every op has CAPS_<OP> = 0 from the enum; a
  * #define of that name after it gives an op its capabilities. */
 enum {
@@ -38,6 +39,7 @@ enum {
 #define CAPS_LAYERNORM UT_KCAP_NATIVE_16
 #define CAPS_ADD UT_KCAP_NATIVE_16
 #define CAPS_MUL UT_KCAP_NATIVE_16
+#define CAPS_DROPOUT UT_KCAP_NATIVE_16
 
 const ut_op_vtable ut_ops_cuda[UT_OP_COUNT] = {
     [UT_OP_NONE] = {NULL, NULL, 0},

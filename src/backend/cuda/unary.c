@@ -1,8 +1,9 @@
 /* CUDA op glue of the elementwise unary ops: SCALE, RELU, GELU (tanh form),
  * GELU_ERF, TANH, SIGMOID, DROPOUT. Inputs are contiguous (the constructors
- * make them so): flat launches over N elements. Dropout draws its keep mask
- * on the host from the context's generator, as the CPU does (the same mask
- * for the same seed), into device memory saved for backward.
+ * make them so): flat launches over N elements. Dropout's keep mask is drawn
+ * on the device from the launch's window of the context's generator, each
+ * element's draw the CPU's (the same mask for the same seed), and saved for
+ * backward.
  * Kernels: unary.cu. Semantics: src/backend/cpu/unary.c, gelu_erf.c. */
 #include "cuda.h"
 #include "ew.h"
@@ -71,7 +72,9 @@ void ut_sigmoid_bwd_cuda(ut_tensor *t, UT_KCTX) {
 /* ---- dropout: the constructor records the op only in training with p > 0;
  * every forward (a checkpoint's recompute too, the generator restored) draws
  * a fresh mask, as the CPU's: the same draws, computed by a kernel from the
- * launch's generator window (src/core/philox.h) ---- */
+ * launch's generator window (src/core/philox.h). Every tensor as stored
+ * (UT_KCAP_NATIVE_16): a 16-bit input (a product's output under autocast)
+ * keeps its dtype, and its dropout reads and writes 16 bits ---- */
 void ut_dropout_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t N = ut_nelem(t);
     uint8_t *keep = ut_kalloc(k, (size_t)N);
@@ -79,12 +82,13 @@ void ut_dropout_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_cuda_dropout_mask(keep, N, k->rng.key, k->rng.stream, k->rng.offset, all, all ? t->ne[t->ndim - 1] : 0,
                          all ? ut_dropout_col0(t) : 0, ut_dropout_p(t));
     ut_dropout_set_keep(t, keep);
-    ut_cuda_dropout_fwd(out_of(t), in_of(t), keep, ut_dropout_keep_scale(t), N);
+    ut_cuda_dropout_fwd(t->data, (int)t->dtype, t->src[0]->data, (int)t->src[0]->dtype, keep, ut_dropout_keep_scale(t),
+                        N);
 }
 
 void ut_dropout_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
-        ut_cuda_dropout_bwd(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),
-                            ut_nelem(t));
+        ut_cuda_dropout_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, ut_dropout_keep(t),
+                            ut_dropout_keep_scale(t), ut_nelem(t));
 }

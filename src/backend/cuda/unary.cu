@@ -21,8 +21,6 @@ using utk::blocks_for;
 using utk::kThreads;
 
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 /* ---- the CPU's vmath.h functions, same operations in the same order ---- */
 
 /* e^x within 2 ulp: x = n ln2 + r, e^r by a degree-5 polynomial, 2^n as two
@@ -154,34 +152,31 @@ struct SigmoidB { /* dy y (1 - y) */
 /* ---- generic kernels ---- */
 
 /* BWD false: out (n) = keep ? x * scale : 0;
- * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient) */
+ * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient);
+ * out and x each in its dtype (0 float32, 1 bf16, 2 fp16): a 16-bit tensor's
+ * dropout reads and writes its 16 bits, with the values float32 copies
+ * around the float kernel would give. VEC: four elements a thread (the
+ * mask's four bytes in one load), then the tail. */
 template <bool BWD, bool VEC>
-__global__ void dropout_kernel(float *__restrict__ out, const float *__restrict__ x,
+__global__ void dropout_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx,
                                const uint8_t *__restrict__ keep, float scale, int64_t n) {
-    int64_t step = (int64_t)gridDim.x * blockDim.x;
-    int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tail = 0;
-    if (VEC) {
-        int64_t n4 = n / 4;
-        for (int64_t v = i0; v < n4; v += step) {
-            float4 a = reinterpret_cast<const float4 *>(x)[v];
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
+            float4 a = utk_load4(x, dtx, v);
             uchar4 k = reinterpret_cast<const uchar4 *>(keep)[v];
-            float4 r = make_float4(k.x ? __fmul_rn(a.x, scale) : 0.0f,
-                                   k.y ? __fmul_rn(a.y, scale) : 0.0f,
-                                   k.z ? __fmul_rn(a.z, scale) : 0.0f,
-                                   k.w ? __fmul_rn(a.w, scale) : 0.0f);
+            float4 r = make_float4(k.x ? __fmul_rn(a.x, scale) : 0.0f, k.y ? __fmul_rn(a.y, scale) : 0.0f,
+                                   k.z ? __fmul_rn(a.z, scale) : 0.0f, k.w ? __fmul_rn(a.w, scale) : 0.0f);
             if (BWD) {
-                float4 d = reinterpret_cast<float4 *>(out)[v];
-                r = make_float4(__fadd_rn(d.x, r.x), __fadd_rn(d.y, r.y), __fadd_rn(d.z, r.z),
-                                __fadd_rn(d.w, r.w));
+                float4 d = utk_load4(out, dto, v);
+                r = make_float4(__fadd_rn(d.x, r.x), __fadd_rn(d.y, r.y), __fadd_rn(d.z, r.z), __fadd_rn(d.w, r.w));
             }
-            reinterpret_cast<float4 *>(out)[v] = r;
-        }
-        tail = n4 * 4;
-    }
-    for (int64_t i = tail + i0; i < n; i += step) {
-        float r = keep[i] ? __fmul_rn(x[i], scale) : 0.0f;
-        out[i] = BWD ? __fadd_rn(out[i], r) : r;
-    }
+            utk_store4(out, dto, v, r);
+        },
+        [&](int64_t i) {
+            float r = keep[i] ? __fmul_rn(utk_load_f32(x, dtx, i), scale) : 0.0f;
+            utk_store_f32(out, dto, i, BWD ? __fadd_rn(utk_load_f32(out, dto, i), r) : r);
+        });
 }
 
 /* ---- any storage dtype (the ops marked UT_KCAP_NATIVE_16 in table.c): each
@@ -253,15 +248,14 @@ void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, const char 
 }
 
 template <bool BWD>
-void dropout(float *out, const float *x, const uint8_t *keep, float scale, int64_t n,
+void dropout(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale, int64_t n,
              const char *what) {
     if (n <= 0) return;
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (aligned16(out) && aligned16(x) && ((uintptr_t)keep & 3) == 0)
-        dropout_kernel<BWD, true>
-            <<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, x, keep, scale, n);
+    if (utk_vec4_ok(out, dto) && utk_vec4_ok(x, dtx) && ((uintptr_t)keep & 3) == 0)
+        dropout_kernel<BWD, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n);
     else
-        dropout_kernel<BWD, false><<<blocks_for(n), kThreads, 0, s>>>(out, x, keep, scale, n);
+        dropout_kernel<BWD, false><<<blocks_for(n), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n);
     ut_cuda_launched(what);
 }
 
@@ -349,11 +343,11 @@ extern "C" void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n) {
 extern "C" void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n) {
     bwd(dx, dy, y, n, SigmoidB{}, "sigmoid_bwd");
 }
-extern "C" void ut_cuda_dropout_fwd(float *out, const float *x, const uint8_t *keep, float scale,
+extern "C" void ut_cuda_dropout_fwd(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale,
                                     int64_t n) {
-    dropout<false>(out, x, keep, scale, n, "dropout_fwd");
+    dropout<false>(out, dto, x, dtx, keep, scale, n, "dropout_fwd");
 }
-extern "C" void ut_cuda_dropout_bwd(float *dx, const float *dy, const uint8_t *keep, float scale,
+extern "C" void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale,
                                     int64_t n) {
-    dropout<true>(dx, dy, keep, scale, n, "dropout_bwd");
+    dropout<true>(dx, dtd, dy, dtg, keep, scale, n, "dropout_bwd");
 }
