@@ -334,8 +334,8 @@ if want trainer; then
     for prec in bf16 fp32; do
         name=trainer-gpt2-$prec; flag=--bf16
         [ $prec = fp32 ] && name=trainer-gpt2-tf32 flag=--tf32
-        run $name 300 env UT_CUDA_TF32=$([ $prec = fp32 ] && echo 1 || echo 0) build/utrain train "$T/gpt2.yml" \
-            --set train.precision=$prec --set experiment_name=$name
+        run $name 300 build/utrain train "$T/gpt2.yml" --set train.precision=$prec \
+            --set train.tf32=$([ $prec = fp32 ] && echo true || echo false) --set experiment_name=$name
         note "  $name: $(grep -o '"tokens_per_s": [0-9.e+]*' "$T/runs/$name/metrics.jsonl" 2>&1 | tail -2 | xargs)"
         run bench-step-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-step-gpt2-$prec.log")"

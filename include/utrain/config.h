@@ -82,8 +82,9 @@ typedef struct {
                                     config.json model_type (bert, gpt2, bart) names
                                     the model; not a key of its own */
     bool greater_is_better_set;  /* given by the user; until then greater_is_better
-                                    follows best_metric (true for names ending in
-                                    "accuracy"); not a key of its own */
+                                    follows best_metric (false for names ending in
+                                    "loss" or "perplexity", true otherwise); not a
+                                    key of its own */
     bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
                                     positive eval_interval / save_interval makes
                                     the strategy steps; not keys of their own */
@@ -97,6 +98,7 @@ typedef struct {
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
+    bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double init_scale;           /* fp16: the loss scale to start from (GradScaler's init_scale) */
     int64_t growth_interval;     /* fp16: clean steps before the scale doubles */
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */

@@ -250,6 +250,12 @@ typedef struct ut_backend {
      * conv2d and a relu. */
     bool conv2d_relu;
 
+    /* Float32 products (linear, matmul, convolutions) on the tensor cores in
+     * TF32 (operands rounded to 10 mantissa bits, float32 accumulation), or
+     * exact; for the whole process, as PyTorch's allow_tf32. NULL: the device
+     * has no such mode. */
+    void (*set_tf32)(bool on);
+
     /* ---- flat-buffer math (optimizers, clipping, dist) ---- */
     /* sum of x[i]^2 in double, the same bits whatever the thread count */
     double (*sum_sq)(const float *x, int64_t n);

@@ -161,6 +161,11 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.precision", .type = UT_CFG_ENUM, AT(precision), .def = "fp32",
      .values = precisions,
      .doc = "matmuls, convolutions and attention in bf16 or fp16 with fp32 accumulation (autocast); fp32 master weights (docs/training.md)"},
+    {.key = "train.tf32", .type = UT_CFG_BOOL, AT(tf32), .def = "false",
+     .doc = "device cuda: float32 products (linear, matmul, convolutions; not attention's own kernels) on the "
+            "tensor cores in TF32, operands rounded to 10 mantissa bits, float32 accumulation: about 2.4x faster "
+            "on GPT-2 (PyTorch's allow_tf32, Hugging Face's tf32; docs/gpu.md); false: exact float32. Refused on "
+            "cpu and sim"},
     {.key = "train.init_scale", .type = UT_CFG_FLOAT, AT(init_scale), .def = "65536", GT(0),
      .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
     {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),
@@ -328,6 +333,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"max_new_tokens", "generate.max_new_tokens"},
     {"num_labels", "model.num_classes"},
     {"checkpoint_activations", "train.checkpoint_activations"},
+    {"gradient_checkpointing", "train.checkpoint_activations"},
     {"precision", "train.precision"},
     {"init_scale", "train.init_scale"},
     /* Hugging Face TrainingArguments' names, with the same meaning */
@@ -349,6 +355,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"lr", "optim.lr"},
     {"learning_rate", "optim.lr"},
     {"weight_decay", "optim.weight_decay"},
+    {"tf32", "train.tf32"},
+    {"dataloader_drop_last", "data.drop_last"},
     /* a section given a scalar names its kind: `model: gpt2` */
     {"model", "model.name"},
     {"data", "data.name"},

@@ -47,6 +47,8 @@ int ut_config_use_device(const ut_config *c, char *err, size_t n) {
     }
     int index = (first + local_rank()) % count;
     if (be->select(index, why, sizeof why)) FAIL("%s: %s: %s", key, c->device, why);
+    /* only ever turned on here: UT_CUDA_TF32=1 (the benchmarks' switch) turns it on too */
+    if (c->tf32 && be->set_tf32) be->set_tf32(true);
     return 0;
 }
 
@@ -70,6 +72,9 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (strcmp(c->comm_hook, "none") && strcmp(c->dist_strategy, "ddp") && strcmp(c->dist_strategy, "zero1"))
         FAIL("dist.comm_hook: %s compresses ddp's and zero1's gradient all-reduce, not %s's; set dist.strategy: ddp "
              "or zero1, or dist.comm_hook: none", c->comm_hook, c->dist_strategy);
+    if (c->tf32 && ut_config_device(c) != UT_CUDA)
+        FAIL("train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device %s the float32 "
+             "products are exact: remove tf32 or write device: cuda", c->device);
     if (!strcmp(c->device_comm, "direct") && !strcmp(c->device, "cpu"))
         FAIL("dist.device_comm: direct runs collectives on a device's memory (device: cuda or sim); on the CPU "
              "the ranks exchange host memory in place: remove it or write dist.device_comm: auto");

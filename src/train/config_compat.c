@@ -2,7 +2,7 @@
  * schema key: pytorch_universal_trainer's parameters.yml (model_dir,
  * data_dir, the fairscale and fp16 flags, its path keys) and FlagAI's Trainer
  * arguments (env_type, pytorch_device, model_parallel_size, fp16, its launch
- * arguments). Each one is applied through schema keys, or refused with what
+ * arguments); Hugging Face TrainingArguments' are config_hf.c's. Each one is applied through schema keys, or refused with what
  * to write instead: no key is accepted and then ignored. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,16 +165,6 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
 }
 
 
-/* Hugging Face TrainingArguments' ddp_backend (torch.distributed's backend):
- * nccl collectives on the GPUs' memory, gloo and mpi through host memory */
-static int ddp_backend(ut_config *c, const char *key, const char *v, char *err, size_t n) {
-    if (!*v) return 1; /* None: the default */
-    if (!strcmp(v, "nccl")) return assign(c, "dist.device_comm", "direct", err, n);
-    if (!strcmp(v, "gloo") || !strcmp(v, "mpi")) return assign(c, "dist.device_comm", "host", err, n);
-    return ut_errorf(err, n, "%s: '%s' is not a backend utrain has; write nccl (collectives on the GPUs' memory), "
-                             "gloo or mpi (through host memory), or dist.device_comm: auto | direct | host", key, v);
-}
-
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
     if (!strcmp(key, "pytorch_device")) /* FlagAI's spelling of device */
@@ -194,13 +184,13 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
                                  "starts N processes)", key);
     if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's */
         return ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
-    if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
     return 0;
 }
 
 int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n) {
     int rc = seed_key(c, key, value, err, n);
-    return rc ? rc : flagai_key(c, key, value, err, n);
+    if (!rc) rc = flagai_key(c, key, value, err, n);
+    return rc ? rc : ut_cfg_hf(c, key, value, err, n);
 }
 
 bool ut_cfg_is_flat_section(const char *name) {
@@ -233,8 +223,6 @@ const char *const ut_cfg_compat_doc =
     "| `use_fairscale_autowrap` | true / false | `dist.wrap: block` (a unit per block) / `dist.wrap: model` (the model is one unit, as FSDP without auto_wrap) |\n"
     "| `use_fairscale_reshard_forward` | true / false | `dist.reshard_after_forward` |\n"
     "| `use_native_fp16`, `fp16` | false / true | nothing / `train.precision: fp16` |\n"
-    "| `bf16` (Hugging Face) | false / true | nothing / `train.precision: bf16` |\n"
-    "| `ddp_backend` (Hugging Face) | `nccl` / `gloo`, `mpi` / empty | `dist.device_comm: direct` / `dist.device_comm: host` / nothing (others are refused) |\n"
     "| `use_max_length` | true / false | nothing: examples are truncated to `data.max_len` (`max_length`); with a pretrained tokenizer each batch is padded to its longest example (the seed's false), which gives the outputs padding to `max_length` (true) gives under the attention mask |\n"
     "| `continue_training_path` | empty / a path | nothing / refused (resume is `continue_training: true`; other weights are `load_dir`) |\n"
     "| `pretrained_model_dir` | empty / a Hugging Face model directory (`~/` is `$HOME`) | nothing / `model.pretrained: DIR` and `model.name` from its `config.json`'s `model_type` (`bart`, `bert`, `gpt2`) |\n"

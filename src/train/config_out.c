@@ -172,7 +172,9 @@ static const char *const doc_notes =
     "  `model.name` is given, `model.pretrained` names the model by its config.json's\n"
     "  `model_type` (`bert`, `roberta`, `gpt2`, `bart`), so `model: {pretrained: DIR}` is enough.\n"
     "- `train.greater_is_better` follows `train.best_metric` until it is given: it is\n"
-    "  true when the metric's name ends in `accuracy` (`dev/accuracy`), false otherwise.\n"
+    "  false when the metric's name ends in `loss` or `perplexity` (lower is better), and\n"
+    "  true otherwise (`dev/accuracy`, `dev/f1`, `dev/bleu`, `dev/rougeL`, ...), as the\n"
+    "  Hugging Face Trainer decides for `metric_for_best_model`.\n"
     "- `train.max_steps` > 0 overrides `train.epochs`; the cosine and linear schedules\n"
     "  end at the total step count the trainer computes from them.\n"
     "- Booleans accept true/false, yes/no, on/off and 1/0.\n"
@@ -236,5 +238,6 @@ void ut_config_doc_markdown(FILE *f) {
         fprintf(f, "| `%s` | `%s` |\n", ut_cfg_aliases[i].alias, ut_cfg_aliases[i].key);
     fputc('\n', f);
     fputs(ut_cfg_compat_doc, f);
+    fputs(ut_cfg_hf_doc, f);
     fputs(doc_notes, f);
 }

@@ -56,6 +56,9 @@ extern const int ut_cfg_nsections;
  * keys, or refused with what to write instead. 1: handled, 0: not such a
  * key, -1: refused (err). */
 int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* The same for Hugging Face TrainingArguments' fields (config_hf.c), which
+ * ut_cfg_compat also asks. */
+int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);
 /* device (or pytorch_device, named by key): 0 for a device the trainer
  * runs on, else -1 with what to write instead. */
 int ut_cfg_check_device(const char *key, const char *value, char *err, size_t n);
@@ -64,6 +67,7 @@ int ut_cfg_check_device(const char *key, const char *value, char *err, size_t n)
 bool ut_cfg_is_flat_section(const char *name);
 /* The docs/config.md section listing those keys. */
 extern const char *const ut_cfg_compat_doc;
+extern const char *const ut_cfg_hf_doc;
 
 /* The canonical key for key (an alias's target, else key itself). */
 const char *ut_cfg_resolve(const char *key);

@@ -164,7 +164,7 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
     if (k->off == offsetof(ut_config, device)) c->device_from_env = false;
     if (k->off == offsetof(ut_config, greater_is_better)) c->greater_is_better_set = true;
     if (k->off == offsetof(ut_config, best_metric) && !c->greater_is_better_set)
-        c->greater_is_better = ends_with(c->best_metric, "accuracy");
+        c->greater_is_better = !ends_with(c->best_metric, "loss") && !ends_with(c->best_metric, "perplexity");
     if (k->off == offsetof(ut_config, eval_strategy)) c->eval_strategy_set = true;
     if (k->off == offsetof(ut_config, save_strategy)) c->save_strategy_set = true;
     if (k->off == offsetof(ut_config, eval_interval) && c->eval_interval > 0 && !c->eval_strategy_set)

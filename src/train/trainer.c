@@ -452,6 +452,9 @@ static void print_summary(ut_trainer *t) {
                         "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    if (c->tf32)
+        ut_say(&t->log, "  TF32 = on (train.tf32: float32 products on the tensor cores, operands rounded to 10 "
+                        "mantissa bits, float32 accumulation)\n");
     if (t->ndp > 1)
         ut_say(&t->log, "  DataParallel workers = %d (one process, a replica and a share of each batch per worker)\n",
                t->ndp);

@@ -4,7 +4,7 @@
  * one seed and a run stopped and resumed must give the same checkpoint to
  * the bit; checkpoints cross between the devices both ways. Covered: the CNN
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
- * and fp16, the tiny BERT fine-tuned with dropout in fp32 and bf16, the
+ * and fp16 and with TF32 products, the tiny BERT fine-tuned with dropout in fp32 and bf16, the
  * bag-of-words classifier and `utrain test` on it, the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
  * one GPU (their gradients staged through host memory: NCCL takes a GPU per
@@ -141,6 +141,24 @@ static void test_gpt2_precisions(void) {
         printf("  (cpu %s against cpu fp32: weights within %.2e, most in %s, %.2e; losses within %.2e)\n",
                i ? "fp16" : "bf16", d, worst, wr, loss_diff("gpt2_fp32_cpu", run, 8));
     }
+}
+
+/* train.tf32 (Hugging Face's tf32): the float32 products on the TF32 tensor
+ * cores. The run says so, and its losses differ from the exact float32 run's
+ * by TF32's rounding (10 mantissa bits), not more. Refused on sim. */
+static void test_tf32(void) {
+    int rc = train("gpt2_tf32", gpt2, D, "tf32=true", 1);
+    if (strcmp(D, "cuda")) {
+        CHECK(rc != 0, "tf32: true on %s is refused", D);
+        return;
+    }
+    CHECK(rc == 0, "a run with tf32: true (exit %d)", rc);
+    char *log = tp_slurp(run_file("gpt2_tf32", "logger_logs/training_0.log"));
+    CHECK(log && strstr(log, "TF32 = on"), "the run says TF32 is on:\n%s", log ? log : "(no log)");
+    free(log);
+    double d = loss_diff("gpt2_fp32_dev", "gpt2_tf32", 8);
+    printf("  tf32 losses within %.2e of the exact float32 run's (allowed 1e-02, and not 0)\n", d);
+    CHECK(d > 0 && d <= 1e-2, "TF32 losses differ from the exact run's by %.3g relative", d);
 }
 
 /* Two runs with one seed on the GPU: the same bits (no atomics in the
@@ -423,6 +441,7 @@ int main(int argc, char **argv) {
     printf("device under test: %s\n", D);
     RUN(test_cnn);
     RUN(test_gpt2_precisions);
+    RUN(test_tf32);
     RUN(test_bert);
     RUN(test_same_bits);
     RUN(test_bow_and_test_mode);

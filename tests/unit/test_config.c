@@ -363,6 +363,70 @@ static void test_aliases(void) {
     ut_config_free(&c);
 }
 
+/* A Hugging Face TrainingArguments file (the JSON HfArgumentParser reads; the
+ * seed's remove_unused_columns among its fields) loads with the Trainer's
+ * meaning; a value utrain cannot honour is refused naming the field. */
+static void test_hf_training_arguments(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"output_dir\": \"out\", \"per_device_train_batch_size\": 16, \"num_train_epochs\": 2,\n"
+                        " \"evaluation_strategy\": \"epoch\", \"load_best_model_at_end\": true,\n"
+                        " \"metric_for_best_model\": \"eval_f1\", \"report_to\": [\"tensorboard\"],\n"
+                        " \"gradient_checkpointing\": true, \"optim\": \"adamw_torch_fused\", \"tf32\": true,\n"
+                        " \"remove_unused_columns\": false, \"ddp_find_unused_parameters\": false,\n"
+                        " \"dataloader_drop_last\": true, \"dataloader_num_workers\": 0, \"disable_tqdm\": true,\n"
+                        " \"logging_strategy\": \"epoch\", \"resume_from_checkpoint\": true, \"use_cpu\": false,\n"
+                        " \"save_safetensors\": true, \"full_determinism\": false, \"torch_compile\": false,\n"
+                        " \"label_smoothing_factor\": 0.0, \"run_name\": null, \"push_to_hub\": false}\n") == 0,
+          "%s", err);
+    CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
+    CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
+          "metric_for_best_model: %s, greater %d", c.best_metric, c.greater_is_better);
+    CHECK(c.checkpoint_activations && c.tf32 && c.drop_last && !strcmp(c.optim_name, "adamw"), "flags");
+    CHECK(!strcmp(c.progress, "lines") && c.log_steps_ratio == 1 && c.continue_training, "logging and resume");
+    CHECK(!strcmp(c.device, "cpu"), "use_cpu: false leaves the device key's default");
+    ut_config_free(&c);
+    /* values that set something else */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "metric_for_best_model: loss\nlogging_strategy: \"no\"\nuse_cpu: true\n"
+                        "resume_from_checkpoint: false\noptim: adamw_hf\n") == 0, "%s", err);
+    CHECK(!strcmp(c.best_metric, "dev/loss") && !c.greater_is_better && c.log_interval == 0 &&
+              !c.continue_training && !strcmp(c.optim_name, "adamw"), "loss, no logging");
+    ut_config_free(&c);
+    /* what utrain cannot do is refused, saying what to write */
+    const struct { const char *text, *msg; } bad[] = {
+        {"load_best_model_at_end: false\n", "load_best_model_at_end: utrain test, evaluate and export always take"},
+        {"report_to: [tensorboard, wandb]\n", "report_to: 'wandb': utrain reports to TensorBoard"},
+        {"report_to: none\n", "report_to: none: utrain always writes"},
+        {"overwrite_output_dir: true\n", "overwrite_output_dir: utrain never overwrites"},
+        {"resume_from_checkpoint: out/checkpoint-500\n", "write load_dir: out/checkpoint-500"},
+        {"logging_strategy: sometimes\n", "logging_strategy: 'sometimes' is not one of steps, epoch, no"},
+        {"logging_dir: out/logs\n", "logging_dir: TensorBoard's files are in the run directory"},
+        {"run_name: first\n", "write experiment_name: first"},
+        {"dataloader_num_workers: 4\n", "dataloader_num_workers: utrain loads batches on one background thread"},
+        {"torch_compile: true\n", "torch_compile: utrain has no graph compiler"},
+        {"adafactor: true\n", "adafactor: utrain's optimizers are adamw and sgd"},
+        {"push_to_hub: true\n", "push_to_hub: utrain does not reach the network"},
+        {"auto_find_batch_size: true\n", "auto_find_batch_size: utrain keeps the batch it is given"},
+        {"label_smoothing_factor: 0.1\n", "label_smoothing_factor: utrain's cross-entropy has no label smoothing"},
+        {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
+        {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
+        {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, bad[i].text) == -1 && strstr(err, bad[i].msg), "%s: got '%s'", bad[i].text, err);
+        ut_config_free(&c);
+    }
+    /* tf32 is a GPU's mode: refused on the CPU (and sim) when the run is checked */
+    check_invalid((const char *[]){"tf32=true", NULL},
+                  "train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device cpu the float32 "
+                  "products are exact: remove tf32 or write device: cuda");
+    check_invalid((const char *[]){"tf32=true", "device=sim", NULL},
+                  "train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device sim the float32 "
+                  "products are exact: remove tf32 or write device: cuda");
+}
+
 /* Other trainers' distributed flags map onto dist.strategy or are refused. */
 static void test_seed_dist_flags(void) {
     const struct { const char *set, *strategy; } ok[] = {
@@ -736,6 +800,10 @@ static void test_greater_is_better(void) {
     CHECK(c.greater_is_better, "follows accuracy");
     CHECK(ut_config_set(&c, "train.best_metric=dev/loss", err, sizeof err) == 0, "%s", err);
     CHECK(!c.greater_is_better, "follows loss");
+    CHECK(ut_config_set(&c, "train.best_metric=dev/bleu", err, sizeof err) == 0 && c.greater_is_better,
+          "follows bleu (greater, as the Hugging Face Trainer decides)");
+    CHECK(ut_config_set(&c, "train.best_metric=dev/perplexity", err, sizeof err) == 0 && !c.greater_is_better,
+          "follows perplexity");
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "train:\n  greater_is_better: false\n  best_metric: dev/accuracy\n") == 0, "%s", err);
@@ -1111,6 +1179,7 @@ int main(int argc, char **argv) {
     RUN(test_model_options);
     RUN(test_model_option_names);
     RUN(test_aliases);
+    RUN(test_hf_training_arguments);
     RUN(test_seed_dist_flags);
     RUN(test_seed_parameters_file);
     RUN(test_seed_keys);

@@ -378,6 +378,7 @@ const ut_backend ut_backend_cuda = {
     .round = round16,
     .ops = ut_ops_cuda,
     .matmul_path = matmul_path,
+    .set_tf32 = ut_cuda_set_tf32,
     .sum_sq = sum_sq,
     .sum_sq_to = sum_sq_to,
     .scale = scale,

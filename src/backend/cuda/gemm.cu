@@ -18,7 +18,7 @@
 static cublasLtHandle_t g_lt;
 static void *g_ws;
 static const size_t WS_BYTES = 32u << 20;
-static bool g_tf32;
+static bool g_tf32, g_tf32_given; /* TF32 products; set by ut_cuda_set_tf32 (else UT_CUDA_TF32) */
 /* UT_CUDA_GEMM=cublas: the products through cuBLAS's classic strided-batched
  * SGEMM instead of cuBLASLt (both are deterministic); for comparing the two
  * libraries' kernel choice (docs/gpu.md) */
@@ -35,7 +35,12 @@ static bool g_no_fused;
 static int g_round_dt;
 static void *g_op16[2];
 static size_t g_op16_cap[2];
-extern "C" void ut_cuda_set_tf32(bool on) { g_tf32 = on; }
+/* (UT_CUDA_TF32=1 turns TF32 on at the first product unless this was called) */
+extern "C" void ut_cuda_set_tf32(bool on) {
+    g_tf32 = on;
+    g_tf32_given = true;
+    if (g_blas) cublasSetMathMode(g_blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+}
 extern "C" void ut_cuda_gemm_rounded(int dt) { g_round_dt = dt == 1 || dt == 2 ? dt : 0; }
 
 static void lt_check(cublasStatus_t s, const char *what) {
@@ -51,7 +56,7 @@ static void lt_check(cublasStatus_t s, const char *what) {
 static void lt_init(void) {
     if (g_lt) return;
     const char *e = getenv("UT_CUDA_TF32"); /* 1: TF32 products (docs/gpu.md) */
-    if (e && e[0] == '1') g_tf32 = true;
+    if (e && e[0] == '1' && !g_tf32_given) g_tf32 = true;
     e = getenv("UT_CUDA_GEMM");
     g_classic = e && !strcmp(e, "cublas");
     e = getenv("UT_CUDA_LT_FUSED");

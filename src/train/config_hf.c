@@ -1,0 +1,200 @@
+/* Hugging Face TrainingArguments' fields that are more than another spelling
+ * of a schema key (those are aliases in config.c: per_device_train_batch_size,
+ * learning_rate, gradient_checkpointing, tf32, ...): each sets schema keys,
+ * is accepted where its value is what utrain always does, or is refused with
+ * what to write instead. A TrainingArguments YAML or JSON file (the one
+ * HfArgumentParser reads) then loads with the meaning it has there. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config_schema.h"
+#include "utrain/base.h"
+
+static int assign(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    return ut_cfg_assign(c, key, v, err, n) ? -1 : 1;
+}
+
+/* A boolean field's value: 1 true, 0 false, -1 with err. */
+static int flag(const char *key, const char *v, char *err, size_t n) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i])) return 1;
+        if (!strcasecmp(v, no[i])) return 0;
+    }
+    return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
+}
+
+/* A field whose false is utrain's only behaviour: true is refused with why. */
+static int false_only(const char *key, const char *v, const char *why, char *err, size_t n) {
+    int on = flag(key, v, err, n);
+    if (on < 0) return -1;
+    return on ? ut_errorf(err, n, "%s: %s", key, why) : 1;
+}
+
+/* A field whose true is utrain's only behaviour: false is refused with why. */
+static int true_only(const char *key, const char *v, const char *why, char *err, size_t n) {
+    int on = flag(key, v, err, n);
+    if (on < 0) return -1;
+    return on ? 1 : ut_errorf(err, n, "%s: %s", key, why);
+}
+
+/* A field either of whose values describes what utrain does. */
+static int either(const char *key, const char *v, char *err, size_t n) { return flag(key, v, err, n) < 0 ? -1 : 1; }
+
+/* metric_for_best_model: a metric of the evaluation ("accuracy" or
+ * "eval_accuracy" is dev/accuracy); greater_is_better follows it as in
+ * config_value.c (lower is better for a loss or a perplexity) unless given. */
+static int best_metric(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return 1; /* None */
+    if (strchr(v, '/')) return assign(c, "train.best_metric", v, err, n);
+    const char *name = !strncmp(v, "eval_", 5) ? v + 5 : v;
+    char m[UT_CFG_STR_MAX];
+    if ((size_t)snprintf(m, sizeof m, "dev/%s", name) >= sizeof m)
+        return ut_errorf(err, n, "%s: longer than %d characters", key, UT_CFG_STR_MAX - 6);
+    return assign(c, "train.best_metric", m, err, n);
+}
+
+/* report_to: the integrations logs go to; utrain's are TensorBoard's event
+ * files and metrics.jsonl, always written. */
+static int report_to(const char *key, const char *v, char *err, size_t n) {
+    char buf[UT_CFG_STR_MAX];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        if (!strcmp(t, "tensorboard") || !strcmp(t, "all")) continue;
+        if (!strcmp(t, "none"))
+            return ut_errorf(err, n, "%s: none: utrain always writes the run's metrics.jsonl and TensorBoard event "
+                                     "files (RUN/tensorboard); remove report_to", key);
+        return ut_errorf(err, n, "%s: '%s': utrain reports to TensorBoard (RUN/tensorboard) and RUN/metrics.jsonl "
+                                 "only (docs/training.md); write report_to: tensorboard or remove the key", key, t);
+    }
+    return 1;
+}
+
+/* logging_strategy: steps (logging_steps' interval), epoch, or no */
+static int logging_strategy(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(v, "steps")) return 1;
+    if (!strcmp(v, "epoch")) return assign(c, "train.log_steps_ratio", "1", err, n);
+    if (!strcmp(v, "no") || !strcasecmp(v, "false")) return assign(c, "train.log_interval", "0", err, n);
+    return ut_errorf(err, n, "%s: '%s' is not one of steps, epoch, no", key, v);
+}
+
+/* optim: Hugging Face's names of torch's AdamW (adamw_torch, its fused and
+ * foreach forms, transformers' own adamw_hf) are utrain's adamw: one pass
+ * over the flat buffers on every device. NULL: not such a name. */
+static const char *hf_adamw(const char *v) {
+    static const char *const names[] = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
+                                        "adamw_torch_xla", "adamw_torch_npu_fused"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(v, names[i])) return "adamw";
+    return NULL;
+}
+
+static int resume(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v || !strcasecmp(v, "false")) return 1; /* None / False: a fresh run */
+    if (!strcasecmp(v, "true")) return assign(c, "continue_training", "true", err, n);
+    return ut_errorf(err, n, "%s: '%s': utrain resumes a run from its newest valid checkpoint "
+                             "(continue_training: true, or resume_from_checkpoint: true); to start a new run from "
+                             "a checkpoint's weights write load_dir: %s", key, v, v);
+}
+
+static int workers(const char *key, const char *v, char *err, size_t n) {
+    return !strcmp(v, "0") ? 1 : ut_errorf(err, n, "%s: utrain loads batches on one background thread of each "
+                                                 "process; remove the key (data.prefetch sets how many batches "
+                                                 "it prepares ahead)", key);
+}
+
+/* Hugging Face TrainingArguments' ddp_backend (torch.distributed's backend):
+ * nccl collectives on the GPUs' memory, gloo and mpi through host memory */
+static int ddp_backend(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return 1; /* None: the default */
+    if (!strcmp(v, "nccl")) return assign(c, "dist.device_comm", "direct", err, n);
+    if (!strcmp(v, "gloo") || !strcmp(v, "mpi")) return assign(c, "dist.device_comm", "host", err, n);
+    return ut_errorf(err, n, "%s: '%s' is not a backend utrain has; write nccl (collectives on the GPUs' memory), "
+                             "gloo or mpi (through host memory), or dist.device_comm: auto | direct | host", key, v);
+}
+
+int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
+    if (!strcmp(key, "load_best_model_at_end"))
+        return true_only(key, v, "utrain test, evaluate and export always take the run's best checkpoint "
+                                 "(train.best_metric); remove the key, or pass --checkpoint PATH to utrain test for "
+                                 "another", err, n);
+    if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
+    if (!strcmp(key, "logging_dir"))
+        return !*v ? 1 : ut_errorf(err, n, "%s: TensorBoard's files are in the run directory, "
+                                          "output_dir/experiment_name/tensorboard; set output_dir and "
+                                          "experiment_name instead", key);
+    if (!strcmp(key, "run_name"))
+        return !*v ? 1 : ut_errorf(err, n, "%s: a utrain run is named by experiment_name (also its directory, "
+                                          "output_dir/experiment_name); write experiment_name: %s", key, v);
+    if (!strcmp(key, "overwrite_output_dir"))
+        return false_only(key, v, "utrain never overwrites a run's checkpoints: a new run where checkpoints are is "
+                                  "refused; choose another experiment_name (or output_dir), or resume it with "
+                                  "continue_training: true", err, n);
+    if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
+    if (!strcmp(key, "logging_strategy")) return logging_strategy(c, key, v, err, n);
+    if (!strcmp(key, "disable_tqdm")) {
+        int on = flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "train.progress", "lines", err, n) : 1;
+    }
+    if (!strcmp(key, "dataloader_num_workers")) return workers(key, v, err, n);
+    if (!strcmp(key, "use_cpu") || !strcmp(key, "no_cuda")) {
+        int on = flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "device", "cpu", err, n) : 1;
+    }
+    if ((!strcmp(key, "optim") || !strcmp(key, "optim.name")) && hf_adamw(v))
+        return assign(c, "optim.name", hf_adamw(v), err, n);
+    if (!strcmp(key, "adafactor"))
+        return false_only(key, v, "utrain's optimizers are adamw and sgd; write optim: adamw", err, n);
+    if (!strcmp(key, "torch_compile"))
+        return false_only(key, v, "utrain has no graph compiler: its kernels are compiled ahead of time, fused "
+                                  "where docs/gpu.md says; remove the key", err, n);
+    if (!strcmp(key, "ddp_find_unused_parameters") || !strcmp(key, "remove_unused_columns") ||
+        !strcmp(key, "full_determinism"))
+        return either(key, v, err, n);
+    if (!strcmp(key, "save_safetensors"))
+        return true_only(key, v, "utrain's checkpoints are safetensors files; remove the key", err, n);
+    if (!strcmp(key, "push_to_hub"))
+        return false_only(key, v, "utrain does not reach the network; utrain export RUN_DIR OUT_DIR writes a "
+                                  "Hugging Face model directory to upload", err, n);
+    if (!strcmp(key, "auto_find_batch_size"))
+        return false_only(key, v, "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, "
+                                  "and a GPU out of memory ends the run saying what to lower "
+                                  "(train.batch_size with train.gradient_accumulation_steps)", err, n);
+    if (!strcmp(key, "label_smoothing_factor"))
+        return !strcmp(v, "0") || !strcmp(v, "0.0")
+                   ? 1
+                   : ut_errorf(err, n, "%s: utrain's cross-entropy has no label smoothing; remove the key", key);
+    if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
+    return 0;
+}
+
+const char *const ut_cfg_hf_doc =
+    "### Hugging Face TrainingArguments\n\n"
+    "A file of `TrainingArguments` fields (the YAML or JSON that `HfArgumentParser` reads)\n"
+    "loads as the Trainer reads it. Besides the aliases above, these fields are read:\n\n"
+    "| field | value | becomes |\n|---|---|---|\n"
+    "| `fp16`, `bf16` | false / true | nothing / `train.precision: fp16`, `bf16` |\n"
+    "| `tf32` | false / true | `train.tf32` (TF32 products on `device: cuda`; refused on the others) |\n"
+    "| `gradient_checkpointing` | false / true | `train.checkpoint_activations` |\n"
+    "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
+    "| `load_best_model_at_end` | true / false | nothing: `utrain test`, `evaluate` and `export` always take the best checkpoint / refused |\n"
+    "| `report_to` | `tensorboard`, `all` / `none`, others | nothing: the run writes TensorBoard event files and `metrics.jsonl` / refused |\n"
+    "| `logging_strategy` | `steps` / `epoch` / `no` | nothing (`logging_steps` is the interval) / `train.log_steps_ratio: 1` / `train.log_interval: 0` |\n"
+    "| `resume_from_checkpoint` | true / empty, false / a path | `continue_training: true` / nothing / refused (`load_dir: PATH` starts a new run from those weights) |\n"
+    "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
+    "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
+    "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
+    "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
+    "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
+    "| `dataloader_num_workers` | 0 / more | nothing (one loader thread) / refused (`data.prefetch`) |\n"
+    "| `ddp_backend` | `nccl` / `gloo`, `mpi` / empty | `dist.device_comm: direct` / `dist.device_comm: host` / nothing (others are refused) |\n"
+    "| `ddp_find_unused_parameters` | true / false | nothing: the gradient buckets always hold every parameter, one no loss reached gets zeros |\n"
+    "| `remove_unused_columns` | true / false | nothing: the loaders read the columns the `data.*` keys name and the model gets exactly its inputs |\n"
+    "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"
+    "| `save_safetensors` | true / false | nothing: checkpoints are safetensors files / refused |\n"
+    "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
+    "| `label_smoothing_factor` | 0 / more | nothing / refused |\n"
+    "| `logging_dir`, `run_name` | empty / a value | nothing / refused (TensorBoard's files are in `RUN/tensorboard`; `experiment_name` names the run) |\n\n";
