@@ -91,6 +91,26 @@ static const char *hf_adamw(const char *v) {
     return NULL;
 }
 
+/* lr_scheduler_type: transformers' get_scheduler names beyond utrain's own
+ * (constant, cosine, linear, step); 0 for those, which the alias takes. */
+static int scheduler(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    /* warmup then constant; cosine with one hard restart at the end (its
+     * default num_cycles 1) is cosine; cosine_with_min_lr's floor is optim.min_lr */
+    if (!strcmp(v, "constant_with_warmup")) return assign(c, "optim.schedule", "constant", err, n);
+    if (!strcmp(v, "cosine_with_restarts") || !strcmp(v, "cosine_with_min_lr"))
+        return assign(c, "optim.schedule", "cosine", err, n);
+    /* power 1 (its default) down to lr_end, 1e-7 unless optim.min_lr says */
+    if (!strcmp(v, "polynomial")) {
+        if (assign(c, "optim.schedule", "linear", err, n) < 0) return -1;
+        return c->min_lr == 0 ? assign(c, "optim.min_lr", "1e-7", err, n) : 1;
+    }
+    if (!strcmp(v, "inverse_sqrt") || !strcmp(v, "reduce_lr_on_plateau") || !strcmp(v, "warmup_stable_decay"))
+        return ut_errorf(err, n, "%s: '%s' is not a schedule utrain has; write constant, constant_with_warmup, "
+                                 "linear, cosine, cosine_with_restarts, cosine_with_min_lr or polynomial, or "
+                                 "optim.schedule: step", key, v);
+    return 0;
+}
+
 static int resume(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!*v || !strcasecmp(v, "false")) return 1; /* None / False: a fresh run */
     if (!strcasecmp(v, "true")) return assign(c, "continue_training", "true", err, n);
@@ -134,6 +154,7 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
                                   "refused; choose another experiment_name (or output_dir), or resume it with "
                                   "continue_training: true", err, n);
     if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
+    if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, key, v, err, n);
     if (!strcmp(key, "logging_strategy")) return logging_strategy(c, key, v, err, n);
     if (!strcmp(key, "disable_tqdm")) {
         int on = flag(key, v, err, n);
@@ -187,6 +208,7 @@ const char *const ut_cfg_hf_doc =
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
+    "| `lr_scheduler_type` | `constant_with_warmup` / `cosine_with_restarts` (one cycle), `cosine_with_min_lr` / `polynomial` (power 1) / `inverse_sqrt`, `reduce_lr_on_plateau`, `warmup_stable_decay` | `optim.schedule: constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr`) / `linear` down to `optim.min_lr`, 1e-7 (its `lr_end`) unless given / refused; `constant`, `linear`, `cosine` are the alias's (where transformers' `constant` ignores `warmup_steps`, utrain's warms up first when they are given) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | 0 / more | nothing (one loader thread) / refused (`data.prefetch`) |\n"

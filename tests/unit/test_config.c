@@ -393,6 +393,22 @@ static void test_hf_training_arguments(void) {
     CHECK(!strcmp(c.best_metric, "dev/loss") && !c.greater_is_better && c.log_interval == 0 &&
               !c.continue_training && !strcmp(c.optim_name, "adamw"), "loss, no logging");
     ut_config_free(&c);
+    /* transformers' schedule names */
+    const struct { const char *name, *schedule; double min_lr; } sch[] = {
+        {"constant_with_warmup", "constant", 0}, {"cosine_with_restarts", "cosine", 0},
+        {"cosine_with_min_lr", "cosine", 0},      {"polynomial", "linear", 1e-7}};
+    for (size_t i = 0; i < sizeof sch / sizeof sch[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "lr_scheduler_type: %s\n", sch[i].name);
+        ut_config_init(&c);
+        CHECK(load_text(&c, text) == 0 && !strcmp(c.schedule, sch[i].schedule) && c.min_lr == sch[i].min_lr,
+              "%s: %s %g (%s)", sch[i].name, c.schedule, c.min_lr, err);
+        ut_config_free(&c);
+    }
+    ut_config_init(&c);
+    CHECK(load_text(&c, "optim: {min_lr: 1.0e-5}\nlr_scheduler_type: polynomial\n") == 0 && c.min_lr == 1e-5,
+          "polynomial keeps a given min_lr: %g", c.min_lr);
+    ut_config_free(&c);
     /* what utrain cannot do is refused, saying what to write */
     const struct { const char *text, *msg; } bad[] = {
         {"load_best_model_at_end: false\n", "load_best_model_at_end: utrain test, evaluate and export always take"},
@@ -412,6 +428,7 @@ static void test_hf_training_arguments(void) {
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
+        {"lr_scheduler_type: inverse_sqrt\n", "lr_scheduler_type: 'inverse_sqrt' is not a schedule utrain has"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ut_config_init(&c);
