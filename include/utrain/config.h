@@ -99,6 +99,7 @@ typedef struct {
     bool checkpoint_activations;
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
+    double label_smoothing;      /* the losses' label smoothing eps (0: none) */
     double init_scale;           /* fp16: the loss scale to start from (GradScaler's init_scale) */
     int64_t growth_interval;     /* fp16: clean steps before the scale doubles */
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */

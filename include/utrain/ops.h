@@ -53,6 +53,12 @@ ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a);
  * logits (..., V), targets I32 (...). Fused softmax + loss. Scalar (1); 0 (with a
  * zero gradient) when every target is ignored, where PyTorch gives nan. */
 ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index);
+/* The same with label smoothing eps in [0, 1] (ut_cross_entropy takes the
+ * context's, ut_ctx_set_label_smoothing): each row's loss is (1 - eps)
+ * -log softmax(logits)[target] + eps * the mean over the V classes of
+ * -log softmax(logits), as torch's cross_entropy(label_smoothing=eps). */
+ut_tensor *ut_cross_entropy_smoothed(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index,
+                                     float eps);
 /* Cross-entropy over a vocabulary split into `parts` equal parts, in two
  * ops with a sum over the parts between them (ut_tp_cross_entropy in dist.h
  * puts them together), so no rank ever holds the whole logits:
@@ -67,8 +73,11 @@ ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, 
 ut_tensor *ut_vocab_partials(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int64_t v0, int64_t vocab,
                              int part, int parts, int ignore_index);
 ut_tensor *ut_vocab_ce(ut_ctx *ctx, ut_tensor *partials, ut_tensor *targets, int64_t vocab, int ignore_index);
-/* Same on log-probabilities: mean of -logp[target] over non-ignored targets. */
+/* Same on log-probabilities: mean of -logp[target] over non-ignored targets
+ * (with the context's label smoothing eps: (1 - eps) -logp[target] + eps *
+ * the mean of -logp over the classes). */
 ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index);
+ut_tensor *ut_nll_loss_smoothed(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index, float eps);
 /* mean((a - b)^2), a and b the same shape. Scalar (1). */
 ut_tensor *ut_mse(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 

@@ -103,6 +103,12 @@ void ut_ctx_seed(ut_ctx *ctx, uint64_t seed);
  * old setting. */
 ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt);
 ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
+/* Label smoothing eps in [0, 1] for the cross_entropy and nll_loss ops made
+ * from now on (ut_cross_entropy, ut_nll_loss; 0, the default, is none): how
+ * the trainer applies train.label_smoothing to any model's loss, as the
+ * Hugging Face Trainer's label_smoothing_factor. Returns the old setting. */
+float ut_ctx_set_label_smoothing(ut_ctx *ctx, float eps);
+float ut_ctx_label_smoothing(const ut_ctx *ctx);
 /* What autocast's matrix products in dt run on, on device dev, for logs:
  * "oneDNN AMX", "oneDNN AVX512_BF16", "fp32 sgemm on bf16-rounded inputs (CPU
  * has no bf16 instructions)", ... (the CPU backend decides once, at first

@@ -68,6 +68,12 @@ ut_tensor *ut_tp_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *target
                                ut_comm *group) {
     int64_t v0;
     if (!logits || !targets || ut_ctx_error(ctx)) return NULL;
+    if (ut_ctx_label_smoothing(ctx) > 0.0f) {
+        ut_ctx_set_error(ctx, "tp_cross_entropy: label smoothing %g: the loss over a vocabulary split between "
+                              "ranks has none (train.label_smoothing needs dist.tensor_parallel 1)",
+                         (double)ut_ctx_label_smoothing(ctx));
+        return NULL;
+    }
     if (logits->ndim < 1 || !vocab_part(ctx, "tp_cross_entropy", logits->ne[logits->ndim - 1], vocab, group, &v0))
         return NULL;
     ut_tensor *p = ut_vocab_partials(ctx, logits, targets, v0, vocab, ut_comm_rank(group), ut_comm_size(group),

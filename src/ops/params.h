@@ -105,6 +105,9 @@ UT_PARAM_F(attention_varlen, keep_scale, 1)
  * forward kernel) the number of targets not ignored, the mean's divisor */
 UT_PARAM_I(loss, ignore_index, 0)
 UT_PARAM_I(loss, count, 1)
+/* label smoothing eps (0: none): each row's loss is (1 - eps) -logp[target]
+ * + eps * mean over the classes of -logp, as PyTorch's label_smoothing */
+UT_PARAM_F(loss, smoothing, 0)
 
 /* ---- saved buffers (aux[]) ---- */
 /* dropout: which elements survived (N bytes, 1 = kept) */

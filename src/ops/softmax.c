@@ -30,13 +30,18 @@ ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a) {
 }
 
 /* ---- losses over targets: x (..., V) f32, targets (...) i32 -> scalar (1).
- * Parameters ut_loss_ignore_index and ut_loss_count, the number of targets
- * that are not ignored (the mean's divisor). When every target is ignored the
+ * Parameters ut_loss_ignore_index, ut_loss_smoothing (label smoothing eps)
+ * and ut_loss_count, the number of targets that are not ignored (the mean's
+ * divisor). When every target is ignored the
  * loss is 0 and so is the gradient (PyTorch returns nan there: 0/0). ---- */
 static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tensor *x,
-                                  ut_tensor *targets, int ignore_index) {
+                                  ut_tensor *targets, int ignore_index, float eps) {
     ut_tensor *src[2] = {x, targets};
     if (!ut_op_check(ctx, name, 2, src, 1u << 1)) return NULL;
+    if (!(eps >= 0.0f && eps <= 1.0f)) {
+        ut_op_error(ctx, name, 2, src, ut_fmt("label smoothing %g is not in [0, 1]", (double)eps));
+        return NULL;
+    }
     bool ok = x->ndim >= 1 && targets->ndim == x->ndim - 1;
     for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
     if (!ok) {
@@ -54,15 +59,24 @@ static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tens
     ut_tensor *t = ut_op_new(ctx, op, UT_F32, 1, &one, 2, src);
     if (!t) return NULL;
     ut_loss_set_ignore_index(t, ignore_index);
+    ut_loss_set_smoothing(t, eps);
     return t;
 }
 
+ut_tensor *ut_cross_entropy_smoothed(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index,
+                                     float eps) {
+    return ut_op_run(
+        target_loss_new(ctx, UT_OP_CROSS_ENTROPY, "cross_entropy", logits, targets, ignore_index, eps));
+}
+
 ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index) {
-    return ut_op_run(target_loss_new(ctx, UT_OP_CROSS_ENTROPY, "cross_entropy", logits, targets,
-                                     ignore_index));
+    return ut_cross_entropy_smoothed(ctx, logits, targets, ignore_index, ctx ? ctx->label_smoothing : 0.0f);
+}
+
+ut_tensor *ut_nll_loss_smoothed(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index, float eps) {
+    return ut_op_run(target_loss_new(ctx, UT_OP_NLL_LOSS, "nll_loss", logp, targets, ignore_index, eps));
 }
 
 ut_tensor *ut_nll_loss(ut_ctx *ctx, ut_tensor *logp, ut_tensor *targets, int ignore_index) {
-    return ut_op_run(
-        target_loss_new(ctx, UT_OP_NLL_LOSS, "nll_loss", logp, targets, ignore_index));
+    return ut_nll_loss_smoothed(ctx, logp, targets, ignore_index, ctx ? ctx->label_smoothing : 0.0f);
 }

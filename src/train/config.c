@@ -166,6 +166,12 @@ const ut_cfg_key ut_cfg_schema[] = {
             "tensor cores in TF32, operands rounded to 10 mantissa bits, float32 accumulation: about 2.4x faster "
             "on GPT-2 (PyTorch's allow_tf32, Hugging Face's tf32; docs/gpu.md); false: exact float32. Refused on "
             "cpu and sim"},
+    {.key = "train.label_smoothing", .type = UT_CFG_FLOAT, AT(label_smoothing), .def = "0", GE(0), LE(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "label smoothing of the cross-entropy and NLL losses, in training, evaluation and test: each "
+            "example's loss is (1 - eps) -log p(target) + eps times the mean of -log p over the classes "
+            "(Hugging Face's label_smoothing_factor, torch's label_smoothing); 0: none. Refused with "
+            "dist.tensor_parallel > 1"},
     {.key = "train.init_scale", .type = UT_CFG_FLOAT, AT(init_scale), .def = "65536", GT(0),
      .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
     {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),
@@ -356,6 +362,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"learning_rate", "optim.lr"},
     {"weight_decay", "optim.weight_decay"},
     {"tf32", "train.tf32"},
+    {"label_smoothing_factor", "train.label_smoothing"},
+    {"label_smoothing", "train.label_smoothing"},
     {"dataloader_drop_last", "data.drop_last"},
     /* a section given a scalar names its kind: `model: gpt2` */
     {"model", "model.name"},

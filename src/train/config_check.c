@@ -72,6 +72,10 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (strcmp(c->comm_hook, "none") && strcmp(c->dist_strategy, "ddp") && strcmp(c->dist_strategy, "zero1"))
         FAIL("dist.comm_hook: %s compresses ddp's and zero1's gradient all-reduce, not %s's; set dist.strategy: ddp "
              "or zero1, or dist.comm_hook: none", c->comm_hook, c->dist_strategy);
+    if (c->label_smoothing > 0 && c->tensor_parallel > 1)
+        FAIL("train.label_smoothing: %g with dist.tensor_parallel %lld: the cross-entropy over a vocabulary split "
+             "between ranks has no label smoothing; set one of them to its default (0, 1)", c->label_smoothing,
+             (long long)c->tensor_parallel);
     if (c->tf32 && ut_config_device(c) != UT_CUDA)
         FAIL("train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device %s the float32 "
              "products are exact: remove tf32 or write device: cuda", c->device);

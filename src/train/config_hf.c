@@ -184,10 +184,6 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         return false_only(key, v, "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, "
                                   "and a GPU out of memory ends the run saying what to lower "
                                   "(train.batch_size with train.gradient_accumulation_steps)", err, n);
-    if (!strcmp(key, "label_smoothing_factor"))
-        return !strcmp(v, "0") || !strcmp(v, "0.0")
-                   ? 1
-                   : ut_errorf(err, n, "%s: utrain's cross-entropy has no label smoothing; remove the key", key);
     if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
     return 0;
 }
@@ -200,6 +196,7 @@ const char *const ut_cfg_hf_doc =
     "| `fp16`, `bf16` | false / true | nothing / `train.precision: fp16`, `bf16` |\n"
     "| `tf32` | false / true | `train.tf32` (TF32 products on `device: cuda`; refused on the others) |\n"
     "| `gradient_checkpointing` | false / true | `train.checkpoint_activations` |\n"
+    "| `label_smoothing_factor` | eps | `train.label_smoothing` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: `utrain test`, `evaluate` and `export` always take the best checkpoint / refused |\n"
     "| `report_to` | `tensorboard`, `all` / `none`, others | nothing: the run writes TensorBoard event files and `metrics.jsonl` / refused |\n"
@@ -218,5 +215,4 @@ const char *const ut_cfg_hf_doc =
     "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"
     "| `save_safetensors` | true / false | nothing: checkpoints are safetensors files / refused |\n"
     "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
-    "| `label_smoothing_factor` | 0 / more | nothing / refused |\n"
     "| `logging_dir`, `run_name` | empty / a value | nothing / refused (TensorBoard's files are in `RUN/tensorboard`; `experiment_name` names the run) |\n\n";

@@ -1,6 +1,7 @@
 /* What the schema produces from a configuration: the resolved YAML, the
  * hash of the keys that change the computation, and docs/config.md. */
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -126,6 +127,8 @@ uint64_t ut_config_hash(const ut_config *c) {
     for (int i = 0; i < ut_cfg_nkeys; i++) {
         const ut_cfg_key *k = &ut_cfg_schema[i];
         if (!k->hashed) continue;
+        if (k->hash_if_set && k->type == UT_CFG_FLOAT && *(const double *)((const char *)c + k->off) == atof(k->def))
+            continue;
         ut_cfg_format(c, k, value, sizeof value);
         h = fnv1a(fnv1a(fnv1a(fnv1a(h, k->key), "="), value), "\n");
     }

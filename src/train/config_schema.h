@@ -21,7 +21,10 @@ typedef enum { UT_CFG_NOHI, UT_CFG_LE, UT_CFG_LT } ut_cfg_hi;
  * size bytes, INT an int (size 4) or int64_t (size 8), FLOAT a double, BOOL a
  * bool, LIST `count` adjacent doubles that are keys of their own (LIST rows
  * are shorthand: no default, not written, not hashed). hashed: the key
- * changes what training computes (part of ut_config_hash). */
+ * changes what training computes (part of ut_config_hash); hash_if_set
+ * (FLOAT keys added after checkpoints were written): hashed only when its
+ * value is not the default, so those checkpoints' hashes stay as they were
+ * and they still resume. */
 typedef struct {
     const char *key;
     ut_cfg_type type;
@@ -33,7 +36,7 @@ typedef struct {
     ut_cfg_hi hi;
     double min, max;             /* INT, FLOAT, LIST elements */
     int count;                   /* LIST */
-    bool hashed;
+    bool hashed, hash_if_set;
 } ut_cfg_key;
 
 extern const ut_cfg_key ut_cfg_schema[];

@@ -105,7 +105,7 @@ int ut_dp_setup(ut_trainer *t, bool own_m) {
     t->dp = ut_dp_new(t->ndp, t->m, t->ctx, dp_build, t, (uint64_t)c->seed, t->err, sizeof t->err);
     if (!t->dp) return -1;
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
-    for (int w = 0; w < t->ndp; w++) ut_ctx_set_autocast(ut_dp_ctx(t->dp, w), ut_run_precision(c));
+    for (int w = 0; w < t->ndp; w++) ut_run_ctx_setup(ut_dp_ctx(t->dp, w), c);
     for (int w = 1; w < t->ndp; w++)
         ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed,
                         c->shuffle, c->drop_last);

@@ -326,7 +326,7 @@ int ut_pp_setup(ut_trainer *t) {
     t->slots = ut_calloc_check((size_t)t->nslots, sizeof *t->slots);
     for (int k = 0; k < t->nslots; k++) {
         ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
-        ut_ctx_set_autocast(ctx, ut_run_precision(c));
+        ut_run_ctx_setup(ctx, c);
         ut_dist_attach(t->dist, ctx);
         t->slots[k].ctx = ctx;
     }

@@ -152,7 +152,7 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
                                bool checkpoint, act_measure *am, char *convs, size_t cn, char *err, size_t n) {
     m->checkpoint_activations = checkpoint;
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = m->params.device});
-    ut_ctx_set_autocast(ctx, ut_run_precision(c));
+    ut_run_ctx_setup(ctx, c);
     ut_hooks h;
     ut_hooks_resolve(&h, NULL);
     ut_step_outputs out;

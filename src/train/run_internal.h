@@ -17,6 +17,14 @@ static inline ut_dtype ut_run_precision(const ut_config *c) {
     return !strcmp(c->precision, "bf16") ? UT_BF16 : !strcmp(c->precision, "fp16") ? UT_F16 : UT_F32;
 }
 
+/* What a run's context applies to every op it makes: autocast in
+ * train.precision, the losses' train.label_smoothing (training, evaluation
+ * and test alike, as the Hugging Face Trainer's label smoother). */
+static inline void ut_run_ctx_setup(ut_ctx *ctx, const ut_config *c) {
+    ut_ctx_set_autocast(ctx, ut_run_precision(c));
+    ut_ctx_set_label_smoothing(ctx, (float)c->label_smoothing);
+}
+
 /* ---- where a run writes ---- */
 typedef struct {
     char dir[1024];           /* OUTPUT_DIR/EXPERIMENT_NAME */

@@ -34,7 +34,7 @@ ut_trainer *ut_split_test_open(const ut_config *c, ut_comm *comm, const ut_datas
         return NULL;
     }
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
-    ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
+    ut_run_ctx_setup(t->ctx, c);
     t->pp_wire = ut_run_precision(c);
     return t;
 }

@@ -452,6 +452,9 @@ static void print_summary(ut_trainer *t) {
                         "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    if (c->label_smoothing > 0)
+        ut_say(&t->log, "  Label smoothing = %g (the cross-entropy and NLL losses, in evaluation too)\n",
+               c->label_smoothing);
     if (c->tf32)
         ut_say(&t->log, "  TF32 = on (train.tf32: float32 products on the tensor cores, operands rounded to 10 "
                         "mantissa bits, float32 accumulation)\n");
@@ -1052,7 +1055,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     } else t->m = ut_model_from_config(c, t->train, t->err, sizeof t->err);
     if (!t->m || (split_model(t) && ut_split_whole_list(t))) return -1;
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
-    ut_ctx_set_autocast(t->ctx, ut_run_precision(c));
+    ut_run_ctx_setup(t->ctx, c);
     t->fp16 = ut_run_precision(c) == UT_F16;
     t->pp_wire = ut_run_precision(c);
     if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);

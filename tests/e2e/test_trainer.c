@@ -314,6 +314,42 @@ static void test_example_configs(void) {
     free(s);
 }
 
+/* train.label_smoothing (Hugging Face's label_smoothing_factor) reaches the
+ * run's loss in training and evaluation and utrain test's: the run says so,
+ * its first loss differs from the plain run's, and test mode's dev loss is
+ * the smoothed one the last evaluation logged (the op's values are
+ * test_ops_values'). */
+static void test_label_smoothing(void) {
+    const char *out = tp_path(tmp, "smooth.out");
+    char runs[512], metrics[2][700], a[64], b[64], dev[64];
+    snprintf(runs, sizeof runs, "output_dir=%s/smooth", tmp);
+    const char *names[2] = {"plain", "smoothed"};
+    for (int i = 0; i < 2; i++) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "experiment_name=%s", names[i]);
+        int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", exp, "--set",
+                                      "train.max_steps=4", "--set", "train.eval_strategy=steps", "--set",
+                                      "train.eval_interval=4", "--set", "train.log_interval=1", "--set",
+                                      i ? "label_smoothing_factor=0.2" : "train.label_smoothing=0", NULL},
+                        out);
+        char *s = tp_slurp(out);
+        CHECK(rc == 0 && s && (strstr(s, "Label smoothing = 0.2") != NULL) == (i == 1), "%s: %s", names[i], s);
+        free(s);
+        snprintf(metrics[i], sizeof metrics[i], "%s/smooth/%s/metrics.jsonl", tmp, names[i]);
+    }
+    CHECK(tp_loss_at(metrics[0], "train", 1, a, sizeof a) && tp_loss_at(metrics[1], "train", 1, b, sizeof b) &&
+              strcmp(a, b),
+          "the first losses: plain %s, smoothed %s", a, b);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/smooth/smoothed", tmp);
+    CHECK(tp_run((const char *[]){"test", dir, NULL}, out) == 0, "utrain test");
+    char *r = tp_slurp(tp_path(tmp, "smooth/smoothed/dev_results.json"));
+    const char *l = r ? strstr(r, "\"loss\": ") : NULL;
+    CHECK(l && tp_loss_at(metrics[1], "dev", 4, dev, sizeof dev) && fabs(strtod(l + 8, NULL) - strtod(dev, NULL)) < 1e-6,
+          "test mode's dev loss %s, the run's last evaluation %s", l ? l + 8 : "?", dev);
+    free(r);
+}
+
 /* load_dir starts a new run from another run's best weights. */
 static void test_load_dir(void) {
     const char *out = tp_path(tmp, "loaddir.out");
@@ -381,6 +417,7 @@ int main(int argc, char **argv) {
     RUN(test_corrupt_checkpoint_falls_back);
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
+    RUN(test_label_smoothing);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

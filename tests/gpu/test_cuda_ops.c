@@ -96,6 +96,13 @@ static ut_tensor *b_lin_drop(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, in[0], ut_dropout(c, ut_linear(c, in[0], in[1], NULL), 0.1f));
 }
 
+/* cross-entropy with label smoothing over a product's logits (16-bit under
+ * autocast), rows of a warp (V 1000) and of a block (V 3000) */
+static ut_tensor *b_lin_xent_smooth(ut_ctx *c, ut_tensor **in) {
+    int64_t ne[1] = {1};
+    return ut_reshape(c, ut_cross_entropy_smoothed(c, ut_linear(c, in[0], in[1], NULL), in[2], -100, 0.1f), 1, ne);
+}
+
 static const gc_row big_rows[] = {
     {"layernorm 512 x 768", 3, {{2, {512, 768}}, {1, {768}}, {1, {768}}}, b_ln},
     {"mlp 256 x 768 -> 3072 -> 768", 4, {{2, {256, 768}}, {2, {3072, 768}}, {1, {3072}}, {2, {768, 3072}}}, b_mlp},
@@ -125,6 +132,10 @@ static const gc_row big_rows[] = {
     {"l * l + x * l, l = linear(x), 128 x 256", 2, {{2, {128, 256}}, {2, {256, 256}}}, b_lin_square},
     {"x + dropout(linear(x)) 256 x 768, p 0.1", 2, {{2, {256, 768}}, {2, {768, 768}}}, b_lin_drop, .training = true},
     {"x + dropout(linear(x)) 3 x 77, p 0.1", 2, {{2, {3, 77}}, {2, {77, 77}}}, b_lin_drop, .training = true},
+    {"cross-entropy of linear 48 x 1000, label smoothing 0.1", 3,
+     {{2, {48, 64}}, {2, {1000, 64}}, {1, {48}, GC_INDEX, 1000}}, b_lin_xent_smooth},
+    {"cross-entropy of linear 16 x 3000, label smoothing 0.1", 3,
+     {{2, {16, 64}}, {2, {3000, 64}}, {1, {16}, GC_INDEX, 3000}}, b_lin_xent_smooth},
 };
 
 static void same_bits(const gc_row *row);
@@ -375,7 +386,8 @@ static void test_attention_paths(void) {
 static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
                             &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17], &big_rows[18],
-                            &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22]};
+                            &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22], &big_rows[23],
+                            &big_rows[24]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         dc_autocast = dts[d];

@@ -17,6 +17,11 @@ static ut_tensor *b_ce_twice(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, ut_cross_entropy(c, x, in[1], -100), ut_cross_entropy(c, x, in[1], 0));
 }
 static ut_tensor *b_nll(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], -100); }
+/* label smoothing (torch's label_smoothing): every class's logit in the gradient */
+static ut_tensor *b_ce_smooth(ut_ctx *c, ut_tensor **in) { return ut_cross_entropy_smoothed(c, in[0], in[1], 0, 0.2f); }
+static ut_tensor *b_nll_smooth(ut_ctx *c, ut_tensor **in) {
+    return ut_nll_loss_smoothed(c, ut_log_softmax(c, in[0]), in[1], 0, 0.3f);
+}
 static ut_tensor *b_nll_ignore0(ut_ctx *c, ut_tensor **in) { return ut_nll_loss(c, in[0], in[1], 0); }
 /* the unfused composition cross_entropy replaces */
 static ut_tensor *b_nll_of_log_softmax(ut_ctx *c, ut_tensor **in) {
@@ -45,6 +50,10 @@ const gc_row gc_rows_loss[] = {
     {"cross_entropy twice on the same logits, one ignoring 0", 2,
      {{2, {6, 5}}, {1, {6}, GC_INDEX, 3}}, b_ce_twice},
     {"nll_loss", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_nll},
+    {"cross_entropy label smoothing 0.2, ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}},
+     b_ce_smooth},
+    {"nll_loss of log_softmax, label smoothing 0.3, ignore_index 0", 2, {{3, {2, 3, 6}}, {2, {2, 3}, GC_INDEX, 4}},
+     b_nll_smooth},
     {"nll_loss 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}}, b_nll_ignore0},
     {"nll_loss of log_softmax", 2, {{3, {2, 3, 6}}, {2, {2, 3}, GC_INDEX, 6}},
      b_nll_of_log_softmax},

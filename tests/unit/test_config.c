@@ -377,7 +377,7 @@ static void test_hf_training_arguments(void) {
                         " \"dataloader_drop_last\": true, \"dataloader_num_workers\": 0, \"disable_tqdm\": true,\n"
                         " \"logging_strategy\": \"epoch\", \"resume_from_checkpoint\": true, \"use_cpu\": false,\n"
                         " \"save_safetensors\": true, \"full_determinism\": false, \"torch_compile\": false,\n"
-                        " \"label_smoothing_factor\": 0.0, \"run_name\": null, \"push_to_hub\": false}\n") == 0,
+                        " \"label_smoothing_factor\": 0.1, \"run_name\": null, \"push_to_hub\": false}\n") == 0,
           "%s", err);
     CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
     CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
@@ -385,6 +385,7 @@ static void test_hf_training_arguments(void) {
     CHECK(c.checkpoint_activations && c.tf32 && c.drop_last && !strcmp(c.optim_name, "adamw"), "flags");
     CHECK(!strcmp(c.progress, "lines") && c.log_steps_ratio == 1 && c.continue_training, "logging and resume");
     CHECK(!strcmp(c.device, "cpu"), "use_cpu: false leaves the device key's default");
+    CHECK(c.label_smoothing == 0.1, "label_smoothing_factor: %g", c.label_smoothing);
     ut_config_free(&c);
     /* values that set something else */
     ut_config_init(&c);
@@ -424,7 +425,6 @@ static void test_hf_training_arguments(void) {
         {"adafactor: true\n", "adafactor: utrain's optimizers are adamw and sgd"},
         {"push_to_hub: true\n", "push_to_hub: utrain does not reach the network"},
         {"auto_find_batch_size: true\n", "auto_find_batch_size: utrain keeps the batch it is given"},
-        {"label_smoothing_factor: 0.1\n", "label_smoothing_factor: utrain's cross-entropy has no label smoothing"},
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
@@ -435,6 +435,9 @@ static void test_hf_training_arguments(void) {
         CHECK(load_text(&c, bad[i].text) == -1 && strstr(err, bad[i].msg), "%s: got '%s'", bad[i].text, err);
         ut_config_free(&c);
     }
+    check_invalid((const char *[]){"label_smoothing=0.1", "dist.tensor_parallel=2", NULL},
+                  "train.label_smoothing: 0.1 with dist.tensor_parallel 2: the cross-entropy over a vocabulary split "
+                  "between ranks has no label smoothing; set one of them to its default (0, 1)");
     /* tf32 is a GPU's mode: refused on the CPU (and sim) when the run is checked */
     check_invalid((const char *[]){"tf32=true", NULL},
                   "train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device cpu the float32 "
@@ -921,6 +924,11 @@ static void test_hash(void) {
         CHECK(ut_config_set(&b, ignored[i], err, sizeof err) == 0, "%s", err);
         CHECK(ut_config_hash(&b) == h0, "%s changed the hash", ignored[i]);
     }
+    CHECK(ut_config_set(&b, "train.label_smoothing=0", err, sizeof err) == 0 && ut_config_hash(&b) == h0,
+          "label smoothing at its default is not hashed (checkpoints from before the key resume)");
+    CHECK(ut_config_set(&b, "train.label_smoothing=0.1", err, sizeof err) == 0 && ut_config_hash(&b) != h0,
+          "label smoothing changes the hash");
+    CHECK(ut_config_set(&b, "train.label_smoothing=0", err, sizeof err) == 0, "%s", err);
     CHECK(ut_config_set(&b, "optim.lr=0.002", err, sizeof err) == 0, "%s", err);
     CHECK(ut_config_hash(&b) != h0, "lr did not change the hash");
     ut_config_set(&a, "model.x=1", err, sizeof err);

@@ -164,6 +164,83 @@ static void test_cross_entropy_values(void) {
     CHECK_NEAR(ut_f32(l)[0], (CE_ROW0 + CE_ROW1) / 2, 1e-6);
 }
 
+/* Label smoothing eps 0.1 on the same logits: (1 - eps) -logp[target] + eps
+ * mean(-logp); the references are torch's cross_entropy(label_smoothing=0.1)
+ * in float64 (2.x). NLL on log-probabilities by the same formula; the
+ * context's setting reaches ut_cross_entropy and ut_nll_loss; 16-bit logits
+ * give the float32 path's bits for the same (rounded) values. */
+static void test_label_smoothing_values(void) {
+    const int32_t both[2] = {2, 0}, first[2] = {2, -100};
+    fresh();
+    ut_tensor *x = f32(2, (int64_t[]){2, 3}, ce_logits);
+    ut_tensor_set_requires_grad(x, true);
+    ut_tensor *l = ut_cross_entropy_smoothed(ctx, x, i32(1, (int64_t[]){2}, both), -100, 0.1f);
+    CHECK_NEAR(ut_f32(l)[0], 0.8031091265562451, 1e-6);
+    CHECK(ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+    double s0 = exp(1) + exp(2) + exp(3);
+    const double want[6] = {(exp(1) / s0 - 0.1 / 3) / 2, (exp(2) / s0 - 0.1 / 3) / 2, (exp(3) / s0 - 0.9 - 0.1 / 3) / 2,
+                            (1.0 / 3 - 0.9 - 0.1 / 3) / 2, 0.0, 0.0}; /* row 1: uniform, 1/3 - 1/30 = 0.3 */
+    for (int i = 0; i < 4; i++) CHECK_NEAR(x->grad[i], want[i], 1e-6);
+    CHECK_NEAR(x->grad[4], 0.15, 1e-6);
+
+    /* an ignored row is out of the mean and of the smoothing term */
+    fresh();
+    x = f32(2, (int64_t[]){2, 3}, ce_logits);
+    ut_tensor_set_requires_grad(x, true);
+    l = ut_cross_entropy_smoothed(ctx, x, i32(1, (int64_t[]){2}, first), -100, 0.1f);
+    CHECK_NEAR(ut_f32(l)[0], 0.5076059644443804, 1e-6);
+    CHECK(ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+    CHECK(x->grad[3] == 0 && x->grad[4] == 0 && x->grad[5] == 0, "the ignored row has a gradient");
+
+    /* the context's smoothing, and NLL of log_softmax equal to the fused loss */
+    fresh();
+    CHECK(ut_ctx_set_label_smoothing(ctx, 0.1f) == 0.0f, "the default is no smoothing");
+    x = f32(2, (int64_t[]){2, 3}, ce_logits);
+    ut_tensor_set_requires_grad(x, true);
+    ut_tensor *lp = ut_log_softmax(ctx, x);
+    ut_tensor_set_requires_grad(lp, true);
+    ut_tensor *nll = ut_nll_loss(ctx, lp, i32(1, (int64_t[]){2}, both), -100);
+    float fused = ut_f32(ut_cross_entropy(ctx, x, i32(1, (int64_t[]){2}, both), -100))[0];
+    CHECK_NEAR(ut_f32(nll)[0], 0.8031091265562451, 1e-6);
+    CHECK_NEAR(fused, 0.8031091265562451, 1e-6);
+    CHECK(ut_backward(ctx, nll) == 0, "%s", ut_ctx_error(ctx));
+    for (int i = 0; i < 4; i++) CHECK_NEAR(x->grad[i], want[i], 1e-6);
+    ut_ctx_set_label_smoothing(ctx, 0.0f);
+
+    /* 16-bit logits: the float32 path's loss and gradient for the same values */
+    for (int d = 0; d < 2; d++) {
+        ut_dtype dt = d ? UT_F16 : UT_BF16;
+        float lg[12] = {1.5f, -2.25f, 0.5f, 3.0f, 0.0f, 1.0f, -1.0f, 2.0f, 0.25f, 0.75f, -0.5f, 1.25f};
+        int32_t tg[3] = {1, 3, -100};
+        fresh();
+        ut_tensor *a = f32(2, (int64_t[]){3, 4}, lg), *b = ut_tensor_to(ctx, a, dt);
+        ut_tensor_set_requires_grad(a, true);
+        ut_tensor_set_requires_grad(b, true);
+        ut_tensor *la = ut_cross_entropy_smoothed(ctx, a, i32(1, (int64_t[]){3}, tg), -100, 0.2f);
+        ut_tensor *lb = ut_cross_entropy_smoothed(ctx, b, i32(1, (int64_t[]){3}, tg), -100, 0.2f);
+        CHECK(la && lb && ut_f32(la)[0] == ut_f32(lb)[0], "%s logits: %g, float32 %g", ut_dtype_name(dt),
+              lb ? ut_f32(lb)[0] : 0.0, la ? ut_f32(la)[0] : 0.0);
+        CHECK(ut_backward(ctx, ut_add(ctx, la, lb)) == 0, "%s", ut_ctx_error(ctx));
+        float g16[12];
+        ut_tensor *gb = ut_tensor_to(ctx, ut_tensor_from(ctx, dt, 2, (int64_t[]){3, 4}, b->grad), UT_F32);
+        memcpy(g16, ut_f32(gb), sizeof g16);
+        for (int i = 0; i < 12; i++) {
+            float r = ut_f32(ut_tensor_to(ctx, ut_tensor_to(ctx, ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){1},
+                                                                                  &a->grad[i]),
+                                                            dt),
+                                          UT_F32))[0];
+            CHECK(g16[i] == r, "%s gradient %d: %g, float32's rounded %g", ut_dtype_name(dt), i, g16[i], r);
+        }
+    }
+
+    /* eps outside [0, 1] is refused naming the op */
+    fresh();
+    CHECK(!ut_cross_entropy_smoothed(ctx, f32(2, (int64_t[]){2, 3}, ce_logits), i32(1, (int64_t[]){2}, both), -100,
+                                     1.5f) &&
+              strstr(ut_ctx_error(ctx), "label smoothing 1.5 is not in [0, 1]"),
+          "%s", ut_ctx_error(ctx));
+}
+
 /* a GPT-2 sized vocabulary over a few rows, against a double reference */
 static void test_cross_entropy_large_vocab(void) {
     fresh();
@@ -458,6 +535,7 @@ int main(void) {
     RUN(test_softmax_values);
     RUN(test_softmax_noncontiguous);
     RUN(test_cross_entropy_values);
+    RUN(test_label_smoothing_values);
     RUN(test_cross_entropy_large_vocab);
     RUN(test_nll_loss_values);
     RUN(test_mse_values);

@@ -162,23 +162,52 @@ static float mean_of_rows(const double *rowloss, int64_t N, int64_t count) {
     return count ? (float)(s / (double)count) : 0.0f;
 }
 
+/* A row's loss from its logsumexp lse, its target's value xt and (label
+ * smoothing eps > 0) the sum sx of its V values, in double:
+ * (1 - eps) (lse - xt) + eps (lse - sx / V); eps 0: lse - xt. */
+static double smoothed_row(double lse, double xt, double sx, float eps, int64_t V) {
+    if (eps == 0.0f) return lse - xt;
+    return lse - (1.0 - (double)eps) * xt - (double)eps * sx / (double)V;
+}
+
+static double row_sum(const float *x, int64_t V) {
+    double s = 0.0;
+    for (int64_t v = 0; v < V; v++) s += x[v];
+    return s;
+}
+
 /* ---- cross_entropy: logits (N, V), targets (N) ->
- * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored).
+ * rowloss (N) = logsumexp(logits[n]) - logits[n, targets[n]] (0 when ignored);
+ * with label smoothing eps, smoothed_row's.
  * For backward it saves, per row not ignored, the unnormalised exps
  * e (N, V) = exp(logits - rowmax) and inv (N) = 1/sum(e) (NULL: not needed);
  * the softmax e * inv is formed in backward, which saves a pass over (N, V).
  * Targets are already validated. ---- */
 void ut_cross_entropy_forward_cpu(double *rowloss, float *e, float *inv, const float *logits,
-                                  const int32_t *targets, int ignore_index, int64_t N, int64_t V) {
+                                  const int32_t *targets, int ignore_index, float eps, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         rowloss[n] = 0.0;
         if (targets[n] == ignore_index) continue;
         const float *x = logits + n * V;
         float m = row_max(x, V);
+        double sx = eps > 0.0f ? row_sum(x, V) : 0.0;
         double s = e ? row_exp(e + n * V, x, m, V) : row_exp_sum(x, m, V);
         if (inv) inv[n] = (float)(1.0 / s);
-        rowloss[n] = (double)m + log(s) - (double)x[targets[n]];
+        rowloss[n] = smoothed_row((double)m + log(s), (double)x[targets[n]], sx, eps, V);
+    }
+}
+
+/* a row's gradient beyond the softmax's: -gscale eps / V everywhere (label
+ * smoothing) and -gscale (1 - eps) at the target */
+static void minus_targets(float *dx, int32_t t, float gscale, float eps, int64_t V) {
+    if (eps > 0.0f) {
+        float gs = gscale * eps / (float)V;
+#pragma omp simd
+        for (int64_t v = 0; v < V; v++) dx[v] -= gs;
+        dx[t] -= gscale * (1.0f - eps);
+    } else {
+        dx[t] -= gscale;
     }
 }
 
@@ -186,9 +215,11 @@ void ut_cross_entropy_forward_cpu(double *rowloss, float *e, float *inv, const f
  * inv: d (N, V) = (e * inv - onehot(targets)) * gscale for rows not ignored.
  * dlogits += d, or, when dlogits == e (the gradient takes over the exps'
  * buffer), dlogits = d with ignored rows set to 0. Either way a row's values
- * are computed the same way, so both give the same bits. */
+ * are computed the same way, so both give the same bits. Label smoothing
+ * eps takes gscale eps / V from every element and gscale (1 - eps) from the
+ * target's. */
 void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
-                                   const int32_t *targets, int ignore_index, float gscale,
+                                   const int32_t *targets, int ignore_index, float eps, float gscale,
                                    int64_t N, int64_t V) {
     bool in_place = dlogits == e;
 #pragma omp parallel for schedule(static)
@@ -207,7 +238,7 @@ void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
 #pragma omp simd
             for (int64_t v = 0; v < V; v++) dx[v] += p[v] * r * gscale;
         }
-        dx[targets[n]] -= gscale;
+        minus_targets(dx, targets[n], gscale, eps, V);
     }
 }
 
@@ -220,8 +251,8 @@ void ut_cross_entropy_backward_cpu(float *dlogits, float *e, const float *inv,
  * copy of the logits and of their gradient would give. rows: one float32
  * row of V per thread. ---- */
 static void cross_entropy_forward16(double *rowloss, float *mx, float *inv, const void *logits,
-                                    ut_dtype dt, const int32_t *targets, int ignore_index, int64_t N,
-                                    int64_t V, float *rows) {
+                                    ut_dtype dt, const int32_t *targets, int ignore_index, float eps,
+                                    int64_t N, int64_t V, float *rows) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         rowloss[n] = 0.0;
@@ -229,14 +260,15 @@ static void cross_entropy_forward16(double *rowloss, float *mx, float *inv, cons
         float *x = rows + (int64_t)omp_get_thread_num() * V;
         ut_cpu_convert(x, UT_F32, (const uint16_t *)logits + n * V, dt, V);
         float m = row_max(x, V), xt = x[targets[n]];
+        double sx = eps > 0.0f ? row_sum(x, V) : 0.0;
         double s = mx ? row_exp(x, x, m, V) : row_exp_sum(x, m, V);
         if (mx) mx[n] = m, inv[n] = (float)(1.0 / s);
-        rowloss[n] = (double)m + log(s) - (double)xt;
+        rowloss[n] = smoothed_row((double)m + log(s), (double)xt, sx, eps, V);
     }
 }
 
 static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype dt, const float *mx,
-                                     const float *inv, const int32_t *targets, int ignore_index,
+                                     const float *inv, const int32_t *targets, int ignore_index, float eps,
                                      float gscale, int64_t N, int64_t V, float *rows) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -248,7 +280,7 @@ static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype
         float m = mx[n], r = inv[n];
 #pragma omp simd
         for (int64_t v = 0; v < V; v++) dx[v] += ut_expf_fast(x[v] - m) * r * gscale;
-        dx[targets[n]] -= gscale;
+        minus_targets(dx, targets[n], gscale, eps, V);
         ut_cpu_convert(d16, dt, dx, UT_F32, V);
     }
 }
@@ -264,7 +296,7 @@ static void cross_entropy_fwd16(ut_tensor *t, double *rowloss, int64_t N, int64_
     }
     float *rows = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
     cross_entropy_forward16(rowloss, mx, inv, x->data, x->dtype, ut_i32(tg), (int)ut_loss_ignore_index(t),
-                            N, V, rows);
+                            ut_loss_smoothing(t), N, V, rows);
     ut_cross_entropy_set_row_max(t, mx);
     ut_cross_entropy_set_inv_sum(t, inv);
 }
@@ -288,7 +320,8 @@ void ut_cross_entropy_fwd_cpu(ut_tensor *t, UT_KCTX) {
         e = ut_kalloc(k, (size_t)ut_nelem(x) * sizeof(float));
         inv = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
     }
-    ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, V);
+    ut_cross_entropy_forward_cpu(rowloss, e, inv, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t),
+                                 ut_loss_smoothing(t), N, V);
     ut_loss_set_count(t, count);
     ut_cross_entropy_set_exps(t, e);
     ut_cross_entropy_set_inv_sum(t, inv);
@@ -311,30 +344,37 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t, UT_KCTX) {
         float *rows = ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
         cross_entropy_backward16(ut_grad(x), x->data, x->dtype, ut_cross_entropy_row_max(t),
                                  ut_cross_entropy_inv_sum(t), ut_i32(tg), (int)ut_loss_ignore_index(t),
-                                 t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V, rows);
+                                 ut_loss_smoothing(t), t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), V,
+                                 rows);
         return;
     }
     if (!x->grad) x->grad = ut_cross_entropy_exps(t);
     ut_cross_entropy_backward_cpu(x->grad, ut_cross_entropy_exps(t), ut_cross_entropy_inv_sum(t),
-                                  ut_i32(tg), (int)ut_loss_ignore_index(t),
+                                  ut_i32(tg), (int)ut_loss_ignore_index(t), ut_loss_smoothing(t),
                                   t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), last_dim(x));
 }
 
 /* ---- nll_loss: logp (N, V), targets (N) -> rowloss (N) = -logp[n, targets[n]]
- * (0 when ignored). Targets are already validated. ---- */
+ * (0 when ignored); with label smoothing eps, -(1 - eps) logp[n, targets[n]]
+ * - eps * mean(logp[n]). Targets are already validated. ---- */
 void ut_nll_loss_forward_cpu(double *rowloss, const float *logp, const int32_t *targets,
-                             int ignore_index, int64_t N, int64_t V) {
+                             int ignore_index, float eps, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        rowloss[n] = targets[n] == ignore_index ? 0.0 : -(double)logp[n * V + targets[n]];
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = logp + n * V;
+        rowloss[n] = targets[n] == ignore_index
+                         ? 0.0
+                         : smoothed_row(0.0, (double)x[targets[n]], eps > 0.0f ? row_sum(x, V) : 0.0, eps, V);
+    }
 }
 
-/* dlogp[n, targets[n]] -= gscale for rows not ignored, gscale = dloss / count */
+/* dlogp[n, targets[n]] -= gscale for rows not ignored, gscale = dloss / count
+ * (label smoothing: minus_targets') */
 void ut_nll_loss_backward_cpu(float *dlogp, const int32_t *targets, int ignore_index,
-                              float gscale, int64_t N, int64_t V) {
+                              float eps, float gscale, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++)
-        if (targets[n] != ignore_index) dlogp[n * V + targets[n]] -= gscale;
+        if (targets[n] != ignore_index) minus_targets(dlogp + n * V, targets[n], gscale, eps, V);
 }
 
 void ut_nll_loss_fwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -343,7 +383,8 @@ void ut_nll_loss_fwd_cpu(ut_tensor *t, UT_KCTX) {
     if (count < 0) return;
     int64_t N = ut_nelem(tg);
     double *rowloss = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(double));
-    ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), N, last_dim(x));
+    ut_nll_loss_forward_cpu(rowloss, ut_f32(x), ut_i32(tg), (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), N,
+                            last_dim(x));
     ut_loss_set_count(t, count);
     ut_f32(t)[0] = mean_of_rows(rowloss, N, count);
 }
@@ -351,6 +392,6 @@ void ut_nll_loss_fwd_cpu(ut_tensor *t, UT_KCTX) {
 void ut_nll_loss_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad || ut_loss_count(t) == 0) return;
-    ut_nll_loss_backward_cpu(x->grad, ut_i32(tg), (int)ut_loss_ignore_index(t), t->grad[0] / (float)ut_loss_count(t),
-                             ut_nelem(tg), last_dim(x));
+    ut_nll_loss_backward_cpu(x->grad, ut_i32(tg), (int)ut_loss_ignore_index(t), ut_loss_smoothing(t),
+                             t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), last_dim(x));
 }

@@ -70,8 +70,8 @@ void ut_cross_entropy_fwd_cuda(ut_tensor *t, UT_KCTX) {
         mx = ut_kalloc(k, at_least_1(N) * sizeof(float));
         inv = ut_kalloc(k, at_least_1(N) * sizeof(float));
     }
-    ut_cuda_cross_entropy_fwd(rowloss, mx, inv, x->data, (int)x->dtype, dev_i32(tg), ignore, N, V,
-                              ut_cuda_error_flag());
+    ut_cuda_cross_entropy_fwd(rowloss, mx, inv, x->data, (int)x->dtype, dev_i32(tg), ignore, ut_loss_smoothing(t), N,
+                              V, ut_cuda_error_flag());
     ut_cuda_loss_mean(dev_f32(t), count, rowloss, dev_i32(tg), ignore, N, V);
     ut_cross_entropy_set_row_max(t, mx);
     ut_cross_entropy_set_inv_sum(t, inv);
@@ -94,7 +94,7 @@ void ut_cross_entropy_bwd_cuda(ut_tensor *t, UT_KCTX) {
     }
     ut_cuda_cross_entropy_bwd(x->grad, overwrite, x->data, (int)x->dtype, ut_cross_entropy_row_max(t),
                               ut_cross_entropy_inv_sum(t), dev_i32(tg),
-                              (int)ut_loss_ignore_index(t), t->grad, ut_loss_dcount(t), N, V);
+                              (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad, ut_loss_dcount(t), N, V);
 }
 
 /* ---- nll_loss ---- */
@@ -104,7 +104,7 @@ void ut_nll_loss_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int ignore = (int)ut_loss_ignore_index(t);
     double *rowloss = ut_kalloc(k, at_least_1(N) * sizeof(double));
     int64_t *count = ut_kalloc(k, sizeof(int64_t));
-    ut_cuda_nll_loss_fwd(rowloss, dev_f32(x), dev_i32(tg), ignore, N, V, ut_cuda_error_flag());
+    ut_cuda_nll_loss_fwd(rowloss, dev_f32(x), dev_i32(tg), ignore, ut_loss_smoothing(t), N, V, ut_cuda_error_flag());
     ut_cuda_loss_mean(dev_f32(t), count, rowloss, dev_i32(tg), ignore, N, V);
     ut_loss_set_dcount(t, count);
 }
@@ -112,6 +112,6 @@ void ut_nll_loss_fwd_cuda(ut_tensor *t, UT_KCTX) {
 void ut_nll_loss_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *tg = t->src[1];
     if (!x->requires_grad) return;
-    ut_cuda_nll_loss_bwd(x->grad, dev_i32(tg), (int)ut_loss_ignore_index(t), t->grad,
+    ut_cuda_nll_loss_bwd(x->grad, dev_i32(tg), (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad,
                          ut_loss_dcount(t), ut_nelem(tg), last_dim(x));
 }

@@ -169,12 +169,21 @@ __device__ __forceinline__ bool target_counts(int t, int ignore, int V, int *err
     return true;
 }
 
-/* ---- cross_entropy forward: rowloss = M + log(S) - x[target]; saves M and
- * 1 / S (mx, inv may be NULL); logits of T (float, bf16, fp16) ---- */
+/* A row's loss from its logsumexp lse, its target's value xt and (label
+ * smoothing eps > 0) the sum sx of its V values: (1 - eps) (lse - xt) +
+ * eps (lse - sx / V), as the CPU's smoothed_row */
+__device__ __forceinline__ double smoothed_row(double lse, double xt, double sx, float eps, int V) {
+    if (eps == 0.0f) return lse - xt;
+    return lse - (1.0 - (double)eps) * xt - (double)eps * sx / (double)V;
+}
+
+/* ---- cross_entropy forward: rowloss = M + log(S) - x[target] (label
+ * smoothing eps: smoothed_row's); saves M and 1 / S (mx, inv may be NULL);
+ * logits of T (float, bf16, fp16) ---- */
 template <bool BLOCK, typename T>
 __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restrict__ mx,
                                     float *__restrict__ inv, const T *__restrict__ logits,
-                                    const int32_t *__restrict__ targets, int ignore, int64_t N,
+                                    const int32_t *__restrict__ targets, int ignore, float eps, int64_t N,
                                     int V, int *err) {
     __shared__ float shf[32];
     __shared__ double shd[32];
@@ -190,17 +199,24 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
     float M;
     double S;
     row_max_sum<BLOCK>(xr, V, tid, nt, shf, shd, M, S);
+    double sx = 0.0;
+    if (eps > 0.0f) { /* the whole group takes this branch */
+        double part = 0.0;
+        for (int v = tid; v < V; v += nt) part += (double)utk_load(xr + v);
+        sx = group_reduce<BLOCK>(part, SumOp(), 0.0, shd);
+    }
     if (tid == 0) {
         if (mx) {
             mx[row] = M;
             inv[row] = (float)(1.0 / S);
         }
-        rowloss[row] = (double)M + log(S) - (double)utk_load(xr + t);
+        rowloss[row] = smoothed_row((double)M + log(S), (double)utk_load(xr + t), sx, eps, V);
     }
 }
 
 /* ---- cross_entropy backward: d = exp(x - M) * inv * g, minus g at the
- * target; written (overwrite) or added; ignored rows: 0 / nothing. With
+ * target (label smoothing eps: minus g eps / V everywhere, then g (1 - eps)
+ * at the target); written (overwrite) or added; ignored rows: 0 / nothing. With
  * 16-bit logits (T) the gradient is stored in T too: each element widened,
  * added to in float, rounded once (what float copies around the kernel
  * would give). ---- */
@@ -208,7 +224,7 @@ template <bool BLOCK, typename T>
 __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
                                     const T *__restrict__ logits, const float *__restrict__ mx,
                                     const float *__restrict__ inv,
-                                    const int32_t *__restrict__ targets, int ignore,
+                                    const int32_t *__restrict__ targets, int ignore, float eps,
                                     const float *__restrict__ dloss,
                                     const int64_t *__restrict__ count, int64_t N, int V) {
     int64_t row;
@@ -223,41 +239,59 @@ __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
     }
     float g = dloss[0] / (float)count[0]; /* count >= 1: this row counts */
     float m = mx[row], r = inv[row];
+    float gs = eps > 0.0f ? g * eps / (float)V : 0.0f, gt = eps > 0.0f ? g * (1.0f - eps) : g;
     const T *xr = logits + row * V;
     if (overwrite) {
         for (int v = tid; v < V; v += nt) {
             float p = expf(utk_load(xr + v) - m) * r * g;
-            utk_store(dr + v, v == t ? p - g : p);
+            if (eps > 0.0f) p -= gs;
+            utk_store(dr + v, v == t ? p - gt : p);
         }
     } else {
         for (int v = tid; v < V; v += nt) {
             float a = utk_load(dr + v) + expf(utk_load(xr + v) - m) * r * g;
-            utk_store(dr + v, v == t ? a - g : a);
+            if (eps > 0.0f) a -= gs;
+            utk_store(dr + v, v == t ? a - gt : a);
         }
     }
 }
 
-/* ---- nll_loss: rowloss = -logp[target], one thread a row ---- */
+/* ---- nll_loss: rowloss = -logp[target] (label smoothing eps:
+ * smoothed_row's, the row summed in order as on the CPU), one thread a row ---- */
 __global__ void nll_loss_fwd_k(double *__restrict__ rowloss, const float *__restrict__ logp,
-                               const int32_t *__restrict__ targets, int ignore, int64_t N, int V,
+                               const int32_t *__restrict__ targets, int ignore, float eps, int64_t N, int V,
                                int *err) {
     int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     int t = targets[n];
+    const float *x = logp + n * V;
+    double sx = 0.0;
+    if (eps > 0.0f)
+        for (int v = 0; v < V; v++) sx += x[v];
     rowloss[n] = target_counts(t, ignore, V, err, UT_CUDA_ERR_NLL_LOSS_TARGET, true)
-                     ? -(double)logp[n * V + t]
+                     ? smoothed_row(0.0, (double)x[t], sx, eps, V)
                      : 0.0;
 }
 
-/* dlogp[target] -= dloss / count, one thread a row (rows are distinct) */
+/* dlogp[target] -= dloss / count (label smoothing eps: dloss / count eps / V
+ * from every element first, then dloss / count (1 - eps) from the
+ * target's), one thread a row (rows are distinct) */
 __global__ void nll_loss_bwd_k(float *__restrict__ dlogp, const int32_t *__restrict__ targets,
-                               int ignore, const float *__restrict__ dloss,
+                               int ignore, float eps, const float *__restrict__ dloss,
                                const int64_t *__restrict__ count, int64_t N, int V) {
     int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     int t = targets[n];
-    if (target_counts(t, ignore, V, nullptr, 0, false))
-        dlogp[n * V + t] -= dloss[0] / (float)count[0];
+    if (!target_counts(t, ignore, V, nullptr, 0, false)) return;
+    float g = dloss[0] / (float)count[0];
+    float *d = dlogp + n * V;
+    if (eps > 0.0f) {
+        float gs = g * eps / (float)V;
+        for (int v = 0; v < V; v++) d[v] -= gs;
+        d[t] -= g * (1.0f - eps);
+    } else {
+        d[t] -= g;
+    }
 }
 
 /* ---- the mean over counted rows: one block; thread i takes rows i, i + nt,
@@ -322,59 +356,60 @@ extern "C" void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float 
 
 template <typename T>
 static void ce_fwd(double *rowloss, float *row_max, float *inv_sum, const void *logits, const int32_t *targets,
-                   int ignore_index, int64_t N, int64_t V, int *err) {
+                   int ignore_index, float eps, int64_t N, int64_t V, int *err) {
     RowLaunch L = row_launch(N, V);
     LAUNCH_ROWS(L, (cross_entropy_fwd_k<true, T>), (cross_entropy_fwd_k<false, T>), rowloss, row_max, inv_sum,
-                (const T *)logits, targets, ignore_index, N, (int)V, err);
+                (const T *)logits, targets, ignore_index, eps, N, (int)V, err);
 }
 
 extern "C" void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
                                           const void *logits, int dt, const int32_t *targets,
-                                          int ignore_index, int64_t N, int64_t V, int *err) {
+                                          int ignore_index, float eps, int64_t N, int64_t V, int *err) {
     if (N <= 0) return;
-    if (dt == 1) ce_fwd<__nv_bfloat16>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
-    else if (dt == 2) ce_fwd<__half>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
-    else ce_fwd<float>(rowloss, row_max, inv_sum, logits, targets, ignore_index, N, V, err);
+    if (dt == 1) ce_fwd<__nv_bfloat16>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
+    else if (dt == 2) ce_fwd<__half>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
+    else ce_fwd<float>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
     ut_cuda_launched("cross_entropy_fwd");
 }
 
 template <typename T>
 static void ce_bwd(void *dlogits, int overwrite, const void *logits, const float *row_max, const float *inv_sum,
-                   const int32_t *targets, int ignore_index, const float *dloss, const int64_t *count, int64_t N,
-                   int64_t V) {
+                   const int32_t *targets, int ignore_index, float eps, const float *dloss, const int64_t *count,
+                   int64_t N, int64_t V) {
     RowLaunch L = row_launch(N, V);
     LAUNCH_ROWS(L, (cross_entropy_bwd_k<true, T>), (cross_entropy_bwd_k<false, T>), (T *)dlogits, overwrite,
-                (const T *)logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, (int)V);
+                (const T *)logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, (int)V);
 }
 
 extern "C" void ut_cuda_cross_entropy_bwd(void *dlogits, int overwrite, const void *logits, int dt,
                                           const float *row_max, const float *inv_sum,
-                                          const int32_t *targets, int ignore_index,
+                                          const int32_t *targets, int ignore_index, float eps,
                                           const float *dloss, const int64_t *count, int64_t N,
                                           int64_t V) {
     if (N <= 0 || V <= 0) return;
     if (dt == 1)
-        ce_bwd<__nv_bfloat16>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
+        ce_bwd<__nv_bfloat16>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count,
+                              N, V);
     else if (dt == 2)
-        ce_bwd<__half>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
+        ce_bwd<__half>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V);
     else
-        ce_bwd<float>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, dloss, count, N, V);
+        ce_bwd<float>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V);
     ut_cuda_launched("cross_entropy_bwd");
 }
 
 extern "C" void ut_cuda_nll_loss_fwd(double *rowloss, const float *logp, const int32_t *targets,
-                                     int ignore_index, int64_t N, int64_t V, int *err) {
+                                     int ignore_index, float eps, int64_t N, int64_t V, int *err) {
     if (N <= 0) return;
-    nll_loss_fwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(rowloss, logp, targets,
-                                                                      ignore_index, N, (int)V, err);
+    nll_loss_fwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(rowloss, logp, targets, ignore_index, eps, N,
+                                                                      (int)V, err);
     ut_cuda_launched("nll_loss_fwd");
 }
 
-extern "C" void ut_cuda_nll_loss_bwd(float *dlogp, const int32_t *targets, int ignore_index,
+extern "C" void ut_cuda_nll_loss_bwd(float *dlogp, const int32_t *targets, int ignore_index, float eps,
                                      const float *dloss, const int64_t *count, int64_t N,
                                      int64_t V) {
     if (N <= 0 || V <= 0) return;
-    nll_loss_bwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(dlogp, targets, ignore_index,
+    nll_loss_bwd_k<<<(unsigned)((N + 255) / 256), 256, 0, stream()>>>(dlogp, targets, ignore_index, eps,
                                                                       dloss, count, N, (int)V);
     ut_cuda_launched("nll_loss_bwd");
 }

@@ -30,32 +30,38 @@ void ut_cuda_log_softmax_fwd(float *y, const float *x, int64_t N, int64_t V);
 void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t N, int64_t V);
 
 /* cross_entropy rows: rowloss (N, double) = logsumexp(logits[n]) -
- * logits[n, targets[n]] (0 for an ignored or bad target). When row_max and
+ * logits[n, targets[n]] (0 for an ignored or bad target); with label
+ * smoothing eps > 0, (1 - eps) that + eps (logsumexp - mean(logits[n])),
+ * as torch's label_smoothing. When row_max and
  * inv_sum (N each) are not NULL, saves each counted row's max and 1 / sum of
  * exp(logits - max) for backward. err (may be NULL): device error flag. The
  * logits are stored in dt (0 float32, 1 bf16, 2 fp16, as ut_dtype) and read
  * widened to float. */
 void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
                                const void *logits, int dt, const int32_t *targets, int ignore_index,
-                               int64_t N, int64_t V, int *err);
+                               float eps, int64_t N, int64_t V, int *err);
 /* dlogits (N, V) from the forward's row_max and inv_sum and the logits
  * themselves (read once; the exps are recomputed, the same values as the
  * forward's): g = dloss[0] / count[0]; a counted row gets
- * exp(x - max) * inv * g - onehot(target) * g, an ignored (or bad) row 0.
+ * exp(x - max) * inv * g - onehot(target) * g (label smoothing: - g eps / V
+ * - onehot(target) g (1 - eps)), an ignored (or bad) row 0.
  * overwrite != 0: dlogits = that (dlogits need not be initialised);
  * overwrite == 0: dlogits += that. dlogits is stored in the logits' dt:
  * 16-bit values are widened, added to in float and rounded once. */
 void ut_cuda_cross_entropy_bwd(void *dlogits, int overwrite, const void *logits, int dt,
                                const float *row_max, const float *inv_sum, const int32_t *targets,
-                               int ignore_index, const float *dloss, const int64_t *count,
+                               int ignore_index, float eps, const float *dloss, const int64_t *count,
                                int64_t N, int64_t V);
 
 /* nll_loss rows: rowloss (N, double) = -logp[n, targets[n]] (0 for an
- * ignored or bad target). err as above. */
+ * ignored or bad target; label smoothing eps > 0: (1 - eps) that - eps
+ * mean(logp[n])). err as above. */
 void ut_cuda_nll_loss_fwd(double *rowloss, const float *logp, const int32_t *targets,
-                          int ignore_index, int64_t N, int64_t V, int *err);
-/* dlogp[n, targets[n]] -= dloss[0] / count[0] for counted rows */
-void ut_cuda_nll_loss_bwd(float *dlogp, const int32_t *targets, int ignore_index,
+                          int ignore_index, float eps, int64_t N, int64_t V, int *err);
+/* dlogp[n, targets[n]] -= dloss[0] / count[0] for counted rows (label
+ * smoothing: dloss[0] / count[0] eps / V from the whole row first, and
+ * (1 - eps) times it from the target) */
+void ut_cuda_nll_loss_bwd(float *dlogp, const int32_t *targets, int ignore_index, float eps,
                           const float *dloss, const int64_t *count, int64_t N, int64_t V);
 
 /* The losses' mean (one block, fixed order): count = the number of targets
