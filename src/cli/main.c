@@ -183,8 +183,11 @@ static int take_nproc(int argc, char **argv) {
 /* The run on this rank's communicator (the world ut_comm_init made) */
 static int run_mode(cli_run *r, const char *force_mode, ut_comm *comm) {
     if (force_mode) snprintf(r->cfg.mode, sizeof r->cfg.mode, "%s", force_mode);
-    return !strcmp(r->cfg.mode, "test") ? ut_trainer_test_on(&r->cfg, comm, r->checkpoint, NULL, NULL, NULL, NULL)
-                                        : ut_trainer_run_on(&r->cfg, comm, NULL, NULL, NULL, NULL);
+    if (!strcmp(r->cfg.mode, "test")) return ut_trainer_test_on(&r->cfg, comm, r->checkpoint, NULL, NULL, NULL, NULL);
+    int rc = ut_trainer_run_on(&r->cfg, comm, NULL, NULL, NULL, NULL);
+    /* train.test_at_end: the run ended (0; a stop is 75), then its best checkpoint tested as `utrain test` */
+    if (rc == 0 && r->cfg.test_at_end) rc = ut_trainer_test_on(&r->cfg, comm, NULL, NULL, NULL, NULL, NULL);
+    return rc;
 }
 
 /* Loads the config; starts the ranks if asked to and not yet under a

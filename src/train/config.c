@@ -158,6 +158,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true, .doc = "clip the gradient 2-norm to this (0: off)"},
     {.key = "train.checkpoint_activations", .type = UT_CFG_BOOL, AT(checkpoint_activations),
      .def = "false", .doc = "recompute each transformer block's activations in backward to save memory (gpt2, bert, roberta, bart; refused for the others)"},
+    {.key = "train.test_at_end", .type = UT_CFG_BOOL, AT(test_at_end), .def = "false",
+     .doc = "when training has ended (not after a stop), evaluate the best checkpoint on the dev and test splits "
+            "as `utrain test RUN` does, writing dev_results.json, test_results.json and the predictions "
+            "(Hugging Face's do_predict)"},
     {.key = "train.precision", .type = UT_CFG_ENUM, AT(precision), .def = "fp32",
      .values = precisions,
      .doc = "matmuls, convolutions and attention in bf16 or fp16 with fp32 accumulation (autocast); fp32 master weights (docs/training.md)"},

@@ -172,8 +172,18 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if (!strcmp(key, "torch_compile"))
         return false_only(key, v, "utrain has no graph compiler: its kernels are compiled ahead of time, fused "
                                   "where docs/gpu.md says; remove the key", err, n);
+    /* the example scripts' switches: train, evaluate on dev (which training
+     * does at every evaluation, and test mode), predict on test */
+    if (!strcmp(key, "do_train")) {
+        int on = flag(key, v, err, n);
+        return on < 0 ? -1 : on ? 1 : assign(c, "mode", "test", err, n);
+    }
+    if (!strcmp(key, "do_predict")) {
+        int on = flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "train.test_at_end", "true", err, n) : 1;
+    }
     if (!strcmp(key, "ddp_find_unused_parameters") || !strcmp(key, "remove_unused_columns") ||
-        !strcmp(key, "full_determinism"))
+        !strcmp(key, "full_determinism") || !strcmp(key, "do_eval"))
         return either(key, v, err, n);
     if (!strcmp(key, "save_safetensors"))
         return true_only(key, v, "utrain's checkpoints are safetensors files; remove the key", err, n);
@@ -210,6 +220,9 @@ const char *const ut_cfg_hf_doc =
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | 0 / more | nothing (one loader thread) / refused (`data.prefetch`) |\n"
     "| `ddp_backend` | `nccl` / `gloo`, `mpi` / empty | `dist.device_comm: direct` / `dist.device_comm: host` / nothing (others are refused) |\n"
+    "| `do_train` | true / false | nothing / `mode: test` (`utrain CFG` tests the run's best checkpoint) |\n"
+    "| `do_eval` | true / false | nothing: training evaluates on dev as `eval_strategy` says, and test mode evaluates dev too |\n"
+    "| `do_predict` | true / false | `train.test_at_end: true` (after training, the dev and test splits as `utrain test`) / nothing |\n"
     "| `ddp_find_unused_parameters` | true / false | nothing: the gradient buckets always hold every parameter, one no loss reached gets zeros |\n"
     "| `remove_unused_columns` | true / false | nothing: the loaders read the columns the `data.*` keys name and the model gets exactly its inputs |\n"
     "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"

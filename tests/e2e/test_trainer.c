@@ -350,6 +350,31 @@ static void test_label_smoothing(void) {
     free(r);
 }
 
+/* train.test_at_end (Hugging Face's do_predict): after training, the best
+ * checkpoint is tested as `utrain test` tests it; a stopped run is not
+ * tested; do_train: false is test mode. */
+static void test_test_at_end(void) {
+    const char *out = tp_path(tmp, "atend.out");
+    char runs[512];
+    snprintf(runs, sizeof runs, "output_dir=%s/atend", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=3",
+                                  "--set", "do_predict=true", NULL},
+                    out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Training done") && strstr(s, "Testing ") && strstr(s, "test (60 examples)"),
+          "train, then test: %s", s ? s : "");
+    free(s);
+    char *r = tp_slurp(tp_path(tmp, "atend/sst2_bow/test_results.json"));
+    CHECK(r && strstr(r, "\"accuracy\"") && strstr(r, "\"step\": 3"), "test_results.json: %s", r ? r : "(none)");
+    free(r);
+    unlink(tp_path(tmp, "atend/sst2_bow/test_results.json"));
+    /* the same file with do_train: false tests the run again (`utrain CFG` follows its mode) */
+    rc = tp_run((const char *[]){"configs/sst2_bow.yml", "--set", runs, "--set", "do_train=false", NULL}, out);
+    r = tp_slurp(tp_path(tmp, "atend/sst2_bow/test_results.json"));
+    CHECK(rc == 0 && r && strstr(r, "\"step\": 3"), "do_train: false tests the run: %s", r ? r : "(none)");
+    free(r);
+}
+
 /* load_dir starts a new run from another run's best weights. */
 static void test_load_dir(void) {
     const char *out = tp_path(tmp, "loaddir.out");
@@ -418,6 +443,7 @@ int main(int argc, char **argv) {
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
     RUN(test_label_smoothing);
+    RUN(test_test_at_end);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

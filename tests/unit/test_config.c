@@ -377,7 +377,8 @@ static void test_hf_training_arguments(void) {
                         " \"dataloader_drop_last\": true, \"dataloader_num_workers\": 0, \"disable_tqdm\": true,\n"
                         " \"logging_strategy\": \"epoch\", \"resume_from_checkpoint\": true, \"use_cpu\": false,\n"
                         " \"save_safetensors\": true, \"full_determinism\": false, \"torch_compile\": false,\n"
-                        " \"label_smoothing_factor\": 0.1, \"run_name\": null, \"push_to_hub\": false}\n") == 0,
+                        " \"label_smoothing_factor\": 0.1, \"run_name\": null, \"push_to_hub\": false,\n"
+                        " \"do_train\": true, \"do_eval\": true, \"do_predict\": true}\n") == 0,
           "%s", err);
     CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
     CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
@@ -386,11 +387,14 @@ static void test_hf_training_arguments(void) {
     CHECK(!strcmp(c.progress, "lines") && c.log_steps_ratio == 1 && c.continue_training, "logging and resume");
     CHECK(!strcmp(c.device, "cpu"), "use_cpu: false leaves the device key's default");
     CHECK(c.label_smoothing == 0.1, "label_smoothing_factor: %g", c.label_smoothing);
+    CHECK(!strcmp(c.mode, "train") && c.test_at_end, "do_train, do_predict: %s %d", c.mode, c.test_at_end);
     ut_config_free(&c);
     /* values that set something else */
     ut_config_init(&c);
     CHECK(load_text(&c, "metric_for_best_model: loss\nlogging_strategy: \"no\"\nuse_cpu: true\n"
-                        "resume_from_checkpoint: false\noptim: adamw_hf\n") == 0, "%s", err);
+                        "resume_from_checkpoint: false\noptim: adamw_hf\ndo_train: false\ndo_predict: false\n") == 0,
+          "%s", err);
+    CHECK(!strcmp(c.mode, "test") && !c.test_at_end, "do_train: false tests: %s", c.mode);
     CHECK(!strcmp(c.best_metric, "dev/loss") && !c.greater_is_better && c.log_interval == 0 &&
               !c.continue_training && !strcmp(c.optim_name, "adamw"), "loss, no logging");
     ut_config_free(&c);
