@@ -98,6 +98,7 @@ typedef struct {
     double grad_clip;            /* 0 = off */
     bool checkpoint_activations;
     bool test_at_end;            /* after training, test the best checkpoint (utrain test) */
+    bool log_first_step;         /* also log the run's first optimizer step */
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */

@@ -136,6 +136,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "micro-batches per optimizer step"},
     {.key = "train.log_interval", .type = UT_CFG_INT, AT(log_interval), .def = "50", GE(0),
      .doc = "log the training loss every N steps (0: never)"},
+    {.key = "train.log_first_step", .type = UT_CFG_BOOL, AT(log_first_step), .def = "false",
+     .doc = "also log step 1's training loss (the interval after it starts there; Hugging Face's "
+            "logging_first_step)"},
     {.key = "train.log_steps_ratio", .type = UT_CFG_FLOAT, AT(log_steps_ratio), .def = "0", GE(0),
      .doc = "> 0: log ratio times per epoch, i.e. every (optimizer steps per epoch) / ratio steps, rounded, at least 1 (the seed's meaning); overrides log_interval"},
     {.key = "train.eval_strategy", .type = UT_CFG_ENUM, AT(eval_strategy), .def = "epoch",
@@ -366,6 +369,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"learning_rate", "optim.lr"},
     {"weight_decay", "optim.weight_decay"},
     {"tf32", "train.tf32"},
+    {"logging_first_step", "train.log_first_step"},
     {"label_smoothing_factor", "train.label_smoothing"},
     {"label_smoothing", "train.label_smoothing"},
     {"dataloader_drop_last", "data.drop_last"},

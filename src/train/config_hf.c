@@ -207,6 +207,7 @@ const char *const ut_cfg_hf_doc =
     "| `tf32` | false / true | `train.tf32` (TF32 products on `device: cuda`; refused on the others) |\n"
     "| `gradient_checkpointing` | false / true | `train.checkpoint_activations` |\n"
     "| `label_smoothing_factor` | eps | `train.label_smoothing` |\n"
+    "| `logging_first_step` | false / true | `train.log_first_step` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: `utrain test`, `evaluate` and `export` always take the best checkpoint / refused |\n"
     "| `report_to` | `tensorboard`, `all` / `none`, others | nothing: the run writes TensorBoard event files and `metrics.jsonl` / refused |\n"

@@ -863,7 +863,8 @@ static bool epoch_done(const ut_trainer *t) {
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
-    if (t->log_every > 0 && t->st.step % t->log_every == 0 && log_train(t)) return -1;
+    bool first = c->log_first_step && t->st.step == 1;
+    if (t->log_every > 0 && (t->st.step % t->log_every == 0 || first) && log_train(t)) return -1;
     /* at an epoch's end, evaluating and saving wait for epoch_end, so that a
      * checkpoint written then resumes at the next epoch's start */
     if (epoch_done(t)) return 0;

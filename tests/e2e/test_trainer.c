@@ -350,6 +350,22 @@ static void test_label_smoothing(void) {
     free(r);
 }
 
+/* train.log_first_step (Hugging Face's logging_first_step): step 1 is
+ * logged besides every log_interval-th, and the interval after it starts
+ * at step 2 */
+static void test_log_first_step(void) {
+    const char *out = tp_path(tmp, "first.out");
+    char runs[512], metrics[600], v[64];
+    snprintf(runs, sizeof runs, "output_dir=%s/first", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=8",
+                                  "--set", "train.log_interval=4", "--set", "logging_first_step=true", NULL},
+                    out);
+    snprintf(metrics, sizeof metrics, "%s/first/sst2_bow/metrics.jsonl", tmp);
+    CHECK(rc == 0 && tp_loss_at(metrics, "train", 1, v, sizeof v) && tp_loss_at(metrics, "train", 4, v, sizeof v) &&
+              tp_loss_at(metrics, "train", 8, v, sizeof v) && !tp_loss_at(metrics, "train", 2, v, sizeof v),
+          "train lines at steps 1, 4 and 8 only");
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -444,6 +460,7 @@ int main(int argc, char **argv) {
     RUN(test_example_configs);
     RUN(test_label_smoothing);
     RUN(test_test_at_end);
+    RUN(test_log_first_step);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);
