@@ -156,7 +156,9 @@ static const char *const doc_intro =
     "the line and the key. The run directory holds `config.yml`, the configuration with\n"
     "every key resolved, which loads back to the same run.\n\n"
     "The **hash** column marks the keys that change what training computes: they make up\n"
-    "the configuration hash stored in checkpoints, together with the model options.\n";
+    "the configuration hash stored in checkpoints, together with the model options\n"
+    "(\"when set\": only when not at its default, so checkpoints written before the key\n"
+    "existed still resume).\n";
 
 static const char *const doc_notes =
     "## Notes\n\n"
@@ -218,7 +220,7 @@ static void doc_row(const ut_cfg_key *k, FILE *f) {
     fputs(" | ", f);
     doc_cell_default(k, f);
     doc_cell_allowed(k, f);
-    fprintf(f, " %s | %s |\n", k->hashed ? "yes" : "", k->doc);
+    fprintf(f, " %s | %s |\n", k->hash_if_set ? "when set" : k->hashed ? "yes" : "", k->doc);
 }
 
 static void doc_section(const char *section, FILE *f) {
