@@ -5,6 +5,7 @@
  * what to write instead. A TrainingArguments YAML or JSON file (the one
  * HfArgumentParser reads) then loads with the meaning it has there. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -135,7 +136,23 @@ static int ddp_backend(ut_config *c, const char *key, const char *v, char *err, 
                              "gloo or mpi (through host memory), or dist.device_comm: auto | direct | host", key, v);
 }
 
+/* logging_steps, eval_steps, save_steps under 1: transformers reads a
+ * fraction of the run's total steps; utrain's intervals are step counts */
+static int fraction_of_steps(const char *key, const char *v, char *err, size_t n) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0 && x < 1)) return 0; /* the alias's own parsing */
+    const char *ratio = !strcmp(key, "save_steps") ? "train.save_steps_ratio" : "train.log_steps_ratio";
+    return ut_errorf(err, n, "%s: %s is a fraction of the run's steps (transformers reads values under 1 so); utrain "
+                             "takes a number of steps: write %s: N%s", key, v, key,
+                     strcmp(key, "eval_steps") ? ut_fmt(", or %s: R for R times per epoch", ratio) : "");
+}
+
 int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(key, "logging_steps") || !strcmp(key, "eval_steps") || !strcmp(key, "save_steps")) {
+        int rc = fraction_of_steps(key, v, err, n);
+        if (rc) return rc;
+    }
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "load_best_model_at_end"))
         return true_only(key, v, "utrain test, evaluate and export always take the run's best checkpoint "
@@ -229,4 +246,5 @@ const char *const ut_cfg_hf_doc =
     "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"
     "| `save_safetensors` | true / false | nothing: checkpoints are safetensors files / refused |\n"
     "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
+    "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
     "| `logging_dir`, `run_name` | empty / a value | nothing / refused (TensorBoard's files are in `RUN/tensorboard`; `experiment_name` names the run) |\n\n";

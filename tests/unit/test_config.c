@@ -432,6 +432,7 @@ static void test_hf_training_arguments(void) {
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
+        {"save_steps: 0.25\n", "save_steps: 0.25 is a fraction of the run's steps"},
         {"lr_scheduler_type: inverse_sqrt\n", "lr_scheduler_type: 'inverse_sqrt' is not a schedule utrain has"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
