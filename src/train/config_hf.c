@@ -26,22 +26,64 @@ static int flag(const char *key, const char *v, char *err, size_t n) {
     return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
 }
 
-/* A field whose false is utrain's only behaviour: true is refused with why. */
-static int false_only(const char *key, const char *v, const char *why, char *err, size_t n) {
-    int on = flag(key, v, err, n);
-    if (on < 0) return -1;
-    return on ? ut_errorf(err, n, "%s: %s", key, why) : 1;
-}
+/* The boolean fields: what each value does. set (a schema key) = value;
+ * why: the value is refused, saying why and what to write; neither: the
+ * value is what utrain always does. */
+typedef struct {
+    const char *set, *value, *why;
+} hf_act;
+static const struct {
+    const char *field;
+    hf_act on, off;
+} bools[] = {
+    {"load_best_model_at_end", {0},
+     {.why = "utrain test, evaluate and export always take the run's best checkpoint (train.best_metric); remove "
+             "the key, or pass --checkpoint PATH to utrain test for another"}},
+    {"overwrite_output_dir",
+     {.why = "utrain never overwrites a run's checkpoints: a new run where checkpoints are is refused; choose "
+             "another experiment_name (or output_dir), or resume it with continue_training: true"},
+     {0}},
+    {"disable_tqdm", {"train.progress", "lines", NULL}, {0}},
+    {"use_cpu", {"device", "cpu", NULL}, {0}},
+    {"no_cuda", {"device", "cpu", NULL}, {0}},
+    {"adafactor", {.why = "utrain's optimizers are adamw and sgd; write optim: adamw"}, {0}},
+    {"torch_compile",
+     {.why = "utrain has no graph compiler: its kernels are compiled ahead of time, fused where docs/gpu.md says; "
+             "remove the key"},
+     {0}},
+    /* the example scripts' switches: train, evaluate on dev (which training
+     * does at every evaluation, and test mode), predict on test */
+    {"do_train", {0}, {"mode", "test", NULL}},
+    {"do_eval", {0}, {0}},
+    {"do_predict", {"train.test_at_end", "true", NULL}, {0}},
+    /* the buckets hold every parameter; the loaders read the columns the
+     * data keys name; the same seed gives the same bits */
+    {"ddp_find_unused_parameters", {0}, {0}},
+    {"remove_unused_columns", {0}, {0}},
+    {"full_determinism", {0}, {0}},
+    {"save_safetensors", {0}, {.why = "utrain's checkpoints are safetensors files; remove the key"}},
+    {"push_to_hub",
+     {.why = "utrain does not reach the network; utrain export RUN_DIR OUT_DIR writes a Hugging Face model "
+             "directory to upload"},
+     {0}},
+    {"auto_find_batch_size",
+     {.why = "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, and a GPU out of "
+             "memory ends the run saying what to lower (train.batch_size with train.gradient_accumulation_steps)"},
+     {0}},
+};
 
-/* A field whose true is utrain's only behaviour: false is refused with why. */
-static int true_only(const char *key, const char *v, const char *why, char *err, size_t n) {
-    int on = flag(key, v, err, n);
-    if (on < 0) return -1;
-    return on ? 1 : ut_errorf(err, n, "%s: %s", key, why);
+/* 1 (applied), -1 (refused, err), or 0: not a boolean field of the table */
+static int bool_field(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+        if (strcmp(key, bools[i].field)) continue;
+        int on = flag(key, v, err, n);
+        if (on < 0) return -1;
+        const hf_act *a = on ? &bools[i].on : &bools[i].off;
+        if (a->why) return ut_errorf(err, n, "%s: %s", key, a->why);
+        return a->set ? assign(c, a->set, a->value, err, n) : 1;
+    }
+    return 0;
 }
-
-/* A field either of whose values describes what utrain does. */
-static int either(const char *key, const char *v, char *err, size_t n) { return flag(key, v, err, n) < 0 ? -1 : 1; }
 
 /* metric_for_best_model: a metric of the evaluation ("accuracy" or
  * "eval_accuracy" is dev/accuracy); greater_is_better follows it as in
@@ -153,11 +195,9 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         int rc = fraction_of_steps(key, v, err, n);
         if (rc) return rc;
     }
+    int rc = bool_field(c, key, v, err, n);
+    if (rc) return rc;
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
-    if (!strcmp(key, "load_best_model_at_end"))
-        return true_only(key, v, "utrain test, evaluate and export always take the run's best checkpoint "
-                                 "(train.best_metric); remove the key, or pass --checkpoint PATH to utrain test for "
-                                 "another", err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
     if (!strcmp(key, "logging_dir"))
         return !*v ? 1 : ut_errorf(err, n, "%s: TensorBoard's files are in the run directory, "
@@ -166,51 +206,12 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if (!strcmp(key, "run_name"))
         return !*v ? 1 : ut_errorf(err, n, "%s: a utrain run is named by experiment_name (also its directory, "
                                           "output_dir/experiment_name); write experiment_name: %s", key, v);
-    if (!strcmp(key, "overwrite_output_dir"))
-        return false_only(key, v, "utrain never overwrites a run's checkpoints: a new run where checkpoints are is "
-                                  "refused; choose another experiment_name (or output_dir), or resume it with "
-                                  "continue_training: true", err, n);
     if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
     if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, key, v, err, n);
     if (!strcmp(key, "logging_strategy")) return logging_strategy(c, key, v, err, n);
-    if (!strcmp(key, "disable_tqdm")) {
-        int on = flag(key, v, err, n);
-        return on < 0 ? -1 : on ? assign(c, "train.progress", "lines", err, n) : 1;
-    }
     if (!strcmp(key, "dataloader_num_workers")) return workers(key, v, err, n);
-    if (!strcmp(key, "use_cpu") || !strcmp(key, "no_cuda")) {
-        int on = flag(key, v, err, n);
-        return on < 0 ? -1 : on ? assign(c, "device", "cpu", err, n) : 1;
-    }
     if ((!strcmp(key, "optim") || !strcmp(key, "optim.name")) && hf_adamw(v))
         return assign(c, "optim.name", hf_adamw(v), err, n);
-    if (!strcmp(key, "adafactor"))
-        return false_only(key, v, "utrain's optimizers are adamw and sgd; write optim: adamw", err, n);
-    if (!strcmp(key, "torch_compile"))
-        return false_only(key, v, "utrain has no graph compiler: its kernels are compiled ahead of time, fused "
-                                  "where docs/gpu.md says; remove the key", err, n);
-    /* the example scripts' switches: train, evaluate on dev (which training
-     * does at every evaluation, and test mode), predict on test */
-    if (!strcmp(key, "do_train")) {
-        int on = flag(key, v, err, n);
-        return on < 0 ? -1 : on ? 1 : assign(c, "mode", "test", err, n);
-    }
-    if (!strcmp(key, "do_predict")) {
-        int on = flag(key, v, err, n);
-        return on < 0 ? -1 : on ? assign(c, "train.test_at_end", "true", err, n) : 1;
-    }
-    if (!strcmp(key, "ddp_find_unused_parameters") || !strcmp(key, "remove_unused_columns") ||
-        !strcmp(key, "full_determinism") || !strcmp(key, "do_eval"))
-        return either(key, v, err, n);
-    if (!strcmp(key, "save_safetensors"))
-        return true_only(key, v, "utrain's checkpoints are safetensors files; remove the key", err, n);
-    if (!strcmp(key, "push_to_hub"))
-        return false_only(key, v, "utrain does not reach the network; utrain export RUN_DIR OUT_DIR writes a "
-                                  "Hugging Face model directory to upload", err, n);
-    if (!strcmp(key, "auto_find_batch_size"))
-        return false_only(key, v, "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, "
-                                  "and a GPU out of memory ends the run saying what to lower "
-                                  "(train.batch_size with train.gradient_accumulation_steps)", err, n);
     if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
     return 0;
 }
