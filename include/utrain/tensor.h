@@ -150,6 +150,14 @@ void ut_ctx_set_param_hook(ut_ctx *ctx, ut_param_use_fn fn, void *user);
 const char *ut_ctx_error(const ut_ctx *ctx);
 void ut_ctx_clear_error(ut_ctx *ctx);
 void ut_ctx_set_error(ut_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Bad data a device's kernels found (an index out of range: a GPU cannot
+ * stop the host when its kernel finds one) as ctx's error naming the op:
+ * waits for the work queued so far, then -1 if there was some, else 0 (0 at
+ * once on the CPU, which reports at the op). ut_tensor_get checks so after
+ * its copy; ut_backward looks only at what the device has reported by its
+ * end, without waiting, so an error it has not seen yet is reported by the
+ * next check, read or backward. */
+int ut_ctx_device_check(ut_ctx *ctx);
 
 /* Memory accounting of the activation arena (bytes). peak is the largest
  * amount in use at once since the last ut_ctx_reset_peak. */

@@ -201,10 +201,13 @@ typedef struct ut_backend {
 
     /* Data errors kernels found since the last call (an index out of range),
      * on a device whose kernels cannot stop the host when they find one:
-     * waits for the queued work, then -1 with a message naming the op, or 0.
-     * Core asks at every host read of results (ut_tensor_get, backward's
-     * end). NULL: kernels report data errors synchronously (the CPU). */
-    int (*data_error)(char *err, size_t n);
+     * -1 with a message naming the op, or 0. wait: after the queued work
+     * (core asks so at every host read of results, ut_tensor_get and
+     * ut_ctx_device_check); !wait: without waiting, what the device has
+     * reported so far (an error not yet in is reported by a later call;
+     * core asks so at backward's end, which must not stall the step). NULL:
+     * kernels report data errors synchronously (the CPU). */
+    int (*data_error)(bool wait, char *err, size_t n);
 
     /* Host memory the device copies to and from fastest (page-locked; CUDA's
      * cudaHostAlloc), for buffers that cross every step (ZeRO-Offload's).

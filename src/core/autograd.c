@@ -96,7 +96,8 @@ static int walk(ut_ctx *ctx) {
         FOR_EACH_PARAM(t, pi, note_first_use(ctx, pi, i));
     }
     ut_backward_range(ctx, 0, ctx->tape_len, true);
-    if (ut_ctx_device_errors(ctx)) return -1;
+    /* what the device has reported so far, without waiting for the step */
+    if (ut_ctx_device_errors(ctx, false)) return -1;
     return ctx->has_err ? -1 : 0;
 }
 

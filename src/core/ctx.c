@@ -474,17 +474,19 @@ int ut_tensor_set(ut_tensor *t, const void *host, size_t bytes) {
     return 0;
 }
 
-int ut_ctx_device_errors(ut_ctx *ctx) {
+int ut_ctx_device_errors(ut_ctx *ctx, bool wait) {
     char why[256];
-    if (!ctx || !ctx->be->data_error || ctx->be->data_error(why, sizeof why) == 0) return 0;
+    if (!ctx || !ctx->be->data_error || ctx->be->data_error(wait, why, sizeof why) == 0) return 0;
     ut_ctx_set_error(ctx, "%s", why);
     return -1;
 }
 
+int ut_ctx_device_check(ut_ctx *ctx) { return ut_ctx_device_errors(ctx, true); }
+
 int ut_tensor_get(const ut_tensor *t, void *host, size_t bytes) {
     if (!t || check_copy(t, bytes, "tensor_get")) return -1;
     ut_backend_get(t->device)->copy(host, t->data, bytes, UT_COPY_D2H);
-    return ut_ctx_device_errors(t->ctx);
+    return ut_ctx_device_errors(t->ctx, true);
 }
 
 int ut_tensor_copy_to(const ut_tensor *t, void *dst, size_t bytes) {

@@ -155,9 +155,9 @@ void *ut_ctx_dalloc(ut_ctx *ctx, size_t bytes);
  * scratch ones (headers and device data together). */
 void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch);
 /* Data errors the device's kernels found since the last check, into ctx's
- * error (waits for the device where its kernels report late: backend.h,
- * data_error); -1 when one was found. */
-int ut_ctx_device_errors(ut_ctx *ctx);
+ * error (wait: after the queued work; else what has come in so far:
+ * backend.h, data_error); -1 when one was found. */
+int ut_ctx_device_errors(ut_ctx *ctx, bool wait);
 /* Per-op time, for finding where a step's time goes: with UT_PROFILE_OPS=1
  * in the environment every op's forward and backward kernel is timed (the
  * device waited for before and after, so a GPU's queue is not hidden; the

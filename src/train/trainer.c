@@ -690,10 +690,16 @@ static int diverged(ut_trainer *t, double norm) {
  * interval's and the epoch's sums in micro-batch order, as they were taken)
  * and, with sq, the gradient's square sum queued into win_sq. *loss: the
  * window's last loss (NaN when this rank had no example in its last batch;
- * dp's workers set it themselves). */
-static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
+ * dp's workers set it themselves). Bad data the device's kernels found in
+ * the step (backward does not wait to know) fails it here, once the copy
+ * has waited for the step anyway. */
+static int read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
     size_t bytes = sq ? t->win_bytes : (size_t)t->win_n * sizeof(float);
     if (bytes) ut_backend_get(t->m->params.device)->copy(t->win_host, t->win_loss, bytes, UT_COPY_D2H);
+    if (ut_ctx_device_check(t->ctx)) {
+        snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
+        return -1;
+    }
     const float *v = (const float *)t->win_host;
     for (int i = 0; i < t->win_n; i++) {
         t->interval.loss_sum += (double)v[i] * (double)t->win_count[i];
@@ -705,6 +711,7 @@ static void read_step(ut_trainer *t, bool sq, double *sq_out, double *loss) {
     if (t->ndp == 1) *loss = t->win_last >= 0 ? v[t->win_last] : NAN;
     t->win_n = 0;
     t->win_last = -1;
+    return 0;
 }
 
 /* *loss: the window's last loss (read here with the gradient's norm).
@@ -737,7 +744,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
         if (t->p16) ut_ctx_set_param_copies(t->ctx, t->m->params.flat, t->m->params.numel, t->p16, t->p16_dt);
     }
     double before = t->interval.loss_sum, before_w = t->interval.loss_w;
-    read_step(t, local, &sq, loss);
+    if (read_step(t, local, &sq, loss)) return -1;
     if (t->pp > 1) { /* the losses are the last stage's: every stage logs them */
         bool last = t->mesh.pp_rank == t->pp - 1;
         double v[3] = {t->interval.loss_sum - before, last ? *loss : 0, t->interval.loss_w - before_w};

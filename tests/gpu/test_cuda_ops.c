@@ -522,6 +522,21 @@ static void test_bad_index(void) {
     err = ut_ctx_error(ctx);
     CHECK(err && strstr(err, "cross_entropy"), "%s", err ? err : "(no error)");
     ut_ctx_free(ctx);
+    /* in a training step: backward looks without waiting (the emulator's
+     * copies land at once, a GPU's may not yet), and the check after it,
+     * which waits, reports it if backward did not; then the flag is clear */
+    ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
+    lg = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){2, 4});
+    ut_tensor_set_requires_grad(lg, true);
+    l = ut_cross_entropy(ctx, lg, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, tg), -100);
+    int rb = l ? ut_backward(ctx, l) : -1, rc = rb ? rb : ut_ctx_device_check(ctx);
+    err = ut_ctx_error(ctx);
+    CHECK(rc == -1 && err && strstr(err, "cross_entropy"), "backward with target 9 of 4 classes: %d, %s", rc,
+          err ? err : "(no error)");
+    printf("  a bad target in backward: reported by %s\n", rb ? "backward" : "the check after it");
+    ut_ctx_clear_error(ctx);
+    CHECK(ut_ctx_device_check(ctx) == 0, "the flag was cleared: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+    ut_ctx_free(ctx);
     /* the flag was cleared: a good lookup reads fine afterwards */
     ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_CUDA});
     ids[1] = 4;

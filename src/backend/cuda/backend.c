@@ -109,25 +109,65 @@ int *ut_cuda_error_flag(void) {
     return g_err;
 }
 
-static int data_error(char *err, size_t n) {
+static const char *data_error_text(int code) {
+    return code == UT_CUDA_ERR_EMBEDDING_INDEX ? "embedding: an index is outside the table's rows"
+           : code == UT_CUDA_ERR_CROSS_ENTROPY_TARGET
+               ? "cross_entropy: a target is outside [0, classes) and is not ignore_index"
+           : code == UT_CUDA_ERR_NLL_LOSS_TARGET ? "nll_loss: a target is outside [0, classes) and is not ignore_index"
+           : code == UT_CUDA_ERR_VOCAB_TARGET
+               ? "vocab_partials / vocab_ce: a target is outside [0, vocab) and is not ignore_index"
+           : code == UT_CUDA_ERR_VARLEN_OFFSETS
+               ? "attention_varlen: the offsets break 0 = offsets[0] < offsets[1] < ... < offsets[S] = N"
+               : "a kernel found bad data";
+}
+
+/* The flag's copy in page-locked memory, the event recorded after the copy
+ * that fills it, and whether one is on its way: a look without waiting
+ * (backward's end) reads the copy an earlier look queued once it has
+ * landed, and queues the next, so the step goes on while the device
+ * reports. */
+static int *g_err_seen;
+static cudaEvent_t g_err_ev;
+static bool g_err_queued;
+
+static void queue_flag_copy(cudaStream_t s) {
+    if (!g_err_seen) {
+        check(cudaHostAlloc((void **)&g_err_seen, sizeof(int), cudaHostAllocPortable), "error flag copy");
+        check(cudaEventCreateWithFlags(&g_err_ev, cudaEventDisableTiming), "error flag event");
+    }
+    check(cudaMemcpyAsync(g_err_seen, g_err, sizeof(int), cudaMemcpyDeviceToHost, s), "error flag read");
+    check(cudaEventRecord(g_err_ev, s), "error flag read");
+    g_err_queued = true;
+}
+
+/* whether the queued copy has landed (then its value is in *code) */
+static bool flag_copy_landed(int *code) {
+    cudaError_t q = cudaEventQuery(g_err_ev);
+    if (q == cudaErrorNotReady) return false;
+    check(q, "error flag read");
+    g_err_queued = false;
+    *code = *g_err_seen;
+    return true;
+}
+
+static int data_error(bool wait, char *err, size_t n) {
     if (!g_err) return 0; /* no kernel that checks data has run */
-    int code = 0;
     cudaStream_t s = ut_cuda_stream();
-    check(cudaMemcpyAsync(&code, g_err, sizeof code, cudaMemcpyDeviceToHost, s), "error flag read");
-    check(cudaStreamSynchronize(s), "error flag read");
+    int code = 0;
+    if (wait) {
+        queue_flag_copy(s);
+        check(cudaEventSynchronize(g_err_ev), "error flag read");
+        flag_copy_landed(&code);
+    } else {
+        if (g_err_queued && !flag_copy_landed(&code)) return 0; /* an earlier look's copy is on its way */
+        if (!code) { /* look again at what is queued by now; report it at once if it is in already */
+            queue_flag_copy(s);
+            if (!flag_copy_landed(&code)) return 0;
+        }
+    }
     if (!code) return 0;
     check(cudaMemsetAsync(g_err, 0, sizeof(int), s), "error flag clear");
-    const char *what = code == UT_CUDA_ERR_EMBEDDING_INDEX ? "embedding: an index is outside the table's rows"
-                       : code == UT_CUDA_ERR_CROSS_ENTROPY_TARGET
-                           ? "cross_entropy: a target is outside [0, classes) and is not ignore_index"
-                       : code == UT_CUDA_ERR_NLL_LOSS_TARGET
-                           ? "nll_loss: a target is outside [0, classes) and is not ignore_index"
-                       : code == UT_CUDA_ERR_VOCAB_TARGET
-                           ? "vocab_partials / vocab_ce: a target is outside [0, vocab) and is not ignore_index"
-                       : code == UT_CUDA_ERR_VARLEN_OFFSETS
-                           ? "attention_varlen: the offsets break 0 = offsets[0] < offsets[1] < ... < offsets[S] = N"
-                           : "a kernel found bad data";
-    snprintf(err, n, "%s (found on the GPU; run on device cpu for its position)", what);
+    snprintf(err, n, "%s (found on the GPU; run on device cpu for its position)", data_error_text(code));
     return -1;
 }
 

@@ -641,8 +641,10 @@ static void sim_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, 
     push(compute(), it);
 }
 
-/* Data errors the compute stream's kernels found: waits for it first. */
-static int sim_data_error(char *err, size_t n) {
+/* Data errors the compute stream's kernels found: waits for it first, also
+ * when not asked to (the stream's worker reports them as it runs). */
+static int sim_data_error(bool wait, char *err, size_t n) {
+    (void)wait;
     sim_stream *s = compute();
     drain(s);
     pthread_mutex_lock(&s->mu);
