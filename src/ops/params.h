@@ -187,6 +187,11 @@ typedef struct {
     float scale, ks;          /* 1/sqrt(hs); keep scale 1/(1-p) */
     bool causal;              /* row i attends rows j <= i of its sequence */
 } ut_varlen_dims;
+/* attention_varlen on a device whose products are planned on the host (the
+ * CUDA backend's materialised path): the forward's plan (host memory) in
+ * the slot the fused kernels keep their rng in, so backward reads the
+ * offsets again without waiting for the device */
+UT_AUX(attention_varlen, plan, ut_varlen_dims, 2)
 
 /* d from t and its offsets off (S + 1, host memory), with poff (S + 1, the
  * caller's host buffer) filled; poff_dev is left to the caller. -1 with t's

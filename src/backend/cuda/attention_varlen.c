@@ -17,7 +17,8 @@
  *    P's layout and is drawn as the CPU draws it (one pass over all of P, in
  *    P's order). The products' sizes are the sequences' lengths, so the host
  *    plans them: the offsets are copied to the host with a synchronous copy
- *    (a wait on the compute stream) in forward and again in backward. Per
+ *    (a wait on the compute stream) in forward, and the plan is kept for
+ *    backward (ut_attention_varlen_plan), which waits for nothing. Per
  *    sequence, each product is one sgemm batched over the heads. */
 #include <math.h>
 
@@ -147,6 +148,9 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
         return;
     }
     if (plan_of(t, &d, k)) return;
+    ut_varlen_dims *kept = ut_khost(k, sizeof *kept); /* its pointers are the context's arenas', as long-lived */
+    *kept = d;
+    ut_attention_varlen_set_plan(t, kept);
     const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
     float *out = t->data;
     int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
@@ -197,8 +201,7 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
         fused_bwd(t, &fd, dq, dk, dv, k);
         return;
     }
-    ut_varlen_dims d;
-    if (plan_of(t, &d, k)) return;
+    ut_varlen_dims d = *ut_attention_varlen_plan(t); /* the forward's */
     const float *q = qt->data, *kd = kt->data, *v = vt->data, *g = t->grad, *P = ut_attention_varlen_probs(t);
     const uint8_t *keep = ut_attention_varlen_keep(t);
     int64_t np = d.poff[d.S], C = d.C, hs = d.hs;
