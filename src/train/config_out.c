@@ -119,6 +119,17 @@ static int *sorted_options(const ut_kv *kv) {
     return idx;
 }
 
+/* Whether key k of c (its text: value) holds the schema's default. */
+static bool at_default(const ut_config *c, const ut_cfg_key *k, const char *value) {
+    const char *f = (const char *)c + k->off;
+    switch (k->type) {
+    case UT_CFG_FLOAT: return *(const double *)f == atof(k->def);
+    case UT_CFG_INT:
+        return (k->size == sizeof(int64_t) ? *(const int64_t *)f : *(const int *)f) == strtoll(k->def, NULL, 10);
+    default: return !strcmp(value, k->def);
+    }
+}
+
 /* FNV-1a 64 over "key=value\n" of each hashed key in schema order, then
  * "model.<option>=value\n" for the model options sorted by name. */
 uint64_t ut_config_hash(const ut_config *c) {
@@ -127,9 +138,8 @@ uint64_t ut_config_hash(const ut_config *c) {
     for (int i = 0; i < ut_cfg_nkeys; i++) {
         const ut_cfg_key *k = &ut_cfg_schema[i];
         if (!k->hashed) continue;
-        if (k->hash_if_set && k->type == UT_CFG_FLOAT && *(const double *)((const char *)c + k->off) == atof(k->def))
-            continue;
         ut_cfg_format(c, k, value, sizeof value);
+        if (k->hash_if_set && at_default(c, k, value)) continue;
         h = fnv1a(fnv1a(fnv1a(fnv1a(h, k->key), "="), value), "\n");
     }
     int *idx = sorted_options(c->model_opts);

@@ -22,9 +22,9 @@ typedef enum { UT_CFG_NOHI, UT_CFG_LE, UT_CFG_LT } ut_cfg_hi;
  * bool, LIST `count` adjacent doubles that are keys of their own (LIST rows
  * are shorthand: no default, not written, not hashed). hashed: the key
  * changes what training computes (part of ut_config_hash); hash_if_set
- * (FLOAT keys added after checkpoints were written): hashed only when its
- * value is not the default, so those checkpoints' hashes stay as they were
- * and they still resume. */
+ * (keys added after checkpoints were written): hashed only when its value
+ * is not the default, so those checkpoints' hashes stay as they were and
+ * they still resume. */
 typedef struct {
     const char *key;
     ut_cfg_type type;

@@ -107,7 +107,7 @@ int ut_dp_setup(ut_trainer *t, bool own_m) {
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
     for (int w = 0; w < t->ndp; w++) ut_run_ctx_setup(ut_dp_ctx(t->dp, w), c);
     for (int w = 1; w < t->ndp; w++)
-        ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, (uint64_t)c->seed,
+        ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, ut_run_data_seed(c),
                         c->shuffle, c->drop_last);
     return 0;
 }

@@ -100,7 +100,7 @@ static int largest_units(const ut_params *p, const char *policy, ut_plan *pl, ch
 static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **y, char *err,
                            size_t n) {
     ut_sampler s;
-    ut_sampler_init(&s, ds->n, c->batch_size, 0, 1, (uint64_t)c->seed, c->shuffle, c->drop_last);
+    ut_sampler_init(&s, ds->n, c->batch_size, 0, 1, ut_run_data_seed(c), c->shuffle, c->drop_last);
     int64_t cap = c->batch_size < ds->n ? c->batch_size : ds->n > 0 ? ds->n : 1;
     int64_t *idx = ut_malloc_check(sizeof(int64_t) * (size_t)cap);
     int64_t count = ut_sampler_next(&s, idx);

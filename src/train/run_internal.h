@@ -17,6 +17,11 @@ static inline ut_dtype ut_run_precision(const ut_config *c) {
     return !strcmp(c->precision, "bf16") ? UT_BF16 : !strcmp(c->precision, "fp16") ? UT_F16 : UT_F32;
 }
 
+/* The seed of the training order: data.seed, or the run's seed (-1). */
+static inline uint64_t ut_run_data_seed(const ut_config *c) {
+    return (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed);
+}
+
 /* What a run's context applies to every op it makes: autocast in
  * train.precision, the losses' train.label_smoothing (training, evaluation
  * and test alike, as the Hugging Face Trainer's label smoother). */

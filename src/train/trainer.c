@@ -1077,7 +1077,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     }
     /* dp: the trainer's own model is worker 0 of ndp */
     ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->drank,
-                    t->ndp > 1 ? t->ndp : t->dworld, (uint64_t)c->seed, c->shuffle, c->drop_last);
+                    t->ndp > 1 ? t->ndp : t->dworld, ut_run_data_seed(c), c->shuffle, c->drop_last);
     t->accum_steps = c->gradient_accumulation_steps;
     t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
     if (t->batches_per_epoch == 0) {

@@ -366,6 +366,27 @@ static void test_log_first_step(void) {
           "train lines at steps 1, 4 and 8 only");
 }
 
+/* data.seed (Hugging Face's data_seed) seeds the training order alone: a
+ * run with data_seed equal to its seed is the plain run, another data_seed
+ * another order (the same initial weights: seed) */
+static void test_data_seed(void) {
+    const char *out = tp_path(tmp, "dseed.out");
+    const char *sets[3] = {"train.max_steps=2", "data_seed=42", "data_seed=6"}; /* sst2_bow's seed is 42 */
+    char runs[512], metrics[3][600], loss[3][64];
+    snprintf(runs, sizeof runs, "output_dir=%s/dseed", tmp);
+    for (int i = 0; i < 3; i++) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "experiment_name=d%d", i);
+        int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", exp, "--set",
+                                      "train.max_steps=2", "--set", "train.log_interval=1", "--set", sets[i], NULL},
+                        out);
+        snprintf(metrics[i], sizeof metrics[i], "%s/dseed/d%d/metrics.jsonl", tmp, i);
+        CHECK(rc == 0 && tp_loss_at(metrics[i], "train", 1, loss[i], sizeof loss[i]), "run %d (%s)", i, sets[i]);
+    }
+    CHECK(!strcmp(loss[0], loss[1]) && strcmp(loss[0], loss[2]), "first losses: seed's order %s, data_seed 42 %s, "
+          "data_seed 6 %s", loss[0], loss[1], loss[2]);
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -461,6 +482,7 @@ int main(int argc, char **argv) {
     RUN(test_label_smoothing);
     RUN(test_test_at_end);
     RUN(test_log_first_step);
+    RUN(test_data_seed);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

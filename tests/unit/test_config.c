@@ -378,7 +378,8 @@ static void test_hf_training_arguments(void) {
                         " \"logging_strategy\": \"epoch\", \"resume_from_checkpoint\": true, \"use_cpu\": false,\n"
                         " \"save_safetensors\": true, \"full_determinism\": false, \"torch_compile\": false,\n"
                         " \"label_smoothing_factor\": 0.1, \"run_name\": null, \"push_to_hub\": false,\n"
-                        " \"do_train\": true, \"do_eval\": true, \"do_predict\": true}\n") == 0,
+                        " \"do_train\": true, \"do_eval\": true, \"do_predict\": true, \"data_seed\": 3,\n"
+                        " \"ddp_timeout\": 1800}\n") == 0,
           "%s", err);
     CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
     CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
@@ -388,6 +389,8 @@ static void test_hf_training_arguments(void) {
     CHECK(!strcmp(c.device, "cpu"), "use_cpu: false leaves the device key's default");
     CHECK(c.label_smoothing == 0.1, "label_smoothing_factor: %g", c.label_smoothing);
     CHECK(!strcmp(c.mode, "train") && c.test_at_end, "do_train, do_predict: %s %d", c.mode, c.test_at_end);
+    CHECK(c.data_seed == 3 && c.timeout_s == 1800, "data_seed %lld, ddp_timeout %g", (long long)c.data_seed,
+          c.timeout_s);
     ut_config_free(&c);
     /* values that set something else */
     ut_config_init(&c);
@@ -934,6 +937,11 @@ static void test_hash(void) {
     CHECK(ut_config_set(&b, "train.label_smoothing=0.1", err, sizeof err) == 0 && ut_config_hash(&b) != h0,
           "label smoothing changes the hash");
     CHECK(ut_config_set(&b, "train.label_smoothing=0", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&b, "data.seed=-1", err, sizeof err) == 0 && ut_config_hash(&b) == h0,
+          "data.seed at its default is not hashed");
+    CHECK(ut_config_set(&b, "data_seed=7", err, sizeof err) == 0 && ut_config_hash(&b) != h0 && b.data_seed == 7,
+          "data_seed changes the hash");
+    CHECK(ut_config_set(&b, "data.seed=-1", err, sizeof err) == 0, "%s", err);
     CHECK(ut_config_set(&b, "optim.lr=0.002", err, sizeof err) == 0, "%s", err);
     CHECK(ut_config_hash(&b) != h0, "lr did not change the hash");
     ut_config_set(&a, "model.x=1", err, sizeof err);
