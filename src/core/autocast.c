@@ -44,15 +44,6 @@ ut_dtype ut_ctx_set_autocast(ut_ctx *ctx, ut_dtype dt) {
 
 ut_dtype ut_ctx_autocast(const ut_ctx *ctx) { return ctx->autocast; }
 
-float ut_ctx_set_label_smoothing(ut_ctx *ctx, float eps) {
-    float old = ctx->label_smoothing;
-    UT_ASSERT(eps >= 0.0f && eps <= 1.0f);
-    ctx->label_smoothing = eps;
-    return old;
-}
-
-float ut_ctx_label_smoothing(const ut_ctx *ctx) { return ctx->label_smoothing; }
-
 const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt) {
     const ut_backend *b = ut_backend_get(dev);
     return b && b->matmul_path ? b->matmul_path(dt) : "unknown";

@@ -136,6 +136,16 @@ bool ut_ctx_set_training(ut_ctx *ctx, bool on) {
 bool ut_ctx_training(const ut_ctx *ctx) { return ctx->training; }
 ut_device ut_ctx_device(const ut_ctx *ctx) { return ctx->device; }
 void ut_ctx_seed(ut_ctx *ctx, uint64_t seed) { ut_philox_seed(&ctx->rng, seed); }
+
+float ut_ctx_set_label_smoothing(ut_ctx *ctx, float eps) {
+    float old = ctx->label_smoothing;
+    UT_ASSERT(eps >= 0.0f && eps <= 1.0f);
+    ctx->label_smoothing = eps;
+    return old;
+}
+
+float ut_ctx_label_smoothing(const ut_ctx *ctx) { return ctx->label_smoothing; }
+
 void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream) {
     ctx->rng.stream = stream;
     ctx->rng.offset = 0;

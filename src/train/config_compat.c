@@ -2,28 +2,18 @@
  * schema key: pytorch_universal_trainer's parameters.yml (model_dir,
  * data_dir, the fairscale and fp16 flags, its path keys) and FlagAI's Trainer
  * arguments (env_type, pytorch_device, model_parallel_size, fp16, its launch
- * arguments); Hugging Face TrainingArguments' are config_hf.c's. Each one is applied through schema keys, or refused with what
- * to write instead: no key is accepted and then ignored. */
+ * arguments); Hugging Face TrainingArguments' are config_hf.c's. Each one is
+ * applied through schema keys, or refused with what to write instead: no key
+ * is accepted and then ignored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <strings.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
 #include "utrain/io.h"
 
-
-static bool flag_value(const char *key, const char *v, bool *out, char *err, size_t n) {
-    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
-    for (int i = 0; i < 4; i++) {
-        if (!strcasecmp(v, yes[i])) return *out = true, true;
-        if (!strcasecmp(v, no[i])) return *out = false, true;
-    }
-    ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
-    return false;
-}
 
 static int assign(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     return ut_cfg_assign(c, key, v, err, n) ? -1 : 1;
@@ -132,9 +122,9 @@ static int seed_key(ut_config *c, const char *key, const char *v, char *err, siz
                                         "use_fairscale_model_sharding", "use_fairscale_autowrap",
                                         "use_fairscale_reshard_forward", "is_dev_file", "use_max_length"};
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
-        bool on;
         if (strcmp(key, bools[i])) continue;
-        return flag_value(key, v, &on, err, n) ? seed_bool(c, key, on, err, n) : -1;
+        int on = ut_cfg_flag(key, v, err, n);
+        return on < 0 ? -1 : seed_bool(c, key, on, err, n);
     }
     if (!strcmp(key, "model_dir")) return model_dir(c, key, v, err, n);
     if (!strcmp(key, "data_dir")) return data_dir(c, key, v, err, n);
@@ -170,9 +160,8 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
     if (!strcmp(key, "pytorch_device")) /* FlagAI's spelling of device */
         return ut_cfg_check_device(key, v, err, n) ? -1 : assign(c, "device", v, err, n);
     if (!strcmp(key, "fp16") || !strcmp(key, "bf16")) { /* FlagAI's fp16, HF's fp16 and bf16 */
-        bool on;
-        if (!flag_value(key, v, &on, err, n)) return -1;
-        return on ? assign(c, "train.precision", key, err, n) : 1;
+        int on = ut_cfg_flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "train.precision", key, err, n) : 1;
     }
     if (!strcmp(key, "model_parallel_size") || !strcmp(key, "model_paralle_size"))
         return assign(c, "dist.tensor_parallel", v, err, n);

@@ -16,16 +16,6 @@ static int assign(ut_config *c, const char *key, const char *v, char *err, size_
     return ut_cfg_assign(c, key, v, err, n) ? -1 : 1;
 }
 
-/* A boolean field's value: 1 true, 0 false, -1 with err. */
-static int flag(const char *key, const char *v, char *err, size_t n) {
-    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
-    for (int i = 0; i < 4; i++) {
-        if (!strcasecmp(v, yes[i])) return 1;
-        if (!strcasecmp(v, no[i])) return 0;
-    }
-    return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
-}
-
 /* The boolean fields: what each value does. set (a schema key) = value;
  * why: the value is refused, saying why and what to write; neither: the
  * value is what utrain always does. */
@@ -76,7 +66,7 @@ static const struct {
 static int bool_field(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
         if (strcmp(key, bools[i].field)) continue;
-        int on = flag(key, v, err, n);
+        int on = ut_cfg_flag(key, v, err, n);
         if (on < 0) return -1;
         const hf_act *a = on ? &bools[i].on : &bools[i].off;
         if (a->why) return ut_errorf(err, n, "%s: %s", key, a->why);

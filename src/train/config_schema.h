@@ -59,6 +59,9 @@ extern const int ut_cfg_nsections;
  * keys, or refused with what to write instead. 1: handled, 0: not such a
  * key, -1: refused (err). */
 int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* A boolean value of key, as every boolean key reads it (true/false, yes/no,
+ * on/off, 1/0, any case): 1, 0, or -1 with err (which may be NULL). */
+int ut_cfg_flag(const char *key, const char *v, char *err, size_t n);
 /* The same for Hugging Face TrainingArguments' fields (config_hf.c), which
  * ut_cfg_compat also asks. */
 int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);

@@ -43,6 +43,12 @@ static bool parse_bool(const char *s, bool *out) {
     return false;
 }
 
+int ut_cfg_flag(const char *key, const char *v, char *err, size_t n) {
+    bool on;
+    if (!parse_bool(v, &on)) return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
+    return on;
+}
+
 void ut_cfg_range_text(const ut_cfg_key *k, char *buf, size_t n) {
     char lo[40] = "", hi[40] = "";
     if (k->lo) snprintf(lo, sizeof lo, "%s %g", k->lo == UT_CFG_GE ? ">=" : ">", k->min);
@@ -211,13 +217,6 @@ static void set_model_opt(ut_config *c, const char *name, const char *v) {
 
 // --- the seed trainers' distributed flags
 
-static bool truthy(const char *v, int *out) {
-    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = 1;
-    else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0") || !strcmp(v, "no")) *out = 0;
-    else return false;
-    return true;
-}
-
 /* Flags of other trainers (the seed's is_distributed, fairscale, Hugging
  * Face's sharded_ddp / fsdp, DeepSpeed's stage) mapped onto dist.strategy, or
  * refused with what to write instead. 1: handled (*strategy set, or "" for
@@ -235,9 +234,8 @@ static int seed_flag(const char *key, const char *v, const char **strategy, char
     *strategy = "";
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
         if (strcmp(key, bools[i].key)) continue;
-        int on;
-        if (!truthy(v, &on))
-            return ut_errorf(err, n, "%s: expected true or false, got '%s'", key, v);
+        int on = ut_cfg_flag(key, v, err, n);
+        if (on < 0) return -1;
         if (on) *strategy = bools[i].on;
         return 1; /* false: nothing to do (the world size comes from the launcher) */
     }
@@ -277,7 +275,7 @@ int ut_cfg_assign(ut_config *c, const char *key, const char *value, char *err, s
     int cf = ut_cfg_compat(c, key, value, err, n);
     if (cf) return cf < 0 ? -1 : 0;
     int one;
-    if (!strcmp(key, "is_distributed") && truthy(value, &one)) c->one_process = !one;
+    if (!strcmp(key, "is_distributed") && (one = ut_cfg_flag(key, value, NULL, 0)) >= 0) c->one_process = !one;
     int sf = seed_flag(key, value, &strategy, err, n);
     if (sf < 0) return -1;
     if (sf > 0) return *strategy ? ut_cfg_assign(c, "dist.strategy", strategy, err, n) : 0;

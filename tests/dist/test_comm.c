@@ -488,6 +488,18 @@ static void test_tp_vocab(void) {
               "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no error");
         ut_ctx_free(ctx);
     }
+    /* label smoothing has no vocabulary-parallel form: refused, naming it */
+    {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        ut_ctx_set_label_smoothing(ctx, 0.1f);
+        ut_tensor *W = tp_leaf(ctx, 2, (int64_t[]){vp, C}, w);
+        ut_tensor *T = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){N}, tg);
+        ut_tensor *x = tp_leaf(ctx, 2, (int64_t[]){N, C}, e);
+        CHECK(!ut_tp_cross_entropy(ctx, ut_linear(ctx, x, W, NULL), T, V, -100, comm) && ut_ctx_error(ctx) &&
+                  strstr(ut_ctx_error(ctx), "tp_cross_entropy: label smoothing 0.1"),
+              "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "no error");
+        ut_ctx_free(ctx);
+    }
 }
 
 /* Element e of a part (ut_partition) in its full tensor. */
