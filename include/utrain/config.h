@@ -89,6 +89,8 @@ typedef struct {
     bool eval_strategy_set, save_strategy_set;  /* given by the user; until then a
                                     positive eval_interval / save_interval makes
                                     the strategy steps; not keys of their own */
+    bool min_lr_set;             /* optim.min_lr given by the user (transformers'
+                                    polynomial schedule ends at 1e-7 until then) */
     char seed_recipe[320];       /* what loading a file in the seed's parameters.yml layout
                                     set to the seed's recipe (the keys the file left out),
                                     for the run summary; empty otherwise; not a key */
@@ -113,10 +115,16 @@ typedef struct {
     char optim_name[16];         /* adamw | sgd */
     double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
-    char schedule[16];           /* constant | cosine | linear | step */
+    char schedule[16];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
+                                    inverse_sqrt | wsd */
     int64_t warmup_steps, step_size;
     double warmup_ratio;         /* > 0: warmup over ratio x total steps */
     double min_lr, gamma;
+    double min_lr_ratio;         /* > 0: min_lr = ratio x lr */
+    double num_cycles, power;    /* cosine's waves or restarts' cycles (0: default); polynomial's power */
+    int64_t timescale;           /* inverse_sqrt (0: warmup_steps or 10000) */
+    int64_t decay_steps;         /* wsd: the steps of its decay */
+    char decay_type[8];          /* wsd: cosine | linear | 1-sqrt */
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

@@ -166,31 +166,62 @@ void ut_grad_scaler_init(ut_grad_scaler *s, float init_scale, int64_t growth_int
 void ut_grad_scaler_update(ut_grad_scaler *s, bool found_inf);
 
 /* ---- learning-rate schedules ---- */
-typedef enum { UT_SCHED_CONSTANT, UT_SCHED_COSINE, UT_SCHED_LINEAR, UT_SCHED_STEP } ut_sched_kind;
+typedef enum {
+    UT_SCHED_CONSTANT,
+    UT_SCHED_COSINE,
+    UT_SCHED_LINEAR,
+    UT_SCHED_STEP,
+    UT_SCHED_COSINE_RESTARTS, /* cosine with hard restarts */
+    UT_SCHED_POLYNOMIAL,
+    UT_SCHED_INVERSE_SQRT,
+    UT_SCHED_WSD, /* warmup, stable, decay */
+} ut_sched_kind;
+/* the shape of WSD's decay */
+typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
 
-/* lr is the peak rate. min_lr is the floor of cosine/linear, which reach it at
- * total_steps. STEP multiplies by gamma every step_size steps after warmup. */
+/* lr is the peak rate. min_lr is the floor of the decaying schedules, which
+ * reach it at total_steps. STEP multiplies by gamma every step_size steps
+ * after warmup. The fields after gamma may be left 0 for their defaults. */
 typedef struct {
     ut_sched_kind kind;
     float lr, min_lr;
     int64_t warmup_steps, total_steps, step_size;
     float gamma;
+    float cycles;        /* COSINE: waves over the decay (0: 0.5, down to min_lr once);
+                            COSINE_RESTARTS: cycles (0: 1); WSD's cosine decay (0: 0.5) */
+    float power;         /* POLYNOMIAL: the power of the decay (0: 1) */
+    int64_t timescale;   /* INVERSE_SQRT (0: warmup_steps, or 10000 without warmup) */
+    int64_t decay_steps; /* WSD: the last decay_steps of total_steps decay */
+    ut_decay_kind decay; /* WSD: the decay's shape */
 } ut_schedule;
 
 /* Rate for the step after `step` optimizer steps (0-based). With w =
- * warmup_steps and p = (step-w)/(total_steps-w) clamped to [0, 1]:
- *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step)
+ * warmup_steps, p = (step-w)/(total_steps-w) clamped to [0, 1], c = cycles
+ * and f(x) = min_lr + (lr-min_lr)*x:
+ *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step;
+ *                                      WSD: f((step+1)/w))
  *   CONSTANT:  lr
- *   COSINE:    min_lr + (lr-min_lr)*0.5*(1 + cos(pi*p))
- *   LINEAR:    min_lr + (lr-min_lr)*(1 - p)
+ *   COSINE:    f(0.5*(1 + cos(2*pi*c*p)))
+ *   COSINE_RESTARTS: f(0.5*(1 + cos(pi*((c*p) mod 1)))), f(0) at p = 1
+ *   LINEAR:    f(1 - p)
+ *   POLYNOMIAL: f((1 - p)^power)
  *   STEP:      lr * gamma^floor((step-w)/step_size)
+ *   INVERSE_SQRT: lr * sqrt(T/(step-w+T)), T = timescale
+ *   WSD:       lr until the last decay_steps of total_steps, then f(1 - q),
+ *              f(0.5*(1 + cos(2*pi*c*q))) or f(1 - sqrt(q)) over their
+ *              fraction q, then min_lr
+ * These are transformers' get_scheduler schedules after warmup (whose own
+ * warmup starts at 0, one step behind this one).
  * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
 float ut_schedule_lr(const ut_schedule *s, int64_t step);
 /* 0 if s makes sense, else -1 with a message naming the field in err:
  * negative lr/min_lr/warmup_steps/total_steps, min_lr > lr, total_steps <=
- * warmup_steps (cosine, linear), step_size <= 0 or gamma <= 0 (step). */
+ * warmup_steps (the decaying schedules), step_size <= 0 or gamma <= 0
+ * (step), negative cycles, power or timescale, WSD's decay_steps < 1 or
+ * warmup_steps + decay_steps > total_steps. */
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
-/* "constant", "cosine", "linear", "step" (any case) into *out: 0, or -1. */
+/* "constant", "cosine", "linear", "step", "cosine_restarts", "polynomial",
+ * "inverse_sqrt", "wsd" (any case) into *out: 0, or -1. */
 int ut_sched_parse(const char *name, ut_sched_kind *out);
 
 #ifdef __cplusplus

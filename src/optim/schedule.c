@@ -1,30 +1,65 @@
-/* Learning-rate schedules: linear warmup, then constant, cosine, linear or
- * step decay. Computed in double, like torch's LambdaLR/StepLR in Python. */
+/* Learning-rate schedules: linear warmup, then constant, cosine (with or
+ * without hard restarts), linear, polynomial, step, inverse square root or
+ * warmup-stable-decay. Computed in double, like torch's LambdaLR/StepLR in Python. */
 #include "utrain/optim.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <strings.h>
 
 #include "utrain/base.h"
 
+/* a cosine wave's value at the fraction p of its decay: 1 at p = 0, 0 after
+ * half a wave (cycles 0.5) */
+static double wave(double cycles, double p) { return 0.5 * (1.0 + cos(2.0 * M_PI * cycles * p)); }
+
+/* WSD: 1 until the last decay_steps of the run, then down to 0 */
+static double wsd(const ut_schedule *s, int64_t step) {
+    int64_t start = s->total_steps - s->decay_steps; /* the decay's first step */
+    if (step < start) return 1.0;
+    if (step >= s->total_steps) return 0.0;
+    double q = (double)(step - start) / (double)s->decay_steps;
+    switch (s->decay) {
+    case UT_DECAY_LINEAR: return 1.0 - q;
+    case UT_DECAY_SQRT: return 1.0 - sqrt(q);
+    case UT_DECAY_COSINE: break;
+    }
+    return wave(s->cycles > 0 ? s->cycles : 0.5, q);
+}
+
 float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     UT_ASSERT(step >= 0);
     double lr = s->lr, min_lr = s->min_lr;
     int64_t w = s->warmup_steps;
-    if (step < w) return (float)(lr * (double)(step + 1) / (double)w);
+    if (step < w) {
+        double up = (double)(step + 1) / (double)w;
+        return (float)(s->kind == UT_SCHED_WSD ? min_lr + (lr - min_lr) * up : lr * up);
+    }
     int64_t k = step - w;
     double p = 0.0;
     if (s->total_steps > w) p = fmin(1.0, (double)k / (double)(s->total_steps - w));
+    double x = 1.0; /* the fraction of the way from min_lr to lr */
     switch (s->kind) {
-    case UT_SCHED_COSINE: return (float)(min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * p)));
-    case UT_SCHED_LINEAR: return (float)(min_lr + (lr - min_lr) * (1.0 - p));
+    case UT_SCHED_COSINE: x = wave(s->cycles > 0 ? s->cycles : 0.5, p); break;
+    case UT_SCHED_COSINE_RESTARTS: {
+        double c = s->cycles > 0 ? s->cycles : 1.0;
+        x = p >= 1.0 ? 0.0 : 0.5 * (1.0 + cos(M_PI * fmod(c * p, 1.0)));
+        break;
+    }
+    case UT_SCHED_LINEAR: x = 1.0 - p; break;
+    case UT_SCHED_POLYNOMIAL: x = pow(1.0 - p, s->power > 0 ? (double)s->power : 1.0); break;
+    case UT_SCHED_WSD: x = wsd(s, step); break;
     case UT_SCHED_STEP:
         UT_ASSERT(s->step_size > 0);
         return (float)(lr * pow((double)s->gamma, (double)(k / s->step_size)));
-    case UT_SCHED_CONSTANT: break;
+    case UT_SCHED_INVERSE_SQRT: {
+        double t = (double)(s->timescale > 0 ? s->timescale : w > 0 ? w : 10000);
+        return (float)(lr * sqrt(t / ((double)k + t)));
     }
-    return (float)lr;
+    case UT_SCHED_CONSTANT: return (float)lr;
+    }
+    return (float)(min_lr + (lr - min_lr) * x);
 }
 
 static int fail(char *err, size_t n, const char *msg) {
@@ -33,7 +68,7 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
-    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_STEP)
+    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_WSD)
         return fail(err, n, ut_fmt("kind: unknown schedule kind %d", (int)s->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(s->lr >= 0) || isinf(s->lr))
@@ -48,10 +83,26 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
     if (s->total_steps < 0)
         return fail(err, n, ut_fmt("total_steps must be >= 0 (got %lld)",
                                    (long long)s->total_steps));
-    if ((s->kind == UT_SCHED_COSINE || s->kind == UT_SCHED_LINEAR) &&
-        s->total_steps <= s->warmup_steps)
+    bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT;
+    if (decays && s->total_steps <= s->warmup_steps)
         return fail(err, n, ut_fmt("total_steps (%lld) must exceed warmup_steps (%lld)",
                                    (long long)s->total_steps, (long long)s->warmup_steps));
+    if (!(s->cycles >= 0) || isinf(s->cycles))
+        return fail(err, n, ut_fmt("cycles must be a finite number >= 0 (got %g)", s->cycles));
+    if (!(s->power >= 0) || isinf(s->power))
+        return fail(err, n, ut_fmt("power must be a finite number >= 0 (got %g)", s->power));
+    if (s->timescale < 0)
+        return fail(err, n, ut_fmt("timescale must be >= 0 (got %lld)", (long long)s->timescale));
+    if (s->kind == UT_SCHED_WSD) {
+        if (s->decay_steps < 1)
+            return fail(err, n, ut_fmt("decay_steps must be >= 1 with wsd (got %lld)", (long long)s->decay_steps));
+        if (s->decay < UT_DECAY_COSINE || s->decay > UT_DECAY_SQRT)
+            return fail(err, n, ut_fmt("decay: unknown decay kind %d", (int)s->decay));
+        if (s->warmup_steps + s->decay_steps > s->total_steps)
+            return fail(err, n, ut_fmt("warmup_steps (%lld) + decay_steps (%lld) exceed total_steps (%lld)",
+                                       (long long)s->warmup_steps, (long long)s->decay_steps,
+                                       (long long)s->total_steps));
+    }
     if (s->kind == UT_SCHED_STEP) {
         if (s->step_size <= 0)
             return fail(err, n, ut_fmt("step_size must be > 0 (got %lld)",
@@ -63,8 +114,9 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
 }
 
 int ut_sched_parse(const char *name, ut_sched_kind *out) {
-    static const char *const names[] = {"constant", "cosine", "linear", "step"};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
+                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd"};
+    for (int i = 0; i < 8; i++)
         if (!strcasecmp(name, names[i])) {
             *out = (ut_sched_kind)i;
             return 0;

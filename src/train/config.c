@@ -20,7 +20,9 @@ static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
-static const char *const schedules[] = {"constant", "cosine", "linear", "step", NULL};
+static const char *const schedules[] = {"constant",   "cosine",       "linear", "step", "cosine_restarts",
+                                        "polynomial", "inverse_sqrt", "wsd",    NULL};
+static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
@@ -245,7 +247,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.nesterov", .type = UT_CFG_BOOL, AT(nesterov), .def = "false", .hashed = true,
      .doc = "sgd: Nesterov momentum (needs momentum > 0, dampening 0)"},
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
-     .values = schedules, .hashed = true, .doc = "learning-rate schedule after warmup"},
+     .values = schedules, .hashed = true,
+     .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay)"},
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
     {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
@@ -253,7 +256,25 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.step_size", .type = UT_CFG_INT, AT(step_size), .def = "1", GE(1),
      .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
     {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
-     .doc = "cosine, linear: final learning rate"},
+     .doc = "the decaying schedules' final learning rate (cosine, cosine_restarts, linear, polynomial, wsd)"},
+    {.key = "optim.min_lr_ratio", .type = UT_CFG_FLOAT, AT(min_lr_ratio), .def = "0", GE(0), LE(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "> 0: optim.min_lr as a fraction of optim.lr (transformers' min_lr_rate, min_lr_ratio)"},
+    {.key = "optim.num_cycles", .type = UT_CFG_FLOAT, AT(num_cycles), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "cosine (and wsd's cosine decay): waves over the decay (0: 0.5, down to min_lr once); "
+            "cosine_restarts: cycles, each from lr down to min_lr (0: 1)"},
+    {.key = "optim.power", .type = UT_CFG_FLOAT, AT(power), .def = "1", GT(0), .hashed = true,
+     .hash_if_set = true, .doc = "polynomial: the decay's power (1: linear)"},
+    {.key = "optim.timescale", .type = UT_CFG_INT, AT(timescale), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "inverse_sqrt: lr x sqrt(T / (steps after warmup + T)); 0: optim.warmup_steps, or 10000 without "
+            "warmup"},
+    {.key = "optim.decay_steps", .type = UT_CFG_INT, AT(decay_steps), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "wsd: the run's last N steps decay to min_lr (after warmup, the rate is lr until then)"},
+    {.key = "optim.decay_type", .type = UT_CFG_ENUM, AT(decay_type), .def = "cosine", .values = decay_types,
+     .hashed = true, .hash_if_set = true, .doc = "wsd: the decay's shape"},
     {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
      .doc = "step schedule: decay factor"},
 
@@ -438,6 +459,7 @@ void ut_config_init(ut_config *c) {
     }
     /* the defaults are not the user's choice */
     c->greater_is_better_set = c->eval_strategy_set = c->save_strategy_set = c->model_name_set = false;
+    c->min_lr_set = false;
     /* UTRAIN_DEVICE sets the device's default (a config's device key wins):
      * `make test-sim` runs the whole suite on the simulated device so */
     const char *dev = getenv("UTRAIN_DEVICE");

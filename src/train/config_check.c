@@ -209,8 +209,30 @@ static int check_train(const ut_config *c, char *err, size_t n) {
 }
 
 static int check_optim(const ut_config *c, char *err, size_t n) {
-    bool decays = !strcmp(c->schedule, "cosine") || !strcmp(c->schedule, "linear");
+    const char *sched = c->schedule;
+    bool decays = strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "inverse_sqrt");
+    bool wsd = !strcmp(sched, "wsd");
     if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
+    if (c->min_lr > 0 && c->min_lr_ratio > 0)
+        FAIL("optim.min_lr_ratio: set it or optim.min_lr (%g), not both", c->min_lr);
+    /* each schedule's own keys, refused where they would do nothing */
+    if (c->num_cycles > 0 && strcmp(sched, "cosine") && strcmp(sched, "cosine_restarts") &&
+        !(wsd && !strcmp(c->decay_type, "cosine")))
+        FAIL("optim.num_cycles: only the cosine schedules have cycles (optim.schedule is %s); write "
+             "optim.schedule: cosine or cosine_restarts, or remove the key", sched);
+    if (c->power != 1 && strcmp(sched, "polynomial"))
+        FAIL("optim.power: only optim.schedule: polynomial has a power (it is %s); remove the key", sched);
+    if (c->timescale > 0 && strcmp(sched, "inverse_sqrt"))
+        FAIL("optim.timescale: only optim.schedule: inverse_sqrt has a timescale (it is %s); remove the key",
+             sched);
+    if (!wsd && (c->decay_steps > 0 || strcmp(c->decay_type, "cosine")))
+        FAIL("optim.%s: belongs to optim.schedule: wsd (it is %s); remove the key",
+             c->decay_steps > 0 ? "decay_steps" : "decay_type", sched);
+    if (wsd && c->decay_steps < 1)
+        FAIL("optim.decay_steps: optim.schedule: wsd needs the number of steps its decay takes (>= 1)");
+    if (wsd && c->max_steps > 0 && c->decay_steps > c->max_steps - (c->warmup_ratio > 0 ? 0 : c->warmup_steps))
+        FAIL("optim.decay_steps: %lld with %lld warmup steps exceed train.max_steps (%lld)",
+             (long long)c->decay_steps, (long long)c->warmup_steps, (long long)c->max_steps);
     if (decays && c->max_steps == 0 && c->epochs == 0)
         FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
     if (c->warmup_ratio >= 1)

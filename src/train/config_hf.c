@@ -125,23 +125,57 @@ static const char *hf_adamw(const char *v) {
 }
 
 /* lr_scheduler_type: transformers' get_scheduler names beyond utrain's own
- * (constant, cosine, linear, step); 0 for those, which the alias takes. */
+ * (constant, cosine, linear, step, polynomial, inverse_sqrt); 0 for those,
+ * which the alias takes. */
 static int scheduler(ut_config *c, const char *key, const char *v, char *err, size_t n) {
-    /* warmup then constant; cosine with one hard restart at the end (its
-     * default num_cycles 1) is cosine; cosine_with_min_lr's floor is optim.min_lr */
+    /* warmup then constant; cosine_with_min_lr's floor is its min_lr or
+     * min_lr_rate (lr_scheduler_kwargs) */
     if (!strcmp(v, "constant_with_warmup")) return assign(c, "optim.schedule", "constant", err, n);
-    if (!strcmp(v, "cosine_with_restarts") || !strcmp(v, "cosine_with_min_lr"))
-        return assign(c, "optim.schedule", "cosine", err, n);
-    /* power 1 (its default) down to lr_end, 1e-7 unless optim.min_lr says */
+    if (!strcmp(v, "cosine_with_min_lr")) return assign(c, "optim.schedule", "cosine", err, n);
+    if (!strcmp(v, "cosine_with_restarts")) return assign(c, "optim.schedule", "cosine_restarts", err, n);
+    if (!strcmp(v, "warmup_stable_decay")) return assign(c, "optim.schedule", "wsd", err, n);
+    /* down to lr_end, 1e-7 unless given */
     if (!strcmp(v, "polynomial")) {
-        if (assign(c, "optim.schedule", "linear", err, n) < 0) return -1;
-        return c->min_lr == 0 ? assign(c, "optim.min_lr", "1e-7", err, n) : 1;
+        if (assign(c, "optim.schedule", "polynomial", err, n) < 0) return -1;
+        return c->min_lr_set ? 1 : assign(c, "optim.min_lr", "1e-7", err, n);
     }
-    if (!strcmp(v, "inverse_sqrt") || !strcmp(v, "reduce_lr_on_plateau") || !strcmp(v, "warmup_stable_decay"))
-        return ut_errorf(err, n, "%s: '%s' is not a schedule utrain has; write constant, constant_with_warmup, "
-                                 "linear, cosine, cosine_with_restarts, cosine_with_min_lr or polynomial, or "
-                                 "optim.schedule: step", key, v);
+    if (!strcmp(v, "reduce_lr_on_plateau"))
+        return ut_errorf(err, n, "%s: '%s': utrain's schedules are functions of the step, so a resumed run "
+                                 "continues them exactly; write cosine, linear, wsd or another of docs/config.md's "
+                                 "optim.schedule values (train.early_stopping_patience stops a run that no longer "
+                                 "improves)", key, v);
     return 0;
+}
+
+/* lr_scheduler_kwargs (the arguments transformers passes to the schedule):
+ * {} is nothing; each argument becomes the optim key of the same meaning. */
+static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    static const char *const map[][2] = {
+        {"min_lr", "optim.min_lr"},          {"lr_end", "optim.min_lr"},
+        {"min_lr_rate", "optim.min_lr_ratio"}, {"min_lr_ratio", "optim.min_lr_ratio"},
+        {"num_cycles", "optim.num_cycles"},  {"power", "optim.power"},
+        {"timescale", "optim.timescale"},    {"num_decay_steps", "optim.decay_steps"},
+        {"decay_type", "optim.decay_type"},
+    };
+    const char *arg = key + strlen("lr_scheduler_kwargs.");
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(arg, map[i][0])) {
+            if (ut_cfg_assign(c, map[i][1], v, err, n) == 0) return 1;
+            /* the optim key's error, under the name the file used */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            return ut_errorf(err, n, "%s (%s): %s", key, map[i][1], why);
+        }
+    if (!strcmp(arg, "warmup_type"))
+        return !strcmp(v, "linear") ? 1 : ut_errorf(err, n, "%s: '%s': utrain's warmup is linear; write linear or "
+                                                           "remove the key", key, v);
+    if (!strcmp(arg, "num_stable_steps"))
+        return ut_errorf(err, n, "%s: wsd's stable phase is the steps between warmup and the run's last "
+                                 "num_decay_steps; remove the key and set the run's length (max_steps or "
+                                 "num_train_epochs)", key);
+    return ut_errorf(err, n, "%s: not an argument of utrain's schedules; they take min_lr, lr_end, min_lr_rate, "
+                             "min_lr_ratio, num_cycles, power, timescale, num_decay_steps, decay_type and "
+                             "warmup_type: linear (docs/config.md)", key);
 }
 
 static int resume(ut_config *c, const char *key, const char *v, char *err, size_t n) {
@@ -180,6 +214,8 @@ static int fraction_of_steps(const char *key, const char *v, char *err, size_t n
                      strcmp(key, "eval_steps") ? ut_fmt(", or %s: R for R times per epoch", ratio) : "");
 }
 
+bool ut_cfg_hf_mapping(const char *key) { return !strcmp(key, "lr_scheduler_kwargs"); }
+
 int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "logging_steps") || !strcmp(key, "eval_steps") || !strcmp(key, "save_steps")) {
         int rc = fraction_of_steps(key, v, err, n);
@@ -198,6 +234,10 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
                                           "output_dir/experiment_name); write experiment_name: %s", key, v);
     if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
     if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, key, v, err, n);
+    if (!strncmp(key, "lr_scheduler_kwargs.", 20)) return scheduler_kwarg(c, key, v, err, n);
+    if (!strcmp(key, "lr_scheduler_kwargs"))
+        return !*v || !strcmp(v, "{}") ? 1 : ut_errorf(err, n, "%s: a mapping of the schedule's arguments "
+                                                             "(lr_scheduler_kwargs: {min_lr: 1e-6})", key);
     if (!strcmp(key, "logging_strategy")) return logging_strategy(c, key, v, err, n);
     if (!strcmp(key, "dataloader_num_workers")) return workers(key, v, err, n);
     if ((!strcmp(key, "optim") || !strcmp(key, "optim.name")) && hf_adamw(v))
@@ -224,7 +264,8 @@ const char *const ut_cfg_hf_doc =
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
-    "| `lr_scheduler_type` | `constant_with_warmup` / `cosine_with_restarts` (one cycle), `cosine_with_min_lr` / `polynomial` (power 1) / `inverse_sqrt`, `reduce_lr_on_plateau`, `warmup_stable_decay` | `optim.schedule: constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr`) / `linear` down to `optim.min_lr`, 1e-7 (its `lr_end`) unless given / refused; `constant`, `linear`, `cosine` are the alias's (where transformers' `constant` ignores `warmup_steps`, utrain's warms up first when they are given) |\n"
+    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / refused (utrain's schedules are functions of the step); `polynomial` ends at 1e-7 (its `lr_end`) unless given. Warmup is a step ahead of transformers' (its first step's rate is lr/warmup, not 0), and utrain's `constant` warms up when `warmup_steps` are given where transformers' ignores them |\n"
+    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | 0 / more | nothing (one loader thread) / refused (`data.prefetch`) |\n"

@@ -65,6 +65,8 @@ int ut_cfg_flag(const char *key, const char *v, char *err, size_t n);
 /* The same for Hugging Face TrainingArguments' fields (config_hf.c), which
  * ut_cfg_compat also asks. */
 int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* Whether key is a mapping of Hugging Face's that may be empty (lr_scheduler_kwargs: {}). */
+bool ut_cfg_hf_mapping(const char *key);
 /* device (or pytorch_device, named by key): 0 for a device the trainer
  * runs on, else -1 with what to write instead. */
 int ut_cfg_check_device(const char *key, const char *value, char *err, size_t n);

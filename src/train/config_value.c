@@ -172,6 +172,7 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
     if (k->off == offsetof(ut_config, best_metric) && !c->greater_is_better_set)
         c->greater_is_better = !ends_with(c->best_metric, "loss") && !ends_with(c->best_metric, "perplexity");
     if (k->off == offsetof(ut_config, eval_strategy)) c->eval_strategy_set = true;
+    if (k->off == offsetof(ut_config, min_lr)) c->min_lr_set = true;
     if (k->off == offsetof(ut_config, save_strategy)) c->save_strategy_set = true;
     if (k->off == offsetof(ut_config, eval_interval) && c->eval_interval > 0 && !c->eval_strategy_set)
         strcpy(c->eval_strategy, "steps");

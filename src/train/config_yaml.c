@@ -196,7 +196,7 @@ static int load_mapping(loader *ld, const char *prefix, int line) {
         entries++;
     }
     if (entries || !*prefix || is_section(prefix) || ut_cfg_is_flat_section(prefix) ||
-        ut_cfg_is_model_opt(prefix))
+        ut_cfg_is_model_opt(prefix) || ut_cfg_hf_mapping(prefix))
         return 0;
     char hint[400];
     ut_cfg_suggest(prefix, hint, sizeof hint);

@@ -182,12 +182,18 @@ static int set_schedule(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "optim.schedule: unknown schedule '%s'", c->schedule);
         return -1;
     }
-    t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)c->min_lr,
+    double min_lr = c->min_lr_ratio > 0 ? c->min_lr_ratio * c->lr : c->min_lr;
+    t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)min_lr,
                              .warmup_steps = c->warmup_ratio > 0
                                                  ? (int64_t)(c->warmup_ratio * (double)t->total_steps)
                                                  : c->warmup_steps,
                              .total_steps = t->total_steps,
-                             .step_size = c->step_size, .gamma = (float)c->gamma};
+                             .step_size = c->step_size, .gamma = (float)c->gamma,
+                             .cycles = (float)c->num_cycles, .power = (float)c->power,
+                             .timescale = c->timescale, .decay_steps = c->decay_steps,
+                             .decay = !strcmp(c->decay_type, "linear")   ? UT_DECAY_LINEAR
+                                      : !strcmp(c->decay_type, "1-sqrt") ? UT_DECAY_SQRT
+                                                                         : UT_DECAY_COSINE};
     char why[256];
     if (ut_schedule_check(&t->sched, why, sizeof why)) {
         snprintf(t->err, sizeof t->err, "optim.schedule: %s", why);

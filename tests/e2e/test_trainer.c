@@ -387,6 +387,43 @@ static void test_data_seed(void) {
           "data_seed 6 %s", loss[0], loss[1], loss[2]);
 }
 
+/* The rate a train line of metrics.jsonl logged at step (NAN: none). */
+static double lr_at(const char *metrics, int step) {
+    char *s = tp_slurp(metrics), key[64];
+    snprintf(key, sizeof key, "{\"step\": %d, ", step);
+    double lr = NAN;
+    for (char *line = s ? strstr(s, key) : NULL; line; line = strstr(line + 1, key)) {
+        char *end = strchr(line, '\n'), *l = strstr(line, "\"lr\": ");
+        if (l && (!end || l < end) && strstr(line, "\"split\": \"train\"") < (end ? end : line + strlen(line))) {
+            lr = strtod(l + 6, NULL);
+            break;
+        }
+    }
+    free(s);
+    return lr;
+}
+
+/* transformers' warmup_stable_decay with its lr_scheduler_kwargs, given on
+ * the command line: warmup, lr until the last num_decay_steps, then half a
+ * cosine wave down (the rates each step trained with, as logged) */
+static void test_wsd_schedule(void) {
+    const char *out = tp_path(tmp, "wsd.out");
+    char runs[512], metrics[600];
+    snprintf(runs, sizeof runs, "output_dir=%s/wsd", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=8",
+                                  "--set", "train.log_interval=1", "--set", "lr_scheduler_type=warmup_stable_decay",
+                                  "--set", "lr_scheduler_kwargs.num_decay_steps=3", "--set", "warmup_steps=2",
+                                  NULL},
+                    out);
+    snprintf(metrics, sizeof metrics, "%s/wsd/sst2_bow/metrics.jsonl", tmp);
+    const double want[8] = {2.5e-3, 5e-3, 5e-3, 5e-3, 5e-3, 5e-3, 3.75e-3, 1.25e-3};
+    CHECK(rc == 0, "the run failed: %s", out);
+    for (int s = 1; rc == 0 && s <= 8; s++) {
+        double lr = lr_at(metrics, s);
+        CHECK(fabs(lr - want[s - 1]) <= 1e-5 * want[s - 1], "step %d: lr %.9g, want %.9g", s, lr, want[s - 1]);
+    }
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -483,6 +520,7 @@ int main(int argc, char **argv) {
     RUN(test_test_at_end);
     RUN(test_log_first_step);
     RUN(test_data_seed);
+    RUN(test_wsd_schedule);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

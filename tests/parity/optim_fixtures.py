@@ -143,6 +143,42 @@ def make_schedules(path, nsteps=30):
     w.close()
 
 
+# transformers' schedules with their lr_scheduler_kwargs: (name, warmup,
+# kwargs). test_optim.c's hf_cases holds the same list as utrain schedules.
+HF_LR, HF_TOTAL, HF_STEPS = 1e-2, 40, 44
+HF_CASES = [
+    ("cosine", 4, {"num_cycles": 1.5}),
+    ("cosine_with_restarts", 4, {"num_cycles": 3}),
+    ("cosine_with_min_lr", 4, {"min_lr_rate": 0.1}),
+    ("cosine_with_min_lr", 0, {"min_lr": 1e-3, "num_cycles": 0.75}),
+    ("polynomial", 4, {"power": 2.0, "lr_end": 1e-4}),
+    ("inverse_sqrt", 4, {}),
+    ("inverse_sqrt", 0, {"timescale": 7}),
+    ("warmup_stable_decay", 4, {"num_decay_steps": 10, "min_lr_ratio": 0.05}),
+    ("warmup_stable_decay", 4, {"num_decay_steps": 12, "decay_type": "linear"}),
+    ("warmup_stable_decay", 2, {"num_decay_steps": 9, "decay_type": "1-sqrt", "min_lr_ratio": 0.1}),
+]
+
+
+def make_hf_schedules(path):
+    """The rate of every step of each HF_CASES schedule, from transformers'
+    get_scheduler as the Trainer calls it (needs transformers)."""
+    from transformers import get_scheduler
+    w = Writer(path)
+    for i, (name, warmup, kwargs) in enumerate(HF_CASES):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=HF_LR)
+        sched = get_scheduler(name, opt, num_warmup_steps=warmup, num_training_steps=HF_TOTAL,
+                              scheduler_specific_kwargs=dict(kwargs))
+        vals = []
+        for _ in range(HF_STEPS):
+            vals.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        w.put("case%d" % i, vals)
+    w.close()
+
+
 def make(out_dir):
     os.makedirs(out_dir, exist_ok=True)
 
@@ -167,6 +203,7 @@ def make(out_dir):
                   {"weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0, "nesterov": 0})
     make_clip(j("optim_clip.txt"))
     make_schedules(j("optim_schedules.txt"))
+    make_hf_schedules(j("optim_hf_schedules.txt"))
 
 
 if __name__ == "__main__":

@@ -207,6 +207,49 @@ static void test_schedule_parity(void) {
     fx_free(&f);
 }
 
+/* transformers' schedules (optim_fixtures.py's HF_CASES, the same list) as
+ * utrain schedules: every step from the end of warmup to the run's end,
+ * where transformers' warmup (which starts at 0, a step behind) is over. */
+static void test_hf_schedule_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_hf_schedules.txt")) return;
+    const float lr = 1e-2f;
+    const int64_t total = 40;
+    const ut_schedule cases[] = {
+        {.kind = UT_SCHED_COSINE, .warmup_steps = 4, .cycles = 1.5f},
+        {.kind = UT_SCHED_COSINE_RESTARTS, .warmup_steps = 4, .cycles = 3},
+        {.kind = UT_SCHED_COSINE, .warmup_steps = 4, .min_lr = 0.1f * lr},
+        {.kind = UT_SCHED_COSINE, .min_lr = 1e-3f, .cycles = 0.75f},
+        {.kind = UT_SCHED_POLYNOMIAL, .warmup_steps = 4, .power = 2, .min_lr = 1e-4f},
+        {.kind = UT_SCHED_INVERSE_SQRT, .warmup_steps = 4},
+        {.kind = UT_SCHED_INVERSE_SQRT, .timescale = 7},
+        {.kind = UT_SCHED_WSD, .warmup_steps = 4, .decay_steps = 10, .min_lr = 0.05f * lr},
+        {.kind = UT_SCHED_WSD, .warmup_steps = 4, .decay_steps = 12, .decay = UT_DECAY_LINEAR},
+        {.kind = UT_SCHED_WSD, .warmup_steps = 2, .decay_steps = 9, .decay = UT_DECAY_SQRT, .min_lr = 0.1f * lr},
+    };
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        char name[16];
+        snprintf(name, sizeof name, "case%d", k);
+        const double *want = fx_get(&f, name, 44);
+        if (!want) continue;
+        ut_schedule s = cases[k];
+        s.lr = lr;
+        s.total_steps = total;
+        char err[256] = "";
+        CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "%s: %s", name, err);
+        for (int64_t step = s.warmup_steps; step < total; step++) {
+            float got = ut_schedule_lr(&s, step);
+            CHECK(fabs(got - want[step]) <= 1e-6 * lr, "%s step %lld: %.9g, transformers %.9g", name,
+                  (long long)step, (double)got, want[step]);
+        }
+        /* warmup: utrain's is a step ahead of transformers' (never a zero first step) */
+        for (int64_t step = 0; step < s.warmup_steps; step++)
+            CHECK(fabs(ut_schedule_lr(&s, step) - want[step + 1]) <= 1e-6 * lr, "%s warmup step %lld", name,
+                  (long long)step);
+    }
+    fx_free(&f);
+}
+
 /* ---- sharding, state, determinism ---- */
 
 /* Segments of assorted sizes (some tiny, some above the parallel threshold)
@@ -524,10 +567,23 @@ static void test_schedule_checks(void) {
     expect_bad_schedule(s, "gamma");
     s = good; s.kind = UT_SCHED_CONSTANT; s.total_steps = 0;
     CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "constant without total rejected: %s", err);
+    s = good; s.cycles = -1; expect_bad_schedule(s, "cycles");
+    s = good; s.kind = UT_SCHED_POLYNOMIAL; s.power = NAN; expect_bad_schedule(s, "power");
+    s = good; s.kind = UT_SCHED_INVERSE_SQRT; s.timescale = -3; expect_bad_schedule(s, "timescale");
+    s = good; s.kind = UT_SCHED_POLYNOMIAL; s.total_steps = 100; expect_bad_schedule(s, "total_steps");
+    s = good; s.kind = UT_SCHED_WSD; expect_bad_schedule(s, "decay_steps");
+    s = good; s.kind = UT_SCHED_WSD; s.decay_steps = 901; expect_bad_schedule(s, "decay_steps");
+    s = good; s.kind = UT_SCHED_WSD; s.decay_steps = 900;
+    CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "wsd decaying after warmup rejected: %s", err);
+    CHECK(ut_schedule_lr(&s, 1000) == 6e-5f && ut_schedule_lr(&s, 100) == 6e-4f, "wsd ends");
+    s = good; s.kind = UT_SCHED_INVERSE_SQRT; s.total_steps = 0; /* no end to reach */
+    CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "inverse_sqrt without total rejected: %s", err);
+    CHECK(fabsf(ut_schedule_lr(&s, 100 + 300) - 6e-4f * 0.5f) < 1e-9f, "inverse_sqrt: half at 4x its timescale");
 
-    static const char *const names[] = {"constant", "cosine", "linear", "step"};
+    static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
+                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd"};
     ut_sched_kind k;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         CHECK(ut_sched_parse(names[i], &k) == 0 && k == (ut_sched_kind)i, "parse %s", names[i]);
     CHECK(ut_sched_parse("Cosine", &k) == 0 && k == UT_SCHED_COSINE, "parse Cosine");
     CHECK(ut_sched_parse("exp", &k) == -1, "parse exp accepted");
@@ -540,6 +596,7 @@ int main(void) {
     RUN(test_sgd_plain_parity);
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
+    RUN(test_hf_schedule_parity);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
     RUN(test_thread_count_invariance);

@@ -242,7 +242,8 @@ static void test_out_of_range(void) {
 
 static void test_bad_enum(void) {
     check_load_error("optim:\n  schedule: cosin\n",
-                     "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step");
+                     "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step, cosine_restarts, "
+                     "polynomial, inverse_sqrt, wsd");
     check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
 }
 
@@ -403,8 +404,9 @@ static void test_hf_training_arguments(void) {
     ut_config_free(&c);
     /* transformers' schedule names */
     const struct { const char *name, *schedule; double min_lr; } sch[] = {
-        {"constant_with_warmup", "constant", 0}, {"cosine_with_restarts", "cosine", 0},
-        {"cosine_with_min_lr", "cosine", 0},      {"polynomial", "linear", 1e-7}};
+        {"constant_with_warmup", "constant", 0}, {"cosine_with_restarts", "cosine_restarts", 0},
+        {"cosine_with_min_lr", "cosine", 0},      {"polynomial", "polynomial", 1e-7},
+        {"inverse_sqrt", "inverse_sqrt", 0},      {"warmup_stable_decay", "wsd", 0}};
     for (size_t i = 0; i < sizeof sch / sizeof sch[0]; i++) {
         char text[128];
         snprintf(text, sizeof text, "lr_scheduler_type: %s\n", sch[i].name);
@@ -416,6 +418,33 @@ static void test_hf_training_arguments(void) {
     ut_config_init(&c);
     CHECK(load_text(&c, "optim: {min_lr: 1.0e-5}\nlr_scheduler_type: polynomial\n") == 0 && c.min_lr == 1e-5,
           "polynomial keeps a given min_lr: %g", c.min_lr);
+    ut_config_free(&c);
+    /* lr_scheduler_kwargs: each argument is an optim key, in either order
+     * with lr_scheduler_type; {} is nothing */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"lr_scheduler_kwargs\": {\"lr_end\": 0, \"power\": 2.5},\n"
+                        " \"lr_scheduler_type\": \"polynomial\"}\n") == 0 &&
+              !strcmp(c.schedule, "polynomial") && c.min_lr == 0 && c.power == 2.5,
+          "polynomial kwargs: %s %g %g (%s)", c.schedule, c.min_lr, c.power, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: warmup_stable_decay\nlr_scheduler_kwargs:\n  num_decay_steps: 30\n"
+                        "  decay_type: 1-sqrt\n  min_lr_ratio: 0.1\n  warmup_type: linear\n") == 0 &&
+              c.decay_steps == 30 && !strcmp(c.decay_type, "1-sqrt") && c.min_lr_ratio == 0.1,
+          "wsd kwargs (%s)", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs: {min_lr_rate: 0.05}\n") ==
+                  0 && c.min_lr_ratio == 0.05 && !strcmp(c.schedule, "cosine"), "min_lr_rate (%s)", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: cosine_with_restarts\nlr_scheduler_kwargs: {num_cycles: 4}\n"
+                        "max_steps: 100\n") == 0 && c.num_cycles == 4, "num_cycles (%s)", err);
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "restarts with cycles: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"lr_scheduler_kwargs\": {}, \"lr_scheduler_type\": \"inverse_sqrt\"}\n") == 0 &&
+              !strcmp(c.schedule, "inverse_sqrt"), "empty kwargs (%s)", err);
     ut_config_free(&c);
     /* what utrain cannot do is refused, saying what to write */
     const struct { const char *text, *msg; } bad[] = {
@@ -436,13 +465,35 @@ static void test_hf_training_arguments(void) {
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
         {"save_steps: 0.25\n", "save_steps: 0.25 is a fraction of the run's steps"},
-        {"lr_scheduler_type: inverse_sqrt\n", "lr_scheduler_type: 'inverse_sqrt' is not a schedule utrain has"},
+        {"lr_scheduler_type: reduce_lr_on_plateau\n", "utrain's schedules are functions of the step"},
+        {"lr_scheduler_kwargs: {min_lr: -1}\n", "lr_scheduler_kwargs.min_lr (optim.min_lr): "},
+        {"lr_scheduler_kwargs: {eta_min: 0.1}\n", "lr_scheduler_kwargs.eta_min: not an argument of utrain's"},
+        {"lr_scheduler_kwargs: {warmup_type: cosine}\n", "utrain's warmup is linear"},
+        {"lr_scheduler_kwargs: {num_stable_steps: 5}\n", "wsd's stable phase is the steps between"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ut_config_init(&c);
         CHECK(load_text(&c, bad[i].text) == -1 && strstr(err, bad[i].msg), "%s: got '%s'", bad[i].text, err);
         ut_config_free(&c);
     }
+    /* each schedule's own keys are refused with another schedule */
+    check_invalid((const char *[]){"optim.num_cycles=2", "optim.schedule=linear", "train.max_steps=10", NULL},
+                  "optim.num_cycles: only the cosine schedules have cycles (optim.schedule is linear); write "
+                  "optim.schedule: cosine or cosine_restarts, or remove the key");
+    check_invalid((const char *[]){"optim.power=2", "optim.schedule=cosine", "train.max_steps=10", NULL},
+                  "optim.power: only optim.schedule: polynomial has a power (it is cosine); remove the key");
+    check_invalid((const char *[]){"optim.timescale=9", NULL},
+                  "optim.timescale: only optim.schedule: inverse_sqrt has a timescale (it is constant); remove the "
+                  "key");
+    check_invalid((const char *[]){"optim.decay_type=linear", NULL},
+                  "optim.decay_type: belongs to optim.schedule: wsd (it is constant); remove the key");
+    check_invalid((const char *[]){"optim.schedule=wsd", "train.max_steps=10", NULL},
+                  "optim.decay_steps: optim.schedule: wsd needs the number of steps its decay takes (>= 1)");
+    check_invalid((const char *[]){"optim.schedule=wsd", "train.max_steps=10", "optim.decay_steps=8",
+                                   "optim.warmup_steps=3", NULL},
+                  "optim.decay_steps: 8 with 3 warmup steps exceed train.max_steps (10)");
+    check_invalid((const char *[]){"optim.min_lr=1e-5", "optim.min_lr_ratio=0.1", NULL},
+                  "optim.min_lr_ratio: set it or optim.min_lr (1e-05), not both");
     check_invalid((const char *[]){"label_smoothing=0.1", "dist.tensor_parallel=2", NULL},
                   "train.label_smoothing: 0.1 with dist.tensor_parallel 2: the cross-entropy over a vocabulary split "
                   "between ranks has no label smoothing; set one of them to its default (0, 1)");
