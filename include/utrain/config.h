@@ -102,6 +102,8 @@ typedef struct {
     bool checkpoint_activations;
     bool test_at_end;            /* after training, test the best checkpoint (utrain test) */
     bool log_first_step;         /* also log the run's first optimizer step */
+    bool eval_on_start;          /* evaluate before the first step (not counted as best) */
+    char eval_precision[8];      /* auto | fp32 | bf16 | fp16: autocast while evaluating */
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */

@@ -25,6 +25,7 @@ static const char *const schedules[] = {"constant",   "cosine",       "linear", 
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const eval_precisions[] = {"auto", "fp32", "bf16", "fp16", NULL};
 static const char *const wrap_policies[] = {"block", "param", "model", NULL};
 static const char *const offload_targets[] = {"none", "cpu", NULL};
 static const char *const pipeline_schedules[] = {"1f1b", "gpipe", NULL};
@@ -174,6 +175,13 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.precision", .type = UT_CFG_ENUM, AT(precision), .def = "fp32",
      .values = precisions,
      .doc = "matmuls, convolutions and attention in bf16 or fp16 with fp32 accumulation (autocast); fp32 master weights (docs/training.md)"},
+    {.key = "train.eval_precision", .type = UT_CFG_ENUM, AT(eval_precision), .def = "auto",
+     .values = eval_precisions,
+     .doc = "evaluation and test: autocast in this precision instead of train.precision (auto); Hugging Face's "
+            "bf16_full_eval and fp16_full_eval"},
+    {.key = "train.eval_on_start", .type = UT_CFG_BOOL, AT(eval_on_start), .def = "false",
+     .doc = "evaluate on dev before the first step (and before a resumed run's next), as a sanity check that "
+            "neither counts as the best nor stops early (Hugging Face's eval_on_start)"},
     {.key = "train.tf32", .type = UT_CFG_BOOL, AT(tf32), .def = "false",
      .doc = "device cuda: float32 products (linear, matmul, convolutions; not attention's own kernels) on the "
             "tensor cores in TF32, operands rounded to 10 mantissa bits, float32 accumulation: about 2.4x faster "
@@ -397,6 +405,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"data_seed", "data.seed"},
     {"ddp_timeout", "dist.timeout_s"},
     {"logging_first_step", "train.log_first_step"},
+    {"eval_on_start", "train.eval_on_start"},
     {"label_smoothing_factor", "train.label_smoothing"},
     {"label_smoothing", "train.label_smoothing"},
     {"dataloader_drop_last", "data.drop_last"},

@@ -56,6 +56,13 @@ static const struct {
      {.why = "utrain does not reach the network; utrain export RUN_DIR OUT_DIR writes a Hugging Face model "
              "directory to upload"},
      {0}},
+    {"bf16_full_eval", {"train.eval_precision", "bf16", NULL}, {0}},
+    {"fp16_full_eval", {"train.eval_precision", "fp16", NULL}, {0}},
+    /* the loader's batch buffers are page-locked for the GPU's copies (plain
+     * memory on the CPU, where there is nothing to pin for) */
+    {"dataloader_pin_memory", {0},
+     {.why = "utrain's loader keeps its batches in page-locked memory on a GPU (it reads a batch ahead while the "
+             "step runs, and that memory is what lets the copy overlap); remove the key"}},
     {"auto_find_batch_size",
      {.why = "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, and a GPU out of "
              "memory ends the run saying what to lower (train.batch_size with train.gradient_accumulation_steps)"},
@@ -202,6 +209,19 @@ static int ddp_backend(ut_config *c, const char *key, const char *v, char *err, 
                              "gloo or mpi (through host memory), or dist.device_comm: auto | direct | host", key, v);
 }
 
+/* eval_accumulation_steps: how many evaluation batches transformers keeps
+ * on the GPU before moving the predictions to the host. utrain's evaluation
+ * reduces each batch's metrics and predictions into host memory as it goes,
+ * so any N is what it does already. */
+static int eval_accumulation(const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return 1; /* None */
+    char *end;
+    long long k = strtoll(v, &end, 10);
+    if (end == v || *end || k < 1)
+        return ut_errorf(err, n, "%s: expected a number of steps >= 1, got '%s'", key, v);
+    return 1;
+}
+
 /* logging_steps, eval_steps, save_steps under 1: transformers reads a
  * fraction of the run's total steps; utrain's intervals are step counts */
 static int fraction_of_steps(const char *key, const char *v, char *err, size_t n) {
@@ -243,6 +263,12 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if ((!strcmp(key, "optim") || !strcmp(key, "optim.name")) && hf_adamw(v))
         return assign(c, "optim.name", hf_adamw(v), err, n);
     if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
+    if (!strcmp(key, "eval_accumulation_steps")) return eval_accumulation(key, v, err, n);
+    if (!strcmp(key, "half_precision_backend")) {
+        if (!strcmp(v, "auto") || !strcmp(v, "cpu_amp")) return 1;
+        return ut_errorf(err, n, "%s: '%s': utrain's mixed precision is its own autocast on every device "
+                                 "(train.precision); write auto or remove the key", key, v);
+    }
     return 0;
 }
 
@@ -277,6 +303,11 @@ const char *const ut_cfg_hf_doc =
     "| `remove_unused_columns` | true / false | nothing: the loaders read the columns the `data.*` keys name and the model gets exactly its inputs |\n"
     "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"
     "| `save_safetensors` | true / false | nothing: checkpoints are safetensors files / refused |\n"
+    "| `eval_on_start` | false / true | `train.eval_on_start` (an evaluation before the first step; not a best, never stops the run) |\n"
+    "| `bf16_full_eval`, `fp16_full_eval` | false / true | nothing / `train.eval_precision: bf16`, `fp16` (evaluation and test under that autocast; the weights stay float32, norms and losses in float32) |\n"
+    "| `half_precision_backend` | `auto`, `cpu_amp` / `apex` | nothing: utrain's own autocast on every device / refused |\n"
+    "| `eval_accumulation_steps` | N / 0 | nothing: evaluation moves each batch's metrics and predictions to host memory as it goes / refused |\n"
+    "| `dataloader_pin_memory` | true / false | nothing: batches are read ahead into page-locked memory on a GPU / refused |\n"
     "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
     "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
     "| `logging_dir`, `run_name` | empty / a value | nothing / refused (TensorBoard's files are in `RUN/tensorboard`; `experiment_name` names the run) |\n\n";

@@ -221,6 +221,7 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     ut_say(&log, "Testing %s (step %lld)%s\n", path, (long long)st.step, how);
     ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed, .device = model->params.device});
     ut_run_ctx_setup(ctx, cfg);
+    ut_ctx_set_autocast(ctx, ut_run_eval_precision(cfg)); /* train.eval_precision */
     test_on on = {split ? ut_split_test_dcomm(split) : comm, ctx, model, split ? ut_split_test_eval : NULL, split};
     if (test_split(&log, &on, dev, "dev", cfg, &h, path, st.step, err, sizeof err) ||
         test_split(&log, &on, test, "test", cfg, &h, path, st.step, err, sizeof err))

@@ -17,6 +17,13 @@ static inline ut_dtype ut_run_precision(const ut_config *c) {
     return !strcmp(c->precision, "bf16") ? UT_BF16 : !strcmp(c->precision, "fp16") ? UT_F16 : UT_F32;
 }
 
+/* Evaluation's autocast: train.eval_precision, or train.precision (auto). */
+static inline ut_dtype ut_run_eval_precision(const ut_config *c) {
+    const char *p = c->eval_precision;
+    return !strcmp(p, "bf16") ? UT_BF16 : !strcmp(p, "fp16") ? UT_F16 : !strcmp(p, "fp32") ? UT_F32
+                                                                                        : ut_run_precision(c);
+}
+
 /* The seed of the training order: data.seed, or the run's seed (-1). */
 static inline uint64_t ut_run_data_seed(const ut_config *c) {
     return (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed);

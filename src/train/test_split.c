@@ -35,6 +35,7 @@ ut_trainer *ut_split_test_open(const ut_config *c, ut_comm *comm, const ut_datas
     }
     t->ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)c->seed, .device = ut_config_device(c)});
     ut_run_ctx_setup(t->ctx, c);
+    ut_ctx_set_autocast(t->ctx, ut_run_eval_precision(c)); /* train.eval_precision */
     t->pp_wire = ut_run_precision(c);
     return t;
 }

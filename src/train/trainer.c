@@ -458,6 +458,8 @@ static void print_summary(ut_trainer *t) {
                         "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    if (ut_run_eval_precision(c) != ut_run_precision(c))
+        ut_say(&t->log, "  Evaluation precision = %s (train.eval_precision)\n", c->eval_precision);
     if (c->label_smoothing > 0)
         ut_say(&t->log, "  Label smoothing = %g (the cross-entropy and NLL losses, in evaluation too)\n",
                c->label_smoothing);
@@ -543,11 +545,14 @@ static int save_now(ut_trainer *t) {
 static bool agree_on_stop(ut_trainer *t);
 static bool stop_asked(void *t) { return agree_on_stop(t); }
 
-static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
+/* track: the result counts for the best checkpoint and early stopping (not
+ * the evaluation before the first step, train.eval_on_start) */
+static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *stop) {
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
     double t0 = now_s();
+    ut_dtype train_ac = ut_ctx_set_autocast(t->ctx, ut_run_eval_precision(t->cfg));
     /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
     int erc = t->pp > 1 ? ut_pp_evaluate(t, t->dev, bs, stop_asked, t, res, NULL, NULL)
@@ -569,6 +574,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
             erc = -1;
     }
     ut_dist_release(t->dist);
+    ut_ctx_set_autocast(t->ctx, train_ac);
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
         ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
@@ -588,7 +594,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool *stop) {
 
     /* best metric: "dev/<name>" */
     const char *bm = t->cfg->best_metric;
-    if (strncmp(bm, "dev/", 4)) return 0;
+    if (!track || strncmp(bm, "dev/", 4)) return 0;
     double v = ut_eval_get(res, bm + 4);
     if (isnan(v)) return 0;
     double thr = t->cfg->early_stopping_threshold;
@@ -883,7 +889,7 @@ static int after_step(ut_trainer *t, double loss, bool *stop) {
     if (epoch_done(t)) return 0;
     ut_eval_result res;
     if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
-        evaluate_dev(t, &res, stop))
+        evaluate_dev(t, &res, true, stop))
         return -1;
     if (!strcmp(c->save_strategy, "steps") && t->st.step % t->save_every == 0 && save(t)) return -1;
     return 0;
@@ -969,7 +975,7 @@ static void epoch_end(ut_trainer *t, int *rc) {
     for (int w = 1; w < t->ndp; w++) ut_sampler_next_epoch(&t->rep[w].sampler);
     ut_eval_result res = {0};
     if (*rc == 0 && due(c->eval_strategy, "epoch", c->eval_interval, t->st.step) &&
-        evaluate_dev(t, &res, &stop))
+        evaluate_dev(t, &res, true, &stop))
         *rc = -1;
     if (row && !strcmp(c->eval_strategy, "epoch")) row->dev = res;
     if (*rc == 0 && due(c->save_strategy, "epoch", t->save_every, t->st.step) && save(t)) *rc = -1;
@@ -1135,6 +1141,11 @@ static int train_loop(ut_trainer *t) {
     bool preempted = false, early = false;
     int rc = 0;
     t->run_t0 = t->interval_t0 = now_s();
+    if (t->cfg->eval_on_start && t->st.step < t->total_steps) { /* a sanity check of the model and dev data */
+        ut_eval_result res;
+        bool ignored;
+        if (evaluate_dev(t, &res, false, &ignored)) return UT_EXIT_ERROR;
+    }
     while (t->st.step < t->total_steps && !preempted && !early) {
         int r = train_epoch(t, &preempted, &early);
         if (r < 0) return UT_EXIT_ERROR;

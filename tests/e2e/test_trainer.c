@@ -424,6 +424,46 @@ static void test_wsd_schedule(void) {
     }
 }
 
+/* The dev loss a dev line of metrics.jsonl logged at step (NAN: none). */
+static double dev_loss_at(const char *metrics, int step) {
+    char v[64];
+    return tp_loss_at(metrics, "dev", step, v, sizeof v) ? strtod(v, NULL) : NAN;
+}
+
+/* eval_on_start evaluates before the first step without touching training
+ * (the same losses) or the best checkpoint; bf16_full_eval evaluates under
+ * bf16 autocast (a dev loss near the float32 one, not equal) */
+static void test_eval_on_start(void) {
+    const char *out = tp_path(tmp, "eos.out");
+    const char *extra[2][2] = {{"eval_on_start=false", "bf16_full_eval=false"},
+                               {"eval_on_start=true", "bf16_full_eval=true"}};
+    char runs[512], exp[2][64], metrics[2][600];
+    snprintf(runs, sizeof runs, "output_dir=%s/eos", tmp);
+    for (int i = 0; i < 2; i++) {
+        snprintf(exp[i], sizeof exp[i], "experiment_name=e%d", i);
+        int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", exp[i], "--set",
+                                      "train.max_steps=4", "--set", "train.eval_strategy=steps", "--set",
+                                      "train.eval_interval=2", "--set", "train.best_metric=dev/loss", "--set",
+                                      "greater_is_better=true", "--set", "train.log_interval=1", "--set", extra[i][0],
+                                      "--set", extra[i][1], NULL},
+                        out);
+        snprintf(metrics[i], sizeof metrics[i], "%s/eos/e%d/metrics.jsonl", tmp, i);
+        CHECK(rc == 0, "run %d", i);
+    }
+    check_same_losses(metrics[0], metrics[1], 1, 4);
+    double before = dev_loss_at(metrics[1], 0), plain = dev_loss_at(metrics[0], 2), bf16 = dev_loss_at(metrics[1], 2);
+    CHECK(isnan(dev_loss_at(metrics[0], 0)) && !isnan(before), "a dev line at step 0 only with eval_on_start");
+    CHECK(bf16 != plain && fabs(bf16 - plain) < 1e-3, "dev loss at step 2: float32 %.9g, bf16 %.9g", plain, bf16);
+    /* the highest dev loss is the untrained model's, at the start; with
+     * greater_is_better it would be the best if the start counted */
+    CHECK(before > bf16, "dev loss at the start %.9g, at step 2 %.9g", before, bf16);
+    char *s = tp_slurp(out);
+    CHECK(s && strstr(s, "Evaluation precision = bf16") && strstr(s, "eval  step 0  dev:") &&
+              !strstr(s, "at step 0") && strstr(s, "best dev/loss"),
+          "log: %s", s ? s : "");
+    free(s);
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -521,6 +561,7 @@ int main(int argc, char **argv) {
     RUN(test_log_first_step);
     RUN(test_data_seed);
     RUN(test_wsd_schedule);
+    RUN(test_eval_on_start);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

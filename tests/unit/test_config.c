@@ -380,7 +380,9 @@ static void test_hf_training_arguments(void) {
                         " \"save_safetensors\": true, \"full_determinism\": false, \"torch_compile\": false,\n"
                         " \"label_smoothing_factor\": 0.1, \"run_name\": null, \"push_to_hub\": false,\n"
                         " \"do_train\": true, \"do_eval\": true, \"do_predict\": true, \"data_seed\": 3,\n"
-                        " \"ddp_timeout\": 1800}\n") == 0,
+                        " \"ddp_timeout\": 1800, \"eval_on_start\": true, \"bf16_full_eval\": true,\n"
+                        " \"half_precision_backend\": \"auto\", \"eval_accumulation_steps\": 4,\n"
+                        " \"dataloader_pin_memory\": true, \"fp16_full_eval\": false}\n") == 0,
           "%s", err);
     CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
     CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
@@ -390,6 +392,8 @@ static void test_hf_training_arguments(void) {
     CHECK(!strcmp(c.device, "cpu"), "use_cpu: false leaves the device key's default");
     CHECK(c.label_smoothing == 0.1, "label_smoothing_factor: %g", c.label_smoothing);
     CHECK(!strcmp(c.mode, "train") && c.test_at_end, "do_train, do_predict: %s %d", c.mode, c.test_at_end);
+    CHECK(c.eval_on_start && !strcmp(c.eval_precision, "bf16"), "eval_on_start %d, bf16_full_eval: %s",
+          c.eval_on_start, c.eval_precision);
     CHECK(c.data_seed == 3 && c.timeout_s == 1800, "data_seed %lld, ddp_timeout %g", (long long)c.data_seed,
           c.timeout_s);
     ut_config_free(&c);
@@ -465,6 +469,9 @@ static void test_hf_training_arguments(void) {
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
         {"save_steps: 0.25\n", "save_steps: 0.25 is a fraction of the run's steps"},
+        {"half_precision_backend: apex\n", "utrain's mixed precision is its own autocast"},
+        {"eval_accumulation_steps: 0\n", "eval_accumulation_steps: expected a number of steps >= 1, got '0'"},
+        {"dataloader_pin_memory: false\n", "keeps its batches in page-locked memory on a GPU"},
         {"lr_scheduler_type: reduce_lr_on_plateau\n", "utrain's schedules are functions of the step"},
         {"lr_scheduler_kwargs: {min_lr: -1}\n", "lr_scheduler_kwargs.min_lr (optim.min_lr): "},
         {"lr_scheduler_kwargs: {eta_min: 0.1}\n", "lr_scheduler_kwargs.eta_min: not an argument of utrain's"},
