@@ -77,6 +77,7 @@ typedef struct {
     int64_t eval_interval;
     char save_strategy[8];       /* no | steps | epoch */
     int64_t save_interval, save_total_limit;
+    bool save_only_model;        /* checkpoints without the optimizer state (a stop signal's excepted) */
     char best_metric[64];        /* e.g. dev/accuracy, dev/loss */
     bool greater_is_better;
     bool model_name_set;         /* given by the user; until then model.pretrained's

@@ -54,6 +54,10 @@ typedef struct {
  * docs/checkpoints.md. */
 int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_train_state *st,
                  char *err, size_t n);
+/* Whether path is a checkpoint of the weights alone (train.save_only_model:
+ * no optimizer state, so no run resumes from it); false where it does not
+ * open. */
+bool ut_ckpt_model_only(const char *path);
 /* Loads into an already built model (and optimizer, if not NULL) after
  * verifying the checksum and that every name and shape matches. On any error
  * nothing is modified. st may be NULL. */

@@ -593,7 +593,9 @@ static int check_optim(const char *path, const ut_st_file *f, const char *want, 
                        char *err, size_t n) {
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
-    if (!have || !steps_s) return ut_errorf(err, n, "%s: the checkpoint holds no optimizer state", path);
+    if (!have || !steps_s)
+        return ut_errorf(err, n, "%s: the checkpoint holds the model's weights alone (train.save_only_model), not "
+                                 "the optimizer state a run resumes with", path);
     if (!parse_i64(steps_s, steps) || *steps < 0)
         return ut_errorf(err, n, "%s: malformed optim.steps \"%s\"", path, steps_s);
     if (strcmp(have, want))
@@ -642,6 +644,15 @@ static int64_t state_offsets(const ut_st_file *f, int64_t *off) {
     }
     ut_free(idx);
     return at;
+}
+
+bool ut_ckpt_model_only(const char *path) {
+    char err[256];
+    ut_st_file *f = ut_st_open(path, err, sizeof err);
+    if (!f) return false;
+    bool only = ut_st_meta(f, meta_keys[K_FORMAT]) && !ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
+    ut_st_close(f);
+    return only;
 }
 
 int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st, char *err,

@@ -160,6 +160,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "> 0: save ratio times per epoch, i.e. every (optimizer steps per epoch) / ratio steps, rounded, at least 1 (the seed's meaning; save_strategy steps unless given)"},
     {.key = "train.save_total_limit", .type = UT_CFG_INT, AT(save_total_limit), .def = "0",
      GE(0), .doc = "newest checkpoints kept, the best one besides (0: keep every one, e.g. one per epoch)"},
+    {.key = "train.save_only_model", .type = UT_CFG_BOOL, AT(save_only_model), .def = "false",
+     .doc = "checkpoints hold the weights alone, not the optimizer state (a third of AdamW's checkpoint): for "
+            "utrain test, export and load_dir, but no run resumes from them; a stop signal's checkpoint is "
+            "still whole (Hugging Face's save_only_model)"},
     {.key = "train.best_metric", .type = UT_CFG_STR, AT(best_metric), .def = "dev/loss",
      .doc = "metric that picks the best checkpoint: `dev/<name>` or `train/<name>`"},
     {.key = "train.greater_is_better", .type = UT_CFG_BOOL, AT(greater_is_better),
@@ -392,6 +396,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"eval_steps", "train.eval_interval"},
     {"save_steps", "train.save_interval"},
     {"save_total_limit", "train.save_total_limit"},
+    {"save_only_model", "train.save_only_model"},
     {"greater_is_better", "train.greater_is_better"},
     {"lr_scheduler_type", "optim.schedule"},
     {"adam_beta1", "optim.beta1"},

@@ -303,6 +303,7 @@ const char *const ut_cfg_hf_doc =
     "| `remove_unused_columns` | true / false | nothing: the loaders read the columns the `data.*` keys name and the model gets exactly its inputs |\n"
     "| `full_determinism` | true / false | nothing: the same seed gives the same bits on the same machine and thread count (docs/training.md) |\n"
     "| `save_safetensors` | true / false | nothing: checkpoints are safetensors files / refused |\n"
+    "| `save_only_model` | false / true | `train.save_only_model` (checkpoints of the weights alone; no run resumes from them, a stop signal's excepted) |\n"
     "| `eval_on_start` | false / true | `train.eval_on_start` (an evaluation before the first step; not a best, never stops the run) |\n"
     "| `bf16_full_eval`, `fp16_full_eval` | false / true | nothing / `train.eval_precision: bf16`, `fp16` (evaluation and test under that autocast; the weights stay float32, norms and losses in float32) |\n"
     "| `half_precision_backend` | `auto`, `cpu_amp` / `apex` | nothing: utrain's own autocast on every device / refused |\n"

@@ -346,6 +346,13 @@ static int resume(ut_trainer *t) {
     int n = ut_ckpt_list(dir, steps, 256);
     for (int i = 0; i < n; i++) {
         ut_ckpt_path(path, sizeof path, dir, steps[i]);
+        if (ut_ckpt_model_only(path)) { /* not a step back to an older one: that would drop the steps since */
+            snprintf(t->err, sizeof t->err,
+                     "%s holds the model's weights alone (written with train.save_only_model: true), not the "
+                     "optimizer state and data position a run resumes with; start a new run from its weights with "
+                     "load_dir: %s (and continue_training: false)", path, path);
+            return -1;
+        }
         char why[1024];
         ut_train_state st;
         /* a sharded strategy on a whole model reads its own range of the
@@ -458,6 +465,9 @@ static void print_summary(ut_trainer *t) {
                         "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    if (c->save_only_model)
+        ut_say(&t->log, "  Checkpoints = the weights alone (train.save_only_model: no run resumes from them; a stop "
+                        "signal's checkpoint is whole)\n");
     if (ut_run_eval_precision(c) != ut_run_precision(c))
         ut_say(&t->log, "  Evaluation precision = %s (train.eval_precision)\n", c->eval_precision);
     if (c->label_smoothing > 0)
@@ -500,7 +510,10 @@ static int save(ut_trainer *t) {
 }
 
 static int save_now(ut_trainer *t) {
-    if (t->last_saved_step == t->st.step) return 0;
+    /* train.save_only_model: the weights alone, except when a stop signal
+     * asks for the checkpoint the run resumes from */
+    bool model_only = t->cfg->save_only_model && !t->stopping;
+    if (t->last_saved_step == t->st.step && (model_only || !t->last_saved_model_only)) return 0;
     char dir[1280], path[1400];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
@@ -509,11 +522,14 @@ static int save_now(ut_trainer *t) {
     t->st.loss_scale = t->fp16 ? t->scaler.scale : 0;
     t->st.scale_growth_tracker = t->fp16 ? t->scaler.growth_tracker : 0;
     t->last_saved_step = t->st.step;
+    t->last_saved_model_only = model_only;
     /* a sharded strategy on a whole model streams its shards to rank 0; on a
-     * split model it gathers the state of its part first (every rank takes part) */
-    bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP, shards = sharded && !split_model(t) && t->world > 1;
-    ut_optim *o = t->o;
-    if (sharded && (ut_dist_gather_params(t->dist) || (!shards && !(o = ut_dist_full_optim(t->dist))))) {
+     * split model it gathers the state of its part first (every rank takes
+     * part); the weights alone are whole on every rank once gathered */
+    bool sharded = ut_dist_kind_of(t->dist) != UT_DIST_DDP;
+    bool shards = sharded && !split_model(t) && t->world > 1 && !model_only;
+    ut_optim *o = model_only ? NULL : t->o;
+    if (sharded && (ut_dist_gather_params(t->dist) || (o && !shards && !(o = ut_dist_full_optim(t->dist))))) {
         snprintf(t->err, sizeof t->err, "gathering the state for a checkpoint: %s", ut_comm_error(t->comm));
         return -1;
     }
@@ -521,7 +537,7 @@ static int save_now(ut_trainer *t) {
              : split_model(t) ? ut_split_save(t, path, o, &t->st)
              : t->rank == 0   ? ut_ckpt_save(path, t->m, o, &t->st, t->err, sizeof t->err)
                               : 0;
-    if (o != t->o) ut_optim_free(o);
+    if (o && o != t->o) ut_optim_free(o);
     ut_dist_release(t->dist);
     if (t->world > 1) { /* rank 0 writes it; no rank goes on as if it were written unless it was */
         int64_t failed = rc != 0;
@@ -1161,6 +1177,7 @@ static int train_loop(ut_trainer *t) {
         log_train(t))
         return UT_EXIT_ERROR;
     if (strcmp(t->cfg->save_strategy, "no") || preempted) {
+        t->stopping = preempted;
         if (save(t)) return UT_EXIT_ERROR;
     }
     if (preempted) {

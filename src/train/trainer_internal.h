@@ -83,6 +83,8 @@ struct ut_trainer {
     ut_train_state st;
     int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
     int64_t last_saved_step;
+    bool last_saved_model_only;  /* that checkpoint holds the weights alone (train.save_only_model) */
+    bool stopping;               /* the save now is a stop signal's: whole, to resume from */
     int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;

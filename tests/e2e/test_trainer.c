@@ -204,6 +204,66 @@ static void test_sigterm_then_resume(void) {
     }
 }
 
+static long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) ? -1 : (long)sb.st_size;
+}
+
+/* train.save_only_model (Hugging Face's save_only_model): checkpoints of the
+ * weights alone, which utrain test reads and no run resumes from (refused,
+ * not a step back to an older one); a stop signal's checkpoint is whole and
+ * resumes. */
+static void test_save_only_model(void) {
+    const char *cfg = write_config("modelonly", NULL), *full = write_config("modelfull", NULL);
+    const char *out = tp_path(tmp, "modelonly.out");
+    CHECK(tp_run_shown((const char *[]){"train", cfg, "--set", "train.max_steps=20", "--set", "save_only_model=true",
+                                        NULL},
+                       out, 0, NULL) == 0,
+          "train");
+    CHECK(tp_run_shown((const char *[]){"train", full, "--set", "train.max_steps=20", NULL}, out, 0, NULL) == 0,
+          "train whole");
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/runs/modelonly/checkpoints/step_00000020.safetensors", tmp);
+    snprintf(b, sizeof b, "%s/runs/modelfull/checkpoints/step_00000020.safetensors", tmp);
+    long sa = file_size(a), sb = file_size(b);
+    CHECK(ut_ckpt_model_only(a) && !ut_ckpt_model_only(b), "model only: %d, whole: %d", ut_ckpt_model_only(a),
+          ut_ckpt_model_only(b));
+    CHECK(sa > 0 && sb > 2 * sa && sb < 4 * sa, "sizes: weights alone %ld, with AdamW's moments %ld", sa, sb);
+    CHECK(tp_weights_rel_diff(a, b) == 0, "the same weights either way: %g", tp_weights_rel_diff(a, b));
+    CHECK(tp_run_shown((const char *[]){"test", cfg, NULL}, out, 0, NULL) == 0, "utrain test reads it");
+    int rc = tp_run((const char *[]){"train", cfg, "--set", "train.max_steps=30", "--set", "save_only_model=true",
+                                  "--set", "continue_training=true", NULL},
+                    out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 1 && s && strstr(s, "step_00000020.safetensors holds the model's weights alone") &&
+              strstr(s, "load_dir: "),
+          "resume refused: exit %d: %s", rc, s ? s : "");
+    free(s);
+    /* a stop signal: the checkpoint it writes resumes */
+    const char *stop = write_config("modelstop", NULL);
+    char metrics[512], dir[512];
+    snprintf(metrics, sizeof metrics, "%s/runs/modelstop/metrics.jsonl", tmp);
+    snprintf(dir, sizeof dir, "%s/runs/modelstop/checkpoints", tmp);
+    pid_t pid = tp_spawn((const char *[]){"train", stop, "--set", "train.max_steps=3000", "--set",
+                                          "save_only_model=true", NULL},
+                         out);
+    for (int i = 0; i < 3000 && tp_count_lines(metrics) < 25; i++) usleep(2000);
+    kill(pid, SIGTERM);
+    rc = tp_wait(pid);
+    int64_t steps[8];
+    int k = ut_ckpt_list(dir, steps, 8);
+    char last[600];
+    if (k > 0) ut_ckpt_path(last, sizeof last, dir, steps[0]);
+    CHECK(rc == UT_EXIT_PREEMPTED && k > 0 && !ut_ckpt_model_only(last), "stopped (exit %d), newest checkpoint "
+          "whole", rc);
+    CHECK(k > 0 && tp_run_shown((const char *[]){"train", stop, "--set", ut_fmt("train.max_steps=%lld",
+                                                                               (long long)steps[0] + 3),
+                                                 "--set", "save_only_model=true", "--set", "continue_training=true",
+                                                 NULL},
+                                out, 0, NULL) == 0,
+          "resumed from the stop's checkpoint");
+}
+
 static void flip_byte(const char *path, long from_end) {
     FILE *f = fopen(path, "r+b");
     fseek(f, -from_end, SEEK_END);
@@ -553,6 +613,7 @@ int main(int argc, char **argv) {
     RUN(test_run_directory_and_test_mode);
     RUN(test_exact_resume);
     RUN(test_sigterm_then_resume);
+    RUN(test_save_only_model);
     RUN(test_corrupt_checkpoint_falls_back);
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
