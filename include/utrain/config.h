@@ -92,6 +92,8 @@ typedef struct {
                                     the strategy steps; not keys of their own */
     bool min_lr_set;             /* optim.min_lr given by the user (transformers'
                                     polynomial schedule ends at 1e-7 until then) */
+    char ds_tuning[400];         /* the deepspeed_config keys of DeepSpeed's own tuning that change nothing
+                                    in utrain (listed in the run's summary); not a key */
     char seed_recipe[320];       /* what loading a file in the seed's parameters.yml layout
                                     set to the seed's recipe (the keys the file left out),
                                     for the run summary; empty otherwise; not a key */
@@ -110,6 +112,9 @@ typedef struct {
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */
     double init_scale;           /* fp16: the loss scale to start from (GradScaler's init_scale) */
     int64_t growth_interval;     /* fp16: clean steps before the scale doubles */
+    int64_t loss_scale_hysteresis;  /* fp16: overflows tolerated before backing off (DeepSpeed) */
+    bool consecutive_hysteresis; /* fp16: any clean step restores the hysteresis */
+    double min_loss_scale;       /* fp16: the scale's floor (0: none) */
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */
     double early_stopping_threshold;
     char progress[8];            /* auto | bar | lines | off */

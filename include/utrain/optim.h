@@ -159,9 +159,20 @@ typedef struct {
     float scale, growth_factor, backoff_factor;
     int64_t growth_interval;
     int64_t growth_tracker;  /* clean steps since the scale last changed */
+    /* DeepSpeed's additions (ut_grad_scaler_init leaves them off): the scale
+     * never backs off below min_scale (0: no floor); with hysteresis N > 1
+     * the first N-1 overflows only skip their steps, and the scale backs off
+     * from the N-th on, until a growth (or, consecutive_hysteresis, any clean
+     * step) restores the N. */
+    float min_scale;
+    int64_t hysteresis, hysteresis_left;
+    bool consecutive_hysteresis;
 } ut_grad_scaler;
 
 void ut_grad_scaler_init(ut_grad_scaler *s, float init_scale, int64_t growth_interval);
+/* DeepSpeed's DynamicLossScaler (its fp16 section's loss_scale_window,
+ * min_loss_scale, hysteresis, consecutive_hysteresis), hysteresis >= 1. */
+void ut_grad_scaler_set_hysteresis(ut_grad_scaler *s, float min_scale, int64_t hysteresis, bool consecutive);
 /* After a step's check: found_inf is whether any gradient was inf or NaN. */
 void ut_grad_scaler_update(ut_grad_scaler *s, bool found_inf);
 

@@ -40,6 +40,8 @@ typedef struct {
     uint64_t config_hash;      /* ut_config_hash of the run that wrote it */
     double loss_scale;         /* fp16: the loss scaler's scale (0: no scaler, not saved) */
     int64_t scale_growth_tracker;  /* fp16: its clean steps since the scale changed */
+    int64_t scale_hysteresis;      /* fp16 with DeepSpeed's hysteresis: the overflows it still tolerates
+                                      before backing off (0: not saved; a hysteresis of 1) */
 } ut_train_state;
 
 /* ---- checkpoint files ----

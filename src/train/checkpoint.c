@@ -30,12 +30,13 @@
  * its entry disappear from the sum, so it is still detected. */
 enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
-    K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_COUNT
+    K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_AMP_HYSTERESIS,
+    K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
     "train.best_metric", "train.best_step", "train.bad_evals", "train.config_hash", "optim.steps",
-    "optim.state", "amp.scale", "amp.growth_tracker",
+    "optim.state", "amp.scale", "amp.growth_tracker", "amp.hysteresis",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -165,6 +166,7 @@ static void meta_build(meta_out *mo, const char *type, const char *state, int64_
         format_double(mo->buf[K_AMP_SCALE], sizeof mo->buf[K_AMP_SCALE], st->loss_scale);
         meta_put(mo, K_AMP_SCALE, mo->buf[K_AMP_SCALE]);
         meta_putf(mo, K_AMP_TRACKER, "%" PRId64, st->scale_growth_tracker);
+        if (st->scale_hysteresis > 0) meta_putf(mo, K_AMP_HYSTERESIS, "%" PRId64, st->scale_hysteresis);
     }
     if (!state) return;
     meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, optim_steps);
@@ -214,12 +216,13 @@ static bool parse_double(const char *s, double *out) {
 /* The loss scaler's state, present only in fp16 runs' checkpoints. */
 static bool parse_amp(const ut_st_file *f, ut_train_state *st) {
     const char *scale = ut_st_meta(f, meta_keys[K_AMP_SCALE]), *tr = ut_st_meta(f, meta_keys[K_AMP_TRACKER]);
+    const char *hy = ut_st_meta(f, meta_keys[K_AMP_HYSTERESIS]);
     st->loss_scale = 0;
-    st->scale_growth_tracker = 0;
-    if (!scale && !tr) return true;
+    st->scale_growth_tracker = st->scale_hysteresis = 0;
+    if (!scale && !tr && !hy) return true;
     return scale && tr && parse_double(scale, &st->loss_scale) && st->loss_scale > 0 &&
            isfinite(st->loss_scale) && parse_i64(tr, &st->scale_growth_tracker) &&
-           st->scale_growth_tracker >= 0;
+           st->scale_growth_tracker >= 0 && (!hy || (parse_i64(hy, &st->scale_hysteresis) && st->scale_hysteresis > 0));
 }
 
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {

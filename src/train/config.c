@@ -201,6 +201,16 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
     {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),
      .doc = "fp16: steps without inf/NaN gradients before the loss scale doubles"},
+    {.key = "train.loss_scale_hysteresis", .type = UT_CFG_INT, AT(loss_scale_hysteresis), .def = "1", GE(1),
+     LE(1e9),
+     .doc = "fp16: overflows tolerated (their steps skipped) before the loss scale backs off; it backs off at "
+            "every overflow after that until it next grows (DeepSpeed's hysteresis; 1: GradScaler's rule)"},
+    {.key = "train.consecutive_hysteresis", .type = UT_CFG_BOOL, AT(consecutive_hysteresis), .def = "false",
+     .doc = "fp16: a clean step restores train.loss_scale_hysteresis, not only a growth (DeepSpeed's "
+            "consecutive_hysteresis)"},
+    {.key = "train.min_loss_scale", .type = UT_CFG_FLOAT, AT(min_loss_scale), .def = "0", GE(0),
+     .doc = "fp16: the loss scale never backs off below this (DeepSpeed's min_loss_scale; 0: no floor, as "
+            "GradScaler)"},
     {.key = "train.early_stopping_patience", .type = UT_CFG_INT, AT(early_stopping_patience),
      .def = "0", GE(0), .doc = "stop after N evaluations without improvement (0: off)"},
     {.key = "train.early_stopping_threshold", .type = UT_CFG_FLOAT,

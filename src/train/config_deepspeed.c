@@ -23,6 +23,18 @@ static int refuse(ds_ctx *d, const char *path, const char *why) {
     return -1;
 }
 
+/* path is one of DeepSpeed's own tuning knobs (how its ZeRO sizes transfers,
+ * groups and prefetches, how it lays out checkpointed activations): utrain
+ * computes the same values its own way (docs/config.md says how), so the key
+ * is accepted and named in the run's summary. */
+static void tuning(ds_ctx *d, const char *path) {
+    char *list = d->c->ds_tuning;
+    size_t len = strlen(list), cap = sizeof d->c->ds_tuning;
+    if (strstr(list, path)) return;
+    if (len + strlen(path) + 8 < cap) snprintf(list + len, cap - len, "%s%s", len ? ", " : "", path);
+    else if (!strstr(list, "...")) snprintf(list + len, cap - len, ", ...");
+}
+
 static bool is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
 
 /* v as text for ut_cfg_assign: numbers (integers exactly), booleans, strings */
@@ -48,10 +60,22 @@ static int set(ds_ctx *d, const char *path, const cJSON *v, const char *key) {
 static bool is_true(const cJSON *v) { return cJSON_IsTrue(v); }
 static bool num_is(const cJSON *v, double x) { return cJSON_IsNumber(v) && v->valuedouble == x; }
 
-/* fp16 / bf16: {enabled, loss-scale keys} */
+/* fp16 / bf16: {enabled, loss-scale keys}. An fp16 section that is not
+ * disabled brings DeepSpeed's loss scaler with its defaults (window 1000,
+ * hysteresis 2, floor 1, initial 2^16), which the section's keys change. */
 static int precision(ds_ctx *d, const cJSON *o, const char *name) {
     char path[128];
     const cJSON *e;
+    const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "enabled");
+    if (!strcmp(name, "fp16") && !cJSON_IsFalse(on)) {
+        static const char *const defaults[][2] = {{"train.growth_interval", "1000"},
+                                                  {"train.loss_scale_hysteresis", "2"},
+                                                  {"train.min_loss_scale", "1"},
+                                                  {"train.init_scale", "65536"}};
+        char why[512];
+        for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+            if (ut_cfg_assign(d->c, defaults[i][0], defaults[i][1], why, sizeof why)) return refuse(d, name, why);
+    }
     cJSON_ArrayForEach(e, o) {
         snprintf(path, sizeof path, "%s.%s", name, e->string);
         if (!strcmp(e->string, "enabled")) {
@@ -81,12 +105,25 @@ static int precision(ds_ctx *d, const cJSON *o, const char *name) {
             continue;
         }
         if (!strcmp(e->string, "hysteresis")) {
-            if (num_is(e, 1)) continue;
-            return refuse(d, path, "utrain halves the scale at every overflow, as PyTorch's GradScaler does "
-                                   "(hysteresis 1); set 1 or remove it");
+            if (set(d, path, e, "train.loss_scale_hysteresis")) return -1;
+            continue;
         }
-        return refuse(d, path, "not read by utrain; remove it (train.init_scale and train.growth_interval "
-                               "are utrain's loss-scale settings)");
+        if (!strcmp(e->string, "consecutive_hysteresis")) {
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            if (set(d, path, e, "train.consecutive_hysteresis")) return -1;
+            continue;
+        }
+        if (!strcmp(e->string, "min_loss_scale")) {
+            if (set(d, path, e, "train.min_loss_scale")) return -1;
+            continue;
+        }
+        if (!strcmp(e->string, "auto_cast")) { /* utrain's fp16 is autocast with float32 master weights either way */
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            continue;
+        }
+        return refuse(d, path, "not read by utrain; remove it (train.init_scale, train.growth_interval, "
+                               "train.loss_scale_hysteresis and train.min_loss_scale are utrain's loss-scale "
+                               "settings)");
     }
     return 0;
 }
@@ -148,11 +185,29 @@ static int zero(ds_ctx *d, const cJSON *o) {
             snprintf(buf, sizeof buf, "%.0f", mb < 1 ? 1 : mb);
             if (ut_cfg_assign(d->c, "dist.bucket_mb", buf, why, sizeof why)) return refuse(d, path, why);
         } else if (!strcmp(e->string, "contiguous_gradients") || !strcmp(e->string, "overlap_comm") ||
-                   !strcmp(e->string, "reduce_scatter") || !strcmp(e->string, "allgather_partitions")) {
-            /* what utrain always does (docs/distributed.md): gradients in one flat buffer, buckets
-             * communicated during backward, reduce-scatter and all-gather for the sharded stages */
-            if (is_true(e) || is_auto(e)) continue;
-            return refuse(d, path, "utrain always does this (docs/distributed.md); set true or remove it");
+                   !strcmp(e->string, "reduce_scatter") || !strcmp(e->string, "allgather_partitions") ||
+                   !strcmp(e->string, "round_robin_gradients") ||
+                   !strcmp(e->string, "stage3_gather_16bit_weights_on_model_save") ||
+                   !strcmp(e->string, "stage3_gather_fp16_weights_on_model_save")) {
+            /* how DeepSpeed moves and keeps things; utrain's way is fixed (docs/distributed.md):
+             * gradients in one flat buffer, buckets communicated during backward, reduce-scatter
+             * and all-gather for the sharded stages, checkpoints whole in float32 */
+            if (!cJSON_IsBool(e) && !is_auto(e)) return refuse(d, path, "expected true or false");
+            if (!is_true(e) && !is_auto(e)) tuning(d, path);
+        } else if (!strcmp(e->string, "allgather_bucket_size") || !strcmp(e->string, "sub_group_size") ||
+                   !strncmp(e->string, "stage3_", 7)) {
+            /* the sizes of DeepSpeed's own transfers, optimizer groups and ZeRO-3 prefetching:
+             * utrain gathers a layer's parameters as its forward and backward reach them */
+            static const char *const sizes[] = {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                                                "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                                                "allgather_bucket_size", "sub_group_size"};
+            bool known = false;
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) known |= !strcmp(e->string, sizes[i]);
+            if (!known) return refuse(d, path, "not read by utrain; remove it (dist.* are utrain's distributed "
+                                               "settings)");
+            if (!is_auto(e) && !(cJSON_IsNumber(e) && e->valuedouble >= 0))
+                return refuse(d, path, "expected a number of elements or \"auto\"");
+            if (!is_auto(e)) tuning(d, path);
         } else {
             return refuse(d, path, "not read by utrain; remove it (dist.* are utrain's distributed settings)");
         }
@@ -210,6 +265,41 @@ static int optimizer(ds_ctx *d, const cJSON *o) {
     return 0;
 }
 
+/* flops_profiler: off is nothing; on is refused */
+static int flops_profiler(ds_ctx *d, const cJSON *o) {
+    if (!cJSON_IsObject(o)) return refuse(d, "flops_profiler", "expected an object");
+    const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "enabled");
+    if (cJSON_IsTrue(on))
+        return refuse(d, "flops_profiler.enabled", "not available; UT_PROFILE_OPS=1 times every op and the run "
+                                                   "logs its MFU (docs/gpu.md); set false or remove the section");
+    return 0;
+}
+
+/* activation_checkpointing: how DeepSpeed's checkpointing API keeps the
+ * activations a model asks it to checkpoint (whether to checkpoint at all
+ * is train.checkpoint_activations, as in FlagAI, whose checkpoint_activations
+ * argument decides it). Host copies of them are not available. */
+static int checkpointing(ds_ctx *d, const cJSON *o) {
+    char path[128];
+    if (!cJSON_IsObject(o)) return refuse(d, "activation_checkpointing", "expected an object");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        snprintf(path, sizeof path, "activation_checkpointing.%s", e->string);
+        if (!strcmp(e->string, "cpu_checkpointing")) {
+            if (cJSON_IsTrue(e))
+                return refuse(d, path, "utrain keeps checkpointed activations on the device; set false or remove it");
+            continue;
+        }
+        if (strcmp(e->string, "partition_activations") && strcmp(e->string, "contiguous_memory_optimization") &&
+            strcmp(e->string, "number_checkpoints") && strcmp(e->string, "synchronize_checkpoint_boundary") &&
+            strcmp(e->string, "profile"))
+            return refuse(d, path, "not read by utrain; remove it (train.checkpoint_activations turns "
+                                   "checkpointing on)");
+        if (!cJSON_IsNull(e) && !cJSON_IsFalse(e)) tuning(d, path);
+    }
+    return 0;
+}
+
 static int apply(ds_ctx *d, const cJSON *root) {
     const cJSON *e;
     if (!cJSON_IsObject(root)) return refuse(d, "(top)", "expected a JSON object");
@@ -231,6 +321,10 @@ static int apply(ds_ctx *d, const cJSON *root) {
         else if (!strcmp(k, "optimizer")) rc = optimizer(d, e);
         else if (!strcmp(k, "wall_clock_breakdown"))
             rc = cJSON_IsFalse(e) ? 0 : refuse(d, k, "not available; UT_PROFILE_OPS=1 times every op (docs/gpu.md)");
+        else if (!strcmp(k, "zero_allow_untested_optimizer"))
+            rc = cJSON_IsBool(e) ? 0 : refuse(d, k, "expected true or false"); /* utrain's optimizers all shard */
+        else if (!strcmp(k, "flops_profiler")) rc = flops_profiler(d, e);
+        else if (!strcmp(k, "activation_checkpointing")) rc = checkpointing(d, e);
         else if (!strcmp(k, "scheduler"))
             rc = refuse(d, k, "not read by utrain; write optim.schedule, optim.warmup_steps or optim.warmup_ratio "
                               "(docs/config.md)");

@@ -389,6 +389,9 @@ static int resume(ut_trainer *t) {
         if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
             t->scaler.scale = (float)st.loss_scale;
             t->scaler.growth_tracker = st.scale_growth_tracker;
+            /* a checkpoint without it had a full hysteresis (or none) */
+            if (st.scale_hysteresis > 0 && st.scale_hysteresis <= t->scaler.hysteresis)
+                t->scaler.hysteresis_left = st.scale_hysteresis;
         }
         ut_say(&t->log, "Resuming from %s (step %lld, epoch %lld, %lld examples into the epoch)\n",
                path, (long long)st.step, (long long)st.epoch, (long long)st.cursor);
@@ -456,6 +459,9 @@ static void print_summary(ut_trainer *t) {
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
     if (c->checkpoint_activations)
         ut_say(&t->log, "  Activation checkpointing = on (each block's activations are recomputed in backward)\n");
+    if (c->ds_tuning[0])
+        ut_say(&t->log, "  DeepSpeed tuning that changes nothing here (utrain's own transfers and memory layout; "
+                        "docs/config.md): %s\n", c->ds_tuning);
     if (c->seed_recipe[0])
         ut_say(&t->log, "  The seed's recipe (a parameters.yml layout that does not say otherwise): %s\n",
                c->seed_recipe);
@@ -465,6 +471,12 @@ static void print_summary(ut_trainer *t) {
                         "  %s matmul: %s\n",
                c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    if (t->fp16 && (c->loss_scale_hysteresis > 1 || c->min_loss_scale > 0))
+        ut_say(&t->log, "  Loss scale: from %g, x2 after %lld clean steps, halved at an overflow no lower than %g, "
+                        "%lld overflow%s tolerated first (DeepSpeed's hysteresis%s)\n",
+               c->init_scale, (long long)c->growth_interval, c->min_loss_scale,
+               (long long)c->loss_scale_hysteresis - 1, c->loss_scale_hysteresis == 2 ? "" : "s",
+               c->consecutive_hysteresis ? ", restored by every clean step" : "");
     if (c->save_only_model)
         ut_say(&t->log, "  Checkpoints = the weights alone (train.save_only_model: no run resumes from them; a stop "
                         "signal's checkpoint is whole)\n");
@@ -521,6 +533,7 @@ static int save_now(ut_trainer *t) {
     t->st.config_hash = run_hash(t);
     t->st.loss_scale = t->fp16 ? t->scaler.scale : 0;
     t->st.scale_growth_tracker = t->fp16 ? t->scaler.growth_tracker : 0;
+    t->st.scale_hysteresis = t->fp16 && t->scaler.hysteresis > 1 ? t->scaler.hysteresis_left : 0;
     t->last_saved_step = t->st.step;
     t->last_saved_model_only = model_only;
     /* a sharded strategy on a whole model streams its shards to rank 0; on a
@@ -1094,7 +1107,11 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     ut_run_ctx_setup(t->ctx, c);
     t->fp16 = ut_run_precision(c) == UT_F16;
     t->pp_wire = ut_run_precision(c);
-    if (t->fp16) ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
+    if (t->fp16) {
+        ut_grad_scaler_init(&t->scaler, (float)c->init_scale, c->growth_interval);
+        ut_grad_scaler_set_hysteresis(&t->scaler, (float)c->min_loss_scale, c->loss_scale_hysteresis,
+                                      c->consecutive_hysteresis);
+    }
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
     t->token_weights = ut_seq2seq_planes(t->train);
     if (t->token_weights && t->ndp > 1) {

@@ -187,6 +187,38 @@ static void test_fp16_growth(void) {
           meta(c, "optim.steps"));
 }
 
+/* DeepSpeed's hysteresis and floor: with train.loss_scale_hysteresis 3 the
+ * first two overflows only skip their steps and the third halves the scale;
+ * the tolerance left is in the checkpoint and resumes (a run stopped after
+ * two overflows halves at its next one, as the uninterrupted run does); the
+ * scale never backs off below train.min_loss_scale. */
+static void test_fp16_hysteresis(void) {
+    const char *base = "precision=fp16 train.init_scale=1e30 train.loss_scale_hysteresis=3";
+    char sets[256];
+    snprintf(sets, sizeof sets, "%s train.max_steps=2", base);
+    CHECK(!train("hyst", 1, sets), "run to step 2");
+    const char *c = ckpt("hyst", 2);
+    CHECK(atof(meta(c, "amp.scale")) == (double)1e30f && !strcmp(meta(c, "amp.hysteresis"), "1"),
+          "two overflows tolerated: scale %s, hysteresis left %s", meta(c, "amp.scale"), meta(c, "amp.hysteresis"));
+    snprintf(sets, sizeof sets, "%s train.max_steps=3 continue_training=true", base);
+    CHECK(!train("hyst", 1, sets), "resume to step 3");
+    snprintf(sets, sizeof sets, "%s train.max_steps=3", base);
+    CHECK(!train("hyst_ref", 1, sets), "uninterrupted run");
+    const char *r = ckpt("hyst_ref", 3);
+    c = ckpt("hyst", 3);
+    CHECK(fabs(atof(meta(r, "amp.scale")) - 5e29) < 1e23 && !strcmp(meta(c, "amp.scale"), meta(r, "amp.scale")) &&
+              !strcmp(meta(c, "amp.hysteresis"), "1"),
+          "third overflow halves: resumed %s, uninterrupted %s", meta(c, "amp.scale"), meta(r, "amp.scale"));
+    char *log = tp_slurp(path("hyst_ref", "logger_logs/training_0.log"));
+    CHECK(count(log, "step skipped") == 3, "%d skips", count(log, "step skipped"));
+    free(log);
+    CHECK(!train("floor", 1, "precision=fp16 train.init_scale=1e30 train.min_loss_scale=4e29 train.max_steps=3"),
+          "floor run");
+    c = ckpt("floor", 3);
+    CHECK(fabs(atof(meta(c, "amp.scale")) - 4e29) < 1e23 && !*meta(c, "amp.hysteresis"),
+          "1e30 halved to 5e29, then held at 4e29: %s", meta(c, "amp.scale"));
+}
+
 /* Master weights are fp32 in the file: a bf16 run resumes as fp32, then fp16
  * (its scaler starting from init_scale). */
 static void test_bf16_checkpoint_into_fp32(void) {
@@ -239,6 +271,7 @@ int main(int argc, char **argv) {
     RUN(test_resume_fp16);
     RUN(test_fp16_overflow_skipped);
     RUN(test_fp16_growth);
+    RUN(test_fp16_hysteresis);
     RUN(test_bf16_checkpoint_into_fp32);
     RUN(test_bf16_distributed);
     return tp_finish(TEST_SUMMARY(), tmp);

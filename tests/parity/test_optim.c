@@ -250,6 +250,53 @@ static void test_hf_schedule_parity(void) {
     fx_free(&f);
 }
 
+/* The loss scaler against DeepSpeed's DynamicLossScaler.update_scale, step
+ * by step: hysteresis 2 tolerates one overflow; once used up, every overflow
+ * halves until a growth restores it (or, consecutive, any clean step); the
+ * floor holds; GradScaler's rule is hysteresis 1 without a floor. */
+static void test_grad_scaler_hysteresis(void) {
+    /* o: overflow, c: clean; the scale after each step. growth_interval 1:
+     * each clean step doubles (and restores the hysteresis) */
+    const char *steps = "occooccccooooccc";
+    const float plain[] = {512, 1024, 2048, 1024, 512, 1024, 2048, 4096, 8192, 4096, 2048, 1024, 512, 1024, 2048, 4096};
+    const float hyst[] = {1024, 2048, 4096, 4096, 2048, 4096, 8192, 16384, 32768, 32768, 16384, 8192, 4096, 8192,
+                          16384, 32768};
+    ut_grad_scaler a, b, f;
+    ut_grad_scaler_init(&a, 1024, 1);
+    ut_grad_scaler_init(&b, 1024, 1);
+    ut_grad_scaler_set_hysteresis(&b, 0, 2, false);
+    for (int i = 0; steps[i]; i++) {
+        ut_grad_scaler_update(&a, steps[i] == 'o');
+        ut_grad_scaler_update(&b, steps[i] == 'o');
+        CHECK(a.scale == plain[i] && b.scale == hyst[i], "step %d (%c): %g %g, want %g %g", i, steps[i],
+              (double)a.scale, (double)b.scale, (double)plain[i], (double)hyst[i]);
+    }
+    /* growth_interval 2: only a growth restores the hysteresis, or with
+     * consecutive_hysteresis any clean step */
+    const char *steps2 = "ocoococcoo";
+    const float grown[] = {1024, 1024, 512, 256, 256, 128, 128, 256, 256, 128};
+    const float consec[] = {1024, 1024, 1024, 512, 512, 512, 512, 1024, 1024, 512};
+    ut_grad_scaler g, d;
+    ut_grad_scaler_init(&g, 1024, 2);
+    ut_grad_scaler_init(&d, 1024, 2);
+    ut_grad_scaler_set_hysteresis(&g, 0, 2, false);
+    ut_grad_scaler_set_hysteresis(&d, 0, 2, true);
+    for (int i = 0; steps2[i]; i++) {
+        ut_grad_scaler_update(&g, steps2[i] == 'o');
+        ut_grad_scaler_update(&d, steps2[i] == 'o');
+        CHECK(g.scale == grown[i] && d.scale == consec[i], "interval 2, step %d (%c): %g %g, want %g %g", i,
+              steps2[i], (double)g.scale, (double)d.scale, (double)grown[i], (double)consec[i]);
+    }
+    /* the floor: overflows at it keep it */
+    ut_grad_scaler_init(&f, 8192, 1000);
+    ut_grad_scaler_set_hysteresis(&f, 2048, 1, false);
+    const float fl[] = {4096, 2048, 2048, 2048};
+    for (int i = 0; i < 4; i++) {
+        ut_grad_scaler_update(&f, true);
+        CHECK(f.scale == fl[i], "floor, overflow %d: %g, want %g", i, (double)f.scale, (double)fl[i]);
+    }
+}
+
 /* ---- sharding, state, determinism ---- */
 
 /* Segments of assorted sizes (some tiny, some above the parallel threshold)
@@ -597,6 +644,7 @@ int main(void) {
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);
+    RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
     RUN(test_thread_count_invariance);

@@ -1124,21 +1124,70 @@ static void test_deepspeed_config(void) {
     check_ds_error("{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": 1}}",
                    "zero_optimization.cpu_offload: expected true or false");
     check_ds_error("{\"zero_optimization\": {\"stage\": 5}}", "zero_optimization.stage: expected 0, 1, 2 or 3");
-    check_ds_error("{\"fp16\": {\"enabled\": true, \"hysteresis\": 2}}",
-                   "fp16.hysteresis: utrain halves the scale at every overflow, as PyTorch's GradScaler does "
-                   "(hysteresis 1); set 1 or remove it");
+    check_ds_error("{\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}",
+                   "fp16.hysteresis: train.loss_scale_hysteresis: must be >= 1 and <= 1e+09");
     check_ds_error("{\"train_batch_size\": 64}",
                    "train_batch_size: utrain's global batch is train_micro_batch_size_per_gpu x "
                    "gradient_accumulation_steps x processes; give those and write \"auto\" here or remove it");
     check_ds_error("{\"scheduler\": {\"type\": \"WarmupLR\"}}",
                    "scheduler: not read by utrain; write optim.schedule, optim.warmup_steps or "
                    "optim.warmup_ratio (docs/config.md)");
-    check_ds_error("{\"zero_optimization\": {\"stage3_max_live_parameters\": 1e9}}",
-                   "zero_optimization.stage3_max_live_parameters: not read by utrain; remove it (dist.* are "
+    check_ds_error("{\"zero_optimization\": {\"stage3_max_live_params\": 1e9}}",
+                   "zero_optimization.stage3_max_live_params: not read by utrain; remove it (dist.* are "
                    "utrain's distributed settings)");
+    check_ds_error("{\"zero_optimization\": {\"sub_group_size\": \"big\"}}",
+                   "zero_optimization.sub_group_size: expected a number of elements or \"auto\"");
+    check_ds_error("{\"flops_profiler\": {\"enabled\": true}}",
+                   "flops_profiler.enabled: not available; UT_PROFILE_OPS=1 times every op and the run logs its MFU "
+                   "(docs/gpu.md); set false or remove the section");
+    check_ds_error("{\"activation_checkpointing\": {\"cpu_checkpointing\": true}}",
+                   "activation_checkpointing.cpu_checkpointing: utrain keeps checkpointed activations on the "
+                   "device; set false or remove it");
     check_ds_error("{\"optimizer\": {\"type\": \"Lamb\"}}",
                    "optimizer.type: utrain has Adam(W) and SGD; write \"AdamW\" or \"SGD\"");
     check_ds_error("{\"amp\": {\"enabled\": true}}", "amp: not read by utrain; remove it");
+    /* FlagAI's examples/t5_huggingface/deepspeed.json (the file its Trainer's
+     * documentation points to), as it is: DeepSpeed's loss scaler (hysteresis
+     * 2, floor 1), its tuning knobs accepted and listed for the run's summary */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 1,\n"
+                      " \"steps_per_print\": 50, \"gradient_clipping\": 1.0,\n"
+                      " \"zero_optimization\": {\"stage\": 1, \"contiguous_gradients\": false, \"overlap_comm\": true,\n"
+                      "   \"reduce_scatter\": true, \"reduce_bucket_size\": 5e7, \"allgather_bucket_size\": 5e7,\n"
+                      "   \"cpu_offload\": true},\n"
+                      " \"zero_allow_untested_optimizer\": true,\n"
+                      " \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"loss_scale_window\": 1000, \"hysteresis\": 2,\n"
+                      "   \"min_loss_scale\": 1},\n"
+                      " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 5e-6, \"betas\": [0.9, 0.95], \"eps\": 1e-8,\n"
+                      "   \"weight_decay\": 1e-2}},\n"
+                      " \"activation_checkpointing\": {\"partition_activations\": true,\n"
+                      "   \"contiguous_memory_optimization\": false},\n"
+                      " \"wall_clock_breakdown\": false,\n"
+                      " \"flops_profiler\": {\"enabled\": false, \"profile_step\": 1, \"module_depth\": -1,\n"
+                      "   \"top_modules\": 1, \"detailed\": true, \"output_file\": \"/data/t5_profiler\"}}\n") == 0,
+          "FlagAI's T5 deepspeed.json: %s", err);
+    CHECK(!strcmp(c.dist_strategy, "zero1") && !strcmp(c.offload_optimizer, "cpu") && !strcmp(c.precision, "fp16"),
+          "%s %s %s", c.dist_strategy, c.offload_optimizer, c.precision);
+    CHECK(c.loss_scale_hysteresis == 2 && c.min_loss_scale == 1 && c.growth_interval == 1000 &&
+              c.init_scale == 65536 && !c.consecutive_hysteresis,
+          "DeepSpeed's scaler: hysteresis %lld floor %g window %lld", (long long)c.loss_scale_hysteresis,
+          c.min_loss_scale, (long long)c.growth_interval);
+    CHECK(!strcmp(c.ds_tuning, "zero_optimization.contiguous_gradients, zero_optimization.allgather_bucket_size, "
+                               "activation_checkpointing.partition_activations"),
+          "tuning: %s", c.ds_tuning);
+    ut_config_free(&c);
+    /* the fp16 section's defaults are DeepSpeed's; its keys win in any order */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"fp16\": {\"consecutive_hysteresis\": true, \"min_loss_scale\": 0.5,\n"
+                      " \"initial_scale_power\": 20, \"enabled\": \"auto\"}}") == 0 &&
+              c.consecutive_hysteresis && c.min_loss_scale == 0.5 && c.init_scale == 1048576 &&
+              c.loss_scale_hysteresis == 2 && !strcmp(c.precision, "fp32"),
+          "fp16 section, auto: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"fp16\": {\"enabled\": false}}") == 0 && c.loss_scale_hysteresis == 1 &&
+              c.growth_interval == 2000, "fp16 off keeps GradScaler's rules: %s", err);
+    ut_config_free(&c);
     /* not JSON: the message names the byte */
     ut_config_init(&c);
     CHECK(load_ds(&c, "{\"fp16\": {\"enabled\": true,}") == -1 && strstr(err, "not valid JSON at byte"), "%s",
