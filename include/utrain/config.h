@@ -123,8 +123,8 @@ typedef struct {
     char optim_name[16];         /* adamw | sgd */
     double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
-    char schedule[16];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
-                                    inverse_sqrt | wsd */
+    char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
+                                    inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine */
     int64_t warmup_steps, step_size;
     double warmup_ratio;         /* > 0: warmup over ratio x total steps */
     double min_lr, gamma;
@@ -133,6 +133,9 @@ typedef struct {
     int64_t timescale;           /* inverse_sqrt (0: warmup_steps or 10000) */
     int64_t decay_steps;         /* wsd: the steps of its decay */
     char decay_type[8];          /* wsd: cosine | linear | 1-sqrt */
+    int64_t schedule_steps;      /* the decay's horizon (0: the run's steps) */
+    char warmup_type[8];         /* ds_*: linear | log */
+    double warmup_min_ratio;     /* ds_warmup_cosine: the warmup's start x lr */
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

@@ -186,6 +186,11 @@ typedef enum {
     UT_SCHED_POLYNOMIAL,
     UT_SCHED_INVERSE_SQRT,
     UT_SCHED_WSD, /* warmup, stable, decay */
+    /* DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR, with its own
+     * warmup (log or linear) and step index */
+    UT_SCHED_DS_WARMUP,
+    UT_SCHED_DS_WARMUP_DECAY,
+    UT_SCHED_DS_WARMUP_COSINE,
 } ut_sched_kind;
 /* the shape of WSD's decay */
 typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
@@ -204,6 +209,8 @@ typedef struct {
     int64_t timescale;   /* INVERSE_SQRT (0: warmup_steps, or 10000 without warmup) */
     int64_t decay_steps; /* WSD: the last decay_steps of total_steps decay */
     ut_decay_kind decay; /* WSD: the decay's shape */
+    bool warmup_log;     /* DS_*: DeepSpeed's log warmup (else its linear one) */
+    float warmup_min_ratio; /* DS_WARMUP_COSINE: warmup starts at this x lr */
 } ut_schedule;
 
 /* Rate for the step after `step` optimizer steps (0-based). With w =
@@ -221,6 +228,14 @@ typedef struct {
  *   WSD:       lr until the last decay_steps of total_steps, then f(1 - q),
  *              f(0.5*(1 + cos(2*pi*c*q))) or f(1 - sqrt(q)) over their
  *              fraction q, then min_lr
+ * DeepSpeed's, which step their scheduler after each optimizer step from
+ * index -1: with i = step - 1, W = max(2, warmup_steps), T = total_steps,
+ * g = ln(i+1)/ln(W) (warmup_log) or i/W while i < W, and start = min_lr
+ * (DS_WARMUP_COSINE: warmup_min_ratio x lr):
+ *   i < 0:     start (DS_WARMUP_COSINE: 0)
+ *   i < W:     start + (lr - start)*g
+ *   DS_WARMUP: lr;  DS_WARMUP_DECAY: f(max(0, (T-i)/max(1, T-W)))
+ *   DS_WARMUP_COSINE: f(0.5*(1 + cos(pi*min(1, (i-W+1)/max(1, T-W)))))
  * These are transformers' get_scheduler schedules after warmup (whose own
  * warmup starts at 0, one step behind this one).
  * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
@@ -232,7 +247,8 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step);
  * warmup_steps + decay_steps > total_steps. */
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
 /* "constant", "cosine", "linear", "step", "cosine_restarts", "polynomial",
- * "inverse_sqrt", "wsd" (any case) into *out: 0, or -1. */
+ * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine"
+ * (any case) into *out: 0, or -1. */
 int ut_sched_parse(const char *name, ut_sched_kind *out);
 
 #ifdef __cplusplus

@@ -28,8 +28,30 @@ static double wsd(const ut_schedule *s, int64_t step) {
     return wave(s->cycles > 0 ? s->cycles : 0.5, q);
 }
 
+/* DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR (lr_schedules.py):
+ * the rate of an optimizer step is get_lr() at the scheduler's index, which
+ * starts at -1 and moves on after each step. */
+static float ds_lr(const ut_schedule *s, int64_t step) {
+    double lr = s->lr, min_lr = s->min_lr;
+    int64_t i = step - 1, w = s->warmup_steps > 2 ? s->warmup_steps : 2, t = s->total_steps;
+    bool cosine = s->kind == UT_SCHED_DS_WARMUP_COSINE;
+    double start = cosine ? (double)s->warmup_min_ratio * lr : min_lr;
+    if (i < 0) return cosine ? 0.0f : (float)start;
+    if (i < w) {
+        double g = s->warmup_log ? log((double)(i + 1)) / log((double)w) : (double)i / (double)w;
+        return (float)(start + (lr - start) * g);
+    }
+    double x = 1.0;
+    if (s->kind == UT_SCHED_DS_WARMUP_DECAY)
+        x = fmax(0.0, (double)(t - i) / fmax(1.0, (double)(t - w)));
+    else if (cosine)
+        x = 0.5 * (1.0 + cos(M_PI * fmin(1.0, (double)(i - w + 1) / fmax(1.0, (double)(t - w)))));
+    return (float)(min_lr + (lr - min_lr) * x);
+}
+
 float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     UT_ASSERT(step >= 0);
+    if (s->kind >= UT_SCHED_DS_WARMUP) return ds_lr(s, step);
     double lr = s->lr, min_lr = s->min_lr;
     int64_t w = s->warmup_steps;
     if (step < w) {
@@ -57,7 +79,10 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
         double t = (double)(s->timescale > 0 ? s->timescale : w > 0 ? w : 10000);
         return (float)(lr * sqrt(t / ((double)k + t)));
     }
-    case UT_SCHED_CONSTANT: return (float)lr;
+    case UT_SCHED_CONSTANT:
+    case UT_SCHED_DS_WARMUP:
+    case UT_SCHED_DS_WARMUP_DECAY:
+    case UT_SCHED_DS_WARMUP_COSINE: return (float)lr;
     }
     return (float)(min_lr + (lr - min_lr) * x);
 }
@@ -68,7 +93,7 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
-    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_WSD)
+    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_DS_WARMUP_COSINE)
         return fail(err, n, ut_fmt("kind: unknown schedule kind %d", (int)s->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(s->lr >= 0) || isinf(s->lr))
@@ -83,7 +108,8 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
     if (s->total_steps < 0)
         return fail(err, n, ut_fmt("total_steps must be >= 0 (got %lld)",
                                    (long long)s->total_steps));
-    bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT;
+    bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT &&
+                  s->kind != UT_SCHED_DS_WARMUP;
     if (decays && s->total_steps <= s->warmup_steps)
         return fail(err, n, ut_fmt("total_steps (%lld) must exceed warmup_steps (%lld)",
                                    (long long)s->total_steps, (long long)s->warmup_steps));
@@ -91,6 +117,8 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
         return fail(err, n, ut_fmt("cycles must be a finite number >= 0 (got %g)", s->cycles));
     if (!(s->power >= 0) || isinf(s->power))
         return fail(err, n, ut_fmt("power must be a finite number >= 0 (got %g)", s->power));
+    if (!(s->warmup_min_ratio >= 0 && s->warmup_min_ratio <= 1))
+        return fail(err, n, ut_fmt("warmup_min_ratio must be in [0, 1] (got %g)", s->warmup_min_ratio));
     if (s->timescale < 0)
         return fail(err, n, ut_fmt("timescale must be >= 0 (got %lld)", (long long)s->timescale));
     if (s->kind == UT_SCHED_WSD) {
@@ -115,8 +143,9 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
 
 int ut_sched_parse(const char *name, ut_sched_kind *out) {
     static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
-                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd"};
-    for (int i = 0; i < 8; i++)
+                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
+                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine"};
+    for (int i = 0; i < 11; i++)
         if (!strcasecmp(name, names[i])) {
             *out = (ut_sched_kind)i;
             return 0;

@@ -20,8 +20,10 @@ static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
-static const char *const schedules[] = {"constant",   "cosine",       "linear", "step", "cosine_restarts",
-                                        "polynomial", "inverse_sqrt", "wsd",    NULL};
+static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
+                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
+                                        "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", NULL};
+static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
@@ -297,6 +299,16 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "wsd: the run's last N steps decay to min_lr (after warmup, the rate is lr until then)"},
     {.key = "optim.decay_type", .type = UT_CFG_ENUM, AT(decay_type), .def = "cosine", .values = decay_types,
      .hashed = true, .hash_if_set = true, .doc = "wsd: the decay's shape"},
+    {.key = "optim.schedule_steps", .type = UT_CFG_INT, AT(schedule_steps), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "the decaying schedules reach optim.min_lr at this step (0: the run's last; DeepSpeed's "
+            "total_num_steps); past it the rate stays there"},
+    {.key = "optim.warmup_type", .type = UT_CFG_ENUM, AT(warmup_type), .def = "linear", .values = warmup_types,
+     .hashed = true, .hash_if_set = true,
+     .doc = "the ds_* schedules' warmup: DeepSpeed's linear or log (ln(i+1)/ln(W)) rise"},
+    {.key = "optim.warmup_min_ratio", .type = UT_CFG_FLOAT, AT(warmup_min_ratio), .def = "0", GE(0), LE(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "ds_warmup_cosine: its warmup starts at this x optim.lr (DeepSpeed's warmup_min_ratio)"},
     {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
      .doc = "step schedule: decay factor"},
 

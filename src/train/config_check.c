@@ -210,7 +210,9 @@ static int check_train(const ut_config *c, char *err, size_t n) {
 
 static int check_optim(const ut_config *c, char *err, size_t n) {
     const char *sched = c->schedule;
-    bool decays = strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "inverse_sqrt");
+    bool ds = !strncmp(sched, "ds_", 3);
+    bool decays = strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "inverse_sqrt") &&
+                  strcmp(sched, "ds_warmup");
     bool wsd = !strcmp(sched, "wsd");
     if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
     if (c->min_lr > 0 && c->min_lr_ratio > 0)
@@ -228,17 +230,27 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (!wsd && (c->decay_steps > 0 || strcmp(c->decay_type, "cosine")))
         FAIL("optim.%s: belongs to optim.schedule: wsd (it is %s); remove the key",
              c->decay_steps > 0 ? "decay_steps" : "decay_type", sched);
+    if (!ds && strcmp(c->warmup_type, "linear"))
+        FAIL("optim.warmup_type: %s belongs to DeepSpeed's schedules (ds_warmup, ds_warmup_decay, "
+             "ds_warmup_cosine); optim.schedule is %s, whose warmup is linear", c->warmup_type, sched);
+    if (c->warmup_min_ratio > 0 && strcmp(sched, "ds_warmup_cosine"))
+        FAIL("optim.warmup_min_ratio: belongs to optim.schedule: ds_warmup_cosine (it is %s); remove the key",
+             sched);
+    if (c->schedule_steps > 0 && !decays)
+        FAIL("optim.schedule_steps: optim.schedule %s does not decay to an end; remove the key", sched);
     if (wsd && c->decay_steps < 1)
         FAIL("optim.decay_steps: optim.schedule: wsd needs the number of steps its decay takes (>= 1)");
-    if (wsd && c->max_steps > 0 && c->decay_steps > c->max_steps - (c->warmup_ratio > 0 ? 0 : c->warmup_steps))
-        FAIL("optim.decay_steps: %lld with %lld warmup steps exceed train.max_steps (%lld)",
-             (long long)c->decay_steps, (long long)c->warmup_steps, (long long)c->max_steps);
-    if (decays && c->max_steps == 0 && c->epochs == 0)
+    int64_t horizon = c->schedule_steps > 0 ? c->schedule_steps : c->max_steps;
+    if (wsd && horizon > 0 && c->decay_steps > horizon - (c->warmup_ratio > 0 ? 0 : c->warmup_steps))
+        FAIL("optim.decay_steps: %lld with %lld warmup steps exceed %s (%lld)", (long long)c->decay_steps,
+             (long long)c->warmup_steps, c->schedule_steps > 0 ? "optim.schedule_steps" : "train.max_steps",
+             (long long)horizon);
+    if (decays && c->max_steps == 0 && c->epochs == 0 && c->schedule_steps == 0)
         FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
     if (c->warmup_ratio >= 1)
         FAIL("optim.warmup_ratio: %g must be < 1 (a fraction of the total steps; write "
              "optim.warmup_steps: N for a number of steps)", c->warmup_ratio);
-    if (decays && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
+    if (decays && c->schedule_steps == 0 && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
         FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);
     if (!strcmp(c->optim_name, "sgd") && c->nesterov && (c->momentum <= 0 || c->dampening != 0))
         FAIL("optim.nesterov: needs optim.momentum > 0 and optim.dampening 0");

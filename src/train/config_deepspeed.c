@@ -265,6 +265,73 @@ static int optimizer(ds_ctx *d, const cJSON *o) {
     return 0;
 }
 
+/* scheduler: DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR as
+ * utrain's ds_warmup, ds_warmup_decay and ds_warmup_cosine (the same rates,
+ * step by step); each parameter sets its optim key, "auto" keeps utrain's,
+ * and an absent one takes DeepSpeed's default. */
+static int scheduler(ds_ctx *d, const cJSON *o) {
+    static const char *const types[][2] = {
+        {"WarmupLR", "ds_warmup"}, {"WarmupDecayLR", "ds_warmup_decay"}, {"WarmupCosineLR", "ds_warmup_cosine"}};
+    static const struct {
+        const char *param, *key;
+        int kinds; /* 1 WarmupLR, 2 WarmupDecayLR, 4 WarmupCosineLR */
+    } params[] = {
+        {"warmup_min_lr", "optim.min_lr", 3},         {"warmup_max_lr", "optim.lr", 3},
+        {"warmup_num_steps", "optim.warmup_steps", 7}, {"warmup_type", "optim.warmup_type", 7},
+        {"total_num_steps", "optim.schedule_steps", 6}, {"warmup_min_ratio", "optim.warmup_min_ratio", 4},
+        {"cos_min_ratio", "optim.min_lr_ratio", 4},
+    };
+    char path[128], why[512];
+    if (!cJSON_IsObject(o)) return refuse(d, "scheduler", "expected an object");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *e;
+    cJSON_ArrayForEach(e, o) if (strcmp(e->string, "type") && strcmp(e->string, "params")) {
+        snprintf(path, sizeof path, "scheduler.%s", e->string);
+        return refuse(d, path, "not read by utrain; remove it (type and params are)");
+    }
+    int kind = -1;
+    for (int i = 0; i < 3 && cJSON_IsString(type); i++)
+        if (!strcmp(type->valuestring, types[i][0])) kind = i;
+    if (kind < 0)
+        return refuse(d, "scheduler.type", "utrain has DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR "
+                                           "(OneCycle and LRRangeTest are not available; optim.schedule has "
+                                           "utrain's own, docs/config.md)");
+    if (ut_cfg_assign(d->c, "optim.schedule", types[kind][1], why, sizeof why))
+        return refuse(d, "scheduler.type", why);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "params");
+    if (p && !cJSON_IsObject(p)) return refuse(d, "scheduler.params", "expected an object");
+    bool given[sizeof params / sizeof params[0]] = {false};
+    cJSON_ArrayForEach(e, p) {
+        snprintf(path, sizeof path, "scheduler.params.%s", e->string);
+        if (!strcmp(e->string, "last_batch_iteration")) {
+            if (num_is(e, -1)) continue;
+            return refuse(d, path, "utrain's schedule follows the run's own step (a resumed run continues it); set "
+                                   "-1 or remove it");
+        }
+        size_t i = 0;
+        while (i < sizeof params / sizeof params[0] &&
+               (strcmp(e->string, params[i].param) || !(params[i].kinds & (1 << kind))))
+            i++;
+        if (i == sizeof params / sizeof params[0])
+            return refuse(d, path, ut_fmt("not a parameter of %s; remove it", types[kind][0]));
+        if (!strcmp(e->string, "warmup_type") && !is_auto(e) &&
+            !(cJSON_IsString(e) && (!strcmp(e->valuestring, "log") || !strcmp(e->valuestring, "linear"))))
+            return refuse(d, path, "expected \"log\" or \"linear\"");
+        if (!strcmp(e->string, "warmup_num_steps") && !is_auto(e) && !(cJSON_IsNumber(e) && e->valuedouble >= 1))
+            return refuse(d, path, "expected a positive number of steps");
+        if (set(d, path, e, params[i].key)) return -1;
+        given[i] = true;
+    }
+    /* DeepSpeed's defaults where a parameter is absent */
+    static const char *const defaults[][2] = {{"warmup_min_lr", "0"},   {"warmup_num_steps", "1000"},
+                                              {"warmup_type", "log"},   {"cos_min_ratio", "0.0001"}};
+    for (size_t j = 0; j < sizeof defaults / sizeof defaults[0]; j++)
+        for (size_t i = 0; i < sizeof params / sizeof params[0]; i++)
+            if (!strcmp(params[i].param, defaults[j][0]) && (params[i].kinds & (1 << kind)) && !given[i] &&
+                ut_cfg_assign(d->c, params[i].key, defaults[j][1], why, sizeof why))
+                return refuse(d, "scheduler.params", why);
+    return 0;
+}
+
 /* flops_profiler: off is nothing; on is refused */
 static int flops_profiler(ds_ctx *d, const cJSON *o) {
     if (!cJSON_IsObject(o)) return refuse(d, "flops_profiler", "expected an object");
@@ -325,9 +392,7 @@ static int apply(ds_ctx *d, const cJSON *root) {
             rc = cJSON_IsBool(e) ? 0 : refuse(d, k, "expected true or false"); /* utrain's optimizers all shard */
         else if (!strcmp(k, "flops_profiler")) rc = flops_profiler(d, e);
         else if (!strcmp(k, "activation_checkpointing")) rc = checkpointing(d, e);
-        else if (!strcmp(k, "scheduler"))
-            rc = refuse(d, k, "not read by utrain; write optim.schedule, optim.warmup_steps or optim.warmup_ratio "
-                              "(docs/config.md)");
+        else if (!strcmp(k, "scheduler")) rc = scheduler(d, e);
         else rc = refuse(d, k, "not read by utrain; remove it");
         if (rc) return -1;
     }

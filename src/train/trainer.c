@@ -187,8 +187,10 @@ static int set_schedule(ut_trainer *t) {
                              .warmup_steps = c->warmup_ratio > 0
                                                  ? (int64_t)(c->warmup_ratio * (double)t->total_steps)
                                                  : c->warmup_steps,
-                             .total_steps = t->total_steps,
+                             .total_steps = c->schedule_steps > 0 ? c->schedule_steps : t->total_steps,
                              .step_size = c->step_size, .gamma = (float)c->gamma,
+                             .warmup_log = !strcmp(c->warmup_type, "log"),
+                             .warmup_min_ratio = (float)c->warmup_min_ratio,
                              .cycles = (float)c->num_cycles, .power = (float)c->power,
                              .timescale = c->timescale, .decay_steps = c->decay_steps,
                              .decay = !strcmp(c->decay_type, "linear")   ? UT_DECAY_LINEAR

@@ -179,6 +179,49 @@ def make_hf_schedules(path):
     w.close()
 
 
+# DeepSpeed's schedulers (its runtime/lr_schedules.py, read from a DeepSpeed
+# source tree: DEEPSPEED_SRC=/path/to/DeepSpeed, e.g. the unpacked sdist that
+# `pip download deepspeed --no-deps` fetches). (type, optimizer lr, params);
+# test_optim.c's ds_cases holds the same list as utrain schedules.
+DS_STEPS = 26
+DS_CASES = [
+    ("WarmupLR", 1e-2, dict(warmup_min_lr=1e-4, warmup_max_lr=1e-2, warmup_num_steps=6)),
+    ("WarmupLR", 1e-2, dict(warmup_min_lr=0.0, warmup_max_lr=1e-2, warmup_num_steps=5, warmup_type="linear")),
+    ("WarmupDecayLR", 1e-2, dict(total_num_steps=20, warmup_min_lr=1e-4, warmup_max_lr=1e-2, warmup_num_steps=5)),
+    ("WarmupDecayLR", 1e-2, dict(total_num_steps=24, warmup_min_lr=0.0, warmup_max_lr=1e-2, warmup_num_steps=4,
+                                 warmup_type="linear")),
+    ("WarmupCosineLR", 1e-2, dict(total_num_steps=20, warmup_min_ratio=0.1, warmup_num_steps=5,
+                                  cos_min_ratio=0.05)),
+    ("WarmupCosineLR", 1e-2, dict(total_num_steps=20, warmup_num_steps=1, warmup_type="linear")),
+]
+
+
+def make_ds_schedules(path, ds_src):
+    """The rate of every optimizer step under each DS_CASES scheduler, stepped
+    after each optimizer step as DeepSpeed's engine steps it."""
+    import types
+    utils = types.ModuleType("deepspeed.utils")
+    import logging
+    utils.logger = logging.getLogger("deepspeed")
+    sys.modules.setdefault("deepspeed", types.ModuleType("deepspeed"))
+    sys.modules["deepspeed.utils"] = utils
+    mod = types.ModuleType("lr_schedules")
+    src = os.path.join(ds_src, "deepspeed", "runtime", "lr_schedules.py")
+    exec(compile(open(src).read(), src, "exec"), mod.__dict__)
+    w = Writer(path)
+    for i, (name, lr, params) in enumerate(DS_CASES):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=lr)
+        sched = getattr(mod, name)(opt, **params)
+        vals = []
+        for _ in range(DS_STEPS):
+            vals.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        w.put("case%d" % i, vals)
+    w.close()
+
+
 def make(out_dir):
     os.makedirs(out_dir, exist_ok=True)
 
@@ -204,6 +247,10 @@ def make(out_dir):
     make_clip(j("optim_clip.txt"))
     make_schedules(j("optim_schedules.txt"))
     make_hf_schedules(j("optim_hf_schedules.txt"))
+    if os.environ.get("DEEPSPEED_SRC"):
+        make_ds_schedules(j("optim_ds_schedules.txt"), os.environ["DEEPSPEED_SRC"])
+    else:
+        print("DEEPSPEED_SRC not set: optim_ds_schedules.txt left as it is")
 
 
 if __name__ == "__main__":

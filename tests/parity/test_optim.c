@@ -250,6 +250,38 @@ static void test_hf_schedule_parity(void) {
     fx_free(&f);
 }
 
+/* DeepSpeed's schedulers (optim_fixtures.py's DS_CASES, the same list) as
+ * utrain's ds_* schedules: every step, warmup included, and past the end. */
+static void test_ds_schedule_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_ds_schedules.txt")) return;
+    const ut_schedule cases[] = {
+        {.kind = UT_SCHED_DS_WARMUP, .lr = 1e-2f, .min_lr = 1e-4f, .warmup_steps = 6, .warmup_log = true},
+        {.kind = UT_SCHED_DS_WARMUP, .lr = 1e-2f, .warmup_steps = 5},
+        {.kind = UT_SCHED_DS_WARMUP_DECAY, .lr = 1e-2f, .min_lr = 1e-4f, .warmup_steps = 5, .total_steps = 20,
+         .warmup_log = true},
+        {.kind = UT_SCHED_DS_WARMUP_DECAY, .lr = 1e-2f, .warmup_steps = 4, .total_steps = 24},
+        {.kind = UT_SCHED_DS_WARMUP_COSINE, .lr = 1e-2f, .min_lr = 0.05f * 1e-2f, .warmup_steps = 5,
+         .total_steps = 20, .warmup_log = true, .warmup_min_ratio = 0.1f},
+        {.kind = UT_SCHED_DS_WARMUP_COSINE, .lr = 1e-2f, .min_lr = 1e-4f * 1e-2f, .warmup_steps = 1,
+         .total_steps = 20},
+    };
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        char name[16];
+        snprintf(name, sizeof name, "case%d", k);
+        const double *want = fx_get(&f, name, 26);
+        if (!want) continue;
+        char err[256] = "";
+        CHECK(ut_schedule_check(&cases[k], err, sizeof err) == 0, "%s: %s", name, err);
+        for (int64_t step = 0; step < 26; step++) {
+            float got = ut_schedule_lr(&cases[k], step);
+            CHECK(fabs(got - want[step]) <= 1e-6 * 1e-2, "%s step %lld: %.9g, DeepSpeed %.9g", name,
+                  (long long)step, (double)got, want[step]);
+        }
+    }
+    fx_free(&f);
+}
+
 /* The loss scaler against DeepSpeed's DynamicLossScaler.update_scale, step
  * by step: hysteresis 2 tolerates one overflow; once used up, every overflow
  * halves until a growth restores it (or, consecutive, any clean step); the
@@ -628,9 +660,10 @@ static void test_schedule_checks(void) {
     CHECK(fabsf(ut_schedule_lr(&s, 100 + 300) - 6e-4f * 0.5f) < 1e-9f, "inverse_sqrt: half at 4x its timescale");
 
     static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
-                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd"};
+                                        "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
+                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine"};
     ut_sched_kind k;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 11; i++)
         CHECK(ut_sched_parse(names[i], &k) == 0 && k == (ut_sched_kind)i, "parse %s", names[i]);
     CHECK(ut_sched_parse("Cosine", &k) == 0 && k == UT_SCHED_COSINE, "parse Cosine");
     CHECK(ut_sched_parse("exp", &k) == -1, "parse exp accepted");
@@ -644,6 +677,7 @@ int main(void) {
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);
+    RUN(test_ds_schedule_parity);
     RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);

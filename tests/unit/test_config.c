@@ -243,7 +243,7 @@ static void test_out_of_range(void) {
 static void test_bad_enum(void) {
     check_load_error("optim:\n  schedule: cosin\n",
                      "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step, cosine_restarts, "
-                     "polynomial, inverse_sqrt, wsd");
+                     "polynomial, inverse_sqrt, wsd, ds_warmup, ds_warmup_decay, ds_warmup_cosine");
     check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
 }
 
@@ -1129,9 +1129,16 @@ static void test_deepspeed_config(void) {
     check_ds_error("{\"train_batch_size\": 64}",
                    "train_batch_size: utrain's global batch is train_micro_batch_size_per_gpu x "
                    "gradient_accumulation_steps x processes; give those and write \"auto\" here or remove it");
-    check_ds_error("{\"scheduler\": {\"type\": \"WarmupLR\"}}",
-                   "scheduler: not read by utrain; write optim.schedule, optim.warmup_steps or "
-                   "optim.warmup_ratio (docs/config.md)");
+    check_ds_error("{\"scheduler\": {\"type\": \"OneCycle\"}}",
+                   "scheduler.type: utrain has DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR (OneCycle "
+                   "and LRRangeTest are not available; optim.schedule has utrain's own, docs/config.md)");
+    check_ds_error("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"total_num_steps\": 10}}}",
+                   "scheduler.params.total_num_steps: not a parameter of WarmupLR; remove it");
+    check_ds_error("{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\"}}}",
+                   "scheduler.params.warmup_type: expected \"log\" or \"linear\"");
+    check_ds_error("{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"last_batch_iteration\": 99}}}",
+                   "scheduler.params.last_batch_iteration: utrain's schedule follows the run's own step (a resumed "
+                   "run continues it); set -1 or remove it");
     check_ds_error("{\"zero_optimization\": {\"stage3_max_live_params\": 1e9}}",
                    "zero_optimization.stage3_max_live_params: not read by utrain; remove it (dist.* are "
                    "utrain's distributed settings)");
@@ -1176,6 +1183,35 @@ static void test_deepspeed_config(void) {
                                "activation_checkpointing.partition_activations"),
           "tuning: %s", c.ds_tuning);
     ut_config_free(&c);
+    /* DeepSpeed's schedulers: the Hugging Face integration's "auto" keeps
+     * utrain's values; absent parameters take DeepSpeed's defaults */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"last_batch_iteration\": -1,\n"
+                      " \"total_num_steps\": \"auto\", \"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\",\n"
+                      " \"warmup_num_steps\": \"auto\"}}}") == 0 &&
+              !strcmp(c.schedule, "ds_warmup_decay") && c.warmup_steps == 0 && c.schedule_steps == 0 &&
+              !strcmp(c.warmup_type, "log") && c.lr == 1e-3,
+          "WarmupDecayLR, auto: %s (%s, warmup %lld, %s)", err, c.schedule, (long long)c.warmup_steps,
+          c.warmup_type);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 500,\n"
+                      " \"warmup_min_ratio\": 0.1, \"warmup_type\": \"linear\"}}}") == 0 &&
+              !strcmp(c.schedule, "ds_warmup_cosine") && c.warmup_steps == 1000 && c.schedule_steps == 500 &&
+              c.warmup_min_ratio == 0.1 && c.min_lr_ratio == 0.0001 && !strcmp(c.warmup_type, "linear"),
+          "WarmupCosineLR: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 1e-6,\n"
+                      " \"warmup_max_lr\": 3e-5, \"warmup_num_steps\": 50}}}") == 0 &&
+              !strcmp(c.schedule, "ds_warmup") && c.min_lr == 1e-6 && c.lr == 3e-5 && c.warmup_steps == 50,
+          "WarmupLR: %s", err);
+    ut_config_free(&c);
+    check_invalid((const char *[]){"optim.warmup_type=log", "optim.schedule=cosine", "train.max_steps=9", NULL},
+                  "optim.warmup_type: log belongs to DeepSpeed's schedules (ds_warmup, ds_warmup_decay, "
+                  "ds_warmup_cosine); optim.schedule is cosine, whose warmup is linear");
+    check_invalid((const char *[]){"optim.schedule_steps=9", NULL},
+                  "optim.schedule_steps: optim.schedule constant does not decay to an end; remove the key");
     /* the fp16 section's defaults are DeepSpeed's; its keys win in any order */
     ut_config_init(&c);
     CHECK(load_ds(&c, "{\"fp16\": {\"consecutive_hysteresis\": true, \"min_loss_scale\": 0.5,\n"
