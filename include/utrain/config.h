@@ -106,6 +106,8 @@ typedef struct {
     bool test_at_end;            /* after training, test the best checkpoint (utrain test) */
     bool log_first_step;         /* also log the run's first optimizer step */
     bool eval_on_start;          /* evaluate before the first step (not counted as best) */
+    double eval_delay;           /* no evaluation before this step / epoch */
+    bool load_best_at_end;       /* the run's model is its best checkpoint (else its last) */
     char eval_precision[8];      /* auto | fp32 | bf16 | fp16: autocast while evaluating */
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */

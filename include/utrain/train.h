@@ -4,7 +4,7 @@
  *          read a tensor at a time),
  *          ut_tb_* (TensorBoard event files), ut_hooks, ut_trainer_run,
  *          ut_trainer_test, UT_EXIT_* codes; ut_model_from_config, ut_run_tokenizer,
- *          ut_best_checkpoint, ut_gen_opts_from_config (a run's parts, for `utrain generate`). */
+ *          ut_best_checkpoint, ut_run_checkpoint, ut_gen_opts_from_config (a run's parts, for `utrain generate`). */
 #ifndef UTRAIN_TRAIN_H
 #define UTRAIN_TRAIN_H
 
@@ -293,6 +293,9 @@ int ut_parse_bytes(const char *s, int64_t *out);
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
 ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);
 int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
+/* The run's model in dir: ut_best_checkpoint's, or with train.load_best_at_end
+ * false the newest checkpoint. */
+int ut_run_checkpoint(const ut_config *c, const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
 void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
 
 #ifdef __cplusplus

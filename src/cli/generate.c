@@ -250,7 +250,7 @@ static int load_run(gen_model *g, const gen_args *a, const char *cfg_path, const
     if (run_dir) snprintf(dir, sizeof dir, "%s/checkpoints", run_dir);
     else snprintf(dir, sizeof dir, "%s/%s/checkpoints", c->output_dir, c->experiment_name);
     if (a->checkpoint) snprintf(path, sizeof path, "%s", a->checkpoint);
-    else if (ut_best_checkpoint(dir, g->m, path, sizeof path, err, n)) return -1;
+    else if (ut_run_checkpoint(c, dir, g->m, path, sizeof path, err, n)) return -1;
     ut_train_state st;
     if (ut_ckpt_load(path, g->m, NULL, &st, err, n)) return -1;
     snprintf(g->what, sizeof g->what, "%s (step %lld)", path, (long long)st.step);

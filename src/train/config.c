@@ -185,6 +185,12 @@ const ut_cfg_key ut_cfg_schema[] = {
      .values = eval_precisions,
      .doc = "evaluation and test: autocast in this precision instead of train.precision (auto); Hugging Face's "
             "bf16_full_eval and fp16_full_eval"},
+    {.key = "train.eval_delay", .type = UT_CFG_FLOAT, AT(eval_delay), .def = "0", GE(0),
+     .doc = "no evaluation before this step (train.eval_strategy: steps) or this many epochs (epoch) "
+            "(Hugging Face's eval_delay)"},
+    {.key = "train.load_best_at_end", .type = UT_CFG_BOOL, AT(load_best_at_end), .def = "true",
+     .doc = "the run's model is its best checkpoint (train.best_metric), which train.test_at_end, utrain test, "
+            "generate and export take; false: its last checkpoint (Hugging Face's load_best_model_at_end)"},
     {.key = "train.eval_on_start", .type = UT_CFG_BOOL, AT(eval_on_start), .def = "false",
      .doc = "evaluate on dev before the first step (and before a resumed run's next), as a sanity check that "
             "neither counts as the best nor stops early (Hugging Face's eval_on_start)"},
@@ -433,6 +439,9 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"ddp_timeout", "dist.timeout_s"},
     {"logging_first_step", "train.log_first_step"},
     {"eval_on_start", "train.eval_on_start"},
+    {"eval_delay", "train.eval_delay"},
+    {"ddp_bucket_cap_mb", "dist.bucket_mb"},
+    {"dataloader_prefetch_factor", "data.prefetch"},
     {"label_smoothing_factor", "train.label_smoothing"},
     {"label_smoothing", "train.label_smoothing"},
     {"dataloader_drop_last", "data.drop_last"},

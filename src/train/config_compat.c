@@ -171,8 +171,8 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
     if (!strcmp(key, "training_script"))
         return ut_errorf(err, n, "%s: utrain starts itself; remove the key (utrain train CFG --nproc N "
                                  "starts N processes)", key);
-    if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's */
-        return ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
+    if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's; None: none */
+        return !*v ? 1 : ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <math.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
@@ -26,9 +27,6 @@ static const struct {
     const char *field;
     hf_act on, off;
 } bools[] = {
-    {"load_best_model_at_end", {0},
-     {.why = "utrain test, evaluate and export always take the run's best checkpoint (train.best_metric); remove "
-             "the key, or pass --checkpoint PATH to utrain test for another"}},
     {"overwrite_output_dir",
      {.why = "utrain never overwrites a run's checkpoints: a new run where checkpoints are is refused; choose "
              "another experiment_name (or output_dir), or resume it with continue_training: true"},
@@ -56,6 +54,18 @@ static const struct {
      {.why = "utrain does not reach the network; utrain export RUN_DIR OUT_DIR writes a Hugging Face model "
              "directory to upload"},
      {0}},
+    {"activation_checkpointing", {"train.checkpoint_activations", "true", NULL}, {0}},
+    {"load_best_model_at_end", {0}, {"train.load_best_at_end", "false", NULL}},
+    /* utrain always checkpoints at a stop signal, and accumulates its
+     * metrics batch by batch: either value computes the same */
+    {"enable_jit_checkpoint", {0}, {0}},
+    {"batch_eval_metrics", {0}, {0}},
+    {"dataloader_persistent_workers", {0}, {0}},
+    {"ddp_static_graph", {0}, {0}},
+    {"ddp_broadcast_buffers", {0}, {0}},
+    {"average_tokens_across_devices", {0},
+     {.why = "utrain averages the loss over the target tokens of the whole window on every rank (transformers' "
+             "true: sequence-to-sequence losses by their tokens, a label per example otherwise); remove the key"}},
     {"bf16_full_eval", {"train.eval_precision", "bf16", NULL}, {0}},
     {"fp16_full_eval", {"train.eval_precision", "fp16", NULL}, {0}},
     /* the loader's batch buffers are page-locked for the GPU's copies (plain
@@ -69,10 +79,103 @@ static const struct {
      {0}},
 };
 
+/* Fields that configure what utrain does one way, or a feature it does not
+ * have (whose defaults then do nothing): accepted at the values listed ("":
+ * None or empty; "*": any), refused otherwise saying why. A TrainingArguments
+ * file written whole (every field at its default) therefore loads. */
+static const struct {
+    const char *field, *ok[3], *why;
+} fixed[] = {
+    {"optim_args", {""}, "utrain's optimizers take their settings from the optim.* keys"},
+    {"optim_target_modules", {""}, "utrain's optimizers update every parameter alike"},
+    {"torch_compile_backend", {""}, "utrain has no graph compiler"},
+    {"torch_compile_mode", {""}, "utrain has no graph compiler"},
+    {"use_liger_kernel", {"false"}, "utrain's fused kernels are its own (docs/gpu.md)"},
+    {"liger_kernel_config", {""}, "utrain's fused kernels are its own (docs/gpu.md)"},
+    {"use_cache", {"false"}, "utrain's training forward keeps no key/value cache"},
+    {"neftune_noise_alpha", {""}, "NEFTune's embedding noise is not available"},
+    {"torch_empty_cache_steps", {""}, "utrain allocates its device memory for the run and reuses it: there is no "
+                                      "cache to empty"},
+    {"log_on_each_node", {"true"}, "every rank writes its own log, RUN/logger_logs/training_<rank>.log"},
+    {"logging_nan_inf_filter", {"true"}, "a non-finite training loss stops the run (fp16: skips its step), so "
+                                         "none is ever logged"},
+    {"include_num_input_tokens_seen", {"no", "false"}, "not available; the train lines give samples_per_s"},
+    {"log_level", {"passive"}, "utrain's console shows the run's summary and logged steps (train.progress says "
+                               "how)"},
+    {"log_level_replica", {"warning", "passive"}, "ranks other than 0 write their log files only"},
+    {"project", {"huggingface"}, "a Trackio project: utrain reports to no service"},
+    {"trackio_space_id", {""}, "utrain reports to no service"},
+    {"trackio_bucket_id", {""}, "utrain reports to no service"},
+    {"trackio_static_space_id", {""}, "utrain reports to no service"},
+    {"prediction_loss_only", {"false"}, "utrain's evaluation computes its metrics with the loss"},
+    {"eval_do_concat_batches", {"true"}, "utrain's predictions files keep every example in order"},
+    {"eval_use_gather_object", {"false"}, "utrain's ranks gather numbers, not objects"},
+    {"include_for_metrics", {""}, "utrain's metrics take the predictions and labels"},
+    {"include_inputs_for_metrics", {"false"}, "utrain's metrics take the predictions and labels"},
+    {"save_on_each_node", {"false"}, "rank 0 writes the checkpoints: every node must see output_dir"},
+    {"ignore_data_skip", {"false"}, "utrain resumes at the exact batch, without reading the ones before it"},
+    {"restore_callback_states_from_checkpoint", {"false"}, "utrain's hooks keep no state in checkpoints"},
+    {"parallelism_config", {""}, "dist.tensor_parallel, dist.pipeline_parallel and dist.strategy split a run"},
+    {"dataloader_multiprocessing_context", {""}, "utrain loads on one thread of each process"},
+    {"dataloader_in_order", {"true"}, "utrain's batches come in the sampler's order"},
+    {"label_names", {""}, "the data.* keys name the labels"},
+    {"length_column_name", {"length"}, "it serves group_by_length, which is not available"},
+    {"group_by_length", {"false"}, "not available: batches follow the sampler's order (a tsv_text batch is "
+                                   "trimmed to its longest row)"},
+    {"debug", {""}, "utrain's debugging aids are UT_PROFILE_OPS=1 and the ASan build (docs/testing.md)"},
+    {"skip_memory_metrics", {"true"}, "utrain plan gives the memory a run needs"},
+    {"local_rank", {"-1"}, "ranks and the world size come from the launcher (mpirun, srun) or --nproc N / "
+                           "dist.nproc_per_node, not from the config"},
+    {"past_index", {"-1"}, "utrain's models keep no past state between batches"},
+    {"jit_mode_eval", {"false"}, "utrain has no graph compiler"},
+    {"use_ipex", {"false"}, "utrain's CPU kernels are its own (oneDNN and OpenBLAS)"},
+    {"torchdynamo", {""}, "utrain has no graph compiler"},
+    {"fp16_opt_level", {"O1", "*"}, NULL}, /* apex's, which half_precision_backend refuses */
+    {"fp16_backend", {"auto"}, "utrain's mixed precision is its own autocast on every device"},
+    {"ray_scope", {"last", "*"}, NULL},    /* hyper-parameter search's */
+    {"tpu_num_cores", {""}, "TPUs are not available"},
+    {"tpu_metrics_debug", {"false"}, "TPUs are not available"},
+    {"mp_parameters", {""}, "SageMaker's model parallelism is not available"},
+    {"use_mps_device", {"false"}, "Apple GPUs are not available"},
+    {"activation_checkpointing_kwargs", {""}, "utrain's checkpointing recomputes each block in backward"},
+    {"gradient_checkpointing_kwargs", {""}, "utrain's checkpointing recomputes each block in backward"},
+    {"gradient_checkpointing_kwargs.use_reentrant", {"*"}, NULL}, /* how torch recomputes; the values are the same */
+    {"accelerator_config", {""}, "utrain's batches are each process's own (see the accelerator_config.* fields)"},
+    {"accelerator_config.split_batches", {"false"}, "train.batch_size is each process's batch"},
+    {"accelerator_config.dispatch_batches", {""}, "every process reads its own batches"},
+    {"accelerator_config.even_batches", {"true"}, "every rank takes the same number of batches an epoch"},
+    {"accelerator_config.use_seedable_sampler", {"true"}, "the sampler's order is a function of the seed"},
+    {"accelerator_config.non_blocking", {"false", "true"}, NULL}, /* batch copies are asynchronous on GPUs */
+    {"accelerator_config.gradient_accumulation_kwargs", {""}, "train.gradient_accumulation_steps is the window"},
+    {"fsdp_config", {""}, "dist.strategy: zero3 is utrain's FSDP"},
+    {"fsdp_config.min_num_params", {"0"}, "utrain's ZeRO-3 shards every parameter"},
+    {"fsdp_config.xla", {"false"}, "XLA is not available"},
+    {"fsdp_config.xla_fsdp_v2", {"false"}, "XLA is not available"},
+    {"fsdp_config.xla_fsdp_grad_ckpt", {"false"}, "XLA is not available"},
+};
+
+/* 1 (accepted), -1 (refused), 0: not a field of the table */
+static int fixed_field(const char *key, const char *v, char *err, size_t n) {
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        if (strcmp(key, fixed[i].field)) continue;
+        bool empty = !*v || !strcmp(v, "[]") || !strcmp(v, "{}");
+        for (int j = 0; j < 3 && fixed[i].ok[j]; j++) {
+            const char *ok = fixed[i].ok[j];
+            if (!strcmp(ok, "*") || (!*ok && empty) || (*ok && !strcasecmp(v, ok))) return 1;
+        }
+        if (!fixed[i].why) return 0; /* another handler's */
+        const char *want = fixed[i].ok[0];
+        return ut_errorf(err, n, "%s: '%s': %s; write %s or remove the key", key, v, fixed[i].why,
+                         *want ? want : "null");
+    }
+    return 0;
+}
+
 /* 1 (applied), -1 (refused, err), or 0: not a boolean field of the table */
 static int bool_field(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
         if (strcmp(key, bools[i].field)) continue;
+        if (!*v) return 1; /* None: the default */
         int on = ut_cfg_flag(key, v, err, n);
         if (on < 0) return -1;
         const hf_act *a = on ? &bools[i].on : &bools[i].off;
@@ -102,10 +205,8 @@ static int report_to(const char *key, const char *v, char *err, size_t n) {
     snprintf(buf, sizeof buf, "%s", v);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         while (*t == ' ') t++;
-        if (!strcmp(t, "tensorboard") || !strcmp(t, "all")) continue;
-        if (!strcmp(t, "none"))
-            return ut_errorf(err, n, "%s: none: utrain always writes the run's metrics.jsonl and TensorBoard event "
-                                     "files (RUN/tensorboard); remove report_to", key);
+        /* none, []: no service; the run's own files are written regardless */
+        if (!strcmp(t, "tensorboard") || !strcmp(t, "all") || !strcmp(t, "none") || !strcmp(t, "[]")) continue;
         return ut_errorf(err, n, "%s: '%s': utrain reports to TensorBoard (RUN/tensorboard) and RUN/metrics.jsonl "
                                  "only (docs/training.md); write report_to: tensorboard or remove the key", key, t);
     }
@@ -185,6 +286,51 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
                              "warmup_type: linear (docs/config.md)", key);
 }
 
+/* num_train_epochs: transformers' is a float (3.0 in a file it wrote) */
+static int epochs(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0) || x > 1e9 || x != floor(x)) {
+        if (end != v && !*end && x > 0 && x < 1e9)
+            return ut_errorf(err, n, "%s: %s epochs: utrain counts whole epochs; write max_steps: N for a part of "
+                                     "one (an epoch is the training set over the global batch)", key, v);
+        return 0; /* the alias's own message */
+    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f", x);
+    return assign(c, "train.epochs", buf, err, n);
+}
+
+/* train_sampling_strategy: random (utrain's shuffling), sequential */
+static int sampling(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(v, "random")) return assign(c, "data.shuffle", "true", err, n);
+    if (!strcmp(v, "sequential")) return assign(c, "data.shuffle", "false", err, n);
+    return ut_errorf(err, n, "%s: '%s': utrain's sampler is random (data.shuffle: true) or sequential "
+                             "(data.shuffle: false)", key, v);
+}
+
+/* fsdp: transformers' list of FSDP options ("full_shard auto_wrap") */
+static int fsdp(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    char buf[UT_CFG_STR_MAX];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, " ,", &save); t; t = strtok_r(NULL, " ,", &save)) {
+        const char *strategy = !strcmp(t, "full_shard")      ? "zero3"
+                               : !strcmp(t, "shard_grad_op") ? "zero2"
+                               : !strcmp(t, "no_shard")      ? "ddp"
+                                                             : NULL;
+        if (strategy) {
+            if (assign(c, "dist.strategy", strategy, err, n) < 0) return -1;
+        } else if (strcmp(t, "auto_wrap")) { /* utrain's ZeRO shards every parameter: no wrapping policy */
+            return ut_errorf(err, n, "%s: '%s': utrain has full_shard (dist.strategy: zero3), shard_grad_op "
+                                     "(zero2) and no_shard (ddp), with auto_wrap; %s", key, t,
+                             !strcmp(t, "offload") ? "parameter offload is not available (dist.offload_optimizer: "
+                                                     "cpu offloads the optimizer)"
+                                                   : "hybrid sharding is not available");
+        }
+    }
+    return 1;
+}
+
 static int resume(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!*v || !strcasecmp(v, "false")) return 1; /* None / False: a fresh run */
     if (!strcasecmp(v, "true")) return assign(c, "continue_training", "true", err, n);
@@ -193,10 +339,14 @@ static int resume(ut_config *c, const char *key, const char *v, char *err, size_
                              "a checkpoint's weights write load_dir: %s", key, v, v);
 }
 
+/* dataloader_num_workers: how many processes torch's DataLoader reads with.
+ * utrain reads every process's batches ahead on one background thread,
+ * whatever the count: the loading overlaps the steps either way. */
 static int workers(const char *key, const char *v, char *err, size_t n) {
-    return !strcmp(v, "0") ? 1 : ut_errorf(err, n, "%s: utrain loads batches on one background thread of each "
-                                                 "process; remove the key (data.prefetch sets how many batches "
-                                                 "it prepares ahead)", key);
+    char *end;
+    long long k = strtoll(v, &end, 10);
+    if (end == v || *end || k < 0) return ut_errorf(err, n, "%s: expected a number of workers >= 0, got '%s'", key, v);
+    return 1;
 }
 
 /* Hugging Face TrainingArguments' ddp_backend (torch.distributed's backend):
@@ -241,8 +391,23 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         int rc = fraction_of_steps(key, v, err, n);
         if (rc) return rc;
     }
-    int rc = bool_field(c, key, v, err, n);
+    int rc = fixed_field(key, v, err, n);
     if (rc) return rc;
+    /* None for a field that is another spelling of a utrain key: that key's default */
+    if (!*v && strcmp(ut_cfg_resolve(key), key) && !ut_cfg_find(key)) return 1;
+    if (!*v && (!strcmp(key, "greater_is_better") || !strcmp(key, "ddp_find_unused_parameters") ||
+                !strcmp(key, "tf32") || !strcmp(key, "fsdp")))
+        return 1;
+    rc = bool_field(c, key, v, err, n);
+    if (rc) return rc;
+    if (!strcmp(key, "num_train_epochs")) {
+        rc = epochs(c, key, v, err, n);
+        if (rc) return rc;
+    }
+    if (!strcmp(key, "max_steps") && !strcmp(v, "-1")) return assign(c, "train.max_steps", "0", err, n);
+    if (!strcmp(key, "train_sampling_strategy")) return sampling(c, key, v, err, n);
+    if (!strcmp(key, "fsdp")) return fsdp(c, key, v, err, n);
+    if (!strncmp(key, "hub_", 4)) return 1; /* push_to_hub's settings; push_to_hub itself is refused */
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
     if (!strcmp(key, "logging_dir"))
@@ -274,8 +439,10 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
 
 const char *const ut_cfg_hf_doc =
     "### Hugging Face TrainingArguments\n\n"
-    "A file of `TrainingArguments` fields (the YAML or JSON that `HfArgumentParser` reads)\n"
-    "loads as the Trainer reads it. Besides the aliases above, these fields are read:\n\n"
+    "A file of `TrainingArguments` fields (the YAML or JSON that `HfArgumentParser` reads,\n"
+    "or the whole `to_json_string()` of a run's arguments, every field included) loads as\n"
+    "the Trainer reads it. A field that is `null` (None) keeps utrain's default. Besides\n"
+    "the aliases above, these fields are read:\n\n"
     "| field | value | becomes |\n|---|---|---|\n"
     "| `fp16`, `bf16` | false / true | nothing / `train.precision: fp16`, `bf16` |\n"
     "| `tf32` | false / true | `train.tf32` (TF32 products on `device: cuda`; refused on the others) |\n"
@@ -283,8 +450,23 @@ const char *const ut_cfg_hf_doc =
     "| `label_smoothing_factor` | eps | `train.label_smoothing` |\n"
     "| `logging_first_step` | false / true | `train.log_first_step` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
-    "| `load_best_model_at_end` | true / false | nothing: `utrain test`, `evaluate` and `export` always take the best checkpoint / refused |\n"
-    "| `report_to` | `tensorboard`, `all` / `none`, others | nothing: the run writes TensorBoard event files and `metrics.jsonl` / refused |\n"
+    "| `load_best_model_at_end` | true / false | nothing: the run's model is its best checkpoint / `train.load_best_at_end: false`: its last (`do_predict`, `utrain test`, `generate` and `export` take it) |\n"
+    "| `report_to` | `tensorboard`, `all`, `none`, `[]` / others | nothing: the run writes its TensorBoard event files and `metrics.jsonl` and reports to no service / refused |\n"
+    "| `num_train_epochs` | 3.0 / 2.5 | `train.epochs: 3` / refused (utrain counts whole epochs; `max_steps` for part of one) |\n"
+    "| `max_steps` | -1 / N | nothing (the epochs decide) / `train.max_steps` |\n"
+    "| `eval_delay` | N | `train.eval_delay` (no evaluation before step N, or epoch N with `eval_strategy: epoch`) |\n"
+    "| `train_sampling_strategy` | `random` / `sequential` / `group_by_length` | `data.shuffle: true` / `false` / refused |\n"
+    "| `fsdp` | `full_shard`, `shard_grad_op`, `no_shard` with `auto_wrap` / `offload`, `hybrid_shard` | `dist.strategy: zero3`, `zero2`, `ddp` (utrain shards every parameter: no wrapping policy) / refused |\n"
+    "| `activation_checkpointing` | false / true | nothing / `train.checkpoint_activations` |\n"
+    "| `ddp_bucket_cap_mb` | N | `dist.bucket_mb` |\n"
+    "| `average_tokens_across_devices` | true / false | nothing: utrain averages the loss over the target tokens of the whole window on every rank (a label per example for classification) / refused |\n"
+    "| `enable_jit_checkpoint`, `batch_eval_metrics`, `dataloader_persistent_workers`, `ddp_static_graph`, `ddp_broadcast_buffers` | true / false | nothing either way: utrain always checkpoints at a stop signal, accumulates its metrics batch by batch, loads on one thread, has a static graph and no buffers besides the parameters |\n"
+    "| `gradient_checkpointing_kwargs.use_reentrant`, `fp16_opt_level`, `ray_scope`, `hub_*` | any | nothing: how torch recomputes (the values are the same); apex's level, hyper-parameter search's scope and the Hub's settings serve features utrain refuses |\n"
+    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `neftune_noise_alpha`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
+    "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `group_by_length`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
+    "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
+    "| `log_level`, `log_level_replica`, `project`, `include_num_input_tokens_seen`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `no`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"
+    "| `accelerator_config.*`, `fsdp_config.*` | their defaults (`split_batches: false`, `even_batches: true`, `use_seedable_sampler: true`, `non_blocking`, `min_num_params: 0`, `xla*: false`) / others | nothing / refused |\n"
     "| `logging_strategy` | `steps` / `epoch` / `no` | nothing (`logging_steps` is the interval) / `train.log_steps_ratio: 1` / `train.log_interval: 0` |\n"
     "| `resume_from_checkpoint` | true / empty, false / a path | `continue_training: true` / nothing / refused (`load_dir: PATH` starts a new run from those weights) |\n"
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
@@ -294,7 +476,8 @@ const char *const ut_cfg_hf_doc =
     "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
-    "| `dataloader_num_workers` | 0 / more | nothing (one loader thread) / refused (`data.prefetch`) |\n"
+    "| `dataloader_num_workers` | N | nothing: each process reads its batches ahead on one background thread, whatever N |\n"
+    "| `dataloader_prefetch_factor` | N | `data.prefetch` (batches read ahead) |\n"
     "| `ddp_backend` | `nccl` / `gloo`, `mpi` / empty | `dist.device_comm: direct` / `dist.device_comm: host` / nothing (others are refused) |\n"
     "| `do_train` | true / false | nothing / `mode: test` (`utrain CFG` tests the run's best checkpoint) |\n"
     "| `do_eval` | true / false | nothing: training evaluates on dev as `eval_strategy` says, and test mode evaluates dev too |\n"

@@ -28,6 +28,14 @@ int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char
     return 0;
 }
 
+int ut_run_checkpoint(const ut_config *c, const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n) {
+    if (c->load_best_at_end) return ut_best_checkpoint(dir, m, path, pn, err, n);
+    int64_t steps[1];
+    if (ut_ckpt_list(dir, steps, 1) <= 0) return ut_errorf(err, n, "%s: no checkpoints (train first, or name one)", dir);
+    ut_ckpt_path(path, pn, dir, steps[0]);
+    return 0;
+}
+
 /* dev_results.json / test_results.json. An unlabeled split has no loss or
  * accuracy: the file says so instead of giving numbers. */
 static int write_results(const char *dir, const char *split, const ut_eval_result *r, bool labeled,
@@ -210,7 +218,7 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     }
     snprintf(dir, sizeof dir, "%s/checkpoints", log.dir);
     if (ckpt_path) snprintf(path, sizeof path, "%s", ckpt_path);
-    else if (ut_best_checkpoint(dir, model, path, sizeof path, err, sizeof err)) goto out;
+    else if (ut_run_checkpoint(cfg, dir, model, path, sizeof path, err, sizeof err)) goto out;
     ut_train_state st;
     if (split ? ut_split_test_load(split, path, &st, err, sizeof err) : ut_ckpt_load(path, model, NULL, &st, err, sizeof err))
         goto out;

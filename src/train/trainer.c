@@ -910,6 +910,13 @@ static bool epoch_done(const ut_trainer *t) {
 }
 
 /* What follows an optimizer step: progress, logging, evaluation, saving. */
+/* train.eval_delay: steps (eval_strategy steps) or epochs done before the
+ * first evaluation, as transformers' eval_delay */
+static bool past_eval_delay(const ut_trainer *t) {
+    bool epochs = !strcmp(t->cfg->eval_strategy, "epoch");
+    return (double)(epochs ? t->st.epoch : t->st.step) >= t->cfg->eval_delay;
+}
+
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
@@ -919,7 +926,7 @@ static int after_step(ut_trainer *t, double loss, bool *stop) {
      * checkpoint written then resumes at the next epoch's start */
     if (epoch_done(t)) return 0;
     ut_eval_result res;
-    if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 &&
+    if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 && past_eval_delay(t) &&
         evaluate_dev(t, &res, true, stop))
         return -1;
     if (!strcmp(c->save_strategy, "steps") && t->st.step % t->save_every == 0 && save(t)) return -1;
@@ -1005,7 +1012,7 @@ static void epoch_end(ut_trainer *t, int *rc) {
     ut_sampler_next_epoch(&t->sampler);
     for (int w = 1; w < t->ndp; w++) ut_sampler_next_epoch(&t->rep[w].sampler);
     ut_eval_result res = {0};
-    if (*rc == 0 && due(c->eval_strategy, "epoch", c->eval_interval, t->st.step) &&
+    if (*rc == 0 && due(c->eval_strategy, "epoch", c->eval_interval, t->st.step) && past_eval_delay(t) &&
         evaluate_dev(t, &res, true, &stop))
         *rc = -1;
     if (row && !strcmp(c->eval_strategy, "epoch")) row->dev = res;

@@ -524,6 +524,29 @@ static void test_eval_on_start(void) {
     free(s);
 }
 
+/* eval_delay: no evaluation before step 3 (evaluations every 2 steps: at 4
+ * and 6 only); load_best_model_at_end: false makes the last checkpoint the
+ * run's model, which do_predict tests, though the best is another */
+static void test_eval_delay_and_last_model(void) {
+    const char *out = tp_path(tmp, "delay.out");
+    char runs[512], metrics[600];
+    snprintf(runs, sizeof runs, "output_dir=%s/delay", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "train.max_steps=6",
+                                  "--set", "train.eval_strategy=steps", "--set", "train.eval_interval=2", "--set",
+                                  "eval_delay=3", "--set", "train.best_metric=dev/loss", "--set",
+                                  "greater_is_better=true", "--set", "load_best_model_at_end=false", "--set",
+                                  "do_predict=true", NULL},
+                    out);
+    snprintf(metrics, sizeof metrics, "%s/delay/sst2_bow/metrics.jsonl", tmp);
+    CHECK(rc == 0, "run: exit %d", rc);
+    CHECK(isnan(dev_loss_at(metrics, 2)) && !isnan(dev_loss_at(metrics, 4)) && !isnan(dev_loss_at(metrics, 6)),
+          "evaluations at steps 4 and 6 only");
+    char *s = tp_slurp(out);
+    CHECK(s && strstr(s, "best dev/loss") && strstr(s, "at step 4") && strstr(s, "step_00000006.safetensors (step 6)"),
+          "best at step 4, the last (6) tested: %s", s ? s : "");
+    free(s);
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -623,6 +646,7 @@ int main(int argc, char **argv) {
     RUN(test_data_seed);
     RUN(test_wsd_schedule);
     RUN(test_eval_on_start);
+    RUN(test_eval_delay_and_last_model);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);
