@@ -47,6 +47,7 @@ typedef struct {
     int64_t max_len;             /* tsv_text: pad/truncate to this many tokens */
     int64_t min_freq;            /* tsv_text word vocabulary: minimum count */
     bool shuffle, drop_last;
+    bool group_by_length;        /* training batches of similar lengths (transformers' LengthGroupedSampler) */
     int64_t data_seed;           /* the training order's seed; -1: seed's */
     int prefetch;                /* batches the loader prepares ahead */
     /* seq2seq_text: the target files beside parallel source files (FlagAI's

@@ -226,6 +226,8 @@ typedef struct {
     int64_t epoch, cursor;       /* cursor: positions of this epoch already consumed (global) */
     int64_t *order;              /* permutation for the current epoch */
     int64_t order_epoch;         /* epoch that order was drawn for (-1: none) */
+    int32_t *lengths;            /* ut_sampler_group_by_length's copy (NULL: none) */
+    int64_t megabatch;
 } ut_sampler;
 
 void ut_sampler_init(ut_sampler *s, int64_t n, int64_t local_batch, int rank, int world,
@@ -249,6 +251,18 @@ bool ut_sampler_at_end(const ut_sampler *s);
 void ut_sampler_next_epoch(ut_sampler *s);
 /* Jumps to a saved position. */
 void ut_sampler_seek(ut_sampler *s, int64_t epoch, int64_t cursor);
+/* Groups examples of similar lengths (transformers' LengthGroupedSampler):
+ * each epoch's order is cut into megabatches of megabatch positions, each
+ * sorted by lengths[i] longest first (ties keep their order), and the
+ * megabatch holding the longest example swaps its first position with the
+ * first megabatch's, so the epoch starts with its longest batch. lengths
+ * (n values) is copied. */
+void ut_sampler_group_by_length(ut_sampler *s, const int32_t *lengths, int64_t megabatch);
+/* Each example's length, into out (ds->n values): the attention mask's
+ * length for token planes (tsv_text with a pretrained tokenizer), the
+ * source's for sequence-to-sequence data. 0, or -1 (a dataset of other
+ * examples, or a read error) with a message. */
+int ut_dataset_lengths(ut_dataset *ds, int32_t *out, char *err, size_t n);
 
 /* ---- loader ---- */
 /* A collated batch: x (count, x_ne...) and y (count, y_ne...) in host memory

@@ -47,3 +47,31 @@ unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n
 void ut_dataset_free(ut_dataset *ds) {
     if (ds && ds->free) ds->free(ds);
 }
+
+int ut_dataset_lengths(ut_dataset *ds, int32_t *out, char *err, size_t n) {
+    bool s2s = ut_seq2seq_planes(ds);
+    if (!s2s && !ut_tok_planes(ds))
+        return ut_errorf(err, n, "%s: its examples have no lengths to group by (text read with a pretrained "
+                                 "tokenizer, or sequence-to-sequence pairs, have)", ds->name);
+    int64_t L = ds->x_ne[1], planes = ds->x_ne[0];
+    /* the attention mask: token planes' third plane, the source's mask of a pair */
+    int64_t mask_plane = s2s ? 1 : 2;
+    size_t ys = ut_dtype_size(ds->y_dtype);
+    for (int i = 0; i < ds->y_ndim; i++) ys *= (size_t)ds->y_ne[i];
+    int32_t *x = ut_malloc_check((size_t)(planes * L) * sizeof *x);
+    void *y = ut_malloc_check(ys ? ys : 1);
+    int rc = 0;
+    for (int64_t i = 0; i < ds->n && !rc; i++) {
+        if (ds->get(ds, i, x, y, err, n)) {
+            rc = -1;
+            break;
+        }
+        const int32_t *mask = x + mask_plane * L;
+        int64_t len = L;
+        while (len > 0 && !mask[len - 1]) len--;
+        out[i] = (int32_t)len;
+    }
+    ut_free(x);
+    ut_free(y);
+    return rc;
+}

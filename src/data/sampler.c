@@ -1,6 +1,7 @@
 /* The distributed sampler. The order of an epoch depends only on (seed,
  * epoch, n): it is the same on every rank and for every world size, so the
  * global cursor alone says where a run is. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "utrain/base.h"
@@ -17,8 +18,49 @@ void ut_sampler_init(ut_sampler *s, int64_t n, int64_t local_batch, int rank, in
 
 void ut_sampler_free(ut_sampler *s) {
     ut_free(s->order);
+    ut_free(s->lengths);
     s->order = NULL;
+    s->lengths = NULL;
     s->order_epoch = -1;
+}
+
+void ut_sampler_group_by_length(ut_sampler *s, const int32_t *lengths, int64_t megabatch) {
+    UT_ASSERT(megabatch >= 1);
+    ut_free(s->lengths);
+    s->lengths = ut_malloc_check((size_t)(s->n > 0 ? s->n : 1) * sizeof *s->lengths);
+    if (s->n) memcpy(s->lengths, lengths, (size_t)s->n * sizeof *lengths);
+    s->megabatch = megabatch;
+    s->order_epoch = -1;
+}
+
+/* an example of a megabatch: its length, then its place (a stable sort) */
+typedef struct {
+    int32_t len;
+    int64_t at, idx;
+} sized;
+
+static int longest_first(const void *pa, const void *pb) {
+    const sized *a = pa, *b = pb;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* transformers' get_length_grouped_indices on the drawn order */
+static void group(ut_sampler *s) {
+    int64_t m = s->megabatch, best = -1, best_at = 0;
+    sized *buf = ut_malloc_check((size_t)(m < s->n ? m : s->n > 0 ? s->n : 1) * sizeof *buf);
+    for (int64_t start = 0; start < s->n; start += m) {
+        int64_t k = m < s->n - start ? m : s->n - start;
+        for (int64_t i = 0; i < k; i++)
+            buf[i] = (sized){s->lengths[s->order[start + i]], i, s->order[start + i]};
+        qsort(buf, (size_t)k, sizeof *buf, longest_first);
+        for (int64_t i = 0; i < k; i++) s->order[start + i] = buf[i].idx;
+        if (buf[0].len > best) best = buf[0].len, best_at = start; /* the first of the longest */
+    }
+    ut_free(buf);
+    int64_t t = s->order[0];
+    s->order[0] = s->order[best_at];
+    s->order[best_at] = t;
 }
 
 static int64_t global_batch(const ut_sampler *s) { return s->local_batch * s->world; }
@@ -59,6 +101,7 @@ static void ensure_order(ut_sampler *s) {
             s->order[j] = t;
         }
     }
+    if (s->lengths && s->n) group(s);
     s->order_epoch = s->epoch;
 }
 

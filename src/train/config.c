@@ -104,6 +104,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
     {.key = "data.shuffle", .type = UT_CFG_BOOL, AT(shuffle), .def = "true", .hashed = true,
      .doc = "shuffle the training set every epoch (by seed and epoch)"},
+    {.key = "data.group_by_length", .type = UT_CFG_BOOL, AT(group_by_length), .def = "false", .hashed = true,
+     .hash_if_set = true,
+     .doc = "training batches of examples of similar lengths, the epoch's longest first (transformers' "
+            "group_by_length): less padding for text read with a pretrained tokenizer and for "
+            "sequence-to-sequence pairs"},
     {.key = "data.drop_last", .type = UT_CFG_BOOL, AT(drop_last), .def = "false", .hashed = true,
      .doc = "drop the last incomplete training batch of an epoch"},
     {.key = "data.seed", .type = UT_CFG_INT, AT(data_seed), .def = "-1", GE(-1), .hashed = true,
@@ -440,6 +445,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"logging_first_step", "train.log_first_step"},
     {"eval_on_start", "train.eval_on_start"},
     {"eval_delay", "train.eval_delay"},
+    {"group_by_length", "data.group_by_length"},
     {"ddp_bucket_cap_mb", "dist.bucket_mb"},
     {"dataloader_prefetch_factor", "data.prefetch"},
     {"label_smoothing_factor", "train.label_smoothing"},

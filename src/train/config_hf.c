@@ -119,9 +119,7 @@ static const struct {
     {"dataloader_multiprocessing_context", {""}, "utrain loads on one thread of each process"},
     {"dataloader_in_order", {"true"}, "utrain's batches come in the sampler's order"},
     {"label_names", {""}, "the data.* keys name the labels"},
-    {"length_column_name", {"length"}, "it serves group_by_length, which is not available"},
-    {"group_by_length", {"false"}, "not available: batches follow the sampler's order (a tsv_text batch is "
-                                   "trimmed to its longest row)"},
+    {"length_column_name", {"length"}, "data.group_by_length measures each example's attention mask"},
     {"debug", {""}, "utrain's debugging aids are UT_PROFILE_OPS=1 and the ASan build (docs/testing.md)"},
     {"skip_memory_metrics", {"true"}, "utrain plan gives the memory a run needs"},
     {"local_rank", {"-1"}, "ranks and the world size come from the launcher (mpirun, srun) or --nproc N / "
@@ -305,8 +303,9 @@ static int epochs(ut_config *c, const char *key, const char *v, char *err, size_
 static int sampling(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(v, "random")) return assign(c, "data.shuffle", "true", err, n);
     if (!strcmp(v, "sequential")) return assign(c, "data.shuffle", "false", err, n);
-    return ut_errorf(err, n, "%s: '%s': utrain's sampler is random (data.shuffle: true) or sequential "
-                             "(data.shuffle: false)", key, v);
+    if (!strcmp(v, "group_by_length")) return assign(c, "data.group_by_length", "true", err, n);
+    return ut_errorf(err, n, "%s: '%s': utrain's sampler is random (data.shuffle: true), sequential "
+                             "(data.shuffle: false) or group_by_length (data.group_by_length: true)", key, v);
 }
 
 /* fsdp: transformers' list of FSDP options ("full_shard auto_wrap") */
@@ -455,7 +454,7 @@ const char *const ut_cfg_hf_doc =
     "| `num_train_epochs` | 3.0 / 2.5 | `train.epochs: 3` / refused (utrain counts whole epochs; `max_steps` for part of one) |\n"
     "| `max_steps` | -1 / N | nothing (the epochs decide) / `train.max_steps` |\n"
     "| `eval_delay` | N | `train.eval_delay` (no evaluation before step N, or epoch N with `eval_strategy: epoch`) |\n"
-    "| `train_sampling_strategy` | `random` / `sequential` / `group_by_length` | `data.shuffle: true` / `false` / refused |\n"
+    "| `train_sampling_strategy` | `random` / `sequential` / `group_by_length` / others | `data.shuffle: true` / `false` / `data.group_by_length: true` / refused |\n"
     "| `fsdp` | `full_shard`, `shard_grad_op`, `no_shard` with `auto_wrap` / `offload`, `hybrid_shard` | `dist.strategy: zero3`, `zero2`, `ddp` (utrain shards every parameter: no wrapping policy) / refused |\n"
     "| `activation_checkpointing` | false / true | nothing / `train.checkpoint_activations` |\n"
     "| `ddp_bucket_cap_mb` | N | `dist.bucket_mb` |\n"
@@ -463,7 +462,7 @@ const char *const ut_cfg_hf_doc =
     "| `enable_jit_checkpoint`, `batch_eval_metrics`, `dataloader_persistent_workers`, `ddp_static_graph`, `ddp_broadcast_buffers` | true / false | nothing either way: utrain always checkpoints at a stop signal, accumulates its metrics batch by batch, loads on one thread, has a static graph and no buffers besides the parameters |\n"
     "| `gradient_checkpointing_kwargs.use_reentrant`, `fp16_opt_level`, `ray_scope`, `hub_*` | any | nothing: how torch recomputes (the values are the same); apex's level, hyper-parameter search's scope and the Hub's settings serve features utrain refuses |\n"
     "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `neftune_noise_alpha`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
-    "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `group_by_length`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
+    "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
     "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
     "| `log_level`, `log_level_replica`, `project`, `include_num_input_tokens_seen`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `no`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"
     "| `accelerator_config.*`, `fsdp_config.*` | their defaults (`split_batches: false`, `even_batches: true`, `use_seedable_sampler: true`, `non_blocking`, `min_num_params: 0`, `xla*: false`) / others | nothing / refused |\n"

@@ -106,9 +106,13 @@ int ut_dp_setup(ut_trainer *t, bool own_m) {
     if (!t->dp) return -1;
     t->rep = ut_calloc_check((size_t)t->ndp, sizeof *t->rep);
     for (int w = 0; w < t->ndp; w++) ut_run_ctx_setup(ut_dp_ctx(t->dp, w), c);
-    for (int w = 1; w < t->ndp; w++)
+    for (int w = 1; w < t->ndp; w++) {
         ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, ut_run_data_seed(c),
                         c->shuffle, c->drop_last);
+        if (c->group_by_length &&
+            ut_run_group_by_length(c, t->train, &t->rep[w].sampler, t->ndp, t->err, sizeof t->err))
+            return -1;
+    }
     return 0;
 }
 

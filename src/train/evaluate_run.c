@@ -28,6 +28,22 @@ int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char
     return 0;
 }
 
+int ut_run_group_by_length(const ut_config *c, ut_dataset *ds, ut_sampler *s, int64_t world, char *err,
+                           size_t n) {
+    int32_t *len = ut_malloc_check((size_t)(ds->n > 0 ? ds->n : 1) * sizeof *len);
+    char why[512];
+    if (ut_dataset_lengths(ds, len, why, sizeof why)) {
+        ut_free(len);
+        return ut_errorf(err, n, "data.group_by_length: %s", why);
+    }
+    /* transformers' megabatch: up to 50 optimizer batches, fewer for a small set */
+    int64_t batch = c->batch_size * world * c->gradient_accumulation_steps;
+    int64_t mult = ds->n / (batch * 4) < 50 ? ds->n / (batch * 4) : 50;
+    ut_sampler_group_by_length(s, len, (mult > 0 ? mult : 1) * batch);
+    ut_free(len);
+    return 0;
+}
+
 int ut_run_checkpoint(const ut_config *c, const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n) {
     if (c->load_best_at_end) return ut_best_checkpoint(dir, m, path, pn, err, n);
     int64_t steps[1];

@@ -101,6 +101,10 @@ static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **
                            size_t n) {
     ut_sampler s;
     ut_sampler_init(&s, ds->n, c->batch_size, 0, 1, ut_run_data_seed(c), c->shuffle, c->drop_last);
+    if (c->group_by_length && ut_run_group_by_length(c, ds, &s, 1, err, n)) { /* the epoch's longest batch first */
+        ut_sampler_free(&s);
+        return -1;
+    }
     int64_t cap = c->batch_size < ds->n ? c->batch_size : ds->n > 0 ? ds->n : 1;
     int64_t *idx = ut_malloc_check(sizeof(int64_t) * (size_t)cap);
     int64_t count = ut_sampler_next(&s, idx);

@@ -73,6 +73,11 @@ void ut_note(ut_runlog *rl, const char *fmt, ...) __attribute__((format(printf, 
 /* The checkpoint test mode and load_dir use: the one at the newest checkpoint's
  * best_step if it exists, else the newest. Path into path; 0 or -1 with err. */
 int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
+/* data.group_by_length: s groups ds's examples by their lengths, in
+ * megabatches of transformers' size for the global batch over world
+ * processes (and the accumulation window). 0, or -1 naming the key. */
+int ut_run_group_by_length(const ut_config *c, ut_dataset *ds, ut_sampler *s, int64_t world, char *err,
+                           size_t n);
 /* One metrics.jsonl line and TensorBoard scalars "<split>/<name>". */
 void ut_log_scalars(ut_runlog *rl, const char *split, int64_t step, double epoch, int n,
                     const char *const *names, const double *values);

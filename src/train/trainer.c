@@ -479,6 +479,9 @@ static void print_summary(ut_trainer *t) {
                c->init_scale, (long long)c->growth_interval, c->min_loss_scale,
                (long long)c->loss_scale_hysteresis - 1, c->loss_scale_hysteresis == 2 ? "" : "s",
                c->consecutive_hysteresis ? ", restored by every clean step" : "");
+    if (c->group_by_length)
+        ut_say(&t->log, "  Batches grouped by length (data.group_by_length: megabatches of %lld examples, each "
+                        "longest first; the epoch's longest batch first)\n", (long long)t->sampler.megabatch);
     if (c->save_only_model)
         ut_say(&t->log, "  Checkpoints = the weights alone (train.save_only_model: no run resumes from them; a stop "
                         "signal's checkpoint is whole)\n");
@@ -1133,6 +1136,9 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->drank,
                     t->ndp > 1 ? t->ndp : t->dworld, ut_run_data_seed(c), c->shuffle, c->drop_last);
     t->accum_steps = c->gradient_accumulation_steps;
+    if (c->group_by_length && ut_run_group_by_length(c, t->train, &t->sampler, t->ndp > 1 ? t->ndp : t->dworld,
+                                                     t->err, sizeof t->err))
+        return -1;
     t->batches_per_epoch = ut_sampler_batches_per_epoch(&t->sampler);
     if (t->batches_per_epoch == 0) {
         snprintf(t->err, sizeof t->err, "%s: %lld examples make no batch of %lld (drop_last)", t->train->name,

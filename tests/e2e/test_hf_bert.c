@@ -67,6 +67,29 @@ static void test_refused(void) {
     free(vocab);
 }
 
+/* data.group_by_length (transformers' group_by_length): batches of similar
+ * lengths, other losses than the shuffled order's; the same global order on
+ * 2 ranks of 8 as on 1 of 16, so the same losses */
+static void test_group_by_length(void) {
+    const char *sets[] = {"experiment_name=bert_grouped", "group_by_length=true", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "grouped.out", sets, NULL) == 0, "grouped run");
+    char *s = tp_slurp(tp_path(tmp, "grouped.out"));
+    CHECK(s && strstr(s, "Batches grouped by length (data.group_by_length: megabatches of 48 examples"), "%s",
+          s ? s : "");
+    free(s);
+    char a[64] = "", b[64] = "";
+    CHECK(tp_loss_at(tp_path(tmp, "runs/bert/metrics.jsonl"), "train", 1, a, sizeof a) &&
+              tp_loss_at(tp_path(tmp, "runs/bert_grouped/metrics.jsonl"), "train", 1, b, sizeof b) && strcmp(a, b),
+          "first losses: shuffled %s, grouped %s", a, b);
+}
+
+static void test_group_by_length_two_ranks(void) {
+    const char *sets[] = {"experiment_name=bert_grouped2", "group_by_length=true", "train.batch_size=8", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "grouped2.out", sets, "2") == 0, "grouped, 2 ranks");
+    hfe_check_same_losses(tp_path(tmp, "runs/bert_grouped/metrics.jsonl"),
+                          tp_path(tmp, "runs/bert_grouped2/metrics.jsonl"), 1, 15, 7, "grouped");
+}
+
 static void test_ddp_two_ranks(void) { hfe_check_two_ranks(tmp, "bert", "ddp", "attention.self.key.bias", 39); }
 static void test_zero3_two_ranks(void) { hfe_check_two_ranks(tmp, "bert", "zero3", "attention.self.key.bias", 39); }
 
@@ -80,9 +103,11 @@ int main(int argc, char **argv) {
     RUN(test_train_then_test);
     RUN(test_unlabeled_test_file);
     RUN(test_refused);
+    RUN(test_group_by_length);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
     RUN(test_zero3_two_ranks);
+    RUN(test_group_by_length_two_ranks);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

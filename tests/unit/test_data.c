@@ -596,6 +596,57 @@ static void test_sampler_order(void) {
     ut_sampler_free(&s);
 }
 
+/* group_by_length: the epoch's order is the shuffled one cut into
+ * megabatches, each longest first (ties in their shuffled order), with the
+ * longest example at the front; a permutation, the same for the same epoch
+ * and seed, another for another epoch. */
+static void test_sampler_group_by_length(void) {
+    enum { N = 103, M = 20 };
+    int32_t len[N];
+    for (int i = 0; i < N; i++) len[i] = (int32_t)((i * 37) % 11 + (i == 57 ? 40 : 0)); /* 57 is the longest */
+    int64_t plain[N], grouped[N], again[N], next[N];
+    epoch_order(N, 5, 2, true, plain);
+    ut_sampler s;
+    ut_sampler_init(&s, N, N, 0, 1, 5, true, false);
+    ut_sampler_group_by_length(&s, len, M);
+    ut_sampler_seek(&s, 2, 0);
+    CHECK(ut_sampler_next(&s, grouped) == N, "one batch of the epoch");
+    ut_sampler_seek(&s, 2, 0);
+    ut_sampler_next(&s, again);
+    ut_sampler_next_epoch(&s);
+    ut_sampler_next(&s, next);
+    ut_sampler_free(&s);
+    CHECK(memcmp(grouped, again, sizeof grouped) == 0 && memcmp(grouped, next, sizeof grouped) != 0,
+          "the same epoch, the same order; the next, another");
+    CHECK(grouped[0] == 57, "the longest first: %lld", (long long)grouped[0]);
+    int seen[N] = {0};
+    for (int i = 0; i < N; i++) seen[grouped[i]]++;
+    bool perm = true;
+    for (int i = 0; i < N; i++) perm &= seen[i] == 1;
+    CHECK(perm, "not a permutation");
+    /* transformers' get_length_grouped_indices on the shuffled order: each
+     * megabatch of M positions sorted longest first (stable), then the
+     * first megabatch's head swapped with the head of the first megabatch
+     * holding the longest */
+    int64_t want[N], best = -1, best_at = 0;
+    memcpy(want, plain, sizeof want);
+    for (int64_t start = 0; start < N; start += M) {
+        int64_t k = start + M < N ? M : N - start, *w = want + start;
+        for (int64_t a = 1; a < k; a++) /* insertion sort: stable */
+            for (int64_t b = a; b > 0 && len[w[b]] > len[w[b - 1]]; b--) {
+                int64_t t = w[b];
+                w[b] = w[b - 1];
+                w[b - 1] = t;
+            }
+        if (len[w[0]] > best) best = len[w[0]], best_at = start;
+    }
+    int64_t t = want[0];
+    want[0] = want[best_at];
+    want[best_at] = t;
+    CHECK(memcmp(grouped, want, sizeof want) == 0, "not transformers' grouping of the shuffled order");
+    CHECK(best_at > 0, "the longest was in the first megabatch: the swap went untested");
+}
+
 static void test_sampler_seek_and_world(void) {
     ut_sampler a, b;
     int64_t ia[8], ib[8];
@@ -752,6 +803,7 @@ int main(void) {
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);
+    RUN(test_sampler_group_by_length);
     RUN(test_sampler_seek_and_world);
     RUN(test_loader_matches_sampler);
     RUN(test_loader_resume);
