@@ -406,12 +406,11 @@ static void test_hf_training_arguments_files(void) {
     /* values of those fields that utrain cannot honour are still refused */
     const struct { const char *text, *msg; } bad[] = {
         {"num_train_epochs: 2.5\n", "num_train_epochs: 2.5 epochs: utrain counts whole epochs; write max_steps: N"},
-        {"group_by_length: true\n", "group_by_length: 'true': not available"},
         {"use_liger_kernel: true\n", "use_liger_kernel: 'true': utrain's fused kernels are its own (docs/gpu.md); "
                                      "write false or remove the key"},
         {"neftune_noise_alpha: 5\n", "neftune_noise_alpha: '5': NEFTune's embedding noise is not available; write "
                                      "null or remove the key"},
-        {"train_sampling_strategy: group_by_length\n", "utrain's sampler is random (data.shuffle: true) or "
+        {"train_sampling_strategy: batch_rebalance\n", "utrain's sampler is random (data.shuffle: true), "
                                                        "sequential"},
         {"fsdp: full_shard offload\n", "fsdp: 'offload': utrain has full_shard (dist.strategy: zero3)"},
         {"average_tokens_across_devices: false\n", "utrain averages the loss over the target tokens"},
@@ -424,6 +423,9 @@ static void test_hf_training_arguments_files(void) {
         CHECK(load_text(&c, bad[i].text) == -1 && strstr(err, bad[i].msg), "%s: got '%s'", bad[i].text, err);
         ut_config_free(&c);
     }
+    ut_config_init(&c);
+    CHECK(load_text(&c, "train_sampling_strategy: group_by_length\n") == 0 && c.group_by_length, "grouped: %s", err);
+    ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "fsdp: full_shard auto_wrap\nmax_steps: -1\nreport_to: none\ntf32: null\n"
                         "load_best_model_at_end: true\nactivation_checkpointing: true\n") == 0 &&
