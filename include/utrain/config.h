@@ -121,6 +121,7 @@ typedef struct {
     int64_t early_stopping_patience;  /* evaluations without improvement; 0 = off */
     double early_stopping_threshold;
     char progress[8];            /* auto | bar | lines | off */
+    char logging_dir[UT_CFG_STR_MAX]; /* TensorBoard's directory ("": RUN/tensorboard) */
 
     /* ---- optim ---- */
     char optim_name[16];         /* adamw | sgd */

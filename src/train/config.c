@@ -229,6 +229,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.early_stopping_threshold", .type = UT_CFG_FLOAT,
      AT(early_stopping_threshold), .def = "0", GE(0),
      .doc = "smallest change of best_metric that counts as an improvement"},
+    {.key = "train.logging_dir", .type = UT_CFG_STR, AT(logging_dir), .def = "",
+     .doc = "the directory of the TensorBoard event files (\"\": RUN/tensorboard; Hugging Face's logging_dir)"},
     {.key = "train.progress", .type = UT_CFG_ENUM, AT(progress), .def = "auto",
      .values = progress_kinds, .doc = "progress display (auto: a bar on a terminal, else lines)"},
 
@@ -445,6 +447,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"logging_first_step", "train.log_first_step"},
     {"eval_on_start", "train.eval_on_start"},
     {"eval_delay", "train.eval_delay"},
+    {"logging_dir", "train.logging_dir"},
     {"group_by_length", "data.group_by_length"},
     {"ddp_bucket_cap_mb", "dist.bucket_mb"},
     {"dataloader_prefetch_factor", "data.prefetch"},

@@ -146,6 +146,16 @@ static const struct {
     {"accelerator_config.non_blocking", {"false", "true"}, NULL}, /* batch copies are asynchronous on GPUs */
     {"accelerator_config.gradient_accumulation_kwargs", {""}, "train.gradient_accumulation_steps is the window"},
     {"fsdp_config", {""}, "dist.strategy: zero3 is utrain's FSDP"},
+    /* transformers 4's fields */
+    {"per_gpu_train_batch_size", {""}, "write per_device_train_batch_size"},
+    {"per_gpu_eval_batch_size", {""}, "write per_device_eval_batch_size"},
+    {"sharded_ddp", {""}, NULL}, /* a value is config_value.c's seed flag */
+    {"fsdp_min_num_params", {"0"}, "utrain's ZeRO-3 shards every parameter"},
+    {"fsdp_transformer_layer_cls_to_wrap", {""}, "utrain's ZeRO-3 shards every parameter"},
+    {"dispatch_batches", {""}, "every process reads its own batches"},
+    {"split_batches", {"", "false"}, "train.batch_size is each process's batch"},
+    {"include_tokens_per_second", {"false", "true"}, NULL}, /* the train lines give tokens_per_s for token data */
+    {"use_legacy_prediction_loop", {"false"}, "utrain has one evaluation loop"},
     {"fsdp_config.min_num_params", {"0"}, "utrain's ZeRO-3 shards every parameter"},
     {"fsdp_config.xla", {"false"}, "XLA is not available"},
     {"fsdp_config.xla_fsdp_v2", {"false"}, "XLA is not available"},
@@ -409,13 +419,13 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if (!strncmp(key, "hub_", 4)) return 1; /* push_to_hub's settings; push_to_hub itself is refused */
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
-    if (!strcmp(key, "logging_dir"))
-        return !*v ? 1 : ut_errorf(err, n, "%s: TensorBoard's files are in the run directory, "
-                                          "output_dir/experiment_name/tensorboard; set output_dir and "
-                                          "experiment_name instead", key);
+    /* run_name: a name for reporting services; transformers 4 wrote output_dir there */
     if (!strcmp(key, "run_name"))
-        return !*v ? 1 : ut_errorf(err, n, "%s: a utrain run is named by experiment_name (also its directory, "
-                                          "output_dir/experiment_name); write experiment_name: %s", key, v);
+        return !*v || !strcmp(v, c->output_dir)
+                   ? 1
+                   : ut_errorf(err, n, "%s: a utrain run is named by experiment_name (also its directory, "
+                                       "output_dir/experiment_name); write experiment_name: %s", key, v);
+    if (!strncmp(key, "push_to_hub_", 12)) return 1; /* transformers 4's spellings of hub_* */
     if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
     if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, key, v, err, n);
     if (!strncmp(key, "lr_scheduler_kwargs.", 20)) return scheduler_kwarg(c, key, v, err, n);
@@ -493,4 +503,6 @@ const char *const ut_cfg_hf_doc =
     "| `dataloader_pin_memory` | true / false | nothing: batches are read ahead into page-locked memory on a GPU / refused |\n"
     "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
     "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
-    "| `logging_dir`, `run_name` | empty / a value | nothing / refused (TensorBoard's files are in `RUN/tensorboard`; `experiment_name` names the run) |\n\n";
+    "| `logging_dir` | a directory | `train.logging_dir` (TensorBoard's event files there instead of `RUN/tensorboard`) |\n"
+    "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"
+    "| transformers 4's `per_gpu_*_batch_size`, `sharded_ddp`, `fsdp_min_num_params`, `fsdp_transformer_layer_cls_to_wrap`, `dispatch_batches`, `split_batches`, `include_tokens_per_second`, `use_legacy_prediction_loop`, `push_to_hub_*` | their defaults | nothing (`include_tokens_per_second`: the train lines give `tokens_per_s` for token data either way) / others refused, saying what to write |\n\n";

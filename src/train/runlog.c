@@ -186,7 +186,12 @@ int ut_runlog_open(ut_runlog *rl, const ut_config *cfg, ut_comm *comm, bool trai
         if (drop_torn_line(rl->dir, err, n) ||
             !(rl->metrics = append_in(rl->dir, "metrics.jsonl", err, n)))
             return -1;
-        snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
+        if (cfg->logging_dir[0]) { /* train.logging_dir */
+            snprintf(sub, sizeof sub, "%s", cfg->logging_dir);
+            if (ut_mkdirs(sub, err, n) || ut_check_own_dir(sub, err, n)) return -1;
+        } else {
+            snprintf(sub, sizeof sub, "%s/tensorboard", rl->dir);
+        }
         if (!(rl->tb = ut_tb_open(sub, err, n))) return -1;
     }
     return 0;

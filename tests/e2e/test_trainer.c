@@ -547,6 +547,28 @@ static void test_eval_delay_and_last_model(void) {
     free(s);
 }
 
+/* Files in dir whose names start with prefix. */
+static int count_files(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    int k = 0;
+    for (struct dirent *e; d && (e = readdir(d));) k += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return k;
+}
+
+/* logging_dir (train.logging_dir): TensorBoard's event files go there */
+static void test_logging_dir(void) {
+    char runs[512], logdir[600];
+    snprintf(runs, sizeof runs, "output_dir=%s/lgd", tmp);
+    snprintf(logdir, sizeof logdir, "logging_dir=%s/lgd_tb/run1", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", logdir, "--set",
+                                  "train.max_steps=2", NULL},
+                    tp_path(tmp, "lgd.out"));
+    CHECK(rc == 0 && count_files(tp_path(tmp, "lgd_tb/run1"), "events.out.tfevents.") == 1 &&
+              count_files(tp_path(tmp, "lgd/sst2_bow/tensorboard"), "events.out.tfevents.") == 0,
+          "event files in logging_dir, none in RUN/tensorboard");
+}
+
 /* train.test_at_end (Hugging Face's do_predict): after training, the best
  * checkpoint is tested as `utrain test` tests it; a stopped run is not
  * tested; do_train: false is test mode. */
@@ -647,6 +669,7 @@ int main(int argc, char **argv) {
     RUN(test_wsd_schedule);
     RUN(test_eval_on_start);
     RUN(test_eval_delay_and_last_model);
+    RUN(test_logging_dir);
     RUN(test_load_dir);
     RUN(test_early_stopping);
     RUN(test_progress_bar);

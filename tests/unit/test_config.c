@@ -523,7 +523,6 @@ static void test_hf_training_arguments(void) {
         {"overwrite_output_dir: true\n", "overwrite_output_dir: utrain never overwrites"},
         {"resume_from_checkpoint: out/checkpoint-500\n", "write load_dir: out/checkpoint-500"},
         {"logging_strategy: sometimes\n", "logging_strategy: 'sometimes' is not one of steps, epoch, no"},
-        {"logging_dir: out/logs\n", "logging_dir: TensorBoard's files are in the run directory"},
         {"run_name: first\n", "write experiment_name: first"},
         {"dataloader_num_workers: -1\n", "dataloader_num_workers: expected a number of workers >= 0, got '-1'"},
         {"torch_compile: true\n", "torch_compile: utrain has no graph compiler"},
