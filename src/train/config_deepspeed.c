@@ -86,6 +86,14 @@ static int precision(ds_ctx *d, const cJSON *o, const char *name) {
                 return refuse(d, path, why);
             continue;
         }
+        if (!strcmp(e->string, "immediate_grad_update") && cJSON_IsBool(e)) { /* when DeepSpeed folds gradients */
+            tuning(d, path);
+            continue;
+        }
+        if (!strcmp(e->string, "fp16_master_weights_and_grads")) {
+            if (cJSON_IsFalse(e)) continue;
+            return refuse(d, path, "utrain keeps float32 master weights and gradients; set false or remove it");
+        }
         if (!strcmp(name, "bf16")) return refuse(d, path, "not read by utrain (bf16 needs no loss scale); remove it");
         if (is_auto(e)) continue;
         if (!strcmp(e->string, "loss_scale")) {
@@ -194,6 +202,13 @@ static int zero(ds_ctx *d, const cJSON *o) {
              * and all-gather for the sharded stages, checkpoints whole in float32 */
             if (!cJSON_IsBool(e) && !is_auto(e)) return refuse(d, path, "expected true or false");
             if (!is_true(e) && !is_auto(e)) tuning(d, path);
+        } else if (!strcmp(e->string, "load_from_fp32_weights") || !strcmp(e->string, "ignore_unused_parameters") ||
+                   !strcmp(e->string, "elastic_checkpoint")) {
+            /* utrain's checkpoints hold the float32 master weights and resume on any world size; its
+             * buckets hold every parameter, one no loss reached gets zeros */
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            if (!strcmp(e->string, "load_from_fp32_weights") && !is_true(e))
+                return refuse(d, path, "utrain resumes from the float32 master weights; set true or remove it");
         } else if (!strcmp(e->string, "allgather_bucket_size") || !strcmp(e->string, "sub_group_size") ||
                    !strncmp(e->string, "stage3_", 7)) {
             /* the sizes of DeepSpeed's own transfers, optimizer groups and ZeRO-3 prefetching:
@@ -332,6 +347,97 @@ static int scheduler(ds_ctx *d, const cJSON *o) {
     return 0;
 }
 
+/* Top-level keys whose value is what utrain does (or a tuning of DeepSpeed's
+ * own): accepted at the values listed ("*": any; tuning: accepted and named
+ * in the run's summary when not the first value), refused otherwise. */
+static const struct {
+    const char *key, *ok[3], *why;
+    bool tuning;
+} plain[] = {
+    {"prescale_gradients", {"false", "true"}, NULL, true},
+    {"gradient_predivide_factor", {"1", "*"}, NULL, true},
+    {"zero_force_ds_cpu_optimizer", {"false", "true"}, NULL, false}, /* utrain's host AdamW is its own */
+    {"memory_breakdown", {"false"}, "utrain plan gives the memory a run needs on each rank", false},
+    {"sparse_gradients", {"false"}, "utrain's gradients are dense", false},
+    {"dump_state", {"false"}, "the run's log gives its configuration", false},
+    {"gradient_accumulation_dtype", {"fp32"}, "utrain accumulates gradients in float32", false},
+    {"seq_parallel_communication_data_type", {"fp32"}, "utrain's sequence-parallel exchanges are float32", false},
+};
+
+static int plain_key(ds_ctx *d, const char *k, const cJSON *e) {
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        if (strcmp(k, plain[i].key)) continue;
+        char v[64];
+        if (!text_of(e, v, sizeof v)) return refuse(d, k, "expected a number, true/false or a string");
+        for (int j = 0; j < 3 && plain[i].ok[j]; j++)
+            if (!strcmp(plain[i].ok[j], "*") || !strcmp(v, plain[i].ok[j])) {
+                if (plain[i].tuning && j > 0) tuning(d, k);
+                return 0;
+            }
+        return refuse(d, k, ut_fmt("%s; write %s or remove it", plain[i].why, plain[i].ok[0]));
+    }
+    return 1;
+}
+
+/* communication_data_type: the gradients' all-reduce in 16 bits is
+ * dist.comm_hook (ddp and zero1) */
+static int comm_type(ds_ctx *d, const cJSON *e) {
+    char why[512];
+    const char *v = cJSON_IsString(e) ? e->valuestring : "";
+    const char *hook = !strcmp(v, "fp32") ? "none" : !strcmp(v, "bf16") ? "bf16" : !strcmp(v, "fp16") ? "fp16" : NULL;
+    if (is_auto(e)) return 0;
+    if (!hook) return refuse(d, "communication_data_type", "expected \"fp32\", \"bf16\" or \"fp16\"");
+    if (ut_cfg_assign(d->c, "dist.comm_hook", hook, why, sizeof why)) return refuse(d, "communication_data_type", why);
+    return 0;
+}
+
+/* monitors: DeepSpeed's tensorboard writes event files in output_path/job_name
+ * (train.logging_dir); csv_monitor, wandb and comms_logger only when off */
+static int monitor(ds_ctx *d, const char *k, const cJSON *o) {
+    char path[128];
+    if (!cJSON_IsObject(o)) return refuse(d, k, "expected an object");
+    const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "enabled");
+    if (!cJSON_IsTrue(on)) return 0;
+    if (strcmp(k, "tensorboard")) {
+        snprintf(path, sizeof path, "%s.enabled", k);
+        return refuse(d, path, "utrain reports to its own metrics.jsonl and TensorBoard files; set false or remove "
+                               "the section");
+    }
+    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(o, "output_path"),
+                *job = cJSON_GetObjectItemCaseSensitive(o, "job_name");
+    char buf[UT_CFG_STR_MAX], why[512];
+    snprintf(buf, sizeof buf, "%s/%s", cJSON_IsString(dir) && *dir->valuestring ? dir->valuestring : ".",
+             cJSON_IsString(job) && *job->valuestring ? job->valuestring : "DeepSpeedJobName");
+    if (ut_cfg_assign(d->c, "train.logging_dir", buf, why, sizeof why)) return refuse(d, "tensorboard", why);
+    return 0;
+}
+
+/* data_types: {grad_accum_dtype}; checkpoint: DeepSpeed's checkpoint options */
+static int small_sections(ds_ctx *d, const char *k, const cJSON *o) {
+    char path[128];
+    if (!cJSON_IsObject(o)) return refuse(d, k, "expected an object");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        snprintf(path, sizeof path, "%s.%s", k, e->string);
+        if (!strcmp(k, "data_types") && !strcmp(e->string, "grad_accum_dtype")) {
+            if (cJSON_IsNull(e) || (cJSON_IsString(e) && !strcmp(e->valuestring, "fp32"))) continue;
+            return refuse(d, path, "utrain accumulates gradients in float32; write \"fp32\" or remove it");
+        }
+        if (!strcmp(k, "checkpoint") && (!strcmp(e->string, "tag_validation") || !strcmp(e->string, "parallel_write") ||
+                                         !strcmp(e->string, "use_node_local_storage"))) {
+            tuning(d, path); /* how DeepSpeed names and writes its files; utrain's are its own */
+            continue;
+        }
+        if (!strcmp(k, "checkpoint") && !strcmp(e->string, "load_universal")) {
+            if (cJSON_IsFalse(e)) continue;
+            return refuse(d, path, "utrain's checkpoints resume on any world size with the same global batch; set "
+                                   "false or remove it");
+        }
+        return refuse(d, path, "not read by utrain; remove it");
+    }
+    return 0;
+}
+
 /* flops_profiler: off is nothing; on is refused */
 static int flops_profiler(ds_ctx *d, const cJSON *o) {
     if (!cJSON_IsObject(o)) return refuse(d, "flops_profiler", "expected an object");
@@ -388,6 +494,13 @@ static int apply(ds_ctx *d, const cJSON *root) {
         else if (!strcmp(k, "optimizer")) rc = optimizer(d, e);
         else if (!strcmp(k, "wall_clock_breakdown"))
             rc = cJSON_IsFalse(e) ? 0 : refuse(d, k, "not available; UT_PROFILE_OPS=1 times every op (docs/gpu.md)");
+        else if ((rc = plain_key(d, k, e)) != 1) {
+            /* handled */
+        } else if (!strcmp(k, "communication_data_type")) rc = comm_type(d, e);
+        else if (!strcmp(k, "tensorboard") || !strcmp(k, "csv_monitor") || !strcmp(k, "wandb") ||
+                 !strcmp(k, "comms_logger"))
+            rc = monitor(d, k, e);
+        else if (!strcmp(k, "data_types") || !strcmp(k, "checkpoint")) rc = small_sections(d, k, e);
         else if (!strcmp(k, "zero_allow_untested_optimizer"))
             rc = cJSON_IsBool(e) ? 0 : refuse(d, k, "expected true or false"); /* utrain's optimizers all shard */
         else if (!strcmp(k, "flops_profiler")) rc = flops_profiler(d, e);

@@ -1278,6 +1278,32 @@ static void test_deepspeed_config(void) {
                   "ds_warmup_cosine); optim.schedule is cosine, whose warmup is linear");
     check_invalid((const char *[]){"optim.schedule_steps=9", NULL},
                   "optim.schedule_steps: optim.schedule constant does not decay to an end; remove the key");
+    /* more of what DeepSpeed configs hold: values utrain honours, tuning named in the summary */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"prescale_gradients\": true, \"gradient_predivide_factor\": 1.0,\n"
+                      " \"communication_data_type\": \"bf16\", \"zero_force_ds_cpu_optimizer\": false,\n"
+                      " \"memory_breakdown\": false, \"sparse_gradients\": false, \"dump_state\": false,\n"
+                      " \"tensorboard\": {\"enabled\": true, \"output_path\": \"logs\", \"job_name\": \"t5\"},\n"
+                      " \"wandb\": {\"enabled\": false}, \"csv_monitor\": {\"enabled\": false},\n"
+                      " \"data_types\": {\"grad_accum_dtype\": \"fp32\"}, \"checkpoint\": {\"tag_validation\": \"Warn\"},\n"
+                      " \"bf16\": {\"enabled\": true, \"immediate_grad_update\": false},\n"
+                      " \"zero_optimization\": {\"stage\": 1, \"load_from_fp32_weights\": true,\n"
+                      "   \"ignore_unused_parameters\": true, \"elastic_checkpoint\": false}}\n") == 0,
+          "DeepSpeed's other keys: %s", err);
+    CHECK(!strcmp(c.comm_hook, "bf16") && !strcmp(c.logging_dir, "logs/t5") && !strcmp(c.precision, "bf16") &&
+              !strcmp(c.ds_tuning, "prescale_gradients, checkpoint.tag_validation, bf16.immediate_grad_update"),
+          "comm_hook %s, logging_dir %s, tuning %s", c.comm_hook, c.logging_dir, c.ds_tuning);
+    ut_config_free(&c);
+    check_ds_error("{\"memory_breakdown\": true}",
+                   "memory_breakdown: utrain plan gives the memory a run needs on each rank; write false or remove it");
+    check_ds_error("{\"wandb\": {\"enabled\": true}}",
+                   "wandb.enabled: utrain reports to its own metrics.jsonl and TensorBoard files; set false or "
+                   "remove the section");
+    check_ds_error("{\"communication_data_type\": \"int8\"}",
+                   "communication_data_type: expected \"fp32\", \"bf16\" or \"fp16\"");
+    check_ds_error("{\"fp16\": {\"fp16_master_weights_and_grads\": true}}",
+                   "fp16.fp16_master_weights_and_grads: utrain keeps float32 master weights and gradients; set false "
+                   "or remove it");
     /* the fp16 section's defaults are DeepSpeed's; its keys win in any order */
     ut_config_init(&c);
     CHECK(load_ds(&c, "{\"fp16\": {\"consecutive_hysteresis\": true, \"min_loss_scale\": 0.5,\n"
