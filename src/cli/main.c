@@ -504,6 +504,27 @@ static void usage_export(FILE *f) {
             "read through RUN_DIR/config.yml. See docs/models.md.\n");
 }
 
+/* The run's model: its best checkpoint (the one the newest checkpoint names
+ * as best, if it is kept, else the newest), or with train.load_best_at_end
+ * false its newest. Only the newest's train.best_step is read. */
+static int run_checkpoint_path(const ut_config *c, const char *run_dir, char *path, size_t pn, char *err, size_t n) {
+    char dir[1200];
+    int64_t steps[256];
+    snprintf(dir, sizeof dir, "%s/checkpoints", run_dir);
+    int k = ut_ckpt_list(dir, steps, 256);
+    if (k <= 0) return snprintf(err, n, "%s: no checkpoints (train first, or name one with --checkpoint)", dir), -1;
+    ut_ckpt_path(path, pn, dir, steps[0]);
+    if (!c->load_best_at_end) return 0;
+    ut_st_file *f = ut_st_open(path, err, n);
+    if (!f) return -1;
+    const char *best = ut_st_meta(f, "train.best_step");
+    long long b = best ? atoll(best) : -1;
+    ut_st_close(f);
+    for (int i = 0; i < k; i++)
+        if (steps[i] == b) ut_ckpt_path(path, pn, dir, steps[i]);
+    return 0;
+}
+
 static int cmd_export(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         usage_export(stdout);
@@ -530,11 +551,7 @@ static int cmd_export(int argc, char **argv) {
     ut_config_init(&cfg);
     snprintf(path, sizeof path, "%s/config.yml", run);
     int rc = ut_config_load(&cfg, path, err, sizeof err);
-    if (!rc && !ckpt) {
-        char dir[1400];
-        snprintf(dir, sizeof dir, "%s/checkpoints", run);
-        rc = ut_run_checkpoint(&cfg, dir, NULL, path, sizeof path, err, sizeof err);
-    }
+    if (!rc && !ckpt) rc = run_checkpoint_path(&cfg, run, path, sizeof path, err, sizeof err);
     if (!rc) rc = ut_hf_export(cfg.model_name, cfg.model_opts, ckpt ? ckpt : path, out, err, sizeof err);
     /* a run that read its text with data.tokenizer (no model.pretrained): that tokenizer's files too */
     struct stat sb;
