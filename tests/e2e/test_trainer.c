@@ -545,6 +545,13 @@ static void test_eval_delay_and_last_model(void) {
     CHECK(s && strstr(s, "best dev/loss") && strstr(s, "at step 4") && strstr(s, "step_00000006.safetensors (step 6)"),
           "best at step 4, the last (6) tested: %s", s ? s : "");
     free(s);
+    /* utrain test of the run reads its config.yml: the last checkpoint too */
+    char run[600];
+    snprintf(run, sizeof run, "%s/delay/sst2_bow", tmp);
+    rc = tp_run((const char *[]){"test", run, NULL}, out);
+    s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "step_00000006.safetensors (step 6)"), "utrain test: %s", s ? s : "");
+    free(s);
 }
 
 /* Files in dir whose names start with prefix. */
