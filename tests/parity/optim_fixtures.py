@@ -143,6 +143,17 @@ def make_schedules(path, nsteps=30):
     w.close()
 
 
+def rates(opt, sched, steps):
+    """The rate each of `steps` optimizer steps runs at, the scheduler stepped
+    after each as the trainers step it."""
+    vals = []
+    for _ in range(steps):
+        vals.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return vals
+
+
 # transformers' schedules with their lr_scheduler_kwargs: (name, warmup,
 # kwargs). test_optim.c's hf_cases holds the same list as utrain schedules.
 HF_LR, HF_TOTAL, HF_STEPS = 1e-2, 40, 44
@@ -170,12 +181,7 @@ def make_hf_schedules(path):
         opt = torch.optim.SGD([p], lr=HF_LR)
         sched = get_scheduler(name, opt, num_warmup_steps=warmup, num_training_steps=HF_TOTAL,
                               scheduler_specific_kwargs=dict(kwargs))
-        vals = []
-        for _ in range(HF_STEPS):
-            vals.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        w.put("case%d" % i, vals)
+        w.put("case%d" % i, rates(opt, sched, HF_STEPS))
     w.close()
 
 
@@ -213,12 +219,7 @@ def make_ds_schedules(path, ds_src):
         p = torch.zeros(1, requires_grad=True)
         opt = torch.optim.SGD([p], lr=lr)
         sched = getattr(mod, name)(opt, **params)
-        vals = []
-        for _ in range(DS_STEPS):
-            vals.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        w.put("case%d" % i, vals)
+        w.put("case%d" % i, rates(opt, sched, DS_STEPS))
     w.close()
 
 
