@@ -146,6 +146,8 @@ static const struct {
     {"accelerator_config.non_blocking", {"false", "true"}, NULL}, /* batch copies are asynchronous on GPUs */
     {"accelerator_config.gradient_accumulation_kwargs", {""}, "train.gradient_accumulation_steps is the window"},
     {"fsdp_config", {""}, "dist.strategy: zero3 is utrain's FSDP"},
+    /* Seq2SeqTrainingArguments' */
+    {"generation_config", {""}, "the generate.* keys say how utrain generates"},
     /* transformers 4's fields */
     {"per_gpu_train_batch_size", {""}, "write per_device_train_batch_size"},
     {"per_gpu_eval_batch_size", {""}, "write per_device_eval_batch_size"},
@@ -417,6 +419,23 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if (!strcmp(key, "train_sampling_strategy")) return sampling(c, key, v, err, n);
     if (!strcmp(key, "fsdp")) return fsdp(c, key, v, err, n);
     if (!strncmp(key, "hub_", 4)) return 1; /* push_to_hub's settings; push_to_hub itself is refused */
+    /* Seq2SeqTrainingArguments: the length grouping of its sortish sampler;
+     * generation_max_length counts the decoder's start token */
+    if ((!strcmp(key, "sortish_sampler") || !strcmp(key, "generation_max_length")) && !*v) return 1; /* None */
+    if (!strcmp(key, "sortish_sampler")) {
+        int on = ut_cfg_flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "data.group_by_length", "true", err, n) : 1;
+    }
+    if (!strcmp(key, "generation_max_length")) {
+        char *end;
+        long long k = strtoll(v, &end, 10);
+        if (end == v || *end || k < 2 || k > 1000001)
+            return ut_errorf(err, n, "%s: expected a length >= 2 (the decoder's start token and a token), got '%s'",
+                             key, v);
+        char buf[32];
+        snprintf(buf, sizeof buf, "%lld", k - 1);
+        return assign(c, "generate.max_new_tokens", buf, err, n);
+    }
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
     /* run_name: a name for reporting services; transformers 4 wrote output_dir there */
@@ -505,4 +524,6 @@ const char *const ut_cfg_hf_doc =
     "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
     "| `logging_dir` | a directory | `train.logging_dir` (TensorBoard's event files there instead of `RUN/tensorboard`) |\n"
     "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"
+    "| `sortish_sampler` (Seq2Seq) | false / true | nothing / `data.group_by_length: true` (transformers' length grouping, not the sortish sampler's chunking) |\n"
+    "| `generation_max_length` (Seq2Seq) | N | `generate.max_new_tokens: N - 1` (the length counts the decoder's start token); `generation_num_beams` is `generate.num_beams`, `predict_with_generate` `generate.eval` |\n"
     "| transformers 4's `per_gpu_*_batch_size`, `sharded_ddp`, `fsdp_min_num_params`, `fsdp_transformer_layer_cls_to_wrap`, `dispatch_batches`, `split_batches`, `include_tokens_per_second`, `use_legacy_prediction_loop`, `push_to_hub_*` | their defaults | nothing (`include_tokens_per_second`: the train lines give `tokens_per_s` for token data either way) / others refused, saying what to write |\n\n";

@@ -2,19 +2,19 @@
 
 Run by hand (needs transformers):  python3 tests/parity/make_hf_training_args.py
 Writes tests/parity/fixtures/hf_training_args_default.json (every field at its
-default) and hf_training_args_custom.json (the fields a fine-tuning recipe
-sets), each the JSON of TrainingArguments.to_json_string(): the file a user
+default), hf_training_args_custom.json (the fields a fine-tuning recipe
+sets) and hf_seq2seq_training_args.json (Seq2SeqTrainingArguments' own), each the JSON of TrainingArguments.to_json_string(): the file a user
 saves from a run and hands to HfArgumentParser.parse_json_file.
 """
 import os
 
-from transformers import TrainingArguments
+from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def write(name, **kw):
-    args = TrainingArguments(output_dir="out", **kw)
+def write(name, cls=TrainingArguments, **kw):
+    args = cls(output_dir="out", **kw)
     with open(os.path.join(HERE, "fixtures", name), "w") as f:
         f.write(args.to_json_string())
 
@@ -29,3 +29,5 @@ write("hf_training_args_custom.json", do_train=True, do_eval=True, num_train_epo
       train_sampling_strategy="sequential", report_to=["tensorboard"], seed=7, data_seed=11,
       dataloader_prefetch_factor=4, dataloader_num_workers=4, ddp_bucket_cap_mb=50,
       label_smoothing_factor=0.1, max_grad_norm=0.5)
+write("hf_seq2seq_training_args.json", Seq2SeqTrainingArguments, do_train=True, num_train_epochs=1,
+      predict_with_generate=True, generation_max_length=64, generation_num_beams=4, sortish_sampler=True)

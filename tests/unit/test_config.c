@@ -403,6 +403,11 @@ static void test_hf_training_arguments_files(void) {
           "sampling %d seed %lld data_seed %lld prefetch %lld bucket %g", c.shuffle, (long long)c.seed,
           (long long)c.data_seed, (long long)c.prefetch, c.bucket_mb);
     ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(ut_config_load(&c, "tests/parity/fixtures/hf_seq2seq_training_args.json", err, sizeof err) == 0 &&
+              c.gen_eval && c.gen_max_new_tokens == 63 && c.gen_num_beams == 4 && c.group_by_length && c.epochs == 1,
+          "Seq2SeqTrainingArguments: %s", err);
+    ut_config_free(&c);
     /* values of those fields that utrain cannot honour are still refused */
     const struct { const char *text, *msg; } bad[] = {
         {"num_train_epochs: 2.5\n", "num_train_epochs: 2.5 epochs: utrain counts whole epochs; write max_steps: N"},
