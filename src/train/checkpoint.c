@@ -597,8 +597,8 @@ static int check_optim(const char *path, const ut_st_file *f, const char *want, 
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
     if (!have || !steps_s)
-        return ut_errorf(err, n, "%s: the checkpoint holds the model's weights alone (train.save_only_model), not "
-                                 "the optimizer state a run resumes with", path);
+        return ut_errorf(err, n, "%s: the checkpoint holds no optimizer state, the model's weights alone (as "
+                                 "train.save_only_model writes them): a run cannot resume from it", path);
     if (!parse_i64(steps_s, steps) || *steps < 0)
         return ut_errorf(err, n, "%s: malformed optim.steps \"%s\"", path, steps_s);
     if (strcmp(have, want))
