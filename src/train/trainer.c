@@ -912,7 +912,6 @@ static bool epoch_done(const ut_trainer *t) {
     return t->st.cursor >= (s->drop_last ? s->n / G * G : s->n);
 }
 
-/* What follows an optimizer step: progress, logging, evaluation, saving. */
 /* train.eval_delay: steps (eval_strategy steps) or epochs done before the
  * first evaluation, as transformers' eval_delay */
 static bool past_eval_delay(const ut_trainer *t) {
@@ -920,6 +919,7 @@ static bool past_eval_delay(const ut_trainer *t) {
     return (double)(epochs ? t->st.epoch : t->st.step) >= t->cfg->eval_delay;
 }
 
+/* What follows an optimizer step: progress, logging, evaluation, saving. */
 static int after_step(ut_trainer *t, double loss, bool *stop) {
     const ut_config *c = t->cfg;
     show_progress(t, loss);
