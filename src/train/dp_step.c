@@ -43,7 +43,7 @@ static void dp_worker(void *user, int w) {
     r->loss = loss_value(out.loss);
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-    accum_add(&r->acc, r->loss, r->b.count, batch_tokens(t, r->b.count), mets, k);
+    accum_add(&r->acc, r->loss, r->b.count, batch_tokens(t, &r->b), mets, k);
     r->acc.loss_w += (double)r->b.count;
     ut_ctx_reset(ctx);
 }

@@ -227,6 +227,22 @@ int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b) {
     return w;
 }
 
+int64_t ut_batch_tokens(const ut_dataset *ds, const ut_batch *b) {
+    if (ds->vocab_size <= 0) return 0;
+    if (ut_seq2seq_planes(ds)) return b->count * (b->x_len ? b->x_len : ds->x_ne[1]);
+    if (!ut_tok_planes(ds)) return b->count * ds->x_ne[0];
+    /* b holds the loader's untrimmed planes (count, 3, max_len); the mask is the third */
+    int64_t L = ds->x_ne[1], longest = 1;
+    const int32_t *x = b->x;
+    for (int64_t k = 0; k < b->count; k++) {
+        const int32_t *mask = x + (k * 3 + 2) * L;
+        int64_t len = L;
+        while (len > longest && !mask[len - 1]) len--;
+        if (len > longest) longest = len;
+    }
+    return b->count * longest;
+}
+
 /* Adds one batch's metrics into the running sums (matched by name). */
 static void add_batch_metrics(ut_metric *acc, int *nacc, const ut_metric *mets, int k) {
     for (int i = 0; i < k; i++) {

@@ -135,6 +135,12 @@ double ut_eval_get(const ut_eval_result *res, const char *name);
 /* What a batch's mean loss is over: its examples, or for seq2seq data its
  * target tokens (labels other than -100). */
 int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b);
+/* The input tokens b feeds the model, padding within the batch included
+ * (what transformers' tokens-per-second counts): a token stream's
+ * count x seq_len, text planes' count x the longest attention mask,
+ * sequence-to-sequence pairs' count x the trimmed source length; 0 for data
+ * without tokens. */
+int64_t ut_batch_tokens(const ut_dataset *ds, const ut_batch *b);
 /* generate.* as generation options (the run's seed for sampling). */
 void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
 /* Evaluation by generation of a seq2seq dataset (eval_generate.c): each

@@ -145,9 +145,7 @@ static inline void accum_add(accum *a, double loss, int64_t count, int64_t token
 }
 
 /* Tokens in count examples of the training set (0 unless it holds tokens). */
-static inline int64_t batch_tokens(const ut_trainer *t, int64_t count) {
-    return t->train->vocab_size > 0 ? count * t->train->x_ne[t->train->token_planes] : 0;
-}
+static inline int64_t batch_tokens(const ut_trainer *t, const ut_batch *b) { return ut_batch_tokens(t->train, b); }
 
 /* A micro-batch's results into the step's window (its loss, left on the
  * device for the one read) and the interval's and epoch's metrics

@@ -4,6 +4,7 @@
  * writing dev/test results and predictions, an unlabeled GLUE test file, bad
  * settings refused, and DDP and ZeRO-3 on two ranks giving one process's
  * losses and weights. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,6 +84,35 @@ static void test_group_by_length(void) {
           "first losses: shuffled %s, grouped %s", a, b);
 }
 
+/* A field of the train line of metrics.jsonl at step (NAN: none). */
+static double train_field(const char *metrics, int step, const char *field) {
+    char *s = tp_slurp(metrics), key[64], f[64];
+    snprintf(key, sizeof key, "{\"step\": %d, ", step);
+    snprintf(f, sizeof f, "\"%s\": ", field);
+    double v = NAN;
+    for (char *line = s ? strstr(s, key) : NULL; line; line = strstr(line + 1, key)) {
+        char *end = strchr(line, '\n'), *at = strstr(line, f);
+        if (at && (!end || at < end) && strstr(line, "\"split\": \"train\"") < end) {
+            v = strtod(at + strlen(f), NULL);
+            break;
+        }
+    }
+    free(s);
+    return v;
+}
+
+/* tokens_per_s counts the tokens each batch feeds the model (its longest
+ * row's length per example, as transformers counts padded batches), not
+ * data.max_len's */
+static void test_tokens_per_second(void) {
+    const char *m = tp_path(tmp, "runs/bert/metrics.jsonl");
+    for (int step = 1; step <= 15; step += 7) {
+        double per = train_field(m, step, "tokens_per_s") / train_field(m, step, "samples_per_s");
+        CHECK(per >= 1 && per < 24 && fabs(per - round(per)) < 1e-6 * per,
+              "step %d: %.9g tokens per example (max_len 24)", step, per);
+    }
+}
+
 static void test_group_by_length_two_ranks(void) {
     const char *sets[] = {"experiment_name=bert_grouped2", "group_by_length=true", "train.batch_size=8", NULL};
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "grouped2.out", sets, "2") == 0, "grouped, 2 ranks");
@@ -104,6 +134,7 @@ int main(int argc, char **argv) {
     RUN(test_unlabeled_test_file);
     RUN(test_refused);
     RUN(test_group_by_length);
+    RUN(test_tokens_per_second);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
