@@ -311,6 +311,12 @@ static inline bool ut_tok_planes(const ut_dataset *ds) {
     return ds->token_planes && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_dtype == UT_I32;
 }
 
+/* The length of an attention mask of L positions: up to its last 1. */
+static inline int64_t ut_mask_len(const int32_t *mask, int64_t L) {
+    while (L > 0 && !mask[L - 1]) L--;
+    return L;
+}
+
 /* Dynamic padding for a batch of ut_tsv_dataset_open_pretrained (x is
  * (count, 3, max_len)): L = the longest attention mask in the batch (at
  * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */

@@ -66,10 +66,7 @@ int ut_dataset_lengths(ut_dataset *ds, int32_t *out, char *err, size_t n) {
             rc = -1;
             break;
         }
-        const int32_t *mask = x + mask_plane * L;
-        int64_t len = L;
-        while (len > 0 && !mask[len - 1]) len--;
-        out[i] = (int32_t)len;
+        out[i] = (int32_t)ut_mask_len(x + mask_plane * L, L);
     }
     ut_free(x);
     ut_free(y);

@@ -88,9 +88,7 @@ int64_t ut_seq2seq_batch_trim(ut_batch *b, int64_t max_len) {
     int64_t L = 1, T = 1;
     for (int64_t k = 0; k < b->count; k++)
         for (int plane = 1; plane <= 3; plane += 2) {       /* the source and the target mask */
-            const int32_t *mask = x + (k * 4 + plane) * max_len;
-            int64_t len = max_len;
-            while (len > 0 && !mask[len - 1]) len--;
+            int64_t len = ut_mask_len(x + (k * 4 + plane) * max_len, max_len);
             if (len > L) L = len;
             if (plane == 3 && len > T) T = len;
         }

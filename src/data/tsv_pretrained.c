@@ -106,9 +106,7 @@ int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len) {
     int32_t *x = b->x;
     int64_t L = 1;
     for (int64_t k = 0; k < b->count; k++) {
-        const int32_t *mask = x + k * 3 * max_len + 2 * max_len;
-        int64_t len = max_len;
-        while (len > 0 && !mask[len - 1]) len--;
+        int64_t len = ut_mask_len(x + k * 3 * max_len + 2 * max_len, max_len);
         if (len > L) L = len;
     }
     /* rows move towards the front only, in order, so memmove in place is safe */

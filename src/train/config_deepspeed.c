@@ -354,9 +354,9 @@ static const struct {
     const char *key, *ok[3], *why;
     bool tuning;
 } plain[] = {
-    {"prescale_gradients", {"false", "true"}, NULL, true},
+    {"prescale_gradients", {"false", "true"}, "expected true or false", true},
     {"gradient_predivide_factor", {"1", "*"}, NULL, true},
-    {"zero_force_ds_cpu_optimizer", {"false", "true"}, NULL, false}, /* utrain's host AdamW is its own */
+    {"zero_force_ds_cpu_optimizer", {"false", "true"}, "expected true or false", false}, /* the host AdamW is utrain's */
     {"memory_breakdown", {"false"}, "utrain plan gives the memory a run needs on each rank", false},
     {"sparse_gradients", {"false"}, "utrain's gradients are dense", false},
     {"dump_state", {"false"}, "the run's log gives its configuration", false},
@@ -383,9 +383,9 @@ static int plain_key(ds_ctx *d, const char *k, const cJSON *e) {
  * dist.comm_hook (ddp and zero1) */
 static int comm_type(ds_ctx *d, const cJSON *e) {
     char why[512];
+    if (is_auto(e)) return 0;
     const char *v = cJSON_IsString(e) ? e->valuestring : "";
     const char *hook = !strcmp(v, "fp32") ? "none" : !strcmp(v, "bf16") ? "bf16" : !strcmp(v, "fp16") ? "fp16" : NULL;
-    if (is_auto(e)) return 0;
     if (!hook) return refuse(d, "communication_data_type", "expected \"fp32\", \"bf16\" or \"fp16\"");
     if (ut_cfg_assign(d->c, "dist.comm_hook", hook, why, sizeof why)) return refuse(d, "communication_data_type", why);
     return 0;

@@ -109,9 +109,8 @@ int ut_dp_setup(ut_trainer *t, bool own_m) {
     for (int w = 1; w < t->ndp; w++) {
         ut_sampler_init(&t->rep[w].sampler, t->train->n, c->batch_size, w, t->ndp, ut_run_data_seed(c),
                         c->shuffle, c->drop_last);
-        if (c->group_by_length &&
-            ut_run_group_by_length(c, t->train, &t->rep[w].sampler, t->ndp, t->err, sizeof t->err))
-            return -1;
+        if (t->sampler.lengths) /* data.group_by_length: worker 0's lengths, read once */
+            ut_sampler_group_by_length(&t->rep[w].sampler, t->sampler.lengths, t->sampler.megabatch);
     }
     return 0;
 }

@@ -235,9 +235,7 @@ int64_t ut_batch_tokens(const ut_dataset *ds, const ut_batch *b) {
     int64_t L = ds->x_ne[1], longest = 1;
     const int32_t *x = b->x;
     for (int64_t k = 0; k < b->count; k++) {
-        const int32_t *mask = x + (k * 3 + 2) * L;
-        int64_t len = L;
-        while (len > longest && !mask[len - 1]) len--;
+        int64_t len = ut_mask_len(x + (k * 3 + 2) * L, L);
         if (len > longest) longest = len;
     }
     return b->count * longest;

@@ -893,8 +893,9 @@ void ut_trainer_record(ut_trainer *t, const ut_step_outputs *out, ut_tensor *y, 
     t->win_count[t->win_n++] = t->token_weights ? ut_batch_weight(t->train, b) : b->count;
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, out, y, mets, UT_MAX_METRICS);
-    accum_add(&t->interval, 0, b->count, batch_tokens(t, b), mets, k);
-    accum_add(&t->epoch, 0, b->count, batch_tokens(t, b), mets, k);
+    int64_t tokens = batch_tokens(t, b); /* a scan of the text planes' masks: once */
+    accum_add(&t->interval, 0, b->count, tokens, mets, k);
+    accum_add(&t->epoch, 0, b->count, tokens, mets, k);
 }
 
 /* A stop asked for on any rank stops all of them at the same step. */

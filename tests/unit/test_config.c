@@ -1299,6 +1299,7 @@ static void test_deepspeed_config(void) {
               !strcmp(c.ds_tuning, "prescale_gradients, checkpoint.tag_validation, bf16.immediate_grad_update"),
           "comm_hook %s, logging_dir %s, tuning %s", c.comm_hook, c.logging_dir, c.ds_tuning);
     ut_config_free(&c);
+    check_ds_error("{\"prescale_gradients\": 2}", "prescale_gradients: expected true or false; write false or remove it");
     check_ds_error("{\"memory_breakdown\": true}",
                    "memory_breakdown: utrain plan gives the memory a run needs on each rank; write false or remove it");
     check_ds_error("{\"wandb\": {\"enabled\": true}}",
