@@ -140,6 +140,7 @@ typedef struct {
     int64_t schedule_steps;      /* the decay's horizon (0: the run's steps) */
     char warmup_type[8];         /* ds_*: linear | log */
     double warmup_min_ratio;     /* ds_warmup_cosine: the warmup's start x lr */
+    char schedule_on_skip[8];    /* fp16 steps skipped for inf/NaN gradients: hold | advance the schedule */
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

@@ -42,6 +42,8 @@ typedef struct {
     int64_t scale_growth_tracker;  /* fp16: its clean steps since the scale changed */
     int64_t scale_hysteresis;      /* fp16 with DeepSpeed's hysteresis: the overflows it still tolerates
                                       before backing off (0: not saved; a hysteresis of 1) */
+    int64_t schedule_held;         /* fp16: skipped steps the learning-rate schedule has not counted
+                                      (optim.schedule_on_skip: hold); saved when > 0 */
 } ut_train_state;
 
 /* ---- checkpoint files ----

@@ -25,6 +25,7 @@ static const char *const schedules[] = {"constant",   "cosine",       "linear", 
                                         "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", NULL};
 static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
+static const char *const skip_rules[] = {"hold", "advance", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const eval_precisions[] = {"auto", "fp32", "bf16", "fp16", NULL};
@@ -324,6 +325,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ds_warmup_cosine: its warmup starts at this x optim.lr (DeepSpeed's warmup_min_ratio)"},
     {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
      .doc = "step schedule: decay factor"},
+    {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
+     .values = skip_rules, .hashed = true, .hash_if_set = true,
+     .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "
+            "the skipped one would have: Hugging Face's Trainer, Accelerate, DeepSpeed, FlagAI) or advances "
+            "it (a PyTorch loop calling scheduler.step() every iteration)"},
 
     /* ---- dist ---- */
     {.key = "dist.strategy", .type = UT_CFG_ENUM, AT(dist_strategy), .def = "ddp",

@@ -471,7 +471,10 @@ static void print_summary(ut_trainer *t) {
         ut_say(&t->log, "  Precision = %s (autocast: matmuls, convolutions, attention in %s with fp32 "
                         "accumulation, activations stored in %s; fp32 master weights)%s\n"
                         "  %s matmul: %s\n",
-               c->precision, c->precision, c->precision, t->fp16 ? ", dynamic loss scaling" : "",
+               c->precision, c->precision, c->precision,
+               !t->fp16                                 ? ""
+               : !strcmp(c->schedule_on_skip, "hold") ? ", dynamic loss scaling (a skipped step holds the schedule)"
+                                                        : ", dynamic loss scaling (a skipped step advances the schedule)",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
     if (t->fp16 && (c->loss_scale_hysteresis > 1 || c->min_loss_scale > 0))
         ut_say(&t->log, "  Loss scale: from %g, x2 after %lld clean steps, halved at an overflow no lower than %g, "
@@ -647,13 +650,23 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     return 0;
 }
 
+/* The learning rate of 0-based step `step`: the schedule's at the steps it
+ * has counted (fp16's skipped steps left out under optim.schedule_on_skip:
+ * hold, as transformers' Trainer, Accelerate's scheduler and DeepSpeed's
+ * engine do not step it after a skipped optimizer step). The log's rate
+ * is the last step's: before any step was taken, the first one's. */
+static float sched_lr(const ut_trainer *t, int64_t step) {
+    int64_t i = step - t->st.schedule_held;
+    return ut_schedule_lr(&t->sched, i > 0 ? i : 0);
+}
+
 /* ---- logging ---- */
 static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
     if (accum_reduce(t, a)) return -1;
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
-    double lr = ut_schedule_lr(&t->sched, t->st.step - 1);
+    double lr = sched_lr(t, t->st.step - 1);
     double loss = a->loss_w > 0 ? a->loss_sum / a->loss_w : NAN, acc = accum_metric(a, "accuracy");
     const char *names[6] = {"loss", "lr", "grad_norm", "samples_per_s"};
     double vals[6] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
@@ -714,12 +727,15 @@ static void step_done(ut_trainer *t) {
  * one of them is, on every rank alike (ddp's gradients are all-reduced,
  * the sharded strategies all-reduce the norm), so all ranks skip together.
  * A skipped step zeroes the gradients and leaves parameters, optimizer state
- * and its step count alone; the trainer's step (and the schedule) moves on,
- * as a PyTorch loop calling scheduler.step() every iteration does. */
+ * and its step count alone; the trainer's step moves on, and the schedule
+ * holds (optim.schedule_on_skip: hold, the next step takes the rate this one
+ * would have had) or moves on with it (advance, as a PyTorch loop calling
+ * scheduler.step() every iteration). */
 static void skipped(ut_trainer *t) {
     float scale = t->scaler.scale;
     ut_grad_scaler_update(&t->scaler, true);
     t->skipped_steps++;
+    if (!strcmp(t->cfg->schedule_on_skip, "hold")) t->st.schedule_held++;
     ut_note(&t->log, "step %lld: inf/NaN gradients at loss scale %g: step skipped, scale now %g\n",
             (long long)t->st.step + 1, scale, t->scaler.scale);
     step_done(t);
@@ -779,7 +795,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
         if (w[0] > 0) scale *= (float)((double)w[0] / (double)w[1]);
     }
     double clip = t->cfg->grad_clip > 0 ? t->cfg->grad_clip : 0;
-    float lr = ut_schedule_lr(&t->sched, t->st.step);
+    float lr = sched_lr(t, t->st.step);
     /* a split model's norm is the whole model's: its parts summed over the tp group */
     bool whole = !split_model(t);
     bool local = whole && ut_dist_norm_local(t->dist), dev = whole && ut_dist_device_scalars(t->dist);

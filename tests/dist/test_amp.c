@@ -2,7 +2,8 @@
  * and resume bit-exactly (fp16 too, loss scaler included); fp16 steps whose
  * gradients overflow are skipped on every rank under ddp and zero2 (weights
  * and optimizer state untouched, the scale halved); the scale grows after
- * growth_interval clean steps; a bf16 checkpoint resumes in fp32 and fp16;
+ * growth_interval clean steps; a skipped step holds the learning-rate
+ * schedule; a bf16 checkpoint resumes in fp32 and fp16;
  * bf16 under ddp and zero3 on 2 processes matches one process. */
 #include <math.h>
 #include <string.h>
@@ -219,6 +220,58 @@ static void test_fp16_hysteresis(void) {
           "1e30 halved to 5e29, then held at 4e29: %s", meta(c, "amp.scale"));
 }
 
+/* The logged rate of train step `step` of run NAME (copied), "" if none. */
+static const char *lr_at(const char *name, int step) {
+    static char v[4][40];
+    static int k;
+    k = (k + 1) % 4;
+    v[k][0] = 0;
+    char *m = tp_slurp(path(name, "metrics.jsonl")), want[40];
+    snprintf(want, sizeof want, "{\"step\": %d,", step);
+    for (char *line = m; line && *line;) {
+        char *end = strchr(line, '\n'), *l = strstr(line, "\"lr\": ");
+        if (end) *end = 0;
+        if (!strncmp(line, want, strlen(want)) && strstr(line, "\"split\": \"train\"") && l)
+            sscanf(l + 6, "%39[^,}]", v[k]);
+        line = end ? end + 1 : NULL;
+    }
+    free(m);
+    return v[k];
+}
+
+/* A skipped fp16 step holds the schedule (optim.schedule_on_skip: hold, the
+ * default, as transformers' Trainer and DeepSpeed): with an initial scale of
+ * 1e7 the first 3 steps overflow, and the first step taken (step 4) has the
+ * linear schedule's first rate, step 8 its fifth, where `advance` has moved
+ * on by 3. The count of held steps is in the checkpoint and resumes: 4 steps,
+ * stop, 4 more = 8 straight, bit for bit. */
+static void test_fp16_schedule_holds(void) {
+    const char *base = "precision=fp16 train.init_scale=1e7 optim.schedule=linear train.save_interval=4";
+    char sets[256];
+    snprintf(sets, sizeof sets, "%s train.max_steps=8", base);
+    CHECK(!train("hold", 1, sets), "hold run");
+    snprintf(sets, sizeof sets, "%s train.max_steps=8 optim.schedule_on_skip=advance", base);
+    CHECK(!train("advance", 1, sets), "advance run");
+    char *log = tp_slurp(path("hold", "logger_logs/training_0.log"));
+    CHECK(count(log, "step skipped") == 3, "%d skips (the test needs 3)", count(log, "step skipped"));
+    free(log);
+    CHECK(!strcmp(lr_at("hold", 4), lr_at("advance", 1)) && !strcmp(lr_at("hold", 8), lr_at("advance", 5)) &&
+              strcmp(lr_at("hold", 8), lr_at("advance", 8)) && *lr_at("advance", 8),
+          "hold: step 4 at %s (advance's step 1: %s), step 8 at %s (advance's step 5: %s, step 8: %s)",
+          lr_at("hold", 4), lr_at("advance", 1), lr_at("hold", 8), lr_at("advance", 5), lr_at("advance", 8));
+    CHECK(!strcmp(meta(ckpt("hold", 4), "train.schedule_held"), "3") && !*meta(ckpt("advance", 4), "train.schedule_held"),
+          "held steps in the checkpoint: hold %s, advance '%s'", meta(ckpt("hold", 4), "train.schedule_held"),
+          meta(ckpt("advance", 4), "train.schedule_held"));
+    CHECK(tp_weights_rel_diff(ckpt("hold", 8), ckpt("advance", 8)) > 0, "the rates changed the weights");
+    snprintf(sets, sizeof sets, "%s train.max_steps=4", base);
+    bool ok = !train("hold_halves", 1, sets);
+    snprintf(sets, sizeof sets, "%s train.max_steps=8 continue_training=true", base);
+    ok &= !train("hold_halves", 1, sets);
+    CHECK(ok && tp_same_weights(ckpt("hold", 8), ckpt("hold_halves", 8)) &&
+              !strcmp(lr_at("hold_halves", 8), lr_at("hold", 8)),
+          "resumed: same weights and rate (%s) as straight", lr_at("hold_halves", 8));
+}
+
 /* Master weights are fp32 in the file: a bf16 run resumes as fp32, then fp16
  * (its scaler starting from init_scale). */
 static void test_bf16_checkpoint_into_fp32(void) {
@@ -272,6 +325,7 @@ int main(int argc, char **argv) {
     RUN(test_fp16_overflow_skipped);
     RUN(test_fp16_growth);
     RUN(test_fp16_hysteresis);
+    RUN(test_fp16_schedule_holds);
     RUN(test_bf16_checkpoint_into_fp32);
     RUN(test_bf16_distributed);
     return tp_finish(TEST_SUMMARY(), tmp);

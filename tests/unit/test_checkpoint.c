@@ -51,7 +51,7 @@ static ut_train_state sample_state(void) {
     return (ut_train_state){.step = 7, .epoch = 2, .cursor = 1234567890123LL,
                             .rng = {0xfedcba9876543210ULL, 1, 0, UINT64_MAX},
                             .best_metric = 0.1, .best_step = 5, .bad_evals = 3,
-                            .config_hash = 0x8000000000000001ULL};
+                            .config_hash = 0x8000000000000001ULL, .schedule_held = 2};
 }
 
 static bool same_state(const ut_train_state *a, const ut_train_state *b) {
@@ -60,6 +60,7 @@ static bool same_state(const ut_train_state *a, const ut_train_state *b) {
     return a->step == b->step && a->epoch == b->epoch && a->cursor == b->cursor &&
            !memcmp(a->rng, b->rng, sizeof a->rng) && metric && a->best_step == b->best_step &&
            a->bad_evals == b->bad_evals && a->config_hash == b->config_hash &&
+           a->schedule_held == b->schedule_held &&
            signbit(a->best_metric) == signbit(b->best_metric);
 }
 
@@ -177,7 +178,7 @@ static void test_file_layout(void) {
     static const char *const keys[] = {
         "model.type", "optim.state", "optim.steps", "train.bad_evals", "train.best_metric",
         "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.rng",
-        "train.step", "utrain.format"};
+        "train.schedule_held", "train.step", "utrain.format"};
     uLong crc = crc32(0L, Z_NULL, 0);
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *v = ut_st_meta(f, keys[i]);
@@ -313,6 +314,8 @@ static void test_impossible_state(void) {
         {"\"optim.steps\" is 1, more than train.step 0", {.step = 0, .best_step = -1, .rng = {1}}},
         {"\"train.bad_evals\" is 9223372036854775807, outside [0, 5] (at most train.step)",
          {.step = 5, .best_step = -1, .bad_evals = INT64_MAX, .rng = {1}}},
+        {"\"train.schedule_held\" is 6, outside [0, 5] (at most train.step)",
+         {.step = 5, .best_step = -1, .schedule_held = 6, .rng = {1}}},
         {"\"train.best_metric\" is inf at best step 2",
          {.step = 5, .best_step = 2, .best_metric = INFINITY, .rng = {1}}},
         {"\"train.best_metric\" is nan at best step 2", {.step = 5, .best_step = 2, .best_metric = NAN, .rng = {1}}},
