@@ -85,6 +85,10 @@ void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n);
  * offset: a slice of the mask ut_philox_keep_mask would give (first need
  * not be a multiple of 4). */
 void ut_philox_keep_mask_at(const ut_philox *g, uint8_t *keep, float p, uint64_t first, int64_t n);
+/* u (n) = draws offset + i, i < n, as uniforms in [0, 1) (ut_philox_uniform),
+ * without moving the offset. Split over threads; the result does not
+ * depend on how. */
+void ut_philox_uniforms(const ut_philox *g, float *u, int64_t n);
 /* A 64-bit mix of (a, b, c): streams from a micro-batch's coordinates. */
 uint64_t ut_philox_stream(uint64_t a, uint64_t b, uint64_t c);
 

@@ -45,6 +45,11 @@ ut_tensor *ut_dropout(ut_ctx *ctx, ut_tensor *a, float p);
  * each row's mask is drawn where the whole tensor's row draws it, so the
  * parts draw the whole tensor's mask. */
 ut_tensor *ut_dropout_cols(ut_ctx *ctx, ut_tensor *a, float p, int64_t col0, int64_t cols_all);
+/* In training mode a + mag * (2u - 1), u uniform in [0, 1) from the
+ * context's RNG (the draws dropout's whole-tensor mask would take, so every
+ * backend adds the same noise); identity otherwise. The gradient passes
+ * through unchanged. NEFTune's embedding noise (ut_neftune, nn.h). */
+ut_tensor *ut_uniform_noise(ut_ctx *ctx, ut_tensor *a, float mag);
 
 /* ---- softmax and losses (over the last dimension) ---- */
 ut_tensor *ut_softmax(ut_ctx *ctx, ut_tensor *a);

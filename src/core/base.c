@@ -294,6 +294,20 @@ void ut_philox_keep_mask(ut_philox *g, uint8_t *keep, float p, int64_t n) {
     g->offset += 4 * (uint64_t)blocks;
 }
 
+void ut_philox_uniforms(const ut_philox *g, float *u, int64_t n) {
+    if (n <= 0) return;
+    const uint64_t first = g->offset / 4, key = g->key, stream = g->stream;
+    const int64_t blocks = (n + 3) / 4, groups = (blocks + PHILOX_LANES - 1) / PHILOX_LANES;
+#pragma omp parallel for schedule(static) if (blocks >= 4096)
+    for (int64_t gi = 0; gi < groups; gi++) {
+        uint32_t c[4][PHILOX_LANES];
+        philox10_lanes(c, key, stream, first + (uint64_t)(gi * PHILOX_LANES));
+        int64_t e0 = 4 * PHILOX_LANES * gi;
+        for (int64_t e = e0; e < n && e < e0 + 4 * PHILOX_LANES; e++)
+            u[e] = ut_philox_top24(c[(e - e0) % 4][(e - e0) / 4]);
+    }
+}
+
 void ut_philox_keep_mask_at(const ut_philox *g, uint8_t *keep, float p, uint64_t first, int64_t n) {
     if (n <= 0) return;
     const uint64_t d0 = g->offset + first, key = g->key, stream = g->stream;

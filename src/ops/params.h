@@ -47,6 +47,8 @@ UT_PARAM_F(dropout, keep_scale, 1)
  * dimension is columns [col0, col0 + cols) of cols_all (0: not split) */
 UT_PARAM_I(dropout, col0, 0)
 UT_PARAM_I(dropout, cols_all, 1)
+/* uniform_noise: out = x + mag * (2u - 1), u uniform in [0, 1) */
+UT_PARAM_F(uniform_noise, mag, 0)
 /* layernorm */
 UT_PARAM_F(layernorm, eps, 0)
 /* rms_norm */

@@ -1,5 +1,5 @@
 /* Elementwise unary ops: scale, relu, gelu (tanh approximation), tanh,
- * sigmoid, dropout. Inputs are made contiguous in the constructor, so every
+ * sigmoid, dropout, uniform noise. Inputs are made contiguous in the constructor, so every
  * kernel is a flat loop over N elements. Backward formulas follow PyTorch's
  * (relu masks on x > 0; tanh and sigmoid use the saved output).
  * Kernels: src/backend/cpu/unary.c. */
@@ -59,5 +59,18 @@ ut_tensor *ut_dropout_cols(ut_ctx *ctx, ut_tensor *a, float p, int64_t col0, int
     ut_dropout_set_keep_scale(t, 1.0f / (1.0f - p));
     ut_dropout_set_col0(t, col0);
     ut_dropout_set_cols_all(t, cols_all);
+    return ut_op_run(t);
+}
+
+ut_tensor *ut_uniform_noise(ut_ctx *ctx, ut_tensor *a, float mag) {
+    if (!ut_op_check(ctx, "uniform_noise", 1, &a, 0)) return NULL;
+    if (!(mag >= 0.0f) || isinf(mag)) { /* also rejects NaN */
+        ut_op_error(ctx, "uniform_noise", 1, &a, ut_fmt("mag = %g is not a finite number >= 0", (double)mag));
+        return NULL;
+    }
+    if (!ctx->training || mag == 0.0f) return a; /* identity: nothing to record */
+    ut_tensor *t = unary_new(ctx, UT_OP_UNIFORM_NOISE, "uniform_noise", a);
+    if (!t) return NULL;
+    ut_uniform_noise_set_mag(t, mag);
     return ut_op_run(t);
 }

@@ -1,5 +1,5 @@
 /* Gradcheck rows: elementwise unary ops (scale, relu, gelu, gelu_erf, tanh, sigmoid,
- * dropout) and the softmax / log_softmax pair. */
+ * dropout, uniform noise) and the softmax / log_softmax pair. */
 #include "gradcheck.h"
 
 static ut_tensor *b_scale(ut_ctx *c, ut_tensor **in) { return ut_scale(c, in[0], 0.5f); }
@@ -12,6 +12,7 @@ static ut_tensor *b_sigmoid(ut_ctx *c, ut_tensor **in) { return ut_sigmoid(c, in
 static ut_tensor *b_dropout(ut_ctx *c, ut_tensor **in) { return ut_dropout(c, in[0], 0.3f); }
 /* columns 3..7 of a tensor of 11 (a tensor-parallel part) */
 static ut_tensor *b_dropout_cols(ut_ctx *c, ut_tensor **in) { return ut_dropout_cols(c, in[0], 0.3f, 3, 11); }
+static ut_tensor *b_noise(ut_ctx *c, ut_tensor **in) { return ut_uniform_noise(c, in[0], 0.5f); }
 static ut_tensor *b_softmax(ut_ctx *c, ut_tensor **in) { return ut_softmax(c, in[0]); }
 static ut_tensor *b_log_softmax(ut_ctx *c, ut_tensor **in) { return ut_log_softmax(c, in[0]); }
 /* non-contiguous inputs: the op copies them first */
@@ -44,6 +45,9 @@ const gc_row gc_rows_unary[] = {
     {"dropout 3-D p=0.3", 1, {{3, {2, 3, 8}}}, b_dropout, .training = true},
     {"dropout eval (identity)", 1, {{2, {3, 4}}}, b_dropout},
     {"dropout of columns 3..7 of 11", 1, {{2, {6, 5}}}, b_dropout_cols, .training = true},
+    {"uniform_noise mag=0.5", 1, {{2, {6, 8}}}, b_noise, .training = true},
+    {"uniform_noise 3-D, odd size", 1, {{3, {2, 3, 7}}}, b_noise, .training = true},
+    {"uniform_noise eval (identity)", 1, {{2, {3, 4}}}, b_noise},
     {"softmax", 1, {{2, {3, 5}}}, b_softmax},
     {"softmax 3-D", 1, {{3, {2, 3, 7}}}, b_softmax},
     {"softmax transposed", 1, {{3, {2, 4, 3}}}, b_softmax_transposed},

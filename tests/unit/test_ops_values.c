@@ -470,6 +470,57 @@ static void test_dropout(void) {
     CHECK(ut_ctx_tape_len(ctx) == 0, "tape has %d entries", ut_ctx_tape_len(ctx));
 }
 
+/* NEFTune's noise: x + mag (2u - 1), u the launch's draws as uniforms (the
+ * draws a whole-tensor dropout mask takes), exactly; within [-mag, mag),
+ * mean 0; the gradient passes through; the next launch draws anew; eval
+ * mode and mag 0 are the identity; a bad mag is refused. */
+static void test_uniform_noise(void) {
+    fresh();
+    int64_t n = test_quick() ? 20000 : 200000;
+    const float mag = 0.25f;
+    ut_tensor *x = ut_tensor_new(ctx, UT_F32, 1, &n);
+    for (int64_t i = 0; i < n; i++) ut_f32(x)[i] = 1.0f + (float)(i % 5);
+    ut_tensor_set_requires_grad(x, true);
+    uint64_t st[4];
+    ut_ctx_rng_get(ctx, st);
+    ut_tensor *y = ut_uniform_noise(ctx, x, mag);
+    CHECK(y && y != x, "training noise makes a new tensor");
+    int64_t wrong = 0, out = 0;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float u = ut_philox_uniform(st[0], st[1], st[2] + (uint64_t)i), noise = mag * (2.0f * u - 1.0f);
+        wrong += ut_f32(y)[i] != ut_f32(x)[i] + noise;
+        out += !(noise >= -mag && noise < mag);
+        sum += noise;
+    }
+    CHECK(wrong == 0, "%lld values are not x + mag (2u - 1) of their draw", (long long)wrong);
+    CHECK(out == 0, "%lld draws outside [-mag, mag)", (long long)out);
+    CHECK_NEAR(sum / (double)n, 0.0, 0.005);
+    CHECK(ut_backward(ctx, ut_sum(ctx, y)) == 0, "%s", ut_ctx_error(ctx));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += x->grad[i] != 1.0f;
+    CHECK(bad == 0, "%lld gradients are not 1", (long long)bad);
+    ut_tensor *y2 = ut_uniform_noise(ctx, x, mag);
+    CHECK(y2 && memcmp(ut_f32(y), ut_f32(y2), (size_t)n * sizeof(float)), "a second launch draws anew");
+
+    fresh();
+    x = f32(1, (int64_t[]){NX}, xs);
+    ut_tensor_set_requires_grad(x, true);
+    ut_ctx_set_training(ctx, false);
+    CHECK(ut_uniform_noise(ctx, x, mag) == x, "eval mode is the identity");
+    ut_ctx_set_training(ctx, true);
+    CHECK(ut_uniform_noise(ctx, x, 0.0f) == x, "mag 0 is the identity");
+    CHECK(ut_ctx_tape_len(ctx) == 0, "tape has %d entries", ut_ctx_tape_len(ctx));
+    const float badm[] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        fresh();
+        x = f32(1, (int64_t[]){NX}, xs);
+        CHECK(ut_uniform_noise(ctx, x, badm[i]) == NULL, "accepted mag %g", (double)badm[i]);
+        const char *e = ut_ctx_error(ctx);
+        CHECK(e && strstr(e, "uniform_noise") && strstr(e, "mag"), "error: %s", e ? e : "(none)");
+    }
+}
+
 static void test_errors(void) {
     fresh();
     ut_tensor *x = f32(2, (int64_t[]){2, 3}, ce_logits);
@@ -541,6 +592,7 @@ int main(void) {
     RUN(test_mse_values);
     RUN(test_dropout_mask_per_element);
     RUN(test_dropout);
+    RUN(test_uniform_noise);
     RUN(test_errors);
     ut_ctx_free(ctx);
     return TEST_SUMMARY();

@@ -164,3 +164,31 @@ void ut_dropout_bwd_cpu(ut_tensor *t, UT_KCTX) {
         ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),
                                 ut_nelem(t));
 }
+
+/* ---- uniform noise: out = x + mag * (2u - 1), u the launch's draws as
+ * uniforms (ut_philox_uniforms: element i takes draw offset + i, as
+ * dropout's whole-tensor mask); 2u - 1 is exact, so the noise is one
+ * rounded product and the sum one more rounding, the bits the CUDA kernel
+ * gives. Backward passes the gradient through. ---- */
+void ut_uniform_noise_fwd_cpu(ut_tensor *t, UT_KCTX) {
+    int64_t N = ut_nelem(t);
+    float *out = ut_f32(t);
+    const float *x = ut_f32(t->src[0]);
+    const float mag = ut_uniform_noise_mag(t);
+    ut_philox_uniforms(&k->rng, out, N);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        float noise = mag * (2.0f * out[i] - 1.0f);
+        out[i] = x[i] + noise;
+    }
+}
+
+void ut_uniform_noise_bwd_cpu(ut_tensor *t, UT_KCTX) {
+    ut_tensor *a = t->src[0];
+    if (!a->requires_grad) return;
+    int64_t N = ut_nelem(t);
+    float *da = a->grad;
+    const float *g = t->grad;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) da[i] += g[i];
+}

@@ -1,7 +1,7 @@
 /* Launchers of the CUDA elementwise, view, broadcasting and reduction
  * kernels (view.cu, binary.cu, unary.cu, reduce.cu), called by the op glue of
  * RESHAPE, PERMUTE, SLICE, CONTIGUOUS (view.c), ADD, MUL (binary.c), SCALE,
- * RELU, GELU, GELU_ERF, TANH, SIGMOID, DROPOUT (unary.c), SUM, MEAN and MSE
+ * RELU, GELU, GELU_ERF, TANH, SIGMOID, DROPOUT, UNIFORM_NOISE (unary.c), SUM, MEAN and MSE
  * (reduce.c). Every pointer is device memory, every size an element count;
  * shapes and strides are host arrays. The launchers queue work on the compute
  * stream and return at once; n == 0 queues nothing. Results do not depend on
@@ -10,7 +10,7 @@
  *          ut_cuda_strided_add, ut_cuda_acc, ut_cuda_acc_dt, ut_cuda_binary_fwd,
  *          ut_cuda_mul_bwd_a, ut_cuda_bcast_reduce_scratch, ut_cuda_bcast_reduce,
  *          ut_cuda_{scale,relu,gelu,gelu_erf,tanh,sigmoid,dropout}_{fwd,bwd}, ut_cuda_dropout_mask,
- *          ut_cuda_varlen_dropout_mask,
+ *          ut_cuda_varlen_dropout_mask, ut_cuda_uniform_noise_fwd,
  *          ut_cuda_sum_scratch, ut_cuda_sum, ut_cuda_spread, ut_cuda_mse_fwd,
  *          ut_cuda_mse_bwd. */
 #ifndef UTRAIN_CUDA_EW_H
@@ -89,6 +89,10 @@ void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t strea
 void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH, int64_t NHall,
                                  int64_t h0, uint64_t key, uint64_t stream, uint64_t offset, float p);
 void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale, int64_t n);
+/* out = x + mag * (2u - 1), u element e's draw offset + e of (key, stream) as a
+ * uniform in [0, 1) (ut_philox_uniforms' values) */
+void ut_cuda_uniform_noise_fwd(float *out, const float *x, int64_t n, uint64_t key, uint64_t stream,
+                               uint64_t offset, float mag);
 
 /* ---- reductions to a scalar (reduce.cu), double accumulation ---- */
 /* Device scratch bytes that ut_cuda_sum and ut_cuda_mse_fwd need for n elements. */

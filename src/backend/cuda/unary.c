@@ -1,5 +1,5 @@
 /* CUDA op glue of the elementwise unary ops: SCALE, RELU, GELU (tanh form),
- * GELU_ERF, TANH, SIGMOID, DROPOUT. Inputs are contiguous (the constructors
+ * GELU_ERF, TANH, SIGMOID, DROPOUT, UNIFORM_NOISE. Inputs are contiguous (the constructors
  * make them so): flat launches over N elements. Dropout's keep mask is drawn
  * on the device from the launch's window of the context's generator, each
  * element's draw the CPU's (the same mask for the same seed), and saved for
@@ -91,4 +91,17 @@ void ut_dropout_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (a->requires_grad)
         ut_cuda_dropout_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, ut_dropout_keep(t),
                             ut_dropout_keep_scale(t), ut_nelem(t));
+}
+
+/* ---- uniform noise: the CPU's values, each element's draw computed on the
+ * device from the launch's window (float32: core gives it float32 copies
+ * under autocast); backward passes the gradient through ---- */
+void ut_uniform_noise_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_cuda_uniform_noise_fwd(out_of(t), in_of(t), ut_nelem(t), k->rng.key, k->rng.stream, k->rng.offset,
+                              ut_uniform_noise_mag(t));
+}
+
+void ut_uniform_noise_bwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_tensor *a = t->src[0];
+    if (a->requires_grad) ut_cuda_acc(a->grad, t->grad, ut_nelem(t));
 }

@@ -287,6 +287,21 @@ __global__ void varlen_mask_kernel(uint8_t *__restrict__ keep, int64_t n, const 
     }
 }
 
+/* out = x + mag * (2u - 1), u element e's draw (offset + e, the draws of
+ * dropout's whole-tensor mask) as the CPU's uniform; the product and the sum
+ * rounded one at a time (no fused multiply-add), the CPU kernel's bits */
+__global__ void uniform_noise_kernel(float *__restrict__ out, const float *__restrict__ x, int64_t n, uint64_t key,
+                                     uint64_t stream, uint64_t offset, float mag) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+        uint64_t d = ut_dropout_draw(offset, e, 0, 0, 0), block = d / 4;
+        uint32_t c[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
+        ut_philox10(c, (uint32_t)key, (uint32_t)(key >> 32));
+        float u = ut_philox_top24(c[d % 4]);
+        out[e] = __fadd_rn(x[e], __fmul_rn(mag, 2.0f * u - 1.0f));
+    }
+}
+
 } // namespace
 
 extern "C" void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH,
@@ -296,6 +311,14 @@ extern "C" void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int6
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     varlen_mask_kernel<<<blocks_for(n), kThreads, 0, s>>>(keep, n, poff, S, NH, NHall, h0, key, stream, offset, p);
     ut_cuda_launched("varlen_dropout_mask");
+}
+
+extern "C" void ut_cuda_uniform_noise_fwd(float *out, const float *x, int64_t n, uint64_t key, uint64_t stream,
+                                          uint64_t offset, float mag) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    uniform_noise_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, x, n, key, stream, offset, mag);
+    ut_cuda_launched("uniform_noise_fwd");
 }
 
 extern "C" void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t stream, uint64_t offset,
