@@ -84,6 +84,7 @@ typedef struct {
  * in that order, and the layout it chose. */
 typedef struct {
     int n, layout;
+    int64_t seq_len[2]; /* ut_inputs' */
     ut_tensor *t[UT_MAX_INPUTS];
 } ut_prepared;
 
@@ -482,6 +483,12 @@ ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_ten
 ut_tensor *ut_conv2d_layer_forward_relu(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
 ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, ut_tensor *x);
 ut_tensor *ut_embedding_layer_forward(ut_ctx *ctx, const ut_embedding_layer *l, ut_tensor *idx);
+/* NEFTune (Jain et al., 2023; the Hugging Face Trainer's neftune_noise_alpha):
+ * in training mode, with the context's alpha > 0 (ut_ctx_set_neftune), a
+ * token embedding's output e (..., d) plus uniform noise in [-m, m), m =
+ * alpha / sqrt(L d), L the batch's padded sequence length (seq_len; 0: e's
+ * second-to-last dimension); e itself otherwise. */
+ut_tensor *ut_neftune(ut_ctx *ctx, ut_tensor *e, int64_t seq_len);
 /* x (B, T, C) -> (B, T, C) */
 ut_tensor *ut_attention_layer_forward(ut_ctx *ctx, const ut_attention_layer *l, ut_tensor *x);
 ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x);

@@ -109,6 +109,12 @@ ut_dtype ut_ctx_autocast(const ut_ctx *ctx);
  * Hugging Face Trainer's label_smoothing_factor. Returns the old setting. */
 float ut_ctx_set_label_smoothing(ut_ctx *ctx, float eps);
 float ut_ctx_label_smoothing(const ut_ctx *ctx);
+/* NEFTune's alpha (0, the default, is none): in training mode the models
+ * add uniform noise of magnitude alpha / sqrt(L d) to their token
+ * embeddings (ut_neftune, nn.h), as the Hugging Face Trainer's
+ * neftune_noise_alpha. Returns the old setting. */
+float ut_ctx_set_neftune(ut_ctx *ctx, float alpha);
+float ut_ctx_neftune(const ut_ctx *ctx);
 /* What autocast's matrix products in dt run on, on device dev, for logs:
  * "oneDNN AMX", "oneDNN AVX512_BF16", "fp32 sgemm on bf16-rounded inputs (CPU
  * has no bf16 instructions)", ... (the CPU backend decides once, at first
@@ -211,6 +217,8 @@ typedef struct {
 typedef struct {
     int n;               /* arrays added since the last ut_inputs_clear */
     int layout;          /* the model's tag for which arrays it made (packed rows or padded) */
+    int64_t seq_len[2];  /* the batch's padded token sequences' lengths (source, decoder; 0: none),
+                            what NEFTune's noise scales by whatever the layout (ut_neftune) */
     ut_host_array a[UT_MAX_INPUTS];
     void *buf[UT_MAX_INPUTS];  /* the memory behind a[i].host, kept from batch to batch */
     size_t cap[UT_MAX_INPUTS]; /* its bytes */

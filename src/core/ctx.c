@@ -1,4 +1,5 @@
 /* The per-step context: arenas, tape, modes, errors, tensor constructors. */
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -145,6 +146,15 @@ float ut_ctx_set_label_smoothing(ut_ctx *ctx, float eps) {
 }
 
 float ut_ctx_label_smoothing(const ut_ctx *ctx) { return ctx->label_smoothing; }
+
+float ut_ctx_set_neftune(ut_ctx *ctx, float alpha) {
+    float old = ctx->neftune_alpha;
+    UT_ASSERT(alpha >= 0.0f && !isinf(alpha));
+    ctx->neftune_alpha = alpha;
+    return old;
+}
+
+float ut_ctx_neftune(const ut_ctx *ctx) { return ctx->neftune_alpha; }
 
 void ut_ctx_rng_stream(ut_ctx *ctx, uint64_t stream) {
     ctx->rng.stream = stream;

@@ -31,6 +31,7 @@ void ut_inputs_clear(ut_inputs *in) {
     ut_inputs_wait(in);
     in->n = 0;
     in->layout = 0;
+    in->seq_len[0] = in->seq_len[1] = 0;
 }
 
 void ut_inputs_wait(ut_inputs *in) {

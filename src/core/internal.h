@@ -123,6 +123,7 @@ struct ut_ctx {
     bool has_err;
     ut_dtype autocast;      /* F32 (off), BF16 or F16: see src/core/autocast.c */
     float label_smoothing;  /* the losses' default (ut_ctx_set_label_smoothing) */
+    float neftune_alpha;    /* NEFTune's noise on token embeddings (ut_ctx_set_neftune) */
     void *ac_pool;          /* float32 copies of the op running now: sources, output, gradients, a kernel's own */
     size_t ac_cap, ac_used, ac_need;
     void *ac_spill[UT_AUTOCAST_SPILLS]; /* what did not fit, given back when the op ends */

@@ -224,17 +224,21 @@ static int bart_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
     int32_t *at = ut_malloc_check((size_t)(B > 0 ? B : 1) * sizeof *at);
     int rc = find_eos(net, x, at, err, n);
     if (!rc && !pack_inputs(net, x->host, at, B, T, in)) split_inputs(net, x->host, at, B, T, in);
+    in->seq_len[0] = T;
     ut_free(at);
     return rc;
 }
 
-/* token (scaled) + position embeddings, layernorm_embedding, dropout */
+/* token (scaled) + position embeddings, layernorm_embedding, dropout;
+ * NEFTune's noise on the scaled token embedding (the embed_tokens module's
+ * output), scaled by the padded length L (0: ids' last dimension) */
 static ut_tensor *embed(ut_ctx *ctx, const bart *net, ut_tensor *ids, ut_tensor *pos,
-                        const ut_embedding_layer *pe, const ut_layernorm_layer *ln) {
+                        const ut_embedding_layer *pe, const ut_layernorm_layer *ln, int64_t L) {
     const ut_tp_hooks *tp = &net->lay.tp;
     ut_tensor *h = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->shared.w, net->V, (int)net->pad, tp->group)
                                         : ut_embedding_pad(ctx, ids, net->shared.w, (int)net->pad);
     if (net->embed_scale != 1.0f) h = ut_scale(ctx, h, net->embed_scale);
+    h = ut_neftune(ctx, h, L);
     h = ut_add(ctx, h, ut_embedding_layer_forward(ctx, pe, pos));
     return ut_dropout(ctx, ut_layernorm_layer_forward(ctx, ln, h), net->dropout);
 }
@@ -273,9 +277,9 @@ static ut_tensor *bart_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     ut_tensor *enc, *h;
     if (net->first) {
         ut_ctx_rng_region(ctx, 0);
-        enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
+        enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln, p->seq_len[0]);
         ut_ctx_rng_region(ctx, dec_embed_region(net));
-        h = embed(ctx, net, dec_ids, pos, &net->dec_pos, &net->dec_ln);
+        h = embed(ctx, net, dec_ids, pos, &net->dec_pos, &net->dec_ln, p->seq_len[0]);
     } else {
         ut_tensor *x = m->stage_input;
         if (!x || ut_nelem(x) != 2 * R * net->C) {
@@ -372,7 +376,7 @@ static ut_tensor *gen_loss_split(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut
 
 static ut_tensor *encode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *pos, ut_tensor *mask) {
     const bart *net = m->impl;
-    ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln);
+    ut_tensor *enc = embed(ctx, net, ids, pos, &net->enc_pos, &net->enc_ln, 0);
     for (int64_t l = 0; l < net->EL; l++) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, mask}, 2);
     return enc;
 }
@@ -380,7 +384,7 @@ static ut_tensor *encode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *po
 /* the decoder's states (B, T, C) for ids (B, T) at positions pos over the encoder's states */
 static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *pos, ut_tensor *enc, ut_tensor *mask) {
     const bart *net = m->impl;
-    ut_tensor *h = embed(ctx, net, ids, pos, &net->dec_pos, &net->dec_ln);
+    ut_tensor *h = embed(ctx, net, ids, pos, &net->dec_pos, &net->dec_ln, 0);
     for (int64_t l = 0; l < net->DL; l++) h = run_layer(m, ctx, net->EL + l, (ut_tensor *[]){h, enc, mask}, 3);
     return h;
 }
@@ -481,7 +485,7 @@ static int dec_step(void *state, const int32_t *seq, int64_t ld, int64_t len, fl
     if (s->b.cache) {
         int32_t pos = (int32_t)(len + 1);
         h = embed(ctx, net, ut_decode_last_ids(&s->b, seq, ld, len), ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, &pos),
-                  &net->dec_pos, &net->dec_ln);
+                  &net->dec_pos, &net->dec_ln, 1);
         for (int64_t l = 0; l < net->DL && h; l++) h = cached_layer(s, l, h, len - 1);
     } else {
         int32_t *pos = ut_ctx_alloc(ctx, (size_t)len * sizeof *pos);

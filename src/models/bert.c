@@ -192,17 +192,21 @@ static int bert_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
     /* unpadded execution: every op but attention is row-wise and padded
      * positions never reach real ones, so only the real tokens are computed */
     if (!pack_inputs(net, x->host, x->ne[0], x->ne[2], in)) split_inputs(net, x->host, x->ne[0], x->ne[2], in);
+    in->seq_len[0] = x->ne[2];
     return 0;
 }
 
 /* embeddings, LayerNorm and dropout of ids, types and pos (any shape). As
  * transformers builds them, the word embedding has padding_idx pad_token_id
  * (its row takes no gradient, also where a text holds the pad token or a
- * batch is left-padded), and so has RoBERTa's position embedding. */
-static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor *types, ut_tensor *pos) {
+ * batch is left-padded), and so has RoBERTa's position embedding. NEFTune's
+ * noise goes on the word embedding alone (transformers' hook on
+ * word_embeddings), scaled by the batch's padded length L. */
+static ut_tensor *embed(ut_ctx *ctx, const bert *net, ut_tensor *ids, ut_tensor *types, ut_tensor *pos, int64_t L) {
     const ut_tp_hooks *tp = &net->lay.tp;
     ut_tensor *word = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->word.w, net->V, (int)net->pad_id, tp->group)
                                            : ut_embedding_pad(ctx, ids, net->word.w, (int)net->pad_id);
+    word = ut_neftune(ctx, word, L);
     ut_tensor *h = ut_add(ctx, word, ut_embedding_layer_forward(ctx, &net->type, types));
     h = ut_add(ctx, h, net->roberta ? ut_embedding_pad(ctx, pos, net->pos.w, (int)net->pad_id)
                                     : ut_embedding_layer_forward(ctx, &net->pos, pos));
@@ -238,12 +242,12 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
     /* a pipeline stage after the first starts from the activation it was
      * sent; one before the last returns its layers' output */
     if (in->layout == PADDED) {
-        ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[3]) : m->stage_input;
+        ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[3], in->seq_len[0]) : m->stage_input;
         ut_tensor *h = encoder(m, ctx, x, t[2], layer_fn);
         if (!net->last) return h;
         return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){t[0]->ne[0], net->C}));
     }
-    ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2]) : m->stage_input;
+    ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2], in->seq_len[0]) : m->stage_input;
     ut_tensor *h = encoder(m, ctx, x, t[3], layer_fn_packed);
     if (!net->last) return h;
     return head(ctx, net, ut_embedding(ctx, t[4], h));

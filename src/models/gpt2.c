@@ -120,6 +120,7 @@ static int gpt2_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
         int32_t *ps = add_i32(in, T);
         for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
         in->layout = LM;
+        in->seq_len[0] = T;
         return 0;
     }
     if (x->dtype != UT_I32 || x->ndim != 3 || x->ne[1] != 3 || x->ne[2] > g->block_size)
@@ -136,6 +137,7 @@ static int gpt2_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
     /* unpadded execution: only the real tokens are computed (rows are
      * independent but for attention, whose padded keys are masked) */
     if (!pack_inputs(g, x->host, B, T, in)) split_inputs(g, x->host, B, T, in);
+    in->seq_len[0] = T;
     return 0;
 }
 
@@ -151,7 +153,7 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         if (g->first) {
             ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
                                    : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
-            x = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+            x = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
             if (g->seq) { /* this rank's rows from here to ln_f, the whole model's masks */
                 x = tp->seq_split(ctx, x, tp->group);
                 x = ut_dropout_seq(ctx, x, g->dropout, g->lay.tp_rank, g->lay.tp_size);
@@ -179,7 +181,7 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
     const ut_tp_hooks *tp = &g->lay.tp;
     ut_tensor *tok = g->lay.tp_size > 1 ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
                                         : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
-    ut_tensor *h = ut_add(ctx, tok, ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+    ut_tensor *h = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
     if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
     for (int64_t l = 0; l < g->n_layer; l++)
         h = ut_block_layer_forward_rows(ctx, &g->h[l], h, in->t[2], m->checkpoint_activations);

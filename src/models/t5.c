@@ -207,11 +207,14 @@ static ut_tensor *run_block(ut_model *m, ut_ctx *ctx, int64_t i, ut_tensor **in,
     return m->checkpoint_activations ? ut_checkpoint(ctx, fn, &net->args[i], in, n) : fn(ctx, &net->args[i], in, n);
 }
 
+/* ids (B, L) */
 static ut_tensor *embed(ut_ctx *ctx, const t5 *net, ut_tensor *ids) {
     const ut_tp_hooks *tp = &net->lay.tp;
     ut_tensor *e = net->lay.tp_size > 1 ? tp->embedding(ctx, ids, net->shared.w, net->V, -1, tp->group)
                                         : ut_embedding_layer_forward(ctx, &net->shared, ids);
-    return ut_dropout(ctx, e, net->dropout);
+    /* NEFTune's noise on both stacks' token embeddings (transformers' hook on
+     * the shared embedding, which each stack calls), L each one's length */
+    return ut_dropout(ctx, ut_neftune(ctx, e, 0), net->dropout);
 }
 
 /* the encoder's states (B, S, C): ids (B, S), buckets (S * S), mask (B, 1, 1, S) */

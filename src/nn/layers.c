@@ -77,6 +77,14 @@ ut_tensor *ut_layernorm_layer_forward(ut_ctx *ctx, const ut_layernorm_layer *l, 
 }
 
 /* ---- embedding ---- */
+ut_tensor *ut_neftune(ut_ctx *ctx, ut_tensor *e, int64_t seq_len) {
+    float alpha = ut_ctx_neftune(ctx);
+    if (!e || alpha <= 0.0f || !ut_ctx_training(ctx)) return e;
+    int64_t d = e->ne[e->ndim - 1], L = seq_len > 0 ? seq_len : e->ndim >= 2 ? e->ne[e->ndim - 2] : 1;
+    /* transformers: alpha / sqrt(L * d), the root of an integer in float32 */
+    return ut_uniform_noise(ctx, e, alpha / sqrtf((float)(L * d)));
+}
+
 void ut_embedding_layer_init(ut_model *m, ut_embedding_layer *l, const char *prefix, int64_t V,
                              int64_t C, float std) {
     char buf[256];

@@ -219,7 +219,7 @@ ut_tensor *ut_model_param(const ut_model *m, const char *name) {
 }
 
 ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in) {
-    ut_prepared p = {.n = in->n, .layout = in->layout};
+    ut_prepared p = {.n = in->n, .layout = in->layout, .seq_len = {in->seq_len[0], in->seq_len[1]}};
     if (ut_ctx_error(ctx) || ut_inputs_upload(ctx, in, p.t)) return NULL;
     return m->forward_prepared(m, ctx, &p);
 }

@@ -211,6 +211,11 @@ const ut_cfg_key ut_cfg_schema[] = {
             "example's loss is (1 - eps) -log p(target) + eps times the mean of -log p over the classes "
             "(Hugging Face's label_smoothing_factor, torch's label_smoothing); 0: none. Refused with "
             "dist.tensor_parallel > 1"},
+    {.key = "train.neftune_alpha", .type = UT_CFG_FLOAT, AT(neftune_alpha), .def = "0", GE(0), LE(1e6),
+     .hashed = true, .hash_if_set = true,
+     .doc = "NEFTune: in training, uniform noise in [-m, m), m = alpha / sqrt(L d), added to the token "
+            "embeddings (L the batch's padded length, d the width; gpt2, bert, roberta, bart, t5: Hugging Face's "
+            "neftune_noise_alpha, the paper's 5 to 15); 0: none"},
     {.key = "train.init_scale", .type = UT_CFG_FLOAT, AT(init_scale), .def = "65536", GT(0),
      .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
     {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),
@@ -459,6 +464,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"dataloader_prefetch_factor", "data.prefetch"},
     {"label_smoothing_factor", "train.label_smoothing"},
     {"label_smoothing", "train.label_smoothing"},
+    {"neftune_noise_alpha", "train.neftune_alpha"},
     {"dataloader_drop_last", "data.drop_last"},
     /* a section given a scalar names its kind: `model: gpt2` */
     {"model", "model.name"},

@@ -76,6 +76,10 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("train.label_smoothing: %g with dist.tensor_parallel %lld: the cross-entropy over a vocabulary split "
              "between ranks has no label smoothing; set one of them to its default (0, 1)", c->label_smoothing,
              (long long)c->tensor_parallel);
+    if (c->neftune_alpha > 0 && strcmp(c->model_name, "gpt2") && strcmp(c->model_name, "bert") &&
+        strcmp(c->model_name, "roberta") && strcmp(c->model_name, "bart") && strcmp(c->model_name, "t5"))
+        FAIL("train.neftune_alpha: %g puts noise on token embeddings; model %s has none (gpt2, bert, roberta, bart "
+             "and t5 do): remove the key", c->neftune_alpha, c->model_name);
     if (c->tf32 && ut_config_device(c) != UT_CUDA)
         FAIL("train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device %s the float32 "
              "products are exact: remove tf32 or write device: cuda", c->device);

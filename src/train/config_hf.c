@@ -93,7 +93,6 @@ static const struct {
     {"use_liger_kernel", {"false"}, "utrain's fused kernels are its own (docs/gpu.md)"},
     {"liger_kernel_config", {""}, "utrain's fused kernels are its own (docs/gpu.md)"},
     {"use_cache", {"false"}, "utrain's training forward keeps no key/value cache"},
-    {"neftune_noise_alpha", {""}, "NEFTune's embedding noise is not available"},
     {"torch_empty_cache_steps", {""}, "utrain allocates its device memory for the run and reuses it: there is no "
                                       "cache to empty"},
     {"log_on_each_node", {"true"}, "every rank writes its own log, RUN/logger_logs/training_<rank>.log"},
@@ -476,6 +475,7 @@ const char *const ut_cfg_hf_doc =
     "| `tf32` | false / true | `train.tf32` (TF32 products on `device: cuda`; refused on the others) |\n"
     "| `gradient_checkpointing` | false / true | `train.checkpoint_activations` |\n"
     "| `label_smoothing_factor` | eps | `train.label_smoothing` |\n"
+    "| `neftune_noise_alpha` | alpha | `train.neftune_alpha` (NEFTune's noise on the token embeddings in training) |\n"
     "| `logging_first_step` | false / true | `train.log_first_step` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: the run's model is its best checkpoint / `train.load_best_at_end: false`: its last (`do_predict`, `utrain test`, `generate` and `export` take it) |\n"
@@ -490,7 +490,7 @@ const char *const ut_cfg_hf_doc =
     "| `average_tokens_across_devices` | true / false | nothing: utrain averages the loss over the target tokens of the whole window on every rank (a label per example for classification) / refused |\n"
     "| `enable_jit_checkpoint`, `batch_eval_metrics`, `dataloader_persistent_workers`, `ddp_static_graph`, `ddp_broadcast_buffers` | true / false | nothing either way: utrain always checkpoints at a stop signal, accumulates its metrics batch by batch, loads on one thread, has a static graph and no buffers besides the parameters |\n"
     "| `gradient_checkpointing_kwargs.use_reentrant`, `fp16_opt_level`, `ray_scope`, `hub_*` | any | nothing: how torch recomputes (the values are the same); apex's level, hyper-parameter search's scope and the Hub's settings serve features utrain refuses |\n"
-    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `neftune_noise_alpha`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
+    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
     "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
     "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
     "| `log_level`, `log_level_replica`, `project`, `include_num_input_tokens_seen`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `no`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"

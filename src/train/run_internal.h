@@ -31,10 +31,12 @@ static inline uint64_t ut_run_data_seed(const ut_config *c) {
 
 /* What a run's context applies to every op it makes: autocast in
  * train.precision, the losses' train.label_smoothing (training, evaluation
- * and test alike, as the Hugging Face Trainer's label smoother). */
+ * and test alike, as the Hugging Face Trainer's label smoother), NEFTune's
+ * train.neftune_alpha (in training mode only, as transformers' hook). */
 static inline void ut_run_ctx_setup(ut_ctx *ctx, const ut_config *c) {
     ut_ctx_set_autocast(ctx, ut_run_precision(c));
     ut_ctx_set_label_smoothing(ctx, (float)c->label_smoothing);
+    ut_ctx_set_neftune(ctx, (float)c->neftune_alpha);
 }
 
 /* ---- where a run writes ---- */

@@ -493,6 +493,9 @@ static void print_summary(ut_trainer *t) {
     if (c->label_smoothing > 0)
         ut_say(&t->log, "  Label smoothing = %g (the cross-entropy and NLL losses, in evaluation too)\n",
                c->label_smoothing);
+    if (c->neftune_alpha > 0)
+        ut_say(&t->log, "  NEFTune = alpha %g (training: uniform noise of alpha / sqrt(L d) on the token embeddings)\n",
+               c->neftune_alpha);
     if (c->tf32)
         ut_say(&t->log, "  TF32 = on (train.tf32: float32 products on the tensor cores, operands rounded to 10 "
                         "mantissa bits, float32 accumulation)\n");

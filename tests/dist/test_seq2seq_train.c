@@ -93,7 +93,7 @@ static void test_learns_and_generates(void) {
 
 /* T5 from scratch (gated GELU, relative positions) with T5's Unigram
  * tokenizer and a source prefix: ddp on 2 ranks and the model split over 2
- * ranks (tensor parallel, with and without dropout) reach one process's
+ * ranks (tensor parallel, with and without dropout, with NEFTune's noise) reach one process's
  * weights, and test mode generates */
 static void test_t5(void) {
     char saved[sizeof split_body];
@@ -122,6 +122,17 @@ static void test_t5(void) {
     CHECK(split_train("t5dtp2", 2, "dist.tensor_parallel=2 model.dropout_rate=0.1") == 0,
           "T5 with dropout split over 2 ranks");
     split_agrees("t5dtp2", "t5dwhole", 16);
+    /* NEFTune's noise on both stacks' embeddings: the parts add the whole
+     * model's noise (the loss moves off the plain run's from the first step) */
+    CHECK(split_train("t5nwhole", 1, "train.neftune_alpha=5") == 0, "T5 with NEFTune in one process");
+    CHECK(split_train("t5ntp2", 2, "dist.tensor_parallel=2 train.neftune_alpha=5") == 0,
+          "T5 with NEFTune split over 2 ranks");
+    split_agrees("t5ntp2", "t5nwhole", 16);
+    char plain1[64] = "", noisy1[64] = "";
+    CHECK(tp_loss_at(tp_run_file(split_dir, "t5whole", "metrics.jsonl"), "train", 1, plain1, sizeof plain1) &&
+              tp_loss_at(tp_run_file(split_dir, "t5nwhole", "metrics.jsonl"), "train", 1, noisy1, sizeof noisy1) &&
+              strcmp(plain1, noisy1),
+          "T5's first loss: plain %s, with NEFTune %s", plain1, noisy1);
     char run[700], out[700];
     snprintf(run, sizeof run, "%s/runs/t5whole", split_dir);
     snprintf(out, sizeof out, "%s/t5_test.out", split_dir);

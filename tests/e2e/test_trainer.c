@@ -410,6 +410,56 @@ static void test_label_smoothing(void) {
     free(r);
 }
 
+/* train.neftune_alpha (Hugging Face's neftune_noise_alpha) on a small GPT-2:
+ * the run says so; the untrained model's dev loss (eval_on_start) is the
+ * plain run's, since evaluation adds no noise; the first training loss is
+ * not, since training does; two runs with the noise are bit-identical (the
+ * noise comes from the seeded Philox streams). A model without token
+ * embeddings refuses the key (test_config). */
+static void test_neftune(void) {
+    char shard[512], cfg[600], runs[512];
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
+        CHECK(0, "tokenize");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/neft.yml", tmp);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "experiment_name: plain\noutput_dir: %s/neft\nseed: 3\n"
+            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+            "data: {name: tokens, train_path: %s, dev_path: %s, seq_len: 16}\n"
+            "train: {batch_size: 4, max_steps: 3, log_interval: 1, eval_strategy: steps, eval_interval: 3,\n"
+            "        eval_on_start: true, save_strategy: \"no\", progress: lines}\n"
+            "optim: {name: adamw, lr: 1.0e-3}\n",
+            tmp, shard, shard);
+    fclose(f);
+    snprintf(runs, sizeof runs, "%s/neft", tmp);
+    const char *out = tp_path(tmp, "neft.out");
+    const char *names[3] = {"plain", "noisy", "noisy2"};
+    char metrics[3][700];
+    for (int i = 0; i < 3; i++) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "experiment_name=%s", names[i]);
+        int rc = tp_run((const char *[]){"train", cfg, "--set", exp, "--set",
+                                      i ? "neftune_noise_alpha=5" : "train.neftune_alpha=0", NULL},
+                        out);
+        char *s = tp_slurp(out);
+        CHECK(rc == 0 && s && (strstr(s, "NEFTune = alpha 5") != NULL) == (i > 0), "%s: %s", names[i], s);
+        free(s);
+        snprintf(metrics[i], sizeof metrics[i], "%s/%s/metrics.jsonl", runs, names[i]);
+    }
+    char a[64], b[64], c[64], d[64];
+    CHECK(tp_loss_at(metrics[0], "dev", 0, a, sizeof a) && tp_loss_at(metrics[1], "dev", 0, b, sizeof b) &&
+              !strcmp(a, b),
+          "dev loss before training: plain %s, noisy %s (evaluation adds no noise)", a, b);
+    CHECK(tp_loss_at(metrics[0], "train", 1, a, sizeof a) && tp_loss_at(metrics[1], "train", 1, b, sizeof b) &&
+              strcmp(a, b),
+          "first training loss: plain %s, noisy %s (training adds noise)", a, b);
+    CHECK(tp_loss_at(metrics[1], "train", 3, c, sizeof c) && tp_loss_at(metrics[2], "train", 3, d, sizeof d) &&
+              !strcmp(c, d),
+          "two noisy runs: step 3 losses %s and %s", c, d);
+}
+
 /* train.log_first_step (Hugging Face's logging_first_step): step 1 is
  * logged besides every log_interval-th, and the interval after it starts
  * at step 2 */
@@ -670,6 +720,7 @@ int main(int argc, char **argv) {
     RUN(test_gradient_accumulation);
     RUN(test_example_configs);
     RUN(test_label_smoothing);
+    RUN(test_neftune);
     RUN(test_test_at_end);
     RUN(test_log_first_step);
     RUN(test_data_seed);

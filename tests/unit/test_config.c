@@ -413,8 +413,8 @@ static void test_hf_training_arguments_files(void) {
         {"num_train_epochs: 2.5\n", "num_train_epochs: 2.5 epochs: utrain counts whole epochs; write max_steps: N"},
         {"use_liger_kernel: true\n", "use_liger_kernel: 'true': utrain's fused kernels are its own (docs/gpu.md); "
                                      "write false or remove the key"},
-        {"neftune_noise_alpha: 5\n", "neftune_noise_alpha: '5': NEFTune's embedding noise is not available; write "
-                                     "null or remove the key"},
+        {"torch_empty_cache_steps: 5\n", "torch_empty_cache_steps: '5': utrain allocates its device memory for the "
+                                         "run and reuses it"},
         {"train_sampling_strategy: batch_rebalance\n", "utrain's sampler is random (data.shuffle: true), "
                                                        "sequential"},
         {"fsdp: full_shard offload\n", "fsdp: 'offload': utrain has full_shard (dist.strategy: zero3)"},
@@ -573,6 +573,9 @@ static void test_hf_training_arguments(void) {
     check_invalid((const char *[]){"label_smoothing=0.1", "dist.tensor_parallel=2", NULL},
                   "train.label_smoothing: 0.1 with dist.tensor_parallel 2: the cross-entropy over a vocabulary split "
                   "between ranks has no label smoothing; set one of them to its default (0, 1)");
+    check_invalid((const char *[]){"neftune_noise_alpha=5", "model.name=cnn", NULL},
+                  "train.neftune_alpha: 5 puts noise on token embeddings; model cnn has none (gpt2, bert, roberta, "
+                  "bart and t5 do): remove the key");
     /* tf32 is a GPU's mode: refused on the CPU (and sim) when the run is checked */
     check_invalid((const char *[]){"tf32=true", NULL},
                   "train.tf32: TF32 is a mode of NVIDIA GPUs' tensor cores (device: cuda); on device cpu the float32 "
