@@ -114,6 +114,7 @@ typedef struct {
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */
     double neftune_alpha;        /* NEFTune's noise on the token embeddings (0: none) */
+    char count_input_tokens[12]; /* no | all | non_padding: log num_input_tokens_seen */
     double init_scale;           /* fp16: the loss scale to start from (GradScaler's init_scale) */
     int64_t growth_interval;     /* fp16: clean steps before the scale doubles */
     int64_t loss_scale_hysteresis;  /* fp16: overflows tolerated before backing off (DeepSpeed) */

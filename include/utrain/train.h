@@ -44,6 +44,8 @@ typedef struct {
                                       before backing off (0: not saved; a hysteresis of 1) */
     int64_t schedule_held;         /* fp16: skipped steps the learning-rate schedule has not counted
                                       (optim.schedule_on_skip: hold); saved when > 0 */
+    int64_t input_tokens_seen;     /* train.count_input_tokens: input tokens trained on so far, all ranks;
+                                      saved when > 0 */
 } ut_train_state;
 
 /* ---- checkpoint files ----

@@ -31,12 +31,13 @@
 enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
     K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_AMP_HYSTERESIS,
-    K_SCHEDULE_HELD, K_COUNT
+    K_SCHEDULE_HELD, K_TOKENS_SEEN, K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
     "train.best_metric", "train.best_step", "train.bad_evals", "train.config_hash", "optim.steps",
     "optim.state", "amp.scale", "amp.growth_tracker", "amp.hysteresis", "train.schedule_held",
+    "train.input_tokens_seen",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -169,6 +170,7 @@ static void meta_build(meta_out *mo, const char *type, const char *state, int64_
         if (st->scale_hysteresis > 0) meta_putf(mo, K_AMP_HYSTERESIS, "%" PRId64, st->scale_hysteresis);
     }
     if (st->schedule_held > 0) meta_putf(mo, K_SCHEDULE_HELD, "%" PRId64, st->schedule_held);
+    if (st->input_tokens_seen > 0) meta_putf(mo, K_TOKENS_SEEN, "%" PRId64, st->input_tokens_seen);
     if (!state) return;
     meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, optim_steps);
     snprintf(mo->state_names, sizeof mo->state_names, "%s", state);
@@ -228,8 +230,10 @@ static bool parse_amp(const ut_st_file *f, ut_train_state *st) {
 
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {
     const char *hash_end, *held = ut_st_meta(f, meta_keys[K_SCHEDULE_HELD]);
-    st->schedule_held = 0;
+    const char *seen = ut_st_meta(f, meta_keys[K_TOKENS_SEEN]);
+    st->schedule_held = st->input_tokens_seen = 0;
     return parse_amp(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
+           (!seen || parse_i64(seen, &st->input_tokens_seen)) &&
            parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
            parse_i64(ut_st_meta(f, meta_keys[K_EPOCH]), &st->epoch) &&
            parse_i64(ut_st_meta(f, meta_keys[K_CURSOR]), &st->cursor) &&
@@ -484,6 +488,7 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
         {"train.best_step", st->best_step, -1, st->step},
         {"train.bad_evals", st->bad_evals, 0, st->step}, /* one evaluation per step at most */
         {"train.schedule_held", st->schedule_held, 0, st->step},
+        {"train.input_tokens_seen", st->input_tokens_seen, 0, INT64_MAX},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)

@@ -26,6 +26,7 @@ static const char *const schedules[] = {"constant",   "cosine",       "linear", 
 static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const skip_rules[] = {"hold", "advance", NULL};
+static const char *const token_counts[] = {"no", "all", "non_padding", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const eval_precisions[] = {"auto", "fp32", "bf16", "fp16", NULL};
@@ -216,6 +217,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "NEFTune: in training, uniform noise in [-m, m), m = alpha / sqrt(L d), added to the token "
             "embeddings (L the batch's padded length, d the width; gpt2, bert, roberta, bart, t5: Hugging Face's "
             "neftune_noise_alpha, the paper's 5 to 15); 0: none"},
+    {.key = "train.count_input_tokens", .type = UT_CFG_ENUM, AT(count_input_tokens), .def = "no",
+     .values = token_counts,
+     .doc = "the train lines log num_input_tokens_seen, the input tokens trained on so far over all ranks "
+            "(resumed from the checkpoint): all of each batch's (padded to its longest), or those its attention "
+            "masks cover (non_padding; Hugging Face's include_num_input_tokens_seen)"},
     {.key = "train.init_scale", .type = UT_CFG_FLOAT, AT(init_scale), .def = "65536", GT(0),
      .doc = "fp16: initial loss scale (GradScaler's init_scale)"},
     {.key = "train.growth_interval", .type = UT_CFG_INT, AT(growth_interval), .def = "2000", GE(1),

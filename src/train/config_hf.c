@@ -98,7 +98,6 @@ static const struct {
     {"log_on_each_node", {"true"}, "every rank writes its own log, RUN/logger_logs/training_<rank>.log"},
     {"logging_nan_inf_filter", {"true"}, "a non-finite training loss stops the run (fp16: skips its step), so "
                                          "none is ever logged"},
-    {"include_num_input_tokens_seen", {"no", "false"}, "not available; the train lines give samples_per_s"},
     {"log_level", {"passive"}, "utrain's console shows the run's summary and logged steps (train.progress says "
                                "how)"},
     {"log_level_replica", {"warning", "passive"}, "ranks other than 0 write their log files only"},
@@ -437,6 +436,16 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     }
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);
+    /* transformers 4 took a boolean, 5 also no / all / non_padding */
+    if (!strcmp(key, "include_num_input_tokens_seen")) {
+        if (!strcmp(v, "all") || !strcmp(v, "non_padding") || !strcmp(v, "no"))
+            return assign(c, "train.count_input_tokens", v, err, n);
+        char why[256];
+        int on = ut_cfg_flag(key, v, why, sizeof why);
+        if (on < 0)
+            return ut_errorf(err, n, "%s: expected no, all, non_padding, true or false, got '%s'", key, v);
+        return assign(c, "train.count_input_tokens", on ? "all" : "no", err, n);
+    }
     /* run_name: a name for reporting services; transformers 4 wrote output_dir there */
     if (!strcmp(key, "run_name"))
         return !*v || !strcmp(v, c->output_dir)
@@ -479,6 +488,7 @@ const char *const ut_cfg_hf_doc =
     "| `logging_first_step` | false / true | `train.log_first_step` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: the run's model is its best checkpoint / `train.load_best_at_end: false`: its last (`do_predict`, `utrain test`, `generate` and `export` take it) |\n"
+    "| `include_num_input_tokens_seen` | `no`, `all`, `non_padding`, false / true | `train.count_input_tokens` (false: `no`, true: `all`) |\n"
     "| `report_to` | `tensorboard`, `all`, `none`, `[]` / others | nothing: the run writes its TensorBoard event files and `metrics.jsonl` and reports to no service / refused |\n"
     "| `num_train_epochs` | 3.0 / 2.5 | `train.epochs: 3` / refused (utrain counts whole epochs; `max_steps` for part of one) |\n"
     "| `max_steps` | -1 / N | nothing (the epochs decide) / `train.max_steps` |\n"
@@ -493,7 +503,7 @@ const char *const ut_cfg_hf_doc =
     "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
     "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
     "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
-    "| `log_level`, `log_level_replica`, `project`, `include_num_input_tokens_seen`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `no`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"
+    "| `log_level`, `log_level_replica`, `project`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"
     "| `accelerator_config.*`, `fsdp_config.*` | their defaults (`split_batches: false`, `even_batches: true`, `use_seedable_sampler: true`, `non_blocking`, `min_num_params: 0`, `xla*: false`) / others | nothing / refused |\n"
     "| `logging_strategy` | `steps` / `epoch` / `no` | nothing (`logging_steps` is the interval) / `train.log_steps_ratio: 1` / `train.log_interval: 0` |\n"
     "| `resume_from_checkpoint` | true / empty, false / a path | `continue_training: true` / nothing / refused (`load_dir: PATH` starts a new run from those weights) |\n"

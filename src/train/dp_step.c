@@ -43,7 +43,9 @@ static void dp_worker(void *user, int w) {
     r->loss = loss_value(out.loss);
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
-    accum_add(&r->acc, r->loss, r->b.count, batch_tokens(t, &r->b), mets, k);
+    int64_t tokens = batch_tokens(t, &r->b);
+    r->acc.seen += seen_tokens(t, &r->b, tokens);
+    accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
     r->acc.loss_w += (double)r->b.count;
     ut_ctx_reset(ctx);
 }
@@ -53,6 +55,7 @@ static void accum_merge(accum *dst, const accum *src) {
     dst->loss_w += src->loss_w;
     dst->examples += src->examples;
     dst->tokens += src->tokens;
+    dst->seen += src->seen;
     accum_add(dst, 0, 0, 0, src->mets, src->nmets);
 }
 

@@ -241,6 +241,20 @@ int64_t ut_batch_tokens(const ut_dataset *ds, const ut_batch *b) {
     return b->count * longest;
 }
 
+int64_t ut_batch_real_tokens(const ut_dataset *ds, const ut_batch *b) {
+    if (ds->vocab_size <= 0) return 0;
+    bool s2s = ut_seq2seq_planes(ds);
+    if (!s2s && !ut_tok_planes(ds)) return b->count * ds->x_ne[0];
+    /* the mask planes: the text planes' third of (count, 3, L), the source's
+     * second of the pairs' (count, 4, L) (L their width as the batch holds
+     * them: a trimmed pair batch's x_len) */
+    int64_t planes = s2s ? 4 : 3, mask = s2s ? 1 : 2, L = s2s && b->x_len ? b->x_len : ds->x_ne[1], n = 0;
+    const int32_t *x = b->x;
+    for (int64_t k = 0; k < b->count; k++)
+        for (int64_t i = 0; i < L; i++) n += x[(k * planes + mask) * L + i] != 0;
+    return n;
+}
+
 /* Adds one batch's metrics into the running sums (matched by name). */
 static void add_batch_metrics(ut_metric *acc, int *nacc, const ut_metric *mets, int k) {
     for (int i = 0; i < k; i++) {

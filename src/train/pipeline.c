@@ -188,6 +188,7 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         if (pp_send(t, sl, sl->out, false, true, stage + 1)) return -1;
         /* the examples and tokens for the log (the loss is the last stage's) */
         int64_t tokens = batch_tokens(t, b);
+        t->interval.seen += seen_tokens(t, b, tokens);
         accum_add(&t->interval, 0, b->count, tokens, NULL, 0);
         accum_add(&t->epoch, 0, b->count, tokens, NULL, 0);
     }

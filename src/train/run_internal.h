@@ -143,6 +143,11 @@ int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b);
  * sequence-to-sequence pairs' count x the trimmed source length; 0 for data
  * without tokens. */
 int64_t ut_batch_tokens(const ut_dataset *ds, const ut_batch *b);
+/* The input tokens of b the attention masks cover (transformers'
+ * include_num_input_tokens_seen: non_padding): a token stream's count x
+ * seq_len, text planes' mask sums, sequence-to-sequence pairs' source mask
+ * sums; 0 for data without tokens. */
+int64_t ut_batch_real_tokens(const ut_dataset *ds, const ut_batch *b);
 /* generate.* as generation options (the run's seed for sampling). */
 void ut_gen_opts_from_config(const ut_config *c, ut_gen_opts *o);
 /* Evaluation by generation of a seq2seq dataset (eval_generate.c): each

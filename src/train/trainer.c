@@ -532,11 +532,14 @@ static int save(ut_trainer *t) {
     return rc;
 }
 
+static int flush_tokens_seen(ut_trainer *t);
+
 static int save_now(ut_trainer *t) {
     /* train.save_only_model: the weights alone, except when a stop signal
      * asks for the checkpoint the run resumes from */
     bool model_only = t->cfg->save_only_model && !t->stopping;
     if (t->last_saved_step == t->st.step && (model_only || !t->last_saved_model_only)) return 0;
+    if (flush_tokens_seen(t)) return -1;
     char dir[1280], path[1400];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->log.dir);
     ut_ckpt_path(path, sizeof path, dir, t->st.step);
@@ -664,18 +667,34 @@ static float sched_lr(const ut_trainer *t, int64_t step) {
 }
 
 /* ---- logging ---- */
+/* train.count_input_tokens: the input tokens counted since the last call,
+ * summed over the data-parallel ranks, into the state's total (every rank
+ * calls it at the same steps: before a log line and a checkpoint). */
+static int flush_tokens_seen(ut_trainer *t) {
+    if (!t->count_tokens) return 0;
+    int64_t v = t->interval.seen;
+    if (t->dworld > 1 && ut_comm_allreduce_i64(t->dcomm, &v, 1)) {
+        snprintf(t->err, sizeof t->err, "input tokens over ranks: %s", ut_comm_error(t->dcomm));
+        return -1;
+    }
+    t->st.input_tokens_seen += v;
+    t->interval.seen = 0;
+    return 0;
+}
+
 static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
-    if (accum_reduce(t, a)) return -1;
+    if (flush_tokens_seen(t) || accum_reduce(t, a)) return -1;
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = sched_lr(t, t->st.step - 1);
     double loss = a->loss_w > 0 ? a->loss_sum / a->loss_w : NAN, acc = accum_metric(a, "accuracy");
-    const char *names[6] = {"loss", "lr", "grad_norm", "samples_per_s"};
-    double vals[6] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
+    const char *names[8] = {"loss", "lr", "grad_norm", "samples_per_s"};
+    double vals[8] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
     int n = 4;
     if (!isnan(acc)) names[n] = "accuracy", vals[n++] = acc;
     if (a->tokens) names[n] = "tokens_per_s", vals[n++] = (double)a->tokens / dt;
+    if (t->count_tokens) names[n] = "num_input_tokens_seen", vals[n++] = (double)t->st.input_tokens_seen;
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
     ut_log_scalars(&t->log, "train", t->st.step, ep, n, names, vals);
     if (t->h.on_log) t->h.on_log(t->h.user, "train", t->st.step, n, names, vals);
@@ -913,6 +932,7 @@ void ut_trainer_record(ut_trainer *t, const ut_step_outputs *out, ut_tensor *y, 
     ut_metric mets[UT_MAX_METRICS];
     int k = ut_batch_metrics(&t->h, t->train, out, y, mets, UT_MAX_METRICS);
     int64_t tokens = batch_tokens(t, b); /* a scan of the text planes' masks: once */
+    t->interval.seen += seen_tokens(t, b, tokens);
     accum_add(&t->interval, 0, b->count, tokens, mets, k);
     accum_add(&t->epoch, 0, b->count, tokens, mets, k);
 }
@@ -1146,6 +1166,12 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     }
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
     t->token_weights = ut_seq2seq_planes(t->train);
+    t->count_tokens = !strcmp(c->count_input_tokens, "all") ? 1 : !strcmp(c->count_input_tokens, "non_padding") ? 2 : 0;
+    if (t->count_tokens && t->train->vocab_size <= 0) {
+        snprintf(t->err, sizeof t->err, "train.count_input_tokens: %s counts tokens; the training data (%s) holds "
+                 "none: remove the key", c->count_input_tokens, t->train->name);
+        return -1;
+    }
     if (t->token_weights && t->ndp > 1) {
         snprintf(t->err, sizeof t->err, "dist.strategy dp: sequence-to-sequence data (%s) weighs its loss by target "
                  "tokens, which the dp workers do not; use ddp (or zero1/zero2/zero3) under --nproc",

@@ -15,6 +15,7 @@ typedef struct {
     double loss_sum;           /* sum of per-example (seq2seq: per-target-token) losses */
     double loss_w;             /* what loss_sum is a sum over: examples, or target tokens */
     int64_t examples, tokens;
+    int64_t seen;              /* input tokens train.count_input_tokens counts (summed over ranks apart) */
     ut_metric mets[UT_MAX_METRICS];
     int nmets;
 } accum;
@@ -93,6 +94,7 @@ struct ut_trainer {
     ut_dtype pp_wire;            /* what pipeline stages send each other: F32, or the 16-bit precision's type */
     ut_grad_scaler scaler;
     int64_t skipped_steps;       /* fp16: steps skipped for inf/NaN gradients, this run */
+    int count_tokens;            /* train.count_input_tokens: 0 no, 1 all, 2 non_padding */
     /* The step's scalars, kept on the device and read back in one copy at
      * the optimizer step: the window's losses, one per micro-batch
      * (win_loss: accum_steps floats; win_count: each one's examples), then
@@ -146,6 +148,13 @@ static inline void accum_add(accum *a, double loss, int64_t count, int64_t token
 
 /* Tokens in count examples of the training set (0 unless it holds tokens). */
 static inline int64_t batch_tokens(const ut_trainer *t, const ut_batch *b) { return ut_batch_tokens(t->train, b); }
+
+/* The input tokens of a batch that train.count_input_tokens counts: all of
+ * them (tokens, batch_tokens' count: padding within the trimmed batch
+ * included), those the attention masks cover, or none when it is off. */
+static inline int64_t seen_tokens(const ut_trainer *t, const ut_batch *b, int64_t tokens) {
+    return t->count_tokens == 1 ? tokens : t->count_tokens == 2 ? ut_batch_real_tokens(t->train, b) : 0;
+}
 
 /* A micro-batch's results into the step's window (its loss, left on the
  * device for the one read) and the interval's and epoch's metrics

@@ -113,6 +113,42 @@ static void test_tokens_per_second(void) {
     }
 }
 
+/* train.count_input_tokens: all adds each step's tokens_per_s count (16
+ * examples x their longest row); non_padding the attention masks' tokens,
+ * fewer, and the same on 2 ranks of 8 as on 1 of 16 (the same examples,
+ * whatever each rank's padding) */
+static void test_input_tokens_seen(void) {
+    const char *all[] = {"experiment_name=bert_seen_all", "train.count_input_tokens=all", NULL};
+    const char *np[] = {"experiment_name=bert_seen_np", "include_num_input_tokens_seen=non_padding", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "seen_all.out", all, NULL) == 0 &&
+              hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "seen_np.out", np, NULL) == 0,
+          "runs");
+    const char *ma = tp_path(tmp, "runs/bert_seen_all/metrics.jsonl");
+    double before = 0;
+    for (int step = 1; step <= 3; step++) {
+        double seen = train_field(ma, step, "num_input_tokens_seen");
+        double per = train_field(ma, step, "tokens_per_s") / train_field(ma, step, "samples_per_s");
+        CHECK(fabs(seen - before - 16 * per) < 1e-6 * seen, "step %d: %g seen, %g before, %.9g tokens per example",
+              step, seen, before, per);
+        before = seen;
+    }
+    const char *mn = tp_path(tmp, "runs/bert_seen_np/metrics.jsonl");
+    double a = train_field(ma, 3, "num_input_tokens_seen"), n1 = train_field(mn, 1, "num_input_tokens_seen"),
+           n3 = train_field(mn, 3, "num_input_tokens_seen");
+    CHECK(n1 > 0 && n3 > n1 && n3 < a, "non_padding: %g at step 1, %g at 3; all: %g at 3", n1, n3, a);
+}
+
+static void test_input_tokens_seen_two_ranks(void) {
+    const char *sets[] = {"experiment_name=bert_seen_np2", "include_num_input_tokens_seen=non_padding",
+                          "train.batch_size=8", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "seen_np2.out", sets, "2") == 0, "2 ranks");
+    for (int step = 1; step <= 15; step += 7) {
+        double one = train_field(tp_path(tmp, "runs/bert_seen_np/metrics.jsonl"), step, "num_input_tokens_seen"),
+               two = train_field(tp_path(tmp, "runs/bert_seen_np2/metrics.jsonl"), step, "num_input_tokens_seen");
+        CHECK(one > 0 && one == two, "step %d: 1 process %g, 2 ranks %g", step, one, two);
+    }
+}
+
 static void test_group_by_length_two_ranks(void) {
     const char *sets[] = {"experiment_name=bert_grouped2", "group_by_length=true", "train.batch_size=8", NULL};
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "bert.yml"), "grouped2.out", sets, "2") == 0, "grouped, 2 ranks");
@@ -135,10 +171,12 @@ int main(int argc, char **argv) {
     RUN(test_refused);
     RUN(test_group_by_length);
     RUN(test_tokens_per_second);
+    RUN(test_input_tokens_seen);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_ddp_two_ranks);
     RUN(test_zero3_two_ranks);
     RUN(test_group_by_length_two_ranks);
+    RUN(test_input_tokens_seen_two_ranks);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

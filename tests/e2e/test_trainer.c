@@ -416,23 +416,35 @@ static void test_label_smoothing(void) {
  * not, since training does; two runs with the noise are bit-identical (the
  * noise comes from the seeded Philox streams). A model without token
  * embeddings refuses the key (test_config). */
-static void test_neftune(void) {
-    char shard[512], cfg[600], runs[512];
-    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
-        CHECK(0, "tokenize");
-        return;
-    }
-    snprintf(cfg, sizeof cfg, "%s/neft.yml", tmp);
+/* A small GPT-2 on the byte tokens of the SST-2 sample (batch 4 x 16
+ * tokens), runs in TMP/NAME, as TMP/NAME.yml with train's settings
+ * train_keys; its path (static). */
+static const char *tiny_gpt2(const char *name, const char *train_keys) {
+    static char cfg[600];
+    char shard[512];
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) return NULL;
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
     FILE *f = fopen(cfg, "w");
+    if (!f) return NULL;
     fprintf(f,
-            "experiment_name: plain\noutput_dir: %s/neft\nseed: 3\n"
+            "experiment_name: plain\noutput_dir: %s/%s\nseed: 3\n"
             "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
             "data: {name: tokens, train_path: %s, dev_path: %s, seq_len: 16}\n"
-            "train: {batch_size: 4, max_steps: 3, log_interval: 1, eval_strategy: steps, eval_interval: 3,\n"
-            "        eval_on_start: true, save_strategy: \"no\", progress: lines}\n"
-            "optim: {name: adamw, lr: 1.0e-3}\n",
-            tmp, shard, shard);
+            "train: {batch_size: 4, progress: lines, %s}\n"
+            "optim: {name: adamw, lr: 1.0e-3}\ndist: {timeout_s: 120}\n",
+            tmp, name, shard, shard, train_keys);
     fclose(f);
+    return cfg;
+}
+
+static void test_neftune(void) {
+    char runs[512];
+    const char *cfg = tiny_gpt2("neft", "max_steps: 3, log_interval: 1, eval_strategy: steps, eval_interval: 3, "
+                                        "eval_on_start: true, save_strategy: \"no\"");
+    if (!cfg) {
+        CHECK(0, "config");
+        return;
+    }
     snprintf(runs, sizeof runs, "%s/neft", tmp);
     const char *out = tp_path(tmp, "neft.out");
     const char *names[3] = {"plain", "noisy", "noisy2"};
@@ -458,6 +470,59 @@ static void test_neftune(void) {
     CHECK(tp_loss_at(metrics[1], "train", 3, c, sizeof c) && tp_loss_at(metrics[2], "train", 3, d, sizeof d) &&
               !strcmp(c, d),
           "two noisy runs: step 3 losses %s and %s", c, d);
+}
+
+/* num_input_tokens_seen of run TMP/DIR/NAME's train line at step (-1: none). */
+static double tokens_seen(const char *dir, const char *name, int step) {
+    char m[700], key[64];
+    snprintf(m, sizeof m, "%s/%s/%s/metrics.jsonl", tmp, dir, name);
+    snprintf(key, sizeof key, "{\"step\": %d, ", step);
+    char *s = tp_slurp(m);
+    double v = -1;
+    for (char *line = s ? strstr(s, key) : NULL; line; line = strstr(line + 1, key)) {
+        char *end = strchr(line, '\n'), *at = strstr(line, "\"num_input_tokens_seen\": ");
+        if (at && (!end || at < end) && strstr(line, "\"split\": \"train\"") < end) {
+            v = strtod(at + 25, NULL);
+            break;
+        }
+    }
+    free(s);
+    return v;
+}
+
+/* train.count_input_tokens (Hugging Face's include_num_input_tokens_seen):
+ * batches of 4 x 16 tokens are 64 a step, counted into every train line;
+ * logged every 3 steps with checkpoints every 2, the count in a checkpoint
+ * (train.input_tokens_seen) includes the steps not yet logged, and a run
+ * resumed from step 2 goes on from there; off, no count is logged. */
+static void test_input_tokens_seen(void) {
+    const char *cfg = tiny_gpt2("seen", "max_steps: 4, log_interval: 3, eval_strategy: \"no\", save_strategy: steps, "
+                                        "save_interval: 2, save_total_limit: 0");
+    const char *out = tp_path(tmp, "seen.out");
+    bool ok = cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=straight", "--set",
+                                              "include_num_input_tokens_seen=true", NULL}, out);
+    ok &= cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=halves", "--set",
+                                          "train.count_input_tokens=all", "--set", "train.max_steps=2", NULL}, out);
+    ok &= cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=halves", "--set",
+                                          "train.count_input_tokens=non_padding", "--set", "continue_training=true",
+                                          NULL}, out);
+    ok &= cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=off", NULL}, out);
+    CHECK(ok, "runs");
+    CHECK(tokens_seen("seen", "straight", 3) == 192 && tokens_seen("seen", "straight", 4) == 256,
+          "logged: %g at step 3, %g at step 4", tokens_seen("seen", "straight", 3), tokens_seen("seen", "straight", 4));
+    char ck[700];
+    const char *want[2] = {"128", "256"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ck, sizeof ck, "%s/seen/straight/checkpoints/step_%08d.safetensors", tmp, 2 * (i + 1));
+        char err[256];
+        ut_st_file *f = ut_st_open(ck, err, sizeof err);
+        const char *v = f ? ut_st_meta(f, "train.input_tokens_seen") : NULL;
+        CHECK(v && !strcmp(v, want[i]), "checkpoint at step %d: %s", 2 * (i + 1), v ? v : "(none)");
+        ut_st_close(f);
+    }
+    /* a token stream has no padding: non_padding counts the same */
+    CHECK(tokens_seen("seen", "halves", 4) == 256, "resumed: %g at step 4", tokens_seen("seen", "halves", 4));
+    CHECK(tokens_seen("seen", "off", 3) == -1, "off: nothing logged");
 }
 
 /* train.log_first_step (Hugging Face's logging_first_step): step 1 is
@@ -721,6 +786,7 @@ int main(int argc, char **argv) {
     RUN(test_example_configs);
     RUN(test_label_smoothing);
     RUN(test_neftune);
+    RUN(test_input_tokens_seen);
     RUN(test_test_at_end);
     RUN(test_log_first_step);
     RUN(test_data_seed);

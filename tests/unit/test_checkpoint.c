@@ -51,7 +51,8 @@ static ut_train_state sample_state(void) {
     return (ut_train_state){.step = 7, .epoch = 2, .cursor = 1234567890123LL,
                             .rng = {0xfedcba9876543210ULL, 1, 0, UINT64_MAX},
                             .best_metric = 0.1, .best_step = 5, .bad_evals = 3,
-                            .config_hash = 0x8000000000000001ULL, .schedule_held = 2};
+                            .config_hash = 0x8000000000000001ULL, .schedule_held = 2,
+                            .input_tokens_seen = 123456789012LL};
 }
 
 static bool same_state(const ut_train_state *a, const ut_train_state *b) {
@@ -60,7 +61,7 @@ static bool same_state(const ut_train_state *a, const ut_train_state *b) {
     return a->step == b->step && a->epoch == b->epoch && a->cursor == b->cursor &&
            !memcmp(a->rng, b->rng, sizeof a->rng) && metric && a->best_step == b->best_step &&
            a->bad_evals == b->bad_evals && a->config_hash == b->config_hash &&
-           a->schedule_held == b->schedule_held &&
+           a->schedule_held == b->schedule_held && a->input_tokens_seen == b->input_tokens_seen &&
            signbit(a->best_metric) == signbit(b->best_metric);
 }
 
@@ -177,8 +178,8 @@ static void test_file_layout(void) {
      * tensors sorted by name as "name\0DTYPE\0d0,d1\0" + bytes, zlib CRC-32. */
     static const char *const keys[] = {
         "model.type", "optim.state", "optim.steps", "train.bad_evals", "train.best_metric",
-        "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.rng",
-        "train.schedule_held", "train.step", "utrain.format"};
+        "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.input_tokens_seen",
+        "train.rng", "train.schedule_held", "train.step", "utrain.format"};
     uLong crc = crc32(0L, Z_NULL, 0);
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *v = ut_st_meta(f, keys[i]);

@@ -413,6 +413,8 @@ static void test_hf_training_arguments_files(void) {
         {"num_train_epochs: 2.5\n", "num_train_epochs: 2.5 epochs: utrain counts whole epochs; write max_steps: N"},
         {"use_liger_kernel: true\n", "use_liger_kernel: 'true': utrain's fused kernels are its own (docs/gpu.md); "
                                      "write false or remove the key"},
+        {"include_num_input_tokens_seen: some\n", "include_num_input_tokens_seen: expected no, all, non_padding, "
+                                                   "true or false, got 'some'"},
         {"torch_empty_cache_steps: 5\n", "torch_empty_cache_steps: '5': utrain allocates its device memory for the "
                                          "run and reuses it"},
         {"train_sampling_strategy: batch_rebalance\n", "utrain's sampler is random (data.shuffle: true), "
@@ -454,7 +456,8 @@ static void test_hf_training_arguments(void) {
                         " \"do_train\": true, \"do_eval\": true, \"do_predict\": true, \"data_seed\": 3,\n"
                         " \"ddp_timeout\": 1800, \"eval_on_start\": true, \"bf16_full_eval\": true,\n"
                         " \"half_precision_backend\": \"auto\", \"eval_accumulation_steps\": 4,\n"
-                        " \"dataloader_pin_memory\": true, \"fp16_full_eval\": false}\n") == 0,
+                        " \"dataloader_pin_memory\": true, \"fp16_full_eval\": false,\n"
+                        " \"neftune_noise_alpha\": 5, \"include_num_input_tokens_seen\": true}\n") == 0,
           "%s", err);
     CHECK(c.batch_size == 16 && c.epochs == 2 && !strcmp(c.eval_strategy, "epoch"), "plain aliases");
     CHECK(!strcmp(c.best_metric, "dev/f1") && c.greater_is_better && !c.greater_is_better_set,
@@ -468,6 +471,13 @@ static void test_hf_training_arguments(void) {
           c.eval_on_start, c.eval_precision);
     CHECK(c.data_seed == 3 && c.timeout_s == 1800, "data_seed %lld, ddp_timeout %g", (long long)c.data_seed,
           c.timeout_s);
+    CHECK(c.neftune_alpha == 5 && !strcmp(c.count_input_tokens, "all"),
+          "neftune_noise_alpha %g, include_num_input_tokens_seen true: %s", c.neftune_alpha, c.count_input_tokens);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"include_num_input_tokens_seen\": \"non_padding\"}\n") == 0 &&
+              !strcmp(c.count_input_tokens, "non_padding"),
+          "include_num_input_tokens_seen non_padding: %s (%s)", c.count_input_tokens, err);
     ut_config_free(&c);
     /* values that set something else */
     ut_config_init(&c);
