@@ -191,6 +191,9 @@ typedef enum {
     UT_SCHED_DS_WARMUP,
     UT_SCHED_DS_WARMUP_DECAY,
     UT_SCHED_DS_WARMUP_COSINE,
+    /* FlagAI's (Megatron's) AnnealingLR, linear style, with its iteration
+     * index (micro-batches) */
+    UT_SCHED_ANNEALING,
 } ut_sched_kind;
 /* the shape of WSD's decay */
 typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
@@ -211,6 +214,7 @@ typedef struct {
     ut_decay_kind decay; /* WSD: the decay's shape */
     bool warmup_log;     /* DS_*: DeepSpeed's log warmup (else its linear one) */
     float warmup_min_ratio; /* DS_WARMUP_COSINE: warmup starts at this x lr */
+    int64_t micro;       /* ANNEALING: scheduler iterations per optimizer step (the micro-batches; 0: 1) */
 } ut_schedule;
 
 /* Rate for the step after `step` optimizer steps (0-based). With w =
@@ -236,6 +240,12 @@ typedef struct {
  *   i < W:     start + (lr - start)*g
  *   DS_WARMUP: lr;  DS_WARMUP_DECAY: f(max(0, (T-i)/max(1, T-W)))
  *   DS_WARMUP_COSINE: f(0.5*(1 + cos(pi*min(1, (i-W+1)/max(1, T-W)))))
+ * FlagAI's AnnealingLR (linear), which steps after every micro-batch from
+ * index 0: with A = micro, i = step*A + A - 1 (the index at the step's last
+ * micro-batch), W = warmup_steps and E = total_steps in iterations:
+ *   ANNEALING: lr*i/W while W > 0 and i <= W, then
+ *              max(min_lr, lr - (lr - min_lr)*(i - W)/E)
+ *              (min_lr is lr x its decay_ratio, 0.1 in FlagAI's Trainer)
  * These are transformers' get_scheduler schedules after warmup (whose own
  * warmup starts at 0, one step behind this one).
  * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
@@ -247,7 +257,7 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step);
  * warmup_steps + decay_steps > total_steps. */
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
 /* "constant", "cosine", "linear", "step", "cosine_restarts", "polynomial",
- * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine"
+ * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine", "annealing"
  * (any case) into *out: 0, or -1. */
 int ut_sched_parse(const char *name, ut_sched_kind *out);
 

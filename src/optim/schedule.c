@@ -49,8 +49,20 @@ static float ds_lr(const ut_schedule *s, int64_t step) {
     return (float)(min_lr + (lr - min_lr) * x);
 }
 
+/* FlagAI's AnnealingLR, linear style (flagai/schedulers.py): the rate of an
+ * optimizer step is get_lr() at the iteration index of its last
+ * micro-batch; the index starts at 0 and moves on after each micro-batch. */
+static float annealing_lr(const ut_schedule *s, int64_t step) {
+    int64_t a = s->micro > 0 ? s->micro : 1, i = step * a + a - 1, w = s->warmup_steps;
+    double lr = s->lr, min_lr = s->min_lr;
+    if (w > 0 && i <= w) return (float)(lr * (double)i / (double)w);
+    double x = lr - (lr - min_lr) * (double)(i - w) / (double)(s->total_steps > 0 ? s->total_steps : 1);
+    return (float)(x > min_lr ? x : min_lr);
+}
+
 float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     UT_ASSERT(step >= 0);
+    if (s->kind == UT_SCHED_ANNEALING) return annealing_lr(s, step);
     if (s->kind >= UT_SCHED_DS_WARMUP) return ds_lr(s, step);
     double lr = s->lr, min_lr = s->min_lr;
     int64_t w = s->warmup_steps;
@@ -82,7 +94,8 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     case UT_SCHED_CONSTANT:
     case UT_SCHED_DS_WARMUP:
     case UT_SCHED_DS_WARMUP_DECAY:
-    case UT_SCHED_DS_WARMUP_COSINE: return (float)lr;
+    case UT_SCHED_DS_WARMUP_COSINE:
+    case UT_SCHED_ANNEALING: return (float)lr;
     }
     return (float)(min_lr + (lr - min_lr) * x);
 }
@@ -93,7 +106,7 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
-    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_DS_WARMUP_COSINE)
+    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_ANNEALING)
         return fail(err, n, ut_fmt("kind: unknown schedule kind %d", (int)s->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(s->lr >= 0) || isinf(s->lr))
@@ -108,7 +121,12 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
     if (s->total_steps < 0)
         return fail(err, n, ut_fmt("total_steps must be >= 0 (got %lld)",
                                    (long long)s->total_steps));
+    if (s->kind == UT_SCHED_ANNEALING && (s->total_steps < 1 || s->warmup_steps > s->total_steps))
+        return fail(err, n, ut_fmt("annealing: warmup_steps (%lld) must be at most total_steps (%lld), which must be "
+                                   ">= 1", (long long)s->warmup_steps, (long long)s->total_steps));
+    if (s->micro < 0) return fail(err, n, ut_fmt("micro must be >= 0 (got %lld)", (long long)s->micro));
     bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT &&
+                  s->kind != UT_SCHED_ANNEALING &&
                   s->kind != UT_SCHED_DS_WARMUP;
     if (decays && s->total_steps <= s->warmup_steps)
         return fail(err, n, ut_fmt("total_steps (%lld) must exceed warmup_steps (%lld)",
@@ -144,8 +162,8 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
 int ut_sched_parse(const char *name, ut_sched_kind *out) {
     static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
-                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine"};
-    for (int i = 0; i < 11; i++)
+                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine", "annealing"};
+    for (int i = 0; i < 12; i++)
         if (!strcasecmp(name, names[i])) {
             *out = (ut_sched_kind)i;
             return 0;

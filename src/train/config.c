@@ -22,7 +22,7 @@ static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
-                                        "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", NULL};
+                                        "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing", NULL};
 static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const skip_rules[] = {"hold", "advance", NULL};
@@ -339,8 +339,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
      .values = skip_rules, .hashed = true, .hash_if_set = true,
      .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "
-            "the skipped one would have: Hugging Face's Trainer, Accelerate, DeepSpeed, FlagAI) or advances "
-            "it (a PyTorch loop calling scheduler.step() every iteration)"},
+            "the skipped one would have: Hugging Face's Trainer, Accelerate, DeepSpeed, Megatron-LM) or advances "
+            "it (a PyTorch loop calling scheduler.step() every iteration, FlagAI's Trainer)"},
 
     /* ---- dist ---- */
     {.key = "dist.strategy", .type = UT_CFG_ENUM, AT(dist_strategy), .def = "ddp",

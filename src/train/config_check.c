@@ -254,7 +254,8 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->warmup_ratio >= 1)
         FAIL("optim.warmup_ratio: %g must be < 1 (a fraction of the total steps; write "
              "optim.warmup_steps: N for a number of steps)", c->warmup_ratio);
-    if (decays && c->schedule_steps == 0 && c->max_steps > 0 && c->warmup_steps >= c->max_steps)
+    if (decays && strcmp(sched, "annealing") && c->schedule_steps == 0 && c->max_steps > 0 &&
+        c->warmup_steps >= c->max_steps)
         FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);
     if (!strcmp(c->optim_name, "sgd") && c->nesterov && (c->momentum <= 0 || c->dampening != 0))
         FAIL("optim.nesterov: needs optim.momentum > 0 and optim.dampening 0");

@@ -183,11 +183,14 @@ static int set_schedule(ut_trainer *t) {
         return -1;
     }
     double min_lr = c->min_lr_ratio > 0 ? c->min_lr_ratio * c->lr : c->min_lr;
+    /* FlagAI's AnnealingLR counts iterations (micro-batches), warmup and horizon included */
+    int64_t per = kind == UT_SCHED_ANNEALING ? t->accum_steps : 1;
+    int64_t total = c->schedule_steps > 0 ? c->schedule_steps : t->total_steps * per;
     t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)min_lr,
                              .warmup_steps = c->warmup_ratio > 0
-                                                 ? (int64_t)(c->warmup_ratio * (double)t->total_steps)
+                                                 ? (int64_t)(c->warmup_ratio * (double)(t->total_steps * per))
                                                  : c->warmup_steps,
-                             .total_steps = c->schedule_steps > 0 ? c->schedule_steps : t->total_steps,
+                             .total_steps = total, .micro = per,
                              .step_size = c->step_size, .gamma = (float)c->gamma,
                              .warmup_log = !strcmp(c->warmup_type, "log"),
                              .warmup_min_ratio = (float)c->warmup_min_ratio,

@@ -282,6 +282,34 @@ static void test_ds_schedule_parity(void) {
     fx_free(&f);
 }
 
+/* FlagAI's AnnealingLR as its Trainer steps it (flagai_fixtures.py's CASES,
+ * the same list) as utrain's annealing schedule: every optimizer step, with
+ * gradient accumulation (the scheduler's index counts micro-batches). */
+static void test_flagai_schedule_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_flagai_schedules.txt")) return;
+    const struct { double lr, warm_up; int64_t iters, accum; } cases[] = {
+        {1e-2, 0.1, 40, 1}, {1e-2, 0.25, 48, 3}, {3e-3, 0.01, 30, 1}, {1e-2, 0.5, 20, 2}};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        char name[16];
+        snprintf(name, sizeof name, "case%d", k);
+        int64_t steps = cases[k].iters / cases[k].accum;
+        const double *want = fx_get(&f, name, (int)steps);
+        if (!want) continue;
+        ut_schedule s = {.kind = UT_SCHED_ANNEALING, .lr = (float)cases[k].lr, .min_lr = (float)(0.1 * cases[k].lr),
+                         .warmup_steps = (int64_t)(cases[k].warm_up * (double)cases[k].iters),
+                         .total_steps = cases[k].iters, .micro = cases[k].accum};
+        char err[256] = "";
+        CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "%s: %s", name, err);
+        for (int64_t step = 0; step < steps; step++) {
+            float got = ut_schedule_lr(&s, step);
+            CHECK(fabs(got - want[step]) <= 1e-6 * cases[k].lr, "%s step %lld: %.9g, FlagAI %.9g", name,
+                  (long long)step, (double)got, want[step]);
+        }
+    }
+    fx_free(&f);
+}
+
 /* The loss scaler against DeepSpeed's DynamicLossScaler.update_scale, step
  * by step: hysteresis 2 tolerates one overflow; once used up, every overflow
  * halves until a growth restores it (or, consecutive, any clean step); the
@@ -678,6 +706,7 @@ int main(void) {
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);
     RUN(test_ds_schedule_parity);
+    RUN(test_flagai_schedule_parity);
     RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
