@@ -24,6 +24,7 @@ typedef struct {
     char mode[8];                /* train | test */
     bool continue_training;      /* resume from the newest valid checkpoint */
     char load_dir[UT_CFG_STR_MAX]; /* a run directory to load weights from ("" = none) */
+    char load_type[8];           /* best | latest: which checkpoint of load_dir's run */
     int64_t seed;
     int threads;                 /* 0 = OpenMP default */
     char device[16];             /* cpu | sim (the simulated device); cuda, cuda:N refused until the trainer runs there */
@@ -95,6 +96,11 @@ typedef struct {
                                     polynomial schedule ends at 1e-7 until then) */
     char ds_tuning[400];         /* the deepspeed_config keys of DeepSpeed's own tuning that change nothing
                                     in utrain (listed in the run's summary); not a key */
+    char flagai_recipe[320];     /* the same for a file of FlagAI's Trainer arguments (it has env_type):
+                                    the Trainer's defaults it left out; not a key */
+    char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
+    char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);
+                                    not a key */
     char seed_recipe[320];       /* what loading a file in the seed's parameters.yml layout
                                     set to the seed's recipe (the keys the file left out),
                                     for the run summary; empty otherwise; not a key */

@@ -26,6 +26,7 @@ static const char *const schedules[] = {"constant",   "cosine",       "linear", 
 static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const skip_rules[] = {"hold", "advance", NULL};
+static const char *const load_types[] = {"best", "latest", NULL};
 static const char *const token_counts[] = {"no", "all", "non_padding", NULL};
 static const char *const dist_strategies[] = {"ddp", "zero1", "zero2", "zero3", "fsdp", "dp", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
@@ -51,6 +52,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "resume from the newest valid checkpoint of the run"},
     {.key = "load_dir", .type = UT_CFG_STR, AT(load_dir), .def = "",
      .doc = "initial weights: a run directory (its best checkpoint), its checkpoints/ folder, or one checkpoint file (empty: none)"},
+    {.key = "load_type", .type = UT_CFG_ENUM, AT(load_type), .def = "best", .values = load_types,
+     .doc = "which checkpoint of load_dir's run the initial weights come from: its best, or its newest "
+            "(latest; FlagAI's load_type)"},
     {.key = "device", .type = UT_CFG_STR, AT(device), .def = "cpu",
      .doc = "where the model computes (the environment's UTRAIN_DEVICE, when set, is the default): cpu, cuda (each rank the GPU of its local rank), cuda:N (the node's ranks from GPU N on; docs/gpu.md; refused by a build without the CUDA backend); or sim (the simulated device: the CPU's kernels on memory the host cannot read, for testing the device seam, docs/engine.md); pytorch_device is read as this key"},
     {.key = "seed", .type = UT_CFG_INT, AT(seed), .def = "42", GE(0), .hashed = true,
@@ -297,7 +301,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "sgd: Nesterov momentum (needs momentum > 0, dampening 0)"},
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
      .values = schedules, .hashed = true,
-     .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay)"},
+     .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay; "
+            "annealing: FlagAI's AnnealingLR)"},
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
     {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
@@ -420,6 +425,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"warmup_steps", "optim.warmup_steps"},
     {"warmup_ratio", "optim.warmup_ratio"},
     {"warmup_proportion", "optim.warmup_ratio"},
+    {"clip_grad", "train.grad_clip"}, /* FlagAI's */
     {"log_steps_ratio", "train.log_steps_ratio"},
     {"save_steps_ratio", "train.save_steps_ratio"},
     {"num_epochs", "train.epochs"},

@@ -143,6 +143,7 @@ static int seed_key(ut_config *c, const char *key, const char *v, char *err, siz
 // --- FlagAI
 
 static int env_type(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    snprintf(c->flagai_env, sizeof c->flagai_env, "%.15s", v); /* its recipe (config_yaml.c) reads it */
     if (!strcmp(v, "pytorch") || !strcmp(v, "pytorchDDP")) /* one process is plain training */
         return assign(c, "dist.strategy", "ddp", err, n);
     if (!strcmp(v, "deepspeed"))
@@ -155,8 +156,75 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
 }
 
 
+/* warm_up: the fraction of the iterations FlagAI's AnnealingLR warms up
+ * over before its linear decay towards a tenth of lr; 0 runs no scheduler. */
+static int warm_up(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0 && x < 1))
+        return ut_errorf(err, n, "%s: expected a fraction of the iterations in [0, 1), got '%s'", key, v);
+    if (x == 0) return assign(c, "optim.schedule", "constant", err, n);
+    return ut_cfg_assign(c, "optim.schedule", "annealing", err, n) || ut_cfg_assign(c, "optim.warmup_ratio", v, err, n) ||
+                   ut_cfg_assign(c, "optim.min_lr_ratio", "0.1", err, n)
+               ? -1
+               : 1;
+}
+
+int ut_cfg_flagai_logging_dir(ut_config *c, char *err, size_t n) {
+    if (!c->flagai_tb[0]) return 0;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%s", c->flagai_tb, c->experiment_name);
+    return ut_cfg_assign(c, "train.logging_dir", dir, err, n);
+}
+
+/* tensorboard_dir: FlagAI writes its events to DIR/experiment_name (the
+ * file's final experiment_name: config_yaml.c sets it again after loading). */
+static int tensorboard_dir(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!*v) return ut_errorf(err, n, "%s: expected a directory", key);
+    if ((size_t)snprintf(c->flagai_tb, sizeof c->flagai_tb, "%s", v) >= sizeof c->flagai_tb)
+        return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof c->flagai_tb - 1);
+    return ut_cfg_flagai_logging_dir(c, err, n) ? -1 : 1;
+}
+
+/* FlagAI's checkpoint arguments: save_dir, save_optim, save_rng, load_type
+ * (a schema key of its own), load_optim, load_rng. */
+static int flagai_checkpoint_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(key, "save_dir")) /* None: FlagAI saves nothing */
+        return !*v ? assign(c, "train.save_strategy", "no", err, n) : assign(c, "output_dir", v, err, n);
+    if (!strcmp(key, "save_optim") || !strcmp(key, "save_rng") || !strcmp(key, "load_optim") ||
+        !strcmp(key, "load_rng")) {
+        int on = ut_cfg_flag(key, v, err, n);
+        if (on < 0) return -1;
+        if (!strcmp(key, "save_optim")) /* false: FlagAI's checkpoints hold the weights alone */
+            return assign(c, "train.save_only_model", on ? "false" : "true", err, n);
+        if (!strcmp(key, "save_rng")) /* every checkpoint records the generator's 4 words */
+            return 1;
+        if (!on) return 1; /* load_dir loads the weights alone */
+        return ut_errorf(err, n, "%s: true: utrain's load_dir starts a new run from another run's weights, with a "
+                                 "fresh optimizer and the seed's random streams; to go on with a run's optimizer "
+                                 "state and streams resume it (continue_training: true, the same output_dir and "
+                                 "experiment_name), or write %s: false", key, key);
+    }
+    return 0;
+}
+
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
+    if (!strcmp(key, "warm_up")) return warm_up(c, key, v, err, n);
+    if (!strcmp(key, "tensorboard_dir")) return tensorboard_dir(c, key, v, err, n);
+    int rc = flagai_checkpoint_key(c, key, v, err, n);
+    if (rc) return rc;
+    if (!strcmp(key, "deepspeed_activation_checkpointing")) { /* DeepSpeed's checkpointing of mpu models */
+        int on = ut_cfg_flag(key, v, err, n);
+        return on < 0 ? -1 : on ? assign(c, "train.checkpoint_activations", "true", err, n) : 1;
+    }
+    if (!strcmp(key, "num_checkpoints")) { /* DeepSpeed's activation checkpoint buffers: its tuning */
+        char *end;
+        long long k = strtoll(v, &end, 10);
+        if (end == v || *end || k < 1) return ut_errorf(err, n, "%s: expected a count >= 1, got '%s'", key, v);
+        ut_cfg_note_tuning(c, key);
+        return 1;
+    }
     if (!strcmp(key, "pytorch_device")) /* FlagAI's spelling of device */
         return ut_cfg_check_device(key, v, err, n) ? -1 : assign(c, "device", v, err, n);
     if (!strcmp(key, "fp16") || !strcmp(key, "bf16")) { /* FlagAI's fp16, HF's fp16 and bf16 */
@@ -200,7 +268,15 @@ const char *const ut_cfg_compat_doc =
     "A file in the seed's layout also trains with the seed's recipe where it does not say\n"
     "otherwise, since the seed's trainer always does so: `optim.schedule: linear` (decay\n"
     "after warmup), `train.grad_clip: 1.0` and `train.best_metric: dev/accuracy`; the run\n"
-    "summary prints which of them the file left to the recipe.\n"
+    "summary prints which of them the file left to the recipe. Likewise a file of FlagAI's\n"
+    "Trainer arguments (it has `env_type`) trains with the Trainer's defaults where it does\n"
+    "not say otherwise: `seed: 1234`, and with `env_type` `pytorch` or `pytorchDDP` (under\n"
+    "DeepSpeed its config decides) `optim.weight_decay: 0.1`, `train.grad_clip: 1.0`\n"
+    "(`clip_grad`), `warm_up: 0.1` (below) and, with `fp16`, FP16_Optimizer's loss scaler\n"
+    "(`train.init_scale: 4294967296`, `train.growth_interval: 1000`,\n"
+    "`train.loss_scale_hysteresis: 2`, `train.min_loss_scale: 1`) with\n"
+    "`optim.schedule_on_skip: advance` (its Trainer steps the scheduler after a skipped\n"
+    "step); the summary names those it applied.\n"
     "No key is accepted and ignored: each one sets the utrain keys named here, or is\n"
     "refused with a message saying what to write instead.\n\n"
     "| key | value | becomes |\n|---|---|---|\n"
@@ -223,6 +299,16 @@ const char *const ut_cfg_compat_doc =
     "| `model_parallel_size` | N | `dist.tensor_parallel: N` |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"
+    "| `warm_up` | a fraction in [0, 1) / 0 | `optim.schedule: annealing` (FlagAI's AnnealingLR: warmup over that fraction of the iterations, then a linear decay towards a tenth of lr), `optim.warmup_ratio`, `optim.min_lr_ratio: 0.1` / `optim.schedule: constant` (FlagAI runs no scheduler) |\n"
+    "| `clip_grad` | max norm | `train.grad_clip` |\n"
+    "| `save_dir` | a directory / empty (`None`) | `output_dir` (the run's checkpoints go to DIR/experiment_name/checkpoints) / `train.save_strategy: no` |\n"
+    "| `save_optim` | false / true | `train.save_only_model: true` (checkpoints of the weights alone, as FlagAI's) / `false` |\n"
+    "| `save_rng` | false / true | nothing: every checkpoint records the dropout generator's four words, and resume derives the streams from the seed and step |\n"
+    "| `load_type` | `latest` / `best` | the schema key `load_type`: which checkpoint of `load_dir`'s run |\n"
+    "| `load_optim`, `load_rng` | false / true | nothing: `load_dir` loads the weights alone / refused (resume a run with `continue_training: true` to go on with its optimizer state and streams) |\n"
+    "| `tensorboard_dir` | a directory | `train.logging_dir: DIR/experiment_name` (FlagAI's SummaryWriter directory) |\n"
+    "| `deepspeed_activation_checkpointing` | false / true | nothing / `train.checkpoint_activations: true` |\n"
+    "| `num_checkpoints` | N >= 1 | DeepSpeed's activation-checkpoint buffers: named in the run's summary as tuning that changes nothing here |\n"
     "| `training_script` | | refused: utrain starts itself |\n\n"
     "A DeepSpeed config (`deepspeed_config: ds.json`) is read when the key is; each of\n"
     "its keys sets the utrain keys below, `\"auto\"` keeps utrain's value, and any other\n"

@@ -27,13 +27,15 @@ static int refuse(ds_ctx *d, const char *path, const char *why) {
  * groups and prefetches, how it lays out checkpointed activations): utrain
  * computes the same values its own way (docs/config.md says how), so the key
  * is accepted and named in the run's summary. */
-static void tuning(ds_ctx *d, const char *path) {
-    char *list = d->c->ds_tuning;
-    size_t len = strlen(list), cap = sizeof d->c->ds_tuning;
-    if (strstr(list, path)) return;
-    if (len + strlen(path) + 8 < cap) snprintf(list + len, cap - len, "%s%s", len ? ", " : "", path);
+void ut_cfg_note_tuning(ut_config *c, const char *key) {
+    char *list = c->ds_tuning;
+    size_t len = strlen(list), cap = sizeof c->ds_tuning;
+    if (strstr(list, key)) return;
+    if (len + strlen(key) + 8 < cap) snprintf(list + len, cap - len, "%s%s", len ? ", " : "", key);
     else if (!strstr(list, "...")) snprintf(list + len, cap - len, ", ...");
 }
+
+static void tuning(ds_ctx *d, const char *path) { ut_cfg_note_tuning(d->c, path); }
 
 static bool is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
 

@@ -62,6 +62,12 @@ int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, s
 /* A boolean value of key, as every boolean key reads it (true/false, yes/no,
  * on/off, 1/0, any case): 1, 0, or -1 with err (which may be NULL). */
 int ut_cfg_flag(const char *key, const char *v, char *err, size_t n);
+/* A key of another trainer's tuning that changes nothing in utrain, added to
+ * the list the run's summary names (c->ds_tuning). */
+void ut_cfg_note_tuning(ut_config *c, const char *key);
+/* train.logging_dir from FlagAI's tensorboard_dir: c->flagai_tb/experiment_name
+ * (nothing when flagai_tb is empty); 0, or -1 with err. */
+int ut_cfg_flagai_logging_dir(ut_config *c, char *err, size_t n);
 /* The same for Hugging Face TrainingArguments' fields (config_hf.c), which
  * ut_cfg_compat also asks. */
 int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);

@@ -260,6 +260,49 @@ static int seed_recipe(loader *ld) {
     return 0;
 }
 
+/* A file of FlagAI's Trainer arguments (it names env_type) trains with the
+ * Trainer's defaults where it does not say otherwise: seed 1234, and in its
+ * plain PyTorch environments (pytorch, pytorchDDP; under DeepSpeed the
+ * DeepSpeed config decides) weight_decay 0.1, clip_grad 1.0, warm_up 0.1 of
+ * AnnealingLR and, with fp16, FP16_Optimizer's loss scaler (from 2^32,
+ * window 1000, hysteresis 2, floor 1) and a schedule that steps on after a
+ * skipped step. tensorboard_dir's directory takes the final experiment_name. */
+static int flagai_recipe(loader *ld) {
+    ut_config *c = ld->c;
+    bool plain = !strcmp(c->flagai_env, "pytorch") || !strcmp(c->flagai_env, "pytorchDDP");
+    bool fp16 = !strcmp(c->precision, "fp16");
+    bool sched = plain && !seen(ld, "warm_up") && !seen(ld, "optim.schedule") && !seen(ld, "optim.warmup_ratio") &&
+                 !seen(ld, "optim.warmup_steps") && !seen(ld, "optim.min_lr") && !seen(ld, "optim.min_lr_ratio") &&
+                 !strcmp(c->schedule, "constant"); /* a DeepSpeed config's scheduler stays */
+    static const char *const scaler = "FP16_Optimizer's loss scaler (from 2^32, x2 after 1000 clean steps, "
+                                      "hysteresis 2, floor 1)";
+    const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
+        {"optim.weight_decay", "0.1", plain, "weight decay 0.1"},
+        {"train.grad_clip", "1.0", plain, "gradient clipping at 1.0"},
+        {"seed", "1234", true, "seed 1234"},
+        {"optim.schedule", "annealing", sched, "warm_up 0.1 (optim.schedule: annealing, AnnealingLR's linear decay)"},
+        {"optim.warmup_ratio", "0.1", sched, NULL},
+        {"optim.min_lr_ratio", "0.1", sched, NULL},
+        {"optim.schedule_on_skip", "advance", plain && fp16, "a skipped fp16 step advances the schedule"},
+        {"train.init_scale", "4294967296", plain && fp16, scaler},
+        {"train.growth_interval", "1000", plain && fp16, scaler},
+        {"train.loss_scale_hysteresis", "2", plain && fp16, scaler},
+        {"train.min_loss_scale", "1", plain && fp16, scaler},
+    };
+    char *out = c->flagai_recipe;
+    size_t cap = sizeof c->flagai_recipe, len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
+        if (!recipe[i].when || seen(ld, recipe[i].key)) continue;
+        char msg[512];
+        if (ut_cfg_assign(c, recipe[i].key, recipe[i].value, msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s: FlagAI's Trainer defaults: %s", ld->path, msg);
+        if (recipe[i].what && !strstr(out, recipe[i].what))
+            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+    }
+    return 0;
+}
+
 /* The seed's is_distributed: False is one process whose batch_size is the
  * whole batch of an optimizer step: its loader takes batch_size /
  * gradient_accumulation_steps examples at a time, and with gpus: N > 1
@@ -303,6 +346,8 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     yaml_parser_set_input_file(&ld.p, f);
     int rc = load_stream(&ld);
     if (!rc && ld.seed_layout) rc = seed_recipe(&ld);
+    if (!rc && seen(&ld, "env_type")) rc = flagai_recipe(&ld);
+    if (!rc && copy.flagai_tb[0]) rc = ut_cfg_flagai_logging_dir(&copy, err, n);
     if (!rc) rc = seed_data_parallel(&ld);
     if (!rc && copy.seed_sharding == 3u) /* the seed's comments: one or the other */
         rc = ut_errorf(err, n, "%s: use_fairscale_optimizer_sharding and use_fairscale_model_sharding are both "

@@ -410,10 +410,10 @@ static int resume(ut_trainer *t) {
     return 0;
 }
 
-/* load_dir: start from another run's best weights (fine-tuning); the
- * optimizer, schedule and data position start fresh. */
-/* load_dir: a run directory (its best checkpoint), its checkpoints/
- * folder, or one checkpoint file. */
+/* load_dir: start from another run's weights (fine-tuning): a run directory
+ * or its checkpoints/ folder (the best checkpoint, or with load_type: latest
+ * the newest), or one checkpoint file; the optimizer, schedule and data
+ * position start fresh. */
 static int load_initial_weights(ut_trainer *t) {
     char dir[1280], path[1400];
     const char *from = t->cfg->load_dir;
@@ -428,7 +428,13 @@ static int load_initial_weights(ut_trainer *t) {
     if (file) snprintf(path, sizeof path, "%s", from);
     else if (ut_ckpt_list(from, &step, 1) > 0) snprintf(dir, sizeof dir, "%s", from); /* a checkpoints/ folder */
     else snprintf(dir, sizeof dir, "%s/checkpoints", from);
-    if (!file && ut_best_checkpoint(dir, NULL, path, sizeof path, t->err, sizeof t->err)) return -1;
+    bool latest = !strcmp(t->cfg->load_type, "latest");
+    if (!file && latest && ut_ckpt_list(dir, &step, 1) <= 0) {
+        snprintf(t->err, sizeof t->err, "load_dir: %s: no checkpoints (train first, or name one)", dir);
+        return -1;
+    }
+    if (!file && latest) ut_ckpt_path(path, sizeof path, dir, step);
+    if (!file && !latest && ut_best_checkpoint(dir, NULL, path, sizeof path, t->err, sizeof t->err)) return -1;
     if (split_model(t)) {
         char why[1024];
         int lrc = ut_split_load(t, path, NULL, NULL, why, sizeof why);
@@ -467,6 +473,9 @@ static void print_summary(ut_trainer *t) {
     if (c->ds_tuning[0])
         ut_say(&t->log, "  DeepSpeed tuning that changes nothing here (utrain's own transfers and memory layout; "
                         "docs/config.md): %s\n", c->ds_tuning);
+    if (c->flagai_recipe[0])
+        ut_say(&t->log, "  FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): %s\n",
+               c->flagai_recipe);
     if (c->seed_recipe[0])
         ut_say(&t->log, "  The seed's recipe (a parameters.yml layout that does not say otherwise): %s\n",
                c->seed_recipe);

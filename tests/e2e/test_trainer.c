@@ -472,6 +472,46 @@ static void test_neftune(void) {
           "two noisy runs: step 3 losses %s and %s", c, d);
 }
 
+/* A file of FlagAI's Trainer arguments trains with its Trainer's recipe:
+ * warm_up's AnnealingLR stepped per micro-batch (2 per step here: W = 0.25 x
+ * 16 iterations = 4, rates lr i/W, then lr (1 - 0.9 (i - W)/16) at the
+ * step's last micro-batch i), and the run says which defaults it applied. */
+static void test_flagai_recipe(void) {
+    char shard[512], cfg[600];
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
+        CHECK(0, "tokenize");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/flagai.yml", tmp);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "env_type: pytorch\nexperiment_name: fa\noutput_dir: %s/fa\nbatch_size: 2\nlog_interval: 1\n"
+            "lr: 1.0e-2\nwarm_up: 0.25\ngradient_accumulation_steps: 2\npytorch_device: cpu\nload_dir: None\n"
+            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+            "data: {name: tokens, train_path: %s, seq_len: 16}\ntrain: {max_steps: 8, progress: lines}\n",
+            tmp, shard);
+    fclose(f);
+    const char *out = tp_path(tmp, "fa.out");
+    int rc = tp_run((const char *[]){"train", cfg, NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): "
+                                    "weight decay 0.1, gradient clipping at 1.0, seed 1234\n"),
+          "%s", s ? s : "");
+    free(s);
+    char m[700];
+    snprintf(m, sizeof m, "%s/fa/fa/metrics.jsonl", tmp);
+    const double want[8] = {2.5e-3, 7.5e-3, 9.4375e-3, 8.3125e-3, 7.1875e-3, 6.0625e-3, 4.9375e-3, 3.8125e-3};
+    char *t = tp_slurp(m);
+    for (int k = 0; k < 8; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "{\"step\": %d, ", k + 1);
+        const char *line = t ? strstr(t, key) : NULL, *l = line ? strstr(line, "\"lr\": ") : NULL;
+        double got = l ? strtod(l + 6, NULL) : -1;
+        CHECK(fabs(got - want[k]) < 1e-9, "step %d: lr %.9g, FlagAI's %.9g", k + 1, got, want[k]);
+    }
+    free(t);
+}
+
 /* num_input_tokens_seen of run TMP/DIR/NAME's train line at step (-1: none). */
 static double tokens_seen(const char *dir, const char *name, int step) {
     char m[700], key[64];
@@ -747,6 +787,17 @@ static void test_load_dir(void) {
               "load_dir=...%s: %s", forms[k], s);
         free(s);
     }
+    /* load_type: latest (FlagAI's) takes the run's newest checkpoint */
+    char dir[700], leaf[64];
+    int64_t newest[1];
+    snprintf(dir, sizeof dir, "%s/ft/sst2_bow/checkpoints", tmp);
+    CHECK(ut_ckpt_list(dir, newest, 1) >= 1, "checkpoints in %s", dir);
+    snprintf(leaf, sizeof leaf, "sst2_bow/checkpoints/step_%08lld", (long long)newest[0]);
+    rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=latest",
+                                 "--set", from, "--set", "load_type=latest", "--set", "train.epochs=1", NULL}, out);
+    s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "Initial weights from") && strstr(s, leaf), "load_type latest (%s): %s", leaf, s);
+    free(s);
 }
 
 /* With a zero learning rate nothing improves: patience 2 stops after 3 evaluations. */
@@ -787,6 +838,7 @@ int main(int argc, char **argv) {
     RUN(test_label_smoothing);
     RUN(test_neftune);
     RUN(test_input_tokens_seen);
+    RUN(test_flagai_recipe);
     RUN(test_test_at_end);
     RUN(test_log_first_step);
     RUN(test_data_seed);

@@ -243,7 +243,8 @@ static void test_out_of_range(void) {
 static void test_bad_enum(void) {
     check_load_error("optim:\n  schedule: cosin\n",
                      "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step, cosine_restarts, "
-                     "polynomial, inverse_sqrt, wsd, ds_warmup, ds_warmup_decay, ds_warmup_cosine");
+                     "polynomial, inverse_sqrt, wsd, ds_warmup, ds_warmup_decay, ds_warmup_cosine, "
+                     "annealing");
     check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
 }
 
@@ -808,6 +809,56 @@ static void test_seed_keys(void) {
                                            "many batches it prepares ahead)");
 }
 
+/* FlagAI's Trainer's other arguments, and its defaults where a file of them
+ * (env_type) says nothing: what each one sets, or why it is refused. */
+static void test_flagai_trainer_args(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "env_type: pytorch\nwarm_up: 0.05\nclip_grad: 0.5\nweight_decay: 0.01\nseed: 7\n"
+                        "save_dir: /tmp/ck\nsave_optim: False\nsave_rng: True\nload_type: latest\n"
+                        "load_optim: False\nload_rng: False\ntensorboard_dir: tb\nnum_checkpoints: 2\n"
+                        "deepspeed_activation_checkpointing: True\nfp16: True\nexperiment_name: t5\n") == 0,
+          "%s", err);
+    CHECK(!strcmp(c.schedule, "annealing") && c.warmup_ratio == 0.05 && c.min_lr_ratio == 0.1 &&
+              c.grad_clip == 0.5 && c.weight_decay == 0.01 && c.seed == 7,
+          "warm_up, clip_grad: %s %g %g", c.schedule, c.warmup_ratio, c.grad_clip);
+    CHECK(!strcmp(c.output_dir, "/tmp/ck") && c.save_only_model && !strcmp(c.load_type, "latest") &&
+              c.checkpoint_activations && !strcmp(c.logging_dir, "tb/t5") && strstr(c.ds_tuning, "num_checkpoints"),
+          "save_dir %s, save_optim, load_type %s, logging_dir %s", c.output_dir, c.load_type, c.logging_dir);
+    /* fp16 in FlagAI's plain environment: FP16_Optimizer's scaler, the schedule steps on after a skip */
+    CHECK(c.init_scale == 4294967296.0 && c.growth_interval == 1000 && c.loss_scale_hysteresis == 2 &&
+              c.min_loss_scale == 1 && !strcmp(c.schedule_on_skip, "advance") &&
+              !strstr(c.flagai_recipe, "weight decay") && strstr(c.flagai_recipe, "FP16_Optimizer"),
+          "fp16: scale %g, window %lld, hysteresis %lld, %s; recipe: %s", c.init_scale, (long long)c.growth_interval,
+          (long long)c.loss_scale_hysteresis, c.schedule_on_skip, c.flagai_recipe);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "env_type: pytorch\nwarm_up: 0\nsave_dir: None\n") == 0 && !strcmp(c.schedule, "constant") &&
+              !strcmp(c.save_strategy, "no"),
+          "warm_up 0: %s, save_dir None: %s (%s)", c.schedule, c.save_strategy, err);
+    ut_config_free(&c);
+    /* under DeepSpeed the DeepSpeed config decides: the seed alone */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "env_type: deepspeed+mpu\nfp16: true\n") == 0 && c.seed == 1234 && c.weight_decay == 0.01 &&
+              !strcmp(c.schedule, "constant") && c.init_scale == 65536 && !strcmp(c.flagai_recipe, "seed 1234"),
+          "deepspeed+mpu: %s", c.flagai_recipe);
+    ut_config_free(&c);
+    /* without env_type no FlagAI defaults */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr: 1e-4\nclip_grad: 2\n") == 0 && c.seed == 42 && c.weight_decay == 0.01 &&
+              c.grad_clip == 2 && !c.flagai_recipe[0],
+          "no env_type: %s", c.flagai_recipe);
+    ut_config_free(&c);
+    check_load_error("load_optim: true\n", "1: load_optim: true: utrain's load_dir starts a new run from another "
+                                            "run's weights, with a fresh optimizer and the seed's random streams; to "
+                                            "go on with a run's optimizer state and streams resume it "
+                                            "(continue_training: true, the same output_dir and experiment_name), or "
+                                            "write load_optim: false");
+    check_load_error("warm_up: 1.5\n", "1: warm_up: expected a fraction of the iterations in [0, 1), got '1.5'");
+    check_load_error("num_checkpoints: 0\n", "1: num_checkpoints: expected a count >= 1, got '0'");
+    check_load_error("load_type: first\n", "1: load_type: 'first' is not one of best, latest");
+}
+
 /* FlagAI's Trainer arguments written as YAML. */
 static void test_flagai_keys(void) {
     ut_config c;
@@ -821,6 +872,13 @@ static void test_flagai_keys(void) {
     CHECK(!strcmp(c.save_strategy, "steps") && c.save_interval == 20, "save_interval -> steps");
     CHECK(c.log_interval == 10 && c.checkpoint_activations && c.gradient_accumulation_steps == 2, "train");
     CHECK(!c.load_dir[0] && !strcmp(c.experiment_name, "t5-3b") && c.lr == 1e-4, "load_dir None");
+    /* the Trainer's defaults the file left out */
+    CHECK(c.weight_decay == 0.1 && c.grad_clip == 1.0 && c.seed == 1234 && !strcmp(c.schedule, "annealing") &&
+              c.warmup_ratio == 0.1 && c.min_lr_ratio == 0.1 && !strcmp(c.schedule_on_skip, "hold") &&
+              c.init_scale == 65536 && strstr(c.flagai_recipe, "weight decay 0.1, gradient clipping at 1.0, seed 1234, "
+                                                               "warm_up 0.1"),
+          "FlagAI's defaults: wd %g clip %g seed %lld %s: %s", c.weight_decay, c.grad_clip, (long long)c.seed,
+          c.schedule, c.flagai_recipe);
     CHECK(load_text(&c, "env_type: pytorchDDP\nmaster_ip: 10.0.0.1\nmaster_port: 17750\nnum_nodes: 2\n"
                         "num_gpus: 4\n") == 0 && !strcmp(c.dist_strategy, "ddp") && c.nodes == 2 &&
               c.nproc_per_node == 4 && !strcmp(c.master_addr, "10.0.0.1"), "pytorchDDP: %s", err);
@@ -1477,6 +1535,7 @@ int main(int argc, char **argv) {
     RUN(test_seed_parameters_file);
     RUN(test_seed_keys);
     RUN(test_flagai_keys);
+    RUN(test_flagai_trainer_args);
     RUN(test_deepspeed_config);
     RUN(test_accelerate_launch);
     RUN(test_model_data_fit);
