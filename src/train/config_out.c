@@ -130,6 +130,14 @@ static bool at_default(const ut_config *c, const ut_cfg_key *k, const char *valu
     }
 }
 
+bool ut_cfg_at_default(const ut_config *c, const char *key) {
+    const ut_cfg_key *k = ut_cfg_find(key);
+    if (!k) return false;
+    char value[UT_CFG_STR_MAX + 64];
+    ut_cfg_format(c, k, value, sizeof value);
+    return at_default(c, k, value);
+}
+
 /* FNV-1a 64 over "key=value\n" of each hashed key in schema order, then
  * "model.<option>=value\n" for the model options sorted by name. */
 uint64_t ut_config_hash(const ut_config *c) {

@@ -87,6 +87,8 @@ extern const char *const ut_cfg_hf_doc;
 const char *ut_cfg_resolve(const char *key);
 /* The row of a canonical key, or NULL. */
 const ut_cfg_key *ut_cfg_find(const char *key);
+/* Whether key (a schema key) holds its default value. */
+bool ut_cfg_at_default(const ut_config *c, const char *key);
 /* The section of a key ("" for top-level keys) into buf. */
 void ut_cfg_section(const char *key, char *buf, size_t n);
 /* true for model.* keys other than model.name: options for the model. */

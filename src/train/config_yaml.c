@@ -293,11 +293,62 @@ static int flagai_recipe(loader *ld) {
     size_t cap = sizeof c->flagai_recipe, len = 0;
     out[0] = 0;
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
-        if (!recipe[i].when || seen(ld, recipe[i].key)) continue;
+        /* a key the file set, by name or through another key's meaning, stays */
+        if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
         char msg[512];
         if (ut_cfg_assign(c, recipe[i].key, recipe[i].value, msg, sizeof msg))
             return ut_errorf(ld->err, ld->n, "%s: FlagAI's Trainer defaults: %s", ld->path, msg);
         if (recipe[i].what && !strstr(out, recipe[i].what))
+            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+    }
+    return 0;
+}
+
+/* A file of Hugging Face TrainingArguments fields (it names one that only
+ * they have) trains with TrainingArguments' defaults where it does not say
+ * otherwise, as the Trainer does: AdamW at 5e-5 without weight decay, a
+ * linear decay, gradient clipping at 1.0, 3 epochs of batches of 8, no
+ * evaluation, a log line and a checkpoint every 500 steps. A key the file
+ * set, by name or through another field's meaning, stays. A whole
+ * to_json_string() file
+ * names every field, and so takes none of these. */
+static bool hf_file(const loader *ld) {
+    static const char *const only_hf[] = {
+        "per_device_train_batch_size", "per_device_eval_batch_size", "num_train_epochs", "max_grad_norm",
+        "lr_scheduler_type", "logging_steps", "logging_strategy", "save_steps", "eval_steps", "evaluation_strategy",
+        "overwrite_output_dir", "do_train", "do_eval", "do_predict", "remove_unused_columns", "adam_epsilon",
+        "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to"};
+    for (size_t i = 0; i < sizeof only_hf / sizeof only_hf[0]; i++)
+        if (seen(ld, only_hf[i])) return true;
+    return false;
+}
+
+static int hf_recipe(loader *ld) {
+    ut_config *c = ld->c;
+    bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
+    bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
+    const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
+        {"optim.lr", "5e-5", true, "learning_rate 5e-5"},
+        {"optim.weight_decay", "0", true, "weight_decay 0"},
+        {"optim.schedule", "linear", !seen(ld, "optim.schedule"), "lr_scheduler_type linear"},
+        {"train.grad_clip", "1.0", true, "max_grad_norm 1.0"},
+        {"train.epochs", "3", length, "num_train_epochs 3"},
+        {"train.batch_size", "8", true, "per_device_train_batch_size 8"},
+        {"train.eval_batch_size", "8", true, "per_device_eval_batch_size 8"},
+        {"train.eval_strategy", "no", true, "eval_strategy no"},
+        {"train.log_interval", "500", true, "logging_steps 500"},
+        {"train.save_strategy", "steps", saving, "save_steps 500"},
+        {"train.save_interval", "500", saving, NULL},
+    };
+    char *out = c->hf_recipe;
+    size_t cap = sizeof c->hf_recipe, len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
+        if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
+        char msg[512];
+        if (ut_cfg_assign(c, recipe[i].key, recipe[i].value, msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s: TrainingArguments' defaults: %s", ld->path, msg);
+        if (recipe[i].what)
             len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
     }
     return 0;
@@ -347,6 +398,7 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     int rc = load_stream(&ld);
     if (!rc && ld.seed_layout) rc = seed_recipe(&ld);
     if (!rc && seen(&ld, "env_type")) rc = flagai_recipe(&ld);
+    else if (!rc && !ld.seed_layout && hf_file(&ld)) rc = hf_recipe(&ld);
     if (!rc && copy.flagai_tb[0]) rc = ut_cfg_flagai_logging_dir(&copy, err, n);
     if (!rc) rc = seed_data_parallel(&ld);
     if (!rc && copy.seed_sharding == 3u) /* the seed's comments: one or the other */

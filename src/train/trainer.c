@@ -473,6 +473,9 @@ static void print_summary(ut_trainer *t) {
     if (c->ds_tuning[0])
         ut_say(&t->log, "  DeepSpeed tuning that changes nothing here (utrain's own transfers and memory layout; "
                         "docs/config.md): %s\n", c->ds_tuning);
+    if (c->hf_recipe[0])
+        ut_say(&t->log, "  TrainingArguments' defaults (a file of its fields that does not say otherwise): %s\n",
+               c->hf_recipe);
     if (c->flagai_recipe[0])
         ut_say(&t->log, "  FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): %s\n",
                c->flagai_recipe);

@@ -371,6 +371,43 @@ static void test_aliases(void) {
 /* TrainingArguments files as transformers writes them (to_json_string, every
  * field; tests/parity/make_hf_training_args.py): each loads and passes the
  * checks, with the meaning it has in the Trainer. */
+/* Seed 002's TrainingArguments, the fields it names, as YAML: the
+ * Trainer's defaults fill what it leaves out (AdamW at 5e-5 without weight
+ * decay, a linear decay, clipping at 1.0, no evaluation unless named, a log
+ * line and a checkpoint every 500 steps); what it names, or sets through
+ * another field (logging_strategy: no), stays; a utrain config takes none. */
+static void test_hf_defaults(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "output_dir: basic-trainer\nper_device_train_batch_size: 64\n"
+                        "per_device_eval_batch_size: 64\nnum_train_epochs: 1\nevaluation_strategy: epoch\n"
+                        "remove_unused_columns: false\n") == 0,
+          "%s", err);
+    CHECK(fabs(c.lr - 5e-5) < 1e-12 && c.weight_decay == 0 && !strcmp(c.schedule, "linear") && c.grad_clip == 1.0 &&
+              c.epochs == 1 && c.batch_size == 64 && c.eval_batch_size == 64 && !strcmp(c.eval_strategy, "epoch") &&
+              c.log_interval == 500 && !strcmp(c.save_strategy, "steps") && c.save_interval == 500,
+          "lr %g wd %g %s clip %g epochs %lld batch %lld eval %s log %lld save %s %lld", c.lr, c.weight_decay, c.schedule,
+          c.grad_clip, (long long)c.epochs, (long long)c.batch_size, c.eval_strategy, (long long)c.log_interval,
+          c.save_strategy, (long long)c.save_interval);
+    CHECK(!strcmp(c.hf_recipe, "learning_rate 5e-5, weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
+                               "logging_steps 500, save_steps 500"),
+          "named: %s", c.hf_recipe);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "learning_rate: 2e-5\nlogging_strategy: \"no\"\nmax_steps: 100\nweight_decay: 0.01\n"
+                        "save_strategy: epoch\n") == 0 &&
+              fabs(c.lr - 2e-5) < 1e-12 && c.log_interval == 0 && c.max_steps == 100 && c.epochs == 1 &&
+              c.weight_decay == 0.01 && !strcmp(c.save_strategy, "epoch") && c.batch_size == 8,
+          "named fields stay: lr %g log %lld epochs %lld (%s)", c.lr, (long long)c.log_interval, (long long)c.epochs,
+          err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "optim: {lr: 0.01}\ntrain: {epochs: 2}\n") == 0 && !c.hf_recipe[0] && c.batch_size == 64 &&
+              !strcmp(c.schedule, "constant"),
+          "a utrain config: %s", c.hf_recipe);
+    ut_config_free(&c);
+}
+
 static void test_hf_training_arguments_files(void) {
     ut_config c;
     ut_config_init(&c);
@@ -385,6 +422,7 @@ static void test_hf_training_arguments_files(void) {
           "defaults: epochs %lld max_steps %lld batch %lld lr %g %s %s save %lld log %lld eval %s mode %s",
           (long long)c.epochs, (long long)c.max_steps, (long long)c.batch_size, c.lr, c.schedule, c.optim_name,
           (long long)c.save_interval, (long long)c.log_interval, c.eval_strategy, c.mode);
+    CHECK(!c.hf_recipe[0], "a whole file names every field: no defaults applied (%s)", c.hf_recipe);
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(ut_config_load(&c, "tests/parity/fixtures/hf_training_args_custom.json", err, sizeof err) == 0 &&
@@ -1531,6 +1569,7 @@ int main(int argc, char **argv) {
     RUN(test_aliases);
     RUN(test_hf_training_arguments);
     RUN(test_hf_training_arguments_files);
+    RUN(test_hf_defaults);
     RUN(test_seed_dist_flags);
     RUN(test_seed_parameters_file);
     RUN(test_seed_keys);
