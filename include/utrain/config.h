@@ -150,6 +150,7 @@ typedef struct {
     char warmup_type[8];         /* ds_*: linear | log */
     double warmup_min_ratio;     /* ds_warmup_cosine: the warmup's start x lr */
     char schedule_on_skip[8];    /* fp16 steps skipped for inf/NaN gradients: hold | advance the schedule */
+    bool warmup_from_zero;       /* transformers' warmup: lr x step / warmup (the first step at 0) */
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

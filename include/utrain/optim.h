@@ -215,13 +215,16 @@ typedef struct {
     bool warmup_log;     /* DS_*: DeepSpeed's log warmup (else its linear one) */
     float warmup_min_ratio; /* DS_WARMUP_COSINE: warmup starts at this x lr */
     int64_t micro;       /* ANNEALING: scheduler iterations per optimizer step (the micro-batches; 0: 1) */
+    bool warmup_zero;    /* the warmup of the schedules before DS_*: transformers' step/w (the first
+                            step at rate 0; WSD: at min_lr) instead of (step+1)/w */
 } ut_schedule;
 
 /* Rate for the step after `step` optimizer steps (0-based). With w =
  * warmup_steps, p = (step-w)/(total_steps-w) clamped to [0, 1], c = cycles
  * and f(x) = min_lr + (lr-min_lr)*x:
  *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step;
- *                                      WSD: f((step+1)/w))
+ *                                      WSD: f((step+1)/w); with warmup_zero
+ *                                      transformers' lr*step/w, f(step/w))
  *   CONSTANT:  lr
  *   COSINE:    f(0.5*(1 + cos(2*pi*c*p)))
  *   COSINE_RESTARTS: f(0.5*(1 + cos(pi*((c*p) mod 1)))), f(0) at p = 1
@@ -247,7 +250,7 @@ typedef struct {
  *              max(min_lr, lr - (lr - min_lr)*(i - W)/E)
  *              (min_lr is lr x its decay_ratio, 0.1 in FlagAI's Trainer)
  * These are transformers' get_scheduler schedules after warmup (whose own
- * warmup starts at 0, one step behind this one).
+ * warmup starts at 0, one step behind this one unless warmup_zero).
  * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
 float ut_schedule_lr(const ut_schedule *s, int64_t step);
 /* 0 if s makes sense, else -1 with a message naming the field in err:

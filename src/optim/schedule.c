@@ -67,7 +67,7 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     double lr = s->lr, min_lr = s->min_lr;
     int64_t w = s->warmup_steps;
     if (step < w) {
-        double up = (double)(step + 1) / (double)w;
+        double up = (double)(step + (s->warmup_zero ? 0 : 1)) / (double)w;
         return (float)(s->kind == UT_SCHED_WSD ? min_lr + (lr - min_lr) * up : lr * up);
     }
     int64_t k = step - w;

@@ -341,6 +341,11 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "ds_warmup_cosine: its warmup starts at this x optim.lr (DeepSpeed's warmup_min_ratio)"},
     {.key = "optim.gamma", .type = UT_CFG_FLOAT, AT(gamma), .def = "0.1", GT(0), .hashed = true,
      .doc = "step schedule: decay factor"},
+    {.key = "optim.warmup_from_zero", .type = UT_CFG_BOOL, AT(warmup_from_zero), .def = "false", .hashed = true,
+     .hash_if_set = true,
+     .doc = "the warmup rises as lr x step / warmup, its first step at rate 0 (transformers' schedules; a "
+            "TrainingArguments file sets it), instead of lr x (step + 1) / warmup; not the ds_* and annealing "
+            "schedules, which have their own"},
     {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
      .values = skip_rules, .hashed = true, .hash_if_set = true,
      .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "

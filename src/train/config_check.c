@@ -240,6 +240,8 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->warmup_min_ratio > 0 && strcmp(sched, "ds_warmup_cosine"))
         FAIL("optim.warmup_min_ratio: belongs to optim.schedule: ds_warmup_cosine (it is %s); remove the key",
              sched);
+    if (c->warmup_from_zero && (ds || !strcmp(sched, "annealing")))
+        FAIL("optim.warmup_from_zero: optim.schedule %s has its own warmup; remove the key", sched);
     if (c->schedule_steps > 0 && !decays)
         FAIL("optim.schedule_steps: optim.schedule %s does not decay to an end; remove the key", sched);
     if (wsd && c->decay_steps < 1)

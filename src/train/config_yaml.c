@@ -308,7 +308,8 @@ static int flagai_recipe(loader *ld) {
  * they have) trains with TrainingArguments' defaults where it does not say
  * otherwise, as the Trainer does: AdamW at 5e-5 without weight decay, a
  * linear decay, gradient clipping at 1.0, 3 epochs of batches of 8, no
- * evaluation, a log line and a checkpoint every 500 steps. A key the file
+ * evaluation, a log line and a checkpoint every 500 steps, and a warmup
+ * from rate 0 as transformers' schedules have. A key the file
  * set, by name or through another field's meaning, stays. A whole
  * to_json_string() file
  * names every field, and so takes none of these. */
@@ -327,6 +328,9 @@ static int hf_recipe(loader *ld) {
     ut_config *c = ld->c;
     bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
     bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
+    /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */
+    bool warm = (c->warmup_steps > 0 || c->warmup_ratio > 0) && strncmp(c->schedule, "ds_", 3) &&
+                strcmp(c->schedule, "annealing");
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
         {"optim.lr", "5e-5", true, "learning_rate 5e-5"},
         {"optim.weight_decay", "0", true, "weight_decay 0"},
@@ -335,6 +339,7 @@ static int hf_recipe(loader *ld) {
         {"train.epochs", "3", length, "num_train_epochs 3"},
         {"train.batch_size", "8", true, "per_device_train_batch_size 8"},
         {"train.eval_batch_size", "8", true, "per_device_eval_batch_size 8"},
+        {"optim.warmup_from_zero", "true", warm, "warmup from rate 0"},
         {"train.eval_strategy", "no", true, "eval_strategy no"},
         {"train.log_interval", "500", true, "logging_steps 500"},
         {"train.save_strategy", "steps", saving, "save_steps 500"},

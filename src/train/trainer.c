@@ -190,7 +190,7 @@ static int set_schedule(ut_trainer *t) {
                              .warmup_steps = c->warmup_ratio > 0
                                                  ? (int64_t)(c->warmup_ratio * (double)(t->total_steps * per))
                                                  : c->warmup_steps,
-                             .total_steps = total, .micro = per,
+                             .total_steps = total, .micro = per, .warmup_zero = c->warmup_from_zero,
                              .step_size = c->step_size, .gamma = (float)c->gamma,
                              .warmup_log = !strcmp(c->warmup_type, "log"),
                              .warmup_min_ratio = (float)c->warmup_min_ratio,

@@ -246,6 +246,11 @@ static void test_hf_schedule_parity(void) {
         for (int64_t step = 0; step < s.warmup_steps; step++)
             CHECK(fabs(ut_schedule_lr(&s, step) - want[step + 1]) <= 1e-6 * lr, "%s warmup step %lld", name,
                   (long long)step);
+        /* ... and with warmup_zero (optim.warmup_from_zero) transformers' own, every step */
+        s.warmup_zero = true;
+        for (int64_t step = 0; step < total; step++)
+            CHECK(fabs(ut_schedule_lr(&s, step) - want[step]) <= 1e-6 * lr, "%s from zero, step %lld: %.9g, "
+                  "transformers %.9g", name, (long long)step, (double)ut_schedule_lr(&s, step), want[step]);
     }
     fx_free(&f);
 }

@@ -431,8 +431,8 @@ static void test_hf_training_arguments_files(void) {
     CHECK(!strcmp(c.mode, "train") && c.epochs == 2 && c.batch_size == 16 && c.eval_batch_size == 32 &&
               c.gradient_accumulation_steps == 2 && fabs(c.lr - 3e-5) < 1e-12 && fabs(c.weight_decay - 0.01) < 1e-9,
           "recipe's sizes");
-    CHECK(!strcmp(c.schedule, "cosine") && c.min_lr == 1e-6 && c.warmup_steps == 20, "cosine_with_min_lr: %s %g",
-          c.schedule, c.min_lr);
+    CHECK(!strcmp(c.schedule, "cosine") && c.min_lr == 1e-6 && c.warmup_steps == 20 && c.warmup_from_zero,
+          "cosine_with_min_lr: %s %g, warmup from zero %d", c.schedule, c.min_lr, c.warmup_from_zero);
     CHECK(!strcmp(c.eval_strategy, "steps") && c.eval_interval == 50 && c.eval_delay == 100 &&
               c.save_interval == 50 && c.save_total_limit == 2 && !c.load_best_at_end &&
               !strcmp(c.best_metric, "dev/accuracy") && c.log_interval == 10,
