@@ -306,7 +306,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
     {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
-     .doc = "> 0: linear warmup over ratio x total optimizer steps (rounded down); overrides warmup_steps"},
+     .doc = "> 0: linear warmup over ratio x total optimizer steps (rounded down; up with optim.warmup_from_zero); overrides warmup_steps"},
     {.key = "optim.step_size", .type = UT_CFG_INT, AT(step_size), .def = "1", GE(1),
      .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
     {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
@@ -343,9 +343,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "step schedule: decay factor"},
     {.key = "optim.warmup_from_zero", .type = UT_CFG_BOOL, AT(warmup_from_zero), .def = "false", .hashed = true,
      .hash_if_set = true,
-     .doc = "the warmup rises as lr x step / warmup, its first step at rate 0 (transformers' schedules; a "
-            "TrainingArguments file sets it), instead of lr x (step + 1) / warmup; not the ds_* and annealing "
-            "schedules, which have their own"},
+     .doc = "transformers' warmup: the rate rises as lr x step / warmup, its first step at rate 0, over "
+            "optim.warmup_ratio x steps rounded up (a TrainingArguments file sets it), instead of lr x (step + 1) / "
+            "warmup over the ratio's steps rounded down; not the ds_* and annealing schedules, which have their own"},
     {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
      .values = skip_rules, .hashed = true, .hash_if_set = true,
      .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "

@@ -186,10 +186,11 @@ static int set_schedule(ut_trainer *t) {
     /* FlagAI's AnnealingLR counts iterations (micro-batches), warmup and horizon included */
     int64_t per = kind == UT_SCHED_ANNEALING ? t->accum_steps : 1;
     int64_t total = c->schedule_steps > 0 ? c->schedule_steps : t->total_steps * per;
+    /* a ratio's steps rounded down, or up as transformers' get_warmup_steps (warmup_from_zero) */
+    double wr = c->warmup_ratio * (double)(t->total_steps * per);
     t->sched = (ut_schedule){.kind = kind, .lr = (float)c->lr, .min_lr = (float)min_lr,
-                             .warmup_steps = c->warmup_ratio > 0
-                                                 ? (int64_t)(c->warmup_ratio * (double)(t->total_steps * per))
-                                                 : c->warmup_steps,
+                             .warmup_steps = c->warmup_ratio > 0 ? (int64_t)(c->warmup_from_zero ? ceil(wr) : wr)
+                                                                 : c->warmup_steps,
                              .total_steps = total, .micro = per, .warmup_zero = c->warmup_from_zero,
                              .step_size = c->step_size, .gamma = (float)c->gamma,
                              .warmup_log = !strcmp(c->warmup_type, "log"),
