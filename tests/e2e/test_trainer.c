@@ -512,6 +512,46 @@ static void test_flagai_recipe(void) {
     free(t);
 }
 
+/* A file of TrainingArguments fields warms up as transformers does: from
+ * rate 0 over ceil(0.15 x 10) = 2 steps, then the linear decay (rates 0,
+ * lr/2, lr, 7/8 lr, ...), and the run names the defaults it applied. */
+static void test_hf_warmup(void) {
+    char shard[512], cfg[600];
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
+        CHECK(0, "tokenize");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/hfw.yml", tmp);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "output_dir: %s/hfw\nexperiment_name: w\nper_device_train_batch_size: 4\nlearning_rate: 1.0e-3\n"
+            "warmup_ratio: 0.15\nmax_steps: 10\nlogging_steps: 1\nsave_strategy: \"no\"\n"
+            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+            "data: {name: tokens, train_path: %s, seq_len: 16}\n",
+            tmp, shard);
+    fclose(f);
+    const char *out = tp_path(tmp, "hfw.out");
+    int rc = tp_run((const char *[]){"train", cfg, NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, "TrainingArguments' defaults (a file of its fields that does not say otherwise): "
+                                    "weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
+                                    "per_device_eval_batch_size 8, warmup from rate 0, eval_strategy no\n"),
+          "%s", s ? s : "");
+    free(s);
+    char m[700];
+    snprintf(m, sizeof m, "%s/hfw/w/metrics.jsonl", tmp);
+    const double want[5] = {0, 5e-4, 1e-3, 8.75e-4, 7.5e-4};
+    char *t = tp_slurp(m);
+    for (int k = 0; k < 5; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "{\"step\": %d, ", k + 1);
+        const char *line = t ? strstr(t, key) : NULL, *l = line ? strstr(line, "\"lr\": ") : NULL;
+        double got = l ? strtod(l + 6, NULL) : -1;
+        CHECK(fabs(got - want[k]) < 1e-10, "step %d: lr %.9g, transformers' %.9g", k + 1, got, want[k]);
+    }
+    free(t);
+}
+
 /* num_input_tokens_seen of run TMP/DIR/NAME's train line at step (-1: none). */
 static double tokens_seen(const char *dir, const char *name, int step) {
     char m[700], key[64];
@@ -839,6 +879,7 @@ int main(int argc, char **argv) {
     RUN(test_neftune);
     RUN(test_input_tokens_seen);
     RUN(test_flagai_recipe);
+    RUN(test_hf_warmup);
     RUN(test_test_at_end);
     RUN(test_log_first_step);
     RUN(test_data_seed);
