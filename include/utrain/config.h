@@ -98,6 +98,7 @@ typedef struct {
                                     in utrain (listed in the run's summary); not a key */
     char flagai_recipe[320];     /* the same for a file of FlagAI's Trainer arguments (it has env_type):
                                     the Trainer's defaults it left out; not a key */
+    bool hf_constant;            /* lr_scheduler_type: constant (transformers': no warmup); not a key */
     char hf_recipe[320];         /* the same for a file of Hugging Face TrainingArguments fields; not a key */
     char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
     char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);

@@ -244,6 +244,7 @@ static const char *hf_adamw(const char *v) {
  * (constant, cosine, linear, step, polynomial, inverse_sqrt); 0 for those,
  * which the alias takes. */
 static int scheduler(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    c->hf_constant = !strcmp(v, "constant"); /* transformers' has no warmup (config_yaml.c) */
     /* warmup then constant; cosine_with_min_lr's floor is its min_lr or
      * min_lr_rate (lr_scheduler_kwargs) */
     if (!strcmp(v, "constant_with_warmup")) return assign(c, "optim.schedule", "constant", err, n);
@@ -524,7 +525,7 @@ const char *const ut_cfg_hf_doc =
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
-    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / refused (utrain's schedules are functions of the step); `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and utrain's `constant` warms up when `warmup_steps` are given where transformers' ignores them |\n"
+    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / refused (utrain's schedules are functions of the step); `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
     "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"

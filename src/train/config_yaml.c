@@ -328,6 +328,17 @@ static int hf_recipe(loader *ld) {
     ut_config *c = ld->c;
     bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
     bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
+    char *out = c->hf_recipe;
+    size_t cap = sizeof c->hf_recipe, len = 0;
+    out[0] = 0;
+    /* transformers' constant schedule ignores warmup_steps and warmup_ratio */
+    if (c->hf_constant && !strcmp(c->schedule, "constant") && (c->warmup_steps > 0 || c->warmup_ratio > 0)) {
+        char msg[512];
+        if (ut_cfg_assign(c, "optim.warmup_steps", "0", msg, sizeof msg) ||
+            ut_cfg_assign(c, "optim.warmup_ratio", "0", msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s: %s", ld->path, msg);
+        len += (size_t)snprintf(out, cap, "lr_scheduler_type constant without warmup");
+    }
     /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */
     bool warm = (c->warmup_steps > 0 || c->warmup_ratio > 0) && strncmp(c->schedule, "ds_", 3) &&
                 strcmp(c->schedule, "annealing");
@@ -345,9 +356,6 @@ static int hf_recipe(loader *ld) {
         {"train.save_strategy", "steps", saving, "save_steps 500"},
         {"train.save_interval", "500", saving, NULL},
     };
-    char *out = c->hf_recipe;
-    size_t cap = sizeof c->hf_recipe, len = 0;
-    out[0] = 0;
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
         char msg[512];

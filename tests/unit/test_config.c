@@ -401,6 +401,17 @@ static void test_hf_defaults(void) {
           "named fields stay: lr %g log %lld epochs %lld (%s)", c.lr, (long long)c.log_interval, (long long)c.epochs,
           err);
     ut_config_free(&c);
+    /* transformers' constant ignores warmup_steps; constant_with_warmup warms up from 0 */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: constant\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 0 &&
+              !c.warmup_from_zero && strstr(c.hf_recipe, "lr_scheduler_type constant without warmup, ") == c.hf_recipe,
+          "constant: warmup %lld: %s", (long long)c.warmup_steps, c.hf_recipe);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: constant_with_warmup\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 10 &&
+              c.warmup_from_zero && !strcmp(c.schedule, "constant"),
+          "constant_with_warmup: warmup %lld from zero %d", (long long)c.warmup_steps, c.warmup_from_zero);
+    ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "optim: {lr: 0.01}\ntrain: {epochs: 2}\n") == 0 && !c.hf_recipe[0] && c.batch_size == 64 &&
               !strcmp(c.schedule, "constant"),
