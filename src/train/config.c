@@ -565,7 +565,9 @@ int ut_config_set(ut_config *c, const char *assignment, char *err, size_t n) {
         return -1;
     }
     snprintf(key, sizeof key, "%.*s", (int)(eq - assignment), assignment);
-    if (ut_cfg_assign(c, key, eq + 1, msg, sizeof msg)) {
+    /* FlagAI's tensorboard_dir names the run's directory under it */
+    if (ut_cfg_assign(c, key, eq + 1, msg, sizeof msg) ||
+        (!strcmp(ut_cfg_resolve(key), "experiment_name") && ut_cfg_flagai_logging_dir(c, msg, sizeof msg))) {
         snprintf(err, n, "--set: %s", msg);
         return -1;
     }

@@ -874,6 +874,8 @@ static void test_flagai_trainer_args(void) {
     CHECK(!strcmp(c.output_dir, "/tmp/ck") && c.save_only_model && !strcmp(c.load_type, "latest") &&
               c.checkpoint_activations && !strcmp(c.logging_dir, "tb/t5") && strstr(c.ds_tuning, "num_checkpoints"),
           "save_dir %s, save_optim, load_type %s, logging_dir %s", c.output_dir, c.load_type, c.logging_dir);
+    CHECK(ut_config_set(&c, "experiment_name=t5b", err, sizeof err) == 0 && !strcmp(c.logging_dir, "tb/t5b"),
+          "--set experiment_name moves tensorboard_dir's run: %s", c.logging_dir);
     /* fp16 in FlagAI's plain environment: FP16_Optimizer's scaler, the schedule steps on after a skip */
     CHECK(c.init_scale == 4294967296.0 && c.growth_interval == 1000 && c.loss_scale_hysteresis == 2 &&
               c.min_loss_scale == 1 && !strcmp(c.schedule_on_skip, "advance") &&
