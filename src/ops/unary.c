@@ -1,8 +1,8 @@
 /* Elementwise unary ops: scale, relu, gelu (tanh approximation), tanh,
- * sigmoid, dropout, uniform noise. Inputs are made contiguous in the constructor, so every
- * kernel is a flat loop over N elements. Backward formulas follow PyTorch's
- * (relu masks on x > 0; tanh and sigmoid use the saved output).
- * Kernels: src/backend/cpu/unary.c. */
+ * sigmoid, dropout, uniform noise. Inputs are made contiguous in the
+ * constructor, so every kernel is a flat loop over N elements. Backward
+ * formulas follow PyTorch's (relu masks on x > 0; tanh and sigmoid use the
+ * saved output). Kernels: src/backend/cpu/unary.c. */
 #include "internal.h"
 #include "params.h"
 

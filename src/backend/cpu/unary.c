@@ -1,7 +1,8 @@
 /* Elementwise unary ops: scale, relu, gelu (tanh approximation), tanh,
- * sigmoid, dropout. Inputs are made contiguous in the constructor, so every
- * kernel is a flat loop over N elements. Backward formulas follow PyTorch's
- * (relu masks on x > 0; tanh and sigmoid use the saved output). */
+ * sigmoid, dropout, uniform noise. Inputs are made contiguous in the
+ * constructor, so every kernel is a flat loop over N elements. Backward
+ * formulas follow PyTorch's (relu masks on x > 0; tanh and sigmoid use the
+ * saved output). */
 #include <math.h>
 
 #include "vmath.h"
