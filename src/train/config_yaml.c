@@ -309,9 +309,9 @@ static int flagai_recipe(loader *ld) {
  * otherwise, as the Trainer does: AdamW at 5e-5 without weight decay, a
  * linear decay, gradient clipping at 1.0, 3 epochs of batches of 8, no
  * evaluation, a log line and a checkpoint every 500 steps, and a warmup
- * from rate 0 as transformers' schedules have. A key the file
- * set, by name or through another field's meaning, stays. A whole
- * to_json_string() file
+ * from rate 0 as transformers' schedules have; eval_strategy steps without
+ * eval_steps evaluates every logging_steps. A key the file set, by name or
+ * through another field's meaning, stays. A whole to_json_string() file
  * names every field, and so takes none of these. */
 static bool hf_file(const loader *ld) {
     static const char *const only_hf[] = {
@@ -363,6 +363,14 @@ static int hf_recipe(loader *ld) {
             return ut_errorf(ld->err, ld->n, "%s: TrainingArguments' defaults: %s", ld->path, msg);
         if (recipe[i].what)
             len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+    }
+    /* eval_strategy steps without eval_steps evaluates every logging_steps */
+    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval == 0 && c->log_interval > 0) {
+        char v[32], msg[512];
+        snprintf(v, sizeof v, "%lld", (long long)c->log_interval);
+        if (ut_cfg_assign(c, "train.eval_interval", v, msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s: TrainingArguments' defaults: %s", ld->path, msg);
+        snprintf(out + len, len < cap ? cap - len : 0, "%seval_steps = logging_steps (%s)", len ? ", " : "", v);
     }
     return 0;
 }

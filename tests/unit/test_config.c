@@ -401,6 +401,18 @@ static void test_hf_defaults(void) {
           "named fields stay: lr %g log %lld epochs %lld (%s)", c.lr, (long long)c.log_interval, (long long)c.epochs,
           err);
     ut_config_free(&c);
+    /* eval_strategy steps without eval_steps: every logging_steps, as TrainingArguments' __post_init__ */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "eval_strategy: steps\nlogging_steps: 20\nremove_unused_columns: false\n") == 0 &&
+              c.eval_interval == 20 && strstr(c.hf_recipe, "eval_steps = logging_steps (20)") &&
+              ut_config_validate(&c, err, sizeof err) == 0,
+          "eval_steps from logging_steps: %lld, %s (%s)", (long long)c.eval_interval, c.hf_recipe, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "eval_strategy: steps\neval_steps: 7\nremove_unused_columns: false\n") == 0 &&
+              c.eval_interval == 7 && !strstr(c.hf_recipe, "eval_steps ="),
+          "eval_steps given: %lld", (long long)c.eval_interval);
+    ut_config_free(&c);
     /* transformers' constant ignores warmup_steps; constant_with_warmup warms up from 0 */
     ut_config_init(&c);
     CHECK(load_text(&c, "lr_scheduler_type: constant\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 0 &&
