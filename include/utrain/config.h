@@ -17,6 +17,16 @@ extern "C" {
 
 #define UT_CFG_STR_MAX 512
 
+/* One of another trainer's defaults that loading a file of its arguments
+ * applied: the key, its value then (as ut_cfg_format writes it) and what it
+ * stands for in that trainer's words. */
+enum { UT_CFG_DEFAULTS_HF = 1, UT_CFG_DEFAULTS_FLAGAI = 2 };
+#define UT_CFG_MAX_DEFAULTS 24
+typedef struct {
+    int which;                   /* UT_CFG_DEFAULTS_HF or _FLAGAI */
+    char key[40], value[40], what[96];
+} ut_cfg_default;
+
 typedef struct {
     /* ---- run ---- */
     char experiment_name[128];   /* run directory name under output_dir */
@@ -96,10 +106,10 @@ typedef struct {
                                     polynomial schedule ends at 1e-7 until then) */
     char ds_tuning[400];         /* the deepspeed_config keys of DeepSpeed's own tuning that change nothing
                                     in utrain (listed in the run's summary); not a key */
-    char flagai_recipe[320];     /* the same for a file of FlagAI's Trainer arguments (it has env_type):
-                                    the Trainer's defaults it left out; not a key */
+    ut_cfg_default defaults[UT_CFG_MAX_DEFAULTS]; /* another trainer's defaults a file of its arguments
+                                    took (ut_config_defaults_text); not keys */
+    int ndefaults;
     bool hf_constant;            /* lr_scheduler_type: constant (transformers': no warmup); not a key */
-    char hf_recipe[320];         /* the same for a file of Hugging Face TrainingArguments fields; not a key */
     char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
     char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);
                                     not a key */
@@ -191,6 +201,11 @@ int ut_config_accelerate_env(ut_config *c, char *said, size_t sn, char *err, siz
 int ut_config_load(ut_config *c, const char *path, char *err, size_t n);
 /* Applies "dotted.key=value" (the --set option) with the file's type checks. */
 int ut_config_set(ut_config *c, const char *assignment, char *err, size_t n);
+/* What the defaults of another trainer (which: UT_CFG_DEFAULTS_HF or
+ * _FLAGAI) that loading a file of its arguments applied stand for, those
+ * whose keys still hold them (a later --set may have changed one), joined
+ * by ", " into buf (n bytes): "" when none. Returns buf. */
+const char *ut_config_defaults_text(const ut_config *c, int which, char *buf, size_t n);
 /* Cross-key checks (ranges, strategies, metric names); run after load and sets. */
 int ut_config_validate(const ut_config *c, char *err, size_t n);
 /* The resolved configuration as YAML (every key, model options included). */

@@ -138,6 +138,21 @@ bool ut_cfg_at_default(const ut_config *c, const char *key) {
     return at_default(c, k, value);
 }
 
+const char *ut_config_defaults_text(const ut_config *c, int which, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->ndefaults; i++) {
+        const ut_cfg_default *d = &c->defaults[i];
+        const ut_cfg_key *k = ut_cfg_find(d->key);
+        char now[UT_CFG_STR_MAX + 64];
+        if (d->which != which || !d->what[0] || !k || strstr(buf, d->what)) continue;
+        ut_cfg_format(c, k, now, sizeof now);
+        if (strcmp(now, d->value)) continue; /* changed since */
+        len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%s", len ? ", " : "", d->what);
+    }
+    return buf;
+}
+
 /* FNV-1a 64 over "key=value\n" of each hashed key in schema order, then
  * "model.<option>=value\n" for the model options sorted by name. */
 uint64_t ut_config_hash(const ut_config *c) {

@@ -260,6 +260,24 @@ static int seed_recipe(loader *ld) {
     return 0;
 }
 
+/* Sets key to value as another trainer's default (which: UT_CFG_DEFAULTS_*)
+ * and records it with what it stands for (NULL: a part of the one before),
+ * for the run's summary (ut_config_defaults_text). */
+static int apply_default(loader *ld, int which, const char *key, const char *value, const char *what) {
+    ut_config *c = ld->c;
+    char msg[512];
+    if (ut_cfg_assign(c, key, value, msg, sizeof msg))
+        return ut_errorf(ld->err, ld->n, "%s: %s's defaults: %s", ld->path,
+                         which == UT_CFG_DEFAULTS_HF ? "TrainingArguments" : "FlagAI's Trainer", msg);
+    if (c->ndefaults == UT_CFG_MAX_DEFAULTS) return 0;
+    ut_cfg_default *d = &c->defaults[c->ndefaults++];
+    d->which = which;
+    snprintf(d->key, sizeof d->key, "%s", key);
+    ut_cfg_format(c, ut_cfg_find(key), d->value, sizeof d->value);
+    snprintf(d->what, sizeof d->what, "%s", what ? what : "");
+    return 0;
+}
+
 /* A file of FlagAI's Trainer arguments (it names env_type) trains with the
  * Trainer's defaults where it does not say otherwise: seed 1234, and in its
  * plain PyTorch environments (pytorch, pytorchDDP; under DeepSpeed the
@@ -289,17 +307,10 @@ static int flagai_recipe(loader *ld) {
         {"train.loss_scale_hysteresis", "2", plain && fp16, scaler},
         {"train.min_loss_scale", "1", plain && fp16, scaler},
     };
-    char *out = c->flagai_recipe;
-    size_t cap = sizeof c->flagai_recipe, len = 0;
-    out[0] = 0;
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         /* a key the file set, by name or through another key's meaning, stays */
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
-        char msg[512];
-        if (ut_cfg_assign(c, recipe[i].key, recipe[i].value, msg, sizeof msg))
-            return ut_errorf(ld->err, ld->n, "%s: FlagAI's Trainer defaults: %s", ld->path, msg);
-        if (recipe[i].what && !strstr(out, recipe[i].what))
-            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+        if (apply_default(ld, UT_CFG_DEFAULTS_FLAGAI, recipe[i].key, recipe[i].value, recipe[i].what)) return -1;
     }
     return 0;
 }
@@ -328,17 +339,12 @@ static int hf_recipe(loader *ld) {
     ut_config *c = ld->c;
     bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
     bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
-    char *out = c->hf_recipe;
-    size_t cap = sizeof c->hf_recipe, len = 0;
-    out[0] = 0;
+    const int hf = UT_CFG_DEFAULTS_HF;
     /* transformers' constant schedule ignores warmup_steps and warmup_ratio */
-    if (c->hf_constant && !strcmp(c->schedule, "constant") && (c->warmup_steps > 0 || c->warmup_ratio > 0)) {
-        char msg[512];
-        if (ut_cfg_assign(c, "optim.warmup_steps", "0", msg, sizeof msg) ||
-            ut_cfg_assign(c, "optim.warmup_ratio", "0", msg, sizeof msg))
-            return ut_errorf(ld->err, ld->n, "%s: %s", ld->path, msg);
-        len += (size_t)snprintf(out, cap, "lr_scheduler_type constant without warmup");
-    }
+    if (c->hf_constant && !strcmp(c->schedule, "constant") && (c->warmup_steps > 0 || c->warmup_ratio > 0) &&
+        (apply_default(ld, hf, "optim.warmup_steps", "0", "lr_scheduler_type constant without warmup") ||
+         apply_default(ld, hf, "optim.warmup_ratio", "0", NULL)))
+        return -1;
     /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */
     bool warm = (c->warmup_steps > 0 || c->warmup_ratio > 0) && strncmp(c->schedule, "ds_", 3) &&
                 strcmp(c->schedule, "annealing");
@@ -358,19 +364,14 @@ static int hf_recipe(loader *ld) {
     };
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
-        char msg[512];
-        if (ut_cfg_assign(c, recipe[i].key, recipe[i].value, msg, sizeof msg))
-            return ut_errorf(ld->err, ld->n, "%s: TrainingArguments' defaults: %s", ld->path, msg);
-        if (recipe[i].what)
-            len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", recipe[i].what);
+        if (apply_default(ld, hf, recipe[i].key, recipe[i].value, recipe[i].what)) return -1;
     }
     /* eval_strategy steps without eval_steps evaluates every logging_steps */
     if (!strcmp(c->eval_strategy, "steps") && c->eval_interval == 0 && c->log_interval > 0) {
-        char v[32], msg[512];
+        char v[32], what[64];
         snprintf(v, sizeof v, "%lld", (long long)c->log_interval);
-        if (ut_cfg_assign(c, "train.eval_interval", v, msg, sizeof msg))
-            return ut_errorf(ld->err, ld->n, "%s: TrainingArguments' defaults: %s", ld->path, msg);
-        snprintf(out + len, len < cap ? cap - len : 0, "%seval_steps = logging_steps (%s)", len ? ", " : "", v);
+        snprintf(what, sizeof what, "eval_steps = logging_steps (%s)", v);
+        if (apply_default(ld, hf, "train.eval_interval", v, what)) return -1;
     }
     return 0;
 }

@@ -474,12 +474,13 @@ static void print_summary(ut_trainer *t) {
     if (c->ds_tuning[0])
         ut_say(&t->log, "  DeepSpeed tuning that changes nothing here (utrain's own transfers and memory layout; "
                         "docs/config.md): %s\n", c->ds_tuning);
-    if (c->hf_recipe[0])
+    char took[800];
+    if (*ut_config_defaults_text(c, UT_CFG_DEFAULTS_HF, took, sizeof took))
         ut_say(&t->log, "  TrainingArguments' defaults (a file of its fields that does not say otherwise): %s\n",
-               c->hf_recipe);
-    if (c->flagai_recipe[0])
+               took);
+    if (*ut_config_defaults_text(c, UT_CFG_DEFAULTS_FLAGAI, took, sizeof took))
         ut_say(&t->log, "  FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): %s\n",
-               c->flagai_recipe);
+               took);
     if (c->seed_recipe[0])
         ut_say(&t->log, "  The seed's recipe (a parameters.yml layout that does not say otherwise): %s\n",
                c->seed_recipe);

@@ -58,6 +58,16 @@ static void check_set_error(const char *assignment, const char *msg) {
 
 /* Applies the --set assignments (NULL-terminated) to defaults and checks that
  * validate fails with msg. */
+/* The other trainers' defaults a loaded file took (ut_config_defaults_text). */
+static const char *hf_took(const ut_config *c) {
+    static char buf[800];
+    return ut_config_defaults_text(c, UT_CFG_DEFAULTS_HF, buf, sizeof buf);
+}
+static const char *flagai_took(const ut_config *c) {
+    static char buf[800];
+    return ut_config_defaults_text(c, UT_CFG_DEFAULTS_FLAGAI, buf, sizeof buf);
+}
+
 static void check_invalid(const char *const *sets, const char *msg) {
     ut_config c;
     ut_config_init(&c);
@@ -389,9 +399,13 @@ static void test_hf_defaults(void) {
           "lr %g wd %g %s clip %g epochs %lld batch %lld eval %s log %lld save %s %lld", c.lr, c.weight_decay, c.schedule,
           c.grad_clip, (long long)c.epochs, (long long)c.batch_size, c.eval_strategy, (long long)c.log_interval,
           c.save_strategy, (long long)c.save_interval);
-    CHECK(!strcmp(c.hf_recipe, "learning_rate 5e-5, weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
+    CHECK(!strcmp(hf_took(&c), "learning_rate 5e-5, weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
                                "logging_steps 500, save_steps 500"),
-          "named: %s", c.hf_recipe);
+          "named: %s", hf_took(&c));
+    /* a default the command line changes is no longer one the run took */
+    CHECK(ut_config_set(&c, "logging_steps=1", err, sizeof err) == 0 && !strstr(hf_took(&c), "logging_steps") &&
+              strstr(hf_took(&c), "save_steps 500"),
+          "after --set logging_steps=1: %s", hf_took(&c));
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "learning_rate: 2e-5\nlogging_strategy: \"no\"\nmax_steps: 100\nweight_decay: 0.01\n"
@@ -404,20 +418,20 @@ static void test_hf_defaults(void) {
     /* eval_strategy steps without eval_steps: every logging_steps, as TrainingArguments' __post_init__ */
     ut_config_init(&c);
     CHECK(load_text(&c, "eval_strategy: steps\nlogging_steps: 20\nremove_unused_columns: false\n") == 0 &&
-              c.eval_interval == 20 && strstr(c.hf_recipe, "eval_steps = logging_steps (20)") &&
+              c.eval_interval == 20 && strstr(hf_took(&c), "eval_steps = logging_steps (20)") &&
               ut_config_validate(&c, err, sizeof err) == 0,
-          "eval_steps from logging_steps: %lld, %s (%s)", (long long)c.eval_interval, c.hf_recipe, err);
+          "eval_steps from logging_steps: %lld, %s (%s)", (long long)c.eval_interval, hf_took(&c), err);
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "eval_strategy: steps\neval_steps: 7\nremove_unused_columns: false\n") == 0 &&
-              c.eval_interval == 7 && !strstr(c.hf_recipe, "eval_steps ="),
+              c.eval_interval == 7 && !strstr(hf_took(&c), "eval_steps ="),
           "eval_steps given: %lld", (long long)c.eval_interval);
     ut_config_free(&c);
     /* transformers' constant ignores warmup_steps; constant_with_warmup warms up from 0 */
     ut_config_init(&c);
     CHECK(load_text(&c, "lr_scheduler_type: constant\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 0 &&
-              !c.warmup_from_zero && strstr(c.hf_recipe, "lr_scheduler_type constant without warmup, ") == c.hf_recipe,
-          "constant: warmup %lld: %s", (long long)c.warmup_steps, c.hf_recipe);
+              !c.warmup_from_zero && strstr(hf_took(&c), "lr_scheduler_type constant without warmup, ") == hf_took(&c),
+          "constant: warmup %lld: %s", (long long)c.warmup_steps, hf_took(&c));
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "lr_scheduler_type: constant_with_warmup\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 10 &&
@@ -425,9 +439,9 @@ static void test_hf_defaults(void) {
           "constant_with_warmup: warmup %lld from zero %d", (long long)c.warmup_steps, c.warmup_from_zero);
     ut_config_free(&c);
     ut_config_init(&c);
-    CHECK(load_text(&c, "optim: {lr: 0.01}\ntrain: {epochs: 2}\n") == 0 && !c.hf_recipe[0] && c.batch_size == 64 &&
+    CHECK(load_text(&c, "optim: {lr: 0.01}\ntrain: {epochs: 2}\n") == 0 && !*hf_took(&c) && c.batch_size == 64 &&
               !strcmp(c.schedule, "constant"),
-          "a utrain config: %s", c.hf_recipe);
+          "a utrain config: %s", hf_took(&c));
     ut_config_free(&c);
 }
 
@@ -445,7 +459,7 @@ static void test_hf_training_arguments_files(void) {
           "defaults: epochs %lld max_steps %lld batch %lld lr %g %s %s save %lld log %lld eval %s mode %s",
           (long long)c.epochs, (long long)c.max_steps, (long long)c.batch_size, c.lr, c.schedule, c.optim_name,
           (long long)c.save_interval, (long long)c.log_interval, c.eval_strategy, c.mode);
-    CHECK(!c.hf_recipe[0], "a whole file names every field: no defaults applied (%s)", c.hf_recipe);
+    CHECK(!*hf_took(&c), "a whole file names every field: no defaults applied (%s)", hf_took(&c));
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(ut_config_load(&c, "tests/parity/fixtures/hf_training_args_custom.json", err, sizeof err) == 0 &&
@@ -891,9 +905,9 @@ static void test_flagai_trainer_args(void) {
     /* fp16 in FlagAI's plain environment: FP16_Optimizer's scaler, the schedule steps on after a skip */
     CHECK(c.init_scale == 4294967296.0 && c.growth_interval == 1000 && c.loss_scale_hysteresis == 2 &&
               c.min_loss_scale == 1 && !strcmp(c.schedule_on_skip, "advance") &&
-              !strstr(c.flagai_recipe, "weight decay") && strstr(c.flagai_recipe, "FP16_Optimizer"),
+              !strstr(flagai_took(&c), "weight decay") && strstr(flagai_took(&c), "FP16_Optimizer"),
           "fp16: scale %g, window %lld, hysteresis %lld, %s; recipe: %s", c.init_scale, (long long)c.growth_interval,
-          (long long)c.loss_scale_hysteresis, c.schedule_on_skip, c.flagai_recipe);
+          (long long)c.loss_scale_hysteresis, c.schedule_on_skip, flagai_took(&c));
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "env_type: pytorch\nwarm_up: 0\nsave_dir: None\n") == 0 && !strcmp(c.schedule, "constant") &&
@@ -903,14 +917,14 @@ static void test_flagai_trainer_args(void) {
     /* under DeepSpeed the DeepSpeed config decides: the seed alone */
     ut_config_init(&c);
     CHECK(load_text(&c, "env_type: deepspeed+mpu\nfp16: true\n") == 0 && c.seed == 1234 && c.weight_decay == 0.01 &&
-              !strcmp(c.schedule, "constant") && c.init_scale == 65536 && !strcmp(c.flagai_recipe, "seed 1234"),
-          "deepspeed+mpu: %s", c.flagai_recipe);
+              !strcmp(c.schedule, "constant") && c.init_scale == 65536 && !strcmp(flagai_took(&c), "seed 1234"),
+          "deepspeed+mpu: %s", flagai_took(&c));
     ut_config_free(&c);
     /* without env_type no FlagAI defaults */
     ut_config_init(&c);
     CHECK(load_text(&c, "lr: 1e-4\nclip_grad: 2\n") == 0 && c.seed == 42 && c.weight_decay == 0.01 &&
-              c.grad_clip == 2 && !c.flagai_recipe[0],
-          "no env_type: %s", c.flagai_recipe);
+              c.grad_clip == 2 && !*flagai_took(&c),
+          "no env_type: %s", flagai_took(&c));
     ut_config_free(&c);
     check_load_error("load_optim: true\n", "1: load_optim: true: utrain's load_dir starts a new run from another "
                                             "run's weights, with a fresh optimizer and the seed's random streams; to "
@@ -938,10 +952,10 @@ static void test_flagai_keys(void) {
     /* the Trainer's defaults the file left out */
     CHECK(c.weight_decay == 0.1 && c.grad_clip == 1.0 && c.seed == 1234 && !strcmp(c.schedule, "annealing") &&
               c.warmup_ratio == 0.1 && c.min_lr_ratio == 0.1 && !strcmp(c.schedule_on_skip, "hold") &&
-              c.init_scale == 65536 && strstr(c.flagai_recipe, "weight decay 0.1, gradient clipping at 1.0, seed 1234, "
+              c.init_scale == 65536 && strstr(flagai_took(&c), "weight decay 0.1, gradient clipping at 1.0, seed 1234, "
                                                                "warm_up 0.1"),
           "FlagAI's defaults: wd %g clip %g seed %lld %s: %s", c.weight_decay, c.grad_clip, (long long)c.seed,
-          c.schedule, c.flagai_recipe);
+          c.schedule, flagai_took(&c));
     CHECK(load_text(&c, "env_type: pytorchDDP\nmaster_ip: 10.0.0.1\nmaster_port: 17750\nnum_nodes: 2\n"
                         "num_gpus: 4\n") == 0 && !strcmp(c.dist_strategy, "ddp") && c.nodes == 2 &&
               c.nproc_per_node == 4 && !strcmp(c.master_addr, "10.0.0.1"), "pytorchDDP: %s", err);
