@@ -472,84 +472,70 @@ static void test_neftune(void) {
           "two noisy runs: step 3 losses %s and %s", c, d);
 }
 
+/* Trains TMP/NAME.yml, body (a format of tmp then the token shard's path)
+ * written there, and checks that the run's summary has the line `says` and
+ * that its train lines' rates are want[0..n), within tol; the run's
+ * metrics are in TMP/RUN/metrics.jsonl. */
+static void check_rates(const char *name, const char *body, const char *run, const char *says, const double *want,
+                        int n, double tol) {
+    char shard[512], cfg[600], out[600], m[700];
+    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
+        CHECK(0, "tokenize");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/%s.yml", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, body, tmp, shard);
+    fclose(f);
+    int rc = tp_run((const char *[]){"train", cfg, NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 0 && s && strstr(s, says), "%s: %s", name, s ? s : "");
+    free(s);
+    snprintf(m, sizeof m, "%s/%s/metrics.jsonl", tmp, run);
+    char *t = tp_slurp(m);
+    for (int k = 0; k < n; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "{\"step\": %d, ", k + 1);
+        const char *line = t ? strstr(t, key) : NULL, *l = line ? strstr(line, "\"lr\": ") : NULL;
+        double got = l ? strtod(l + 6, NULL) : -1;
+        CHECK(fabs(got - want[k]) < tol, "%s step %d: lr %.9g, want %.9g", name, k + 1, got, want[k]);
+    }
+    free(t);
+}
+
 /* A file of FlagAI's Trainer arguments trains with its Trainer's recipe:
  * warm_up's AnnealingLR stepped per micro-batch (2 per step here: W = 0.25 x
  * 16 iterations = 4, rates lr i/W, then lr (1 - 0.9 (i - W)/16) at the
  * step's last micro-batch i), and the run says which defaults it applied. */
 static void test_flagai_recipe(void) {
-    char shard[512], cfg[600];
-    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
-        CHECK(0, "tokenize");
-        return;
-    }
-    snprintf(cfg, sizeof cfg, "%s/flagai.yml", tmp);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f,
-            "env_type: pytorch\nexperiment_name: fa\noutput_dir: %s/fa\nbatch_size: 2\nlog_interval: 1\n"
-            "lr: 1.0e-2\nwarm_up: 0.25\ngradient_accumulation_steps: 2\npytorch_device: cpu\nload_dir: None\n"
-            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
-            "data: {name: tokens, train_path: %s, seq_len: 16}\ntrain: {max_steps: 8, progress: lines}\n",
-            tmp, shard);
-    fclose(f);
-    const char *out = tp_path(tmp, "fa.out");
-    int rc = tp_run((const char *[]){"train", cfg, NULL}, out);
-    char *s = tp_slurp(out);
-    CHECK(rc == 0 && s && strstr(s, "FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): "
-                                    "weight decay 0.1, gradient clipping at 1.0, seed 1234\n"),
-          "%s", s ? s : "");
-    free(s);
-    char m[700];
-    snprintf(m, sizeof m, "%s/fa/fa/metrics.jsonl", tmp);
     const double want[8] = {2.5e-3, 7.5e-3, 9.4375e-3, 8.3125e-3, 7.1875e-3, 6.0625e-3, 4.9375e-3, 3.8125e-3};
-    char *t = tp_slurp(m);
-    for (int k = 0; k < 8; k++) {
-        char key[64];
-        snprintf(key, sizeof key, "{\"step\": %d, ", k + 1);
-        const char *line = t ? strstr(t, key) : NULL, *l = line ? strstr(line, "\"lr\": ") : NULL;
-        double got = l ? strtod(l + 6, NULL) : -1;
-        CHECK(fabs(got - want[k]) < 1e-9, "step %d: lr %.9g, FlagAI's %.9g", k + 1, got, want[k]);
-    }
-    free(t);
+    check_rates("flagai",
+                "env_type: pytorch\nexperiment_name: fa\noutput_dir: %s/fa\nbatch_size: 2\nlog_interval: 1\n"
+                "lr: 1.0e-2\nwarm_up: 0.25\ngradient_accumulation_steps: 2\npytorch_device: cpu\nload_dir: None\n"
+                "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+                "data: {name: tokens, train_path: %s, seq_len: 16}\ntrain: {max_steps: 8, progress: lines}\n",
+                "fa/fa",
+                "FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): weight decay 0.1, "
+                "gradient clipping at 1.0, seed 1234\n",
+                want, 8, 1e-9);
 }
 
 /* A file of TrainingArguments fields warms up as transformers does: from
  * rate 0 over ceil(0.15 x 10) = 2 steps, then the linear decay (rates 0,
  * lr/2, lr, 7/8 lr, ...), and the run names the defaults it applied. */
 static void test_hf_warmup(void) {
-    char shard[512], cfg[600];
-    if (!tp_tokenize_sample(tmp, shard, sizeof shard)) {
-        CHECK(0, "tokenize");
-        return;
-    }
-    snprintf(cfg, sizeof cfg, "%s/hfw.yml", tmp);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f,
-            "output_dir: %s/hfw\nexperiment_name: w\nper_device_train_batch_size: 4\nlearning_rate: 1.0e-3\n"
-            "warmup_ratio: 0.15\nmax_steps: 10\nlogging_steps: 1\nsave_strategy: \"no\"\n"
-            "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
-            "data: {name: tokens, train_path: %s, seq_len: 16}\n",
-            tmp, shard);
-    fclose(f);
-    const char *out = tp_path(tmp, "hfw.out");
-    int rc = tp_run((const char *[]){"train", cfg, NULL}, out);
-    char *s = tp_slurp(out);
-    CHECK(rc == 0 && s && strstr(s, "TrainingArguments' defaults (a file of its fields that does not say otherwise): "
-                                    "weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
-                                    "per_device_eval_batch_size 8, warmup from rate 0, eval_strategy no\n"),
-          "%s", s ? s : "");
-    free(s);
-    char m[700];
-    snprintf(m, sizeof m, "%s/hfw/w/metrics.jsonl", tmp);
     const double want[5] = {0, 5e-4, 1e-3, 8.75e-4, 7.5e-4};
-    char *t = tp_slurp(m);
-    for (int k = 0; k < 5; k++) {
-        char key[64];
-        snprintf(key, sizeof key, "{\"step\": %d, ", k + 1);
-        const char *line = t ? strstr(t, key) : NULL, *l = line ? strstr(line, "\"lr\": ") : NULL;
-        double got = l ? strtod(l + 6, NULL) : -1;
-        CHECK(fabs(got - want[k]) < 1e-10, "step %d: lr %.9g, transformers' %.9g", k + 1, got, want[k]);
-    }
-    free(t);
+    check_rates("hfw",
+                "output_dir: %s/hfw\nexperiment_name: w\nper_device_train_batch_size: 4\nlearning_rate: 1.0e-3\n"
+                "warmup_ratio: 0.15\nmax_steps: 10\nlogging_steps: 1\nsave_strategy: \"no\"\n"
+                "model: {name: gpt2, n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 256, block_size: 16}\n"
+                "data: {name: tokens, train_path: %s, seq_len: 16}\n",
+                "hfw/w",
+                "TrainingArguments' defaults (a file of its fields that does not say otherwise): weight_decay 0, "
+                "lr_scheduler_type linear, max_grad_norm 1.0, per_device_eval_batch_size 8, warmup from rate 0, "
+                "eval_strategy no\n",
+                want, 5, 1e-10);
 }
 
 /* num_input_tokens_seen of run TMP/DIR/NAME's train line at step (-1: none). */
