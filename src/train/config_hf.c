@@ -415,6 +415,17 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         if (rc) return rc;
     }
     if (!strcmp(key, "max_steps") && !strcmp(v, "-1")) return assign(c, "train.max_steps", "0", err, n);
+    /* transformers 5: a warmup_steps in [0, 1) that is not a whole number is a ratio of the steps */
+    if (!strcmp(key, "warmup_steps") && strpbrk(v, ".eE")) {
+        char *end;
+        double x = strtod(v, &end);
+        if (end != v && !*end && x > 0 && x < 1) return assign(c, "optim.warmup_ratio", v, err, n);
+        if (end == v || *end || x != floor(x) || x < 0 || x > 1e15)
+            return ut_errorf(err, n, "%s: '%s': a number of steps, or a fraction of them in (0, 1)", key, v);
+        char whole[32];
+        snprintf(whole, sizeof whole, "%.0f", x);
+        return assign(c, "optim.warmup_steps", whole, err, n);
+    }
     if (!strcmp(key, "train_sampling_strategy")) return sampling(c, key, v, err, n);
     if (!strcmp(key, "fsdp")) return fsdp(c, key, v, err, n);
     if (!strncmp(key, "hub_", 4)) return 1; /* push_to_hub's settings; push_to_hub itself is refused */
@@ -504,6 +515,7 @@ const char *const ut_cfg_hf_doc =
     "| `logging_first_step` | false / true | `train.log_first_step` |\n"
     "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: the run's model is its best checkpoint / `train.load_best_at_end: false`: its last (`do_predict`, `utrain test`, `generate` and `export` take it) |\n"
+    "| `warmup_steps` | N / a fraction in (0, 1) | `optim.warmup_steps` / `optim.warmup_ratio` (transformers 5 reads such a value as a ratio of the steps) |\n"
     "| `include_num_input_tokens_seen` | `no`, `all`, `non_padding`, false / true | `train.count_input_tokens` (false: `no`, true: `all`) |\n"
     "| `report_to` | `tensorboard`, `all`, `none`, `[]` / others | nothing: the run writes its TensorBoard event files and `metrics.jsonl` and reports to no service / refused |\n"
     "| `num_train_epochs` | 3.0 / 2.5 | `train.epochs: 3` / refused (utrain counts whole epochs; `max_steps` for part of one) |\n"

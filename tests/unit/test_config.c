@@ -427,6 +427,18 @@ static void test_hf_defaults(void) {
               c.eval_interval == 7 && !strstr(hf_took(&c), "eval_steps ="),
           "eval_steps given: %lld", (long long)c.eval_interval);
     ut_config_free(&c);
+    /* transformers 5: warmup_steps below 1 is a ratio */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "warmup_steps: 0.05\nnum_train_epochs: 2\n") == 0 && c.warmup_ratio == 0.05 &&
+              c.warmup_steps == 0 && c.warmup_from_zero,
+          "warmup_steps 0.05: ratio %g, steps %lld (%s)", c.warmup_ratio, (long long)c.warmup_steps, err);
+    CHECK(load_text(&c, "warmup_steps: 30\n") == 0 && c.warmup_steps == 30, "warmup_steps 30: %lld",
+          (long long)c.warmup_steps);
+    CHECK(load_text(&c, "warmup_steps: 40.0\n") == 0 && c.warmup_steps == 40, "warmup_steps 40.0: %lld",
+          (long long)c.warmup_steps);
+    ut_config_free(&c);
+    check_load_error("warmup_steps: 1.5\n", "1: warmup_steps: '1.5': a number of steps, or a fraction of them in "
+                                           "(0, 1)");
     /* transformers' constant ignores warmup_steps; constant_with_warmup warms up from 0 */
     ut_config_init(&c);
     CHECK(load_text(&c, "lr_scheduler_type: constant\nwarmup_steps: 10\n") == 0 && c.warmup_steps == 0 &&
