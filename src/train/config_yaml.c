@@ -319,7 +319,8 @@ static int flagai_recipe(loader *ld) {
  * they have) trains with TrainingArguments' defaults where it does not say
  * otherwise, as the Trainer does: AdamW at 5e-5 without weight decay, a
  * linear decay, gradient clipping at 1.0, 3 epochs of batches of 8, no
- * evaluation, a log line and a checkpoint every 500 steps, and a warmup
+ * evaluation, a log line and a checkpoint every 500 steps, the last
+ * checkpoint as the run's model, and a warmup
  * from rate 0 as transformers' schedules have; eval_strategy steps without
  * eval_steps evaluates every logging_steps. A key the file set, by name or
  * through another field's meaning, stays. A whole to_json_string() file
@@ -361,6 +362,9 @@ static int hf_recipe(loader *ld) {
         {"train.log_interval", "500", true, "logging_steps 500"},
         {"train.save_strategy", "steps", saving, "save_steps 500"},
         {"train.save_interval", "500", saving, NULL},
+        /* load_best_model_at_end: true sets nothing (utrain's default), yet says so */
+        {"train.load_best_at_end", "false", !seen(ld, "load_best_model_at_end"),
+         "load_best_model_at_end false (the run's model is its last)"},
     };
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;

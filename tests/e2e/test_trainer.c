@@ -534,7 +534,7 @@ static void test_hf_warmup(void) {
                 "hfw/w",
                 "TrainingArguments' defaults (a file of its fields that does not say otherwise): weight_decay 0, "
                 "lr_scheduler_type linear, max_grad_norm 1.0, per_device_eval_batch_size 8, warmup from rate 0, "
-                "eval_strategy no\n",
+                "eval_strategy no, load_best_model_at_end false (the run's model is its last)\n",
                 want, 5, 1e-10);
 }
 

@@ -400,7 +400,9 @@ static void test_hf_defaults(void) {
           c.grad_clip, (long long)c.epochs, (long long)c.batch_size, c.eval_strategy, (long long)c.log_interval,
           c.save_strategy, (long long)c.save_interval);
     CHECK(!strcmp(hf_took(&c), "learning_rate 5e-5, weight_decay 0, lr_scheduler_type linear, max_grad_norm 1.0, "
-                               "logging_steps 500, save_steps 500"),
+                               "logging_steps 500, save_steps 500, load_best_model_at_end false (the run's model "
+                               "is its last)") &&
+              !c.load_best_at_end,
           "named: %s", hf_took(&c));
     /* a default the command line changes is no longer one the run took */
     CHECK(ut_config_set(&c, "logging_steps=1", err, sizeof err) == 0 && !strstr(hf_took(&c), "logging_steps") &&
