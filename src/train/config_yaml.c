@@ -279,7 +279,8 @@ static int apply_default(loader *ld, int which, const char *key, const char *val
 }
 
 /* A file of FlagAI's Trainer arguments (it names env_type) trains with the
- * Trainer's defaults where it does not say otherwise: seed 1234, and in its
+ * Trainer's defaults where it does not say otherwise: seed 1234, a log line
+ * and an evaluation every 100 steps and a checkpoint every 1000, and in its
  * plain PyTorch environments (pytorch, pytorchDDP; under DeepSpeed the
  * DeepSpeed config decides) weight_decay 0.1, clip_grad 1.0, warm_up 0.1 of
  * AnnealingLR and, with fp16, FP16_Optimizer's loss scaler (from 2^32,
@@ -298,6 +299,9 @@ static int flagai_recipe(loader *ld) {
         {"optim.weight_decay", "0.1", plain, "weight decay 0.1"},
         {"train.grad_clip", "1.0", plain, "gradient clipping at 1.0"},
         {"seed", "1234", true, "seed 1234"},
+        {"train.log_interval", "100", true, "log_interval 100"},
+        {"train.eval_interval", "100", true, "eval_interval 100 (with dev data)"},
+        {"train.save_interval", "1000", true, "save_interval 1000"},
         {"optim.schedule", "annealing", sched, "warm_up 0.1 (optim.schedule: annealing, AnnealingLR's linear decay)"},
         {"optim.warmup_ratio", "0.1", sched, NULL},
         {"optim.min_lr_ratio", "0.1", sched, NULL},

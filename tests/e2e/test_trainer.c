@@ -517,7 +517,7 @@ static void test_flagai_recipe(void) {
                 "data: {name: tokens, train_path: %s, seq_len: 16}\ntrain: {max_steps: 8, progress: lines}\n",
                 "fa/fa",
                 "FlagAI's Trainer defaults (a file of its arguments that does not say otherwise): weight decay 0.1, "
-                "gradient clipping at 1.0, seed 1234\n",
+                "gradient clipping at 1.0, seed 1234, eval_interval 100 (with dev data), save_interval 1000\n",
                 want, 8, 1e-9);
 }
 

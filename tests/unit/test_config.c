@@ -931,7 +931,9 @@ static void test_flagai_trainer_args(void) {
     /* under DeepSpeed the DeepSpeed config decides: the seed alone */
     ut_config_init(&c);
     CHECK(load_text(&c, "env_type: deepspeed+mpu\nfp16: true\n") == 0 && c.seed == 1234 && c.weight_decay == 0.01 &&
-              !strcmp(c.schedule, "constant") && c.init_scale == 65536 && !strcmp(flagai_took(&c), "seed 1234"),
+              !strcmp(c.schedule, "constant") && c.init_scale == 65536 && !strcmp(flagai_took(&c), "seed 1234, log_interval 100, eval_interval 100 (with dev data), save_interval 1000") &&
+              c.log_interval == 100 && c.eval_interval == 100 && !strcmp(c.eval_strategy, "steps") &&
+              c.save_interval == 1000 && !strcmp(c.save_strategy, "steps"),
           "deepspeed+mpu: %s", flagai_took(&c));
     ut_config_free(&c);
     /* without env_type no FlagAI defaults */
