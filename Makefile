@@ -213,7 +213,7 @@ $(BUILD)/tests/dist/mpi_comm_ranks: $(BUILD)/tests/dist/test_comm
 # test accuracy last. The run directory stays in runs/rt_minilm. A second
 # `make run` resumes the finished run (nothing left to train) and tests it again.
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	./$(BUILD)/utrain train configs/rt_minilm.yml --set continue_training=true
 	./$(BUILD)/utrain test runs/rt_minilm
 
@@ -228,10 +228,14 @@ run-fmnist: deps
 BLAS_CORE = $(shell grep -qw avx512f /proc/cpuinfo && echo SkylakeX || (grep -qw avx2 /proc/cpuinfo && echo Haswell))
 export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
 
+# The builds behind `make test` and `make run` use every core (JOBS); the
+# tests themselves run one after another (tests/run.sh).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	@$(MAKE) --no-print-directory tests
-	@$(MAKE) --no-print-directory $(FUZZ_VARS) fuzz-replay
-	@$(MAKE) --no-print-directory emu-tests
+	@$(MAKE) --no-print-directory -j$(JOBS) tests
+	@$(MAKE) --no-print-directory -j$(JOBS) $(FUZZ_VARS) fuzz-replay
+	@$(MAKE) --no-print-directory -j$(JOBS) emu-tests
 	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh $(BUILD) $(FUZZ_BUILD) build-emu
 
 # The same suite with the simulated device as every run's default device
