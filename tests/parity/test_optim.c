@@ -671,6 +671,11 @@ static void test_schedule_checks(void) {
     s = good; s.min_lr = -1e-5f; expect_bad_schedule(s, "min_lr");
     s = good; s.min_lr = 1e-3f; expect_bad_schedule(s, "min_lr");
     s = good; s.warmup_steps = -1; expect_bad_schedule(s, "warmup_steps");
+    /* annealing: warmup at most the iterations, at least one iteration; micro >= 0 */
+    s = good; s.kind = UT_SCHED_ANNEALING; s.warmup_steps = 1001; expect_bad_schedule(s, "annealing: warmup_steps");
+    s = good; s.kind = UT_SCHED_ANNEALING; s.warmup_steps = 0; s.total_steps = 0;
+    expect_bad_schedule(s, "annealing: warmup_steps");
+    s = good; s.micro = -1; expect_bad_schedule(s, "micro");
     s = good; s.total_steps = 100; expect_bad_schedule(s, "total_steps");
     s = good; s.kind = UT_SCHED_LINEAR; s.total_steps = 50; expect_bad_schedule(s, "total_steps");
     s = good; s.kind = UT_SCHED_CONSTANT; s.total_steps = -1; expect_bad_schedule(s, "total_steps");
