@@ -191,11 +191,11 @@ typedef enum {
     UT_SCHED_DS_WARMUP,
     UT_SCHED_DS_WARMUP_DECAY,
     UT_SCHED_DS_WARMUP_COSINE,
-    /* FlagAI's (Megatron's) AnnealingLR, linear style, with its iteration
-     * index (micro-batches) */
+    /* FlagAI's (Megatron's) AnnealingLR, cosine or linear style, with its
+     * iteration index (micro-batches) */
     UT_SCHED_ANNEALING,
 } ut_sched_kind;
-/* the shape of WSD's decay */
+/* the shape of WSD's decay (and ANNEALING's: cosine or linear) */
 typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
 
 /* lr is the peak rate. min_lr is the floor of the decaying schedules, which
@@ -211,7 +211,7 @@ typedef struct {
     float power;         /* POLYNOMIAL: the power of the decay (0: 1) */
     int64_t timescale;   /* INVERSE_SQRT (0: warmup_steps, or 10000 without warmup) */
     int64_t decay_steps; /* WSD: the last decay_steps of total_steps decay */
-    ut_decay_kind decay; /* WSD: the decay's shape */
+    ut_decay_kind decay; /* WSD, ANNEALING: the decay's shape */
     bool warmup_log;     /* DS_*: DeepSpeed's log warmup (else its linear one) */
     float warmup_min_ratio; /* DS_WARMUP_COSINE: warmup starts at this x lr */
     int64_t micro;       /* ANNEALING: scheduler iterations per optimizer step (the micro-batches; 0: 1) */
@@ -243,11 +243,13 @@ typedef struct {
  *   i < W:     start + (lr - start)*g
  *   DS_WARMUP: lr;  DS_WARMUP_DECAY: f(max(0, (T-i)/max(1, T-W)))
  *   DS_WARMUP_COSINE: f(0.5*(1 + cos(pi*min(1, (i-W+1)/max(1, T-W)))))
- * FlagAI's AnnealingLR (linear), which steps after every micro-batch from
- * index 0: with A = micro, i = step*A + A - 1 (the index at the step's last
- * micro-batch), W = warmup_steps and E = total_steps in iterations:
+ * FlagAI's AnnealingLR, which steps after every micro-batch from index 0:
+ * with A = micro, i = step*A + A - 1 (the index at the step's last
+ * micro-batch), W = warmup_steps, E = total_steps in iterations and
+ * q = (i - W)/E:
  *   ANNEALING: lr*i/W while W > 0 and i <= W, then
- *              max(min_lr, lr - (lr - min_lr)*(i - W)/E)
+ *              f(0.5*(1 + cos(pi*min(1, q))))   (decay cosine)
+ *              max(min_lr, lr - (lr - min_lr)*q) (decay linear)
  *              (min_lr is lr x its decay_ratio, 0.1 in FlagAI's Trainer)
  * These are transformers' get_scheduler schedules after warmup (whose own
  * warmup starts at 0, one step behind this one unless warmup_zero).

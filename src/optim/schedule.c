@@ -49,15 +49,23 @@ static float ds_lr(const ut_schedule *s, int64_t step) {
     return (float)(min_lr + (lr - min_lr) * x);
 }
 
-/* FlagAI's AnnealingLR, linear style (flagai/schedulers.py): the rate of an
- * optimizer step is get_lr() at the iteration index of its last
- * micro-batch; the index starts at 0 and moves on after each micro-batch. */
+/* FlagAI's AnnealingLR (flagai/schedulers.py): the rate of an optimizer
+ * step is get_lr() at the iteration index of its last micro-batch; the index
+ * starts at 0 and moves on after each micro-batch. After the warmup the rate
+ * falls from lr towards min_lr over the fraction (i - warmup) / total of the
+ * iterations (measured against all of them, so it never gets there within
+ * the run): along half a cosine wave (decay cosine, FlagAI 1.7 and later) or
+ * a line (decay linear, FlagAI 1.6 and earlier). */
 static float annealing_lr(const ut_schedule *s, int64_t step) {
     int64_t a = s->micro > 0 ? s->micro : 1, i = step * a + a - 1, w = s->warmup_steps;
     double lr = s->lr, min_lr = s->min_lr;
     if (w > 0 && i <= w) return (float)(lr * (double)i / (double)w);
-    double x = lr - (lr - min_lr) * (double)(i - w) / (double)(s->total_steps > 0 ? s->total_steps : 1);
-    return (float)(x > min_lr ? x : min_lr);
+    double q = (double)(i - w) / (double)(s->total_steps > 0 ? s->total_steps : 1);
+    if (s->decay == UT_DECAY_LINEAR) {
+        double x = lr - (lr - min_lr) * q;
+        return (float)(x > min_lr ? x : min_lr);
+    }
+    return (float)(min_lr + (lr - min_lr) * wave(0.5, fmin(1.0, q)));
 }
 
 float ut_schedule_lr(const ut_schedule *s, int64_t step) {
@@ -124,6 +132,8 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
     if (s->kind == UT_SCHED_ANNEALING && (s->total_steps < 1 || s->warmup_steps > s->total_steps))
         return fail(err, n, ut_fmt("annealing: warmup_steps (%lld) must be at most total_steps (%lld), which must be "
                                    ">= 1", (long long)s->warmup_steps, (long long)s->total_steps));
+    if (s->kind == UT_SCHED_ANNEALING && s->decay != UT_DECAY_COSINE && s->decay != UT_DECAY_LINEAR)
+        return fail(err, n, ut_fmt("annealing: decay must be cosine or linear (got kind %d)", (int)s->decay));
     if (s->micro < 0) return fail(err, n, ut_fmt("micro must be >= 0 (got %lld)", (long long)s->micro));
     bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT &&
                   s->kind != UT_SCHED_ANNEALING &&

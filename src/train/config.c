@@ -328,7 +328,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hash_if_set = true,
      .doc = "wsd: the run's last N steps decay to min_lr (after warmup, the rate is lr until then)"},
     {.key = "optim.decay_type", .type = UT_CFG_ENUM, AT(decay_type), .def = "cosine", .values = decay_types,
-     .hashed = true, .hash_if_set = true, .doc = "wsd: the decay's shape"},
+     .hashed = true, .hash_if_set = true,
+     .doc = "wsd: the decay's shape; annealing: cosine (FlagAI 1.7 and later) or linear (FlagAI 1.6 and earlier)"},
     {.key = "optim.schedule_steps", .type = UT_CFG_INT, AT(schedule_steps), .def = "0", GE(0), .hashed = true,
      .hash_if_set = true,
      .doc = "the decaying schedules reach optim.min_lr at this step (0: the run's last; DeepSpeed's "

@@ -231,16 +231,20 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->timescale > 0 && strcmp(sched, "inverse_sqrt"))
         FAIL("optim.timescale: only optim.schedule: inverse_sqrt has a timescale (it is %s); remove the key",
              sched);
-    if (!wsd && (c->decay_steps > 0 || strcmp(c->decay_type, "cosine")))
-        FAIL("optim.%s: belongs to optim.schedule: wsd (it is %s); remove the key",
-             c->decay_steps > 0 ? "decay_steps" : "decay_type", sched);
+    bool annealing = !strcmp(sched, "annealing");
+    if (!wsd && (c->decay_steps > 0 || (strcmp(c->decay_type, "cosine") && !annealing)))
+        FAIL("optim.%s: belongs to optim.schedule: wsd%s (it is %s); remove the key",
+             c->decay_steps > 0 ? "decay_steps" : "decay_type", c->decay_steps > 0 ? "" : " or annealing", sched);
+    if (annealing && !strcmp(c->decay_type, "1-sqrt"))
+        FAIL("optim.decay_type: FlagAI's AnnealingLR decays along a cosine or a line, not 1-sqrt; write cosine or "
+             "linear");
     if (!ds && strcmp(c->warmup_type, "linear"))
         FAIL("optim.warmup_type: %s belongs to DeepSpeed's schedules (ds_warmup, ds_warmup_decay, "
              "ds_warmup_cosine); optim.schedule is %s, whose warmup is linear", c->warmup_type, sched);
     if (c->warmup_min_ratio > 0 && strcmp(sched, "ds_warmup_cosine"))
         FAIL("optim.warmup_min_ratio: belongs to optim.schedule: ds_warmup_cosine (it is %s); remove the key",
              sched);
-    if (c->warmup_from_zero && (ds || !strcmp(sched, "annealing")))
+    if (c->warmup_from_zero && (ds || annealing))
         FAIL("optim.warmup_from_zero: optim.schedule %s has its own warmup; remove the key", sched);
     if (c->schedule_steps > 0 && !decays)
         FAIL("optim.schedule_steps: optim.schedule %s does not decay to an end; remove the key", sched);
@@ -253,9 +257,10 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
              (long long)horizon);
     if (decays && c->max_steps == 0 && c->epochs == 0 && c->schedule_steps == 0)
         FAIL("optim.schedule: %s needs train.max_steps or train.epochs for its length", c->schedule);
-    if (c->warmup_ratio >= 1)
-        FAIL("optim.warmup_ratio: %g must be < 1 (a fraction of the total steps; write "
-             "optim.warmup_steps: N for a number of steps)", c->warmup_ratio);
+    /* AnnealingLR may warm up over the whole run (FlagAI's warm_up: 1.0) */
+    if (c->warmup_ratio >= 1 && !(annealing && c->warmup_ratio == 1))
+        FAIL("optim.warmup_ratio: %g must be < 1%s (a fraction of the total steps; write "
+             "optim.warmup_steps: N for a number of steps)", c->warmup_ratio, annealing ? ", or 1" : "");
     if (decays && strcmp(sched, "annealing") && c->schedule_steps == 0 && c->max_steps > 0 &&
         c->warmup_steps >= c->max_steps)
         FAIL("optim.warmup_steps: must be < train.max_steps with the %s schedule", c->schedule);

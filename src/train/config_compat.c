@@ -157,12 +157,13 @@ static int env_type(ut_config *c, const char *key, const char *v, char *err, siz
 
 
 /* warm_up: the fraction of the iterations FlagAI's AnnealingLR warms up
- * over before its linear decay towards a tenth of lr; 0 runs no scheduler. */
+ * over before its cosine decay towards a tenth of lr (1: the whole run);
+ * 0 runs no scheduler. */
 static int warm_up(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || !(x >= 0 && x < 1))
-        return ut_errorf(err, n, "%s: expected a fraction of the iterations in [0, 1), got '%s'", key, v);
+    if (end == v || *end || !(x >= 0 && x <= 1))
+        return ut_errorf(err, n, "%s: expected a fraction of the iterations in [0, 1], got '%s'", key, v);
     if (x == 0) return assign(c, "optim.schedule", "constant", err, n);
     return ut_cfg_assign(c, "optim.schedule", "annealing", err, n) || ut_cfg_assign(c, "optim.warmup_ratio", v, err, n) ||
                    ut_cfg_assign(c, "optim.min_lr_ratio", "0.1", err, n)
@@ -300,7 +301,7 @@ const char *const ut_cfg_compat_doc =
     "| `model_parallel_size` | N | `dist.tensor_parallel: N` |\n"
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"
-    "| `warm_up` | a fraction in [0, 1) / 0 | `optim.schedule: annealing` (FlagAI's AnnealingLR: warmup over that fraction of the iterations, then a linear decay towards a tenth of lr), `optim.warmup_ratio`, `optim.min_lr_ratio: 0.1` / `optim.schedule: constant` (FlagAI runs no scheduler) |\n"
+    "| `warm_up` | a fraction in (0, 1] / 0 | `optim.schedule: annealing` (FlagAI's AnnealingLR: warmup over that fraction of the iterations, then a cosine decay towards a tenth of lr, as FlagAI 1.7 and later; `optim.decay_type: linear` for FlagAI 1.6 and earlier), `optim.warmup_ratio`, `optim.min_lr_ratio: 0.1` / `optim.schedule: constant` (FlagAI runs no scheduler) |\n"
     "| `clip_grad` | max norm | `train.grad_clip` |\n"
     "| `save_dir` | a directory / empty (`None`) | `output_dir` (the run's checkpoints go to DIR/experiment_name/checkpoints) / `train.save_strategy: no` |\n"
     "| `save_optim` | false / true | `train.save_only_model: true` (checkpoints of the weights alone, as FlagAI's) / `false` |\n"

@@ -302,7 +302,7 @@ static int flagai_recipe(loader *ld) {
         {"train.log_interval", "100", true, "log_interval 100"},
         {"train.eval_interval", "100", true, "eval_interval 100 (with dev data)"},
         {"train.save_interval", "1000", true, "save_interval 1000"},
-        {"optim.schedule", "annealing", sched, "warm_up 0.1 (optim.schedule: annealing, AnnealingLR's linear decay)"},
+        {"optim.schedule", "annealing", sched, "warm_up 0.1 (optim.schedule: annealing, AnnealingLR's cosine decay)"},
         {"optim.warmup_ratio", "0.1", sched, NULL},
         {"optim.min_lr_ratio", "0.1", sched, NULL},
         {"optim.schedule_on_skip", "advance", plain && fp16, "a skipped fp16 step advances the schedule"},

@@ -506,10 +506,12 @@ static void check_rates(const char *name, const char *body, const char *run, con
 
 /* A file of FlagAI's Trainer arguments trains with its Trainer's recipe:
  * warm_up's AnnealingLR stepped per micro-batch (2 per step here: W = 0.25 x
- * 16 iterations = 4, rates lr i/W, then lr (1 - 0.9 (i - W)/16) at the
- * step's last micro-batch i), and the run says which defaults it applied. */
+ * 16 iterations = 4, rates lr i/W, then its cosine decay
+ * lr (0.1 + 0.45 (1 + cos(pi (i - W)/16))) at the step's last micro-batch
+ * i), and the run says which defaults it applied. */
 static void test_flagai_recipe(void) {
-    const double want[8] = {2.5e-3, 7.5e-3, 9.4375e-3, 8.3125e-3, 7.1875e-3, 6.0625e-3, 4.9375e-3, 3.8125e-3};
+    const double want[8] = {2.5e-3,          7.5e-3,          9.913533762e-3, 9.241613255e-3,
+                            8.000066049e-3, 6.377906449e-3, 4.622093551e-3, 2.999933951e-3};
     check_rates("flagai",
                 "env_type: pytorch\nexperiment_name: fa\noutput_dir: %s/fa\nbatch_size: 2\nlog_interval: 1\n"
                 "lr: 1.0e-2\nwarm_up: 0.25\ngradient_accumulation_steps: 2\npytorch_device: cpu\nload_dir: None\n"

@@ -6,8 +6,9 @@ rewrites tests/parity/fixtures/optim_flagai_schedules.txt, one line per case:
 `caseK count v1 v2 ...`, the rate each optimizer step runs at, %.9g.
 
 FlagAI's Trainer builds AnnealingLR(optimizer, start_lr=lr,
-warmup_iter=int(warm_up * epochs * len(train_dataloader)), decay_style='linear',
-num_iters=epochs * len(train_dataloader)) and calls lr_scheduler.step() after
+warmup_iter=int(warm_up * epochs * len(train_dataloader)), decay_style='cosine',
+num_iters=epochs * len(train_dataloader)) (decay_style='linear' before FlagAI
+1.7) and calls lr_scheduler.step() after
 every micro-batch, while the optimizer steps at the last micro-batch of each
 gradient-accumulation window. AnnealingLR needs nothing of torch but a base
 class and torch.distributed.is_initialized(), so a stand-in module runs it
@@ -17,13 +18,15 @@ import os
 import sys
 import types
 
-# (lr, warm_up, iterations = epochs * len(train_dataloader), accumulation);
-# test_optim.c's flagai_cases holds the same list
+# (lr, warm_up, iterations = epochs * len(train_dataloader), accumulation,
+# decay_style); test_optim.c's test_flagai_schedule_parity holds the same list
 CASES = [
-    (1e-2, 0.1, 40, 1),
-    (1e-2, 0.25, 48, 3),
-    (3e-3, 0.01, 30, 1),  # int(0.3) = 0 warmup iterations: decay from the start
-    (1e-2, 0.5, 20, 2),
+    (1e-2, 0.1, 40, 1, "cosine"),
+    (1e-2, 0.25, 48, 3, "cosine"),
+    (3e-3, 0.01, 30, 1, "cosine"),  # int(0.3) = 0 warmup iterations: decay from the start
+    (1e-2, 0.5, 20, 2, "linear"),
+    (1e-2, 0.1, 40, 1, "linear"),
+    (2e-3, 1.0, 24, 2, "cosine"),  # warm_up 1.0: the whole run warms up
 ]
 
 
@@ -48,9 +51,9 @@ class Optimizer:
         self.param_groups = [{"lr": lr}]
 
 
-def rates(AnnealingLR, lr, warm_up, iters, accum):
+def rates(AnnealingLR, lr, warm_up, iters, accum, style):
     opt = Optimizer(lr)
-    sched = AnnealingLR(opt, start_lr=lr, warmup_iter=int(warm_up * iters), decay_style="linear",
+    sched = AnnealingLR(opt, start_lr=lr, warmup_iter=int(warm_up * iters), decay_style=style,
                         num_iters=iters)
     out = []
     for m in range(iters):

@@ -293,8 +293,9 @@ static void test_ds_schedule_parity(void) {
 static void test_flagai_schedule_parity(void) {
     fixture f;
     if (fx_load(&f, FIXTURES "optim_flagai_schedules.txt")) return;
-    const struct { double lr, warm_up; int64_t iters, accum; } cases[] = {
-        {1e-2, 0.1, 40, 1}, {1e-2, 0.25, 48, 3}, {3e-3, 0.01, 30, 1}, {1e-2, 0.5, 20, 2}};
+    const struct { double lr, warm_up; int64_t iters, accum; ut_decay_kind decay; } cases[] = {
+        {1e-2, 0.1, 40, 1, UT_DECAY_COSINE}, {1e-2, 0.25, 48, 3, UT_DECAY_COSINE}, {3e-3, 0.01, 30, 1, UT_DECAY_COSINE},
+        {1e-2, 0.5, 20, 2, UT_DECAY_LINEAR}, {1e-2, 0.1, 40, 1, UT_DECAY_LINEAR}, {2e-3, 1.0, 24, 2, UT_DECAY_COSINE}};
     for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
         char name[16];
         snprintf(name, sizeof name, "case%d", k);
@@ -303,7 +304,7 @@ static void test_flagai_schedule_parity(void) {
         if (!want) continue;
         ut_schedule s = {.kind = UT_SCHED_ANNEALING, .lr = (float)cases[k].lr, .min_lr = (float)(0.1 * cases[k].lr),
                          .warmup_steps = (int64_t)(cases[k].warm_up * (double)cases[k].iters),
-                         .total_steps = cases[k].iters, .micro = cases[k].accum};
+                         .total_steps = cases[k].iters, .micro = cases[k].accum, .decay = cases[k].decay};
         char err[256] = "";
         CHECK(ut_schedule_check(&s, err, sizeof err) == 0, "%s: %s", name, err);
         for (int64_t step = 0; step < steps; step++) {
@@ -675,6 +676,7 @@ static void test_schedule_checks(void) {
     s = good; s.kind = UT_SCHED_ANNEALING; s.warmup_steps = 1001; expect_bad_schedule(s, "annealing: warmup_steps");
     s = good; s.kind = UT_SCHED_ANNEALING; s.warmup_steps = 0; s.total_steps = 0;
     expect_bad_schedule(s, "annealing: warmup_steps");
+    s = good; s.kind = UT_SCHED_ANNEALING; s.decay = UT_DECAY_SQRT; expect_bad_schedule(s, "annealing: decay");
     s = good; s.micro = -1; expect_bad_schedule(s, "micro");
     s = good; s.total_steps = 100; expect_bad_schedule(s, "total_steps");
     s = good; s.kind = UT_SCHED_LINEAR; s.total_steps = 50; expect_bad_schedule(s, "total_steps");

@@ -662,7 +662,7 @@ static void test_hf_training_arguments(void) {
                   "optim.timescale: only optim.schedule: inverse_sqrt has a timescale (it is constant); remove the "
                   "key");
     check_invalid((const char *[]){"optim.decay_type=linear", NULL},
-                  "optim.decay_type: belongs to optim.schedule: wsd (it is constant); remove the key");
+                  "optim.decay_type: belongs to optim.schedule: wsd or annealing (it is constant); remove the key");
     check_invalid((const char *[]){"optim.schedule=wsd", "train.max_steps=10", NULL},
                   "optim.decay_steps: optim.schedule: wsd needs the number of steps its decay takes (>= 1)");
     check_invalid((const char *[]){"optim.schedule=wsd", "train.max_steps=10", "optim.decay_steps=8",
@@ -947,7 +947,20 @@ static void test_flagai_trainer_args(void) {
                                             "go on with a run's optimizer state and streams resume it "
                                             "(continue_training: true, the same output_dir and experiment_name), or "
                                             "write load_optim: false");
-    check_load_error("warm_up: 1.5\n", "1: warm_up: expected a fraction of the iterations in [0, 1), got '1.5'");
+    check_load_error("warm_up: 1.5\n", "1: warm_up: expected a fraction of the iterations in [0, 1], got '1.5'");
+    /* warm_up 1.0 warms up over the whole run (FlagAI allows it); FlagAI 1.6's linear decay on request */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "env_type: pytorch\nepochs: 1\nwarm_up: 1.0\noptim: {decay_type: linear}\n") == 0 &&
+              !strcmp(c.schedule, "annealing") && c.warmup_ratio == 1 && !strcmp(c.decay_type, "linear") &&
+              ut_config_validate(&c, err, sizeof err) == 0,
+          "warm_up 1.0, decay_type linear: %s", err);
+    ut_config_free(&c);
+    check_invalid((const char *[]){"optim.schedule=annealing", "train.epochs=1", "optim.decay_type=1-sqrt", NULL},
+                  "optim.decay_type: FlagAI's AnnealingLR decays along a cosine or a line, not 1-sqrt; write cosine or "
+                  "linear");
+    check_invalid((const char *[]){"optim.schedule=linear", "train.epochs=1", "optim.warmup_ratio=1", NULL},
+                  "optim.warmup_ratio: 1 must be < 1 (a fraction of the total steps; write optim.warmup_steps: N for a "
+                  "number of steps)");
     check_load_error("num_checkpoints: 0\n", "1: num_checkpoints: expected a count >= 1, got '0'");
     check_load_error("load_type: first\n", "1: load_type: 'first' is not one of best, latest");
 }
