@@ -302,7 +302,7 @@ const char *const ut_cfg_compat_doc =
     "| `deepspeed_config` (FlagAI), `deepspeed` (Hugging Face) | a DeepSpeed JSON file | its keys, as in the next table |\n"
     "| `hostfile` | empty (`None`) / a file | nothing / refused: hosts go to `mpirun` |\n"
     "| `warm_up` | a fraction in (0, 1] / 0 | `optim.schedule: annealing` (FlagAI's AnnealingLR: warmup over that fraction of the iterations, then a cosine decay towards a tenth of lr, as FlagAI 1.7 and later; `optim.decay_type: linear` for FlagAI 1.6 and earlier), `optim.warmup_ratio`, `optim.min_lr_ratio: 0.1` / `optim.schedule: constant` (FlagAI runs no scheduler) |\n"
-    "| `clip_grad` | max norm | `train.grad_clip` |\n"
+    "| `clip_grad` | max norm | `train.grad_clip` (clipped once per optimizer step, over the whole window's gradient; FlagAI's plain environments clip the gradient accumulated so far after every micro-batch, the same thing without `gradient_accumulation_steps`) |\n"
     "| `save_dir` | a directory / empty (`None`) | `output_dir` (the run's checkpoints go to DIR/experiment_name/checkpoints) / `train.save_strategy: no` |\n"
     "| `save_optim` | false / true | `train.save_only_model: true` (checkpoints of the weights alone, as FlagAI's) / `false` |\n"
     "| `save_rng` | false / true | nothing: every checkpoint records the dropout generator's four words, and resume derives the streams from the seed and step |\n"
