@@ -591,6 +591,14 @@ static void test_input_tokens_seen(void) {
     /* a token stream has no padding: non_padding counts the same */
     CHECK(tokens_seen("seen", "halves", 4) == 256, "resumed: %g at step 4", tokens_seen("seen", "halves", 4));
     CHECK(tokens_seen("seen", "off", 3) == -1, "off: nothing logged");
+    /* images hold no tokens: the key is refused, naming the data */
+    int rc = tp_run((const char *[]){"train", write_config("seen_img", NULL), "--set", "train.count_input_tokens=all",
+                                     "--set", "train.max_steps=1", NULL}, out);
+    char *s = tp_slurp(out);
+    CHECK(rc == 1 && s && strstr(s, "train.count_input_tokens: all counts tokens; the training data (") &&
+              strstr(s, "train-images-idx3-ubyte.gz) holds none: remove the key"),
+          "count_input_tokens on images: rc %d: %s", rc, s);
+    free(s);
 }
 
 /* train.log_first_step (Hugging Face's logging_first_step): step 1 is
@@ -825,6 +833,18 @@ static void test_load_dir(void) {
                                  "--set", from, "--set", "load_type=latest", "--set", "train.epochs=1", NULL}, out);
     s = tp_slurp(out);
     CHECK(rc == 0 && s && strstr(s, "Initial weights from") && strstr(s, leaf), "load_type latest (%s): %s", leaf, s);
+    free(s);
+    /* a run without checkpoints has no newest one: said, naming the folder */
+    char bare[700], from_bare[720];
+    snprintf(bare, sizeof bare, "%s/ft_bare", tmp);
+    CHECK(mkdir(bare, 0777) == 0 && mkdir(tp_path(bare, "checkpoints"), 0777) == 0, "mkdir %s", bare);
+    snprintf(from_bare, sizeof from_bare, "load_dir=%s/ft_bare", tmp);
+    rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=bare",
+                                 "--set", from_bare, "--set", "load_type=latest", "--set", "train.epochs=1", NULL},
+                out);
+    s = tp_slurp(out);
+    CHECK(rc == 1 && s && strstr(s, "ft_bare/checkpoints: no checkpoints (train first, or name one)"),
+          "load_type latest without checkpoints: rc %d: %s", rc, s);
     free(s);
 }
 
