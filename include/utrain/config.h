@@ -109,7 +109,8 @@ typedef struct {
     ut_cfg_default defaults[UT_CFG_MAX_DEFAULTS]; /* another trainer's defaults a file of its arguments
                                     took (ut_config_defaults_text); not keys */
     int ndefaults;
-    bool hf_constant;            /* lr_scheduler_type: constant (transformers': no warmup); not a key */
+    bool hf_constant;            /* lr_scheduler_type: constant or reduce_lr_on_plateau (transformers' take
+                                    no warmup); not a key */
     char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
     char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);
                                     not a key */
@@ -148,7 +149,8 @@ typedef struct {
     double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
     char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
-                                    inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine */
+                                    inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine |
+                                    annealing | plateau */
     int64_t warmup_steps, step_size;
     double warmup_ratio;         /* > 0: warmup over ratio x total steps */
     double min_lr, gamma;
@@ -162,6 +164,10 @@ typedef struct {
     double warmup_min_ratio;     /* ds_warmup_cosine: the warmup's start x lr */
     char schedule_on_skip[8];    /* fp16 steps skipped for inf/NaN gradients: hold | advance the schedule */
     bool warmup_from_zero;       /* transformers' warmup: lr x step / warmup (the first step at 0) */
+    char plateau_mode[8];        /* plateau: auto | min | max */
+    char plateau_threshold_mode[8]; /* plateau: rel | abs */
+    double plateau_factor, plateau_threshold, plateau_eps;
+    int64_t plateau_patience, plateau_cooldown;
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

@@ -2,7 +2,8 @@
  * clipping and learning-rate schedules, all matching PyTorch.
  * defines: ut_param_seg, ut_optim_kind, ut_optim_config, ut_optim, ut_optim_*,
  *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_grad_scaler, ut_sched_kind,
- *          ut_schedule, ut_schedule_lr, ut_schedule_check, ut_sched_parse. */
+ *          ut_schedule, ut_schedule_lr, ut_schedule_check, ut_sched_parse, ut_plateau,
+ *          ut_plateau_state, ut_plateau_init, ut_plateau_step, ut_plateau_check. */
 #ifndef UTRAIN_OPTIM_H
 #define UTRAIN_OPTIM_H
 
@@ -194,6 +195,9 @@ typedef enum {
     /* FlagAI's (Megatron's) AnnealingLR, cosine or linear style, with its
      * iteration index (micro-batches) */
     UT_SCHED_ANNEALING,
+    /* torch's ReduceLROnPlateau: the rate of a ut_plateau_state (below),
+     * lowered by the evaluations; ut_schedule_lr gives its start, lr */
+    UT_SCHED_PLATEAU,
 } ut_sched_kind;
 /* the shape of WSD's decay (and ANNEALING's: cosine or linear) */
 typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
@@ -225,7 +229,7 @@ typedef struct {
  *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step;
  *                                      WSD: f((step+1)/w); with warmup_zero
  *                                      transformers' lr*step/w, f(step/w))
- *   CONSTANT:  lr
+ *   CONSTANT:  lr      (PLATEAU: lr, the start of its ut_plateau_state)
  *   COSINE:    f(0.5*(1 + cos(2*pi*c*p)))
  *   COSINE_RESTARTS: f(0.5*(1 + cos(pi*((c*p) mod 1)))), f(0) at p = 1
  *   LINEAR:    f(1 - p)
@@ -262,9 +266,44 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step);
  * warmup_steps + decay_steps > total_steps. */
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
 /* "constant", "cosine", "linear", "step", "cosine_restarts", "polynomial",
- * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine", "annealing"
- * (any case) into *out: 0, or -1. */
+ * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine", "annealing",
+ * "plateau" (any case) into *out: 0, or -1. */
 int ut_sched_parse(const char *name, ut_sched_kind *out);
+
+/* ---- a rate driven by the evaluations: torch's ReduceLROnPlateau ----
+ * Unlike the schedules above, a function of the metrics seen rather than of
+ * the step: after each evaluation, ut_plateau_step compares the metric with
+ * the best so far; after more than `patience` evaluations in a row without
+ * an improvement the rate is multiplied by `factor` (not below min_lr, and
+ * only when that lowers it by more than eps), and the next `cooldown`
+ * evaluations count no bad ones. An improvement, with t = threshold:
+ *   mode min, rel: m < best (1 - t)     mode min, abs: m < best - t
+ *   mode max, rel: m > best (1 + t)     mode max, abs: m > best + t
+ * (a NaN metric never improves). The state is what a checkpoint keeps. */
+typedef struct {
+    bool max;           /* mode max: a larger metric is better (else min) */
+    bool abs;           /* threshold_mode abs (else rel) */
+    double factor;      /* in (0, 1) */
+    int64_t patience;   /* >= 0 */
+    double threshold;   /* >= 0 */
+    int64_t cooldown;   /* >= 0 */
+    double min_lr;      /* >= 0 */
+    double eps;         /* >= 0 */
+} ut_plateau;
+
+typedef struct {
+    double lr;          /* the rate now */
+    double best;        /* the best metric so far (+inf in mode min, -inf in max, before any) */
+    int64_t bad;        /* evaluations since the last improvement (torch's num_bad_epochs) */
+    int64_t cooldown;   /* evaluations of cooldown left */
+} ut_plateau_state;
+
+/* The state before any evaluation, at rate lr. */
+void ut_plateau_init(const ut_plateau *p, double lr, ut_plateau_state *s);
+/* One evaluation's metric: updates s; true when the rate was lowered. */
+bool ut_plateau_step(const ut_plateau *p, ut_plateau_state *s, double metric);
+/* 0 if p makes sense, else -1 with a message naming the field in err. */
+int ut_plateau_check(const ut_plateau *p, char *err, size_t n);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,8 @@ typedef struct {
                                       (optim.schedule_on_skip: hold); saved when > 0 */
     int64_t input_tokens_seen;     /* train.count_input_tokens: input tokens trained on so far, all ranks;
                                       saved when > 0 */
+    bool plateau;                  /* optim.schedule plateau: the evaluations' rate below (saved when set) */
+    ut_plateau_state plateau_state;
 } ut_train_state;
 
 /* ---- checkpoint files ----

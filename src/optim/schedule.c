@@ -103,7 +103,8 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     case UT_SCHED_DS_WARMUP:
     case UT_SCHED_DS_WARMUP_DECAY:
     case UT_SCHED_DS_WARMUP_COSINE:
-    case UT_SCHED_ANNEALING: return (float)lr;
+    case UT_SCHED_ANNEALING:
+    case UT_SCHED_PLATEAU: return (float)lr;
     }
     return (float)(min_lr + (lr - min_lr) * x);
 }
@@ -114,7 +115,7 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
-    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_ANNEALING)
+    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_PLATEAU)
         return fail(err, n, ut_fmt("kind: unknown schedule kind %d", (int)s->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(s->lr >= 0) || isinf(s->lr))
@@ -136,7 +137,7 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
         return fail(err, n, ut_fmt("annealing: decay must be cosine or linear (got kind %d)", (int)s->decay));
     if (s->micro < 0) return fail(err, n, ut_fmt("micro must be >= 0 (got %lld)", (long long)s->micro));
     bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT &&
-                  s->kind != UT_SCHED_ANNEALING &&
+                  s->kind != UT_SCHED_ANNEALING && s->kind != UT_SCHED_PLATEAU &&
                   s->kind != UT_SCHED_DS_WARMUP;
     if (decays && s->total_steps <= s->warmup_steps)
         return fail(err, n, ut_fmt("total_steps (%lld) must exceed warmup_steps (%lld)",
@@ -172,8 +173,9 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
 int ut_sched_parse(const char *name, ut_sched_kind *out) {
     static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
-                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine", "annealing"};
-    for (int i = 0; i < 12; i++)
+                                        "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine", "annealing",
+                                        "plateau"};
+    for (int i = 0; i < 13; i++)
         if (!strcasecmp(name, names[i])) {
             *out = (ut_sched_kind)i;
             return 0;

@@ -31,13 +31,14 @@
 enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
     K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_AMP_HYSTERESIS,
-    K_SCHEDULE_HELD, K_TOKENS_SEEN, K_COUNT
+    K_SCHEDULE_HELD, K_TOKENS_SEEN, K_PLATEAU_LR, K_PLATEAU_BEST, K_PLATEAU_BAD, K_PLATEAU_COOLDOWN, K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
     "train.best_metric", "train.best_step", "train.bad_evals", "train.config_hash", "optim.steps",
     "optim.state", "amp.scale", "amp.growth_tracker", "amp.hysteresis", "train.schedule_held",
-    "train.input_tokens_seen",
+    "train.input_tokens_seen", "optim.plateau_lr", "optim.plateau_best", "optim.plateau_bad_evals",
+    "optim.plateau_cooldown",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -171,6 +172,15 @@ static void meta_build(meta_out *mo, const char *type, const char *state, int64_
     }
     if (st->schedule_held > 0) meta_putf(mo, K_SCHEDULE_HELD, "%" PRId64, st->schedule_held);
     if (st->input_tokens_seen > 0) meta_putf(mo, K_TOKENS_SEEN, "%" PRId64, st->input_tokens_seen);
+    if (st->plateau) { /* optim.schedule plateau: the rate the evaluations have set, and their count */
+        const ut_plateau_state *p = &st->plateau_state;
+        format_double(mo->buf[K_PLATEAU_LR], sizeof mo->buf[K_PLATEAU_LR], p->lr);
+        meta_put(mo, K_PLATEAU_LR, mo->buf[K_PLATEAU_LR]);
+        format_double(mo->buf[K_PLATEAU_BEST], sizeof mo->buf[K_PLATEAU_BEST], p->best);
+        meta_put(mo, K_PLATEAU_BEST, mo->buf[K_PLATEAU_BEST]);
+        meta_putf(mo, K_PLATEAU_BAD, "%" PRId64, p->bad);
+        meta_putf(mo, K_PLATEAU_COOLDOWN, "%" PRId64, p->cooldown);
+    }
     if (!state) return;
     meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, optim_steps);
     snprintf(mo->state_names, sizeof mo->state_names, "%s", state);
@@ -228,11 +238,25 @@ static bool parse_amp(const ut_st_file *f, ut_train_state *st) {
            st->scale_growth_tracker >= 0 && (!hy || (parse_i64(hy, &st->scale_hysteresis) && st->scale_hysteresis > 0));
 }
 
+/* The plateau rate's state, present only in plateau runs' checkpoints: all
+ * four keys or none. */
+static bool parse_plateau(const ut_st_file *f, ut_train_state *st) {
+    const char *v[4];
+    int have = 0;
+    for (int i = 0; i < 4; i++) have += (v[i] = ut_st_meta(f, meta_keys[K_PLATEAU_LR + i])) != NULL;
+    st->plateau = have > 0;
+    st->plateau_state = (ut_plateau_state){0};
+    if (!have) return true;
+    ut_plateau_state *p = &st->plateau_state;
+    return have == 4 && parse_double(v[0], &p->lr) && parse_double(v[1], &p->best) && parse_i64(v[2], &p->bad) &&
+           parse_i64(v[3], &p->cooldown);
+}
+
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {
     const char *hash_end, *held = ut_st_meta(f, meta_keys[K_SCHEDULE_HELD]);
     const char *seen = ut_st_meta(f, meta_keys[K_TOKENS_SEEN]);
     st->schedule_held = st->input_tokens_seen = 0;
-    return parse_amp(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
+    return parse_amp(f, st) && parse_plateau(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
            (!seen || parse_i64(seen, &st->input_tokens_seen)) &&
            parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
            parse_i64(ut_st_meta(f, meta_keys[K_EPOCH]), &st->epoch) &&
@@ -489,6 +513,8 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
         {"train.bad_evals", st->bad_evals, 0, st->step}, /* one evaluation per step at most */
         {"train.schedule_held", st->schedule_held, 0, st->step},
         {"train.input_tokens_seen", st->input_tokens_seen, 0, INT64_MAX},
+        {"optim.plateau_bad_evals", st->plateau_state.bad, 0, st->step},
+        {"optim.plateau_cooldown", st->plateau_state.cooldown, 0, INT64_MAX},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)
@@ -498,6 +524,12 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
     if (st->best_step >= 0 && !isfinite(st->best_metric))
         return ut_errorf(err, n, "%s: metadata \"train.best_metric\" is %g at best step %lld: a kept best "
                                  "checkpoint has a finite metric", path, st->best_metric, (long long)st->best_step);
+    if (st->plateau && !(st->plateau_state.lr >= 0 && isfinite(st->plateau_state.lr)))
+        return ut_errorf(err, n, "%s: metadata \"optim.plateau_lr\" is %g, not a learning rate", path,
+                         st->plateau_state.lr);
+    if (st->plateau && isnan(st->plateau_state.best))
+        return ut_errorf(err, n, "%s: metadata \"optim.plateau_best\" is NaN: the best is a metric seen, or +-inf "
+                                 "before the first", path);
     if (!(st->rng[0] | st->rng[1] | st->rng[2] | st->rng[3]))
         return ut_errorf(err, n, "%s: metadata \"train.rng\" is all zeros, not a generator state",
                          path);
@@ -518,7 +550,7 @@ static int check_meta(const char *path, const ut_st_file *f, const char *type_wa
         if (!ut_st_meta(f, meta_keys[k]))
             return ut_errorf(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
     if (!parse_state(f, st))
-        return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*)", path);
+        return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*, amp.*, optim.plateau_*)", path);
     if (check_state(path, st, err, n)) return -1;
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
     if (type_want && strcmp(type, type_want))

@@ -22,7 +22,10 @@ static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
-                                        "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing", NULL};
+                                        "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing",
+                                        "plateau",    NULL};
+static const char *const plateau_modes[] = {"auto", "min", "max", NULL};
+static const char *const threshold_modes[] = {"rel", "abs", NULL};
 static const char *const warmup_types[] = {"linear", "log", NULL};
 static const char *const decay_types[] = {"cosine", "linear", "1-sqrt", NULL};
 static const char *const skip_rules[] = {"hold", "advance", NULL};
@@ -302,7 +305,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
      .values = schedules, .hashed = true,
      .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay; "
-            "annealing: FlagAI's AnnealingLR)"},
+            "annealing: FlagAI's AnnealingLR; plateau: torch's ReduceLROnPlateau, lowered by the evaluations)"},
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
     {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
@@ -310,7 +313,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.step_size", .type = UT_CFG_INT, AT(step_size), .def = "1", GE(1),
      .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
     {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
-     .doc = "the decaying schedules' final learning rate (cosine, cosine_restarts, linear, polynomial, wsd)"},
+     .doc = "the decaying schedules' final learning rate (cosine, cosine_restarts, linear, polynomial, wsd); "
+            "plateau: the rate's floor"},
     {.key = "optim.min_lr_ratio", .type = UT_CFG_FLOAT, AT(min_lr_ratio), .def = "0", GE(0), LE(1),
      .hashed = true, .hash_if_set = true,
      .doc = "> 0: optim.min_lr as a fraction of optim.lr (transformers' min_lr_rate, min_lr_ratio)"},
@@ -347,6 +351,27 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "transformers' warmup: the rate rises as lr x step / warmup, its first step at rate 0, over "
             "optim.warmup_ratio x steps rounded up (a TrainingArguments file sets it), instead of lr x (step + 1) / "
             "warmup over the ratio's steps rounded down; not the ds_* and annealing schedules, which have their own"},
+    {.key = "optim.plateau_mode", .type = UT_CFG_ENUM, AT(plateau_mode), .def = "auto", .values = plateau_modes,
+     .hashed = true, .hash_if_set = true,
+     .doc = "plateau: min, the rate falls when train.best_metric stops falling; max, when it stops rising; auto: "
+            "max where train.greater_is_better (torch's and a TrainingArguments file's default is min)"},
+    {.key = "optim.plateau_factor", .type = UT_CFG_FLOAT, AT(plateau_factor), .def = "0.1", GT(0), LT(1),
+     .hashed = true, .hash_if_set = true, .doc = "plateau: the rate is multiplied by this when it falls"},
+    {.key = "optim.plateau_patience", .type = UT_CFG_INT, AT(plateau_patience), .def = "10", GE(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "plateau: the rate falls after more than this many evaluations in a row without an improvement"},
+    {.key = "optim.plateau_threshold", .type = UT_CFG_FLOAT, AT(plateau_threshold), .def = "1e-4", GE(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "plateau: an improvement beats the best by more than this (relative, or absolute with "
+            "optim.plateau_threshold_mode: abs)"},
+    {.key = "optim.plateau_threshold_mode", .type = UT_CFG_ENUM, AT(plateau_threshold_mode), .def = "rel",
+     .values = threshold_modes, .hashed = true, .hash_if_set = true,
+     .doc = "plateau: rel, better than best x (1 -/+ threshold); abs, than best -/+ threshold"},
+    {.key = "optim.plateau_cooldown", .type = UT_CFG_INT, AT(plateau_cooldown), .def = "0", GE(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "plateau: evaluations after a fall that count no bad ones"},
+    {.key = "optim.plateau_eps", .type = UT_CFG_FLOAT, AT(plateau_eps), .def = "1e-8", GE(0), .hashed = true,
+     .hash_if_set = true, .doc = "plateau: a fall smaller than this is not made"},
     {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
      .values = skip_rules, .hashed = true, .hash_if_set = true,
      .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "

@@ -215,8 +215,9 @@ static int check_train(const ut_config *c, char *err, size_t n) {
 static int check_optim(const ut_config *c, char *err, size_t n) {
     const char *sched = c->schedule;
     bool ds = !strncmp(sched, "ds_", 3);
+    bool plateau = !strcmp(sched, "plateau");
     bool decays = strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "inverse_sqrt") &&
-                  strcmp(sched, "ds_warmup");
+                  strcmp(sched, "ds_warmup") && !plateau;
     bool wsd = !strcmp(sched, "wsd");
     if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
     if (c->min_lr > 0 && c->min_lr_ratio > 0)
@@ -244,8 +245,26 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
     if (c->warmup_min_ratio > 0 && strcmp(sched, "ds_warmup_cosine"))
         FAIL("optim.warmup_min_ratio: belongs to optim.schedule: ds_warmup_cosine (it is %s); remove the key",
              sched);
-    if (c->warmup_from_zero && (ds || annealing))
-        FAIL("optim.warmup_from_zero: optim.schedule %s has its own warmup; remove the key", sched);
+    /* plateau's keys, and what it needs: evaluations of a dev metric, no warmup */
+    static const char *const plateau_keys[] = {"optim.plateau_mode",      "optim.plateau_factor",
+                                               "optim.plateau_patience",  "optim.plateau_threshold",
+                                               "optim.plateau_threshold_mode", "optim.plateau_cooldown",
+                                               "optim.plateau_eps"};
+    for (size_t i = 0; !plateau && i < sizeof plateau_keys / sizeof plateau_keys[0]; i++)
+        if (!ut_cfg_at_default(c, plateau_keys[i]))
+            FAIL("%s: belongs to optim.schedule: plateau (it is %s); remove the key", plateau_keys[i], sched);
+    if (plateau && (c->warmup_steps > 0 || c->warmup_ratio > 0))
+        FAIL("optim.schedule: plateau (torch's ReduceLROnPlateau) has no warmup: its rate starts at optim.lr; "
+             "remove optim.warmup_%s", c->warmup_ratio > 0 ? "ratio" : "steps");
+    if (plateau && !strcmp(c->eval_strategy, "no"))
+        FAIL("optim.schedule: plateau lowers the rate when the evaluations stop improving, and "
+             "train.eval_strategy is no: set it to steps or epoch (with dev data)");
+    if (plateau && strncmp(c->best_metric, "dev/", 4))
+        FAIL("optim.schedule: plateau follows train.best_metric, which must be an evaluation's metric "
+             "(dev/loss, dev/accuracy, ...), not %s", c->best_metric);
+    if (c->warmup_from_zero && (ds || annealing || plateau))
+        FAIL("optim.warmup_from_zero: optim.schedule %s has %s warmup; remove the key", sched,
+             plateau ? "no" : "its own");
     if (c->schedule_steps > 0 && !decays)
         FAIL("optim.schedule_steps: optim.schedule %s does not decay to an end; remove the key", sched);
     if (wsd && c->decay_steps < 1)

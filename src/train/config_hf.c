@@ -243,8 +243,9 @@ static const char *hf_adamw(const char *v) {
 /* lr_scheduler_type: transformers' get_scheduler names beyond utrain's own
  * (constant, cosine, linear, step, polynomial, inverse_sqrt); 0 for those,
  * which the alias takes. */
-static int scheduler(ut_config *c, const char *key, const char *v, char *err, size_t n) {
-    c->hf_constant = !strcmp(v, "constant"); /* transformers' has no warmup (config_yaml.c) */
+static int scheduler(ut_config *c, const char *v, char *err, size_t n) {
+    /* transformers' constant and ReduceLROnPlateau take no warmup (config_yaml.c) */
+    c->hf_constant = !strcmp(v, "constant") || !strcmp(v, "reduce_lr_on_plateau");
     /* warmup then constant; cosine_with_min_lr's floor is its min_lr or
      * min_lr_rate (lr_scheduler_kwargs) */
     if (!strcmp(v, "constant_with_warmup")) return assign(c, "optim.schedule", "constant", err, n);
@@ -256,11 +257,12 @@ static int scheduler(ut_config *c, const char *key, const char *v, char *err, si
         if (assign(c, "optim.schedule", "polynomial", err, n) < 0) return -1;
         return c->min_lr_set ? 1 : assign(c, "optim.min_lr", "1e-7", err, n);
     }
-    if (!strcmp(v, "reduce_lr_on_plateau"))
-        return ut_errorf(err, n, "%s: '%s': utrain's schedules are functions of the step, so a resumed run "
-                                 "continues them exactly; write cosine, linear, wsd or another of docs/config.md's "
-                                 "optim.schedule values (train.early_stopping_patience stops a run that no longer "
-                                 "improves)", key, v);
+    /* torch's ReduceLROnPlateau with its own defaults: mode min, whatever the
+     * metric, unless lr_scheduler_kwargs gives a mode */
+    if (!strcmp(v, "reduce_lr_on_plateau")) {
+        if (assign(c, "optim.schedule", "plateau", err, n) < 0) return -1;
+        return strcmp(c->plateau_mode, "auto") ? 1 : assign(c, "optim.plateau_mode", "min", err, n);
+    }
     return 0;
 }
 
@@ -273,6 +275,11 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
         {"num_cycles", "optim.num_cycles"},  {"power", "optim.power"},
         {"timescale", "optim.timescale"},    {"num_decay_steps", "optim.decay_steps"},
         {"decay_type", "optim.decay_type"},
+        /* ReduceLROnPlateau's */
+        {"mode", "optim.plateau_mode"},      {"factor", "optim.plateau_factor"},
+        {"patience", "optim.plateau_patience"}, {"threshold", "optim.plateau_threshold"},
+        {"threshold_mode", "optim.plateau_threshold_mode"}, {"cooldown", "optim.plateau_cooldown"},
+        {"eps", "optim.plateau_eps"},
     };
     const char *arg = key + strlen("lr_scheduler_kwargs.");
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
@@ -291,8 +298,9 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
                                  "num_decay_steps; remove the key and set the run's length (max_steps or "
                                  "num_train_epochs)", key);
     return ut_errorf(err, n, "%s: not an argument of utrain's schedules; they take min_lr, lr_end, min_lr_rate, "
-                             "min_lr_ratio, num_cycles, power, timescale, num_decay_steps, decay_type and "
-                             "warmup_type: linear (docs/config.md)", key);
+                             "min_lr_ratio, num_cycles, power, timescale, num_decay_steps, decay_type, "
+                             "warmup_type: linear, and ReduceLROnPlateau's mode, factor, patience, threshold, "
+                             "threshold_mode, cooldown and eps (docs/config.md)", key);
 }
 
 /* num_train_epochs: transformers' is a float (3.0 in a file it wrote) */
@@ -466,7 +474,7 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
                                        "output_dir/experiment_name); write experiment_name: %s", key, v);
     if (!strncmp(key, "push_to_hub_", 12)) return 1; /* transformers 4's spellings of hub_* */
     if (!strcmp(key, "resume_from_checkpoint")) return resume(c, key, v, err, n);
-    if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, key, v, err, n);
+    if (!strcmp(key, "lr_scheduler_type")) return scheduler(c, v, err, n);
     if (!strncmp(key, "lr_scheduler_kwargs.", 20)) return scheduler_kwarg(c, key, v, err, n);
     if (!strcmp(key, "lr_scheduler_kwargs"))
         return !*v || !strcmp(v, "{}") ? 1 : ut_errorf(err, n, "%s: a mapping of the schedule's arguments "
@@ -541,8 +549,8 @@ const char *const ut_cfg_hf_doc =
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
-    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / refused (utrain's schedules are functions of the step); `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
-    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
+    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / `plateau` with `optim.plateau_mode: min` (torch's default, whatever the metric, unless `lr_scheduler_kwargs` gives `mode`) and no warmup, stepped by each evaluation's `metric_for_best_model` (`train.best_metric`, `eval_loss` unless given) as the Trainer does; `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
+    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | N | nothing: each process reads its batches ahead on one background thread, whatever N |\n"

@@ -345,9 +345,12 @@ static int hf_recipe(loader *ld) {
     bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
     bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
     const int hf = UT_CFG_DEFAULTS_HF;
-    /* transformers' constant schedule ignores warmup_steps and warmup_ratio */
-    if (c->hf_constant && !strcmp(c->schedule, "constant") && (c->warmup_steps > 0 || c->warmup_ratio > 0) &&
-        (apply_default(ld, hf, "optim.warmup_steps", "0", "lr_scheduler_type constant without warmup") ||
+    /* transformers' constant schedule and ReduceLROnPlateau ignore warmup_steps and warmup_ratio */
+    bool plateau = !strcmp(c->schedule, "plateau");
+    if (c->hf_constant && (plateau || !strcmp(c->schedule, "constant")) && (c->warmup_steps > 0 || c->warmup_ratio > 0) &&
+        (apply_default(ld, hf, "optim.warmup_steps", "0",
+                       plateau ? "lr_scheduler_type reduce_lr_on_plateau without warmup"
+                               : "lr_scheduler_type constant without warmup") ||
          apply_default(ld, hf, "optim.warmup_ratio", "0", NULL)))
         return -1;
     /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */

@@ -205,6 +205,19 @@ static int set_schedule(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "optim.schedule: %s", why);
         return -1;
     }
+    if (kind != UT_SCHED_PLATEAU) return 0;
+    /* the evaluations' rate: mode auto follows train.greater_is_better */
+    t->plateau = (ut_plateau){.max = !strcmp(c->plateau_mode, "max") ||
+                                     (!strcmp(c->plateau_mode, "auto") && c->greater_is_better),
+                              .abs = !strcmp(c->plateau_threshold_mode, "abs"), .factor = c->plateau_factor,
+                              .patience = c->plateau_patience, .threshold = c->plateau_threshold,
+                              .cooldown = c->plateau_cooldown, .min_lr = min_lr, .eps = c->plateau_eps};
+    if (ut_plateau_check(&t->plateau, why, sizeof why)) {
+        snprintf(t->err, sizeof t->err, "optim.schedule plateau: %s", why);
+        return -1;
+    }
+    t->st.plateau = true;
+    ut_plateau_init(&t->plateau, c->lr, &t->st.plateau_state);
     return 0;
 }
 
@@ -392,6 +405,11 @@ static int resume(ut_trainer *t) {
             return -1;
         }
         t->st = st;
+        if (t->sched.kind != UT_SCHED_PLATEAU) t->st.plateau = false;
+        else if (!st.plateau) { /* a checkpoint from before any evaluation state: the rate's start */
+            t->st.plateau = true;
+            ut_plateau_init(&t->plateau, t->cfg->lr, &t->st.plateau_state);
+        }
         if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
             t->scaler.scale = (float)st.loss_scale;
             t->scaler.growth_tracker = st.scale_growth_tracker;
@@ -605,6 +623,33 @@ static int save_now(ut_trainer *t) {
 static bool agree_on_stop(ut_trainer *t);
 static bool stop_asked(void *t) { return agree_on_stop(t); }
 
+/* optim.schedule plateau: the evaluation's train.best_metric (a dev metric,
+ * config_check.c) moves the rate, on every rank alike (res is the same on
+ * all of them), before the best checkpoint is written, so that its state is
+ * in it; a metric the evaluation lacks is an error, as in transformers'
+ * Trainer. */
+static int plateau_step(ut_trainer *t, const ut_eval_result *res) {
+    const char *name = t->cfg->best_metric + 4;
+    int i = 0;
+    while (i < res->n && strcmp(res->names[i], name)) i++;
+    if (i == res->n) {
+        char have[256];
+        size_t k = 0;
+        have[0] = 0;
+        for (int j = 0; j < res->n && k < sizeof have; j++)
+            k += (size_t)snprintf(have + k, sizeof have - k, "%sdev/%s", j ? ", " : "", res->names[j]);
+        snprintf(t->err, sizeof t->err, "optim.schedule plateau: train.best_metric %s is not among the "
+                                        "evaluation's metrics (%s)", t->cfg->best_metric, have);
+        return -1;
+    }
+    ut_plateau_state *s = &t->st.plateau_state;
+    double before = s->lr;
+    if (ut_plateau_step(&t->plateau, s, res->values[i]))
+        ut_say(&t->log, "plateau: %s has not improved for %lld evaluations: learning rate %.4g -> %.4g\n",
+               t->cfg->best_metric, (long long)t->plateau.patience + 1, before, s->lr);
+    return 0;
+}
+
 /* track: the result counts for the best checkpoint and early stopping (not
  * the evaluation before the first step, train.eval_on_start) */
 static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *stop) {
@@ -654,6 +699,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
 
     /* best metric: "dev/<name>" */
     const char *bm = t->cfg->best_metric;
+    if (track && t->st.plateau && plateau_step(t, res)) return -1;
     if (!track || strncmp(bm, "dev/", 4)) return 0;
     double v = ut_eval_get(res, bm + 4);
     if (isnan(v)) return 0;
@@ -679,6 +725,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
  * engine do not step it after a skipped optimizer step). The log's rate
  * is the last step's: before any step was taken, the first one's. */
 static float sched_lr(const ut_trainer *t, int64_t step) {
+    if (t->st.plateau) return (float)t->st.plateau_state.lr; /* the evaluations' */
     int64_t i = step - t->st.schedule_held;
     return ut_schedule_lr(&t->sched, i > 0 ? i : 0);
 }

@@ -81,6 +81,7 @@ struct ut_trainer {
     ut_batch standin;         /* an empty share's stand-in example (ut_standin_batch) */
     ut_sampler sampler;
     ut_schedule sched;
+    ut_plateau plateau;       /* optim.schedule plateau: its rules (its state is st's) */
     ut_train_state st;
     int64_t batches_per_epoch, steps_per_epoch, total_steps, accum_steps;
     int64_t last_saved_step;

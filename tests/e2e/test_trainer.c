@@ -675,6 +675,62 @@ static void test_wsd_schedule(void) {
     }
 }
 
+/* optim.schedule: plateau (torch's ReduceLROnPlateau) lowers the rate
+ * after evaluations: with an improvement that no metric can make (an
+ * absolute threshold of 1e9 in mode max) every evaluation after the first
+ * is a bad one, so with patience 1 the rate halves after the 3rd, 5th and
+ * 7th (the logged rate is the one a step trained at). A run stopped at step
+ * 4 and resumed goes on at the rate and count of bad evaluations its
+ * checkpoint kept: the same rates and losses as the run straight through. */
+static void test_plateau_schedule(void) {
+    const char *out = tp_path(tmp, "plateau.out");
+    char runs[512], straight[700], halves[700], ck[720];
+    snprintf(runs, sizeof runs, "output_dir=%s/plateau", tmp);
+    const char *set[] = {"--set", "train.eval_strategy=steps", "--set", "train.eval_interval=1", "--set",
+                         "train.log_interval=1", "--set", "train.save_strategy=steps", "--set",
+                         "train.save_interval=2", "--set", "optim.schedule=plateau", "--set",
+                         "optim.plateau_mode=max", "--set", "optim.plateau_threshold_mode=abs", "--set",
+                         "optim.plateau_threshold=1e9", "--set", "optim.plateau_patience=1", "--set",
+                         "optim.plateau_factor=0.5", "--set", runs};
+    const char *argv[64] = {"train", "configs/sst2_bow.yml"};
+    int a = 2;
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) argv[a++] = set[i];
+    int base = a;
+    argv[a++] = "--set", argv[a++] = "experiment_name=straight", argv[a++] = "--set", argv[a++] = "train.max_steps=8";
+    argv[a] = NULL;
+    int rc = tp_run(argv, out);
+    char *said = tp_slurp(out);
+    CHECK(rc == 0 && said && strstr(said, "plateau: dev/accuracy has not improved for 2 evaluations: learning rate "
+                                          "0.005 -> 0.0025"),
+          "straight run: %s", said ? said : "");
+    free(said);
+    a = base;
+    argv[a++] = "--set", argv[a++] = "experiment_name=halves", argv[a++] = "--set", argv[a++] = "train.max_steps=4";
+    argv[a] = NULL;
+    rc |= tp_run(argv, out);
+    argv[a - 1] = "train.max_steps=8";
+    argv[a++] = "--set", argv[a++] = "continue_training=true";
+    argv[a] = NULL;
+    rc |= tp_run(argv, out);
+    CHECK(rc == 0, "the runs failed: %s", out);
+    snprintf(straight, sizeof straight, "%s/plateau/straight/metrics.jsonl", tmp);
+    snprintf(halves, sizeof halves, "%s/plateau/halves/metrics.jsonl", tmp);
+    const double want[8] = {5e-3, 5e-3, 5e-3, 2.5e-3, 2.5e-3, 1.25e-3, 1.25e-3, 6.25e-4};
+    for (int k = 1; rc == 0 && k <= 8; k++)
+        CHECK(fabs(lr_at(straight, k) - want[k - 1]) <= 1e-9 && fabs(lr_at(halves, k) - want[k - 1]) <= 1e-9,
+              "step %d: lr %.9g straight, %.9g resumed, want %.9g", k, lr_at(straight, k), lr_at(halves, k),
+              want[k - 1]);
+    if (rc == 0) check_same_losses(straight, halves, 1, 8);
+    /* the checkpoint keeps the rate and the evaluations' count */
+    snprintf(ck, sizeof ck, "%s/plateau/halves/checkpoints/step_00000004.safetensors", tmp);
+    char err[256];
+    ut_st_file *f = ut_st_open(ck, err, sizeof err);
+    const char *lr = f ? ut_st_meta(f, "optim.plateau_lr") : NULL, *bad = f ? ut_st_meta(f, "optim.plateau_bad_evals") : NULL;
+    CHECK(lr && bad && strtod(lr, NULL) == 2.5e-3 && !strcmp(bad, "1"), "checkpoint at step 4: lr %s, bad %s (%s)",
+          lr ? lr : "-", bad ? bad : "-", f ? "" : err);
+    ut_st_close(f);
+}
+
 /* The dev loss a dev line of metrics.jsonl logged at step (NAN: none). */
 static double dev_loss_at(const char *metrics, int step) {
     char v[64];
@@ -892,6 +948,7 @@ int main(int argc, char **argv) {
     RUN(test_log_first_step);
     RUN(test_data_seed);
     RUN(test_wsd_schedule);
+    RUN(test_plateau_schedule);
     RUN(test_eval_on_start);
     RUN(test_eval_delay_and_last_model);
     RUN(test_logging_dir);

@@ -316,6 +316,61 @@ static void test_flagai_schedule_parity(void) {
     fx_free(&f);
 }
 
+/* torch's ReduceLROnPlateau (plateau_fixtures.py): the rate after each
+ * evaluation's metric, for both modes and threshold modes, cooldown, the
+ * floor, eps, NaN and negative metrics; exact (both sides in double). */
+static void test_plateau_parity(void) {
+    fixture f;
+    if (fx_load(&f, FIXTURES "optim_plateau.txt")) return;
+    int cases = 0;
+    for (int k = 0; k < 16; k++) {
+        char pn[32], mn[32], ln[32];
+        snprintf(pn, sizeof pn, "case%d_params", k);
+        snprintf(mn, sizeof mn, "case%d_metrics", k);
+        snprintf(ln, sizeof ln, "case%d_lr", k);
+        bool have = false;
+        for (int i = 0; i < f.n; i++) have |= !strcmp(f.a[i].name, pn);
+        if (!have) break;
+        const double *p = fx_get(&f, pn, 9), *m = fx_get(&f, mn, -1), *want = fx_get(&f, ln, -1);
+        if (!p || !m || !want) break;
+        int n = 0;
+        for (int i = 0; i < f.n; i++)
+            if (!strcmp(f.a[i].name, mn)) n = f.a[i].count;
+        ut_plateau pl = {.max = p[0] != 0, .abs = p[1] != 0, .factor = p[2], .patience = (int64_t)p[3],
+                         .threshold = p[4], .cooldown = (int64_t)p[5], .min_lr = p[6], .eps = p[7]};
+        char err[256] = "";
+        CHECK(ut_plateau_check(&pl, err, sizeof err) == 0, "%s: %s", pn, err);
+        ut_plateau_state s;
+        ut_plateau_init(&pl, p[8], &s);
+        for (int i = 0; i < n; i++) {
+            double before = s.lr;
+            bool fell = ut_plateau_step(&pl, &s, m[i]);
+            CHECK(s.lr == want[i] && fell == (s.lr < before), "case%d evaluation %d (metric %g): lr %.17g, torch %.17g",
+                  k, i, m[i], s.lr, want[i]);
+        }
+        cases++;
+    }
+    CHECK(cases == 7, "%d cases in the fixture, want 7", cases);
+    fx_free(&f);
+    /* the rules' bounds, each named */
+    const ut_plateau good = {.factor = 0.1, .patience = 10, .threshold = 1e-4, .eps = 1e-8};
+    struct { ut_plateau p; const char *field; } bad[] = {
+        {good, "factor"}, {good, "factor"}, {good, "patience"}, {good, "threshold"},
+        {good, "cooldown"}, {good, "min_lr"}, {good, "eps"}};
+    bad[0].p.factor = 1;
+    bad[1].p.factor = 0;
+    bad[2].p.patience = -1;
+    bad[3].p.threshold = NAN;
+    bad[4].p.cooldown = -2;
+    bad[5].p.min_lr = INFINITY;
+    bad[6].p.eps = -1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        CHECK(ut_plateau_check(&bad[i].p, err, sizeof err) == -1 && !strncmp(err, bad[i].field, strlen(bad[i].field)),
+              "bad %s: %s", bad[i].field, err);
+    }
+}
+
 /* The loss scaler against DeepSpeed's DynamicLossScaler.update_scale, step
  * by step: hysteresis 2 tolerates one overflow; once used up, every overflow
  * halves until a growth restores it (or, consecutive, any clean step); the
@@ -719,6 +774,7 @@ int main(void) {
     RUN(test_hf_schedule_parity);
     RUN(test_ds_schedule_parity);
     RUN(test_flagai_schedule_parity);
+    RUN(test_plateau_parity);
     RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);

@@ -254,7 +254,7 @@ static void test_bad_enum(void) {
     check_load_error("optim:\n  schedule: cosin\n",
                      "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step, cosine_restarts, "
                      "polynomial, inverse_sqrt, wsd, ds_warmup, ds_warmup_decay, ds_warmup_cosine, "
-                     "annealing");
+                     "annealing, plateau");
     check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
 }
 
@@ -622,6 +622,27 @@ static void test_hf_training_arguments(void) {
     CHECK(load_text(&c, "{\"lr_scheduler_kwargs\": {}, \"lr_scheduler_type\": \"inverse_sqrt\"}\n") == 0 &&
               !strcmp(c.schedule, "inverse_sqrt"), "empty kwargs (%s)", err);
     ut_config_free(&c);
+    /* reduce_lr_on_plateau: torch's ReduceLROnPlateau with torch's mode min
+     * unless its kwargs say; no warmup, as transformers' has none */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: reduce_lr_on_plateau\neval_strategy: epoch\nwarmup_ratio: 0.1\n"
+                        "metric_for_best_model: accuracy\n") == 0 &&
+              !strcmp(c.schedule, "plateau") && !strcmp(c.plateau_mode, "min") && c.warmup_ratio == 0 &&
+              !strcmp(c.best_metric, "dev/accuracy") && ut_config_validate(&c, err, sizeof err) == 0,
+          "reduce_lr_on_plateau: %s mode %s warmup %g (%s)", c.schedule, c.plateau_mode, c.warmup_ratio, err);
+    char took[1024];
+    ut_config_defaults_text(&c, UT_CFG_DEFAULTS_HF, took, sizeof took);
+    CHECK(strstr(took, "lr_scheduler_type reduce_lr_on_plateau without warmup"), "defaults named: %s", took);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_kwargs: {mode: max, factor: 0.5, patience: 3, threshold: 0.01, "
+                        "threshold_mode: abs, cooldown: 2, min_lr: 1.0e-6, eps: 0}\n"
+                        "lr_scheduler_type: reduce_lr_on_plateau\neval_strategy: steps\neval_steps: 10\n") == 0 &&
+              !strcmp(c.plateau_mode, "max") && c.plateau_factor == 0.5 && c.plateau_patience == 3 &&
+              c.plateau_threshold == 0.01 && !strcmp(c.plateau_threshold_mode, "abs") && c.plateau_cooldown == 2 &&
+              c.min_lr == 1e-6 && c.plateau_eps == 0 && ut_config_validate(&c, err, sizeof err) == 0,
+          "plateau kwargs before the type: mode %s factor %g (%s)", c.plateau_mode, c.plateau_factor, err);
+    ut_config_free(&c);
     /* what utrain cannot do is refused, saying what to write */
     const struct { const char *text, *msg; } bad[] = {
         {"report_to: [tensorboard, wandb]\n", "report_to: 'wandb': utrain reports to TensorBoard"},
@@ -641,7 +662,7 @@ static void test_hf_training_arguments(void) {
         {"half_precision_backend: apex\n", "utrain's mixed precision is its own autocast"},
         {"eval_accumulation_steps: 0\n", "eval_accumulation_steps: expected a number of steps >= 1, got '0'"},
         {"dataloader_pin_memory: false\n", "keeps its batches in page-locked memory on a GPU"},
-        {"lr_scheduler_type: reduce_lr_on_plateau\n", "utrain's schedules are functions of the step"},
+        {"lr_scheduler_kwargs: {factor: 1.5}\n", "lr_scheduler_kwargs.factor (optim.plateau_factor): "},
         {"lr_scheduler_kwargs: {min_lr: -1}\n", "lr_scheduler_kwargs.min_lr (optim.min_lr): "},
         {"lr_scheduler_kwargs: {eta_min: 0.1}\n", "lr_scheduler_kwargs.eta_min: not an argument of utrain's"},
         {"lr_scheduler_kwargs: {warmup_type: cosine}\n", "utrain's warmup is linear"},
@@ -661,6 +682,19 @@ static void test_hf_training_arguments(void) {
     check_invalid((const char *[]){"optim.timescale=9", NULL},
                   "optim.timescale: only optim.schedule: inverse_sqrt has a timescale (it is constant); remove the "
                   "key");
+    check_invalid((const char *[]){"optim.plateau_patience=3", NULL},
+                  "optim.plateau_patience: belongs to optim.schedule: plateau (it is constant); remove the key");
+    check_invalid((const char *[]){"optim.schedule=plateau", "train.eval_strategy=no", NULL},
+                  "optim.schedule: plateau lowers the rate when the evaluations stop improving, and "
+                  "train.eval_strategy is no: set it to steps or epoch (with dev data)");
+    check_invalid((const char *[]){"optim.schedule=plateau", "train.eval_strategy=epoch", "optim.warmup_steps=5",
+                                   NULL},
+                  "optim.schedule: plateau (torch's ReduceLROnPlateau) has no warmup: its rate starts at optim.lr; "
+                  "remove optim.warmup_steps");
+    check_invalid((const char *[]){"optim.schedule=plateau", "train.eval_strategy=epoch",
+                                   "train.best_metric=train/loss", NULL},
+                  "optim.schedule: plateau follows train.best_metric, which must be an evaluation's metric "
+                  "(dev/loss, dev/accuracy, ...), not train/loss");
     check_invalid((const char *[]){"optim.decay_type=linear", NULL},
                   "optim.decay_type: belongs to optim.schedule: wsd or annealing (it is constant); remove the key");
     check_invalid((const char *[]){"optim.schedule=wsd", "train.max_steps=10", NULL},
