@@ -52,7 +52,8 @@ static ut_train_state sample_state(void) {
                             .rng = {0xfedcba9876543210ULL, 1, 0, UINT64_MAX},
                             .best_metric = 0.1, .best_step = 5, .bad_evals = 3,
                             .config_hash = 0x8000000000000001ULL, .schedule_held = 2,
-                            .input_tokens_seen = 123456789012LL};
+                            .input_tokens_seen = 123456789012LL, .plateau = true,
+                            .plateau_state = {.lr = 1e-4 / 3, .best = -INFINITY, .bad = 4, .cooldown = 2}};
 }
 
 static bool same_state(const ut_train_state *a, const ut_train_state *b) {
@@ -62,6 +63,9 @@ static bool same_state(const ut_train_state *a, const ut_train_state *b) {
            !memcmp(a->rng, b->rng, sizeof a->rng) && metric && a->best_step == b->best_step &&
            a->bad_evals == b->bad_evals && a->config_hash == b->config_hash &&
            a->schedule_held == b->schedule_held && a->input_tokens_seen == b->input_tokens_seen &&
+           a->plateau == b->plateau && a->plateau_state.lr == b->plateau_state.lr &&
+           a->plateau_state.best == b->plateau_state.best && a->plateau_state.bad == b->plateau_state.bad &&
+           a->plateau_state.cooldown == b->plateau_state.cooldown &&
            signbit(a->best_metric) == signbit(b->best_metric);
 }
 
@@ -177,7 +181,8 @@ static void test_file_layout(void) {
     /* The documented rule: metadata sorted by key as "key\0value\0", then
      * tensors sorted by name as "name\0DTYPE\0d0,d1\0" + bytes, zlib CRC-32. */
     static const char *const keys[] = {
-        "model.type", "optim.state", "optim.steps", "train.bad_evals", "train.best_metric",
+        "model.type", "optim.plateau_bad_evals", "optim.plateau_best", "optim.plateau_cooldown",
+        "optim.plateau_lr", "optim.state", "optim.steps", "train.bad_evals", "train.best_metric",
         "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.input_tokens_seen",
         "train.rng", "train.schedule_held", "train.step", "utrain.format"};
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -320,6 +325,16 @@ static void test_impossible_state(void) {
         {"\"train.best_metric\" is inf at best step 2",
          {.step = 5, .best_step = 2, .best_metric = INFINITY, .rng = {1}}},
         {"\"train.best_metric\" is nan at best step 2", {.step = 5, .best_step = 2, .best_metric = NAN, .rng = {1}}},
+        {"\"optim.plateau_bad_evals\" is 6, outside [0, 5] (at most train.step)",
+         {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .plateau_state = {.lr = 1, .bad = 6}}},
+        {"\"optim.plateau_cooldown\" is -1",
+         {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .plateau_state = {.lr = 1, .cooldown = -1}}},
+        {"\"optim.plateau_lr\" is -0.5, not a learning rate",
+         {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .plateau_state = {.lr = -0.5}}},
+        {"\"optim.plateau_lr\" is inf, not a learning rate",
+         {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .plateau_state = {.lr = INFINITY}}},
+        {"\"optim.plateau_best\" is NaN",
+         {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .plateau_state = {.lr = 1, .best = NAN}}},
     };
     const char *path = tmp_path("impossible.safetensors");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
