@@ -645,8 +645,9 @@ static int plateau_step(ut_trainer *t, const ut_eval_result *res) {
     ut_plateau_state *s = &t->st.plateau_state;
     double before = s->lr;
     if (ut_plateau_step(&t->plateau, s, res->values[i]))
-        ut_say(&t->log, "plateau: %s has not improved for %lld evaluations: learning rate %.4g -> %.4g\n",
-               t->cfg->best_metric, (long long)t->plateau.patience + 1, before, s->lr);
+        ut_say(&t->log, "plateau: %s has not improved for %lld evaluation%s: learning rate %.4g -> %.4g\n",
+               t->cfg->best_metric, (long long)t->plateau.patience + 1, t->plateau.patience ? "s" : "", before,
+               s->lr);
     return 0;
 }
 
