@@ -1,6 +1,7 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
  * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
- *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fmt_bytes, ut_rng_*, ut_philox_*. */
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fail_oom, ut_fmt_bytes, ut_rng_*,
+ *          ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
 
@@ -48,6 +49,13 @@ void ut_set_abort_handler(ut_abort_handler fn);
  * handler as ut_abort (every MPI rank goes) but with exit status 1 and no
  * core dump. Checkpoints already written stay as they are. */
 _Noreturn void ut_fail_exit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ut_fail_exit for running out of memory (the device's, or the host's
+ * where the run allocates it): the same message and exit, and first, when
+ * the environment names a file in UTRAIN_OOM_MARK, that file is written,
+ * so that the process that started the job (train.auto_find_batch_size's
+ * launcher) can tell this failure from the others whatever exit status the
+ * job launcher reports. */
+_Noreturn void ut_fail_oom(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define UT_ASSERT(cond)                                                        \
     do {                                                                       \
         if (!(cond)) ut_abort(__FILE__, __LINE__, "assertion failed: %s", #cond); \

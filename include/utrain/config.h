@@ -81,6 +81,7 @@ typedef struct {
     /* ---- train ---- */
     int64_t epochs, max_steps;   /* max_steps > 0 overrides epochs */
     int64_t batch_size;          /* per process */
+    bool auto_find_batch_size;   /* out of memory before the first checkpoint: start again at half the batch */
     int64_t eval_batch_size;     /* 0 = batch_size */
     int64_t gradient_accumulation_steps;
     int64_t log_interval;

@@ -331,6 +331,37 @@ static int run_job(const job_spec *js) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* train.auto_find_batch_size: whether the job that just failed ran out of
+ * memory (a rank wrote the mark, ut_fail_oom) before the run had a
+ * checkpoint, and so starts again with half the batch: the new batch in
+ * *batch, and what happens said on stderr. A run with checkpoints cannot
+ * start again at another batch (its checkpoints hold the global batch, and
+ * a new start refuses a directory that has them); nor can a batch of 1. */
+static bool oom_retry(const char *mark, const ut_config *cfg, int64_t *batch) {
+    if (access(mark, F_OK)) return false;
+    unlink(mark);
+    char dir[1200];
+    int64_t step;
+    snprintf(dir, sizeof dir, "%s/%s/checkpoints", cfg->output_dir, cfg->experiment_name);
+    if (ut_ckpt_list(dir, &step, 1) > 0) {
+        fprintf(stderr, "utrain: auto_find_batch_size: out of memory at train.batch_size %lld after the run wrote "
+                        "checkpoints (%s): not started again at a smaller batch, which they do not hold; resume "
+                        "with a smaller train.batch_size and more train.gradient_accumulation_steps in a new run, "
+                        "or remove them\n", (long long)*batch, dir);
+        return false;
+    }
+    if (*batch <= 1) {
+        fprintf(stderr, "utrain: auto_find_batch_size: out of memory at train.batch_size 1: no batch fits; set "
+                        "train.checkpoint_activations: true, a 16-bit train.precision or a sharded "
+                        "dist.strategy\n");
+        return false;
+    }
+    *batch /= 2;
+    fprintf(stderr, "utrain: auto_find_batch_size: out of memory at train.batch_size %lld; starting again at %lld\n",
+            (long long)(*batch * 2), (long long)*batch);
+    return true;
+}
+
 /* Whether name is an executable file in a directory of PATH. */
 static bool on_path(const char *name) {
     const char *path = getenv("PATH");
@@ -347,7 +378,7 @@ static bool on_path(const char *name) {
 }
 
 int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char **argv, const ut_config *cfg) {
-    static char np[16], threads[64], tty[32], supervisor[48];
+    static char np[16], threads[64], tty[32], supervisor[48], mark[1100], batch_set[48];
     const char *exe = self_exe;
     ssize_t k = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     if (k <= 0) {
@@ -379,6 +410,14 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
     } else if (js.tcp && !strcmp(cfg->launcher, "auto")) {
         fprintf(stderr, "utrain: mpirun is not installed: the %d ranks talk over TCP (dist.launcher: tcp)\n", nproc);
     }
+    /* auto_find_batch_size: the file a rank out of memory writes (ut_fail_oom) */
+    bool auto_find = cfg->auto_find_batch_size && !strcmp(cmd ? cmd : cfg->mode, "train");
+    if (auto_find) {
+        const char *tmpdir = getenv("TMPDIR");
+        snprintf(mark, sizeof mark, "%s/utrain-oom-%ld", tmpdir && *tmpdir ? tmpdir : "/tmp", (long)getpid());
+        unlink(mark);
+        setenv("UTRAIN_OOM_MARK", mark, 1);
+    }
     if (js.tcp) { /* the environment the ranks inherit from the job process */
         setenv("OMP_NUM_THREADS", threads + strlen("OMP_NUM_THREADS="), 1);
         setenv("UTRAIN_STDOUT_TTY", tty + strlen("UTRAIN_STDOUT_TTY="), 1);
@@ -387,11 +426,13 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
     const char *fixed[] = {"mpirun", "-np", np,      "--oversubscribe", "--bind-to", "none", "-x",
                            threads,  "-x", tty, "-x",              supervisor};
     int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
-    /* every argument is passed on, however many: fixed part, network, root,
-     * the program and command, the arguments, the restart's two, NULL */
-    const char **args = ut_calloc_check((size_t)(nfixed + 12 + argc + 3), sizeof *args);
+    /* every argument is passed on, however many: fixed part, the mark,
+     * network, root, the program and command, the arguments, the restart's
+     * two and the batch's, NULL */
+    const char **args = ut_calloc_check((size_t)(nfixed + 14 + argc + 5), sizeof *args);
     int n = 0;
     for (int i = 0; i < nfixed; i++) args[n++] = fixed[i];
+    if (auto_find) args[n++] = "-x", args[n++] = "UTRAIN_OOM_MARK";
     /* one node: ranks talk over shared memory, and mpirun's own channel
      * listens on loopback only (no TCP port open to the network); an
      * OMPI_MCA_btl / OMPI_MCA_oob_tcp_if_include set by the user wins */
@@ -416,9 +457,23 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
     struct sigaction old[3];
     stop_asks = 0;
     catch_stops(old);
-    int rc = run_job(&js);
-    for (int r = 1; r <= max_restarts && !stop_asks && rc != 0 && rc != UT_EXIT_PREEMPTED && rc != UT_EXIT_USAGE;
-         r++) {
+    int rc = run_job(&js), r = 0;
+    int64_t batch = cfg->batch_size;
+    bool batch_arg = false;
+    while (!stop_asks && rc != 0 && rc != UT_EXIT_PREEMPTED && rc != UT_EXIT_USAGE) {
+        if (auto_find && !access(mark, F_OK)) { /* out of memory: half the batch, or the end */
+            if (!oom_retry(mark, cfg, &batch)) break;
+            snprintf(batch_set, sizeof batch_set, "train.batch_size=%lld", (long long)batch);
+            if (!batch_arg) { /* the last --set wins */
+                args[n++] = "--set";
+                args[n++] = batch_set;
+                args[n] = NULL;
+                batch_arg = true;
+            }
+            rc = run_job(&js);
+            continue;
+        }
+        if (++r > max_restarts) break;
         fprintf(stderr, "utrain: the job failed (exit %d); restart %d of %d from the newest checkpoint\n",
                 rc, r, max_restarts);
         if (r == 1) { /* later attempts resume */
@@ -427,6 +482,13 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
             args[n] = NULL;
         }
         rc = run_job(&js);
+    }
+    if (auto_find) {
+        unlink(mark);
+        unsetenv("UTRAIN_OOM_MARK");
+        if (batch != cfg->batch_size && rc == 0)
+            fprintf(stderr, "utrain: auto_find_batch_size: the run trained at train.batch_size %lld\n",
+                    (long long)batch);
     }
     if (stop_asks && rc != UT_EXIT_PREEMPTED && rc != 0)
         fprintf(stderr, "utrain: stopped by signal %d; the ranks ended with exit %d%s\n", (int)stop_signal, rc,

@@ -212,7 +212,9 @@ static int run_command(int argc, char **argv, const char *force_mode, bool test_
         ut_config_free(&r.cfg);
         return UT_EXIT_ERROR;
     }
-    if ((nproc > 1 || restarts > 0 || r.cfg.nodes > 1) && !ut_comm_launched()) {
+    /* train.auto_find_batch_size: the launcher starts the run again at a smaller batch */
+    bool auto_find = r.cfg.auto_find_batch_size && strcmp(force_mode ? force_mode : r.cfg.mode, "test");
+    if ((nproc > 1 || restarts > 0 || r.cfg.nodes > 1 || auto_find) && !ut_comm_launched()) {
         rc = ut_cli_launch(nproc, restarts, force_mode, argc, argv, &r.cfg);
         ut_config_free(&r.cfg);
         return rc;

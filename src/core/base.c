@@ -20,9 +20,13 @@ static ut_abort_handler abort_handler;
 uint64_t ut_alloc_count(void) { return (uint64_t)atomic_load(&alloc_calls); }
 
 static void *check(void *p, size_t bytes, const char *file, int line) {
+    (void)file;
+    (void)line;
     if (!p && bytes)
-        ut_abort(file, line, "out of memory: could not allocate %zu bytes (%.1f MiB)", bytes,
-                 bytes / 1048576.0);
+        ut_fail_oom("out of memory: could not allocate %zu bytes (%.1f MiB) of host memory. Make a step smaller: "
+                    "lower train.batch_size (train.gradient_accumulation_steps keeps the batch the optimizer "
+                    "sees) or set train.checkpoint_activations: true; `utrain plan CONFIG` gives the memory a run "
+                    "needs", bytes, bytes / 1048576.0);
     atomic_fetch_add(&alloc_calls, 1);
     return p;
 }
@@ -92,16 +96,34 @@ _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
-_Noreturn void ut_fail_exit(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+static _Noreturn void fail_exit(const char *fmt, va_list ap) {
     fprintf(stderr, "utrain: error: ");
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
-    va_end(ap);
     fflush(NULL);
     if (abort_handler) abort_handler();
     _exit(1);
+}
+
+_Noreturn void ut_fail_exit(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_exit(fmt, ap);
+}
+
+_Noreturn void ut_fail_oom(const char *fmt, ...) {
+    const char *mark = getenv("UTRAIN_OOM_MARK");
+    if (mark && *mark) {
+        int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            ssize_t w = write(fd, "out of memory\n", 14);
+            (void)w;
+            close(fd);
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    fail_exit(fmt, ap);
 }
 
 int ut_errorf(char *err, size_t n, const char *fmt, ...) {

@@ -152,6 +152,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "optimizer steps to take; > 0 overrides epochs"},
     {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1), LE(1e12),
      .doc = "per-process micro-batch (checkpoints record the global batch: batch_size x processes x accumulation)"},
+    {.key = "train.auto_find_batch_size", .type = UT_CFG_BOOL, AT(auto_find_batch_size), .def = "false",
+     .doc = "a run that runs out of memory (the GPU's, the host's) before its first checkpoint starts again with "
+            "half the train.batch_size, down to 1, as Hugging Face's auto_find_batch_size (docs/training.md)"},
     {.key = "train.eval_batch_size", .type = UT_CFG_INT, AT(eval_batch_size), .def = "0", GE(0), LE(1e12),
      .doc = "evaluation batch (0: batch_size)"},
     {.key = "train.gradient_accumulation_steps", .type = UT_CFG_INT,
@@ -447,6 +450,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"epochs", "train.epochs"},
     {"max_steps", "train.max_steps"},
     {"batch_size", "train.batch_size"},
+    {"auto_find_batch_size", "train.auto_find_batch_size"},
     {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
     {"log_interval", "train.log_interval"},
     {"eval_interval", "train.eval_interval"},

@@ -209,6 +209,10 @@ static int check_train(const ut_config *c, char *err, size_t n) {
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))
         FAIL("train.early_stopping_patience: needs evaluations (train.eval_strategy is no)");
+    if (c->auto_find_batch_size && c->nodes > 1)
+        FAIL("train.auto_find_batch_size: each node's utrain would start its own ranks again alone; with dist.nodes "
+             "%lld set train.batch_size (`utrain plan CONFIG --world-size N` gives the memory a rank needs)",
+             (long long)c->nodes);
     return 0;
 }
 

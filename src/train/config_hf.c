@@ -73,10 +73,6 @@ static const struct {
     {"dataloader_pin_memory", {0},
      {.why = "utrain's loader keeps its batches in page-locked memory on a GPU (it reads a batch ahead while the "
              "step runs, and that memory is what lets the copy overlap); remove the key"}},
-    {"auto_find_batch_size",
-     {.why = "utrain keeps the batch it is given: `utrain plan CFG` says what each rank needs, and a GPU out of "
-             "memory ends the run saying what to lower (train.batch_size with train.gradient_accumulation_steps)"},
-     {0}},
 };
 
 /* Fields that configure what utrain does one way, or a feature it does not
@@ -569,7 +565,7 @@ const char *const ut_cfg_hf_doc =
     "| `half_precision_backend` | `auto`, `cpu_amp` / `apex` | nothing: utrain's own autocast on every device / refused |\n"
     "| `eval_accumulation_steps` | N / 0 | nothing: evaluation moves each batch's metrics and predictions to host memory as it goes / refused |\n"
     "| `dataloader_pin_memory` | true / false | nothing: batches are read ahead into page-locked memory on a GPU / refused |\n"
-    "| `torch_compile`, `adafactor`, `push_to_hub`, `auto_find_batch_size` | false / true | nothing / refused, saying what to write |\n"
+    "| `torch_compile`, `adafactor`, `push_to_hub` | false / true | nothing / refused, saying what to write |\n"
     "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
     "| `logging_dir` | a directory | `train.logging_dir` (TensorBoard's event files there instead of `RUN/tensorboard`) |\n"
     "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"

@@ -186,7 +186,7 @@ void *ut_cuda_malloc(size_t bytes, const char *what) {
         size_t free_b = 0, total = 0;
         if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) (void)cudaGetLastError();
         char a[32], f[32], t[32];
-        ut_fail_exit("device cuda:%d is out of memory: %s more asked (%s), %s of its %s free. Make a step "
+        ut_fail_oom("device cuda:%d is out of memory: %s more asked (%s), %s of its %s free. Make a step "
                      "smaller: lower train.batch_size (train.gradient_accumulation_steps keeps the batch the "
                      "optimizer sees), or set train.checkpoint_activations: true, train.precision: bf16, or "
                      "dist.strategy: zero2 or zero3 over more GPUs; `utrain plan CONFIG --world-size N` gives the "
@@ -216,7 +216,7 @@ static void *host_alloc(size_t bytes) {
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         char a[32];
-        ut_fail_exit("cannot page-lock %s more of host memory (batches on their way to the GPU, gradients "
+        ut_fail_oom("cannot page-lock %s more of host memory (batches on their way to the GPU, gradients "
                      "and parameters staged for other ranks, ZeRO-Offload's optimizer state): the machine's "
                      "memory, or the locked-memory limit (ulimit -l), is too small for it; `utrain plan CONFIG "
                      "--world-size N` gives the host memory each rank needs",

@@ -8,7 +8,9 @@
  * PROT_NONE, no commit) from which every allocation is cut: a bump pointer
  * plus exact-size free lists (an arena's chunks and a step's buffers come
  * back in the same sizes). Whole pages for the flat buffers are cut at page
- * boundaries, so pages_release can give them back with madvise.
+ * boundaries, so pages_release can give them back with madvise. The device
+ * has the whole reservation unless UTRAIN_SIM_MEMORY gives it fewer bytes;
+ * past them an allocation fails as a GPU's does (ut_fail_oom).
  *
  * The window: every piece of work of this backend (a queued kernel, copy,
  * memset or flat-math call as a stream's worker runs it, and the calls the
@@ -67,6 +69,7 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char *base;       /* the reserved mapping */
 static size_t top;       /* bytes cut from it so far */
+static size_t cap = SIM_RESERVE; /* the device's memory: UTRAIN_SIM_MEMORY bytes, or the reservation */
 static int depth;        /* calls of this backend in progress */
 
 /* free blocks of one size (a short list of sizes: the sizes a run uses are few) */
@@ -93,6 +96,11 @@ static void reserve(void) {
         ut_abort(__FILE__, __LINE__, "sim device: cannot reserve %zu bytes of address space: %s", SIM_RESERVE,
                  strerror(errno));
     base = p;
+    /* a smaller device, to run out of memory on purpose (tests) */
+    const char *e = getenv("UTRAIN_SIM_MEMORY");
+    char *end;
+    unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+    if (v > 0 && !*end && v < SIM_RESERVE) cap = (size_t)v;
 }
 
 static void protect(int prot) {
@@ -153,9 +161,9 @@ static size_t table_take(void *p) {
 
 static void *cut(size_t bytes, size_t align) {
     size_t at = (top + align - 1) / align * align;
-    if (at + bytes > SIM_RESERVE)
-        ut_abort(__FILE__, __LINE__, "sim device: out of memory (%zu bytes asked, %zu of %zu in use)", bytes, top,
-                 SIM_RESERVE);
+    if (at + bytes > cap)
+        ut_fail_oom("sim device: out of memory (%zu bytes asked, %zu of %zu in use). Make a step smaller: lower "
+                    "train.batch_size", bytes, top, cap);
     top = at + bytes;
     /* new memory joins the window if it is open */
     if (depth && mprotect(base, top, PROT_READ | PROT_WRITE))
@@ -809,8 +817,14 @@ static void sim_event_wait(void *stream, void *ev) {
     push(stream_of(stream), it);
 }
 
-/* The simulated device's memory: its reserved address space. */
-static size_t sim_memory(void) { return SIM_RESERVE; }
+/* The simulated device's memory: its reserved address space, or
+ * UTRAIN_SIM_MEMORY bytes. */
+static size_t sim_memory(void) {
+    pthread_mutex_lock(&mu);
+    reserve();
+    pthread_mutex_unlock(&mu);
+    return cap;
+}
 
 /* The direct collectives' host function (src/dist/comm_device.c): run by the
  * stream's worker in order, the window open, so the host communicator it
