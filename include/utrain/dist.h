@@ -40,7 +40,10 @@ ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s,
 /* Whether this process was started as one rank of several: by an MPI
  * launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set), or with RANK
  * and WORLD_SIZE > 1 set (torchrun, Accelerate, PyTorchJob, utrain's TCP
- * launcher). ut_comm_init then joins that job. */
+ * launcher). ut_comm_init then joins that job. Also true for the one rank
+ * of a job of one that utrain's launcher started (UTRAIN_SUPERVISOR set:
+ * --max-restarts or train.auto_find_batch_size over TCP), which must not
+ * start a launcher of its own. */
 bool ut_comm_launched(void);
 /* The communicator made by ut_comm_init, or a single-process one. */
 ut_comm *ut_comm_world(void);

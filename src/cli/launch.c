@@ -398,7 +398,10 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
     /* the ranks' stdout is a pseudo-terminal under mpirun: tell them about ours */
     snprintf(tty, sizeof tty, "UTRAIN_STDOUT_TTY=%d", isatty(STDOUT_FILENO) ? 1 : 0);
     job_spec js = {.nproc = nproc, .world = nproc, .addr = "127.0.0.1"};
-    js.tcp = cfg->nodes > 1 || !strcmp(cfg->launcher, "tcp") || (!strcmp(cfg->launcher, "auto") && !on_path("mpirun"));
+    /* one rank started again by auto_find_batch_size needs no mpirun (whose abort banner it would print) */
+    bool alone = nproc == 1 && max_restarts == 0 && cfg->nodes <= 1 && strcmp(cfg->launcher, "mpi");
+    js.tcp = cfg->nodes > 1 || !strcmp(cfg->launcher, "tcp") || (!strcmp(cfg->launcher, "auto") && !on_path("mpirun")) ||
+             alone;
     if (cfg->nodes > 1) {
         js.first_rank = (int)cfg->current_node * nproc;
         js.world = (int)cfg->nodes * nproc;
@@ -407,7 +410,7 @@ int ut_cli_launch(int nproc, int max_restarts, const char *cmd, int argc, char *
         fprintf(stderr, "utrain: node %lld of %lld: starting ranks %d to %d of %d; they meet the other nodes' at "
                         "%s:%d\n", (long long)cfg->current_node, (long long)cfg->nodes, js.first_rank,
                 js.first_rank + nproc - 1, js.world, js.addr, js.port);
-    } else if (js.tcp && !strcmp(cfg->launcher, "auto")) {
+    } else if (js.tcp && !alone && !strcmp(cfg->launcher, "auto")) {
         fprintf(stderr, "utrain: mpirun is not installed: the %d ranks talk over TCP (dist.launcher: tcp)\n", nproc);
     }
     /* auto_find_batch_size: the file a rank out of memory writes (ut_fail_oom) */

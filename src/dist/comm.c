@@ -213,7 +213,10 @@ static bool under_launcher(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
-bool ut_comm_launched(void) { return under_launcher() || ut_comm_tcp_launched(); }
+bool ut_comm_launched(void) {
+    const char *sup = getenv("UTRAIN_SUPERVISOR");
+    return under_launcher() || ut_comm_tcp_launched() || (sup && *sup);
+}
 
 ut_comm *ut_comm_init(int *argc, char ***argv, bool force_mpi, double timeout_s, char *err,
                       size_t n) {
