@@ -227,6 +227,42 @@ static void test_resume(void) {
           "a CPU checkpoint resumed on sim differs from the straight run");
 }
 
+/* train.auto_find_batch_size on a device of 100 MB (UTRAIN_SIM_MEMORY):
+ * the tiny GPT-2 at a batch of 1024 x 16 tokens runs out of memory, and so
+ * does 512; the run starts again at 256 and trains there. Without the key
+ * the first failure ends the run (exit 1, saying what to lower, no crash);
+ * on a device too small for any batch the search ends at 1, saying so. */
+static void test_auto_find_batch_size(void) {
+    setenv("UTRAIN_SIM_MEMORY", "100000000", 1);
+    int rc = tp_train_expect(tmp, "afbs", gpt2, "sim",
+                             "train.batch_size=1024 train.max_steps=2 train.auto_find_batch_size=true", 1, 0);
+    char *o = tp_slurp(tp_path(tmp, "afbs.out")), *cfg = tp_slurp(run_file("afbs", "config.yml"));
+    CHECK(rc == 0 && o && strstr(o, "auto_find_batch_size: out of memory at train.batch_size 1024; starting again at 512") &&
+              strstr(o, "auto_find_batch_size: out of memory at train.batch_size 512; starting again at 256") &&
+              strstr(o, "the run trained at train.batch_size 256") && !strstr(o, "again at 128") &&
+              strstr(o, "Training done: 2 steps"),
+          "auto_find_batch_size: exit %d:\n%s", rc, o ? o : "(nothing)");
+    CHECK(cfg && strstr(cfg, "batch_size: 256"), "the run's config.yml holds the batch it trained at:\n%s",
+          cfg ? cfg : "(none)");
+    free(o);
+    free(cfg);
+    rc = tp_train_expect(tmp, "oom", gpt2, "sim", "train.batch_size=1024 train.max_steps=2", 1, 1);
+    o = tp_slurp(tp_path(tmp, "oom.out"));
+    CHECK(rc == 1 && o && strstr(o, "utrain: error: sim device: out of memory") && strstr(o, "lower train.batch_size") &&
+              !strstr(o, "fatal") && !strstr(o, "auto_find"),
+          "out of memory without the key: exit %d:\n%s", rc, o ? o : "(nothing)");
+    free(o);
+    setenv("UTRAIN_SIM_MEMORY", "30000000", 1);
+    rc = tp_train_expect(tmp, "afbs1", gpt2, "sim", "train.batch_size=4 train.max_steps=2 train.auto_find_batch_size=true",
+                         1, 1);
+    o = tp_slurp(tp_path(tmp, "afbs1.out"));
+    CHECK(rc == 1 && o && strstr(o, "starting again at 2") && strstr(o, "starting again at 1") &&
+              strstr(o, "out of memory at train.batch_size 1: no batch fits"),
+          "no batch fits: exit %d:\n%s", rc, o ? o : "(nothing)");
+    free(o);
+    unsetenv("UTRAIN_SIM_MEMORY");
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -243,6 +279,7 @@ int main(int argc, char **argv) {
     RUN(test_bow_and_test_mode);
     RUN(test_resume);
     RUN(test_profile);
+    RUN(test_auto_find_batch_size);
     /* jobs under mpirun last: their environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_distributed);

@@ -643,6 +643,16 @@ static void test_hf_training_arguments(void) {
               c.min_lr == 1e-6 && c.plateau_eps == 0 && ut_config_validate(&c, err, sizeof err) == 0,
           "plateau kwargs before the type: mode %s factor %g (%s)", c.plateau_mode, c.plateau_factor, err);
     ut_config_free(&c);
+    /* auto_find_batch_size: the launcher halves the batch after an out of memory */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "auto_find_batch_size: true\nper_device_train_batch_size: 64\n") == 0 &&
+              c.auto_find_batch_size && c.batch_size == 64,
+          "auto_find_batch_size (%s)", err);
+    ut_config_free(&c);
+    check_invalid((const char *[]){"train.auto_find_batch_size=true", "dist.nodes=2", NULL},
+                  "train.auto_find_batch_size: each node's utrain would start its own ranks again alone; with "
+                  "dist.nodes 2 set train.batch_size (`utrain plan CONFIG --world-size N` gives the memory a rank "
+                  "needs)");
     /* what utrain cannot do is refused, saying what to write */
     const struct { const char *text, *msg; } bad[] = {
         {"report_to: [tensorboard, wandb]\n", "report_to: 'wandb': utrain reports to TensorBoard"},
@@ -654,7 +664,6 @@ static void test_hf_training_arguments(void) {
         {"torch_compile: true\n", "torch_compile: utrain has no graph compiler"},
         {"adafactor: true\n", "adafactor: utrain's optimizers are adamw and sgd"},
         {"push_to_hub: true\n", "push_to_hub: utrain does not reach the network"},
-        {"auto_find_batch_size: true\n", "auto_find_batch_size: utrain keeps the batch it is given"},
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
