@@ -345,9 +345,9 @@ static bool oom_retry(const char *mark, const ut_config *cfg, int64_t *batch) {
     snprintf(dir, sizeof dir, "%s/%s/checkpoints", cfg->output_dir, cfg->experiment_name);
     if (ut_ckpt_list(dir, &step, 1) > 0) {
         fprintf(stderr, "utrain: auto_find_batch_size: out of memory at train.batch_size %lld after the run wrote "
-                        "checkpoints (%s): not started again at a smaller batch, which they do not hold; resume "
-                        "with a smaller train.batch_size and more train.gradient_accumulation_steps in a new run, "
-                        "or remove them\n", (long long)*batch, dir);
+                        "checkpoints (%s): not started again, since they hold its batch; start a new run (another "
+                        "experiment_name) at a smaller train.batch_size, with more "
+                        "train.gradient_accumulation_steps to keep the optimizer's batch\n", (long long)*batch, dir);
         return false;
     }
     if (*batch <= 1) {
