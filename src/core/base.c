@@ -20,13 +20,11 @@ static ut_abort_handler abort_handler;
 uint64_t ut_alloc_count(void) { return (uint64_t)atomic_load(&alloc_calls); }
 
 static void *check(void *p, size_t bytes, const char *file, int line) {
-    (void)file;
-    (void)line;
     if (!p && bytes)
-        ut_fail_oom("out of memory: could not allocate %zu bytes (%.1f MiB) of host memory. Make a step smaller: "
-                    "lower train.batch_size (train.gradient_accumulation_steps keeps the batch the optimizer "
-                    "sees) or set train.checkpoint_activations: true; `utrain plan CONFIG` gives the memory a run "
-                    "needs", bytes, bytes / 1048576.0);
+        ut_fail_oom("out of memory: could not allocate %zu bytes (%.1f MiB) of host memory (%s:%d). Make a step "
+                    "smaller: lower train.batch_size (train.gradient_accumulation_steps keeps the batch the "
+                    "optimizer sees) or set train.checkpoint_activations: true; `utrain plan CONFIG` gives the "
+                    "memory a run needs", bytes, bytes / 1048576.0, file, line);
     atomic_fetch_add(&alloc_calls, 1);
     return p;
 }
