@@ -1,6 +1,6 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
  * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
- *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fail_oom, ut_fmt_bytes, ut_rng_*,
+ *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fail_oom, ut_oom_phase, ut_fmt_bytes, ut_rng_*,
  *          ut_philox_*. */
 #ifndef UTRAIN_BASE_H
 #define UTRAIN_BASE_H
@@ -56,6 +56,12 @@ _Noreturn void ut_fail_exit(const char *fmt, ...) __attribute__((format(printf, 
  * launcher) can tell this failure from the others whatever exit status the
  * job launcher reports. */
 _Noreturn void ut_fail_oom(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* What the process is doing, for the mark ut_fail_oom writes ("out of
+ * memory in PHASE"): "train" (the default, and NULL) or "eval", which the
+ * trainer sets around its evaluations, since a smaller train.batch_size
+ * does not help an evaluation at its own train.eval_batch_size. A string
+ * that lives as long as the process. */
+void ut_oom_phase(const char *phase);
 #define UT_ASSERT(cond)                                                        \
     do {                                                                       \
         if (!(cond)) ut_abort(__FILE__, __LINE__, "assertion failed: %s", #cond); \

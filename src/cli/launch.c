@@ -336,10 +336,22 @@ static int run_job(const job_spec *js) {
  * checkpoint, and so starts again with half the batch: the new batch in
  * *batch, and what happens said on stderr. A run with checkpoints cannot
  * start again at another batch (its checkpoints hold the global batch, and
- * a new start refuses a directory that has them); nor can a batch of 1. */
+ * a new start refuses a directory that has them); nor can a batch of 1,
+ * nor an evaluation at its own train.eval_batch_size (the mark says "in
+ * eval"), which a smaller training batch does not shrink. */
 static bool oom_retry(const char *mark, const ut_config *cfg, int64_t *batch) {
-    if (access(mark, F_OK)) return false;
+    FILE *f = fopen(mark, "r");
+    if (!f) return false;
+    char what[64] = "";
+    if (!fgets(what, sizeof what, f)) what[0] = 0;
+    fclose(f);
     unlink(mark);
+    if (strstr(what, "in eval") && cfg->eval_batch_size > 0) { /* the evaluation's batch is its own */
+        fprintf(stderr, "utrain: auto_find_batch_size: out of memory in an evaluation at train.eval_batch_size %lld: "
+                        "not started again, since auto_find_batch_size halves train.batch_size only; lower "
+                        "train.eval_batch_size (per_device_eval_batch_size)\n", (long long)cfg->eval_batch_size);
+        return false;
+    }
     char dir[1200];
     int64_t step;
     snprintf(dir, sizeof dir, "%s/%s/checkpoints", cfg->output_dir, cfg->experiment_name);

@@ -94,10 +94,10 @@ _Noreturn void ut_abort(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
-static _Noreturn void fail_exit(const char *fmt, va_list ap) {
+static _Noreturn void fail_exit(const char *fmt, va_list ap, const char *more) {
     fprintf(stderr, "utrain: error: ");
     vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "%s\n", more ? more : "");
     fflush(NULL);
     if (abort_handler) abort_handler();
     _exit(1);
@@ -106,22 +106,31 @@ static _Noreturn void fail_exit(const char *fmt, va_list ap) {
 _Noreturn void ut_fail_exit(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fail_exit(fmt, ap);
+    fail_exit(fmt, ap, NULL);
 }
+
+static const char *oom_phase = "train";
+
+void ut_oom_phase(const char *phase) { oom_phase = phase && *phase ? phase : "train"; }
 
 _Noreturn void ut_fail_oom(const char *fmt, ...) {
     const char *mark = getenv("UTRAIN_OOM_MARK");
     if (mark && *mark) {
         int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd >= 0) {
-            ssize_t w = write(fd, "out of memory\n", 14);
+            char line[64];
+            int k = snprintf(line, sizeof line, "out of memory in %s\n", oom_phase);
+            ssize_t w = write(fd, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
             (void)w;
             close(fd);
         }
     }
     va_list ap;
     va_start(ap, fmt);
-    fail_exit(fmt, ap);
+    fail_exit(fmt, ap,
+              strcmp(oom_phase, "eval") ? NULL
+                                        : ". This was an evaluation: its batch is train.eval_batch_size (0: "
+                                          "train.batch_size), which is the one to lower");
 }
 
 int ut_errorf(char *err, size_t n, const char *fmt, ...) {

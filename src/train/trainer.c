@@ -658,6 +658,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
     double t0 = now_s();
+    ut_oom_phase("eval"); /* auto_find_batch_size cannot help an evaluation that runs out of memory */
     ut_dtype train_ac = ut_ctx_set_autocast(t->ctx, ut_run_eval_precision(t->cfg));
     /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
@@ -681,6 +682,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     }
     ut_dist_release(t->dist);
     ut_ctx_set_autocast(t->ctx, train_ac);
+    ut_oom_phase("train");
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
         ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);

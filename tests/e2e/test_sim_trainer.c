@@ -252,6 +252,25 @@ static void test_auto_find_batch_size(void) {
               !strstr(o, "fatal") && !strstr(o, "auto_find"),
           "out of memory without the key: exit %d:\n%s", rc, o ? o : "(nothing)");
     free(o);
+    /* an evaluation at its own batch out of memory (8400 dev sequences, all
+     * in one batch): lowering the training batch would not help, and the
+     * run says what would */
+    char sets[600], dev[600];
+    snprintf(dev, sizeof dev, "%s", tp_path(tmp, "dev.bin"));
+    CHECK(tp_run((const char *[]){"tokenize", "--tokenizer", "byte", "docs/performance.md", dev, NULL},
+                 tp_path(tmp, "dev_tokenize.out")) == 0, "tokenize the dev text");
+    snprintf(sets, sizeof sets,
+             "train.batch_size=256 train.eval_batch_size=8192 train.max_steps=2 train.auto_find_batch_size=true "
+             "data.dev_path=%s train.eval_strategy=steps train.eval_interval=1",
+             dev);
+    rc = tp_train_expect(tmp, "afbse", gpt2, "sim", sets, 1, 1);
+    o = tp_slurp(tp_path(tmp, "afbse.out"));
+    CHECK(rc == 1 && o && strstr(o, "sim device: out of memory") &&
+              strstr(o, "This was an evaluation: its batch is train.eval_batch_size") &&
+              strstr(o, "out of memory in an evaluation at train.eval_batch_size 8192: not started again") &&
+              strstr(o, "lower train.eval_batch_size") && !strstr(o, "starting again"),
+          "an evaluation out of memory: exit %d:\n%s", rc, o ? o : "(nothing)");
+    free(o);
     setenv("UTRAIN_SIM_MEMORY", "30000000", 1);
     rc = tp_train_expect(tmp, "afbs1", gpt2, "sim", "train.batch_size=4 train.max_steps=2 train.auto_find_batch_size=true",
                          1, 1);
