@@ -198,6 +198,8 @@ typedef enum {
     /* torch's ReduceLROnPlateau: the rate of a ut_plateau_state (below),
      * lowered by the evaluations; ut_schedule_lr gives its start, lr */
     UT_SCHED_PLATEAU,
+    /* transformers' GreedyLR: the same, raised as well as lowered */
+    UT_SCHED_GREEDY,
 } ut_sched_kind;
 /* the shape of WSD's decay (and ANNEALING's: cosine or linear) */
 typedef enum { UT_DECAY_COSINE, UT_DECAY_LINEAR, UT_DECAY_SQRT } ut_decay_kind;
@@ -229,7 +231,7 @@ typedef struct {
  *   step < w:  lr*(step+1)/w          (linear warmup; never a zero first step;
  *                                      WSD: f((step+1)/w); with warmup_zero
  *                                      transformers' lr*step/w, f(step/w))
- *   CONSTANT:  lr      (PLATEAU: lr, the start of its ut_plateau_state)
+ *   CONSTANT:  lr      (PLATEAU, GREEDY: lr, the start of their ut_plateau_state)
  *   COSINE:    f(0.5*(1 + cos(2*pi*c*p)))
  *   COSINE_RESTARTS: f(0.5*(1 + cos(pi*((c*p) mod 1)))), f(0) at p = 1
  *   LINEAR:    f(1 - p)
@@ -260,14 +262,15 @@ typedef struct {
  * s should pass ut_schedule_check (STEP aborts on step_size <= 0). */
 float ut_schedule_lr(const ut_schedule *s, int64_t step);
 /* 0 if s makes sense, else -1 with a message naming the field in err:
- * negative lr/min_lr/warmup_steps/total_steps, min_lr > lr, total_steps <=
+ * negative lr/min_lr/warmup_steps/total_steps, min_lr > lr (but GREEDY,
+ * whose rate may rise above min_lr), total_steps <=
  * warmup_steps (the decaying schedules), step_size <= 0 or gamma <= 0
  * (step), negative cycles, power or timescale, WSD's decay_steps < 1 or
  * warmup_steps + decay_steps > total_steps. */
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n);
 /* "constant", "cosine", "linear", "step", "cosine_restarts", "polynomial",
  * "inverse_sqrt", "wsd", "ds_warmup", "ds_warmup_decay", "ds_warmup_cosine", "annealing",
- * "plateau" (any case) into *out: 0, or -1. */
+ * "plateau", "greedy" (any case) into *out: 0, or -1. */
 int ut_sched_parse(const char *name, ut_sched_kind *out);
 
 /* ---- a rate driven by the evaluations: torch's ReduceLROnPlateau ----
@@ -279,7 +282,21 @@ int ut_sched_parse(const char *name, ut_sched_kind *out);
  * evaluations count no bad ones. An improvement, with t = threshold:
  *   mode min, rel: m < best (1 - t)     mode min, abs: m < best - t
  *   mode max, rel: m > best (1 + t)     mode max, abs: m > best + t
- * (a NaN metric never improves). The state is what a checkpoint keeps. */
+ * (a NaN metric never improves). The state is what a checkpoint keeps.
+ *
+ * greedy: transformers' GreedyLR (transformers/optimization.py) instead,
+ * with the same improvement test. Each metric first enters the average of
+ * the last `window` metrics when window > 0 (its `smooth`), and that
+ * average is what is judged. An evaluation in a cooldown or a warmup only
+ * counts it down (the best is not updated, the runs of good and bad
+ * evaluations start again). Otherwise more than `patience` improvements in
+ * a row divide the rate by factor (not above max_lr, and only when that
+ * raises it by more than eps), then `warmup` evaluations are skipped;
+ * more than `patience` evaluations without one multiply it by factor as
+ * above, then `cooldown` are skipped. A fall that leaves the rate at or
+ * below min_lr counts down `reset_start` (a rise sets it back); at 0 the
+ * state starts again: the first rate, no best, an empty window. */
+#define UT_GREEDY_WINDOW_MAX 256
 typedef struct {
     bool max;           /* mode max: a larger metric is better (else min) */
     bool abs;           /* threshold_mode abs (else rel) */
@@ -289,6 +306,11 @@ typedef struct {
     int64_t cooldown;   /* >= 0 */
     double min_lr;      /* >= 0 */
     double eps;         /* >= 0 */
+    bool greedy;        /* GreedyLR: the fields below too */
+    int64_t warmup;     /* >= 0: evaluations skipped after a rise */
+    double max_lr;      /* > 0: the ceiling of a rise */
+    int64_t window;     /* 0 (no smoothing) to UT_GREEDY_WINDOW_MAX */
+    int64_t reset_start; /* >= 1: falls at min_lr before the state starts again */
 } ut_plateau;
 
 typedef struct {
@@ -296,12 +318,24 @@ typedef struct {
     double best;        /* the best metric so far (+inf in mode min, -inf in max, before any) */
     int64_t bad;        /* evaluations since the last improvement (torch's num_bad_epochs) */
     int64_t cooldown;   /* evaluations of cooldown left */
+    /* greedy's */
+    double lr0;         /* the first rate, which a reset restores */
+    int64_t good;       /* improvements in a row (num_good_epochs) */
+    int64_t warmup;     /* evaluations of warmup left */
+    int64_t reset_left; /* falls at min_lr before a reset */
+    int64_t win_n;      /* metrics in the window (oldest first from win_head) */
+    int64_t win_head;
+    double win_sum;     /* their running sum, as Python keeps it (added, then the oldest subtracted) */
+    double win[UT_GREEDY_WINDOW_MAX];
 } ut_plateau_state;
 
 /* The state before any evaluation, at rate lr. */
 void ut_plateau_init(const ut_plateau *p, double lr, ut_plateau_state *s);
-/* One evaluation's metric: updates s; true when the rate was lowered. */
-bool ut_plateau_step(const ut_plateau *p, ut_plateau_state *s, double metric);
+/* What an evaluation did to the rate. */
+enum { UT_PLATEAU_SAME, UT_PLATEAU_LOWERED, UT_PLATEAU_RAISED, UT_PLATEAU_RESET };
+/* One evaluation's metric: updates s; returns one of the above (nonzero:
+ * the rate changed, or greedy's state started again). */
+int ut_plateau_step(const ut_plateau *p, ut_plateau_state *s, double metric);
 /* 0 if p makes sense, else -1 with a message naming the field in err. */
 int ut_plateau_check(const ut_plateau *p, char *err, size_t n);
 

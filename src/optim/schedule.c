@@ -104,7 +104,8 @@ float ut_schedule_lr(const ut_schedule *s, int64_t step) {
     case UT_SCHED_DS_WARMUP_DECAY:
     case UT_SCHED_DS_WARMUP_COSINE:
     case UT_SCHED_ANNEALING:
-    case UT_SCHED_PLATEAU: return (float)lr;
+    case UT_SCHED_PLATEAU:
+    case UT_SCHED_GREEDY: return (float)lr;
     }
     return (float)(min_lr + (lr - min_lr) * x);
 }
@@ -115,14 +116,14 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
-    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_PLATEAU)
+    if (s->kind < UT_SCHED_CONSTANT || s->kind > UT_SCHED_GREEDY)
         return fail(err, n, ut_fmt("kind: unknown schedule kind %d", (int)s->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(s->lr >= 0) || isinf(s->lr))
         return fail(err, n, ut_fmt("lr must be a finite number >= 0 (got %g)", s->lr));
     if (!(s->min_lr >= 0))
         return fail(err, n, ut_fmt("min_lr must be >= 0 (got %g)", s->min_lr));
-    if (s->min_lr > s->lr)
+    if (s->min_lr > s->lr && s->kind != UT_SCHED_GREEDY)
         return fail(err, n, ut_fmt("min_lr (%g) must not exceed lr (%g)", s->min_lr, s->lr));
     if (s->warmup_steps < 0)
         return fail(err, n, ut_fmt("warmup_steps must be >= 0 (got %lld)",
@@ -138,7 +139,7 @@ int ut_schedule_check(const ut_schedule *s, char *err, size_t n) {
     if (s->micro < 0) return fail(err, n, ut_fmt("micro must be >= 0 (got %lld)", (long long)s->micro));
     bool decays = s->kind != UT_SCHED_CONSTANT && s->kind != UT_SCHED_STEP && s->kind != UT_SCHED_INVERSE_SQRT &&
                   s->kind != UT_SCHED_ANNEALING && s->kind != UT_SCHED_PLATEAU &&
-                  s->kind != UT_SCHED_DS_WARMUP;
+                  s->kind != UT_SCHED_GREEDY && s->kind != UT_SCHED_DS_WARMUP;
     if (decays && s->total_steps <= s->warmup_steps)
         return fail(err, n, ut_fmt("total_steps (%lld) must exceed warmup_steps (%lld)",
                                    (long long)s->total_steps, (long long)s->warmup_steps));
@@ -174,8 +175,9 @@ int ut_sched_parse(const char *name, ut_sched_kind *out) {
     static const char *const names[] = {"constant",        "cosine",     "linear",       "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
                                         "ds_warmup",       "ds_warmup_decay", "ds_warmup_cosine", "annealing",
-                                        "plateau"};
-    for (int i = 0; i < 13; i++)
+                                        "plateau",         "greedy"};
+    _Static_assert(sizeof names / sizeof names[0] == UT_SCHED_GREEDY + 1, "a name for every schedule");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcasecmp(name, names[i])) {
             *out = (ut_sched_kind)i;
             return 0;

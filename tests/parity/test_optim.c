@@ -316,12 +316,12 @@ static void test_flagai_schedule_parity(void) {
     fx_free(&f);
 }
 
-/* torch's ReduceLROnPlateau (plateau_fixtures.py): the rate after each
- * evaluation's metric, for both modes and threshold modes, cooldown, the
- * floor, eps, NaN and negative metrics; exact (both sides in double). */
-static void test_plateau_parity(void) {
+/* The cases of a fixture of evaluation-driven rates (plateau_fixtures.py,
+ * greedy_fixtures.py): the rate after each evaluation's metric, exact (both
+ * sides in double), and what each step says it did. Returns the count. */
+static int rate_cases(const char *path, bool greedy) {
     fixture f;
-    if (fx_load(&f, FIXTURES "optim_plateau.txt")) return;
+    if (fx_load(&f, path)) return 0;
     int cases = 0;
     for (int k = 0; k < 16; k++) {
         char pn[32], mn[32], ln[32];
@@ -331,27 +331,48 @@ static void test_plateau_parity(void) {
         bool have = false;
         for (int i = 0; i < f.n; i++) have |= !strcmp(f.a[i].name, pn);
         if (!have) break;
-        const double *p = fx_get(&f, pn, 9), *m = fx_get(&f, mn, -1), *want = fx_get(&f, ln, -1);
+        const double *p = fx_get(&f, pn, greedy ? 13 : 9), *m = fx_get(&f, mn, -1), *want = fx_get(&f, ln, -1);
         if (!p || !m || !want) break;
         int n = 0;
         for (int i = 0; i < f.n; i++)
             if (!strcmp(f.a[i].name, mn)) n = f.a[i].count;
         ut_plateau pl = {.max = p[0] != 0, .abs = p[1] != 0, .factor = p[2], .patience = (int64_t)p[3],
                          .threshold = p[4], .cooldown = (int64_t)p[5], .min_lr = p[6], .eps = p[7]};
+        if (greedy) {
+            pl.greedy = true;
+            pl.warmup = (int64_t)p[9];
+            pl.max_lr = p[10];
+            pl.window = (int64_t)p[11];
+            pl.reset_start = (int64_t)p[12];
+        }
         char err[256] = "";
         CHECK(ut_plateau_check(&pl, err, sizeof err) == 0, "%s: %s", pn, err);
         ut_plateau_state s;
         ut_plateau_init(&pl, p[8], &s);
+        int resets = 0;
         for (int i = 0; i < n; i++) {
             double before = s.lr;
-            bool fell = ut_plateau_step(&pl, &s, m[i]);
-            CHECK(s.lr == want[i] && fell == (s.lr < before), "case%d evaluation %d (metric %g): lr %.17g, torch %.17g",
-                  k, i, m[i], s.lr, want[i]);
+            int r = ut_plateau_step(&pl, &s, m[i]);
+            resets += r == UT_PLATEAU_RESET;
+            bool said = r == UT_PLATEAU_RESET ? s.lr == p[8]
+                        : r == UT_PLATEAU_LOWERED ? s.lr < before
+                        : r == UT_PLATEAU_RAISED ? s.lr > before && greedy
+                                                 : s.lr == before;
+            CHECK(s.lr == want[i] && said, "%s case%d evaluation %d (metric %g): lr %.17g (step said %d), want %.17g",
+                  path, k, i, m[i], s.lr, r, want[i]);
         }
+        CHECK(!greedy || k != 1 || resets == 1, "greedy case 1 resets once (%d)", resets);
         cases++;
     }
-    CHECK(cases == 7, "%d cases in the fixture, want 7", cases);
     fx_free(&f);
+    return cases;
+}
+
+/* torch's ReduceLROnPlateau (plateau_fixtures.py), for both modes and
+ * threshold modes, cooldown, the floor, eps, NaN and negative metrics. */
+static void test_plateau_parity(void) {
+    int cases = rate_cases(FIXTURES "optim_plateau.txt", false);
+    CHECK(cases == 7, "%d cases in the fixture, want 7", cases);
     /* the rules' bounds, each named */
     const ut_plateau good = {.factor = 0.1, .patience = 10, .threshold = 1e-4, .eps = 1e-8};
     struct { ut_plateau p; const char *field; } bad[] = {
@@ -369,6 +390,41 @@ static void test_plateau_parity(void) {
         CHECK(ut_plateau_check(&bad[i].p, err, sizeof err) == -1 && !strncmp(err, bad[i].field, strlen(bad[i].field)),
               "bad %s: %s", bad[i].field, err);
     }
+}
+
+/* transformers' GreedyLR (greedy_fixtures.py): rises after runs of
+ * improvements up to max_lr, warmup and cooldown, both modes and threshold
+ * modes, the smoothing window, NaN, eps, a floor above the first rate, and
+ * the reset after reset_start falls at the floor. */
+static void test_greedy_parity(void) {
+    int cases = rate_cases(FIXTURES "optim_greedy.txt", true);
+    CHECK(cases == 5, "%d cases in the fixture, want 5", cases);
+    const ut_plateau good = {.factor = 0.95, .patience = 10, .threshold = 1e-6, .abs = true, .min_lr = 1e-3,
+                             .eps = 1e-8, .greedy = true, .max_lr = 1, .window = 50, .reset_start = 500};
+    char err[256] = "";
+    CHECK(ut_plateau_check(&good, err, sizeof err) == 0, "GreedyLR's defaults: %s", err);
+    struct { ut_plateau p; const char *field; } bad[] = {
+        {good, "warmup"}, {good, "max_lr"}, {good, "max_lr"}, {good, "window"}, {good, "window"}, {good, "reset_start"}};
+    bad[0].p.warmup = -1;
+    bad[1].p.max_lr = 0;
+    bad[2].p.max_lr = INFINITY;
+    bad[3].p.window = -1;
+    bad[4].p.window = UT_GREEDY_WINDOW_MAX + 1;
+    bad[5].p.reset_start = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(ut_plateau_check(&bad[i].p, err, sizeof err) == -1 && !strncmp(err, bad[i].field, strlen(bad[i].field)),
+              "bad %s: %s", bad[i].field, err);
+    }
+    /* the whole window: a full ring keeps the last 256 metrics (the
+     * average of 0..299's last 256 is 171.5 exactly) */
+    ut_plateau w = good;
+    w.window = UT_GREEDY_WINDOW_MAX;
+    w.patience = 1000;
+    ut_plateau_state s;
+    ut_plateau_init(&w, 0.01, &s);
+    for (int i = 0; i < 300; i++) ut_plateau_step(&w, &s, (double)i);
+    CHECK(s.win_n == UT_GREEDY_WINDOW_MAX && s.win_sum / (double)s.win_n == 171.5 && s.best == 0.0,
+          "window: %lld metrics, average %g, best %g", (long long)s.win_n, s.win_sum / (double)s.win_n, s.best);
 }
 
 /* The loss scaler against DeepSpeed's DynamicLossScaler.update_scale, step
@@ -775,6 +831,7 @@ int main(void) {
     RUN(test_ds_schedule_parity);
     RUN(test_flagai_schedule_parity);
     RUN(test_plateau_parity);
+    RUN(test_greedy_parity);
     RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
