@@ -151,7 +151,7 @@ typedef struct {
     bool nesterov;
     char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
                                     inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine |
-                                    annealing | plateau */
+                                    annealing | plateau | greedy */
     int64_t warmup_steps, step_size;
     double warmup_ratio;         /* > 0: warmup over ratio x total steps */
     double min_lr, gamma;
@@ -169,6 +169,11 @@ typedef struct {
     char plateau_threshold_mode[8]; /* plateau: rel | abs */
     double plateau_factor, plateau_threshold, plateau_eps;
     int64_t plateau_patience, plateau_cooldown;
+    char greedy_mode[8];         /* greedy (GreedyLR): auto | min | max */
+    char greedy_threshold_mode[8]; /* greedy: abs | rel */
+    double greedy_factor, greedy_threshold, greedy_eps, greedy_max_lr;
+    int64_t greedy_patience, greedy_cooldown, greedy_warmup, greedy_window_size, greedy_reset_start;
+    bool greedy_smooth;          /* greedy: judge the average of the last greedy_window_size metrics */
 
     /* ---- dist ---- */
     char dist_strategy[16];      /* ddp | zero1 | zero2 | zero3 (fsdp) | dp */

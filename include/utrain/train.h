@@ -46,7 +46,10 @@ typedef struct {
                                       (optim.schedule_on_skip: hold); saved when > 0 */
     int64_t input_tokens_seen;     /* train.count_input_tokens: input tokens trained on so far, all ranks;
                                       saved when > 0 */
-    bool plateau;                  /* optim.schedule plateau: the evaluations' rate below (saved when set) */
+    bool plateau;                  /* optim.schedule plateau or greedy: the evaluations' rate below (saved
+                                      when set) */
+    bool greedy;                   /* greedy: its part of the state too (good evaluations, warmup, reset
+                                      count, window; saved when set) */
     ut_plateau_state plateau_state;
 } ut_train_state;
 

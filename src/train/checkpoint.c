@@ -31,14 +31,16 @@
 enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
     K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_AMP_HYSTERESIS,
-    K_SCHEDULE_HELD, K_TOKENS_SEEN, K_PLATEAU_LR, K_PLATEAU_BEST, K_PLATEAU_BAD, K_PLATEAU_COOLDOWN, K_COUNT
+    K_SCHEDULE_HELD, K_TOKENS_SEEN, K_PLATEAU_LR, K_PLATEAU_BEST, K_PLATEAU_BAD, K_PLATEAU_COOLDOWN,
+    K_GREEDY_GOOD, K_GREEDY_WARMUP, K_GREEDY_RESET, K_GREEDY_WINDOW, K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
     "train.best_metric", "train.best_step", "train.bad_evals", "train.config_hash", "optim.steps",
     "optim.state", "amp.scale", "amp.growth_tracker", "amp.hysteresis", "train.schedule_held",
     "train.input_tokens_seen", "optim.plateau_lr", "optim.plateau_best", "optim.plateau_bad_evals",
-    "optim.plateau_cooldown",
+    "optim.plateau_cooldown", "optim.greedy_good_evals", "optim.greedy_warmup_left", "optim.greedy_reset_left",
+    "optim.greedy_window",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -112,6 +114,7 @@ typedef struct {
     const char *kv[2 * (K_COUNT + 1) + 1];
     char buf[K_COUNT][80];
     char state_names[MAX_STATE * 24];
+    char window[UT_GREEDY_WINDOW_MAX * 26 + 32]; /* greedy's smoothing window: "sum;v1,v2,..." */
     int n;
 } meta_out;
 
@@ -180,6 +183,21 @@ static void meta_build(meta_out *mo, const char *type, const char *state, int64_
         meta_put(mo, K_PLATEAU_BEST, mo->buf[K_PLATEAU_BEST]);
         meta_putf(mo, K_PLATEAU_BAD, "%" PRId64, p->bad);
         meta_putf(mo, K_PLATEAU_COOLDOWN, "%" PRId64, p->cooldown);
+    }
+    if (st->plateau && st->greedy) { /* and greedy's: its runs, counters and window (oldest first) */
+        const ut_plateau_state *p = &st->plateau_state;
+        meta_putf(mo, K_GREEDY_GOOD, "%" PRId64, p->good);
+        meta_putf(mo, K_GREEDY_WARMUP, "%" PRId64, p->warmup);
+        meta_putf(mo, K_GREEDY_RESET, "%" PRId64, p->reset_left);
+        size_t at = 0;
+        format_double(mo->window, 32, p->win_sum);
+        at = strlen(mo->window);
+        for (int64_t i = 0; i < p->win_n; i++) {
+            mo->window[at++] = i ? ',' : ';';
+            format_double(mo->window + at, 26, p->win[(p->win_head + i) % UT_GREEDY_WINDOW_MAX]);
+            at += strlen(mo->window + at);
+        }
+        meta_put(mo, K_GREEDY_WINDOW, mo->window);
     }
     if (!state) return;
     meta_putf(mo, K_OPTIM_STEPS, "%" PRId64, optim_steps);
@@ -252,11 +270,39 @@ static bool parse_plateau(const ut_st_file *f, ut_train_state *st) {
            parse_i64(v[3], &p->cooldown);
 }
 
+/* greedy's window "sum;v1,v2,..." (oldest first; "sum" alone when empty) */
+static bool parse_window(const char *s, ut_plateau_state *p) {
+    char *end;
+    p->win_sum = strtod(s, &end);
+    if (end == s) return false;
+    p->win_n = p->win_head = 0;
+    for (s = end; *s; s = end) {
+        if (*s != (p->win_n ? ',' : ';') || p->win_n == UT_GREEDY_WINDOW_MAX) return false;
+        p->win[p->win_n] = strtod(++s, &end);
+        if (end == s) return false;
+        p->win_n++;
+    }
+    return true;
+}
+
+/* greedy's part of the state, present only in greedy runs' checkpoints (with
+ * the plateau keys): all four keys or none. */
+static bool parse_greedy(const ut_st_file *f, ut_train_state *st) {
+    const char *v[4];
+    int have = 0;
+    for (int i = 0; i < 4; i++) have += (v[i] = ut_st_meta(f, meta_keys[K_GREEDY_GOOD + i])) != NULL;
+    st->greedy = have > 0;
+    if (!have) return true;
+    ut_plateau_state *p = &st->plateau_state;
+    return have == 4 && st->plateau && parse_i64(v[0], &p->good) && parse_i64(v[1], &p->warmup) &&
+           parse_i64(v[2], &p->reset_left) && parse_window(v[3], p);
+}
+
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {
     const char *hash_end, *held = ut_st_meta(f, meta_keys[K_SCHEDULE_HELD]);
     const char *seen = ut_st_meta(f, meta_keys[K_TOKENS_SEEN]);
     st->schedule_held = st->input_tokens_seen = 0;
-    return parse_amp(f, st) && parse_plateau(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
+    return parse_amp(f, st) && parse_plateau(f, st) && parse_greedy(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
            (!seen || parse_i64(seen, &st->input_tokens_seen)) &&
            parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
            parse_i64(ut_st_meta(f, meta_keys[K_EPOCH]), &st->epoch) &&
@@ -515,6 +561,9 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
         {"train.input_tokens_seen", st->input_tokens_seen, 0, INT64_MAX},
         {"optim.plateau_bad_evals", st->plateau_state.bad, 0, st->step},
         {"optim.plateau_cooldown", st->plateau_state.cooldown, 0, INT64_MAX},
+        {"optim.greedy_good_evals", st->plateau_state.good, 0, st->step},
+        {"optim.greedy_warmup_left", st->plateau_state.warmup, 0, INT64_MAX},
+        {"optim.greedy_reset_left", st->plateau_state.reset_left, st->greedy ? 1 : 0, INT64_MAX},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)
@@ -550,7 +599,7 @@ static int check_meta(const char *path, const ut_st_file *f, const char *type_wa
         if (!ut_st_meta(f, meta_keys[k]))
             return ut_errorf(err, n, "%s: metadata \"%s\" is missing", path, meta_keys[k]);
     if (!parse_state(f, st))
-        return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*, amp.*, optim.plateau_*)", path);
+        return ut_errorf(err, n, "%s: malformed training state in the metadata (train.*, amp.*, optim.plateau_*, optim.greedy_*)", path);
     if (check_state(path, st, err, n)) return -1;
     const char *type = ut_st_meta(f, meta_keys[K_MODEL_TYPE]);
     if (type_want && strcmp(type, type_want))

@@ -23,7 +23,7 @@ static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
                                         "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing",
-                                        "plateau",    NULL};
+                                        "plateau",    "greedy",          NULL};
 static const char *const plateau_modes[] = {"auto", "min", "max", NULL};
 static const char *const threshold_modes[] = {"rel", "abs", NULL};
 static const char *const warmup_types[] = {"linear", "log", NULL};
@@ -308,7 +308,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
      .values = schedules, .hashed = true,
      .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay; "
-            "annealing: FlagAI's AnnealingLR; plateau: torch's ReduceLROnPlateau, lowered by the evaluations)"},
+            "annealing: FlagAI's AnnealingLR; plateau: torch's ReduceLROnPlateau, lowered by the evaluations; "
+            "greedy: transformers' GreedyLR, lowered and raised by them)"},
     {.key = "optim.warmup_steps", .type = UT_CFG_INT, AT(warmup_steps), .def = "0", GE(0),
      .hashed = true, .doc = "linear warmup steps"},
     {.key = "optim.warmup_ratio", .type = UT_CFG_FLOAT, AT(warmup_ratio), .def = "0", GE(0), .hashed = true,
@@ -317,7 +318,7 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true, .doc = "step schedule: multiply by gamma every N steps"},
     {.key = "optim.min_lr", .type = UT_CFG_FLOAT, AT(min_lr), .def = "0", GE(0), .hashed = true,
      .doc = "the decaying schedules' final learning rate (cosine, cosine_restarts, linear, polynomial, wsd); "
-            "plateau: the rate's floor"},
+            "plateau, greedy: the rate's floor"},
     {.key = "optim.min_lr_ratio", .type = UT_CFG_FLOAT, AT(min_lr_ratio), .def = "0", GE(0), LE(1),
      .hashed = true, .hash_if_set = true,
      .doc = "> 0: optim.min_lr as a fraction of optim.lr (transformers' min_lr_rate, min_lr_ratio)"},
@@ -375,6 +376,41 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "plateau: evaluations after a fall that count no bad ones"},
     {.key = "optim.plateau_eps", .type = UT_CFG_FLOAT, AT(plateau_eps), .def = "1e-8", GE(0), .hashed = true,
      .hash_if_set = true, .doc = "plateau: a fall smaller than this is not made"},
+    {.key = "optim.greedy_mode", .type = UT_CFG_ENUM, AT(greedy_mode), .def = "auto", .values = plateau_modes,
+     .hashed = true, .hash_if_set = true,
+     .doc = "greedy: min, a smaller train.best_metric is an improvement; max, a larger one; auto: max where "
+            "train.greater_is_better (GreedyLR's and a TrainingArguments file's default is min)"},
+    {.key = "optim.greedy_factor", .type = UT_CFG_FLOAT, AT(greedy_factor), .def = "0.95", GT(0), LT(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "greedy: the rate is multiplied by this when it falls, divided by it when it rises"},
+    {.key = "optim.greedy_patience", .type = UT_CFG_INT, AT(greedy_patience), .def = "10", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "greedy: the rate rises after more than this many improvements in a row, falls after more than this "
+            "many evaluations without one"},
+    {.key = "optim.greedy_threshold", .type = UT_CFG_FLOAT, AT(greedy_threshold), .def = "1e-6", GE(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "greedy: an improvement beats the best by more than this (absolute, or relative with "
+            "optim.greedy_threshold_mode: rel)"},
+    {.key = "optim.greedy_threshold_mode", .type = UT_CFG_ENUM, AT(greedy_threshold_mode), .def = "abs",
+     .values = threshold_modes, .hashed = true, .hash_if_set = true,
+     .doc = "greedy: abs, better than best -/+ threshold; rel, than best x (1 -/+ threshold)"},
+    {.key = "optim.greedy_cooldown", .type = UT_CFG_INT, AT(greedy_cooldown), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true, .doc = "greedy: evaluations after a fall that are not judged"},
+    {.key = "optim.greedy_warmup", .type = UT_CFG_INT, AT(greedy_warmup), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true, .doc = "greedy: evaluations after a rise that are not judged"},
+    {.key = "optim.greedy_max_lr", .type = UT_CFG_FLOAT, AT(greedy_max_lr), .def = "1", GT(0), .hashed = true,
+     .hash_if_set = true, .doc = "greedy: the rate never rises above this"},
+    {.key = "optim.greedy_eps", .type = UT_CFG_FLOAT, AT(greedy_eps), .def = "1e-8", GE(0), .hashed = true,
+     .hash_if_set = true, .doc = "greedy: a fall or a rise smaller than this is not made"},
+    {.key = "optim.greedy_smooth", .type = UT_CFG_BOOL, AT(greedy_smooth), .def = "false", .hashed = true,
+     .hash_if_set = true,
+     .doc = "greedy: judge the average of the last optim.greedy_window_size metrics instead of each one"},
+    {.key = "optim.greedy_window_size", .type = UT_CFG_INT, AT(greedy_window_size), .def = "50", GE(1), LE(256),
+     .hashed = true, .hash_if_set = true, .doc = "greedy with optim.greedy_smooth: the metrics averaged"},
+    {.key = "optim.greedy_reset_start", .type = UT_CFG_INT, AT(greedy_reset_start), .def = "500", GE(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "greedy: after this many falls that leave the rate at optim.min_lr (a rise counts again from "
+            "the start) the rate goes back to optim.lr and the best metric is forgotten"},
     {.key = "optim.schedule_on_skip", .type = UT_CFG_ENUM, AT(schedule_on_skip), .def = "hold",
      .values = skip_rules, .hashed = true, .hash_if_set = true,
      .doc = "fp16: a step skipped for inf/NaN gradients holds the schedule (the next step takes the rate "

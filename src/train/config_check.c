@@ -219,11 +219,12 @@ static int check_train(const ut_config *c, char *err, size_t n) {
 static int check_optim(const ut_config *c, char *err, size_t n) {
     const char *sched = c->schedule;
     bool ds = !strncmp(sched, "ds_", 3);
-    bool plateau = !strcmp(sched, "plateau");
+    bool plateau = !strcmp(sched, "plateau"), greedy = !strcmp(sched, "greedy");
     bool decays = strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "inverse_sqrt") &&
-                  strcmp(sched, "ds_warmup") && !plateau;
+                  strcmp(sched, "ds_warmup") && !plateau && !greedy;
     bool wsd = !strcmp(sched, "wsd");
-    if (c->min_lr > c->lr) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
+    /* GreedyLR's rate rises, and its floor may lie above the first rate (transformers' 1e-3 against 5e-5) */
+    if (c->min_lr > c->lr && !greedy) FAIL("optim.min_lr: %g must be <= optim.lr (%g)", c->min_lr, c->lr);
     if (c->min_lr > 0 && c->min_lr_ratio > 0)
         FAIL("optim.min_lr_ratio: set it or optim.min_lr (%g), not both", c->min_lr);
     /* each schedule's own keys, refused where they would do nothing */
@@ -256,19 +257,36 @@ static int check_optim(const ut_config *c, char *err, size_t n) {
                                                "optim.plateau_eps"};
     for (size_t i = 0; !plateau && i < sizeof plateau_keys / sizeof plateau_keys[0]; i++)
         if (!ut_cfg_at_default(c, plateau_keys[i]))
-            FAIL("%s: belongs to optim.schedule: plateau (it is %s); remove the key", plateau_keys[i], sched);
-    if (plateau && (c->warmup_steps > 0 || c->warmup_ratio > 0))
-        FAIL("optim.schedule: plateau (torch's ReduceLROnPlateau) has no warmup: its rate starts at optim.lr; "
-             "remove optim.warmup_%s", c->warmup_ratio > 0 ? "ratio" : "steps");
-    if (plateau && !strcmp(c->eval_strategy, "no"))
-        FAIL("optim.schedule: plateau lowers the rate when the evaluations stop improving, and "
-             "train.eval_strategy is no: set it to steps or epoch (with dev data)");
-    if (plateau && strncmp(c->best_metric, "dev/", 4))
-        FAIL("optim.schedule: plateau follows train.best_metric, which must be an evaluation's metric "
-             "(dev/loss, dev/accuracy, ...), not %s", c->best_metric);
-    if (c->warmup_from_zero && (ds || annealing || plateau))
+            FAIL("%s: belongs to optim.schedule: plateau (it is %s)%s; remove the key", plateau_keys[i], sched,
+                 greedy ? ": greedy's are the optim.greedy_* keys" : "");
+    static const char *const greedy_keys[] = {"optim.greedy_mode",      "optim.greedy_factor",
+                                              "optim.greedy_patience",  "optim.greedy_threshold",
+                                              "optim.greedy_threshold_mode", "optim.greedy_cooldown",
+                                              "optim.greedy_warmup",    "optim.greedy_max_lr",
+                                              "optim.greedy_eps",       "optim.greedy_smooth",
+                                              "optim.greedy_window_size", "optim.greedy_reset_start"};
+    for (size_t i = 0; !greedy && i < sizeof greedy_keys / sizeof greedy_keys[0]; i++)
+        if (!ut_cfg_at_default(c, greedy_keys[i]))
+            FAIL("%s: belongs to optim.schedule: greedy (it is %s); remove the key", greedy_keys[i], sched);
+    if (greedy && !c->greedy_smooth && !ut_cfg_at_default(c, "optim.greedy_window_size"))
+        FAIL("optim.greedy_window_size: averages the metrics only with optim.greedy_smooth: true; set that or "
+             "remove the key");
+    /* the evaluation-driven rates need evaluations of a dev metric, and have no warmup */
+    const char *by_evals = plateau ? "plateau" : greedy ? "greedy" : NULL;
+    if (by_evals && (c->warmup_steps > 0 || c->warmup_ratio > 0))
+        FAIL("optim.schedule: %s (%s) has no warmup: its rate starts at optim.lr; remove optim.warmup_%s",
+             by_evals, plateau ? "torch's ReduceLROnPlateau" : "transformers' GreedyLR",
+             c->warmup_ratio > 0 ? "ratio" : "steps");
+    if (by_evals && !strcmp(c->eval_strategy, "no"))
+        FAIL("optim.schedule: %s %s, and train.eval_strategy is no: set it to steps or epoch (with dev data)",
+             by_evals, plateau ? "lowers the rate when the evaluations stop improving"
+                               : "lowers and raises the rate as the evaluations go");
+    if (by_evals && strncmp(c->best_metric, "dev/", 4))
+        FAIL("optim.schedule: %s follows train.best_metric, which must be an evaluation's metric "
+             "(dev/loss, dev/accuracy, ...), not %s", by_evals, c->best_metric);
+    if (c->warmup_from_zero && (ds || annealing || by_evals))
         FAIL("optim.warmup_from_zero: optim.schedule %s has %s warmup; remove the key", sched,
-             plateau ? "no" : "its own");
+             by_evals ? "no" : "its own");
     if (c->schedule_steps > 0 && !decays)
         FAIL("optim.schedule_steps: optim.schedule %s does not decay to an end; remove the key", sched);
     if (wsd && c->decay_steps < 1)

@@ -241,7 +241,7 @@ static const char *hf_adamw(const char *v) {
  * which the alias takes. */
 static int scheduler(ut_config *c, const char *v, char *err, size_t n) {
     /* transformers' constant and ReduceLROnPlateau take no warmup (config_yaml.c) */
-    c->hf_constant = !strcmp(v, "constant") || !strcmp(v, "reduce_lr_on_plateau");
+    c->hf_constant = !strcmp(v, "constant") || !strcmp(v, "reduce_lr_on_plateau") || !strcmp(v, "greedy");
     /* warmup then constant; cosine_with_min_lr's floor is its min_lr or
      * min_lr_rate (lr_scheduler_kwargs) */
     if (!strcmp(v, "constant_with_warmup")) return assign(c, "optim.schedule", "constant", err, n);
@@ -259,8 +259,21 @@ static int scheduler(ut_config *c, const char *v, char *err, size_t n) {
         if (assign(c, "optim.schedule", "plateau", err, n) < 0) return -1;
         return strcmp(c->plateau_mode, "auto") ? 1 : assign(c, "optim.plateau_mode", "min", err, n);
     }
+    /* transformers' GreedyLR with its defaults: mode min, and a floor of
+     * 1e-3 (above the default learning rate) unless the kwargs say */
+    if (!strcmp(v, "greedy")) {
+        if (assign(c, "optim.schedule", "greedy", err, n) < 0) return -1;
+        if (!strcmp(c->greedy_mode, "auto") && assign(c, "optim.greedy_mode", "min", err, n) < 0) return -1;
+        return c->min_lr_set ? 1 : assign(c, "optim.min_lr", "1e-3", err, n);
+    }
     return 0;
 }
+
+/* The arguments ReduceLROnPlateau and GreedyLR share: optim.plateau_NAME or
+ * optim.greedy_NAME by the schedule the file names (config_yaml.c moves
+ * those given before lr_scheduler_type). */
+const char *const ut_cfg_hf_rate_args[] = {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown",
+                                           "eps", NULL};
 
 /* lr_scheduler_kwargs (the arguments transformers passes to the schedule):
  * {} is nothing; each argument becomes the optim key of the same meaning. */
@@ -271,13 +284,21 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
         {"num_cycles", "optim.num_cycles"},  {"power", "optim.power"},
         {"timescale", "optim.timescale"},    {"num_decay_steps", "optim.decay_steps"},
         {"decay_type", "optim.decay_type"},
-        /* ReduceLROnPlateau's */
-        {"mode", "optim.plateau_mode"},      {"factor", "optim.plateau_factor"},
-        {"patience", "optim.plateau_patience"}, {"threshold", "optim.plateau_threshold"},
-        {"threshold_mode", "optim.plateau_threshold_mode"}, {"cooldown", "optim.plateau_cooldown"},
-        {"eps", "optim.plateau_eps"},
+        /* GreedyLR's own */
+        {"warmup", "optim.greedy_warmup"},   {"max_lr", "optim.greedy_max_lr"},
+        {"smooth", "optim.greedy_smooth"},   {"window_size", "optim.greedy_window_size"},
+        {"reset_start", "optim.greedy_reset_start"},
     };
     const char *arg = key + strlen("lr_scheduler_kwargs.");
+    char shared[64];
+    for (int i = 0; ut_cfg_hf_rate_args[i]; i++)
+        if (!strcmp(arg, ut_cfg_hf_rate_args[i])) {
+            snprintf(shared, sizeof shared, "optim.%s_%s", strcmp(c->schedule, "greedy") ? "plateau" : "greedy", arg);
+            if (ut_cfg_assign(c, shared, v, err, n) == 0) return 1;
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            return ut_errorf(err, n, "%s (%s): %s", key, shared, why);
+        }
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(arg, map[i][0])) {
             if (ut_cfg_assign(c, map[i][1], v, err, n) == 0) return 1;
@@ -295,8 +316,9 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
                                  "num_train_epochs)", key);
     return ut_errorf(err, n, "%s: not an argument of utrain's schedules; they take min_lr, lr_end, min_lr_rate, "
                              "min_lr_ratio, num_cycles, power, timescale, num_decay_steps, decay_type, "
-                             "warmup_type: linear, and ReduceLROnPlateau's mode, factor, patience, threshold, "
-                             "threshold_mode, cooldown and eps (docs/config.md)", key);
+                             "warmup_type: linear, ReduceLROnPlateau's and GreedyLR's mode, factor, patience, "
+                             "threshold, threshold_mode, cooldown and eps, and GreedyLR's warmup, max_lr, smooth, "
+                             "window_size and reset_start (docs/config.md)", key);
 }
 
 /* num_train_epochs: transformers' is a float (3.0 in a file it wrote) */
@@ -545,8 +567,8 @@ const char *const ut_cfg_hf_doc =
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
-    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / `plateau` with `optim.plateau_mode: min` (torch's default, whatever the metric, unless `lr_scheduler_kwargs` gives `mode`) and no warmup, stepped by each evaluation's `metric_for_best_model` (`train.best_metric`, `eval_loss` unless given) as the Trainer does; `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
-    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
+    "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` / `greedy` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / `plateau` with `optim.plateau_mode: min` (torch's default, whatever the metric, unless `lr_scheduler_kwargs` gives `mode`) and no warmup, stepped by each evaluation's `metric_for_best_model` (`train.best_metric`, `eval_loss` unless given) as the Trainer does / `greedy` (GreedyLR) the same way, with `optim.greedy_mode: min` and GreedyLR's floor `optim.min_lr: 1e-3` unless the kwargs give `mode` or `min_lr`; `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
+    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's and GreedyLR's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / GreedyLR's `warmup`, `max_lr`, `smooth`, `window_size`, `reset_start` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names), or with `greedy` `optim.greedy_mode`, ... / `optim.greedy_warmup`, ... (the same names) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | N | nothing: each process reads its batches ahead on one background thread, whatever N |\n"

@@ -73,6 +73,10 @@ int ut_cfg_flagai_logging_dir(ut_config *c, char *err, size_t n);
 int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);
 /* Whether key is a mapping of Hugging Face's that may be empty (lr_scheduler_kwargs: {}). */
 bool ut_cfg_hf_mapping(const char *key);
+/* The lr_scheduler_kwargs ReduceLROnPlateau and GreedyLR share (mode,
+ * factor, ...; NULL-terminated): each is optim.plateau_NAME, or
+ * optim.greedy_NAME once the schedule is greedy. */
+extern const char *const ut_cfg_hf_rate_args[];
 /* device (or pytorch_device, named by key): 0 for a device the trainer
  * runs on, else -1 with what to write instead. */
 int ut_cfg_check_device(const char *key, const char *value, char *err, size_t n);

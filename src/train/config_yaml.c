@@ -340,17 +340,48 @@ static bool hf_file(const loader *ld) {
     return false;
 }
 
+/* Where a key comes in the file: 1 for the first key, ... (0: not in it). */
+static int seen_at(const loader *ld, const char *key) {
+    for (int i = 0; i < ld->nseen; i++)
+        if (!strcmp(ld->seen[i], key)) return i + 1;
+    return 0;
+}
+
+/* lr_scheduler_type: greedy after lr_scheduler_kwargs that it shares with
+ * ReduceLROnPlateau (mode, factor, ...): those went to optim.plateau_*
+ * before the file named the schedule, and belong to optim.greedy_*. */
+static int greedy_kwargs(loader *ld) {
+    ut_config *c = ld->c;
+    int type_at = seen_at(ld, "lr_scheduler_type");
+    for (int i = 0; ut_cfg_hf_rate_args[i]; i++) {
+        char arg[64], from[64], to[64], value[UT_CFG_STR_MAX + 64], msg[512];
+        snprintf(arg, sizeof arg, "lr_scheduler_kwargs.%s", ut_cfg_hf_rate_args[i]);
+        int at = seen_at(ld, arg);
+        if (!at || at > type_at) continue;
+        snprintf(from, sizeof from, "optim.plateau_%s", ut_cfg_hf_rate_args[i]);
+        snprintf(to, sizeof to, "optim.greedy_%s", ut_cfg_hf_rate_args[i]);
+        const ut_cfg_key *k = ut_cfg_find(from);
+        ut_cfg_format(c, k, value, sizeof value);
+        if (ut_cfg_assign(c, to, value, msg, sizeof msg) || ut_cfg_assign(c, from, k->def, msg, sizeof msg))
+            return ut_errorf(ld->err, ld->n, "%s:%d: %s (%s): %s", ld->path, ld->seen_line[at - 1], arg, to, msg);
+    }
+    return 0;
+}
+
 static int hf_recipe(loader *ld) {
     ut_config *c = ld->c;
+    if (!strcmp(c->schedule, "greedy") && greedy_kwargs(ld)) return -1;
     bool length = !seen(ld, "train.epochs") && !seen(ld, "train.max_steps");
     bool saving = !seen(ld, "train.save_strategy") && !seen(ld, "train.save_interval");
     const int hf = UT_CFG_DEFAULTS_HF;
     /* transformers' constant schedule and ReduceLROnPlateau ignore warmup_steps and warmup_ratio */
-    bool plateau = !strcmp(c->schedule, "plateau");
-    if (c->hf_constant && (plateau || !strcmp(c->schedule, "constant")) && (c->warmup_steps > 0 || c->warmup_ratio > 0) &&
+    bool plateau = !strcmp(c->schedule, "plateau"), greedy = !strcmp(c->schedule, "greedy");
+    if (c->hf_constant && (plateau || greedy || !strcmp(c->schedule, "constant")) &&
+        (c->warmup_steps > 0 || c->warmup_ratio > 0) &&
         (apply_default(ld, hf, "optim.warmup_steps", "0",
-                       plateau ? "lr_scheduler_type reduce_lr_on_plateau without warmup"
-                               : "lr_scheduler_type constant without warmup") ||
+                       plateau  ? "lr_scheduler_type reduce_lr_on_plateau without warmup"
+                       : greedy ? "lr_scheduler_type greedy without warmup"
+                                : "lr_scheduler_type constant without warmup") ||
          apply_default(ld, hf, "optim.warmup_ratio", "0", NULL)))
         return -1;
     /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */

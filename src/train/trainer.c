@@ -175,6 +175,13 @@ static int64_t ratio_steps(double ratio, int64_t steps_per_epoch) {
     return k > 0 ? k : 1;
 }
 
+/* optim.schedule plateau or greedy: the rate before any evaluation */
+static void start_rate_by_evals(ut_trainer *t) {
+    t->st.plateau = true;
+    t->st.greedy = t->plateau.greedy;
+    ut_plateau_init(&t->plateau, t->cfg->lr, &t->st.plateau_state);
+}
+
 static int set_schedule(ut_trainer *t) {
     const ut_config *c = t->cfg;
     ut_sched_kind kind;
@@ -205,19 +212,28 @@ static int set_schedule(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "optim.schedule: %s", why);
         return -1;
     }
-    if (kind != UT_SCHED_PLATEAU) return 0;
-    /* the evaluations' rate: mode auto follows train.greater_is_better */
-    t->plateau = (ut_plateau){.max = !strcmp(c->plateau_mode, "max") ||
-                                     (!strcmp(c->plateau_mode, "auto") && c->greater_is_better),
-                              .abs = !strcmp(c->plateau_threshold_mode, "abs"), .factor = c->plateau_factor,
-                              .patience = c->plateau_patience, .threshold = c->plateau_threshold,
-                              .cooldown = c->plateau_cooldown, .min_lr = min_lr, .eps = c->plateau_eps};
+    if (kind == UT_SCHED_PLATEAU) /* the evaluations' rate: mode auto follows train.greater_is_better */
+        t->plateau = (ut_plateau){.max = !strcmp(c->plateau_mode, "max") ||
+                                         (!strcmp(c->plateau_mode, "auto") && c->greater_is_better),
+                                  .abs = !strcmp(c->plateau_threshold_mode, "abs"), .factor = c->plateau_factor,
+                                  .patience = c->plateau_patience, .threshold = c->plateau_threshold,
+                                  .cooldown = c->plateau_cooldown, .min_lr = min_lr, .eps = c->plateau_eps};
+    else if (kind == UT_SCHED_GREEDY)
+        t->plateau = (ut_plateau){.max = !strcmp(c->greedy_mode, "max") ||
+                                         (!strcmp(c->greedy_mode, "auto") && c->greater_is_better),
+                                  .abs = !strcmp(c->greedy_threshold_mode, "abs"), .factor = c->greedy_factor,
+                                  .patience = c->greedy_patience, .threshold = c->greedy_threshold,
+                                  .cooldown = c->greedy_cooldown, .min_lr = min_lr, .eps = c->greedy_eps,
+                                  .greedy = true, .warmup = c->greedy_warmup, .max_lr = c->greedy_max_lr,
+                                  .window = c->greedy_smooth ? c->greedy_window_size : 0,
+                                  .reset_start = c->greedy_reset_start};
+    else
+        return 0;
     if (ut_plateau_check(&t->plateau, why, sizeof why)) {
-        snprintf(t->err, sizeof t->err, "optim.schedule plateau: %s", why);
+        snprintf(t->err, sizeof t->err, "optim.schedule %s: %s", c->schedule, why);
         return -1;
     }
-    t->st.plateau = true;
-    ut_plateau_init(&t->plateau, c->lr, &t->st.plateau_state);
+    start_rate_by_evals(t);
     return 0;
 }
 
@@ -405,11 +421,11 @@ static int resume(ut_trainer *t) {
             return -1;
         }
         t->st = st;
-        if (t->sched.kind != UT_SCHED_PLATEAU) t->st.plateau = false;
-        else if (!st.plateau) { /* a checkpoint from before any evaluation state: the rate's start */
-            t->st.plateau = true;
-            ut_plateau_init(&t->plateau, t->cfg->lr, &t->st.plateau_state);
-        }
+        bool by_evals = t->sched.kind == UT_SCHED_PLATEAU || t->sched.kind == UT_SCHED_GREEDY;
+        if (!by_evals) t->st.plateau = t->st.greedy = false;
+        else if (!st.plateau || st.greedy != t->plateau.greedy)
+            start_rate_by_evals(t); /* a checkpoint without (this schedule's) evaluation state */
+        else t->st.plateau_state.lr0 = t->cfg->lr;    /* what greedy's reset goes back to */
         if (t->fp16 && st.loss_scale > 0) { /* else (from an fp32/bf16 run) init_scale */
             t->scaler.scale = (float)st.loss_scale;
             t->scaler.growth_tracker = st.scale_growth_tracker;
@@ -623,11 +639,11 @@ static int save_now(ut_trainer *t) {
 static bool agree_on_stop(ut_trainer *t);
 static bool stop_asked(void *t) { return agree_on_stop(t); }
 
-/* optim.schedule plateau: the evaluation's train.best_metric (a dev metric,
- * config_check.c) moves the rate, on every rank alike (res is the same on
- * all of them), before the best checkpoint is written, so that its state is
- * in it; a metric the evaluation lacks is an error, as in transformers'
- * Trainer. */
+/* optim.schedule plateau or greedy: the evaluation's train.best_metric (a
+ * dev metric, config_check.c) moves the rate, on every rank alike (res is
+ * the same on all of them), before the best checkpoint is written, so that
+ * its state is in it; a metric the evaluation lacks is an error, as in
+ * transformers' Trainer. */
 static int plateau_step(ut_trainer *t, const ut_eval_result *res) {
     const char *name = t->cfg->best_metric + 4;
     int i = 0;
@@ -638,16 +654,28 @@ static int plateau_step(ut_trainer *t, const ut_eval_result *res) {
         have[0] = 0;
         for (int j = 0; j < res->n && k < sizeof have; j++)
             k += (size_t)snprintf(have + k, sizeof have - k, "%sdev/%s", j ? ", " : "", res->names[j]);
-        snprintf(t->err, sizeof t->err, "optim.schedule plateau: train.best_metric %s is not among the "
-                                        "evaluation's metrics (%s)", t->cfg->best_metric, have);
+        snprintf(t->err, sizeof t->err, "optim.schedule %s: train.best_metric %s is not among the "
+                                        "evaluation's metrics (%s)", t->cfg->schedule, t->cfg->best_metric, have);
         return -1;
     }
     ut_plateau_state *s = &t->st.plateau_state;
     double before = s->lr;
-    if (ut_plateau_step(&t->plateau, s, res->values[i]))
-        ut_say(&t->log, "plateau: %s has not improved for %lld evaluation%s: learning rate %.4g -> %.4g\n",
-               t->cfg->best_metric, (long long)t->plateau.patience + 1, t->plateau.patience ? "s" : "", before,
-               s->lr);
+    long long n = (long long)t->plateau.patience + 1;
+    const char *sched = t->cfg->schedule, *metric = t->cfg->best_metric, *evals = n > 1 ? "evaluations" : "evaluation";
+    switch (ut_plateau_step(&t->plateau, s, res->values[i])) {
+    case UT_PLATEAU_LOWERED:
+        ut_say(&t->log, "%s: %s has not improved for %lld %s: learning rate %.4g -> %.4g\n", sched, metric, n, evals,
+               before, s->lr);
+        break;
+    case UT_PLATEAU_RAISED:
+        ut_say(&t->log, "%s: %s has improved %lld %s in a row: learning rate %.4g -> %.4g\n", sched, metric, n,
+               evals, before, s->lr);
+        break;
+    case UT_PLATEAU_RESET:
+        ut_say(&t->log, "%s: %lld falls at the floor optim.min_lr: learning rate %.4g -> %.4g (the start), the "
+               "best metric forgotten\n", sched, (long long)t->plateau.reset_start, before, s->lr);
+        break;
+    }
     return 0;
 }
 

@@ -675,34 +675,31 @@ static void test_wsd_schedule(void) {
     }
 }
 
-/* optim.schedule: plateau (torch's ReduceLROnPlateau) lowers the rate
- * after evaluations: with an improvement that no metric can make (an
- * absolute threshold of 1e9 in mode max) every evaluation after the first
- * is a bad one, so with patience 1 the rate halves after the 3rd, 5th and
- * 7th (the logged rate is the one a step trained at). A run stopped at step
- * 4 and resumed goes on at the rate and count of bad evaluations its
- * checkpoint kept: the same rates and losses as the run straight through. */
-static void test_plateau_schedule(void) {
-    const char *out = tp_path(tmp, "plateau.out");
-    char runs[512], straight[700], halves[700], ck[720];
-    snprintf(runs, sizeof runs, "output_dir=%s/plateau", tmp);
+/* An evaluation-driven rate (schedule sets, `name` the runs' folder) on the
+ * bow model, evaluating every step: a straight run of 8 steps says each of
+ * `said` and runs at the rates want; one stopped at 4 and resumed runs at
+ * the same rates with the same losses. The step-4 checkpoint's metadata:
+ * the keys of `meta` with those (numeric) values. */
+static void rate_runs(const char *name, const char *const *sched, const double want[8], const char *const *said_want,
+                      const char *const meta[][2]) {
+    char out[600], runs[512], straight[700], halves[700], ck[720];
+    snprintf(out, sizeof out, "%s/%s.out", tmp, name);
+    snprintf(runs, sizeof runs, "output_dir=%s/%s", tmp, name);
     const char *set[] = {"--set", "train.eval_strategy=steps", "--set", "train.eval_interval=1", "--set",
                          "train.log_interval=1", "--set", "train.save_strategy=steps", "--set",
-                         "train.save_interval=2", "--set", "optim.schedule=plateau", "--set",
-                         "optim.plateau_mode=max", "--set", "optim.plateau_threshold_mode=abs", "--set",
-                         "optim.plateau_threshold=1e9", "--set", "optim.plateau_patience=1", "--set",
-                         "optim.plateau_factor=0.5", "--set", runs};
+                         "train.save_interval=2", "--set", runs};
     const char *argv[64] = {"train", "configs/sst2_bow.yml"};
     int a = 2;
     for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) argv[a++] = set[i];
+    for (int i = 0; sched[i]; i++) argv[a++] = "--set", argv[a++] = sched[i];
     int base = a;
     argv[a++] = "--set", argv[a++] = "experiment_name=straight", argv[a++] = "--set", argv[a++] = "train.max_steps=8";
     argv[a] = NULL;
     int rc = tp_run(argv, out);
     char *said = tp_slurp(out);
-    CHECK(rc == 0 && said && strstr(said, "plateau: dev/accuracy has not improved for 2 evaluations: learning rate "
-                                          "0.005 -> 0.0025"),
-          "straight run: %s", said ? said : "");
+    for (int i = 0; said_want[i]; i++)
+        CHECK(rc == 0 && said && strstr(said, said_want[i]), "%s: straight run, not said: %s\n%s", name, said_want[i],
+              said ? said : "");
     free(said);
     a = base;
     argv[a++] = "--set", argv[a++] = "experiment_name=halves", argv[a++] = "--set", argv[a++] = "train.max_steps=4";
@@ -712,22 +709,69 @@ static void test_plateau_schedule(void) {
     argv[a++] = "--set", argv[a++] = "continue_training=true";
     argv[a] = NULL;
     rc |= tp_run(argv, out);
-    CHECK(rc == 0, "the runs failed: %s", out);
-    snprintf(straight, sizeof straight, "%s/plateau/straight/metrics.jsonl", tmp);
-    snprintf(halves, sizeof halves, "%s/plateau/halves/metrics.jsonl", tmp);
-    const double want[8] = {5e-3, 5e-3, 5e-3, 2.5e-3, 2.5e-3, 1.25e-3, 1.25e-3, 6.25e-4};
+    CHECK(rc == 0, "%s: the runs failed: %s", name, out);
+    snprintf(straight, sizeof straight, "%s/%s/straight/metrics.jsonl", tmp, name);
+    snprintf(halves, sizeof halves, "%s/%s/halves/metrics.jsonl", tmp, name);
     for (int k = 1; rc == 0 && k <= 8; k++)
         CHECK(fabs(lr_at(straight, k) - want[k - 1]) <= 1e-9 && fabs(lr_at(halves, k) - want[k - 1]) <= 1e-9,
-              "step %d: lr %.9g straight, %.9g resumed, want %.9g", k, lr_at(straight, k), lr_at(halves, k),
+              "%s step %d: lr %.9g straight, %.9g resumed, want %.9g", name, k, lr_at(straight, k), lr_at(halves, k),
               want[k - 1]);
     if (rc == 0) check_same_losses(straight, halves, 1, 8);
-    /* the checkpoint keeps the rate and the evaluations' count */
-    snprintf(ck, sizeof ck, "%s/plateau/halves/checkpoints/step_00000004.safetensors", tmp);
+    /* the checkpoint keeps the evaluations' state */
+    snprintf(ck, sizeof ck, "%s/%s/halves/checkpoints/step_00000004.safetensors", tmp, name);
     char err[256];
     ut_st_file *f = ut_st_open(ck, err, sizeof err);
-    const char *lr = f ? ut_st_meta(f, "optim.plateau_lr") : NULL, *bad = f ? ut_st_meta(f, "optim.plateau_bad_evals") : NULL;
-    CHECK(lr && bad && strtod(lr, NULL) == 2.5e-3 && !strcmp(bad, "1"), "checkpoint at step 4: lr %s, bad %s (%s)",
-          lr ? lr : "-", bad ? bad : "-", f ? "" : err);
+    for (int i = 0; meta[i][0]; i++) {
+        const char *v = f ? ut_st_meta(f, meta[i][0]) : NULL;
+        bool same = v && strtod(v, NULL) == strtod(meta[i][1], NULL);
+        CHECK(same, "%s: checkpoint at step 4: %s is %s, want %s (%s)", name, meta[i][0], v ? v : "-", meta[i][1],
+              f ? "" : err);
+    }
+    ut_st_close(f);
+}
+
+/* optim.schedule: plateau (torch's ReduceLROnPlateau) lowers the rate
+ * after evaluations: with an improvement that no metric can make (an
+ * absolute threshold of 1e9 in mode max) every evaluation after the first
+ * is a bad one, so with patience 1 the rate halves after the 3rd, 5th and
+ * 7th (the logged rate is the one a step trained at). A run stopped at step
+ * 4 and resumed goes on at the rate and count of bad evaluations its
+ * checkpoint kept. */
+static void test_plateau_schedule(void) {
+    const char *sched[] = {"optim.schedule=plateau", "optim.plateau_mode=max", "optim.plateau_threshold_mode=abs",
+                           "optim.plateau_threshold=1e9", "optim.plateau_patience=1", "optim.plateau_factor=0.5", NULL};
+    const double want[8] = {5e-3, 5e-3, 5e-3, 2.5e-3, 2.5e-3, 1.25e-3, 1.25e-3, 6.25e-4};
+    const char *said[] = {"plateau: dev/accuracy has not improved for 2 evaluations: learning rate 0.005 -> 0.0025",
+                          NULL};
+    const char *const meta[][2] = {{"optim.plateau_lr", "0.0025"}, {"optim.plateau_bad_evals", "1"}, {NULL, NULL}};
+    rate_runs("plateau", sched, want, said, meta);
+}
+
+/* optim.schedule greedy, patience 0: the first evaluation improves on
+ * nothing and doubles the rate; none beats the threshold after it, so each
+ * halves it, down to the floor 0.002; the second fall there (reset_start 2)
+ * starts again from 0.005, whose first evaluation doubles it again. The
+ * smoothing window's two metrics are in the checkpoint. */
+static void test_greedy_schedule(void) {
+    const char *sched[] = {"optim.schedule=greedy", "optim.greedy_mode=max", "optim.greedy_threshold=1e9",
+                           "optim.greedy_patience=0", "optim.greedy_factor=0.5", "optim.min_lr=0.002",
+                           "optim.greedy_reset_start=2", "optim.greedy_smooth=true", "optim.greedy_window_size=2",
+                           NULL};
+    const double want[8] = {5e-3, 1e-2, 5e-3, 2.5e-3, 2e-3, 5e-3, 1e-2, 5e-3};
+    const char *said[] = {"greedy: dev/accuracy has improved 1 evaluation in a row: learning rate 0.005 -> 0.01",
+                          "greedy: dev/accuracy has not improved for 1 evaluation: learning rate 0.005 -> 0.0025",
+                          "greedy: 2 falls at the floor optim.min_lr: learning rate 0.002 -> 0.005 (the start)", NULL};
+    const char *const meta[][2] = {{"optim.plateau_lr", "0.002"}, {"optim.greedy_reset_left", "1"},
+                                   {"optim.greedy_good_evals", "0"}, {"optim.greedy_warmup_left", "0"},
+                                   {NULL, NULL}};
+    rate_runs("greedy", sched, want, said, meta);
+    char ck[720], err[256];
+    snprintf(ck, sizeof ck, "%s/greedy/halves/checkpoints/step_00000004.safetensors", tmp);
+    ut_st_file *f = ut_st_open(ck, err, sizeof err);
+    const char *w = f ? ut_st_meta(f, "optim.greedy_window") : NULL;
+    int commas = 0;
+    for (const char *p = w; p && *p; p++) commas += *p == ',';
+    CHECK(w && strchr(w, ';') && commas == 1, "the window in the checkpoint: %s (%s)", w ? w : "-", f ? "" : err);
     ut_st_close(f);
 }
 
@@ -949,6 +993,7 @@ int main(int argc, char **argv) {
     RUN(test_data_seed);
     RUN(test_wsd_schedule);
     RUN(test_plateau_schedule);
+    RUN(test_greedy_schedule);
     RUN(test_eval_on_start);
     RUN(test_eval_delay_and_last_model);
     RUN(test_logging_dir);

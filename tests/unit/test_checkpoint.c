@@ -350,6 +350,52 @@ static void test_impossible_state(void) {
     free_pair(q);
 }
 
+/* optim.schedule greedy's state comes back whole: its counters, and its
+ * smoothing window in order (oldest first, wherever the ring starts), the
+ * running sum exactly, NaN metrics included; an empty window too. A greedy
+ * state with a count no run reaches is refused naming the key. */
+static void test_greedy_state(void) {
+    const char *path = tmp_path("greedy.safetensors");
+    char err[512] = "";
+    for (int full = 0; full < 2; full++) {
+        ut_train_state st = sample_state(), got = {0};
+        st.greedy = true;
+        ut_plateau_state *p = &st.plateau_state;
+        p->good = 3;
+        p->warmup = 2;
+        p->reset_left = 499;
+        p->win_sum = full ? 1.0 / 3.0 + 0.1 : 0;
+        p->win_n = full ? UT_GREEDY_WINDOW_MAX : 0;
+        p->win_head = full ? 250 : 0;
+        for (int i = 0; i < UT_GREEDY_WINDOW_MAX; i++) p->win[i] = i == 7 ? NAN : 0.25 * i - 1.0 / 3.0;
+        CHECK(ut_ckpt_save(path, saved.m, saved.o, &st, err, sizeof err) == 0, "%s", err);
+        pair q = make_pair("6,5,3", 2);
+        CHECK(ut_ckpt_load(path, q.m, q.o, &got, err, sizeof err) == 0, "%s", err);
+        free_pair(q);
+        const ut_plateau_state *g = &got.plateau_state;
+        bool same = same_state(&st, &got) && got.greedy && g->good == 3 && g->warmup == 2 && g->reset_left == 499 &&
+                    g->win_n == p->win_n && g->win_sum == p->win_sum;
+        for (int64_t i = 0; same && i < p->win_n; i++) {
+            double a = p->win[(p->win_head + i) % UT_GREEDY_WINDOW_MAX], b = g->win[(g->win_head + i) % UT_GREEDY_WINDOW_MAX];
+            same = a == b || (isnan(a) && isnan(b));
+        }
+        CHECK(same, "greedy state (window of %lld) differs after a round trip: good %lld warmup %lld reset %lld n %lld",
+              (long long)p->win_n, (long long)g->good, (long long)g->warmup, (long long)g->reset_left,
+              (long long)g->win_n);
+    }
+    struct { const char *field; ut_plateau_state ps; } cases[] = {
+        {"\"optim.greedy_good_evals\" is 6, outside [0, 5]", {.lr = 1, .good = 6, .reset_left = 1}},
+        {"\"optim.greedy_warmup_left\" is -1", {.lr = 1, .warmup = -1, .reset_left = 1}},
+        {"\"optim.greedy_reset_left\" is 0, outside [1, ", {.lr = 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ut_train_state st = {.step = 5, .best_step = -1, .rng = {1}, .plateau = true, .greedy = true,
+                             .plateau_state = cases[i].ps};
+        CHECK(ut_ckpt_save(path, saved.m, saved.o, &st, err, sizeof err) == 0, "%s", err);
+        expect_rejected(path, "6,5,3", cases[i].field, cases[i].field);
+    }
+}
+
 /* Weights or optimizer state that no training produces (NaN, inf, a
  * negative second moment) are refused at load, naming the tensor and the
  * element; a Hugging Face weights file with a NaN likewise. */
@@ -654,6 +700,7 @@ int main(void) {
     RUN(test_file_layout);
     RUN(test_corrupt_files);
     RUN(test_impossible_state);
+    RUN(test_greedy_state);
     RUN(test_damaged_values);
     RUN(test_mismatches);
     RUN(test_directory);

@@ -254,7 +254,7 @@ static void test_bad_enum(void) {
     check_load_error("optim:\n  schedule: cosin\n",
                      "2: optim.schedule: 'cosin' is not one of constant, cosine, linear, step, cosine_restarts, "
                      "polynomial, inverse_sqrt, wsd, ds_warmup, ds_warmup_decay, ds_warmup_cosine, "
-                     "annealing, plateau");
+                     "annealing, plateau, greedy");
     check_load_error("mode: eval\n", "1: mode: 'eval' is not one of train, test");
 }
 
@@ -643,6 +643,37 @@ static void test_hf_training_arguments(void) {
               c.min_lr == 1e-6 && c.plateau_eps == 0 && ut_config_validate(&c, err, sizeof err) == 0,
           "plateau kwargs before the type: mode %s factor %g (%s)", c.plateau_mode, c.plateau_factor, err);
     ut_config_free(&c);
+    /* greedy: transformers' GreedyLR with its defaults (mode min, floor 1e-3
+     * above the rate 5e-5), no warmup; its kwargs in either order */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "lr_scheduler_type: greedy\neval_strategy: epoch\nwarmup_steps: 10\n") == 0 &&
+              !strcmp(c.schedule, "greedy") && !strcmp(c.greedy_mode, "min") && c.min_lr == 1e-3 && c.lr == 5e-5 &&
+              c.warmup_steps == 0 && c.greedy_factor == 0.95 && !strcmp(c.greedy_threshold_mode, "abs") &&
+              ut_config_validate(&c, err, sizeof err) == 0,
+          "greedy: %s mode %s min_lr %g warmup %lld (%s)", c.schedule, c.greedy_mode, c.min_lr,
+          (long long)c.warmup_steps, err);
+    ut_config_defaults_text(&c, UT_CFG_DEFAULTS_HF, took, sizeof took);
+    CHECK(strstr(took, "lr_scheduler_type greedy without warmup"), "defaults named: %s", took);
+    ut_config_free(&c);
+    const char *const greedy_kwargs = "lr_scheduler_kwargs: {mode: max, factor: 0.1, patience: 3, threshold: 0.01, "
+                                      "threshold_mode: rel, cooldown: 2, min_lr: 0, eps: 0, warmup: 1, max_lr: 0.5, "
+                                      "smooth: true, window_size: 7, reset_start: 9}\n";
+    for (int before = 0; before < 2; before++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s%seval_strategy: steps\neval_steps: 10\n", before ? greedy_kwargs : "",
+                 "lr_scheduler_type: greedy\n", before ? "" : greedy_kwargs);
+        ut_config_init(&c);
+        CHECK(load_text(&c, text) == 0 && !strcmp(c.greedy_mode, "max") && c.greedy_factor == 0.1 &&
+                  c.greedy_patience == 3 && c.greedy_threshold == 0.01 && !strcmp(c.greedy_threshold_mode, "rel") &&
+                  c.greedy_cooldown == 2 && c.min_lr == 0 && c.greedy_eps == 0 && c.greedy_warmup == 1 &&
+                  c.greedy_max_lr == 0.5 && c.greedy_smooth && c.greedy_window_size == 7 &&
+                  c.greedy_reset_start == 9 && c.plateau_factor == 0.1 && !strcmp(c.plateau_mode, "auto") &&
+                  c.plateau_patience == 10 && ut_config_validate(&c, err, sizeof err) == 0,
+              "greedy kwargs %s the type: mode %s factor %g patience %lld min_lr %g plateau_factor %g (%s)",
+              before ? "before" : "after", c.greedy_mode, c.greedy_factor, (long long)c.greedy_patience, c.min_lr,
+              c.plateau_factor, err);
+        ut_config_free(&c);
+    }
     /* auto_find_batch_size: the launcher halves the batch after an out of memory */
     ut_config_init(&c);
     CHECK(load_text(&c, "auto_find_batch_size: true\nper_device_train_batch_size: 64\n") == 0 &&
@@ -693,6 +724,27 @@ static void test_hf_training_arguments(void) {
                   "key");
     check_invalid((const char *[]){"optim.plateau_patience=3", NULL},
                   "optim.plateau_patience: belongs to optim.schedule: plateau (it is constant); remove the key");
+    check_invalid((const char *[]){"optim.greedy_max_lr=3", "optim.schedule=plateau", "train.eval_strategy=epoch",
+                                   NULL},
+                  "optim.greedy_max_lr: belongs to optim.schedule: greedy (it is plateau); remove the key");
+    check_invalid((const char *[]){"optim.plateau_factor=0.5", "optim.schedule=greedy", "train.eval_strategy=epoch",
+                                   NULL},
+                  "optim.plateau_factor: belongs to optim.schedule: plateau (it is greedy): greedy's are the "
+                  "optim.greedy_* keys; remove the key");
+    check_invalid((const char *[]){"optim.schedule=greedy", "train.eval_strategy=epoch",
+                                   "optim.greedy_window_size=5", NULL},
+                  "optim.greedy_window_size: averages the metrics only with optim.greedy_smooth: true; set that or "
+                  "remove the key");
+    check_invalid((const char *[]){"optim.schedule=greedy", "train.eval_strategy=no", NULL},
+                  "optim.schedule: greedy lowers and raises the rate as the evaluations go, and train.eval_strategy "
+                  "is no: set it to steps or epoch (with dev data)");
+    check_invalid((const char *[]){"optim.schedule=greedy", "train.eval_strategy=epoch", "optim.warmup_ratio=0.1",
+                                   NULL},
+                  "optim.schedule: greedy (transformers' GreedyLR) has no warmup: its rate starts at optim.lr; "
+                  "remove optim.warmup_ratio");
+    check_invalid((const char *[]){"optim.schedule=plateau", "train.eval_strategy=epoch",
+                                   "optim.warmup_from_zero=true", NULL},
+                  "optim.warmup_from_zero: optim.schedule plateau has no warmup; remove the key");
     check_invalid((const char *[]){"optim.schedule=plateau", "train.eval_strategy=no", NULL},
                   "optim.schedule: plateau lowers the rate when the evaluations stop improving, and "
                   "train.eval_strategy is no: set it to steps or epoch (with dev data)");
