@@ -279,6 +279,12 @@ static void test_auto_find_batch_size(void) {
               strstr(o, "out of memory at train.batch_size 1: no batch fits"),
           "no batch fits: exit %d:\n%s", rc, o ? o : "(nothing)");
     free(o);
+    setenv("UTRAIN_SIM_MEMORY", "12abc", 1); /* not a size: said, not ignored */
+    rc = tp_train_expect(tmp, "simmem", gpt2, "sim", "train.max_steps=1", 1, 1);
+    o = tp_slurp(tp_path(tmp, "simmem.out"));
+    CHECK(rc == 1 && o && strstr(o, "UTRAIN_SIM_MEMORY: '12abc' is not a number of bytes"),
+          "a bad UTRAIN_SIM_MEMORY: exit %d:\n%s", rc, o ? o : "(nothing)");
+    free(o);
     unsetenv("UTRAIN_SIM_MEMORY");
 }
 

@@ -89,6 +89,29 @@ typedef struct {
 static live *table;
 static size_t table_cap, table_n;
 
+/* The device's memory: the reservation, or fewer bytes from
+ * UTRAIN_SIM_MEMORY (to run out of memory on purpose), read once. */
+static pthread_once_t cap_once = PTHREAD_ONCE_INIT;
+static size_t cap_bytes;
+
+static void read_cap(void) {
+    cap_bytes = SIM_RESERVE;
+    const char *e = getenv("UTRAIN_SIM_MEMORY");
+    if (!e || !*e) return;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (errno || *end || v == 0 || v > SIM_RESERVE || *e == '-')
+        ut_fail_exit("UTRAIN_SIM_MEMORY: '%s' is not a number of bytes from 1 to %zu (the sim device's memory)", e,
+                     (size_t)SIM_RESERVE);
+    cap_bytes = (size_t)v;
+}
+
+static size_t sim_cap(void) {
+    pthread_once(&cap_once, read_cap);
+    return cap_bytes;
+}
+
 static void reserve(void) {
     if (base) return;
     void *p = mmap(NULL, SIM_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -96,11 +119,7 @@ static void reserve(void) {
         ut_abort(__FILE__, __LINE__, "sim device: cannot reserve %zu bytes of address space: %s", SIM_RESERVE,
                  strerror(errno));
     base = p;
-    /* a smaller device, to run out of memory on purpose (tests) */
-    const char *e = getenv("UTRAIN_SIM_MEMORY");
-    char *end;
-    unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
-    if (v > 0 && !*end && v < SIM_RESERVE) cap = (size_t)v;
+    cap = sim_cap();
 }
 
 static void protect(int prot) {
@@ -819,12 +838,7 @@ static void sim_event_wait(void *stream, void *ev) {
 
 /* The simulated device's memory: its reserved address space, or
  * UTRAIN_SIM_MEMORY bytes. */
-static size_t sim_memory(void) {
-    pthread_mutex_lock(&mu);
-    reserve();
-    pthread_mutex_unlock(&mu);
-    return cap;
-}
+static size_t sim_memory(void) { return sim_cap(); }
 
 /* The direct collectives' host function (src/dist/comm_device.c): run by the
  * stream's worker in order, the window open, so the host communicator it
