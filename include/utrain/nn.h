@@ -78,6 +78,13 @@ typedef struct {
      * dereferencing them. */
     float *flat, *flat_grad;
     int cap;
+    /* A pipeline stage's place of each parameter in the whole model's order
+     * (ut_model_order_at), when the stages' lists one after the other are
+     * not that order (BART: its embeddings' layer norms come after the
+     * encoder's layers); ordered false: they are. */
+    int64_t *order;
+    bool ordered;
+    int64_t order_next;
 } ut_params;
 
 /* A model's prepared inputs on its device: the arrays its prepare added,
@@ -111,6 +118,11 @@ struct ut_model {
     int pp_size, pp_rank;
     int64_t pp_b0, pp_b1;  /* the stage's blocks [pp_b0, pp_b1) */
     ut_tensor *stage_input;
+    /* The parameter the first and the last stage both hold (a token
+     * embedding tied to the output head: GPT-2's wte.weight, BART's
+     * model.shared.weight); the trainer sums the copies' gradients so they
+     * stay equal. NULL: none. */
+    const char *pp_tied;
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
     /* Optional, for a model whose forward needs arrays computed from its
@@ -261,6 +273,12 @@ ut_model *ut_model_new(const char *type);
 /* Registers a parameter (data assigned by ut_model_finalize). Weight decay
  * applies when ndim >= 2. name is copied. */
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init);
+/* The parameters registered from now on take places key, key + 1, ... in
+ * the whole model's order (ut_params.order): for a model whose pipeline
+ * stages each register their own, so that a split run's checkpoint lists
+ * them as the whole model does. Keys must rise through the whole model's
+ * order; a tied copy takes its original's. */
+void ut_model_order_at(ut_model *m, int64_t key);
 /* A parameter of which this rank holds one part (ut_partition: dimension
  * dim of the full shape full_ne cut into parts, this rank's part, in blocks):
  * the tensor has the part's shape, and ut_model_finalize fills it with

@@ -298,7 +298,7 @@ static void prof_report(void) {
         char rate[2][16];
         for (int d = 0; d < 2; d++) {
             if (prof_time[op][d] > 0 && prof_bytes[op][d] > 0)
-                snprintf(rate[d], sizeof rate[d], "%.1f", prof_bytes[op][d] / prof_time[op][d] * 1e-9);
+                snprintf(rate[d], sizeof rate[d], "%.3g", prof_bytes[op][d] / prof_time[op][d] * 1e-9);
             else snprintf(rate[d], sizeof rate[d], "-");
         }
         fprintf(stderr, "  %-20s %10.4f %8ld %8s %10.4f %8ld %8s %5.1f%%\n", ut_op_name(op), prof_time[op][0],

@@ -64,9 +64,9 @@ struct bart {
     float *final_bias; /* its final_logits_bias (V), read from model.pretrained; NULL: zeros */
     int64_t forced_bos; /* forced_bos_token_id, -1: none */
     ut_model_layout lay; /* tensor parallel: heads, features and the shared embedding's vocabulary split */
-    /* pipeline (the classifier): this stage's layers [b0, b1) of the EL + DL
-     * (encoder's, then decoder's); the first stage embeds both streams, the
-     * last has the classification head */
+    /* pipeline: this stage's layers [b0, b1) of the EL + DL (encoder's,
+     * then decoder's); the first stage embeds both streams, the last has
+     * the classification head or the tied LM head */
     int64_t b0, b1;
     bool first, last;
 };
@@ -389,10 +389,41 @@ static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *po
     return h;
 }
 
+/* Training and evaluation: this stage's layers (all of them when whole),
+ * with the dropout regions bart_forward uses, so a layer's masks are the
+ * same whichever stage runs it. Between pipeline stages the two streams
+ * travel as one tensor, the encoder's B S rows then the decoder's B T
+ * ((B (S + T), C)); the last stage has the tied head (its own copy of
+ * model.shared, pp_tied). */
 static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
-    ut_tensor *enc = encode(m, ctx, p->t[0], p->t[1], p->t[2]);
-    m->hidden = decode(m, ctx, p->t[3], p->t[4], enc, p->t[2]);
-    return lm_head(ctx, m->impl, m->hidden);
+    const bart *net = m->impl;
+    ut_tensor *ids = p->t[0], *spos = p->t[1], *mask = p->t[2], *dec_ids = p->t[3], *tpos = p->t[4];
+    int64_t Rs = ut_nelem(ids), Rt = ut_nelem(dec_ids), C = net->C;
+    ut_tensor *enc, *h;
+    if (net->first) {
+        ut_ctx_rng_region(ctx, 0);
+        enc = embed(ctx, net, ids, spos, &net->enc_pos, &net->enc_ln, 0);
+        ut_ctx_rng_region(ctx, dec_embed_region(net));
+        h = embed(ctx, net, dec_ids, tpos, &net->dec_pos, &net->dec_ln, 0);
+    } else {
+        ut_tensor *x = m->stage_input;
+        if (!x || ut_nelem(x) != (Rs + Rt) * C) {
+            ut_ctx_set_error(ctx, "bart pipeline stage %d: received %lld values, the batch's two streams are %lld",
+                             m->pp_rank, x ? (long long)ut_nelem(x) : 0LL, (long long)((Rs + Rt) * C));
+            return NULL;
+        }
+        x = ut_reshape(ctx, x, 2, (int64_t[]){Rs + Rt, C});
+        enc = ut_reshape(ctx, ut_slice(ctx, x, 0, 0, Rs), 3, (int64_t[]){ids->ne[0], ids->ne[1], C});
+        h = ut_reshape(ctx, ut_slice(ctx, x, 0, Rs, Rs + Rt), 3, (int64_t[]){dec_ids->ne[0], dec_ids->ne[1], C});
+    }
+    for (int64_t l = net->b0; l < net->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1);
+        if (l < net->EL) enc = run_layer(m, ctx, l, (ut_tensor *[]){enc, mask}, 2);
+        else h = run_layer(m, ctx, l, (ut_tensor *[]){h, enc, mask}, 3);
+    }
+    if (!net->last) return ut_concat_rows(ctx, rows_of(ctx, net, enc), rows_of(ctx, net, h));
+    m->hidden = h;
+    return lm_head(ctx, net, h);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then one decoder step
@@ -557,18 +588,38 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     int64_t n = net->EL + net->DL;
     net->layer = ut_calloc_check((size_t)n, sizeof *net->layer);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    /* a pipeline stage registers its own: the first the embeddings, each its layers, the last the head */
-    if (net->first) {
+    /* a pipeline stage registers its own: the first the embeddings, each its
+     * layers, the last the head; each at its place in the whole model's
+     * order (ut_model_order_at: section, then layer), which the stages'
+     * lists one after the other are not (the embeddings' layer norms come
+     * after the encoder's layers) */
+#define AT(section, layer) ut_model_order_at(m, ((int64_t)(section) << 40) | ((int64_t)(layer) << 20))
+    /* model.shared: the first stage's token embedding, and the tied LM
+     * head's copy of it on the last (the same name: the same values) */
+    AT(0, 0);
+    if (net->first || (net->gen && net->last))
         ut_embedding_layer_init_layout(m, &net->shared, "model.shared", net->V, net->C, std, &net->lay);
+    if (net->gen) m->pp_tied = "model.shared.weight";
+    AT(1, 0);
+    if (net->first)
         ut_embedding_layer_init(m, &net->enc_pos, "model.encoder.embed_positions", net->P + 2, net->C, std);
+    for (int64_t i = net->b0; i < net->b1 && i < net->EL; i++) {
+        AT(2, i);
+        layer_init(m, net, i, std);
     }
-    for (int64_t i = net->b0; i < net->b1 && i < net->EL; i++) layer_init(m, net, i, std);
+    AT(3, 0);
     if (net->first) {
         ut_layernorm_layer_init(m, &net->enc_ln, "model.encoder.layernorm_embedding", net->C);
         ut_embedding_layer_init(m, &net->dec_pos, "model.decoder.embed_positions", net->P + 2, net->C, std);
     }
-    for (int64_t i = net->b0 > net->EL ? net->b0 : net->EL; i < net->b1; i++) layer_init(m, net, i, std);
+    for (int64_t i = net->b0 > net->EL ? net->b0 : net->EL; i < net->b1; i++) {
+        AT(4, i);
+        layer_init(m, net, i, std);
+    }
+    AT(5, 0);
     if (net->first) ut_layernorm_layer_init(m, &net->dec_ln, "model.decoder.layernorm_embedding", net->C);
+    AT(6, 0);
+#undef AT
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size; /* every stage is split, with or without embeddings */
     int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
     m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;
@@ -581,13 +632,16 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
     m->loss = !net->gen ? ut_model_class_loss : net->lay.tp_size > 1 ? gen_loss_split : ut_model_seq2seq_loss;
-    if (net->gen) { /* split: every rank of the group runs the same search on the gathered logits */
+    /* tensor parallel: every rank of the group runs the same search on the
+     * gathered logits; a pipeline stage has only some of the layers, and
+     * generates nothing */
+    if (net->gen && P == 1) {
         m->decoder = &bart_decoder;
         m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad,
                                         .forced_bos = net->forced_bos, .vocab = net->V};
     }
     ut_model_finalize(m, seed);
-    if (net->first) zero_pad_row(net);
+    if (net->first || (net->gen && net->last)) zero_pad_row(net);
     return m;
 }
 
@@ -795,9 +849,6 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (rc) return NULL;
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;
-    if (net.gen && net.lay.pp_size > 1)
-        return ut_errorf(err, n, "bart: task seq2seq has no pipeline-parallel form yet; train it with tensor "
-                                 "and data parallelism (dist.tensor_parallel, ddp, zero1-3)"), NULL;
     /* pipeline stages of equal layer counts over the encoder's layers then the decoder's */
     if (ut_pipeline_stage_blocks(&net.lay, net.EL + net.DL, 0, &net.b0, &net.b1, err, n)) return NULL;
     net.first = net.b0 == 0, net.last = net.b1 == net.EL + net.DL;

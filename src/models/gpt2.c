@@ -395,6 +395,7 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     /* the token embedding on the first stage, the tied head's copy of it on the last */
     if (g->first || g->last)
         ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */
+    m->pp_tied = "wte.weight";
     if (g->first) ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
     for (int64_t l = g->b0; l < g->b1; l++) {
         char name[32];

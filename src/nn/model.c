@@ -26,6 +26,11 @@ ut_model *ut_model_new(const char *type) {
     return m;
 }
 
+void ut_model_order_at(ut_model *m, int64_t key) {
+    m->params.ordered = true;
+    m->params.order_next = key;
+}
+
 ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *ne, ut_init init) {
     ut_params *p = &m->params;
     UT_ASSERT(!p->flat); /* parameters are registered before ut_model_finalize */
@@ -37,7 +42,9 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
         p->init = ut_realloc_check(p->init, p->cap * sizeof *p->init);
         p->segs = ut_realloc_check(p->segs, p->cap * sizeof *p->segs);
         p->part = ut_realloc_check(p->part, p->cap * sizeof *p->part);
+        p->order = ut_realloc_check(p->order, p->cap * sizeof *p->order);
     }
+    p->order[p->n] = p->order_next++;
     ut_tensor *t = ut_calloc_check(1, sizeof *t);
     t->dtype = UT_F32;
     t->device = p->device;
@@ -200,6 +207,7 @@ void ut_model_free(ut_model *m) {
     ut_free(p->names);
     ut_free(p->init);
     ut_free(p->part);
+    ut_free(p->order);
     ut_free(p->segs);
     ut_pages_free(params_backend(p), p->flat, p->numel);
     ut_pages_free(params_backend(p), p->flat_grad, p->numel);

@@ -430,8 +430,8 @@ const ut_cfg_key ut_cfg_schema[] = {
             "the sequence on each rank (Megatron-LM's sequence parallelism: all-gathers and reduce-scatters instead "
             "of all-reduces, the activations there cut by tp; gpt2's language model; the same results)"},
     {.key = "dist.pipeline_parallel", .type = UT_CFG_INT, AT(pipeline_parallel), .def = "1", GE(1),
-     .doc = "pipeline stages the model's blocks are split into (gpt2's language model, bert, roberta, bart's "
-            "classifier; DeepSpeed's pipeline "
+     .doc = "pipeline stages the model's blocks are split into (gpt2's language model, bert, roberta, bart as "
+            "a classifier or sequence-to-sequence model; DeepSpeed's pipeline "
             "parallelism): the world is pipeline_parallel x tensor_parallel x data-parallel ranks, and each "
             "optimizer step's train.gradient_accumulation_steps micro-batches flow through the stages "
             "(docs/distributed.md)"},

@@ -225,7 +225,11 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     /* a split run under as many processes as its split takes (or a multiple)
      * tests on its parts; otherwise each process holds the whole model */
     int parts = (int)(cfg->tensor_parallel * cfg->pipeline_parallel), W = ut_comm_size(comm);
-    if (own_m && parts > 1 && W > 1 && W % parts == 0) {
+    /* sequence-to-sequence test mode generates, which needs every layer of
+     * the decoder: pipeline stages hold some, so each process takes the whole */
+    ut_dataset *any = dev ? dev : test;
+    bool staged_gen = cfg->pipeline_parallel > 1 && any && ut_seq2seq_planes(any);
+    if (own_m && parts > 1 && W > 1 && W % parts == 0 && !staged_gen) {
         if (!(split = ut_split_test_open(cfg, comm, dev ? dev : test, &h, err, sizeof err))) goto out;
         model = ut_split_test_model(split);
         own_m = false;
@@ -242,6 +246,9 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     if (split)
         snprintf(how, sizeof how, " on the model's parts (tensor parallel %lld, %lld pipeline stage%s)",
                  (long long)cfg->tensor_parallel, (long long)cfg->pipeline_parallel, cfg->pipeline_parallel > 1 ? "s" : "");
+    if (staged_gen && W > 1)
+        snprintf(how, sizeof how, " on the whole model in each process (test mode generates, and the %lld pipeline "
+                 "stages each hold a part of the decoder)", (long long)cfg->pipeline_parallel);
     ut_say(&log, "Testing %s (step %lld)%s\n", path, (long long)st.step, how);
     ctx = ut_ctx_new(&(ut_ctx_opts){.seed = (uint64_t)cfg->seed, .device = model->params.device});
     ut_run_ctx_setup(ctx, cfg);

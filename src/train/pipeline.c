@@ -170,11 +170,18 @@ static int pp_forward(ut_trainer *t, const ut_batch *b, int64_t window_examples,
         ut_tensor_set_requires_grad(sl->x, true);
     }
     t->m->stage_input = sl->x;
+    /* the micro-batch's share of the window: its examples, or its target
+     * tokens (sequence-to-sequence data), on every stage alike, so that
+     * each stage's optimizer step makes the window's mean over tokens of it
+     * (trainer.c's micro_step and optimizer_step) */
+    int64_t w = t->token_weights && !empty ? ut_batch_weight(t->train, b) : b->count;
+    t->win_weight += w;
+    t->win_examples = window_examples;
     if (tail) {
         ut_step_outputs out;
         ut_tensor *y;
         if (ut_forward_batch(&t->h, ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
-        ut_tensor *scaled = ut_scale(ctx, out.loss, (float)b->count / (float)window_examples);
+        ut_tensor *scaled = ut_scale(ctx, out.loss, (float)w / (float)window_examples);
         if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
         sl->loss = scaled;
         if (!empty) ut_trainer_record(t, &out, y, b);
@@ -230,7 +237,7 @@ static int pp_backward(ut_trainer *t, bool sync) {
 static int pp_sync_embedding(ut_trainer *t) {
     if (!t->embed_used) return 0;
     ut_params *p = &t->m->params;
-    int i = param_index(p, "wte.weight");
+    int i = t->m->pp_tied ? param_index(p, t->m->pp_tied) : -1;
     if (i < 0) return 0;
     const ut_backend *be = ut_backend_get(p->device);
     size_t bytes = (size_t)p->segs[i].numel * sizeof(float);
@@ -342,7 +349,7 @@ int ut_pp_setup(ut_trainer *t) {
         snprintf(t->err, sizeof t->err, "the tied embedding's group: %s", why);
         return -1;
     }
-    t->embed_used = ends && t->pp > 1;
+    t->embed_used = ends && t->pp > 1 && t->m->pp_tied; /* a model with a tied head (not the classifiers) */
     ut_devcomm_mode mode = UT_DEVCOMM_AUTO;
     ut_devcomm_parse(t->cfg->device_comm, &mode);
     char path[640];

@@ -21,14 +21,17 @@
  * tensors of its own parameters from the file, one at a time, and keeps
  * its part (ut_ckpt_reader). */
 
-/* The whole model's parameters: this stage's list, as lines "name ndim d0 d1 ...". */
+/* The whole model's parameters: this stage's list, as lines "key name ndim
+ * d0 d1 ...", key the parameter's place in the whole model's order (-1: the
+ * stages' lists one after the other are that order). */
 static char *stage_list(const ut_params *p, int64_t *len) {
     size_t cap = 256, at = 0;
     char *s = ut_malloc_check(cap);
     for (int i = 0; i < p->n; i++) {
-        size_t need = strlen(p->names[i]) + 16 + (size_t)UT_MAX_DIMS * 21;
+        size_t need = strlen(p->names[i]) + 40 + (size_t)UT_MAX_DIMS * 21;
         if (at + need >= cap) s = ut_realloc_check(s, cap = 2 * (at + need));
-        at += (size_t)snprintf(s + at, cap - at, "%s %d", p->names[i], p->t[i]->ndim);
+        at += (size_t)snprintf(s + at, cap - at, "%lld %s %d", p->ordered ? (long long)p->order[i] : -1LL, p->names[i],
+                               p->t[i]->ndim);
         for (int d = 0; d < p->t[i]->ndim; d++) at += (size_t)snprintf(s + at, cap - at, " %lld", (long long)p->part[i].full_ne[d]);
         s[at++] = '\n';
     }
@@ -46,7 +49,8 @@ static int add_stage(ut_trainer *t, int stage, char *text) {
         ut_split_param e = {.owner = stage};
         char name[256];
         int used = 0;
-        if (sscanf(line, "%255s %d%n", name, &e.ndim, &used) != 2 || e.ndim < 1 || e.ndim > UT_MAX_DIMS) {
+        long long key;
+        if (sscanf(line, "%lld %255s %d%n", &key, name, &e.ndim, &used) != 3 || e.ndim < 1 || e.ndim > UT_MAX_DIMS) {
             snprintf(t->err, sizeof t->err, "pipeline stage %d's parameter list: '%s'", stage, line);
             return -1;
         }
@@ -72,6 +76,7 @@ static int add_stage(ut_trainer *t, int stage, char *text) {
         }
         size_t nl = strlen(name) + 1;
         e.name = memcpy(ut_malloc_check(nl), name, nl);
+        e.order = key;
         t->wl = ut_realloc_check(t->wl, (size_t)(t->nwl + 1) * sizeof *t->wl);
         t->wl[t->nwl++] = e;
     }
@@ -96,6 +101,13 @@ int ut_split_whole_list(ut_trainer *t) {
         if (text != mine) ut_free(text);
     }
     ut_free(mine);
+    /* a model whose stages know their parameters' places: the whole order
+     * (a stable sort of a few hundred entries) */
+    for (int i = 1; !rc && i < t->nwl && t->wl[0].order >= 0; i++)
+        for (int j = i; j > 0 && t->wl[j - 1].order > t->wl[j].order; j--) {
+            ut_split_param x = t->wl[j];
+            t->wl[j] = t->wl[j - 1], t->wl[j - 1] = x;
+        }
     return rc;
 }
 

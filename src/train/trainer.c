@@ -942,7 +942,9 @@ static int optimizer_step(ut_trainer *t, double *loss) {
          * ones once; the stages' sums added (the last stage's copy of the
          * tied embedding left out: the first stage counts it) */
         double s2[2];
-        int skip = t->pp > 1 && t->mesh.pp_rank == t->pp - 1 ? param_index(&t->m->params, "wte.weight") : -1;
+        int skip = t->pp > 1 && t->mesh.pp_rank == t->pp - 1 && t->m->pp_tied
+                       ? param_index(&t->m->params, t->m->pp_tied)
+                       : -1;
         ut_comm *failed = ut_dist_grad_sq_split(t->dist, skip, s2)                ? t->dcomm
                           : ut_comm_allreduce_f64(t->mesh.tp_group, s2, 1) ? t->mesh.tp_group
                                                                            : NULL;

@@ -198,6 +198,7 @@ typedef struct ut_split_param {
     int64_t shape[UT_MAX_DIMS];
     int64_t numel;
     int owner;
+    int64_t order; /* its place in the whole model's order (ut_params.order); -1: the stages' order */
 } ut_split_param;
 int ut_split_whole_list(ut_trainer *t);
 int64_t ut_split_whole_numel(ut_trainer *t);

@@ -7,7 +7,8 @@
  * parallel, its vocabulary-parallel head and loss) does, with the same global batch even though
  * the ranks' batches hold different numbers of target tokens; evaluation by
  * generation scores the dev set (bleu, rougeL, exact_match) and picks the
- * best checkpoint; test mode writes each example's generation; a T5 from
+ * best checkpoint; test mode writes each example's generation; BART in
+ * pipeline stages agrees with one process too; a T5 from
  * scratch with T5's Unigram tokenizer agrees across ranks too; bad pairs
  * are refused naming the files. */
 #include <math.h>
@@ -43,6 +44,47 @@ static void test_ranks_agree(void) {
     split_agrees("zero3", "whole", 16);
     split_agrees("accum", "whole", 16);
     split_same_dev_loss("ddp2", "whole", 16);
+}
+
+/* BART split into pipeline stages (the encoder's layers, then the
+ * decoder's; the last stage with its own copy of the tied embedding for
+ * the head): 2 stages, and 2 stages x tp 2, reach one process's weights
+ * with the window's loss weighed by target tokens as there; with dropout,
+ * 3 stages (GPipe) draw the whole model's masks. Test mode on 2 processes
+ * of a staged run tests the whole model in each (it generates) and writes
+ * what one process writes; evaluation by generation during a staged run
+ * is refused, saying what to do. */
+static void test_pipeline_stages(void) {
+    CHECK(split_train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
+    CHECK(split_train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
+    split_agrees("pp2", "whole", 16);
+    split_agrees("pp2tp2", "whole", 16);
+    split_same_dev_loss("pp2", "whole", 16);
+    const char *drop = "model.dropout=0.1 model.attention_dropout=0.1 model.activation_dropout=0.1";
+    char sets[300];
+    CHECK(split_train("wholedrop", 1, drop) == 0, "one process with dropout");
+    snprintf(sets, sizeof sets, "%s dist.pipeline_parallel=3 dist.pipeline_schedule=gpipe", drop);
+    CHECK(split_train("pp3drop", 3, sets) == 0, "3 stages with dropout");
+    double l = tp_loss_diff(tp_run_file(split_dir, "wholedrop", "metrics.jsonl"),
+                            tp_run_file(split_dir, "pp3drop", "metrics.jsonl"), 16);
+    CHECK(l >= 0 && l < 1e-5, "3 stages with dropout: losses within %.2g of one process's (1e-5)", l);
+    /* test mode: 2 processes, each with the whole model, against one */
+    char run[600], out[700];
+    snprintf(run, sizeof run, "%s/runs/pp2", split_dir);
+    snprintf(out, sizeof out, "%s/pp2_test2.out", split_dir);
+    CHECK(tp_run((const char *[]){"test", run, "--nproc", "2", "--set", "generate.max_new_tokens=6", NULL}, out) == 0,
+          "utrain test --nproc 2 of the staged run: %s", out);
+    char *said = tp_slurp(out), *two = tp_slurp(tp_run_file(split_dir, "pp2", "test_generations.tsv"));
+    CHECK(said && strstr(said, "on the whole model in each process (test mode generates"), "%s", said ? said : "");
+    snprintf(out, sizeof out, "%s/pp2_test1.out", split_dir);
+    CHECK(tp_run((const char *[]){"test", run, "--set", "generate.max_new_tokens=6", NULL}, out) == 0,
+          "utrain test of the staged run in one process: %s", out);
+    char *one = tp_slurp(tp_run_file(split_dir, "pp2", "test_generations.tsv"));
+    CHECK(one && two && tp_count_lines(tp_run_file(split_dir, "pp2", "test_generations.tsv")) == 17 && !strcmp(one, two),
+          "test_generations.tsv: 2 processes' and one's differ");
+    free(said), free(one), free(two);
+    split_refused("ppgen", 2, "dist.pipeline_parallel=2 generate.eval=true",
+                  "generate.eval: evaluation by generation needs the whole decoder in one process");
 }
 
 /* the first word of each non-header row's column col (0-based) of a TSV into out */
@@ -202,6 +244,7 @@ int main(int argc, char **argv) {
              "dist: {timeout_s: 60}\n",
              split_dir, split_dir, split_dir, split_dir, split_dir, split_dir);
     RUN(test_ranks_agree);
+    RUN(test_pipeline_stages); /* after whole, its reference */
     RUN(test_learns_and_generates);
     RUN(test_t5);
     RUN(test_dev_fraction);
