@@ -148,6 +148,12 @@ static void test_bert_stages(void) {
                         NULL, 0);
         CHECK(l < 1e-5 && all >= 0 && all < 1e-5, "%s: losses within %.2g, the weights as one vector within %.2g of "
               "the whole model's (1e-5)", runs[r], l, all);
+        /* the stages' checkpoint is the whole model's, its flat optimizer state too */
+        char worst[128] = "";
+        double o = tp_tensors_diff(tp_ckpt_file(split_dir, "bertwhole", 8), tp_ckpt_file(split_dir, runs[r], 8),
+                                   "optim.", NULL, worst, sizeof worst);
+        CHECK(o >= 0 && o < 1e-4, "%s: the optimizer state within %.2g of the whole model's (1e-4; worst %s)", runs[r],
+              o, worst);
         split_same_dev_loss(runs[r], "bertwhole", 8);
         printf("     %s against bertwhole: losses %.2g, weights %.2g\n", runs[r], l, all);
     }
@@ -205,7 +211,8 @@ static void test_checkpoint_across_layouts(void) {
 /* The tiny pretrained BART classifier (2 encoder and 2 decoder layers) with
  * every dropout on, in 2 stages (the encoder's layers, then the decoder's),
  * 3 stages (a boundary inside each half) and 2 stages x tp 2, against the
- * whole model: the two streams travel between the stages as one tensor. */
+ * whole model: the two streams travel between the stages as one tensor,
+ * and the checkpoints are the whole model's, optimizer state included. */
 static void test_bart_stages(void) {
     static const char bart[] =
         "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_tiny, task: sequence_classification,\n"
@@ -233,6 +240,14 @@ static void test_bart_stages(void) {
                         NULL, 0);
         CHECK(l < 1e-5 && all >= 0 && all < 1e-5, "%s: losses within %.2g, the weights as one vector within %.2g of "
               "the whole model's (1e-5)", runs[r], l, all);
+        /* the stages' checkpoint lists the tensors in the whole model's order
+         * (the embeddings' layer norms after the encoder's layers), so its
+         * flat optimizer state is the whole run's, place for place */
+        char worst[128] = "";
+        double o = tp_tensors_diff(tp_ckpt_file(split_dir, "bartwhole", 8), tp_ckpt_file(split_dir, runs[r], 8),
+                                   "optim.", NULL, worst, sizeof worst);
+        CHECK(o >= 0 && o < 1e-4, "%s: the optimizer state within %.2g of the whole model's (1e-4; worst %s)", runs[r],
+              o, worst);
         split_same_dev_loss(runs[r], "bartwhole", 8);
         printf("     %s against bartwhole: losses %.2g, weights %.2g\n", runs[r], l, all);
     }
