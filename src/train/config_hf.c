@@ -307,6 +307,10 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
             snprintf(why, sizeof why, "%s", err);
             return ut_errorf(err, n, "%s (%s): %s", key, map[i][1], why);
         }
+    if (!strcmp(arg, "verbose")) { /* ReduceLROnPlateau's (deprecated) and GreedyLR's: utrain logs every change */
+        int on = ut_cfg_flag(key, v, err, n);
+        return on < 0 ? -1 : 1;
+    }
     if (!strcmp(arg, "warmup_type"))
         return !strcmp(v, "linear") ? 1 : ut_errorf(err, n, "%s: '%s': utrain's warmup is linear; write linear or "
                                                            "remove the key", key, v);
@@ -317,8 +321,8 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
     return ut_errorf(err, n, "%s: not an argument of utrain's schedules; they take min_lr, lr_end, min_lr_rate, "
                              "min_lr_ratio, num_cycles, power, timescale, num_decay_steps, decay_type, "
                              "warmup_type: linear, ReduceLROnPlateau's and GreedyLR's mode, factor, patience, "
-                             "threshold, threshold_mode, cooldown and eps, and GreedyLR's warmup, max_lr, smooth, "
-                             "window_size and reset_start (docs/config.md)", key);
+                             "threshold, threshold_mode, cooldown, eps and verbose, and GreedyLR's warmup, max_lr, "
+                             "smooth, window_size and reset_start (docs/config.md)", key);
 }
 
 /* num_train_epochs: transformers' is a float (3.0 in a file it wrote) */
@@ -568,7 +572,7 @@ const char *const ut_cfg_hf_doc =
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
     "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `sgd` | `optim.name: adamw` (one pass over the flat buffers on every device) / `sgd`; others are refused |\n"
     "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` / `greedy` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / `plateau` with `optim.plateau_mode: min` (torch's default, whatever the metric, unless `lr_scheduler_kwargs` gives `mode`) and no warmup, stepped by each evaluation's `metric_for_best_model` (`train.best_metric`, `eval_loss` unless given) as the Trainer does / `greedy` (GreedyLR) the same way, with `optim.greedy_mode: min` and GreedyLR's floor `optim.min_lr: 1e-3` unless the kwargs give `mode` or `min_lr`; `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
-    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's and GreedyLR's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / GreedyLR's `warmup`, `max_lr`, `smooth`, `window_size`, `reset_start` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names), or with `greedy` `optim.greedy_mode`, ... / `optim.greedy_warmup`, ... (the same names) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
+    "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's and GreedyLR's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / GreedyLR's `warmup`, `max_lr`, `smooth`, `window_size`, `reset_start` / `verbose` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names), or with `greedy` `optim.greedy_mode`, ... / `optim.greedy_warmup`, ... (the same names) / nothing (utrain logs every change of the rate) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
     "| `dataloader_drop_last` | false / true | `data.drop_last` |\n"
     "| `dataloader_num_workers` | N | nothing: each process reads its batches ahead on one background thread, whatever N |\n"

@@ -657,7 +657,7 @@ static void test_hf_training_arguments(void) {
     ut_config_free(&c);
     const char *const greedy_kwargs = "lr_scheduler_kwargs: {mode: max, factor: 0.1, patience: 3, threshold: 0.01, "
                                       "threshold_mode: rel, cooldown: 2, min_lr: 0, eps: 0, warmup: 1, max_lr: 0.5, "
-                                      "smooth: true, window_size: 7, reset_start: 9}\n";
+                                      "smooth: true, window_size: 7, reset_start: 9, verbose: true}\n";
     for (int before = 0; before < 2; before++) {
         char text[1024];
         snprintf(text, sizeof text, "%s%s%seval_strategy: steps\neval_steps: 10\n", before ? greedy_kwargs : "",
@@ -705,6 +705,7 @@ static void test_hf_training_arguments(void) {
         {"lr_scheduler_kwargs: {factor: 1.5}\n", "lr_scheduler_kwargs.factor (optim.plateau_factor): "},
         {"lr_scheduler_kwargs: {min_lr: -1}\n", "lr_scheduler_kwargs.min_lr (optim.min_lr): "},
         {"lr_scheduler_kwargs: {eta_min: 0.1}\n", "lr_scheduler_kwargs.eta_min: not an argument of utrain's"},
+        {"lr_scheduler_kwargs: {verbose: loud}\n", "lr_scheduler_kwargs.verbose: expected true or false, got 'loud'"},
         {"lr_scheduler_kwargs: {warmup_type: cosine}\n", "utrain's warmup is linear"},
         {"lr_scheduler_kwargs: {num_stable_steps: 5}\n", "wsd's stable phase is the steps between"},
     };
