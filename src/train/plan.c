@@ -281,6 +281,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     if (count < 0) goto done;
     p->batch = count;
     ut_batch b = {.count = count, .x = x, .y = y};
+    if (ut_seq2seq_planes(train)) ut_seq2seq_batch_trim(&b, train->x_ne[1]); /* as the loader's batches are */
     act_measure plain, ckpt;
     if (measure_activations(cfg, m, train, &b, false, &plain, p->convs, sizeof p->convs, err, n) ||
         measure_activations(cfg, m, train, &b, true, &ckpt, NULL, 0, err, n))

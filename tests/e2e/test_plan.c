@@ -371,6 +371,35 @@ static void test_pipeline_parallel(void) {
     free(s);
 }
 
+/* Sequence-to-sequence data: the planned batch is trimmed as the loader's
+ * batches are (the targets to the longest of the batch), whole and in 2
+ * pipeline stages (the larger stage, with the embeddings, planned) */
+static void test_seq2seq(void) {
+    char path[600];
+    CHECK(tp_write_pairs(tmp, "train", 16), "pairs");
+    snprintf(path, sizeof path, "%s/s2s.yml", tmp);
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "experiment_name: s2s\noutput_dir: %s/runs\nseed: 1\nthreads: 1\n"
+            "model: {name: bart, pretrained: tests/parity/fixtures/hf_bart_gen_tiny}\n"
+            "data: {name: seq2seq_text, train_path: %s/train_inputs.txt, train_target_path: %s/train_targets.txt,\n"
+            "       max_source_len: 32, max_target_len: 16}\n"
+            "train: {max_steps: 2, batch_size: 8, gradient_accumulation_steps: 2}\n",
+            tmp, tmp, tmp);
+    fclose(f);
+    char *whole, *staged;
+    int rc = run((const char *[]){"plan", path, "--world-size", "2", "--json", NULL}, &whole);
+    int rc2 = run((const char *[]){"plan", path, "--world-size", "2", "--json", "--set", "dist.pipeline_parallel=2",
+                                   NULL},
+                  &staged);
+    double nw = json_num(whole, NULL, "numel"), ns = json_num(staged, NULL, "numel");
+    CHECK(rc == 0 && rc2 == 0 && nw > 0 && ns > 0 && ns < nw && json_num(staged, NULL, "pipeline_parallel") == 2,
+          "plan of BART seq2seq: exit %d, %d; %.0f parameters whole, %.0f in the planned stage:\n%s\n%s", rc, rc2, nw,
+          ns, whole ? whole : "", staged ? staged : "");
+    free(whole);
+    free(staged);
+}
+
 static void test_fits(void) {
     const char *names[] = {"ddp", "zero1", "zero2", "zero3", "dp"};
     char *s;
@@ -480,6 +509,7 @@ int main(int argc, char **argv) {
     RUN(test_precision);
     RUN(test_tensor_parallel);
     RUN(test_pipeline_parallel);
+    RUN(test_seq2seq);
     RUN(test_fits);
     RUN(test_plan_matches_measured_peak);
     return tp_finish(TEST_SUMMARY(), tmp);
