@@ -290,6 +290,11 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
         {"reset_start", "optim.greedy_reset_start"},
     };
     const char *arg = key + strlen("lr_scheduler_kwargs.");
+    /* torch's and GreedyLR's min_lr (GreedyLR's max_lr too) may be a list, a
+     * value per parameter group ([x] is the one group's x) */
+    if (strchr(v, ',') && (!strcmp(arg, "min_lr") || !strcmp(arg, "max_lr")))
+        return ut_errorf(err, n, "%s: '%s' is a value per parameter group; utrain's optimizer has one group of "
+                                 "all the parameters: give one number", key, v);
     char shared[64];
     for (int i = 0; ut_cfg_hf_rate_args[i]; i++)
         if (!strcmp(arg, ut_cfg_hf_rate_args[i])) {

@@ -706,6 +706,8 @@ static void test_hf_training_arguments(void) {
         {"lr_scheduler_kwargs: {min_lr: -1}\n", "lr_scheduler_kwargs.min_lr (optim.min_lr): "},
         {"lr_scheduler_kwargs: {eta_min: 0.1}\n", "lr_scheduler_kwargs.eta_min: not an argument of utrain's"},
         {"lr_scheduler_kwargs: {verbose: loud}\n", "lr_scheduler_kwargs.verbose: expected true or false, got 'loud'"},
+        {"lr_scheduler_kwargs: {min_lr: [0.1, 0.2]}\n",
+         "lr_scheduler_kwargs.min_lr: '0.1,0.2' is a value per parameter group; utrain's optimizer has one group"},
         {"lr_scheduler_kwargs: {warmup_type: cosine}\n", "utrain's warmup is linear"},
         {"lr_scheduler_kwargs: {num_stable_steps: 5}\n", "wsd's stable phase is the steps between"},
     };
