@@ -231,7 +231,8 @@ static void test_resume(void) {
  * the tiny GPT-2 at a batch of 1024 x 16 tokens runs out of memory, and so
  * does 512; the run starts again at 256 and trains there. Without the key
  * the first failure ends the run (exit 1, saying what to lower, no crash);
- * on a device too small for any batch the search ends at 1, saying so. */
+ * on a device too small for any batch the search ends at 1, saying so;
+ * a run with checkpoints is not started again. */
 static void test_auto_find_batch_size(void) {
     setenv("UTRAIN_SIM_MEMORY", "100000000", 1);
     int rc = tp_train_expect(tmp, "afbs", gpt2, "sim",
@@ -278,6 +279,16 @@ static void test_auto_find_batch_size(void) {
     CHECK(rc == 1 && o && strstr(o, "starting again at 2") && strstr(o, "starting again at 1") &&
               strstr(o, "out of memory at train.batch_size 1: no batch fits"),
           "no batch fits: exit %d:\n%s", rc, o ? o : "(nothing)");
+    free(o);
+    /* the first run resumed on a device too small for it: its checkpoints
+     * hold its batch, so it is not started again at another */
+    rc = tp_train_expect(tmp, "afbs", gpt2, "sim",
+                         "train.batch_size=256 train.max_steps=4 train.auto_find_batch_size=true continue_training=true",
+                         1, 1);
+    o = tp_slurp(tp_path(tmp, "afbs.out"));
+    CHECK(rc == 1 && o && strstr(o, "out of memory at train.batch_size 256 after the run wrote checkpoints") &&
+              strstr(o, "not started again, since they hold its batch") && !strstr(o, "starting again"),
+          "a run with checkpoints out of memory: exit %d:\n%s", rc, o ? o : "(nothing)");
     free(o);
     setenv("UTRAIN_SIM_MEMORY", "12abc", 1); /* not a size: said, not ignored */
     rc = tp_train_expect(tmp, "simmem", gpt2, "sim", "train.max_steps=1", 1, 1);
