@@ -409,11 +409,11 @@ int ut_dist_grad_norm(ut_dist *d, double *norm);
 /* For a model split over a tensor-parallel group (ut_partition), the
  * gradient's square sum over the strategy's ranks in two parts: sq[0] over
  * the split parameters' parts (to be summed over the tp group), sq[1] over
- * the whole ones (the same on every rank of the group). Parameter skip (-1:
- * none) is left out (a pipeline's last stage's copy of a tied weight, which
- * the first stage counts). 0, or -1 when the collective failed
+ * the whole ones (the same on every rank of the group). The parameters i
+ * with skip[i] (skip NULL: none) are left out (a pipeline stage's copy of
+ * a weight another stage counts). 0, or -1 when the collective failed
  * (ut_comm_error). */
-int ut_dist_grad_sq_split(ut_dist *d, int skip, double sq[2]);
+int ut_dist_grad_sq_split(ut_dist *d, const bool *skip, double sq[2]);
 /* Whether this rank's gradient alone gives that norm (one process, or ddp's
  * all-reduced gradient); then ut_dist_grad_sq_to queues its square sum into
  * device memory at dst, to read back with the step's other scalars. */

@@ -123,6 +123,11 @@ struct ut_model {
      * model.shared.weight); the trainer sums the copies' gradients so they
      * stay equal. NULL: none. */
     const char *pp_tied;
+    /* Parameters held by every stage whose blocks read them (T5's
+     * relative-position tables: each stage with a block of that stack),
+     * NULL-terminated; the trainer sums the copies' gradients over the
+     * pipeline group and counts one copy in the gradient norm. NULL: none. */
+    const char *const *pp_shared;
     /* output (e.g. logits) from input; see each model for shapes */
     ut_tensor *(*forward)(ut_model *m, ut_ctx *ctx, ut_tensor *input);
     /* Optional, for a model whose forward needs arrays computed from its

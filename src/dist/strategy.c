@@ -493,12 +493,12 @@ int ut_dist_grad_norm(ut_dist *d, double *norm) {
     return 0;
 }
 
-int ut_dist_grad_sq_split(ut_dist *d, int skip, double sq[2]) {
+int ut_dist_grad_sq_split(ut_dist *d, const bool *skip, double sq[2]) {
     const ut_params *p = d->p;
     const float *g = d->shard_grad ? d->shard_grad : p->flat_grad + d->lo;
     sq[0] = sq[1] = 0;
     for (int i = 0; i < p->n; i++) { /* this rank's range of each parameter */
-        if (i == skip) continue;
+        if (skip && skip[i]) continue;
         int64_t a = max64(p->segs[i].offset, d->lo), b = min64(p->segs[i].offset + p->segs[i].numel, d->hi);
         if (a < b) sq[p->part[i].parts > 1 ? 0 : 1] += ut_grad_norm_sq(p->device, g + (a - d->lo), b - a);
     }

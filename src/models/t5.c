@@ -63,6 +63,11 @@ struct t5 {
      * vocabulary-parallel loss); norms whole */
     ut_model_layout lay;
     int64_t Hl;
+    /* pipeline: this stage's blocks [b0, b1) of the EL + DL (encoder's, then
+     * decoder's); the first stage embeds both streams, the last has the
+     * decoder's final norm and the head */
+    int64_t b0, b1;
+    bool first, last;
 };
 
 static void t5_free(void *impl) {
@@ -297,10 +302,60 @@ static int t5_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in, 
     return 0;
 }
 
+/* Dropout regions (ut_ctx_rng_region) of training's forward: the
+ * encoder's embeddings 0, block i (of the EL + DL) i + 1, the decoder's
+ * embeddings EL + DL + 1, the encoder's final norm EL + DL + 2, the
+ * decoder's EL + DL + 3, so a block's masks do not depend on the pipeline
+ * stage that runs it. */
+enum { REGION_DEC_EMBED = 1, REGION_ENC_NORM, REGION_DEC_NORM };
+
+/* A (rows, C) view of a stream of states */
+static ut_tensor *rows_of(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
+    return ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / net->C, net->C});
+}
+
+/* Training and evaluation: this stage's blocks (all of them when whole).
+ * Between pipeline stages the two streams travel as one tensor, the
+ * encoder's B S rows then the decoder's B T ((B (S + T), C)); every stage
+ * computes the position bias of the stacks it runs from its own copy of
+ * their tables (ut_model.pp_shared); the last stage has the head (tied: its
+ * own copy of the shared embedding, pp_tied). */
 static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
-    ut_tensor *enc = encode(m, ctx, p->t[0], p->t[2], p->t[1]);
-    m->hidden = decode(m, ctx, p->t[3], p->t[4], p->t[5], enc, p->t[1]);
-    return lm_head(ctx, m->impl, m->hidden);
+    const t5 *net = m->impl;
+    ut_tensor *ids = p->t[0], *mask = p->t[1], *dec_ids = p->t[3];
+    int64_t B = ids->ne[0], S = ids->ne[1], T = dec_ids->ne[1], C = net->C, L = net->EL + net->DL;
+    ut_tensor *enc, *h;
+    if (net->first) {
+        ut_ctx_rng_region(ctx, 0);
+        enc = embed(ctx, net, ids);
+        ut_ctx_rng_region(ctx, L + REGION_DEC_EMBED);
+        h = embed(ctx, net, dec_ids);
+    } else {
+        ut_tensor *x = m->stage_input;
+        if (!x || ut_nelem(x) != B * (S + T) * C) {
+            ut_ctx_set_error(ctx, "t5 pipeline stage %d: received %lld values, the batch's two streams are %lld",
+                             m->pp_rank, x ? (long long)ut_nelem(x) : 0LL, (long long)(B * (S + T) * C));
+            return NULL;
+        }
+        x = ut_reshape(ctx, x, 2, (int64_t[]){B * (S + T), C});
+        enc = ut_reshape(ctx, ut_slice(ctx, x, 0, 0, B * S), 3, (int64_t[]){B, S, C});
+        h = ut_reshape(ctx, ut_slice(ctx, x, 0, B * S, B * (S + T)), 3, (int64_t[]){B, T, C});
+    }
+    ut_tensor *enc_bias = net->b0 < net->EL ? position_bias(ctx, net->enc_rel, p->t[2], S, S) : NULL;
+    ut_tensor *dec_bias = net->b1 > net->EL ? ut_add(ctx, position_bias(ctx, net->dec_rel, p->t[4], T, T), p->t[5]) : NULL;
+    for (int64_t l = net->b0; l < net->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1);
+        if (l < net->EL) enc = run_block(m, ctx, l, (ut_tensor *[]){enc, enc_bias, mask}, 3);
+        else h = run_block(m, ctx, l, (ut_tensor *[]){h, dec_bias, enc, mask}, 4);
+        if (l == net->EL - 1) { /* the encoder's last block: its final norm */
+            ut_ctx_rng_region(ctx, L + REGION_ENC_NORM);
+            enc = ut_dropout(ctx, rms(ctx, net, net->enc_ln, enc), net->dropout);
+        }
+    }
+    if (!net->last) return ut_concat_rows(ctx, rows_of(ctx, net, enc), rows_of(ctx, net, h));
+    ut_ctx_rng_region(ctx, L + REGION_DEC_NORM);
+    m->hidden = ut_dropout(ctx, rms(ctx, net, net->dec_ln, h), net->dropout);
+    return lm_head(ctx, net, m->hidden);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then a token per step;
@@ -444,6 +499,23 @@ static void attn_init(ut_model *m, const t5 *net, t5_attn *a, const char *prefix
     }
 }
 
+/* The names of the stacks' relative-position bias tables (held by their
+ * first blocks in transformers' state_dict), NULL-terminated */
+static const char *const rel_names[] = {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                                        "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", NULL};
+
+/* The encoder's (dec false) or decoder's relative-position bias table */
+static void rel_table(ut_model *m, t5 *net, bool dec, float f) {
+    ut_tensor **rel = dec ? &net->dec_rel : &net->enc_rel;
+    ut_init init = {UT_INIT_NORMAL, f / sqrtf((float)net->C)};
+    char err[256];
+    if (net->lay.tp_size > 1) /* this rank's heads' columns */
+        UT_ASSERT((*rel = ut_param_add_part(m, rel_names[dec], 2, (int64_t[]){net->NB, net->H}, init, 1,
+                                            net->lay.tp_size, net->lay.tp_rank, 1, err, sizeof err)));
+    else
+        *rel = ut_param_add(m, rel_names[dec], 2, (int64_t[]){net->NB, net->H}, init);
+}
+
 static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
     bool dec = i >= net->EL;
     int64_t k = dec ? i - net->EL : i, C = net->C, F = net->F;
@@ -452,17 +524,7 @@ static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
     snprintf(p, sizeof p, "%s.block.%lld.layer", dec ? "decoder" : "encoder", (long long)k);
     snprintf(a, sizeof a, "%s.0.SelfAttention", p);
     attn_init(m, net, &b->self, a, f);
-    if (k == 0) { /* the stack's relative-position bias */
-        snprintf(a, sizeof a, "%s.0.SelfAttention.relative_attention_bias.weight", p);
-        ut_tensor **rel = dec ? &net->dec_rel : &net->enc_rel;
-        ut_init init = {UT_INIT_NORMAL, f / sqrtf((float)C)};
-        char err[256];
-        if (net->lay.tp_size > 1) /* this rank's heads' columns */
-            UT_ASSERT((*rel = ut_param_add_part(m, a, 2, (int64_t[]){net->NB, net->H}, init, 1, net->lay.tp_size,
-                                                net->lay.tp_rank, 1, err, sizeof err)));
-        else
-            *rel = ut_param_add(m, a, 2, (int64_t[]){net->NB, net->H}, init);
-    }
+    if (k == 0) rel_table(m, net, dec, f); /* the stack's relative-position bias */
     snprintf(a, sizeof a, "%s.0.layer_norm.weight", p);
     b->ln_self = norm_weight(m, a, C);
     int ff = 1;
@@ -489,18 +551,45 @@ static void block_init(ut_model *m, t5 *net, int64_t i, float f) {
     net->args[i] = (block_arg){net, b};
 }
 
-/* Parameters in transformers' state_dict order */
+/* Parameters in transformers' state_dict order. A pipeline stage
+ * registers its own, each at its place in the whole model's order
+ * (ut_model_order_at: section, then block): the first stage the shared
+ * embedding, each stage its blocks and the tables of the stacks it runs
+ * (a block's table sits after its first block's q, k, v and o), the stage
+ * of the encoder's last block its final norm, the last stage the decoder's
+ * and the head (tied: its own copy of the shared embedding). */
 static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     ut_model *m = ut_model_new("t5");
     int64_t n = net->EL + net->DL;
     net->block = ut_calloc_check((size_t)n, sizeof *net->block);
     net->args = ut_calloc_check((size_t)n, sizeof *net->args);
-    ut_embedding_layer_init_layout(m, &net->shared, "shared", net->V, net->C, f, &net->lay);
-    for (int64_t i = 0; i < net->EL; i++) block_init(m, net, i, f);
-    net->enc_ln = norm_weight(m, "encoder.final_layer_norm.weight", net->C);
-    for (int64_t i = net->EL; i < n; i++) block_init(m, net, i, f);
-    net->dec_ln = norm_weight(m, "decoder.final_layer_norm.weight", net->C);
-    if (!net->tied) linear(m, net, &net->lm_head, "lm_head.weight", net->C, net->V, f, 0);
+#define AT(section, block, k) ut_model_order_at(m, ((int64_t)(section) << 40) | ((int64_t)(block) << 20) | (k))
+    AT(0, 0, 0);
+    if (net->first || (net->tied && net->last))
+        ut_embedding_layer_init_layout(m, &net->shared, "shared", net->V, net->C, f, &net->lay);
+    if (net->tied) m->pp_tied = "shared.weight";
+    for (int dec = 0; dec < 2; dec++) {
+        int64_t lo = dec ? net->EL : 0, hi = dec ? n : net->EL;
+        int64_t b0 = net->b0 > lo ? net->b0 : lo, b1 = net->b1 < hi ? net->b1 : hi;
+        if (b0 > lo && b0 < b1) { /* the stack's table on a stage without its first block */
+            AT(1 + 2 * dec, lo, 4);
+            rel_table(m, net, dec, f);
+        }
+        for (int64_t i = b0; i < b1; i++) {
+            AT(1 + 2 * dec, i, 0);
+            block_init(m, net, i, f);
+        }
+        AT(2 + 2 * dec, 0, 0);
+        if (dec ? net->last : b1 == hi && b0 < b1)
+            *(dec ? &net->dec_ln : &net->enc_ln) =
+                norm_weight(m, dec ? "decoder.final_layer_norm.weight" : "encoder.final_layer_norm.weight", net->C);
+    }
+    AT(5, 0, 0);
+    if (!net->tied && net->last) linear(m, net, &net->lm_head, "lm_head.weight", net->C, net->V, f, 0);
+#undef AT
+    m->pp_shared = rel_names;
+    int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
+    m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;
     m->impl = net;
     m->free_impl = t5_free;
     m->prepare = t5_prepare;
@@ -508,10 +597,12 @@ static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     m->loss = net->lay.tp_size > 1 ? t5_loss_split : ut_model_seq2seq_loss;
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size;
     /* split: every rank of the group runs the same search on the gathered logits (each holds its heads'
-     * keys and values) */
-    m->decoder = &t5_decoder;
-    m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
-                                    .vocab = net->V};
+     * keys and values); a pipeline stage has only some of the blocks, and generates nothing */
+    if (P == 1) {
+        m->decoder = &t5_decoder;
+        m->tokens = (ut_decoder_tokens){.start = net->start, .eos = net->eos, .pad = net->pad, .forced_bos = -1,
+                                        .vocab = net->V};
+    }
     ut_model_finalize(m, seed);
     /* weight decay as Hugging Face Trainer groups T5's parameters (by name:
      * none for a "bias"): the norms' weights decay, the relative-position
@@ -628,9 +719,9 @@ ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (rc) return NULL;
     net.lay = ut_model_build_layout();
     int TP = net.lay.tp_size > 1 ? net.lay.tp_size : 1;
-    if (net.lay.pp_size > 1)
-        return ut_errorf(err, n, "t5: no pipeline-parallel form yet; train it with tensor and data parallelism "
-                                 "(dist.tensor_parallel, ddp, zero1-3)"), NULL;
+    /* pipeline stages of equal block counts over the encoder's blocks then the decoder's */
+    if (ut_pipeline_stage_blocks(&net.lay, net.EL + net.DL, 0, &net.b0, &net.b1, err, n)) return NULL;
+    net.first = net.b0 == 0, net.last = net.b1 == net.EL + net.DL;
     if (net.H % TP || net.F % TP || net.V % TP)
         return ut_errorf(err, n, "t5: num_heads %lld, d_ff %lld and vocab_size %lld must be divisible by "
                                  "dist.tensor_parallel %d (pad the vocabulary, as Megatron-LM does)",

@@ -256,12 +256,46 @@ static int pp_sync_embedding(ut_trainer *t) {
     return rc ? -1 : 0;
 }
 
+/* The parameters several stages hold (ut_model.pp_shared, small tables):
+ * every stage of the pipeline puts its copies' gradients (zeros for those
+ * it does not hold) in one host buffer, the group sums it, and each holder
+ * takes the sum back, so the copies take the same steps. */
+static int pp_sync_shared(ut_trainer *t) {
+    if (!t->nshared) return 0;
+    ut_params *p = &t->m->params;
+    const ut_backend *be = ut_backend_get(p->device);
+    float *buf = t->shared_buf;
+    memset(buf, 0, (size_t)t->shared_total * sizeof *buf);
+    int64_t at = 0;
+    for (int k = 0; k < t->nshared; at += t->shared_n[k], k++) {
+        int i = t->shared_idx[k];
+        if (i < 0) continue;
+        ut_stage st;
+        size_t bytes = (size_t)t->shared_n[k] * sizeof(float);
+        memcpy(buf + at, ut_stage_begin(&st, be, p->flat_grad + p->segs[i].offset, bytes, true), bytes);
+        ut_stage_end(&st, false);
+    }
+    ut_comm *pg = t->mesh.pp_group;
+    if (ut_comm_wait(pg, ut_comm_iallreduce(pg, buf, t->shared_total))) return ut_pp_fail(t, "the shared tables' gradients");
+    at = 0;
+    for (int k = 0; k < t->nshared; at += t->shared_n[k], k++) {
+        int i = t->shared_idx[k];
+        if (i < 0) continue;
+        ut_stage st;
+        size_t bytes = (size_t)t->shared_n[k] * sizeof(float);
+        memcpy(ut_stage_begin(&st, be, p->flat_grad + p->segs[i].offset, bytes, false), buf + at, bytes);
+        ut_stage_end(&st, true);
+    }
+    return 0;
+}
+
 int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, bool last) {
     /* zero2 and zero3 shard the gradients as their buckets complete, so the
-     * tied embedding's copies must be summed before: their window's last
-     * backward runs without the hooks, and the reduction follows the sum */
+     * copies of a weight several stages hold must be summed before: the
+     * window's last backward runs without the hooks, and the reduction
+     * follows the sum */
     ut_dist_kind kind = ut_dist_kind_of(t->dist);
-    bool defer = t->embed_used && (kind == UT_DIST_ZERO2 || kind == UT_DIST_ZERO3);
+    bool defer = (t->embed_used || t->nshared) && (kind == UT_DIST_ZERO2 || kind == UT_DIST_ZERO3);
     if (t->pp_fwd == 0) t->pp_bwd = 0;
     if (pp_forward(t, b, window_examples, last)) return -1;
     int64_t ahead = t->pp - 1 - t->mesh.pp_rank; /* 1f1b: forwards before the first backward, less one */
@@ -274,7 +308,7 @@ int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
     for (int k = 0; k < t->nslots; k++)
         if (slot_wait(t, &t->slots[k])) return -1;
     t->pp_fwd = t->pp_bwd = 0;
-    if (pp_sync_embedding(t)) return -1;
+    if (pp_sync_embedding(t) || pp_sync_shared(t)) return -1;
     if (defer) { /* every bucket reduced now, none during a backward */
         ut_ctx *ctx = t->slots[0].ctx;
         ut_dist_backward_begin(t->dist, ctx, true);
@@ -327,6 +361,48 @@ int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(vo
     return rc;
 }
 
+/* ut_model.pp_shared: which stages hold each (every stage learns their
+ * sizes, to take part in the sum with zeros), and the norm's copy of it
+ * (the first holder's); the last stage's copy of the tied embedding is
+ * left to the first stage too. */
+static int shared_setup(ut_trainer *t) {
+    ut_params *p = &t->m->params;
+    int stage = t->mesh.pp_rank, n = 0;
+    t->norm_skip = ut_calloc_check((size_t)p->n, sizeof *t->norm_skip);
+    if (stage == t->pp - 1 && t->pp > 1 && t->m->pp_tied) {
+        int i = param_index(p, t->m->pp_tied);
+        if (i >= 0) t->norm_skip[i] = true;
+    }
+    while (t->m->pp_shared && t->m->pp_shared[n]) n++;
+    if (!n) return 0;
+    /* per table: the stages holding it (a bit each) and their sizes' sum */
+    int64_t *info = ut_calloc_check((size_t)(2 * n), sizeof *info);
+    t->shared_idx = ut_calloc_check((size_t)n, sizeof *t->shared_idx);
+    t->shared_n = ut_calloc_check((size_t)n, sizeof *t->shared_n);
+    for (int k = 0; k < n; k++) {
+        int i = t->shared_idx[k] = param_index(p, t->m->pp_shared[k]);
+        if (i >= 0) info[2 * k] = (int64_t)1 << stage, info[2 * k + 1] = p->segs[i].numel;
+    }
+    int rc = ut_comm_allreduce_i64(t->mesh.pp_group, info, 2 * n) ? ut_pp_fail(t, "the shared tables") : 0;
+    for (int k = 0; k < n && !rc; k++) {
+        int holders = __builtin_popcountll((unsigned long long)info[2 * k]);
+        int i = t->shared_idx[k];
+        if (!holders) continue; /* a table of a stack without blocks (not built) */
+        t->shared_n[k] = info[2 * k + 1] / holders;
+        if (info[2 * k + 1] % holders || (i >= 0 && p->segs[i].numel != t->shared_n[k])) {
+            snprintf(t->err, sizeof t->err, "pipeline stage %d: %s has different sizes on the stages that hold it",
+                     stage, t->m->pp_shared[k]);
+            rc = -1;
+        }
+        if (i >= 0 && (info[2 * k] & (((int64_t)1 << stage) - 1))) t->norm_skip[i] = true; /* a stage before counts it */
+        t->shared_total += t->shared_n[k];
+    }
+    ut_free(info);
+    t->nshared = n;
+    if (!rc) t->shared_buf = ut_malloc_check((size_t)(t->shared_total ? t->shared_total : 1) * sizeof *t->shared_buf);
+    return rc;
+}
+
 int ut_pp_setup(ut_trainer *t) {
     const ut_config *c = t->cfg;
     t->gpipe = !strcmp(c->pipeline_schedule, "gpipe");
@@ -359,7 +435,7 @@ int ut_pp_setup(ut_trainer *t) {
     if (t->rank == 0 && t->embed_used && !be->host_memory)
         ut_say(&t->log, "The tied embedding's gradient between the first and last stages (device %s): %s\n", be->name,
                path);
-    return 0;
+    return shared_setup(t);
 }
 
 void ut_pp_free(ut_trainer *t) {
@@ -378,4 +454,7 @@ void ut_pp_free(ut_trainer *t) {
     t->slots = NULL;
     if (t->embed) ut_comm_finalize(t->embed);
     t->embed = NULL;
+    ut_free(t->shared_idx), ut_free(t->shared_n), ut_free(t->shared_buf), ut_free(t->norm_skip);
+    t->shared_idx = NULL, t->shared_n = NULL, t->shared_buf = NULL, t->norm_skip = NULL;
+    t->nshared = 0, t->shared_total = 0;
 }

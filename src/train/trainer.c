@@ -500,7 +500,9 @@ static void print_summary(ut_trainer *t) {
            (long long)(c->batch_size * world * t->ndp * t->accum_steps));
     ut_say(&t->log, "  Gradient accumulation steps = %lld\n", (long long)t->accum_steps);
     ut_say(&t->log, "  Total optimization steps = %lld\n", (long long)t->total_steps);
-    ut_say(&t->log, "  Number of trainable parameters = %lld\n", (long long)t->m->params.numel);
+    /* a split model's: the whole model's (HF's count), each stage's part below */
+    ut_say(&t->log, "  Number of trainable parameters = %lld\n",
+           (long long)(split_model(t) ? ut_split_whole_numel(t) : t->m->params.numel));
     ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
            c->optim_name, c->lr, c->schedule, omp_get_max_threads());
     if (c->checkpoint_activations)
@@ -562,8 +564,9 @@ static void print_summary(ut_trainer *t) {
         ut_say(&t->log, "  Pipeline parallel = %d stages (blocks %s), %s schedule, %lld micro-batches per step\n",
                t->pp, t->cfg->pipeline_blocks[0] ? t->cfg->pipeline_blocks : "balanced by compute",
                t->gpipe ? "GPipe" : "1F1B", (long long)t->accum_steps);
-        ut_note(&t->log, "  this rank: stage %d of %d, blocks %lld to %lld\n", t->mesh.pp_rank, t->pp,
-                (long long)t->m->pp_b0, (long long)t->m->pp_b1 - 1);
+        ut_note(&t->log, "  this rank: stage %d of %d, blocks %lld to %lld, %lld parameters%s\n", t->mesh.pp_rank,
+                t->pp, (long long)t->m->pp_b0, (long long)t->m->pp_b1 - 1, (long long)t->m->params.numel,
+                t->tp > 1 ? " (its tensor-parallel part)" : "");
     }
     if (world > 1)
         ut_say(&t->log, "  %s = %d (%s, %s backend, %d gradient buckets)\n",
@@ -939,13 +942,10 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     if (local) scaled = sqrt(sq);
     else if (split_model(t)) {
         /* the split parameters' parts summed over the tp group, the whole
-         * ones once; the stages' sums added (the last stage's copy of the
-         * tied embedding left out: the first stage counts it) */
+         * ones once; the stages' sums added (a weight several stages hold
+         * counted on one of them: pipeline.c's norm_skip) */
         double s2[2];
-        int skip = t->pp > 1 && t->mesh.pp_rank == t->pp - 1 && t->m->pp_tied
-                       ? param_index(&t->m->params, t->m->pp_tied)
-                       : -1;
-        ut_comm *failed = ut_dist_grad_sq_split(t->dist, skip, s2)                ? t->dcomm
+        ut_comm *failed = ut_dist_grad_sq_split(t->dist, t->norm_skip, s2)  ? t->dcomm
                           : ut_comm_allreduce_f64(t->mesh.tp_group, s2, 1) ? t->mesh.tp_group
                                                                            : NULL;
         s2[0] += s2[1];

@@ -62,6 +62,14 @@ struct ut_trainer {
     bool gpipe;
     ut_comm *embed;
     bool embed_used;
+    /* the parameters several stages hold (ut_model.pp_shared), their
+     * gradients summed over the pipeline group through shared_buf: each
+     * one's index on this stage (-1: not held here) and size */
+    int nshared;
+    int *shared_idx;
+    int64_t *shared_n, shared_total;
+    float *shared_buf;
+    bool *norm_skip;             /* per parameter: a copy the gradient norm counts on another stage */
     struct stage_slot *slots;
     int nslots;
     struct stage_slot *eval_slot; /* evaluation's sends and receives */

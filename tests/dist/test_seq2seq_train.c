@@ -9,7 +9,8 @@
  * generation scores the dev set (bleu, rougeL, exact_match) and picks the
  * best checkpoint; test mode writes each example's generation; BART in
  * pipeline stages agrees with one process too; a T5 from
- * scratch with T5's Unigram tokenizer agrees across ranks too; bad pairs
+ * scratch with T5's Unigram tokenizer agrees across ranks and pipeline
+ * stages too; bad pairs
  * are refused naming the files. */
 #include <math.h>
 #include <stdio.h>
@@ -170,6 +171,32 @@ static void test_t5(void) {
     CHECK(split_train("t5ntp2", 2, "dist.tensor_parallel=2 train.neftune_alpha=5") == 0,
           "T5 with NEFTune split over 2 ranks");
     split_agrees("t5ntp2", "t5nwhole", 16);
+    /* in pipeline stages: 1, 2 and 1 blocks (the middle stage runs the
+     * encoder's last block and the decoder's first, so it holds both
+     * relative-position tables, each also on another stage; the last holds
+     * its copy of the tied embedding), with and without dropout, and x zero2
+     * over 2 data-parallel ranks (the copies summed before the gradients are
+     * sharded); 2 stages x tp 2; T5 v1.1's untied head in 2 stages */
+    /* (clipped: the norm counts each table and the embedding once, whichever stages hold copies) */
+    CHECK(split_train("t5cwhole", 1, "train.grad_clip=0.5") == 0, "T5 clipped in one process");
+    CHECK(split_train("t5pp3", 3, "train.grad_clip=0.5 dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1") == 0,
+          "T5 in 3 stages");
+    split_agrees("t5pp3", "t5cwhole", 16);
+    CHECK(split_train("t5dpp3", 3, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 model.dropout_rate=0.1 "
+                                   "dist.pipeline_schedule=gpipe") == 0,
+          "T5 with dropout in 3 stages");
+    split_agrees("t5dpp3", "t5dwhole", 16);
+    CHECK(split_train("t5pp2tp2", 4, "train.grad_clip=0.5 dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0,
+          "T5 in 2 stages x tp 2");
+    split_agrees("t5pp2tp2", "t5cwhole", 16);
+    CHECK(split_train("t5pp3z2", 6, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 dist.strategy=zero2 "
+                                    "train.batch_size=4") == 0,
+          "T5 in 3 stages x zero2 on 2 ranks");
+    split_agrees("t5pp3z2", "t5whole", 16);
+    CHECK(split_train("t5uwhole", 1, "model.tie_word_embeddings=false") == 0, "T5 v1.1's head in one process");
+    CHECK(split_train("t5upp2", 2, "model.tie_word_embeddings=false dist.pipeline_parallel=2") == 0,
+          "T5 v1.1's head in 2 stages");
+    split_agrees("t5upp2", "t5uwhole", 16);
     char plain1[64] = "", noisy1[64] = "";
     CHECK(tp_loss_at(tp_run_file(split_dir, "t5whole", "metrics.jsonl"), "train", 1, plain1, sizeof plain1) &&
               tp_loss_at(tp_run_file(split_dir, "t5nwhole", "metrics.jsonl"), "train", 1, noisy1, sizeof noisy1) &&
@@ -193,6 +220,13 @@ static void test_t5(void) {
               !strcmp(parts, whole), "the parts' generations:\n%s\nthe whole model's:\n%s", parts ? parts : "",
           whole ? whole : "");
     free(said), free(parts), free(whole);
+    /* the staged run's test mode: the whole model generates in one process, as the whole run's does */
+    snprintf(run, sizeof run, "%s/runs/t5pp3", split_dir);
+    CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on the staged T5");
+    char *staged = tp_slurp(tp_run_file(split_dir, "t5pp3", "test_generations.tsv"));
+    CHECK(staged && tp_count_lines(tp_run_file(split_dir, "t5pp3", "test_generations.tsv")) == 17,
+          "the staged T5's test generations: a header and 16 rows");
+    free(staged);
     memcpy(split_body, saved, sizeof saved);
 }
 
