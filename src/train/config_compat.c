@@ -209,6 +209,36 @@ static int flagai_checkpoint_key(ut_config *c, const char *key, const char *v, c
     return 0;
 }
 
+/* optimizer_type (FlagAI 1.7's get_optimizer): adam is apex's FusedAdam,
+ * whose weight decay is decoupled (AdamW's), and adamw torch's AdamW; the
+ * others are optimizers utrain does not have. */
+static int optimizer_type(ut_config *c, const char *key, const char *v, char *err, size_t n) {
+    if (!strcmp(v, "adam") || !strcmp(v, "adamw")) return assign(c, "optim.name", "adamw", err, n);
+    if (!strcmp(v, "adafactor") || !strcmp(v, "lion") || !strcmp(v, "adan") || !strcmp(v, "lamb"))
+        return ut_errorf(err, n, "%s: '%s': utrain's optimizers are adamw and sgd; write optimizer_type: adamw "
+                                 "(or optim.name: sgd)", key, v);
+    return ut_errorf(err, n, "%s: '%s' is not one of adam, adamw (FlagAI's adafactor, lion, adan and lamb are "
+                             "not in utrain)", key, v);
+}
+
+/* Trainer arguments FlagAI takes as Python objects: None (empty) in a file
+ * is their default; anything else says what utrain reads instead. */
+static int python_object(const char *key, const char *v, char *err, size_t n) {
+    static const struct {
+        const char *key, *instead;
+    } objs[] = {
+        {"timers", "utrain times its own steps (the log's samples/s, train.profile for the ops)"},
+        {"tokenizer", "write data.tokenizer: DIR (a tokenizer.json or vocabulary directory)"},
+        {"save_best", "write train.best_metric (dev/loss, dev/accuracy, ...) and train.greater_is_better"},
+        {"extra_args", "write each argument as a key of its own"},
+    };
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        if (!strcmp(key, objs[i].key))
+            return !*v ? 1 : ut_errorf(err, n, "%s: FlagAI's Trainer takes a Python object here; %s", key,
+                                       objs[i].instead);
+    return 0;
+}
+
 static int flagai_key(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "env_type")) return env_type(c, key, v, err, n);
     if (!strcmp(key, "warm_up")) return warm_up(c, key, v, err, n);
@@ -242,7 +272,8 @@ static int flagai_key(ut_config *c, const char *key, const char *v, char *err, s
                                  "starts N processes)", key);
     if (!strcmp(key, "deepspeed_config") || !strcmp(key, "deepspeed")) /* FlagAI's, HF Trainer's; None: none */
         return !*v ? 1 : ut_cfg_deepspeed(c, v, err, n) ? -1 : 1;
-    return 0;
+    if (!strcmp(key, "optimizer_type")) return optimizer_type(c, key, v, err, n);
+    return python_object(key, v, err, n);
 }
 
 int ut_cfg_compat(ut_config *c, const char *key, const char *value, char *err, size_t n) {
@@ -312,7 +343,9 @@ const char *const ut_cfg_compat_doc =
     "| `tensorboard_dir` | a directory | `train.logging_dir: DIR/experiment_name` (FlagAI's SummaryWriter directory) |\n"
     "| `deepspeed_activation_checkpointing` | false / true | nothing / `train.checkpoint_activations: true` |\n"
     "| `num_checkpoints` | N >= 1 | DeepSpeed's activation-checkpoint buffers: named in the run's summary as tuning that changes nothing here |\n"
-    "| `training_script` | | refused: utrain starts itself |\n\n"
+    "| `training_script` | | refused: utrain starts itself |\n"
+    "| `optimizer_type` | `adam`, `adamw` / `adafactor`, `lion`, `adan`, `lamb` | `optim.name: adamw` (FlagAI's `adam` is apex's FusedAdam, whose weight decay is decoupled as AdamW's; without apex FlagAI falls back to torch's Adam, which adds the decay to the gradient instead) / refused, saying to write `adamw` |\n"
+    "| `timers`, `tokenizer`, `save_best`, `extra_args` | empty (`None`) / anything else | nothing / refused (Python objects in FlagAI; `data.tokenizer`, `train.best_metric` instead) |\n\n"
     "A DeepSpeed config (`deepspeed_config: ds.json`) is read when the key is; each of\n"
     "its keys sets the utrain keys below, `\"auto\"` keeps utrain's value, and any other\n"
     "key, or a value utrain cannot honour, is refused naming the file and the key's path:\n\n"

@@ -295,23 +295,22 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
     if (strchr(v, ',') && (!strcmp(arg, "min_lr") || !strcmp(arg, "max_lr")))
         return ut_errorf(err, n, "%s: '%s' is a value per parameter group; utrain's optimizer has one group of "
                                  "all the parameters: give one number", key, v);
+    const char *to = NULL;
     char shared[64];
-    for (int i = 0; ut_cfg_hf_rate_args[i]; i++)
+    for (int i = 0; !to && ut_cfg_hf_rate_args[i]; i++)
         if (!strcmp(arg, ut_cfg_hf_rate_args[i])) {
             snprintf(shared, sizeof shared, "optim.%s_%s", strcmp(c->schedule, "greedy") ? "plateau" : "greedy", arg);
-            if (ut_cfg_assign(c, shared, v, err, n) == 0) return 1;
-            char why[512];
-            snprintf(why, sizeof why, "%s", err);
-            return ut_errorf(err, n, "%s (%s): %s", key, shared, why);
+            to = shared;
         }
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(arg, map[i][0])) {
-            if (ut_cfg_assign(c, map[i][1], v, err, n) == 0) return 1;
-            /* the optim key's error, under the name the file used */
-            char why[512];
-            snprintf(why, sizeof why, "%s", err);
-            return ut_errorf(err, n, "%s (%s): %s", key, map[i][1], why);
-        }
+    for (size_t i = 0; !to && i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(arg, map[i][0])) to = map[i][1];
+    if (to) {
+        if (ut_cfg_assign(c, to, v, err, n) == 0) return 1;
+        /* the optim key's error, under the name the file used */
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        return ut_errorf(err, n, "%s (%s): %s", key, to, why);
+    }
     if (!strcmp(arg, "verbose")) { /* ReduceLROnPlateau's (deprecated) and GreedyLR's: utrain logs every change */
         int on = ut_cfg_flag(key, v, err, n);
         return on < 0 ? -1 : 1;

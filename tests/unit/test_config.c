@@ -1199,6 +1199,23 @@ static void test_flagai_keys(void) {
     }
     check_load_error("hostfile: ./hostfile\n", "1: hostfile: hosts are given to the launcher, not the config: "
                                                 "mpirun --hostfile FILE ... utrain train CFG (see docs/multinode.md)");
+    /* optimizer_type: FlagAI's adam (apex's FusedAdam) and adamw are AdamW; its Python objects' None is nothing */
+    {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(load_text(&c, "optim: {name: sgd}\noptimizer_type: adam\ntokenizer: None\nsave_best: None\n"
+                            "timers: None\nextra_args: None\n") == 0 &&
+                  !strcmp(c.optim_name, "adamw"),
+              "optimizer_type: adam: %s %s", err, c.optim_name);
+        ut_config_free(&c);
+    }
+    check_load_error("optimizer_type: lamb\n", "1: optimizer_type: 'lamb': utrain's optimizers are adamw and sgd; "
+                                                 "write optimizer_type: adamw (or optim.name: sgd)");
+    check_load_error("optimizer_type: Adam\n", "1: optimizer_type: 'Adam' is not one of adam, adamw (FlagAI's "
+                                                 "adafactor, lion, adan and lamb are not in utrain)");
+    check_load_error("save_best: my_fn\n", "1: save_best: FlagAI's Trainer takes a Python object here; write "
+                                             "train.best_metric (dev/loss, dev/accuracy, ...) and "
+                                             "train.greater_is_better");
 }
 
 /* A built-in model on data it cannot read is refused before anything runs. */
