@@ -35,8 +35,9 @@ typedef struct {
     ut_tensor *score;         /* (K, C), no bias */
     ut_model_layout lay;      /* tensor parallel: wte holds this rank's rows of the vocabulary */
     /* pipeline: this stage's blocks [b0, b1); the first stage has the
-     * embeddings, the last ln_f and the head, whose weight is its own copy of
-     * wte.weight (the trainer sums the two copies' gradients) */
+     * embeddings, the last ln_f and the head: the language model's weight is
+     * its own copy of wte.weight (the trainer sums the two copies'
+     * gradients), the classifier's its score */
     int64_t b0, b1;
     bool first, last;
     bool seq;                 /* sequence parallel: the blocks and ln_f on this rank's rows of each sequence */
@@ -177,14 +178,23 @@ static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
     }
     /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last.
      * Split: the blocks as the language model's, the token lookup by
-     * vocabulary, the score head whole on every rank. */
+     * vocabulary, the score head whole on every rank. A pipeline stage runs
+     * its blocks on the rows (packed (N, C) or padded (B, T, C)) the one
+     * before sent; the last has ln_f and the head. */
     const ut_tp_hooks *tp = &g->lay.tp;
-    ut_tensor *tok = g->lay.tp_size > 1 ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
-                                        : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
-    ut_tensor *h = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
-    if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
-    for (int64_t l = 0; l < g->n_layer; l++)
+    ut_tensor *h = m->stage_input;
+    if (g->first) {
+        ut_ctx_rng_region(ctx, 0);
+        ut_tensor *tok = g->lay.tp_size > 1 ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
+                                            : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+        h = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+        if (g->dropout > 0) h = ut_dropout(ctx, h, g->dropout);
+    }
+    for (int64_t l = g->b0; l < g->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1); /* the block's masks whichever stage runs it */
         h = ut_block_layer_forward_rows(ctx, &g->h[l], h, in->t[2], m->checkpoint_activations);
+    }
+    if (!g->last) return h;
     h = ut_layernorm_layer_forward(ctx, &g->ln_f, h);
     /* the rows at the last tokens: an embedding lookup into h viewed (rows, C) */
     h = ut_embedding(ctx, in->t[3], ut_reshape(ctx, h, 2, (int64_t[]){ut_nelem(h) / g->C, g->C}));
@@ -364,11 +374,8 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
 
     ut_model_layout lay = ut_model_build_layout();
     int P = lay.pp_size > 1 ? lay.pp_size : 1, stage = P > 1 ? lay.pp_rank : 0;
-    if (P > 1 && head.classify)
-        return snprintf(err, n, "gpt2: sequence_classification has no pipeline form (dist.pipeline_parallel %d); "
-                                "train it with dist.pipeline_parallel: 1", P), NULL;
     int64_t b0, b1;
-    if (stage_blocks(&lay, L, C, V, BS, &b0, &b1, err, n)) return NULL;
+    if (stage_blocks(&lay, L, C, head.classify ? head.K : V, BS, &b0, &b1, err, n)) return NULL;
     if (lay.tp_size > 1) {
         if (NH % lay.tp_size || V % lay.tp_size)
             return snprintf(err, n, "gpt2: n_head %lld and vocab_size %lld must be divisible by "
@@ -392,10 +399,10 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     g->b0 = b0, g->b1 = b1;
     g->first = stage == 0, g->last = stage == P - 1;
     m->pp_size = P, m->pp_rank = stage, m->pp_b0 = g->b0, m->pp_b1 = g->b1;
-    /* the token embedding on the first stage, the tied head's copy of it on the last */
-    if (g->first || g->last)
+    /* the token embedding on the first stage, the language model's tied head's copy of it on the last */
+    if (g->first || (g->last && !g->classify))
         ut_embedding_layer_init_layout(m, &g->wte, "wte", V, C, 0.02f, &lay); /* split: this rank's vocabulary */
-    m->pp_tied = "wte.weight";
+    if (!g->classify) m->pp_tied = "wte.weight";
     if (g->first) ut_embedding_layer_init(m, &g->wpe, "wpe", BS, C, 0.02f);
     for (int64_t l = g->b0; l < g->b1; l++) {
         char name[32];
@@ -416,7 +423,7 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
         ut_layernorm_layer_init(m, &g->ln_f, "ln_f", C);
         g->ln_f.eps = (float)eps;
     }
-    if (g->classify) /* as transformers' _init_weights: N(0, initializer_range) */
+    if (g->classify && g->last) /* as transformers' _init_weights: N(0, initializer_range) */
         g->score = ut_param_add(m, "score.weight", 2, (int64_t[]){g->K, C}, (ut_init){UT_INIT_NORMAL, (float)std});
     m->impl = g;
     m->free_impl = gpt2_free;

@@ -370,8 +370,8 @@ ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t s
     build_layout = saved;
     int tp = layout ? layout->tp_size : 1, pp = layout && layout->pp_size > 1 ? layout->pp_size : 1;
     if (m && m->pp_size != pp) {
-        snprintf(err, n, "model %s has no pipeline form (dist.pipeline_parallel %d): gpt2's language model, bert, "
-                 "roberta and bart's classifier have one; train it with dist.pipeline_parallel: 1", name, pp);
+        snprintf(err, n, "model %s has no pipeline form (dist.pipeline_parallel %d): gpt2, bert, roberta, bart and t5 "
+                 "have one; train it with dist.pipeline_parallel: 1", name, pp);
         ut_model_free(m);
         return NULL;
     }

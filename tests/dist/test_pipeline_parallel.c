@@ -159,6 +159,33 @@ static void test_bert_stages(void) {
     }
 }
 
+/* GPT2ForSequenceClassification (the tiny pretrained fixture, dropout on)
+ * in 2 stages, and 2 stages x tp 2: the first stage embeds, the last has
+ * ln_f and the score head (no copy of wte: the head is not tied); packed
+ * rows travel between the stages; each block draws the whole model's
+ * masks. Against one process. */
+static void test_gpt2_classifier_stages(void) {
+    char saved[sizeof split_body];
+    memcpy(saved, split_body, sizeof saved);
+    snprintf(split_body, sizeof split_body,
+             "model: {name: gpt2, pretrained: tests/parity/fixtures/hf_gpt2_cls_tiny, task: sequence_classification,\n"
+             "        dropout: 0.2}\n"
+             "data: {name: tsv_text, train_path: data/sst2_sample/train.tsv, dev_path: data/sst2_sample/dev.tsv,\n"
+             "       max_len: 32}\n"
+             "train: {max_steps: 8, batch_size: 8, gradient_accumulation_steps: 2, log_interval: 1,\n"
+             "        eval_strategy: steps, eval_interval: 8, grad_clip: 0.5, save_strategy: steps, save_interval: 8,\n"
+             "        save_total_limit: 0, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+             "dist: {timeout_s: 60}\n");
+    CHECK(split_train("gclswhole", 1, "") == 0, "the GPT-2 classifier whole");
+    CHECK(split_train("gclspp2", 2, "dist.pipeline_parallel=2") == 0, "in 2 stages");
+    CHECK(split_train("gclspp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "in 2 stages x tp 2");
+    split_agrees("gclspp2", "gclswhole", 8);
+    split_agrees("gclspp2tp2", "gclswhole", 8);
+    split_same_dev_loss("gclspp2", "gclswhole", 8);
+    memcpy(split_body, saved, sizeof saved);
+}
+
 /* With dropout: each stage draws its own masks per micro-batch, whatever
  * the schedule; a resumed run draws what a straight one does. */
 /* With dropout, 2 stages draw the whole model's masks (each block draws in
@@ -370,6 +397,7 @@ int main(int argc, char **argv) {
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
     RUN(test_bert_stages);
     RUN(test_bart_stages);
+    RUN(test_gpt2_classifier_stages);
     RUN(test_dropout_as_the_whole_model);
     RUN(test_dropout_schedules_and_resume);
     RUN(test_checkpoint_across_layouts);
