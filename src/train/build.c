@@ -458,12 +458,12 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
         return NULL;
     }
     /* recomputing activations is done block by block: the transformers have blocks */
-    static const char *const blocked[] = {"gpt2", "bert", "roberta", "bart"};
+    static const char *const blocked[] = {"gpt2", "bert", "roberta", "bart", "t5"};
     bool has_blocks = false;
     for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) has_blocks |= !strcmp(cfg->model_name, blocked[i]);
     if (cfg->checkpoint_activations && !has_blocks) {
         snprintf(err, n, "train.checkpoint_activations: model %s has no transformer blocks to recompute "
-                         "(it applies to gpt2, bert, roberta and bart); remove it", cfg->model_name);
+                         "(it applies to gpt2, bert, roberta, bart and t5); remove it", cfg->model_name);
         ut_model_free(m);
         return NULL;
     }

@@ -190,7 +190,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.grad_clip", .type = UT_CFG_FLOAT, AT(grad_clip), .def = "0", GE(0),
      .hashed = true, .doc = "clip the gradient 2-norm to this (0: off)"},
     {.key = "train.checkpoint_activations", .type = UT_CFG_BOOL, AT(checkpoint_activations),
-     .def = "false", .doc = "recompute each transformer block's activations in backward to save memory (gpt2, bert, roberta, bart; refused for the others)"},
+     .def = "false", .doc = "recompute each transformer block's activations in backward to save memory (gpt2, bert, roberta, bart, t5; refused for the others)"},
     {.key = "train.test_at_end", .type = UT_CFG_BOOL, AT(test_at_end), .def = "false",
      .doc = "when training has ended (not after a stop), evaluate the best checkpoint on the dev and test splits "
             "as `utrain test RUN` does, writing dev_results.json, test_results.json and the predictions "

@@ -165,6 +165,10 @@ static void test_t5(void) {
     CHECK(split_train("t5dtp2", 2, "dist.tensor_parallel=2 model.dropout_rate=0.1") == 0,
           "T5 with dropout split over 2 ranks");
     split_agrees("t5dtp2", "t5dwhole", 16);
+    /* each block's activations recomputed in backward (its dropout masks drawn again alike) */
+    CHECK(split_train("t5dckpt", 1, "model.dropout_rate=0.1 train.checkpoint_activations=true") == 0,
+          "T5 with dropout and activation checkpointing");
+    split_agrees("t5dckpt", "t5dwhole", 16);
     /* NEFTune's noise on both stacks' embeddings: the parts add the whole
      * model's noise (the loss moves off the plain run's from the first step) */
     CHECK(split_train("t5nwhole", 1, "train.neftune_alpha=5") == 0, "T5 with NEFTune in one process");
