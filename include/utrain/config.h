@@ -185,6 +185,7 @@ typedef struct {
     double bucket_mb;            /* gradient bucket size */
     char dist_wrap[16];          /* zero3 units: block | param | model */
     bool reshard_after_forward;  /* zero3 */
+    int shard_size;              /* zero1-3: ranks per shard group (hybrid sharding); 0: all, -1: a node's */
     char offload_optimizer[8];   /* none | cpu: ZeRO-Offload (zero1, zero2) */
     char comm_hook[8];           /* none | bf16 | fp16: compressed gradient all-reduce (ddp, zero1) */
     char device_comm[8];         /* auto | direct | host: collectives on device memory (NCCL) or staged */

@@ -374,6 +374,14 @@ typedef struct {
     /* ddp, zero1: the gradient all-reduce in 16 bits (ut_ddp_set_compression;
      * UT_F32 or 0: none) */
     ut_dtype comm_hook;
+    /* zero1-3, hybrid sharding (FSDP's HYBRID_SHARD, DeepSpeed's MiCS): the
+     * communicator c of ut_dist_new is this rank's shard group, and
+     * replicas the ranks of the other groups that hold the same shard
+     * (the same place in their groups). Each step's gradient, summed over
+     * the shard group by the strategy, is then summed over replicas (an
+     * all-reduce of the shard after the window's last backward), so every
+     * replica takes the same step. NULL: the shard group is every rank. */
+    ut_comm *replicas;
 } ut_dist_opts;
 
 /* Bytes of this rank's model state: held now (parameters and gradients in
@@ -404,6 +412,11 @@ void ut_dist_attach(ut_dist *d, ut_ctx *ctx);
 void ut_dist_detach(ut_dist *d, ut_ctx *ctx);
 void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync);
 int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync);
+/* The communicator whose collective failed last (ut_comm_error says why):
+ * the strategy's, or under hybrid sharding the replicas'. */
+ut_comm *ut_dist_failed(const ut_dist *d);
+/* Hybrid sharding's replicas (ut_dist_opts.replicas), NULL without. */
+ut_comm *ut_dist_replicas(const ut_dist *d);
 /* The 2-norm of the whole (summed) gradient, the same on every rank. */
 int ut_dist_grad_norm(ut_dist *d, double *norm);
 /* For a model split over a tensor-parallel group (ut_partition), the

@@ -88,6 +88,10 @@ struct ut_dist {
     bool offload;
     float *h_param, *h_grad;
     const ut_backend *obe; /* the optimizer state's: be, or the CPU's when offloaded */
+    /* hybrid sharding: the ranks holding this rank's shard in the other
+     * shard groups (ut_dist_opts.replicas); NULL: none */
+    ut_comm *rep;
+    ut_comm *failed; /* the communicator of the last failed collective (ut_dist_failed) */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -360,6 +364,14 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     d->rank = ut_comm_rank(c);
     d->world = ut_comm_size(c);
     d->reshard_after_forward = o->reshard_after_forward;
+    if (o->replicas && ut_comm_size(o->replicas) > 1) {
+        if (o->kind == UT_DIST_DDP) {
+            ut_errorf(err, n, "hybrid sharding (replicas of a shard group) runs with zero1, zero2 or zero3, not ddp");
+            ut_free(d);
+            return NULL;
+        }
+        d->rep = o->replicas;
+    }
     ut_params *p = d->p;
     bool sharded = o->kind != UT_DIST_DDP;
     d->S = sharded ? ut_shard_size(p->numel, d->world) : p->numel;
@@ -466,17 +478,42 @@ void ut_dist_backward_begin(ut_dist *d, ut_ctx *ctx, bool sync) {
     }
 }
 
+/* Hybrid sharding: this rank's shard of the gradient (summed over its shard
+ * group) summed over the replicas that hold the same shard. On the
+ * device's memory where the replicas' communicator takes it directly
+ * (queued between the compute stream's work), else through host memory. */
+static int replicate_sum(ut_dist *d) {
+    float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
+    int64_t n = d->hi - d->lo; /* the same on every replica: the same shard */
+    if (n == 0) return 0;
+    if (ut_comm_direct(d->rep, d->p->device))
+        return ut_comm_direct_allreduce_ordered(d->rep, d->p->device, g, n, UT_F32, UT_REDUCE_SUM) ? -1 : 0;
+    ut_stage st;
+    float *h = ut_comm_accepts_device_memory(d->rep, d->p->device)
+                   ? g
+                   : ut_stage_begin(&st, d->be, g, (size_t)n * sizeof(float), true);
+    int rc = ut_comm_wait(d->rep, ut_comm_iallreduce(d->rep, h, n)) ? -1 : 0;
+    if (h != g) ut_stage_end(&st, true);
+    return rc;
+}
+
 int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
     d->backward = false;
     int rc = 0;
+    d->failed = NULL;
     if (sync && d->ddp) {
         rc = ut_ddp_finish(d->ddp, ctx);
     } else if (sync && d->eng) {
         rc = ut_bucketer_finish(d->eng, ctx);
     }
+    if (rc) d->failed = d->comm;
+    if (!rc && sync && d->rep && replicate_sum(d)) rc = -1, d->failed = d->rep;
     ut_dist_release(d); /* zero3: units are gathered again by the next pass */
     return rc;
 }
+
+ut_comm *ut_dist_failed(const ut_dist *d) { return d->failed ? d->failed : d->comm; }
+ut_comm *ut_dist_replicas(const ut_dist *d) { return d->rep; }
 
 bool ut_dist_norm_local(const ut_dist *d) { return d->kind == UT_DIST_DDP || d->world == 1; }
 

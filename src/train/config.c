@@ -449,6 +449,12 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "zero3: parameters gathered together: per block (h.3.*), per parameter, or the whole model"},
     {.key = "dist.reshard_after_forward", .type = UT_CFG_BOOL, AT(reshard_after_forward),
      .def = "true", .doc = "zero3: free a unit's gathered parameters after its forward (false: keep them for backward)"},
+    {.key = "dist.shard_size", .type = UT_CFG_INT, AT(shard_size), .def = "0", GE(-1), LE(1 << 20),
+     .doc = "zero1-3, hybrid sharding (FSDP's HYBRID_SHARD, DeepSpeed's MiCS): the model state is sharded over "
+            "groups of this many data-parallel ranks and replicated across the groups, each step's gradient "
+            "summed within a group, then across the groups (an all-reduce of each rank's shard); 0: one group of "
+            "every rank (plain ZeRO); -1: a group per node (the ranks on one host); it must divide the "
+            "data-parallel ranks (docs/distributed.md)"},
     {.key = "dist.offload_optimizer", .type = UT_CFG_ENUM, AT(offload_optimizer), .def = "none",
      .values = offload_targets,
      .doc = "ZeRO-Offload (zero1, zero2): cpu keeps the optimizer's state and this rank's float32 master "

@@ -225,7 +225,7 @@ static int pp_backward(ut_trainer *t, bool sync) {
     if (stage > 0 && pp_send(t, sl, sl->x, true, false, stage - 1)) return -1;
     ut_ctx_reset(ctx);
     if (ut_dist_backward_end(t->dist, ctx, sync)) {
-        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
+        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(ut_dist_failed(t->dist)));
         return -1;
     }
     t->pp_bwd++;
@@ -313,7 +313,7 @@ int ut_pp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
         ut_ctx *ctx = t->slots[0].ctx;
         ut_dist_backward_begin(t->dist, ctx, true);
         if (ut_dist_backward_end(t->dist, ctx, true)) {
-            snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->dcomm));
+            snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(ut_dist_failed(t->dist)));
             return -1;
         }
     }

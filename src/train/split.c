@@ -247,13 +247,17 @@ void ut_split_free(ut_trainer *t) {
 int ut_shard_save(ut_trainer *t, const char *path) {
     const ut_params *p = &t->m->params;
     ut_optim *o = t->o;
-    int ns = ut_optim_nstate(o), W = t->world;
+    /* hybrid sharding: the shard group of rank 0 writes, the replicas of its
+     * shards hold the same state */
+    if (t->replicas && ut_comm_rank(t->replicas) != 0) return 0;
+    ut_comm *c = t->shard_group ? t->shard_group : t->comm;
+    int ns = ut_optim_nstate(o), W = ut_comm_size(c), me = ut_comm_rank(c);
     int64_t lo, hi;
     ut_dist_shard(t->dist, &lo, &hi);
     int64_t *cnt = ut_calloc_check((size_t)W, sizeof *cnt);
-    cnt[t->rank] = hi - lo;
-    if (ut_comm_allreduce_i64(t->comm, cnt, W)) {
-        snprintf(t->err, sizeof t->err, "the shards' sizes: %s", ut_comm_error(t->comm));
+    cnt[me] = hi - lo;
+    if (ut_comm_allreduce_i64(c, cnt, W)) {
+        snprintf(t->err, sizeof t->err, "the shards' sizes: %s", ut_comm_error(c));
         ut_free(cnt);
         return -1;
     }
@@ -261,7 +265,7 @@ int ut_shard_save(ut_trainer *t, const char *path) {
     ut_ckpt_state_names(o, state, sizeof state);
     ut_ckpt_writer *w = NULL;
     int wrc = 0, rc = 0;
-    if (t->rank == 0) {
+    if (me == 0) {
         ut_ckpt_entry *e = ut_calloc_check((size_t)p->n + 1, sizeof *e);
         for (int i = 0; i < p->n; i++) {
             e[i] = (ut_ckpt_entry){.name = p->names[i], .ndim = p->t[i]->ndim};
@@ -278,25 +282,25 @@ int ut_shard_save(ut_trainer *t, const char *path) {
     int64_t most = 0;
     for (int r = 0; r < W; r++) most = cnt[r] > most ? cnt[r] : most;
     float *mine = ut_malloc_check((size_t)(hi - lo + 1) * sizeof(float));
-    float *buf = t->rank == 0 ? ut_malloc_check((size_t)(most + 1) * sizeof(float)) : NULL;
+    float *buf = me == 0 ? ut_malloc_check((size_t)(most + 1) * sizeof(float)) : NULL;
     const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
     for (int s = 0; s < ns && !rc; s++) {
         obe->copy(mine, ut_optim_state(o, s, NULL), (size_t)(hi - lo) * sizeof(float), UT_COPY_D2H);
-        if (t->rank != 0) {
-            if (ut_comm_wait(t->comm, ut_comm_isend(t->comm, mine, hi - lo, 0))) rc = -1;
+        if (me != 0) {
+            if (ut_comm_wait(c, ut_comm_isend(c, mine, hi - lo, 0))) rc = -1;
             continue;
         }
         for (int r = 0; r < W && !rc; r++) {
             const float *v = mine;
             if (r > 0) {
-                if (ut_comm_wait(t->comm, ut_comm_irecv(t->comm, buf, cnt[r], r))) rc = -1;
+                if (ut_comm_wait(c, ut_comm_irecv(c, buf, cnt[r], r))) rc = -1;
                 v = buf;
             }
             if (!rc && !wrc) wrc = ut_ckpt_writer_put(w, v, cnt[r], t->err, sizeof t->err);
         }
     }
-    if (rc) snprintf(t->err, sizeof t->err, "the optimizer's shards for %s: %s", path, ut_comm_error(t->comm));
-    if (t->rank == 0 && ut_ckpt_writer_close(w, !rc && !wrc, !rc && !wrc ? t->err : NULL, sizeof t->err)) wrc = -1;
+    if (rc) snprintf(t->err, sizeof t->err, "the optimizer's shards for %s: %s", path, ut_comm_error(c));
+    if (me == 0 && ut_ckpt_writer_close(w, !rc && !wrc, !rc && !wrc ? t->err : NULL, sizeof t->err)) wrc = -1;
     ut_free(mine);
     ut_free(buf);
     ut_free(cnt);

@@ -255,6 +255,67 @@ static int setup_device_comm(ut_trainer *t, char *path, size_t pn) {
     return 0;
 }
 
+/* The ranks of this rank's host among the data-parallel group's (the same
+ * count on every host, each host's ranks consecutive), or -1 (t->err). */
+static int ranks_per_host(ut_trainer *t) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    int64_t h = 1469598103934665603LL & INT64_MAX; /* FNV-1a of the name, kept positive */
+    for (const char *s = host; *s; s++) h = ((h ^ (unsigned char)*s) * 1099511628211LL) & INT64_MAX;
+    int64_t *all = ut_calloc_check((size_t)t->dworld, sizeof *all);
+    all[t->drank] = h;
+    if (ut_comm_allreduce_i64(t->dcomm, all, t->dworld)) {
+        snprintf(t->err, sizeof t->err, "dist.shard_size -1: the ranks' hosts: %s", ut_comm_error(t->dcomm));
+        ut_free(all);
+        return -1;
+    }
+    int per = 1;
+    while (per < t->dworld && all[per] == all[0]) per++;
+    bool even = t->dworld % per == 0; /* runs of per ranks, each on a host other than the run's before */
+    for (int r = per; even && r < t->dworld; r++) even = r % per ? all[r] == all[r - 1] : all[r] != all[r - 1];
+    ut_free(all);
+    if (!even) {
+        snprintf(t->err, sizeof t->err, "dist.shard_size -1 (a shard group per node): the ranks are not %d to a "
+                 "host in consecutive runs; give the group's size instead (dist.shard_size: N)", per);
+        return -1;
+    }
+    return per;
+}
+
+/* dist.shard_size: this rank's shard group (S consecutive data-parallel
+ * ranks) and the replicas of its shard (the ranks at its place in the other
+ * groups); nothing when S is every rank. */
+static int hybrid_groups(ut_trainer *t) {
+    int S = t->cfg->shard_size;
+    if (!S || t->dworld == 1) return 0;
+    if (S < 0 && (S = ranks_per_host(t)) < 0) return -1;
+    if (S > t->dworld || t->dworld % S) {
+        snprintf(t->err, sizeof t->err, "dist.shard_size: %d does not divide the %d data-parallel ranks into "
+                 "shard groups; give a divisor of %d", S, t->dworld, t->dworld);
+        return -1;
+    }
+    if (S == t->dworld) return 0;
+    char why[512];
+    if (!(t->shard_group = ut_comm_split(t->dcomm, t->drank / S, t->drank, "shard", why, sizeof why)) ||
+        !(t->replicas = ut_comm_split(t->dcomm, t->drank % S, t->drank, "replicas", why, sizeof why))) {
+        snprintf(t->err, sizeof t->err, "hybrid sharding's groups: %s", why);
+        return -1;
+    }
+    ut_devcomm_mode mode = UT_DEVCOMM_AUTO;
+    ut_devcomm_parse(t->cfg->device_comm, &mode);
+    char sp[640], rp[640];
+    ut_device dev = t->m->params.device;
+    if (ut_comm_device_setup(t->shard_group, dev, mode, sp, sizeof sp, t->err, sizeof t->err) ||
+        ut_comm_device_setup(t->replicas, dev, mode, rp, sizeof rp, t->err, sizeof t->err))
+        return -1;
+    ut_say(&t->log, "Hybrid sharding: %s over %d groups of %d ranks (the model state sharded within a group, "
+           "replicated across them); each step's gradient shard summed across the %d replicas after backward\n",
+           t->cfg->dist_strategy, t->dworld / S, S, t->dworld / S);
+    if (!ut_backend_get(dev)->host_memory)
+        ut_say(&t->log, "  within a group (device %s): %s; across groups: %s\n", ut_backend_get(dev)->name, sp, rp);
+    return 0;
+}
+
 static int set_optimizer(ut_trainer *t) {
     const ut_config *c = t->cfg;
     ut_optim_kind kind;
@@ -288,8 +349,9 @@ static int set_optimizer(ut_trainer *t) {
     }
     if (dopts.kind == UT_DIST_DP) dopts.kind = UT_DIST_DDP; /* one process: the master's optimizer */
     char path[640];
-    if (setup_device_comm(t, path, sizeof path)) return -1;
-    t->dist = ut_dist_new(t->dcomm, t->m, &oc, &dopts, t->err, sizeof t->err);
+    if (setup_device_comm(t, path, sizeof path) || hybrid_groups(t)) return -1;
+    dopts.replicas = t->replicas;
+    t->dist = ut_dist_new(t->shard_group ? t->shard_group : t->dcomm, t->m, &oc, &dopts, t->err, sizeof t->err);
     if (!t->dist) return -1;
     const ut_backend *be = ut_backend_get(t->m->params.device);
     bool direct = ut_comm_direct(t->dcomm, t->m->params.device);
@@ -957,7 +1019,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
         }
         scaled = sqrt(s2[0]);
     } else if (ut_dist_grad_norm(t->dist, &scaled)) {
-        snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(t->comm));
+        snprintf(t->err, sizeof t->err, "gradient norm over ranks: %s", ut_comm_error(ut_dist_failed(t->dist)));
         return -1;
     }
     bool skip = ut_grad_step_rule(scaled, clip, scale, &coef, &norm);
@@ -973,7 +1035,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     if (!dev) {
         if (coef != 1.0f) ut_dist_scale_grads(t->dist, coef);
         if (ut_dist_step(t->dist, lr)) {
-            snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(t->comm));
+            snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(ut_dist_failed(t->dist)));
             return -1;
         }
     }
@@ -1016,7 +1078,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     if (last) t->win_last = empty ? -1 : t->win_n - 1;
     ut_ctx_reset(t->ctx);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
-        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(t->comm));
+        snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(ut_dist_failed(t->dist)));
         return -1;
     }
     return 0;
@@ -1425,6 +1487,8 @@ int ut_trainer_run_on(const ut_config *cfg, ut_comm *comm, ut_model *model, ut_d
     ut_sampler_free(&t->sampler);
     ut_pp_free(t);
     ut_dist_free(t->dist);
+    if (t->replicas) ut_comm_finalize(t->replicas);
+    if (t->shard_group) ut_comm_finalize(t->shard_group);
     if (t->have_mesh) ut_mesh_free(&t->mesh);
     ut_split_free(t);
     ut_tokenizer_free(t->tok);

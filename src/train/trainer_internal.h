@@ -76,6 +76,10 @@ struct ut_trainer {
     ut_dataset *eval_ds;         /* the dataset being evaluated through the stages */
     int64_t pp_fwd, pp_bwd;      /* the window's forwards and backwards done */
     ut_dist *dist;               /* the strategy; owns the optimizer */
+    /* dist.shard_size (hybrid sharding): the strategy's group (this rank's
+     * shard group) and the replicas of its shard; NULL: the data-parallel
+     * group is one shard group */
+    ut_comm *shard_group, *replicas;
     int ndp;                     /* dp: worker threads (1 otherwise) */
     ut_dp *dp;                   /* dp: the worker group (worker 0 is the trainer's own model) */
     struct replica *rep;         /* dp: each worker's share and results */

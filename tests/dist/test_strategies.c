@@ -161,6 +161,44 @@ static void test_bow_uneven_11(void) { check_model("bow11", bow11_yaml, 1, uneve
 /* 8 x 8 + 3 at accumulation 2: the last window is one short micro-batch */
 static void test_gpt2_uneven_accum(void) { check_model("gpt2u", gpt2u_yaml, 2, ""); }
 
+/* Hybrid sharding (dist.shard_size): 4 ranks as 2 shard groups of 2 (zero3,
+ * zero2, zero2 with ZeRO-Offload) and as 4 replicas of one rank each
+ * (zero1), with clipping below every step's norm, against one process; the
+ * zero3 run's checkpoint holds plain zero3's optimizer state (rank 0's
+ * group writes it), and a run stopped at step 10 and resumed reaches the
+ * straight run's weights. */
+static void test_hybrid_sharding(void) {
+    const char *clip = "train.grad_clip=0.05";
+    char extra[256];
+    CHECK(!train("hyb_ref", gpt2_yaml, "ddp", 1, 1, clip), "one process");
+    CHECK(!train("hyb_z3_4", gpt2_yaml, "zero3", 4, 1, clip), "zero3 on 4 ranks");
+    snprintf(extra, sizeof extra, "%s dist.shard_size=2", clip);
+    CHECK(!train("hyb_z3", gpt2_yaml, "zero3", 4, 1, extra), "zero3 in 2 groups of 2");
+    CHECK(!train("hyb_z2", gpt2_yaml, "zero2", 4, 1, extra), "zero2 in 2 groups of 2");
+    snprintf(extra, sizeof extra, "%s dist.shard_size=2 dist.offload_optimizer=cpu", clip);
+    CHECK(!train("hyb_z2off", gpt2_yaml, "zero2", 4, 1, extra), "zero2 + Offload in 2 groups of 2");
+    snprintf(extra, sizeof extra, "%s dist.shard_size=1", clip);
+    CHECK(!train("hyb_z1", gpt2_yaml, "zero1", 4, 1, extra), "zero1 as 4 replicas");
+    static const char *const runs[] = {"hyb_z3", "hyb_z2", "hyb_z2off", "hyb_z1"};
+    for (int i = 0; i < 4; i++) compare("hyb_ref", runs[i]);
+    char *log = tp_slurp(path("hyb_z3", "logger_logs/training_0.log"));
+    CHECK(log && strstr(log, "Hybrid sharding: zero3 over 2 groups of 2 ranks"), "%s", log ? log : "no log");
+    free(log);
+    char worst[128] = "";
+    double o = tp_tensors_diff(path("hyb_z3_4", "checkpoints/step_00000020.safetensors"),
+                               path("hyb_z3", "checkpoints/step_00000020.safetensors"), "optim.", NULL, worst,
+                               sizeof worst);
+    CHECK(o >= 0 && o <= 1e-5, "the hybrid run's optimizer state within %.2g of plain zero3's (worst %s)", o, worst);
+    /* stopped at step 10, then resumed to 20 */
+    snprintf(extra, sizeof extra, "%s dist.shard_size=2 train.max_steps=10 train.save_interval=10", clip);
+    CHECK(!train("hyb_resume", gpt2_yaml, "zero3", 4, 1, extra), "zero3 in 2 groups, 10 steps");
+    snprintf(extra, sizeof extra, "%s dist.shard_size=2 continue_training=true", clip);
+    CHECK(!train("hyb_resume", gpt2_yaml, "zero3", 4, 1, extra), "resumed to step 20");
+    double w = tp_weights_rel_diff(path("hyb_z3", "checkpoints/step_00000020.safetensors"),
+                                   path("hyb_resume", "checkpoints/step_00000020.safetensors"));
+    CHECK(w >= 0 && w <= 1e-6, "resumed: weights within %.2g of the straight run's", w);
+}
+
 /* The header and the first n examples of a TSV file, into dst. */
 static bool head_tsv(const char *src, const char *dst, int n) {
     FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
@@ -220,5 +258,6 @@ int main(int argc, char **argv) {
     RUN(test_cnn);
     RUN(test_gpt2);
     RUN(test_gpt2_accum_clip_ckpt_cosine);
+    RUN(test_hybrid_sharding);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
