@@ -252,6 +252,7 @@ typedef struct {
 typedef struct {
     int world;
     int tp, dp;                 /* dist.tensor_parallel, and the data-parallel ranks world / (tp pp) */
+    int shard_group;            /* the ranks the strategies shard over: dp, or dist.shard_size's group */
     int pp, pp_stage;           /* dist.pipeline_parallel; the stage with the most parameters (planned) */
     int64_t micro_batches, in_flight; /* pipeline: per step, and held at once by the planned stage */
     double bubble;              /* pipeline: the idle share of a step, (pp - 1) / (micro_batches + pp - 1) */

@@ -48,16 +48,23 @@ static int mixed_precision(ut_config *c, char *err, size_t n, char *said, size_t
 static int fsdp(ut_config *c, char *err, size_t n, char *said, size_t sn) {
     const char *s = env("FSDP_SHARDING_STRATEGY");
     if (!s) s = "FULL_SHARD"; /* Accelerate's default */
-    const char *st = !strcmp(s, "FULL_SHARD") || !strcmp(s, "1")      ? "zero3"
-                     : !strcmp(s, "SHARD_GRAD_OP") || !strcmp(s, "2") ? "zero2"
-                     : !strcmp(s, "NO_SHARD") || !strcmp(s, "3")      ? "ddp"
-                                                                       : NULL;
+    /* the hybrid ones: the same within each node, replicated across nodes (dist.shard_size -1) */
+    bool hybrid = !strcmp(s, "HYBRID_SHARD") || !strcmp(s, "4") || !strcmp(s, "HYBRID_SHARD_ZERO2") || !strcmp(s, "5");
+    const char *st = !strcmp(s, "FULL_SHARD") || !strcmp(s, "1") || !strcmp(s, "HYBRID_SHARD") || !strcmp(s, "4")
+                         ? "zero3"
+                     : !strcmp(s, "SHARD_GRAD_OP") || !strcmp(s, "2") || !strcmp(s, "HYBRID_SHARD_ZERO2") ||
+                             !strcmp(s, "5")
+                         ? "zero2"
+                     : !strcmp(s, "NO_SHARD") || !strcmp(s, "3") ? "ddp"
+                                                                 : NULL;
     if (!st)
         return ut_errorf(err, n, "FSDP_SHARDING_STRATEGY=%s (accelerate launch --fsdp_sharding_strategy): utrain "
-                                 "shards over all ranks or none: FULL_SHARD (dist.strategy zero3), SHARD_GRAD_OP "
-                                 "(zero2) or NO_SHARD (ddp)",
+                                 "has FULL_SHARD (dist.strategy zero3), SHARD_GRAD_OP (zero2), HYBRID_SHARD and "
+                                 "HYBRID_SHARD_ZERO2 (the same within each node, dist.shard_size -1) and NO_SHARD "
+                                 "(ddp)",
                          s);
     if (put(c, "dist.strategy", st, "FSDP_SHARDING_STRATEGY", err, n)) return -1;
+    if (hybrid && put(c, "dist.shard_size", "-1", "FSDP_SHARDING_STRATEGY", err, n)) return -1;
     snprintf(said + strlen(said), sn - strlen(said), "%sFSDP %s (dist.strategy %s)", *said ? ", " : "", s, st);
     if (env_true("FSDP_OFFLOAD_PARAMS"))
         return ut_errorf(err, n, "FSDP_OFFLOAD_PARAMS=true (accelerate launch --fsdp_offload_params true): utrain "

@@ -180,6 +180,17 @@ static int zero(ds_ctx *d, const cJSON *o) {
                 return refuse(d, path, "expected 0, 1, 2 or 3");
             if (ut_cfg_assign(d->c, "dist.strategy", strategies[(int)e->valuedouble], why, sizeof why))
                 return refuse(d, path, why);
+        } else if (!strcmp(e->string, "mics_shard_size")) { /* MiCS: ZeRO within groups, replicated across them */
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < -1 ||
+                e->valuedouble == 0 || e->valuedouble > (1 << 20))
+                return refuse(d, path, "expected a number of ranks per shard group (-1: off)");
+            char buf[32];
+            snprintf(buf, sizeof buf, "%.0f", e->valuedouble > 0 ? e->valuedouble : 0);
+            if (ut_cfg_assign(d->c, "dist.shard_size", buf, why, sizeof why)) return refuse(d, path, why);
+        } else if (!strcmp(e->string, "mics_hierarchical_params_gather")) {
+            /* MiCS's two-level parameter gather across nodes: utrain's gathers stay within the group */
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            if (is_true(e)) tuning(d, path);
         } else if (!strcmp(e->string, "offload_optimizer") || !strcmp(e->string, "offload_param")) {
             if (offload(d, e, path, !strcmp(e->string, "offload_param"))) return -1;
         } else if (!strcmp(e->string, "cpu_offload")) { /* DeepSpeed's older spelling (FlagAI's examples) */

@@ -358,18 +358,22 @@ static int fsdp(ut_config *c, const char *key, const char *v, char *err, size_t 
     char buf[UT_CFG_STR_MAX];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *save = NULL, *t = strtok_r(buf, " ,", &save); t; t = strtok_r(NULL, " ,", &save)) {
-        const char *strategy = !strcmp(t, "full_shard")      ? "zero3"
-                               : !strcmp(t, "shard_grad_op") ? "zero2"
-                               : !strcmp(t, "no_shard")      ? "ddp"
-                                                             : NULL;
+        /* the hybrid ones shard within a node (dist.shard_size -1) */
+        bool hybrid = !strcmp(t, "hybrid_shard") || !strcmp(t, "hybrid_shard_zero2");
+        const char *strategy = !strcmp(t, "full_shard") || !strcmp(t, "hybrid_shard")          ? "zero3"
+                               : !strcmp(t, "shard_grad_op") || !strcmp(t, "hybrid_shard_zero2") ? "zero2"
+                               : !strcmp(t, "no_shard")                                        ? "ddp"
+                                                                                               : NULL;
         if (strategy) {
             if (assign(c, "dist.strategy", strategy, err, n) < 0) return -1;
+            if (hybrid && assign(c, "dist.shard_size", "-1", err, n) < 0) return -1;
         } else if (strcmp(t, "auto_wrap")) { /* utrain's ZeRO shards every parameter: no wrapping policy */
             return ut_errorf(err, n, "%s: '%s': utrain has full_shard (dist.strategy: zero3), shard_grad_op "
-                                     "(zero2) and no_shard (ddp), with auto_wrap; %s", key, t,
+                                     "(zero2), hybrid_shard and hybrid_shard_zero2 (the same within each node: "
+                                     "dist.shard_size: -1) and no_shard (ddp), with auto_wrap; %s", key, t,
                              !strcmp(t, "offload") ? "parameter offload is not available (dist.offload_optimizer: "
                                                      "cpu offloads the optimizer)"
-                                                   : "hybrid sharding is not available");
+                                                   : "write one of those");
         }
     }
     return 1;
@@ -559,7 +563,7 @@ const char *const ut_cfg_hf_doc =
     "| `max_steps` | -1 / N | nothing (the epochs decide) / `train.max_steps` |\n"
     "| `eval_delay` | N | `train.eval_delay` (no evaluation before step N, or epoch N with `eval_strategy: epoch`) |\n"
     "| `train_sampling_strategy` | `random` / `sequential` / `group_by_length` / others | `data.shuffle: true` / `false` / `data.group_by_length: true` / refused |\n"
-    "| `fsdp` | `full_shard`, `shard_grad_op`, `no_shard` with `auto_wrap` / `offload`, `hybrid_shard` | `dist.strategy: zero3`, `zero2`, `ddp` (utrain shards every parameter: no wrapping policy) / refused |\n"
+    "| `fsdp` | `full_shard`, `shard_grad_op`, `hybrid_shard`, `hybrid_shard_zero2`, `no_shard` with `auto_wrap` / `offload` | `dist.strategy: zero3`, `zero2`, zero3 and zero2 within each node (`dist.shard_size: -1`, replicated across nodes), `ddp` (utrain shards every parameter: no wrapping policy) / refused |\n"
     "| `activation_checkpointing` | false / true | nothing / `train.checkpoint_activations` |\n"
     "| `ddp_bucket_cap_mb` | N | `dist.bucket_mb` |\n"
     "| `average_tokens_across_devices` | true / false | nothing: utrain averages the loss over the target tokens of the whole window on every rank (a label per example for classification) / refused |\n"

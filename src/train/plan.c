@@ -219,6 +219,12 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
                          world, tp, pp);
     p->world = world;
     p->tp = tp, p->pp = pp, p->dp = world / (tp * pp);
+    /* hybrid sharding: groups of shard_size ranks (-1: a node's, dist.nproc_per_node when there are several) */
+    int G = cfg->shard_size > 0 ? cfg->shard_size : cfg->shard_size < 0 && cfg->nodes > 1 ? (int)cfg->nproc_per_node : p->dp;
+    if (G > p->dp || p->dp % G)
+        return ut_errorf(err, n, "dist.shard_size: %d does not divide the %d data-parallel ranks into shard groups; "
+                                 "give a divisor of %d", G, p->dp, p->dp);
+    p->shard_group = G;
     snprintf(p->model, sizeof p->model, "%s", cfg->model_name);
     snprintf(p->device, sizeof p->device, "%s", cfg->device);
     p->device_bytes = 0;
@@ -270,7 +276,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     const ut_params *own = part ? &part->params : &m->params;
     p->whole_numel = m->params.numel;
     p->numel = own->numel;
-    p->shard = ut_shard_size(p->numel, p->dp);
+    p->shard = ut_shard_size(p->numel, p->shard_group);
     snprintf(p->wrap, sizeof p->wrap, "%s", cfg->dist_wrap[0] ? cfg->dist_wrap : "block");
     if (largest_units(own, p->wrap, p, err, n)) goto done;
     if (!cfg->reshard_after_forward) { /* every unit stays gathered from forward to backward */
@@ -329,8 +335,8 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
                "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
             p->world, p->model, p->optim, p->precision, (long long)p->numel, (long long)p->shard,
             p->optim_floats, (long long)p->batch);
-    fprintf(f, " \"tensor_parallel\": %d, \"data_parallel\": %d, \"whole_numel\": %lld,\n", p->tp, p->dp,
-            (long long)p->whole_numel);
+    fprintf(f, " \"tensor_parallel\": %d, \"data_parallel\": %d, \"shard_group\": %d, \"whole_numel\": %lld,\n", p->tp,
+            p->dp, p->shard_group, (long long)p->whole_numel);
     fprintf(f, " \"pipeline_parallel\": %d, \"pipeline_stage\": %d, \"micro_batches\": %lld, \"in_flight\": %lld, "
                "\"bubble\": %.6f,\n",
             p->pp, p->pp_stage, (long long)p->micro_batches, (long long)p->in_flight, p->bubble);
@@ -397,6 +403,9 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
                    "are widened into); 16-bit activations, "
                    "conversion scratch %s\n",
                 p->precision, human(p->copy_bytes, a, sizeof a), human(p->scratch_bytes, b, sizeof b));
+    if (p->shard_group < p->dp)
+        fprintf(f, "  hybrid sharding (dist.shard_size): zero1-3 shard over groups of %d ranks and replicate across "
+                   "%d groups\n", p->shard_group, p->dp / p->shard_group);
     fprintf(f, "  shard S = %lld parameters; zero2/zero3 gradient buckets in flight %s; zero3 "
                "gathers %s (%s, dist.wrap %s)\n",
             (long long)p->shard, human(p->bucket_bytes, a, sizeof a), p->gathered_units,

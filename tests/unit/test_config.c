@@ -801,8 +801,9 @@ static void test_seed_dist_flags(void) {
     CHECK(load_text(&c, "fairscale_fsdp: true\n") == 0 && !strcmp(c.dist_strategy, "zero3"), "in YAML: %s", err);
     ut_config_free(&c);
     check_set_error("fsdp=offload", "--set: fsdp: 'offload': utrain has full_shard (dist.strategy: zero3), "
-                                    "shard_grad_op (zero2) and no_shard (ddp), with auto_wrap; parameter offload "
-                                    "is not available (dist.offload_optimizer: cpu offloads the optimizer)");
+                                    "shard_grad_op (zero2), hybrid_shard and hybrid_shard_zero2 (the same within "
+                                    "each node: dist.shard_size: -1) and no_shard (ddp), with auto_wrap; parameter "
+                                    "offload is not available (dist.offload_optimizer: cpu offloads the optimizer)");
     check_invalid((const char *[]){"dist.device_comm=direct", NULL},
                   "dist.device_comm: direct runs collectives on a device's memory (device: cuda or sim); on the CPU "
                   "the ranks exchange host memory in place: remove it or write dist.device_comm: auto");
@@ -1404,6 +1405,30 @@ static const char *write_ds(const char *json) {
     return ds_path;
 }
 
+/* Hybrid sharding: FSDP's within each node, DeepSpeed's MiCS groups; refused where nothing is sharded */
+static void test_hybrid_sharding_keys(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "fsdp: hybrid_shard_zero2 auto_wrap\n") == 0 && !strcmp(c.dist_strategy, "zero2") &&
+              c.shard_size == -1,
+          "fsdp: hybrid_shard_zero2: %s %s %d", err, c.dist_strategy, c.shard_size);
+    ut_config_free(&c);
+    char dsk[300];
+    snprintf(dsk, sizeof dsk, "deepspeed_config: %s\n",
+             write_ds("{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8, "
+                      "\"mics_hierarchical_params_gather\": false}}"));
+    CHECK(load_text(&c, dsk) == 0 && !strcmp(c.dist_strategy, "zero3") && c.shard_size == 8,
+          "mics_shard_size: %s %s %d", err, c.dist_strategy, c.shard_size);
+    unlink(ds_path);
+    ut_config_free(&c);
+    check_invalid((const char *[]){"dist.shard_size=2", NULL},
+                  "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
+                  "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
+    check_invalid((const char *[]){"dist.shard_size=2", "dist.strategy=zero3", "dist.pipeline_parallel=2", NULL},
+                  "dist.shard_size: hybrid sharding runs over data-parallel ranks of whole models, not with "
+                  "dist.tensor_parallel 1 and dist.pipeline_parallel 2; remove one of them");
+}
+
 /* loads "deepspeed_config: <json in a file>" into c; 0 or -1 (err) */
 static int load_ds(ut_config *c, const char *json) {
     char yaml[160];
@@ -1697,6 +1722,12 @@ static void test_accelerate_launch(void) {
     CHECK(!strcmp(c.dist_strategy, "zero3") && !strcmp(c.precision, "bf16"), "ds file: %s %s", c.dist_strategy,
           c.precision);
     ut_config_free(&c);
+    /* FSDP's hybrid strategy: zero3 within each node */
+    CHECK(accel(&c, (const char *[]){"ACCELERATE_USE_FSDP=true", "FSDP_SHARDING_STRATEGY=HYBRID_SHARD", NULL}, NULL,
+                said) == 0 &&
+              !strcmp(c.dist_strategy, "zero3") && c.shard_size == -1,
+          "HYBRID_SHARD: %s %s %d", err, c.dist_strategy, c.shard_size);
+    ut_config_free(&c);
     /* refusals */
     static const struct {
         const char *vars[3], *msg;
@@ -1704,9 +1735,10 @@ static void test_accelerate_launch(void) {
         {{"ACCELERATE_MIXED_PRECISION=fp8", NULL},
          "ACCELERATE_MIXED_PRECISION=fp8 (accelerate launch --mixed_precision fp8): utrain trains in fp32, bf16 or "
          "fp16; launch with --mixed_precision bf16, fp16 or no"},
-        {{"ACCELERATE_USE_FSDP=true", "FSDP_SHARDING_STRATEGY=HYBRID_SHARD", NULL},
-         "FSDP_SHARDING_STRATEGY=HYBRID_SHARD (accelerate launch --fsdp_sharding_strategy): utrain shards over all "
-         "ranks or none: FULL_SHARD (dist.strategy zero3), SHARD_GRAD_OP (zero2) or NO_SHARD (ddp)"},
+        {{"ACCELERATE_USE_FSDP=true", "FSDP_SHARDING_STRATEGY=6", NULL},
+         "FSDP_SHARDING_STRATEGY=6 (accelerate launch --fsdp_sharding_strategy): utrain has FULL_SHARD (dist.strategy "
+         "zero3), SHARD_GRAD_OP (zero2), HYBRID_SHARD and HYBRID_SHARD_ZERO2 (the same within each node, "
+         "dist.shard_size -1) and NO_SHARD (ddp)"},
         {{"ACCELERATE_USE_FSDP=true", "FSDP_OFFLOAD_PARAMS=true", NULL},
          "FSDP_OFFLOAD_PARAMS=true (accelerate launch --fsdp_offload_params true): utrain keeps the parameters on "
          "the device; what it offloads is the optimizer (dist.offload_optimizer: cpu, with zero1 or zero2)"},
@@ -1759,6 +1791,7 @@ int main(int argc, char **argv) {
     RUN(test_flagai_keys);
     RUN(test_flagai_trainer_args);
     RUN(test_deepspeed_config);
+    RUN(test_hybrid_sharding_keys);
     RUN(test_accelerate_launch);
     RUN(test_model_data_fit);
     RUN(test_greater_is_better);
