@@ -8,10 +8,11 @@
  * bag-of-words classifier and `utrain test` on it, the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
  * one GPU (their gradients staged through host memory: NCCL takes a GPU per
- * rank, and dist.device_comm: direct is refused there), GPT-2 split over two
- * ranks (tensor and pipeline parallel), and sequence-to-sequence: BART
- * fine-tuned with evaluation by generation, T5 split over two ranks with
- * dropout, then generating with beam search in test mode.
+ * rank, and dist.device_comm: direct is refused there), zero3 with hybrid
+ * sharding on four, GPT-2 split over two ranks (tensor and pipeline
+ * parallel), and sequence-to-sequence: BART fine-tuned with evaluation by
+ * generation, T5 split over two ranks with dropout, then generating with
+ * beam search in test mode, and T5 in three pipeline stages.
  *
  * UT_TRAINER_TEST_DEVICE=sim runs it on the simulated device instead (a
  * machine without a GPU: there every difference is 0). Skips, saying why,
@@ -243,6 +244,9 @@ static void test_distributed(void) {
     /* the ranks over TCP (torchrun's way) instead of MPI: the device's
      * buffers staged through host memory the same way */
     both("zero3tcp", gpt2, "dist.strategy=zero3 dist.launcher=tcp", 2, 8, 1e-6, 1e-5);
+    /* hybrid sharding: zero3 in 2 groups of 2 ranks, the replicas' sum of
+     * each gradient shard staged through host memory */
+    both("zero3hyb", gpt2, "dist.strategy=zero3 dist.shard_size=2", 4, 8, 1e-6, 1e-5);
     /* how the gradients travel (dist.device_comm): two ranks on one GPU
      * cannot use NCCL, so auto stages them through host memory, says why,
      * and direct is refused naming the ranks; on sim (a device per process)
@@ -340,6 +344,8 @@ static void test_seq2seq(void) {
           "BART on %s: no dev evaluation by generation in its output", D);
     free(o);
     both("t5tp2", t5, "dist.tensor_parallel=2", 2, 8, 1e-6, 1e-5);
+    /* in 3 pipeline stages: the middle one holds both relative-position tables */
+    both("t5pp3", t5, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1", 3, 8, 1e-6, 1e-5);
     char run[600], out[600];
     snprintf(run, sizeof run, "%s/runs/t5tp2_dev", tmp);
     snprintf(out, sizeof out, "%s/t5_test.out", tmp);
