@@ -73,10 +73,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.shard_size: %d shards the model state over groups of ranks (hybrid sharding), which %s does "
              "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key",
              c->shard_size, c->dist_strategy);
-    if (c->shard_size && (c->tensor_parallel > 1 || c->pipeline_parallel > 1))
-        FAIL("dist.shard_size: hybrid sharding runs over data-parallel ranks of whole models, not with "
-             "dist.tensor_parallel %lld and dist.pipeline_parallel %lld; remove one of them",
-             (long long)c->tensor_parallel, (long long)c->pipeline_parallel);
     if (strcmp(c->comm_hook, "none") && strcmp(c->dist_strategy, "ddp") && strcmp(c->dist_strategy, "zero1"))
         FAIL("dist.comm_hook: %s compresses ddp's and zero1's gradient all-reduce, not %s's; set dist.strategy: ddp "
              "or zero1, or dist.comm_hook: none", c->comm_hook, c->dist_strategy);

@@ -107,6 +107,24 @@ static void test_stages_with_data_parallel(void) {
     agrees("pp2offload", "ddp2");
 }
 
+/* Hybrid sharding over the data-parallel ranks of a split model: 4 of them
+ * in 2 shard groups of 2, under 2 stages (zero3) and under tp 2 (zero2),
+ * 8 ranks each, against ddp on 4. */
+static void test_hybrid_sharding_of_split_models(void) {
+    CHECK(split_train("ddp4", 4, "") == 0, "ddp on 4 ranks");
+    CHECK(split_train("pp2hyb", 8, "dist.pipeline_parallel=2 dist.strategy=zero3 dist.shard_size=2") == 0,
+          "2 stages x zero3 in 2 groups of 2 data-parallel ranks");
+    agrees("pp2hyb", "ddp4");
+    CHECK(split_train("tp2hyb", 8, "dist.tensor_parallel=2 dist.strategy=zero2 dist.shard_size=2") == 0,
+          "tp 2 x zero2 in 2 groups of 2 data-parallel ranks");
+    agrees("tp2hyb", "ddp4");
+    char log[700];
+    snprintf(log, sizeof log, "%s/runs/pp2hyb/logger_logs/training_0.log", split_dir);
+    char *s = tp_slurp(log);
+    CHECK(s && strstr(s, "Hybrid sharding: zero3 over 2 groups of 2 ranks"), "%s", s ? s : "no log");
+    free(s);
+}
+
 /* Stages split Megatron-style too: 2 stages x 2 tensor-parallel ranks. */
 static void test_stages_with_tensor_parallel(void) {
     CHECK(split_train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
@@ -395,6 +413,7 @@ int main(int argc, char **argv) {
     RUN(test_bf16_transfers); /* after pp2, its reference */
     RUN(test_stages_with_data_parallel);
     RUN(test_stages_with_tensor_parallel); /* after ddp2, its reference */
+    RUN(test_hybrid_sharding_of_split_models);
     RUN(test_bert_stages);
     RUN(test_bart_stages);
     RUN(test_gpt2_classifier_stages);

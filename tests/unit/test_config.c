@@ -1424,9 +1424,6 @@ static void test_hybrid_sharding_keys(void) {
     check_invalid((const char *[]){"dist.shard_size=2", NULL},
                   "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
-    check_invalid((const char *[]){"dist.shard_size=2", "dist.strategy=zero3", "dist.pipeline_parallel=2", NULL},
-                  "dist.shard_size: hybrid sharding runs over data-parallel ranks of whole models, not with "
-                  "dist.tensor_parallel 1 and dist.pipeline_parallel 2; remove one of them");
 }
 
 /* loads "deepspeed_config: <json in a file>" into c; 0 or -1 (err) */
