@@ -134,10 +134,17 @@ static void test_learns_and_generates(void) {
     free(r);
 }
 
+/* Run name on nproc ranks with sets: it trains as run ref did (split_agrees, 16 steps). */
+static void trains_as(const char *name, int nproc, const char *sets, const char *ref) {
+    CHECK(split_train(name, nproc, sets) == 0, "%s: %s on %d ranks", name, sets, nproc);
+    split_agrees(name, ref, 16);
+}
+
 /* T5 from scratch (gated GELU, relative positions) with T5's Unigram
- * tokenizer and a source prefix: ddp on 2 ranks and the model split over 2
- * ranks (tensor parallel, with and without dropout, with NEFTune's noise) reach one process's
- * weights, and test mode generates */
+ * tokenizer and a source prefix: ddp on 2 ranks, the model split over 2
+ * ranks (tensor parallel, with and without dropout, with NEFTune's noise)
+ * and in pipeline stages reach one process's weights, activation
+ * checkpointing changes nothing, and test mode generates */
 static void test_t5(void) {
     char saved[sizeof split_body];
     memcpy(saved, split_body, sizeof saved);
@@ -183,24 +190,14 @@ static void test_t5(void) {
      * sharded); 2 stages x tp 2; T5 v1.1's untied head in 2 stages */
     /* (clipped: the norm counts each table and the embedding once, whichever stages hold copies) */
     CHECK(split_train("t5cwhole", 1, "train.grad_clip=0.5") == 0, "T5 clipped in one process");
-    CHECK(split_train("t5pp3", 3, "train.grad_clip=0.5 dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1") == 0,
-          "T5 in 3 stages");
-    split_agrees("t5pp3", "t5cwhole", 16);
-    CHECK(split_train("t5dpp3", 3, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 model.dropout_rate=0.1 "
-                                   "dist.pipeline_schedule=gpipe") == 0,
-          "T5 with dropout in 3 stages");
-    split_agrees("t5dpp3", "t5dwhole", 16);
-    CHECK(split_train("t5pp2tp2", 4, "train.grad_clip=0.5 dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0,
-          "T5 in 2 stages x tp 2");
-    split_agrees("t5pp2tp2", "t5cwhole", 16);
-    CHECK(split_train("t5pp3z2", 6, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 dist.strategy=zero2 "
-                                    "train.batch_size=4") == 0,
-          "T5 in 3 stages x zero2 on 2 ranks");
-    split_agrees("t5pp3z2", "t5whole", 16);
+    trains_as("t5pp3", 3, "train.grad_clip=0.5 dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1", "t5cwhole");
+    trains_as("t5dpp3", 3, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 model.dropout_rate=0.1 "
+                           "dist.pipeline_schedule=gpipe", "t5dwhole");
+    trains_as("t5pp2tp2", 4, "train.grad_clip=0.5 dist.pipeline_parallel=2 dist.tensor_parallel=2", "t5cwhole");
+    trains_as("t5pp3z2", 6, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 dist.strategy=zero2 "
+                            "train.batch_size=4", "t5whole");
     CHECK(split_train("t5uwhole", 1, "model.tie_word_embeddings=false") == 0, "T5 v1.1's head in one process");
-    CHECK(split_train("t5upp2", 2, "model.tie_word_embeddings=false dist.pipeline_parallel=2") == 0,
-          "T5 v1.1's head in 2 stages");
-    split_agrees("t5upp2", "t5uwhole", 16);
+    trains_as("t5upp2", 2, "model.tie_word_embeddings=false dist.pipeline_parallel=2", "t5uwhole");
     char plain1[64] = "", noisy1[64] = "";
     CHECK(tp_loss_at(tp_run_file(split_dir, "t5whole", "metrics.jsonl"), "train", 1, plain1, sizeof plain1) &&
               tp_loss_at(tp_run_file(split_dir, "t5nwhole", "metrics.jsonl"), "train", 1, noisy1, sizeof noisy1) &&
