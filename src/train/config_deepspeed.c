@@ -525,10 +525,9 @@ static int apply(ds_ctx *d, const cJSON *root) {
     return 0;
 }
 
-int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n) {
-    ds_ctx d = {.c = c, .file = path, .err = err, .n = n};
+void *ut_cfg_json_file(const char *path, const char *what, char *err, size_t n) {
     FILE *f = fopen(path, "rb");
-    if (!f) return ut_errorf(err, n, "deepspeed_config %s: cannot open it", path);
+    if (!f) return ut_errorf(err, n, "%s %s: cannot open it", what, path), NULL;
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -537,7 +536,7 @@ int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n) {
             if (cap > (16u << 20)) {
                 fclose(f);
                 ut_free(text);
-                return ut_errorf(err, n, "deepspeed_config %s: larger than 16 MiB", path);
+                return ut_errorf(err, n, "%s %s: larger than 16 MiB", what, path), NULL;
             }
             text = ut_realloc_check(text, cap);
         }
@@ -549,13 +548,17 @@ int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n) {
     text[len] = 0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    int rc;
     if (!root)
-        rc = ut_errorf(err, n, "deepspeed_config %s: not valid JSON at byte %lld", path,
-                       (long long)(end ? end - text : 0));
-    else
-        rc = apply(&d, root);
-    cJSON_Delete(root);
+        ut_errorf(err, n, "%s %s: not valid JSON at byte %lld", what, path, (long long)(end ? end - text : 0));
     ut_free(text);
+    return root;
+}
+
+int ut_cfg_deepspeed(ut_config *c, const char *path, char *err, size_t n) {
+    ds_ctx d = {.c = c, .file = path, .err = err, .n = n};
+    cJSON *root = ut_cfg_json_file(path, "deepspeed_config", err, n);
+    if (!root) return -1;
+    int rc = apply(&d, root);
+    cJSON_Delete(root);
     return rc;
 }

@@ -4,11 +4,12 @@
  * is accepted where its value is what utrain always does, or is refused with
  * what to write instead. A TrainingArguments YAML or JSON file (the one
  * HfArgumentParser reads) then loads with the meaning it has there. */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <math.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
@@ -139,7 +140,6 @@ static const struct {
     {"accelerator_config.use_seedable_sampler", {"true"}, "the sampler's order is a function of the seed"},
     {"accelerator_config.non_blocking", {"false", "true"}, NULL}, /* batch copies are asynchronous on GPUs */
     {"accelerator_config.gradient_accumulation_kwargs", {""}, "train.gradient_accumulation_steps is the window"},
-    {"fsdp_config", {""}, "dist.strategy: zero3 is utrain's FSDP"},
     /* Seq2SeqTrainingArguments' */
     {"generation_config", {""}, "the generate.* keys say how utrain generates"},
     /* transformers 4's fields */
@@ -152,10 +152,6 @@ static const struct {
     {"split_batches", {"", "false"}, "train.batch_size is each process's batch"},
     {"include_tokens_per_second", {"false", "true"}, NULL}, /* the train lines give tokens_per_s for token data */
     {"use_legacy_prediction_loop", {"false"}, "utrain has one evaluation loop"},
-    {"fsdp_config.min_num_params", {"0"}, "utrain's ZeRO-3 shards every parameter"},
-    {"fsdp_config.xla", {"false"}, "XLA is not available"},
-    {"fsdp_config.xla_fsdp_v2", {"false"}, "XLA is not available"},
-    {"fsdp_config.xla_fsdp_grad_ckpt", {"false"}, "XLA is not available"},
 };
 
 /* 1 (accepted), -1 (refused), 0: not a field of the table */
@@ -379,6 +375,100 @@ static int fsdp(ut_config *c, const char *key, const char *v, char *err, size_t 
     return 1;
 }
 
+/* fsdp_config: the TrainingArguments' FSDP options (a mapping, or a JSON
+ * file of one), each with or without transformers' "fsdp_" prefix. The
+ * ones that only tune how FSDP moves and keeps tensors are named in the
+ * run's summary; the ones utrain has set its keys. */
+static int fsdp_option(ut_config *c, const char *key, const char *opt, const char *v, char *err, size_t n) {
+    if (!strncmp(opt, "fsdp_", 5)) opt += 5;
+    bool empty = !*v || !strcmp(v, "[]");
+    int on = -1;
+    static const char *const flags[] = {"forward_prefetch", "limit_all_gathers", "cpu_ram_efficient_loading",
+                                        "use_orig_params", "sync_module_states", "activation_checkpointing",
+                                        "reshard_after_forward", "offload_params", "xla", "xla_fsdp_v2",
+                                        "xla_fsdp_grad_ckpt", NULL};
+    for (int i = 0; flags[i]; i++)
+        if (!strcmp(opt, flags[i]) && !empty && (on = ut_cfg_flag(key, v, err, n)) < 0) return -1;
+    /* utrain prefetches the next unit both ways and holds at most three; it loads on every rank */
+    if (!strcmp(opt, "forward_prefetch") || !strcmp(opt, "limit_all_gathers") ||
+        !strcmp(opt, "cpu_ram_efficient_loading")) {
+        if (on == 1) ut_cfg_note_tuning(c, key);
+        return 1;
+    }
+    /* utrain's parameters are views of its flat buffers either way; every rank builds or loads the same weights */
+    if (!strcmp(opt, "use_orig_params") || !strcmp(opt, "sync_module_states") || !strcmp(opt, "version"))
+        return !strcmp(opt, "version") && !empty && strcmp(v, "1") && strcmp(v, "2")
+                   ? ut_errorf(err, n, "%s: '%s': FSDP's versions are 1 and 2", key, v)
+                   : 1;
+    if (!strcmp(opt, "activation_checkpointing"))
+        return on == 1 ? assign(c, "train.checkpoint_activations", "true", err, n) : 1;
+    if (!strcmp(opt, "reshard_after_forward"))
+        return on < 0 ? 1 : assign(c, "dist.reshard_after_forward", on ? "true" : "false", err, n);
+    if (!strcmp(opt, "offload_params") || !strncmp(opt, "xla", 3))
+        return on != 1 ? 1
+                       : ut_errorf(err, n, "%s: true: %s; write false or remove the key", key,
+                                   !strncmp(opt, "xla", 3) ? "XLA is not available"
+                                                           : "utrain keeps the parameters on the device (it "
+                                                             "offloads the optimizer: dist.offload_optimizer: cpu)");
+    if (!strcmp(opt, "min_num_params"))
+        return empty || !strcmp(v, "0") ? 1
+                                        : ut_errorf(err, n, "%s: '%s': utrain gathers the parameters per transformer "
+                                                            "block (transformer_layer_cls_to_wrap, dist.wrap: block) "
+                                                            "or the whole model, not by size; write 0", key, v);
+    if (!strcmp(opt, "transformer_layer_cls_to_wrap")) /* its blocks are the models' transformer layers */
+        return empty ? 1 : assign(c, "dist.wrap", "block", err, n);
+    if (!strcmp(opt, "auto_wrap_policy")) {
+        if (empty) return 1;
+        if (!strcasecmp(v, "TRANSFORMER_BASED_WRAP")) return assign(c, "dist.wrap", "block", err, n);
+        if (!strcasecmp(v, "NO_WRAP")) return assign(c, "dist.wrap", "model", err, n);
+        return ut_errorf(err, n, "%s: '%s': utrain gathers per transformer block (TRANSFORMER_BASED_WRAP) or the "
+                                 "whole model (NO_WRAP)", key, v);
+    }
+    if (!strcmp(opt, "backward_prefetch")) {
+        if (!empty && strcasecmp(v, "backward_pre") && strcasecmp(v, "backward_post") && strcasecmp(v, "no_prefetch"))
+            return ut_errorf(err, n, "%s: '%s': FSDP's are backward_pre, backward_post and no_prefetch", key, v);
+        if (!empty) ut_cfg_note_tuning(c, key); /* utrain prefetches the unit before in backward */
+        return 1;
+    }
+    if (!strcmp(opt, "state_dict_type")) { /* utrain's checkpoint is one whole file, streamed from the shards */
+        if (!empty && strcasecmp(v, "FULL_STATE_DICT") && strcasecmp(v, "SHARDED_STATE_DICT") &&
+            strcasecmp(v, "LOCAL_STATE_DICT"))
+            return ut_errorf(err, n, "%s: '%s': FSDP's are FULL_STATE_DICT, SHARDED_STATE_DICT and "
+                                     "LOCAL_STATE_DICT", key, v);
+        if (!empty && strcasecmp(v, "FULL_STATE_DICT")) ut_cfg_note_tuning(c, key);
+        return 1;
+    }
+    return ut_errorf(err, n, "%s: not an FSDP option utrain reads (min_num_params, transformer_layer_cls_to_wrap, "
+                             "auto_wrap_policy, backward_prefetch, forward_prefetch, limit_all_gathers, "
+                             "use_orig_params, sync_module_states, cpu_ram_efficient_loading, "
+                             "activation_checkpointing, reshard_after_forward, offload_params, state_dict_type, "
+                             "version, xla*)", key);
+}
+
+/* fsdp_config: FILE, a JSON file of the options */
+static int fsdp_config_file(ut_config *c, const char *key, const char *path, char *err, size_t n) {
+    cJSON *root = ut_cfg_json_file(path, key, err, n), *e;
+    if (!root) return -1;
+    int rc = cJSON_IsObject(root) ? 1 : ut_errorf(err, n, "%s %s: expected a JSON object of FSDP options", key, path);
+    cJSON_ArrayForEach(e, root) {
+        if (rc < 0) break;
+        char k[200], v[UT_CFG_STR_MAX], why[512];
+        snprintf(k, sizeof k, "fsdp_config.%s", e->string);
+        if (cJSON_IsBool(e)) snprintf(v, sizeof v, "%s", cJSON_IsTrue(e) ? "true" : "false");
+        else if (cJSON_IsString(e)) snprintf(v, sizeof v, "%s", e->valuestring);
+        else if (cJSON_IsNumber(e)) snprintf(v, sizeof v, "%.17g", e->valuedouble);
+        else if (cJSON_IsNull(e)) v[0] = 0;
+        else if (cJSON_IsArray(e)) snprintf(v, sizeof v, "%s", cJSON_GetArraySize(e) ? "[list]" : "[]");
+        else {
+            rc = ut_errorf(err, n, "%s %s: %s: expected a value or a list", key, path, e->string);
+            break;
+        }
+        if (fsdp_option(c, k, e->string, v, why, sizeof why) < 0) rc = ut_errorf(err, n, "%s %s: %s", key, path, why);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 static int resume(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!*v || !strcasecmp(v, "false")) return 1; /* None / False: a fresh run */
     if (!strcasecmp(v, "true")) return assign(c, "continue_training", "true", err, n);
@@ -439,6 +529,8 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         int rc = fraction_of_steps(key, v, err, n);
         if (rc) return rc;
     }
+    if (!strncmp(key, "fsdp_config.", 12)) return fsdp_option(c, key, key + 12, v, err, n);
+    if (!strcmp(key, "fsdp_config")) return !*v || !strcmp(v, "{}") ? 1 : fsdp_config_file(c, key, v, err, n);
     int rc = fixed_field(key, v, err, n);
     if (rc) return rc;
     /* None for a field that is another spelling of a utrain key: that key's default */
@@ -569,11 +661,12 @@ const char *const ut_cfg_hf_doc =
     "| `average_tokens_across_devices` | true / false | nothing: utrain averages the loss over the target tokens of the whole window on every rank (a label per example for classification) / refused |\n"
     "| `enable_jit_checkpoint`, `batch_eval_metrics`, `dataloader_persistent_workers`, `ddp_static_graph`, `ddp_broadcast_buffers` | true / false | nothing either way: utrain always checkpoints at a stop signal, accumulates its metrics batch by batch, loads on one thread, has a static graph and no buffers besides the parameters |\n"
     "| `gradient_checkpointing_kwargs.use_reentrant`, `fp16_opt_level`, `ray_scope`, `hub_*` | any | nothing: how torch recomputes (the values are the same); apex's level, hyper-parameter search's scope and the Hub's settings serve features utrain refuses |\n"
-    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config`, `fsdp_config` | null (or empty) / a value | nothing / refused, saying why |\n"
+    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config` | null (or empty) / a value | nothing / refused, saying why |\n"
     "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
     "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
     "| `log_level`, `log_level_replica`, `project`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"
-    "| `accelerator_config.*`, `fsdp_config.*` | their defaults (`split_batches: false`, `even_batches: true`, `use_seedable_sampler: true`, `non_blocking`, `min_num_params: 0`, `xla*: false`) / others | nothing / refused |\n"
+    "| `accelerator_config.*` | their defaults (`split_batches: false`, `even_batches: true`, `use_seedable_sampler: true`, `non_blocking`) / others | nothing / refused |\n"
+    "| `fsdp_config` (a mapping, or a JSON file of one; each option with or without its `fsdp_` prefix) | `transformer_layer_cls_to_wrap` (any classes), `auto_wrap_policy` / `activation_checkpointing`, `reshard_after_forward` / `backward_prefetch`, `forward_prefetch`, `limit_all_gathers`, `cpu_ram_efficient_loading`, `state_dict_type` / `use_orig_params`, `sync_module_states`, `version` / `min_num_params` > 0, `offload_params: true`, `xla*: true` | `dist.wrap: block` (utrain's units are the transformer blocks; `NO_WRAP`: `model`) / `train.checkpoint_activations`, `dist.reshard_after_forward` / named in the run's summary as tuning that changes nothing (utrain prefetches the next unit both ways, holds at most three, writes one whole checkpoint from the shards) / nothing (utrain's parameters are views of its flat buffers; every rank builds the same weights) / refused, saying what to write |\n"
     "| `logging_strategy` | `steps` / `epoch` / `no` | nothing (`logging_steps` is the interval) / `train.log_steps_ratio: 1` / `train.log_interval: 0` |\n"
     "| `resume_from_checkpoint` | true / empty, false / a path | `continue_training: true` / nothing / refused (`load_dir: PATH` starts a new run from those weights) |\n"
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"

@@ -65,6 +65,9 @@ int ut_cfg_flag(const char *key, const char *v, char *err, size_t n);
 /* A key of another trainer's tuning that changes nothing in utrain, added to
  * the list the run's summary names (c->ds_tuning). */
 void ut_cfg_note_tuning(ut_config *c, const char *key);
+/* The JSON file at path, parsed (a cJSON *; cJSON_Delete it), or NULL with
+ * "<what> <path>: why" in err (missing, over 16 MiB, not JSON: the byte). */
+void *ut_cfg_json_file(const char *path, const char *what, char *err, size_t n);
 /* train.logging_dir from FlagAI's tensorboard_dir: c->flagai_tb/experiment_name
  * (nothing when flagai_tb is empty); 0, or -1 with err. */
 int ut_cfg_flagai_logging_dir(ut_config *c, char *err, size_t n);

@@ -1426,6 +1426,48 @@ static void test_hybrid_sharding_keys(void) {
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
 }
 
+/* The TrainingArguments' fsdp_config: a mapping (transformers' fsdp_
+ * prefix or not) or a JSON file of one; the tuning options are named in the
+ * summary; what utrain cannot do is refused naming the option */
+static void test_fsdp_config(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "fsdp: full_shard auto_wrap\n"
+                        "fsdp_config: {fsdp_transformer_layer_cls_to_wrap: [GPT2Block], backward_prefetch: backward_pre,\n"
+                        "              forward_prefetch: false, limit_all_gathers: true, use_orig_params: true,\n"
+                        "              sync_module_states: true, activation_checkpointing: true,\n"
+                        "              reshard_after_forward: false, version: 2, min_num_params: 0}\n"
+                        "dist: {wrap: model}\n") == 0,
+          "%s", err);
+    CHECK(!strcmp(c.dist_strategy, "zero3") && c.checkpoint_activations && !c.reshard_after_forward &&
+              strstr(c.ds_tuning, "fsdp_config.backward_prefetch") && strstr(c.ds_tuning, "fsdp_config.limit_all_gathers"),
+          "fsdp_config: %s ckpt %d reshard %d tuning '%s'", c.dist_strategy, c.checkpoint_activations,
+          c.reshard_after_forward, c.ds_tuning);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    char yaml[300];
+    snprintf(yaml, sizeof yaml, "fsdp: full_shard\nfsdp_config: %s\n",
+             write_ds("{\"auto_wrap_policy\": \"NO_WRAP\", \"fsdp_activation_checkpointing\": true}"));
+    CHECK(load_text(&c, yaml) == 0 && !strcmp(c.dist_wrap, "model") && c.checkpoint_activations,
+          "fsdp_config file: %s %s %d", err, c.dist_wrap, c.checkpoint_activations);
+    ut_config_free(&c);
+    snprintf(yaml, sizeof yaml, "fsdp_config: %s\n", write_ds("{\"min_num_params\": 1000}"));
+    ut_config_init(&c);
+    CHECK(load_text(&c, yaml) == -1 && strstr(err, ": fsdp_config.min_num_params: '1000': utrain gathers the "
+                                                    "parameters per transformer block"),
+          "%s", err);
+    unlink(ds_path);
+    ut_config_free(&c);
+    check_load_error("fsdp_config: {offload_params: true}\n",
+                     "1: fsdp_config.offload_params: true: utrain keeps the parameters on the device (it offloads "
+                     "the optimizer: dist.offload_optimizer: cpu); write false or remove the key");
+    check_load_error("fsdp_config: {sharding: 2}\n",
+                     "1: fsdp_config.sharding: not an FSDP option utrain reads (min_num_params, "
+                     "transformer_layer_cls_to_wrap, auto_wrap_policy, backward_prefetch, forward_prefetch, "
+                     "limit_all_gathers, use_orig_params, sync_module_states, cpu_ram_efficient_loading, "
+                     "activation_checkpointing, reshard_after_forward, offload_params, state_dict_type, version, xla*)");
+}
+
 /* loads "deepspeed_config: <json in a file>" into c; 0 or -1 (err) */
 static int load_ds(ut_config *c, const char *json) {
     char yaml[160];
@@ -1789,6 +1831,7 @@ int main(int argc, char **argv) {
     RUN(test_flagai_trainer_args);
     RUN(test_deepspeed_config);
     RUN(test_hybrid_sharding_keys);
+    RUN(test_fsdp_config);
     RUN(test_accelerate_launch);
     RUN(test_model_data_fit);
     RUN(test_greater_is_better);
