@@ -362,6 +362,8 @@ const char *const ut_cfg_compat_doc =
     "| `fp16.hysteresis`, `fp16.consecutive_hysteresis`, `fp16.min_loss_scale` | `train.loss_scale_hysteresis`, `train.consecutive_hysteresis`, `train.min_loss_scale` (an overflow at the floor skips its step and keeps the scale, where DeepSpeed stops the run) |\n"
     "| `fp16.auto_cast` | nothing: utrain's fp16 is autocast with float32 master weights either way |\n"
     "| `zero_optimization.stage` | `dist.strategy`: 0 `ddp`, 1 `zero1`, 2 `zero2`, 3 `zero3` |\n"
+    "| `zero_optimization.zero_quantized_weights`, `zero_quantized_gradients`, `zero_hpz_partition_size` (ZeRO++) | false, false, 1: nothing; on: refused (utrain's gathers and reductions are float32; hybrid sharding, `mics_shard_size`, keeps them within groups) |\n"
+    "| `aio` | named as tuning that changes nothing (NVMe offload is refused) |\n"
     "| `zero_optimization.mics_shard_size` | MiCS: `dist.shard_size` (the stage's sharding within groups of that many ranks, replicated across the groups; -1: off); `mics_hierarchical_params_gather` named as tuning that changes nothing (utrain's gathers stay within a group) |\n"
     "| `zero_optimization.reduce_bucket_size` (elements) | `dist.bucket_mb` (float32 MiB, rounded up) |\n"
     "| `zero_optimization.contiguous_gradients`, `overlap_comm`, `reduce_scatter`, `allgather_partitions`, `round_robin_gradients`, `stage3_gather_16bit_weights_on_model_save` | true or false: how DeepSpeed moves and keeps gradients and weights; utrain's way is fixed (one flat gradient buffer, buckets reduced during backward, reduce-scatter and all-gather for ZeRO, whole float32 checkpoints) and computes the same values; false is named in the run's summary |\n"

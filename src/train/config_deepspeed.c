@@ -187,6 +187,21 @@ static int zero(ds_ctx *d, const cJSON *o) {
             char buf[32];
             snprintf(buf, sizeof buf, "%.0f", e->valuedouble > 0 ? e->valuedouble : 0);
             if (ut_cfg_assign(d->c, "dist.shard_size", buf, why, sizeof why)) return refuse(d, path, why);
+        } else if (!strcmp(e->string, "zero_quantized_weights") || !strcmp(e->string, "zero_quantized_gradients") ||
+                   !strcmp(e->string, "zero_quantized_nontrainable_weights")) {
+            /* ZeRO++'s qwZ and qgZ: 8- and 4-bit gathers and reductions */
+            if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
+            if (cJSON_IsTrue(e))
+                return refuse(d, path, "utrain's ZeRO gathers and reduces in float32 (dist.comm_hook: bf16 halves "
+                                       "ddp's and zero1's gradient traffic); set false or remove it");
+        } else if (!strcmp(e->string, "zero_hpz_partition_size")) {
+            /* ZeRO++'s hpZ: a second copy of the parameters sharded within a node for backward's gathers */
+            if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble != floor(e->valuedouble))
+                return refuse(d, path, "expected a number of ranks >= 1");
+            if (e->valuedouble > 1)
+                return refuse(d, path, "utrain has no secondary parameter partition; its hybrid sharding keeps all "
+                                       "of ZeRO's gathers within groups of ranks (mics_shard_size, dist.shard_size); "
+                                       "set 1 or remove it");
         } else if (!strcmp(e->string, "mics_hierarchical_params_gather")) {
             /* MiCS's two-level parameter gather across nodes: utrain's gathers stay within the group */
             if (!cJSON_IsBool(e)) return refuse(d, path, "expected true or false");
@@ -519,6 +534,9 @@ static int apply(ds_ctx *d, const cJSON *root) {
         else if (!strcmp(k, "flops_profiler")) rc = flops_profiler(d, e);
         else if (!strcmp(k, "activation_checkpointing")) rc = checkpointing(d, e);
         else if (!strcmp(k, "scheduler")) rc = scheduler(d, e);
+        else if (!strcmp(k, "aio"))
+            /* the NVMe offload's asynchronous I/O: no NVMe offload here (offload_* device nvme is refused) */
+            rc = cJSON_IsObject(e) ? (tuning(d, k), 0) : refuse(d, k, "expected an object");
         else rc = refuse(d, k, "not read by utrain; remove it");
         if (rc) return -1;
     }

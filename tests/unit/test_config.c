@@ -1421,6 +1421,21 @@ static void test_hybrid_sharding_keys(void) {
           "mics_shard_size: %s %s %d", err, c.dist_strategy, c.shard_size);
     unlink(ds_path);
     ut_config_free(&c);
+    /* ZeRO++ at its defaults is nothing; its secondary partition is refused, pointing at MiCS */
+    ut_config_init(&c);
+    snprintf(dsk, sizeof dsk, "deepspeed_config: %s\n",
+             write_ds("{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": false, "
+                      "\"zero_quantized_gradients\": false, \"zero_hpz_partition_size\": 1}, \"aio\": {}}"));
+    CHECK(load_text(&c, dsk) == 0 && strstr(c.ds_tuning, "aio"), "ZeRO++ defaults: %s '%s'", err, c.ds_tuning);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    snprintf(dsk, sizeof dsk, "deepspeed_config: %s\n",
+             write_ds("{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}"));
+    CHECK(load_text(&c, dsk) == -1 && strstr(err, "zero_optimization.zero_hpz_partition_size: utrain has no secondary "
+                                                  "parameter partition"),
+          "%s", err);
+    unlink(ds_path);
+    ut_config_free(&c);
     check_invalid((const char *[]){"dist.shard_size=2", NULL},
                   "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
