@@ -1413,6 +1413,7 @@ static void test_hybrid_sharding_keys(void) {
               c.shard_size == -1,
           "fsdp: hybrid_shard_zero2: %s %s %d", err, c.dist_strategy, c.shard_size);
     ut_config_free(&c);
+    ut_config_init(&c);
     char dsk[300];
     snprintf(dsk, sizeof dsk, "deepspeed_config: %s\n",
              write_ds("{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8, "
