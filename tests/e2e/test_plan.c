@@ -211,6 +211,18 @@ static void test_formulas(void) {
               json_num(s, "ddp", "optimizer") == 4 * psi && json_num(s, NULL, "bucket_bytes") == 4 * psi,
           "sgd with momentum: %s", s);
     free(s);
+    /* hybrid sharding: the state sharded over groups of 2 of the 4 ranks */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.strategy=zero3", "--set",
+                              "dist.shard_size=2", NULL}, &s);
+    const int64_t S2 = ut_shard_size(psi, 2);
+    CHECK(rc == 0 && json_num(s, NULL, "shard_group") == 2 && json_num(s, NULL, "shard") == S2 &&
+              json_num(s, "zero1", "optimizer") == 4 * 2 * S2,
+          "dist.shard_size 2: %s", s);
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--set", "dist.strategy=zero3", "--set",
+                              "dist.shard_size=3", NULL}, &s);
+    CHECK(rc != 0 && s && strstr(s, "dist.shard_size: 3 does not divide the 4 data-parallel ranks"), "%s", s);
+    free(s);
     /* dist.wrap: the three largest units of the policy; all of them without resharding */
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.wrap=param", NULL}, &s);
     CHECK(rc == 0 && json_num(s, NULL, "gathered_bytes") == 3 * 4 * 4 * C * C &&
