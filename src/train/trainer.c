@@ -294,7 +294,12 @@ static int hybrid_groups(ut_trainer *t) {
                  "shard groups; give a divisor of %d", S, t->dworld, t->dworld);
         return -1;
     }
-    if (S == t->dworld) return 0;
+    if (S == t->dworld) {
+        if (t->cfg->shard_size < 0)
+            ut_say(&t->log, "Hybrid sharding (dist.shard_size -1): every data-parallel rank is on one host, so one "
+                            "shard group of %d ranks (plain %s)\n", S, t->cfg->dist_strategy);
+        return 0;
+    }
     char why[512];
     if (!(t->shard_group = ut_comm_split(t->dcomm, t->drank / S, t->drank, "shard", why, sizeof why)) ||
         !(t->replicas = ut_comm_split(t->dcomm, t->drank % S, t->drank, "replicas", why, sizeof why))) {
