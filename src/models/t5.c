@@ -342,7 +342,8 @@ static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
         h = ut_reshape(ctx, ut_slice(ctx, x, 0, B * S, B * (S + T)), 3, (int64_t[]){B, T, C});
     }
     ut_tensor *enc_bias = net->b0 < net->EL ? position_bias(ctx, net->enc_rel, p->t[2], S, S) : NULL;
-    ut_tensor *dec_bias = net->b1 > net->EL ? ut_add(ctx, position_bias(ctx, net->dec_rel, p->t[4], T, T), p->t[5]) : NULL;
+    ut_tensor *dec_bias =
+        net->b1 > net->EL ? ut_add(ctx, position_bias(ctx, net->dec_rel, p->t[4], T, T), p->t[5]) : NULL;
     for (int64_t l = net->b0; l < net->b1; l++) {
         ut_ctx_rng_region(ctx, l + 1);
         if (l < net->EL) enc = run_block(m, ctx, l, (ut_tensor *[]){enc, enc_bias, mask}, 3);

@@ -276,7 +276,8 @@ static int pp_sync_shared(ut_trainer *t) {
         ut_stage_end(&st, false);
     }
     ut_comm *pg = t->mesh.pp_group;
-    if (ut_comm_wait(pg, ut_comm_iallreduce(pg, buf, t->shared_total))) return ut_pp_fail(t, "the shared tables' gradients");
+    if (ut_comm_wait(pg, ut_comm_iallreduce(pg, buf, t->shared_total)))
+        return ut_pp_fail(t, "the shared tables' gradients");
     at = 0;
     for (int k = 0; k < t->nshared; at += t->shared_n[k], k++) {
         int i = t->shared_idx[k];
@@ -394,7 +395,8 @@ static int shared_setup(ut_trainer *t) {
                      stage, t->m->pp_shared[k]);
             rc = -1;
         }
-        if (i >= 0 && (info[2 * k] & (((int64_t)1 << stage) - 1))) t->norm_skip[i] = true; /* a stage before counts it */
+        if (i >= 0 && (info[2 * k] & (((int64_t)1 << stage) - 1)))
+            t->norm_skip[i] = true; /* a stage before holds it and counts it */
         t->shared_total += t->shared_n[k];
     }
     ut_free(info);

@@ -1012,7 +1012,7 @@ static int optimizer_step(ut_trainer *t, double *loss) {
          * ones once; the stages' sums added (a weight several stages hold
          * counted on one of them: pipeline.c's norm_skip) */
         double s2[2];
-        ut_comm *failed = ut_dist_grad_sq_split(t->dist, t->norm_skip, s2)  ? t->dcomm
+        ut_comm *failed = ut_dist_grad_sq_split(t->dist, t->norm_skip, s2)  ? ut_dist_failed(t->dist)
                           : ut_comm_allreduce_f64(t->mesh.tp_group, s2, 1) ? t->mesh.tp_group
                                                                            : NULL;
         s2[0] += s2[1];
@@ -1040,7 +1040,8 @@ static int optimizer_step(ut_trainer *t, double *loss) {
     if (!dev) {
         if (coef != 1.0f) ut_dist_scale_grads(t->dist, coef);
         if (ut_dist_step(t->dist, lr)) {
-            snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s", ut_comm_error(ut_dist_failed(t->dist)));
+            snprintf(t->err, sizeof t->err, "gathering parameters after the step: %s",
+                     ut_comm_error(ut_dist_failed(t->dist)));
             return -1;
         }
     }
