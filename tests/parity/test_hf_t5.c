@@ -45,6 +45,64 @@ done:
     ut_model_free(m);
 }
 
+/* Pipeline stages of 1, 2 and 1 blocks built from each directory: every
+ * stage holds the same-named tensors of the whole model with its values,
+ * the relative-position tables on each stage that runs a block of their
+ * stack (the middle stage: both), the shared embedding on the first stage
+ * and the tied head's copy of it on the last (both directories tie it:
+ * T5's way, and transformers 5's for T5 v1.1); every whole tensor is on
+ * some stage. */
+static void test_pipeline_stages_load(void) {
+    static const int blocks[3] = {1, 2, 1};
+    for (int i = 0; i < 2; i++) {
+        char err[1024];
+        ut_model *whole = load(i, err, sizeof err), *stage[3] = {0};
+        CHECK(whole, "%s", err);
+        ut_kv *kv = ut_kv_new();
+        ut_kv_set(kv, "pretrained", models[i]);
+        for (int s = 0; s < 3; s++) {
+            ut_model_layout lay = {.tp_size = 1, .pp_rank = s, .pp_size = 3, .pp_blocks = blocks};
+            stage[s] = ut_model_create_layout("t5", kv, 7, UT_CPU, &lay, err, sizeof err);
+            CHECK(stage[s], "stage %d: %s", s, err);
+        }
+        ut_kv_free(kv);
+        if (!whole || !stage[0] || !stage[1] || !stage[2]) goto done;
+        const char *rel[2] = {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                              "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"};
+        const bool want[3][2] = {{true, false}, {true, true}, {false, true}};
+        for (int s = 0; s < 3; s++)
+            for (int k = 0; k < 2; k++)
+                CHECK((ut_model_param(stage[s], rel[k]) != NULL) == want[s][k], "%s: stage %d %s %s", models[i], s,
+                      want[s][k] ? "lacks" : "holds", rel[k]);
+        CHECK(ut_model_param(stage[0], "shared.weight") && !ut_model_param(stage[1], "shared.weight") &&
+                  ut_model_param(stage[2], "shared.weight"),
+              "%s: the shared embedding on the first stage and the tied head's copy on the last", models[i]);
+        int found = 0;
+        for (int p = 0; p < whole->params.n; p++) {
+            const ut_tensor *w = whole->params.t[p];
+            int64_t n = ut_nelem(w);
+            float *a = ut_malloc_check((size_t)n * sizeof(float)), *b = ut_malloc_check((size_t)n * sizeof(float));
+            ut_tensor_get(w, a, (size_t)n * sizeof(float));
+            bool on_some = false;
+            for (int s = 0; s < 3; s++) {
+                const ut_tensor *t = ut_model_param(stage[s], whole->params.names[p]);
+                if (!t) continue;
+                on_some = true;
+                ut_tensor_get(t, b, (size_t)n * sizeof(float));
+                CHECK(ut_nelem(t) == n && !memcmp(a, b, (size_t)n * sizeof(float)), "%s: stage %d's %s differs",
+                      models[i], s, whole->params.names[p]);
+            }
+            found += on_some;
+            ut_free(a);
+            ut_free(b);
+        }
+        CHECK(found == whole->params.n, "%s: %d of the %d tensors on the stages", models[i], found, whole->params.n);
+    done:
+        for (int s = 0; s < 3; s++) ut_model_free(stage[s]);
+        ut_model_free(whole);
+    }
+}
+
 static void test_logits_loss_grads(void) {
     for (int i = 0; i < 2; i++) {
         char err[1024];
@@ -152,6 +210,7 @@ static void test_refusals(void) {
 int main(void) {
     RUN(test_buckets);
     RUN(test_logits_loss_grads);
+    RUN(test_pipeline_stages_load);
     RUN(test_adamw);
     RUN(test_generate_cached);
     RUN(test_generate_uncached);
