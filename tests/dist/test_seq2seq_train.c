@@ -187,13 +187,15 @@ static void test_t5(void) {
      * relative-position tables, each also on another stage; the last holds
      * its copy of the tied embedding), with and without dropout, and x zero2
      * over 2 data-parallel ranks (the copies summed before the gradients are
-     * sharded); 2 stages x tp 2; T5 v1.1's untied head in 2 stages */
+     * sharded), and x tp 2 (each rank's heads' columns of the tables
+     * summed over its stages); T5 v1.1's untied head in 2 stages */
     /* (clipped: the norm counts each table and the embedding once, whichever stages hold copies) */
     CHECK(split_train("t5cwhole", 1, "train.grad_clip=0.5") == 0, "T5 clipped in one process");
     trains_as("t5pp3", 3, "train.grad_clip=0.5 dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1", "t5cwhole");
     trains_as("t5dpp3", 3, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 model.dropout_rate=0.1 "
                            "dist.pipeline_schedule=gpipe", "t5dwhole");
-    trains_as("t5pp2tp2", 4, "train.grad_clip=0.5 dist.pipeline_parallel=2 dist.tensor_parallel=2", "t5cwhole");
+    trains_as("t5pp3tp2", 6, "train.grad_clip=0.5 dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 "
+                             "dist.tensor_parallel=2", "t5cwhole");
     trains_as("t5pp3z2", 6, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 dist.strategy=zero2 "
                             "train.batch_size=4", "t5whole");
     CHECK(split_train("t5uwhole", 1, "model.tie_word_embeddings=false") == 0, "T5 v1.1's head in one process");
