@@ -415,8 +415,6 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync);
 /* The communicator whose collective failed last (ut_comm_error says why):
  * the strategy's, or under hybrid sharding the replicas'. */
 ut_comm *ut_dist_failed(const ut_dist *d);
-/* Hybrid sharding's replicas (ut_dist_opts.replicas), NULL without. */
-ut_comm *ut_dist_replicas(const ut_dist *d);
 /* The 2-norm of the whole (summed) gradient, the same on every rank. */
 int ut_dist_grad_norm(ut_dist *d, double *norm);
 /* For a model split over a tensor-parallel group (ut_partition), the

@@ -513,7 +513,6 @@ int ut_dist_backward_end(ut_dist *d, ut_ctx *ctx, bool sync) {
 }
 
 ut_comm *ut_dist_failed(const ut_dist *d) { return d->failed ? d->failed : d->comm; }
-ut_comm *ut_dist_replicas(const ut_dist *d) { return d->rep; }
 
 bool ut_dist_norm_local(const ut_dist *d) { return d->kind == UT_DIST_DDP || d->world == 1; }
 
