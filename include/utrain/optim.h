@@ -1,4 +1,4 @@
-/* utrain optimizers (SGD, AdamW) over a flat parameter buffer, gradient
+/* utrain optimizers (SGD, AdamW, Lion) over a flat parameter buffer, gradient
  * clipping and learning-rate schedules, all matching PyTorch.
  * defines: ut_param_seg, ut_optim_kind, ut_optim_config, ut_optim, ut_optim_*,
  *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_grad_scaler, ut_sched_kind,
@@ -25,11 +25,11 @@ typedef struct {
     bool decay;
 } ut_param_seg;
 
-typedef enum { UT_OPTIM_SGD, UT_OPTIM_ADAMW } ut_optim_kind;
+typedef enum { UT_OPTIM_SGD, UT_OPTIM_ADAMW, UT_OPTIM_LION } ut_optim_kind;
 
 /* lr is the base rate (schedules start from it; ut_optim_step takes the rate
- * of each step). AdamW uses beta1, beta2, eps; SGD uses momentum, dampening,
- * nesterov. decay_all applies weight_decay to every segment, ignoring the
+ * of each step). AdamW uses beta1, beta2, eps; Lion beta1, beta2; SGD uses
+ * momentum, dampening, nesterov. decay_all applies weight_decay to every segment, ignoring the
  * segments' decay flags. */
 typedef struct {
     ut_optim_kind kind;
@@ -40,13 +40,14 @@ typedef struct {
 } ut_optim_config;
 
 /* torch's defaults. AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
- * weight_decay 0.01. SGD: lr 1e-3, momentum 0, dampening 0, weight_decay 0. */
+ * weight_decay 0.01. SGD: lr 1e-3, momentum 0, dampening 0, weight_decay 0.
+ * Lion (lion-pytorch's): lr 1e-4, betas (0.9, 0.99), weight_decay 0. */
 ut_optim_config ut_optim_defaults(ut_optim_kind k);
 /* 0 if cfg makes sense, else -1 with a message naming the field in err:
  * lr < 0, weight_decay < 0, betas outside [0, 1), eps <= 0, momentum < 0,
  * nesterov without momentum > 0 and dampening == 0 (torch's rule), NaNs. */
 int ut_optim_check_config(const ut_optim_config *cfg, char *err, size_t n);
-/* "sgd" / "adamw" (any case) into *out: 0, or -1 for an unknown name. */
+/* "sgd" / "adamw" / "lion" (any case) into *out: 0, or -1 for an unknown name. */
 int ut_optim_parse(const char *name, ut_optim_kind *out);
 
 typedef struct ut_optim ut_optim;
@@ -70,7 +71,8 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 void ut_optim_free(ut_optim *o);
 const ut_optim_config *ut_optim_get_config(const ut_optim *o);
 void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi);
-/* State floats per parameter: 2 for AdamW, 1 for SGD with momentum, else 0. */
+/* State floats per parameter: 2 for AdamW, 1 for Lion and for SGD with
+ * momentum, else 0. */
 int ut_optim_state_per_param(const ut_optim_config *cfg);
 
 /* One update of params[lo, hi) from grads[lo, hi) with learning rate lr.
@@ -87,7 +89,11 @@ int ut_optim_state_per_param(const ut_optim_config *cfg);
  *     if momentum != 0: buf = d on the first step, else
  *                       buf = momentum*buf + (1-dampening)*d
  *                       d = nesterov ? d + momentum*buf : buf
- *     p -= lr*d */
+ *     p -= lr*d
+ *   Lion (lion-pytorch's Lion, bitsandbytes' 32-bit Lion):
+ *     p *= 1 - lr*wd
+ *     p -= lr*sign(beta1*m + (1-beta1)*g)      (sign(0) = 0)
+ *     m  = beta2*m + (1-beta2)*g */
 void ut_optim_step(ut_optim *o, float lr);
 /* ut_optim_step, then grads[lo, hi) = 0 (all of it, padding between segments
  * included), in the same pass over the gradients: the same parameters and
@@ -118,8 +124,8 @@ void ut_optim_set_copies16(ut_optim *o, void *copies16, ut_dtype dt);
 /* ---- state, for checkpoints ---- */
 int64_t ut_optim_steps(const ut_optim *o);           /* steps taken */
 void ut_optim_set_steps(ut_optim *o, int64_t n);      /* after restoring the state */
-/* Number of state buffers: 2 for AdamW (exp_avg, exp_avg_sq), 1 for SGD with
- * momentum (momentum_buffer), 0 otherwise. */
+/* Number of state buffers: 2 for AdamW (exp_avg, exp_avg_sq), 1 for Lion
+ * (exp_avg) and SGD with momentum (momentum_buffer), 0 otherwise. */
 int ut_optim_nstate(const ut_optim *o);
 /* State buffer i (0 <= i < nstate), hi-lo floats covering [lo, hi); *name
  * (if name is not NULL) gets torch's name for it. */

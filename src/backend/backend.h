@@ -109,9 +109,10 @@ typedef enum { UT_STREAM_COMPUTE = 0, UT_STREAM_COMM } ut_stream_kind;
 /* One optimizer step's scalars, computed by src/optim and rounded to float
  * the way torch hands its Python scalars to float kernels. */
 typedef struct {
-    bool adamw;
-    float decay_mul;        /* AdamW: 1 - lr*wd */
+    bool adamw, lion;
+    float decay_mul;        /* AdamW, Lion: 1 - lr*wd */
     float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
+    float beta1;            /* Lion */
     float lr, wd;           /* SGD */
     float momentum, one_m_damp;
     bool use_momentum, first, nesterov;
@@ -271,8 +272,8 @@ typedef struct ut_backend {
      * same bits whatever the thread count); zero_src: also src[k][i] = 0 */
     void (*accumulate)(float *dst, float *const *src, int nsrc, int64_t n, bool zero_src);
     /* One optimizer step over every run of b, as torch's single-tensor AdamW
-     * (k->adamw; state exp_avg, exp_avg_sq) or SGD (state: the momentum
-     * buffer, or none), with the run's weight decay (k->decay_mul, k->wd)
+     * (k->adamw; state exp_avg, exp_avg_sq), lion-pytorch's Lion (k->lion;
+     * state exp_avg) or SGD (state: the momentum buffer, or none), with the run's weight decay (k->decay_mul, k->wd)
      * where its decay flag is set; zero: also store g[i] = 0 once read, in
      * the gaps too. One call per step: the backend splits the work (threads,
      * kernel launches) itself. */

@@ -1,5 +1,6 @@
-/* SGD and AdamW over the shard [lo, hi) of a flat parameter buffer, with the
- * operation order of torch's single-tensor implementations. */
+/* SGD, AdamW and Lion over the shard [lo, hi) of a flat parameter buffer,
+ * with the operation order of torch's single-tensor implementations (Lion:
+ * lion-pytorch's). */
 #include "utrain/optim.h"
 
 #include <math.h>
@@ -37,6 +38,10 @@ ut_optim_config ut_optim_defaults(ut_optim_kind k) {
         c.beta2 = 0.999f;
         c.eps = 1e-8f;
         c.weight_decay = 0.01f;
+    } else if (k == UT_OPTIM_LION) {
+        c.lr = 1e-4f;
+        c.beta1 = 0.9f;
+        c.beta2 = 0.99f;
     }
     return c;
 }
@@ -47,7 +52,7 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
-    if (c->kind != UT_OPTIM_SGD && c->kind != UT_OPTIM_ADAMW)
+    if (c->kind != UT_OPTIM_SGD && c->kind != UT_OPTIM_ADAMW && c->kind != UT_OPTIM_LION)
         return fail(err, n, ut_fmt("kind: unknown optimizer kind %d", (int)c->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(c->lr >= 0) || isinf(c->lr))
@@ -55,11 +60,12 @@ int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
     if (!(c->weight_decay >= 0) || isinf(c->weight_decay))
         return fail(err, n,
                     ut_fmt("weight_decay must be a finite number >= 0 (got %g)", c->weight_decay));
-    if (c->kind == UT_OPTIM_ADAMW) {
+    if (c->kind == UT_OPTIM_ADAMW || c->kind == UT_OPTIM_LION) {
         if (!(c->beta1 >= 0 && c->beta1 < 1))
             return fail(err, n, ut_fmt("beta1 must be in [0, 1) (got %g)", c->beta1));
         if (!(c->beta2 >= 0 && c->beta2 < 1))
             return fail(err, n, ut_fmt("beta2 must be in [0, 1) (got %g)", c->beta2));
+        if (c->kind == UT_OPTIM_LION) return 0;
         if (!(c->eps > 0) || isinf(c->eps))
             return fail(err, n, ut_fmt("eps must be a finite number > 0 (got %g)", c->eps));
         return 0;
@@ -79,6 +85,7 @@ int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
 int ut_optim_parse(const char *name, ut_optim_kind *out) {
     if (!strcasecmp(name, "sgd")) *out = UT_OPTIM_SGD;
     else if (!strcasecmp(name, "adamw")) *out = UT_OPTIM_ADAMW;
+    else if (!strcasecmp(name, "lion")) *out = UT_OPTIM_LION;
     else return -1;
     return 0;
 }
@@ -146,8 +153,14 @@ static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
     o->steps++;
-    consts k = {.adamw = c->kind == UT_OPTIM_ADAMW, .lr = lr};
-    if (k.adamw) {
+    consts k = {.adamw = c->kind == UT_OPTIM_ADAMW, .lion = c->kind == UT_OPTIM_LION, .lr = lr};
+    if (k.lion) {
+        k.decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
+        k.beta1 = c->beta1;
+        k.one_m_b1 = (float)(1.0 - (double)c->beta1);
+        k.beta2 = c->beta2;
+        k.one_m_b2 = (float)(1.0 - (double)c->beta2);
+    } else if (k.adamw) {
         double t = (double)o->steps;
         double bc1 = 1.0 - pow((double)c->beta1, t);
         double bc2 = 1.0 - pow((double)c->beta2, t);
@@ -203,6 +216,7 @@ int ut_optim_nstate(const ut_optim *o) { return o->nstate; }
 
 float *ut_optim_state(ut_optim *o, int i, const char **name) {
     UT_ASSERT(i >= 0 && i < o->nstate);
+    /* Lion's one buffer is exp_avg too (lion-pytorch's name) */
     if (name)
         *name = o->cfg.kind == UT_OPTIM_SGD ? "momentum_buffer" : i == 0 ? "exp_avg" : "exp_avg_sq";
     return o->state[i];
@@ -216,7 +230,7 @@ void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi) {
 }
 
 int ut_optim_state_per_param(const ut_optim_config *cfg) {
-    return cfg->kind == UT_OPTIM_ADAMW ? 2 : cfg->momentum != 0 ? 1 : 0;
+    return cfg->kind == UT_OPTIM_ADAMW ? 2 : cfg->kind == UT_OPTIM_LION ? 1 : cfg->momentum != 0 ? 1 : 0;
 }
 
 size_t ut_optim_state_bytes(const ut_optim *o) {

@@ -675,6 +675,7 @@ static int check_params(const char *path, const ut_st_file *f, const ut_model *m
 static const char *describe_state(const char *names) {
     if (!strcmp(names, "exp_avg,exp_avg_sq")) return "AdamW (exp_avg, exp_avg_sq)";
     if (!strcmp(names, "momentum_buffer")) return "SGD with momentum (momentum_buffer)";
+    if (!strcmp(names, "exp_avg")) return "Lion (exp_avg)";
     if (!*names) return "SGD without momentum (no state)";
     return names;
 }

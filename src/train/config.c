@@ -19,7 +19,7 @@ static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2
 static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
-static const char *const optimizers[] = {"adamw", "sgd", NULL};
+static const char *const optimizers[] = {"adamw", "sgd", "lion", NULL};
 static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
                                         "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing",
@@ -286,17 +286,18 @@ const ut_cfg_key ut_cfg_schema[] = {
 
     /* ---- optim ---- */
     {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
-     .values = optimizers, .hashed = true, .doc = "optimizer (as torch.optim)"},
+     .values = optimizers, .hashed = true, .doc = "optimizer: adamw, sgd (as torch.optim), lion (as lion-pytorch's Lion)"},
     {.key = "optim.lr", .type = UT_CFG_FLOAT, AT(lr), .def = "1e-3", GE(0), .hashed = true,
      .doc = "peak learning rate"},
     {.key = "optim.weight_decay", .type = UT_CFG_FLOAT, AT(weight_decay), .def = "0.01", GE(0),
-     .hashed = true, .doc = "weight decay (decoupled for adamw)"},
+     .hashed = true, .doc = "weight decay (decoupled for adamw and lion)"},
     {.key = "optim.beta1", .type = UT_CFG_FLOAT, AT(beta1), .def = "0.9", GE(0), LT(1),
-     .hashed = true, .doc = "adamw: first-moment decay"},
+     .hashed = true, .doc = "adamw: first-moment decay; lion: the weight of the momentum in the step's sign"},
     {.key = "optim.beta2", .type = UT_CFG_FLOAT, AT(beta2), .def = "0.999", GE(0), LT(1),
-     .hashed = true, .doc = "adamw: second-moment decay"},
+     .hashed = true, .doc = "adamw: second-moment decay; lion: the momentum's decay (the Lion paper's 0.99 is "
+                           "not the default: Hugging Face, FlagAI and DeepSpeed pass 0.999)"},
     {.key = "optim.betas", .type = UT_CFG_LIST, AT(beta1), .count = 2, GE(0), LT(1),
-     .doc = "adamw: [beta1, beta2] in one key"},
+     .doc = "adamw, lion: [beta1, beta2] in one key"},
     {.key = "optim.eps", .type = UT_CFG_FLOAT, AT(eps), .def = "1e-8", GT(0), .hashed = true,
      .doc = "adamw: added to the denominator"},
     {.key = "optim.momentum", .type = UT_CFG_FLOAT, AT(momentum), .def = "0", GE(0),

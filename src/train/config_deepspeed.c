@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config_schema.h"
 #include "utrain/base.h"
@@ -262,27 +263,33 @@ static int optimizer(ds_ctx *d, const cJSON *o) {
     char path[128], why[512];
     if (!cJSON_IsObject(o)) return refuse(d, "optimizer", "expected an object");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type"), *e;
-    bool sgd = false;
+    bool lion = false;
     cJSON_ArrayForEach(e, o) {
         snprintf(path, sizeof path, "optimizer.%s", e->string);
         if (strcmp(e->string, "type") && strcmp(e->string, "params"))
             return refuse(d, path, "not read by utrain; remove it");
     }
     if (type) {
-        if (!cJSON_IsString(type)) return refuse(d, "optimizer.type", "expected \"Adam\", \"AdamW\" or \"SGD\"");
-        const char *t = type->valuestring;
-        sgd = !strcmp(t, "SGD");
-        /* DeepSpeed's Adam decouples weight decay by default (adam_w_mode): AdamW */
-        if (!sgd && strcmp(t, "Adam") && strcmp(t, "AdamW"))
-            return refuse(d, "optimizer.type", "utrain has Adam(W) and SGD; write \"AdamW\" or \"SGD\"");
-        if (ut_cfg_assign(d->c, "optim.name", sgd ? "sgd" : "adamw", why, sizeof why))
-            return refuse(d, "optimizer.type", why);
+        if (!cJSON_IsString(type))
+            return refuse(d, "optimizer.type", "expected \"Adam\", \"AdamW\", \"Lion\" or \"SGD\"");
+        /* DeepSpeed reads the name in any case. Its Adam decouples weight
+         * decay by default (adam_w_mode): AdamW. Its Lion is the paper's. */
+        const char *t = type->valuestring, *name = NULL;
+        if (!strcasecmp(t, "Adam") || !strcasecmp(t, "AdamW")) name = "adamw";
+        else if (!strcasecmp(t, "SGD")) name = "sgd";
+        else if (!strcasecmp(t, "Lion")) name = "lion";
+        else
+            return refuse(d, "optimizer.type", "utrain has Adam(W), Lion and SGD; write \"AdamW\", \"Lion\" or \"SGD\"");
+        lion = !strcmp(name, "lion");
+        if (ut_cfg_assign(d->c, "optim.name", name, why, sizeof why)) return refuse(d, "optimizer.type", why);
     }
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "params");
     if (!p) return 0;
     if (!cJSON_IsObject(p)) return refuse(d, "optimizer.params", "expected an object");
     cJSON_ArrayForEach(e, p) {
         snprintf(path, sizeof path, "optimizer.params.%s", e->string);
+        if (lion && strcmp(e->string, "lr") && strcmp(e->string, "betas") && strcmp(e->string, "weight_decay"))
+            return refuse(d, path, "Lion takes lr, betas and weight_decay; remove it");
         const char *key = !strcmp(e->string, "lr")             ? "optim.lr"
                           : !strcmp(e->string, "eps")          ? "optim.eps"
                           : !strcmp(e->string, "weight_decay") ? "optim.weight_decay"

@@ -29,12 +29,13 @@ static int64_t resident_bytes(void) {
 }
 
 /* Floats of optimizer state per parameter: AdamW 2 (exp_avg, exp_avg_sq),
- * SGD with momentum 1 (momentum_buffer), plain SGD 0. */
+ * Lion 1 (exp_avg), SGD with momentum 1 (momentum_buffer), plain SGD 0. */
 static int optim_floats(const ut_config *c, char *err, size_t n) {
     ut_optim_kind k;
     if (ut_optim_parse(c->optim_name, &k))
         return ut_errorf(err, n, "optim.name: unknown optimizer '%s'", c->optim_name);
-    return k == UT_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
+    ut_optim_config oc = {.kind = k, .momentum = (float)c->momentum};
+    return ut_optim_state_per_param(&oc);
 }
 
 /* The ZeRO-3 units of the policy: the three largest, their bytes and names. */

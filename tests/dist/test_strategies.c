@@ -199,6 +199,40 @@ static void test_hybrid_sharding(void) {
     CHECK(w >= 0 && w <= 1e-6, "resumed: weights within %.2g of the straight run's", w);
 }
 
+/* Lion (optim.name: lion) under every strategy: at 2 ranks the gradient
+ * sum a + b has one rounding whatever the reduction, and Lion's update is
+ * elementwise, so ddp, zero1, zero2, zero2 with ZeRO-Offload (the host's
+ * step) and zero3 reach the same bits, optimizer state (exp_avg, written
+ * as one process writes it) included; a run stopped at step 10 and resumed
+ * reaches them too; one process trains (the loss falls). */
+static void test_lion(void) {
+    const char *lion = "optim.name=lion optim.lr=0.003 optim.weight_decay=0.1 optim.betas=[0.9,0.99]";
+    char extra[256];
+    CHECK(!train("lion_ref", gpt2_yaml, "ddp", 1, 1, lion), "one process");
+    CHECK(!train("lion_ddp", gpt2_yaml, "ddp", 2, 1, lion), "ddp on 2 ranks");
+    static const char *const runs[][2] = {
+        {"lion_z1", "zero1"}, {"lion_z2", "zero2"}, {"lion_z2off", "zero2"}, {"lion_z3", "zero3"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(extra, sizeof extra, "%s%s", lion, i == 2 ? " dist.offload_optimizer=cpu" : "");
+        CHECK(!train(runs[i][0], gpt2_yaml, runs[i][1], 2, 1, extra), "%s on 2 ranks", runs[i][0]);
+        CHECK(tp_same_weights(path("lion_ddp", "checkpoints/step_00000020.safetensors"),
+                              path(runs[i][0], "checkpoints/step_00000020.safetensors")),
+              "%s: the same weights and optimizer state as ddp", runs[i][0]);
+    }
+    snprintf(extra, sizeof extra, "%s train.max_steps=10 train.save_interval=10", lion);
+    CHECK(!train("lion_resume", gpt2_yaml, "zero2", 2, 1, extra), "zero2, 10 steps");
+    snprintf(extra, sizeof extra, "%s continue_training=true", lion);
+    CHECK(!train("lion_resume", gpt2_yaml, "zero2", 2, 1, extra), "resumed to step 20");
+    CHECK(tp_same_weights(path("lion_ddp", "checkpoints/step_00000020.safetensors"),
+                          path("lion_resume", "checkpoints/step_00000020.safetensors")),
+          "resumed: the straight run's bits");
+    char a[64], b[64];
+    CHECK(tp_loss_at(path("lion_ref", "metrics.jsonl"), "train", 1, a, sizeof a) &&
+              tp_loss_at(path("lion_ref", "metrics.jsonl"), "train", 20, b, sizeof b) && atof(b) < atof(a) - 0.5,
+          "Lion trains: loss %s at step 1, %s at step 20", a, b);
+    printf("     lion: loss %s -> %s\n", a, b);
+}
+
 /* The header and the first n examples of a TSV file, into dst. */
 static bool head_tsv(const char *src, const char *dst, int n) {
     FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
@@ -259,5 +293,6 @@ int main(int argc, char **argv) {
     RUN(test_gpt2);
     RUN(test_gpt2_accum_clip_ckpt_cosine);
     RUN(test_hybrid_sharding);
+    RUN(test_lion);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

@@ -1,7 +1,7 @@
 /* `utrain plan` end to end: the planned total of ddp on one process against
  * the peak resident memory of `utrain train` with the same config (within
  * 15%, with activation checkpointing off and on), the strategy formulas
- * exactly (world size 4, AdamW, SGD with and without momentum, dist.wrap,
+ * exactly (world size 4, AdamW, Lion, SGD with and without momentum, dist.wrap,
  * dist.reshard_after_forward), the fits column and summary, --device-memory
  * sizes, and command-line errors (exit 2) and config errors (exit 1). */
 #include <math.h>
@@ -210,6 +210,12 @@ static void test_formulas(void) {
     CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 1 && json_num(s, "zero3", "optimizer") == 4 * S &&
               json_num(s, "ddp", "optimizer") == 4 * psi && json_num(s, NULL, "bucket_bytes") == 4 * psi,
           "sgd with momentum: %s", s);
+    free(s);
+    /* Lion: one state float (exp_avg) */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "optim.name=lion", NULL}, &s);
+    CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 1 && json_num(s, "zero3", "optimizer") == 4 * S &&
+              json_num(s, "ddp", "optimizer") == 4 * psi,
+          "lion: %s", s);
     free(s);
     /* hybrid sharding: the state sharded over groups of 2 of the 4 ranks */
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.strategy=zero3", "--set",

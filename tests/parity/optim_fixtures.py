@@ -70,7 +70,7 @@ def run_optimizer(path, name, build, hparams):
     gen = torch.Generator().manual_seed(1234)
     params = make_params(gen)
     w = Writer(path)
-    w.put("optimizer", [0 if name == "sgd" else 1])
+    w.put("optimizer", [{"sgd": 0, "adamw": 1, "lion": 2}[name]])
     for k, v in hparams.items():
         w.put(k, [float(v)])
     w.put("sched", [SCHED["lr"], SCHED["min_lr"], SCHED["warmup"], SCHED["total"]])
@@ -245,6 +245,12 @@ def make(out_dir):
     run_optimizer(j("optim_sgd.txt"), "sgd",
                   lambda g: torch.optim.SGD(g, lr=SCHED["lr"], foreach=False),
                   {"weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0, "nesterov": 0})
+    # lion-pytorch (pip install lion-pytorch): the Lion FlagAI builds, with
+    # the update bitsandbytes' 32-bit Lion (Hugging Face's lion_32bit) makes
+    from lion_pytorch import Lion
+    run_optimizer(j("optim_lion.txt"), "lion",
+                  lambda g: Lion(g, lr=SCHED["lr"], betas=(0.9, 0.99)),
+                  {"weight_decay": wd, "beta1": 0.9, "beta2": 0.99})
     make_clip(j("optim_clip.txt"))
     make_schedules(j("optim_schedules.txt"))
     make_hf_schedules(j("optim_hf_schedules.txt"))

@@ -93,14 +93,15 @@ static void optimizer_parity(const char *file) {
     const double *sp = fx_get(&f, "sched", 4);
     if (!numel || !decay || !init || !lrs || !sp) goto out;
 
-    bool adamw = fx_scalar(&f, "optimizer") == 1;
-    ut_optim_config cfg = ut_optim_defaults(adamw ? UT_OPTIM_ADAMW : UT_OPTIM_SGD);
+    int which = (int)fx_scalar(&f, "optimizer");
+    bool adamw = which == 1, lion = which == 2;
+    ut_optim_config cfg = ut_optim_defaults(adamw ? UT_OPTIM_ADAMW : lion ? UT_OPTIM_LION : UT_OPTIM_SGD);
     cfg.lr = (float)sp[0];
     cfg.weight_decay = (float)fx_scalar(&f, "weight_decay");
-    if (adamw) {
+    if (adamw || lion) {
         cfg.beta1 = (float)fx_scalar(&f, "beta1");
         cfg.beta2 = (float)fx_scalar(&f, "beta2");
-        cfg.eps = (float)fx_scalar(&f, "eps");
+        if (adamw) cfg.eps = (float)fx_scalar(&f, "eps");
     } else {
         cfg.momentum = (float)fx_scalar(&f, "momentum");
         cfg.dampening = (float)fx_scalar(&f, "dampening");
@@ -155,6 +156,7 @@ static void test_adamw_parity(void) { optimizer_parity(FIXTURES "optim_adamw.txt
 static void test_sgd_nesterov_parity(void) { optimizer_parity(FIXTURES "optim_sgd_nesterov.txt"); }
 static void test_sgd_momentum_parity(void) { optimizer_parity(FIXTURES "optim_sgd_momentum.txt"); }
 static void test_sgd_plain_parity(void) { optimizer_parity(FIXTURES "optim_sgd.txt"); }
+static void test_lion_parity(void) { optimizer_parity(FIXTURES "optim_lion.txt"); }
 
 static void test_clip_parity(void) {
     fixture f;
@@ -496,6 +498,8 @@ static void fill(float *x, int64_t n, ut_rng *r, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = scale * ut_rng_normal(r);
 }
 
+/* 0, 1 AdamW; 2, 3 SGD with momentum; 4 plain SGD; 5 Lion */
+#define NCONFIGS 6
 static ut_optim_config shard_config(int which) {
     ut_optim_config c;
     switch (which) {
@@ -507,6 +511,7 @@ static ut_optim_config shard_config(int which) {
     case 3:
         c = ut_optim_defaults(UT_OPTIM_SGD);
         c.momentum = 0.8f; c.dampening = 0.25f; c.weight_decay = 1e-2f; break;
+    case 5: c = ut_optim_defaults(UT_OPTIM_LION); c.lr = 1e-3f; c.weight_decay = 0.1f; break;
     default: c = ut_optim_defaults(UT_OPTIM_SGD); c.weight_decay = 1e-2f; break;
     }
     return c;
@@ -522,7 +527,7 @@ static void test_shard_equals_full(void) {
     const int nshards = 5;
     float *pf = malloc(sizeof(float) * n), *ps = malloc(sizeof(float) * n);
     float *g = malloc(sizeof(float) * n);
-    for (int which = 0; which < 5; which++) {
+    for (int which = 0; which < NCONFIGS; which++) {
         ut_optim_config cfg = shard_config(which);
         ut_rng r;
         ut_rng_seed(&r, 7);
@@ -573,7 +578,7 @@ static void test_step_zero_equals_step_then_memset(void) {
     float *pa = malloc(sizeof(float) * n), *pb = malloc(sizeof(float) * n);
     float *ga = malloc(sizeof(float) * n), *gb = malloc(sizeof(float) * n);
     int saved = omp_get_max_threads();
-    for (int which = 0; which < 5; which++) {
+    for (int which = 0; which < NCONFIGS; which++) {
         for (int threads = 1; threads <= 3; threads += 2) {
             omp_set_num_threads(threads);
             ut_optim_config cfg = shard_config(which);
@@ -653,8 +658,9 @@ static void test_state_only_for_shard(void) {
         {0, 2, {"exp_avg", "exp_avg_sq"}},
         {2, 1, {"momentum_buffer", NULL}},
         {4, 0, {NULL, NULL}},
+        {5, 1, {"exp_avg", NULL}},
     };
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 4; c++) {
         ut_optim_config cfg = shard_config(cases[c].which);
         ut_optim *o = ut_optim_new(&cfg, p, g, &seg, 1, lo, hi);
         CHECK(ut_optim_nstate(o) == cases[c].nstate, "case %d: nstate %d", c, ut_optim_nstate(o));
@@ -691,7 +697,7 @@ static void test_resume_and_no_alloc(void) {
     fill(pa, n, &r, 1.0f);
     memcpy(pb, pa, sizeof(float) * n);
     fill(g, n * 6, &r, 0.1f);
-    for (int which = 0; which < 5; which += 2) {
+    for (int which = 0; which < NCONFIGS; which += which == 4 ? 1 : 2) {
         ut_optim_config cfg = shard_config(which);
         ut_optim *a = ut_optim_new(&cfg, pa, g, segs, 2, 0, n);
         ut_optim *b = ut_optim_new(&cfg, pb, g, segs, 2, 0, n);
@@ -737,8 +743,11 @@ static void test_config_checks(void) {
     CHECK(a.beta1 == 0.9f && a.beta2 == 0.999f && a.eps == 1e-8f && a.weight_decay == 0.01f,
           "AdamW defaults");
     ut_optim_config s = ut_optim_defaults(UT_OPTIM_SGD);
-    CHECK(s.momentum == 0 && s.weight_decay == 0 && !s.nesterov, "SGD defaults");
     char err[256] = "";
+    CHECK(s.momentum == 0 && s.weight_decay == 0 && !s.nesterov, "SGD defaults");
+    ut_optim_config l = ut_optim_defaults(UT_OPTIM_LION);
+    CHECK(l.lr == 1e-4f && l.beta1 == 0.9f && l.beta2 == 0.99f && l.weight_decay == 0, "Lion defaults");
+    CHECK(ut_optim_check_config(&l, err, sizeof err) == 0, "Lion defaults rejected: %s", err);
     CHECK(ut_optim_check_config(&a, err, sizeof err) == 0, "AdamW defaults rejected: %s", err);
     CHECK(ut_optim_check_config(&s, err, sizeof err) == 0, "SGD defaults rejected: %s", err);
 
@@ -751,6 +760,10 @@ static void test_config_checks(void) {
     c = a; c.beta2 = 1.5f; expect_bad_config(c, "beta2");
     c = a; c.eps = 0.0f; expect_bad_config(c, "eps");
     c = s; c.momentum = -0.5f; expect_bad_config(c, "momentum");
+    c = l; c.beta1 = 1.0f; expect_bad_config(c, "beta1");
+    c = l; c.beta2 = NAN; expect_bad_config(c, "beta2");
+    c = l; c.eps = 0.0f; /* Lion has no eps */
+    CHECK(ut_optim_check_config(&c, err, sizeof err) == 0, "Lion rejected for eps: %s", err);
     c = s; c.nesterov = true; expect_bad_config(c, "nesterov");
     c = s; c.nesterov = true; c.momentum = 0.9f; c.dampening = 0.1f;
     expect_bad_config(c, "nesterov");
@@ -761,6 +774,7 @@ static void test_config_checks(void) {
     ut_optim_kind k;
     CHECK(ut_optim_parse("adamw", &k) == 0 && k == UT_OPTIM_ADAMW, "parse adamw");
     CHECK(ut_optim_parse("SGD", &k) == 0 && k == UT_OPTIM_SGD, "parse SGD");
+    CHECK(ut_optim_parse("Lion", &k) == 0 && k == UT_OPTIM_LION, "parse Lion");
     CHECK(ut_optim_parse("adam", &k) == -1, "parse adam accepted");
 }
 
@@ -825,6 +839,7 @@ int main(void) {
     RUN(test_sgd_nesterov_parity);
     RUN(test_sgd_momentum_parity);
     RUN(test_sgd_plain_parity);
+    RUN(test_lion_parity);
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);

@@ -459,6 +459,10 @@ static void test_mismatches(void) {
     CHECK(strstr(err, path) && strstr(err, "AdamW") && strstr(err, "SGD with momentum"), "%s", err);
     CHECK(q.m->params.flat[0] == before, "model modified");
     ut_optim_free(o);
+    o = make_optim(q.m, UT_OPTIM_LION, 0);
+    CHECK(ut_ckpt_load(path, q.m, o, NULL, err, sizeof err) == -1, "Lion loaded AdamW state");
+    CHECK(strstr(err, "AdamW") && strstr(err, "this optimizer is Lion (exp_avg)"), "%s", err);
+    ut_optim_free(o);
     free_pair(q);
 
     /* A model of another type with the same parameter names is refused too. */

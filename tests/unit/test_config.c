@@ -595,6 +595,14 @@ static void test_hf_training_arguments(void) {
     CHECK(load_text(&c, "optim: {min_lr: 1.0e-5}\nlr_scheduler_type: polynomial\n") == 0 && c.min_lr == 1e-5,
           "polynomial keeps a given min_lr: %g", c.min_lr);
     ut_config_free(&c);
+    /* bitsandbytes' 32-bit Lion, paged or not, is utrain's lion; the betas are adam_beta1/2 */
+    for (int paged = 0; paged < 2; paged++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, paged ? "optim: paged_lion_32bit\nadam_beta2: 0.99\n" : "optim: lion_32bit\n") == 0 &&
+                  !strcmp(c.optim_name, "lion") && c.beta2 == (paged ? 0.99 : 0.999),
+              "optim: %slion_32bit: %s %s beta2 %g", paged ? "paged_" : "", err, c.optim_name, c.beta2);
+        ut_config_free(&c);
+    }
     /* lr_scheduler_kwargs: each argument is an optim key, in either order
      * with lr_scheduler_type; {} is nothing */
     ut_config_init(&c);
@@ -693,11 +701,13 @@ static void test_hf_training_arguments(void) {
         {"run_name: first\n", "write experiment_name: first"},
         {"dataloader_num_workers: -1\n", "dataloader_num_workers: expected a number of workers >= 0, got '-1'"},
         {"torch_compile: true\n", "torch_compile: utrain has no graph compiler"},
-        {"adafactor: true\n", "adafactor: utrain's optimizers are adamw and sgd"},
+        {"adafactor: true\n", "adafactor: utrain's optimizers are adamw, sgd and lion"},
         {"push_to_hub: true\n", "push_to_hub: utrain does not reach the network"},
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
-        {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd"},
+        {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd, lion"},
+        {"optim: paged_lion_8bit\n", "optim: 'paged_lion_8bit': utrain keeps Lion's state in 32 bits; write optim: "
+                                     "lion_32bit (or optim.name: lion)"},
         {"save_steps: 0.25\n", "save_steps: 0.25 is a fraction of the run's steps"},
         {"half_precision_backend: apex\n", "utrain's mixed precision is its own autocast"},
         {"eval_accumulation_steps: 0\n", "eval_accumulation_steps: expected a number of steps >= 1, got '0'"},
@@ -1210,10 +1220,19 @@ static void test_flagai_keys(void) {
               "optimizer_type: adam: %s %s", err, c.optim_name);
         ut_config_free(&c);
     }
-    check_load_error("optimizer_type: lamb\n", "1: optimizer_type: 'lamb': utrain's optimizers are adamw and sgd; "
-                                                 "write optimizer_type: adamw (or optim.name: sgd)");
-    check_load_error("optimizer_type: Adam\n", "1: optimizer_type: 'Adam' is not one of adam, adamw (FlagAI's "
-                                                 "adafactor, lion, adan and lamb are not in utrain)");
+    check_load_error("optimizer_type: lamb\n", "1: optimizer_type: 'lamb': utrain's optimizers are adamw, lion and "
+                                                 "sgd; write optimizer_type: adamw or lion (or optim.name: sgd)");
+    check_load_error("optimizer_type: Adam\n", "1: optimizer_type: 'Adam' is not one of adam, adamw, lion (FlagAI's "
+                                                 "adafactor, adan and lamb are not in utrain)");
+    /* optimizer_type: lion is lion-pytorch's Lion with the Adam betas FlagAI passes */
+    {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(load_text(&c, "optimizer_type: lion\nlr: 3e-5\n") == 0 && !strcmp(c.optim_name, "lion") &&
+                  c.beta1 == 0.9 && c.beta2 == 0.999 && fabs(c.lr - 3e-5) < 1e-12,
+              "optimizer_type: lion: %s %s beta2 %g", err, c.optim_name, c.beta2);
+        ut_config_free(&c);
+    }
     check_load_error("save_best: my_fn\n", "1: save_best: FlagAI's Trainer takes a Python object here; write "
                                              "train.best_metric (dev/loss, dev/accuracy, ...) and "
                                              "train.greater_is_better");
@@ -1594,7 +1613,18 @@ static void test_deepspeed_config(void) {
                    "activation_checkpointing.cpu_checkpointing: utrain keeps checkpointed activations on the "
                    "device; set false or remove it");
     check_ds_error("{\"optimizer\": {\"type\": \"Lamb\"}}",
-                   "optimizer.type: utrain has Adam(W) and SGD; write \"AdamW\" or \"SGD\"");
+                   "optimizer.type: utrain has Adam(W), Lion and SGD; write \"AdamW\", \"Lion\" or \"SGD\"");
+    check_ds_error("{\"optimizer\": {\"type\": \"Lion\", \"params\": {\"lr\": 1e-4, \"eps\": 1e-8}}}",
+                   "optimizer.params.eps: Lion takes lr, betas and weight_decay; remove it");
+    /* DeepSpeed reads the type in any case; Lion's params */
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"optimizer\": {\"type\": \"lion\", \"params\": {\"lr\": 2e-5, \"betas\": [0.95, 0.98],\n"
+                      " \"weight_decay\": 0.1}}}") == 0 &&
+              !strcmp(c.optim_name, "lion") && fabs(c.lr - 2e-5) < 1e-12 && fabs(c.beta1 - 0.95) < 1e-9 &&
+              fabs(c.beta2 - 0.98) < 1e-9 && fabs(c.weight_decay - 0.1) < 1e-9,
+          "DeepSpeed Lion: %s %s lr %g betas %g %g wd %g", err, c.optim_name, c.lr, c.beta1, c.beta2,
+          c.weight_decay);
+    ut_config_free(&c);
     check_ds_error("{\"amp\": {\"enabled\": true}}", "amp: not read by utrain; remove it");
     /* FlagAI's examples/t5_huggingface/deepspeed.json (the file its Trainer's
      * documentation points to), as it is: DeepSpeed's loss scaler (hysteresis

@@ -441,13 +441,13 @@ static void test_scaled_step(void) {
     for (int d = 0; d < ndev; d++) {
         ut_device dev = devs[d];
         const ut_backend *be = ut_backend_get(dev);
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < 3; kind++) { /* AdamW, SGD, Lion */
             for (int skip = 0; skip < 2; skip++) {
                 float *p[2], *g[2], *sc = be->alloc(2 * sizeof(float));
                 void *cp = be->alloc(N * 2);
                 ut_optim *o[2];
-                ut_optim_config oc = ut_optim_defaults(kind ? UT_OPTIM_SGD : UT_OPTIM_ADAMW);
-                oc.device = dev, oc.weight_decay = 0.1f, oc.momentum = kind ? 0.9f : 0.0f;
+                ut_optim_config oc = ut_optim_defaults(kind == 2 ? UT_OPTIM_LION : kind ? UT_OPTIM_SGD : UT_OPTIM_ADAMW);
+                oc.device = dev, oc.weight_decay = 0.1f, oc.momentum = kind == 1 ? 0.9f : 0.0f;
                 for (int v = 0; v < 2; v++) {
                     p[v] = be->alloc(N * sizeof(float)), g[v] = be->alloc(N * sizeof(float));
                     be->copy(p[v], p0, sizeof p0, UT_COPY_H2D);
@@ -486,7 +486,7 @@ static void test_scaled_step(void) {
                 CHECK(!memcmp(want, got, sizeof want) && same_state && zeroed && !memcmp(c16, r16, sizeof c16) &&
                           ut_optim_steps(o[0]) == ut_optim_steps(o[1]),
                       "%s %s%s: params %s, state %s, gradients %szeroed, copies %s, steps %lld and %lld",
-                      ut_device_name(dev), kind ? "sgd" : "adamw", skip ? " skipped" : "",
+                      ut_device_name(dev), kind == 2 ? "lion" : kind ? "sgd" : "adamw", skip ? " skipped" : "",
                       memcmp(want, got, sizeof want) ? "differ" : "agree", same_state ? "agrees" : "differs",
                       zeroed ? "" : "not ", memcmp(c16, r16, sizeof c16) ? "differ" : "agree",
                       (long long)ut_optim_steps(o[0]), (long long)ut_optim_steps(o[1]));

@@ -61,6 +61,8 @@ void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src
  * of 48; default 192) for outputs whose float32 is above min_bytes (default
  * 16 MiB). Tests set small values to exercise the blocked path. */
 void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
+void ut_cpu_lion_update(float *restrict p, float *restrict g, float *restrict m, int64_t n, float decay_mul,
+                        float gmul, const ut_optim_consts *k, bool zero);
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
                        float wd, float gmul, const ut_optim_consts *k, bool zero);
 void ut_cpu_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);

@@ -1,4 +1,4 @@
-/* The CPU optimizer step: AdamW and SGD with the operation order of torch's
+/* The CPU optimizer step: AdamW, Lion and SGD with the operation order of torch's
  * single-tensor implementations, over the runs src/optim hands over (it
  * computes the step's scalars), split over OpenMP threads here. */
 #include <math.h>
@@ -27,6 +27,23 @@ void ut_cpu_adamw_update(float *restrict p, float *restrict g, float *restrict m
         if (zero) g[i] = 0.0f;
         float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
         p[i] = p[i] * decay_mul - step_size * mi / denom;
+    }
+}
+
+/* Lion, in lion-pytorch's order: the interpolation beta1*m + (1-beta1)*g
+ * decides the step's sign, then m moves towards g by beta2. sign(0) is 0 and
+ * a NaN stays NaN, as torch's sgn. */
+void ut_cpu_lion_update(float *restrict p, float *restrict g, float *restrict m, int64_t n, float decay_mul,
+                        float gmul, const ut_optim_consts *k, bool zero) {
+    const float beta1 = k->beta1, one_m_b1 = k->one_m_b1, beta2 = k->beta2, one_m_b2 = k->one_m_b2, lr = k->lr;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gmul;
+        float c = m[i] * beta1 + one_m_b1 * gi;
+        float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c; /* 0 stays 0, NaN stays NaN */
+        p[i] = p[i] * decay_mul - lr * s;
+        m[i] = m[i] * beta2 + one_m_b2 * gi;
+        if (zero) g[i] = 0.0f;
     }
 }
 
@@ -70,6 +87,8 @@ static void update_stretch(const ut_optim_buffers *o, const ut_optim_consts *k, 
         int64_t off = b - o->lo;
         if (skip) {
             if (zero) ut_cpu_memset(g, 0, (size_t)(be - b) * sizeof(float));
+        } else if (k->lion) {
+            ut_cpu_lion_update(p, g, o->state[0] + off, be - b, decay ? k->decay_mul : 1.0f, gmul, k, zero);
         } else if (k->adamw) {
             ut_cpu_adamw_update(p, g, o->state[0] + off, o->state[1] + off, be - b, decay ? k->decay_mul : 1.0f,
                                 gmul, k, zero);

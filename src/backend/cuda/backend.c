@@ -316,7 +316,10 @@ static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool
         void *p16 = o->p16 ? (void *)((uint16_t *)o->p16 + (s - o->pbase)) : NULL;
         int64_t off = s - o->lo;
         bool decay = o->runs[r].decay;
-        if (k->adamw)
+        if (k->lion)
+            utk_lion(p, g, o->state[0] + off, e - s, decay ? k->decay_mul : 1.0f, k->beta1, k->one_m_b1, k->beta2,
+                     k->one_m_b2, k->lr, zero, o->scalars, p16, p16_dt);
+        else if (k->adamw)
             utk_adamw(p, g, o->state[0] + off, o->state[1] + off, e - s, decay ? k->decay_mul : 1.0f, k->one_m_b1,
                       k->beta2, k->one_m_b2, k->step_size, k->inv_bc2_sqrt, k->eps, zero, o->scalars, p16, p16_dt);
         else

@@ -165,6 +165,31 @@ extern "C" void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, flo
     ut_cuda_launched("adamw");
 }
 
+/* Lion as the CPU's ut_cpu_lion_update, each operation rounded as there. */
+__global__ void k_lion(float *p, float *g, float *m, int64_t n, float decay_mul, float beta1, float one_m_b1,
+                       float beta2, float one_m_b2, float lr, bool zero, const float *sc, void *p16, int p16_dt) {
+    float gmul = sc ? sc[0] : 1.0f;
+    bool skip = sc && sc[1] != 0.0f;
+    UTK_GRID_STRIDE(i, n) {
+        if (!skip) {
+            float gi = __fmul_rn(g[i], gmul);
+            float c = __fadd_rn(__fmul_rn(m[i], beta1), __fmul_rn(one_m_b1, gi));
+            float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c;
+            p[i] = __fsub_rn(__fmul_rn(p[i], decay_mul), __fmul_rn(lr, s));
+            m[i] = __fadd_rn(__fmul_rn(m[i], beta2), __fmul_rn(one_m_b2, gi));
+        }
+        if (zero) g[i] = 0.0f;
+        if (p16) put16(p16, p16_dt, i, p[i]);
+    }
+}
+extern "C" void utk_lion(float *p, float *g, float *m, int64_t n, float decay_mul, float beta1, float one_m_b1,
+                         float beta2, float one_m_b2, float lr, bool zero, const float *sc, void *p16, int p16_dt) {
+    if (n <= 0) return;
+    k_lion<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, n, decay_mul, beta1, one_m_b1, beta2, one_m_b2, lr,
+                                                     zero, sc, p16, p16_dt);
+    ut_cuda_launched("lion");
+}
+
 __global__ void k_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float mom,
                       float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero,
                       const float *sc, void *p16, int p16_dt) {

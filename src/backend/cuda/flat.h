@@ -26,6 +26,8 @@ void utk_add_into(float *dst, float *src, int64_t n, bool zero_src);
 void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul, float one_m_b1,
                float beta2, float one_m_b2, float step_size, float inv_bc2_sqrt, float eps, bool zero,
                const float *sc, void *p16, int p16_dt);
+void utk_lion(float *p, float *g, float *m, int64_t n, float decay_mul, float beta1, float one_m_b1, float beta2,
+              float one_m_b2, float lr, bool zero, const float *sc, void *p16, int p16_dt);
 void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
              float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero, const float *sc,
              void *p16, int p16_dt);
