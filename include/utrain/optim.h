@@ -1,4 +1,4 @@
-/* utrain optimizers (SGD, AdamW, Lion) over a flat parameter buffer, gradient
+/* utrain optimizers (SGD, AdamW, Lion, Adafactor) over a flat parameter buffer, gradient
  * clipping and learning-rate schedules, all matching PyTorch.
  * defines: ut_param_seg, ut_optim_kind, ut_optim_config, ut_optim, ut_optim_*,
  *          ut_grad_norm_sq, ut_clip_grad_norm, ut_grad_scale, ut_grad_scaler, ut_sched_kind,
@@ -19,13 +19,18 @@ extern "C" {
 
 /* One parameter inside the flat buffer: elements [offset, offset+numel).
  * decay: whether weight decay applies (models set it for ndim >= 2, so biases
- * and norm weights get none by default). */
+ * and norm weights get none by default). rows, cols: for ndim >= 2 its last
+ * two dimensions (numel = rows x cols x the leading ones), else 0 (Adafactor
+ * factors the matrices; its factoring is symmetric, so a weight stored
+ * transposed from transformers' layout, as GPT-2's Conv1D weights are,
+ * gets the same update). */
 typedef struct {
     int64_t offset, numel;
     bool decay;
+    int64_t rows, cols;
 } ut_param_seg;
 
-typedef enum { UT_OPTIM_SGD, UT_OPTIM_ADAMW, UT_OPTIM_LION } ut_optim_kind;
+typedef enum { UT_OPTIM_SGD, UT_OPTIM_ADAMW, UT_OPTIM_LION, UT_OPTIM_ADAFACTOR } ut_optim_kind;
 
 /* lr is the base rate (schedules start from it; ut_optim_step takes the rate
  * of each step). AdamW uses beta1, beta2, eps; Lion beta1, beta2; SGD uses
@@ -35,19 +40,27 @@ typedef struct {
     ut_optim_kind kind;
     float lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
+    /* Adafactor: eps (eps1, added to g^2), eps2 (the floor of the parameter
+     * scale), clip_threshold, decay_rate, scale_parameter; beta1 0: no first
+     * moment (transformers' None) */
+    float eps2, clip_threshold, decay_rate;
+    bool scale_parameter;
     bool decay_all;
     ut_device device; /* where the params, grads and state live (the flat buffers'; 0: the CPU) */
 } ut_optim_config;
 
 /* torch's defaults. AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
  * weight_decay 0.01. SGD: lr 1e-3, momentum 0, dampening 0, weight_decay 0.
- * Lion (lion-pytorch's): lr 1e-4, betas (0.9, 0.99), weight_decay 0. */
+ * Lion (lion-pytorch's): lr 1e-4, betas (0.9, 0.99), weight_decay 0.
+ * Adafactor (transformers' with relative_step False): lr 1e-3, eps (1e-30,
+ * 1e-3), clip_threshold 1, decay_rate -0.8, no beta1, weight_decay 0,
+ * scale_parameter true. */
 ut_optim_config ut_optim_defaults(ut_optim_kind k);
 /* 0 if cfg makes sense, else -1 with a message naming the field in err:
  * lr < 0, weight_decay < 0, betas outside [0, 1), eps <= 0, momentum < 0,
  * nesterov without momentum > 0 and dampening == 0 (torch's rule), NaNs. */
 int ut_optim_check_config(const ut_optim_config *cfg, char *err, size_t n);
-/* "sgd" / "adamw" / "lion" (any case) into *out: 0, or -1 for an unknown name. */
+/* "sgd" / "adamw" / "lion" / "adafactor" (any case) into *out: 0, or -1 for an unknown name. */
 int ut_optim_parse(const char *name, ut_optim_kind *out);
 
 typedef struct ut_optim ut_optim;
@@ -71,9 +84,14 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 void ut_optim_free(ut_optim *o);
 const ut_optim_config *ut_optim_get_config(const ut_optim *o);
 void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi);
-/* State floats per parameter: 2 for AdamW, 1 for Lion and for SGD with
- * momentum, else 0. */
+/* State buffers: 2 for AdamW, 1 for Lion and for SGD with momentum, for
+ * Adafactor 1 (2 with beta1), else 0. For every kind but Adafactor each
+ * buffer holds a float per parameter element. */
 int ut_optim_state_per_param(const ut_optim_config *cfg);
+/* Floats of state buffer i that parameter s takes: its numel, except
+ * Adafactor's second moment of a matrix: rows + cols for each of the
+ * leading dimensions' entries (the factored statistics). */
+int64_t ut_optim_seg_state_len(const ut_optim_config *cfg, int i, const ut_param_seg *s);
 
 /* One update of params[lo, hi) from grads[lo, hi) with learning rate lr.
  * Allocates nothing, deterministic (elementwise; any thread count gives the
@@ -93,7 +111,18 @@ int ut_optim_state_per_param(const ut_optim_config *cfg);
  *   Lion (lion-pytorch's Lion, bitsandbytes' 32-bit Lion):
  *     p *= 1 - lr*wd
  *     p -= lr*sign(beta1*m + (1-beta1)*g)      (sign(0) = 0)
- *     m  = beta2*m + (1-beta2)*g */
+ *     m  = beta2*m + (1-beta2)*g
+ *   Adafactor (transformers' Adafactor, relative_step False), per parameter
+ *   P (whole: [lo, hi) must not cut one), with rho = 1 - t^decay_rate:
+ *     a = lr * (scale_parameter ? max(eps2, rms(P)) : 1)
+ *     G = g*g + eps
+ *     a matrix (rows R, cols C per leading index; transformers' layout):
+ *       r = rho*r + (1-rho)*mean_C(G)      c = rho*c + (1-rho)*mean_R(G)
+ *       u = rsqrt(r/mean(r)) x rsqrt(c) * g
+ *     else: v = rho*v + (1-rho)*G,  u = rsqrt(v) * g
+ *     u *= a / max(1, rms(u)/clip_threshold)
+ *     beta1 > 0: m = beta1*m + (1-beta1)*u, u = m
+ *     p += p * (-wd*a);  p -= u */
 void ut_optim_step(ut_optim *o, float lr);
 /* ut_optim_step, then grads[lo, hi) = 0 (all of it, padding between segments
  * included), in the same pass over the gradients: the same parameters and
@@ -125,12 +154,16 @@ void ut_optim_set_copies16(ut_optim *o, void *copies16, ut_dtype dt);
 int64_t ut_optim_steps(const ut_optim *o);           /* steps taken */
 void ut_optim_set_steps(ut_optim *o, int64_t n);      /* after restoring the state */
 /* Number of state buffers: 2 for AdamW (exp_avg, exp_avg_sq), 1 for Lion
- * (exp_avg) and SGD with momentum (momentum_buffer), 0 otherwise. */
+ * (exp_avg) and SGD with momentum (momentum_buffer), 1 for Adafactor
+ * (exp_avg_sq_factored; then exp_avg with beta1), 0 otherwise. */
 int ut_optim_nstate(const ut_optim *o);
-/* State buffer i (0 <= i < nstate), hi-lo floats covering [lo, hi); *name
- * (if name is not NULL) gets torch's name for it. */
+/* State buffer i (0 <= i < nstate), ut_optim_state_len floats covering
+ * [lo, hi): a float per element (hi-lo), or Adafactor's second moment, the
+ * parameters' ut_optim_seg_state_len floats one after the other in the
+ * order of segs; *name (if name is not NULL) gets its name. */
 float *ut_optim_state(ut_optim *o, int i, const char **name);
-size_t ut_optim_state_bytes(const ut_optim *o);      /* nstate * (hi-lo) * 4 */
+int64_t ut_optim_state_len(const ut_optim *o, int i);
+size_t ut_optim_state_bytes(const ut_optim *o);      /* the buffers' floats * 4 */
 
 /* ---- gradient clipping ---- */
 /* Sum of g[i]^2 in double. Deterministic for any thread count: fixed blocks

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "utrain/base.h"
+#include "utrain/optim.h"
 #include "utrain/tensor.h"
 
 typedef struct ut_kctx ut_kctx;
@@ -109,10 +110,14 @@ typedef enum { UT_STREAM_COMPUTE = 0, UT_STREAM_COMM } ut_stream_kind;
 /* One optimizer step's scalars, computed by src/optim and rounded to float
  * the way torch hands its Python scalars to float kernels. */
 typedef struct {
-    bool adamw, lion;
+    bool adamw, lion, adafactor;
     float decay_mul;        /* AdamW, Lion: 1 - lr*wd */
     float one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
-    float beta1;            /* Lion */
+    float beta1;            /* Lion; Adafactor (0: no first moment) */
+    /* Adafactor: rho = 1 - t^decay_rate and 1 - rho, eps (eps1), eps2, the
+     * clip threshold, the weight decay, and lr (above) */
+    float rho, one_m_rho, eps2, clip;
+    bool scale_parameter;
     float lr, wd;           /* SGD */
     float momentum, one_m_damp;
     bool use_momentum, first, nesterov;
@@ -147,7 +152,26 @@ typedef struct {
      * (ut_ctx_set_param_copies). */
     void *p16;
     ut_dtype p16_dtype;
+    /* Adafactor: the parameters in [lo, hi) (whole), where each one's
+     * second moment starts in state[0] (soff), and host scratch for the
+     * per-row sums (ut_optim_adafactor_scratch doubles) */
+    const ut_param_seg *segs;
+    const int64_t *soff;
+    int nsegs;
+    double *scratch;
 } ut_optim_buffers;
+
+/* Adafactor sums a vector's elements in blocks of this many (its rows). */
+#define UT_ADAFACTOR_BLOCK 4096
+/* Doubles of scratch Adafactor's step over s takes: a sum per row (or per
+ * block of a vector) twice, and one per column. */
+static inline int64_t ut_optim_adafactor_scratch(const ut_param_seg *s) {
+    if (s->rows > 0 && s->cols > 0) {
+        int64_t lead = s->numel / (s->rows * s->cols);
+        return 2 * lead * (s->rows + s->cols);
+    }
+    return 2 * (s->numel / UT_ADAFACTOR_BLOCK + 1);
+}
 
 /* Collectives on a device's own memory and streams, by the device's
  * communication library (NCCL on CUDA), loaded when first asked for. A

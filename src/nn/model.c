@@ -58,7 +58,8 @@ ut_tensor *ut_param_add(ut_model *m, const char *name, int ndim, const int64_t *
     t->name = p->names[p->n];
     p->t[p->n] = t;
     p->init[p->n] = init;
-    p->segs[p->n] = (ut_param_seg){.offset = p->numel, .numel = ut_nelem(t), .decay = ndim >= 2};
+    p->segs[p->n] = (ut_param_seg){.offset = p->numel, .numel = ut_nelem(t), .decay = ndim >= 2,
+                                   .rows = ndim >= 2 ? ne[ndim - 2] : 0, .cols = ndim >= 2 ? ne[ndim - 1] : 0};
     p->part[p->n] = (ut_partition){.dim = 0, .parts = 1, .part = 0, .blocks = 1};
     for (int i = 0; i < ndim; i++) p->part[p->n].full_ne[i] = ne[i];
     p->numel += ut_nelem(t);

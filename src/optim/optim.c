@@ -1,6 +1,6 @@
-/* SGD, AdamW and Lion over the shard [lo, hi) of a flat parameter buffer,
- * with the operation order of torch's single-tensor implementations (Lion:
- * lion-pytorch's). */
+/* SGD, AdamW, Lion and Adafactor over the shard [lo, hi) of a flat
+ * parameter buffer, with the operation order of torch's single-tensor
+ * implementations (Lion: lion-pytorch's; Adafactor: transformers'). */
 #include "utrain/optim.h"
 
 #include <math.h>
@@ -26,6 +26,14 @@ struct ut_optim {
     int nruns;
     void *p16; /* 16-bit copies of params[lo, hi), or NULL */
     ut_dtype p16_dt;
+    /* Adafactor: the parameters in [lo, hi), where each one's second moment
+     * starts in state[0], the state buffers' lengths, host scratch */
+    ut_param_seg *segs;
+    int64_t *soff;
+    int nsegs;
+    int64_t len[2];
+    double *scratch;
+    int64_t scratch_len;
 };
 
 /* Per-step scalars: ut_optim_consts (src/backend/backend.h). */
@@ -42,6 +50,12 @@ ut_optim_config ut_optim_defaults(ut_optim_kind k) {
         c.lr = 1e-4f;
         c.beta1 = 0.9f;
         c.beta2 = 0.99f;
+    } else if (k == UT_OPTIM_ADAFACTOR) {
+        c.eps = 1e-30f;
+        c.eps2 = 1e-3f;
+        c.clip_threshold = 1.0f;
+        c.decay_rate = -0.8f;
+        c.scale_parameter = true;
     }
     return c;
 }
@@ -52,7 +66,8 @@ static int fail(char *err, size_t n, const char *msg) {
 }
 
 int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
-    if (c->kind != UT_OPTIM_SGD && c->kind != UT_OPTIM_ADAMW && c->kind != UT_OPTIM_LION)
+    if (c->kind != UT_OPTIM_SGD && c->kind != UT_OPTIM_ADAMW && c->kind != UT_OPTIM_LION &&
+        c->kind != UT_OPTIM_ADAFACTOR)
         return fail(err, n, ut_fmt("kind: unknown optimizer kind %d", (int)c->kind));
     /* Written as !(x >= 0) so NaN fails too. */
     if (!(c->lr >= 0) || isinf(c->lr))
@@ -60,6 +75,19 @@ int ut_optim_check_config(const ut_optim_config *c, char *err, size_t n) {
     if (!(c->weight_decay >= 0) || isinf(c->weight_decay))
         return fail(err, n,
                     ut_fmt("weight_decay must be a finite number >= 0 (got %g)", c->weight_decay));
+    if (c->kind == UT_OPTIM_ADAFACTOR) {
+        if (!(c->beta1 >= 0 && c->beta1 < 1))
+            return fail(err, n, ut_fmt("beta1 must be in [0, 1) (got %g; 0: no first moment)", c->beta1));
+        if (!(c->eps > 0) || isinf(c->eps))
+            return fail(err, n, ut_fmt("eps must be a finite number > 0 (got %g)", c->eps));
+        if (!(c->eps2 >= 0) || isinf(c->eps2))
+            return fail(err, n, ut_fmt("eps2 must be a finite number >= 0 (got %g)", c->eps2));
+        if (!(c->clip_threshold > 0) || isinf(c->clip_threshold))
+            return fail(err, n, ut_fmt("clip_threshold must be a finite number > 0 (got %g)", c->clip_threshold));
+        if (!(c->decay_rate <= 0 && c->decay_rate >= -1))
+            return fail(err, n, ut_fmt("decay_rate must be in [-1, 0] (got %g)", c->decay_rate));
+        return 0;
+    }
     if (c->kind == UT_OPTIM_ADAMW || c->kind == UT_OPTIM_LION) {
         if (!(c->beta1 >= 0 && c->beta1 < 1))
             return fail(err, n, ut_fmt("beta1 must be in [0, 1) (got %g)", c->beta1));
@@ -86,6 +114,7 @@ int ut_optim_parse(const char *name, ut_optim_kind *out) {
     if (!strcasecmp(name, "sgd")) *out = UT_OPTIM_SGD;
     else if (!strcasecmp(name, "adamw")) *out = UT_OPTIM_ADAMW;
     else if (!strcasecmp(name, "lion")) *out = UT_OPTIM_LION;
+    else if (!strcasecmp(name, "adafactor")) *out = UT_OPTIM_ADAFACTOR;
     else return -1;
     return 0;
 }
@@ -132,10 +161,38 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
     }
 
     o->nstate = ut_optim_state_per_param(cfg);
-    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    o->len[0] = o->len[1] = hi - lo;
+    if (cfg->kind == UT_OPTIM_ADAFACTOR) {
+        /* the parameters in [lo, hi), whole: their statistics span them */
+        o->segs = ut_malloc_check(sizeof *o->segs * (size_t)(nsegs ? nsegs : 1));
+        o->soff = ut_malloc_check(sizeof *o->soff * (size_t)(nsegs ? nsegs : 1));
+        int64_t at = 0, scratch = 1;
+        for (int i = 0; i < nsegs; i++) {
+            const ut_param_seg *s = &segs[i];
+            if (s->offset + s->numel <= lo || s->offset >= hi || s->numel == 0) continue;
+            if (s->offset < lo || s->offset + s->numel > hi)
+                ut_abort(__FILE__, __LINE__,
+                         "ut_optim_new: Adafactor needs whole parameters; [%lld, %lld) cuts segment %d [%lld, +%lld)",
+                         (long long)lo, (long long)hi, i, (long long)s->offset, (long long)s->numel);
+            if ((s->rows > 0) != (s->cols > 0) || (s->rows > 0 && s->numel % (s->rows * s->cols)))
+                ut_abort(__FILE__, __LINE__, "ut_optim_new: segment %d: %lld elements are not matrices of %lld x %lld",
+                         i, (long long)s->numel, (long long)s->rows, (long long)s->cols);
+            o->segs[o->nsegs] = *s;
+            o->segs[o->nsegs].decay = cfg->weight_decay != 0 && (cfg->decay_all || s->decay);
+            o->soff[o->nsegs++] = at;
+            at += ut_optim_seg_state_len(cfg, 0, s);
+            int64_t need = ut_optim_adafactor_scratch(s);
+            if (need > scratch) scratch = need;
+        }
+        o->len[0] = at;
+        o->scratch_len = scratch;
+    }
     const ut_backend *be = ut_backend_get(cfg->device); /* the state lives beside the flat buffers */
     UT_ASSERT(be);
+    /* the step's scratch is the device's: its work may still be queued when the host moves on */
+    if (o->scratch_len) o->scratch = be->alloc(sizeof(double) * (size_t)o->scratch_len);
     for (int i = 0; i < o->nstate; i++) {
+        size_t bytes = (size_t)o->len[i] * sizeof(float);
         o->state[i] = be->alloc(bytes);
         be->memset(o->state[i], 0, bytes);
     }
@@ -145,6 +202,9 @@ ut_optim *ut_optim_new_view(const ut_optim_config *cfg, float *params, int64_t p
 void ut_optim_free(ut_optim *o) {
     if (!o) return;
     for (int i = 0; i < o->nstate; i++) ut_backend_get(o->cfg.device)->free(o->state[i]);
+    ut_backend_get(o->cfg.device)->free(o->scratch);
+    ut_free(o->segs);
+    ut_free(o->soff);
     ut_free(o->runs);
     ut_free(o);
 }
@@ -153,8 +213,21 @@ static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
     o->steps++;
-    consts k = {.adamw = c->kind == UT_OPTIM_ADAMW, .lion = c->kind == UT_OPTIM_LION, .lr = lr};
-    if (k.lion) {
+    consts k = {.adamw = c->kind == UT_OPTIM_ADAMW, .lion = c->kind == UT_OPTIM_LION,
+                .adafactor = c->kind == UT_OPTIM_ADAFACTOR, .lr = lr};
+    if (k.adafactor) {
+        /* transformers: beta2t = 1 - step^decay_rate in Python's doubles */
+        double rho = 1.0 - pow((double)o->steps, (double)c->decay_rate);
+        k.rho = (float)rho;
+        k.one_m_rho = (float)(1.0 - rho);
+        k.eps = c->eps;
+        k.eps2 = c->eps2;
+        k.clip = c->clip_threshold;
+        k.beta1 = c->beta1;
+        k.one_m_b1 = (float)(1.0 - (double)c->beta1);
+        k.wd = c->weight_decay;
+        k.scale_parameter = c->scale_parameter;
+    } else if (k.lion) {
         k.decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
         k.beta1 = c->beta1;
         k.one_m_b1 = (float)(1.0 - (double)c->beta1);
@@ -184,7 +257,8 @@ static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
                           .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
                           .nruns = o->nruns, .nstate = o->nstate, .scalars = scalars,
                           /* the copies are indexed as params: based at pbase */
-                          .p16 = o->p16 ? (uint16_t *)o->p16 - (o->lo - o->pbase) : NULL, .p16_dtype = o->p16_dt};
+                          .p16 = o->p16 ? (uint16_t *)o->p16 - (o->lo - o->pbase) : NULL, .p16_dtype = o->p16_dt,
+                          .segs = o->segs, .soff = o->soff, .nsegs = o->nsegs, .scratch = o->scratch};
     ut_backend_get(c->device)->optim_step(&b, &k, zero);
 }
 
@@ -217,7 +291,8 @@ int ut_optim_nstate(const ut_optim *o) { return o->nstate; }
 float *ut_optim_state(ut_optim *o, int i, const char **name) {
     UT_ASSERT(i >= 0 && i < o->nstate);
     /* Lion's one buffer is exp_avg too (lion-pytorch's name) */
-    if (name)
+    if (name && o->cfg.kind == UT_OPTIM_ADAFACTOR) *name = i == 0 ? "exp_avg_sq_factored" : "exp_avg";
+    else if (name)
         *name = o->cfg.kind == UT_OPTIM_SGD ? "momentum_buffer" : i == 0 ? "exp_avg" : "exp_avg_sq";
     return o->state[i];
 }
@@ -230,9 +305,23 @@ void ut_optim_range(const ut_optim *o, int64_t *lo, int64_t *hi) {
 }
 
 int ut_optim_state_per_param(const ut_optim_config *cfg) {
+    if (cfg->kind == UT_OPTIM_ADAFACTOR) return cfg->beta1 > 0 ? 2 : 1;
     return cfg->kind == UT_OPTIM_ADAMW ? 2 : cfg->kind == UT_OPTIM_LION ? 1 : cfg->momentum != 0 ? 1 : 0;
 }
 
+int64_t ut_optim_seg_state_len(const ut_optim_config *cfg, int i, const ut_param_seg *s) {
+    if (cfg->kind == UT_OPTIM_ADAFACTOR && i == 0 && s->rows > 0 && s->cols > 0)
+        return s->numel / (s->rows * s->cols) * (s->rows + s->cols);
+    return s->numel;
+}
+
+int64_t ut_optim_state_len(const ut_optim *o, int i) {
+    UT_ASSERT(i >= 0 && i < o->nstate);
+    return o->len[i];
+}
+
 size_t ut_optim_state_bytes(const ut_optim *o) {
-    return (size_t)o->nstate * (size_t)(o->hi - o->lo) * sizeof(float);
+    size_t floats = 0;
+    for (int i = 0; i < o->nstate; i++) floats += (size_t)o->len[i];
+    return floats * sizeof(float);
 }

@@ -102,6 +102,53 @@ def run_optimizer(path, name, build, hparams):
     w.close()
 
 
+# Adafactor's parameters: a matrix with decay, a vector, a 3-d tensor (two
+# leading entries of 3 x 4 matrices) with decay, a 1 x 5 matrix, and a 3 x 5
+# matrix that the C side stores transposed (5 x 3, as utrain stores GPT-2's
+# Conv1D weights) and factors so: the update is the same.
+AF_SHAPES = [(4, 3), (3,), (2, 3, 4), (1, 5), (3, 5)]
+AF_DECAY = [1, 0, 1, 0, 1]
+
+
+def make_adafactor(path, scale_parameter, beta1, wd):
+    """transformers' Adafactor (relative_step False, as the Trainer and
+    FlagAI build it) for STEPS steps under the warmup+cosine LambdaLR. The
+    last parameter is written transposed (the C side's layout)."""
+    from transformers.optimization import Adafactor
+    gen = torch.Generator().manual_seed(4321)
+    params = [torch.randn(s, generator=gen).requires_grad_(True) for s in AF_SHAPES]
+
+    def c_flat(ts):
+        return torch.cat([(t.t() if i == len(AF_SHAPES) - 1 else t).detach().reshape(-1)
+                          for i, t in enumerate(ts)])
+    w = Writer(path)
+    w.put("scale_parameter", [1 if scale_parameter else 0])
+    w.put("beta1", [beta1 if beta1 is not None else 0.0])
+    w.put("weight_decay", [wd])
+    w.put("sched", [SCHED["lr"], SCHED["min_lr"], SCHED["warmup"], SCHED["total"]])
+    w.put("init", c_flat(params))
+    groups = [
+        {"params": [p for p, d in zip(params, AF_DECAY) if d], "weight_decay": wd},
+        {"params": [p for p, d in zip(params, AF_DECAY) if not d], "weight_decay": 0.0},
+    ]
+    opt = Adafactor(groups, lr=SCHED["lr"], relative_step=False, warmup_init=False,
+                    scale_parameter=scale_parameter, beta1=beta1)
+    base = SCHED["lr"]
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: warmup_cosine(s, SCHED["lr"], SCHED["min_lr"], SCHED["warmup"],
+                                SCHED["total"]) / base)
+    for step in range(STEPS):
+        grads = [torch.randn(p.shape, generator=gen) * (0.1 if step % 3 else 1.0) for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        w.put("grad%d" % step, c_flat(grads))
+        opt.step()
+        sched.step()
+        w.put("param%d" % step, c_flat(params))
+    w.close()
+
+
 def make_clip(path):
     gen = torch.Generator().manual_seed(99)
     w = Writer(path)
@@ -251,6 +298,12 @@ def make(out_dir):
     run_optimizer(j("optim_lion.txt"), "lion",
                   lambda g: Lion(g, lr=SCHED["lr"], betas=(0.9, 0.99)),
                   {"weight_decay": wd, "beta1": 0.9, "beta2": 0.99})
+    # transformers' Adafactor as the Trainer builds it (optim: adafactor:
+    # scale_parameter False), as FlagAI does (scale_parameter True, no
+    # weight decay), and with a first moment
+    make_adafactor(j("optim_adafactor_hf.txt"), False, None, wd)
+    make_adafactor(j("optim_adafactor_flagai.txt"), True, None, 0.0)
+    make_adafactor(j("optim_adafactor_beta1.txt"), True, 0.9, wd)
     make_clip(j("optim_clip.txt"))
     make_schedules(j("optim_schedules.txt"))
     make_hf_schedules(j("optim_hf_schedules.txt"))

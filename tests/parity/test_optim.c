@@ -158,6 +158,66 @@ static void test_sgd_momentum_parity(void) { optimizer_parity(FIXTURES "optim_sg
 static void test_sgd_plain_parity(void) { optimizer_parity(FIXTURES "optim_sgd.txt"); }
 static void test_lion_parity(void) { optimizer_parity(FIXTURES "optim_lion.txt"); }
 
+/* transformers' Adafactor (optim_fixtures.py make_adafactor): the shapes
+ * of AF_SHAPES, the last one stored transposed and factored so (the update
+ * is the same: Adafactor's factoring is symmetric). */
+#define AF_NP 59
+static void adafactor_parity(const char *file) {
+    fixture f;
+    if (fx_load(&f, file)) return;
+    const double *init = fx_get(&f, "init", AF_NP), *sp = fx_get(&f, "sched", 4);
+    if (!init || !sp) goto out;
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    cfg.lr = (float)sp[0];
+    cfg.scale_parameter = fx_scalar(&f, "scale_parameter") != 0;
+    cfg.beta1 = (float)fx_scalar(&f, "beta1");
+    cfg.weight_decay = (float)fx_scalar(&f, "weight_decay");
+    char err[256] = "";
+    CHECK(ut_optim_check_config(&cfg, err, sizeof err) == 0, "%s", err);
+    ut_schedule sched = {UT_SCHED_COSINE, (float)sp[0], (float)sp[1], (int64_t)sp[2], (int64_t)sp[3], 0, 0.0f};
+    /* (4, 3), (3,), (2, 3, 4), (1, 5), (3, 5) stored as (5, 3) */
+    ut_param_seg segs[5] = {{0, 12, true, 4, 3}, {12, 3, false, 0, 0}, {15, 24, true, 3, 4}, {39, 5, false, 1, 5},
+                            {44, 15, true, 5, 3}};
+    float params[AF_NP + 2], grads[AF_NP + 2]; /* 2 of padding after the vector, never touched */
+    ut_param_seg placed[5];
+    for (int i = 0; i < 5; i++) placed[i] = segs[i], placed[i].offset += i >= 2 ? 2 : 0;
+    for (int i = 0; i < AF_NP + 2; i++) params[i] = 7.0f;
+    for (int i = 0; i < AF_NP; i++) params[i + (i >= 15 ? 2 : 0)] = (float)init[i];
+    ut_optim *o = ut_optim_new(&cfg, params, grads, placed, 5, 0, AF_NP + 2);
+    CHECK(ut_optim_nstate(o) == (cfg.beta1 > 0 ? 2 : 1), "%d state buffers", ut_optim_nstate(o));
+    /* factored: 4+3, 3, 2 x (3+4), 1+5, 5+3 (transformers' 3 rows, 5 columns) */
+    CHECK(ut_optim_state_len(o, 0) == 7 + 3 + 14 + 6 + 8, "second moment of %lld floats",
+          (long long)ut_optim_state_len(o, 0));
+    double worst = 0.0, scale[AF_NP];
+    for (int i = 0; i < AF_NP; i++) scale[i] = fabs(init[i]);
+    for (int step = 0; step < 10; step++) {
+        char name[32];
+        snprintf(name, sizeof name, "grad%d", step);
+        const double *g = fx_get(&f, name, AF_NP);
+        snprintf(name, sizeof name, "param%d", step);
+        const double *want = fx_get(&f, name, AF_NP);
+        if (!g || !want) break;
+        for (int i = 0; i < AF_NP + 2; i++) grads[i] = 1e9f; /* padding's gradients are never read */
+        for (int i = 0; i < AF_NP; i++) grads[i + (i >= 15 ? 2 : 0)] = (float)g[i];
+        ut_optim_step_zero(o, ut_schedule_lr(&sched, step));
+        for (int i = 0; i < AF_NP; i++) {
+            double e = param_err(params[i + (i >= 15 ? 2 : 0)], want[i], &scale[i]);
+            if (e > worst) worst = e;
+            CHECK(e <= 2e-6, "%s step %d param %d: %.9g, transformers %.9g", file, step, i,
+                  (double)params[i + (i >= 15 ? 2 : 0)], want[i]);
+        }
+        CHECK(params[15] == 7.0f && params[16] == 7.0f && grads[15] == 0 && grads[16] == 0,
+              "padding: %g %g, gradients %g %g", params[15], params[16], grads[15], grads[16]);
+    }
+    printf("     %s: worst relative error %.2g\n", file + strlen(FIXTURES), worst);
+    ut_optim_free(o);
+out:
+    fx_free(&f);
+}
+static void test_adafactor_hf_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_hf.txt"); }
+static void test_adafactor_flagai_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_flagai.txt"); }
+static void test_adafactor_beta1_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_beta1.txt"); }
+
 static void test_clip_parity(void) {
     fixture f;
     if (fx_load(&f, FIXTURES "optim_clip.txt")) return;
@@ -650,6 +710,62 @@ static void test_thread_count_invariance(void) {
     free(g);
 }
 
+/* Adafactor over big parameters (a 3-d tensor of 3 x 700 x 50, a vector of
+ * 100003, a 1 x 40000 matrix): the same bits on 1 and 3 threads; its state
+ * saved with the step count and loaded into a fresh optimizer continues
+ * exactly; steps allocate nothing; a range that cuts a parameter is refused
+ * (the abort is not tested: ut_optim_new's callers keep whole parameters). */
+static void test_adafactor_threads_and_resume(void) {
+    ut_param_seg segs[3] = {{0, 105000, true, 700, 50}, {105000, 100003, false, 0, 0},
+                            {205003, 40000, true, 1, 40000}};
+    const int64_t n = 245003;
+    float *p1 = malloc(sizeof(float) * n), *p2 = malloc(sizeof(float) * n), *p3 = malloc(sizeof(float) * n);
+    float *g = malloc(sizeof(float) * n), *g0 = malloc(sizeof(float) * n * 4);
+    ut_rng r;
+    ut_rng_seed(&r, 17);
+    fill(p1, n, &r, 1.0f);
+    memcpy(p2, p1, sizeof(float) * n);
+    memcpy(p3, p1, sizeof(float) * n);
+    fill(g0, n * 4, &r, 0.1f);
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    cfg.beta1 = 0.9f, cfg.weight_decay = 0.01f;
+    ut_optim *a = ut_optim_new(&cfg, p1, g, segs, 3, 0, n), *b = ut_optim_new(&cfg, p2, g, segs, 3, 0, n);
+    CHECK(ut_optim_state_len(a, 0) == 3 * 750 + 100003 + 40001 && ut_optim_state_len(a, 1) == n,
+          "state of %lld and %lld floats", (long long)ut_optim_state_len(a, 0), (long long)ut_optim_state_len(a, 1));
+    int saved = omp_get_max_threads();
+    for (int step = 0; step < 2; step++) {
+        memcpy(g, g0 + step * n, sizeof(float) * n);
+        omp_set_num_threads(1);
+        ut_optim_step(a, 1e-2f);
+        omp_set_num_threads(3);
+        ut_optim_step(b, 1e-2f);
+    }
+    omp_set_num_threads(saved);
+    CHECK(!memcmp(p1, p2, sizeof(float) * n), "Adafactor's step differs between 1 and 3 threads");
+    /* resume b's state into c, then two more steps on both */
+    ut_optim *c = ut_optim_new(&cfg, p3, g, segs, 3, 0, n);
+    memcpy(p3, p2, sizeof(float) * n);
+    for (int i = 0; i < ut_optim_nstate(b); i++)
+        memcpy(ut_optim_state(c, i, NULL), ut_optim_state(b, i, NULL), sizeof(float) * (size_t)ut_optim_state_len(b, i));
+    ut_optim_set_steps(c, ut_optim_steps(b));
+    uint64_t allocs = ut_alloc_count();
+    for (int step = 2; step < 4; step++) {
+        memcpy(g, g0 + step * n, sizeof(float) * n);
+        ut_optim_step(b, 1e-2f);
+        memcpy(g, g0 + step * n, sizeof(float) * n);
+        ut_optim_step(c, 1e-2f);
+    }
+    CHECK(ut_alloc_count() == allocs, "Adafactor's steps allocated");
+    CHECK(!memcmp(p2, p3, sizeof(float) * n), "resumed Adafactor differs");
+    const char *name;
+    ut_optim_state(c, 0, &name);
+    CHECK(!strcmp(name, "exp_avg_sq_factored"), "state 0 is %s", name);
+    ut_optim_free(a);
+    ut_optim_free(b);
+    ut_optim_free(c);
+    free(p1), free(p2), free(p3), free(g), free(g0);
+}
+
 static void test_state_only_for_shard(void) {
     const int64_t n = 1000, lo = 300, hi = 550;
     float p[1000] = {0}, g[1000] = {0};
@@ -748,6 +864,11 @@ static void test_config_checks(void) {
     ut_optim_config l = ut_optim_defaults(UT_OPTIM_LION);
     CHECK(l.lr == 1e-4f && l.beta1 == 0.9f && l.beta2 == 0.99f && l.weight_decay == 0, "Lion defaults");
     CHECK(ut_optim_check_config(&l, err, sizeof err) == 0, "Lion defaults rejected: %s", err);
+    ut_optim_config af = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    CHECK(af.eps == 1e-30f && af.eps2 == 1e-3f && af.clip_threshold == 1 && af.decay_rate == -0.8f && af.beta1 == 0 &&
+              af.weight_decay == 0 && af.scale_parameter,
+          "Adafactor defaults");
+    CHECK(ut_optim_check_config(&af, err, sizeof err) == 0, "Adafactor defaults rejected: %s", err);
     CHECK(ut_optim_check_config(&a, err, sizeof err) == 0, "AdamW defaults rejected: %s", err);
     CHECK(ut_optim_check_config(&s, err, sizeof err) == 0, "SGD defaults rejected: %s", err);
 
@@ -764,6 +885,10 @@ static void test_config_checks(void) {
     c = l; c.beta2 = NAN; expect_bad_config(c, "beta2");
     c = l; c.eps = 0.0f; /* Lion has no eps */
     CHECK(ut_optim_check_config(&c, err, sizeof err) == 0, "Lion rejected for eps: %s", err);
+    c = af; c.decay_rate = 0.5f; expect_bad_config(c, "decay_rate");
+    c = af; c.clip_threshold = 0; expect_bad_config(c, "clip_threshold");
+    c = af; c.eps2 = -1; expect_bad_config(c, "eps2");
+    c = af; c.beta1 = 1; expect_bad_config(c, "beta1");
     c = s; c.nesterov = true; expect_bad_config(c, "nesterov");
     c = s; c.nesterov = true; c.momentum = 0.9f; c.dampening = 0.1f;
     expect_bad_config(c, "nesterov");
@@ -775,6 +900,7 @@ static void test_config_checks(void) {
     CHECK(ut_optim_parse("adamw", &k) == 0 && k == UT_OPTIM_ADAMW, "parse adamw");
     CHECK(ut_optim_parse("SGD", &k) == 0 && k == UT_OPTIM_SGD, "parse SGD");
     CHECK(ut_optim_parse("Lion", &k) == 0 && k == UT_OPTIM_LION, "parse Lion");
+    CHECK(ut_optim_parse("adafactor", &k) == 0 && k == UT_OPTIM_ADAFACTOR, "parse adafactor");
     CHECK(ut_optim_parse("adam", &k) == -1, "parse adam accepted");
 }
 
@@ -840,6 +966,9 @@ int main(void) {
     RUN(test_sgd_momentum_parity);
     RUN(test_sgd_plain_parity);
     RUN(test_lion_parity);
+    RUN(test_adafactor_hf_parity);
+    RUN(test_adafactor_flagai_parity);
+    RUN(test_adafactor_beta1_parity);
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);
@@ -851,6 +980,7 @@ int main(void) {
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
     RUN(test_thread_count_invariance);
+    RUN(test_adafactor_threads_and_resume);
     RUN(test_state_only_for_shard);
     RUN(test_resume_and_no_alloc);
     RUN(test_config_checks);

@@ -66,6 +66,7 @@ void ut_cpu_lion_update(float *restrict p, float *restrict g, float *restrict m,
 void ut_cpu_sgd_update(float *restrict p, float *restrict g, float *restrict buf, int64_t n,
                        float wd, float gmul, const ut_optim_consts *k, bool zero);
 void ut_cpu_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
+void ut_cpu_adafactor_step(const ut_optim_buffers *b, const ut_optim_consts *k, bool zero);
 void ut_cpu_step_scalars(float *dst, const double *sq, double max_norm, float scale);
 
 #endif

@@ -128,6 +128,10 @@ static int64_t part_start(int64_t n, int t, int nt) {
 
 /* Elementwise, so the result does not depend on the split. */
 void ut_cpu_optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
+    if (k->adafactor) { /* per parameter, not per element (adafactor.c) */
+        ut_cpu_adafactor_step(o, k, zero);
+        return;
+    }
     int64_t n = o->hi - o->lo;
     float gmul = o->scalars ? o->scalars[0] : 1.0f;
     bool skip = o->scalars && o->scalars[1] != 0.0f;

@@ -307,6 +307,8 @@ static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool 
  * one memset per gap when the gradients are zeroed, all on the compute
  * stream; the step's scalars and the 16-bit copies go to every launch. */
 static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
+    if (k->adafactor) /* the trainer refuses it first (config_check.c) */
+        ut_abort(__FILE__, __LINE__, "Adafactor has no CUDA kernels yet: train with adamw or lion on the GPU");
     int64_t done = o->lo;
     int p16_dt = (int)o->p16_dtype;
     for (int r = 0; r < o->nruns; r++) {

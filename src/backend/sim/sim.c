@@ -294,6 +294,8 @@ struct sim_item {
         struct {
             ut_optim_buffers b;
             ut_optim_run *runs; /* owned */
+            ut_param_seg *segs; /* owned (Adafactor) */
+            int64_t *soff;
             ut_optim_consts k;
             bool zero;
         } opt;
@@ -533,7 +535,7 @@ static void run_item(sim_stream *s, sim_item *it) {
     leave();
     if (it->kind == IT_COPY) ut_free(it->u.copy.owned);
     if (it->kind == IT_ACCUMULATE) ut_free(it->u.acc.src);
-    if (it->kind == IT_OPTIM) ut_free(it->u.opt.runs);
+    if (it->kind == IT_OPTIM) ut_free(it->u.opt.runs), ut_free(it->u.opt.segs), ut_free(it->u.opt.soff);
 }
 
 // --- memory calls ------------------------------------------------------------
@@ -665,6 +667,13 @@ static void sim_optim_step(const ut_optim_buffers *b, const ut_optim_consts *k, 
     it->u.opt.runs = ut_malloc_check((size_t)(b->nruns ? b->nruns : 1) * sizeof *b->runs);
     memcpy(it->u.opt.runs, b->runs, (size_t)b->nruns * sizeof *b->runs);
     it->u.opt.b.runs = it->u.opt.runs;
+    if (b->nsegs) { /* Adafactor's parameters, kept with the item until it runs */
+        it->u.opt.segs = ut_malloc_check((size_t)b->nsegs * sizeof *b->segs);
+        it->u.opt.soff = ut_malloc_check((size_t)b->nsegs * sizeof *b->soff);
+        memcpy(it->u.opt.segs, b->segs, (size_t)b->nsegs * sizeof *b->segs);
+        memcpy(it->u.opt.soff, b->soff, (size_t)b->nsegs * sizeof *b->soff);
+        it->u.opt.b.segs = it->u.opt.segs, it->u.opt.b.soff = it->u.opt.soff;
+    }
     push(compute(), it);
 }
 
