@@ -146,9 +146,11 @@ typedef struct {
     char logging_dir[UT_CFG_STR_MAX]; /* TensorBoard's directory ("": RUN/tensorboard) */
 
     /* ---- optim ---- */
-    char optim_name[16];         /* adamw | sgd */
+    char optim_name[16];         /* adamw | sgd | lion | adafactor */
     double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
+    double adafactor_beta1, adafactor_eps1, adafactor_eps2, adafactor_clip, adafactor_decay_rate;
+    bool adafactor_scale_parameter;
     char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
                                     inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine |
                                     annealing | plateau | greedy */

@@ -260,7 +260,9 @@ typedef struct {
     char model[64], optim[16];
     char precision[8];          /* train.precision: fp32, bf16, fp16 */
     int64_t numel, shard;       /* Psi, S */
-    int optim_floats;           /* K */
+    int optim_floats;           /* K: state floats per parameter element (Adafactor: its first moment's) */
+    int64_t optim_state;        /* the optimizer's state floats for the whole of numel (K x Psi; Adafactor's
+                                   factored second moment adds its rows' and columns' means) */
     int64_t batch;              /* examples in the measured micro-batch */
     int64_t bucket_bytes;       /* zero2/zero3 gradient buckets in flight */
     int64_t gathered_bytes;     /* zero3: the three largest units, gathered */

@@ -358,6 +358,22 @@ static int split_states(const char *state, char names[MAX_STATE][24]) {
     return ns;
 }
 
+/* Floats state `state` keeps for a parameter of this shape: one per
+ * element, except Adafactor's factored second moment of a matrix, its row
+ * then column means for each entry of the leading dimensions. */
+static int64_t state_len_of(const char *state, int ndim, const int64_t *shape) {
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    if (!strcmp(state, "exp_avg_sq_factored") && ndim >= 2 && shape[ndim - 2] > 0 && shape[ndim - 1] > 0)
+        return numel / (shape[ndim - 2] * shape[ndim - 1]) * (shape[ndim - 2] + shape[ndim - 1]);
+    return numel;
+}
+
+/* Whether a state is a second moment (never negative). */
+static bool square_state(const char *state) {
+    return !strcmp(state, "exp_avg_sq") || !strcmp(state, "exp_avg_sq_factored");
+}
+
 ut_ckpt_writer *ut_ckpt_writer_open(const char *path, const char *type, int n, const ut_ckpt_entry *e,
                                     const char *state, int64_t optim_steps, const ut_train_state *st, char *err,
                                     size_t en) {
@@ -370,14 +386,14 @@ ut_ckpt_writer *ut_ckpt_writer_open(const char *path, const char *type, int n, c
     w->crc = ut_calloc_check((size_t)w->nt + 1, sizeof *w->crc);
     w->len = ut_calloc_check((size_t)w->nt + 1, sizeof *w->len);
     ut_st_tensor *t = ut_calloc_check((size_t)w->nt + 1, sizeof *t);
-    int64_t total = 0;
     for (int i = 0; i < w->nt; i++) {
         if (i < n) {
             w->names[i] = str_cat("model.", e[i].name);
             t[i] = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = e[i].ndim};
             memcpy(t[i].shape, e[i].shape, (size_t)e[i].ndim * sizeof *e[i].shape);
-            total += ut_st_numel(&t[i]);
-        } else {
+        } else { /* the parameters' states one after the other */
+            int64_t total = 0;
+            for (int k = 0; k < n; k++) total += state_len_of(sn[i - n], e[k].ndim, e[k].shape);
             w->names[i] = str_cat("optim.", sn[i - n]);
             t[i] = (ut_st_tensor){.dtype = UT_ST_F32, .ndim = 1, .shape = {total}};
         }
@@ -454,12 +470,16 @@ int ut_ckpt_writer_close(ut_ckpt_writer *w, bool commit, char *err, size_t en) {
 }
 
 /* The optimizer must cover the whole parameter buffer: its state buffers
- * are saved as flat tensors of numel floats (a sharded strategy gathers
- * them first). */
+ * are saved as flat tensors of every parameter's state (a sharded strategy
+ * gathers them first). */
 static void assert_full_cover(const ut_model *m, const ut_optim *o) {
     int ns = ut_optim_nstate(o);
     UT_ASSERT(ns <= MAX_STATE);
-    UT_ASSERT(ut_optim_state_bytes(o) == (size_t)ns * (size_t)m->params.numel * sizeof(float));
+    for (int i = 0; i < ns; i++) {
+        int64_t want = 0;
+        for (int k = 0; k < m->params.n; k++) want += ut_optim_seg_state_len(ut_optim_get_config(o), i, &m->params.segs[k]);
+        UT_ASSERT(ut_optim_state_len(o, i) == want);
+    }
 }
 
 int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_train_state *st,
@@ -490,7 +510,8 @@ int ut_ckpt_save(const char *path, const ut_model *m, ut_optim *o, const ut_trai
     for (int i = 0; i < ns && !rc; i++) {
         const char *name;
         float *buf = ut_optim_state(o, i, &name);
-        rc = ut_ckpt_writer_put(w, ut_stage_begin(&stage, obe, buf, bytes, true), p->numel, err, n);
+        int64_t len = ut_optim_state_len(o, i);
+        rc = ut_ckpt_writer_put(w, ut_stage_begin(&stage, obe, buf, (size_t)len * sizeof(float), true), len, err, n);
         ut_stage_end(&stage, false);
     }
     return ut_ckpt_writer_close(w, !rc, rc ? NULL : err, n) || rc ? -1 : 0;
@@ -676,6 +697,8 @@ static const char *describe_state(const char *names) {
     if (!strcmp(names, "exp_avg,exp_avg_sq")) return "AdamW (exp_avg, exp_avg_sq)";
     if (!strcmp(names, "momentum_buffer")) return "SGD with momentum (momentum_buffer)";
     if (!strcmp(names, "exp_avg")) return "Lion (exp_avg)";
+    if (!strcmp(names, "exp_avg_sq_factored")) return "Adafactor (exp_avg_sq_factored)";
+    if (!strcmp(names, "exp_avg_sq_factored,exp_avg")) return "Adafactor with beta1 (exp_avg_sq_factored, exp_avg)";
     if (!*names) return "SGD without momentum (no state)";
     return names;
 }
@@ -683,8 +706,9 @@ static const char *describe_state(const char *names) {
 /* The optimizer's metadata and state tensors against the state names want
  * (numel elements each); the step count into *steps. Values are checked
  * where they are read (whole files here, index files by the reader). */
-static int check_optim(const char *path, const ut_st_file *f, const char *want, int64_t numel, int64_t *steps,
-                       char *err, size_t n) {
+static int64_t state_offsets_of(const ut_st_file *f, const char *state, int64_t *off);
+
+static int check_optim(const char *path, const ut_st_file *f, const char *want, int64_t *steps, char *err, size_t n) {
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
     if (!have || !steps_s)
@@ -702,11 +726,14 @@ static int check_optim(const char *path, const ut_st_file *f, const char *want, 
         snprintf(name, sizeof name, "optim.%s", sn[i]);
         const ut_st_tensor *t = ut_st_get(f, name);
         if (!t) return ut_errorf(err, n, "%s: optimizer state %s is missing", path, name);
+        int64_t *off = ut_malloc_check((size_t)(ut_st_count(f) + 1) * sizeof *off);
+        int64_t numel = state_offsets_of(f, sn[i], off); /* the file's parameters' states */
+        ut_free(off);
         if (!same_shape(t, 1, &numel)) return shape_mismatch(path, name, t, 1, &numel, err, n);
         const ut_st_tensor whole = *t; /* an index file's tensors have no bytes here */
         if (!whole.data) continue;
-        /* Adam's second moments are squares: never negative */
-        bool square = !strcmp(sn[i], "exp_avg_sq");
+        /* second moments are squares: never negative */
+        bool square = square_state(sn[i]);
         int64_t bad = ut_st_first_bad(t, square);
         if (bad >= 0)
             return ut_errorf(err, n, "%s: optimizer state %s holds %g at element %lld: %s", path, name,
@@ -716,10 +743,11 @@ static int check_optim(const char *path, const ut_st_file *f, const char *want, 
     return 0;
 }
 
-/* Where each "model.*" tensor's values start in the flat optimizer state:
- * the parameters in the file's order (the order of the model that wrote
- * it), into off[] by tensor index (-1 for the other tensors); the total. */
-static int64_t state_offsets(const ut_st_file *f, int64_t *off) {
+/* Where each "model.*" tensor's values start in state `state` (NULL: one
+ * float per element): the parameters in the file's order (the order of the
+ * model that wrote it), into off[] by tensor index (-1 for the other
+ * tensors); the total. */
+static int64_t state_offsets_of(const ut_st_file *f, const char *state, int64_t *off) {
     int nt = ut_st_count(f), k = 0;
     int *idx = ut_malloc_check((size_t)(nt + 1) * sizeof *idx);
     for (int i = 0; i < nt; i++) {
@@ -734,11 +762,14 @@ static int64_t state_offsets(const ut_st_file *f, int64_t *off) {
     int64_t at = 0;
     for (int i = 0; i < k; i++) {
         off[idx[i]] = at;
-        at += ut_st_numel(ut_st_get(f, ut_st_name(f, idx[i])));
+        const ut_st_tensor *t = ut_st_get(f, ut_st_name(f, idx[i]));
+        at += state ? state_len_of(state, t->ndim, t->shape) : ut_st_numel(t);
     }
     ut_free(idx);
     return at;
 }
+
+static int64_t state_offsets(const ut_st_file *f, int64_t *off) { return state_offsets_of(f, NULL, off); }
 
 bool ut_ckpt_model_only(const char *path) {
     char err[256];
@@ -759,7 +790,7 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
     char want[MAX_STATE * 24] = "";
     if (o) ut_ckpt_state_names(o, want, sizeof want);
     if (check_meta(path, f, m->type, &s, err, n) || check_params(path, f, m, err, n) ||
-        (o && check_optim(path, f, want, m->params.numel, &steps, err, n))) {
+        (o && check_optim(path, f, want, &steps, err, n))) {
         ut_st_close(f);
         return -1;
     }
@@ -776,7 +807,6 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
     const ut_params *p = &m->params;
     char name[512];
     int64_t *off = ut_malloc_check((size_t)(ut_st_count(f) + 1) * sizeof *off);
-    state_offsets(f, off);
     for (int i = 0; i < p->n; i++) {
         snprintf(name, sizeof name, "model.%s", p->names[i]);
         const ut_st_tensor t = *ut_st_get(f, name);
@@ -789,10 +819,13 @@ int ut_ckpt_load(const char *path, ut_model *m, ut_optim *o, ut_train_state *st,
         const ut_st_tensor st_t = *ut_st_get(f, name);
         const float *src = st_t.data;
         const ut_backend *obe = ut_backend_get(ut_optim_get_config(o)->device);
+        state_offsets_of(f, sn, off);
+        int64_t at = 0; /* this parameter's state in buf: the states of those before it */
         for (int i = 0; i < p->n; i++) {
+            int64_t len = ut_optim_seg_state_len(ut_optim_get_config(o), k, &p->segs[i]);
             snprintf(name, sizeof name, "model.%s", p->names[i]);
-            obe->copy(buf + p->segs[i].offset, src + off[ut_st_index(f, name)],
-                      (size_t)p->segs[i].numel * sizeof(float), UT_COPY_H2D);
+            obe->copy(buf + at, src + off[ut_st_index(f, name)], (size_t)len * sizeof(float), UT_COPY_H2D);
+            at += len;
         }
     }
     ut_free(off);
@@ -863,7 +896,7 @@ int ut_ckpt_reader_param(ut_ckpt_reader *r, const char *name, int ndim, const in
 }
 
 int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, char *err, size_t n) {
-    if (check_optim(r->path, r->f, want, r->total, steps, err, n)) return -1;
+    if (check_optim(r->path, r->f, want, steps, err, n)) return -1;
     if (*steps > r->st.step)
         return ut_errorf(err, n, "%s: metadata \"optim.steps\" is %lld, more than train.step %lld: the "
                                  "optimizer steps at most once per training step", r->path, (long long)*steps,
@@ -873,6 +906,8 @@ int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, ch
 
 int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name, int64_t numel, float *dst,
                          char *err, size_t n) {
+    if (!strcmp(state, "exp_avg_sq_factored")) /* the split and sharded runs that read a piece at a time refuse it */
+        return ut_errorf(err, n, "%s: Adafactor's factored state loads whole only (dist.strategy ddp or dp)", r->path);
     char fname[512];
     snprintf(fname, sizeof fname, "model.%s", name);
     int i = ut_st_index(r->f, fname);
@@ -882,7 +917,7 @@ int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name,
         return ut_errorf(err, n, "%s: no %s state of %lld values for parameter %s", r->path, state, (long long)numel,
                          name);
     if (ut_st_read(r->f, s, (size_t)r->off[i] * sizeof(float), dst, (size_t)numel * sizeof(float), err, n)) return -1;
-    bool square = !strcmp(state, "exp_avg_sq");
+    bool square = square_state(state);
     int64_t bad = first_bad(dst, numel, square);
     if (bad >= 0)
         return ut_errorf(err, n, "%s: optimizer state optim.%s holds %g at element %lld: %s", r->path, state, dst[bad],
@@ -893,6 +928,8 @@ int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name,
 
 int ut_ckpt_reader_state_range(ut_ckpt_reader *r, const char *state, const ut_params *p, int64_t lo, int64_t hi,
                                float *dst, char *err, size_t n) {
+    if (!strcmp(state, "exp_avg_sq_factored"))
+        return ut_errorf(err, n, "%s: Adafactor's factored state loads whole only (dist.strategy ddp or dp)", r->path);
     for (int i = 0; i < p->n; i++) {
         int64_t a = p->segs[i].offset, e = a + p->segs[i].numel;
         if (e <= lo || a >= hi) continue;
@@ -909,7 +946,7 @@ int ut_ckpt_reader_state_range(ut_ckpt_reader *r, const char *state, const ut_pa
                        (size_t)(to - from) * sizeof(float), err, n))
             return -1;
     }
-    bool square = !strcmp(state, "exp_avg_sq");
+    bool square = square_state(state);
     int64_t bad = first_bad(dst, hi - lo, square);
     if (bad >= 0)
         return ut_errorf(err, n, "%s: optimizer state optim.%s holds %g at flat element %lld: %s", r->path, state,

@@ -19,7 +19,7 @@ static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2
 static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
-static const char *const optimizers[] = {"adamw", "sgd", "lion", NULL};
+static const char *const optimizers[] = {"adamw", "sgd", "lion", "adafactor", NULL};
 static const char *const schedules[] = {"constant",   "cosine",       "linear",    "step",
                                         "cosine_restarts", "polynomial", "inverse_sqrt", "wsd",
                                         "ds_warmup",  "ds_warmup_decay", "ds_warmup_cosine", "annealing",
@@ -286,7 +286,8 @@ const ut_cfg_key ut_cfg_schema[] = {
 
     /* ---- optim ---- */
     {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
-     .values = optimizers, .hashed = true, .doc = "optimizer: adamw, sgd (as torch.optim), lion (as lion-pytorch's Lion)"},
+     .values = optimizers, .hashed = true, .doc = "optimizer: adamw, sgd (as torch.optim), lion (as lion-pytorch's Lion), adafactor (as "
+                           "transformers' Adafactor with relative_step False; dist.strategy ddp or dp, on the CPU)"},
     {.key = "optim.lr", .type = UT_CFG_FLOAT, AT(lr), .def = "1e-3", GE(0), .hashed = true,
      .doc = "peak learning rate"},
     {.key = "optim.weight_decay", .type = UT_CFG_FLOAT, AT(weight_decay), .def = "0.01", GE(0),
@@ -306,6 +307,24 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true, .doc = "sgd: dampening of the momentum"},
     {.key = "optim.nesterov", .type = UT_CFG_BOOL, AT(nesterov), .def = "false", .hashed = true,
      .doc = "sgd: Nesterov momentum (needs momentum > 0, dampening 0)"},
+    {.key = "optim.adafactor_beta1", .type = UT_CFG_FLOAT, AT(adafactor_beta1), .def = "0", GE(0), LT(1),
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: decay of a first moment of the updates; 0: none (transformers' beta1 None, its default)"},
+    {.key = "optim.adafactor_eps1", .type = UT_CFG_FLOAT, AT(adafactor_eps1), .def = "1e-30", GT(0),
+     .hashed = true, .hash_if_set = true, .doc = "adafactor: added to the squared gradient (transformers' eps[0])"},
+    {.key = "optim.adafactor_eps2", .type = UT_CFG_FLOAT, AT(adafactor_eps2), .def = "1e-3", GE(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: the floor of a parameter's RMS that scales its rate (transformers' eps[1])"},
+    {.key = "optim.adafactor_clip", .type = UT_CFG_FLOAT, AT(adafactor_clip), .def = "1", GT(0),
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: an update's RMS is scaled down to at most this (transformers' clip_threshold)"},
+    {.key = "optim.adafactor_decay_rate", .type = UT_CFG_FLOAT, AT(adafactor_decay_rate), .def = "-0.8", GE(-1),
+     LE(0), .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: the second moment's decay at step t is 1 - t^rate (transformers' decay_rate)"},
+    {.key = "optim.adafactor_scale_parameter", .type = UT_CFG_BOOL, AT(adafactor_scale_parameter), .def = "true",
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: scale each parameter's rate by its RMS (transformers' default; the Trainer's optim: "
+            "adafactor sets false)"},
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
      .values = schedules, .hashed = true,
      .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay; "

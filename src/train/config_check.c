@@ -69,6 +69,23 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->offload_optimizer, "cpu") && strcmp(c->dist_strategy, "zero1") && strcmp(c->dist_strategy, "zero2"))
         FAIL("dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not %s; "
              "set dist.strategy: zero2 (one process too) or dist.offload_optimizer: none", c->dist_strategy);
+    if (!strcmp(c->optim_name, "adafactor")) {
+        if (!strncmp(c->dist_strategy, "zero", 4))
+            FAIL("optim.name: adafactor keeps each matrix's row and column statistics whole, and dist.strategy %s "
+                 "shards the flat optimizer state across ranks, cutting them; set dist.strategy: ddp (Adafactor's "
+                 "state is already a small part of AdamW's) or optim.name: adamw or lion", c->dist_strategy);
+        if (c->tensor_parallel > 1)
+            FAIL("optim.name: adafactor keeps each matrix's row and column statistics whole, and "
+                 "dist.tensor_parallel %lld splits the matrices between ranks; remove one of them (adamw and lion "
+                 "run split)", (long long)c->tensor_parallel);
+        if (c->pipeline_parallel > 1)
+            FAIL("optim.name: adafactor with dist.pipeline_parallel %lld: the stages' checkpoints carry a float of "
+                 "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw "
+                 "and lion run in stages)", (long long)c->pipeline_parallel);
+        if (ut_config_device(c) == UT_CUDA)
+            FAIL("optim.name: adafactor runs on the CPU: it has no CUDA kernels yet; on device %s write "
+                 "optim.name: adamw or lion", c->device);
+    }
     if (c->shard_size && strncmp(c->dist_strategy, "zero", 4))
         FAIL("dist.shard_size: %d shards the model state over groups of ranks (hybrid sharding), which %s does "
              "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key",

@@ -211,16 +211,18 @@ static int flagai_checkpoint_key(ut_config *c, const char *key, const char *v, c
 
 /* optimizer_type (FlagAI 1.7's get_optimizer): adam is apex's FusedAdam,
  * whose weight decay is decoupled (AdamW's), adamw torch's AdamW, lion
- * lion-pytorch's Lion with the Adam betas (0.9, 0.999); the others are
- * optimizers utrain does not have. */
+ * lion-pytorch's Lion with the Adam betas (0.9, 0.999), adafactor
+ * transformers' Adafactor (relative_step False, its other defaults; no
+ * weight decay unless the file gives one: config_yaml.c); adan and lamb
+ * are optimizers utrain does not have. */
 static int optimizer_type(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(v, "adam") || !strcmp(v, "adamw")) return assign(c, "optim.name", "adamw", err, n);
-    if (!strcmp(v, "lion")) return assign(c, "optim.name", "lion", err, n);
-    if (!strcmp(v, "adafactor") || !strcmp(v, "adan") || !strcmp(v, "lamb"))
-        return ut_errorf(err, n, "%s: '%s': utrain's optimizers are adamw, lion and sgd; write optimizer_type: "
-                                 "adamw or lion (or optim.name: sgd)", key, v);
-    return ut_errorf(err, n, "%s: '%s' is not one of adam, adamw, lion (FlagAI's adafactor, adan and lamb are "
-                             "not in utrain)", key, v);
+    if (!strcmp(v, "lion") || !strcmp(v, "adafactor")) return assign(c, "optim.name", v, err, n);
+    if (!strcmp(v, "adan") || !strcmp(v, "lamb"))
+        return ut_errorf(err, n, "%s: '%s': utrain's optimizers are adamw, lion, adafactor and sgd; write "
+                                 "optimizer_type: adamw, lion or adafactor (or optim.name: sgd)", key, v);
+    return ut_errorf(err, n, "%s: '%s' is not one of adam, adamw, lion, adafactor (FlagAI's adan and lamb are not "
+                             "in utrain)", key, v);
 }
 
 /* Trainer arguments FlagAI takes as Python objects: None (empty) in a file
@@ -346,7 +348,7 @@ const char *const ut_cfg_compat_doc =
     "| `deepspeed_activation_checkpointing` | false / true | nothing / `train.checkpoint_activations: true` |\n"
     "| `num_checkpoints` | N >= 1 | DeepSpeed's activation-checkpoint buffers: named in the run's summary as tuning that changes nothing here |\n"
     "| `training_script` | | refused: utrain starts itself |\n"
-    "| `optimizer_type` | `adam`, `adamw` / `lion` / `adafactor`, `adan`, `lamb` | `optim.name: adamw` (FlagAI's `adam` is apex's FusedAdam, whose weight decay is decoupled as AdamW's; without apex FlagAI falls back to torch's Adam, which adds the decay to the gradient instead) / `optim.name: lion` (lion-pytorch's Lion, betas 0.9, 0.999 as FlagAI passes them) / refused, saying to write `adamw` or `lion` |\n"
+    "| `optimizer_type` | `adam`, `adamw` / `lion` / `adafactor` / `adan`, `lamb` | `optim.name: adamw` (FlagAI's `adam` is apex's FusedAdam, whose weight decay is decoupled as AdamW's; without apex FlagAI falls back to torch's Adam, which adds the decay to the gradient instead) / `optim.name: lion` (lion-pytorch's Lion, betas 0.9, 0.999 as FlagAI passes them) / `optim.name: adafactor` (transformers' Adafactor as FlagAI builds it: relative_step False, scale_parameter True, no weight decay unless the file gives `weight_decay`) / refused, saying what to write |\n"
     "| `timers`, `tokenizer`, `save_best`, `extra_args` | empty (`None`) / anything else | nothing / refused (Python objects in FlagAI; `data.tokenizer`, `train.best_metric` instead) |\n\n"
     "A DeepSpeed config (`deepspeed_config: ds.json`) is read when the key is; each of\n"
     "its keys sets the utrain keys below, `\"auto\"` keeps utrain's value, and any other\n"

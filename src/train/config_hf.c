@@ -35,7 +35,8 @@ static const struct {
     {"disable_tqdm", {"train.progress", "lines", NULL}, {0}},
     {"use_cpu", {"device", "cpu", NULL}, {0}},
     {"no_cuda", {"device", "cpu", NULL}, {0}},
-    {"adafactor", {.why = "utrain's optimizers are adamw, sgd and lion; write optim: adamw"}, {0}},
+    /* transformers 4's switch for optim: adafactor */
+    {"adafactor", {"optim.name", "adafactor", NULL}, {0}},
     {"torch_compile",
      {.why = "utrain has no graph compiler: its kernels are compiled ahead of time, fused where docs/gpu.md says; "
              "remove the key"},
@@ -678,7 +679,7 @@ const char *const ut_cfg_hf_doc =
     "| `resume_from_checkpoint` | true / empty, false / a path | `continue_training: true` / nothing / refused (`load_dir: PATH` starts a new run from those weights) |\n"
     "| `overwrite_output_dir` | false / true | nothing: a new run where checkpoints are is refused / refused (utrain never overwrites checkpoints) |\n"
     "| `use_cpu`, `no_cuda` | true / false | `device: cpu` / nothing (the `device` key says where) |\n"
-    "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `lion_32bit`, `paged_lion_32bit` / `sgd` / `lion_8bit`, `paged_lion_8bit` | `optim.name: adamw` (one pass over the flat buffers on every device) / `lion` (bitsandbytes' 32-bit Lion: the same update; betas from `adam_beta1`, `adam_beta2` as the Trainer passes them) / `sgd` / refused (utrain keeps Lion's state in 32 bits); others are refused |\n"
+    "| `optim` | `adamw_torch`, `adamw_torch_fused`, `adamw_hf`, `adamw_apex_fused` / `lion_32bit`, `paged_lion_32bit` / `adafactor` / `sgd` / `lion_8bit`, `paged_lion_8bit` | `optim.name: adamw` (one pass over the flat buffers on every device) / `lion` (bitsandbytes' 32-bit Lion: the same update; betas from `adam_beta1`, `adam_beta2` as the Trainer passes them) / `adafactor` as the Trainer builds it (transformers' Adafactor, `optim.adafactor_scale_parameter: false`, no relative step; a file of TrainingArguments sets it) / `sgd` / refused (utrain keeps Lion's state in 32 bits); others are refused |\n"
     "| `lr_scheduler_type` | `linear`, `cosine`, `constant`, `polynomial`, `inverse_sqrt` / `constant_with_warmup` / `cosine_with_min_lr` / `cosine_with_restarts` / `warmup_stable_decay` / `reduce_lr_on_plateau` / `greedy` | `optim.schedule` of the same name / `constant` (after `warmup_steps`) / `cosine` (down to `optim.min_lr` or `optim.min_lr_ratio`) / `cosine_restarts` / `wsd` / `plateau` with `optim.plateau_mode: min` (torch's default, whatever the metric, unless `lr_scheduler_kwargs` gives `mode`) and no warmup, stepped by each evaluation's `metric_for_best_model` (`train.best_metric`, `eval_loss` unless given) as the Trainer does / `greedy` (GreedyLR) the same way, with `optim.greedy_mode: min` and GreedyLR's floor `optim.min_lr: 1e-3` unless the kwargs give `mode` or `min_lr`; `polynomial` ends at 1e-7 (its `lr_end`) unless given. A file of these fields warms up as transformers' schedules do, from rate 0 (`optim.warmup_from_zero`, the defaults above; utrain's own warmup is a step ahead), and `constant` in such a file takes no warmup, as transformers' ignores `warmup_steps` there (utrain's own `constant` warms up when they are given) |\n"
     "| `lr_scheduler_kwargs` | `{}` / `min_lr`, `lr_end` / `min_lr_rate`, `min_lr_ratio` / `num_cycles` / `power` / `timescale` / `num_decay_steps` / `decay_type` / `warmup_type: linear` / ReduceLROnPlateau's and GreedyLR's `mode`, `factor`, `patience`, `threshold`, `threshold_mode`, `cooldown`, `eps` / GreedyLR's `warmup`, `max_lr`, `smooth`, `window_size`, `reset_start` / `verbose` / others | nothing / `optim.min_lr` / `optim.min_lr_ratio` / `optim.num_cycles` / `optim.power` / `optim.timescale` / `optim.decay_steps` / `optim.decay_type` / nothing / `optim.plateau_mode`, `optim.plateau_factor`, ... (the same names), or with `greedy` `optim.greedy_mode`, ... / `optim.greedy_warmup`, ... (the same names) / nothing (utrain logs every change of the rate) / refused (`num_stable_steps`: wsd's stable phase is what warmup and decay leave) |\n"
     "| `disable_tqdm` | true / false | `train.progress: lines` / nothing (a bar on a terminal) |\n"
@@ -699,7 +700,8 @@ const char *const ut_cfg_hf_doc =
     "| `half_precision_backend` | `auto`, `cpu_amp` / `apex` | nothing: utrain's own autocast on every device / refused |\n"
     "| `eval_accumulation_steps` | N / 0 | nothing: evaluation moves each batch's metrics and predictions to host memory as it goes / refused |\n"
     "| `dataloader_pin_memory` | true / false | nothing: batches are read ahead into page-locked memory on a GPU / refused |\n"
-    "| `torch_compile`, `adafactor`, `push_to_hub` | false / true | nothing / refused, saying what to write |\n"
+    "| `torch_compile`, `push_to_hub` | false / true | nothing / refused, saying what to write |\n"
+    "| `adafactor` | false / true | nothing / `optim.name: adafactor` (transformers 4's switch for `optim: adafactor`) |\n"
     "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
     "| `logging_dir` | a directory | `train.logging_dir` (TensorBoard's event files there instead of `RUN/tensorboard`) |\n"
     "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"

@@ -282,21 +282,24 @@ static int apply_default(loader *ld, int which, const char *key, const char *val
  * Trainer's defaults where it does not say otherwise: seed 1234, a log line
  * and an evaluation every 100 steps and a checkpoint every 1000, and in its
  * plain PyTorch environments (pytorch, pytorchDDP; under DeepSpeed the
- * DeepSpeed config decides) weight_decay 0.1, clip_grad 1.0, warm_up 0.1 of
+ * DeepSpeed config decides) weight_decay 0.1 (none for Adafactor, as its
+ * get_optimizer builds it), clip_grad 1.0, warm_up 0.1 of
  * AnnealingLR and, with fp16, FP16_Optimizer's loss scaler (from 2^32,
  * window 1000, hysteresis 2, floor 1) and a schedule that steps on after a
  * skipped step. tensorboard_dir's directory takes the final experiment_name. */
 static int flagai_recipe(loader *ld) {
     ut_config *c = ld->c;
     bool plain = !strcmp(c->flagai_env, "pytorch") || !strcmp(c->flagai_env, "pytorchDDP");
-    bool fp16 = !strcmp(c->precision, "fp16");
+    bool fp16 = !strcmp(c->precision, "fp16"), adafactor = !strcmp(c->optim_name, "adafactor");
     bool sched = plain && !seen(ld, "warm_up") && !seen(ld, "optim.schedule") && !seen(ld, "optim.warmup_ratio") &&
                  !seen(ld, "optim.warmup_steps") && !seen(ld, "optim.min_lr") && !seen(ld, "optim.min_lr_ratio") &&
                  !strcmp(c->schedule, "constant"); /* a DeepSpeed config's scheduler stays */
     static const char *const scaler = "FP16_Optimizer's loss scaler (from 2^32, x2 after 1000 clean steps, "
                                       "hysteresis 2, floor 1)";
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
-        {"optim.weight_decay", "0.1", plain, "weight decay 0.1"},
+        /* its get_optimizer gives Adafactor no weight decay */
+        {"optim.weight_decay", adafactor ? "0" : "0.1", plain,
+         adafactor ? "no weight decay (get_optimizer gives Adafactor none)" : "weight decay 0.1"},
         {"train.grad_clip", "1.0", plain, "gradient clipping at 1.0"},
         {"seed", "1234", true, "seed 1234"},
         {"train.log_interval", "100", true, "log_interval 100"},
@@ -325,8 +328,9 @@ static int flagai_recipe(loader *ld) {
  * linear decay, gradient clipping at 1.0, 3 epochs of batches of 8, no
  * evaluation, a log line and a checkpoint every 500 steps, the last
  * checkpoint as the run's model, and a warmup
- * from rate 0 as transformers' schedules have; eval_strategy steps without
- * eval_steps evaluates every logging_steps. A key the file set, by name or
+ * from rate 0 as transformers' schedules have, and Adafactor without the
+ * parameter scale; eval_strategy steps without eval_steps evaluates every
+ * logging_steps. A key the file set, by name or
  * through another field's meaning, stays. A whole to_json_string() file
  * names every field, and so takes none of these. */
 static bool hf_file(const loader *ld) {
@@ -334,7 +338,7 @@ static bool hf_file(const loader *ld) {
         "per_device_train_batch_size", "per_device_eval_batch_size", "num_train_epochs", "max_grad_norm",
         "lr_scheduler_type", "logging_steps", "logging_strategy", "save_steps", "eval_steps", "evaluation_strategy",
         "overwrite_output_dir", "do_train", "do_eval", "do_predict", "remove_unused_columns", "adam_epsilon",
-        "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to"};
+        "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to", "adafactor"};
     for (size_t i = 0; i < sizeof only_hf / sizeof only_hf[0]; i++)
         if (seen(ld, only_hf[i])) return true;
     return false;
@@ -403,6 +407,9 @@ static int hf_recipe(loader *ld) {
         /* load_best_model_at_end: true sets nothing (utrain's default), yet says so */
         {"train.load_best_at_end", "false", !seen(ld, "load_best_model_at_end"),
          "load_best_model_at_end false (the run's model is its last)"},
+        /* the Trainer builds Adafactor with scale_parameter and relative_step False */
+        {"optim.adafactor_scale_parameter", "false", !strcmp(c->optim_name, "adafactor"),
+         "optim adafactor: scale_parameter False"},
     };
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;

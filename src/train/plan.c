@@ -28,14 +28,35 @@ static int64_t resident_bytes(void) {
     return (int64_t)kb * 1024;
 }
 
-/* Floats of optimizer state per parameter: AdamW 2 (exp_avg, exp_avg_sq),
- * Lion 1 (exp_avg), SGD with momentum 1 (momentum_buffer), plain SGD 0. */
-static int optim_floats(const ut_config *c, char *err, size_t n) {
+/* The optimizer's kind and the settings that size its state. */
+static int plan_optim(const ut_config *c, ut_optim_config *oc, char *err, size_t n) {
     ut_optim_kind k;
     if (ut_optim_parse(c->optim_name, &k))
         return ut_errorf(err, n, "optim.name: unknown optimizer '%s'", c->optim_name);
-    ut_optim_config oc = {.kind = k, .momentum = (float)c->momentum};
-    return ut_optim_state_per_param(&oc);
+    *oc = (ut_optim_config){.kind = k, .momentum = (float)c->momentum,
+                            .beta1 = k == UT_OPTIM_ADAFACTOR ? (float)c->adafactor_beta1 : (float)c->beta1};
+    return 0;
+}
+
+/* Floats of optimizer state per parameter element: AdamW 2 (exp_avg,
+ * exp_avg_sq), Lion 1 (exp_avg), SGD with momentum 1 (momentum_buffer),
+ * plain SGD 0, Adafactor 1 with a first moment (exp_avg), else 0 (its
+ * factored second moment is per row and column: plan_state). */
+static int optim_floats(const ut_config *c, char *err, size_t n) {
+    ut_optim_config oc;
+    if (plan_optim(c, &oc, err, n)) return -1;
+    int k = ut_optim_state_per_param(&oc);
+    return oc.kind == UT_OPTIM_ADAFACTOR ? k - 1 : k;
+}
+
+/* The optimizer's state floats over the parameters p. */
+static int64_t plan_state(const ut_config *c, const ut_params *p) {
+    ut_optim_config oc;
+    if (plan_optim(c, &oc, NULL, 0)) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < ut_optim_state_per_param(&oc); i++)
+        for (int k = 0; k < p->n; k++) total += ut_optim_seg_state_len(&oc, i, &p->segs[k]);
+    return total;
 }
 
 /* The ZeRO-3 units of the policy: the three largest, their bytes and names. */
@@ -174,7 +195,10 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
 }
 
 static void fill_rows(ut_plan *p, const ut_config *c) {
-    int64_t Psi = p->numel, S = p->shard, K = p->optim_floats, N = p->dp;
+    int64_t Psi = p->numel, S = p->shard, N = p->dp;
+    /* the state per element (K for every optimizer but Adafactor); a shard's share of it */
+    double K = Psi ? (double)p->optim_state / (double)Psi : p->optim_floats;
+    int64_t KS = (int64_t)(K * (double)S + 0.5);
     int64_t base = p->runtime_bytes + p->dataset_bytes;
     int64_t buckets = (int64_t)(2.0 * c->bucket_mb * MIB + 0.5);
     if (buckets > 4 * Psi) buckets = 4 * Psi;
@@ -188,19 +212,19 @@ static void fill_rows(ut_plan *p, const ut_config *c) {
         r->copies = p->copy_bytes; /* every unit's, kept from forward to backward */
         switch (kinds[i]) {
         case UT_DIST_DDP:
-            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * K * Psi;
+            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * p->optim_state;
             break;
         case UT_DIST_ZERO1:
-            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * K * S;
+            r->params = 4 * Psi, r->grads = 4 * Psi, r->optim = 4 * KS;
             break;
         case UT_DIST_ZERO2:
-            r->params = 4 * Psi, r->grads = 4 * S + buckets, r->optim = 4 * K * S;
+            r->params = 4 * Psi, r->grads = 4 * S + buckets, r->optim = 4 * KS;
             break;
         case UT_DIST_ZERO3:
-            r->params = 4 * S + p->gathered_bytes, r->grads = 4 * S + buckets, r->optim = 4 * K * S;
+            r->params = 4 * S + p->gathered_bytes, r->grads = 4 * S + buckets, r->optim = 4 * KS;
             break;
         case UT_DIST_DP:
-            r->params = 4 * Psi * N, r->grads = 4 * Psi * N, r->optim = 4 * K * Psi;
+            r->params = 4 * Psi * N, r->grads = 4 * Psi * N, r->optim = 4 * p->optim_state;
             r->act = N * p->act_bytes, r->act_ckpt = N * p->act_ckpt_bytes;
             r->copies = N * p->copy_bytes; /* one context per worker */
             break;
@@ -277,6 +301,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     const ut_params *own = part ? &part->params : &m->params;
     p->whole_numel = m->params.numel;
     p->numel = own->numel;
+    p->optim_state = plan_state(cfg, own);
     p->shard = ut_shard_size(p->numel, p->shard_group);
     snprintf(p->wrap, sizeof p->wrap, "%s", cfg->dist_wrap[0] ? cfg->dist_wrap : "block");
     if (largest_units(own, p->wrap, p, err, n)) goto done;
@@ -333,9 +358,10 @@ static int64_t offload_totals(const ut_plan *p, const ut_plan_row *r, int64_t *h
 
 static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
     fprintf(f, "{\"world_size\": %d, \"model\": \"%s\", \"optimizer\": \"%s\", \"precision\": \"%s\", "
-               "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"batch\": %lld,\n",
+               "\"numel\": %lld, \"shard\": %lld, \"optimizer_floats\": %d, \"optimizer_state\": %lld, "
+               "\"batch\": %lld,\n",
             p->world, p->model, p->optim, p->precision, (long long)p->numel, (long long)p->shard,
-            p->optim_floats, (long long)p->batch);
+            p->optim_floats, (long long)p->optim_state, (long long)p->batch);
     fprintf(f, " \"tensor_parallel\": %d, \"data_parallel\": %d, \"shard_group\": %d, \"whole_numel\": %lld,\n", p->tp,
             p->dp, p->shard_group, (long long)p->whole_numel);
     fprintf(f, " \"pipeline_parallel\": %d, \"pipeline_stage\": %d, \"micro_batches\": %lld, \"in_flight\": %lld, "
@@ -383,10 +409,16 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
         return;
     }
     char a[32], b[32], c[32], d[32], e[32], g[32], h[32], k2[32];
-    fprintf(f, "Memory per rank: %s, %lld parameters, world size %d, %s (%d state float%s per "
-               "parameter), %s\n",
-            p->model, (long long)p->numel, p->world, p->optim, p->optim_floats,
-            p->optim_floats == 1 ? "" : "s", p->precision);
+    if (p->optim_state == (int64_t)p->optim_floats * p->numel)
+        fprintf(f, "Memory per rank: %s, %lld parameters, world size %d, %s (%d state float%s per "
+                   "parameter), %s\n",
+                p->model, (long long)p->numel, p->world, p->optim, p->optim_floats,
+                p->optim_floats == 1 ? "" : "s", p->precision);
+    else /* Adafactor: its factored second moment */
+        fprintf(f, "Memory per rank: %s, %lld parameters, world size %d, %s (%lld state floats, %.3g per "
+                   "parameter), %s\n",
+                p->model, (long long)p->numel, p->world, p->optim, (long long)p->optim_state,
+                p->numel ? (double)p->optim_state / (double)p->numel : 0.0, p->precision);
     if (p->tp > 1)
         fprintf(f, "  tensor parallel %d: each rank holds its part, %lld of the model's %lld parameters, and the "
                    "strategies shard it over %d data-parallel rank%s; activations are measured on the whole model "

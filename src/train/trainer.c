@@ -337,6 +337,14 @@ static int set_optimizer(ut_trainer *t) {
     oc.momentum = (float)c->momentum;
     oc.dampening = (float)c->dampening;
     oc.nesterov = c->nesterov;
+    if (kind == UT_OPTIM_ADAFACTOR) {
+        oc.beta1 = (float)c->adafactor_beta1;
+        oc.eps = (float)c->adafactor_eps1;
+        oc.eps2 = (float)c->adafactor_eps2;
+        oc.clip_threshold = (float)c->adafactor_clip;
+        oc.decay_rate = (float)c->adafactor_decay_rate;
+        oc.scale_parameter = c->adafactor_scale_parameter;
+    }
     char why[256];
     if (ut_optim_check_config(&oc, why, sizeof why)) {
         snprintf(t->err, sizeof t->err, "optim: %s", why);

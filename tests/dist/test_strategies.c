@@ -233,6 +233,58 @@ static void test_lion(void) {
     printf("     lion: loss %s -> %s\n", a, b);
 }
 
+/* The losses of two runs within 1e-5 at every step, and their weights but
+ * the attention's qkv biases. Those hold the key bias, whose gradient is
+ * rounding noise (softmax does not see it), and Adafactor scales any
+ * gradient to an update of RMS up to 1: there the runs differ by noise. */
+static void compare_but_qkv_bias(const char *ref, const char *other) {
+    double worst = tp_loss_diff(path(ref, "metrics.jsonl"), path(other, "metrics.jsonl"), 20);
+    CHECK(worst >= 0 && worst <= 1e-5, "%s vs %s: losses differ by %.3g relative", ref, other, worst);
+    static const char *const parts[] = {"model.wte.", "model.wpe.", "model.ln_f.", "model.h.0.ln_", "model.h.1.ln_",
+                                        "model.h.0.mlp.", "model.h.1.mlp.", "model.h.0.attn.c_proj.",
+                                        "model.h.1.attn.c_proj.", "model.h.0.attn.c_attn.weight",
+                                        "model.h.1.attn.c_attn.weight"};
+    double w = 0;
+    char name[128] = "";
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char worst_name[128];
+        double d = tp_tensors_diff(path(ref, "checkpoints/step_00000020.safetensors"),
+                                   path(other, "checkpoints/step_00000020.safetensors"), parts[i], NULL, worst_name,
+                                   sizeof worst_name);
+        if (d < 0 || d > w) w = d < 0 ? 1 : d, snprintf(name, sizeof name, "%s", worst_name);
+    }
+    CHECK(w <= 1e-5, "%s vs %s: weights differ by %.3g relative (%s)", ref, other, w, name);
+    printf("     %s vs %s: losses within %.2g, weights within %.2g\n", ref, other, worst, w);
+}
+
+/* Adafactor (optim.name: adafactor, transformers' with a first moment and
+ * weight decay): ddp on 2 and 4 ranks and dp with 2 workers against one
+ * process (its factored statistics are means over rows and columns, so the
+ * ranks' summation order stays at rounding); a ddp run stopped at step 10
+ * and resumed reaches the straight run's bits, its factored state included. */
+static void test_adafactor(void) {
+    const char *af = "optim.name=adafactor optim.lr=0.01 optim.adafactor_beta1=0.9 optim.weight_decay=0.1 "
+                     "train.grad_clip=0.5";
+    char extra[256];
+    CHECK(!train("af_ref", gpt2_yaml, "ddp", 1, 1, af), "one process");
+    CHECK(!train("af_ddp2", gpt2_yaml, "ddp", 2, 1, af), "ddp on 2 ranks");
+    CHECK(!train("af_ddp4", gpt2_yaml, "ddp", 4, 1, af), "ddp on 4 ranks");
+    CHECK(!train("af_dp2", gpt2_yaml, "dp", 2, 1, af), "dp with 2 workers");
+    compare_but_qkv_bias("af_ref", "af_ddp2");
+    compare_but_qkv_bias("af_ref", "af_ddp4");
+    compare_but_qkv_bias("af_ref", "af_dp2");
+    snprintf(extra, sizeof extra, "%s train.max_steps=10 train.save_interval=10", af);
+    CHECK(!train("af_resume", gpt2_yaml, "ddp", 2, 1, extra), "ddp, 10 steps");
+    snprintf(extra, sizeof extra, "%s continue_training=true", af);
+    CHECK(!train("af_resume", gpt2_yaml, "ddp", 2, 1, extra), "resumed to step 20");
+    CHECK(tp_same_weights(path("af_ddp2", "checkpoints/step_00000020.safetensors"),
+                          path("af_resume", "checkpoints/step_00000020.safetensors")),
+          "resumed: the straight run's bits");
+    char *log = tp_slurp(path("af_ref", "logger_logs/training_0.log"));
+    CHECK(log && strstr(log, "optimizer = adafactor"), "the log names the optimizer");
+    free(log);
+}
+
 /* The header and the first n examples of a TSV file, into dst. */
 static bool head_tsv(const char *src, const char *dst, int n) {
     FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
@@ -294,5 +346,6 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_accum_clip_ckpt_cosine);
     RUN(test_hybrid_sharding);
     RUN(test_lion);
+    RUN(test_adafactor);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

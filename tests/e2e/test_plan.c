@@ -211,6 +211,13 @@ static void test_formulas(void) {
               json_num(s, "ddp", "optimizer") == 4 * psi && json_num(s, NULL, "bucket_bytes") == 4 * psi,
           "sgd with momentum: %s", s);
     free(s);
+    /* Adafactor: its second moment's row and column means, a small part of the parameters */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "optim.name=adafactor", NULL}, &s);
+    double af = json_num(s, NULL, "optimizer_state");
+    CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 0 && af > 0 && af < psi / 4 &&
+              json_num(s, "ddp", "optimizer") == 4 * af,
+          "adafactor: %s", s);
+    free(s);
     /* Lion: one state float (exp_avg) */
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "optim.name=lion", NULL}, &s);
     CHECK(rc == 0 && json_num(s, NULL, "optimizer_floats") == 1 && json_num(s, "zero3", "optimizer") == 4 * S &&
@@ -498,7 +505,7 @@ static void test_errors(void) {
         {{"plan", cfg, "--frobnicate", NULL}, 2, "unexpected argument '--frobnicate'"},
         {{"plan", "--json", NULL}, 2, "a config file is needed"},
         {{"plan", cfg, "--set", "train.batch_sise=3", NULL}, 1, "train.batch_sise"},
-        {{"plan", cfg, "--set", "optim.name=lion", NULL}, 1, "optim.name"},
+        {{"plan", cfg, "--set", "optim.name=lamb", NULL}, 1, "optim.name"},
         {{"plan", cfg, "--world-size", "3", "--set", "dist.tensor_parallel=2", NULL}, 1,
          "world size 3 is not divisible by dist.tensor_parallel 2 x dist.pipeline_parallel 1"},
     };

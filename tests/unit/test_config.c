@@ -595,6 +595,18 @@ static void test_hf_training_arguments(void) {
     CHECK(load_text(&c, "optim: {min_lr: 1.0e-5}\nlr_scheduler_type: polynomial\n") == 0 && c.min_lr == 1e-5,
           "polynomial keeps a given min_lr: %g", c.min_lr);
     ut_config_free(&c);
+    /* optim: adafactor (or transformers 4's adafactor: true) in a TrainingArguments file: the
+     * Trainer's Adafactor, without the parameter scale; utrain's own key keeps transformers' default */
+    static const char *const af_files[] = {"per_device_train_batch_size: 4\noptim: adafactor\n",
+                                           "{\"adafactor\": true, \"num_train_epochs\": 1}\n",
+                                           "optim: {name: adafactor}\n"};
+    for (int i = 0; i < 3; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, af_files[i]) == 0 && !strcmp(c.optim_name, "adafactor") &&
+                  c.adafactor_scale_parameter == (i == 2) && (i == 2 || strstr(hf_took(&c), "scale_parameter False")),
+              "%s: %s %s scale %d (%s)", af_files[i], err, c.optim_name, c.adafactor_scale_parameter, hf_took(&c));
+        ut_config_free(&c);
+    }
     /* bitsandbytes' 32-bit Lion, paged or not, is utrain's lion; the betas are adam_beta1/2 */
     for (int paged = 0; paged < 2; paged++) {
         ut_config_init(&c);
@@ -701,7 +713,6 @@ static void test_hf_training_arguments(void) {
         {"run_name: first\n", "write experiment_name: first"},
         {"dataloader_num_workers: -1\n", "dataloader_num_workers: expected a number of workers >= 0, got '-1'"},
         {"torch_compile: true\n", "torch_compile: utrain has no graph compiler"},
-        {"adafactor: true\n", "adafactor: utrain's optimizers are adamw, sgd and lion"},
         {"push_to_hub: true\n", "push_to_hub: utrain does not reach the network"},
         {"save_safetensors: false\n", "save_safetensors: utrain's checkpoints are safetensors files"},
         {"full_determinism: maybe\n", "full_determinism: expected true or false, got 'maybe'"},
@@ -1220,10 +1231,24 @@ static void test_flagai_keys(void) {
               "optimizer_type: adam: %s %s", err, c.optim_name);
         ut_config_free(&c);
     }
-    check_load_error("optimizer_type: lamb\n", "1: optimizer_type: 'lamb': utrain's optimizers are adamw, lion and "
-                                                 "sgd; write optimizer_type: adamw or lion (or optim.name: sgd)");
-    check_load_error("optimizer_type: Adam\n", "1: optimizer_type: 'Adam' is not one of adam, adamw, lion (FlagAI's "
-                                                 "adafactor, adan and lamb are not in utrain)");
+    check_load_error("optimizer_type: lamb\n", "1: optimizer_type: 'lamb': utrain's optimizers are adamw, lion, "
+                                                 "adafactor and sgd; write optimizer_type: adamw, lion or adafactor (or "
+                                                 "optim.name: sgd)");
+    check_load_error("optimizer_type: Adam\n", "1: optimizer_type: 'Adam' is not one of adam, adamw, lion, adafactor "
+                                                 "(FlagAI's adan and lamb are not in utrain)");
+    /* optimizer_type: adafactor in a FlagAI file: transformers' defaults, and none of the Trainer's weight
+     * decay (its get_optimizer passes none to Adafactor) unless the file gives one */
+    for (int wd = 0; wd < 2; wd++) {
+        ut_config c;
+        ut_config_init(&c);
+        CHECK(load_text(&c, wd ? "env_type: pytorch\noptimizer_type: adafactor\nweight_decay: 0.05\n"
+                               : "env_type: pytorch\noptimizer_type: adafactor\n") == 0 &&
+                  !strcmp(c.optim_name, "adafactor") && c.weight_decay == (wd ? 0.05 : 0) &&
+                  c.adafactor_scale_parameter && (wd || strstr(flagai_took(&c), "no weight decay")),
+              "optimizer_type: adafactor: %s %s wd %g scale %d (%s)", err, c.optim_name, c.weight_decay,
+              c.adafactor_scale_parameter, flagai_took(&c));
+        ut_config_free(&c);
+    }
     /* optimizer_type: lion is lion-pytorch's Lion with the Adam betas FlagAI passes */
     {
         ut_config c;
@@ -1456,6 +1481,22 @@ static void test_hybrid_sharding_keys(void) {
           "%s", err);
     unlink(ds_path);
     ut_config_free(&c);
+    /* Adafactor keeps whole matrices on the CPU */
+    check_invalid((const char *[]){"optim.name=adafactor", "dist.strategy=zero2", NULL},
+                  "optim.name: adafactor keeps each matrix's row and column statistics whole, and dist.strategy zero2 "
+                  "shards the flat optimizer state across ranks, cutting them; set dist.strategy: ddp (Adafactor's "
+                  "state is already a small part of AdamW's) or optim.name: adamw or lion");
+    check_invalid((const char *[]){"optim.name=adafactor", "dist.tensor_parallel=2", NULL},
+                  "optim.name: adafactor keeps each matrix's row and column statistics whole, and "
+                  "dist.tensor_parallel 2 splits the matrices between ranks; remove one of them (adamw and lion run "
+                  "split)");
+    check_invalid((const char *[]){"optim.name=adafactor", "dist.pipeline_parallel=2", NULL},
+                  "optim.name: adafactor with dist.pipeline_parallel 2: the stages' checkpoints carry a float of "
+                  "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw and "
+                  "lion run in stages)");
+    check_invalid((const char *[]){"optim.name=adafactor", "device=cuda:0", NULL},
+                  "optim.name: adafactor runs on the CPU: it has no CUDA kernels yet; on device cuda:0 write "
+                  "optim.name: adamw or lion");
     check_invalid((const char *[]){"dist.shard_size=2", NULL},
                   "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
