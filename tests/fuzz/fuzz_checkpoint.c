@@ -1,5 +1,5 @@
 /* Fuzz target: the checkpoint loader (ut_ckpt_load) into a small MLP with
- * AdamW. A random file rarely carries the right CRC, so every input that the
+ * AdamW, and with Adafactor (its factored state sized by the shapes). A random file rarely carries the right CRC, so every input that the
  * safetensors reader accepts is also resealed: its tensors and utrain
  * metadata are written again with the checksum the documented rule gives
  * (docs/checkpoints.md, computed here independently), and that file is loaded
@@ -25,7 +25,7 @@ static const char *const utrain_keys[] = {
 #define NKEYS (int)(sizeof utrain_keys / sizeof utrain_keys[0])
 
 static ut_model *model;
-static ut_optim *optim;
+static ut_optim *optim, *optim_af;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -39,6 +39,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     ut_optim_config c = ut_optim_defaults(UT_OPTIM_ADAMW);
     optim = ut_optim_new(&c, model->params.flat, model->params.flat_grad, model->params.segs,
                          model->params.n, 0, model->params.numel);
+    c = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    c.beta1 = 0.9f;
+    optim_af = ut_optim_new(&c, model->params.flat, model->params.flat_grad, model->params.segs, model->params.n, 0,
+                            model->params.numel);
     return 0;
 }
 
@@ -101,6 +105,7 @@ static void load(const char *path) {
     char err[1024] = "";
     ut_train_state st;
     if (ut_ckpt_load(path, model, optim, &st, err, sizeof err) != 0) fz_check_err(err, path);
+    if (ut_ckpt_load(path, model, optim_af, &st, err, sizeof err) != 0) fz_check_err(err, path);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -98,6 +98,7 @@ static void ckpt(const char *name, const char *sizes, ut_optim_kind kind, float 
     ut_model *m = mlp(sizes);
     ut_optim_config c = ut_optim_defaults(kind);
     c.momentum = momentum;
+    if (kind == UT_OPTIM_ADAFACTOR) c.beta1 = 0.9f; /* both of its states */
     ut_optim *o = ut_optim_new(&c, m->params.flat, m->params.flat_grad, m->params.segs, m->params.n, 0,
                                m->params.numel);
     for (int64_t i = 0; i < m->params.numel; i++) m->params.flat_grad[i] = 0.1f * (float)(i % 7) - 0.3f;
@@ -118,6 +119,7 @@ static void seed_checkpoint(void) {
     ckpt("sgd_momentum", "3,4,2", UT_OPTIM_SGD, 0.9f, true);
     ckpt("weights_only", "3,4,2", UT_OPTIM_ADAMW, 0, false);
     ckpt("other_shape", "3,5,2", UT_OPTIM_ADAMW, 0, true);
+    ckpt("adafactor", "3,4,2", UT_OPTIM_ADAFACTOR, 0, true);
 }
 
 /* ---- IDX: 6 option bytes (images length LE32, lo, hi), images, labels ---- */
