@@ -131,6 +131,57 @@ static void test_round_trip(void) {
     if (d) closedir(d);
 }
 
+/* Adafactor's state: its factored second moment (per matrix its rows' and
+ * columns' means) and first moment round-trip; the file's state tensor has
+ * the factored size; a negative second moment is refused, naming the
+ * tensor and element; an AdamW optimizer refuses the file naming both. */
+static void test_adafactor_state(void) {
+    ut_model *a = make_mlp("6,5,3", 1), *b = make_mlp("6,5,3", 2);
+    ut_optim_config c = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    c.beta1 = 0.9f;
+    ut_optim *oa = ut_optim_new(&c, a->params.flat, a->params.flat_grad, a->params.segs, a->params.n, 0,
+                                a->params.numel);
+    ut_optim *ob = ut_optim_new(&c, b->params.flat, b->params.flat_grad, b->params.segs, b->params.n, 0,
+                                b->params.numel);
+    take_step(a, oa);
+    /* fc0.weight (5, 6): 5 + 6, fc0.bias 5, fc1.weight (3, 5): 3 + 5, fc1.bias 3 */
+    CHECK(ut_optim_state_len(oa, 0) == 11 + 5 + 8 + 3, "factored state of %lld floats",
+          (long long)ut_optim_state_len(oa, 0));
+    ut_train_state st = sample_state();
+    const char *path = tmp_path("adafactor.safetensors");
+    char err[512] = "";
+    CHECK(ut_ckpt_save(path, a, oa, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_ckpt_load(path, b, ob, NULL, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 2; i++)
+        CHECK(!memcmp(ut_optim_state(oa, i, NULL), ut_optim_state(ob, i, NULL),
+                      (size_t)ut_optim_state_len(oa, i) * sizeof(float)),
+              "state %d differs after loading", i);
+    take_step(a, oa), take_step(b, ob);
+    CHECK(!memcmp(a->params.flat, b->params.flat, (size_t)a->params.numel * sizeof(float)),
+          "the next step differs after loading");
+    ut_st_file *f = ut_st_open(path, err, sizeof err);
+    const ut_st_tensor *t = f ? ut_st_get(f, "optim.exp_avg_sq_factored") : NULL;
+    CHECK(t && t->ndim == 1 && t->shape[0] == 27, "optim.exp_avg_sq_factored: %lld floats",
+          t ? (long long)t->shape[0] : -1LL);
+    ut_st_close(f);
+    /* a negative second moment (its checksum made right, so the value check is what refuses it) */
+    float *sq = ut_optim_state(oa, 0, NULL);
+    sq[4] = -1.0f;
+    const char *bad = tmp_path("adafactor_bad.safetensors");
+    CHECK(ut_ckpt_save(bad, a, oa, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(ut_ckpt_load(bad, b, ob, NULL, err, sizeof err) == -1 &&
+              strstr(err, "optim.exp_avg_sq_factored holds -1 at element 4: a second moment must be finite and >= 0"),
+          "%s", err);
+    ut_optim *adam = make_optim(b, UT_OPTIM_ADAMW, 0);
+    CHECK(ut_ckpt_load(path, b, adam, NULL, err, sizeof err) == -1 &&
+              strstr(err, "the checkpoint's optimizer is Adafactor with beta1 (exp_avg_sq_factored, exp_avg) but this "
+                          "optimizer is AdamW"),
+          "%s", err);
+    ut_optim_free(adam);
+    ut_optim_free(oa), ut_optim_free(ob);
+    ut_model_free(a), ut_model_free(b);
+}
+
 /* best_metric before any evaluation is +-inf or nan; all must survive. */
 static void test_special_metrics(void) {
     const double vals[] = {INFINITY, -INFINITY, NAN, -0.0, 5e-324, 1.0 / 3.0, -1.7976931348623157e308};
@@ -700,6 +751,7 @@ int main(void) {
         return 1;
     }
     RUN(test_round_trip);
+    RUN(test_adafactor_state);
     RUN(test_special_metrics);
     RUN(test_file_layout);
     RUN(test_corrupt_files);
