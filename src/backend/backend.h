@@ -164,13 +164,13 @@ typedef struct {
 /* Adafactor sums a vector's elements in blocks of this many (its rows). */
 #define UT_ADAFACTOR_BLOCK 4096
 /* Doubles of scratch Adafactor's step over s takes: a sum per row (or per
- * block of a vector) twice, and one per column. */
+ * block of a vector) twice, one per column, and a few scalars. */
 static inline int64_t ut_optim_adafactor_scratch(const ut_param_seg *s) {
     if (s->rows > 0 && s->cols > 0) {
         int64_t lead = s->numel / (s->rows * s->cols);
-        return 2 * lead * (s->rows + s->cols);
+        return 2 * lead * (s->rows + s->cols) + 4;
     }
-    return 2 * (s->numel / UT_ADAFACTOR_BLOCK + 1);
+    return 2 * (s->numel / UT_ADAFACTOR_BLOCK + 1) + 4;
 }
 
 /* Collectives on a device's own memory and streams, by the device's

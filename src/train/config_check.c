@@ -82,9 +82,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
             FAIL("optim.name: adafactor with dist.pipeline_parallel %lld: the stages' checkpoints carry a float of "
                  "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw "
                  "and lion run in stages)", (long long)c->pipeline_parallel);
-        if (ut_config_device(c) == UT_CUDA)
-            FAIL("optim.name: adafactor runs on the CPU: it has no CUDA kernels yet; on device %s write "
-                 "optim.name: adamw or lion", c->device);
     }
     if (c->shard_size && strncmp(c->dist_strategy, "zero", 4))
         FAIL("dist.shard_size: %d shards the model state over groups of ranks (hybrid sharding), which %s does "

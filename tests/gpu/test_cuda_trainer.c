@@ -206,6 +206,9 @@ static void test_bow_and_test_mode(void) {
                       "       dev_path: data/sst2_sample/dev.tsv, test_path: data/sst2_sample/dev.tsv, max_len: 16}\n"
                       "train: {epochs: 1, batch_size: 16, log_interval: 1, progress: lines}\n";
     both("bow", bow, "", 1, 15, 1e-6, 1e-5);
+    /* the other optimizers' device steps, end to end */
+    both("bow_lion", bow, "optim.name=lion optim.lr=1e-3", 1, 15, 1e-6, 1e-5);
+    both("bow_adafactor", bow, "optim.name=adafactor optim.adafactor_beta1=0.9 optim.lr=0.05", 1, 15, 1e-6, 1e-5);
     const char *runs[2] = {"bow_cpu", "bow_dev"};
     char *res[2];
     for (int i = 0; i < 2; i++) {

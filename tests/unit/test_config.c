@@ -1481,7 +1481,7 @@ static void test_hybrid_sharding_keys(void) {
           "%s", err);
     unlink(ds_path);
     ut_config_free(&c);
-    /* Adafactor keeps whole matrices on the CPU */
+    /* Adafactor keeps whole matrices */
     check_invalid((const char *[]){"optim.name=adafactor", "dist.strategy=zero2", NULL},
                   "optim.name: adafactor keeps each matrix's row and column statistics whole, and dist.strategy zero2 "
                   "shards the flat optimizer state across ranks, cutting them; set dist.strategy: ddp (Adafactor's "
@@ -1494,9 +1494,6 @@ static void test_hybrid_sharding_keys(void) {
                   "optim.name: adafactor with dist.pipeline_parallel 2: the stages' checkpoints carry a float of "
                   "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw and "
                   "lion run in stages)");
-    check_invalid((const char *[]){"optim.name=adafactor", "device=cuda:0", NULL},
-                  "optim.name: adafactor runs on the CPU: it has no CUDA kernels yet; on device cuda:0 write "
-                  "optim.name: adamw or lion");
     check_invalid((const char *[]){"dist.shard_size=2", NULL},
                   "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");

@@ -437,16 +437,20 @@ static void test_scaled_step(void) {
     static float p0[N], g0[N], want[N], got[N], st[N], st2[N];
     static uint16_t c16[N], r16[N];
     for (int i = 0; i < N; i++) p0[i] = sinf(0.37f * (float)i), g0[i] = cosf(1.3f * (float)i) * 0.5f;
-    ut_param_seg seg[2] = {{.offset = 0, .numel = 600, .decay = true}, {.offset = 608, .numel = 392, .decay = false}};
+    /* a 20 x 30 matrix (Adafactor factors it) and a vector */
+    ut_param_seg seg[2] = {{.offset = 0, .numel = 600, .decay = true, .rows = 20, .cols = 30},
+                           {.offset = 608, .numel = 392, .decay = false}};
     for (int d = 0; d < ndev; d++) {
         ut_device dev = devs[d];
         const ut_backend *be = ut_backend_get(dev);
-        for (int kind = 0; kind < 3; kind++) { /* AdamW, SGD, Lion */
+        for (int kind = 0; kind < 4; kind++) { /* AdamW, SGD, Lion, Adafactor */
             for (int skip = 0; skip < 2; skip++) {
                 float *p[2], *g[2], *sc = be->alloc(2 * sizeof(float));
                 void *cp = be->alloc(N * 2);
                 ut_optim *o[2];
-                ut_optim_config oc = ut_optim_defaults(kind == 2 ? UT_OPTIM_LION : kind ? UT_OPTIM_SGD : UT_OPTIM_ADAMW);
+                static const ut_optim_kind kinds[] = {UT_OPTIM_ADAMW, UT_OPTIM_SGD, UT_OPTIM_LION, UT_OPTIM_ADAFACTOR};
+                ut_optim_config oc = ut_optim_defaults(kinds[kind]);
+                oc.beta1 = kind == 3 ? 0.9f : oc.beta1; /* Adafactor: both of its states */
                 oc.device = dev, oc.weight_decay = 0.1f, oc.momentum = kind == 1 ? 0.9f : 0.0f;
                 for (int v = 0; v < 2; v++) {
                     p[v] = be->alloc(N * sizeof(float)), g[v] = be->alloc(N * sizeof(float));
@@ -476,9 +480,10 @@ static void test_scaled_step(void) {
                 memcpy(r16 + 600, c16 + 600, 8 * sizeof *r16); /* the padding between the two has no copy */
                 bool same_state = true;
                 for (int k = 0; k < ut_optim_nstate(o[0]); k++) {
-                    be->copy(st, ut_optim_state(o[0], k, NULL), sizeof st, UT_COPY_D2H);
-                    be->copy(st2, ut_optim_state(o[1], k, NULL), sizeof st2, UT_COPY_D2H);
-                    same_state &= !memcmp(st, st2, sizeof st);
+                    size_t bytes = (size_t)ut_optim_state_len(o[0], k) * sizeof(float);
+                    be->copy(st, ut_optim_state(o[0], k, NULL), bytes, UT_COPY_D2H);
+                    be->copy(st2, ut_optim_state(o[1], k, NULL), bytes, UT_COPY_D2H);
+                    same_state &= !memcmp(st, st2, bytes);
                 }
                 be->copy(st, g[1], sizeof st, UT_COPY_D2H);
                 bool zeroed = true;
@@ -486,7 +491,8 @@ static void test_scaled_step(void) {
                 CHECK(!memcmp(want, got, sizeof want) && same_state && zeroed && !memcmp(c16, r16, sizeof c16) &&
                           ut_optim_steps(o[0]) == ut_optim_steps(o[1]),
                       "%s %s%s: params %s, state %s, gradients %szeroed, copies %s, steps %lld and %lld",
-                      ut_device_name(dev), kind == 2 ? "lion" : kind ? "sgd" : "adamw", skip ? " skipped" : "",
+                      ut_device_name(dev), (const char *[]){"adamw", "sgd", "lion", "adafactor"}[kind],
+                      skip ? " skipped" : "",
                       memcmp(want, got, sizeof want) ? "differ" : "agree", same_state ? "agrees" : "differs",
                       zeroed ? "" : "not ", memcmp(c16, r16, sizeof c16) ? "differ" : "agree",
                       (long long)ut_optim_steps(o[0]), (long long)ut_optim_steps(o[1]));

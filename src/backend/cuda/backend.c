@@ -307,8 +307,19 @@ static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool 
  * one memset per gap when the gradients are zeroed, all on the compute
  * stream; the step's scalars and the 16-bit copies go to every launch. */
 static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
-    if (k->adafactor) /* the trainer refuses it first (config_check.c) */
-        ut_abort(__FILE__, __LINE__, "Adafactor has no CUDA kernels yet: train with adamw or lion on the GPU");
+    if (k->adafactor) { /* a parameter at a time (adafactor.cu), then the gradients zeroed */
+        int p16_dt = (int)o->p16_dtype;
+        for (int i = 0; i < o->nsegs; i++) {
+            const ut_param_seg *s = &o->segs[i];
+            void *p16 = o->p16 ? (void *)((uint16_t *)o->p16 + (s->offset - o->pbase)) : NULL;
+            utk_adafactor(o->params + (s->offset - o->pbase), o->grads + (s->offset - o->gbase), o->state[0] + o->soff[i],
+                          o->nstate > 1 ? o->state[1] + (s->offset - o->lo) : NULL, s->numel, s->rows, s->cols,
+                          UT_ADAFACTOR_BLOCK, o->scratch, o->scalars, k->lr, k->eps, k->eps2, k->clip, k->rho,
+                          k->one_m_rho, k->beta1, k->one_m_b1, s->decay ? k->wd : 0.0f, k->scale_parameter, p16, p16_dt);
+        }
+        if (zero) dmemset(o->grads + (o->lo - o->gbase), 0, (size_t)(o->hi - o->lo) * sizeof(float));
+        return;
+    }
     int64_t done = o->lo;
     int p16_dt = (int)o->p16_dtype;
     for (int r = 0; r < o->nruns; r++) {
