@@ -150,7 +150,7 @@ typedef struct {
     double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
     bool nesterov;
     double adafactor_beta1, adafactor_eps1, adafactor_eps2, adafactor_clip, adafactor_decay_rate;
-    bool adafactor_scale_parameter;
+    bool adafactor_scale_parameter, adafactor_relative_step, adafactor_warmup_init;
     char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
                                     inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine |
                                     annealing | plateau | greedy */

@@ -42,9 +42,10 @@ typedef struct {
     bool nesterov;
     /* Adafactor: eps (eps1, added to g^2), eps2 (the floor of the parameter
      * scale), clip_threshold, decay_rate, scale_parameter; beta1 0: no first
-     * moment (transformers' None) */
+     * moment (transformers' None); relative_step: the rate is
+     * min(warmup_init ? 1e-6 t : 1e-2, 1/sqrt(t)), not the step's lr */
     float eps2, clip_threshold, decay_rate;
-    bool scale_parameter;
+    bool scale_parameter, relative_step, warmup_init;
     bool decay_all;
     ut_device device; /* where the params, grads and state live (the flat buffers'; 0: the CPU) */
 } ut_optim_config;
@@ -112,8 +113,9 @@ int64_t ut_optim_seg_state_len(const ut_optim_config *cfg, int i, const ut_param
  *     p *= 1 - lr*wd
  *     p -= lr*sign(beta1*m + (1-beta1)*g)      (sign(0) = 0)
  *     m  = beta2*m + (1-beta2)*g
- *   Adafactor (transformers' Adafactor, relative_step False), per parameter
- *   P (whole: [lo, hi) must not cut one), with rho = 1 - t^decay_rate:
+ *   Adafactor (transformers' Adafactor), per parameter P (whole: [lo, hi)
+ *   must not cut one), with rho = 1 - t^decay_rate and, with relative_step,
+ *   lr = min(warmup_init ? 1e-6*t : 1e-2, 1/sqrt(t)) in place of the step's:
  *     a = lr * (scale_parameter ? max(eps2, rms(P)) : 1)
  *     G = g*g + eps
  *     a matrix (rows R, cols C per leading index; transformers' layout):

@@ -217,7 +217,11 @@ static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
                 .adafactor = c->kind == UT_OPTIM_ADAFACTOR, .lr = lr};
     if (k.adafactor) {
         /* transformers: beta2t = 1 - step^decay_rate in Python's doubles */
-        double rho = 1.0 - pow((double)o->steps, (double)c->decay_rate);
+        double t = (double)o->steps, rho = 1.0 - pow(t, (double)c->decay_rate);
+        if (c->relative_step) { /* transformers' _get_lr: its own schedule, the step's lr unused */
+            double min_step = c->warmup_init ? 1e-6 * t : 1e-2, inv = 1.0 / sqrt(t);
+            k.lr = (float)(min_step < inv ? min_step : inv);
+        }
         k.rho = (float)rho;
         k.one_m_rho = (float)(1.0 - rho);
         k.eps = c->eps;

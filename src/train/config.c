@@ -325,6 +325,13 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true, .hash_if_set = true,
      .doc = "adafactor: scale each parameter's rate by its RMS (transformers' default; the Trainer's optim: "
             "adafactor sets false)"},
+    {.key = "optim.adafactor_relative_step", .type = UT_CFG_BOOL, AT(adafactor_relative_step), .def = "false",
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor: the rate is min(1e-2, 1/sqrt(step)) (transformers' relative_step; optim.lr and the "
+            "schedule are then not used: optim.schedule must be constant, without warmup)"},
+    {.key = "optim.adafactor_warmup_init", .type = UT_CFG_BOOL, AT(adafactor_warmup_init), .def = "false",
+     .hashed = true, .hash_if_set = true,
+     .doc = "adafactor with relative_step: the rate is min(1e-6 x step, 1/sqrt(step)) (transformers' warmup_init)"},
     {.key = "optim.schedule", .type = UT_CFG_ENUM, AT(schedule), .def = "constant",
      .values = schedules, .hashed = true,
      .doc = "learning-rate schedule after warmup (docs/training.md: Schedules; wsd: warmup, stable, decay; "

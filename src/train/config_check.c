@@ -69,6 +69,16 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->offload_optimizer, "cpu") && strcmp(c->dist_strategy, "zero1") && strcmp(c->dist_strategy, "zero2"))
         FAIL("dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not %s; "
              "set dist.strategy: zero2 (one process too) or dist.offload_optimizer: none", c->dist_strategy);
+    if (c->adafactor_warmup_init && !c->adafactor_relative_step)
+        FAIL("optim.adafactor_warmup_init: true warms up Adafactor's relative step; set "
+             "optim.adafactor_relative_step: true too, or remove it (transformers refuses it the same way)");
+    if (c->adafactor_relative_step && strcmp(c->optim_name, "adafactor"))
+        FAIL("optim.adafactor_relative_step: true is Adafactor's; set optim.name: adafactor or remove it");
+    if (c->adafactor_relative_step && (strcmp(c->schedule, "constant") || c->warmup_steps > 0 || c->warmup_ratio > 0))
+        FAIL("optim.adafactor_relative_step: true is its own schedule (min(1e-2, 1/sqrt(step)), warmup_init's "
+             "warmup), and optim.schedule %s%s would not be used; set optim.schedule: constant without warmup, or "
+             "optim.adafactor_relative_step: false", c->schedule,
+             c->warmup_steps > 0 || c->warmup_ratio > 0 ? " with warmup" : "");
     if (!strcmp(c->optim_name, "adafactor")) {
         if (!strncmp(c->dist_strategy, "zero", 4))
             FAIL("optim.name: adafactor keeps each matrix's row and column statistics whole, and dist.strategy %s "

@@ -344,6 +344,8 @@ static int set_optimizer(ut_trainer *t) {
         oc.clip_threshold = (float)c->adafactor_clip;
         oc.decay_rate = (float)c->adafactor_decay_rate;
         oc.scale_parameter = c->adafactor_scale_parameter;
+        oc.relative_step = c->adafactor_relative_step;
+        oc.warmup_init = c->adafactor_warmup_init;
     }
     char why[256];
     if (ut_optim_check_config(&oc, why, sizeof why)) {

@@ -110,10 +110,12 @@ AF_SHAPES = [(4, 3), (3,), (2, 3, 4), (1, 5), (3, 5)]
 AF_DECAY = [1, 0, 1, 0, 1]
 
 
-def make_adafactor(path, scale_parameter, beta1, wd):
+def make_adafactor(path, scale_parameter, beta1, wd, relative_step=False):
     """transformers' Adafactor (relative_step False, as the Trainer and
-    FlagAI build it) for STEPS steps under the warmup+cosine LambdaLR. The
-    last parameter is written transposed (the C side's layout)."""
+    FlagAI build it) for STEPS steps under the warmup+cosine LambdaLR; or
+    with relative_step (its own rate, lr None, no scheduler; warmup_init's
+    rates, 1e-6 t, would move the weights too little to check). The last parameter is written transposed (the C side's
+    layout)."""
     from transformers.optimization import Adafactor
     gen = torch.Generator().manual_seed(4321)
     params = [torch.randn(s, generator=gen).requires_grad_(True) for s in AF_SHAPES]
@@ -125,16 +127,17 @@ def make_adafactor(path, scale_parameter, beta1, wd):
     w.put("scale_parameter", [1 if scale_parameter else 0])
     w.put("beta1", [beta1 if beta1 is not None else 0.0])
     w.put("weight_decay", [wd])
+    w.put("relative_step", [1 if relative_step else 0])
     w.put("sched", [SCHED["lr"], SCHED["min_lr"], SCHED["warmup"], SCHED["total"]])
     w.put("init", c_flat(params))
     groups = [
         {"params": [p for p, d in zip(params, AF_DECAY) if d], "weight_decay": wd},
         {"params": [p for p, d in zip(params, AF_DECAY) if not d], "weight_decay": 0.0},
     ]
-    opt = Adafactor(groups, lr=SCHED["lr"], relative_step=False, warmup_init=False,
-                    scale_parameter=scale_parameter, beta1=beta1)
+    opt = Adafactor(groups, lr=None if relative_step else SCHED["lr"], relative_step=relative_step,
+                    warmup_init=False, scale_parameter=scale_parameter, beta1=beta1)
     base = SCHED["lr"]
-    sched = torch.optim.lr_scheduler.LambdaLR(
+    sched = None if relative_step else torch.optim.lr_scheduler.LambdaLR(
         opt,
         lambda s: warmup_cosine(s, SCHED["lr"], SCHED["min_lr"], SCHED["warmup"],
                                 SCHED["total"]) / base)
@@ -144,7 +147,8 @@ def make_adafactor(path, scale_parameter, beta1, wd):
             p.grad = g.clone()
         w.put("grad%d" % step, c_flat(grads))
         opt.step()
-        sched.step()
+        if sched:
+            sched.step()
         w.put("param%d" % step, c_flat(params))
     w.close()
 
@@ -304,6 +308,8 @@ def make(out_dir):
     make_adafactor(j("optim_adafactor_hf.txt"), False, None, wd)
     make_adafactor(j("optim_adafactor_flagai.txt"), True, None, 0.0)
     make_adafactor(j("optim_adafactor_beta1.txt"), True, 0.9, wd)
+    # Adafactor's own relative step, no learning rate (transformers' default)
+    make_adafactor(j("optim_adafactor_relative.txt"), True, None, 0.0, relative_step=True)
     make_clip(j("optim_clip.txt"))
     make_schedules(j("optim_schedules.txt"))
     make_hf_schedules(j("optim_hf_schedules.txt"))

@@ -172,6 +172,7 @@ static void adafactor_parity(const char *file) {
     cfg.scale_parameter = fx_scalar(&f, "scale_parameter") != 0;
     cfg.beta1 = (float)fx_scalar(&f, "beta1");
     cfg.weight_decay = (float)fx_scalar(&f, "weight_decay");
+    cfg.relative_step = fx_scalar(&f, "relative_step") != 0;
     char err[256] = "";
     CHECK(ut_optim_check_config(&cfg, err, sizeof err) == 0, "%s", err);
     ut_schedule sched = {UT_SCHED_COSINE, (float)sp[0], (float)sp[1], (int64_t)sp[2], (int64_t)sp[3], 0, 0.0f};
@@ -217,6 +218,7 @@ out:
 static void test_adafactor_hf_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_hf.txt"); }
 static void test_adafactor_flagai_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_flagai.txt"); }
 static void test_adafactor_beta1_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_beta1.txt"); }
+static void test_adafactor_relative_parity(void) { adafactor_parity(FIXTURES "optim_adafactor_relative.txt"); }
 
 static void test_clip_parity(void) {
     fixture f;
@@ -766,6 +768,28 @@ static void test_adafactor_threads_and_resume(void) {
     free(p1), free(p2), free(p3), free(g), free(g0);
 }
 
+/* warmup_init's relative step (transformers' T5 recipe): min(1e-6 t,
+ * 1/sqrt(t)), whatever lr the step is given. A vector's first update is
+ * g/sqrt(g^2 + eps1), of RMS 1: the weights move by the rate times it. */
+static void test_adafactor_warmup_init(void) {
+    float p[4] = {1, -2, 3, -4}, g[4] = {0.5f, -0.25f, 2, -1};
+    ut_param_seg seg = {0, 4, false, 0, 0};
+    ut_optim_config cfg = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    cfg.scale_parameter = false, cfg.relative_step = cfg.warmup_init = true;
+    ut_optim *o = ut_optim_new(&cfg, p, g, &seg, 1, 0, 4);
+    for (int t = 1; t <= 3; t++) {
+        float before[4];
+        memcpy(before, p, sizeof p);
+        ut_optim_step(o, 123.0f); /* not used */
+        for (int i = 0; i < 4; i++) {
+            double u = g[i] > 0 ? 1 : -1; /* g^2 + eps1 is g^2 in float: the update is the sign */
+            double want = before[i] - 1e-6 * t * u;
+            CHECK(fabs(p[i] - want) <= 1e-7 * fabs(want), "step %d element %d: %.9g, want %.9g", t, i, (double)p[i], want);
+        }
+    }
+    ut_optim_free(o);
+}
+
 static void test_state_only_for_shard(void) {
     const int64_t n = 1000, lo = 300, hi = 550;
     float p[1000] = {0}, g[1000] = {0};
@@ -969,6 +993,7 @@ int main(void) {
     RUN(test_adafactor_hf_parity);
     RUN(test_adafactor_flagai_parity);
     RUN(test_adafactor_beta1_parity);
+    RUN(test_adafactor_relative_parity);
     RUN(test_clip_parity);
     RUN(test_schedule_parity);
     RUN(test_hf_schedule_parity);
@@ -981,6 +1006,7 @@ int main(void) {
     RUN(test_step_zero_equals_step_then_memset);
     RUN(test_thread_count_invariance);
     RUN(test_adafactor_threads_and_resume);
+    RUN(test_adafactor_warmup_init);
     RUN(test_state_only_for_shard);
     RUN(test_resume_and_no_alloc);
     RUN(test_config_checks);

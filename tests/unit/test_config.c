@@ -1481,6 +1481,17 @@ static void test_hybrid_sharding_keys(void) {
           "%s", err);
     unlink(ds_path);
     ut_config_free(&c);
+    /* Adafactor's relative step is its own schedule */
+    check_invalid((const char *[]){"optim.name=adafactor", "optim.adafactor_relative_step=true", "optim.schedule=cosine",
+                                   "train.max_steps=10", NULL},
+                  "optim.adafactor_relative_step: true is its own schedule (min(1e-2, 1/sqrt(step)), warmup_init's "
+                  "warmup), and optim.schedule cosine would not be used; set optim.schedule: constant without warmup, "
+                  "or optim.adafactor_relative_step: false");
+    check_invalid((const char *[]){"optim.name=adafactor", "optim.adafactor_warmup_init=true", NULL},
+                  "optim.adafactor_warmup_init: true warms up Adafactor's relative step; set "
+                  "optim.adafactor_relative_step: true too, or remove it (transformers refuses it the same way)");
+    check_invalid((const char *[]){"optim.adafactor_relative_step=true", NULL},
+                  "optim.adafactor_relative_step: true is Adafactor's; set optim.name: adafactor or remove it");
     /* Adafactor keeps whole matrices */
     check_invalid((const char *[]){"optim.name=adafactor", "dist.strategy=zero2", NULL},
                   "optim.name: adafactor keeps each matrix's row and column statistics whole, and dist.strategy zero2 "
