@@ -27,7 +27,7 @@ struct ut_optim {
     void *p16; /* 16-bit copies of params[lo, hi), or NULL */
     ut_dtype p16_dt;
     /* Adafactor: the parameters in [lo, hi), where each one's second moment
-     * starts in state[0], the state buffers' lengths, host scratch */
+     * starts in state[0], the state buffers' lengths, the step's scratch (the device's) */
     ut_param_seg *segs;
     int64_t *soff;
     int nsegs;

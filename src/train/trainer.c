@@ -580,8 +580,12 @@ static void print_summary(ut_trainer *t) {
     /* a split model's: the whole model's (HF's count), each stage's part below */
     ut_say(&t->log, "  Number of trainable parameters = %lld\n",
            (long long)(split_model(t) ? ut_split_whole_numel(t) : t->m->params.numel));
-    ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
-           c->optim_name, c->lr, c->schedule, omp_get_max_threads());
+    if (c->adafactor_relative_step) /* its own rate: optim.lr is not used */
+        ut_say(&t->log, "  Model = %s, optimizer = adafactor (relative step: lr min(%s, 1/sqrt(step))), threads = %d\n",
+               c->model_name, c->adafactor_warmup_init ? "1e-6 x step" : "1e-2", omp_get_max_threads());
+    else
+        ut_say(&t->log, "  Model = %s, optimizer = %s (lr %g, schedule %s), threads = %d\n", c->model_name,
+               c->optim_name, c->lr, c->schedule, omp_get_max_threads());
     if (c->checkpoint_activations)
         ut_say(&t->log, "  Activation checkpointing = on (each block's activations are recomputed in backward)\n");
     if (c->ds_tuning[0])
