@@ -906,30 +906,36 @@ int ut_ckpt_reader_optim(ut_ckpt_reader *r, const char *want, int64_t *steps, ch
 
 int ut_ckpt_reader_state(ut_ckpt_reader *r, const char *state, const char *name, int64_t numel, float *dst,
                          char *err, size_t n) {
-    if (!strcmp(state, "exp_avg_sq_factored")) /* the split and sharded runs that read a piece at a time refuse it */
-        return ut_errorf(err, n, "%s: Adafactor's factored state loads whole only (dist.strategy ddp or dp)", r->path);
     char fname[512];
     snprintf(fname, sizeof fname, "model.%s", name);
     int i = ut_st_index(r->f, fname);
     snprintf(fname, sizeof fname, "optim.%s", state);
     int s = ut_st_index(r->f, fname);
-    if (i < 0 || s < 0 || numel != ut_st_numel(ut_st_get(r->f, ut_st_name(r->f, i))))
+    const ut_st_tensor *pt = i < 0 ? NULL : ut_st_get(r->f, ut_st_name(r->f, i));
+    if (i < 0 || s < 0 || numel != state_len_of(state, pt->ndim, pt->shape))
         return ut_errorf(err, n, "%s: no %s state of %lld values for parameter %s", r->path, state, (long long)numel,
                          name);
-    if (ut_st_read(r->f, s, (size_t)r->off[i] * sizeof(float), dst, (size_t)numel * sizeof(float), err, n)) return -1;
+    int64_t at = r->off[i];
+    if (!strcmp(state, "exp_avg_sq_factored")) { /* the parameters' states are of their own sizes */
+        int64_t *off = ut_malloc_check((size_t)(ut_st_count(r->f) + 1) * sizeof *off);
+        state_offsets_of(r->f, state, off);
+        at = off[i];
+        ut_free(off);
+    }
+    if (ut_st_read(r->f, s, (size_t)at * sizeof(float), dst, (size_t)numel * sizeof(float), err, n)) return -1;
     bool square = square_state(state);
     int64_t bad = first_bad(dst, numel, square);
     if (bad >= 0)
         return ut_errorf(err, n, "%s: optimizer state optim.%s holds %g at element %lld: %s", r->path, state, dst[bad],
-                         (long long)(r->off[i] + bad),
+                         (long long)(at + bad),
                          square ? "a second moment must be finite and >= 0" : "the state is damaged (non-finite)");
     return 0;
 }
 
 int ut_ckpt_reader_state_range(ut_ckpt_reader *r, const char *state, const ut_params *p, int64_t lo, int64_t hi,
                                float *dst, char *err, size_t n) {
-    if (!strcmp(state, "exp_avg_sq_factored"))
-        return ut_errorf(err, n, "%s: Adafactor's factored state loads whole only (dist.strategy ddp or dp)", r->path);
+    if (!strcmp(state, "exp_avg_sq_factored")) /* ZeRO's shards would cut its matrices (config_check.c refuses) */
+        return ut_errorf(err, n, "%s: Adafactor's factored state does not load into shards of the flat state", r->path);
     for (int i = 0; i < p->n; i++) {
         int64_t a = p->segs[i].offset, e = a + p->segs[i].numel;
         if (e <= lo || a >= hi) continue;

@@ -88,10 +88,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
             FAIL("optim.name: adafactor keeps each matrix's row and column statistics whole, and "
                  "dist.tensor_parallel %lld splits the matrices between ranks; remove one of them (adamw and lion "
                  "run split)", (long long)c->tensor_parallel);
-        if (c->pipeline_parallel > 1)
-            FAIL("optim.name: adafactor with dist.pipeline_parallel %lld: the stages' checkpoints carry a float of "
-                 "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw "
-                 "and lion run in stages)", (long long)c->pipeline_parallel);
     }
     if (c->shard_size && strncmp(c->dist_strategy, "zero", 4))
         FAIL("dist.shard_size: %d shards the model state over groups of ranks (hybrid sharding), which %s does "

@@ -118,6 +118,14 @@ int64_t ut_split_whole_numel(ut_trainer *t) {
     return n;
 }
 
+/* Where parameter i's values start in state buffer s of o (which covers
+ * the whole of p): the states of the parameters before it. */
+static int64_t state_at(const ut_optim *o, int s, const ut_params *p, int i) {
+    int64_t at = 0;
+    for (int k = 0; k < i; k++) at += ut_optim_seg_state_len(ut_optim_get_config(o), s, &p->segs[k]);
+    return at;
+}
+
 int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_state *st) {
     if (ut_split_whole_list(t)) return -1;
     const ut_params *p = &t->m->params;
@@ -143,23 +151,34 @@ int ut_split_save(ut_trainer *t, const char *path, ut_optim *o, const ut_train_s
     for (int s = -1; s < ns && !rc; s++)
         for (int k = 0; k < t->nwl && !rc; k++) {
             const ut_split_param *e = &t->wl[k];
+            /* its values in this state: a float per element, but Adafactor's factored second moment */
+            int64_t cnt = e->numel;
+            if (s >= 0) {
+                ut_param_seg whole = {0, e->numel, false, e->ndim >= 2 ? e->shape[e->ndim - 2] : 0,
+                                      e->ndim >= 2 ? e->shape[e->ndim - 1] : 0};
+                cnt = ut_optim_seg_state_len(ut_optim_get_config(o), s, &whole);
+            }
             float *full = NULL;
             if (e->owner == t->mesh.pp_rank && t->mesh.dp_rank == 0) { /* this stage's tp group gathers it */
                 int i = param_index(p, e->name);
-                const char *name;
-                const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, &name) + p->segs[i].offset;
-                full = ut_malloc_check((size_t)e->numel * sizeof(float));
-                rc = ut_tp_gather_values(p, i, s < 0 ? p->device : sdev, part, t->mesh.tp_group, full, t->err,
-                                         sizeof t->err);
+                full = ut_malloc_check((size_t)(cnt ? cnt : 1) * sizeof(float));
+                if (cnt != e->numel) { /* a state of its own size: whole on this stage (no tensor parallelism) */
+                    ut_backend_get(sdev)->copy(full, ut_optim_state(o, s, NULL) + state_at(o, s, p, i),
+                                               (size_t)cnt * sizeof(float), UT_COPY_D2H);
+                } else {
+                    const float *part = s < 0 ? p->flat + p->segs[i].offset : ut_optim_state(o, s, NULL) + state_at(o, s, p, i);
+                    rc = ut_tp_gather_values(p, i, s < 0 ? p->device : sdev, part, t->mesh.tp_group, full, t->err,
+                                             sizeof t->err);
+                }
                 if (!rc && e->owner != 0 && t->mesh.tp_rank == 0 &&
-                    ut_comm_wait(t->mesh.pp_group, ut_comm_isend(t->mesh.pp_group, full, e->numel, 0)))
+                    ut_comm_wait(t->mesh.pp_group, ut_comm_isend(t->mesh.pp_group, full, cnt, 0)))
                     rc = ut_pp_fail(t, "sending a tensor of the checkpoint");
             } else if (t->rank == 0) { /* from the stage that holds it */
-                full = ut_malloc_check((size_t)e->numel * sizeof(float));
-                if (ut_comm_wait(t->mesh.pp_group, ut_comm_irecv(t->mesh.pp_group, full, e->numel, e->owner)))
+                full = ut_malloc_check((size_t)(cnt ? cnt : 1) * sizeof(float));
+                if (ut_comm_wait(t->mesh.pp_group, ut_comm_irecv(t->mesh.pp_group, full, cnt, e->owner)))
                     rc = ut_pp_fail(t, "receiving a tensor of the checkpoint");
             }
-            if (!rc && t->rank == 0 && !wrc) wrc = ut_ckpt_writer_put(w, full, e->numel, t->err, sizeof t->err);
+            if (!rc && t->rank == 0 && !wrc) wrc = ut_ckpt_writer_put(w, full, cnt, t->err, sizeof t->err);
             ut_free(full);
         }
     if (t->rank == 0 && ut_ckpt_writer_close(w, !rc && !wrc, !rc && !wrc ? t->err : NULL, sizeof t->err)) wrc = -1;
@@ -200,8 +219,13 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
     if (o) ut_ckpt_state_names(o, want, sizeof want);
     int64_t steps = 0;
     if (!rc && o) rc = ut_ckpt_reader_optim(r, want, &steps, err, n);
-    /* read into host parts first: nothing changes unless all of it loads */
-    float *parts = rc ? NULL : ut_malloc_check((size_t)(p->numel ? p->numel : 1) * (size_t)(1 + ns) * sizeof(float));
+    /* read into host parts first: nothing changes unless all of it loads;
+     * parts holds the parameters, then each state buffer (len[s] floats) */
+    int64_t len[3] = {p->numel, 0, 0}, base[3] = {0, 0, 0};
+    for (int s = 0; s < ns; s++) len[s + 1] = ut_optim_state_len(o, s);
+    for (int s = 1; s <= ns; s++) base[s] = base[s - 1] + len[s - 1];
+    int64_t total = base[ns] + len[ns];
+    float *parts = rc ? NULL : ut_malloc_check((size_t)(total ? total : 1) * sizeof(float));
     for (int i = 0; i < p->n && !rc; i++) {
         const ut_tensor *pt = p->t[i];
         const ut_partition *part = &p->part[i];
@@ -210,21 +234,24 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
         for (int s = -1; s < ns && !rc; s++) {
             const char *sname = "";
             if (s >= 0) ut_optim_state(o, s, &sname);
+            int64_t cnt = s < 0 ? p->segs[i].numel : ut_optim_seg_state_len(ut_optim_get_config(o), s, &p->segs[i]);
+            float *dst = parts + base[s + 1] + (s < 0 ? p->segs[i].offset : state_at(o, s, p, i));
+            if (s >= 0 && cnt != p->segs[i].numel) { /* a state of its own size, whole here (no tensor parallelism) */
+                rc = ut_ckpt_reader_state(r, sname, p->names[i], cnt, dst, err, n);
+                continue;
+            }
             rc = s < 0 ? ut_ckpt_reader_param(r, p->names[i], pt->ndim, part->full_ne, full, err, n)
                        : ut_ckpt_reader_state(r, sname, p->names[i], full_n, full, err, n);
-            if (!rc) ut_tp_part_values(p, i, full, parts + (size_t)(s + 1) * (size_t)p->numel + p->segs[i].offset);
+            if (!rc) ut_tp_part_values(p, i, full, dst);
         }
         ut_free(full);
     }
     ut_ckpt_reader_close(r);
     if (!rc) { /* all of it read: into the parameters and the optimizer */
         ut_backend_get(p->device)->copy(p->flat, parts, (size_t)p->numel * sizeof(float), UT_COPY_H2D);
-        for (int s = 0; s < ns; s++) {
-            const char *sname;
+        for (int s = 0; s < ns; s++)
             ut_backend_get(ut_optim_get_config(o)->device)
-                ->copy(ut_optim_state(o, s, &sname), parts + (size_t)(s + 1) * (size_t)p->numel,
-                       (size_t)p->numel * sizeof(float), UT_COPY_H2D);
-        }
+                ->copy(ut_optim_state(o, s, NULL), parts + base[s + 1], (size_t)len[s + 1] * sizeof(float), UT_COPY_H2D);
         if (o) ut_optim_set_steps(o, steps);
     }
     ut_free(parts);

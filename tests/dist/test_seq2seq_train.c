@@ -198,6 +198,26 @@ static void test_t5(void) {
                              "dist.tensor_parallel=2", "t5cwhole");
     trains_as("t5pp3z2", 6, "dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 dist.strategy=zero2 "
                             "train.batch_size=4", "t5whole");
+    /* Adafactor, T5's optimizer, in the 3 stages: each stage's factored state (the tables' copies updated
+     * alike), and the checkpoint the one process writes */
+    const char *af = "optim.name=adafactor optim.lr=0.01 optim.adafactor_beta1=0.9 optim.adafactor_scale_parameter=false";
+    char sets[512];
+    CHECK(split_train("t5afwhole", 1, af) == 0, "T5 with Adafactor in one process");
+    snprintf(sets, sizeof sets, "%s dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1", af);
+    trains_as("t5afpp3", 3, sets, "t5afwhole");
+    /* stopped at step 8 and resumed in stages: each stage reads its parameters' factored state back */
+    snprintf(sets, sizeof sets, "%s dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 train.max_steps=8 "
+                                "train.save_interval=8", af);
+    CHECK(split_train("t5afpp3r", 3, sets) == 0, "T5 with Adafactor in 3 stages, 8 steps");
+    snprintf(sets, sizeof sets, "%s dist.pipeline_parallel=3 dist.pipeline_blocks=1,2,1 continue_training=true", af);
+    trains_as("t5afpp3r", 3, sets, "t5afwhole");
+    for (int rank = 0; rank < 3; rank++) {
+        char leaf[64];
+        snprintf(leaf, sizeof leaf, "logger_logs/training_%d.log", rank);
+        char *log = tp_slurp(tp_run_file(split_dir, "t5afpp3r", leaf));
+        CHECK(log && strstr(log, "Resuming from") && strstr(log, "(step 8,"), "rank %d resumed at step 8", rank);
+        free(log);
+    }
     CHECK(split_train("t5uwhole", 1, "model.tie_word_embeddings=false") == 0, "T5 v1.1's head in one process");
     trains_as("t5upp2", 2, "model.tie_word_embeddings=false dist.pipeline_parallel=2", "t5uwhole");
     char plain1[64] = "", noisy1[64] = "";

@@ -1501,10 +1501,6 @@ static void test_hybrid_sharding_keys(void) {
                   "optim.name: adafactor keeps each matrix's row and column statistics whole, and "
                   "dist.tensor_parallel 2 splits the matrices between ranks; remove one of them (adamw and lion run "
                   "split)");
-    check_invalid((const char *[]){"optim.name=adafactor", "dist.pipeline_parallel=2", NULL},
-                  "optim.name: adafactor with dist.pipeline_parallel 2: the stages' checkpoints carry a float of "
-                  "optimizer state per weight, which Adafactor's factored state is not; remove one of them (adamw and "
-                  "lion run in stages)");
     check_invalid((const char *[]){"dist.shard_size=2", NULL},
                   "dist.shard_size: 2 shards the model state over groups of ranks (hybrid sharding), which ddp does "
                   "not shard; set dist.strategy: zero3 (FSDP's HYBRID_SHARD), zero2 or zero1, or remove the key");
