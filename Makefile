@@ -117,7 +117,7 @@ CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_LIB:%.c=$(BUILD)/%.o)
 TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib deps nccl-info run run-fmnist test test-sim test-emu emu-tests test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-seq2seq install clean
+.PHONY: all lib deps nccl-info run run-fmnist test test-sim test-emu emu-tests test-asan tests fuzz fuzz-bins fuzz-replay bench bench-ddp bench-allreduce bench-parallel bench-fmnist bench-minilm bench-bert bench-optim bench-seq2seq install clean
 # keep the gradcheck objects between builds (make would delete them as intermediates)
 .SECONDARY:
 all: lib $(BUILD)/utrain
@@ -332,6 +332,12 @@ bench-minilm: deps
 bench-bert: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/bert_step
 	bench/run_bert_step.sh $(BUILD)
+
+# one optimizer step (AdamW, Lion, Adafactor, SGD) over GPT-2 124M's
+# parameters against PyTorch's (docs/performance.md)
+bench-optim: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/optim_step
+	bench/run_optim_step.sh $(BUILD)
 
 # T5-small- and BART-base-sized seq2seq step and generation speed against
 # transformers + PyTorch (docs/performance.md)

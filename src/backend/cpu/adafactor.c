@@ -5,10 +5,11 @@
  * an RMS of at most clip, and the parameter moves by it.
  *
  * Every sum is a double over a fixed range (a row of a matrix, a block of
- * UT_ADAFACTOR_BLOCK elements of a vector, a column over the rows), the
- * ranges added in order afterwards: threads split the ranges, never a sum,
- * so the bits do not depend on the thread count. The update is computed
- * twice (once for its RMS, once to apply it) rather than stored. */
+ * UT_ADAFACTOR_BLOCK elements of a vector, a column over the rows; within
+ * a range, 8 lanes added in order at its end), the ranges added in order
+ * afterwards: threads split the ranges, never a sum, so the bits do not
+ * depend on the thread count. The update is computed twice (once for its
+ * RMS, once to apply it) rather than stored, a row at a time. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -41,9 +42,44 @@ static void row_range(const shape *h, int64_t k, int64_t *b, int64_t *e) {
 
 static float rms_of(double sum_sq, int64_t n) { return (float)(sqrt(sum_sq) / sqrt((double)n)); }
 
-/* Pass 1 over a matrix: per row, the sum of p^2 (psum) and of g^2 + eps
- * (rsum); per leading entry and column, the sum of g^2 + eps over the rows
- * (csum). A vector: psum only. */
+/* Sums in double over 8 lanes (element i into lane i % 8, the lanes added
+ * in order at the end): a fixed order that vectorizes. */
+#define LANES 8
+static double lanes_total(const double *acc) {
+    double t = 0;
+    for (int j = 0; j < LANES; j++) t += acc[j];
+    return t;
+}
+
+/* sum of x[i]^2 over [0, n) */
+static double sum_sq(const float *x, int64_t n) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * (double)x[i];
+    return lanes_total(acc);
+}
+
+/* sum of (g[i] gmul)^2 + eps over [0, n), each term rounded to float */
+static double sum_g2(const float *g, int64_t n, float gmul, float eps) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            float gi = g[i + j] * gmul;
+            acc[j] += (double)(gi * gi + eps);
+        }
+    for (int j = 0; i < n; i++, j++) {
+        float gi = g[i] * gmul;
+        acc[j] += (double)(gi * gi + eps);
+    }
+    return lanes_total(acc);
+}
+
+/* Pass 1: per row, the sum of p^2 (psum) and, for a matrix, of g^2 + eps
+ * (rsum); per leading entry and column, the sum of g^2 + eps down the rows
+ * (csum). */
 static void sums(const shape *h, const float *p, const float *g, float gmul, float eps, bool need_p, double *psum,
                  double *rsum, double *csum) {
     int64_t rows = h->nb * h->nr;
@@ -51,34 +87,24 @@ static void sums(const shape *h, const float *p, const float *g, float gmul, flo
     for (int64_t k = 0; k < rows; k++) {
         int64_t b, e;
         row_range(h, k, &b, &e);
-        double ps = 0, rs = 0;
-        for (int64_t i = b; i < e; i++) {
-            if (need_p) ps += (double)p[i] * (double)p[i];
-            if (h->factored) {
-                float gi = g[i] * gmul;
-                rs += (double)(gi * gi + eps);
-            }
-        }
-        psum[k] = ps;
-        if (h->factored) rsum[k] = rs;
+        psum[k] = need_p ? sum_sq(p + b, e - b) : 0;
+        if (h->factored) rsum[k] = sum_g2(g + b, e - b, gmul, eps);
     }
     if (!h->factored) return;
-    /* columns: each thread a stretch of columns, down the rows in order */
-    int64_t cols = h->nb * h->nc;
+    /* columns: each thread a stretch of 64 columns, down the rows in order */
+    int64_t nblk = (h->nc + 63) / 64;
 #pragma omp parallel for schedule(static) if (h->s->numel >= PAR_MIN_ELEMS)
-    for (int64_t k = 0; k < cols; k++) csum[k] = 0;
-    for (int64_t lb = 0; lb < h->nb; lb++) {
+    for (int64_t job = 0; job < h->nb * nblk; job++) {
+        int64_t lb = job / nblk, c0 = job % nblk * 64, c1 = c0 + 64 < h->nc ? c0 + 64 : h->nc;
         const float *gb = g + lb * h->nr * h->nc;
         double *cb = csum + lb * h->nc;
-        int64_t nblk = (h->nc + 63) / 64;
-#pragma omp parallel for schedule(static) if (h->s->numel >= PAR_MIN_ELEMS)
-        for (int64_t blk = 0; blk < nblk; blk++) {
-            int64_t c0 = blk * 64, c1 = c0 + 64 < h->nc ? c0 + 64 : h->nc;
-            for (int64_t r = 0; r < h->nr; r++)
-                for (int64_t c = c0; c < c1; c++) {
-                    float gi = gb[r * h->nc + c] * gmul;
-                    cb[c] += (double)(gi * gi + eps);
-                }
+        for (int64_t c = c0; c < c1; c++) cb[c] = 0;
+        for (int64_t r = 0; r < h->nr; r++) {
+            const float *gr = gb + r * h->nc;
+            for (int64_t c = c0; c < c1; c++) {
+                float gi = gr[c] * gmul;
+                cb[c] += (double)(gi * gi + eps);
+            }
         }
     }
 }
@@ -104,22 +130,29 @@ static void factors(const shape *h, const ut_optim_consts *k, float *stats, doub
     }
 }
 
-/* Element i's update before clipping; a vector's second moment v is
- * brought up to date on the first of the two passes (store). */
-static inline float update_at(const shape *h, const ut_optim_consts *k, const double *fr, const double *fc,
-                              float *v, const float *g, float gmul, int64_t i, bool store) {
-    float gi = g[i] * gmul;
+/* A row's updates are made in pieces of at most this many (on the stack). */
+#define PIECE UT_ADAFACTOR_BLOCK
+
+/* The updates before clipping of elements [c0, c1) of row `row` into u (a
+ * vector's v brought up to date with store): (fr * fc[c]) * g for a
+ * matrix, rsqrt(v) * g for a vector. */
+static void row_updates(const shape *h, const ut_optim_consts *k, const double *fr, const double *fc, float *v,
+                        const float *g, float gmul, int64_t row, int64_t c0, int64_t c1, bool store, float *u) {
+    int64_t b = row * h->nc + c0, n = c1 - c0;
     if (h->factored) {
-        int64_t c = i % h->nc, rr = i / h->nc; /* rr: the row among all nb x nr */
-        int64_t lb = rr / h->nr;
-        return ((float)fr[rr] * (float)fc[lb * h->nc + c]) * gi;
+        float f = (float)fr[row];
+        const double *fcb = fc + row / h->nr * h->nc + c0;
+        for (int64_t c = 0; c < n; c++) u[c] = (f * (float)fcb[c]) * (g[b + c] * gmul);
+        return;
     }
-    float vi = v[i];
-    if (store) {
-        vi = vi * k->rho + k->one_m_rho * (gi * gi + k->eps);
-        v[i] = vi;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[b + i] * gmul, vi = v[b + i];
+        if (store) {
+            vi = vi * k->rho + k->one_m_rho * (gi * gi + k->eps);
+            v[b + i] = vi;
+        }
+        u[i] = (1.0f / sqrtf(vi)) * gi;
     }
-    return (1.0f / sqrtf(vi)) * gi;
 }
 
 static void adafactor_param(const ut_optim_buffers *o, const ut_optim_consts *k, int si, float gmul) {
@@ -142,16 +175,18 @@ static void adafactor_param(const ut_optim_buffers *o, const ut_optim_consts *k,
         factors(&h, k, st, rsum, csum);
         fr = rsum, fc = csum;
     }
-    /* pass 2: the update's sum of squares, per row */
+    /* pass 2: the update's sum of squares, per row (its pieces' in order) */
     double *usum = psum;
 #pragma omp parallel for schedule(static) if (s->numel >= PAR_MIN_ELEMS)
     for (int64_t r = 0; r < rows; r++) {
+        float u[PIECE];
         int64_t b, e;
         row_range(&h, r, &b, &e);
         double us = 0;
-        for (int64_t i = b; i < e; i++) {
-            float u = update_at(&h, k, fr, fc, st, g, gmul, i, true);
-            us += (double)u * (double)u;
+        for (int64_t c0 = 0; c0 < e - b; c0 += PIECE) {
+            int64_t c1 = c0 + PIECE < e - b ? c0 + PIECE : e - b;
+            row_updates(&h, k, fr, fc, st, g, gmul, r, c0, c1, true, u);
+            us += sum_sq(u, c1 - c0);
         }
         usum[r] = us;
     }
@@ -163,17 +198,23 @@ static void adafactor_param(const ut_optim_buffers *o, const ut_optim_consts *k,
     /* pass 3: apply */
 #pragma omp parallel for schedule(static) if (s->numel >= PAR_MIN_ELEMS)
     for (int64_t r = 0; r < rows; r++) {
+        float u[PIECE];
         int64_t b, e;
         row_range(&h, r, &b, &e);
-        for (int64_t i = b; i < e; i++) {
-            float u = update_at(&h, k, fr, fc, st, g, gmul, i, false) / denom * a;
-            if (m) {
-                m[i] = m[i] * k->beta1 + k->one_m_b1 * u;
-                u = m[i];
+        for (int64_t c0 = 0; c0 < e - b; c0 += PIECE) {
+            int64_t c1 = c0 + PIECE < e - b ? c0 + PIECE : e - b;
+            row_updates(&h, k, fr, fc, st, g, gmul, r, c0, c1, false, u);
+            float *pr = p + b + c0, *mr = m ? m + b + c0 : NULL;
+            for (int64_t i = 0; i < c1 - c0; i++) {
+                float ui = u[i] / denom * a;
+                if (mr) {
+                    mr[i] = mr[i] * k->beta1 + k->one_m_b1 * ui;
+                    ui = mr[i];
+                }
+                float pi = pr[i];
+                if (wd_a != 0.0f) pi = pi + wd_a * pi;
+                pr[i] = pi - ui;
             }
-            float pi = p[i];
-            if (wd_a != 0.0f) pi = pi + wd_a * pi;
-            p[i] = pi - u;
         }
     }
 }

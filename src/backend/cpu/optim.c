@@ -40,7 +40,9 @@ void ut_cpu_lion_update(float *restrict p, float *restrict g, float *restrict m,
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * gmul;
         float c = m[i] * beta1 + one_m_b1 * gi;
-        float s = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c; /* 0 stays 0, NaN stays NaN */
+        /* sign(c): 0 stays 0, NaN stays NaN (written as selects: they vectorize) */
+        float s = (c > 0.0f ? 1.0f : 0.0f) - (c < 0.0f ? 1.0f : 0.0f);
+        s = c == c ? s : c;
         p[i] = p[i] * decay_mul - lr * s;
         m[i] = m[i] * beta2 + one_m_b2 * gi;
         if (zero) g[i] = 0.0f;
