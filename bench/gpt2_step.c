@@ -83,19 +83,8 @@ int main(int argc, char **argv) {
     if (threads > 0) omp_set_num_threads((int)threads);
     int nthreads = omp_get_max_threads();
 
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "n_layer", "12");
-    ut_kv_set(kv, "n_head", "12");
-    ut_kv_set(kv, "n_embd", "768");
-    ut_kv_set(kv, "vocab_size", "50257");
-    ut_kv_set(kv, "block_size", "1024");
-    char err[512];
-    ut_model *m = ut_model_create("gpt2", kv, 1234, err, sizeof err);
-    ut_kv_free(kv);
-    if (!m) {
-        fprintf(stderr, "gpt2_step: %s\n", err);
-        return 1;
-    }
+    ut_model *m = bench_gpt2_124m("gpt2_step", 1234);
+    if (!m) return 1;
     m->checkpoint_activations = checkpoint;
 
     const float lr = 3e-4f;

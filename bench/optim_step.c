@@ -31,19 +31,8 @@ int main(int argc, char **argv) {
         i++;
     }
     omp_set_num_threads((int)threads);
-    ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "n_layer", "12");
-    ut_kv_set(kv, "n_head", "12");
-    ut_kv_set(kv, "n_embd", "768");
-    ut_kv_set(kv, "vocab_size", "50257");
-    ut_kv_set(kv, "block_size", "1024");
-    char err[256];
-    ut_model *m = ut_model_create("gpt2", kv, 1, err, sizeof err);
-    ut_kv_free(kv);
-    if (!m) {
-        fprintf(stderr, "optim_step: %s\n", err);
-        return 1;
-    }
+    ut_model *m = bench_gpt2_124m("optim_step", 1);
+    if (!m) return 1;
     int64_t n = m->params.numel;
     for (int64_t i = 0; i < n; i++) m->params.flat_grad[i] = 1e-3f * (float)((i * 2654435761u) % 1000) - 0.5f;
     static const struct {
