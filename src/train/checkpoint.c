@@ -703,11 +703,12 @@ static const char *describe_state(const char *names) {
     return names;
 }
 
-/* The optimizer's metadata and state tensors against the state names want
- * (numel elements each); the step count into *steps. Values are checked
- * where they are read (whole files here, index files by the reader). */
 static int64_t state_offsets_of(const ut_st_file *f, const char *state, int64_t *off);
 
+/* The optimizer's metadata and state tensors against the state names want
+ * (each the sum of the file's parameters' states: ut_optim_seg_state_len's
+ * rule); the step count into *steps. Values are checked
+ * where they are read (whole files here, index files by the reader). */
 static int check_optim(const char *path, const ut_st_file *f, const char *want, int64_t *steps, char *err, size_t n) {
     const char *have = ut_st_meta(f, meta_keys[K_OPTIM_STATE]);
     const char *steps_s = ut_st_meta(f, meta_keys[K_OPTIM_STEPS]);
@@ -841,7 +842,6 @@ struct ut_ckpt_reader {
     ut_st_file *f;
     char *path;
     int64_t *off;   /* state_offsets */
-    int64_t total;  /* the parameters' elements */
     ut_train_state st;
 };
 
@@ -852,7 +852,7 @@ ut_ckpt_reader *ut_ckpt_reader_open(const char *path, const char *type, ut_train
     r->f = f;
     r->path = str_cat(path, "");
     r->off = ut_malloc_check((size_t)(ut_st_count(f) + 1) * sizeof *r->off);
-    r->total = state_offsets(f, r->off);
+    state_offsets(f, r->off);
     if (check_meta(path, f, type, &r->st, err, n)) {
         ut_ckpt_reader_close(r);
         return NULL;
