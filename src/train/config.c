@@ -287,7 +287,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     /* ---- optim ---- */
     {.key = "optim.name", .type = UT_CFG_ENUM, AT(optim_name), .def = "adamw",
      .values = optimizers, .hashed = true, .doc = "optimizer: adamw, sgd (as torch.optim), lion (as lion-pytorch's Lion), adafactor (as "
-                           "transformers' Adafactor with relative_step False; dist.strategy ddp or dp)"},
+                           "transformers' Adafactor; not with ZeRO or tensor parallelism)"},
     {.key = "optim.lr", .type = UT_CFG_FLOAT, AT(lr), .def = "1e-3", GE(0), .hashed = true,
      .doc = "peak learning rate"},
     {.key = "optim.weight_decay", .type = UT_CFG_FLOAT, AT(weight_decay), .def = "0.01", GE(0),
