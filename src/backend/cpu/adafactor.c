@@ -1,5 +1,6 @@
-/* Adafactor's step on the CPU (transformers' Adafactor with relative_step
- * False): per parameter, the RMS of the weights scales the rate, a matrix
+/* Adafactor's step on the CPU (transformers' Adafactor; the rate, its
+ * relative step or the schedule's, comes in k->lr): per parameter, the RMS
+ * of the weights scales the rate, a matrix
  * keeps running means of g^2 over its rows and over its columns (a vector
  * over its elements), the update g / sqrt(second moment) is scaled down to
  * an RMS of at most clip, and the parameter moves by it.

@@ -1,7 +1,7 @@
 /* Adafactor's step on the GPU, a parameter at a time, as the CPU's
  * (src/backend/cpu/adafactor.c): the same rows (a matrix's rows, a
- * vector's blocks of UT_ADAFACTOR_BLOCK), the same double sums per row and
- * per column, the same order wherever a sum runs over rows. Six launches
+ * vector's blocks of UT_ADAFACTOR_BLOCK), double sums per row and per
+ * column, the same order wherever a sum runs over rows. Six launches
  * per parameter, all on the compute stream, none waiting for the host:
  *   rows     per row: sum p^2, sum (g^2 + eps1)          (a block a row)
  *   cols     per column: sum (g^2 + eps1) down the rows   (a thread a column)
@@ -9,8 +9,8 @@
  *   usq      per row: sum u^2 (a vector's v updated here) (a block a row)
  *   clip     the update's divisor                         (one thread)
  *   apply    the update, the first moment, weight decay, the 16-bit copy
- * Block sums are a fixed tree, so two runs give the same bits; the CPU's
- * sums over a row run in order, so CPU and GPU agree to rounding. */
+ * Block sums are a fixed tree, so two runs give the same bits; the CPU sums
+ * a row in 8 lanes, so CPU and GPU agree to rounding. */
 #include "flat.h"
 #include "launch.cuh"
 
