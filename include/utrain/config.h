@@ -151,6 +151,8 @@ typedef struct {
     bool nesterov;
     double adafactor_beta1, adafactor_eps1, adafactor_eps2, adafactor_clip, adafactor_decay_rate;
     bool adafactor_scale_parameter, adafactor_relative_step, adafactor_warmup_init;
+    char hf_optim_args[256];     /* TrainingArguments' optim_args as given ("": none); not a key */
+    bool hf_optim_args_done;     /* applied to optim.* (transformers reads them for optim: sgd) */
     char schedule[24];           /* constant | cosine | linear | step | cosine_restarts | polynomial |
                                     inverse_sqrt | wsd | ds_warmup | ds_warmup_decay | ds_warmup_cosine |
                                     annealing | plateau | greedy */

@@ -69,6 +69,10 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->offload_optimizer, "cpu") && strcmp(c->dist_strategy, "zero1") && strcmp(c->dist_strategy, "zero2"))
         FAIL("dist.offload_optimizer: cpu (ZeRO-Offload) runs with dist.strategy zero1 or zero2, not %s; "
              "set dist.strategy: zero2 (one process too) or dist.offload_optimizer: none", c->dist_strategy);
+    if (c->hf_optim_args[0] && !c->hf_optim_args_done)
+        FAIL("optim_args: '%s': transformers reads them for optim: sgd (momentum, dampening, weight_decay, nesterov) "
+             "and for none of utrain's other optimizers; give optim: sgd before it, or set the optim.* keys instead",
+             c->hf_optim_args);
     if (c->adafactor_warmup_init && !c->adafactor_relative_step)
         FAIL("optim.adafactor_warmup_init: true warms up Adafactor's relative step; set "
              "optim.adafactor_relative_step: true too, or remove it (transformers refuses it the same way)");

@@ -84,7 +84,6 @@ static const struct {
 static const struct {
     const char *field, *ok[3], *why;
 } fixed[] = {
-    {"optim_args", {""}, "utrain's optimizers take their settings from the optim.* keys"},
     {"optim_target_modules", {""}, "utrain's optimizers update every parameter alike"},
     {"torch_compile_backend", {""}, "utrain has no graph compiler"},
     {"torch_compile_mode", {""}, "utrain has no graph compiler"},
@@ -529,6 +528,39 @@ static int fraction_of_steps(const char *key, const char *v, char *err, size_t n
 
 bool ut_cfg_hf_mapping(const char *key) { return !strcmp(key, "lr_scheduler_kwargs"); }
 
+/* optim_args ("momentum=0.9,nesterov=True"): what transformers 5's Trainer
+ * reads for optim: sgd (momentum, dampening, weight_decay, nesterov; its
+ * other optimizers in utrain read none) into the optim.* keys. */
+int ut_cfg_hf_optim_args(ut_config *c, char *err, size_t n) {
+    char buf[sizeof c->hf_optim_args], *save = NULL;
+    size_t k = 0;
+    for (const char *p = c->hf_optim_args; *p; p++) /* transformers drops the spaces */
+        if (*p != ' ') buf[k++] = *p;
+    buf[k] = 0;
+    for (char *pair = strtok_r(buf, ",", &save); pair; pair = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(pair, '=');
+        if (!eq)
+            return ut_errorf(err, n, "optim_args: '%s' is not key=value (write optim_args: \"momentum=0.9,nesterov=True\")",
+                             pair);
+        *eq = 0;
+        const char *val = eq + 1, *key = !strcmp(pair, "momentum")       ? "optim.momentum"
+                                         : !strcmp(pair, "dampening")    ? "optim.dampening"
+                                         : !strcmp(pair, "weight_decay") ? "optim.weight_decay"
+                                         : !strcmp(pair, "nesterov")     ? "optim.nesterov"
+                                                                          : NULL;
+        if (!key)
+            return ut_errorf(err, n, "optim_args: '%s' is not an argument transformers reads for optim sgd (momentum, "
+                                     "dampening, weight_decay, nesterov)", pair);
+        if (!strcmp(pair, "nesterov")) /* transformers: true, 1 or yes in any case, else false */
+            val = !strcasecmp(val, "true") || !strcmp(val, "1") || !strcasecmp(val, "yes") ? "true" : "false";
+        char why[256];
+        if (ut_cfg_assign(c, key, val, why, sizeof why))
+            return ut_errorf(err, n, "optim_args: %s (%s): %s", pair, key, why);
+    }
+    c->hf_optim_args_done = true;
+    return 0;
+}
+
 int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "logging_steps") || !strcmp(key, "eval_steps") || !strcmp(key, "save_steps")) {
         int rc = fraction_of_steps(key, v, err, n);
@@ -613,6 +645,16 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     if (!strcmp(key, "optim") && (!strcmp(v, "lion_8bit") || !strcmp(v, "paged_lion_8bit")))
         return ut_errorf(err, n, "%s: '%s': utrain keeps Lion's state in 32 bits; write optim: lion_32bit "
                                  "(or optim.name: lion)", key, v);
+    /* applied now when optim is sgd already, again after a file's other keys
+     * (config_yaml.c: they win over weight_decay, as in transformers) */
+    if (!strcmp(key, "optim_args")) {
+        if (strlen(v) >= sizeof c->hf_optim_args)
+            return ut_errorf(err, n, "%s: longer than %zu characters", key, sizeof c->hf_optim_args - 1);
+        snprintf(c->hf_optim_args, sizeof c->hf_optim_args, "%s", v);
+        c->hf_optim_args_done = false;
+        if (!*v || strcmp(c->optim_name, "sgd")) return 1;
+        return ut_cfg_hf_optim_args(c, err, n) ? -1 : 1;
+    }
     if (!strcmp(key, "ddp_backend")) return ddp_backend(c, key, v, err, n);
     if (!strcmp(key, "eval_accumulation_steps")) return eval_accumulation(key, v, err, n);
     if (!strcmp(key, "half_precision_backend")) {
@@ -669,7 +711,8 @@ const char *const ut_cfg_hf_doc =
     "| `average_tokens_across_devices` | true / false | nothing: utrain averages the loss over the target tokens of the whole window on every rank (a label per example for classification) / refused |\n"
     "| `enable_jit_checkpoint`, `batch_eval_metrics`, `dataloader_persistent_workers`, `ddp_static_graph`, `ddp_broadcast_buffers` | true / false | nothing either way: utrain always checkpoints at a stop signal, accumulates its metrics batch by batch, loads on one thread, has a static graph and no buffers besides the parameters |\n"
     "| `gradient_checkpointing_kwargs.use_reentrant`, `fp16_opt_level`, `ray_scope`, `hub_*` | any | nothing: how torch recomputes (the values are the same); apex's level, hyper-parameter search's scope and the Hub's settings serve features utrain refuses |\n"
-    "| `optim_args`, `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config` | null (or empty) / a value | nothing / refused, saying why |\n"
+    "| `optim_args` | `momentum=0.9,dampening=0,weight_decay=0.01,nesterov=True` with `optim: sgd` / anything with another optimizer | `optim.momentum`, `optim.dampening`, `optim.weight_decay` (over `weight_decay`), `optim.nesterov`, as transformers' Trainer reads them for SGD / refused (transformers reads none for the others; utrain's optim.* keys set them) |\n"
+    "| `optim_target_modules`, `torch_compile_backend`, `torch_compile_mode`, `liger_kernel_config`, `torch_empty_cache_steps`, `trackio_*`, `include_for_metrics`, `parallelism_config`, `dataloader_multiprocessing_context`, `label_names`, `debug`, `tpu_num_cores`, `mp_parameters`, `torchdynamo`, `activation_checkpointing_kwargs`, `gradient_checkpointing_kwargs`, `accelerator_config` | null (or empty) / a value | nothing / refused, saying why |\n"
     "| `use_liger_kernel`, `use_cache`, `prediction_loss_only`, `eval_use_gather_object`, `include_inputs_for_metrics`, `save_on_each_node`, `ignore_data_skip`, `restore_callback_states_from_checkpoint`, `jit_mode_eval`, `use_ipex`, `tpu_metrics_debug`, `use_mps_device` | false / true | nothing / refused, saying why |\n"
     "| `log_on_each_node`, `logging_nan_inf_filter`, `eval_do_concat_batches`, `dataloader_in_order`, `skip_memory_metrics` | true / false | nothing: what utrain does / refused |\n"
     "| `log_level`, `log_level_replica`, `project`, `length_column_name`, `local_rank`, `past_index`, `fp16_backend` | their defaults (`passive`, `warning`, `huggingface`, `length`, -1, -1, `auto`) / others | nothing / refused |\n"

@@ -74,6 +74,9 @@ int ut_cfg_flagai_logging_dir(ut_config *c, char *err, size_t n);
 /* The same for Hugging Face TrainingArguments' fields (config_hf.c), which
  * ut_cfg_compat also asks. */
 int ut_cfg_hf(ut_config *c, const char *key, const char *value, char *err, size_t n);
+/* TrainingArguments' optim_args (c->hf_optim_args) into the optim.* keys,
+ * as transformers reads them for optim: sgd; 0, or -1 with err. */
+int ut_cfg_hf_optim_args(ut_config *c, char *err, size_t n);
 /* Whether key is a mapping of Hugging Face's that may be empty (lr_scheduler_kwargs: {}). */
 bool ut_cfg_hf_mapping(const char *key);
 /* The lr_scheduler_kwargs ReduceLROnPlateau and GreedyLR share (mode,

@@ -338,7 +338,8 @@ static bool hf_file(const loader *ld) {
         "per_device_train_batch_size", "per_device_eval_batch_size", "num_train_epochs", "max_grad_norm",
         "lr_scheduler_type", "logging_steps", "logging_strategy", "save_steps", "eval_steps", "evaluation_strategy",
         "overwrite_output_dir", "do_train", "do_eval", "do_predict", "remove_unused_columns", "adam_epsilon",
-        "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to", "adafactor"};
+        "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to", "adafactor",
+        "optim_args"};
     for (size_t i = 0; i < sizeof only_hf / sizeof only_hf[0]; i++)
         if (seen(ld, only_hf[i])) return true;
     return false;
@@ -471,6 +472,12 @@ int ut_config_load(ut_config *c, const char *path, char *err, size_t n) {
     if (!rc && seen(&ld, "env_type")) rc = flagai_recipe(&ld);
     else if (!rc && !ld.seed_layout && hf_file(&ld)) rc = hf_recipe(&ld);
     if (!rc && copy.flagai_tb[0]) rc = ut_cfg_flagai_logging_dir(&copy, err, n);
+    /* optim_args over the file's other optim keys (whatever their order), for optim: sgd */
+    if (!rc && copy.hf_optim_args[0] && !strcmp(copy.optim_name, "sgd") && ut_cfg_hf_optim_args(&copy, err, n)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        rc = ut_errorf(err, n, "%s: %s", path, why);
+    }
     if (!rc) rc = seed_data_parallel(&ld);
     if (!rc && copy.seed_sharding == 3u) /* the seed's comments: one or the other */
         rc = ut_errorf(err, n, "%s: use_fairscale_optimizer_sharding and use_fairscale_model_sharding are both "

@@ -607,6 +607,30 @@ static void test_hf_training_arguments(void) {
               "%s: %s %s scale %d (%s)", af_files[i], err, c.optim_name, c.adafactor_scale_parameter, hf_took(&c));
         ut_config_free(&c);
     }
+    /* optim_args as transformers reads them for optim: sgd, whatever the order, over weight_decay */
+    static const char *const sgd_files[] = {
+        "per_device_train_batch_size: 4\noptim: sgd\noptim_args: momentum=0.9, nesterov=True,weight_decay=0.05\n"
+        "weight_decay: 0.2\n",
+        "{\"optim_args\": \"momentum=0.9,nesterov=yes,weight_decay=0.05\", \"weight_decay\": 0.2, \"optim\": \"sgd\"}\n"};
+    for (int i = 0; i < 2; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, sgd_files[i]) == 0 && !strcmp(c.optim_name, "sgd") && c.momentum == 0.9 && c.nesterov &&
+                  c.weight_decay == 0.05 && ut_config_validate(&c, err, sizeof err) == 0,
+              "optim_args %d: %s: %s momentum %g nesterov %d wd %g", i, err, c.optim_name, c.momentum, c.nesterov,
+              c.weight_decay);
+        ut_config_free(&c);
+    }
+    check_load_error("optim: sgd\noptim_args: momentum=0.9,betas=0.8\n",
+                     "2: optim_args: 'betas' is not an argument transformers reads for optim sgd (momentum, dampening, "
+                     "weight_decay, nesterov)");
+    check_load_error("optim: sgd\noptim_args: momentum\n",
+                     "2: optim_args: 'momentum' is not key=value (write optim_args: \"momentum=0.9,nesterov=True\")");
+    ut_config_init(&c);
+    CHECK(load_text(&c, "optim: adamw_torch\noptim_args: momentum=0.9\n") == 0 &&
+              ut_config_validate(&c, err, sizeof err) == -1 &&
+              strstr(err, "optim_args: 'momentum=0.9': transformers reads them for optim: sgd"),
+          "optim_args with AdamW: %s", err);
+    ut_config_free(&c);
     /* bitsandbytes' 32-bit Lion, paged or not, is utrain's lion; the betas are adam_beta1/2 */
     for (int paged = 0; paged < 2; paged++) {
         ut_config_init(&c);
