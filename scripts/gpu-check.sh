@@ -168,7 +168,8 @@ if want gpu; then
         [ -x "$t" ] || continue
         if ! run "gpu-$(basename "$t")" 300 "$t" && command -v cuda-gdb >/dev/null; then
             # a crash: where, from cuda-gdb (it debugs host code too)
-            timeout 300 cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/gpu-$(basename "$t")-gdb.log" 2>&1
+            gl=$((BUDGET - SECONDS - 30)); [ $gl -gt 120 ] && gl=120
+            [ $gl -gt 10 ] && timeout $gl cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/gpu-$(basename "$t")-gdb.log" 2>&1
             grep -A25 -E "^Thread .* received signal|^#0" "$OUT/gpu-$(basename "$t")-gdb.log" | head -30 | tee -a "$SUMMARY"
         fi
         grep -E "^(FAIL|skip)|^  note:" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
