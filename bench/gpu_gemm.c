@@ -8,7 +8,9 @@
  * events over reps. Prints TFLOP/s per product and the step's product time
  * (twelve blocks' worth of each block layer, plus the head), to set beside
  * the linear op's share of UT_PROFILE_OPS=gpu: what the products cost and
- * what the op adds around them.
+ * what the op adds around them. The head runs twice: on rows 50257 elements
+ * apart, as stored, and 50264 apart (16 bytes: the copies the linear op
+ * makes for it, matmul.c's ld16), which the step's sum counts.
  *
  *   gpu_gemm [--batch B] [--seq T] [--reps R] [--precision bf16|fp16|tf32|fp32] [--json]
  */
@@ -31,6 +33,7 @@ void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, f
 typedef struct {
     const char *name;
     long oc, c, layers;
+    long ld; /* the row stride of the OC-wide operand and result (0: OC) */
 } shape;
 
 static const ut_backend *be;
@@ -90,8 +93,9 @@ int main(int argc, char **argv) {
     }
     be = ut_backend_get(UT_CUDA);
     ut_cuda_set_tf32(!strcmp(precision, "tf32"));
-    const shape shapes[] = {{"qkv", 2304, 768, 12}, {"attn proj", 768, 768, 12}, {"mlp up", 3072, 768, 12},
-                            {"mlp down", 768, 3072, 12}, {"head", 50257, 768, 1}};
+    const shape shapes[] = {{"qkv", 2304, 768, 12, 0},         {"attn proj", 768, 768, 12, 0},
+                            {"mlp up", 3072, 768, 12, 0},      {"mlp down", 768, 3072, 12, 0},
+                            {"head ld OC", 50257, 768, 0, 0}, {"head ld16", 50257, 768, 1, 50264}};
     int64_t N = (int64_t)B * T;
     ut_dtype opd = prec == UT_F32 ? UT_F32 : (ut_dtype)prec;
     void *t0 = be->timer_new(), *t1 = be->timer_new();
@@ -101,9 +105,9 @@ int main(int argc, char **argv) {
                precision, (long long)N, B, T, reps);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const shape *sh = &shapes[s];
-        int64_t OC = sh->oc, C = sh->c;
-        void *x = random_dev(N * C, opd, 1), *w = random_dev(OC * C, opd, 2), *g = random_dev(N * OC, opd, 3);
-        float *y = be->alloc((size_t)(N * (OC > C ? OC : C)) * sizeof(float));
+        int64_t OC = sh->oc, C = sh->c, L = sh->ld ? sh->ld : OC;
+        void *x = random_dev(N * C, opd, 1), *w = random_dev(OC * C, opd, 2), *g = random_dev(N * L, opd, 3);
+        float *y = be->alloc((size_t)(N * (L > C ? L : C)) * sizeof(float));
         float *dw = be->alloc((size_t)(OC * C) * sizeof(float));
         be->memset(dw, 0, (size_t)(OC * C) * sizeof(float));
         const char *what[3] = {"forward", "input grad", "weight grad"};
@@ -113,9 +117,9 @@ int main(int argc, char **argv) {
             for (int r = 0; r < 4; r++) { /* the first run warms up (and picks cuBLASLt's algorithm) */
                 be->event_record(t0, NULL);
                 for (long i = 0; i < reps; i++) {
-                    if (p == 0) product(prec, false, true, N, OC, C, x, C, w, C, 0.0f, y, OC);
-                    else if (p == 1) product(prec, false, false, N, C, OC, g, OC, w, C, 0.0f, y, C);
-                    else product(prec, true, false, OC, C, N, g, OC, x, C, 1.0f, dw, C);
+                    if (p == 0) product(prec, false, true, N, OC, C, x, C, w, C, 0.0f, y, L);
+                    else if (p == 1) product(prec, false, false, N, C, OC, g, L, w, C, 0.0f, y, C);
+                    else product(prec, true, false, OC, C, N, g, L, x, C, 1.0f, dw, C);
                 }
                 be->event_record(t1, NULL);
                 be->event_sync(t1);

@@ -92,7 +92,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export P LIBDIR
 MAKEVARS=(BLAS_DIR="$LIBDIR/openblas-openmp" BLAS_INC="$P/usr/include/x86_64-linux-gnu/openblas-openmp"
           CFLAGS="-I$P/usr/include -I$P/usr/include/x86_64-linux-gnu"
-          LDFLAGS="-L$LIBDIR -Wl,-rpath,$LIBDIR -Wl,-rpath,$LIBDIR/openmpi/lib")
+          LDFLAGS="-L$LIBDIR -L$P/usr/lib -Wl,-rpath,$LIBDIR -Wl,-rpath,$LIBDIR/openmpi/lib")
 # Kernels for this machine's GPU alone (half the nvcc time of the default
 # Hopper code plus Ampere PTX), where nvidia-smi names its compute capability.
 CC_GPU=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
@@ -154,7 +154,8 @@ fi
 if want build; then
     export MPI_OWN
     run unpack-debs 300 unpack
-    note "kernels built for: ${CC_GPU:+sm_$CC_GPU (this GPU)}${CC_GPU:-sm_90 + compute_80 PTX (the default)}"
+    if [ -n "$CC_GPU" ]; then note "kernels built for: sm_$CC_GPU (this GPU)"
+    else note "kernels built for: sm_90 + compute_80 PTX (the default)"; fi
     run build 900 make -j"$NPROC" "${MAKEVARS[@]}" all tests \
         build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm build/bench/bert_step
     grep -E "error|warning" "$OUT/build.log" | head -20
@@ -377,7 +378,7 @@ if want llmc; then
         run llmc-gpt2-bf16 300 $L/train_gpt2cu -i $L/tok.bin -j $L/tok.bin -e d12 -b "$B" -t 1024 -x 20 \
             -v 100000 -s 100000 -h 0 -n 0
         note "  llm.c $(cut -c1-12 .llmc/COMMIT) GPT-2 124M bf16 B=$B T=1024: median of steps 11-20: $(grep -o \
-            '[0-9.]* ms | [0-9.]*% bf16 MFU | [0-9]* tok/s' "$OUT/llmc-gpt2-bf16.log" | tail -10 | sort -n | sed -n 5p)"
+            '[0-9.]* ms | -\?[0-9.]*% bf16 MFU | [0-9]* tok/s' "$OUT/llmc-gpt2-bf16.log" | tail -10 | sort -n | sed -n 5p)"
     else
         note "llmc: no .llmc/ (run scripts/gpu-llmc.sh where llm.c was fetched, and carry .llmc)"
     fi

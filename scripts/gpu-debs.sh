@@ -13,7 +13,7 @@ pkgs=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libdnnl-dev lib
       libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libevent-core-2.1-7
       libevent-pthreads-2.1-7 libfabric1 libhwloc15 libibverbs1 ibverbs-providers librdmacm1
       libmunge2 libnl-3-200 libnl-route-3-200 libnuma1 libpmix2 libpsm-infinipath1 libpsm2-2
-      libucx0 libgfortran5 libquadmath0 ocl-icd-libopencl1 libltdl7 libxnvctrl0)
+      libucx0 libgfortran5 libquadmath0 ocl-icd-libopencl1 libltdl7 libxnvctrl0 libxsmm-dev)
 mkdir -p "$out"
 rm -f "$out"/*.deb
 # apt-get download writes into the current folder; as root it warns that the

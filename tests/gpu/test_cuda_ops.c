@@ -128,6 +128,8 @@ static const gc_row big_rows[] = {
     {"linear -> layernorm 64 x 2500", 4, {{2, {64, 512}}, {2, {2500, 512}}, {1, {2500}}, {1, {2500}}}, b_lin_ln},
     {"x + linear(x) 256 x 768", 2, {{2, {256, 768}}, {2, {768, 768}}}, b_resid},
     {"linear(x) + bias 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_bias},
+    /* 1001 outputs: rows not 16 bytes apart, so the products run on aligned copies (matmul.c, ld16) */
+    {"linear(x) + bias 40 x 1001", 3, {{2, {40, 64}}, {2, {1001, 64}}, {1, {1001}}}, b_lin_bias},
     {"linear(x) * scale 256 x 768", 3, {{2, {256, 512}}, {2, {768, 512}}, {1, {768}}}, b_lin_scale},
     {"l * l + x * l, l = linear(x), 128 x 256", 2, {{2, {128, 256}}, {2, {256, 256}}}, b_lin_square},
     {"x + dropout(linear(x)) 256 x 768, p 0.1", 2, {{2, {256, 768}}, {2, {768, 768}}}, b_lin_drop, .training = true},

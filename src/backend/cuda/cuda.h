@@ -54,7 +54,9 @@ void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, f
                     int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc, int dt);
 /* The same with the result in dt too, written by cuBLASLt: D = alpha
  * opA(A) opB(B) + beta D (+ bias, float32, one value per column of the
- * row-major m x n result), in float32, rounded once. false (nothing queued)
+ * row-major m x n result), in float32, rounded once (with beta 1 Hopper's
+ * kernels round the product to dt before adding D, as PyTorch's 16-bit
+ * gradient accumulation does: tests/gpu/test_cuda_gemm.c). false (nothing queued)
  * when cuBLASLt has no algorithm for it or UT_CUDA_LT_FUSED=0: the caller
  * takes the float32 result and rounds it itself. */
 bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,

@@ -218,13 +218,39 @@ extern "C" void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, flo
     ut_cuda_launched("sgd");
 }
 
-__global__ void k_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
-    UTK_GRID_STRIDE(i, rows * cols) out[i] = bias[i % cols];
+/* Row-strided kernels walk rows on the grid's y axis and each row's columns
+ * on x (no division per element); the grid covers at most 65535 rows at a
+ * time and its rows step on. */
+#define UTK_ROWS(r, rows, c, cols)                                                        \
+    for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                              \
+        for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < (cols);      \
+             c += (int64_t)gridDim.x * blockDim.x)
+static int rows_threads(int64_t cols) { /* narrow rows: a warp or a few, not kThreads mostly idle */
+    return cols >= kThreads ? kThreads : (int)((cols + 31) / 32 * 32);
 }
-extern "C" void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols) {
-    if (rows * cols <= 0) return;
-    k_rows_fill<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(out, bias, rows, cols);
+static dim3 rows_grid(int64_t rows, int64_t cols) {
+    int64_t t = rows_threads(cols), bx = (cols + t - 1) / t, by = rows < 65535 ? rows : 65535;
+    return dim3((unsigned)(bx < 64 ? bx : 64), (unsigned)by);
+}
+
+__global__ void k_rows_fill(float *out, int64_t ld, const float *bias, int64_t rows, int64_t cols) {
+    UTK_ROWS(r, rows, c, cols) out[r * ld + c] = bias[c];
+}
+extern "C" void utk_rows_fill(float *out, int64_t ld, const float *bias, int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    k_rows_fill<<<rows_grid(rows, cols), rows_threads(cols), 0, stream()>>>(out, ld, bias, rows, cols);
     ut_cuda_launched("bias rows");
+}
+
+__global__ void k_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
+                               int64_t cols) {
+    UTK_ROWS(r, rows, c, cols) utk_store_f32(dst, ddt, r * ldd + c, utk_load_f32(src, sdt, r * lds + c));
+}
+extern "C" void utk_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds,
+                                 int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    k_rows_convert<<<rows_grid(rows, cols), rows_threads(cols), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds, rows, cols);
+    ut_cuda_launched("rows convert");
 }
 
 /* Column sums in two passes with no atomics, so the same bits every run: each
@@ -270,12 +296,17 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
     ut_cuda_launched("column sums (parts)");
 }
 
-__global__ void k_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
-    UTK_GRID_STRIDE(i, rows * cols) utk_store_f32(out, dt, i, bias ? __fadd_rn(tmp[i], bias[i % cols]) : tmp[i]);
+__global__ void k_bias_round(void *out, int dt, const float *tmp, int64_t ldt, const float *bias, int64_t rows,
+                             int64_t cols) {
+    UTK_ROWS(r, rows, c, cols) {
+        float v = tmp[r * ldt + c];
+        utk_store_f32(out, dt, r * cols + c, bias ? __fadd_rn(v, bias[c]) : v);
+    }
 }
-extern "C" void utk_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols) {
-    if (rows * cols <= 0) return;
-    k_bias_round<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(out, dt, tmp, bias, rows, cols);
+extern "C" void utk_bias_round(void *out, int dt, const float *tmp, int64_t ldt, const float *bias, int64_t rows,
+                               int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    k_bias_round<<<rows_grid(rows, cols), rows_threads(cols), 0, stream()>>>(out, dt, tmp, ldt, bias, rows, cols);
     ut_cuda_launched("bias and round");
 }
 

@@ -41,14 +41,20 @@ void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, floa
              void *p16, int p16_dt);
 /* dst[0..1] = the step's scalars from *sq (backend.h, step_scalars) */
 void utk_step_scalars(float *dst, const double *sq, double max_norm, float scale);
-/* out (rows, cols) = bias (cols) repeated on every row */
-void utk_rows_fill(float *out, const float *bias, int64_t rows, int64_t cols);
+/* out (rows, cols; rows ld apart) = bias (cols) repeated on every row */
+void utk_rows_fill(float *out, int64_t ld, const float *bias, int64_t rows, int64_t cols);
+/* dst (rows, cols; rows ldd apart, stored in ddt) = src (rows lds apart,
+ * stored in sdt), rounded to nearest even (dtypes 0 F32, 1 BF16, 2 F16; a
+ * copy where they match) */
+void utk_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
+                      int64_t cols);
 /* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,
  * 2 F16), each summed in fixed row blocks added in order */
 void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
-/* out (rows, cols) stored in dt = tmp + bias (bias NULL: none), rounded to
- * nearest even: a 16-bit product's output */
-void utk_bias_round(void *out, int dt, const float *tmp, const float *bias, int64_t rows, int64_t cols);
+/* out (rows, cols, contiguous) stored in dt = tmp (rows ldt apart) + bias
+ * (bias NULL: none), rounded to nearest even: a product's output */
+void utk_bias_round(void *out, int dt, const float *tmp, int64_t ldt, const float *bias, int64_t rows,
+                    int64_t cols);
 /* dst (n, stored in dt) = dst + add, rounded: adding into a 16-bit gradient */
 void utk_add_round(void *dst, int dt, const float *add, int64_t n);
 

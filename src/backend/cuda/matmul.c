@@ -16,8 +16,8 @@ static float *f32(const ut_tensor *t) { return (float *)t->data; }
  * with its rounded 16-bit copy kept from forward to backward by autocast
  * (ut_autocast_round16), the output and its gradient in 16 bits. The
  * products run on the 16-bit tensor cores; cuBLASLt writes the 16-bit
- * output with the bias added in float32 (its bias epilogue), and adds the
- * input gradient into a 16-bit one, each rounded once; where it has no
+ * output with the bias added in float32 (its bias epilogue), rounded once,
+ * and adds the input gradient into a 16-bit one; where it has no
  * algorithm for that (or UT_CUDA_LT_FUSED=0) the product goes into float32
  * scratch and the output is bias-added and rounded in one pass of ours. The
  * results are those the wrapped path gives (rounded operands, float32 sums,
@@ -39,21 +39,38 @@ static const void *weight16(ut_tensor *t, ut_tensor *w, bool backward, const ut_
     return r ? r : as16(w, t->autocast, n, k);
 }
 
+/* The row stride, in elements of size el, that cuBLASLt's fast kernels take
+ * for an (N, OC) result or gradient: rows 16 bytes apart. Where OC is not a
+ * multiple of that (GPT-2's head: 50257 tokens), the product runs on an
+ * OC-wide copy at this stride in scratch: on an H200 the head's products on
+ * 50257-element rows reached 95-145 TFLOP/s against 480-700 for the aligned
+ * shapes of the same step (bench/gpu_gemm, docs/gpu.md). */
+static int64_t ld16(int64_t cols, size_t el) {
+    int64_t per = 16 / (int64_t)el;
+    return (cols + per - 1) / per * per;
+}
+
 static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
     const void *x16 = as16(x, t->autocast, N * C, k), *w16 = weight16(t, w, false, k);
-    /* cuBLASLt writes the 16-bit output itself, the bias added in float32 */
-    if (t->dtype == t->autocast &&
-        ut_cuda_gemm16_out(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, t->data, OC, dt, b ? f32(b) : NULL)) {
-        ut_kscratch_release(k);
-        return;
+    /* cuBLASLt writes the 16-bit output itself, the bias added in float32
+     * (into aligned rows in scratch, then moved, where OC needs it) */
+    if (t->dtype == t->autocast) {
+        int64_t ldo = ld16(OC, 2);
+        void *out = ldo == OC ? t->data : ut_kscratch(k, (size_t)(N * ldo) * 2);
+        if (ut_cuda_gemm16_out(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, out, ldo, dt, b ? f32(b) : NULL)) {
+            if (out != t->data) utk_rows_convert(t->data, dt, OC, out, dt, ldo, N, OC);
+            ut_kscratch_release(k);
+            return;
+        }
     }
-    float *tmp = ut_kscratch(k, (size_t)(N * OC) * sizeof(float));
-    ut_cuda_gemm16(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, tmp, OC, dt);
+    int64_t ldt = ld16(OC, sizeof(float));
+    float *tmp = ut_kscratch(k, (size_t)(N * ldt) * sizeof(float));
+    ut_cuda_gemm16(false, true, N, OC, C, 1.0f, x16, C, w16, C, 0.0f, tmp, ldt, dt);
     /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
-    utk_bias_round(t->data, (int)t->dtype, tmp, b ? f32(b) : NULL, N, OC);
+    utk_bias_round(t->data, (int)t->dtype, tmp, ldt, b ? f32(b) : NULL, N, OC);
     ut_kscratch_release(k);
 }
 
@@ -68,21 +85,30 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
         ut_backend_cuda.convert(c, t->autocast, t->grad, ut_dtype_is16(t->dtype) ? t->dtype : UT_F32, N * OC);
         g16 = c;
     }
+    /* the products read it with rows 16 bytes apart (ld16): a copy where OC needs one */
+    int64_t ldg = ld16(OC, 2);
+    const void *gp = g16;
+    if (ldg != OC) {
+        void *c = ut_kscratch(k, (size_t)(N * ldg) * 2);
+        utk_rows_convert(c, dt, ldg, g16, dt, OC, N, OC);
+        gp = c;
+    }
     if (x->requires_grad) { /* dx (N, C) += dout @ w */
         const void *w16 = weight16(t, w, true, k);
         if (x->dtype == t->autocast &&
-            ut_cuda_gemm16_out(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 1.0f, x->grad, C, dt, NULL)) {
-            /* cuBLASLt added it to the 16-bit gradient, rounded once */
+            ut_cuda_gemm16_out(false, false, N, C, OC, 1.0f, gp, ldg, w16, C, 1.0f, x->grad, C, dt, NULL)) {
+            /* cuBLASLt added it to the 16-bit gradient (the product rounded to dt
+             * first on Hopper, as PyTorch's accumulation does) */
         } else if (ut_dtype_is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
             float *tmp = ut_kscratch(k, (size_t)(N * C) * sizeof(float));
-            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 0.0f, tmp, C, dt);
+            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, gp, ldg, w16, C, 0.0f, tmp, C, dt);
             utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
         } else {
-            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, g16, OC, w16, C, 1.0f, x->grad, C, dt);
+            ut_cuda_gemm16(false, false, N, C, OC, 1.0f, gp, ldg, w16, C, 1.0f, x->grad, C, dt);
         }
     }
     if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
-        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, g16, OC, as16(x, t->autocast, N * C, k), C, 1.0f, w->grad, C, dt);
+        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, gp, ldg, as16(x, t->autocast, N * C, k), C, 1.0f, w->grad, C, dt);
     if (b && b->requires_grad) utk_col_sum_add(b->grad, g16, dt, N, OC);
     ut_kscratch_release(k);
 }
@@ -93,9 +119,13 @@ void ut_linear_fwd_cuda(ut_tensor *t, UT_KCTX) {
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
-    if (b) utk_rows_fill(f32(t), f32(b), N, OC);
-    ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, f32(t), OC, 0, 1);
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, ldo = ld16(OC, sizeof(float));
+    /* the product's rows 16 bytes apart (ld16): in scratch, then moved, where OC needs it */
+    float *out = ldo == OC ? f32(t) : ut_kscratch(k, (size_t)(N * ldo) * sizeof(float));
+    if (b) utk_rows_fill(out, ldo, f32(b), N, OC);
+    ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, out, ldo, 0, 1);
+    if (out != f32(t)) utk_rows_convert(t->data, 0, OC, out, 0, ldo, N, OC);
+    ut_kscratch_release(k);
 }
 
 void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
@@ -104,13 +134,19 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
-    const float *G = t->grad;
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, ldg = ld16(OC, sizeof(float));
+    const float *G = t->grad, *Gp = G;
+    if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16) */
+        float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
+        utk_rows_convert(c, 0, ldg, G, 0, OC, N, OC);
+        Gp = c;
+    }
     if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C) */
-        ut_cuda_sgemm(false, false, N, C, OC, 1.0f, G, OC, 0, f32(w), C, 0, 1.0f, x->grad, C, 0, 1);
+        ut_cuda_sgemm(false, false, N, C, OC, 1.0f, Gp, ldg, 0, f32(w), C, 0, 1.0f, x->grad, C, 0, 1);
     if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
-        ut_cuda_sgemm(true, false, OC, C, N, 1.0f, G, OC, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
+        ut_cuda_sgemm(true, false, OC, C, N, 1.0f, Gp, ldg, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
     if (b && b->requires_grad) utk_col_sum_add(b->grad, G, 0, N, OC);
+    ut_kscratch_release(k);
 }
 
 /* ---- matmul: a (..., M, K) @ b (K, N) or (..., K, N) ---- */
