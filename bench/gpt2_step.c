@@ -137,6 +137,7 @@ int main(int argc, char **argv) {
         ut_optim_step_zero(opt, lr); /* update, and zero the grads in the same pass */
         ut_ctx_reset(ctx);
         double t3 = bench_now();
+        if (s == WARMUP - 1) ut_profile_ops_reset(); /* UT_PROFILE_OPS: the timed steps alone */
         if (s >= WARMUP) {
             int i = s - WARMUP;
             t_step[i] = t3 - t0;

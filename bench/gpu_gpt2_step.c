@@ -187,6 +187,7 @@ int main(int argc, char **argv) {
         if (s == 0) first = lv;
         last = lv;
         if (s >= WARMUP) ts[s - WARMUP] = t1 - t0, peak = pk > peak ? pk : peak;
+        if (s == WARMUP - 1) ut_profile_ops_reset(); /* UT_PROFILE_OPS: the timed steps alone */
     }
     qsort(ts, (size_t)steps, sizeof *ts, cmpd);
     double med = steps % 2 ? ts[steps / 2] : 0.5 * (ts[steps / 2 - 1] + ts[steps / 2]);

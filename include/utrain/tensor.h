@@ -165,6 +165,12 @@ void ut_ctx_set_error(ut_ctx *ctx, const char *fmt, ...) __attribute__((format(p
  * next check, read or backward. */
 int ut_ctx_device_check(ut_ctx *ctx);
 
+/* UT_PROFILE_OPS (docs/gpu.md): forget the op times gathered so far, the
+ * queued ops' included, so that the report at exit covers only what
+ * follows (a benchmark's timed steps without its warm-ups, whose first
+ * launches load kernels and pick algorithms). Nothing when profiling is off. */
+void ut_profile_ops_reset(void);
+
 /* Memory accounting of the activation arena (bytes). peak is the largest
  * amount in use at once since the last ut_ctx_reset_peak. */
 size_t ut_ctx_bytes_in_use(const ut_ctx *ctx);

@@ -311,6 +311,15 @@ static void prof_report(void) {
     pthread_mutex_unlock(&prof_mu);
 }
 
+void ut_profile_ops_reset(void) {
+    pthread_mutex_lock(&prof_mu);
+    if (prof_state == 2) prof_resolve(); /* its pairs' events back to the spares, their times dropped below */
+    memset(prof_time, 0, sizeof prof_time);
+    memset(prof_bytes, 0, sizeof prof_bytes);
+    memset(prof_calls, 0, sizeof prof_calls);
+    pthread_mutex_unlock(&prof_mu);
+}
+
 /* The bytes a plain kernel of t's op moves: forward, its inputs read and
  * its output written (none for views); backward, the output's gradient and
  * the inputs read, and each input's gradient read and written (gradients

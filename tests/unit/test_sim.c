@@ -591,7 +591,67 @@ static void test_param_copies(void) {
     }
 }
 
-int main(void) {
+/* ---- UT_PROFILE_OPS=gpu and ut_profile_ops_reset ----
+ * The profile's mode is read once per process, so each case runs in a fresh
+ * one (this program again, told by UT_TEST_PROFILE_CHILD what to do): three
+ * linears on sim, the reset (or not), one more; its report at exit must
+ * count one forward linear after the reset and four without it. */
+static void profile_child(const char *what) {
+    ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = UT_SIM});
+    float xv[6] = {1, 2, 3, 4, 5, 6}, wv[6] = {1, 0, 0, 1, 1, 1}, out[4];
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && !strcmp(what, "reset")) ut_profile_ops_reset();
+        ut_tensor *x = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 3}, xv);
+        ut_tensor *w = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 3}, wv);
+        ut_tensor *y = ut_linear(ctx, x, w, NULL);
+        if (!y || ut_tensor_get(y, out, sizeof out) || out[0] != 1 || out[3] != 15) _exit(3);
+        ut_ctx_reset(ctx);
+    }
+    ut_ctx_free(ctx);
+    exit(0); /* the report is written at exit */
+}
+
+static long profile_linear_calls(const char *what, char **argv) {
+    char path[] = "/tmp/utrain-prof-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        setenv("UT_PROFILE_OPS", "gpu", 1);
+        setenv("UT_TEST_PROFILE_CHILD", what, 1);
+        execv("/proc/self/exe", argv);
+        _exit(4);
+    }
+    close(fd);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long calls = -1;
+    double sec = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, " linear %lf %ld", &sec, &calls) == 2) break;
+    if (f) fclose(f);
+    unlink(path);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "profile child (%s): status %#x", what, st);
+    return calls;
+}
+
+static char **main_argv;
+static void test_profile_reset(void) {
+    long with = profile_linear_calls("reset", main_argv), without = profile_linear_calls("keep", main_argv);
+    CHECK(with == 1, "after ut_profile_ops_reset the report counts %ld forward linears, want 1", with);
+    CHECK(without == 4, "without the reset the report counts %ld forward linears, want 4", without);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *child = getenv("UT_TEST_PROFILE_CHILD");
+    if (child) profile_child(child);
+    main_argv = argv;
+    RUN(test_profile_reset);
     RUN(test_registered);
     RUN(test_host_read_faults);
     RUN(test_async_copies);
