@@ -478,8 +478,9 @@ static int flops_profiler(ds_ctx *d, const cJSON *o) {
     if (!cJSON_IsObject(o)) return refuse(d, "flops_profiler", "expected an object");
     const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "enabled");
     if (cJSON_IsTrue(on))
-        return refuse(d, "flops_profiler.enabled", "not available; UT_PROFILE_OPS=1 times every op and the run "
-                                                   "logs its MFU (docs/gpu.md); set false or remove the section");
+        return refuse(d, "flops_profiler.enabled", "not available; UT_PROFILE_OPS=1 times every op and the train "
+                                                   "lines give tokens_per_s (docs/gpu.md); set false or remove the "
+                                                   "section");
     return 0;
 }
 

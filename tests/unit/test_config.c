@@ -1560,6 +1560,20 @@ static void test_fsdp_config(void) {
     CHECK(load_text(&c, yaml) == -1 && strstr(err, ": fsdp_config.min_num_params: '1000': utrain gathers the "
                                                     "parameters per transformer block"),
           "%s", err);
+    ut_config_free(&c);
+    /* a file that is not a mapping of options, and an option that is a mapping */
+    const char *not_options[2][2] = {{"[\"GPT2Block\"]", ": expected a JSON object of FSDP options"},
+                                     {"{\"backward_prefetch\": {\"x\": 1}}", ": backward_prefetch: expected a value or a list"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(yaml, sizeof yaml, "fsdp_config: %s\n", write_ds(not_options[i][0]));
+        char want[400];
+        snprintf(want, sizeof want, "fsdp_config %s%s", ds_path, not_options[i][1]);
+        ut_config_init(&c);
+        CHECK(load_text(&c, yaml) == -1 && strstr(err, want), "fsdp_config %s: got '%s', want '%s'",
+              not_options[i][0], err, want);
+        ut_config_free(&c);
+    }
+    ut_config_init(&c);
     unlink(ds_path);
     ut_config_free(&c);
     check_load_error("fsdp_config: {offload_params: true}\n",
@@ -1675,9 +1689,15 @@ static void test_deepspeed_config(void) {
                    "utrain's distributed settings)");
     check_ds_error("{\"zero_optimization\": {\"sub_group_size\": \"big\"}}",
                    "zero_optimization.sub_group_size: expected a number of elements or \"auto\"");
+    const char *bad_mics[3] = {"0", "-2", "2.5"};
+    for (int i = 0; i < 3; i++) {
+        char j[128];
+        snprintf(j, sizeof j, "{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": %s}}", bad_mics[i]);
+        check_ds_error(j, "zero_optimization.mics_shard_size: expected a number of ranks per shard group (-1: off)");
+    }
     check_ds_error("{\"flops_profiler\": {\"enabled\": true}}",
-                   "flops_profiler.enabled: not available; UT_PROFILE_OPS=1 times every op and the run logs its MFU "
-                   "(docs/gpu.md); set false or remove the section");
+                   "flops_profiler.enabled: not available; UT_PROFILE_OPS=1 times every op and the train lines give "
+                   "tokens_per_s (docs/gpu.md); set false or remove the section");
     check_ds_error("{\"activation_checkpointing\": {\"cpu_checkpointing\": true}}",
                    "activation_checkpointing.cpu_checkpointing: utrain keeps checkpointed activations on the "
                    "device; set false or remove it");
