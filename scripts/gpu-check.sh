@@ -217,6 +217,22 @@ if want bench; then
     fi
 fi
 
+if want profile; then
+    # where the GPT-2 step's time goes, op by op (before `models`, which can
+    # take the rest of the budget; UT_PROFILE_OPS: docs/gpu.md;
+    # gpu: the GPU's own time per op from timing events, nothing waited for;
+    # GPU_CHECK_PROFILE_MODE=1: the host's clock around a wait per op)
+    for prec in ${GPU_CHECK_PROFILE:-bf16}; do
+        flag=; [ $prec = bf16 ] && flag=--bf16
+        UT_PROFILE_OPS=${GPU_CHECK_PROFILE_MODE:-gpu} run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step \
+            --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 3 $flag
+        grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
+        # the same step's products alone, shape by shape (what linear's share is made of)
+        run gemm-gpt2-$prec 120 build/bench/gpu_gemm --batch "${GPU_CHECK_BATCH:-8}" --precision $prec
+        cat "$OUT/gemm-gpt2-$prec.log" | tee -a "$SUMMARY"
+    done
+fi
+
 if want models; then
     # the benchmark table's other rows, utrain against PyTorch on this GPU:
     # the Fashion-MNIST CNN's epoch (configs/fmnist_cnn.yml through `utrain
@@ -382,21 +398,6 @@ if want llmc; then
     else
         note "llmc: no .llmc/ (run scripts/gpu-llmc.sh where llm.c was fetched, and carry .llmc)"
     fi
-fi
-
-if want profile; then
-    # where the GPT-2 step's time goes, op by op (UT_PROFILE_OPS: docs/gpu.md;
-    # gpu: the GPU's own time per op from timing events, nothing waited for;
-    # GPU_CHECK_PROFILE_MODE=1: the host's clock around a wait per op)
-    for prec in ${GPU_CHECK_PROFILE:-bf16}; do
-        flag=; [ $prec = bf16 ] && flag=--bf16
-        UT_PROFILE_OPS=${GPU_CHECK_PROFILE_MODE:-gpu} run profile-gpt2-$prec 300 build/bench/gpu_gpt2_step \
-            --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 3 $flag
-        grep -A40 "op profile" "$OUT/profile-gpt2-$prec.log" | tee -a "$SUMMARY"
-        # the same step's products alone, shape by shape (what linear's share is made of)
-        run gemm-gpt2-$prec 120 build/bench/gpu_gemm --batch "${GPU_CHECK_BATCH:-8}" --precision $prec
-        cat "$OUT/gemm-gpt2-$prec.log" | tee -a "$SUMMARY"
-    done
 fi
 
 # Every log in one archive: the device tool brings back at most 8 files.
