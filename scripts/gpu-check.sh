@@ -206,6 +206,10 @@ if want bench; then
             UT_CUDA_LT_FUSED=0 run "bench-utrain-gpt2-bf16-unfused" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_CUDA_LT_FUSED=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-unfused.log")"
+            # attention on the WMMA kernels instead of the mma.sync ones
+            UT_CUDA_ATTN=wmma run "bench-utrain-gpt2-bf16-wmma" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_CUDA_ATTN=wmma) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-wmma.log")"
         fi
         [ $prec = bf16 ] && flag=--amp
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json

@@ -19,6 +19,11 @@
  *     load_matrix_sync / store_matrix_sync check what the hardware requires:
  *     a 32-byte aligned pointer and a leading dimension that is a multiple
  *     of 16 bytes;
+ *   - mma.sync.m16n8k16 and ldmatrix.x4 (the PTX the attention kernels
+ *     write): each lane's registers hold the elements the PTX ISA's fragment
+ *     layouts give them, so a kernel that puts an element in the wrong lane
+ *     or register gets wrong products here as on a GPU; ldmatrix's row
+ *     addresses must be 16-byte aligned;
  *   - dynamic shared memory is a heap buffer of exactly the launch's size
  *     (so AddressSanitizer builds see overruns), filled with NaN bytes at
  *     each block's start (so a read before a write shows);
@@ -334,6 +339,75 @@ inline float utemu_tf32(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
+
+/* ---- the warp-level matrix instructions the attention kernels write in
+ * PTX (flash_attention_mma.cuh), with the fragment layouts of the PTX ISA's
+ * "Matrix Fragments for mma.m16n8k16" and "ldmatrix". A lane's registers go
+ * through the warp's staging tile (a warp barrier), each lane computes its
+ * own results from the whole matrices, and a second barrier frees the tile.
+ * groupID g = lane / 4, t = lane % 4; a 32-bit register holds two 16-bit
+ * elements, the lower-numbered column (or row, for B) in its low half. ---- */
+namespace utemu {
+inline float utemu_h16(uint32_t r, int hi, bool f16) {
+    const uint16_t h = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
+    if (f16) {
+        __half x;
+        memcpy(&x, &h, 2);
+        return __half2float(x);
+    }
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 d, a, b, d:
+ * A 16 x 16 (a0: row g, cols 2t, 2t+1; a1: row g+8; a2: row g, cols 2t+8,
+ * 2t+9; a3: row g+8, cols 2t+8, 2t+9), B 16 x 8 (b0: rows 2t, 2t+1 of column
+ * g; b1: rows 2t+8, 2t+9), C and D 16 x 8 float (d0, d1: row g, columns 2t,
+ * 2t+1; d2, d3: row g+8) */
+inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool f16) {
+    uint32_t *st = (uint32_t *)warp_tile(); /* 6 registers a lane */
+    const int lane = (int)(threadIdx.x & 31u);
+    for (int i = 0; i < 4; i++) st[lane * 6 + i] = a[i];
+    st[lane * 6 + 4] = b[0];
+    st[lane * 6 + 5] = b[1];
+    barrier_whole("mma.sync.m16n8k16");
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) {
+            const int al = (r & 7) * 4 + (k & 7) / 2, ar = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            const int bl = n * 4 + (k & 7) / 2, br = k >= 8 ? 1 : 0;
+            s += utemu_h16(st[al * 6 + ar], k & 1, f16) * utemu_h16(st[bl * 6 + 4 + br], k & 1, f16);
+        }
+        d[i] = s;
+    }
+    barrier(1);
+}
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 r, [p]: lanes 8 i to
+ * 8 i + 7 give the addresses of matrix i's eight rows (8 elements, 16-byte
+ * aligned); r[i] of lane l holds row l / 4, columns 2 (l % 4) and + 1 of
+ * matrix i, or with .trans rows 2 (l % 4) and + 1 of column l / 4 */
+inline void ldmatrix_x4(uint32_t r[4], const void *p, bool trans) {
+    if ((uintptr_t)p % 16) die("ldmatrix: a row address %p not 16-byte aligned", p);
+    uint64_t *slots = shuffle_slots();
+    const unsigned tid = threadIdx.x + threadIdx.y * blockDim.x, warp0 = tid & ~31u;
+    const int lane = (int)(tid & 31u);
+    slots[tid] = (uint64_t)(uintptr_t)p;
+    barrier_whole("ldmatrix");
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int j = 0; j < 2; j++) {
+            const int row = trans ? 2 * (lane & 3) + j : lane >> 2, col = trans ? lane >> 2 : 2 * (lane & 3) + j;
+            const uint16_t *rp = (const uint16_t *)(uintptr_t)slots[warp0 + (unsigned)(8 * i + row)];
+            e[j] = rp[col];
+        }
+        r[i] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    barrier(1);
+}
+} // namespace utemu
 
 /* ---- WMMA (mma.h): whole tiles in every lane; loads and stores are warp
  * barriers, as the hardware's collective operations are in effect ---- */

@@ -206,14 +206,19 @@ static void attention_case(int dt, int B, int T, int NH, double tol_out, double 
 }
 
 /* P and dS rounded to the 16-bit type set the tolerances: bf16 has 8 bits
- * of precision, fp16 11 */
+ * of precision, fp16 11. Both kernel families: mma.sync (the default) and
+ * WMMA (UT_CUDA_ATTN=wmma). */
 static void test_attention_tc(void) {
     CHECK(ut_cuda_flash_attn_tc_ok(2, 77, 128, 2), "head size 64 is taken");
     CHECK(!ut_cuda_flash_attn_tc_ok(2, 77, 96, 2), "head size 48 is not");
     int shapes[][3] = {{1, 64, 1}, {2, 77, 2}, {1, 130, 1}};
-    for (int s = 0; s < 3; s++) {
-        attention_case(1, shapes[s][0], shapes[s][1], shapes[s][2], 4e-3, 8e-3);
-        attention_case(2, shapes[s][0], shapes[s][1], shapes[s][2], 5e-4, 1.5e-3);
+    for (int fam = 0; fam < 2; fam++) {
+        if (fam) setenv("UT_CUDA_ATTN", "wmma", 1);
+        for (int s = 0; s < 3; s++) {
+            attention_case(1, shapes[s][0], shapes[s][1], shapes[s][2], 4e-3, 8e-3);
+            attention_case(2, shapes[s][0], shapes[s][1], shapes[s][2], 5e-4, 1.5e-3);
+        }
+        unsetenv("UT_CUDA_ATTN");
     }
 }
 

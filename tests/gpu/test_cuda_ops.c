@@ -269,6 +269,7 @@ static void test_masked_attention(void) {
     } passes[] = {
         {UT_BF16, NULL, "tensor cores bf16", {0, 1, 2, 6, 7, 8, 11, 13}, 8},
         {UT_F16, NULL, "tensor cores f16", {1, 8}, 2},
+        {UT_BF16, "wmma", "tensor cores wmma bf16", {1, 2, 8, 11}, 4},
         {UT_BF16, "fp32", "fused fp32 bf16", {0, 1, 2}, 3},
     };
     for (size_t p = 0; p < sizeof passes / sizeof passes[0]; p++) {
@@ -356,13 +357,14 @@ static void test_same_bits_twice(void) {
 /* Attention under autocast with head size 64 runs on the tensor cores
  * (flash_attention_tc.cu): against the CPU's autocast at both 16-bit types,
  * T a multiple of 64 and not, then again on the float32 kernels
- * (UT_CUDA_ATTN=fp32); and the same bits twice. */
+ * (UT_CUDA_ATTN=fp32) and on the WMMA tensor-core kernels (UT_CUDA_ATTN=wmma;
+ * the default is their mma.sync form); and the same bits twice. */
 static void test_attention_paths(void) {
     const gc_row *rows[] = {&big_rows[2], &big_rows[8], &big_rows[9]};
     ut_dtype dts[2] = {UT_BF16, UT_F16};
-    const char *paths[2] = {"tensor cores", "fp32"};
-    for (int p = 0; p < 2; p++) {
-        if (p == 1) setenv("UT_CUDA_ATTN", "fp32", 1);
+    const char *paths[3] = {"tensor cores", "fp32", "wmma"};
+    for (int p = 0; p < 3; p++) {
+        if (p) setenv("UT_CUDA_ATTN", paths[p], 1);
         for (int d = 0; d < 2; d++) {
             dc_autocast = dts[d];
             for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {

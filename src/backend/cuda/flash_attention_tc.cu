@@ -452,6 +452,474 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, 
     add_rows(dq_out + b * g.sq + kb.hc, g.ldq, Sw, LF, q0 + w * WR, g.Tq, g.scale);
 }
 
+/* ==== The same kernels in PTX (namespace mma, the default): mma.sync.m16n8k16
+ * (bf16 or fp16 operands, float32 accumulation) fed by ldmatrix from shared
+ * memory, with every score, probability and accumulator in registers. The
+ * same three kinds (MODE), loop ranges, masks, dropout draws, outputs and
+ * fixed summation orders as the WMMA kernels above, whose helpers (geom,
+ * load_tile, prob_at, the tile sizes) they use; the two families differ only
+ * in the order of the products' float sums. `UT_CUDA_ATTN=wmma` runs the
+ * WMMA kernels instead.
+ *
+ * Why: the WMMA forms pass every 16 x 16 product through shared memory
+ * (the scores, the probabilities, the output's rescaling), because a WMMA
+ * fragment's elements have no documented place in the lanes. mma.sync's
+ * fragments do (the PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane
+ * l = 4 g + t holds, of a 16 x 8 float result, rows g and g + 8 at columns
+ * 2t and 2t + 1, so the online softmax runs on the accumulators themselves
+ * (a row's four lanes reduce by two shuffles), and a 16 x 64 block of
+ * probabilities is, packed to 16 bits, already the A operand of the next
+ * product (FlashAttention-2's register reuse).
+ *
+ * A block has 4 warps and 64 rows; warp w owns rows 16 w .. 16 w + 15 of
+ * the block's tile, and its partner tiles (64 rows, D = 64 columns, T16, row
+ * stride LH = 72: each ldmatrix row address 16-byte aligned, the eight rows
+ * of a matrix in distinct banks) are read through ldmatrix: plain for an
+ * operand whose reduction runs along a stored row (K for S = Q K^T, dout for
+ * dP = dout V^T), transposed where it runs down the rows (V for O = P V).
+ *   forward: per key tile S (16 x 64, 32 products), mask, online softmax,
+ *     O += P V (32 products); O stays in registers.
+ *   kernel A (dK, dV of a key tile; the warp's 16 keys as rows): per query
+ *     tile S^T = K Q^T, P^T, dV += P^T dout, dP^T = V dout^T, dS^T, dK +=
+ *     dS^T Q (128 products).
+ *   kernel B (dQ of a query tile): S = Q K^T, dP = dout V^T, dS, dQ += dS K
+ *     (96 products).
+ * Shared memory: 27 KiB forward, 37 KiB backward: under the default 48 KiB,
+ * so several blocks share an SM. */
+
+namespace mma {
+
+template <typename T16>
+struct is_f16 {
+    static constexpr bool v = false;
+};
+template <>
+struct is_f16<__half> {
+    static constexpr bool v = true;
+};
+
+/* d += A (16 x 16, a) B (16 x 8, b0 b1) */
+template <typename T16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef UT_CUDA_EMU
+    const uint32_t b[2] = {b0, b1};
+    utemu::mma_m16n8k16(d, a, b, is_f16<T16>::v);
+#else
+    if constexpr (is_f16<T16>::v)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* four 8 x 8 matrices of 16-bit elements; lane l gives a row address of
+ * matrix l / 8 */
+__device__ __forceinline__ void ldsm(uint32_t (&r)[4], const void *p) {
+#ifdef UT_CUDA_EMU
+    utemu::ldmatrix_x4(r, p, false);
+#else
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+#endif
+}
+__device__ __forceinline__ void ldsm_t(uint32_t (&r)[4], const void *p) {
+#ifdef UT_CUDA_EMU
+    utemu::ldmatrix_x4(r, p, true);
+#else
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+#endif
+}
+
+template <typename T16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    const T16 a = to16<T16>(lo), b = to16<T16>(hi);
+    uint16_t x, y;
+    memcpy(&x, &a, 2);
+    memcpy(&y, &b, 2);
+    return (uint32_t)x | (uint32_t)y << 16;
+}
+
+/* The A operand (16 x 16) of the warp's rows r0 .. r0 + 15, columns c0 ..
+ * c0 + 15 of a tile (stride LH): matrices rows 0-7 / 8-15 x columns 0-7,
+ * then the same x columns 8-15 */
+template <typename T16>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T16 *tile, int r0, int c0) {
+    const int lane = (int)threadIdx.x & 31;
+    ldsm(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LH + c0 + (lane >> 4) * 8);
+}
+
+/* acc[j] (16 x 8, j < 8) = A (the warp's 16 rows of D columns, a[kk]) times
+ * the transpose of the 64 rows of tile x: the warp's rows against x's, the
+ * reduction along the stored rows. ldmatrix's four matrices: x's rows 16 jp
+ * .. + 7 and + 8 .. + 15, each at columns 16 kk and 16 kk + 8. */
+template <typename T16>
+__device__ __forceinline__ void rows_by_rows(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const T16 *x) {
+    const int lane = (int)threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int jp = 0; jp < 4; jp++) {
+            uint32_t bx[4];
+            ldsm(bx, x + (jp * 16 + (lane >> 4) * 8 + (lane & 7)) * LH + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma16816<T16>(acc[2 * jp], a[kk], bx[0], bx[1]);
+            mma16816<T16>(acc[2 * jp + 1], a[kk], bx[2], bx[3]);
+        }
+}
+
+/* acc[n] (16 x 8, n < 8: D columns) += P (16 x 64, the registers of a
+ * rows_by_rows result p, rounded to T16) times the 64 x D tile x: the
+ * reduction down x's rows (transposed ldmatrix: matrices x's rows 16 kc ..
+ * + 7 and + 8 .. + 15, at columns 16 np and 16 np + 8) */
+template <typename T16>
+__device__ __forceinline__ void probs_by_tile(float (&acc)[8][4], const float (&p)[8][4], const T16 *x) {
+    const int lane = (int)threadIdx.x & 31;
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        const uint32_t pa[4] = {pack2<T16>(p[2 * kc][0], p[2 * kc][1]), pack2<T16>(p[2 * kc][2], p[2 * kc][3]),
+                                pack2<T16>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                                pack2<T16>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t bx[4];
+            ldsm_t(bx, x + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LH + np * 16 + (lane >> 4) * 8);
+            mma16816<T16>(acc[2 * np], pa, bx[0], bx[1]);
+            mma16816<T16>(acc[2 * np + 1], pa, bx[2], bx[3]);
+        }
+    }
+}
+
+/* adds the warp's 16 x D accumulators (rows r0 + g and r0 + g + 8) into
+ * dst (row stride ld), rows below T, times s: one thread per element */
+__device__ __forceinline__ void add_acc(float *dst, int64_t ld, const float (&acc)[8][4], int r0, int T, float s) {
+    const int lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r0 + gr + 8 * r;
+        if (row >= T) continue;
+        float *d = dst + (int64_t)row * ld + 2 * t;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            d[n * 8] += acc[n][2 * r] * s;
+            d[n * 8 + 1] += acc[n][2 * r + 1] * s;
+        }
+    }
+}
+
+/* ---- forward ---- */
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float *__restrict__ out2,
+                                                 float *__restrict__ L, geom g) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    T16 *Qs = (T16 *)sm, *Ks = (T16 *)(sm + H_TILE), *Vs = (T16 *)(sm + 2 * H_TILE);
+    [[maybe_unused]] float *Bs = (float *)(sm + 3 * H_TILE); /* MASKED: the key tile's biases */
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y; /* heaviest first */
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+    const int q0 = qb * BM;
+    const int64_t hc = (int64_t)h * D;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    int kbeg, kstop;
+    span_of<MODE>(g, q0, true, &kbeg, &kstop);
+
+    load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
+    __syncthreads();
+    uint32_t qa[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) load_a<T16>(qa[kk], Qs, w * WR, kk * 16);
+
+    /* this lane's two rows */
+    const int qi[2] = {q0 + w * WR + gr, q0 + w * WR + gr + 8};
+    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
+    [[maybe_unused]] int64_t pst[2] = {0, 0};
+    if constexpr (MODE == VARLEN) {
+        seq_range(g, qi[0], &lo[0], &hi[0], &pst[0]);
+        seq_range(g, qi[1], &lo[1], &hi[1], &pst[1]);
+    }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+    for (int k0 = kbeg; k0 < kstop; k0 += BM) {
+        __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
+        load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
+        load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+        if constexpr (MODE == MASKED) {
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+        }
+        __syncthreads();
+        float s[8][4];
+        rows_by_rows<T16>(s, qa, Ks);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, col = j * 8 + 2 * t + (e & 1), key = k0 + col;
+                bool ok;
+                if constexpr (MODE == PACKED) ok = key <= qi[r] && key < g.Tk;
+                else if constexpr (MODE == MASKED) ok = key < g.Tk && (!g.causal || key <= qi[r]);
+                else ok = key >= lo[r] && key < hi[r] && (!g.causal || key <= qi[r]);
+                float x = ok ? s[j][e] * g.scale : -INFINITY;
+                if constexpr (MODE == MASKED) x += Bs[col];
+                s[j][e] = x;
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float alpha[2], mn[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mn[r] = fmaxf(m[r], mx[r]);
+            /* a row with no key yet (masked so far, or a padding row past Tq) keeps zeros */
+            alpha[r] = mn[r] == -INFINITY ? 1.0f : expf(m[r] - mn[r]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = mn[r] == -INFINITY ? 0.0f : expf(s[j][e] - mn[r]);
+                ps[r] += p; /* the softmax's sum: before dropout */
+                if (MODE != PACKED && g.drop.p > 0.0f && p != 0.0f)
+                    p = kept<MODE>(g, bh, qi[r], k0 + j * 8 + 2 * t + (e & 1), lo[r], hi[r], pst[r]) ? p * g.drop.ks
+                                                                                                   : 0.0f;
+                s[j][e] = p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
+            l[r] = l[r] * alpha[r] + ps[r];
+            m[r] = mn[r];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+        probs_by_tile<T16>(o, s, Vs);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (qi[r] >= g.Tq) continue;
+        /* a row whose keys are all masked attends nowhere: out 0, L = +inf */
+        const bool any = MODE == PACKED || l[r] > 0.0f;
+        const float inv = any ? 1.0f / l[r] : 0.0f;
+        const int64_t at = ((int64_t)b * g.Tq + qi[r]) * g.C + hc + 2 * t;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const float v0 = o[n][2 * r] * inv, v1 = o[n][2 * r + 1] * inv;
+            out[at + n * 8] = v0;
+            out[at + n * 8 + 1] = v1;
+            if (out2) {
+                out2[at + n * 8] = v0;
+                out2[at + n * 8 + 1] = v1;
+            }
+        }
+        if (t == 0) L[(int64_t)bh * g.Tq + qi[r]] = any ? m[r] + logf(l[r]) : INFINITY;
+    }
+}
+
+/* ---- backward ---- */
+
+/* kernel A: dK, dV of key block blockIdx.y (the warp's 16 keys as rows),
+ * summed over the query blocks that see it; dk, dv: either may be NULL */
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ L,
+                                                  const float *__restrict__ Dg, float *dk_out, float *dv_out,
+                                                  geom g) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    T16 *Ks = (T16 *)sm, *Vs = (T16 *)(sm + H_TILE), *Qs = (T16 *)(sm + 2 * H_TILE), *Gs = (T16 *)(sm + 3 * H_TILE);
+    float *Ls = (float *)(sm + 4 * H_TILE), *Ds = Ls + BM;
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+    const int64_t hc = (int64_t)h * D;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    const int k0 = (int)blockIdx.y * BM;
+    int qbeg, qstop;
+    span_of<MODE>(g, k0, false, &qbeg, &qstop);
+
+    load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
+    load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+    __syncthreads();
+    uint32_t ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        load_a<T16>(ka[kk], Ks, w * WR, kk * 16);
+        load_a<T16>(va[kk], Vs, w * WR, kk * 16);
+    }
+    float dk[8][4], dv[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    /* this lane's two keys */
+    const int kj[2] = {k0 + w * WR + gr, k0 + w * WR + gr + 8};
+    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
+    [[maybe_unused]] int64_t pst[2] = {0, 0};
+    if constexpr (MODE == VARLEN) {
+        seq_range(g, kj[0], &lo[0], &hi[0], &pst[0]);
+        seq_range(g, kj[1], &lo[1], &hi[1], &pst[1]);
+    }
+    [[maybe_unused]] float bias[2] = {0.0f, 0.0f};
+    if constexpr (MODE == MASKED) {
+        const float *mrow = g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+        bias[0] = key_bias(mrow, kj[0], g.Tk);
+        bias[1] = key_bias(mrow, kj[1], g.Tk);
+    }
+    const bool drop = MODE != PACKED && g.drop.p > 0.0f;
+    for (int q0 = qbeg; q0 < qstop; q0 += BM) {
+        __syncthreads(); /* every warp is done with the previous Qs, Gs, Ls, Ds */
+        load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
+        load_tile<T16>(Gs, gd, g.C, q0, g.Tq, g.vec);
+        for (int i = (int)threadIdx.x; i < BM; i += NT) {
+            const bool ok = q0 + i < g.Tq;
+            Ls[i] = ok ? L[(int64_t)bh * g.Tq + q0 + i] : 0.0f;
+            Ds[i] = ok ? Dg[(int64_t)bh * g.Tq + q0 + i] : 0.0f;
+        }
+        __syncthreads();
+        float p[8][4], pd[8][4];
+        rows_by_rows<T16>(p, ka, Qs); /* S^T: the warp's keys against the tile's queries */
+        uint32_t keep = 0xffffffffu;  /* dropout's draws, bit 4 j + e */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, col = j * 8 + 2 * t + (e & 1), qq = q0 + col;
+                const float x = prob_at<MODE>(g, qq, kj[r], p[j][e], Ls[col], bias[r], lo[r], hi[r]);
+                p[j][e] = x;
+                pd[j][e] = x;
+                if (drop && x != 0.0f) {
+                    if (kept<MODE>(g, bh, qq, kj[r], lo[r], hi[r], pst[r])) pd[j][e] = x * g.drop.ks;
+                    else {
+                        pd[j][e] = 0.0f;
+                        keep &= ~(1u << (4 * j + e));
+                    }
+                }
+            }
+        probs_by_tile<T16>(dv, pd, Gs); /* dV += Pd^T dout */
+        rows_by_rows<T16>(pd, va, Gs);  /* dP^T = V dout^T */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = j * 8 + 2 * t + (e & 1);
+                float dp = pd[j][e];
+                if (drop) dp = keep >> (4 * j + e) & 1u ? dp * g.drop.ks : 0.0f;
+                p[j][e] = p[j][e] * (dp - Ds[col]); /* dS^T */
+            }
+        probs_by_tile<T16>(dk, p, Qs); /* dK += dS^T Q */
+    }
+    if (dk_out) add_acc(dk_out + b * g.sk + hc, g.ldk, dk, k0 + w * WR, g.Tk, g.scale);
+    if (dv_out) add_acc(dv_out + b * g.sk + hc, g.ldv, dv, k0 + w * WR, g.Tk, 1.0f);
+}
+
+/* kernel B: dQ of query block (heaviest first), over the key blocks the
+ * forward visited */
+template <typename T16, int MODE>
+__global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, const float *__restrict__ L,
+                                                const float *__restrict__ Dg, float *__restrict__ dq_out, geom g) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    if constexpr (MODE == VARLEN) {
+        if (*g.bad) return; /* the error flag is raised */
+    }
+    T16 *Qs = (T16 *)sm, *Gs = (T16 *)(sm + H_TILE), *Ks = (T16 *)(sm + 2 * H_TILE), *Vs = (T16 *)(sm + 3 * H_TILE);
+    [[maybe_unused]] float *Bs = (float *)(sm + 4 * H_TILE); /* MASKED: the key tile's biases */
+    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+    const int64_t hc = (int64_t)h * D;
+    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qb * BM;
+    [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
+    int kbeg, kstop;
+    span_of<MODE>(g, q0, true, &kbeg, &kstop);
+
+    load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
+    load_tile<T16>(Gs, gd, g.C, q0, g.Tq, g.vec);
+    __syncthreads();
+    uint32_t qa[D / 16][4], ga[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        load_a<T16>(qa[kk], Qs, w * WR, kk * 16);
+        load_a<T16>(ga[kk], Gs, w * WR, kk * 16);
+    }
+    float dq[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+    const int qi[2] = {q0 + w * WR + gr, q0 + w * WR + gr + 8};
+    float Li[2], Di[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        Li[r] = qi[r] < g.Tq ? L[(int64_t)bh * g.Tq + qi[r]] : 0.0f;
+        Di[r] = qi[r] < g.Tq ? Dg[(int64_t)bh * g.Tq + qi[r]] : 0.0f;
+    }
+    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
+    [[maybe_unused]] int64_t pst[2] = {0, 0};
+    if constexpr (MODE == VARLEN) {
+        seq_range(g, qi[0], &lo[0], &hi[0], &pst[0]);
+        seq_range(g, qi[1], &lo[1], &hi[1], &pst[1]);
+    }
+    const bool drop = MODE != PACKED && g.drop.p > 0.0f;
+    for (int k0 = kbeg; k0 < kstop; k0 += BM) {
+        __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
+        load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
+        load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+        if constexpr (MODE == MASKED) {
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+        }
+        __syncthreads();
+        float s[8][4], dp[8][4];
+        rows_by_rows<T16>(s, qa, Ks);  /* S = Q K^T */
+        rows_by_rows<T16>(dp, ga, Vs); /* dP = dout V^T */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, col = j * 8 + 2 * t + (e & 1), key = k0 + col;
+                const float p =
+                    prob_at<MODE>(g, qi[r], key, s[j][e], Li[r], MODE == MASKED ? Bs[col] : 0.0f, lo[r], hi[r]);
+                float d = dp[j][e];
+                if (drop && p != 0.0f) d = kept<MODE>(g, bh, qi[r], key, lo[r], hi[r], pst[r]) ? d * g.drop.ks : 0.0f;
+                s[j][e] = p * (d - Di[r]); /* dS */
+            }
+        probs_by_tile<T16>(dq, s, Ks); /* dQ += dS K */
+    }
+    add_acc(dq_out + b * g.sq + hc, g.ldq, dq, q0 + w * WR, g.Tq, g.scale);
+}
+
+constexpr size_t FWD_BYTES = 3 * H_TILE;
+constexpr size_t DKDV_BYTES = 4 * H_TILE + 2 * BM * 4;
+constexpr size_t DQ_BYTES = 4 * H_TILE;
+
+}  // namespace mma
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* shared memory past a kernel's regions: MASKED's key biases (forward, dq) */
@@ -467,11 +935,34 @@ const char *const dq_name[3] = {"flash attention backward (dq; tensor cores)",
                                  "flash attention backward (dq; masked; tensor cores)",
                                  "flash attention backward (dq; packed sequences; tensor cores)"};
 
+const char *const mma_fwd_name[3] = {"flash attention forward (mma.sync)",
+                                      "flash attention forward (masked; mma.sync)",
+                                      "flash attention forward (packed sequences; mma.sync)"};
+const char *const mma_dkdv_name[3] = {"flash attention backward (dk, dv; mma.sync)",
+                                       "flash attention backward (dk, dv; masked; mma.sync)",
+                                       "flash attention backward (dk, dv; packed sequences; mma.sync)"};
+const char *const mma_dq_name[3] = {"flash attention backward (dq; mma.sync)",
+                                     "flash attention backward (dq; masked; mma.sync)",
+                                     "flash attention backward (dq; packed sequences; mma.sync)"};
+
+/* the PTX kernels unless UT_CUDA_ATTN=wmma */
+bool use_mma() {
+    const char *e = getenv("UT_CUDA_ATTN");
+    return !(e && !strcmp(e, "wmma"));
+}
+
 template <typename T16, int MODE>
 void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+    if (use_mma()) {
+        const size_t bytes = mma::FWD_BYTES + extra_bytes(MODE);
+        utk::allow_smem(mma::fwd_kernel<T16, MODE>, bytes);
+        mma::fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, out2, L, g);
+        ut_cuda_launched(mma_fwd_name[MODE]);
+        return;
+    }
     const size_t bytes = FWD_BYTES + extra_bytes(MODE);
     utk::allow_smem(fwd_kernel<T16, MODE>, bytes);
-    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
     fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, out2, L, g);
     ut_cuda_launched(fwd_name[MODE]);
 }
@@ -479,6 +970,22 @@ void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
 template <typename T16, int MODE>
 void bwd(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
          const geom &g) {
+    if (use_mma()) {
+        if (dk || dv) {
+            utk::allow_smem(mma::dkdv_kernel<T16, MODE>, mma::DKDV_BYTES);
+            dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
+            mma::dkdv_kernel<T16, MODE><<<grid, NT, mma::DKDV_BYTES, utk::stream()>>>(dout, L, Dg, dk, dv, g);
+            ut_cuda_launched(mma_dkdv_name[MODE]);
+        }
+        if (dq) {
+            const size_t bytes = mma::DQ_BYTES + extra_bytes(MODE);
+            utk::allow_smem(mma::dq_kernel<T16, MODE>, bytes);
+            dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+            mma::dq_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(dout, L, Dg, dq, g);
+            ut_cuda_launched(mma_dq_name[MODE]);
+        }
+        return;
+    }
     if (dk || dv) {
         utk::allow_smem(dkdv_kernel<T16, MODE>, DKDV_BYTES);
         dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
