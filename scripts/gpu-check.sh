@@ -215,6 +215,14 @@ if want bench; then
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-torch-gpt2-$prec.log")"
     done
+    # the issue's own size, batch 64 x 1024 in bf16 (GPU_CHECK_BATCH_BIG=0: not run)
+    BIG=${GPU_CHECK_BATCH_BIG:-64}
+    if [ "$BIG" != 0 ]; then
+        run "bench-utrain-gpt2-bf16-b$BIG" 300 build/bench/gpu_gpt2_step --batch "$BIG" --seq 1024 --steps 10 --bf16 --json
+        note "  batch $BIG: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG.log")"
+        run "bench-torch-gpt2-bf16-b$BIG" 300 python3 bench/torch_gpu_gpt2_step.py --batch "$BIG" --seq 1024 --steps 10 --amp --json
+        note "  batch $BIG: $(tail -1 "$OUT/bench-torch-gpt2-bf16-b$BIG.log")"
+    fi
     if [ "${GPU_CHECK_COMPILE:-0}" = 1 ]; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
@@ -394,11 +402,14 @@ if want llmc; then
         run llmc-build 600 bash -c "cd $L && nvcc --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
             -gencode arch=compute_90,code=sm_90 -DENABLE_BF16 train_gpt2.cu -lcublas -lcublasLt -L$L/lib \
             -lnvidia-ml -o train_gpt2cu"
-        random_tokens "$L/tok.bin" $((B * 1024 * 40 + 1))
-        run llmc-gpt2-bf16 300 $L/train_gpt2cu -i $L/tok.bin -j $L/tok.bin -e d12 -b "$B" -t 1024 -x 20 \
-            -v 100000 -s 100000 -h 0 -n 0
-        note "  llm.c $(cut -c1-12 .llmc/COMMIT) GPT-2 124M bf16 B=$B T=1024: median of steps 11-20: $(grep -o \
-            '[0-9.]* ms | -\?[0-9.]*% bf16 MFU | [0-9]* tok/s' "$OUT/llmc-gpt2-bf16.log" | tail -10 | sort -n | sed -n 5p)"
+        BIG=${GPU_CHECK_BATCH_BIG:-64}
+        for b in $B $([ "$BIG" != 0 ] && [ "$BIG" != "$B" ] && echo "$BIG"); do
+            random_tokens "$L/tok.bin" $((b * 1024 * 40 + 1))
+            run llmc-gpt2-bf16-b$b 300 $L/train_gpt2cu -i $L/tok.bin -j $L/tok.bin -e d12 -b "$b" -t 1024 -x 20 \
+                -v 100000 -s 100000 -h 0 -n 0
+            note "  llm.c $(cut -c1-12 .llmc/COMMIT) GPT-2 124M bf16 B=$b T=1024: median of steps 11-20: $(grep -o \
+                '[0-9.]* ms | -\?[0-9.]*% bf16 MFU | [0-9]* tok/s' "$OUT/llmc-gpt2-bf16-b$b.log" | tail -10 | sort -n | sed -n 5p)"
+        done
     else
         note "llmc: no .llmc/ (run scripts/gpu-llmc.sh where llm.c was fetched, and carry .llmc)"
     fi
