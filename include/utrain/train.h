@@ -46,6 +46,9 @@ typedef struct {
                                       (optim.schedule_on_skip: hold); saved when > 0 */
     int64_t input_tokens_seen;     /* train.count_input_tokens: input tokens trained on so far, all ranks;
                                       saved when > 0 */
+    int64_t flos_tokens;           /* token data: the input tokens (padding included, as Hugging Face's
+                                      floating_point_ops counts them) trained on so far, all ranks, for
+                                      train_results.json's total_flos; saved when > 0 */
     bool plateau;                  /* optim.schedule plateau or greedy: the evaluations' rate below (saved
                                       when set) */
     bool greedy;                   /* greedy: its part of the state too (good evaluations, warmup, reset

@@ -32,7 +32,7 @@ enum {
     K_FORMAT, K_MODEL_TYPE, K_STEP, K_EPOCH, K_CURSOR, K_RNG, K_BEST_METRIC, K_BEST_STEP,
     K_BAD_EVALS, K_CONFIG_HASH, K_OPTIM_STEPS, K_OPTIM_STATE, K_AMP_SCALE, K_AMP_TRACKER, K_AMP_HYSTERESIS,
     K_SCHEDULE_HELD, K_TOKENS_SEEN, K_PLATEAU_LR, K_PLATEAU_BEST, K_PLATEAU_BAD, K_PLATEAU_COOLDOWN,
-    K_GREEDY_GOOD, K_GREEDY_WARMUP, K_GREEDY_RESET, K_GREEDY_WINDOW, K_COUNT
+    K_GREEDY_GOOD, K_GREEDY_WARMUP, K_GREEDY_RESET, K_GREEDY_WINDOW, K_FLOS_TOKENS, K_COUNT
 };
 static const char *const meta_keys[K_COUNT] = {
     "utrain.format", "model.type", "train.step", "train.epoch", "train.cursor", "train.rng",
@@ -40,7 +40,7 @@ static const char *const meta_keys[K_COUNT] = {
     "optim.state", "amp.scale", "amp.growth_tracker", "amp.hysteresis", "train.schedule_held",
     "train.input_tokens_seen", "optim.plateau_lr", "optim.plateau_best", "optim.plateau_bad_evals",
     "optim.plateau_cooldown", "optim.greedy_good_evals", "optim.greedy_warmup_left", "optim.greedy_reset_left",
-    "optim.greedy_window",
+    "optim.greedy_window", "train.flos_tokens",
 };
 #define CHECKSUM_KEY "utrain.checksum"
 #define MAX_STATE 4   /* optimizer state buffers (AdamW has 2) */
@@ -175,6 +175,7 @@ static void meta_build(meta_out *mo, const char *type, const char *state, int64_
     }
     if (st->schedule_held > 0) meta_putf(mo, K_SCHEDULE_HELD, "%" PRId64, st->schedule_held);
     if (st->input_tokens_seen > 0) meta_putf(mo, K_TOKENS_SEEN, "%" PRId64, st->input_tokens_seen);
+    if (st->flos_tokens > 0) meta_putf(mo, K_FLOS_TOKENS, "%" PRId64, st->flos_tokens);
     if (st->plateau) { /* optim.schedule plateau: the rate the evaluations have set, and their count */
         const ut_plateau_state *p = &st->plateau_state;
         format_double(mo->buf[K_PLATEAU_LR], sizeof mo->buf[K_PLATEAU_LR], p->lr);
@@ -300,10 +301,10 @@ static bool parse_greedy(const ut_st_file *f, ut_train_state *st) {
 
 static bool parse_state(const ut_st_file *f, ut_train_state *st) {
     const char *hash_end, *held = ut_st_meta(f, meta_keys[K_SCHEDULE_HELD]);
-    const char *seen = ut_st_meta(f, meta_keys[K_TOKENS_SEEN]);
-    st->schedule_held = st->input_tokens_seen = 0;
+    const char *seen = ut_st_meta(f, meta_keys[K_TOKENS_SEEN]), *flos = ut_st_meta(f, meta_keys[K_FLOS_TOKENS]);
+    st->schedule_held = st->input_tokens_seen = st->flos_tokens = 0;
     return parse_amp(f, st) && parse_plateau(f, st) && parse_greedy(f, st) && (!held || parse_i64(held, &st->schedule_held)) &&
-           (!seen || parse_i64(seen, &st->input_tokens_seen)) &&
+           (!seen || parse_i64(seen, &st->input_tokens_seen)) && (!flos || parse_i64(flos, &st->flos_tokens)) &&
            parse_i64(ut_st_meta(f, meta_keys[K_STEP]), &st->step) &&
            parse_i64(ut_st_meta(f, meta_keys[K_EPOCH]), &st->epoch) &&
            parse_i64(ut_st_meta(f, meta_keys[K_CURSOR]), &st->cursor) &&
@@ -580,6 +581,7 @@ static int check_state(const char *path, const ut_train_state *st, char *err, si
         {"train.bad_evals", st->bad_evals, 0, st->step}, /* one evaluation per step at most */
         {"train.schedule_held", st->schedule_held, 0, st->step},
         {"train.input_tokens_seen", st->input_tokens_seen, 0, INT64_MAX},
+        {"train.flos_tokens", st->flos_tokens, 0, INT64_MAX},
         {"optim.plateau_bad_evals", st->plateau_state.bad, 0, st->step},
         {"optim.plateau_cooldown", st->plateau_state.cooldown, 0, INT64_MAX},
         {"optim.greedy_good_evals", st->plateau_state.good, 0, st->step},

@@ -56,6 +56,7 @@ static void accum_merge(accum *dst, const accum *src) {
     dst->examples += src->examples;
     dst->tokens += src->tokens;
     dst->seen += src->seen;
+    dst->flos_tokens += src->flos_tokens;
     accum_add(dst, 0, 0, 0, src->mets, src->nmets);
 }
 

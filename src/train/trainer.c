@@ -850,20 +850,22 @@ static float sched_lr(const ut_trainer *t, int64_t step) {
  * summed over the data-parallel ranks, into the state's total (every rank
  * calls it at the same steps: before a log line and a checkpoint). */
 static int flush_tokens_seen(ut_trainer *t) {
-    if (!t->count_tokens) return 0;
-    int64_t v = t->interval.seen;
-    if (t->dworld > 1 && ut_comm_allreduce_i64(t->dcomm, &v, 1)) {
+    if (!t->count_tokens && t->train->vocab_size <= 0) return 0;
+    int64_t v[2] = {t->interval.seen, t->interval.flos_tokens}; /* and total_flos' count (token data) */
+    if (t->dworld > 1 && ut_comm_allreduce_i64(t->dcomm, v, 2)) {
         snprintf(t->err, sizeof t->err, "input tokens over ranks: %s", ut_comm_error(t->dcomm));
         return -1;
     }
-    t->st.input_tokens_seen += v;
-    t->interval.seen = 0;
+    t->st.input_tokens_seen += v[0];
+    t->st.flos_tokens += v[1];
+    t->interval.seen = t->interval.flos_tokens = 0;
     return 0;
 }
 
 static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
     if (flush_tokens_seen(t) || accum_reduce(t, a)) return -1;
+    t->run_loss_sum += a->loss_sum, t->run_loss_w += a->loss_w, t->run_examples += a->examples;
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = sched_lr(t, t->st.step - 1);
@@ -1410,6 +1412,84 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     return 0;
 }
 
+/* ---- the run's results: train_results.json ---- */
+/* Whether parameter name is an embedding table, which Hugging Face's
+ * num_parameters(exclude_embeddings=True) leaves out of its FLOP count: the
+ * nn.Embedding modules of the models utrain builds (token, position and
+ * token-type tables, T5's relative-position biases, bow's table), named by
+ * the module holding the weight. */
+static bool embedding_param(const char *name) {
+    static const char *const tables[] = {"wte",          "wpe",         "word_embeddings", "position_embeddings",
+                                         "token_type_embeddings", "shared", "embed_tokens", "embed_positions",
+                                         "relative_attention_bias", "emb"};
+    const char *end = strrchr(name, '.'), *start = end;
+    if (!end) return false;
+    while (start > name && start[-1] != '.') start--;
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (strlen(tables[i]) == (size_t)(end - start) && !strncmp(start, tables[i], (size_t)(end - start)))
+            return true;
+    return false;
+}
+
+/* The whole model's parameters but its embedding tables (a split model's
+ * list is known to every rank after the start-up summary) */
+static int64_t flop_params(ut_trainer *t) {
+    int64_t n = 0;
+    if (split_model(t)) {
+        if (ut_split_whole_list(t)) return -1;
+        for (int k = 0; k < t->nwl; k++)
+            if (!embedding_param(t->wl[k].name)) n += t->wl[k].numel;
+        return n;
+    }
+    const ut_params *p = &t->m->params;
+    for (int i = 0; i < p->n; i++)
+        if (!embedding_param(p->names[i])) n += p->segs[i].numel;
+    return n;
+}
+
+/* Trainer.train()'s metrics as transformers reports them and its examples
+ * save them (trainer.save_metrics("train", ...): train_results.json, keys
+ * sorted): the run's time, its samples and optimizer steps per second, its
+ * mean training loss, the epoch reached and total_flos, 6 x the
+ * non-embedding parameters x the input tokens trained on (over the earlier
+ * runs of a resumed one too; 0 for data without tokens, as there). Every
+ * rank calls it (the sums are over all of them); rank 0 writes. */
+static int train_results(ut_trainer *t, double runtime) {
+    if (t->log_every <= 0) { /* no train lines: the whole run is the open interval */
+        if (flush_tokens_seen(t) || accum_reduce(t, &t->interval)) return -1;
+        t->run_loss_sum += t->interval.loss_sum, t->run_loss_w += t->interval.loss_w;
+        t->run_examples += t->interval.examples;
+        memset(&t->interval, 0, sizeof t->interval);
+    }
+    if (flush_tokens_seen(t)) return -1;
+    int64_t np = flop_params(t);
+    if (np < 0) return -1;
+    if (t->rank != 0) return 0;
+    double flos = 6.0 * (double)np * (double)t->st.flos_tokens, rt = runtime > 0 ? runtime : 1e-9;
+    double loss = t->run_loss_w > 0 ? t->run_loss_sum / t->run_loss_w : NAN;
+    double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
+    double sps = (double)t->run_examples / rt, stps = (double)t->steps_this_run / rt;
+    char path[1400], loss_s[32];
+    if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.9g", loss);
+    else snprintf(loss_s, sizeof loss_s, "null");
+    snprintf(path, sizeof path, "%s/train_results.json", t->log.dir);
+    FILE *f = ut_fopen_write(path, false, t->err, sizeof t->err);
+    if (!f) return -1;
+    fprintf(f,
+            "{\n    \"epoch\": %.9g,\n    \"total_flos\": %.17g,\n    \"train_loss\": %s,\n"
+            "    \"train_runtime\": %.4f,\n    \"train_samples_per_second\": %.3f,\n"
+            "    \"train_steps_per_second\": %.3f\n}\n",
+            ep, flos, loss_s, runtime, sps, stps);
+    if (fclose(f)) {
+        snprintf(t->err, sizeof t->err, "%s: write failed", path);
+        return -1;
+    }
+    ut_say(&t->log, "***** train metrics *****\n  epoch = %.4g, total_flos = %.0fGF, train_loss = %s, train_runtime = "
+                    "%.2f s, train_samples_per_second = %.3f, train_steps_per_second = %.3f (train_results.json)\n",
+           ep, flos / 1e9, loss_s, runtime, sps, stps);
+    return 0;
+}
+
 static int train_loop(ut_trainer *t) {
     bool preempted = false, early = false;
     int rc = 0;
@@ -1449,6 +1529,7 @@ static int train_loop(ut_trainer *t) {
         return UT_EXIT_PREEMPTED;
     }
     print_epoch_table(t);
+    if (train_results(t, now_s() - t->run_t0)) return UT_EXIT_ERROR;
     char best[256] = "";
     if (t->st.best_step >= 0)
         snprintf(best, sizeof best, "; best %s %.4f at step %lld", t->cfg->best_metric, t->st.best_metric,

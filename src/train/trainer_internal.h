@@ -16,6 +16,7 @@ typedef struct {
     double loss_w;             /* what loss_sum is a sum over: examples, or target tokens */
     int64_t examples, tokens;
     int64_t seen;              /* input tokens train.count_input_tokens counts (summed over ranks apart) */
+    int64_t flos_tokens;       /* input tokens not yet in the state's flos_tokens (train_results.json) */
     ut_metric mets[UT_MAX_METRICS];
     int nmets;
 } accum;
@@ -51,6 +52,8 @@ struct ut_trainer {
     bool have_mesh;
     ut_comm *dcomm;
     int drank, dworld;
+    double run_loss_sum, run_loss_w; /* this run's train losses, all ranks (train_results.json) */
+    int64_t run_examples;
     struct ut_split_param *wl;   /* split: the whole model's parameters (ut_split_whole_list) */
     int nwl;
     ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */
@@ -146,6 +149,7 @@ static inline void accum_add(accum *a, double loss, int64_t count, int64_t token
     a->loss_sum += loss * (double)count;
     a->examples += count;
     a->tokens += tokens;
+    a->flos_tokens += tokens;
     for (int i = 0; i < k; i++) {
         int j = 0;
         while (j < a->nmets && strcmp(a->mets[j].name, m[i].name)) j++;

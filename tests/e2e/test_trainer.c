@@ -558,6 +558,55 @@ static double tokens_seen(const char *dir, const char *name, int step) {
     return v;
 }
 
+/* A number of run TMP/DIR/NAME's train_results.json (NAN: no file or key). */
+static double train_result(const char *dir, const char *name, const char *key) {
+    char path[700], k[64];
+    snprintf(path, sizeof path, "%s/%s/%s/train_results.json", tmp, dir, name);
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    char *s = tp_slurp(path), *at = s ? strstr(s, k) : NULL;
+    double v = at ? strtod(at + strlen(k), NULL) : NAN;
+    free(s);
+    return v;
+}
+
+/* The train loss logged at step of run TMP/DIR/NAME (NAN: none). */
+static double logged_loss(const char *dir, const char *name, int step) {
+    char m[700], v[64];
+    snprintf(m, sizeof m, "%s/%s/%s/metrics.jsonl", tmp, dir, name);
+    return tp_loss_at(m, "train", step, v, sizeof v) ? strtod(v, NULL) : NAN;
+}
+
+/* train_results.json (transformers' train metrics, as its examples save
+ * them) of the runs below: total_flos is 6 x the tiny GPT-2's 25472
+ * non-embedding parameters (transformers' num_parameters(exclude_embeddings
+ * =True) of that configuration; wte and wpe left out) x 256 tokens, whether
+ * or not the tokens are counted for the log, and across a resume (the
+ * checkpoint keeps the count); train_loss is the mean of the run's step
+ * losses: (3 x the line at step 3 + step 4's) / 4, and for the resumed run
+ * its own two steps; a run without train lines (log_interval 0) has one
+ * too. */
+static void check_train_results(void) {
+    const double flos = 6.0 * 25472 * 256;
+    const char *runs[4] = {"straight", "halves", "off", "quiet"};
+    for (int i = 0; i < 4; i++) {
+        double f = train_result("seen", runs[i], "total_flos");
+        CHECK(f == flos, "%s: total_flos %.17g, want %.17g", runs[i], f, flos);
+        CHECK(train_result("seen", runs[i], "epoch") > 0 && train_result("seen", runs[i], "train_runtime") > 0 &&
+                  train_result("seen", runs[i], "train_samples_per_second") > 0 &&
+                  train_result("seen", runs[i], "train_steps_per_second") > 0,
+              "%s: epoch, runtime and speeds", runs[i]);
+    }
+    double want = (3 * logged_loss("seen", "straight", 3) + logged_loss("seen", "straight", 4)) / 4;
+    double got = train_result("seen", "straight", "train_loss");
+    CHECK(fabs(got - want) <= 1e-6 * fabs(want), "straight: train_loss %.9g, want %.9g", got, want);
+    want = (logged_loss("seen", "halves", 3) + logged_loss("seen", "halves", 4)) / 2;
+    got = train_result("seen", "halves", "train_loss");
+    CHECK(fabs(got - want) <= 1e-6 * fabs(want), "halves (resumed at 2): train_loss %.9g, want %.9g", got, want);
+    got = train_result("seen", "quiet", "train_loss");
+    double ref = train_result("seen", "off", "train_loss");
+    CHECK(fabs(got - ref) <= 1e-6 * fabs(ref), "quiet: train_loss %.9g, the logged run's %.9g", got, ref);
+}
+
 /* train.count_input_tokens (Hugging Face's include_num_input_tokens_seen):
  * batches of 4 x 16 tokens are 64 a step, counted into every train line;
  * logged every 3 steps with checkpoints every 2, the count in a checkpoint
@@ -575,7 +624,10 @@ static void test_input_tokens_seen(void) {
                                           "train.count_input_tokens=non_padding", "--set", "continue_training=true",
                                           NULL}, out);
     ok &= cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=off", NULL}, out);
+    ok &= cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=quiet", "--set",
+                                          "train.log_interval=0", NULL}, out);
     CHECK(ok, "runs");
+    check_train_results();
     CHECK(tokens_seen("seen", "straight", 3) == 192 && tokens_seen("seen", "straight", 4) == 256,
           "logged: %g at step 3, %g at step 4", tokens_seen("seen", "straight", 3), tokens_seen("seen", "straight", 4));
     char ck[700];

@@ -52,7 +52,7 @@ static ut_train_state sample_state(void) {
                             .rng = {0xfedcba9876543210ULL, 1, 0, UINT64_MAX},
                             .best_metric = 0.1, .best_step = 5, .bad_evals = 3,
                             .config_hash = 0x8000000000000001ULL, .schedule_held = 2,
-                            .input_tokens_seen = 123456789012LL, .plateau = true,
+                            .input_tokens_seen = 123456789012LL, .flos_tokens = 98765432109LL, .plateau = true,
                             .plateau_state = {.lr = 1e-4 / 3, .best = -INFINITY, .bad = 4, .cooldown = 2}};
 }
 
@@ -63,6 +63,7 @@ static bool same_state(const ut_train_state *a, const ut_train_state *b) {
            !memcmp(a->rng, b->rng, sizeof a->rng) && metric && a->best_step == b->best_step &&
            a->bad_evals == b->bad_evals && a->config_hash == b->config_hash &&
            a->schedule_held == b->schedule_held && a->input_tokens_seen == b->input_tokens_seen &&
+           a->flos_tokens == b->flos_tokens &&
            a->plateau == b->plateau && a->plateau_state.lr == b->plateau_state.lr &&
            a->plateau_state.best == b->plateau_state.best && a->plateau_state.bad == b->plateau_state.bad &&
            a->plateau_state.cooldown == b->plateau_state.cooldown &&
@@ -234,8 +235,8 @@ static void test_file_layout(void) {
     static const char *const keys[] = {
         "model.type", "optim.plateau_bad_evals", "optim.plateau_best", "optim.plateau_cooldown",
         "optim.plateau_lr", "optim.state", "optim.steps", "train.bad_evals", "train.best_metric",
-        "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.input_tokens_seen",
-        "train.rng", "train.schedule_held", "train.step", "utrain.format"};
+        "train.best_step", "train.config_hash", "train.cursor", "train.epoch", "train.flos_tokens",
+        "train.input_tokens_seen", "train.rng", "train.schedule_held", "train.step", "utrain.format"};
     uLong crc = crc32(0L, Z_NULL, 0);
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *v = ut_st_meta(f, keys[i]);
