@@ -39,8 +39,8 @@ void *ut_cuda_stream(void) { return NULL; }
 void ut_cuda_launched(const char *what) { (void)what; }
 
 /* D (B, NH, T) = rowsum(dout * out) per head, as flash_attention.cu's
- * kernel does (that file's copies are inline assembly the emulator does not
- * run) */
+ * kernel does, in its order (that file's copies are inline assembly the
+ * emulator does not run) */
 void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, int64_t B, int64_t T, int64_t C,
                                int64_t NH) {
     int64_t hs = C / NH;
@@ -48,7 +48,8 @@ void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const float *out, i
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < NH; h++) {
                 float s = 0.0f;
-                for (int64_t d = 0; d < hs; d++) s += out[(b * T + t) * C + h * hs + d] * dout[(b * T + t) * C + h * hs + d];
+                for (int64_t d = 0; d < hs; d++)
+                    s = fmaf(out[(b * T + t) * C + h * hs + d], dout[(b * T + t) * C + h * hs + d], s);
                 Dg[(b * NH + h) * T + t] = s;
             }
 }
@@ -220,6 +221,47 @@ static void test_attention_tc(void) {
         }
         unsetenv("UT_CUDA_ATTN");
     }
+}
+
+/* The mma.sync kernels on tensors stored in 16 bits (what ATTENTION's
+ * UT_KCAP_NATIVE_16 runs: ut_cuda_flash_attn_tc_fwd16 / bwd16): the bits of
+ * the float32 forms on float32 copies: out rounded once, its float32 copy
+ * and L the same, each dqkv element (16-bit, not zero) widened, added to and
+ * rounded once; and with qkv in float32 (rounded as read). */
+static void native16_case(int dt, int B, int T, int NH) {
+    int C = 64 * NH;
+    int64_t nx = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C, nl = (int64_t)B * NH * T;
+    float *qkv = malloc(sizeof(float) * nx), *G = malloc(sizeof(float) * no), *dq = malloc(sizeof(float) * nx);
+    float *out = malloc(sizeof(float) * no), *out2 = malloc(sizeof(float) * no), *L = malloc(sizeof(float) * nl);
+    float *Dg = malloc(sizeof(float) * nl), *c2 = malloc(sizeof(float) * no), *L2 = malloc(sizeof(float) * nl);
+    uint16_t *x16 = malloc(2 * nx), *g16 = malloc(2 * no), *d16 = malloc(2 * nx), *o16 = malloc(2 * no);
+    for (int64_t i = 0; i < nx; i++) qkv[i] = round_to(normal(), dt), dq[i] = round_to(0.1f * normal(), dt);
+    for (int64_t i = 0; i < no; i++) G[i] = round_to(normal(), dt);
+    for (int64_t i = 0; i < nx; i++) store16(x16, dt, i, qkv[i]), store16(d16, dt, i, dq[i]);
+    for (int64_t i = 0; i < no; i++) store16(g16, dt, i, G[i]);
+    for (int x = 0; x < 2; x++) { /* qkv stored in 16 bits, then in float32 */
+        ut_cuda_flash_attn_tc_fwd(out, out2, L, qkv, B, T, C, NH, dt);
+        ut_cuda_flash_attn_tc_bwd(dq, Dg, G, out2, qkv, L, B, T, C, NH, dt);
+        ut_cuda_flash_attn_tc_fwd16(o16, 1, c2, L2, x ? (const void *)qkv : x16, !x, B, T, C, NH, dt);
+        int bad_o = 0, bad_d = 0;
+        for (int64_t i = 0; i < no; i++) bad_o += load16(o16, dt, i) != round_to(out[i], dt) || c2[i] != out2[i];
+        CHECK(!bad_o && !memcmp(L, L2, sizeof(float) * nl), "dt %d B %d T %d NH %d qkv %s: %d of out differ", dt, B,
+              T, NH, x ? "float32" : "16-bit", bad_o);
+        if (!x) { /* the 16-bit gradient buffer: 16-bit qkv only */
+            ut_cuda_flash_attn_tc_bwd16(d16, 1, Dg, g16, 1, c2, x16, 1, L2, B, T, C, NH, dt);
+            for (int64_t i = 0; i < nx; i++) bad_d += load16(d16, dt, i) != round_to(dq[i], dt);
+            CHECK(!bad_d, "dt %d B %d T %d NH %d: %d of dqkv differ from the float32 form's, rounded", dt, B, T, NH,
+                  bad_d);
+        }
+    }
+    free(qkv), free(G), free(dq), free(out), free(out2), free(L), free(Dg), free(c2), free(L2);
+    free(x16), free(g16), free(d16), free(o16);
+}
+
+static void test_attention_native16(void) {
+    int shapes[][3] = {{1, 64, 1}, {2, 77, 2}, {1, 130, 1}};
+    for (int s = 0; s < 3; s++)
+        for (int dt = 1; dt <= 2; dt++) native16_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
 }
 
 /* ---- layer norm with 16-bit x and out ---- */
@@ -626,6 +668,7 @@ static void test_emulator_checks(void) {
 int main(void) {
     RUN(test_emulator_checks);
     RUN(test_attention_tc);
+    RUN(test_attention_native16);
     RUN(test_layernorm_16);
     RUN(test_binary_mixed);
     RUN(test_gelu_16);

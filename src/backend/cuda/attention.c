@@ -79,8 +79,8 @@ static int64_t l_floats(const attn_dims *d) { return (d->B * d->NH * d->T + 3) /
 
 /* P = softmax(causal(scale Q K^T)); out (B, T, C) = P V, head h in columns
  * [h hs, (h + 1) hs). Fused: saves L (B, NH, T) (and under autocast out's
- * float32 copy); else P. */
-void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
+ * float32 copy); else P. On float32 tensors (autocast's copies included). */
+static void fwd_f32(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
     int64_t T = d.T, nP = d.B * d.NH * T * T;
     const float *qkv = t->src[0]->data;
@@ -106,8 +106,8 @@ void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
  * dq += scale dS K; dk += scale dS^T Q (g: t->grad's head columns). Fused:
  * the same sums tile by tile, P recomputed from L and rowsum(P dP) taken as
  * rowsum(g out) (out: the forward's float32 result, t->data or its saved
- * copy). */
-void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
+ * copy). On float32 tensors. */
+static void bwd_f32(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);
@@ -136,4 +136,57 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_attn_mat dS = probs_mat(gP, &d);
     ut_cuda_attn_gemm(false, false, T, d.hs, T, d.scale, dS, qkv_part(x, 1, &d), 1.0f, dq, ld, sb, d.hs, d.B, d.NH);
     ut_cuda_attn_gemm(true, false, T, d.hs, T, d.scale, dS, qkv_part(x, 0, &d), 1.0f, dk, ld, sb, d.hs, d.B, d.NH);
+}
+
+/* The op table gives ATTENTION UT_KCAP_NATIVE_16 (table.c): core hands the
+ * kernels its tensors as stored, and autocast's copies are made here only
+ * where the mma.sync kernels cannot take them. They can under autocast with
+ * head size 64 when out is stored in the autocast type and qkv in it or in
+ * float32 (a 16-bit product's output, as GPT-2's c_attn gives): then no
+ * float32 copy of qkv, out, their gradients or dqkv is made, and the bits
+ * are those of the copies (flash_attention.h, ut_cuda_flash_attn_tc_fwd16).
+ * Everything else (float32, UT_CUDA_ATTN=wmma, fp32 or unfused, other head
+ * sizes) runs the float32 forms above through core's copies
+ * (ut_lowp_forward / ut_lowp_backward), as it did without the capability. */
+static bool native(const ut_tensor *t, const attn_dims *d) {
+    ut_dtype a = t->autocast, x = t->src[0]->dtype;
+    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && ut_cuda_flash_attn_tc_native() &&
+           tensor_cores(t, d);
+}
+
+/* whether core would make float32 copies around an op without the capability */
+static bool copies(const ut_tensor *t) {
+    return t->autocast != UT_F32 || ut_dtype_is16(t->dtype) || ut_dtype_is16(t->src[0]->dtype);
+}
+
+void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    attn_dims d = dims_of(t);
+    if (native(t, &d)) { /* saved: L, then out's float32 values, as fwd_f32 under autocast */
+        int64_t nL = l_floats(&d), nO = d.B * d.T * d.C;
+        float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
+        ut_attention_set_probs(t, L);
+        ut_cuda_flash_attn_tc_fwd16(t->data, 1, L + nL, L, t->src[0]->data, t->src[0]->dtype != UT_F32, d.B, d.T,
+                                    d.C, d.NH, (int)t->autocast);
+    } else if (copies(t)) {
+        ut_lowp_forward(t, fwd_f32, k);
+    } else {
+        fwd_f32(t, k);
+    }
+}
+
+void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_tensor *qkv = t->src[0];
+    if (!qkv->requires_grad) return;
+    attn_dims d = dims_of(t);
+    if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
+        const float *L = ut_attention_probs(t);
+        float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.T) * sizeof(float));
+        bool x16 = qkv->dtype != UT_F32;
+        ut_cuda_flash_attn_tc_bwd16(qkv->grad, x16, D, t->grad, 1, L + l_floats(&d), qkv->data, x16, L, d.B, d.T,
+                                    d.C, d.NH, (int)t->autocast);
+    } else if (copies(t)) {
+        ut_lowp_backward(t, bwd_f32, k);
+    } else {
+        bwd_f32(t, k);
+    }
 }

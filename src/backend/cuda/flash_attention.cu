@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
     int kbeg, kstop;
     span_of<MODE>(g, i0, true, &kbeg, &kstop);
     const int64_t hc = (int64_t)h * g.hs;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *q = (const float *)g.q + b * g.sq + hc, *k = (const float *)g.k + b * g.sk + hc,
+                *v = (const float *)g.v + b * g.sk + hc;
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     if constexpr (MODE == VARLEN) load_segs(sg, g, i0);
     if constexpr (MODE == MASKED) { /* in shared memory, not registers: the forward has none to spare */
@@ -489,7 +490,8 @@ __global__ void __launch_bounds__(cfg<D>::NT, 1)
     int qbeg, qstop;
     span_of<MODE>(g, j0, false, &qbeg, &qstop);
     const int64_t hc = (int64_t)h * g.hs;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *q = (const float *)g.q + b * g.sq + hc, *k = (const float *)g.k + b * g.sk + hc,
+                *v = (const float *)g.v + b * g.sk + hc;
     const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
     const float *Lr = Lg + (int64_t)bh * g.Tq, *Dr = Dg + (int64_t)bh * g.Tq;
     if constexpr (MODE == VARLEN) load_segs(sg, g, j0);
@@ -591,7 +593,8 @@ __global__ void __launch_bounds__(cfg<D>::NT, 1)
     int kbeg, kstop;
     span_of<MODE>(g, i0, true, &kbeg, &kstop);
     const int64_t hc = (int64_t)h * g.hs;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *q = (const float *)g.q + b * g.sq + hc, *k = (const float *)g.k + b * g.sk + hc,
+                *v = (const float *)g.v + b * g.sk + hc;
     const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     if constexpr (MODE == VARLEN) load_segs(sg, g, i0);

@@ -16,7 +16,8 @@
  * paths run: a check of one against the other).
  * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd,
  *          ut_cuda_flash_attn_rowdot, ut_cuda_flash_attn_tc_ok, ut_cuda_flash_attn_tc_fwd,
- *          ut_cuda_flash_attn_tc_bwd, ut_cuda_flash_attn_unfused, ut_flash_drop,
+ *          ut_cuda_flash_attn_tc_bwd, ut_cuda_flash_attn_tc_native, ut_cuda_flash_attn_tc_fwd16,
+ *          ut_cuda_flash_attn_tc_bwd16, ut_cuda_flash_attn_unfused, ut_flash_drop,
  *          ut_flash_masking, ut_cuda_flash_attn_masked_ok, ut_cuda_flash_attn_masked_fwd,
  *          ut_cuda_flash_attn_masked_bwd, UT_CUDA_ERR_VARLEN_OFFSETS, ut_cuda_flash_attn_varlen_ok,
  *          ut_cuda_flash_attn_varlen_plan, ut_cuda_flash_attn_tc_masked_ok,
@@ -71,6 +72,22 @@ void ut_cuda_flash_attn_tc_fwd(float *out, float *out_copy, float *L, const floa
                                int64_t C, int64_t NH, int dt);
 void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const float *dout, const float *out, const float *qkv,
                                const float *L, int64_t B, int64_t T, int64_t C, int64_t NH, int dt);
+
+/* The same on the mma.sync kernels with every tensor in its storage type
+ * (for the op table's UT_KCAP_NATIVE_16: no float32 copies around the op):
+ * qkv, out, dout and dqkv each float32 (*_dt 0) or 16-bit in dt (*_dt
+ * nonzero; no other 16-bit type). float32 qkv and dout are rounded to dt as
+ * they are read, out is written rounded to dt (its float32 values in
+ * out_copy, which backward reads), and a 16-bit dqkv element is widened,
+ * added to and rounded once: the bits the float32 forms give on float32
+ * copies. Only where native says so: the mma.sync kernels run (not
+ * UT_CUDA_ATTN=wmma), and tc_ok holds. */
+bool ut_cuda_flash_attn_tc_native(void);
+void ut_cuda_flash_attn_tc_fwd16(void *out, int out_dt, float *out_copy, float *L, const void *qkv, int qkv_dt,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, int dt);
+void ut_cuda_flash_attn_tc_bwd16(void *dqkv, int dqkv_dt, float *Dscratch, const void *dout, int dout_dt,
+                                 const float *out, const void *qkv, int qkv_dt, const float *L, int64_t B, int64_t T,
+                                 int64_t C, int64_t NH, int dt);
 
 /* Whether UT_CUDA_ATTN=unfused asks for the materialised paths */
 bool ut_cuda_flash_attn_unfused(void);

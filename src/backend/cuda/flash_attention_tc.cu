@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float 
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const int q0 = qb * BM;
     const int64_t hc = (int64_t)h * D;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const float *q = (const float *)g.q + b * g.sq + hc, *k = (const float *)g.k + b * g.sk + hc,
+                *v = (const float *)g.v + b * g.sk + hc;
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     int kbeg, kstop;
     span_of<MODE>(g, q0, true, &kbeg, &kstop);
@@ -284,7 +285,8 @@ struct bwd_block {
         Pw = (T16 *)(sm + 4 * H_TILE + 2 * F_TILE) + w * WR * LP;
         Ls = (float *)(sm + 4 * H_TILE + 2 * F_TILE + P_TILE), Ds = Ls + BM;
         hc = (int64_t)h * D;
-        q = g.q + b * g.sq + hc, k = g.k + b * g.sk + hc, v = g.v + b * g.sk + hc;
+        q = (const float *)g.q + b * g.sq + hc, k = (const float *)g.k + b * g.sk + hc;
+        v = (const float *)g.v + b * g.sk + hc;
         gd = dout + (int64_t)b * g.Tq * g.C + hc;
     }
 };
@@ -550,6 +552,63 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return (uint32_t)x | (uint32_t)y << 16;
 }
 
+template <typename T16>
+__device__ __forceinline__ float from16(T16 v);
+template <>
+__device__ __forceinline__ float from16<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float from16<__half>(__half v) {
+    return __half2float(v);
+}
+
+/* element i of a tensor stored as dt (0 float32; else T16, the autocast
+ * type: the host passes no other) */
+__device__ __forceinline__ const void *elem(const void *p, int64_t i, int dt) {
+    return (const char *)p + i * (dt ? 2 : 4);
+}
+template <typename T16>
+__device__ __forceinline__ float load_as(const void *p, int64_t i, int dt) {
+    return dt ? from16<T16>(((const T16 *)p)[i]) : ((const float *)p)[i];
+}
+/* v stored as dt: rounded once to T16, or float32 */
+template <typename T16>
+__device__ __forceinline__ void store_as(void *p, int64_t i, int dt, float v) {
+    if (dt) ((T16 *)p)[i] = to16<T16>(v);
+    else ((float *)p)[i] = v;
+}
+
+/* load_tile (a 64 x D T16 tile from rows r0 .. r0 + 63, zero from row T on)
+ * from a source stored as dt: float32 values are rounded to T16 (autocast's
+ * rounding of a float32 operand), 16-bit ones copied as they are */
+template <typename T16>
+__device__ void load_tile_as(T16 *dst, const void *src, int64_t ld, int r0, int T, bool vec, int dt) {
+    if (!dt) {
+        load_tile<T16>(dst, (const float *)src, ld, r0, T, vec);
+        return;
+    }
+    constexpr int V4 = D / 4;
+    const uint16_t *s16 = (const uint16_t *)src;
+    for (int i = (int)threadIdx.x; i < BM * V4; i += NT) {
+        const int row = i / V4, c = (i % V4) * 4, r = r0 + row;
+        uint32_t lo = 0, hi = 0;
+        if (r < T) {
+            const uint16_t *p = s16 + (int64_t)r * ld + c;
+            if (vec) {
+                lo = reinterpret_cast<const uint32_t *>(p)[0];
+                hi = reinterpret_cast<const uint32_t *>(p)[1];
+            } else {
+                lo = (uint32_t)p[0] | (uint32_t)p[1] << 16;
+                hi = (uint32_t)p[2] | (uint32_t)p[3] << 16;
+            }
+        }
+        uint32_t *d = reinterpret_cast<uint32_t *>(dst + row * LH + c);
+        d[0] = lo;
+        d[1] = hi;
+    }
+}
+
 /* The A operand (16 x 16) of the warp's rows r0 .. r0 + 15, columns c0 ..
  * c0 + 15 of a tile (stride LH): matrices rows 0-7 / 8-15 x columns 0-7,
  * then the same x columns 8-15 */
@@ -604,25 +663,31 @@ __device__ __forceinline__ void probs_by_tile(float (&acc)[8][4], const float (&
 }
 
 /* adds the warp's 16 x D accumulators (rows r0 + g and r0 + g + 8) into
- * dst (row stride ld), rows below T, times s: one thread per element */
-__device__ __forceinline__ void add_acc(float *dst, int64_t ld, const float (&acc)[8][4], int r0, int T, float s) {
+ * dst (stored as dt from element at, row stride ld), rows below T, times s:
+ * one thread per element; a 16-bit element is widened, added to and
+ * rounded once, as a float32 copy of it would be */
+template <typename T16>
+__device__ __forceinline__ void add_acc(void *dst, int dt, int64_t at, int64_t ld, const float (&acc)[8][4], int r0,
+                                        int T, float s) {
     const int lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = r0 + gr + 8 * r;
         if (row >= T) continue;
-        float *d = dst + (int64_t)row * ld + 2 * t;
+        const int64_t d = at + (int64_t)row * ld + 2 * t;
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            d[n * 8] += acc[n][2 * r] * s;
-            d[n * 8 + 1] += acc[n][2 * r + 1] * s;
-        }
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t i = d + n * 8 + e;
+                store_as<T16>(dst, i, dt, load_as<T16>(dst, i, dt) + acc[n][2 * r + e] * s);
+            }
     }
 }
 
 /* ---- forward ---- */
 template <typename T16, int MODE>
-__global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float *__restrict__ out2,
+__global__ void __launch_bounds__(NT) fwd_kernel(void *__restrict__ out, int odt, float *__restrict__ out2,
                                                  float *__restrict__ L, geom g) {
     extern __shared__ __align__(128) unsigned char sm[];
     T16 *Qs = (T16 *)sm, *Ks = (T16 *)(sm + H_TILE), *Vs = (T16 *)(sm + 2 * H_TILE);
@@ -632,12 +697,13 @@ __global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float 
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
     const int q0 = qb * BM;
     const int64_t hc = (int64_t)h * D;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
+    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
+               *v = elem(g.v, b * g.sk + hc, g.xdt);
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     int kbeg, kstop;
     span_of<MODE>(g, q0, true, &kbeg, &kstop);
 
-    load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
+    load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
     __syncthreads();
     uint32_t qa[D / 16][4];
 #pragma unroll
@@ -659,8 +725,8 @@ __global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float 
         for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
     for (int k0 = kbeg; k0 < kstop; k0 += BM) {
         __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
-        load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
-        load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+        load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
             for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
         }
@@ -729,8 +795,8 @@ __global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float 
 #pragma unroll
         for (int n = 0; n < 8; n++) {
             const float v0 = o[n][2 * r] * inv, v1 = o[n][2 * r + 1] * inv;
-            out[at + n * 8] = v0;
-            out[at + n * 8 + 1] = v1;
+            store_as<T16>(out, at + n * 8, odt, v0);
+            store_as<T16>(out, at + n * 8 + 1, odt, v1);
             if (out2) {
                 out2[at + n * 8] = v0;
                 out2[at + n * 8 + 1] = v1;
@@ -745,8 +811,8 @@ __global__ void __launch_bounds__(NT) fwd_kernel(float *__restrict__ out, float 
 /* kernel A: dK, dV of key block blockIdx.y (the warp's 16 keys as rows),
  * summed over the query blocks that see it; dk, dv: either may be NULL */
 template <typename T16, int MODE>
-__global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout, const float *__restrict__ L,
-                                                  const float *__restrict__ Dg, float *dk_out, float *dv_out,
+__global__ void __launch_bounds__(NT) dkdv_kernel(const void *__restrict__ dout, const float *__restrict__ L,
+                                                  const float *__restrict__ Dg, void *dk_out, void *dv_out, int ddt,
                                                   geom g) {
     extern __shared__ __align__(128) unsigned char sm[];
     if constexpr (MODE == VARLEN) {
@@ -757,14 +823,15 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
     const int64_t hc = (int64_t)h * D;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
-    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
+               *v = elem(g.v, b * g.sk + hc, g.xdt);
+    const void *gd = elem(dout, (int64_t)b * g.Tq * g.C + hc, g.gdt);
     const int k0 = (int)blockIdx.y * BM;
     int qbeg, qstop;
     span_of<MODE>(g, k0, false, &qbeg, &qstop);
 
-    load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
-    load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+    load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
+    load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
     __syncthreads();
     uint32_t ka[D / 16][4], va[D / 16][4];
 #pragma unroll
@@ -794,8 +861,8 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout
     const bool drop = MODE != PACKED && g.drop.p > 0.0f;
     for (int q0 = qbeg; q0 < qstop; q0 += BM) {
         __syncthreads(); /* every warp is done with the previous Qs, Gs, Ls, Ds */
-        load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
-        load_tile<T16>(Gs, gd, g.C, q0, g.Tq, g.vec);
+        load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
+        load_tile_as<T16>(Gs, gd, g.C, q0, g.Tq, g.vec, g.gdt);
         for (int i = (int)threadIdx.x; i < BM; i += NT) {
             const bool ok = q0 + i < g.Tq;
             Ls[i] = ok ? L[(int64_t)bh * g.Tq + q0 + i] : 0.0f;
@@ -834,15 +901,16 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const float *__restrict__ dout
             }
         probs_by_tile<T16>(dk, p, Qs); /* dK += dS^T Q */
     }
-    if (dk_out) add_acc(dk_out + b * g.sk + hc, g.ldk, dk, k0 + w * WR, g.Tk, g.scale);
-    if (dv_out) add_acc(dv_out + b * g.sk + hc, g.ldv, dv, k0 + w * WR, g.Tk, 1.0f);
+    if (dk_out) add_acc<T16>(dk_out, ddt, b * g.sk + hc, g.ldk, dk, k0 + w * WR, g.Tk, g.scale);
+    if (dv_out) add_acc<T16>(dv_out, ddt, b * g.sk + hc, g.ldv, dv, k0 + w * WR, g.Tk, 1.0f);
 }
 
 /* kernel B: dQ of query block (heaviest first), over the key blocks the
  * forward visited */
 template <typename T16, int MODE>
-__global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, const float *__restrict__ L,
-                                                const float *__restrict__ Dg, float *__restrict__ dq_out, geom g) {
+__global__ void __launch_bounds__(NT) dq_kernel(const void *__restrict__ dout, const float *__restrict__ L,
+                                                const float *__restrict__ Dg, void *__restrict__ dq_out, int ddt,
+                                                geom g) {
     extern __shared__ __align__(128) unsigned char sm[];
     if constexpr (MODE == VARLEN) {
         if (*g.bad) return; /* the error flag is raised */
@@ -852,15 +920,16 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, 
     const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
     const int64_t hc = (int64_t)h * D;
-    const float *q = g.q + b * g.sq + hc, *k = g.k + b * g.sk + hc, *v = g.v + b * g.sk + hc;
-    const float *gd = dout + (int64_t)b * g.Tq * g.C + hc;
+    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
+               *v = elem(g.v, b * g.sk + hc, g.xdt);
+    const void *gd = elem(dout, (int64_t)b * g.Tq * g.C + hc, g.gdt);
     const int qb = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qb * BM;
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     int kbeg, kstop;
     span_of<MODE>(g, q0, true, &kbeg, &kstop);
 
-    load_tile<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec);
-    load_tile<T16>(Gs, gd, g.C, q0, g.Tq, g.vec);
+    load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
+    load_tile_as<T16>(Gs, gd, g.C, q0, g.Tq, g.vec, g.gdt);
     __syncthreads();
     uint32_t qa[D / 16][4], ga[D / 16][4];
 #pragma unroll
@@ -889,8 +958,8 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, 
     const bool drop = MODE != PACKED && g.drop.p > 0.0f;
     for (int k0 = kbeg; k0 < kstop; k0 += BM) {
         __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
-        load_tile<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec);
-        load_tile<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec);
+        load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
             for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
         }
@@ -911,7 +980,25 @@ __global__ void __launch_bounds__(NT) dq_kernel(const float *__restrict__ dout, 
             }
         probs_by_tile<T16>(dq, s, Ks); /* dQ += dS K */
     }
-    add_acc(dq_out + b * g.sq + hc, g.ldq, dq, q0 + w * WR, g.Tq, g.scale);
+    add_acc<T16>(dq_out, ddt, b * g.sq + hc, g.ldq, dq, q0 + w * WR, g.Tq, g.scale);
+}
+
+/* D (B, NH, T) = rowsum(dout * out) per head, dout stored as T16, out the
+ * forward's float32 copy: the float32 form's sum (flash_attention.cu,
+ * dot_kernel) in the same order, so the same bits as on dout widened */
+template <typename T16>
+__global__ void dot16_kernel(const float *__restrict__ out, const T16 *__restrict__ dout, float *__restrict__ Dg,
+                             int64_t rows, int T, int C, int NH, int hs) {
+    UTK_GRID_STRIDE(r, rows) {
+        const int64_t bt = r / NH;
+        const int h = (int)(r % NH);
+        const float *o = out + bt * C + (int64_t)h * hs;
+        const T16 *gr = dout + bt * C + (int64_t)h * hs;
+        float acc = 0.0f;
+        for (int d = 0; d < hs; d++) acc = fmaf(o[d], from16<T16>(gr[d]), acc);
+        const int64_t b = bt / T, t = bt % T;
+        Dg[(b * NH + h) * T + t] = acc;
+    }
 }
 
 constexpr size_t FWD_BYTES = 3 * H_TILE;
@@ -951,16 +1038,51 @@ bool use_mma() {
     return !(e && !strcmp(e, "wmma"));
 }
 
+/* ATTENTION's packed qkv (B, T, 3C) stored as xdt (0 float32, else 16-bit) */
+geom geom_packed_as(const void *qkv, int xdt, int64_t T, int64_t C, int64_t NH) {
+    geom g = geom_packed((const float *)qkv, T, C, NH);
+    g.xdt = xdt;
+    g.k = (const char *)qkv + C * (xdt ? 2 : 4);
+    g.v = (const char *)qkv + 2 * C * (xdt ? 2 : 4);
+    return g;
+}
+
+/* The mma.sync kernels, out stored as odt (0 float32, else T16) */
+template <typename T16, int MODE>
+void fwd_mma(void *out, int odt, float *out2, float *L, int64_t B, const geom &g) {
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+    const size_t bytes = mma::FWD_BYTES + extra_bytes(MODE);
+    utk::allow_smem(mma::fwd_kernel<T16, MODE>, bytes);
+    mma::fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, odt, out2, L, g);
+    ut_cuda_launched(mma_fwd_name[MODE]);
+}
+
+/* dq, dk, dv stored as ddt; either of dk, dv or dq may be NULL */
+template <typename T16, int MODE>
+void bwd_mma(void *dq, void *dk, void *dv, int ddt, const void *dout, const float *L, const float *Dg, int64_t B,
+             const geom &g) {
+    if (dk || dv) {
+        utk::allow_smem(mma::dkdv_kernel<T16, MODE>, mma::DKDV_BYTES);
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
+        mma::dkdv_kernel<T16, MODE><<<grid, NT, mma::DKDV_BYTES, utk::stream()>>>(dout, L, Dg, dk, dv, ddt, g);
+        ut_cuda_launched(mma_dkdv_name[MODE]);
+    }
+    if (dq) {
+        const size_t bytes = mma::DQ_BYTES + extra_bytes(MODE);
+        utk::allow_smem(mma::dq_kernel<T16, MODE>, bytes);
+        dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
+        mma::dq_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(dout, L, Dg, dq, ddt, g);
+        ut_cuda_launched(mma_dq_name[MODE]);
+    }
+}
+
 template <typename T16, int MODE>
 void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
-    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
     if (use_mma()) {
-        const size_t bytes = mma::FWD_BYTES + extra_bytes(MODE);
-        utk::allow_smem(mma::fwd_kernel<T16, MODE>, bytes);
-        mma::fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, out2, L, g);
-        ut_cuda_launched(mma_fwd_name[MODE]);
+        fwd_mma<T16, MODE>(out, 0, out2, L, B, g);
         return;
     }
+    dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
     const size_t bytes = FWD_BYTES + extra_bytes(MODE);
     utk::allow_smem(fwd_kernel<T16, MODE>, bytes);
     fwd_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(out, out2, L, g);
@@ -971,19 +1093,7 @@ template <typename T16, int MODE>
 void bwd(float *dq, float *dk, float *dv, const float *dout, const float *L, const float *Dg, int64_t B,
          const geom &g) {
     if (use_mma()) {
-        if (dk || dv) {
-            utk::allow_smem(mma::dkdv_kernel<T16, MODE>, mma::DKDV_BYTES);
-            dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tk + BM - 1) / BM));
-            mma::dkdv_kernel<T16, MODE><<<grid, NT, mma::DKDV_BYTES, utk::stream()>>>(dout, L, Dg, dk, dv, g);
-            ut_cuda_launched(mma_dkdv_name[MODE]);
-        }
-        if (dq) {
-            const size_t bytes = mma::DQ_BYTES + extra_bytes(MODE);
-            utk::allow_smem(mma::dq_kernel<T16, MODE>, bytes);
-            dim3 grid((unsigned)(B * g.NH), (unsigned)((g.Tq + BM - 1) / BM));
-            mma::dq_kernel<T16, MODE><<<grid, NT, bytes, utk::stream()>>>(dout, L, Dg, dq, g);
-            ut_cuda_launched(mma_dq_name[MODE]);
-        }
+        bwd_mma<T16, MODE>(dq, dk, dv, 0, dout, L, Dg, B, g);
         return;
     }
     if (dk || dv) {
@@ -1057,6 +1167,42 @@ extern "C" void ut_cuda_flash_attn_tc_bwd(float *dqkv, float *Dscratch, const fl
     geom g = geom_packed(qkv, T, C, NH);
     g.vec = C % 4 == 0 && aligned16(qkv) && aligned16(dout);
     bwd_dt<PACKED>(dqkv, dqkv + C, dqkv + 2 * C, dout, L, Dscratch, B, g, dt);
+}
+
+extern "C" bool ut_cuda_flash_attn_tc_native(void) { return use_mma(); }
+
+extern "C" void ut_cuda_flash_attn_tc_fwd16(void *out, int out_dt, float *out_copy, float *L, const void *qkv,
+                                            int qkv_dt, int64_t B, int64_t T, int64_t C, int64_t NH, int dt) {
+    if (B <= 0 || T <= 0) return;
+    geom g = geom_packed_as(qkv, qkv_dt ? dt : 0, T, C, NH);
+    g.vec = C % 4 == 0 && aligned16(qkv);
+    if (dt == 2) fwd_mma<__half, PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g);
+    else fwd_mma<__nv_bfloat16, PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g);
+}
+
+extern "C" void ut_cuda_flash_attn_tc_bwd16(void *dqkv, int dqkv_dt, float *Dscratch, const void *dout, int dout_dt,
+                                            const float *out, const void *qkv, int qkv_dt, const float *L, int64_t B,
+                                            int64_t T, int64_t C, int64_t NH, int dt) {
+    if (B <= 0 || T <= 0) return;
+    if (!dout_dt) ut_cuda_flash_attn_rowdot(Dscratch, (const float *)dout, out, B, T, C, NH);
+    else {
+        const int64_t rows = B * T * NH;
+        if (dt == 2)
+            mma::dot16_kernel<__half><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+                out, (const __half *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
+        else
+            mma::dot16_kernel<__nv_bfloat16><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+                out, (const __nv_bfloat16 *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
+        ut_cuda_launched("flash attention backward (rowsum dout * out, 16-bit dout)");
+    }
+    geom g = geom_packed_as(qkv, qkv_dt ? dt : 0, T, C, NH);
+    g.gdt = dout_dt ? dt : 0;
+    g.vec = C % 4 == 0 && aligned16(qkv) && aligned16(dout);
+    const int ddt = dqkv_dt ? dt : 0;
+    char *d = (char *)dqkv;
+    const size_t es = ddt ? 2 : 4;
+    if (dt == 2) bwd_mma<__half, PACKED>(d, d + C * es, d + 2 * C * es, ddt, dout, L, Dscratch, B, g);
+    else bwd_mma<__nv_bfloat16, PACKED>(d, d + C * es, d + 2 * C * es, ddt, dout, L, Dscratch, B, g);
 }
 
 extern "C" void ut_cuda_flash_attn_tc_masked_fwd(float *out, float *out_copy, float *L, const float *q,

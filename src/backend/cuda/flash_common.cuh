@@ -29,11 +29,12 @@ enum { PACKED = 0, MASKED = 1, VARLEN = 2 };
  * (k and v). out, dout, the output's copy: (B, Tq, C); L and D: (B, NH, Tq).
  * VARLEN: B = 1, Tq = Tk = N rows, sequence s the rows [off[s], off[s + 1]). */
 struct geom {
-    const float *q, *k, *v;
+    const void *q, *k, *v; /* float32, or (the mma.sync kernels, xdt) 16-bit */
     int64_t ldq, ldk, ldv, sq, sk;
     int Tq, Tk, C, NH, hs;
     float scale;
-    bool vec; /* 16-byte copies */
+    bool vec; /* 16-byte copies (8-byte ones of 16-bit rows) */
+    int xdt, gdt; /* the mma.sync kernels: q, k, v's and dout's storage (0 float32, 1 bf16, 2 fp16) */
     /* MASKED and VARLEN */
     const float *mask; /* MASKED: (B, Tk) added to every query's scores, or NULL */
     bool causal;       /* Tq == Tk; query i attends keys j <= i */

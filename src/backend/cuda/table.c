@@ -40,6 +40,7 @@ enum {
 #define CAPS_ADD UT_KCAP_NATIVE_16
 #define CAPS_MUL UT_KCAP_NATIVE_16
 #define CAPS_DROPOUT UT_KCAP_NATIVE_16
+#define CAPS_ATTENTION UT_KCAP_NATIVE_16
 
 const ut_op_vtable ut_ops_cuda[UT_OP_COUNT] = {
     [UT_OP_NONE] = {NULL, NULL, 0},
