@@ -193,6 +193,11 @@ if want gpu; then
     run gpu-gpt2-cuda 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --json
     note "  cpu:  $(tail -1 "$OUT/gpu-gpt2-cpu.log")"
     note "  cuda: $(tail -1 "$OUT/gpu-gpt2-cuda.log")"
+    # and in bf16 (attention on the mma.sync kernels, reading the 16-bit qkv as stored)
+    run gpu-gpt2-cpu-bf16 300 build/bench/gpu_gpt2_step --device cpu --batch 2 --seq 64 --layers 2 --steps 3 --bf16 --json
+    run gpu-gpt2-cuda-bf16 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --bf16 --json
+    note "  cpu bf16:  $(tail -1 "$OUT/gpu-gpt2-cpu-bf16.log")"
+    note "  cuda bf16: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16.log")"
 fi
 
 if want bench; then
