@@ -862,10 +862,15 @@ static int flush_tokens_seen(ut_trainer *t) {
     return 0;
 }
 
+/* a reduced interval into the run's sums (train_results.json) */
+static void fold_run(ut_trainer *t, const accum *a) {
+    t->run.loss_sum += a->loss_sum, t->run.loss_w += a->loss_w, t->run.examples += a->examples;
+}
+
 static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
     if (flush_tokens_seen(t) || accum_reduce(t, a)) return -1;
-    t->run_loss_sum += a->loss_sum, t->run_loss_w += a->loss_w, t->run_examples += a->examples;
+    fold_run(t, a);
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = sched_lr(t, t->st.step - 1);
@@ -1455,20 +1460,19 @@ static int64_t flop_params(ut_trainer *t) {
  * runs of a resumed one too; 0 for data without tokens, as there). Every
  * rank calls it (the sums are over all of them); rank 0 writes. */
 static int train_results(ut_trainer *t, double runtime) {
+    if (flush_tokens_seen(t)) return -1;
     if (t->log_every <= 0) { /* no train lines: the whole run is the open interval */
-        if (flush_tokens_seen(t) || accum_reduce(t, &t->interval)) return -1;
-        t->run_loss_sum += t->interval.loss_sum, t->run_loss_w += t->interval.loss_w;
-        t->run_examples += t->interval.examples;
+        if (accum_reduce(t, &t->interval)) return -1;
+        fold_run(t, &t->interval);
         memset(&t->interval, 0, sizeof t->interval);
     }
-    if (flush_tokens_seen(t)) return -1;
     int64_t np = flop_params(t);
     if (np < 0) return -1;
     if (t->rank != 0) return 0;
     double flos = 6.0 * (double)np * (double)t->st.flos_tokens, rt = runtime > 0 ? runtime : 1e-9;
-    double loss = t->run_loss_w > 0 ? t->run_loss_sum / t->run_loss_w : NAN;
+    double loss = t->run.loss_w > 0 ? t->run.loss_sum / t->run.loss_w : NAN;
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
-    double sps = (double)t->run_examples / rt, stps = (double)t->steps_this_run / rt;
+    double sps = (double)t->run.examples / rt, stps = (double)t->steps_this_run / rt;
     char path[1400], loss_s[32];
     if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.9g", loss);
     else snprintf(loss_s, sizeof loss_s, "null");

@@ -52,8 +52,7 @@ struct ut_trainer {
     bool have_mesh;
     ut_comm *dcomm;
     int drank, dworld;
-    double run_loss_sum, run_loss_w; /* this run's train losses, all ranks (train_results.json) */
-    int64_t run_examples;
+    accum run;                   /* this run's reduced intervals, all ranks (train_results.json) */
     struct ut_split_param *wl;   /* split: the whole model's parameters (ut_split_whole_list) */
     int nwl;
     ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */

@@ -426,23 +426,6 @@ __global__ void __launch_bounds__(cfg<D>::NT, cfg<D>::FWD_MINB)
 
 /* ---- backward ---- */
 
-/* Dg (B, NH, T) = rowsum(dout * out) per head; one thread per (b, t, h),
- * summing in column order with fmaf as mm_abt sums dp = dout . v: where
- * out_i is one key's v (a single attended key), D_i and dp then have the
- * same bits and that row's ds = p (dp - D) is exactly 0, as on the CPU */
-__global__ void dot_kernel(const float *__restrict__ out, const float *__restrict__ dout, float *__restrict__ Dg,
-                           int64_t rows, int T, int C, int NH, int hs) {
-    UTK_GRID_STRIDE(r, rows) {
-        const int64_t bt = r / NH;
-        const int h = (int)(r % NH);
-        const float *o = out + bt * C + (int64_t)h * hs, *gr = dout + bt * C + (int64_t)h * hs;
-        float acc = 0.0f;
-        for (int d = 0; d < hs; d++) acc = fmaf(o[d], gr[d], acc);
-        const int64_t b = bt / T, t = bt % T;
-        Dg[(b * NH + h) * T + t] = acc;
-    }
-}
-
 /* p and the scores' gradient ds of element (i, j) in the backward kernels, 0
  * where it is masked; pd: p after dropout (what multiplies dout into dv).
  * bias: the mask's entry for key j (MASKED); lo, hi, ps: the sequence of
@@ -825,7 +808,7 @@ extern "C" void ut_cuda_flash_attn_rowdot(float *Dg, const float *dout, const fl
                                           int64_t C, int64_t NH) {
     int64_t rows = B * T * NH;
     if (rows <= 0) return;
-    dot_kernel<<<utk::blocks_for(rows), utk::kThreads, 0, stream()>>>(out, dout, Dg, rows, (int)T, (int)C, (int)NH,
+    rowdot_kernel<float><<<utk::blocks_for(rows), utk::kThreads, 0, stream()>>>(out, dout, Dg, rows, (int)T, (int)C, (int)NH,
                                                                       (int)(C / NH));
     ut_cuda_launched("flash attention backward (rowsum dout * out)");
 }

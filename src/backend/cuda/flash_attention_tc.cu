@@ -521,25 +521,21 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 /* four 8 x 8 matrices of 16-bit elements; lane l gives a row address of
- * matrix l / 8 */
+ * matrix l / 8; TRANS: each transposed as it is loaded */
+template <bool TRANS>
 __device__ __forceinline__ void ldsm(uint32_t (&r)[4], const void *p) {
 #ifdef UT_CUDA_EMU
-    utemu::ldmatrix_x4(r, p, false);
+    utemu::ldmatrix_x4(r, p, TRANS);
 #else
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-#endif
-}
-__device__ __forceinline__ void ldsm_t(uint32_t (&r)[4], const void *p) {
-#ifdef UT_CUDA_EMU
-    utemu::ldmatrix_x4(r, p, true);
-#else
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
 #endif
 }
 
@@ -615,7 +611,7 @@ __device__ void load_tile_as(T16 *dst, const void *src, int64_t ld, int r0, int 
 template <typename T16>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const T16 *tile, int r0, int c0) {
     const int lane = (int)threadIdx.x & 31;
-    ldsm(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LH + c0 + (lane >> 4) * 8);
+    ldsm<false>(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LH + c0 + (lane >> 4) * 8);
 }
 
 /* acc[j] (16 x 8, j < 8) = A (the warp's 16 rows of D columns, a[kk]) times
@@ -634,7 +630,7 @@ __device__ __forceinline__ void rows_by_rows(float (&acc)[8][4], const uint32_t 
 #pragma unroll
         for (int jp = 0; jp < 4; jp++) {
             uint32_t bx[4];
-            ldsm(bx, x + (jp * 16 + (lane >> 4) * 8 + (lane & 7)) * LH + kk * 16 + ((lane >> 3) & 1) * 8);
+            ldsm<false>(bx, x + (jp * 16 + (lane >> 4) * 8 + (lane & 7)) * LH + kk * 16 + ((lane >> 3) & 1) * 8);
             mma16816<T16>(acc[2 * jp], a[kk], bx[0], bx[1]);
             mma16816<T16>(acc[2 * jp + 1], a[kk], bx[2], bx[3]);
         }
@@ -655,7 +651,7 @@ __device__ __forceinline__ void probs_by_tile(float (&acc)[8][4], const float (&
 #pragma unroll
         for (int np = 0; np < 4; np++) {
             uint32_t bx[4];
-            ldsm_t(bx, x + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LH + np * 16 + (lane >> 4) * 8);
+            ldsm<true>(bx, x + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LH + np * 16 + (lane >> 4) * 8);
             mma16816<T16>(acc[2 * np], pa, bx[0], bx[1]);
             mma16816<T16>(acc[2 * np + 1], pa, bx[2], bx[3]);
         }
@@ -983,24 +979,6 @@ __global__ void __launch_bounds__(NT) dq_kernel(const void *__restrict__ dout, c
     add_acc<T16>(dq_out, ddt, b * g.sq + hc, g.ldq, dq, q0 + w * WR, g.Tq, g.scale);
 }
 
-/* D (B, NH, T) = rowsum(dout * out) per head, dout stored as T16, out the
- * forward's float32 copy: the float32 form's sum (flash_attention.cu,
- * dot_kernel) in the same order, so the same bits as on dout widened */
-template <typename T16>
-__global__ void dot16_kernel(const float *__restrict__ out, const T16 *__restrict__ dout, float *__restrict__ Dg,
-                             int64_t rows, int T, int C, int NH, int hs) {
-    UTK_GRID_STRIDE(r, rows) {
-        const int64_t bt = r / NH;
-        const int h = (int)(r % NH);
-        const float *o = out + bt * C + (int64_t)h * hs;
-        const T16 *gr = dout + bt * C + (int64_t)h * hs;
-        float acc = 0.0f;
-        for (int d = 0; d < hs; d++) acc = fmaf(o[d], from16<T16>(gr[d]), acc);
-        const int64_t b = bt / T, t = bt % T;
-        Dg[(b * NH + h) * T + t] = acc;
-    }
-}
-
 constexpr size_t FWD_BYTES = 3 * H_TILE;
 constexpr size_t DKDV_BYTES = 4 * H_TILE + 2 * BM * 4;
 constexpr size_t DQ_BYTES = 4 * H_TILE;
@@ -1188,10 +1166,10 @@ extern "C" void ut_cuda_flash_attn_tc_bwd16(void *dqkv, int dqkv_dt, float *Dscr
     else {
         const int64_t rows = B * T * NH;
         if (dt == 2)
-            mma::dot16_kernel<__half><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+            rowdot_kernel<__half><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
                 out, (const __half *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
         else
-            mma::dot16_kernel<__nv_bfloat16><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+            rowdot_kernel<__nv_bfloat16><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
                 out, (const __nv_bfloat16 *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
         ut_cuda_launched("flash attention backward (rowsum dout * out, 16-bit dout)");
     }

@@ -4,15 +4,19 @@
  * same masks, loop ranges and dropout draws. Its definitions have internal
  * linkage: each kernel file includes it once.
  * defines: BM, PACKED, MASKED, VARLEN, geom, key_bias, seq_of, seq_range,
- *          kept, span_of, geom_of, geom_packed, geom_masked, sizes_fit, device_smem. */
+ *          kept, span_of, widen, rowdot_kernel, geom_of, geom_packed, geom_masked, sizes_fit,
+ *          device_smem. */
 #ifndef UTRAIN_CUDA_FLASH_COMMON_CUH
 #define UTRAIN_CUDA_FLASH_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "flash_attention.h"
+#include "launch.cuh"
 #include "../../core/philox.h"
 
 namespace {
@@ -113,6 +117,32 @@ __device__ __forceinline__ void span_of(const geom &g, int r0, bool keys, int *b
     } else { /* causal, one length: keys up to the diagonal, queries from it */
         *beg = keys ? 0 : r0;
         *stop = keys ? r0 + 1 : n;
+    }
+}
+
+/* dout's elements as float: float32 as they are, 16-bit widened (exact) */
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+
+/* Dg (B, NH, T) = rowsum(dout * out) per head (out the forward's float32
+ * values, dout stored as G); one thread per (b, t, h), summing in column
+ * order with fmaf as mm_abt sums dp = dout . v: where out_i is one key's v
+ * (a single attended key), D_i and dp then have the same bits and that
+ * row's ds = p (dp - D) is exactly 0, as on the CPU. A 16-bit dout gives
+ * the bits of its float32 copy. */
+template <typename G>
+__global__ void rowdot_kernel(const float *__restrict__ out, const G *__restrict__ dout, float *__restrict__ Dg,
+                              int64_t rows, int T, int C, int NH, int hs) {
+    UTK_GRID_STRIDE(r, rows) {
+        const int64_t bt = r / NH;
+        const int h = (int)(r % NH);
+        const float *o = out + bt * C + (int64_t)h * hs;
+        const G *gr = dout + bt * C + (int64_t)h * hs;
+        float acc = 0.0f;
+        for (int d = 0; d < hs; d++) acc = fmaf(o[d], widen(gr[d]), acc);
+        const int64_t b = bt / T, t = bt % T;
+        Dg[(b * NH + h) * T + t] = acc;
     }
 }
 
