@@ -87,6 +87,16 @@ ifneq ($(CUDNN_INC),)
 CUDA_CFLAGS += -DUT_WITH_CUDNN -I$(CUDNN_INC) $(if $(CUDNN_LIBDIR),-DUT_CUDNN_LIBDIR='"$(CUDNN_LIBDIR)"')
 endif
 endif
+# cuDNN's fused attention (src/backend/cuda/cudnn_attn.cpp, host C++) is
+# built with the headers of NVIDIA's cuDNN frontend, which
+# scripts/fetch-cudnn-frontend.sh (run by `make`'s deps step) unpacks into
+# .deps/; without them, or without cuDNN's header, that file builds as a stub
+# that says so, and attention runs utrain's own kernels.
+CUDNN_FE_INC ?= $(if $(wildcard .deps/cudnn-frontend/include/cudnn_frontend.h),.deps/cudnn-frontend/include)
+CU_CXX_FLAGS = -std=c++17 -O1 -fPIC -Wall -Wextra -Werror -Iinclude -DCUDNN_FRONTEND_SKIP_JSON_LIB \
+               $(if $(and $(CUDNN_INC),$(CUDNN_FE_INC)),-DUT_WITH_CUDNN_FE -isystem $(CUDNN_FE_INC) \
+                   -isystem $(CUDNN_INC) -isystem $(CUDA_HOME)/include)
+CU_OBJ    += $(CU_BUILD)/src/backend/cuda/cudnn_attn.o
 endif
 # `make CUDA_EMU=1 BUILD=build-emu ...` (`make test-emu`): the CUDA backend
 # built for the CUDA emulator (tests/emu; docs/testing.md): its C glue against
@@ -98,7 +108,8 @@ CUDA_EMU  ?= 0
 ifeq ($(CUDA_EMU),1)
 LIB_SRC   := $(filter-out src/backend/cuda/%,$(LIB_SRC)) $(sort $(wildcard src/backend/cuda/*.c))
 CU_OBJ     = $(patsubst %,$(BUILD)/emu/%.o,$(basename $(notdir $(wildcard src/backend/cuda/*.cu)))) \
-             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cudnn_emu.o $(BUILD)/emu/nccl_emu.o $(BUILD)/emu/cuda_emu.o
+             $(BUILD)/emu/cublas_emu.o $(BUILD)/emu/cudnn_emu.o $(BUILD)/emu/nccl_emu.o $(BUILD)/emu/cuda_emu.o \
+             $(BUILD)/emu/cudnn_attn.o
 CUDA_CFLAGS = -DUT_WITH_CUDA -DUT_CUDA_EMU -DUT_WITH_CUDNN -DUT_WITH_NCCL -Itests/emu/shim
 CUDA_LIBS   = -lstdc++
 override CUDA := 1
@@ -130,6 +141,7 @@ deps:
 nccl-info:
 	@echo "NCCL header: $(if $(NCCL_INC),$(NCCL_INC)/nccl.h,not found (built without NCCL)); library beside it: $(if $(NCCL_LIBDIR),$(NCCL_LIBDIR),none (libnccl.so.2 from the loader's path))"
 	@echo "cuDNN header: $(if $(CUDNN_INC),$(CUDNN_INC)/cudnn.h,not found (built without cuDNN)); library beside it: $(if $(CUDNN_LIBDIR),$(CUDNN_LIBDIR),none (libcudnn.so.9 from the loader's path))"
+	@echo "cuDNN frontend headers (fused attention): $(if $(CUDNN_FE_INC),$(CUDNN_FE_INC) ($(shell cat .deps/cudnn-frontend/VERSION 2>/dev/null)),not found (scripts/fetch-cudnn-frontend.sh; built without cuDNN's fused attention))"
 
 # core's private header (src/core/internal.h) is on the include path of core,
 # ops and the backends only (and of the test that calls the CUDA backend's
@@ -145,6 +157,13 @@ $(CU_BUILD)/%.o: %.cu $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC  $<"
 	@$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# (rebuilt when the frontend's headers arrive: their VERSION file is newer)
+$(CU_BUILD)/src/backend/cuda/cudnn_attn.o: src/backend/cuda/cudnn_attn.cpp src/backend/cuda/cudnn_attn.h \
+                                           $(wildcard .deps/cudnn-frontend/VERSION)
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	@$(CXX) $(CU_CXX_FLAGS) -c $< -o $@
 
 $(BUILD)/libutrain.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -187,6 +206,12 @@ $(BUILD)/emu/broken.cpp: tests/emu/broken.cu tests/emu/prep.pl
 
 $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp $(wildcard tests/emu/*.h) $(HDRS)
 	@echo "  EMU   $(notdir $<)"
+	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
+
+# the emulator has no cuDNN graph API: cuDNN's fused attention builds as its stub there
+$(BUILD)/emu/cudnn_attn.o: src/backend/cuda/cudnn_attn.cpp src/backend/cuda/cudnn_attn.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
 	@$(CXX) $(EMU_FLAGS) $(SAN) -c $< -o $@
 
 # the emulator itself and its stand-ins for the CUDA runtime, cuBLASLt, cuDNN and NCCL

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check: one command, on a lent GPU machine that has the CUDA toolkit
 # but no package registry. Unpacks the .deb files that scripts/gpu-debs.sh
-# fetched (into .gpu-debs/, carried with the call) into a private prefix,
+# fetched (into .gpu-debs/, carried with the call) into a private prefix
+# (and builds cuDNN's fused attention with the cuDNN frontend's headers that
+# scripts/fetch-cudnn-frontend.sh put in .deps/: carry .deps too),
 # builds utrain with its CUDA backend, runs the GPU suite, the CPU checks that
 # need that machine's CPU (bf16 instructions), and the GPU benchmarks, and
 # writes a summary and every log under $OUT (default: gpu-check-out/).
@@ -148,7 +150,7 @@ if want env; then
     } >"$OUT/env.txt" 2>&1
     note "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $NPROC cores; GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1)"
     note "cpu bf16: $(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | xargs)"
-    make -s nccl-info 2>&1 | tail -2 | while IFS= read -r l; do note "$l"; done
+    make -s nccl-info 2>&1 | tail -3 | while IFS= read -r l; do note "$l"; done
 fi
 
 if want build; then
@@ -198,6 +200,10 @@ if want gpu; then
     run gpu-gpt2-cuda-bf16 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --bf16 --json
     note "  cpu bf16:  $(tail -1 "$OUT/gpu-gpt2-cpu-bf16.log")"
     note "  cuda bf16: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16.log")"
+    # and with attention on cuDNN's fused flash attention
+    UT_CUDA_ATTN=cudnn run gpu-gpt2-cuda-bf16-cudnn 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 \
+        --layers 2 --steps 3 --bf16 --json
+    note "  cuda bf16, UT_CUDA_ATTN=cudnn: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16-cudnn.log")"
 fi
 
 if want bench; then
@@ -215,6 +221,10 @@ if want bench; then
             UT_CUDA_ATTN=wmma run "bench-utrain-gpt2-bf16-wmma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_CUDA_ATTN=wmma) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-wmma.log")"
+            # attention on cuDNN's fused flash attention
+            UT_CUDA_ATTN=cudnn run "bench-utrain-gpt2-bf16-cudnn" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_CUDA_ATTN=cudnn) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-cudnn.log")"
         fi
         [ $prec = bf16 ] && flag=--amp
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
@@ -225,6 +235,9 @@ if want bench; then
     if [ "$BIG" != 0 ]; then
         run "bench-utrain-gpt2-bf16-b$BIG" 300 build/bench/gpu_gpt2_step --batch "$BIG" --seq 1024 --steps 10 --bf16 --json
         note "  batch $BIG: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG.log")"
+        UT_CUDA_ATTN=cudnn run "bench-utrain-gpt2-bf16-b$BIG-cudnn" 300 build/bench/gpu_gpt2_step --batch "$BIG" \
+            --seq 1024 --steps 10 --bf16 --json
+        note "  batch $BIG, UT_CUDA_ATTN=cudnn: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG-cudnn.log")"
         run "bench-torch-gpt2-bf16-b$BIG" 300 python3 bench/torch_gpu_gpt2_step.py --batch "$BIG" --seq 1024 --steps 10 --amp --json
         note "  batch $BIG: $(tail -1 "$OUT/bench-torch-gpt2-bf16-b$BIG.log")"
     fi

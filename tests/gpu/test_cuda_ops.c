@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../src/backend/backend.h"
+#include "../../src/backend/cuda/cudnn_attn.h"
 #include "../../src/backend/cuda/cudnn_conv.h"
 #include "devcompare.h"
 #include "test.h"
@@ -354,6 +355,64 @@ static void test_same_bits_twice(void) {
         if (selected(rows[k])) same_bits(rows[k]);
 }
 
+/* Causal attention on cuDNN's fused flash attention (UT_CUDA_ATTN=cudnn,
+ * src/backend/cuda/cudnn_attn.cpp) against the CPU's autocast in bf16 and
+ * fp16, with the tensor-core kernels' tolerance: T a multiple of 64 and
+ * not, heads of 16, 64 and 128 (qkv float32 here, rounded by the glue;
+ * qkv's gradient added to a float32 one). cuDNN must take every row: a
+ * refusal fails the op. Then, its backward being cuDNN's deterministic
+ * algorithm, the same bits twice. Says why when this build has no frontend
+ * or cuDNN cannot be opened. */
+static void test_cudnn_attention(void) {
+    char what[64], why[768];
+    size_t ws;
+    ut_cudnn_attn probe = {1, 64, 64, 1, 1};
+    if (!ut_cuda_cudnn_attn_built()) {
+        ut_cuda_cudnn_attn_plan(&probe, UT_CUDNN_ATTN_TRAIN, &ws, why, sizeof why);
+        printf("  skip: %s\n", why);
+        /* asked for all the same, the op fails saying why and what to do */
+        setenv("UT_CUDA_ATTN", "cudnn", 1);
+        dc_autocast = UT_BF16;
+        const gc_row *row = &big_rows[9];
+        ut_rng r;
+        ut_rng_seed(&r, 3);
+        float *x = malloc(sizeof(float) * (size_t)gc_count(&row->in[0]));
+        gc_fill(&row->in[0], x, &r);
+        void *host[1] = {x};
+        dc_result a;
+        int rc = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+        CHECK(rc == -1 && strstr(a.err, "UT_CUDA_ATTN=cudnn") && strstr(a.err, "unset UT_CUDA_ATTN"),
+              "UT_CUDA_ATTN=cudnn without cuDNN's fused attention: rc %d, %s", rc, rc ? a.err : "ran");
+        if (rc == 0) dc_result_free(&a);
+        free(x);
+        unsetenv("UT_CUDA_ATTN");
+        dc_autocast = UT_F32;
+        return;
+    }
+    if (ut_cuda_cudnn_probe(what, sizeof what, why, sizeof why)) {
+        printf("  skip: %s\n", why);
+        return;
+    }
+    const gc_row *rows[] = {&big_rows[2], &big_rows[8], &big_rows[9], &big_rows[10], &big_rows[12]};
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    setenv("UT_CUDA_ATTN", "cudnn", 1);
+    for (int d = 0; d < 2; d++) {
+        dc_autocast = dts[d];
+        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+            if (!selected(rows[k])) continue;
+            char fam[48];
+            snprintf(fam, sizeof fam, "attention cudnn %s", ut_dtype_name(dts[d]));
+            if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
+            fflush(stdout);
+        }
+    }
+    dc_autocast = UT_BF16;
+    for (size_t k = 1; k < 3; k++)
+        if (selected(rows[k])) same_bits(rows[k]);
+    unsetenv("UT_CUDA_ATTN");
+    dc_autocast = UT_F32;
+}
+
 /* Attention under autocast with head size 64 runs on the tensor cores
  * (flash_attention_tc.cu): against the CPU's autocast at both 16-bit types,
  * T a multiple of 64 and not, then again on the float32 kernels
@@ -658,6 +717,7 @@ int main(void) {
     RUN(test_same_bits_twice);
     RUN(test_autocast_rows);
     RUN(test_attention_paths);
+    RUN(test_cudnn_attention);
     RUN(test_masked_attention);
     RUN(test_bad_index);
     RUN(test_streams_events);

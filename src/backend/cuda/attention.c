@@ -12,13 +12,21 @@
  *  - materialised (larger heads, or a device short of shared memory): per
  *    pair (b, h) the scores Q K^T and the products with P are sgemm calls on
  *    the head's columns of qkv (row stride 3C); P (B, NH, T, T) is saved in
- *    float32, zero above the diagonal. */
+ *    float32, zero above the diagonal.
+ * And a third under UT_CUDA_ATTN=cudnn: cuDNN's fused flash attention
+ * (cudnn_attn.h) for 16-bit attention under autocast (below). */
 #include <math.h>
 
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda.h"
 #include "attention.h"
+#include "cudnn_attn.h"
+#include "ew.h"
 #include "flash_attention.h"
+#include "flat.h"
 #include "../../ops/params.h"
 
 void ut_cuda_attn_gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, ut_attn_mat A,
@@ -159,9 +167,82 @@ static bool copies(const ut_tensor *t) {
     return t->autocast != UT_F32 || ut_dtype_is16(t->dtype) || ut_dtype_is16(t->src[0]->dtype);
 }
 
+/* UT_CUDA_ATTN=cudnn: cuDNN's fused attention (cudnn_attn.h) for attention
+ * under bf16/fp16 autocast whose output is stored in the autocast type and
+ * qkv in it or in float32 (rounded to it first, as core's copies would be).
+ * with head sizes a multiple of 8 (cuDNN's rule). There it is required:
+ * when cuDNN is missing or refuses the shape the step stops saying why
+ * (unset UT_CUDA_ATTN for utrain's kernels). Other attention keeps utrain's
+ * kernels (cuDNN's fused attention is 16-bit). The
+ * saved slot holds cuDNN's statistics (B, NH, T) in float32; the backward
+ * writes qkv's gradient into scratch and adds it (each as stored). */
+static bool cudnn_wanted(const ut_tensor *t) {
+    const char *e = getenv("UT_CUDA_ATTN");
+    ut_dtype a = t->autocast, x = t->src[0]->dtype;
+    return e && !strcmp(e, "cudnn") && ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) &&
+           ut_attention_n_head(t) > 0 && (t->ne[2] / ut_attention_n_head(t)) % 8 == 0;
+}
+
+static ut_cudnn_attn cudnn_shape(const ut_tensor *t, const attn_dims *d) {
+    return (ut_cudnn_attn){.B = d->B, .T = d->T, .C = d->C, .NH = d->NH, .dt = (int)t->autocast};
+}
+
+/* qkv as the autocast type: itself, or a rounded copy in scratch */
+static const void *qkv16(const ut_tensor *t, const attn_dims *d, UT_KCTX) {
+    const ut_tensor *x = t->src[0];
+    if (x->dtype == t->autocast) return x->data;
+    int64_t n = d->B * d->T * 3 * d->C;
+    void *c = ut_kalloc(k, (size_t)n * 2);
+    utk_convert(c, (int)t->autocast, x->data, (int)x->dtype, n);
+    return c;
+}
+
+/* the workspace of pass on shape s, NULL when none; false (the step
+ * stopped) when cuDNN cannot run it */
+static bool cudnn_ws(const ut_cudnn_attn *s, int pass, void **ws, UT_KCTX) {
+    char err[768];
+    size_t n = 0;
+    if (ut_cuda_cudnn_attn_plan(s, pass, &n, err, sizeof err)) {
+        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s (unset UT_CUDA_ATTN for utrain's own attention kernels)", err);
+        return false;
+    }
+    *ws = n ? ut_kalloc(k, n) : NULL;
+    return true;
+}
+
+static void cudnn_fwd(ut_tensor *t, const attn_dims *d, UT_KCTX) {
+    ut_cudnn_attn s = cudnn_shape(t, d);
+    bool train = t->src[0]->requires_grad;
+    void *ws;
+    if (!cudnn_ws(&s, train ? UT_CUDNN_ATTN_TRAIN : UT_CUDNN_ATTN_INFER, &ws, k)) return;
+    float *L = train ? ut_kalloc(k, (size_t)l_floats(d) * sizeof(float)) : NULL;
+    ut_attention_set_probs(t, L);
+    char err[768];
+    if (ut_cuda_cudnn_attn_fwd(&s, qkv16(t, d, k), t->data, L, ws, err, sizeof err))
+        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s", err);
+}
+
+static void cudnn_bwd(ut_tensor *t, const attn_dims *d, UT_KCTX) {
+    ut_tensor *qkv = t->src[0];
+    ut_cudnn_attn s = cudnn_shape(t, d);
+    void *ws;
+    if (!cudnn_ws(&s, UT_CUDNN_ATTN_BWD, &ws, k)) return;
+    int64_t n = d->B * d->T * 3 * d->C;
+    void *dqkv = ut_kalloc(k, (size_t)n * 2);
+    char err[768];
+    if (ut_cuda_cudnn_attn_bwd(&s, qkv16(t, d, k), t->data, t->grad, ut_attention_probs(t), dqkv, ws, err,
+                               sizeof err)) {
+        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s", err);
+        return;
+    }
+    ut_cuda_acc_dt(qkv->grad, (int)qkv->dtype, dqkv, (int)t->autocast, n);
+}
+
 void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
-    if (native(t, &d)) { /* saved: L, then out's float32 values, as fwd_f32 under autocast */
+    if (cudnn_wanted(t)) {
+        cudnn_fwd(t, &d, k);
+    } else if (native(t, &d)) { /* saved: L, then out's float32 values, as fwd_f32 under autocast */
         int64_t nL = l_floats(&d), nO = d.B * d.T * d.C;
         float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
         ut_attention_set_probs(t, L);
@@ -178,7 +259,9 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);
-    if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
+    if (cudnn_wanted(t)) {
+        cudnn_bwd(t, &d, k);
+    } else if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
         const float *L = ut_attention_probs(t);
         float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.T) * sizeof(float));
         bool x16 = qkv->dtype != UT_F32;

@@ -19,6 +19,7 @@
  * (ut_kalloc), so it lives as long as the step's other scratch. */
 #include "utrain/base.h"
 #include "cudnn_conv.h"
+#include "cudnn_attn.h"
 #include "cuda.h"
 #include "dl.h"
 
@@ -43,6 +44,13 @@ int ut_cuda_cudnn_probe(char *what, size_t wn, char *err, size_t n) {
     if (wn) what[0] = 0;
     snprintf(err, n, "built without cuDNN (`make CUDNN=0`, or cudnn.h was not found: `make nccl-info` says where the build looked)");
     return 1;
+}
+
+int ut_cuda_cudnn_lib(void **dl, void **h, char *err, size_t n) {
+    *dl = NULL;
+    if (h) *h = NULL;
+    snprintf(err, n, "built without cuDNN (`make CUDNN=0`, or cudnn.h was not found: `make nccl-info` says where the build looked)");
+    return -1;
 }
 
 #else
@@ -214,6 +222,19 @@ static int handle(char *err, size_t n) {
     }
     if (dn.handle_state < 0) snprintf(err, n, "%s", dn.err);
     return dn.handle_state < 0 ? -1 : 0;
+}
+
+int ut_cuda_cudnn_lib(void **dl, void **h, char *err, size_t n) {
+    pthread_mutex_lock(&g_mu);
+    int r = h ? handle(err, n) : load(err, n);
+    if (!r && g_lib.emulated) {
+        snprintf(err, n, "the CUDA emulator's cuDNN has no graph API (fused attention)");
+        r = -1;
+    }
+    *dl = r ? NULL : g_lib.handle;
+    if (h) *h = r ? NULL : (void *)dn.handle;
+    pthread_mutex_unlock(&g_mu);
+    return r;
 }
 
 static bool fits_int(const ut_cuda_conv_shape *d) {
