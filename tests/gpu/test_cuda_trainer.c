@@ -31,6 +31,8 @@
 #include <string.h>
 
 #include "../../src/backend/backend.h"
+#include "../../src/backend/cuda/cudnn_attn.h"
+#include "../../src/backend/cuda/cudnn_conv.h"
 #include "proc.h"
 #include "test.h"
 
@@ -143,6 +145,32 @@ static void test_gpt2_precisions(void) {
         printf("  (cpu %s against cpu fp32: weights within %.2e, most in %s, %.2e; losses within %.2e)\n",
                i ? "fp16" : "bf16", d, worst, wr, loss_diff("gpt2_fp32_cpu", run, 8));
     }
+}
+
+/* GPT-2's attention on cuDNN's fused flash attention (UT_CUDA_ATTN=cudnn)
+ * in bf16: against the CPU's bf16 run within the default kernels' bounds,
+ * and two runs with one seed the same bits (cuDNN's deterministic
+ * backward). On cuda, where the build has the cuDNN frontend and cuDNN
+ * opens; else says why. */
+static void test_cudnn_attention(void) {
+    char what[64], why[768];
+    size_t ws;
+    if (strcmp(D, "cuda")) return;
+    if (!ut_cuda_cudnn_attn_built())
+        ut_cuda_cudnn_attn_plan(&(ut_cudnn_attn){1, 64, 64, 1, 1}, UT_CUDNN_ATTN_TRAIN, &ws, why, sizeof why);
+    if (!ut_cuda_cudnn_attn_built() || ut_cuda_cudnn_probe(what, sizeof what, why, sizeof why)) {
+        printf("  skip: %s\n", why);
+        return;
+    }
+    setenv("UT_CUDA_ATTN", "cudnn", 1);
+    int ra = train("gpt2_bf16_cudnn", gpt2, D, "train.precision=bf16", 1);
+    int rb = train("gpt2_bf16_cudnn_again", gpt2, D, "train.precision=bf16", 1);
+    unsetenv("UT_CUDA_ATTN");
+    CHECK(ra == 0 && rb == 0, "UT_CUDA_ATTN=cudnn: exit %d, again %d", ra, rb);
+    if (ra || rb) return;
+    agree("bf16 cudnn", "gpt2_bf16_cpu", "gpt2_bf16_cudnn", 8, 1e-3, 1e-2);
+    CHECK(tp_same_file(ckpt("gpt2_bf16_cudnn", 8), ckpt("gpt2_bf16_cudnn_again", 8)),
+          "UT_CUDA_ATTN=cudnn: two runs with one seed give different checkpoints");
 }
 
 /* train.tf32 (Hugging Face's tf32): the float32 products on the TF32 tensor
@@ -466,6 +494,7 @@ int main(int argc, char **argv) {
     printf("device under test: %s\n", D);
     RUN(test_cnn);
     RUN(test_gpt2_precisions);
+    RUN(test_cudnn_attention);
     RUN(test_tf32);
     RUN(test_bert);
     RUN(test_same_bits);
