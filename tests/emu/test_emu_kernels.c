@@ -3,7 +3,9 @@
  * written in sessions that had no GPU, before a GPU ever runs them.
  *   - attention on the tensor cores (flash_attention_tc.cu), bf16 and fp16,
  *     forward (out, its copy, L) and backward (dq, dk, dv added into dqkv),
- *     T a multiple of 64 and not, one and several heads and examples;
+ *     T a multiple of 64 and not, one and several heads and examples; and
+ *     all three kinds (causal, masked, packed sequences) on tensors stored
+ *     in 16 bits, against the float32 forms to the bit;
  *   - layer norm with 16-bit x and out (norm.cu): out, mean, rstd; dx added
  *     into a 16-bit gradient, dw and db into float32;
  *   - add and mul with 16-bit and float32 operands, broadcast or not
@@ -79,6 +81,7 @@ static uint16_t to_f16(float f) {
     memcpy(&u, &f, 4);
     uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
     float a = fabsf(f);
+    if (a >= 65520.0f) return (uint16_t)(s | 0x7c00u); /* past the largest half: inf */
     if (a < 6.103515625e-05f) return (uint16_t)(s | (uint16_t)lrintf(a * 16777216.0f));
     memcpy(&u, &a, 4);
     uint32_t e = (u >> 23) - 112u, m = u & 0x7fffffu, v = (e << 10) | (m >> 13), rest = m & 0x1fffu;
@@ -87,7 +90,7 @@ static uint16_t to_f16(float f) {
 }
 static float from_f16(uint16_t h) {
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    float v = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
+    float v = e == 31 ? INFINITY : e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
     return h & 0x8000u ? -v : v;
 }
 /* f rounded to dt (1 bf16, 2 fp16) */
@@ -262,6 +265,95 @@ static void test_attention_native16(void) {
     int shapes[][3] = {{1, 64, 1}, {2, 77, 2}, {1, 130, 1}};
     for (int s = 0; s < 3; s++)
         for (int dt = 1; dt <= 2; dt++) native16_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
+/* ATTENTION_MASKED and ATTENTION_VARLEN on tensors stored in 16 bits
+ * (ut_cuda_flash_attn_tc_masked_fwd16 / bwd16): the bits of the float32
+ * forms on the float32 copies core would make, the mask among them (rounded
+ * to dt: fp16 takes Hugging Face's finfo(float32).min to -inf, so the
+ * example whose keys are all masked attends nowhere), with dropout; q, k,
+ * v, out, dout and the gradients in 16 bits, and q, k, v in float32.
+ * varlen: B sequences of lengths Tq, Tq - 5, ... packed one after another
+ * (Tk unused). */
+static void masked_native16_case(int dt, int B, int Tq, int Tk, int NH, bool causal, bool varlen) {
+    int C = 64 * NH, S = B;
+    int32_t off[8] = {0};
+    int64_t poff[8] = {0};
+    int bad = 0;
+    if (varlen) {
+        for (int s = 0; s < S; s++) off[s + 1] = off[s] + Tq - 5 * s;
+        for (int s = 0; s < S; s++) {
+            int64_t L = off[s + 1] - off[s];
+            poff[s + 1] = poff[s] + NH * L * L;
+        }
+        Tq = Tk = off[S], B = 1;
+    }
+    int64_t nq = (int64_t)B * Tq * C, nk = (int64_t)B * Tk * C, nl = (int64_t)B * NH * Tq;
+    float *x[3], *d[3], *m = malloc(sizeof(float) * B * Tk), *mr = malloc(sizeof(float) * B * Tk);
+    uint16_t *x16[3], *d16[3];
+    for (int i = 0; i < 3; i++) {
+        int64_t n = i ? nk : nq;
+        x[i] = malloc(sizeof(float) * n), d[i] = malloc(sizeof(float) * n);
+        x16[i] = malloc(2 * n), d16[i] = malloc(2 * n);
+        for (int64_t j = 0; j < n; j++) {
+            x[i][j] = round_to(normal(), dt), d[i][j] = round_to(0.1f * normal(), dt);
+            store16(x16[i], dt, j, x[i][j]), store16(d16[i], dt, j, d[i][j]);
+        }
+    }
+    for (int b = 0; b < B; b++) /* example b's last b Tk / 4 + 1 keys masked; the last example's every key */
+        for (int j = 0; j < Tk; j++)
+            m[b * Tk + j] = (b == B - 1 && B > 1) || j >= Tk - 1 - b * Tk / 4 ? -3.4028234663852886e38f : 0.0f;
+    for (int j = 0; j < B * Tk; j++) mr[j] = round_to(m[j], dt);
+    float *G = malloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq), *out2 = malloc(sizeof(float) * nq);
+    float *c2 = malloc(sizeof(float) * nq), *L = malloc(sizeof(float) * nl), *L2 = malloc(sizeof(float) * nl);
+    float *Dg = malloc(sizeof(float) * nl);
+    uint16_t *g16 = malloc(2 * nq), *o16 = malloc(2 * nq);
+    for (int64_t j = 0; j < nq; j++) G[j] = round_to(normal(), dt), store16(g16, dt, j, G[j]);
+    ut_flash_masking mk = {.causal = causal};
+    mk.drop = (ut_flash_drop){.p = 0.1f, .ks = 1.0f / 0.9f, .key = 11, .stream = 3, .offset = 1000};
+    if (varlen) mk.off = off, mk.poff = poff, mk.bad = &bad, mk.S = S;
+    ut_flash_masking mref = mk, mnat = mk;
+    if (!varlen) mref.mask = mr, mnat.mask = m;
+    char what[96];
+    snprintf(what, sizeof what, "%s dt %d B %d Tq %d Tk %d NH %d%s", varlen ? "varlen" : "masked", dt, B, Tq, Tk, NH,
+             causal ? " causal" : "");
+    ut_cuda_flash_attn_tc_masked_fwd(out, out2, L, x[0], x[1], x[2], B, Tq, Tk, C, NH, &mref, dt);
+    ut_cuda_flash_attn_tc_masked_bwd(d[0], d[1], d[2], Dg, G, out2, x[0], x[1], x[2], L, B, Tq, Tk, C, NH, &mref, dt);
+    for (int xf = 0; xf < 2; xf++) { /* q, k, v stored in 16 bits, then in float32 */
+        const void *q = xf ? (const void *)x[0] : x16[0], *k = xf ? (const void *)x[1] : x16[1];
+        const void *v = xf ? (const void *)x[2] : x16[2];
+        ut_cuda_flash_attn_tc_masked_fwd16(o16, 1, c2, L2, q, k, v, !xf, B, Tq, Tk, C, NH, &mnat, dt);
+        int bad_o = 0;
+        for (int64_t j = 0; j < nq; j++) bad_o += load16(o16, dt, j) != round_to(out[j], dt) || c2[j] != out2[j];
+        CHECK(!bad_o && !memcmp(L, L2, sizeof(float) * nl), "%s, q k v %s: %d of out differ", what,
+              xf ? "float32" : "16-bit", bad_o);
+    }
+    ut_cuda_flash_attn_tc_masked_bwd16(d16[0], d16[1], d16[2], 1, Dg, g16, 1, c2, x16[0], x16[1], x16[2], 1, L2, B,
+                                       Tq, Tk, C, NH, &mnat, dt);
+    for (int i = 0; i < 3; i++) {
+        int64_t n = i ? nk : nq;
+        int bad_d = 0;
+        for (int64_t j = 0; j < n; j++) bad_d += load16(d16[i], dt, j) != round_to(d[i][j], dt);
+        CHECK(!bad_d, "%s: %d of d%c differ from the float32 form's, rounded", what, bad_d, "qkv"[i]);
+    }
+    /* the fully masked example attends nowhere under fp16 (its out is 0) */
+    if (!varlen && dt == 2 && B > 1) {
+        int nz = 0;
+        for (int64_t j = (int64_t)(B - 1) * Tq * C; j < nq; j++) nz += load16(o16, dt, j) != 0.0f;
+        CHECK(!nz, "%s: the example with every key masked has %d nonzero outputs", what, nz);
+    }
+    for (int i = 0; i < 3; i++) free(x[i]), free(d[i]), free(x16[i]), free(d16[i]);
+    free(m), free(mr), free(G), free(out), free(out2), free(c2), free(L), free(L2), free(Dg), free(g16), free(o16);
+}
+
+static void test_masked_native16(void) {
+    for (int dt = 1; dt <= 2; dt++) {
+        masked_native16_case(dt, 2, 77, 77, 2, false, false); /* BERT's padded self-attention */
+        masked_native16_case(dt, 3, 70, 130, 1, false, false); /* BART's cross-attention */
+        masked_native16_case(dt, 2, 64, 64, 1, true, false);  /* BART's decoder */
+        masked_native16_case(dt, 3, 40, 0, 2, false, true);  /* unpadded BERT: 3 sequences */
+        masked_native16_case(dt, 2, 70, 0, 1, true, true);   /* packed, causal */
+    }
 }
 
 /* ---- layer norm with 16-bit x and out ---- */
@@ -669,6 +761,7 @@ int main(void) {
     RUN(test_emulator_checks);
     RUN(test_attention_tc);
     RUN(test_attention_native16);
+    RUN(test_masked_native16);
     RUN(test_layernorm_16);
     RUN(test_binary_mixed);
     RUN(test_gelu_16);

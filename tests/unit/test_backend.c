@@ -92,7 +92,8 @@ static void test_op_schema(void) {
     for (int op = 1; op < ut_op_count(); op++)
         CHECK(cu[op].caps == (op == UT_OP_LINEAR || op == UT_OP_GELU || op == UT_OP_GELU_ERF ||
                                       op == UT_OP_LAYERNORM || op == UT_OP_ADD || op == UT_OP_MUL || op == UT_OP_DROPOUT ||
-                                      op == UT_OP_ATTENTION
+                                      op == UT_OP_ATTENTION || op == UT_OP_ATTENTION_MASKED ||
+                                      op == UT_OP_ATTENTION_VARLEN
                                   ? (unsigned)UT_KCAP_NATIVE_16
                               : op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
                                                           : 0u),

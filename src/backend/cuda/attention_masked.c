@@ -66,8 +66,8 @@ static ut_attn_rows rows_of(const ut_masked_dims *d, const float *mask) {
 }
 
 /* P = softmax(scale Q K^T + mask [+ causal]); out = Pd V, Pd = P * keep / (1 - p)
- * with dropout, P without */
-void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
+ * with dropout, P without. On float32 tensors (autocast's copies included). */
+static void fwd_f32(ut_tensor *t, UT_KCTX) {
     ut_masked_dims d = ut_attention_masked_dims(t);
     const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
     const float *mask = t->src[3] ? t->src[3]->data : NULL;
@@ -120,8 +120,9 @@ void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
 }
 
 /* dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks; dS = P (dP - rowsum(P dP));
- * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for) */
-void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
+ * dq += scale dS K; dk += scale dS^T Q (each gradient only when asked for).
+ * On float32 tensors. */
+static void bwd_f32(ut_tensor *t, UT_KCTX) {
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
@@ -163,4 +164,73 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (dk)
         ut_cuda_attn_gemm(true, false, d.Tk, d.hs, d.Tq, d.scale, probs_mat(gP, &d), heads(q, d.Tq, &d), 1.0f, dk,
                           d.C, d.Tk * d.C, d.hs, d.B, d.NH);
+}
+
+/* The op table gives ATTENTION_MASKED UT_KCAP_NATIVE_16 (table.c), as
+ * ATTENTION (attention.c): the mma.sync kernels take the tensors as stored
+ * under autocast with head size 64 when out is stored in the autocast type,
+ * q, k and v are three tensors stored alike (all in it or all float32: each
+ * is a product's output in BERT and BART) and the mask is float32 (rounded
+ * as it is read, as autocast's copy of it would be): the bits of the
+ * float32 copies, without them (flash_attention.h,
+ * ut_cuda_flash_attn_tc_masked_fwd16). Everything else runs the float32
+ * forms above through core's copies, as without the capability. */
+static bool native(const ut_tensor *t, const ut_masked_dims *d) {
+    ut_dtype a = t->autocast, x = t->src[0]->dtype;
+    const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2], *m = t->src[3];
+    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
+           q != kt && q != v && kt != v && (!m || m->dtype == UT_F32) && ut_cuda_flash_attn_tc_native() &&
+           tensor_cores(t, d);
+}
+
+/* whether core would make float32 copies around an op without the capability */
+static bool copies(const ut_tensor *t) {
+    bool c = t->autocast != UT_F32 || ut_dtype_is16(t->dtype);
+    for (int i = 0; i < 4; i++) c = c || (t->src[i] && ut_dtype_is16(t->src[i]->dtype));
+    return c;
+}
+
+void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_masked_dims d = ut_attention_masked_dims(t);
+    if (!native(t, &d)) {
+        if (copies(t)) ut_lowp_forward(t, fwd_f32, k);
+        else fwd_f32(t, k);
+        return;
+    }
+    /* saved: L, then out's float32 values, as fwd_f32 under autocast */
+    ut_attention_masked_set_keep(t, NULL);
+    ut_attention_masked_set_rng(t, NULL);
+    int64_t nL = l_floats(&d), nO = d.B * d.Tq * d.C;
+    float *L = ut_kalloc(k, (size_t)(nL + nO) * sizeof(float));
+    ut_attention_masked_set_probs(t, L);
+    ut_philox *rng = NULL;
+    if (ut_attention_masked_p(t) > 0.0f) {
+        rng = ut_khost(k, sizeof *rng);
+        *rng = k->rng;
+        ut_attention_masked_set_rng(t, rng);
+    }
+    ut_flash_masking mk = masking_of(t, &d, rng);
+    ut_cuda_flash_attn_tc_masked_fwd16(t->data, 1, L + nL, L, t->src[0]->data, t->src[1]->data, t->src[2]->data,
+                                       t->src[0]->dtype != UT_F32, d.B, d.Tq, d.Tk, d.C, d.NH, &mk,
+                                       (int)t->autocast);
+}
+
+void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
+    if (!qt->requires_grad && !kt->requires_grad && !vt->requires_grad) return;
+    ut_masked_dims d = ut_attention_masked_dims(t);
+    if (!native(t, &d)) {
+        if (copies(t)) ut_lowp_backward(t, bwd_f32, k);
+        else bwd_f32(t, k);
+        return;
+    }
+    /* t->grad is stored as t (16-bit), each source's gradient as the source */
+    const float *L = ut_attention_masked_probs(t);
+    float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.Tq) * sizeof(float));
+    ut_flash_masking mk = masking_of(t, &d, ut_attention_masked_rng(t));
+    bool x16 = qt->dtype != UT_F32;
+    ut_cuda_flash_attn_tc_masked_bwd16(qt->requires_grad ? qt->grad : NULL, kt->requires_grad ? kt->grad : NULL,
+                                       vt->requires_grad ? vt->grad : NULL, x16, D, t->grad, 1, L + l_floats(&d),
+                                       qt->data, kt->data, vt->data, x16, L, d.B, d.Tq, d.Tk, d.C, d.NH, &mk,
+                                       (int)t->autocast);
 }

@@ -78,7 +78,8 @@ static ut_flash_masking masking_of(const ut_tensor *t, const fused_dims *d, floa
     return mk;
 }
 
-static void fused_fwd(ut_tensor *t, const fused_dims *d, const ut_kctx *k) {
+/* nat: the tensors as stored (native(), below); else float32 ones */
+static void fused_fwd(ut_tensor *t, const fused_dims *d, bool nat, const ut_kctx *k) {
     saved_layout s = layout_of(t, d);
     float *saved = ut_kalloc(k, (size_t)s.total * sizeof(float));
     ut_attention_varlen_set_probs(t, saved);
@@ -93,20 +94,28 @@ static void fused_fwd(ut_tensor *t, const fused_dims *d, const ut_kctx *k) {
     ut_flash_masking mk = masking_of(t, d, saved, &s, rng);
     float *copy = s.out < s.poff ? saved + s.out : NULL;
     const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
-    if (tensor_cores(t, d))
+    if (nat)
+        ut_cuda_flash_attn_tc_masked_fwd16(t->data, 1, copy, saved, q, kd, v, t->src[0]->dtype != UT_F32, 1, d->N,
+                                           d->N, d->C, d->NH, &mk, (int)t->autocast);
+    else if (tensor_cores(t, d))
         ut_cuda_flash_attn_tc_masked_fwd(t->data, copy, saved, q, kd, v, 1, d->N, d->N, d->C, d->NH, &mk,
                                          (int)t->autocast);
     else ut_cuda_flash_attn_masked_fwd(t->data, copy, saved, q, kd, v, 1, d->N, d->N, d->C, d->NH, &mk);
 }
 
-static void fused_bwd(ut_tensor *t, const fused_dims *d, float *dq, float *dk, float *dv, const ut_kctx *k) {
+/* nat: the tensors as stored, the gradients dq, dk, dv as their sources */
+static void fused_bwd(ut_tensor *t, const fused_dims *d, void *dq, void *dk, void *dv, bool nat, const ut_kctx *k) {
     saved_layout s = layout_of(t, d);
     float *saved = ut_attention_varlen_probs(t);
     const float *out = s.out < s.poff ? saved + s.out : t->data;
     float *D = ut_kalloc(k, (size_t)(d->NH * d->N) * sizeof(float));
     ut_flash_masking mk = masking_of(t, d, saved, &s, ut_attention_varlen_rng(t));
     const float *q = t->src[0]->data, *kd = t->src[1]->data, *v = t->src[2]->data;
-    if (tensor_cores(t, d))
+    bool x16 = t->src[0]->dtype != UT_F32;
+    if (nat)
+        ut_cuda_flash_attn_tc_masked_bwd16(dq, dk, dv, x16, D, t->grad, 1, out, q, kd, v, x16, saved, 1, d->N, d->N,
+                                           d->C, d->NH, &mk, (int)t->autocast);
+    else if (tensor_cores(t, d))
         ut_cuda_flash_attn_tc_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, saved, 1, d->N, d->N, d->C, d->NH,
                                          &mk, (int)t->autocast);
     else ut_cuda_flash_attn_masked_bwd(dq, dk, dv, D, t->grad, out, q, kd, v, saved, 1, d->N, d->N, d->C, d->NH, &mk);
@@ -136,15 +145,16 @@ static ut_attn_rows rows_of(const ut_varlen_dims *d, const ut_tensor *t) {
 }
 
 /* Per sequence s (L rows from off[s]) and head h: P = softmax(causal(scale Q K^T));
- * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without */
-void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
+ * out = Pd V, Pd = P * keep / (1 - p) with dropout, P without. On float32
+ * tensors (autocast's copies included). */
+static void fwd_f32(ut_tensor *t, UT_KCTX) {
     ut_varlen_dims d;
     ut_attention_varlen_set_probs(t, NULL);
     ut_attention_varlen_set_keep(t, NULL);
     ut_attention_varlen_set_rng(t, NULL);
     fused_dims fd = fused_dims_of(t);
     if (tensor_cores(t, &fd) || fused(&fd)) {
-        fused_fwd(t, &fd, k);
+        fused_fwd(t, &fd, false, k);
         return;
     }
     if (plan_of(t, &d, k)) return;
@@ -190,15 +200,15 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
 
 /* Per sequence and head: dv += Pd^T g; dPd = g V^T; dP = dPd * keep * ks;
  * dS = P (dP - rowsum(P dP)); dq += scale dS K; dk += scale dS^T Q (each
- * gradient only when asked for) */
-void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
+ * gradient only when asked for). On float32 tensors. */
+static void bwd_f32(ut_tensor *t, UT_KCTX) {
     ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
     float *dq = qt->requires_grad ? qt->grad : NULL, *dk = kt->requires_grad ? kt->grad : NULL,
           *dv = vt->requires_grad ? vt->grad : NULL;
     if (!dq && !dk && !dv) return;
     fused_dims fd = fused_dims_of(t);
     if (tensor_cores(t, &fd) || fused(&fd)) {
-        fused_bwd(t, &fd, dq, dk, dv, k);
+        fused_bwd(t, &fd, dq, dk, dv, false, k);
         return;
     }
     ut_varlen_dims d = *ut_attention_varlen_plan(t); /* the forward's */
@@ -235,4 +245,49 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
             ut_cuda_sgemm(true, false, L, hs, L, d.scale, gP + d.poff[s], L, L * L, q + rows, C, hs, 1.0f,
                           dk + rows, C, hs, d.NH);
     }
+}
+
+/* The op table gives ATTENTION_VARLEN UT_KCAP_NATIVE_16 (table.c), as
+ * ATTENTION_MASKED (attention_masked.c): the mma.sync kernels take the
+ * tensors as stored under autocast with head size 64 when out is stored in
+ * the autocast type and q, k and v are three tensors stored alike (all in it
+ * or all float32), with the bits of the float32 copies; everything else runs
+ * the float32 forms above through core's copies. (The offsets are int32:
+ * autocast never copies them.) */
+static bool native(const ut_tensor *t, const fused_dims *d) {
+    ut_dtype a = t->autocast, x = t->src[0]->dtype;
+    const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2];
+    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
+           q != kt && q != v && kt != v && ut_cuda_flash_attn_tc_native() && tensor_cores(t, d);
+}
+
+/* whether core would make float32 copies around an op without the capability */
+static bool copies(const ut_tensor *t) {
+    bool c = t->autocast != UT_F32 || ut_dtype_is16(t->dtype);
+    for (int i = 0; i < 4; i++) c = c || (t->src[i] && ut_dtype_is16(t->src[i]->dtype));
+    return c;
+}
+
+void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
+    fused_dims fd = fused_dims_of(t);
+    if (native(t, &fd)) {
+        ut_attention_varlen_set_keep(t, NULL);
+        ut_attention_varlen_set_rng(t, NULL);
+        fused_fwd(t, &fd, true, k);
+    } else if (copies(t)) {
+        ut_lowp_forward(t, fwd_f32, k);
+    } else {
+        fwd_f32(t, k);
+    }
+}
+
+void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
+    ut_tensor *qt = t->src[0], *kt = t->src[1], *vt = t->src[2];
+    if (!qt->requires_grad && !kt->requires_grad && !vt->requires_grad) return;
+    fused_dims fd = fused_dims_of(t);
+    if (native(t, &fd))
+        fused_bwd(t, &fd, qt->requires_grad ? qt->grad : NULL, kt->requires_grad ? kt->grad : NULL,
+                  vt->requires_grad ? vt->grad : NULL, true, k);
+    else if (copies(t)) ut_lowp_backward(t, bwd_f32, k);
+    else bwd_f32(t, k);
 }

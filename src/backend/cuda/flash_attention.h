@@ -17,7 +17,8 @@
  * defines: ut_cuda_flash_attn_ok, ut_cuda_flash_attn_fwd, ut_cuda_flash_attn_bwd,
  *          ut_cuda_flash_attn_rowdot, ut_cuda_flash_attn_tc_ok, ut_cuda_flash_attn_tc_fwd,
  *          ut_cuda_flash_attn_tc_bwd, ut_cuda_flash_attn_tc_native, ut_cuda_flash_attn_tc_fwd16,
- *          ut_cuda_flash_attn_tc_bwd16, ut_cuda_flash_attn_unfused, ut_flash_drop,
+ *          ut_cuda_flash_attn_tc_bwd16, ut_cuda_flash_attn_tc_masked_fwd16,
+ *          ut_cuda_flash_attn_tc_masked_bwd16, ut_cuda_flash_attn_unfused, ut_flash_drop,
  *          ut_flash_masking, ut_cuda_flash_attn_masked_ok, ut_cuda_flash_attn_masked_fwd,
  *          ut_cuda_flash_attn_masked_bwd, UT_CUDA_ERR_VARLEN_OFFSETS, ut_cuda_flash_attn_varlen_ok,
  *          ut_cuda_flash_attn_varlen_plan, ut_cuda_flash_attn_tc_masked_ok,
@@ -172,6 +173,21 @@ void ut_cuda_flash_attn_tc_masked_bwd(float *dq, float *dk, float *dv, float *Ds
                                       const float *out, const float *q, const float *k, const float *v,
                                       const float *L, int64_t B, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
                                       const ut_flash_masking *mk, int dt);
+
+/* The masked and packed-sequence forms with every tensor in its storage
+ * type (as ut_cuda_flash_attn_tc_fwd16 / bwd16 for ATTENTION; the mma.sync
+ * kernels, where ut_cuda_flash_attn_tc_native and the tc_*_ok above hold):
+ * q, k, v all float32 (x_dt 0) or all 16-bit in dt; out, dout and the
+ * gradients dq, dk, dv (d_dt) likewise each. The float32 mask is rounded to
+ * dt as it is read, as autocast's copy of it would be. The bits of the
+ * float32 forms on float32 copies. */
+void ut_cuda_flash_attn_tc_masked_fwd16(void *out, int out_dt, float *out_copy, float *L, const void *q,
+                                        const void *k, const void *v, int x_dt, int64_t B, int64_t Tq, int64_t Tk,
+                                        int64_t C, int64_t NH, const ut_flash_masking *mk, int dt);
+void ut_cuda_flash_attn_tc_masked_bwd16(void *dq, void *dk, void *dv, int d_dt, float *Dscratch, const void *dout,
+                                        int dout_dt, const float *out, const void *q, const void *k, const void *v,
+                                        int x_dt, const float *L, int64_t B, int64_t Tq, int64_t Tk, int64_t C,
+                                        int64_t NH, const ut_flash_masking *mk, int dt);
 
 #ifdef __cplusplus
 }

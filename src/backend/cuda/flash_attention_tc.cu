@@ -575,6 +575,15 @@ __device__ __forceinline__ void store_as(void *p, int64_t i, int dt, float v) {
     else ((float *)p)[i] = v;
 }
 
+/* MASKED: what the mask adds to key j's scores, rounded to T16 as
+ * autocast's copy of the float32 mask is (fp16 takes Hugging Face's
+ * finfo(float32).min to -inf, which makes a row of padding attend nowhere);
+ * a mask that is such a copy already is unchanged */
+template <typename T16>
+__device__ __forceinline__ float bias_as(const float *mrow, int j, int Tk) {
+    return from16<T16>(to16<T16>(key_bias(mrow, j, Tk)));
+}
+
 /* load_tile (a 64 x D T16 tile from rows r0 .. r0 + 63, zero from row T on)
  * from a source stored as dt: float32 values are rounded to T16 (autocast's
  * rounding of a float32 operand), 16-bit ones copied as they are */
@@ -724,7 +733,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(void *__restrict__ out, int odt
         load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
         load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
-            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = bias_as<T16>(mrow, k0 + i, g.Tk);
         }
         __syncthreads();
         float s[8][4];
@@ -851,8 +860,8 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const void *__restrict__ dout,
     [[maybe_unused]] float bias[2] = {0.0f, 0.0f};
     if constexpr (MODE == MASKED) {
         const float *mrow = g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
-        bias[0] = key_bias(mrow, kj[0], g.Tk);
-        bias[1] = key_bias(mrow, kj[1], g.Tk);
+        bias[0] = bias_as<T16>(mrow, kj[0], g.Tk);
+        bias[1] = bias_as<T16>(mrow, kj[1], g.Tk);
     }
     const bool drop = MODE != PACKED && g.drop.p > 0.0f;
     for (int q0 = qbeg; q0 < qstop; q0 += BM) {
@@ -957,7 +966,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(const void *__restrict__ dout, c
         load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
         load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
-            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = key_bias(mrow, k0 + i, g.Tk);
+            for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = bias_as<T16>(mrow, k0 + i, g.Tk);
         }
         __syncthreads();
         float s[8][4], dp[8][4];
@@ -1158,21 +1167,31 @@ extern "C" void ut_cuda_flash_attn_tc_fwd16(void *out, int out_dt, float *out_co
     else fwd_mma<__nv_bfloat16, PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g);
 }
 
+namespace {
+/* Dg (B, NH, T) = each row's sum of dout * out per head; dout stored as
+ * float32 (dout_dt 0) or in dt */
+void rowdot_as(float *Dg, const void *dout, int dout_dt, const float *out, int64_t B, int64_t T, int64_t C,
+               int64_t NH, int dt) {
+    if (!dout_dt) {
+        ut_cuda_flash_attn_rowdot(Dg, (const float *)dout, out, B, T, C, NH);
+        return;
+    }
+    const int64_t rows = B * T * NH;
+    if (dt == 2)
+        rowdot_kernel<__half><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+            out, (const __half *)dout, Dg, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
+    else
+        rowdot_kernel<__nv_bfloat16><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
+            out, (const __nv_bfloat16 *)dout, Dg, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
+    ut_cuda_launched("flash attention backward (rowsum dout * out, 16-bit dout)");
+}
+}  // namespace
+
 extern "C" void ut_cuda_flash_attn_tc_bwd16(void *dqkv, int dqkv_dt, float *Dscratch, const void *dout, int dout_dt,
                                             const float *out, const void *qkv, int qkv_dt, const float *L, int64_t B,
                                             int64_t T, int64_t C, int64_t NH, int dt) {
     if (B <= 0 || T <= 0) return;
-    if (!dout_dt) ut_cuda_flash_attn_rowdot(Dscratch, (const float *)dout, out, B, T, C, NH);
-    else {
-        const int64_t rows = B * T * NH;
-        if (dt == 2)
-            rowdot_kernel<__half><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
-                out, (const __half *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
-        else
-            rowdot_kernel<__nv_bfloat16><<<utk::blocks_for(rows), utk::kThreads, 0, utk::stream()>>>(
-                out, (const __nv_bfloat16 *)dout, Dscratch, rows, (int)T, (int)C, (int)NH, (int)(C / NH));
-        ut_cuda_launched("flash attention backward (rowsum dout * out, 16-bit dout)");
-    }
+    rowdot_as(Dscratch, dout, dout_dt, out, B, T, C, NH, dt);
     geom g = geom_packed_as(qkv, qkv_dt ? dt : 0, T, C, NH);
     g.gdt = dout_dt ? dt : 0;
     g.vec = C % 4 == 0 && aligned16(qkv) && aligned16(dout);
@@ -1203,4 +1222,43 @@ extern "C" void ut_cuda_flash_attn_tc_masked_bwd(float *dq, float *dk, float *dv
     g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     if (mk->off) bwd_dt<VARLEN>(dq, dk, dv, dout, L, Dscratch, B, g, dt);
     else bwd_dt<MASKED>(dq, dk, dv, dout, L, Dscratch, B, g, dt);
+}
+
+extern "C" void ut_cuda_flash_attn_tc_masked_fwd16(void *out, int out_dt, float *out_copy, float *L, const void *q,
+                                                   const void *k, const void *v, int x_dt, int64_t B, int64_t Tq,
+                                                   int64_t Tk, int64_t C, int64_t NH, const ut_flash_masking *mk,
+                                                   int dt) {
+    if (B <= 0 || Tq <= 0) return;
+    geom g = geom_masked((const float *)q, (const float *)k, (const float *)v, Tq, Tk, C, NH, mk);
+    g.xdt = x_dt ? dt : 0;
+    g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+    const int odt = out_dt ? dt : 0;
+    if (mk->off) {
+        if (dt == 2) fwd_mma<__half, VARLEN>(out, odt, out_copy, L, B, g);
+        else fwd_mma<__nv_bfloat16, VARLEN>(out, odt, out_copy, L, B, g);
+    } else {
+        if (dt == 2) fwd_mma<__half, MASKED>(out, odt, out_copy, L, B, g);
+        else fwd_mma<__nv_bfloat16, MASKED>(out, odt, out_copy, L, B, g);
+    }
+}
+
+extern "C" void ut_cuda_flash_attn_tc_masked_bwd16(void *dq, void *dk, void *dv, int d_dt, float *Dscratch,
+                                                   const void *dout, int dout_dt, const float *out, const void *q,
+                                                   const void *k, const void *v, int x_dt, const float *L, int64_t B,
+                                                   int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+                                                   const ut_flash_masking *mk, int dt) {
+    if (B <= 0 || Tq <= 0 || (!dq && !dk && !dv)) return;
+    rowdot_as(Dscratch, dout, dout_dt, out, B, Tq, C, NH, dt);
+    geom g = geom_masked((const float *)q, (const float *)k, (const float *)v, Tq, Tk, C, NH, mk);
+    g.xdt = x_dt ? dt : 0;
+    g.gdt = dout_dt ? dt : 0;
+    g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
+    const int ddt = d_dt ? dt : 0;
+    if (mk->off) {
+        if (dt == 2) bwd_mma<__half, VARLEN>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
+        else bwd_mma<__nv_bfloat16, VARLEN>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
+    } else {
+        if (dt == 2) bwd_mma<__half, MASKED>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
+        else bwd_mma<__nv_bfloat16, MASKED>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
+    }
 }
