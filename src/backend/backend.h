@@ -211,7 +211,9 @@ typedef struct ut_backend {
      * through host buffers (ut_stage_begin / ut_stage_end). */
     bool host_memory;
     /* 0 when this machine can run the backend; else -1 with the reason in
-     * err (no GPU, no driver). NULL: always available. */
+     * err (no GPU, no driver), or -2 when the backend's own settings are
+     * wrong (an environment switch with a value it does not know: err
+     * names it). NULL: always available. */
     int (*available)(char *err, size_t n);
     /* Makes this machine's device number index (of several GPUs, say) the
      * one this process's memory and work go to; before the first

@@ -38,7 +38,9 @@ int ut_config_use_device(const ut_config *c, char *err, size_t n) {
     char why[256];
     const ut_backend *be = ut_backend_get(dev);
     if (!be) return ut_backend_check(dev, err, n);
-    if (be->available && be->available(why, sizeof why)) FAIL("%s: %s: %s; write %s: cpu", key, c->device, why, key);
+    int usable = be->available ? be->available(why, sizeof why) : 0;
+    if (usable == -2) FAIL("%s: %s: %s", key, c->device, why); /* a setting to correct, not a missing device */
+    if (usable) FAIL("%s: %s: %s; write %s: cpu", key, c->device, why, key);
     if (!be->select) return 0;
     int first = ut_config_device_index(c), count = be->count ? be->count() : 1;
     if (first >= count) {

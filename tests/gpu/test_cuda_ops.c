@@ -538,6 +538,31 @@ static void cudnn_refused(void) {
 }
 static void test_cudnn_refused(void) { in_child("UT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", cudnn_refused); }
 
+/* A switch set to a value utrain does not know (a typo that would quietly
+ * run the default) is refused, naming it and the values it takes; with or
+ * without a GPU. In a child process: it must see the value from its start. */
+static void test_bad_switch(void) {
+    const char *vars[2] = {"UT_CUDA_ATTN", "UT_CUDA_LT_FUSED"}, *vals[2] = {"cuDNN", "no"};
+    for (int i = 0; i < 2; i++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        CHECK(pid >= 0, "fork failed");
+        if (pid == 0) {
+            setenv(vars[i], vals[i], 1);
+            char why[512] = "";
+            int r = ut_backend_check(UT_CUDA, why, sizeof why);
+            char want[64];
+            snprintf(want, sizeof want, "%s=%s is not a value", vars[i], vals[i]);
+            bool ok = r != 0 && strstr(why, want) && strstr(why, i ? "0, 1" : "fp32, wmma, unfused, cudnn");
+            if (!ok) fprintf(stderr, "  %s=%s: check %d, %s\n", vars[i], vals[i], r, why);
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s=%s was not refused as it should be", vars[i], vals[i]);
+    }
+}
+
 /* Every convolution row twice more: once with UT_CUDA_CONV=cudnn (cuDNN must
  * take each pass of each row, or the op fails) and once with
  * UT_CUDA_CONV=im2col (utrain's own kernels), both against the CPU. The
@@ -704,6 +729,7 @@ static void test_model_on_device(void) {
 int main(void) {
     /* first: these fork, and CUDA must not be initialised before */
     RUN(test_cudnn_refused);
+    RUN(test_bad_switch);
     RUN(test_autocast_unfused);
     RUN(test_cudnn_library);
     if (!have_gpu()) {

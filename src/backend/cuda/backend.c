@@ -39,7 +39,40 @@ void ut_cuda_launched(const char *what) {
     if (e != cudaSuccess) ut_abort(__FILE__, __LINE__, "CUDA kernel %s: %s", what, cudaGetErrorString(e));
 }
 
+/* The environment switches the CUDA backend reads (docs/gpu.md) and the
+ * values each takes (besides unset or empty: the default). A value it does
+ * not know is refused before anything runs, rather than quietly ignored. */
+static int switches_ok(char *err, size_t n) {
+    static const struct {
+        const char *var, *values[5];
+    } sw[] = {
+        {"UT_CUDA_ATTN", {"fp32", "wmma", "unfused", "cudnn"}},
+        {"UT_CUDA_CONV", {"cudnn", "im2col"}},
+        {"UT_CUDA_GEMM", {"cublas"}},
+        {"UT_CUDA_LT_FUSED", {"0", "1"}},
+        {"UT_CUDA_TF32", {"0", "1"}},
+    };
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
+        const char *e = getenv(sw[i].var);
+        if (!e || !*e) continue;
+        bool known = false;
+        char list[96] = "";
+        size_t used = 0;
+        for (int j = 0; j < 5 && sw[i].values[j]; j++) {
+            known = known || !strcmp(e, sw[i].values[j]);
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? ", " : "", sw[i].values[j]);
+        }
+        if (!known) {
+            snprintf(err, n, "%s=%.64s is not a value utrain knows (%s; unset it for the default: docs/gpu.md)",
+                     sw[i].var, e, list);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int available(char *err, size_t n) {
+    if (switches_ok(err, n)) return -2;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
