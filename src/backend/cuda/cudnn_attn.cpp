@@ -156,7 +156,12 @@ std::shared_ptr<fe::graph::Graph> describe(const Key &k, int sm = 0) {
                        .set_diagonal_band_right_bound(0);
         auto [o, stats] = g->sdpa(q, kk, v, opt);
         set_heads(o, k, O, k.C);
-        if (stats) stats->set_output(true).set_data_type(fe::DataType_t::FLOAT).set_uid(STATS);
+        if (stats)
+            stats->set_output(true)
+                .set_data_type(fe::DataType_t::FLOAT)
+                .set_uid(STATS)
+                .set_dim({k.B, k.NH, k.T, 1})
+                .set_stride({k.NH * k.T, k.T, 1, 1});
     } else {
         auto o = heads(*g, k, O, "o", k.C), dout = heads(*g, k, DO, "dout", k.C);
         auto opt = fe::graph::SDPA_backward_attributes()
