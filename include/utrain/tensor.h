@@ -120,6 +120,11 @@ float ut_ctx_neftune(const ut_ctx *ctx);
  * has no bf16 instructions)", ... (the CPU backend decides once, at first
  * use, from cpuid and whether oneDNN runs bf16 there). */
 const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt);
+/* What dev's attention ops run on under dt (F32, or autocast's BF16 / F16),
+ * in a few words for the run log ("utrain's fused flash attention on the
+ * tensor cores (mma.sync; ...)", "cuDNN's fused flash attention ..."); NULL
+ * where the backend has one path and says nothing (the CPU, sim). */
+const char *ut_attention_path(ut_device dev, ut_dtype dt);
 /* Current 16-bit copies of the parameters for autocast: copies[i] is
  * flat[i] rounded to dt for every parameter element i in [0, n) (both memory of the context's
  * device; an optimizer writes them in its pass, ut_optim_set_copies16).

@@ -271,6 +271,9 @@ typedef struct ut_backend {
      * words for the run log ("oneDNN AMX", "fp32 sgemm on bf16-rounded
      * inputs (CPU has no bf16 instructions)"). */
     const char *(*matmul_path)(ut_dtype dt);
+    /* What the attention ops run on under dt (F32, BF16, F16), for the run
+     * log; NULL: not said. */
+    const char *(*attention_path)(ut_dtype dt);
     /* Which algorithm a 2-D convolution of this shape runs on ("Winograd
      * F(2x2, 3x3)", "im2col + sgemm"), for `utrain plan`; NULL: not said. */
     const char *(*conv2d_path)(int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t stride, int64_t padding,

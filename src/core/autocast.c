@@ -49,6 +49,11 @@ const char *ut_autocast_matmul_path(ut_device dev, ut_dtype dt) {
     return b && b->matmul_path ? b->matmul_path(dt) : "unknown";
 }
 
+const char *ut_attention_path(ut_device dev, ut_dtype dt) {
+    const ut_backend *b = ut_backend_get(dev);
+    return b && b->attention_path ? b->attention_path(dt) : NULL;
+}
+
 ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;

@@ -610,6 +610,8 @@ static void print_summary(ut_trainer *t) {
                : !strcmp(c->schedule_on_skip, "hold") ? ", dynamic loss scaling (a skipped step holds the schedule)"
                                                         : ", dynamic loss scaling (a skipped step advances the schedule)",
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
+    const char *attn = ut_attention_path(ut_ctx_device(t->ctx), ut_run_precision(c));
+    if (attn) ut_say(&t->log, "  Attention = %s\n", attn);
     if (t->fp16 && (c->loss_scale_hysteresis > 1 || c->min_loss_scale > 0))
         ut_say(&t->log, "  Loss scale: from %g, x2 after %lld clean steps, halved at an overflow no lower than %g, "
                         "%lld overflow%s tolerated first (DeepSpeed's hysteresis%s)\n",

@@ -132,10 +132,26 @@ static void test_bert(void) {
     both("bert_bf16", bert, "train.precision=bf16", 1, 8, 1e-3, 1e-2);
 }
 
+/* whether run's log holds what */
+static bool log_says(const char *run, const char *what) {
+    char *log = tp_slurp(run_file(run, "logger_logs/training_0.log"));
+    bool ok = log && strstr(log, what);
+    free(log);
+    return ok;
+}
+
 static void test_gpt2_precisions(void) {
     both("gpt2_fp32", gpt2, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
     both("gpt2_bf16", gpt2, "train.precision=bf16", 1, 8, 1e-3, 1e-2);
     both("gpt2_fp16", gpt2, "train.precision=fp16", 1, 8, 1e-4, 5e-3);
+    if (!strcmp(D, "cuda")) { /* the run says which attention kernels it runs (heads of 16 here: float32) */
+        CHECK(log_says("gpt2_fp32_dev", "Attention = utrain's fused flash attention in float32"),
+              "the fp32 run does not say which attention kernels it runs");
+        CHECK(log_says("gpt2_bf16_dev", "Attention = utrain's fused flash attention on the tensor cores (mma.sync"),
+              "the bf16 run does not say which attention kernels it runs");
+        CHECK(log_says("gpt2_bf16_cpu", "Precision = bf16") && !log_says("gpt2_bf16_cpu", "Attention = "),
+              "the CPU's run names an attention path (it has one)");
+    }
     /* the scale of 16-bit rounding itself: the CPU's bf16 and fp16 runs against its fp32 run */
     for (int i = 0; i < 2; i++) {
         char worst[128], run[32];
@@ -169,6 +185,8 @@ static void test_cudnn_attention(void) {
     CHECK(ra == 0 && rb == 0, "UT_CUDA_ATTN=cudnn: exit %d, again %d", ra, rb);
     if (ra || rb) return;
     agree("bf16 cudnn", "gpt2_bf16_cpu", "gpt2_bf16_cudnn", 8, 1e-3, 1e-2);
+    CHECK(log_says("gpt2_bf16_cudnn", "Attention = cuDNN's fused flash attention"),
+          "the UT_CUDA_ATTN=cudnn run does not say it runs cuDNN's attention");
     CHECK(tp_same_file(ckpt("gpt2_bf16_cudnn", 8), ckpt("gpt2_bf16_cudnn_again", 8)),
           "UT_CUDA_ATTN=cudnn: two runs with one seed give different checkpoints");
 }

@@ -327,6 +327,24 @@ static const char *matmul_path(ut_dtype dt) {
                         : "cuBLASLt bf16 tensor cores, float32 accumulation";
 }
 
+/* as the attention glue chooses (attention.c, attention_masked.c,
+ * attention_varlen.c; UT_CUDA_ATTN: docs/gpu.md) */
+static const char *attention_path(ut_dtype dt) {
+    const char *e = getenv("UT_CUDA_ATTN");
+    if (e && !strcmp(e, "unfused"))
+        return "materialised (UT_CUDA_ATTN=unfused): the products through cuBLAS, the probabilities stored";
+    if (dt == UT_F32 || (e && !strcmp(e, "fp32")))
+        return "utrain's fused flash attention in float32 (heads up to 128; larger ones materialised)";
+    if (e && !strcmp(e, "cudnn"))
+        return "cuDNN's fused flash attention for causal self-attention (UT_CUDA_ATTN=cudnn); utrain's tensor-core "
+               "kernels for masked and packed-sequence attention (heads of 64; others float32)";
+    if (e && !strcmp(e, "wmma"))
+        return "utrain's fused flash attention on the tensor cores, WMMA form (UT_CUDA_ATTN=wmma; heads of 64, "
+               "others float32)";
+    return "utrain's fused flash attention on the tensor cores (mma.sync, 16-bit tensors as stored; heads of 64, "
+           "others float32)";
+}
+
 /* ---- flat math ---- */
 static double sum_sq(const float *x, int64_t n) { return utk_sum_sq(x, n); }
 static void sum_sq_to(double *dst, const float *x, int64_t n) { utk_sum_sq_to(dst, x, n); }
@@ -467,6 +485,7 @@ const ut_backend ut_backend_cuda = {
     .round = round16,
     .ops = ut_ops_cuda,
     .matmul_path = matmul_path,
+    .attention_path = attention_path,
     .set_tf32 = ut_cuda_set_tf32,
     .sum_sq = sum_sq,
     .sum_sq_to = sum_sq_to,
