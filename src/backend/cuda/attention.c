@@ -162,9 +162,17 @@ static bool native(const ut_tensor *t, const attn_dims *d) {
            tensor_cores(t, d);
 }
 
-/* whether core would make float32 copies around an op without the capability */
-static bool copies(const ut_tensor *t) {
-    return t->autocast != UT_F32 || ut_dtype_is16(t->dtype) || ut_dtype_is16(t->src[0]->dtype);
+bool ut_cuda_attn_copies(const ut_tensor *t) {
+    bool c = t->autocast != UT_F32 || ut_dtype_is16(t->dtype);
+    for (int i = 0; i < UT_MAX_SRC; i++) c = c || (t->src[i] && ut_dtype_is16(t->src[i]->dtype));
+    return c;
+}
+
+bool ut_cuda_attn_qkv_alike(const ut_tensor *t) {
+    ut_dtype a = t->autocast, x = t->src[0]->dtype;
+    const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2];
+    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
+           q != kt && q != v && kt != v;
 }
 
 /* UT_CUDA_ATTN=cudnn: cuDNN's fused attention (cudnn_attn.h) for attention
@@ -248,7 +256,7 @@ void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
         ut_attention_set_probs(t, L);
         ut_cuda_flash_attn_tc_fwd16(t->data, 1, L + nL, L, t->src[0]->data, t->src[0]->dtype != UT_F32, d.B, d.T,
                                     d.C, d.NH, (int)t->autocast);
-    } else if (copies(t)) {
+    } else if (ut_cuda_attn_copies(t)) {
         ut_lowp_forward(t, fwd_f32, k);
     } else {
         fwd_f32(t, k);
@@ -267,7 +275,7 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
         bool x16 = qkv->dtype != UT_F32;
         ut_cuda_flash_attn_tc_bwd16(qkv->grad, x16, D, t->grad, 1, L + l_floats(&d), qkv->data, x16, L, d.B, d.T,
                                     d.C, d.NH, (int)t->autocast);
-    } else if (copies(t)) {
+    } else if (ut_cuda_attn_copies(t)) {
         ut_lowp_backward(t, bwd_f32, k);
     } else {
         bwd_f32(t, k);

@@ -6,7 +6,7 @@
  * rows of the probabilities P: the softmax, its backward and the dropout.
  * defines: ut_attn_rows, ut_attn_mat, ut_cuda_attn_softmax_fwd,
  *          ut_cuda_attn_softmax_bwd, ut_cuda_attn_drop, ut_cuda_attn_offsets_to_host,
- *          ut_cuda_attn_gemm. */
+ *          ut_cuda_attn_gemm, ut_cuda_attn_copies, ut_cuda_attn_qkv_alike. */
 #ifndef UTRAIN_CUDA_ATTENTION_H
 #define UTRAIN_CUDA_ATTENTION_H
 
@@ -71,6 +71,16 @@ typedef struct {
 void ut_cuda_attn_gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, ut_attn_mat A,
                        ut_attn_mat B, float beta, float *c, int64_t ldc, int64_t csb, int64_t csh, int64_t nb,
                        int64_t nh);
+
+/* The glue's choice between the tensors as stored and float32 copies (the
+ * op table gives the attention ops UT_KCAP_NATIVE_16; attention.c):
+ * whether core would have made float32 copies around t without it */
+struct ut_tensor;
+bool ut_cuda_attn_copies(const struct ut_tensor *t);
+/* whether t runs under 16-bit autocast with its output stored in that type
+ * and q, k, v (sources 0 to 2) are three different tensors stored alike,
+ * all in that type or all float32 (ATTENTION_MASKED, ATTENTION_VARLEN) */
+bool ut_cuda_attn_qkv_alike(const struct ut_tensor *t);
 
 #ifdef __cplusplus
 }

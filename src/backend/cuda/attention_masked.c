@@ -176,24 +176,14 @@ static void bwd_f32(ut_tensor *t, UT_KCTX) {
  * ut_cuda_flash_attn_tc_masked_fwd16). Everything else runs the float32
  * forms above through core's copies, as without the capability. */
 static bool native(const ut_tensor *t, const ut_masked_dims *d) {
-    ut_dtype a = t->autocast, x = t->src[0]->dtype;
-    const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2], *m = t->src[3];
-    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
-           q != kt && q != v && kt != v && (!m || m->dtype == UT_F32) && ut_cuda_flash_attn_tc_native() &&
-           tensor_cores(t, d);
-}
-
-/* whether core would make float32 copies around an op without the capability */
-static bool copies(const ut_tensor *t) {
-    bool c = t->autocast != UT_F32 || ut_dtype_is16(t->dtype);
-    for (int i = 0; i < 4; i++) c = c || (t->src[i] && ut_dtype_is16(t->src[i]->dtype));
-    return c;
+    return ut_cuda_attn_qkv_alike(t) && (!t->src[3] || t->src[3]->dtype == UT_F32) &&
+           ut_cuda_flash_attn_tc_native() && tensor_cores(t, d);
 }
 
 void ut_attention_masked_fwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_masked_dims d = ut_attention_masked_dims(t);
     if (!native(t, &d)) {
-        if (copies(t)) ut_lowp_forward(t, fwd_f32, k);
+        if (ut_cuda_attn_copies(t)) ut_lowp_forward(t, fwd_f32, k);
         else fwd_f32(t, k);
         return;
     }
@@ -220,7 +210,7 @@ void ut_attention_masked_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (!qt->requires_grad && !kt->requires_grad && !vt->requires_grad) return;
     ut_masked_dims d = ut_attention_masked_dims(t);
     if (!native(t, &d)) {
-        if (copies(t)) ut_lowp_backward(t, bwd_f32, k);
+        if (ut_cuda_attn_copies(t)) ut_lowp_backward(t, bwd_f32, k);
         else bwd_f32(t, k);
         return;
     }

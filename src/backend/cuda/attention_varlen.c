@@ -255,17 +255,7 @@ static void bwd_f32(ut_tensor *t, UT_KCTX) {
  * the float32 forms above through core's copies. (The offsets are int32:
  * autocast never copies them.) */
 static bool native(const ut_tensor *t, const fused_dims *d) {
-    ut_dtype a = t->autocast, x = t->src[0]->dtype;
-    const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2];
-    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
-           q != kt && q != v && kt != v && ut_cuda_flash_attn_tc_native() && tensor_cores(t, d);
-}
-
-/* whether core would make float32 copies around an op without the capability */
-static bool copies(const ut_tensor *t) {
-    bool c = t->autocast != UT_F32 || ut_dtype_is16(t->dtype);
-    for (int i = 0; i < 4; i++) c = c || (t->src[i] && ut_dtype_is16(t->src[i]->dtype));
-    return c;
+    return ut_cuda_attn_qkv_alike(t) && ut_cuda_flash_attn_tc_native() && tensor_cores(t, d);
 }
 
 void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
@@ -274,7 +264,7 @@ void ut_attention_varlen_fwd_cuda(ut_tensor *t, UT_KCTX) {
         ut_attention_varlen_set_keep(t, NULL);
         ut_attention_varlen_set_rng(t, NULL);
         fused_fwd(t, &fd, true, k);
-    } else if (copies(t)) {
+    } else if (ut_cuda_attn_copies(t)) {
         ut_lowp_forward(t, fwd_f32, k);
     } else {
         fwd_f32(t, k);
@@ -288,6 +278,6 @@ void ut_attention_varlen_bwd_cuda(ut_tensor *t, UT_KCTX) {
     if (native(t, &fd))
         fused_bwd(t, &fd, qt->requires_grad ? qt->grad : NULL, kt->requires_grad ? kt->grad : NULL,
                   vt->requires_grad ? vt->grad : NULL, true, k);
-    else if (copies(t)) ut_lowp_backward(t, bwd_f32, k);
+    else if (ut_cuda_attn_copies(t)) ut_lowp_backward(t, bwd_f32, k);
     else bwd_f32(t, k);
 }
