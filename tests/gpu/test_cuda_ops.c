@@ -355,6 +355,23 @@ static void test_same_bits_twice(void) {
         if (selected(rows[k])) same_bits(rows[k]);
 }
 
+/* rows under bf16 and then fp16 autocast against the CPU's autocast, within
+ * 1e-2 of the largest value, as "<what> <dtype>" */
+static void autocast_rows(const char *what, const gc_row *const *rows, size_t n) {
+    ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int d = 0; d < 2; d++) {
+        dc_autocast = dts[d];
+        for (size_t k = 0; k < n; k++) {
+            if (!selected(rows[k])) continue;
+            char fam[64];
+            snprintf(fam, sizeof fam, "%s %s", what, ut_dtype_name(dts[d]));
+            if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
+            fflush(stdout);
+        }
+    }
+    dc_autocast = UT_F32;
+}
+
 /* Causal attention on cuDNN's fused flash attention (UT_CUDA_ATTN=cudnn,
  * src/backend/cuda/cudnn_attn.cpp) against the CPU's autocast in bf16 and
  * fp16, with the tensor-core kernels' tolerance: T a multiple of 64 and
@@ -394,18 +411,8 @@ static void test_cudnn_attention(void) {
         return;
     }
     const gc_row *rows[] = {&big_rows[2], &big_rows[8], &big_rows[9], &big_rows[10], &big_rows[12]};
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
     setenv("UT_CUDA_ATTN", "cudnn", 1);
-    for (int d = 0; d < 2; d++) {
-        dc_autocast = dts[d];
-        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-            if (!selected(rows[k])) continue;
-            char fam[48];
-            snprintf(fam, sizeof fam, "attention cudnn %s", ut_dtype_name(dts[d]));
-            if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
-            fflush(stdout);
-        }
-    }
+    autocast_rows("attention cudnn", rows, sizeof rows / sizeof rows[0]);
     dc_autocast = UT_BF16;
     for (size_t k = 1; k < 3; k++)
         if (selected(rows[k])) same_bits(rows[k]);
@@ -420,20 +427,12 @@ static void test_cudnn_attention(void) {
  * the default is their mma.sync form); and the same bits twice. */
 static void test_attention_paths(void) {
     const gc_row *rows[] = {&big_rows[2], &big_rows[8], &big_rows[9]};
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
     const char *paths[3] = {"tensor cores", "fp32", "wmma"};
     for (int p = 0; p < 3; p++) {
         if (p) setenv("UT_CUDA_ATTN", paths[p], 1);
-        for (int d = 0; d < 2; d++) {
-            dc_autocast = dts[d];
-            for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-                if (!selected(rows[k])) continue;
-                char fam[48];
-                snprintf(fam, sizeof fam, "attention %s %s", paths[p], ut_dtype_name(dts[d]));
-                if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
-                fflush(stdout);
-            }
-        }
+        char what[48];
+        snprintf(what, sizeof what, "attention %s", paths[p]);
+        autocast_rows(what, rows, sizeof rows / sizeof rows[0]);
         unsetenv("UT_CUDA_ATTN");
     }
     dc_autocast = UT_BF16;
@@ -451,18 +450,7 @@ static void test_autocast_rows(void) {
                             &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17], &big_rows[18],
                             &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22], &big_rows[23],
                             &big_rows[24]};
-    ut_dtype dts[2] = {UT_BF16, UT_F16};
-    for (int d = 0; d < 2; d++) {
-        dc_autocast = dts[d];
-        for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-            if (!selected(rows[k])) continue;
-            char fam[32];
-            snprintf(fam, sizeof fam, "autocast %s", ut_dtype_name(dts[d]));
-            if (dc_compare_row(fam, rows[k], UT_CUDA, 1e-2)) t_checks_failed++;
-            fflush(stdout);
-        }
-    }
-    dc_autocast = UT_F32;
+    autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
 }
 
 /* body in a child process whose environment has var=val from its start
