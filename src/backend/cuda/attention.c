@@ -177,13 +177,13 @@ bool ut_cuda_attn_qkv_alike(const ut_tensor *t) {
 
 /* UT_CUDA_ATTN=cudnn: cuDNN's fused attention (cudnn_attn.h) for attention
  * under bf16/fp16 autocast whose output is stored in the autocast type and
- * qkv in it or in float32 (rounded to it first, as core's copies would be).
+ * qkv in it or in float32 (rounded to it first, as core's copies would be),
  * with head sizes a multiple of 8 (cuDNN's rule). There it is required:
  * when cuDNN is missing or refuses the shape the step stops saying why
  * (unset UT_CUDA_ATTN for utrain's kernels). Other attention keeps utrain's
- * kernels (cuDNN's fused attention is 16-bit). The
- * saved slot holds cuDNN's statistics (B, NH, T) in float32; the backward
- * writes qkv's gradient into scratch and adds it (each as stored). */
+ * kernels (cuDNN's fused attention is 16-bit). The saved slot holds cuDNN's
+ * statistics (B, NH, T) in float32; the backward writes qkv's gradient into
+ * scratch and adds it (each as stored). */
 static bool cudnn_wanted(const ut_tensor *t) {
     const char *e = getenv("UT_CUDA_ATTN");
     ut_dtype a = t->autocast, x = t->src[0]->dtype;
