@@ -162,10 +162,10 @@ if want build; then
                  build/bench/bert_step)
     note "cuDNN frontend headers: $(cat .deps/cudnn-frontend/VERSION 2>/dev/null || echo 'none (carry .deps from scripts/fetch-cudnn-frontend.sh)')"
     if ! run build 900 make -j"$NPROC" "${MAKEVARS[@]}" "${BUILD_GOALS[@]}" &&
-        grep -q "cudnn_attn.cpp" "$OUT/build.log"; then
+        grep -qE "(cudnn_attn\.cpp|cudnn-frontend)[^ ]*: (fatal )?error" "$OUT/build.log"; then
         # the frontend against this machine's cuDNN headers: the errors are in
         # build.log; build the rest without cuDNN's fused attention
-        grep -m5 -E "cudnn_attn.cpp.*error|error:" "$OUT/build.log" | tee -a "$SUMMARY"
+        grep -m5 -E "error" "$OUT/build.log" | tee -a "$SUMMARY"
         note "  cuDNN's fused attention did not build here: building without it (CUDNN_FE_INC=)"
         run build-without-cudnn-fe 900 make -j"$NPROC" "${MAKEVARS[@]}" CUDNN_FE_INC= "${BUILD_GOALS[@]}"
     fi
