@@ -156,10 +156,13 @@ static void bwd_f32(ut_tensor *t, UT_KCTX) {
  * Everything else (float32, UT_CUDA_ATTN=wmma, fp32 or unfused, other head
  * sizes) runs the float32 forms above through core's copies
  * (ut_lowp_forward / ut_lowp_backward), as it did without the capability. */
-static bool native(const ut_tensor *t, const attn_dims *d) {
+static bool stored_16(const ut_tensor *t) { /* under 16-bit autocast: out in it, src 0 in it or float32 */
     ut_dtype a = t->autocast, x = t->src[0]->dtype;
-    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && ut_cuda_flash_attn_tc_native() &&
-           tensor_cores(t, d);
+    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a);
+}
+
+static bool native(const ut_tensor *t, const attn_dims *d) {
+    return stored_16(t) && ut_cuda_flash_attn_tc_native() && tensor_cores(t, d);
 }
 
 bool ut_cuda_attn_copies(const ut_tensor *t) {
@@ -169,10 +172,8 @@ bool ut_cuda_attn_copies(const ut_tensor *t) {
 }
 
 bool ut_cuda_attn_qkv_alike(const ut_tensor *t) {
-    ut_dtype a = t->autocast, x = t->src[0]->dtype;
     const ut_tensor *q = t->src[0], *kt = t->src[1], *v = t->src[2];
-    return ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) && kt->dtype == x && v->dtype == x &&
-           q != kt && q != v && kt != v;
+    return stored_16(t) && kt->dtype == q->dtype && v->dtype == q->dtype && q != kt && q != v && kt != v;
 }
 
 /* UT_CUDA_ATTN=cudnn: cuDNN's fused attention (cudnn_attn.h) for attention
@@ -186,9 +187,8 @@ bool ut_cuda_attn_qkv_alike(const ut_tensor *t) {
  * scratch and adds it (each as stored). */
 static bool cudnn_wanted(const ut_tensor *t) {
     const char *e = getenv("UT_CUDA_ATTN");
-    ut_dtype a = t->autocast, x = t->src[0]->dtype;
-    return e && !strcmp(e, "cudnn") && ut_dtype_is16(a) && t->dtype == a && (x == UT_F32 || x == a) &&
-           ut_attention_n_head(t) > 0 && (t->ne[2] / ut_attention_n_head(t)) % 8 == 0;
+    return e && !strcmp(e, "cudnn") && stored_16(t) && ut_attention_n_head(t) > 0 &&
+           (t->ne[2] / ut_attention_n_head(t)) % 8 == 0;
 }
 
 static ut_cudnn_attn cudnn_shape(const ut_tensor *t, const attn_dims *d) {

@@ -548,17 +548,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return (uint32_t)x | (uint32_t)y << 16;
 }
 
-template <typename T16>
-__device__ __forceinline__ float from16(T16 v);
-template <>
-__device__ __forceinline__ float from16<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <>
-__device__ __forceinline__ float from16<__half>(__half v) {
-    return __half2float(v);
-}
-
 /* element i of a tensor stored as dt (0 float32; else T16, the autocast
  * type: the host passes no other) */
 __device__ __forceinline__ const void *elem(const void *p, int64_t i, int dt) {
@@ -566,7 +555,7 @@ __device__ __forceinline__ const void *elem(const void *p, int64_t i, int dt) {
 }
 template <typename T16>
 __device__ __forceinline__ float load_as(const void *p, int64_t i, int dt) {
-    return dt ? from16<T16>(((const T16 *)p)[i]) : ((const float *)p)[i];
+    return dt ? widen(((const T16 *)p)[i]) : ((const float *)p)[i];
 }
 /* v stored as dt: rounded once to T16, or float32 */
 template <typename T16>
@@ -581,7 +570,7 @@ __device__ __forceinline__ void store_as(void *p, int64_t i, int dt, float v) {
  * a mask that is such a copy already is unchanged */
 template <typename T16>
 __device__ __forceinline__ float bias_as(const float *mrow, int j, int Tk) {
-    return from16<T16>(to16<T16>(key_bias(mrow, j, Tk)));
+    return widen(to16<T16>(key_bias(mrow, j, Tk)));
 }
 
 /* load_tile (a 64 x D T16 tile from rows r0 .. r0 + 63, zero from row T on)
@@ -1063,6 +1052,19 @@ void bwd_mma(void *dq, void *dk, void *dv, int ddt, const void *dout, const floa
     }
 }
 
+/* the mma.sync kernels in dt's 16-bit type (1 bf16, 2 fp16) */
+template <int MODE>
+void fwd_mma_dt(void *out, int odt, float *out2, float *L, int64_t B, const geom &g, int dt) {
+    if (dt == 2) fwd_mma<__half, MODE>(out, odt, out2, L, B, g);
+    else fwd_mma<__nv_bfloat16, MODE>(out, odt, out2, L, B, g);
+}
+template <int MODE>
+void bwd_mma_dt(void *dq, void *dk, void *dv, int ddt, const void *dout, const float *L, const float *Dg, int64_t B,
+                const geom &g, int dt) {
+    if (dt == 2) bwd_mma<__half, MODE>(dq, dk, dv, ddt, dout, L, Dg, B, g);
+    else bwd_mma<__nv_bfloat16, MODE>(dq, dk, dv, ddt, dout, L, Dg, B, g);
+}
+
 template <typename T16, int MODE>
 void fwd(float *out, float *out2, float *L, int64_t B, const geom &g) {
     if (use_mma()) {
@@ -1163,8 +1165,7 @@ extern "C" void ut_cuda_flash_attn_tc_fwd16(void *out, int out_dt, float *out_co
     if (B <= 0 || T <= 0) return;
     geom g = geom_packed_as(qkv, qkv_dt ? dt : 0, T, C, NH);
     g.vec = C % 4 == 0 && aligned16(qkv);
-    if (dt == 2) fwd_mma<__half, PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g);
-    else fwd_mma<__nv_bfloat16, PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g);
+    fwd_mma_dt<PACKED>(out, out_dt ? dt : 0, out_copy, L, B, g, dt);
 }
 
 namespace {
@@ -1198,8 +1199,7 @@ extern "C" void ut_cuda_flash_attn_tc_bwd16(void *dqkv, int dqkv_dt, float *Dscr
     const int ddt = dqkv_dt ? dt : 0;
     char *d = (char *)dqkv;
     const size_t es = ddt ? 2 : 4;
-    if (dt == 2) bwd_mma<__half, PACKED>(d, d + C * es, d + 2 * C * es, ddt, dout, L, Dscratch, B, g);
-    else bwd_mma<__nv_bfloat16, PACKED>(d, d + C * es, d + 2 * C * es, ddt, dout, L, Dscratch, B, g);
+    bwd_mma_dt<PACKED>(d, d + C * es, d + 2 * C * es, ddt, dout, L, Dscratch, B, g, dt);
 }
 
 extern "C" void ut_cuda_flash_attn_tc_masked_fwd(float *out, float *out_copy, float *L, const float *q,
@@ -1229,17 +1229,12 @@ extern "C" void ut_cuda_flash_attn_tc_masked_fwd16(void *out, int out_dt, float 
                                                    int64_t Tk, int64_t C, int64_t NH, const ut_flash_masking *mk,
                                                    int dt) {
     if (B <= 0 || Tq <= 0) return;
-    geom g = geom_masked((const float *)q, (const float *)k, (const float *)v, Tq, Tk, C, NH, mk);
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
     g.xdt = x_dt ? dt : 0;
     g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
     const int odt = out_dt ? dt : 0;
-    if (mk->off) {
-        if (dt == 2) fwd_mma<__half, VARLEN>(out, odt, out_copy, L, B, g);
-        else fwd_mma<__nv_bfloat16, VARLEN>(out, odt, out_copy, L, B, g);
-    } else {
-        if (dt == 2) fwd_mma<__half, MASKED>(out, odt, out_copy, L, B, g);
-        else fwd_mma<__nv_bfloat16, MASKED>(out, odt, out_copy, L, B, g);
-    }
+    if (mk->off) fwd_mma_dt<VARLEN>(out, odt, out_copy, L, B, g, dt);
+    else fwd_mma_dt<MASKED>(out, odt, out_copy, L, B, g, dt);
 }
 
 extern "C" void ut_cuda_flash_attn_tc_masked_bwd16(void *dq, void *dk, void *dv, int d_dt, float *Dscratch,
@@ -1249,16 +1244,11 @@ extern "C" void ut_cuda_flash_attn_tc_masked_bwd16(void *dq, void *dk, void *dv,
                                                    const ut_flash_masking *mk, int dt) {
     if (B <= 0 || Tq <= 0 || (!dq && !dk && !dv)) return;
     rowdot_as(Dscratch, dout, dout_dt, out, B, Tq, C, NH, dt);
-    geom g = geom_masked((const float *)q, (const float *)k, (const float *)v, Tq, Tk, C, NH, mk);
+    geom g = geom_masked(q, k, v, Tq, Tk, C, NH, mk);
     g.xdt = x_dt ? dt : 0;
     g.gdt = dout_dt ? dt : 0;
     g.vec = C % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     const int ddt = d_dt ? dt : 0;
-    if (mk->off) {
-        if (dt == 2) bwd_mma<__half, VARLEN>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
-        else bwd_mma<__nv_bfloat16, VARLEN>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
-    } else {
-        if (dt == 2) bwd_mma<__half, MASKED>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
-        else bwd_mma<__nv_bfloat16, MASKED>(dq, dk, dv, ddt, dout, L, Dscratch, B, g);
-    }
+    if (mk->off) bwd_mma_dt<VARLEN>(dq, dk, dv, ddt, dout, L, Dscratch, B, g, dt);
+    else bwd_mma_dt<MASKED>(dq, dk, dv, ddt, dout, L, Dscratch, B, g, dt);
 }

@@ -172,7 +172,7 @@ inline geom geom_packed(const float *qkv, int64_t T, int64_t C, int64_t NH) {
 
 /* ATTENTION_MASKED's q (B, Tq, C), k and v (B, Tk, C), or ATTENTION_VARLEN's
  * (N, C) (B = 1, Tq = Tk = N, mk->off set) */
-inline geom geom_masked(const float *q, const float *k, const float *v, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
+inline geom geom_masked(const void *q, const void *k, const void *v, int64_t Tq, int64_t Tk, int64_t C, int64_t NH,
                  const ut_flash_masking *mk) {
     geom g = geom_of(Tq, Tk, C, NH);
     g.q = q;
