@@ -679,6 +679,72 @@ __device__ __forceinline__ void add_acc(void *dst, int dt, int64_t at, int64_t l
     }
 }
 
+/* What every mma.sync kernel starts from: its (batch, head) pair
+ * (blockIdx.x), the warp, the lane's place in mma's fragments (group gr =
+ * lane / 4 holds a tile's rows gr and gr + 8, t = lane % 4 a pair of
+ * columns) and the head's q, k, v. */
+struct frame {
+    int bh, b, h, w, gr, t;
+    int64_t hc;
+    const void *q, *k, *v;
+};
+
+__device__ __forceinline__ frame frame_of(const geom &g) {
+    frame f;
+    f.bh = (int)blockIdx.x;
+    f.b = f.bh / g.NH;
+    f.h = f.bh % g.NH;
+    f.w = (int)threadIdx.x >> 5;
+    f.gr = ((int)threadIdx.x & 31) >> 2;
+    f.t = (int)threadIdx.x & 3;
+    f.hc = (int64_t)f.h * D;
+    f.q = elem(g.q, f.b * g.sq + f.hc, g.xdt);
+    f.k = elem(g.k, f.b * g.sk + f.hc, g.xdt);
+    f.v = elem(g.v, f.b * g.sk + f.hc, g.xdt);
+    return f;
+}
+
+/* the lane's two rows of the tile from r0 (queries, or keys in kernel A):
+ * i[r], and under VARLEN each one's sequence (seq_range: lo, hi, pst) */
+struct lane_rows {
+    int i[2], lo[2], hi[2];
+    int64_t pst[2];
+};
+
+template <int MODE>
+__device__ __forceinline__ lane_rows rows_of(const geom &g, const frame &f, int r0) {
+    lane_rows r = {{r0 + f.w * WR + f.gr, r0 + f.w * WR + f.gr + 8}, {0, 0}, {0, 0}, {0, 0}};
+    if constexpr (MODE == VARLEN) {
+        seq_range(g, r.i[0], &r.lo[0], &r.hi[0], &r.pst[0]);
+        seq_range(g, r.i[1], &r.lo[1], &r.hi[1], &r.pst[1]);
+    }
+    return r;
+}
+
+__device__ __forceinline__ void zero(float (&acc)[8][4]) {
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+}
+
+/* The backward kernels' fixed operands: the 64-row tiles from r0 (rows
+ * below T) of x and y (row strides ldx, ldy; stored as xdt, ydt) into xs
+ * and ys, and the warp's A operands of both, which stay in registers */
+template <typename T16>
+__device__ __forceinline__ void fixed_pair(uint32_t (&xa)[D / 16][4], uint32_t (&ya)[D / 16][4], T16 *xs, T16 *ys,
+                                           const void *x, int64_t ldx, int xdt, const void *y, int64_t ldy, int ydt,
+                                           int r0, int T, bool vec, int w) {
+    load_tile_as<T16>(xs, x, ldx, r0, T, vec, xdt);
+    load_tile_as<T16>(ys, y, ldy, r0, T, vec, ydt);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        load_a<T16>(xa[kk], xs, w * WR, kk * 16);
+        load_a<T16>(ya[kk], ys, w * WR, kk * 16);
+    }
+}
+
 /* ---- forward ---- */
 template <typename T16, int MODE>
 __global__ void __launch_bounds__(NT) fwd_kernel(void *__restrict__ out, int odt, float *__restrict__ out2,
@@ -686,41 +752,32 @@ __global__ void __launch_bounds__(NT) fwd_kernel(void *__restrict__ out, int odt
     extern __shared__ __align__(128) unsigned char sm[];
     T16 *Qs = (T16 *)sm, *Ks = (T16 *)(sm + H_TILE), *Vs = (T16 *)(sm + 2 * H_TILE);
     [[maybe_unused]] float *Bs = (float *)(sm + 3 * H_TILE); /* MASKED: the key tile's biases */
-    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y; /* heaviest first */
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
-    const int q0 = qb * BM;
-    const int64_t hc = (int64_t)h * D;
-    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
-               *v = elem(g.v, b * g.sk + hc, g.xdt);
+    const frame f = frame_of(g);
+    const int bh = f.bh, b = f.b, t = f.t;
+    const int64_t hc = f.hc;
+    const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * BM; /* heaviest first */
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     int kbeg, kstop;
     span_of<MODE>(g, q0, true, &kbeg, &kstop);
 
-    load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
+    load_tile_as<T16>(Qs, f.q, g.ldq, q0, g.Tq, g.vec, g.xdt);
     __syncthreads();
     uint32_t qa[D / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) load_a<T16>(qa[kk], Qs, w * WR, kk * 16);
+    for (int kk = 0; kk < D / 16; kk++) load_a<T16>(qa[kk], Qs, f.w * WR, kk * 16);
 
     /* this lane's two rows */
-    const int qi[2] = {q0 + w * WR + gr, q0 + w * WR + gr + 8};
-    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
-    [[maybe_unused]] int64_t pst[2] = {0, 0};
-    if constexpr (MODE == VARLEN) {
-        seq_range(g, qi[0], &lo[0], &hi[0], &pst[0]);
-        seq_range(g, qi[1], &lo[1], &hi[1], &pst[1]);
-    }
+    const lane_rows R = rows_of<MODE>(g, f, q0);
+    const int(&qi)[2] = R.i;
+    [[maybe_unused]] const int(&lo)[2] = R.lo, (&hi)[2] = R.hi;
+    [[maybe_unused]] const int64_t(&pst)[2] = R.pst;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+    zero(o);
     for (int k0 = kbeg; k0 < kstop; k0 += BM) {
         __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
-        load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
-        load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Ks, f.k, g.ldk, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Vs, f.v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
             for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = bias_as<T16>(mrow, k0 + i, g.Tk);
         }
@@ -814,38 +871,24 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const void *__restrict__ dout,
     }
     T16 *Ks = (T16 *)sm, *Vs = (T16 *)(sm + H_TILE), *Qs = (T16 *)(sm + 2 * H_TILE), *Gs = (T16 *)(sm + 3 * H_TILE);
     float *Ls = (float *)(sm + 4 * H_TILE), *Ds = Ls + BM;
-    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
-    const int64_t hc = (int64_t)h * D;
-    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
-               *v = elem(g.v, b * g.sk + hc, g.xdt);
+    const frame f = frame_of(g);
+    const int bh = f.bh, b = f.b, w = f.w, t = f.t;
+    const int64_t hc = f.hc;
     const void *gd = elem(dout, (int64_t)b * g.Tq * g.C + hc, g.gdt);
     const int k0 = (int)blockIdx.y * BM;
     int qbeg, qstop;
     span_of<MODE>(g, k0, false, &qbeg, &qstop);
 
-    load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
-    load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
-    __syncthreads();
     uint32_t ka[D / 16][4], va[D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        load_a<T16>(ka[kk], Ks, w * WR, kk * 16);
-        load_a<T16>(va[kk], Vs, w * WR, kk * 16);
-    }
+    fixed_pair<T16>(ka, va, Ks, Vs, f.k, g.ldk, g.xdt, f.v, g.ldv, g.xdt, k0, g.Tk, g.vec, w);
     float dk[8][4], dv[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    zero(dk);
+    zero(dv);
     /* this lane's two keys */
-    const int kj[2] = {k0 + w * WR + gr, k0 + w * WR + gr + 8};
-    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
-    [[maybe_unused]] int64_t pst[2] = {0, 0};
-    if constexpr (MODE == VARLEN) {
-        seq_range(g, kj[0], &lo[0], &hi[0], &pst[0]);
-        seq_range(g, kj[1], &lo[1], &hi[1], &pst[1]);
-    }
+    const lane_rows R = rows_of<MODE>(g, f, k0);
+    const int(&kj)[2] = R.i;
+    [[maybe_unused]] const int(&lo)[2] = R.lo, (&hi)[2] = R.hi;
+    [[maybe_unused]] const int64_t(&pst)[2] = R.pst;
     [[maybe_unused]] float bias[2] = {0.0f, 0.0f};
     if constexpr (MODE == MASKED) {
         const float *mrow = g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
@@ -855,7 +898,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(const void *__restrict__ dout,
     const bool drop = MODE != PACKED && g.drop.p > 0.0f;
     for (int q0 = qbeg; q0 < qstop; q0 += BM) {
         __syncthreads(); /* every warp is done with the previous Qs, Gs, Ls, Ds */
-        load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
+        load_tile_as<T16>(Qs, f.q, g.ldq, q0, g.Tq, g.vec, g.xdt);
         load_tile_as<T16>(Gs, gd, g.C, q0, g.Tq, g.vec, g.gdt);
         for (int i = (int)threadIdx.x; i < BM; i += NT) {
             const bool ok = q0 + i < g.Tq;
@@ -911,49 +954,34 @@ __global__ void __launch_bounds__(NT) dq_kernel(const void *__restrict__ dout, c
     }
     T16 *Qs = (T16 *)sm, *Gs = (T16 *)(sm + H_TILE), *Ks = (T16 *)(sm + 2 * H_TILE), *Vs = (T16 *)(sm + 3 * H_TILE);
     [[maybe_unused]] float *Bs = (float *)(sm + 4 * H_TILE); /* MASKED: the key tile's biases */
-    const int bh = (int)blockIdx.x, b = bh / g.NH, h = bh % g.NH;
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
-    const int64_t hc = (int64_t)h * D;
-    const void *q = elem(g.q, b * g.sq + hc, g.xdt), *k = elem(g.k, b * g.sk + hc, g.xdt),
-               *v = elem(g.v, b * g.sk + hc, g.xdt);
+    const frame f = frame_of(g);
+    const int bh = f.bh, b = f.b, w = f.w, t = f.t;
+    const int64_t hc = f.hc;
     const void *gd = elem(dout, (int64_t)b * g.Tq * g.C + hc, g.gdt);
-    const int qb = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qb * BM;
+    const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * BM; /* heaviest first */
     [[maybe_unused]] const float *mrow = MODE == MASKED && g.mask ? g.mask + (int64_t)b * g.Tk : nullptr;
     int kbeg, kstop;
     span_of<MODE>(g, q0, true, &kbeg, &kstop);
 
-    load_tile_as<T16>(Qs, q, g.ldq, q0, g.Tq, g.vec, g.xdt);
-    load_tile_as<T16>(Gs, gd, g.C, q0, g.Tq, g.vec, g.gdt);
-    __syncthreads();
     uint32_t qa[D / 16][4], ga[D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        load_a<T16>(qa[kk], Qs, w * WR, kk * 16);
-        load_a<T16>(ga[kk], Gs, w * WR, kk * 16);
-    }
+    fixed_pair<T16>(qa, ga, Qs, Gs, f.q, g.ldq, g.xdt, gd, g.C, g.gdt, q0, g.Tq, g.vec, w);
     float dq[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
-    const int qi[2] = {q0 + w * WR + gr, q0 + w * WR + gr + 8};
+    zero(dq);
+    const lane_rows R = rows_of<MODE>(g, f, q0);
+    const int(&qi)[2] = R.i;
+    [[maybe_unused]] const int(&lo)[2] = R.lo, (&hi)[2] = R.hi;
+    [[maybe_unused]] const int64_t(&pst)[2] = R.pst;
     float Li[2], Di[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         Li[r] = qi[r] < g.Tq ? L[(int64_t)bh * g.Tq + qi[r]] : 0.0f;
         Di[r] = qi[r] < g.Tq ? Dg[(int64_t)bh * g.Tq + qi[r]] : 0.0f;
     }
-    [[maybe_unused]] int lo[2] = {0, 0}, hi[2] = {0, 0};
-    [[maybe_unused]] int64_t pst[2] = {0, 0};
-    if constexpr (MODE == VARLEN) {
-        seq_range(g, qi[0], &lo[0], &hi[0], &pst[0]);
-        seq_range(g, qi[1], &lo[1], &hi[1], &pst[1]);
-    }
     const bool drop = MODE != PACKED && g.drop.p > 0.0f;
     for (int k0 = kbeg; k0 < kstop; k0 += BM) {
         __syncthreads(); /* every warp is done with the previous Ks, Vs (and Bs) */
-        load_tile_as<T16>(Ks, k, g.ldk, k0, g.Tk, g.vec, g.xdt);
-        load_tile_as<T16>(Vs, v, g.ldv, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Ks, f.k, g.ldk, k0, g.Tk, g.vec, g.xdt);
+        load_tile_as<T16>(Vs, f.v, g.ldv, k0, g.Tk, g.vec, g.xdt);
         if constexpr (MODE == MASKED) {
             for (int i = (int)threadIdx.x; i < BM; i += NT) Bs[i] = bias_as<T16>(mrow, k0 + i, g.Tk);
         }
