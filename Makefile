@@ -254,14 +254,15 @@ BLAS_CORE = $(shell grep -qw avx512f /proc/cpuinfo && echo SkylakeX || (grep -qw
 export OPENBLAS_CORETYPE ?= $(BLAS_CORE)
 
 # The builds behind `make test` and `make run` use every core (JOBS); the
-# tests themselves run one after another (tests/run.sh).
+# tests themselves run one after another (tests/run.sh), but the CUDA
+# emulator's two at a time (build-emu:2: each runs on one host thread).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) tests
 	@$(MAKE) --no-print-directory -j$(JOBS) $(FUZZ_VARS) fuzz-replay
 	@$(MAKE) --no-print-directory -j$(JOBS) emu-tests
-	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh $(BUILD) $(FUZZ_BUILD) build-emu
+	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh $(BUILD) $(FUZZ_BUILD) build-emu:2
 
 # The same suite with the simulated device as every run's default device
 # (UTRAIN_DEVICE=sim; docs/testing.md): ~12 min on 2 cores.
@@ -281,7 +282,7 @@ emu-tests:
 
 test-emu: deps
 	@$(MAKE) --no-print-directory emu-tests
-	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh build-emu
+	@UT_GPU_TEST_SKIP="$(EMU_SKIP)" tests/run.sh build-emu:2
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
