@@ -153,8 +153,10 @@ typedef struct {
     void *p16;
     ut_dtype p16_dtype;
     /* Adafactor: the parameters in [lo, hi) (whole), where each one's
-     * second moment starts in state[0] (soff), and host scratch for the
-     * per-row sums (ut_optim_adafactor_scratch doubles) */
+     * second moment starts in state[0] (soff), and scratch in the
+     * device's memory for one parameter's per-row sums at a time
+     * (ut_optim_adafactor_scratch doubles: the CPU's; the CUDA backend,
+     * which steps every parameter at once, keeps its own) */
     const ut_param_seg *segs;
     const int64_t *soff;
     int nsegs;

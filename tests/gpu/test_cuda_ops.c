@@ -714,6 +714,91 @@ static void test_model_on_device(void) {
     ut_model_free(g);
 }
 
+/* Adafactor over parameters the GPT-2 test above does not have: a matrix of
+ * 600 rows (a row sum and a column sum over more rows than a block has
+ * threads, the columns in three chunks), matrices with leading entries
+ * (2 x 300 x 5), a vector of two blocks and a tail (9000), a single
+ * element, and a padding gap, with and without decay, scale_parameter
+ * and clipping active, a first moment, 16-bit copies; three steps, the
+ * third skipped by its device scalars. Against the CPU at 1e-6, and the
+ * copies the parameters rounded. */
+static void adafactor_shapes(bool scale_parameter) {
+    static const ut_param_seg segs[] = {
+        {.offset = 0, .numel = 600 * 7, .decay = true, .rows = 600, .cols = 7},
+        {.offset = 4200, .numel = 3000, .decay = false, .rows = 300, .cols = 5},
+        {.offset = 7200, .numel = 9000, .decay = true},
+        {.offset = 16200, .numel = 1, .decay = false},
+        {.offset = 16205, .numel = 64 * 48, .decay = true, .rows = 64, .cols = 48},
+    };
+    const int nsegs = (int)(sizeof segs / sizeof segs[0]);
+    const int64_t n = 16205 + 64 * 48;
+    const char *how = scale_parameter ? "scale_parameter" : "a fixed rate";
+    const ut_backend *be = ut_backend_get(UT_CUDA);
+    float *hp = malloc((size_t)n * sizeof(float)), *hg = malloc((size_t)n * sizeof(float));
+    float *out = malloc((size_t)n * sizeof(float));
+    uint16_t *c16 = malloc((size_t)n * 2), *g16 = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) hp[i] = 0.02f * (float)((i * 7919) % 101 - 50) / 50.0f;
+    float *dp = be->alloc((size_t)n * sizeof(float)), *dg = be->alloc((size_t)n * sizeof(float));
+    void *d16 = be->alloc((size_t)n * 2);
+    float *dsc = be->alloc(2 * sizeof(float));
+    be->copy(dp, hp, (size_t)n * sizeof(float), UT_COPY_H2D);
+    be->memset(d16, 0, (size_t)n * 2);
+    memset(c16, 0, (size_t)n * 2);
+    ut_optim_config oc = ut_optim_defaults(UT_OPTIM_ADAFACTOR);
+    oc.beta1 = 0.9f, oc.lr = scale_parameter ? 0.05f : 1e-3f, oc.weight_decay = 0.1f, oc.clip_threshold = 0.5f;
+    oc.scale_parameter = scale_parameter;
+    ut_optim *oa = ut_optim_new(&oc, hp, hg, segs, nsegs, 0, n);
+    oc.device = UT_CUDA;
+    ut_optim *ob = ut_optim_new(&oc, dp, dg, segs, nsegs, 0, n);
+    ut_optim_set_copies16(oa, c16, UT_BF16);
+    ut_optim_set_copies16(ob, d16, UT_BF16);
+    for (int step = 0; step < 3; step++) {
+        for (int64_t i = 0; i < n; i++) { /* larger past row 256 in some columns: each chunk of a column counts */
+            float w = i < 4200 && i % 7 < 3 && i / 7 >= 256 ? 4.0f : 1.0f;
+            hg[i] = w * (0.001f * (float)((i * 31 + step * 17) % 29) - 0.014f);
+        }
+        be->copy(dg, hg, (size_t)n * sizeof(float), UT_COPY_H2D);
+        if (step < 2) {
+            ut_optim_step_zero(oa, oc.lr);
+            ut_optim_step_zero(ob, oc.lr);
+        } else { /* skipped: the parameters, state and copies stay */
+            float sc[2] = {1.0f, 1.0f};
+            be->copy(dsc, sc, sizeof sc, UT_COPY_H2D);
+            ut_optim_step_zero_scaled(ob, oc.lr, dsc);
+        }
+        be->copy(out, dp, (size_t)n * sizeof(float), UT_COPY_D2H);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)out[i] - hp[i]));
+        CHECK(worst <= 1e-7, "Adafactor (%s) step %d: the GPU parameters differ from the CPU's by %g", how,
+              step + 1, worst);
+        be->copy(g16, d16, (size_t)n * 2, UT_COPY_D2H);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            bool in = false;
+            for (int s = 0; s < nsegs; s++) in = in || (i >= segs[s].offset && i < segs[s].offset + segs[s].numel);
+            uint32_t u; /* out[i] rounded to bf16, nearest even (no NaNs here) */
+            memcpy(&u, &out[i], 4);
+            uint16_t want = in ? (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) : 0;
+            if (g16[i] != want) bad = i;
+        }
+        CHECK(bad < 0, "Adafactor (%s) step %d: the bf16 copy of element %lld is wrong", how, step + 1,
+              (long long)bad);
+        be->copy(out, dg, (size_t)n * sizeof(float), UT_COPY_D2H);
+        bool zero = true;
+        for (int64_t i = 0; i < n; i++) zero = zero && out[i] == 0.0f;
+        CHECK(zero, "Adafactor (%s) step %d did not zero the GPU gradients", how, step + 1);
+    }
+    ut_optim_free(oa);
+    ut_optim_free(ob);
+    be->free(dp), be->free(dg), be->free(d16), be->free(dsc);
+    free(hp), free(hg), free(out), free(c16), free(g16);
+}
+
+static void test_adafactor_shapes(void) {
+    adafactor_shapes(false);
+    adafactor_shapes(true);
+}
+
 int main(void) {
     /* first: these fork, and CUDA must not be initialised before */
     RUN(test_cudnn_refused);
@@ -736,5 +821,6 @@ int main(void) {
     RUN(test_bad_index);
     RUN(test_streams_events);
     RUN(test_model_on_device);
+    RUN(test_adafactor_shapes);
     return TEST_SUMMARY();
 }

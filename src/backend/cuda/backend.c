@@ -358,16 +358,26 @@ static void accumulate(float *dst, float *const *src, int nsrc, int64_t n, bool 
  * one memset per gap when the gradients are zeroed, all on the compute
  * stream; the step's scalars and the 16-bit copies go to every launch. */
 static void optim_step(const ut_optim_buffers *o, const ut_optim_consts *k, bool zero) {
-    if (k->adafactor) { /* a parameter at a time (adafactor.cu), then the gradients zeroed */
-        int p16_dt = (int)o->p16_dtype;
+    if (k->adafactor) { /* every parameter in six launches (adafactor.cu), then the gradients zeroed */
+        static utk_af_param *ps; /* grown to the largest list seen (steps run on one thread) */
+        static int cap;
+        if (o->nsegs > cap) {
+            ut_free(ps);
+            ps = ut_malloc_check(sizeof *ps * (size_t)o->nsegs);
+            cap = o->nsegs;
+        }
+        int n = 0;
         for (int i = 0; i < o->nsegs; i++) {
             const ut_param_seg *s = &o->segs[i];
-            void *p16 = o->p16 ? (void *)((uint16_t *)o->p16 + (s->offset - o->pbase)) : NULL;
-            utk_adafactor(o->params + (s->offset - o->pbase), o->grads + (s->offset - o->gbase), o->state[0] + o->soff[i],
-                          o->nstate > 1 ? o->state[1] + (s->offset - o->lo) : NULL, s->numel, s->rows, s->cols,
-                          UT_ADAFACTOR_BLOCK, o->scratch, o->scalars, k->lr, k->eps, k->eps2, k->clip, k->rho,
-                          k->one_m_rho, k->beta1, k->one_m_b1, s->decay ? k->wd : 0.0f, k->scale_parameter, p16, p16_dt);
+            if (s->numel <= 0) continue;
+            ps[n++] = (utk_af_param){
+                .p = o->params + (s->offset - o->pbase), .g = o->grads + (s->offset - o->gbase),
+                .st = o->state[0] + o->soff[i], .m = o->nstate > 1 ? o->state[1] + (s->offset - o->lo) : NULL,
+                .p16 = o->p16 ? (void *)((uint16_t *)o->p16 + (s->offset - o->pbase)) : NULL,
+                .numel = s->numel, .rows = s->rows, .cols = s->cols, .decay = s->decay};
         }
+        utk_adafactor(ps, n, UT_ADAFACTOR_BLOCK, o->scalars, k->lr, k->eps, k->eps2, k->clip, k->rho, k->one_m_rho,
+                      k->beta1, k->one_m_b1, k->wd, k->scale_parameter, (int)o->p16_dtype);
         if (zero) dmemset(o->grads + (o->lo - o->gbase), 0, (size_t)(o->hi - o->lo) * sizeof(float));
         return;
     }

@@ -28,14 +28,23 @@ void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mu
                const float *sc, void *p16, int p16_dt);
 void utk_lion(float *p, float *g, float *m, int64_t n, float decay_mul, float beta1, float one_m_b1, float beta2,
               float one_m_b2, float lr, bool zero, const float *sc, void *p16, int p16_dt);
-/* Adafactor's step over one parameter (adafactor.cu): rows x cols matrices
- * (0, 0: a vector, in blocks of block elements), st its second moment, m
- * its first (NULL: none), scratch ut_optim_adafactor_scratch doubles; wd 0
- * where the parameter does not decay */
-void utk_adafactor(float *p, const float *g, float *st, float *m, int64_t numel, int64_t rows, int64_t cols,
-                   int64_t block, double *scratch, const float *sc, float lr, float eps1, float eps2, float clip,
-                   float rho, float one_m_rho, float beta1, float one_m_b1, float wd, bool scale_parameter, void *p16,
-                   int p16_dt);
+/* Adafactor's step over every parameter of an optimizer (adafactor.cu):
+ * each one's buffers (p, g; st its second moment; m its first, NULL:
+ * none; p16 its 16-bit copy, NULL: none) and shape (rows x cols matrices;
+ * 0, 0: a vector, in blocks of block elements), and whether it decays
+ * (by wd). Six launches in all; the first step of a parameter list makes
+ * and uploads its table (kept for the next steps). */
+typedef struct {
+    float *p;
+    const float *g;
+    float *st, *m;
+    void *p16;
+    int64_t numel, rows, cols;
+    bool decay;
+} utk_af_param;
+void utk_adafactor(const utk_af_param *params, int n, int64_t block, const float *sc, float lr, float eps1,
+                   float eps2, float clip, float rho, float one_m_rho, float beta1, float one_m_b1, float wd,
+                   bool scale_parameter, int p16_dt);
 void utk_sgd(float *p, float *g, float *buf, int64_t n, float wd, float lr, float momentum,
              float one_m_damp, bool use_momentum, bool first, bool nesterov, bool zero, const float *sc,
              void *p16, int p16_dt);
