@@ -2,7 +2,7 @@
  * filled 64-byte-aligned buffers, a row-major sgemm with ut_gemm's
  * conventions, positive integer arguments and a model's AdamW.
  * defines: bench_now, bench_median, bench_buf, bench_gemm, bench_parse_pos, bench_repeats_threads,
- *          bench_adamw, bench_adamw_on, bench_gpt2_124m. */
+ *          bench_adamw, bench_adamw_on, bench_gpt2_124m, bench_gpt2_124m_on. */
 #ifndef UTRAIN_BENCH_UTIL_H
 #define UTRAIN_BENCH_UTIL_H
 
@@ -88,7 +88,7 @@ static inline int bench_repeats_threads(const char *prog, int argc, char **argv,
 
 /* GPT-2 124M (12 layers of 768, 12 heads, 50257 tokens, 1024 positions)
  * with random weights from seed; NULL after "PROG: why" on stderr. */
-static inline ut_model *bench_gpt2_124m(const char *prog, uint64_t seed) {
+static inline ut_model *bench_gpt2_124m_on(const char *prog, uint64_t seed, ut_device dev) {
     ut_kv *kv = ut_kv_new();
     ut_kv_set(kv, "n_layer", "12");
     ut_kv_set(kv, "n_head", "12");
@@ -96,11 +96,13 @@ static inline ut_model *bench_gpt2_124m(const char *prog, uint64_t seed) {
     ut_kv_set(kv, "vocab_size", "50257");
     ut_kv_set(kv, "block_size", "1024");
     char err[512];
-    ut_model *m = ut_model_create("gpt2", kv, seed, err, sizeof err);
+    ut_model *m = ut_model_create_on("gpt2", kv, seed, dev, err, sizeof err);
     ut_kv_free(kv);
     if (!m) fprintf(stderr, "%s: %s\n", prog, err);
     return m;
 }
+
+static inline ut_model *bench_gpt2_124m(const char *prog, uint64_t seed) { return bench_gpt2_124m_on(prog, seed, UT_CPU); }
 
 /* AdamW (the library's defaults but lr and weight decay wd) over m's flat
  * parameter and gradient buffers. */

@@ -159,7 +159,7 @@ if want build; then
     if [ -n "$CC_GPU" ]; then note "kernels built for: sm_$CC_GPU (this GPU)"
     else note "kernels built for: sm_90 + compute_80 PTX (the default)"; fi
     BUILD_GOALS=(all tests build/bench/gpt2_step build/bench/sgemm_rate build/bench/gpu_gpt2_step build/bench/gpu_gemm
-                 build/bench/bert_step)
+                 build/bench/bert_step build/bench/optim_step)
     note "cuDNN frontend headers: $(cat .deps/cudnn-frontend/VERSION 2>/dev/null || echo 'none (carry .deps from scripts/fetch-cudnn-frontend.sh)')"
     if ! run build 900 make -j"$NPROC" "${MAKEVARS[@]}" "${BUILD_GOALS[@]}" &&
         grep -qE "(cudnn_attn\.cpp|cudnn-frontend)[^ ]*: (fatal )?error" "$OUT/build.log"; then
@@ -270,6 +270,12 @@ if want profile; then
         run gemm-gpt2-$prec 120 build/bench/gpu_gemm --batch "${GPU_CHECK_BATCH:-8}" --precision $prec
         cat "$OUT/gemm-gpt2-$prec.log" | tee -a "$SUMMARY"
     done
+    # one optimizer step over GPT-2 124M's parameters on the GPU, each
+    # optimizer (Adafactor: six launches a step), beside PyTorch's
+    run optim-gpu 120 build/bench/optim_step --device cuda --steps 10
+    run optim-gpu-torch 120 python3 bench/torch_optim_step.py --device cuda --steps 10
+    note "optimizer step, GPT-2 124M on the GPU (utrain, then PyTorch; median ms):"
+    grep -h '^{' "$OUT/optim-gpu.log" "$OUT/optim-gpu-torch.log" 2>/dev/null | tee -a "$SUMMARY"
 fi
 
 if want models; then
