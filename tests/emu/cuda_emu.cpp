@@ -25,10 +25,14 @@ namespace {
 
 constexpr size_t STACK = 256 << 10; /* bytes of stack per emulated thread */
 
-/* A thread's fiber. It starts through its ucontext (setcontext: once) and
- * then switches with _setjmp/_longjmp, which save no signal mask: no system
- * call per switch. Under AddressSanitizer, which follows stack switches
- * through swapcontext only, every switch is a swapcontext. */
+/* A thread's fiber runs on a stack slot of the pool. A slot's context is
+ * made and entered once (getcontext, makecontext, setcontext: each a
+ * system call for the signal mask); from then on its fiber switches with
+ * _setjmp/_longjmp, which save no signal mask, and after a block's body it
+ * parks in entry()'s loop until the next block (of any launch) gives it
+ * another: no system call per switch or per block. Under AddressSanitizer,
+ * which follows stack switches through swapcontext only, every switch is a
+ * swapcontext and every block's threads get fresh contexts. */
 #if defined(__SANITIZE_ADDRESS__)
 #define UTEMU_UCONTEXT_ONLY 1
 #elif defined(__has_feature)
@@ -48,27 +52,40 @@ struct async_op {
     long group;
 };
 
-struct fiber {
+/* a stack of STACK bytes and the context that runs on it */
+struct slot {
+    char *stack;
     ucontext_t ctx;
-    jmp_buf jb;
-    bool started;
+    jmp_buf jb; /* where its fiber goes on: after a barrier, or (parked) with the next block's body */
+    bool made;  /* ctx made and entered: its fiber is in entry()'s loop (never under AddressSanitizer) */
+};
+
+struct fiber {
+    slot *s;                    /* from the pool */
     thread_state st;
-    char *stack;                /* STACK bytes from the pool */
     std::vector<async_op> ops;  /* this thread's copies in flight */
     long groups;                /* groups it has committed */
 };
 
-/* fiber stacks, kept from launch to launch (fresh ones cost a page fault
- * per page), freed at exit */
-struct stack_pool {
-    std::vector<char *> v;
-    ~stack_pool() {
-        for (char *p : v) free(p);
+/* fiber slots, kept from launch to launch (fresh stacks cost a page fault
+ * per page, fresh contexts system calls), freed at exit */
+struct slot_pool {
+    std::vector<slot *> v;
+    ~slot_pool() {
+        for (slot *p : v) {
+            free(p->stack);
+            delete p;
+        }
     }
-} g_stacks;
-char *stack_of(size_t i) {
-    while (g_stacks.v.size() <= i) g_stacks.v.push_back((char *)malloc(STACK));
-    return g_stacks.v[i];
+} g_slots;
+slot *slot_of(size_t i) {
+    while (g_slots.v.size() <= i) {
+        slot *p = new slot();
+        p->stack = (char *)malloc(STACK);
+        if (!p->stack) die("no memory for a fiber's stack");
+        g_slots.v.push_back(p);
+    }
+    return g_slots.v[i];
 }
 
 struct block_run {
@@ -96,29 +113,33 @@ thread_state g_host_thread;
 /* from the running fiber back to the scheduler */
 void to_scheduler(block_run *r) {
     fiber &me = r->f[(size_t)r->cur];
-    if (UTEMU_UCONTEXT_ONLY) swapcontext(&me.ctx, &r->main);
-    else if (!_setjmp(me.jb)) _longjmp(r->main_jb, 1);
+    if (UTEMU_UCONTEXT_ONLY) swapcontext(&me.s->ctx, &r->main);
+    else if (!_setjmp(me.s->jb)) _longjmp(r->main_jb, 1);
 }
 
 /* from the scheduler into fiber x */
 void to_fiber(block_run *r, fiber &x) {
     if (UTEMU_UCONTEXT_ONLY) {
-        swapcontext(&r->main, &x.ctx);
+        swapcontext(&r->main, &x.s->ctx);
     } else if (!_setjmp(r->main_jb)) {
-        if (!x.started) {
-            x.started = true;
-            setcontext(&x.ctx);
+        if (!x.s->made) {
+            x.s->made = true;
+            setcontext(&x.s->ctx);
         }
-        _longjmp(x.jb, 1);
+        _longjmp(x.s->jb, 1);
     }
 }
 
+/* a slot's fiber: the body of each block it is given, in turn */
 void entry() {
-    block_run *r = g_run;
-    (*r->body)();
-    r->f[(size_t)r->cur].st.done = true;
-    if (UTEMU_UCONTEXT_ONLY) swapcontext(&r->f[(size_t)r->cur].ctx, &r->main);
-    else _longjmp(r->main_jb, 1);
+    for (;;) {
+        block_run *r = g_run;
+        (*r->body)();
+        fiber &me = r->f[(size_t)r->cur];
+        me.st.done = true;
+        if (UTEMU_UCONTEXT_ONLY) swapcontext(&me.s->ctx, &r->main); /* not resumed: a fresh context next */
+        else if (!_setjmp(me.s->jb)) _longjmp(r->main_jb, 1);      /* parked until its next block */
+    }
 }
 
 /* opens the barriers every live thread of their group has reached; false
@@ -168,14 +189,14 @@ __attribute__((noinline)) void start_fiber(fiber &x, unsigned t, dim3 block) {
     x.st.wait = 0;
     x.st.done = false;
     x.st.whole = nullptr;
-    x.started = false;
     x.ops.clear();
     x.groups = 0;
-    getcontext(&x.ctx);
-    x.ctx.uc_stack.ss_sp = x.stack;
-    x.ctx.uc_stack.ss_size = STACK;
-    x.ctx.uc_link = nullptr;
-    makecontext(&x.ctx, entry, 0);
+    if (x.s->made) return; /* parked in entry(): the next switch gives it this block */
+    getcontext(&x.s->ctx);
+    x.s->ctx.uc_stack.ss_sp = x.s->stack;
+    x.s->ctx.uc_stack.ss_size = STACK;
+    x.s->ctx.uc_link = nullptr;
+    makecontext(&x.s->ctx, entry, 0);
 }
 
 /* The order of the grid's blocks and of a block's threads. On a GPU the
@@ -319,7 +340,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     block_run *outer = g_run;
     /* a launch from inside a kernel (none today) would need stacks of its own */
     size_t base = outer ? outer->f.size() : 0;
-    for (size_t i = 0; i < r.f.size(); i++) r.f[i].stack = stack_of(base + i);
+    for (size_t i = 0; i < r.f.size(); i++) r.f[i].s = slot_of(base + i);
     g_run = &r;
     const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
     const bool vary = vary_order();
