@@ -7,7 +7,7 @@
  * median step time; bench/torch_optim_step.py times PyTorch's on the same
  * shapes (bench/run_optim_step.sh runs both). --device cuda runs the steps on
  * the GPU (the model built there; each step timed to the end of its work on
- * the compute stream): scripts/gpu-check.sh's bench step runs it.
+ * the compute stream): scripts/gpu-check.sh's profile step runs it.
  *
  *   optim_step [--steps N] [--threads N] [--device cpu|cuda] */
 #include <math.h>
@@ -25,8 +25,13 @@ int main(int argc, char **argv) {
     long steps = 10, threads = 2;
     ut_device dev = UT_CPU;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--device") && i + 1 < argc && (!strcmp(argv[i + 1], "cpu") || !strcmp(argv[i + 1], "cuda"))) {
-            dev = !strcmp(argv[++i], "cuda") ? UT_CUDA : UT_CPU;
+        if (!strcmp(argv[i], "--device")) {
+            const char *d = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(d, "cpu") && strcmp(d, "cuda")) {
+                fprintf(stderr, "optim_step: --device takes cpu or cuda, not '%s'\n", d);
+                return 2;
+            }
+            dev = !strcmp(d, "cuda") ? UT_CUDA : UT_CPU;
             continue;
         }
         long *v = !strcmp(argv[i], "--steps") ? &steps : !strcmp(argv[i], "--threads") ? &threads : NULL;

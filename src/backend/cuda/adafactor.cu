@@ -157,7 +157,7 @@ __global__ void k_factors(const af_dev *ps, const float *sc, float lr, float eps
     __shared__ double sh[kThreads];
     const af_dev &a = ps[blockIdx.x];
     const af_shape &h = a.h;
-    double pt = block_total(psum_of(a), h.rows, sh);
+    double pt = scale_parameter ? block_total(psum_of(a), h.rows, sh) : 0.0; /* (k_rows summed p^2 only then) */
     if (threadIdx.x == 0) {
         float rms = (float)(sqrt(pt) / sqrt((double)h.numel));
         a.scratch[0] = scale_parameter ? __fmul_rn(rms > eps2 ? rms : eps2, lr) : lr;
