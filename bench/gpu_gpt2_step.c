@@ -146,9 +146,10 @@ int main(int argc, char **argv) {
     double *ts = calloc((size_t)steps, sizeof(double));
     float first = 0, last = 0;
     size_t peak = 0;
+    double step_flops = 0; /* utrain's count of a step's model FLOPs (ut_ctx_flops) */
     for (int s = 0; s < total_steps; s++) {
         ut_ctx_reset_peak(ctx);
-        double t0 = now();
+        double t0 = now(), f0 = ut_ctx_flops(ctx);
         ut_tensor *xt = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, x);
         ut_tensor *yt = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){B * T}, y);
         ut_tensor *pt = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){T}, pos);
@@ -185,6 +186,7 @@ int main(int argc, char **argv) {
         be->stream_sync(NULL);
         double t1 = now();
         if (s == 0) first = lv;
+        step_flops = ut_ctx_flops(ctx) - f0;
         last = lv;
         if (s >= WARMUP) ts[s - WARMUP] = t1 - t0, peak = pk > peak ? pk : peak;
         if (s == WARMUP - 1) ut_profile_ops_reset(); /* UT_PROFILE_OPS: the timed steps alone */
@@ -198,17 +200,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_gpt2_step: loss is not finite (%g)\n", (double)last);
         return 1;
     }
+    /* MFU as the trainer logs it: the counted FLOPs (causal attention's pairs, not T^2) over the
+     * device's peak for these products */
+    char peak_what[256] = "no peak known";
+    double peak_rate = be->peak_flops ? be->peak_flops(bf16 ? UT_PEAK_16 : tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32,
+                                                       peak_what, sizeof peak_what)
+                                      : 0;
+    double mfu = peak_rate > 0 ? step_flops / med / peak_rate : 0;
     if (json)
         printf("{\"impl\":\"utrain\",\"device\":\"%s\",\"precision\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"layers\":%ld,"
                "\"params\":%lld,\"steps\":%ld,\"median_s\":%.6f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,"
-               "\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+               "\"model_tflops\":%.2f,\"mfu\":%.4f,\"peak_act_bytes\":%zu,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
                ut_device_name(dev), prec, B, T, L, (long long)total, steps, med, tok / med,
-               flops / med * 1e-12, peak, (double)first, (double)last);
+               flops / med * 1e-12, step_flops / med * 1e-12, mfu, peak, (double)first, (double)last);
     else
         printf("utrain gpt2 step on %s (%s): batch %ld x seq %ld, %ld layers, %lld parameters\n"
-               "  step median %.1f ms, %.0f tokens/s, %.1f TFLOP/s, peak activations %.2f GiB, loss %.4f -> %.4f\n",
+               "  step median %.1f ms, %.0f tokens/s, %.1f TFLOP/s, peak activations %.2f GiB, loss %.4f -> %.4f\n"
+               "  model FLOPs as the trainer counts them: %.1f TFLOP/s, MFU %.1f%% (%s)\n",
                ut_device_name(dev), prec, B, T, L, (long long)total, 1e3 * med, tok / med,
-               flops / med * 1e-12, (double)peak / (1 << 30), (double)first, (double)last);
+               flops / med * 1e-12, (double)peak / (1 << 30), (double)first, (double)last,
+               step_flops / med * 1e-12, 100 * mfu, peak_what);
     ut_ctx_free(ctx);
     be->pages_free(g_p, bytes), be->pages_free(g_g, bytes), be->pages_free(m, bytes), be->pages_free(v2, bytes);
     free(x), free(y), free(pos), free(ts), free(bp);

@@ -176,6 +176,12 @@ int ut_ctx_device_check(ut_ctx *ctx);
  * launches load kernels and pick algorithms). Nothing when profiling is off. */
 void ut_profile_ops_reset(void);
 
+/* The model FLOPs of the matrix products ctx has run since it was made
+ * (linear, matmul, conv2d, attention; forward and backward; a checkpointed
+ * block's recompute left out): the count MFU divides by the device's peak.
+ * The rules are at the top of src/core/flops.c (docs/training.md). */
+double ut_ctx_flops(const ut_ctx *ctx);
+
 /* Memory accounting of the activation arena (bytes). peak is the largest
  * amount in use at once since the last ut_ctx_reset_peak. */
 size_t ut_ctx_bytes_in_use(const ut_ctx *ctx);

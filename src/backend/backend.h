@@ -204,6 +204,10 @@ typedef struct ut_device_coll {
     void (*comm_free)(void *g);
 } ut_device_coll;
 
+/* The products a peak rate is for: float32 on the CUDA cores, TF32 on the
+ * tensor cores, bf16/fp16 with float32 accumulation on the tensor cores. */
+typedef enum { UT_PEAK_FP32, UT_PEAK_TF32, UT_PEAK_16 } ut_peak_kind;
+
 typedef struct ut_backend {
     const char *name;
     ut_device device;
@@ -227,6 +231,13 @@ typedef struct ut_backend {
     /* The selected device's memory in bytes (what `utrain plan` checks
      * against). NULL: host memory (the CPU). */
     size_t (*memory)(void);
+    /* The selected device's dense peak rate in FLOP/s for products of kind
+     * (ut_peak_kind), the denominator of the trainer's MFU, and in what
+     * (n bytes) the device and where the figure comes from ("NVIDIA H100
+     * 80GB HBM3: NVIDIA's published bf16/fp16 dense peak"); 0 when not known
+     * (what then says why). NULL: not known (the CPU: its clock and vector
+     * units vary too much to guess; train.peak_tflops gives it). */
+    double (*peak_flops)(int kind, char *what, size_t n);
 
     /* Data errors kernels found since the last call (an index out of range),
      * on a device whose kernels cannot stop the host when they find one:

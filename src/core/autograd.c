@@ -62,6 +62,7 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
             if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward, &k);
             else ops[t->op].backward(t, &k);
             ut_prof_end(ctx, t, 1, t0);
+            ut_flops_count(ctx, t, true);
         }
         if (hooks && ctx->grad_hook)
             FOR_EACH_PARAM(t, pi, if (ctx->first_use[pi] == i) ctx->grad_hook(ctx->grad_hook_user, pi));
@@ -222,7 +223,9 @@ void ut_checkpoint_bwd(ut_tensor *t, UT_KCTX) { /* core's own op: it runs the bl
         in[i]->ctx = ctx;
     }
     int lo = ctx->tape_len;
+    ctx->recomputing = true; /* its forward's FLOPs were counted when it first ran */
     ut_tensor *y = cr->fn(ctx, cr->user, in, cr->n);
+    ctx->recomputing = false;
     if (y && !ctx->has_err && y->requires_grad) {
         ut_backend_get(t->device)->copy(ut_grad(y), t->grad, (size_t)ut_nelem(t) * ut_dtype_size(t->dtype),
                                         UT_COPY_D2D);

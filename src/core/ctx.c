@@ -121,6 +121,7 @@ void ut_ctx_reset(ut_ctx *ctx) {
     ut_ctx_use_scratch(ctx, false);
     ctx->tape_len = 0;
     ut_autocast_forget(ctx);
+    ut_flops_forget_uploads(ctx);
 }
 
 bool ut_ctx_set_grad_enabled(ut_ctx *ctx, bool on) {
@@ -235,13 +236,14 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
 static int prof_state = -1; /* -1 unknown, 0 off, 1 host clock around waits, 2 the device's timing events */
 static double prof_time[UT_OP_COUNT][2];
 static double prof_bytes[UT_OP_COUNT][2]; /* nominal traffic (prof_traffic) */
+static double prof_flops[UT_OP_COUNT][2]; /* model FLOPs (ut_op_flops) */
 static long prof_calls[UT_OP_COUNT][2];
 static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
 /* mode 2: the ops whose events are not read yet, and spare events */
 typedef struct {
     void *a, *b;
     int op, dir;
-    double bytes;
+    double bytes, flops;
 } prof_pair;
 static const ut_backend *prof_be;
 static prof_pair *prof_pend;
@@ -273,6 +275,7 @@ static void prof_resolve(void) {
         double ms = prof_be->timer_ms(q->a, q->b);
         if (ms >= 0) prof_time[q->op][q->dir] += ms * 1e-3;
         prof_bytes[q->op][q->dir] += q->bytes;
+        prof_flops[q->op][q->dir] += q->flops;
         prof_calls[q->op][q->dir]++;
         prof_spare_put(q->a);
         prof_spare_put(q->b);
@@ -290,24 +293,28 @@ static void prof_report(void) {
     for (int op = 0; op < UT_OP_COUNT; op++) total += prof_time[op][0] + prof_time[op][1];
     fprintf(stderr, "utrain op profile (UT_PROFILE_OPS=%s): %.3f s in kernels%s\n", prof_state == 2 ? "gpu" : "1",
             total, prof_state == 2 ? " (the device's timing events)" : "");
-    fprintf(stderr, "  %-20s %10s %8s %8s %10s %8s %8s %6s\n", "op", "fwd s", "calls", "GB/s", "bwd s", "calls",
-            "GB/s", "share");
+    fprintf(stderr, "  %-20s %10s %8s %8s %8s %10s %8s %8s %8s %6s\n", "op", "fwd s", "calls", "GB/s", "TFLOP/s",
+            "bwd s", "calls", "GB/s", "TFLOP/s", "share");
     for (int op = 1; op < UT_OP_COUNT; op++) {
         double s = prof_time[op][0] + prof_time[op][1];
         if (prof_calls[op][0] + prof_calls[op][1] == 0) continue;
-        char rate[2][16];
+        char rate[2][16], fl[2][16];
         for (int d = 0; d < 2; d++) {
             if (prof_time[op][d] > 0 && prof_bytes[op][d] > 0)
                 snprintf(rate[d], sizeof rate[d], "%.3g", prof_bytes[op][d] / prof_time[op][d] * 1e-9);
             else snprintf(rate[d], sizeof rate[d], "-");
+            if (prof_time[op][d] > 0 && prof_flops[op][d] > 0)
+                snprintf(fl[d], sizeof fl[d], "%.3g", prof_flops[op][d] / prof_time[op][d] * 1e-12);
+            else snprintf(fl[d], sizeof fl[d], "-");
         }
-        fprintf(stderr, "  %-20s %10.4f %8ld %8s %10.4f %8ld %8s %5.1f%%\n", ut_op_name(op), prof_time[op][0],
-                prof_calls[op][0], rate[0], prof_time[op][1], prof_calls[op][1], rate[1],
-                total > 0 ? 100 * s / total : 0);
+        fprintf(stderr, "  %-20s %10.4f %8ld %8s %8s %10.4f %8ld %8s %8s %5.1f%%\n", ut_op_name(op),
+                prof_time[op][0], prof_calls[op][0], rate[0], fl[0], prof_time[op][1], prof_calls[op][1], rate[1],
+                fl[1], total > 0 ? 100 * s / total : 0);
     }
     fprintf(stderr, "  (GB/s: the bytes of the op's inputs and output, backward its output's gradient, inputs and\n"
                     "   their gradients read and written, over its time: a nominal rate to hold against the\n"
-                    "   device's memory bandwidth; views move nothing)\n");
+                    "   device's memory bandwidth; views move nothing. TFLOP/s: the products' model FLOPs\n"
+                    "   (src/core/flops.c) over their time, a recompute's forward included)\n");
     pthread_mutex_unlock(&prof_mu);
 }
 
@@ -316,6 +323,7 @@ void ut_profile_ops_reset(void) {
     if (prof_state == 2) prof_resolve(); /* its pairs' events back to the spares, their times dropped below */
     memset(prof_time, 0, sizeof prof_time);
     memset(prof_bytes, 0, sizeof prof_bytes);
+    memset(prof_flops, 0, sizeof prof_flops);
     memset(prof_calls, 0, sizeof prof_calls);
     pthread_mutex_unlock(&prof_mu);
 }
@@ -366,7 +374,7 @@ ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
 void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_mark m) {
     if (m.t < 0) return;
     int op = t->op;
-    double bytes = prof_traffic(t, backward);
+    double bytes = prof_traffic(t, backward), flops = ut_op_flops(t, backward != 0);
     if (m.ev) {
         pthread_mutex_lock(&prof_mu);
         void *ev = prof_event();
@@ -375,7 +383,8 @@ void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_ma
             prof_cap = prof_cap ? 2 * prof_cap : 1024;
             prof_pend = ut_realloc_check(prof_pend, (size_t)prof_cap * sizeof *prof_pend);
         }
-        prof_pend[prof_npend++] = (prof_pair){.a = m.ev, .b = ev, .op = op, .dir = backward, .bytes = bytes};
+        prof_pend[prof_npend++] =
+            (prof_pair){.a = m.ev, .b = ev, .op = op, .dir = backward, .bytes = bytes, .flops = flops};
         if (prof_npend >= 4096) prof_resolve(); /* a wait every few thousand ops, not every op */
         pthread_mutex_unlock(&prof_mu);
         return;
@@ -384,6 +393,7 @@ void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_ma
     pthread_mutex_lock(&prof_mu);
     prof_time[op][backward] += now_s() - m.t;
     prof_bytes[op][backward] += bytes;
+    prof_flops[op][backward] += flops;
     prof_calls[op][backward]++;
     pthread_mutex_unlock(&prof_mu);
 }
@@ -716,6 +726,7 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     else if (fwd) fwd(t, &k);
     ut_prof_end(t->ctx, t, 0, t0);
     if (t->ctx->has_err) return NULL; /* a kernel found bad data (e.g. an index) */
+    ut_flops_count(t->ctx, t, false);
     if (t->requires_grad) ut_tape_push(t->ctx, t);
     return t;
 }

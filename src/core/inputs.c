@@ -63,7 +63,10 @@ void ut_inputs_fence(ut_ctx *ctx, ut_inputs *in) {
 
 ut_tensor *ut_tensor_from_async(ut_ctx *ctx, ut_dtype dt, int ndim, const int64_t *ne, const void *host) {
     ut_tensor *t = ut_tensor_new(ctx, dt, ndim, ne);
-    if (t) ut_copy_async(ctx->be, t->data, host, (size_t)ut_nelem(t) * ut_dtype_size(dt), UT_COPY_H2D, NULL);
+    if (t) {
+        ut_copy_async(ctx->be, t->data, host, (size_t)ut_nelem(t) * ut_dtype_size(dt), UT_COPY_H2D, NULL);
+        ut_flops_note_upload(ctx, t, host);
+    }
     return t;
 }
 

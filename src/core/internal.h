@@ -88,6 +88,8 @@ static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->ex
 
 /* ---- context ---- */
 #define UT_AUTOCAST_SPILLS (2 * UT_MAX_SRC + 8) /* most scratch takes of one op beyond the buffer */
+#define UT_FLOPS_SHADOWS 4
+#define UT_FLOPS_SHADOW_MAX 1025 /* offsets of up to 1024 packed sequences */
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */
     ut_arena scratch;       /* checkpointed blocks: forward and recompute */
@@ -138,6 +140,16 @@ struct ut_ctx {
     int64_t pc_n;
     const void *pc;
     ut_dtype pc_dt;
+    /* model FLOPs of the products run so far (src/core/flops.c); recomputing:
+     * a checkpointed block's forward is being rerun (not counted again) */
+    double flops;
+    bool recomputing;
+    struct {
+        const void *data;
+        int64_t n;
+        int32_t v[UT_FLOPS_SHADOW_MAX];
+    } shadow[UT_FLOPS_SHADOWS]; /* small int32 uploads' values (ut_flops_note_upload) */
+    int nshadow, shadow_next;
 };
 
 /* The kernel context of one launch of op on ctx (backend.h, ut_kctx): the
@@ -175,6 +187,16 @@ typedef struct {
 } ut_prof_mark;
 ut_prof_mark ut_prof_begin(const ut_ctx *ctx);
 void ut_prof_end(const ut_ctx *ctx, const ut_tensor *t, int backward, ut_prof_mark m);
+/* ---- model FLOPs (src/core/flops.c) ---- */
+/* The model FLOPs of op tensor t's forward or backward (0 for ops that are
+ * not products). */
+double ut_op_flops(const ut_tensor *t, bool backward);
+/* Adds t's to ctx's count (a recompute's forward excepted). */
+void ut_flops_count(ut_ctx *ctx, const ut_tensor *t, bool backward);
+/* Keeps a copy of a small int32 upload's values for counting packed
+ * sequences' pairs; the context's reset forgets them. */
+void ut_flops_note_upload(ut_ctx *ctx, const ut_tensor *t, const void *host);
+void ut_flops_forget_uploads(ut_ctx *ctx);
 /* Frees everything in the checkpoint scratch arenas. */
 void ut_ctx_reset_scratch(ut_ctx *ctx);
 

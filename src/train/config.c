@@ -216,6 +216,10 @@ const ut_cfg_key ut_cfg_schema[] = {
             "tensor cores in TF32, operands rounded to 10 mantissa bits, float32 accumulation: about 2.4x faster "
             "on GPT-2 (PyTorch's allow_tf32, Hugging Face's tf32; docs/gpu.md); false: exact float32. Refused on "
             "cpu and sim"},
+    {.key = "train.peak_tflops", .type = UT_CFG_FLOAT, AT(peak_tflops), .def = "0", GE(0), LE(1e6),
+     .doc = "the dense peak TFLOP/s of the device one rank computes on, for the train lines' mfu (model FLOPs "
+            "utilization: the products' FLOPs per second over this peak; Lightning's available_flops); 0: the "
+            "device's own figure where utrain knows it (GPUs: docs/training.md), else no mfu"},
     {.key = "train.label_smoothing", .type = UT_CFG_FLOAT, AT(label_smoothing), .def = "0", GE(0), LE(1),
      .hashed = true, .hash_if_set = true,
      .doc = "label smoothing of the cross-entropy and NLL losses, in training, evaluation and test: each "

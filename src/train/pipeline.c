@@ -440,6 +440,12 @@ int ut_pp_setup(ut_trainer *t) {
     return shared_setup(t);
 }
 
+double ut_pp_flops(const ut_trainer *t) {
+    double f = 0;
+    for (int k = 0; k < t->nslots; k++) f += ut_ctx_flops(t->slots[k].ctx);
+    return f;
+}
+
 void ut_pp_free(ut_trainer *t) {
     if (t->eval_slot) {
         if (t->eval_slot->req) ut_comm_wait(t->mesh.pp_group, t->eval_slot->req);

@@ -612,6 +612,10 @@ static void print_summary(ut_trainer *t) {
                c->precision, ut_autocast_matmul_path(ut_ctx_device(t->ctx), ut_run_precision(c)));
     const char *attn = ut_attention_path(ut_ctx_device(t->ctx), ut_run_precision(c));
     if (attn) ut_say(&t->log, "  Attention = %s\n", attn);
+    if (t->peak_all > 0)
+        ut_say(&t->log, "  MFU = the products' model FLOPs over %.4g TFLOP/s%s (%s)\n", t->peak_all * 1e-12,
+               t->world > 1 ? ", all ranks' peaks" : "", t->peak_what);
+    else ut_note(&t->log, "  MFU: not logged (%s)\n", t->peak_what);
     if (t->fp16 && (c->loss_scale_hysteresis > 1 || c->min_loss_scale > 0))
         ut_say(&t->log, "  Loss scale: from %g, x2 after %lld clean steps, halved at an overflow no lower than %g, "
                         "%lld overflow%s tolerated first (DeepSpeed's hysteresis%s)\n",
@@ -670,6 +674,7 @@ static int save(ut_trainer *t) {
 }
 
 static int flush_tokens_seen(ut_trainer *t);
+static double process_flops(const ut_trainer *t);
 
 static int save_now(ut_trainer *t) {
     /* train.save_only_model: the weights alone, except when a stop signal
@@ -771,7 +776,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     *stop = false;
     if (!t->dev) return 0;
     int64_t bs = t->cfg->eval_batch_size > 0 ? t->cfg->eval_batch_size : t->cfg->batch_size;
-    double t0 = now_s();
+    double t0 = now_s(), f0 = process_flops(t);
     ut_oom_phase("eval"); /* auto_find_batch_size cannot help an evaluation that runs out of memory */
     ut_dtype train_ac = ut_ctx_set_autocast(t->ctx, ut_run_eval_precision(t->cfg));
     /* pipeline: through the stages, the last one's numbers on every stage */
@@ -798,6 +803,7 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     ut_ctx_set_autocast(t->ctx, train_ac);
     ut_oom_phase("train");
     t->interval_t0 += now_s() - t0; /* the evaluation is not training time (save() does the same) */
+    t->flops_mark += process_flops(t) - f0; /* nor its FLOPs training's */
     if (erc == 1) { /* a stop signal: the loop writes the checkpoint of the state before it */
         ut_say(&t->log, "eval  step %lld  abandoned: stop signal\n", (long long)t->st.step);
         return 0;
@@ -847,6 +853,69 @@ static float sched_lr(const ut_trainer *t, int64_t step) {
     return ut_schedule_lr(&t->sched, i > 0 ? i : 0);
 }
 
+/* ---- throughput: model FLOPs and MFU ---- */
+/* The model FLOPs this process's training contexts have run: the trainer's,
+ * dp's other workers', a pipeline stage's slots' (src/core/flops.c). */
+static double process_flops(const ut_trainer *t) {
+    double f = ut_ctx_flops(t->ctx);
+    for (int w = 1; w < t->ndp && t->dp; w++) f += ut_ctx_flops(ut_dp_ctx(t->dp, w));
+    return f + ut_pp_flops(t);
+}
+
+/* a name's FNV-1a hash, never 0 (0: no device name) */
+static int64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (int64_t)(h >> 1) | 1;
+}
+
+/* The MFU's denominator: this rank's peak (train.peak_tflops, else its
+ * device's figure for the run's products: bf16/fp16 under autocast, TF32
+ * with train.tf32, else float32), divided among the ranks that share its
+ * device (a GPU's PCI bus id), and summed over all ranks; 0 when any rank's
+ * is not known. Every rank calls it. */
+static int setup_peak(ut_trainer *t) {
+    const ut_config *c = t->cfg;
+    const ut_backend *be = ut_backend_get(ut_ctx_device(t->ctx));
+    int kind = ut_run_precision(c) != UT_F32 ? UT_PEAK_16 : c->tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32;
+    t->peak = 0;
+    if (c->peak_tflops > 0) {
+        t->peak = c->peak_tflops * 1e12;
+        snprintf(t->peak_what, sizeof t->peak_what, "train.peak_tflops");
+    } else if (be->peak_flops) {
+        t->peak = be->peak_flops(kind, t->peak_what, sizeof t->peak_what);
+    } else {
+        snprintf(t->peak_what, sizeof t->peak_what, "utrain knows no peak rate for the %s device; give "
+                 "train.peak_tflops", be->name);
+    }
+    int share = 1;
+    if (t->world > 1 && be->device_key && c->peak_tflops <= 0) {
+        char key[128];
+        int64_t *all = ut_calloc_check((size_t)t->world, sizeof *all);
+        if (!be->device_key(key, sizeof key)) all[t->rank] = name_hash(key);
+        if (ut_comm_allreduce_i64(t->comm, all, t->world)) {
+            snprintf(t->err, sizeof t->err, "comparing the ranks' devices: %s", ut_comm_error(t->comm));
+            ut_free(all);
+            return -1;
+        }
+        share = 0;
+        for (int r = 0; r < t->world; r++) share += all[r] && all[r] == all[t->rank];
+        if (share < 1) share = 1;
+        ut_free(all);
+    }
+    double v[2] = {t->peak / share, t->peak > 0 ? 0 : 1};
+    if (t->world > 1 && ut_comm_allreduce_f64(t->comm, v, 2)) {
+        snprintf(t->err, sizeof t->err, "summing the ranks' peak rates: %s", ut_comm_error(t->comm));
+        return -1;
+    }
+    t->peak_all = v[1] > 0 ? 0 : v[0];
+    if (share > 1 && t->peak > 0) {
+        size_t u = strlen(t->peak_what);
+        snprintf(t->peak_what + u, sizeof t->peak_what - u, ", shared by %d ranks", share);
+    }
+    return 0;
+}
+
 /* ---- logging ---- */
 /* train.count_input_tokens: the input tokens counted since the last call,
  * summed over the data-parallel ranks, into the state's total (every rank
@@ -872,24 +941,36 @@ static void fold_run(ut_trainer *t, const accum *a) {
 static int log_train(ut_trainer *t) {
     accum *a = &t->interval;
     if (flush_tokens_seen(t) || accum_reduce(t, a)) return -1;
+    double now_f = process_flops(t), flops = now_f - t->flops_mark; /* all ranks' */
+    t->flops_mark = now_f;
+    if (t->world > 1 && ut_comm_allreduce_f64(t->comm, &flops, 1)) {
+        snprintf(t->err, sizeof t->err, "summing the ranks' FLOPs: %s", ut_comm_error(t->comm));
+        return -1;
+    }
     fold_run(t, a);
     if (!a->examples) return 0;
     double dt = now_s() - t->interval_t0;
     double lr = sched_lr(t, t->st.step - 1);
     double loss = a->loss_w > 0 ? a->loss_sum / a->loss_w : NAN, acc = accum_metric(a, "accuracy");
-    const char *names[8] = {"loss", "lr", "grad_norm", "samples_per_s"};
-    double vals[8] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
+    const char *names[10] = {"loss", "lr", "grad_norm", "samples_per_s"};
+    double vals[10] = {loss, lr, t->last_grad_norm, (double)a->examples / dt};
     int n = 4;
     if (!isnan(acc)) names[n] = "accuracy", vals[n++] = acc;
     if (a->tokens) names[n] = "tokens_per_s", vals[n++] = (double)a->tokens / dt;
     if (t->count_tokens) names[n] = "num_input_tokens_seen", vals[n++] = (double)t->st.input_tokens_seen;
+    double tflops = flops / dt / t->world * 1e-12, mfu = t->peak_all > 0 ? flops / dt / t->peak_all : NAN;
+    if (flops > 0) names[n] = "tflops", vals[n++] = tflops; /* per rank */
+    if (flops > 0 && !isnan(mfu)) names[n] = "mfu", vals[n++] = mfu;
+    char rate[64] = "";
+    if (flops > 0 && !isnan(mfu)) snprintf(rate, sizeof rate, "  %.3g TFLOP/s  mfu %.1f%%", tflops, 100 * mfu);
+    else if (flops > 0) snprintf(rate, sizeof rate, "  %.3g TFLOP/s", tflops);
     double ep = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n;
     ut_log_scalars(&t->log, "train", t->st.step, ep, n, names, vals);
     if (t->h.on_log) t->h.on_log(t->h.user, "train", t->st.step, n, names, vals);
     void (*out)(ut_runlog *, const char *, ...) = t->log.lines ? ut_say : ut_note;
-    out(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s\n",
+    out(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s%s\n",
         (long long)t->st.step, (long long)t->total_steps, ep, loss, lr, t->last_grad_norm,
-        (double)a->examples / dt);
+        (double)a->examples / dt, rate);
     memset(a, 0, sizeof *a);
     t->interval_t0 = now_s();
     return 0;
@@ -1416,7 +1497,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);
     if (t->dp) ut_dp_broadcast(t->dp);
     ut_hooks_resolve(&t->h, NULL);
-    return 0;
+    return setup_peak(t);
 }
 
 /* ---- the run's results: train_results.json ---- */
@@ -1500,6 +1581,7 @@ static int train_loop(ut_trainer *t) {
     bool preempted = false, early = false;
     int rc = 0;
     t->run_t0 = t->interval_t0 = now_s();
+    t->flops_mark = process_flops(t);
     if (t->cfg->eval_on_start && t->st.step < t->total_steps) { /* a sanity check of the model and dev data */
         ut_eval_result res;
         bool ignored;

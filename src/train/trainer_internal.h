@@ -104,6 +104,11 @@ struct ut_trainer {
     int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;
+    /* throughput: the process's training contexts' model FLOPs when the
+     * interval began (evaluations' taken out), this rank's peak FLOP/s and
+     * all ranks' together (0: not known, no mfu), and what the peak is */
+    double flops_mark, peak, peak_all;
+    char peak_what[256];
     int64_t steps_this_run;
     bool fp16;                   /* train.precision fp16: the loss scaler runs */
     ut_dtype pp_wire;            /* what pipeline stages send each other: F32, or the 16-bit precision's type */
@@ -275,6 +280,8 @@ void ut_split_test_free(ut_trainer *t);
  * ut_pp_fail: "pipeline stage S: WHAT: <the pipeline group's error>" into
  *   t->err; -1. */
 int ut_pp_setup(ut_trainer *t);
+/* the model FLOPs the stage's slots' contexts have run (ut_ctx_flops) */
+double ut_pp_flops(const ut_trainer *t);
 int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(void *), void *arg, ut_eval_result *res,
                    double *outputs, bool *have_outputs);
 void ut_pp_free(ut_trainer *t);

@@ -607,6 +607,56 @@ static void check_train_results(void) {
     CHECK(fabs(got - ref) <= 1e-6 * fabs(ref), "quiet: train_loss %.9g, the logged run's %.9g", got, ref);
 }
 
+/* A train line's number key of run TMP/DIR/NAME at step (NAN: none). */
+static double train_metric(const char *dir, const char *name, int step, const char *key) {
+    char m[700], k[64], skey[64];
+    snprintf(m, sizeof m, "%s/%s/%s/metrics.jsonl", tmp, dir, name);
+    snprintf(skey, sizeof skey, "{\"step\": %d, ", step);
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    char *s = tp_slurp(m);
+    double v = NAN;
+    for (char *line = s ? strstr(s, skey) : NULL; line; line = strstr(line + 1, skey)) {
+        char *end = strchr(line, '\n'), *at = strstr(line, k);
+        if (end && strstr(line, "\"split\": \"train\"") < end) {
+            if (at && at < end) v = strtod(at + strlen(k), NULL);
+            break;
+        }
+    }
+    free(s);
+    return v;
+}
+
+/* Throughput in model FLOPs (src/core/flops.c): the tiny GPT-2's example
+ * of 16 tokens is 3 x (16 x 2 x (2 layers x 32 x 384 + 32 x 256) + 2 layers
+ * x 4 x 136 pairs x 32) = 3250176 FLOPs forward and backward, so a train
+ * line's tflops over its samples_per_s is that (the evaluation after every
+ * step is neither training time nor training FLOPs); mfu is tflops over
+ * train.peak_tflops; without a peak (the CPU's is not known) no mfu. */
+static void test_mfu(void) {
+    const char *cfg = tiny_gpt2("mfu", "max_steps: 4, log_interval: 2, eval_strategy: steps, eval_interval: 1, "
+                                       "save_strategy: \"no\"");
+    const char *out = tp_path(tmp, "mfu.out");
+    bool ok = cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=peak", "--set",
+                                              "train.peak_tflops=0.5", NULL}, out);
+    char *said = tp_slurp(out);
+    CHECK(ok && said && strstr(said, "MFU = the products' model FLOPs over 0.5 TFLOP/s (train.peak_tflops)") &&
+              strstr(said, "TFLOP/s  mfu "),
+          "run with a peak: %s", said ? said : "");
+    free(said);
+    ok = cfg && !tp_run((const char *[]){"train", cfg, "--set", "experiment_name=nopeak", NULL}, out);
+    CHECK(ok, "run without a peak");
+    for (int step = 2; step <= 4; step += 2) {
+        double tf = train_metric("mfu", "peak", step, "tflops"), sps = train_metric("mfu", "peak", step, "samples_per_s");
+        double per = tf * 1e12 / sps, mfu = train_metric("mfu", "peak", step, "mfu");
+        CHECK(fabs(per - 3250176) <= 1e-6 * 3250176, "step %d: %.9g FLOPs per example (tflops %g, %g samples/s)",
+              step, per, tf, sps);
+        CHECK(fabs(mfu - tf / 0.5) <= 1e-6 * mfu, "step %d: mfu %g, tflops %g over 0.5", step, mfu, tf);
+        CHECK(train_metric("mfu", "nopeak", step, "tflops") > 0 && isnan(train_metric("mfu", "nopeak", step, "mfu")),
+              "step %d without a peak: tflops %g, mfu %g", step, train_metric("mfu", "nopeak", step, "tflops"),
+              train_metric("mfu", "nopeak", step, "mfu"));
+    }
+}
+
 /* train.count_input_tokens (Hugging Face's include_num_input_tokens_seen):
  * batches of 4 x 16 tokens are 64 a step, counted into every train line;
  * logged every 3 steps with checkpoints every 2, the count in a checkpoint
@@ -1053,6 +1103,7 @@ int main(int argc, char **argv) {
     RUN(test_label_smoothing);
     RUN(test_neftune);
     RUN(test_input_tokens_seen);
+    RUN(test_mfu);
     RUN(test_flagai_recipe);
     RUN(test_hf_warmup);
     RUN(test_test_at_end);

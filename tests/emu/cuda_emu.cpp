@@ -473,7 +473,18 @@ cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int) {
-    *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 9;
+    switch (a) { /* an H100 SXM's */
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrClockRate: *v = 1980000; break;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+    if (d < 0 || d >= gpus() || no_gpu()) return cudaErrorInvalidValue;
+    snprintf(p->name, sizeof p->name, "utrain CUDA emulator"); /* no published figure: the estimate's path */
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetPCIBusId(char *buf, int n, int d) {

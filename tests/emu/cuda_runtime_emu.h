@@ -3,7 +3,8 @@
  * the kernel files' launchers). One emulated device: its memory is host
  * memory, every stream runs in the host's program order (an operation is
  * done when its call returns, so every event is complete when recorded), and
- * it reports itself as an H100 (80 GiB, compute capability 9.0, 227 KiB of
+ * it reports itself as an H100 (80 GiB, compute capability 9.0, 132
+ * multiprocessors at 1.98 GHz, named "utrain CUDA emulator", 227 KiB of
  * opt-in shared memory per block). UT_EMU_GPUS=N gives it N such GPUs (each
  * its own PCI bus id; they share the host's memory). UT_EMU_NO_GPU=1 makes it report no
  * device, for the paths that run without one. */
@@ -23,7 +24,11 @@ enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2
        cudaErrorNotReady = 600 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
 enum { cudaSharedmemCarveoutMaxShared = 100 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor,
+                      cudaDevAttrComputeCapabilityMinor, cudaDevAttrMultiProcessorCount, cudaDevAttrClockRate };
+struct cudaDeviceProp { /* the fields utrain reads */
+    char name[256];
+};
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
                       cudaMemcpyDefault };
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
@@ -40,6 +45,7 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d);
 cudaError_t cudaDeviceGetPCIBusId(char *buf, int n, int d);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaMalloc(void **p, size_t n);

@@ -799,12 +799,70 @@ static void test_adafactor_shapes(void) {
     adafactor_shapes(true);
 }
 
+/* The peak rates MFU divides by (src/backend/cuda/peak.c): the published
+ * figures by the device's name (a word of it: "A10" is not "A100"; PCIe and
+ * NVL parts before the SXM ones), else the estimate from multiprocessors x
+ * clock x the architecture's rate; nothing for what it does not know. */
+double ut_cuda_peak_of(const char *name, int major, int minor, int sms, int clock_khz, int kind, char *what,
+                       size_t n); /* src/backend/cuda/cuda.h */
+static void test_peak_rates(void) {
+    struct {
+        const char *name;
+        int major, minor, kind;
+        double tflops;
+        const char *says;
+    } rows[] = {
+        {"NVIDIA H100 80GB HBM3", 9, 0, UT_PEAK_16, 989.4, "(H100 SXM): NVIDIA's published bf16/fp16 dense peak"},
+        {"NVIDIA H100 PCIe", 9, 0, UT_PEAK_TF32, 378.0, "(H100 PCIe): NVIDIA's published TF32"},
+        {"NVIDIA H200 NVL", 9, 0, UT_PEAK_16, 835.5, "(H200 NVL)"},
+        {"NVIDIA H200", 9, 0, UT_PEAK_FP32, 66.9, "(H200 SXM): NVIDIA's published float32"},
+        {"NVIDIA GH200 480GB", 9, 0, UT_PEAK_16, 989.4, "(GH200)"},
+        {"NVIDIA A100-SXM4-80GB", 8, 0, UT_PEAK_16, 312.0, "(A100)"},
+        {"NVIDIA A100 80GB PCIe", 8, 0, UT_PEAK_TF32, 156.0, "(A100)"},
+        {"NVIDIA A10", 8, 6, UT_PEAK_16, 125.0, "(A10)"},
+        {"NVIDIA L4", 8, 9, UT_PEAK_16, 121.0, "(L4)"},
+        {"NVIDIA L40S", 8, 9, UT_PEAK_16, 362.05, "(L40S)"},
+        /* not in the table: 100 multiprocessors at 1.5 GHz */
+        {"NVIDIA A10G", 8, 6, UT_PEAK_16, 100 * 1.5e9 * 1024 * 1e-12, "estimated as 100 multiprocessors x 1.50 GHz"},
+        {"NVIDIA L40", 8, 9, UT_PEAK_TF32, 100 * 1.5e9 * 512 * 1e-12, "TF32 dense peak estimated"},
+        {"some sm_80 part", 8, 0, UT_PEAK_FP32, 100 * 1.5e9 * 128 * 1e-12, "float32 dense peak estimated"},
+        {"some sm_90 part", 9, 0, UT_PEAK_16, 100 * 1.5e9 * 4096 * 1e-12, "x 4096 FLOPs per clock"},
+        {"NVIDIA B200", 10, 0, UT_PEAK_16, 0, "compute capability 10.0): utrain knows no peak rate for it; give "
+                                             "train.peak_tflops"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char what[256] = "";
+        double r = ut_cuda_peak_of(rows[i].name, rows[i].major, rows[i].minor, 100, 1500000, rows[i].kind, what,
+                                   sizeof what);
+        CHECK(fabs(r - rows[i].tflops * 1e12) <= 1e-9 * rows[i].tflops * 1e12 && strstr(what, rows[i].says),
+              "%s: %.6g TFLOP/s, want %.6g; said \"%s\"", rows[i].name, r * 1e-12, rows[i].tflops, what);
+    }
+    char what[256] = "";
+    CHECK(ut_cuda_peak_of("x", 9, 0, 0, 0, UT_PEAK_16, what, sizeof what) == 0 && strstr(what, "train.peak_tflops"),
+          "no multiprocessor count: %s", what);
+}
+
+/* The selected GPU's own figures: 16-bit above TF32 above float32 (the
+ * emulator, named as no part is, gets an H100 SXM's estimate from its 132
+ * multiprocessors at 1.98 GHz). */
+static void test_device_peak(void) {
+    const ut_backend *be = ut_backend_get(UT_CUDA);
+    char w16[256] = "", wtf[256] = "", w32[256] = "";
+    double p16 = be->peak_flops(UT_PEAK_16, w16, sizeof w16), ptf = be->peak_flops(UT_PEAK_TF32, wtf, sizeof wtf),
+           p32 = be->peak_flops(UT_PEAK_FP32, w32, sizeof w32);
+    printf("  peak: %.4g / %.4g / %.4g TFLOP/s (%s)\n", p16 * 1e-12, ptf * 1e-12, p32 * 1e-12, w16);
+    CHECK(p16 > ptf && ptf > p32 && p32 > 0, "peaks %g, %g, %g: %s", p16, ptf, p32, w16);
+    if (strstr(w16, "utrain CUDA emulator"))
+        CHECK(p16 == 132 * 1.98e9 * 4096, "the emulator's estimate %.6g", p16);
+}
+
 int main(void) {
     /* first: these fork, and CUDA must not be initialised before */
     RUN(test_cudnn_refused);
     RUN(test_bad_switch);
     RUN(test_autocast_unfused);
     RUN(test_cudnn_library);
+    RUN(test_peak_rates);
     if (!have_gpu()) {
         printf("skip: %s\n", skip_why);
         return TEST_SUMMARY();
@@ -822,5 +880,6 @@ int main(void) {
     RUN(test_streams_events);
     RUN(test_model_on_device);
     RUN(test_adafactor_shapes);
+    RUN(test_device_peak);
     return TEST_SUMMARY();
 }

@@ -151,6 +151,12 @@ static void test_gpt2_precisions(void) {
               "the bf16 run does not say which attention kernels it runs");
         CHECK(log_says("gpt2_bf16_cpu", "Precision = bf16") && !log_says("gpt2_bf16_cpu", "Attention = "),
               "the CPU's run names an attention path (it has one)");
+        /* MFU against the GPU's peak for the run's products (the emulator's: an estimate) */
+        CHECK(log_says("gpt2_fp32_dev", "MFU = the products' model FLOPs over ") &&
+                  log_says("gpt2_fp32_dev", "float32 dense peak") &&
+                  log_says("gpt2_bf16_dev", "bf16/fp16 dense peak") &&
+                  log_says("gpt2_bf16_cpu", "MFU: not logged (utrain knows no peak rate for the cpu device"),
+              "the runs do not say what their MFU is measured against");
     }
     /* the scale of 16-bit rounding itself: the CPU's bf16 and fp16 runs against its fp32 run */
     for (int i = 0; i < 2; i++) {

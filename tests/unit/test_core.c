@@ -524,6 +524,103 @@ static void test_backward_from_a_gradient(void) {
     CHECK(dw[1][0] != 0 && dx[1][0] != 0, "no gradient reached the leaves");
 }
 
+
+/* Model FLOPs (src/core/flops.c): each product op's count by hand, forward
+ * and backward (a gradient per source that takes one), a checkpointed
+ * block's recompute not counted again, packed sequences by their lengths. */
+static ut_tensor *leaf(ut_ctx *ctx, int ndim, const int64_t *ne, bool grad) {
+    ut_tensor *t = ut_tensor_new(ctx, UT_F32, ndim, ne);
+    for (int64_t i = 0; i < ut_nelem(t); i++) ut_f32(t)[i] = 0.01f * (float)(i % 7);
+    t->requires_grad = grad;
+    return t;
+}
+
+/* the FLOPs of building y, and of its backward (from the sum of its values) */
+static void flops_of(ut_ctx *ctx, ut_tensor *(*build)(ut_ctx *), double fwd, double bwd, const char *what) {
+    double f0 = ut_ctx_flops(ctx);
+    ut_tensor *y = build(ctx);
+    CHECK(y, "%s: %s", what, ut_ctx_error(ctx));
+    if (!y) return;
+    double f1 = ut_ctx_flops(ctx);
+    CHECK(f1 - f0 == fwd, "%s: forward %.0f FLOPs, expected %.0f", what, f1 - f0, fwd);
+    if (bwd >= 0) {
+        CHECK(ut_backward(ctx, ut_sum(ctx, y)) == 0, "%s: %s", what, ut_ctx_error(ctx));
+        CHECK(ut_ctx_flops(ctx) - f1 == bwd, "%s: backward %.0f FLOPs, expected %.0f", what, ut_ctx_flops(ctx) - f1,
+              bwd);
+    }
+    ut_ctx_reset(ctx);
+}
+
+static ut_tensor *f_linear(ut_ctx *c) { /* x (2, 3, 6) without a gradient, W (5, 6) with */
+    return ut_linear(c, leaf(c, 3, (int64_t[]){2, 3, 6}, false), leaf(c, 2, (int64_t[]){5, 6}, true),
+                     leaf(c, 1, (int64_t[]){5}, true));
+}
+static ut_tensor *f_matmul(ut_ctx *c) {
+    return ut_matmul(c, leaf(c, 3, (int64_t[]){2, 3, 4}, true), leaf(c, 3, (int64_t[]){2, 4, 5}, true));
+}
+static ut_tensor *f_conv(ut_ctx *c) { /* 8 x 8 out before the fused pool */
+    return ut_conv2d_relu_maxpool2(c, leaf(c, 4, (int64_t[]){2, 3, 8, 8}, true),
+                                   leaf(c, 4, (int64_t[]){4, 3, 3, 3}, true), NULL, 1, 1);
+}
+static ut_tensor *f_attention(ut_ctx *c) { return ut_attention(c, leaf(c, 3, (int64_t[]){2, 5, 24}, true), 2); }
+static ut_tensor *f_cross(ut_ctx *c) { /* Tq 3, Tk 4; only k takes a gradient */
+    return ut_attention_qkv(c, leaf(c, 3, (int64_t[]){2, 3, 8}, false), leaf(c, 3, (int64_t[]){2, 4, 8}, true),
+                            leaf(c, 3, (int64_t[]){2, 4, 8}, false), NULL, 2, false, 0.0f);
+}
+static ut_tensor *f_causal(ut_ctx *c) {
+    ut_tensor *q = leaf(c, 3, (int64_t[]){2, 4, 8}, true);
+    return ut_attention_qkv(c, q, q, q, NULL, 2, true, 0.0f);
+}
+static ut_tensor *f_varlen(ut_ctx *c) { /* sequences of 3 and 4 rows */
+    ut_tensor *q = leaf(c, 2, (int64_t[]){7, 8}, true);
+    ut_tensor *off = ut_tensor_from_async(c, UT_I32, 1, (int64_t[]){3}, (int32_t[]){0, 3, 7});
+    return ut_attention_varlen(c, q, q, q, off, 2, false, 0.0f);
+}
+static ut_tensor *f_varlen_causal(ut_ctx *c) {
+    ut_tensor *q = leaf(c, 2, (int64_t[]){7, 8}, true);
+    ut_tensor *off = ut_tensor_from_async(c, UT_I32, 1, (int64_t[]){3}, (int32_t[]){0, 3, 7});
+    return ut_attention_varlen(c, q, q, q, off, 2, true, 0.0f);
+}
+static ut_tensor *f_elementwise(ut_ctx *c) {
+    return ut_gelu(c, ut_add(c, leaf(c, 2, (int64_t[]){4, 4}, true), leaf(c, 2, (int64_t[]){4, 4}, true)));
+}
+
+static void test_model_flops(void) {
+    ut_ctx *ctx = new_ctx();
+    flops_of(ctx, f_linear, 2.0 * 6 * 6 * 5, 2.0 * 6 * 6 * 5, "linear");
+    flops_of(ctx, f_matmul, 2.0 * 2 * 3 * 4 * 5, 2 * 2.0 * 2 * 3 * 4 * 5, "matmul");
+    flops_of(ctx, f_conv, 2.0 * 2 * 4 * 64 * 27, 2 * 2.0 * 2 * 4 * 64 * 27, "conv2d");
+    flops_of(ctx, f_attention, 4.0 * 2 * 15 * 8, 8.0 * 2 * 15 * 8, "causal attention");
+    flops_of(ctx, f_cross, 4.0 * 2 * 12 * 8, 8.0 * 2 * 12 * 8, "cross-attention");
+    flops_of(ctx, f_causal, 4.0 * 2 * 10 * 8, 8.0 * 2 * 10 * 8, "masked causal attention");
+    flops_of(ctx, f_varlen, 4.0 * 25 * 8, 8.0 * 25 * 8, "packed attention");
+    flops_of(ctx, f_varlen_causal, 4.0 * 16 * 8, 8.0 * 16 * 8, "packed causal attention");
+    flops_of(ctx, f_elementwise, 0, 0, "elementwise ops");
+    ut_ctx_set_grad_enabled(ctx, false);
+    flops_of(ctx, f_linear, 2.0 * 6 * 6 * 5, -1, "linear without autograd");
+    ut_ctx_set_grad_enabled(ctx, true);
+    ut_ctx_free(ctx);
+
+    /* the tiny GPT-2 (2 layers, 16 wide, 11 tokens, 2 x 8): per layer
+     * qkv, projection and the MLP's two products, 2 x 16 rows x 16 x (48 +
+     * 16 + 64 + 64); the tied head 2 x 16 x 16 x 11; attention 4 x 2 x 36
+     * pairs x 16 per layer. Backward: twice every product (the first layer's
+     * input has a gradient: the embeddings'). Checkpointed: the same. */
+    double fwd = 2 * (2.0 * 16 * 16 * 192 + 4.0 * 2 * 36 * 16) + 2.0 * 16 * 16 * 11;
+    for (int ck = 0; ck < 2; ck++) {
+        ctx = new_ctx();
+        ut_model *m = tiny_gpt2(ck);
+        ut_tensor *l = gpt2_loss(m, ctx, 1);
+        CHECK(ut_ctx_flops(ctx) == fwd, "gpt2%s forward: %.0f FLOPs, expected %.0f", ck ? " checkpointed" : "",
+              ut_ctx_flops(ctx), fwd);
+        CHECK(ut_backward(ctx, l) == 0, "%s", ut_ctx_error(ctx));
+        CHECK(ut_ctx_flops(ctx) == 3 * fwd, "gpt2%s forward and backward: %.0f FLOPs, expected %.0f",
+              ck ? " checkpointed" : "", ut_ctx_flops(ctx), 3 * fwd);
+        ut_model_free(m);
+        ut_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     RUN(test_views_share_data);
     RUN(test_errors_name_op_and_shapes);
@@ -541,5 +638,6 @@ int main(void) {
     RUN(test_init_by_name);
     RUN(test_init_parts);
     RUN(test_backward_from_a_gradient);
+    RUN(test_model_flops);
     return TEST_SUMMARY();
 }

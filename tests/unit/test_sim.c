@@ -646,12 +646,59 @@ static void test_profile_reset(void) {
     CHECK(without == 4, "without the reset the report counts %ld forward linears, want 4", without);
 }
 
+
+/* Model FLOPs of packed sequences on a device whose memory the host does
+ * not read: the attention counts each sequence's pairs from the offsets'
+ * upload (src/core/flops.c), as the CPU does from the offsets themselves. */
+static double prepared_flops(const char *name, const char *opts_s, ut_device dev, int32_t *x, int ndim) {
+    ut_kv *kv = ut_kv_new();
+    char opts[256], *save = NULL, err[512] = "";
+    snprintf(opts, sizeof opts, "%s", opts_s);
+    for (char *kvs = strtok_r(opts, ",", &save); kvs; kvs = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kvs, '=');
+        *eq = 0;
+        ut_kv_set(kv, kvs, eq + 1);
+    }
+    ut_model *m = ut_model_create_on(name, kv, 3, dev, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(m, "%s: %s", name, err);
+    if (!m) return -1;
+    ut_host_array hx = {.dtype = UT_I32, .ndim = ndim, .ne = {2, 3, 6}, .host = x};
+    ut_inputs in = {.dev = dev};
+    double f = -1;
+    if (m->prepare(m, &hx, &in, err, sizeof err) == 0) {
+        ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = dev, .seed = 5});
+        ut_tensor *a = ut_model_forward_inputs(m, ctx, &in);
+        CHECK(a && in.layout == 0, "%s: packed forward: %s", name, ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        f = ut_ctx_flops(ctx);
+        ut_ctx_free(ctx);
+    }
+    ut_inputs_free(&in);
+    ut_model_free(m);
+    return f;
+}
+
+static void test_packed_flops(void) {
+    /* rows of 6 and 2 real tokens (right-padded: the packed layout) */
+    int32_t planes[2 * 3 * 6] = {5, 7, 9, 4, 4, 2, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 1, 1, 1,
+                                 6, 8, 3, 2, 1, 1, /**/ 0, 0, 0, 0, 0, 0, /**/ 1, 1, 0, 0, 0, 0};
+    const char *bert = "vocab_size=16,hidden_size=8,num_hidden_layers=1,num_attention_heads=2,intermediate_size=16,"
+                       "max_position_embeddings=8,type_vocab_size=2";
+    double cpu = prepared_flops("bert", bert, UT_CPU, planes, 3), sim = prepared_flops("bert", bert, UT_SIM, planes, 3);
+    /* 8 rows through q, k, v, the output dense (8 x 8 each) and the MLP (8 x 16 twice); the pooler and
+     * classifier on 2 rows; attention over 36 + 4 pairs, 8 wide */
+    double want = 2.0 * 8 * 8 * (4 * 8 + 2 * 16) + 2.0 * 2 * 8 * (8 + 2) + 4.0 * 40 * 8;
+    CHECK(cpu == want, "bert packed on the CPU: %.0f FLOPs, expected %.0f", cpu, want);
+    CHECK(sim == cpu, "bert packed on sim: %.0f FLOPs, the CPU's %.0f", sim, cpu);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     const char *child = getenv("UT_TEST_PROFILE_CHILD");
     if (child) profile_child(child);
     main_argv = argv;
     RUN(test_profile_reset);
+    RUN(test_packed_flops);
     RUN(test_registered);
     RUN(test_host_read_faults);
     RUN(test_async_copies);

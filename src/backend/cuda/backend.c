@@ -480,6 +480,7 @@ const ut_backend ut_backend_cuda = {
     .select = select_device,
     .count = device_count,
     .memory = device_memory,
+    .peak_flops = ut_cuda_peak_flops,
     .data_error = data_error,
     .host_alloc = host_alloc,
     .host_free = host_free,

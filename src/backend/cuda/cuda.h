@@ -46,6 +46,13 @@ void ut_cuda_sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, fl
                    const float *A, int64_t lda, int64_t sA, const float *B, int64_t ldb,
                    int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch);
 void ut_cuda_set_tf32(bool on);
+/* The selected GPU's dense peak FLOP/s for products of kind (ut_peak_kind,
+ * backend.h), and in what the device and the figure's source; 0 when not
+ * known (peak.c). ut_cuda_peak_of: the same from a device's name, compute
+ * capability, multiprocessors and boost clock (kHz), for tests. */
+double ut_cuda_peak_flops(int kind, char *what, size_t n);
+double ut_cuda_peak_of(const char *name, int major, int minor, int sms, int clock_khz, int kind, char *what,
+                       size_t n);
 /* whether TF32 products are on (ut_cuda_set_tf32, UT_CUDA_TF32=1) */
 bool ut_cuda_tf32(void);
 /* The same product (one matrix, no batch) on 16-bit operands stored in dt
