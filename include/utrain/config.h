@@ -133,6 +133,9 @@ typedef struct {
     char precision[8];           /* fp32 | bf16 | fp16 (autocast; fp16 adds loss scaling) */
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double peak_tflops;          /* the MFU's denominator per rank (0: the device's) */
+    int64_t profile_step;        /* profile the step after this many (-1: none) */
+    bool profile_detailed;       /* ... with every op's line */
+    char profile_file[UT_CFG_STR_MAX]; /* ... into this file ("": the console and run log) */
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */
     double neftune_alpha;        /* NEFTune's noise on the token embeddings (0: none) */
     char count_input_tokens[12]; /* no | all | non_padding: log num_input_tokens_seen */

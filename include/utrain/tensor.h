@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -175,6 +176,20 @@ int ut_ctx_device_check(ut_ctx *ctx);
  * follows (a benchmark's timed steps without its warm-ups, whose first
  * launches load kernels and pick algorithms). Nothing when profiling is off. */
 void ut_profile_ops_reset(void);
+/* A profile of one stretch of work (the trainer's train.profile_step, a
+ * step's profile): ut_profile_ops_start forgets what was gathered and times
+ * every op of ctx's device from here on (its timing events where it has
+ * them, else the host's clock around waits); -1 (nothing done) when
+ * UT_PROFILE_OPS is set, which profiles the whole run (ut_profile_ops_env
+ * says so). ut_profile_ops_stop ends it: sums gets the ops' seconds and
+ * model FLOPs, forward [0] and backward [1] (a recompute's forward
+ * included), and f (NULL: none) the table, headed by title. */
+typedef struct {
+    double seconds[2], flops[2];
+} ut_profile_sums;
+bool ut_profile_ops_env(const ut_ctx *ctx);
+int ut_profile_ops_start(const ut_ctx *ctx);
+void ut_profile_ops_stop(ut_profile_sums *sums, FILE *f, const char *title);
 
 /* The model FLOPs of the matrix products ctx has run since it was made
  * (linear, matmul, conv2d, attention; forward and backward; a checkpointed

@@ -233,7 +233,8 @@ void ut_ctx_use_scratch(ut_ctx *ctx, bool scratch) {
 }
 
 /* ---- per-op time (UT_PROFILE_OPS=1, or gpu) ---- */
-static int prof_state = -1; /* -1 unknown, 0 off, 1 host clock around waits, 2 the device's timing events */
+static int prof_state = 0; /* 0 off, 1 host clock around waits, 2 the device's timing events */
+static int prof_mode = -1; /* UT_PROFILE_OPS's: -1 not read yet, else as prof_state (for the whole run) */
 static double prof_time[UT_OP_COUNT][2];
 static double prof_bytes[UT_OP_COUNT][2]; /* nominal traffic (prof_traffic) */
 static double prof_flops[UT_OP_COUNT][2]; /* model FLOPs (ut_op_flops) */
@@ -286,14 +287,15 @@ static void prof_resolve(void) {
 /* A timing event: a spare one, else a new one. Called with prof_mu held. */
 static void *prof_event(void) { return prof_nspare ? prof_spare[--prof_nspare] : prof_be->timer_new(); }
 
-static void prof_report(void) {
-    pthread_mutex_lock(&prof_mu);
+/* The table, to f: the seconds, calls, memory and FLOP rates per op and
+ * direction. Called with prof_mu held. */
+static void prof_table(FILE *f, const char *title) {
     if (prof_state == 2) prof_resolve();
     double total = 0;
     for (int op = 0; op < UT_OP_COUNT; op++) total += prof_time[op][0] + prof_time[op][1];
-    fprintf(stderr, "utrain op profile (UT_PROFILE_OPS=%s): %.3f s in kernels%s\n", prof_state == 2 ? "gpu" : "1",
-            total, prof_state == 2 ? " (the device's timing events)" : "");
-    fprintf(stderr, "  %-20s %10s %8s %8s %8s %10s %8s %8s %8s %6s\n", "op", "fwd s", "calls", "GB/s", "TFLOP/s",
+    fprintf(f, "%s: %.3f s in kernels%s\n", title, total,
+            prof_state == 2 ? " (the device's timing events)" : "");
+    fprintf(f, "  %-20s %10s %8s %8s %8s %10s %8s %8s %8s %6s\n", "op", "fwd s", "calls", "GB/s", "TFLOP/s",
             "bwd s", "calls", "GB/s", "TFLOP/s", "share");
     for (int op = 1; op < UT_OP_COUNT; op++) {
         double s = prof_time[op][0] + prof_time[op][1];
@@ -307,14 +309,66 @@ static void prof_report(void) {
                 snprintf(fl[d], sizeof fl[d], "%.3g", prof_flops[op][d] / prof_time[op][d] * 1e-12);
             else snprintf(fl[d], sizeof fl[d], "-");
         }
-        fprintf(stderr, "  %-20s %10.4f %8ld %8s %8s %10.4f %8ld %8s %8s %5.1f%%\n", ut_op_name(op),
+        fprintf(f, "  %-20s %10.4f %8ld %8s %8s %10.4f %8ld %8s %8s %5.1f%%\n", ut_op_name(op),
                 prof_time[op][0], prof_calls[op][0], rate[0], fl[0], prof_time[op][1], prof_calls[op][1], rate[1],
                 fl[1], total > 0 ? 100 * s / total : 0);
     }
-    fprintf(stderr, "  (GB/s: the bytes of the op's inputs and output, backward its output's gradient, inputs and\n"
+    fprintf(f, "  (GB/s: the bytes of the op's inputs and output, backward its output's gradient, inputs and\n"
                     "   their gradients read and written, over its time: a nominal rate to hold against the\n"
                     "   device's memory bandwidth; views move nothing. TFLOP/s: the products' model FLOPs\n"
                     "   (src/core/flops.c) over their time, a recompute's forward included)\n");
+}
+
+static void prof_report(void) {
+    pthread_mutex_lock(&prof_mu);
+    prof_table(stderr,
+               prof_mode == 2 ? "utrain op profile (UT_PROFILE_OPS=gpu)" : "utrain op profile (UT_PROFILE_OPS=1)");
+    pthread_mutex_unlock(&prof_mu);
+}
+
+/* The environment's choice, read once: 0 off, 1, 2 (gpu) */
+static int prof_env(const ut_ctx *ctx) {
+    if (prof_mode < 0) {
+        const char *e = getenv("UT_PROFILE_OPS");
+        prof_mode = !e ? 0 : !strcmp(e, "1") ? 1 : !strcmp(e, "gpu") ? 2 : 0;
+        if (prof_mode == 2 && !ctx->be->timer_new) {
+            fprintf(stderr, "utrain: UT_PROFILE_OPS=gpu: device %s has no clock of its own; timing on the host "
+                            "around waits (UT_PROFILE_OPS=1)\n", ctx->be->name);
+            prof_mode = 1;
+        }
+        if (prof_mode == 2) prof_be = ctx->be;
+        if (prof_mode) atexit(prof_report);
+        prof_state = prof_mode;
+    }
+    return prof_mode;
+}
+
+bool ut_profile_ops_env(const ut_ctx *ctx) { return prof_env(ctx) != 0; }
+
+int ut_profile_ops_start(const ut_ctx *ctx) {
+    if (prof_env(ctx)) return -1; /* UT_PROFILE_OPS profiles the whole run */
+    pthread_mutex_lock(&prof_mu);
+    if (prof_state == 2) prof_resolve();
+    prof_state = ctx->be->timer_new ? 2 : 1;
+    prof_be = ctx->be;
+    memset(prof_time, 0, sizeof prof_time);
+    memset(prof_bytes, 0, sizeof prof_bytes);
+    memset(prof_flops, 0, sizeof prof_flops);
+    memset(prof_calls, 0, sizeof prof_calls);
+    pthread_mutex_unlock(&prof_mu);
+    return 0;
+}
+
+void ut_profile_ops_stop(ut_profile_sums *sums, FILE *f, const char *title) {
+    pthread_mutex_lock(&prof_mu);
+    if (prof_state == 2) prof_resolve();
+    if (sums) {
+        memset(sums, 0, sizeof *sums);
+        for (int op = 0; op < UT_OP_COUNT; op++)
+            for (int d = 0; d < 2; d++) sums->seconds[d] += prof_time[op][d], sums->flops[d] += prof_flops[op][d];
+    }
+    if (f) prof_table(f, title);
+    if (!prof_mode) prof_state = 0;
     pthread_mutex_unlock(&prof_mu);
 }
 
@@ -347,17 +401,7 @@ static double prof_traffic(const ut_tensor *t, int backward) {
 }
 
 ut_prof_mark ut_prof_begin(const ut_ctx *ctx) {
-    if (prof_state < 0) {
-        const char *e = getenv("UT_PROFILE_OPS");
-        prof_state = !e ? 0 : !strcmp(e, "1") ? 1 : !strcmp(e, "gpu") ? 2 : 0;
-        if (prof_state == 2 && !ctx->be->timer_new) {
-            fprintf(stderr, "utrain: UT_PROFILE_OPS=gpu: device %s has no clock of its own; timing on the host "
-                            "around waits (UT_PROFILE_OPS=1)\n", ctx->be->name);
-            prof_state = 1;
-        }
-        if (prof_state == 2) prof_be = ctx->be;
-        if (prof_state) atexit(prof_report);
-    }
+    if (prof_mode < 0) prof_env(ctx);
     if (!prof_state) return (ut_prof_mark){.t = -1};
     if (prof_state == 2 && ctx->be == prof_be) {
         pthread_mutex_lock(&prof_mu);

@@ -220,6 +220,15 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "the dense peak TFLOP/s of the device one rank computes on, for the train lines' mfu (model FLOPs "
             "utilization: the products' FLOPs per second over this peak; Lightning's available_flops); 0: the "
             "device's own figure where utrain knows it (GPUs: docs/training.md), else no mfu"},
+    {.key = "train.profile_step", .type = UT_CFG_INT, AT(profile_step), .def = "-1", GE(-1),
+     .doc = "profile the optimizer step that starts after this many (0: the first; -1: none): its model FLOPs, "
+            "forward, backward and whole-step latency and FLOP rates, and with train.profile_detailed the time "
+            "and rate of every op, on rank 0 (DeepSpeed's flops_profiler with its profile_step; docs/training.md)"},
+    {.key = "train.profile_detailed", .type = UT_CFG_BOOL, AT(profile_detailed), .def = "true",
+     .doc = "train.profile_step's profile also lists every op's time, calls and rates (DeepSpeed's detailed)"},
+    {.key = "train.profile_file", .type = UT_CFG_STR, AT(profile_file), .def = "",
+     .doc = "write train.profile_step's profile to this file instead of the console and run log (DeepSpeed's "
+            "output_file)"},
     {.key = "train.label_smoothing", .type = UT_CFG_FLOAT, AT(label_smoothing), .def = "0", GE(0), LE(1),
      .hashed = true, .hash_if_set = true,
      .doc = "label smoothing of the cross-entropy and NLL losses, in training, evaluation and test: each "

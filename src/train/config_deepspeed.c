@@ -473,14 +473,47 @@ static int small_sections(ds_ctx *d, const char *k, const cJSON *o) {
     return 0;
 }
 
-/* flops_profiler: off is nothing; on is refused */
+/* flops_profiler: {enabled, profile_step, module_depth, top_modules,
+ * detailed, output_file}: utrain's step profile (train.profile_step and its
+ * keys), which lists ops rather than modules: module_depth and top_modules
+ * are taken at their defaults (-1, 1) only. */
 static int flops_profiler(ds_ctx *d, const cJSON *o) {
     if (!cJSON_IsObject(o)) return refuse(d, "flops_profiler", "expected an object");
-    const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "enabled");
-    if (cJSON_IsTrue(on))
-        return refuse(d, "flops_profiler.enabled", "not available; UT_PROFILE_OPS=1 times every op and the train "
-                                                   "lines give tokens_per_s (docs/gpu.md); set false or remove the "
-                                                   "section");
+    char path[160], why[512];
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        const char *k = e->string;
+        snprintf(path, sizeof path, "flops_profiler.%s", k);
+        int bad = 0;
+        if (!strcmp(k, "enabled") || !strcmp(k, "detailed"))
+            bad = !cJSON_IsBool(e) && refuse(d, path, "expected true or false");
+        else if (!strcmp(k, "profile_step"))
+            bad = !(cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble == floor(e->valuedouble) &&
+                    e->valuedouble < 1e15) &&
+                  refuse(d, path, "expected a step number, 0 or more");
+        else if (!strcmp(k, "module_depth"))
+            bad = !num_is(e, -1) && refuse(d, path, "utrain's profile lists ops, not modules: write -1 (all) or "
+                                                    "remove it");
+        else if (!strcmp(k, "top_modules"))
+            bad = !num_is(e, 1) && refuse(d, path, "utrain's profile lists every op, not the top modules: write 1 "
+                                                   "or remove it");
+        else if (!strcmp(k, "output_file"))
+            bad = !cJSON_IsNull(e) && !cJSON_IsString(e) && refuse(d, path, "expected a file name or null");
+        else bad = refuse(d, path, "not read by utrain; remove it");
+        if (bad) return -1;
+    }
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "enabled"))) return 0;
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "profile_step"),
+                *detailed = cJSON_GetObjectItemCaseSensitive(o, "detailed"),
+                *file = cJSON_GetObjectItemCaseSensitive(o, "output_file");
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f", step ? step->valuedouble : 1.0); /* DeepSpeed's default: 1 */
+    if (ut_cfg_assign(d->c, "train.profile_step", buf, why, sizeof why))
+        return refuse(d, "flops_profiler.profile_step", why);
+    if (ut_cfg_assign(d->c, "train.profile_detailed", cJSON_IsFalse(detailed) ? "false" : "true", why, sizeof why))
+        return refuse(d, "flops_profiler.detailed", why);
+    if (cJSON_IsString(file) && ut_cfg_assign(d->c, "train.profile_file", file->valuestring, why, sizeof why))
+        return refuse(d, "flops_profiler.output_file", why);
     return 0;
 }
 

@@ -916,6 +916,84 @@ static int setup_peak(ut_trainer *t) {
     return 0;
 }
 
+/* ---- train.profile_step: one step's profile (DeepSpeed's flops_profiler) ---- */
+static void profile_begin(ut_trainer *t) {
+    if (t->cfg->profile_step < 0 || t->st.step != t->cfg->profile_step || t->profiling) return;
+    ut_backend_get(ut_ctx_device(t->ctx))->stream_sync(NULL);
+    if (ut_profile_ops_start(t->ctx)) return; /* UT_PROFILE_OPS: refused in setup */
+    t->profiling = true;
+    t->prof_f0 = process_flops(t);
+    t->prof_t0 = now_s();
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+/* After the profiled step's optimizer step: rank 0 writes the summary, and
+ * with train.profile_detailed every op's line, to the console and run log
+ * or train.profile_file. */
+static int profile_end(ut_trainer *t) {
+    if (!t->profiling) return 0;
+    ut_backend_get(ut_ctx_device(t->ctx))->stream_sync(NULL);
+    double dt = now_s() - t->prof_t0, flops = process_flops(t) - t->prof_f0;
+    t->profiling = false;
+    char *ops = NULL, *text = NULL;
+    size_t ops_n = 0, text_n = 0;
+    FILE *of = t->rank == 0 && t->cfg->profile_detailed ? open_memstream(&ops, &ops_n) : NULL;
+    ut_profile_sums s;
+    ut_profile_ops_stop(&s, of, "Per op (forward, backward)");
+    if (of) fclose(of);
+    if (t->rank == 0) {
+        const ut_config *c = t->cfg;
+        FILE *f = open_memstream(&text, &text_n);
+        int64_t samples = c->batch_size * t->accum_steps * (t->ndp > 1 ? t->ndp : 1);
+        fprintf(f, "-------------------- utrain step profile (train.profile_step %lld) --------------------\n"
+                   "Step %lld (after %lld step%s), rank 0 of %d:\n",
+                (long long)c->profile_step, (long long)c->profile_step + 1, (long long)c->profile_step,
+                c->profile_step == 1 ? "" : "s", t->world);
+        fprintf(f, "  world size                      %d (data parallel %d, tensor parallel %d, pipeline %d)\n",
+                t->world, t->dworld, t->tp, t->pp);
+        fprintf(f, "  samples per rank                %lld (batch %lld x %lld micro-batches%s)\n", (long long)samples,
+                (long long)c->batch_size, (long long)t->accum_steps, t->ndp > 1 ? " x dp workers" : "");
+        fprintf(f, "  parameters on this rank         %lld\n", (long long)t->m->params.numel);
+        fprintf(f, "  forward FLOPs                   %.4g G (a checkpointed block's recompute included)\n",
+                s.flops[0] * 1e-9);
+        fprintf(f, "  backward FLOPs                  %.4g G\n", s.flops[1] * 1e-9);
+        fprintf(f, "  model FLOPs of the step         %.4g G (what tflops and mfu count)\n", flops * 1e-9);
+        fprintf(f, "  forward latency                 %.3f ms (the ops' forward time)\n", 1e3 * s.seconds[0]);
+        fprintf(f, "  backward latency                %.3f ms (the ops' backward time)\n", 1e3 * s.seconds[1]);
+        fprintf(f, "  step latency                    %.3f ms (the whole step: data, forward, backward, gradient "
+                   "reduction, optimizer)\n", 1e3 * dt);
+        fprintf(f, "  forward FLOP/s                  %.4g TFLOP/s\n", ratio(s.flops[0], s.seconds[0]) * 1e-12);
+        fprintf(f, "  backward FLOP/s                 %.4g TFLOP/s\n", ratio(s.flops[1], s.seconds[1]) * 1e-12);
+        fprintf(f, "  forward + backward FLOP/s       %.4g TFLOP/s\n",
+                ratio(s.flops[0] + s.flops[1], s.seconds[0] + s.seconds[1]) * 1e-12);
+        fprintf(f, "  step FLOP/s                     %.4g TFLOP/s", ratio(flops, dt) * 1e-12);
+        if (t->peak > 0) fprintf(f, ", mfu %.1f%% (%s)", 100 * ratio(flops, dt) / t->peak, t->peak_what);
+        fprintf(f, "\n  samples per second              %.4g\n", ratio((double)samples, dt));
+        fprintf(f, "(the ops are timed one by one%s, which adds to the step's latency)\n",
+                ut_backend_get(ut_ctx_device(t->ctx))->timer_new ? " by the device's timing events"
+                                                                  : ", waiting for each");
+        if (ops) fputs(ops, f);
+        fclose(f);
+        int bad = 0;
+        if (t->prof_file) {
+            bad = fputs(text, t->prof_file) < 0;
+            bad = fclose(t->prof_file) != 0 || bad;
+            t->prof_file = NULL;
+            if (!bad) ut_say(&t->log, "Step profile (train.profile_step): written to %s\n", t->cfg->profile_file);
+        } else {
+            ut_say(&t->log, "%s", text);
+        }
+        if (bad) snprintf(t->err, sizeof t->err, "train.profile_file %s: writing the profile failed (%s)",
+                          t->cfg->profile_file, strerror(errno));
+        free(ops);
+        free(text);
+        return bad ? -1 : 0;
+    }
+    free(ops);
+    return 0;
+}
+
 /* ---- logging ---- */
 /* train.count_input_tokens: the input tokens counted since the last call,
  * summed over the data-parallel ranks, into the state's total (every rank
@@ -1262,6 +1340,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
             got = ut_loader_next(t->rep[w].loader, &t->rep[w].b, t->err, sizeof t->err);
         if (got != 1) break;
         if (micro == 0) { /* a window of up to accum_steps micro-batches, cut at the epoch end */
+            profile_begin(t);
             int64_t j = ceil_div(t->st.cursor, G);
             window = t->batches_per_epoch - j < t->accum_steps ? t->batches_per_epoch - j : t->accum_steps;
             window_examples = 0;
@@ -1278,7 +1357,7 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
 
         micro = 0;
         bool stop = false;
-        if (optimizer_step(t, &loss) || after_step(t, loss, &stop)) {
+        if (optimizer_step(t, &loss) || profile_end(t) || after_step(t, loss, &stop)) {
             rc = -1;
             break;
         }
@@ -1497,6 +1576,16 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     for (int w = 1; w < t->ndp; w++) ut_sampler_seek(&t->rep[w].sampler, t->st.epoch, t->st.cursor);
     if (t->dp) ut_dp_broadcast(t->dp);
     ut_hooks_resolve(&t->h, NULL);
+    if (c->profile_step >= 0 && ut_profile_ops_env(t->ctx)) {
+        snprintf(t->err, sizeof t->err, "train.profile_step: UT_PROFILE_OPS is set, which profiles the whole run; "
+                                        "unset one of them");
+        return -1;
+    }
+    if (c->profile_step >= 0 && c->profile_file[0] && t->rank == 0 && !(t->prof_file = fopen(c->profile_file, "w"))) {
+        snprintf(t->err, sizeof t->err, "train.profile_file %s: cannot write it (%s)", c->profile_file,
+                 strerror(errno));
+        return -1;
+    }
     return setup_peak(t);
 }
 
@@ -1675,6 +1764,7 @@ int ut_trainer_run_on(const ut_config *cfg, ut_comm *comm, ut_model *model, ut_d
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_pp_free(t);
+    if (t->prof_file) fclose(t->prof_file); /* the run ended before its profiled step */
     ut_dist_free(t->dist);
     if (t->replicas) ut_comm_finalize(t->replicas);
     if (t->shard_group) ut_comm_finalize(t->shard_group);

@@ -109,6 +109,11 @@ struct ut_trainer {
      * all ranks' together (0: not known, no mfu), and what the peak is */
     double flops_mark, peak, peak_all;
     char peak_what[256];
+    /* train.profile_step: the step's profile is running; when it began and
+     * the FLOPs then; rank 0's train.profile_file */
+    bool profiling;
+    double prof_t0, prof_f0;
+    FILE *prof_file;
     int64_t steps_this_run;
     bool fp16;                   /* train.precision fp16: the loss scaler runs */
     ut_dtype pp_wire;            /* what pipeline stages send each other: F32, or the 16-bit precision's type */

@@ -657,6 +657,63 @@ static void test_mfu(void) {
     }
 }
 
+/* train.profile_step (DeepSpeed's flops_profiler): the step after one is
+ * profiled: its model FLOPs (4 examples x 3250176), the latencies and rates,
+ * and every op's line unless train.profile_detailed is false; into
+ * train.profile_file when given; a DeepSpeed file's flops_profiler does the
+ * same; UT_PROFILE_OPS (a whole-run profile) and an unwritable file are
+ * refused before training. */
+static void test_step_profile(void) {
+    const char *cfg = tiny_gpt2("prof", "max_steps: 3, log_interval: 1, eval_strategy: \"no\", save_strategy: \"no\"");
+    const char *out = tp_path(tmp, "prof.out");
+    char file[600], ds[600], dsset[700];
+    snprintf(file, sizeof file, "train.profile_file=%s/prof.txt", tmp);
+    snprintf(ds, sizeof ds, "%s/ds.json", tmp);
+    snprintf(dsset, sizeof dsset, "deepspeed_config=%s", ds);
+    FILE *f = fopen(ds, "w");
+    if (f) {
+        fputs("{\"train_micro_batch_size_per_gpu\": 4, \"flops_profiler\": {\"enabled\": true, \"profile_step\": 2,"
+              " \"module_depth\": -1, \"top_modules\": 1, \"detailed\": false, \"output_file\": null}}\n", f);
+        fclose(f);
+    }
+    const char *sets[4][2] = {{"train.profile_step=1", "experiment_name=a"},
+                              {"train.profile_step=1", "train.profile_detailed=false"},
+                              {"train.profile_step=0", file},
+                              {dsset, "experiment_name=ds"}};
+    for (int i = 0; i < 4; i++) {
+        int rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", sets[i][0], "--set", sets[i][1], NULL}, out) : -1;
+        char *said = tp_slurp(out);
+        char *prof = i == 2 ? tp_slurp(tp_path(tmp, "prof.txt")) : said ? strdup(said) : NULL;
+        const char *step = i == 2 ? "Step 1 (after 0 steps)" : i == 3 ? "Step 3 (after 2 steps)" : "Step 2 (after 1 step)";
+        bool detailed = i == 0 || i == 2;
+        CHECK(rc == 0 && prof && strstr(prof, step) && strstr(prof, "model FLOPs of the step         0.013 G") &&
+                  strstr(prof, "forward FLOPs                   0.004334 G") &&
+                  strstr(prof, "backward FLOPs                  0.008667 G") && strstr(prof, "step latency") &&
+                  (strstr(prof, "Per op (forward, backward)") != NULL) == detailed &&
+                  (!detailed || strstr(prof, "  linear ")),
+              "profile %d (%s, %s): rc %d\n%s", i, sets[i][0], sets[i][1], rc, prof ? prof : "(none)");
+        CHECK(i != 2 || (said && strstr(said, "Step profile (train.profile_step): written to ") &&
+                         !strstr(said, "model FLOPs of the step")),
+              "with train.profile_file the console says where it went: %s", said ? said : "");
+        free(said);
+        free(prof);
+    }
+    setenv("UT_PROFILE_OPS", "1", 1);
+    int rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", "train.profile_step=1", NULL}, out) : -1;
+    unsetenv("UT_PROFILE_OPS");
+    char *said = tp_slurp(out);
+    CHECK(rc == 1 && said && strstr(said, "train.profile_step: UT_PROFILE_OPS is set, which profiles the whole run; "
+                                          "unset one of them"),
+          "UT_PROFILE_OPS and train.profile_step: rc %d, %s", rc, said ? said : "");
+    free(said);
+    snprintf(file, sizeof file, "train.profile_file=%s/no/such/dir/p.txt", tmp);
+    rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", "train.profile_step=1", "--set", file, NULL}, out) : -1;
+    said = tp_slurp(out);
+    CHECK(rc == 1 && said && strstr(said, "/no/such/dir/p.txt: cannot write it (No such file or directory)"),
+          "an unwritable train.profile_file: rc %d, %s", rc, said ? said : "");
+    free(said);
+}
+
 /* train.count_input_tokens (Hugging Face's include_num_input_tokens_seen):
  * batches of 4 x 16 tokens are 64 a step, counted into every train line;
  * logged every 3 steps with checkpoints every 2, the count in a checkpoint
@@ -1104,6 +1161,7 @@ int main(int argc, char **argv) {
     RUN(test_neftune);
     RUN(test_input_tokens_seen);
     RUN(test_mfu);
+    RUN(test_step_profile);
     RUN(test_flagai_recipe);
     RUN(test_hf_warmup);
     RUN(test_test_at_end);

@@ -1695,9 +1695,32 @@ static void test_deepspeed_config(void) {
         snprintf(j, sizeof j, "{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": %s}}", bad_mics[i]);
         check_ds_error(j, "zero_optimization.mics_shard_size: expected a number of ranks per shard group (-1: off)");
     }
-    check_ds_error("{\"flops_profiler\": {\"enabled\": true}}",
-                   "flops_profiler.enabled: not available; UT_PROFILE_OPS=1 times every op and the train lines give "
-                   "tokens_per_s (docs/gpu.md); set false or remove the section");
+    /* flops_profiler: utrain's step profile, per op */
+    check_ds_error("{\"flops_profiler\": {\"enabled\": true, \"module_depth\": 2}}",
+                   "flops_profiler.module_depth: utrain's profile lists ops, not modules: write -1 (all) or remove it");
+    check_ds_error("{\"flops_profiler\": {\"enabled\": true, \"top_modules\": 3}}",
+                   "flops_profiler.top_modules: utrain's profile lists every op, not the top modules: write 1 or "
+                   "remove it");
+    check_ds_error("{\"flops_profiler\": {\"enabled\": true, \"profile_step\": 1.5}}",
+                   "flops_profiler.profile_step: expected a step number, 0 or more");
+    check_ds_error("{\"flops_profiler\": {\"enabled\": \"yes\"}}",
+                   "flops_profiler.enabled: expected true or false");
+    check_ds_error("{\"flops_profiler\": {\"output_file\": 3}}",
+                   "flops_profiler.output_file: expected a file name or null");
+    check_ds_error("{\"flops_profiler\": {\"recompute_fwd_factor\": 0.5}}",
+                   "flops_profiler.recompute_fwd_factor: not read by utrain; remove it");
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"flops_profiler\": {\"enabled\": true, \"module_depth\": -1, \"top_modules\": 1,\n"
+                      " \"detailed\": false, \"output_file\": \"prof.txt\"}}") == 0 &&
+              c.profile_step == 1 && !c.profile_detailed && !strcmp(c.profile_file, "prof.txt"),
+          "flops_profiler on: %s (step %lld, detailed %d, file %s)", err, (long long)c.profile_step,
+          c.profile_detailed, c.profile_file);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_ds(&c, "{\"flops_profiler\": {\"enabled\": true, \"profile_step\": 0}}") == 0 &&
+              c.profile_step == 0 && c.profile_detailed && !c.profile_file[0],
+          "flops_profiler at step 0: %s (step %lld)", err, (long long)c.profile_step);
+    ut_config_free(&c);
     check_ds_error("{\"activation_checkpointing\": {\"cpu_checkpointing\": true}}",
                    "activation_checkpointing.cpu_checkpointing: utrain keeps checkpointed activations on the "
                    "device; set false or remove it");
