@@ -28,10 +28,15 @@
 #include "internal.h"
 #include "../ops/params.h"
 
-/* A copy of small int32 uploads (packed-sequence offsets), keyed by their
- * device data, for counting pairs without reading device memory. */
+/* A copy of small int32 uploads that can be packed-sequence offsets (from 0,
+ * never decreasing), keyed by their device data, for counting pairs without
+ * reading device memory. */
 void ut_flops_note_upload(ut_ctx *ctx, const ut_tensor *t, const void *host) {
-    if (!t || t->dtype != UT_I32 || t->ndim != 1 || t->ne[0] > UT_FLOPS_SHADOW_MAX) return;
+    if (!t || !host || t->dtype != UT_I32 || t->ndim != 1 || t->ne[0] < 2 || t->ne[0] > UT_FLOPS_SHADOW_MAX) return;
+    const int32_t *v = host;
+    if (v[0] != 0) return;
+    for (int64_t i = 1; i < t->ne[0]; i++)
+        if (v[i] < v[i - 1]) return;
     int i = ctx->nshadow < UT_FLOPS_SHADOWS ? ctx->nshadow++ : ctx->shadow_next++ % UT_FLOPS_SHADOWS;
     ctx->shadow[i].data = t->data;
     ctx->shadow[i].n = t->ne[0];

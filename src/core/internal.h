@@ -88,7 +88,7 @@ static inline size_t ut_arena_in_use(const ut_arena *a) { return a->used + a->ex
 
 /* ---- context ---- */
 #define UT_AUTOCAST_SPILLS (2 * UT_MAX_SRC + 8) /* most scratch takes of one op beyond the buffer */
-#define UT_FLOPS_SHADOWS 4
+#define UT_FLOPS_SHADOWS 8
 #define UT_FLOPS_SHADOW_MAX 1025 /* offsets of up to 1024 packed sequences */
 struct ut_ctx {
     ut_arena main;          /* activations, grads of activations */

@@ -669,7 +669,8 @@ static double prepared_flops(const char *name, const char *opts_s, ut_device dev
     if (m->prepare(m, &hx, &in, err, sizeof err) == 0) {
         ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.device = dev, .seed = 5});
         ut_tensor *a = ut_model_forward_inputs(m, ctx, &in);
-        CHECK(a && in.layout == 0, "%s: packed forward: %s", name, ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+        CHECK(a && in.layout == 0, "%s: packed forward (layout %d): %s", name, in.layout,
+              ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
         f = ut_ctx_flops(ctx);
         ut_ctx_free(ctx);
     }
@@ -690,6 +691,18 @@ static void test_packed_flops(void) {
     double want = 2.0 * 8 * 8 * (4 * 8 + 2 * 16) + 2.0 * 2 * 8 * (8 + 2) + 4.0 * 40 * 8;
     CHECK(cpu == want, "bert packed on the CPU: %.0f FLOPs, expected %.0f", cpu, want);
     CHECK(sim == cpu, "bert packed on sim: %.0f FLOPs, the CPU's %.0f", sim, cpu);
+    /* BART (encoder, causal decoder, cross-attention) and GPT-2's causal classification */
+    const char *other[2][2] = {
+        {"bart", "vocab_size=16,d_model=8,encoder_layers=1,decoder_layers=1,encoder_attention_heads=2,"
+                 "decoder_attention_heads=2,encoder_ffn_dim=16,decoder_ffn_dim=16,max_position_embeddings=10"},
+        {"gpt2", "n_layer=1,n_head=2,n_embd=8,vocab_size=16,block_size=8,task=sequence_classification,"
+                 "pad_token_id=1"}};
+    planes[5 * 6 + 2] = planes[5 * 6 + 3] = 1; /* rows of 6 and 4 (these models pad the other batch) */
+    for (int i = 0; i < 2; i++) {
+        cpu = prepared_flops(other[i][0], other[i][1], UT_CPU, planes, 3);
+        sim = prepared_flops(other[i][0], other[i][1], UT_SIM, planes, 3);
+        CHECK(cpu > 0 && sim == cpu, "%s packed: %.0f FLOPs on sim, the CPU's %.0f", other[i][0], sim, cpu);
+    }
 }
 
 int main(int argc, char **argv) {
