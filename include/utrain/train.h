@@ -280,6 +280,13 @@ typedef struct {
     char device[16];            /* the config's device: cpu, sim, cuda, cuda:N */
     char convs[512];            /* each convolution of the model and its algorithm ("" for none) */
     int64_t device_bytes;       /* that device's own memory (0 on the CPU): the default of --device-memory */
+    /* compute: the model FLOPs (ut_ctx_flops) of the measured micro-batch's
+     * forward and backward on the whole model, and of an optimizer step per
+     * rank (its micro-batches, the model's share of one rank when split);
+     * the peak FLOP/s a rank's step is held against (train.peak_tflops or the
+     * device's, 0: not known) and what it is */
+    double micro_flops, step_flops, peak;
+    char peak_what[256];
 } ut_plan;
 
 /* Fills p for cfg (validated) on world >= 1 ranks: opens the datasets and

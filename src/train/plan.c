@@ -152,6 +152,7 @@ static int64_t first_batch(const ut_config *c, ut_dataset *ds, void **x, void **
  * in a 16-bit run, autocast's conversion scratch and rounded parameters. */
 typedef struct {
     int64_t arena, scratch, round;
+    double flops; /* the micro-batch's model FLOPs */
 } act_measure;
 
 /* Forward, loss scaled as the trainer scales it, backward of one
@@ -187,6 +188,7 @@ static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, 
     if (!rc && convs) list_convolutions(ctx, convs, cn);
     if (!rc && ut_backward(ctx, ut_scale(ctx, out.loss, 1.0f)))
         rc = ut_errorf(err, n, "backward: %s", ut_ctx_error(ctx));
+    am->flops = ut_ctx_flops(ctx);
     am->arena = (int64_t)ut_ctx_peak_bytes(ctx);
     am->scratch = (int64_t)ut_ctx_autocast_scratch_bytes(ctx);
     am->round = (int64_t)ut_ctx_autocast_round_bytes(ctx);
@@ -322,6 +324,21 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->act_bytes = plain.arena + plain.scratch, p->act_ckpt_bytes = ckpt.arena + ckpt.scratch;
     p->scratch_bytes = plain.scratch;
     p->copy_bytes = plain.round > ckpt.round ? plain.round : ckpt.round;
+    p->micro_flops = plain.flops;
+    p->step_flops = plain.flops * (double)cfg->gradient_accumulation_steps / (double)(tp * pp);
+    { /* the peak a rank's step is held against, as the trainer's MFU */
+        const ut_backend *be = ut_backend_get(m->params.device);
+        int kind = ut_run_precision(cfg) != UT_F32 ? UT_PEAK_16 : cfg->tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32;
+        if (cfg->peak_tflops > 0) {
+            p->peak = cfg->peak_tflops * 1e12;
+            snprintf(p->peak_what, sizeof p->peak_what, "train.peak_tflops");
+        } else if (be && be->peak_flops) {
+            p->peak = be->peak_flops(kind, p->peak_what, sizeof p->peak_what);
+        } else {
+            snprintf(p->peak_what, sizeof p->peak_what, "utrain knows no peak rate for the %s device; give "
+                     "train.peak_tflops", be ? be->name : cfg->device);
+        }
+    }
     if (pp > 1) {
         /* a stage's activations: about 1/pp of the whole model's per
          * micro-batch (its share of the blocks), for each micro-batch it
@@ -377,6 +394,10 @@ static void print_json(const ut_plan *p, int64_t dev, FILE *f) {
     fprintf(f, " \"weight_copy_bytes\": %lld, \"autocast_scratch_bytes\": %lld,\n", (long long)p->copy_bytes,
             (long long)p->scratch_bytes);
     fprintf(f, " \"convolutions\": \"%s\",\n", p->convs);
+    fprintf(f, " \"micro_batch_flops\": %.17g, \"step_flops\": %.17g, ", p->micro_flops, p->step_flops);
+    if (p->peak > 0)
+        fprintf(f, "\"peak_flops\": %.17g, \"step_seconds_at_peak\": %.9g,\n", p->peak, p->step_flops / p->peak);
+    else fprintf(f, "\"peak_flops\": null, \"step_seconds_at_peak\": null,\n");
     if (dev > 0) fprintf(f, " \"device_memory\": %lld,\n", (long long)dev);
     else fprintf(f, " \"device_memory\": null,\n");
     fprintf(f, " \"strategies\": {\n");
@@ -447,6 +468,12 @@ void ut_plan_print(const ut_plan *p, int64_t dev, bool json, FILE *f) {
             p->pp > 1 ? "the planned stage's, estimated from the whole model's on" : "measured on", (long long)p->batch,
             human(p->act_bytes, a, sizeof a), human(p->act_ckpt_bytes, b, sizeof b));
     if (p->convs[0]) fprintf(f, "  convolutions: %s\n", p->convs);
+    fprintf(f, "  compute: %.4g GFLOP per micro-batch (the products' model FLOPs, forward and backward), %.4g GFLOP "
+               "per optimizer step and rank", p->micro_flops * 1e-9, p->step_flops * 1e-9);
+    if (p->peak > 0)
+        fprintf(f, ": at least %.4g ms a step at the peak %.4g TFLOP/s (%s), %.4g ms at 50%% MFU\n",
+                1e3 * p->step_flops / p->peak, p->peak * 1e-12, p->peak_what, 2e3 * p->step_flops / p->peak);
+    else fprintf(f, " (no time: %s)\n", p->peak_what);
     fprintf(f, "  runtime base (in every total): %s process + %s dataset = %s\n\n",
             human(p->runtime_bytes, a, sizeof a), human(p->dataset_bytes, b, sizeof b),
             human(p->runtime_bytes + p->dataset_bytes, c, sizeof c));

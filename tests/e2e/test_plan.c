@@ -169,6 +169,14 @@ static void test_formulas(void) {
     double act = json_num(s, NULL, "activation_bytes"), act_ck = json_num(s, NULL, "activation_checkpoint_bytes");
     double base = json_num(s, NULL, "runtime_bytes") + json_num(s, NULL, "dataset_bytes");
     CHECK(act > 0 && base > 0 && json_num(s, NULL, "batch") == BATCH, "measured figures: %s", s);
+    /* compute: the micro-batch's products forward and backward (each block's 12 C^2 per token, the tied
+     * head's C V, causal attention's T (T + 1) / 2 pairs 4 C wide per sequence and block), three times the
+     * forward; no peak known for the CPU */
+    double fwd = (double)BATCH * T * (L * 24.0 * C * C + 2.0 * C * V) + (double)BATCH * L * 2.0 * C * T * (T + 1);
+    CHECK(json_num(s, NULL, "micro_batch_flops") == 3 * fwd && json_num(s, NULL, "step_flops") == 3 * fwd &&
+              json_num(s, NULL, "peak_flops") == -2 && json_num(s, NULL, "step_seconds_at_peak") == -2,
+          "compute: %.17g FLOPs, expected %.17g; step %.17g, peak %g", json_num(s, NULL, "micro_batch_flops"),
+          3 * fwd, json_num(s, NULL, "step_flops"), json_num(s, NULL, "peak_flops"));
     struct { const char *name; int64_t params, grads, optim; int acts; } want[] = {
         {"ddp", 4 * psi, 4 * psi, 8 * psi, 1},
         {"zero1", 4 * psi, 4 * psi, 8 * S, 1},
@@ -360,6 +368,20 @@ static void test_tensor_parallel(void) {
     free(s);
     rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--set", "dist.tensor_parallel=2", NULL}, &s);
     CHECK(rc == 0 && s && strstr(s, "tensor parallel 2: each rank holds its part"), "the table says so: %s",
+          s ? s : "");
+    free(s);
+    /* a step per rank: the micro-batches of gradient accumulation, a tensor-parallel rank's half of the
+     * products; held against train.peak_tflops */
+    rc = run((const char *[]){"plan", cfg, "--world-size", "4", "--json", "--set", "dist.tensor_parallel=2", "--set",
+                              "train.gradient_accumulation_steps=3", "--set", "train.peak_tflops=2", NULL}, &s);
+    double micro = s ? json_num(s, NULL, "micro_batch_flops") : 0, step = s ? json_num(s, NULL, "step_flops") : 0;
+    CHECK(rc == 0 && micro > 0 && step == micro * 3 / 2 && json_num(s, NULL, "peak_flops") == 2e12 &&
+              fabs(json_num(s, NULL, "step_seconds_at_peak") - step / 2e12) <= 1e-8 * step / 2e12,
+          "step FLOPs %.17g of a micro-batch's %.17g, peak %g: %s", step, micro, s ? json_num(s, NULL, "peak_flops") : 0,
+          s ? s : "");
+    free(s);
+    rc = run((const char *[]){"plan", cfg, "--set", "train.peak_tflops=2", NULL}, &s);
+    CHECK(rc == 0 && s && strstr(s, "a step at the peak 2 TFLOP/s (train.peak_tflops)"), "the table's compute line: %s",
           s ? s : "");
     free(s);
 }
