@@ -961,8 +961,8 @@ static int profile_end(ut_trainer *t) {
         fprintf(f, "  model FLOPs of the step         %.4g G (what tflops and mfu count)\n", flops * 1e-9);
         fprintf(f, "  forward latency                 %.3f ms (the ops' forward time)\n", 1e3 * s.seconds[0]);
         fprintf(f, "  backward latency                %.3f ms (the ops' backward time)\n", 1e3 * s.seconds[1]);
-        fprintf(f, "  step latency                    %.3f ms (the whole step: data, forward, backward, gradient "
-                   "reduction, optimizer)\n", 1e3 * dt);
+        fprintf(f, "  step latency                    %.3f ms (the whole step, from its first forward to the "
+                   "optimizer's end)\n", 1e3 * dt);
         fprintf(f, "  forward FLOP/s                  %.4g TFLOP/s\n", ratio(s.flops[0], s.seconds[0]) * 1e-12);
         fprintf(f, "  backward FLOP/s                 %.4g TFLOP/s\n", ratio(s.flops[1], s.seconds[1]) * 1e-12);
         fprintf(f, "  forward + backward FLOP/s       %.4g TFLOP/s\n",
