@@ -400,9 +400,14 @@ if want trainer; then
         run $name 300 build/utrain train "$T/gpt2.yml" --set train.precision=$prec \
             --set train.tf32=$([ $prec = fp32 ] && echo true || echo false) --set experiment_name=$name
         note "  $name: $(grep -o '"tokens_per_s": [0-9.e+]*' "$T/runs/$name/metrics.jsonl" 2>&1 | tail -2 | xargs)"
+        note "  $name: $(grep -o '"mfu": [0-9.e+-]*' "$T/runs/$name/metrics.jsonl" 2>&1 | tail -2 | xargs)"
         run bench-step-gpt2-$prec 300 build/bench/gpu_gpt2_step --batch 8 --seq 1024 --steps 10 $flag --json
         note "  $(tail -1 "$OUT/bench-step-gpt2-$prec.log")"
     done
+    # one step of the trainer profiled op by op (train.profile_step, the GPU's timing events)
+    run trainer-gpt2-profile 300 build/utrain train "$T/gpt2.yml" --set train.precision=bf16 \
+        --set train.max_steps=4 --set train.profile_step=2 --set experiment_name=profile
+    sed -n '/utrain step profile/,/over their time/p' "$OUT/trainer-gpt2-profile.log" | tee -a "$SUMMARY"
     rm -rf "$T"
 fi
 
