@@ -134,6 +134,7 @@ typedef struct {
     bool tf32;                   /* cuda: float32 products on the TF32 tensor cores */
     double peak_tflops;          /* the MFU's denominator per rank (0: the device's) */
     int64_t profile_step;        /* profile the step after this many (-1: none) */
+    bool wall_clock_breakdown;   /* time forward, backward, reduction, step per log interval */
     bool profile_detailed;       /* ... with every op's line */
     char profile_file[UT_CFG_STR_MAX]; /* ... into this file ("": the console and run log) */
     double label_smoothing;      /* the losses' label smoothing eps (0: none) */

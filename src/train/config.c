@@ -229,6 +229,10 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "train.profile_file", .type = UT_CFG_STR, AT(profile_file), .def = "",
      .doc = "write train.profile_step's profile to this file instead of the console and run log (DeepSpeed's "
             "output_file)"},
+    {.key = "train.wall_clock_breakdown", .type = UT_CFG_BOOL, AT(wall_clock_breakdown), .def = "false",
+     .doc = "each train line is followed by the interval's mean time per step in forward, backward, the gradient "
+            "reduction left after backward and the optimizer step, the device waited for at each boundary "
+            "(DeepSpeed's wall_clock_breakdown); not with dist.pipeline_parallel or dist.strategy dp"},
     {.key = "train.label_smoothing", .type = UT_CFG_FLOAT, AT(label_smoothing), .def = "0", GE(0), LE(1),
      .hashed = true, .hash_if_set = true,
      .doc = "label smoothing of the cross-entropy and NLL losses, in training, evaluation and test: each "

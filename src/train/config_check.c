@@ -140,6 +140,11 @@ static int check_run(const ut_config *c, char *err, size_t n) {
         FAIL("dist.pipeline_parallel: %lld puts stages on processes; dist.strategy dp (threads of one process) "
              "cannot hold them: set dist.strategy: ddp (or zero1-zero3) and start the processes with --nproc",
              (long long)c->pipeline_parallel);
+    if (c->wall_clock_breakdown && (c->pipeline_parallel > 1 || !strcmp(c->dist_strategy, "dp")))
+        FAIL("train.wall_clock_breakdown: %s; train.profile_step profiles one step there, or remove the key",
+             c->pipeline_parallel > 1 ? "pipeline stages run their micro-batches' forwards and backwards interleaved, "
+                                        "so they have no forward and backward time of their own"
+                                      : "dist.strategy dp runs its workers' forwards and backwards in threads at once");
     if (c->master_port > 65535)
         FAIL("dist.master_port: %lld is not a TCP port (1 to 65535)", (long long)c->master_port);
     if (c->current_node >= c->nodes)

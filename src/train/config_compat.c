@@ -377,7 +377,7 @@ const char *const ut_cfg_compat_doc =
     "| `zero_optimization.offload_param` | `\"device\": \"none\"` only (parameter offload is not available) |\n"
     "| `optimizer.type` | `Adam`, `AdamW` (decoupled weight decay, DeepSpeed's default) -> `optim.name: adamw`; `SGD` -> `sgd` |\n"
     "| `optimizer.params`: `lr`, `betas`, `eps`, `weight_decay`, `momentum` | `optim.lr`, `optim.beta1`/`beta2`, `optim.eps`, `optim.weight_decay`, `optim.momentum` |\n"
-    "| `wall_clock_breakdown` | false only |\n"
+    "| `wall_clock_breakdown` | `train.wall_clock_breakdown` (forward, backward, allreduce and step times after each train line; not with pipeline stages or dist.strategy dp) |\n"
     "| `zero_allow_untested_optimizer`, `zero_force_ds_cpu_optimizer` | nothing: utrain's ZeRO shards both of its optimizers, and ZeRO-Offload's host AdamW is its own |\n"
     "| `communication_data_type` | `fp32`, `bf16`, `fp16` -> `dist.comm_hook: none`, `bf16`, `fp16` (the gradients' all-reduce; ddp and zero1) |\n"
     "| `prescale_gradients`, `gradient_predivide_factor` | accepted (where the average is divided is DeepSpeed's tuning; named in the run's summary unless false / 1) |\n"

@@ -561,8 +561,7 @@ static int apply(ds_ctx *d, const cJSON *root) {
             rc = cJSON_IsObject(e) ? precision(d, e, k) : refuse(d, k, "expected an object");
         else if (!strcmp(k, "zero_optimization")) rc = zero(d, e);
         else if (!strcmp(k, "optimizer")) rc = optimizer(d, e);
-        else if (!strcmp(k, "wall_clock_breakdown"))
-            rc = cJSON_IsFalse(e) ? 0 : refuse(d, k, "not available; UT_PROFILE_OPS=1 times every op (docs/gpu.md)");
+        else if (!strcmp(k, "wall_clock_breakdown")) rc = set(d, k, e, "train.wall_clock_breakdown");
         else if ((rc = plain_key(d, k, e)) != 1) {
             /* handled */
         } else if (!strcmp(k, "communication_data_type")) rc = comm_type(d, e);

@@ -916,6 +916,15 @@ static int setup_peak(ut_trainer *t) {
     return 0;
 }
 
+/* ---- train.wall_clock_breakdown: time per phase (DeepSpeed's) ---- */
+/* A phase boundary: the device's queued work waited for, the clock read
+ * (0 when the breakdown is off: nothing waits). */
+static double wcb_mark(const ut_trainer *t) {
+    if (!t->cfg->wall_clock_breakdown) return 0;
+    ut_backend_get(ut_ctx_device(t->ctx))->stream_sync(NULL);
+    return now_s();
+}
+
 /* ---- train.profile_step: one step's profile (DeepSpeed's flops_profiler) ---- */
 static void profile_begin(ut_trainer *t) {
     if (t->cfg->profile_step < 0 || t->st.step != t->cfg->profile_step || t->profiling) return;
@@ -1049,6 +1058,13 @@ static int log_train(ut_trainer *t) {
     out(&t->log, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.0f samples/s%s\n",
         (long long)t->st.step, (long long)t->total_steps, ep, loss, lr, t->last_grad_norm,
         (double)a->examples / dt, rate);
+    if (t->cfg->wall_clock_breakdown && t->wcb_steps > 0) {
+        double k = 1e3 / (double)t->wcb_steps;
+        out(&t->log, "time (ms) per step | forward: %.2f | backward: %.2f | backward_allreduce: %.2f | step: %.2f\n",
+            k * t->wcb[0], k * t->wcb[1], k * t->wcb[2], k * t->wcb[3]);
+    }
+    memset(t->wcb, 0, sizeof t->wcb);
+    t->wcb_steps = 0;
     memset(a, 0, sizeof *a);
     t->interval_t0 = now_s();
     return 0;
@@ -1250,6 +1266,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     start_rng_stream(t, t->ctx, t->drank);
     ut_step_outputs out;
     ut_tensor *y;
+    double m0 = wcb_mark(t);
     if (ut_forward_batch(&t->h, t->ctx, t->m, t->train, run, &out, &y, t->err, sizeof t->err)) return -1;
     /* the window's mean loss over all ranks: each micro-batch weighted by its share */
     int64_t w = t->token_weights && !empty ? ut_batch_weight(t->train, b) : b->count;
@@ -1257,6 +1274,7 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     t->win_examples = window_examples;
     ut_tensor *scaled = ut_scale(t->ctx, out.loss, (float)w / (float)window_examples);
     if (t->fp16) scaled = ut_scale(t->ctx, scaled, t->scaler.scale);
+    double m1 = wcb_mark(t);
     ut_dist_backward_begin(t->dist, t->ctx, sync);
     if (ut_backward(t->ctx, scaled)) {
         snprintf(t->err, sizeof t->err, "backward: %s", ut_ctx_error(t->ctx));
@@ -1265,10 +1283,13 @@ static int micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples,
     if (!empty) ut_trainer_record(t, &out, y, b);
     if (last) t->win_last = empty ? -1 : t->win_n - 1;
     ut_ctx_reset(t->ctx);
+    double m2 = wcb_mark(t);
     if (ut_dist_backward_end(t->dist, t->ctx, sync)) {
         snprintf(t->err, sizeof t->err, "gradient reduction: %s", ut_comm_error(ut_dist_failed(t->dist)));
         return -1;
     }
+    double m3 = wcb_mark(t);
+    t->wcb[0] += m1 - m0, t->wcb[1] += m2 - m1, t->wcb[2] += m3 - m2;
     return 0;
 }
 
@@ -1357,7 +1378,13 @@ static int train_epoch(ut_trainer *t, bool *preempted, bool *early) {
 
         micro = 0;
         bool stop = false;
-        if (optimizer_step(t, &loss) || profile_end(t) || after_step(t, loss, &stop)) {
+        double s0 = wcb_mark(t);
+        if (optimizer_step(t, &loss)) {
+            rc = -1;
+            break;
+        }
+        t->wcb[3] += wcb_mark(t) - s0, t->wcb_steps++;
+        if (profile_end(t) || after_step(t, loss, &stop)) {
             rc = -1;
             break;
         }

@@ -114,6 +114,11 @@ struct ut_trainer {
     bool profiling;
     double prof_t0, prof_f0;
     FILE *prof_file;
+    /* train.wall_clock_breakdown: the interval's seconds in forward,
+     * backward, the reduction after backward and the optimizer step, and the
+     * steps they cover */
+    double wcb[4];
+    int64_t wcb_steps;
     int64_t steps_this_run;
     bool fp16;                   /* train.precision fp16: the loss scaler runs */
     ut_dtype pp_wire;            /* what pipeline stages send each other: F32, or the 16-bit precision's type */

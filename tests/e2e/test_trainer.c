@@ -714,6 +714,40 @@ static void test_step_profile(void) {
     free(said);
 }
 
+/* train.wall_clock_breakdown (DeepSpeed's): after each train line, the
+ * interval's mean time per step in forward, backward, the reduction and the
+ * optimizer step; a DeepSpeed file's wall_clock_breakdown: true sets it. */
+static void test_wall_clock_breakdown(void) {
+    const char *cfg = tiny_gpt2("wcb", "max_steps: 3, log_interval: 1, eval_strategy: \"no\", save_strategy: \"no\"");
+    const char *out = tp_path(tmp, "wcb.out");
+    char ds[600], dsset[700];
+    snprintf(ds, sizeof ds, "%s/wcb.json", tmp);
+    snprintf(dsset, sizeof dsset, "deepspeed_config=%s", ds);
+    FILE *f = fopen(ds, "w");
+    if (f) {
+        fputs("{\"wall_clock_breakdown\": true}\n", f);
+        fclose(f);
+    }
+    const char *sets[2] = {"train.wall_clock_breakdown=true", dsset};
+    for (int i = 0; i < 2; i++) {
+        int rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", sets[i], NULL}, out) : -1;
+        char *said = tp_slurp(out);
+        int lines = 0;
+        double fwd = 0, bwd = 0, step = 0;
+        for (char *p = said; p && (p = strstr(p, "\ntime (ms) per step | forward: ")); p++) {
+            lines++;
+            fwd = strtod(p + 31, NULL);
+            char *b = strstr(p, "| backward: "), *st = strstr(p, "| step: ");
+            bwd = b ? strtod(b + 12, NULL) : -1;
+            step = st ? strtod(st + 8, NULL) : -1;
+        }
+        CHECK(rc == 0 && lines == 3 && fwd > 0 && bwd > 0 && step >= 0 && strstr(said, "| backward_allreduce: "),
+              "%s: rc %d, %d lines (forward %g, backward %g, step %g): %s", sets[i], rc, lines, fwd, bwd, step,
+              said ? said : "");
+        free(said);
+    }
+}
+
 /* train.count_input_tokens (Hugging Face's include_num_input_tokens_seen):
  * batches of 4 x 16 tokens are 64 a step, counted into every train line;
  * logged every 3 steps with checkpoints every 2, the count in a checkpoint
@@ -1162,6 +1196,7 @@ int main(int argc, char **argv) {
     RUN(test_input_tokens_seen);
     RUN(test_mfu);
     RUN(test_step_profile);
+    RUN(test_wall_clock_breakdown);
     RUN(test_flagai_recipe);
     RUN(test_hf_warmup);
     RUN(test_test_at_end);
