@@ -183,8 +183,8 @@ static void test_bow_and_test_mode(void) {
 /* UT_PROFILE_OPS: the table of time per op goes to stderr at exit, on the
  * host's clock around waits (1) or from the device's timing events (gpu:
  * sim's are the times its stream's worker reached them), with each op's
- * calls and memory rates: 4 steps of a 2-layer GPT-2 make 4 cross-entropies
- * forward and back. */
+ * calls, memory rates and the products' FLOP rates: 4 steps of a 2-layer
+ * GPT-2 make 4 cross-entropies forward and back. */
 static void test_profile(void) {
     const char *modes[2] = {"1", "gpu"};
     for (int i = 0; i < 2; i++) {
@@ -199,13 +199,23 @@ static void test_profile(void) {
         const char *ce = o ? strstr(o, "  cross_entropy") : NULL;
         long fwd = 0, bwd = 0;
         double fs = -1, bs = -1, fr = -1, br = -1;
-        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %lf %ld %lf", &fs, &fwd, &fr, &bs, &bwd, &br);
+        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %*s %lf %ld %lf", &fs, &fwd, &fr, &bs, &bwd, &br);
         CHECK(rc == 0 && o && strstr(o, head) && strstr(o, "  linear") && fwd == 4 && bwd == 4 && fs > 0 && bs > 0,
               "UT_PROFILE_OPS=%s: exit %d, cross_entropy %ld / %ld calls, %g / %g s:\n%s", modes[i], rc, fwd, bwd, fs,
               bs, o ? o : "(no output)");
         /* each direction's memory rate */
         CHECK(fr > 0 && br > 0 && strstr(o, "GB/s"), "UT_PROFILE_OPS=%s: cross_entropy's rates %g / %g GB/s", modes[i],
               fr, br);
+        /* a product's FLOP rates (a cross-entropy has none: "-") */
+        const char *li = o ? strstr(o, "  linear") : NULL;
+        double lf[8] = {0};
+        int got = li ? sscanf(li, " linear %lf %lf %lf %lf %lf %lf %lf %lf", &lf[0], &lf[1], &lf[2], &lf[3], &lf[4],
+                              &lf[5], &lf[6], &lf[7])
+                     : 0;
+        char ce_rate[8] = "";
+        if (ce) sscanf(ce, " cross_entropy %*f %*d %*f %7s", ce_rate);
+        CHECK(got == 8 && lf[3] > 0 && lf[7] > 0 && !strcmp(ce_rate, "-"),
+              "UT_PROFILE_OPS=%s: linear's TFLOP/s %g / %g (%d fields)", modes[i], lf[3], lf[7], got);
         free(o);
     }
 }
