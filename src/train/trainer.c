@@ -2,6 +2,7 @@
  * schedules, evaluation, best-checkpoint tracking, early stopping, exact
  * resume and preemption. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <poll.h>
@@ -985,10 +986,10 @@ static int profile_end(ut_trainer *t) {
         if (ops) fputs(ops, f);
         fclose(f);
         int bad = 0;
-        if (t->prof_file) {
-            bad = fputs(text, t->prof_file) < 0;
-            bad = fclose(t->prof_file) != 0 || bad;
-            t->prof_file = NULL;
+        if (t->cfg->profile_file[0]) {
+            FILE *pf = fopen(t->cfg->profile_file, "w");
+            bad = !pf || fputs(text, pf) < 0;
+            bad = (pf && fclose(pf) != 0) || bad;
             if (!bad) ut_say(&t->log, "Step profile (train.profile_step): written to %s\n", t->cfg->profile_file);
         } else {
             ut_say(&t->log, "%s", text);
@@ -1608,10 +1609,17 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                                         "unset one of them");
         return -1;
     }
-    if (c->profile_step >= 0 && c->profile_file[0] && t->rank == 0 && !(t->prof_file = fopen(c->profile_file, "w"))) {
-        snprintf(t->err, sizeof t->err, "train.profile_file %s: cannot write it (%s)", c->profile_file,
-                 strerror(errno));
-        return -1;
+    /* the file is written when the step is profiled; here only whether it can be (created, not emptied: a
+     * run resumed past its profiled step leaves an earlier run's profile alone) */
+    if (c->profile_step >= 0 && c->profile_file[0] && t->rank == 0 && t->st.step <= c->profile_step &&
+        c->profile_step < t->total_steps) {
+        int fd = open(c->profile_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            snprintf(t->err, sizeof t->err, "train.profile_file %s: cannot write it (%s)", c->profile_file,
+                     strerror(errno));
+            return -1;
+        }
+        close(fd);
     }
     return setup_peak(t);
 }
@@ -1791,7 +1799,6 @@ int ut_trainer_run_on(const ut_config *cfg, ut_comm *comm, ut_model *model, ut_d
     ut_runlog_close(&t->log);
     ut_sampler_free(&t->sampler);
     ut_pp_free(t);
-    if (t->prof_file) fclose(t->prof_file); /* the run ended before its profiled step */
     ut_dist_free(t->dist);
     if (t->replicas) ut_comm_finalize(t->replicas);
     if (t->shard_group) ut_comm_finalize(t->shard_group);

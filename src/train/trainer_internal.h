@@ -110,10 +110,9 @@ struct ut_trainer {
     double flops_mark, peak, peak_all;
     char peak_what[256];
     /* train.profile_step: the step's profile is running; when it began and
-     * the FLOPs then; rank 0's train.profile_file */
+     * the FLOPs then */
     bool profiling;
     double prof_t0, prof_f0;
-    FILE *prof_file;
     /* train.wall_clock_breakdown: the interval's seconds in forward,
      * backward, the reduction after backward and the optimizer step, and the
      * steps they cover */

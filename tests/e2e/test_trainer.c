@@ -698,8 +698,15 @@ static void test_step_profile(void) {
         free(said);
         free(prof);
     }
+    /* a run that never reaches its profiled step leaves the file as it was */
+    snprintf(file, sizeof file, "train.profile_file=%s/prof.txt", tmp);
+    int rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", "train.profile_step=5", "--set", file, NULL}, out) : -1;
+    char *kept = tp_slurp(tp_path(tmp, "prof.txt"));
+    CHECK(rc == 0 && kept && strstr(kept, "Step 1 (after 0 steps)"), "the earlier profile was not kept: rc %d, %s", rc,
+          kept ? kept : "(no file)");
+    free(kept);
     setenv("UT_PROFILE_OPS", "1", 1);
-    int rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", "train.profile_step=1", NULL}, out) : -1;
+    rc = cfg ? tp_run((const char *[]){"train", cfg, "--set", "train.profile_step=1", NULL}, out) : -1;
     unsetenv("UT_PROFILE_OPS");
     char *said = tp_slurp(out);
     CHECK(rc == 1 && said && strstr(said, "train.profile_step: UT_PROFILE_OPS is set, which profiles the whole run; "
