@@ -175,6 +175,18 @@ static void list_convolutions(ut_ctx *ctx, char *convs, size_t cn) {
     if (k >= cn && cn > 4) snprintf(convs + cn - 4, 4, "...");
 }
 
+double ut_run_peak(const ut_config *c, ut_device dev, char *what, size_t n) {
+    const ut_backend *be = ut_backend_get(dev);
+    int kind = ut_run_precision(c) != UT_F32 ? UT_PEAK_16 : c->tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32;
+    if (c->peak_tflops > 0) {
+        snprintf(what, n, "train.peak_tflops");
+        return c->peak_tflops * 1e12;
+    }
+    if (be && be->peak_flops) return be->peak_flops(kind, what, n);
+    snprintf(what, n, "utrain knows no peak rate for the %s device; give train.peak_tflops", be ? be->name : c->device);
+    return 0;
+}
+
 static int measure_activations(const ut_config *c, ut_model *m, ut_dataset *ds, const ut_batch *b,
                                bool checkpoint, act_measure *am, char *convs, size_t cn, char *err, size_t n) {
     m->checkpoint_activations = checkpoint;
@@ -326,19 +338,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->copy_bytes = plain.round > ckpt.round ? plain.round : ckpt.round;
     p->micro_flops = plain.flops;
     p->step_flops = plain.flops * (double)cfg->gradient_accumulation_steps / (double)(tp * pp);
-    { /* the peak a rank's step is held against, as the trainer's MFU */
-        const ut_backend *be = ut_backend_get(m->params.device);
-        int kind = ut_run_precision(cfg) != UT_F32 ? UT_PEAK_16 : cfg->tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32;
-        if (cfg->peak_tflops > 0) {
-            p->peak = cfg->peak_tflops * 1e12;
-            snprintf(p->peak_what, sizeof p->peak_what, "train.peak_tflops");
-        } else if (be && be->peak_flops) {
-            p->peak = be->peak_flops(kind, p->peak_what, sizeof p->peak_what);
-        } else {
-            snprintf(p->peak_what, sizeof p->peak_what, "utrain knows no peak rate for the %s device; give "
-                     "train.peak_tflops", be ? be->name : cfg->device);
-        }
-    }
+    p->peak = ut_run_peak(cfg, m->params.device, p->peak_what, sizeof p->peak_what); /* as the trainer's MFU */
     if (pp > 1) {
         /* a stage's activations: about 1/pp of the whole model's per
          * micro-batch (its share of the blocks), for each micro-batch it

@@ -24,6 +24,12 @@ static inline ut_dtype ut_run_eval_precision(const ut_config *c) {
                                                                                         : ut_run_precision(c);
 }
 
+/* The peak FLOP/s one rank's device gives the run's products (bf16/fp16
+ * under autocast, TF32 with train.tf32, else float32): train.peak_tflops,
+ * else the device's own figure; 0 when not known. what: the figure's source,
+ * or why there is none (plan.c; the trainer's MFU and `utrain plan`). */
+double ut_run_peak(const ut_config *c, ut_device dev, char *what, size_t n);
+
 /* The seed of the training order: data.seed, or the run's seed (-1). */
 static inline uint64_t ut_run_data_seed(const ut_config *c) {
     return (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed);

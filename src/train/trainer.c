@@ -878,17 +878,7 @@ static int64_t name_hash(const char *s) {
 static int setup_peak(ut_trainer *t) {
     const ut_config *c = t->cfg;
     const ut_backend *be = ut_backend_get(ut_ctx_device(t->ctx));
-    int kind = ut_run_precision(c) != UT_F32 ? UT_PEAK_16 : c->tf32 ? UT_PEAK_TF32 : UT_PEAK_FP32;
-    t->peak = 0;
-    if (c->peak_tflops > 0) {
-        t->peak = c->peak_tflops * 1e12;
-        snprintf(t->peak_what, sizeof t->peak_what, "train.peak_tflops");
-    } else if (be->peak_flops) {
-        t->peak = be->peak_flops(kind, t->peak_what, sizeof t->peak_what);
-    } else {
-        snprintf(t->peak_what, sizeof t->peak_what, "utrain knows no peak rate for the %s device; give "
-                 "train.peak_tflops", be->name);
-    }
+    t->peak = ut_run_peak(c, ut_ctx_device(t->ctx), t->peak_what, sizeof t->peak_what);
     int share = 1;
     if (t->world > 1 && be->device_key && c->peak_tflops <= 0) {
         char key[128];
