@@ -8,9 +8,11 @@
  * events over reps. Prints TFLOP/s per product and the step's product time
  * (twelve blocks' worth of each block layer, plus the head), to set beside
  * the linear op's share of UT_PROFILE_OPS=gpu: what the products cost and
- * what the op adds around them. The head runs twice: on rows 50257 elements
- * apart, as stored, and 50264 apart (16 bytes: the copies the linear op
- * makes for it, matmul.c's ld16), which the step's sum counts.
+ * what the op adds around them. The head runs three times: on rows 50257
+ * elements apart, as stored; 50264 apart (16 bytes, matmul.c's ld16, what
+ * UT_CUDA_LT_PAD=0 runs); and padded to 50304 rows (the zero-padded copies
+ * the linear op makes by default, matmul.c's padded_oc), which the step's
+ * sum counts.
  *
  *   gpu_gemm [--batch B] [--seq T] [--reps R] [--precision bf16|fp16|tf32|fp32] [--json]
  */
@@ -95,7 +97,8 @@ int main(int argc, char **argv) {
     ut_cuda_set_tf32(!strcmp(precision, "tf32"));
     const shape shapes[] = {{"qkv", 2304, 768, 12, 0},         {"attn proj", 768, 768, 12, 0},
                             {"mlp up", 3072, 768, 12, 0},      {"mlp down", 768, 3072, 12, 0},
-                            {"head ld OC", 50257, 768, 0, 0}, {"head ld16", 50257, 768, 1, 50264}};
+                            {"head ld OC", 50257, 768, 0, 0}, {"head ld16", 50257, 768, 0, 50264},
+                            {"head pad", 50304, 768, 1, 50304}};
     int64_t N = (int64_t)B * T;
     ut_dtype opd = prec == UT_F32 ? UT_F32 : (ut_dtype)prec;
     void *t0 = be->timer_new(), *t1 = be->timer_new();

@@ -209,10 +209,10 @@ if want gpu; then
     run gpu-gpt2-cuda-bf16 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 --layers 2 --steps 3 --bf16 --json
     note "  cpu bf16:  $(tail -1 "$OUT/gpu-gpt2-cpu-bf16.log")"
     note "  cuda bf16: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16.log")"
-    # and with attention on cuDNN's fused flash attention
-    UT_CUDA_ATTN=cudnn run gpu-gpt2-cuda-bf16-cudnn 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 \
+    # and with attention on utrain's own mma.sync kernels (the default: cuDNN's where it runs)
+    UT_CUDA_ATTN=mma run gpu-gpt2-cuda-bf16-mma 300 build/bench/gpu_gpt2_step --device cuda --batch 2 --seq 64 \
         --layers 2 --steps 3 --bf16 --json
-    note "  cuda bf16, UT_CUDA_ATTN=cudnn: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16-cudnn.log")"
+    note "  cuda bf16, UT_CUDA_ATTN=mma: $(tail -1 "$OUT/gpu-gpt2-cuda-bf16-mma.log")"
 fi
 
 if want bench; then
@@ -230,10 +230,14 @@ if want bench; then
             UT_CUDA_ATTN=wmma run "bench-utrain-gpt2-bf16-wmma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_CUDA_ATTN=wmma) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-wmma.log")"
-            # attention on cuDNN's fused flash attention
-            UT_CUDA_ATTN=cudnn run "bench-utrain-gpt2-bf16-cudnn" 300 build/bench/gpu_gpt2_step \
+            # attention on utrain's mma.sync kernels instead of cuDNN's
+            UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-mma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
-            note "  (UT_CUDA_ATTN=cudnn) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-cudnn.log")"
+            note "  (UT_CUDA_ATTN=mma) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-mma.log")"
+            # the head's products at 50257 (rows ld16 apart) instead of padded to 50304
+            UT_CUDA_LT_PAD=0 run "bench-utrain-gpt2-bf16-nopad" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_CUDA_LT_PAD=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-nopad.log")"
         fi
         [ $prec = bf16 ] && flag=--amp
         run "bench-torch-gpt2-$prec" 300 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 $flag --json
@@ -244,9 +248,9 @@ if want bench; then
     if [ "$BIG" != 0 ]; then
         run "bench-utrain-gpt2-bf16-b$BIG" 300 build/bench/gpu_gpt2_step --batch "$BIG" --seq 1024 --steps 10 --bf16 --json
         note "  batch $BIG: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG.log")"
-        UT_CUDA_ATTN=cudnn run "bench-utrain-gpt2-bf16-b$BIG-cudnn" 300 build/bench/gpu_gpt2_step --batch "$BIG" \
+        UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-b$BIG-mma" 300 build/bench/gpu_gpt2_step --batch "$BIG" \
             --seq 1024 --steps 10 --bf16 --json
-        note "  batch $BIG, UT_CUDA_ATTN=cudnn: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG-cudnn.log")"
+        note "  batch $BIG, UT_CUDA_ATTN=mma: $(tail -1 "$OUT/bench-utrain-gpt2-bf16-b$BIG-mma.log")"
         run "bench-torch-gpt2-bf16-b$BIG" 300 python3 bench/torch_gpu_gpt2_step.py --batch "$BIG" --seq 1024 --steps 10 --amp --json
         note "  batch $BIG: $(tail -1 "$OUT/bench-torch-gpt2-bf16-b$BIG.log")"
     fi

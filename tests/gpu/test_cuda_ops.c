@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../src/backend/backend.h"
+#include "../../src/backend/cuda/attention.h"
 #include "../../src/backend/cuda/cudnn_attn.h"
 #include "../../src/backend/cuda/cudnn_conv.h"
 #include "devcompare.h"
@@ -139,6 +140,12 @@ static const gc_row big_rows[] = {
      {{2, {48, 64}}, {2, {1000, 64}}, {1, {48}, GC_INDEX, 1000}}, b_lin_xent_smooth},
     {"cross-entropy of linear 16 x 3000, label smoothing 0.1", 3,
      {{2, {16, 64}}, {2, {3000, 64}}, {1, {16}, GC_INDEX, 3000}}, b_lin_xent_smooth},
+    /* wide outputs not a multiple of 128: under autocast the products run
+     * padded to the next one (matmul.c, padded_oc), with a bias and into a
+     * cross-entropy as GPT-2's head */
+    {"linear(x) + bias 24 x 4100", 3, {{2, {24, 64}}, {2, {4100, 64}}, {1, {4100}}}, b_lin_bias},
+    {"cross-entropy of linear 8 x 5001, label smoothing 0.1", 3,
+     {{2, {8, 64}}, {2, {5001, 64}}, {1, {8}, GC_INDEX, 5001}}, b_lin_xent_smooth},
 };
 
 static void same_bits(const gc_row *row);
@@ -319,7 +326,17 @@ static void test_large_shapes(void) {
 /* Two runs of a row on the GPU give the same bits (no atomics in
  * reductions, one algorithm per product), under the autocast dc_autocast
  * says. */
-static void same_bits(const gc_row *row) {
+static void same_bits_env(const gc_row *row, const char *var, const char *va, const char *vb);
+static void same_bits(const gc_row *row) { same_bits_env(row, NULL, NULL, NULL); }
+
+/* the same with var=va for the first run and var=vb for the second (NULL:
+ * unset), var unset afterwards */
+static void set_or_unset(const char *var, const char *v) {
+    if (!var) return;
+    if (v) setenv(var, v, 1);
+    else unsetenv(var);
+}
+static void same_bits_env(const gc_row *row, const char *var, const char *va, const char *vb) {
     ut_rng r;
     ut_rng_seed(&r, 7);
     void *host[4] = {0};
@@ -333,14 +350,20 @@ static void same_bits(const gc_row *row) {
     dc_result_free(&a);
     float *R = malloc(sizeof(float) * (size_t)(n ? n : 1));
     for (long long i = 0; i < n; i++) R[i] = ut_rng_normal(&r);
-    int ra = dc_run_row(UT_CUDA, row, host, R, n, &a), rb = dc_run_row(UT_CUDA, row, host, R, n, &b);
+    set_or_unset(var, va);
+    int ra = dc_run_row(UT_CUDA, row, host, R, n, &a);
+    set_or_unset(var, vb);
+    int rb = dc_run_row(UT_CUDA, row, host, R, n, &b);
+    set_or_unset(var, NULL);
     CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
     if (ra == 0 && rb == 0) {
-        CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs", row->name);
+        CHECK(!memcmp(a.out, b.out, sizeof(float) * (size_t)n), "%s: outputs differ between runs%s%s", row->name,
+              var ? " with " : "", var ? var : "");
         for (int i = 0; i < row->nin; i++)
             if (a.grad[i])
                 CHECK(!memcmp(a.grad[i], b.grad[i], sizeof(float) * (size_t)gc_count(&row->in[i])),
-                      "%s: input %d gradient differs between runs", row->name, i);
+                      "%s: input %d gradient differs between runs%s%s", row->name, i, var ? " with " : "",
+                      var ? var : "");
     }
     dc_result_free(&a);
     dc_result_free(&b);
@@ -446,11 +469,32 @@ static void test_attention_paths(void) {
  * operands), so they differ by the float32 sums' order, which can move a
  * 16-bit rounding by one unit: 1e-2 of the largest value. */
 static void test_autocast_rows(void) {
-    const gc_row *rows[] = {&big_rows[0], &big_rows[1], &big_rows[2], &big_rows[3], &big_rows[6], &big_rows[7],
-                            &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17], &big_rows[18],
-                            &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22], &big_rows[23],
-                            &big_rows[24]};
+    const gc_row *rows[] = {&big_rows[0],  &big_rows[1],  &big_rows[2],  &big_rows[3],  &big_rows[6],
+                            &big_rows[7],  &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17],
+                            &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
+                            &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
+    /* the wide outputs again at OC (rows ld16 apart) instead of padded */
+    const gc_row *wide[] = {&big_rows[25], &big_rows[26]};
+    setenv("UT_CUDA_LT_PAD", "0", 1);
+    autocast_rows("autocast, UT_CUDA_LT_PAD=0", wide, 2);
+    unsetenv("UT_CUDA_LT_PAD");
+}
+
+/* Causal attention in training takes cuDNN's fused attention by default
+ * where it runs (the same bits as UT_CUDA_ATTN=cudnn), else utrain's
+ * mma.sync kernels (the same bits as UT_CUDA_ATTN=mma); T a multiple of 64
+ * and not, heads of 64 and 16, bf16. */
+static void test_attention_default(void) {
+    char why[512];
+    bool cudnn = ut_cuda_cudnn_attn_default(why, sizeof why);
+    printf("  default causal attention in training: %s%s\n", cudnn ? "cuDNN's fused attention" : "utrain's: ",
+           cudnn ? "" : why);
+    const gc_row *rows[] = {&big_rows[2], &big_rows[9], &big_rows[10]};
+    dc_autocast = UT_BF16;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (selected(rows[k])) same_bits_env(rows[k], "UT_CUDA_ATTN", NULL, cudnn ? "cudnn" : "mma");
+    dc_autocast = UT_F32;
 }
 
 /* body in a child process whose environment has var=val from its start
@@ -875,6 +919,7 @@ int main(void) {
     RUN(test_autocast_rows);
     RUN(test_attention_paths);
     RUN(test_cudnn_attention);
+    RUN(test_attention_default);
     RUN(test_masked_attention);
     RUN(test_bad_index);
     RUN(test_streams_events);

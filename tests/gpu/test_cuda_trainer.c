@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "../../src/backend/backend.h"
+#include "../../src/backend/cuda/attention.h"
 #include "../../src/backend/cuda/cudnn_attn.h"
 #include "../../src/backend/cuda/cudnn_conv.h"
 #include "proc.h"
@@ -147,7 +148,12 @@ static void test_gpt2_precisions(void) {
     if (!strcmp(D, "cuda")) { /* the run says which attention kernels it runs (heads of 16 here: float32) */
         CHECK(log_says("gpt2_fp32_dev", "Attention = utrain's fused flash attention in float32"),
               "the fp32 run does not say which attention kernels it runs");
-        CHECK(log_says("gpt2_bf16_dev", "Attention = utrain's fused flash attention on the tensor cores (mma.sync"),
+        /* GPT-2's causal attention in training: cuDNN's by default where it runs */
+        char why[512];
+        CHECK(log_says("gpt2_bf16_dev", ut_cuda_cudnn_attn_default(why, sizeof why)
+                                            ? "Attention = cuDNN's fused flash attention for causal self-attention "
+                                              "in training"
+                                            : "Attention = utrain's fused flash attention on the tensor cores (mma.sync"),
               "the bf16 run does not say which attention kernels it runs");
         CHECK(log_says("gpt2_bf16_cpu", "Precision = bf16") && !log_says("gpt2_bf16_cpu", "Attention = "),
               "the CPU's run names an attention path (it has one)");

@@ -18,6 +18,7 @@
 #include <math.h>
 
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,37 +177,95 @@ bool ut_cuda_attn_qkv_alike(const ut_tensor *t) {
     return stored_16(t) && kt->dtype == q->dtype && v->dtype == q->dtype && q != kt && q != v && kt != v;
 }
 
-/* UT_CUDA_ATTN=cudnn: cuDNN's fused attention (cudnn_attn.h) for attention
- * under bf16/fp16 autocast whose output is stored in the autocast type and
- * qkv in it or in float32 (rounded to it first, as core's copies would be),
- * with head sizes a multiple of 8 (cuDNN's rule). There it is required:
- * when cuDNN is missing or refuses the shape the step stops saying why
- * (unset UT_CUDA_ATTN for utrain's kernels). Other attention keeps utrain's
- * kernels (cuDNN's fused attention is 16-bit). The saved slot holds cuDNN's
- * statistics (B, NH, T) in float32; the backward writes qkv's gradient into
- * scratch and adds it (each as stored). */
-static bool cudnn_wanted(const ut_tensor *t) {
-    const char *e = getenv("UT_CUDA_ATTN");
-    return e && !strcmp(e, "cudnn") && stored_16(t) && ut_attention_n_head(t) > 0 &&
-           (t->ne[2] / ut_attention_n_head(t)) % 8 == 0;
-}
-
 static ut_cudnn_attn cudnn_shape(const ut_tensor *t, const attn_dims *d) {
     return (ut_cudnn_attn){.B = d->B, .T = d->T, .C = d->C, .NH = d->NH, .dt = (int)t->autocast};
 }
+
+/* cuDNN's fused attention (cudnn_attn.h) runs causal attention under
+ * bf16/fp16 autocast whose output is stored in the autocast type and qkv in
+ * it or in float32 (rounded to it first, as core's copies would be), with
+ * head sizes a multiple of 8 (cuDNN's rule):
+ *  - by default, in training (qkv takes a gradient), where this build has
+ *    the cuDNN frontend, cuDNN opens and takes both passes of the shape: on
+ *    an H200 it ran GPT-2 124M's bf16 step 15-20% faster than utrain's
+ *    mma.sync kernels (docs/gpu.md). The first DEFAULT_SHAPES shapes are
+ *    tried (each builds two graphs); later ones, and forwards without a
+ *    gradient (evaluation, generation, whose lengths vary), keep utrain's
+ *    kernels, so no run builds graphs without end;
+ *  - with UT_CUDA_ATTN=cudnn, every such attention, and there it is
+ *    required: when cuDNN is missing or refuses the shape the step stops
+ *    saying why (unset UT_CUDA_ATTN for utrain's kernels);
+ *  - never with another UT_CUDA_ATTN (mma: utrain's kernels).
+ * Forward and backward decide alike (the same answers: a shape, once
+ * decided, stays so). The saved slot holds cuDNN's statistics (B, NH, T) in
+ * float32; the backward writes qkv's gradient into scratch and adds it
+ * (each as stored). */
+#define DEFAULT_SHAPES 8
+static struct {
+    pthread_mutex_t mu;
+    int n;
+    struct {
+        ut_cudnn_attn s;
+        bool ok;
+    } tried[DEFAULT_SHAPES];
+} g_default = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool same_shape(const ut_cudnn_attn *a, const ut_cudnn_attn *b) {
+    return a->B == b->B && a->T == b->T && a->C == b->C && a->NH == b->NH && a->dt == b->dt;
+}
+
+/* the default's answer for shape s: cuDNN takes its training forward and
+ * its backward, decided once per shape (the first DEFAULT_SHAPES) */
+static bool cudnn_default(const ut_cudnn_attn *s) {
+    pthread_mutex_lock(&g_default.mu);
+    bool ok = false, found = false;
+    for (int i = 0; i < g_default.n && !found; i++)
+        if (same_shape(&g_default.tried[i].s, s)) found = true, ok = g_default.tried[i].ok;
+    if (!found && g_default.n < DEFAULT_SHAPES) {
+        char err[768];
+        size_t ws;
+        ok = ut_cuda_cudnn_attn_built() && !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_TRAIN, &ws, err, sizeof err) &&
+             !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_BWD, &ws, err, sizeof err);
+        g_default.tried[g_default.n].s = *s;
+        g_default.tried[g_default.n++].ok = ok;
+    }
+    pthread_mutex_unlock(&g_default.mu);
+    return ok;
+}
+
+static bool cudnn_wanted(const ut_tensor *t, const attn_dims *d) {
+    const char *e = getenv("UT_CUDA_ATTN");
+    bool asked = e && !strcmp(e, "cudnn");
+    if ((e && *e && !asked) || !stored_16(t) || d->NH <= 0 || d->hs % 8) return false;
+    if (asked) return true;
+    if (!t->src[0]->requires_grad) return false;
+    ut_cudnn_attn s = cudnn_shape(t, d);
+    return cudnn_default(&s);
+}
+
+bool ut_cuda_cudnn_attn_default(char *why, size_t n) {
+    void *dl, *h;
+    if (!ut_cuda_cudnn_attn_built()) {
+        size_t ws;
+        ut_cuda_cudnn_attn_plan(&(ut_cudnn_attn){1, 64, 64, 1, 1}, UT_CUDNN_ATTN_TRAIN, &ws, why, n);
+        return false;
+    }
+    return ut_cuda_cudnn_lib(&dl, &h, why, n) == 0;
+}
+
 
 /* qkv as the autocast type: itself, or a rounded copy in scratch */
 static const void *qkv16(const ut_tensor *t, const attn_dims *d, UT_KCTX) {
     const ut_tensor *x = t->src[0];
     if (x->dtype == t->autocast) return x->data;
     int64_t n = d->B * d->T * 3 * d->C;
-    void *c = ut_kalloc(k, (size_t)n * 2);
+    void *c = ut_kscratch(k, (size_t)n * 2);
     utk_convert(c, (int)t->autocast, x->data, (int)x->dtype, n);
     return c;
 }
 
-/* the workspace of pass on shape s, NULL when none; false (the step
- * stopped) when cuDNN cannot run it */
+/* the workspace of pass on shape s in scratch, NULL when none; false (the
+ * step stopped) when cuDNN cannot run it */
 static bool cudnn_ws(const ut_cudnn_attn *s, int pass, void **ws, UT_KCTX) {
     char err[768];
     size_t n = 0;
@@ -214,41 +273,47 @@ static bool cudnn_ws(const ut_cudnn_attn *s, int pass, void **ws, UT_KCTX) {
         ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s (unset UT_CUDA_ATTN for utrain's own attention kernels)", err);
         return false;
     }
-    *ws = n ? ut_kalloc(k, n) : NULL;
+    *ws = n ? ut_kscratch(k, n) : NULL;
     return true;
 }
 
+/* The workspaces, a rounded qkv and the backward's dqkv live in the op's
+ * scratch (given back when it ends, the work queued on the one stream in
+ * order); only the statistics stay for backward. */
 static void cudnn_fwd(ut_tensor *t, const attn_dims *d, UT_KCTX) {
     ut_cudnn_attn s = cudnn_shape(t, d);
     bool train = t->src[0]->requires_grad;
     void *ws;
-    if (!cudnn_ws(&s, train ? UT_CUDNN_ATTN_TRAIN : UT_CUDNN_ATTN_INFER, &ws, k)) return;
     float *L = train ? ut_kalloc(k, (size_t)l_floats(d) * sizeof(float)) : NULL;
     ut_attention_set_probs(t, L);
-    char err[768];
-    if (ut_cuda_cudnn_attn_fwd(&s, qkv16(t, d, k), t->data, L, ws, err, sizeof err))
-        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s", err);
+    if (cudnn_ws(&s, train ? UT_CUDNN_ATTN_TRAIN : UT_CUDNN_ATTN_INFER, &ws, k)) {
+        char err[768];
+        if (ut_cuda_cudnn_attn_fwd(&s, qkv16(t, d, k), t->data, L, ws, err, sizeof err))
+            ut_kfail(k, "cuDNN's fused attention: %s", err);
+    }
+    ut_kscratch_release(k);
 }
 
 static void cudnn_bwd(ut_tensor *t, const attn_dims *d, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     ut_cudnn_attn s = cudnn_shape(t, d);
     void *ws;
-    if (!cudnn_ws(&s, UT_CUDNN_ATTN_BWD, &ws, k)) return;
-    int64_t n = d->B * d->T * 3 * d->C;
-    void *dqkv = ut_kalloc(k, (size_t)n * 2);
-    char err[768];
-    if (ut_cuda_cudnn_attn_bwd(&s, qkv16(t, d, k), t->data, t->grad, ut_attention_probs(t), dqkv, ws, err,
-                               sizeof err)) {
-        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s", err);
-        return;
+    if (cudnn_ws(&s, UT_CUDNN_ATTN_BWD, &ws, k)) {
+        int64_t n = d->B * d->T * 3 * d->C;
+        void *dqkv = ut_kscratch(k, (size_t)n * 2);
+        char err[768];
+        if (ut_cuda_cudnn_attn_bwd(&s, qkv16(t, d, k), t->data, t->grad, ut_attention_probs(t), dqkv, ws, err,
+                                   sizeof err))
+            ut_kfail(k, "cuDNN's fused attention: %s", err);
+        else
+            ut_cuda_acc_dt(qkv->grad, (int)qkv->dtype, dqkv, (int)t->autocast, n);
     }
-    ut_cuda_acc_dt(qkv->grad, (int)qkv->dtype, dqkv, (int)t->autocast, n);
+    ut_kscratch_release(k);
 }
 
 void ut_attention_fwd_cuda(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
-    if (cudnn_wanted(t)) {
+    if (cudnn_wanted(t, &d)) {
         cudnn_fwd(t, &d, k);
     } else if (native(t, &d)) { /* saved: L, then out's float32 values, as fwd_f32 under autocast */
         int64_t nL = l_floats(&d), nO = d.B * d.T * d.C;
@@ -267,7 +332,7 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *qkv = t->src[0];
     if (!qkv->requires_grad) return;
     attn_dims d = dims_of(t);
-    if (cudnn_wanted(t)) {
+    if (cudnn_wanted(t, &d)) {
         cudnn_bwd(t, &d, k);
     } else if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
         const float *L = ut_attention_probs(t);

@@ -6,11 +6,13 @@
  * rows of the probabilities P: the softmax, its backward and the dropout.
  * defines: ut_attn_rows, ut_attn_mat, ut_cuda_attn_softmax_fwd,
  *          ut_cuda_attn_softmax_bwd, ut_cuda_attn_drop, ut_cuda_attn_offsets_to_host,
- *          ut_cuda_attn_gemm, ut_cuda_attn_copies, ut_cuda_attn_qkv_alike. */
+ *          ut_cuda_attn_gemm, ut_cuda_attn_copies, ut_cuda_attn_qkv_alike,
+ *          ut_cuda_cudnn_attn_default. */
 #ifndef UTRAIN_CUDA_ATTENTION_H
 #define UTRAIN_CUDA_ATTENTION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -81,6 +83,11 @@ bool ut_cuda_attn_copies(const struct ut_tensor *t);
  * and q, k, v (sources 0 to 2) are three different tensors stored alike,
  * all in that type or all float32 (ATTENTION_MASKED, ATTENTION_VARLEN) */
 bool ut_cuda_attn_qkv_alike(const struct ut_tensor *t);
+
+/* Whether causal attention in training takes cuDNN's fused attention by
+ * default here (attention.c): this build has the cuDNN frontend and cuDNN
+ * opens; false with why in why. */
+bool ut_cuda_cudnn_attn_default(char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include "embedding.h"
 #include "flat.h"
 #include "softmax.h"
+#include "attention.h"
 #include "flash_attention.h"
 
 static cudaStream_t g_stream;
@@ -46,10 +47,11 @@ static int switches_ok(char *err, size_t n) {
     static const struct {
         const char *var, *values[5];
     } sw[] = {
-        {"UT_CUDA_ATTN", {"fp32", "wmma", "unfused", "cudnn"}},
+        {"UT_CUDA_ATTN", {"fp32", "wmma", "unfused", "cudnn", "mma"}},
         {"UT_CUDA_CONV", {"cudnn", "im2col"}},
         {"UT_CUDA_GEMM", {"cublas"}},
         {"UT_CUDA_LT_FUSED", {"0", "1"}},
+        {"UT_CUDA_LT_PAD", {"0", "1"}},
         {"UT_CUDA_TF32", {"0", "1"}},
     };
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
@@ -341,6 +343,12 @@ static const char *attention_path(ut_dtype dt) {
     if (e && !strcmp(e, "wmma"))
         return "utrain's fused flash attention on the tensor cores, WMMA form (UT_CUDA_ATTN=wmma; heads of 64, "
                "others float32)";
+    char why[256];
+    if (!(e && !strcmp(e, "mma")) && ut_cuda_cudnn_attn_default(why, sizeof why))
+        return "cuDNN's fused flash attention for causal self-attention in training (heads a multiple of 8; "
+               "UT_CUDA_ATTN=mma: utrain's kernels); utrain's fused flash attention on the tensor cores "
+               "(mma.sync) for evaluation, generation, masked and packed-sequence attention (heads of 64; others "
+               "float32)";
     return "utrain's fused flash attention on the tensor cores (mma.sync, 16-bit tensors as stored; heads of 64, "
            "others float32)";
 }

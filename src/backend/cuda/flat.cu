@@ -253,6 +253,19 @@ extern "C" void utk_rows_convert(void *dst, int ddt, int64_t ldd, const void *sr
     ut_cuda_launched("rows convert");
 }
 
+__global__ void k_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
+                           int64_t cols, int64_t rows_out) {
+    UTK_ROWS(r, rows_out, c, ldd)
+    utk_store_f32(dst, ddt, r * ldd + c, r < rows && c < cols ? utk_load_f32(src, sdt, r * lds + c) : 0.0f);
+}
+extern "C" void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
+                             int64_t cols, int64_t rows_out) {
+    if (rows_out <= 0 || ldd <= 0) return;
+    k_rows_pad<<<rows_grid(rows_out, ldd), rows_threads(ldd), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds, rows,
+                                                                           cols, rows_out);
+    ut_cuda_launched("rows pad");
+}
+
 /* Column sums in two passes with no atomics, so the same bits every run: each
  * block of COL_ROWS rows is summed per column in row order (one thread per
  * column, reads coalesced across the warp), then each column adds its block

@@ -57,6 +57,11 @@ void utk_rows_fill(float *out, int64_t ld, const float *bias, int64_t rows, int6
  * copy where they match) */
 void utk_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
                       int64_t cols);
+/* dst (rows_out, ldd; contiguous rows) = src (rows, cols; rows lds apart)
+ * converted as utk_rows_convert, and zero in the columns from cols and the
+ * rows from rows: the zero-padded copies of matmul.c */
+void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
+                  int64_t cols, int64_t rows_out);
 /* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,
  * 2 F16), each summed in fixed row blocks added in order */
 void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
