@@ -60,9 +60,11 @@ static int64_t ld16(int64_t cols, size_t el) {
  * 50257 tokens ran its forward and input-gradient products at 95 and 131
  * TFLOP/s, rows 16 bytes apart or not, against 480-700 for the step's
  * other shapes; llm.c and nanoGPT pad the vocabulary itself to 50304 for
- * this. Here the model keeps its 50257 rows and the op pads copies: one
- * pass over the rounded weight (77 MB for GPT-2) and over the incoming
- * gradient, and the output moved to its OC-wide rows. UT_CUDA_LT_PAD=0
+ * this (padded, 577 and 670 TFLOP/s). Here the model keeps its 50257 rows
+ * and the op pads copies: one pass over the rounded weight (77 MB for
+ * GPT-2) and over the incoming gradient, the output moved to its OC-wide
+ * rows, and the weight gradient's OCp rows summed in scratch and the first
+ * OC added (at OC rows it ran at 425 TFLOP/s, padded 669). UT_CUDA_LT_PAD=0
  * runs the products at OC (rows ld16 apart) instead. */
 static int64_t padded_oc(int64_t OC) {
     const char *e = getenv("UT_CUDA_LT_PAD");
@@ -143,8 +145,16 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
             ut_cuda_gemm16(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, 1.0f, x->grad, C, dt);
         }
     }
-    if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
-        ut_cuda_gemm16(true, false, OC, C, N, 1.0f, gp, ldg, as16(x, t->autocast, N * C, k), C, 1.0f, w->grad, C, dt);
+    if (w->requires_grad) { /* dw (OC, C) += dout^T @ x */
+        const void *x16 = as16(x, t->autocast, N * C, k);
+        if (OCp != OC) { /* all OCp rows into scratch (the last ones zero), the first OC added */
+            float *tmp = ut_kscratch(k, (size_t)(OCp * C) * sizeof(float));
+            ut_cuda_gemm16(true, false, OCp, C, N, 1.0f, gp, ldg, x16, C, 0.0f, tmp, C, dt);
+            utk_add_into(w->grad, tmp, OC * C, false);
+        } else {
+            ut_cuda_gemm16(true, false, OC, C, N, 1.0f, gp, ldg, x16, C, 1.0f, w->grad, C, dt);
+        }
+    }
     if (b && b->requires_grad) utk_col_sum_add(b->grad, g16, dt, N, OC);
     ut_kscratch_release(k);
 }
