@@ -472,10 +472,10 @@ static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0],  &big_rows[1],  &big_rows[2],  &big_rows[3],  &big_rows[6],
                             &big_rows[7],  &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17],
                             &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
-                            &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26]};
+                            &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
     /* the wide outputs again at OC (rows ld16 apart) instead of padded */
-    const gc_row *wide[] = {&big_rows[25], &big_rows[26]};
+    const gc_row *wide[] = {&big_rows[26], &big_rows[27]};
     setenv("UT_CUDA_LT_PAD", "0", 1);
     autocast_rows("autocast, UT_CUDA_LT_PAD=0", wide, 2);
     unsetenv("UT_CUDA_LT_PAD");

@@ -53,7 +53,7 @@ static int64_t ld16(int64_t cols, size_t el) {
     return (cols + per - 1) / per * per;
 }
 
-/* The output width the 16-bit products run at: a wide one (4096 or more)
+/* The output width the products run at: a wide one (4096 or more)
  * that is not a multiple of 128 goes up to the next one, the weight's extra
  * rows (and the bias's, and the incoming gradient's extra columns) zero, so
  * the sums are those of the unpadded product. On an H200 GPT-2's head over
@@ -64,19 +64,22 @@ static int64_t ld16(int64_t cols, size_t el) {
  * and the op pads copies: one pass over the rounded weight (77 MB for
  * GPT-2) and over the incoming gradient, the output moved to its OC-wide
  * rows, and the weight gradient's OCp rows summed in scratch and the first
- * OC added (at OC rows it ran at 425 TFLOP/s, padded 669). UT_CUDA_LT_PAD=0
- * runs the products at OC (rows ld16 apart) instead. */
+ * OC added (at OC rows it ran at 425 TFLOP/s, padded 669). The float32
+ * products (TF32 or exact) are padded alike (the weight's copy 154 MB for
+ * GPT-2; not yet timed on a GPU). UT_CUDA_LT_PAD=0 runs the products at OC
+ * (rows ld16 apart) instead. */
 static int64_t padded_oc(int64_t OC) {
     const char *e = getenv("UT_CUDA_LT_PAD");
     if ((e && !strcmp(e, "0")) || OC < 4096 || OC % 128 == 0) return OC;
     return (OC + 127) / 128 * 128;
 }
 
-/* w16 (OC, C) with zero rows up to OCp, in scratch (w16 itself when OCp == OC) */
-static const void *padded_weight(const void *w16, int dt, int64_t OC, int64_t OCp, int64_t C, const ut_kctx *k) {
-    if (OCp == OC) return w16;
-    void *c = ut_kscratch(k, (size_t)(OCp * C) * 2);
-    utk_rows_pad(c, dt, C, w16, dt, C, OC, C, OCp);
+/* w (OC, C) stored in dt (0 float32, else 16-bit) with zero rows up to
+ * OCp, in scratch (w itself when OCp == OC) */
+static const void *padded_weight(const void *w, int dt, int64_t OC, int64_t OCp, int64_t C, const ut_kctx *k) {
+    if (OCp == OC) return w;
+    void *c = ut_kscratch(k, (size_t)(OCp * C) * (dt ? 2 : sizeof(float)));
+    utk_rows_pad(c, dt, C, w, dt, C, OC, C, OCp);
     return c;
 }
 
@@ -165,11 +168,22 @@ void ut_linear_fwd_cuda(ut_tensor *t, UT_KCTX) {
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, ldo = ld16(OC, sizeof(float));
-    /* the product's rows 16 bytes apart (ld16): in scratch, then moved, where OC needs it */
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
+    int64_t ldo = OCp != OC ? OCp : ld16(OC, sizeof(float));
+    const float *wp = padded_weight(f32(w), 0, OC, OCp, C, k);
+    /* the product's rows 16 bytes apart (ld16) or OCp wide: in scratch, then
+     * moved, where OC needs it; the bias first (zero in the padding) */
     float *out = ldo == OC ? f32(t) : ut_kscratch(k, (size_t)(N * ldo) * sizeof(float));
-    if (b) utk_rows_fill(out, ldo, f32(b), N, OC);
-    ut_cuda_sgemm(false, true, N, OC, C, 1.0f, f32(x), C, 0, f32(w), C, 0, b ? 1.0f : 0.0f, out, ldo, 0, 1);
+    if (b) {
+        const float *bp = f32(b);
+        if (OCp != OC) {
+            float *c = ut_kscratch(k, (size_t)OCp * sizeof(float));
+            utk_rows_pad(c, 0, OCp, bp, 0, OC, 1, OC, 1);
+            bp = c;
+        }
+        utk_rows_fill(out, ldo, bp, N, OCp);
+    }
+    ut_cuda_sgemm(false, true, N, OCp, C, 1.0f, f32(x), C, 0, wp, C, 0, b ? 1.0f : 0.0f, out, ldo, 0, 1);
     if (out != f32(t)) utk_rows_convert(t->data, 0, OC, out, 0, ldo, N, OC);
     ut_kscratch_release(k);
 }
@@ -180,17 +194,26 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
         return;
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
-    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, ldg = ld16(OC, sizeof(float));
+    int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
+    int64_t ldg = OCp != OC ? OCp : ld16(OC, sizeof(float));
     const float *G = t->grad, *Gp = G;
-    if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16) */
+    if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16), or zero-padded to OCp */
         float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
-        utk_rows_convert(c, 0, ldg, G, 0, OC, N, OC);
+        utk_rows_pad(c, 0, ldg, G, 0, OC, N, OC, N);
         Gp = c;
     }
-    if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C) */
-        ut_cuda_sgemm(false, false, N, C, OC, 1.0f, Gp, ldg, 0, f32(w), C, 0, 1.0f, x->grad, C, 0, 1);
-    if (w->requires_grad) /* dw (OC, C) += dout^T @ x */
-        ut_cuda_sgemm(true, false, OC, C, N, 1.0f, Gp, ldg, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
+    if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C), over OCp (the padding adds zeros) */
+        ut_cuda_sgemm(false, false, N, C, OCp, 1.0f, Gp, ldg, 0, padded_weight(f32(w), 0, OC, OCp, C, k), C, 0, 1.0f,
+                      x->grad, C, 0, 1);
+    if (w->requires_grad) { /* dw (OC, C) += dout^T @ x */
+        if (OCp != OC) { /* all OCp rows into scratch (the last ones zero), the first OC added */
+            float *tmp = ut_kscratch(k, (size_t)(OCp * C) * sizeof(float));
+            ut_cuda_sgemm(true, false, OCp, C, N, 1.0f, Gp, ldg, 0, f32(x), C, 0, 0.0f, tmp, C, 0, 1);
+            utk_add_into(w->grad, tmp, OC * C, false);
+        } else {
+            ut_cuda_sgemm(true, false, OC, C, N, 1.0f, Gp, ldg, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
+        }
+    }
     if (b && b->requires_grad) utk_col_sum_add(b->grad, G, 0, N, OC);
     ut_kscratch_release(k);
 }
