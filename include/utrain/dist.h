@@ -4,7 +4,7 @@
  * defines: ut_comm, ut_comm_req, ut_comm_* (init, world, rank/size,
  *          non-blocking allreduce / reduce-scatter / all-gather, wait,
  *          blocking helpers, start-up agreement checks), ut_devcomm_mode,
- *          ut_comm_device_setup, ut_comm_direct_*, ut_ddp (bucketed,
+ *          ut_comm_device_setup, ut_comm_device_places, ut_comm_direct_*, ut_ddp (bucketed,
  *          overlapped gradient all-reduce). */
 #ifndef UTRAIN_DIST_H
 #define UTRAIN_DIST_H
@@ -152,6 +152,12 @@ int ut_devcomm_parse(const char *s, ut_devcomm_mode *mode);
  * communicator never set up goes through host memory. */
 int ut_comm_device_setup(ut_comm *c, ut_device dev, ut_devcomm_mode mode, char *path, size_t pn, char *err,
                          size_t n);
+/* Collective over c: every rank's place in all (c's size values), a hash
+ * of its host's name and dev_key (its device's identity: the backend's
+ * device_key, a GPU's PCI bus id), never 0; a rank that passes dev_key NULL
+ * has no place (0). Ranks with equal places share one device. 0, or -1 (the
+ * communicator's error). */
+int ut_comm_device_places(ut_comm *c, const char *dev_key, int64_t *all);
 /* Whether c's collectives on dev's memory go direct. */
 bool ut_comm_direct(const ut_comm *c, ut_device dev);
 /* Direct (ut_comm_direct true): buf[0, n) of dt (F32, BF16, F16, device

@@ -67,6 +67,12 @@ static uint64_t place_hash(const char *dev_key) {
     return h ? h : 1;
 }
 
+int ut_comm_device_places(ut_comm *c, const char *dev_key, int64_t *all) {
+    memset(all, 0, (size_t)c->size * sizeof *all);
+    all[c->rank] = dev_key ? (int64_t)place_hash(dev_key) : 0;
+    return c->size > 1 ? ut_comm_allreduce_i64(c, all, c->size) : 0;
+}
+
 static struct ut_direct *direct_new(const ut_backend *be) {
     struct ut_direct *d = ut_calloc_check(1, sizeof *d);
     d->be = be;
@@ -136,10 +142,9 @@ int ut_comm_device_setup(ut_comm *c, ut_device dev, ut_devcomm_mode mode, char *
     else snprintf(mine, sizeof mine, "this build has no collectives on %s memory (NCCL was not found when it "
                                     "was built)", be->name);
     if (can && (!be->device_key || be->device_key(key, sizeof key))) snprintf(key, sizeof key, "rank-%d", c->rank);
-    /* every rank's place (0: cannot), gathered as a sum of one slot each */
+    /* every rank's place (0: cannot) */
     int64_t *all = ut_calloc_check((size_t)c->size, sizeof *all);
-    all[c->rank] = can ? (int64_t)place_hash(key) : 0;
-    if (c->size > 1 && ut_comm_allreduce_i64(c, all, c->size)) {
+    if (ut_comm_device_places(c, can ? key : NULL, all)) {
         snprintf(err, n, "choosing how ranks exchange %s memory: %s", be->name, ut_comm_error(c));
         ut_free(all);
         return -1;

@@ -863,18 +863,11 @@ static double process_flops(const ut_trainer *t) {
     return f + ut_pp_flops(t);
 }
 
-/* a name's FNV-1a hash, never 0 (0: no device name) */
-static int64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (int64_t)(h >> 1) | 1;
-}
-
 /* The MFU's denominator: this rank's peak (train.peak_tflops, else its
  * device's figure for the run's products: bf16/fp16 under autocast, TF32
  * with train.tf32, else float32), divided among the ranks that share its
- * device (a GPU's PCI bus id), and summed over all ranks; 0 when any rank's
- * is not known. Every rank calls it. */
+ * device (the same host and GPU: ut_comm_device_places), and summed over
+ * all ranks; 0 when any rank's is not known. Every rank calls it. */
 static int setup_peak(ut_trainer *t) {
     const ut_config *c = t->cfg;
     const ut_backend *be = ut_backend_get(ut_ctx_device(t->ctx));
@@ -883,8 +876,7 @@ static int setup_peak(ut_trainer *t) {
     if (t->world > 1 && be->device_key && c->peak_tflops <= 0) {
         char key[128];
         int64_t *all = ut_calloc_check((size_t)t->world, sizeof *all);
-        if (!be->device_key(key, sizeof key)) all[t->rank] = name_hash(key);
-        if (ut_comm_allreduce_i64(t->comm, all, t->world)) {
+        if (ut_comm_device_places(t->comm, be->device_key(key, sizeof key) ? NULL : key, all)) {
             snprintf(t->err, sizeof t->err, "comparing the ranks' devices: %s", ut_comm_error(t->comm));
             ut_free(all);
             return -1;

@@ -325,6 +325,9 @@ static void test_distributed(void) {
     if (!sim) snprintf(want, sizeof want, "(device cuda): mpi (through host memory: %s", why);
     CHECK(log && strstr(log, want), "ddp on %s: the log does not say '%s'", D, want);
     free(log);
+    /* the two ranks on one GPU (same host, same PCI bus id) share its peak for MFU */
+    if (!sim)
+        CHECK(log_says("ddp_dev", ", shared by 2 ranks"), "ddp on one GPU: the log does not say the ranks share its peak");
     int rc = train("ddp_direct", gpt2, D, "dist.strategy=ddp dist.device_comm=direct", 2);
     if (sim) {
         CHECK(rc == 0, "ddp with dist.device_comm=direct on sim: exit %d", rc);
