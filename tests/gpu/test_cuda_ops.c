@@ -539,8 +539,9 @@ static void test_cudnn_library(void) {
 /* UT_CUDA_CONV=cudnn where cuDNN cannot be opened (UT_CUDNN_LIBRARY names a
  * file that is not there): the convolution fails, naming the setting, the
  * library and what to write instead; without UT_CUDA_CONV it runs on
- * utrain's own kernels. In a child process: cuDNN is opened once per
- * process, and the other tests open the real one. */
+ * utrain's own kernels, and so does causal attention in training (cuDNN's
+ * by default). In a child process: cuDNN is opened once per process, and
+ * the other tests open the real one. */
 static void cudnn_refused(void) {
     for (int m = 0; m < 2; m++) {
         if (m == 0) setenv("UT_CUDA_CONV", "cudnn", 1);
@@ -567,6 +568,13 @@ static void cudnn_refused(void) {
         }
         ut_ctx_free(ctx);
     }
+    /* causal attention in training, cuDNN's by default, runs utrain's
+     * kernels where cuDNN cannot be opened: the bits of UT_CUDA_ATTN=mma */
+    char why[512];
+    CHECK(!ut_cuda_cudnn_attn_default(why, sizeof why), "cuDNN's attention is the default without cuDNN");
+    dc_autocast = UT_BF16;
+    same_bits_env(&big_rows[2], "UT_CUDA_ATTN", NULL, "mma");
+    dc_autocast = UT_F32;
 }
 static void test_cudnn_refused(void) { in_child("UT_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", cudnn_refused); }
 
