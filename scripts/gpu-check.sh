@@ -257,6 +257,11 @@ if want bench; then
     if [ "${GPU_CHECK_COMPILE:-0}" = 1 ]; then
         run bench-torch-compile-gpt2-bf16 600 python3 bench/torch_gpu_gpt2_step.py --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --amp --compile --json
         note "  $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16.log")"
+        if [ "$BIG" != 0 ]; then # and at the issue's batch
+            run "bench-torch-compile-gpt2-bf16-b$BIG" 600 python3 bench/torch_gpu_gpt2_step.py --batch "$BIG" \
+                --seq 1024 --steps 10 --amp --compile --json
+            note "  batch $BIG: $(tail -1 "$OUT/bench-torch-compile-gpt2-bf16-b$BIG.log")"
+        fi
     fi
 fi
 
