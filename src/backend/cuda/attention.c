@@ -13,8 +13,9 @@
  *    pair (b, h) the scores Q K^T and the products with P are sgemm calls on
  *    the head's columns of qkv (row stride 3C); P (B, NH, T, T) is saved in
  *    float32, zero above the diagonal.
- * And a third under UT_CUDA_ATTN=cudnn: cuDNN's fused flash attention
- * (cudnn_attn.h) for 16-bit attention under autocast (below). */
+ * And a third, cuDNN's fused flash attention (cudnn_attn.h), for 16-bit
+ * attention under autocast in training by default, or always with
+ * UT_CUDA_ATTN=cudnn (below, cudnn_wanted). */
 #include <math.h>
 
 
@@ -221,10 +222,10 @@ static bool cudnn_default(const ut_cudnn_attn *s) {
     bool ok = false, found = false;
     for (int i = 0; i < g_default.n && !found; i++)
         if (same_shape(&g_default.tried[i].s, s)) found = true, ok = g_default.tried[i].ok;
-    if (!found && g_default.n < DEFAULT_SHAPES) {
+    if (!found && g_default.n < DEFAULT_SHAPES && ut_cuda_cudnn_attn_built()) {
         char err[768];
         size_t ws;
-        ok = ut_cuda_cudnn_attn_built() && !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_TRAIN, &ws, err, sizeof err) &&
+        ok = !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_TRAIN, &ws, err, sizeof err) &&
              !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_BWD, &ws, err, sizeof err);
         g_default.tried[g_default.n].s = *s;
         g_default.tried[g_default.n++].ok = ok;
@@ -253,7 +254,6 @@ bool ut_cuda_cudnn_attn_default(char *why, size_t n) {
     return ut_cuda_cudnn_lib(&dl, &h, why, n) == 0;
 }
 
-
 /* qkv as the autocast type: itself, or a rounded copy in scratch */
 static const void *qkv16(const ut_tensor *t, const attn_dims *d, UT_KCTX) {
     const ut_tensor *x = t->src[0];
@@ -270,7 +270,12 @@ static bool cudnn_ws(const ut_cudnn_attn *s, int pass, void **ws, UT_KCTX) {
     char err[768];
     size_t n = 0;
     if (ut_cuda_cudnn_attn_plan(s, pass, &n, err, sizeof err)) {
-        ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s (unset UT_CUDA_ATTN for utrain's own attention kernels)", err);
+        const char *e = getenv("UT_CUDA_ATTN");
+        if (e && !strcmp(e, "cudnn"))
+            ut_kfail(k, "UT_CUDA_ATTN=cudnn: %s (unset UT_CUDA_ATTN for utrain's own attention kernels)", err);
+        else /* a graph taken before, refused when built again */
+            ut_kfail(k, "cuDNN's fused attention (the default in training): %s (UT_CUDA_ATTN=mma runs utrain's "
+                        "own attention kernels)", err);
         return false;
     }
     *ws = n ? ut_kscratch(k, n) : NULL;
