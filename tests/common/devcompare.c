@@ -16,6 +16,7 @@ void dc_result_free(dc_result *r) {
 }
 
 ut_dtype dc_autocast = UT_F32;
+bool dc_no_grad = false;
 
 int dc_run_row(ut_device dev, const gc_row *row, void *const *host, const float *R, long long nR, dc_result *res) {
     memset(res, 0, sizeof *res);
@@ -28,7 +29,7 @@ int dc_run_row(ut_device dev, const gc_row *row, void *const *host, const float 
         int64_t ne[4];
         for (int d = 0; d < gi->ndim; d++) ne[d] = gi->ne[d];
         in[i] = ut_tensor_from(ctx, gi->kind == GC_INDEX ? UT_I32 : UT_F32, gi->ndim, ne, host[i]);
-        ut_tensor_set_requires_grad(in[i], gi->kind != GC_INDEX && gi->kind != GC_CONST);
+        ut_tensor_set_requires_grad(in[i], !dc_no_grad && gi->kind != GC_INDEX && gi->kind != GC_CONST);
     }
     ut_tensor *out = row->build(ctx, in);
     ut_tensor *oc = out ? ut_contiguous(ctx, out) : NULL;

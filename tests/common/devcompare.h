@@ -2,7 +2,7 @@
  * same inputs: the output and every input's gradient of L = sum(out * R),
  * compared. The CUDA test (tolerance) and the sim device test (to the bit)
  * use it.
- * defines: dc_result, dc_run_row, dc_result_free, dc_rel_err, dc_compare_row, dc_autocast. */
+ * defines: dc_result, dc_run_row, dc_result_free, dc_rel_err, dc_compare_row, dc_autocast, dc_no_grad. */
 #ifndef UTRAIN_TEST_DEVCOMPARE_H
 #define UTRAIN_TEST_DEVCOMPARE_H
 
@@ -19,6 +19,8 @@ typedef struct {
 
 /* the autocast dtype the rows run under (F32: off) */
 extern ut_dtype dc_autocast;
+/* true: dc_run_row's inputs take no gradient (a forward without one, R NULL) */
+extern bool dc_no_grad;
 
 /* Runs row on dev from the host inputs; with R (nR floats, the output's
  * size) also backward of sum(out * R). 0, or -1 with res->err. */

@@ -484,7 +484,34 @@ static void test_autocast_rows(void) {
 /* Causal attention in training takes cuDNN's fused attention by default
  * where it runs (the same bits as UT_CUDA_ATTN=cudnn), else utrain's
  * mma.sync kernels (the same bits as UT_CUDA_ATTN=mma); T a multiple of 64
- * and not, heads of 64 and 16, bf16. */
+ * and not, heads of 64 and 16, bf16. Then forwards without a gradient: of
+ * the shapes trained on, cuDNN's again (or utrain's); of a shape never
+ * trained on, utrain's kernels. */
+static void forward_bits_env(const gc_row *row, const char *var, const char *va, const char *vb) {
+    ut_rng r;
+    ut_rng_seed(&r, 7);
+    void *host[4] = {0};
+    for (int i = 0; i < row->nin; i++) {
+        host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
+        gc_fill(&row->in[i], host[i], &r);
+    }
+    dc_result a, b;
+    dc_no_grad = true;
+    set_or_unset(var, va);
+    int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+    set_or_unset(var, vb);
+    int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
+    set_or_unset(var, NULL);
+    dc_no_grad = false;
+    CHECK(ra == 0 && rb == 0, "%s without gradients: %s %s", row->name, a.err, b.err);
+    if (ra == 0 && rb == 0)
+        CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
+              "%s without gradients: outputs differ with %s=%s", row->name, var, vb ? vb : "(unset)");
+    dc_result_free(&a);
+    dc_result_free(&b);
+    for (int i = 0; i < 4; i++) free(host[i]);
+}
+
 static void test_attention_default(void) {
     char why[512];
     bool cudnn = ut_cuda_cudnn_attn_default(why, sizeof why);
@@ -494,6 +521,11 @@ static void test_attention_default(void) {
     dc_autocast = UT_BF16;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
         if (selected(rows[k])) same_bits_env(rows[k], "UT_CUDA_ATTN", NULL, cudnn ? "cudnn" : "mma");
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (selected(rows[k])) forward_bits_env(rows[k], "UT_CUDA_ATTN", NULL, cudnn ? "cudnn" : "mma");
+    /* a shape no training took (2 x 70 x 768 heads of 64): utrain's kernels */
+    static const gc_row fresh = {"causal attention 2 x 70 x 768, 12 heads", 1, {{3, {2, 70, 2304}}}, b_attn};
+    forward_bits_env(&fresh, "UT_CUDA_ATTN", NULL, "mma");
     dc_autocast = UT_F32;
 }
 

@@ -190,9 +190,11 @@ static ut_cudnn_attn cudnn_shape(const ut_tensor *t, const attn_dims *d) {
  *    the cuDNN frontend, cuDNN opens and takes both passes of the shape: on
  *    an H200 it ran GPT-2 124M's bf16 step 15-20% faster than utrain's
  *    mma.sync kernels (docs/gpu.md). The first DEFAULT_SHAPES shapes are
- *    tried (each builds two graphs); later ones, and forwards without a
- *    gradient (evaluation, generation, whose lengths vary), keep utrain's
- *    kernels, so no run builds graphs without end;
+ *    tried (each builds two graphs); later ones keep utrain's kernels, so
+ *    no run builds graphs without end. A forward without a gradient
+ *    (evaluation, generation) takes cuDNN only for a shape taken for
+ *    training (a third graph; evaluation at the training batch's shape),
+ *    else utrain's kernels (generation's lengths vary);
  *  - with UT_CUDA_ATTN=cudnn, every such attention, and there it is
  *    required: when cuDNN is missing or refuses the shape the step stops
  *    saying why (unset UT_CUDA_ATTN for utrain's kernels);
@@ -215,14 +217,21 @@ static bool same_shape(const ut_cudnn_attn *a, const ut_cudnn_attn *b) {
     return a->B == b->B && a->T == b->T && a->C == b->C && a->NH == b->NH && a->dt == b->dt;
 }
 
-/* the default's answer for shape s: cuDNN takes its training forward and
- * its backward, decided once per shape (the first DEFAULT_SHAPES) */
-static bool cudnn_default(const ut_cudnn_attn *s) {
+/* the default's answer for shape s: in training, cuDNN takes its training
+ * forward and its backward, decided once per shape (the first
+ * DEFAULT_SHAPES); without a gradient, the shape was taken for training and
+ * cuDNN takes its forward without statistics (no backward follows, so each
+ * such call may decide alone) */
+static bool cudnn_default(const ut_cudnn_attn *s, bool train) {
     pthread_mutex_lock(&g_default.mu);
     bool ok = false, found = false;
     for (int i = 0; i < g_default.n && !found; i++)
         if (same_shape(&g_default.tried[i].s, s)) found = true, ok = g_default.tried[i].ok;
-    if (!found && g_default.n < DEFAULT_SHAPES && ut_cuda_cudnn_attn_built()) {
+    if (!train) {
+        char err[768];
+        size_t ws;
+        ok = ok && !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_INFER, &ws, err, sizeof err);
+    } else if (!found && g_default.n < DEFAULT_SHAPES && ut_cuda_cudnn_attn_built()) {
         char err[768];
         size_t ws;
         ok = !ut_cuda_cudnn_attn_plan(s, UT_CUDNN_ATTN_TRAIN, &ws, err, sizeof err) &&
@@ -239,9 +248,8 @@ static bool cudnn_wanted(const ut_tensor *t, const attn_dims *d) {
     bool asked = e && !strcmp(e, "cudnn");
     if ((e && *e && !asked) || !stored_16(t) || d->NH <= 0 || d->hs % 8) return false;
     if (asked) return true;
-    if (!t->src[0]->requires_grad) return false;
     ut_cudnn_attn s = cudnn_shape(t, d);
-    return cudnn_default(&s);
+    return cudnn_default(&s, t->src[0]->requires_grad);
 }
 
 bool ut_cuda_cudnn_attn_default(char *why, size_t n) {

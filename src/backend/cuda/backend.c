@@ -345,10 +345,10 @@ static const char *attention_path(ut_dtype dt) {
                "others float32)";
     char why[256];
     if (!(e && !strcmp(e, "mma")) && ut_cuda_cudnn_attn_default(why, sizeof why))
-        return "cuDNN's fused flash attention for causal self-attention in training (heads a multiple of 8; "
-               "UT_CUDA_ATTN=mma: utrain's kernels); utrain's fused flash attention on the tensor cores "
-               "(mma.sync) for evaluation, generation, masked and packed-sequence attention (heads of 64; others "
-               "float32)";
+        return "cuDNN's fused flash attention for causal self-attention in training and at the shapes trained on "
+               "(heads a multiple of 8; UT_CUDA_ATTN=mma: utrain's kernels); utrain's fused flash attention on the "
+               "tensor cores (mma.sync) for other shapes (generation), masked and packed-sequence attention (heads "
+               "of 64; others float32)";
     return "utrain's fused flash attention on the tensor cores (mma.sync, 16-bit tensors as stored; heads of 64, "
            "others float32)";
 }
