@@ -336,14 +336,20 @@ static void set_or_unset(const char *var, const char *v) {
     if (v) setenv(var, v, 1);
     else unsetenv(var);
 }
-static void same_bits_env(const gc_row *row, const char *var, const char *va, const char *vb) {
-    ut_rng r;
-    ut_rng_seed(&r, 7);
-    void *host[4] = {0};
+/* row's inputs in host (malloc'd), drawn from r seeded 7; r goes on */
+static void row_inputs(const gc_row *row, ut_rng *r, void *host[4]) {
+    ut_rng_seed(r, 7);
+    for (int i = 0; i < 4; i++) host[i] = NULL;
     for (int i = 0; i < row->nin; i++) {
         host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
-        gc_fill(&row->in[i], host[i], &r);
+        gc_fill(&row->in[i], host[i], r);
     }
+}
+
+static void same_bits_env(const gc_row *row, const char *var, const char *va, const char *vb) {
+    ut_rng r;
+    void *host[4];
+    row_inputs(row, &r, host);
     dc_result a, b;
     dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
     long long n = a.nout;
@@ -489,12 +495,8 @@ static void test_autocast_rows(void) {
  * trained on, utrain's kernels. */
 static void forward_bits_env(const gc_row *row, const char *var, const char *va, const char *vb) {
     ut_rng r;
-    ut_rng_seed(&r, 7);
-    void *host[4] = {0};
-    for (int i = 0; i < row->nin; i++) {
-        host[i] = malloc(sizeof(float) * (size_t)gc_count(&row->in[i]));
-        gc_fill(&row->in[i], host[i], &r);
-    }
+    void *host[4];
+    row_inputs(row, &r, host);
     dc_result a, b;
     dc_no_grad = true;
     set_or_unset(var, va);
