@@ -44,10 +44,10 @@ static const void *weight16(ut_tensor *t, ut_tensor *w, bool backward, const ut_
 
 /* The row stride, in elements of size el, that cuBLASLt's fast kernels take
  * for an (N, OC) result or gradient: rows 16 bytes apart. Where OC is not a
- * multiple of that (GPT-2's head: 50257 tokens), the product runs on an
- * OC-wide copy at this stride in scratch: on an H200 the head's products on
- * 50257-element rows reached 95-145 TFLOP/s against 480-700 for the aligned
- * shapes of the same step (bench/gpu_gemm, docs/gpu.md). */
+ * multiple of that, the product runs on an OC-wide copy at this stride in
+ * scratch. (For GPT-2's 50257-token head the stride alone was not enough:
+ * only the weight gradient sped up, 144 to 425 TFLOP/s on an H200; the
+ * width itself had to grow, padded_oc below.) */
 static int64_t ld16(int64_t cols, size_t el) {
     int64_t per = 16 / (int64_t)el;
     return (cols + per - 1) / per * per;
@@ -68,10 +68,18 @@ static int64_t ld16(int64_t cols, size_t el) {
  * products (TF32 or exact) are padded alike (the weight's copy 154 MB for
  * GPT-2; not yet timed on a GPU). UT_CUDA_LT_PAD=0 runs the products at OC
  * (rows ld16 apart) instead. */
-static int64_t padded_oc(int64_t OC) {
+static int64_t padded_oc(int64_t OC) { /* a multiple of 128 when padded, so ld16(OCp, el) is OCp */
     const char *e = getenv("UT_CUDA_LT_PAD");
     if ((e && !strcmp(e, "0")) || OC < 4096 || OC % 128 == 0) return OC;
     return (OC + 127) / 128 * 128;
+}
+
+/* the bias (OC) with zeros up to OCp, in scratch (b itself when OCp == OC) */
+static const float *padded_bias(const ut_tensor *b, int64_t OC, int64_t OCp, const ut_kctx *k) {
+    if (!b || OCp == OC) return b ? f32(b) : NULL;
+    float *c = ut_kscratch(k, (size_t)OCp * sizeof(float));
+    utk_rows_pad(c, 0, OCp, b->data, 0, OC, 1, OC, 1);
+    return c;
 }
 
 /* w (OC, C) stored in dt (0 float32, else 16-bit) with zero rows up to
@@ -89,16 +97,11 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     int dt = (int)t->autocast;
     const void *x16 = as16(x, t->autocast, N * C, k);
     const void *wp = padded_weight(weight16(t, w, false, k), dt, OC, OCp, C, k);
-    const float *bp = b ? f32(b) : NULL;
-    if (b && OCp != OC) { /* the bias epilogue reads OCp values */
-        float *c = ut_kscratch(k, (size_t)OCp * sizeof(float));
-        utk_rows_pad(c, 0, OCp, bp, 0, OC, 1, OC, 1);
-        bp = c;
-    }
+    const float *bp = padded_bias(b, OC, OCp, k); /* the bias epilogue reads OCp values */
     /* cuBLASLt writes the 16-bit output itself, the bias added in float32
      * (into aligned or padded rows in scratch, then moved, where OC needs it) */
     if (t->dtype == t->autocast) {
-        int64_t ldo = OCp != OC ? OCp : ld16(OC, 2);
+        int64_t ldo = ld16(OCp, 2);
         void *out = ldo == OC ? t->data : ut_kscratch(k, (size_t)(N * ldo) * 2);
         if (ut_cuda_gemm16_out(false, true, N, OCp, C, 1.0f, x16, C, wp, C, 0.0f, out, ldo, dt, bp)) {
             if (out != t->data) utk_rows_convert(t->data, dt, OC, out, dt, ldo, N, OC);
@@ -106,7 +109,7 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
             return;
         }
     }
-    int64_t ldt = OCp != OC ? OCp : ld16(OC, sizeof(float));
+    int64_t ldt = ld16(OCp, sizeof(float));
     float *tmp = ut_kscratch(k, (size_t)(N * ldt) * sizeof(float));
     ut_cuda_gemm16(false, true, N, OCp, C, 1.0f, x16, C, wp, C, 0.0f, tmp, ldt, dt);
     /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
@@ -127,7 +130,7 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     }
     /* the products read it with rows 16 bytes apart (ld16), or padded with
      * zero columns to OCp: a copy where OC needs one */
-    int64_t OCp = padded_oc(OC), ldg = OCp != OC ? OCp : ld16(OC, 2);
+    int64_t OCp = padded_oc(OC), ldg = ld16(OCp, 2);
     const void *gp = g16;
     if (ldg != OC) {
         void *c = ut_kscratch(k, (size_t)(N * ldg) * 2);
@@ -169,20 +172,12 @@ void ut_linear_fwd_cuda(ut_tensor *t, UT_KCTX) {
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
-    int64_t ldo = OCp != OC ? OCp : ld16(OC, sizeof(float));
+    int64_t ldo = ld16(OCp, sizeof(float));
     const float *wp = padded_weight(f32(w), 0, OC, OCp, C, k);
     /* the product's rows 16 bytes apart (ld16) or OCp wide: in scratch, then
      * moved, where OC needs it; the bias first (zero in the padding) */
     float *out = ldo == OC ? f32(t) : ut_kscratch(k, (size_t)(N * ldo) * sizeof(float));
-    if (b) {
-        const float *bp = f32(b);
-        if (OCp != OC) {
-            float *c = ut_kscratch(k, (size_t)OCp * sizeof(float));
-            utk_rows_pad(c, 0, OCp, bp, 0, OC, 1, OC, 1);
-            bp = c;
-        }
-        utk_rows_fill(out, ldo, bp, N, OCp);
-    }
+    if (b) utk_rows_fill(out, ldo, padded_bias(b, OC, OCp, k), N, OCp);
     ut_cuda_sgemm(false, true, N, OCp, C, 1.0f, f32(x), C, 0, wp, C, 0, b ? 1.0f : 0.0f, out, ldo, 0, 1);
     if (out != f32(t)) utk_rows_convert(t->data, 0, OC, out, 0, ldo, N, OC);
     ut_kscratch_release(k);
@@ -195,7 +190,7 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
     }
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
-    int64_t ldg = OCp != OC ? OCp : ld16(OC, sizeof(float));
+    int64_t ldg = ld16(OCp, sizeof(float));
     const float *G = t->grad, *Gp = G;
     if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16), or zero-padded to OCp */
         float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
