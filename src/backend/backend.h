@@ -52,7 +52,12 @@ typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_
  *   ut_kscratch(k, bytes), ut_kscratch_release(k), ut_kround16(k, s, n, dt, bwd)
  *                         autocast's scratch and kept 16-bit parameter copies,
  *                         for kernels that do autocast themselves
- *                         (UT_KCAP_NATIVE_16, UT_KCAP_READS_16) */
+ *                         (UT_KCAP_NATIVE_16, UT_KCAP_READS_16)
+ *   ut_kfresh(k, i)       in a backward of an op marked UT_KCAP_FRESH_GRAD:
+ *                         src[i]->grad was made for this backward and holds no
+ *                         values yet (not even zeros): the kernel writes every
+ *                         element of it rather than adding (ut_kbeta(k, i):
+ *                         a product's beta, 0 or 1) */
 struct ut_kctx {
     void *owner;
     void *arena;    /* the device arena ut_kalloc takes from (opaque) */
@@ -65,6 +70,7 @@ struct ut_kctx {
     float *(*scratch)(const ut_kctx *k, size_t bytes);
     void (*scratch_release)(const ut_kctx *k);
     const void *(*round16)(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward);
+    unsigned fresh; /* backward: bit i set when src[i]->grad is to be written, not added to */
 };
 static inline void *ut_kalloc(const ut_kctx *k, size_t bytes) { return k->dalloc(k, bytes); }
 static inline void *ut_khost(const ut_kctx *k, size_t bytes) { return k->halloc(k, bytes); }
@@ -73,6 +79,17 @@ static inline float *ut_kscratch(const ut_kctx *k, size_t bytes) { return k->scr
 static inline void ut_kscratch_release(const ut_kctx *k) { k->scratch_release(k); }
 static inline const void *ut_kround16(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward) {
     return k->round16(k, s, n, dt, backward);
+}
+static inline bool ut_kfresh(const ut_kctx *k, int i) { return (k->fresh >> i) & 1u; }
+static inline float ut_kbeta(const ut_kctx *k, int i) { return ut_kfresh(k, i) ? 0.0f : 1.0f; }
+/* For a kernel that can only add into some of its sources' gradients (bit i
+ * of srcs: src[i]): those of them that are fresh zeroed with its backend's
+ * memset, so adding into them is right. */
+static inline void ut_kzero_fresh(const ut_kctx *k, ut_tensor *t, unsigned srcs,
+                                  void (*zero)(void *p, int v, size_t bytes)) {
+    for (int i = 0; i < UT_MAX_SRC; i++)
+        if ((srcs >> i) & 1u && ut_kfresh(k, i) && t->src[i] && t->src[i]->grad)
+            zero(t->src[i]->grad, 0, (size_t)ut_nelem(t->src[i]) * (ut_dtype_is16(t->src[i]->dtype) ? 2 : sizeof(float)));
 }
 void ut_kfail(const ut_kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -90,13 +107,22 @@ void ut_kfail(const ut_kctx *k, const char *fmt, ...) __attribute__((format(prin
  *                      rounds float32 sources to t->autocast itself; core
  *                      converts nothing around it. It may take
  *                      ut_autocast_scratch and then must call
- *                      ut_autocast_release before it returns (CUDA's linear) */
+ *                      ut_autocast_release before it returns (CUDA's linear)
+ * and what its backward does with gradients that hold nothing yet:
+ *   UT_KCAP_FRESH_GRAD backward honours k->fresh (ut_kfresh): a source's
+ *                      gradient that no op has written yet is handed over
+ *                      unzeroed, and the kernel writes it whole (zeroing it
+ *                      first itself where it can only add, e.g. a broadcast
+ *                      operand's sum). Core then skips the memset and the
+ *                      kernel the read of zeros: two passes over every such
+ *                      gradient (src/core/autograd.c). An op without it gets
+ *                      zeroed gradients and adds, as before. */
 typedef void (*ut_op_fn)(ut_tensor *t, const ut_kctx *k);
 /* A kernel's context parameter, named k, in its definition:
  *   void ut_relu_fwd_cpu(ut_tensor *t, UT_KCTX) { ... }
  * (kernels that need nothing of it leave it unused without a warning) */
 #define UT_KCTX const ut_kctx *k __attribute__((unused))
-enum { UT_KCAP_READS_16 = 1 << 0, UT_KCAP_WRITES_16 = 1 << 1, UT_KCAP_NATIVE_16 = 1 << 2 };
+enum { UT_KCAP_READS_16 = 1 << 0, UT_KCAP_WRITES_16 = 1 << 1, UT_KCAP_NATIVE_16 = 1 << 2, UT_KCAP_FRESH_GRAD = 1 << 3 };
 typedef struct {
     ut_op_fn forward;
     ut_op_fn backward;

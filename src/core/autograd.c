@@ -49,17 +49,46 @@ static void note_first_use(ut_ctx *ctx, int pi, int pos) {
         }                                                                             \
     } while (0)
 
+/* The gradients t's backward adds into (or writes), made where missing.
+ * An op's output (not a leaf: parameters and inputs keep zeroed gradients
+ * that outlive the step) whose gradient does not exist yet is given one
+ * unzeroed when t's kernel writes gradients whole (UT_KCAP_FRESH_GRAD,
+ * backend.h) and it appears once among t's sources (x + x adds twice into
+ * one): the returned mask tells the kernel which (ut_kctx.fresh). The first
+ * consumer in backward order writes it, later ones add. Every other one is
+ * zeroed, and added to. With UT_FRESH_GRADS=0 none is fresh; with
+ * UT_FRESH_GRADS=nan a fresh one is filled with NaNs first, so a kernel
+ * that adds into one poisons the step (the tests' check). */
+static unsigned source_grads(ut_ctx *ctx, ut_tensor *t, unsigned caps, bool lowp) {
+    unsigned fresh = 0;
+    bool can = ctx->fresh_grads && (caps & UT_KCAP_FRESH_GRAD) && !lowp;
+    for (int k = ut_op_is(t->op, UT_OPP_OWNS_SRC0_GRAD) ? 1 : 0; k < UT_MAX_SRC; k++) {
+        ut_tensor *s = t->src[k];
+        if (!s || !s->requires_grad) continue;
+        bool once = true;
+        for (int j = 0; j < UT_MAX_SRC; j++) once = once && (j == k || t->src[j] != s);
+        if (can && once && !s->grad && s->op != UT_OP_NONE) {
+            ut_grad_unzeroed(s, ctx->fresh_grads == 2);
+            fresh |= 1u << k;
+        } else {
+            ut_grad(s);
+        }
+    }
+    return fresh;
+}
+
 void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
     const ut_op_vtable *ops = ut_op_table(ctx->device);
     for (int i = hi - 1; i >= lo && !ctx->has_err; i--) {
         ut_tensor *t = ctx->tape[i];
         if (t->grad) {
-            for (int k = ut_op_is(t->op, UT_OPP_OWNS_SRC0_GRAD) ? 1 : 0; k < UT_MAX_SRC; k++)
-                if (t->src[k] && t->src[k]->requires_grad) ut_grad(t->src[k]);
+            bool lowp = ut_lowp_needed(t, true);
+            unsigned fresh = source_grads(ctx, t, ops[t->op].caps, lowp);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
             ut_prof_mark t0 = ut_prof_begin(ctx);
             ut_kctx k = ut_ctx_launch(ctx, UT_OP_NONE); /* backward draws nothing */
-            if (ut_lowp_needed(t, true)) ut_lowp_backward(t, ops[t->op].backward, &k);
+            k.fresh = fresh;
+            if (lowp) ut_lowp_backward(t, ops[t->op].backward, &k);
             else ops[t->op].backward(t, &k);
             ut_prof_end(ctx, t, 1, t0);
             ut_flops_count(ctx, t, true);

@@ -63,6 +63,8 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ut_ctx_use_scratch(ctx, false);
     ctx->grad_enabled = true;
     ctx->training = true;
+    const char *fg = getenv("UT_FRESH_GRADS"); /* docs/engine.md: 0 off, nan poisoned, else on */
+    ctx->fresh_grads = fg && !strcmp(fg, "0") ? 0 : fg && !strcmp(fg, "nan") ? 2 : 1;
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
     ctx->locked = !ctx->be->host_memory;
@@ -775,12 +777,21 @@ ut_tensor *ut_op_run(ut_tensor *t) {
     return t;
 }
 
+static size_t grad_bytes(const ut_tensor *t) {
+    return (size_t)ut_nelem(t) * (ut_dtype_is16(t->dtype) ? 2 : sizeof(float));
+}
+
 float *ut_grad(ut_tensor *t) {
     if (!t->grad) {
-        bool lowp = ut_dtype_is16(t->dtype);
-        size_t bytes = (size_t)ut_nelem(t) * (lowp ? 2 : sizeof(float));
+        size_t bytes = grad_bytes(t);
         t->grad = ut_ctx_dalloc(t->ctx, bytes);
         ut_backend_get(t->device)->memset(t->grad, 0, bytes);
     }
     return t->grad;
+}
+
+void ut_grad_unzeroed(ut_tensor *t, bool poison) {
+    size_t bytes = grad_bytes(t);
+    t->grad = ut_ctx_dalloc(t->ctx, bytes);
+    if (poison) ut_backend_get(t->device)->memset(t->grad, 0xff, bytes); /* NaN in every float type */
 }

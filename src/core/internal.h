@@ -111,6 +111,7 @@ struct ut_ctx {
     ut_tensor **tape;
     int tape_len, tape_cap;
     bool grad_enabled, training, in_checkpoint, collecting;
+    int fresh_grads;  /* gradients written whole where kernels can (autograd.c): 0 off, 1 on, 2 NaN-filled */
     ut_device device;
     ut_philox rng;    /* dropout's generator: key, stream, offset */
     ut_grad_ready_fn grad_hook;
@@ -266,6 +267,9 @@ ut_tensor *ut_view_new(ut_ctx *ctx, int op, ut_tensor *src, int ndim, const int6
 /* Grad buffer of t, allocated zeroed from the current arena if missing: float32,
  * or for a BF16/F16 tensor 16-bit storage in its dtype (read through ut_lowp_backward). */
 float *ut_grad(ut_tensor *t);
+/* t's gradient made (it has none) without zeroing, for a backward that
+ * writes it whole (backend.h, UT_KCAP_FRESH_GRAD); poison: filled with NaNs. */
+void ut_grad_unzeroed(ut_tensor *t, bool poison);
 void ut_tape_push(ut_ctx *ctx, ut_tensor *t);
 void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks);
 void ut_note_param(ut_ctx *ctx, const ut_tensor *t);

@@ -17,21 +17,23 @@ void dc_result_free(dc_result *r) {
 
 ut_dtype dc_autocast = UT_F32;
 bool dc_no_grad = false;
+bool dc_through = false;
 
 int dc_run_row(ut_device dev, const gc_row *row, void *const *host, const float *R, long long nR, dc_result *res) {
     memset(res, 0, sizeof *res);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.arena_bytes = 1 << 20, .seed = 1234, .device = dev});
     ut_ctx_set_training(ctx, row->training);
     ut_ctx_set_autocast(ctx, dc_autocast);
-    ut_tensor *in[4] = {0};
+    ut_tensor *in[4] = {0}, *use[4] = {0};
     for (int i = 0; i < row->nin; i++) {
         const gc_input *gi = &row->in[i];
         int64_t ne[4];
         for (int d = 0; d < gi->ndim; d++) ne[d] = gi->ne[d];
         in[i] = ut_tensor_from(ctx, gi->kind == GC_INDEX ? UT_I32 : UT_F32, gi->ndim, ne, host[i]);
         ut_tensor_set_requires_grad(in[i], !dc_no_grad && gi->kind != GC_INDEX && gi->kind != GC_CONST);
+        use[i] = dc_through && in[i]->requires_grad ? ut_scale(ctx, in[i], 1.0f) : in[i];
     }
-    ut_tensor *out = row->build(ctx, in);
+    ut_tensor *out = row->build(ctx, use);
     ut_tensor *oc = out ? ut_contiguous(ctx, out) : NULL;
     if (oc && oc->dtype != UT_F32) oc = ut_tensor_to(ctx, oc, UT_F32); /* a 16-bit output under autocast */
     int rc = -1;

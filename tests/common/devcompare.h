@@ -2,7 +2,8 @@
  * same inputs: the output and every input's gradient of L = sum(out * R),
  * compared. The CUDA test (tolerance) and the sim device test (to the bit)
  * use it.
- * defines: dc_result, dc_run_row, dc_result_free, dc_rel_err, dc_compare_row, dc_autocast, dc_no_grad. */
+ * defines: dc_result, dc_run_row, dc_result_free, dc_rel_err, dc_compare_row, dc_autocast, dc_no_grad,
+ *          dc_through. */
 #ifndef UTRAIN_TEST_DEVCOMPARE_H
 #define UTRAIN_TEST_DEVCOMPARE_H
 
@@ -21,6 +22,11 @@ typedef struct {
 extern ut_dtype dc_autocast;
 /* true: dc_run_row's inputs take no gradient (a forward without one, R NULL) */
 extern bool dc_no_grad;
+/* true: each input that takes a gradient reaches the row through
+ * ut_scale(x, 1), so the row's ops see op outputs, whose gradients backward
+ * may hand them unzeroed to write (backend.h, UT_KCAP_FRESH_GRAD), not
+ * leaves, whose gradients are zeroed and added to */
+extern bool dc_through;
 
 /* Runs row on dev from the host inputs; with R (nR floats, the output's
  * size) also backward of sum(out * R). 0, or -1 with res->err. */

@@ -373,7 +373,7 @@ static void layernorm_case(int dt, int N, int C) {
     for (int c = 0; c < C; c++) w[c] = 1.0f + 0.1f * normal(), b[c] = 0.1f * normal();
     ut_cuda_layernorm_fwd(out, dt, mean, rstd, x, dt, w, b, N, C, 1e-5f);
     void *scratch = malloc(ut_cuda_layernorm_bwd_scratch_bytes(N, C));
-    ut_cuda_layernorm_bwd(dx, dw, db, scratch, dy, dt, x, dt, w, mean, rstd, N, C);
+    ut_cuda_layernorm_bwd(dx, true, dw, db, scratch, dy, dt, x, dt, w, mean, rstd, N, C);
     for (int n = 0; n < N; n++) {
         double m = 0, v = 0, sdn = 0, sdnx = 0;
         for (int c = 0; c < C; c++) m += load16(x, dt, (int64_t)n * C + c);
@@ -511,10 +511,10 @@ static void test_gelu_16(void) {
             }
             if (form % 2) {
                 ut_cuda_gelu_erf_fwd(out, dt, x, dt, n);
-                ut_cuda_gelu_erf_bwd(dx, dt, dy, dt, x, dt, n);
+                ut_cuda_gelu_erf_bwd(dx, dt, dy, dt, x, dt, n, true);
             } else {
                 ut_cuda_gelu_fwd(out, dt, x, dt, n);
-                ut_cuda_gelu_bwd(dx, dt, dy, dt, x, dt, n);
+                ut_cuda_gelu_bwd(dx, dt, dy, dt, x, dt, n, true);
             }
             for (int64_t i = 0; i < n; i++) {
                 double d;

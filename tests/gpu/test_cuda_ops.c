@@ -942,6 +942,35 @@ static void test_device_peak(void) {
         CHECK(p16 == 132 * 1.98e9 * 4096, "the emulator's estimate %.6g", p16);
 }
 
+/* Gradients written whole where no op has written them yet (backend.h,
+ * UT_KCAP_FRESH_GRAD): every row again with its inputs behind an op
+ * (dc_through), so its ops' input gradients are handed over unzeroed, in
+ * float32 and bf16 autocast. UT_FRESH_GRADS=nan fills those with NaNs first
+ * (on both devices): a kernel that adds into one instead of writing it
+ * fails its row. Mutation-checked: gelu's backward adding where told to
+ * write fails the gelu rows here. */
+static void test_fresh_grads(void) {
+    setenv("UT_FRESH_GRADS", "nan", 1);
+    dc_through = true;
+#define RUNF_THROUGH(f) run_family(#f " through", gc_rows_##f, gc_nrows_##f);
+    GC_FAMILIES(RUNF_THROUGH)
+    /* the GPT-2 block's ops under autocast (16-bit gradients; cuDNN's
+     * attention writing qkv's gradient in place where it runs) */
+    static const char *const names[] = {"layernorm 512 x 768", "mlp 256", "causal attention 2 x 128 x 768",
+                                        "linear -> layernorm 256", "x + linear(x) 256", "x + dropout(linear(x)) 256",
+                                        "linear(x) + bias 24 x 4100"};
+    const gc_row *rows[sizeof names / sizeof names[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++)
+        for (size_t j = 0; j < sizeof names / sizeof names[0]; j++)
+            if (!strncmp(big_rows[i].name, names[j], strlen(names[j])) && n < sizeof rows / sizeof rows[0])
+                rows[n++] = &big_rows[i];
+    CHECK(n == sizeof rows / sizeof rows[0], "found %zu of the rows", n);
+    autocast_rows("through", rows, n);
+    dc_through = false;
+    unsetenv("UT_FRESH_GRADS");
+}
+
 int main(void) {
     /* first: these fork, and CUDA must not be initialised before */
     RUN(test_cudnn_refused);
@@ -968,5 +997,6 @@ int main(void) {
     RUN(test_model_on_device);
     RUN(test_adafactor_shapes);
     RUN(test_device_peak);
+    RUN(test_fresh_grads);
     return TEST_SUMMARY();
 }

@@ -361,6 +361,22 @@ static void test_autocast_rows(void) {
     dc_autocast = UT_F32;
 }
 
+/* Gradients written whole where no op has written them yet (backend.h,
+ * UT_KCAP_FRESH_GRAD): every row with its inputs behind an op
+ * (dc_through), the unwritten gradients NaN-filled (UT_FRESH_GRADS=nan)
+ * on both devices: the CPU's bits still, and none of the NaNs. */
+static void test_fresh_grads(void) {
+    setenv("UT_FRESH_GRADS", "nan", 1);
+    dc_through = true;
+    const gc_row *all[] = {gc_rows_core, gc_rows_unary, gc_rows_loss, gc_rows_nn};
+    const int counts[] = {gc_nrows_core, gc_nrows_unary, gc_nrows_loss, gc_nrows_nn};
+    for (int f = 0; f < 4; f++)
+        for (int i = 0; i < counts[f]; i++)
+            if (dc_compare_row("through", &all[f][i], UT_SIM, 0)) t_checks_failed++;
+    dc_through = false;
+    unsetenv("UT_FRESH_GRADS");
+}
+
 /* A model on the sim device: its flat buffers are device memory with the
  * CPU model's initial values; one forward, backward and AdamW step of the
  * CNN on the same batch give the CPU's loss, gradients and weights to the
@@ -722,6 +738,7 @@ int main(int argc, char **argv) {
 #define RUNF(f) run_family(#f, gc_rows_##f, gc_nrows_##f);
     GC_FAMILIES(RUNF)
     RUN(test_autocast_rows);
+    RUN(test_fresh_grads);
     RUN(test_model_on_sim);
     RUN(test_scaled_step);
     RUN(test_param_copies);

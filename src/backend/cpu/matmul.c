@@ -66,9 +66,10 @@ static void bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
 }
 
 /* dx (N, C) += dout @ w; dw (OC, C) += dout^T @ x; db (OC) += column sums of dout */
-static void linear_backward(const mm_path *p, float *dx, float *dw, float *db, const float *dout,
+/* dx_beta 0: dx holds nothing yet and is written (backend.h, UT_KCAP_FRESH_GRAD) */
+static void linear_backward(const mm_path *p, float *dx, float dx_beta, float *dw, float *db, const float *dout,
                             const float *x, const float *w, int64_t N, int64_t C, int64_t OC) {
-    if (dx) gemm(p, false, false, N, C, OC, dout, w, 1.0f, dx);
+    if (dx) gemm(p, false, false, N, C, OC, dout, w, dx_beta, dx);
     if (dw) gemm(p, true, false, OC, C, N, dout, x, 1.0f, dw);
     if (db) bias_grad(db, dout, N, OC);
 }
@@ -128,21 +129,21 @@ static void linear_forward_16(const mm_path *p, ut_tensor *t, const float *x, co
 
 /* linear_backward with dout (N, OC) in 16-bit storage of dt: dx by blocks of
  * dout's rows, dw and db by blocks of its columns (one block when small). */
-static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float *dw, float *db, const float *x,
-                               const float *w, int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
+static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float dx_beta, float *dw, float *db,
+                               const float *x, const float *w, int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
     const void *g = t->grad;
     ut_dtype dt = t->dtype;
     int64_t R = block_rows(N, OC), B = block_cols(N, OC);
     float *buf = ut_kscratch(k, (size_t)(R * OC > N * B ? R * OC : N * B) * sizeof(float));
     if (R == N) { /* the whole gradient widened once */
         ut_cpu_convert(buf, UT_F32, g, dt, N * OC);
-        linear_backward(p, dx, dw, db, buf, x, w, N, C, OC);
+        linear_backward(p, dx, dx_beta, dw, db, buf, x, w, N, C, OC);
         return;
     }
     for (int64_t r0 = 0; dx && r0 < N; r0 += R) { /* dx[r0:] += dout[r0:] @ w */
         int64_t n = N - r0 < R ? N - r0 : R;
         ut_cpu_convert(buf, UT_F32, row_ptr((void *)g, dt, r0 * OC), dt, n * OC);
-        gemm(p, false, false, n, C, OC, buf, w, 1.0f, dx + r0 * C);
+        gemm(p, false, false, n, C, OC, buf, w, dx_beta, dx + r0 * C);
     }
     for (int64_t o0 = 0; (dw || db) && o0 < OC; o0 += B) { /* dw[o0:] += dout[:, o0:]^T @ x */
         int64_t m = OC - o0 < B ? OC - o0 : B;
@@ -166,8 +167,9 @@ void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
     mm_path p = path_of(t, N * OC + (N > OC ? N : OC) * C, k);
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     float *db = b && b->requires_grad ? b->grad : NULL;
-    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, dw, db, ut_f32(x), ut_f32(w), N, C, OC, k);
-    else linear_backward(&p, dx, dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
+    ut_kzero_fresh(k, t, 6u, ut_cpu_memset); /* dw, db are added into; dx is written when fresh */
+    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, ut_kbeta(k, 0), dw, db, ut_f32(x), ut_f32(w), N, C, OC, k);
+    else linear_backward(&p, dx, ut_kbeta(k, 0), dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
 void ut_matmul_fwd_cpu(ut_tensor *t, UT_KCTX) {

@@ -313,12 +313,17 @@ static void cudnn_bwd(ut_tensor *t, const attn_dims *d, UT_KCTX) {
     void *ws;
     if (cudnn_ws(&s, UT_CUDNN_ATTN_BWD, &ws, k)) {
         int64_t n = d->B * d->T * 3 * d->C;
-        void *dqkv = ut_kscratch(k, (size_t)n * 2);
+        /* a fresh gradient stored in the product's dtype takes cuDNN's dqkv
+         * itself; another is written or added to from scratch */
+        bool direct = ut_kfresh(k, 0) && qkv->dtype == t->autocast;
+        void *dqkv = direct ? qkv->grad : ut_kscratch(k, (size_t)n * 2);
         char err[768];
         if (ut_cuda_cudnn_attn_bwd(&s, qkv16(t, d, k), t->data, t->grad, ut_attention_probs(t), dqkv, ws, err,
                                    sizeof err))
             ut_kfail(k, "cuDNN's fused attention: %s", err);
-        else
+        else if (ut_kfresh(k, 0) && !direct)
+            ut_cuda_put_dt(qkv->grad, (int)qkv->dtype, dqkv, (int)t->autocast, n);
+        else if (!direct)
             ut_cuda_acc_dt(qkv->grad, (int)qkv->dtype, dqkv, (int)t->autocast, n);
     }
     ut_kscratch_release(k);
@@ -347,7 +352,10 @@ void ut_attention_bwd_cuda(ut_tensor *t, UT_KCTX) {
     attn_dims d = dims_of(t);
     if (cudnn_wanted(t, &d)) {
         cudnn_bwd(t, &d, k);
-    } else if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
+        return;
+    }
+    ut_kzero_fresh(k, t, 1u, ut_backend_cuda.memset); /* utrain's kernels add into qkv's gradient */
+    if (native(t, &d)) { /* t->grad is stored as t (16-bit), qkv's gradient as qkv */
         const float *L = ut_attention_probs(t);
         float *D = ut_kalloc(k, (size_t)(d.B * d.NH * d.T) * sizeof(float));
         bool x16 = qkv->dtype != UT_F32;

@@ -65,11 +65,26 @@ static void reduce_into_b(ut_tensor *t, const grads *g, const ut_tensor *other, 
 void ut_add_fwd_cuda(ut_tensor *t, UT_KCTX) { binary_fwd(t, UT_CUDA_BIN_ADD); }
 void ut_mul_fwd_cuda(ut_tensor *t, UT_KCTX) { binary_fwd(t, UT_CUDA_BIN_MUL); }
 
+/* A fresh gradient (backend.h, UT_KCAP_FRESH_GRAD; never a == b) is written:
+ * a's, and b's where b is not broadcast, as 0 + t's gradient in its dtype
+ * (the bits adding into zeros gives); a broadcast b's is zeroed and summed
+ * into. */
 void ut_add_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
+    int64_t n = ut_nelem(t);
     grads g = grads_begin(t, k);
-    if (a->requires_grad) ut_cuda_acc_dt(g.ga, g.adt, t->grad, (int)t->dtype, ut_nelem(t));
-    if (b->requires_grad) reduce_into_b(t, &g, NULL, k);
+    if (a->requires_grad) {
+        if (ut_kfresh(k, 0)) ut_cuda_put_dt(g.ga, g.adt, t->grad, (int)t->dtype, n);
+        else ut_cuda_acc_dt(g.ga, g.adt, t->grad, (int)t->dtype, n);
+    }
+    if (b->requires_grad) {
+        if (ut_kfresh(k, 1) && ut_nelem(b) == n) {
+            ut_cuda_put_dt(g.gb, g.bdt, t->grad, (int)t->dtype, n);
+        } else {
+            ut_kzero_fresh(k, t, 2u, ut_backend_cuda.memset);
+            reduce_into_b(t, &g, NULL, k);
+        }
+    }
     grads_end(t, &g);
 }
 

@@ -349,17 +349,19 @@ __global__ void reduce_flat_kernel(void *__restrict__ db, int dbt, const void *_
         });
 }
 
-/* dst (n) += src (n), some of them 16-bit; VEC: four at a time, then the tail */
+/* dst (n) += src (n), some of them 16-bit (acc false: dst = 0 + src, dst
+ * not read); VEC: four at a time, then the tail */
 template <bool VEC>
-__global__ void acc_dt_kernel(void *__restrict__ dst, int ddt, const void *__restrict__ src, int sdt, int64_t n) {
+__global__ void acc_dt_kernel(void *__restrict__ dst, int ddt, const void *__restrict__ src, int sdt, int64_t n,
+                              bool acc) {
     utk_ew_loop<VEC>(
         n,
         [&](int64_t v) {
-            float4 o = utk_load4(dst, ddt, v);
+            float4 o = acc ? utk_load4(dst, ddt, v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             utk_store4(dst, ddt, v, combine4(MODE_ADD, o, utk_load4(src, sdt, v), o));
         },
         [&](int64_t i) {
-            utk_store_f32(dst, ddt, i, __fadd_rn(utk_load_f32(dst, ddt, i), utk_load_f32(src, sdt, i)));
+            utk_store_f32(dst, ddt, i, __fadd_rn(acc ? utk_load_f32(dst, ddt, i) : 0.0f, utk_load_f32(src, sdt, i)));
         });
 }
 
@@ -392,18 +394,26 @@ extern "C" void ut_cuda_mul_bwd_a(void *da, int dadt, const void *g, int gdt, co
     binary_launch<MODE_MUL_ACC>(da, dadt, g, gdt, b, bdt, n4, s4, "mul_bwd_a");
 }
 
+static void acc_dt(void *dst, int ddt, const void *src, int sdt, int64_t n, bool acc) {
+    if (n <= 0) return;
+    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
+    if (utk_vec4_ok(dst, ddt) && utk_vec4_ok(src, sdt))
+        acc_dt_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dst, ddt, src, sdt, n, acc);
+    else
+        acc_dt_kernel<false><<<blocks_for(n), kThreads, 0, s>>>(dst, ddt, src, sdt, n, acc);
+    ut_cuda_launched(acc ? "acc_dt" : "put_dt");
+}
+
 extern "C" void ut_cuda_acc_dt(void *dst, int ddt, const void *src, int sdt, int64_t n) {
     if (ddt == 0 && sdt == 0) {
         ut_cuda_acc((float *)dst, (const float *)src, n);
         return;
     }
-    if (n <= 0) return;
-    cudaStream_t s = (cudaStream_t)ut_cuda_stream();
-    if (utk_vec4_ok(dst, ddt) && utk_vec4_ok(src, sdt))
-        acc_dt_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dst, ddt, src, sdt, n);
-    else
-        acc_dt_kernel<false><<<blocks_for(n), kThreads, 0, s>>>(dst, ddt, src, sdt, n);
-    ut_cuda_launched("acc_dt");
+    acc_dt(dst, ddt, src, sdt, n, true);
+}
+
+extern "C" void ut_cuda_put_dt(void *dst, int ddt, const void *src, int sdt, int64_t n) {
+    acc_dt(dst, ddt, src, sdt, n, false);
 }
 
 extern "C" size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4) {

@@ -51,6 +51,9 @@ void ut_cuda_mul_bwd_a(void *da, int dadt, const void *g, int gdt, const void *b
                        const int64_t *s4);
 /* dst (n) += src (n), each as stored */
 void ut_cuda_acc_dt(void *dst, int ddt, const void *src, int sdt, int64_t n);
+/* dst (n) = 0 + src (n) in dst's dtype, dst not read: the bits ut_cuda_acc_dt
+ * gives into zeros (a gradient written whole, backend.h's UT_KCAP_FRESH_GRAD) */
+void ut_cuda_put_dt(void *dst, int ddt, const void *src, int sdt, int64_t n);
 /* Device scratch bytes that ut_cuda_bcast_reduce needs for these sizes (0: none). */
 size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4);
 /* db (b's elements, contiguous) += the sum over the broadcast positions of
@@ -60,21 +63,24 @@ size_t ut_cuda_bcast_reduce_scratch(const int64_t *n4, const int64_t *s4);
 void ut_cuda_bcast_reduce(void *db, int dbt, const void *g, int gdt, const void *other, int odt,
                           const int64_t *n4, const int64_t *s4, void *scratch);
 
-/* ---- elementwise unary ops (unary.cu), flat over n ---- */
+/* ---- elementwise unary ops (unary.cu), flat over n; the backwards add into
+ * dx, or with acc false write it (0 + the term: dx is not read; a gradient
+ * written whole, backend.h's UT_KCAP_FRESH_GRAD) ---- */
 void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n);     /* out = s x */
-void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n);     /* dx += s dy */
+void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n, bool acc); /* dx += s dy */
 void ut_cuda_relu_fwd(float *out, const float *x, int64_t n);
-void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n);
+void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n, bool acc);
 /* the gelus take each buffer in its storage dtype (dt*: 0 float32, 1 bf16, 2
  * fp16, as ut_dtype): widened to float, results rounded to nearest even */
 void ut_cuda_gelu_fwd(void *out, int dto, const void *x, int dtx, int64_t n); /* tanh form */
-void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n);
+void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n, bool acc);
 void ut_cuda_gelu_erf_fwd(void *out, int dto, const void *x, int dtx, int64_t n); /* exact (erf) */
-void ut_cuda_gelu_erf_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n);
+void ut_cuda_gelu_erf_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n,
+                          bool acc);
 void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n);
-void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n);    /* y = tanh x */
+void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, bool acc);    /* y = tanh x */
 void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n);
-void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n); /* y = sigmoid x */
+void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, bool acc); /* y = sigmoid x */
 /* out = keep ? x * scale : 0 and dx += keep ? dy * scale : 0; keep (n bytes,
  * 1 = kept); each buffer in its storage dtype, as the gelus' */
 void ut_cuda_dropout_fwd(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale, int64_t n);
@@ -88,7 +94,8 @@ void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uint64_t strea
  * h0, sequence s's blocks from poff[s] (S + 1 offsets, device memory) */
 void ut_cuda_varlen_dropout_mask(uint8_t *keep, int64_t n, const int64_t *poff, int64_t S, int64_t NH, int64_t NHall,
                                  int64_t h0, uint64_t key, uint64_t stream, uint64_t offset, float p);
-void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale, int64_t n);
+void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale, int64_t n,
+                         bool acc);
 /* out = x + mag * (2u - 1), u element e's draw offset + e of (key, stream) as a
  * uniform in [0, 1) (ut_philox_uniforms' values) */
 void ut_cuda_uniform_noise_fwd(float *out, const float *x, int64_t n, uint64_t key, uint64_t stream,

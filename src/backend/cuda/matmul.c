@@ -121,6 +121,7 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
+    ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
     /* the incoming gradient in dt: as stored, or rounded (autocast rounds it) */
     const void *g16 = t->dtype == t->autocast ? (const void *)t->grad : NULL;
     if (!g16) {
@@ -137,18 +138,20 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
         utk_rows_pad(c, dt, ldg, g16, dt, OC, N, OC, N);
         gp = c;
     }
-    if (x->requires_grad) { /* dx (N, C) += dout @ w, over OCp (the padding adds zeros) */
+    if (x->requires_grad) { /* dx (N, C) += dout @ w, over OCp (the padding adds zeros); a fresh dx written */
         const void *w16 = padded_weight(weight16(t, w, true, k), dt, OC, OCp, C, k);
+        float beta = ut_kbeta(k, 0);
         if (x->dtype == t->autocast &&
-            ut_cuda_gemm16_out(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, 1.0f, x->grad, C, dt, NULL)) {
+            ut_cuda_gemm16_out(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, beta, x->grad, C, dt, NULL)) {
             /* cuBLASLt added it to the 16-bit gradient (the product rounded to dt
              * first on Hopper, as PyTorch's accumulation does) */
         } else if (ut_dtype_is16(x->dtype)) { /* a 16-bit gradient: float32 sum, added and rounded */
             float *tmp = ut_kscratch(k, (size_t)(N * C) * sizeof(float));
             ut_cuda_gemm16(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, 0.0f, tmp, C, dt);
-            utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
+            if (beta != 0.0f) utk_add_round(x->grad, (int)x->dtype, tmp, N * C);
+            else ut_backend_cuda.convert(x->grad, x->dtype, tmp, UT_F32, N * C);
         } else {
-            ut_cuda_gemm16(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, 1.0f, x->grad, C, dt);
+            ut_cuda_gemm16(false, false, N, C, OCp, 1.0f, gp, ldg, w16, C, beta, x->grad, C, dt);
         }
     }
     if (w->requires_grad) { /* dw (OC, C) += dout^T @ x */
@@ -192,14 +195,15 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
     int64_t ldg = ld16(OCp, sizeof(float));
     const float *G = t->grad, *Gp = G;
+    ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
     if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16), or zero-padded to OCp */
         float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
         utk_rows_pad(c, 0, ldg, G, 0, OC, N, OC, N);
         Gp = c;
     }
-    if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C), over OCp (the padding adds zeros) */
-        ut_cuda_sgemm(false, false, N, C, OCp, 1.0f, Gp, ldg, 0, padded_weight(f32(w), 0, OC, OCp, C, k), C, 0, 1.0f,
-                      x->grad, C, 0, 1);
+    if (x->requires_grad) /* dx (N, C) += dout (N, OC) @ w (OC, C), over OCp (the padding adds zeros); fresh: = */
+        ut_cuda_sgemm(false, false, N, C, OCp, 1.0f, Gp, ldg, 0, padded_weight(f32(w), 0, OC, OCp, C, k), C, 0,
+                      ut_kbeta(k, 0), x->grad, C, 0, 1);
     if (w->requires_grad) { /* dw (OC, C) += dout^T @ x */
         if (OCp != OC) { /* all OCp rows into scratch (the last ones zero), the first OC added */
             float *tmp = ut_kscratch(k, (size_t)(OCp * C) * sizeof(float));

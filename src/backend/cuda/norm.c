@@ -45,11 +45,12 @@ void ut_layernorm_fwd_cuda(ut_tensor *t, UT_KCTX) {
 void ut_layernorm_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    void *dx = x->requires_grad ? x->grad : NULL;
+    void *dx = x->requires_grad ? x->grad : NULL; /* written when fresh (backend.h, UT_KCAP_FRESH_GRAD) */
+    ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into */
     float *dw = wide_grad(w, k), *db = wide_grad(b, k);
     void *scratch = NULL;
     if (dw || db) scratch = ut_kalloc(k, ut_cuda_layernorm_bwd_scratch_bytes(N, C));
-    ut_cuda_layernorm_bwd(dx, dw, db, scratch, t->grad, (int)t->dtype, x->data, (int)x->dtype, wide(w, k),
+    ut_cuda_layernorm_bwd(dx, !ut_kfresh(k, 0), dw, db, scratch, t->grad, (int)t->dtype, x->data, (int)x->dtype, wide(w, k),
                           ut_layernorm_mean(t), ut_layernorm_rstd(t), N, C);
     narrow_grad(w, dw);
     narrow_grad(b, db);

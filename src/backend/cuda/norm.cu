@@ -111,7 +111,7 @@ template <int K>
 __global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
                                  const void *__restrict__ x, int xdt, const float *__restrict__ w,
                                  const float *__restrict__ mean, const float *__restrict__ rstd,
-                                 int64_t N, int C) {
+                                 int64_t N, int C, bool acc) {
     int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -137,7 +137,8 @@ __global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__
     for (int k = 0; k < K; k++) {
         int c = lane + 32 * k;
         if (c < C)
-            utk_store_f32(dx, xdt, base + c, utk_load_f32(dx, xdt, base + c) + r * (dn[k] - sdn - xm[k] * r * sdnx));
+            utk_store_f32(dx, xdt, base + c,
+                          (acc ? utk_load_f32(dx, xdt, base + c) : 0.0f) + r * (dn[k] - sdn - xm[k] * r * sdnx));
     }
 }
 
@@ -145,7 +146,7 @@ __global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__
 __global__ void ln_bwd_dx_block_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
                                   const void *__restrict__ x, int xdt, const float *__restrict__ w,
                                   const float *__restrict__ mean, const float *__restrict__ rstd,
-                                  int C) {
+                                  int C, bool acc) {
     __shared__ float sh[32];
     int64_t row = blockIdx.x, base = row * C;
     float m = mean[row], r = rstd[row];
@@ -159,7 +160,7 @@ __global__ void ln_bwd_dx_block_k(void *__restrict__ dx, const void *__restrict_
     sdnx = block_sum(sdnx, sh) / (float)C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float dn = utk_load_f32(g, odt, base + c) * w[c], xm = utk_load_f32(x, xdt, base + c) - m;
-        utk_store_f32(dx, xdt, base + c, utk_load_f32(dx, xdt, base + c) + r * (dn - sdn - xm * r * sdnx));
+        utk_store_f32(dx, xdt, base + c, (acc ? utk_load_f32(dx, xdt, base + c) : 0.0f) + r * (dn - sdn - xm * r * sdnx));
     }
 }
 
@@ -257,7 +258,7 @@ extern "C" size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C) {
     return 2 * (size_t)nchunks * (size_t)C * sizeof(float);
 }
 
-extern "C" void ut_cuda_layernorm_bwd(void *dx, float *dw, float *db, void *scratch, const void *dy,
+extern "C" void ut_cuda_layernorm_bwd(void *dx, bool dx_acc, float *dw, float *db, void *scratch, const void *dy,
                                       int odt, const void *x, int xdt, const float *w,
                                       const float *mean, const float *rstd, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
@@ -267,13 +268,13 @@ extern "C" void ut_cuda_layernorm_bwd(void *dx, float *dw, float *db, void *scra
 #define X(K)                                                                                 \
     case K:                                                                                  \
         ln_bwd_dx_warp_k<K><<<grid, 32 * LN_WARP_ROWS, 0, stream()>>>(dx, dy, odt, x, xdt, w, mean, \
-                                                                      rstd, N, (int)C);       \
+                                                                      rstd, N, (int)C, dx_acc); \
         break;
             LN_WARP_CASES(X)
 #undef X
         default:
             ln_bwd_dx_block_k<<<(unsigned)N, block_threads(C), 0, stream()>>>(dx, dy, odt, x, xdt, w,
-                                                                              mean, rstd, (int)C);
+                                                                              mean, rstd, (int)C, dx_acc);
         }
         ut_cuda_launched("layernorm_bwd_dx");
     }

@@ -8,6 +8,7 @@
 #ifndef UTRAIN_CUDA_NORM_H
 #define UTRAIN_CUDA_NORM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,10 +26,11 @@ void ut_cuda_layernorm_fwd(void *out, int odt, float *mean, float *rstd, const v
 size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C);
 
 /* dx (N, C) += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)) with dn = dy * w,
- * xhat = (x - mean) * rstd; dw (C) += sum_n dy * xhat; db (C) += sum_n dy.
+ * xhat = (x - mean) * rstd (dx_acc false: dx is written, not read: 0 + that);
+ * dw (C) += sum_n dy * xhat; db (C) += sum_n dy.
  * Any of dx, dw, db may be NULL; scratch (ut_cuda_layernorm_bwd_scratch_bytes)
  * is needed only with dw or db. The column sums run in a fixed order. */
-void ut_cuda_layernorm_bwd(void *dx, float *dw, float *db, void *scratch, const void *dy, int odt,
+void ut_cuda_layernorm_bwd(void *dx, bool dx_acc, float *dw, float *db, void *scratch, const void *dy, int odt,
                            const void *x, int xdt, const float *w, const float *mean, const float *rstd,
                            int64_t N, int64_t C);
 

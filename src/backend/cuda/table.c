@@ -23,8 +23,11 @@
  * and writes their 16-bit gradient (softmax.cu), the gelus (unary.cu) and
  * layernorm (norm.c), add and mul (binary.c) and dropout (unary.c) read and
  * write every tensor as stored; every other op under autocast gets
- * float32 copies from core. Every op has CAPS_<OP> = 0 from the enum; a
- * #define of that name after it gives an op its capabilities. */
+ * float32 copies from core. The ops marked UT_KCAP_FRESH_GRAD write a
+ * gradient no op has written yet instead of adding into zeros (linear's
+ * input gradient with beta 0, cuDNN attention's dqkv in place). Every op
+ * has CAPS_<OP> = 0 from the enum; a #define of that name after it gives an
+ * op its capabilities. */
 enum {
 #define UT_OP(E, stem, props) CAPS_##E = 0,
 #define UT_OP_ANY(E, stem, props)
@@ -32,15 +35,19 @@ enum {
 #undef UT_OP_ANY
 #undef UT_OP
 };
-#define CAPS_LINEAR UT_KCAP_NATIVE_16
+#define CAPS_LINEAR (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_CROSS_ENTROPY UT_KCAP_READS_16
-#define CAPS_GELU UT_KCAP_NATIVE_16
-#define CAPS_GELU_ERF UT_KCAP_NATIVE_16
-#define CAPS_LAYERNORM UT_KCAP_NATIVE_16
-#define CAPS_ADD UT_KCAP_NATIVE_16
+#define CAPS_GELU (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_GELU_ERF (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_LAYERNORM (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_ADD (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_MUL UT_KCAP_NATIVE_16
-#define CAPS_DROPOUT UT_KCAP_NATIVE_16
-#define CAPS_ATTENTION UT_KCAP_NATIVE_16
+#define CAPS_DROPOUT (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_ATTENTION (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_SCALE UT_KCAP_FRESH_GRAD
+#define CAPS_RELU UT_KCAP_FRESH_GRAD
+#define CAPS_TANH UT_KCAP_FRESH_GRAD
+#define CAPS_SIGMOID UT_KCAP_FRESH_GRAD
 #define CAPS_ATTENTION_MASKED UT_KCAP_NATIVE_16
 #define CAPS_ATTENTION_VARLEN UT_KCAP_NATIVE_16
 

@@ -19,7 +19,7 @@ void ut_scale_fwd_cuda(ut_tensor *t, UT_KCTX) {
 
 void ut_scale_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_scale_bwd(a->grad, t->grad, ut_scale_s(t), ut_nelem(t));
+    if (a->requires_grad) ut_cuda_scale_bwd(a->grad, t->grad, ut_scale_s(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- relu ---- */
@@ -27,7 +27,7 @@ void ut_relu_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_relu_fwd(out_of(t), in_of
 
 void ut_relu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_relu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t));
+    if (a->requires_grad) ut_cuda_relu_bwd(a->grad, t->grad, in_of(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- gelu, tanh form and exact: every tensor as stored (the op table's
@@ -40,7 +40,8 @@ void ut_gelu_fwd_cuda(ut_tensor *t, UT_KCTX) {
 void ut_gelu_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
-        ut_cuda_gelu_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t));
+        ut_cuda_gelu_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t),
+                         !ut_kfresh(k, 0));
 }
 
 void ut_gelu_erf_fwd_cuda(ut_tensor *t, UT_KCTX) {
@@ -50,7 +51,8 @@ void ut_gelu_erf_fwd_cuda(ut_tensor *t, UT_KCTX) {
 void ut_gelu_erf_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
-        ut_cuda_gelu_erf_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t));
+        ut_cuda_gelu_erf_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, a->data, (int)a->dtype, ut_nelem(t),
+                             !ut_kfresh(k, 0));
 }
 
 /* ---- tanh (backward from the saved output) ---- */
@@ -58,7 +60,7 @@ void ut_tanh_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_tanh_fwd(out_of(t), in_of
 
 void ut_tanh_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_tanh_bwd(a->grad, t->grad, out_of(t), ut_nelem(t));
+    if (a->requires_grad) ut_cuda_tanh_bwd(a->grad, t->grad, out_of(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- sigmoid (backward from the saved output) ---- */
@@ -66,7 +68,7 @@ void ut_sigmoid_fwd_cuda(ut_tensor *t, UT_KCTX) { ut_cuda_sigmoid_fwd(out_of(t),
 
 void ut_sigmoid_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_cuda_sigmoid_bwd(a->grad, t->grad, out_of(t), ut_nelem(t));
+    if (a->requires_grad) ut_cuda_sigmoid_bwd(a->grad, t->grad, out_of(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- dropout: the constructor records the op only in training with p > 0;
@@ -90,7 +92,7 @@ void ut_dropout_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
         ut_cuda_dropout_bwd(a->grad, (int)a->dtype, t->grad, (int)t->dtype, ut_dropout_keep(t),
-                            ut_dropout_keep_scale(t), ut_nelem(t));
+                            ut_dropout_keep_scale(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- uniform noise: the CPU's values, each element's draw computed on the

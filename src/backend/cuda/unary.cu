@@ -152,14 +152,15 @@ struct SigmoidB { /* dy y (1 - y) */
 /* ---- generic kernels ---- */
 
 /* BWD false: out (n) = keep ? x * scale : 0;
- * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient);
+ * BWD true:  out (n) += keep ? x * scale : 0 (x the incoming gradient; acc
+ *            false: out holds nothing yet, 0 + that is written);
  * out and x each in its dtype (0 float32, 1 bf16, 2 fp16): a 16-bit tensor's
  * dropout reads and writes its 16 bits, with the values float32 copies
  * around the float kernel would give. VEC: four elements a thread (the
  * mask's four bytes in one load), then the tail. */
 template <bool BWD, bool VEC>
 __global__ void dropout_kernel(void *__restrict__ out, int dto, const void *__restrict__ x, int dtx,
-                               const uint8_t *__restrict__ keep, float scale, int64_t n) {
+                               const uint8_t *__restrict__ keep, float scale, int64_t n, bool acc) {
     utk_ew_loop<VEC>(
         n,
         [&](int64_t v) {
@@ -168,14 +169,14 @@ __global__ void dropout_kernel(void *__restrict__ out, int dto, const void *__re
             float4 r = make_float4(k.x ? __fmul_rn(a.x, scale) : 0.0f, k.y ? __fmul_rn(a.y, scale) : 0.0f,
                                    k.z ? __fmul_rn(a.z, scale) : 0.0f, k.w ? __fmul_rn(a.w, scale) : 0.0f);
             if (BWD) {
-                float4 d = utk_load4(out, dto, v);
+                float4 d = acc ? utk_load4(out, dto, v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 r = make_float4(__fadd_rn(d.x, r.x), __fadd_rn(d.y, r.y), __fadd_rn(d.z, r.z), __fadd_rn(d.w, r.w));
             }
             utk_store4(out, dto, v, r);
         },
         [&](int64_t i) {
             float r = keep[i] ? __fmul_rn(utk_load_f32(x, dtx, i), scale) : 0.0f;
-            utk_store_f32(out, dto, i, BWD ? __fadd_rn(utk_load_f32(out, dto, i), r) : r);
+            utk_store_f32(out, dto, i, BWD ? __fadd_rn(acc ? utk_load_f32(out, dto, i) : 0.0f, r) : r);
         });
 }
 
@@ -196,20 +197,25 @@ __global__ void fwd_any_kernel(void *__restrict__ out, int dto, const void *__re
         [&](int64_t i) { utk_store_f32(out, dto, i, f(utk_load_f32(x, dtx, i))); });
 }
 
+/* acc false: dx holds nothing yet (a gradient written whole, backend.h's
+ * UT_KCAP_FRESH_GRAD) and is not read: the terms are added to zero, the bits
+ * adding into a zeroed gradient gives */
 template <class F, bool VEC>
 __global__ void bwd_any_kernel(void *__restrict__ dx, int dtd, const void *__restrict__ dy, int dtg,
-                               const void *__restrict__ z, int dtz, int64_t n, F f) {
+                               const void *__restrict__ z, int dtz, int64_t n, F f, bool acc) {
     utk_ew_loop<VEC>(
         n,
         [&](int64_t v) {
-            float4 d = utk_load4(dx, dtd, v), g = utk_load4(dy, dtg, v), a = utk_load4(z, dtz, v);
+            float4 d = acc ? utk_load4(dx, dtd, v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float4 g = utk_load4(dy, dtg, v), a = utk_load4(z, dtz, v);
             utk_store4(dx, dtd, v,
                        make_float4(__fadd_rn(d.x, f(g.x, a.x)), __fadd_rn(d.y, f(g.y, a.y)),
                                    __fadd_rn(d.z, f(g.z, a.z)), __fadd_rn(d.w, f(g.w, a.w))));
         },
         [&](int64_t i) {
             utk_store_f32(dx, dtd, i,
-                          __fadd_rn(utk_load_f32(dx, dtd, i), f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
+                          __fadd_rn(acc ? utk_load_f32(dx, dtd, i) : 0.0f,
+                                    f(utk_load_f32(dy, dtg, i), utk_load_f32(z, dtz, i))));
         });
 }
 
@@ -225,15 +231,17 @@ void fwd_any(void *out, int dto, const void *x, int dtx, int64_t n, F f, const c
     ut_cuda_launched(what);
 }
 
-/* dx (n) += f(dy, z), each buffer in its dtype */
+/* dx (n) += f(dy, z) (acc false: dx = 0 + f(dy, z), dx not read), each
+ * buffer in its dtype */
 template <class F>
-void bwd_any(void *dx, int dtd, const void *dy, int dtg, const void *z, int dtz, int64_t n, F f, const char *what) {
+void bwd_any(void *dx, int dtd, const void *dy, int dtg, const void *z, int dtz, int64_t n, F f, bool acc,
+             const char *what) {
     if (n <= 0) return;
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     if (utk_vec4_ok(dx, dtd) && utk_vec4_ok(dy, dtg) && utk_vec4_ok(z, dtz))
-        bwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
+        bwd_any_kernel<F, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f, acc);
     else
-        bwd_any_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f);
+        bwd_any_kernel<F, false><<<blocks_for(n), kThreads, 0, s>>>(dx, dtd, dy, dtg, z, dtz, n, f, acc);
     ut_cuda_launched(what);
 }
 
@@ -243,19 +251,19 @@ void fwd(float *out, const float *x, int64_t n, F f, const char *what) {
     fwd_any(out, 0, x, 0, n, f, what);
 }
 template <class F>
-void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, const char *what) {
-    bwd_any(dx, 0, dy, 0, z, 0, n, f, what);
+void bwd(float *dx, const float *dy, const float *z, int64_t n, F f, bool acc, const char *what) {
+    bwd_any(dx, 0, dy, 0, z, 0, n, f, acc, what);
 }
 
 template <bool BWD>
-void dropout(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale, int64_t n,
+void dropout(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale, int64_t n, bool acc,
              const char *what) {
     if (n <= 0) return;
     cudaStream_t s = (cudaStream_t)ut_cuda_stream();
     if (utk_vec4_ok(out, dto) && utk_vec4_ok(x, dtx) && ((uintptr_t)keep & 3) == 0)
-        dropout_kernel<BWD, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n);
+        dropout_kernel<BWD, true><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n, acc);
     else
-        dropout_kernel<BWD, false><<<blocks_for(n), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n);
+        dropout_kernel<BWD, false><<<blocks_for(n), kThreads, 0, s>>>(out, dto, x, dtx, keep, scale, n, acc);
     ut_cuda_launched(what);
 }
 
@@ -332,45 +340,46 @@ extern "C" void ut_cuda_dropout_mask(uint8_t *keep, int64_t n, uint64_t key, uin
 extern "C" void ut_cuda_scale_fwd(float *out, const float *x, float s, int64_t n) {
     fwd(out, x, n, ScaleF{s}, "scale_fwd");
 }
-extern "C" void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n) {
-    bwd(dx, dy, dy, n, ScaleB{s}, "scale_bwd");
+extern "C" void ut_cuda_scale_bwd(float *dx, const float *dy, float s, int64_t n, bool acc) {
+    bwd(dx, dy, dy, n, ScaleB{s}, acc, "scale_bwd");
 }
 extern "C" void ut_cuda_relu_fwd(float *out, const float *x, int64_t n) {
     fwd(out, x, n, ReluF{}, "relu_fwd");
 }
-extern "C" void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-    bwd(dx, dy, x, n, ReluB{}, "relu_bwd");
+extern "C" void ut_cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n, bool acc) {
+    bwd(dx, dy, x, n, ReluB{}, acc, "relu_bwd");
 }
 extern "C" void ut_cuda_gelu_fwd(void *out, int dto, const void *x, int dtx, int64_t n) {
     fwd_any(out, dto, x, dtx, n, GeluF{}, "gelu_fwd");
 }
-extern "C" void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n) {
-    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluB{}, "gelu_bwd");
+extern "C" void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n,
+                                 bool acc) {
+    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluB{}, acc, "gelu_bwd");
 }
 extern "C" void ut_cuda_gelu_erf_fwd(void *out, int dto, const void *x, int dtx, int64_t n) {
     fwd_any(out, dto, x, dtx, n, GeluErfF{}, "gelu_erf_fwd");
 }
 extern "C" void ut_cuda_gelu_erf_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx,
-                                     int64_t n) {
-    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluErfB{}, "gelu_erf_bwd");
+                                     int64_t n, bool acc) {
+    bwd_any(dx, dtd, dy, dtg, x, dtx, n, GeluErfB{}, acc, "gelu_erf_bwd");
 }
 extern "C" void ut_cuda_tanh_fwd(float *out, const float *x, int64_t n) {
     fwd(out, x, n, TanhF{}, "tanh_fwd");
 }
-extern "C" void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n) {
-    bwd(dx, dy, y, n, TanhB{}, "tanh_bwd");
+extern "C" void ut_cuda_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, bool acc) {
+    bwd(dx, dy, y, n, TanhB{}, acc, "tanh_bwd");
 }
 extern "C" void ut_cuda_sigmoid_fwd(float *out, const float *x, int64_t n) {
     fwd(out, x, n, SigmoidF{}, "sigmoid_fwd");
 }
-extern "C" void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n) {
-    bwd(dx, dy, y, n, SigmoidB{}, "sigmoid_bwd");
+extern "C" void ut_cuda_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, bool acc) {
+    bwd(dx, dy, y, n, SigmoidB{}, acc, "sigmoid_bwd");
 }
 extern "C" void ut_cuda_dropout_fwd(void *out, int dto, const void *x, int dtx, const uint8_t *keep, float scale,
                                     int64_t n) {
-    dropout<false>(out, dto, x, dtx, keep, scale, n, "dropout_fwd");
+    dropout<false>(out, dto, x, dtx, keep, scale, n, false, "dropout_fwd");
 }
 extern "C" void ut_cuda_dropout_bwd(void *dx, int dtd, const void *dy, int dtg, const uint8_t *keep, float scale,
-                                    int64_t n) {
-    dropout<true>(dx, dtd, dy, dtg, keep, scale, n, "dropout_bwd");
+                                    int64_t n, bool acc) {
+    dropout<true>(dx, dtd, dy, dtg, keep, scale, n, acc, "dropout_bwd");
 }
