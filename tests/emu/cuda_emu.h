@@ -89,6 +89,9 @@ static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 struct alignas(8) uint2 {
     unsigned x, y;
 };
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
 struct alignas(4) uchar4 {
     unsigned char x, y, z, w;
 };

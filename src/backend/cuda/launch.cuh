@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda.h"
 
@@ -122,5 +123,36 @@ __device__ __forceinline__ float utk_load(const __half *p) { return __half2float
 __device__ __forceinline__ void utk_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void utk_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void utk_store(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* ---- a row of T read 16 bytes at a time ----
+ * The elements of a row xr (V of them) before its first 16-byte boundary:
+ * the rest is read as whole 16-byte groups (uint4), then a tail. */
+template <typename T> __device__ __forceinline__ int utk_row_head(const T *xr, int V) {
+    int h = (int)(((16u - ((unsigned)(uintptr_t)xr & 15u)) & 15u) / sizeof(T));
+    return h < V ? h : V;
+}
+
+/* f(v, x[v]) for the elements of a row that thread tid of nt takes: the
+ * head and tail one by one, the middle 16 / sizeof(T) elements a thread at
+ * a time from one 16-byte load (a warp's loads then fetch 512 bytes, not
+ * 32 sizeof(T): a row of 16-bit logits is read at the memory's rate rather
+ * than at the rate its loads can be issued). Which thread takes which
+ * element, and in what order, depends on the row's address, V, tid and nt
+ * only. */
+template <typename T, class F>
+__device__ __forceinline__ void utk_row_each(const T *__restrict__ xr, int V, int tid, int nt, F f) {
+    constexpr int P = 16 / (int)sizeof(T);
+    int head = utk_row_head(xr, V), nv = (V - head) / P;
+    for (int v = tid; v < head; v += nt) f(v, utk_load(xr + v));
+    const uint4 *body = reinterpret_cast<const uint4 *>(xr + head);
+    for (int i = tid; i < nv; i += nt) {
+        uint4 raw = body[i];
+        T e[P];
+        memcpy(e, &raw, sizeof raw);
+#pragma unroll
+        for (int j = 0; j < P; j++) f(head + i * P + j, utk_load(e + j));
+    }
+    for (int v = head + nv * P + tid; v < V; v += nt) f(v, utk_load(xr + v));
+}
 
 #endif

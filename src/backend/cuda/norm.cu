@@ -177,6 +177,9 @@ __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb
     int64_t r0 = (int64_t)blockIdx.y * rc, r1 = r0 + rc < N ? r0 + rc : N;
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
+        /* unrolled so that four rows' loads are in flight at once (the sums
+         * still run in row order) */
+#pragma unroll 4
         for (int64_t n = r0 + ty; n < r1; n += LN_ROW_LANES) {
             float gv = utk_load_f32(g, odt, n * C + c);
             aw += gv * (utk_load_f32(x, xdt, n * C + c) - mean[n]) * rstd[n];

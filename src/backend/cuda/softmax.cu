@@ -67,15 +67,14 @@ __device__ __forceinline__ void row_max_sum(const T *__restrict__ x, int V, int 
                                             float *shf, double *shd, float &M, double &S) {
     float m = -INFINITY;
     double s = 0.0;
-    for (int v = tid; v < V; v += nt) {
-        float xv = utk_load(x + v);
+    utk_row_each(x, V, tid, nt, [&](int, float xv) {
         if (xv > m) {
             s = s * (double)expf(m - xv) + 1.0; /* m = -inf: s = 1 */
             m = xv;
         } else if (xv > -INFINITY) {
             s += (double)expf(xv - m);
         }
-    }
+    });
     M = group_reduce<BLOCK>(m, MaxOp(), -INFINITY, shf);
     double part = m > -INFINITY ? s * (double)expf(m - M) : 0.0;
     S = group_reduce<BLOCK>(part, SumOp(), 0.0, shd);
@@ -202,7 +201,7 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
     double sx = 0.0;
     if (eps > 0.0f) { /* the whole group takes this branch */
         double part = 0.0;
-        for (int v = tid; v < V; v += nt) part += (double)utk_load(xr + v);
+        utk_row_each(xr, V, tid, nt, [&](int, float xv) { part += (double)xv; });
         sx = group_reduce<BLOCK>(part, SumOp(), 0.0, shd);
     }
     if (tid == 0) {
@@ -241,19 +240,34 @@ __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
     float m = mx[row], r = inv[row];
     float gs = eps > 0.0f ? g * eps / (float)V : 0.0f, gt = eps > 0.0f ? g * (1.0f - eps) : g;
     const T *xr = logits + row * V;
-    if (overwrite) {
-        for (int v = tid; v < V; v += nt) {
-            float p = expf(utk_load(xr + v) - m) * r * g;
-            if (eps > 0.0f) p -= gs;
-            utk_store(dr + v, v == t ? p - gt : p);
-        }
-    } else {
-        for (int v = tid; v < V; v += nt) {
-            float a = utk_load(dr + v) + expf(utk_load(xr + v) - m) * r * g;
-            if (eps > 0.0f) a -= gs;
-            utk_store(dr + v, v == t ? a - gt : a);
-        }
+    /* element v's gradient, added to a (0 when overwriting) */
+    auto grad = [&](int v, float x, float a) {
+        a += expf(x - m) * r * g;
+        if (eps > 0.0f) a -= gs;
+        return v == t ? a - gt : a;
+    };
+    /* 16 bytes at a time where both rows start as far from a 16-byte
+     * boundary (the same buffer layout: always but for odd pointers) */
+    constexpr int P = 16 / (int)sizeof(T);
+    int head = utk_row_head(xr, V);
+    if (head != utk_row_head((const T *)dr, V)) head = V;
+    int nv = (V - head) / P;
+    for (int v = tid; v < head; v += nt) utk_store(dr + v, grad(v, utk_load(xr + v), overwrite ? 0.0f : utk_load(dr + v)));
+    const uint4 *xb = reinterpret_cast<const uint4 *>(xr + head);
+    uint4 *db = reinterpret_cast<uint4 *>(dr + head);
+    for (int i = tid; i < nv; i += nt) {
+        uint4 xraw = xb[i], draw = overwrite ? uint4{0u, 0u, 0u, 0u} : db[i];
+        T xe[P], de[P];
+        memcpy(xe, &xraw, sizeof xraw);
+        memcpy(de, &draw, sizeof draw);
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            utk_store(de + j, grad(head + i * P + j, utk_load(xe + j), overwrite ? 0.0f : utk_load(de + j)));
+        memcpy(&draw, de, sizeof draw);
+        db[i] = draw;
     }
+    for (int v = head + nv * P + tid; v < V; v += nt)
+        utk_store(dr + v, grad(v, utk_load(xr + v), overwrite ? 0.0f : utk_load(dr + v)));
 }
 
 /* ---- nll_loss: rowloss = -logp[target] (label smoothing eps:
