@@ -1,8 +1,8 @@
 /* What each CPU kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
  * cross-entropy reads 16-bit logits a row at a time; linear writes its 16-bit
  * output a block of rows at a time (matmul.c); the rest get float32 copies.
- * Linear and add write a gradient no op has written yet rather than add
- * into zeros (UT_KCAP_FRESH_GRAD).
+ * Linear, add, gelu and layernorm write a gradient no op has written yet
+ * rather than add into zeros (UT_KCAP_FRESH_GRAD).
  * Every op has CAPS_<OP> = 0 from the enum; a #define of that name after it
  * gives an op its capabilities. The CPU's op table and the sim device's
  * (the same kernels) both read it.
@@ -22,5 +22,7 @@ enum {
 #define CAPS_CROSS_ENTROPY UT_KCAP_READS_16
 #define CAPS_LINEAR (UT_KCAP_WRITES_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_ADD UT_KCAP_FRESH_GRAD
+#define CAPS_GELU UT_KCAP_FRESH_GRAD
+#define CAPS_LAYERNORM UT_KCAP_FRESH_GRAD
 
 #endif

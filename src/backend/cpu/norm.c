@@ -35,9 +35,10 @@ void ut_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
 }
 
 /* dx (N, C) += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)) with dn = dout * w,
- * xhat = (inp - mean) * rstd; dw (C) += sum_n dout * xhat; db (C) += sum_n dout.
+ * xhat = (inp - mean) * rstd (dx_acc false: dx holds nothing yet, and 0 +
+ * that is written); dw (C) += sum_n dout * xhat; db (C) += sum_n dout.
  * Any of dx, dw, db may be NULL. */
-void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dout,
+static void layernorm_backward(float *dx, bool dx_acc, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int64_t N, int64_t C) {
     if (dx) {
@@ -56,7 +57,7 @@ void ut_layernorm_backward_cpu(float *dx, float *dw, float *db, const float *dou
             float *d = dx + n * C;
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                d[c] += r * (g[c] * w[c] - sdn - (x[c] - m) * r * sdnx);
+                d[c] = (dx_acc ? d[c] : 0.0f) + r * (g[c] * w[c] - sdn - (x[c] - m) * r * sdnx);
         }
     }
     if (dw || db) {
@@ -93,7 +94,8 @@ void ut_layernorm_fwd_cpu(ut_tensor *t, UT_KCTX) {
 void ut_layernorm_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
-    ut_layernorm_backward_cpu(x->requires_grad ? x->grad : NULL, w->requires_grad ? w->grad : NULL,
+    ut_kzero_fresh(k, t, 6u, ut_cpu_memset); /* dw, db are added into; dx is written when fresh */
+    layernorm_backward(x->requires_grad ? x->grad : NULL, !ut_kfresh(k, 0), w->requires_grad ? w->grad : NULL,
                               b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
                               ut_layernorm_mean(t), ut_layernorm_rstd(t), N, C);
 }
