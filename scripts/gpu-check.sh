@@ -226,10 +226,11 @@ if want bench; then
             UT_CUDA_LT_FUSED=0 run "bench-utrain-gpt2-bf16-unfused" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_CUDA_LT_FUSED=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-unfused.log")"
-            # attention on the WMMA kernels instead of the mma.sync ones
-            UT_CUDA_ATTN=wmma run "bench-utrain-gpt2-bf16-wmma" 300 build/bench/gpu_gpt2_step \
+            # every activation gradient zeroed and added into, instead of
+            # written by its first consumer (docs/engine.md)
+            UT_FRESH_GRADS=0 run "bench-utrain-gpt2-bf16-zeroed" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
-            note "  (UT_CUDA_ATTN=wmma) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-wmma.log")"
+            note "  (UT_FRESH_GRADS=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-zeroed.log")"
             # attention on utrain's mma.sync kernels instead of cuDNN's
             UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-mma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json

@@ -80,6 +80,7 @@ static ut_tensor *b_resid(ut_ctx *c, ut_tensor **in) {
 static ut_tensor *b_lin_bias(ut_ctx *c, ut_tensor **in) {
     return ut_add(c, ut_linear(c, in[0], in[1], NULL), in[2]);
 }
+static ut_tensor *b_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
 static ut_tensor *b_lin_scale(ut_ctx *c, ut_tensor **in) {
     return ut_mul(c, ut_linear(c, in[0], in[1], NULL), in[2]);
 }
@@ -146,6 +147,11 @@ static const gc_row big_rows[] = {
     {"linear(x) + bias 24 x 4100", 3, {{2, {24, 64}}, {2, {4100, 64}}, {1, {4100}}}, b_lin_bias},
     {"cross-entropy of linear 8 x 5001, label smoothing 0.1", 3,
      {{2, {8, 64}}, {2, {5001, 64}}, {1, {8}, GC_INDEX, 5001}}, b_lin_xent_smooth},
+    /* linear's bias gradient over 1100 rows: 18 blocks of rows (flat.cu's
+     * column sums), more than the 8 lanes that add them up; 96 and 97
+     * columns take the 16-byte and the one-column-a-thread sums */
+    {"linear with bias 1100 x 96", 3, {{2, {1100, 32}}, {2, {96, 32}}, {1, {96}}}, b_linear},
+    {"linear with bias 1100 x 97", 3, {{2, {1100, 32}}, {2, {97, 32}}, {1, {97}}}, b_linear},
 };
 
 static void same_bits(const gc_row *row);
@@ -478,7 +484,8 @@ static void test_autocast_rows(void) {
     const gc_row *rows[] = {&big_rows[0],  &big_rows[1],  &big_rows[2],  &big_rows[3],  &big_rows[6],
                             &big_rows[7],  &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17],
                             &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
-                            &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27]};
+                            &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27],
+                            &big_rows[28], &big_rows[29]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
     /* the wide outputs again at OC (rows ld16 apart) instead of padded */
     const gc_row *wide[] = {&big_rows[26], &big_rows[27]};

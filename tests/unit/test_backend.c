@@ -66,7 +66,8 @@ static void test_op_schema(void) {
         for (int d = 0; d < UT_DEVICE_COUNT; d++) {
             const ut_backend *be = ut_backend_get((ut_device)d);
             if (be)
-                CHECK(!(be->ops[op].caps & ~(unsigned)(UT_KCAP_READS_16 | UT_KCAP_WRITES_16 | UT_KCAP_NATIVE_16)),
+                CHECK(!(be->ops[op].caps & ~(unsigned)(UT_KCAP_READS_16 | UT_KCAP_WRITES_16 | UT_KCAP_NATIVE_16 |
+                                                       UT_KCAP_FRESH_GRAD)),
                       "%s op %s: unknown capability bits", be->name, ut_op_name(op));
         }
     }
@@ -81,23 +82,35 @@ static void test_op_schema(void) {
               !ut_op_is(UT_OP_SOFTMAX, UT_OPP_KEEPS_DTYPE) && ut_op_is(UT_OP_CHECKPOINT, UT_OPP_NO_DATA) &&
               ut_op_is(UT_OP_CROSS_ENTROPY, UT_OPP_OWNS_SRC0_GRAD) && !ut_op_is(UT_OP_TANH, UT_OPP_BWD_NO_OUT),
           "properties");
+    /* the 16-bit capabilities, then which backwards write fresh gradients
+     * (docs/engine.md; the sim device takes the CPU's table) */
     const ut_op_vtable *cpu = ut_backend_get(UT_CPU)->ops;
-    for (int op = 1; op < ut_op_count(); op++)
-        CHECK(cpu[op].caps == (op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
-                               : op == UT_OP_LINEAR    ? (unsigned)UT_KCAP_WRITES_16
-                                                       : 0u),
+    const unsigned fresh = UT_KCAP_FRESH_GRAD, low16 = UT_KCAP_READS_16 | UT_KCAP_WRITES_16 | UT_KCAP_NATIVE_16;
+    for (int op = 1; op < ut_op_count(); op++) {
+        CHECK((cpu[op].caps & low16) == (op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
+                                         : op == UT_OP_LINEAR    ? (unsigned)UT_KCAP_WRITES_16
+                                                                 : 0u),
               "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
+        bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_GELU || op == UT_OP_LAYERNORM;
+        CHECK((cpu[op].caps & fresh) == (f ? fresh : 0u), "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
+        CHECK(ut_backend_get(UT_SIM)->ops[op].caps == cpu[op].caps, "sim op %s", ut_op_name(op));
+    }
 #ifdef UT_WITH_CUDA
     const ut_op_vtable *cu = ut_backend_get(UT_CUDA)->ops;
-    for (int op = 1; op < ut_op_count(); op++)
-        CHECK(cu[op].caps == (op == UT_OP_LINEAR || op == UT_OP_GELU || op == UT_OP_GELU_ERF ||
-                                      op == UT_OP_LAYERNORM || op == UT_OP_ADD || op == UT_OP_MUL || op == UT_OP_DROPOUT ||
-                                      op == UT_OP_ATTENTION || op == UT_OP_ATTENTION_MASKED ||
-                                      op == UT_OP_ATTENTION_VARLEN
-                                  ? (unsigned)UT_KCAP_NATIVE_16
-                              : op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
-                                                          : 0u),
+    for (int op = 1; op < ut_op_count(); op++) {
+        CHECK((cu[op].caps & low16) == (op == UT_OP_LINEAR || op == UT_OP_GELU || op == UT_OP_GELU_ERF ||
+                                                op == UT_OP_LAYERNORM || op == UT_OP_ADD || op == UT_OP_MUL ||
+                                                op == UT_OP_DROPOUT || op == UT_OP_ATTENTION ||
+                                                op == UT_OP_ATTENTION_MASKED || op == UT_OP_ATTENTION_VARLEN
+                                            ? (unsigned)UT_KCAP_NATIVE_16
+                                        : op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
+                                                                    : 0u),
               "cuda op %s: caps %#x", ut_op_name(op), cu[op].caps);
+        bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_LAYERNORM || op == UT_OP_GELU ||
+                 op == UT_OP_GELU_ERF || op == UT_OP_DROPOUT || op == UT_OP_ATTENTION || op == UT_OP_SCALE ||
+                 op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID;
+        CHECK((cu[op].caps & fresh) == (f ? fresh : 0u), "cuda op %s: caps %#x", ut_op_name(op), cu[op].caps);
+    }
 #endif
 }
 
