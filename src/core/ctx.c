@@ -63,8 +63,12 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ut_ctx_use_scratch(ctx, false);
     ctx->grad_enabled = true;
     ctx->training = true;
-    const char *fg = getenv("UT_FRESH_GRADS"); /* docs/engine.md: 0 off, nan poisoned, else on */
+    /* docs/engine.md: gradients written by their first consumer (1, the
+     * default), every one zeroed (0), or written over NaNs (nan) */
+    const char *fg = getenv("UT_FRESH_GRADS");
     ctx->fresh_grads = fg && !strcmp(fg, "0") ? 0 : fg && !strcmp(fg, "nan") ? 2 : 1;
+    if (fg && *fg && strcmp(fg, "0") && strcmp(fg, "1") && strcmp(fg, "nan") && !ctx->has_err)
+        ut_ctx_set_error(ctx, "UT_FRESH_GRADS=%s is not a value it takes (0, 1, nan; docs/engine.md)", fg);
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
     ctx->locked = !ctx->be->host_memory;

@@ -149,6 +149,41 @@ static void test_gradients_accumulate(void) {
     ut_ctx_free(ctx);
 }
 
+/* Gradients written by their first consumer (docs/engine.md,
+ * UT_FRESH_GRADS): the tiny GPT-2's parameter gradients, with and without
+ * checkpointed blocks, have the same bits with every activation gradient
+ * zeroed (0), written (1, the default) and written over NaNs (nan); a value
+ * it does not take is refused, naming it. */
+static void test_fresh_gradients(void) {
+    const char *modes[3] = {"0", "1", "nan"};
+    for (int ck = 0; ck < 2; ck++) {
+        float *first = NULL;
+        for (int i = 0; i < 3; i++) {
+            setenv("UT_FRESH_GRADS", modes[i], 1);
+            ut_ctx *ctx = new_ctx();
+            ut_model *m = tiny_gpt2(ck);
+            int64_t n = m->params.numel;
+            CHECK(ut_backward(ctx, gpt2_loss(m, ctx, 0)) == 0, "%s", ut_ctx_error(ctx));
+            if (!first) {
+                first = malloc(sizeof(float) * n);
+                memcpy(first, m->params.flat_grad, sizeof(float) * n);
+            } else {
+                CHECK(!memcmp(first, m->params.flat_grad, sizeof(float) * n),
+                      "UT_FRESH_GRADS=%s%s: other gradients than with 0", modes[i], ck ? ", checkpointed" : "");
+            }
+            ut_model_free(m);
+            ut_ctx_free(ctx);
+        }
+        free(first);
+    }
+    setenv("UT_FRESH_GRADS", "yes", 1);
+    ut_ctx *ctx = new_ctx();
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "UT_FRESH_GRADS=yes") && strstr(e, "0, 1, nan"), "%s", e ? e : "no error");
+    ut_ctx_free(ctx);
+    unsetenv("UT_FRESH_GRADS");
+}
+
 typedef struct { int order[256], n, count[256]; } hook_log;
 static void on_ready(void *user, int pi) {
     hook_log *h = user;
@@ -627,6 +662,7 @@ int main(void) {
     RUN(test_model_option_errors);
     RUN(test_no_grad_records_nothing);
     RUN(test_gradients_accumulate);
+    RUN(test_fresh_gradients);
     RUN(test_grad_ready_hook);
     RUN(test_grad_ready_hook_checkpointed);
     RUN(test_steady_state_allocates_nothing);
