@@ -242,6 +242,55 @@ extern "C" void utk_rows_fill(float *out, int64_t ld, const float *bias, int64_t
     ut_cuda_launched("bias rows");
 }
 
+/* Rows copied where source and destination share a dtype (the bits moved
+ * as they are): a thread takes 16 bytes of a destination row, read in one
+ * load where the source row allows it (16-byte aligned there), else element
+ * by element (all of them in flight at once), and written in one store where
+ * the destination allows it. The padded head's copies (GPT-2's logits into
+ * and out of 50304-wide rows) have one side aligned and the other not.
+ * dst: rows_out rows of width elements, ldd apart; src: rows rows of cols,
+ * lds apart; zero beyond them. */
+template <typename E>
+__global__ void k_rows_copy(E *dst, int64_t ldd, int64_t width, const E *src, int64_t lds, int64_t rows,
+                            int64_t cols, int64_t rows_out, bool svec, bool dvec) {
+    constexpr int P = 16 / (int)sizeof(E);
+    int64_t groups = (width + P - 1) / P;
+    UTK_ROWS(r, rows_out, g, groups) {
+        int64_t c0 = g * P;
+        E v[P];
+        if (r < rows && svec && c0 + P <= cols) {
+            uint4 raw = *reinterpret_cast<const uint4 *>(src + r * lds + c0);
+            memcpy(v, &raw, sizeof raw);
+        } else {
+#pragma unroll
+            for (int j = 0; j < P; j++) v[j] = r < rows && c0 + j < cols ? src[r * lds + c0 + j] : (E)0;
+        }
+        if (dvec && c0 + P <= width) {
+            uint4 raw;
+            memcpy(&raw, v, sizeof raw);
+            *reinterpret_cast<uint4 *>(dst + r * ldd + c0) = raw;
+        } else {
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                if (c0 + j < width) dst[r * ldd + c0 + j] = v[j];
+        }
+    }
+}
+static void rows_copy(void *dst, int dt, int64_t ldd, int64_t width, const void *src, int64_t lds, int64_t rows,
+                      int64_t cols, int64_t rows_out) {
+    int64_t per = dt ? 8 : 4, groups = (width + per - 1) / per;
+    bool svec = ((uintptr_t)src & 15) == 0 && lds % per == 0, dvec = ((uintptr_t)dst & 15) == 0 && ldd % per == 0;
+    dim3 grid = rows_grid(rows_out, groups);
+    if (dt)
+        k_rows_copy<uint16_t><<<grid, rows_threads(groups), 0, stream()>>>((uint16_t *)dst, ldd, width,
+                                                                          (const uint16_t *)src, lds, rows, cols,
+                                                                          rows_out, svec, dvec);
+    else
+        k_rows_copy<uint32_t><<<grid, rows_threads(groups), 0, stream()>>>((uint32_t *)dst, ldd, width,
+                                                                          (const uint32_t *)src, lds, rows, cols,
+                                                                          rows_out, svec, dvec);
+}
+
 __global__ void k_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
                                int64_t cols) {
     UTK_ROWS(r, rows, c, cols) utk_store_f32(dst, ddt, r * ldd + c, utk_load_f32(src, sdt, r * lds + c));
@@ -249,7 +298,10 @@ __global__ void k_rows_convert(void *dst, int ddt, int64_t ldd, const void *src,
 extern "C" void utk_rows_convert(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds,
                                  int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return;
-    k_rows_convert<<<rows_grid(rows, cols), rows_threads(cols), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds, rows, cols);
+    if (ddt == sdt) rows_copy(dst, ddt, ldd, cols, src, lds, rows, cols, rows);
+    else
+        k_rows_convert<<<rows_grid(rows, cols), rows_threads(cols), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds,
+                                                                                   rows, cols);
     ut_cuda_launched("rows convert");
 }
 
@@ -261,8 +313,10 @@ __global__ void k_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int
 extern "C" void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int64_t lds, int64_t rows,
                              int64_t cols, int64_t rows_out) {
     if (rows_out <= 0 || ldd <= 0) return;
-    k_rows_pad<<<rows_grid(rows_out, ldd), rows_threads(ldd), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds, rows,
-                                                                           cols, rows_out);
+    if (ddt == sdt) rows_copy(dst, ddt, ldd, ldd, src, lds, rows, cols, rows_out);
+    else
+        k_rows_pad<<<rows_grid(rows_out, ldd), rows_threads(ldd), 0, stream()>>>(dst, ddt, ldd, src, sdt, lds, rows,
+                                                                               cols, rows_out);
     ut_cuda_launched("rows pad");
 }
 
