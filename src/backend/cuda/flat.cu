@@ -10,13 +10,13 @@ using utk::kThreads;
 using utk::stream;
 
 
+/* VEC: four elements a thread (launch.cuh's utk_load4 / utk_store4: one
+ * 16- or 8-byte access each side), then the tail */
+template <bool VEC>
 __global__ void k_convert(void *dst, int to, const void *src, int from, int64_t n) {
-    UTK_GRID_STRIDE(i, n) {
-        float v = utk_load_f32(src, from, i);
-        if (to == 1) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
-        else if (to == 2) ((__half *)dst)[i] = __float2half_rn(v);
-        else ((float *)dst)[i] = v;
-    }
+    utk_ew_loop<VEC>(
+        n, [&](int64_t v) { utk_store4(dst, to, v, utk_load4(src, from, v)); },
+        [&](int64_t i) { utk_store_f32(dst, to, i, utk_load_f32(src, from, i)); });
 }
 
 __global__ void k_round(float *dst, const float *src, int64_t n, int dt) {
@@ -30,7 +30,10 @@ __global__ void k_round(float *dst, const float *src, int64_t n, int dt) {
 
 extern "C" void utk_convert(void *dst, int to, const void *src, int from, int64_t n) {
     if (n <= 0) return;
-    k_convert<<<blocks_for(n), kThreads, 0, stream()>>>(dst, to, src, from, n);
+    if (utk_vec4_ok(dst, to) && utk_vec4_ok(src, from))
+        k_convert<true><<<blocks_for((n + 3) / 4), kThreads, 0, stream()>>>(dst, to, src, from, n);
+    else
+        k_convert<false><<<blocks_for(n), kThreads, 0, stream()>>>(dst, to, src, from, n);
     ut_cuda_launched("convert");
 }
 
@@ -431,11 +434,22 @@ extern "C" void utk_bias_round(void *out, int dt, const float *tmp, int64_t ldt,
     ut_cuda_launched("bias and round");
 }
 
+template <bool VEC>
 __global__ void k_add_round(void *dst, int dt, const float *add, int64_t n) {
-    UTK_GRID_STRIDE(i, n) utk_store_f32(dst, dt, i, __fadd_rn(utk_load_f32(dst, dt, i), add[i]));
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t v) {
+            float4 d = utk_load4(dst, dt, v), a = reinterpret_cast<const float4 *>(add)[v];
+            utk_store4(dst, dt, v,
+                       make_float4(__fadd_rn(d.x, a.x), __fadd_rn(d.y, a.y), __fadd_rn(d.z, a.z), __fadd_rn(d.w, a.w)));
+        },
+        [&](int64_t i) { utk_store_f32(dst, dt, i, __fadd_rn(utk_load_f32(dst, dt, i), add[i])); });
 }
 extern "C" void utk_add_round(void *dst, int dt, const float *add, int64_t n) {
     if (n <= 0) return;
-    k_add_round<<<blocks_for(n), kThreads, 0, stream()>>>(dst, dt, add, n);
+    if (utk_vec4_ok(dst, dt) && utk_vec4_ok(add, 0))
+        k_add_round<true><<<blocks_for((n + 3) / 4), kThreads, 0, stream()>>>(dst, dt, add, n);
+    else
+        k_add_round<false><<<blocks_for(n), kThreads, 0, stream()>>>(dst, dt, add, n);
     ut_cuda_launched("add and round");
 }
