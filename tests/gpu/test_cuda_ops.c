@@ -152,6 +152,10 @@ static const gc_row big_rows[] = {
      * columns take the 16-byte and the one-column-a-thread sums */
     {"linear with bias 1100 x 96", 3, {{2, {1100, 32}}, {2, {96, 32}}, {1, {96}}}, b_linear},
     {"linear with bias 1100 x 97", 3, {{2, {1100, 32}}, {2, {97, 32}}, {1, {97}}}, b_linear},
+    /* norms' weight gradients over 1200 rows: 10 chunks of 128, more than
+     * the 8 lanes that add the chunks' sums (norm.cu) */
+    {"layernorm 1200 x 40", 3, {{2, {1200, 40}}, {1, {40}}, {1, {40}}}, b_ln},
+    {"rms_norm 1200 x 40", 2, {{2, {1200, 40}}, {1, {40}}}, b_rms},
 };
 
 static void same_bits(const gc_row *row);
@@ -485,7 +489,7 @@ static void test_autocast_rows(void) {
                             &big_rows[7],  &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17],
                             &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
                             &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27],
-                            &big_rows[28], &big_rows[29]};
+                            &big_rows[28], &big_rows[29], &big_rows[30]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
     /* the wide outputs again at OC (rows ld16 apart) instead of padded */
     const gc_row *wide[] = {&big_rows[26], &big_rows[27]};

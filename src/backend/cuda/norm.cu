@@ -201,18 +201,37 @@ __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb
     }
 }
 
-/* dw[c] += sum over chunks of pw[chunk, c] (in chunk order); db likewise */
+/* dw[c] += sum over chunks of pw[chunk, c]; db likewise. A block takes
+ * LN_COLS columns; its LN_ROW_LANES rows of threads each every
+ * LN_ROW_LANES-th chunk (in chunk order, four loads in flight), then the
+ * lanes' sums in lane order: an order fixed by N and C alone (one thread a
+ * column walking all 512 chunks of 64 x 1024 rows kept one load in flight) */
 __global__ void ln_dwdb_final_k(float *dw, float *db, const float *__restrict__ pw,
                                 const float *__restrict__ pb, int64_t nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[LN_ROW_LANES][LN_COLS + 1], sb[LN_ROW_LANES][LN_COLS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * LN_COLS + tx;
     float s = 0.0f, t = 0.0f;
-    for (int64_t p = 0; p < nchunks; p++) {
-        s += pw[p * C + c];
-        t += pb[p * C + c];
+    if (c < C) {
+#pragma unroll 4
+        for (int64_t p = ty; p < nchunks; p += LN_ROW_LANES) {
+            s += pw[p * C + c];
+            t += pb[p * C + c];
+        }
     }
-    if (dw) dw[c] += s;
-    if (db) db[c] += t;
+    sw[ty][tx] = s;
+    sb[ty][tx] = t;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int k = 0; k < LN_ROW_LANES; k++) {
+            a += sw[k][tx];
+            b += sb[k][tx];
+        }
+        if (dw) dw[c] += a;
+        if (db) db[c] += b;
+    }
 }
 
 /* ---- launchers ---- */
@@ -288,8 +307,8 @@ extern "C" void ut_cuda_layernorm_bwd(void *dx, bool dx_acc, float *dw, float *d
         ln_dwdb_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, pb, dy, odt, x, xdt,
                                                                              mean, rstd, N, (int)C, rc);
         ut_cuda_launched("layernorm_bwd_dwdb_partial");
-        ln_dwdb_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, db, pw, pb, nchunks,
-                                                                          (int)C);
+        ln_dwdb_final_k<<<(unsigned)((C + LN_COLS - 1) / LN_COLS), dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(
+            dw, db, pw, pb, nchunks, (int)C);
         ut_cuda_launched("layernorm_bwd_dwdb_final");
     }
 }
@@ -408,13 +427,24 @@ __global__ void rms_dw_partial_k(float *__restrict__ pw, const float *__restrict
     }
 }
 
-/* dw[c] += sum over chunks of pw[chunk, c] (in chunk order) */
+/* dw[c] += sum over chunks of pw[chunk, c], in ln_dwdb_final_k's order */
 __global__ void rms_dw_final_k(float *dw, const float *__restrict__ pw, int64_t nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[LN_ROW_LANES][LN_COLS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * LN_COLS + tx;
     float s = 0.0f;
-    for (int64_t p = 0; p < nchunks; p++) s += pw[p * C + c];
-    dw[c] += s;
+    if (c < C) {
+#pragma unroll 4
+        for (int64_t p = ty; p < nchunks; p += LN_ROW_LANES) s += pw[p * C + c];
+    }
+    sw[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float a = 0.0f;
+#pragma unroll
+        for (int k = 0; k < LN_ROW_LANES; k++) a += sw[k][tx];
+        dw[c] += a;
+    }
 }
 
 /* ---- rms_norm launchers ---- */
@@ -464,7 +494,8 @@ extern "C" void ut_cuda_rms_norm_bwd(float *dx, float *dw, void *scratch, const 
         dim3 grid((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)nchunks);
         rms_dw_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, dy, x, rstd, N, (int)C, rc);
         ut_cuda_launched("rms_norm_bwd_dw_partial");
-        rms_dw_final_k<<<(unsigned)((C + 255) / 256), 256, 0, stream()>>>(dw, pw, nchunks, (int)C);
+        rms_dw_final_k<<<(unsigned)((C + LN_COLS - 1) / LN_COLS), dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(
+            dw, pw, nchunks, (int)C);
         ut_cuda_launched("rms_norm_bwd_dw_final");
     }
 }
