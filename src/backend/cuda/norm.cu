@@ -201,7 +201,8 @@ __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb
     }
 }
 
-/* dw[c] += sum over chunks of pw[chunk, c]; db likewise. A block takes
+/* dw[c] += sum over chunks of pw[chunk, c]; db likewise (pb NULL: dw only,
+ * rms_norm's). A block takes
  * LN_COLS columns; its LN_ROW_LANES rows of threads each every
  * LN_ROW_LANES-th chunk (in chunk order, four loads in flight), then the
  * lanes' sums in lane order: an order fixed by N and C alone (one thread a
@@ -216,7 +217,7 @@ __global__ void ln_dwdb_final_k(float *dw, float *db, const float *__restrict__ 
 #pragma unroll 4
         for (int64_t p = ty; p < nchunks; p += LN_ROW_LANES) {
             s += pw[p * C + c];
-            t += pb[p * C + c];
+            if (pb) t += pb[p * C + c];
         }
     }
     sw[ty][tx] = s;
@@ -427,26 +428,6 @@ __global__ void rms_dw_partial_k(float *__restrict__ pw, const float *__restrict
     }
 }
 
-/* dw[c] += sum over chunks of pw[chunk, c], in ln_dwdb_final_k's order */
-__global__ void rms_dw_final_k(float *dw, const float *__restrict__ pw, int64_t nchunks, int C) {
-    __shared__ float sw[LN_ROW_LANES][LN_COLS + 1];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int c = blockIdx.x * LN_COLS + tx;
-    float s = 0.0f;
-    if (c < C) {
-#pragma unroll 4
-        for (int64_t p = ty; p < nchunks; p += LN_ROW_LANES) s += pw[p * C + c];
-    }
-    sw[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float a = 0.0f;
-#pragma unroll
-        for (int k = 0; k < LN_ROW_LANES; k++) a += sw[k][tx];
-        dw[c] += a;
-    }
-}
-
 /* ---- rms_norm launchers ---- */
 extern "C" void ut_cuda_rms_norm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t N,
                                      int64_t C, float eps) {
@@ -494,8 +475,8 @@ extern "C" void ut_cuda_rms_norm_bwd(float *dx, float *dw, void *scratch, const 
         dim3 grid((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)nchunks);
         rms_dw_partial_k<<<grid, dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(pw, dy, x, rstd, N, (int)C, rc);
         ut_cuda_launched("rms_norm_bwd_dw_partial");
-        rms_dw_final_k<<<(unsigned)((C + LN_COLS - 1) / LN_COLS), dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(
-            dw, pw, nchunks, (int)C);
+        ln_dwdb_final_k<<<(unsigned)((C + LN_COLS - 1) / LN_COLS), dim3(LN_COLS, LN_ROW_LANES), 0, stream()>>>(
+            dw, nullptr, pw, nullptr, nchunks, (int)C);
         ut_cuda_launched("rms_norm_bwd_dw_final");
     }
 }
