@@ -39,8 +39,8 @@ void ut_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
  * that is written); dw (C) += sum_n dout * xhat; db (C) += sum_n dout.
  * Any of dx, dw, db may be NULL. */
 static void layernorm_backward(float *dx, bool dx_acc, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int64_t N, int64_t C) {
+                               const float *inp, const float *w, const float *mean, const float *rstd, int64_t N,
+                               int64_t C) {
     if (dx) {
 #pragma omp parallel for schedule(static)
         for (int64_t n = 0; n < N; n++) {
@@ -96,8 +96,8 @@ void ut_layernorm_bwd_cpu(ut_tensor *t, UT_KCTX) {
     int64_t C = w->ne[0], N = ut_nelem(x) / C;
     ut_kzero_fresh(k, t, 6u, ut_cpu_memset); /* dw, db are added into; dx is written when fresh */
     layernorm_backward(x->requires_grad ? x->grad : NULL, !ut_kfresh(k, 0), w->requires_grad ? w->grad : NULL,
-                              b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w),
-                              ut_layernorm_mean(t), ut_layernorm_rstd(t), N, C);
+                       b->requires_grad ? b->grad : NULL, t->grad, ut_f32(x), ut_f32(w), ut_layernorm_mean(t),
+                       ut_layernorm_rstd(t), N, C);
 }
 
 /* ---- rms_norm ---- */

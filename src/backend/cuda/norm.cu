@@ -202,11 +202,11 @@ __global__ void ln_dwdb_partial_k(float *__restrict__ pw, float *__restrict__ pb
 }
 
 /* dw[c] += sum over chunks of pw[chunk, c]; db likewise (pb NULL: dw only,
- * rms_norm's). A block takes
- * LN_COLS columns; its LN_ROW_LANES rows of threads each every
- * LN_ROW_LANES-th chunk (in chunk order, four loads in flight), then the
- * lanes' sums in lane order: an order fixed by N and C alone (one thread a
- * column walking all 512 chunks of 64 x 1024 rows kept one load in flight) */
+ * rms_norm's). A block takes LN_COLS columns; its LN_ROW_LANES rows of
+ * threads each every LN_ROW_LANES-th chunk (in chunk order, four loads in
+ * flight), then the lanes' sums in lane order: an order fixed by N and C
+ * alone (one thread a column walking all 512 chunks of 64 x 1024 rows kept
+ * one load in flight) */
 __global__ void ln_dwdb_final_k(float *dw, float *db, const float *__restrict__ pw,
                                 const float *__restrict__ pb, int64_t nchunks, int C) {
     __shared__ float sw[LN_ROW_LANES][LN_COLS + 1], sb[LN_ROW_LANES][LN_COLS + 1];
