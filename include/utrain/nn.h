@@ -501,6 +501,8 @@ void ut_embedding_layer_zero_row(const ut_embedding_layer *l, int64_t id, const 
 ut_tensor *ut_tp_col_in(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x);
 ut_tensor *ut_tp_row_out(ut_ctx *ctx, const ut_tp_hooks *tp, ut_tensor *x, const ut_linear_layer *l);
 ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
+/* gelu(layer(x)), tanh form, through ut_linear_gelu (one op) */
+ut_tensor *ut_linear_layer_forward_gelu(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x);
 ut_tensor *ut_conv2d_layer_forward(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);
 /* relu(layer(x)) through ut_conv2d_relu */
 ut_tensor *ut_conv2d_layer_forward_relu(ut_ctx *ctx, const ut_conv2d_layer *l, ut_tensor *x);

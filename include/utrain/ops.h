@@ -22,6 +22,14 @@ extern "C" {
 /* ---- matrix products (OpenBLAS sgemm) ---- */
 /* y = x W^T + b. x (..., C), w (OC, C) as in torch.nn.Linear, b (OC) or NULL -> (..., OC) */
 ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b);
+/* ut_gelu(ut_linear(x, w, b)) in one op where the device's kernels take it
+ * (every backend does): the product's output goes to GELU inside the op
+ * (on a GPU, cuBLASLt's GELU epilogue where it has one), and backward
+ * multiplies by GELU's derivative on its way into the products. The CPU
+ * and sim give the two ops' values and gradients bit for bit; the GPU's
+ * epilogue takes GELU of the product before it is rounded to 16 bits
+ * (docs/engine.md). UT_LINEAR_GELU=0 makes it the two ops. */
+ut_tensor *ut_linear_gelu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b);
 /* a (..., M, K) @ b (..., K, N) -> (..., M, N); batch dims equal, or b 2-D (K, N). */
 ut_tensor *ut_matmul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b);
 

@@ -321,6 +321,10 @@ typedef struct ut_backend {
      * of src/ops/params.h, ut_conv2d_relu); false: ut_conv2d_relu is a
      * conv2d and a relu. */
     bool conv2d_relu;
+    /* Its linear kernels apply the tanh-form GELU in the same op (the act
+     * parameter and the saved pre-activation of src/ops/params.h,
+     * ut_linear_gelu); false: ut_linear_gelu is a linear and a gelu. */
+    bool linear_gelu;
 
     /* Float32 products (linear, matmul, convolutions) on the tensor cores in
      * TF32 (operands rounded to 10 mantissa bits, float32 accumulation), or

@@ -69,6 +69,11 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->fresh_grads = fg && !strcmp(fg, "0") ? 0 : fg && !strcmp(fg, "nan") ? 2 : 1;
     if (fg && *fg && strcmp(fg, "0") && strcmp(fg, "1") && strcmp(fg, "nan") && !ctx->has_err)
         ut_ctx_set_error(ctx, "UT_FRESH_GRADS=%s is not a value it takes (0, 1, nan; docs/engine.md)", fg);
+    /* docs/engine.md: ut_linear_gelu one op (1, the default) or two (0) */
+    const char *lg = getenv("UT_LINEAR_GELU");
+    ctx->fuse_linear_gelu = !(lg && !strcmp(lg, "0"));
+    if (lg && *lg && strcmp(lg, "0") && strcmp(lg, "1") && !ctx->has_err)
+        ut_ctx_set_error(ctx, "UT_LINEAR_GELU=%s is not a value it takes (0, 1; docs/engine.md)", lg);
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
     ctx->locked = !ctx->be->host_memory;

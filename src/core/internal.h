@@ -112,6 +112,7 @@ struct ut_ctx {
     int tape_len, tape_cap;
     bool grad_enabled, training, in_checkpoint, collecting;
     int fresh_grads;  /* gradients written whole where kernels can (autograd.c): 0 off, 1 on, 2 NaN-filled */
+    bool fuse_linear_gelu; /* ut_linear_gelu one op where the device's kernels take it (UT_LINEAR_GELU) */
     ut_device device;
     ut_philox rng;    /* dropout's generator: key, stream, offset */
     ut_grad_ready_fn grad_hook;

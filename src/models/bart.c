@@ -98,8 +98,10 @@ static ut_tensor *attend(ut_ctx *ctx, const bart *net, const bart_attn *a, ut_te
 }
 
 static ut_tensor *feed_forward(ut_ctx *ctx, const bart *net, const bart_layer *l, ut_tensor *x) {
-    ut_tensor *h = ut_linear_layer_forward(ctx, &l->fc1, ut_tp_col_in(ctx, &net->lay.tp, x));
-    h = net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : net->act == ACT_RELU ? ut_relu(ctx, h) : ut_gelu(ctx, h);
+    ut_tensor *h = ut_tp_col_in(ctx, &net->lay.tp, x);
+    h = net->act == ACT_GELU   ? ut_gelu_erf(ctx, ut_linear_layer_forward(ctx, &l->fc1, h))
+        : net->act == ACT_RELU ? ut_relu(ctx, ut_linear_layer_forward(ctx, &l->fc1, h))
+                               : ut_linear_layer_forward_gelu(ctx, &l->fc1, h);
     if (net->lay.tp_size > 1) { /* this rank's features of F: the whole tensor's mask, column slice */
         int64_t Fp = h->ne[h->ndim - 1];
         h = ut_dropout_cols(ctx, h, net->act_dropout, (int64_t)net->lay.tp_rank * Fp, Fp * net->lay.tp_size);

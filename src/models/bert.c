@@ -78,8 +78,9 @@ static ut_tensor *layer_tail(ut_ctx *ctx, const layer_arg *a, ut_tensor *h, ut_t
     const ut_tp_hooks *tp = &a->net->lay.tp; /* zeroed when whole: plain linears */
     h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &l->attn_out), a->net->dropout);
     x = ut_layernorm_layer_forward(ctx, &l->attn_ln, ut_add(ctx, h, x));
-    h = ut_linear_layer_forward(ctx, &l->inter, ut_tp_col_in(ctx, tp, x));
-    h = a->net->exact_gelu ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
+    h = ut_tp_col_in(ctx, tp, x);
+    h = a->net->exact_gelu ? ut_gelu_erf(ctx, ut_linear_layer_forward(ctx, &l->inter, h))
+                           : ut_linear_layer_forward_gelu(ctx, &l->inter, h);
     h = ut_dropout(ctx, ut_tp_row_out(ctx, tp, h, &l->out), a->net->dropout);
     return ut_layernorm_layer_forward(ctx, &l->out_ln, ut_add(ctx, h, x));
 }

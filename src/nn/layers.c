@@ -31,6 +31,10 @@ ut_tensor *ut_linear_layer_forward(ut_ctx *ctx, const ut_linear_layer *l, ut_ten
     return ut_linear(ctx, x, l->w, l->b);
 }
 
+ut_tensor *ut_linear_layer_forward_gelu(ut_ctx *ctx, const ut_linear_layer *l, ut_tensor *x) {
+    return ut_linear_gelu(ctx, x, l->w, l->b);
+}
+
 /* Hugging Face style: weight N(0, std), bias zero */
 void ut_linear_layer_init_normal(ut_model *m, ut_linear_layer *l, const char *prefix, int64_t in,
                                  int64_t out, float std) {
@@ -125,7 +129,7 @@ void ut_mlp_layer_init(ut_model *m, ut_mlp_layer *l, const char *prefix, int64_t
 }
 
 ut_tensor *ut_mlp_layer_forward(ut_ctx *ctx, const ut_mlp_layer *l, ut_tensor *x) {
-    ut_tensor *h = ut_gelu(ctx, ut_linear(ctx, x, l->c_fc.w, l->c_fc.b));
+    ut_tensor *h = ut_linear_gelu(ctx, x, l->c_fc.w, l->c_fc.b);
     h = ut_linear(ctx, h, l->c_proj.w, l->c_proj.b);
     return l->dropout > 0 ? ut_dropout(ctx, h, l->dropout) : h;
 }
@@ -241,7 +245,7 @@ static ut_tensor *block_seq(ut_ctx *ctx, const ut_block_layer *l, ut_tensor *x) 
     h = ut_attention(ctx, ut_linear(ctx, h, a->c_attn.w, a->c_attn.b), a->n_head);
     x = ut_add(ctx, x, seq_out(ctx, l, h, &a->c_proj, a->dropout));
     h = l->tp.seq_gather(ctx, seq_norm(ctx, l, &l->ln_2, x), l->tp.group);
-    h = ut_gelu(ctx, ut_linear(ctx, h, mlp->c_fc.w, mlp->c_fc.b));
+    h = ut_linear_gelu(ctx, h, mlp->c_fc.w, mlp->c_fc.b);
     return ut_add(ctx, x, seq_out(ctx, l, h, &mlp->c_proj, mlp->dropout));
 }
 
@@ -282,7 +286,7 @@ static ut_tensor *block_fn(ut_ctx *ctx, void *user, ut_tensor **in, int n) {
     x = ut_add(ctx, x, a->dropout > 0 ? ut_dropout(ctx, y, a->dropout) : y);
     const ut_mlp_layer *mlp = &l->mlp;
     ut_tensor *h = col_in(ctx, l, ut_layernorm_layer_forward(ctx, &l->ln_2, x));
-    h = row_out(ctx, l, ut_gelu(ctx, ut_linear(ctx, h, mlp->c_fc.w, mlp->c_fc.b)), &mlp->c_proj);
+    h = row_out(ctx, l, ut_linear_gelu(ctx, h, mlp->c_fc.w, mlp->c_fc.b), &mlp->c_proj);
     return ut_add(ctx, x, mlp->dropout > 0 ? ut_dropout(ctx, h, mlp->dropout) : h);
 }
 

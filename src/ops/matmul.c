@@ -2,8 +2,9 @@
  * Kernels: src/backend/cpu/matmul.c. */
 
 #include "internal.h"
+#include "params.h"
 
-ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
+static ut_tensor *linear_new(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, int act) {
     ut_tensor *src[3] = {x, w, b};
     if (!ut_op_check(ctx, "linear", b ? 3 : 2, src, 0)) return NULL;
     int64_t C = x->ne[x->ndim - 1];
@@ -19,7 +20,21 @@ ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
     int64_t ne[UT_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) ne[i] = x->ne[i];
     ne[x->ndim - 1] = w->ne[0];
-    return ut_op_run(ut_op_new(ctx, UT_OP_LINEAR, UT_F32, x->ndim, ne, 3, src));
+    ut_tensor *t = ut_op_new(ctx, UT_OP_LINEAR, UT_F32, x->ndim, ne, 3, src);
+    if (t) ut_linear_set_act(t, act);
+    return ut_op_run(t);
+}
+
+ut_tensor *ut_linear(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
+    return linear_new(ctx, x, w, b, UT_LINEAR_PLAIN);
+}
+
+/* One op where the device's linear kernels apply GELU themselves (backend.h,
+ * linear_gelu) and the context fuses (UT_LINEAR_GELU, src/core/ctx.c) */
+ut_tensor *ut_linear_gelu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b) {
+    const ut_backend *be = x ? ut_backend_get(x->device) : NULL;
+    if (be && be->linear_gelu && ctx->fuse_linear_gelu) return linear_new(ctx, x, w, b, UT_LINEAR_GELU);
+    return ut_gelu(ctx, ut_linear(ctx, x, w, b));
 }
 
 /* ---- matmul: a (..., M, K) @ b (..., K, N); b may be 2-D and shared ---- */

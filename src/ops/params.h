@@ -82,6 +82,11 @@ UT_PARAM_I(conv2d, fused_relu, 2)
  * pooled element) the max's place in its window (0 to 3, row-major) */
 UT_PARAM_I(conv2d, fused_pool, 3)
 UT_AUX(conv2d, pool_arg, uint8_t, 0)
+/* linear: the activation applied in the same op (ut_linear_gelu): 0 none,
+ * UT_LINEAR_GELU the tanh-form GELU; the product's output before it is kept
+ * for backward (aux pre, below) */
+enum { UT_LINEAR_PLAIN = 0, UT_LINEAR_GELU = 1 };
+UT_PARAM_I(linear, act, 0)
 /* max_pool2d */
 UT_PARAM_I(max_pool2d, kernel, 0)
 UT_PARAM_I(max_pool2d, stride, 1)
@@ -119,6 +124,10 @@ UT_AUX(layernorm, mean, float, 0)
 UT_AUX(layernorm, rstd, float, 1)
 /* rms_norm: each row's 1 / sqrt(mean(x^2) + eps) (N rows) */
 UT_AUX(rms_norm, rstd, float, 0)
+/* linear with an activation: x W^T + b before it (the output's shape and
+ * storage dtype: a 16-bit output's pre-activation is rounded to it, as the
+ * separate linear's output is) */
+UT_AUX(linear, pre, void, 0)
 /* max_pool2d: each output's argmax within its plane (int32, like the output) */
 UT_AUX(max_pool2d, argmax, int32_t, 0)
 /* attention: the probabilities P (B, NH, T, T), zero above the diagonal, in

@@ -5,6 +5,8 @@
 
 static ut_tensor *b_linear(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], in[2]); }
 static ut_tensor *b_linear_nob(ut_ctx *c, ut_tensor **in) { return ut_linear(c, in[0], in[1], NULL); }
+static ut_tensor *b_linear_gelu(ut_ctx *c, ut_tensor **in) { return ut_linear_gelu(c, in[0], in[1], in[2]); }
+static ut_tensor *b_linear_gelu_nob(ut_ctx *c, ut_tensor **in) { return ut_linear_gelu(c, in[0], in[1], NULL); }
 static ut_tensor *b_matmul(ut_ctx *c, ut_tensor **in) { return ut_matmul(c, in[0], in[1]); }
 static ut_tensor *b_add(ut_ctx *c, ut_tensor **in) { return ut_add(c, in[0], in[1]); }
 static ut_tensor *b_mul(ut_ctx *c, ut_tensor **in) { return ut_mul(c, in[0], in[1]); }
@@ -80,6 +82,9 @@ static ut_tensor *b_concat_rows(ut_ctx *c, ut_tensor **in) {
 const gc_row gc_rows_core[] = {
     {"linear", 3, {{2, {5, 7}}, {2, {4, 7}}, {1, {4}}}, b_linear},
     {"linear 3-D no bias", 2, {{3, {2, 3, 7}}, {2, {4, 7}}}, b_linear_nob},
+    /* ut_linear_gelu: GELU (tanh form) inside the linear op */
+    {"linear gelu", 3, {{2, {5, 7}}, {2, {4, 7}}, {1, {4}}}, b_linear_gelu},
+    {"linear gelu 3-D no bias", 2, {{3, {2, 3, 7}}, {2, {4, 7}}}, b_linear_gelu_nob},
     {"matmul 2-D", 2, {{2, {5, 3}}, {2, {3, 4}}}, b_matmul},
     {"matmul batched", 2, {{3, {2, 5, 3}}, {3, {2, 3, 4}}}, b_matmul},
     {"matmul shared b", 2, {{3, {2, 5, 3}}, {2, {3, 4}}}, b_matmul},

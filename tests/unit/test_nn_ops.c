@@ -389,6 +389,90 @@ static void test_conv2d_relu_fused(void) {
     ut_ctx_free(ctx);
 }
 
+/* ut_linear_gelu gives gelu(linear)'s output and gradients bit for bit on
+ * the CPU, in float32 and under bf16 and fp16 autocast (a 16-bit output's
+ * pre-activation rounded as the separate linear's output is), with and
+ * without a bias, in one of GELU's blocks and in several (2^18 elements a
+ * block) with the 16-bit product's row blocks (ut_cpu_lowp_block_set);
+ * without gradients it runs in place, the same values. UT_LINEAR_GELU=0
+ * makes it the two ops; another value is refused. */
+void ut_cpu_lowp_block_set(int64_t rows, int64_t min_bytes);
+
+typedef struct { void *y; float *g[3]; int64_t n[4]; size_t ybytes; } lin_gelu_run;
+
+static lin_gelu_run linear_gelu_once(bool fused, ut_dtype ac, int64_t N, int64_t C, int64_t OC, bool bias,
+                                     bool grad) {
+    if (!fused) setenv("UT_LINEAR_GELU", "0", 1);
+    ut_ctx *ctx = new_ctx();
+    unsetenv("UT_LINEAR_GELU");
+    ut_ctx_set_autocast(ctx, ac);
+    ut_ctx_set_grad_enabled(ctx, grad);
+    ut_rng r;
+    ut_rng_seed(&r, 33);
+    int64_t xne[2] = {N, C}, wne[2] = {OC, C};
+    ut_tensor *x = randn(ctx, &r, 2, xne), *w = randn(ctx, &r, 2, wne), *b = randn(ctx, &r, 1, &OC);
+    ut_tensor *in[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ut_tensor_set_requires_grad(in[i], true);
+    ut_tensor *y = ut_linear_gelu(ctx, x, w, bias ? b : NULL);
+    lin_gelu_run o = {0};
+    CHECK(y != NULL, "%s", ut_ctx_error(ctx));
+    if (!y) goto out;
+    CHECK(!strcmp(ut_op_name(y->op), fused ? "linear" : "gelu"), "op %s", ut_op_name(y->op));
+    CHECK(y->dtype == ac, "output dtype %d, autocast %d", (int)y->dtype, (int)ac);
+    if (grad) {
+        ut_tensor *wy = randn(ctx, &r, 2, y->ne);
+        CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, wy))) == 0, "%s", ut_ctx_error(ctx));
+        for (int i = 0; i < (bias ? 3 : 2); i++) {
+            o.n[i] = ut_nelem(in[i]);
+            o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
+            memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+        }
+    }
+    o.n[3] = ut_nelem(y);
+    o.ybytes = (size_t)o.n[3] * ut_dtype_size(y->dtype);
+    o.y = malloc(o.ybytes);
+    memcpy(o.y, y->data, o.ybytes);
+out:
+    ut_ctx_free(ctx);
+    return o;
+}
+
+static void test_linear_gelu_fused(void) {
+    /* N, C, OC: one GELU block; several (3 x 2^18 + a part), the 16-bit
+     * product in 48-row blocks */
+    const int64_t shapes[][3] = {{13, 24, 40}, {1000, 16, 800}};
+    const ut_dtype dts[3] = {UT_F32, UT_BF16, UT_F16};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 3; d++)
+            for (int v = 0; v < 3; v++) { /* with bias; without; no gradients */
+                const int64_t *q = shapes[s];
+                bool bias = v != 1, grad = v != 2;
+                if (s == 1) ut_cpu_lowp_block_set(48, 0);
+                lin_gelu_run a = linear_gelu_once(false, dts[d], q[0], q[1], q[2], bias, grad);
+                lin_gelu_run f = linear_gelu_once(true, dts[d], q[0], q[1], q[2], bias, grad);
+                if (s == 1) ut_cpu_lowp_block_set(192, 16 << 20);
+                if (a.y && f.y) {
+                    int64_t neg = 0;
+                    for (int64_t i = 0; dts[d] == UT_F32 && i < a.n[3]; i++) neg += ((float *)a.y)[i] < 0.0f;
+                    CHECK(dts[d] != UT_F32 || (neg > a.n[3] / 4 && neg < 3 * a.n[3] / 4),
+                          "shape %d: %lld of %lld outputs negative", s, (long long)neg, (long long)a.n[3]);
+                    CHECK(a.ybytes == f.ybytes && !memcmp(a.y, f.y, a.ybytes), "shape %d dtype %d case %d: outputs differ",
+                          s, (int)dts[d], v);
+                    for (int i = 0; grad && i < (bias ? 3 : 2); i++)
+                        CHECK(a.g[i] && f.g[i] && !memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]),
+                              "shape %d dtype %d case %d: gradient %d differs", s, (int)dts[d], v, i);
+                }
+                free(a.y), free(f.y);
+                for (int i = 0; i < 3; i++) free(a.g[i]), free(f.g[i]);
+            }
+    setenv("UT_LINEAR_GELU", "2", 1);
+    ut_ctx *ctx = new_ctx();
+    unsetenv("UT_LINEAR_GELU");
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "UT_LINEAR_GELU=2"), "a bad UT_LINEAR_GELU: %s", e ? e : "(no error)");
+    ut_ctx_free(ctx);
+}
+
 static void test_conv2d_channel_mismatch(void) {
     ut_ctx *ctx = new_ctx();
     int64_t xne[4] = {1, 3, 5, 5}, wne[4] = {2, 4, 3, 3};
@@ -773,6 +857,7 @@ int main(void) {
     RUN(test_conv2d_matches_naive);
     RUN(test_conv2d_backward_deterministic);
     RUN(test_conv2d_relu_fused);
+    RUN(test_linear_gelu_fused);
     RUN(test_conv2d_channel_mismatch);
     RUN(test_max_pool2d_known);
     RUN(test_max_pool2d_ties);

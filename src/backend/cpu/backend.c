@@ -28,6 +28,7 @@ const ut_backend ut_backend_cpu = {
     .matmul_path = ut_cpu_matmul_path,
     .conv2d_path = ut_cpu_conv2d_path,
     .conv2d_relu = true,
+    .linear_gelu = true,
     .sum_sq = ut_cpu_sum_sq,
     .sum_sq_to = ut_cpu_sum_sq_to,
     .scale = ut_cpu_scale,

@@ -57,6 +57,10 @@ void ut_cpu_convert_run(void *dst, ut_dtype to, const void *src, ut_dtype from, 
  * elements of from) converted: a block of rows or columns of a matrix. */
 void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src, ut_dtype from,
                          int64_t src_ld, int64_t rows, int64_t cols);
+/* gelu, tanh form (unary.c): out = gelu(inp); dinp (+)= dout * gelu'(inp)
+ * (acc false: 0 + that is written). Also linear's fused GELU (matmul.c). */
+void ut_gelu_forward_cpu(float *out, const float *inp, int64_t N);
+void ut_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N, bool acc);
 /* Blocks of a linear's 16-bit output (matmul.c): rows per block (a multiple
  * of 48; default 192) for outputs whose float32 is above min_bytes (default
  * 16 MiB). Tests set small values to exercise the blocked path. */

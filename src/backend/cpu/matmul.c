@@ -115,24 +115,23 @@ static int64_t block_cols(int64_t N, int64_t OC) {
 
 static void *row_ptr(void *base, ut_dtype dt, int64_t elems) { return (char *)base + (size_t)elems * ut_dtype_size(dt); }
 
-/* out (N, OC) in t's 16-bit storage = x @ w^T + b, R rows at a time */
-static void linear_forward_16(const mm_path *p, ut_tensor *t, const float *x, const float *w, const float *b,
-                              int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
+/* out (N, OC) in 16-bit storage of dt = x @ w^T + b, R rows at a time */
+static void linear_forward_16(const mm_path *p, void *out, ut_dtype dt, const float *x, const float *w,
+                              const float *b, int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
     int64_t R = block_rows(N, OC);
     float *buf = ut_kscratch(k, (size_t)(R * OC) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R;
         linear_forward(p, buf, x + r0 * C, w, b, n, C, OC);
-        ut_cpu_convert(row_ptr(t->data, t->dtype, r0 * OC), t->dtype, buf, UT_F32, n * OC);
+        ut_cpu_convert(row_ptr(out, dt, r0 * OC), dt, buf, UT_F32, n * OC);
     }
 }
 
-/* linear_backward with dout (N, OC) in 16-bit storage of dt: dx by blocks of
- * dout's rows, dw and db by blocks of its columns (one block when small). */
-static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float dx_beta, float *dw, float *db,
-                               const float *x, const float *w, int64_t N, int64_t C, int64_t OC, const ut_kctx *k) {
-    const void *g = t->grad;
-    ut_dtype dt = t->dtype;
+/* linear_backward with dout g (N, OC) in 16-bit storage of dt: dx by blocks
+ * of dout's rows, dw and db by blocks of its columns (one block when small). */
+static void linear_backward_16(const mm_path *p, const void *g, ut_dtype dt, float *dx, float dx_beta, float *dw,
+                               float *db, const float *x, const float *w, int64_t N, int64_t C, int64_t OC,
+                               const ut_kctx *k) {
     int64_t R = block_rows(N, OC), B = block_cols(N, OC);
     float *buf = ut_kscratch(k, (size_t)(R * OC > N * B ? R * OC : N * B) * sizeof(float));
     if (R == N) { /* the whole gradient widened once */
@@ -153,12 +152,65 @@ static void linear_backward_16(const mm_path *p, ut_tensor *t, float *dx, float 
     }
 }
 
+/* ---- linear with GELU (ut_linear_gelu; the act parameter, src/ops/params.h) ----
+ * The product goes to the saved pre-activation buffer in the output's
+ * storage dtype (a 16-bit one rounded, as the separate linear's output is)
+ * and GELU reads it from there; backward writes dpre = dout * gelu'(pre)
+ * (rounded to a 16-bit output's dtype, as the separate gelu's gradient of a
+ * 16-bit tensor is) and runs linear's backward on it. Each step is the
+ * separate ops' arithmetic on the same values (a 16-bit tensor widened,
+ * computed in float32, rounded), so the values and gradients are theirs
+ * to the bit. */
+#define GELU_BLOCK ((int64_t)1 << 18) /* elements widened at a time */
+
+static void gelu_out(ut_tensor *t, const void *pre, const ut_kctx *k) {
+    int64_t n = ut_nelem(t);
+    if (t->dtype == UT_F32) {
+        ut_gelu_forward_cpu(ut_f32(t), pre, n);
+        return;
+    }
+    float *buf = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float));
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
+        int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+        ut_cpu_convert(buf, UT_F32, row_ptr((void *)pre, t->dtype, i0), t->dtype, m);
+        ut_gelu_forward_cpu(buf, buf, m);
+        ut_cpu_convert(row_ptr(t->data, t->dtype, i0), t->dtype, buf, UT_F32, m);
+    }
+}
+
+/* dpre (arena memory, the output's storage dtype) from t's gradient */
+static const void *gelu_grad(ut_tensor *t, const ut_kctx *k) {
+    int64_t n = ut_nelem(t);
+    const void *pre = ut_linear_pre(t);
+    void *d = ut_kalloc(k, (size_t)n * ut_dtype_size(t->dtype));
+    if (t->dtype == UT_F32) {
+        ut_gelu_backward_cpu(d, t->grad, pre, n, false);
+        return d;
+    }
+    float *g = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float)), *x = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float));
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
+        int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+        ut_cpu_convert(g, UT_F32, row_ptr(t->grad, t->dtype, i0), t->dtype, m);
+        ut_cpu_convert(x, UT_F32, row_ptr((void *)pre, t->dtype, i0), t->dtype, m);
+        ut_gelu_backward_cpu(g, g, x, m, false);
+        ut_cpu_convert(row_ptr(d, t->dtype, i0), t->dtype, g, UT_F32, m);
+    }
+    return d;
+}
+
 void ut_linear_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     mm_path p = path_of(t, N * C + C * OC, k);
-    if (t->dtype != UT_F32) linear_forward_16(&p, t, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC, k);
-    else linear_forward(&p, ut_f32(t), ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
+    bool gelu = ut_linear_act(t) == UT_LINEAR_GELU;
+    /* the pre-activation kept where a backward will read it, else GELU in place */
+    void *y = gelu && t->requires_grad ? ut_kalloc(k, (size_t)(N * OC) * ut_dtype_size(t->dtype)) : t->data;
+    if (t->dtype != UT_F32) linear_forward_16(&p, y, t->dtype, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC, k);
+    else linear_forward(&p, y, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, OC);
+    if (gelu) {
+        ut_linear_set_pre(t, y != t->data ? y : NULL);
+        gelu_out(t, y, k);
+    }
 }
 
 void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -168,8 +220,10 @@ void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
     float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
     float *db = b && b->requires_grad ? b->grad : NULL;
     ut_kzero_fresh(k, t, 6u, ut_cpu_memset); /* dw, db are added into; dx is written when fresh */
-    if (t->dtype != UT_F32) linear_backward_16(&p, t, dx, ut_kbeta(k, 0), dw, db, ut_f32(x), ut_f32(w), N, C, OC, k);
-    else linear_backward(&p, dx, ut_kbeta(k, 0), dw, db, t->grad, ut_f32(x), ut_f32(w), N, C, OC);
+    const void *g = ut_linear_act(t) == UT_LINEAR_GELU ? gelu_grad(t, k) : t->grad;
+    if (t->dtype != UT_F32)
+        linear_backward_16(&p, g, t->dtype, dx, ut_kbeta(k, 0), dw, db, ut_f32(x), ut_f32(w), N, C, OC, k);
+    else linear_backward(&p, dx, ut_kbeta(k, 0), dw, db, g, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
 void ut_matmul_fwd_cpu(ut_tensor *t, UT_KCTX) {

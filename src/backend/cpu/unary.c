@@ -75,7 +75,7 @@ void ut_gelu_forward_cpu(float *out, const float *inp, int64_t N) {
  * 0 + that is written). With th = tanh(u) = 2s - 1,
  * gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) u'(x) = s + 2 x s (1 - s) u'(x),
  * u'(x) = k0 (1 + 3 k1 x^2). */
-static void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t N, bool acc) {
+void ut_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N, bool acc) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < N; i++) {
         float x = inp[i], x2 = x * x, s = gelu_s(x, x2);
@@ -88,7 +88,7 @@ void ut_gelu_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_gelu_forward_cpu(ut_f32(t), ut_
 
 void ut_gelu_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) gelu_backward(a->grad, t->grad, ut_f32(a), ut_nelem(t), !ut_kfresh(k, 0));
+    if (a->requires_grad) ut_gelu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- tanh ---- */

@@ -505,6 +505,7 @@ const ut_backend ut_backend_cuda = {
     .ops = ut_ops_cuda,
     .matmul_path = matmul_path,
     .attention_path = attention_path,
+    .linear_gelu = true,
     .set_tf32 = ut_cuda_set_tf32,
     .sum_sq = sum_sq,
     .sum_sq_to = sum_sq_to,

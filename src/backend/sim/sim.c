@@ -886,6 +886,7 @@ const ut_backend ut_backend_sim = {
     .matmul_path = ut_cpu_matmul_path,
     .conv2d_path = ut_cpu_conv2d_path, /* sim runs the CPU's kernels */
     .conv2d_relu = true,
+    .linear_gelu = true,
     .sum_sq = sim_sum_sq,
     .sum_sq_to = sim_sum_sq_to,
     .scale = sim_scale,
