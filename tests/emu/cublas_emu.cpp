@@ -20,8 +20,12 @@
  *   - the types cuBLASLt has kernels for: float32 throughout, or bf16 or
  *     fp16 A and B with C = D in the same 16-bit type or in float32; TF32
  *     compute only on float32 operands; C's type D's type;
- *   - the epilogues DEFAULT and BIAS; BIAS needs its pointer, and its type
- *     is D's (the default) or float32. (The headers document D's type for a
+ *   - the epilogues DEFAULT and BIAS, and GELU, GELU_BIAS, GELU_AUX and
+ *     GELU_AUX_BIAS (GELU in its tanh form, of the float32 sum with the
+ *     bias; the AUX forms store that sum, rounded to D's type, in the aux
+ *     matrix: its pointer and a leading dimension a multiple of 8 and at
+ *     least D's rows, as the headers ask); a BIAS form needs its pointer,
+ *     and its type is D's (the default) or float32. (The headers document D's type for a
  *     16-bit D; float32 is accepted here so that gemm.cu's fused path with a
  *     float32 bias runs. On a GPU whose cuBLASLt refuses it, the heuristic
  *     finds nothing and gemm.cu falls back to its rounding pass:
@@ -62,6 +66,8 @@ struct utemu_lt_desc {
     uint32_t epilogue;
     const void *bias;
     int32_t bias_type;
+    void *aux;
+    int64_t aux_ld;
 };
 struct utemu_lt_pref {
     uint64_t max_ws;
@@ -105,10 +111,16 @@ struct operand {
     }
 };
 
-/* D (m x n, column-major) = alpha op(A) op(B) + beta C + bias[row], for each batch entry */
+/* the GELU epilogues' GELU: the tanh form, in float32 */
+float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))); }
+
+/* D (m x n, column-major) = alpha op(A) op(B) + beta C + bias[row], for each
+ * batch entry; with gelu, GELU of that, and with aux the value before GELU
+ * stored there too (D's type, leading dimension aux_ld) */
 void product(int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, const operand &A, const operand &B,
              float beta, const void *C, int ctype, int64_t ldc, int64_t sc, void *D, int dtype, int64_t ldd,
-             int64_t sd, const void *bias, int bias_type, bool round_tf32) {
+             int64_t sd, const void *bias, int bias_type, bool round_tf32, bool gelu = false, void *aux = nullptr,
+             int64_t aux_ld = 0) {
     std::vector<float> a((size_t)(m * k)), bt((size_t)(k * n)), acc((size_t)n);
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < m; i++)
@@ -132,7 +144,9 @@ void product(int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, const 
             for (int64_t j = 0; j < n; j++) {
                 float v = alpha * c[j];
                 if (beta != 0.0f) v += beta * load(C, ctype, b * sc + i + j * ldc);
-                store(D, dtype, b * sd + i + j * ldd, v + bi);
+                v += bi;
+                if (aux) store(aux, dtype, i + j * aux_ld, v);
+                store(D, dtype, b * sd + i + j * ldd, gelu ? gelu_tanh(v) : v);
             }
         }
     }
@@ -146,12 +160,25 @@ uint64_t signature(const utemu_lt_desc *d, const utemu_lt_layout *a, const utemu
     uint64_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix((uint64_t)d->compute), mix((uint64_t)d->ta), mix((uint64_t)d->tb), mix(d->epilogue);
-    mix((uint64_t)d->bias_type);
+    mix((uint64_t)d->bias_type), mix((uint64_t)d->aux_ld);
     for (const utemu_lt_layout *l : {a, b, c, dd}) {
         mix((uint64_t)l->type), mix(l->rows), mix(l->cols), mix((uint64_t)l->ld), mix((uint64_t)l->batch);
         mix((uint64_t)l->stride);
     }
     return h;
+}
+
+/* which of the emulated epilogues d's is */
+bool has_bias(const utemu_lt_desc *d) {
+    return d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+           d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool has_gelu(const utemu_lt_desc *d) {
+    return d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+           d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool has_aux(const utemu_lt_desc *d) {
+    return d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
 
 /* UT_EMU_LT_STRICT_BIAS=1: only the bias types the headers document (D's),
@@ -199,10 +226,16 @@ cublasStatus_t check_problem(const utemu_lt_desc *d, const utemu_lt_layout *A, c
             ? !(f32 ? D->type == CUDA_R_32F : h16 && (D->type == CUDA_R_32F || D->type == A->type))
             : true)
         return CUBLAS_STATUS_NOT_SUPPORTED; /* no kernel for the combination: a normal answer */
-    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-        if (!d->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "the BIAS epilogue without a bias pointer");
+    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(d) && !has_gelu(d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_aux(d)) {
+        if (!d->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "a GELU_AUX epilogue without an aux pointer");
+        if (d->aux_ld % 8 || d->aux_ld < (int64_t)D->rows)
+            return fail(CUBLAS_STATUS_INVALID_VALUE, "GELU's aux leading dimension %lld: not a multiple of 8 "
+                        "or under D's %llu rows", (long long)d->aux_ld, (unsigned long long)D->rows);
+        if (D->batch > 1) return CUBLAS_STATUS_NOT_SUPPORTED; /* its batch stride is not emulated */
+    }
+    if (has_bias(d)) {
+        if (!d->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "a BIAS epilogue without a bias pointer");
         int bt = d->bias_type < 0 ? (int)D->type : d->bias_type;
         if (bt != (int)D->type && (bt != CUDA_R_32F || strict_bias())) return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -271,7 +304,7 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
     if (!d) return CUBLAS_STATUS_INVALID_VALUE;
-    *d = new utemu_lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1};
+    *d = new utemu_lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, nullptr, -1, nullptr, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -295,6 +328,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         return set(&d->epilogue, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE");
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         return set(&d->bias, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return set(&d->aux, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return set(&d->aux_ld, buf, size, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD");
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         s = set(&d->bias_type, buf, size, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE");
         if (s == CUBLAS_STATUS_SUCCESS && d->bias_type != -1 && !known_type(d->bias_type))
@@ -351,11 +388,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     memset(&r, 0, sizeof r);
     r.algo.data[0] = ALGO_MAGIC;
     r.algo.data[A_SIG] = signature(d, A, B, C, D);
-    uint32_t al[5];
+    uint32_t al[6];
     for (int i = 0; i < 4; i++) al[i] = pref->align[i] < 16 ? pref->align[i] : 16;
-    al[4] = d->epilogue == CUBLASLT_EPILOGUE_BIAS ? (alignment(d->bias) < 16 ? alignment(d->bias) : 16) : 1;
+    al[4] = has_bias(d) ? (alignment(d->bias) < 16 ? alignment(d->bias) : 16) : 1;
+    al[5] = has_aux(d) ? (alignment(d->aux) < 16 ? alignment(d->aux) : 16) : 1;
     r.algo.data[A_ALIGN] = 0;
-    for (int i = 0; i < 5; i++) r.algo.data[A_ALIGN] |= (uint64_t)al[i] << (8 * i);
+    for (int i = 0; i < 6; i++) r.algo.data[A_ALIGN] |= (uint64_t)al[i] << (8 * i);
     r.workspaceSize = k >= 256 && pref->max_ws >= (1u << 20) ? (size_t)1 << 20 : 0;
     r.algo.data[A_WS] = r.workspaceSize;
     r.state = CUBLAS_STATUS_SUCCESS;
@@ -381,11 +419,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     float fb;
     memcpy(&fb, beta, 4);
     if (fb != 0.0f && !Cp) return fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: beta != 0 and no C");
-    const void *ptr[5] = {Ap, Bp, Cp ? Cp : Dp, Dp, d->bias};
-    static const char *name[5] = {"A", "B", "C", "D", "the bias"};
-    for (int i = 0; i < 5; i++) {
+    const void *ptr[6] = {Ap, Bp, Cp ? Cp : Dp, Dp, d->bias, d->aux};
+    static const char *name[6] = {"A", "B", "C", "D", "the bias", "GELU's aux"};
+    for (int i = 0; i < 6; i++) {
         uint32_t need = (uint32_t)(algo->data[A_ALIGN] >> (8 * i)) & 0xffu;
-        if (i == 4 && d->epilogue != CUBLASLT_EPILOGUE_BIAS) continue;
+        if ((i == 4 && !has_bias(d)) || (i == 5 && !has_aux(d))) continue;
         if (alignment(ptr[i]) < need)
             return fail(CUBLAS_STATUS_NOT_SUPPORTED,
                         "matmul: %s (%p) is %u-byte aligned; the algorithm was chosen for %u "
@@ -401,10 +439,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     memcpy(&fa, alpha, 4);
     operand oa{Ap, (int)A->type, A->ld, A->stride, d->ta == CUBLAS_OP_T};
     operand ob{Bp, (int)B->type, B->ld, B->stride, d->tb == CUBLAS_OP_T};
-    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    bool bias = has_bias(d);
     product(m, n, k, A->batch, fa, oa, ob, fb, Cp, (int)C->type, C->ld, C->stride, Dp, (int)D->type, D->ld,
             D->stride, bias ? d->bias : nullptr, bias && d->bias_type >= 0 ? d->bias_type : (int)D->type,
-            d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
+            d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, has_gelu(d), has_aux(d) ? d->aux : nullptr, d->aux_ld);
     return CUBLAS_STATUS_SUCCESS;
 }
 

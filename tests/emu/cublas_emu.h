@@ -87,9 +87,18 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,          /* int32_t */
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,        /* uint32_t */
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,    /* const void * */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, /* void * */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,      /* int64_t */
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26, /* int32_t, default -1: D's type */
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+} cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,  /* uint64_t, default 0 */

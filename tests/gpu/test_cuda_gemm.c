@@ -20,6 +20,7 @@
  * checks queued nothing), and on the emulator UT_EMU_LT_STRICT_BIAS=1 (a
  * cuBLASLt without the fused kernel for a float32 bias: the heuristic's
  * refusal is an answer, not an error). Skips, saying why, without a GPU. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +283,96 @@ static void test_gemm16(void) {
     }
 }
 
+/* cuBLASLt's GELU epilogue (ut_cuda_gemm16_gelu, linear's fused GELU; x W^T
+ * as linear's forward): aux holds the product plus bias (exact) rounded
+ * once to dt, to the bit; D is GELU of it in the tanh form within two units
+ * in dt's last place (the library does not say which GELU it computes or
+ * how: the note gives the largest distance from the tanh form and from the
+ * exact erf form, in those units). Without aux, the same D. An aux leading
+ * dimension not a multiple of 8 is refused with nothing queued, and so is
+ * everything where the mode leaves 16-bit outputs to the caller. */
+static double gelu_ref(double v, bool erf_form) {
+    return erf_form ? 0.5 * v * (1.0 + erf(v / sqrt(2.0)))
+                    : 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+/* dt's unit in the last place at w (bf16: 8 significant bits, fp16: 11), at least that of 2^-6 */
+static double ulp16(double w, ut_dtype dt) {
+    int e;
+    frexp(fmax(fabs(w), 0.015625), &e);
+    return ldexp(1.0, e - (dt == UT_BF16 ? 8 : 11));
+}
+
+static void check_gemm16_gelu(ut_dtype dt, int64_t m, int64_t n, int64_t k, int64_t ldd, bool bias, bool aux,
+                              bool fused_expected) {
+    float *A = host_values(m * k), *B = host_values(n * k), *bv = host_values(n);
+    float *pre = malloc((size_t)(m * ldd) * sizeof(float)), *got = malloc((size_t)(m * ldd) * sizeof(float));
+    float *gaux = malloc((size_t)(m * ldd) * sizeof(float));
+    for (int64_t i = 0; i < m * ldd; i++) pre[i] = 0.0f;
+    reference(false, true, m, n, k, 1.0f, A, k, 0, B, k, 0, 0.0f, NULL, pre, ldd, 0, 1, bias ? bv : NULL);
+    void *ba, *bb, *bd, *bx, *bbias;
+    const void *dA = upload16(A, m * k, dt, 0, &ba), *dB = upload16(B, n * k, dt, 0, &bb);
+    for (int64_t i = 0; i < m * ldd; i++) got[i] = 7.0f; /* what D and aux hold before */
+    void *dD = upload16(got, m * ldd, dt, 0, &bd), *dX = upload16(got, m * ldd, dt, 0, &bx);
+    const float *dbias = bias ? upload(bv, n, 0, &bbias) : NULL;
+    bool fused = ut_cuda_gemm16_gelu(false, true, m, n, k, dA, k, dB, k, dD, ldd, (int)dt, dbias, aux ? dX : NULL);
+    download16(got, dD, m * ldd, dt);
+    download16(gaux, dX, m * ldd, dt);
+    char what[96];
+    snprintf(what, sizeof what, "gemm16_gelu dtype %d m %lld n %lld ld %lld%s%s", (int)dt, (long long)m, (long long)n,
+             (long long)ldd, bias ? " bias" : "", aux ? " aux" : "");
+    if (fused) {
+        double worst[2] = {0, 0};
+        int64_t bad = 0, bad_aux = 0, first = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t o = i * ldd + j;
+                float r = pre[o];
+                ut_backend_get(UT_CPU)->round(&r, &r, 1, dt);
+                if (aux && memcmp(&gaux[o], &r, sizeof r)) bad_aux++;
+                for (int f = 0; f < 2; f++) {
+                    double w = gelu_ref((double)pre[o], f == 1), d = fabs((double)got[o] - w) / ulp16(w, dt);
+                    if (d > worst[f]) worst[f] = d;
+                    if (f == 0 && d > 2.0 && !bad++) first = o;
+                }
+            }
+        CHECK(bad_aux == 0, "%s: %lld pre-activations differ from the product rounded once", what, (long long)bad_aux);
+        CHECK(bad == 0, "%s: %lld outputs more than 2 units from the tanh form, first [%lld] %.9g for %.9g", what,
+              (long long)bad, (long long)first, (double)got[first], (double)pre[first]);
+        printf("  note: %s: largest distance from GELU's tanh form %.2f units in dt's last place, from its erf "
+               "form %.2f\n", what, worst[0], worst[1]);
+    } else {
+        int64_t changed = 0;
+        for (int64_t i = 0; i < m * ldd; i++) changed += got[i] != 7.0f || gaux[i] != 7.0f;
+        CHECK(changed == 0, "%s said it queued nothing, but %lld values changed", what, (long long)changed);
+    }
+#ifdef UT_CUDA_EMU
+    CHECK(fused == fused_expected, "%s: fused %d, expected %d", what, (int)fused, (int)fused_expected);
+#else
+    if (fused != fused_expected)
+        printf("  note: %s: cuBLASLt %s\n", what, fused ? "ran it though this mode leaves it to the caller"
+                                                         : "has no kernel: linear's own GELU runs");
+    CHECK(!fused || fused_expected, "%s ran in a mode that leaves 16-bit outputs to the caller", what);
+#endif
+    be->free(ba), be->free(bb), be->free(bd), be->free(bx);
+    if (bias) be->free(bbias);
+    free(A), free(B), free(bv), free(pre), free(got), free(gaux);
+}
+
+static void test_gemm16_gelu(void) {
+    bool fx = fused_mode();
+    const char *sb = getenv("UT_EMU_LT_STRICT_BIAS");
+    bool fb = fx && !(sb && sb[0] == '1');
+    const ut_dtype dts[2] = {UT_BF16, UT_F16};
+    for (int d = 0; d < 2; d++) {
+        /* k 8: sums of about 2 in magnitude, where GELU bends */
+        check_gemm16_gelu(dts[d], 37, 64, 8, 64, true, true, fb);
+        check_gemm16_gelu(dts[d], 37, 64, 8, 64, false, true, fx);
+        check_gemm16_gelu(dts[d], 37, 64, 8, 64, true, false, fb);
+        check_gemm16_gelu(dts[d], 37, 60, 8, 60, true, true, false); /* aux rows 60 apart: refused */
+    }
+}
+
 /* one mode in a child process (gemm.cu reads its switches once); its result as the exit code */
 static void run_mode(const char *var, const char *val) {
     fflush(stdout);
@@ -301,6 +392,7 @@ static void run_mode(const char *var, const char *val) {
         RUN(test_empty_inner);
         RUN(test_tf32_and_rounded);
         RUN(test_gemm16);
+        RUN(test_gemm16_gelu);
         fflush(stdout);
         _exit(t_failed ? 1 : 0);
     }

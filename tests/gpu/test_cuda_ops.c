@@ -59,6 +59,13 @@ static ut_tensor *b_rms(ut_ctx *c, ut_tensor **in) { return ut_rms_norm(c, in[0]
 static ut_tensor *b_mlp(ut_ctx *c, ut_tensor **in) {
     return ut_linear(c, ut_gelu(c, ut_linear(c, in[0], in[1], in[2])), in[3], NULL);
 }
+/* the same MLP with its first linear and GELU one op (ut_linear_gelu:
+ * cuBLASLt's GELU epilogue under autocast where the output's rows allow) */
+static ut_tensor *b_mlp_fused(ut_ctx *c, ut_tensor **in) {
+    return ut_linear(c, ut_linear_gelu(c, in[0], in[1], in[2]), in[3], NULL);
+}
+static ut_tensor *b_lin_gelu(ut_ctx *c, ut_tensor **in) { return ut_linear_gelu(c, in[0], in[1], in[2]); }
+static ut_tensor *b_lin_gelu_nob(ut_ctx *c, ut_tensor **in) { return ut_linear_gelu(c, in[0], in[1], NULL); }
 static ut_tensor *b_attn(ut_ctx *c, ut_tensor **in) { return ut_attention(c, in[0], 12); }
 static ut_tensor *b_xent(ut_ctx *c, ut_tensor **in) {
     int64_t ne[1] = {1};
@@ -156,6 +163,14 @@ static const gc_row big_rows[] = {
      * the 8 lanes that add the chunks' sums (norm.cu) */
     {"layernorm 1200 x 40", 3, {{2, {1200, 40}}, {1, {40}}, {1, {40}}}, b_ln},
     {"rms_norm 1200 x 40", 2, {{2, {1200, 40}}, {1, {40}}}, b_rms},
+    /* ut_linear_gelu (matmul.c): GPT-2's MLP; a bias-less one (the
+     * epilogue without its bias); 1001 outputs (rows not a multiple of 8:
+     * the product, then utrain's GELU kernel) and 4100 (padded: the same) */
+    {"mlp fused 256 x 768 -> 3072 -> 768", 4, {{2, {256, 768}}, {2, {3072, 768}}, {1, {3072}}, {2, {768, 3072}}},
+     b_mlp_fused},
+    {"linear gelu no bias 64 x 768", 2, {{2, {64, 256}}, {2, {768, 256}}}, b_lin_gelu_nob},
+    {"linear gelu 40 x 1001", 3, {{2, {40, 64}}, {2, {1001, 64}}, {1, {1001}}}, b_lin_gelu},
+    {"linear gelu 24 x 4100", 3, {{2, {24, 64}}, {2, {4100, 64}}, {1, {4100}}}, b_lin_gelu},
 };
 
 static void same_bits(const gc_row *row);
@@ -489,7 +504,8 @@ static void test_autocast_rows(void) {
                             &big_rows[7],  &big_rows[13], &big_rows[15], &big_rows[16], &big_rows[17],
                             &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
                             &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27],
-                            &big_rows[28], &big_rows[29], &big_rows[30]};
+                            &big_rows[28], &big_rows[29], &big_rows[30], &big_rows[32], &big_rows[33],
+                            &big_rows[34], &big_rows[35]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
     /* the wide outputs again at OC (rows ld16 apart) instead of padded */
     const gc_row *wide[] = {&big_rows[26], &big_rows[27]};
@@ -539,6 +555,37 @@ static void test_attention_default(void) {
     /* a shape no training took (2 x 70 x 768 heads of 64): utrain's kernels */
     static const gc_row fresh = {"causal attention 2 x 70 x 768, 12 heads", 1, {{3, {2, 70, 2304}}}, b_attn};
     forward_bits_env(&fresh, "UT_CUDA_ATTN", NULL, "mma");
+    dc_autocast = UT_F32;
+}
+
+/* ut_linear_gelu under bf16 autocast (the big rows named "linear gelu" and
+ * "mlp fused"): two runs give the same bits, and a forward without
+ * gradients (cuBLASLt's GELU epilogue alone, the pre-activation not kept,
+ * or utrain's GELU kernel in place) the output a forward with them gives
+ * (the epilogue writing the pre-activation too, or the product into it and
+ * GELU out of it). */
+static void test_linear_gelu_paths(void) {
+    dc_autocast = UT_BF16;
+    for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
+        const gc_row *row = &big_rows[i];
+        if (!selected(row) || (strncmp(row->name, "linear gelu", 11) && strncmp(row->name, "mlp fused", 9))) continue;
+        same_bits(row);
+        ut_rng r;
+        void *host[4];
+        row_inputs(row, &r, host);
+        dc_result a, b;
+        int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+        dc_no_grad = true;
+        int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
+        dc_no_grad = false;
+        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
+        if (ra == 0 && rb == 0)
+            CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
+                  "%s: the output without gradients differs from the output with them", row->name);
+        if (ra == 0) dc_result_free(&a);
+        if (rb == 0) dc_result_free(&b);
+        for (int k = 0; k < 4; k++) free(host[k]);
+    }
     dc_autocast = UT_F32;
 }
 
@@ -969,7 +1016,7 @@ static void test_fresh_grads(void) {
      * attention writing qkv's gradient in place where it runs) */
     static const char *const names[] = {"layernorm 512 x 768", "mlp 256", "causal attention 2 x 128 x 768",
                                         "linear -> layernorm 256", "x + linear(x) 256", "x + dropout(linear(x)) 256",
-                                        "linear(x) + bias 24 x 4100"};
+                                        "linear(x) + bias 24 x 4100", "mlp fused 256", "linear gelu 40 x 1001"};
     const gc_row *rows[sizeof names / sizeof names[0]];
     size_t n = 0;
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++)
@@ -1002,6 +1049,7 @@ int main(void) {
     RUN(test_attention_paths);
     RUN(test_cudnn_attention);
     RUN(test_attention_default);
+    RUN(test_linear_gelu_paths);
     RUN(test_masked_attention);
     RUN(test_bad_index);
     RUN(test_streams_events);

@@ -69,6 +69,13 @@ void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, f
 bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
                         int64_t lda, const void *B, int64_t ldb, float beta, void *D, int64_t ldd, int dt,
                         const float *bias);
+/* D (dt) = gelu(opA(A) opB(B) + bias) through cuBLASLt's GELU epilogue (beta
+ * 0; bias float32 or NULL), and with aux the product before GELU there too
+ * (dt, leading dimension ldd: a multiple of 8, as cuBLASLt asks); linear's
+ * fused GELU (matmul.c). false (nothing queued) where cuBLASLt has no
+ * algorithm for it or UT_CUDA_LT_FUSED=0. */
+bool ut_cuda_gemm16_gelu(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                         const void *B, int64_t ldb, void *D, int64_t ldd, int dt, const float *bias, void *aux);
 /* The products queued until the next call run under autocast dtype dt
  * (t->autocast: UT_BF16 or UT_F16; UT_F32 ends it): their operands are
  * float32 values rounded to dt (src/core/autocast.c), so 16-bit copies of

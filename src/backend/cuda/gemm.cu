@@ -230,27 +230,53 @@ static void empty_product(int64_t m, int64_t n, float beta, float *C, int64_t ld
 /* A 16-bit product with a 16-bit result written by cuBLASLt itself:
  * D (dt) = alpha opA(A) opB(B) + beta D, plus bias (float32, one value per
  * column of the row-major result) when given, computed in float32 and
- * rounded once to dt. false when cuBLASLt has no algorithm for it (or
+ * rounded once to dt; with gelu, GELU of that (cuBLASLt's GELU epilogue),
+ * and with aux the value before GELU stored there too (dt, rows ldd apart,
+ * as D's). false when cuBLASLt has no algorithm for it (or
  * UT_CUDA_LT_FUSED=0): nothing was queued. */
-extern "C" bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-                                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *D,
-                                   int64_t ldd, int dt, const float *bias) {
+static bool gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                       int64_t lda, const void *B, int64_t ldb, float beta, void *D, int64_t ldd, int dt,
+                       const float *bias, bool gelu, void *aux) {
     if (m <= 0 || n <= 0 || k <= 0) return false;
     lt_init();
     if (g_no_fused || g_classic) return false;
     cudaDataType_t t16 = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
     cublasLtMatmulDesc_t op = lt_desc(transA, transB, CUBLAS_COMPUTE_32F);
-    if (bias) { /* the column-major result is our row-major one transposed: a value per its row */
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
+    if (bias || gelu) { /* the column-major result is our row-major one transposed: a bias value per its row */
+        cublasLtEpilogue_t epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
+                                 : aux  ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                        : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
         lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    }
+    if (bias) {
+        cudaDataType_t bt = CUDA_R_32F;
         lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "bias");
         lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
                  "bias type");
     }
+    if (aux) { /* the pre-GELU values in D's type and layout */
+        int64_t ld = ldd;
+        lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+                 "GELU's aux pointer");
+        lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
+                 "GELU's aux leading dimension");
+    }
     cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, 0, 1, t16) : layout(k, n, ldb, 0, 1, t16);
     cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, 0, 1, t16) : layout(m, k, lda, 0, 1, t16);
     return lt_run(op, la, lb, layout(m, n, ldd, 0, 1, t16), alpha, A, B, beta, D, true);
+}
+
+extern "C" bool ut_cuda_gemm16_out(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *D,
+                                   int64_t ldd, int dt, const float *bias) {
+    return gemm16_out(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, D, ldd, dt, bias, false, NULL);
+}
+
+extern "C" bool ut_cuda_gemm16_gelu(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *A,
+                                    int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int dt,
+                                    const float *bias, void *aux) {
+    if (aux && ldd % 8) return false; /* cuBLASLt's rule for the aux matrix's leading dimension */
+    return gemm16_out(transA, transB, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, D, ldd, dt, bias, true, aux);
 }
 
 extern "C" void ut_cuda_gemm16(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,

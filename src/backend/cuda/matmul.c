@@ -9,6 +9,7 @@
 
 #include "cuda.h"
 #include "../../ops/params.h"
+#include "ew.h"
 #include "flat.h"
 
 static float *f32(const ut_tensor *t) { return (float *)t->data; }
@@ -91,6 +92,41 @@ static const void *padded_weight(const void *w, int dt, int64_t OC, int64_t OCp,
     return c;
 }
 
+/* ---- linear with GELU (ut_linear_gelu; the act parameter, src/ops/params.h) ----
+ * Forward: the product (bias added) goes to the saved pre-activation
+ * buffer in the output's dtype, and GELU reads it; where cuBLASLt has a
+ * GELU epilogue for the product (16-bit output on rows a multiple of 8
+ * elements, unpadded), it writes both the output and the pre-activation
+ * in the product's own pass, GELU taken of the float32 sum before either is
+ * rounded (the two ops round the pre-activation first). Without a
+ * backward to come the pre-activation is not kept (GELU in place, or the
+ * epilogue alone). Backward: dpre = dout gelu'(pre) in scratch (the gelu
+ * kernel's arithmetic, rounded to the output's dtype as the separate
+ * gelu's gradient of a 16-bit tensor is), then linear's backward on it. */
+static bool act_gelu(const ut_tensor *t) { return ut_linear_act(t) == UT_LINEAR_GELU; }
+
+/* where the product goes: the output, or (GELU with a backward to come) a
+ * saved pre-activation buffer */
+static void *product_dst(ut_tensor *t, const ut_kctx *k) {
+    void *y = act_gelu(t) && t->requires_grad ? ut_kalloc(k, (size_t)ut_nelem(t) * ut_dtype_size(t->dtype)) : t->data;
+    if (act_gelu(t)) ut_linear_set_pre(t, y != t->data ? y : NULL);
+    return y;
+}
+
+/* the output from the pre-activation y (the output itself: in place) */
+static void gelu_out(ut_tensor *t, const void *y) {
+    if (act_gelu(t)) ut_cuda_gelu_fwd(t->data, (int)t->dtype, y, (int)t->dtype, ut_nelem(t));
+}
+
+/* the gradient linear's products take: t's own, or dpre in scratch */
+static const void *grad_in(ut_tensor *t, const ut_kctx *k) {
+    if (!act_gelu(t)) return t->grad;
+    int64_t n = ut_nelem(t);
+    void *d = ut_kscratch(k, (size_t)n * ut_dtype_size(t->dtype));
+    ut_cuda_gelu_bwd(d, (int)t->dtype, t->grad, (int)t->dtype, ut_linear_pre(t), (int)t->dtype, n, false);
+    return d;
+}
+
 static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
@@ -98,13 +134,20 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     const void *x16 = as16(x, t->autocast, N * C, k);
     const void *wp = padded_weight(weight16(t, w, false, k), dt, OC, OCp, C, k);
     const float *bp = padded_bias(b, OC, OCp, k); /* the bias epilogue reads OCp values */
+    void *y = product_dst(t, k);
     /* cuBLASLt writes the 16-bit output itself, the bias added in float32
      * (into aligned or padded rows in scratch, then moved, where OC needs it) */
     if (t->dtype == t->autocast) {
         int64_t ldo = ld16(OCp, 2);
-        void *out = ldo == OC ? t->data : ut_kscratch(k, (size_t)(N * ldo) * 2);
+        if (act_gelu(t) && ldo == OC &&
+            ut_cuda_gemm16_gelu(false, true, N, OC, C, x16, C, wp, C, t->data, OC, dt, bp, y != t->data ? y : NULL)) {
+            ut_kscratch_release(k);
+            return;
+        }
+        void *out = ldo == OC ? y : ut_kscratch(k, (size_t)(N * ldo) * 2);
         if (ut_cuda_gemm16_out(false, true, N, OCp, C, 1.0f, x16, C, wp, C, 0.0f, out, ldo, dt, bp)) {
-            if (out != t->data) utk_rows_convert(t->data, dt, OC, out, dt, ldo, N, OC);
+            if (out != y) utk_rows_convert(y, dt, OC, out, dt, ldo, N, OC);
+            gelu_out(t, y);
             ut_kscratch_release(k);
             return;
         }
@@ -113,7 +156,8 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     float *tmp = ut_kscratch(k, (size_t)(N * ldt) * sizeof(float));
     ut_cuda_gemm16(false, true, N, OCp, C, 1.0f, x16, C, wp, C, 0.0f, tmp, ldt, dt);
     /* the output in its storage: t's dtype (16-bit; float32 if the constructor asked) */
-    utk_bias_round(t->data, (int)t->dtype, tmp, ldt, b ? f32(b) : NULL, N, OC);
+    utk_bias_round(y, (int)t->dtype, tmp, ldt, b ? f32(b) : NULL, N, OC);
+    gelu_out(t, y);
     ut_kscratch_release(k);
 }
 
@@ -122,11 +166,12 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C;
     int dt = (int)t->autocast;
     ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
-    /* the incoming gradient in dt: as stored, or rounded (autocast rounds it) */
-    const void *g16 = t->dtype == t->autocast ? (const void *)t->grad : NULL;
+    /* the incoming gradient (dpre with GELU) in dt: as stored, or rounded (autocast rounds it) */
+    const void *gin = grad_in(t, k);
+    const void *g16 = t->dtype == t->autocast ? gin : NULL;
     if (!g16) {
         void *c = ut_kscratch(k, (size_t)(N * OC) * 2);
-        ut_backend_cuda.convert(c, t->autocast, t->grad, ut_dtype_is16(t->dtype) ? t->dtype : UT_F32, N * OC);
+        ut_backend_cuda.convert(c, t->autocast, gin, ut_dtype_is16(t->dtype) ? t->dtype : UT_F32, N * OC);
         g16 = c;
     }
     /* the products read it with rows 16 bytes apart (ld16), or padded with
@@ -177,12 +222,14 @@ void ut_linear_fwd_cuda(ut_tensor *t, UT_KCTX) {
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
     int64_t ldo = ld16(OCp, sizeof(float));
     const float *wp = padded_weight(f32(w), 0, OC, OCp, C, k);
+    float *y = product_dst(t, k);
     /* the product's rows 16 bytes apart (ld16) or OCp wide: in scratch, then
      * moved, where OC needs it; the bias first (zero in the padding) */
-    float *out = ldo == OC ? f32(t) : ut_kscratch(k, (size_t)(N * ldo) * sizeof(float));
+    float *out = ldo == OC ? y : ut_kscratch(k, (size_t)(N * ldo) * sizeof(float));
     if (b) utk_rows_fill(out, ldo, padded_bias(b, OC, OCp, k), N, OCp);
     ut_cuda_sgemm(false, true, N, OCp, C, 1.0f, f32(x), C, 0, wp, C, 0, b ? 1.0f : 0.0f, out, ldo, 0, 1);
-    if (out != f32(t)) utk_rows_convert(t->data, 0, OC, out, 0, ldo, N, OC);
+    if (out != y) utk_rows_convert(y, 0, OC, out, 0, ldo, N, OC);
+    gelu_out(t, y);
     ut_kscratch_release(k);
 }
 
@@ -194,7 +241,7 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
     int64_t ldg = ld16(OCp, sizeof(float));
-    const float *G = t->grad, *Gp = G;
+    const float *G = grad_in(t, k), *Gp = G;
     ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
     if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16), or zero-padded to OCp */
         float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
