@@ -943,6 +943,59 @@ static void test_adafactor_shapes(void) {
     adafactor_shapes(true);
 }
 
+/* Linear's fused GELU backward with its bias gradient (flat.cu,
+ * utk_gelu_bwd_col_sum) gives the bits of the gelu kernel followed by the
+ * column sums (ut_cuda_gelu_bwd, utk_col_sum_add): 1100 rows (18 row
+ * blocks, more than the 8 lanes that add them), 96 and 4096 columns, bf16
+ * and fp16; 97 columns (rows not whole 16-byte groups) are refused. */
+bool utk_gelu_bwd_col_sum(void *dx, const void *dy, const void *x, int dt, float *db, int64_t rows,
+                          int64_t cols); /* src/backend/cuda/flat.h */
+void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
+void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n, bool acc);
+static void test_gelu_col_sum(void) {
+    const ut_backend *be = ut_backend_get(UT_CUDA);
+    const int64_t rows = 1100, colss[2] = {96, 4096};
+    ut_rng r;
+    ut_rng_seed(&r, 5);
+    for (int dt = 1; dt <= 2; dt++)
+        for (int c = 0; c < 2; c++) {
+            int64_t cols = colss[c], n = rows * cols;
+            float *h = malloc((size_t)n * sizeof(float)), *db0 = malloc((size_t)cols * sizeof(float));
+            void *dy = be->alloc((size_t)n * 2), *x = be->alloc((size_t)n * 2), *dxa = be->alloc((size_t)n * 2),
+                 *dxb = be->alloc((size_t)n * 2);
+            float *f = be->alloc((size_t)n * sizeof(float)), *dba = be->alloc((size_t)cols * sizeof(float)),
+                  *dbb = be->alloc((size_t)cols * sizeof(float));
+            for (int k = 0; k < 2; k++) { /* dy, then x (GELU's bend: N(0, 2)) */
+                for (int64_t i = 0; i < n; i++) h[i] = (k ? 2.0f : 1.0f) * ut_rng_normal(&r);
+                be->copy(f, h, (size_t)n * sizeof(float), UT_COPY_H2D);
+                be->convert(k ? x : dy, (ut_dtype)dt, f, UT_F32, n);
+            }
+            for (int64_t j = 0; j < cols; j++) db0[j] = 0.25f * (float)(j % 7);
+            be->copy(dba, db0, (size_t)cols * sizeof(float), UT_COPY_H2D);
+            be->copy(dbb, db0, (size_t)cols * sizeof(float), UT_COPY_H2D);
+            ut_cuda_gelu_bwd(dxa, dt, dy, dt, x, dt, n, false);
+            utk_col_sum_add(dba, dxa, dt, rows, cols);
+            bool ok = utk_gelu_bwd_col_sum(dxb, dy, x, dt, dbb, rows, cols);
+            CHECK(ok, "dtype %d, %lld columns: refused", dt, (long long)cols);
+            uint16_t *ha = malloc((size_t)n * 2), *hb = malloc((size_t)n * 2);
+            float *ga = malloc((size_t)cols * sizeof(float)), *gb = malloc((size_t)cols * sizeof(float));
+            be->copy(ha, dxa, (size_t)n * 2, UT_COPY_D2H);
+            be->copy(hb, dxb, (size_t)n * 2, UT_COPY_D2H);
+            be->copy(ga, dba, (size_t)cols * sizeof(float), UT_COPY_D2H);
+            be->copy(gb, dbb, (size_t)cols * sizeof(float), UT_COPY_D2H);
+            if (ok) {
+                CHECK(!memcmp(ha, hb, (size_t)n * 2), "dtype %d, %lld columns: dx differs", dt, (long long)cols);
+                CHECK(!memcmp(ga, gb, (size_t)cols * sizeof(float)), "dtype %d, %lld columns: db differs", dt,
+                      (long long)cols);
+                CHECK(memcmp(ga, db0, (size_t)cols * sizeof(float)), "dtype %d: db unchanged", dt);
+            }
+            CHECK(!utk_gelu_bwd_col_sum(dxb, dy, x, dt, dbb, rows * cols / 97, 97),
+                  "dtype %d: 97 columns were taken", dt);
+            free(h), free(db0), free(ha), free(hb), free(ga), free(gb);
+            be->free(dy), be->free(x), be->free(dxa), be->free(dxb), be->free(f), be->free(dba), be->free(dbb);
+        }
+}
+
 /* The peak rates MFU divides by (src/backend/cuda/peak.c): the published
  * figures by the device's name (a word of it: "A10" is not "A100"; PCIe and
  * NVL parts before the SXM ones), else the estimate from multiprocessors x
@@ -1055,6 +1108,7 @@ int main(void) {
     RUN(test_streams_events);
     RUN(test_model_on_device);
     RUN(test_adafactor_shapes);
+    RUN(test_gelu_col_sum);
     RUN(test_device_peak);
     RUN(test_fresh_grads);
     return TEST_SUMMARY();

@@ -4,6 +4,7 @@
  * optim.c), one thread per element. */
 #include "flat.h"
 #include "launch.cuh"
+#include "gelu.cuh"
 
 using utk::blocks_for;
 using utk::kThreads;
@@ -390,12 +391,11 @@ __global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, in
         db[c] += s;
     }
 }
-extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols) {
-    if (cols <= 0 || rows <= 0) return;
+/* the partial sums' buffer for rows x cols */
+static float *col_parts(int64_t rows, int64_t cols) {
     static float *part;
     static size_t cap;
-    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS;
-    size_t need = (size_t)(nparts * cols) * sizeof(float);
+    size_t need = (size_t)(((rows + COL_ROWS - 1) / COL_ROWS) * cols) * sizeof(float);
     if (need > cap) {
         if (part) {
             cudaStreamSynchronize(stream());
@@ -404,6 +404,13 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
         part = (float *)ut_cuda_malloc(need, "column sums' partial sums");
         cap = need;
     }
+    return part;
+}
+
+extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols) {
+    if (cols <= 0 || rows <= 0) return;
+    float *part = col_parts(rows, cols);
+    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS;
     int el = g_dt ? 2 : 4, per = 16 / el;
     if (cols % per == 0 && ((uintptr_t)g & 15) == 0) {
         int64_t groups = cols / per;
@@ -418,6 +425,61 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
     ut_cuda_launched("column sums");
     k_col_parts_add<<<(unsigned)((cols + 31) / 32), 32 * COL_LANES, 0, stream()>>>(db, part, nparts, cols);
     ut_cuda_launched("column sums (parts)");
+}
+
+/* Linear's fused GELU backward with its bias gradient (matmul.c): dx =
+ * 0 + dy gelu'(x) rounded to T (the gelu kernel's arithmetic, unary.cu) is
+ * stored, and its column sums taken in the same pass, rows summed as
+ * k_col_part16 sums them: dx and db get the bits of the gelu kernel then
+ * utk_col_sum_add, without the second read of dx. */
+template <typename T>
+__global__ void k_gelu_bwd_col_part16(T *dx, float *part, const T *dy, const T *x, int64_t rows, int64_t cols) {
+    constexpr int P = 16 / (int)sizeof(T);
+    int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
+    int64_t groups = cols / P;
+    if (q >= groups) return;
+    int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+    const uint4 *gy = reinterpret_cast<const uint4 *>(dy) + q, *gx = reinterpret_cast<const uint4 *>(x) + q;
+    uint4 *gd = reinterpret_cast<uint4 *>(dx) + q;
+    float acc[P];
+#pragma unroll
+    for (int j = 0; j < P; j++) acc[j] = 0.0f;
+#pragma unroll 4
+    for (int64_t r = r0; r < r1; r++) {
+        uint4 ry = gy[r * groups], rx = gx[r * groups], rd;
+        T ey[P], ex[P], ed[P];
+        memcpy(ey, &ry, sizeof ry);
+        memcpy(ex, &rx, sizeof rx);
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            utk_store(ed + j, __fadd_rn(0.0f, utk::GeluB{}(utk_load(ey + j), utk_load(ex + j))));
+            acc[j] += utk_load(ed + j);
+        }
+        memcpy(&rd, ed, sizeof rd);
+        gd[r * groups] = rd;
+    }
+#pragma unroll
+    for (int j = 0; j < P; j++) part[blockIdx.y * cols + q * P + j] = acc[j];
+}
+
+extern "C" bool utk_gelu_bwd_col_sum(void *dx, const void *dy, const void *x, int dt, float *db, int64_t rows,
+                                     int64_t cols) {
+    if ((dt != 1 && dt != 2) || cols <= 0 || rows <= 0 || cols % 8 ||
+        (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & 15))
+        return false;
+    float *part = col_parts(rows, cols);
+    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS, groups = cols / 8;
+    dim3 grid((unsigned)((groups + kThreads - 1) / kThreads), (unsigned)nparts);
+    if (dt == 1)
+        k_gelu_bwd_col_part16<__nv_bfloat16><<<grid, kThreads, 0, stream()>>>(
+            (__nv_bfloat16 *)dx, part, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)x, rows, cols);
+    else
+        k_gelu_bwd_col_part16<__half><<<grid, kThreads, 0, stream()>>>((__half *)dx, part, (const __half *)dy,
+                                                                        (const __half *)x, rows, cols);
+    ut_cuda_launched("gelu backward with column sums");
+    k_col_parts_add<<<(unsigned)((cols + 31) / 32), 32 * COL_LANES, 0, stream()>>>(db, part, nparts, cols);
+    ut_cuda_launched("column sums (parts)");
+    return true;
 }
 
 __global__ void k_bias_round(void *out, int dt, const float *tmp, int64_t ldt, const float *bias, int64_t rows,

@@ -65,6 +65,12 @@ void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int
 /* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,
  * 2 F16), each summed in fixed row blocks added in order */
 void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
+/* dx (rows, cols) = 0 + dy gelu'(x) (the tanh form's, as the gelu kernel's
+ * backward), all three 16-bit in dt (1 BF16, 2 F16), and db (cols) += its
+ * column sums (as utk_col_sum_add over dx) in the same pass: linear's fused
+ * GELU. false (nothing queued) unless dt is 16-bit, cols a multiple of 8
+ * and the three 16-byte aligned. */
+bool utk_gelu_bwd_col_sum(void *dx, const void *dy, const void *x, int dt, float *db, int64_t rows, int64_t cols);
 /* out (rows, cols, contiguous) stored in dt = tmp (rows ldt apart) + bias
  * (bias NULL: none), rounded to nearest even: a product's output */
 void utk_bias_round(void *out, int dt, const float *tmp, int64_t ldt, const float *bias, int64_t rows,

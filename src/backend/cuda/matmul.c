@@ -118,12 +118,20 @@ static void gelu_out(ut_tensor *t, const void *y) {
     if (act_gelu(t)) ut_cuda_gelu_fwd(t->data, (int)t->dtype, y, (int)t->dtype, ut_nelem(t));
 }
 
-/* the gradient linear's products take: t's own, or dpre in scratch */
-static const void *grad_in(ut_tensor *t, const ut_kctx *k) {
+/* the gradient linear's products take: t's own, or dpre in scratch; with
+ * a 16-bit dpre in the products' dtype the bias gradient is added in the
+ * same pass (*db_done) */
+static const void *grad_in(ut_tensor *t, const ut_kctx *k, bool *db_done) {
+    *db_done = false;
     if (!act_gelu(t)) return t->grad;
-    int64_t n = ut_nelem(t);
+    int64_t n = ut_nelem(t), OC = t->ne[t->ndim - 1];
     void *d = ut_kscratch(k, (size_t)n * ut_dtype_size(t->dtype));
-    ut_cuda_gelu_bwd(d, (int)t->dtype, t->grad, (int)t->dtype, ut_linear_pre(t), (int)t->dtype, n, false);
+    ut_tensor *b = t->src[2];
+    if (b && b->requires_grad && t->dtype == t->autocast &&
+        utk_gelu_bwd_col_sum(d, t->grad, ut_linear_pre(t), (int)t->dtype, b->grad, n / OC, OC))
+        *db_done = true;
+    else
+        ut_cuda_gelu_bwd(d, (int)t->dtype, t->grad, (int)t->dtype, ut_linear_pre(t), (int)t->dtype, n, false);
     return d;
 }
 
@@ -167,7 +175,8 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
     int dt = (int)t->autocast;
     ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
     /* the incoming gradient (dpre with GELU) in dt: as stored, or rounded (autocast rounds it) */
-    const void *gin = grad_in(t, k);
+    bool db_done;
+    const void *gin = grad_in(t, k, &db_done);
     const void *g16 = t->dtype == t->autocast ? gin : NULL;
     if (!g16) {
         void *c = ut_kscratch(k, (size_t)(N * OC) * 2);
@@ -209,7 +218,7 @@ static void linear_bwd16(ut_tensor *t, const ut_kctx *k) {
             ut_cuda_gemm16(true, false, OC, C, N, 1.0f, gp, ldg, x16, C, 1.0f, w->grad, C, dt);
         }
     }
-    if (b && b->requires_grad) utk_col_sum_add(b->grad, g16, dt, N, OC);
+    if (b && b->requires_grad && !db_done) utk_col_sum_add(b->grad, g16, dt, N, OC);
     ut_kscratch_release(k);
 }
 
@@ -241,8 +250,9 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *b = t->src[2];
     int64_t C = w->ne[1], OC = w->ne[0], N = ut_nelem(x) / C, OCp = padded_oc(OC);
     int64_t ldg = ld16(OCp, sizeof(float));
-    const float *G = grad_in(t, k), *Gp = G;
     ut_kzero_fresh(k, t, 6u, ut_backend_cuda.memset); /* dw, db are added into (x's is written: below) */
+    bool db_done; /* (a float32 dpre: never) */
+    const float *G = grad_in(t, k, &db_done), *Gp = G;
     if (ldg != OC && (x->requires_grad || w->requires_grad)) { /* rows 16 bytes apart (ld16), or zero-padded to OCp */
         float *c = ut_kscratch(k, (size_t)(N * ldg) * sizeof(float));
         utk_rows_pad(c, 0, ldg, G, 0, OC, N, OC, N);
@@ -260,7 +270,7 @@ void ut_linear_bwd_cuda(ut_tensor *t, UT_KCTX) {
             ut_cuda_sgemm(true, false, OC, C, N, 1.0f, Gp, ldg, 0, f32(x), C, 0, 1.0f, w->grad, C, 0, 1);
         }
     }
-    if (b && b->requires_grad) utk_col_sum_add(b->grad, G, 0, N, OC);
+    if (b && b->requires_grad && !db_done) utk_col_sum_add(b->grad, G, 0, N, OC);
     ut_kscratch_release(k);
 }
 
