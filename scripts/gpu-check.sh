@@ -231,6 +231,10 @@ if want bench; then
             UT_FRESH_GRADS=0 run "bench-utrain-gpt2-bf16-zeroed" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_FRESH_GRADS=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-zeroed.log")"
+            # the MLP's linear and GELU as two ops instead of one (cuBLASLt's GELU epilogue)
+            UT_LINEAR_GELU=0 run "bench-utrain-gpt2-bf16-gelu2" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_LINEAR_GELU=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-gelu2.log")"
             # attention on utrain's mma.sync kernels instead of cuDNN's
             UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-mma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
