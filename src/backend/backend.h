@@ -57,7 +57,10 @@ typedef enum { UT_COPY_H2H = 0, UT_COPY_H2D, UT_COPY_D2H, UT_COPY_D2D } ut_copy_
  *                         src[i]->grad was made for this backward and holds no
  *                         values yet (not even zeros): the kernel writes every
  *                         element of it rather than adding (ut_kbeta(k, i):
- *                         a product's beta, 0 or 1) */
+ *                         a product's beta, 0 or 1)
+ *   ut_kpassed(k, i)      in a backward of an op marked UT_KCAP_PASS_GRAD:
+ *                         src[i]->grad is t->grad itself, handed over by
+ *                         core; the kernel leaves that source alone */
 struct ut_kctx {
     void *owner;
     void *arena;    /* the device arena ut_kalloc takes from (opaque) */
@@ -71,6 +74,7 @@ struct ut_kctx {
     void (*scratch_release)(const ut_kctx *k);
     const void *(*round16)(const ut_kctx *k, const ut_tensor *s, int64_t n, ut_dtype dt, bool backward);
     unsigned fresh; /* backward: bit i set when src[i]->grad is to be written, not added to */
+    unsigned passed; /* backward: bit i set when src[i]->grad is t->grad (UT_KCAP_PASS_GRAD) */
 };
 static inline void *ut_kalloc(const ut_kctx *k, size_t bytes) { return k->dalloc(k, bytes); }
 static inline void *ut_khost(const ut_kctx *k, size_t bytes) { return k->halloc(k, bytes); }
@@ -82,6 +86,7 @@ static inline const void *ut_kround16(const ut_kctx *k, const ut_tensor *s, int6
 }
 static inline bool ut_kfresh(const ut_kctx *k, int i) { return (k->fresh >> i) & 1u; }
 static inline float ut_kbeta(const ut_kctx *k, int i) { return ut_kfresh(k, i) ? 0.0f : 1.0f; }
+static inline bool ut_kpassed(const ut_kctx *k, int i) { return (k->passed >> i) & 1u; }
 /* For a kernel that can only add into some of its sources' gradients (bit i
  * of srcs: src[i]): those of them that are fresh zeroed with its backend's
  * memset, so adding into them is right. */
@@ -116,13 +121,29 @@ void ut_kfail(const ut_kctx *k, const char *fmt, ...) __attribute__((format(prin
  *                      operand's sum). Core then skips the memset and the
  *                      kernel the read of zeros: two passes over every such
  *                      gradient (src/core/autograd.c). An op without it gets
- *                      zeroed gradients and adds, as before. */
+ *                      zeroed gradients and adds, as before.
+ *   UT_KCAP_PASS_GRAD  (with UT_KCAP_FRESH_GRAD) the op's gradient for a
+ *                      source of its own shape and dtype is its own
+ *                      gradient, unchanged (add): where such a source's
+ *                      gradient would be fresh, core makes it t->grad
+ *                      itself, for one source at most (two sharing one
+ *                      buffer would add into each other), and sets bit i
+ *                      of k->passed (ut_kpassed); the kernel skips it.
+ *                      t's gradient is final when t's backward runs and
+ *                      nothing reads it afterwards, so the buffer moves on
+ *                      instead of being copied (src/core/autograd.c). */
 typedef void (*ut_op_fn)(ut_tensor *t, const ut_kctx *k);
 /* A kernel's context parameter, named k, in its definition:
  *   void ut_relu_fwd_cpu(ut_tensor *t, UT_KCTX) { ... }
  * (kernels that need nothing of it leave it unused without a warning) */
 #define UT_KCTX const ut_kctx *k __attribute__((unused))
-enum { UT_KCAP_READS_16 = 1 << 0, UT_KCAP_WRITES_16 = 1 << 1, UT_KCAP_NATIVE_16 = 1 << 2, UT_KCAP_FRESH_GRAD = 1 << 3 };
+enum {
+    UT_KCAP_READS_16 = 1 << 0,
+    UT_KCAP_WRITES_16 = 1 << 1,
+    UT_KCAP_NATIVE_16 = 1 << 2,
+    UT_KCAP_FRESH_GRAD = 1 << 3,
+    UT_KCAP_PASS_GRAD = 1 << 4,
+};
 typedef struct {
     ut_op_fn forward;
     ut_op_fn backward;

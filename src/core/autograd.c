@@ -58,16 +58,36 @@ static void note_first_use(ut_ctx *ctx, int pi, int pos) {
  * consumer in backward order writes it, later ones add. Every other one is
  * zeroed, and added to. With UT_FRESH_GRADS=0 none is fresh; with
  * UT_FRESH_GRADS=nan a fresh one is filled with NaNs first, so a kernel
- * that adds into one poisons the step (the tests' check). */
-static unsigned source_grads(ut_ctx *ctx, ut_tensor *t, unsigned caps, bool lowp) {
+ * that adds into one poisons the step (the tests' check).
+ * Where t's gradient passes to a source unchanged (UT_KCAP_PASS_GRAD: add's
+ * operands of its own shape and dtype), the first such source whose
+ * gradient would be fresh takes t's gradient buffer itself (*passed): t's
+ * gradient is complete when t's backward runs (every consumer of t came
+ * after t on the tape) and nothing reads it afterwards, so the residual
+ * stream's gradient moves down the layers without a copy. */
+static bool same_layout(const ut_tensor *s, const ut_tensor *t) {
+    if (s->dtype != t->dtype || s->ndim != t->ndim) return false;
+    for (int i = 0; i < t->ndim; i++)
+        if (s->ne[i] != t->ne[i]) return false;
+    return true;
+}
+
+static unsigned source_grads(ut_ctx *ctx, ut_tensor *t, unsigned caps, bool lowp, unsigned *passed) {
     unsigned fresh = 0;
     bool can = ctx->fresh_grads && (caps & UT_KCAP_FRESH_GRAD) && !lowp;
+    bool pass = can && (caps & UT_KCAP_PASS_GRAD);
+    *passed = 0;
     for (int k = ut_op_is(t->op, UT_OPP_OWNS_SRC0_GRAD) ? 1 : 0; k < UT_MAX_SRC; k++) {
         ut_tensor *s = t->src[k];
         if (!s || !s->requires_grad) continue;
         bool once = true;
         for (int j = 0; j < UT_MAX_SRC; j++) once = once && (j == k || t->src[j] != s);
         if (can && once && !s->grad && s->op != UT_OP_NONE) {
+            if (pass && !*passed && same_layout(s, t)) {
+                s->grad = t->grad;
+                *passed |= 1u << k;
+                continue;
+            }
             ut_grad_unzeroed(s, ctx->fresh_grads == 2);
             fresh |= 1u << k;
         } else {
@@ -83,11 +103,13 @@ void ut_backward_range(ut_ctx *ctx, int lo, int hi, bool hooks) {
         ut_tensor *t = ctx->tape[i];
         if (t->grad) {
             bool lowp = ut_lowp_needed(t, true);
-            unsigned fresh = source_grads(ctx, t, ops[t->op].caps, lowp);
+            unsigned passed;
+            unsigned fresh = source_grads(ctx, t, ops[t->op].caps, lowp, &passed);
             ut_param_use(ctx, t->src, UT_MAX_SRC);
             ut_prof_mark t0 = ut_prof_begin(ctx);
             ut_kctx k = ut_ctx_launch(ctx, UT_OP_NONE); /* backward draws nothing */
             k.fresh = fresh;
+            k.passed = passed;
             if (lowp) ut_lowp_backward(t, ops[t->op].backward, &k);
             else ops[t->op].backward(t, &k);
             ut_prof_end(ctx, t, 1, t0);

@@ -67,7 +67,7 @@ static void test_op_schema(void) {
             const ut_backend *be = ut_backend_get((ut_device)d);
             if (be)
                 CHECK(!(be->ops[op].caps & ~(unsigned)(UT_KCAP_READS_16 | UT_KCAP_WRITES_16 | UT_KCAP_NATIVE_16 |
-                                                       UT_KCAP_FRESH_GRAD)),
+                                                       UT_KCAP_FRESH_GRAD | UT_KCAP_PASS_GRAD)),
                       "%s op %s: unknown capability bits", be->name, ut_op_name(op));
         }
     }
@@ -93,6 +93,9 @@ static void test_op_schema(void) {
               "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
         bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_GELU || op == UT_OP_LAYERNORM;
         CHECK((cpu[op].caps & fresh) == (f ? fresh : 0u), "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
+        /* the gradient handed on unchanged: add alone, and only with the fresh bit */
+        CHECK(!(cpu[op].caps & UT_KCAP_PASS_GRAD) == (op != UT_OP_ADD), "cpu op %s: caps %#x", ut_op_name(op),
+              cpu[op].caps);
         CHECK(ut_backend_get(UT_SIM)->ops[op].caps == cpu[op].caps, "sim op %s", ut_op_name(op));
     }
 #ifdef UT_WITH_CUDA
@@ -110,6 +113,8 @@ static void test_op_schema(void) {
                  op == UT_OP_GELU_ERF || op == UT_OP_DROPOUT || op == UT_OP_ATTENTION || op == UT_OP_SCALE ||
                  op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID;
         CHECK((cu[op].caps & fresh) == (f ? fresh : 0u), "cuda op %s: caps %#x", ut_op_name(op), cu[op].caps);
+        CHECK(!(cu[op].caps & UT_KCAP_PASS_GRAD) == (op != UT_OP_ADD), "cuda op %s: caps %#x", ut_op_name(op),
+              cu[op].caps);
     }
 #endif
 }

@@ -184,6 +184,47 @@ static void test_fresh_gradients(void) {
     unsetenv("UT_FRESH_GRADS");
 }
 
+/* add hands its gradient to an operand of its shape (UT_KCAP_PASS_GRAD,
+ * backend.h): the first source whose gradient nothing had made takes the
+ * sum's own buffer, the other a buffer of its own, so a later consumer
+ * adding into the first does not reach the second; the leaf's gradient is
+ * the analytic one and, to the bit, that of UT_FRESH_GRADS=0 (nothing
+ * handed over or written fresh). The add rows of test_sim's and
+ * test_cuda_ops' test_fresh_grads take the same path on sim and CUDA. */
+static void test_add_passes_gradient(void) {
+    float first[12];
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("UT_FRESH_GRADS", mode ? "1" : "0", 1);
+        ut_ctx *ctx = new_ctx();
+        unsetenv("UT_FRESH_GRADS");
+        int64_t ne[2] = {3, 4};
+        ut_tensor *x = ut_tensor_new(ctx, UT_F32, 2, ne), *r = ut_tensor_new(ctx, UT_F32, 2, ne),
+                  *s = ut_tensor_new(ctx, UT_F32, 2, ne);
+        for (int i = 0; i < 12; i++) {
+            ut_f32(x)[i] = 0.1f * (float)i;
+            ut_f32(r)[i] = 0.5f + 0.25f * (float)(i % 5);
+            ut_f32(s)[i] = -1.0f + 0.125f * (float)i;
+        }
+        ut_tensor_set_requires_grad(x, true);
+        ut_tensor *a = ut_scale(ctx, x, 2.0f), *b = ut_scale(ctx, x, 3.0f);
+        ut_tensor *p = ut_mul(ctx, a, s); /* a's consumer before the add: adds into a's gradient after it */
+        ut_tensor *y = ut_add(ctx, a, b);
+        ut_tensor *loss = ut_sum(ctx, ut_add(ctx, ut_mul(ctx, y, r), p));
+        CHECK(ut_backward(ctx, loss) == 0, "%s", ut_ctx_error(ctx));
+        if (mode) {
+            CHECK(a->grad == y->grad && b->grad != y->grad, "a's gradient %s the sum's, b's %s",
+                  a->grad == y->grad ? "is" : "is not", b->grad == y->grad ? "too" : "not");
+            CHECK(!memcmp(first, x->grad, sizeof first), "other gradients than with UT_FRESH_GRADS=0");
+        } else {
+            CHECK(a->grad != y->grad, "UT_FRESH_GRADS=0 handed the sum's gradient over");
+            memcpy(first, x->grad, sizeof first);
+        }
+        for (int i = 0; i < 12; i++) /* d/dx of sum((2x + 3x) r + 2x s) */
+            CHECK_NEAR(x->grad[i], 5.0f * ut_f32(r)[i] + 2.0f * ut_f32(s)[i], 1e-5);
+        ut_ctx_free(ctx);
+    }
+}
+
 typedef struct { int order[256], n, count[256]; } hook_log;
 static void on_ready(void *user, int pi) {
     hook_log *h = user;
@@ -663,6 +704,7 @@ int main(void) {
     RUN(test_no_grad_records_nothing);
     RUN(test_gradients_accumulate);
     RUN(test_fresh_gradients);
+    RUN(test_add_passes_gradient);
     RUN(test_grad_ready_hook);
     RUN(test_grad_ready_hook_checkpointed);
     RUN(test_steady_state_allocates_nothing);

@@ -64,20 +64,23 @@ static void reduce_into_b(float *db, const float *g, const float *other, const u
 /* A fresh gradient (backend.h, UT_KCAP_FRESH_GRAD; a and b then differ) is
  * written, 0 + t's gradient (the bits adding into zeros gives); a broadcast
  * b's is zeroed and summed into. */
+/* a source whose gradient core made t's own (ut_kpassed) is left alone */
 void ut_add_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     int64_t N = ut_nelem(t);
-    if (a->requires_grad) {
+    if (a->requires_grad && !ut_kpassed(k, 0)) {
         bool acc = !ut_kfresh(k, 0);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) a->grad[i] = (acc ? a->grad[i] : 0.0f) + t->grad[i];
     }
-    if (b->requires_grad && ut_kfresh(k, 1) && ut_nelem(b) == N) {
+    if (b->requires_grad && !ut_kpassed(k, 1)) {
+        if (ut_kfresh(k, 1) && ut_nelem(b) == N) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) b->grad[i] = 0.0f + t->grad[i];
-    } else if (b->requires_grad) {
-        ut_kzero_fresh(k, t, 2u, ut_cpu_memset);
-        reduce_into_b(b->grad, t->grad, NULL, t);
+            for (int64_t i = 0; i < N; i++) b->grad[i] = 0.0f + t->grad[i];
+        } else {
+            ut_kzero_fresh(k, t, 2u, ut_cpu_memset);
+            reduce_into_b(b->grad, t->grad, NULL, t);
+        }
     }
 }
 

@@ -2,7 +2,8 @@
  * cross-entropy reads 16-bit logits a row at a time; linear writes its 16-bit
  * output a block of rows at a time (matmul.c); the rest get float32 copies.
  * Linear, add, gelu and layernorm write a gradient no op has written yet
- * rather than add into zeros (UT_KCAP_FRESH_GRAD).
+ * rather than add into zeros (UT_KCAP_FRESH_GRAD); add hands its gradient
+ * itself to an operand of its shape (UT_KCAP_PASS_GRAD).
  * Every op has CAPS_<OP> = 0 from the enum; a #define of that name after it
  * gives an op its capabilities. The CPU's op table and the sim device's
  * (the same kernels) both read it.
@@ -21,7 +22,7 @@ enum {
 };
 #define CAPS_CROSS_ENTROPY UT_KCAP_READS_16
 #define CAPS_LINEAR (UT_KCAP_WRITES_16 | UT_KCAP_FRESH_GRAD)
-#define CAPS_ADD UT_KCAP_FRESH_GRAD
+#define CAPS_ADD (UT_KCAP_FRESH_GRAD | UT_KCAP_PASS_GRAD)
 #define CAPS_GELU UT_KCAP_FRESH_GRAD
 #define CAPS_LAYERNORM UT_KCAP_FRESH_GRAD
 

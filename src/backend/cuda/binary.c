@@ -68,16 +68,17 @@ void ut_mul_fwd_cuda(ut_tensor *t, UT_KCTX) { binary_fwd(t, UT_CUDA_BIN_MUL); }
 /* A fresh gradient (backend.h, UT_KCAP_FRESH_GRAD; never a == b) is written:
  * a's, and b's where b is not broadcast, as 0 + t's gradient in its dtype
  * (the bits adding into zeros gives); a broadcast b's is zeroed and summed
- * into. */
+ * into. A source whose gradient core made t's own (UT_KCAP_PASS_GRAD,
+ * ut_kpassed: the residual stream's) is left alone. */
 void ut_add_bwd_cuda(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0], *b = t->src[1];
     int64_t n = ut_nelem(t);
     grads g = grads_begin(t, k);
-    if (a->requires_grad) {
+    if (a->requires_grad && !ut_kpassed(k, 0)) {
         if (ut_kfresh(k, 0)) ut_cuda_put_dt(g.ga, g.adt, t->grad, (int)t->dtype, n);
         else ut_cuda_acc_dt(g.ga, g.adt, t->grad, (int)t->dtype, n);
     }
-    if (b->requires_grad) {
+    if (b->requires_grad && !ut_kpassed(k, 1)) {
         if (ut_kfresh(k, 1) && ut_nelem(b) == n) {
             ut_cuda_put_dt(g.gb, g.bdt, t->grad, (int)t->dtype, n);
         } else {

@@ -25,7 +25,8 @@
  * write every tensor as stored; every other op under autocast gets
  * float32 copies from core. The ops marked UT_KCAP_FRESH_GRAD write a
  * gradient no op has written yet instead of adding into zeros (linear's
- * input gradient with beta 0, cuDNN attention's dqkv in place). Every op
+ * input gradient with beta 0, cuDNN attention's dqkv in place); add hands
+ * its own gradient to an operand of its shape (UT_KCAP_PASS_GRAD). Every op
  * has CAPS_<OP> = 0 from the enum; a #define of that name after it gives an
  * op its capabilities. */
 enum {
@@ -40,7 +41,7 @@ enum {
 #define CAPS_GELU (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_GELU_ERF (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_LAYERNORM (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
-#define CAPS_ADD (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
+#define CAPS_ADD (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD | UT_KCAP_PASS_GRAD)
 #define CAPS_MUL UT_KCAP_NATIVE_16
 #define CAPS_DROPOUT (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 #define CAPS_ATTENTION (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
