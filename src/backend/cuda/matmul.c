@@ -99,21 +99,24 @@ static const void *padded_weight(const void *w, int dt, int64_t OC, int64_t OCp,
  * elements, unpadded), it writes both the output and the pre-activation
  * in the product's own pass, GELU taken of the float32 sum before either is
  * rounded (the two ops round the pre-activation first). Without a
- * backward to come the pre-activation is not kept (GELU in place, or the
+ * backward to come the pre-activation is not kept (scratch, or the
  * epilogue alone). Backward: dpre = dout gelu'(pre) in scratch (the gelu
  * kernel's arithmetic, rounded to the output's dtype as the separate
  * gelu's gradient of a 16-bit tensor is), then linear's backward on it. */
 static bool act_gelu(const ut_tensor *t) { return ut_linear_act(t) == UT_LINEAR_GELU; }
 
-/* where the product goes: the output, or (GELU with a backward to come) a
- * saved pre-activation buffer */
+/* where the product goes: the output, or with GELU the pre-activation:
+ * saved for backward where one will come, else in scratch (the GELU
+ * kernels take no output in place of their input) */
 static void *product_dst(ut_tensor *t, const ut_kctx *k) {
-    void *y = act_gelu(t) && t->requires_grad ? ut_kalloc(k, (size_t)ut_nelem(t) * ut_dtype_size(t->dtype)) : t->data;
-    if (act_gelu(t)) ut_linear_set_pre(t, y != t->data ? y : NULL);
+    if (!act_gelu(t)) return t->data;
+    size_t bytes = (size_t)ut_nelem(t) * ut_dtype_size(t->dtype);
+    void *y = t->requires_grad ? ut_kalloc(k, bytes) : ut_kscratch(k, bytes);
+    ut_linear_set_pre(t, t->requires_grad ? y : NULL);
     return y;
 }
 
-/* the output from the pre-activation y (the output itself: in place) */
+/* the output from the pre-activation y */
 static void gelu_out(ut_tensor *t, const void *y) {
     if (act_gelu(t)) ut_cuda_gelu_fwd(t->data, (int)t->dtype, y, (int)t->dtype, ut_nelem(t));
 }
@@ -148,7 +151,7 @@ static void linear_fwd16(ut_tensor *t, const ut_kctx *k) {
     if (t->dtype == t->autocast) {
         int64_t ldo = ld16(OCp, 2);
         if (act_gelu(t) && ldo == OC &&
-            ut_cuda_gemm16_gelu(false, true, N, OC, C, x16, C, wp, C, t->data, OC, dt, bp, y != t->data ? y : NULL)) {
+            ut_cuda_gemm16_gelu(false, true, N, OC, C, x16, C, wp, C, t->data, OC, dt, bp, ut_linear_pre(t))) {
             ut_kscratch_release(k);
             return;
         }
