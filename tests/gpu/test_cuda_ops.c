@@ -561,9 +561,9 @@ static void test_attention_default(void) {
 /* ut_linear_gelu under bf16 autocast (the big rows named "linear gelu" and
  * "mlp fused"): two runs give the same bits, and a forward without
  * gradients (cuBLASLt's GELU epilogue alone, the pre-activation not kept,
- * or utrain's GELU kernel from a scratch copy) the output a forward with them gives
- * (the epilogue writing the pre-activation too, or the product into it and
- * GELU out of it). */
+ * or the product into scratch and utrain's GELU kernel out of it) the
+ * output a forward with them gives (the epilogue writing the
+ * pre-activation too, or the product into it and GELU out of it). */
 static void test_linear_gelu_paths(void) {
     dc_autocast = UT_BF16;
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
