@@ -163,17 +163,21 @@ static ut_tensor *rms(ut_ctx *ctx, const t5 *net, ut_tensor *w, ut_tensor *x) {
     return ut_rms_norm(ctx, x, w, net->eps);
 }
 
-static ut_tensor *act(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
-    return net->act == ACT_RELU ? ut_relu(ctx, h) : net->act == ACT_GELU ? ut_gelu_erf(ctx, h) : ut_gelu(ctx, h);
+/* a feed-forward input projection and its activation (gelu_new in the
+ * linear op: ut_linear_gelu) */
+static ut_tensor *act_of(ut_ctx *ctx, const t5 *net, const ut_linear_layer *l, ut_tensor *n) {
+    if (net->act == ACT_GELU_TANH) return ut_linear_layer_forward_gelu(ctx, l, n);
+    ut_tensor *h = ut_linear_layer_forward(ctx, l, n);
+    return net->act == ACT_RELU ? ut_relu(ctx, h) : ut_gelu_erf(ctx, h);
 }
 
 /* x + dropout(feed-forward(norm(x))) */
 static ut_tensor *feed_forward(ut_ctx *ctx, const t5 *net, const t5_block *b, ut_tensor *x) {
     ut_tensor *n = ut_tp_col_in(ctx, &net->lay.tp, rms(ctx, net, b->ln_ff, x)), *h;
     if (net->gated)
-        h = ut_mul(ctx, act(ctx, net, ut_linear_layer_forward(ctx, &b->wi0, n)), ut_linear_layer_forward(ctx, &b->wi1, n));
+        h = ut_mul(ctx, act_of(ctx, net, &b->wi0, n), ut_linear_layer_forward(ctx, &b->wi1, n));
     else
-        h = act(ctx, net, ut_linear_layer_forward(ctx, &b->wi, n));
+        h = act_of(ctx, net, &b->wi, n);
     if (h && net->lay.tp_size > 1) { /* this rank's features: the whole tensor's mask, column slice */
         int64_t Fp = h->ne[h->ndim - 1];
         h = ut_dropout_cols(ctx, h, net->dropout, (int64_t)net->lay.tp_rank * Fp, Fp * net->lay.tp_size);
