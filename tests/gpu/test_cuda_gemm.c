@@ -265,11 +265,15 @@ static bool fused_mode(void) {
     return !(g && !strcmp(g, "cublas")) && !(f && f[0] == '0');
 }
 
-static void test_gemm16(void) {
-    bool fx = fused_mode();
-    /* the emulator's cuBLASLt refusing a float32 bias with a 16-bit D, as one without that kernel would */
+/* the same with a float32 bias: not where the emulator's cuBLASLt refuses
+ * that with a 16-bit D (UT_EMU_LT_STRICT_BIAS=1), as one without the kernel would */
+static bool fused_bias_mode(void) {
     const char *sb = getenv("UT_EMU_LT_STRICT_BIAS");
-    bool fb = fx && !(sb && sb[0] == '1');
+    return fused_mode() && !(sb && sb[0] == '1');
+}
+
+static void test_gemm16(void) {
+    bool fx = fused_mode(), fb = fused_bias_mode();
     const ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         /* linear's three products: forward (x W^T + bias), dx (dy W, beta 1), dW (dy^T x, beta 1) */
@@ -360,9 +364,7 @@ static void check_gemm16_gelu(ut_dtype dt, int64_t m, int64_t n, int64_t k, int6
 }
 
 static void test_gemm16_gelu(void) {
-    bool fx = fused_mode();
-    const char *sb = getenv("UT_EMU_LT_STRICT_BIAS");
-    bool fb = fx && !(sb && sb[0] == '1');
+    bool fx = fused_mode(), fb = fused_bias_mode();
     const ut_dtype dts[2] = {UT_BF16, UT_F16};
     for (int d = 0; d < 2; d++) {
         /* k 8: sums of about 2 in magnitude, where GELU bends */
