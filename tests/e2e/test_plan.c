@@ -292,12 +292,16 @@ static void test_precision(void) {
         const int64_t copies = k ? 2 * rounded + 4 * widest + 4 * (4 * C) : 0;
         CHECK(json_num(s, NULL, "weight_copy_bytes") == copies, "%s weight copies %.0f vs %lld", prec[k],
               json_num(s, NULL, "weight_copy_bytes"), (long long)copies);
-        /* the conversion scratch is the neediest op's: gelu's backward, its
-         * 16-bit input and the input's and output's gradients, (B T, 4C) each,
-         * in float32 (one shared buffer, not one per kind of copy) */
-        const double scratch = k ? 3.0 * BATCH * T * 4 * C * 4 : 0;
+        /* the conversion scratch is the neediest op's (one shared buffer, not
+         * one per kind of copy): the MLP's linear with its GELU
+         * (ut_linear_gelu) in backward: its 16-bit input and that input's
+         * gradient, (B T, C) each, in float32, GELU's two blocks of at most
+         * 2^18 floats (src/backend/cpu/matmul.c) and the gradient of the
+         * pre-activation, (B T, 4C), widened whole */
+        const double bt4c = (double)BATCH * T * 4 * C, gelu_block = bt4c < (1 << 18) ? bt4c : (1 << 18);
+        const double scratch = k ? 4.0 * (2.0 * BATCH * T * C + 2.0 * gelu_block + bt4c) : 0;
         /* on a CPU with bf16 instructions bf16 products take their oneDNN
-         * operands from it too, so a product's needs may exceed gelu's */
+         * operands from it too, so a product's needs may grow */
         const double got = json_num(s, NULL, "autocast_scratch_bytes");
         if (k == 1 && ut_bf16_use_dnnl())
             CHECK(got >= scratch && got < 1.5 * scratch, "%s scratch %.0f, want %.0f to 1.5 times that (oneDNN)",

@@ -169,7 +169,7 @@ static void gelu_out(ut_tensor *t, const void *pre, const ut_kctx *k) {
         ut_gelu_forward_cpu(ut_f32(t), pre, n);
         return;
     }
-    float *buf = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float));
+    float *buf = ut_kscratch(k, (size_t)(n < GELU_BLOCK ? n : GELU_BLOCK) * sizeof(float));
     for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
         int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
         ut_cpu_convert(buf, UT_F32, row_ptr((void *)pre, t->dtype, i0), t->dtype, m);
@@ -187,7 +187,8 @@ static const void *gelu_grad(ut_tensor *t, const ut_kctx *k) {
         ut_gelu_backward_cpu(d, t->grad, pre, n, false);
         return d;
     }
-    float *g = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float)), *x = ut_kscratch(k, (size_t)GELU_BLOCK * sizeof(float));
+    size_t block = (size_t)(n < GELU_BLOCK ? n : GELU_BLOCK) * sizeof(float);
+    float *g = ut_kscratch(k, block), *x = ut_kscratch(k, block);
     for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
         int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
         ut_cpu_convert(g, UT_F32, row_ptr(t->grad, t->dtype, i0), t->dtype, m);
