@@ -91,7 +91,9 @@ static void test_op_schema(void) {
                                          : op == UT_OP_LINEAR    ? (unsigned)UT_KCAP_WRITES_16
                                                                  : 0u),
               "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
-        bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_GELU || op == UT_OP_LAYERNORM;
+        bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_GELU || op == UT_OP_LAYERNORM ||
+                 op == UT_OP_SCALE || op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID ||
+                 op == UT_OP_DROPOUT;
         CHECK((cpu[op].caps & fresh) == (f ? fresh : 0u), "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
         /* the gradient handed on unchanged: add alone, and only with the fresh bit */
         CHECK(!(cpu[op].caps & UT_KCAP_PASS_GRAD) == (op != UT_OP_ADD), "cpu op %s: caps %#x", ut_op_name(op),

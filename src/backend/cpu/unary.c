@@ -2,7 +2,10 @@
  * sigmoid, dropout, uniform noise. Inputs are made contiguous in the
  * constructor, so every kernel is a flat loop over N elements. Backward
  * formulas follow PyTorch's (relu masks on x > 0; tanh and sigmoid use the
- * saved output). */
+ * saved output). Each backward adds into its input's gradient, or with acc
+ * false (a gradient no op has written yet: backend.h, UT_KCAP_FRESH_GRAD)
+ * writes 0 + the term without reading it, the bits adding into zeros
+ * gives. */
 #include <math.h>
 
 #include "vmath.h"
@@ -16,9 +19,9 @@ void ut_scale_forward_cpu(float *out, const float *inp, float s, int64_t N) {
 }
 
 /* dinp (N) += s * dout (N) */
-void ut_scale_backward_cpu(float *dinp, const float *dout, float s, int64_t N) {
+void ut_scale_backward_cpu(float *dinp, const float *dout, float s, int64_t N, bool acc) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += s * dout[i];
+    for (int64_t i = 0; i < N; i++) dinp[i] = (acc ? dinp[i] : 0.0f) + s * dout[i];
 }
 
 void ut_scale_fwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -27,7 +30,7 @@ void ut_scale_fwd_cpu(ut_tensor *t, UT_KCTX) {
 
 void ut_scale_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_scale_backward_cpu(a->grad, t->grad, ut_scale_s(t), ut_nelem(t));
+    if (a->requires_grad) ut_scale_backward_cpu(a->grad, t->grad, ut_scale_s(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- relu: out = max(inp, 0) ---- */
@@ -37,16 +40,16 @@ void ut_relu_forward_cpu(float *out, const float *inp, int64_t N) {
 }
 
 /* dinp (N) += dout where inp > 0 (the gradient at 0 is 0, as in PyTorch) */
-void ut_relu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N) {
+void ut_relu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N, bool acc) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+    for (int64_t i = 0; i < N; i++) dinp[i] = (acc ? dinp[i] : 0.0f) + (inp[i] > 0.0f ? dout[i] : 0.0f);
 }
 
 void ut_relu_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_relu_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
 
 void ut_relu_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_relu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t));
+    if (a->requires_grad) ut_relu_backward_cpu(a->grad, t->grad, ut_f32(a), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- gelu, tanh approximation (PyTorch gelu(approximate='tanh')):
@@ -98,16 +101,16 @@ void ut_tanh_forward_cpu(float *out, const float *inp, int64_t N) {
 }
 
 /* dinp (N) += dout * (1 - out^2), out the forward result */
-void ut_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N) {
+void ut_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N, bool acc) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+    for (int64_t i = 0; i < N; i++) dinp[i] = (acc ? dinp[i] : 0.0f) + dout[i] * (1.0f - out[i] * out[i]);
 }
 
 void ut_tanh_fwd_cpu(ut_tensor *t, UT_KCTX) { ut_tanh_forward_cpu(ut_f32(t), ut_f32(t->src[0]), ut_nelem(t)); }
 
 void ut_tanh_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_tanh_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
+    if (a->requires_grad) ut_tanh_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- sigmoid: out = 1 / (1 + exp(-inp)); exp overflows to inf for very
@@ -118,9 +121,9 @@ void ut_sigmoid_forward_cpu(float *out, const float *inp, int64_t N) {
 }
 
 /* dinp (N) += dout * out (1 - out), out the forward result */
-void ut_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N) {
+void ut_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, int64_t N, bool acc) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += dout[i] * out[i] * (1.0f - out[i]);
+    for (int64_t i = 0; i < N; i++) dinp[i] = (acc ? dinp[i] : 0.0f) + dout[i] * out[i] * (1.0f - out[i]);
 }
 
 void ut_sigmoid_fwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -129,7 +132,7 @@ void ut_sigmoid_fwd_cpu(ut_tensor *t, UT_KCTX) {
 
 void ut_sigmoid_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
-    if (a->requires_grad) ut_sigmoid_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t));
+    if (a->requires_grad) ut_sigmoid_backward_cpu(a->grad, t->grad, ut_f32(t), ut_nelem(t), !ut_kfresh(k, 0));
 }
 
 /* ---- dropout (inverted): parameters p and keep_scale = 1/(1-p); saved: ut_dropout_keep
@@ -147,9 +150,9 @@ void ut_dropout_forward_cpu(float *out, const float *inp, const uint8_t *mask, f
 
 /* dinp (N) += dout * mask * scale */
 void ut_dropout_backward_cpu(float *dinp, const float *dout, const uint8_t *mask, float scale,
-                             int64_t N) {
+                             int64_t N, bool acc) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) dinp[i] += mask[i] ? dout[i] * scale : 0.0f;
+    for (int64_t i = 0; i < N; i++) dinp[i] = (acc ? dinp[i] : 0.0f) + (mask[i] ? dout[i] * scale : 0.0f);
 }
 
 void ut_dropout_fwd_cpu(ut_tensor *t, UT_KCTX) {
@@ -163,8 +166,8 @@ void ut_dropout_fwd_cpu(ut_tensor *t, UT_KCTX) {
 void ut_dropout_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *a = t->src[0];
     if (a->requires_grad)
-        ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t),
-                                ut_nelem(t));
+        ut_dropout_backward_cpu(a->grad, t->grad, ut_dropout_keep(t), ut_dropout_keep_scale(t), ut_nelem(t),
+                                !ut_kfresh(k, 0));
 }
 
 /* ---- uniform noise: out = x + mag * (2u - 1), u the launch's draws as
