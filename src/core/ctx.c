@@ -40,6 +40,21 @@ static const void *k_round16(const ut_kctx *k, const ut_tensor *s, int64_t n, ut
     return ut_autocast_round16(owner(k), s, n, dt, backward);
 }
 
+/* The index among values (n of them) of the environment variable name's
+ * value; dflt where it is unset or empty, and where it is none of them,
+ * which sets ctx's error naming it and the values it takes. */
+static int env_choice(ut_ctx *ctx, const char *name, const char *const *values, int n, int dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char list[64] = "";
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(v, values[i])) return i;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", values[i]);
+    }
+    if (!ctx->has_err) ut_ctx_set_error(ctx, "%s=%s is not a value it takes (%s; docs/engine.md)", name, v, list);
+    return dflt;
+}
+
 /* ---- context lifecycle and modes ---- */
 ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ut_ctx_opts o = opts ? *opts : (ut_ctx_opts){0};
@@ -65,15 +80,9 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->training = true;
     /* docs/engine.md: gradients written by their first consumer (1, the
      * default), every one zeroed (0), or written over NaNs (nan) */
-    const char *fg = getenv("UT_FRESH_GRADS");
-    ctx->fresh_grads = fg && !strcmp(fg, "0") ? 0 : fg && !strcmp(fg, "nan") ? 2 : 1;
-    if (fg && *fg && strcmp(fg, "0") && strcmp(fg, "1") && strcmp(fg, "nan") && !ctx->has_err)
-        ut_ctx_set_error(ctx, "UT_FRESH_GRADS=%s is not a value it takes (0, 1, nan; docs/engine.md)", fg);
+    ctx->fresh_grads = env_choice(ctx, "UT_FRESH_GRADS", (const char *const[]){"0", "1", "nan"}, 3, 1);
     /* docs/engine.md: ut_linear_gelu one op (1, the default) or two (0) */
-    const char *lg = getenv("UT_LINEAR_GELU");
-    ctx->fuse_linear_gelu = !(lg && !strcmp(lg, "0"));
-    if (lg && *lg && strcmp(lg, "0") && strcmp(lg, "1") && !ctx->has_err)
-        ut_ctx_set_error(ctx, "UT_LINEAR_GELU=%s is not a value it takes (0, 1; docs/engine.md)", lg);
+    ctx->fuse_linear_gelu = env_choice(ctx, "UT_LINEAR_GELU", (const char *const[]){"0", "1"}, 2, 1) == 1;
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
     ctx->locked = !ctx->be->host_memory;
