@@ -72,6 +72,16 @@ ut_tensor *ut_cross_entropy(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, 
  * -log softmax(logits), as torch's cross_entropy(label_smoothing=eps). */
 ut_tensor *ut_cross_entropy_smoothed(ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets, int ignore_index,
                                      float eps);
+/* ut_cross_entropy(ut_linear(x, w, b), targets, ignore_index) in one op
+ * (with the context's label smoothing): the logits (..., V) exist only inside
+ * it, and backward writes their gradient over them, so a language model's
+ * head holds one N x V buffer instead of the logits and their gradient (on a
+ * GPU also in the products' padded rows, with no copies between them). The
+ * CPU and sim give the two ops' loss and gradients bit for bit. x (..., C),
+ * w (V, C), b (V) or NULL, targets I32 (...) -> scalar (1). UT_LINEAR_CE=0
+ * makes it the two ops (docs/engine.md). */
+ut_tensor *ut_linear_cross_entropy(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, ut_tensor *targets,
+                                   int ignore_index);
 /* Cross-entropy over a vocabulary split into `parts` equal parts, in two
  * ops with a sum over the parts between them (ut_tp_cross_entropy in dist.h
  * puts them together), so no rank ever holds the whole logits:

@@ -18,7 +18,7 @@ extern "C" {
 #define UT_MAX_SRC 4
 #define UT_MAX_IPARAMS 8
 #define UT_MAX_FPARAMS 4
-#define UT_MAX_AUX 3
+#define UT_MAX_AUX 4
 
 /* Storage types. Compute is float32 on the CPU; bf16/fp16 are storage types that
  * mixed precision uses (ut_tensor_to converts; ut_ctx_set_autocast rounds the

@@ -57,7 +57,8 @@ const char *ut_attention_path(ut_device dev, ut_dtype dt) {
 ut_dtype ut_autocast_dtype(const ut_ctx *ctx, int op, ut_dtype dt, int nsrc,
                            ut_tensor *const *src) {
     if (dt != UT_F32) return dt;
-    if (ctx->autocast != UT_F32 && ut_op_is(op, UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT)) return ctx->autocast;
+    if (ctx->autocast != UT_F32 && ut_op_is(op, UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT) && !ut_op_is(op, UT_OPP_LOSS))
+        return ctx->autocast;
     if (ut_op_is(op, UT_OPP_KEEPS_DTYPE) && nsrc > 0 && src[0] && ut_dtype_is16(src[0]->dtype)) return src[0]->dtype;
     return UT_F32;
 }
@@ -359,7 +360,8 @@ void ut_lowp_forward(ut_tensor *t, ut_op_fn fwd, const ut_kctx *k) {
     swap_out(t, false, &st);
     const ut_backend *b = ut_backend_get(t->device);
     if (swap) b->convert(out, dt, t->data, UT_F32, ut_nelem(t));
-    else if (!ut_dtype_is16(dt) && t->autocast != UT_F32) b->round(t->data, t->data, ut_nelem(t), t->autocast);
+    else if (!ut_dtype_is16(dt) && t->autocast != UT_F32 && !ut_op_is(t->op, UT_OPP_LOSS))
+        b->round(t->data, t->data, ut_nelem(t), t->autocast);
     t->data = out, t->dtype = dt;
     give_back(t->ctx);
 }
@@ -377,7 +379,7 @@ void ut_lowp_backward(ut_tensor *t, ut_op_fn bwd, const ut_kctx *k) {
         if (t->src[i] && t->src[i]->requires_grad && ut_dtype_is16(t->src[i]->dtype)) ut_grad(t->src[i]);
     swap_in(t, true, data, &st);
     float *grad = t->grad;
-    if (t->autocast != UT_F32 && !ut_dtype_is16(st.dtype[UT_MAX_SRC])) {
+    if (t->autocast != UT_F32 && !ut_dtype_is16(st.dtype[UT_MAX_SRC]) && !ut_op_is(t->op, UT_OPP_LOSS)) {
         float *r = take(t->ctx, (size_t)ut_nelem(t) * sizeof(float));
         ut_backend_get(t->device)->round(r, grad, ut_nelem(t), t->autocast);
         t->grad = r;

@@ -83,6 +83,8 @@ ut_ctx *ut_ctx_new(const ut_ctx_opts *opts) {
     ctx->fresh_grads = env_choice(ctx, "UT_FRESH_GRADS", (const char *const[]){"0", "1", "nan"}, 3, 1);
     /* docs/engine.md: ut_linear_gelu one op (1, the default) or two (0) */
     ctx->fuse_linear_gelu = env_choice(ctx, "UT_LINEAR_GELU", (const char *const[]){"0", "1"}, 2, 1) == 1;
+    /* docs/engine.md: ut_linear_cross_entropy one op (1, the default) or two (0) */
+    ctx->fuse_linear_ce = env_choice(ctx, "UT_LINEAR_CE", (const char *const[]){"0", "1"}, 2, 1) == 1;
     ctx->device = o.device;
     ut_philox_seed(&ctx->rng, o.seed);
     ctx->locked = !ctx->be->host_memory;

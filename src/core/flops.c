@@ -76,7 +76,8 @@ static bool grad_of(const ut_tensor *t, int k) { return t->src[k] && t->src[k]->
 double ut_op_flops(const ut_tensor *t, bool backward) {
     double f = 0, per = 1; /* per: the backward's multiple of the forward */
     switch (t->op) {
-    case UT_OP_LINEAR: {
+    case UT_OP_LINEAR:
+    case UT_OP_LINEAR_CE: { /* with cross-entropy: its products (the loss's row passes are not counted) */
         const ut_tensor *x = t->src[0], *w = t->src[1];
         f = 2.0 * (double)ut_nelem(x) * (double)w->ne[0];
         per = grad_of(t, 0) + grad_of(t, 1);

@@ -40,6 +40,7 @@ enum {
     UT_OPP_BWD_NO_OUT = 1 << 4,     /* its backward never reads its own output */
     UT_OPP_OWNS_SRC0_GRAD = 1 << 5, /* below */
     UT_OPP_RANDOM = 1 << 6,         /* its forward draws random numbers (k->rng) */
+    UT_OPP_LOSS = 1 << 7,           /* with PRODUCT: its output, a loss, and that output's gradient stay float32 */
 };
 extern const unsigned ut_op_props[UT_OP_COUNT];
 static inline bool ut_op_is(int op, unsigned prop) { return (ut_op_props[op] & prop) != 0; }
@@ -113,6 +114,7 @@ struct ut_ctx {
     bool grad_enabled, training, in_checkpoint, collecting;
     int fresh_grads;  /* gradients written whole where kernels can (autograd.c): 0 off, 1 on, 2 NaN-filled */
     bool fuse_linear_gelu; /* ut_linear_gelu one op where the device's kernels take it (UT_LINEAR_GELU) */
+    bool fuse_linear_ce;   /* ut_linear_cross_entropy one op (UT_LINEAR_CE) */
     ut_device device;
     ut_philox rng;    /* dropout's generator: key, stream, offset */
     ut_grad_ready_fn grad_hook;

@@ -37,6 +37,42 @@ ut_tensor *ut_linear_gelu(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b)
     return ut_gelu(ctx, ut_linear(ctx, x, w, b));
 }
 
+/* One op where the context fuses (UT_LINEAR_CE, src/core/ctx.c); checked
+ * as the two ops check their inputs, with their messages' names */
+ut_tensor *ut_linear_cross_entropy(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_tensor *b, ut_tensor *targets,
+                                   int ignore_index) {
+    if (!ctx || !ctx->fuse_linear_ce)
+        return ut_cross_entropy(ctx, ut_linear(ctx, x, w, b), targets, ignore_index);
+    const char *name = "linear_cross_entropy";
+    ut_tensor *src[4] = {x, w, targets, b};
+    if (!ut_op_check(ctx, name, b ? 4 : 3, src, 1u << 2)) return NULL;
+    float eps = ctx->label_smoothing;
+    int64_t C = x->ne[x->ndim - 1];
+    if (w->ndim != 2 || w->ne[1] != C || (b && (b->ndim != 1 || b->ne[0] != w->ne[0]))) {
+        ut_op_error(ctx, name, b ? 4 : 3, src, "expected x (..., C), weight (V, C), targets (...), bias (V)");
+        return NULL;
+    }
+    bool ok = targets->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
+    if (!ok || !ut_is_contiguous(targets)) {
+        ut_op_error(ctx, name, b ? 4 : 3, src,
+                    ok ? "targets must be contiguous" : "expected targets (...) with x's leading dims");
+        return NULL;
+    }
+    if (!(eps >= 0.0f && eps <= 1.0f)) {
+        ut_op_error(ctx, name, b ? 4 : 3, src, ut_fmt("label smoothing %g is not in [0, 1]", (double)eps));
+        return NULL;
+    }
+    ut_tensor *in[4] = {ut_contiguous(ctx, x), ut_contiguous(ctx, w), targets, b};
+    if (!in[0] || !in[1]) return NULL;
+    int64_t one = 1;
+    ut_tensor *t = ut_op_new(ctx, UT_OP_LINEAR_CE, UT_F32, 1, &one, b ? 4 : 3, in);
+    if (!t) return NULL;
+    ut_loss_set_ignore_index(t, ignore_index);
+    ut_loss_set_smoothing(t, eps);
+    return ut_op_run(t);
+}
+
 /* ---- matmul: a (..., M, K) @ b (..., K, N); b may be 2-D and shared ---- */
 ut_tensor *ut_matmul(ut_ctx *ctx, ut_tensor *a, ut_tensor *b) {
     ut_tensor *src[2] = {a, b};

@@ -162,6 +162,14 @@ UT_AUX(cross_entropy, inv_sum, float, 1)
 /* cross_entropy and nll_loss on a device that counts the targets itself
  * (CUDA): the count (int64, 1, device memory) that backward divides by */
 UT_AUX(loss, dcount, int64_t, 2)
+/* linear_ce (ut_linear_cross_entropy; sources x, w, targets, b): the loss parameters
+ * above, cross_entropy's saved row max (16-bit logits) or exps (float32,
+ * written over the logits), inv_sum and the device count, and the buffer
+ * that holds the logits (N, V) in the autocast dtype or float32 (on CUDA
+ * with rows ld apart, below) and, after backward's first pass, their
+ * gradient */
+UT_AUX(linear_ce, logits, void, 3)
+UT_PARAM_I(linear_ce, ld, 2)
 
 /* ---- shapes the backends derive from an op's tensors alike ---- */
 /* matmul: a (..., M, K) @ b (K, N) (shared_b) or (..., K, N), batch products */

@@ -545,9 +545,9 @@ static void cross_entropy_case(int dt, int N, int V) {
     for (int n = 0; n < N; n++) tg[n] = (int32_t)(uniform() * V);
     tg[1] = -100;   /* ignored */
     tg[2] = V + 3;  /* out of range: an error, counted as ignored */
-    ut_cuda_cross_entropy_fwd(rowloss, rmax, inv, lg, dt, tg, -100, 0.0f, N, V, &err);
+    ut_cuda_cross_entropy_fwd(rowloss, rmax, inv, lg, dt, tg, -100, 0.0f, N, V, V, &err);
     ut_cuda_loss_mean(&mean, &count, rowloss, tg, -100, N, V);
-    ut_cuda_cross_entropy_bwd(dl, 0, lg, dt, rmax, inv, tg, -100, 0.0f, &dloss, &count, N, V);
+    ut_cuda_cross_entropy_bwd(dl, 0, lg, dt, rmax, inv, tg, -100, 0.0f, &dloss, &count, N, V, V);
     CHECK(err == UT_CUDA_ERR_CROSS_ENTROPY_TARGET, "the out-of-range target set error %d", err);
     CHECK(count == N - 2, "count %lld, want %d", (long long)count, N - 2);
     double total = 0;

@@ -42,7 +42,34 @@ static ut_tensor *b_vocab_whole(ut_ctx *c, ut_tensor **in) {
     return ut_vocab_ce(c, ut_vocab_partials(c, in[0], in[1], 0, 5, 0, 1, 0), in[1], 5, 0);
 }
 
+/* linear with cross-entropy in one op (ut_linear_cross_entropy): with and
+ * without a bias, ignored targets, the context's label smoothing; and x
+ * used again after it (its gradient added to, not written) */
+static ut_tensor *b_linear_ce(ut_ctx *c, ut_tensor **in) {
+    return ut_linear_cross_entropy(c, in[0], in[1], in[3], in[2], -100);
+}
+static ut_tensor *b_linear_ce_nob(ut_ctx *c, ut_tensor **in) {
+    return ut_linear_cross_entropy(c, in[0], in[1], NULL, in[2], 0);
+}
+static ut_tensor *b_linear_ce_smooth(ut_ctx *c, ut_tensor **in) {
+    float old = ut_ctx_set_label_smoothing(c, 0.2f);
+    ut_tensor *r = ut_linear_cross_entropy(c, in[0], in[1], in[3], in[2], 0);
+    ut_ctx_set_label_smoothing(c, old);
+    return r;
+}
+static ut_tensor *b_linear_ce_reused(ut_ctx *c, ut_tensor **in) {
+    ut_tensor *x = ut_scale(c, in[0], 0.7f);
+    return ut_add(c, ut_linear_cross_entropy(c, x, in[1], NULL, in[2], -100), ut_mse(c, x, in[3]));
+}
+
 const gc_row gc_rows_loss[] = {
+    {"linear_cross_entropy", 4, {{2, {5, 7}}, {2, {6, 7}}, {1, {5}, GC_INDEX, 6}, {1, {6}}}, b_linear_ce},
+    {"linear_cross_entropy 3-D no bias, ignore_index 0", 3, {{3, {2, 3, 7}}, {2, {5, 7}}, {2, {2, 3}, GC_INDEX, 3}},
+     b_linear_ce_nob},
+    {"linear_cross_entropy label smoothing 0.2, ignore_index 0", 4,
+     {{2, {6, 4}}, {2, {5, 4}}, {1, {6}, GC_INDEX, 3}, {1, {5}}}, b_linear_ce_smooth},
+    {"linear_cross_entropy of x also used by mse", 4, {{2, {4, 5}}, {2, {6, 5}}, {1, {4}, GC_INDEX, 6}, {2, {4, 5}}},
+     b_linear_ce_reused},
     {"cross_entropy", 2, {{2, {4, 5}}, {1, {4}, GC_INDEX, 5}}, b_ce},
     {"cross_entropy 3-D", 2, {{3, {2, 3, 7}}, {2, {2, 3}, GC_INDEX, 7}}, b_ce},
     {"cross_entropy 3-D ignore_index 0", 2, {{3, {2, 4, 5}}, {2, {2, 4}, GC_INDEX, 3}},

@@ -55,7 +55,7 @@ static void test_every_op_has_cpu_kernels(void) {
  * flags. */
 static void test_op_schema(void) {
     const unsigned known = UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT | UT_OPP_KEEPS_DTYPE | UT_OPP_NO_DATA |
-                           UT_OPP_BWD_NO_OUT | UT_OPP_OWNS_SRC0_GRAD | UT_OPP_RANDOM;
+                           UT_OPP_BWD_NO_OUT | UT_OPP_OWNS_SRC0_GRAD | UT_OPP_RANDOM | UT_OPP_LOSS;
     for (int op = 1; op < ut_op_count(); op++) {
         unsigned p = ut_op_props[op];
         CHECK(!(p & ~known), "op %s: unknown property bits %#x", ut_op_name(op), p & ~known);
@@ -63,6 +63,7 @@ static void test_op_schema(void) {
               "op %s: at most one dtype rule", ut_op_name(op));
         CHECK(!(p & UT_OPP_NO_DATA) || !(p & (UT_OPP_PRODUCT | UT_OPP_AUTOCAST_OUT)),
               "op %s: a view cannot compute in low precision", ut_op_name(op));
+        CHECK(!(p & UT_OPP_LOSS) || (p & UT_OPP_PRODUCT), "op %s: a loss mark without products", ut_op_name(op));
         for (int d = 0; d < UT_DEVICE_COUNT; d++) {
             const ut_backend *be = ut_backend_get((ut_device)d);
             if (be)
@@ -74,8 +75,8 @@ static void test_op_schema(void) {
     /* what autocast and autograd act on, as PyTorch's autocast lists have it */
     int products = 0;
     for (int op = 1; op < ut_op_count(); op++) products += ut_op_is(op, UT_OPP_PRODUCT);
-    CHECK(products == 6 && ut_op_is(UT_OP_LINEAR, UT_OPP_PRODUCT) && ut_op_is(UT_OP_CONV2D, UT_OPP_PRODUCT) &&
-              ut_op_is(UT_OP_ATTENTION_VARLEN, UT_OPP_PRODUCT),
+    CHECK(products == 7 && ut_op_is(UT_OP_LINEAR, UT_OPP_PRODUCT) && ut_op_is(UT_OP_CONV2D, UT_OPP_PRODUCT) &&
+              ut_op_is(UT_OP_ATTENTION_VARLEN, UT_OPP_PRODUCT) && ut_op_is(UT_OP_LINEAR_CE, UT_OPP_LOSS),
           "%d products", products);
     CHECK(ut_op_is(UT_OP_LAYERNORM, UT_OPP_AUTOCAST_OUT) && ut_op_is(UT_OP_RMS_NORM, UT_OPP_AUTOCAST_OUT) &&
               ut_op_is(UT_OP_DROPOUT, UT_OPP_KEEPS_DTYPE) &&
@@ -93,7 +94,7 @@ static void test_op_schema(void) {
               "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
         bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_GELU || op == UT_OP_LAYERNORM ||
                  op == UT_OP_SCALE || op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID ||
-                 op == UT_OP_DROPOUT;
+                 op == UT_OP_DROPOUT || op == UT_OP_LINEAR_CE;
         CHECK((cpu[op].caps & fresh) == (f ? fresh : 0u), "cpu op %s: caps %#x", ut_op_name(op), cpu[op].caps);
         /* the gradient handed on unchanged: add alone, and only with the fresh bit */
         CHECK(!(cpu[op].caps & UT_KCAP_PASS_GRAD) == (op != UT_OP_ADD), "cpu op %s: caps %#x", ut_op_name(op),
@@ -106,14 +107,15 @@ static void test_op_schema(void) {
         CHECK((cu[op].caps & low16) == (op == UT_OP_LINEAR || op == UT_OP_GELU || op == UT_OP_GELU_ERF ||
                                                 op == UT_OP_LAYERNORM || op == UT_OP_ADD || op == UT_OP_MUL ||
                                                 op == UT_OP_DROPOUT || op == UT_OP_ATTENTION ||
-                                                op == UT_OP_ATTENTION_MASKED || op == UT_OP_ATTENTION_VARLEN
+                                                op == UT_OP_ATTENTION_MASKED || op == UT_OP_ATTENTION_VARLEN ||
+                                                op == UT_OP_LINEAR_CE
                                             ? (unsigned)UT_KCAP_NATIVE_16
                                         : op == UT_OP_CROSS_ENTROPY ? (unsigned)UT_KCAP_READS_16
                                                                     : 0u),
               "cuda op %s: caps %#x", ut_op_name(op), cu[op].caps);
         bool f = op == UT_OP_LINEAR || op == UT_OP_ADD || op == UT_OP_LAYERNORM || op == UT_OP_GELU ||
                  op == UT_OP_GELU_ERF || op == UT_OP_DROPOUT || op == UT_OP_ATTENTION || op == UT_OP_SCALE ||
-                 op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID;
+                 op == UT_OP_RELU || op == UT_OP_TANH || op == UT_OP_SIGMOID || op == UT_OP_LINEAR_CE;
         CHECK((cu[op].caps & fresh) == (f ? fresh : 0u), "cuda op %s: caps %#x", ut_op_name(op), cu[op].caps);
         CHECK(!(cu[op].caps & UT_KCAP_PASS_GRAD) == (op != UT_OP_ADD), "cuda op %s: caps %#x", ut_op_name(op),
               cu[op].caps);

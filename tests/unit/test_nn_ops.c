@@ -473,6 +473,98 @@ static void test_linear_gelu_fused(void) {
     ut_ctx_free(ctx);
 }
 
+/* ut_linear_cross_entropy against ut_linear then ut_cross_entropy: the same
+ * loss and gradients to the bit, float32 and both autocasts, the 16-bit
+ * product in blocks or whole. Targets from [0, V) with every seventh
+ * ignored; case 1 without a bias and with label smoothing; case 2 without
+ * gradients. */
+typedef struct { float loss; float *g[3]; int64_t n[3]; } lin_ce_run;
+
+static lin_ce_run linear_ce_once(bool fused, ut_dtype ac, int64_t N, int64_t C, int64_t V, int v) {
+    if (!fused) setenv("UT_LINEAR_CE", "0", 1);
+    ut_ctx *ctx = new_ctx();
+    unsetenv("UT_LINEAR_CE");
+    bool bias = v != 1, grad = v != 2;
+    ut_ctx_set_autocast(ctx, ac);
+    ut_ctx_set_grad_enabled(ctx, grad);
+    if (v == 1) ut_ctx_set_label_smoothing(ctx, 0.1f);
+    ut_rng r;
+    ut_rng_seed(&r, 34);
+    int64_t xne[2] = {N, C}, wne[2] = {V, C};
+    ut_tensor *x = randn(ctx, &r, 2, xne), *w = randn(ctx, &r, 2, wne), *b = randn(ctx, &r, 1, &V);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
+    for (int64_t i = 0; i < N; i++) tg[i] = i % 7 == 3 ? -100 : (int32_t)((i * 2654435761u) % (uint64_t)V);
+    ut_tensor *t = ut_tensor_from(ctx, UT_I32, 1, &N, tg);
+    free(tg);
+    ut_tensor *in[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ut_tensor_set_requires_grad(in[i], true);
+    ut_tensor *loss = ut_linear_cross_entropy(ctx, x, w, bias ? b : NULL, t, -100);
+    lin_ce_run o = {0};
+    CHECK(loss != NULL, "%s", ut_ctx_error(ctx));
+    if (!loss) goto out;
+    CHECK(!strcmp(ut_op_name(loss->op), fused ? "linear_ce" : "cross_entropy"), "op %s", ut_op_name(loss->op));
+    CHECK(loss->dtype == UT_F32 && ut_nelem(loss) == 1, "loss dtype %d", (int)loss->dtype);
+    o.loss = ut_f32(loss)[0];
+    if (grad) { /* a loss gradient other than 1 */
+        CHECK(ut_backward(ctx, ut_scale(ctx, loss, 0.75f)) == 0, "%s", ut_ctx_error(ctx));
+        for (int i = 0; i < (bias ? 3 : 2); i++) {
+            o.n[i] = ut_nelem(in[i]);
+            o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
+            memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+        }
+    }
+out:
+    ut_ctx_free(ctx);
+    return o;
+}
+
+static void test_linear_ce_fused(void) {
+    const int64_t shapes[][3] = {{13, 24, 40}, {1000, 16, 800}}; /* N, C, V */
+    const ut_dtype dts[3] = {UT_F32, UT_BF16, UT_F16};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 3; d++)
+            for (int v = 0; v < 3; v++) {
+                const int64_t *q = shapes[s];
+                if (s == 1) ut_cpu_lowp_block_set(48, 0);
+                lin_ce_run a = linear_ce_once(false, dts[d], q[0], q[1], q[2], v);
+                lin_ce_run f = linear_ce_once(true, dts[d], q[0], q[1], q[2], v);
+                if (s == 1) ut_cpu_lowp_block_set(192, 16 << 20);
+                CHECK(a.loss > 1.0f && memcmp(&a.loss, &f.loss, sizeof(float)) == 0,
+                      "shape %d dtype %d case %d: loss %.9g fused %.9g", s, (int)dts[d], v, (double)a.loss,
+                      (double)f.loss);
+                for (int i = 0; v != 2 && i < (v == 1 ? 2 : 3); i++) {
+                    bool nz = false;
+                    for (int64_t j = 0; a.g[i] && j < a.n[i]; j++) nz |= a.g[i][j] != 0.0f;
+                    CHECK(nz && f.g[i] && !memcmp(a.g[i], f.g[i], sizeof(float) * (size_t)a.n[i]),
+                          "shape %d dtype %d case %d: gradient %d differs", s, (int)dts[d], v, i);
+                }
+                for (int i = 0; i < 3; i++) free(a.g[i]), free(f.g[i]);
+            }
+    /* refusals: a target outside [0, V), targets of another shape, a bad switch */
+    ut_ctx *ctx = new_ctx();
+    int64_t xne[2] = {3, 4}, wne[2] = {5, 4}, n3 = 3, n2 = 2;
+    ut_tensor *x = ut_tensor_zeros(ctx, UT_F32, 2, xne), *w = ut_tensor_zeros(ctx, UT_F32, 2, wne);
+    ut_tensor *bad = ut_tensor_from(ctx, UT_I32, 1, &n3, (int32_t[]){0, 5, 1});
+    CHECK(ut_linear_cross_entropy(ctx, x, w, NULL, bad, -100) == NULL, "target 5 of 5 classes accepted");
+    const char *e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "linear_cross_entropy") && strstr(e, "target 5 at position 1"), "error: %s",
+          e ? e : "(none)");
+    ut_ctx_free(ctx);
+    ctx = new_ctx();
+    x = ut_tensor_zeros(ctx, UT_F32, 2, xne), w = ut_tensor_zeros(ctx, UT_F32, 2, wne);
+    ut_tensor *short_t = ut_tensor_zeros(ctx, UT_I32, 1, &n2);
+    CHECK(ut_linear_cross_entropy(ctx, x, w, NULL, short_t, -100) == NULL, "2 targets for 3 rows accepted");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "linear_cross_entropy") && strstr(e, "leading dims"), "error: %s", e ? e : "(none)");
+    ut_ctx_free(ctx);
+    setenv("UT_LINEAR_CE", "yes", 1);
+    ctx = new_ctx();
+    unsetenv("UT_LINEAR_CE");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "UT_LINEAR_CE=yes"), "a bad UT_LINEAR_CE: %s", e ? e : "(no error)");
+    ut_ctx_free(ctx);
+}
+
 static void test_conv2d_channel_mismatch(void) {
     ut_ctx *ctx = new_ctx();
     int64_t xne[4] = {1, 3, 5, 5}, wne[4] = {2, 4, 3, 3};
@@ -858,6 +950,7 @@ int main(void) {
     RUN(test_conv2d_backward_deterministic);
     RUN(test_conv2d_relu_fused);
     RUN(test_linear_gelu_fused);
+    RUN(test_linear_ce_fused);
     RUN(test_conv2d_channel_mismatch);
     RUN(test_max_pool2d_known);
     RUN(test_max_pool2d_ties);

@@ -1,8 +1,8 @@
 /* What each CPU kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
  * cross-entropy reads 16-bit logits a row at a time; linear writes its 16-bit
  * output a block of rows at a time (matmul.c); the rest get float32 copies.
- * Linear, add, gelu, layernorm, scale, relu, tanh, sigmoid and dropout
- * write a gradient no op has written yet rather than add into zeros
+ * Linear (and linear with cross-entropy), add, gelu, layernorm, scale, relu,
+ * tanh, sigmoid and dropout write a gradient no op has written yet rather than add into zeros
  * (UT_KCAP_FRESH_GRAD); add hands its gradient itself to an operand of its
  * shape (UT_KCAP_PASS_GRAD).
  * Every op has CAPS_<OP> = 0 from the enum; a #define of that name after it
@@ -31,5 +31,6 @@ enum {
 #define CAPS_TANH UT_KCAP_FRESH_GRAD
 #define CAPS_SIGMOID UT_KCAP_FRESH_GRAD
 #define CAPS_DROPOUT UT_KCAP_FRESH_GRAD
+#define CAPS_LINEAR_CE UT_KCAP_FRESH_GRAD
 
 #endif

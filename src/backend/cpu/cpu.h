@@ -61,6 +61,17 @@ void ut_cpu_convert_rows(void *dst, ut_dtype to, int64_t dst_ld, const void *src
  * (acc false: 0 + that is written). Also linear's fused GELU (matmul.c). */
 void ut_gelu_forward_cpu(float *out, const float *inp, int64_t N);
 void ut_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t N, bool acc);
+/* cross-entropy over logits in a buffer of the op's own, gradient written
+ * over them (softmax.c; ut_linear_cross_entropy's kernels in matmul.c):
+ * the targets counted (a bad one fails the op, -1), the mean loss with mx,
+ * inv saved when grad (16-bit dt: row max and 1 / sum; float32: the exps
+ * replace the logits and only inv is kept), then the gradient times gscale
+ * written over the buffer. */
+int64_t ut_ce_buf_count_cpu(const ut_tensor *targets, int64_t V, int ignore, const ut_kctx *k);
+float ut_ce_buf_fwd_cpu(void *buf, ut_dtype dt, float *mx, float *inv, const int32_t *targets, int ignore,
+                        float eps, int64_t N, int64_t V, int64_t count, bool grad, const ut_kctx *k);
+void ut_ce_buf_bwd_cpu(void *buf, ut_dtype dt, const float *mx, const float *inv, const int32_t *targets,
+                       int ignore, float eps, float gscale, int64_t N, int64_t V, const ut_kctx *k);
 /* Blocks of a linear's 16-bit output (matmul.c): rows per block (a multiple
  * of 48; default 192) for outputs whose float32 is above min_bytes (default
  * 16 MiB). Tests set small values to exercise the blocked path. */

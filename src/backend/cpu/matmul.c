@@ -227,6 +227,63 @@ void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
     else linear_backward(&p, dx, ut_kbeta(k, 0), dw, db, g, ut_f32(x), ut_f32(w), N, C, OC);
 }
 
+/* ---- linear with cross-entropy (ut_linear_cross_entropy): x (N, C), w
+ * (V, C), targets (N), b (V) or none -> the mean loss ----
+ * The logits are linear's output (float32, or in the autocast dtype as a
+ * 16-bit linear's output is stored) in a buffer of the op's own; the loss is
+ * cross_entropy's of them (softmax.c, ut_ce_buf_*); backward writes the
+ * logits' gradient over the buffer and runs linear's backward on it. So one
+ * buffer of N x V stands where the two ops hold the logits and their
+ * gradient, and the values are the two ops' bits. */
+static ut_dtype logits_dtype(const ut_tensor *t) { return t->autocast != UT_F32 ? t->autocast : UT_F32; }
+
+void ut_linear_ce_fwd_cpu(ut_tensor *t, UT_KCTX) {
+    ut_tensor *x = t->src[0], *w = t->src[1], *tg = t->src[2], *b = t->src[3];
+    int64_t C = w->ne[1], V = w->ne[0], N = ut_nelem(x) / C;
+    int ignore = (int)ut_loss_ignore_index(t);
+    int64_t count = ut_ce_buf_count_cpu(tg, V, ignore, k);
+    if (count < 0) return;
+    ut_dtype dt = logits_dtype(t);
+    size_t bytes = (size_t)(N * V) * ut_dtype_size(dt) + 1;
+    bool grad = t->requires_grad;
+    /* kept for backward in the arena; without one, in autocast's scratch
+     * where core gives it back after the kernel (a 16-bit linear) */
+    void *logits = grad || dt == UT_F32 ? ut_kalloc(k, bytes) : ut_kscratch(k, bytes);
+    float *mx = NULL, *inv = NULL;
+    if (grad) {
+        inv = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
+        if (dt != UT_F32) mx = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(float));
+    }
+    mm_path p = path_of(t, N * C + C * V, k);
+    if (dt != UT_F32) linear_forward_16(&p, logits, dt, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, V, k);
+    else linear_forward(&p, logits, ut_f32(x), ut_f32(w), b ? ut_f32(b) : NULL, N, C, V);
+    ut_f32(t)[0] = ut_ce_buf_fwd_cpu(logits, dt, mx, inv, ut_i32(tg), ignore, ut_loss_smoothing(t), N, V, count,
+                                     grad, k);
+    ut_loss_set_count(t, count);
+    ut_linear_ce_set_logits(t, grad ? logits : NULL);
+    ut_cross_entropy_set_row_max(t, mx);
+    ut_cross_entropy_set_inv_sum(t, inv);
+}
+
+void ut_linear_ce_bwd_cpu(ut_tensor *t, UT_KCTX) {
+    ut_tensor *x = t->src[0], *w = t->src[1], *tg = t->src[2], *b = t->src[3];
+    int64_t C = w->ne[1], V = w->ne[0], N = ut_nelem(x) / C, count = ut_loss_count(t);
+    float *dx = x->requires_grad ? x->grad : NULL, *dw = w->requires_grad ? w->grad : NULL;
+    float *db = b && b->requires_grad ? b->grad : NULL;
+    ut_kzero_fresh(k, t, 0xau, ut_cpu_memset); /* dw, db are added into; dx is written when fresh */
+    if (count == 0) { /* every target ignored: the gradient is 0 */
+        if (dx && ut_kbeta(k, 0) == 0.0f) ut_cpu_memset(dx, 0, (size_t)ut_nelem(x) * sizeof(float));
+        return;
+    }
+    ut_dtype dt = logits_dtype(t);
+    void *g = ut_linear_ce_logits(t);
+    ut_ce_buf_bwd_cpu(g, dt, ut_cross_entropy_row_max(t), ut_cross_entropy_inv_sum(t), ut_i32(tg),
+                      (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad[0] / (float)count, N, V, k);
+    mm_path p = path_of(t, N * V + (N > V ? N : V) * C, k);
+    if (dt != UT_F32) linear_backward_16(&p, g, dt, dx, ut_kbeta(k, 0), dw, db, ut_f32(x), ut_f32(w), N, C, V, k);
+    else linear_backward(&p, dx, ut_kbeta(k, 0), dw, db, g, ut_f32(x), ut_f32(w), N, C, V);
+}
+
 void ut_matmul_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_mm_dims d = ut_matmul_dims(t);
     const float *A = ut_f32(t->src[0]), *B = ut_f32(t->src[1]);

@@ -134,11 +134,9 @@ void ut_log_softmax_bwd_cpu(ut_tensor *t, UT_KCTX) {
  * that is not ignore_index sets the context error (naming the op, the value and
  * its position) and returns -1. Serial: N is the number of rows, and the first
  * bad position is the one reported. */
-static int64_t count_targets(ut_tensor *t, const char *name, const ut_kctx *k) {
-    ut_tensor *x = t->src[0], *tg = t->src[1];
+static int64_t count_targets_of(const ut_tensor *tg, int64_t V, int ignore, const char *name, const ut_kctx *k) {
     const int32_t *T = ut_i32(tg);
-    int64_t N = ut_nelem(tg), V = last_dim(x), count = 0;
-    int ignore = (int)ut_loss_ignore_index(t);
+    int64_t N = ut_nelem(tg), count = 0;
     for (int64_t n = 0; n < N; n++) {
         if (T[n] == ignore) continue;
         if (T[n] < 0 || T[n] >= V) {
@@ -153,6 +151,10 @@ static int64_t count_targets(ut_tensor *t, const char *name, const ut_kctx *k) {
         count++;
     }
     return count;
+}
+
+static int64_t count_targets(ut_tensor *t, const char *name, const ut_kctx *k) {
+    return count_targets_of(t->src[1], last_dim(t->src[0]), (int)ut_loss_ignore_index(t), name, k);
 }
 
 /* Mean of the per-row losses (N) over count, summed serially in row order. */
@@ -267,16 +269,24 @@ static void cross_entropy_forward16(double *rowloss, float *mx, float *inv, cons
     }
 }
 
+/* dlogits == logits (ut_linear_cross_entropy): each row's gradient is
+ * written over its logits, from 0 where the separate op's adds into its
+ * zeroed gradient (the same bits), and an ignored row's is set to 0. */
 static void cross_entropy_backward16(void *dlogits, const void *logits, ut_dtype dt, const float *mx,
                                      const float *inv, const int32_t *targets, int ignore_index, float eps,
                                      float gscale, int64_t N, int64_t V, float *rows) {
+    bool in_place = dlogits == logits;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        if (targets[n] == ignore_index) continue;
-        float *x = rows + 2 * (int64_t)omp_get_thread_num() * V, *dx = x + V;
         uint16_t *d16 = (uint16_t *)dlogits + n * V;
+        if (targets[n] == ignore_index) {
+            if (in_place) memset(d16, 0, (size_t)V * sizeof(uint16_t));
+            continue;
+        }
+        float *x = rows + 2 * (int64_t)omp_get_thread_num() * V, *dx = x + V;
         ut_cpu_convert(x, UT_F32, (const uint16_t *)logits + n * V, dt, V);
-        ut_cpu_convert(dx, UT_F32, d16, dt, V);
+        if (in_place) memset(dx, 0, (size_t)V * sizeof(float));
+        else ut_cpu_convert(dx, UT_F32, d16, dt, V);
         float m = mx[n], r = inv[n];
 #pragma omp simd
         for (int64_t v = 0; v < V; v++) dx[v] += ut_expf_fast(x[v] - m) * r * gscale;
@@ -352,6 +362,51 @@ void ut_cross_entropy_bwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_cross_entropy_backward_cpu(x->grad, ut_cross_entropy_exps(t), ut_cross_entropy_inv_sum(t),
                                   ut_i32(tg), (int)ut_loss_ignore_index(t), ut_loss_smoothing(t),
                                   t->grad[0] / (float)ut_loss_count(t), ut_nelem(tg), last_dim(x));
+}
+
+/* ---- cross-entropy over logits in a buffer of the op's own
+ * (ut_linear_cross_entropy, src/backend/cpu/matmul.c): buf (N, V), float32
+ * or 16-bit dt, holds the logits; the forward leaves in it what backward
+ * needs and backward writes the gradient over it, so the logits and their
+ * gradient take one buffer. Float32: the exps written over the logits (the
+ * target's logit read first), as cross_entropy saves them; 16-bit: the
+ * logits stay, with each row's max and 1 / sum (mx, inv). The arithmetic is
+ * cross_entropy's, so the loss and the gradient are its bits. ---- */
+int64_t ut_ce_buf_count_cpu(const ut_tensor *targets, int64_t V, int ignore, const ut_kctx *k) {
+    return count_targets_of(targets, V, ignore, "linear_cross_entropy", k);
+}
+
+float ut_ce_buf_fwd_cpu(void *buf, ut_dtype dt, float *mx, float *inv, const int32_t *targets, int ignore,
+                        float eps, int64_t N, int64_t V, int64_t count, bool grad, const ut_kctx *k) {
+    double *rowloss = ut_kalloc(k, (size_t)(N ? N : 1) * sizeof(double));
+    if (ut_dtype_is16(dt)) {
+        float *rows = ut_kalloc(k, (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
+        cross_entropy_forward16(rowloss, grad ? mx : NULL, grad ? inv : NULL, buf, dt, targets, ignore, eps, N, V,
+                                rows);
+        return mean_of_rows(rowloss, N, count);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        rowloss[n] = 0.0;
+        if (targets[n] == ignore) continue;
+        float *x = (float *)buf + n * V;
+        float m = row_max(x, V), xt = x[targets[n]];
+        double sx = eps > 0.0f ? row_sum(x, V) : 0.0;
+        double s = grad ? row_exp(x, x, m, V) : row_exp_sum(x, m, V);
+        if (grad) inv[n] = (float)(1.0 / s);
+        rowloss[n] = smoothed_row((double)m + log(s), (double)xt, sx, eps, V);
+    }
+    return mean_of_rows(rowloss, N, count);
+}
+
+void ut_ce_buf_bwd_cpu(void *buf, ut_dtype dt, const float *mx, const float *inv, const int32_t *targets,
+                       int ignore, float eps, float gscale, int64_t N, int64_t V, const ut_kctx *k) {
+    if (ut_dtype_is16(dt)) {
+        float *rows = ut_kalloc(k, 2 * (size_t)ut_kthreads(k) * (size_t)V * sizeof(float));
+        cross_entropy_backward16(buf, buf, dt, mx, inv, targets, ignore, eps, gscale, N, V, rows);
+        return;
+    }
+    ut_cross_entropy_backward_cpu(buf, buf, inv, targets, ignore, eps, gscale, N, V);
 }
 
 /* ---- nll_loss: logp (N, V), targets (N) -> rowloss (N) = -logp[n, targets[n]]

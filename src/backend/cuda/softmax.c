@@ -71,7 +71,7 @@ void ut_cross_entropy_fwd_cuda(ut_tensor *t, UT_KCTX) {
         inv = ut_kalloc(k, at_least_1(N) * sizeof(float));
     }
     ut_cuda_cross_entropy_fwd(rowloss, mx, inv, x->data, (int)x->dtype, dev_i32(tg), ignore, ut_loss_smoothing(t), N,
-                              V, ut_cuda_error_flag());
+                              V, V, ut_cuda_error_flag());
     ut_cuda_loss_mean(dev_f32(t), count, rowloss, dev_i32(tg), ignore, N, V);
     ut_cross_entropy_set_row_max(t, mx);
     ut_cross_entropy_set_inv_sum(t, inv);
@@ -94,7 +94,7 @@ void ut_cross_entropy_bwd_cuda(ut_tensor *t, UT_KCTX) {
     }
     ut_cuda_cross_entropy_bwd(x->grad, overwrite, x->data, (int)x->dtype, ut_cross_entropy_row_max(t),
                               ut_cross_entropy_inv_sum(t), dev_i32(tg),
-                              (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad, ut_loss_dcount(t), N, V);
+                              (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad, ut_loss_dcount(t), N, V, V);
 }
 
 /* ---- nll_loss ---- */

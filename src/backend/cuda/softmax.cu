@@ -183,7 +183,7 @@ template <bool BLOCK, typename T>
 __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restrict__ mx,
                                     float *__restrict__ inv, const T *__restrict__ logits,
                                     const int32_t *__restrict__ targets, int ignore, float eps, int64_t N,
-                                    int V, int *err) {
+                                    int V, int64_t ld, int *err) {
     __shared__ float shf[32];
     __shared__ double shd[32];
     int64_t row;
@@ -194,7 +194,7 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
         if (tid == 0) rowloss[row] = 0.0;
         return; /* the whole group leaves: no reduction pending */
     }
-    const T *xr = logits + row * V;
+    const T *xr = logits + row * ld;
     float M;
     double S;
     row_max_sum<BLOCK>(xr, V, tid, nt, shf, shd, M, S);
@@ -220,17 +220,17 @@ __global__ void cross_entropy_fwd_k(double *__restrict__ rowloss, float *__restr
  * added to in float, rounded once (what float copies around the kernel
  * would give). ---- */
 template <bool BLOCK, typename T>
-__global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
-                                    const T *__restrict__ logits, const float *__restrict__ mx,
+__global__ void cross_entropy_bwd_k(T *dx, int overwrite,
+                                    const T *logits, const float *__restrict__ mx,
                                     const float *__restrict__ inv,
                                     const int32_t *__restrict__ targets, int ignore, float eps,
                                     const float *__restrict__ dloss,
-                                    const int64_t *__restrict__ count, int64_t N, int V) {
+                                    const int64_t *__restrict__ count, int64_t N, int V, int64_t ld) {
     int64_t row;
     int tid, nt;
     if (!row_slot<BLOCK>(N, row, tid, nt)) return;
     int t = targets[row];
-    T *dr = dx + row * V;
+    T *dr = dx + row * ld;
     if (!target_counts(t, ignore, V, nullptr, 0, false)) {
         if (overwrite)
             for (int v = tid; v < V; v += nt) utk_store(dr + v, 0.0f);
@@ -239,7 +239,7 @@ __global__ void cross_entropy_bwd_k(T *__restrict__ dx, int overwrite,
     float g = dloss[0] / (float)count[0]; /* count >= 1: this row counts */
     float m = mx[row], r = inv[row];
     float gs = eps > 0.0f ? g * eps / (float)V : 0.0f, gt = eps > 0.0f ? g * (1.0f - eps) : g;
-    const T *xr = logits + row * V;
+    const T *xr = logits + row * ld;
     /* element v's gradient, added to a (0 when overwriting) */
     auto grad = [&](int v, float x, float a) {
         a += expf(x - m) * r * g;
@@ -370,44 +370,46 @@ extern "C" void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float 
 
 template <typename T>
 static void ce_fwd(double *rowloss, float *row_max, float *inv_sum, const void *logits, const int32_t *targets,
-                   int ignore_index, float eps, int64_t N, int64_t V, int *err) {
+                   int ignore_index, float eps, int64_t N, int64_t V, int64_t ld, int *err) {
     RowLaunch L = row_launch(N, V);
     LAUNCH_ROWS(L, (cross_entropy_fwd_k<true, T>), (cross_entropy_fwd_k<false, T>), rowloss, row_max, inv_sum,
-                (const T *)logits, targets, ignore_index, eps, N, (int)V, err);
+                (const T *)logits, targets, ignore_index, eps, N, (int)V, ld, err);
 }
 
 extern "C" void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
                                           const void *logits, int dt, const int32_t *targets,
-                                          int ignore_index, float eps, int64_t N, int64_t V, int *err) {
+                                          int ignore_index, float eps, int64_t N, int64_t V, int64_t ld, int *err) {
     if (N <= 0) return;
-    if (dt == 1) ce_fwd<__nv_bfloat16>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
-    else if (dt == 2) ce_fwd<__half>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
-    else ce_fwd<float>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, err);
+    if (dt == 1) ce_fwd<__nv_bfloat16>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, ld, err);
+    else if (dt == 2) ce_fwd<__half>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, ld, err);
+    else ce_fwd<float>(rowloss, row_max, inv_sum, logits, targets, ignore_index, eps, N, V, ld, err);
     ut_cuda_launched("cross_entropy_fwd");
 }
 
 template <typename T>
 static void ce_bwd(void *dlogits, int overwrite, const void *logits, const float *row_max, const float *inv_sum,
                    const int32_t *targets, int ignore_index, float eps, const float *dloss, const int64_t *count,
-                   int64_t N, int64_t V) {
+                   int64_t N, int64_t V, int64_t ld) {
     RowLaunch L = row_launch(N, V);
     LAUNCH_ROWS(L, (cross_entropy_bwd_k<true, T>), (cross_entropy_bwd_k<false, T>), (T *)dlogits, overwrite,
-                (const T *)logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, (int)V);
+                (const T *)logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, (int)V, ld);
 }
 
 extern "C" void ut_cuda_cross_entropy_bwd(void *dlogits, int overwrite, const void *logits, int dt,
                                           const float *row_max, const float *inv_sum,
                                           const int32_t *targets, int ignore_index, float eps,
                                           const float *dloss, const int64_t *count, int64_t N,
-                                          int64_t V) {
+                                          int64_t V, int64_t ld) {
     if (N <= 0 || V <= 0) return;
     if (dt == 1)
         ce_bwd<__nv_bfloat16>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count,
-                              N, V);
+                              N, V, ld);
     else if (dt == 2)
-        ce_bwd<__half>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V);
+        ce_bwd<__half>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V,
+                       ld);
     else
-        ce_bwd<float>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V);
+        ce_bwd<float>(dlogits, overwrite, logits, row_max, inv_sum, targets, ignore_index, eps, dloss, count, N, V,
+                      ld);
     ut_cuda_launched("cross_entropy_bwd");
 }
 

@@ -36,10 +36,11 @@ void ut_cuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t
  * inv_sum (N each) are not NULL, saves each counted row's max and 1 / sum of
  * exp(logits - max) for backward. err (may be NULL): device error flag. The
  * logits are stored in dt (0 float32, 1 bf16, 2 fp16, as ut_dtype) and read
- * widened to float. */
+ * widened to float; their rows are ld elements apart (ld >= V; V for a
+ * contiguous (N, V)). */
 void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
                                const void *logits, int dt, const int32_t *targets, int ignore_index,
-                               float eps, int64_t N, int64_t V, int *err);
+                               float eps, int64_t N, int64_t V, int64_t ld, int *err);
 /* dlogits (N, V) from the forward's row_max and inv_sum and the logits
  * themselves (read once; the exps are recomputed, the same values as the
  * forward's): g = dloss[0] / count[0]; a counted row gets
@@ -47,11 +48,14 @@ void ut_cuda_cross_entropy_fwd(double *rowloss, float *row_max, float *inv_sum,
  * - onehot(target) g (1 - eps)), an ignored (or bad) row 0.
  * overwrite != 0: dlogits = that (dlogits need not be initialised);
  * overwrite == 0: dlogits += that. dlogits is stored in the logits' dt:
- * 16-bit values are widened, added to in float and rounded once. */
+ * 16-bit values are widened, added to in float and rounded once. Both have
+ * rows ld elements apart (columns V to ld are left as they are), and
+ * dlogits may be the logits themselves (overwrite: the gradient written
+ * over them, each element read before it is written). */
 void ut_cuda_cross_entropy_bwd(void *dlogits, int overwrite, const void *logits, int dt,
                                const float *row_max, const float *inv_sum, const int32_t *targets,
                                int ignore_index, float eps, const float *dloss, const int64_t *count,
-                               int64_t N, int64_t V);
+                               int64_t N, int64_t V, int64_t ld);
 
 /* nll_loss rows: rowloss (N, double) = -logp[n, targets[n]] (0 for an
  * ignored or bad target; label smoothing eps > 0: (1 - eps) that - eps

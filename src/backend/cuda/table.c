@@ -19,7 +19,8 @@
 #undef UT_OP
 
 /* What each kernel does with 16-bit data itself (backend.h, UT_KCAP_*):
- * linear does autocast itself (matmul.c), cross-entropy reads 16-bit logits
+ * linear (and linear with cross-entropy) does autocast itself (matmul.c),
+ * cross-entropy reads 16-bit logits
  * and writes their 16-bit gradient (softmax.cu), the gelus (unary.cu) and
  * layernorm (norm.c), add and mul (binary.c) and dropout (unary.c) read and
  * write every tensor as stored; every other op under autocast gets
@@ -51,6 +52,7 @@ enum {
 #define CAPS_SIGMOID UT_KCAP_FRESH_GRAD
 #define CAPS_ATTENTION_MASKED UT_KCAP_NATIVE_16
 #define CAPS_ATTENTION_VARLEN UT_KCAP_NATIVE_16
+#define CAPS_LINEAR_CE (UT_KCAP_NATIVE_16 | UT_KCAP_FRESH_GRAD)
 
 const ut_op_vtable ut_ops_cuda[UT_OP_COUNT] = {
     [UT_OP_NONE] = {NULL, NULL, 0},
