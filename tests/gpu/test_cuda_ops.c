@@ -113,6 +113,20 @@ static ut_tensor *b_lin_xent_smooth(ut_ctx *c, ut_tensor **in) {
     return ut_reshape(c, ut_cross_entropy_smoothed(c, ut_linear(c, in[0], in[1], NULL), in[2], -100, 0.1f), 1, ne);
 }
 
+/* ut_linear_cross_entropy (matmul.c): the logits in the products' rows,
+ * the gradient written over them; with a bias (in[3]) or without, and with
+ * the context's label smoothing 0.1 */
+static ut_tensor *b_lin_ce(ut_ctx *c, ut_tensor **in) {
+    int64_t ne[1] = {1};
+    return ut_reshape(c, ut_linear_cross_entropy(c, in[0], in[1], in[3], in[2], -100), 1, ne);
+}
+static ut_tensor *b_lin_ce_smooth(ut_ctx *c, ut_tensor **in) {
+    float old = ut_ctx_set_label_smoothing(c, 0.1f);
+    ut_tensor *r = b_lin_ce(c, in);
+    ut_ctx_set_label_smoothing(c, old);
+    return r;
+}
+
 static const gc_row big_rows[] = {
     {"layernorm 512 x 768", 3, {{2, {512, 768}}, {1, {768}}, {1, {768}}}, b_ln},
     {"mlp 256 x 768 -> 3072 -> 768", 4, {{2, {256, 768}}, {2, {3072, 768}}, {1, {3072}}, {2, {768, 3072}}}, b_mlp},
@@ -171,6 +185,23 @@ static const gc_row big_rows[] = {
     {"linear gelu no bias 64 x 768", 2, {{2, {64, 256}}, {2, {768, 256}}}, b_lin_gelu_nob},
     {"linear gelu 40 x 1001", 3, {{2, {40, 64}}, {2, {1001, 64}}, {1, {1001}}}, b_lin_gelu},
     {"linear gelu 24 x 4100", 3, {{2, {24, 64}}, {2, {4100, 64}}, {1, {4100}}}, b_lin_gelu},
+    /* ut_linear_cross_entropy: rows of a warp (1000); 1001 columns (rows
+     * ld16 apart, the columns past V never read); a block per row (3000)
+     * with a bias; 5001 padded to 5120 as GPT-2's head. The last row, with
+     * a bias over 1001 columns (their sums taken over the ld16 columns),
+     * is not among the autocast rows: these logits are large (C 64 of
+     * normal values), and the GPU adds the bias in float32 where the CPU
+     * adds it rounded, so a bf16 logit's rounding can move by a unit (1/8
+     * at 16) and the softmax with it */
+    {"linear cross-entropy 48 x 1000", 3, {{2, {48, 64}}, {2, {1000, 64}}, {1, {48}, GC_INDEX, 1000}}, b_lin_ce},
+    {"linear cross-entropy 40 x 1001, label smoothing 0.1", 3,
+     {{2, {40, 64}}, {2, {1001, 64}}, {1, {40}, GC_INDEX, 1001}}, b_lin_ce_smooth},
+    {"linear cross-entropy 16 x 3000", 4, {{2, {16, 64}}, {2, {3000, 64}}, {1, {16}, GC_INDEX, 3000}, {1, {3000}}},
+     b_lin_ce},
+    {"linear cross-entropy 8 x 5001 no bias", 3, {{2, {8, 64}}, {2, {5001, 64}}, {1, {8}, GC_INDEX, 5001}},
+     b_lin_ce},
+    {"linear cross-entropy with bias 40 x 1001", 4,
+     {{2, {40, 64}}, {2, {1001, 64}}, {1, {40}, GC_INDEX, 1001}, {1, {1001}}}, b_lin_ce},
 };
 
 static void same_bits(const gc_row *row);
@@ -505,12 +536,13 @@ static void test_autocast_rows(void) {
                             &big_rows[18], &big_rows[19], &big_rows[20], &big_rows[21], &big_rows[22],
                             &big_rows[23], &big_rows[24], &big_rows[25], &big_rows[26], &big_rows[27],
                             &big_rows[28], &big_rows[29], &big_rows[30], &big_rows[32], &big_rows[33],
-                            &big_rows[34], &big_rows[35]};
+                            &big_rows[34], &big_rows[35], &big_rows[36], &big_rows[37], &big_rows[38],
+                            &big_rows[39]};
     autocast_rows("autocast", rows, sizeof rows / sizeof rows[0]);
     /* the wide outputs again at OC (rows ld16 apart) instead of padded */
-    const gc_row *wide[] = {&big_rows[26], &big_rows[27]};
+    const gc_row *wide[] = {&big_rows[26], &big_rows[27], &big_rows[39]};
     setenv("UT_CUDA_LT_PAD", "0", 1);
-    autocast_rows("autocast, UT_CUDA_LT_PAD=0", wide, 2);
+    autocast_rows("autocast, UT_CUDA_LT_PAD=0", wide, 3);
     unsetenv("UT_CUDA_LT_PAD");
 }
 
@@ -582,6 +614,38 @@ static void test_linear_gelu_paths(void) {
         if (ra == 0 && rb == 0)
             CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
                   "%s: the output without gradients differs from the output with them", row->name);
+        if (ra == 0) dc_result_free(&a);
+        if (rb == 0) dc_result_free(&b);
+        for (int k = 0; k < 4; k++) free(host[k]);
+    }
+    dc_autocast = UT_F32;
+}
+
+/* ut_linear_cross_entropy under bf16 autocast: two runs give the same
+ * bits, the loss without gradients (the logits in scratch, no saved
+ * buffers) is the loss with them, and both are linear then cross_entropy's
+ * (UT_LINEAR_CE=0) to the bit: the same products into the same rows and
+ * the same row kernels. */
+static void test_linear_ce_paths(void) {
+    dc_autocast = UT_BF16;
+    for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++) {
+        const gc_row *row = &big_rows[i];
+        if (!selected(row) || strncmp(row->name, "linear cross-entropy", 20)) continue;
+        same_bits(row);
+        same_bits_env(row, "UT_LINEAR_CE", NULL, "0");
+        forward_bits_env(row, "UT_LINEAR_CE", NULL, "0");
+        ut_rng r;
+        void *host[4];
+        row_inputs(row, &r, host);
+        dc_result a, b;
+        int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+        dc_no_grad = true;
+        int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
+        dc_no_grad = false;
+        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
+        if (ra == 0 && rb == 0)
+            CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
+                  "%s: the loss without gradients differs from the loss with them", row->name);
         if (ra == 0) dc_result_free(&a);
         if (rb == 0) dc_result_free(&b);
         for (int k = 0; k < 4; k++) free(host[k]);
@@ -1069,7 +1133,8 @@ static void test_fresh_grads(void) {
      * attention writing qkv's gradient in place where it runs) */
     static const char *const names[] = {"layernorm 512 x 768", "mlp 256", "causal attention 2 x 128 x 768",
                                         "linear -> layernorm 256", "x + linear(x) 256", "x + dropout(linear(x)) 256",
-                                        "linear(x) + bias 24 x 4100", "mlp fused 256", "linear gelu 40 x 1001"};
+                                        "linear(x) + bias 24 x 4100", "mlp fused 256", "linear gelu 40 x 1001",
+                                        "linear cross-entropy 8 x 5001", "linear cross-entropy 40 x 1001"};
     const gc_row *rows[sizeof names / sizeof names[0]];
     size_t n = 0;
     for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++)
@@ -1103,6 +1168,7 @@ int main(void) {
     RUN(test_cudnn_attention);
     RUN(test_attention_default);
     RUN(test_linear_gelu_paths);
+    RUN(test_linear_ce_paths);
     RUN(test_masked_attention);
     RUN(test_bad_index);
     RUN(test_streams_events);
