@@ -143,6 +143,13 @@ struct ut_model {
     ut_inputs *host_inputs; /* ut_model_forward's arrays for such a model (owned) */
     /* scalar loss from the forward output and targets */
     ut_tensor *(*loss)(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
+    /* Optional: the loss of a forward whose output nothing else reads (the
+     * trainer's default hooks on a dataset without classes), the model's
+     * head and loss in one op where it has one (GPT-2's language model:
+     * ut_linear_cross_entropy, the logits never a tensor of their own).
+     * NULL, or NULL returned with no op run and no error where it does not
+     * apply: forward_prepared, then loss. */
+    ut_tensor *(*forward_loss)(ut_model *m, ut_ctx *ctx, const ut_prepared *in, ut_tensor *targets);
     void (*free_impl)(void *impl);
     /* Token-by-token decoding for text generation (ut_generate); NULL for a
      * model that generates no text. */
@@ -321,6 +328,11 @@ ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input);
  * ctx's device with one asynchronous copy each, fenced (ut_inputs_fence). */
 ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in);
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
+/* The loss of inputs prepare made against targets, with the model's
+ * forward_loss where it applies (*output NULL: no output was made), else
+ * forward then loss (*output the forward's). NULL with the context's error. */
+ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in, ut_tensor *targets,
+                                        ut_tensor **output);
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
  * ids, ids -100 ignored; a model's loss for models that need no other. */
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);

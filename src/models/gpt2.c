@@ -142,39 +142,59 @@ static int gpt2_prepare(const ut_model *m, const ut_host_array *x, ut_inputs *in
     return 0;
 }
 
+/* The language model up to its head: the final hidden states (after ln_f;
+ * with sequence parallelism gathered whole), or a pipeline stage's
+ * activation where this stage has no head. */
+static ut_tensor *lm_hidden(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
+    const gpt2 *g = m->impl;
+    const ut_tp_hooks *tp = &g->lay.tp;
+    bool split = g->lay.tp_size > 1;
+    /* split: each rank looks up its part of the vocabulary, summed over
+     * the group; its logits are its part's columns (the tied head is
+     * column-parallel), and the loss never gathers them */
+    ut_tensor *x = m->stage_input;
+    if (g->first) {
+        ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
+                               : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
+        x = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
+        if (g->seq) { /* this rank's rows from here to ln_f, the whole model's masks */
+            x = tp->seq_split(ctx, x, tp->group);
+            x = ut_dropout_seq(ctx, x, g->dropout, g->lay.tp_rank, g->lay.tp_size);
+        } else if (g->dropout > 0) {
+            x = ut_dropout(ctx, x, g->dropout);
+        }
+    }
+    for (int64_t l = g->b0; l < g->b1; l++) {
+        ut_ctx_rng_region(ctx, l + 1); /* the block's masks whichever stage runs it */
+        x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
+    }
+    if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
+    if (g->seq) { /* ln_f on this rank's rows (its gradient summed over the group), then the whole sequence */
+        x = ut_layernorm(ctx, x, tp->copy(ctx, g->ln_f.w, tp->group), tp->copy(ctx, g->ln_f.b, tp->group),
+                         g->ln_f.eps);
+        return m->hidden = tp->seq_gather(ctx, x, tp->group);
+    }
+    return m->hidden = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
+}
+
+/* The language model's loss with its head in the same op (the model's
+ * forward_loss, include/utrain/nn.h): the logits never a tensor of their
+ * own. Not with a vocabulary split over ranks (the loss there is
+ * ut_tp_cross_entropy's), not for a stage without the head nor for the
+ * classifier: NULL, nothing run. */
+static ut_tensor *gpt2_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared *in, ut_tensor *targets) {
+    const gpt2 *g = m->impl;
+    if (in->layout != LM || g->classify || g->lay.tp_size > 1 || !g->last) return NULL;
+    return ut_linear_cross_entropy(ctx, lm_hidden(m, ctx, in), g->wte.w, NULL, targets, -1);
+}
+
 static ut_tensor *gpt2_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const gpt2 *g = m->impl;
     if (in->layout == LM) {
+        ut_tensor *x = lm_hidden(m, ctx, in);
+        if (!g->last) return x;
         const ut_tp_hooks *tp = &g->lay.tp;
-        bool split = g->lay.tp_size > 1;
-        /* split: each rank looks up its part of the vocabulary, summed over
-         * the group; its logits are its part's columns (the tied head is
-         * column-parallel), and the loss never gathers them */
-        ut_tensor *x = m->stage_input;
-        if (g->first) {
-            ut_tensor *tok = split ? tp->embedding(ctx, in->t[0], g->wte.w, g->V, -1, tp->group)
-                                   : ut_embedding_layer_forward(ctx, &g->wte, in->t[0]);
-            x = ut_add(ctx, ut_neftune(ctx, tok, in->seq_len[0]), ut_embedding_layer_forward(ctx, &g->wpe, in->t[1]));
-            if (g->seq) { /* this rank's rows from here to ln_f, the whole model's masks */
-                x = tp->seq_split(ctx, x, tp->group);
-                x = ut_dropout_seq(ctx, x, g->dropout, g->lay.tp_rank, g->lay.tp_size);
-            } else if (g->dropout > 0) {
-                x = ut_dropout(ctx, x, g->dropout);
-            }
-        }
-        for (int64_t l = g->b0; l < g->b1; l++) {
-            ut_ctx_rng_region(ctx, l + 1); /* the block's masks whichever stage runs it */
-            x = ut_block_layer_forward(ctx, &g->h[l], x, m->checkpoint_activations);
-        }
-        if (!g->last) return x; /* a pipeline stage's activation, (B, T, C) */
-        if (g->seq) { /* ln_f on this rank's rows (its gradient summed over the group), then the whole sequence */
-            x = ut_layernorm(ctx, x, tp->copy(ctx, g->ln_f.w, tp->group), tp->copy(ctx, g->ln_f.b, tp->group),
-                             g->ln_f.eps);
-            x = m->hidden = tp->seq_gather(ctx, x, tp->group);
-            return ut_linear(ctx, x, g->wte.w, NULL);
-        }
-        x = m->hidden = ut_layernorm_layer_forward(ctx, &g->ln_f, x);
-        return ut_linear(ctx, split ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
+        return ut_linear(ctx, g->lay.tp_size > 1 && !g->seq ? tp->copy(ctx, x, tp->group) : x, g->wte.w, NULL);
     }
     /* PACKED: ids, positions, offsets, last; PADDED: ids, positions, mask, last.
      * Split: the blocks as the language model's, the token lookup by
@@ -430,6 +450,7 @@ static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n)
     m->prepare = gpt2_prepare;
     m->forward_prepared = gpt2_forward;
     m->loss = gpt2_loss;
+    m->forward_loss = gpt2_forward_loss;
     if (!g->classify && lay.tp_size <= 1 && P == 1) { /* the language model generates */
         long long eos;
         if (ut_kv_int(opts, "eos_token_id", V > 50256 ? 50256 : -1, &eos, err, n)) eos = -1;

@@ -233,6 +233,19 @@ ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in) {
     return m->forward_prepared(m, ctx, &p);
 }
 
+ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in, ut_tensor *targets,
+                                        ut_tensor **output) {
+    ut_prepared p = {.n = in->n, .layout = in->layout, .seq_len = {in->seq_len[0], in->seq_len[1]}};
+    *output = NULL;
+    if (ut_ctx_error(ctx) || ut_inputs_upload(ctx, in, p.t)) return NULL;
+    if (m->forward_loss) {
+        ut_tensor *loss = m->forward_loss(m, ctx, &p, targets);
+        if (loss || ut_ctx_error(ctx)) return loss;
+    }
+    *output = m->forward_prepared(m, ctx, &p);
+    return *output ? m->loss(m, ctx, *output, targets) : NULL;
+}
+
 /* A model with prepare given a tensor: its values to the host (the
  * context's arena), prepared there into the model's own ut_inputs (kept, so
  * a warm step allocates nothing), and back (the trainer does this on the

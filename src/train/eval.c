@@ -74,6 +74,14 @@ static bool prepares(const ut_hooks *h, const ut_model *m) {
     return m->prepare && h->collate == default_collate && h->forward_step == default_forward;
 }
 
+/* Whether nothing but the loss is read of a forward step's output: the
+ * default loss and no metrics hook, and no classes (whose accuracy and
+ * stored predictions read the output). The model may then skip making its
+ * output (ut_model_forward_loss_inputs). */
+static bool loss_alone(const ut_hooks *h, const ut_dataset *ds) {
+    return h->compute_loss == default_loss && !h->metrics && ds->num_classes == 0;
+}
+
 static int prepare_thunk(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
     const ut_model *m = user;
     return m->prepare(m, x, in, err, n);
@@ -95,8 +103,12 @@ int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_datas
         /* the loader prepared the model's arrays: y and each of them go up
          * with one asynchronous copy, and the model does no host work */
         *y = collate_y(ctx, ds, b);
-        out->output = *y ? ut_model_forward_inputs(m, ctx, b->inputs) : NULL;
-        out->loss = out->output ? h->compute_loss(h->user, ctx, m, out->output, *y) : NULL;
+        if (*y && loss_alone(h, ds)) { /* the head and loss in one op where the model has them */
+            out->loss = ut_model_forward_loss_inputs(m, ctx, b->inputs, *y, &out->output);
+        } else {
+            out->output = *y ? ut_model_forward_inputs(m, ctx, b->inputs) : NULL;
+            out->loss = out->output ? h->compute_loss(h->user, ctx, m, out->output, *y) : NULL;
+        }
     } else {
         rc = h->collate(h->user, ctx, ds, b, &x, y);
         if (b->inputs) ut_inputs_fence(ctx, b->inputs); /* the loader's buffers are read until here */

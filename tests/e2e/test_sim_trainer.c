@@ -60,6 +60,26 @@ static void test_gpt2_precisions(void) {
     }
 }
 
+/* GPT-2's training step takes its head and loss as one op (the model's
+ * forward_loss, ut_linear_cross_entropy); the same bf16 run with the two
+ * ops (UT_LINEAR_CE=0) reaches the same checkpoint and losses, bit for
+ * bit (after test_gpt2_precisions, whose run it repeats) */
+static void test_head_loss_fused(void) {
+    setenv("UT_LINEAR_CE", "0", 1);
+    int rc = train("gpt2_bf16_two_ops", gpt2, "sim", "train.precision=bf16", 1);
+    unsetenv("UT_LINEAR_CE");
+    CHECK(rc == 0, "the run with UT_LINEAR_CE=0: exit %d", rc);
+    CHECK(tp_same_file(run_file("gpt2_bf16_sim", "checkpoints/step_00000008.safetensors"),
+                       run_file("gpt2_bf16_two_ops", "checkpoints/step_00000008.safetensors")),
+          "the checkpoints at step 8 differ");
+    for (int s = 1; s <= 8; s++) {
+        char la[64] = "", lb[64] = "";
+        bool ha = tp_loss_at(run_file("gpt2_bf16_sim", "metrics.jsonl"), "train", s, la, sizeof la);
+        bool hb = tp_loss_at(run_file("gpt2_bf16_two_ops", "metrics.jsonl"), "train", s, lb, sizeof lb);
+        CHECK(ha && hb && !strcmp(la, lb), "step %d loss %s fused, %s as two ops", s, la, lb);
+    }
+}
+
 static void test_distributed(void) {
     both("dp", gpt2, "dist.strategy=dp dist.nproc_per_node=2", 1, 8);
     both("ddp", gpt2, "dist.strategy=ddp", 2, 8);
@@ -184,7 +204,7 @@ static void test_bow_and_test_mode(void) {
  * host's clock around waits (1) or from the device's timing events (gpu:
  * sim's are the times its stream's worker reached them), with each op's
  * calls, memory rates and the products' FLOP rates: 4 steps of a 2-layer
- * GPT-2 make 4 cross-entropies forward and back. */
+ * GPT-2 make 4 of its head-and-loss ops (linear_ce) forward and back. */
 static void test_profile(void) {
     const char *modes[2] = {"1", "gpu"};
     for (int i = 0; i < 2; i++) {
@@ -196,26 +216,27 @@ static void test_profile(void) {
         snprintf(out, sizeof out, "%s/%s.out", tmp, name);
         char *o = tp_slurp(out);
         snprintf(head, sizeof head, "utrain op profile (UT_PROFILE_OPS=%s)", modes[i]);
-        const char *ce = o ? strstr(o, "  cross_entropy") : NULL;
+        const char *ce = o ? strstr(o, "  linear_ce ") : NULL;
         long fwd = 0, bwd = 0;
-        double fs = -1, bs = -1, fr = -1, br = -1;
-        if (ce) sscanf(ce, " cross_entropy %lf %ld %lf %*s %lf %ld %lf", &fs, &fwd, &fr, &bs, &bwd, &br);
-        CHECK(rc == 0 && o && strstr(o, head) && strstr(o, "  linear") && fwd == 4 && bwd == 4 && fs > 0 && bs > 0,
-              "UT_PROFILE_OPS=%s: exit %d, cross_entropy %ld / %ld calls, %g / %g s:\n%s", modes[i], rc, fwd, bwd, fs,
-              bs, o ? o : "(no output)");
-        /* each direction's memory rate */
-        CHECK(fr > 0 && br > 0 && strstr(o, "GB/s"), "UT_PROFILE_OPS=%s: cross_entropy's rates %g / %g GB/s", modes[i],
-              fr, br);
-        /* a product's FLOP rates (a cross-entropy has none: "-") */
-        const char *li = o ? strstr(o, "  linear") : NULL;
+        double fs = -1, bs = -1, fr = -1, br = -1, ff = -1, bf = -1;
+        if (ce) sscanf(ce, " linear_ce %lf %ld %lf %lf %lf %ld %lf %lf", &fs, &fwd, &fr, &ff, &bs, &bwd, &br, &bf);
+        CHECK(rc == 0 && o && strstr(o, head) && strstr(o, "  linear ") && fwd == 4 && bwd == 4 && fs > 0 && bs > 0,
+              "UT_PROFILE_OPS=%s: exit %d, linear_ce %ld / %ld calls, %g / %g s:\n%s", modes[i], rc, fwd, bwd, fs, bs,
+              o ? o : "(no output)");
+        /* each direction's memory rate, and its products' FLOP rate */
+        CHECK(fr > 0 && br > 0 && ff > 0 && bf > 0 && strstr(o, "GB/s"),
+              "UT_PROFILE_OPS=%s: linear_ce's rates %g / %g GB/s, %g / %g TFLOP/s", modes[i], fr, br, ff, bf);
+        /* a product's FLOP rates (a layer norm has none: "-") */
+        const char *li = o ? strstr(o, "  linear ") : NULL, *ln = o ? strstr(o, "  layernorm ") : NULL;
         double lf[8] = {0};
         int got = li ? sscanf(li, " linear %lf %lf %lf %lf %lf %lf %lf %lf", &lf[0], &lf[1], &lf[2], &lf[3], &lf[4],
                               &lf[5], &lf[6], &lf[7])
                      : 0;
-        char ce_rate[8] = "";
-        if (ce) sscanf(ce, " cross_entropy %*f %*d %*f %7s", ce_rate);
-        CHECK(got == 8 && lf[3] > 0 && lf[7] > 0 && !strcmp(ce_rate, "-"),
-              "UT_PROFILE_OPS=%s: linear's TFLOP/s %g / %g (%d fields)", modes[i], lf[3], lf[7], got);
+        char ln_rate[8] = "";
+        if (ln) sscanf(ln, " layernorm %*f %*d %*f %7s", ln_rate);
+        CHECK(got == 8 && lf[3] > 0 && lf[7] > 0 && !strcmp(ln_rate, "-"),
+              "UT_PROFILE_OPS=%s: linear's TFLOP/s %g / %g (%d fields), layernorm's %s", modes[i], lf[3], lf[7], got,
+              ln_rate);
         free(o);
     }
 }
@@ -322,6 +343,7 @@ int main(int argc, char **argv) {
              shard);
     RUN(test_cnn);
     RUN(test_gpt2_precisions);
+    RUN(test_head_loss_fused);
     RUN(test_bow_and_test_mode);
     RUN(test_resume);
     RUN(test_profile);
