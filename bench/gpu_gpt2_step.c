@@ -1,7 +1,10 @@
 /* GPT-2 124M training step on one device, built from utrain's ops: the
  * graph of utrain's "gpt2" model (learned positions, pre-LN blocks, fused
  * qkv, causal attention, GELU (tanh), head tied to the token embedding,
- * mean cross-entropy), parameters and gradients in one flat buffer of the
+ * mean cross-entropy; the MLP's linear with its GELU and the head with its
+ * loss each one op, as the model and the trainer run them:
+ * UT_LINEAR_GELU=0 and UT_LINEAR_CE=0 make them two), parameters and
+ * gradients in one flat buffer of the
  * device, AdamW over the whole buffer (weight decay on every parameter; the
  * step's time does not depend on which) that also zeroes the gradients.
  *
@@ -161,12 +164,12 @@ int main(int argc, char **argv) {
             a = ut_attention(ctx, ut_linear(ctx, a, param(ctx, &q->qkvw), param(ctx, &q->qkvb)), NH);
             hcur = ut_add(ctx, hcur, ut_linear(ctx, a, param(ctx, &q->pw), param(ctx, &q->pb)));
             ut_tensor *f = ut_layernorm(ctx, hcur, param(ctx, &q->ln2w), param(ctx, &q->ln2b), 1e-5f);
-            f = ut_gelu(ctx, ut_linear(ctx, f, param(ctx, &q->fcw), param(ctx, &q->fcb)));
+            f = ut_linear_gelu(ctx, f, param(ctx, &q->fcw), param(ctx, &q->fcb)); /* one op (UT_LINEAR_GELU) */
             hcur = ut_add(ctx, hcur, ut_linear(ctx, f, param(ctx, &q->f2w), param(ctx, &q->f2b)));
         }
         ut_tensor *o = ut_layernorm(ctx, hcur, param(ctx, &lnfw), param(ctx, &lnfb), 1e-5f);
-        ut_tensor *logits = ut_linear(ctx, ut_reshape(ctx, o, 2, (int64_t[]){B * T, C}), W, NULL);
-        ut_tensor *loss = ut_cross_entropy(ctx, logits, yt, -100);
+        /* the tied head and the loss in one op, as the trainer runs GPT-2 (UT_LINEAR_CE) */
+        ut_tensor *loss = ut_linear_cross_entropy(ctx, ut_reshape(ctx, o, 2, (int64_t[]){B * T, C}), W, NULL, yt, -100);
         if (!loss || ut_backward(ctx, loss)) {
             fprintf(stderr, "gpu_gpt2_step: %s\n", ut_ctx_error(ctx));
             return 1;

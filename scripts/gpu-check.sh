@@ -235,6 +235,11 @@ if want bench; then
             UT_LINEAR_GELU=0 run "bench-utrain-gpt2-bf16-gelu2" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_LINEAR_GELU=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-gelu2.log")"
+            # the head and the loss as two ops: the logits copied out of the
+            # padded rows and their gradient back into them
+            UT_LINEAR_CE=0 run "bench-utrain-gpt2-bf16-ce2" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_LINEAR_CE=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-ce2.log")"
             # attention on utrain's mma.sync kernels instead of cuDNN's
             UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-mma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json

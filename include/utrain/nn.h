@@ -340,6 +340,11 @@ ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_t
  * V) against targets (B, T), -100 ignored; targets of another shape are a
  * context error saying so. */
 ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
+/* The same from the decoder's states h (B, T, C) and the head's weight w
+ * (V, C) and bias b (or NULL), the head and the loss one op
+ * (ut_linear_cross_entropy): a seq2seq model's forward_loss. */
+ut_tensor *ut_model_seq2seq_head_loss(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *w, ut_tensor *b,
+                                      ut_tensor *targets);
 
 /* ---- registry ---- */
 /* Builds (and finalizes) a model from options; NULL with a message on bad options. */

@@ -397,7 +397,7 @@ static ut_tensor *decode(ut_model *m, ut_ctx *ctx, ut_tensor *ids, ut_tensor *po
  * travel as one tensor, the encoder's B S rows then the decoder's B T
  * ((B (S + T), C)); the last stage has the tied head (its own copy of
  * model.shared, pp_tied). */
-static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+static ut_tensor *gen_states(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     const bart *net = m->impl;
     ut_tensor *ids = p->t[0], *spos = p->t[1], *mask = p->t[2], *dec_ids = p->t[3], *tpos = p->t[4];
     int64_t Rs = ut_nelem(ids), Rt = ut_nelem(dec_ids), C = net->C;
@@ -424,8 +424,25 @@ static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
         else h = run_layer(m, ctx, l, (ut_tensor *[]){h, enc, mask}, 3);
     }
     if (!net->last) return ut_concat_rows(ctx, rows_of(ctx, net, enc), rows_of(ctx, net, h));
-    m->hidden = h;
-    return lm_head(ctx, net, h);
+    return m->hidden = h;
+}
+
+static ut_tensor *gen_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+    const bart *net = m->impl;
+    ut_tensor *h = gen_states(m, ctx, p);
+    return net->last ? lm_head(ctx, net, h) : h;
+}
+
+/* forward_loss (include/utrain/nn.h) of the conditional generator: the tied
+ * head with final_logits_bias and the loss one op; not with the vocabulary
+ * split over ranks (ut_tp_cross_entropy's loss), not on a stage without
+ * the head, not for the classifier */
+static ut_tensor *bart_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared *p, ut_tensor *targets) {
+    const bart *net = m->impl;
+    if (p->layout != GEN || !net->gen || net->lay.tp_size > 1 || !net->last) return NULL;
+    ut_tensor *h = gen_states(m, ctx, p);
+    ut_tensor *bias = net->final_bias ? ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){net->V}, net->final_bias) : NULL;
+    return ut_model_seq2seq_head_loss(m, ctx, h, net->shared.w, bias, targets);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then one decoder step
@@ -633,6 +650,7 @@ static ut_model *bart_new(bart *net, float std, uint64_t seed) {
     m->free_impl = bart_free;
     m->prepare = bart_prepare;
     m->forward_prepared = bart_forward;
+    m->forward_loss = bart_forward_loss;
     m->loss = !net->gen ? ut_model_class_loss : net->lay.tp_size > 1 ? gen_loss_split : ut_model_seq2seq_loss;
     /* tensor parallel: every rank of the group runs the same search on the
      * gathered logits; a pipeline stage has only some of the layers, and

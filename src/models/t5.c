@@ -324,7 +324,7 @@ static ut_tensor *rows_of(ut_ctx *ctx, const t5 *net, ut_tensor *h) {
  * computes the position bias of the stacks it runs from its own copy of
  * their tables (ut_model.pp_shared); the last stage has the head (tied: its
  * own copy of the shared embedding, pp_tied). */
-static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+static ut_tensor *t5_states(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     const t5 *net = m->impl;
     ut_tensor *ids = p->t[0], *mask = p->t[1], *dec_ids = p->t[3];
     int64_t B = ids->ne[0], S = ids->ne[1], T = dec_ids->ne[1], C = net->C, L = net->EL + net->DL;
@@ -359,8 +359,25 @@ static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
     }
     if (!net->last) return ut_concat_rows(ctx, rows_of(ctx, net, enc), rows_of(ctx, net, h));
     ut_ctx_rng_region(ctx, L + REGION_DEC_NORM);
-    m->hidden = ut_dropout(ctx, rms(ctx, net, net->dec_ln, h), net->dropout);
-    return lm_head(ctx, net, m->hidden);
+    return m->hidden = ut_dropout(ctx, rms(ctx, net, net->dec_ln, h), net->dropout);
+}
+
+static ut_tensor *t5_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *p) {
+    const t5 *net = m->impl;
+    ut_tensor *h = t5_states(m, ctx, p);
+    return net->last ? lm_head(ctx, net, h) : h;
+}
+
+/* forward_loss (include/utrain/nn.h): the head and the loss one op; not
+ * with the vocabulary split over ranks (ut_tp_cross_entropy's loss) nor on
+ * a stage without the head */
+static ut_tensor *t5_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared *p, ut_tensor *targets) {
+    const t5 *net = m->impl;
+    if (net->lay.tp_size > 1 || !net->last) return NULL;
+    ut_tensor *h = t5_states(m, ctx, p);
+    if (h && net->scale) h = ut_scale(ctx, h, 1.0f / sqrtf((float)net->C));
+    return ut_model_seq2seq_head_loss(m, ctx, h, net->tied ? net->shared.w : net->lm_head.w,
+                                      net->tied ? NULL : net->lm_head.b, targets);
 }
 
 /* ---- generation (ut_decoder_ops): the encoder once, then a token per step;
@@ -599,6 +616,7 @@ static ut_model *t5_new(t5 *net, float f, uint64_t seed) {
     m->free_impl = t5_free;
     m->prepare = t5_prepare;
     m->forward_prepared = t5_forward;
+    m->forward_loss = t5_forward_loss;
     m->loss = net->lay.tp_size > 1 ? t5_loss_split : ut_model_seq2seq_loss;
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size;
     /* split: every rank of the group runs the same search on the gathered logits (each holds its heads'

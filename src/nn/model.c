@@ -283,17 +283,29 @@ ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_t
     return ut_cross_entropy(ctx, logits, targets, -100);
 }
 
-ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    char what[96];
+/* targets (B, T) against a (B, T, ...) tensor x of the decoder: logits, or
+ * the states the head reads */
+static bool seq2seq_targets_fit(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets, const char *x_is) {
+    char what[96], why[128];
     snprintf(what, sizeof what, "%s seq2seq loss", m->type);
-    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
-    if (targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
-        targets->ne[1] != logits->ne[1]) {
-        ut_op_error(ctx, what, 2, (ut_tensor *[]){logits, targets},
-                    "targets (B, T) must match the logits (B, T, V): T the batch's longest target");
-        return NULL;
+    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){x, targets}, 2)) return false;
+    if (targets->ndim != 2 || x->ndim != 3 || targets->ne[0] != x->ne[0] || targets->ne[1] != x->ne[1]) {
+        snprintf(why, sizeof why, "targets (B, T) must match the %s: T the batch's longest target", x_is);
+        ut_op_error(ctx, what, 2, (ut_tensor *[]){x, targets}, why);
+        return false;
     }
+    return true;
+}
+
+ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    if (!seq2seq_targets_fit(m, ctx, logits, targets, "logits (B, T, V)")) return NULL;
     return ut_cross_entropy(ctx, logits, targets, -100);
+}
+
+ut_tensor *ut_model_seq2seq_head_loss(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *w, ut_tensor *b,
+                                      ut_tensor *targets) {
+    if (!seq2seq_targets_fit(m, ctx, h, targets, "decoder's states (B, T, C)")) return NULL;
+    return ut_linear_cross_entropy(ctx, h, w, b, targets, -100);
 }
 
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets) {

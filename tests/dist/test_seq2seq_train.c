@@ -21,9 +21,22 @@
 #include "test.h"
 #include "split_runs.h"
 
+/* The model's head and loss are one op in training (forward_loss,
+ * ut_linear_cross_entropy); with UT_LINEAR_CE=0 they are two, and the run
+ * `name` reaches `ref`'s checkpoint at step, bit for bit */
+static void two_ops_same(const char *name, const char *ref, int step) {
+    setenv("UT_LINEAR_CE", "0", 1);
+    int rc = split_train(name, 1, "");
+    unsetenv("UT_LINEAR_CE");
+    CHECK(rc == 0, "%s: the head and loss as two ops", name);
+    CHECK(tp_same_file(tp_ckpt_file(split_dir, ref, step), tp_ckpt_file(split_dir, name, step)),
+          "%s: the checkpoint at step %d differs from %s's", name, step, ref);
+}
+
 /* ddp and zero3 on 2 ranks, and 2 micro-batches of 4, against batches of 8 */
 static void test_ranks_agree(void) {
     CHECK(split_train("whole", 1, "") == 0, "one process");
+    two_ops_same("two", "whole", 16);
     CHECK(split_train("ddp2", 2, "train.batch_size=4") == 0, "ddp on 2 ranks");
     CHECK(split_train("zero3", 2, "train.batch_size=4 dist.strategy=zero3") == 0, "zero3 on 2 ranks");
     CHECK(split_train("accum", 1, "train.batch_size=4 train.gradient_accumulation_steps=2") == 0,
@@ -162,6 +175,7 @@ static void test_t5(void) {
              "dist: {timeout_s: 60}\n",
              split_dir, split_dir, split_dir, split_dir);
     CHECK(split_train("t5whole", 1, "") == 0, "T5 in one process");
+    two_ops_same("t5two", "t5whole", 16);
     CHECK(split_train("t5ddp2", 2, "train.batch_size=4") == 0, "T5 with ddp on 2 ranks");
     split_agrees("t5ddp2", "t5whole", 16);
     /* split over 2 ranks: 2 of the 4 heads, half the features and the vocabulary each */
