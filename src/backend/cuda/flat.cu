@@ -140,32 +140,66 @@ __device__ inline void put16(void *p16, int dt, int64_t i, float v) {
 
 /* AdamW as torch's single-tensor step (and the CPU backend's order); sc:
  * the step's scalars (NULL: multiplier 1, no skip); p16: the parameters'
- * 16-bit copies (NULL: none) */
-__global__ void k_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
-                        float one_m_b1, float beta2, float one_m_b2, float step_size,
-                        float inv_bc2_sqrt, float eps, bool zero, const float *sc, void *p16, int p16_dt) {
-    float gmul = sc ? sc[0] : 1.0f;
+ * 16-bit copies (NULL: none). Where every buffer allows (utk_vec4_ok), four
+ * elements a thread with 16-byte loads and stores: the update moves 34
+ * bytes an element (p, g, m, v read and written, the copy written), 4.2 GB
+ * for GPT-2 124M, and one 4-byte load a thread in flight kept it at two
+ * thirds of an H200's bandwidth. Each element's arithmetic is the same
+ * either way. */
+struct adamw_c {
+    float gmul, decay_mul, one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps;
+};
+
+/* one element: m and v updated, the new p returned */
+__device__ __forceinline__ float adamw_el(float pi, float gi, float &mi, float &vi, const adamw_c &c) {
+    gi = __fmul_rn(gi, c.gmul);
+    mi = __fadd_rn(mi, __fmul_rn(c.one_m_b1, __fsub_rn(gi, mi)));
+    vi = __fadd_rn(__fmul_rn(vi, c.beta2), __fmul_rn(__fmul_rn(c.one_m_b2, gi), gi));
+    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_bc2_sqrt), c.eps);
+    return __fsub_rn(__fmul_rn(pi, c.decay_mul), __fdiv_rn(__fmul_rn(c.step_size, mi), denom));
+}
+
+template <bool VEC>
+__global__ void k_adamw(float *p, float *g, float *m, float *v, int64_t n, adamw_c c, bool zero, const float *sc,
+                        void *p16, int p16_dt) {
+    if (sc) c.gmul = sc[0];
     bool skip = sc && sc[1] != 0.0f;
-    UTK_GRID_STRIDE(i, n) {
-        if (!skip) {
-            float gi = __fmul_rn(g[i], gmul);
-            float mi = __fadd_rn(m[i], __fmul_rn(one_m_b1, __fsub_rn(gi, m[i])));
-            float vi = __fadd_rn(__fmul_rn(v[i], beta2), __fmul_rn(__fmul_rn(one_m_b2, gi), gi));
-            m[i] = mi;
-            v[i] = vi;
-            float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_bc2_sqrt), eps);
-            p[i] = __fsub_rn(__fmul_rn(p[i], decay_mul), __fdiv_rn(__fmul_rn(step_size, mi), denom));
-        }
-        if (zero) g[i] = 0.0f;
-        if (p16) put16(p16, p16_dt, i, p[i]);
-    }
+    utk_ew_loop<VEC>(
+        n,
+        [&](int64_t i4) {
+            float4 P = reinterpret_cast<float4 *>(p)[i4];
+            if (!skip) {
+                float4 G = reinterpret_cast<const float4 *>(g)[i4], M = reinterpret_cast<float4 *>(m)[i4],
+                       V = reinterpret_cast<float4 *>(v)[i4];
+                P.x = adamw_el(P.x, G.x, M.x, V.x, c);
+                P.y = adamw_el(P.y, G.y, M.y, V.y, c);
+                P.z = adamw_el(P.z, G.z, M.z, V.z, c);
+                P.w = adamw_el(P.w, G.w, M.w, V.w, c);
+                reinterpret_cast<float4 *>(m)[i4] = M;
+                reinterpret_cast<float4 *>(v)[i4] = V;
+                reinterpret_cast<float4 *>(p)[i4] = P;
+            }
+            if (zero) reinterpret_cast<float4 *>(g)[i4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (p16) utk_store4(p16, p16_dt, i4, P);
+        },
+        [&](int64_t i) {
+            if (!skip) p[i] = adamw_el(p[i], g[i], m[i], v[i], c);
+            if (zero) g[i] = 0.0f;
+            if (p16) put16(p16, p16_dt, i, p[i]);
+        });
 }
 extern "C" void utk_adamw(float *p, float *g, float *m, float *v, int64_t n, float decay_mul,
                           float one_m_b1, float beta2, float one_m_b2, float step_size,
                           float inv_bc2_sqrt, float eps, bool zero, const float *sc, void *p16, int p16_dt) {
     if (n <= 0) return;
-    k_adamw<<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, decay_mul, one_m_b1, beta2, one_m_b2,
-                                            step_size, inv_bc2_sqrt, eps, zero, sc, p16, p16_dt);
+    adamw_c c = {1.0f, decay_mul, one_m_b1, beta2, one_m_b2, step_size, inv_bc2_sqrt, eps};
+    bool vec = utk_vec4_ok(p, 0) && utk_vec4_ok(g, 0) && utk_vec4_ok(m, 0) && utk_vec4_ok(v, 0) &&
+               (!p16 || utk_vec4_ok(p16, p16_dt));
+    if (vec)
+        k_adamw<true><<<blocks_for(n / 4 > 0 ? n / 4 : n), kThreads, 0, stream()>>>(p, g, m, v, n, c, zero, sc, p16,
+                                                                                    p16_dt);
+    else
+        k_adamw<false><<<blocks_for(n), kThreads, 0, stream()>>>(p, g, m, v, n, c, zero, sc, p16, p16_dt);
     ut_cuda_launched("adamw");
 }
 
