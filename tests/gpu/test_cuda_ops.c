@@ -590,6 +590,26 @@ static void test_attention_default(void) {
     dc_autocast = UT_F32;
 }
 
+/* row's output from a forward whose inputs take gradients (what it saves
+ * for a backward) and from one whose inputs take none: the same bits */
+static void same_without_grad(const gc_row *row) {
+    ut_rng r;
+    void *host[4];
+    row_inputs(row, &r, host);
+    dc_result a, b;
+    int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
+    dc_no_grad = true;
+    int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
+    dc_no_grad = false;
+    CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
+    if (ra == 0 && rb == 0)
+        CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
+              "%s: the output without gradients differs from the output with them", row->name);
+    if (ra == 0) dc_result_free(&a);
+    if (rb == 0) dc_result_free(&b);
+    for (int k = 0; k < 4; k++) free(host[k]);
+}
+
 /* ut_linear_gelu under bf16 autocast (the big rows named "linear gelu" and
  * "mlp fused"): two runs give the same bits, and a forward without
  * gradients (cuBLASLt's GELU epilogue alone, the pre-activation not kept,
@@ -602,21 +622,7 @@ static void test_linear_gelu_paths(void) {
         const gc_row *row = &big_rows[i];
         if (!selected(row) || (strncmp(row->name, "linear gelu", 11) && strncmp(row->name, "mlp fused", 9))) continue;
         same_bits(row);
-        ut_rng r;
-        void *host[4];
-        row_inputs(row, &r, host);
-        dc_result a, b;
-        int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
-        dc_no_grad = true;
-        int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
-        dc_no_grad = false;
-        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
-        if (ra == 0 && rb == 0)
-            CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
-                  "%s: the output without gradients differs from the output with them", row->name);
-        if (ra == 0) dc_result_free(&a);
-        if (rb == 0) dc_result_free(&b);
-        for (int k = 0; k < 4; k++) free(host[k]);
+        same_without_grad(row);
     }
     dc_autocast = UT_F32;
 }
@@ -634,21 +640,7 @@ static void test_linear_ce_paths(void) {
         same_bits(row);
         same_bits_env(row, "UT_LINEAR_CE", NULL, "0");
         forward_bits_env(row, "UT_LINEAR_CE", NULL, "0");
-        ut_rng r;
-        void *host[4];
-        row_inputs(row, &r, host);
-        dc_result a, b;
-        int ra = dc_run_row(UT_CUDA, row, host, NULL, 0, &a);
-        dc_no_grad = true;
-        int rb = dc_run_row(UT_CUDA, row, host, NULL, 0, &b);
-        dc_no_grad = false;
-        CHECK(ra == 0 && rb == 0, "%s: %s %s", row->name, a.err, b.err);
-        if (ra == 0 && rb == 0)
-            CHECK(a.nout == b.nout && !memcmp(a.out, b.out, sizeof(float) * (size_t)a.nout),
-                  "%s: the loss without gradients differs from the loss with them", row->name);
-        if (ra == 0) dc_result_free(&a);
-        if (rb == 0) dc_result_free(&b);
-        for (int k = 0; k < 4; k++) free(host[k]);
+        same_without_grad(row);
     }
     dc_autocast = UT_F32;
 }

@@ -316,6 +316,14 @@ static void test_conv2d_backward_deterministic(void) {
  * input channel, as the CNN's first layer) and on Winograd (padding 0 and
  * 1, odd sizes: a last row or column that no window takes); under autocast
  * they are the separate ops */
+/* a malloc'd copy of t's float32 gradient, its length in *n */
+static float *grad_copy(const ut_tensor *t, int64_t *n) {
+    *n = ut_nelem(t);
+    float *g = malloc(sizeof(float) * (size_t)*n);
+    memcpy(g, t->grad, sizeof(float) * (size_t)*n);
+    return g;
+}
+
 typedef struct { float *y, *g[3]; int64_t n[4]; } conv_relu_run;
 
 static conv_relu_run conv_relu_once(bool fused, bool pool, int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC,
@@ -340,9 +348,7 @@ static conv_relu_run conv_relu_once(bool fused, bool pool, int64_t B, int64_t C,
     o.y = malloc(sizeof(float) * (size_t)o.n[3]);
     memcpy(o.y, ut_f32(y), sizeof(float) * (size_t)o.n[3]);
     for (int i = 0; i < 3; i++) {
-        o.n[i] = ut_nelem(in[i]);
-        o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
-        memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+        o.g[i] = grad_copy(in[i], &o.n[i]);
     }
 out:
     ut_ctx_free(ctx);
@@ -423,9 +429,7 @@ static lin_gelu_run linear_gelu_once(bool fused, ut_dtype ac, int64_t N, int64_t
         ut_tensor *wy = randn(ctx, &r, 2, y->ne);
         CHECK(ut_backward(ctx, ut_sum(ctx, ut_mul(ctx, y, wy))) == 0, "%s", ut_ctx_error(ctx));
         for (int i = 0; i < (bias ? 3 : 2); i++) {
-            o.n[i] = ut_nelem(in[i]);
-            o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
-            memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+            o.g[i] = grad_copy(in[i], &o.n[i]);
         }
     }
     o.n[3] = ut_nelem(y);
@@ -508,9 +512,7 @@ static lin_ce_run linear_ce_once(bool fused, ut_dtype ac, int64_t N, int64_t C, 
     if (grad) { /* a loss gradient other than 1 */
         CHECK(ut_backward(ctx, ut_scale(ctx, loss, 0.75f)) == 0, "%s", ut_ctx_error(ctx));
         for (int i = 0; i < (bias ? 3 : 2); i++) {
-            o.n[i] = ut_nelem(in[i]);
-            o.g[i] = malloc(sizeof(float) * (size_t)o.n[i]);
-            memcpy(o.g[i], in[i]->grad, sizeof(float) * (size_t)o.n[i]);
+            o.g[i] = grad_copy(in[i], &o.n[i]);
         }
     }
 out:
