@@ -333,6 +333,10 @@ ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor 
  * forward then loss (*output the forward's). NULL with the context's error. */
 ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in, ut_tensor *targets,
                                         ut_tensor **output);
+/* The same from an input tensor (a model with prepare: prepared on the
+ * host first, as ut_model_forward does); a model without forward_loss:
+ * forward then loss. */
+ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets, ut_tensor **output);
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
  * ids, ids -100 ignored; a model's loss for models that need no other. */
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);

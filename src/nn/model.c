@@ -248,9 +248,9 @@ ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in,
 
 /* A model with prepare given a tensor: its values to the host (the
  * context's arena), prepared there into the model's own ut_inputs (kept, so
- * a warm step allocates nothing), and back (the trainer does this on the
- * loader thread instead). */
-static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+ * a warm step allocates nothing), for uploading (the trainer does this on
+ * the loader thread instead). NULL with the context's error. */
+static ut_inputs *prepare_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     if (!ut_op_check(ctx, m->type, 1, &x, 1)) return NULL;
     if (!ut_is_contiguous(x)) {
         ut_op_error(ctx, m->type, 1, &x, "expects a contiguous input");
@@ -271,7 +271,22 @@ static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
         ut_ctx_set_error(ctx, "%s", err);
         return NULL;
     }
-    return ut_model_forward_inputs(m, ctx, in);
+    return in;
+}
+
+static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+    ut_inputs *in = prepare_via_host(m, ctx, x);
+    return in ? ut_model_forward_inputs(m, ctx, in) : NULL;
+}
+
+ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets, ut_tensor **output) {
+    *output = NULL;
+    if (!m->prepare) {
+        *output = m->forward(m, ctx, x);
+        return *output ? m->loss(m, ctx, *output, targets) : NULL;
+    }
+    ut_inputs *in = prepare_via_host(m, ctx, x);
+    return in ? ut_model_forward_loss_inputs(m, ctx, in, targets, output) : NULL;
 }
 
 ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input) {

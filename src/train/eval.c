@@ -112,7 +112,11 @@ int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_datas
     } else {
         rc = h->collate(h->user, ctx, ds, b, &x, y);
         if (b->inputs) ut_inputs_fence(ctx, b->inputs); /* the loader's buffers are read until here */
-        if (!rc) {
+        if (!rc && h->forward_step == default_forward && loss_alone(h, ds)) {
+            /* the head and loss in one op where the model has them */
+            out->loss = ut_model_forward_loss(m, ctx, x, *y, &out->output);
+            rc = out->loss ? 0 : -1;
+        } else if (!rc) {
             /* the default forward step reads the other resolved hooks */
             void *u = h->forward_step == default_forward ? (void *)h : h->user;
             rc = h->forward_step(u, ctx, m, x, *y, out);
