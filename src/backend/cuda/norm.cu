@@ -107,17 +107,15 @@ __global__ void ln_fwd_block_k(void *__restrict__ out, int odt, float *__restric
 }
 
 /* ---- input gradient, a warp per row:
- * dx += r * (dn - mean(dn) - (x - m) * r * mean(dn * (x - m) * r)), dn = g * w ---- */
-template <int K>
-__global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
-                                 const void *__restrict__ x, int xdt, const float *__restrict__ w,
-                                 const float *__restrict__ mean, const float *__restrict__ rstd,
-                                 int64_t N, int C, bool acc) {
-    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+ * dx += r * (dn - mean(dn) - (x - m) * r * mean(dn * (x - m) * r)), dn = g * w;
+ * with SUMS the lane also adds g (x - m) r and g of its columns to aw, ab
+ * (the weight's and bias's gradients) ---- */
+template <int K, bool SUMS>
+__device__ __forceinline__ void ln_dx_row(void *__restrict__ dx, const void *__restrict__ g, int odt,
+                                          const void *__restrict__ x, int xdt, const float *__restrict__ w,
+                                          int64_t row, float m, float r, int C, bool acc, float *aw, float *ab) {
     int lane = threadIdx.x & 31;
-    if (row >= N) return;
     int64_t base = row * C;
-    float m = mean[row], r = rstd[row];
     float dn[K], xm[K];
     float sdn = 0.0f, sdnx = 0.0f;
 #pragma unroll
@@ -126,10 +124,15 @@ __global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__
         dn[k] = 0.0f;
         xm[k] = 0.0f;
         if (c < C) {
-            dn[k] = utk_load_f32(g, odt, base + c) * w[c];
+            float gv = utk_load_f32(g, odt, base + c);
+            dn[k] = gv * w[c];
             xm[k] = utk_load_f32(x, xdt, base + c) - m;
             sdn += dn[k];
             sdnx += dn[k] * xm[k] * r;
+            if (SUMS) {
+                aw[k] += gv * xm[k] * r;
+                ab[k] += gv;
+            }
         }
     }
     sdn = warp_sum(sdn) / (float)C;
@@ -141,6 +144,16 @@ __global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__
             utk_store_f32(dx, xdt, base + c,
                           (acc ? utk_load_f32(dx, xdt, base + c) : 0.0f) + r * (dn[k] - sdn - xm[k] * r * sdnx));
     }
+}
+
+template <int K>
+__global__ void ln_bwd_dx_warp_k(void *__restrict__ dx, const void *__restrict__ g, int odt,
+                                 const void *__restrict__ x, int xdt, const float *__restrict__ w,
+                                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                                 int64_t N, int C, bool acc) {
+    int64_t row = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    ln_dx_row<K, false>(dx, g, odt, x, xdt, w, row, mean[row], rstd[row], C, acc, nullptr, nullptr);
 }
 
 /* ---- dx and the dw, db partial sums in one pass (a warp per row, C <=
@@ -162,36 +175,8 @@ __global__ void ln_bwd_fused_warp_k(void *__restrict__ dx, const void *__restric
 #pragma unroll
     for (int k = 0; k < K; k++) aw[k] = ab[k] = 0.0f;
     int64_t r0 = (int64_t)blockIdx.x * LN_FUSED_ROWS, r1 = r0 + LN_FUSED_ROWS < N ? r0 + LN_FUSED_ROWS : N;
-    for (int64_t row = r0 + warp; row < r1; row += LN_WARP_ROWS) {
-        int64_t base = row * C;
-        float m = mean[row], r = rstd[row];
-        float dn[K], xm[K];
-        float sdn = 0.0f, sdnx = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int c = lane + 32 * k;
-            dn[k] = 0.0f;
-            xm[k] = 0.0f;
-            if (c < C) {
-                float gv = utk_load_f32(g, odt, base + c);
-                xm[k] = utk_load_f32(x, xdt, base + c) - m;
-                dn[k] = gv * w[c];
-                sdn += dn[k];
-                sdnx += dn[k] * xm[k] * r;
-                aw[k] += gv * xm[k] * r;
-                ab[k] += gv;
-            }
-        }
-        sdn = warp_sum(sdn) / (float)C;
-        sdnx = warp_sum(sdnx) / (float)C;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int c = lane + 32 * k;
-            if (c < C)
-                utk_store_f32(dx, xdt, base + c,
-                              (acc ? utk_load_f32(dx, xdt, base + c) : 0.0f) + r * (dn[k] - sdn - xm[k] * r * sdnx));
-        }
-    }
+    for (int64_t row = r0 + warp; row < r1; row += LN_WARP_ROWS)
+        ln_dx_row<K, true>(dx, g, odt, x, xdt, w, row, mean[row], rstd[row], C, acc, aw, ab);
     for (int wi = 0; wi < LN_WARP_ROWS; wi++) { /* the warps' sums, in warp order */
         if (warp == wi) {
 #pragma unroll
