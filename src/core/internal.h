@@ -257,6 +257,10 @@ static inline void ut_param_use(ut_ctx *ctx, ut_tensor *const *src, int n) {
 
 /* ---- op construction ---- */
 /* ut_op_check and ut_op_error are public (include/utrain/ops.h). */
+/* A loss's targets against its input x (..., V) (src/ops/softmax.c): the
+ * same leading dims and contiguous, else the op's error naming src[0..n). */
+bool ut_loss_targets_fit(ut_ctx *ctx, const char *name, int n, ut_tensor *const *src, const ut_tensor *x,
+                         const ut_tensor *targets);
 /* New contiguous output of op with sources src (requires_grad derived). */
 ut_tensor *ut_op_new(ut_ctx *ctx, int op, ut_dtype dt, int ndim, const int64_t *ne, int nsrc,
                      ut_tensor *const *src);

@@ -46,30 +46,19 @@ ut_tensor *ut_linear_cross_entropy(ut_ctx *ctx, ut_tensor *x, ut_tensor *w, ut_t
     const char *name = "linear_cross_entropy";
     ut_tensor *src[4] = {x, w, targets, b};
     if (!ut_op_check(ctx, name, b ? 4 : 3, src, 1u << 2)) return NULL;
-    float eps = ctx->label_smoothing;
     int64_t C = x->ne[x->ndim - 1];
     if (w->ndim != 2 || w->ne[1] != C || (b && (b->ndim != 1 || b->ne[0] != w->ne[0]))) {
         ut_op_error(ctx, name, b ? 4 : 3, src, "expected x (..., C), weight (V, C), targets (...), bias (V)");
         return NULL;
     }
-    bool ok = targets->ndim == x->ndim - 1;
-    for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
-    if (!ok || !ut_is_contiguous(targets)) {
-        ut_op_error(ctx, name, b ? 4 : 3, src,
-                    ok ? "targets must be contiguous" : "expected targets (...) with x's leading dims");
-        return NULL;
-    }
-    if (!(eps >= 0.0f && eps <= 1.0f)) {
-        ut_op_error(ctx, name, b ? 4 : 3, src, ut_fmt("label smoothing %g is not in [0, 1]", (double)eps));
-        return NULL;
-    }
+    if (!ut_loss_targets_fit(ctx, name, b ? 4 : 3, src, x, targets)) return NULL;
     ut_tensor *in[4] = {ut_contiguous(ctx, x), ut_contiguous(ctx, w), targets, b};
     if (!in[0] || !in[1]) return NULL;
     int64_t one = 1;
     ut_tensor *t = ut_op_new(ctx, UT_OP_LINEAR_CE, UT_F32, 1, &one, b ? 4 : 3, in);
     if (!t) return NULL;
     ut_loss_set_ignore_index(t, ignore_index);
-    ut_loss_set_smoothing(t, eps);
+    ut_loss_set_smoothing(t, ctx->label_smoothing); /* in [0, 1]: ut_ctx_set_label_smoothing */
     return ut_op_run(t);
 }
 

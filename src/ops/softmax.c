@@ -34,6 +34,21 @@ ut_tensor *ut_log_softmax(ut_ctx *ctx, ut_tensor *a) {
  * and ut_loss_count, the number of targets that are not ignored (the mean's
  * divisor). When every target is ignored the
  * loss is 0 and so is the gradient (PyTorch returns nan there: 0/0). ---- */
+bool ut_loss_targets_fit(ut_ctx *ctx, const char *name, int n, ut_tensor *const *src, const ut_tensor *x,
+                         const ut_tensor *targets) {
+    bool ok = x->ndim >= 1 && targets->ndim == x->ndim - 1;
+    for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
+    if (!ok) {
+        ut_op_error(ctx, name, n, src, "expected input (..., V) and targets (...) with the same leading dims");
+        return false;
+    }
+    if (!ut_is_contiguous(targets)) {
+        ut_op_error(ctx, name, n, src, "targets must be contiguous");
+        return false;
+    }
+    return true;
+}
+
 static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tensor *x,
                                   ut_tensor *targets, int ignore_index, float eps) {
     ut_tensor *src[2] = {x, targets};
@@ -42,17 +57,7 @@ static ut_tensor *target_loss_new(ut_ctx *ctx, int op, const char *name, ut_tens
         ut_op_error(ctx, name, 2, src, ut_fmt("label smoothing %g is not in [0, 1]", (double)eps));
         return NULL;
     }
-    bool ok = x->ndim >= 1 && targets->ndim == x->ndim - 1;
-    for (int i = 0; ok && i < targets->ndim; i++) ok = targets->ne[i] == x->ne[i];
-    if (!ok) {
-        ut_op_error(ctx, name, 2, src,
-                    "expected input (..., V) and targets (...) with the same leading dims");
-        return NULL;
-    }
-    if (!ut_is_contiguous(targets)) {
-        ut_op_error(ctx, name, 2, src, "targets must be contiguous");
-        return NULL;
-    }
+    if (!ut_loss_targets_fit(ctx, name, 2, src, x, targets)) return NULL;
     src[0] = ut_contiguous(ctx, x);
     if (!src[0]) return NULL;
     int64_t one = 1;

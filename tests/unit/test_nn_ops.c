@@ -6,6 +6,7 @@
 
 #include "test.h"
 #include "utrain/base.h"
+#include "utrain/nn.h"
 #include "utrain/ops.h"
 
 static ut_ctx *new_ctx(void) {
@@ -559,6 +560,33 @@ static void test_linear_ce_fused(void) {
     e = ut_ctx_error(ctx);
     CHECK(e && strstr(e, "linear_cross_entropy") && strstr(e, "leading dims"), "error: %s", e ? e : "(none)");
     ut_ctx_free(ctx);
+    ctx = new_ctx();
+    x = ut_tensor_zeros(ctx, UT_F32, 2, xne);
+    ut_tensor *w3 = ut_tensor_zeros(ctx, UT_F32, 2, (int64_t[]){5, 3}), *t3 = ut_tensor_zeros(ctx, UT_I32, 1, &n3);
+    CHECK(ut_linear_cross_entropy(ctx, x, w3, NULL, t3, -100) == NULL, "a weight of 3 columns for x of 4 accepted");
+    e = ut_ctx_error(ctx);
+    CHECK(e && strstr(e, "linear_cross_entropy") && strstr(e, "weight (V, C)"), "error: %s", e ? e : "(none)");
+    ut_ctx_free(ctx);
+    /* a seq2seq model's head and loss: targets (B, T) against the decoder's
+     * states (B, T, C), as against the logits (B, T, V) */
+    ut_kv *kv = ut_kv_new();
+    ut_kv_set(kv, "vocab_size", "16"), ut_kv_set(kv, "d_model", "8"), ut_kv_set(kv, "d_kv", "4");
+    ut_kv_set(kv, "d_ff", "16"), ut_kv_set(kv, "num_layers", "1"), ut_kv_set(kv, "num_heads", "2");
+    char err[256] = "";
+    ut_model *m = ut_model_create("t5", kv, 1, err, sizeof err);
+    ut_kv_free(kv);
+    CHECK(m != NULL, "t5: %s", err);
+    for (int k = 0; m && k < 2; k++) {
+        ctx = new_ctx();
+        ut_tensor *h = ut_tensor_zeros(ctx, UT_F32, 3, (int64_t[]){2, 3, k ? 16 : 8});
+        ut_tensor *tg = ut_tensor_zeros(ctx, UT_I32, 2, (int64_t[]){2, 4});
+        ut_tensor *l = k ? ut_model_seq2seq_loss(m, ctx, h, tg) : ut_model_seq2seq_head_loss(m, ctx, h, m->params.t[0], NULL, tg);
+        e = ut_ctx_error(ctx);
+        CHECK(!l && e && strstr(e, "t5 seq2seq loss") && strstr(e, k ? "logits (B, T, V)" : "decoder's states (B, T, C)"),
+              "targets (2, 4) for (2, 3, ...): %s", e ? e : "(none)");
+        ut_ctx_free(ctx);
+    }
+    ut_model_free(m);
     setenv("UT_LINEAR_CE", "yes", 1);
     ctx = new_ctx();
     unsetenv("UT_LINEAR_CE");

@@ -235,15 +235,13 @@ void ut_linear_bwd_cpu(ut_tensor *t, UT_KCTX) {
  * logits' gradient over the buffer and runs linear's backward on it. So one
  * buffer of N x V stands where the two ops hold the logits and their
  * gradient, and the values are the two ops' bits. */
-static ut_dtype logits_dtype(const ut_tensor *t) { return t->autocast != UT_F32 ? t->autocast : UT_F32; }
-
 void ut_linear_ce_fwd_cpu(ut_tensor *t, UT_KCTX) {
     ut_tensor *x = t->src[0], *w = t->src[1], *tg = t->src[2], *b = t->src[3];
     int64_t C = w->ne[1], V = w->ne[0], N = ut_nelem(x) / C;
     int ignore = (int)ut_loss_ignore_index(t);
     int64_t count = ut_ce_buf_count_cpu(tg, V, ignore, k);
     if (count < 0) return;
-    ut_dtype dt = logits_dtype(t);
+    ut_dtype dt = t->autocast; /* the logits' storage: 16-bit under autocast, else float32 */
     size_t bytes = (size_t)(N * V) * ut_dtype_size(dt) + 1;
     bool grad = t->requires_grad;
     /* kept for backward in the arena; without one, in autocast's scratch
@@ -275,7 +273,7 @@ void ut_linear_ce_bwd_cpu(ut_tensor *t, UT_KCTX) {
         if (dx && ut_kbeta(k, 0) == 0.0f) ut_cpu_memset(dx, 0, (size_t)ut_nelem(x) * sizeof(float));
         return;
     }
-    ut_dtype dt = logits_dtype(t);
+    ut_dtype dt = t->autocast;
     void *g = ut_linear_ce_logits(t);
     ut_ce_buf_bwd_cpu(g, dt, ut_cross_entropy_row_max(t), ut_cross_entropy_inv_sum(t), ut_i32(tg),
                       (int)ut_loss_ignore_index(t), ut_loss_smoothing(t), t->grad[0] / (float)count, N, V, k);
