@@ -373,9 +373,11 @@ typedef struct {
     /* zero1, zero2: ZeRO-Offload. The optimizer's state and a float32 master
      * copy of this rank's shard live in host memory (page-locked where the
      * device has such memory) and the update runs there on the CPU backend;
-     * the step copies the shard's gradient to the host and the updated shard
-     * back before the parameters are gathered. The model's device keeps only
-     * parameters and gradients. */
+     * zero2's buckets put their part of the shard's gradient in host memory
+     * as they land during backward (zero1, and zero2 with replicas: the
+     * step copies it down after backward), and the step copies the updated
+     * shard back before the parameters are gathered. The model's device
+     * keeps only parameters and gradients. */
     bool offload_optimizer;
     /* ddp, zero1: the gradient all-reduce in 16 bits (ut_ddp_set_compression;
      * UT_F32 or 0: none) */
@@ -398,6 +400,8 @@ typedef struct {
     size_t params, grads, optim;
     size_t params_peak, grads_peak;
     size_t host; /* ZeRO-Offload: host bytes instead (optimizer state, master shard and its gradient); optim is 0 */
+    bool host_streamed; /* ZeRO-Offload: the gradient reaches the host bucket by bucket during backward (zero2
+                           without replicas), not in one copy after it */
     size_t gather_host; /* sharded strategies on a device whose memory the communicator does not take:
                            the page-locked host copy of the parameters that gathers go through */
 } ut_dist_mem;

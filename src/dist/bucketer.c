@@ -2,6 +2,8 @@
  * complete in order. */
 #include "bucketer.h"
 
+#include <string.h>
+
 #include "utrain/base.h"
 #include "../backend/backend.h"
 
@@ -15,6 +17,7 @@ typedef struct {
     int state;
     ut_comm_req *req;
     float *hin, *hout;    /* the collective's host memory */
+    float *host;          /* ut_bucket_io.host_out[k]; NULL: none */
     ut_stage in, outs;    /* host memory path: stages that copy nothing on the CPU */
     void *ready, *copied; /* device memory path: backward done with it; its host copy (direct: its
                            * collective) done */
@@ -56,8 +59,10 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         bucket *bk = &b->b[k];
         bk->span = spans[k];
         if (out) bk->out = out[k], bk->out_n = outn[k];
-        host += span_n(bk) + (bk->out ? bk->out_n : 0);
+        if (io.host_out) bk->host = io.host_out[k];
+        host += span_n(bk) + (bk->out && !bk->host ? bk->out_n : 0);
     }
+    b->io.host_out = NULL; /* the caller's array: each bucket keeps its own pointer */
     if (io.direct) {
         UT_ASSERT(io.post_direct && ut_comm_direct(c, p->device));
         b->stream = ut_comm_stream(c, p->device);
@@ -73,7 +78,8 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
             bucket *bk = &b->b[k];
             bk->hin = h, h += span_n(bk);
             bk->hout = bk->hin;
-            if (bk->out) bk->hout = h, h += bk->out_n;
+            if (bk->host) bk->hout = bk->host; /* the collective writes the host's copy itself */
+            else if (bk->out) bk->hout = h, h += bk->out_n;
             bk->ready = ut_event_new(b->be);
             bk->copied = ut_event_new(b->be);
         }
@@ -126,6 +132,8 @@ static void land(ut_bucketer *b, int k) {
     } else {
         ut_stage_end(&bk->in, true);
     }
+    if (bk->host && !b->pinned) /* host memory both: the device is the CPU */
+        memcpy(bk->host, out_dev(b, bk), (size_t)out_n(bk) * sizeof(float));
     bk->state = LANDED;
     b->nlanded++;
     if (b->io.done) b->io.done(b->io.user, k);
@@ -171,6 +179,9 @@ static void start_direct(ut_bucketer *b, int k) {
     ut_event_record(b->be, bk->ready, NULL);
     ut_event_wait(b->be, b->stream, bk->ready);
     if (b->io.post_direct(b->io.user, k, g, out_dev(b, bk))) b->rc = -1;
+    if (bk->host) /* after the collective on its stream: done by the finish's wait */
+        ut_copy_async(b->be, bk->host, out_dev(b, bk), (size_t)out_n(bk) * sizeof(float), UT_COPY_D2H,
+                      b->stream);
     ut_event_record(b->be, bk->copied, b->stream);
     bk->state = POSTED;
     b->nposted++;

@@ -62,6 +62,18 @@ typedef struct {
     bool direct;
     void (*prepare)(void *user, int k, float *in);
     int (*post_direct)(void *user, int k, float *in, float *out);
+    /* ZeRO-Offload: bucket k's result also lands in host memory, at
+     * host_out[k] (out_n(k) floats of memory from the device's host_alloc,
+     * page-locked where the device has such memory), while backward goes on:
+     * on the pinned path the collective writes it there itself (its result
+     * is already in host memory; the copy back to the device reads it), on
+     * the direct path the communicator's stream copies it down after the
+     * collective, on the CPU it is copied when the bucket lands. Every copy
+     * is done when ut_bucketer_finish returns, except the pinned path's
+     * copies back to the device, queued on the compute stream, which read
+     * host_out: sync the compute stream before writing it. NULL: not wanted.
+     * The array is copied by ut_bucketer_new. */
+    float *const *host_out;
 } ut_bucket_io;
 
 typedef struct ut_bucketer ut_bucketer;

@@ -87,6 +87,9 @@ struct ut_dist {
      * the device's host_alloc) */
     bool offload;
     float *h_param, *h_grad;
+    /* the bucket engine puts the shard's gradient in h_grad as its buckets
+     * land (zero2 without replicas), rather than the step copying it down */
+    bool streamed;
     const ut_backend *obe; /* the optimizer state's: be, or the CPU's when offloaded */
     /* hybrid sharding: the ranks holding this rank's shard in the other
      * shard groups (ut_dist_opts.replicas); NULL: none */
@@ -120,6 +123,7 @@ void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
     out->grads = resident(d, d->p->flat_grad, d->p->numel) + (d->shard_grad ? shard : 0);
     out->optim = d->offload ? 0 : ut_optim_state_bytes(d->o);
     out->host = d->offload ? ut_optim_state_bytes(d->o) + 2 * (size_t)(d->hi - d->lo) * sizeof(float) : 0;
+    out->host_streamed = d->streamed;
     out->gather_host = d->pin ? (size_t)d->p->numel * sizeof(float) : 0;
     if (out->params > d->params_peak) d->params_peak = out->params;
     if (out->grads > d->grads_peak) d->grads_peak = out->grads;
@@ -180,7 +184,17 @@ static void make_buckets(ut_dist *d, double bucket_mb) {
     ut_bucket_io io = {.post = bucket_post, .done = bucket_done, .user = d};
     if (d->direct)
         io = (ut_bucket_io){.direct = true, .post_direct = bucket_post_direct, .done = bucket_done, .user = d};
+    /* ZeRO-Offload: each bucket's part of the shard lands in host memory too,
+     * during backward. Not with replicas: their sum comes after the buckets. */
+    float **host = NULL;
+    if (d->offload && d->kind == UT_DIST_ZERO2 && !d->rep) {
+        host = ut_calloc_check((size_t)n, sizeof *host);
+        for (int k = 0; k < d->nb; k++) host[k] = d->h_grad + (out[k] - d->shard_grad);
+        io.host_out = host;
+        d->streamed = true;
+    }
     d->eng = ut_bucketer_new(d->comm, p, span, d->nb, bucket_of, out, out_n, io);
+    ut_free(host);
     ut_free(span);
     ut_free(bucket_of);
     ut_free(out);
@@ -385,6 +399,13 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         ut_dist_free(d);
         return NULL;
     }
+    if (d->offload) { /* ZeRO-Offload: the optimizer over host copies of the shard */
+        size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
+        d->h_param = ut_host_alloc(d->be, bytes);
+        d->h_grad = ut_host_alloc(d->be, bytes);
+        d->be->copy(d->h_param, p->flat + d->lo, bytes, UT_COPY_D2H);
+        memset(d->h_grad, 0, bytes);
+    }
     /* the optimizer's parameters and gradients: the flat buffers, or the
      * rank's shard buffers (based at lo) */
     float *op = p->flat, *og = p->flat_grad;
@@ -411,14 +432,7 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
         break;
     case UT_DIST_DP: break;
     }
-    if (d->offload) { /* ZeRO-Offload: over host copies of the shard instead */
-        size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
-        d->h_param = ut_host_alloc(d->be, bytes);
-        d->h_grad = ut_host_alloc(d->be, bytes);
-        d->be->copy(d->h_param, p->flat + d->lo, bytes, UT_COPY_D2H);
-        memset(d->h_grad, 0, bytes);
-        op = d->h_param, pbase = d->lo, og = d->h_grad, gbase = d->lo;
-    }
+    if (d->offload) op = d->h_param, pbase = d->lo, og = d->h_grad, gbase = d->lo;
     d->o = ut_optim_new_view(cfg, op, pbase, og, gbase, p->segs, p->n, d->lo, d->hi);
     return d;
 }
@@ -543,6 +557,11 @@ int ut_dist_grad_sq_split(ut_dist *d, const bool *skip, double sq[2]) {
 }
 
 void ut_dist_scale_grads(ut_dist *d, float s) {
+    if (d->streamed) { /* the step reads the host's copy, already made: scaled there */
+        d->be->stream_sync(NULL); /* the copies back to the device that read it */
+        ut_grad_scale(UT_CPU, d->h_grad, d->hi - d->lo, s);
+        return;
+    }
     float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
     ut_grad_scale(d->p->device, g, d->hi - d->lo, s);
 }
@@ -571,12 +590,14 @@ void ut_dist_zero_grads(ut_dist *d) {
     if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d);
 }
 
-/* ZeRO-Offload's step: the shard's gradient to the host, the update there,
- * the updated shard back; the device's gradient zeroed. */
+/* ZeRO-Offload's step: the shard's gradient to the host (streamed: there
+ * since its buckets landed), the update there, the updated shard back; the
+ * device's gradient zeroed. */
 static void offloaded_step(ut_dist *d, float lr) {
     size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
     float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
-    d->be->copy(d->h_grad, g, bytes, UT_COPY_D2H);
+    if (d->streamed) d->be->stream_sync(NULL); /* the copies back to the device read h_grad */
+    else d->be->copy(d->h_grad, g, bytes, UT_COPY_D2H);
     ut_optim_step_zero(d->o, lr);
     d->be->copy(d->p->flat + d->lo, d->h_param, bytes, UT_COPY_H2D);
     d->be->memset(g, 0, bytes);

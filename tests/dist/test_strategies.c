@@ -213,7 +213,7 @@ static void test_lion(void) {
     static const char *const runs[][2] = {
         {"lion_z1", "zero1"}, {"lion_z2", "zero2"}, {"lion_z2off", "zero2"}, {"lion_z3", "zero3"}};
     for (int i = 0; i < 4; i++) {
-        snprintf(extra, sizeof extra, "%s%s", lion, i == 2 ? " dist.offload_optimizer=cpu" : "");
+        snprintf(extra, sizeof extra, "%s%s", lion, i == 2 ? " dist.offload_optimizer=cpu dist.bucket_mb=0.02" : "");
         CHECK(!train(runs[i][0], gpt2_yaml, runs[i][1], 2, 1, extra), "%s on 2 ranks", runs[i][0]);
         CHECK(tp_same_weights(path("lion_ddp", "checkpoints/step_00000020.safetensors"),
                               path(runs[i][0], "checkpoints/step_00000020.safetensors")),

@@ -154,8 +154,9 @@ static void test_offload(void) {
                     run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
           "zero2 with the optimizer offloaded differs from zero2");
     char *log = tp_slurp(run_file("z2off", "logger_logs/training_0.log"));
-    CHECK(log && strstr(log, "optimizer offload rank 0:") && strstr(log, "optimizer 0.000 MiB"),
-          "the log says the optimizer is on the host:\n%s", log ? log : "(no log)");
+    CHECK(log && strstr(log, "optimizer offload rank 0:") && strstr(log, "optimizer 0.000 MiB") &&
+              strstr(log, "reaches it bucket by bucket during backward"),
+          "the log says the optimizer is on the host, fed bucket by bucket:\n%s", log ? log : "(no log)");
     free(log);
     /* a run without offload goes on with it (the checkpoint is the same file either way) */
     CHECK(train("z2mix", gpt2, "sim", "dist.strategy=zero2 train.max_steps=4", 2) == 0, "zero2, first half");
@@ -164,19 +165,31 @@ static void test_offload(void) {
     CHECK(tp_same_file(run_file("z2mix", "checkpoints/step_00000008.safetensors"),
                     run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
           "zero2 resumed with the optimizer offloaded differs from zero2");
-    /* fp16 loss scaling, clipping and accumulation around the offloaded step: zero1 on 2 ranks */
-    const char *mixed = "dist.strategy=zero1 train.precision=fp16 train.grad_clip=0.05 train.gradient_accumulation_steps=2";
-    char sets[256];
-    CHECK(train("z1ref", gpt2, "cpu", mixed, 2) == 0, "zero1 fp16 on the CPU");
-    snprintf(sets, sizeof sets, "%s dist.offload_optimizer=cpu", mixed);
-    CHECK(train("z1fp16off", gpt2, "sim", sets, 2) == 0, "zero1 fp16 with offload");
-    CHECK(tp_same_file(run_file("z1fp16off", "checkpoints/step_00000008.safetensors"),
-                    run_file("z1ref", "checkpoints/step_00000008.safetensors")),
-          "zero1 fp16 with clipping and accumulation, offloaded, differs from the CPU's run");
-    CHECK(train("z1off", gpt2, "sim", "dist.strategy=zero1 dist.offload_optimizer=cpu", 1) == 0, "zero1 with offload");
-    CHECK(tp_same_file(run_file("z1off", "checkpoints/step_00000008.safetensors"),
-                    run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
-          "zero1 with the optimizer offloaded, one process, differs from plain training");
+    /* fp16 loss scaling, clipping and accumulation around the offloaded
+     * step on 2 ranks: zero1 (the gradient copied down after backward) and
+     * zero2 (bucket by bucket, scaled on the host); then each on one process */
+    const char *kinds[2] = {"zero1", "zero2"};
+    for (int i = 0; i < 2; i++) {
+        char sets[256], ref[32], off[32], one[32];
+        snprintf(ref, sizeof ref, "%sref", kinds[i]);
+        snprintf(off, sizeof off, "%sfp16off", kinds[i]);
+        snprintf(one, sizeof one, "%soff1", kinds[i]);
+        snprintf(sets, sizeof sets,
+                 "dist.strategy=%s train.precision=fp16 train.grad_clip=0.05 train.gradient_accumulation_steps=2",
+                 kinds[i]);
+        CHECK(train(ref, gpt2, "cpu", sets, 2) == 0, "%s fp16 on the CPU", kinds[i]);
+        /* small buckets: many land one after another (the sums per element are the same) */
+        snprintf(sets + strlen(sets), sizeof sets - strlen(sets), " dist.offload_optimizer=cpu dist.bucket_mb=0.02");
+        CHECK(train(off, gpt2, "sim", sets, 2) == 0, "%s fp16 with offload", kinds[i]);
+        CHECK(tp_same_file(run_file(off, "checkpoints/step_00000008.safetensors"),
+                           run_file(ref, "checkpoints/step_00000008.safetensors")),
+              "%s fp16 with clipping and accumulation, offloaded, differs from the CPU's run", kinds[i]);
+        snprintf(sets, sizeof sets, "dist.strategy=%s dist.offload_optimizer=cpu dist.bucket_mb=0.02", kinds[i]);
+        CHECK(train(one, gpt2, "sim", sets, 1) == 0, "%s with offload", kinds[i]);
+        CHECK(tp_same_file(run_file(one, "checkpoints/step_00000008.safetensors"),
+                           run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
+              "%s with the optimizer offloaded, one process, differs from plain training", kinds[i]);
+    }
 }
 
 /* bow on the SST-2 sample, then `utrain test`: the same results files */
