@@ -452,7 +452,10 @@ void ut_dist_free(ut_dist *d) {
         ut_host_free(d->be, d->pin);
     }
     ut_free(d->host_valid);
-    if (d->h_param) ut_host_free(d->be, d->h_param);
+    if (d->h_param) {
+        d->be->stream_sync(NULL); /* the last step's upload reads it */
+        ut_host_free(d->be, d->h_param);
+    }
     if (d->h_grad) ut_host_free(d->be, d->h_grad);
     for (int k = 0; k < d->nb; k++) ut_free(d->b[k].counts);
     for (int k = 0; k < d->nu; k++) ut_free(d->u[k].counts);
@@ -596,10 +599,15 @@ void ut_dist_zero_grads(ut_dist *d) {
 static void offloaded_step(ut_dist *d, float lr) {
     size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
     float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
-    if (d->streamed) d->be->stream_sync(NULL); /* the copies back to the device read h_grad */
+    /* streamed: the copies back to the device read h_grad, the last step's
+     * upload h_param; else the copy down waits for the stream */
+    if (d->streamed) d->be->stream_sync(NULL);
     else d->be->copy(d->h_grad, g, bytes, UT_COPY_D2H);
     ut_optim_step_zero(d->o, lr);
-    d->be->copy(d->p->flat + d->lo, d->h_param, bytes, UT_COPY_H2D);
+    /* queued on the compute stream ahead of the next forward, without a host
+     * wait: h_param is written again only by the next step's update, which
+     * comes after a wait for that stream (above) */
+    ut_copy_async(d->be, d->p->flat + d->lo, d->h_param, bytes, UT_COPY_H2D, NULL);
     d->be->memset(g, 0, bytes);
 }
 
