@@ -407,6 +407,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t A, const void *Bp, cublasLtMatrixLayout_t B, const void *beta,
                               const void *Cp, cublasLtMatrixLayout_t C, void *Dp, cublasLtMatrixLayout_t D,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size, cudaStream_t) {
+    utemu::tally("cublasLtMatmul");
     if (!h || !alpha || !beta || !Ap || !Bp || !Dp)
         return fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: a NULL handle, scalar or matrix");
     int64_t m = 0, n = 0, k = 0;

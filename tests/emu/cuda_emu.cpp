@@ -7,9 +7,41 @@
 #include <stdarg.h>
 #include <ucontext.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace utemu {
+
+namespace {
+std::map<std::string, long> *g_tally; /* UT_EMU_LAUNCHES: what was queued, by name */
+
+void print_tally() {
+    long total = 0;
+    std::vector<std::pair<long, std::string>> rows;
+    for (auto &e : *g_tally) {
+        total += e.second;
+        rows.push_back({e.second, e.first});
+    }
+    std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+    fprintf(stderr, "emulated GPU: %ld launches and copies\n", total);
+    for (auto &r : rows) fprintf(stderr, "  %8ld  %s\n", r.first, r.second.c_str());
+}
+} // namespace
+
+void tally(const char *what) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("UT_EMU_LAUNCHES");
+        on = e && *e && strcmp(e, "0");
+        if (on) {
+            g_tally = new std::map<std::string, long>;
+            atexit(print_tally);
+        }
+    }
+    if (on) (*g_tally)[what]++;
+}
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...) {
     va_list ap;
@@ -322,6 +354,7 @@ void barrier(int kind) {
 }
 
 void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    tally(name);
     unsigned nt = block.x * block.y * block.z;
     if (nt == 0 || nt > 1024) die("%s: a block of %u threads (1 to 1024)", name, nt);
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
@@ -390,6 +423,7 @@ void utemu_check_tile(const void *p, unsigned ldm, size_t elem, const char *what
 } // namespace nvcuda
 
 /* ---- the runtime API (cuda_runtime_emu.h) ---- */
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -542,14 +576,17 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t) {
+    utemu::tally("cudaMemcpyAsync");
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) {
+    utemu::tally("cudaMemsetAsync");
     if (n) memset(d, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemset2DAsync(void *d, size_t pitch, int v, size_t w, size_t h, cudaStream_t) {
+    utemu::tally("cudaMemset2DAsync");
     for (size_t r = 0; r < h; r++) memset((char *)d + r * pitch, v, w);
     return cudaSuccess;
 }

@@ -142,6 +142,12 @@ inline unsigned grid_z(I) {
     return 1;
 }
 
+/* UT_EMU_LAUNCHES=1: the program counts what it queues on the emulated GPU
+ * (kernels by name, cuBLASLt products, copies and sets) and prints the
+ * counts to stderr at its exit: how many launches a training step makes,
+ * the work a GPU's launch overhead grows with, seen without a GPU. */
+void tally(const char *what);
+
 /* what a launch runs: body() once per thread of each block */
 void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 
