@@ -120,7 +120,8 @@ int main(int argc, char **argv) {
         double t0 = bench_now();
         ut_tensor *xt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, x);
         ut_tensor *yt = ut_tensor_wrap(ctx, UT_I32, 2, (int64_t[]){B, T}, y);
-        ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
+        /* the head and its loss as the trainer runs them: one op (UT_LINEAR_CE=0: two) */
+        ut_tensor *loss = ut_model_forward_loss(m, ctx, xt, yt, NULL);
         if (!loss) {
             fprintf(stderr, "gpt2_step: %s\n", ut_ctx_error(ctx));
             return 1;

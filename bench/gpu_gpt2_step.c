@@ -10,7 +10,9 @@
  *
  *   gpu_gpt2_step [--device cuda|cpu|sim] [--batch B] [--seq T] [--layers L] [--steps N] [--tf32] [--bf16] [--json]
  *
- * --bf16 runs the step under bf16 autocast (train.precision: bf16).
+ * --bf16 runs the step under bf16 autocast (train.precision: bf16), with
+ * AdamW writing the weights' bf16 copies for the next forward as the
+ * trainer has it do (ut_optim_set_copies16).
  *
  * The CUDA backend's bare step, measured against PyTorch's
  * (bench/torch_gpu_gpt2_step.py, the same graph and shapes) and against the
@@ -142,6 +144,7 @@ int main(int argc, char **argv) {
 
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1, .device = dev});
     if (bf16) ut_ctx_set_autocast(ctx, UT_BF16);
+    uint16_t *p16 = bf16 ? be->alloc((size_t)total * sizeof(uint16_t)) : NULL;
     const char *prec = bf16 ? "bf16" : tf32 ? "tf32" : "fp32";
     ut_optim_consts k = {.adamw = true, .one_m_b1 = 0.1f, .beta2 = 0.999f, .one_m_b2 = 0.001f, .eps = 1e-8f};
     const float lr = 3e-4f, wd = 0.1f;
@@ -181,10 +184,13 @@ int main(int argc, char **argv) {
         double bc1 = 1.0 - pow(0.9, s + 1), bc2 = 1.0 - pow(0.999, s + 1);
         k.step_size = (float)(lr / bc1), k.inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
         ut_optim_run all = {0, total, true};
+        /* under autocast the step writes the weights' bf16 copies, which the
+         * next forward reads (the trainer's way: train.precision bf16) */
         ut_optim_buffers ob = {.params = g_p, .grads = g_g, .state = {m, v2}, .lo = 0, .hi = total,
-                               .runs = &all, .nruns = 1, .nstate = 2};
+                               .runs = &all, .nruns = 1, .nstate = 2, .p16 = p16, .p16_dtype = UT_BF16};
         k.decay_mul = 1.0f - lr * wd;
         be->optim_step(&ob, &k, true);
+        if (p16) ut_ctx_set_param_copies(ctx, g_p, total, p16, UT_BF16);
         ut_ctx_reset(ctx);
         be->stream_sync(NULL);
         double t1 = now();
@@ -225,6 +231,7 @@ int main(int argc, char **argv) {
                step_flops / med * 1e-12, 100 * mfu, peak_what);
     ut_ctx_free(ctx);
     be->pages_free(g_p, bytes), be->pages_free(g_g, bytes), be->pages_free(m, bytes), be->pages_free(v2, bytes);
+    if (p16) be->free(p16);
     free(x), free(y), free(pos), free(ts), free(bp);
     return 0;
 }

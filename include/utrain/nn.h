@@ -330,7 +330,8 @@ ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in);
 ut_tensor *ut_model_loss(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);
 /* The loss of inputs prepare made against targets, with the model's
  * forward_loss where it applies (*output NULL: no output was made), else
- * forward then loss (*output the forward's). NULL with the context's error. */
+ * forward then loss (*output the forward's). output may be NULL (not
+ * wanted). NULL with the context's error. */
 ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in, ut_tensor *targets,
                                         ut_tensor **output);
 /* The same from an input tensor (a model with prepare: prepared on the

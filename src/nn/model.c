@@ -236,6 +236,8 @@ ut_tensor *ut_model_forward_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in) {
 ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in, ut_tensor *targets,
                                         ut_tensor **output) {
     ut_prepared p = {.n = in->n, .layout = in->layout, .seq_len = {in->seq_len[0], in->seq_len[1]}};
+    ut_tensor *unused;
+    if (!output) output = &unused;
     *output = NULL;
     if (ut_ctx_error(ctx) || ut_inputs_upload(ctx, in, p.t)) return NULL;
     if (m->forward_loss) {
@@ -280,6 +282,8 @@ static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
 }
 
 ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets, ut_tensor **output) {
+    ut_tensor *unused;
+    if (!output) output = &unused;
     *output = NULL;
     if (!m->prepare) {
         *output = m->forward(m, ctx, x);

@@ -347,6 +347,66 @@ static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **gra
     return peak;
 }
 
+/* ut_model_forward_loss: GPT-2's head and loss as one op (forward_loss),
+ * with or without a place for the output (NULL: not wanted; else NULL is
+ * put there, no logits being made), against the forward and the loss as
+ * two ops: the same loss and gradients to the bit, in float32 and bf16,
+ * and a lower activation peak. */
+static void test_model_forward_loss(void) {
+    const ut_dtype dts[2] = {UT_F32, UT_BF16};
+    for (int d = 0; d < 2; d++) {
+        ut_kv *kv = ut_kv_new();
+        const char *keys[][2] = {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "64"},
+                                 {"vocab_size", "250"}, {"block_size", "32"}};
+        for (int i = 0; i < 5; i++) ut_kv_set(kv, keys[i][0], keys[i][1]);
+        char err[256];
+        ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
+        ut_kv_free(kv);
+        CHECK(m && m->forward_loss, "%s", m ? "gpt2 has no forward_loss" : err);
+        if (!m || !m->forward_loss) {
+            ut_model_free(m);
+            continue;
+        }
+        int B = 3, T = 16;
+        int32_t tok[2 * 3 * 16];
+        uint64_t s = 11;
+        for (int i = 0; i < 2 * B * T; i++) tok[i] = (int32_t)((lcg(&s) >> 40) % 250);
+        float loss[3] = {0};
+        size_t peak[3] = {0};
+        float *grad[3] = {0};
+        int64_t n = m->params.numel;
+        for (int way = 0; way < 3; way++) {
+            ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 7});
+            ut_ctx_set_autocast(ctx, dts[d]);
+            ut_tensor *x = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, tok);
+            ut_tensor *y = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){B, T}, tok + B * T);
+            ut_model_zero_grad(m);
+            ut_ctx_reset_peak(ctx);
+            ut_tensor *out = x, *l;
+            if (way == 0) l = ut_model_forward_loss(m, ctx, x, y, NULL);
+            else if (way == 1) l = ut_model_forward_loss(m, ctx, x, y, &out);
+            else l = ut_model_loss(m, ctx, ut_model_forward(m, ctx, x), y);
+            CHECK(l && ut_backward(ctx, l) == 0, "%s way %d: %s", ut_dtype_name(dts[d]), way, ut_ctx_error(ctx));
+            if (way == 1) CHECK(out == NULL, "forward_loss made no output: *output must be NULL");
+            peak[way] = ut_ctx_peak_bytes(ctx);
+            if (l) ut_tensor_get(l, &loss[way], sizeof loss[way]);
+            grad[way] = malloc(sizeof(float) * (size_t)n);
+            memcpy(grad[way], m->params.flat_grad, sizeof(float) * (size_t)n);
+            ut_ctx_free(ctx);
+        }
+        for (int way = 0; way < 2; way++) {
+            CHECK(loss[way] == loss[2] && isfinite(loss[2]), "%s: loss %.9g, two ops %.9g", ut_dtype_name(dts[d]),
+                  (double)loss[way], (double)loss[2]);
+            CHECK(!memcmp(grad[way], grad[2], sizeof(float) * (size_t)n),
+                  "%s: the gradients differ from the two ops'", ut_dtype_name(dts[d]));
+        }
+        CHECK(peak[0] < peak[2], "%s: peak %zu with the op, %zu as two ops", ut_dtype_name(dts[d]), peak[0],
+              peak[2]);
+        for (int way = 0; way < 3; way++) free(grad[way]);
+        ut_model_free(m);
+    }
+}
+
 /* bf16 stores the products' outputs (and gelu's) and their gradients in 2
  * bytes: the step's activation peak must be at most 0.6 of float32's, with
  * the loss and the parameters' gradients close to float32's (a few bf16
@@ -517,6 +577,7 @@ int main(void) {
     RUN(test_autocast_ops);
     RUN(test_autocast_off_is_fp32);
     RUN(test_bf16_halves_activations);
+    RUN(test_model_forward_loss);
     RUN(test_cross_entropy_16bit_logits);
     RUN(test_linear_16bit_blocks);
     RUN(test_attention_16bit_rows);
