@@ -315,15 +315,22 @@ static void test_autocast_off_is_fp32(void) {
 /* configs/gpt2_kjv.yml's model (4 layers, 4 heads, n_embd 128, vocab 256),
  * batch B x T of seeded tokens: forward, loss, backward under autocast dt;
  * returns ut_ctx_peak_bytes, the loss in *loss. */
-static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **grad, int64_t *ng) {
+/* A GPT-2 of the given sizes (seed 3); NULL after a failed check. */
+static ut_model *small_gpt2(const char *layers, const char *heads, const char *embd, const char *vocab,
+                            const char *block) {
     ut_kv *kv = ut_kv_new();
-    const char *keys[][2] = {{"n_layer", "4"}, {"n_head", "4"}, {"n_embd", "128"},
-                             {"vocab_size", "256"}, {"block_size", "128"}};
+    const char *keys[][2] = {{"n_layer", layers}, {"n_head", heads}, {"n_embd", embd},
+                             {"vocab_size", vocab}, {"block_size", block}};
     for (int i = 0; i < 5; i++) ut_kv_set(kv, keys[i][0], keys[i][1]);
     char err[256];
     ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
     ut_kv_free(kv);
     CHECK(m, "%s", err);
+    return m;
+}
+
+static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **grad, int64_t *ng) {
+    ut_model *m = small_gpt2("4", "4", "128", "256", "128");
     if (!m) return 0;
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 7});
     ut_ctx_set_autocast(ctx, dt);
@@ -355,14 +362,8 @@ static size_t gpt2_step_peak(ut_dtype dt, int B, int T, float *loss, float **gra
 static void test_model_forward_loss(void) {
     const ut_dtype dts[2] = {UT_F32, UT_BF16};
     for (int d = 0; d < 2; d++) {
-        ut_kv *kv = ut_kv_new();
-        const char *keys[][2] = {{"n_layer", "2"}, {"n_head", "2"}, {"n_embd", "64"},
-                                 {"vocab_size", "250"}, {"block_size", "32"}};
-        for (int i = 0; i < 5; i++) ut_kv_set(kv, keys[i][0], keys[i][1]);
-        char err[256];
-        ut_model *m = ut_model_create("gpt2", kv, 3, err, sizeof err);
-        ut_kv_free(kv);
-        CHECK(m && m->forward_loss, "%s", m ? "gpt2 has no forward_loss" : err);
+        ut_model *m = small_gpt2("2", "2", "64", "250", "32");
+        CHECK(!m || m->forward_loss, "gpt2 has no forward_loss");
         if (!m || !m->forward_loss) {
             ut_model_free(m);
             continue;
