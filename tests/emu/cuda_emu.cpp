@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,17 +31,21 @@ void print_tally() {
 }
 } // namespace
 
+/* Any thread may queue (a loader thread's copies): the switch is read once
+ * (a function's static: initialised once, whichever thread comes first) and
+ * the counts kept under a lock. */
 void tally(const char *what) {
-    static int on = -1;
-    if (on < 0) {
+    static const bool on = [] {
         const char *e = getenv("UT_EMU_LAUNCHES");
-        on = e && *e && strcmp(e, "0");
-        if (on) {
-            g_tally = new std::map<std::string, long>;
-            atexit(print_tally);
-        }
-    }
-    if (on) (*g_tally)[what]++;
+        if (!e || !*e || !strcmp(e, "0")) return false;
+        g_tally = new std::map<std::string, long>;
+        atexit(print_tally);
+        return true;
+    }();
+    if (!on) return;
+    static std::mutex lock;
+    std::lock_guard<std::mutex> hold(lock);
+    (*g_tally)[what]++;
 }
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...) {
