@@ -141,6 +141,15 @@ void ut_optim_step_zero(ut_optim *o, float lr);
  * caller learns of a skip when it reads the norm and then calls
  * ut_optim_unstep. */
 void ut_optim_step_zero_scaled(ut_optim *o, float lr, const float *scalars);
+/* ut_optim_step_zero in pieces, in order: each piece [a, b) of [lo, hi) of
+ * about `piece` elements is updated and its gradient zeroed, then
+ * done(arg, a, b) is called before the next piece is begun, so the caller
+ * can send the updated parameters on while the rest is updated (ZeRO-
+ * Offload's upload). The pieces cover [lo, hi) without gaps; the result
+ * is the same, bit for bit, as ut_optim_step_zero's. Adafactor's pieces are
+ * whole parameters (one piece may be larger than `piece`). */
+typedef void (*ut_optim_piece_fn)(void *arg, int64_t a, int64_t b);
+void ut_optim_step_zero_pieces(ut_optim *o, float lr, int64_t piece, ut_optim_piece_fn done, void *arg);
 /* Takes back the step count of a step its scalars skipped. */
 void ut_optim_unstep(ut_optim *o);
 /* 16-bit copies of the parameters (dt BF16 or F16; NULL: none), written by

@@ -90,6 +90,9 @@ struct ut_dist {
     /* the bucket engine puts the shard's gradient in h_grad as its buckets
      * land (zero2 without replicas), rather than the step copying it down */
     bool streamed;
+    /* elements a piece of the host update: each piece's parameters go back
+     * to the device while the next is updated (a bucket's size) */
+    int64_t piece;
     const ut_backend *obe; /* the optimizer state's: be, or the CPU's when offloaded */
     /* hybrid sharding: the ranks holding this rank's shard in the other
      * shard groups (ut_dist_opts.replicas); NULL: none */
@@ -124,6 +127,7 @@ void ut_dist_memory(ut_dist *d, ut_dist_mem *out) {
     out->optim = d->offload ? 0 : ut_optim_state_bytes(d->o);
     out->host = d->offload ? ut_optim_state_bytes(d->o) + 2 * (size_t)(d->hi - d->lo) * sizeof(float) : 0;
     out->host_streamed = d->streamed;
+    out->host_piece = d->offload ? (size_t)min64(d->piece, d->hi - d->lo) * sizeof(float) : 0;
     out->gather_host = d->pin ? (size_t)d->p->numel * sizeof(float) : 0;
     if (out->params > d->params_peak) d->params_peak = out->params;
     if (out->grads > d->grads_peak) d->grads_peak = out->grads;
@@ -372,6 +376,8 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     d->be = ut_backend_get(m->params.device);
     d->obe = ut_backend_get(cfg->device);
     d->offload = o->offload_optimizer;
+    d->piece = (int64_t)(o->bucket_mb * 1048576.0 / sizeof(float));
+    if (d->piece < 4096) d->piece = 4096;
     d->comm = c;
     d->m = m;
     d->p = &m->params;
@@ -593,9 +599,20 @@ void ut_dist_zero_grads(ut_dist *d) {
     if (d->kind == UT_DIST_ZERO1) zero_outside_shard(d);
 }
 
+/* A piece [a, b) of the shard updated on the host: its parameters queued
+ * for the device on the compute stream, ahead of the next forward, without
+ * a host wait (h_param[a, b) is written again only by the next step's
+ * update, which comes after a wait for that stream), so the copy runs while
+ * the host updates the next piece. */
+static void upload_piece(void *arg, int64_t a, int64_t b) {
+    ut_dist *d = arg;
+    ut_copy_async(d->be, d->p->flat + a, d->h_param + (a - d->lo), (size_t)(b - a) * sizeof(float), UT_COPY_H2D,
+                  NULL);
+}
+
 /* ZeRO-Offload's step: the shard's gradient to the host (streamed: there
- * since its buckets landed), the update there, the updated shard back; the
- * device's gradient zeroed. */
+ * since its buckets landed), the update there piece by piece, each piece
+ * back to the device as it is done; the device's gradient zeroed. */
 static void offloaded_step(ut_dist *d, float lr) {
     size_t bytes = (size_t)(d->hi - d->lo) * sizeof(float);
     float *g = d->shard_grad ? d->shard_grad : d->p->flat_grad + d->lo;
@@ -603,11 +620,7 @@ static void offloaded_step(ut_dist *d, float lr) {
      * upload h_param; else the copy down waits for the stream */
     if (d->streamed) d->be->stream_sync(NULL);
     else d->be->copy(d->h_grad, g, bytes, UT_COPY_D2H);
-    ut_optim_step_zero(d->o, lr);
-    /* queued on the compute stream ahead of the next forward, without a host
-     * wait: h_param is written again only by the next step's update, which
-     * comes after a wait for that stream (above) */
-    ut_copy_async(d->be, d->p->flat + d->lo, d->h_param, bytes, UT_COPY_H2D, NULL);
+    ut_optim_step_zero_pieces(d->o, lr, d->piece, upload_piece, d);
     d->be->memset(g, 0, bytes);
 }
 

@@ -39,6 +39,9 @@ struct ut_optim {
 /* Per-step scalars: ut_optim_consts (src/backend/backend.h). */
 typedef ut_optim_consts consts;
 
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 ut_optim_config ut_optim_defaults(ut_optim_kind k) {
     ut_optim_config c = {.kind = k, .lr = 1e-3f};
     if (k == UT_OPTIM_ADAMW) {
@@ -209,7 +212,8 @@ void ut_optim_free(ut_optim *o) {
     ut_free(o);
 }
 
-static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
+/* The step's scalars; counts the step. */
+static consts step_consts(ut_optim *o, float lr) {
     UT_ASSERT(lr >= 0 && isfinite(lr));
     const ut_optim_config *c = &o->cfg;
     o->steps++;
@@ -256,14 +260,61 @@ static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
         k.first = o->steps == 1;
         k.nesterov = c->nesterov;
     }
+    return k;
+}
+
+/* The backend's view of the whole range [lo, hi). */
+static ut_optim_buffers buffers(const ut_optim *o, const float *scalars) {
+    return (ut_optim_buffers){.params = o->params, .grads = o->grads, .state = {o->state[0], o->state[1]},
+                              .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
+                              .nruns = o->nruns, .nstate = o->nstate, .scalars = scalars,
+                              /* the copies are indexed as params: based at pbase */
+                              .p16 = o->p16 ? (uint16_t *)o->p16 - (o->lo - o->pbase) : NULL,
+                              .p16_dtype = o->p16_dt, .segs = o->segs, .soff = o->soff, .nsegs = o->nsegs,
+                              .scratch = o->scratch};
+}
+
+static void step(ut_optim *o, float lr, bool zero, const float *scalars) {
+    consts k = step_consts(o, lr);
     /* one backend call over every run: the backend splits the work */
-    ut_optim_buffers b = {.params = o->params, .grads = o->grads, .state = {o->state[0], o->state[1]},
-                          .pbase = o->pbase, .gbase = o->gbase, .lo = o->lo, .hi = o->hi, .runs = o->runs,
-                          .nruns = o->nruns, .nstate = o->nstate, .scalars = scalars,
-                          /* the copies are indexed as params: based at pbase */
-                          .p16 = o->p16 ? (uint16_t *)o->p16 - (o->lo - o->pbase) : NULL, .p16_dtype = o->p16_dt,
-                          .segs = o->segs, .soff = o->soff, .nsegs = o->nsegs, .scratch = o->scratch};
-    ut_backend_get(c->device)->optim_step(&b, &k, zero);
+    ut_optim_buffers b = buffers(o, scalars);
+    ut_backend_get(o->cfg.device)->optim_step(&b, &k, zero);
+}
+
+void ut_optim_step_zero_pieces(ut_optim *o, float lr, int64_t piece, ut_optim_piece_fn done, void *arg) {
+    UT_ASSERT(piece > 0 && done);
+    consts k = step_consts(o, lr);
+    const ut_optim_buffers whole = buffers(o, NULL);
+    run *runs = ut_malloc_check(sizeof(run) * (size_t)(o->nruns ? o->nruns : 1));
+    int si = 0; /* Adafactor: the next parameter */
+    for (int64_t a = o->lo; a < o->hi;) {
+        ut_optim_buffers b = whole;
+        int64_t e;
+        if (k.adafactor) { /* whole parameters: their statistics span them */
+            int s0 = si;
+            while (si < o->nsegs && (si == s0 || o->segs[si].offset + o->segs[si].numel - a <= piece)) si++;
+            e = si == o->nsegs ? o->hi : o->segs[si - 1].offset + o->segs[si - 1].numel;
+            b.segs = o->segs + s0, b.soff = o->soff + s0, b.nsegs = si - s0; /* state[0] at soff */
+            if (b.state[1]) b.state[1] += a - o->lo;
+        } else {
+            /* on a 16-float boundary (a cache line); state is indexed from lo */
+            e = a + piece >= o->hi ? o->hi : (a + piece + 15) / 16 * 16;
+            if (e > o->hi) e = o->hi;
+            for (int i = 0; i < 2; i++)
+                if (b.state[i]) b.state[i] += a - o->lo;
+            b.nruns = 0;
+            for (int r = 0; r < o->nruns; r++) {
+                int64_t rb = max64(o->runs[r].begin, a), re = min64(o->runs[r].end, e);
+                if (rb < re) runs[b.nruns++] = (run){rb, re, o->runs[r].decay};
+            }
+            b.runs = runs;
+        }
+        b.lo = a, b.hi = e;
+        ut_backend_get(o->cfg.device)->optim_step(&b, &k, true);
+        done(arg, a, e);
+        a = e;
+    }
+    ut_free(runs);
 }
 
 void ut_optim_step(ut_optim *o, float lr) { step(o, lr, false, NULL); }

@@ -1076,9 +1076,11 @@ static void log_memory(ut_trainer *t) {
     if (m.host)
         ut_note(&t->log,
                 "optimizer offload rank %d: optimizer state, master weights and their gradient in host memory, "
-                "%.3f MiB; the update runs on the CPU; the gradient reaches it %s\n",
+                "%.3f MiB; the update runs on the CPU; the gradient reaches it %s; the updated parameters go back "
+                "in pieces of %.3f MiB, each while the next is updated\n",
                 t->rank, m.host / mib,
-                m.host_streamed ? "bucket by bucket during backward" : "in one copy after backward");
+                m.host_streamed ? "bucket by bucket during backward" : "in one copy after backward",
+                m.host_piece / mib);
     if (m.gather_host)
         ut_note(&t->log, "parameter gathers rank %d: through a page-locked host copy of the parameters, %.3f MiB\n",
                 t->rank, m.gather_host / mib);

@@ -189,6 +189,11 @@ static void test_offload(void) {
         CHECK(tp_same_file(run_file(one, "checkpoints/step_00000008.safetensors"),
                            run_file("gpt2_fp32_cpu", "checkpoints/step_00000008.safetensors")),
               "%s with the optimizer offloaded, one process, differs from plain training", kinds[i]);
+        /* the update in pieces of a bucket's size (0.02 MiB: many), each sent back as it is done */
+        char *l1 = tp_slurp(run_file(one, "logger_logs/training_0.log"));
+        CHECK(l1 && strstr(l1, "the updated parameters go back in pieces of 0.020 MiB, each while the next is updated"),
+              "%s: the log does not give the update's pieces:\n%s", kinds[i], l1 ? l1 : "(no log)");
+        free(l1);
     }
 }
 

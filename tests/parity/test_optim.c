@@ -676,6 +676,94 @@ static void test_step_zero_equals_step_then_memset(void) {
     free(gb);
 }
 
+/* ut_optim_step_zero_pieces: what one piece's callback sees. */
+typedef struct {
+    const float *p, *want, *before; /* the stepped params; the whole step's; the params before the step */
+    int64_t lo, hi, next, piece, n;
+    bool aligned, ok;
+    int count;
+} pieces_seen;
+
+static void piece_seen(void *arg, int64_t a, int64_t b) {
+    pieces_seen *s = arg;
+    s->count++;
+    bool ok = a == s->next && a < b && b <= s->hi;
+    if (s->aligned) ok = ok && b - a <= s->piece + 15 && (b == s->hi || b % 16 == 0);
+    /* done: [lo, b) updated as the whole step updates it; not begun: [b, hi) as before */
+    ok = ok && !memcmp(s->p + s->lo, s->want + s->lo, sizeof(float) * (size_t)(b - s->lo)) &&
+         !memcmp(s->p + b, s->before + b, sizeof(float) * (size_t)(s->hi - b));
+    CHECK(ok, "piece %d [%lld, %lld) after %lld of [%lld, %lld)", s->count, (long long)a, (long long)b,
+          (long long)s->next, (long long)s->lo, (long long)s->hi);
+    s->ok = s->ok && ok;
+    s->next = b;
+}
+
+/* ut_optim_step_zero_pieces == ut_optim_step_zero, bit for bit (parameters,
+ * 16-bit copies, state, gradients zeroed in [lo, hi) only), for every config
+ * and Adafactor, at piece sizes from small to one piece; the pieces come in
+ * order, cover [lo, hi) and each is done before its callback (and the rest
+ * not begun). */
+static void test_step_pieces(void) {
+    const int64_t n = 123456;
+    ut_param_seg segs[64];
+    int nsegs = make_segs(segs, 64, n);
+    /* Adafactor's parameters: matrices, vectors and a stack of matrices */
+    ut_param_seg af[5] = {{0, 3000, true, 60, 50}, {3000, 17, false, 0, 0}, {3020, 40000, true, 200, 200},
+                          {43020, 2 * 30 * 40, true, 30, 40}, {45420, 9000, false, 0, 0}};
+    float *pa = malloc(sizeof(float) * n), *pb = malloc(sizeof(float) * n), *p0 = malloc(sizeof(float) * n);
+    float *ga = malloc(sizeof(float) * n), *gb = malloc(sizeof(float) * n);
+    uint16_t *ca = malloc(2 * n), *cb = malloc(2 * n);
+    static const int64_t sizes[] = {1000, 7777, 1 << 30};
+    for (int which = 0; which <= NCONFIGS; which++) {
+        bool ada = which == NCONFIGS;
+        ut_optim_config cfg = ada ? ut_optim_defaults(UT_OPTIM_ADAFACTOR) : shard_config(which);
+        if (ada) cfg.beta1 = 0.9f, cfg.weight_decay = 0.01f;
+        const ut_param_seg *sg = ada ? af : segs;
+        int ns = ada ? 5 : nsegs;
+        /* Adafactor's shard holds whole parameters */
+        int64_t lo = ada ? 3000 : 777, hi = ada ? 54420 : 90001;
+        for (int z = 0; z < 3; z++) {
+            ut_rng r;
+            ut_rng_seed(&r, 11);
+            fill(pa, n, &r, 1.0f);
+            memcpy(pb, pa, sizeof(float) * n);
+            ut_optim *a = ut_optim_new(&cfg, pa, ga, sg, ns, lo, hi);
+            ut_optim *b = ut_optim_new(&cfg, pb, gb, sg, ns, lo, hi);
+            ut_optim_set_copies16(a, ca, UT_BF16);
+            ut_optim_set_copies16(b, cb, UT_BF16);
+            memset(ca, 0, 2 * n), memset(cb, 0, 2 * n);
+            int counts = 0;
+            for (int step = 0; step < 3; step++) {
+                fill(ga, n, &r, 0.1f);
+                memcpy(gb, ga, sizeof(float) * n);
+                memcpy(p0, pb, sizeof(float) * n);
+                ut_optim_step_zero(a, 1e-2f);
+                pieces_seen seen = {.p = pb, .want = pa, .before = p0, .lo = lo, .hi = hi, .next = lo,
+                                    .piece = sizes[z], .n = n, .aligned = !ada, .ok = true};
+                ut_optim_step_zero_pieces(b, 1e-2f, sizes[z], piece_seen, &seen);
+                CHECK(seen.next == hi, "config %d pieces of %lld: covered [%lld, %lld) of [%lld, %lld)", which,
+                      (long long)sizes[z], (long long)lo, (long long)seen.next, (long long)lo, (long long)hi);
+                CHECK(!memcmp(pa, pb, sizeof(float) * n) && !memcmp(ga, gb, sizeof(float) * n) &&
+                          !memcmp(ca, cb, 2 * n),
+                      "config %d pieces of %lld step %d: params, gradients or copies differ", which,
+                      (long long)sizes[z], step);
+                counts = seen.count;
+            }
+            /* small pieces are many; the largest is one */
+            CHECK(z == 2 ? counts == 1 : counts > 2, "config %d pieces of %lld: %d pieces", which,
+                  (long long)sizes[z], counts);
+            for (int i = 0; i < ut_optim_nstate(a); i++)
+                CHECK(!memcmp(ut_optim_state(a, i, NULL), ut_optim_state(b, i, NULL),
+                              sizeof(float) * (size_t)ut_optim_state_len(a, i)),
+                      "config %d pieces of %lld: state %d", which, (long long)sizes[z], i);
+            CHECK(ut_optim_steps(a) == ut_optim_steps(b), "config %d: steps", which);
+            ut_optim_free(a);
+            ut_optim_free(b);
+        }
+    }
+    free(pa), free(pb), free(p0), free(ga), free(gb), free(ca), free(cb);
+}
+
 /* Bits must not depend on the thread count. */
 static void test_thread_count_invariance(void) {
     const int64_t n = test_quick() ? 300000 : 3000017;
@@ -1004,6 +1092,7 @@ int main(void) {
     RUN(test_grad_scaler_hysteresis);
     RUN(test_shard_equals_full);
     RUN(test_step_zero_equals_step_then_memset);
+    RUN(test_step_pieces);
     RUN(test_thread_count_invariance);
     RUN(test_adafactor_threads_and_resume);
     RUN(test_adafactor_warmup_init);
