@@ -1003,19 +1003,25 @@ static void test_adafactor_shapes(void) {
  * utk_gelu_bwd_col_sum) gives the bits of the gelu kernel followed by the
  * column sums (ut_cuda_gelu_bwd, utk_col_sum_add): 1100 rows (18 row
  * blocks, more than the 8 lanes that add them), 96 and 4096 columns, bf16
- * and fp16; 97 columns (rows not whole 16-byte groups) are refused. */
+ * and fp16; 97 columns (rows not whole 16-byte groups) are refused. Then
+ * again with the partial sums' buffer bounded to 5 parts' worth (each part
+ * 220 rows, as a biased head's 50304 columns at 64 x 1024 rows take more
+ * than 64 rows a part): the sums still those of dx, within rounding. */
 bool utk_gelu_bwd_col_sum(void *dx, const void *dy, const void *x, int dt, float *db, int64_t rows,
                           int64_t cols); /* src/backend/cuda/flat.h */
 void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
+void utk_col_parts_cap(size_t bytes);
 void ut_cuda_gelu_bwd(void *dx, int dtd, const void *dy, int dtg, const void *x, int dtx, int64_t n, bool acc);
 static void test_gelu_col_sum(void) {
     const ut_backend *be = ut_backend_get(UT_CUDA);
     const int64_t rows = 1100, colss[2] = {96, 4096};
     ut_rng r;
     ut_rng_seed(&r, 5);
+    for (int capped = 0; capped < 2; capped++)
     for (int dt = 1; dt <= 2; dt++)
         for (int c = 0; c < 2; c++) {
             int64_t cols = colss[c], n = rows * cols;
+            utk_col_parts_cap(capped ? (size_t)(5 * cols * sizeof(float)) : 0);
             float *h = malloc((size_t)n * sizeof(float)), *db0 = malloc((size_t)cols * sizeof(float));
             void *dy = be->alloc((size_t)n * 2), *x = be->alloc((size_t)n * 2), *dxa = be->alloc((size_t)n * 2),
                  *dxb = be->alloc((size_t)n * 2);
@@ -1044,12 +1050,25 @@ static void test_gelu_col_sum(void) {
                 CHECK(!memcmp(ga, gb, (size_t)cols * sizeof(float)), "dtype %d, %lld columns: db differs", dt,
                       (long long)cols);
                 CHECK(memcmp(ga, db0, (size_t)cols * sizeof(float)), "dtype %d: db unchanged", dt);
+                /* db - db0 against dx's column sums in double */
+                be->convert(f, UT_F32, dxa, (ut_dtype)dt, n);
+                be->copy(h, f, (size_t)n * sizeof(float), UT_COPY_D2H);
+                double worst = 0;
+                for (int64_t j = 0; j < cols; j++) {
+                    double want = 0, mag = 0;
+                    for (int64_t i = 0; i < rows; i++) want += h[i * cols + j], mag += fabs(h[i * cols + j]);
+                    double e = fabs((double)ga[j] - (double)db0[j] - want) / (mag + 1e-6);
+                    if (e > worst) worst = e;
+                }
+                CHECK(worst < 1e-5, "dtype %d, %lld columns%s: column sums off by %.3g of their magnitude", dt,
+                      (long long)cols, capped ? ", 5 parts" : "", worst);
             }
             CHECK(!utk_gelu_bwd_col_sum(dxb, dy, x, dt, dbb, rows * cols / 97, 97),
                   "dtype %d: 97 columns were taken", dt);
             free(h), free(db0), free(ha), free(hb), free(ga), free(gb);
             be->free(dy), be->free(x), be->free(dxa), be->free(dxb), be->free(f), be->free(dba), be->free(dbb);
         }
+    utk_col_parts_cap(0);
 }
 
 /* The peak rates MFU divides by (src/backend/cuda/peak.c): the published

@@ -371,22 +371,22 @@ extern "C" void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, i
  * on the one stream runs in order, so it is not reused before the kernel
  * that reads it has run. */
 #define COL_ROWS 64
-__global__ void k_col_part(float *part, const void *g, int g_dt, int64_t rows, int64_t cols) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
+__global__ void k_col_part(float *part, const void *g, int g_dt, int64_t rows, int64_t cols, int64_t rp) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * rp;
     if (c >= cols) return;
-    int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+    int64_t r1 = r0 + rp < rows ? r0 + rp : rows;
     float acc = 0.0f;
 #pragma unroll 4
     for (int64_t r = r0; r < r1; r++) acc += utk_load_f32(g, g_dt, r * cols + c);
     part[blockIdx.y * cols + c] = acc;
 }
 template <typename T>
-__global__ void k_col_part16(float *part, const T *g, int64_t rows, int64_t cols) {
+__global__ void k_col_part16(float *part, const T *g, int64_t rows, int64_t cols, int64_t rp) {
     constexpr int P = 16 / (int)sizeof(T);
-    int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
+    int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * rp;
     int64_t groups = cols / P;
     if (q >= groups) return;
-    int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+    int64_t r1 = r0 + rp < rows ? r0 + rp : rows;
     const uint4 *src = reinterpret_cast<const uint4 *>(g) + q;
     float acc[P];
 #pragma unroll
@@ -425,11 +425,29 @@ __global__ void k_col_parts_add(float *db, const float *part, int64_t nparts, in
         db[c] += s;
     }
 }
-/* the partial sums' buffer for rows x cols */
-static float *col_parts(int64_t rows, int64_t cols) {
+/* The partial sums' buffer is kept under this many bytes (utk_col_parts_cap):
+ * parts take more rows than COL_ROWS where rows x cols would need more
+ * (a biased head's 50304 columns at 64 x 1024 rows: 206 MB at 64 rows a
+ * part, held for the process's life outside the arena), and never more
+ * than gridDim.y's 65535 parts. */
+static size_t col_cap_bytes = (size_t)64 << 20;
+extern "C" void utk_col_parts_cap(size_t bytes) { col_cap_bytes = bytes ? bytes : (size_t)64 << 20; }
+
+/* Rows a part sums for rows x cols: COL_ROWS, or more as above. */
+static int64_t col_rows_per_part(int64_t rows, int64_t cols) {
+    int64_t maxp = (int64_t)(col_cap_bytes / ((size_t)cols * sizeof(float)));
+    if (maxp < 1) maxp = 1;
+    if (maxp > 65535) maxp = 65535;
+    int64_t rp = COL_ROWS;
+    if ((rows + rp - 1) / rp > maxp) rp = (rows + maxp - 1) / maxp;
+    return rp;
+}
+
+/* the partial sums' buffer for nparts x cols */
+static float *col_parts(int64_t nparts, int64_t cols) {
     static float *part;
     static size_t cap;
-    size_t need = (size_t)(((rows + COL_ROWS - 1) / COL_ROWS) * cols) * sizeof(float);
+    size_t need = (size_t)(nparts * cols) * sizeof(float);
     if (need > cap) {
         if (part) {
             cudaStreamSynchronize(stream());
@@ -443,18 +461,18 @@ static float *col_parts(int64_t rows, int64_t cols) {
 
 extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols) {
     if (cols <= 0 || rows <= 0) return;
-    float *part = col_parts(rows, cols);
-    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS;
+    int64_t rp = col_rows_per_part(rows, cols), nparts = (rows + rp - 1) / rp;
+    float *part = col_parts(nparts, cols);
     int el = g_dt ? 2 : 4, per = 16 / el;
     if (cols % per == 0 && ((uintptr_t)g & 15) == 0) {
         int64_t groups = cols / per;
         dim3 grid((unsigned)((groups + kThreads - 1) / kThreads), (unsigned)nparts);
-        if (g_dt == 1) k_col_part16<__nv_bfloat16><<<grid, kThreads, 0, stream()>>>(part, (const __nv_bfloat16 *)g, rows, cols);
-        else if (g_dt == 2) k_col_part16<__half><<<grid, kThreads, 0, stream()>>>(part, (const __half *)g, rows, cols);
-        else k_col_part16<float><<<grid, kThreads, 0, stream()>>>(part, (const float *)g, rows, cols);
+        if (g_dt == 1) k_col_part16<__nv_bfloat16><<<grid, kThreads, 0, stream()>>>(part, (const __nv_bfloat16 *)g, rows, cols, rp);
+        else if (g_dt == 2) k_col_part16<__half><<<grid, kThreads, 0, stream()>>>(part, (const __half *)g, rows, cols, rp);
+        else k_col_part16<float><<<grid, kThreads, 0, stream()>>>(part, (const float *)g, rows, cols, rp);
     } else {
         dim3 grid((unsigned)((cols + kThreads - 1) / kThreads), (unsigned)nparts);
-        k_col_part<<<grid, kThreads, 0, stream()>>>(part, g, g_dt, rows, cols);
+        k_col_part<<<grid, kThreads, 0, stream()>>>(part, g, g_dt, rows, cols, rp);
     }
     ut_cuda_launched("column sums");
     k_col_parts_add<<<(unsigned)((cols + 31) / 32), 32 * COL_LANES, 0, stream()>>>(db, part, nparts, cols);
@@ -467,12 +485,13 @@ extern "C" void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows
  * k_col_part16 sums them: dx and db get the bits of the gelu kernel then
  * utk_col_sum_add, without the second read of dx. */
 template <typename T>
-__global__ void k_gelu_bwd_col_part16(T *dx, float *part, const T *dy, const T *x, int64_t rows, int64_t cols) {
+__global__ void k_gelu_bwd_col_part16(T *dx, float *part, const T *dy, const T *x, int64_t rows, int64_t cols,
+                                      int64_t rp) {
     constexpr int P = 16 / (int)sizeof(T);
-    int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * (int64_t)COL_ROWS;
+    int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, r0 = blockIdx.y * rp;
     int64_t groups = cols / P;
     if (q >= groups) return;
-    int64_t r1 = r0 + COL_ROWS < rows ? r0 + COL_ROWS : rows;
+    int64_t r1 = r0 + rp < rows ? r0 + rp : rows;
     const uint4 *gy = reinterpret_cast<const uint4 *>(dy) + q, *gx = reinterpret_cast<const uint4 *>(x) + q;
     uint4 *gd = reinterpret_cast<uint4 *>(dx) + q;
     float acc[P];
@@ -501,15 +520,15 @@ extern "C" bool utk_gelu_bwd_col_sum(void *dx, const void *dy, const void *x, in
     if ((dt != 1 && dt != 2) || cols <= 0 || rows <= 0 || cols % 8 ||
         (((uintptr_t)dx | (uintptr_t)dy | (uintptr_t)x) & 15))
         return false;
-    float *part = col_parts(rows, cols);
-    int64_t nparts = (rows + COL_ROWS - 1) / COL_ROWS, groups = cols / 8;
+    int64_t rp = col_rows_per_part(rows, cols), nparts = (rows + rp - 1) / rp, groups = cols / 8;
+    float *part = col_parts(nparts, cols);
     dim3 grid((unsigned)((groups + kThreads - 1) / kThreads), (unsigned)nparts);
     if (dt == 1)
         k_gelu_bwd_col_part16<__nv_bfloat16><<<grid, kThreads, 0, stream()>>>(
-            (__nv_bfloat16 *)dx, part, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)x, rows, cols);
+            (__nv_bfloat16 *)dx, part, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)x, rows, cols, rp);
     else
         k_gelu_bwd_col_part16<__half><<<grid, kThreads, 0, stream()>>>((__half *)dx, part, (const __half *)dy,
-                                                                        (const __half *)x, rows, cols);
+                                                                        (const __half *)x, rows, cols, rp);
     ut_cuda_launched("gelu backward with column sums");
     k_col_parts_add<<<(unsigned)((cols + 31) / 32), 32 * COL_LANES, 0, stream()>>>(db, part, nparts, cols);
     ut_cuda_launched("column sums (parts)");

@@ -4,6 +4,7 @@
 #define UTRAIN_CUDA_FLAT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -65,6 +66,9 @@ void utk_rows_pad(void *dst, int ddt, int64_t ldd, const void *src, int sdt, int
 /* db (cols) += column sums of g (rows, cols, stored in g_dt: 0 F32, 1 BF16,
  * 2 F16), each summed in fixed row blocks added in order */
 void utk_col_sum_add(float *db, const void *g, int g_dt, int64_t rows, int64_t cols);
+/* The column sums' partial-sum buffer's bound in bytes (0: the default,
+ * 64 MiB); a test's way to make parts of many rows at small sizes. */
+void utk_col_parts_cap(size_t bytes);
 /* dx (rows, cols) = 0 + dy gelu'(x) (the tanh form's, as the gelu kernel's
  * backward), all three 16-bit in dt (1 BF16, 2 F16), and db (cols) += its
  * column sums (as utk_col_sum_add over dx) in the same pass: linear's fused
