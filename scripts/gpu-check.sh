@@ -240,6 +240,11 @@ if want bench; then
             UT_LINEAR_CE=0 run "bench-utrain-gpt2-bf16-ce2" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
             note "  (UT_LINEAR_CE=0) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-ce2.log")"
+            # layer norm's backward as two kernels (dx, then the weight's and
+            # bias's partial sums) instead of one pass over g and x
+            UT_CUDA_LN_BWD=two run "bench-utrain-gpt2-bf16-ln2" 300 build/bench/gpu_gpt2_step \
+                --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json
+            note "  (UT_CUDA_LN_BWD=two) $(tail -1 "$OUT/bench-utrain-gpt2-bf16-ln2.log")"
             # attention on utrain's mma.sync kernels instead of cuDNN's
             UT_CUDA_ATTN=mma run "bench-utrain-gpt2-bf16-mma" 300 build/bench/gpu_gpt2_step \
                 --batch "${GPU_CHECK_BATCH:-8}" --seq 1024 --steps 10 --bf16 --json

@@ -730,8 +730,9 @@ static void test_cudnn_refused(void) { in_child("UT_CUDNN_LIBRARY", "/nonexisten
  * run the default) is refused, naming it and the values it takes; with or
  * without a GPU. In a child process: it must see the value from its start. */
 static void test_bad_switch(void) {
-    const char *vars[2] = {"UT_CUDA_ATTN", "UT_CUDA_LT_FUSED"}, *vals[2] = {"cuDNN", "no"};
-    for (int i = 0; i < 2; i++) {
+    const char *vars[3] = {"UT_CUDA_ATTN", "UT_CUDA_LT_FUSED", "UT_CUDA_LN_BWD"}, *vals[3] = {"cuDNN", "no", "2"};
+    const char *lists[3] = {"fp32, wmma, unfused, cudnn", "0, 1", "fused, two"};
+    for (int i = 0; i < 3; i++) {
         fflush(stdout);
         pid_t pid = fork();
         CHECK(pid >= 0, "fork failed");
@@ -741,7 +742,7 @@ static void test_bad_switch(void) {
             int r = ut_backend_check(UT_CUDA, why, sizeof why);
             char want[64];
             snprintf(want, sizeof want, "%s=%s is not a value", vars[i], vals[i]);
-            bool ok = r != 0 && strstr(why, want) && strstr(why, i ? "0, 1" : "fp32, wmma, unfused, cudnn");
+            bool ok = r != 0 && strstr(why, want) && strstr(why, lists[i]);
             if (!ok) fprintf(stderr, "  %s=%s: check %d, %s\n", vars[i], vals[i], r, why);
             _exit(ok ? 0 : 1);
         }
@@ -1128,6 +1129,29 @@ static void test_device_peak(void) {
         CHECK(p16 == 132 * 1.98e9 * 4096, "the emulator's estimate %.6g", p16);
 }
 
+/* Layer norm's backward both ways (UT_CUDA_LN_BWD=two: the dx kernel and
+ * the partial sums' kernel where the one-pass backward runs by default;
+ * norm.cu), the layer norm rows in float32 and under autocast against the
+ * CPU: the GPU run can time either (scripts/gpu-check.sh bench). */
+static void test_ln_bwd_paths(void) {
+    static const char *const names[] = {"layernorm 512 x 768", "linear -> layernorm 256 x 768", "layernorm 1200 x 40",
+                                        "linear -> layernorm 64 x 2500"};
+    const gc_row *rows[4];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof big_rows / sizeof big_rows[0]; i++)
+        for (size_t j = 0; j < 4; j++)
+            if (!strcmp(big_rows[i].name, names[j]) && n < 4) rows[n++] = &big_rows[i];
+    CHECK(n == 4, "found %zu of the rows", n);
+    setenv("UT_CUDA_LN_BWD", "two", 1);
+    for (size_t k = 0; k < n; k++) {
+        if (!selected(rows[k])) continue;
+        if (dc_compare_row("ln two kernels", rows[k], UT_CUDA, TOL)) t_failed++;
+        else t_passed++;
+    }
+    autocast_rows("ln two kernels", rows, n);
+    unsetenv("UT_CUDA_LN_BWD");
+}
+
 /* Gradients written whole where no op has written them yet (backend.h,
  * UT_KCAP_FRESH_GRAD): every row again with its inputs behind an op
  * (dc_through), so its ops' input gradients are handed over unzeroed, in
@@ -1188,5 +1212,6 @@ int main(void) {
     RUN(test_gelu_col_sum);
     RUN(test_device_peak);
     RUN(test_fresh_grads);
+    RUN(test_ln_bwd_paths);
     return TEST_SUMMARY();
 }

@@ -50,6 +50,7 @@ static int switches_ok(char *err, size_t n) {
         {"UT_CUDA_ATTN", {"fp32", "wmma", "unfused", "cudnn", "mma"}},
         {"UT_CUDA_CONV", {"cudnn", "im2col"}},
         {"UT_CUDA_GEMM", {"cublas"}},
+        {"UT_CUDA_LN_BWD", {"fused", "two"}},
         {"UT_CUDA_LT_FUSED", {"0", "1"}},
         {"UT_CUDA_LT_PAD", {"0", "1"}},
         {"UT_CUDA_TF32", {"0", "1"}},

@@ -13,6 +13,8 @@
  * read, added to in float and rounded back, the bits float32 copies give. */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda.h"
 #include "launch.cuh"
@@ -339,11 +341,19 @@ extern "C" size_t ut_cuda_layernorm_bwd_scratch_bytes(int64_t N, int64_t C) {
     return 2 * (size_t)nchunks * (size_t)C * sizeof(float);
 }
 
+/* UT_CUDA_LN_BWD=two: the dx kernel and the partial sums' kernel where the
+ * one-pass backward would run (docs/gpu.md; values checked in backend.c).
+ * Read at each call, so a test can run both. */
+static bool ln_bwd_two(void) {
+    const char *e = getenv("UT_CUDA_LN_BWD");
+    return e && !strcmp(e, "two");
+}
+
 extern "C" void ut_cuda_layernorm_bwd(void *dx, bool dx_acc, float *dw, float *db, void *scratch, const void *dy,
                                       int odt, const void *x, int xdt, const float *w,
                                       const float *mean, const float *rstd, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
-    if (dx && dw && db && warp_k(C)) { /* one pass over g and x, then the blocks' partial sums added */
+    if (dx && dw && db && warp_k(C) && !ln_bwd_two()) { /* one pass over g and x, then the blocks' partial sums added */
         int64_t nb = fused_blocks(N);
         float *pw = (float *)scratch, *pb = pw + nb * C;
         switch (warp_k(C)) {
