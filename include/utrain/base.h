@@ -1,5 +1,5 @@
 /* utrain basics: checked allocation, fatal errors, the random generator.
- * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
+ * defines: ut_blas_select_kernels, ut_errorf, ut_open_regular, ut_malloc_check, ut_memory_check, ut_memory_limit, ut_calloc_check, ut_realloc_check, ut_free, ut_alloc_count,
  *          ut_abort, UT_ASSERT, ut_set_abort_handler, ut_fail_exit, ut_fail_oom, ut_oom_phase, ut_fmt_bytes, ut_rng_*,
  *          ut_philox_*. */
 #ifndef UTRAIN_BASE_H
@@ -34,6 +34,10 @@ uint64_t ut_alloc_count(void);
  * before allocating, so it gives an error rather than an out-of-memory abort. */
 int64_t ut_physical_memory(void);
 int ut_memory_check(double bytes, const char *what, char *err, size_t n);
+/* A smaller ceiling for ut_memory_check than the machine's memory (0: the
+ * machine's again), said as this machine's: the fuzz targets build models
+ * from their inputs and keep them small. */
+void ut_memory_limit(int64_t bytes);
 
 
 /* Fatal, always-on checks for internal invariants (not for user input, which

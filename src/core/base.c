@@ -73,8 +73,13 @@ int64_t ut_physical_memory(void) {
     return pages > 0 && size > 0 ? (int64_t)pages * size : INT64_MAX;
 }
 
+static _Atomic int64_t memory_limit; /* ut_memory_limit; 0: none */
+
+void ut_memory_limit(int64_t bytes) { atomic_store(&memory_limit, bytes > 0 ? bytes : 0); }
+
 int ut_memory_check(double bytes, const char *what, char *err, size_t n) {
-    double have = (double)ut_physical_memory();
+    int64_t lim = atomic_load(&memory_limit);
+    double have = (double)(lim ? lim : ut_physical_memory());
     if (bytes <= have) return 0;
     return ut_errorf(err, n, "%s needs %.3g GiB, more than this machine's %.3g GiB of memory",
                      what, bytes / 1073741824.0, have / 1073741824.0);

@@ -436,8 +436,19 @@ ut_model *ut_model_create_layout(const char *name, const ut_kv *opts, uint64_t s
 
 ut_model *ut_model_create(const char *name, const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     register_builtins();
-    for (int i = 0; i < nregistry; i++)
-        if (strcmp(registry[i].name, name) == 0) return registry[i].build(opts, seed, err, n);
+    for (int i = 0; i < nregistry; i++) {
+        if (strcmp(registry[i].name, name)) continue;
+        ut_model *m = registry[i].build(opts, seed, err, n);
+        /* a model read from a Hugging Face directory takes its sizes from
+         * its config.json: a refusal the build did not lay at the
+         * directory's door says where its values came from */
+        const char *dir = ut_kv_get(opts, "pretrained");
+        if (!m && dir && n && !strstr(err, dir)) {
+            size_t at = strlen(err);
+            snprintf(err + at, n - at, " (model.pretrained: %s/config.json, the run's model options over it)", dir);
+        }
+        return m;
+    }
     char names[512];
     snprintf(err, n, "unknown model '%s' (registered: %s)", name, ut_model_names(names, sizeof names));
     return NULL;

@@ -87,19 +87,29 @@ static int open_idx(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut
 
 /* The model's vocabulary: model.vocab_size, or model.pretrained's
  * config.json vocab_size, or GPT-2's; token ids must be below it. */
-static int64_t model_vocab(const ut_config *c) {
+/* The model's vocabulary: model.vocab_size, else the model.pretrained
+ * directory's config.json's, else GPT-2's 50257; -1 with a message naming
+ * where it came from when that is not a count of at least 1. */
+static int64_t model_vocab(const ut_config *c, char *err, size_t n) {
     long long v = 50257;
     char e[1024];
     const char *dir = ut_kv_get(c->model_opts, "pretrained");
-    ut_kv *hf = dir && !ut_kv_get(c->model_opts, "vocab_size") ? ut_hf_config_read(dir, e, sizeof e) : NULL;
-    ut_kv_int(hf ? hf : c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    ut_kv *hf = NULL;
+    if (dir && !ut_kv_get(c->model_opts, "vocab_size") && !(hf = ut_hf_config_read(dir, e, sizeof e)))
+        return ut_errorf(err, n, "model.pretrained: %s", e), -1;
+    int rc = ut_kv_int(hf ? hf : c->model_opts, "vocab_size", 50257, &v, e, sizeof e);
+    bool from_dir = hf != NULL;
     ut_kv_free(hf);
+    if (!rc && v < 1) rc = -1, snprintf(e, sizeof e, "vocab_size %lld is not a count of at least 1", v);
+    if (rc && from_dir) return ut_errorf(err, n, "model.pretrained: %s/config.json: %s", dir, e), -1;
+    if (rc) return ut_errorf(err, n, "model: %s", e), -1;
     return v;
 }
 
 static int open_tokens(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut_dataset **test,
                        char *err, size_t n) {
-    int64_t V = model_vocab(c);
+    int64_t V = model_vocab(c, err, n);
+    if (V < 0) return -1;
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     ut_dataset **out[3] = {train, dev, test};
     for (int i = 0; i < 3; i++)
@@ -429,7 +439,11 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
      * run at the first batch that holds such an id, perhaps hours in: refused
      * here, before anything runs. */
     if (pretrained && data && data->vocab_size > 0) {
-        int64_t V = model_vocab(cfg);
+        int64_t V = model_vocab(cfg, err, n);
+        if (V < 0) {
+            ut_kv_free(opts);
+            return NULL;
+        }
         if (data->vocab_size > V) {
             const char *tok = pretrained_tokenizer(cfg);
             snprintf(err, n, "model.pretrained %s: config.json's vocab_size is %lld, but the tokenizer (%s) has "

@@ -63,6 +63,14 @@ static void test_refused(void) {
         snprintf(set, sizeof set, "model.pretrained=%s", dir);
         const char *const small[][2] = {{set, "config.json's vocab_size is 50, but the tokenizer"}};
         hfe_check_refused(tmp, "bert.yml", small, 1);
+        /* a vocabulary size that is no count: refused naming the file, not taken as one */
+        memcpy(at, "\"vocab_size\":  -5", strlen("\"vocab_size\": 100"));
+        CHECK(write_text(tp_path(dir, "config.json"), cfg) == 0, "the copy in %s", dir);
+        char want[768];
+        snprintf(want, sizeof want, "model.pretrained: %s/config.json: vocab_size -5 is not a count of at least 1",
+                 dir);
+        const char *const neg[][2] = {{set, want}};
+        hfe_check_refused(tmp, "bert.yml", neg, 1);
     }
     free(cfg);
     free(vocab);

@@ -134,6 +134,15 @@ static void test_refusals(void) {
     fputs("{\"model_type\": \"gpt2\", \"n_embd\": 4, \"n_head\": 2, \"tie_word_embeddings\": false}", cf);
     fclose(cf);
     refused(NULL, NULL, dir, "tie_word_embeddings false is not supported");
+    /* sizes the model refuses: the message says they came from the directory */
+    cf = fopen(path, "w");
+    UT_ASSERT(cf);
+    fputs("{\"model_type\": \"gpt2\", \"n_embd\": 100, \"n_head\": 3, \"n_layer\": 1}", cf);
+    fclose(cf);
+    char want[768];
+    snprintf(want, sizeof want, "n_embd 100 is not divisible by n_head 3 (model.pretrained: %s/config.json, the run's "
+             "model options over it)", dir);
+    refused(NULL, NULL, dir, want);
     tp_finish(0, dir);
 }
 
