@@ -313,6 +313,13 @@ ut_ddp *ut_ddp_new(ut_comm *c, ut_params *p, double bucket_mb);
  * (UT_BF16 or UT_F16) for its all-reduce (ut_comm_iallreduce16) and widened
  * back; half the bytes move. UT_F32 (the default): no compression. */
 void ut_ddp_set_compression(ut_ddp *d, ut_dtype dt);
+/* zero1 with ZeRO-Offload: the summed gradient's elements [lo, hi) (the
+ * rank's shard) also land in host[0, hi - lo) (memory of the device's
+ * host_alloc) bucket by bucket during backward, each as its all-reduce
+ * finishes; done when ut_ddp_finish returns, except that the copies back
+ * to the device read the pinned path's host memory, so the compute stream
+ * is synced before host is written. Without compression only. */
+void ut_ddp_set_host_grad(ut_ddp *d, float *host, int64_t lo, int64_t hi);
 void ut_ddp_free(ut_ddp *d);
 /* Arms ctx's gradient-ready hook for the coming backward pass: each bucket's
  * all-reduce starts as soon as its last parameter's gradient is complete.
@@ -373,9 +380,10 @@ typedef struct {
     /* zero1, zero2: ZeRO-Offload. The optimizer's state and a float32 master
      * copy of this rank's shard live in host memory (page-locked where the
      * device has such memory) and the update runs there on the CPU backend;
-     * zero2's buckets put their part of the shard's gradient in host memory
-     * as they land during backward (zero1, and zero2 with replicas: the
-     * step copies it down after backward), and the step updates the shard
+     * the buckets put their part of the shard's gradient in host memory as
+     * they land during backward (zero1 on one rank or compressed, and
+     * either with replicas: the step copies it down after backward), and
+     * the step updates the shard
      * in pieces of bucket_mb, queuing each piece's copy back to the device
      * as it is done (the copy runs while the host updates the next), before
      * the parameters are gathered. The model's device

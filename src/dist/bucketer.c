@@ -17,7 +17,8 @@ typedef struct {
     int state;
     ut_comm_req *req;
     float *hin, *hout;    /* the collective's host memory */
-    float *host;          /* ut_bucket_io.host_out[k]; NULL: none */
+    float *host;          /* ut_bucket_io.host_out[k] or ut_bucketer_set_host's; NULL: none */
+    int64_t host_at, host_n; /* the output's elements [host_at, +host_n) go there */
     ut_stage in, outs;    /* host memory path: stages that copy nothing on the CPU */
     void *ready, *copied; /* device memory path: backward done with it; its host copy (direct: its
                            * collective) done */
@@ -59,7 +60,7 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         bucket *bk = &b->b[k];
         bk->span = spans[k];
         if (out) bk->out = out[k], bk->out_n = outn[k];
-        if (io.host_out) bk->host = io.host_out[k];
+        if (io.host_out) bk->host = io.host_out[k], bk->host_at = 0, bk->host_n = out_n(bk);
         host += span_n(bk) + (bk->out && !bk->host ? bk->out_n : 0);
     }
     b->io.host_out = NULL; /* the caller's array: each bucket keeps its own pointer */
@@ -85,6 +86,12 @@ ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spa
         }
     }
     return b;
+}
+
+void ut_bucketer_set_host(ut_bucketer *b, int k, float *host, int64_t at, int64_t n) {
+    bucket *bk = &b->b[k];
+    UT_ASSERT(k >= 0 && k < b->nb && host && at >= 0 && n > 0 && at + n <= out_n(bk) && bk->state == IDLE);
+    bk->host = host, bk->host_at = at, bk->host_n = n;
 }
 
 void ut_bucketer_free(ut_bucketer *b) {
@@ -132,8 +139,11 @@ static void land(ut_bucketer *b, int k) {
     } else {
         ut_stage_end(&bk->in, true);
     }
-    if (bk->host && !b->pinned) /* host memory both: the device is the CPU */
-        memcpy(bk->host, out_dev(b, bk), (size_t)out_n(bk) * sizeof(float));
+    /* the host's part: copied out of the collective's host memory unless the
+     * collective wrote it there itself; on the CPU (host memory both) out of
+     * the result */
+    if (bk->host && bk->hout != bk->host)
+        memcpy(bk->host, (b->pinned ? bk->hout : out_dev(b, bk)) + bk->host_at, (size_t)bk->host_n * sizeof(float));
     bk->state = LANDED;
     b->nlanded++;
     if (b->io.done) b->io.done(b->io.user, k);
@@ -180,8 +190,8 @@ static void start_direct(ut_bucketer *b, int k) {
     ut_event_wait(b->be, b->stream, bk->ready);
     if (b->io.post_direct(b->io.user, k, g, out_dev(b, bk))) b->rc = -1;
     if (bk->host) /* after the collective on its stream: done by the finish's wait */
-        ut_copy_async(b->be, bk->host, out_dev(b, bk), (size_t)out_n(bk) * sizeof(float), UT_COPY_D2H,
-                      b->stream);
+        ut_copy_async(b->be, bk->host, out_dev(b, bk) + bk->host_at, (size_t)bk->host_n * sizeof(float),
+                      UT_COPY_D2H, b->stream);
     ut_event_record(b->be, bk->copied, b->stream);
     bk->state = POSTED;
     b->nposted++;

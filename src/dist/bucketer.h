@@ -72,7 +72,8 @@ typedef struct {
      * is done when ut_bucketer_finish returns, except the pinned path's
      * copies back to the device, queued on the compute stream, which read
      * host_out: sync the compute stream before writing it. NULL: not wanted.
-     * The array is copied by ut_bucketer_new. */
+     * The array is copied by ut_bucketer_new. (Part of an output:
+     * ut_bucketer_set_host.) */
     float *const *host_out;
 } ut_bucket_io;
 
@@ -84,6 +85,11 @@ typedef struct ut_bucketer ut_bucketer;
 ut_bucketer *ut_bucketer_new(ut_comm *c, ut_params *p, const ut_bucket_span *spans, int nb, const int *bucket_of,
                              float *const *out, const int64_t *out_n, ut_bucket_io io);
 void ut_bucketer_free(ut_bucketer *b);
+/* ZeRO-Offload with an in-place collective (zero1's all-reduce): bucket k's
+ * result's elements [at, at + n) also land at host (as io.host_out's, but
+ * copied out of the collective's host memory on the pinned path: the whole
+ * bucket is there), during backward. Before the first arm. */
+void ut_bucketer_set_host(ut_bucketer *b, int k, float *host, int64_t at, int64_t n);
 /* Arms ctx's gradient-ready hook for the coming backward pass. */
 void ut_bucketer_arm(ut_bucketer *b, ut_ctx *ctx);
 /* After that backward: disarms the hook, starts the buckets not started yet

@@ -111,6 +111,14 @@ void ut_ddp_free(ut_ddp *d) {
     ut_free(d);
 }
 
+void ut_ddp_set_host_grad(ut_ddp *d, float *host, int64_t lo, int64_t hi) {
+    UT_ASSERT(d->wire_dt == UT_F32); /* a compressed bucket is widened after its collective */
+    for (int k = 0; k < d->nb; k++) {
+        int64_t a = d->span[k].lo > lo ? d->span[k].lo : lo, e = d->span[k].hi < hi ? d->span[k].hi : hi;
+        if (a < e) ut_bucketer_set_host(d->eng, k, host + (a - lo), a - d->span[k].lo, e - a);
+    }
+}
+
 int ut_ddp_nbuckets(const ut_ddp *d) { return d->nb; }
 
 void ut_ddp_arm(ut_ddp *d, ut_ctx *ctx) { ut_bucketer_arm(d->eng, ctx); }

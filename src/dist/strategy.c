@@ -421,6 +421,13 @@ ut_dist *ut_dist_new(ut_comm *c, ut_model *m, const ut_optim_config *cfg, const 
     case UT_DIST_ZERO1:
         if (d->world > 1) d->ddp = ut_ddp_new(c, p, o->bucket_mb);
         if (d->ddp && ut_dtype_is16(o->comm_hook)) ut_ddp_set_compression(d->ddp, o->comm_hook);
+        /* ZeRO-Offload: the shard's part of each bucket to the host as its
+         * all-reduce lands (not with replicas, whose sum comes after the
+         * buckets, nor compressed buckets, widened after theirs) */
+        if (d->ddp && d->offload && !d->rep && !ut_dtype_is16(o->comm_hook)) {
+            ut_ddp_set_host_grad(d->ddp, d->h_grad, d->lo, d->hi);
+            d->streamed = true;
+        }
         break;
     case UT_DIST_ZERO2:
         d->shard_grad = ut_pages_alloc(d->be, d->S);

@@ -201,8 +201,8 @@ static void test_hybrid_sharding(void) {
 
 /* Lion (optim.name: lion) under every strategy: at 2 ranks the gradient
  * sum a + b has one rounding whatever the reduction, and Lion's update is
- * elementwise, so ddp, zero1, zero2, zero2 with ZeRO-Offload (the host's
- * step) and zero3 reach the same bits, optimizer state (exp_avg, written
+ * elementwise, so ddp, zero1, zero2, zero2 and zero1 with ZeRO-Offload (the
+ * host's step, fed bucket by bucket) and zero3 reach the same bits, optimizer state (exp_avg, written
  * as one process writes it) included; a run stopped at step 10 and resumed
  * reaches them too; one process trains (the loss falls). */
 static void test_lion(void) {
@@ -211,9 +211,10 @@ static void test_lion(void) {
     CHECK(!train("lion_ref", gpt2_yaml, "ddp", 1, 1, lion), "one process");
     CHECK(!train("lion_ddp", gpt2_yaml, "ddp", 2, 1, lion), "ddp on 2 ranks");
     static const char *const runs[][2] = {
-        {"lion_z1", "zero1"}, {"lion_z2", "zero2"}, {"lion_z2off", "zero2"}, {"lion_z3", "zero3"}};
-    for (int i = 0; i < 4; i++) {
-        snprintf(extra, sizeof extra, "%s%s", lion, i == 2 ? " dist.offload_optimizer=cpu dist.bucket_mb=0.02" : "");
+        {"lion_z1", "zero1"}, {"lion_z2", "zero2"}, {"lion_z2off", "zero2"}, {"lion_z3", "zero3"}, {"lion_z1off", "zero1"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(extra, sizeof extra, "%s%s", lion,
+                 i == 2 || i == 4 ? " dist.offload_optimizer=cpu dist.bucket_mb=0.02" : "");
         CHECK(!train(runs[i][0], gpt2_yaml, runs[i][1], 2, 1, extra), "%s on 2 ranks", runs[i][0]);
         CHECK(tp_same_weights(path("lion_ddp", "checkpoints/step_00000020.safetensors"),
                               path(runs[i][0], "checkpoints/step_00000020.safetensors")),

@@ -166,8 +166,10 @@ static void test_offload(void) {
                     run_file("zero2_cpu", "checkpoints/step_00000008.safetensors")),
           "zero2 resumed with the optimizer offloaded differs from zero2");
     /* fp16 loss scaling, clipping and accumulation around the offloaded
-     * step on 2 ranks: zero1 (the gradient copied down after backward) and
-     * zero2 (bucket by bucket, scaled on the host); then each on one process */
+     * step on 2 ranks: zero1 (the shard's part of each all-reduced bucket)
+     * and zero2 (each bucket's reduce-scatter), both bucket by bucket and
+     * scaled on the host; then each on one process (the gradient copied down
+     * after backward: one process has no buckets for zero1) */
     const char *kinds[2] = {"zero1", "zero2"};
     for (int i = 0; i < 2; i++) {
         char sets[256], ref[32], off[32], one[32];
@@ -184,6 +186,11 @@ static void test_offload(void) {
         CHECK(tp_same_file(run_file(off, "checkpoints/step_00000008.safetensors"),
                            run_file(ref, "checkpoints/step_00000008.safetensors")),
               "%s fp16 with clipping and accumulation, offloaded, differs from the CPU's run", kinds[i]);
+        char *l2 = tp_slurp(run_file(off, "logger_logs/training_0.log"));
+        CHECK(l2 && strstr(l2, "the gradient reaches it bucket by bucket during backward"),
+              "%s on 2 ranks: the log does not say the gradient streams to the host:\n%s", kinds[i],
+              l2 ? l2 : "(no log)");
+        free(l2);
         snprintf(sets, sizeof sets, "dist.strategy=%s dist.offload_optimizer=cpu dist.bucket_mb=0.02", kinds[i]);
         CHECK(train(one, gpt2, "sim", sets, 1) == 0, "%s with offload", kinds[i]);
         CHECK(tp_same_file(run_file(one, "checkpoints/step_00000008.safetensors"),

@@ -304,10 +304,14 @@ static void test_distributed(void) {
     /* ZeRO-Offload: the update on the host CPU, the model on the GPU; the
      * gradient down bucket by bucket during backward (small buckets: many) */
     both("zero2off", gpt2, "dist.strategy=zero2 dist.offload_optimizer=cpu dist.bucket_mb=0.02", 2, 8, 1e-6, 1e-5);
-    char *offlog = tp_slurp(run_file("zero2off_dev", "logger_logs/training_0.log"));
-    CHECK(offlog && strstr(offlog, "the gradient reaches it bucket by bucket during backward"),
-          "zero2off: the log does not say the gradient streams to the host");
-    free(offlog);
+    /* zero1: the shard's part of each all-reduced bucket, copied out of the pinned buffer */
+    both("zero1off", gpt2, "dist.strategy=zero1 dist.offload_optimizer=cpu dist.bucket_mb=0.02", 2, 8, 1e-6, 1e-5);
+    for (int i = 0; i < 2; i++) {
+        char *offlog = tp_slurp(run_file(i ? "zero1off_dev" : "zero2off_dev", "logger_logs/training_0.log"));
+        CHECK(offlog && strstr(offlog, "the gradient reaches it bucket by bucket during backward"),
+              "zero%doff: the log does not say the gradient streams to the host", i ? 1 : 2);
+        free(offlog);
+    }
     /* the ranks over TCP (torchrun's way) instead of MPI: the device's
      * buffers staged through host memory the same way */
     both("zero3tcp", gpt2, "dist.strategy=zero3 dist.launcher=tcp", 2, 8, 1e-6, 1e-5);
@@ -376,15 +380,18 @@ static void test_nccl_ranks(void) {
     /* each against the CPU's run of the same strategy (the CPU has no
      * device_comm; the runs of test_distributed and test_model_parallel
      * where there is one) */
-    /* the last: ZeRO-Offload's gradient copied down after each bucket's
-     * reduce-scatter, on the communicator's stream */
+    /* the last two: ZeRO-Offload's gradient copied down after each bucket's
+     * reduce-scatter (zero2) or the shard's part after its all-reduce
+     * (zero1), on the communicator's stream */
     const char *sets[] = {"dist.strategy=ddp", "dist.strategy=zero2", "dist.strategy=zero3", "dist.tensor_parallel=2",
                           "dist.pipeline_parallel=2", "dist.strategy=ddp dist.comm_hook=bf16",
-                          "dist.strategy=zero2 dist.offload_optimizer=cpu dist.bucket_mb=0.02"};
+                          "dist.strategy=zero2 dist.offload_optimizer=cpu dist.bucket_mb=0.02",
+                          "dist.strategy=zero1 dist.offload_optimizer=cpu dist.bucket_mb=0.02"};
     const char *names[] = {"nccl_ddp", "nccl_zero2", "nccl_zero3", "nccl_tp2", "nccl_pp2", "nccl_ddp_bf16",
-                           "nccl_zero2off"};
-    const char *refs[] = {"ddp_cpu", "zero2_cpu", "zero3_cpu", "tp2_cpu", "pp2_cpu", "ddp_bf16_cpu", "zero2_cpu"};
-    for (int i = 0; i < 7; i++) {
+                           "nccl_zero2off", "nccl_zero1off"};
+    const char *refs[] = {"ddp_cpu",      "zero2_cpu", "zero3_cpu", "tp2_cpu", "pp2_cpu", "ddp_bf16_cpu",
+                          "zero2_cpu",    "zero1off_cpu"};
+    for (int i = 0; i < 8; i++) {
         if (i == 1 || i == 5) CHECK(train(refs[i], gpt2, "cpu", sets[i], 2) == 0, "%s on the CPU", sets[i]);
         char s[160];
         snprintf(s, sizeof s, "%s dist.device_comm=direct", sets[i]);
