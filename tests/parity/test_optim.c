@@ -629,6 +629,18 @@ static void test_shard_equals_full(void) {
     free(g);
 }
 
+/* Two optimizers a and b of cfg over [lo, hi), pa and pb the same random
+ * parameters (r seeded with seed, left to draw the gradients). */
+static void twins(const ut_optim_config *cfg, float *pa, float *pb, float *ga, float *gb, int64_t n,
+                  const ut_param_seg *segs, int nsegs, int64_t lo, int64_t hi, uint64_t seed, ut_rng *r,
+                  ut_optim **a, ut_optim **b) {
+    ut_rng_seed(r, seed);
+    fill(pa, n, r, 1.0f);
+    memcpy(pb, pa, sizeof(float) * n);
+    *a = ut_optim_new(cfg, pa, ga, segs, nsegs, lo, hi);
+    *b = ut_optim_new(cfg, pb, gb, segs, nsegs, lo, hi);
+}
+
 /* ut_optim_step_zero == ut_optim_step followed by zeroing grads[lo, hi): same
  * parameters and state bit for bit, grads zero in [lo, hi) (padding included)
  * and untouched outside it, for every config and at 1 and 3 threads. */
@@ -645,11 +657,8 @@ static void test_step_zero_equals_step_then_memset(void) {
             omp_set_num_threads(threads);
             ut_optim_config cfg = shard_config(which);
             ut_rng r;
-            ut_rng_seed(&r, 5);
-            fill(pa, n, &r, 1.0f);
-            memcpy(pb, pa, sizeof(float) * n);
-            ut_optim *a = ut_optim_new(&cfg, pa, ga, segs, nsegs, lo, hi);
-            ut_optim *b = ut_optim_new(&cfg, pb, gb, segs, nsegs, lo, hi);
+            ut_optim *a, *b;
+            twins(&cfg, pa, pb, ga, gb, n, segs, nsegs, lo, hi, 5, &r, &a, &b);
             for (int step = 0; step < 3; step++) {
                 fill(ga, n, &r, 0.1f);
                 memcpy(gb, ga, sizeof(float) * n);
@@ -724,11 +733,8 @@ static void test_step_pieces(void) {
         int64_t lo = ada ? 3000 : 777, hi = ada ? 54420 : 90001;
         for (int z = 0; z < 3; z++) {
             ut_rng r;
-            ut_rng_seed(&r, 11);
-            fill(pa, n, &r, 1.0f);
-            memcpy(pb, pa, sizeof(float) * n);
-            ut_optim *a = ut_optim_new(&cfg, pa, ga, sg, ns, lo, hi);
-            ut_optim *b = ut_optim_new(&cfg, pb, gb, sg, ns, lo, hi);
+            ut_optim *a, *b;
+            twins(&cfg, pa, pb, ga, gb, n, sg, ns, lo, hi, 11, &r, &a, &b);
             ut_optim_set_copies16(a, ca, UT_BF16);
             ut_optim_set_copies16(b, cb, UT_BF16);
             memset(ca, 0, 2 * n), memset(cb, 0, 2 * n);
