@@ -88,7 +88,8 @@ struct ut_dist {
     bool offload;
     float *h_param, *h_grad;
     /* the bucket engine puts the shard's gradient in h_grad as its buckets
-     * land (zero2 without replicas), rather than the step copying it down */
+     * land (zero2, and zero1 on ranks with uncompressed buckets; neither
+     * with replicas), rather than the step copying it down */
     bool streamed;
     /* elements a piece of the host update: each piece's parameters go back
      * to the device while the next is updated (a bucket's size) */
