@@ -85,9 +85,10 @@ static int open_idx(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut
     return 0;
 }
 
-/* The model's vocabulary (token ids must be below it): model.vocab_size, else the model.pretrained
- * directory's config.json's, else GPT-2's 50257; -1 with a message naming
- * where it came from when that is not a count of at least 1. */
+/* The model's vocabulary (token ids must be below it): model.vocab_size,
+ * else the model.pretrained directory's config.json's, else GPT-2's 50257;
+ * -1 with a message naming where it came from when that is not a count of
+ * at least 1. */
 static int64_t model_vocab(const ut_config *c, char *err, size_t n) {
     long long v = 50257;
     char e[1024];
