@@ -383,11 +383,10 @@ typedef struct {
      * the buckets put their part of the shard's gradient in host memory as
      * they land during backward (zero1 on one rank or compressed, and
      * either with replicas: the step copies it down after backward), and
-     * the step updates the shard
-     * in pieces of bucket_mb, queuing each piece's copy back to the device
-     * as it is done (the copy runs while the host updates the next), before
-     * the parameters are gathered. The model's device
-     * keeps only parameters and gradients. */
+     * the step updates the shard in pieces of bucket_mb, queuing each
+     * piece's copy back to the device as it is done (the copy runs while
+     * the host updates the next), before the parameters are gathered. The
+     * model's device keeps only parameters and gradients. */
     bool offload_optimizer;
     /* ddp, zero1: the gradient all-reduce in 16 bits (ut_ddp_set_compression;
      * UT_F32 or 0: none) */
@@ -410,8 +409,8 @@ typedef struct {
     size_t params, grads, optim;
     size_t params_peak, grads_peak;
     size_t host; /* ZeRO-Offload: host bytes instead (optimizer state, master shard and its gradient); optim is 0 */
-    bool host_streamed; /* ZeRO-Offload: the gradient reaches the host bucket by bucket during backward (zero2
-                           without replicas), not in one copy after it */
+    bool host_streamed; /* ZeRO-Offload: the gradient reaches the host bucket by bucket during backward (zero2,
+                           zero1 on ranks uncompressed; not with replicas), not in one copy after it */
     size_t host_piece;  /* ZeRO-Offload: the update runs in pieces of this many bytes of parameters, each
                            copied back to the device while the host updates the next */
     size_t gather_host; /* sharded strategies on a device whose memory the communicator does not take:

@@ -298,8 +298,7 @@ void ut_optim_step_zero_pieces(ut_optim *o, float lr, int64_t piece, ut_optim_pi
             if (b.state[1]) b.state[1] += a - o->lo;
         } else {
             /* on a 16-float boundary (a cache line); state is indexed from lo */
-            e = a + piece >= o->hi ? o->hi : (a + piece + 15) / 16 * 16;
-            if (e > o->hi) e = o->hi;
+            e = min64((a + piece + 15) / 16 * 16, o->hi);
             for (int i = 0; i < 2; i++)
                 if (b.state[i]) b.state[i] += a - o->lo;
             b.nruns = 0;

@@ -206,6 +206,35 @@ static void test_absurd_sizes(void) {
     expect_train_error("data.max_len=9223372036854775807", "data.max_len: must be >= 1 and <= 1e+09");
 }
 
+/* A GPT-2 vocabulary that is no count is refused as the model's, not passed
+ * to the token file's check (which blamed the data file). */
+static void test_vocab_not_a_count(void) {
+    int32_t head[256] = {20240520, 1, 64};
+    uint16_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = (uint16_t)(i % 50);
+    char data[sizeof head + sizeof toks];
+    memcpy(data, head, sizeof head);
+    memcpy(data + sizeof head, toks, sizeof toks);
+    write_file(path_in("toks.bin"), data, sizeof data);
+    char yml[1200];
+    snprintf(yml, sizeof yml,
+             "experiment_name: vocab\noutput_dir: %s/runs\nthreads: 1\n"
+             "model: {name: gpt2, n_layer: 1, n_head: 2, n_embd: 8, block_size: 8}\n"
+             "data: {name: tokens, train_path: %s, seq_len: 8}\ntrain: {max_steps: 1, progress: \"off\"}\n",
+             tmp, path_in("toks.bin"));
+    write_text(path_in("gpt2_vocab.yml"), yml);
+    const char *sets[2] = {"model.vocab_size=-5", "model.vocab_size=abc"};
+    const char *want[2] = {"model: vocab_size -5 is not a count of at least 1",
+                           "model: option 'vocab_size': 'abc' is not an integer"};
+    for (int i = 0; i < 2; i++) {
+        char *s;
+        int rc = run((const char *[]){"train", path_in("gpt2_vocab.yml"), "--set", sets[i], NULL}, &s);
+        CHECK(rc == 1 && s && strstr(s, want[i]), "--set %s: exit %d, output: %s (want '%s')", sets[i], rc, s,
+              want[i]);
+        free(s);
+    }
+}
+
 /* a batch or prefetch larger than the data set is capped, not allocated */
 static void test_huge_batch_trains(void) {
     const char *sets[] = {"train.batch_size=2000000000", "train.eval_batch_size=2000000000",
@@ -488,6 +517,7 @@ int main(int argc, char **argv) {
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-badinput")) return 1;
     write_config();
     RUN(test_config_files);
+    RUN(test_vocab_not_a_count);
     RUN(test_tsv_nul_byte);
     RUN(test_fifo_is_refused_not_waited_on);
     RUN(test_idx_images_against_the_model);
