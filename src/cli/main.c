@@ -172,7 +172,8 @@ static int take_nproc(int argc, char **argv) {
             char *end;
             long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
             if (i + 1 >= argc || *end || v < 1 || v > 4096) {
-                fprintf(stderr, "utrain: --nproc needs a process count\n");
+                fprintf(stderr, "utrain: --nproc needs a process count from 1 to 4096, got '%s'\n",
+                        i + 1 < argc ? argv[i + 1] : "");
                 return -1;
             }
             return (int)v;
@@ -293,7 +294,7 @@ static int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--world-size") || !strcmp(a, "--nproc")) {
             world = v ? strtol(v, &end, 10) : 0;
             if (!v || !*v || *end || world < 1 || world > 1 << 20) {
-                fprintf(stderr, "utrain plan: %s needs a rank count >= 1, got '%s'\n", a, v ? v : "");
+                fprintf(stderr, "utrain plan: %s needs a rank count from 1 to 1048576, got '%s'\n", a, v ? v : "");
                 rc = UT_EXIT_USAGE;
             }
             i++;

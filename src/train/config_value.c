@@ -409,8 +409,24 @@ static bool deepspeed_hint(const char *key, char *buf, size_t n) {
     return false;
 }
 
+/* A section's name written as a key (train: 3, --set optim=adamw): name one
+ * of its keys instead. */
+static bool section_hint(const char *key, char *buf, size_t n) {
+    for (int s = 1; s < ut_cfg_nsections; s++) {
+        if (strcmp(key, ut_cfg_sections[s])) continue;
+        size_t len = strlen(key);
+        for (int i = 0; i < ut_cfg_nkeys; i++)
+            if (!strncmp(ut_cfg_schema[i].key, key, len) && ut_cfg_schema[i].key[len] == '.') {
+                snprintf(buf, n, " (%s is a section: give one of its keys a value, e.g. %s; "
+                                 "utrain config --doc lists them)", key, ut_cfg_schema[i].key);
+                return true;
+            }
+    }
+    return false;
+}
+
 void ut_cfg_suggest(const char *key, char *buf, size_t n) {
-    if (deepspeed_hint(key, buf, n)) return;
+    if (deepspeed_hint(key, buf, n) || section_hint(key, buf, n)) return;
     const char *best = NULL;
     int best_d = 2 + (int)strlen(key) / 3;   /* suggestions must be nearer than this */
     int total = ut_cfg_nkeys + ut_cfg_naliases + ut_cfg_nsections;

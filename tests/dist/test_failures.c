@@ -446,6 +446,11 @@ static void test_bad_launch_requests(void) {
     CHECK(rc == 2 && s && strstr(s, "--max-restarts needs a count"), "bad --max-restarts (exit %d): %s", rc,
           s ? s : "");
     free(s);
+    rc = tp_run((const char *[]){"train", cfg, "--nproc", "0", NULL}, out);
+    s = tp_slurp(out);
+    CHECK(rc == 2 && s && strstr(s, "--nproc needs a process count from 1 to 4096, got '0'"),
+          "--nproc 0 (exit %d): %s", rc, s ? s : "");
+    free(s);
     /* dp is one process: started as 2 ranks by a launcher it refuses */
     char cmd[2048];
     snprintf(cmd, sizeof cmd,

@@ -524,7 +524,7 @@ static void test_convolutions(void) {
 
 static void test_errors(void) {
     struct { const char *args[8]; int code; const char *msg; } cases[] = {
-        {{"plan", cfg, "--world-size", "0", NULL}, 2, "--world-size needs a rank count >= 1, got '0'"},
+        {{"plan", cfg, "--world-size", "0", NULL}, 2, "--world-size needs a rank count from 1 to 1048576, got '0'"},
         {{"plan", cfg, "--world-size", "four", NULL}, 2, "got 'four'"},
         {{"plan", cfg, "--world-size", NULL}, 2, "--world-size needs a rank count"},
         {{"plan", cfg, "--device-memory", "80XB", NULL}, 2, "--device-memory: cannot read '80XB' as a size"},

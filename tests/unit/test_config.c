@@ -223,6 +223,8 @@ static void test_unknown_key(void) {
     check_load_error("train:\n  lr: 0.1\n", "2: train.lr: unknown key (did you mean optim.lr?)");
     check_load_error("zzqxv: 1\n", "1: zzqxv: unknown key");
     check_load_error("trian: {}\n", "1: trian: unknown key (did you mean train?)");
+    check_load_error("train: 3\n", "1: train: unknown key (train is a section: give one of its keys a value, "
+                                    "e.g. train.epochs; utrain config --doc lists them)");
 }
 
 static void test_wrong_type(void) {
@@ -308,6 +310,8 @@ static void test_set(void) {
     ut_config_free(&c);
     check_set_error("train.batch_size=x", "--set: train.batch_size: 'x' is not an integer");
     check_set_error("train.epoch=2", "--set: train.epoch: unknown key (did you mean train.epochs?)");
+    check_set_error("dist=ddp", "--set: dist: unknown key (dist is a section: give one of its keys a value, "
+                                "e.g. dist.strategy; utrain config --doc lists them)");
     check_set_error("train.batch_size", "--set: 'train.batch_size' is not key=value");
     check_set_error("=3", "--set: '=3' is not key=value");
     check_set_error("train.eval_strategy=sometimes",
