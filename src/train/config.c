@@ -185,6 +185,10 @@ const ut_cfg_key ut_cfg_schema[] = {
             "still whole (Hugging Face's save_only_model)"},
     {.key = "train.best_metric", .type = UT_CFG_STR, AT(best_metric), .def = "dev/loss",
      .doc = "metric that picks the best checkpoint: `dev/<name>` or `train/<name>`"},
+    {.key = "train.metrics", .type = UT_CFG_STR, AT(metrics), .def = "", .names = true,
+     .doc = "classification scores each evaluation and `utrain test` report beside accuracy, a list of: "
+            "`precision`, `recall`, `f1` (two classes: label 1's), `f1_macro`, `f1_weighted`, "
+            "`matthews_correlation` (`accuracy` is always there; train.best_metric's dev/<name> is added)"},
     {.key = "train.greater_is_better", .type = UT_CFG_BOOL, AT(greater_is_better),
      .def = "false", .doc = "a larger best_metric is better (see the note below)"},
     {.key = "train.grad_clip", .type = UT_CFG_FLOAT, AT(grad_clip), .def = "0", GE(0),

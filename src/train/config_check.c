@@ -247,6 +247,11 @@ static int check_train(const ut_config *c, char *err, size_t n) {
         FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio)");
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
+    if (!strncmp(c->best_metric, "train/", 6) && ut_cls_is_metric(c->best_metric + 6))
+        FAIL("train.best_metric: %s: %s is computed by evaluations (from the dev split's confusion matrix), not "
+             "in training; write dev/%s", c->best_metric, c->best_metric + 6, c->best_metric + 6);
+    unsigned cls;
+    if (ut_cls_parse(c->metrics, &cls, err, n)) return -1;
     if (c->early_stopping_patience > 0 && !strcmp(c->eval_strategy, "no"))
         FAIL("train.early_stopping_patience: needs evaluations (train.eval_strategy is no)");
     if (c->auto_find_batch_size && c->nodes > 1)

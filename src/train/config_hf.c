@@ -696,7 +696,7 @@ const char *const ut_cfg_hf_doc =
     "| `label_smoothing_factor` | eps | `train.label_smoothing` |\n"
     "| `neftune_noise_alpha` | alpha | `train.neftune_alpha` (NEFTune's noise on the token embeddings in training) |\n"
     "| `logging_first_step` | false / true | `train.log_first_step` |\n"
-    "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`) | `train.best_metric: dev/accuracy` (`eval_` dropped); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
+    "| `metric_for_best_model` | a metric (`accuracy`, `eval_accuracy`, `loss`, `f1`, `eval_matthews_correlation`, ...) | `train.best_metric: dev/accuracy` (`eval_` dropped; `f1`, `matthews_correlation` and the other `train.metrics` scores are then computed at each evaluation, docs/training.md); `greater_is_better` follows it unless given (lower is better for a loss or a perplexity) |\n"
     "| `load_best_model_at_end` | true / false | nothing: the run's model is its best checkpoint / `train.load_best_at_end: false`: its last (`do_predict`, `utrain test`, `generate` and `export` take it) |\n"
     "| `warmup_steps` | N / a fraction in (0, 1) | `optim.warmup_steps` / `optim.warmup_ratio` (transformers 5 reads such a value as a ratio of the steps) |\n"
     "| `include_num_input_tokens_seen` | `no`, `all`, `non_padding`, false / true | `train.count_input_tokens` (false: `no`, true: `all`) |\n"

@@ -37,6 +37,7 @@ typedef struct {
     double min, max;             /* INT, FLOAT, LIST elements */
     int count;                   /* LIST */
     bool hashed, hash_if_set;
+    bool names;                  /* STR: a YAML sequence of names is one value, joined with ',' */
 } ut_cfg_key;
 
 extern const ut_cfg_key ut_cfg_schema[];
@@ -119,5 +120,8 @@ void ut_cfg_range_text(const ut_cfg_key *k, char *buf, size_t n);
 /* " (did you mean X?)" for the schema key or alias nearest to an unknown
  * key, or "" when none is near. */
 void ut_cfg_suggest(const char *key, char *buf, size_t n);
+/* " (did you mean X?)" for the name among cands (NULL-terminated) nearest to
+ * the len bytes at word, or "" when none is near */
+void ut_cfg_suggest_among(const char *const *cands, const char *word, size_t len, char *buf, size_t n);
 
 #endif

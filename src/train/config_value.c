@@ -425,6 +425,18 @@ static bool section_hint(const char *key, char *buf, size_t n) {
     return false;
 }
 
+void ut_cfg_suggest_among(const char *const *cands, const char *word, size_t len, char *buf, size_t n) {
+    char w[64];
+    snprintf(w, sizeof w, "%.*s", (int)(len < sizeof w ? len : sizeof w - 1), word);
+    const char *best = NULL;
+    int best_d = 2 + (int)strlen(w) / 3;
+    for (int i = 0; cands[i]; i++) {
+        int d = edit_distance(w, cands[i]);
+        if (d < best_d) best_d = d, best = cands[i];
+    }
+    snprintf(buf, n, best ? " (did you mean %s?)" : "%s", best ? best : "");
+}
+
 void ut_cfg_suggest(const char *key, char *buf, size_t n) {
     if (deepspeed_hint(key, buf, n) || section_hint(key, buf, n)) return;
     const char *best = NULL;

@@ -95,7 +95,7 @@ static bool mapping_allowed(const char *key) {
 static int load_sequence(loader *ld, const char *key, int line) {
     const char *canon = ut_cfg_resolve(key);
     const ut_cfg_key *k = ut_cfg_find(canon);
-    if (k && k->type != UT_CFG_LIST)
+    if (k && k->type != UT_CFG_LIST && !k->names)
         return fail(ld, line, "%s: a sequence where a single value belongs", key);
     size_t len = 0, cap = 64;
     char *buf = ut_malloc_check(cap);

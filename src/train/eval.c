@@ -176,8 +176,9 @@ static void *host_copy(const ut_tensor *t) {
     return v;
 }
 
-/* Rows whose largest output is the label (the first largest on ties). */
-static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
+/* Rows whose largest output is the label (the first largest on ties); with
+ * cm (C x C) each row counted at (label, prediction) too. */
+static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y, double *cm) {
     out = as_f32(out);
     int64_t rows = out->ne[0], C = out->ne[out->ndim - 1], hits = 0;
     float *o = host_copy(out);
@@ -187,24 +188,32 @@ static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y) {
         for (int64_t c = 1; c < C; c++)
             if (o[r * C + c] > o[r * C + best]) best = c;
         hits += best == label[r];
+        if (cm && label[r] >= 0 && label[r] < C) cm[label[r] * C + best] += 1;
     }
     ut_free(o);
     ut_free(label);
     return hits;
 }
 
-int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
-                     ut_tensor *y, ut_metric *mets, int max) {
+/* ut_batch_metrics, and with cm (C x C, C the data's classes) the
+ * predictions counted into it where accuracy takes them */
+static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out, ut_tensor *y,
+                         ut_metric *mets, int max, double *cm) {
     int k = 0;
     const ut_tensor *o = out->output;
     if (ds->num_classes > 0 && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 1 &&
         y->dtype == UT_I32 && o->ne[0] == y->ne[0] && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
-        mets[k].sum = (double)correct_predictions(o, y);
+        mets[k].sum = (double)correct_predictions(o, y, o->ne[1] == ds->num_classes ? cm : NULL);
         mets[k++].count = (double)y->ne[0];
     }
     if (h->metrics) k += h->metrics(h->user, out, y, mets + k, max - k);
     return k;
+}
+
+int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
+                     ut_tensor *y, ut_metric *mets, int max) {
+    return batch_metrics(h, ds, out, y, mets, max, NULL);
 }
 
 double ut_eval_get(const ut_eval_result *res, const char *name) {
@@ -298,18 +307,25 @@ static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, doub
     return ok;
 }
 
+/* v (count doubles) summed over the ranks, in pieces of 2^20 */
+static int sum_over_ranks(ut_comm *comm, double *v, int64_t count, const char *what, char *err, size_t n) {
+    int rc = 0;
+    for (int64_t at = 0; !rc && at < count && ut_comm_size(comm) > 1; at += 1 << 20)
+        rc = ut_comm_allreduce_f64(comm, v + at, (int)(count - at < (1 << 20) ? count - at : 1 << 20));
+    if (rc) snprintf(err, n, "summing %s over ranks: %s", what, ut_comm_error(comm));
+    return rc ? -1 : 0;
+}
+
 /* Every rank's rows of outputs (zero elsewhere) summed, so every rank has all
  * of them; *ok becomes false if any rank had an output of another shape. */
 static int gather_outputs(ut_comm *comm, double *outputs, int64_t count, bool *ok, char *err, size_t n) {
     if (ut_comm_size(comm) == 1) return 0;
     int64_t bad = !*ok;
-    int rc = ut_comm_allreduce_i64(comm, &bad, 1);
-    for (int64_t at = 0; !rc && at < count; at += 1 << 20)
-        rc = ut_comm_allreduce_f64(comm, outputs + at, (int)(count - at < (1 << 20) ? count - at : 1 << 20));
-    if (rc) {
+    if (ut_comm_allreduce_i64(comm, &bad, 1)) {
         snprintf(err, n, "gathering predictions over ranks: %s", ut_comm_error(comm));
         return -1;
     }
+    if (sum_over_ranks(comm, outputs, count, "the predictions", err, n)) return -1;
     *ok = bad == 0;
     return 0;
 }
@@ -320,31 +336,31 @@ typedef struct {
 } stage_of;
 
 static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                    const ut_hooks *h, bool (*stop)(void *), void *arg, const stage_of *stage, ut_eval_result *res,
-                    double *outputs, bool *have_outputs, char *err, size_t n);
+                    const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, const stage_of *stage,
+                    ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n);
 
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, NULL, res, NULL, NULL, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, 0, NULL, NULL, NULL, res, NULL, NULL, err, n);
 }
 
 int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, ut_eval_result *res,
                       char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, NULL, res, NULL, NULL, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, cls, stop, arg, NULL, res, NULL, NULL, err, n);
 }
 
 int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                        const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
+                        const ut_hooks *h, unsigned cls, ut_eval_result *res, double *outputs, bool *have_outputs,
                         char *err, size_t n) {
-    return evaluate(comm, ctx, m, ds, batch, h, NULL, NULL, NULL, res, outputs, have_outputs, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, cls, NULL, NULL, NULL, res, outputs, have_outputs, err, n);
 }
 
 int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
-                      bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
-                      double *outputs, bool *have_outputs, char *err, size_t n) {
+                      unsigned cls, bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg,
+                      ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     stage_of so = {stage, stage_arg};
-    return evaluate(comm, ctx, m, ds, batch, h, stop, arg, &so, res, outputs, have_outputs, err, n);
+    return evaluate(comm, ctx, m, ds, batch, h, cls, stop, arg, &so, res, outputs, have_outputs, err, n);
 }
 
 /* A pipeline stage's part of a batch before the model's forward: 1 when
@@ -360,9 +376,11 @@ static int run_stage(const stage_of *stage, ut_ctx *ctx, ut_model *m, const ut_b
  * stage (may be NULL) runs before each forward, outputs (may be NULL)
  * receives each example's output row. */
 static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                    const ut_hooks *h, bool (*stop)(void *), void *arg, const stage_of *stage, ut_eval_result *res,
-                    double *outputs, bool *have_outputs, char *err, size_t n) {
+                    const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, const stage_of *stage,
+                    ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
+    int64_t C = ds->num_classes;
+    double *cm = cls && C >= 2 && C <= UT_CLS_MAX_CLASSES ? ut_calloc_check((size_t)(C * C), sizeof(double)) : NULL;
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
     ut_loader *l = ut_run_loader(h, m, ds, &s, 2);
@@ -409,7 +427,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         loss_sum += (double)lv * (double)w;
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
-        add_batch_metrics(acc, &nacc, mets, ut_batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS));
+        add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm));
         if (outputs_ok) outputs_ok = store_outputs(out.output, &b, ds->num_classes, outputs);
         res->examples += b.count;
         ut_ctx_reset(ctx);
@@ -419,13 +437,22 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     ut_loader_free(l);
     ut_sampler_free(&s);
     ut_standin_free(&standin);
-    if (rc == 2) return 1; /* abandoned: res holds nothing */
-    if (rc < 0 || reduce_eval(comm, &loss_sum, &weight, &res->examples, acc, nacc, err, n)) return -1;
-    if (outputs && gather_outputs(comm, outputs, ds->n * ds->num_classes, &outputs_ok, err, n)) return -1;
+    if (rc == 2 || rc < 0 || reduce_eval(comm, &loss_sum, &weight, &res->examples, acc, nacc, err, n) ||
+        (cm && sum_over_ranks(comm, cm, C * C, "the confusion matrix", err, n)) ||
+        (outputs && gather_outputs(comm, outputs, ds->n * ds->num_classes, &outputs_ok, err, n))) {
+        ut_free(cm);
+        return rc == 2 ? 1 : -1; /* abandoned (res holds nothing), or failed */
+    }
     if (have_outputs) *have_outputs = outputs && outputs_ok;
     double loss = weight > 0 ? loss_sum / weight : NAN;
     add_metric(res, "loss", loss);
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);
+    if (cm) {
+        ut_cls_result r;
+        ut_cls_scores(cm, C, cls, &r);
+        for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
+        ut_free(cm);
+    }
     if (ds->vocab_size > 0 && ds->y_ndim > 0) add_metric(res, "perplexity", exp(loss));
     return 0;
 }

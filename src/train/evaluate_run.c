@@ -185,7 +185,8 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
     int rc = on->ev ? on->ev(on->ev_arg, ds, bs, &r, logits, &have, err, n)
-                    : ut_evaluate_outputs(on->comm, on->ctx, on->m, ds, bs, h, &r, logits, &have, err, n);
+                    : ut_evaluate_outputs(on->comm, on->ctx, on->m, ds, bs, h, ut_cls_wanted(c), &r, logits, &have, err,
+                                          n);
     bool gen = ut_seq2seq_planes(ds);
     if (!rc && gen) rc = test_generation(log, on->comm, on->m, ds, split, c, h, bs, &r, err, n);
     if (!rc && h->on_log && labeled) {
@@ -228,6 +229,7 @@ int ut_trainer_test_on(const ut_config *cfg, ut_comm *comm, const char *ckpt_pat
     /* sequence-to-sequence test mode generates, which needs every layer of
      * the decoder: pipeline stages hold some, so each process takes the whole */
     ut_dataset *any = dev ? dev : test;
+    if (ut_cls_check(cfg, any, err, sizeof err)) goto out;
     bool staged_gen = cfg->pipeline_parallel > 1 && any && ut_seq2seq_planes(any);
     if (own_m && parts > 1 && W > 1 && W % parts == 0 && !staged_gen) {
         if (!(split = ut_split_test_open(cfg, comm, dev ? dev : test, &h, err, sizeof err))) goto out;

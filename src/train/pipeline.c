@@ -348,8 +348,8 @@ int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(vo
                    double *outputs, bool *have_outputs) {
     if (!t->eval_slot) t->eval_slot = ut_calloc_check(1, sizeof *t->eval_slot);
     t->eval_ds = ds;
-    int rc = ut_evaluate_stage(t->dcomm, t->ctx, t->m, ds, batch, &t->h, stop, arg, eval_stage, t, res, outputs,
-                               have_outputs, t->err, sizeof t->err);
+    int rc = ut_evaluate_stage(t->dcomm, t->ctx, t->m, ds, batch, &t->h, ut_cls_wanted(t->cfg), stop, arg, eval_stage,
+                               t, res, outputs, have_outputs, t->err, sizeof t->err);
     if (slot_wait(t, t->eval_slot)) rc = -1;
     if (rc < 0) return -1;
     /* the last stage's numbers to every stage (an abandoned one is the same everywhere) */

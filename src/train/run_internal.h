@@ -104,6 +104,35 @@ typedef struct {
     int64_t examples;
 } ut_eval_result;
 
+/* ---- classification metrics from the confusion matrix (classmetrics.c) ----
+ * The bits of the scores an evaluation adds beside accuracy: train.metrics'
+ * names and train.best_metric's dev/<name>. */
+enum {
+    UT_CLS_PRECISION = 1,   /* two classes: the positive class's (label 1) */
+    UT_CLS_RECALL = 2,
+    UT_CLS_F1 = 4,
+    UT_CLS_F1_MACRO = 8,    /* any number of classes: the classes' mean F1 */
+    UT_CLS_F1_WEIGHTED = 16, /* ... weighted by each class's labels */
+    UT_CLS_MCC = 32,        /* matthews_correlation */
+};
+#define UT_CLS_MAX_CLASSES 1024 /* the confusion matrix's limit (8 MiB of counts) */
+/* train.metrics' names into bits (accuracy: none, it is always there); -1
+ * with the name refused */
+int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n);
+bool ut_cls_is_metric(const char *name); /* a name whose score comes from the confusion matrix */
+unsigned ut_cls_wanted(const ut_config *c);
+/* The run's scores against its data's classes (none, too many, or a
+ * two-class score of more classes): 0, or -1 naming the key */
+int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n);
+typedef struct {
+    int n;
+    const char *names[6];
+    double values[6];
+} ut_cls_result;
+/* The scores of mask from cm (C x C counts: row the label, column the
+ * prediction); none when cm is empty */
+void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r);
+
 /* Loss (example-weighted mean), accuracy (classification), perplexity
  * (language models) and hook metrics over a whole dataset, in no-grad eval
  * mode. Each rank of comm evaluates its own part (no example twice, none
@@ -112,16 +141,19 @@ typedef struct {
 int ut_evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                 const ut_hooks *h, ut_eval_result *res, char *err, size_t n);
 /* The same, asking stop(arg) before each batch (every rank the same number of
- * times): when it says true the evaluation is abandoned and 1 returned. */
+ * times): when it says true the evaluation is abandoned and 1 returned; and
+ * with cls (UT_CLS_* bits) the confusion matrix of the predictions (the
+ * largest output against the label, as accuracy takes them) summed over
+ * the ranks and those scores added after accuracy (ut_cls_scores). */
 int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                      const ut_hooks *h, bool (*stop)(void *), void *arg, ut_eval_result *res,
+                      const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, ut_eval_result *res,
                       char *err, size_t n);
 /* The same, and with outputs (ds->n x ds->num_classes doubles, zeroed) each
  * example's output row (the model's (batch, num_classes) logits) at its
  * dataset index, gathered over the ranks so that every rank has them all.
  * *have_outputs is false when the outputs had another shape (nothing usable). */
 int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
-                        const ut_hooks *h, ut_eval_result *res, double *outputs, bool *have_outputs,
+                        const ut_hooks *h, unsigned cls, ut_eval_result *res, double *outputs, bool *have_outputs,
                         char *err, size_t n);
 /* The same on one stage of a pipeline: stage(stage_arg, ...) runs before
  * each batch's forward (a stand-in's too, on every rank). On a stage before
@@ -131,7 +163,7 @@ int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds,
  * (and outputs, as ut_evaluate_outputs, when not NULL) holds the numbers. */
 typedef int (*ut_eval_stage_fn)(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n);
 int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
-                      bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
+                      unsigned cls, bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
                       double *outputs, bool *have_outputs, char *err, size_t n);
 /* An evaluation of ds as test mode runs it (ut_evaluate_outputs, or a split
  * model's own): res on every rank, outputs (may be NULL) on rank 0 at

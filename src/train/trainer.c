@@ -783,8 +783,8 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
     int erc = t->pp > 1 ? ut_pp_evaluate(t, t->dev, bs, stop_asked, t, res, NULL, NULL)
-                        : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, stop_asked, t, res, t->err,
-                                            sizeof t->err);
+                        : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, ut_cls_wanted(t->cfg), stop_asked, t,
+                                            res, t->err, sizeof t->err);
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
@@ -1500,6 +1500,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     if (!train && ut_datasets_open(c, t->log.dir, t->rank == 0, &t->train, &t->dev, NULL, t->err, sizeof t->err))
         return -1;
     if (train) t->train = train, t->dev = dev;
+    if (ut_cls_check(c, t->dev ? t->dev : t->train, t->err, sizeof t->err)) return -1;
     *own_m = !model;
     if (model && split_model(t)) {
         snprintf(t->err, sizeof t->err, "dist.tensor_parallel %d x dist.pipeline_parallel %d: a model handed to the "

@@ -1,7 +1,11 @@
 /* End to end through the `utrain` program: test mode's predictions files
- * (values against the results, one rank against two), unlabeled GLUE test
+ * (values against the results, one rank against two), train.metrics'
+ * classification scores against the predictions (and refused where the data
+ * cannot give them), unlabeled GLUE test
  * files, one checkpoint per epoch by default, and what a resumed run writes
  * (epoch table, TensorBoard, log lines); the progress display under --nproc. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,6 +136,123 @@ static void test_epoch_checkpoints_and_predictions(void) {
     }
 }
 
+/* The two-class scores from the predictions file and the labels, by their
+ * two-class formulas (src/train/classmetrics.c computes them from the
+ * confusion matrix by the general ones) */
+typedef struct {
+    double precision, recall, f1, f1_macro, f1_weighted, mcc;
+} two_class;
+
+static two_class scores_of(const pred_row *rows, const int *labels, int n) {
+    double tp = 0, fp = 0, fn = 0, tn = 0;
+    for (int k = 0; k < n; k++) {
+        bool p = rows[k].pred == 1, y = labels[k] == 1;
+        tp += p && y, fp += p && !y, fn += !p && y, tn += !p && !y;
+    }
+    two_class s = {.precision = tp / (tp + fp), .recall = tp / (tp + fn)};
+    s.f1 = 2 * s.precision * s.recall / (s.precision + s.recall);
+    double f1_neg = 2 * tn / (2 * tn + fn + fp);
+    s.f1_macro = (s.f1 + f1_neg) / 2;
+    s.f1_weighted = (s.f1 * (tp + fn) + f1_neg * (tn + fp)) / n;
+    s.mcc = (tp * tn - fp * fn) / sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn));
+    return s;
+}
+
+/* train.metrics and a best metric from the confusion matrix: the scores in
+ * the log, metrics.jsonl and the results files, equal to the predictions'
+ * (two epochs: a model that still errs both ways) */
+static void test_class_metrics(void) {
+    const char *const sets[] = {"train.epochs=2", "train.metrics=precision, recall,f1,f1_macro,f1_weighted",
+                                "train.best_metric=dev/matthews_correlation", NULL};
+    CHECK(run_sst2("train", "cls", sets, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "cls.out"));
+    CHECK(s && strstr(s, "best dev/matthews_correlation ") && strstr(s, " f1_weighted ") &&
+              strstr(s, "dev/matthews_correlation"), "%s", s ? s : "");
+    free(s);
+    s = tp_slurp(tp_path(run_dir("cls"), "metrics.jsonl"));
+    CHECK(s && strstr(s, "\"split\": \"dev\", \"loss\": ") && strstr(s, "\"precision\": ") &&
+              strstr(s, "\"f1\": ") && strstr(s, "\"matthews_correlation\": "), "%s", s ? s : "");
+    free(s);
+    CHECK(run_sst2("test", "cls", sets, NULL) == 0, "test");
+    const char *split[2] = {"dev", "test"};
+    for (int i = 0; i < 2; i++) {
+        char tsv[64], res[64], pf[64];
+        snprintf(tsv, sizeof tsv, "data/sst2_sample/%s.tsv", split[i]);
+        snprintf(res, sizeof res, "%s_results.json", split[i]);
+        snprintf(pf, sizeof pf, "%s_predictions.tsv", split[i]);
+        int labels[100];
+        pred_row rows[100];
+        int nl = read_labels(tsv, labels, 100), np = read_predictions(tp_path(run_dir("cls"), pf), rows, 100);
+        CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split[i], nl, np);
+        two_class want = scores_of(rows, labels, 60);
+        CHECK(i || (want.precision < 1 && want.recall < 1), "dev: the model errs both ways (precision %g, recall %g)",
+              want.precision, want.recall);
+        s = tp_slurp(tp_path(run_dir("cls"), res));
+        CHECK_NEAR(json_number(s, "precision"), want.precision, 1e-8);
+        CHECK_NEAR(json_number(s, "recall"), want.recall, 1e-8);
+        CHECK_NEAR(json_number(s, "f1"), want.f1, 1e-8);
+        CHECK_NEAR(json_number(s, "f1_macro"), want.f1_macro, 1e-8);
+        CHECK_NEAR(json_number(s, "f1_weighted"), want.f1_weighted, 1e-8);
+        CHECK_NEAR(json_number(s, "matthews_correlation"), want.mcc, 1e-8);
+        free(s);
+    }
+}
+
+/* Scores the data cannot give are refused before training starts: a
+ * two-class score of three classes, any of them on language-model data, a
+ * name utrain does not know */
+static void test_class_metrics_refused(void) {
+    const char *three = tp_path(tmp, "three.tsv");
+    FILE *f = fopen(three, "w");
+    fprintf(f, "sentence\tlabel\n");
+    for (int k = 0; k < 30; k++) fprintf(f, "film number %d\t%d\n", k, k % 3);
+    fclose(f);
+    char train[600], dev[600];
+    snprintf(train, sizeof train, "data.train_path=%s", three);
+    snprintf(dev, sizeof dev, "data.dev_path=%s", three);
+    CHECK(run_sst2x("train", "three", (const char *[]){train, dev, "train.metrics=f1_macro,recall", NULL}, NULL, 1) ==
+              1, "recall of three classes: exit 1");
+    char *s = tp_slurp(tp_path(tmp, "three.out"));
+    CHECK(s && strstr(s, "train.metrics: recall is the positive class's (label 1) score of a two-class task, and "
+                         "the data (") && strstr(s, "has 3 classes; write f1_macro or f1_weighted"), "%s", s ? s : "");
+    CHECK(s && !strstr(s, "step "), "trained before refusing: %s", s ? s : "");
+    free(s);
+    CHECK(run_sst2x("train", "three2", (const char *[]){train, dev, "train.metrics=f1_macro",
+                    "train.best_metric=dev/f1", NULL}, NULL, 1) == 1, "best dev/f1 of three classes: exit 1");
+    s = tp_slurp(tp_path(tmp, "three2.out"));
+    CHECK(s && strstr(s, "train.best_metric: f1 is the positive class's"), "%s", s ? s : "");
+    free(s);
+    CHECK(run_sst2x("train", "three3", (const char *[]){train, dev, "train.metrics=f1_weighted,matthews_correlation",
+                    "train.epochs=1", NULL}, NULL, 0) == 0, "averaged scores of three classes");
+    s = tp_slurp(tp_path(tmp, "three3.out"));
+    CHECK(s && strstr(s, " f1_weighted ") && strstr(s, " matthews_correlation "), "%s", s ? s : "");
+    free(s);
+    /* a token file (llm.c's layout: 256 int32 of header, then uint16 ids) */
+    const char *bin = tp_path(tmp, "tokens.bin");
+    f = fopen(bin, "wb");
+    int32_t h[256] = {20240520, 1, 4096};
+    fwrite(h, sizeof h, 1, f);
+    for (int k = 0; k < 4096; k++) fputc(k % 200, f), fputc(0, f);
+    fclose(f);
+    char outdir[400], tp[600];
+    snprintf(outdir, sizeof outdir, "output_dir=%s/runs", tmp);
+    snprintf(tp, sizeof tp, "data.train_path=%s", bin);
+    const char *argv[] = {"train", "configs/gpt2_kjv.yml", "--set", outdir, "--set", tp, "--set", "data.dev_path=",
+                          "--set", "data.test_path=", "--set", "train.metrics=matthews_correlation", NULL};
+    char out[400];
+    snprintf(out, sizeof out, "%s/lm.out", tmp);
+    CHECK(tp_run_shown(argv, out, 1, "utrain train gpt2 tokens") == 1, "matthews_correlation on tokens: exit 1");
+    s = tp_slurp(out);
+    CHECK(s && strstr(s, "train.metrics: matthews_correlation scores a classifier's predictions against labels, and "
+                         "the data (") && strstr(s, "has no classes (language-model data"), "%s", s ? s : "");
+    free(s);
+    /* and test mode checks the same */
+    CHECK(run_sst2x("test", "cls", (const char *[]){"train.metrics=f1,f3", NULL}, NULL, 1) == 1, "f3: exit 1");
+    s = tp_slurp(tp_path(tmp, "cls.out"));
+    CHECK(s && strstr(s, "train.metrics: 'f3' is not a metric utrain computes (did you mean f1?)"), "%s", s ? s : "");
+    free(s);
+}
+
 /* The GLUE test layout (index<TAB>sentence): predictions with the file's
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
@@ -199,6 +320,18 @@ static void test_predictions_two_ranks(void) {
     char *s = tp_slurp(tp_path(run_dir("base"), "dev_results.json"));
     CHECK(s && strstr(s, "\"examples\": 60"), "%s", s);
     free(s);
+    /* the confusion matrix summed over the ranks: the same scores */
+    char *r1 = tp_slurp(tp_path(run_dir("cls"), "dev_results.json"));
+    CHECK(run_sst2("test", "cls", (const char *[]){"train.eval_batch_size=7", "train.metrics=precision,recall,f1,"
+                   "f1_macro,f1_weighted,matthews_correlation", NULL}, "2") == 0, "--nproc 2");
+    char *r2 = tp_slurp(tp_path(run_dir("cls"), "dev_results.json"));
+    const char *keys[] = {"accuracy", "precision", "recall", "f1", "f1_macro", "f1_weighted", "matthews_correlation"};
+    for (int i = 0; i < 7; i++) {
+        double a = json_number(r1, keys[i]), b = json_number(r2, keys[i]);
+        CHECK(!isnan(a) && a == b, "%s: %g on one rank, %g on two", keys[i], a, b);
+    }
+    free(r1);
+    free(r2);
 }
 
 /* train 2 epochs, resume to 4: the table starts at epoch 3 without a NaN row,
@@ -270,6 +403,8 @@ int main(int argc, char **argv) {
     tp_set_program(argv[0]);
     if (!tp_make_tmpdir(tmp, sizeof tmp, "utrain-testmode")) return 1;
     RUN(test_epoch_checkpoints_and_predictions);
+    RUN(test_class_metrics);
+    RUN(test_class_metrics_refused);
     RUN(test_unlabeled_test_file);
     RUN(test_unlabeled_refused_for_training);
     RUN(test_resume_outputs);

@@ -1322,6 +1322,33 @@ static void test_model_data_fit(void) {
     ut_config_free(&c);
 }
 
+static char *write_text(const ut_config *c);
+
+/* train.metrics: a YAML list or a comma-separated value, written back as
+ * one value that loads again; best_metric's dev/<name> is wanted too */
+static void test_metrics_list(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "train:\n  metrics: [f1, matthews_correlation]\n  best_metric: dev/f1_macro\n") == 0,
+          "%s", err);
+    CHECK(!strcmp(c.metrics, "f1,matthews_correlation"), "'%s'", c.metrics);
+    CHECK(c.greater_is_better, "a larger dev/f1_macro is better");
+    CHECK(ut_config_validate(&c, err, sizeof err) == 0, "%s", err);
+    char *text = write_text(&c);
+    CHECK(text && strstr(text, "  metrics: \"f1,matthews_correlation\"\n"), "%s", text ? text : "");
+    ut_config b;
+    ut_config_init(&b);
+    CHECK(text && load_text(&b, text) == 0 && !strcmp(b.metrics, c.metrics), "%s", err);
+    free(text);
+    ut_config_free(&b);
+    CHECK(ut_config_set(&c, "train.metrics=precision, recall", err, sizeof err) == 0 &&
+              !strcmp(c.metrics, "precision, recall"), "%s", err);
+    ut_config_free(&c);
+    check_load_error("train:\n  metrics: [f1, [recall]]\n", "2: train.metrics: a list may only hold single values");
+    check_load_error("train:\n  best_metric: [dev/f1]\n", "2: train.best_metric: a sequence where a single value "
+                                                           "belongs");
+}
+
 static void test_greater_is_better(void) {
     ut_config c;
     ut_config_init(&c);
@@ -1375,6 +1402,12 @@ static void test_validate(void) {
                   "train.early_stopping_patience: needs evaluations (train.eval_strategy is no)");
     check_invalid((const char *[]){"experiment_name=a/b", NULL},
                   "experiment_name: 'a/b' must be a non-empty name without '/'");
+    check_invalid((const char *[]){"train.metrics=f1,recal", NULL},
+                  "train.metrics: 'recal' is not a metric utrain computes (did you mean recall?) (the names: "
+                  "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)");
+    check_invalid((const char *[]){"train.best_metric=train/f1", NULL},
+                  "train.best_metric: train/f1: f1 is computed by evaluations (from the dev split's confusion "
+                  "matrix), not in training; write dev/f1");
     ut_config c;   /* a value set directly in the struct is checked too */
     ut_config_init(&c);
     strcpy(c.mode, "run");
@@ -2009,6 +2042,7 @@ int main(int argc, char **argv) {
     RUN(test_fsdp_config);
     RUN(test_accelerate_launch);
     RUN(test_model_data_fit);
+    RUN(test_metrics_list);
     RUN(test_greater_is_better);
     RUN(test_validate);
     RUN(test_round_trip);

@@ -1,0 +1,156 @@
+/* Classification scores from an evaluation's confusion matrix
+ * (train.metrics, docs/training.md "Classification metrics"): precision,
+ * recall and F1 of a two-class task's positive class, F1 averaged over the
+ * classes, and the Matthews correlation coefficient, defined as
+ * scikit-learn's precision_score / recall_score / f1_score /
+ * matthews_corrcoef define them (zero_division=0), which is what the
+ * `evaluate` library's GLUE metrics report. */
+#include <math.h>
+#include <string.h>
+
+#include "config_schema.h"
+#include "run_internal.h"
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} names[] = {
+    {"accuracy", 0}, /* reported for every classification task anyway */
+    {"precision", UT_CLS_PRECISION},
+    {"recall", UT_CLS_RECALL},
+    {"f1", UT_CLS_F1},
+    {"f1_macro", UT_CLS_F1_MACRO},
+    {"f1_weighted", UT_CLS_F1_WEIGHTED},
+    {"matthews_correlation", UT_CLS_MCC},
+};
+enum { NNAMES = sizeof names / sizeof names[0] };
+
+static int find(const char *name, size_t len) {
+    for (int i = 0; i < NNAMES; i++)
+        if (strlen(names[i].name) == len && !strncmp(names[i].name, name, len)) return i;
+    return -1;
+}
+
+bool ut_cls_is_metric(const char *name) {
+    int i = find(name, strlen(name));
+    return i >= 0 && names[i].bit;
+}
+
+int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n) {
+    *mask = 0;
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ",");
+        while (len && p[len - 1] == ' ') len--;
+        if (!len) break;
+        int i = find(p, len);
+        if (i < 0) {
+            char hint[160];
+            const char *cands[NNAMES + 1] = {0};
+            for (int k = 0; k < NNAMES; k++) cands[k] = names[k].name;
+            ut_cfg_suggest_among(cands, p, len, hint, sizeof hint);
+            return ut_errorf(err, n, "train.metrics: '%.*s' is not a metric utrain computes%s (the names: accuracy, "
+                                     "precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)",
+                             (int)len, p, hint);
+        }
+        *mask |= names[i].bit;
+        p += strcspn(p, ",");
+    }
+    return 0;
+}
+
+unsigned ut_cls_wanted(const ut_config *c) {
+    unsigned mask = 0;
+    char e[8];
+    if (ut_cls_parse(c->metrics, &mask, e, sizeof e)) mask = 0; /* the config check has refused it */
+    const char *bm = c->best_metric;
+    if (!strncmp(bm, "dev/", 4) && ut_cls_is_metric(bm + 4)) {
+        int i = find(bm + 4, strlen(bm + 4));
+        mask |= names[i].bit;
+    }
+    return mask;
+}
+
+/* the first name of a bit in mask */
+static const char *first_name(unsigned mask) {
+    for (int i = 0; i < NNAMES; i++)
+        if (names[i].bit & mask) return names[i].name;
+    return "";
+}
+
+int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
+    unsigned mask = ut_cls_wanted(c);
+    if (!mask || !ds) return 0;
+    const char *why = !strncmp(c->best_metric, "dev/", 4) && ut_cls_is_metric(c->best_metric + 4)
+                          ? "train.best_metric" : "train.metrics";
+    const char *m = !strcmp(why, "train.best_metric") ? c->best_metric + 4 : first_name(mask);
+    if (ds->num_classes < 2)
+        return ut_errorf(err, n, "%s: %s scores a classifier's predictions against labels, and the data (%s) has "
+                                 "no classes%s; remove it", why, m, ds->name,
+                         ds->vocab_size > 0 ? " (language-model data: dev/loss and dev/perplexity are its metrics)"
+                                            : "");
+    if (ds->num_classes > UT_CLS_MAX_CLASSES)
+        return ut_errorf(err, n, "%s: %s over %lld classes: the confusion matrix is kept for at most %d classes; "
+                                 "remove it", why, m, (long long)ds->num_classes, UT_CLS_MAX_CLASSES);
+    unsigned binary = mask & (UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1);
+    if (binary && ds->num_classes != 2)
+        return ut_errorf(err, n, "%s: %s is the positive class's (label 1) score of a two-class task, and the data "
+                                 "(%s) has %lld classes; write f1_macro or f1_weighted (averages over the classes) or "
+                                 "matthews_correlation instead", why, first_name(binary), ds->name,
+                         (long long)ds->num_classes);
+    return 0;
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+/* F1 of class k: 2 tp / (2 tp + fp + fn), 0 where the class is never
+ * predicted nor true */
+static double f1_of(const double *cm, int64_t C, int64_t k, double *support) {
+    double tp = cm[k * C + k], row = 0, col = 0;
+    for (int64_t j = 0; j < C; j++) row += cm[k * C + j], col += cm[j * C + k];
+    *support = row;
+    return ratio(2 * tp, row + col);
+}
+
+void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r) {
+    r->n = 0;
+    double total = 0;
+    for (int64_t i = 0; i < C * C; i++) total += cm[i];
+    if (total <= 0) return;
+    if (C == 2) { /* the positive class is label 1: rows are labels, columns predictions */
+        double tp = cm[3], fp = cm[1], fn = cm[2];
+        if (mask & UT_CLS_PRECISION) r->names[r->n] = "precision", r->values[r->n++] = ratio(tp, tp + fp);
+        if (mask & UT_CLS_RECALL) r->names[r->n] = "recall", r->values[r->n++] = ratio(tp, tp + fn);
+        if (mask & UT_CLS_F1) r->names[r->n] = "f1", r->values[r->n++] = ratio(2 * tp, 2 * tp + fp + fn);
+    }
+    if (mask & (UT_CLS_F1_MACRO | UT_CLS_F1_WEIGHTED)) {
+        /* over the classes that occur as a label or a prediction, as
+         * scikit-learn's labels=None takes them */
+        double sum = 0, wsum = 0, present = 0;
+        for (int64_t k = 0; k < C; k++) {
+            double support, col = 0;
+            double f = f1_of(cm, C, k, &support);
+            for (int64_t j = 0; j < C; j++) col += cm[j * C + k];
+            if (support + col == 0) continue;
+            present++;
+            sum += f;
+            wsum += f * support;
+        }
+        if (mask & UT_CLS_F1_MACRO) r->names[r->n] = "f1_macro", r->values[r->n++] = ratio(sum, present);
+        if (mask & UT_CLS_F1_WEIGHTED) r->names[r->n] = "f1_weighted", r->values[r->n++] = ratio(wsum, total);
+    }
+    if (mask & UT_CLS_MCC) { /* the multi-class form (Gorodkin's R_K), which is phi for two classes */
+        double c = 0, tp_sum = 0, t2 = 0, p2 = 0;
+        for (int64_t k = 0; k < C; k++) {
+            double t = 0, p = 0;
+            for (int64_t j = 0; j < C; j++) t += cm[k * C + j], p += cm[j * C + k];
+            c += cm[k * C + k];
+            tp_sum += t * p;
+            t2 += t * t;
+            p2 += p * p;
+        }
+        double den = sqrt((total * total - p2) * (total * total - t2));
+        r->names[r->n] = "matthews_correlation";
+        r->values[r->n++] = den > 0 ? (c * total - tp_sum) / den : 0.0;
+    }
+}

@@ -1,0 +1,104 @@
+/* Classification scores from a confusion matrix (src/train/classmetrics.c)
+ * against scikit-learn's (tests/parity/make_classmetric_fixtures.py writes
+ * the expected values: random and edge-case matrices of 2 to 10 classes),
+ * each score alone and together, the empty matrix, and train.metrics' names
+ * (spaces, duplicates, refusals with a suggestion). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "../../src/train/run_internal.h"
+
+#define FIXTURE "tests/parity/fixtures/classmetrics.tsv"
+#define ALL (UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_F1_MACRO | UT_CLS_F1_WEIGHTED | UT_CLS_MCC)
+
+static const char *const score_names[6] = {"precision", "recall", "f1", "f1_macro", "f1_weighted",
+                                           "matthews_correlation"};
+
+/* r's value of name; NAN when r has none */
+static double value_of(const ut_cls_result *r, const char *name) {
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->names[i], name)) return r->values[i];
+    return NAN;
+}
+
+static void test_against_sklearn(void) {
+    FILE *f = fopen(FIXTURE, "r");
+    CHECK(f != NULL, "%s: cannot open", FIXTURE);
+    if (!f) return;
+    char line[8192];
+    int cases = 0, binary = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *save = NULL, *field[8];
+        int nf = 0;
+        for (char *t = strtok_r(line, "\t\n", &save); t && nf < 8; t = strtok_r(NULL, "\t\n", &save)) field[nf++] = t;
+        CHECK(nf == 8, "case %d: %d fields", cases, nf);
+        if (nf != 8) break;
+        int64_t C = atoi(field[0]);
+        double cm[100];
+        char *p = field[1];
+        for (int64_t i = 0; i < C * C; i++) cm[i] = strtod(p, &p);
+        ut_cls_result r;
+        ut_cls_scores(cm, C, ALL, &r);
+        CHECK(r.n == (C == 2 ? 6 : 3), "case %d (%lld classes): %d scores", cases, (long long)C, r.n);
+        for (int k = 0; k < 6; k++) {
+            if (!strcmp(field[2 + k], "-")) {
+                CHECK(isnan(value_of(&r, score_names[k])), "case %d: %s given for %lld classes", cases,
+                      score_names[k], (long long)C);
+                continue;
+            }
+            double want = strtod(field[2 + k], NULL), got = value_of(&r, score_names[k]);
+            CHECK(fabs(got - want) <= 1e-12, "case %d (%lld classes): %s %.17g, scikit-learn %.17g", cases,
+                  (long long)C, score_names[k], got, want);
+            /* each score alone gives the same value */
+            ut_cls_result one;
+            ut_cls_scores(cm, C, 1u << k, &one);
+            CHECK(one.n == 1 && !strcmp(one.names[0], score_names[k]) && one.values[0] == got,
+                  "case %d: %s alone", cases, score_names[k]);
+        }
+        binary += C == 2;
+        cases++;
+    }
+    fclose(f);
+    CHECK(cases == 46 && binary == 15, "%d cases, %d of two classes", cases, binary);
+}
+
+/* No example counted: no score (the metric is missing, not 0 or NaN). */
+static void test_empty(void) {
+    double cm[9] = {0};
+    ut_cls_result r = {.n = 7};
+    ut_cls_scores(cm, 3, ALL, &r);
+    CHECK(r.n == 0, "%d scores of an empty matrix", r.n);
+    ut_cls_scores(cm, 2, ALL, &r);
+    CHECK(r.n == 0, "%d scores of an empty matrix", r.n);
+}
+
+static void test_names(void) {
+    unsigned m;
+    char err[512];
+    CHECK(ut_cls_parse("", &m, err, sizeof err) == 0 && m == 0, "empty list");
+    CHECK(ut_cls_parse("accuracy", &m, err, sizeof err) == 0 && m == 0, "accuracy: always reported, no bit");
+    CHECK(ut_cls_parse("f1, matthews_correlation ,f1", &m, err, sizeof err) == 0 && m == (UT_CLS_F1 | UT_CLS_MCC),
+          "spaces and a repeat: %u", m);
+    CHECK(ut_cls_parse("precision,recall,f1,f1_macro,f1_weighted,matthews_correlation,accuracy", &m, err,
+                       sizeof err) == 0 && m == ALL, "every name: %u", m);
+    CHECK(ut_cls_parse("f1,f2", &m, err, sizeof err) == -1 &&
+              !strcmp(err, "train.metrics: 'f2' is not a metric utrain computes (did you mean f1?) (the names: "
+                           "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)"),
+          "%s", err);
+    CHECK(ut_cls_parse("mcc", &m, err, sizeof err) == -1 && strstr(err, "'mcc' is not a metric") &&
+              !strstr(err, "did you mean"), "%s", err);
+    CHECK(ut_cls_parse("f1_macr", &m, err, sizeof err) == -1 && strstr(err, "did you mean f1_macro?"), "%s", err);
+    CHECK(ut_cls_is_metric("f1") && ut_cls_is_metric("matthews_correlation") && !ut_cls_is_metric("accuracy") &&
+              !ut_cls_is_metric("loss") && !ut_cls_is_metric("f1x"), "ut_cls_is_metric");
+}
+
+int main(void) {
+    RUN(test_against_sklearn);
+    RUN(test_empty);
+    RUN(test_names);
+    return TEST_SUMMARY();
+}
