@@ -96,9 +96,26 @@ static void test_names(void) {
               !ut_cls_is_metric("loss") && !ut_cls_is_metric("f1x"), "ut_cls_is_metric");
 }
 
+/* The run's scores: train.metrics' and train.best_metric's dev/<name> */
+static void test_wanted(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(ut_cls_wanted(&c) == 0, "defaults: %u", ut_cls_wanted(&c));
+    char err[256];
+    CHECK(ut_config_set(&c, "metric_for_best_model=eval_f1", err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(c.best_metric, "dev/f1") && ut_cls_wanted(&c) == UT_CLS_F1, "%s: %u", c.best_metric,
+          ut_cls_wanted(&c));
+    CHECK(ut_config_set(&c, "train.metrics=f1_macro,accuracy", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_wanted(&c) == (UT_CLS_F1 | UT_CLS_F1_MACRO), "%u", ut_cls_wanted(&c));
+    CHECK(ut_config_set(&c, "train.best_metric=dev/accuracy", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_wanted(&c) == UT_CLS_F1_MACRO, "%u", ut_cls_wanted(&c));
+    ut_config_free(&c);
+}
+
 int main(void) {
     RUN(test_against_sklearn);
     RUN(test_empty);
     RUN(test_names);
+    RUN(test_wanted);
     return TEST_SUMMARY();
 }
