@@ -126,11 +126,6 @@ static int check_run(const ut_config *c, char *err, size_t n) {
     if (c->sequence_parallel && c->pipeline_parallel > 1)
         FAIL("dist.sequence_parallel: true with dist.pipeline_parallel %lld: sequence parallelism runs without "
              "pipeline stages; remove one of them", (long long)c->pipeline_parallel);
-    if (c->gen_eval && c->pipeline_parallel > 1)
-        FAIL("generate.eval: evaluation by generation needs the whole decoder in one process (or split by "
-             "dist.tensor_parallel), and dist.pipeline_parallel %lld puts its layers on %lld stages; evaluate by the "
-             "loss here (remove generate.eval); `utrain test RUN_DIR` generates from the run's checkpoint (test mode "
-             "does for sequence-to-sequence data)", (long long)c->pipeline_parallel, (long long)c->pipeline_parallel);
     if (c->pipeline_parallel > 62) FAIL("dist.pipeline_parallel: %lld: at most 62 stages", (long long)c->pipeline_parallel);
     if (c->pipeline_blocks[0] && c->pipeline_parallel < 2)
         FAIL("dist.pipeline_blocks: '%s' splits pipeline stages; set dist.pipeline_parallel (2 or more) or remove it",

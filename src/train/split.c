@@ -258,7 +258,44 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
     return rc;
 }
 
+int ut_split_whole_model(ut_trainer *t) {
+    if (ut_split_whole_list(t)) return -1;
+    /* every rank builds it (the same initial values), then takes the stages' */
+    int brc = 0;
+    if (!t->whole && !(t->whole = ut_model_from_config(t->cfg, t->train, t->err, sizeof t->err))) brc = -1;
+    int64_t bad = brc != 0;
+    if (ut_comm_allreduce_i64(t->comm, &bad, 1)) return ut_pp_fail(t, "building the whole model to generate");
+    if (bad) {
+        if (!brc) snprintf(t->err, sizeof t->err, "building the whole model to generate failed on another rank");
+        return -1;
+    }
+    const ut_params *p = &t->m->params;
+    ut_params *wp = &t->whole->params;
+    const ut_backend *be = ut_backend_get(wp->device);
+    int rc = 0;
+    for (int k = 0; k < t->nwl && !rc; k++) {
+        const ut_split_param *e = &t->wl[k];
+        int wi = param_index(wp, e->name);
+        if (wi < 0 || wp->segs[wi].numel != e->numel) {
+            /* the same on every rank: the lists and the whole model agree everywhere */
+            snprintf(t->err, sizeof t->err, "the whole model built to generate has %s %s", wi < 0 ? "no" : "another shape of",
+                     e->name);
+            return -1;
+        }
+        float *full = ut_malloc_check((size_t)e->numel * sizeof(float));
+        if (e->owner == t->mesh.pp_rank) /* this stage's tp group puts it together */
+            rc = ut_tp_gather_param(p, param_index(p, e->name), t->mesh.tp_group, full, t->err, sizeof t->err);
+        if (!rc && ut_comm_bcast(t->mesh.pp_group, full, (size_t)e->numel * sizeof(float), e->owner))
+            rc = ut_pp_fail(t, "sending the stages' parameters to generate");
+        if (!rc) be->copy(wp->flat + wp->segs[wi].offset, full, (size_t)e->numel * sizeof(float), UT_COPY_H2D);
+        ut_free(full);
+    }
+    return rc;
+}
+
 void ut_split_free(ut_trainer *t) {
+    if (t->whole) ut_model_free(t->whole);
+    t->whole = NULL;
     for (int k = 0; k < t->nwl; k++) ut_free(t->wl[k].name);
     ut_free(t->wl);
     t->wl = NULL;

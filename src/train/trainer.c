@@ -790,14 +790,18 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
         ut_gen_opts_from_config(t->cfg, &o);
         /* a split model generates on its parts: every rank of a tensor-parallel
          * group runs the same search over its data-parallel share (zero3's
-         * shards gathered first: the decoding contexts have no hooks) */
+         * shards gathered first: the decoding contexts have no hooks); in
+         * pipeline stages every rank takes a copy of the whole model (the
+         * search runs every layer of the decoder a token at a time) and the
+         * run's ranks share the split */
         if (ut_dist_gather_params(t->dist)) {
             snprintf(t->err, sizeof t->err, "gathering the parameters to generate: %s", ut_comm_error(t->dcomm));
             erc = -1;
         }
+        if (!erc && t->pp > 1 && ut_split_whole_model(t)) erc = -1;
         if (!erc && !t->tok && !(t->tok = ut_run_tokenizer(t->cfg, t->err, sizeof t->err))) erc = -1;
-        if (!erc && ut_evaluate_generation(t->dcomm, m, t->dev, bs, &o, t->tok, &t->h, res, NULL, t->err,
-                                           sizeof t->err))
+        if (!erc && ut_evaluate_generation(t->pp > 1 ? t->comm : t->dcomm, t->pp > 1 ? t->whole : m, t->dev, bs, &o,
+                                           t->tok, &t->h, res, NULL, t->err, sizeof t->err))
             erc = -1;
     }
     ut_dist_release(t->dist);

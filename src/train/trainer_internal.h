@@ -55,6 +55,7 @@ struct ut_trainer {
     accum run;                   /* this run's reduced intervals, all ranks (train_results.json) */
     struct ut_split_param *wl;   /* split: the whole model's parameters (ut_split_whole_list) */
     int nwl;
+    ut_model *whole;             /* pipeline stages with generate.eval: this rank's copy of the whole model */
     ut_tokenizer *tok;           /* generate.eval: decodes the generations (loaded at the first evaluation) */
     /* dist.pipeline_parallel: this rank's stage is the model; a window's
      * micro-batches are in flight in slots (a context, the received input,
@@ -220,6 +221,11 @@ static inline void start_rng_stream(ut_trainer *t, ut_ctx *ctx, int64_t who) {
  * ut_split_load: this rank's parts (and o's state) from checkpoint path, a
  *   whole tensor at a time; nothing changes unless all of it loads; 0 or -1
  *   with err. Local: the caller agrees the outcome over the ranks.
+ * ut_split_whole_model: t->whole (built at the first call) with the stages'
+ *   current values: each tensor gathered over its stage's tp group and
+ *   broadcast over the pipeline group (collective over the run's ranks); 0
+ *   or -1 with t->err. For evaluation by generation, which needs every
+ *   layer of the decoder in one process.
  * ut_split_free: what these keep. */
 typedef struct ut_split_param {
     char *name;
@@ -237,6 +243,7 @@ int ut_split_load(ut_trainer *t, const char *path, ut_optim *o, ut_train_state *
  * loaded (*lrc: this rank's outcome, made -1 with why naming the rank
  * that failed); -1 (t->err) when the ranks cannot agree. */
 int ut_split_agree(ut_trainer *t, int *lrc, char *why, size_t n);
+int ut_split_whole_model(ut_trainer *t);
 void ut_split_free(ut_trainer *t);
 /* ZeRO's checkpoints from the shards (a sharded strategy on a whole model,
  * world > 1): ut_shard_save, every rank, rank 0 writing the parameters

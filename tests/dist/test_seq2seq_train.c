@@ -8,7 +8,7 @@
  * the ranks' batches hold different numbers of target tokens; evaluation by
  * generation scores the dev set (bleu, rougeL, exact_match) and picks the
  * best checkpoint; test mode writes each example's generation; BART in
- * pipeline stages agrees with one process too; a T5 from
+ * pipeline stages agrees with one process too, and generates as it; a T5 from
  * scratch with T5's Unigram tokenizer agrees across ranks and pipeline
  * stages too; bad pairs
  * are refused naming the files. */
@@ -67,7 +67,7 @@ static void test_ranks_agree(void) {
  * 3 stages (GPipe) draw the whole model's masks. Test mode on 2 processes
  * of a staged run tests the whole model in each (it generates) and writes
  * what one process writes; evaluation by generation during a staged run
- * is refused, saying what to do. */
+ * (every rank a copy of the whole model) scores as one process's. */
 static void test_pipeline_stages(void) {
     CHECK(split_train("pp2", 2, "dist.pipeline_parallel=2") == 0, "2 stages");
     CHECK(split_train("pp2tp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2") == 0, "2 stages x tp 2");
@@ -97,8 +97,28 @@ static void test_pipeline_stages(void) {
     CHECK(one && two && tp_count_lines(tp_run_file(split_dir, "pp2", "test_generations.tsv")) == 17 && !strcmp(one, two),
           "test_generations.tsv: 2 processes' and one's differ");
     free(said), free(one), free(two);
-    split_refused("ppgen", 2, "dist.pipeline_parallel=2 generate.eval=true",
-                  "generate.eval: evaluation by generation needs the whole decoder in one process");
+    /* evaluation by generation during staged runs: each rank's copy of the
+     * whole model generates its share of the dev set, which scores as one
+     * process's generations; the copy changes nothing of training (the
+     * checkpoint is the staged run's without it, to the bit) */
+    CHECK(split_train("ppgen", 2, "dist.pipeline_parallel=2 generate.eval=true generate.max_new_tokens=4") == 0,
+          "2 stages, generating");
+    CHECK(split_train("ppgentp2", 4, "dist.pipeline_parallel=2 dist.tensor_parallel=2 generate.eval=true "
+                                     "generate.max_new_tokens=4") == 0, "2 stages x tp 2, generating");
+    CHECK(tp_same_file(tp_ckpt_file(split_dir, "pp2", 16), tp_ckpt_file(split_dir, "ppgen", 16)),
+          "the staged run's checkpoint changed by generating");
+    char *wg = split_output("wholegen");
+    const char *b = wg ? strstr(wg, "eval  step 16  dev:") : NULL;
+    const char *names[2] = {"ppgen", "ppgentp2"};
+    for (int i = 0; i < 2; i++) {
+        char *pg = split_output(names[i]);
+        const char *a = pg ? strstr(pg, "eval  step 16  dev:") : NULL;
+        CHECK(a && b && strstr(a, "bleu") && strstr(b, "bleu") &&
+                  !strncmp(strstr(a, "bleu"), strstr(b, "bleu"), strcspn(strstr(b, "bleu"), "\n")),
+              "%s's dev generations score as one process's:\n%s\n%s", names[i], a ? a : "", b ? b : "");
+        free(pg);
+    }
+    free(wg);
 }
 
 /* the first word of each non-header row's column col (0-based) of a TSV into out */
