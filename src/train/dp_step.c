@@ -25,6 +25,7 @@ static void dp_worker(void *user, int w) {
     r->rc = 0;
     r->loss = NAN;
     memset(&r->acc, 0, sizeof r->acc);
+    r->weight = 0;
     if (r->b.count == 0) return; /* no collectives here: an empty share just waits */
     ut_step_outputs out;
     ut_tensor *y;
@@ -33,7 +34,10 @@ static void dp_worker(void *user, int w) {
         r->rc = -1;
         return;
     }
-    ut_tensor *scaled = ut_scale(ctx, out.loss, (float)r->b.count / (float)t->dp_window);
+    /* the window's mean loss: each share weighted by its examples, or by
+     * its target tokens (seq2seq: optimizer_step divides by the window's) */
+    r->weight = t->token_weights ? ut_batch_weight(t->train, &r->b) : r->b.count;
+    ut_tensor *scaled = ut_scale(ctx, out.loss, (float)r->weight / (float)t->dp_window);
     if (t->fp16) scaled = ut_scale(ctx, scaled, t->scaler.scale);
     if (ut_backward(ctx, scaled)) {
         snprintf(r->err, sizeof r->err, "backward: %s", ut_ctx_error(ctx));
@@ -45,8 +49,9 @@ static void dp_worker(void *user, int w) {
     int k = ut_batch_metrics(&t->h, t->train, &out, y, mets, UT_MAX_METRICS);
     int64_t tokens = batch_tokens(t, &r->b);
     r->acc.seen += seen_tokens(t, &r->b, tokens);
-    accum_add(&r->acc, r->loss, r->b.count, tokens, mets, k);
-    r->acc.loss_w += (double)r->b.count;
+    accum_add(&r->acc, 0, r->b.count, tokens, mets, k);
+    r->acc.loss_sum += (double)r->loss * (double)r->weight;
+    r->acc.loss_w += (double)r->weight;
     ut_ctx_reset(ctx);
 }
 
@@ -67,8 +72,8 @@ int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
     t->rep[0].b = *b;
     t->dp_window = window_examples;
     ut_dp_run(t->dp, dp_worker, t);
-    double sum = 0;
-    int64_t count = 0;
+    double sum = 0, weight = 0;
+    t->win_examples = window_examples;
     for (int w = 0; w < t->ndp; w++) {
         replica *r = &t->rep[w];
         if (r->rc) {
@@ -78,9 +83,10 @@ int ut_dp_micro_step(ut_trainer *t, const ut_batch *b, int64_t window_examples, 
         accum_merge(&t->interval, &r->acc);
         accum_merge(&t->epoch, &r->acc);
         sum += r->acc.loss_sum;
-        count += r->acc.examples;
+        weight += r->acc.loss_w;
+        t->win_weight += r->weight;
     }
-    *loss = count ? sum / (double)count : NAN;
+    *loss = weight > 0 ? sum / weight : NAN;
     if (last) ut_dp_reduce_grads(t->dp);
     return 0;
 }

@@ -1538,12 +1538,6 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                  "none: remove the key", c->count_input_tokens, t->train->name);
         return -1;
     }
-    if (t->token_weights && t->ndp > 1) {
-        snprintf(t->err, sizeof t->err, "dist.strategy dp: sequence-to-sequence data (%s) weighs its loss by target "
-                 "tokens, which the dp workers do not; use ddp (or zero1/zero2/zero3) under --nproc",
-                 t->train->name);
-        return -1;
-    }
     /* dp: the trainer's own model is worker 0 of ndp */
     ut_sampler_init(&t->sampler, t->train->n, c->batch_size, t->ndp > 1 ? 0 : t->drank,
                     t->ndp > 1 ? t->ndp : t->dworld, ut_run_data_seed(c), c->shuffle, c->drop_last);

@@ -36,6 +36,7 @@ typedef struct replica {
     ut_batch b;
     accum acc;
     double loss;
+    int64_t weight;   /* its share's weight in the window: examples, or target tokens */
     int rc;
     char err[512];
 } replica;

@@ -3,7 +3,7 @@
  * BartForConditionalGeneration of tests/parity/fixtures/hf_bart_gen_tiny
  * learns to copy a sentence's first four words; its loss is the mean over
  * target tokens, so ddp and zero3 on 2 ranks (and gradient accumulation)
- * reach the weights of one process, as BART split over 2 ranks (tensor
+ * reach the weights of one process, as dp's 2 worker threads do and BART split over 2 ranks (tensor
  * parallel, its vocabulary-parallel head and loss) does, with the same global batch even though
  * the ranks' batches hold different numbers of target tokens; evaluation by
  * generation scores the dev set (bleu, rougeL, exact_match) and picks the
@@ -58,6 +58,16 @@ static void test_ranks_agree(void) {
     split_agrees("zero3", "whole", 16);
     split_agrees("accum", "whole", 16);
     split_same_dev_loss("ddp2", "whole", 16);
+    /* dp: 2 worker threads in one process, each share's loss weighed by
+     * its target tokens; and with 2 micro-batches a window */
+    CHECK(split_train("dp2", 2, "dist.strategy=dp train.batch_size=4") == 0, "dp with 2 workers");
+    char *said = split_output("dp2");
+    CHECK(said && strstr(said, "DataParallel workers = 2"), "dp2 names its 2 workers: %s", said ? said : "");
+    free(said);
+    split_agrees("dp2", "whole", 16);
+    CHECK(split_train("dp2accum", 2, "dist.strategy=dp train.batch_size=2 train.gradient_accumulation_steps=2") == 0,
+          "dp with 2 workers, 2 micro-batches");
+    split_agrees("dp2accum", "whole", 16);
 }
 
 /* BART split into pipeline stages (the encoder's layers, then the
