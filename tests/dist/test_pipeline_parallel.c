@@ -181,7 +181,7 @@ static void test_bert_stages(void) {
  * in 2 stages, and 2 stages x tp 2: the first stage embeds, the last has
  * ln_f and the score head (no copy of wte: the head is not tied); packed
  * rows travel between the stages; each block draws the whole model's
- * masks. Against one process. */
+ * masks. Against one process, train.metrics' scores from the last stage too. */
 static void test_gpt2_classifier_stages(void) {
     char saved[sizeof split_body];
     memcpy(saved, split_body, sizeof saved);
@@ -192,7 +192,7 @@ static void test_gpt2_classifier_stages(void) {
              "       max_len: 32}\n"
              "train: {max_steps: 8, batch_size: 8, gradient_accumulation_steps: 2, log_interval: 1,\n"
              "        eval_strategy: steps, eval_interval: 8, grad_clip: 0.5, save_strategy: steps, save_interval: 8,\n"
-             "        save_total_limit: 0, progress: lines}\n"
+             "        save_total_limit: 0, progress: lines, metrics: [f1, matthews_correlation]}\n"
              "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
              "dist: {timeout_s: 60}\n");
     CHECK(split_train("gclswhole", 1, "") == 0, "the GPT-2 classifier whole");
@@ -201,6 +201,18 @@ static void test_gpt2_classifier_stages(void) {
     split_agrees("gclspp2", "gclswhole", 8);
     split_agrees("gclspp2tp2", "gclswhole", 8);
     split_same_dev_loss("gclspp2", "gclswhole", 8);
+    /* the last stage's confusion matrix: the scores one process reports */
+    char *whole = split_output("gclswhole");
+    const char *w = whole ? strstr(whole, "eval  step 8  dev:") : NULL, *wf = w ? strstr(w, "  f1 ") : NULL;
+    const char *names[2] = {"gclspp2", "gclspp2tp2"};
+    for (int i = 0; i < 2; i++) {
+        char *o = split_output(names[i]);
+        const char *e = o ? strstr(o, "eval  step 8  dev:") : NULL, *f = e ? strstr(e, "  f1 ") : NULL;
+        CHECK(wf && f && strstr(f, "matthews_correlation") && !strncmp(f, wf, strcspn(wf, "\n")),
+              "%s's dev scores against one process's:\n%s\n%s", names[i], e ? e : "", w ? w : "");
+        free(o);
+    }
+    free(whole);
     memcpy(split_body, saved, sizeof saved);
 }
 
