@@ -178,14 +178,26 @@ grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 if want gpu; then
     for t in build/tests/gpu/test_* build/tests/unit/test_backend; do
         [ -x "$t" ] || continue
-        if ! run "gpu-$(basename "$t")" 300 "$t" && command -v cuda-gdb >/dev/null; then
+        name=gpu-$(basename "$t")
+        run "$name" 300 "$t"
+        trc=$?
+        if [ $trc -ge 128 ] && [ $trc -ne 137 ] && command -v cuda-gdb >/dev/null; then
             # a crash: where, from cuda-gdb (it debugs host code too)
             gl=$((BUDGET - SECONDS - 30)); [ $gl -gt 120 ] && gl=120
-            [ $gl -gt 10 ] && timeout $gl cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/gpu-$(basename "$t")-gdb.log" 2>&1
-            grep -A25 -E "^Thread .* received signal|^#0" "$OUT/gpu-$(basename "$t")-gdb.log" | head -30 | tee -a "$SUMMARY"
+            [ $gl -gt 10 ] && timeout $gl cuda-gdb -batch -ex run -ex bt "$t" >"$OUT/$name-gdb.log" 2>&1
+            grep -A25 -E "^Thread .* received signal|^#0" "$OUT/$name-gdb.log" | head -30 | tee -a "$SUMMARY"
         fi
-        grep -E "^(FAIL|skip)|^  note:" "$OUT/gpu-$(basename "$t").log" | head -40 | tee -a "$SUMMARY"
-        tail -3 "$OUT/gpu-$(basename "$t").log" | tee -a "$SUMMARY"
+        grep -E "^(FAIL|skip)|^  note:" "$OUT/$name.log" | head -40 | tee -a "$SUMMARY"
+        tail -3 "$OUT/$name.log" | tee -a "$SUMMARY"
+        if [ $trc -ne 0 ] && [ $trc -lt 128 ] && [ $trc -ne 124 ]; then
+            # failures: again with the kernels written since the last GPU run
+            # switched back to the paths before them (docs/gpu.md's switches);
+            # failures that go away point at those changes
+            UT_FRESH_GRADS=0 UT_LINEAR_GELU=0 UT_LINEAR_CE=0 UT_CUDA_LN_BWD=two run "$name-older-paths" 300 "$t"
+            note "  $name with UT_FRESH_GRADS=0 UT_LINEAR_GELU=0 UT_LINEAR_CE=0 UT_CUDA_LN_BWD=two:"
+            grep -E "^FAIL" "$OUT/$name-older-paths.log" | head -20 | tee -a "$SUMMARY"
+            tail -1 "$OUT/$name-older-paths.log" | tee -a "$SUMMARY"
+        fi
     done
     # inputs prepared on the loader thread and uploaded from page-locked
     # memory against the host path, on cuda (the same checkpoint, to the bit)
