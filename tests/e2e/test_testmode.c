@@ -97,6 +97,17 @@ static int count_checkpoints(const char *name) {
     return n;
 }
 
+/* The 60 labels of data/sst2_sample/SPLIT.tsv and the 60 rows of run
+ * NAME's SPLIT_predictions.tsv (at most 100 each); the rows read of both */
+static int read_split(const char *name, const char *split, int *labels, pred_row *rows) {
+    char tsv[64], pf[64];
+    snprintf(tsv, sizeof tsv, "data/sst2_sample/%s.tsv", split);
+    snprintf(pf, sizeof pf, "%s_predictions.tsv", split);
+    int nl = read_labels(tsv, labels, 100), np = read_predictions(tp_path(run_dir(name), pf), rows, 100);
+    CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split, nl, np);
+    return nl < np ? nl : np;
+}
+
 /* ---- tests ---- */
 /* 3 epochs of 15 steps with the defaults leave 3 checkpoints; test mode
  * writes predictions that agree with the accuracy it reports. */
@@ -111,16 +122,13 @@ static void test_epoch_checkpoints_and_predictions(void) {
     CHECK(run_sst2("test", "base", NULL, NULL) == 0, "test");
     const char *split[2] = {"dev", "test"};
     for (int i = 0; i < 2; i++) {
-        char tsv[64], res[64], pf[64];
-        snprintf(tsv, sizeof tsv, "data/sst2_sample/%s.tsv", split[i]);
+        char res[64], pf[64];
         snprintf(res, sizeof res, "%s_results.json", split[i]);
         snprintf(pf, sizeof pf, "%s_predictions.tsv", split[i]);
         int labels[100];
         pred_row rows[100];
-        int nl = read_labels(tsv, labels, 100), np = read_predictions(tp_path(run_dir("base"), pf), rows, 100);
-        CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split[i], nl, np);
-        int hits = 0;
-        for (int k = 0; k < np && k < nl; k++) {
+        int n = read_split("base", split[i], labels, rows), hits = 0;
+        for (int k = 0; k < n; k++) {
             pred_row *r = &rows[k];
             CHECK(r->index == k, "%s row %d: index %lld", split[i], k, r->index);
             CHECK_NEAR(r->prob[0] + r->prob[1], 1.0, 2e-6);
@@ -176,14 +184,11 @@ static void test_class_metrics(void) {
     CHECK(run_sst2("test", "cls", sets, NULL) == 0, "test");
     const char *split[2] = {"dev", "test"};
     for (int i = 0; i < 2; i++) {
-        char tsv[64], res[64], pf[64];
-        snprintf(tsv, sizeof tsv, "data/sst2_sample/%s.tsv", split[i]);
+        char res[64];
         snprintf(res, sizeof res, "%s_results.json", split[i]);
-        snprintf(pf, sizeof pf, "%s_predictions.tsv", split[i]);
         int labels[100];
         pred_row rows[100];
-        int nl = read_labels(tsv, labels, 100), np = read_predictions(tp_path(run_dir("cls"), pf), rows, 100);
-        CHECK(nl == 60 && np == 60, "%s: %d labels, %d predictions", split[i], nl, np);
+        if (read_split("cls", split[i], labels, rows) != 60) continue;
         two_class want = scores_of(rows, labels, 60);
         CHECK(i || (want.precision < 1 && want.recall < 1), "dev: the model errs both ways (precision %g, recall %g)",
               want.precision, want.recall);
