@@ -79,7 +79,8 @@ typedef struct {
     bool gen_do_sample;
 
     /* ---- train ---- */
-    int64_t epochs, max_steps;   /* max_steps > 0 overrides epochs */
+    double epochs;               /* passes over the training set; a fraction ends inside the last */
+    int64_t max_steps;           /* > 0 overrides epochs */
     int64_t batch_size;          /* per process */
     bool auto_find_batch_size;   /* out of memory before the first checkpoint: start again at half the batch */
     int64_t eval_batch_size;     /* 0 = batch_size */

@@ -146,8 +146,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "seq2seq_text: lower-case sources and targets (FlagAI's example does)"},
 
     /* ---- train ---- */
-    {.key = "train.epochs", .type = UT_CFG_INT, AT(epochs), .def = "1", GE(0),
-     .doc = "passes over the training set"},
+    {.key = "train.epochs", .type = UT_CFG_FLOAT, AT(epochs), .def = "1", GE(0), LE(1e9),
+     .doc = "passes over the training set; a fraction (2.5, transformers' num_train_epochs) trains "
+            "ceil(epochs x steps per epoch) steps, the last epoch cut short"},
     {.key = "train.max_steps", .type = UT_CFG_INT, AT(max_steps), .def = "0", GE(0),
      .doc = "optimizer steps to take; > 0 overrides epochs"},
     {.key = "train.batch_size", .type = UT_CFG_INT, AT(batch_size), .def = "64", GE(1), LE(1e12),

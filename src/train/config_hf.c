@@ -329,20 +329,6 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
                              "smooth, window_size and reset_start (docs/config.md)", key);
 }
 
-/* num_train_epochs: transformers' is a float (3.0 in a file it wrote) */
-static int epochs(ut_config *c, const char *key, const char *v, char *err, size_t n) {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= 0) || x > 1e9 || x != floor(x)) {
-        if (end != v && !*end && x > 0 && x < 1e9)
-            return ut_errorf(err, n, "%s: %s epochs: utrain counts whole epochs; write max_steps: N for a part of "
-                                     "one (an epoch is the training set over the global batch)", key, v);
-        return 0; /* the alias's own message */
-    }
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.0f", x);
-    return assign(c, "train.epochs", buf, err, n);
-}
 
 /* train_sampling_strategy: random (utrain's shuffling), sequential */
 static int sampling(ut_config *c, const char *key, const char *v, char *err, size_t n) {
@@ -577,10 +563,6 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         return 1;
     rc = bool_field(c, key, v, err, n);
     if (rc) return rc;
-    if (!strcmp(key, "num_train_epochs")) {
-        rc = epochs(c, key, v, err, n);
-        if (rc) return rc;
-    }
     if (!strcmp(key, "max_steps") && !strcmp(v, "-1")) return assign(c, "train.max_steps", "0", err, n);
     /* transformers 5: a warmup_steps in [0, 1) that is not a whole number is a ratio of the steps */
     if (!strcmp(key, "warmup_steps") && strpbrk(v, ".eE")) {
@@ -701,7 +683,7 @@ const char *const ut_cfg_hf_doc =
     "| `warmup_steps` | N / a fraction in (0, 1) | `optim.warmup_steps` / `optim.warmup_ratio` (transformers 5 reads such a value as a ratio of the steps) |\n"
     "| `include_num_input_tokens_seen` | `no`, `all`, `non_padding`, false / true | `train.count_input_tokens` (false: `no`, true: `all`) |\n"
     "| `report_to` | `tensorboard`, `all`, `none`, `[]` / others | nothing: the run writes its TensorBoard event files and `metrics.jsonl` and reports to no service / refused |\n"
-    "| `num_train_epochs` | 3.0 / 2.5 | `train.epochs: 3` / refused (utrain counts whole epochs; `max_steps` for part of one) |\n"
+    "| `num_train_epochs` | 3.0, 2.5 | `train.epochs` (a fraction trains ceil(epochs x steps per epoch) steps, as the Trainer counts them) |\n"
     "| `max_steps` | -1 / N | nothing (the epochs decide) / `train.max_steps` |\n"
     "| `eval_delay` | N | `train.eval_delay` (no evaluation before step N, or epoch N with `eval_strategy: epoch`) |\n"
     "| `train_sampling_strategy` | `random` / `sequential` / `group_by_length` / others | `data.shuffle: true` / `false` / `data.group_by_length: true` / refused |\n"

@@ -427,15 +427,15 @@ static int check_resume_state(const ut_trainer *t, const char *path, int64_t nam
  * schema bounds each key; their products are checked here). */
 static int check_counts(ut_trainer *t) {
     const ut_config *c = t->cfg;
-    int64_t g, total;
+    int64_t g;
     if (__builtin_mul_overflow(c->batch_size, (int64_t)t->dworld * t->ndp, &g) ||
         __builtin_mul_overflow(g, t->accum_steps, &g))
         return ut_errorf(t->err, sizeof t->err, "the global batch train.batch_size %lld x %d processes x "
                          "train.gradient_accumulation_steps %lld is too large to count",
                          (long long)c->batch_size, t->dworld * t->ndp, (long long)t->accum_steps);
-    if (c->max_steps <= 0 && __builtin_mul_overflow(c->epochs, t->steps_per_epoch, &total))
-        return ut_errorf(t->err, sizeof t->err, "train.epochs %lld x %lld steps per epoch is too large to "
-                         "count: use train.max_steps", (long long)c->epochs, (long long)t->steps_per_epoch);
+    if (c->max_steps <= 0 && c->epochs * (double)t->steps_per_epoch > 9e15)
+        return ut_errorf(t->err, sizeof t->err, "train.epochs %g x %lld steps per epoch is too large to "
+                         "count: use train.max_steps", c->epochs, (long long)t->steps_per_epoch);
     return 0;
 }
 
@@ -572,7 +572,7 @@ static void print_summary(ut_trainer *t) {
     ut_say(&t->log, "***** Running training *****\n");
     ut_say(&t->log, "  Num examples = %lld\n", (long long)t->train->n);
     if (c->max_steps > 0) ut_say(&t->log, "  Max steps = %lld\n", (long long)c->max_steps);
-    else ut_say(&t->log, "  Num epochs = %lld\n", (long long)c->epochs);
+    else ut_say(&t->log, "  Num epochs = %g\n", c->epochs);
     ut_say(&t->log, "  Batch size per process = %lld\n", (long long)c->batch_size);
     ut_say(&t->log, "  Total train batch size (w. parallel, distributed & accumulation) = %lld\n",
            (long long)(c->batch_size * world * t->ndp * t->accum_steps));
@@ -1565,7 +1565,8 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->win_host = ut_calloc_check(t->win_bytes, 1);
     t->win_count = ut_calloc_check((size_t)wmax, sizeof *t->win_count);
     t->win_last = -1;
-    t->total_steps = c->max_steps > 0 ? c->max_steps : c->epochs * t->steps_per_epoch;
+    /* transformers' count for a fraction of epochs: ceil(epochs x steps per epoch) */
+    t->total_steps = c->max_steps > 0 ? c->max_steps : (int64_t)ceil(c->epochs * (double)t->steps_per_epoch);
     t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
     t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
     t->st = (ut_train_state){.best_step = -1};

@@ -1,7 +1,7 @@
 /* End to end through the `utrain` program: test mode's predictions files
  * (values against the results, one rank against two), train.metrics'
  * classification scores against the predictions (and refused where the data
- * cannot give them), unlabeled GLUE test
+ * cannot give them), a fraction of epochs, unlabeled GLUE test
  * files, one checkpoint per epoch by default, and what a resumed run writes
  * (epoch table, TensorBoard, log lines); the progress display under --nproc. */
 #include <math.h>
@@ -258,6 +258,22 @@ static void test_class_metrics_refused(void) {
     free(s);
 }
 
+/* 2.5 epochs (transformers' num_train_epochs: 2.5) of 15 steps train
+ * ceil(37.5) = 38 steps: two whole epochs, then 8 steps of the third */
+static void test_fraction_of_epochs(void) {
+    CHECK(run_sst2("train", "frac", (const char *[]){"train.epochs=2.5", NULL}, NULL) == 0, "train 2.5 epochs");
+    char *s = tp_slurp(tp_path(tmp, "frac.out"));
+    CHECK(s && strstr(s, "  Num epochs = 2.5\n") && strstr(s, "  Total optimization steps = 38\n") &&
+              strstr(s, "Training done: 38 steps"), "%s", s ? s : "");
+    free(s);
+    s = tp_slurp(tp_path(run_dir("frac"), "train_results.json"));
+    CHECK_NEAR(json_number(s, "epoch"), 38.0 / 15.0, 1e-8);
+    free(s);
+    CHECK(count_checkpoints("frac") == 3 &&
+              access(tp_path(run_dir("frac"), "checkpoints/step_00000038.safetensors"), R_OK) == 0,
+          "%d checkpoints, the last at step 38", count_checkpoints("frac"));
+}
+
 /* The GLUE test layout (index<TAB>sentence): predictions with the file's
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
@@ -410,6 +426,7 @@ int main(int argc, char **argv) {
     RUN(test_epoch_checkpoints_and_predictions);
     RUN(test_class_metrics);
     RUN(test_class_metrics_refused);
+    RUN(test_fraction_of_epochs);
     RUN(test_unlabeled_test_file);
     RUN(test_unlabeled_refused_for_training);
     RUN(test_resume_outputs);

@@ -198,8 +198,8 @@ static void test_yaml_types(void) {
                      "write it without quotes or tag (lr: 0.001)");
     check_load_error("seed: !!str 1\n", "1: seed: '1' is a string in YAML (tagged !!str), but seed takes "
                      "an integer: write it without quotes or tag (seed: 1)");
-    check_load_error("train: {epochs: '3'}\n", "1: train.epochs: \"3\" is a string in YAML (quoted), but "
-                     "train.epochs takes an integer: write it without quotes or tag (epochs: 3)");
+    check_load_error("train: {batch_size: '3'}\n", "1: train.batch_size: \"3\" is a string in YAML (quoted), but "
+                     "train.batch_size takes an integer: write it without quotes or tag (batch_size: 3)");
     check_load_error("data:\n  shuffle: \"false\"\n", "2: data.shuffle: \"false\" is a string in YAML "
                      "(quoted), but data.shuffle takes true or false: write it without quotes or tag "
                      "(shuffle: false)");
@@ -228,7 +228,8 @@ static void test_unknown_key(void) {
 }
 
 static void test_wrong_type(void) {
-    check_load_error("seed: 1\ntrain:\n  epochs: two\n", "3: train.epochs: 'two' is not an integer");
+    check_load_error("seed: 1\ntrain:\n  batch_size: two\n", "3: train.batch_size: 'two' is not an integer");
+    check_load_error("seed: 1\ntrain:\n  epochs: two\n", "3: train.epochs: 'two' is not a number");
     check_load_error("optim:\n  lr: fast\n", "2: optim.lr: 'fast' is not a number");
     check_load_error("optim:\n  lr: .nan\n", "2: optim.lr: '.nan' is not a number");
     check_load_error("data:\n  shuffle: maybe\n", "2: data.shuffle: 'maybe' is not true or false");
@@ -504,7 +505,6 @@ static void test_hf_training_arguments_files(void) {
     ut_config_free(&c);
     /* values of those fields that utrain cannot honour are still refused */
     const struct { const char *text, *msg; } bad[] = {
-        {"num_train_epochs: 2.5\n", "num_train_epochs: 2.5 epochs: utrain counts whole epochs; write max_steps: N"},
         {"use_liger_kernel: true\n", "use_liger_kernel: 'true': utrain's fused kernels are its own (docs/gpu.md); "
                                      "write false or remove the key"},
         {"include_num_input_tokens_seen: some\n", "include_num_input_tokens_seen: expected no, all, non_padding, "
@@ -526,6 +526,9 @@ static void test_hf_training_arguments_files(void) {
     }
     ut_config_init(&c);
     CHECK(load_text(&c, "train_sampling_strategy: group_by_length\n") == 0 && c.group_by_length, "grouped: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c); /* a fraction of epochs, as the Trainer counts it (the trainer's steps: test_trainer) */
+    CHECK(load_text(&c, "num_train_epochs: 2.5\n") == 0 && c.epochs == 2.5, "2.5 epochs: %s", err);
     ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "fsdp: full_shard auto_wrap\nmax_steps: -1\nreport_to: none\ntf32: null\n"
@@ -1446,7 +1449,7 @@ static void test_round_trip(void) {
     CHECK(b.eps == 1e-12 && b.mean == 0.1 && b.greater_is_better == a.greater_is_better, "values");
     char *again = write_text(&b);
     CHECK(!strcmp(text, again), "second write differs:\n%s\n---\n%s", text, again);
-    CHECK(strstr(text, "\ntrain:\n  epochs: 3\n") && strstr(text, "  sizes: [784, 64, 10]\n"), "%s", text);
+    CHECK(strstr(text, "\ntrain:\n  epochs: 3.0\n") && strstr(text, "  sizes: [784, 64, 10]\n"), "%s", text);
     CHECK(strstr(text, "  eval_strategy: \"no\"\n") && strstr(text, "  eps: 1.0e-12\n"), "%s", text);
     free(text);
     free(again);
