@@ -79,11 +79,11 @@ static const char *first_name(unsigned mask) {
 }
 
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
-    unsigned mask = ut_cls_wanted(c);
-    if (!mask || !ds) return 0;
-    const char *why = !strncmp(c->best_metric, "dev/", 4) && ut_cls_is_metric(c->best_metric + 4)
-                          ? "train.best_metric" : "train.metrics";
-    const char *m = !strcmp(why, "train.best_metric") ? c->best_metric + 4 : first_name(mask);
+    unsigned listed = 0, mask = ut_cls_wanted(c);
+    char e[8];
+    if (!mask || !ds || ut_cls_parse(c->metrics, &listed, e, sizeof e)) return 0;
+    /* the key that asks for the scores: train.metrics', else the best metric's */
+    const char *why = listed ? "train.metrics" : "train.best_metric", *m = first_name(listed ? listed : mask);
     if (ds->num_classes < 2)
         return ut_errorf(err, n, "%s: %s scores a classifier's predictions against labels, and the data (%s) has "
                                  "no classes%s; remove it", why, m, ds->name,
@@ -92,12 +92,12 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
     if (ds->num_classes > UT_CLS_MAX_CLASSES)
         return ut_errorf(err, n, "%s: %s over %lld classes: the confusion matrix is kept for at most %d classes; "
                                  "remove it", why, m, (long long)ds->num_classes, UT_CLS_MAX_CLASSES);
-    unsigned binary = mask & (UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1);
+    unsigned two = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1, binary = mask & two;
     if (binary && ds->num_classes != 2)
         return ut_errorf(err, n, "%s: %s is the positive class's (label 1) score of a two-class task, and the data "
                                  "(%s) has %lld classes; write f1_macro or f1_weighted (averages over the classes) or "
-                                 "matthews_correlation instead", why, first_name(binary), ds->name,
-                         (long long)ds->num_classes);
+                                 "matthews_correlation instead", listed & two ? "train.metrics" : "train.best_metric",
+                         first_name(listed & two ? listed & two : binary), ds->name, (long long)ds->num_classes);
     return 0;
 }
 

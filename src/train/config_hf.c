@@ -329,7 +329,6 @@ static int scheduler_kwarg(ut_config *c, const char *key, const char *v, char *e
                              "smooth, window_size and reset_start (docs/config.md)", key);
 }
 
-
 /* train_sampling_strategy: random (utrain's shuffling), sequential */
 static int sampling(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(v, "random")) return assign(c, "data.shuffle", "true", err, n);

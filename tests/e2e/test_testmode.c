@@ -227,6 +227,11 @@ static void test_class_metrics_refused(void) {
     s = tp_slurp(tp_path(tmp, "three2.out"));
     CHECK(s && strstr(s, "train.best_metric: f1 is the positive class's"), "%s", s ? s : "");
     free(s);
+    CHECK(run_sst2x("train", "three4", (const char *[]){train, dev, "train.metrics=precision",
+                    "train.best_metric=dev/f1_macro", NULL}, NULL, 1) == 1, "precision of three classes: exit 1");
+    s = tp_slurp(tp_path(tmp, "three4.out"));
+    CHECK(s && strstr(s, "train.metrics: precision is the positive class's"), "%s", s ? s : "");
+    free(s);
     CHECK(run_sst2x("train", "three3", (const char *[]){train, dev, "train.metrics=f1_weighted,matthews_correlation",
                     "train.epochs=1", NULL}, NULL, 0) == 0, "averaged scores of three classes");
     s = tp_slurp(tp_path(tmp, "three3.out"));
