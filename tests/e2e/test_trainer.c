@@ -977,14 +977,14 @@ static void test_greedy_schedule(void) {
      * naming those they do (transformers' Trainer raises a KeyError) */
     char runs[512], out[600];
     snprintf(runs, sizeof runs, "output_dir=%s/greedy", tmp);
-    snprintf(out, sizeof out, "%s/greedy_f1.out", tmp);
-    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=f1",
+    snprintf(out, sizeof out, "%s/greedy_auc.out", tmp);
+    int rc = tp_run((const char *[]){"train", "configs/sst2_bow.yml", "--set", runs, "--set", "experiment_name=auc",
                                      "--set", "optim.schedule=greedy", "--set", "train.eval_strategy=steps", "--set",
-                                     "train.eval_interval=1", "--set", "train.best_metric=dev/f1", "--set",
+                                     "train.eval_interval=1", "--set", "train.best_metric=dev/auc", "--set",
                                      "train.max_steps=2", NULL},
                     out);
     char *o = tp_slurp(out);
-    CHECK(rc == 1 && o && strstr(o, "optim.schedule greedy: train.best_metric dev/f1 is not among the "
+    CHECK(rc == 1 && o && strstr(o, "optim.schedule greedy: train.best_metric dev/auc is not among the "
                                     "evaluation's metrics (dev/loss, dev/accuracy)"),
           "a missing metric: exit %d:\n%s", rc, o ? o : "");
     free(o);
