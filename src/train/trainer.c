@@ -1706,6 +1706,16 @@ static int train_loop(ut_trainer *t) {
         }
         if (agree_on_stop(t)) preempted = true;
     }
+    /* the run's length ended inside an epoch (train.max_steps, or a fraction
+     * of epochs): with evaluation by epoch that partial epoch's end is
+     * evaluated too, as the Hugging Face Trainer's epoch end after its last
+     * step is (the checkpoint below is the run's last) */
+    if (!preempted && !early && t->st.cursor > 0 && t->steps_this_run > 0 && !strcmp(t->cfg->eval_strategy, "epoch") &&
+        past_eval_delay(t)) {
+        ut_eval_result res;
+        bool ignored;
+        if (evaluate_dev(t, &res, true, &ignored)) return UT_EXIT_ERROR;
+    }
     ut_progress_end(&t->log);
     if (t->log_every > 0 && t->st.step % t->log_every && t->steps_this_run &&
         log_train(t))
