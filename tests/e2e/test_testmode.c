@@ -264,12 +264,21 @@ static void test_class_metrics_refused(void) {
 }
 
 /* 2.5 epochs (transformers' num_train_epochs: 2.5) of 15 steps train
- * ceil(37.5) = 38 steps: two whole epochs, then 8 steps of the third */
+ * ceil(37.5) = 38 steps: two whole epochs, then 8 steps of the third,
+ * whose end is evaluated too (eval_strategy epoch, as the Trainer's epoch
+ * end after its last step); a resumed run that has nothing left to train
+ * does not evaluate again */
 static void test_fraction_of_epochs(void) {
     CHECK(run_sst2("train", "frac", (const char *[]){"train.epochs=2.5", NULL}, NULL) == 0, "train 2.5 epochs");
     char *s = tp_slurp(tp_path(tmp, "frac.out"));
     CHECK(s && strstr(s, "  Num epochs = 2.5\n") && strstr(s, "  Total optimization steps = 38\n") &&
-              strstr(s, "Training done: 38 steps"), "%s", s ? s : "");
+              strstr(s, "eval  step 15  dev:") && strstr(s, "eval  step 30  dev:") &&
+              strstr(s, "eval  step 38  dev:") && strstr(s, "Training done: 38 steps"), "%s", s ? s : "");
+    free(s);
+    CHECK(run_sst2("train", "frac", (const char *[]){"train.epochs=2.5", "continue_training=true", NULL}, NULL) == 0,
+          "again, finished");
+    s = tp_slurp(tp_path(tmp, "frac.out"));
+    CHECK(s && !strstr(s, "eval  step"), "a finished run evaluated again: %s", s ? s : "");
     free(s);
     s = tp_slurp(tp_path(run_dir("frac"), "train_results.json"));
     CHECK_NEAR(json_number(s, "epoch"), 38.0 / 15.0, 1e-8);
