@@ -59,17 +59,21 @@ int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n) {
     return 0;
 }
 
-unsigned ut_cls_wanted(const ut_config *c) {
+/* train.metrics' bits (none where the config check has refused the list) */
+static unsigned listed(const ut_config *c) {
     unsigned mask = 0;
     char e[8];
-    if (ut_cls_parse(c->metrics, &mask, e, sizeof e)) mask = 0; /* the config check has refused it */
-    const char *bm = c->best_metric;
-    if (!strncmp(bm, "dev/", 4) && ut_cls_is_metric(bm + 4)) {
-        int i = find(bm + 4, strlen(bm + 4));
-        mask |= names[i].bit;
-    }
-    return mask;
+    return ut_cls_parse(c->metrics, &mask, e, sizeof e) ? 0 : mask;
 }
+
+/* train.best_metric's bit: dev/<a score> */
+static unsigned best(const ut_config *c) {
+    const char *bm = c->best_metric;
+    int i = strncmp(bm, "dev/", 4) ? -1 : find(bm + 4, strlen(bm + 4));
+    return i < 0 ? 0 : names[i].bit;
+}
+
+unsigned ut_cls_wanted(const ut_config *c) { return listed(c) | best(c); }
 
 /* the first name of a bit in mask */
 static const char *first_name(unsigned mask) {
@@ -79,11 +83,10 @@ static const char *first_name(unsigned mask) {
 }
 
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
-    unsigned listed = 0, mask = ut_cls_wanted(c);
-    char e[8];
-    if (!mask || !ds || ut_cls_parse(c->metrics, &listed, e, sizeof e)) return 0;
+    unsigned list = listed(c), mask = list | best(c);
+    if (!mask || !ds) return 0;
     /* the key that asks for the scores: train.metrics', else the best metric's */
-    const char *why = listed ? "train.metrics" : "train.best_metric", *m = first_name(listed ? listed : mask);
+    const char *why = list ? "train.metrics" : "train.best_metric", *m = first_name(list ? list : mask);
     if (ds->num_classes < 2)
         return ut_errorf(err, n, "%s: %s scores a classifier's predictions against labels, and the data (%s) has "
                                  "no classes%s; remove it", why, m, ds->name,
@@ -96,8 +99,8 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
     if (binary && ds->num_classes != 2)
         return ut_errorf(err, n, "%s: %s is the positive class's (label 1) score of a two-class task, and the data "
                                  "(%s) has %lld classes; write f1_macro or f1_weighted (averages over the classes) or "
-                                 "matthews_correlation instead", listed & two ? "train.metrics" : "train.best_metric",
-                         first_name(listed & two ? listed & two : binary), ds->name, (long long)ds->num_classes);
+                                 "matthews_correlation instead", list & two ? "train.metrics" : "train.best_metric",
+                         first_name(list & two ? list & two : binary), ds->name, (long long)ds->num_classes);
     return 0;
 }
 

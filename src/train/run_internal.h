@@ -163,8 +163,8 @@ int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds,
  * (and outputs, as ut_evaluate_outputs, when not NULL) holds the numbers. */
 typedef int (*ut_eval_stage_fn)(void *arg, ut_ctx *ctx, ut_model *m, const ut_batch *b, char *err, size_t n);
 int ut_evaluate_stage(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch, const ut_hooks *h,
-                      unsigned cls, bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg, ut_eval_result *res,
-                      double *outputs, bool *have_outputs, char *err, size_t n);
+                      unsigned cls, bool (*stop)(void *), void *arg, ut_eval_stage_fn stage, void *stage_arg,
+                      ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n);
 /* An evaluation of ds as test mode runs it (ut_evaluate_outputs, or a split
  * model's own): res on every rank, outputs (may be NULL) on rank 0 at
  * least. 0 or -1 with err. */

@@ -278,8 +278,8 @@ int ut_split_whole_model(ut_trainer *t) {
         int wi = param_index(wp, e->name);
         if (wi < 0 || wp->segs[wi].numel != e->numel) {
             /* the same on every rank: the lists and the whole model agree everywhere */
-            snprintf(t->err, sizeof t->err, "the whole model built to generate has %s %s", wi < 0 ? "no" : "another shape of",
-                     e->name);
+            snprintf(t->err, sizeof t->err, "the whole model built to generate has %s %s",
+                     wi < 0 ? "no" : "another shape of", e->name);
             return -1;
         }
         float *full = ut_malloc_check((size_t)e->numel * sizeof(float));

@@ -49,8 +49,9 @@ int ut_split_test_load(ut_trainer *t, const char *path, ut_train_state *st, char
 int ut_split_test_eval(void *arg, ut_dataset *ds, int64_t batch, ut_eval_result *res, double *outputs, bool *have,
                        char *err, size_t n) {
     ut_trainer *t = arg;
-    if (t->pp == 1) return ut_evaluate_outputs(t->dcomm, t->ctx, t->m, ds, batch, &t->h, ut_cls_wanted(t->cfg), res, outputs, have,
-                                   err, n);
+    if (t->pp == 1)
+        return ut_evaluate_outputs(t->dcomm, t->ctx, t->m, ds, batch, &t->h, ut_cls_wanted(t->cfg), res, outputs,
+                                   have, err, n);
     int rc = ut_pp_evaluate(t, ds, batch, NULL, NULL, res, outputs, have);
     if (rc) snprintf(err, n, "%s", t->err);
     return rc ? -1 : 0;

@@ -783,8 +783,8 @@ static int evaluate_dev(ut_trainer *t, ut_eval_result *res, bool track, bool *st
     /* pipeline: through the stages, the last one's numbers on every stage */
     ut_model *m = t->m;
     int erc = t->pp > 1 ? ut_pp_evaluate(t, t->dev, bs, stop_asked, t, res, NULL, NULL)
-                        : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, ut_cls_wanted(t->cfg), stop_asked, t,
-                                            res, t->err, sizeof t->err);
+                        : ut_evaluate_until(t->dcomm, t->ctx, m, t->dev, bs, &t->h, ut_cls_wanted(t->cfg),
+                                            stop_asked, t, res, t->err, sizeof t->err);
     if (!erc && t->cfg->gen_eval) { /* and by generation: bleu, rougeL, exact_match */
         ut_gen_opts o;
         ut_gen_opts_from_config(t->cfg, &o);
@@ -1710,8 +1710,8 @@ static int train_loop(ut_trainer *t) {
      * of epochs): with evaluation by epoch that partial epoch's end is
      * evaluated too, as the Hugging Face Trainer's epoch end after its last
      * step is (the checkpoint below is the run's last) */
-    if (!preempted && !early && t->st.cursor > 0 && t->steps_this_run > 0 && !strcmp(t->cfg->eval_strategy, "epoch") &&
-        past_eval_delay(t)) {
+    if (!preempted && !early && t->st.cursor > 0 && t->steps_this_run > 0 &&
+        !strcmp(t->cfg->eval_strategy, "epoch") && past_eval_delay(t)) {
         ut_eval_result res;
         bool ignored;
         if (evaluate_dev(t, &res, true, &ignored)) return UT_EXIT_ERROR;

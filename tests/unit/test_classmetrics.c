@@ -112,10 +112,37 @@ static void test_wanted(void) {
     ut_config_free(&c);
 }
 
+/* The data a run's scores need: classes, at most UT_CLS_MAX_CLASSES, two for a two-class score */
+static void test_check(void) {
+    ut_config c;
+    ut_config_init(&c);
+    char err[512];
+    ut_dataset ds = {.name = "tsv_text", .num_classes = 2000};
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == 0, "no score asked: %s", err);
+    CHECK(ut_config_set(&c, "train.metrics=f1_macro", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == -1 &&
+              !strcmp(err, "train.metrics: f1_macro over 2000 classes: the confusion matrix is kept for at most 1024 "
+                           "classes; remove it"), "%s", err);
+    ds.num_classes = 1024;
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == 0, "1024 classes: %s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/recall", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == -1 &&
+              strstr(err, "train.best_metric: recall is the positive class's (label 1) score of a two-class task, and "
+                          "the data (tsv_text) has 1024 classes"), "%s", err);
+    ds.num_classes = 2;
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == 0, "two classes: %s", err);
+    ds.num_classes = 0;
+    CHECK(ut_cls_check(&c, &ds, err, sizeof err) == -1 &&
+              strstr(err, "train.metrics: f1_macro scores a classifier's predictions against labels, and the data "
+                          "(tsv_text) has no classes; remove it"), "%s", err);
+    ut_config_free(&c);
+}
+
 int main(void) {
     RUN(test_against_sklearn);
     RUN(test_empty);
     RUN(test_names);
     RUN(test_wanted);
+    RUN(test_check);
     return TEST_SUMMARY();
 }
