@@ -30,6 +30,8 @@ struct ut_dataset {
     int64_t x_ne[3], y_ne[3];
     ut_dtype x_dtype, y_dtype;
     int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
+    bool regression;             /* y is one f32 score per example (a regression task: model.num_labels
+                                  * 1); num_classes is 0 */
     int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
     bool unlabeled;              /* no labels (a GLUE test file): y is 0, only predictions make sense */
     bool token_planes;           /* x is (3, max_len) I32 planes: token ids, token type ids,
@@ -49,6 +51,11 @@ struct ut_dataset {
     const char *(*text)(const ut_dataset *ds, int64_t i, int which);
 };
 void ut_dataset_free(ut_dataset *ds);
+/* How many outputs a model gives per example of ds: its classes, 1 for a
+ * regression's score, 0 for data of neither (token shards, pairs of texts). */
+static inline int64_t ut_dataset_outputs(const ut_dataset *ds) {
+    return ds->regression ? 1 : ds->num_classes;
+}
 
 /* MNIST-format IDX files, plain or gzip. x (1, H, W) f32 = (pixel/255 - mean)/std,
  * y i32 label. Examples [lo, hi) of the file (hi = -1: to the end), for
@@ -160,6 +167,9 @@ char *ut_tokenizer_decode_generated(const ut_tokenizer *t, const int32_t *ids, i
  * first) and padded to max_len: x (3, max_len) i32 = token ids, token type
  * ids, attention mask (1 token, 0 padding); y i32 label. num_classes 0: the
  * file's max label + 1; otherwise a larger label is an error naming its line.
+ * num_classes 1 is regression, as a Hugging Face model with num_labels 1
+ * regresses: the labels (column "label", or "score" as in GLUE's STS-B
+ * file) are finite real numbers, y f32, ds->regression set, ds->num_classes 0.
  * vocab_size is the tokenizer's. A file without a "label" column is
  * unlabeled (y 0, ds->unlabeled: a GLUE test file); an "index" column gives
  * the examples' ids. ds->token_planes is set. t is used only during the call. */

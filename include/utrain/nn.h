@@ -339,8 +339,18 @@ ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in,
  * forward then loss. */
 ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets, ut_tensor **output);
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
- * ids, ids -100 ignored; a model's loss for models that need no other. */
+ * ids (I32), ids -100 ignored; against float32 targets (N) (a regression's
+ * scores) logits (N, 1) and the mean squared error, as a Hugging Face model
+ * with num_labels 1 regresses. A model's loss for models that need no other. */
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
+/* What a classifier's options say of its problem, in Hugging Face's names:
+ * problem_type regression (num_labels / num_classes 1 or unset) or
+ * single_label_classification (a count >= 2 or unset); without
+ * problem_type, num_labels (else num_classes) 1 is a regression, another
+ * count classification. *regression is that, *said whether either key was
+ * there. -1 with a message naming the key for a contradiction, an unknown
+ * type and multi_label_classification (not supported). */
+int ut_model_problem_type(const ut_kv *opts, bool *regression, bool *said, char *err, size_t n);
 /* A sequence-to-sequence model's loss: mean cross-entropy of logits (B, T,
  * V) against targets (B, T), -100 ignored; targets of another shape are a
  * context error saying so. */

@@ -19,7 +19,8 @@ char *ut__data_strdup(const char *s);
 unsigned char *ut__read_file(const char *path, size_t *size, char *err, size_t n);
 
 /* A parsed GLUE-style TSV: one row per example, sentences pointing into buf
- * (NUL-terminated in place). Without a label column labels are 0 and labeled
+ * (NUL-terminated in place). The label column is "label" (or, without one,
+ * "score": GLUE's STS-B file). Without a label column labels are 0 and labeled
  * is false; without an index column index[k] = k. The text column is
  * "sentence" (or "sentence1"); sentence2 is the optional "sentence2" column
  * of pair tasks (NULL when the file has none). Errors name the file and the
@@ -30,10 +31,13 @@ typedef struct {
     char **sentence, **sentence2;
     int64_t cap;                 /* rows allocated (lines of the file) */
     int64_t *label, *line, *index;
+    double *score;               /* scores: each example's label as a real number (else NULL) */
     int64_t max_label;
     bool labeled, has_index;
 } ut__tsv;
-int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n);
+/* scores: the labels are real numbers (a regression task's, model.num_labels
+ * 1), read into score; otherwise classes, integers >= 0, into label. */
+int ut__tsv_read(const char *path, bool scores, ut__tsv *t, char *err, size_t n);
 void ut__tsv_free(ut__tsv *t);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);

@@ -5,6 +5,7 @@
  * a trailing '\r' is dropped. Errors name the file and the 1-based line.
  * Examples are tokenized once at open. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
     for (int k = 0; k < c->ncol && k < 64; k++) {
         if (!strcmp(f[k], "sentence") || (c->sentence < 0 && !strcmp(f[k], "sentence1"))) c->sentence = k;
         if (!strcmp(f[k], "sentence2")) c->sentence2 = k;
-        if (!strcmp(f[k], "label")) c->label = k;
+        if (!strcmp(f[k], "label") || (c->label < 0 && !strcmp(f[k], "score"))) c->label = k;
         if (!strcmp(f[k], "index")) c->index = k;
     }
     if (c->sentence < 0 || c->ncol > 64)
@@ -51,15 +52,33 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
     return 0;
 }
 
-/* An integer field in [0, hi]. */
+/* An integer field in [0, hi]. A label that is a number but not a class
+ * (STS-B's 3.800) says how to train on scores. */
 static int parse_int(const char *path, int64_t line, const char *what, const char *s, int64_t hi,
                      int64_t *out, char *err, size_t n) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v > hi)
-        return ut_errorf(err, n, "%s:%lld: bad %s '%.40s' (expected an integer >= 0)", path,
-                            (long long)line, what, s);
+    if (end == s || *end || errno || v < 0 || v > hi) {
+        char *rend;
+        (void)strtod(s, &rend);
+        bool real = !strcmp(what, "label") && rend != s && !*rend;
+        return ut_errorf(err, n, "%s:%lld: bad %s '%.40s' (expected an integer >= 0%s)", path, (long long)line, what,
+                         s, real ? ", a class; a label that is a score, as STS-B's, is a regression task: set "
+                                   "model.num_labels: 1" : "");
+    }
+    *out = v;
+    return 0;
+}
+
+/* A regression label: a finite real number. */
+static int parse_score(const char *path, int64_t line, const char *s, double *out, char *err, size_t n) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !isfinite(v))
+        return ut_errorf(err, n, "%s:%lld: bad label '%.40s' (expected a finite number: model.num_labels 1 makes "
+                                 "the labels scores, a regression task's)", path, (long long)line, s);
     *out = v;
     return 0;
 }
@@ -76,7 +95,9 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
     int64_t k = t->n;
     t->label[k] = 0;
     t->index[k] = k;
-    if (c->label >= 0 && parse_int(path, lineno, "label", f[c->label], INT32_MAX, &t->label[k], err, n))
+    if (t->score) t->score[k] = 0;
+    if (c->label >= 0 && (t->score ? parse_score(path, lineno, f[c->label], &t->score[k], err, n)
+                                   : parse_int(path, lineno, "label", f[c->label], INT32_MAX, &t->label[k], err, n)))
         return -1;
     if (c->index >= 0 && parse_int(path, lineno, "index", f[c->index], INT64_MAX, &t->index[k], err, n))
         return -1;
@@ -89,14 +110,17 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
 }
 
 /* The seed's files (sentiment-train, read with pandas' header=None) have no
- * header: a first line of two fields, the second an integer, is an example
- * of (sentence, label), not a header naming columns. */
+ * header: a first line of two fields, the second a number (an integer; a
+ * decimal too, a score), is an example of (sentence, label), not a header
+ * naming columns. */
 static bool headerless(const char *line) {
     const char *tab = strchr(line, '\t');
     if (!tab || tab == line || strchr(tab + 1, '\t')) return false;
     const char *d = tab + 1;
+    if (*d == '-') d++;
     size_t digits = strspn(d, "0123456789");
-    return digits > 0 && digits < 10 && !d[digits];
+    if (d[digits] == '.') digits += 1 + strspn(d + digits + 1, "0123456789");
+    return digits > 0 && digits < 24 && !d[digits];
 }
 
 static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
@@ -135,7 +159,7 @@ static int nul_byte_error(const char *path, ut__tsv *t, char *err, size_t n) {
                      line, off);
 }
 
-int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
+int ut__tsv_read(const char *path, bool scores, ut__tsv *t, char *err, size_t n) {
     memset(t, 0, sizeof *t);
     size_t len;
     t->buf = (char *)ut__read_file(path, &len, err, n);
@@ -156,6 +180,7 @@ int ut__tsv_read(const char *path, ut__tsv *t, char *err, size_t n) {
     t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
     t->index = ut_malloc_check((size_t)lines * sizeof *t->index);
+    if (scores) t->score = ut_malloc_check((size_t)lines * sizeof *t->score);
     t->max_label = -1;
     if (parse_lines(path, t, err, n)) {
         ut__tsv_free(t);
@@ -171,6 +196,7 @@ void ut__tsv_free(ut__tsv *t) {
     ut_free(t->label);
     ut_free(t->line);
     ut_free(t->index);
+    ut_free(t->score);
     memset(t, 0, sizeof *t);
 }
 
@@ -220,7 +246,7 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         return NULL;
     }
     ut__tsv t;
-    if (ut__tsv_read(path, &t, err, n)) return NULL;
+    if (ut__tsv_read(path, false, &t, err, n)) return NULL;
     if (check_labels(path, &t, ut_vocab_num_classes(v), err, n)) {
         ut__tsv_free(&t);
         return NULL;

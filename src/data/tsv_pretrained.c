@@ -9,6 +9,7 @@
 
 typedef struct {
     int32_t *x, *labels;     /* x: (n, 3, max_len) ids, type ids, mask */
+    float *scores;           /* a regression's labels (labels NULL), else NULL */
     int64_t *index;          /* the index column, or NULL */
     int64_t max_len;
 } ptsv_impl;
@@ -19,7 +20,8 @@ static int ptsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size
         return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", ds->name, (long long)i,
                          (long long)ds->n);
     memcpy(x, m->x + i * 3 * m->max_len, (size_t)(3 * m->max_len) * sizeof(int32_t));
-    *(int32_t *)y = m->labels[i];
+    if (m->scores) *(float *)y = m->scores[i];
+    else *(int32_t *)y = m->labels[i];
     return 0;
 }
 
@@ -27,6 +29,7 @@ static void ptsv_free(ut_dataset *ds) {
     ptsv_impl *m = ds->impl;
     ut_free(m->x);
     ut_free(m->labels);
+    ut_free(m->scores);
     ut_free(m->index);
     ut_free(m);
     ut_free((char *)ds->name);
@@ -50,7 +53,8 @@ static int encode_rows(const char *path, const ut__tsv *t, ut_tokenizer *tok, pt
         memcpy(x, e.ids, (size_t)m->max_len * sizeof *x);
         memcpy(x + m->max_len, e.type_ids, (size_t)m->max_len * sizeof *x);
         memcpy(x + 2 * m->max_len, e.mask, (size_t)m->max_len * sizeof *x);
-        m->labels[k] = (int32_t)t->label[k];
+        if (m->scores) m->scores[k] = (float)t->score[k];
+        else m->labels[k] = (int32_t)t->label[k];
     }
     ut_tok_encoding_free(&e);
     return rc;
@@ -62,10 +66,11 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
         ut_errorf(err, n, "%s: max_len must be in [2, 1e9] (got %lld)", path, (long long)max_len);
         return NULL;
     }
+    bool regression = num_classes == 1;
     ut__tsv t;
-    if (ut__tsv_read(path, &t, err, n)) return NULL;
-    int64_t classes = num_classes > 0 ? num_classes : t.max_label + 1;
-    for (int64_t k = 0; t.labeled && k < t.n; k++)
+    if (ut__tsv_read(path, regression, &t, err, n)) return NULL;
+    int64_t classes = regression ? 0 : num_classes > 0 ? num_classes : t.max_label + 1;
+    for (int64_t k = 0; t.labeled && !regression && k < t.n; k++)
         if (t.label[k] >= classes) {
             ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)", path,
                       (long long)t.line[k], (long long)t.label[k], (long long)classes);
@@ -81,7 +86,8 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
     ptsv_impl *m = ut_malloc_check(sizeof *m);
     m->max_len = max_len;
     m->x = ut_malloc_check((size_t)(t.n * 3 * max_len) * sizeof(int32_t));
-    m->labels = ut_malloc_check((size_t)t.n * sizeof(int32_t));
+    m->labels = regression ? NULL : ut_malloc_check((size_t)t.n * sizeof(int32_t));
+    m->scores = regression ? ut_malloc_check((size_t)t.n * sizeof(float)) : NULL;
     m->index = NULL;
     if (t.has_index) {
         m->index = ut_malloc_check((size_t)t.n * sizeof *m->index);
@@ -89,7 +95,8 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
     }
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 2, .x_ne = {3, max_len},
-                       .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = classes,
+                       .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = regression ? UT_F32 : UT_I32,
+                       .num_classes = classes, .regression = regression,
                        .vocab_size = ut_tokenizer_vocab_size(tok), .unlabeled = !t.labeled,
                        .token_planes = true, .example_id = m->index, .get = ptsv_get, .free = ptsv_free,
                        .impl = m};

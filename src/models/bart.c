@@ -856,8 +856,10 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         "scale_embedding", "activation_function", "pad_token_id", "eos_token_id", "decoder_start_token_id",
         "dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "init_std",
         "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained",
-        "forced_bos_token_id", NULL};
+        "forced_bos_token_id", "problem_type", NULL};
     if (ut_kv_check_keys(opts, known, "model bart", err, n)) return NULL;
+    bool reg, said;
+    if (ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
@@ -865,6 +867,7 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     bart net = {0};
     double std;
     int rc = read_dims(kv, &net, err, n) || read_rates(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
+    if (reg) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     ut_kv_free(merged);
     if (rc) return NULL;
     net.lay = ut_model_build_layout();

@@ -448,8 +448,10 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
                                         "hidden_act", "hidden_dropout_prob",
                                         "attention_probs_dropout_prob", "initializer_range",
                                         "num_labels", "num_classes", "task", "pretrained",
-                                        "classifier_dropout", "pad_token_id", NULL};
+                                        "classifier_dropout", "pad_token_id", "problem_type", NULL};
     if (ut_kv_check_keys(opts, known, roberta ? "model roberta" : "model bert", err, n)) return NULL;
+    bool reg, said;
+    if (ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, roberta, err, n) : NULL;
     if (dir && !merged) return NULL;
@@ -464,6 +466,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
+    if (reg) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     net.lay = ut_model_build_layout();
     /* pipeline stages of equal layer counts (the pooler and classifier cost next to nothing) */
     if (ut_pipeline_stage_blocks(&net.lay, net.L, 0, &net.b0, &net.b1, err, n)) return NULL;

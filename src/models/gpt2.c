@@ -225,7 +225,7 @@ static ut_tensor *gpt2_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tens
     const gpt2 *g = m->impl;
     if (g->lay.tp_size > 1 && !g->classify) /* the language model's logits are split by vocabulary */
         return g->lay.tp.cross_entropy(ctx, logits, targets, g->V, -1, g->lay.tp.group);
-    return ut_cross_entropy(ctx, logits, targets, g->classify ? -100 : -1);
+    return g->classify ? ut_model_class_loss(m, ctx, logits, targets) : ut_cross_entropy(ctx, logits, targets, -1);
 }
 
 /* ---- generation from a prompt (ut_decoder_ops; the language model) ----
@@ -371,10 +371,12 @@ static int stage_blocks(const ut_model_layout *lay, int64_t L, int64_t C, int64_
     return ut_pipeline_stage_blocks(lay, L, head / blk, b0, b1, err, n);
 }
 
-static ut_model *gpt2_new(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
+/* regression: problem_type regression, one score whatever the options' label count */
+static ut_model *gpt2_new(const ut_kv *opts, bool regression, uint64_t seed, char *err, size_t n) {
     gpt2 head = {0};
     double std;
     if (read_head(opts, &head, &std, err, n)) return NULL;
+    if (regression) head.K = 1;
     long long L, NH, C, V, BS;
     double dropout, eps;
     if (ut_kv_int(opts, "n_layer", 12, &L, err, n) || ut_kv_int(opts, "n_head", 12, &NH, err, n) ||
@@ -520,7 +522,8 @@ static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
 ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"n_layer", "n_head",  "n_embd",     "vocab_size", "block_size",
                                         "dropout", "task",    "pretrained", "layer_norm_epsilon",
-                                        "num_labels", "num_classes", "pad_token_id", "initializer_range", NULL};
+                                        "num_labels", "num_classes", "pad_token_id", "initializer_range",
+                                        "problem_type", NULL};
     if (ut_kv_check_keys(opts, known, "model gpt2", err, n)) return NULL;
     const char *task = ut_kv_get(opts, "task"), *dir = ut_kv_get(opts, "pretrained");
     if (task && strcmp(task, "causal_lm") && strcmp(task, "sequence_classification"))
@@ -528,14 +531,16 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
                                  "sequence_classification", task), NULL;
     bool cls = task && !strcmp(task, "sequence_classification");
     static const char *const cls_only[] = {"num_labels", "num_classes", "pad_token_id", "initializer_range",
-                                           NULL};
+                                           "problem_type", NULL};
     for (int i = 0; !cls && cls_only[i]; i++)
         if (ut_kv_get(opts, cls_only[i]))
             return ut_errorf(err, n, "model.%s: only read with model.task: sequence_classification (the "
                                      "causal LM predicts tokens); remove it", cls_only[i]), NULL;
+    bool reg = false, said;
+    if (cls && ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
-    ut_model *m = gpt2_new(merged ? merged : opts, seed, err, n);
+    ut_model *m = gpt2_new(merged ? merged : opts, reg, seed, err, n);
     ut_kv_free(merged);
     if (m && dir && load_pretrained(m, dir, err, n)) {
         ut_model_free(m);

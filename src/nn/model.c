@@ -298,8 +298,50 @@ ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input) {
 }
 
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
-    (void)m;
-    return ut_cross_entropy(ctx, logits, targets, -100);
+    if (!targets || targets->dtype != UT_F32) return ut_cross_entropy(ctx, logits, targets, -100);
+    /* a regression: one score per example */
+    char what[96];
+    snprintf(what, sizeof what, "%s regression loss", m->type);
+    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){logits, targets}, 0)) return NULL;
+    if (logits->ndim != 2 || logits->ne[1] != 1 || targets->ndim != 1 || targets->ne[0] != logits->ne[0]) {
+        ut_op_error(ctx, what, 2, (ut_tensor *[]){logits, targets},
+                    "float targets (N) are scores: the logits must be (N, 1) (model.num_labels 1)");
+        return NULL;
+    }
+    return ut_mse(ctx, ut_reshape(ctx, logits, 1, (int64_t[]){logits->ne[0]}), targets);
+}
+
+int ut_model_problem_type(const ut_kv *opts, bool *regression, bool *said, char *err, size_t n) {
+    const char *pt = ut_kv_get(opts, "problem_type"), *key = ut_kv_get(opts, "num_labels") ? "num_labels" : "num_classes";
+    long long K = 0;
+    char e[256];
+    *regression = *said = false;
+    if (ut_kv_get(opts, key) && ut_kv_int(opts, key, 0, &K, e, sizeof e)) return ut_errorf(err, n, "model.%s", e);
+    *said = pt || K;
+    if (pt && !strcmp(pt, "regression")) {
+        if (K && K != 1)
+            return ut_errorf(err, n, "model.problem_type: regression predicts one score per example, and model.%s "
+                                     "is %lld: set model.%s: 1 (or remove it)", key, K, key);
+        *regression = true;
+        return 0;
+    }
+    if (pt && !strcmp(pt, "single_label_classification")) {
+        if (K == 1)
+            return ut_errorf(err, n, "model.problem_type: single_label_classification with model.%s 1: a classifier "
+                                     "needs at least 2 classes; for a score per example write problem_type: "
+                                     "regression", key);
+        return 0;
+    }
+    if (pt && !strcmp(pt, "multi_label_classification"))
+        return ut_errorf(err, n, "model.problem_type: multi_label_classification (several labels per example, a "
+                                 "binary cross-entropy each) is not supported; utrain trains "
+                                 "single_label_classification (one class per example) and regression "
+                                 "(model.num_labels: 1, a score per example)");
+    if (pt)
+        return ut_errorf(err, n, "model.problem_type: '%s' is not a problem type (regression, "
+                                 "single_label_classification)", pt);
+    *regression = K == 1;
+    return 0;
 }
 
 /* targets (B, T) against a (B, T, ...) tensor x of the decoder: logits, or

@@ -134,8 +134,29 @@ static int check_dev_labeled(const ut_config *c, ut_dataset **train, ut_dataset 
     return 0;
 }
 
+/* Whether the classifier regresses (1) or classifies (0), as Hugging Face
+ * decides it: model.problem_type (regression, single_label_classification),
+ * else model.num_labels (or num_classes) 1 is a regression; without either
+ * the model.pretrained directory's config.json says, by its problem_type or
+ * a single label. -1 with a message naming the key for what is refused. */
+static int regression_task(const ut_config *c, char *err, size_t n) {
+    bool reg, said;
+    if (ut_model_problem_type(c->model_opts, &reg, &said, err, n)) return -1;
+    if (said) return reg;
+    char e[256];
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL; /* a bad directory: the model says */
+    if (!hf) return 0;
+    const char *pt = ut_kv_get(hf, "problem_type");
+    const char *labels = ut_kv_get(hf, "num_labels");
+    int r = pt ? !strcmp(pt, "regression") : labels && !strcmp(labels, "1");
+    ut_kv_free(hf);
+    return r;
+}
+
 /* tsv_text with a pretrained tokenizer: classes from the train file (or
- * model.num_labels / num_classes), the same for dev and test */
+ * model.num_labels / num_classes), the same for dev and test; a
+ * regression's scores (regression_task) */
 static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset **train, ut_dataset **dev,
                                ut_dataset **test, char *err, size_t n) {
     if (c->max_len < 2)
@@ -151,6 +172,12 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
         ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);
     if (classes < 1) classes = 0;
+    int reg = regression_task(c, err, n);
+    if (reg < 0) {
+        ut_tokenizer_free(tok);
+        return -1;
+    }
+    if (reg) classes = 1; /* the datasets' regression */
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     ut_dataset **out[3] = {train, dev, test};
     int rc = 0;
@@ -159,6 +186,13 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
         ut_dataset *tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
         if (!tr) rc = -1;
         else classes = tr->num_classes;
+        if (tr && tr->unlabeled)
+            rc = ut_errorf(err, n, "%s:1: no 'label' column: the train file's labels give the classes",
+                           c->train_path);
+        else if (tr && classes < 2)
+            rc = ut_errorf(err, n, "%s: every label is 0: a classifier needs at least two classes (set "
+                                   "model.num_labels to their number when the others have no example here; "
+                                   "model.num_labels: 1 trains on the labels as scores, a regression)", c->train_path);
         if (train) *train = tr;
         else ut_dataset_free(tr);
         out[0] = NULL;
@@ -175,6 +209,13 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
                     ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
     if (dir) return open_tsv_pretrained(c, dir, train, dev, test, err, n);
+    int reg = regression_task(c, err, n);
+    if (reg)
+        return reg < 0 ? -1
+                       : ut_errorf(err, n, "model.num_labels 1 (a regression: scores, not classes) is for the Hugging "
+                                           "Face classifiers (bert, roberta, bart, gpt2), which read their text with a "
+                                           "pretrained tokenizer (model.pretrained or data.tokenizer); the %s "
+                                           "tokenizer's models classify", c->tokenizer);
     char vpath[1280];
     snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
@@ -423,6 +464,15 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
         !ut_kv_get(opts, "num_classes")) {
         snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
         ut_kv_set(opts, "num_classes", num);
+    }
+    /* a regression's head has one output, whatever a pretrained config.json's labels say */
+    if (classifier && data && data->regression && !ut_kv_get(opts, "num_labels")) ut_kv_set(opts, "num_labels", "1");
+    if (!classifier && data && data->regression) {
+        snprintf(err, n, "model.num_labels 1 (a regression: %s holds scores): model %s%s%s does not regress; the "
+                         "classifiers bert, roberta, bart and gpt2 (model.task: sequence_classification) do",
+                 data->name, cfg->model_name, task ? " with task " : "", task ? task : "");
+        ut_kv_free(opts);
+        return NULL;
     }
     if (data && data->vocab_size > 0 && (text || (!strcmp(cfg->model_name, "gpt2") && !pretrained)) &&
         !ut_kv_get(opts, "vocab_size")) {

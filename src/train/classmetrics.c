@@ -4,8 +4,11 @@
  * classes, and the Matthews correlation coefficient, defined as
  * scikit-learn's precision_score / recall_score / f1_score /
  * matthews_corrcoef define them (zero_division=0), which is what the
- * `evaluate` library's GLUE metrics report. */
+ * `evaluate` library's GLUE metrics report. A regression's scores (GLUE's
+ * STS-B): Pearson's and Spearman's correlations of the predictions with the
+ * labels, as scipy's pearsonr and spearmanr. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config_schema.h"
@@ -15,13 +18,16 @@ static const struct {
     const char *name;
     unsigned bit;
 } names[] = {
-    {"accuracy", 0}, /* reported for every classification task anyway */
+    {"accuracy", UT_CLS_ACCURACY}, /* reported for every classification task anyway */
     {"precision", UT_CLS_PRECISION},
     {"recall", UT_CLS_RECALL},
     {"f1", UT_CLS_F1},
     {"f1_macro", UT_CLS_F1_MACRO},
     {"f1_weighted", UT_CLS_F1_WEIGHTED},
     {"matthews_correlation", UT_CLS_MCC},
+    {"pearson", UT_REG_PEARSON}, /* a regression's, reported for every one anyway */
+    {"spearmanr", UT_REG_SPEARMAN},
+    {"combined_score", UT_REG_COMBINED},
 };
 enum { NNAMES = sizeof names / sizeof names[0] };
 
@@ -33,7 +39,7 @@ static int find(const char *name, size_t len) {
 
 bool ut_cls_is_metric(const char *name) {
     int i = find(name, strlen(name));
-    return i >= 0 && names[i].bit;
+    return i >= 0 && names[i].bit != UT_CLS_ACCURACY;
 }
 
 int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n) {
@@ -50,7 +56,8 @@ int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n) {
             for (int k = 0; k < NNAMES; k++) cands[k] = names[k].name;
             ut_cfg_suggest_among(cands, p, len, hint, sizeof hint);
             return ut_errorf(err, n, "train.metrics: '%.*s' is not a metric utrain computes%s (the names: accuracy, "
-                                     "precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)",
+                                     "precision, recall, f1, f1_macro, f1_weighted, matthews_correlation; a "
+                                     "regression's pearson, spearmanr, combined_score)",
                              (int)len, p, hint);
         }
         *mask |= names[i].bit;
@@ -73,7 +80,7 @@ static unsigned best(const ut_config *c) {
     return i < 0 ? 0 : names[i].bit;
 }
 
-unsigned ut_cls_wanted(const ut_config *c) { return listed(c) | best(c); }
+unsigned ut_cls_wanted(const ut_config *c) { return (listed(c) | best(c)) & UT_CLS_CM; }
 
 /* the first name of a bit in mask */
 static const char *first_name(unsigned mask) {
@@ -82,9 +89,34 @@ static const char *first_name(unsigned mask) {
     return "";
 }
 
+/* a regression's data against the run's scores and label smoothing */
+static int check_regression(const ut_config *c, const ut_dataset *ds, unsigned list, unsigned mask, char *err,
+                            size_t n) {
+    unsigned cls = UT_CLS_CM | UT_CLS_ACCURACY;
+    if (mask & cls)
+        return ut_errorf(err, n, "%s: %s scores a classifier's classes, and the data (%s) holds scores (a "
+                                 "regression: model.num_labels 1); its metrics are dev/loss (the mean squared "
+                                 "error), dev/pearson, dev/spearmanr and dev/combined_score", list & cls ?
+                         "train.metrics" : "train.best_metric", first_name(list & cls ? list & cls : mask & cls),
+                         ds->name);
+    if (c->label_smoothing > 0)
+        return ut_errorf(err, n, "train.label_smoothing: %g smooths class labels, and the data (%s) holds scores "
+                                 "(a regression: model.num_labels 1, a mean squared error); remove it",
+                         c->label_smoothing, ds->name);
+    return 0;
+}
+
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
     unsigned list = listed(c), mask = list | best(c);
-    if (!mask || !ds) return 0;
+    if (!ds) return 0;
+    if (ds->regression) return check_regression(c, ds, list, mask, err, n);
+    if (mask & UT_REG_ALL)
+        return ut_errorf(err, n, "%s: %s scores a regression's predictions (model.num_labels 1, labels that are "
+                                 "scores), and the data (%s) has %s; remove it", list & UT_REG_ALL ? "train.metrics"
+                         : "train.best_metric", first_name(list & UT_REG_ALL ? list & UT_REG_ALL : mask & UT_REG_ALL),
+                         ds->name, ds->num_classes > 0 ? "classes" : "no labels of either kind");
+    list &= UT_CLS_CM, mask &= UT_CLS_CM; /* accuracy is there wherever classes are, and not refused elsewhere */
+    if (!mask) return 0;
     /* the key that asks for the scores: train.metrics', else the best metric's */
     const char *why = list ? "train.metrics" : "train.best_metric", *m = first_name(list ? list : mask);
     if (ds->num_classes < 2)
@@ -156,4 +188,56 @@ void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r)
         r->names[r->n] = "matthews_correlation";
         r->values[r->n++] = den > 0 ? (c * total - tp_sum) / den : 0.0;
     }
+}
+
+/* Pearson's r of x and y (n): the two-pass form about the means */
+static double pearson(const double *x, const double *y, int64_t n) {
+    if (n < 2) return NAN;
+    double mx = 0, my = 0;
+    for (int64_t i = 0; i < n; i++) mx += x[i], my += y[i];
+    mx /= (double)n, my /= (double)n;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double dx = x[i] - mx, dy = y[i] - my;
+        sxy += dx * dy, sxx += dx * dx, syy += dy * dy;
+    }
+    if (!(sxx > 0) || !(syy > 0)) return NAN; /* a constant: undefined, as scipy says */
+    double r = sxy / sqrt(sxx * syy);
+    return r > 1 ? 1 : r < -1 ? -1 : r;
+}
+
+typedef struct {
+    double v;
+    int64_t i;
+} ranked;
+
+static int by_value(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    return x->v < y->v ? -1 : x->v > y->v ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+/* rank (n) of each v: 1-based, tied values sharing their mean rank */
+static void ranks(const double *v, int64_t n, double *rank) {
+    ranked *s = ut_malloc_check((size_t)(n ? n : 1) * sizeof *s);
+    for (int64_t i = 0; i < n; i++) s[i] = (ranked){v[i], i};
+    qsort(s, (size_t)n, sizeof *s, by_value);
+    for (int64_t a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && s[b].v == s[a].v; b++) {}
+        double mean = 0.5 * (double)(a + 1 + b); /* of the ranks a+1 .. b */
+        for (int64_t k = a; k < b; k++) rank[s[k].i] = mean;
+    }
+    ut_free(s);
+}
+
+void ut_reg_scores(const double *pred, const double *label, int64_t n, ut_cls_result *r) {
+    double *rp = ut_malloc_check((size_t)(n ? n : 1) * sizeof *rp), *rl = ut_malloc_check((size_t)(n ? n : 1) * sizeof *rl);
+    ranks(pred, n, rp);
+    ranks(label, n, rl);
+    double p = pearson(pred, label, n), s = pearson(rp, rl, n);
+    ut_free(rp);
+    ut_free(rl);
+    r->n = 3;
+    r->names[0] = "pearson", r->values[0] = p;
+    r->names[1] = "spearmanr", r->values[1] = s;
+    r->names[2] = "combined_score", r->values[2] = (p + s) / 2;
 }

@@ -243,7 +243,7 @@ static int check_train(const ut_config *c, char *err, size_t n) {
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (!strncmp(c->best_metric, "train/", 6) && ut_cls_is_metric(c->best_metric + 6))
-        FAIL("train.best_metric: %s: %s is computed by evaluations (from the dev split's confusion matrix), not "
+        FAIL("train.best_metric: %s: %s is computed by evaluations (from all of the dev split's predictions), not "
              "in training; write dev/%s", c->best_metric, c->best_metric + 6, c->best_metric + 6);
     unsigned cls;
     if (ut_cls_parse(c->metrics, &cls, err, n)) return -1;

@@ -75,11 +75,11 @@ static bool prepares(const ut_hooks *h, const ut_model *m) {
 }
 
 /* Whether nothing but the loss is read of a forward step's output: the
- * default loss and no metrics hook, and no classes (whose accuracy and
- * stored predictions read the output). The model may then skip making its
- * output (ut_model_forward_loss_inputs). */
+ * default loss and no metrics hook, and neither classes nor scores (whose
+ * metrics and stored predictions read the output). The model may then skip
+ * making its output (ut_model_forward_loss_inputs). */
 static bool loss_alone(const ut_hooks *h, const ut_dataset *ds) {
-    return h->compute_loss == default_loss && !h->metrics && ds->num_classes == 0;
+    return h->compute_loss == default_loss && !h->metrics && ut_dataset_outputs(ds) == 0;
 }
 
 static int prepare_thunk(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
@@ -307,6 +307,22 @@ static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, doub
     return ok;
 }
 
+/* A regression's batch: each example's prediction (the output (count, 1))
+ * and label at its index, into pred and label (the dataset's n each);
+ * false if the output or labels do not have that shape. */
+static bool store_scores(const ut_tensor *o, const ut_tensor *y, const ut_batch *b, double *pred, double *label) {
+    if (o && ut_is_contiguous(o)) o = as_f32(o);
+    if (!o || o->ndim != 2 || o->dtype != UT_F32 || !ut_is_contiguous(o) || o->ne[0] != b->count || o->ne[1] != 1 ||
+        !y || y->dtype != UT_F32 || ut_nelem(y) != b->count || !ut_is_contiguous(y))
+        return false;
+    float *v = host_copy(o), *l = host_copy(y);
+    bool ok = v && l;
+    for (int64_t r = 0; ok && r < b->count; r++) pred[b->idx[r]] = v[r], label[b->idx[r]] = l[r];
+    ut_free(v);
+    ut_free(l);
+    return ok;
+}
+
 /* v (count doubles) summed over the ranks, in pieces of 2^20 */
 static int sum_over_ranks(ut_comm *comm, double *v, int64_t count, const char *what, char *err, size_t n) {
     int rc = 0;
@@ -379,8 +395,11 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
                     const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, const stage_of *stage,
                     ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
-    int64_t C = ds->num_classes;
+    int64_t C = ds->num_classes, K = ut_dataset_outputs(ds);
     double *cm = cls && C >= 2 && C <= UT_CLS_MAX_CLASSES ? ut_calloc_check((size_t)(C * C), sizeof(double)) : NULL;
+    /* a regression: every prediction and label (their correlations are not sums) */
+    double *scores = ds->regression ? ut_calloc_check((size_t)(2 * ds->n), sizeof(double)) : NULL;
+    bool scores_ok = scores != NULL;
     ut_sampler s;
     ut_sampler_init(&s, ds->n, batch, ut_comm_rank(comm), ut_comm_size(comm), 0, false, false);
     ut_loader *l = ut_run_loader(h, m, ds, &s, 2);
@@ -428,7 +447,8 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
         add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm));
-        if (outputs_ok) outputs_ok = store_outputs(out.output, &b, ds->num_classes, outputs);
+        if (outputs_ok) outputs_ok = store_outputs(out.output, &b, K, outputs);
+        if (scores_ok) scores_ok = store_scores(out.output, y, &b, scores, scores + ds->n);
         res->examples += b.count;
         ut_ctx_reset(ctx);
     }
@@ -439,8 +459,10 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     ut_standin_free(&standin);
     if (rc == 2 || rc < 0 || reduce_eval(comm, &loss_sum, &weight, &res->examples, acc, nacc, err, n) ||
         (cm && sum_over_ranks(comm, cm, C * C, "the confusion matrix", err, n)) ||
-        (outputs && gather_outputs(comm, outputs, ds->n * ds->num_classes, &outputs_ok, err, n))) {
+        (scores && gather_outputs(comm, scores, 2 * ds->n, &scores_ok, err, n)) ||
+        (outputs && gather_outputs(comm, outputs, ds->n * K, &outputs_ok, err, n))) {
         ut_free(cm);
+        ut_free(scores);
         return rc == 2 ? 1 : -1; /* abandoned (res holds nothing), or failed */
     }
     if (have_outputs) *have_outputs = outputs && outputs_ok;
@@ -452,6 +474,12 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         ut_cls_scores(cm, C, cls, &r);
         for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
         ut_free(cm);
+    }
+    if (scores) { /* NaN where the model's output was not one score an example (a custom hook's) */
+        ut_cls_result r;
+        ut_reg_scores(scores, scores + ds->n, scores_ok ? ds->n : 0, &r);
+        for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
+        ut_free(scores);
     }
     if (ds->vocab_size > 0 && ds->y_ndim > 0) add_metric(res, "perplexity", exp(loss));
     return 0;

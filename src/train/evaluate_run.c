@@ -88,7 +88,8 @@ static void write_prediction(FILE *f, int64_t id, const double *logits, int64_t 
     fputc('\n', f);
 }
 
-/* <split>_predictions.tsv: a header, then one row per example in dataset order. */
+/* <split>_predictions.tsv: a header, then one row per example in dataset
+ * order; a regression's rows are the id and the predicted score. */
 static int write_predictions(const char *dir, const char *split, const ut_dataset *ds,
                              const double *logits, char *err, size_t n) {
     char path[1400];
@@ -99,8 +100,11 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
     fprintf(f, "index\tprediction");
     for (int64_t c = 0; c < C; c++) fprintf(f, "\tprob_%lld", (long long)c);
     fputc('\n', f);
-    for (int64_t i = 0; i < ds->n; i++)
-        write_prediction(f, ds->example_id ? ds->example_id[i] : i, logits + i * C, C);
+    for (int64_t i = 0; i < ds->n; i++) {
+        int64_t id = ds->example_id ? ds->example_id[i] : i;
+        if (ds->regression) fprintf(f, "%lld\t%.6f\n", (long long)id, logits[i]);
+        else write_prediction(f, id, logits + i * C, C);
+    }
     if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
     return 0;
 }
@@ -171,8 +175,8 @@ typedef struct {
     void *ev_arg;
 } test_on;
 
-/* Evaluates one split; classification data (num_classes > 0) also gets its
- * predictions. Language-model data (token shards) gets none: a row per
+/* Evaluates one split; classification data (num_classes > 0) and a
+ * regression's scores also get their predictions. Language-model data (token shards) gets none: a row per
  * token would be a file many times the size of the data. */
 static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const char *split, const ut_config *c,
                       const ut_hooks *h, const char *ckpt, int64_t step, char *err, size_t n) {
@@ -182,8 +186,9 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     }
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
-    bool classify = ds->num_classes > 0, have = false, labeled = !ds->unlabeled;
-    double *logits = classify ? ut_calloc_check((size_t)(ds->n * ds->num_classes), sizeof(double)) : NULL;
+    int64_t K = ut_dataset_outputs(ds);
+    bool classify = K > 0, have = false, labeled = !ds->unlabeled;
+    double *logits = classify ? ut_calloc_check((size_t)(ds->n * K), sizeof(double)) : NULL;
     int rc = on->ev ? on->ev(on->ev_arg, ds, bs, &r, logits, &have, err, n)
                     : ut_evaluate_outputs(on->comm, on->ctx, on->m, ds, bs, h, ut_cls_wanted(c), &r, logits, &have, err,
                                           n);
@@ -197,8 +202,8 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     if (!rc) report_split(log, split, &r, labeled, have);
     if (!rc && gen) ut_say(log, "%s: generations -> %s_generations.tsv\n", split, split);
     if (!rc && classify && !have)
-        ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld classes)\n", split,
-               (long long)ds->num_classes);
+        ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld %s)\n", split, (long long)K,
+               ds->regression ? "score" : "classes");
     if (!rc && log->rank == 0)
         rc = write_results(log->dir, split, &r, labeled, have, ckpt, step, err, n) ||
              (have && write_predictions(log->dir, split, ds, logits, err, n));

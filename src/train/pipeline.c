@@ -357,7 +357,7 @@ int ut_pp_evaluate(ut_trainer *t, ut_dataset *ds, int64_t batch, bool (*stop)(vo
     ut_comm *pg = t->mesh.pp_group;
     if (rc == 0 && ut_comm_bcast(pg, res, sizeof *res, last)) return ut_pp_fail(t, "the evaluation's results");
     if (rc == 0 && outputs && (ut_comm_bcast(pg, have_outputs, sizeof *have_outputs, last) ||
-                               ut_comm_bcast(pg, outputs, (size_t)(ds->n * ds->num_classes) * sizeof *outputs, last)))
+                               ut_comm_bcast(pg, outputs, (size_t)(ds->n * ut_dataset_outputs(ds)) * sizeof *outputs, last)))
         return ut_pp_fail(t, "the evaluation's outputs");
     return rc;
 }

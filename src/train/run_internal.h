@@ -114,15 +114,24 @@ enum {
     UT_CLS_F1_MACRO = 8,    /* any number of classes: the classes' mean F1 */
     UT_CLS_F1_WEIGHTED = 16, /* ... weighted by each class's labels */
     UT_CLS_MCC = 32,        /* matthews_correlation */
+    UT_CLS_CM = 63,         /* the scores above: from the confusion matrix */
+    /* a regression's (model.num_labels 1), always computed from its predictions */
+    UT_REG_PEARSON = 64,
+    UT_REG_SPEARMAN = 128,  /* spearmanr */
+    UT_REG_COMBINED = 256,  /* combined_score: their mean */
+    UT_REG_ALL = 448,
+    UT_CLS_ACCURACY = 512,  /* named only: accuracy is always there for classes */
 };
 #define UT_CLS_MAX_CLASSES 1024 /* the confusion matrix's limit (8 MiB of counts) */
-/* train.metrics' names into bits (accuracy: none, it is always there); -1
- * with the name refused */
+/* train.metrics' names into bits; -1 with the name refused */
 int ut_cls_parse(const char *list, unsigned *mask, char *err, size_t n);
-bool ut_cls_is_metric(const char *name); /* a name whose score comes from the confusion matrix */
+/* a name whose score only evaluations compute (from the confusion matrix
+ * or a regression's predictions) */
+bool ut_cls_is_metric(const char *name);
 unsigned ut_cls_wanted(const ut_config *c);
-/* The run's scores against its data's classes (none, too many, or a
- * two-class score of more classes): 0, or -1 naming the key */
+/* The run's scores against its data (classes: none, too many, or a
+ * two-class score of more classes; a regression's scores: a classifier's
+ * score, label smoothing): 0, or -1 naming the key */
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n);
 typedef struct {
     int n;
@@ -132,6 +141,11 @@ typedef struct {
 /* The scores of mask from cm (C x C counts: row the label, column the
  * prediction); none when cm is empty */
 void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r);
+/* A regression's scores of predictions pred against labels (n each), as
+ * scipy's pearsonr and spearmanr (average ranks for ties) and the GLUE
+ * example's combined_score (their mean): pearson, spearmanr,
+ * combined_score, NaN where undefined (fewer than 2 examples, a constant) */
+void ut_reg_scores(const double *pred, const double *label, int64_t n, ut_cls_result *r);
 
 /* Loss (example-weighted mean), accuracy (classification), perplexity
  * (language models) and hook metrics over a whole dataset, in no-grad eval

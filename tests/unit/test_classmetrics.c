@@ -1,8 +1,11 @@
 /* Classification scores from a confusion matrix (src/train/classmetrics.c)
  * against scikit-learn's (tests/parity/make_classmetric_fixtures.py writes
  * the expected values: random and edge-case matrices of 2 to 10 classes),
- * each score alone and together, the empty matrix, and train.metrics' names
- * (spaces, duplicates, refusals with a suggestion). */
+ * each score alone and together, the empty matrix; a regression's Pearson
+ * and Spearman correlations against scipy's
+ * (tests/parity/make_regmetric_fixtures.py: random, tied and edge cases),
+ * and where they are undefined; train.metrics' names (spaces, duplicates,
+ * refusals with a suggestion) and the data each score needs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 #include "../../src/train/run_internal.h"
 
 #define FIXTURE "tests/parity/fixtures/classmetrics.tsv"
+#define REG_FIXTURE "tests/parity/fixtures/regmetrics.tsv"
 #define ALL (UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_F1_MACRO | UT_CLS_F1_WEIGHTED | UT_CLS_MCC)
 
 static const char *const score_names[6] = {"precision", "recall", "f1", "f1_macro", "f1_weighted",
@@ -66,6 +70,66 @@ static void test_against_sklearn(void) {
     CHECK(cases == 46 && binary == 15, "%d cases, %d of two classes", cases, binary);
 }
 
+/* space-separated numbers into v (at most max); how many */
+static int64_t read_numbers(char *s, double *v, int64_t max) {
+    int64_t k = 0;
+    for (char *end; k < max; s = end) {
+        double x = strtod(s, &end);
+        if (end == s) break;
+        v[k++] = x;
+    }
+    return k;
+}
+
+static void test_regression_against_scipy(void) {
+    FILE *f = fopen(REG_FIXTURE, "r");
+    CHECK(f != NULL, "%s: cannot open", REG_FIXTURE);
+    if (!f) return;
+    static char line[1 << 16];
+    static double pred[512], label[512];
+    int cases = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *save = NULL, *field[5];
+        int nf = 0;
+        for (char *t = strtok_r(line, "\t\n", &save); t && nf < 5; t = strtok_r(NULL, "\t\n", &save)) field[nf++] = t;
+        CHECK(nf == 5, "case %d: %d fields", cases, nf);
+        if (nf != 5) break;
+        int64_t n = atoi(field[0]);
+        CHECK(read_numbers(field[1], pred, 512) == n && read_numbers(field[2], label, 512) == n, "case %d: %lld values",
+              cases, (long long)n);
+        ut_cls_result r;
+        ut_reg_scores(pred, label, n, &r);
+        double want_p = strtod(field[3], NULL), want_s = strtod(field[4], NULL);
+        CHECK(r.n == 3 && !strcmp(r.names[0], "pearson") && !strcmp(r.names[1], "spearmanr") &&
+                  !strcmp(r.names[2], "combined_score"), "case %d: names", cases);
+        CHECK(fabs(r.values[0] - want_p) <= 1e-12, "case %d (n %lld): pearson %.17g, scipy %.17g", cases, (long long)n,
+              r.values[0], want_p);
+        CHECK(fabs(r.values[1] - want_s) <= 1e-12, "case %d (n %lld): spearmanr %.17g, scipy %.17g", cases,
+              (long long)n, r.values[1], want_s);
+        CHECK(fabs(r.values[2] - (want_p + want_s) / 2) <= 1e-12, "case %d: combined_score %.17g", cases, r.values[2]);
+        cases++;
+    }
+    fclose(f);
+    CHECK(cases == 30, "%d cases", cases);
+}
+
+/* Fewer than two examples, or a constant side: undefined (NaN), as scipy says */
+static void test_regression_undefined(void) {
+    double p[3] = {1, 2, 3}, c[3] = {2, 2, 2};
+    ut_cls_result r;
+    ut_reg_scores(p, c, 3, &r);
+    CHECK(r.n == 3 && isnan(r.values[0]) && isnan(r.values[1]) && isnan(r.values[2]), "constant labels");
+    ut_reg_scores(c, p, 3, &r);
+    CHECK(r.n == 3 && isnan(r.values[0]) && isnan(r.values[1]), "constant predictions");
+    ut_reg_scores(p, p, 1, &r);
+    CHECK(r.n == 3 && isnan(r.values[0]) && isnan(r.values[1]), "one example");
+    ut_reg_scores(p, p, 0, &r);
+    CHECK(r.n == 3 && isnan(r.values[0]), "none");
+    ut_reg_scores(p, p, 3, &r);
+    CHECK(r.values[0] == 1 && r.values[1] == 1 && r.values[2] == 1, "the same values: %g %g", r.values[0], r.values[1]);
+}
+
 /* No example counted: no score (the metric is missing, not 0 or NaN). */
 static void test_empty(void) {
     double cm[9] = {0};
@@ -80,18 +144,23 @@ static void test_names(void) {
     unsigned m;
     char err[512];
     CHECK(ut_cls_parse("", &m, err, sizeof err) == 0 && m == 0, "empty list");
-    CHECK(ut_cls_parse("accuracy", &m, err, sizeof err) == 0 && m == 0, "accuracy: always reported, no bit");
+    CHECK(ut_cls_parse("accuracy", &m, err, sizeof err) == 0 && m == UT_CLS_ACCURACY, "accuracy: %u", m);
+    CHECK(ut_cls_parse("pearson,spearmanr, combined_score", &m, err, sizeof err) == 0 && m == UT_REG_ALL,
+          "a regression's: %u", m);
     CHECK(ut_cls_parse("f1, matthews_correlation ,f1", &m, err, sizeof err) == 0 && m == (UT_CLS_F1 | UT_CLS_MCC),
           "spaces and a repeat: %u", m);
     CHECK(ut_cls_parse("precision,recall,f1,f1_macro,f1_weighted,matthews_correlation,accuracy", &m, err,
-                       sizeof err) == 0 && m == ALL, "every name: %u", m);
+                       sizeof err) == 0 && m == (ALL | UT_CLS_ACCURACY), "every name: %u", m);
     CHECK(ut_cls_parse("f1,f2", &m, err, sizeof err) == -1 &&
               !strcmp(err, "train.metrics: 'f2' is not a metric utrain computes (did you mean f1?) (the names: "
-                           "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)"),
+                           "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation; a "
+                           "regression's pearson, spearmanr, combined_score)"),
           "%s", err);
     CHECK(ut_cls_parse("mcc", &m, err, sizeof err) == -1 && strstr(err, "'mcc' is not a metric") &&
               !strstr(err, "did you mean"), "%s", err);
     CHECK(ut_cls_parse("f1_macr", &m, err, sizeof err) == -1 && strstr(err, "did you mean f1_macro?"), "%s", err);
+    CHECK(ut_cls_parse("spearman", &m, err, sizeof err) == -1 && strstr(err, "did you mean spearmanr?"), "%s", err);
+    CHECK(ut_cls_is_metric("pearson") && ut_cls_is_metric("combined_score"), "a regression's are evaluations'");
     CHECK(ut_cls_is_metric("f1") && ut_cls_is_metric("matthews_correlation") && !ut_cls_is_metric("accuracy") &&
               !ut_cls_is_metric("loss") && !ut_cls_is_metric("f1x"), "ut_cls_is_metric");
 }
@@ -109,6 +178,10 @@ static void test_wanted(void) {
     CHECK(ut_cls_wanted(&c) == (UT_CLS_F1 | UT_CLS_F1_MACRO), "%u", ut_cls_wanted(&c));
     CHECK(ut_config_set(&c, "train.best_metric=dev/accuracy", err, sizeof err) == 0, "%s", err);
     CHECK(ut_cls_wanted(&c) == UT_CLS_F1_MACRO, "%u", ut_cls_wanted(&c));
+    /* a regression's scores are computed whatever is asked: no confusion matrix for them */
+    CHECK(ut_config_set(&c, "train.metrics=pearson,spearmanr", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/combined_score", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_wanted(&c) == 0 && c.greater_is_better, "%u", ut_cls_wanted(&c));
     ut_config_free(&c);
 }
 
@@ -138,11 +211,48 @@ static void test_check(void) {
     ut_config_free(&c);
 }
 
+/* A regression's data (scores): its own scores, no classifier's, no label smoothing */
+static void test_check_regression(void) {
+    ut_config c;
+    ut_config_init(&c);
+    char err[512];
+    ut_dataset reg = {.name = "stsb.tsv", .regression = true}, cls = {.name = "sst2.tsv", .num_classes = 2};
+    CHECK(ut_cls_check(&c, &reg, err, sizeof err) == 0, "defaults: %s", err);
+    CHECK(ut_config_set(&c, "train.metrics=pearson,combined_score", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/spearmanr", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &reg, err, sizeof err) == 0, "a regression's scores: %s", err);
+    CHECK(ut_cls_check(&c, &cls, err, sizeof err) == -1 &&
+              !strcmp(err, "train.metrics: pearson scores a regression's predictions (model.num_labels 1, labels that "
+                           "are scores), and the data (sst2.tsv) has classes; remove it"), "%s", err);
+    CHECK(ut_config_set(&c, "train.metrics=", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &cls, err, sizeof err) == -1 && strstr(err, "train.best_metric: spearmanr scores"),
+          "%s", err);
+    CHECK(ut_config_set(&c, "train.metrics=accuracy", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &reg, err, sizeof err) == -1 &&
+              !strcmp(err, "train.metrics: accuracy scores a classifier's classes, and the data (stsb.tsv) holds "
+                           "scores (a regression: model.num_labels 1); its metrics are dev/loss (the mean squared "
+                           "error), dev/pearson, dev/spearmanr and dev/combined_score"), "%s", err);
+    CHECK(ut_config_set(&c, "train.metrics=", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/f1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &reg, err, sizeof err) == -1 && strstr(err, "train.best_metric: f1 scores a classifier's"),
+          "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/loss", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.label_smoothing=0.1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &reg, err, sizeof err) == -1 &&
+              strstr(err, "train.label_smoothing: 0.1 smooths class labels, and the data (stsb.tsv) holds scores"),
+          "%s", err);
+    CHECK(ut_cls_check(&c, &cls, err, sizeof err) == 0, "label smoothing of classes: %s", err);
+    ut_config_free(&c);
+}
+
 int main(void) {
     RUN(test_against_sklearn);
+    RUN(test_regression_against_scipy);
+    RUN(test_regression_undefined);
     RUN(test_empty);
     RUN(test_names);
     RUN(test_wanted);
     RUN(test_check);
+    RUN(test_check_regression);
     return TEST_SUMMARY();
 }
