@@ -6,8 +6,12 @@
  * sentences, so no accuracy is asserted), then test mode writing dev/test
  * results and predictions, then `utrain export --format hf` of the best
  * checkpoint, whose head has moved from the fixture's; DDP on 2 ranks x 8
- * giving the GPT-2 classifier's one-process losses; and a GPT-2 classifier
- * on token shards refused. */
+ * giving the GPT-2 classifier's one-process losses; a GPT-2 classifier
+ * on token shards refused; and regression (model.num_labels 1) on pairs
+ * with scores in GLUE's STS-B layout made from the same sentences: BERT
+ * learns them (Pearson above 0.8), test mode's scores agree with its
+ * predictions file, 2 ranks give one process's numbers, the GPT-2
+ * classifier regresses too, and what cannot apply is refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +139,220 @@ static void test_refused(void) {
     free(s);
 }
 
+/* ---- regression ---- */
+/* tmp/stsb_SPLIT.tsv: GLUE's STS-B layout (index, genre, sentence1, sentence2,
+ * score) from data/sst2_sample's SPLIT, each review paired with another, the
+ * score 1 + 2 x the first's label + 1.5 x the second's; labels[i] the scores */
+static int write_scores(const char *split, double *labels, int max) {
+    char in[128], out[64], line[512];
+    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
+    snprintf(out, sizeof out, "stsb_%s.tsv", split);
+    FILE *f = fopen(in, "r");
+    CHECK(f, "%s", in);
+    if (!f) return 0;
+    static char text[256][256];
+    static int label[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < 256) {
+        char *tab = strrchr(line, '\t');
+        if (!tab || !strncmp(line, "sentence\t", 9)) continue;
+        *tab = 0;
+        snprintf(text[n], sizeof text[n], "%s", line);
+        label[n++] = atoi(tab + 1);
+    }
+    fclose(f);
+    FILE *o = fopen(tp_path(tmp, out), "w");
+    fprintf(o, "index\tgenre\tsentence1\tsentence2\tscore\n");
+    for (int i = 0; i < n && i < max; i++) {
+        int j = (i * 7 + 3) % n;
+        labels[i] = 1.0 + 2.0 * label[i] + 1.5 * label[j];
+        fprintf(o, "%d\treviews\t%s\t%s\t%.3f\n", i, text[i], text[j], labels[i]);
+    }
+    fclose(o);
+    return n;
+}
+
+/* the value of "KEY": in s after position at (NAN when absent) */
+static double json_number(const char *s, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *at = s ? strstr(s, k) : NULL;
+    return at ? atof(at + strlen(k)) : NAN;
+}
+
+/* the dev line of STEP in a metrics.jsonl: its KEY */
+static double dev_metric(const char *metrics, int step, const char *key) {
+    char *s = tp_slurp(metrics), want[64];
+    snprintf(want, sizeof want, "{\"step\": %d, ", step);
+    double v = NAN;
+    for (char *line = s ? strstr(s, want) : NULL; line && isnan(v); line = strstr(line + 1, want)) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        if (strstr(line, "\"split\": \"dev\"")) v = json_number(line, key);
+        if (end) *end = '\n';
+    }
+    free(s);
+    return v;
+}
+
+static double g_dev_scores[64];
+static int g_dev_n;
+
+static void write_regression_config(void) {
+    double scratch[256];
+    write_scores("train", scratch, 256);
+    g_dev_n = write_scores("dev", g_dev_scores, 64);
+    write_scores("test", scratch, 256);
+    FILE *f = fopen(tp_path(tmp, "reg.yml"), "w");
+    fprintf(f, "experiment_name: reg\noutput_dir: %s/runs\nseed: 3\nmodel:\n  name: bert\n"
+               "  pretrained: tests/parity/fixtures/hf_bert_tiny_base\n  num_labels: 1\n  hidden_dropout_prob: 0\n"
+               "data:\n  name: tsv_text\n  tokenizer: tests/parity/fixtures/hf_bert_tiny\n"
+               "  train_path: %s/stsb_train.tsv\n  dev_path: %s/stsb_dev.tsv\n  test_path: %s/stsb_test.tsv\n"
+               "  max_len: 48\ntrain:\n  epochs: 12\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
+               "  save_strategy: epoch\n  save_total_limit: 2\n  best_metric: dev/pearson\n"
+               "optim:\n  name: adamw\n  lr: 5.0e-3\n  weight_decay: 0.01\n  schedule: linear\n",
+            tmp, tmp, tmp, tmp);
+    fclose(f);
+}
+
+/* BERT learns the scores; test mode's results are its predictions' scores */
+static void test_regression(void) {
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg.out", NULL, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "reg.out"));
+    CHECK(s && strstr(s, "dev/pearson") && strstr(s, "dev/spearmanr") && strstr(s, "dev/combined_score") &&
+              strstr(s, "best dev/pearson"), "%s", s);
+    free(s);
+    const char *metrics = tp_path(tmp, "runs/reg/metrics.jsonl");
+    double first = dev_metric(metrics, 15, "loss"), last = dev_metric(metrics, 180, "loss"),
+           r = dev_metric(metrics, 180, "pearson");
+    CHECK(first > 1.0 && last < 0.6 && r > 0.8, "dev mean squared error %g at the first epoch, %g at the last; "
+                                                "Pearson %g", first, last, r);
+    CHECK(isnan(dev_metric(metrics, 180, "accuracy")), "a regression has no accuracy");
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg"), "reg.test.out", NULL, NULL) == 0, "test");
+    s = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
+    double loss = json_number(s, "loss"), pearson = json_number(s, "pearson"), spear = json_number(s, "spearmanr"),
+           comb = json_number(s, "combined_score");
+    CHECK(s && strstr(s, "\"examples\": 60") && !strstr(s, "accuracy") && pearson > 0.8 &&
+              fabs(comb - (pearson + spear) / 2) < 1e-6, "%s", s);
+    free(s);
+    /* the predictions file: the scores, in the file's order, their error and correlation as reported */
+    FILE *f = fopen(tp_path(tmp, "runs/reg/dev_predictions.tsv"), "r");
+    char line[256];
+    int n = 0;
+    double p[64], sp = 0, sl = 0, spp = 0, sll = 0, spl = 0, se = 0;
+    CHECK(f && fgets(line, sizeof line, f) && !strcmp(line, "index\tprediction\n"), "header");
+    while (f && n < 64 && fgets(line, sizeof line, f)) {
+        int id;
+        CHECK(sscanf(line, "%d\t%lf", &id, &p[n]) == 2 && id == n, "row %d: %s", n, line);
+        double y = g_dev_scores[n];
+        sp += p[n], sl += y, spp += p[n] * p[n], sll += y * y, spl += p[n] * y, se += (p[n] - y) * (p[n] - y);
+        n++;
+    }
+    if (f) fclose(f);
+    CHECK(n == 60 && g_dev_n == 60, "%d rows, %d labels", n, g_dev_n);
+    double r1 = (n * spl - sp * sl) / sqrt((n * spp - sp * sp) * (n * sll - sl * sl));
+    CHECK(fabs(r1 - pearson) < 1e-4 && fabs(se / n - loss) < 1e-4 * loss, "from the predictions: Pearson %g (reported "
+          "%g), mean squared error %g (reported %g)", r1, pearson, se / n, loss);
+}
+
+/* 2 ranks: test mode's scores from the predictions gathered over the ranks
+ * are one process's; ddp on 2 ranks x 8 trains as 1 process x 16 (at a
+ * lower rate: Adam's first steps make the sums' rounding grow at 5e-3) */
+static void test_regression_ddp(void) {
+    char *one = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg"), "reg_test2.out", NULL, "2") == 0, "test on 2 ranks");
+    char *two = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
+    const char *keys[4] = {"loss", "pearson", "spearmanr", "combined_score"};
+    for (int k = 0; k < 4; k++) {
+        double a = json_number(one, keys[k]), b = json_number(two, keys[k]);
+        CHECK(fabs(a - b) <= 1e-5 * fabs(a), "test mode's %s: %.9g on one process, %.9g on 2 ranks", keys[k], a, b);
+    }
+    free(one);
+    free(two);
+    const char *sets1[] = {"experiment_name=reg_one", "optim.lr=1e-3", "train.epochs=2", NULL},
+               *sets2[] = {"experiment_name=reg_ddp", "optim.lr=1e-3", "train.epochs=2", "train.batch_size=8",
+                           "dist.strategy=ddp", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg_one.out", sets1, NULL) == 0, "one process");
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg_ddp.out", sets2, "2") == 0, "ddp on 2 ranks");
+    const char *a = tp_path(tmp, "runs/reg_one/metrics.jsonl");
+    char b[1024];
+    snprintf(b, sizeof b, "%s", tp_path(tmp, "runs/reg_ddp/metrics.jsonl"));
+    hfe_check_same_losses(a, b, 1, 1, 1, "regression ddp, step 1");
+    for (int step = 2; step <= 30; step++) {
+        char x[64] = "", y[64] = "";
+        bool ok = tp_loss_at(a, "train", step, x, sizeof x) && tp_loss_at(b, "train", step, y, sizeof y);
+        CHECK(ok && fabs(atof(x) - atof(y)) <= 3e-4 * atof(x), "step %d: loss %s on one process, %s on 2 ranks", step,
+              x, y);
+    }
+    for (int step = 15; step <= 30; step += 15) {
+        double x = dev_metric(a, step, "loss"), y = dev_metric(b, step, "loss");
+        CHECK(fabs(x - y) <= 1e-4 * x && !isnan(dev_metric(b, step, "pearson")), "dev loss at %d: %g, %g", step, x, y);
+    }
+}
+
+/* the GPT-2 classifier's head regresses too (a new score head on the bare model) */
+static void test_regression_gpt2(void) {
+    FILE *f = fopen(tp_path(tmp, "reg_gpt2.yml"), "w");
+    fprintf(f, "experiment_name: reg_gpt2\noutput_dir: %s/runs\nseed: 3\nmodel:\n  name: gpt2\n"
+               "  task: sequence_classification\n  num_labels: 1\n  n_layer: 2\n  n_head: 2\n  n_embd: 32\n"
+               "  block_size: 64\n  pad_token_id: 0\ndata:\n  name: tsv_text\n"
+               "  tokenizer: tests/parity/fixtures/hf_gpt2_cls_tiny\n  train_path: %s/stsb_train.tsv\n"
+               "  dev_path: %s/stsb_dev.tsv\n  max_len: 48\ntrain:\n  epochs: 2\n  batch_size: 16\n"
+               "  eval_strategy: epoch\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp, tmp, tmp);
+    fclose(f);
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_gpt2.yml"), "reg_gpt2.out", NULL, NULL) == 0, "gpt2 regression");
+    double a = dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "loss"),
+           r = dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "pearson");
+    CHECK(isfinite(a) && a > 0 && !isnan(r), "gpt2: dev loss %g, Pearson %g", a, r);
+}
+
+static void test_regression_refused(void) {
+    static const char *const cases[][2] = {
+        {"train.metrics=accuracy", "train.metrics: accuracy scores a classifier's classes, and the data"},
+        {"train.best_metric=dev/f1", "train.best_metric: f1 scores a classifier's classes"},
+        {"train.label_smoothing=0.1", "train.label_smoothing: 0.1 smooths class labels"},
+        {"model.problem_type=multi_label_classification", "multi_label_classification (several labels per example"},
+        {"model.problem_type=single_label_classification", "single_label_classification with model.num_labels 1"},
+        {"model.problem_type=ordinal", "model.problem_type: 'ordinal' is not a problem type"},
+        {"model.num_labels=2", "set model.num_labels: 1"},
+    };
+    hfe_check_refused(tmp, "reg.yml", cases, (int)(sizeof cases / sizeof cases[0]));
+    /* problem_type regression without num_labels: a regression too; with 2 labels refused */
+    char *cfg = tp_slurp(tp_path(tmp, "reg.yml"));
+    const char *line = "  num_labels: 1\n";
+    char *at = cfg ? strstr(cfg, line) : NULL;
+    if (at) memmove(at, at + strlen(line), strlen(at + strlen(line)) + 1);
+    FILE *f = fopen(tp_path(tmp, "reg_nolabels.yml"), "w");
+    fputs(cfg ? cfg : "", f);
+    fclose(f);
+    free(cfg);
+    const char *sets[] = {"experiment_name=reg_pt", "model.problem_type=regression", "train.epochs=1", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_nolabels.yml"), "reg_pt.out", sets, NULL) == 0,
+          "problem_type regression");
+    CHECK(!isnan(dev_metric(tp_path(tmp, "runs/reg_pt/metrics.jsonl"), 15, "pearson")), "problem_type: a regression");
+    const char *cases2[][2] = {
+        {"model.num_labels=2", "model.problem_type: regression predicts one score per example, and model.num_labels "
+                               "is 2"},
+    };
+    const char *sets2[] = {"experiment_name=refused", "model.problem_type=regression", "model.num_labels=2", NULL};
+    CHECK(tp_run((const char *[]){"train", tp_path(tmp, "reg_nolabels.yml"), "--set", sets2[0], "--set", sets2[1],
+                                  "--set", sets2[2], NULL}, tp_path(tmp, "refused.out")) == 1, "exit 1");
+    char *s = tp_slurp(tp_path(tmp, "refused.out"));
+    CHECK(s && strstr(s, cases2[0][1]), "%s", s);
+    free(s);
+    /* the word tokenizer's models classify */
+    f = fopen(tp_path(tmp, "reg_word.yml"), "w");
+    fprintf(f, "experiment_name: reg_word\noutput_dir: %s/runs\nmodel:\n  name: bow\n  num_labels: 1\ndata:\n"
+               "  name: tsv_text\n  train_path: %s/stsb_train.tsv\n", tmp, tmp);
+    fclose(f);
+    CHECK(tp_run((const char *[]){"train", tp_path(tmp, "reg_word.yml"), NULL}, tp_path(tmp, "refused.out")) == 1,
+          "exit 1");
+    s = tp_slurp(tp_path(tmp, "refused.out"));
+    CHECK(s && strstr(s, "model.num_labels 1 (a regression: scores, not classes) is for the Hugging Face classifiers"),
+          "%s", s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -146,8 +364,13 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_classifier);
     RUN(test_gpt2_real_bpe);
     RUN(test_refused);
+    write_regression_config();
+    RUN(test_regression);
+    RUN(test_regression_gpt2);
+    RUN(test_regression_refused);
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_gpt2_classifier_ddp);
+    RUN(test_regression_ddp);
     return tp_finish(TEST_SUMMARY(), tmp);
 }

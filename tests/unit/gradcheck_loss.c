@@ -1,6 +1,8 @@
 /* Gradcheck rows: classification losses (cross_entropy, nll_loss) with and
- * without ignored targets, and mse. */
+ * without ignored targets, mse, and a classifier's loss of scores (the
+ * regression head's: logits (N, 1) against float targets). */
 #include "gradcheck.h"
+#include "utrain/nn.h"
 
 static ut_tensor *b_ce(ut_ctx *c, ut_tensor **in) { return ut_cross_entropy(c, in[0], in[1], -100); }
 /* ignore_index 0 with targets drawn from [0, hi): some targets are ignored */
@@ -28,6 +30,11 @@ static ut_tensor *b_nll_of_log_softmax(ut_ctx *c, ut_tensor **in) {
     return ut_nll_loss(c, ut_log_softmax(c, in[0]), in[1], -100);
 }
 static ut_tensor *b_mse(ut_ctx *c, ut_tensor **in) { return ut_mse(c, in[0], in[1]); }
+/* ut_model_class_loss of float targets: the mean squared error of the (N, 1) logits */
+static ut_tensor *b_class_loss_scores(ut_ctx *c, ut_tensor **in) {
+    static ut_model m = {.type = "gradcheck"};
+    return ut_model_class_loss(&m, c, ut_scale(c, in[0], 2.0f), in[1]);
+}
 /* vocabulary-parallel cross-entropy: part 1 of 2 (ids [4, 8) of 8) alone,
  * both of its output columns weighted by the harness; the combination over
  * given parts (every slot filled, as after the sum over ranks), with and
@@ -91,5 +98,6 @@ const gc_row gc_rows_loss[] = {
     {"vocab_partials + vocab_ce, one part, ignore_index 0", 2, {{3, {2, 3, 5}}, {2, {2, 3}, GC_INDEX, 5}},
      b_vocab_whole},
     {"mse 3-D const target", 2, {{3, {2, 3, 4}}, {3, {2, 3, 4}, GC_CONST}}, b_mse},
+    {"class loss of scores (regression head)", 2, {{2, {5, 1}}, {1, {5}, GC_CONST}}, b_class_loss_scores},
 };
 const int gc_nrows_loss = sizeof gc_rows_loss / sizeof gc_rows_loss[0];

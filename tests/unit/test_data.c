@@ -439,6 +439,11 @@ static void test_tsv_errors(void) {
     expect_tsv_error("sentence\tlabel\ngood\t1\nno tab here\n", v, ":3: missing tab");
     expect_tsv_error("sentence\tlabel\ngood\t1\nbad\tx1\n", v, ":3: bad label 'x1'");
     expect_tsv_error("sentence\tlabel\ngood\t-1\n", v, ":2: bad label '-1'");
+    /* a score where a class is read says how to train on scores */
+    expect_tsv_error("sentence\tlabel\ngood\t1\nok\t3.800\n", v,
+                     ":3: bad label '3.800' (expected an integer >= 0, a class; a label that is a score, as STS-B's, "
+                     "is a regression task: set model.num_labels: 1)");
+    expect_tsv_error("good\t2.5\n", v, ":1: bad label '2.5' (expected an integer >= 0, a class;");
     expect_tsv_error("sentence\tlabel\ngood\t1\nok\t3\n", v, ":3: label 3 >= num_classes 3");
     expect_tsv_error("", v, "empty file");
     expect_tsv_error("good\tyes\n", v, ":1: no header");

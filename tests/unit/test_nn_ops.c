@@ -931,6 +931,40 @@ static void test_concat_and_shaped_collective(void) {
     ut_ctx_free(ctx);
 }
 
+/* A classifier's loss of scores (a regression head, num_labels 1): the mean
+ * squared error of the (N, 1) logits against float targets, as transformers'
+ * MSELoss(logits.squeeze(), labels); class ids still take the cross-entropy,
+ * and other shapes are an error naming the model */
+static void test_class_loss_of_scores(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_model m = {.type = "bert"};
+    const float logit[4] = {0.5f, -1.0f, 2.0f, 3.25f}, score[4] = {1.0f, 0.0f, 4.5f, 3.0f};
+    ut_tensor *l = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){4, 1}, logit);
+    ut_tensor *y = ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){4}, score);
+    ut_tensor *loss = ut_model_class_loss(&m, ctx, l, y);
+    double want = 0;
+    for (int i = 0; i < 4; i++) want += (double)(logit[i] - score[i]) * (logit[i] - score[i]) / 4;
+    CHECK(loss && fabsf(ut_f32(loss)[0] - (float)want) < 1e-6f, "loss %g, want %g", loss ? ut_f32(loss)[0] : -1.0,
+          want);
+    /* two outputs an example with float targets */
+    ut_tensor *l2 = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 2}, logit);
+    ut_tensor *y2 = ut_tensor_from(ctx, UT_F32, 1, (int64_t[]){2}, score);
+    CHECK(!ut_model_class_loss(&m, ctx, l2, y2) && ut_ctx_error(ctx) &&
+              strstr(ut_ctx_error(ctx), "bert regression loss") &&
+              strstr(ut_ctx_error(ctx), "float targets (N) are scores: the logits must be (N, 1)"),
+          "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "(no error)");
+    ut_ctx_free(ctx);
+    /* class ids: cross-entropy, as before */
+    ctx = new_ctx();
+    const int32_t ids[2] = {1, 0};
+    l2 = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 2}, logit);
+    ut_tensor *t = ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){2}, ids);
+    loss = ut_model_class_loss(&m, ctx, l2, t);
+    double ce = (log(exp(0.5) + exp(-1.0)) + 1.0 + log(exp(2.0) + exp(3.25)) - 2.0) / 2;
+    CHECK(loss && fabs(ut_f32(loss)[0] - ce) < 1e-5, "cross-entropy %g, want %g", loss ? ut_f32(loss)[0] : -1.0, ce);
+    ut_ctx_free(ctx);
+}
+
 static void test_split_ops(void) {
     ut_ctx *ctx = new_ctx();
     int64_t tne[2] = {2, 2}, ine[1] = {3};
@@ -992,6 +1026,7 @@ int main(void) {
     RUN(test_attention_varlen_matches_masked);
     RUN(test_attention_varlen_bad_offsets);
     RUN(test_split_ops);
+    RUN(test_class_loss_of_scores);
     RUN(test_concat_and_shaped_collective);
     return TEST_SUMMARY();
 }

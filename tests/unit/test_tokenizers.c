@@ -926,6 +926,55 @@ static void test_tsv_pretrained(void) {
     ut_tokenizer_free(t);
 }
 
+/* num_classes 1: a regression's scores (STS-B), f32 labels from a "label"
+ * or "score" column; what is not a finite number is refused by line */
+static void test_tsv_scores(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    const char *p = tmp("stsb.tsv");
+    /* GLUE's STS-B layout: the score last, other columns ignored */
+    write_text(p, "index\tgenre\tsentence1\tsentence2\tscore\n"
+                  "0\tmain-captions\tA plane is taking off.\tAn air plane is taking off.\t5.000\n"
+                  "1\tmain-captions\tA man is playing a flute.\tA man is playing a bamboo flute.\t3.800\n"
+                  "7\tmain-forums\tNo.\tYes.\t-0.25\n");
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->regression && ds->num_classes == 0 && ut_dataset_outputs(ds) == 1 &&
+              ds->y_dtype == UT_F32 && ds->y_ndim == 0 && !ds->unlabeled, "scores: %s", err);
+    float y[3] = {0};
+    int32_t x[3 * 16];
+    for (int k = 0; ds && k < 3; k++) CHECK(ds->get(ds, k, x, &y[k], err, sizeof err) == 0, "%s", err);
+    CHECK(y[0] == 5.0f && y[1] == 3.8f && y[2] == -0.25f, "scores %g %g %g", y[0], y[1], y[2]);
+    CHECK(ds && ds->example_id && ds->example_id[2] == 7, "the index column");
+    ut_dataset_free(ds);
+    /* a headerless file of (sentence, score), as the seed's files are */
+    write_text(p, "a fine film\t4.5\nbad\t0.5\n");
+    ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    CHECK(ds && ds->n == 2 && ds->get(ds, 0, x, &y[0], err, sizeof err) == 0 && y[0] == 4.5f, "headerless: %s", err);
+    ut_dataset_free(ds);
+    /* classes from the same file: the scores are refused with the way to train on them */
+    write_text(p, "sentence\tlabel\nfine\t1\nbad\t2.5\n");
+    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) && strstr(err, "stsb.tsv:3: bad label '2.5'") &&
+              strstr(err, "set model.num_labels: 1"), "%s", err);
+    static const char *const bad[][2] = {
+        {"sentence\tlabel\nfine\t1\nbad\tx\n", "stsb.tsv:3: bad label 'x' (expected a finite number"},
+        {"sentence\tlabel\nfine\tnan\n", "stsb.tsv:2: bad label 'nan'"},
+        {"sentence\tlabel\nfine\tinf\n", "stsb.tsv:2: bad label 'inf'"},
+        {"sentence\tlabel\nfine\t1e999\n", "stsb.tsv:2: bad label '1e999'"},
+        {"sentence\tlabel\nfine\t\n", "stsb.tsv:2: bad label ''"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(p, bad[i][0]);
+        CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
+              i, err);
+    }
+    /* unlabeled (a GLUE test file): scores of 0, predictions only */
+    write_text(p, "index\tsentence1\tsentence2\n3\ta\tb\n");
+    ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    CHECK(ds && ds->unlabeled && ds->regression, "unlabeled: %s", err);
+    ut_dataset_free(ds);
+    ut_tokenizer_free(t);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -944,6 +993,7 @@ int main(int argc, char **argv) {
     RUN(test_t5_bad_files);
     RUN(test_tokenize_shard);
     RUN(test_tsv_pretrained);
+    RUN(test_tsv_scores);
     RUN(test_gpt2_bpe_example);
     texts_free(&g_kjv);
     texts_free(&g_sst2);
