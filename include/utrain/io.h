@@ -129,6 +129,12 @@ typedef struct {
     const char *const *optional;      /* NULL-terminated name prefixes that may be missing
                                        * (a new head keeps its initialisation) */
     const char *const *ignored;       /* NULL-terminated name parts not counted as unused */
+    bool ignore_mismatched;           /* a tensor of another shape than the parameter's is left out
+                                       * (the parameter keeps its initialisation), as transformers'
+                                       * ignore_mismatched_sizes; otherwise it is an error */
+    int *mismatched;                  /* out (optional): how many were left out so */
+    char *first_mismatched;           /* out (optional): the first of them, with both shapes */
+    size_t first_mismatched_n;
     int *unused;                      /* out (optional): checkpoint tensors the model has no use for */
     char *first_unused;               /* out (optional): the first of them */
     size_t first_unused_n;
@@ -139,9 +145,10 @@ typedef struct {
  * the tensor. */
 int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, char *err, size_t n);
 /* What a model's model.pretrained option does: ut_hf_load_weights with o
- * (its unused outputs are filled here), errors prefixed "model.pretrained: ",
- * and one warning on stderr naming the count and first of the checkpoint's
- * tensors the model does not use. */
+ * (its unused and mismatched outputs are filled here), errors prefixed
+ * "model.pretrained: ", and one warning on stderr naming the count and first
+ * of the checkpoint's tensors the model does not use, one more for those
+ * left out for their shape (o.ignore_mismatched). */
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n);
 /* Copies a model directory's tokenizer files (tokenizer.json,
  * tokenizer_config.json, special_tokens_map.json, spiece.model, vocab.txt,

@@ -92,7 +92,8 @@ static void usage_test(FILE *f) {
             "the dev and test splits and writes dev_results.json and test_results.json\n"
             "(loss, each metric, the checkpoint and its step) into the run directory, and\n"
             "for classification data dev_predictions.tsv and test_predictions.tsv (index,\n"
-            "predicted class, probabilities). A test file without a label column (GLUE's\n"
+            "predicted class, probabilities; a regression's: index, predicted score). A\n"
+            "test file without a label column (GLUE's\n"
             "index<TAB>sentence) gets predictions only. A RUN_DIR is read through its\n"
             "config.yml. --nproc N evaluates on N processes.\n");
 }

@@ -192,10 +192,20 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
     const int64_t *whole = pt && pt->parts > 1 ? pt->full_ne : p->ne; /* a split model reads whole tensors */
     if (!shape_equal(p->ndim, whole, s, tr)) {
         int64_t want[2] = {p->ndim == 2 ? whole[1] : 0, whole[0]};
-        return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s%s", path, name,
-                         shape_text(s->ndim, s->shape, a, sizeof a),
-                         tr && p->ndim == 2 ? shape_text(2, want, b, sizeof b) : shape_text(p->ndim, whole, b, sizeof b),
-                         tr ? " (Conv1D layout: in, out)" : "");
+        shape_text(s->ndim, s->shape, a, sizeof a);
+        if (tr && p->ndim == 2) shape_text(2, want, b, sizeof b);
+        else shape_text(p->ndim, whole, b, sizeof b);
+        if (o->ignore_mismatched) { /* the parameter keeps its initialisation */
+            if (o->mismatched && (*o->mismatched)++ == 0 && o->first_mismatched)
+                snprintf(o->first_mismatched, o->first_mismatched_n, "'%s' %s in the checkpoint, %s in the model",
+                         name, a, b);
+            return 0;
+        }
+        return ut_errorf(err, n, "%s: tensor '%s' has shape %s, the model needs %s%s%s", path, name, a, b,
+                         tr ? " (Conv1D layout: in, out)" : "",
+                         has_prefix(name, o->optional) ? " (a head of another size: model.ignore_mismatched_sizes: "
+                                                         "true starts it anew, as transformers' "
+                                                         "ignore_mismatched_sizes)" : "");
     }
     if (s->dtype != UT_ST_F32 && s->dtype != UT_ST_F16 && s->dtype != UT_ST_BF16)
         return ut_errorf(err, n, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", path, name,
@@ -281,15 +291,22 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
 }
 
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n) {
-    int unused = 0;
-    char first[256] = "", why[1024];
+    int unused = 0, mismatched = 0;
+    char first[256] = "", first_mm[512] = "", why[1024];
     /* a pipeline stage reads its own tensors: the other stages' are not unused */
     o.unused = m->pp_size > 1 ? NULL : &unused;
     o.first_unused = first;
     o.first_unused_n = sizeof first;
+    o.mismatched = &mismatched;
+    o.first_mismatched = first_mm;
+    o.first_mismatched_n = sizeof first_mm;
     if (ut_hf_load_weights(m, dir, &o, why, sizeof why)) return ut_errorf(err, n, "model.pretrained: %s", why);
     if (unused)
         fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
                         "the first '%s'\n", dir, unused, first);
+    if (mismatched)
+        fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) of another shape than the model's left "
+                        "out (model.ignore_mismatched_sizes), newly initialised: the first %s\n", dir, mismatched,
+                first_mm);
     return 0;
 }

@@ -137,8 +137,14 @@ static void set_arch(cJSON *o, const char *arch) {
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
 }
 
-/* a classifier's K labels: id2label / label2id as transformers writes them */
+/* a classifier's K labels: id2label / label2id as transformers writes them;
+ * one output is a regression's score (problem_type regression, which
+ * transformers also infers from one label) */
 static void set_labels(cJSON *o, int64_t K) {
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "problem_type");
+    if (K == 1) set_str(o, "problem_type", "regression");
+    else if (cJSON_IsString(pt) && !strcmp(pt->valuestring, "regression"))
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "problem_type");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "label2id");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "num_labels");

@@ -831,13 +831,14 @@ static int load_final_bias(bart *net, const char *dir, char *err, size_t n) {
  * The copies of the shared embedding that older files hold under
  * encoder/decoder.embed_tokens, and the LM head of a
  * BartForConditionalGeneration, are not read. */
-static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+static int load_pretrained(ut_model *m, const char *dir, bool mismatched, char *err, size_t n) {
     static const char *const optional[] = {"classification_head.", NULL};
     static const char *const ignored[] = {"embed_tokens.weight", "final_logits_bias", "lm_head.", NULL};
     static const char *const gen_ignored[] = {"embed_tokens.weight", "final_logits_bias", "lm_head.",
                                               "classification_head.", NULL};
     bart *net = m->impl;
-    ut_hf_load_opts o = {.base_prefix = "model.", .optional = optional, .ignored = net->gen ? gen_ignored : ignored};
+    ut_hf_load_opts o = {.base_prefix = "model.", .optional = optional, .ignored = net->gen ? gen_ignored : ignored,
+                         .ignore_mismatched = mismatched};
     if (ut_hf_load_pretrained(m, dir, o, err, n)) return -1;
     return net->gen ? load_final_bias(net, dir, err, n) : 0;
 }
@@ -856,10 +857,12 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         "scale_embedding", "activation_function", "pad_token_id", "eos_token_id", "decoder_start_token_id",
         "dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "init_std",
         "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained",
-        "forced_bos_token_id", "problem_type", NULL};
+        "forced_bos_token_id", "problem_type", "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, "model bart", err, n)) return NULL;
-    bool reg, said;
-    if (ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
+    bool reg, said, mismatched;
+    if (ut_model_problem_type(opts, &reg, &said, err, n) ||
+        ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n))
+        return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
@@ -890,7 +893,7 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     bart *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bart_new(impl, (float)std, seed);
-    if (dir && load_pretrained(m, dir, err, n)) {
+    if (dir && load_pretrained(m, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

@@ -431,13 +431,13 @@ static void zero_padding_rows(const bert *net) {
     ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
 }
 
-static int load_pretrained(ut_model *m, bool roberta, const char *dir, char *err, size_t n) {
+static int load_pretrained(ut_model *m, bool roberta, const char *dir, bool mismatched, char *err, size_t n) {
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
     /* a bare RobertaModel keeps a pooler the classifier does not use; lm_head: the MLM head */
     static const char *const r_ignored[] = {"position_ids", "lm_head.", "pooler.", NULL};
     ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
-                         .ignored = roberta ? r_ignored : ignored};
+                         .ignored = roberta ? r_ignored : ignored, .ignore_mismatched = mismatched};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -448,10 +448,13 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
                                         "hidden_act", "hidden_dropout_prob",
                                         "attention_probs_dropout_prob", "initializer_range",
                                         "num_labels", "num_classes", "task", "pretrained",
-                                        "classifier_dropout", "pad_token_id", "problem_type", NULL};
+                                        "classifier_dropout", "pad_token_id", "problem_type",
+                                        "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, roberta ? "model roberta" : "model bert", err, n)) return NULL;
-    bool reg, said;
-    if (ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
+    bool reg, said, mismatched;
+    if (ut_model_problem_type(opts, &reg, &said, err, n) ||
+        ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n))
+        return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, roberta, err, n) : NULL;
     if (dir && !merged) return NULL;
@@ -488,7 +491,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
     if (impl->roberta && !dir && impl->first) zero_padding_rows(impl);
-    if (dir && load_pretrained(m, impl->roberta, dir, err, n)) {
+    if (dir && load_pretrained(m, impl->roberta, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

@@ -510,12 +510,12 @@ static ut_kv *merged_options(const ut_kv *opts, const char *dir, char *err, size
     return kv;
 }
 
-static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+static int load_pretrained(ut_model *m, const char *dir, bool mismatched, char *err, size_t n) {
     static const char *const transposed[] = {".c_attn.weight", ".c_proj.weight", ".c_fc.weight", NULL};
     static const char *const ignored[] = {"lm_head.weight", ".attn.bias", ".attn.masked_bias", NULL};
     static const char *const optional[] = {"score.", NULL};
     ut_hf_load_opts o = {.file_prefix = "transformer.", .transposed = transposed, .ignored = ignored,
-                         .optional = optional};
+                         .optional = optional, .ignore_mismatched = mismatched};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -523,8 +523,10 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     static const char *const known[] = {"n_layer", "n_head",  "n_embd",     "vocab_size", "block_size",
                                         "dropout", "task",    "pretrained", "layer_norm_epsilon",
                                         "num_labels", "num_classes", "pad_token_id", "initializer_range",
-                                        "problem_type", NULL};
+                                        "problem_type", "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, "model gpt2", err, n)) return NULL;
+    bool mismatched;
+    if (ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n)) return NULL;
     const char *task = ut_kv_get(opts, "task"), *dir = ut_kv_get(opts, "pretrained");
     if (task && strcmp(task, "causal_lm") && strcmp(task, "sequence_classification"))
         return ut_errorf(err, n, "model.task: '%s' is not available for gpt2; use causal_lm or "
@@ -542,7 +544,7 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (dir && !merged) return NULL;
     ut_model *m = gpt2_new(merged ? merged : opts, reg, seed, err, n);
     ut_kv_free(merged);
-    if (m && dir && load_pretrained(m, dir, err, n)) {
+    if (m && dir && load_pretrained(m, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

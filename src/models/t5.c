@@ -715,11 +715,11 @@ static int read_kinds(const ut_kv *kv, t5 *net, double *factor, char *err, size_
 
 /* T5ForConditionalGeneration's file: the tied copies under
  * encoder/decoder.embed_tokens and a tied lm_head are not read */
-static int load_pretrained(ut_model *m, const char *dir, char *err, size_t n) {
+static int load_pretrained(ut_model *m, const char *dir, bool mismatched, char *err, size_t n) {
     const t5 *net = m->impl;
     static const char *const ignored[] = {"embed_tokens.weight", NULL};
     static const char *const tied_ignored[] = {"embed_tokens.weight", "lm_head.weight", NULL};
-    ut_hf_load_opts o = {.ignored = net->tied ? tied_ignored : ignored};
+    ut_hf_load_opts o = {.ignored = net->tied ? tied_ignored : ignored, .ignore_mismatched = mismatched};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -729,8 +729,10 @@ ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         "relative_attention_num_buckets", "relative_attention_max_distance", "feed_forward_proj",
         "tie_word_embeddings", "scale_decoder_outputs", "pad_token_id", "eos_token_id", "decoder_start_token_id",
         "dropout_rate",
-        "layer_norm_epsilon", "initializer_factor", "task", "pretrained", NULL};
+        "layer_norm_epsilon", "initializer_factor", "task", "pretrained", "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, "model t5", err, n)) return NULL;
+    bool mismatched;
+    if (ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n)) return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
@@ -758,7 +760,7 @@ ut_model *ut_t5_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     t5 *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = t5_new(impl, (float)factor, seed);
-    if (dir && load_pretrained(m, dir, err, n)) {
+    if (dir && load_pretrained(m, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

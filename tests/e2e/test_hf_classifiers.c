@@ -306,6 +306,29 @@ static void test_regression_gpt2(void) {
     CHECK(isfinite(a) && a > 0 && !isnan(r), "gpt2: dev loss %g, Pearson %g", a, r);
 }
 
+/* a checkpoint with a two-class head: refused for a regression's one
+ * output, unless model.ignore_mismatched_sizes starts the head anew (as
+ * transformers' ignore_mismatched_sizes); the rest is the bare encoder's
+ * (tests/parity/test_hf_bert.c), so the run is the bare encoder's run */
+static void test_regression_from_classifier(void) {
+    const char *refused[][2] = {
+        {"model.pretrained=tests/parity/fixtures/hf_bert_tiny",
+         "tensor 'classifier.weight' has shape (2, 32), the model needs (1, 32) (a head of another size: "
+         "model.ignore_mismatched_sizes: true starts it anew"},
+    };
+    hfe_check_refused(tmp, "reg.yml", refused, 1);
+    const char *sets[] = {"experiment_name=reg_mm", "model.pretrained=tests/parity/fixtures/hf_bert_tiny",
+                          "model.ignore_mismatched_sizes=true", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg_mm.out", sets, NULL) == 0, "ignore_mismatched_sizes");
+    char *s = tp_slurp(tp_path(tmp, "reg_mm.out"));
+    CHECK(s && strstr(s, "2 tensor(s) of another shape than the model's left out (model.ignore_mismatched_sizes), "
+                         "newly initialised: the first 'classifier.weight' (2, 32) in the checkpoint, (1, 32) in the "
+                         "model"), "%s", s);
+    free(s);
+    hfe_check_same_losses(tp_path(tmp, "runs/reg/metrics.jsonl"), tp_path(tmp, "runs/reg_mm/metrics.jsonl"), 1, 180, 19,
+                          "new head on the classifier's encoder");
+}
+
 static void test_regression_refused(void) {
     static const char *const cases[][2] = {
         {"train.metrics=accuracy", "train.metrics: accuracy scores a classifier's classes, and the data"},
@@ -368,6 +391,7 @@ int main(int argc, char **argv) {
     RUN(test_regression);
     RUN(test_regression_gpt2);
     RUN(test_regression_refused);
+    RUN(test_regression_from_classifier);
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_gpt2_classifier_ddp);
