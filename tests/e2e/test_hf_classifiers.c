@@ -290,6 +290,55 @@ static void test_regression_ddp(void) {
     }
 }
 
+/* 2 pipeline stages: the last stage's predictions reach every stage; test
+ * mode on the stages (2 processes) scores as the whole model in one */
+static void test_regression_pipeline(void) {
+    const char *sets[] = {"experiment_name=reg_pp", "dist.pipeline_parallel=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg_pp.out", sets, "2") == 0, "2 stages");
+    const char *a = tp_path(tmp, "runs/reg/metrics.jsonl");
+    char b[1024];
+    snprintf(b, sizeof b, "%s", tp_path(tmp, "runs/reg_pp/metrics.jsonl"));
+    for (int step = 1; step <= 7; step += 3) { /* later, Adam at 5e-3 makes the sums' rounding grow */
+        char x[64] = "", y[64] = "";
+        bool ok = tp_loss_at(a, "train", step, x, sizeof x) && tp_loss_at(b, "train", step, y, sizeof y);
+        CHECK(ok && fabs(atof(x) - atof(y)) <= 3e-4 * atof(x), "step %d: loss %s on one process, %s in 2 stages", step,
+              x, y);
+    }
+    double r = dev_metric(b, 180, "pearson");
+    CHECK(r > 0.8, "2 stages learn the scores too: dev Pearson %g", r);
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg_pp"), "reg_pp_test1.out", NULL, NULL) == 0, "test, whole");
+    char *one = tp_slurp(tp_path(tmp, "runs/reg_pp/test_results.json"));
+    char whole[1024];
+    snprintf(whole, sizeof whole, "%s", tp_path(tmp, "whole_predictions.tsv"));
+    CHECK(tp_copy_file(tp_path(tmp, "runs/reg_pp/test_predictions.tsv"), whole), "copy");
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg_pp"), "reg_pp_test2.out", NULL, "2") == 0, "test, stages");
+    char *two = tp_slurp(tp_path(tmp, "runs/reg_pp/test_results.json")), *out = tp_slurp(tp_path(tmp, "reg_pp_test2.out"));
+    CHECK(out && strstr(out, "on the model's parts"), "%s", out);
+    const char *keys[3] = {"loss", "pearson", "spearmanr"};
+    for (int k = 0; k < 3; k++)
+        CHECK(fabs(json_number(one, keys[k]) - json_number(two, keys[k])) <= 1e-5 * fabs(json_number(one, keys[k])),
+              "test %s: %g whole, %g in stages", keys[k], json_number(one, keys[k]), json_number(two, keys[k]));
+    /* the predictions file (rank 0: the first stage) holds the last stage's scores */
+    FILE *fa = fopen(whole, "r"), *fb = fopen(tp_path(tmp, "runs/reg_pp/test_predictions.tsv"), "r");
+    char la[128], lb[128];
+    int rows = 0;
+    double worst = 0;
+    while (fa && fb && fgets(la, sizeof la, fa) && fgets(lb, sizeof lb, fb)) {
+        int ia, ib;
+        double pa, pb;
+        if (sscanf(la, "%d\t%lf", &ia, &pa) != 2 || sscanf(lb, "%d\t%lf", &ib, &pb) != 2) continue;
+        CHECK(ia == ib, "row %d: index %d, %d", rows, ia, ib);
+        worst = fmax(worst, fabs(pa - pb));
+        rows++;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    CHECK(rows == 60 && worst < 1e-4, "%d predictions, the largest difference %g", rows, worst);
+    free(one);
+    free(two);
+    free(out);
+}
+
 /* the GPT-2 classifier's head regresses too (a new score head on the bare model) */
 static void test_regression_gpt2(void) {
     FILE *f = fopen(tp_path(tmp, "reg_gpt2.yml"), "w");
@@ -396,5 +445,6 @@ int main(int argc, char **argv) {
     tp_mpi_env(true);
     RUN(test_gpt2_classifier_ddp);
     RUN(test_regression_ddp);
+    RUN(test_regression_pipeline);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
