@@ -87,6 +87,9 @@ typedef struct {
     int64_t gradient_accumulation_steps;
     int64_t log_interval;
     double log_steps_ratio, save_steps_ratio;  /* > 0: ratio times per epoch (steps per epoch / ratio) */
+    /* in (0, 1): an interval of ceil(fraction x the run's optimizer steps),
+     * transformers' logging_steps / eval_steps / save_steps under 1 */
+    double log_steps_fraction, eval_steps_fraction, save_steps_fraction;
     char eval_strategy[8];       /* no | steps | epoch */
     int64_t eval_interval;
     char save_strategy[8];       /* no | steps | epoch */

@@ -236,10 +236,18 @@ static bool metric_name_ok(const char *m) {
 static int check_train(const ut_config *c, char *err, size_t n) {
     if (!strcmp(c->mode, "train") && c->epochs == 0 && c->max_steps == 0)
         FAIL("train.epochs: 0 with train.max_steps 0 leaves nothing to train");
-    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval < 1)
-        FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps");
-    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1 && c->save_steps_ratio <= 0)
-        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio)");
+    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval < 1 && c->eval_steps_fraction <= 0)
+        FAIL("train.eval_interval: must be >= 1 when train.eval_strategy is steps (or set train.eval_steps_fraction)");
+    if (!strcmp(c->save_strategy, "steps") && c->save_interval < 1 && c->save_steps_ratio <= 0 &&
+        c->save_steps_fraction <= 0)
+        FAIL("train.save_interval: must be >= 1 when train.save_strategy is steps (or set train.save_steps_ratio or "
+             "train.save_steps_fraction)");
+    if (c->log_steps_ratio > 0 && c->log_steps_fraction > 0)
+        FAIL("train.log_steps_ratio and train.log_steps_fraction both set (times per epoch, a fraction of the run's "
+             "steps): keep one");
+    if (c->save_steps_ratio > 0 && c->save_steps_fraction > 0)
+        FAIL("train.save_steps_ratio and train.save_steps_fraction both set (times per epoch, a fraction of the run's "
+             "steps): keep one");
     if (!metric_name_ok(c->best_metric))
         FAIL("train.best_metric: '%s' must look like dev/<name> or train/<name>", c->best_metric);
     if (!strncmp(c->best_metric, "train/", 6) && ut_cls_is_metric(c->best_metric + 6))

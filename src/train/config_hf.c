@@ -500,15 +500,16 @@ static int eval_accumulation(const char *key, const char *v, char *err, size_t n
 }
 
 /* logging_steps, eval_steps, save_steps under 1: transformers reads a
- * fraction of the run's total steps; utrain's intervals are step counts */
-static int fraction_of_steps(const char *key, const char *v, char *err, size_t n) {
+ * fraction of the run's total steps (ceil(fraction x max_steps)), as
+ * train.log_steps_fraction, eval_steps_fraction and save_steps_fraction do */
+static int fraction_of_steps(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     char *end;
     double x = strtod(v, &end);
     if (end == v || *end || !(x > 0 && x < 1)) return 0; /* the alias's own parsing */
-    const char *ratio = !strcmp(key, "save_steps") ? "train.save_steps_ratio" : "train.log_steps_ratio";
-    return ut_errorf(err, n, "%s: %s is a fraction of the run's steps (transformers reads values under 1 so); utrain "
-                             "takes a number of steps: write %s: N%s", key, v, key,
-                     strcmp(key, "eval_steps") ? ut_fmt(", or %s: R for R times per epoch", ratio) : "");
+    const char *to = !strcmp(key, "logging_steps") ? "train.log_steps_fraction"
+                     : !strcmp(key, "eval_steps")  ? "train.eval_steps_fraction"
+                                                   : "train.save_steps_fraction";
+    return assign(c, to, v, err, n);
 }
 
 bool ut_cfg_hf_mapping(const char *key) { return !strcmp(key, "lr_scheduler_kwargs"); }
@@ -548,7 +549,7 @@ int ut_cfg_hf_optim_args(ut_config *c, char *err, size_t n) {
 
 int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n) {
     if (!strcmp(key, "logging_steps") || !strcmp(key, "eval_steps") || !strcmp(key, "save_steps")) {
-        int rc = fraction_of_steps(key, v, err, n);
+        int rc = fraction_of_steps(c, key, v, err, n);
         if (rc) return rc;
     }
     if (!strncmp(key, "fsdp_config.", 12)) return fsdp_option(c, key, key + 12, v, err, n);
@@ -726,7 +727,7 @@ const char *const ut_cfg_hf_doc =
     "| `dataloader_pin_memory` | true / false | nothing: batches are read ahead into page-locked memory on a GPU / refused |\n"
     "| `torch_compile`, `push_to_hub` | false / true | nothing / refused, saying what to write |\n"
     "| `adafactor` | false / true | nothing / `optim.name: adafactor` (transformers 4's switch for `optim: adafactor`) |\n"
-    "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / refused (transformers' fraction of the total steps; write a number of steps) |\n"
+    "| `logging_steps`, `eval_steps`, `save_steps` | N / a fraction under 1 | the intervals (aliases above) / `train.log_steps_fraction`, `train.eval_steps_fraction`, `train.save_steps_fraction`: every ceil(fraction x the run's optimizer steps) steps, as the Trainer computes them |\n"
     "| `logging_dir` | a directory | `train.logging_dir` (TensorBoard's event files there instead of `RUN/tensorboard`) |\n"
     "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"
     "| `sortish_sampler` (Seq2Seq) | false / true | nothing / `data.group_by_length: true` (transformers' length grouping, not the sortish sampler's chunking) |\n"

@@ -180,6 +180,10 @@ static void after_set(ut_config *c, const ut_cfg_key *k) {
         strcpy(c->save_strategy, "steps");
     if (k->off == offsetof(ut_config, save_steps_ratio) && c->save_steps_ratio > 0 && !c->save_strategy_set)
         strcpy(c->save_strategy, "steps");
+    if (k->off == offsetof(ut_config, eval_steps_fraction) && c->eval_steps_fraction > 0 && !c->eval_strategy_set)
+        strcpy(c->eval_strategy, "steps");
+    if (k->off == offsetof(ut_config, save_steps_fraction) && c->save_steps_fraction > 0 && !c->save_strategy_set)
+        strcpy(c->save_strategy, "steps");
 }
 
 /* model.pretrained before model.name is given: the model named by the

@@ -416,12 +416,16 @@ static int hf_recipe(loader *ld) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
         if (apply_default(ld, hf, recipe[i].key, recipe[i].value, recipe[i].what)) return -1;
     }
-    /* eval_strategy steps without eval_steps evaluates every logging_steps */
-    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval == 0 && c->log_interval > 0) {
-        char v[32], what[64];
-        snprintf(v, sizeof v, "%lld", (long long)c->log_interval);
-        snprintf(what, sizeof what, "eval_steps = logging_steps (%s)", v);
-        if (apply_default(ld, hf, "train.eval_interval", v, what)) return -1;
+    /* eval_strategy steps without eval_steps evaluates every logging_steps (a fraction of the steps too) */
+    if (!strcmp(c->eval_strategy, "steps") && c->eval_interval == 0 && c->eval_steps_fraction == 0 &&
+        (c->log_interval > 0 || c->log_steps_fraction > 0)) {
+        char v[32], shown[32], what[64];
+        bool part = c->log_steps_fraction > 0;
+        if (part) snprintf(v, sizeof v, "%.17g", c->log_steps_fraction);
+        else snprintf(v, sizeof v, "%lld", (long long)c->log_interval);
+        snprintf(shown, sizeof shown, "%.15g", part ? c->log_steps_fraction : (double)c->log_interval);
+        snprintf(what, sizeof what, "eval_steps = logging_steps (%s)", shown);
+        if (apply_default(ld, hf, part ? "train.eval_steps_fraction" : "train.eval_interval", v, what)) return -1;
     }
     return 0;
 }

@@ -176,6 +176,14 @@ static int64_t ratio_steps(double ratio, int64_t steps_per_epoch) {
     return k > 0 ? k : 1;
 }
 
+/* An interval given as a fraction of the run's steps (transformers'
+ * logging_steps, eval_steps, save_steps under 1): ceil(fraction x total
+ * steps), as the Trainer computes it, at least 1. */
+static int64_t fraction_steps(double fraction, int64_t total_steps) {
+    int64_t k = (int64_t)ceil(fraction * (double)total_steps);
+    return k > 0 ? k : 1;
+}
+
 /* optim.schedule plateau or greedy: the rate before any evaluation */
 static void start_rate_by_evals(ut_trainer *t) {
     t->st.plateau = true;
@@ -1327,7 +1335,7 @@ static int after_step(ut_trainer *t, double loss, bool *stop) {
      * checkpoint written then resumes at the next epoch's start */
     if (epoch_done(t)) return 0;
     ut_eval_result res;
-    if (!strcmp(c->eval_strategy, "steps") && t->st.step % c->eval_interval == 0 && past_eval_delay(t) &&
+    if (!strcmp(c->eval_strategy, "steps") && t->st.step % t->eval_every == 0 && past_eval_delay(t) &&
         evaluate_dev(t, &res, true, stop))
         return -1;
     if (!strcmp(c->save_strategy, "steps") && t->st.step % t->save_every == 0 && save(t)) return -1;
@@ -1420,7 +1428,7 @@ static void epoch_end(ut_trainer *t, int *rc) {
     ut_sampler_next_epoch(&t->sampler);
     for (int w = 1; w < t->ndp; w++) ut_sampler_next_epoch(&t->rep[w].sampler);
     ut_eval_result res = {0};
-    if (*rc == 0 && due(c->eval_strategy, "epoch", c->eval_interval, t->st.step) && past_eval_delay(t) &&
+    if (*rc == 0 && due(c->eval_strategy, "epoch", t->eval_every, t->st.step) && past_eval_delay(t) &&
         evaluate_dev(t, &res, true, &stop))
         *rc = -1;
     if (row && !strcmp(c->eval_strategy, "epoch")) row->dev = res;
@@ -1567,8 +1575,13 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
     t->win_last = -1;
     /* transformers' count for a fraction of epochs: ceil(epochs x steps per epoch) */
     t->total_steps = c->max_steps > 0 ? c->max_steps : (int64_t)ceil(c->epochs * (double)t->steps_per_epoch);
-    t->log_every = c->log_steps_ratio > 0 ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch) : c->log_interval;
-    t->save_every = c->save_steps_ratio > 0 ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch) : c->save_interval;
+    t->log_every = c->log_steps_ratio > 0      ? ratio_steps(c->log_steps_ratio, t->steps_per_epoch)
+                   : c->log_steps_fraction > 0 ? fraction_steps(c->log_steps_fraction, t->total_steps)
+                                               : c->log_interval;
+    t->eval_every = c->eval_steps_fraction > 0 ? fraction_steps(c->eval_steps_fraction, t->total_steps) : c->eval_interval;
+    t->save_every = c->save_steps_ratio > 0      ? ratio_steps(c->save_steps_ratio, t->steps_per_epoch)
+                    : c->save_steps_fraction > 0 ? fraction_steps(c->save_steps_fraction, t->total_steps)
+                                                 : c->save_interval;
     t->st = (ut_train_state){.best_step = -1};
     t->last_saved_step = -1;
     if (set_schedule(t) || set_optimizer(t)) return -1;

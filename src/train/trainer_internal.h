@@ -103,7 +103,8 @@ struct ut_trainer {
     int64_t last_saved_step;
     bool last_saved_model_only;  /* that checkpoint holds the weights alone (train.save_only_model) */
     bool stopping;               /* the save now is a stop signal's: whole, to resume from */
-    int64_t log_every, save_every; /* train.log_interval / save_interval, or from their *_steps_ratio */
+    int64_t log_every, eval_every, save_every; /* train.log/eval/save_interval, or from their *_steps_ratio or
+                                                * *_steps_fraction */
     accum interval, epoch;
     double interval_t0, run_t0, last_grad_norm;
     /* throughput: the process's training contexts' model FLOPs when the

@@ -288,6 +288,28 @@ static void test_fraction_of_epochs(void) {
           "%d checkpoints, the last at step 38", count_checkpoints("frac"));
 }
 
+/* Intervals as fractions of the run's steps (transformers' logging_steps,
+ * eval_steps, save_steps under 1): 2.5 epochs are 38 steps, so 0.25 logs
+ * every ceil(9.5) = 10 steps, 0.3 evaluates every ceil(11.4) = 12, 0.5 saves
+ * every 19 */
+static void test_fraction_intervals(void) {
+    CHECK(run_sst2("train", "fracint", (const char *[]){"train.epochs=2.5", "train.log_steps_fraction=0.25",
+                                                        "train.eval_steps_fraction=0.3", "train.save_steps_fraction=0.5",
+                                                        "train.eval_strategy=steps", "train.save_strategy=steps",
+                                                        NULL}, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "fracint.out"));
+    CHECK(s && strstr(s, "step 10/38 ") && strstr(s, "step 30/38 ") && !strstr(s, "step 15/38 ") &&
+              strstr(s, "eval  step 12  dev:") && strstr(s, "eval  step 24  dev:") && strstr(s, "eval  step 36  dev:") &&
+              !strstr(s, "eval  step 15  dev:"), "%s", s ? s : "");
+    free(s);
+    /* every 19 steps, besides the best evaluation's (steps 12, 24, 36 improved) */
+    CHECK(count_checkpoints("fracint") == 5 &&
+              access(tp_path(run_dir("fracint"), "checkpoints/step_00000019.safetensors"), R_OK) == 0 &&
+              access(tp_path(run_dir("fracint"), "checkpoints/step_00000038.safetensors"), R_OK) == 0 &&
+              access(tp_path(run_dir("fracint"), "checkpoints/step_00000036.safetensors"), R_OK) == 0,
+          "%d checkpoints, at steps 19 and 38 and the best evaluations'", count_checkpoints("fracint"));
+}
+
 /* The GLUE test layout (index<TAB>sentence): predictions with the file's
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
@@ -441,6 +463,7 @@ int main(int argc, char **argv) {
     RUN(test_class_metrics);
     RUN(test_class_metrics_refused);
     RUN(test_fraction_of_epochs);
+    RUN(test_fraction_intervals);
     RUN(test_unlabeled_test_file);
     RUN(test_unlabeled_refused_for_training);
     RUN(test_resume_outputs);

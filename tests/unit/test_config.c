@@ -538,6 +538,46 @@ static void test_hf_training_arguments_files(void) {
     ut_config_free(&c);
 }
 
+/* logging_steps, eval_steps, save_steps under 1: fractions of the run's
+ * steps, as transformers reads them; eval_steps then follows logging_steps'
+ * fraction; utrain's own keys stay under 1 and do not mix with the ratios */
+static void test_hf_fraction_intervals(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"output_dir\": \"out\", \"logging_steps\": 0.1, \"eval_strategy\": \"steps\",\n"
+                        " \"save_steps\": 0.25, \"num_train_epochs\": 2}\n") == 0 &&
+              ut_config_validate(&c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.log_steps_fraction == 0.1 && c.eval_steps_fraction == 0.1 && c.save_steps_fraction == 0.25 &&
+              !strcmp(c.eval_strategy, "steps") && !strcmp(c.save_strategy, "steps"),
+          "fractions: log %g eval %g save %g, %s %s", c.log_steps_fraction, c.eval_steps_fraction,
+          c.save_steps_fraction, c.eval_strategy, c.save_strategy);
+    CHECK(strstr(hf_took(&c), "eval_steps = logging_steps (0.1)"), "%s", hf_took(&c));
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"output_dir\": \"out\", \"logging_steps\": 0.1, \"eval_strategy\": \"steps\",\n"
+                        " \"eval_steps\": 0.5}\n") == 0 && c.eval_steps_fraction == 0.5 && c.eval_interval == 0,
+          "eval_steps given: %s %g", err, c.eval_steps_fraction);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"output_dir\": \"out\", \"eval_strategy\": \"steps\", \"eval_steps\": 40}\n") == 0 &&
+              c.eval_steps_fraction == 0 && c.eval_interval == 40, "a count stays a count: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "train.eval_steps_fraction=1", err, sizeof err) == -1 &&
+              strstr(err, "train.eval_steps_fraction"), "a fraction of 1: %s", err);
+    ut_config_free(&c);
+    check_invalid((const char *[]){"train.save_steps_fraction=0.5", "train.save_steps_ratio=2", NULL},
+                  "train.save_steps_ratio and train.save_steps_fraction both set (times per epoch, a fraction of the "
+                  "run's steps): keep one");
+    check_invalid((const char *[]){"train.log_steps_fraction=0.5", "train.log_steps_ratio=2", NULL},
+                  "train.log_steps_ratio and train.log_steps_fraction both set (times per epoch, a fraction of the "
+                  "run's steps): keep one");
+    ut_config_init(&c);
+    CHECK(ut_config_set(&c, "train.eval_steps_fraction=0.2", err, sizeof err) == 0 && !strcmp(c.eval_strategy, "steps"),
+          "a fraction makes the strategy steps: %s", c.eval_strategy);
+    ut_config_free(&c);
+}
+
 static void test_hf_training_arguments(void) {
     ut_config c;
     ut_config_init(&c);
@@ -750,7 +790,6 @@ static void test_hf_training_arguments(void) {
         {"optim: adamw_8bit\n", "optim: 'adamw_8bit' is not one of adamw, sgd, lion"},
         {"optim: paged_lion_8bit\n", "optim: 'paged_lion_8bit': utrain keeps Lion's state in 32 bits; write optim: "
                                      "lion_32bit (or optim.name: lion)"},
-        {"save_steps: 0.25\n", "save_steps: 0.25 is a fraction of the run's steps"},
         {"half_precision_backend: apex\n", "utrain's mixed precision is its own autocast"},
         {"eval_accumulation_steps: 0\n", "eval_accumulation_steps: expected a number of steps >= 1, got '0'"},
         {"dataloader_pin_memory: false\n", "keeps its batches in page-locked memory on a GPU"},
@@ -1374,10 +1413,11 @@ static void test_greater_is_better(void) {
 
 static void test_validate(void) {
     check_invalid((const char *[]){"train.eval_strategy=steps", NULL},
-                  "train.eval_interval: must be >= 1 when train.eval_strategy is steps");
+                  "train.eval_interval: must be >= 1 when train.eval_strategy is steps (or set "
+                  "train.eval_steps_fraction)");
     check_invalid((const char *[]){"train.save_strategy=steps", NULL},
                   "train.save_interval: must be >= 1 when train.save_strategy is steps (or set "
-                  "train.save_steps_ratio)");
+                  "train.save_steps_ratio or train.save_steps_fraction)");
     check_invalid((const char *[]){"train.best_metric=accuracy", NULL},
                   "train.best_metric: 'accuracy' must look like dev/<name> or train/<name>");
     check_invalid((const char *[]){"train.best_metric=test/", NULL},
@@ -1407,10 +1447,11 @@ static void test_validate(void) {
                   "experiment_name: 'a/b' must be a non-empty name without '/'");
     check_invalid((const char *[]){"train.metrics=f1,recal", NULL},
                   "train.metrics: 'recal' is not a metric utrain computes (did you mean recall?) (the names: "
-                  "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation)");
+                  "accuracy, precision, recall, f1, f1_macro, f1_weighted, matthews_correlation; a regression's "
+                  "pearson, spearmanr, combined_score)");
     check_invalid((const char *[]){"train.best_metric=train/f1", NULL},
-                  "train.best_metric: train/f1: f1 is computed by evaluations (from the dev split's confusion "
-                  "matrix), not in training; write dev/f1");
+                  "train.best_metric: train/f1: f1 is computed by evaluations (from all of the dev split's "
+                  "predictions), not in training; write dev/f1");
     ut_config c;   /* a value set directly in the struct is checked too */
     ut_config_init(&c);
     strcpy(c.mode, "run");
@@ -2033,6 +2074,7 @@ int main(int argc, char **argv) {
     RUN(test_model_option_names);
     RUN(test_aliases);
     RUN(test_hf_training_arguments);
+    RUN(test_hf_fraction_intervals);
     RUN(test_hf_training_arguments_files);
     RUN(test_hf_defaults);
     RUN(test_seed_dist_flags);
