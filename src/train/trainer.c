@@ -1436,6 +1436,19 @@ static void epoch_end(ut_trainer *t, int *rc) {
     if (stop && *rc == 0) *rc = 2;
 }
 
+/* The run's end inside an epoch (train.max_steps, a fraction of epochs): a
+ * row for the part of the epoch trained, with dev (NULL: not evaluated). */
+static int partial_epoch_row(ut_trainer *t, const ut_eval_result *dev) {
+    if (accum_reduce(t, &t->epoch)) return -1;
+    if (t->nrows == MAX_EPOCH_ROWS) return 0;
+    epoch_row *row = &t->rows[t->nrows++];
+    *row = (epoch_row){.epoch = t->st.epoch, .part = (double)t->st.epoch + (double)t->st.cursor / (double)t->train->n};
+    row->train_loss = t->epoch.loss_w > 0 ? t->epoch.loss_sum / t->epoch.loss_w : NAN;
+    row->train_acc = accum_metric(&t->epoch, "accuracy");
+    if (dev) row->dev = *dev;
+    return 0;
+}
+
 static void print_epoch_table(ut_trainer *t) {
     if (!t->nrows) return;
     char line[1024];
@@ -1446,8 +1459,9 @@ static void print_epoch_table(ut_trainer *t) {
     ut_say(&t->log, "\n%s\n", line);
     for (int r = 0; r < t->nrows; r++) {
         const epoch_row *row = &t->rows[r];
-        k = (size_t)snprintf(line, sizeof line, "%-6lld %-11.4f %-11.4f", (long long)row->epoch + 1,
-                             row->train_loss, row->train_acc);
+        if (row->part > 0) k = (size_t)snprintf(line, sizeof line, "%-6.2f", row->part);
+        else k = (size_t)snprintf(line, sizeof line, "%-6lld", (long long)row->epoch + 1);
+        k += (size_t)snprintf(line + k, sizeof line - k, " %-11.4f %-11.4f", row->train_loss, row->train_acc);
         for (int i = 0; i < row->dev.n && k < sizeof line; i++)
             k += (size_t)snprintf(line + k, sizeof line - k, " %-18.4f", row->dev.values[i]);
         ut_say(&t->log, "%s\n", line);
@@ -1723,11 +1737,11 @@ static int train_loop(ut_trainer *t) {
      * of epochs): with evaluation by epoch that partial epoch's end is
      * evaluated too, as the Hugging Face Trainer's epoch end after its last
      * step is (the checkpoint below is the run's last) */
-    if (!preempted && !early && t->st.cursor > 0 && t->steps_this_run > 0 &&
-        !strcmp(t->cfg->eval_strategy, "epoch") && past_eval_delay(t)) {
-        ut_eval_result res;
-        bool ignored;
-        if (evaluate_dev(t, &res, true, &ignored)) return UT_EXIT_ERROR;
+    if (!preempted && !early && t->st.cursor > 0 && t->steps_this_run > 0) {
+        ut_eval_result res = {0};
+        bool ignored, evaluated = !strcmp(t->cfg->eval_strategy, "epoch") && past_eval_delay(t);
+        if ((evaluated && evaluate_dev(t, &res, true, &ignored)) || partial_epoch_row(t, evaluated ? &res : NULL))
+            return UT_EXIT_ERROR;
     }
     ut_progress_end(&t->log);
     if (t->log_every > 0 && t->st.step % t->log_every && t->steps_this_run &&

@@ -24,6 +24,7 @@ typedef struct {
 #define MAX_EPOCH_ROWS 64
 typedef struct {
     int64_t epoch;
+    double part;            /* a run that ends inside an epoch: the epochs done at its end (2.53), else 0 */
     double train_loss, train_acc;
     ut_eval_result dev;
 } epoch_row;

@@ -273,7 +273,8 @@ static void test_fraction_of_epochs(void) {
     char *s = tp_slurp(tp_path(tmp, "frac.out"));
     CHECK(s && strstr(s, "  Num epochs = 2.5\n") && strstr(s, "  Total optimization steps = 38\n") &&
               strstr(s, "eval  step 15  dev:") && strstr(s, "eval  step 30  dev:") &&
-              strstr(s, "eval  step 38  dev:") && strstr(s, "Training done: 38 steps"), "%s", s ? s : "");
+              strstr(s, "eval  step 38  dev:") && strstr(s, "Training done: 38 steps") &&
+              strstr(s, "\n2      ") && strstr(s, "\n2.53   "), "%s", s ? s : ""); /* the partial epoch's row */
     free(s);
     CHECK(run_sst2("train", "frac", (const char *[]){"train.epochs=2.5", "continue_training=true", NULL}, NULL) == 0,
           "again, finished");
