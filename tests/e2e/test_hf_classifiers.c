@@ -253,6 +253,29 @@ static void test_regression(void) {
     double r1 = (n * spl - sp * sl) / sqrt((n * spp - sp * sp) * (n * sll - sl * sl));
     CHECK(fabs(r1 - pearson) < 1e-4 && fabs(se / n - loss) < 1e-4 * loss, "from the predictions: Pearson %g (reported "
           "%g), mean squared error %g (reported %g)", r1, pearson, se / n, loss);
+    /* exported, its config.json says regression: fine-tuning it further needs no num_labels */
+    char hf[1024], run[1024];
+    snprintf(hf, sizeof hf, "%s", tp_path(tmp, "reg_hf"));
+    snprintf(run, sizeof run, "%s", tp_path(tmp, "runs/reg"));
+    CHECK(tp_run_shown((const char *[]){"export", run, "--format", "hf", hf, NULL}, tp_path(tmp, "reg.export.out"), 0,
+                       NULL) == 0, "export");
+    s = tp_slurp(tp_path(hf, "config.json"));
+    CHECK(s && strstr(s, "\"problem_type\":\t\"regression\"") && strstr(s, "BertForSequenceClassification"), "%s", s);
+    free(s);
+    char *cfg = tp_slurp(tp_path(tmp, "reg.yml"));
+    const char *drop = "  num_labels: 1\n";
+    char *at = cfg ? strstr(cfg, drop) : NULL;
+    if (at) memmove(at, at + strlen(drop), strlen(at + strlen(drop)) + 1);
+    f = fopen(tp_path(tmp, "reg_again.yml"), "w");
+    fputs(cfg ? cfg : "", f);
+    fclose(f);
+    free(cfg);
+    char pre[1100];
+    snprintf(pre, sizeof pre, "model.pretrained=%s", hf);
+    const char *sets[] = {"experiment_name=reg_again", pre, "train.epochs=1", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_again.yml"), "reg_again.out", sets, NULL) == 0, "again");
+    double again = dev_metric(tp_path(tmp, "runs/reg_again/metrics.jsonl"), 15, "pearson");
+    CHECK(again > 0.8, "fine-tuned from the export (a regression by its config.json): Pearson %g", again);
 }
 
 /* 2 ranks: test mode's scores from the predictions gathered over the ranks
