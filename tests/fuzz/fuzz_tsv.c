@@ -1,9 +1,26 @@
 /* Fuzz target: TSV text (SST-2 layout) through ut_vocab_build and
  * ut_tsv_dataset_open; a vocabulary that builds is also saved and loaded
- * back, which must give the same size and classes. Input layout: 1 byte
- * (bit 0: byte tokenizer, else word; bits 1-2: min_freq - 1), 1 byte
- * max_len - 1, then the file. */
+ * back, which must give the same size and classes. With bit 3 the file is
+ * read as a regression's instead (its labels scores, as the pretrained
+ * tokenizers' datasets read them with num_labels 1): every score read is
+ * finite. Input layout: 1 byte (bit 0: byte tokenizer, else word; bits
+ * 1-2: min_freq - 1; bit 3: scores), 1 byte max_len - 1, then the file. */
+#include <math.h>
+
 #include "fuzz_data.h"
+#include "../../src/data/data_internal.h"
+
+static void scores(const char *path) {
+    ut__tsv t;
+    char err[1024] = "";
+    if (ut__tsv_read(path, true, &t, err, sizeof err)) {
+        fz_check_err(err, path);
+        return;
+    }
+    for (int64_t k = 0; k < t.n; k++)
+        if (!isfinite(t.score[k])) abort();
+    ut__tsv_free(&t);
+}
 
 static void round_trip(const ut_vocab *v) {
     const char *path = fz_path("vocab.txt");
@@ -25,6 +42,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
     const char *path = fz_write("train.tsv", data, size);
+    if (opt[0] & 8) {
+        scores(path);
+        return 0;
+    }
     char err[1024] = "";
     ut_vocab *v = ut_vocab_build(kind, path, min_freq, err, sizeof err);
     if (!v) {
