@@ -873,6 +873,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     if (reg) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     ut_kv_free(merged);
     if (rc) return NULL;
+    if (net.gen && ut_kv_get(opts, "problem_type"))
+        return ut_errorf(err, n, "model.problem_type: the classifier's (regression or single_label_classification); "
+                                 "a sequence-to-sequence model (model.task seq2seq) has no classifier: remove it"), NULL;
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;
     /* pipeline stages of equal layer counts over the encoder's layers then the decoder's */

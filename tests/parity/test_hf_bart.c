@@ -171,6 +171,17 @@ static void test_random_init(void) {
     CHECK(w && ut_f32(w)[0] != 0.0f && ut_model_param(m, "model.decoder.embed_positions.weight")->ne[0] == 18,
           "positions (16 + 2, 16)");
     ut_model_free(m);
+    /* problem_type regression: the classification head has one output, as num_labels 1 gives; a
+     * sequence-to-sequence model has no such head and refuses the key */
+    ut_kv_set(kv, "problem_type", "regression");
+    m = ut_model_create("bart", kv, 3, err, sizeof err);
+    ut_tensor *head = m ? ut_model_param(m, "classification_head.out_proj.weight") : NULL;
+    CHECK(head && head->ne[0] == 1, "regression head: %s", err);
+    ut_model_free(m);
+    ut_kv_set(kv, "task", "seq2seq");
+    m = ut_model_create("bart", kv, 3, err, sizeof err);
+    CHECK(!m && strstr(err, "model.problem_type: the classifier's") && strstr(err, "has no classifier"), "%s", err);
+    ut_model_free(m);
     ut_kv_free(kv);
 }
 
