@@ -309,6 +309,13 @@ bool tp_loss_at(const char *metrics, const char *split, int step, char *out, siz
     return found;
 }
 
+double tp_json_number(const char *s, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *at = s ? strstr(s, k) : NULL;
+    return at ? atof(at + strlen(k)) : NAN;
+}
+
 bool tp_make_tmpdir(char *buf, size_t n, const char *prefix) {
     snprintf(buf, n, "/tmp/%s-XXXXXX", prefix);
     return mkdtemp(buf) != NULL;

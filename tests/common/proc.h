@@ -1,7 +1,7 @@
 /* Helpers for tests that run the `utrain` program: spawning it with output
  * captured, reading files, comparing checkpoints and metrics.jsonl.
  * defines: tp_set_program, tp_make_tmpdir, tp_finish, tp_path, tp_spawn, tp_spawn_group, tp_wait, tp_run, tp_run_shown,
- *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at,
+ *          tp_push_sets, tp_slurp, tp_copy_file, tp_plant_checkpoint, tp_count_lines, tp_same_weights, tp_weights_rel_diff, tp_loss_at, tp_json_number,
  *          tp_same_file, tp_train_in, tp_train_expect, tp_run_file, tp_ckpt_file, tp_tensors_diff, tp_loss_diff,
  *          tp_now_s, tp_free_port, tp_each_proc, tp_cmdline_has, tp_write_pairs. */
 #ifndef UTRAIN_TEST_PROC_H
@@ -74,6 +74,8 @@ bool tp_tokenize_sample(const char *dir, char *shard, size_t n);
 bool tp_write_pairs(const char *dir, const char *split, int most);
 /* The "loss" text of metrics.jsonl's line for (split, step). */
 bool tp_loss_at(const char *metrics, const char *split, int step, char *out, size_t n);
+/* The number after "key": in JSON text s (a results file, a metrics line); NAN if absent. */
+double tp_json_number(const char *s, const char *key);
 /* Largest |a - b| / |a| over the train losses of steps 1..steps of two
  * metrics.jsonl files (1e9 when a step's loss is missing or not finite). */
 double tp_loss_diff(const char *metrics_a, const char *metrics_b, int steps);

@@ -172,14 +172,6 @@ static int write_scores(const char *split, double *labels, int max) {
     return n;
 }
 
-/* the value of "KEY": in s after position at (NAN when absent) */
-static double json_number(const char *s, const char *key) {
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\": ", key);
-    const char *at = s ? strstr(s, k) : NULL;
-    return at ? atof(at + strlen(k)) : NAN;
-}
-
 /* the dev line of STEP in a metrics.jsonl: its KEY */
 static double dev_metric(const char *metrics, int step, const char *key) {
     char *s = tp_slurp(metrics), want[64];
@@ -188,7 +180,7 @@ static double dev_metric(const char *metrics, int step, const char *key) {
     for (char *line = s ? strstr(s, want) : NULL; line && isnan(v); line = strstr(line + 1, want)) {
         char *end = strchr(line, '\n');
         if (end) *end = 0;
-        if (strstr(line, "\"split\": \"dev\"")) v = json_number(line, key);
+        if (strstr(line, "\"split\": \"dev\"")) v = tp_json_number(line, key);
         if (end) *end = '\n';
     }
     free(s);
@@ -230,8 +222,8 @@ static void test_regression(void) {
     CHECK(isnan(dev_metric(metrics, 180, "accuracy")), "a regression has no accuracy");
     CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg"), "reg.test.out", NULL, NULL) == 0, "test");
     s = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
-    double loss = json_number(s, "loss"), pearson = json_number(s, "pearson"), spear = json_number(s, "spearmanr"),
-           comb = json_number(s, "combined_score");
+    double loss = tp_json_number(s, "loss"), pearson = tp_json_number(s, "pearson"), spear = tp_json_number(s, "spearmanr"),
+           comb = tp_json_number(s, "combined_score");
     CHECK(s && strstr(s, "\"examples\": 60") && !strstr(s, "accuracy") && pearson > 0.8 &&
               fabs(comb - (pearson + spear) / 2) < 1e-6, "%s", s);
     free(s);
@@ -287,7 +279,7 @@ static void test_regression_ddp(void) {
     char *two = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
     const char *keys[4] = {"loss", "pearson", "spearmanr", "combined_score"};
     for (int k = 0; k < 4; k++) {
-        double a = json_number(one, keys[k]), b = json_number(two, keys[k]);
+        double a = tp_json_number(one, keys[k]), b = tp_json_number(two, keys[k]);
         CHECK(fabs(a - b) <= 1e-5 * fabs(a), "test mode's %s: %.9g on one process, %.9g on 2 ranks", keys[k], a, b);
     }
     free(one);
@@ -339,8 +331,8 @@ static void test_regression_pipeline(void) {
     CHECK(out && strstr(out, "on the model's parts"), "%s", out);
     const char *keys[3] = {"loss", "pearson", "spearmanr"};
     for (int k = 0; k < 3; k++)
-        CHECK(fabs(json_number(one, keys[k]) - json_number(two, keys[k])) <= 1e-5 * fabs(json_number(one, keys[k])),
-              "test %s: %g whole, %g in stages", keys[k], json_number(one, keys[k]), json_number(two, keys[k]));
+        CHECK(fabs(tp_json_number(one, keys[k]) - tp_json_number(two, keys[k])) <= 1e-5 * fabs(tp_json_number(one, keys[k])),
+              "test %s: %g whole, %g in stages", keys[k], tp_json_number(one, keys[k]), tp_json_number(two, keys[k]));
     /* the predictions file (rank 0: the first stage) holds the last stage's scores */
     FILE *fa = fopen(whole, "r"), *fb = fopen(tp_path(tmp, "runs/reg_pp/test_predictions.tsv"), "r");
     char la[128], lb[128];

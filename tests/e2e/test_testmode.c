@@ -79,14 +79,6 @@ static int read_predictions(const char *path, pred_row *rows, int max) {
     return k;
 }
 
-/* The number after "key": in a results file; NAN if absent. */
-static double json_number(const char *s, const char *key) {
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\": ", key);
-    const char *p = s ? strstr(s, k) : NULL;
-    return p ? atof(p + strlen(k)) : NAN;
-}
-
 static int count_checkpoints(const char *name) {
     int n = 0;
     for (int s = 1; s <= 200; s++) {
@@ -137,7 +129,7 @@ static void test_epoch_checkpoints_and_predictions(void) {
             hits += r->pred == labels[k];
         }
         char *s = tp_slurp(tp_path(run_dir("base"), res));
-        double acc = json_number(s, "accuracy");
+        double acc = tp_json_number(s, "accuracy");
         CHECK_NEAR(acc, (double)hits / 60.0, 1e-6);
         CHECK(s && strstr(s, "\"predictions\": \"") && strstr(s, pf), "%s", s);
         free(s);
@@ -193,12 +185,12 @@ static void test_class_metrics(void) {
         CHECK(i || (want.precision < 1 && want.recall < 1), "dev: the model errs both ways (precision %g, recall %g)",
               want.precision, want.recall);
         s = tp_slurp(tp_path(run_dir("cls"), res));
-        CHECK_NEAR(json_number(s, "precision"), want.precision, 1e-8);
-        CHECK_NEAR(json_number(s, "recall"), want.recall, 1e-8);
-        CHECK_NEAR(json_number(s, "f1"), want.f1, 1e-8);
-        CHECK_NEAR(json_number(s, "f1_macro"), want.f1_macro, 1e-8);
-        CHECK_NEAR(json_number(s, "f1_weighted"), want.f1_weighted, 1e-8);
-        CHECK_NEAR(json_number(s, "matthews_correlation"), want.mcc, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "precision"), want.precision, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "recall"), want.recall, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "f1"), want.f1, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "f1_macro"), want.f1_macro, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "f1_weighted"), want.f1_weighted, 1e-8);
+        CHECK_NEAR(tp_json_number(s, "matthews_correlation"), want.mcc, 1e-8);
         free(s);
     }
 }
@@ -282,7 +274,7 @@ static void test_fraction_of_epochs(void) {
     CHECK(s && !strstr(s, "eval  step"), "a finished run evaluated again: %s", s ? s : "");
     free(s);
     s = tp_slurp(tp_path(run_dir("frac"), "train_results.json"));
-    CHECK_NEAR(json_number(s, "epoch"), 38.0 / 15.0, 1e-8);
+    CHECK_NEAR(tp_json_number(s, "epoch"), 38.0 / 15.0, 1e-8);
     free(s);
     CHECK(count_checkpoints("frac") == 3 &&
               access(tp_path(run_dir("frac"), "checkpoints/step_00000038.safetensors"), R_OK) == 0,
@@ -385,7 +377,7 @@ static void test_predictions_two_ranks(void) {
     char *r2 = tp_slurp(tp_path(run_dir("cls"), "dev_results.json"));
     const char *keys[] = {"accuracy", "precision", "recall", "f1", "f1_macro", "f1_weighted", "matthews_correlation"};
     for (int i = 0; i < 7; i++) {
-        double a = json_number(r1, keys[i]), b = json_number(r2, keys[i]);
+        double a = tp_json_number(r1, keys[i]), b = tp_json_number(r2, keys[i]);
         CHECK(!isnan(a) && a == b, "%s: %g on one rank, %g on two", keys[i], a, b);
     }
     free(r1);
