@@ -26,11 +26,32 @@ static int split_tabs(char *line, char **field, int max) {
     }
 }
 
-/* Where the named columns are: sentence (or sentence1) always; sentence2,
- * label and index when the header names them (-1 otherwise). */
+/* Where the named columns are: the text always; the second text, the label
+ * and the index when the header names them (-1 otherwise). */
 typedef struct {
     int ncol, sentence, sentence2, label, index;
 } tsv_columns;
+
+/* column name's position among f (nc names), -1 when absent */
+static int column(char *const *f, int nc, const char *name) {
+    for (int k = 0; k < nc; k++)
+        if (!strcmp(f[k], name)) return k;
+    return -1;
+}
+
+/* The text columns of the layouts GLUE's files and Hugging Face's datasets
+ * write (transformers' run_glue reads the same pairs): a pair first, else
+ * one text. */
+static const char *const text_pairs[][2] = {
+    {"sentence1", "sentence2"}, {"sentence", "sentence2"},   /* MRPC, RTE, STS-B, WNLI */
+    {"question", "sentence"},                                /* QNLI */
+    {"question1", "question2"},                              /* QQP */
+    {"premise", "hypothesis"},                               /* MNLI, RTE as datasets write them */
+    {"#1 String", "#2 String"},                              /* GLUE's own MRPC file */
+};
+static const char *const single_texts[] = {"sentence", "sentence1", "text"}; /* SST-2, CoLA; datasets' text */
+/* the label: a class, or a regression's score (STS-B's), QQP's and MRPC's own names */
+static const char *const label_names[] = {"label", "score", "is_duplicate", "Quality"};
 
 /* Finds the columns by the names in the header line. */
 static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
@@ -39,16 +60,23 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
     snprintf(copy, sizeof copy, "%s", line);
     c->ncol = split_tabs(line, f, 64);
     c->sentence = c->sentence2 = c->label = c->index = -1;
-    for (int k = 0; k < c->ncol && k < 64; k++) {
-        if (!strcmp(f[k], "sentence") || (c->sentence < 0 && !strcmp(f[k], "sentence1"))) c->sentence = k;
-        if (!strcmp(f[k], "sentence2")) c->sentence2 = k;
-        if (!strcmp(f[k], "label") || (c->label < 0 && !strcmp(f[k], "score"))) c->label = k;
-        if (!strcmp(f[k], "index")) c->index = k;
+    int nc = c->ncol < 64 ? c->ncol : 64;
+    for (size_t i = 0; i < sizeof text_pairs / sizeof text_pairs[0] && c->sentence < 0; i++) {
+        int a = column(f, nc, text_pairs[i][0]), b = column(f, nc, text_pairs[i][1]);
+        if (a >= 0 && b >= 0) c->sentence = a, c->sentence2 = b;
     }
+    for (size_t i = 0; i < sizeof single_texts / sizeof single_texts[0] && c->sentence < 0; i++)
+        c->sentence = column(f, nc, single_texts[i]);
+    for (size_t i = 0; i < sizeof label_names / sizeof label_names[0] && c->label < 0; i++)
+        c->label = column(f, nc, label_names[i]);
+    c->index = column(f, nc, "index");
+    if (c->index < 0) c->index = column(f, nc, "idx"); /* datasets' name */
     if (c->sentence < 0 || c->ncol > 64)
         return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
-                            "(tab-separated) 'sentence' (or 'sentence1') and 'label', or 'index' "
-                            "and 'sentence' for an unlabeled file, got '%.60s'", path, copy);
+                            "(tab-separated) 'sentence' (or 'sentence1', 'text'; a pair 'sentence1' and "
+                            "'sentence2', 'question' and 'sentence', 'question1' and 'question2', 'premise' and "
+                            "'hypothesis') and 'label', or 'index' and 'sentence' for an unlabeled file, got '%.60s'",
+                         path, copy);
     return 0;
 }
 
@@ -262,7 +290,11 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
     m->ids = ut_calloc_check((size_t)(t.n * max_len), sizeof(int32_t));  /* 0 = <pad> */
     m->labels = ut_malloc_check((size_t)t.n * sizeof(int32_t));
     for (int64_t k = 0; k < t.n; k++) {
-        ut__vocab_encode(v, t.sentence[k], m->ids + k * max_len, max_len);
+        int64_t got = ut__vocab_encode(v, t.sentence[k], m->ids + k * max_len, max_len);
+        if (t.sentence2) { /* a pair: the second text after the first and a space (a byte's), in the room left */
+            got += ut__vocab_encode(v, " ", m->ids + k * max_len + got, max_len - got);
+            ut__vocab_encode(v, t.sentence2[k], m->ids + k * max_len + got, max_len - got);
+        }
         m->labels[k] = (int32_t)t.label[k];
     }
     if (t.has_index) {

@@ -212,8 +212,9 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
     }
     ut_vocab *c = vocab_new(k, t.max_label + 1);
     count_missing(c, &t);
-    for (int64_t r = 0; k == VOCAB_WORD && r < t.n; r++) {
-        const char *s = t.sentence[r];
+    /* a pair's two texts are read one after the other, as encoding reads them */
+    for (int64_t r = 0; k == VOCAB_WORD && r < 2 * t.n; r++) {
+        const char *s = r < t.n ? t.sentence[r] : t.sentence2 ? t.sentence2[r - t.n] : "";
         size_t len;
         for (const char *w = next_token(&s, &len); len; w = next_token(&s, &len)) {
             int64_t id = *find_slot(c, w, len);

@@ -499,6 +499,61 @@ static void test_tsv_columns(void) {
     ut_vocab_free(v);
 }
 
+/* The layouts of GLUE's own files and of Hugging Face datasets' exports, as
+ * transformers' run_glue reads them: the pair's columns by name, the first
+ * text first (QNLI's question before its sentence), the label by QQP's and
+ * MRPC's names, datasets' idx as the index, datasets' text as the one text;
+ * the word tokenizer reads a pair's texts one after the other */
+static void test_tsv_glue_layouts(void) {
+    const char *tr = tmp("train.tsv");
+    write_text(tr, TRAIN_TSV);
+    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v, "%s", err);
+    if (!v) return;
+    static const struct {
+        const char *text;
+        int32_t label;
+        int64_t id;          /* -1: the position */
+        bool pair;
+    } cases[] = {
+        {"question\tsentence\tlabel\tidx\nthe cat\ta dog\t1\t5\n", 1, 5, true},                  /* QNLI */
+        {"sentence\tquestion\tlabel\na dog\tthe cat\t2\n", 2, -1, true},                          /* its order */
+        {"id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\tthe cat\ta dog\t1\n", 1, -1, true},
+        {"premise\thypothesis\tlabel\nthe cat\ta dog\t2\n", 2, -1, true},                         /* MNLI */
+        {"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t10\t11\tthe cat\ta dog\n", 1, -1, true}, /* MRPC */
+        {"idx\tsentence1\tsentence2\tlabel\n3\tthe cat\ta dog\t0\n", 0, 3, true},                /* RTE */
+        {"text\tlabel\nthe cat\t2\n", 2, -1, false},                                            /* datasets' */
+    };
+    const int32_t pair[6] = {2, 3, 9, 4, 0, 0}, one[6] = {2, 3, 0, 0, 0, 0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *p = tmp("glue.tsv");
+        write_text(p, cases[c].text);
+        ut_dataset *ds = ut_tsv_dataset_open(p, v, 6, err, sizeof err);
+        CHECK(ds && ds->n == 1 && !ds->unlabeled, "case %zu: %s", c, err);
+        if (!ds) continue;
+        int32_t x[6], y = -1;
+        CHECK(!ds->get(ds, 0, x, &y, err, sizeof err) && !memcmp(x, cases[c].pair ? pair : one, sizeof x),
+              "case %zu: x %d %d %d %d %d", c, x[0], x[1], x[2], x[3], x[4]);
+        CHECK(y == cases[c].label, "case %zu: label %d", c, y);
+        CHECK(cases[c].id < 0 ? !ds->example_id : ds->example_id && ds->example_id[0] == cases[c].id, "case %zu: id",
+              c);
+        ut_dataset_free(ds);
+    }
+    /* a pair longer than max_len: the first text first, the second cut */
+    write_text(tmp("glue.tsv"), "question1\tquestion2\tis_duplicate\nthe cat\ta dog\t1\n");
+    ut_dataset *ds = ut_tsv_dataset_open(tmp("glue.tsv"), v, 3, err, sizeof err);
+    int32_t x[3], y;
+    CHECK(ds && !ds->get(ds, 0, x, &y, err, sizeof err) && x[0] == 2 && x[1] == 3 && x[2] == 9, "cut: %s", err);
+    ut_dataset_free(ds);
+    expect_tsv_error("question\tlabel\nthe cat\t1\n", v, ":1: no header");
+    ut_vocab_free(v);
+    /* the vocabulary counts a pair's second text too */
+    write_text(tr, "premise\thypothesis\tlabel\nfirst\tsecond\t1\nfirst\tthird\t0\n");
+    v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    CHECK(v && ut_vocab_size(v) == 5, "<pad>, <unk>, first, second, third: %lld", v ? (long long)ut_vocab_size(v) : -1LL);
+    ut_vocab_free(v);
+}
+
 static void test_sst2_sample(void) {
     ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", 1, err, sizeof err);
     CHECK(v && ut_vocab_num_classes(v) == 2 && ut_vocab_size(v) > 50, "%s", err);
@@ -805,6 +860,7 @@ int main(void) {
     RUN(test_tsv_errors);
     RUN(test_tsv_nul_byte);
     RUN(test_tsv_columns);
+    RUN(test_tsv_glue_layouts);
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);
