@@ -32,6 +32,8 @@ struct ut_dataset {
     int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
     bool regression;             /* y is one f32 score per example (a regression task: model.num_labels
                                   * 1); num_classes is 0 */
+    const char *const *label_names; /* labels written as names (MNLI's entailment, ...): class k's name,
+                                     * num_classes of them; NULL for integer labels */
     int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
     bool unlabeled;              /* no labels (a GLUE test file): y is 0, only predictions make sense */
     bool token_planes;           /* x is (3, max_len) I32 planes: token ids, token type ids,
@@ -175,6 +177,16 @@ char *ut_tokenizer_decode_generated(const ut_tokenizer *t, const int32_t *ids, i
  * the examples' ids. ds->token_planes is set. t is used only during the call. */
 ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
                                            int64_t num_classes, char *err, size_t n);
+/* Labels may also be names (MNLI's and RTE's entailment, neutral, ...; every
+ * label of a file one kind, integers or names): ut_tsv_dataset_open_pretrained
+ * with num_classes 0 gives each name the id of its place among the file's
+ * names sorted (as transformers' run_glue sorts a file's labels), and
+ * ds->label_names holds them. With names (count of them, class k's name at
+ * k: the train file's, or a checkpoint's id2label) the file's names take
+ * those ids; a name not among them, or integer labels, is an error naming
+ * the line. */
+ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *t, int64_t max_len, const char *const *names,
+                                      int64_t count, char *err, size_t n);
 
 /* ---- sequence-to-sequence text (docs/data.md) ---- */
 typedef struct {

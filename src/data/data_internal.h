@@ -32,12 +32,17 @@ typedef struct {
     int64_t cap;                 /* rows allocated (lines of the file) */
     int64_t *label, *line, *index;
     double *score;               /* scores: each example's label as a real number (else NULL) */
+    char **label_text;           /* UT__TSV_NAMES: each example's label as written (into buf) */
+    bool names;                  /* the labels are names (entailment, ...), not integers: label unset */
     int64_t max_label;
     bool labeled, has_index;
 } ut__tsv;
-/* scores: the labels are real numbers (a regression task's, model.num_labels
- * 1), read into score; otherwise classes, integers >= 0, into label. */
-int ut__tsv_read(const char *path, bool scores, ut__tsv *t, char *err, size_t n);
+/* What the labels are: classes, integers >= 0, into label; a regression's
+ * real numbers into score; or classes that may be names (every label of
+ * the file a name, MNLI's entailment and the like: names set, label_text
+ * holds them; a file mixing names and integers is refused). */
+enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2 };
+int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n);
 void ut__tsv_free(ut__tsv *t);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);

@@ -90,10 +90,13 @@ static int parse_int(const char *path, int64_t line, const char *what, const cha
     if (end == s || *end || errno || v < 0 || v > hi) {
         char *rend;
         (void)strtod(s, &rend);
-        bool real = !strcmp(what, "label") && rend != s && !*rend;
+        bool label = !strcmp(what, "label"), real = label && rend != s && !*rend;
         return ut_errorf(err, n, "%s:%lld: bad %s '%.40s' (expected an integer >= 0%s)", path, (long long)line, what,
-                         s, real ? ", a class; a label that is a score, as STS-B's, is a regression task: set "
-                                   "model.num_labels: 1" : "");
+                         s, real    ? ", a class; a label that is a score, as STS-B's, is a regression task: set "
+                                      "model.num_labels: 1"
+                            : label ? ", a class; labels that are names (entailment, ...) are read with a pretrained "
+                                      "tokenizer (data.tokenizer or model.pretrained), not the word and byte ones"
+                                    : "");
     }
     *out = v;
     return 0;
@@ -124,8 +127,11 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
     t->label[k] = 0;
     t->index[k] = k;
     if (t->score) t->score[k] = 0;
-    if (c->label >= 0 && (t->score ? parse_score(path, lineno, f[c->label], &t->score[k], err, n)
-                                   : parse_int(path, lineno, "label", f[c->label], INT32_MAX, &t->label[k], err, n)))
+    if (t->label_text) t->label_text[k] = c->label >= 0 ? f[c->label] : NULL;
+    /* a name for a class: told apart from integers once the whole file is read (check_names) */
+    if (c->label >= 0 && !t->label_text &&
+        (t->score ? parse_score(path, lineno, f[c->label], &t->score[k], err, n)
+                  : parse_int(path, lineno, "label", f[c->label], INT32_MAX, &t->label[k], err, n)))
         return -1;
     if (c->index >= 0 && parse_int(path, lineno, "index", f[c->index], INT64_MAX, &t->index[k], err, n))
         return -1;
@@ -177,6 +183,42 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
     return 0;
 }
 
+/* an integer >= 0 that fits a class id */
+static bool is_class(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0 || v > INT32_MAX) return false;
+    *out = v;
+    return true;
+}
+
+/* UT__TSV_NAMES: the labels are all integers (classes, read into label) or
+ * all names (t->names); a file of both is refused at the first label of the
+ * other kind than the first's, and an empty name too. */
+static int check_names(const char *path, ut__tsv *t, char *err, size_t n) {
+    if (!t->labeled) return 0;
+    int64_t v;
+    bool first_int = is_class(t->label_text[0], &v);
+    for (int64_t k = 0; k < t->n; k++) {
+        bool isint = is_class(t->label_text[k], &t->label[k]);
+        if (!isint && !t->label_text[k][0])
+            return ut_errorf(err, n, "%s:%lld: empty label", path, (long long)t->line[k]);
+        char *end;
+        (void)strtod(t->label_text[k], &end);
+        if (!isint && !*end) /* a number that is no class (a score, a negative): parse_int's message */
+            return parse_int(path, t->line[k], "label", t->label_text[k], INT32_MAX, &v, err, n);
+        if (isint != first_int)
+            return ut_errorf(err, n, "%s:%lld: label '%.40s' where line %lld's is '%.40s': a file's labels are all "
+                                     "classes (integers >= 0) or all names (entailment, ...)", path,
+                             (long long)t->line[k], t->label_text[k], (long long)t->line[0], t->label_text[0]);
+        if (isint && t->label[k] > t->max_label) t->max_label = t->label[k];
+        if (!isint) t->label[k] = 0;
+    }
+    t->names = !first_int;
+    return 0;
+}
+
 /* Reports the first NUL byte of t->buf (its line and byte offset), then frees t. */
 static int nul_byte_error(const char *path, ut__tsv *t, char *err, size_t n) {
     size_t off = strlen(t->buf);
@@ -187,7 +229,7 @@ static int nul_byte_error(const char *path, ut__tsv *t, char *err, size_t n) {
                      line, off);
 }
 
-int ut__tsv_read(const char *path, bool scores, ut__tsv *t, char *err, size_t n) {
+int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n) {
     memset(t, 0, sizeof *t);
     size_t len;
     t->buf = (char *)ut__read_file(path, &len, err, n);
@@ -208,9 +250,10 @@ int ut__tsv_read(const char *path, bool scores, ut__tsv *t, char *err, size_t n)
     t->label = ut_malloc_check((size_t)lines * sizeof *t->label);
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
     t->index = ut_malloc_check((size_t)lines * sizeof *t->index);
-    if (scores) t->score = ut_malloc_check((size_t)lines * sizeof *t->score);
+    if (mode == UT__TSV_SCORES) t->score = ut_malloc_check((size_t)lines * sizeof *t->score);
+    if (mode == UT__TSV_NAMES) t->label_text = ut_malloc_check((size_t)lines * sizeof *t->label_text);
     t->max_label = -1;
-    if (parse_lines(path, t, err, n)) {
+    if (parse_lines(path, t, err, n) || (t->label_text && check_names(path, t, err, n))) {
         ut__tsv_free(t);
         return -1;
     }
@@ -225,6 +268,7 @@ void ut__tsv_free(ut__tsv *t) {
     ut_free(t->line);
     ut_free(t->index);
     ut_free(t->score);
+    ut_free(t->label_text);
     memset(t, 0, sizeof *t);
 }
 
@@ -274,7 +318,7 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         return NULL;
     }
     ut__tsv t;
-    if (ut__tsv_read(path, false, &t, err, n)) return NULL;
+    if (ut__tsv_read(path, UT__TSV_CLASSES, &t, err, n)) return NULL;
     if (check_labels(path, &t, ut_vocab_num_classes(v), err, n)) {
         ut__tsv_free(&t);
         return NULL;

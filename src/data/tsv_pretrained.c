@@ -2,6 +2,7 @@
  * encoded sentence (or sentence pair, GLUE's sentence1 / sentence2) with its
  * special tokens, token type ids and attention mask, padded to max_len; and
  * the batch trim that makes padding dynamic (to the longest in the batch). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "data_internal.h"
@@ -10,6 +11,8 @@
 typedef struct {
     int32_t *x, *labels;     /* x: (n, 3, max_len) ids, type ids, mask */
     float *scores;           /* a regression's labels (labels NULL), else NULL */
+    char **names;            /* labels that are names: class k's (nnames), else NULL */
+    int64_t nnames;
     int64_t *index;          /* the index column, or NULL */
     int64_t max_len;
 } ptsv_impl;
@@ -25,13 +28,10 @@ static int ptsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size
     return 0;
 }
 
+static void impl_free(ptsv_impl *m);
+
 static void ptsv_free(ut_dataset *ds) {
-    ptsv_impl *m = ds->impl;
-    ut_free(m->x);
-    ut_free(m->labels);
-    ut_free(m->scores);
-    ut_free(m->index);
-    ut_free(m);
+    impl_free(ds->impl);
     ut_free((char *)ds->name);
     ut_free(ds);
 }
@@ -60,30 +60,112 @@ static int encode_rows(const char *path, const ut__tsv *t, ut_tokenizer *tok, pt
     return rc;
 }
 
+static void impl_free(ptsv_impl *m) {
+    ut_free(m->x);
+    ut_free(m->labels);
+    ut_free(m->scores);
+    for (int64_t k = 0; k < m->nnames; k++) ut_free(m->names[k]);
+    ut_free(m->names);
+    ut_free(m->index);
+    ut_free(m);
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* t's labels that are names into class ids: given names (count), or the
+ * file's own sorted; m->names gets a copy of them. 0, or -1 naming the line. */
+static int name_labels(const char *path, ut__tsv *t, const char *const *names, int64_t count, ptsv_impl *m,
+                       char *err, size_t n) {
+    char **own = NULL;
+    if (!names) { /* the file's distinct names, sorted */
+        own = ut_malloc_check((size_t)t->n * sizeof *own);
+        for (int64_t k = 0; k < t->n; k++) own[k] = t->label_text[k];
+        qsort(own, (size_t)t->n, sizeof *own, by_name);
+        count = 0;
+        for (int64_t k = 0; k < t->n; k++)
+            if (!count || strcmp(own[count - 1], own[k])) own[count++] = own[k];
+        names = (const char *const *)own;
+    }
+    int rc = 0;
+    for (int64_t k = 0; k < t->n && !rc; k++) {
+        int64_t id = 0;
+        while (id < count && strcmp(names[id], t->label_text[k])) id++;
+        if (id == count)
+            rc = ut_errorf(err, n, "%s:%lld: label '%.40s' is not one of the %lld label names of the train file (%s%s%s%s)",
+                           path, (long long)t->line[k], t->label_text[k], (long long)count, names[0],
+                           count > 1 ? ", " : "", count > 1 ? names[1] : "", count > 2 ? ", ..." : "");
+        t->label[k] = id;
+    }
+    m->nnames = count;
+    m->names = ut_malloc_check((size_t)(count ? count : 1) * sizeof *m->names);
+    for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+    ut_free(own);
+    return rc;
+}
+
+static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
+                            const char *const *names, int64_t count, char *err, size_t n);
+
 ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, int64_t max_len,
                                            int64_t num_classes, char *err, size_t n) {
+    return open_tsv(path, tok, max_len, num_classes, NULL, 0, err, n);
+}
+
+ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *tok, int64_t max_len, const char *const *names,
+                                      int64_t count, char *err, size_t n) {
+    if (!names || count < 1) return ut_errorf(err, n, "%s: no label names given", path), NULL;
+    return open_tsv(path, tok, max_len, count, names, count, err, n);
+}
+
+static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
+                            const char *const *names, int64_t count, char *err, size_t n) {
     if (max_len < 2 || max_len > 1000000000) {
         ut_errorf(err, n, "%s: max_len must be in [2, 1e9] (got %lld)", path, (long long)max_len);
         return NULL;
     }
-    bool regression = num_classes == 1;
+    bool regression = num_classes == 1 && !names;
     ut__tsv t;
-    if (ut__tsv_read(path, regression, &t, err, n)) return NULL;
-    int64_t classes = regression ? 0 : num_classes > 0 ? num_classes : t.max_label + 1;
+    if (ut__tsv_read(path, regression ? UT__TSV_SCORES : UT__TSV_NAMES, &t, err, n)) return NULL;
+    if (t.labeled && !t.names && names) {
+        ut_errorf(err, n, "%s:%lld: label '%.40s': the train file's labels are names (%s, ...), this file's are "
+                          "integers", path, (long long)t.line[0], t.label_text[0], names[0]);
+        ut__tsv_free(&t);
+        return NULL;
+    }
+    if (t.names && num_classes > 0 && !names) {
+        ut_errorf(err, n, "%s:%lld: label '%.40s': labels that are names take their classes from the train file's "
+                          "names (model.num_labels %lld without them)", path, (long long)t.line[0], t.label_text[0],
+                  (long long)num_classes);
+        ut__tsv_free(&t);
+        return NULL;
+    }
+    ptsv_impl *m = ut_calloc_check(1, sizeof *m);
+    if (t.names && name_labels(path, &t, names, count, m, err, n)) {
+        impl_free(m);
+        ut__tsv_free(&t);
+        return NULL;
+    }
+    if (names && !t.names) { /* an unlabeled file (a test file) keeps the names for its predictions */
+        m->nnames = count;
+        m->names = ut_malloc_check((size_t)count * sizeof *m->names);
+        for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+    }
+    int64_t classes = regression ? 0 : m->names ? m->nnames : num_classes > 0 ? num_classes : t.max_label + 1;
     for (int64_t k = 0; t.labeled && !regression && k < t.n; k++)
         if (t.label[k] >= classes) {
             ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)", path,
                       (long long)t.line[k], (long long)t.label[k], (long long)classes);
+            impl_free(m);
             ut__tsv_free(&t);
             return NULL;
         }
     if (ut_memory_check(12.0 * (double)t.n * (double)max_len,
                         ut_fmt("%s: max_len %lld (ids, type ids and masks of %lld examples)", path,
                                (long long)max_len, (long long)t.n), err, n)) {
+        impl_free(m);
         ut__tsv_free(&t);
         return NULL;
     }
-    ptsv_impl *m = ut_malloc_check(sizeof *m);
     m->max_len = max_len;
     m->x = ut_malloc_check((size_t)(t.n * 3 * max_len) * sizeof(int32_t));
     m->labels = regression ? NULL : ut_malloc_check((size_t)t.n * sizeof(int32_t));
@@ -97,6 +179,7 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, 
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 2, .x_ne = {3, max_len},
                        .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = regression ? UT_F32 : UT_I32,
                        .num_classes = classes, .regression = regression,
+                       .label_names = (const char *const *)m->names,
                        .vocab_size = ut_tokenizer_vocab_size(tok), .unlabeled = !t.labeled,
                        .token_planes = true, .example_id = m->index, .get = ptsv_get, .free = ptsv_free,
                        .impl = m};

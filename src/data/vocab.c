@@ -198,7 +198,7 @@ ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_fr
         return NULL;
     }
     ut__tsv t;
-    if (ut__tsv_read(train_tsv, false, &t, err, n)) return NULL;
+    if (ut__tsv_read(train_tsv, UT__TSV_CLASSES, &t, err, n)) return NULL;
     if (!t.labeled) {
         ut__tsv_free(&t);
         ut_errorf(err, n, "%s:1: no 'label' column: the train file needs 'sentence' and 'label' "

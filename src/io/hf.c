@@ -80,6 +80,12 @@ ut_kv *ut_hf_config_read(const char *dir, char *err, size_t n) {
         snprintf(buf, sizeof buf, "%d", cJSON_GetArraySize(labels));
         ut_kv_set(kv, "num_labels", buf);
     }
+    /* and their names, as "id2label.K" */
+    for (const cJSON *l = cJSON_IsObject(labels) ? labels->child : NULL; l; l = l->next)
+        if (cJSON_IsString(l) && l->string && strlen(l->string) < 24) {
+            snprintf(buf, sizeof buf, "id2label.%s", l->string);
+            ut_kv_set(kv, buf, l->valuestring);
+        }
     cJSON_Delete(root);
     if (!ut_kv_get(kv, "model_type")) {
         ut_kv_free(kv);

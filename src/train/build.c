@@ -1,6 +1,7 @@
 /* Datasets and the model as the config describes them. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "run_internal.h"
 #include "utrain/io.h"
@@ -154,6 +155,51 @@ static int regression_task(const ut_config *c, char *err, size_t n) {
     return r;
 }
 
+/* Labels that are names (MNLI's entailment, ...): the train file's names in
+ * the order of the model.pretrained checkpoint's id2label when those are
+ * the same names (letter case aside), as transformers' run_glue takes a
+ * checkpoint's label2id; otherwise sorted (the dataset's own order).
+ * model.num_labels, when given, must be their count. *tr is opened again
+ * in the checkpoint's order. */
+static int named_classes(const ut_config *c, ut_tokenizer *tok, ut_dataset **tr, long long classes, char *err,
+                         size_t n) {
+    int64_t count = (*tr)->num_classes;
+    const char *const *names = (*tr)->label_names;
+    if (classes && classes != count)
+        return ut_errorf(err, n, "model.num_labels %lld: the train file (%s) has %lld label names (%s, %s%s)", classes,
+                         c->train_path, (long long)count, names[0], count > 1 ? names[1] : "",
+                         count > 2 ? ", ..." : "");
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    char e[256];
+    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL;
+    const char **order = ut_calloc_check((size_t)count, sizeof *order);
+    bool same = hf != NULL, moved = false;
+    for (int64_t k = 0; k < count && same; k++) {
+        char key[40];
+        snprintf(key, sizeof key, "id2label.%lld", (long long)k);
+        const char *v = ut_kv_get(hf, key);
+        int64_t j = 0;
+        while (v && j < count && strcasecmp(names[j], v)) j++;
+        same = v && j < count;
+        if (same) order[k] = names[j], moved |= j != k;
+    }
+    const char *labels = hf ? ut_kv_get(hf, "num_labels") : NULL;
+    same = same && labels && atoll(labels) == count;
+    int rc = 0;
+    if (same && moved) {
+        ut_dataset *again = ut_tsv_dataset_open_named(c->train_path, tok, c->max_len, order, count, err, n);
+        if (again) {
+            ut_dataset_free(*tr);
+            *tr = again;
+        } else {
+            rc = -1;
+        }
+    }
+    ut_free(order);
+    ut_kv_free(hf);
+    return rc;
+}
+
 /* tsv_text with a pretrained tokenizer: classes from the train file (or
  * model.num_labels / num_classes), the same for dev and test; a
  * regression's scores (regression_task) */
@@ -181,26 +227,39 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     ut_dataset **out[3] = {train, dev, test};
     int rc = 0;
-    /* without num_labels the train file's labels give the class count, even in test mode */
-    if (!classes && c->train_path[0]) {
-        ut_dataset *tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
+    /* the train file first: without num_labels its labels give the class count, even in test mode, and labels
+     * that are names their classes (dev and test take the train file's names) */
+    ut_dataset *tr = NULL;
+    if (!reg && c->train_path[0]) {
+        tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
         if (!tr) rc = -1;
-        else classes = tr->num_classes;
-        if (tr && tr->unlabeled)
+        else if (tr->unlabeled)
             rc = ut_errorf(err, n, "%s:1: no 'label' column: the train file's labels give the classes",
                            c->train_path);
-        else if (tr && classes < 2)
+        else if (tr->label_names)
+            rc = named_classes(c, tok, &tr, classes, err, n);
+        else if (!classes && tr->num_classes < 2)
             rc = ut_errorf(err, n, "%s: every label is 0: a classifier needs at least two classes (set "
                                    "model.num_labels to their number when the others have no example here; "
                                    "model.num_labels: 1 trains on the labels as scores, a regression)", c->train_path);
-        if (train) *train = tr;
-        else ut_dataset_free(tr);
+        else if (classes && tr->num_classes > classes) { /* opened again for the line of the first too large */
+            ut_dataset_free(tr);
+            tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, classes, err, n);
+            rc = -1;
+        } else if (classes) {
+            tr->num_classes = classes;
+        }
+        if (tr && !rc) classes = tr->num_classes;
         out[0] = NULL;
     }
+    const char *const *names = tr && !rc ? tr->label_names : NULL;
     for (int i = 0; i < 3 && !rc; i++)
         if (out[i] && paths[i][0] &&
-            !(*out[i] = ut_tsv_dataset_open_pretrained(paths[i], tok, c->max_len, classes, err, n)))
+            !(*out[i] = names ? ut_tsv_dataset_open_named(paths[i], tok, c->max_len, names, classes, err, n)
+                              : ut_tsv_dataset_open_pretrained(paths[i], tok, c->max_len, classes, err, n)))
             rc = -1;
+    if (train && !rc) *train = tr; /* the names of dev's and test's datasets are their own copies */
+    else ut_dataset_free(tr);
     ut_tokenizer_free(tok);
     return rc ? rc : check_dev_labeled(c, train, dev, err, n);
 }

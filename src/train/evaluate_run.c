@@ -75,15 +75,16 @@ static int write_results(const char *dir, const char *split, const ut_eval_resul
     return 0;
 }
 
-/* One prediction row: the example's id, the arg-max class and the softmax
- * probabilities of its logits. */
-static void write_prediction(FILE *f, int64_t id, const double *logits, int64_t C) {
+/* One prediction row: the example's id, the arg-max class (its name where
+ * the labels are names) and the softmax probabilities of its logits. */
+static void write_prediction(FILE *f, int64_t id, const double *logits, int64_t C, const char *const *names) {
     int64_t best = 0;
     double sum = 0;
     for (int64_t c = 1; c < C; c++)
         if (logits[c] > logits[best]) best = c;
     for (int64_t c = 0; c < C; c++) sum += exp(logits[c] - logits[best]);
-    fprintf(f, "%lld\t%lld", (long long)id, (long long)best);
+    if (names) fprintf(f, "%lld\t%s", (long long)id, names[best]);
+    else fprintf(f, "%lld\t%lld", (long long)id, (long long)best);
     for (int64_t c = 0; c < C; c++) fprintf(f, "\t%.6f", exp(logits[c] - logits[best]) / sum);
     fputc('\n', f);
 }
@@ -103,7 +104,7 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
     for (int64_t i = 0; i < ds->n; i++) {
         int64_t id = ds->example_id ? ds->example_id[i] : i;
         if (ds->regression) fprintf(f, "%lld\t%.6f\n", (long long)id, logits[i]);
-        else write_prediction(f, id, logits + i * C, C);
+        else write_prediction(f, id, logits + i * C, C, ds->label_names);
     }
     if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
     return 0;

@@ -14,6 +14,7 @@
  * classifier regresses too, and what cannot apply is refused. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "test.h"
 #include "hf_e2e.h"
@@ -137,6 +138,95 @@ static void test_refused(void) {
     s = tp_slurp(tp_path(tmp, "tok.out"));
     CHECK(s && strstr(s, "model.task: sequence_classification") && strstr(s, "tsv_text"), "%s", s);
     free(s);
+}
+
+/* ---- labels that are names ---- */
+/* tmp/names_SPLIT.tsv: data/sst2_sample's SPLIT with its labels written as
+ * names (negative, positive) */
+static void write_named(const char *split) {
+    char in[128], out[64], line[512];
+    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
+    snprintf(out, sizeof out, "names_%s.tsv", split);
+    FILE *f = fopen(in, "r"), *o = fopen(tp_path(tmp, out), "w");
+    CHECK(f && o, "%s", in);
+    while (f && o && fgets(line, sizeof line, f)) {
+        char *tab = strrchr(line, '\t');
+        if (!tab || !strncmp(line, "sentence\t", 9)) {
+            fputs(line, o);
+            continue;
+        }
+        *tab = 0;
+        fprintf(o, "%s\t%s\n", line, atoi(tab + 1) ? "positive" : "negative");
+    }
+    if (f) fclose(f);
+    if (o) fclose(o);
+}
+
+/* Names sort as the classes they stand for (negative 0, positive 1): the
+ * run is the integer labels' run, and test mode writes the names; a
+ * checkpoint whose id2label names them in the other order (POSITIVE 0) gets
+ * that order, as run_glue takes a checkpoint's label2id, so the untrained
+ * head's accuracy is the complement */
+static void test_label_names(void) {
+    const char *splits[3] = {"train", "dev", "test"};
+    for (int i = 0; i < 3; i++) write_named(splits[i]);
+    char sets[3][600];
+    for (int i = 0; i < 3; i++) snprintf(sets[i], sizeof sets[i], "data.%s_path=%s/names_%s.tsv", splits[i], tmp, splits[i]);
+    const char *names[] = {"experiment_name=roberta_names", sets[0], sets[1], sets[2], NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "roberta.yml"), "names.out", names, NULL) == 0, "train");
+    hfe_check_same_losses(tp_path(tmp, "runs/roberta/metrics.jsonl"), tp_path(tmp, "runs/roberta_names/metrics.jsonl"),
+                          1, 45, 11, "names as the integer labels");
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/roberta_names"), "names.test.out", NULL, NULL) == 0, "test");
+    char *s = tp_slurp(tp_path(tmp, "runs/roberta_names/dev_predictions.tsv"));
+    int named = 0;
+    for (char *p = s ? strchr(s, '\n') : NULL; p && p[1]; p = strchr(p + 1, '\n')) {
+        char *tab = strchr(p + 1, '\t');
+        named += tab && (!strncmp(tab, "\tpositive\t", 10) || !strncmp(tab, "\tnegative\t", 10));
+    }
+    CHECK(named == 60, "%d of 60 predictions are names: %.200s", named, s);
+    free(s);
+    /* the checkpoint's order */
+    char rev[1024], from[600], to[600];
+    snprintf(rev, sizeof rev, "%s", tp_path(tmp, "roberta_rev"));
+    mkdir(rev, 0755);
+    snprintf(from, sizeof from, "tests/parity/fixtures/hf_roberta_tiny/model.safetensors");
+    snprintf(to, sizeof to, "%s/model.safetensors", rev);
+    CHECK(tp_copy_file(from, to), "copy");
+    snprintf(to, sizeof to, "%s/tokenizer.json", rev);
+    CHECK(tp_copy_file("tests/parity/fixtures/hf_roberta_tiny/tokenizer.json", to), "copy");
+    char *cfg = tp_slurp("tests/parity/fixtures/hf_roberta_tiny/config.json");
+    snprintf(to, sizeof to, "%s/config.json", rev);
+    FILE *f = fopen(to, "w");
+    char *brace = cfg ? strchr(cfg, '{') : NULL;
+    if (f && brace) fprintf(f, "{\"id2label\": {\"0\": \"POSITIVE\", \"1\": \"NEGATIVE\"},%s", brace + 1);
+    if (f) fclose(f);
+    free(cfg);
+    char pre[1100];
+    snprintf(pre, sizeof pre, "model.pretrained=%s", rev);
+    double acc[2];
+    for (int k = 0; k < 2; k++) {
+        const char *st[] = {k ? "experiment_name=names_rev" : "experiment_name=names_sorted",
+                            k ? pre : "model.hidden_dropout_prob=0", sets[0], sets[1], sets[2], "train.max_steps=1",
+                            "train.eval_on_start=true", NULL};
+        CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "roberta.yml"), "names_order.out", st, NULL) == 0, "order %d", k);
+        char m[128];
+        snprintf(m, sizeof m, "runs/%s/metrics.jsonl", k ? "names_rev" : "names_sorted");
+        s = tp_slurp(tp_path(tmp, m));
+        acc[k] = tp_json_number(s ? strstr(s, "\"split\": \"dev\"") : NULL, "accuracy");
+        free(s);
+    }
+    CHECK(fabs(acc[0] + acc[1] - 1) < 1e-9 && acc[0] != acc[1], "dev accuracy before training %g sorted, %g in the "
+          "checkpoint's order", acc[0], acc[1]);
+    const char *refused[][2] = {{"model.num_labels=3", "model.num_labels 3: the train file"}};
+    const char *st[] = {sets[0], sets[1], NULL};
+    for (int i = 0; i < 1; i++) {
+        const char *argv[] = {"train", tp_path(tmp, "roberta.yml"), "--set", st[0], "--set", st[1], "--set",
+                              refused[i][0], "--set", "experiment_name=refused", NULL};
+        CHECK(tp_run(argv, tp_path(tmp, "refused.out")) == 1, "exit 1");
+        s = tp_slurp(tp_path(tmp, "refused.out"));
+        CHECK(s && strstr(s, refused[i][1]) && strstr(s, "has 2 label names (negative, positive)"), "%s", s);
+        free(s);
+    }
 }
 
 /* ---- regression ---- */
@@ -448,6 +538,7 @@ int main(int argc, char **argv) {
     hfe_write_config(tmp, "gpt2cls", "gpt2", "hf_gpt2_cls_tiny", "  task: sequence_classification\n  dropout: 0\n", 32,
                      3);
     RUN(test_roberta);
+    RUN(test_label_names);
     RUN(test_gpt2_classifier);
     RUN(test_gpt2_real_bpe);
     RUN(test_refused);

@@ -13,7 +13,7 @@
 static void scores(const char *path) {
     ut__tsv t;
     char err[1024] = "";
-    if (ut__tsv_read(path, true, &t, err, sizeof err)) {
+    if (ut__tsv_read(path, UT__TSV_SCORES, &t, err, sizeof err)) {
         fz_check_err(err, path);
         return;
     }

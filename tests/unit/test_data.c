@@ -444,6 +444,10 @@ static void test_tsv_errors(void) {
                      ":3: bad label '3.800' (expected an integer >= 0, a class; a label that is a score, as STS-B's, "
                      "is a regression task: set model.num_labels: 1)");
     expect_tsv_error("good\t2.5\n", v, ":1: bad label '2.5' (expected an integer >= 0, a class;");
+    /* names are read with a pretrained tokenizer */
+    expect_tsv_error("sentence\tlabel\ngood\tentailment\n", v,
+                     ":2: bad label 'entailment' (expected an integer >= 0, a class; labels that are names (entailment, "
+                     "...) are read with a pretrained tokenizer");
     expect_tsv_error("sentence\tlabel\ngood\t1\nok\t3\n", v, ":3: label 3 >= num_classes 3");
     expect_tsv_error("", v, "empty file");
     expect_tsv_error("good\tyes\n", v, ":1: no header");

@@ -926,6 +926,64 @@ static void test_tsv_pretrained(void) {
     ut_tokenizer_free(t);
 }
 
+/* Labels that are names (MNLI's, RTE's): the file's sorted names as class
+ * ids, or given names' order (the train file's for dev and test); a file of
+ * names and integers, an unknown name, integers where names are expected
+ * and an empty label are refused by line */
+static void test_tsv_label_names(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    const char *p = tmp("mnli.tsv");
+    write_text(p, "index\tpremise\thypothesis\tlabel\n"
+                  "0\tA man plays.\tA person plays.\tentailment\n"
+                  "1\tA man plays.\tNobody plays.\tcontradiction\n"
+                  "2\tA man plays.\tHe is tall.\tneutral\n"
+                  "3\tA dog runs.\tAn animal runs.\tentailment\n");
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err);
+    CHECK(ds && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[0], "contradiction") &&
+              !strcmp(ds->label_names[1], "entailment") && !strcmp(ds->label_names[2], "neutral"), "sorted: %s", err);
+    int32_t x[3 * 16], y[4] = {-1, -1, -1, -1};
+    for (int k = 0; ds && k < 4; k++) CHECK(ds->get(ds, k, x, &y[k], err, sizeof err) == 0, "%s", err);
+    CHECK(y[0] == 1 && y[1] == 0 && y[2] == 2 && y[3] == 1, "ids %d %d %d %d", y[0], y[1], y[2], y[3]);
+    ut_dataset_free(ds);
+    /* a checkpoint's order (run_glue's MNLI: entailment, neutral, contradiction) */
+    const char *const order[3] = {"entailment", "neutral", "contradiction"};
+    ds = ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err);
+    for (int k = 0; ds && k < 4; k++) CHECK(ds->get(ds, k, x, &y[k], err, sizeof err) == 0, "%s", err);
+    CHECK(ds && ds->num_classes == 3 && y[0] == 0 && y[1] == 2 && y[2] == 1 && y[3] == 0 &&
+              !strcmp(ds->label_names[2], "contradiction"), "named: %s", err);
+    ut_dataset_free(ds);
+    static const char *const bad[][2] = {
+        {"sentence\tlabel\na\tentailment\nb\t1\n", "mnli.tsv:3: label '1' where line 2's is 'entailment': a file's "
+                                                   "labels are all classes (integers >= 0) or all names"},
+        {"sentence\tlabel\na\t1\nb\tneutral\n", "mnli.tsv:3: label 'neutral' where line 2's is '1'"},
+        {"sentence\tlabel\na\tentailment\nb\t\n", "mnli.tsv:3: empty label"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(p, bad[i][0]);
+        CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
+              i, err);
+    }
+    write_text(p, "sentence\tlabel\na\tentailment\nb\tmaybe\n");
+    CHECK(!ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err) &&
+              strstr(err, "mnli.tsv:3: label 'maybe' is not one of the 3 label names of the train file (entailment, "
+                          "neutral, ...)"), "%s", err);
+    write_text(p, "sentence\tlabel\na\t0\n");
+    CHECK(!ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err) &&
+              strstr(err, "mnli.tsv:2: label '0': the train file's labels are names (entailment, ...), this file's are "
+                          "integers"), "%s", err);
+    write_text(p, "sentence\tlabel\na\tentailment\n");
+    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 3, err, sizeof err) &&
+              strstr(err, "labels that are names take their classes from the train file's names"), "%s", err);
+    /* an unlabeled file keeps the given names for its predictions */
+    write_text(p, "index\tsentence\n4\ta\n");
+    ds = ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err);
+    CHECK(ds && ds->unlabeled && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[1], "neutral"),
+          "unlabeled: %s", err);
+    ut_dataset_free(ds);
+    ut_tokenizer_free(t);
+}
+
 /* num_classes 1: a regression's scores (STS-B), f32 labels from a "label"
  * or "score" column; what is not a finite number is refused by line */
 static void test_tsv_scores(void) {
@@ -994,6 +1052,7 @@ int main(int argc, char **argv) {
     RUN(test_tokenize_shard);
     RUN(test_tsv_pretrained);
     RUN(test_tsv_scores);
+    RUN(test_tsv_label_names);
     RUN(test_gpt2_bpe_example);
     texts_free(&g_kjv);
     texts_free(&g_sst2);
