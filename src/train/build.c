@@ -230,7 +230,8 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     /* the train file first: without num_labels its labels give the class count, even in test mode, and labels
      * that are names their classes (dev and test take the train file's names) */
     ut_dataset *tr = NULL;
-    if (!reg && c->train_path[0]) {
+    bool first = !reg && c->train_path[0];
+    if (first) {
         tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
         if (!tr) rc = -1;
         else if (tr->unlabeled)
@@ -258,8 +259,8 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
             !(*out[i] = names ? ut_tsv_dataset_open_named(paths[i], tok, c->max_len, names, classes, err, n)
                               : ut_tsv_dataset_open_pretrained(paths[i], tok, c->max_len, classes, err, n)))
             rc = -1;
-    if (train && !rc) *train = tr; /* the names of dev's and test's datasets are their own copies */
-    else ut_dataset_free(tr);
+    if (first && train && !rc) *train = tr; /* the names of dev's and test's datasets are their own copies */
+    else if (first) ut_dataset_free(tr);
     ut_tokenizer_free(tok);
     return rc ? rc : check_dev_labeled(c, train, dev, err, n);
 }
