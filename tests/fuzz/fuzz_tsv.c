@@ -3,22 +3,26 @@
  * back, which must give the same size and classes. With bit 3 the file is
  * read as a regression's instead (its labels scores, as the pretrained
  * tokenizers' datasets read them with num_labels 1): every score read is
- * finite. Input layout: 1 byte (bit 0: byte tokenizer, else word; bits
- * 1-2: min_freq - 1; bit 3: scores), 1 byte max_len - 1, then the file. */
+ * finite; with bit 4 as classes that may be names: integer labels are
+ * >= 0, names are not empty. Input layout: 1 byte (bit 0: byte tokenizer,
+ * else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4: names), 1 byte
+ * max_len - 1, then the file. */
 #include <math.h>
 
 #include "fuzz_data.h"
 #include "../../src/data/data_internal.h"
 
-static void scores(const char *path) {
+static void labels(const char *path, int mode) {
     ut__tsv t;
     char err[1024] = "";
-    if (ut__tsv_read(path, UT__TSV_SCORES, &t, err, sizeof err)) {
+    if (ut__tsv_read(path, mode, &t, err, sizeof err)) {
         fz_check_err(err, path);
         return;
     }
-    for (int64_t k = 0; k < t.n; k++)
-        if (!isfinite(t.score[k])) abort();
+    for (int64_t k = 0; k < t.n; k++) {
+        if (mode == UT__TSV_SCORES && !isfinite(t.score[k])) abort();
+        if (mode == UT__TSV_NAMES && t.labeled && (t.names ? !t.label_text[k][0] : t.label[k] < 0)) abort();
+    }
     ut__tsv_free(&t);
 }
 
@@ -42,8 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
     const char *path = fz_write("train.tsv", data, size);
-    if (opt[0] & 8) {
-        scores(path);
+    if (opt[0] & 24) {
+        labels(path, opt[0] & 8 ? UT__TSV_SCORES : UT__TSV_NAMES);
         return 0;
     }
     char err[1024] = "";
