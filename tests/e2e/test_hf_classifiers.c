@@ -217,6 +217,18 @@ static void test_label_names(void) {
     }
     CHECK(fabs(acc[0] + acc[1] - 1) < 1e-9 && acc[0] != acc[1], "dev accuracy before training %g sorted, %g in the "
           "checkpoint's order", acc[0], acc[1]);
+    /* integer labels beyond model.num_labels: the train file's first such line */
+    FILE *three = fopen(tp_path(tmp, "three.tsv"), "w");
+    fprintf(three, "sentence\tlabel\ngood\t0\nbad\t1\nso so\t2\n");
+    fclose(three);
+    char three_set[600];
+    snprintf(three_set, sizeof three_set, "data.train_path=%s/three.tsv", tmp);
+    const char *argv3[] = {"train", tp_path(tmp, "roberta.yml"), "--set", three_set, "--set", "model.num_labels=2",
+                           "--set", "experiment_name=refused", NULL};
+    CHECK(tp_run(argv3, tp_path(tmp, "refused.out")) == 1, "exit 1");
+    s = tp_slurp(tp_path(tmp, "refused.out"));
+    CHECK(s && strstr(s, "three.tsv:4: label 2 >= num_classes 2"), "%s", s);
+    free(s);
     const char *refused[][2] = {{"model.num_labels=3", "model.num_labels 3: the train file"}};
     const char *st[] = {sets[0], sets[1], NULL};
     for (int i = 0; i < 1; i++) {

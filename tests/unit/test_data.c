@@ -326,6 +326,14 @@ static const char *TRAIN_TSV =
     "\n"
     "a dog\t1\n";
 
+/* the word vocabulary of TRAIN_TSV (written to train.tsv); NULL, the check failed, if it does not build */
+static ut_vocab *train_vocab(void) {
+    write_text(tmp("train.tsv"), TRAIN_TSV);
+    ut_vocab *v = ut_vocab_build("word", tmp("train.tsv"), 1, err, sizeof err);
+    CHECK(v, "%s", err);
+    return v;
+}
+
 static void test_vocab_and_tsv(void) {
     const char *tr = tmp("train.tsv"), *vf = tmp("vocab.txt");
     write_text(tr, TRAIN_TSV);
@@ -431,10 +439,7 @@ static void test_tsv_nul_byte(void) {
 }
 
 static void test_tsv_errors(void) {
-    const char *tr = tmp("train.tsv");
-    write_text(tr, TRAIN_TSV);
-    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
-    CHECK(v, "%s", err);
+    ut_vocab *v = train_vocab();
     if (!v) return;
     expect_tsv_error("sentence\tlabel\ngood\t1\nno tab here\n", v, ":3: missing tab");
     expect_tsv_error("sentence\tlabel\ngood\t1\nbad\tx1\n", v, ":3: bad label 'x1'");
@@ -459,10 +464,7 @@ static void test_tsv_errors(void) {
 /* One file in each header layout: the columns are found by name, the index
  * column gives the example ids, and a file without labels is unlabeled. */
 static void test_tsv_columns(void) {
-    const char *tr = tmp("train.tsv");
-    write_text(tr, TRAIN_TSV);
-    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
-    CHECK(v, "%s", err);
+    ut_vocab *v = train_vocab();
     if (!v) return;
     static const struct {
         const char *text;
@@ -509,10 +511,7 @@ static void test_tsv_columns(void) {
  * MRPC's names, datasets' idx as the index, datasets' text as the one text;
  * the word tokenizer reads a pair's texts one after the other */
 static void test_tsv_glue_layouts(void) {
-    const char *tr = tmp("train.tsv");
-    write_text(tr, TRAIN_TSV);
-    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
-    CHECK(v, "%s", err);
+    ut_vocab *v = train_vocab();
     if (!v) return;
     static const struct {
         const char *text;
@@ -552,6 +551,7 @@ static void test_tsv_glue_layouts(void) {
     expect_tsv_error("question\tlabel\nthe cat\t1\n", v, ":1: no header");
     ut_vocab_free(v);
     /* the vocabulary counts a pair's second text too */
+    const char *tr = tmp("train.tsv");
     write_text(tr, "premise\thypothesis\tlabel\nfirst\tsecond\t1\nfirst\tthird\t0\n");
     v = ut_vocab_build("word", tr, 1, err, sizeof err);
     CHECK(v && ut_vocab_size(v) == 5, "<pad>, <unk>, first, second, third: %lld", v ? (long long)ut_vocab_size(v) : -1LL);
