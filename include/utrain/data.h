@@ -32,6 +32,8 @@ struct ut_dataset {
     int64_t num_classes;         /* classification: labels in [0, num_classes); else 0 */
     bool regression;             /* y is one f32 score per example (a regression task: model.num_labels
                                   * 1); num_classes is 0 */
+    bool multi_label;            /* y is (num_classes) I32, 1 for each label the example has (a
+                                  * multi-label task: model.problem_type multi_label_classification) */
     const char *const *label_names; /* labels written as names (MNLI's entailment, ...): class k's name,
                                      * num_classes of them; NULL for integer labels */
     int64_t vocab_size;          /* token inputs: ids in [0, vocab_size); else 0 */
@@ -187,6 +189,17 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, in
  * the line. */
 ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *t, int64_t max_len, const char *const *names,
                                       int64_t count, char *err, size_t n);
+/* Multi-label (Hugging Face's problem_type multi_label_classification):
+ * each label field is a comma-separated list of the example's labels,
+ * possibly empty (GoEmotions' "2,6"; the column "label" or "labels"; a
+ * headerless file of (text, labels) or (text, labels, id) too), integers
+ * or names, one kind in a file. y (K) I32 is 1 for each label the example
+ * has, ds->multi_label set, ds->num_classes K. With names (count) the
+ * names take their ids; without, count is the label count (0: integers'
+ * largest + 1, names the file's distinct names sorted, into
+ * ds->label_names). Errors name the line. */
+ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, ut_tokenizer *t, int64_t max_len,
+                                           const char *const *names, int64_t count, char *err, size_t n);
 
 /* ---- sequence-to-sequence text (docs/data.md) ---- */
 typedef struct {

@@ -341,16 +341,21 @@ ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tens
 /* A classifier's loss: mean cross-entropy of logits (N, K) against class
  * ids (I32), ids -100 ignored; against float32 targets (N) (a regression's
  * scores) logits (N, 1) and the mean squared error, as a Hugging Face model
- * with num_labels 1 regresses. A model's loss for models that need no other. */
+ * with num_labels 1 regresses; against I32 targets (N, K) of 0 and 1 (a
+ * multi-label task's labels) the mean binary cross-entropy with logits, as
+ * problem_type multi_label_classification. A model's loss for models that
+ * need no other. */
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
 /* What a classifier's options say of its problem, in Hugging Face's names:
- * problem_type regression (num_labels / num_classes 1 or unset) or
- * single_label_classification (a count >= 2 or unset); without
- * problem_type, num_labels (else num_classes) 1 is a regression, another
- * count classification. *regression is that, *said whether either key was
- * there. -1 with a message naming the key for a contradiction, an unknown
- * type and multi_label_classification (not supported). */
-int ut_model_problem_type(const ut_kv *opts, bool *regression, bool *said, char *err, size_t n);
+ * problem_type regression (num_labels / num_classes 1 or unset),
+ * single_label_classification (a count >= 2 or unset) or
+ * multi_label_classification (the same); without problem_type,
+ * num_labels (else num_classes) 1 is a regression, another count
+ * single-label classification. *type is that, *said whether either key
+ * was there. -1 with a message naming the key for a contradiction and an
+ * unknown type. */
+typedef enum { UT_PROBLEM_SINGLE_LABEL = 0, UT_PROBLEM_REGRESSION, UT_PROBLEM_MULTI_LABEL } ut_problem;
+int ut_model_problem_type(const ut_kv *opts, ut_problem *type, bool *said, char *err, size_t n);
 /* A sequence-to-sequence model's loss: mean cross-entropy of logits (B, T,
  * V) against targets (B, T), -100 ignored; targets of another shape are a
  * context error saying so. */

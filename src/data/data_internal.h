@@ -34,6 +34,7 @@ typedef struct {
     double *score;               /* scores: each example's label as a real number (else NULL) */
     char **label_text;           /* UT__TSV_NAMES: each example's label as written (into buf) */
     bool names;                  /* the labels are names (entailment, ...), not integers: label unset */
+    bool multi;                  /* UT__TSV_MULTI: label_text holds each row's list, label unset */
     int64_t max_label;
     bool labeled, has_index;
 } ut__tsv;
@@ -41,7 +42,11 @@ typedef struct {
  * real numbers into score; or classes that may be names (every label of
  * the file a name, MNLI's entailment and the like: names set, label_text
  * holds them; a file mixing names and integers is refused). */
-enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2 };
+/* UT__TSV_MULTI: each label a comma-separated list of classes (integers or
+ * names, possibly empty: a multi-label example), kept as written in
+ * label_text for the caller to parse; the column may be named "labels",
+ * and a headerless file may have a third column (GoEmotions' id). */
+enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2, UT__TSV_MULTI = 3 };
 int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n);
 void ut__tsv_free(ut__tsv *t);
 

@@ -50,8 +50,9 @@ static const char *const text_pairs[][2] = {
     {"#1 String", "#2 String"},                              /* GLUE's own MRPC file */
 };
 static const char *const single_texts[] = {"sentence", "sentence1", "text"}; /* SST-2, CoLA; datasets' text */
-/* the label: a class, or a regression's score (STS-B's), QQP's and MRPC's own names */
-static const char *const label_names[] = {"label", "score", "is_duplicate", "Quality"};
+/* the label: a class, or a regression's score (STS-B's), QQP's and MRPC's own names; "labels" as
+ * GoEmotions' and datasets' multi-label files name their lists */
+static const char *const label_names[] = {"label", "score", "is_duplicate", "Quality", "labels"};
 
 /* Finds the columns by the names in the header line. */
 static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
@@ -146,10 +147,24 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
 /* The seed's files (sentiment-train, read with pandas' header=None) have no
  * header: a first line of two fields, the second a number (an integer; a
  * decimal too, a score), is an example of (sentence, label), not a header
- * naming columns. */
-static bool headerless(const char *line) {
+ * naming columns. Multi-label (multi): GoEmotions' files, (text, labels,
+ * id) without a header, the labels a comma-separated list of integers; a
+ * first line of two or three fields whose second is such a list. */
+static bool headerless(const char *line, bool multi) {
     const char *tab = strchr(line, '\t');
-    if (!tab || tab == line || strchr(tab + 1, '\t')) return false;
+    if (!tab || tab == line) return false;
+    const char *third = strchr(tab + 1, '\t');
+    if (multi) {
+        if (third && strchr(third + 1, '\t')) return false;
+        const char *d = tab + 1, *end = third ? third : d + strlen(d);
+        if (d == end) return false;
+        for (size_t k; d < end; d += k + (d[k] == ',')) {
+            k = strspn(d, "0123456789");
+            if (!k || k > 9 || (d + k < end && d[k] != ',') || (d[k] == ',' && d + k + 1 >= end)) return false;
+        }
+        return true;
+    }
+    if (third) return false;
     const char *d = tab + 1;
     if (*d == '-') d++;
     size_t digits = strspn(d, "0123456789");
@@ -166,8 +181,9 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
         size_t len = strlen(p);
         if (len && p[len - 1] == '\r') p[--len] = 0;
         lineno++;
-        if (lineno == 1 && headerless(p)) {
+        if (lineno == 1 && headerless(p, t->multi)) {
             c = (tsv_columns){.ncol = 2, .sentence = 0, .sentence2 = -1, .label = 1, .index = -1};
+            if (strchr(strchr(p, '\t') + 1, '\t')) c.ncol = 3; /* GoEmotions' id column, not an integer index */
             t->labeled = true;
             if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
         } else if (lineno == 1) {
@@ -251,9 +267,11 @@ int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n) {
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
     t->index = ut_malloc_check((size_t)lines * sizeof *t->index);
     if (mode == UT__TSV_SCORES) t->score = ut_malloc_check((size_t)lines * sizeof *t->score);
-    if (mode == UT__TSV_NAMES) t->label_text = ut_malloc_check((size_t)lines * sizeof *t->label_text);
+    if (mode == UT__TSV_NAMES || mode == UT__TSV_MULTI)
+        t->label_text = ut_malloc_check((size_t)lines * sizeof *t->label_text);
+    t->multi = mode == UT__TSV_MULTI;
     t->max_label = -1;
-    if (parse_lines(path, t, err, n) || (t->label_text && check_names(path, t, err, n))) {
+    if (parse_lines(path, t, err, n) || (mode == UT__TSV_NAMES && check_names(path, t, err, n))) {
         ut__tsv_free(t);
         return -1;
     }

@@ -2,6 +2,7 @@
  * encoded sentence (or sentence pair, GLUE's sentence1 / sentence2) with its
  * special tokens, token type ids and attention mask, padded to max_len; and
  * the batch trim that makes padding dynamic (to the longest in the batch). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,8 @@
 typedef struct {
     int32_t *x, *labels;     /* x: (n, 3, max_len) ids, type ids, mask */
     float *scores;           /* a regression's labels (labels NULL), else NULL */
+    int32_t *multi;          /* multi-label: (n, K) 0/1, each example's labels (labels NULL), else NULL */
+    int64_t K;               /* multi-label: the labels' count */
     char **names;            /* labels that are names: class k's (nnames), else NULL */
     int64_t nnames;
     int64_t *index;          /* the index column, or NULL */
@@ -24,6 +27,7 @@ static int ptsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size
                          (long long)ds->n);
     memcpy(x, m->x + i * 3 * m->max_len, (size_t)(3 * m->max_len) * sizeof(int32_t));
     if (m->scores) *(float *)y = m->scores[i];
+    else if (m->multi) memcpy(y, m->multi + i * m->K, (size_t)m->K * sizeof(int32_t));
     else *(int32_t *)y = m->labels[i];
     return 0;
 }
@@ -54,7 +58,7 @@ static int encode_rows(const char *path, const ut__tsv *t, ut_tokenizer *tok, pt
         memcpy(x + m->max_len, e.type_ids, (size_t)m->max_len * sizeof *x);
         memcpy(x + 2 * m->max_len, e.mask, (size_t)m->max_len * sizeof *x);
         if (m->scores) m->scores[k] = (float)t->score[k];
-        else m->labels[k] = (int32_t)t->label[k];
+        else if (m->labels) m->labels[k] = (int32_t)t->label[k];
     }
     ut_tok_encoding_free(&e);
     return rc;
@@ -64,6 +68,7 @@ static void impl_free(ptsv_impl *m) {
     ut_free(m->x);
     ut_free(m->labels);
     ut_free(m->scores);
+    ut_free(m->multi);
     for (int64_t k = 0; k < m->nnames; k++) ut_free(m->names[k]);
     ut_free(m->names);
     ut_free(m->index);
@@ -103,32 +108,183 @@ static int name_labels(const char *path, ut__tsv *t, const char *const *names, i
     return rc;
 }
 
+/* an integer >= 0 that fits a class id */
+static bool is_class(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0 || v > INT32_MAX) return false;
+    *out = v;
+    return true;
+}
+
+/* A multi-label row's list, split in place at its commas into its labels
+ * (spaces around each trimmed) at lab (at most max); returns their count
+ * (none for an empty or blank field), or -1 naming the line for an empty
+ * label inside a list ("1,,2", a trailing comma). */
+static int64_t split_list(const char *path, int64_t line, char *s, char **lab, int64_t max, char *err, size_t n) {
+    s += strspn(s, " ");
+    if (!*s) return 0;
+    int64_t k = 0;
+    for (char *p = s;; p++) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        p += strspn(p, " ");
+        size_t len = strlen(p);
+        while (len && p[len - 1] == ' ') p[--len] = 0;
+        if (!len)
+            return ut_errorf(err, n, "%s:%lld: an empty label in the list (labels are separated by commas: 2,6 or "
+                                     "anger,joy)", path, (long long)line);
+        if (k < max) lab[k] = p;
+        k++;
+        if (!comma) return k;
+        p = comma;
+    }
+}
+
+/* Multi-label: each row's list of labels (label_text: integers or names,
+ * one kind in a file, possibly none) into m->multi (t->n x K, 1 where the
+ * example has the label). With names (count) the names take their ids;
+ * without, integers take num_classes (0: the largest + 1) and names the
+ * file's distinct names sorted (m->names gets them). 0, or -1 naming the
+ * line. */
+static int multi_labels(const char *path, ut__tsv *t, const char *const *names, int64_t count, int64_t num_classes,
+                        ptsv_impl *m, char *err, size_t n) {
+    /* every row's labels, split in place: lab[at[k] .. at[k + 1]) */
+    int64_t total = 0, *at = ut_malloc_check((size_t)(t->n + 1) * sizeof *at);
+    for (int64_t k = 0; k < t->n; k++) /* at most one more label than commas */
+        for (const char *p = t->label_text[k]; p; p = strchr(p + 1, ',')) total++;
+    char **lab = ut_malloc_check((size_t)(total ? total : 1) * sizeof *lab), **own = NULL;
+    int rc = 0, kind = -1; /* 1 integers, 0 names */
+    int64_t max = -1, used = 0, v, bad = -1;
+    for (int64_t k = 0; k < t->n && !rc; k++) {
+        at[k] = used;
+        int64_t got = split_list(path, t->line[k], t->label_text[k], lab + used, total - used, err, n);
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        for (int64_t j = used; j < used + got && !rc; j++) {
+            bool isint = is_class(lab[j], &v);
+            char *end;
+            (void)strtod(lab[j], &end);
+            if (!isint && !*end)
+                rc = ut_errorf(err, n, "%s:%lld: bad label '%.40s' (expected an integer >= 0, a class, or a name)", path,
+                               (long long)t->line[k], lab[j]);
+            else if (kind >= 0 && isint != kind)
+                rc = ut_errorf(err, n, "%s:%lld: label '%.40s' where line %lld's is '%.40s': a file's labels are all "
+                                       "classes (integers >= 0) or all names (anger, joy, ...)", path,
+                               (long long)t->line[k], lab[j], (long long)t->line[bad], lab[0]);
+            if (kind < 0) kind = isint, bad = k;
+            if (isint && v > max) max = v;
+        }
+        used += got;
+    }
+    at[t->n] = used;
+    if (!rc && kind == 1 && names)
+        rc = ut_errorf(err, n, "%s:%lld: label '%.40s': the train file's labels are names (%s, ...), this file's are "
+                               "integers", path, (long long)t->line[bad], lab[0], names[0]);
+    else if (!rc && kind == 0 && !names && num_classes > 0)
+        rc = ut_errorf(err, n, "%s:%lld: label '%.40s': labels that are names take their classes from the train file's "
+                               "names (model.num_labels %lld without them)", path, (long long)t->line[bad], lab[0],
+                       (long long)num_classes);
+    if (!rc && kind == 0 && !names) { /* the file's distinct names, sorted */
+        own = ut_malloc_check((size_t)used * sizeof *own);
+        memcpy(own, lab, (size_t)used * sizeof *own);
+        qsort(own, (size_t)used, sizeof *own, by_name);
+        count = 0;
+        for (int64_t k = 0; k < used; k++)
+            if (!count || strcmp(own[count - 1], own[k])) own[count++] = own[k];
+        names = (const char *const *)own;
+    }
+    int64_t K = names ? count : num_classes > 0 ? num_classes : max + 1;
+    if (!rc && K < 1)
+        rc = ut_errorf(err, n, "%s: no example has a label: the labels' count is not known (set model.num_labels)",
+                       path);
+    if (!rc) {
+        m->K = K;
+        m->multi = ut_calloc_check((size_t)(t->n * K), sizeof *m->multi);
+    }
+    for (int64_t k = 0; k < t->n && !rc; k++)
+        for (int64_t j = at[k]; j < at[k + 1] && !rc; j++) {
+            int64_t id = 0;
+            if (names)
+                while (id < count && strcmp(names[id], lab[j])) id++;
+            else
+                is_class(lab[j], &id);
+            if (names && id == count)
+                rc = ut_errorf(err, n, "%s:%lld: label '%.40s' is not one of the %lld label names of the train file "
+                                       "(%s%s%s%s)", path, (long long)t->line[k], lab[j], (long long)count, names[0],
+                               count > 1 ? ", " : "", count > 1 ? names[1] : "", count > 2 ? ", ..." : "");
+            else if (id >= K)
+                rc = ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)", path,
+                               (long long)t->line[k], (long long)id, (long long)K);
+            else
+                m->multi[k * K + id] = 1;
+        }
+    if (!rc && names) {
+        m->nnames = count;
+        m->names = ut_malloc_check((size_t)count * sizeof *m->names);
+        for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+    }
+    ut_free(own);
+    ut_free(lab);
+    ut_free(at);
+    return rc;
+}
+
 static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
-                            const char *const *names, int64_t count, char *err, size_t n);
+                            const char *const *names, int64_t count, bool multi, char *err, size_t n);
 
 ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, int64_t max_len,
                                            int64_t num_classes, char *err, size_t n) {
-    return open_tsv(path, tok, max_len, num_classes, NULL, 0, err, n);
+    return open_tsv(path, tok, max_len, num_classes, NULL, 0, false, err, n);
 }
 
 ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *tok, int64_t max_len, const char *const *names,
                                       int64_t count, char *err, size_t n) {
     if (!names || count < 1) return ut_errorf(err, n, "%s: no label names given", path), NULL;
-    return open_tsv(path, tok, max_len, count, names, count, err, n);
+    return open_tsv(path, tok, max_len, count, names, count, false, err, n);
+}
+
+ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, ut_tokenizer *tok, int64_t max_len,
+                                           const char *const *names, int64_t count, char *err, size_t n) {
+    if (names && count < 1) return ut_errorf(err, n, "%s: no label names given", path), NULL;
+    return open_tsv(path, tok, max_len, count > 0 ? count : 0, names, names ? count : 0, true, err, n);
 }
 
 static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
-                            const char *const *names, int64_t count, char *err, size_t n) {
+                            const char *const *names, int64_t count, bool multi, char *err, size_t n) {
     if (max_len < 2 || max_len > 1000000000) {
         ut_errorf(err, n, "%s: max_len must be in [2, 1e9] (got %lld)", path, (long long)max_len);
         return NULL;
     }
-    bool regression = num_classes == 1 && !names;
+    bool regression = num_classes == 1 && !names && !multi;
     ut__tsv t;
-    if (ut__tsv_read(path, regression ? UT__TSV_SCORES : UT__TSV_NAMES, &t, err, n)) return NULL;
-    if (t.labeled && !t.names && names) {
+    if (ut__tsv_read(path, multi ? UT__TSV_MULTI : regression ? UT__TSV_SCORES : UT__TSV_NAMES, &t, err, n))
+        return NULL;
+    ptsv_impl *m = ut_calloc_check(1, sizeof *m);
+    if (multi) {
+        if (t.labeled ? multi_labels(path, &t, names, count, num_classes, m, err, n)
+                      : (m->K = names ? count : num_classes) < 1 ?
+                          ut_errorf(err, n, "%s:1: no 'label' (or 'labels') column: the train file's labels give "
+                                            "the classes", path)
+                      : 0) {
+            impl_free(m);
+            ut__tsv_free(&t);
+            return NULL;
+        }
+        if (!t.labeled) m->multi = ut_calloc_check((size_t)(t.n * m->K), sizeof *m->multi);
+        if (!t.labeled && names) {
+            m->nnames = count;
+            m->names = ut_malloc_check((size_t)count * sizeof *m->names);
+            for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+        }
+    }
+    if (t.labeled && !t.names && names && !multi) {
         ut_errorf(err, n, "%s:%lld: label '%.40s': the train file's labels are names (%s, ...), this file's are "
                           "integers", path, (long long)t.line[0], t.label_text[0], names[0]);
+        impl_free(m);
         ut__tsv_free(&t);
         return NULL;
     }
@@ -136,22 +292,22 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
         ut_errorf(err, n, "%s:%lld: label '%.40s': labels that are names take their classes from the train file's "
                           "names (model.num_labels %lld without them)", path, (long long)t.line[0], t.label_text[0],
                   (long long)num_classes);
+        impl_free(m);
         ut__tsv_free(&t);
         return NULL;
     }
-    ptsv_impl *m = ut_calloc_check(1, sizeof *m);
     if (t.names && name_labels(path, &t, names, count, m, err, n)) {
         impl_free(m);
         ut__tsv_free(&t);
         return NULL;
     }
-    if (names && !t.names) { /* an unlabeled file (a test file) keeps the names for its predictions */
+    if (names && !t.names && !multi) { /* an unlabeled file (a test file) keeps the names for its predictions */
         m->nnames = count;
         m->names = ut_malloc_check((size_t)count * sizeof *m->names);
         for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
     }
-    int64_t classes = regression ? 0 : m->names ? m->nnames : num_classes > 0 ? num_classes : t.max_label + 1;
-    for (int64_t k = 0; t.labeled && !regression && k < t.n; k++)
+    int64_t classes = multi ? m->K : regression ? 0 : m->names ? m->nnames : num_classes > 0 ? num_classes : t.max_label + 1;
+    for (int64_t k = 0; t.labeled && !regression && !multi && k < t.n; k++)
         if (t.label[k] >= classes) {
             ut_errorf(err, n, "%s:%lld: label %lld >= num_classes %lld (from the train file)", path,
                       (long long)t.line[k], (long long)t.label[k], (long long)classes);
@@ -168,7 +324,7 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
     }
     m->max_len = max_len;
     m->x = ut_malloc_check((size_t)(t.n * 3 * max_len) * sizeof(int32_t));
-    m->labels = regression ? NULL : ut_malloc_check((size_t)t.n * sizeof(int32_t));
+    m->labels = regression || multi ? NULL : ut_malloc_check((size_t)t.n * sizeof(int32_t));
     m->scores = regression ? ut_malloc_check((size_t)t.n * sizeof(float)) : NULL;
     m->index = NULL;
     if (t.has_index) {
@@ -177,8 +333,9 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
     }
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 2, .x_ne = {3, max_len},
-                       .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = regression ? UT_F32 : UT_I32,
-                       .num_classes = classes, .regression = regression,
+                       .y_ndim = multi ? 1 : 0, .y_ne = {multi ? classes : 0}, .x_dtype = UT_I32,
+                       .y_dtype = regression ? UT_F32 : UT_I32, .num_classes = classes, .regression = regression,
+                       .multi_label = multi,
                        .label_names = (const char *const *)m->names,
                        .vocab_size = ut_tokenizer_vocab_size(tok), .unlabeled = !t.labeled,
                        .token_planes = true, .example_id = m->index, .get = ptsv_get, .free = ptsv_free,

@@ -139,10 +139,14 @@ static void set_arch(cJSON *o, const char *arch) {
 
 /* a classifier's K labels: id2label / label2id as transformers writes them;
  * one output is a regression's score (problem_type regression, which
- * transformers also infers from one label) */
-static void set_labels(cJSON *o, int64_t K) {
+ * transformers also infers from one label); a multi-label task (kv's
+ * problem_type: the run's, else the checkpoint's it started from) says
+ * so, as transformers would otherwise read its labels as one class */
+static void set_labels(cJSON *o, int64_t K, const ut_kv *kv) {
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "problem_type");
+    const char *want = ut_kv_get(kv, "problem_type");
     if (K == 1) set_str(o, "problem_type", "regression");
+    else if (want && strcmp(want, "regression")) set_str(o, "problem_type", want);
     else if (cJSON_IsString(pt) && !strcmp(pt->valuestring, "regression"))
         cJSON_DeleteItemFromObjectCaseSensitive(o, "problem_type");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
@@ -166,7 +170,7 @@ static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     const ut_st_tensor *score = tensor(l, "score.weight");
     set_str(o, "model_type", "gpt2");
     set_arch(o, score ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel");
-    if (score) set_labels(o, score->shape[0]);
+    if (score) set_labels(o, score->shape[0], kv);
     if (score && ut_kv_get(kv, "pad_token_id")) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 0));
     set_num(o, "vocab_size", (double)wte->shape[0]);
     set_num(o, "n_embd", (double)wte->shape[1]);
@@ -221,7 +225,7 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     set_str(o, "hidden_act", ut_kv_get(kv, "hidden_act") ? ut_kv_get(kv, "hidden_act") : "gelu");
     set_str(o, "position_embedding_type", "absolute");
     if (ut_kv_get(kv, "classifier_dropout")) set_num(o, "classifier_dropout", opt_num(kv, "classifier_dropout", 0.1));
-    set_labels(o, cl->shape[0]);
+    set_labels(o, cl->shape[0], kv);
     return 0;
 }
 
@@ -282,7 +286,7 @@ static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *pa
     cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_embedding");
     cJSON_AddBoolToObject(o, "scale_embedding", scale && !strcmp(scale, "true"));
     if (gen) return final_logits_bias(l, sh->shape[0], ut_kv_get(kv, "pretrained"), err, n);
-    set_labels(o, cl->shape[0]);
+    set_labels(o, cl->shape[0], kv);
     return 0;
 }
 

@@ -859,8 +859,9 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         "encoder_layerdrop", "decoder_layerdrop", "num_labels", "num_classes", "task", "pretrained",
         "forced_bos_token_id", "problem_type", "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, "model bart", err, n)) return NULL;
-    bool reg, said, mismatched;
-    if (ut_model_problem_type(opts, &reg, &said, err, n) ||
+    bool said, mismatched;
+    ut_problem problem;
+    if (ut_model_problem_type(opts, &problem, &said, err, n) ||
         ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n))
         return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
@@ -870,11 +871,12 @@ ut_model *ut_bart_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
     bart net = {0};
     double std;
     int rc = read_dims(kv, &net, err, n) || read_rates(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
-    if (reg) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
+    if (problem == UT_PROBLEM_REGRESSION) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     ut_kv_free(merged);
     if (rc) return NULL;
     if (net.gen && ut_kv_get(opts, "problem_type"))
-        return ut_errorf(err, n, "model.problem_type: the classifier's (regression or single_label_classification); "
+        return ut_errorf(err, n, "model.problem_type: the classifier's (regression, single_label_classification or "
+                                 "multi_label_classification); "
                                  "a sequence-to-sequence model (model.task seq2seq) has no classifier: remove it"), NULL;
     net.lay = ut_model_build_layout();
     int T = net.lay.tp_size;

@@ -451,8 +451,9 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
                                         "classifier_dropout", "pad_token_id", "problem_type",
                                         "ignore_mismatched_sizes", NULL};
     if (ut_kv_check_keys(opts, known, roberta ? "model roberta" : "model bert", err, n)) return NULL;
-    bool reg, said, mismatched;
-    if (ut_model_problem_type(opts, &reg, &said, err, n) ||
+    bool said, mismatched;
+    ut_problem problem;
+    if (ut_model_problem_type(opts, &problem, &said, err, n) ||
         ut_kv_bool(opts, "ignore_mismatched_sizes", false, &mismatched, err, n))
         return NULL;
     const char *dir = ut_kv_get(opts, "pretrained");
@@ -469,7 +470,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
-    if (reg) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
+    if (problem == UT_PROBLEM_REGRESSION) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     net.lay = ut_model_build_layout();
     /* pipeline stages of equal layer counts (the pooler and classifier cost next to nothing) */
     if (ut_pipeline_stage_blocks(&net.lay, net.L, 0, &net.b0, &net.b1, err, n)) return NULL;

@@ -538,8 +538,10 @@ ut_model *ut_gpt2_build(const ut_kv *opts, uint64_t seed, char *err, size_t n) {
         if (ut_kv_get(opts, cls_only[i]))
             return ut_errorf(err, n, "model.%s: only read with model.task: sequence_classification (the "
                                      "causal LM predicts tokens); remove it", cls_only[i]), NULL;
-    bool reg = false, said;
-    if (cls && ut_model_problem_type(opts, &reg, &said, err, n)) return NULL;
+    bool said;
+    ut_problem problem = UT_PROBLEM_SINGLE_LABEL;
+    if (cls && ut_model_problem_type(opts, &problem, &said, err, n)) return NULL;
+    bool reg = problem == UT_PROBLEM_REGRESSION;
     ut_kv *merged = dir ? merged_options(opts, dir, err, n) : NULL;
     if (dir && !merged) return NULL;
     ut_model *m = gpt2_new(merged ? merged : opts, reg, seed, err, n);

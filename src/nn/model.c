@@ -297,7 +297,33 @@ ut_tensor *ut_model_forward(ut_model *m, ut_ctx *ctx, ut_tensor *input) {
     return m->prepare ? forward_via_host(m, ctx, input) : m->forward(m, ctx, input);
 }
 
+/* Multi-label: the mean binary cross-entropy with logits of x (N, K)
+ * against 0/1 targets (N, K), as torch's BCEWithLogitsLoss. For a label y
+ * of 0 or 1 it is the cross-entropy of the two logits (0, x) against class
+ * y: -log(e^(y x) / (1 + e^x)). The pairs are x times the constant rows
+ * (0, 1), a linear of x (N K, 1) with the weight ((0), (1)), so the fused
+ * cross-entropy of every backend computes it and its gradient,
+ * sigmoid(x) - y, without an op of its own. */
+static ut_tensor *multi_label_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    char what[96];
+    snprintf(what, sizeof what, "%s multi-label loss", m->type);
+    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
+    if (logits->ndim != 2 || logits->ne[0] != targets->ne[0] || logits->ne[1] != targets->ne[1] ||
+        !ut_is_contiguous(targets)) {
+        ut_op_error(ctx, what, 2, (ut_tensor *[]){logits, targets},
+                    "0/1 targets (N, K), contiguous, are each example's labels: the logits must be (N, K) "
+                    "(model.num_labels K)");
+        return NULL;
+    }
+    int64_t NK = ut_nelem(logits);
+    static const float pair[2] = {0.0f, 1.0f};
+    ut_tensor *w = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 1}, pair);
+    ut_tensor *x = ut_reshape(ctx, ut_contiguous(ctx, logits), 2, (int64_t[]){NK, 1});
+    return ut_cross_entropy(ctx, ut_linear(ctx, x, w, NULL), ut_reshape(ctx, targets, 1, (int64_t[]){NK}), -100);
+}
+
 ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    if (targets && targets->dtype == UT_I32 && targets->ndim == 2) return multi_label_loss(m, ctx, logits, targets);
     if (!targets || targets->dtype != UT_F32) return ut_cross_entropy(ctx, logits, targets, -100);
     /* a regression: one score per example */
     char what[96];
@@ -311,18 +337,19 @@ ut_tensor *ut_model_class_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_t
     return ut_mse(ctx, ut_reshape(ctx, logits, 1, (int64_t[]){logits->ne[0]}), targets);
 }
 
-int ut_model_problem_type(const ut_kv *opts, bool *regression, bool *said, char *err, size_t n) {
+int ut_model_problem_type(const ut_kv *opts, ut_problem *type, bool *said, char *err, size_t n) {
     const char *pt = ut_kv_get(opts, "problem_type"), *key = ut_kv_get(opts, "num_labels") ? "num_labels" : "num_classes";
     long long K = 0;
     char e[256];
-    *regression = *said = false;
+    *type = UT_PROBLEM_SINGLE_LABEL;
+    *said = false;
     if (ut_kv_get(opts, key) && ut_kv_int(opts, key, 0, &K, e, sizeof e)) return ut_errorf(err, n, "model.%s", e);
     *said = pt || K;
     if (pt && !strcmp(pt, "regression")) {
         if (K && K != 1)
             return ut_errorf(err, n, "model.problem_type: regression predicts one score per example, and model.%s "
                                      "is %lld: set model.%s: 1 (or remove it)", key, K, key);
-        *regression = true;
+        *type = UT_PROBLEM_REGRESSION;
         return 0;
     }
     if (pt && !strcmp(pt, "single_label_classification")) {
@@ -332,15 +359,18 @@ int ut_model_problem_type(const ut_kv *opts, bool *regression, bool *said, char 
                                      "regression", key);
         return 0;
     }
-    if (pt && !strcmp(pt, "multi_label_classification"))
-        return ut_errorf(err, n, "model.problem_type: multi_label_classification (several labels per example, a "
-                                 "binary cross-entropy each) is not supported; utrain trains "
-                                 "single_label_classification (one class per example) and regression "
-                                 "(model.num_labels: 1, a score per example)");
+    if (pt && !strcmp(pt, "multi_label_classification")) {
+        if (K == 1)
+            return ut_errorf(err, n, "model.problem_type: multi_label_classification with model.%s 1: one label "
+                                     "that an example has or not is a two-class task (single_label_classification, "
+                                     "model.%s: 2)", key, key);
+        *type = UT_PROBLEM_MULTI_LABEL;
+        return 0;
+    }
     if (pt)
         return ut_errorf(err, n, "model.problem_type: '%s' is not a problem type (regression, "
-                                 "single_label_classification)", pt);
-    *regression = K == 1;
+                                 "single_label_classification, multi_label_classification)", pt);
+    if (K == 1) *type = UT_PROBLEM_REGRESSION;
     return 0;
 }
 

@@ -135,24 +135,37 @@ static int check_dev_labeled(const ut_config *c, ut_dataset **train, ut_dataset 
     return 0;
 }
 
-/* Whether the classifier regresses (1) or classifies (0), as Hugging Face
- * decides it: model.problem_type (regression, single_label_classification),
- * else model.num_labels (or num_classes) 1 is a regression; without either
- * the model.pretrained directory's config.json says, by its problem_type or
- * a single label. -1 with a message naming the key for what is refused. */
-static int regression_task(const ut_config *c, char *err, size_t n) {
-    bool reg, said;
-    if (ut_model_problem_type(c->model_opts, &reg, &said, err, n)) return -1;
-    if (said) return reg;
+/* What the classifier's task is (ut_problem), as Hugging Face decides it:
+ * model.problem_type (regression, single_label_classification,
+ * multi_label_classification), else model.num_labels (or num_classes) 1
+ * is a regression; without either the model.pretrained directory's
+ * config.json says, by its problem_type or a single label. -1 with a
+ * message naming the key for what is refused. */
+static int problem_task(const ut_config *c, char *err, size_t n) {
+    bool said;
+    ut_problem type;
+    if (ut_model_problem_type(c->model_opts, &type, &said, err, n)) return -1;
+    if (said) return (int)type;
     char e[256];
     const char *dir = ut_kv_get(c->model_opts, "pretrained");
     ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL; /* a bad directory: the model says */
-    if (!hf) return 0;
+    if (!hf) return UT_PROBLEM_SINGLE_LABEL;
     const char *pt = ut_kv_get(hf, "problem_type");
     const char *labels = ut_kv_get(hf, "num_labels");
-    int r = pt ? !strcmp(pt, "regression") : labels && !strcmp(labels, "1");
+    int r = pt && !strcmp(pt, "multi_label_classification") ? UT_PROBLEM_MULTI_LABEL
+            : (pt ? !strcmp(pt, "regression") : labels && !strcmp(labels, "1")) ? UT_PROBLEM_REGRESSION
+                                                                             : UT_PROBLEM_SINGLE_LABEL;
     ut_kv_free(hf);
     return r;
+}
+
+/* Opens path as the task reads its labels: names (count of them), else
+ * count the classes (0: from the file; a regression's 1). */
+static ut_dataset *open_task(int task, const char *path, ut_tokenizer *tok, int64_t max_len, const char *const *names,
+                             int64_t count, char *err, size_t n) {
+    if (task == UT_PROBLEM_MULTI_LABEL) return ut_tsv_dataset_open_multilabel(path, tok, max_len, names, count, err, n);
+    return names ? ut_tsv_dataset_open_named(path, tok, max_len, names, count, err, n)
+                 : ut_tsv_dataset_open_pretrained(path, tok, max_len, count, err, n);
 }
 
 /* Labels that are names (MNLI's entailment, ...): the train file's names in
@@ -161,8 +174,8 @@ static int regression_task(const ut_config *c, char *err, size_t n) {
  * checkpoint's label2id; otherwise sorted (the dataset's own order).
  * model.num_labels, when given, must be their count. *tr is opened again
  * in the checkpoint's order. */
-static int named_classes(const ut_config *c, ut_tokenizer *tok, ut_dataset **tr, long long classes, char *err,
-                         size_t n) {
+static int named_classes(const ut_config *c, int task, ut_tokenizer *tok, ut_dataset **tr, long long classes,
+                         char *err, size_t n) {
     int64_t count = (*tr)->num_classes;
     const char *const *names = (*tr)->label_names;
     if (classes && classes != count)
@@ -187,7 +200,7 @@ static int named_classes(const ut_config *c, ut_tokenizer *tok, ut_dataset **tr,
     same = same && labels && atoll(labels) == count;
     int rc = 0;
     if (same && moved) {
-        ut_dataset *again = ut_tsv_dataset_open_named(c->train_path, tok, c->max_len, order, count, err, n);
+        ut_dataset *again = open_task(task, c->train_path, tok, c->max_len, order, count, err, n);
         if (again) {
             ut_dataset_free(*tr);
             *tr = again;
@@ -202,7 +215,7 @@ static int named_classes(const ut_config *c, ut_tokenizer *tok, ut_dataset **tr,
 
 /* tsv_text with a pretrained tokenizer: classes from the train file (or
  * model.num_labels / num_classes), the same for dev and test; a
- * regression's scores (regression_task) */
+ * regression's scores or a multi-label task's lists (problem_task) */
 static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset **train, ut_dataset **dev,
                                ut_dataset **test, char *err, size_t n) {
     if (c->max_len < 2)
@@ -218,35 +231,41 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
         ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);
     if (classes < 1) classes = 0;
-    int reg = regression_task(c, err, n);
-    if (reg < 0) {
+    int task = problem_task(c, err, n);
+    if (task < 0) {
         ut_tokenizer_free(tok);
         return -1;
     }
-    if (reg) classes = 1; /* the datasets' regression */
+    bool multi = task == UT_PROBLEM_MULTI_LABEL;
+    if (task == UT_PROBLEM_REGRESSION) classes = 1; /* the datasets' regression */
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     ut_dataset **out[3] = {train, dev, test};
     int rc = 0;
     /* the train file first: without num_labels its labels give the class count, even in test mode, and labels
      * that are names their classes (dev and test take the train file's names) */
     ut_dataset *tr = NULL;
-    bool first = !reg && c->train_path[0];
+    bool first = task != UT_PROBLEM_REGRESSION && c->train_path[0];
     if (first) {
-        tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, 0, err, n);
+        tr = open_task(task, c->train_path, tok, c->max_len, NULL, 0, err, n);
         if (!tr) rc = -1;
         else if (tr->unlabeled)
-            rc = ut_errorf(err, n, "%s:1: no 'label' column: the train file's labels give the classes",
-                           c->train_path);
+            rc = ut_errorf(err, n, "%s:1: no '%s' column: the train file's labels give the classes", c->train_path,
+                           multi ? "labels" : "label");
         else if (tr->label_names)
-            rc = named_classes(c, tok, &tr, classes, err, n);
+            rc = named_classes(c, task, tok, &tr, classes, err, n);
         else if (!classes && tr->num_classes < 2)
-            rc = ut_errorf(err, n, "%s: every label is 0: a classifier needs at least two classes (set "
-                                   "model.num_labels to their number when the others have no example here; "
-                                   "model.num_labels: 1 trains on the labels as scores, a regression)", c->train_path);
-        else if (classes && tr->num_classes > classes) { /* opened again for the line of the first too large */
+            rc = multi ? ut_errorf(err, n, "%s: every label is 0: a multi-label classifier needs at least two labels "
+                                           "(set model.num_labels to their number when the others have no example "
+                                           "here)", c->train_path)
+                       : ut_errorf(err, n, "%s: every label is 0: a classifier needs at least two classes (set "
+                                           "model.num_labels to their number when the others have no example here; "
+                                           "model.num_labels: 1 trains on the labels as scores, a regression)",
+                                   c->train_path);
+        else if (classes && (tr->num_classes > classes || (multi && tr->num_classes != classes))) {
+            /* opened again: for the line of the first label too large, or a multi-label's width */
             ut_dataset_free(tr);
-            tr = ut_tsv_dataset_open_pretrained(c->train_path, tok, c->max_len, classes, err, n);
-            rc = -1;
+            tr = open_task(task, c->train_path, tok, c->max_len, NULL, classes, err, n);
+            rc = tr ? 0 : -1;
         } else if (classes) {
             tr->num_classes = classes;
         }
@@ -255,9 +274,7 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     }
     const char *const *names = tr && !rc ? tr->label_names : NULL;
     for (int i = 0; i < 3 && !rc; i++)
-        if (out[i] && paths[i][0] &&
-            !(*out[i] = names ? ut_tsv_dataset_open_named(paths[i], tok, c->max_len, names, classes, err, n)
-                              : ut_tsv_dataset_open_pretrained(paths[i], tok, c->max_len, classes, err, n)))
+        if (out[i] && paths[i][0] && !(*out[i] = open_task(task, paths[i], tok, c->max_len, names, classes, err, n)))
             rc = -1;
     if (first && train && !rc) *train = tr; /* the names of dev's and test's datasets are their own copies */
     else if (first) ut_dataset_free(tr);
@@ -269,13 +286,16 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
                     ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
     if (dir) return open_tsv_pretrained(c, dir, train, dev, test, err, n);
-    int reg = regression_task(c, err, n);
-    if (reg)
-        return reg < 0 ? -1
-                       : ut_errorf(err, n, "model.num_labels 1 (a regression: scores, not classes) is for the Hugging "
-                                           "Face classifiers (bert, roberta, bart, gpt2), which read their text with a "
-                                           "pretrained tokenizer (model.pretrained or data.tokenizer); the %s "
-                                           "tokenizer's models classify", c->tokenizer);
+    int task = problem_task(c, err, n);
+    if (task)
+        return task < 0 ? -1
+                        : ut_errorf(err, n, "%s is for the Hugging Face classifiers (bert, roberta, bart, gpt2), which "
+                                            "read their text with a pretrained tokenizer (model.pretrained or "
+                                            "data.tokenizer); the %s tokenizer's models classify one class per example",
+                                    task == UT_PROBLEM_REGRESSION ? "model.num_labels 1 (a regression: scores, not "
+                                                                    "classes)"
+                                                                  : "model.problem_type: multi_label_classification",
+                                    c->tokenizer);
     char vpath[1280];
     snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
@@ -527,6 +547,14 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
     }
     /* a regression's head has one output, whatever a pretrained config.json's labels say */
     if (classifier && data && data->regression && !ut_kv_get(opts, "num_labels")) ut_kv_set(opts, "num_labels", "1");
+    if (!classifier && data && data->multi_label) {
+        snprintf(err, n, "model.problem_type multi_label_classification (%s holds lists of labels): model %s%s%s "
+                         "does not classify them; the classifiers bert, roberta, bart and gpt2 (model.task: "
+                         "sequence_classification) do", data->name, cfg->model_name, task ? " with task " : "",
+                 task ? task : "");
+        ut_kv_free(opts);
+        return NULL;
+    }
     if (!classifier && data && data->regression) {
         snprintf(err, n, "model.num_labels 1 (a regression: %s holds scores): model %s%s%s does not regress; the "
                          "classifiers bert, roberta, bart and gpt2 (model.task: sequence_classification) do",

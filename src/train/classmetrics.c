@@ -110,6 +110,16 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
     unsigned list = listed(c), mask = list | best(c);
     if (!ds) return 0;
     if (ds->regression) return check_regression(c, ds, list, mask, err, n);
+    if (ds->multi_label && (mask & UT_CLS_MCC))
+        return ut_errorf(err, n, "%s: matthews_correlation is a single-label classifier's score, and the data (%s) "
+                                 "holds lists of labels (model.problem_type multi_label_classification); its scores "
+                                 "are accuracy (every label right), precision, recall, f1 (micro-averaged), f1_macro "
+                                 "and f1_weighted", list & UT_CLS_MCC ? "train.metrics" : "train.best_metric",
+                         ds->name);
+    if (ds->multi_label && c->label_smoothing > 0)
+        return ut_errorf(err, n, "train.label_smoothing: %g smooths one class per example, and the data (%s) holds "
+                                 "lists of labels (a binary cross-entropy each); remove it", c->label_smoothing,
+                         ds->name);
     if (mask & UT_REG_ALL)
         return ut_errorf(err, n, "%s: %s scores a regression's predictions (model.num_labels 1, labels that are "
                                  "scores), and the data (%s) has %s; remove it", list & UT_REG_ALL ? "train.metrics"
@@ -128,7 +138,7 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
         return ut_errorf(err, n, "%s: %s over %lld classes: the confusion matrix is kept for at most %d classes; "
                                  "remove it", why, m, (long long)ds->num_classes, UT_CLS_MAX_CLASSES);
     unsigned two = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1, binary = mask & two;
-    if (binary && ds->num_classes != 2)
+    if (binary && ds->num_classes != 2 && !ds->multi_label)
         return ut_errorf(err, n, "%s: %s is the positive class's (label 1) score of a two-class task, and the data "
                                  "(%s) has %lld classes; write f1_macro or f1_weighted (averages over the classes) or "
                                  "matthews_correlation instead", list & two ? "train.metrics" : "train.best_metric",
@@ -188,6 +198,24 @@ void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r)
         r->names[r->n] = "matthews_correlation";
         r->values[r->n++] = den > 0 ? (c * total - tp_sum) / den : 0.0;
     }
+}
+
+void ut_cls_scores_multi(const double *counts, int64_t K, unsigned mask, ut_cls_result *r) {
+    r->n = 0;
+    double tp = 0, fp = 0, fn = 0, sum = 0, wsum = 0, support = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const double *c = counts + 3 * k;
+        double f = ratio(2 * c[0], 2 * c[0] + c[1] + c[2]);
+        tp += c[0], fp += c[1], fn += c[2];
+        sum += f;
+        wsum += f * (c[0] + c[2]);
+        support += c[0] + c[2];
+    }
+    if (mask & UT_CLS_PRECISION) r->names[r->n] = "precision", r->values[r->n++] = ratio(tp, tp + fp);
+    if (mask & UT_CLS_RECALL) r->names[r->n] = "recall", r->values[r->n++] = ratio(tp, tp + fn);
+    if (mask & UT_CLS_F1) r->names[r->n] = "f1", r->values[r->n++] = ratio(2 * tp, 2 * tp + fp + fn);
+    if (mask & UT_CLS_F1_MACRO) r->names[r->n] = "f1_macro", r->values[r->n++] = ratio(sum, (double)K);
+    if (mask & UT_CLS_F1_WEIGHTED) r->names[r->n] = "f1_weighted", r->values[r->n++] = ratio(wsum, support);
 }
 
 /* Pearson's r of x and y (n): the two-pass form about the means */

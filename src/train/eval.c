@@ -195,13 +195,42 @@ static int64_t correct_predictions(const ut_tensor *out, const ut_tensor *y, dou
     return hits;
 }
 
-/* ut_batch_metrics, and with cm (C x C, C the data's classes) the
- * predictions counted into it where accuracy takes them */
+/* A multi-label batch: the examples whose predicted labels (an output
+ * above 0, a probability above 0.5) are exactly their labels, as
+ * scikit-learn's accuracy_score takes multi-label data; with counts (K x 3)
+ * each label's true positives, false positives and false negatives added. */
+static int64_t exact_label_sets(const ut_tensor *out, const ut_tensor *y, double *counts) {
+    out = as_f32(out);
+    int64_t rows = out->ne[0], K = out->ne[1], hits = 0;
+    float *o = host_copy(out);
+    int32_t *label = host_copy(y);
+    for (int64_t r = 0; o && label && r < rows; r++) {
+        bool all = true;
+        for (int64_t k = 0; k < K; k++) {
+            bool p = o[r * K + k] > 0, t = label[r * K + k] != 0;
+            all &= p == t;
+            if (counts) counts[k * 3 + (p && t ? 0 : p ? 1 : 2)] += p || t;
+        }
+        hits += all;
+    }
+    ut_free(o);
+    ut_free(label);
+    return hits;
+}
+
+/* ut_batch_metrics, and with cm (C x C, C the data's classes; a
+ * multi-label's K x 3 counts) the predictions counted into it where
+ * accuracy takes them */
 static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out, ut_tensor *y,
                          ut_metric *mets, int max, double *cm) {
     int k = 0;
     const ut_tensor *o = out->output;
-    if (ds->num_classes > 0 && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 1 &&
+    if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
+        o->ne[0] == y->ne[0] && o->ne[1] == y->ne[1] && ut_is_contiguous(y) && max > 0) {
+        mets[k] = (ut_metric){.name = "accuracy"};
+        mets[k].sum = (double)exact_label_sets(o, y, o->ne[1] == ds->num_classes ? cm : NULL);
+        mets[k++].count = (double)y->ne[0];
+    } else if (ds->num_classes > 0 && !ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 1 &&
         y->dtype == UT_I32 && o->ne[0] == y->ne[0] && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
         mets[k].sum = (double)correct_predictions(o, y, o->ne[1] == ds->num_classes ? cm : NULL);
@@ -395,8 +424,8 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
                     const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, const stage_of *stage,
                     ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
-    int64_t C = ds->num_classes, K = ut_dataset_outputs(ds);
-    double *cm = cls && C >= 2 && C <= UT_CLS_MAX_CLASSES ? ut_calloc_check((size_t)(C * C), sizeof(double)) : NULL;
+    int64_t C = ds->num_classes, K = ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
+    double *cm = cls && C >= 2 && C <= UT_CLS_MAX_CLASSES ? ut_calloc_check((size_t)cm_len, sizeof(double)) : NULL;
     /* a regression: every prediction and label (their correlations are not sums) */
     double *scores = ds->regression ? ut_calloc_check((size_t)(2 * ds->n), sizeof(double)) : NULL;
     bool scores_ok = scores != NULL;
@@ -458,7 +487,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     ut_sampler_free(&s);
     ut_standin_free(&standin);
     if (rc == 2 || rc < 0 || reduce_eval(comm, &loss_sum, &weight, &res->examples, acc, nacc, err, n) ||
-        (cm && sum_over_ranks(comm, cm, C * C, "the confusion matrix", err, n)) ||
+        (cm && sum_over_ranks(comm, cm, cm_len, "the confusion matrix", err, n)) ||
         (scores && gather_outputs(comm, scores, 2 * ds->n, &scores_ok, err, n)) ||
         (outputs && gather_outputs(comm, outputs, ds->n * K, &outputs_ok, err, n))) {
         ut_free(cm);
@@ -471,7 +500,8 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);
     if (cm) {
         ut_cls_result r;
-        ut_cls_scores(cm, C, cls, &r);
+        if (ds->multi_label) ut_cls_scores_multi(cm, C, cls, &r);
+        else ut_cls_scores(cm, C, cls, &r);
         for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
         ut_free(cm);
     }
@@ -481,6 +511,6 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
         ut_free(scores);
     }
-    if (ds->vocab_size > 0 && ds->y_ndim > 0) add_metric(res, "perplexity", exp(loss));
+    if (ds->vocab_size > 0 && ds->y_ndim > 0 && !ds->multi_label) add_metric(res, "perplexity", exp(loss));
     return 0;
 }

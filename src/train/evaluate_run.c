@@ -89,8 +89,25 @@ static void write_prediction(FILE *f, int64_t id, const double *logits, int64_t 
     fputc('\n', f);
 }
 
+/* A multi-label prediction row: the example's id, its predicted labels
+ * (an output above 0: a probability above 0.5), comma-separated, names
+ * where the labels are names (none: an empty field), and each label's
+ * probability, the sigmoid of its logit. */
+static void write_multi_prediction(FILE *f, int64_t id, const double *logits, int64_t K, const char *const *names) {
+    fprintf(f, "%lld\t", (long long)id);
+    for (int64_t k = 0, any = 0; k < K; k++)
+        if (logits[k] > 0) {
+            if (any++) fputc(',', f);
+            if (names) fputs(names[k], f);
+            else fprintf(f, "%lld", (long long)k);
+        }
+    for (int64_t k = 0; k < K; k++) fprintf(f, "\t%.6f", 1 / (1 + exp(-logits[k])));
+    fputc('\n', f);
+}
+
 /* <split>_predictions.tsv: a header, then one row per example in dataset
- * order; a regression's rows are the id and the predicted score. */
+ * order; a regression's rows are the id and the predicted score, a
+ * multi-label task's the id, the predicted labels and their probabilities. */
 static int write_predictions(const char *dir, const char *split, const ut_dataset *ds,
                              const double *logits, char *err, size_t n) {
     char path[1400];
@@ -104,6 +121,7 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
     for (int64_t i = 0; i < ds->n; i++) {
         int64_t id = ds->example_id ? ds->example_id[i] : i;
         if (ds->regression) fprintf(f, "%lld\t%.6f\n", (long long)id, logits[i]);
+        else if (ds->multi_label) write_multi_prediction(f, id, logits + i * C, C, ds->label_names);
         else write_prediction(f, id, logits + i * C, C, ds->label_names);
     }
     if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
@@ -204,7 +222,7 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     if (!rc && gen) ut_say(log, "%s: generations -> %s_generations.tsv\n", split, split);
     if (!rc && classify && !have)
         ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld %s)\n", split, (long long)K,
-               ds->regression ? "score" : "classes");
+               ds->regression ? "score" : ds->multi_label ? "labels" : "classes");
     if (!rc && log->rank == 0)
         rc = write_results(log->dir, split, &r, labeled, have, ckpt, step, err, n) ||
              (have && write_predictions(log->dir, split, ds, logits, err, n));

@@ -141,6 +141,14 @@ typedef struct {
 /* The scores of mask from cm (C x C counts: row the label, column the
  * prediction); none when cm is empty */
 void ut_cls_scores(const double *cm, int64_t C, unsigned mask, ut_cls_result *r);
+/* A multi-label task's scores of mask from counts (K x 3: each label's
+ * true positives, false positives, false negatives; an output above 0 a
+ * predicted label), as scikit-learn scores multi-label data: precision,
+ * recall and f1 micro-averaged (over every label decision), f1_macro the
+ * labels' mean F1 (all K of them), f1_weighted weighted by each label's
+ * examples; zero_division=0. matthews_correlation is not defined there
+ * (ut_cls_check refuses it). */
+void ut_cls_scores_multi(const double *counts, int64_t K, unsigned mask, ut_cls_result *r);
 /* A regression's scores of predictions pred against labels (n each), as
  * scipy's pearsonr and spearmanr (average ranks for ties) and the GLUE
  * example's combined_score (their mean): pearson, spearmanr,

@@ -1,6 +1,7 @@
 /* Gradcheck rows: classification losses (cross_entropy, nll_loss) with and
  * without ignored targets, mse, and a classifier's loss of scores (the
- * regression head's: logits (N, 1) against float targets). */
+ * regression head's: logits (N, 1) against float targets) and of 0/1
+ * labels (a multi-label head's binary cross-entropy with logits). */
 #include "gradcheck.h"
 #include "utrain/nn.h"
 
@@ -34,6 +35,11 @@ static ut_tensor *b_mse(ut_ctx *c, ut_tensor **in) { return ut_mse(c, in[0], in[
 static ut_tensor *b_class_loss_scores(ut_ctx *c, ut_tensor **in) {
     static ut_model m = {.type = "gradcheck"};
     return ut_model_class_loss(&m, c, ut_scale(c, in[0], 2.0f), in[1]);
+}
+/* ut_model_class_loss of 0/1 targets (N, K): the mean binary cross-entropy with logits */
+static ut_tensor *b_class_loss_multi(ut_ctx *c, ut_tensor **in) {
+    static ut_model m = {.type = "gradcheck"};
+    return ut_model_class_loss(&m, c, ut_scale(c, in[0], 1.5f), in[1]);
 }
 /* vocabulary-parallel cross-entropy: part 1 of 2 (ids [4, 8) of 8) alone,
  * both of its output columns weighted by the harness; the combination over
@@ -99,5 +105,6 @@ const gc_row gc_rows_loss[] = {
      b_vocab_whole},
     {"mse 3-D const target", 2, {{3, {2, 3, 4}}, {3, {2, 3, 4}, GC_CONST}}, b_mse},
     {"class loss of scores (regression head)", 2, {{2, {5, 1}}, {1, {5}, GC_CONST}}, b_class_loss_scores},
+    {"class loss of 0/1 labels (multi-label head)", 2, {{2, {4, 3}}, {2, {4, 3}, GC_INDEX, 2}}, b_class_loss_multi},
 };
 const int gc_nrows_loss = sizeof gc_rows_loss / sizeof gc_rows_loss[0];

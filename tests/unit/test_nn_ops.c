@@ -965,6 +965,41 @@ static void test_class_loss_of_scores(void) {
     ut_ctx_free(ctx);
 }
 
+/* 0/1 targets (N, K): the mean binary cross-entropy with logits, as torch's
+ * BCEWithLogitsLoss: mean of log(1 + e^x) - y x, and its gradient
+ * (sigmoid(x) - y) / (N K); large logits stay finite */
+static void test_class_loss_multi_label(void) {
+    ut_ctx *ctx = new_ctx();
+    ut_model m = {.type = "roberta"};
+    const float logit[6] = {0.5f, -1.0f, 2.0f, 3.25f, -40.0f, 60.0f};
+    const int32_t label[6] = {1, 0, 0, 1, 1, 0};
+    ut_tensor *l = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){2, 3}, logit);
+    ut_tensor_set_requires_grad(l, true);
+    ut_tensor *y = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){2, 3}, label);
+    ut_tensor *loss = ut_model_class_loss(&m, ctx, l, y);
+    double want = 0;
+    for (int i = 0; i < 6; i++) { /* log(1 + e^x) - y x, in the form that keeps e^60 out */
+        double x = logit[i];
+        want += (fmax(x, 0) + log1p(exp(-fabs(x))) - label[i] * x) / 6;
+    }
+    CHECK(loss && fabs(ut_f32(loss)[0] - want) < 1e-5 * want, "loss %.8g, want %.8g", loss ? ut_f32(loss)[0] : -1.0,
+          want);
+    CHECK(loss && ut_backward(ctx, loss) == 0 && l->grad, "backward: %s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "");
+    for (int i = 0; l->grad && i < 6; i++) {
+        double g = (1 / (1 + exp(-(double)logit[i])) - label[i]) / 6;
+        CHECK(fabs(l->grad[i] - g) < 1e-6, "gradient %d: %g, want %g", i, l->grad[i], g);
+    }
+    ut_ctx_free(ctx);
+    /* targets of another shape */
+    ctx = new_ctx();
+    l = ut_tensor_from(ctx, UT_F32, 2, (int64_t[]){3, 2}, logit);
+    y = ut_tensor_from(ctx, UT_I32, 2, (int64_t[]){2, 3}, label);
+    CHECK(!ut_model_class_loss(&m, ctx, l, y) && ut_ctx_error(ctx) && strstr(ut_ctx_error(ctx), "roberta multi-label loss") &&
+              strstr(ut_ctx_error(ctx), "the logits must be (N, K)"),
+          "%s", ut_ctx_error(ctx) ? ut_ctx_error(ctx) : "(no error)");
+    ut_ctx_free(ctx);
+}
+
 static void test_split_ops(void) {
     ut_ctx *ctx = new_ctx();
     int64_t tne[2] = {2, 2}, ine[1] = {3};
@@ -1027,6 +1062,7 @@ int main(void) {
     RUN(test_attention_varlen_bad_offsets);
     RUN(test_split_ops);
     RUN(test_class_loss_of_scores);
+    RUN(test_class_loss_multi_label);
     RUN(test_concat_and_shaped_collective);
     return TEST_SUMMARY();
 }
