@@ -55,10 +55,13 @@ static const char *const single_texts[] = {"sentence", "sentence1", "text"}; /* 
 static const char *const label_names[] = {"label", "score", "is_duplicate", "Quality", "labels"};
 
 /* Finds the columns by the names in the header line. */
+static bool headerless(const char *line, bool multi);
+
 static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
     char *f[64];
     char copy[256];
     snprintf(copy, sizeof copy, "%s", line);
+    bool multi_layout = headerless(line, true); /* GoEmotions' (text, labels, id) read for one class an example */
     c->ncol = split_tabs(line, f, 64);
     c->sentence = c->sentence2 = c->label = c->index = -1;
     int nc = c->ncol < 64 ? c->ncol : 64;
@@ -72,6 +75,11 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
         c->label = column(f, nc, label_names[i]);
     c->index = column(f, nc, "index");
     if (c->index < 0) c->index = column(f, nc, "idx"); /* datasets' name */
+    if ((c->sentence < 0 || c->ncol > 64) && multi_layout)
+        return ut_errorf(err, n, "%s:1: no header, and the first line is an example of (text, a list of labels%s): a "
+                                 "multi-label task's file in GoEmotions' layout: set model.problem_type: "
+                                 "multi_label_classification (with a pretrained tokenizer: data.tokenizer or "
+                                 "model.pretrained)", path, c->ncol == 3 ? ", an id" : "");
     if (c->sentence < 0 || c->ncol > 64)
         return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
                             "(tab-separated) 'sentence' (or 'sentence1', 'text'; a pair 'sentence1' and "
@@ -81,8 +89,18 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
     return 0;
 }
 
+/* A list of integers "2,6": a multi-label example's labels (GoEmotions') */
+static bool int_list(const char *s) {
+    size_t k = strspn(s, "0123456789");
+    if (!k || !s[k]) return false;
+    for (; k && (s[k] == ',' || !s[k]); s += k + 1, k = strspn(s, "0123456789"))
+        if (!s[k]) return true;
+    return false;
+}
+
 /* An integer field in [0, hi]. A label that is a number but not a class
- * (STS-B's 3.800) says how to train on scores. */
+ * (STS-B's 3.800) says how to train on scores, a list of them (2,6) how to
+ * train on several labels an example. */
 static int parse_int(const char *path, int64_t line, const char *what, const char *s, int64_t hi,
                      int64_t *out, char *err, size_t n) {
     char *end;
@@ -91,10 +109,13 @@ static int parse_int(const char *path, int64_t line, const char *what, const cha
     if (end == s || *end || errno || v < 0 || v > hi) {
         char *rend;
         (void)strtod(s, &rend);
-        bool label = !strcmp(what, "label"), real = label && rend != s && !*rend;
+        bool label = !strcmp(what, "label"), real = label && rend != s && !*rend, list = label && int_list(s);
         return ut_errorf(err, n, "%s:%lld: bad %s '%.40s' (expected an integer >= 0%s)", path, (long long)line, what,
                          s, real    ? ", a class; a label that is a score, as STS-B's, is a regression task: set "
                                       "model.num_labels: 1"
+                            : list  ? ", a class; a list of labels, several an example, is a multi-label task: set "
+                                      "model.problem_type: multi_label_classification (with a pretrained tokenizer: "
+                                      "data.tokenizer or model.pretrained)"
                             : label ? ", a class; labels that are names (entailment, ...) are read with a pretrained "
                                       "tokenizer (data.tokenizer or model.pretrained), not the word and byte ones"
                                     : "");
@@ -218,11 +239,18 @@ static int check_names(const char *path, ut__tsv *t, char *err, size_t n) {
     bool first_int = is_class(t->label_text[0], &v);
     for (int64_t k = 0; k < t->n; k++) {
         bool isint = is_class(t->label_text[k], &t->label[k]);
-        if (!isint && !t->label_text[k][0])
-            return ut_errorf(err, n, "%s:%lld: empty label", path, (long long)t->line[k]);
+        if (!isint && !t->label_text[k][0]) {
+            bool lists = false; /* labels with commas: lists, and an empty one an example without labels */
+            for (int64_t j = 0; j < t->n && !lists; j++) lists = strchr(t->label_text[j], ',') != NULL;
+            return ut_errorf(err, n, "%s:%lld: empty label%s", path, (long long)t->line[k],
+                             lists ? " (with labels that are lists, as elsewhere in the file, an example may have "
+                                     "none: a multi-label task, model.problem_type: multi_label_classification)"
+                                   : "");
+        }
         char *end;
         (void)strtod(t->label_text[k], &end);
-        if (!isint && !*end) /* a number that is no class (a score, a negative): parse_int's message */
+        if ((!isint && !*end) || int_list(t->label_text[k])) /* a number that is no class (a score, a negative),
+                                                              * a list of them: parse_int's message */
             return parse_int(path, t->line[k], "label", t->label_text[k], INT32_MAX, &v, err, n);
         if (isint != first_int)
             return ut_errorf(err, n, "%s:%lld: label '%.40s' where line %lld's is '%.40s': a file's labels are all "

@@ -134,7 +134,7 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
                                  "no classes%s; remove it", why, m, ds->name,
                          ds->vocab_size > 0 ? " (language-model data: dev/loss and dev/perplexity are its metrics)"
                                             : "");
-    if (ds->num_classes > UT_CLS_MAX_CLASSES)
+    if (ds->num_classes > UT_CLS_MAX_CLASSES && !ds->multi_label) /* (a multi-label's counts are 3 a label) */
         return ut_errorf(err, n, "%s: %s over %lld classes: the confusion matrix is kept for at most %d classes; "
                                  "remove it", why, m, (long long)ds->num_classes, UT_CLS_MAX_CLASSES);
     unsigned two = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1, binary = mask & two;

@@ -425,7 +425,8 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
                     ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
     int64_t C = ds->num_classes, K = ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
-    double *cm = cls && C >= 2 && C <= UT_CLS_MAX_CLASSES ? ut_calloc_check((size_t)cm_len, sizeof(double)) : NULL;
+    double *cm = cls && C >= 2 && (C <= UT_CLS_MAX_CLASSES || ds->multi_label)
+                     ? ut_calloc_check((size_t)cm_len, sizeof(double)) : NULL;
     /* a regression: every prediction and label (their correlations are not sums) */
     double *scores = ds->regression ? ut_calloc_check((size_t)(2 * ds->n), sizeof(double)) : NULL;
     bool scores_ok = scores != NULL;

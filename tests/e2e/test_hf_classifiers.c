@@ -500,7 +500,8 @@ static void test_regression_refused(void) {
         {"train.metrics=accuracy", "train.metrics: accuracy scores a classifier's classes, and the data"},
         {"train.best_metric=dev/f1", "train.best_metric: f1 scores a classifier's classes"},
         {"train.label_smoothing=0.1", "train.label_smoothing: 0.1 smooths class labels"},
-        {"model.problem_type=multi_label_classification", "multi_label_classification (several labels per example"},
+        {"model.problem_type=multi_label_classification", "multi_label_classification with model.num_labels 1: one "
+                                                          "label that an example has or not is a two-class task"},
         {"model.problem_type=single_label_classification", "single_label_classification with model.num_labels 1"},
         {"model.problem_type=ordinal", "model.problem_type: 'ordinal' is not a problem type"},
         {"model.num_labels=2", "set model.num_labels: 1"},

@@ -4,7 +4,9 @@
  * each score alone and together, the empty matrix; a regression's Pearson
  * and Spearman correlations against scipy's
  * (tests/parity/make_regmetric_fixtures.py: random, tied and edge cases),
- * and where they are undefined; train.metrics' names (spaces, duplicates,
+ * and where they are undefined; a multi-label task's scores against
+ * scikit-learn's (tests/parity/make_multilabel_metric_fixtures.py: random
+ * label sets of 2 to 28 labels, edge cases); train.metrics' names (spaces, duplicates,
  * refusals with a suggestion) and the data each score needs. */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 
 #define FIXTURE "tests/parity/fixtures/classmetrics.tsv"
 #define REG_FIXTURE "tests/parity/fixtures/regmetrics.tsv"
+#define MULTI_FIXTURE "tests/parity/fixtures/multilabel_metrics.tsv"
 #define ALL (UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_F1_MACRO | UT_CLS_F1_WEIGHTED | UT_CLS_MCC)
 
 static const char *const score_names[6] = {"precision", "recall", "f1", "f1_macro", "f1_weighted",
@@ -68,6 +71,57 @@ static void test_against_sklearn(void) {
     }
     fclose(f);
     CHECK(cases == 46 && binary == 15, "%d cases, %d of two classes", cases, binary);
+}
+
+/* Each case's label and prediction sets counted as an evaluation counts
+ * them (each label's true positives, false positives, false negatives),
+ * then scored. The accuracy column (every label of an example right) is
+ * checked against the same sets, as the evaluation's batches count it. */
+static void test_multi_label_against_sklearn(void) {
+    FILE *f = fopen(MULTI_FIXTURE, "r");
+    CHECK(f != NULL, "%s: cannot open", MULTI_FIXTURE);
+    if (!f) return;
+    static char line[1 << 16];
+    int cases = 0;
+    static const char *const names[5] = {"precision", "recall", "f1", "f1_macro", "f1_weighted"};
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *save = NULL, *field[10];
+        int nf = 0;
+        for (char *t = strtok_r(line, "\t\n", &save); t && nf < 10; t = strtok_r(NULL, "\t\n", &save)) field[nf++] = t;
+        CHECK(nf == 10, "case %d: %d fields", cases, nf);
+        if (nf != 10) break;
+        int64_t K = atoi(field[0]), n = atoi(field[1]), exact = 0;
+        double counts[3 * 28] = {0};
+        const char *y = field[2], *p = field[3];
+        for (int64_t i = 0; i < n; i++, y++, p++) { /* each row's K digits, then a space */
+            bool all = true;
+            for (int64_t k = 0; k < K; k++, y++, p++) {
+                bool t = *y == '1', q = *p == '1';
+                all &= t == q;
+                if (t || q) counts[3 * k + (t && q ? 0 : q ? 1 : 2)] += 1;
+            }
+            exact += all;
+        }
+        double acc = strtod(field[4], NULL);
+        CHECK(fabs((double)exact / (double)n - acc) <= 1e-12, "case %d: accuracy %g, scikit-learn %g", cases,
+              (double)exact / (double)n, acc);
+        ut_cls_result r;
+        ut_cls_scores_multi(counts, K, ALL & ~UT_CLS_MCC, &r);
+        CHECK(r.n == 5, "case %d: %d scores", cases, r.n);
+        for (int k = 0; k < 5; k++) {
+            double want = strtod(field[5 + k], NULL), got = value_of(&r, names[k]);
+            CHECK(fabs(got - want) <= 1e-12, "case %d (%lld labels, %lld examples): %s %.17g, scikit-learn %.17g",
+                  cases, (long long)K, (long long)n, names[k], got, want);
+            ut_cls_result one;
+            ut_cls_scores_multi(counts, K, 1u << k, &one);
+            CHECK(one.n == 1 && !strcmp(one.names[0], names[k]) && one.values[0] == got, "case %d: %s alone", cases,
+                  names[k]);
+        }
+        cases++;
+    }
+    fclose(f);
+    CHECK(cases == 38, "%d cases", cases);
 }
 
 /* space-separated numbers into v (at most max); how many */
@@ -245,6 +299,33 @@ static void test_check_regression(void) {
     ut_config_free(&c);
 }
 
+/* A multi-label task's data: no matthews_correlation, no label smoothing;
+ * the two-class names are micro averages there; any number of labels */
+static void test_check_multi_label(void) {
+    ut_config c;
+    ut_config_init(&c);
+    char err[512];
+    ut_dataset ml = {.name = "goemotions.tsv", .num_classes = 28, .multi_label = true};
+    CHECK(ut_config_set(&c, "train.metrics=precision,recall,f1,f1_macro,f1_weighted", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/f1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ml, err, sizeof err) == 0, "micro-averaged scores of 28 labels: %s", err);
+    ml.num_classes = 5000;
+    CHECK(ut_cls_check(&c, &ml, err, sizeof err) == 0, "5000 labels: %s", err);
+    CHECK(ut_config_set(&c, "train.metrics=matthews_correlation", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ml, err, sizeof err) == -1 &&
+              strstr(err, "train.metrics: matthews_correlation is a single-label classifier's score, and the data "
+                          "(goemotions.tsv) holds lists of labels"), "%s", err);
+    CHECK(ut_config_set(&c, "train.metrics=pearson", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ml, err, sizeof err) == -1 && strstr(err, "train.metrics: pearson scores a regression's"),
+          "%s", err);
+    CHECK(ut_config_set(&c, "train.metrics=f1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.label_smoothing=0.1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &ml, err, sizeof err) == -1 &&
+              strstr(err, "train.label_smoothing: 0.1 smooths one class per example, and the data (goemotions.tsv) "
+                          "holds lists of labels"), "%s", err);
+    ut_config_free(&c);
+}
+
 int main(void) {
     RUN(test_against_sklearn);
     RUN(test_regression_against_scipy);
@@ -254,5 +335,7 @@ int main(void) {
     RUN(test_wanted);
     RUN(test_check);
     RUN(test_check_regression);
+    RUN(test_multi_label_against_sklearn);
+    RUN(test_check_multi_label);
     return TEST_SUMMARY();
 }

@@ -1033,6 +1033,89 @@ static void test_tsv_scores(void) {
     ut_tokenizer_free(t);
 }
 
+/* Multi-label files: lists of integers or names, empty lists, GoEmotions'
+ * headerless (text, labels, id) layout, the label count given or from the
+ * file, names taken from the train file, and each bad list by its line */
+static void test_tsv_multilabel(void) {
+    ut_tokenizer *t = load_pretrained(MINILM);
+    if (!t) return;
+    const char *p = tmp("goemotions.tsv");
+    int32_t x[3 * 16], y[9];
+    /* GoEmotions' own file: no header, the labels a list of integers, an id column */
+    write_text(p, "My favourite food is anything I didn't have to cook myself.\t27\teebbqej\n"
+                  "Now if he does off himself, everyone will think hes having a laugh\t2,6\ted00q6i\n"
+                  "WHY THE FUCK IS BAYLESS ISOING\t2\teezlygj\n");
+    ut_dataset *ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 0, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->multi_label && ds->num_classes == 28 && ut_dataset_outputs(ds) == 28 &&
+              ds->y_dtype == UT_I32 && ds->y_ndim == 1 && ds->y_ne[0] == 28 && !ds->unlabeled && !ds->label_names,
+          "GoEmotions: %s", err);
+    int32_t row[28];
+    for (int k = 0; ds && k < 3; k++) {
+        CHECK(ds->get(ds, k, x, row, err, sizeof err) == 0, "%s", err);
+        int on = 0;
+        for (int j = 0; j < 28; j++) on += row[j];
+        CHECK(on == (k == 1 ? 2 : 1) && row[k == 0 ? 27 : 2] == 1 && (k != 1 || row[6] == 1), "example %d: %d labels", k,
+              on);
+    }
+    ut_dataset_free(ds);
+    /* the count given: wider than the file's largest label; a larger label refused by its line */
+    ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 30, err, sizeof err);
+    CHECK(ds && ds->num_classes == 30 && ds->y_ne[0] == 30, "30 labels: %s", err);
+    ut_dataset_free(ds);
+    CHECK(!ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 10, err, sizeof err) &&
+              strstr(err, "goemotions.tsv:1: label 27 >= num_classes 10"), "%s", err);
+    /* names with a header ("labels"), spaces around them, an empty list, the file's names sorted */
+    write_text(p, "idx\ttext\tlabels\n4\tgreat and funny\tjoy, amusement\n5\tmeh\t\n6\tawful\tanger\n");
+    ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 0, err, sizeof err);
+    CHECK(ds && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[0], "amusement") &&
+              !strcmp(ds->label_names[1], "anger") && !strcmp(ds->label_names[2], "joy") && ds->example_id &&
+              ds->example_id[1] == 5, "names: %s", err);
+    for (int k = 0; ds && k < 3; k++) CHECK(ds->get(ds, k, x, y + 3 * k, err, sizeof err) == 0, "%s", err);
+    CHECK(ds && y[0] == 1 && y[1] == 0 && y[2] == 1 && y[3] + y[4] + y[5] == 0 && y[6] == 0 && y[7] == 1 && y[8] == 0,
+          "label sets");
+    /* a dev file takes the train file's names (in their order); an unknown name is refused */
+    const char *d = tmp("dev.tsv");
+    write_text(d, "text\tlabels\nfun\tjoy,amusement\n");
+    ut_dataset *dev = ds ? ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
+    int32_t dy[3];
+    CHECK(dev && dev->num_classes == 3 && dev->get(dev, 0, x, dy, err, sizeof err) == 0 && dy[0] == 1 && dy[1] == 0 &&
+              dy[2] == 1, "dev: %s", err);
+    ut_dataset_free(dev);
+    write_text(d, "text\tlabels\nfun\tjoy\nsad\tgrief\n");
+    CHECK(!(ds && ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err)) &&
+              strstr(err, "dev.tsv:3: label 'grief' is not one of the 3 label names of the train file"), "%s", err);
+    /* an unlabeled test file keeps the names for its predictions */
+    write_text(d, "index\ttext\n0\twhat\n");
+    dev = ds ? ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
+    CHECK(dev && dev->unlabeled && dev->multi_label && dev->label_names && !strcmp(dev->label_names[2], "joy") &&
+              dev->y_ne[0] == 3, "unlabeled: %s", err);
+    ut_dataset_free(dev);
+    ut_dataset_free(ds);
+    static const char *const bad[][3] = {
+        {"text\tlabels\na\t1,,2\n", "goemotions.tsv:2: an empty label in the list", ""},
+        {"text\tlabels\na\t1,\n", "goemotions.tsv:2: an empty label in the list", ""},
+        {"text\tlabels\na\t1\nb\tjoy\n", "goemotions.tsv:3: label 'joy' where line 2's is '1': a file's labels are "
+                                           "all classes (integers >= 0) or all names", ""},
+        {"text\tlabels\na\t1,-2\n", "goemotions.tsv:2: bad label '-2'", ""},
+        {"text\tlabels\na\t0.5\n", "goemotions.tsv:2: bad label '0.5'", ""},
+        {"text\tlabels\na\t\nb\t\n", "goemotions.tsv: no example has a label", ""},
+        {"text\tlabels\na\tjoy\n", "goemotions.tsv:2: label 'joy': labels that are names take their classes from "
+                                     "the train file's names (model.num_labels 4 without them)", "4"},
+        {"text\n", "goemotions.tsv: no examples after the header", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(p, bad[i][0]);
+        CHECK(!ut_tsv_dataset_open_multilabel(p, t, 16, NULL, atoi(bad[i][2]), err, sizeof err) &&
+                  strstr(err, bad[i][1]), "case %zu: %s", i, err);
+    }
+    /* a single-label file with a list: the way to train on it */
+    write_text(p, "sentence\tlabel\nfine\t1\nboth\t0,1\n");
+    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) &&
+              strstr(err, "goemotions.tsv:3: bad label '0,1'") &&
+              strstr(err, "set model.problem_type: multi_label_classification"), "%s", err);
+    ut_tokenizer_free(t);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -1047,6 +1130,7 @@ int main(int argc, char **argv) {
     RUN(test_padding_and_specials);
     RUN(test_bad_files);
     RUN(test_t5_unigram);
+    RUN(test_tsv_multilabel);
     RUN(test_t5_specials_and_padding);
     RUN(test_t5_bad_files);
     RUN(test_tokenize_shard);
