@@ -155,14 +155,16 @@ int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char 
  * vocab.json, merges.txt, added_tokens.json, generation_config.json; those
  * it has) into out. 0, or -1 with a message. */
 int ut_hf_copy_tokenizer(const char *dir, const char *out, char *err, size_t n);
-/* Writes checkpoint ckpt of a model_name (bert, gpt2 or bart) run with model
- * options opts as a Hugging Face directory out (created if needed):
- * config.json (from opts' model.pretrained config.json when there is one,
- * the sizes from the tensors), model.safetensors under transformers' names
- * and layouts, and the tokenizer files of model.pretrained. -1 with a
- * message naming the file otherwise. */
-int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
-                 size_t n);
+/* Writes checkpoint ckpt of a model_name (bert, roberta, gpt2, bart or t5)
+ * run with model options opts as a Hugging Face directory out (created if
+ * needed): config.json (from opts' model.pretrained config.json when there
+ * is one, the sizes from the tensors; a classifier's id2label from names,
+ * nnames of them, the run's label names, else LABEL_k), model.safetensors
+ * under transformers' names and layouts, and the tokenizer files of
+ * model.pretrained. -1 with a message naming the file otherwise (names
+ * that are not the classifier's outputs too). */
+int ut_hf_export(const char *model_name, const ut_kv *opts, const char *const *names, int64_t nnames, const char *ckpt,
+                 const char *out, char *err, size_t n);
 
 #ifdef __cplusplus
 }

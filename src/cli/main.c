@@ -529,6 +529,36 @@ static int run_checkpoint_path(const ut_config *c, const char *run_dir, char *pa
     return 0;
 }
 
+/* RUN/labels.txt, the names of a run's labels (one a line) that training
+ * wrote where the labels are names: into *names (count of them; NULL and 0
+ * without the file). -1 naming the line of an empty name. */
+static int read_label_names(const char *run, char ***names, int64_t *count, char *err, size_t n) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/labels.txt", run);
+    *names = NULL;
+    *count = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : ut_errorf(err, n, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len || strlen(line) != (size_t)len) {
+            rc = ut_errorf(err, n, "%s:%lld: %s", path, (long long)*count + 1,
+                           len ? "a NUL byte in a label's name" : "an empty label name");
+            break;
+        }
+        *names = ut_realloc_check(*names, (size_t)(*count + 1) * sizeof **names);
+        (*names)[*count] = ut_malloc_check((size_t)len + 1);
+        memcpy((*names)[(*count)++], line, (size_t)len + 1);
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
 static int cmd_export(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         usage_export(stdout);
@@ -556,7 +586,14 @@ static int cmd_export(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/config.yml", run);
     int rc = ut_config_load(&cfg, path, err, sizeof err);
     if (!rc && !ckpt) rc = run_checkpoint_path(&cfg, run, path, sizeof path, err, sizeof err);
-    if (!rc) rc = ut_hf_export(cfg.model_name, cfg.model_opts, ckpt ? ckpt : path, out, err, sizeof err);
+    char **names = NULL;
+    int64_t nnames = 0;
+    if (!rc) rc = read_label_names(run, &names, &nnames, err, sizeof err);
+    if (!rc)
+        rc = ut_hf_export(cfg.model_name, cfg.model_opts, (const char *const *)names, nnames, ckpt ? ckpt : path, out,
+                          err, sizeof err);
+    for (int64_t k = 0; k < nnames; k++) ut_free(names[k]);
+    ut_free(names);
     /* a run that read its text with data.tokenizer (no model.pretrained): that tokenizer's files too */
     struct stat sb;
     if (!rc && !ut_kv_get(cfg.model_opts, "pretrained") && strcmp(cfg.tokenizer, "word") &&

@@ -137,12 +137,19 @@ static void set_arch(cJSON *o, const char *arch) {
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
 }
 
-/* a classifier's K labels: id2label / label2id as transformers writes them;
- * one output is a regression's score (problem_type regression, which
- * transformers also infers from one label); a multi-label task (kv's
- * problem_type: the run's, else the checkpoint's it started from) says
- * so, as transformers would otherwise read its labels as one class */
-static void set_labels(cJSON *o, int64_t K, const ut_kv *kv) {
+/* a classifier's K labels: id2label / label2id as transformers writes them,
+ * the run's label names (names, nnames of them) or LABEL_k; one output is
+ * a regression's score (problem_type regression, which transformers also
+ * infers from one label); a multi-label task (kv's problem_type: the
+ * run's, else the checkpoint's it started from) says so, as transformers
+ * would otherwise read its labels as one class. -1 when the names are not
+ * the head's outputs. */
+static int set_labels(cJSON *o, int64_t K, const ut_kv *kv, const char *const *names, int64_t nnames,
+                      const char *path, char *err, size_t n) {
+    if (names && nnames != K)
+        return ut_errorf(err, n, "%s: the classifier has %lld outputs, and the run's labels.txt names %lld labels "
+                                 "(%s, ...): not the run that wrote this checkpoint?", path, (long long)K,
+                         (long long)nnames, names[0]);
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "problem_type");
     const char *want = ut_kv_get(kv, "problem_type");
     if (K == 1) set_str(o, "problem_type", "regression");
@@ -157,12 +164,14 @@ static void set_labels(cJSON *o, int64_t K, const ut_kv *kv) {
         char id[32], label[48];
         snprintf(id, sizeof id, "%lld", (long long)k);
         snprintf(label, sizeof label, "LABEL_%lld", (long long)k);
-        cJSON_AddStringToObject(id2, id, label);
-        cJSON_AddNumberToObject(l2i, label, (double)k);
+        cJSON_AddStringToObject(id2, id, names ? names[k] : label);
+        cJSON_AddNumberToObject(l2i, names ? names[k] : label, (double)k);
     }
+    return 0;
 }
 
-static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *const *names, int64_t nnames,
+                       const char *path, char *err, size_t n) {
     const ut_st_tensor *wte = tensor(l, "transformer.wte.weight"), *wpe = tensor(l, "transformer.wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
         return ut_errorf(err, n, "%s: not a gpt2 checkpoint (no model.wte.weight / model.wpe.weight)", path);
@@ -170,7 +179,7 @@ static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     const ut_st_tensor *score = tensor(l, "score.weight");
     set_str(o, "model_type", "gpt2");
     set_arch(o, score ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel");
-    if (score) set_labels(o, score->shape[0], kv);
+    if (score && set_labels(o, score->shape[0], kv, names, nnames, path, err, n)) return -1;
     if (score && ut_kv_get(kv, "pad_token_id")) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 0));
     set_num(o, "vocab_size", (double)wte->shape[0]);
     set_num(o, "n_embd", (double)wte->shape[1]);
@@ -194,7 +203,8 @@ static const ut_st_tensor *tensor_in(const tensor_list *l, const char *pre, cons
 }
 
 /* BERT or, with roberta.* tensors, RoBERTa */
-static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char *const *names, int64_t nnames,
+                       const char *path, char *err, size_t n) {
     bool rob = tensor(l, "roberta.embeddings.word_embeddings.weight") != NULL;
     const char *pre = rob ? "roberta" : "bert";
     char lay[64];
@@ -225,7 +235,7 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     set_str(o, "hidden_act", ut_kv_get(kv, "hidden_act") ? ut_kv_get(kv, "hidden_act") : "gelu");
     set_str(o, "position_embedding_type", "absolute");
     if (ut_kv_get(kv, "classifier_dropout")) set_num(o, "classifier_dropout", opt_num(kv, "classifier_dropout", 0.1));
-    set_labels(o, cl->shape[0], kv);
+    if (set_labels(o, cl->shape[0], kv, names, nnames, path, err, n)) return -1;
     return 0;
 }
 
@@ -254,7 +264,8 @@ static int final_logits_bias(tensor_list *l, int64_t V, const char *dir, char *e
     return 0;
 }
 
-static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *path, char *err, size_t n) {
+static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *const *names, int64_t nnames,
+                       const char *path, char *err, size_t n) {
     const ut_st_tensor *sh = tensor(l, "model.shared.weight"),
                        *pe = tensor(l, "model.encoder.embed_positions.weight"),
                        *ef = tensor(l, "model.encoder.layers.0.fc1.weight"),
@@ -286,7 +297,7 @@ static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *pa
     cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_embedding");
     cJSON_AddBoolToObject(o, "scale_embedding", scale && !strcmp(scale, "true"));
     if (gen) return final_logits_bias(l, sh->shape[0], ut_kv_get(kv, "pretrained"), err, n);
-    set_labels(o, cl->shape[0], kv);
+    if (set_labels(o, cl->shape[0], kv, names, nnames, path, err, n)) return -1;
     return 0;
 }
 
@@ -400,8 +411,8 @@ static int write_config(cJSON *o, const char *out, char *err, size_t n) {
     return rc;
 }
 
-int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, const char *out, char *err,
-                 size_t n) {
+int ut_hf_export(const char *model_name, const ut_kv *opts, const char *const *names, int64_t nnames, const char *ckpt,
+                 const char *out, char *err, size_t n) {
     bool gpt2 = !strcmp(model_name, "gpt2"), bart = !strcmp(model_name, "bart"), t5 = !strcmp(model_name, "t5");
     if (!gpt2 && !bart && !t5 && strcmp(model_name, "bert") && strcmp(model_name, "roberta"))
         return ut_errorf(err, n, "export --format hf: model.name is %s; bert, roberta, gpt2, bart and t5 runs "
@@ -419,10 +430,10 @@ int ut_hf_export(const char *model_name, const ut_kv *opts, const char *ckpt, co
     tensor_list l = {0};
     cJSON *cfg = base_config(dir);
     int rc = !f || collect(f, gpt2, &l, ckpt, err, n) ||
-             (gpt2   ? gpt2_config(cfg, &l, kv, ckpt, err, n)
-              : bart ? bart_config(cfg, &l, kv, ckpt, err, n)
+             (gpt2   ? gpt2_config(cfg, &l, kv, names, nnames, ckpt, err, n)
+              : bart ? bart_config(cfg, &l, kv, names, nnames, ckpt, err, n)
               : t5   ? t5_config(cfg, &l, kv, ckpt, err, n)
-                     : bert_config(cfg, &l, kv, ckpt, err, n)) ||
+                     : bert_config(cfg, &l, kv, names, nnames, ckpt, err, n)) ||
              write_config(cfg, out, err, n);
     if (!rc) {
         char path[4200];

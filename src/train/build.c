@@ -1,7 +1,9 @@
 /* Datasets and the model as the config describes them. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "run_internal.h"
 #include "utrain/io.h"
@@ -282,10 +284,27 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     return rc ? rc : check_dev_labeled(c, train, dev, err, n);
 }
 
+/* RUN_DIR/labels.txt: the names of the train set's labels, one a line in
+ * the order of the model's outputs, for `utrain export` to write into
+ * config.json's id2label (removed where the labels are integers) */
+static int save_label_names(const ut_dataset *tr, const char *run_dir, char *err, size_t n) {
+    char path[1280];
+    snprintf(path, sizeof path, "%s/labels.txt", run_dir);
+    if (!tr->label_names) return unlink(path) && errno != ENOENT ? ut_errorf(err, n, "%s: cannot remove: %s", path,
+                                                                            strerror(errno)) : 0;
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
+    for (int64_t k = 0; k < tr->num_classes; k++) fprintf(f, "%s\n", tr->label_names[k]);
+    return fclose(f) ? ut_errorf(err, n, "%s: write failed", path) : 0;
+}
+
 static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_dataset **train, ut_dataset **dev,
                     ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
-    if (dir) return open_tsv_pretrained(c, dir, train, dev, test, err, n);
+    if (dir) {
+        int rc = open_tsv_pretrained(c, dir, train, dev, test, err, n);
+        return rc || !train || !*train || !lead ? rc : save_label_names(*train, run_dir, err, n);
+    }
     int task = problem_task(c, err, n);
     if (task)
         return task < 0 ? -1

@@ -217,6 +217,36 @@ static void test_label_names(void) {
     }
     CHECK(fabs(acc[0] + acc[1] - 1) < 1e-9 && acc[0] != acc[1], "dev accuracy before training %g sorted, %g in the "
           "checkpoint's order", acc[0], acc[1]);
+    /* the export's id2label: the run's names (labels.txt), in the order of its outputs */
+    const char *runs[2] = {"runs/roberta_names", "runs/names_rev"}, *want[2] = {"negative", "positive"};
+    for (int k = 0; k < 2; k++) {
+        char run[1024], hf[1024];
+        snprintf(run, sizeof run, "%s", tp_path(tmp, runs[k]));
+        snprintf(hf, sizeof hf, "%s_hf", run);
+        CHECK(tp_run_shown((const char *[]){"export", run, "--format", "hf", hf, NULL}, tp_path(tmp, "names.export.out"),
+                           0, NULL) == 0, "export %s", runs[k]);
+        s = tp_slurp(tp_path(hf, "config.json"));
+        char id2[128];
+        snprintf(id2, sizeof id2, "\"id2label\":\t{\n\t\t\"0\":\t\"%s\",\n\t\t\"1\":\t\"%s\"", want[k], want[1 - k]);
+        CHECK(s && strstr(s, id2) && strstr(s, k ? "\"positive\":\t0" : "\"positive\":\t1"), "%s: %s", runs[k], s);
+        free(s);
+    }
+    /* a labels.txt that is not the checkpoint's head, or has an empty line: refused */
+    const char *bad[2][2] = {{"a\nb\nc\n", "the classifier has 2 outputs, and the run's labels.txt names 3 labels (a, ...)"},
+                             {"a\n\n", "labels.txt:2: an empty label name"}};
+    for (int k = 0; k < 2; k++) {
+        FILE *lf = fopen(tp_path(tmp, "runs/names_sorted/labels.txt"), "w");
+        fputs(bad[k][0], lf);
+        fclose(lf);
+        char run[1024], hf[1024];
+        snprintf(run, sizeof run, "%s", tp_path(tmp, "runs/names_sorted"));
+        snprintf(hf, sizeof hf, "%s_hf", run);
+        CHECK(tp_run((const char *[]){"export", run, "--format", "hf", hf, NULL}, tp_path(tmp, "refused.out")) == 1,
+              "exit 1");
+        s = tp_slurp(tp_path(tmp, "refused.out"));
+        CHECK(s && strstr(s, bad[k][1]), "%s", s);
+        free(s);
+    }
     /* integer labels beyond model.num_labels: the train file's first such line */
     FILE *three = fopen(tp_path(tmp, "three.tsv"), "w");
     fprintf(three, "sentence\tlabel\ngood\t0\nbad\t1\nso so\t2\n");

@@ -6,8 +6,8 @@
  * learns them (dev loss and micro F1); test mode's accuracy and F1 are the
  * ones its predictions file gives; 2 ranks give one process's results and
  * losses, and so do 2 pipeline stages; the export says
- * multi_label_classification and fine-tuning it again needs no
- * problem_type; the GPT-2 classifier trains on GoEmotions' own layout
+ * multi_label_classification with the labels' names and fine-tuning it
+ * again needs no problem_type; the GPT-2 classifier trains on GoEmotions' own layout
  * (headerless, lists of integers, an id column); what cannot apply is
  * refused. */
 #include <stdlib.h>
@@ -211,8 +211,9 @@ static void test_export_and_again(void) {
     CHECK(tp_run_shown((const char *[]){"export", run, "--format", "hf", hf, NULL}, tp_path(tmp, "ml.export.out"), 0,
                        NULL) == 0, "export");
     char *s = tp_slurp(tp_path(hf, "config.json"));
-    CHECK(s && strstr(s, "\"problem_type\":\t\"multi_label_classification\"") && strstr(s, "\"LABEL_2\"") &&
-              strstr(s, "BertForSequenceClassification"), "%s", s);
+    CHECK(s && strstr(s, "\"problem_type\":\t\"multi_label_classification\"") &&
+              strstr(s, "\"id2label\":\t{\n\t\t\"0\":\t\"both\",\n\t\t\"1\":\t\"first\",\n\t\t\"2\":\t\"second\"") &&
+              strstr(s, "\"second\":\t2") && strstr(s, "BertForSequenceClassification"), "%s", s);
     free(s);
     char *cfg = tp_slurp(tp_path(tmp, "ml.yml"));
     const char *drop = "  problem_type: multi_label_classification\n";
