@@ -298,6 +298,7 @@ int main(int argc, char **argv) {
     RUN(test_goemotions_gpt2);
     RUN(test_refused);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */
+    tp_mpi_env(true);
     RUN(test_two_ranks);
     return TEST_SUMMARY();
 }

@@ -4,9 +4,15 @@
  * read as a regression's instead (its labels scores, as the pretrained
  * tokenizers' datasets read them with num_labels 1): every score read is
  * finite; with bit 4 as classes that may be names: integer labels are
- * >= 0, names are not empty. Input layout: 1 byte (bit 0: byte tokenizer,
- * else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4: names), 1 byte
- * max_len - 1, then the file. */
+ * >= 0, names are not empty; with bit 5 as a multi-label task's lists
+ * of labels (ut_tsv_dataset_open_multilabel, a small WordPiece vocabulary
+ * as the tokenizer; bits 1-2 the label count, 0 from the file): every y is
+ * 0 or 1, names are not empty and hold no comma, and the file opened again
+ * with its own names gives the same labels. Input layout: 1 byte (bit 0:
+ * byte tokenizer, else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4:
+ * names; bit 5: lists), 1 byte max_len - 1, then the file. */
+#include <string.h>
+
 #include <math.h>
 
 #include "fuzz_data.h"
@@ -24,6 +30,64 @@ static void labels(const char *path, int mode) {
         if (mode == UT__TSV_NAMES && t.labeled && (t.names ? !t.label_text[k][0] : t.label[k] < 0)) abort();
     }
     ut__tsv_free(&t);
+}
+
+/* the multi-label datasets' tokenizer: a few WordPiece tokens */
+static ut_tokenizer *tokenizer(void) {
+    static ut_tokenizer *tok;
+    if (!tok) {
+        const char *vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\na\nfilm\n##s\n,\n.\n";
+        const char *path = fz_write("vocab.txt", (const uint8_t *)vocab, strlen(vocab));
+        char err[512];
+        tok = ut_tokenizer_load(path, err, sizeof err);
+        if (!tok) {
+            fprintf(stderr, "the fuzz vocabulary does not load: %s\n", err);
+            abort();
+        }
+    }
+    return tok;
+}
+
+/* y of example i (K labels) into out; aborts unless each is 0 or 1 */
+static void labels_of(ut_dataset *ds, int64_t i, int32_t *x, int32_t *out) {
+    char err[512];
+    if (ds->get(ds, i, x, out, err, sizeof err)) abort();
+    for (int64_t k = 0; k < ds->num_classes; k++)
+        if (out[k] != 0 && out[k] != 1) abort();
+}
+
+static void multi_label(const char *path, int64_t count, int64_t max_len) {
+    char err[1024] = "";
+    ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, tokenizer(), max_len, NULL, count, err, sizeof err);
+    if (!ds) {
+        fz_check_err(err, path);
+        return;
+    }
+    int64_t K = ds->num_classes;
+    if (!ds->multi_label || K < 1 || ds->y_ne[0] != K || (count && K != count)) abort();
+    for (int64_t k = 0; ds->label_names && k < K; k++)
+        if (!ds->label_names[k][0] || strchr(ds->label_names[k], ',')) abort();
+    ut_dataset *again = ds->label_names ? ut_tsv_dataset_open_multilabel(path, tokenizer(), max_len, ds->label_names,
+                                                                         K, err, sizeof err)
+                                        : NULL;
+    if (ds->label_names && (!again || again->num_classes != K)) {
+        fprintf(stderr, "a file does not open with its own names: %s\n", err);
+        abort();
+    }
+    int32_t *x = ut_malloc_check((size_t)(3 * max_len) * sizeof *x), *a = ut_malloc_check((size_t)K * sizeof *a),
+            *b = ut_malloc_check((size_t)K * sizeof *b);
+    for (int64_t i = 0; i < ds->n; i++) {
+        labels_of(ds, i, x, a);
+        if (again) {
+            labels_of(again, i, x, b);
+            if (memcmp(a, b, (size_t)K * sizeof *a)) abort();
+        }
+    }
+    ut_free(x);
+    ut_free(a);
+    ut_free(b);
+    if (again) ut_dataset_free(again);
+    fz_read_ends(ds);
 }
 
 static void round_trip(const ut_vocab *v) {
@@ -46,6 +110,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
     const char *path = fz_write("train.tsv", data, size);
+    if (opt[0] & 32) {
+        multi_label(path, opt[0] >> 1 & 3, 2 + (max_len & 15));
+        return 0;
+    }
     if (opt[0] & 24) {
         labels(path, opt[0] & 8 ? UT__TSV_SCORES : UT__TSV_NAMES);
         return 0;
