@@ -152,8 +152,10 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
                         ptsv_impl *m, char *err, size_t n) {
     /* every row's labels, split in place: lab[at[k] .. at[k + 1]) */
     int64_t total = 0, *at = ut_malloc_check((size_t)(t->n + 1) * sizeof *at);
-    for (int64_t k = 0; k < t->n; k++) /* at most one more label than commas */
-        for (const char *p = t->label_text[k]; p; p = strchr(p + 1, ',')) total++;
+    for (int64_t k = 0; k < t->n; k++) { /* at most one more label than commas */
+        total++;
+        for (const char *p = t->label_text[k]; (p = strchr(p, ',')); p++) total++;
+    }
     char **lab = ut_malloc_check((size_t)(total ? total : 1) * sizeof *lab), **own = NULL;
     int rc = 0, kind = -1; /* 1 integers, 0 names */
     int64_t max = -1, used = 0, v, bad = -1;
@@ -201,6 +203,10 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
     if (!rc && K < 1)
         rc = ut_errorf(err, n, "%s: no example has a label: the labels' count is not known (set model.num_labels)",
                        path);
+    if (!rc && ut_memory_check(4.0 * (double)t->n * (double)K,
+                               ut_fmt("%s: %lld labels (the largest label + 1) of %lld examples", path, (long long)K,
+                                      (long long)t->n), err, n))
+        rc = -1;
     if (!rc) {
         m->K = K;
         m->multi = ut_calloc_check((size_t)(t->n * K), sizeof *m->multi);

@@ -8,7 +8,8 @@
  * of labels (ut_tsv_dataset_open_multilabel, a small WordPiece vocabulary
  * as the tokenizer; bits 1-2 the label count, 0 from the file): every y is
  * 0 or 1, names are not empty and hold no comma, and the file opened again
- * with its own names gives the same labels. Input layout: 1 byte (bit 0:
+ * with its own names gives the same labels (the labels' memory capped at
+ * 256 MiB: a label 777777770 is refused by the memory check). Input layout: 1 byte (bit 0:
  * byte tokenizer, else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4:
  * names; bit 5: lists), 1 byte max_len - 1, then the file. */
 #include <string.h>
@@ -58,6 +59,7 @@ static void labels_of(ut_dataset *ds, int64_t i, int32_t *x, int32_t *out) {
 
 static void multi_label(const char *path, int64_t count, int64_t max_len) {
     char err[1024] = "";
+    ut_memory_limit((int64_t)256 << 20); /* a label 777777770: refused, not allocated */
     ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, tokenizer(), max_len, NULL, count, err, sizeof err);
     if (!ds) {
         fz_check_err(err, path);
