@@ -35,6 +35,8 @@ typedef struct {
     char **label_text;           /* UT__TSV_NAMES: each example's label as written (into buf) */
     bool names;                  /* the labels are names (entailment, ...), not integers: label unset */
     bool multi;                  /* UT__TSV_MULTI: label_text holds each row's list, label unset */
+    char **owned;                /* JSON Lines: the fields' texts (sentence etc. point into them) */
+    int64_t nowned, owned_cap;
     int64_t max_label;
     bool labeled, has_index;
 } ut__tsv;

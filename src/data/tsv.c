@@ -2,13 +2,19 @@
  * (it must have "sentence"; "label" makes it labeled, "index" gives each
  * example its id, other columns are allowed and ignored), then one example per
  * line with the same number of tab-separated fields. Blank lines are skipped;
- * a trailing '\r' is dropped. Errors name the file and the 1-based line.
- * Examples are tokenized once at open. */
+ * a trailing '\r' is dropped. The same columns are read from a .csv file
+ * (RFC 4180 quoting) and a .json / .jsonl file (JSON Lines, the first
+ * object's keys the columns), as datasets' to_csv and to_json write them.
+ * Errors name the file and the 1-based line. Examples are tokenized once at
+ * open. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <cjson/cJSON.h>
 
 #include "data_internal.h"
 #include "utrain/base.h"
@@ -54,17 +60,19 @@ static const char *const single_texts[] = {"sentence", "sentence1", "text"}; /* 
  * GoEmotions' and datasets' multi-label files name their lists */
 static const char *const label_names[] = {"label", "score", "is_duplicate", "Quality", "labels"};
 
-/* Finds the columns by the names in the header line. */
 static bool headerless(const char *line, bool multi);
 
-static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
-    char *f[64];
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", line);
-    bool multi_layout = headerless(line, true); /* GoEmotions' (text, labels, id) read for one class an example */
-    c->ncol = split_tabs(line, f, 64);
+/* The file's kind by its name: TSV (.tsv and anything else), CSV, JSON Lines */
+enum { KIND_TSV, KIND_CSV, KIND_JSONL };
+static const char *const kind_sep[] = {"tab", "comma", "comma"};
+
+/* Finds the columns among the header's names f (nc of them; shown is the
+ * header as the file has it, for the message). */
+static int find_columns(const char *path, char **f, int nc, int kind, const char *shown, bool multi_layout,
+                        tsv_columns *c, char *err, size_t n) {
+    c->ncol = nc;
     c->sentence = c->sentence2 = c->label = c->index = -1;
-    int nc = c->ncol < 64 ? c->ncol : 64;
+    if (nc > 64) nc = 64;
     for (size_t i = 0; i < sizeof text_pairs / sizeof text_pairs[0] && c->sentence < 0; i++) {
         int a = column(f, nc, text_pairs[i][0]), b = column(f, nc, text_pairs[i][1]);
         if (a >= 0 && b >= 0) c->sentence = a, c->sentence2 = b;
@@ -80,13 +88,27 @@ static int parse_header(const char *path, char *line, tsv_columns *c, char *err,
                                  "multi-label task's file in GoEmotions' layout: set model.problem_type: "
                                  "multi_label_classification (with a pretrained tokenizer: data.tokenizer or "
                                  "model.pretrained)", path, c->ncol == 3 ? ", an id" : "");
-    if (c->sentence < 0 || c->ncol > 64)
-        return ut_errorf(err, n, "%s:1: no header: expected a first line naming the columns "
-                            "(tab-separated) 'sentence' (or 'sentence1', 'text'; a pair 'sentence1' and "
-                            "'sentence2', 'question' and 'sentence', 'question1' and 'question2', 'premise' and "
-                            "'hypothesis') and 'label', or 'index' and 'sentence' for an unlabeled file, got '%.60s'",
-                         path, copy);
+    if (c->ncol > 64)
+        return ut_errorf(err, n, "%s:1: %d columns: at most 64 are read", path, c->ncol);
+    if (c->sentence < 0)
+        return ut_errorf(err, n, "%s:1: %s 'sentence' (or 'sentence1', 'text'; a pair 'sentence1' and 'sentence2', "
+                                 "'question' and 'sentence', 'question1' and 'question2', 'premise' and 'hypothesis') "
+                                 "and 'label', or 'index' and 'sentence' for an unlabeled file, got '%.60s'", path,
+                         kind == KIND_JSONL ? "no text key: expected an object with the keys"
+                         : kind == KIND_CSV ? "no header: expected a first line naming the columns (comma-separated)"
+                                            : "no header: expected a first line naming the columns (tab-separated)",
+                         shown);
     return 0;
+}
+
+/* The TSV header line: its columns */
+static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
+    char *f[65];
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", line);
+    bool multi_layout = headerless(line, true); /* GoEmotions' (text, labels, id) read for one class an example */
+    int nc = split_tabs(line, f, 65);
+    return find_columns(path, f, nc, KIND_TSV, copy, multi_layout, c, err, n);
 }
 
 /* A list of integers "2,6": a multi-label example's labels (GoEmotions') */
@@ -136,15 +158,15 @@ static int parse_score(const char *path, int64_t line, const char *s, double *ou
     return 0;
 }
 
-/* Parses one example line into row k of t. */
-static int parse_row(const char *path, char *line, int64_t lineno, const tsv_columns *c, ut__tsv *t,
-                     char *err, size_t n) {
-    char *f[64];
-    int got = split_tabs(line, f, 64);
+/* Row k of t from one example's fields f (got of them: the header's count
+ * expected, what a mismatch is called in the file's kind in the message). */
+static int parse_fields(const char *path, char **f, int got, int64_t lineno, const tsv_columns *c, int kind,
+                        ut__tsv *t, char *err, size_t n) {
     if (got != c->ncol)
-        return ut_errorf(err, n, "%s:%lld: %s: expected %d tab-separated fields as in the header, got %d",
-                            path, (long long)lineno, got < c->ncol ? "missing tab" : "too many tabs",
-                            c->ncol, got);
+        return ut_errorf(err, n, "%s:%lld: %s: expected %d %s-separated fields as in the header, got %d", path,
+                         (long long)lineno, got < c->ncol ? kind == KIND_CSV ? "missing comma" : "missing tab"
+                                                          : kind == KIND_CSV ? "too many commas" : "too many tabs",
+                         c->ncol, kind_sep[kind], got);
     int64_t k = t->n;
     t->label[k] = 0;
     t->index[k] = k;
@@ -163,6 +185,14 @@ static int parse_row(const char *path, char *line, int64_t lineno, const tsv_col
     if (t->label[k] > t->max_label) t->max_label = t->label[k];
     t->n++;
     return 0;
+}
+
+/* Parses one TSV example line into row k of t. */
+static int parse_row(const char *path, char *line, int64_t lineno, const tsv_columns *c, ut__tsv *t,
+                     char *err, size_t n) {
+    char *f[64];
+    int got = split_tabs(line, f, 64);
+    return parse_fields(path, f, got, lineno, c, KIND_TSV, t, err, n);
 }
 
 /* The seed's files (sentiment-train, read with pandas' header=None) have no
@@ -218,6 +248,196 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
     }
     if (t->n == 0) return ut_errorf(err, n, "%s: no examples after the header", path);
     return 0;
+}
+
+/* ---- CSV (RFC 4180, as Python's csv and pandas write it) ---- */
+
+/* One record of the CSV text at *pp (its first line *line), split at commas
+ * into fields unquoted in place: a field in double quotes may hold commas,
+ * newlines and "" for a quote; CRLF line ends are read as LF. f gets at most
+ * max fields, *got their count; *pp and *line move past the record. */
+static int csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n) {
+    char *p = *pp;
+    int k = 0;
+    for (;;) {
+        char *start = p, *w = p, end;
+        if (*p == '"') {
+            int64_t from = *line;
+            for (p++;; p++) {
+                if (!*p)
+                    return ut_errorf(err, n, "%s:%lld: a quoted field is not closed (it opens on this line)", path,
+                                     (long long)from);
+                if (*p == '"' && p[1] != '"') break;
+                if (*p == '"') p++; /* "" is one quote */
+                if (*p == '\n') (*line)++;
+                *w++ = *p;
+            }
+            p++;
+            if (*p == '\r' && (p[1] == '\n' || !p[1])) p++;
+            if (*p && *p != ',' && *p != '\n')
+                return ut_errorf(err, n, "%s:%lld: '%c' after a closing quote (a quote inside a quoted field is "
+                                         "written \"\")", path, (long long)*line, *p);
+        } else {
+            while (*p && *p != ',' && *p != '\n') *w++ = *p++;
+            if (w > start && w[-1] == '\r' && *p != ',') w--; /* CRLF */
+        }
+        end = *p;
+        *w = 0;
+        if (k < max) f[k] = start;
+        k++;
+        if (end == ',') {
+            p++;
+            continue;
+        }
+        if (end == '\n') p++, (*line)++;
+        *pp = p;
+        *got = k;
+        return 0;
+    }
+}
+
+static int parse_csv(const char *path, ut__tsv *t, char *err, size_t n) {
+    tsv_columns c = {0};
+    int64_t line = 1;
+    char *f[65], *p = t->buf;
+    for (bool header = true; *p;) {
+        int64_t at = line;
+        int got = 0;
+        if (csv_record(path, &p, &line, f, 65, &got, err, n)) return -1;
+        if (got == 1 && !f[0][strspn(f[0], " \t\r")]) continue; /* a blank line */
+        if (header) {
+            char shown[256] = "";
+            for (int i = 0; i < got && i < 65; i++)
+                snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", i ? "," : "", f[i]);
+            if (find_columns(path, f, got, KIND_CSV, shown, false, &c, err, n)) return -1;
+            t->labeled = c.label >= 0;
+            t->has_index = c.index >= 0;
+            if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+            header = false;
+        } else if (parse_fields(path, f, got, at, &c, KIND_CSV, t, err, n)) {
+            return -1;
+        }
+    }
+    if (t->n == 0) return ut_errorf(err, n, "%s: no examples after the header", path);
+    return 0;
+}
+
+/* ---- JSON Lines (as datasets' to_json writes them) ---- */
+
+/* A copy of s kept with t (freed with it) */
+static char *keep(ut__tsv *t, const char *s, size_t len) {
+    if (t->nowned == t->owned_cap) {
+        t->owned_cap = t->owned_cap ? 2 * t->owned_cap : 64;
+        t->owned = ut_realloc_check(t->owned, (size_t)t->owned_cap * sizeof *t->owned);
+    }
+    char *c = ut_malloc_check(len + 1);
+    memcpy(c, s, len);
+    c[len] = 0;
+    return t->owned[t->nowned++] = c;
+}
+
+/* a JSON number as a label's text: an integer as one, else 17 digits */
+static void number_text(double v, char *out, size_t n) {
+    if (v == floor(v) && fabs(v) < 1e15) snprintf(out, n, "%lld", (long long)v);
+    else snprintf(out, n, "%.17g", v);
+}
+
+/* The text of value v of key at line: a string as it is, a number, a
+ * boolean (1, 0), null (empty), an array of strings and numbers joined by
+ * commas (a multi-label example's labels); an object or nested array is
+ * refused. */
+static int json_field(const char *path, int64_t line, const char *key, const cJSON *v, ut__tsv *t, char **out,
+                      char *err, size_t n) {
+    char num[40];
+    if (cJSON_IsString(v)) *out = keep(t, v->valuestring, strlen(v->valuestring));
+    else if (cJSON_IsNumber(v)) number_text(v->valuedouble, num, sizeof num), *out = keep(t, num, strlen(num));
+    else if (cJSON_IsBool(v)) *out = keep(t, cJSON_IsTrue(v) ? "1" : "0", 1);
+    else if (cJSON_IsNull(v)) *out = keep(t, "", 0);
+    else if (cJSON_IsArray(v)) {
+        size_t len = 0, cap = 64;
+        char *s = ut_malloc_check(cap);
+        s[0] = 0;
+        for (const cJSON *e = v->child; e; e = e->next) {
+            const char *piece = num;
+            if (cJSON_IsString(e)) piece = e->valuestring;
+            else if (cJSON_IsNumber(e)) number_text(e->valuedouble, num, sizeof num);
+            else {
+                ut_free(s);
+                return ut_errorf(err, n, "%s:%lld: key '%s': an array holds strings and numbers (labels), not %s",
+                                 path, (long long)line, key, cJSON_IsArray(e) ? "arrays" : "objects");
+            }
+            size_t add = strlen(piece) + 1;
+            if (len + add + 1 > cap) cap = 2 * (len + add + 1), s = ut_realloc_check(s, cap);
+            len += (size_t)snprintf(s + len, cap - len, "%s%s", len ? "," : "", piece);
+        }
+        *out = keep(t, s, len);
+        ut_free(s);
+    } else {
+        return ut_errorf(err, n, "%s:%lld: key '%s' is an object (expected a string, a number or an array of "
+                                 "labels)", path, (long long)line, key);
+    }
+    return 0;
+}
+
+static int parse_jsonl(const char *path, ut__tsv *t, char *err, size_t n) {
+    tsv_columns c = {0};
+    char *keys[65];
+    int nkeys = 0, rc = 0;
+    int64_t line = 0;
+    for (char *p = t->buf, *next; p && !rc; p = next) {
+        next = strchr(p, '\n');
+        if (next) *next++ = 0;
+        line++;
+        if (!p[strspn(p, " \t\r")]) continue;
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithOpts(p, &end, false);
+        if (!j || (end && end[strspn(end, " \t\r")])) {
+            rc = ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object per "
+                                   "line", path, (long long)line,
+                           end ? end + (j ? strspn(end, " \t\r") : 0) - p : (ptrdiff_t)0);
+            cJSON_Delete(j);
+            break;
+        }
+        if (!cJSON_IsObject(j)) {
+            rc = ut_errorf(err, n, "%s:%lld: expected an object {\"sentence\": ..., \"label\": ...} (JSON Lines: "
+                                   "one object per line)", path, (long long)line);
+            cJSON_Delete(j);
+            break;
+        }
+        if (!nkeys) { /* the first object's keys are the columns */
+            char shown[256] = "";
+            for (const cJSON *e = j->child; e; e = e->next) {
+                if (nkeys < 65) keys[nkeys] = keep(t, e->string, strlen(e->string));
+                nkeys++;
+                snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", shown[0] ? "," : "", e->string);
+            }
+            rc = find_columns(path, keys, nkeys, KIND_JSONL, shown, false, &c, err, n);
+            if (!rc) {
+                t->labeled = c.label >= 0;
+                t->has_index = c.index >= 0;
+                if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+            }
+        }
+        char *f[64];
+        for (int i = 0; i < c.ncol && !rc; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+            f[i] = NULL;
+            if (!v && (i == c.sentence || i == c.sentence2 || i == c.label || i == c.index))
+                rc = ut_errorf(err, n, "%s:%lld: no key '%s' (the first line has it)", path, (long long)line, keys[i]);
+            else if (v && (i == c.sentence || i == c.sentence2 || i == c.label || i == c.index))
+                rc = json_field(path, line, keys[i], v, t, &f[i], err, n);
+        }
+        for (int w = 0; w < 2 && !rc; w++) { /* the texts are strings */
+            int col = w ? c.sentence2 : c.sentence;
+            if (col >= 0 && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, keys[col])))
+                rc = ut_errorf(err, n, "%s:%lld: key '%s' is not a string (the %s)", path, (long long)line, keys[col],
+                               w ? "pair's second text" : "text");
+        }
+        cJSON_Delete(j);
+        if (!rc) rc = parse_fields(path, f, c.ncol, line, &c, KIND_JSONL, t, err, n);
+    }
+    if (!rc && t->n == 0) rc = ut_errorf(err, n, "%s: no examples", path);
+    return rc;
 }
 
 /* an integer >= 0 that fits a class id */
@@ -299,7 +519,11 @@ int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n) {
         t->label_text = ut_malloc_check((size_t)lines * sizeof *t->label_text);
     t->multi = mode == UT__TSV_MULTI;
     t->max_label = -1;
-    if (parse_lines(path, t, err, n) || (mode == UT__TSV_NAMES && check_names(path, t, err, n))) {
+    size_t pl = strlen(path);
+    bool csv = pl >= 4 && !strcasecmp(path + pl - 4, ".csv"),
+         jsonl = (pl >= 5 && !strcasecmp(path + pl - 5, ".json")) || (pl >= 6 && !strcasecmp(path + pl - 6, ".jsonl"));
+    if ((csv ? parse_csv(path, t, err, n) : jsonl ? parse_jsonl(path, t, err, n) : parse_lines(path, t, err, n)) ||
+        (mode == UT__TSV_NAMES && check_names(path, t, err, n))) {
         ut__tsv_free(t);
         return -1;
     }
@@ -315,6 +539,8 @@ void ut__tsv_free(ut__tsv *t) {
     ut_free(t->index);
     ut_free(t->score);
     ut_free(t->label_text);
+    for (int64_t k = 0; k < t->nowned; k++) ut_free(t->owned[k]);
+    ut_free(t->owned);
     memset(t, 0, sizeof *t);
 }
 

@@ -9,7 +9,7 @@
  * multi_label_classification with the labels' names and fine-tuning it
  * again needs no problem_type; the GPT-2 classifier trains on GoEmotions' own layout
  * (headerless, lists of integers, an id column); what cannot apply is
- * refused. */
+ * refused; the same files as JSON Lines and CSV train alike. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +50,11 @@ static int write_split(const char *split, unsigned *truth, int max) {
     FILE *o = fopen(tp_path(tmp, name), "w");
     snprintf(name, sizeof name, "go_%s.tsv", split);
     FILE *g = fopen(tp_path(tmp, name), "w");
+    snprintf(name, sizeof name, "ml_%s.jsonl", split);
+    FILE *js = fopen(tp_path(tmp, name), "w");
+    snprintf(name, sizeof name, "ml_%s.csv", split);
+    FILE *cs = fopen(tp_path(tmp, name), "w");
+    fprintf(cs, "idx,sentence1,sentence2,labels\r\n");
     fprintf(o, "idx\tsentence1\tsentence2\tlabels\n");
     for (int i = 0; i < n && i < max; i++) {
         int j = (i * 7 + 3) % n;
@@ -64,9 +69,21 @@ static int write_split(const char *split, unsigned *truth, int max) {
             }
         fprintf(o, "\n");
         fprintf(g, "\tid%04d\n", i);
+        /* the same as datasets' to_json and to_csv write it (the reviews hold no quotes) */
+        fprintf(js, "{\"idx\": %d, \"sentence1\": \"%s\", \"sentence2\": \"%s\", \"labels\": [", i, text[i], text[j]);
+        fprintf(cs, "%d,\"%s\",\"%s\",\"", i, text[i], text[j]);
+        for (int k = 0, any = 0; k < 3; k++)
+            if (set >> k & 1) {
+                fprintf(js, "%s\"%s\"", any ? ", " : "", kNames[k]);
+                fprintf(cs, "%s%s", any++ ? "," : "", kNames[k]);
+            }
+        fprintf(js, "]}\n");
+        fprintf(cs, "\"\r\n");
     }
     fclose(o);
     fclose(g);
+    fclose(js);
+    fclose(cs);
     return n;
 }
 
@@ -203,6 +220,20 @@ static void test_two_ranks(void) {
     same_early_losses("ml", "ml_pp", "2 stages");
 }
 
+/* the same files as JSON Lines (train) and CSV (dev): the TSVs' run */
+static void test_jsonl_and_csv(void) {
+    char tr[600], dv[600];
+    snprintf(tr, sizeof tr, "data.train_path=%s/ml_train.jsonl", tmp);
+    snprintf(dv, sizeof dv, "data.dev_path=%s/ml_dev.csv", tmp);
+    const char *sets[] = {"experiment_name=ml_json", tr, dv, NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ml.yml"), "ml_json.out", sets, NULL) == 0, "JSON Lines and CSV");
+    hfe_check_same_losses(tp_path(tmp, "runs/ml/metrics.jsonl"), tp_path(tmp, "runs/ml_json/metrics.jsonl"), 1, 180, 30,
+                          "JSON Lines");
+    double a = dev_metric(tp_path(tmp, "runs/ml/metrics.jsonl"), 180, "f1"),
+           b = dev_metric(tp_path(tmp, "runs/ml_json/metrics.jsonl"), 180, "f1");
+    CHECK(a == b, "dev f1 %g from the TSV, %g from the CSV", a, b);
+}
+
 /* the export says multi_label_classification: a run from it needs no problem_type */
 static void test_export_and_again(void) {
     char hf[1024], run[1024];
@@ -294,6 +325,7 @@ int main(int argc, char **argv) {
     if (!tp_make_tmpdir(tmp, sizeof tmp, "ut-multilabel")) return 1;
     write_config();
     RUN(test_train_and_test);
+    RUN(test_jsonl_and_csv);
     RUN(test_export_and_again);
     RUN(test_goemotions_gpt2);
     RUN(test_refused);

@@ -558,6 +558,74 @@ static void test_tsv_glue_layouts(void) {
     ut_vocab_free(v);
 }
 
+/* the dataset of path (TRAIN_TSV's vocabulary, max_len 6): every example's ids, label and id into x, y, id */
+static int64_t read_all(const char *path, ut_vocab *v, int32_t *x, int32_t *y, int64_t *id, int64_t max) {
+    ut_dataset *ds = ut_tsv_dataset_open(path, v, 6, err, sizeof err);
+    CHECK(ds, "%s: %s", path, err);
+    int64_t n = ds ? ds->n : 0;
+    for (int64_t k = 0; k < n && k < max; k++) {
+        CHECK(ds->get(ds, k, x + 6 * k, y + k, err, sizeof err) == 0, "%s", err);
+        id[k] = ds->example_id ? ds->example_id[k] : -1;
+    }
+    ut_dataset_free(ds);
+    return n;
+}
+
+/* The same examples from a TSV, a CSV (quoted commas, quotes, a newline,
+ * CRLF, a blank line) and JSON Lines (numbers, keys of any kind besides,
+ * a blank line); errors by the line an example starts on */
+static void test_csv_and_jsonl(void) {
+    ut_vocab *v = train_vocab();
+    if (!v) return;
+    write_text(tmp("same.tsv"), "idx\tsentence1\tsentence2\tlabel\n3\tthe cat, sat\ta \"dog\"\t0\n7\tdog\tcat sat\t2\n");
+    write_text(tmp("same.csv"), "idx,sentence1,sentence2,label\r\n3,\"the cat, sat\",\"a \"\"dog\"\"\",0\r\n\r\n"
+                                "7,dog,\"cat\nsat\",2\r\n");
+    write_text(tmp("same.jsonl"), "{\"idx\": 3, \"sentence1\": \"the cat, sat\", \"sentence2\": \"a \\\"dog\\\"\", "
+                                  "\"label\": 0}\n\n{\"idx\": 7, \"sentence1\": \"dog\", \"sentence2\": \"cat sat\", "
+                                  "\"label\": 2.0, \"other\": [1, {\"x\": null}]}\n");
+    int32_t x[3][12], y[3][2];
+    int64_t id[3][2], n[3];
+    const char *files[3] = {"same.tsv", "same.csv", "same.jsonl"};
+    for (int f = 0; f < 3; f++) n[f] = read_all(tmp(files[f]), v, x[f], y[f], id[f], 2);
+    CHECK(n[0] == 2 && y[0][0] == 0 && y[0][1] == 2 && id[0][1] == 7 && x[0][0] != x[0][6], "the TSV");
+    for (int f = 1; f < 3; f++)
+        CHECK(n[f] == 2 && !memcmp(x[f], x[0], sizeof x[0]) && !memcmp(y[f], y[0], sizeof y[0]) &&
+                  !memcmp(id[f], id[0], sizeof id[0]), "%s gives the TSV's examples", files[f]);
+    static const char *const bad[][3] = {
+        {"bad.csv", "sentence,label\n\"multi\nline\",1\n\"open,0\n", "bad.csv:4: a quoted field is not closed"},
+        {"bad.csv", "sentence,label\n\"a\"b,1\n", "bad.csv:2: 'b' after a closing quote"},
+        {"bad.csv", "sentence,label\na,b,1\n", "bad.csv:2: too many commas: expected 2 comma-separated fields as in "
+                                             "the header, got 3"},
+        {"bad.csv", "sentence,label\n\"x\n2\",1\nbad,z\n", "bad.csv:4: bad label 'z'"},
+        {"bad.csv", "review,stars\ngood,5\n", "bad.csv:1: no header: expected a first line naming the columns "
+                                               "(comma-separated) 'sentence'"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1}\n{\"sentence\": \"b\"}\n", "bad.jsonl:2: no key 'label' "
+                                                                                   "(the first line has it)"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1}\n[1]\n", "bad.jsonl:2: expected an object"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1}\n{\"sentence\": \"a\", \"label\": 1\n",
+         "bad.jsonl:2: not valid JSON"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1} x\n", "bad.jsonl:1: not valid JSON (at byte 30 of the line)"},
+        {"bad.jsonl", "{\"sentence\": 5, \"label\": 1}\n", "bad.jsonl:1: key 'sentence' is not a string (the text)"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": {\"x\": 1}}\n", "bad.jsonl:1: key 'label' is an object"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": [[1]]}\n", "an array holds strings and numbers (labels), not "
+                                                               "arrays"},
+        {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1.5}\n", "bad.jsonl:1: bad label '1.5'"},
+        {"bad.jsonl", "{\"review\": \"a\", \"label\": 1}\n", "bad.jsonl:1: no text key: expected an object with the "
+                                                          "keys 'sentence'"},
+        {"bad.json", "\n\n", "bad.json: no examples"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(tmp(bad[i][0]), bad[i][1]);
+        CHECK(!ut_tsv_dataset_open(tmp(bad[i][0]), v, 6, err, sizeof err) && strstr(err, bad[i][2]), "case %zu: %s", i,
+              err);
+    }
+    ut_vocab_free(v);
+    /* the vocabulary builds from a CSV too */
+    v = ut_vocab_build("word", tmp("same.csv"), 1, err, sizeof err);
+    CHECK(v && ut_vocab_num_classes(v) == 3, "vocabulary of the CSV: %s", err);
+    ut_vocab_free(v);
+}
+
 static void test_sst2_sample(void) {
     ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", 1, err, sizeof err);
     CHECK(v && ut_vocab_num_classes(v) == 2 && ut_vocab_size(v) > 50, "%s", err);
@@ -865,6 +933,7 @@ int main(void) {
     RUN(test_tsv_nul_byte);
     RUN(test_tsv_columns);
     RUN(test_tsv_glue_layouts);
+    RUN(test_csv_and_jsonl);
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);

@@ -1108,6 +1108,20 @@ static void test_tsv_multilabel(void) {
         CHECK(!ut_tsv_dataset_open_multilabel(p, t, 16, NULL, atoi(bad[i][2]), err, sizeof err) &&
                   strstr(err, bad[i][1]), "case %zu: %s", i, err);
     }
+    /* JSON Lines as datasets' to_json writes GoEmotions (labels an array of integers, possibly empty), and a CSV
+     * whose lists are quoted: the same label sets as the TSV */
+    const char *j = tmp("go.jsonl"), *c = tmp("go.csv");
+    write_text(j, "{\"text\": \"great and funny\", \"labels\": [2, 0], \"id\": \"a1\"}\n"
+                  "{\"text\": \"meh\", \"labels\": [], \"id\": \"b2\"}\n");
+    write_text(c, "text,labels,id\n\"great and funny\",\"2,0\",a1\nmeh,,b2\n");
+    for (int f = 0; f < 2; f++) {
+        ds = ut_tsv_dataset_open_multilabel(f ? c : j, t, 16, NULL, 0, err, sizeof err);
+        int32_t a[3] = {9, 9, 9}, b[3] = {9, 9, 9};
+        CHECK(ds && ds->num_classes == 3 && ds->n == 2 && ds->get(ds, 0, x, a, err, sizeof err) == 0 &&
+                  ds->get(ds, 1, x, b, err, sizeof err) == 0 && a[0] == 1 && a[1] == 0 && a[2] == 1 &&
+                  b[0] + b[1] + b[2] == 0, "%s: %s", f ? "CSV" : "JSON Lines", err);
+        ut_dataset_free(ds);
+    }
     /* a single-label file with a list: the way to train on it */
     write_text(p, "sentence\tlabel\nfine\t1\nboth\t0,1\n");
     CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) &&
