@@ -11,7 +11,8 @@
  * with its own names gives the same labels (the labels' memory capped at
  * 256 MiB: a label 777777770 is refused by the memory check). Input layout: 1 byte (bit 0:
  * byte tokenizer, else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4:
- * names; bit 5: lists), 1 byte max_len - 1, then the file. */
+ * names; bit 5: lists; bits 6-7: the file's kind, 1 CSV, 2 JSON Lines,
+ * else TSV), 1 byte max_len - 1, then the file. */
 #include <string.h>
 
 #include <math.h>
@@ -111,7 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_take(&data, &size, opt, sizeof opt);
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
-    const char *path = fz_write("train.tsv", data, size);
+    static const char *const names[4] = {"train.tsv", "train.csv", "train.jsonl", "train.tsv"};
+    const char *path = fz_write(names[opt[0] >> 6], data, size);
     if (opt[0] & 32) {
         multi_label(path, opt[0] >> 1 & 3, 2 + (max_len & 15));
         return 0;
