@@ -59,6 +59,8 @@ typedef struct {
     int64_t min_freq;            /* tsv_text word vocabulary: minimum count */
     bool shuffle, drop_last;
     bool group_by_length;        /* training batches of similar lengths (transformers' LengthGroupedSampler) */
+    int64_t max_train_samples, max_eval_samples, max_predict_samples; /* the first N examples of train, dev and
+                                                                       * test only (0: all) */
     int64_t data_seed;           /* the training order's seed; -1: seed's */
     int prefetch;                /* batches the loader prepares ahead */
     /* seq2seq_text: the target files beside parallel source files (FlagAI's

@@ -418,6 +418,10 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
         rc = -1;
     }
     if (!rc && strcmp(cfg->data_name, "idx_images")) rc = carve_fraction(cfg, train, dev, err, n);
+    /* the first N examples of each (the example scripts' max_*_samples: select(range(N))) */
+    const int64_t most[3] = {cfg->max_train_samples, cfg->max_eval_samples, cfg->max_predict_samples};
+    for (int i = 0; !rc && i < 3; i++)
+        if (all[i] && *all[i] && most[i] > 0 && (*all[i])->n > most[i]) (*all[i])->n = most[i];
     if (rc)
         for (int i = 0; i < 3; i++)
             if (all[i] && *all[i]) {

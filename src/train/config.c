@@ -118,6 +118,14 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "training batches of examples of similar lengths, the epoch's longest first (transformers' "
             "group_by_length): less padding for text read with a pretrained tokenizer and for "
             "sequence-to-sequence pairs"},
+    {.key = "data.max_train_samples", .type = UT_CFG_INT, AT(max_train_samples), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true,
+     .doc = "train on the train set's first N examples only (0: all; Hugging Face's example scripts' "
+            "max_train_samples, for debugging or quicker runs); after a dev set is carved from it"},
+    {.key = "data.max_eval_samples", .type = UT_CFG_INT, AT(max_eval_samples), .def = "0", GE(0), .hashed = true,
+     .hash_if_set = true, .doc = "evaluate on the dev set's first N examples only (0: all; max_eval_samples)"},
+    {.key = "data.max_predict_samples", .type = UT_CFG_INT, AT(max_predict_samples), .def = "0", GE(0),
+     .doc = "test mode: the test set's first N examples only (0: all; max_predict_samples)"},
     {.key = "data.drop_last", .type = UT_CFG_BOOL, AT(drop_last), .def = "false", .hashed = true,
      .doc = "drop the last incomplete training batch of an epoch"},
     {.key = "data.seed", .type = UT_CFG_INT, AT(data_seed), .def = "-1", GE(-1), .hashed = true,
@@ -613,6 +621,17 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"label_smoothing", "train.label_smoothing"},
     {"neftune_noise_alpha", "train.neftune_alpha"},
     {"dataloader_drop_last", "data.drop_last"},
+    /* the Hugging Face example scripts' (run_glue, run_classification, ...) model and data arguments */
+    {"model_name_or_path", "model.pretrained"},
+    {"tokenizer_name", "data.tokenizer"},
+    {"train_file", "data.train_path"},
+    {"validation_file", "data.dev_path"},
+    {"test_file", "data.test_path"},
+    {"max_seq_length", "data.max_len"},
+    {"max_train_samples", "data.max_train_samples"},
+    {"max_eval_samples", "data.max_eval_samples"},
+    {"max_predict_samples", "data.max_predict_samples"},
+    {"ignore_mismatched_sizes", "model.ignore_mismatched_sizes"},
     /* a section given a scalar names its kind: `model: gpt2` */
     {"model", "model.name"},
     {"data", "data.name"},

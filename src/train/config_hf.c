@@ -152,6 +152,31 @@ static const struct {
     {"split_batches", {"", "false"}, "train.batch_size is each process's batch"},
     {"include_tokens_per_second", {"false", "true"}, NULL}, /* the train lines give tokens_per_s for token data */
     {"use_legacy_prediction_loop", {"false"}, "utrain has one evaluation loop"},
+    /* the example scripts' (run_glue, run_classification, run_summarization, ...) model and data arguments
+     * beside the aliases (model_name_or_path, train_file, max_seq_length, ...) */
+    {"task_name", {""}, "it loads a GLUE task from the Hugging Face Hub, and utrain reads local files: write "
+                        "train_file and validation_file (GLUE's own TSV files, or a datasets to_csv / to_json of the "
+                        "task)"},
+    {"dataset_name", {""}, "it loads a dataset from the Hugging Face Hub, and utrain reads local files: write "
+                           "train_file and validation_file (a datasets to_csv / to_json of it)"},
+    {"dataset_config_name", {""}, "it names a Hub dataset's configuration (see dataset_name)"},
+    {"config_name", {""}, "utrain reads the config.json of the model_name_or_path directory"},
+    {"cache_dir", {"*"}, NULL},             /* where Hub downloads go: utrain downloads nothing */
+    {"overwrite_cache", {"*"}, NULL},       /* utrain tokenizes its files at open and caches nothing */
+    {"preprocessing_num_workers", {"*"}, NULL}, /* the processes that tokenize: the ids are the same */
+    {"pad_to_max_length", {"*"}, NULL},     /* padding never changes the results (attention masks) */
+    {"use_fast_tokenizer", {"true"}, "utrain's tokenizers read tokenizer.json and the vocabulary files as the fast "
+                                     "tokenizers do"},
+    {"model_revision", {"main"}, "utrain reads the model_name_or_path directory as it is"},
+    {"token", {""}, "utrain does not reach the network"},
+    {"use_auth_token", {"", "false"}, "utrain does not reach the network"},
+    {"trust_remote_code", {"false"}, "utrain's models are its own code (bert, roberta, gpt2, bart, t5)"},
+    {"low_cpu_mem_usage", {"*"}, NULL},     /* how torch loads the weights: the same weights */
+    {"label_column_name", {"", "label"}, "utrain finds the label column by its name (label, labels, score, ...): "
+                                         "rename the column"},
+    {"text_column_names", {"", "sentence", "text"}, "utrain finds the texts by their names (sentence or text; a pair "
+                                                    "sentence1 and sentence2, ...): rename the columns"},
+    {"shuffle_train_dataset", {"*"}, NULL}, /* the sampler shuffles every epoch by the seed (data.shuffle) */
 };
 
 /* 1 (accepted), -1 (refused), 0: not a field of the table */
@@ -732,4 +757,8 @@ const char *const ut_cfg_hf_doc =
     "| `run_name` | empty, `output_dir`'s value (transformers 4's default) / another | nothing / refused (`experiment_name` names the run) |\n"
     "| `sortish_sampler` (Seq2Seq) | false / true | nothing / `data.group_by_length: true` (transformers' length grouping, not the sortish sampler's chunking) |\n"
     "| `generation_max_length` (Seq2Seq) | N | `generate.max_new_tokens: N - 1` (the length counts the decoder's start token); `generation_num_beams` is `generate.num_beams`, `predict_with_generate` `generate.eval` |\n"
-    "| transformers 4's `per_gpu_*_batch_size`, `sharded_ddp`, `fsdp_min_num_params`, `fsdp_transformer_layer_cls_to_wrap`, `dispatch_batches`, `split_batches`, `include_tokens_per_second`, `use_legacy_prediction_loop`, `push_to_hub_*` | their defaults | nothing (`include_tokens_per_second`: the train lines give `tokens_per_s` for token data either way) / others refused, saying what to write |\n\n";
+    "| transformers 4's `per_gpu_*_batch_size`, `sharded_ddp`, `fsdp_min_num_params`, `fsdp_transformer_layer_cls_to_wrap`, `dispatch_batches`, `split_batches`, `include_tokens_per_second`, `use_legacy_prediction_loop`, `push_to_hub_*` | their defaults | nothing (`include_tokens_per_second`: the train lines give `tokens_per_s` for token data either way) / others refused, saying what to write |\n"
+    "| the example scripts' (`run_glue`, `run_classification`, `run_summarization`, ...) `model_name_or_path`, `tokenizer_name`, `train_file`, `validation_file`, `test_file`, `max_seq_length`, `max_train_samples`, `max_eval_samples`, `max_predict_samples`, `ignore_mismatched_sizes` | a local directory, a file, N | `model.pretrained`, `data.tokenizer`, `data.train_path`, `data.dev_path`, `data.test_path` (TSV, CSV or JSON Lines), `data.max_len`, `data.max_train_samples`, `data.max_eval_samples`, `data.max_predict_samples`, `model.ignore_mismatched_sizes` (aliases above), so the scripts' own argument file (`python run_glue.py args.json`) loads |\n"
+    "| `cache_dir`, `overwrite_cache`, `preprocessing_num_workers`, `pad_to_max_length`, `low_cpu_mem_usage`, `shuffle_train_dataset` | any | nothing: utrain downloads nothing, caches nothing, tokenizes at open, pads each batch to its longest example (padding never changes the results), loads the weights as they are, and shuffles every epoch by the seed |\n"
+    "| `use_fast_tokenizer`, `model_revision`, `token`, `use_auth_token`, `trust_remote_code`, `config_name`, `label_column_name`, `text_column_names` | true, `main`, null, null or false, false, null, null or `label`, null, `sentence` or `text` / others | nothing / refused, saying why (utrain reads local directories and its own models; the columns are found by their names) |\n"
+    "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n\n";

@@ -339,7 +339,9 @@ static bool hf_file(const loader *ld) {
         "lr_scheduler_type", "logging_steps", "logging_strategy", "save_steps", "eval_steps", "evaluation_strategy",
         "overwrite_output_dir", "do_train", "do_eval", "do_predict", "remove_unused_columns", "adam_epsilon",
         "adam_beta1", "adam_beta2", "metric_for_best_model", "load_best_model_at_end", "report_to", "adafactor",
-        "optim_args"};
+        "optim_args",
+        /* the example scripts' (run_glue, run_classification, run_summarization, ...) */
+        "model_name_or_path", "train_file", "validation_file", "max_seq_length"};
     for (size_t i = 0; i < sizeof only_hf / sizeof only_hf[0]; i++)
         if (seen(ld, only_hf[i])) return true;
     return false;
@@ -392,7 +394,15 @@ static int hf_recipe(loader *ld) {
     /* transformers' own schedules (a DeepSpeed config's keeps its warmup) */
     bool warm = (c->warmup_steps > 0 || c->warmup_ratio > 0) && strncmp(c->schedule, "ds_", 3) &&
                 strcmp(c->schedule, "annealing");
+    /* an example script's files are text: pairs to generate from (run_summarization's, run_translation's
+     * arguments) or sentences to classify */
+    bool files = seen(ld, "train_file") || seen(ld, "validation_file") || seen(ld, "test_file");
+    bool pairs = seen(ld, "data.max_source_len") || seen(ld, "data.max_target_len") || seen(ld, "data.source_prefix") ||
+                 seen(ld, "generate.eval");
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
+        {"data.name", pairs ? "seq2seq_text" : "tsv_text", files && !seen(ld, "data.name"),
+         pairs ? "train_file: pairs of texts (data.name seq2seq_text)" : "train_file: texts to classify (data.name "
+                                                                         "tsv_text)"},
         {"optim.lr", "5e-5", true, "learning_rate 5e-5"},
         {"optim.weight_decay", "0", true, "weight_decay 0"},
         {"optim.schedule", "linear", !seen(ld, "optim.schedule"), "lr_scheduler_type linear"},

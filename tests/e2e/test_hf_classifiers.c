@@ -573,6 +573,23 @@ static void test_regression_refused(void) {
     free(s);
 }
 
+/* transformers' run_glue.py argument file as its users write it: it trains */
+static void test_run_glue_arguments(void) {
+    FILE *f = fopen(tp_path(tmp, "run_glue_args.json"), "w");
+    fprintf(f, "{\"model_name_or_path\": \"tests/parity/fixtures/hf_bert_tiny\",\n"
+               " \"train_file\": \"data/sst2_sample/train.tsv\", \"validation_file\": \"data/sst2_sample/dev.tsv\",\n"
+               " \"do_train\": true, \"do_eval\": true, \"max_seq_length\": 32, \"per_device_train_batch_size\": 16,\n"
+               " \"learning_rate\": 2e-3, \"num_train_epochs\": 1, \"max_train_samples\": 64,\n"
+               " \"eval_strategy\": \"epoch\", \"pad_to_max_length\": true, \"overwrite_cache\": false,\n"
+               " \"output_dir\": \"%s/glue_out\"}\n", tmp);
+    fclose(f);
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "run_glue_args.json"), "run_glue.out", NULL, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "run_glue.out"));
+    CHECK(s && strstr(s, "Num examples = 64") && strstr(s, "Model = bert") && strstr(s, "eval  step 4  dev:") &&
+              strstr(s, "train_file: texts to classify (data.name tsv_text)"), "%s", s);
+    free(s);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -585,6 +602,7 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_classifier);
     RUN(test_gpt2_real_bpe);
     RUN(test_refused);
+    RUN(test_run_glue_arguments);
     write_regression_config();
     RUN(test_regression);
     RUN(test_regression_gpt2);

@@ -303,6 +303,26 @@ static void test_fraction_intervals(void) {
           "%d checkpoints, at steps 19 and 38 and the best evaluations'", count_checkpoints("fracint"));
 }
 
+/* data.max_train_samples / max_eval_samples / max_predict_samples (the
+ * example scripts' max_*_samples): the first N examples of each split */
+static void test_max_samples(void) {
+    CHECK(run_sst2("train", "maxs", (const char *[]){"train.epochs=1", "data.max_train_samples=50",
+                                                     "data.max_eval_samples=20", "data.max_predict_samples=7",
+                                                     "train.eval_strategy=epoch", NULL}, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "maxs.out"));
+    CHECK(s && strstr(s, "Num examples = 50") && strstr(s, "step 4/4 "), "%s", s ? s : "");
+    free(s);
+    const char *argv[] = {"test", run_dir("maxs"), NULL};
+    CHECK(tp_run_shown(argv, tp_path(tmp, "maxs_test.out"), 0, "utrain test maxs") == 0, "test mode");
+    s = tp_slurp(tp_path(run_dir("maxs"), "dev_results.json"));
+    CHECK(s && strstr(s, "\"examples\": 20"), "dev: %s", s ? s : "");
+    free(s);
+    s = tp_slurp(tp_path(run_dir("maxs"), "test_results.json"));
+    CHECK(s && strstr(s, "\"examples\": 7"), "test: %s", s ? s : "");
+    free(s);
+    CHECK(tp_count_lines(tp_path(run_dir("maxs"), "test_predictions.tsv")) == 8, "a header and 7 predictions");
+}
+
 /* The GLUE test layout (index<TAB>sentence): predictions with the file's
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
@@ -457,6 +477,7 @@ int main(int argc, char **argv) {
     RUN(test_class_metrics_refused);
     RUN(test_fraction_of_epochs);
     RUN(test_fraction_intervals);
+    RUN(test_max_samples);
     RUN(test_unlabeled_test_file);
     RUN(test_unlabeled_refused_for_training);
     RUN(test_resume_outputs);

@@ -541,6 +541,60 @@ static void test_hf_training_arguments_files(void) {
 /* logging_steps, eval_steps, save_steps under 1: fractions of the run's
  * steps, as transformers reads them; eval_steps then follows logging_steps'
  * fraction; utrain's own keys stay under 1 and do not mix with the ratios */
+/* The example scripts' argument file (python run_glue.py args.json): the
+ * model and data arguments map onto utrain's keys, text files make the data
+ * tsv_text (pairs to generate from: seq2seq_text), what loads from the Hub is
+ * refused, the scripts' own speed knobs change nothing */
+static void test_hf_example_script_arguments(void) {
+    ut_config c;
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"models/bert\", \"tokenizer_name\": \"models/tok\",\n"
+                        " \"train_file\": \"glue/train.csv\", \"validation_file\": \"glue/dev.jsonl\",\n"
+                        " \"test_file\": \"glue/test.tsv\", \"max_seq_length\": 128, \"max_train_samples\": 1000,\n"
+                        " \"max_eval_samples\": 200, \"max_predict_samples\": 50, \"ignore_mismatched_sizes\": true,\n"
+                        " \"do_train\": true, \"cache_dir\": \"/tmp/hf\", \"overwrite_cache\": true,\n"
+                        " \"preprocessing_num_workers\": 4, \"pad_to_max_length\": true, \"use_fast_tokenizer\": true,\n"
+                        " \"model_revision\": \"main\", \"token\": null, \"trust_remote_code\": false,\n"
+                        " \"output_dir\": \"out\"}\n") == 0, "%s", err);
+    CHECK(!strcmp(ut_kv_get(c.model_opts, "pretrained"), "models/bert") && !strcmp(c.tokenizer, "models/tok") &&
+              !strcmp(c.train_path, "glue/train.csv") && !strcmp(c.dev_path, "glue/dev.jsonl") &&
+              !strcmp(c.test_path, "glue/test.tsv") && c.max_len == 128 && c.max_train_samples == 1000 &&
+              c.max_eval_samples == 200 && c.max_predict_samples == 50 &&
+              !strcmp(ut_kv_get(c.model_opts, "ignore_mismatched_sizes"), "true") && !strcmp(c.data_name, "tsv_text"),
+          "mapped: %s %s %s %lld %lld %s", c.tokenizer, c.train_path, c.dev_path, (long long)c.max_len,
+          (long long)c.max_train_samples, c.data_name);
+    CHECK(strstr(hf_took(&c), "train_file: texts to classify (data.name tsv_text)") &&
+              strstr(hf_took(&c), "learning_rate 5e-5"), "%s", hf_took(&c));
+    ut_config_free(&c);
+    /* run_summarization's: pairs */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"models/t5\", \"train_file\": \"xsum/train.jsonl\",\n"
+                        " \"max_source_length\": 512, \"source_prefix\": \"summarize: \", \"output_dir\": \"out\"}\n") == 0 &&
+              !strcmp(c.data_name, "seq2seq_text"), "pairs: %s %s", err, c.data_name);
+    ut_config_free(&c);
+    /* data.name given: kept */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "data: {name: tokens}\ntrain_file: x.bin\nmodel_name_or_path: gpt2\n") == 0 &&
+              !strcmp(c.data_name, "tokens"), "data.name kept: %s %s", err, c.data_name);
+    ut_config_free(&c);
+    static const char *const refused[][2] = {
+        {"task_name: mrpc\n", "task_name: 'mrpc': it loads a GLUE task from the Hugging Face Hub, and utrain reads local files"},
+        {"dataset_name: imdb\n", "dataset_name: 'imdb': it loads a dataset from the Hugging Face Hub"},
+        {"use_fast_tokenizer: false\n", "use_fast_tokenizer"},
+        {"trust_remote_code: true\n", "trust_remote_code"},
+        {"model_revision: v2\n", "model_revision"},
+        {"label_column_name: sentiment\n", "rename the column"},
+        {"text_column_names: review\n", "rename the columns"},
+        {"config_name: models/other\n", "config_name"},
+        {"max_train_samples: -1\n", "max_train_samples: must be >= 0"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, refused[i][0]) != 0 && strstr(err, refused[i][1]), "case %zu: %s", i, err);
+        ut_config_free(&c);
+    }
+}
+
 static void test_hf_fraction_intervals(void) {
     ut_config c;
     ut_config_init(&c);
@@ -2075,6 +2129,7 @@ int main(int argc, char **argv) {
     RUN(test_aliases);
     RUN(test_hf_training_arguments);
     RUN(test_hf_fraction_intervals);
+    RUN(test_hf_example_script_arguments);
     RUN(test_hf_training_arguments_files);
     RUN(test_hf_defaults);
     RUN(test_seed_dist_flags);
