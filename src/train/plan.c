@@ -273,9 +273,10 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     p->runtime_bytes = resident_bytes();
 
-    /* the datasets training opens (train and dev); a text vocabulary, which
-     * training saves in the run directory, goes to a temporary one instead */
-    char tmp[] = "/tmp/utrain-plan-XXXXXX", vocab[64];
+    /* the datasets training opens (train and dev); a text vocabulary and
+     * label names, which training saves in the run directory, go to a
+     * temporary one instead */
+    char tmp[] = "/tmp/utrain-plan-XXXXXX", vocab[64], labels[64];
     bool text = !strcmp(cfg->data_name, "tsv_text");
     if (text && !mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
     ut_dataset *train = NULL, *dev = NULL;
@@ -284,7 +285,9 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     int rc = ut_datasets_open(cfg, tmp, true, &train, &dev, NULL, err, n);
     if (text) {
         snprintf(vocab, sizeof vocab, "%s/vocab.txt", tmp);
+        snprintf(labels, sizeof labels, "%s/labels.txt", tmp); /* labels that are names */
         unlink(vocab);
+        unlink(labels);
         rmdir(tmp);
     }
     if (rc) goto done;

@@ -10,6 +10,7 @@
  * again needs no problem_type; the GPT-2 classifier trains on GoEmotions' own layout
  * (headerless, lists of integers, an id column); what cannot apply is
  * refused; the same files as JSON Lines and CSV train alike. */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,6 +186,22 @@ static void test_train_and_test(void) {
     }
 }
 
+/* the plan-mode directories in /tmp (utrain plan opens the data in one, and removes it) */
+static int plan_dirs(void) {
+    DIR *d = opendir("/tmp");
+    int k = 0;
+    for (struct dirent *e; d && (e = readdir(d));) k += !strncmp(e->d_name, "utrain-plan-", 12);
+    if (d) closedir(d);
+    return k;
+}
+
+/* utrain plan of the run: its data's label names go to a temporary directory, which it removes */
+static void test_plan(void) {
+    int before = plan_dirs();
+    CHECK(hfe_utrain(tmp, "plan", tp_path(tmp, "ml.yml"), "ml_plan.out", NULL, NULL) == 0, "plan");
+    CHECK(plan_dirs() == before, "utrain plan left %d directories in /tmp", plan_dirs() - before);
+}
+
 /* the train losses of runs/A and runs/B at steps 1, 4, 7 within 3e-4 relative
  * (later, Adam at 5e-3 makes the sums' rounding grow) */
 static void same_early_losses(const char *a, const char *b, const char *label) {
@@ -326,6 +343,7 @@ int main(int argc, char **argv) {
     write_config();
     RUN(test_train_and_test);
     RUN(test_jsonl_and_csv);
+    RUN(test_plan);
     RUN(test_export_and_again);
     RUN(test_goemotions_gpt2);
     RUN(test_refused);
