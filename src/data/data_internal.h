@@ -50,6 +50,8 @@ typedef struct {
  * and a headerless file may have a third column (GoEmotions' id). */
 enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2, UT__TSV_MULTI = 3 };
 int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n);
+/* s is an integer >= 0 that fits a class id (into *out) */
+bool ut__is_class(const char *s, int64_t *out);
 void ut__tsv_free(ut__tsv *t);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);

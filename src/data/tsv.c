@@ -440,8 +440,7 @@ static int parse_jsonl(const char *path, ut__tsv *t, char *err, size_t n) {
     return rc;
 }
 
-/* an integer >= 0 that fits a class id */
-static bool is_class(const char *s, int64_t *out) {
+bool ut__is_class(const char *s, int64_t *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -456,9 +455,9 @@ static bool is_class(const char *s, int64_t *out) {
 static int check_names(const char *path, ut__tsv *t, char *err, size_t n) {
     if (!t->labeled) return 0;
     int64_t v;
-    bool first_int = is_class(t->label_text[0], &v);
+    bool first_int = ut__is_class(t->label_text[0], &v);
     for (int64_t k = 0; k < t->n; k++) {
-        bool isint = is_class(t->label_text[k], &t->label[k]);
+        bool isint = ut__is_class(t->label_text[k], &t->label[k]);
         if (!isint && !t->label_text[k][0]) {
             bool lists = false; /* labels with commas: lists, and an empty one an example without labels */
             for (int64_t j = 0; j < t->n && !lists; j++) lists = strchr(t->label_text[j], ',') != NULL;

@@ -2,7 +2,6 @@
  * encoded sentence (or sentence pair, GLUE's sentence1 / sentence2) with its
  * special tokens, token type ids and attention mask, padded to max_len; and
  * the batch trim that makes padding dynamic (to the longest in the batch). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,15 +107,6 @@ static int name_labels(const char *path, ut__tsv *t, const char *const *names, i
     return rc;
 }
 
-/* an integer >= 0 that fits a class id */
-static bool is_class(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v > INT32_MAX) return false;
-    *out = v;
-    return true;
-}
 
 /* A multi-label row's list, split in place at its commas into its labels
  * (spaces around each trimmed) at lab (at most max); returns their count
@@ -167,7 +157,7 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
             break;
         }
         for (int64_t j = used; j < used + got && !rc; j++) {
-            bool isint = is_class(lab[j], &v);
+            bool isint = ut__is_class(lab[j], &v);
             char *end;
             (void)strtod(lab[j], &end);
             if (!isint && !*end)
@@ -217,7 +207,7 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
             if (names)
                 while (id < count && strcmp(names[id], lab[j])) id++;
             else
-                is_class(lab[j], &id);
+                ut__is_class(lab[j], &id);
             if (names && id == count)
                 rc = ut_errorf(err, n, "%s:%lld: label '%.40s' is not one of the %lld label names of the train file "
                                        "(%s%s%s%s)", path, (long long)t->line[k], lab[j], (long long)count, names[0],

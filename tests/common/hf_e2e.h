@@ -5,7 +5,8 @@
  * runs compared.
  * Include after test.h: the checks record failures with CHECK.
  * defines: hfe_write_config, hfe_utrain, hfe_check_results,
- *          hfe_train_then_test, hfe_check_refused, hfe_check_same_losses, hfe_check_two_ranks. */
+ *          hfe_train_then_test, hfe_dev_metric, hfe_check_refused, hfe_check_same_losses,
+ *          hfe_check_two_ranks. */
 #ifndef UTRAIN_TEST_HF_E2E_H
 #define UTRAIN_TEST_HF_E2E_H
 #include <math.h>
@@ -77,6 +78,21 @@ static inline void hfe_train_then_test(const char *dir, const char *name) {
     snprintf(want, sizeof want, "Model = %s", name);
     CHECK(s && strstr(s, want), "train output: %s", s);
     free(s);
+}
+
+/* the dev line of STEP in a metrics.jsonl: its KEY (NaN without one) */
+static inline double hfe_dev_metric(const char *metrics, int step, const char *key) {
+    char *s = tp_slurp(metrics), want[64];
+    snprintf(want, sizeof want, "{\"step\": %d, ", step);
+    double v = NAN;
+    for (char *line = s ? strstr(s, want) : NULL; line && isnan(v); line = strstr(line + 1, want)) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        if (strstr(line, "\"split\": \"dev\"")) v = tp_json_number(line, key);
+        if (end) *end = '\n';
+    }
+    free(s);
+    return v;
 }
 
 /* train DIR/YML with each cases[i][0] set: exit 1 and cases[i][1] in the output */

@@ -304,21 +304,6 @@ static int write_scores(const char *split, double *labels, int max) {
     return n;
 }
 
-/* the dev line of STEP in a metrics.jsonl: its KEY */
-static double dev_metric(const char *metrics, int step, const char *key) {
-    char *s = tp_slurp(metrics), want[64];
-    snprintf(want, sizeof want, "{\"step\": %d, ", step);
-    double v = NAN;
-    for (char *line = s ? strstr(s, want) : NULL; line && isnan(v); line = strstr(line + 1, want)) {
-        char *end = strchr(line, '\n');
-        if (end) *end = 0;
-        if (strstr(line, "\"split\": \"dev\"")) v = tp_json_number(line, key);
-        if (end) *end = '\n';
-    }
-    free(s);
-    return v;
-}
-
 static double g_dev_scores[64];
 static int g_dev_n;
 
@@ -347,11 +332,11 @@ static void test_regression(void) {
               strstr(s, "best dev/pearson"), "%s", s);
     free(s);
     const char *metrics = tp_path(tmp, "runs/reg/metrics.jsonl");
-    double first = dev_metric(metrics, 15, "loss"), last = dev_metric(metrics, 180, "loss"),
-           r = dev_metric(metrics, 180, "pearson");
+    double first = hfe_dev_metric(metrics, 15, "loss"), last = hfe_dev_metric(metrics, 180, "loss"),
+           r = hfe_dev_metric(metrics, 180, "pearson");
     CHECK(first > 1.0 && last < 0.6 && r > 0.8, "dev mean squared error %g at the first epoch, %g at the last; "
                                                 "Pearson %g", first, last, r);
-    CHECK(isnan(dev_metric(metrics, 180, "accuracy")), "a regression has no accuracy");
+    CHECK(isnan(hfe_dev_metric(metrics, 180, "accuracy")), "a regression has no accuracy");
     CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg"), "reg.test.out", NULL, NULL) == 0, "test");
     s = tp_slurp(tp_path(tmp, "runs/reg/dev_results.json"));
     double loss = tp_json_number(s, "loss"), pearson = tp_json_number(s, "pearson"), spear = tp_json_number(s, "spearmanr"),
@@ -398,7 +383,7 @@ static void test_regression(void) {
     snprintf(pre, sizeof pre, "model.pretrained=%s", hf);
     const char *sets[] = {"experiment_name=reg_again", pre, "train.epochs=1", NULL};
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_again.yml"), "reg_again.out", sets, NULL) == 0, "again");
-    double again = dev_metric(tp_path(tmp, "runs/reg_again/metrics.jsonl"), 15, "pearson");
+    double again = hfe_dev_metric(tp_path(tmp, "runs/reg_again/metrics.jsonl"), 15, "pearson");
     CHECK(again > 0.8, "fine-tuned from the export (a regression by its config.json): Pearson %g", again);
 }
 
@@ -432,8 +417,8 @@ static void test_regression_ddp(void) {
               x, y);
     }
     for (int step = 15; step <= 30; step += 15) {
-        double x = dev_metric(a, step, "loss"), y = dev_metric(b, step, "loss");
-        CHECK(fabs(x - y) <= 1e-4 * x && !isnan(dev_metric(b, step, "pearson")), "dev loss at %d: %g, %g", step, x, y);
+        double x = hfe_dev_metric(a, step, "loss"), y = hfe_dev_metric(b, step, "loss");
+        CHECK(fabs(x - y) <= 1e-4 * x && !isnan(hfe_dev_metric(b, step, "pearson")), "dev loss at %d: %g, %g", step, x, y);
     }
 }
 
@@ -451,7 +436,7 @@ static void test_regression_pipeline(void) {
         CHECK(ok && fabs(atof(x) - atof(y)) <= 3e-4 * atof(x), "step %d: loss %s on one process, %s in 2 stages", step,
               x, y);
     }
-    double r = dev_metric(b, 180, "pearson");
+    double r = hfe_dev_metric(b, 180, "pearson");
     CHECK(r > 0.8, "2 stages learn the scores too: dev Pearson %g", r);
     CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg_pp"), "reg_pp_test1.out", NULL, NULL) == 0, "test, whole");
     char *one = tp_slurp(tp_path(tmp, "runs/reg_pp/test_results.json"));
@@ -497,8 +482,8 @@ static void test_regression_gpt2(void) {
                "  eval_strategy: epoch\noptim:\n  name: adamw\n  lr: 1.0e-3\n", tmp, tmp, tmp);
     fclose(f);
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_gpt2.yml"), "reg_gpt2.out", NULL, NULL) == 0, "gpt2 regression");
-    double a = dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "loss"),
-           r = dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "pearson");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "loss"),
+           r = hfe_dev_metric(tp_path(tmp, "runs/reg_gpt2/metrics.jsonl"), 30, "pearson");
     CHECK(isfinite(a) && a > 0 && !isnan(r), "gpt2: dev loss %g, Pearson %g", a, r);
 }
 
@@ -549,7 +534,7 @@ static void test_regression_refused(void) {
     const char *sets[] = {"experiment_name=reg_pt", "model.problem_type=regression", "train.epochs=1", NULL};
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_nolabels.yml"), "reg_pt.out", sets, NULL) == 0,
           "problem_type regression");
-    CHECK(!isnan(dev_metric(tp_path(tmp, "runs/reg_pt/metrics.jsonl"), 15, "pearson")), "problem_type: a regression");
+    CHECK(!isnan(hfe_dev_metric(tp_path(tmp, "runs/reg_pt/metrics.jsonl"), 15, "pearson")), "problem_type: a regression");
     const char *cases2[][2] = {
         {"model.num_labels=2", "model.problem_type: regression predicts one score per example, and model.num_labels "
                                "is 2"},

@@ -88,21 +88,6 @@ static int write_split(const char *split, unsigned *truth, int max) {
     return n;
 }
 
-/* the dev line of STEP in a metrics.jsonl: its KEY */
-static double dev_metric(const char *metrics, int step, const char *key) {
-    char *s = tp_slurp(metrics), want[64];
-    snprintf(want, sizeof want, "{\"step\": %d, ", step);
-    double v = NAN;
-    for (char *line = s ? strstr(s, want) : NULL; line && isnan(v); line = strstr(line + 1, want)) {
-        char *end = strchr(line, '\n');
-        if (end) *end = 0;
-        if (strstr(line, "\"split\": \"dev\"")) v = tp_json_number(line, key);
-        if (end) *end = '\n';
-    }
-    free(s);
-    return v;
-}
-
 static void write_config(void) {
     write_split("train", NULL, 256);
     g_rows[0] = write_split("dev", g_truth[0], 64);
@@ -168,11 +153,11 @@ static void test_train_and_test(void) {
     CHECK(s && strstr(s, "dev/f1_macro") && strstr(s, "dev/accuracy") && strstr(s, "best dev/f1"), "%s", s);
     free(s);
     const char *metrics = tp_path(tmp, "runs/ml/metrics.jsonl");
-    double first = dev_metric(metrics, 15, "loss"), last = dev_metric(metrics, 180, "loss"),
-           f1 = dev_metric(metrics, 180, "f1");
+    double first = hfe_dev_metric(metrics, 15, "loss"), last = hfe_dev_metric(metrics, 180, "loss"),
+           f1 = hfe_dev_metric(metrics, 180, "f1");
     CHECK(first > 0.6 && last < 0.45 && f1 > 0.75, "dev binary cross-entropy %g at the first epoch, %g at the last; "
                                                   "micro F1 %g", first, last, f1);
-    CHECK(isnan(dev_metric(metrics, 180, "perplexity")) && !isnan(dev_metric(metrics, 180, "f1_weighted")),
+    CHECK(isnan(hfe_dev_metric(metrics, 180, "perplexity")) && !isnan(hfe_dev_metric(metrics, 180, "f1_weighted")),
           "no perplexity for token inputs with label lists");
     CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/ml"), "ml.test.out", NULL, NULL) == 0, "test");
     for (int split = 0; split < 2; split++) {
@@ -246,8 +231,8 @@ static void test_jsonl_and_csv(void) {
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ml.yml"), "ml_json.out", sets, NULL) == 0, "JSON Lines and CSV");
     hfe_check_same_losses(tp_path(tmp, "runs/ml/metrics.jsonl"), tp_path(tmp, "runs/ml_json/metrics.jsonl"), 1, 180, 30,
                           "JSON Lines");
-    double a = dev_metric(tp_path(tmp, "runs/ml/metrics.jsonl"), 180, "f1"),
-           b = dev_metric(tp_path(tmp, "runs/ml_json/metrics.jsonl"), 180, "f1");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/ml/metrics.jsonl"), 180, "f1"),
+           b = hfe_dev_metric(tp_path(tmp, "runs/ml_json/metrics.jsonl"), 180, "f1");
     CHECK(a == b, "dev f1 %g from the TSV, %g from the CSV", a, b);
 }
 
@@ -276,7 +261,7 @@ static void test_export_and_again(void) {
     snprintf(pre, sizeof pre, "model.pretrained=%s", hf);
     const char *sets[] = {"experiment_name=ml_again", pre, "train.epochs=1", NULL};
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ml_again.yml"), "ml_again.out", sets, NULL) == 0, "again");
-    double f1 = dev_metric(tp_path(tmp, "runs/ml_again/metrics.jsonl"), 15, "f1");
+    double f1 = hfe_dev_metric(tp_path(tmp, "runs/ml_again/metrics.jsonl"), 15, "f1");
     CHECK(f1 > 0.75, "fine-tuned from the export (multi-label by its config.json): micro F1 %g", f1);
 }
 
@@ -295,8 +280,8 @@ static void test_goemotions_gpt2(void) {
     CHECK(s && strstr(s, "Num examples = 240"), "%s", s);
     free(s);
     /* labels 0..3 (0: none of the three): four outputs */
-    double loss = dev_metric(tp_path(tmp, "runs/go/metrics.jsonl"), 30, "loss"),
-           acc = dev_metric(tp_path(tmp, "runs/go/metrics.jsonl"), 30, "accuracy");
+    double loss = hfe_dev_metric(tp_path(tmp, "runs/go/metrics.jsonl"), 30, "loss"),
+           acc = hfe_dev_metric(tp_path(tmp, "runs/go/metrics.jsonl"), 30, "accuracy");
     CHECK(isfinite(loss) && loss > 0 && loss < 0.75 && acc >= 0 && acc <= 1, "gpt2: dev loss %g, accuracy %g", loss,
           acc);
 }
