@@ -74,7 +74,26 @@ static void impl_free(ptsv_impl *m) {
     ut_free(m);
 }
 
+/* m->names: a copy of names (count of them) */
+static void keep_names(ptsv_impl *m, const char *const *names, int64_t count) {
+    m->nnames = count;
+    m->names = ut_malloc_check((size_t)(count ? count : 1) * sizeof *m->names);
+    for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+}
+
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The distinct names of v (n of them), sorted, in a new array (ut_free it;
+ * the names stay v's); *count of them. */
+static char **distinct_names(char *const *v, int64_t n, int64_t *count) {
+    char **own = ut_malloc_check((size_t)(n ? n : 1) * sizeof *own);
+    if (n) memcpy(own, v, (size_t)n * sizeof *own);
+    qsort(own, (size_t)n, sizeof *own, by_name);
+    *count = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (!*count || strcmp(own[*count - 1], own[k])) own[(*count)++] = own[k];
+    return own;
+}
 
 /* t's labels that are names into class ids: given names (count), or the
  * file's own sorted; m->names gets a copy of them. 0, or -1 naming the line. */
@@ -82,12 +101,7 @@ static int name_labels(const char *path, ut__tsv *t, const char *const *names, i
                        char *err, size_t n) {
     char **own = NULL;
     if (!names) { /* the file's distinct names, sorted */
-        own = ut_malloc_check((size_t)t->n * sizeof *own);
-        for (int64_t k = 0; k < t->n; k++) own[k] = t->label_text[k];
-        qsort(own, (size_t)t->n, sizeof *own, by_name);
-        count = 0;
-        for (int64_t k = 0; k < t->n; k++)
-            if (!count || strcmp(own[count - 1], own[k])) own[count++] = own[k];
+        own = distinct_names(t->label_text, t->n, &count);
         names = (const char *const *)own;
     }
     int rc = 0;
@@ -100,9 +114,7 @@ static int name_labels(const char *path, ut__tsv *t, const char *const *names, i
                            count > 1 ? ", " : "", count > 1 ? names[1] : "", count > 2 ? ", ..." : "");
         t->label[k] = id;
     }
-    m->nnames = count;
-    m->names = ut_malloc_check((size_t)(count ? count : 1) * sizeof *m->names);
-    for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
+    keep_names(m, names, count);
     ut_free(own);
     return rc;
 }
@@ -181,12 +193,7 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
                                "names (model.num_labels %lld without them)", path, (long long)t->line[bad], lab[0],
                        (long long)num_classes);
     if (!rc && kind == 0 && !names) { /* the file's distinct names, sorted */
-        own = ut_malloc_check((size_t)used * sizeof *own);
-        memcpy(own, lab, (size_t)used * sizeof *own);
-        qsort(own, (size_t)used, sizeof *own, by_name);
-        count = 0;
-        for (int64_t k = 0; k < used; k++)
-            if (!count || strcmp(own[count - 1], own[k])) own[count++] = own[k];
+        own = distinct_names(lab, used, &count);
         names = (const char *const *)own;
     }
     int64_t K = names ? count : num_classes > 0 ? num_classes : max + 1;
@@ -218,11 +225,7 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
             else
                 m->multi[k * K + id] = 1;
         }
-    if (!rc && names) {
-        m->nnames = count;
-        m->names = ut_malloc_check((size_t)count * sizeof *m->names);
-        for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
-    }
+    if (!rc && names) keep_names(m, names, count);
     ut_free(own);
     ut_free(lab);
     ut_free(at);
@@ -271,11 +274,7 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
             return NULL;
         }
         if (!t.labeled) m->multi = ut_calloc_check((size_t)(t.n * m->K), sizeof *m->multi);
-        if (!t.labeled && names) {
-            m->nnames = count;
-            m->names = ut_malloc_check((size_t)count * sizeof *m->names);
-            for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
-        }
+        if (!t.labeled && names) keep_names(m, names, count);
     }
     if (t.labeled && !t.names && names && !multi) {
         ut_errorf(err, n, "%s:%lld: label '%.40s': the train file's labels are names (%s, ...), this file's are "
@@ -297,11 +296,7 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
         ut__tsv_free(&t);
         return NULL;
     }
-    if (names && !t.names && !multi) { /* an unlabeled file (a test file) keeps the names for its predictions */
-        m->nnames = count;
-        m->names = ut_malloc_check((size_t)count * sizeof *m->names);
-        for (int64_t k = 0; k < count; k++) m->names[k] = ut__data_strdup(names[k]);
-    }
+    if (names && !t.names && !multi) keep_names(m, names, count); /* an unlabeled (test) file: for its predictions */
     int64_t classes = multi ? m->K : regression ? 0 : m->names ? m->nnames : num_classes > 0 ? num_classes : t.max_label + 1;
     for (int64_t k = 0; t.labeled && !regression && !multi && k < t.n; k++)
         if (t.label[k] >= classes) {

@@ -5,7 +5,7 @@
  * runs compared.
  * Include after test.h: the checks record failures with CHECK.
  * defines: hfe_write_config, hfe_utrain, hfe_check_results,
- *          hfe_train_then_test, hfe_dev_metric, hfe_check_refused, hfe_check_same_losses,
+ *          hfe_train_then_test, hfe_read_sst2, hfe_dev_metric, hfe_check_refused, hfe_check_same_losses,
  *          hfe_check_two_ranks. */
 #ifndef UTRAIN_TEST_HF_E2E_H
 #define UTRAIN_TEST_HF_E2E_H
@@ -78,6 +78,30 @@ static inline void hfe_train_then_test(const char *dir, const char *name) {
     snprintf(want, sizeof want, "Model = %s", name);
     CHECK(s && strstr(s, want), "train output: %s", s);
     free(s);
+}
+
+/* data/sst2_sample/SPLIT.tsv's sentences and labels, in file order, into
+ * text and label (at most 256; the arrays are static, overwritten by the
+ * next call); their count, 0 with a failed check when the file is missing */
+static inline int hfe_read_sst2(const char *split, char (**text)[256], int **label) {
+    static char texts[256][256];
+    static int labels[256];
+    char in[128], line[512];
+    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
+    FILE *f = fopen(in, "r");
+    CHECK(f, "%s", in);
+    *text = texts, *label = labels;
+    if (!f) return 0;
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < 256) {
+        char *tab = strrchr(line, '\t');
+        if (!tab || !strncmp(line, "sentence\t", 9)) continue;
+        *tab = 0;
+        snprintf(texts[n], sizeof texts[n], "%s", line);
+        labels[n++] = atoi(tab + 1);
+    }
+    fclose(f);
+    return n;
 }
 
 /* the dev line of STEP in a metrics.jsonl: its KEY (NaN without one) */

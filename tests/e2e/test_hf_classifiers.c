@@ -144,22 +144,15 @@ static void test_refused(void) {
 /* tmp/names_SPLIT.tsv: data/sst2_sample's SPLIT with its labels written as
  * names (negative, positive) */
 static void write_named(const char *split) {
-    char in[128], out[64], line[512];
-    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
+    char out[64], (*text)[256];
+    int *label, n = hfe_read_sst2(split, &text, &label);
     snprintf(out, sizeof out, "names_%s.tsv", split);
-    FILE *f = fopen(in, "r"), *o = fopen(tp_path(tmp, out), "w");
-    CHECK(f && o, "%s", in);
-    while (f && o && fgets(line, sizeof line, f)) {
-        char *tab = strrchr(line, '\t');
-        if (!tab || !strncmp(line, "sentence\t", 9)) {
-            fputs(line, o);
-            continue;
-        }
-        *tab = 0;
-        fprintf(o, "%s\t%s\n", line, atoi(tab + 1) ? "positive" : "negative");
-    }
-    if (f) fclose(f);
-    if (o) fclose(o);
+    FILE *o = fopen(tp_path(tmp, out), "w");
+    CHECK(o, "%s", out);
+    if (!o) return;
+    fprintf(o, "sentence\tlabel\n");
+    for (int i = 0; i < n; i++) fprintf(o, "%s\t%s\n", text[i], label[i] ? "positive" : "negative");
+    fclose(o);
 }
 
 /* Names sort as the classes they stand for (negative 0, positive 1): the
@@ -276,23 +269,11 @@ static void test_label_names(void) {
  * score) from data/sst2_sample's SPLIT, each review paired with another, the
  * score 1 + 2 x the first's label + 1.5 x the second's; labels[i] the scores */
 static int write_scores(const char *split, double *labels, int max) {
-    char in[128], out[64], line[512];
-    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
+    char out[64];
     snprintf(out, sizeof out, "stsb_%s.tsv", split);
-    FILE *f = fopen(in, "r");
-    CHECK(f, "%s", in);
-    if (!f) return 0;
-    static char text[256][256];
-    static int label[256];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < 256) {
-        char *tab = strrchr(line, '\t');
-        if (!tab || !strncmp(line, "sentence\t", 9)) continue;
-        *tab = 0;
-        snprintf(text[n], sizeof text[n], "%s", line);
-        label[n++] = atoi(tab + 1);
-    }
-    fclose(f);
+    char (*text)[256];
+    int *label, n = hfe_read_sst2(split, &text, &label);
+    if (!n) return 0;
     FILE *o = fopen(tp_path(tmp, out), "w");
     fprintf(o, "index\tgenre\tsentence1\tsentence2\tscore\n");
     for (int i = 0; i < n && i < max; i++) {

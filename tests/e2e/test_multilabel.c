@@ -30,22 +30,9 @@ static int g_rows[2];
  * in GoEmotions' layout (no header: the pair as one text, the labels as
  * integers 0, 1, 2, an id); truth (may be NULL) gets the label sets */
 static int write_split(const char *split, unsigned *truth, int max) {
-    char in[128], line[512];
-    snprintf(in, sizeof in, "data/sst2_sample/%s.tsv", split);
-    FILE *f = fopen(in, "r");
-    CHECK(f, "%s", in);
-    if (!f) return 0;
-    static char text[256][256];
-    static int label[256];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < 256) {
-        char *tab = strrchr(line, '\t');
-        if (!tab || !strncmp(line, "sentence\t", 9)) continue;
-        *tab = 0;
-        snprintf(text[n], sizeof text[n], "%s", line);
-        label[n++] = atoi(tab + 1);
-    }
-    fclose(f);
+    char (*text)[256];
+    int *label, n = hfe_read_sst2(split, &text, &label);
+    if (!n) return 0;
     char name[64];
     snprintf(name, sizeof name, "ml_%s.tsv", split);
     FILE *o = fopen(tp_path(tmp, name), "w");
