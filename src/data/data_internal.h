@@ -53,6 +53,13 @@ int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n);
 /* s is an integer >= 0 that fits a class id (into *out) */
 bool ut__is_class(const char *s, int64_t *out);
 void ut__tsv_free(ut__tsv *t);
+/* One record of the CSV text at *pp (its first line *line), split at commas
+ * into fields unquoted in place: a field in double quotes may hold commas,
+ * newlines and "" for a quote; CRLF line ends are read as LF. f gets at most
+ * max fields, *got their count (all of them, even past max); *pp and *line
+ * move past the record. An unclosed quote or text after a closing quote is
+ * an error naming path and the line. */
+int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);
  * returns how many ids were written. */

@@ -252,11 +252,7 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
 
 /* ---- CSV (RFC 4180, as Python's csv and pandas write it) ---- */
 
-/* One record of the CSV text at *pp (its first line *line), split at commas
- * into fields unquoted in place: a field in double quotes may hold commas,
- * newlines and "" for a quote; CRLF line ends are read as LF. f gets at most
- * max fields, *got their count; *pp and *line move past the record. */
-static int csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n) {
+int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n) {
     char *p = *pp;
     int k = 0;
     for (;;) {
@@ -303,7 +299,7 @@ static int parse_csv(const char *path, ut__tsv *t, char *err, size_t n) {
     for (bool header = true; *p;) {
         int64_t at = line;
         int got = 0;
-        if (csv_record(path, &p, &line, f, 65, &got, err, n)) return -1;
+        if (ut__csv_record(path, &p, &line, f, 65, &got, err, n)) return -1;
         if (got == 1 && !f[0][strspn(f[0], " \t\r")]) continue; /* a blank line */
         if (header) {
             char shown[256] = "";
