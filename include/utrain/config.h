@@ -71,6 +71,8 @@ typedef struct {
     char source_field[64], target_field[64]; /* seq2seq_text: TSV columns / JSON keys */
     char source_prefix[UT_CFG_STR_MAX];     /* seq2seq_text: prepended to every source */
     bool lowercase;              /* seq2seq_text: lower-case both texts */
+    /* tsv_text: the columns of an example (ut_text_columns); empty: found by name */
+    char text_column[UT_CFG_STR_MAX], text_pair_column[64], label_column[64], text_column_delimiter[64];
 
     /* ---- generate: evaluation by generation and `utrain generate` ---- */
     bool gen_eval;               /* generate.eval: dev/test evaluation also generates (bleu, rougeL, exact_match) */

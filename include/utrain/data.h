@@ -53,6 +53,10 @@ struct ut_dataset {
     /* optional: example i's texts (which 0 the source, 1 the target) of a
      * dataset of texts (ut_seq2seq_text reads it); NULL: none */
     const char *(*text)(const ut_dataset *ds, int64_t i, int which);
+    /* optional: which columns of a text file the examples came from, for
+     * the log ("text 'review', label 'label'"); NULL: a file without a
+     * header, other data */
+    const char *columns;
 };
 void ut_dataset_free(ut_dataset *ds);
 /* How many outputs a model gives per example of ds: its classes, 1 for a
@@ -85,13 +89,32 @@ int ut_tokenize_file(const char *tokenizer, const char *input, const char *outpu
  * file is unlabeled, as GLUE test files "index<TAB>sentence" are) and
  * "index" (an integer id per example, reported in predictions); other columns
  * are ignored. Tokens are padded (id 0) / truncated to max_len.
- * x (max_len) i32, y i32 label (0 when unlabeled). */
+ * x (max_len) i32, y i32 label (0 when unlabeled). The same columns are read
+ * from .csv (RFC 4180) and .json / .jsonl files (JSON Lines). */
+
+/* Which columns hold an example (data.text_column, data.text_pair_column,
+ * data.label_column; the example scripts' text_column_names and
+ * label_column_name). A NULL or empty field is found by its name: the text
+ * sentence, sentence1 or text, or a pair (sentence1 and sentence2, question
+ * and sentence, question1 and question2, premise and hypothesis); the label
+ * label, score, is_duplicate, Quality or labels. Without such a text name, a
+ * file whose label column is found (or any CSV / JSON Lines file) takes its
+ * columns as transformers' run_glue does: the first two beside the label
+ * (and index, idx, id) a pair, a single one the text. A named text column
+ * the file lacks is an error; a named label column it lacks makes the file
+ * unlabeled (a test file). With a column named the file has a header. */
+typedef struct {
+    const char *text;      /* a column, or several separated by commas, their fields joined by delimiter */
+    const char *text_pair; /* the second text of a pair (needs text) */
+    const char *label;
+    const char *delimiter; /* between the joined fields of several text columns; NULL: " " */
+} ut_text_columns;
 typedef struct ut_vocab ut_vocab;
 /* word: lower-cased words split on whitespace and punctuation, ids 0 = <pad>,
  * 1 = <unk>, then words with count >= min_freq by descending count, ties by
  * spelling; byte: ids 1..256 for bytes 0..255 (0 = <pad>). */
-ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_freq, char *err,
-                         size_t n);
+ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, const ut_text_columns *cols, int64_t min_freq,
+                         char *err, size_t n);
 int ut_vocab_save(const ut_vocab *v, const char *path, char *err, size_t n);
 ut_vocab *ut_vocab_load(const char *path, char *err, size_t n);
 int64_t ut_vocab_size(const ut_vocab *v);
@@ -103,8 +126,8 @@ int64_t ut_vocab_num_classes(const ut_vocab *v);
  * gets the smallest such class, or -1. */
 int64_t ut_vocab_missing_classes(const ut_vocab *v, int64_t *first);
 void ut_vocab_free(ut_vocab *v);
-ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
-                                size_t n);
+ut_dataset *ut_tsv_dataset_open(const char *path, const ut_text_columns *cols, const ut_vocab *v, int64_t max_len,
+                                char *err, size_t n);
 
 /* ---- pretrained tokenizers (docs/data.md) ---- */
 /* WordPiece (BERT), byte-level BPE (GPT-2, RoBERTa, BART) and SentencePiece
@@ -177,8 +200,8 @@ char *ut_tokenizer_decode_generated(const ut_tokenizer *t, const int32_t *ids, i
  * vocab_size is the tokenizer's. A file without a "label" column is
  * unlabeled (y 0, ds->unlabeled: a GLUE test file); an "index" column gives
  * the examples' ids. ds->token_planes is set. t is used only during the call. */
-ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, int64_t max_len,
-                                           int64_t num_classes, char *err, size_t n);
+ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, const ut_text_columns *cols, ut_tokenizer *t,
+                                           int64_t max_len, int64_t num_classes, char *err, size_t n);
 /* Labels may also be names (MNLI's and RTE's entailment, neutral, ...; every
  * label of a file one kind, integers or names): ut_tsv_dataset_open_pretrained
  * with num_classes 0 gives each name the id of its place among the file's
@@ -187,8 +210,8 @@ ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *t, in
  * k: the train file's, or a checkpoint's id2label) the file's names take
  * those ids; a name not among them, or integer labels, is an error naming
  * the line. */
-ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *t, int64_t max_len, const char *const *names,
-                                      int64_t count, char *err, size_t n);
+ut_dataset *ut_tsv_dataset_open_named(const char *path, const ut_text_columns *cols, ut_tokenizer *t, int64_t max_len,
+                                      const char *const *names, int64_t count, char *err, size_t n);
 /* Multi-label (Hugging Face's problem_type multi_label_classification):
  * each label field is a comma-separated list of the example's labels,
  * possibly empty (GoEmotions' "2,6"; the column "label" or "labels"; a
@@ -198,13 +221,18 @@ ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *t, int64_t
  * names take their ids; without, count is the label count (0: integers'
  * largest + 1, names the file's distinct names sorted, into
  * ds->label_names). Errors name the line. */
-ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, ut_tokenizer *t, int64_t max_len,
-                                           const char *const *names, int64_t count, char *err, size_t n);
+ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, const ut_text_columns *cols, ut_tokenizer *t,
+                                           int64_t max_len, const char *const *names, int64_t count, char *err,
+                                           size_t n);
 
 /* ---- sequence-to-sequence text (docs/data.md) ---- */
 typedef struct {
     int64_t max_source_len, max_target_len; /* tokens, special tokens included; >= 2 */
-    const char *source_field, *target_field; /* TSV column / JSON key names; NULL: "source", "target" */
+    /* TSV / CSV column or JSON key names ("translation.en": key "en" of the
+     * object under "translation"); NULL (or ""): "source" ("target") when
+     * the file has that column, else the first (second) column, as
+     * run_summarization takes them */
+    const char *source_field, *target_field;
     const char *source_prefix;               /* prepended to every source text (T5's "summarize: "); NULL: none */
     bool lowercase;                          /* lower-case both texts first (FlagAI's example does) */
 } ut_seq2seq_opts;
@@ -212,8 +240,18 @@ typedef struct {
  * (train_inputs.txt / train_targets.txt), one example per line, line k of
  * one file paired with line k of the other; target_path NULL: path is a TSV
  * (a header naming the fields, as ut_tsv_dataset_open reads) when it ends in
- * .tsv, JSON Lines when it ends in .jsonl or .json (one object per line, the
- * two fields strings), else an error saying what to write. Each text is
+ * .tsv, a CSV (a header, then one example a record; RFC 4180 quoting: a
+ * field in double quotes may hold commas, newlines and "" for a quote) when
+ * it ends in .csv, JSON Lines when it ends in .jsonl or .json (one object
+ * per line, the two fields strings), else an error saying what to write
+ * (extensions in any case). The fields are o->source_field and
+ * o->target_field; each one NULL is the column "source" ("target") when the
+ * header (the first object's keys, in their order) has it, else the first
+ * (the second) column, and one that would be the other's column is the
+ * first column that is not (a file of one column is then an error naming
+ * the options). A JSON field with a dot that is no key of the object names
+ * a nested one: "translation.en" is key "en" of the object under
+ * "translation" (run_translation's files), deeper dots alike. Each text is
  * lower-cased (o->lowercase), the source gets o->source_prefix, then both
  * are encoded with the tokenizer's special tokens (BART "<s> text </s>", T5
  * "text </s>") and truncated silently to max_source_len / max_target_len
@@ -223,9 +261,12 @@ typedef struct {
  * 0 without one); y (L) i32 = the target ids, -100 where the target mask is
  * 0. vocab_size is the tokenizer's, num_classes 0, ds->seq2seq set. NULL with
  * a message naming the file and line: line counts that differ, an empty
- * source or target, invalid UTF-8 (its byte offset in the line), a missing
- * TSV column or JSON key, a TSV row with the wrong number of fields, a JSON
- * line that is not an object or a value that is not a string, no examples.
+ * source or target, invalid UTF-8 (its byte offset in the line), a NUL
+ * byte, a missing TSV / CSV column (the columns found) or JSON key (the keys
+ * found, in the nested object for a nested key), a TSV or CSV row with the
+ * wrong number of fields (the line the record starts on), an unclosed CSV
+ * quote, a JSON line that is not an object or a value that is not a string
+ * (an object on the way to a nested key), no examples.
  * t is used only during the call. */
 ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, ut_tokenizer *t,
                                     const ut_seq2seq_opts *o, char *err, size_t n);
@@ -234,6 +275,11 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
  * BLEU, the input when writing generations). NULL when ds is not a
  * ut_seq2seq_dataset_open dataset, i or which is out of range. */
 const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which);
+/* Which columns (JSON keys) a TSV, CSV or JSON Lines dataset of
+ * ut_seq2seq_dataset_open read, for the log: "source 'document', target
+ * 'summary'" (the names as given or as the defaults chose them); owned by
+ * ds. NULL for parallel files or a dataset that is not one of these. */
+const char *ut_seq2seq_columns(const ut_dataset *ds);
 /* How many sources (which 0) or targets (which 1) were cut to max_source_len
  * / max_target_len; 0 for a dataset that is not seq2seq. */
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which);

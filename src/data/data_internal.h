@@ -39,6 +39,7 @@ typedef struct {
     int64_t nowned, owned_cap;
     int64_t max_label;
     bool labeled, has_index;
+    const char *columns;         /* which columns the examples came from (for the log); NULL: headerless */
 } ut__tsv;
 /* What the labels are: classes, integers >= 0, into label; a regression's
  * real numbers into score; or classes that may be names (every label of
@@ -49,7 +50,9 @@ typedef struct {
  * label_text for the caller to parse; the column may be named "labels",
  * and a headerless file may have a third column (GoEmotions' id). */
 enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2, UT__TSV_MULTI = 3 };
-int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n);
+/* cols (may be NULL) names the columns (data.text_column, ...); a file
+ * read with a named column always has a header. */
+int ut__tsv_read(const char *path, int mode, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n);
 /* s is an integer >= 0 that fits a class id (into *out) */
 bool ut__is_class(const char *s, int64_t *out);
 void ut__tsv_free(ut__tsv *t);

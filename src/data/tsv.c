@@ -32,10 +32,15 @@ static int split_tabs(char *line, char **field, int max) {
     }
 }
 
-/* Where the named columns are: the text always; the second text, the label
- * and the index when the header names them (-1 otherwise). */
+/* Where the columns are: the text (several, joined, when data.text_column
+ * names them), the second text of a pair, the label and the index (-1 when
+ * the file has none); desc says which they are, for the log. */
+enum { MAX_TEXT_COLUMNS = 8 };
 typedef struct {
     int ncol, sentence, sentence2, label, index;
+    int text[MAX_TEXT_COLUMNS], ntext; /* the text's columns (sentence the first), joined by delim */
+    const char *delim;
+    char desc[320];
 } tsv_columns;
 
 /* column name's position among f (nc names), -1 when absent */
@@ -66,49 +71,132 @@ static bool headerless(const char *line, bool multi);
 enum { KIND_TSV, KIND_CSV, KIND_JSONL };
 static const char *const kind_sep[] = {"tab", "comma", "comma"};
 
+static const char *given(const char *s) { return s && *s ? s : NULL; }
+
+/* cols names a column: the file has a header (no headerless reading) */
+static bool named(const ut_text_columns *cols) {
+    return cols && (given(cols->text) || given(cols->text_pair) || given(cols->label));
+}
+
+/* A column the options name that the header lacks */
+static int no_column(const char *path, const char *name, const char *key, const char *shown, char *err, size_t n) {
+    return ut_errorf(err, n, "%s:1: no column '%.60s' (%s) among the file's columns: %.200s", path, name, key,
+                     shown);
+}
+
+/* The columns data.text_column names (several joined by commas), into c */
+static int named_texts(const char *path, char **f, int nc, const char *names, const char *shown, tsv_columns *c,
+                       char *err, size_t n) {
+    char buf[512];
+    if (strlen(names) >= sizeof buf)
+        return ut_errorf(err, n, "data.text_column: longer than %zu characters", sizeof buf - 1);
+    strcpy(buf, names);
+    char *save = NULL;
+    for (char *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        while (*name == ' ') name++;
+        for (size_t e = strlen(name); e && name[e - 1] == ' ';) name[--e] = 0;
+        if (!*name) continue;
+        if (c->ntext == MAX_TEXT_COLUMNS)
+            return ut_errorf(err, n, "data.text_column: at most %d columns are joined", MAX_TEXT_COLUMNS);
+        int k = column(f, nc, name);
+        if (k < 0) return no_column(path, name, "data.text_column", shown, err, n);
+        c->text[c->ntext++] = k;
+    }
+    if (!c->ntext) return ut_errorf(err, n, "data.text_column: '%s' names no column", names);
+    return 0;
+}
+
 /* Finds the columns among the header's names f (nc of them; shown is the
- * header as the file has it, for the message). */
+ * header as the file has it, for the message): the ones cols names, else by
+ * their names (text_pairs, single_texts, label_names), else (a file whose
+ * label column is found, or any CSV / JSON Lines file) as transformers'
+ * run_glue takes a file's columns: the first two besides the label (and
+ * index, idx, id) a pair, one alone the text. */
 static int find_columns(const char *path, char **f, int nc, int kind, const char *shown, bool multi_layout,
-                        tsv_columns *c, char *err, size_t n) {
+                        const ut_text_columns *cols, tsv_columns *c, char *err, size_t n) {
     c->ncol = nc;
     c->sentence = c->sentence2 = c->label = c->index = -1;
+    c->ntext = 0;
+    c->delim = cols && cols->delimiter ? cols->delimiter : " ";
+    c->desc[0] = 0;
     if (nc > 64) nc = 64;
-    for (size_t i = 0; i < sizeof text_pairs / sizeof text_pairs[0] && c->sentence < 0; i++) {
-        int a = column(f, nc, text_pairs[i][0]), b = column(f, nc, text_pairs[i][1]);
-        if (a >= 0 && b >= 0) c->sentence = a, c->sentence2 = b;
-    }
-    for (size_t i = 0; i < sizeof single_texts / sizeof single_texts[0] && c->sentence < 0; i++)
-        c->sentence = column(f, nc, single_texts[i]);
-    for (size_t i = 0; i < sizeof label_names / sizeof label_names[0] && c->label < 0; i++)
+    const char *text = given(cols ? cols->text : NULL), *pair = given(cols ? cols->text_pair : NULL),
+               *label = given(cols ? cols->label : NULL);
+    if (pair && !text)
+        return ut_errorf(err, n, "data.text_pair_column '%s' without data.text_column: name the pair's first text "
+                                 "too", pair);
+    if (label) c->label = column(f, nc, label); /* absent: an unlabeled file (a test file) */
+    for (size_t i = 0; !label && i < sizeof label_names / sizeof label_names[0] && c->label < 0; i++)
         c->label = column(f, nc, label_names[i]);
     c->index = column(f, nc, "index");
     if (c->index < 0) c->index = column(f, nc, "idx"); /* datasets' name */
-    if ((c->sentence < 0 || c->ncol > 64) && multi_layout)
-        return ut_errorf(err, n, "%s:1: no header, and the first line is an example of (text, a list of labels%s): a "
-                                 "multi-label task's file in GoEmotions' layout: set model.problem_type: "
-                                 "multi_label_classification (with a pretrained tokenizer: data.tokenizer or "
-                                 "model.pretrained)", path, c->ncol == 3 ? ", an id" : "");
-    if (c->ncol > 64)
+    if (c->ncol > 64 && !multi_layout)
         return ut_errorf(err, n, "%s:1: %d columns: at most 64 are read", path, c->ncol);
+    bool glue_rule = false;
+    if (text) {
+        if (named_texts(path, f, nc, text, shown, c, err, n)) return -1;
+        c->sentence = c->text[0];
+        if (pair && (c->sentence2 = column(f, nc, pair)) < 0)
+            return no_column(path, pair, "data.text_pair_column", shown, err, n);
+    } else {
+        for (size_t i = 0; i < sizeof text_pairs / sizeof text_pairs[0] && c->sentence < 0; i++) {
+            int a = column(f, nc, text_pairs[i][0]), b = column(f, nc, text_pairs[i][1]);
+            if (a >= 0 && b >= 0) c->sentence = a, c->sentence2 = b;
+        }
+        for (size_t i = 0; i < sizeof single_texts / sizeof single_texts[0] && c->sentence < 0; i++)
+            c->sentence = column(f, nc, single_texts[i]);
+        if ((c->sentence < 0 || c->ncol > 64) && multi_layout)
+            return ut_errorf(err, n, "%s:1: no header, and the first line is an example of (text, a list of labels%s): "
+                                     "a multi-label task's file in GoEmotions' layout: set model.problem_type: "
+                                     "multi_label_classification (with a pretrained tokenizer: data.tokenizer or "
+                                     "model.pretrained)", path, c->ncol == 3 ? ", an id" : "");
+        for (int k = 0; c->sentence < 0 && (c->label >= 0 || kind != KIND_TSV) && k < nc; k++) {
+            if (k == c->label || k == c->index || !strcmp(f[k], "id")) continue;
+            glue_rule = true;
+            c->sentence = k;
+            for (int j = k + 1; j < nc && c->sentence2 < 0; j++)
+                if (j != c->label && j != c->index && strcmp(f[j], "id")) c->sentence2 = j;
+        }
+        if (c->sentence >= 0) c->text[c->ntext++] = c->sentence;
+    }
     if (c->sentence < 0)
         return ut_errorf(err, n, "%s:1: %s 'sentence' (or 'sentence1', 'text'; a pair 'sentence1' and 'sentence2', "
                                  "'question' and 'sentence', 'question1' and 'question2', 'premise' and 'hypothesis') "
-                                 "and 'label', or 'index' and 'sentence' for an unlabeled file, got '%.60s'", path,
+                                 "and 'label', or 'index' and 'sentence' for an unlabeled file, got '%.60s' "
+                                 "(data.text_column and data.label_column name other columns)", path,
                          kind == KIND_JSONL ? "no text key: expected an object with the keys"
                          : kind == KIND_CSV ? "no header: expected a first line naming the columns (comma-separated)"
                                             : "no header: expected a first line naming the columns (tab-separated)",
                          shown);
+    size_t used = 0;
+    for (int i = 0; i < c->ntext; i++)
+        used += (size_t)snprintf(c->desc + used, sizeof c->desc - used, "%s'%.40s'",
+                                 i ? c->ntext > 1 && i == c->ntext - 1 ? " and " : ", " : c->ntext > 1 ? "texts " : "text ",
+                                 f[c->text[i]]);
+    if (c->ntext > 1 && used < sizeof c->desc) used += (size_t)snprintf(c->desc + used, sizeof c->desc - used,
+                                                                        " joined");
+    if (c->sentence2 >= 0 && used < sizeof c->desc)
+        used += (size_t)snprintf(c->desc + used, sizeof c->desc - used, ", its pair's second '%.40s'", f[c->sentence2]);
+    if (used < sizeof c->desc)
+        used += c->label >= 0 ? (size_t)snprintf(c->desc + used, sizeof c->desc - used, ", label '%.40s'", f[c->label])
+                              : (size_t)snprintf(c->desc + used, sizeof c->desc - used, ", no label column");
+    if (glue_rule && used < sizeof c->desc)
+        snprintf(c->desc + used, sizeof c->desc - used, " (no column has a known text name: the first%s beside the "
+                 "label, as run_glue takes them; data.text_column names others)", c->sentence2 >= 0 ? " two" : "");
     return 0;
 }
 
 /* The TSV header line: its columns */
-static int parse_header(const char *path, char *line, tsv_columns *c, char *err, size_t n) {
+static int parse_header(const char *path, char *line, const ut_text_columns *cols, tsv_columns *c, char *err,
+                        size_t n) {
     char *f[65];
     char copy[256];
     snprintf(copy, sizeof copy, "%s", line);
-    bool multi_layout = headerless(line, true); /* GoEmotions' (text, labels, id) read for one class an example */
+    for (char *p = copy; (p = strchr(p, '\t'));) *p = ',';
+    /* GoEmotions' (text, labels, id) read for one class an example */
+    bool multi_layout = !named(cols) && headerless(line, true);
     int nc = split_tabs(line, f, 65);
-    return find_columns(path, f, nc, KIND_TSV, copy, multi_layout, c, err, n);
+    return find_columns(path, f, nc, KIND_TSV, copy, multi_layout, cols, c, err, n);
 }
 
 /* A list of integers "2,6": a multi-label example's labels (GoEmotions') */
@@ -158,6 +246,18 @@ static int parse_score(const char *path, int64_t line, const char *s, double *ou
     return 0;
 }
 
+/* A copy of s kept with t (freed with it) */
+static char *keep(ut__tsv *t, const char *s, size_t len) {
+    if (t->nowned == t->owned_cap) {
+        t->owned_cap = t->owned_cap ? 2 * t->owned_cap : 64;
+        t->owned = ut_realloc_check(t->owned, (size_t)t->owned_cap * sizeof *t->owned);
+    }
+    char *c = ut_malloc_check(len + 1);
+    memcpy(c, s, len);
+    c[len] = 0;
+    return t->owned[t->nowned++] = c;
+}
+
 /* Row k of t from one example's fields f (got of them: the header's count
  * expected, what a mismatch is called in the file's kind in the message). */
 static int parse_fields(const char *path, char **f, int got, int64_t lineno, const tsv_columns *c, int kind,
@@ -180,11 +280,33 @@ static int parse_fields(const char *path, char **f, int got, int64_t lineno, con
     if (c->index >= 0 && parse_int(path, lineno, "index", f[c->index], INT64_MAX, &t->index[k], err, n))
         return -1;
     t->sentence[k] = f[c->sentence];
+    if (c->ntext > 1) { /* data.text_column's columns joined by its delimiter */
+        size_t len = 0, dl = strlen(c->delim);
+        for (int i = 0; i < c->ntext; i++) len += strlen(f[c->text[i]]) + (i ? dl : 0);
+        char *s = ut_malloc_check(len + 1), *w = s;
+        for (int i = 0; i < c->ntext; i++) {
+            if (i) memcpy(w, c->delim, dl), w += dl;
+            size_t l = strlen(f[c->text[i]]);
+            memcpy(w, f[c->text[i]], l);
+            w += l;
+        }
+        *w = 0;
+        t->sentence[k] = keep(t, s, len);
+        ut_free(s);
+    }
     if (c->sentence2 >= 0) t->sentence2[k] = f[c->sentence2];
     t->line[k] = lineno;
     if (t->label[k] > t->max_label) t->max_label = t->label[k];
     t->n++;
     return 0;
+}
+
+/* The header's columns c are found: what t holds follows them */
+static void header_found(ut__tsv *t, const tsv_columns *c) {
+    t->labeled = c->label >= 0;
+    t->has_index = c->index >= 0;
+    if (c->sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+    t->columns = keep(t, c->desc, strlen(c->desc));
 }
 
 /* Parses one TSV example line into row k of t. */
@@ -223,7 +345,7 @@ static bool headerless(const char *line, bool multi) {
     return digits > 0 && digits < 24 && !d[digits];
 }
 
-static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
+static int parse_lines(const char *path, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
     tsv_columns c = {0};
     int64_t lineno = 0;
     for (char *p = t->buf, *next; p; p = next) {
@@ -232,16 +354,14 @@ static int parse_lines(const char *path, ut__tsv *t, char *err, size_t n) {
         size_t len = strlen(p);
         if (len && p[len - 1] == '\r') p[--len] = 0;
         lineno++;
-        if (lineno == 1 && headerless(p, t->multi)) {
+        if (lineno == 1 && !named(cols) && headerless(p, t->multi)) {
             c = (tsv_columns){.ncol = 2, .sentence = 0, .sentence2 = -1, .label = 1, .index = -1};
             if (strchr(strchr(p, '\t') + 1, '\t')) c.ncol = 3; /* GoEmotions' id column, not an integer index */
             t->labeled = true;
             if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
         } else if (lineno == 1) {
-            if (parse_header(path, p, &c, err, n)) return -1;
-            t->labeled = c.label >= 0;
-            t->has_index = c.index >= 0;
-            if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+            if (parse_header(path, p, cols, &c, err, n)) return -1;
+            header_found(t, &c);
         } else if (strspn(p, " \t") < len) {
             if (parse_row(path, p, lineno, &c, t, err, n)) return -1;
         }
@@ -292,7 +412,7 @@ int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max
     }
 }
 
-static int parse_csv(const char *path, ut__tsv *t, char *err, size_t n) {
+static int parse_csv(const char *path, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
     tsv_columns c = {0};
     int64_t line = 1;
     char *f[65], *p = t->buf;
@@ -305,10 +425,8 @@ static int parse_csv(const char *path, ut__tsv *t, char *err, size_t n) {
             char shown[256] = "";
             for (int i = 0; i < got && i < 65; i++)
                 snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", i ? "," : "", f[i]);
-            if (find_columns(path, f, got, KIND_CSV, shown, false, &c, err, n)) return -1;
-            t->labeled = c.label >= 0;
-            t->has_index = c.index >= 0;
-            if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
+            if (find_columns(path, f, got, KIND_CSV, shown, false, cols, &c, err, n)) return -1;
+            header_found(t, &c);
             header = false;
         } else if (parse_fields(path, f, got, at, &c, KIND_CSV, t, err, n)) {
             return -1;
@@ -319,18 +437,6 @@ static int parse_csv(const char *path, ut__tsv *t, char *err, size_t n) {
 }
 
 /* ---- JSON Lines (as datasets' to_json writes them) ---- */
-
-/* A copy of s kept with t (freed with it) */
-static char *keep(ut__tsv *t, const char *s, size_t len) {
-    if (t->nowned == t->owned_cap) {
-        t->owned_cap = t->owned_cap ? 2 * t->owned_cap : 64;
-        t->owned = ut_realloc_check(t->owned, (size_t)t->owned_cap * sizeof *t->owned);
-    }
-    char *c = ut_malloc_check(len + 1);
-    memcpy(c, s, len);
-    c[len] = 0;
-    return t->owned[t->nowned++] = c;
-}
 
 /* a JSON number as a label's text: an integer as one, else 17 digits */
 static void number_text(double v, char *out, size_t n) {
@@ -375,7 +481,7 @@ static int json_field(const char *path, int64_t line, const char *key, const cJS
     return 0;
 }
 
-static int parse_jsonl(const char *path, ut__tsv *t, char *err, size_t n) {
+static int parse_jsonl(const char *path, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
     tsv_columns c = {0};
     char *keys[65];
     int nkeys = 0, rc = 0;
@@ -407,27 +513,25 @@ static int parse_jsonl(const char *path, ut__tsv *t, char *err, size_t n) {
                 nkeys++;
                 snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", shown[0] ? "," : "", e->string);
             }
-            rc = find_columns(path, keys, nkeys, KIND_JSONL, shown, false, &c, err, n);
-            if (!rc) {
-                t->labeled = c.label >= 0;
-                t->has_index = c.index >= 0;
-                if (c.sentence2 >= 0) t->sentence2 = ut_malloc_check((size_t)t->cap * sizeof *t->sentence2);
-            }
+            rc = find_columns(path, keys, nkeys, KIND_JSONL, shown, false, cols, &c, err, n);
+            if (!rc) header_found(t, &c);
         }
         char *f[64];
         for (int i = 0; i < c.ncol && !rc; i++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
             f[i] = NULL;
-            if (!v && (i == c.sentence || i == c.sentence2 || i == c.label || i == c.index))
+            bool want = i == c.sentence2 || i == c.label || i == c.index;
+            for (int w = 0; w < c.ntext; w++) want |= i == c.text[w];
+            if (!v && want)
                 rc = ut_errorf(err, n, "%s:%lld: no key '%s' (the first line has it)", path, (long long)line, keys[i]);
-            else if (v && (i == c.sentence || i == c.sentence2 || i == c.label || i == c.index))
+            else if (v && want)
                 rc = json_field(path, line, keys[i], v, t, &f[i], err, n);
         }
-        for (int w = 0; w < 2 && !rc; w++) { /* the texts are strings */
-            int col = w ? c.sentence2 : c.sentence;
+        for (int w = 0; w <= c.ntext && !rc; w++) { /* the texts are strings */
+            int col = w < c.ntext ? c.text[w] : c.sentence2;
             if (col >= 0 && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, keys[col])))
                 rc = ut_errorf(err, n, "%s:%lld: key '%s' is not a string (the %s)", path, (long long)line, keys[col],
-                               w ? "pair's second text" : "text");
+                               w == c.ntext ? "pair's second text" : "text");
         }
         cJSON_Delete(j);
         if (!rc) rc = parse_fields(path, f, c.ncol, line, &c, KIND_JSONL, t, err, n);
@@ -488,7 +592,7 @@ static int nul_byte_error(const char *path, ut__tsv *t, char *err, size_t n) {
                      line, off);
 }
 
-int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n) {
+int ut__tsv_read(const char *path, int mode, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
     memset(t, 0, sizeof *t);
     size_t len;
     t->buf = (char *)ut__read_file(path, &len, err, n);
@@ -517,7 +621,9 @@ int ut__tsv_read(const char *path, int mode, ut__tsv *t, char *err, size_t n) {
     size_t pl = strlen(path);
     bool csv = pl >= 4 && !strcasecmp(path + pl - 4, ".csv"),
          jsonl = (pl >= 5 && !strcasecmp(path + pl - 5, ".json")) || (pl >= 6 && !strcasecmp(path + pl - 6, ".jsonl"));
-    if ((csv ? parse_csv(path, t, err, n) : jsonl ? parse_jsonl(path, t, err, n) : parse_lines(path, t, err, n)) ||
+    if ((csv     ? parse_csv(path, cols, t, err, n)
+         : jsonl ? parse_jsonl(path, cols, t, err, n)
+                 : parse_lines(path, cols, t, err, n)) ||
         (mode == UT__TSV_NAMES && check_names(path, t, err, n))) {
         ut__tsv_free(t);
         return -1;
@@ -545,6 +651,7 @@ typedef struct {
     int32_t *ids, *labels;
     int64_t *index;            /* the index column, or NULL */
     int64_t max_len;
+    char *columns;             /* ds->columns */
 } tsv_impl;
 
 static int tsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
@@ -562,6 +669,7 @@ static void tsv_free(ut_dataset *ds) {
     ut_free(m->ids);
     ut_free(m->labels);
     ut_free(m->index);
+    ut_free(m->columns);
     ut_free(m);
     ut_free((char *)ds->name);
     ut_free(ds);
@@ -578,14 +686,14 @@ static int check_labels(const char *path, const ut__tsv *t, int64_t num_classes,
     return 0;
 }
 
-ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max_len, char *err,
-                                size_t n) {
+ut_dataset *ut_tsv_dataset_open(const char *path, const ut_text_columns *cols, const ut_vocab *v, int64_t max_len,
+                                char *err, size_t n) {
     if (max_len < 1) {
         ut_errorf(err, n, "%s: max_len must be >= 1 (got %lld)", path, (long long)max_len);
         return NULL;
     }
     ut__tsv t;
-    if (ut__tsv_read(path, UT__TSV_CLASSES, &t, err, n)) return NULL;
+    if (ut__tsv_read(path, UT__TSV_CLASSES, cols, &t, err, n)) return NULL;
     if (check_labels(path, &t, ut_vocab_num_classes(v), err, n)) {
         ut__tsv_free(&t);
         return NULL;
@@ -612,8 +720,9 @@ ut_dataset *ut_tsv_dataset_open(const char *path, const ut_vocab *v, int64_t max
         m->index = ut_malloc_check((size_t)t.n * sizeof *m->index);
         memcpy(m->index, t.index, (size_t)t.n * sizeof *m->index);
     }
+    if (t.columns) m->columns = ut__data_strdup(t.columns);
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
-    *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 1, .x_ne = {max_len},
+    *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 1, .x_ne = {max_len}, .columns = m->columns,
                        .y_ndim = 0, .x_dtype = UT_I32, .y_dtype = UT_I32,
                        .num_classes = ut_vocab_num_classes(v), .vocab_size = ut_vocab_size(v),
                        .unlabeled = !t.labeled, .example_id = m->index,

@@ -17,6 +17,7 @@ typedef struct {
     int64_t nnames;
     int64_t *index;          /* the index column, or NULL */
     int64_t max_len;
+    char *columns;           /* ds->columns */
 } ptsv_impl;
 
 static int ptsv_get(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n) {
@@ -71,6 +72,7 @@ static void impl_free(ptsv_impl *m) {
     for (int64_t k = 0; k < m->nnames; k++) ut_free(m->names[k]);
     ut_free(m->names);
     ut_free(m->index);
+    ut_free(m->columns);
     ut_free(m);
 }
 
@@ -232,35 +234,38 @@ static int multi_labels(const char *path, ut__tsv *t, const char *const *names, 
     return rc;
 }
 
-static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
-                            const char *const *names, int64_t count, bool multi, char *err, size_t n);
+static ut_dataset *open_tsv(const char *path, const ut_text_columns *cols, ut_tokenizer *tok, int64_t max_len,
+                            int64_t num_classes, const char *const *names, int64_t count, bool multi, char *err,
+                            size_t n);
 
-ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, ut_tokenizer *tok, int64_t max_len,
-                                           int64_t num_classes, char *err, size_t n) {
-    return open_tsv(path, tok, max_len, num_classes, NULL, 0, false, err, n);
+ut_dataset *ut_tsv_dataset_open_pretrained(const char *path, const ut_text_columns *cols, ut_tokenizer *tok,
+                                           int64_t max_len, int64_t num_classes, char *err, size_t n) {
+    return open_tsv(path, cols, tok, max_len, num_classes, NULL, 0, false, err, n);
 }
 
-ut_dataset *ut_tsv_dataset_open_named(const char *path, ut_tokenizer *tok, int64_t max_len, const char *const *names,
-                                      int64_t count, char *err, size_t n) {
+ut_dataset *ut_tsv_dataset_open_named(const char *path, const ut_text_columns *cols, ut_tokenizer *tok, int64_t max_len,
+                                      const char *const *names, int64_t count, char *err, size_t n) {
     if (!names || count < 1) return ut_errorf(err, n, "%s: no label names given", path), NULL;
-    return open_tsv(path, tok, max_len, count, names, count, false, err, n);
+    return open_tsv(path, cols, tok, max_len, count, names, count, false, err, n);
 }
 
-ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, ut_tokenizer *tok, int64_t max_len,
-                                           const char *const *names, int64_t count, char *err, size_t n) {
+ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, const ut_text_columns *cols, ut_tokenizer *tok,
+                                           int64_t max_len, const char *const *names, int64_t count, char *err,
+                                           size_t n) {
     if (names && count < 1) return ut_errorf(err, n, "%s: no label names given", path), NULL;
-    return open_tsv(path, tok, max_len, count > 0 ? count : 0, names, names ? count : 0, true, err, n);
+    return open_tsv(path, cols, tok, max_len, count > 0 ? count : 0, names, names ? count : 0, true, err, n);
 }
 
-static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len, int64_t num_classes,
-                            const char *const *names, int64_t count, bool multi, char *err, size_t n) {
+static ut_dataset *open_tsv(const char *path, const ut_text_columns *cols, ut_tokenizer *tok, int64_t max_len,
+                            int64_t num_classes, const char *const *names, int64_t count, bool multi, char *err,
+                            size_t n) {
     if (max_len < 2 || max_len > 1000000000) {
         ut_errorf(err, n, "%s: max_len must be in [2, 1e9] (got %lld)", path, (long long)max_len);
         return NULL;
     }
     bool regression = num_classes == 1 && !names && !multi;
     ut__tsv t;
-    if (ut__tsv_read(path, multi ? UT__TSV_MULTI : regression ? UT__TSV_SCORES : UT__TSV_NAMES, &t, err, n))
+    if (ut__tsv_read(path, multi ? UT__TSV_MULTI : regression ? UT__TSV_SCORES : UT__TSV_NAMES, cols, &t, err, n))
         return NULL;
     ptsv_impl *m = ut_calloc_check(1, sizeof *m);
     if (multi) {
@@ -322,6 +327,7 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
         m->index = ut_malloc_check((size_t)t.n * sizeof *m->index);
         memcpy(m->index, t.index, (size_t)t.n * sizeof *m->index);
     }
+    if (t.columns) m->columns = ut__data_strdup(t.columns);
     ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = t.n, .x_ndim = 2, .x_ne = {3, max_len},
                        .y_ndim = multi ? 1 : 0, .y_ne = {multi ? classes : 0}, .x_dtype = UT_I32,
@@ -329,7 +335,8 @@ static ut_dataset *open_tsv(const char *path, ut_tokenizer *tok, int64_t max_len
                        .multi_label = multi,
                        .label_names = (const char *const *)m->names,
                        .vocab_size = ut_tokenizer_vocab_size(tok), .unlabeled = !t.labeled,
-                       .token_planes = true, .example_id = m->index, .get = ptsv_get, .free = ptsv_free,
+                       .token_planes = true, .example_id = m->index, .columns = m->columns, .get = ptsv_get,
+                       .free = ptsv_free,
                        .impl = m};
     int rc = encode_rows(path, &t, tok, m, err, n);
     ut__tsv_free(&t);

@@ -190,20 +190,24 @@ static void count_missing(ut_vocab *v, const ut__tsv *t) {
     ut_free(seen);
 }
 
-ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, int64_t min_freq, char *err,
-                         size_t n) {
+ut_vocab *ut_vocab_build(const char *kind, const char *train_tsv, const ut_text_columns *cols, int64_t min_freq,
+                         char *err, size_t n) {
     int k = !strcmp(kind, "word") ? VOCAB_WORD : !strcmp(kind, "byte") ? VOCAB_BYTE : -1;
     if (k < 0) {
         ut_errorf(err, n, "unknown tokenizer '%s' (known: word, byte)", kind);
         return NULL;
     }
     ut__tsv t;
-    if (ut__tsv_read(train_tsv, UT__TSV_CLASSES, &t, err, n)) return NULL;
+    if (ut__tsv_read(train_tsv, UT__TSV_CLASSES, cols, &t, err, n)) return NULL;
     if (!t.labeled) {
         ut__tsv_free(&t);
-        ut_errorf(err, n, "%s:1: no 'label' column: the train file needs 'sentence' and 'label' "
-                          "columns (an unlabeled 'index<TAB>sentence' file can be data.test_path)",
-                  train_tsv);
+        if (cols && cols->label && *cols->label)
+            ut_errorf(err, n, "%s:1: no column '%s' (data.label_column): the train file needs its labels", train_tsv,
+                      cols->label);
+        else
+            ut_errorf(err, n, "%s:1: no 'label' column: the train file needs 'sentence' and 'label' "
+                              "columns (an unlabeled 'index<TAB>sentence' file can be data.test_path)",
+                      train_tsv);
         return NULL;
     }
     if (check_classes(train_tsv, &t, err, n)) {

@@ -129,11 +129,23 @@ static const char *pretrained_tokenizer(const ut_config *c) {
     return strcmp(c->tokenizer, "byte") ? c->tokenizer : NULL;
 }
 
+/* data.text_column and the others as the text readers take them */
+static ut_text_columns text_columns(const ut_config *c) {
+    return (ut_text_columns){.text = c->text_column, .text_pair = c->text_pair_column, .label = c->label_column,
+                             .delimiter = c->text_column_delimiter};
+}
+
+/* The label column's name in a message: data.label_column's, else what the reader looks for */
+static const char *label_column(const ut_config *c, const char *found) {
+    return c->label_column[0] ? c->label_column : found;
+}
+
 /* training reads the dev labels; an unlabeled file is for test mode */
 static int check_dev_labeled(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
     if (train && dev && *dev && (*dev)->unlabeled)
-        return ut_errorf(err, n, "%s:1: no 'label' column: training evaluates on data.dev_path and "
-                                 "needs its labels (an unlabeled file can be data.test_path)", c->dev_path);
+        return ut_errorf(err, n, "%s:1: no '%s' column: training evaluates on data.dev_path and "
+                                 "needs its labels (an unlabeled file can be data.test_path)", c->dev_path,
+                         label_column(c, "label"));
     return 0;
 }
 
@@ -163,11 +175,13 @@ static int problem_task(const ut_config *c, char *err, size_t n) {
 
 /* Opens path as the task reads its labels: names (count of them), else
  * count the classes (0: from the file; a regression's 1). */
-static ut_dataset *open_task(int task, const char *path, ut_tokenizer *tok, int64_t max_len, const char *const *names,
-                             int64_t count, char *err, size_t n) {
-    if (task == UT_PROBLEM_MULTI_LABEL) return ut_tsv_dataset_open_multilabel(path, tok, max_len, names, count, err, n);
-    return names ? ut_tsv_dataset_open_named(path, tok, max_len, names, count, err, n)
-                 : ut_tsv_dataset_open_pretrained(path, tok, max_len, count, err, n);
+static ut_dataset *open_task(const ut_config *c, int task, const char *path, ut_tokenizer *tok,
+                             const char *const *names, int64_t count, char *err, size_t n) {
+    ut_text_columns cols = text_columns(c);
+    if (task == UT_PROBLEM_MULTI_LABEL)
+        return ut_tsv_dataset_open_multilabel(path, &cols, tok, c->max_len, names, count, err, n);
+    return names ? ut_tsv_dataset_open_named(path, &cols, tok, c->max_len, names, count, err, n)
+                 : ut_tsv_dataset_open_pretrained(path, &cols, tok, c->max_len, count, err, n);
 }
 
 /* Labels that are names (MNLI's entailment, ...): the train file's names in
@@ -202,7 +216,7 @@ static int named_classes(const ut_config *c, int task, ut_tokenizer *tok, ut_dat
     same = same && labels && atoll(labels) == count;
     int rc = 0;
     if (same && moved) {
-        ut_dataset *again = open_task(task, c->train_path, tok, c->max_len, order, count, err, n);
+        ut_dataset *again = open_task(c, task, c->train_path, tok, order, count, err, n);
         if (again) {
             ut_dataset_free(*tr);
             *tr = again;
@@ -248,11 +262,11 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     ut_dataset *tr = NULL;
     bool first = task != UT_PROBLEM_REGRESSION && c->train_path[0];
     if (first) {
-        tr = open_task(task, c->train_path, tok, c->max_len, NULL, 0, err, n);
+        tr = open_task(c, task, c->train_path, tok, NULL, 0, err, n);
         if (!tr) rc = -1;
         else if (tr->unlabeled)
             rc = ut_errorf(err, n, "%s:1: no '%s' column: the train file's labels give the classes", c->train_path,
-                           multi ? "labels" : "label");
+                           label_column(c, multi ? "labels" : "label"));
         else if (tr->label_names)
             rc = named_classes(c, task, tok, &tr, classes, err, n);
         else if (!classes && tr->num_classes < 2)
@@ -266,7 +280,7 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
         else if (classes && (tr->num_classes > classes || (multi && tr->num_classes != classes))) {
             /* opened again: for the line of the first label too large, or a multi-label's width */
             ut_dataset_free(tr);
-            tr = open_task(task, c->train_path, tok, c->max_len, NULL, classes, err, n);
+            tr = open_task(c, task, c->train_path, tok, NULL, classes, err, n);
             rc = tr ? 0 : -1;
         } else if (classes) {
             tr->num_classes = classes;
@@ -276,7 +290,7 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     }
     const char *const *names = tr && !rc ? tr->label_names : NULL;
     for (int i = 0; i < 3 && !rc; i++)
-        if (out[i] && paths[i][0] && !(*out[i] = open_task(task, paths[i], tok, c->max_len, names, classes, err, n)))
+        if (out[i] && paths[i][0] && !(*out[i] = open_task(c, task, paths[i], tok, names, classes, err, n)))
             rc = -1;
     if (first && train && !rc) *train = tr; /* the names of dev's and test's datasets are their own copies */
     else if (first) ut_dataset_free(tr);
@@ -318,7 +332,8 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
     char vpath[1280];
     snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
-    ut_vocab *v = train ? ut_vocab_build(c->tokenizer, c->train_path, c->min_freq, err, n)
+    ut_text_columns cols = text_columns(c);
+    ut_vocab *v = train ? ut_vocab_build(c->tokenizer, c->train_path, &cols, c->min_freq, err, n)
                         : ut_vocab_load(vpath, err, n);
     if (!v || (train && lead && ut_vocab_save(v, vpath, err, n))) {
         ut_vocab_free(v);
@@ -334,7 +349,7 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
     ut_dataset **out[3] = {train, dev, test};
     int rc = 0;
     for (int i = 0; i < 3 && !rc; i++)
-        if (out[i] && paths[i][0] && !(*out[i] = ut_tsv_dataset_open(paths[i], v, c->max_len, err, n)))
+        if (out[i] && paths[i][0] && !(*out[i] = ut_tsv_dataset_open(paths[i], &cols, v, c->max_len, err, n)))
             rc = -1;
     if (!rc) rc = check_dev_labeled(c, train, dev, err, n);
     ut_vocab_free(v);
@@ -416,6 +431,13 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
+    }
+    /* which columns a text file's examples came from: the train file's, another's where they differ */
+    const char *seen = train && *train ? (*train)->columns : NULL;
+    for (int i = 0; !rc && lead && i < 3; i++) {
+        const ut_dataset *d = all[i] ? *all[i] : NULL;
+        if (d && d->columns && (i == 0 || !seen || strcmp(d->columns, seen)))
+            fprintf(stderr, "utrain: %s: %s\n", d->name, d->columns);
     }
     if (!rc && strcmp(cfg->data_name, "idx_images")) rc = carve_fraction(cfg, train, dev, err, n);
     /* the first N examples of each (the example scripts' max_*_samples: select(range(N))) */

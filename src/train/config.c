@@ -152,6 +152,16 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "seq2seq_text: text put before every source (T5's `summarize: `)"},
     {.key = "data.lowercase", .type = UT_CFG_BOOL, AT(lowercase), .def = "false", .hashed = true,
      .doc = "seq2seq_text: lower-case sources and targets (FlagAI's example does)"},
+    {.key = "data.text_column", .type = UT_CFG_STR, AT(text_column), .def = "", .hashed = true, .hash_if_set = true,
+     .doc = "tsv_text: the text's column (several, comma-separated: their fields joined by text_column_delimiter, "
+            "as run_classification's text_column_names); empty: found by name (docs/data.md)"},
+    {.key = "data.text_pair_column", .type = UT_CFG_STR, AT(text_pair_column), .def = "", .hashed = true,
+     .hash_if_set = true, .doc = "tsv_text: the column of a pair's second text (with text_column)"},
+    {.key = "data.label_column", .type = UT_CFG_STR, AT(label_column), .def = "", .hashed = true,
+     .hash_if_set = true, .doc = "tsv_text: the label's column (a file without it is unlabeled: a test file); empty: "
+                                 "label, score, is_duplicate, Quality or labels"},
+    {.key = "data.text_column_delimiter", .type = UT_CFG_STR, AT(text_column_delimiter), .def = " ", .hashed = true,
+     .hash_if_set = true, .doc = "tsv_text: what joins the fields of several text columns"},
 
     /* ---- train ---- */
     {.key = "train.epochs", .type = UT_CFG_FLOAT, AT(epochs), .def = "1", GE(0), LE(1e9),
@@ -632,6 +642,11 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"max_eval_samples", "data.max_eval_samples"},
     {"max_predict_samples", "data.max_predict_samples"},
     {"ignore_mismatched_sizes", "model.ignore_mismatched_sizes"},
+    {"text_column_names", "data.text_column"},          /* run_classification's */
+    {"label_column_name", "data.label_column"},
+    {"text_column_delimiter", "data.text_column_delimiter"},
+    {"text_column", "data.source_field"},               /* run_summarization's */
+    {"summary_column", "data.target_field"},
     /* a section given a scalar names its kind: `model: gpt2` */
     {"model", "model.name"},
     {"data", "data.name"},

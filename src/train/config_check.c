@@ -189,6 +189,24 @@ static int check_data(const ut_config *c, char *err, size_t n) {
     if (c->gen_eval && !pairs)
         FAIL("generate.eval: evaluation by generation needs sequence-to-sequence data (data.name: seq2seq_text), "
              "not data.name: %s; remove it", c->data_name);
+    /* the keys of one kind of text file */
+    const struct { const char *key; bool set; bool ours; const char *name; } kinds[] = {
+        {"data.source_field", strcmp(c->source_field, "source") != 0, pairs, "seq2seq_text"},
+        {"data.target_field", strcmp(c->target_field, "target") != 0, pairs, "seq2seq_text"},
+        {"data.source_prefix", c->source_prefix[0] != 0, pairs, "seq2seq_text"},
+        {"data.lowercase", c->lowercase, pairs, "seq2seq_text"},
+        {"data.text_column", c->text_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
+        {"data.text_pair_column", c->text_pair_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
+        {"data.label_column", c->label_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
+        {"data.text_column_delimiter", strcmp(c->text_column_delimiter, " ") != 0, !strcmp(c->data_name, "tsv_text"),
+         "tsv_text"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (kinds[i].set && !kinds[i].ours)
+            FAIL("%s: read by data.name %s only (data.name is %s); remove it", kinds[i].key, kinds[i].name,
+                 c->data_name);
+    if (c->text_pair_column[0] && !c->text_column[0])
+        FAIL("data.text_pair_column: a pair's second text; name its first with data.text_column too");
     return 0;
 }
 

@@ -172,10 +172,15 @@ static const struct {
     {"use_auth_token", {"", "false"}, "utrain does not reach the network"},
     {"trust_remote_code", {"false"}, "utrain's models are its own code (bert, roberta, gpt2, bart, t5)"},
     {"low_cpu_mem_usage", {"*"}, NULL},     /* how torch loads the weights: the same weights */
-    {"label_column_name", {"", "label"}, "utrain finds the label column by its name (label, labels, score, ...): "
-                                         "rename the column"},
-    {"text_column_names", {"", "sentence", "text"}, "utrain finds the texts by their names (sentence or text; a pair "
-                                                    "sentence1 and sentence2, ...): rename the columns"},
+    /* run_summarization's and run_translation's */
+    {"val_max_target_length", {""}, "utrain cuts every split's targets to max_target_length (data.max_target_len); "
+                                    "generation_max_length sets the length generated"},
+    {"ignore_pad_token_for_loss", {"true"}, "utrain never counts the padding in the loss (its labels are -100 "
+                                            "there)"},
+    {"lang", {""}, "it names an mBART tokenizer's language, and utrain's seq2seq models are BART and T5"},
+    {"forced_bos_token", {""}, "it forces an mBART language token, and utrain's seq2seq models are BART and T5"},
+    {"resize_position_embeddings", {"", "false"}, "utrain keeps the checkpoint's position embeddings: keep "
+                                                  "max_source_length within them"},
     {"shuffle_train_dataset", {"*"}, NULL}, /* the sampler shuffles every epoch by the seed (data.shuffle) */
 };
 
@@ -619,6 +624,15 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         char buf[32];
         snprintf(buf, sizeof buf, "%lld", k - 1);
         return assign(c, "generate.max_new_tokens", buf, err, n);
+    }
+    /* run_translation's {"translation": {"en": ..., "ro": ...}} lines: the texts are keys of "translation" */
+    if (!strcmp(key, "source_lang") || !strcmp(key, "target_lang")) {
+        if (!*v) return 1;
+        if (strlen(v) > 40 || strpbrk(v, ". \t"))
+            return ut_errorf(err, n, "%s: '%s' is not a language code (en, ro, ...)", key, v);
+        char field[64];
+        snprintf(field, sizeof field, "translation.%s", v);
+        return assign(c, key[0] == 's' ? "data.source_field" : "data.target_field", field, err, n);
     }
     if (!strcmp(key, "metric_for_best_model")) return best_metric(c, key, v, err, n);
     if (!strcmp(key, "report_to")) return report_to(key, v, err, n);

@@ -398,6 +398,7 @@ static int hf_recipe(loader *ld) {
      * arguments) or sentences to classify */
     bool files = seen(ld, "train_file") || seen(ld, "validation_file") || seen(ld, "test_file");
     bool pairs = seen(ld, "data.max_source_len") || seen(ld, "data.max_target_len") || seen(ld, "data.source_prefix") ||
+                 seen(ld, "data.source_field") || seen(ld, "data.target_field") || seen(ld, "source_lang") ||
                  seen(ld, "generate.eval");
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
         {"data.name", pairs ? "seq2seq_text" : "tsv_text", files && !seen(ld, "data.name"),

@@ -61,7 +61,7 @@ static void labels_of(ut_dataset *ds, int64_t i, int32_t *x, int32_t *out) {
 static void multi_label(const char *path, int64_t count, int64_t max_len) {
     char err[1024] = "";
     ut_memory_limit((int64_t)256 << 20); /* a label 777777770: refused, not allocated */
-    ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, tokenizer(), max_len, NULL, count, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, NULL, tokenizer(), max_len, NULL, count, err, sizeof err);
     if (!ds) {
         fz_check_err(err, path);
         return;
@@ -70,7 +70,7 @@ static void multi_label(const char *path, int64_t count, int64_t max_len) {
     if (!ds->multi_label || K < 1 || ds->y_ne[0] != K || (count && K != count)) abort();
     for (int64_t k = 0; ds->label_names && k < K; k++)
         if (!ds->label_names[k][0] || strchr(ds->label_names[k], ',')) abort();
-    ut_dataset *again = ds->label_names ? ut_tsv_dataset_open_multilabel(path, tokenizer(), max_len, ds->label_names,
+    ut_dataset *again = ds->label_names ? ut_tsv_dataset_open_multilabel(path, NULL, tokenizer(), max_len, ds->label_names,
                                                                          K, err, sizeof err)
                                         : NULL;
     if (ds->label_names && (!again || again->num_classes != K)) {
@@ -123,13 +123,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     char err[1024] = "";
-    ut_vocab *v = ut_vocab_build(kind, path, min_freq, err, sizeof err);
+    ut_vocab *v = ut_vocab_build(kind, path, NULL, min_freq, err, sizeof err);
     if (!v) {
         fz_check_err(err, path);
         return 0;
     }
     round_trip(v);
-    ut_dataset *ds = ut_tsv_dataset_open(path, v, max_len, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(path, NULL, v, max_len, err, sizeof err);
     if (!ds) {
         fprintf(stderr, "the file the vocabulary was built from does not open: %s\n", err);
         abort();

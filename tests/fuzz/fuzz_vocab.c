@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const char *text = fz_write("dev.tsv", (const uint8_t *)tsv, sizeof tsv - 1);
-    ut_dataset *ds = ut_tsv_dataset_open(text, v, 8, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(text, NULL, v, 8, err, sizeof err);
     if (ds) fz_read_ends(ds);
     const char *again = fz_path("again.txt");
     if (ut_vocab_save(v, again, err, sizeof err) != 0) abort();

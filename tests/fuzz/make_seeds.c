@@ -212,7 +212,7 @@ static void seed_tsv(void) {
         FILE *f = fopen(tsv, "w");
         fputs(tsv_text[k], f);
         fclose(f);
-        ut_vocab *v = ut_vocab_build(k ? "byte" : "word", tsv, 1, err, sizeof err);
+        ut_vocab *v = ut_vocab_build(k ? "byte" : "word", tsv, NULL, 1, err, sizeof err);
         if (!v || ut_vocab_save(v, tmp, err, sizeof err)) DIE("%s", err);
         put_file("vocab", k ? "byte" : "word", "", 0, tmp);
         ut_vocab_free(v);

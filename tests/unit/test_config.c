@@ -572,6 +572,50 @@ static void test_hf_example_script_arguments(void) {
                         " \"max_source_length\": 512, \"source_prefix\": \"summarize: \", \"output_dir\": \"out\"}\n") == 0 &&
               !strcmp(c.data_name, "seq2seq_text"), "pairs: %s %s", err, c.data_name);
     ut_config_free(&c);
+    /* run_classification's columns; run_summarization's; run_translation's languages */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"t.csv\", \"text_column_names\": "
+                        "\"title,body\", \"text_column_delimiter\": \" | \", \"label_column_name\": \"stars\", "
+                        "\"model\": \"bert\", \"output_dir\": \"out\"}\n") == 0 &&
+              !strcmp(c.text_column, "title,body") && !strcmp(c.text_column_delimiter, " | ") &&
+              !strcmp(c.label_column, "stars") && !strcmp(c.data_name, "tsv_text") &&
+              ut_config_validate(&c, err, sizeof err) == 0, "run_classification's columns: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"x.csv\", \"text_column\": \"document\", "
+                        "\"summary_column\": \"summary\", \"val_max_target_length\": null, "
+                        "\"ignore_pad_token_for_loss\": true, \"lang\": null, \"model\": \"bart\", \"output_dir\": \"out\"}\n") == 0 &&
+              !strcmp(c.source_field, "document") && !strcmp(c.target_field, "summary") &&
+              !strcmp(c.data_name, "seq2seq_text") && ut_config_validate(&c, err, sizeof err) == 0,
+          "run_summarization's columns: %s %s %s", err, c.source_field, c.data_name);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"wmt.json\", \"source_lang\": \"en\", "
+                        "\"target_lang\": \"ro\", \"source_prefix\": \"translate English to Romanian: \", "
+                        "\"output_dir\": \"out\"}\n") == 0 &&
+              !strcmp(c.source_field, "translation.en") && !strcmp(c.target_field, "translation.ro") &&
+              !strcmp(c.data_name, "seq2seq_text"), "run_translation's languages: %s %s %s", err, c.source_field,
+          c.data_name);
+    ut_config_free(&c);
+    /* each kind of text file's keys are refused for the other data */
+    static const char *const other[][2] = {
+        {"data: {name: tsv_text, train_path: t.tsv, source_field: doc}\n", "data.source_field: read by data.name "
+                                                                          "seq2seq_text only (data.name is tsv_text)"},
+        {"data: {name: tsv_text, train_path: t.tsv, lowercase: true}\n", "data.lowercase: read by data.name "
+                                                                        "seq2seq_text only"},
+        {"data: {name: seq2seq_text, train_path: t.tsv, label_column: y}\n", "data.label_column: read by data.name "
+                                                                            "tsv_text only (data.name is seq2seq_text)"},
+        {"data: {name: tokens, train_path: t.bin, text_column_delimiter: x}\n", "data.text_column_delimiter: read by "
+                                                                               "data.name tsv_text only"},
+        {"data: {name: tsv_text, train_path: t.tsv, text_pair_column: b}\n", "data.text_pair_column: a pair's second "
+                                                                            "text; name its first with data.text_column"},
+    };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, other[i][0]) == 0 && ut_config_validate(&c, err, sizeof err) != 0 &&
+                  strstr(err, other[i][1]), "case %zu: %s", i, err);
+        ut_config_free(&c);
+    }
     /* data.name given: kept */
     ut_config_init(&c);
     CHECK(load_text(&c, "data: {name: tokens}\ntrain_file: x.bin\nmodel_name_or_path: gpt2\n") == 0 &&
@@ -583,8 +627,13 @@ static void test_hf_example_script_arguments(void) {
         {"use_fast_tokenizer: false\n", "use_fast_tokenizer"},
         {"trust_remote_code: true\n", "trust_remote_code"},
         {"model_revision: v2\n", "model_revision"},
-        {"label_column_name: sentiment\n", "rename the column"},
-        {"text_column_names: review\n", "rename the columns"},
+        {"val_max_target_length: 60\n", "val_max_target_length: '60': utrain cuts every split's targets to "
+                                          "max_target_length"},
+        {"ignore_pad_token_for_loss: false\n", "utrain never counts the padding in the loss"},
+        {"lang: en_XX\n", "mBART"},
+        {"forced_bos_token: ro_RO\n", "mBART"},
+        {"resize_position_embeddings: true\n", "keep max_source_length within them"},
+        {"source_lang: en.x\n", "source_lang: 'en.x' is not a language code"},
         {"config_name: models/other\n", "config_name"},
         {"max_train_samples: -1\n", "max_train_samples: must be >= 0"},
     };

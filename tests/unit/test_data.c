@@ -329,7 +329,7 @@ static const char *TRAIN_TSV =
 /* the word vocabulary of TRAIN_TSV (written to train.tsv); NULL, the check failed, if it does not build */
 static ut_vocab *train_vocab(void) {
     write_text(tmp("train.tsv"), TRAIN_TSV);
-    ut_vocab *v = ut_vocab_build("word", tmp("train.tsv"), 1, err, sizeof err);
+    ut_vocab *v = ut_vocab_build("word", tmp("train.tsv"), NULL, 1, err, sizeof err);
     CHECK(v, "%s", err);
     return v;
 }
@@ -337,7 +337,7 @@ static ut_vocab *train_vocab(void) {
 static void test_vocab_and_tsv(void) {
     const char *tr = tmp("train.tsv"), *vf = tmp("vocab.txt");
     write_text(tr, TRAIN_TSV);
-    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    ut_vocab *v = ut_vocab_build("word", tr, NULL, 1, err, sizeof err);
     CHECK(v, "%s", err);
     if (!v) return;
     /* counts: the 3, cat 2, dog 2, sat 2, ! 1, , 1, . 1, a 1, ran 1 */
@@ -348,7 +348,7 @@ static void test_vocab_and_tsv(void) {
     CHECK(w && ut_vocab_size(w) == 11 && ut_vocab_num_classes(w) == 3, "%s", err);
     const char *dv = tmp("dev.tsv");
     write_text(dv, "sentence\tlabel\nThe cat, the zebra sat.\t2\nran\t0\n");
-    ut_dataset *ds = ut_tsv_dataset_open(dv, w, 6, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(dv, NULL, w, 6, err, sizeof err);
     CHECK(ds && ds->n == 2 && ds->vocab_size == 11 && ds->num_classes == 3 && ds->x_ne[0] == 6, "%s", err);
     if (ds) {
         int32_t x[6], y;
@@ -364,16 +364,16 @@ static void test_vocab_and_tsv(void) {
     ut_vocab_free(w);
     ut_vocab_free(v);
 
-    v = ut_vocab_build("word", tr, 2, err, sizeof err);
+    v = ut_vocab_build("word", tr, NULL, 2, err, sizeof err);
     CHECK(v && ut_vocab_size(v) == 6, "min_freq 2: %lld", v ? (long long)ut_vocab_size(v) : -1LL);
     ut_vocab_free(v);
-    CHECK(!ut_vocab_build("bpe", tr, 1, err, sizeof err) && strstr(err, "known: word, byte"), "%s", err);
+    CHECK(!ut_vocab_build("bpe", tr, NULL, 1, err, sizeof err) && strstr(err, "known: word, byte"), "%s", err);
 }
 
 static void test_vocab_escapes_and_bytes(void) {
     const char *tr = tmp("esc.tsv"), *vf = tmp("esc.vocab");
     write_text(tr, "label\tsentence\n1\tcaf\xc3\xa9 a\x01z \xff\n");
-    ut_vocab *v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    ut_vocab *v = ut_vocab_build("word", tr, NULL, 1, err, sizeof err);
     CHECK(v && ut_vocab_size(v) == 5, "%s", err);
     if (!v) return;
     CHECK(ut_vocab_save(v, vf, err, sizeof err) == 0, "%s", err);
@@ -386,7 +386,7 @@ static void test_vocab_escapes_and_bytes(void) {
     CHECK(strstr(text, "a\\x01z\n") && strstr(text, "caf\xc3\xa9\n"), "%s", text);
     ut_vocab *w = ut_vocab_load(vf, err, sizeof err);
     CHECK(w && ut_vocab_size(w) == 5, "%s", err);
-    ut_dataset *a = ut_tsv_dataset_open(tr, v, 4, err, sizeof err), *b = ut_tsv_dataset_open(tr, w, 4, err, sizeof err);
+    ut_dataset *a = ut_tsv_dataset_open(tr, NULL, v, 4, err, sizeof err), *b = ut_tsv_dataset_open(tr, NULL, w, 4, err, sizeof err);
     CHECK(a && b, "%s", err);
     if (a && b) {
         int32_t xa[4], xb[4], ya, yb;
@@ -399,12 +399,12 @@ static void test_vocab_escapes_and_bytes(void) {
     ut_vocab_free(v);
     ut_vocab_free(w);
 
-    v = ut_vocab_build("byte", tr, 1, err, sizeof err);
+    v = ut_vocab_build("byte", tr, NULL, 1, err, sizeof err);
     CHECK(v && ut_vocab_size(v) == 257 && ut_vocab_num_classes(v) == 2, "%s", err);
     CHECK(v && ut_vocab_save(v, vf, err, sizeof err) == 0, "%s", err);
     w = ut_vocab_load(vf, err, sizeof err);
     CHECK(w && ut_vocab_size(w) == 257, "%s", err);
-    a = w ? ut_tsv_dataset_open(tr, w, 8, err, sizeof err) : NULL;
+    a = w ? ut_tsv_dataset_open(tr, NULL, w, 8, err, sizeof err) : NULL;
     CHECK(a && a->vocab_size == 257, "%s", err);
     if (a) {
         int32_t x[8], y;
@@ -422,7 +422,7 @@ static void expect_tsv_error(const char *text, const ut_vocab *v, const char *wh
     const char *p = tmp("bad.tsv");
     write_text(p, text);
     err[0] = 0;
-    ut_dataset *ds = ut_tsv_dataset_open(p, v, 4, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(p, NULL, v, 4, err, sizeof err);
     CHECK(!ds, "opened '%s'", text);
     ut_dataset_free(ds);
     CHECK(strstr(err, p) && strstr(err, what), "'%s' should name %s and '%s'", err, p, what);
@@ -434,7 +434,7 @@ static void test_tsv_nul_byte(void) {
     const char *p = tmp("nul.tsv");
     static const char text[] = "sentence\tlabel\ngood\t1\nbad\t0\na\0b\t1\n";
     write_bytes(p, text, sizeof text - 1);
-    CHECK(!ut_vocab_build("word", p, 1, err, sizeof err), "built a vocabulary from %s", p);
+    CHECK(!ut_vocab_build("word", p, NULL, 1, err, sizeof err), "built a vocabulary from %s", p);
     CHECK(strstr(err, p) && strstr(err, ":4: NUL byte at byte offset 29"), "%s", err);
 }
 
@@ -458,7 +458,7 @@ static void test_tsv_errors(void) {
     expect_tsv_error("good\tyes\n", v, ":1: no header");
     expect_tsv_error("sentence\tlabel\n", v, "no examples after the header");
     ut_vocab_free(v);
-    CHECK(!ut_vocab_build("word", tmp("bad.tsv"), 1, err, sizeof err) && strstr(err, "no examples"), "%s", err);
+    CHECK(!ut_vocab_build("word", tmp("bad.tsv"), NULL, 1, err, sizeof err) && strstr(err, "no examples"), "%s", err);
 }
 
 /* One file in each header layout: the columns are found by name, the index
@@ -482,7 +482,7 @@ static void test_tsv_columns(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *p = tmp("cols.tsv");
         write_text(p, cases[c].text);
-        ut_dataset *ds = ut_tsv_dataset_open(p, v, 3, err, sizeof err);
+        ut_dataset *ds = ut_tsv_dataset_open(p, NULL, v, 3, err, sizeof err);
         CHECK(ds && ds->n == 2 && ds->num_classes == 3, "case %zu: %s", c, err);
         if (!ds) continue;
         CHECK(ds->unlabeled == !cases[c].labeled, "case %zu: unlabeled %d", c, ds->unlabeled);
@@ -500,7 +500,7 @@ static void test_tsv_columns(void) {
     expect_tsv_error("index\tlabel\n7\t1\n", v, ":1: no header");
     /* the vocabulary comes from labeled text only */
     write_text(tmp("cols.tsv"), "index\tsentence\n7\tthe cat\n");
-    CHECK(!ut_vocab_build("word", tmp("cols.tsv"), 1, err, sizeof err) && strstr(err, "cols.tsv:1: no 'label' column"),
+    CHECK(!ut_vocab_build("word", tmp("cols.tsv"), NULL, 1, err, sizeof err) && strstr(err, "cols.tsv:1: no 'label' column"),
           "%s", err);
     ut_vocab_free(v);
 }
@@ -531,7 +531,7 @@ static void test_tsv_glue_layouts(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *p = tmp("glue.tsv");
         write_text(p, cases[c].text);
-        ut_dataset *ds = ut_tsv_dataset_open(p, v, 6, err, sizeof err);
+        ut_dataset *ds = ut_tsv_dataset_open(p, NULL, v, 6, err, sizeof err);
         CHECK(ds && ds->n == 1 && !ds->unlabeled, "case %zu: %s", c, err);
         if (!ds) continue;
         int32_t x[6], y = -1;
@@ -544,23 +544,37 @@ static void test_tsv_glue_layouts(void) {
     }
     /* a pair longer than max_len: the first text first, the second cut */
     write_text(tmp("glue.tsv"), "question1\tquestion2\tis_duplicate\nthe cat\ta dog\t1\n");
-    ut_dataset *ds = ut_tsv_dataset_open(tmp("glue.tsv"), v, 3, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(tmp("glue.tsv"), NULL, v, 3, err, sizeof err);
     int32_t x[3], y;
     CHECK(ds && !ds->get(ds, 0, x, &y, err, sizeof err) && x[0] == 2 && x[1] == 3 && x[2] == 9, "cut: %s", err);
     ut_dataset_free(ds);
-    expect_tsv_error("question\tlabel\nthe cat\t1\n", v, ":1: no header");
+    expect_tsv_error("words\tnumbers\nthe cat\t1\n", v, ":1: no header"); /* no label column: not a header */
     ut_vocab_free(v);
     /* the vocabulary counts a pair's second text too */
     const char *tr = tmp("train.tsv");
     write_text(tr, "premise\thypothesis\tlabel\nfirst\tsecond\t1\nfirst\tthird\t0\n");
-    v = ut_vocab_build("word", tr, 1, err, sizeof err);
+    v = ut_vocab_build("word", tr, NULL, 1, err, sizeof err);
     CHECK(v && ut_vocab_size(v) == 5, "<pad>, <unk>, first, second, third: %lld", v ? (long long)ut_vocab_size(v) : -1LL);
     ut_vocab_free(v);
 }
 
 /* the dataset of path (TRAIN_TSV's vocabulary, max_len 6): every example's ids, label and id into x, y, id */
+/* The examples of path read with the columns cols (NULL: by name): n, or -1 when it does not open (err) */
+static int64_t read_cols(const char *path, const ut_text_columns *cols, ut_vocab *v, int32_t *x, int32_t *y,
+                         int64_t *id, int64_t max) {
+    ut_dataset *ds = ut_tsv_dataset_open(path, cols, v, 6, err, sizeof err);
+    if (!ds) return -1;
+    int64_t n = ds->n;
+    for (int64_t k = 0; k < n && k < max; k++) {
+        CHECK(ds->get(ds, k, x + 6 * k, y + k, err, sizeof err) == 0, "%s", err);
+        id[k] = ds->example_id ? ds->example_id[k] : -1;
+    }
+    ut_dataset_free(ds);
+    return n;
+}
+
 static int64_t read_all(const char *path, ut_vocab *v, int32_t *x, int32_t *y, int64_t *id, int64_t max) {
-    ut_dataset *ds = ut_tsv_dataset_open(path, v, 6, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(path, NULL, v, 6, err, sizeof err);
     CHECK(ds, "%s: %s", path, err);
     int64_t n = ds ? ds->n : 0;
     for (int64_t k = 0; k < n && k < max; k++) {
@@ -569,6 +583,113 @@ static int64_t read_all(const char *path, ut_vocab *v, int32_t *x, int32_t *y, i
     }
     ut_dataset_free(ds);
     return n;
+}
+
+/* data.text_column, text_pair_column, label_column (any file's columns, in
+ * TSV, CSV and JSON Lines), several text columns joined, and run_glue's
+ * rule for files without a known text name: each gives the examples of the
+ * same texts under the usual names; what ds->columns says; refusals. */
+static void test_named_columns(void) {
+    ut_vocab *v = train_vocab();
+    if (!v) return;
+    int32_t x[2][12], y[2][2];
+    int64_t id[2][2];
+    /* the reference: the usual names */
+    write_text(tmp("ref.tsv"), "idx\tsentence\tlabel\n3\tthe cat sat\t0\n7\tdog ran\t2\n");
+    CHECK(read_cols(tmp("ref.tsv"), NULL, v, x[0], y[0], id[0], 2) == 2 && y[0][1] == 2, "reference: %s", err);
+    const char *same[][2] = {
+        {"n.tsv", "idx\tstars\treview\n3\t0\tthe cat sat\n7\t2\tdog ran\n"},
+        {"n.csv", "stars,idx,review\n0,3,the cat sat\n2,7,dog ran\n"},
+        {"n.jsonl", "{\"review\": \"the cat sat\", \"stars\": 0, \"idx\": 3}\n{\"review\": \"dog ran\", \"stars\": 2, "
+                    "\"idx\": 7}\n"},
+    };
+    ut_text_columns cols = {.text = "review", .label = "stars"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        write_text(tmp(same[i][0]), same[i][1]);
+        memset(x[1], 0xff, sizeof x[1]);
+        CHECK(read_cols(tmp(same[i][0]), &cols, v, x[1], y[1], id[1], 2) == 2 && !memcmp(x[0], x[1], sizeof x[0]) &&
+                  !memcmp(y[0], y[1], sizeof y[0]) && !memcmp(id[0], id[1], sizeof id[0]),
+              "%s with text review, label stars: the reference's examples (%s)", same[i][0], err);
+    }
+    /* a header like a headerless example is a header when columns are named */
+    write_text(tmp("h.tsv"), "review\t1\nthe cat sat\t0\ndog ran\t2\n");
+    ut_text_columns h = {.text = "review", .label = "1"};
+    CHECK(read_cols(tmp("h.tsv"), &h, v, x[1], y[1], id[1], 2) == 2 && !memcmp(x[0], x[1], sizeof x[0]) &&
+              y[1][1] == 2, "named columns: the first line is the header (%s)", err);
+    /* several text columns joined (run_classification's text_column_names), by a delimiter */
+    write_text(tmp("j.csv"), "title,body,label\nthe cat,sat,0\ndog,ran,2\n");
+    ut_text_columns j = {.text = "title, body", .delimiter = " "};
+    CHECK(read_cols(tmp("j.csv"), &j, v, x[1], y[1], id[1], 2) == 2 && !memcmp(x[0], x[1], sizeof x[0]),
+          "title and body joined by a space: the reference's texts (%s)", err);
+    j.delimiter = " dog ";
+    CHECK(read_cols(tmp("j.csv"), &j, v, x[1], y[1], id[1], 2) == 2 && memcmp(x[0], x[1], sizeof x[0]) &&
+              x[1][2] == x[0][6] && x[1][3] == x[0][2], "joined by ' dog ': the cat dog sat");
+    /* a pair: the same ids as the usual names' pair */
+    write_text(tmp("p.tsv"), "sentence1\tsentence2\tlabel\nthe cat\tsat\t0\n");
+    write_text(tmp("q.jsonl"), "{\"a\": \"the cat\", \"b\": \"sat\", \"y\": 0}\n");
+    ut_text_columns pair = {.text = "a", .text_pair = "b", .label = "y"};
+    CHECK(read_cols(tmp("p.tsv"), NULL, v, x[0], y[0], id[0], 1) == 1 &&
+              read_cols(tmp("q.jsonl"), &pair, v, x[1], y[1], id[1], 1) == 1 && !memcmp(x[0], x[1], 6 * sizeof(int32_t)),
+          "a pair by name: the sentence1/sentence2 pair (%s)", err);
+    /* run_glue's rule: no known text name; the columns beside the label (and idx, id) */
+    const char *glue[][3] = {
+        {"g1.csv", "id,review,label\n9,the cat sat,0\n", "text 'review', label 'label' (no column has a known text "
+                                                          "name: the first beside the label"},
+        {"g2.tsv", "label\ttitle\tbody\n0\tthe cat\tsat\n", "text 'title', its pair's second 'body', label 'label'"},
+        {"g3.jsonl", "{\"review\": \"the cat sat\"}\n", "text 'review', no label column"},
+        {"g4.csv", "sentence,label\nthe cat sat,0\n", "text 'sentence', label 'label'"},
+        {"g5.csv", "title,body,label\nthe cat,sat,0\n", "texts 'title' and 'body' joined, label 'label'"},
+    };
+    for (size_t i = 0; i < sizeof glue / sizeof glue[0]; i++) {
+        write_text(tmp(glue[i][0]), glue[i][1]);
+        ut_dataset *ds = ut_tsv_dataset_open(tmp(glue[i][0]), i == 4 ? &j : NULL, v, 6, err, sizeof err);
+        CHECK(ds && ds->columns && strstr(ds->columns, glue[i][2]), "%s: columns '%s', expected '%s' (%s)", glue[i][0],
+              ds && ds->columns ? ds->columns : "(none)", glue[i][2], err);
+        ut_dataset_free(ds);
+    }
+    /* a headerless file says nothing of columns */
+    write_text(tmp("hl.tsv"), "the cat sat\t0\n");
+    ut_dataset *ds = ut_tsv_dataset_open(tmp("hl.tsv"), NULL, v, 6, err, sizeof err);
+    CHECK(ds && !ds->columns && ds->n == 1, "headerless: no columns (%s)", err);
+    ut_dataset_free(ds);
+    /* a label column named but absent: unlabeled (a test file) */
+    ut_text_columns test = {.text = "review", .label = "stars"};
+    write_text(tmp("t.csv"), "review\nthe cat sat\n");
+    ds = ut_tsv_dataset_open(tmp("t.csv"), &test, v, 6, err, sizeof err);
+    CHECK(ds && ds->unlabeled && ds->n == 1, "unlabeled without the named label column (%s)", err);
+    ut_dataset_free(ds);
+    /* refusals */
+    const struct { ut_text_columns c; const char *file, *text, *want; } bad[] = {
+        {{.text = "body"}, "b.csv", "review,label\na,0\n", "b.csv:1: no column 'body' (data.text_column) among the "
+                                                            "file's columns: review,label"},
+        {{.text = "review, body"}, "b.tsv", "review\tlabel\na\t0\n", "b.tsv:1: no column 'body' (data.text_column)"},
+        {{.text = "review", .text_pair = "body"}, "b.jsonl", "{\"review\": \"a\", \"label\": 0}\n",
+         "b.jsonl:1: no column 'body' (data.text_pair_column)"},
+        {{.text_pair = "body"}, "b.csv", "review,body,label\na,b,0\n", "data.text_pair_column 'body' without "
+                                                                       "data.text_column"},
+        {{.text = " , "}, "b.csv", "review,label\na,0\n", "data.text_column: ' , ' names no column"},
+        {{.text = "a,b,c,d,e,f,g,h,i"}, "b.csv", "a,b,c,d,e,f,g,h,i,label\n1,2,3,4,5,6,7,8,9,0\n",
+         "data.text_column: at most 8 columns are joined"},
+        {{.text = "review"}, "b.jsonl", "{\"review\": 5, \"label\": 0}\n", "b.jsonl:1: key 'review' is not a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(tmp(bad[i].file), bad[i].text);
+        err[0] = 0;
+        ds = ut_tsv_dataset_open(tmp(bad[i].file), &bad[i].c, v, 6, err, sizeof err);
+        CHECK(!ds && strstr(err, bad[i].want), "case %zu: '%s', expected '%s'", i, err, bad[i].want);
+        ut_dataset_free(ds);
+    }
+    /* the word vocabulary reads the named columns too; a train file without the named label is refused */
+    write_text(tmp("vtrain.csv"), "stars,review\n1,zebra zebra\n0,yak\n");
+    ut_text_columns vc = {.text = "review", .label = "stars"};
+    ut_vocab *w = ut_vocab_build("word", tmp("vtrain.csv"), &vc, 1, err, sizeof err);
+    CHECK(w && ut_vocab_size(w) == 4 && ut_vocab_num_classes(w) == 2, "vocabulary from review/stars: %s", err);
+    ut_vocab_free(w);
+    vc.label = "rating";
+    CHECK(!ut_vocab_build("word", tmp("vtrain.csv"), &vc, 1, err, sizeof err) &&
+              strstr(err, "vtrain.csv:1: no column 'rating' (data.label_column): the train file needs its labels"),
+          "%s", err);
+    ut_vocab_free(v);
 }
 
 /* The same examples from a TSV, a CSV (quoted commas, quotes, a newline,
@@ -597,8 +718,8 @@ static void test_csv_and_jsonl(void) {
         {"bad.csv", "sentence,label\na,b,1\n", "bad.csv:2: too many commas: expected 2 comma-separated fields as in "
                                              "the header, got 3"},
         {"bad.csv", "sentence,label\n\"x\n2\",1\nbad,z\n", "bad.csv:4: bad label 'z'"},
-        {"bad.csv", "review,stars\ngood,5\n", "bad.csv:1: no header: expected a first line naming the columns "
-                                               "(comma-separated) 'sentence'"},
+        {"bad.csv", "id,label\n1,5\n", "bad.csv:1: no header: expected a first line naming the columns "
+                                      "(comma-separated) 'sentence'"},
         {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1}\n{\"sentence\": \"b\"}\n", "bad.jsonl:2: no key 'label' "
                                                                                    "(the first line has it)"},
         {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1}\n[1]\n", "bad.jsonl:2: expected an object"},
@@ -610,29 +731,29 @@ static void test_csv_and_jsonl(void) {
         {"bad.jsonl", "{\"sentence\": \"a\", \"label\": [[1]]}\n", "an array holds strings and numbers (labels), not "
                                                                "arrays"},
         {"bad.jsonl", "{\"sentence\": \"a\", \"label\": 1.5}\n", "bad.jsonl:1: bad label '1.5'"},
-        {"bad.jsonl", "{\"review\": \"a\", \"label\": 1}\n", "bad.jsonl:1: no text key: expected an object with the "
-                                                          "keys 'sentence'"},
+        {"bad.jsonl", "{\"idx\": 3, \"label\": 1}\n", "bad.jsonl:1: no text key: expected an object with the "
+                                                       "keys 'sentence'"},
         {"bad.json", "\n\n", "bad.json: no examples"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(tmp(bad[i][0]), bad[i][1]);
-        CHECK(!ut_tsv_dataset_open(tmp(bad[i][0]), v, 6, err, sizeof err) && strstr(err, bad[i][2]), "case %zu: %s", i,
+        CHECK(!ut_tsv_dataset_open(tmp(bad[i][0]), NULL, v, 6, err, sizeof err) && strstr(err, bad[i][2]), "case %zu: %s", i,
               err);
     }
     ut_vocab_free(v);
     /* the vocabulary builds from a CSV too */
-    v = ut_vocab_build("word", tmp("same.csv"), 1, err, sizeof err);
+    v = ut_vocab_build("word", tmp("same.csv"), NULL, 1, err, sizeof err);
     CHECK(v && ut_vocab_num_classes(v) == 3, "vocabulary of the CSV: %s", err);
     ut_vocab_free(v);
 }
 
 static void test_sst2_sample(void) {
-    ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", 1, err, sizeof err);
+    ut_vocab *v = ut_vocab_build("word", "data/sst2_sample/train.tsv", NULL, 1, err, sizeof err);
     CHECK(v && ut_vocab_num_classes(v) == 2 && ut_vocab_size(v) > 50, "%s", err);
     if (!v) return;
     const char *files[3] = {"data/sst2_sample/train.tsv", "data/sst2_sample/dev.tsv", "data/sst2_sample/test.tsv"};
     for (int k = 0; k < 3; k++) {
-        ut_dataset *ds = ut_tsv_dataset_open(files[k], v, 32, err, sizeof err);
+        ut_dataset *ds = ut_tsv_dataset_open(files[k], NULL, v, 32, err, sizeof err);
         CHECK(ds && ds->n >= 50, "%s", err);
         ut_dataset_free(ds);
     }
@@ -934,6 +1055,7 @@ int main(void) {
     RUN(test_tsv_columns);
     RUN(test_tsv_glue_layouts);
     RUN(test_csv_and_jsonl);
+    RUN(test_named_columns);
     RUN(test_sst2_sample);
     RUN(test_sampler_coverage);
     RUN(test_sampler_order);

@@ -59,13 +59,13 @@ static void test_awk_conversion(void) {
 static void test_rotten_tomatoes_split(void) {
     static const char *const files[] = {"data/rt/train.tsv", "data/rt/dev.tsv", "data/rt/test.tsv"};
     static const int64_t want[] = {3892, 486, 488};
-    ut_vocab *v = ut_vocab_build("word", files[0], 1, err, sizeof err);
+    ut_vocab *v = ut_vocab_build("word", files[0], NULL, 1, err, sizeof err);
     CHECK(v, "%s (missing? run scripts/fetch-pretrained.sh; make test runs it through scripts/install-deps.sh)",
           err);
     if (!v) return;
     CHECK(ut_vocab_num_classes(v) == 2, "%lld classes", (long long)ut_vocab_num_classes(v));
     for (int s = 0; s < 3; s++) {
-        ut_dataset *ds = ut_tsv_dataset_open(files[s], v, 16, err, sizeof err);
+        ut_dataset *ds = ut_tsv_dataset_open(files[s], NULL, v, 16, err, sizeof err);
         CHECK(ds && ds->n == want[s], "%s: %s (n %lld, want %lld)", files[s], err, ds ? (long long)ds->n : -1LL,
               (long long)want[s]);
         ut_dataset_free(ds);

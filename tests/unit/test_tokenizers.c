@@ -877,7 +877,7 @@ static void test_tsv_pretrained(void) {
                   "1\tA man plays.\tMusic.\t1\n"
                   "2\tShort.\tAlso short.\t0\n"
                   "3\tThe first sentence here is rather long indeed.\tAnd so is this second one.\t2\n");
-    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 12, 0, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 12, 0, err, sizeof err);
     CHECK(ds && ds->n == 3 && ds->num_classes == 3 && ds->x_ndim == 2 && ds->x_ne[0] == 3 && ds->x_ne[1] == 12 &&
           ds->vocab_size == 30522, "pairs: %s", err);
     if (!ds) {
@@ -913,13 +913,13 @@ static void test_tsv_pretrained(void) {
         for (int r = 0; r < 3; r++) same &= !memcmp(buf + (k * 3 + r) * L, x[k] + r * 12, (size_t)L * 4);
     CHECK(same, "trimmed batch is not (2, 3, L) of the same rows");
     ut_dataset_free(ds);
-    ds = ut_tsv_dataset_open_pretrained(p, t, 12, 2, err, sizeof err);
+    ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 12, 2, err, sizeof err);
     CHECK(!ds && strstr(err, "pairs.tsv:4") && strstr(err, "label 2 >= num_classes 2"), "label check: %s", err);
     ut_dataset_free(ds);
-    ds = ut_tsv_dataset_open_pretrained(p, t, 1, 0, err, sizeof err);
+    ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 1, 0, err, sizeof err);
     CHECK(!ds && strstr(err, "max_len"), "max_len 1: %s", err);
     ut_dataset_free(ds);
-    ds = ut_tsv_dataset_open_pretrained("data/sst2_sample/train.tsv", t, 64, 0, err, sizeof err);
+    ds = ut_tsv_dataset_open_pretrained("data/sst2_sample/train.tsv", NULL, t, 64, 0, err, sizeof err);
     CHECK(ds && ds->n > 100 && ds->num_classes == 2, "sst2 sample: %s", err);
     ut_dataset_free(ds);
     ut_tok_encoding_free(&e);
@@ -939,7 +939,7 @@ static void test_tsv_label_names(void) {
                   "1\tA man plays.\tNobody plays.\tcontradiction\n"
                   "2\tA man plays.\tHe is tall.\tneutral\n"
                   "3\tA dog runs.\tAn animal runs.\tentailment\n");
-    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 0, err, sizeof err);
     CHECK(ds && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[0], "contradiction") &&
               !strcmp(ds->label_names[1], "entailment") && !strcmp(ds->label_names[2], "neutral"), "sorted: %s", err);
     int32_t x[3 * 16], y[4] = {-1, -1, -1, -1};
@@ -948,7 +948,7 @@ static void test_tsv_label_names(void) {
     ut_dataset_free(ds);
     /* a checkpoint's order (run_glue's MNLI: entailment, neutral, contradiction) */
     const char *const order[3] = {"entailment", "neutral", "contradiction"};
-    ds = ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err);
+    ds = ut_tsv_dataset_open_named(p, NULL, t, 16, order, 3, err, sizeof err);
     for (int k = 0; ds && k < 4; k++) CHECK(ds->get(ds, k, x, &y[k], err, sizeof err) == 0, "%s", err);
     CHECK(ds && ds->num_classes == 3 && y[0] == 0 && y[1] == 2 && y[2] == 1 && y[3] == 0 &&
               !strcmp(ds->label_names[2], "contradiction"), "named: %s", err);
@@ -961,23 +961,23 @@ static void test_tsv_label_names(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(p, bad[i][0]);
-        CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
+        CHECK(!ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 0, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
               i, err);
     }
     write_text(p, "sentence\tlabel\na\tentailment\nb\tmaybe\n");
-    CHECK(!ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err) &&
+    CHECK(!ut_tsv_dataset_open_named(p, NULL, t, 16, order, 3, err, sizeof err) &&
               strstr(err, "mnli.tsv:3: label 'maybe' is not one of the 3 label names of the train file (entailment, "
                           "neutral, ...)"), "%s", err);
     write_text(p, "sentence\tlabel\na\t0\n");
-    CHECK(!ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err) &&
+    CHECK(!ut_tsv_dataset_open_named(p, NULL, t, 16, order, 3, err, sizeof err) &&
               strstr(err, "mnli.tsv:2: label '0': the train file's labels are names (entailment, ...), this file's are "
                           "integers"), "%s", err);
     write_text(p, "sentence\tlabel\na\tentailment\n");
-    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 3, err, sizeof err) &&
+    CHECK(!ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 3, err, sizeof err) &&
               strstr(err, "labels that are names take their classes from the train file's names"), "%s", err);
     /* an unlabeled file keeps the given names for its predictions */
     write_text(p, "index\tsentence\n4\ta\n");
-    ds = ut_tsv_dataset_open_named(p, t, 16, order, 3, err, sizeof err);
+    ds = ut_tsv_dataset_open_named(p, NULL, t, 16, order, 3, err, sizeof err);
     CHECK(ds && ds->unlabeled && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[1], "neutral"),
           "unlabeled: %s", err);
     ut_dataset_free(ds);
@@ -995,7 +995,7 @@ static void test_tsv_scores(void) {
                   "0\tmain-captions\tA plane is taking off.\tAn air plane is taking off.\t5.000\n"
                   "1\tmain-captions\tA man is playing a flute.\tA man is playing a bamboo flute.\t3.800\n"
                   "7\tmain-forums\tNo.\tYes.\t-0.25\n");
-    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 1, err, sizeof err);
     CHECK(ds && ds->n == 3 && ds->regression && ds->num_classes == 0 && ut_dataset_outputs(ds) == 1 &&
               ds->y_dtype == UT_F32 && ds->y_ndim == 0 && !ds->unlabeled, "scores: %s", err);
     float y[3] = {0};
@@ -1006,12 +1006,12 @@ static void test_tsv_scores(void) {
     ut_dataset_free(ds);
     /* a headerless file of (sentence, score), as the seed's files are */
     write_text(p, "a fine film\t4.5\nbad\t0.5\n");
-    ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 1, err, sizeof err);
     CHECK(ds && ds->n == 2 && ds->get(ds, 0, x, &y[0], err, sizeof err) == 0 && y[0] == 4.5f, "headerless: %s", err);
     ut_dataset_free(ds);
     /* classes from the same file: the scores are refused with the way to train on them */
     write_text(p, "sentence\tlabel\nfine\t1\nbad\t2.5\n");
-    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) && strstr(err, "stsb.tsv:3: bad label '2.5'") &&
+    CHECK(!ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 0, err, sizeof err) && strstr(err, "stsb.tsv:3: bad label '2.5'") &&
               strstr(err, "set model.num_labels: 1"), "%s", err);
     static const char *const bad[][2] = {
         {"sentence\tlabel\nfine\t1\nbad\tx\n", "stsb.tsv:3: bad label 'x' (expected a finite number"},
@@ -1022,12 +1022,12 @@ static void test_tsv_scores(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(p, bad[i][0]);
-        CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
+        CHECK(!ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 1, err, sizeof err) && strstr(err, bad[i][1]), "case %zu: %s",
               i, err);
     }
     /* unlabeled (a GLUE test file): scores of 0, predictions only */
     write_text(p, "index\tsentence1\tsentence2\n3\ta\tb\n");
-    ds = ut_tsv_dataset_open_pretrained(p, t, 16, 1, err, sizeof err);
+    ds = ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 1, err, sizeof err);
     CHECK(ds && ds->unlabeled && ds->regression, "unlabeled: %s", err);
     ut_dataset_free(ds);
     ut_tokenizer_free(t);
@@ -1045,7 +1045,7 @@ static void test_tsv_multilabel(void) {
     write_text(p, "My favourite food is anything I didn't have to cook myself.\t27\teebbqej\n"
                   "Now if he does off himself, everyone will think hes having a laugh\t2,6\ted00q6i\n"
                   "WHY THE FUCK IS BAYLESS ISOING\t2\teezlygj\n");
-    ut_dataset *ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 0, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_multilabel(p, NULL, t, 16, NULL, 0, err, sizeof err);
     CHECK(ds && ds->n == 3 && ds->multi_label && ds->num_classes == 28 && ut_dataset_outputs(ds) == 28 &&
               ds->y_dtype == UT_I32 && ds->y_ndim == 1 && ds->y_ne[0] == 28 && !ds->unlabeled && !ds->label_names,
           "GoEmotions: %s", err);
@@ -1059,14 +1059,14 @@ static void test_tsv_multilabel(void) {
     }
     ut_dataset_free(ds);
     /* the count given: wider than the file's largest label; a larger label refused by its line */
-    ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 30, err, sizeof err);
+    ds = ut_tsv_dataset_open_multilabel(p, NULL, t, 16, NULL, 30, err, sizeof err);
     CHECK(ds && ds->num_classes == 30 && ds->y_ne[0] == 30, "30 labels: %s", err);
     ut_dataset_free(ds);
-    CHECK(!ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 10, err, sizeof err) &&
+    CHECK(!ut_tsv_dataset_open_multilabel(p, NULL, t, 16, NULL, 10, err, sizeof err) &&
               strstr(err, "goemotions.tsv:1: label 27 >= num_classes 10"), "%s", err);
     /* names with a header ("labels"), spaces around them, an empty list, the file's names sorted */
     write_text(p, "idx\ttext\tlabels\n4\tgreat and funny\tjoy, amusement\n5\tmeh\t\n6\tawful\tanger\n");
-    ds = ut_tsv_dataset_open_multilabel(p, t, 16, NULL, 0, err, sizeof err);
+    ds = ut_tsv_dataset_open_multilabel(p, NULL, t, 16, NULL, 0, err, sizeof err);
     CHECK(ds && ds->num_classes == 3 && ds->label_names && !strcmp(ds->label_names[0], "amusement") &&
               !strcmp(ds->label_names[1], "anger") && !strcmp(ds->label_names[2], "joy") && ds->example_id &&
               ds->example_id[1] == 5, "names: %s", err);
@@ -1076,17 +1076,17 @@ static void test_tsv_multilabel(void) {
     /* a dev file takes the train file's names (in their order); an unknown name is refused */
     const char *d = tmp("dev.tsv");
     write_text(d, "text\tlabels\nfun\tjoy,amusement\n");
-    ut_dataset *dev = ds ? ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
+    ut_dataset *dev = ds ? ut_tsv_dataset_open_multilabel(d, NULL, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
     int32_t dy[3];
     CHECK(dev && dev->num_classes == 3 && dev->get(dev, 0, x, dy, err, sizeof err) == 0 && dy[0] == 1 && dy[1] == 0 &&
               dy[2] == 1, "dev: %s", err);
     ut_dataset_free(dev);
     write_text(d, "text\tlabels\nfun\tjoy\nsad\tgrief\n");
-    CHECK(!(ds && ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err)) &&
+    CHECK(!(ds && ut_tsv_dataset_open_multilabel(d, NULL, t, 16, ds->label_names, 3, err, sizeof err)) &&
               strstr(err, "dev.tsv:3: label 'grief' is not one of the 3 label names of the train file"), "%s", err);
     /* an unlabeled test file keeps the names for its predictions */
     write_text(d, "index\ttext\n0\twhat\n");
-    dev = ds ? ut_tsv_dataset_open_multilabel(d, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
+    dev = ds ? ut_tsv_dataset_open_multilabel(d, NULL, t, 16, ds->label_names, 3, err, sizeof err) : NULL;
     CHECK(dev && dev->unlabeled && dev->multi_label && dev->label_names && !strcmp(dev->label_names[2], "joy") &&
               dev->y_ne[0] == 3, "unlabeled: %s", err);
     ut_dataset_free(dev);
@@ -1105,7 +1105,7 @@ static void test_tsv_multilabel(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(p, bad[i][0]);
-        CHECK(!ut_tsv_dataset_open_multilabel(p, t, 16, NULL, atoi(bad[i][2]), err, sizeof err) &&
+        CHECK(!ut_tsv_dataset_open_multilabel(p, NULL, t, 16, NULL, atoi(bad[i][2]), err, sizeof err) &&
                   strstr(err, bad[i][1]), "case %zu: %s", i, err);
     }
     /* JSON Lines as datasets' to_json writes GoEmotions (labels an array of integers, possibly empty), and a CSV
@@ -1115,7 +1115,7 @@ static void test_tsv_multilabel(void) {
                   "{\"text\": \"meh\", \"labels\": [], \"id\": \"b2\"}\n");
     write_text(c, "text,labels,id\n\"great and funny\",\"2,0\",a1\nmeh,,b2\n");
     for (int f = 0; f < 2; f++) {
-        ds = ut_tsv_dataset_open_multilabel(f ? c : j, t, 16, NULL, 0, err, sizeof err);
+        ds = ut_tsv_dataset_open_multilabel(f ? c : j, NULL, t, 16, NULL, 0, err, sizeof err);
         int32_t a[3] = {9, 9, 9}, b[3] = {9, 9, 9};
         CHECK(ds && ds->num_classes == 3 && ds->n == 2 && ds->get(ds, 0, x, a, err, sizeof err) == 0 &&
                   ds->get(ds, 1, x, b, err, sizeof err) == 0 && a[0] == 1 && a[1] == 0 && a[2] == 1 &&
@@ -1124,7 +1124,7 @@ static void test_tsv_multilabel(void) {
     }
     /* a single-label file with a list: the way to train on it */
     write_text(p, "sentence\tlabel\nfine\t1\nboth\t0,1\n");
-    CHECK(!ut_tsv_dataset_open_pretrained(p, t, 16, 0, err, sizeof err) &&
+    CHECK(!ut_tsv_dataset_open_pretrained(p, NULL, t, 16, 0, err, sizeof err) &&
               strstr(err, "goemotions.tsv:3: bad label '0,1'") &&
               strstr(err, "set model.problem_type: multi_label_classification"), "%s", err);
     ut_tokenizer_free(t);
