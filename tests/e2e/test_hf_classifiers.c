@@ -556,6 +556,64 @@ static void test_run_glue_arguments(void) {
     free(s);
 }
 
+/* data/sst2_sample's SPLIT as CSV under other column names: "id,stars,review"
+ * (named) or "review,label" (found by run_glue's rule), texts quoted */
+static void write_sst2_csv(const char *path, const char *split, bool named) {
+    char (*text)[256];
+    int *label, n = hfe_read_sst2(split, &text, &label);
+    FILE *f = fopen(path, "w");
+    CHECK(f && n > 0, "%s", path);
+    if (!f) return;
+    fprintf(f, named ? "id,stars,review\r\n" : "review,label\r\n");
+    for (int k = 0; k < n; k++) {
+        if (named) fprintf(f, "%d,%d,", 1000 + k, label[k]);
+        fputc('"', f);
+        for (const char *c = text[k]; *c; c++) fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, f);
+        fputc('"', f);
+        if (!named) fprintf(f, ",%d", label[k]);
+        fprintf(f, "\r\n");
+    }
+    fclose(f);
+}
+
+/* run_classification's text_column_names / label_column_name on CSV files
+ * of other column names, and run_glue's rule without them: the same run as
+ * the TSVs' (test_run_glue_arguments, run first), and the log says which
+ * columns were read */
+static void test_named_columns(void) {
+    for (int named = 1; named >= 0; named--) {
+        char train[64], dev[64], out[64], args[64];
+        snprintf(train, sizeof train, "cols%d_train.csv", named);
+        snprintf(dev, sizeof dev, "cols%d_dev.csv", named);
+        snprintf(out, sizeof out, "cols%d.out", named);
+        snprintf(args, sizeof args, "cols%d.json", named);
+        write_sst2_csv(tp_path(tmp, train), "train", named);
+        write_sst2_csv(tp_path(tmp, dev), "dev", named);
+        FILE *f = fopen(tp_path(tmp, args), "w");
+        fprintf(f, "{\"model_name_or_path\": \"tests/parity/fixtures/hf_bert_tiny\",\n"
+                   " \"train_file\": \"%s/%s\", \"validation_file\": \"%s/%s\",\n%s"
+                   " \"do_train\": true, \"do_eval\": true, \"max_seq_length\": 32, \"per_device_train_batch_size\": 16,\n"
+                   " \"learning_rate\": 2e-3, \"num_train_epochs\": 1, \"max_train_samples\": 64,\n"
+                   " \"eval_strategy\": \"epoch\", \"output_dir\": \"%s/cols%d_out\"}\n", tmp, train, tmp, dev,
+                named ? " \"text_column_names\": \"review\", \"label_column_name\": \"stars\",\n" : "", tmp, named);
+        fclose(f);
+        CHECK(hfe_utrain(tmp, "train", tp_path(tmp, args), out, NULL, NULL) == 0, "train %s", args);
+        char *s = tp_slurp(tp_path(tmp, out));
+        CHECK(s && strstr(s, "Num examples = 64") &&
+                  strstr(s, named ? "cols1_train.csv: text 'review', label 'stars'\n"
+                                  : "cols0_train.csv: text 'review', label 'label' (no column has a known text name: "
+                                    "the first beside the label, as run_glue takes them"),
+              "%s", s);
+        free(s);
+        char ma[256], mb[256];
+        snprintf(ma, sizeof ma, "%s/glue_out/default/metrics.jsonl", tmp);
+        snprintf(mb, sizeof mb, "%s/cols%d_out/default/metrics.jsonl", tmp, named);
+        hfe_check_same_losses(ma, mb, 4, 4, 1, named ? "text_column_names" : "run_glue's columns");
+        double da = hfe_dev_metric(ma, 4, "accuracy"), db = hfe_dev_metric(mb, 4, "accuracy");
+        CHECK(!isnan(da) && da == db, "dev accuracy %g vs %g", da, db);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -569,6 +627,7 @@ int main(int argc, char **argv) {
     RUN(test_gpt2_real_bpe);
     RUN(test_refused);
     RUN(test_run_glue_arguments);
+    RUN(test_named_columns);
     write_regression_config();
     RUN(test_regression);
     RUN(test_regression_gpt2);
