@@ -12,7 +12,8 @@
  * 256 MiB: a label 777777770 is refused by the memory check). Input layout: 1 byte (bit 0:
  * byte tokenizer, else word; bits 1-2: min_freq - 1; bit 3: scores; bit 4:
  * names; bit 5: lists; bits 6-7: the file's kind, 1 CSV, 2 JSON Lines,
- * else TSV), 1 byte max_len - 1, then the file. */
+ * 3 CSV read with named columns (NAMED: two text columns joined, a pair,
+ * a label), else TSV), 1 byte max_len - 1, then the file. */
 #include <string.h>
 
 #include <math.h>
@@ -20,10 +21,13 @@
 #include "fuzz_data.h"
 #include "../../src/data/data_internal.h"
 
-static void labels(const char *path, int mode) {
+/* kind 3's columns */
+static const ut_text_columns NAMED = {.text = "a, b", .text_pair = "c", .label = "y", .delimiter = " | "};
+
+static void labels(const char *path, int mode, const ut_text_columns *cols) {
     ut__tsv t;
     char err[1024] = "";
-    if (ut__tsv_read(path, mode, &t, err, sizeof err)) {
+    if (ut__tsv_read(path, mode, cols, &t, err, sizeof err)) {
         fz_check_err(err, path);
         return;
     }
@@ -58,10 +62,10 @@ static void labels_of(ut_dataset *ds, int64_t i, int32_t *x, int32_t *out) {
         if (out[k] != 0 && out[k] != 1) abort();
 }
 
-static void multi_label(const char *path, int64_t count, int64_t max_len) {
+static void multi_label(const char *path, const ut_text_columns *cols, int64_t count, int64_t max_len) {
     char err[1024] = "";
     ut_memory_limit((int64_t)256 << 20); /* a label 777777770: refused, not allocated */
-    ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, NULL, tokenizer(), max_len, NULL, count, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open_multilabel(path, cols, tokenizer(), max_len, NULL, count, err, sizeof err);
     if (!ds) {
         fz_check_err(err, path);
         return;
@@ -70,7 +74,7 @@ static void multi_label(const char *path, int64_t count, int64_t max_len) {
     if (!ds->multi_label || K < 1 || ds->y_ne[0] != K || (count && K != count)) abort();
     for (int64_t k = 0; ds->label_names && k < K; k++)
         if (!ds->label_names[k][0] || strchr(ds->label_names[k], ',')) abort();
-    ut_dataset *again = ds->label_names ? ut_tsv_dataset_open_multilabel(path, NULL, tokenizer(), max_len, ds->label_names,
+    ut_dataset *again = ds->label_names ? ut_tsv_dataset_open_multilabel(path, cols, tokenizer(), max_len, ds->label_names,
                                                                          K, err, sizeof err)
                                         : NULL;
     if (ds->label_names && (!again || again->num_classes != K)) {
@@ -112,24 +116,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_take(&data, &size, opt, sizeof opt);
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
-    static const char *const names[4] = {"train.tsv", "train.csv", "train.jsonl", "train.tsv"};
+    static const char *const names[4] = {"train.tsv", "train.csv", "train.jsonl", "train.csv"};
     const char *path = fz_write(names[opt[0] >> 6], data, size);
+    const ut_text_columns *cols = opt[0] >> 6 == 3 ? &NAMED : NULL;
     if (opt[0] & 32) {
-        multi_label(path, opt[0] >> 1 & 3, 2 + (max_len & 15));
+        multi_label(path, cols, opt[0] >> 1 & 3, 2 + (max_len & 15));
         return 0;
     }
     if (opt[0] & 24) {
-        labels(path, opt[0] & 8 ? UT__TSV_SCORES : UT__TSV_NAMES);
+        labels(path, opt[0] & 8 ? UT__TSV_SCORES : UT__TSV_NAMES, cols);
         return 0;
     }
     char err[1024] = "";
-    ut_vocab *v = ut_vocab_build(kind, path, NULL, min_freq, err, sizeof err);
+    ut_vocab *v = ut_vocab_build(kind, path, cols, min_freq, err, sizeof err);
     if (!v) {
         fz_check_err(err, path);
         return 0;
     }
     round_trip(v);
-    ut_dataset *ds = ut_tsv_dataset_open(path, NULL, v, max_len, err, sizeof err);
+    ut_dataset *ds = ut_tsv_dataset_open(path, cols, v, max_len, err, sizeof err);
     if (!ds) {
         fprintf(stderr, "the file the vocabulary was built from does not open: %s\n", err);
         abort();
