@@ -1,8 +1,14 @@
 /* Sequence-to-sequence text: (source, target) pairs from parallel files
- * (FlagAI's train_inputs.txt / train_targets.txt), a TSV with a header or
- * JSON Lines, encoded once at open with a pretrained tokenizer. The ids are
- * kept compactly (one array, offsets per text); get expands an example into
- * the (4, L) planes, and the batch trim makes the padding dynamic. */
+ * (FlagAI's train_inputs.txt / train_targets.txt), a TSV or CSV (RFC 4180
+ * quoting, ut__csv_record) with a header, or JSON Lines, encoded once at
+ * open with a pretrained tokenizer. Without names for them the columns (the
+ * first object's keys) are taken as transformers' run_summarization takes
+ * them: "source" and "target" when the file has them, else the first and
+ * the second (pick_columns); a JSON field "translation.en" reads key "en" of
+ * the object under "translation" (run_translation's layout) when there is no
+ * key "translation.en". The ids are kept compactly (one array, offsets per
+ * text); get expands an example into the (4, L) planes, and the batch trim
+ * makes the padding dynamic. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +31,7 @@ typedef struct {
     int64_t *text_off;           /* (2 cap): text j starts at text + text_off[j] */
     int64_t max_len[2], L, truncated[2];
     int32_t pad;
+    char *columns;               /* "source 'document', target 'summary'" (ut_seq2seq_columns); NULL: parallel files */
 } s2s_impl;
 
 /* ---- the dataset ---- */
@@ -55,6 +62,7 @@ static void s2s_impl_free(s2s_impl *m) {
     ut_free(m->id_off);
     ut_free(m->text);
     ut_free(m->text_off);
+    ut_free(m->columns);
     ut_free(m);
 }
 
@@ -76,6 +84,11 @@ static const char *s2s_text(const ut_dataset *ds, int64_t i, int which) {
 
 const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which) {
     return ds && ds->seq2seq && ds->text ? ds->text(ds, i, which) : NULL;
+}
+
+const char *ut_seq2seq_columns(const ut_dataset *ds) {
+    const s2s_impl *m = impl_of(ds);
+    return m ? m->columns : NULL;
 }
 
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which) {
@@ -117,33 +130,48 @@ static void lines_free(s2s_lines *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* Ends the line at p[start, end) and checks it is text: no NUL byte, UTF-8. */
-static int take_line(const char *path, s2s_lines *f, char *p, size_t start, size_t end, char *err, size_t n) {
-    long long lineno = (long long)f->n + 1;
+/* Checks that p[start, end), line lineno, is text: no NUL byte, UTF-8. */
+static int check_line(const char *path, int64_t lineno, const char *p, size_t start, size_t end, char *err,
+                      size_t n) {
     const char *nul = memchr(p + start, 0, end - start);
     if (nul)
         return ut_errorf(err, n, "%s:%lld: NUL byte at byte %td of the line (expected a text file)", path,
-                         lineno, nul - (p + start));
-    p[end] = 0;                  /* the '\n', or the spare NUL after the data */
-    if (end > start && p[end - 1] == '\r') p[--end] = 0;
+                         (long long)lineno, nul - (p + start));
     int64_t bad = ut__utf8_check(p + start, end - start);
     if (bad >= 0)
-        return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, lineno,
+        return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, (long long)lineno,
                          (long long)bad);
+    return 0;
+}
+
+/* Ends the line at p[start, end) and checks it is text (check_line); a
+ * '\r' before the '\n' is dropped. */
+static int take_line(const char *path, s2s_lines *f, char *p, size_t start, size_t end, char *err, size_t n) {
+    if (end > start && p[end - 1] == '\r') end--;
+    if (check_line(path, f->n + 1, p, start, end, err, n)) return -1;
+    p[end] = 0;                  /* the '\r' or '\n', or the spare NUL after the data */
     f->line[f->n++] = p + start;
+    return 0;
+}
+
+/* The whole file (ut__read_file: a NUL after the data) into *buf, *text
+ * past a UTF-8 byte-order mark, *len bytes of it. */
+static int read_whole(const char *path, char **buf, char **text, size_t *len, char *err, size_t n) {
+    *buf = (char *)ut__read_file(path, len, err, n);
+    if (!*buf) return -1;
+    *text = *buf;
+    if (*len >= 3 && !memcmp(*text, "\xEF\xBB\xBF", 3)) {    /* a byte-order mark is not text */
+        *text += 3;
+        *len -= 3;
+    }
     return 0;
 }
 
 static int read_lines(const char *path, s2s_lines *f, char *err, size_t n) {
     memset(f, 0, sizeof *f);
     size_t len;
-    f->buf = (char *)ut__read_file(path, &len, err, n);
-    if (!f->buf) return -1;
-    char *p = f->buf;
-    if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) {    /* a byte-order mark is not text */
-        p += 3;
-        len -= 3;
-    }
+    char *p;
+    if (read_whole(path, &f->buf, &p, &len, err, n)) return -1;
     int64_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += p[i] == '\n';
     f->line = ut_malloc_check((size_t)lines * sizeof *f->line);
@@ -321,36 +349,101 @@ static int64_t count_fields(const char *line) {
     return k;
 }
 
-/* The header's column named name, or an error listing the columns found. */
-static int find_column(const char *path, char **col, int64_t ncol, const char *name, const char *role,
-                       int64_t *at, char *err, size_t n) {
-    for (int64_t k = 0; k < ncol; k++)
-        if (!strcmp(col[k], name)) {
-            *at = k;
-            return 0;
-        }
-    char found[300] = "";
+/* The layouts with named columns: how the columns are separated */
+enum { KIND_TSV, KIND_CSV, KIND_JSONL };
+static const char *const kind_sep[] = {"tab", "comma", "comma"};
+
+/* A name the options give ("" is none: the default) */
+static const char *given(const char *s) { return s && *s ? s : NULL; }
+
+/* Field w's name as messages show it: the given one, else "source" / "target" */
+static const char *shown_name(const char *const fields[2], int w) { return fields[w] ? fields[w] : what_name[w]; }
+
+/* col[0, ncol) as 'a', 'b' (JSON: "a", "b"), cut to fit out */
+static void list_names(char *const *col, int64_t ncol, bool json, char *out, size_t size) {
     size_t used = 0;
-    for (int64_t k = 0; k < ncol && used < sizeof found; k++)
-        used += (size_t)snprintf(found + used, sizeof found - used, "%s'%.40s'", k ? ", " : "", col[k]);
-    return ut_errorf(err, n, "%s:1: no '%s' column for the %s text in the header (columns found: %s); the "
-                     "first line names the tab-separated columns (the field names are options: source_field, "
-                     "target_field)", path, name, role, found);
+    out[0] = 0;
+    for (int64_t k = 0; k < ncol && used < size; k++)
+        used += (size_t)snprintf(out + used, size - used, json ? "%s\"%.40s\"" : "%s'%.40s'", k ? ", " : "",
+                                 col[k]);
 }
 
-static int read_tsv(builder *b, const char *path, const char *fields[2], char *err, size_t n) {
+/* Which of col (the header's names, or the first JSON object's keys in
+ * their order; ncol of them, on line hline) hold the source and the target,
+ * into at[2]. A field given (fields[w] not NULL) is the column of that name:
+ * a TSV or CSV header without it is an error listing the columns; a JSON
+ * field not among the first object's keys (a nested "translation.en") gets
+ * -1 and is looked up line by line. A field not given is, as
+ * run_summarization takes it, the column "source" ("target") when there is
+ * one, else the first (the second) column; one that would be the other's
+ * column is the first column that is not. Then a file of one column (key)
+ * is an error saying which options name them. */
+static int pick_columns(const char *path, int64_t hline, char *const *col, int64_t ncol, int kind,
+                        const char *const fields[2], int64_t at[2], char *err, size_t n) {
+    bool json = kind == KIND_JSONL;
+    char found[300];
+    list_names(col, ncol, json, found, sizeof found);
+    for (int w = SRC; w <= TGT; w++) {
+        const char *name = shown_name(fields, w);
+        at[w] = -1;
+        for (int64_t k = 0; k < ncol && at[w] < 0; k++)
+            if (!strcmp(col[k], name)) at[w] = k;
+        if (fields[w] && at[w] < 0 && !json)
+            return ut_errorf(err, n, "%s:%lld: no '%s' column for the %s text in the header (columns found: %s); "
+                             "the header names the %s-separated columns (the field names are options: "
+                             "source_field, target_field)", path, (long long)hline, name, what_name[w], found,
+                             kind_sep[kind]);
+    }
+    for (int w = SRC; w <= TGT; w++) /* source_field "target": the column "target" is not also the target */
+        if (!fields[w] && fields[!w] && at[w] == at[!w]) at[w] = -1;
+    for (int w = SRC; w <= TGT; w++) {
+        if (fields[w] || at[w] >= 0) continue;
+        int64_t k = w;           /* the first column for the source, the second for the target */
+        if (k >= ncol || k == at[!w])
+            for (k = 0; k < ncol && k == at[!w]; k++) {}
+        if (k >= ncol)
+            return ut_errorf(err, n, "%s:%lld: %s %s%s%s%s for two texts: name the source and target %ss with "
+                             "the options source_field and target_field (without them the source is the %s "
+                             "'source', else the first, and the target 'target', else the second)%s", path,
+                             (long long)hline, ncol ? "one" : "no", json ? "key" : "column", ncol ? " (" : "s",
+                             ncol ? found : "", ncol ? ")" : "",
+                             json ? "key" : "column", json ? "key" : "column",
+                             json ? "; a key nested in an object is named with a dot: translation.en for "
+                                    "{\"translation\": {\"en\": ...}}" : "");
+        at[w] = k;
+    }
+    return 0;
+}
+
+/* Keeps "source 'a', target 'b'" in m for ut_seq2seq_columns. */
+static void keep_columns(s2s_impl *m, const char *source, const char *target) {
+    char d[512];
+    snprintf(d, sizeof d, "source '%.200s', target '%.200s'", source, target);
+    ut_free(m->columns);
+    m->columns = ut__data_strdup(d);
+}
+
+/* The messages' "'source' and 'target', else the first two" for a file without a header */
+static void header_hint(const char *const fields[2], char *out, size_t size) {
+    snprintf(out, size, "'%s' and '%s'%s", shown_name(fields, SRC), shown_name(fields, TGT),
+             fields[SRC] && fields[TGT] ? "" : ", else the first two");
+}
+
+static int read_tsv(builder *b, const char *path, const char *const fields[2], char *err, size_t n) {
     s2s_lines f;
     if (read_lines(path, &f, err, n)) return -1;
     if (f.n == 0) {
         lines_free(&f);
-        return ut_errorf(err, n, "%s: empty file: expected a header line naming the columns '%s' and '%s' "
-                         "(tab-separated), then one example per line", path, fields[SRC], fields[TGT]);
+        char hint[300];
+        header_hint(fields, hint, sizeof hint);
+        return ut_errorf(err, n, "%s: empty file: expected a header line naming the tab-separated columns (%s), "
+                         "then one example per line", path, hint);
     }
     int64_t ncol = count_fields(f.line[0]), at[2] = {0, 0};
     char **col = ut_malloc_check((size_t)ncol * sizeof *col);
     split_tabs(f.line[0], col, ncol);
-    int rc = find_column(path, col, ncol, fields[SRC], "source", &at[SRC], err, n);
-    if (!rc) rc = find_column(path, col, ncol, fields[TGT], "target", &at[TGT], err, n);
+    int rc = pick_columns(path, 1, col, ncol, KIND_TSV, fields, at, err, n);
+    if (!rc) keep_columns(b->m, col[at[SRC]], col[at[TGT]]);
     const char *const where[2] = {path, path};
     for (int64_t k = 1; !rc && k < f.n; k++) {
         if (blank(f.line[k])) continue;         /* as the GLUE reader (tsv.c): blank lines are skipped */
@@ -372,47 +465,152 @@ static int read_tsv(builder *b, const char *path, const char *fields[2], char *e
     return rc;
 }
 
+/* CSV as Python's csv module and pandas write it (RFC 4180): a header, then
+ * one example a record, a record spanning lines where a quoted field holds
+ * newlines; read whole, each line checked as read_lines checks it. */
+static int read_csv(builder *b, const char *path, const char *const fields[2], char *err, size_t n) {
+    char *buf, *p;
+    size_t len;
+    if (read_whole(path, &buf, &p, &len, err, n)) return -1;
+    int rc = 0;
+    int64_t commas = 0, lineno = 1;
+    for (size_t start = 0; !rc && start < len; lineno++) {
+        const char *nl = memchr(p + start, '\n', len - start);
+        size_t end = nl ? (size_t)(nl - p) : len;
+        rc = check_line(path, lineno, p, start, end, err, n);
+        start = end + 1;
+    }
+    for (size_t i = 0; i < len; i++) commas += p[i] == ',';
+    enum { MAX_COLUMNS = 1 << 16 };
+    int cap = commas + 1 < MAX_COLUMNS ? (int)commas + 1 : MAX_COLUMNS, ncol = 0, got = 0;
+    char **f = ut_malloc_check((size_t)cap * sizeof *f);
+    int64_t at[2] = {-1, -1}, line = 1;
+    const char *const where[2] = {path, path};
+    while (!rc && *p) {
+        int64_t first = line;    /* the line the record starts on */
+        if ((rc = ut__csv_record(path, &p, &line, f, cap, &got, err, n))) break;
+        if (got == 1 && blank(f[0])) continue; /* a blank line, as tsv.c's parse_csv skips it */
+        if (at[SRC] < 0) {       /* the header */
+            if (got > cap) {
+                rc = ut_errorf(err, n, "%s:%lld: %d columns: at most %d are read", path, (long long)first, got, cap);
+                break;
+            }
+            ncol = got;
+            if (!(rc = pick_columns(path, first, f, ncol, KIND_CSV, fields, at, err, n)))
+                keep_columns(b->m, f[at[SRC]], f[at[TGT]]);
+            continue;
+        }
+        if (got != ncol) {
+            rc = ut_errorf(err, n, "%s:%lld: %s: expected %d comma-separated fields as in the header, got %d", path,
+                           (long long)first, got < ncol ? "missing comma" : "too many commas", ncol, got);
+            break;
+        }
+        const char *text[2] = {f[at[SRC]], f[at[TGT]]};
+        const int64_t lines[2] = {first, first};
+        rc = add_example(b, text, where, lines, err, n);
+    }
+    if (!rc && at[SRC] < 0) {
+        char hint[300];
+        header_hint(fields, hint, sizeof hint);
+        rc = ut_errorf(err, n, "%s: empty file: expected a header line naming the comma-separated columns (%s), "
+                       "then one example per record", path, hint);
+    }
+    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples after the header", path);
+    ut_free(f);
+    ut_free(buf);
+    return rc;
+}
+
 static const char *json_kind(const cJSON *j) {
     return cJSON_IsNull(j) ? "null" : cJSON_IsBool(j) ? "a boolean" : cJSON_IsNumber(j) ? "a number"
          : cJSON_IsString(j) ? "a string" : cJSON_IsArray(j) ? "an array" : "an object";
 }
 
-/* The string under key of object o, or an error naming the line. */
-static int json_text(const char *path, int64_t line, const cJSON *o, const char *key, const char **out,
-                     char *err, size_t n) {
+/* o's member named key[0, len) */
+static const cJSON *member(const cJSON *o, const char *key, size_t len) {
+    for (const cJSON *c = o->child; c; c = c->next)
+        if (c->string && strlen(c->string) == len && !memcmp(c->string, key, len)) return c;
+    return NULL;
+}
+
+/* The value of field in object o, which is field[0, off - 1)'s object of
+ * the line (off 0: the line's): the key field + off, else, for a name with
+ * a dot, the part after the first dot in the object under the part before
+ * it ("translation.en": key "en" of "translation"), and so on; or an error
+ * naming the line and the key path. */
+static int json_value(const char *path, int64_t line, const cJSON *o, const char *field, size_t off,
+                      const cJSON **out, char *err, size_t n) {
+    const char *key = field + off, *dot = strchr(key, '.');
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v && dot) {
+        const cJSON *h = member(o, key, (size_t)(dot - key));
+        if (h && cJSON_IsObject(h)) return json_value(path, line, h, field, (size_t)(dot - field) + 1, out, err, n);
+        if (h)
+            return ut_errorf(err, n, "%s:%lld: \"%.*s\" is %s, expected an object with the key \"%s\" (for \"%s\")",
+                             path, (long long)line, (int)(dot - field), field, json_kind(h), dot + 1, field);
+    }
     if (!v) {
         char keys[300] = "";
         size_t used = 0;
         for (const cJSON *c = o->child; c && used < sizeof keys; c = c->next)
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s\"%.40s\"", c == o->child ? "" : ", ",
                                      c->string);
+        if (off)
+            return ut_errorf(err, n, "%s:%lld: no \"%s\" key in \"%.*s\" (keys found: %s)", path, (long long)line,
+                             key, (int)(off - 1), field, used ? keys : "none");
         return ut_errorf(err, n, "%s:%lld: no \"%s\" key (keys found: %s)", path, (long long)line, key,
                          used ? keys : "none");
     }
+    *out = v;
+    return 0;
+}
+
+/* The string under field (json_value) of the line's object o */
+static int json_text(const char *path, int64_t line, const cJSON *o, const char *field, const char **out,
+                     char *err, size_t n) {
+    const cJSON *v = NULL;
+    if (json_value(path, line, o, field, 0, &v, err, n)) return -1;
     if (!cJSON_IsString(v))
-        return ut_errorf(err, n, "%s:%lld: \"%s\" is %s, expected a string", path, (long long)line, key,
-                         json_kind(v));
+        return ut_errorf(err, n, "%s:%lld: \"%s\" is %s, expected a string%s", path, (long long)line, field,
+                         json_kind(v), cJSON_IsObject(v) ? " (a key of this object is named with a dot: "
+                                                           "translation.en reads \"en\" of \"translation\")" : "");
     *out = v->valuestring;
     return 0;
 }
 
-static int jsonl_line(builder *b, const char *path, const char *s, int64_t line, const char *fields[2],
-                      char *err, size_t n) {
+/* The first object's keys choose the fields not given (pick_columns):
+ * name[2] gets copies of the fields' names. */
+static int json_fields(builder *b, const char *path, int64_t line, const cJSON *o, const char *const fields[2],
+                       char *name[2], char *err, size_t n) {
+    int64_t nkeys = 0, at[2];
+    for (const cJSON *c = o->child; c; c = c->next) nkeys++;
+    char **keys = ut_malloc_check((size_t)(nkeys ? nkeys : 1) * sizeof *keys);
+    nkeys = 0;
+    for (const cJSON *c = o->child; c; c = c->next) keys[nkeys++] = c->string;
+    int rc = pick_columns(path, line, keys, nkeys, KIND_JSONL, fields, at, err, n);
+    for (int w = SRC; w <= TGT && !rc; w++) name[w] = ut__data_strdup(fields[w] ? fields[w] : keys[at[w]]);
+    if (!rc) keep_columns(b->m, name[SRC], name[TGT]);
+    ut_free(keys);
+    return rc;
+}
+
+static int jsonl_line(builder *b, const char *path, const char *s, int64_t line, const char *const fields[2],
+                      char *name[2], char *err, size_t n) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithOpts(s, &end, true);
+    const char *a = name[SRC] ? name[SRC] : shown_name(fields, SRC),
+               *t = name[TGT] ? name[TGT] : shown_name(fields, TGT);
     if (!j)
         return ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object "
                          "{\"%s\": \"...\", \"%s\": \"...\"} per line, not an array or an object "
-                         "spread over lines", path, (long long)line,
-                         end ? end - s : (ptrdiff_t)0, fields[SRC], fields[TGT]);
+                         "spread over lines", path, (long long)line, end ? end - s : (ptrdiff_t)0, a, t);
     int rc = 0;
     if (!cJSON_IsObject(j))
         rc = ut_errorf(err, n, "%s:%lld: %s, expected an object {\"%s\": \"...\", \"%s\": \"...\"} (JSON "
-                       "Lines: one object per line)", path, (long long)line, json_kind(j), fields[SRC],
-                       fields[TGT]);
+                       "Lines: one object per line)", path, (long long)line, json_kind(j), a, t);
+    if (!rc && !name[SRC]) rc = json_fields(b, path, line, j, fields, name, err, n);
     const char *text[2] = {NULL, NULL};
-    for (int w = SRC; w <= TGT && !rc; w++) rc = json_text(path, line, j, fields[w], &text[w], err, n);
+    for (int w = SRC; w <= TGT && !rc; w++) rc = json_text(path, line, j, name[w], &text[w], err, n);
     const char *const where[2] = {path, path};
     const int64_t lines[2] = {line, line};
     if (!rc) rc = add_example(b, text, where, lines, err, n);
@@ -420,13 +618,16 @@ static int jsonl_line(builder *b, const char *path, const char *s, int64_t line,
     return rc;
 }
 
-static int read_jsonl(builder *b, const char *path, const char *fields[2], char *err, size_t n) {
+static int read_jsonl(builder *b, const char *path, const char *const fields[2], char *err, size_t n) {
     s2s_lines f;
     if (read_lines(path, &f, err, n)) return -1;
     int rc = 0;
+    char *name[2] = {NULL, NULL}; /* the fields' names, once the first object has chosen them */
     for (int64_t k = 0; !rc && k < f.n; k++)
-        if (!blank(f.line[k])) rc = jsonl_line(b, path, f.line[k], k + 1, fields, err, n);
+        if (!blank(f.line[k])) rc = jsonl_line(b, path, f.line[k], k + 1, fields, name, err, n);
     if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples (expected one JSON object per line)", path);
+    ut_free(name[SRC]);
+    ut_free(name[TGT]);
     lines_free(&f);
     return rc;
 }
@@ -456,15 +657,17 @@ static int check_lengths(const char *path, ut_tokenizer *t, const ut_seq2seq_opt
 }
 
 static int read_examples(builder *b, const char *path, const char *target_path, char *err, size_t n) {
-    const char *fields[2] = {b->o->source_field ? b->o->source_field : "source",
-                             b->o->target_field ? b->o->target_field : "target"};
+    const char *const fields[2] = {given(b->o->source_field), given(b->o->target_field)};
     if (target_path) return read_parallel(b, path, target_path, err, n);
     if (ends_with(path, ".tsv")) return read_tsv(b, path, fields, err, n);
+    if (ends_with(path, ".csv")) return read_csv(b, path, fields, err, n);
     if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return read_jsonl(b, path, fields, err, n);
-    return ut_errorf(err, n, "%s: unknown layout: give a .tsv file (a header naming the columns '%s' and '%s'), "
+    char hint[300];
+    header_hint(fields, hint, sizeof hint);
+    return ut_errorf(err, n, "%s: unknown layout: give a .tsv or .csv file (a header naming the columns: %s), "
                      "a .jsonl or .json file (one object {\"%s\": ..., \"%s\": ...} per line), or two parallel "
-                     "text files (sources and targets, one example per line)", path, fields[SRC], fields[TGT],
-                     fields[SRC], fields[TGT]);
+                     "text files (sources and targets, one example per line)", path, hint, shown_name(fields, SRC),
+                     shown_name(fields, TGT));
 }
 
 ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, ut_tokenizer *t,

@@ -1,6 +1,8 @@
 /* The sequence-to-sequence text dataset (src/data/seq2seq.c) with the tiny
- * BART fixture's tokenizer: parallel files, TSV and JSON Lines give planes
- * equal to ut_tokenizer_encode of the same texts; truncation counts, the
+ * BART fixture's tokenizer: parallel files, TSV, CSV and JSON Lines give
+ * planes equal to ut_tokenizer_encode of the same texts; the columns taken
+ * without names (run_summarization's rule) and ut_seq2seq_columns; nested
+ * JSON keys (run_translation's "translation.en"); truncation counts, the
  * source prefix and lower-casing; the batch trim; and every bad input gives
  * a message naming the file and line. */
 #include <stdint.h>
@@ -172,6 +174,165 @@ static void test_jsonl(void) {
     ut_dataset_free(ds);
 }
 
+/* Example i's texts as read are src and tgt. */
+static void check_texts(ut_dataset *ds, int64_t i, const char *src, const char *tgt) {
+    const char *s = ut_seq2seq_text(ds, i, 0), *t = ut_seq2seq_text(ds, i, 1);
+    CHECK(s && t && !strcmp(s, src) && !strcmp(t, tgt), "example %lld: '%s' -> '%s', want '%s' -> '%s'",
+          (long long)i, s ? s : "(null)", t ? t : "(null)", src, tgt);
+}
+
+/* ds's columns are want */
+static void check_columns(ut_dataset *ds, const char *want) {
+    const char *got = ut_seq2seq_columns(ds);
+    CHECK(got && !strcmp(got, want), "columns '%s', want '%s'", got ? got : "(null)", want);
+}
+
+static void test_csv(void) {
+    /* a byte-order mark, CRLF, quoted commas, a quoted newline, "" for a quote, a blank line, no final newline */
+    const char *p = tmp("pairs.csv");
+    write_text(p, "\xEF\xBB\xBFid,source,target\r\n"
+                  "1,\"the film, it was lovely .\",lovely\r\n"
+                  "\r\n"
+                  "2,\"a caf\xC3\xA9\nstory\",\"he said \"\"dull\"\"\"\r\n"
+                  "3,the acting was dull .,dull");
+    ut_seq2seq_opts o = {.max_source_len = 16, .max_target_len = 12};
+    ut_dataset *ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->x_ne[1] == 16, "%s", err);
+    if (ds) {
+        check_example(ds, 0, "the film, it was lovely .", 16, "lovely", 12);
+        check_example(ds, 1, "a caf\xC3\xA9\nstory", 16, "he said \"dull\"", 12);
+        check_example(ds, 2, "the acting was dull .", 16, "dull", 12);
+        check_texts(ds, 0, "the film, it was lovely .", "lovely");
+        check_texts(ds, 1, "a caf\xC3\xA9\nstory", "he said \"dull\"");
+        check_texts(ds, 2, "the acting was dull .", "dull");
+        check_columns(ds, "source 'source', target 'target'");
+    }
+    ut_dataset_free(ds);
+    /* named columns, quoted header names, upper-case extension, a final newline that adds no example */
+    p = tmp("NAMED.CSV");
+    write_text(p, "\"summary\",\"doc, text\"\n\"lovely plot\",the plot was lovely .\n");
+    o = (ut_seq2seq_opts){.max_source_len = 12, .max_target_len = 6, .source_field = "doc, text",
+                          .target_field = "summary"};
+    ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 1, "%s", err);
+    if (ds) {
+        check_example(ds, 0, "the plot was lovely .", 12, "lovely plot", 6);
+        check_columns(ds, "source 'doc, text', target 'summary'");
+    }
+    ut_dataset_free(ds);
+}
+
+/* path with the default columns (NULL fields) opens with n examples whose first is (src, tgt), from columns */
+static void expect_columns(const char *path, const char *text, int64_t n, const char *src, const char *tgt,
+                           const char *columns) {
+    write_text(path, text);
+    ut_seq2seq_opts o = {.max_source_len = 16, .max_target_len = 16};
+    ut_dataset *ds = ut_seq2seq_dataset_open(path, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == n, "%s: %s", path, err);
+    if (ds) {
+        check_example(ds, 0, src, 16, tgt, 16);
+        check_texts(ds, 0, src, tgt);
+        check_columns(ds, columns);
+    }
+    ut_dataset_free(ds);
+}
+
+static void test_default_columns(void) {
+    /* run_summarization's: the first column the source, the second the target */
+    expect_columns(tmp("d1.tsv"), "document\tsummary\nthe plot was lovely .\tlovely\n", 1, "the plot was lovely .",
+                   "lovely", "source 'document', target 'summary'");
+    expect_columns(tmp("d1.csv"), "article,highlights,id\n\"the plot, lovely .\",lovely,7\nx,y,8\n", 2,
+                   "the plot, lovely .", "lovely", "source 'article', target 'highlights'");
+    /* named "source" and "target" wherever they are */
+    expect_columns(tmp("d2.tsv"), "id\ttarget\tsource\n7\tlovely\tthe film was lovely .\n", 1,
+                   "the film was lovely .", "lovely", "source 'source', target 'target'");
+    /* "target" first and no "source": the source is the first other column */
+    expect_columns(tmp("d3.tsv"), "target\tx\nlovely\tthe film was lovely .\n", 1, "the film was lovely .",
+                   "lovely", "source 'x', target 'target'");
+    /* "source" second and no "target": the target is the first other column */
+    expect_columns(tmp("d4.csv"), "x,source\nlovely,the film was lovely .\n", 1, "the film was lovely .", "lovely",
+                   "source 'source', target 'x'");
+    /* JSON Lines: the first object's keys in their order; later lines may order them otherwise */
+    expect_columns(tmp("d5.jsonl"),
+                   "\n{\"dialogue\": \"the film was lovely .\", \"summary\": \"lovely\", \"id\": \"a\"}\n"
+                   "{\"id\": \"b\", \"summary\": \"dull\", \"dialogue\": \"the acting was dull .\"}\n",
+                   2, "the film was lovely .", "lovely", "source 'dialogue', target 'summary'");
+    expect_columns(tmp("d6.jsonl"), "{\"target\": \"lovely\", \"text\": \"the film was lovely .\"}\n", 1,
+                   "the film was lovely .", "lovely", "source 'text', target 'target'");
+    /* one field given, the other by default: never the same column */
+    const char *p = tmp("d7.tsv");
+    write_text(p, "document\tsummary\nthe plot was lovely .\tlovely\n");
+    ut_seq2seq_opts o = {.max_source_len = 16, .max_target_len = 16, .source_field = "summary"};
+    ut_dataset *ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 1, "%s", err);
+    if (ds) {
+        check_texts(ds, 0, "lovely", "the plot was lovely .");
+        check_columns(ds, "source 'summary', target 'document'");
+    }
+    ut_dataset_free(ds);
+    write_text(p, "target\tsource\nlovely\tthe plot was lovely .\n");
+    o = (ut_seq2seq_opts){.max_source_len = 16, .max_target_len = 16, .source_field = "target", .target_field = ""};
+    ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 1, "%s", err);
+    if (ds) {
+        check_texts(ds, 0, "lovely", "the plot was lovely .");
+        check_columns(ds, "source 'target', target 'source'");
+    }
+    ut_dataset_free(ds);
+    /* no columns to log: parallel files, a dataset that is not seq2seq */
+    const char *in = tmp("c_in.txt"), *tg = tmp("c_tg.txt");
+    write_text(in, "a\n");
+    write_text(tg, "b\n");
+    ds = ut_seq2seq_dataset_open(in, tg, g_tok, &o, err, sizeof err);
+    CHECK(ds && !ut_seq2seq_columns(ds), "parallel files: %s", err);
+    ut_dataset_free(ds);
+    ut_dataset other = {.name = "other", .n = 1};
+    CHECK(!ut_seq2seq_columns(&other) && !ut_seq2seq_columns(NULL), "not seq2seq: no columns");
+}
+
+static void test_translation(void) {
+    /* run_translation's layout: {"translation": {"en": ..., "ro": ...}} */
+    const char *p = tmp("wmt.jsonl");
+    write_text(p, "{\"id\": \"0\", \"translation\": {\"en\": \"the film was lovely .\", \"ro\": \"lovely\"}}\n"
+                  "{\"translation\": {\"ro\": \"dull\", \"en\": \"the acting was dull .\"}}\n"
+                  /* a top-level key with the dotted name wins over the nested one */
+                  "{\"translation.en\": \"a caf\xC3\xA9\", "
+                  "\"translation\": {\"en\": \"nested\", \"ro\": \"story\"}}\n");
+    ut_seq2seq_opts o = {.max_source_len = 16, .max_target_len = 8, .source_field = "translation.en",
+                         .target_field = "translation.ro"};
+    ut_dataset *ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 3, "%s", err);
+    if (ds) {
+        check_example(ds, 0, "the film was lovely .", 16, "lovely", 8);
+        check_example(ds, 1, "the acting was dull .", 16, "dull", 8);
+        check_example(ds, 2, "a caf\xC3\xA9", 16, "story", 8);
+        check_texts(ds, 1, "the acting was dull .", "dull");
+        check_texts(ds, 2, "a caf\xC3\xA9", "story");
+        check_columns(ds, "source 'translation.en', target 'translation.ro'");
+    }
+    ut_dataset_free(ds);
+    /* deeper: each dot a level; the target by default (the first object's "target") */
+    p = tmp("deep.jsonl");
+    write_text(p, "{\"a\": {\"b\": {\"en\": \"the plot was lovely .\"}}, \"target\": \"lovely\"}\n");
+    o = (ut_seq2seq_opts){.max_source_len = 16, .max_target_len = 8, .source_field = "a.b.en"};
+    ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 1, "%s", err);
+    if (ds) {
+        check_texts(ds, 0, "the plot was lovely .", "lovely");
+        check_columns(ds, "source 'a.b.en', target 'target'");
+    }
+    ut_dataset_free(ds);
+    /* in a TSV a dotted name is a column's name */
+    p = tmp("dots.tsv");
+    write_text(p, "translation.en\ttranslation.ro\nthe plot was lovely .\tlovely\n");
+    o = (ut_seq2seq_opts){.max_source_len = 16, .max_target_len = 8, .source_field = "translation.en",
+                          .target_field = "translation.ro"};
+    ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 1, "%s", err);
+    if (ds) check_texts(ds, 0, "the plot was lovely .", "lovely");
+    ut_dataset_free(ds);
+}
+
 static void test_prefix_and_lowercase(void) {
     const char *in = tmp("p_in.txt"), *tg = tmp("p_tg.txt");
     write_text(in, "The Film Was LOVELY .\nA Caf\xC3\x89 \xC4\xB0s Here .\n");
@@ -286,8 +447,11 @@ static void test_bad_inputs(void) {
     expect_error(tmp("missing.txt"), b, &o, "missing.txt", NULL);
     /* TSV */
     const char *t = tmp("bad.tsv");
-    write_text(t, "source\tsummary\nx\ty\n");
-    expect_error(t, NULL, &o, "bad.tsv:1: no 'target' column", "columns found: 'source', 'summary'");
+    ut_seq2seq_opts named = {.max_source_len = 16, .max_target_len = 16, .target_field = "target"};
+    write_text(t, "source\tsummary\nx\ty\n");   /* a target named: it must be there */
+    expect_error(t, NULL, &named, "bad.tsv:1: no 'target' column", "columns found: 'source', 'summary'");
+    write_text(t, "text\nx\n");
+    expect_error(t, NULL, &o, "bad.tsv:1: one column ('text') for two texts", "source_field and target_field");
     write_text(t, "source\ttarget\nx\ty\nno tab here\n");
     expect_error(t, NULL, &o, "bad.tsv:3: missing tab", "expected 2 tab-separated fields");
     write_text(t, "source\ttarget\nx\ty\tz\n");
@@ -307,7 +471,13 @@ static void test_bad_inputs(void) {
     write_text(j, "{\"source\": \"x\", \"target\": \"y\"}\n[1, 2]\n");
     expect_error(j, NULL, &o, "bad.jsonl:2: an array, expected an object", NULL);
     write_text(j, "{\"source\": \"x\", \"summary\": \"y\"}\n");
-    expect_error(j, NULL, &o, "bad.jsonl:1: no \"target\" key", "keys found: \"source\", \"summary\"");
+    expect_error(j, NULL, &named, "bad.jsonl:1: no \"target\" key", "keys found: \"source\", \"summary\"");
+    write_text(j, "{\"source\": \"x\", \"summary\": \"y\"}\n{\"source\": \"x\", \"target\": \"y\"}\n");
+    expect_error(j, NULL, &o, "bad.jsonl:2: no \"summary\" key", "keys found: \"source\", \"target\"");
+    write_text(j, "\n{\"translation\": {\"en\": \"x\", \"ro\": \"y\"}}\n");
+    expect_error(j, NULL, &o, "bad.jsonl:2: one key (\"translation\") for two texts", "translation.en");
+    write_text(j, "{}\n");
+    expect_error(j, NULL, &o, "bad.jsonl:1: no keys for two texts", "source_field and target_field");
     write_text(j, "{\"source\": \"x\", \"target\": \"y\"}\n\n{\"source\": \"x\", \"target\": 5}\n");
     expect_error(j, NULL, &o, "bad.jsonl:3: \"target\" is a number, expected a string", NULL);
     write_text(j, "{\"source\": null, \"target\": \"y\"}\n");
@@ -323,10 +493,60 @@ static void test_bad_inputs(void) {
     const char *pj = tmp("pretty.json");
     write_text(pj, "[\n  {\"source\": \"x\", \"target\": \"y\"}\n]\n");
     expect_error(pj, NULL, &o, "pretty.json:1: not valid JSON", "one object");
+    /* nested JSON keys */
+    ut_seq2seq_opts tr = {.max_source_len = 16, .max_target_len = 16, .source_field = "translation.en",
+                          .target_field = "translation.ro"};
+    write_text(j, "{\"translation\": {\"en\": \"x\", \"ro\": \"y\"}}\n{\"translation\": {\"de\": \"x\", "
+                  "\"fr\": \"y\"}}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:2: no \"en\" key in \"translation\"", "(keys found: \"de\", \"fr\")");
+    write_text(j, "{\"translation\": {\"en\": \"x\"}}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: no \"ro\" key in \"translation\"", "keys found: \"en\")");
+    write_text(j, "{\"translation\": \"x\", \"id\": 1}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: \"translation\" is a string, expected an object with the key \"en\"",
+                 NULL);
+    write_text(j, "{\"translation\": {\"en\": 5, \"ro\": \"y\"}}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: \"translation.en\" is a number, expected a string", NULL);
+    write_text(j, "{\"translation\": {\"en\": \"x\", \"ro\": {\"text\": \"y\"}}}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: \"translation.ro\" is an object, expected a string", "dot");
+    write_text(j, "{\"src\": \"x\", \"tgt\": \"y\"}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: no \"translation.en\" key", "keys found: \"src\", \"tgt\"");
+    write_text(j, "{\"translation\": {\"en\": \"\", \"ro\": \"y\"}}\n");
+    expect_error(j, NULL, &tr, "bad.jsonl:1: empty source", NULL);
+    /* CSV */
+    const char *c = tmp("bad.csv");
+    write_text(c, "source,target\nx,\"y\nz\n");
+    expect_error(c, NULL, &o, "bad.csv:2: a quoted field is not closed", NULL);
+    write_text(c, "source,target\n\"x\"y,z\n");
+    expect_error(c, NULL, &o, "bad.csv:2: 'y' after a closing quote", NULL);
+    /* the line a record starts on, after a quoted field over three lines */
+    write_text(c, "source,target\n\"a\nb\nc\",x\ny\n");
+    expect_error(c, NULL, &o, "bad.csv:5: missing comma", "expected 2 comma-separated fields as in the header, got 1");
+    write_text(c, "source,target\r\n\"a\r\nb\",x\r\n\r\n\"p,q\",r,s\r\n");
+    expect_error(c, NULL, &o, "bad.csv:5: too many commas", "got 3");
+    write_text(c, "source,target\n\"a\nb\",x\n\"\",\"\"\"\"\n");
+    expect_error(c, NULL, &o, "bad.csv:4: empty source", NULL);
+    write_text(c, "source,target\nx,\" \n \"\n");
+    expect_error(c, NULL, &o, "bad.csv:2: empty target", NULL);
+    write_text(c, "text\nx\n");
+    expect_error(c, NULL, &o, "bad.csv:1: one column ('text') for two texts", "source_field and target_field");
+    write_text(c, "\n\ntext\nx\n");         /* blank lines before the header: its line is named */
+    expect_error(c, NULL, &o, "bad.csv:3: one column ('text')", NULL);
+    write_text(c, "source,\"sum,mary\"\nx,y\n");
+    expect_error(c, NULL, &named, "bad.csv:1: no 'target' column", "columns found: 'source', 'sum,mary'");
+    expect_error(c, NULL, &named, "comma-separated", NULL);
+    write_text(c, "source,target\nx,\"y\n\xC3\x28\"\n");
+    expect_error(c, NULL, &o, "bad.csv:3: byte 0 of the line: not valid UTF-8", NULL);
+    f = fopen(c, "wb");
+    if (f) fwrite("source,target\nx,y\x00z\n", 1, 19, f), fclose(f);
+    expect_error(c, NULL, &o, "bad.csv:2: NUL byte at byte 3", NULL);
+    write_text(c, "source,target\r\n\r\n");
+    expect_error(c, NULL, &o, "bad.csv: no examples after the header", NULL);
+    write_text(c, "\xEF\xBB\xBF\n");
+    expect_error(c, NULL, &o, "bad.csv: empty file", "comma-separated");
     /* layout and options */
-    const char *csv = tmp("data.csv");
-    write_text(csv, "source,target\nx,y\n");
-    expect_error(csv, NULL, &o, "data.csv: unknown layout", ".tsv");
+    const char *xml = tmp("data.xml");
+    write_text(xml, "<source>x</source>\n");
+    expect_error(xml, NULL, &o, "data.xml: unknown layout", ".tsv or .csv");
     ut_seq2seq_opts small = {.max_source_len = 1, .max_target_len = 16};
     expect_error(a, b, &small, "max_source_len must be in [2, 1e9]", NULL);
     small = (ut_seq2seq_opts){.max_source_len = 16, .max_target_len = 2};
@@ -346,6 +566,9 @@ int main(int argc, char **argv) {
     RUN(test_parallel_files);
     RUN(test_tsv);
     RUN(test_jsonl);
+    RUN(test_csv);
+    RUN(test_default_columns);
+    RUN(test_translation);
     RUN(test_prefix_and_lowercase);
     RUN(test_batch_trim);
     RUN(test_bad_inputs);
