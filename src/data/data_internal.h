@@ -62,6 +62,10 @@ void ut__tsv_free(ut__tsv *t);
  * max fields, *got their count (all of them, even past max); *pp and *line
  * move past the record. An unclosed quote or text after a closing quote is
  * an error naming path and the line. */
+/* The 1-based lines where the top-level elements of the JSON array at the
+ * start of s (after spaces) start, the first cap of them into line; returns
+ * their count. For messages: cJSON keeps no positions. */
+int64_t ut__json_array_lines(const char *s, int64_t *line, int64_t cap);
 int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);

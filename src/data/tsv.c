@@ -1,10 +1,12 @@
 /* GLUE/SST-2 style TSV text classification: a header line naming the columns
- * (it must have "sentence"; "label" makes it labeled, "index" gives each
- * example its id, other columns are allowed and ignored), then one example per
- * line with the same number of tab-separated fields. Blank lines are skipped;
- * a trailing '\r' is dropped. The same columns are read from a .csv file
- * (RFC 4180 quoting) and a .json / .jsonl file (JSON Lines, the first
- * object's keys the columns), as datasets' to_csv and to_json write them.
+ * (the text's, found by name or named by ut_text_columns; "label" makes it
+ * labeled, "index" gives each example its id, other columns are allowed and
+ * ignored), then one example per line with the same number of tab-separated
+ * fields. Blank lines are skipped; a trailing '\r' is dropped. The same
+ * columns are read from a .csv file (RFC 4180 quoting) and a .json / .jsonl
+ * file (JSON Lines, the first object's keys the columns; or one JSON array
+ * of such objects), as datasets' to_csv and to_json and pandas'
+ * to_json(orient="records") write them.
  * Errors name the file and the 1-based line. Examples are tokenized once at
  * open. */
 #include <errno.h>
@@ -481,7 +483,120 @@ static int json_field(const char *path, int64_t line, const char *key, const cJS
     return 0;
 }
 
+/* One example from the JSON object j (found at line; array: an element of a
+ * JSON array, else a JSON Lines line); the first object's keys (*nkeys into
+ * keys) are the columns. */
+static int json_example(const char *path, int64_t line, const cJSON *j, bool array, const ut_text_columns *cols,
+                        tsv_columns *c, char **keys, int *nkeys, ut__tsv *t, char *err, size_t n) {
+    if (!cJSON_IsObject(j))
+        return ut_errorf(err, n, "%s:%lld: expected an object {\"sentence\": ..., \"label\": ...} (%s)", path,
+                         (long long)line, array ? "a JSON array of objects, one an example"
+                                                : "JSON Lines: one object per line");
+    int rc = 0;
+    if (!*nkeys) { /* the first object's keys are the columns */
+        char shown[256] = "";
+        for (const cJSON *e = j->child; e; e = e->next) {
+            if (*nkeys < 65) keys[*nkeys] = keep(t, e->string, strlen(e->string));
+            (*nkeys)++;
+            snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", shown[0] ? "," : "", e->string);
+        }
+        rc = find_columns(path, keys, *nkeys, KIND_JSONL, shown, false, cols, c, err, n);
+        if (!rc) header_found(t, c);
+    }
+    char *f[64];
+    for (int i = 0; i < c->ncol && !rc; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        f[i] = NULL;
+        bool want = i == c->sentence2 || i == c->label || i == c->index;
+        for (int w = 0; w < c->ntext; w++) want |= i == c->text[w];
+        if (!v && want)
+            rc = ut_errorf(err, n, "%s:%lld: no key '%s' (the first %s has it)", path, (long long)line, keys[i],
+                           array ? "object" : "line");
+        else if (v && want)
+            rc = json_field(path, line, keys[i], v, t, &f[i], err, n);
+    }
+    for (int w = 0; w <= c->ntext && !rc; w++) { /* the texts are strings */
+        int col = w < c->ntext ? c->text[w] : c->sentence2;
+        if (col >= 0 && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, keys[col])))
+            rc = ut_errorf(err, n, "%s:%lld: key '%s' is not a string (the %s)", path, (long long)line, keys[col],
+                           w == c->ntext ? "pair's second text" : "text");
+    }
+    return rc ? rc : parse_fields(path, f, c->ncol, line, c, KIND_JSONL, t, err, n);
+}
+
+int64_t ut__json_array_lines(const char *s, int64_t *line, int64_t cap) {
+    int64_t at = 1, k = 0;
+    int depth = 0;
+    bool next = false; /* an element starts at the next character that is not a space */
+    for (const char *p = s; *p; p++) {
+        if (*p == '\n') at++;
+        if ((unsigned char)*p <= ' ') continue; /* what cJSON skips as space */
+        if (next && depth == 1 && *p != ']') {
+            if (k < cap) line[k] = at;
+            k++;
+        }
+        next = false;
+        if (*p == '"') { /* a string: to its closing quote, past escapes */
+            for (p++; *p && *p != '"'; p++) {
+                if (*p == '\\' && p[1]) p++;
+                if (*p == '\n') at++;
+            }
+            if (!*p) break;
+        } else if (*p == '[' || *p == '{') {
+            next = ++depth == 1;
+        } else if (*p == ']' || *p == '}') {
+            depth--;
+        } else if (*p == ',' && depth == 1) {
+            next = true;
+        }
+    }
+    return k;
+}
+
+/* Grows t's rows to hold rows examples (a JSON array may hold more than its lines) */
+static void grow_rows(ut__tsv *t, int64_t rows) {
+    if (rows <= t->cap) return;
+    t->cap = rows;
+    t->sentence = ut_realloc_check(t->sentence, (size_t)rows * sizeof *t->sentence);
+    t->label = ut_realloc_check(t->label, (size_t)rows * sizeof *t->label);
+    t->line = ut_realloc_check(t->line, (size_t)rows * sizeof *t->line);
+    t->index = ut_realloc_check(t->index, (size_t)rows * sizeof *t->index);
+    if (t->score) t->score = ut_realloc_check(t->score, (size_t)rows * sizeof *t->score);
+    if (t->label_text) t->label_text = ut_realloc_check(t->label_text, (size_t)rows * sizeof *t->label_text);
+}
+
+/* A .json file that is one JSON array of objects (as pandas' to_json(orient="records") and json.dump of a
+ * list of dicts write it; datasets' json loader reads it too), each an example */
+static int parse_json_array(const char *path, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
+    const char *end = NULL;
+    cJSON *a = cJSON_ParseWithOpts(t->buf, &end, false);
+    if (!a || (end && end[strspn(end, " \t\r\n")])) {
+        const char *at = end ? end + (a ? strspn(end, " \t\r\n") : 0) : t->buf;
+        int64_t line = 1;
+        for (const char *p = t->buf; p < at; p++) line += *p == '\n';
+        cJSON_Delete(a);
+        return ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the file); a .json file is JSON Lines (one "
+                                 "object per line) or one array of objects", path, (long long)line, at - t->buf);
+    }
+    int64_t count = cJSON_GetArraySize(a);
+    int64_t *lines = ut_malloc_check((size_t)(count ? count : 1) * sizeof *lines);
+    for (int64_t k = ut__json_array_lines(t->buf, lines, count); k < count; k++) lines[k] = 1; /* (never: the same
+                                                                                                  * elements) */
+    grow_rows(t, count);
+    tsv_columns c = {0};
+    char *keys[65];
+    int nkeys = 0, rc = 0;
+    int64_t k = 0;
+    for (const cJSON *e = a->child; e && !rc; e = e->next, k++)
+        rc = json_example(path, lines[k], e, true, cols, &c, keys, &nkeys, t, err, n);
+    ut_free(lines);
+    cJSON_Delete(a);
+    if (!rc && t->n == 0) rc = ut_errorf(err, n, "%s: no examples (an empty array)", path);
+    return rc;
+}
+
 static int parse_jsonl(const char *path, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n) {
+    if (t->buf[strspn(t->buf, " \t\r\n")] == '[') return parse_json_array(path, cols, t, err, n);
     tsv_columns c = {0};
     char *keys[65];
     int nkeys = 0, rc = 0;
@@ -493,48 +608,13 @@ static int parse_jsonl(const char *path, const ut_text_columns *cols, ut__tsv *t
         if (!p[strspn(p, " \t\r")]) continue;
         const char *end = NULL;
         cJSON *j = cJSON_ParseWithOpts(p, &end, false);
-        if (!j || (end && end[strspn(end, " \t\r")])) {
+        if (!j || (end && end[strspn(end, " \t\r")]))
             rc = ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object per "
                                    "line", path, (long long)line,
                            end ? end + (j ? strspn(end, " \t\r") : 0) - p : (ptrdiff_t)0);
-            cJSON_Delete(j);
-            break;
-        }
-        if (!cJSON_IsObject(j)) {
-            rc = ut_errorf(err, n, "%s:%lld: expected an object {\"sentence\": ..., \"label\": ...} (JSON Lines: "
-                                   "one object per line)", path, (long long)line);
-            cJSON_Delete(j);
-            break;
-        }
-        if (!nkeys) { /* the first object's keys are the columns */
-            char shown[256] = "";
-            for (const cJSON *e = j->child; e; e = e->next) {
-                if (nkeys < 65) keys[nkeys] = keep(t, e->string, strlen(e->string));
-                nkeys++;
-                snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", shown[0] ? "," : "", e->string);
-            }
-            rc = find_columns(path, keys, nkeys, KIND_JSONL, shown, false, cols, &c, err, n);
-            if (!rc) header_found(t, &c);
-        }
-        char *f[64];
-        for (int i = 0; i < c.ncol && !rc; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
-            f[i] = NULL;
-            bool want = i == c.sentence2 || i == c.label || i == c.index;
-            for (int w = 0; w < c.ntext; w++) want |= i == c.text[w];
-            if (!v && want)
-                rc = ut_errorf(err, n, "%s:%lld: no key '%s' (the first line has it)", path, (long long)line, keys[i]);
-            else if (v && want)
-                rc = json_field(path, line, keys[i], v, t, &f[i], err, n);
-        }
-        for (int w = 0; w <= c.ntext && !rc; w++) { /* the texts are strings */
-            int col = w < c.ntext ? c.text[w] : c.sentence2;
-            if (col >= 0 && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, keys[col])))
-                rc = ut_errorf(err, n, "%s:%lld: key '%s' is not a string (the %s)", path, (long long)line, keys[col],
-                               w == c.ntext ? "pair's second text" : "text");
-        }
+        else
+            rc = json_example(path, line, j, false, cols, &c, keys, &nkeys, t, err, n);
         cJSON_Delete(j);
-        if (!rc) rc = parse_fields(path, f, c.ncol, line, &c, KIND_JSONL, t, err, n);
     }
     if (!rc && t->n == 0) rc = ut_errorf(err, n, "%s: no examples", path);
     return rc;

@@ -18,6 +18,8 @@
 
 #include <math.h>
 
+#include <cjson/cJSON.h>
+
 #include "fuzz_data.h"
 #include "../../src/data/data_internal.h"
 
@@ -111,9 +113,27 @@ static void round_trip(const ut_vocab *v) {
     ut_vocab_free(back);
 }
 
+/* A file that is one JSON array: the element lines counted as cJSON counts the elements */
+static void array_lines(const uint8_t *data, size_t size) {
+    char *s = ut_malloc_check(size + 1);
+    memcpy(s, data, size);
+    s[size] = 0;
+    const char *end = NULL;
+    cJSON *a = s[strspn(s, " \t\r\n")] == '[' ? cJSON_ParseWithOpts(s, &end, false) : NULL;
+    if (a && cJSON_IsArray(a) && !end[strspn(end, " \t\r\n")] &&
+        ut__json_array_lines(s, NULL, 0) != cJSON_GetArraySize(a)) {
+        fprintf(stderr, "%lld element lines, %d elements\n", (long long)ut__json_array_lines(s, NULL, 0),
+                cJSON_GetArraySize(a));
+        abort();
+    }
+    cJSON_Delete(a);
+    ut_free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t opt[2];
     fz_take(&data, &size, opt, sizeof opt);
+    array_lines(data, size);
     const char *kind = opt[0] & 1 ? "byte" : "word";
     int64_t min_freq = 1 + (opt[0] >> 1 & 3), max_len = 1 + opt[1];
     static const char *const names[4] = {"train.tsv", "train.csv", "train.jsonl", "train.csv"};

@@ -704,12 +704,20 @@ static void test_csv_and_jsonl(void) {
     write_text(tmp("same.jsonl"), "{\"idx\": 3, \"sentence1\": \"the cat, sat\", \"sentence2\": \"a \\\"dog\\\"\", "
                                   "\"label\": 0}\n\n{\"idx\": 7, \"sentence1\": \"dog\", \"sentence2\": \"cat sat\", "
                                   "\"label\": 2.0, \"other\": [1, {\"x\": null}]}\n");
-    int32_t x[3][12], y[3][2];
-    int64_t id[3][2], n[3];
-    const char *files[3] = {"same.tsv", "same.csv", "same.jsonl"};
-    for (int f = 0; f < 3; f++) n[f] = read_all(tmp(files[f]), v, x[f], y[f], id[f], 2);
+    /* one JSON array of objects (pandas' to_json(orient="records")): on one line (more examples than lines),
+     * and spread over lines */
+    write_text(tmp("same.json"), "[{\"idx\": 3, \"sentence1\": \"the cat, sat\", \"sentence2\": \"a \\\"dog\\\"\", "
+                                 "\"label\": 0}, {\"idx\": 7, \"sentence1\": \"dog\", \"sentence2\": \"cat sat\", "
+                                 "\"label\": 2}]");
+    write_text(tmp("same2.json"), " \n[\n  {\"idx\": 3, \"sentence1\": \"the cat, sat\", \"sentence2\": \"a \\\"dog\\\"\", "
+                                  "\"label\": 0},\n  {\"idx\": 7, \"sentence1\": \"dog\", \"sentence2\": \"cat sat\",\n"
+                                  "   \"label\": 2}\n]\n");
+    int32_t x[5][12], y[5][2];
+    int64_t id[5][2], n[5];
+    const char *files[5] = {"same.tsv", "same.csv", "same.jsonl", "same.json", "same2.json"};
+    for (int f = 0; f < 5; f++) n[f] = read_all(tmp(files[f]), v, x[f], y[f], id[f], 2);
     CHECK(n[0] == 2 && y[0][0] == 0 && y[0][1] == 2 && id[0][1] == 7 && x[0][0] != x[0][6], "the TSV");
-    for (int f = 1; f < 3; f++)
+    for (int f = 1; f < 5; f++)
         CHECK(n[f] == 2 && !memcmp(x[f], x[0], sizeof x[0]) && !memcmp(y[f], y[0], sizeof y[0]) &&
                   !memcmp(id[f], id[0], sizeof id[0]), "%s gives the TSV's examples", files[f]);
     static const char *const bad[][3] = {
@@ -734,6 +742,16 @@ static void test_csv_and_jsonl(void) {
         {"bad.jsonl", "{\"idx\": 3, \"label\": 1}\n", "bad.jsonl:1: no text key: expected an object with the "
                                                        "keys 'sentence'"},
         {"bad.json", "\n\n", "bad.json: no examples"},
+        /* a JSON array: errors name the line an element starts on */
+        {"bad.json", "[{\"sentence\": \"a [x], \\\"{\", \"label\": 1},\n {\"sentence\": \"b\"}]",
+         "bad.json:2: no key 'label' (the first object has it)"},
+        {"bad.json", "[\n{\"sentence\": \"a\", \"label\": 1},\n\n  [1]\n]", "bad.json:4: expected an object "
+                                                                           "{\"sentence\": ..., \"label\": ...} (a "
+                                                                           "JSON array of objects"},
+        {"bad.json", "[\n{\"sentence\": \"a\", \"label\": 1},\n{\"sentence\": \"a\", \"label\": 1,}\n]",
+         "bad.json:3: not valid JSON (at byte"},
+        {"bad.json", "[{\"sentence\": \"a\", \"label\": 1}] x", "bad.json:1: not valid JSON (at byte 32 of the file)"},
+        {"bad.json", " [ ] ", "bad.json: no examples (an empty array)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(tmp(bad[i][0]), bad[i][1]);
