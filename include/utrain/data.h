@@ -275,11 +275,6 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
  * BLEU, the input when writing generations). NULL when ds is not a
  * ut_seq2seq_dataset_open dataset, i or which is out of range. */
 const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which);
-/* Which columns (JSON keys) a TSV, CSV or JSON Lines dataset of
- * ut_seq2seq_dataset_open read, for the log: "source 'document', target
- * 'summary'" (the names as given or as the defaults chose them); owned by
- * ds. NULL for parallel files or a dataset that is not one of these. */
-const char *ut_seq2seq_columns(const ut_dataset *ds);
 /* How many sources (which 0) or targets (which 1) were cut to max_source_len
  * / max_target_len; 0 for a dataset that is not seq2seq. */
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which);

@@ -31,7 +31,7 @@ typedef struct {
     int64_t *text_off;           /* (2 cap): text j starts at text + text_off[j] */
     int64_t max_len[2], L, truncated[2];
     int32_t pad;
-    char *columns;               /* "source 'document', target 'summary'" (ut_seq2seq_columns); NULL: parallel files */
+    char *columns;               /* "source 'document', target 'summary'" (ds->columns); NULL: parallel files */
 } s2s_impl;
 
 /* ---- the dataset ---- */
@@ -86,10 +86,6 @@ const char *ut_seq2seq_text(const ut_dataset *ds, int64_t i, int which) {
     return ds && ds->seq2seq && ds->text ? ds->text(ds, i, which) : NULL;
 }
 
-const char *ut_seq2seq_columns(const ut_dataset *ds) {
-    const s2s_impl *m = impl_of(ds);
-    return m ? m->columns : NULL;
-}
 
 int64_t ut_seq2seq_truncated(const ut_dataset *ds, int which) {
     const s2s_impl *m = impl_of(ds);
@@ -415,7 +411,7 @@ static int pick_columns(const char *path, int64_t hline, char *const *col, int64
     return 0;
 }
 
-/* Keeps "source 'a', target 'b'" in m for ut_seq2seq_columns. */
+/* Keeps "source 'a', target 'b'" in m for ds->columns. */
 static void keep_columns(s2s_impl *m, const char *source, const char *target) {
     char d[512];
     snprintf(d, sizeof d, "source '%.200s', target '%.200s'", source, target);
@@ -694,6 +690,6 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
     *ds = (ut_dataset){.name = ut__data_strdup(path), .n = m->n, .x_ndim = 2, .x_ne = {4, m->L}, .y_ndim = 1,
                        .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = 0,
                        .vocab_size = ut_tokenizer_vocab_size(t), .seq2seq = true, .get = s2s_get, .text = s2s_text,
-                       .free = s2s_free, .impl = m};
+                       .free = s2s_free, .impl = m, .columns = m->columns};
     return ds;
 }

@@ -377,7 +377,9 @@ static int open_seq2seq(const ut_config *c, bool lead, ut_dataset **train, ut_da
     ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
     if (!tok) return -1;
     ut_seq2seq_opts o = {.max_source_len = c->max_source_len, .max_target_len = c->max_target_len,
-                         .source_field = c->source_field, .target_field = c->target_field,
+                         /* the defaults: those names, else run_summarization's first two columns */
+                         .source_field = strcmp(c->source_field, "source") ? c->source_field : NULL,
+                         .target_field = strcmp(c->target_field, "target") ? c->target_field : NULL,
                          .source_prefix = c->source_prefix[0] ? c->source_prefix : NULL, .lowercase = c->lowercase};
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
     const char *targets[3] = {c->train_target_path, c->dev_target_path, c->test_target_path};

@@ -145,9 +145,11 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "data.max_target_len", .type = UT_CFG_INT, AT(max_target_len), .def = "128", GE(2), LE(1e9),
      .hashed = true, .doc = "seq2seq_text: truncate targets to this many tokens (special tokens included)"},
     {.key = "data.source_field", .type = UT_CFG_STR, AT(source_field), .def = "source", .hashed = true,
-     .doc = "seq2seq_text: the sources' TSV column or JSON key"},
+     .doc = "seq2seq_text: the sources' TSV / CSV column or JSON key (`translation.en`: key en of the object under "
+            "translation); source: that column, else the file's first (run_summarization's text_column)"},
     {.key = "data.target_field", .type = UT_CFG_STR, AT(target_field), .def = "target", .hashed = true,
-     .doc = "seq2seq_text: the targets' TSV column or JSON key"},
+     .doc = "seq2seq_text: the targets' TSV / CSV column or JSON key; target: that column, else the file's second "
+            "(run_summarization's summary_column)"},
     {.key = "data.source_prefix", .type = UT_CFG_STR, AT(source_prefix), .def = "", .hashed = true,
      .doc = "seq2seq_text: text put before every source (T5's `summarize: `)"},
     {.key = "data.lowercase", .type = UT_CFG_BOOL, AT(lowercase), .def = "false", .hashed = true,

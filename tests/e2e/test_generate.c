@@ -615,6 +615,91 @@ static void test_gpt2_run_continues_prompts(void) {
     free_lines(lines, n);
 }
 
+/* s written as a JSON string's contents, or a CSV field's (quotes doubled) */
+static void put_escaped(FILE *f, const char *s, bool json) {
+    for (; *s; s++) {
+        if (json && (*s == '"' || *s == '\\')) fputc('\\', f);
+        if (!json && *s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+}
+
+/* The example scripts' files and arguments: run_summarization's CSV with
+ * text_column / summary_column, the same CSV without them (its first two
+ * columns), run_translation's {"translation": {...}} lines with source_lang
+ * / target_lang, each from an argument file as the scripts take it, train
+ * as the copy task's parallel files do (the same losses). */
+static void test_example_script_files(void) {
+    int n, m;
+    char **src = read_lines(tp_path(tmp, "train_inputs.txt"), &n), **tgt = read_lines(tp_path(tmp, "train_targets.txt"), &m);
+    CHECK(src && tgt && n == 64 && m == 64, "the copy task's files: %d and %d lines", n, m);
+    if (!src || !tgt || n != m) return;
+    FILE *named = fopen(tp_path(tmp, "sum_named.csv"), "w"), *plain = fopen(tp_path(tmp, "sum_plain.csv"), "w"),
+         *tr = fopen(tp_path(tmp, "wmt.json"), "w");
+    UT_ASSERT(named && plain && tr);
+    fprintf(named, "id,summary,document\r\n");
+    fprintf(plain, "document,summary\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(named, "%d,\"", i);
+        put_escaped(named, tgt[i], false);
+        fprintf(named, "\",\"");
+        put_escaped(named, src[i], false);
+        fprintf(named, "\"\r\n");
+        fputc('"', plain);
+        put_escaped(plain, src[i], false);
+        fprintf(plain, "\",\"");
+        put_escaped(plain, tgt[i], false);
+        fprintf(plain, "\"\n");
+        fprintf(tr, "{\"translation\": {\"ro\": \"");
+        put_escaped(tr, tgt[i], true);
+        fprintf(tr, "\", \"en\": \"");
+        put_escaped(tr, src[i], true);
+        fprintf(tr, "\"}}\n");
+    }
+    fclose(named);
+    fclose(plain);
+    fclose(tr);
+    free_lines(src, n);
+    free_lines(tgt, m);
+    /* the same settings each time; the parallel files first */
+    const char *common = "\"model_name_or_path\": \"" GEN_DIR "\", \"max_source_length\": 32, "
+                         "\"max_target_length\": 16, \"per_device_train_batch_size\": 8, \"max_steps\": 4, "
+                         "\"logging_steps\": 1, \"learning_rate\": 1e-3, \"seed\": 3, \"save_strategy\": \"no\"";
+    const char *data[4] = {/* the parallel files: utrain's own keys beside train_file */
+                           "\"train_file\": \"%s/train_inputs.txt\", \"data\": {\"name\": \"seq2seq_text\", "
+                           "\"train_target_path\": \"%s/train_targets.txt\"}", "\"train_file\": \"%s/sum_named.csv\", "
+                           "\"text_column\": \"document\", \"summary_column\": \"summary\"",
+                           "\"train_file\": \"%s/sum_plain.csv\"",
+                           "\"train_file\": \"%s/wmt.json\", \"source_lang\": \"en\", \"target_lang\": \"ro\""};
+    const char *logged[4] = {NULL, "sum_named.csv: source 'document', target 'summary'",
+                             "sum_plain.csv: source 'document', target 'summary'",
+                             "wmt.json: source 'translation.en', target 'translation.ro'"};
+    char metrics[4][600];
+    for (int k = 0; k < 4; k++) {
+        char args[600], out[600], file[600];
+        snprintf(args, sizeof args, "%s/script%d.json", tmp, k);
+        FILE *f = fopen(args, "w");
+        UT_ASSERT(f);
+        snprintf(file, sizeof file, data[k], tmp, tmp);
+        fprintf(f, "{%s, %s, \"output_dir\": \"%s/script%d\"}\n", common, file, tmp, k);
+        fclose(f);
+        snprintf(out, sizeof out, "script%d.out", k);
+        const char *argv[] = {"train", args, NULL};
+        CHECK(tp_run_shown(argv, tp_path(tmp, out), 0, NULL) == 0, "train %s", args);
+        char *s = tp_slurp(tp_path(tmp, out));
+        CHECK(s && (!logged[k] || strstr(s, logged[k])), "%s: '%s' in %s", args, logged[k] ? logged[k] : "", s);
+        free(s);
+        snprintf(metrics[k], sizeof metrics[k], "%s/script%d/default/metrics.jsonl", tmp, k);
+    }
+    for (int k = 1; k < 4; k++)
+        for (int step = 1; step <= 4; step++) {
+            char a[64] = "", b[64] = "";
+            bool ok = tp_loss_at(metrics[0], "train", step, a, sizeof a) &&
+                      tp_loss_at(metrics[k], "train", step, b, sizeof b);
+            CHECK(ok && !strcmp(a, b), "%s step %d: loss %s, the parallel files' %s", logged[k], step, b, a);
+        }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -623,6 +708,7 @@ int main(int argc, char **argv) {
     snprintf(dev_path, sizeof dev_path, "%s/dev_sources.txt", tmp);
     RUN(test_model_dir_matches_transformers);
     RUN(test_run_matches_in_process);
+    RUN(test_example_script_files);
     RUN(test_config_file_and_set);
     RUN(test_copy_task_learnt);
     RUN(test_refusals);

@@ -2,7 +2,7 @@
  * layouts (FlagAI's parallel source and target files, TSV, JSON Lines, CSV) with
  * a small WordPiece tokenizer this file writes. A dataset that opens is
  * read at both ends (fz_read_ends), its texts fetched and a batch of its
- * first examples trimmed, its columns named (ut_seq2seq_columns); one that
+ * first examples trimmed, its columns named (ds->columns); one that
  * does not must say why naming one of its files. Input: 1 byte of options
  * (bits 0-1: the layout, 0 parallel files (a 0x1f byte splits the sources
  * from the targets), 1 .tsv, 2 .jsonl, 3 .csv; bit 2: lower-case; bit 3: a
@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int64_t i = 0; i < ds->n; i += ds->n > 1 ? ds->n - 1 : 1)
         if (!ut_seq2seq_text(ds, i, 0) || !ut_seq2seq_text(ds, i, 1)) abort();
-    if ((layout == 0) != !ut_seq2seq_columns(ds)) abort(); /* the columns of every layout but parallel files */
+    if ((layout == 0) != !ds->columns) abort(); /* the columns of every layout but parallel files */
     /* the first (up to) 3 examples as a batch, trimmed */
     int64_t L = ds->x_ne[1], count = ds->n < 3 ? ds->n : 3;
     int32_t *x = ut_malloc_check((size_t)(count * 4 * L) * sizeof *x), *y = ut_malloc_check((size_t)(count * L) * sizeof *y);
