@@ -590,41 +590,93 @@ static int json_fields(builder *b, const char *path, int64_t line, const cJSON *
     return rc;
 }
 
-static int jsonl_line(builder *b, const char *path, const char *s, int64_t line, const char *const fields[2],
-                      char *name[2], char *err, size_t n) {
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(s, &end, true);
+/* One example from the JSON object j found at line (array: an element of
+ * a JSON array, else a JSON Lines line) */
+static int json_example(builder *b, const char *path, int64_t line, const cJSON *j, bool array,
+                        const char *const fields[2], char *name[2], char *err, size_t n) {
     const char *a = name[SRC] ? name[SRC] : shown_name(fields, SRC),
                *t = name[TGT] ? name[TGT] : shown_name(fields, TGT);
-    if (!j)
-        return ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object "
-                         "{\"%s\": \"...\", \"%s\": \"...\"} per line, not an array or an object "
-                         "spread over lines", path, (long long)line, end ? end - s : (ptrdiff_t)0, a, t);
-    int rc = 0;
     if (!cJSON_IsObject(j))
-        rc = ut_errorf(err, n, "%s:%lld: %s, expected an object {\"%s\": \"...\", \"%s\": \"...\"} (JSON "
-                       "Lines: one object per line)", path, (long long)line, json_kind(j), a, t);
-    if (!rc && !name[SRC]) rc = json_fields(b, path, line, j, fields, name, err, n);
+        return ut_errorf(err, n, "%s:%lld: %s, expected an object {\"%s\": \"...\", \"%s\": \"...\"} (%s)", path,
+                         (long long)line, json_kind(j), a, t,
+                         array ? "a JSON array of objects, one an example" : "JSON Lines: one object per line");
+    int rc = name[SRC] ? 0 : json_fields(b, path, line, j, fields, name, err, n);
     const char *text[2] = {NULL, NULL};
     for (int w = SRC; w <= TGT && !rc; w++) rc = json_text(path, line, j, name[w], &text[w], err, n);
     const char *const where[2] = {path, path};
     const int64_t lines[2] = {line, line};
-    if (!rc) rc = add_example(b, text, where, lines, err, n);
+    return rc ? rc : add_example(b, text, where, lines, err, n);
+}
+
+static int jsonl_line(builder *b, const char *path, const char *s, int64_t line, const char *const fields[2],
+                      char *name[2], char *err, size_t n) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(s, &end, true);
+    if (!j)
+        return ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the line); JSON Lines: one object "
+                         "{\"%s\": \"...\", \"%s\": \"...\"} per line, or a .json file that is one array of "
+                         "such objects", path, (long long)line, end ? end - s : (ptrdiff_t)0,
+                         name[SRC] ? name[SRC] : shown_name(fields, SRC), name[TGT] ? name[TGT] : shown_name(fields, TGT));
+    int rc = json_example(b, path, line, j, false, fields, name, err, n);
     cJSON_Delete(j);
     return rc;
 }
 
-static int read_jsonl(builder *b, const char *path, const char *const fields[2], char *err, size_t n) {
-    s2s_lines f;
-    if (read_lines(path, &f, err, n)) return -1;
+/* A file that is one JSON array of objects (pandas' to_json(orient="records"),
+ * json.dump of a list): each element an example, errors naming the line it
+ * starts on. *array 0: the file is not such an array (nothing read). */
+static int read_json_array(builder *b, const char *path, const char *const fields[2], char *name[2], int *array,
+                           char *err, size_t n) {
+    char *buf, *p;
+    size_t len;
+    *array = 0;
+    if (read_whole(path, &buf, &p, &len, err, n)) return -1;
+    if (p[strspn(p, " \t\r\n")] != '[') {
+        ut_free(buf);
+        return 0;
+    }
+    *array = 1;
     int rc = 0;
+    int64_t line = 1;
+    for (size_t start = 0; start < len && !rc; line++) { /* text: no NUL byte, UTF-8 */
+        const char *nl = memchr(p + start, '\n', len - start);
+        size_t end = nl ? (size_t)(nl - p) : len;
+        rc = check_line(path, line, p, start, end, err, n);
+        start = end + 1;
+    }
+    const char *end = NULL;
+    cJSON *a = rc ? NULL : cJSON_ParseWithOpts(p, &end, false);
+    if (!rc && (!a || (end && end[strspn(end, " \t\r\n")]))) {
+        const char *at = end ? end + (a ? strspn(end, " \t\r\n") : 0) : p;
+        line = 1;
+        for (const char *q = p; q < at; q++) line += *q == '\n';
+        rc = ut_errorf(err, n, "%s:%lld: not valid JSON (at byte %td of the file); a .json file is JSON Lines (one "
+                               "object per line) or one array of objects", path, (long long)line, at - p);
+    }
+    int64_t count = a ? cJSON_GetArraySize(a) : 0, k = 0;
+    int64_t *at = ut_malloc_check((size_t)(count ? count : 1) * sizeof *at);
+    for (int64_t got = ut__json_array_lines(p, at, count); got < count; got++) at[got] = 1; /* (the same count) */
+    for (const cJSON *e = a && !rc ? a->child : NULL; e && !rc; e = e->next, k++)
+        rc = json_example(b, path, at[k], e, true, fields, name, err, n);
+    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples (an empty array)", path);
+    ut_free(at);
+    cJSON_Delete(a);
+    ut_free(buf);
+    return rc;
+}
+
+static int read_jsonl(builder *b, const char *path, const char *const fields[2], char *err, size_t n) {
     char *name[2] = {NULL, NULL}; /* the fields' names, once the first object has chosen them */
-    for (int64_t k = 0; !rc && k < f.n; k++)
+    int array, rc = read_json_array(b, path, fields, name, &array, err, n);
+    s2s_lines f = {0};
+    if (!array && !rc) rc = read_lines(path, &f, err, n);
+    for (int64_t k = 0; !array && !rc && k < f.n; k++)
         if (!blank(f.line[k])) rc = jsonl_line(b, path, f.line[k], k + 1, fields, name, err, n);
-    if (!rc && b->m->n == 0) rc = ut_errorf(err, n, "%s: no examples (expected one JSON object per line)", path);
+    if (!array && !rc && b->m->n == 0)
+        rc = ut_errorf(err, n, "%s: no examples (expected one JSON object per line)", path);
     ut_free(name[SRC]);
     ut_free(name[TGT]);
-    lines_free(&f);
+    if (!array) lines_free(&f);
     return rc;
 }
 

@@ -331,6 +331,22 @@ static void test_translation(void) {
     ut_dataset_free(ds);
 }
 
+/* A .json file that is one JSON array (pandas' to_json(orient="records")): the JSON Lines' examples */
+static void test_json_array(void) {
+    const char *p = tmp("array.json");
+    write_text(p, "\xEF\xBB\xBF [\n {\"document\": \"the film [was] lovely .\", \"summary\": \"lovely, \\\"x\\\"\"},\n"
+                  "{\"document\": \"dull\", \"summary\": \"bad\"}, {\"document\": \"a\\nb\", \"summary\": \"c\"}\n]\n");
+    ut_seq2seq_opts o = {.max_source_len = 24, .max_target_len = 10};
+    ut_dataset *ds = ut_seq2seq_dataset_open(p, NULL, g_tok, &o, err, sizeof err);
+    CHECK(ds && ds->n == 3 && ds->columns && !strcmp(ds->columns, "source 'document', target 'summary'"), "%s", err);
+    if (ds) {
+        check_example(ds, 0, "the film [was] lovely .", 24, "lovely, \"x\"", 10);
+        check_example(ds, 1, "dull", 24, "bad", 10);
+        check_example(ds, 2, "a\nb", 24, "c", 10);
+    }
+    ut_dataset_free(ds);
+}
+
 static void test_prefix_and_lowercase(void) {
     const char *in = tmp("p_in.txt"), *tg = tmp("p_tg.txt");
     write_text(in, "The Film Was LOVELY .\nA Caf\xC3\x89 \xC4\xB0s Here .\n");
@@ -488,9 +504,18 @@ static void test_bad_inputs(void) {
     expect_error(j, NULL, &o, "bad.jsonl:1: empty source", NULL);
     write_text(j, "\n \n");
     expect_error(j, NULL, &o, "bad.jsonl: no examples", NULL);
+    /* a .json file that is one array of objects: errors name the line an element starts on */
     const char *pj = tmp("pretty.json");
-    write_text(pj, "[\n  {\"source\": \"x\", \"target\": \"y\"}\n]\n");
-    expect_error(pj, NULL, &o, "pretty.json:1: not valid JSON", "one object");
+    write_text(pj, "[\n  {\"source\": \"x\", \"target\": \"y\"},\n\n  5\n]\n");
+    expect_error(pj, NULL, &o, "pretty.json:4: a number, expected an object", "(a JSON array of objects");
+    write_text(pj, "[\n  {\"source\": \"x\", \"target\": \"y\"},\n  {\"source\": \"x\"}]");
+    expect_error(pj, NULL, &o, "pretty.json:3: no \"target\" key", NULL);
+    write_text(pj, "[\n  {\"source\": \"x\", \"target\": \"y\"},\n]");
+    expect_error(pj, NULL, &o, "pretty.json:3: not valid JSON (at byte", "one array of objects");
+    write_text(pj, " [ ]\n");
+    expect_error(pj, NULL, &o, "pretty.json: no examples (an empty array)", NULL);
+    write_text(pj, "[{\"source\": \"x\",\n \"target\": \"\xC3(\"}]");
+    expect_error(pj, NULL, &o, "pretty.json:2: byte 12 of the line: not valid UTF-8", NULL);
     /* nested JSON keys */
     ut_seq2seq_opts tr = {.max_source_len = 16, .max_target_len = 16, .source_field = "translation.en",
                           .target_field = "translation.ro"};
@@ -567,6 +592,7 @@ int main(int argc, char **argv) {
     RUN(test_csv);
     RUN(test_default_columns);
     RUN(test_translation);
+    RUN(test_json_array);
     RUN(test_prefix_and_lowercase);
     RUN(test_batch_trim);
     RUN(test_bad_inputs);
