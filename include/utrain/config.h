@@ -121,6 +121,8 @@ typedef struct {
     int ndefaults;
     bool hf_constant;            /* lr_scheduler_type: constant or reduce_lr_on_plateau (transformers' take
                                     no warmup); not a key */
+    bool hf_classify;            /* do_regression: false (run_classification): labels that are real numbers
+                                    do not make a regression; not a key */
     char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
     char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);
                                     not a key */

@@ -224,6 +224,12 @@ ut_dataset *ut_tsv_dataset_open_named(const char *path, const ut_text_columns *c
 ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, const ut_text_columns *cols, ut_tokenizer *t,
                                            int64_t max_len, const char *const *names, int64_t count, char *err,
                                            size_t n);
+/* 1 when every label of the file is a finite number and one at least is
+ * written as a real (a '.' or an exponent: 3.8, 2.0, 1e-2), as pandas and
+ * datasets read a column of floats, which transformers' run_glue and
+ * run_classification train as a regression; 0 otherwise (integers, names,
+ * lists, no label column); -1 when the file does not read (err). */
+int ut_tsv_labels_real(const char *path, const ut_text_columns *cols, char *err, size_t n);
 
 /* ---- sequence-to-sequence text (docs/data.md) ---- */
 typedef struct {

@@ -49,7 +49,8 @@ typedef struct {
  * names, possibly empty: a multi-label example), kept as written in
  * label_text for the caller to parse; the column may be named "labels",
  * and a headerless file may have a third column (GoEmotions' id). */
-enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2, UT__TSV_MULTI = 3 };
+/* UT__TSV_TEXT: every label kept as written in label_text, unchecked. */
+enum { UT__TSV_CLASSES = 0, UT__TSV_SCORES = 1, UT__TSV_NAMES = 2, UT__TSV_MULTI = 3, UT__TSV_TEXT = 4 };
 /* cols (may be NULL) names the columns (data.text_column, ...); a file
  * read with a named column always has a header. */
 int ut__tsv_read(const char *path, int mode, const ut_text_columns *cols, ut__tsv *t, char *err, size_t n);

@@ -694,7 +694,7 @@ int ut__tsv_read(const char *path, int mode, const ut_text_columns *cols, ut__ts
     t->line = ut_malloc_check((size_t)lines * sizeof *t->line);
     t->index = ut_malloc_check((size_t)lines * sizeof *t->index);
     if (mode == UT__TSV_SCORES) t->score = ut_malloc_check((size_t)lines * sizeof *t->score);
-    if (mode == UT__TSV_NAMES || mode == UT__TSV_MULTI)
+    if (mode == UT__TSV_NAMES || mode == UT__TSV_MULTI || mode == UT__TSV_TEXT)
         t->label_text = ut_malloc_check((size_t)lines * sizeof *t->label_text);
     t->multi = mode == UT__TSV_MULTI;
     t->max_label = -1;

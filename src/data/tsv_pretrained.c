@@ -2,6 +2,7 @@
  * encoded sentence (or sentence pair, GLUE's sentence1 / sentence2) with its
  * special tokens, token type ids and attention mask, padded to max_len; and
  * the batch trim that makes padding dynamic (to the longest in the batch). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,4 +358,19 @@ int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len) {
     /* rows move towards the front only, in order, so memmove in place is safe */
     for (int64_t r = 0; r < 3 * b->count; r++) memmove(x + r * L, x + r * max_len, (size_t)L * sizeof *x);
     return L;
+}
+
+int ut_tsv_labels_real(const char *path, const ut_text_columns *cols, char *err, size_t n) {
+    ut__tsv t;
+    if (ut__tsv_read(path, UT__TSV_TEXT, cols, &t, err, n)) return -1;
+    bool real = false, numbers = t.labeled;
+    for (int64_t k = 0; k < t.n && numbers; k++) {
+        const char *s = t.label_text[k];
+        char *end;
+        double v = strtod(s, &end);
+        numbers = end != s && !*end && isfinite(v) && !strpbrk(s, "xXnN"); /* no hex, inf, nan */
+        real |= strpbrk(s, ".eE") != NULL;
+    }
+    ut__tsv_free(&t);
+    return numbers && real;
 }

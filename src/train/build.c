@@ -173,6 +173,24 @@ static int problem_task(const ut_config *c, char *err, size_t n) {
     return r;
 }
 
+/* Nothing says what the task is: not model.problem_type, num_labels or
+ * num_classes, not the model.pretrained directory's problem_type or
+ * labels, not do_regression: false */
+static bool task_unsaid(const ut_config *c) {
+    bool said;
+    ut_problem type;
+    char e[256];
+    if (c->hf_classify || ut_model_problem_type(c->model_opts, &type, &said, e, sizeof e) || said ||
+        ut_kv_get(c->model_opts, "num_labels") || ut_kv_get(c->model_opts, "num_classes"))
+        return false;
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL;
+    bool unsaid = !hf || (!ut_kv_get(hf, "problem_type") && !ut_kv_get(hf, "num_labels") &&
+                          !ut_kv_get(hf, "id2label.0"));
+    ut_kv_free(hf);
+    return unsaid;
+}
+
 /* Opens path as the task reads its labels: names (count of them), else
  * count the classes (0: from the file; a regression's 1). */
 static ut_dataset *open_task(const ut_config *c, int task, const char *path, ut_tokenizer *tok,
@@ -232,7 +250,7 @@ static int named_classes(const ut_config *c, int task, ut_tokenizer *tok, ut_dat
 /* tsv_text with a pretrained tokenizer: classes from the train file (or
  * model.num_labels / num_classes), the same for dev and test; a
  * regression's scores or a multi-label task's lists (problem_task) */
-static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset **train, ut_dataset **dev,
+static int open_tsv_pretrained(const ut_config *c, const char *dir, bool lead, ut_dataset **train, ut_dataset **dev,
                                ut_dataset **test, char *err, size_t n) {
     if (c->max_len < 2)
         return ut_errorf(err, n, "data.max_len: %lld leaves no room for [CLS] and [SEP] (at least 2)",
@@ -251,6 +269,19 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, ut_dataset *
     if (task < 0) {
         ut_tokenizer_free(tok);
         return -1;
+    }
+    /* a train file of real numbers for labels, where nothing says the task: a regression, as transformers'
+     * run_glue and run_classification take a file whose label column is of floats */
+    if (task == UT_PROBLEM_SINGLE_LABEL && c->train_path[0] && task_unsaid(c)) {
+        ut_text_columns cols = text_columns(c);
+        char e[256];
+        if (ut_tsv_labels_real(c->train_path, &cols, e, sizeof e) == 1) { /* (-1: the open below says why) */
+            task = UT_PROBLEM_REGRESSION;
+            if (lead)
+                fprintf(stderr, "utrain: %s: the labels are real numbers: a regression (one output, mean squared "
+                                "error), as transformers' run_glue and run_classification read a column of floats; "
+                                "model.problem_type: single_label_classification refuses them\n", c->train_path);
+        }
     }
     bool multi = task == UT_PROBLEM_MULTI_LABEL;
     if (task == UT_PROBLEM_REGRESSION) classes = 1; /* the datasets' regression */
@@ -316,7 +347,7 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
                     ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
     if (dir) {
-        int rc = open_tsv_pretrained(c, dir, train, dev, test, err, n);
+        int rc = open_tsv_pretrained(c, dir, lead, train, dev, test, err, n);
         return rc || !train || !*train || !lead ? rc : save_label_names(*train, run_dir, err, n);
     }
     int task = problem_task(c, err, n);

@@ -625,6 +625,14 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         snprintf(buf, sizeof buf, "%lld", k - 1);
         return assign(c, "generate.max_new_tokens", buf, err, n);
     }
+    /* run_classification's: a regression, or labels that are real numbers never make one (else they do) */
+    if (!strcmp(key, "do_regression")) {
+        if (!*v) return 1;
+        int on = ut_cfg_flag(key, v, err, n);
+        if (on < 0) return -1;
+        c->hf_classify = !on;
+        return on ? assign(c, "model.problem_type", "regression", err, n) : 1;
+    }
     /* run_translation's {"translation": {"en": ..., "ro": ...}} lines: the texts are keys of "translation" */
     if (!strcmp(key, "source_lang") || !strcmp(key, "target_lang")) {
         if (!*v) return 1;
@@ -775,6 +783,7 @@ const char *const ut_cfg_hf_doc =
     "| the example scripts' (`run_glue`, `run_classification`, `run_summarization`, ...) `model_name_or_path`, `tokenizer_name`, `train_file`, `validation_file`, `test_file`, `max_seq_length`, `max_train_samples`, `max_eval_samples`, `max_predict_samples`, `ignore_mismatched_sizes` | a local directory, a file, N | `model.pretrained`, `data.tokenizer`, `data.train_path`, `data.dev_path`, `data.test_path` (TSV, CSV or JSON Lines), `data.max_len`, `data.max_train_samples`, `data.max_eval_samples`, `data.max_predict_samples`, `model.ignore_mismatched_sizes` (aliases above), so the scripts' own argument file (`python run_glue.py args.json`) loads |\n"
     "| `cache_dir`, `overwrite_cache`, `preprocessing_num_workers`, `pad_to_max_length`, `low_cpu_mem_usage`, `shuffle_train_dataset` | any | nothing: utrain downloads nothing, caches nothing, tokenizes at open, pads each batch to its longest example (padding never changes the results), loads the weights as they are, and shuffles every epoch by the seed |\n"
     "| `text_column_names`, `text_column_delimiter`, `label_column_name` (run_classification) | column names, a text | `data.text_column`, `data.text_column_delimiter`, `data.label_column` ([data.md](data.md#columns-of-other-names)) |\n"
+    "| `do_regression` (run_classification) | null / true / false | the labels decide (real numbers: a regression, [data.md](data.md#scores-regression-sts-b)) / `model.problem_type: regression` / never a regression |\n"
     "| `text_column`, `summary_column` (run_summarization); `source_lang`, `target_lang` (run_translation) | column names; language codes | `data.source_field`, `data.target_field`; `translation.<lang>` for each (the keys of the `{\"translation\": {\"en\": ..., \"ro\": ...}}` lines run_translation reads) |\n"
     "| `val_max_target_length`, `ignore_pad_token_for_loss`, `lang`, `forced_bos_token`, `resize_position_embeddings` | null, true, null, null, false / others | nothing / refused, saying why (every split's targets are cut to `max_target_length`, whose padding never counts; mBART's language tokens; the checkpoint's position embeddings) |\n"
     "| `use_fast_tokenizer`, `model_revision`, `token`, `use_auth_token`, `trust_remote_code`, `config_name` | true, `main`, null, null or false, false, null / others | nothing / refused, saying why (utrain reads local directories and its own models) |\n"

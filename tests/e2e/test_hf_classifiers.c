@@ -305,6 +305,47 @@ static void write_regression_config(void) {
     fclose(f);
 }
 
+/* Labels that are real numbers with nothing saying the task (reg.yml
+ * without num_labels: 1; the base checkpoint has no labels): a regression,
+ * as run_glue infers it, the same run as num_labels: 1 gives, and the log
+ * says so; single_label_classification refuses them */
+static void test_regression_inferred(void) {
+    char *yml = tp_slurp(tp_path(tmp, "reg.yml")), *at = yml ? strstr(yml, "  num_labels: 1\n") : NULL;
+    CHECK(at, "reg.yml has num_labels: 1");
+    if (!at) {
+        free(yml);
+        return;
+    }
+    memmove(at, at + 16, strlen(at + 16) + 1);
+    FILE *f = fopen(tp_path(tmp, "reg_inferred.yml"), "w");
+    fputs(yml, f);
+    fclose(f);
+    free(yml);
+    const char *said[] = {"experiment_name=reg_said", "train.epochs=2", NULL},
+               *inferred[] = {"experiment_name=reg_inferred", "train.epochs=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg_said.out", said, NULL) == 0, "train (num_labels 1)");
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg_inferred.yml"), "reg_inferred.out", inferred, NULL) == 0,
+          "train (inferred)");
+    char *s = tp_slurp(tp_path(tmp, "reg_inferred.out"));
+    CHECK(s && strstr(s, "stsb_train.tsv: the labels are real numbers: a regression (one output, mean squared error)") &&
+              strstr(s, "dev/pearson"), "%s", s);
+    free(s);
+    hfe_check_same_losses(tp_path(tmp, "runs/reg_said/metrics.jsonl"), tp_path(tmp, "runs/reg_inferred/metrics.jsonl"),
+                          1, 30, 1, "inferred regression");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/reg_said/metrics.jsonl"), 30, "pearson"),
+           b = hfe_dev_metric(tp_path(tmp, "runs/reg_inferred/metrics.jsonl"), 30, "pearson");
+    CHECK(!isnan(a) && a == b, "dev Pearson %g vs %g", a, b);
+    /* test mode infers it too */
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/reg_inferred"), "reg_inferred.test.out", NULL, NULL) == 0, "test");
+    s = tp_slurp(tp_path(tmp, "runs/reg_inferred/dev_results.json"));
+    CHECK(s && strstr(s, "pearson") && !strstr(s, "accuracy"), "%s", s);
+    free(s);
+    static const char *const refused[][2] = {
+        {"model.problem_type=single_label_classification", "bad label '"},
+    };
+    hfe_check_refused(tmp, "reg_inferred.yml", refused, 1);
+}
+
 /* BERT learns the scores; test mode's results are its predictions' scores */
 static void test_regression(void) {
     CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "reg.yml"), "reg.out", NULL, NULL) == 0, "train");
@@ -630,6 +671,7 @@ int main(int argc, char **argv) {
     RUN(test_named_columns);
     write_regression_config();
     RUN(test_regression);
+    RUN(test_regression_inferred);
     RUN(test_regression_gpt2);
     RUN(test_regression_refused);
     RUN(test_regression_from_classifier);

@@ -597,6 +597,20 @@ static void test_hf_example_script_arguments(void) {
               !strcmp(c.data_name, "seq2seq_text"), "run_translation's languages: %s %s %s", err, c.source_field,
           c.data_name);
     ut_config_free(&c);
+    /* run_classification's do_regression */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"t.csv\", \"do_regression\": true}\n") == 0 &&
+              !strcmp(ut_kv_get(c.model_opts, "problem_type"), "regression") && !c.hf_classify,
+          "do_regression true: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"t.csv\", \"do_regression\": false}\n") == 0 &&
+              !ut_kv_get(c.model_opts, "problem_type") && c.hf_classify, "do_regression false: %s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"do_regression\": null}\n") == 0 && !c.hf_classify &&
+              !ut_kv_get(c.model_opts, "problem_type"), "do_regression null: %s", err);
+    ut_config_free(&c);
     /* each kind of text file's keys are refused for the other data */
     static const char *const other[][2] = {
         {"data: {name: tsv_text, train_path: t.tsv, source_field: doc}\n", "data.source_field: read by data.name "
