@@ -4,7 +4,8 @@
  * read as a regression's instead (its labels scores, as the pretrained
  * tokenizers' datasets read them with num_labels 1): every score read is
  * finite; with bit 4 as classes that may be names: integer labels are
- * >= 0, names are not empty; with bit 5 as a multi-label task's lists
+ * >= 0, names are not empty, and a file ut_tsv_labels_real calls a
+ * regression's reads as one; with bit 5 as a multi-label task's lists
  * of labels (ut_tsv_dataset_open_multilabel, a small WordPiece vocabulary
  * as the tokenizer; bits 1-2 the label count, 0 from the file): every y is
  * 0 or 1, names are not empty and hold no comma, and the file opened again
@@ -38,6 +39,14 @@ static void labels(const char *path, int mode, const ut_text_columns *cols) {
         if (mode == UT__TSV_NAMES && t.labeled && (t.names ? !t.label_text[k][0] : t.label[k] < 0)) abort();
     }
     ut__tsv_free(&t);
+    /* a file that reads: whether its labels make a regression, and a file of scores reads as one */
+    int real = ut_tsv_labels_real(path, cols, err, sizeof err);
+    if (real < 0 || real > 1) abort();
+    if (real && ut__tsv_read(path, UT__TSV_SCORES, cols, &t, err, sizeof err)) {
+        fprintf(stderr, "labels that are real numbers do not read as scores: %s\n", err);
+        abort();
+    }
+    if (real) ut__tsv_free(&t);
 }
 
 /* the multi-label datasets' tokenizer: a few WordPiece tokens */
