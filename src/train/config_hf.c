@@ -182,6 +182,13 @@ static const struct {
     {"resize_position_embeddings", {"", "false"}, "utrain keeps the checkpoint's position embeddings: keep "
                                                   "max_source_length within them"},
     {"shuffle_train_dataset", {"*"}, NULL}, /* the sampler shuffles every epoch by the seed (data.shuffle) */
+    {"shuffle_seed", {"*"}, NULL},          /* that shuffle's seed: data.seed orders the epochs */
+    {"remove_columns", {"*"}, NULL},        /* utrain reads only the text and label columns */
+    {"remove_splits", {""}, "utrain reads the files train_file, validation_file and test_file name: leave out the "
+                            "ones you do not want"},
+    {"train_split_name", {"", "train"}, "it names a Hub dataset's split (see dataset_name)"},
+    {"validation_split_name", {"", "validation"}, "it names a Hub dataset's split (see dataset_name)"},
+    {"test_split_name", {"", "test"}, "it names a Hub dataset's split (see dataset_name)"},
 };
 
 /* 1 (accepted), -1 (refused), 0: not a field of the table */
@@ -625,6 +632,16 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         snprintf(buf, sizeof buf, "%lld", k - 1);
         return assign(c, "generate.max_new_tokens", buf, err, n);
     }
+    /* run_classification's metric_name: the score computed beside the loss (accuracy always is; a
+     * regression's mean squared error is its loss) */
+    if (!strcmp(key, "metric_name")) {
+        if (!*v || !strcmp(v, "accuracy") || !strcmp(v, "mse")) return 1;
+        static const char *const scores[] = {"f1", "precision", "recall", "matthews_correlation"};
+        for (size_t i = 0; i < sizeof scores / sizeof scores[0]; i++)
+            if (!strcmp(v, scores[i])) return assign(c, "train.metrics", v, err, n);
+        return ut_errorf(err, n, "%s: '%s': utrain computes accuracy, f1, precision, recall, matthews_correlation "
+                                 "(train.metrics) and a regression's mse, pearson and spearmanr", key, v);
+    }
     /* run_classification's: a regression, or labels that are real numbers never make one (else they do) */
     if (!strcmp(key, "do_regression")) {
         if (!*v) return 1;
@@ -783,6 +800,8 @@ const char *const ut_cfg_hf_doc =
     "| the example scripts' (`run_glue`, `run_classification`, `run_summarization`, ...) `model_name_or_path`, `tokenizer_name`, `train_file`, `validation_file`, `test_file`, `max_seq_length`, `max_train_samples`, `max_eval_samples`, `max_predict_samples`, `ignore_mismatched_sizes` | a local directory, a file, N | `model.pretrained`, `data.tokenizer`, `data.train_path`, `data.dev_path`, `data.test_path` (TSV, CSV or JSON Lines), `data.max_len`, `data.max_train_samples`, `data.max_eval_samples`, `data.max_predict_samples`, `model.ignore_mismatched_sizes` (aliases above), so the scripts' own argument file (`python run_glue.py args.json`) loads |\n"
     "| `cache_dir`, `overwrite_cache`, `preprocessing_num_workers`, `pad_to_max_length`, `low_cpu_mem_usage`, `shuffle_train_dataset` | any | nothing: utrain downloads nothing, caches nothing, tokenizes at open, pads each batch to its longest example (padding never changes the results), loads the weights as they are, and shuffles every epoch by the seed |\n"
     "| `text_column_names`, `text_column_delimiter`, `label_column_name` (run_classification) | column names, a text | `data.text_column`, `data.text_column_delimiter`, `data.label_column` ([data.md](data.md#columns-of-other-names)) |\n"
+    "| `metric_name`, `shuffle_seed`, `remove_columns` (run_classification) | accuracy, mse, f1, precision, recall, matthews_correlation / any | `train.metrics` (accuracy is always computed, a regression's mean squared error is its loss) / nothing: the sampler shuffles every epoch by `data.seed`, and only the text and label columns are read |\n"
+    "| `remove_splits`, `train_split_name`, `validation_split_name`, `test_split_name` | null (the split names: theirs) / others | nothing / refused: the files name the splits |\n"
     "| `do_regression` (run_classification) | null / true / false | the labels decide (real numbers: a regression, [data.md](data.md#scores-regression-sts-b)) / `model.problem_type: regression` / never a regression |\n"
     "| `text_column`, `summary_column` (run_summarization); `source_lang`, `target_lang` (run_translation) | column names; language codes | `data.source_field`, `data.target_field`; `translation.<lang>` for each (the keys of the `{\"translation\": {\"en\": ..., \"ro\": ...}}` lines run_translation reads) |\n"
     "| `val_max_target_length`, `ignore_pad_token_for_loss`, `lang`, `forced_bos_token`, `resize_position_embeddings` | null, true, null, null, false / others | nothing / refused, saying why (every split's targets are cut to `max_target_length`, whose padding never counts; mBART's language tokens; the checkpoint's position embeddings) |\n"

@@ -597,6 +597,22 @@ static void test_hf_example_script_arguments(void) {
               !strcmp(c.data_name, "seq2seq_text"), "run_translation's languages: %s %s %s", err, c.source_field,
           c.data_name);
     ut_config_free(&c);
+    /* run_classification's metric_name and the arguments that change nothing here */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"metric_name\": \"f1\", \"shuffle_seed\": 7, "
+                        "\"remove_columns\": \"id,date\", \"train_split_name\": \"train\", \"remove_splits\": null}\n") == 0 &&
+              !strcmp(c.metrics, "f1"), "metric_name f1: %s %s", err, c.metrics);
+    ut_config_free(&c);
+    static const char *const scripts_refused[][2] = {
+        {"metric_name: bleu\n", "metric_name: 'bleu': utrain computes accuracy, f1"},
+        {"remove_splits: validation\n", "remove_splits: 'validation': utrain reads the files"},
+        {"validation_split_name: dev\n", "validation_split_name: 'dev': it names a Hub dataset's split"},
+    };
+    for (size_t i = 0; i < sizeof scripts_refused / sizeof scripts_refused[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, scripts_refused[i][0]) != 0 && strstr(err, scripts_refused[i][1]), "case %zu: %s", i, err);
+        ut_config_free(&c);
+    }
     /* run_classification's do_regression */
     ut_config_init(&c);
     CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"t.csv\", \"do_regression\": true}\n") == 0 &&
