@@ -224,12 +224,16 @@ ut_dataset *ut_tsv_dataset_open_named(const char *path, const ut_text_columns *c
 ut_dataset *ut_tsv_dataset_open_multilabel(const char *path, const ut_text_columns *cols, ut_tokenizer *t,
                                            int64_t max_len, const char *const *names, int64_t count, char *err,
                                            size_t n);
-/* 1 when every label of the file is a finite number and one at least is
- * written as a real (a '.' or an exponent: 3.8, 2.0, 1e-2), as pandas and
- * datasets read a column of floats, which transformers' run_glue and
- * run_classification train as a regression; 0 otherwise (integers, names,
- * lists, no label column); -1 when the file does not read (err). */
-int ut_tsv_labels_real(const char *path, const ut_text_columns *cols, char *err, size_t n);
+/* What a file's labels look like, as transformers' run_glue and
+ * run_classification decide the task from the label column's type:
+ * UT_LABELS_SCORES when every label is a finite number and one at least is
+ * written as a real (a '.' or an exponent: 3.8, 2.0, 1e-2; pandas and
+ * datasets read a column of floats: a regression); UT_LABELS_LISTS when
+ * the labels are JSON arrays (a JSON Lines or JSON file's [2, 6]: a
+ * multi-label task); else UT_LABELS_CLASSES (integers, names, no label
+ * column); -1 when the file does not read (err). */
+enum { UT_LABELS_CLASSES = 0, UT_LABELS_SCORES = 1, UT_LABELS_LISTS = 2 };
+int ut_tsv_label_kind(const char *path, const ut_text_columns *cols, char *err, size_t n);
 
 /* ---- sequence-to-sequence text (docs/data.md) ---- */
 typedef struct {

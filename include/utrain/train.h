@@ -314,6 +314,12 @@ int ut_parse_bytes(const char *s, int64_t *out);
  * generate.* as generation options (the run's seed for sampling). */
 ut_model *ut_model_from_config(const ut_config *cfg, const ut_dataset *data, char *err, size_t n);
 ut_tokenizer *ut_run_tokenizer(const ut_config *c, char *err, size_t n);
+/* The run's classification task (a ut_problem) as training decides it:
+ * model.problem_type or num_labels, the model.pretrained directory's
+ * config.json, else (tsv_text) the train file's labels (real numbers: a
+ * regression; JSON arrays: multi-label); -1 with a message when a key is
+ * refused. */
+int ut_run_problem(const ut_config *c, char *err, size_t n);
 int ut_best_checkpoint(const char *dir, ut_model *m, char *path, size_t pn, char *err, size_t n);
 /* The run's model in dir: ut_best_checkpoint's, or with train.load_best_at_end
  * false the newest checkpoint. */

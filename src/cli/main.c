@@ -589,6 +589,11 @@ static int cmd_export(int argc, char **argv) {
     char **names = NULL;
     int64_t nnames = 0;
     if (!rc) rc = read_label_names(run, &names, &nnames, err, sizeof err);
+    /* a task the train file's labels decided (lists: multi-label) goes into config.json as the run took it */
+    int task = rc ? -1 : ut_run_problem(&cfg, err, sizeof err);
+    if (!rc && task < 0) rc = -1;
+    if (!rc && task == UT_PROBLEM_MULTI_LABEL && !ut_kv_get(cfg.model_opts, "problem_type"))
+        ut_kv_set(cfg.model_opts, "problem_type", "multi_label_classification");
     if (!rc)
         rc = ut_hf_export(cfg.model_name, cfg.model_opts, (const char *const *)names, nnames, ckpt ? ckpt : path, out,
                           err, sizeof err);

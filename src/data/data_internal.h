@@ -40,6 +40,7 @@ typedef struct {
     int64_t max_label;
     bool labeled, has_index;
     const char *columns;         /* which columns the examples came from (for the log); NULL: headerless */
+    bool label_arrays;           /* JSON: a label was an array (a multi-label example's list) */
 } ut__tsv;
 /* What the labels are: classes, integers >= 0, into label; a regression's
  * real numbers into score; or classes that may be names (every label of

@@ -514,6 +514,7 @@ static int json_example(const char *path, int64_t line, const cJSON *j, bool arr
                            array ? "object" : "line");
         else if (v && want)
             rc = json_field(path, line, keys[i], v, t, &f[i], err, n);
+        if (v && i == c->label && cJSON_IsArray(v)) t->label_arrays = true;
     }
     for (int w = 0; w <= c->ntext && !rc; w++) { /* the texts are strings */
         int col = w < c->ntext ? c->text[w] : c->sentence2;

@@ -360,9 +360,13 @@ int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len) {
     return L;
 }
 
-int ut_tsv_labels_real(const char *path, const ut_text_columns *cols, char *err, size_t n) {
+int ut_tsv_label_kind(const char *path, const ut_text_columns *cols, char *err, size_t n) {
     ut__tsv t;
     if (ut__tsv_read(path, UT__TSV_TEXT, cols, &t, err, n)) return -1;
+    if (t.label_arrays) {
+        ut__tsv_free(&t);
+        return UT_LABELS_LISTS;
+    }
     bool real = false, numbers = t.labeled;
     for (int64_t k = 0; k < t.n && numbers; k++) {
         const char *s = t.label_text[k];
@@ -372,5 +376,5 @@ int ut_tsv_labels_real(const char *path, const ut_text_columns *cols, char *err,
         real |= strpbrk(s, ".eE") != NULL;
     }
     ut__tsv_free(&t);
-    return numbers && real;
+    return numbers && real ? UT_LABELS_SCORES : UT_LABELS_CLASSES;
 }

@@ -191,6 +191,29 @@ static bool task_unsaid(const ut_config *c) {
     return unsaid;
 }
 
+/* Where nothing says the task, the train file's labels do, as transformers'
+ * run_glue and run_classification read the label column's type: real
+ * numbers (floats) a regression, JSON arrays a multi-label task (into
+ * *task). Returns the labels' kind (ut_tsv_label_kind), -1 when they were
+ * not read (the task said, no train file, or it does not read: the open
+ * says why). */
+static int labels_task(const ut_config *c, int *task) {
+    if (*task != UT_PROBLEM_SINGLE_LABEL || !c->train_path[0] || !task_unsaid(c)) return -1;
+    ut_text_columns cols = text_columns(c);
+    char e[256];
+    int kind = ut_tsv_label_kind(c->train_path, &cols, e, sizeof e);
+    if (kind == UT_LABELS_SCORES) *task = UT_PROBLEM_REGRESSION;
+    if (kind == UT_LABELS_LISTS) *task = UT_PROBLEM_MULTI_LABEL;
+    return kind;
+}
+
+int ut_run_problem(const ut_config *c, char *err, size_t n) {
+    if (strcmp(c->data_name, "tsv_text")) return UT_PROBLEM_SINGLE_LABEL;
+    int task = problem_task(c, err, n);
+    if (task >= 0) labels_task(c, &task);
+    return task;
+}
+
 /* Opens path as the task reads its labels: names (count of them), else
  * count the classes (0: from the file; a regression's 1). */
 static ut_dataset *open_task(const ut_config *c, int task, const char *path, ut_tokenizer *tok,
@@ -270,19 +293,15 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, bool lead, u
         ut_tokenizer_free(tok);
         return -1;
     }
-    /* a train file of real numbers for labels, where nothing says the task: a regression, as transformers'
-     * run_glue and run_classification take a file whose label column is of floats */
-    if (task == UT_PROBLEM_SINGLE_LABEL && c->train_path[0] && task_unsaid(c)) {
-        ut_text_columns cols = text_columns(c);
-        char e[256];
-        if (ut_tsv_labels_real(c->train_path, &cols, e, sizeof e) == 1) { /* (-1: the open below says why) */
-            task = UT_PROBLEM_REGRESSION;
-            if (lead)
-                fprintf(stderr, "utrain: %s: the labels are real numbers: a regression (one output, mean squared "
-                                "error), as transformers' run_glue and run_classification read a column of floats; "
-                                "model.problem_type: single_label_classification refuses them\n", c->train_path);
-        }
-    }
+    int kind = labels_task(c, &task);
+    if (lead && kind == UT_LABELS_SCORES)
+        fprintf(stderr, "utrain: %s: the labels are real numbers: a regression (one output, mean squared error), as "
+                        "transformers' run_glue and run_classification read a column of floats; model.problem_type: "
+                        "single_label_classification refuses them\n", c->train_path);
+    if (lead && kind == UT_LABELS_LISTS)
+        fprintf(stderr, "utrain: %s: the labels are lists: a multi-label task (an output a label, binary "
+                        "cross-entropy), as run_classification reads a column of lists; model.problem_type: "
+                        "single_label_classification refuses them\n", c->train_path);
     bool multi = task == UT_PROBLEM_MULTI_LABEL;
     if (task == UT_PROBLEM_REGRESSION) classes = 1; /* the datasets' regression */
     const char *paths[3] = {c->train_path, c->dev_path, c->test_path};

@@ -223,6 +223,56 @@ static void test_jsonl_and_csv(void) {
     CHECK(a == b, "dev f1 %g from the TSV, %g from the CSV", a, b);
 }
 
+/* JSON arrays for labels with nothing saying the task (ml.yml without
+ * problem_type; the base checkpoint has no labels): multi-label, as
+ * run_classification infers it from a column of lists, the same run as
+ * problem_type gives; the log says so; its export says
+ * multi_label_classification; single_label_classification refuses them */
+static void test_inferred_from_lists(void) {
+    char *cfg = tp_slurp(tp_path(tmp, "ml.yml"));
+    const char *drop = "  problem_type: multi_label_classification\n";
+    char *at = cfg ? strstr(cfg, drop) : NULL;
+    CHECK(at, "the config's problem_type line");
+    if (!at) {
+        free(cfg);
+        return;
+    }
+    memmove(at, at + strlen(drop), strlen(at + strlen(drop)) + 1);
+    FILE *f = fopen(tp_path(tmp, "ml_infer.yml"), "w");
+    fputs(cfg, f);
+    fclose(f);
+    free(cfg);
+    char tr[600];
+    snprintf(tr, sizeof tr, "data.train_path=%s/ml_train.jsonl", tmp);
+    const char *said[] = {"experiment_name=ml_said", tr, "train.epochs=1", NULL},
+               *inferred[] = {"experiment_name=ml_inferred", tr, "train.epochs=1", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ml.yml"), "ml_said.out", said, NULL) == 0, "said");
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ml_infer.yml"), "ml_inferred.out", inferred, NULL) == 0, "inferred");
+    char *s = tp_slurp(tp_path(tmp, "ml_inferred.out"));
+    CHECK(s && strstr(s, "ml_train.jsonl: the labels are lists: a multi-label task"), "%s", s);
+    free(s);
+    hfe_check_same_losses(tp_path(tmp, "runs/ml_said/metrics.jsonl"), tp_path(tmp, "runs/ml_inferred/metrics.jsonl"), 1,
+                          15, 1, "inferred multi-label");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/ml_said/metrics.jsonl"), 15, "f1"),
+           b = hfe_dev_metric(tp_path(tmp, "runs/ml_inferred/metrics.jsonl"), 15, "f1");
+    CHECK(!isnan(a) && a == b, "dev f1 %g vs %g", a, b);
+    char hf[1024];
+    snprintf(hf, sizeof hf, "%s", tp_path(tmp, "ml_inferred_hf"));
+    CHECK(tp_run_shown((const char *[]){"export", tp_path(tmp, "runs/ml_inferred"), "--format", "hf", hf, NULL},
+                       tp_path(tmp, "ml_inferred.export.out"), 0, NULL) == 0, "export");
+    s = tp_slurp(tp_path(hf, "config.json"));
+    CHECK(s && strstr(s, "\"problem_type\":\t\"multi_label_classification\""), "%s", s);
+    free(s);
+    const char *refused[][2] = {{"model.problem_type=single_label_classification", "model.problem_type: "
+                                                                                   "multi_label_classification"}};
+    const char *argv[] = {"train", tp_path(tmp, "ml_infer.yml"), "--set", tr, "--set", "experiment_name=ml_refused",
+                          "--set", refused[0][0], NULL};
+    CHECK(tp_run(argv, tp_path(tmp, "ml_refused.out")) == 1, "single_label_classification: exit 1");
+    s = tp_slurp(tp_path(tmp, "ml_refused.out"));
+    CHECK(s && strstr(s, refused[0][1]), "%s", s);
+    free(s);
+}
+
 /* the export says multi_label_classification: a run from it needs no problem_type */
 static void test_export_and_again(void) {
     char hf[1024], run[1024];
@@ -317,6 +367,7 @@ int main(int argc, char **argv) {
     RUN(test_jsonl_and_csv);
     RUN(test_plan);
     RUN(test_export_and_again);
+    RUN(test_inferred_from_lists);
     RUN(test_goemotions_gpt2);
     RUN(test_refused);
     /* the jobs under mpirun last: their environment turns LeakSanitizer off */

@@ -4,7 +4,7 @@
  * read as a regression's instead (its labels scores, as the pretrained
  * tokenizers' datasets read them with num_labels 1): every score read is
  * finite; with bit 4 as classes that may be names: integer labels are
- * >= 0, names are not empty, and a file ut_tsv_labels_real calls a
+ * >= 0, names are not empty, and a file ut_tsv_label_kind calls a
  * regression's reads as one; with bit 5 as a multi-label task's lists
  * of labels (ut_tsv_dataset_open_multilabel, a small WordPiece vocabulary
  * as the tokenizer; bits 1-2 the label count, 0 from the file): every y is
@@ -40,8 +40,8 @@ static void labels(const char *path, int mode, const ut_text_columns *cols) {
     }
     ut__tsv_free(&t);
     /* a file that reads: whether its labels make a regression, and a file of scores reads as one */
-    int real = ut_tsv_labels_real(path, cols, err, sizeof err);
-    if (real < 0 || real > 1) abort();
+    int kind = ut_tsv_label_kind(path, cols, err, sizeof err), real = kind == UT_LABELS_SCORES;
+    if (kind < 0 || kind > UT_LABELS_LISTS) abort();
     if (real && ut__tsv_read(path, UT__TSV_SCORES, cols, &t, err, sizeof err)) {
         fprintf(stderr, "labels that are real numbers do not read as scores: %s\n", err);
         abort();
