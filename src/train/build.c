@@ -153,16 +153,22 @@ static int check_dev_labeled(const ut_config *c, ut_dataset **train, ut_dataset 
  * model.problem_type (regression, single_label_classification,
  * multi_label_classification), else model.num_labels (or num_classes) 1
  * is a regression; without either the model.pretrained directory's
- * config.json says, by its problem_type or a single label. -1 with a
- * message naming the key for what is refused. */
-static int problem_task(const ut_config *c, char *err, size_t n) {
-    bool said;
+ * config.json says, by its problem_type or a single label. *said (may be
+ * NULL): one of them (or do_regression: false) said it; else the
+ * single-label task is only the default. -1 with a message naming the key
+ * for what is refused. */
+static int problem_task(const ut_config *c, bool *said, char *err, size_t n) {
+    bool opts_said, unused;
     ut_problem type;
-    if (ut_model_problem_type(c->model_opts, &type, &said, err, n)) return -1;
-    if (said) return (int)type;
+    if (!said) said = &unused;
+    *said = true;
+    if (ut_model_problem_type(c->model_opts, &type, &opts_said, err, n)) return -1;
+    if (opts_said) return (int)type;
     char e[256];
     const char *dir = ut_kv_get(c->model_opts, "pretrained");
     ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL; /* a bad directory: the model says */
+    *said = c->hf_classify || (hf && (ut_kv_get(hf, "problem_type") || ut_kv_get(hf, "num_labels") ||
+                                      ut_kv_get(hf, "id2label.0")));
     if (!hf) return UT_PROBLEM_SINGLE_LABEL;
     const char *pt = ut_kv_get(hf, "problem_type");
     const char *labels = ut_kv_get(hf, "num_labels");
@@ -173,32 +179,14 @@ static int problem_task(const ut_config *c, char *err, size_t n) {
     return r;
 }
 
-/* Nothing says what the task is: not model.problem_type, num_labels or
- * num_classes, not the model.pretrained directory's problem_type or
- * labels, not do_regression: false */
-static bool task_unsaid(const ut_config *c) {
-    bool said;
-    ut_problem type;
-    char e[256];
-    if (c->hf_classify || ut_model_problem_type(c->model_opts, &type, &said, e, sizeof e) || said ||
-        ut_kv_get(c->model_opts, "num_labels") || ut_kv_get(c->model_opts, "num_classes"))
-        return false;
-    const char *dir = ut_kv_get(c->model_opts, "pretrained");
-    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL;
-    bool unsaid = !hf || (!ut_kv_get(hf, "problem_type") && !ut_kv_get(hf, "num_labels") &&
-                          !ut_kv_get(hf, "id2label.0"));
-    ut_kv_free(hf);
-    return unsaid;
-}
-
-/* Where nothing says the task, the train file's labels do, as transformers'
- * run_glue and run_classification read the label column's type: real
- * numbers (floats) a regression, JSON arrays a multi-label task (into
- * *task). Returns the labels' kind (ut_tsv_label_kind), -1 when they were
- * not read (the task said, no train file, or it does not read: the open
- * says why). */
-static int labels_task(const ut_config *c, int *task) {
-    if (*task != UT_PROBLEM_SINGLE_LABEL || !c->train_path[0] || !task_unsaid(c)) return -1;
+/* Where nothing said the task (problem_task's said), the train file's
+ * labels do, as transformers' run_glue and run_classification read the
+ * label column's type: real numbers (floats) a regression, JSON arrays a
+ * multi-label task (into *task). Returns the labels' kind
+ * (ut_tsv_label_kind), -1 when they were not read (the task said, no train
+ * file, or it does not read: the open says why). */
+static int labels_task(const ut_config *c, bool said, int *task) {
+    if (said || *task != UT_PROBLEM_SINGLE_LABEL || !c->train_path[0]) return -1;
     ut_text_columns cols = text_columns(c);
     char e[256];
     int kind = ut_tsv_label_kind(c->train_path, &cols, e, sizeof e);
@@ -209,8 +197,9 @@ static int labels_task(const ut_config *c, int *task) {
 
 int ut_run_problem(const ut_config *c, char *err, size_t n) {
     if (strcmp(c->data_name, "tsv_text")) return UT_PROBLEM_SINGLE_LABEL;
-    int task = problem_task(c, err, n);
-    if (task >= 0) labels_task(c, &task);
+    bool said;
+    int task = problem_task(c, &said, err, n);
+    if (task >= 0) labels_task(c, said, &task);
     return task;
 }
 
@@ -288,12 +277,13 @@ static int open_tsv_pretrained(const ut_config *c, const char *dir, bool lead, u
     if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
         ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);
     if (classes < 1) classes = 0;
-    int task = problem_task(c, err, n);
+    bool said;
+    int task = problem_task(c, &said, err, n);
     if (task < 0) {
         ut_tokenizer_free(tok);
         return -1;
     }
-    int kind = labels_task(c, &task);
+    int kind = labels_task(c, said, &task);
     if (lead && kind == UT_LABELS_SCORES)
         fprintf(stderr, "utrain: %s: the labels are real numbers: a regression (one output, mean squared error), as "
                         "transformers' run_glue and run_classification read a column of floats; model.problem_type: "
@@ -369,7 +359,7 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
         int rc = open_tsv_pretrained(c, dir, lead, train, dev, test, err, n);
         return rc || !train || !*train || !lead ? rc : save_label_names(*train, run_dir, err, n);
     }
-    int task = problem_task(c, err, n);
+    int task = problem_task(c, NULL, err, n);
     if (task)
         return task < 0 ? -1
                         : ut_errorf(err, n, "%s is for the Hugging Face classifiers (bert, roberta, bart, gpt2), which "
@@ -484,12 +474,14 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
     }
-    /* which columns a text file's examples came from: the train file's, another's where they differ */
-    const char *seen = train && *train ? (*train)->columns : NULL;
+    /* which columns a text file's examples came from: the first file's (train's; in test mode dev's), another's
+     * where they differ */
+    const char *first = NULL;
     for (int i = 0; !rc && lead && i < 3; i++) {
         const ut_dataset *d = all[i] ? *all[i] : NULL;
-        if (d && d->columns && (i == 0 || !seen || strcmp(d->columns, seen)))
-            fprintf(stderr, "utrain: %s: %s\n", d->name, d->columns);
+        if (!d || !d->columns || (first && !strcmp(d->columns, first))) continue;
+        fprintf(stderr, "utrain: %s: %s\n", d->name, d->columns);
+        if (!first) first = d->columns;
     }
     if (!rc && strcmp(cfg->data_name, "idx_images")) rc = carve_fraction(cfg, train, dev, err, n);
     /* the first N examples of each (the example scripts' max_*_samples: select(range(N))) */
