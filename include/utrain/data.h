@@ -47,6 +47,10 @@ struct ut_dataset {
                                   * target mask; y (L) the target ids, -100 past the target
                                   * (ut_seq2seq_dataset_open); the default collate trims a
                                   * batch with ut_seq2seq_batch_trim */
+    bool token_labels;           /* token classification (NER, POS): x the token planes (3, max_len)
+                                  * with token_planes set, y (max_len) I32 a class per token, -100
+                                  * where no label counts (special tokens, padding, a word's later
+                                  * pieces); the loader trims y with x (ut_tagged_dataset_open) */
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
     void (*free)(ut_dataset *ds);
     void *impl;
@@ -280,6 +284,53 @@ typedef struct {
  * t is used only during the call. */
 ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, ut_tokenizer *t,
                                     const ut_seq2seq_opts *o, char *err, size_t n);
+/* ---- token classification: words with a tag each (NER, POS; docs/data.md) ---- */
+typedef struct {
+    const char *words;            /* JSON: the key of the words' list; NULL: "tokens" when the
+                                   * objects have it, else their first key (run_ner's rule) */
+    const char *tags;             /* JSON: the key of the tags' list; NULL: "ner_tags" when the
+                                   * objects have it, else their second key */
+    int64_t max_len;              /* truncate to this many tokens, special tokens included, and pad to it */
+    const char *const *names;     /* the tag list, class k = names[k] (a dev or test file takes the
+                                   * train file's: ds->label_names); NULL: this file's tags, sorted
+                                   * (strings by bytes, integers by value), as run_ner's get_label_list */
+    int64_t nnames;
+    bool label_all_tokens;        /* every piece of a word carries its tag (a B-X tag on the later
+                                   * pieces as I-X where the list has I-X: run_ner's b_to_i_label);
+                                   * false: only the first piece, the others -100 */
+} ut_tagged_opts;
+/* Token classification data. A file ending .json / .jsonl is JSON Lines, or
+ * one JSON array, of objects each with a list of words (strings) and a list
+ * of as many tags (all strings or all integers in a file; an object without
+ * the tags' key, in every object of the file, makes it unlabeled: a test
+ * file); any other file is CoNLL text: one word a line, fields separated by
+ * spaces or tabs, the word first and the tag last (a line of one field: a
+ * word without a tag, an unlabeled file), a blank line between sentences,
+ * "-DOCSTART-" lines skipped. Each word is encoded alone without special
+ * tokens (a byte-level BPE tokenizer's with a space before it, transformers'
+ * add_prefix_space), its pieces put one after the other between the
+ * tokenizer's special tokens ([CLS] ... [SEP], <s> ... </s>) and cut at
+ * max_len (words past the cut are dropped: ut_tagged_truncated counts the
+ * sentences cut). x (3, max_len) I32 token planes (type ids 0), y
+ * (max_len) I32: the tag's class at each word's first piece, -100 elsewhere
+ * (an unlabeled file: class 0 at the first pieces, ds->unlabeled set).
+ * ds->token_planes and ds->token_labels set, num_classes the list's length,
+ * label_names the list (integer tags written in decimal), vocab_size the
+ * tokenizer's. NULL with a message naming the file and line: invalid
+ * UTF-8 (the byte offset), a NUL byte, a JSON line that is not an object,
+ * a missing key (the keys found), a value that is not a list of strings
+ * (integers for tags), lists of different lengths, a tag not in o->names,
+ * tags of both kinds, labeled and unlabeled sentences in one file, no
+ * sentences. t is used only during the call. */
+ut_dataset *ut_tagged_dataset_open(const char *path, ut_tokenizer *t, const ut_tagged_opts *o, char *err,
+                                   size_t n);
+/* Example i's words (count in *nwords) as read; NULL when ds is not a
+ * ut_tagged_dataset_open dataset or i is out of range. The predictions
+ * file writes a tag for each word that kept a piece. */
+const char *const *ut_tagged_words(const ut_dataset *ds, int64_t i, int64_t *nwords);
+/* How many sentences were cut at max_len; 0 for other data. */
+int64_t ut_tagged_truncated(const ut_dataset *ds);
+
 /* Example i's text, which 0 the source, 1 the target: as read, lower-cased
  * when o->lowercase was set, without the source prefix (the reference for
  * BLEU, the input when writing generations). NULL when ds is not a
