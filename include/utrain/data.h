@@ -287,9 +287,10 @@ ut_dataset *ut_seq2seq_dataset_open(const char *path, const char *target_path, u
 /* ---- token classification: words with a tag each (NER, POS; docs/data.md) ---- */
 typedef struct {
     const char *words;            /* JSON: the key of the words' list; NULL: "tokens" when the
-                                   * objects have it, else their first key (run_ner's rule) */
+                                   * first object has it, else its first key (run_ner's rule) */
     const char *tags;             /* JSON: the key of the tags' list; NULL: "ner_tags" when the
-                                   * objects have it, else their second key */
+                                   * first object has it, else its second key (its third when the
+                                   * second holds the words) */
     int64_t max_len;              /* truncate to this many tokens, special tokens included, and pad to it */
     const char *const *names;     /* the tag list, class k = names[k] (a dev or test file takes the
                                    * train file's: ds->label_names); NULL: this file's tags, sorted
@@ -313,7 +314,8 @@ typedef struct {
  * max_len (words past the cut are dropped: ut_tagged_truncated counts the
  * sentences cut). x (3, max_len) I32 token planes (type ids 0), y
  * (max_len) I32: the tag's class at each word's first piece, -100 elsewhere
- * (an unlabeled file: class 0 at the first pieces, ds->unlabeled set).
+ * (a word the tokenizer drops has no position; an unlabeled file: class 0
+ * at the first pieces, ds->unlabeled set, num_classes 0 without o->names).
  * ds->token_planes and ds->token_labels set, num_classes the list's length,
  * label_names the list (integer tags written in decimal), vocab_size the
  * tokenizer's. NULL with a message naming the file and line: invalid
