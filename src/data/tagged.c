@@ -635,7 +635,9 @@ static int encode_all(const char *path, const tag_read *r, ut_tokenizer *t, cons
     int32_t *bi = ut_malloc_check((size_t)(m->nnames ? m->nnames : 1) * sizeof *bi);
     if (!rc) rc = classes(path, r, m, cls, bi, err, n);
     const char *model = ut_tokenizer_model(t);
-    encoder c = {.tok = t, .space = model && !strcmp(model, "BPE")};
+    encoder c = {.tok = t, .space = model && !strcmp(model, "BPE"), .ids_cap = 1};
+    m->ids = ut_malloc_check(sizeof *m->ids); /* never NULL: a tokenizer without special tokens may give no ids */
+    m->lab = ut_malloc_check(sizeof *m->lab);
     m->off = ut_malloc_check((size_t)(r->ns + 1) * sizeof *m->off);
     m->off[0] = 0;
     int64_t at = 0;
