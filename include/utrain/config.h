@@ -71,6 +71,7 @@ typedef struct {
     char source_field[64], target_field[64]; /* seq2seq_text: TSV columns / JSON keys */
     char source_prefix[UT_CFG_STR_MAX];     /* seq2seq_text: prepended to every source */
     bool lowercase;              /* seq2seq_text: lower-case both texts */
+    bool label_all_tokens;       /* tagged_text: every piece of a word carries its tag */
     /* tsv_text: the columns of an example (ut_text_columns); empty: found by name */
     char text_column[UT_CFG_STR_MAX], text_pair_column[64], label_column[64], text_column_delimiter[64];
 

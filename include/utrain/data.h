@@ -461,6 +461,14 @@ static inline int64_t ut_mask_len(const int32_t *mask, int64_t L) {
  * least 1); x is rewritten in place as (count, 3, L), contiguous. Returns L. */
 int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len);
 
+/* A token classifier's batch (ds->token_labels: x (count, 3, max_len), y
+ * (count, max_len)): y cut in place to the batch's longest attention mask,
+ * the width ut_tok_batch_trim gives x, contiguous, and b->y_len set to it. */
+void ut_tok_labels_trim(ut_batch *b, int64_t max_len);
+static inline bool ut_tok_labels(const ut_dataset *ds) {
+    return ds->token_labels && ds->token_planes && ds->y_ndim == 1 && ds->y_dtype == UT_I32;
+}
+
 /* Whether ds's examples are the seq2seq planes (4, L) I32 above. */
 static inline bool ut_seq2seq_planes(const ut_dataset *ds) {
     return ds->seq2seq && ds->x_ndim == 2 && ds->x_ne[0] == 4 && ds->x_dtype == UT_I32;

@@ -360,6 +360,11 @@ int ut_model_problem_type(const ut_kv *opts, ut_problem *type, bool *said, char 
  * V) against targets (B, T), -100 ignored; targets of another shape are a
  * context error saying so. */
 ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
+/* A token classifier's loss (Hugging Face's *ForTokenClassification): the
+ * mean cross-entropy of logits (B, T, K) against I32 targets (B, T), -100
+ * ignored (special tokens, padding, a word's later pieces); targets of
+ * another shape are a context error saying so. */
+ut_tensor *ut_model_token_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets);
 /* The same from the decoder's states h (B, T, C) and the head's weight w
  * (V, C) and bias b (or NULL), the head and the loss one op
  * (ut_linear_cross_entropy): a seq2seq model's forward_loss. */

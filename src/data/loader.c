@@ -100,6 +100,10 @@ static void fill(ut_loader *l, slot *sl) {
         ut_batch b = {.count = sl->count, .x = sl->x, .y = sl->y};
         ut_seq2seq_batch_trim(&b, l->ds->x_ne[1]);
         sl->x_len = b.x_len, sl->y_len = b.y_len;
+    } else if (sl->status == 1 && ut_tok_labels(l->ds)) { /* a class per token: cut as x will be */
+        ut_batch b = {.count = sl->count, .x = sl->x, .y = sl->y};
+        ut_tok_labels_trim(&b, l->ds->x_ne[1]);
+        sl->y_len = b.y_len;
     }
     if (sl->status == 1 && l->o.prepare && prepare(l, sl)) sl->status = -1;
 }

@@ -360,6 +360,18 @@ int64_t ut_tok_batch_trim(ut_batch *b, int64_t max_len) {
     return L;
 }
 
+void ut_tok_labels_trim(ut_batch *b, int64_t max_len) {
+    const int32_t *x = b->x;
+    int32_t *y = b->y;
+    int64_t L = 1;
+    for (int64_t k = 0; k < b->count; k++) {
+        int64_t len = ut_mask_len(x + k * 3 * max_len + 2 * max_len, max_len);
+        if (len > L) L = len;
+    }
+    for (int64_t r = 0; y && r < b->count; r++) memmove(y + r * L, y + r * max_len, (size_t)L * sizeof *y);
+    b->y_len = L;
+}
+
 int ut_tsv_label_kind(const char *path, const ut_text_columns *cols, char *err, size_t n) {
     ut__tsv t;
     if (ut__tsv_read(path, UT__TSV_TEXT, cols, &t, err, n)) return -1;

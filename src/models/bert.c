@@ -17,6 +17,11 @@
  * attention_probs_dropout_prob, initializer_range,
  * hidden_act, plus num_labels (num_classes), task and pretrained (a model
  * directory, which supplies the architecture and the weights), classifier_dropout.
+ * model.task token_classification: BertForTokenClassification (and
+ * RobertaForTokenClassification): no pooler, dropout and the classifier
+ * on every token, logits (B, T, K) against a class per token (-100
+ * ignored); unpadded too, the packed rows' logits put back at their
+ * positions by one gather (padding reads row 0; its targets are -100).
  * RoBERTa (config.json's model_type roberta, or model.name: roberta): names
  * under "roberta.", position ids pad_token_id + 1 + the count of non-padding
  * tokens before (padding at pad_token_id: transformers'
@@ -44,6 +49,7 @@ typedef struct {
     int64_t pad_id;           /* RoBERTa's padding_idx */
     float eps, dropout, attn_dropout, cls_dropout;
     bool exact_gelu, roberta;
+    bool token;               /* model.task token_classification: a class per token */
     const char *prefix;       /* "bert" or "roberta" */
     ut_embedding_layer word, pos, type;
     ut_layernorm_layer emb_ln;
@@ -163,12 +169,15 @@ static bool pack_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T,
     }
     int32_t *id = add_i32(in, N), *ty = add_i32(in, N), *ps = add_i32(in, N), *off = add_i32(in, B + 1);
     int32_t *first = add_i32(in, B), *rp = ut_malloc_check((size_t)(T > 0 ? T : 1) * sizeof *rp);
+    /* a token classifier: each position's packed row (B, T), padding row 0 */
+    int32_t *at = net->token ? ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}) : NULL;
     int64_t r = 0;
     off[0] = 0;
     for (int64_t b = 0; b < B; b++) {
         const int32_t *ib = h + b * 3 * T, *tb = ib + T, *mb = tb + T;
         if (net->roberta) roberta_positions(rp, ib, 1, T, net->pad_id);
         for (int64_t t = 0; t < T; t++) {
+            if (at) at[b * T + t] = mb[t] ? (int32_t)r : 0;
             if (!mb[t]) continue;
             id[r] = ib[t];
             ty[r] = tb[t];
@@ -234,9 +243,16 @@ static ut_tensor *head(ut_ctx *ctx, const bert *net, ut_tensor *cls) {
     return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, pooled, net->cls_dropout));
 }
 
-/* PACKED: ids, types, positions, offsets, first; PADDED: ids, types, mask,
- * positions (padded execution, for batches where some sequence starts with
- * padding) */
+/* A token classifier's logits of h (..., C): dropout, then the classifier
+ * on every row */
+static ut_tensor *token_head(ut_ctx *ctx, const bert *net, ut_tensor *h) {
+    ut_ctx_rng_region(ctx, net->L + 1);
+    return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, h, net->cls_dropout));
+}
+
+/* PACKED: ids, types, positions, offsets, first (a token classifier: and
+ * each position's row); PADDED: ids, types, mask, positions (padded
+ * execution, for batches where some sequence starts with padding) */
 static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const bert *net = m->impl;
     ut_tensor *const *t = in->t;
@@ -246,11 +262,13 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
         ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[3], in->seq_len[0]) : m->stage_input;
         ut_tensor *h = encoder(m, ctx, x, t[2], layer_fn);
         if (!net->last) return h;
+        if (net->token) return token_head(ctx, net, h);
         return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){t[0]->ne[0], net->C}));
     }
     ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2], in->seq_len[0]) : m->stage_input;
     ut_tensor *h = encoder(m, ctx, x, t[3], layer_fn_packed);
     if (!net->last) return h;
+    if (net->token) return ut_embedding(ctx, t[5], token_head(ctx, net, h)); /* (B, T, K) */
     return head(ctx, net, ut_embedding(ctx, t[4], h));
 }
 
@@ -312,7 +330,9 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    if (net->last) {
+    if (net->last && net->token) {
+        ut_linear_layer_init_normal(m, &net->classifier, "classifier", net->C, net->K, std);
+    } else if (net->last) {
         ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
                                     net->C, std);
         ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
@@ -325,7 +345,7 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
     m->free_impl = bert_free;
     m->prepare = bert_prepare;
     m->forward_prepared = bert_forward;
-    m->loss = ut_model_class_loss;
+    m->loss = net->token ? ut_model_token_loss : ut_model_class_loss;
     ut_model_finalize(m, seed);
     return m;
 }
@@ -418,9 +438,10 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
                          act);
     if (pos && strcmp(pos, "absolute"))
         return ut_errorf(err, n, "bert: position_embedding_type '%s' is not supported (absolute)", pos);
-    if (task && strcmp(task, "sequence_classification"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification",
-                         task);
+    if (task && strcmp(task, "sequence_classification") && strcmp(task, "token_classification"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification or "
+                                 "token_classification", task);
+    net->token = task && !strcmp(task, "token_classification");
     return 0;
 }
 
@@ -431,13 +452,20 @@ static void zero_padding_rows(const bert *net) {
     ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
 }
 
-static int load_pretrained(ut_model *m, bool roberta, const char *dir, bool mismatched, char *err, size_t n) {
+static int load_pretrained(ut_model *m, bool roberta, bool token, const char *dir, bool mismatched, char *err,
+                           size_t n) {
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
     /* a bare RobertaModel keeps a pooler the classifier does not use; lm_head: the MLM head */
     static const char *const r_ignored[] = {"position_ids", "lm_head.", "pooler.", NULL};
+    /* a token classifier from a sequence classifier's save: its pooler and
+     * RoBERTa's two-layer head are not read (transformers drops them too) */
+    static const char *const t_ignored[] = {"position_ids", "cls.", "bert.pooler.", NULL};
+    static const char *const tr_ignored[] = {"position_ids", "lm_head.", "pooler.", "classifier.dense.",
+                                             "classifier.out_proj.", NULL};
     ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
-                         .ignored = roberta ? r_ignored : ignored, .ignore_mismatched = mismatched};
+                         .ignored = token ? (roberta ? tr_ignored : t_ignored) : roberta ? r_ignored : ignored,
+                         .ignore_mismatched = mismatched};
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -470,6 +498,9 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
+    if (net.token && (problem != UT_PROBLEM_SINGLE_LABEL || net.K < 2))
+        return ut_errorf(err, n, "model.task token_classification: a class per token from at least 2 (the tags); "
+                                 "%s", net.K < 2 ? "num_labels must be 2 or more" : "remove model.problem_type"), NULL;
     if (problem == UT_PROBLEM_REGRESSION) net.K = 1; /* problem_type regression: one score, whatever config.json's labels */
     net.lay = ut_model_build_layout();
     /* pipeline stages of equal layer counts (the pooler and classifier cost next to nothing) */
@@ -486,13 +517,13 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     }
     double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
                                       (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +
-                                      C * (C + (double)net.K);
+                                      C * ((net.token ? 0 : C) + (double)net.K);
     if (ut_memory_check(8 * numel, ut_fmt("bert (%.3g parameters)", numel), err, n)) return NULL;
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
     if (impl->roberta && !dir && impl->first) zero_padding_rows(impl);
-    if (dir && load_pretrained(m, impl->roberta, dir, mismatched, err, n)) {
+    if (dir && load_pretrained(m, impl->roberta, impl->token, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

@@ -393,6 +393,19 @@ ut_tensor *ut_model_seq2seq_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut
     return ut_cross_entropy(ctx, logits, targets, -100);
 }
 
+ut_tensor *ut_model_token_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    char what[96];
+    snprintf(what, sizeof what, "%s token classification loss", m->type);
+    if (!ut_op_check(ctx, what, 2, (ut_tensor *[]){logits, targets}, 2)) return NULL;
+    if (targets->dtype != UT_I32 || targets->ndim != 2 || logits->ndim != 3 || targets->ne[0] != logits->ne[0] ||
+        targets->ne[1] != logits->ne[1]) {
+        ut_op_error(ctx, what, 2, (ut_tensor *[]){logits, targets},
+                    "I32 targets (B, T), a class per token, must match the logits (B, T, K)");
+        return NULL;
+    }
+    return ut_cross_entropy(ctx, logits, targets, -100);
+}
+
 ut_tensor *ut_model_seq2seq_head_loss(ut_model *m, ut_ctx *ctx, ut_tensor *h, ut_tensor *w, ut_tensor *b,
                                       ut_tensor *targets) {
     if (!seq2seq_targets_fit(m, ctx, h, targets, "decoder's states (B, T, C)")) return NULL;

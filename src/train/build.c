@@ -214,6 +214,30 @@ static ut_dataset *open_task(const ut_config *c, int task, const char *path, ut_
                  : ut_tsv_dataset_open_pretrained(path, &cols, tok, c->max_len, count, err, n);
 }
 
+/* The model.pretrained checkpoint's id2label order of the count names
+ * (letter case aside when fold), into order; false when the checkpoint has
+ * no id2label of exactly those names. */
+static bool checkpoint_order(const ut_config *c, const char *const *names, int64_t count, bool fold,
+                             const char **order) {
+    const char *dir = ut_kv_get(c->model_opts, "pretrained");
+    char e[256];
+    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL;
+    bool same = hf != NULL;
+    for (int64_t k = 0; k < count && same; k++) {
+        char key[40];
+        snprintf(key, sizeof key, "id2label.%lld", (long long)k);
+        const char *v = ut_kv_get(hf, key);
+        int64_t j = 0;
+        while (v && j < count && (fold ? strcasecmp(names[j], v) : strcmp(names[j], v))) j++;
+        same = v && j < count;
+        if (same) order[k] = names[j];
+    }
+    const char *labels = hf ? ut_kv_get(hf, "num_labels") : NULL;
+    same = same && labels && atoll(labels) == count;
+    ut_kv_free(hf);
+    return same;
+}
+
 /* Labels that are names (MNLI's entailment, ...): the train file's names in
  * the order of the model.pretrained checkpoint's id2label when those are
  * the same names (letter case aside), as transformers' run_glue takes a
@@ -228,24 +252,12 @@ static int named_classes(const ut_config *c, int task, ut_tokenizer *tok, ut_dat
         return ut_errorf(err, n, "model.num_labels %lld: the train file (%s) has %lld label names (%s, %s%s)", classes,
                          c->train_path, (long long)count, names[0], count > 1 ? names[1] : "",
                          count > 2 ? ", ..." : "");
-    const char *dir = ut_kv_get(c->model_opts, "pretrained");
-    char e[256];
-    ut_kv *hf = dir ? ut_hf_config_read(dir, e, sizeof e) : NULL;
     const char **order = ut_calloc_check((size_t)count, sizeof *order);
-    bool same = hf != NULL, moved = false;
-    for (int64_t k = 0; k < count && same; k++) {
-        char key[40];
-        snprintf(key, sizeof key, "id2label.%lld", (long long)k);
-        const char *v = ut_kv_get(hf, key);
-        int64_t j = 0;
-        while (v && j < count && strcasecmp(names[j], v)) j++;
-        same = v && j < count;
-        if (same) order[k] = names[j], moved |= j != k;
-    }
-    const char *labels = hf ? ut_kv_get(hf, "num_labels") : NULL;
-    same = same && labels && atoll(labels) == count;
+    bool moved = false;
+    if (checkpoint_order(c, names, count, true, order))
+        for (int64_t k = 0; k < count; k++) moved |= order[k] != names[k];
     int rc = 0;
-    if (same && moved) {
+    if (moved) {
         ut_dataset *again = open_task(c, task, c->train_path, tok, order, count, err, n);
         if (again) {
             ut_dataset_free(*tr);
@@ -255,7 +267,6 @@ static int named_classes(const ut_config *c, int task, ut_tokenizer *tok, ut_dat
         }
     }
     ut_free(order);
-    ut_kv_free(hf);
     return rc;
 }
 
@@ -446,6 +457,71 @@ static int open_seq2seq(const ut_config *c, bool lead, ut_dataset **train, ut_da
     return rc;
 }
 
+/* tagged_text: words and their tags read with the pretrained tokenizer. The
+ * train file's tags are the classes (in test mode too), sorted, or in the
+ * model.pretrained checkpoint's id2label order when it has exactly those
+ * tags (run_ner's rule); dev and test take them; RUN_DIR/labels.txt keeps
+ * them for `utrain export`. A warning for sentences cut at data.max_len. */
+static int open_tagged(const ut_config *c, const char *run_dir, bool lead, ut_dataset **train, ut_dataset **dev,
+                       ut_dataset **test, char *err, size_t n) {
+    if (!c->train_path[0])
+        return ut_errorf(err, n, "data.train_path: tagged_text takes its tag list from the train file (in test "
+                                 "mode too)");
+    long long classes = 0;
+    char e[128];
+    if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
+        ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);
+    ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
+    if (!tok) return -1;
+    ut_tagged_opts o = {.words = c->text_column[0] ? c->text_column : NULL,
+                        .tags = c->label_column[0] ? c->label_column : NULL, .max_len = c->max_len,
+                        .label_all_tokens = c->label_all_tokens};
+    ut_dataset *tr = ut_tagged_dataset_open(c->train_path, tok, &o, err, n);
+    int rc = tr ? 0 : -1;
+    if (tr && tr->unlabeled)
+        rc = ut_errorf(err, n, "%s: no tags: the train file's tags are the classes", c->train_path);
+    else if (tr && tr->num_classes < 2)
+        rc = ut_errorf(err, n, "%s: every word has the tag %s: a token classifier needs at least two", c->train_path,
+                       tr->label_names[0]);
+    else if (tr && classes > 0 && classes != tr->num_classes)
+        rc = ut_errorf(err, n, "model.num_labels %lld: the train file (%s) has %lld tags (%s, %s%s)", classes,
+                       c->train_path, (long long)tr->num_classes, tr->label_names[0], tr->label_names[1],
+                       tr->num_classes > 2 ? ", ..." : "");
+    const char **order = !rc ? ut_calloc_check((size_t)tr->num_classes, sizeof *order) : NULL;
+    bool moved = false;
+    if (!rc && checkpoint_order(c, tr->label_names, tr->num_classes, false, order))
+        for (int64_t k = 0; k < tr->num_classes; k++) moved |= order[k] != tr->label_names[k];
+    if (moved) { /* opened again in the checkpoint's order */
+        o.names = order, o.nnames = tr->num_classes;
+        ut_dataset *again = ut_tagged_dataset_open(c->train_path, tok, &o, err, n);
+        ut_dataset_free(tr);
+        tr = again;
+        rc = tr ? 0 : -1;
+    }
+    ut_free(order);
+    if (!rc) o.names = tr->label_names, o.nnames = tr->num_classes;
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    const char *keys[3] = {"data.train_path", "data.dev_path", "data.test_path"};
+    ut_dataset **out[3] = {train, dev, test};
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!out[i] || !paths[i][0]) continue;
+        if (i > 0 && !(*out[i] = ut_tagged_dataset_open(paths[i], tok, &o, err, n))) rc = -1;
+        const ut_dataset *ds = i == 0 ? tr : *out[i];
+        if (!rc && lead && ut_tagged_truncated(ds))
+            fprintf(stderr, "utrain: warning: %s (%s): %lld of %lld sentences cut at data.max_len %lld (the words "
+                            "past the cut are not scored and get no prediction)\n", paths[i], keys[i],
+                    (long long)ut_tagged_truncated(ds), (long long)ds->n, (long long)c->max_len);
+    }
+    if (!rc && train) {
+        *train = tr;
+        if (lead) rc = save_label_names(tr, run_dir, err, n);
+    } else {
+        ut_dataset_free(tr);
+    }
+    ut_tokenizer_free(tok);
+    return rc ? rc : check_dev_labeled(c, train, dev, err, n);
+}
+
 /* data.dev_fraction: the last fraction of the training examples (at least
  * one, not all) as the dev set, for text data without a dev file */
 static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
@@ -470,6 +546,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, lead, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, lead, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, lead, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
@@ -623,6 +700,8 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
         ut_kv_free(opts);
         return NULL;
     }
+    /* words with a tag each: bert and roberta tag them (config_check refuses the other built-ins) */
+    if (!strcmp(cfg->data_name, "tagged_text") && !ut_kv_get(opts, "task")) ut_kv_set(opts, "task", "token_classification");
     /* bert, roberta, bart, gpt2 classifying: the head's size from the data unless
      * model.num_labels (or config.json's id2label) says */
     const char *task = ut_kv_get(opts, "task");
@@ -720,7 +799,7 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
             return NULL;
         }
     }
-    int64_t room = strcmp(cfg->data_name, "tsv_text") ? 0 : position_room(cfg, m);
+    int64_t room = strcmp(cfg->data_name, "tsv_text") && strcmp(cfg->data_name, "tagged_text") ? 0 : position_room(cfg, m);
     const ut_tensor *rob = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
     if (room > 0 && cfg->max_len > room) {
         if (rob)

@@ -15,7 +15,7 @@
 #define LE(v) .hi = UT_CFG_LE, .max = (v)
 
 static const char *const modes[] = {"train", "test", NULL};
-static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", NULL};
+static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", "tagged_text", NULL};
 static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
@@ -154,14 +154,19 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "seq2seq_text: text put before every source (T5's `summarize: `)"},
     {.key = "data.lowercase", .type = UT_CFG_BOOL, AT(lowercase), .def = "false", .hashed = true,
      .doc = "seq2seq_text: lower-case sources and targets (FlagAI's example does)"},
+    {.key = "data.label_all_tokens", .type = UT_CFG_BOOL, AT(label_all_tokens), .def = "false", .hashed = true,
+     .doc = "tagged_text: every piece of a word carries the word's tag (a B- tag as its I- on the later pieces), "
+            "as run_ner's label_all_tokens; false: only the first piece, the others are not scored"},
     {.key = "data.text_column", .type = UT_CFG_STR, AT(text_column), .def = "", .hashed = true, .hash_if_set = true,
      .doc = "tsv_text: the text's column (several, comma-separated: their fields joined by text_column_delimiter, "
-            "as run_classification's text_column_names); empty: found by name (docs/data.md)"},
+            "as run_classification's text_column_names); empty: found by name (docs/data.md); tagged_text: the "
+            "JSON key of the words (empty: tokens, else the first)"},
     {.key = "data.text_pair_column", .type = UT_CFG_STR, AT(text_pair_column), .def = "", .hashed = true,
      .hash_if_set = true, .doc = "tsv_text: the column of a pair's second text (with text_column)"},
     {.key = "data.label_column", .type = UT_CFG_STR, AT(label_column), .def = "", .hashed = true,
      .hash_if_set = true, .doc = "tsv_text: the label's column (a file without it is unlabeled: a test file); empty: "
-                                 "label, score, is_duplicate, Quality or labels"},
+                                 "label, score, is_duplicate, Quality or labels; tagged_text: the JSON key of the "
+                                 "tags (empty: ner_tags, else the second)"},
     {.key = "data.text_column_delimiter", .type = UT_CFG_STR, AT(text_column_delimiter), .def = " ", .hashed = true,
      .hash_if_set = true, .doc = "tsv_text: what joins the fields of several text columns"},
 
@@ -646,6 +651,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"ignore_mismatched_sizes", "model.ignore_mismatched_sizes"},
     {"text_column_names", "data.text_column"},          /* run_classification's */
     {"label_column_name", "data.label_column"},
+    {"text_column_name", "data.text_column"},           /* run_ner's */
+    {"label_all_tokens", "data.label_all_tokens"},
     {"text_column_delimiter", "data.text_column_delimiter"},
     {"text_column", "data.source_field"},               /* run_summarization's */
     {"summary_column", "data.target_field"},

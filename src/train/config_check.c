@@ -190,14 +190,16 @@ static int check_data(const ut_config *c, char *err, size_t n) {
         FAIL("generate.eval: evaluation by generation needs sequence-to-sequence data (data.name: seq2seq_text), "
              "not data.name: %s; remove it", c->data_name);
     /* the keys of one kind of text file */
+    bool tsv = !strcmp(c->data_name, "tsv_text"), tagged = !strcmp(c->data_name, "tagged_text");
     const struct { const char *key; bool set; bool ours; const char *name; } kinds[] = {
         {"data.source_field", strcmp(c->source_field, "source") != 0, pairs, "seq2seq_text"},
         {"data.target_field", strcmp(c->target_field, "target") != 0, pairs, "seq2seq_text"},
         {"data.source_prefix", c->source_prefix[0] != 0, pairs, "seq2seq_text"},
         {"data.lowercase", c->lowercase, pairs, "seq2seq_text"},
-        {"data.text_column", c->text_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
+        {"data.text_column", c->text_column[0] != 0, tsv || tagged, "tsv_text and tagged_text"},
         {"data.text_pair_column", c->text_pair_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
-        {"data.label_column", c->label_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
+        {"data.label_column", c->label_column[0] != 0, tsv || tagged, "tsv_text and tagged_text"},
+        {"data.label_all_tokens", c->label_all_tokens, tagged, "tagged_text"},
         {"data.text_column_delimiter", strcmp(c->text_column_delimiter, " ") != 0, !strcmp(c->data_name, "tsv_text"),
          "tsv_text"},
     };
@@ -223,6 +225,21 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"cnn", "idx_images", "an image classifier: it reads IDX images"},
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
     const char *task = ut_kv_get(c->model_opts, "task");
+    bool tok_task = task && !strcmp(task, "token_classification");
+    if (!strcmp(c->data_name, "tagged_text")) { /* BertForTokenClassification, RobertaForTokenClassification */
+        static const char *const others[] = {"gpt2", "bow", "bart", "t5", "cnn", "mlp"};
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+            if (!strcmp(c->model_name, others[i]))
+                FAIL("data.name tagged_text: words with a tag each are classified token by token by bert and roberta "
+                     "(model.task: token_classification), not model.name %s", c->model_name);
+        if (task && !tok_task)
+            FAIL("model.task: %s, but data.name tagged_text trains a token classifier: set model.task: "
+                 "token_classification (or remove it)", task);
+        return 0;
+    }
+    if (tok_task)
+        FAIL("model.task: token_classification tags each word of tagged text: set data.name: tagged_text (data.name "
+             "is %s)", c->data_name);
     if (!strcmp(c->model_name, "bart") && !strcmp(c->data_name, "seq2seq_text")) return 0; /* BartForConditionalGeneration */
     if (!strcmp(c->model_name, "t5") && strcmp(c->data_name, "seq2seq_text"))
         FAIL("model.name: t5 is a sequence-to-sequence model: it reads pairs of texts (data.name: seq2seq_text), "

@@ -147,6 +147,7 @@ int ut_standin_batch(ut_dataset *ds, ut_batch *b, char *err, size_t n) {
         return -1;
     }
     if (ut_seq2seq_planes(ds)) ut_seq2seq_batch_trim(b, ds->x_ne[1]); /* as the loader's batches are */
+    else if (ut_tok_labels(ds)) ut_tok_labels_trim(b, ds->x_ne[1]);
     return 0;
 }
 
@@ -218,6 +219,48 @@ static int64_t exact_label_sets(const ut_tensor *out, const ut_tensor *y, double
     return hits;
 }
 
+/* A token classifier's batch, logits (B, T, K) and targets (B, T): per
+ * sentence, the labeled tokens' (targets other than -100) predicted
+ * classes (the first largest logit) against the gold ones. c[0..2] +=
+ * the entities (gold, predicted, both: seqeval's, from the class names),
+ * c[3] += the tokens right, c[4] += the tokens; pred (may be NULL) gets
+ * each position's predicted class + 1, 0 where the target is -100. false
+ * if the shapes are not those. */
+static bool tag_batch(const ut_dataset *ds, const ut_tensor *out, const ut_tensor *y, double c[5], int32_t *pred) {
+    if (!out || !ut_is_contiguous(out) || out->ndim != 3 || !y || y->ndim != 2 || y->dtype != UT_I32 ||
+        !ut_is_contiguous(y) || out->ne[0] != y->ne[0] || out->ne[1] != y->ne[1] || out->ne[2] != ds->num_classes)
+        return false;
+    out = as_f32(out);
+    int64_t B = out->ne[0], T = out->ne[1], K = out->ne[2];
+    float *o = host_copy(out);
+    int32_t *label = host_copy(y), *g = ut_malloc_check((size_t)T * sizeof *g), *p = ut_malloc_check((size_t)T * sizeof *p);
+    ut_tag_scheme s;
+    bool ok = o && label && !ut_tag_scheme_init(&s, ds->label_names, K);
+    for (int64_t b = 0; ok && b < B; b++) {
+        int64_t m = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int32_t l = label[b * T + t];
+            if (pred) pred[b * T + t] = 0;
+            if (l == -100) continue;
+            const float *row = o + (b * T + t) * K;
+            int32_t best = 0;
+            for (int64_t k = 1; k < K; k++)
+                if (row[k] > row[best]) best = (int32_t)k;
+            if (pred) pred[b * T + t] = best + 1;
+            g[m] = l, p[m++] = best;
+            c[3] += best == l;
+        }
+        c[4] += (double)m;
+        ut_tag_count(&s, g, p, m, c);
+    }
+    if (o && label && ok) ut_tag_scheme_free(&s);
+    ut_free(o);
+    ut_free(label);
+    ut_free(g);
+    ut_free(p);
+    return ok;
+}
+
 /* ut_batch_metrics, and with cm (C x C, C the data's classes; a
  * multi-label's K x 3 counts) the predictions counted into it where
  * accuracy takes them */
@@ -225,7 +268,17 @@ static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_
                          ut_metric *mets, int max, double *cm) {
     int k = 0;
     const ut_tensor *o = out->output;
-    if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
+    double c[5] = {0};
+    if (ut_tok_labels(ds) && max >= 4 && tag_batch(ds, o, y, c, NULL)) {
+        /* seqeval's overall scores, as sums and counts: precision over the predicted entities, recall
+         * over the gold, F1 = 2 both / (predicted + gold), accuracy over the labeled tokens */
+        const char *names[4] = {"precision", "recall", "f1", "accuracy"};
+        double sum[4] = {c[2], c[2], 2 * c[2], c[3]}, count[4] = {c[1], c[0], c[0] + c[1], c[4]};
+        for (int i = 0; i < 4; i++) {
+            mets[k] = (ut_metric){.sum = sum[i], .count = count[i]};
+            snprintf(mets[k++].name, sizeof mets[0].name, "%s", names[i]);
+        }
+    } else if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
         o->ne[0] == y->ne[0] && o->ne[1] == y->ne[1] && ut_is_contiguous(y) && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
         mets[k].sum = (double)exact_label_sets(o, y, o->ne[1] == ds->num_classes ? cm : NULL);
@@ -274,7 +327,7 @@ static int reduce_eval(ut_comm *comm, double *loss_sum, double *weight, int64_t 
 }
 
 int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b) {
-    if (!ut_seq2seq_planes(ds) || !b->y) return b->count;
+    if (!(ut_seq2seq_planes(ds) || ut_tok_labels(ds)) || !b->y) return b->count;
     int64_t T = b->y_len ? b->y_len : ds->y_ne[0], w = 0;
     const int32_t *y = b->y;
     for (int64_t i = 0; i < b->count * T; i++) w += y[i] != -100;
@@ -333,6 +386,22 @@ static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, doub
     for (int64_t r = 0; ok && r < b->count; r++)
         for (int64_t c = 0; c < C; c++) outputs[b->idx[r] * C + c] = v[r * C + c];
     ut_free(v);
+    return ok;
+}
+
+/* A token classifier's batch: each example's predicted class + 1 at each
+ * labeled position (0 elsewhere) into row idx of outputs (the dataset's
+ * max_len a row); false if the output does not have that shape. */
+static bool store_tags(const ut_dataset *ds, const ut_tensor *o, const ut_tensor *y, const ut_batch *b,
+                       double *outputs) {
+    int64_t L = ds->x_ne[1], T = y && y->ndim == 2 ? y->ne[1] : 0;
+    if (!T || T > L || y->ne[0] != b->count) return false;
+    int32_t *pred = ut_malloc_check((size_t)(b->count * T) * sizeof *pred);
+    double c[5] = {0};
+    bool ok = tag_batch(ds, o, y, c, pred);
+    for (int64_t r = 0; ok && r < b->count; r++)
+        for (int64_t t = 0; t < L; t++) outputs[b->idx[r] * L + t] = t < T ? pred[r * T + t] : 0;
+    ut_free(pred);
     return ok;
 }
 
@@ -424,8 +493,10 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
                     const ut_hooks *h, unsigned cls, bool (*stop)(void *), void *arg, const stage_of *stage,
                     ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
-    int64_t C = ds->num_classes, K = ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
-    double *cm = cls && C >= 2 && (C <= UT_CLS_MAX_CLASSES || ds->multi_label)
+    /* K: the outputs kept per example; a token classifier's, a class per position */
+    int64_t C = ds->num_classes, K = ut_tok_labels(ds) ? ds->x_ne[1] : ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
+    /* (a token classifier's scores are its entities', tag_batch's) */
+    double *cm = cls && C >= 2 && (C <= UT_CLS_MAX_CLASSES || ds->multi_label) && !ut_tok_labels(ds)
                      ? ut_calloc_check((size_t)cm_len, sizeof(double)) : NULL;
     /* a regression: every prediction and label (their correlations are not sums) */
     double *scores = ds->regression ? ut_calloc_check((size_t)(2 * ds->n), sizeof(double)) : NULL;
@@ -472,12 +543,14 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
             rc = -1;
             break;
         }
-        int64_t w = ut_batch_weight(ds, &b); /* seq2seq: the mean over target tokens */
+        int64_t w = ut_batch_weight(ds, &b); /* seq2seq, token labels: the mean over labeled tokens */
         loss_sum += (double)lv * (double)w;
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
         add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm));
-        if (outputs_ok) outputs_ok = store_outputs(out.output, &b, K, outputs);
+        if (outputs_ok)
+            outputs_ok = ut_tok_labels(ds) ? store_tags(ds, out.output, y, &b, outputs)
+                                           : store_outputs(out.output, &b, K, outputs);
         if (scores_ok) scores_ok = store_scores(out.output, y, &b, scores, scores + ds->n);
         res->examples += b.count;
         ut_ctx_reset(ctx);
@@ -498,7 +571,9 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     if (have_outputs) *have_outputs = outputs && outputs_ok;
     double loss = weight > 0 ? loss_sum / weight : NAN;
     add_metric(res, "loss", loss);
-    for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : NAN);
+    /* a token classifier's scores with nothing to count are 0, as seqeval's (no entity predicted: precision 0) */
+    double none = ut_tok_labels(ds) ? 0 : NAN;
+    for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : none);
     if (cm) {
         ut_cls_result r;
         if (ds->multi_label) ut_cls_scores_multi(cm, C, cls, &r);
@@ -512,6 +587,6 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
         ut_free(scores);
     }
-    if (ds->vocab_size > 0 && ds->y_ndim > 0 && !ds->multi_label) add_metric(res, "perplexity", exp(loss));
+    if (ds->vocab_size > 0 && ds->y_ndim > 0 && !ds->multi_label && !ut_tok_labels(ds)) add_metric(res, "perplexity", exp(loss));
     return 0;
 }

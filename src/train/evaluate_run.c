@@ -128,6 +128,43 @@ static int write_predictions(const char *dir, const char *split, const ut_datase
     return 0;
 }
 
+/* A token classifier's <split>_predictions.tsv: a header, then per example
+ * in dataset order its id, its words and a predicted tag for each word
+ * that kept a piece (space-separated; words cut at data.max_len have
+ * none). pred: ut_evaluate_outputs' classes + 1 (ds->n x max_len). */
+static void put_field(FILE *f, const char *s);
+
+static int write_tag_predictions(const char *dir, const char *split, const ut_dataset *ds, const double *pred,
+                                 char *err, size_t n) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s_predictions.tsv", dir, split);
+    FILE *f = ut_fopen_write(path, false, err, n);
+    if (!f) return -1;
+    int64_t L = ds->x_ne[1], K = ds->num_classes;
+    fprintf(f, "index\twords\tprediction\n");
+    for (int64_t i = 0; i < ds->n; i++) {
+        int64_t nw = 0;
+        const char *const *w = ut_tagged_words(ds, i, &nw);
+        fprintf(f, "%lld\t", (long long)(ds->example_id ? ds->example_id[i] : i));
+        for (int64_t k = 0; w && k < nw; k++) {
+            if (k) fputc(' ', f);
+            put_field(f, w[k]);
+        }
+        fputc('\t', f);
+        int any = 0;
+        for (int64_t t = 0; t < L; t++) {
+            int64_t c = (int64_t)pred[i * L + t] - 1;
+            if (c < 0 || c >= K) continue;
+            if (any++) fputc(' ', f);
+            if (ds->label_names) put_field(f, ds->label_names[c]);
+            else fprintf(f, "%lld", (long long)c);
+        }
+        fputc('\n', f);
+    }
+    if (fclose(f)) return ut_errorf(err, n, "%s: write failed", path);
+    return 0;
+}
+
 /* <split>_generations.tsv: a header, then source, reference and generated
  * text of each example in dataset order (tabs and newlines inside a text
  * written as spaces, so every example is one row). */
@@ -205,7 +242,8 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     }
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
-    int64_t K = ut_dataset_outputs(ds);
+    bool tags = ut_tok_labels(ds); /* a token classifier's: a class per position */
+    int64_t K = tags ? ds->x_ne[1] : ut_dataset_outputs(ds);
     bool classify = K > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * K), sizeof(double)) : NULL;
     int rc = on->ev ? on->ev(on->ev_arg, ds, bs, &r, logits, &have, err, n)
@@ -221,11 +259,13 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     if (!rc) report_split(log, split, &r, labeled, have);
     if (!rc && gen) ut_say(log, "%s: generations -> %s_generations.tsv\n", split, split);
     if (!rc && classify && !have)
-        ut_say(log, "%s: no predictions written: the model's output is not (batch, %lld %s)\n", split, (long long)K,
+        ut_say(log, "%s: no predictions written: the model's output is not (batch, %s%lld %s)\n", split,
+               tags ? "tokens, " : "", (long long)(tags ? ds->num_classes : K),
                ds->regression ? "score" : ds->multi_label ? "labels" : "classes");
     if (!rc && log->rank == 0)
         rc = write_results(log->dir, split, &r, labeled, have, ckpt, step, err, n) ||
-             (have && write_predictions(log->dir, split, ds, logits, err, n));
+             (have && (tags ? write_tag_predictions(log->dir, split, ds, logits, err, n)
+                            : write_predictions(log->dir, split, ds, logits, err, n)));
     ut_free(logits);
     return rc ? -1 : 0;
 }

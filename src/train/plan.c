@@ -331,6 +331,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     p->batch = count;
     ut_batch b = {.count = count, .x = x, .y = y};
     if (ut_seq2seq_planes(train)) ut_seq2seq_batch_trim(&b, train->x_ne[1]); /* as the loader's batches are */
+    else if (ut_tok_labels(train)) ut_tok_labels_trim(&b, train->x_ne[1]);
     act_measure plain, ckpt;
     if (measure_activations(cfg, m, train, &b, false, &plain, p->convs, sizeof p->convs, err, n) ||
         measure_activations(cfg, m, train, &b, true, &ckpt, NULL, 0, err, n))

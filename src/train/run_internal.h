@@ -104,6 +104,19 @@ typedef struct {
     int64_t examples;
 } ut_eval_result;
 
+/* ---- token classification's entities (tagmetrics.c), as seqeval counts them ---- */
+typedef struct {
+    int64_t K;
+    char *chunk;    /* each class's chunk letter (B, I, E, S, O, other) */
+    int32_t *type;  /* each class's entity type (0: "_", O's) */
+} ut_tag_scheme;
+/* The scheme of K tag names; -1 without names. */
+int ut_tag_scheme_init(ut_tag_scheme *s, const char *const *names, int64_t K);
+void ut_tag_scheme_free(ut_tag_scheme *s);
+/* One sentence's gold and predicted tags (n class ids each): c[0] += its
+ * gold entities, c[1] += the predicted, c[2] += those in both. */
+void ut_tag_count(const ut_tag_scheme *s, const int32_t *gold, const int32_t *pred, int64_t n, double c[3]);
+
 /* ---- classification metrics from the confusion matrix (classmetrics.c) ----
  * The bits of the scores an evaluation adds beside accuracy: train.metrics'
  * names and train.best_metric's dev/<name>. */
@@ -172,7 +185,9 @@ int ut_evaluate_until(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, i
                       char *err, size_t n);
 /* The same, and with outputs (ds->n x ds->num_classes doubles, zeroed) each
  * example's output row (the model's (batch, num_classes) logits) at its
- * dataset index, gathered over the ranks so that every rank has them all.
+ * dataset index, gathered over the ranks so that every rank has them all;
+ * a token classifier's (ut_tok_labels: ds->n x max_len) each position's
+ * predicted class + 1 where its target is not -100, else 0.
  * *have_outputs is false when the outputs had another shape (nothing usable). */
 int ut_evaluate_outputs(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int64_t batch,
                         const ut_hooks *h, unsigned cls, ut_eval_result *res, double *outputs, bool *have_outputs,
@@ -194,8 +209,8 @@ typedef int (*ut_eval_fn)(void *arg, ut_dataset *ds, int64_t batch, ut_eval_resu
                           bool *have_outputs, char *err, size_t n);
 /* value of "loss" etc. in res; NAN if absent */
 double ut_eval_get(const ut_eval_result *res, const char *name);
-/* What a batch's mean loss is over: its examples, or for seq2seq data its
- * target tokens (labels other than -100). */
+/* What a batch's mean loss is over: its examples, or for seq2seq data and
+ * a token classifier's its labeled tokens (labels other than -100). */
 int64_t ut_batch_weight(const ut_dataset *ds, const ut_batch *b);
 /* The input tokens b feeds the model, padding within the batch included
  * (what transformers' tokens-per-second counts): a token stream's

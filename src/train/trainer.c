@@ -1553,7 +1553,7 @@ static int setup(ut_trainer *t, ut_model *model, ut_dataset *train, ut_dataset *
                                       c->consecutive_hysteresis);
     }
     t->ndp = !strcmp(c->dist_strategy, "dp") ? (int)c->nproc_per_node : 1;
-    t->token_weights = ut_seq2seq_planes(t->train);
+    t->token_weights = ut_seq2seq_planes(t->train) || ut_tok_labels(t->train); /* a loss a labeled token */
     t->count_tokens = !strcmp(c->count_input_tokens, "all") ? 1 : !strcmp(c->count_input_tokens, "non_padding") ? 2 : 0;
     if (t->count_tokens && t->train->vocab_size <= 0) {
         snprintf(t->err, sizeof t->err, "train.count_input_tokens: %s counts tokens; the training data (%s) holds "
