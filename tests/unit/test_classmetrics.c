@@ -7,7 +7,8 @@
  * and where they are undefined; a multi-label task's scores against
  * scikit-learn's (tests/parity/make_multilabel_metric_fixtures.py: random
  * label sets of 2 to 28 labels, edge cases); train.metrics' names (spaces, duplicates,
- * refusals with a suggestion) and the data each score needs. */
+ * refusals with a suggestion) and the data each score needs; a token
+ * classifier's entities against seqeval's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,7 +327,79 @@ static void test_check_multi_label(void) {
     ut_config_free(&c);
 }
 
+/* Token classification's entities (tagmetrics.c) against seqeval's
+ * (tests/parity/make_hf_token_fixtures.py: 400 random sentences over IOB2,
+ * IOB1, IOBES and stray tags, empty ones too): each line's gold,
+ * predicted and shared entity counts. */
+#define TAG_FIXTURE "tests/parity/fixtures/seqeval_cases.tsv"
+
+/* the class of tag among names (added when new); words split on spaces */
+static int64_t split_tags(char *s, char **names, int64_t *nnames, int32_t *out) {
+    int64_t n = 0;
+    for (char *t = strtok(s, " "); t; t = strtok(NULL, " ")) {
+        int64_t k = 0;
+        while (k < *nnames && strcmp(names[k], t)) k++;
+        if (k == *nnames) names[(*nnames)++] = t;
+        out[n++] = (int32_t)k;
+    }
+    return n;
+}
+
+static void test_entities_against_seqeval(void) {
+    FILE *f = fopen(TAG_FIXTURE, "r");
+    CHECK(f, "%s", TAG_FIXTURE);
+    if (!f) return;
+    char line[1024];
+    int cases = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *gold = line, *tab = strchr(gold, '\t');
+        UT_ASSERT(tab);
+        *tab = 0;
+        char *pred = tab + 1, *tab2 = strchr(pred, '\t');
+        UT_ASSERT(tab2);
+        *tab2 = 0;
+        long want[3];
+        UT_ASSERT(sscanf(tab2 + 1, "%ld %ld %ld", &want[0], &want[1], &want[2]) == 3);
+        char *names[64];
+        int64_t nnames = 0;
+        int32_t g[32], p[32];
+        int64_t ng = split_tags(gold, names, &nnames, g), np = split_tags(pred, names, &nnames, p);
+        UT_ASSERT(ng == np);
+        if (!nnames) names[nnames++] = "O";
+        ut_tag_scheme sc;
+        UT_ASSERT(ut_tag_scheme_init(&sc, (const char *const *)names, nnames) == 0);
+        double c[3] = {0};
+        ut_tag_count(&sc, g, p, ng, c);
+        CHECK(c[0] == want[0] && c[1] == want[1] && c[2] == want[2], "case %d: %g %g %g, seqeval %ld %ld %ld", cases,
+              c[0], c[1], c[2], want[0], want[1], want[2]);
+        ut_tag_scheme_free(&sc);
+        cases++;
+    }
+    fclose(f);
+    CHECK(cases == 400, "%d cases", cases);
+}
+
+/* A token classifier's data: precision, recall, f1 and accuracy (its
+ * entity scores); none of the confusion matrix's others */
+static void test_check_tagged(void) {
+    ut_config c;
+    ut_config_init(&c);
+    char err[512];
+    ut_dataset tg = {.name = "ner.jsonl", .num_classes = 9, .token_labels = true, .token_planes = true, .y_ndim = 1,
+                     .y_dtype = UT_I32};
+    CHECK(ut_config_set(&c, "train.metrics=precision,recall,f1,accuracy", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_config_set(&c, "train.best_metric=dev/f1", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &tg, err, sizeof err) == 0, "entity scores of 9 tags: %s", err);
+    CHECK(ut_config_set(&c, "train.metrics=f1,f1_macro", err, sizeof err) == 0, "%s", err);
+    CHECK(ut_cls_check(&c, &tg, err, sizeof err) == -1 &&
+              strstr(err, "train.metrics: f1_macro is not a token classifier's score: the data (ner.jsonl)"), "%s", err);
+    ut_config_free(&c);
+}
+
 int main(void) {
+    RUN(test_entities_against_seqeval);
+    RUN(test_check_tagged);
     RUN(test_against_sklearn);
     RUN(test_regression_against_scipy);
     RUN(test_regression_undefined);
