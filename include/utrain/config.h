@@ -124,6 +124,8 @@ typedef struct {
                                     no warmup); not a key */
     bool hf_classify;            /* do_regression: false (run_classification): labels that are real numbers
                                     do not make a regression; not a key */
+    bool hf_tagged;              /* run_ner's task_name (ner, pos, chunk) was given: its train_file is
+                                    tagged text; not a key */
     char flagai_env[16];         /* FlagAI's env_type as given (empty: none); not a key */
     char flagai_tb[512];         /* FlagAI's tensorboard_dir (train.logging_dir is it/experiment_name);
                                     not a key */

@@ -3,7 +3,8 @@
  * (GPT-2's Conv1D weights transposed back to (in, out), the "transformer."
  * prefix but for a classifier's "score"; bert's, roberta's and bart's names
  * are transformers' already) and the tokenizer files of the model.pretrained
- * directory. BERT, RoBERTa (roberta.* tensors), GPT-2 (GPT2LMHeadModel, or
+ * directory. BERT, RoBERTa (roberta.* tensors; *ForTokenClassification
+ * with one linear head and no pooler), GPT-2 (GPT2LMHeadModel, or
  * GPT2ForSequenceClassification with a score head) and BART
  * (BartForSequenceClassification, or BartForConditionalGeneration for
  * model.task seq2seq, with its final_logits_bias), T5 (T5ForConditionalGeneration). */
@@ -214,12 +215,16 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
                        *te = tensor_in(l, pre, "embeddings.token_type_embeddings.weight"),
                        *in = tensor_in(l, pre, "encoder.layer.0.intermediate.dense.weight"),
                        *cl = tensor(l, rob ? "classifier.out_proj.weight" : "classifier.weight");
+    /* a token classifier: one linear head, no pooler (BERT) or dense (RoBERTa) before it */
+    bool token = rob ? !cl && tensor(l, "classifier.weight") : cl && !tensor(l, "bert.pooler.dense.weight");
+    if (token) cl = tensor(l, "classifier.weight");
     if (!we || !pe || !te || !in || !cl)
         return ut_errorf(err, n, "%s: not a bert or roberta checkpoint (no model.bert.embeddings.* or "
                                  "model.classifier.weight, no model.roberta.embeddings.* or "
                                  "model.classifier.out_proj.weight)", path);
     set_str(o, "model_type", pre);
-    set_arch(o, rob ? "RobertaForSequenceClassification" : "BertForSequenceClassification");
+    set_arch(o, token ? (rob ? "RobertaForTokenClassification" : "BertForTokenClassification")
+                      : (rob ? "RobertaForSequenceClassification" : "BertForSequenceClassification"));
     if (rob) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 1));
     set_num(o, "vocab_size", (double)we->shape[0]);
     set_num(o, "hidden_size", (double)we->shape[1]);

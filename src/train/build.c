@@ -702,6 +702,12 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
     }
     /* words with a tag each: bert and roberta tag them (config_check refuses the other built-ins) */
     if (!strcmp(cfg->data_name, "tagged_text") && !ut_kv_get(opts, "task")) ut_kv_set(opts, "task", "token_classification");
+    /* the tags are the head's classes, over a checkpoint's id2label of others (run_ner passes num_labels; a
+     * head of another size loads with model.ignore_mismatched_sizes) */
+    if (!strcmp(cfg->data_name, "tagged_text") && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels")) {
+        snprintf(num, sizeof num, "%lld", (long long)data->num_classes);
+        ut_kv_set(opts, "num_labels", num);
+    }
     /* bert, roberta, bart, gpt2 classifying: the head's size from the data unless
      * model.num_labels (or config.json's id2label) says */
     const char *task = ut_kv_get(opts, "task");

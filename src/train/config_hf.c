@@ -156,7 +156,7 @@ static const struct {
      * beside the aliases (model_name_or_path, train_file, max_seq_length, ...) */
     {"task_name", {""}, "it loads a GLUE task from the Hugging Face Hub, and utrain reads local files: write "
                         "train_file and validation_file (GLUE's own TSV files, or a datasets to_csv / to_json of the "
-                        "task)"},
+                        "task); run_ner's ner, pos and chunk name the tags"},
     {"dataset_name", {""}, "it loads a dataset from the Hugging Face Hub, and utrain reads local files: write "
                            "train_file and validation_file (a datasets to_csv / to_json of it)"},
     {"dataset_config_name", {""}, "it names a Hub dataset's configuration (see dataset_name)"},
@@ -591,6 +591,25 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
     }
     if (!strncmp(key, "fsdp_config.", 12)) return fsdp_option(c, key, key + 12, v, err, n);
     if (!strcmp(key, "fsdp_config")) return !*v || !strcmp(v, "{}") ? 1 : fsdp_config_file(c, key, v, err, n);
+    /* run_ner's task_name: which tags (ner_tags, pos_tags, chunk_tags); run_glue's loads a task from the Hub */
+    if (!strcmp(key, "task_name") && (!strcmp(v, "ner") || !strcmp(v, "pos") || !strcmp(v, "chunk"))) {
+        c->hf_tagged = true;
+        if (strcmp(v, "ner") && !c->label_column[0]) {
+            char col[16];
+            snprintf(col, sizeof col, "%s_tags", v);
+            return assign(c, "data.label_column", col, err, n);
+        }
+        return 1;
+    }
+    /* run_ner's per-type scores */
+    if (!strcmp(key, "return_entity_level_metrics")) {
+        int on = *v ? ut_cfg_flag(key, v, err, n) : 0;
+        if (on < 0) return -1;
+        c->hf_tagged = true;
+        return on ? ut_errorf(err, n, "%s: utrain reports seqeval's overall precision, recall, f1 and accuracy "
+                                      "(dev/f1, ...), not each entity type's; remove it", key)
+                  : 1;
+    }
     int rc = fixed_field(key, v, err, n);
     if (rc) return rc;
     /* None for a field that is another spelling of a utrain key: that key's default */
@@ -806,4 +825,7 @@ const char *const ut_cfg_hf_doc =
     "| `text_column`, `summary_column` (run_summarization); `source_lang`, `target_lang` (run_translation) | column names; language codes | `data.source_field`, `data.target_field`; `translation.<lang>` for each (the keys of the `{\"translation\": {\"en\": ..., \"ro\": ...}}` lines run_translation reads) |\n"
     "| `val_max_target_length`, `ignore_pad_token_for_loss`, `lang`, `forced_bos_token`, `resize_position_embeddings` | null, true, null, null, false / others | nothing / refused, saying why (every split's targets are cut to `max_target_length`, whose padding never counts; mBART's language tokens; the checkpoint's position embeddings) |\n"
     "| `use_fast_tokenizer`, `model_revision`, `token`, `use_auth_token`, `trust_remote_code`, `config_name` | true, `main`, null, null or false, false, null / others | nothing / refused, saying why (utrain reads local directories and its own models) |\n"
-    "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n\n";
+    "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n"
+    "| `task_name` (run_ner) | `ner` / `pos`, `chunk` | `data.name: tagged_text` (the tags under `ner_tags`, else each object's second key) / the same with `data.label_column: pos_tags` (`chunk_tags`) unless `label_column_name` says |\n"
+    "| `text_column_name`, `label_column_name`, `label_all_tokens` (run_ner) | a key; true / false | `data.text_column`, `data.label_column` (the words' and the tags' JSON keys), `data.label_all_tokens`; any of them, or `task_name`, makes `train_file` tagged text (`data.name: tagged_text`, [data.md](data.md#token-classification-words-and-their-tags)) |\n"
+    "| `return_entity_level_metrics` (run_ner) | false / true | nothing: the overall precision, recall, f1 and accuracy are reported / refused (per-type scores are not computed) |\n\n";

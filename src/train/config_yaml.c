@@ -400,10 +400,13 @@ static int hf_recipe(loader *ld) {
     bool pairs = seen(ld, "data.max_source_len") || seen(ld, "data.max_target_len") || seen(ld, "data.source_prefix") ||
                  seen(ld, "data.source_field") || seen(ld, "data.target_field") || seen(ld, "source_lang") ||
                  seen(ld, "generate.eval");
+    /* run_ner's: words with a tag each */
+    bool tagged = c->hf_tagged || seen(ld, "label_all_tokens") || seen(ld, "text_column_name");
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
-        {"data.name", pairs ? "seq2seq_text" : "tsv_text", files && !seen(ld, "data.name"),
-         pairs ? "train_file: pairs of texts (data.name seq2seq_text)" : "train_file: texts to classify (data.name "
-                                                                         "tsv_text)"},
+        {"data.name", tagged ? "tagged_text" : pairs ? "seq2seq_text" : "tsv_text", files && !seen(ld, "data.name"),
+         tagged  ? "train_file: words with a tag each (data.name tagged_text)"
+         : pairs ? "train_file: pairs of texts (data.name seq2seq_text)"
+                 : "train_file: texts to classify (data.name tsv_text)"},
         {"optim.lr", "5e-5", true, "learning_rate 5e-5"},
         {"optim.weight_decay", "0", true, "weight_decay 0"},
         {"optim.schedule", "linear", !seen(ld, "optim.schedule"), "lr_scheduler_type linear"},
