@@ -71,7 +71,9 @@ const ut_cfg_key ut_cfg_schema[] = {
 
     /* ---- data ---- */
     {.key = "data.name", .type = UT_CFG_ENUM, AT(data_name), .def = "idx_images",
-     .values = datasets, .hashed = true, .doc = "dataset kind"},
+     .values = datasets, .hashed = true,
+     .doc = "dataset kind: IDX images, token shards, text to classify, pairs of texts, words with a tag each "
+            "(docs/data.md)"},
     {.key = "data.train_images", .type = UT_CFG_STR, AT(train_images),
      .def = FMNIST "train-images-idx3-ubyte.gz", .hashed = true,
      .doc = "idx_images: training images (IDX, plain or gzip)"},
@@ -95,11 +97,12 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "data.std", .type = UT_CFG_FLOAT, AT(std), .def = "0.3530", GT(0), .hashed = true,
      .doc = "idx_images: normalisation (x/255 - mean)/std"},
     {.key = "data.train_path", .type = UT_CFG_STR, AT(train_path), .def = "", .hashed = true,
-     .doc = "tokens: shard file or glob; tsv_text: TSV file"},
+     .doc = "tokens: shard file or glob; tsv_text: TSV, CSV or JSON file; seq2seq_text: pairs; tagged_text: JSON "
+            "Lines or CoNLL text of words and tags (its tags are the classes, also in test mode)"},
     {.key = "data.dev_path", .type = UT_CFG_STR, AT(dev_path), .def = "",
-     .doc = "tokens, tsv_text: dev data (empty: no dev set)"},
+     .doc = "tokens and the text kinds: dev data (empty: no dev set)"},
     {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
-     .doc = "tokens, tsv_text: test data (empty: none)"},
+     .doc = "tokens and the text kinds: test data (empty: none)"},
     {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), LE(1e9), .hashed = true,
      .doc = "tokens: sequence length T"},
     {.key = "data.tokenizer", .type = UT_CFG_STR, AT(tokenizer), .def = "word", .hashed = true,
@@ -108,7 +111,7 @@ const ut_cfg_key ut_cfg_schema[] = {
             "seq2seq_text: the pretrained tokenizer; tokens: the one `utrain tokenize` made the shards with, "
             "which `utrain generate` encodes prompts and decodes with"},
     {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
-     .doc = "tsv_text: pad or truncate to this many tokens"},
+     .doc = "tsv_text, tagged_text: pad or truncate to this many tokens"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,
      .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
     {.key = "data.shuffle", .type = UT_CFG_BOOL, AT(shuffle), .def = "true", .hashed = true,
