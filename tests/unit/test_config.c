@@ -634,7 +634,13 @@ static void test_hf_example_script_arguments(void) {
         {"data: {name: tsv_text, train_path: t.tsv, lowercase: true}\n", "data.lowercase: read by data.name "
                                                                         "seq2seq_text only"},
         {"data: {name: seq2seq_text, train_path: t.tsv, label_column: y}\n", "data.label_column: read by data.name "
-                                                                            "tsv_text only (data.name is seq2seq_text)"},
+                                                                            "tsv_text and tagged_text only (data.name "
+                                                                            "is seq2seq_text)"},
+        {"data: {name: tsv_text, train_path: t.tsv, label_all_tokens: true}\n", "data.label_all_tokens: read by "
+                                                                                "data.name tagged_text only"},
+        {"data: {name: tagged_text, train_path: t.jsonl, source_field: doc}\n", "data.source_field: read by data.name "
+                                                                                "seq2seq_text only (data.name is "
+                                                                                "tagged_text)"},
         {"data: {name: tokens, train_path: t.bin, text_column_delimiter: x}\n", "data.text_column_delimiter: read by "
                                                                                "data.name tsv_text only"},
         {"data: {name: tsv_text, train_path: t.tsv, text_pair_column: b}\n", "data.text_pair_column: a pair's second "
@@ -646,6 +652,33 @@ static void test_hf_example_script_arguments(void) {
                   strstr(err, other[i][1]), "case %zu: %s", i, err);
         ut_config_free(&c);
     }
+    /* run_ner's arguments: tagged text, the tags' key by task_name, per-type scores refused */
+    static const struct { const char *text, *label; bool tagged; } ner[] = {
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"task_name\": \"ner\"}\n", "", true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"task_name\": \"pos\"}\n", "pos_tags", true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"label_column_name\": \"t\", \"task_name\": "
+         "\"chunk\"}\n", "t", true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"text_column_name\": \"w\"}\n", "", true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"label_all_tokens\": true}\n", "", true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"return_entity_level_metrics\": false}\n", "",
+         true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.json\", \"label_column_name\": \"y\"}\n", "y", false},
+    };
+    for (size_t i = 0; i < sizeof ner / sizeof ner[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, ner[i].text) == 0 && !strcmp(c.data_name, ner[i].tagged ? "tagged_text" : "tsv_text") &&
+                  !strcmp(c.label_column, ner[i].label), "run_ner case %zu: %s %s %s", i, c.data_name, c.label_column,
+              err);
+        ut_config_free(&c);
+    }
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"return_entity_level_metrics\": true}\n") != 0 &&
+              strstr(err, "return_entity_level_metrics: utrain reports seqeval's overall precision"), "%s", err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"task_name\": \"mrpc\"}\n") != 0 &&
+              strstr(err, "task_name") && strstr(err, "Hugging Face Hub"), "%s", err);
+    ut_config_free(&c);
     /* data.name given: kept */
     ut_config_init(&c);
     CHECK(load_text(&c, "data: {name: tokens}\ntrain_file: x.bin\nmodel_name_or_path: gpt2\n") == 0 &&
