@@ -57,6 +57,9 @@ struct ut_dataset {
     /* optional: example i's texts (which 0 the source, 1 the target) of a
      * dataset of texts (ut_seq2seq_text reads it); NULL: none */
     const char *(*text)(const ut_dataset *ds, int64_t i, int which);
+    /* optional: example i's words (count in *n) of a dataset of words with
+     * a tag each (ut_tagged_words reads it); NULL: none */
+    const char *const *(*words)(const ut_dataset *ds, int64_t i, int64_t *n);
     /* optional: which columns of a text file the examples came from, for
      * the log ("text 'review', label 'label'"); NULL: a file without a
      * header, other data */
@@ -326,7 +329,8 @@ typedef struct {
  * sentences. t is used only during the call. */
 ut_dataset *ut_tagged_dataset_open(const char *path, ut_tokenizer *t, const ut_tagged_opts *o, char *err,
                                    size_t n);
-/* Example i's words (count in *nwords) as read; NULL when ds is not a
+/* Example i's words (count in *nwords) as read (ds->words: also through a
+ * dataset that wraps one, a dev set carved from it); NULL when ds is not a
  * ut_tagged_dataset_open dataset or i is out of range. The predictions
  * file writes a tag for each word that kept a piece. */
 const char *const *ut_tagged_words(const ut_dataset *ds, int64_t i, int64_t *nwords);

@@ -77,12 +77,17 @@ static const tag_impl *impl_of(const ut_dataset *ds) {
     return ds && ds->token_labels && ds->get == tag_get ? ds->impl : NULL;
 }
 
-const char *const *ut_tagged_words(const ut_dataset *ds, int64_t i, int64_t *nwords) {
+static const char *const *tag_words(const ut_dataset *ds, int64_t i, int64_t *nwords) {
     const tag_impl *m = impl_of(ds);
     if (nwords) *nwords = 0;
     if (!m || i < 0 || i >= m->n) return NULL;
     if (nwords) *nwords = m->woff[i + 1] - m->woff[i];
     return (const char *const *)(m->words + m->woff[i]);
+}
+
+const char *const *ut_tagged_words(const ut_dataset *ds, int64_t i, int64_t *nwords) {
+    if (nwords) *nwords = 0;
+    return ds && ds->token_labels && ds->words ? ds->words(ds, i, nwords) : NULL;
 }
 
 int64_t ut_tagged_truncated(const ut_dataset *ds) {
@@ -714,6 +719,7 @@ ut_dataset *ut_tagged_dataset_open(const char *path, ut_tokenizer *t, const ut_t
                        .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .num_classes = m->nnames,
                        .label_names = m->nnames ? (const char *const *)m->names : NULL,
                        .vocab_size = ut_tokenizer_vocab_size(t), .unlabeled = !labeled, .token_planes = true,
-                       .token_labels = true, .get = tag_get, .free = tag_free, .impl = m, .columns = m->columns};
+                       .token_labels = true, .get = tag_get, .free = tag_free, .impl = m, .columns = m->columns,
+                       .words = tag_words};
     return ds;
 }

@@ -25,6 +25,12 @@ static const char *subset_text(const ut_dataset *ds, int64_t i, int which) {
     return i >= 0 && i < ds->n ? s->parent->text(s->parent, s->lo + i, which) : NULL;
 }
 
+static const char *const *subset_words(const ut_dataset *ds, int64_t i, int64_t *n) {
+    const subset *s = ds->impl;
+    if (n) *n = 0;
+    return i >= 0 && i < ds->n ? s->parent->words(s->parent, s->lo + i, n) : NULL;
+}
+
 static void subset_free(ut_dataset *ds) {
     subset *s = ds->impl;
     if (--*s->refs == 0) {
@@ -47,6 +53,7 @@ static ut_dataset *subset_new(ut_dataset *parent, int *refs, int64_t lo, int64_t
     ds->get = subset_get;
     ds->free = subset_free;
     ds->text = parent->text ? subset_text : NULL;
+    ds->words = parent->words ? subset_words : NULL;
     return ds;
 }
 
@@ -538,15 +545,24 @@ static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **d
 
 int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
+    /* test mode (no train set asked for) with a dev set carved from the train file: the train file is read to
+     * carve it as training did (not under the word and byte tokenizers, whose vocabulary the run keeps) */
+    ut_dataset *whole = NULL;
+    bool carve_test = !train && dev && cfg->dev_fraction > 0 && !cfg->dev_path[0] && cfg->train_path[0] &&
+                      (!strcmp(cfg->data_name, "tokens") || !strcmp(cfg->data_name, "seq2seq_text") ||
+                       !strcmp(cfg->data_name, "tagged_text") ||
+                       (!strcmp(cfg->data_name, "tsv_text") && pretrained_tokenizer(cfg)));
+    if (carve_test) train = &whole;
+    bool say = lead && !carve_test; /* the openers' warnings; the run's labels.txt stays as training wrote it */
     ut_dataset **all[3] = {train, dev, test};
     for (int i = 0; i < 3; i++)
         if (all[i]) *all[i] = NULL;
     int rc;
     if (!strcmp(cfg->data_name, "idx_images")) rc = open_idx(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
-    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, lead, train, dev, test, err, n);
-    else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, lead, train, dev, test, err, n);
-    else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, lead, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, say, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, say, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, say, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
@@ -561,6 +577,10 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
         if (!first) first = d->columns;
     }
     if (!rc && strcmp(cfg->data_name, "idx_images")) rc = carve_fraction(cfg, train, dev, err, n);
+    if (carve_test) { /* the train part is not wanted */
+        ut_dataset_free(whole);
+        all[0] = NULL;
+    }
     /* the first N examples of each (the example scripts' max_*_samples: select(range(N))) */
     const int64_t most[3] = {cfg->max_train_samples, cfg->max_eval_samples, cfg->max_predict_samples};
     for (int i = 0; !rc && i < 3; i++)

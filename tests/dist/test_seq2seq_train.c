@@ -298,7 +298,8 @@ static void test_t5(void) {
 }
 
 /* FlagAI's split: one pair of files, its last 20% the dev set
- * (data.dev_fraction): 13 of 64 pairs evaluated, by loss and by generation */
+ * (data.dev_fraction): 13 of 64 pairs evaluated, by loss and by generation,
+ * in training and in test mode */
 static void test_dev_fraction(void) {
     CHECK(split_train("frac", 1, "data.dev_path= data.dev_target_path= data.dev_fraction=0.2 generate.eval=true "
                                  "generate.max_new_tokens=4") == 0,
@@ -307,6 +308,17 @@ static void test_dev_fraction(void) {
     CHECK(s && strstr(s, "Num examples = 51") && strstr(s, "dev:") && strstr(s, "bleu"),
           "51 pairs trained, the other 13 evaluated:\n%s", s ? s : "");
     free(s);
+    /* test mode carves the same dev set: the 13 pairs generated (the run's config keeps dev_fraction) */
+    char run[700], out[700];
+    snprintf(run, sizeof run, "%s/runs/frac", split_dir);
+    snprintf(out, sizeof out, "%s/frac_test.out", split_dir);
+    CHECK(tp_run((const char *[]){"test", run, NULL}, out) == 0, "utrain test on the carved run");
+    s = tp_slurp(out);
+    CHECK(s && strstr(s, "dev (13 examples):") && strstr(s, "dev: generations -> dev_generations.tsv"), "%s",
+          s ? s : "");
+    free(s);
+    CHECK(tp_count_lines(tp_run_file(split_dir, "frac", "dev_generations.tsv")) == 14,
+          "the carved dev set's generations: a header and 13 rows");
     split_refused("fracdev", 1, "data.dev_fraction=0.2", "either that file or a carved fraction");
     split_refused("fracsize", 1, "data.dev_size=10", "data.dev_fraction");
 }

@@ -121,6 +121,22 @@ static void test_roberta(void) {
     CHECK(f1 > 0.9, "roberta dev f1 %g", f1);
 }
 
+/* a dev set carved from the train file (data.dev_fraction) and the first
+ * examples (max_train_samples): the dev predictions of the test at the end
+ * keep the words */
+static void test_carved_dev(void) {
+    const char *sets[] = {"experiment_name=ner_carved", "data.dev_path=", "data.dev_fraction=0.1", "train.epochs=1",
+                          "data.max_train_samples=100", "train.test_at_end=true", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner.yml"), "carved.out", sets, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "carved.out"));
+    CHECK(s && strstr(s, "Num examples = 100") && strstr(s, "dev (20 examples):"), "%s", s);
+    free(s);
+    s = tp_slurp(tp_path(tmp, "runs/ner_carved/dev_predictions.tsv"));
+    CHECK(s && strstr(s, "index\twords\tprediction\n0\tthe camera work was dreadful .\tO O O O O O\n") && tp_count_lines(tp_path(tmp, "runs/ner_carved/dev_predictions.tsv")) == 21,
+          "%s", s);
+    free(s);
+}
+
 /* run_ner's argument file: tagged text by its keys, seqeval's scores */
 static void test_run_ner_arguments(void) {
     FILE *f = fopen(tp_path(tmp, "ner_args.json"), "w");
@@ -190,6 +206,7 @@ int main(int argc, char **argv) {
     write_config("ner", "bert", "hf_bert_tiny", 5);
     RUN(test_bert_train_test_export);
     RUN(test_roberta);
+    RUN(test_carved_dev);
     RUN(test_run_ner_arguments);
     RUN(test_refused);
     /* under mpirun last: its environment turns LeakSanitizer off */
