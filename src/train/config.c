@@ -91,7 +91,9 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "data.dev_size", .type = UT_CFG_INT, AT(dev_size), .def = "5000", GE(0),
      .hashed = true, .doc = "idx_images: last N training examples used as dev when no dev files"},
     {.key = "data.dev_fraction", .type = UT_CFG_FLOAT, AT(dev_fraction), .def = "0", GE(0), LT(1),
-     .hashed = true, .doc = "tokens, tsv_text, seq2seq_text: this last fraction of the training examples is the dev set when there is no data.dev_path (FlagAI's example keeps 0.8 for training: 0.2)"},
+     .hashed = true, .doc = "tokens and the text kinds: this last fraction of the training examples is the dev set "
+                            "when there is no data.dev_path, in training and test mode (FlagAI's example keeps 0.8 "
+                            "for training: 0.2)"},
     {.key = "data.mean", .type = UT_CFG_FLOAT, AT(mean), .def = "0.2860", .hashed = true,
      .doc = "idx_images: normalisation (x/255 - mean)/std"},
     {.key = "data.std", .type = UT_CFG_FLOAT, AT(std), .def = "0.3530", GT(0), .hashed = true,
