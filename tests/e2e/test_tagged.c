@@ -5,7 +5,8 @@
  * scores as seqeval's (precision, recall, f1, accuracy), the best
  * checkpoint by dev/f1, test mode's predictions a tag per word, the
  * Hugging Face export a BertForTokenClassification with the tags as
- * id2label; run_ner's own argument file; two ranks of half the batch as one
+ * id2label; run_ner's own argument file; a dev set carved from the train
+ * file; two ranks of half the batch, and two pipeline stages, as one
  * process (the loss a mean over the labeled tokens of the whole batch);
  * and the refusals. */
 #include <math.h>
@@ -157,7 +158,8 @@ static void test_run_ner_arguments(void) {
 }
 
 /* two ranks of 8 train as one process of 16: the loss and gradient are the
- * means over the labeled tokens of all 16 sentences */
+ * means over the labeled tokens of all 16 sentences; two pipeline stages
+ * as the whole model */
 static void test_two_ranks(void) {
     write_config("ner_nodrop", "bert", "hf_bert_tok_tiny", 1);
     FILE *f = fopen(tp_path(tmp, "ner_nodrop.yml"), "a");
@@ -174,6 +176,14 @@ static void test_two_ranks(void) {
     double a = hfe_dev_metric(tp_path(tmp, "runs/ner_nodrop/metrics.jsonl"), 13, "loss"),
            b = hfe_dev_metric(tp_path(tmp, "runs/ner_two/metrics.jsonl"), 13, "loss");
     CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g", a, b);
+    /* two pipeline stages (a layer each, the head on the second) train as the whole model */
+    const char *staged[] = {"model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0",
+                            "experiment_name=ner_pp2", "dist.pipeline_parallel=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner_nodrop.yml"), "pp2.out", staged, "2") == 0, "two stages");
+    hfe_check_same_losses(tp_path(tmp, "runs/ner_nodrop/metrics.jsonl"), tp_path(tmp, "runs/ner_pp2/metrics.jsonl"), 1,
+                          13, 3, "2 stages");
+    b = hfe_dev_metric(tp_path(tmp, "runs/ner_pp2/metrics.jsonl"), 13, "loss");
+    CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g (2 stages)", a, b);
 }
 
 static void test_refused(void) {
