@@ -277,7 +277,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
      * label names, which training saves in the run directory, go to a
      * temporary one instead */
     char tmp[] = "/tmp/utrain-plan-XXXXXX", vocab[64], labels[64];
-    bool text = !strcmp(cfg->data_name, "tsv_text");
+    bool text = !strcmp(cfg->data_name, "tsv_text") || !strcmp(cfg->data_name, "tagged_text");
     if (text && !mkdtemp(tmp)) return ut_errorf(err, n, "cannot make a temporary directory in /tmp");
     ut_dataset *train = NULL, *dev = NULL;
     ut_model *m = NULL, *part = NULL;

@@ -186,6 +186,15 @@ static void test_two_ranks(void) {
     CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g (2 stages)", a, b);
 }
 
+/* utrain plan measures a tagged batch (labels trimmed with the planes) */
+static void test_plan(void) {
+    const char *argv[] = {"plan", tp_path(tmp, "ner.yml"), NULL};
+    CHECK(tp_run(argv, tp_path(tmp, "plan.out")) == 0, "plan");
+    char *s = tp_slurp(tp_path(tmp, "plan.out"));
+    CHECK(s && strstr(s, "GFLOP per micro-batch") && strstr(s, "\nzero3 "), "%s", s);
+    free(s);
+}
+
 static void test_refused(void) {
     static const char *const cases[][2] = {
         {"model.name=bow", "data.name tagged_text: words with a tag each are classified token by token by bert and "
@@ -218,6 +227,7 @@ int main(int argc, char **argv) {
     RUN(test_roberta);
     RUN(test_carved_dev);
     RUN(test_run_ner_arguments);
+    RUN(test_plan);
     RUN(test_refused);
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
