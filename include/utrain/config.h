@@ -102,6 +102,7 @@ typedef struct {
     bool save_only_model;        /* checkpoints without the optimizer state (a stop signal's excepted) */
     char best_metric[64];        /* e.g. dev/accuracy, dev/loss */
     char metrics[UT_CFG_STR_MAX]; /* classification scores beside accuracy: f1, matthews_correlation, ... */
+    bool entity_metrics;          /* tagged_text: each entity type's precision, recall and f1 too */
     bool greater_is_better;
     bool model_name_set;         /* given by the user; until then model.pretrained's
                                     config.json model_type (bert, gpt2, bart) names

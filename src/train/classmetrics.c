@@ -80,7 +80,9 @@ static unsigned best(const ut_config *c) {
     return i < 0 ? 0 : names[i].bit;
 }
 
-unsigned ut_cls_wanted(const ut_config *c) { return (listed(c) | best(c)) & UT_CLS_CM; }
+unsigned ut_cls_wanted(const ut_config *c) {
+    return ((listed(c) | best(c)) & UT_CLS_CM) | (c->entity_metrics ? UT_TAG_TYPES : 0);
+}
 
 /* the first name of a bit in mask */
 static const char *first_name(unsigned mask) {
@@ -109,6 +111,9 @@ static int check_regression(const ut_config *c, const ut_dataset *ds, unsigned l
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
     unsigned list = listed(c), mask = list | best(c);
     if (!ds) return 0;
+    if (c->entity_metrics && !ut_tok_labels(ds))
+        return ut_errorf(err, n, "train.entity_metrics: scores entity types of tagged text (data.name tagged_text), "
+                                 "and the data (%s) has none; remove it", ds->name);
     if (ds->regression) return check_regression(c, ds, list, mask, err, n);
     unsigned tagged = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_ACCURACY;
     if (ut_tok_labels(ds) && (mask & ~tagged))

@@ -229,6 +229,10 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "classification scores each evaluation and `utrain test` report beside accuracy, a list of: "
             "`precision`, `recall`, `f1` (two classes: label 1's), `f1_macro`, `f1_weighted`, "
             "`matthews_correlation` (`accuracy` is always there; train.best_metric's dev/<name> is added)"},
+    {.key = "train.entity_metrics", .type = UT_CFG_BOOL, AT(entity_metrics), .def = "false",
+     .doc = "tagged_text: each evaluation also reports each entity type's precision, recall and f1 "
+            "(`PER_precision`, `PER_recall`, `PER_f1`, ...; at most 16 types), as run_ner's "
+            "return_entity_level_metrics"},
     {.key = "train.greater_is_better", .type = UT_CFG_BOOL, AT(greater_is_better),
      .def = "false", .doc = "a larger best_metric is better (see the note below)"},
     {.key = "train.grad_clip", .type = UT_CFG_FLOAT, AT(grad_clip), .def = "0", GE(0),
@@ -658,6 +662,7 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"label_column_name", "data.label_column"},
     {"text_column_name", "data.text_column"},           /* run_ner's */
     {"label_all_tokens", "data.label_all_tokens"},
+    {"return_entity_level_metrics", "train.entity_metrics"},
     {"text_column_delimiter", "data.text_column_delimiter"},
     {"text_column", "data.source_field"},               /* run_summarization's */
     {"summary_column", "data.target_field"},

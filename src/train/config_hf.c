@@ -601,14 +601,10 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         }
         return 1;
     }
-    /* run_ner's per-type scores */
+    /* run_ner's per-type scores: train.entity_metrics */
     if (!strcmp(key, "return_entity_level_metrics")) {
-        int on = *v ? ut_cfg_flag(key, v, err, n) : 0;
-        if (on < 0) return -1;
         c->hf_tagged = true;
-        return on ? ut_errorf(err, n, "%s: utrain reports seqeval's overall precision, recall, f1 and accuracy "
-                                      "(dev/f1, ...), not each entity type's; remove it", key)
-                  : 1;
+        return *v ? 0 : 1;
     }
     int rc = fixed_field(key, v, err, n);
     if (rc) return rc;
@@ -828,4 +824,4 @@ const char *const ut_cfg_hf_doc =
     "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n"
     "| `task_name` (run_ner) | `ner` / `pos`, `chunk` | `data.name: tagged_text` (the tags under `ner_tags`, else each object's second key) / the same with `data.label_column: pos_tags` (`chunk_tags`) unless `label_column_name` says |\n"
     "| `text_column_name`, `label_column_name`, `label_all_tokens` (run_ner) | a key; true / false | `data.text_column`, `data.label_column` (the words' and the tags' JSON keys), `data.label_all_tokens`; `text_column_name`, `label_all_tokens`, `return_entity_level_metrics` or run_ner's `task_name` make `train_file` tagged text (`data.name: tagged_text`, [data.md](data.md#token-classification-words-and-their-tags)) |\n"
-    "| `return_entity_level_metrics` (run_ner) | false / true | nothing: the overall precision, recall, f1 and accuracy are reported / refused (per-type scores are not computed) |\n\n";
+    "| `return_entity_level_metrics` (run_ner) | false / true | `train.entity_metrics`: each evaluation reports the overall precision, recall, f1 and accuracy / and each entity type's precision, recall and f1 |\n\n";

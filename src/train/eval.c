@@ -222,20 +222,21 @@ static int64_t exact_label_sets(const ut_tensor *out, const ut_tensor *y, double
 /* A token classifier's batch, logits (B, T, K) and targets (B, T): per
  * sentence, the labeled tokens' (targets other than -100) predicted
  * classes (the first largest logit) against the gold ones. c[0..2] +=
- * the entities (gold, predicted, both: seqeval's, from the class names),
- * c[3] += the tokens right, c[4] += the tokens; pred (may be NULL) gets
+ * the entities (gold, predicted, both: seqeval's, from s, the class
+ * names' scheme), c[3] += the tokens right, c[4] += the tokens; by_type
+ * (may be NULL) the entities of each of s's types; pred (may be NULL) gets
  * each position's predicted class + 1, 0 where the target is -100. false
  * if the shapes are not those. */
-static bool tag_batch(const ut_dataset *ds, const ut_tensor *out, const ut_tensor *y, double c[5], int32_t *pred) {
+static bool tag_batch(const ut_tag_scheme *s, const ut_tensor *out, const ut_tensor *y, double c[5], double *by_type,
+                      int32_t *pred) {
     if (!out || !ut_is_contiguous(out) || out->ndim != 3 || !y || y->ndim != 2 || y->dtype != UT_I32 ||
-        !ut_is_contiguous(y) || out->ne[0] != y->ne[0] || out->ne[1] != y->ne[1] || out->ne[2] != ds->num_classes)
+        !ut_is_contiguous(y) || out->ne[0] != y->ne[0] || out->ne[1] != y->ne[1] || out->ne[2] != s->K)
         return false;
     out = as_f32(out);
     int64_t B = out->ne[0], T = out->ne[1], K = out->ne[2];
     float *o = host_copy(out);
     int32_t *label = host_copy(y), *g = ut_malloc_check((size_t)T * sizeof *g), *p = ut_malloc_check((size_t)T * sizeof *p);
-    ut_tag_scheme s;
-    bool ok = o && label && !ut_tag_scheme_init(&s, ds->label_names, K);
+    bool ok = o && label;
     for (int64_t b = 0; ok && b < B; b++) {
         int64_t m = 0;
         for (int64_t t = 0; t < T; t++) {
@@ -251,9 +252,8 @@ static bool tag_batch(const ut_dataset *ds, const ut_tensor *out, const ut_tenso
             c[3] += best == l;
         }
         c[4] += (double)m;
-        ut_tag_count(&s, g, p, m, c);
+        ut_tag_count(s, g, p, m, c, by_type);
     }
-    if (o && label && ok) ut_tag_scheme_free(&s);
     ut_free(o);
     ut_free(label);
     ut_free(g);
@@ -261,23 +261,50 @@ static bool tag_batch(const ut_dataset *ds, const ut_tensor *out, const ut_tenso
     return ok;
 }
 
-/* ut_batch_metrics, and with cm (C x C, C the data's classes; a
- * multi-label's K x 3 counts) the predictions counted into it where
- * accuracy takes them */
-static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out, ut_tensor *y,
-                         ut_metric *mets, int max, double *cm) {
+/* A token classifier's scores of a batch into mets (at most max): seqeval's
+ * overall ones, as sums and counts (precision over the predicted entities,
+ * recall over the gold, F1 = 2 both / (predicted + gold), accuracy over the
+ * labeled tokens), and with types (train.entity_metrics) each entity
+ * type's precision, recall and f1 (<type>_precision, ...; type "_", of
+ * tags without one, aside), in the same order in every batch. */
+static int tag_metrics(const ut_dataset *ds, const ut_tensor *o, const ut_tensor *y, bool types, ut_metric *mets,
+                       int max) {
+    ut_tag_scheme s;
+    if (ut_tag_scheme_init(&s, ds->label_names, ds->num_classes)) return 0;
+    double c[5] = {0}, *by = types ? ut_calloc_check((size_t)(3 * s.ntypes), sizeof *by) : NULL;
     int k = 0;
-    const ut_tensor *o = out->output;
-    double c[5] = {0};
-    if (ut_tok_labels(ds) && max >= 4 && tag_batch(ds, o, y, c, NULL)) {
-        /* seqeval's overall scores, as sums and counts: precision over the predicted entities, recall
-         * over the gold, F1 = 2 both / (predicted + gold), accuracy over the labeled tokens */
+    if (tag_batch(&s, o, y, c, by, NULL)) {
         const char *names[4] = {"precision", "recall", "f1", "accuracy"};
         double sum[4] = {c[2], c[2], 2 * c[2], c[3]}, count[4] = {c[1], c[0], c[0] + c[1], c[4]};
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 4 && k < max; i++) {
             mets[k] = (ut_metric){.sum = sum[i], .count = count[i]};
             snprintf(mets[k++].name, sizeof mets[0].name, "%s", names[i]);
         }
+        for (int32_t t = 1; by && t < s.ntypes && t <= UT_TAG_MAX_TYPES; t++) {
+            const double *b = by + 3 * t; /* gold, predicted, both */
+            const char *what[3] = {"precision", "recall", "f1"};
+            double ts[3] = {b[2], b[2], 2 * b[2]}, tc[3] = {b[1], b[0], b[0] + b[1]};
+            for (int i = 0; i < 3 && k < max; i++) {
+                mets[k] = (ut_metric){.sum = ts[i], .count = tc[i]};
+                snprintf(mets[k++].name, sizeof mets[0].name, "%.20s_%s", s.types[t], what[i]);
+            }
+        }
+    }
+    ut_free(by);
+    ut_tag_scheme_free(&s);
+    return k;
+}
+
+/* ut_batch_metrics, and with cm (C x C, C the data's classes; a
+ * multi-label's K x 3 counts) the predictions counted into it where
+ * accuracy takes them; cls's UT_TAG_TYPES: a token classifier's scores of
+ * each entity type too */
+static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out, ut_tensor *y,
+                         ut_metric *mets, int max, double *cm, unsigned cls) {
+    int k = 0;
+    const ut_tensor *o = out->output;
+    if (ut_tok_labels(ds)) {
+        k = tag_metrics(ds, o, y, cls & UT_TAG_TYPES, mets, max);
     } else if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
         o->ne[0] == y->ne[0] && o->ne[1] == y->ne[1] && ut_is_contiguous(y) && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
@@ -295,7 +322,7 @@ static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_
 
 int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
                      ut_tensor *y, ut_metric *mets, int max) {
-    return batch_metrics(h, ds, out, y, mets, max, NULL);
+    return batch_metrics(h, ds, out, y, mets, max, NULL, 0);
 }
 
 double ut_eval_get(const ut_eval_result *res, const char *name) {
@@ -398,7 +425,9 @@ static bool store_tags(const ut_dataset *ds, const ut_tensor *o, const ut_tensor
     if (!T || T > L || y->ne[0] != b->count) return false;
     int32_t *pred = ut_malloc_check((size_t)(b->count * T) * sizeof *pred);
     double c[5] = {0};
-    bool ok = tag_batch(ds, o, y, c, pred);
+    ut_tag_scheme s;
+    bool ok = !ut_tag_scheme_init(&s, ds->label_names, ds->num_classes) && tag_batch(&s, o, y, c, NULL, pred);
+    ut_tag_scheme_free(&s);
     for (int64_t r = 0; ok && r < b->count; r++)
         for (int64_t t = 0; t < L; t++) outputs[b->idx[r] * L + t] = t < T ? pred[r * T + t] : 0;
     ut_free(pred);
@@ -547,7 +576,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         loss_sum += (double)lv * (double)w;
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
-        add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm));
+        add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm, cls));
         if (outputs_ok)
             outputs_ok = ut_tok_labels(ds) ? store_tags(ds, out.output, y, &b, outputs)
                                            : store_outputs(out.output, &b, K, outputs);

@@ -96,7 +96,7 @@ void ut_progress_end(ut_runlog *rl);
 int ut_mkdirs(const char *path, char *err, size_t n);
 
 /* ---- evaluation ---- */
-#define UT_MAX_METRICS 16 /* loss, perplexity, accuracy, the generation scores and the hooks' */
+#define UT_MAX_METRICS 64 /* loss, perplexity, accuracy, the generation scores, the entity types' and the hooks' */
 typedef struct {
     int n;
     char names[UT_MAX_METRICS][32];
@@ -109,13 +109,19 @@ typedef struct {
     int64_t K;
     char *chunk;    /* each class's chunk letter (B, I, E, S, O, other) */
     int32_t *type;  /* each class's entity type (0: "_", O's) */
+    char **types;   /* the types' names (ntypes), "_" first */
+    int32_t ntypes;
 } ut_tag_scheme;
 /* The scheme of K tag names; -1 without names. */
 int ut_tag_scheme_init(ut_tag_scheme *s, const char *const *names, int64_t K);
 void ut_tag_scheme_free(ut_tag_scheme *s);
 /* One sentence's gold and predicted tags (n class ids each): c[0] += its
- * gold entities, c[1] += the predicted, c[2] += those in both. */
-void ut_tag_count(const ut_tag_scheme *s, const int32_t *gold, const int32_t *pred, int64_t n, double c[3]);
+ * gold entities, c[1] += the predicted, c[2] += those in both; by_type
+ * (may be NULL; 3 a type, ntypes of them) the same for each type. */
+void ut_tag_count(const ut_tag_scheme *s, const int32_t *gold, const int32_t *pred, int64_t n, double c[3],
+                  double *by_type);
+/* Most entity types train.entity_metrics reports (3 scores each, within UT_MAX_METRICS) */
+#define UT_TAG_MAX_TYPES 16
 
 /* ---- classification metrics from the confusion matrix (classmetrics.c) ----
  * The bits of the scores an evaluation adds beside accuracy: train.metrics'
@@ -134,6 +140,7 @@ enum {
     UT_REG_COMBINED = 256,  /* combined_score: their mean */
     UT_REG_ALL = 448,
     UT_CLS_ACCURACY = 512,  /* named only: accuracy is always there for classes */
+    UT_TAG_TYPES = 1024,    /* train.entity_metrics: a token classifier's scores of each entity type */
 };
 #define UT_CLS_MAX_CLASSES 1024 /* the confusion matrix's limit (8 MiB of counts) */
 /* train.metrics' names into bits; -1 with the name refused */

@@ -15,7 +15,7 @@ int ut_tag_scheme_init(ut_tag_scheme *s, const char *const *names, int64_t K) {
     if (K < 1 || !names) return -1;
     s->chunk = ut_malloc_check((size_t)K);
     s->type = ut_malloc_check((size_t)K * sizeof *s->type);
-    const char **types = ut_malloc_check((size_t)(K + 1) * sizeof *types);
+    const char **types = ut_malloc_check((size_t)(K + 1) * sizeof *types); /* into names */
     int64_t ntypes = 1;
     types[0] = "_"; /* type 0: "_", the type of O (and of a tag with nothing after its letter) */
     size_t *lens = ut_malloc_check((size_t)(K + 1) * sizeof *lens);
@@ -33,12 +33,21 @@ int ut_tag_scheme_init(ut_tag_scheme *s, const char *const *names, int64_t K) {
         if (id == ntypes) types[ntypes] = t, lens[ntypes++] = len;
         s->type[k] = (int32_t)id;
     }
+    s->ntypes = (int32_t)ntypes;
+    s->types = ut_malloc_check((size_t)ntypes * sizeof *s->types);
+    for (int64_t i = 0; i < ntypes; i++) {
+        s->types[i] = ut_malloc_check(lens[i] + 1);
+        memcpy(s->types[i], types[i], lens[i]);
+        s->types[i][lens[i]] = 0;
+    }
     ut_free(types);
     ut_free(lens);
     return 0;
 }
 
 void ut_tag_scheme_free(ut_tag_scheme *s) {
+    for (int32_t i = 0; s->types && i < s->ntypes; i++) ut_free(s->types[i]);
+    ut_free(s->types);
     ut_free(s->chunk);
     ut_free(s->type);
     *s = (ut_tag_scheme){0};
@@ -73,14 +82,23 @@ static int64_t entities(const ut_tag_scheme *s, const int32_t *tags, int64_t n, 
     return m;
 }
 
-void ut_tag_count(const ut_tag_scheme *s, const int32_t *gold, const int32_t *pred, int64_t n, double c[3]) {
+void ut_tag_count(const ut_tag_scheme *s, const int32_t *gold, const int32_t *pred, int64_t n, double c[3],
+                  double *by_type) {
     int64_t(*g)[3] = ut_malloc_check((size_t)(n + 1) * sizeof *g), (*p)[3] = ut_malloc_check((size_t)(n + 1) * sizeof *p);
     int64_t ng = entities(s, gold, n, g), np = entities(s, pred, n, p), both = 0;
     /* both lists are in order of their last word (each entity ends before the next ends) */
     for (int64_t i = 0, j = 0; i < ng && j < np;) {
-        if (g[i][2] != p[j][2]) g[i][2] < p[j][2] ? i++ : j++;
-        else both += g[i][0] == p[j][0] && g[i][1] == p[j][1], i++, j++;
+        if (g[i][2] != p[j][2]) {
+            g[i][2] < p[j][2] ? i++ : j++;
+        } else {
+            bool same = g[i][0] == p[j][0] && g[i][1] == p[j][1];
+            both += same;
+            if (same && by_type) by_type[3 * g[i][0] + 2] += 1;
+            i++, j++;
+        }
     }
+    for (int64_t i = 0; by_type && i < ng; i++) by_type[3 * g[i][0]] += 1;
+    for (int64_t j = 0; by_type && j < np; j++) by_type[3 * p[j][0] + 1] += 1;
     c[0] += (double)ng, c[1] += (double)np, c[2] += (double)both;
     ut_free(g);
     ut_free(p);

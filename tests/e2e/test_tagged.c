@@ -103,6 +103,16 @@ static void test_bert_train_test_export(void) {
     CHECK(s && strstr(s, "test.conll: CoNLL") && strstr(s, "precision 1.0000  recall 1.0000  f1 1.0000  accuracy 1.0000"
                                                            "  -> test_predictions.tsv"), "%s", s);
     free(s);
+    /* each entity type's scores too (run_ner's return_entity_level_metrics) */
+    const char *types[] = {"train.entity_metrics=true", NULL};
+    CHECK(hfe_utrain(tmp, "test", tp_path(tmp, "runs/ner"), "ner_types.out", types, NULL) == 0, "test by type");
+    s = tp_slurp(tp_path(tmp, "ner_types.out"));
+    CHECK(s && strstr(s, "accuracy 1.0000  PER_precision ") &&
+              strstr(s, "WORK_precision 1.0000  WORK_recall 1.0000  WORK_f1 1.0000  -> test_predictions.tsv"), "%s", s);
+    free(s);
+    s = tp_slurp(tp_path(tmp, "runs/ner/test_results.json"));
+    CHECK(s && strstr(s, "\"WORK_f1\": 1"), "%s", s);
+    free(s);
     s = tp_slurp(tp_path(tmp, "runs/ner/test_predictions.tsv"));
     CHECK(s && !strncmp(s, "index\twords\tprediction\n0\t", 24) && strstr(s, "\tO O B-WORK O O O O\n"), "%s", s);
     free(s);
@@ -213,6 +223,11 @@ static void test_refused(void) {
     };
     hfe_write_config(tmp, "sst", "bert", "hf_bert_tiny", "", 32, 1);
     hfe_check_refused(tmp, "sst.yml", tsv, 2);
+    static const char *const types[][2] = {
+        {"train.entity_metrics=true", "train.entity_metrics: scores entity types of tagged text (data.name "
+                                      "tagged_text), and the data"},
+    };
+    hfe_check_refused(tmp, "sst.yml", types, 1);
 }
 
 int main(int argc, char **argv) {

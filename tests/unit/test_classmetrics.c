@@ -370,7 +370,12 @@ static void test_entities_against_seqeval(void) {
         ut_tag_scheme sc;
         UT_ASSERT(ut_tag_scheme_init(&sc, (const char *const *)names, nnames) == 0);
         double c[3] = {0};
-        ut_tag_count(&sc, g, p, ng, c);
+        double *by = ut_calloc_check((size_t)(3 * sc.ntypes), sizeof *by);
+        ut_tag_count(&sc, g, p, ng, c, by);
+        double sum[3] = {0};
+        for (int32_t t = 0; t < sc.ntypes; t++) sum[0] += by[3 * t], sum[1] += by[3 * t + 1], sum[2] += by[3 * t + 2];
+        CHECK(sum[0] == c[0] && sum[1] == c[1] && sum[2] == c[2], "case %d: the types' counts add up", cases);
+        ut_free(by);
         CHECK(c[0] == want[0] && c[1] == want[1] && c[2] == want[2], "case %d: %g %g %g, seqeval %ld %ld %ld", cases,
               c[0], c[1], c[2], want[0], want[1], want[2]);
         ut_tag_scheme_free(&sc);
