@@ -6,8 +6,8 @@
  * checkpoint by dev/f1, test mode's predictions a tag per word, the
  * Hugging Face export a BertForTokenClassification with the tags as
  * id2label; run_ner's own argument file; a dev set carved from the train
- * file; two ranks of half the batch, and two pipeline stages, as one
- * process (the loss a mean over the labeled tokens of the whole batch);
+ * file; the simulated device as the CPU; two ranks of half the batch, and
+ * two pipeline stages, as one process (the loss a mean over the labeled tokens of the whole batch);
  * and the refusals. */
 #include <math.h>
 #include <stdio.h>
@@ -196,6 +196,24 @@ static void test_two_ranks(void) {
     CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g (2 stages)", a, b);
 }
 
+/* the simulated device (the device seam: logits read back through the
+ * backend for the scores) trains as the CPU does */
+static void test_sim_device(void) {
+    write_config("ner_cpu", "bert", "hf_bert_tok_tiny", 1);
+    const char *cpu[] = {"model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0", NULL};
+    const char *sim[] = {"model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0", "device=sim",
+                         "experiment_name=ner_sim", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner_cpu.yml"), "cpu.out", cpu, NULL) == 0, "cpu");
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner_cpu.yml"), "sim.out", sim, NULL) == 0, "sim");
+    hfe_check_same_losses(tp_path(tmp, "runs/ner_cpu/metrics.jsonl"), tp_path(tmp, "runs/ner_sim/metrics.jsonl"), 1, 13,
+                          4, "sim");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/ner_cpu/metrics.jsonl"), 13, "loss"),
+           b = hfe_dev_metric(tp_path(tmp, "runs/ner_sim/metrics.jsonl"), 13, "loss"),
+           fa = hfe_dev_metric(tp_path(tmp, "runs/ner_cpu/metrics.jsonl"), 13, "accuracy"),
+           fb = hfe_dev_metric(tp_path(tmp, "runs/ner_sim/metrics.jsonl"), 13, "accuracy");
+    CHECK(fabs(a - b) <= 1e-5 * a && fa == fb, "dev loss %g vs %g, accuracy %g vs %g", a, b, fa, fb);
+}
+
 /* utrain plan measures a tagged batch (labels trimmed with the planes) */
 static void test_plan(void) {
     const char *argv[] = {"plan", tp_path(tmp, "ner.yml"), NULL};
@@ -242,6 +260,7 @@ int main(int argc, char **argv) {
     RUN(test_roberta);
     RUN(test_carved_dev);
     RUN(test_run_ner_arguments);
+    RUN(test_sim_device);
     RUN(test_plan);
     RUN(test_refused);
     /* under mpirun last: its environment turns LeakSanitizer off */
