@@ -6,8 +6,8 @@
  * checkpoint by dev/f1, test mode's predictions a tag per word, the
  * Hugging Face export a BertForTokenClassification with the tags as
  * id2label; run_ner's own argument file; a dev set carved from the train
- * file; the simulated device as the CPU; two ranks of half the batch, and
- * two pipeline stages, as one process (the loss a mean over the labeled tokens of the whole batch);
+ * file; the simulated device as the CPU; two ranks of half the batch, two
+ * pipeline stages and tensor parallelism over 2 ranks as one process (the loss a mean over the labeled tokens of the whole batch);
  * and the refusals. */
 #include <math.h>
 #include <stdio.h>
@@ -196,6 +196,31 @@ static void test_two_ranks(void) {
     CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g (2 stages)", a, b);
 }
 
+/* tensor parallelism over 2 ranks (each rank half the heads and features,
+ * the token head whole) trains as one process: a BERT from scratch with
+ * sizes that split (the fixtures' intermediate size 37 does not) */
+static void test_tensor_parallel(void) {
+    FILE *f = fopen(tp_path(tmp, "ner_tp.yml"), "w");
+    UT_ASSERT(f);
+    fprintf(f, "experiment_name: ner_tp1\noutput_dir: %s/runs\nseed: 3\n"
+               "model:\n  name: bert\n  vocab_size: 100\n  hidden_size: 32\n  num_hidden_layers: 2\n"
+               "  num_attention_heads: 2\n  intermediate_size: 64\n  max_position_embeddings: 64\n"
+               "  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n"
+               "data:\n  name: tagged_text\n  tokenizer: tests/parity/fixtures/hf_bert_tiny\n"
+               "  train_path: %s/train.jsonl\n  dev_path: %s/dev.jsonl\n  max_len: 64\n"
+               "train:\n  epochs: 1\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
+               "optim:\n  name: adamw\n  lr: 5.0e-3\n", tmp, tmp, tmp);
+    fclose(f);
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner_tp.yml"), "tp1.out", NULL, NULL) == 0, "one process");
+    const char *tp[] = {"experiment_name=ner_tp2", "dist.tensor_parallel=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "ner_tp.yml"), "tp2.out", tp, "2") == 0, "tensor parallel 2");
+    hfe_check_same_losses(tp_path(tmp, "runs/ner_tp1/metrics.jsonl"), tp_path(tmp, "runs/ner_tp2/metrics.jsonl"), 1, 13,
+                          3, "tensor parallel");
+    double a = hfe_dev_metric(tp_path(tmp, "runs/ner_tp1/metrics.jsonl"), 13, "loss"),
+           b = hfe_dev_metric(tp_path(tmp, "runs/ner_tp2/metrics.jsonl"), 13, "loss");
+    CHECK(fabs(a - b) <= 1e-5 * a, "dev loss %g vs %g (tensor parallel)", a, b);
+}
+
 /* the simulated device (the device seam: logits read back through the
  * backend for the scores) trains as the CPU does */
 static void test_sim_device(void) {
@@ -266,5 +291,6 @@ int main(int argc, char **argv) {
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_two_ranks);
+    RUN(test_tensor_parallel);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
