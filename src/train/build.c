@@ -370,8 +370,10 @@ static int save_label_names(const ut_dataset *tr, const char *run_dir, char *err
     return fclose(f) ? ut_errorf(err, n, "%s: write failed", path) : 0;
 }
 
-static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_dataset **train, ut_dataset **dev,
-                    ut_dataset **test, char *err, size_t n) {
+/* tsv_text; carving: test mode opens the train file to carve its dev set
+ * (the word and byte tokenizers' vocabulary is the run's, read back) */
+static int open_tsv(const ut_config *c, const char *run_dir, bool lead, bool carving, ut_dataset **train,
+                    ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
     const char *dir = pretrained_tokenizer(c);
     if (dir) {
         int rc = open_tsv_pretrained(c, dir, lead, train, dev, test, err, n);
@@ -391,13 +393,14 @@ static int open_tsv(const ut_config *c, const char *run_dir, bool lead, ut_datas
     snprintf(vpath, sizeof vpath, "%s/vocab.txt", run_dir);
     /* training builds the vocabulary and keeps it in the run; test mode reads it back */
     ut_text_columns cols = text_columns(c);
-    ut_vocab *v = train ? ut_vocab_build(c->tokenizer, c->train_path, &cols, c->min_freq, err, n)
+    bool build = train && !carving;
+    ut_vocab *v = build ? ut_vocab_build(c->tokenizer, c->train_path, &cols, c->min_freq, err, n)
                         : ut_vocab_load(vpath, err, n);
-    if (!v || (train && lead && ut_vocab_save(v, vpath, err, n))) {
+    if (!v || (build && lead && ut_vocab_save(v, vpath, err, n))) {
         ut_vocab_free(v);
         return -1;
     }
-    int64_t first, missing = train ? ut_vocab_missing_classes(v, &first) : 0;
+    int64_t first, missing = build ? ut_vocab_missing_classes(v, &first) : 0;
     if (missing && lead)
         fprintf(stderr, "utrain: warning: %s: %lld of the %lld classes (labels 0..%lld) have no "
                         "example, the first is %lld; the model still has an output for each\n",
@@ -546,12 +549,10 @@ static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **d
 int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_dataset **train,
                      ut_dataset **dev, ut_dataset **test, char *err, size_t n) {
     /* test mode (no train set asked for) with a dev set carved from the train file: the train file is read to
-     * carve it as training did (not under the word and byte tokenizers, whose vocabulary the run keeps) */
+     * carve it as training did */
     ut_dataset *whole = NULL;
     bool carve_test = !train && dev && cfg->dev_fraction > 0 && !cfg->dev_path[0] && cfg->train_path[0] &&
-                      (!strcmp(cfg->data_name, "tokens") || !strcmp(cfg->data_name, "seq2seq_text") ||
-                       !strcmp(cfg->data_name, "tagged_text") ||
-                       (!strcmp(cfg->data_name, "tsv_text") && pretrained_tokenizer(cfg)));
+                      strcmp(cfg->data_name, "idx_images");
     if (carve_test) train = &whole;
     bool say = lead && !carve_test; /* the openers' warnings; the run's labels.txt stays as training wrote it */
     ut_dataset **all[3] = {train, dev, test};
@@ -560,7 +561,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     int rc;
     if (!strcmp(cfg->data_name, "idx_images")) rc = open_idx(cfg, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tokens")) rc = open_tokens(cfg, train, dev, test, err, n);
-    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, say, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, say, carve_test, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, say, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, say, train, dev, test, err, n);
     else {

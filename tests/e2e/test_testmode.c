@@ -323,6 +323,28 @@ static void test_max_samples(void) {
     CHECK(tp_count_lines(tp_path(run_dir("maxs"), "test_predictions.tsv")) == 8, "a header and 7 predictions");
 }
 
+/* data.dev_fraction: test mode carves the same dev set from the train file
+ * as training did (the last 20%: 48 of 240), reading the run's vocabulary
+ * back (it is not rebuilt: the file is as training wrote it) */
+static void test_carved_dev_set(void) {
+    CHECK(run_sst2("train", "carved", (const char *[]){"train.epochs=1", "data.dev_path=", "data.dev_fraction=0.2",
+                                                       "train.eval_strategy=epoch", NULL}, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "carved.out"));
+    CHECK(s && strstr(s, "Num examples = 192"), "%s", s ? s : "");
+    free(s);
+    char *vocab = tp_slurp(tp_path(run_dir("carved"), "vocab.txt"));
+    const char *argv[] = {"test", run_dir("carved"), NULL};
+    CHECK(tp_run_shown(argv, tp_path(tmp, "carved_test.out"), 0, "utrain test carved") == 0, "test mode");
+    s = tp_slurp(tp_path(run_dir("carved"), "dev_results.json"));
+    CHECK(s && strstr(s, "\"examples\": 48"), "dev: %s", s ? s : "");
+    free(s);
+    CHECK(tp_count_lines(tp_path(run_dir("carved"), "dev_predictions.tsv")) == 49, "a header and 48 predictions");
+    char *after = tp_slurp(tp_path(run_dir("carved"), "vocab.txt"));
+    CHECK(vocab && after && !strcmp(vocab, after), "the run's vocabulary changed");
+    free(vocab);
+    free(after);
+}
+
 /* The GLUE test layout (index<TAB>sentence): predictions with the file's
  * ids, results without loss or accuracy; the same predictions as the labeled
  * file with the same sentences. Also the header-named column orders. */
@@ -477,6 +499,7 @@ int main(int argc, char **argv) {
     RUN(test_class_metrics_refused);
     RUN(test_fraction_of_epochs);
     RUN(test_fraction_intervals);
+    RUN(test_carved_dev_set);
     RUN(test_max_samples);
     RUN(test_unlabeled_test_file);
     RUN(test_unlabeled_refused_for_training);
