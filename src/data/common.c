@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "data_internal.h"
+#include "tok_internal.h"
 #include "utrain/base.h"
 
 char *ut__data_strdup(const char *s) {
@@ -71,4 +72,17 @@ int ut_dataset_lengths(ut_dataset *ds, int32_t *out, char *err, size_t n) {
     ut_free(x);
     ut_free(y);
     return rc;
+}
+
+int ut__text_line_check(const char *path, int64_t lineno, const char *p, size_t start, size_t end, char *err,
+                        size_t n) {
+    const char *nul = memchr(p + start, 0, end - start);
+    if (nul)
+        return ut_errorf(err, n, "%s:%lld: NUL byte at byte %td of the line (expected a text file)", path,
+                         (long long)lineno, nul - (p + start));
+    int64_t bad = ut__utf8_check(p + start, end - start);
+    if (bad >= 0)
+        return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, (long long)lineno,
+                         (long long)bad);
+    return 0;
 }

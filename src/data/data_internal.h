@@ -68,6 +68,10 @@ void ut__tsv_free(ut__tsv *t);
  * start of s (after spaces) start, the first cap of them into line; returns
  * their count. For messages: cJSON keeps no positions. */
 int64_t ut__json_array_lines(const char *s, int64_t *line, int64_t cap);
+/* Checks that p[start, end), line lineno of path, is text: no NUL byte,
+ * UTF-8; else -1 with the line and the byte of it named. */
+int ut__text_line_check(const char *path, int64_t lineno, const char *p, size_t start, size_t end, char *err,
+                        size_t n);
 int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);

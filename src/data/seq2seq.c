@@ -126,25 +126,11 @@ static void lines_free(s2s_lines *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* Checks that p[start, end), line lineno, is text: no NUL byte, UTF-8. */
-static int check_line(const char *path, int64_t lineno, const char *p, size_t start, size_t end, char *err,
-                      size_t n) {
-    const char *nul = memchr(p + start, 0, end - start);
-    if (nul)
-        return ut_errorf(err, n, "%s:%lld: NUL byte at byte %td of the line (expected a text file)", path,
-                         (long long)lineno, nul - (p + start));
-    int64_t bad = ut__utf8_check(p + start, end - start);
-    if (bad >= 0)
-        return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, (long long)lineno,
-                         (long long)bad);
-    return 0;
-}
-
-/* Ends the line at p[start, end) and checks it is text (check_line); a
+/* Ends the line at p[start, end) and checks it is text (ut__text_line_check); a
  * '\r' before the '\n' is dropped. */
 static int take_line(const char *path, s2s_lines *f, char *p, size_t start, size_t end, char *err, size_t n) {
     if (end > start && p[end - 1] == '\r') end--;
-    if (check_line(path, f->n + 1, p, start, end, err, n)) return -1;
+    if (ut__text_line_check(path, f->n + 1, p, start, end, err, n)) return -1;
     p[end] = 0;                  /* the '\r' or '\n', or the spare NUL after the data */
     f->line[f->n++] = p + start;
     return 0;
@@ -473,7 +459,7 @@ static int read_csv(builder *b, const char *path, const char *const fields[2], c
     for (size_t start = 0; !rc && start < len; lineno++) {
         const char *nl = memchr(p + start, '\n', len - start);
         size_t end = nl ? (size_t)(nl - p) : len;
-        rc = check_line(path, lineno, p, start, end, err, n);
+        rc = ut__text_line_check(path, lineno, p, start, end, err, n);
         start = end + 1;
     }
     for (size_t i = 0; i < len; i++) commas += p[i] == ',';
@@ -641,7 +627,7 @@ static int read_json_array(builder *b, const char *path, const char *const field
     for (size_t start = 0; start < len && !rc; line++) { /* text: no NUL byte, UTF-8 */
         const char *nl = memchr(p + start, '\n', len - start);
         size_t end = nl ? (size_t)(nl - p) : len;
-        rc = check_line(path, line, p, start, end, err, n);
+        rc = ut__text_line_check(path, line, p, start, end, err, n);
         start = end + 1;
     }
     const char *end = NULL;

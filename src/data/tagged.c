@@ -176,14 +176,7 @@ static int check_text(const char *path, const char *p, size_t len, char *err, si
     for (size_t start = 0; start < len; line++) {
         const char *nl = memchr(p + start, '\n', len - start);
         size_t end = nl ? (size_t)(nl - p) : len;
-        const char *nul = memchr(p + start, 0, end - start);
-        if (nul)
-            return ut_errorf(err, n, "%s:%lld: NUL byte at byte %td of the line (expected a text file)", path,
-                             (long long)line, nul - (p + start));
-        int64_t bad = ut__utf8_check(p + start, end - start);
-        if (bad >= 0)
-            return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, (long long)line,
-                             (long long)bad);
+        if (ut__text_line_check(path, line, p, start, end, err, n)) return -1;
         start = end + 1;
     }
     return 0;

@@ -474,10 +474,7 @@ static int open_seq2seq(const ut_config *c, bool lead, ut_dataset **train, ut_da
  * them for `utrain export`. A warning for sentences cut at data.max_len. */
 static int open_tagged(const ut_config *c, const char *run_dir, bool lead, ut_dataset **train, ut_dataset **dev,
                        ut_dataset **test, char *err, size_t n) {
-    if (!c->train_path[0])
-        return ut_errorf(err, n, "data.train_path: tagged_text takes its tag list from the train file (in test "
-                                 "mode too)");
-    long long classes = 0;
+    long long classes = 0; /* (data.train_path is required: config validation) */
     char e[128];
     if (ut_kv_int(c->model_opts, "num_labels", 0, &classes, e, sizeof e) || classes < 1)
         ut_kv_int(c->model_opts, "num_classes", 0, &classes, e, sizeof e);

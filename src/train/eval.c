@@ -266,14 +266,15 @@ static bool tag_batch(const ut_tag_scheme *s, const ut_tensor *out, const ut_ten
  * recall over the gold, F1 = 2 both / (predicted + gold), accuracy over the
  * labeled tokens), and with types (train.entity_metrics) each entity
  * type's precision, recall and f1 (<type>_precision, ...; type "_", of
- * tags without one, aside), in the same order in every batch. */
+ * tags without one, aside), in the same order in every batch; pred (may be
+ * NULL) as tag_batch fills it. */
 static int tag_metrics(const ut_dataset *ds, const ut_tensor *o, const ut_tensor *y, bool types, ut_metric *mets,
-                       int max) {
+                       int max, int32_t *pred) {
     ut_tag_scheme s;
     if (ut_tag_scheme_init(&s, ds->label_names, ds->num_classes)) return 0;
     double c[5] = {0}, *by = types ? ut_calloc_check((size_t)(3 * s.ntypes), sizeof *by) : NULL;
     int k = 0;
-    if (tag_batch(&s, o, y, c, by, NULL)) {
+    if (tag_batch(&s, o, y, c, by, pred)) {
         const char *names[4] = {"precision", "recall", "f1", "accuracy"};
         double sum[4] = {c[2], c[2], 2 * c[2], c[3]}, count[4] = {c[1], c[0], c[0] + c[1], c[4]};
         for (int i = 0; i < 4 && k < max; i++) {
@@ -298,13 +299,14 @@ static int tag_metrics(const ut_dataset *ds, const ut_tensor *o, const ut_tensor
 /* ut_batch_metrics, and with cm (C x C, C the data's classes; a
  * multi-label's K x 3 counts) the predictions counted into it where
  * accuracy takes them; cls's UT_TAG_TYPES: a token classifier's scores of
- * each entity type too */
+ * each entity type too, and its predictions into tags (may be NULL; (B, T),
+ * tag_batch's) */
 static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out, ut_tensor *y,
-                         ut_metric *mets, int max, double *cm, unsigned cls) {
+                         ut_metric *mets, int max, double *cm, unsigned cls, int32_t *tags) {
     int k = 0;
     const ut_tensor *o = out->output;
     if (ut_tok_labels(ds)) {
-        k = tag_metrics(ds, o, y, cls & UT_TAG_TYPES, mets, max);
+        k = tag_metrics(ds, o, y, cls & UT_TAG_TYPES, mets, max, tags);
     } else if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
         o->ne[0] == y->ne[0] && o->ne[1] == y->ne[1] && ut_is_contiguous(y) && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
@@ -322,7 +324,7 @@ static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_
 
 int ut_batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_outputs *out,
                      ut_tensor *y, ut_metric *mets, int max) {
-    return batch_metrics(h, ds, out, y, mets, max, NULL, 0);
+    return batch_metrics(h, ds, out, y, mets, max, NULL, 0, NULL);
 }
 
 double ut_eval_get(const ut_eval_result *res, const char *name) {
@@ -416,22 +418,16 @@ static bool store_outputs(const ut_tensor *o, const ut_batch *b, int64_t C, doub
     return ok;
 }
 
-/* A token classifier's batch: each example's predicted class + 1 at each
- * labeled position (0 elsewhere) into row idx of outputs (the dataset's
- * max_len a row); false if the output does not have that shape. */
-static bool store_tags(const ut_dataset *ds, const ut_tensor *o, const ut_tensor *y, const ut_batch *b,
-                       double *outputs) {
-    int64_t L = ds->x_ne[1], T = y && y->ndim == 2 ? y->ne[1] : 0;
-    if (!T || T > L || y->ne[0] != b->count) return false;
-    int32_t *pred = ut_malloc_check((size_t)(b->count * T) * sizeof *pred);
-    double c[5] = {0};
-    ut_tag_scheme s;
-    bool ok = !ut_tag_scheme_init(&s, ds->label_names, ds->num_classes) && tag_batch(&s, o, y, c, NULL, pred);
-    ut_tag_scheme_free(&s);
-    for (int64_t r = 0; ok && r < b->count; r++)
+/* A token classifier's batch: pred (count, T), as the batch's scores left
+ * it (each position's predicted class + 1, 0 where the target is -100;
+ * pred[0] still -1 when the output did not have the shape) into row idx of
+ * outputs (the dataset's max_len a row); false without predictions. */
+static bool store_tags(const ut_dataset *ds, const int32_t *pred, int64_t T, const ut_batch *b, double *outputs) {
+    int64_t L = ds->x_ne[1];
+    if (!pred || pred[0] < 0 || T > L) return false;
+    for (int64_t r = 0; r < b->count; r++)
         for (int64_t t = 0; t < L; t++) outputs[b->idx[r] * L + t] = t < T ? pred[r * T + t] : 0;
-    ut_free(pred);
-    return ok;
+    return true;
 }
 
 /* A regression's batch: each example's prediction (the output (count, 1))
@@ -576,10 +572,16 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         loss_sum += (double)lv * (double)w;
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
-        add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm, cls));
+        /* a token classifier's predictions come from the pass that scores them */
+        bool tagged = ut_tok_labels(ds) && y->ndim == 2 && y->ne[0] == b.count;
+        int64_t T = tagged ? y->ne[1] : 0;
+        int32_t *tags = outputs_ok && tagged ? ut_malloc_check((size_t)(b.count * T) * sizeof *tags) : NULL;
+        if (tags) tags[0] = -1;
+        add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm, cls, tags));
         if (outputs_ok)
-            outputs_ok = ut_tok_labels(ds) ? store_tags(ds, out.output, y, &b, outputs)
+            outputs_ok = ut_tok_labels(ds) ? store_tags(ds, tags, T, &b, outputs)
                                            : store_outputs(out.output, &b, K, outputs);
+        ut_free(tags);
         if (scores_ok) scores_ok = store_scores(out.output, y, &b, scores, scores + ds->n);
         res->examples += b.count;
         ut_ctx_reset(ctx);

@@ -259,6 +259,22 @@ static void test_refused(void) {
         {"data.text_pair_column=x", "data.text_pair_column: read by data.name tsv_text only (data.name is tagged_text)"},
     };
     hfe_check_refused(tmp, "ner.yml", cases, (int)(sizeof cases / sizeof cases[0]));
+    /* train files whose tags cannot be the classes */
+    FILE *f = fopen(tp_path(tmp, "untagged.jsonl"), "w");
+    fprintf(f, "{\"tokens\": [\"a\", \"film\"]}\n");
+    fclose(f);
+    f = fopen(tp_path(tmp, "one_tag.conll"), "w");
+    fprintf(f, "a O\nfilm O\n\nthe O\n");
+    fclose(f);
+    char untagged[600], one[600];
+    snprintf(untagged, sizeof untagged, "data.train_path=%s", tp_path(tmp, "untagged.jsonl"));
+    snprintf(one, sizeof one, "data.train_path=%s", tp_path(tmp, "one_tag.conll"));
+    const char *const files[][2] = {
+        {untagged, "untagged.jsonl: no tags: the train file's tags are the classes"},
+        {one, "one_tag.conll: every word has the tag O: a token classifier needs at least two"},
+        {"data.train_path=", "data.train_path: required when data.name is tagged_text"},
+    };
+    hfe_check_refused(tmp, "ner.yml", files, 3);
     static const char *const tsv[][2] = {
         {"data.label_all_tokens=true", "data.label_all_tokens: read by data.name tagged_text only"},
         {"model.task=token_classification", "model.task: token_classification tags each word of tagged text: set "

@@ -149,6 +149,21 @@ static void test_refusals_and_heads(void) {
                  (const char *const[]){"task", "token_classification", "num_labels", "1", NULL}, err, sizeof err);
     CHECK(!m && strstr(err, "num_labels must be 2 or more"), "%s", err);
     ut_model_free(m);
+    /* targets that are not a class per token: a context error saying so */
+    m = hfp_load("bert", FIX "hf_bert_tok_tiny", (const char *const[]){"task", "token_classification", NULL}, err,
+                 sizeof err);
+    CHECK(m, "%s", err);
+    if (m) {
+        ut_ctx *ctx = ut_ctx_new(NULL);
+        int32_t x[3 * 4] = {2, 10, 11, 3, 0, 0, 0, 0, 1, 1, 1, 1}, y[1] = {1};
+        ut_tensor *logits = ut_model_forward(m, ctx, ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){1, 3, 4}, x));
+        CHECK(logits && logits->ndim == 3 && logits->ne[1] == 4 && logits->ne[2] == 5, "%s", ut_ctx_error(ctx));
+        ut_tensor *loss = ut_model_loss(m, ctx, logits, ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){1}, y));
+        CHECK(!loss && strstr(ut_ctx_error(ctx), "I32 targets (B, T), a class per token, must match the logits"),
+              "%s", ut_ctx_error(ctx));
+        ut_ctx_free(ctx);
+    }
+    ut_model_free(m);
     m = hfp_load("bert", FIX "hf_bert_tok_tiny", (const char *const[]){"task", "masked_lm", NULL}, err, sizeof err);
     CHECK(!m && strstr(err, "use sequence_classification or token_classification"), "%s", err);
     ut_model_free(m);
