@@ -23,6 +23,7 @@ extern "C" {
  * with a message naming the file and offset/line. User datasets fill the
  * struct and the two function pointers. */
 typedef struct ut_dataset ut_dataset;
+struct ut_batch;
 struct ut_dataset {
     const char *name;            /* for messages: the file or a description */
     int64_t n;                   /* number of examples */
@@ -51,7 +52,18 @@ struct ut_dataset {
                                   * with token_planes set, y (max_len) I32 a class per token, -100
                                   * where no label counts (special tokens, padding, a word's later
                                   * pieces); the loader trims y with x (ut_tagged_dataset_open) */
+    bool masked_lm;              /* masked language modeling (run_mlm): x the token planes (3, max_len)
+                                  * (token_planes and token_labels set), y (max_len) I32 each position's
+                                  * token where it may be masked, -100 at special tokens and padding;
+                                  * collate masks each batch (ut_mlm_dataset_open) */
     int (*get)(ut_dataset *ds, int64_t i, void *x, void *y, char *err, size_t n);
+    /* optional: run by the loader on each batch it reads, after the default
+     * trim (b->x (count, x_ne...) as read, b->y (count, y_len or y_ne) as
+     * trimmed, b->epoch and b->idx set) and before the model's prepare: a
+     * data collator's changes, random ones drawn from b->epoch and b->idx
+     * so they depend on neither ranks nor batches nor a resume. 0, or -1
+     * with a message. NULL: none. */
+    int (*collate)(const ut_dataset *ds, struct ut_batch *b, char *err, size_t n);
     void (*free)(ut_dataset *ds);
     void *impl;
     /* optional: example i's texts (which 0 the source, 1 the target) of a
@@ -329,6 +341,39 @@ typedef struct {
  * sentences. t is used only during the call. */
 ut_dataset *ut_tagged_dataset_open(const char *path, ut_tokenizer *t, const ut_tagged_opts *o, char *err,
                                    size_t n);
+/* Masked language modeling (transformers' run_mlm.py with
+ * DataCollatorForLanguageModeling): texts from a text file (a line each),
+ * a CSV file or JSON Lines / a JSON array of objects (the text column).
+ * Each line is encoded with the tokenizer's special tokens. Grouped (the
+ * default, run_mlm's group_texts): every line's ids, empty lines too,
+ * concatenated 1000 lines at a time and cut into blocks of max_len, the
+ * rest of each 1000 dropped; line_by_line: each line that is not blank an
+ * example, cut at max_len. */
+typedef struct {
+    int64_t max_len;          /* grouped: each block's tokens; line_by_line: the longest line, special
+                               * tokens included */
+    bool line_by_line;        /* run_mlm's --line_by_line */
+    const char *text_column;  /* CSV / JSON: the text's column or key (NULL: "text", else the first) */
+    double probability;       /* run_mlm's mlm_probability: the share of the maskable tokens masked */
+    uint64_t seed;            /* the masks' key */
+} ut_mlm_opts;
+/* The dataset: x (3, max_len) I32 token planes (ids, type ids, attention
+ * mask), y (max_len) I32 the ids where a token may be masked, -100 at the
+ * tokenizer's special tokens and padding; ds->masked_lm, token_planes,
+ * token_labels set, vocab_size the tokenizer's. Its collate masks a batch
+ * as DataCollatorForLanguageModeling: each maskable position is chosen
+ * with o->probability; a chosen one becomes the tokenizer's mask token
+ * (80%), a random token of the vocabulary (10%) or stays (10%), and keeps
+ * its label; y is -100 everywhere else. The draws are Philox blocks keyed
+ * by o->seed, the batch's epoch, the example's index and the position: the
+ * same masks on any number of ranks and after a resume, an evaluation's
+ * (epoch 0) the same each time. NULL with a message naming the file (and
+ * line): no mask token in the tokenizer, probability outside (0, 1),
+ * max_len without room for a token between the special tokens, invalid
+ * UTF-8 or a NUL byte, a missing text column, no example (fewer tokens than
+ * one block). t is used only during the call. */
+ut_dataset *ut_mlm_dataset_open(const char *path, ut_tokenizer *t, const ut_mlm_opts *o, char *err, size_t n);
+
 /* Example i's words (count in *nwords) as read (ds->words: also through a
  * dataset that wraps one, a dev set carved from it); NULL when ds is not a
  * ut_tagged_dataset_open dataset or i is out of range. The predictions
@@ -410,7 +455,7 @@ int ut_dataset_lengths(ut_dataset *ds, int32_t *out, char *err, size_t n);
 /* ---- loader ---- */
 /* A collated batch: x (count, x_ne...) and y (count, y_ne...) in host memory
  * owned by the loader, valid until the next ut_loader_next. */
-typedef struct {
+typedef struct ut_batch {
     int64_t count;
     void *x, *y;
     int64_t epoch, cursor_after; /* sampler position after this batch */
