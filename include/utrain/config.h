@@ -72,6 +72,10 @@ typedef struct {
     char source_prefix[UT_CFG_STR_MAX];     /* seq2seq_text: prepended to every source */
     bool lowercase;              /* seq2seq_text: lower-case both texts */
     bool label_all_tokens;       /* tagged_text: every piece of a word carries its tag */
+    double mlm_probability;      /* mlm_text: the share of the tokens masked */
+    bool line_by_line;           /* mlm_text: each line an example (else blocks of max_len) */
+    bool hf_mlm;                 /* a Hugging Face argument file of run_mlm's (validation_split_percentage) */
+    double hf_val_split;         /* its validation_split_percentage / 100 (0: none) */
     /* tsv_text: the columns of an example (ut_text_columns); empty: found by name */
     char text_column[UT_CFG_STR_MAX], text_pair_column[64], label_column[64], text_column_delimiter[64];
 

@@ -518,6 +518,10 @@ static inline bool ut_tok_labels(const ut_dataset *ds) {
     return ds->token_labels && ds->token_planes && ds->y_ndim == 1 && ds->y_dtype == UT_I32;
 }
 
+/* A token classifier's data (tags scored as seqeval scores them): a class
+ * per token, not a masked language model's tokens. */
+static inline bool ut_tok_tags(const ut_dataset *ds) { return ut_tok_labels(ds) && !ds->masked_lm; }
+
 /* Whether ds's examples are the seq2seq planes (4, L) I32 above. */
 static inline bool ut_seq2seq_planes(const ut_dataset *ds) {
     return ds->seq2seq && ds->x_ndim == 2 && ds->x_ne[0] == 4 && ds->x_dtype == UT_I32;

@@ -140,6 +140,10 @@ struct ut_model {
      * tensor given to it on the host first). */
     int (*prepare)(const ut_model *m, const ut_host_array *x, ut_inputs *in, char *err, size_t n);
     ut_tensor *(*forward_prepared)(ut_model *m, ut_ctx *ctx, const ut_prepared *in);
+    /* prepare reads in->targets where it has them (a masked language
+     * model: the rows with a label); ut_model_forward_loss then copies a
+     * tensor's targets to the host for it too */
+    bool prepare_targets;
     ut_inputs *host_inputs; /* ut_model_forward's arrays for such a model (owned) */
     /* scalar loss from the forward output and targets */
     ut_tensor *(*loss)(ut_model *m, ut_ctx *ctx, ut_tensor *output, ut_tensor *targets);

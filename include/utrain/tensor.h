@@ -252,6 +252,10 @@ typedef struct {
     int64_t seq_len[2];  /* the batch's padded token sequences' lengths (source, decoder; 0: none),
                             what NEFTune's noise scales by whatever the layout (ut_neftune) */
     ut_host_array a[UT_MAX_INPUTS];
+    /* The batch's targets (host) while prepare runs, where its caller has
+     * them (the loader; .host NULL otherwise): a model may prepare from them
+     * too (a masked language model gathers the rows that have a label). */
+    ut_host_array targets;
     void *buf[UT_MAX_INPUTS];  /* the memory behind a[i].host, kept from batch to batch */
     size_t cap[UT_MAX_INPUTS]; /* its bytes */
     ut_device dev;       /* its memory is page-locked for this device's copies */

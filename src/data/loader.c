@@ -72,7 +72,13 @@ static int prepare(ut_loader *l, slot *sl) {
         x.ne[2] = ut_tok_batch_trim(&b, ds->x_ne[1]);
         x.host = l->trim;
     }
-    if (l->o.prepare(l->o.user, &x, &sl->in, sl->err, sizeof sl->err) == 0) return 0;
+    ut_host_array y = {.dtype = ds->y_dtype, .ndim = 1 + ds->y_ndim, .ne = {sl->count}, .host = sl->y};
+    for (int d = 0; d < ds->y_ndim; d++) y.ne[1 + d] = ds->y_ne[d];
+    if (sl->y_len) y.ne[1] = sl->y_len;
+    sl->in.targets = y;
+    int rc = l->o.prepare(l->o.user, &x, &sl->in, sl->err, sizeof sl->err);
+    sl->in.targets = (ut_host_array){0};
+    if (rc == 0) return 0;
     if (!sl->err[0]) snprintf(sl->err, sizeof sl->err, "preparing a batch of %s failed", ds->name);
     return -1;
 }
@@ -104,6 +110,11 @@ static void fill(ut_loader *l, slot *sl) {
         ut_batch b = {.count = sl->count, .x = sl->x, .y = sl->y};
         ut_tok_labels_trim(&b, l->ds->x_ne[1]);
         sl->y_len = b.y_len;
+    }
+    if (sl->status == 1 && l->ds->collate) { /* the dataset's collator (masked LM's masks) */
+        ut_batch b = {.count = sl->count, .x = sl->x, .y = sl->y, .epoch = sl->epoch, .idx = sl->idx,
+                      .x_len = sl->x_len, .y_len = sl->y_len};
+        if (l->ds->collate(l->ds, &b, sl->err, sizeof sl->err)) sl->status = -1;
     }
     if (sl->status == 1 && l->o.prepare && prepare(l, sl)) sl->status = -1;
 }

@@ -22,6 +22,14 @@
  * on every token, logits (B, T, K) against a class per token (-100
  * ignored); unpadded too, the packed rows' logits put back at their
  * positions by one gather (padding reads row 0; its targets are -100).
+ * model.task masked_lm: BertForMaskedLM (RobertaForMaskedLM): no pooler;
+ * the prediction head (dense, the activation (RoBERTa's: exact GELU),
+ * LayerNorm) and the decoder tied to the word embedding plus a bias, over
+ * the vocabulary; cross-entropy against the masked tokens (-100 elsewhere).
+ * Given the batch's targets (the trainer's path, ut_inputs.targets) only
+ * the rows with a label go through the head: logits (M, V) of those M
+ * positions in order (one ignored row when none has one); otherwise every
+ * position's, (B, T, V), as transformers computes them.
  * RoBERTa (config.json's model_type roberta, or model.name: roberta): names
  * under "roberta.", position ids pad_token_id + 1 + the count of non-padding
  * tokens before (padding at pad_token_id: transformers'
@@ -50,11 +58,16 @@ typedef struct {
     float eps, dropout, attn_dropout, cls_dropout;
     bool exact_gelu, roberta;
     bool token;               /* model.task token_classification: a class per token */
+    bool mlm;                 /* model.task masked_lm: a token of the vocabulary per masked position */
     const char *prefix;       /* "bert" or "roberta" */
     ut_embedding_layer word, pos, type;
     ut_layernorm_layer emb_ln;
     bert_layer *layer;
     ut_linear_layer pooler, classifier; /* RoBERTa: classifier.dense, classifier.out_proj */
+    ut_linear_layer transform; /* masked LM: the head's dense (cls.predictions.transform.dense, lm_head.dense) */
+    ut_layernorm_layer transform_ln;
+    ut_tensor *decoder_bias;  /* masked LM: the bias over the vocabulary (cls.predictions.bias, lm_head.bias) */
+    ut_tensor *mlm_y;         /* masked LM: the last forward's labels of its rows (M), for loss */
     layer_arg *args;          /* per layer: ut_checkpoint keeps the pointer until backward */
     ut_model_layout lay;      /* tensor parallel: heads, features and the word embedding's vocabulary split */
     /* pipeline: this stage's layers [b0, b1); the first stage embeds, the
@@ -134,9 +147,27 @@ static void roberta_positions(int32_t *ps, const int32_t *id, int64_t B, int64_t
 }
 
 /* ---- inputs: prepared on the host (the loader thread), ut_model.prepare ---- */
-enum { PACKED, PADDED }; /* ut_inputs layouts */
+/* ut_inputs layouts; a masked LM's _ROWS: with its labeled rows and their labels */
+enum { PACKED, PADDED, PACKED_ROWS, PADDED_ROWS };
 
 static int32_t *add_i32(ut_inputs *in, int64_t n) { return ut_inputs_add(in, UT_I32, 1, &n); }
+
+/* A masked LM given the batch's targets (in->targets (B, T)): the rows of
+ * the labeled positions, row[b * T + t] the row of position (b, t) (NULL:
+ * b * T + t), and their labels, two arrays (M); with none labeled one row,
+ * ignored. false without such targets (nothing added). */
+static bool mlm_rows(const int32_t *row, int64_t B, int64_t T, ut_inputs *in) {
+    const ut_host_array *y = &in->targets;
+    if (!y->host || y->dtype != UT_I32 || y->ndim != 2 || y->ne[0] != B || y->ne[1] != T) return false;
+    const int32_t *lab = y->host;
+    int64_t M = 0;
+    for (int64_t i = 0; i < B * T; i++) M += lab[i] != -100;
+    int32_t *rows = add_i32(in, M ? M : 1), *ys = add_i32(in, M ? M : 1);
+    rows[0] = 0, ys[0] = -100;
+    for (int64_t i = 0, r = 0; i < B * T; i++)
+        if (lab[i] != -100) rows[r] = row ? row[i] : (int32_t)i, ys[r++] = lab[i];
+    return true;
+}
 
 /* From h (B, 3, T): ids, type ids (B, T), the additive mask (B, T) and
  * positions (T; RoBERTa (B, T)). */
@@ -154,6 +185,7 @@ static void split_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T
     else
         for (int64_t t = 0; t < T; t++) ps[t] = (int32_t)t;
     in->layout = PADDED;
+    if (net->mlm && mlm_rows(NULL, B, T, in)) in->layout = PADDED_ROWS;
 }
 
 /* The real tokens of h (B, 3, T) packed: ids, type ids and position ids (N)
@@ -169,8 +201,9 @@ static bool pack_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T,
     }
     int32_t *id = add_i32(in, N), *ty = add_i32(in, N), *ps = add_i32(in, N), *off = add_i32(in, B + 1);
     int32_t *first = add_i32(in, B), *rp = ut_malloc_check((size_t)(T > 0 ? T : 1) * sizeof *rp);
-    /* a token classifier: each position's packed row (B, T), padding row 0 */
-    int32_t *at = net->token ? ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}) : NULL;
+    /* a token classifier (a masked LM: to find its labeled rows, or all of
+     * them): each position's packed row (B, T), padding row 0 */
+    int32_t *at = net->token || net->mlm ? ut_inputs_add(in, UT_I32, 2, (int64_t[]){B, T}) : NULL;
     int64_t r = 0;
     off[0] = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -188,6 +221,7 @@ static bool pack_inputs(const bert *net, const int32_t *h, int64_t B, int64_t T,
     }
     ut_free(rp);
     in->layout = PACKED;
+    if (net->mlm && mlm_rows(at, B, T, in)) in->layout = PACKED_ROWS;
     return true;
 }
 
@@ -250,26 +284,100 @@ static ut_tensor *token_head(ut_ctx *ctx, const bert *net, ut_tensor *h) {
     return ut_linear_layer_forward(ctx, &net->classifier, ut_dropout(ctx, h, net->cls_dropout));
 }
 
-/* PACKED: ids, types, positions, offsets, first (a token classifier: and
- * each position's row); PADDED: ids, types, mask, positions (padded
- * execution, for batches where some sequence starts with padding) */
-static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
+/* A masked LM's prediction head before the decoder: dense, activation
+ * (BERT's hidden_act; RoBERTa's lm_head exact GELU), LayerNorm; h (..., C) */
+static ut_tensor *mlm_transform(ut_ctx *ctx, const bert *net, ut_tensor *h) {
+    h = net->exact_gelu || net->roberta ? ut_gelu_erf(ctx, ut_linear_layer_forward(ctx, &net->transform, h))
+                                        : ut_linear_layer_forward_gelu(ctx, &net->transform, h);
+    return ut_layernorm_layer_forward(ctx, &net->transform_ln, h);
+}
+
+static bool padded_layout(int layout) { return layout == PADDED || layout == PADDED_ROWS; }
+static bool rows_layout(int layout) { return layout == PACKED_ROWS || layout == PADDED_ROWS; }
+
+/* The encoder's final states: (B, T, C) padded, (N, C) packed; a stage
+ * before the last's activation. A pipeline stage after the first starts
+ * from the activation it was sent. */
+static ut_tensor *states(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
     const bert *net = m->impl;
     ut_tensor *const *t = in->t;
-    /* a pipeline stage after the first starts from the activation it was
-     * sent; one before the last returns its layers' output */
-    if (in->layout == PADDED) {
+    if (padded_layout(in->layout)) {
         ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[3], in->seq_len[0]) : m->stage_input;
-        ut_tensor *h = encoder(m, ctx, x, t[2], layer_fn);
-        if (!net->last) return h;
+        return encoder(m, ctx, x, t[2], layer_fn);
+    }
+    ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2], in->seq_len[0]) : m->stage_input;
+    return encoder(m, ctx, x, t[3], layer_fn_packed);
+}
+
+/* A masked LM's head input from the final states h: the transformed states
+ * of the labeled rows (M, C) (their labels in *ys), or of every position
+ * (B, T, C) (*ys NULL) */
+static ut_tensor *mlm_hidden(ut_ctx *ctx, const bert *net, const ut_prepared *in, ut_tensor *h, ut_tensor **ys) {
+    ut_tensor *const *t = in->t;
+    bool padded = padded_layout(in->layout);
+    *ys = NULL;
+    if (!h) return NULL;
+    if (rows_layout(in->layout)) { /* the rows and labels follow the layout's arrays */
+        int r = padded ? 4 : 6;
+        if (padded) h = ut_reshape(ctx, h, 2, (int64_t[]){h->ne[0] * h->ne[1], net->C});
+        *ys = t[r + 1];
+        return mlm_transform(ctx, net, ut_embedding(ctx, t[r], h));
+    }
+    h = mlm_transform(ctx, net, h);
+    return padded ? h : ut_embedding(ctx, t[5], h); /* the packed rows back to (B, T, C) */
+}
+
+/* PACKED: ids, types, positions, offsets, first (a token classifier, a
+ * masked LM: and each position's row; PACKED_ROWS: then the labeled rows
+ * and their labels); PADDED: ids, types, mask, positions (padded
+ * execution, for batches where some sequence starts with padding;
+ * PADDED_ROWS: then the labeled rows and their labels) */
+static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) {
+    bert *net = m->impl;
+    ut_tensor *const *t = in->t;
+    ut_tensor *h = states(m, ctx, in);
+    if (!net->last) return h;
+    if (net->mlm) {
+        ut_tensor *x = mlm_hidden(ctx, net, in, h, &net->mlm_y);
+        return ut_linear(ctx, x, net->word.w, net->decoder_bias); /* the decoder, tied to the word embedding */
+    }
+    if (padded_layout(in->layout)) {
         if (net->token) return token_head(ctx, net, h);
         return head(ctx, net, ut_reshape(ctx, ut_slice(ctx, h, 1, 0, 1), 2, (int64_t[]){t[0]->ne[0], net->C}));
     }
-    ut_tensor *x = net->first ? embed(ctx, net, t[0], t[1], t[2], in->seq_len[0]) : m->stage_input;
-    ut_tensor *h = encoder(m, ctx, x, t[3], layer_fn_packed);
-    if (!net->last) return h;
     if (net->token) return ut_embedding(ctx, t[5], token_head(ctx, net, h)); /* (B, T, K) */
     return head(ctx, net, ut_embedding(ctx, t[4], h));
+}
+
+/* A masked LM's loss with the decoder in the same op (ut_linear_cross_entropy:
+ * the logits over the vocabulary never a tensor of their own), over the
+ * labeled rows where prepare had the targets; NULL (nothing run) for the
+ * other tasks and a stage without the head. */
+static ut_tensor *bert_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared *in, ut_tensor *targets) {
+    bert *net = m->impl;
+    if (!net->mlm || !net->last) return NULL;
+    ut_tensor *ys, *x = mlm_hidden(ctx, net, in, states(m, ctx, in), &ys);
+    if (!x) return NULL;
+    if (!ys) { /* every position: against the targets (B, T) */
+        if (!targets || targets->ndim != 2 || targets->ne[0] != x->ne[0] || targets->ne[1] != x->ne[1]) {
+            ut_ctx_set_error(ctx, "%s masked LM loss: I32 targets (B, T), a token per position (-100: none), "
+                                  "must match the batch's (%lld, %lld)", m->type, (long long)x->ne[0],
+                             (long long)x->ne[1]);
+            return NULL;
+        }
+        ys = targets;
+    }
+    return ut_linear_cross_entropy(ctx, x, net->word.w, net->decoder_bias, ys, -100);
+}
+
+/* A masked LM's loss of its logits: of the labeled rows (M, V) against
+ * their labels from the same forward, or of every position (B, T, V)
+ * against the targets (B, T) */
+static ut_tensor *mlm_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
+    bert *net = m->impl;
+    if (logits && logits->ndim == 2 && net->mlm_y && net->mlm_y->ne[0] == logits->ne[0])
+        return ut_cross_entropy(ctx, logits, net->mlm_y, -100);
+    return ut_model_token_loss(m, ctx, logits, targets);
 }
 
 /* ---- building ---- */
@@ -330,7 +438,14 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         layer_init(m, net, &net->layer[i], i, std);
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
-    if (net->last && net->token) {
+    if (net->last && net->mlm) {
+        ut_linear_layer_init_normal(m, &net->transform, net->roberta ? "lm_head.dense" : "cls.predictions.transform.dense",
+                                    net->C, net->C, std);
+        ln_init(m, &net->transform_ln, net->roberta ? "lm_head.layer_norm" : "cls.predictions.transform.LayerNorm",
+                net->C, net->eps);
+        net->decoder_bias = ut_param_add(m, net->roberta ? "lm_head.bias" : "cls.predictions.bias", 1,
+                                         (int64_t[]){net->V}, (ut_init){UT_INIT_ZEROS, 0});
+    } else if (net->last && net->token) {
         ut_linear_layer_init_normal(m, &net->classifier, "classifier", net->C, net->K, std);
     } else if (net->last) {
         ut_linear_layer_init_normal(m, &net->pooler, net->roberta ? "classifier.dense" : "bert.pooler.dense", net->C,
@@ -345,7 +460,8 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
     m->free_impl = bert_free;
     m->prepare = bert_prepare;
     m->forward_prepared = bert_forward;
-    m->loss = net->token ? ut_model_token_loss : ut_model_class_loss;
+    m->loss = net->mlm ? mlm_loss : net->token ? ut_model_token_loss : ut_model_class_loss;
+    if (net->mlm) m->forward_loss = bert_forward_loss, m->prepare_targets = true;
     ut_model_finalize(m, seed);
     return m;
 }
@@ -438,10 +554,12 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
                          act);
     if (pos && strcmp(pos, "absolute"))
         return ut_errorf(err, n, "bert: position_embedding_type '%s' is not supported (absolute)", pos);
-    if (task && strcmp(task, "sequence_classification") && strcmp(task, "token_classification"))
-        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification or "
-                                 "token_classification", task);
+    if (task && strcmp(task, "sequence_classification") && strcmp(task, "token_classification") &&
+        strcmp(task, "masked_lm"))
+        return ut_errorf(err, n, "model.task: '%s' is not available for bert; use sequence_classification, "
+                                 "token_classification or masked_lm", task);
     net->token = task && !strcmp(task, "token_classification");
+    net->mlm = task && !strcmp(task, "masked_lm");
     return 0;
 }
 
@@ -452,8 +570,8 @@ static void zero_padding_rows(const bert *net) {
     ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
 }
 
-static int load_pretrained(ut_model *m, bool roberta, bool token, const char *dir, bool mismatched, char *err,
-                           size_t n) {
+static int load_pretrained(ut_model *m, const bert *net, const char *dir, bool mismatched, char *err, size_t n) {
+    bool roberta = net->roberta, token = net->token;
     static const char *const optional[] = {"bert.pooler.", "classifier.", NULL};
     static const char *const ignored[] = {"position_ids", "cls.", NULL};
     /* a bare RobertaModel keeps a pooler the classifier does not use; lm_head: the MLM head */
@@ -463,9 +581,17 @@ static int load_pretrained(ut_model *m, bool roberta, bool token, const char *di
     static const char *const t_ignored[] = {"position_ids", "cls.", "bert.pooler.", NULL};
     static const char *const tr_ignored[] = {"position_ids", "lm_head.", "pooler.", "classifier.dense.",
                                              "classifier.out_proj.", NULL};
+    /* a masked LM: the decoder is the word embedding (its bias the head's
+     * bias); a checkpoint without the head (a bare encoder, a classifier)
+     * gives it fresh, as transformers does, and its other heads are not read */
+    static const char *const m_optional[] = {"cls.predictions.", NULL}, *const mr_optional[] = {"lm_head.", NULL};
+    static const char *const m_ignored[] = {"position_ids", "cls.predictions.decoder.", "cls.seq_relationship.",
+                                            "bert.pooler.", "classifier.", NULL};
+    static const char *const mr_ignored[] = {"position_ids", "lm_head.decoder.", "pooler.", "classifier.", NULL};
     ut_hf_load_opts o = {.base_prefix = roberta ? "roberta." : "bert.", .optional = optional,
                          .ignored = token ? (roberta ? tr_ignored : t_ignored) : roberta ? r_ignored : ignored,
                          .ignore_mismatched = mismatched};
+    if (net->mlm) o.optional = roberta ? mr_optional : m_optional, o.ignored = roberta ? mr_ignored : m_ignored;
     return ut_hf_load_pretrained(m, dir, o, err, n);
 }
 
@@ -498,6 +624,11 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     int rc = read_dims(kv, &net, &std, err, n) || read_kinds(kv, &net, err, n);
     ut_kv_free(merged);
     if (rc) return NULL;
+    if (net.mlm && (said || ut_kv_get(opts, "classifier_dropout")))
+        return ut_errorf(err, n, "model.task masked_lm predicts tokens of the vocabulary, not classes: remove "
+                                 "model.%s", ut_kv_get(opts, "problem_type") ? "problem_type"
+                                 : ut_kv_get(opts, "classifier_dropout") ? "classifier_dropout"
+                                 : ut_kv_get(opts, "num_labels") ? "num_labels" : "num_classes"), NULL;
     if (net.token && (problem != UT_PROBLEM_SINGLE_LABEL || net.K < 2))
         return ut_errorf(err, n, "model.task token_classification: a class per token from at least 2 (the tags); "
                                  "%s", net.K < 2 ? "num_labels must be 2 or more" : "remove model.problem_type"), NULL;
@@ -507,6 +638,11 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     if (ut_pipeline_stage_blocks(&net.lay, net.L, 0, &net.b0, &net.b1, err, n)) return NULL;
     net.first = net.b0 == 0, net.last = net.b1 == net.L;
     int T = net.lay.tp_size;
+    if (net.mlm && (T > 1 || net.lay.pp_size > 1))
+        return ut_errorf(err, n, "model.task masked_lm: its decoder is the word embedding, which is not yet split "
+                                 "over %s; train it with data parallelism (dist.strategy ddp or zero1/2/3)",
+                         T > 1 ? "tensor-parallel ranks (dist.tensor_parallel)" : "pipeline stages "
+                         "(dist.pipeline_parallel)"), NULL;
     if (T > 1) {
         const char *who = net.roberta ? "roberta" : "bert";
         if (net.NH % T || net.I % T || net.V % T)
@@ -517,13 +653,14 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     }
     double C = (double)net.C, numel = (double)(net.V + net.P + net.TV) * C +
                                       (double)net.L * (4.0 * C * C + 2.0 * C * (double)net.I) +
-                                      C * ((net.token ? 0 : C) + (double)net.K);
+                                      (net.mlm ? C * (C + 2) + (double)net.V
+                                               : C * ((net.token ? 0 : C) + (double)net.K));
     if (ut_memory_check(8 * numel, ut_fmt("bert (%.3g parameters)", numel), err, n)) return NULL;
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
     if (impl->roberta && !dir && impl->first) zero_padding_rows(impl);
-    if (dir && load_pretrained(m, impl->roberta, impl->token, dir, mismatched, err, n)) {
+    if (dir && load_pretrained(m, impl, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;
     }

@@ -252,7 +252,7 @@ ut_tensor *ut_model_forward_loss_inputs(ut_model *m, ut_ctx *ctx, ut_inputs *in,
  * context's arena), prepared there into the model's own ut_inputs (kept, so
  * a warm step allocates nothing), for uploading (the trainer does this on
  * the loader thread instead). NULL with the context's error. */
-static ut_inputs *prepare_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
+static ut_inputs *prepare_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tensor *targets) {
     if (!ut_op_check(ctx, m->type, 1, &x, 1)) return NULL;
     if (!ut_is_contiguous(x)) {
         ut_op_error(ctx, m->type, 1, &x, "expects a contiguous input");
@@ -269,7 +269,20 @@ static ut_inputs *prepare_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
     ut_inputs_clear(in); /* the last call's uploads are done */
     char err[512];
     if (ut_tensor_get(x, h.host, bytes)) return NULL;
-    if (m->prepare(m, &h, in, err, sizeof err)) {
+    /* the targets too, for a model that prepares from them (in->targets) */
+    if (m->prepare_targets && targets && ut_is_contiguous(targets)) {
+        size_t tb = (size_t)ut_nelem(targets) * ut_dtype_size(targets->dtype);
+        in->targets = (ut_host_array){.dtype = targets->dtype, .ndim = targets->ndim,
+                                      .host = ut_ctx_alloc(ctx, tb ? tb : 1)};
+        memcpy(in->targets.ne, targets->ne, sizeof in->targets.ne);
+        if (ut_tensor_get(targets, in->targets.host, tb)) {
+            in->targets = (ut_host_array){0};
+            return NULL;
+        }
+    }
+    int rc = m->prepare(m, &h, in, err, sizeof err);
+    in->targets = (ut_host_array){0};
+    if (rc) {
         ut_ctx_set_error(ctx, "%s", err);
         return NULL;
     }
@@ -277,7 +290,7 @@ static ut_inputs *prepare_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
 }
 
 static ut_tensor *forward_via_host(ut_model *m, ut_ctx *ctx, ut_tensor *x) {
-    ut_inputs *in = prepare_via_host(m, ctx, x);
+    ut_inputs *in = prepare_via_host(m, ctx, x, NULL);
     return in ? ut_model_forward_inputs(m, ctx, in) : NULL;
 }
 
@@ -289,7 +302,7 @@ ut_tensor *ut_model_forward_loss(ut_model *m, ut_ctx *ctx, ut_tensor *x, ut_tens
         *output = m->forward(m, ctx, x);
         return *output ? m->loss(m, ctx, *output, targets) : NULL;
     }
-    ut_inputs *in = prepare_via_host(m, ctx, x);
+    ut_inputs *in = prepare_via_host(m, ctx, x, targets);
     return in ? ut_model_forward_loss_inputs(m, ctx, in, targets, output) : NULL;
 }
 

@@ -31,6 +31,19 @@ static const char *const *subset_words(const ut_dataset *ds, int64_t i, int64_t 
     return i >= 0 && i < ds->n ? s->parent->words(s->parent, s->lo + i, n) : NULL;
 }
 
+/* the parent's collator on the batch, its examples by their parent's
+ * indices (so a carved or cut dataset draws the masks the whole one would) */
+static int subset_collate(const ut_dataset *ds, ut_batch *b, char *err, size_t n) {
+    const subset *s = ds->impl;
+    int64_t *idx = ut_malloc_check((size_t)(b->count > 0 ? b->count : 1) * sizeof *idx);
+    for (int64_t k = 0; k < b->count; k++) idx[k] = s->lo + b->idx[k];
+    ut_batch pb = *b;
+    pb.idx = idx;
+    int rc = s->parent->collate(s->parent, &pb, err, n);
+    ut_free(idx);
+    return rc;
+}
+
 static void subset_free(ut_dataset *ds) {
     subset *s = ds->impl;
     if (--*s->refs == 0) {
@@ -54,6 +67,7 @@ static ut_dataset *subset_new(ut_dataset *parent, int *refs, int64_t lo, int64_t
     ds->free = subset_free;
     ds->text = parent->text ? subset_text : NULL;
     ds->words = parent->words ? subset_words : NULL;
+    ds->collate = parent->collate ? subset_collate : NULL;
     return ds;
 }
 
@@ -529,6 +543,25 @@ static int open_tagged(const ut_config *c, const char *run_dir, bool lead, ut_da
     return rc ? rc : check_dev_labeled(c, train, dev, err, n);
 }
 
+/* mlm_text: texts for a masked language model, read with the pretrained
+ * tokenizer; the masks are drawn from data.seed (else seed), the epoch, the
+ * example and the position (ut_mlm_dataset_open) */
+static int open_mlm(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut_dataset **test, char *err,
+                    size_t n) {
+    ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
+    if (!tok) return -1;
+    ut_mlm_opts o = {.max_len = c->max_len, .line_by_line = c->line_by_line,
+                     .text_column = c->text_column[0] ? c->text_column : NULL, .probability = c->mlm_probability,
+                     .seed = (uint64_t)(c->data_seed >= 0 ? c->data_seed : c->seed)};
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    ut_dataset **out[3] = {train, dev, test};
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++)
+        if (out[i] && paths[i][0] && !(*out[i] = ut_mlm_dataset_open(paths[i], tok, &o, err, n))) rc = -1;
+    ut_tokenizer_free(tok);
+    return rc;
+}
+
 /* data.dev_fraction: the last fraction of the training examples (at least
  * one, not all) as the dev set, for text data without a dev file */
 static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
@@ -561,6 +594,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     else if (!strcmp(cfg->data_name, "tsv_text")) rc = open_tsv(cfg, run_dir, say, carve_test, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, say, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, say, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "mlm_text")) rc = open_mlm(cfg, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;
@@ -720,6 +754,8 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
     }
     /* words with a tag each: bert and roberta tag them (config_check refuses the other built-ins) */
     if (!strcmp(cfg->data_name, "tagged_text") && !ut_kv_get(opts, "task")) ut_kv_set(opts, "task", "token_classification");
+    /* texts to mask: bert and roberta predict the masked tokens (config_check refuses the other built-ins) */
+    if (!strcmp(cfg->data_name, "mlm_text") && !ut_kv_get(opts, "task")) ut_kv_set(opts, "task", "masked_lm");
     /* the tags are the head's classes, over a checkpoint's id2label of others (run_ner passes num_labels; a
      * head of another size loads with model.ignore_mismatched_sizes) */
     if (!strcmp(cfg->data_name, "tagged_text") && data && data->num_classes > 0 && !ut_kv_get(opts, "num_labels")) {
@@ -823,7 +859,8 @@ ut_model *ut_model_from_config_layout(const ut_config *cfg, const ut_dataset *da
             return NULL;
         }
     }
-    int64_t room = strcmp(cfg->data_name, "tsv_text") && strcmp(cfg->data_name, "tagged_text") ? 0 : position_room(cfg, m);
+    int64_t room = strcmp(cfg->data_name, "tsv_text") && strcmp(cfg->data_name, "tagged_text") &&
+                           strcmp(cfg->data_name, "mlm_text") ? 0 : position_room(cfg, m);
     const ut_tensor *rob = ut_model_param(m, "roberta.embeddings.position_embeddings.weight");
     if (room > 0 && cfg->max_len > room) {
         if (rob)

@@ -111,17 +111,17 @@ static int check_regression(const ut_config *c, const ut_dataset *ds, unsigned l
 int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) {
     unsigned list = listed(c), mask = list | best(c);
     if (!ds) return 0;
-    if (c->entity_metrics && !ut_tok_labels(ds))
+    if (c->entity_metrics && !ut_tok_tags(ds))
         return ut_errorf(err, n, "train.entity_metrics: scores entity types of tagged text (data.name tagged_text), "
                                  "and the data (%s) has none; remove it", ds->name);
     if (ds->regression) return check_regression(c, ds, list, mask, err, n);
     unsigned tagged = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_ACCURACY;
-    if (ut_tok_labels(ds) && (mask & ~tagged))
+    if (ut_tok_tags(ds) && (mask & ~tagged))
         return ut_errorf(err, n, "%s: %s is not a token classifier's score: the data (%s) has a tag per word, "
                                  "scored as seqeval scores entities (precision, recall, f1, always computed) and "
                                  "accuracy over the tagged words; remove it", list & ~tagged ? "train.metrics" :
                          "train.best_metric", first_name(list & ~tagged ? list & ~tagged : mask & ~tagged), ds->name);
-    if (ut_tok_labels(ds)) return 0;
+    if (ut_tok_tags(ds)) return 0;
     if (ds->multi_label && (mask & UT_CLS_MCC))
         return ut_errorf(err, n, "%s: matthews_correlation is a single-label classifier's score, and the data (%s) "
                                  "holds lists of labels (model.problem_type multi_label_classification); its scores "

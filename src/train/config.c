@@ -15,7 +15,8 @@
 #define LE(v) .hi = UT_CFG_LE, .max = (v)
 
 static const char *const modes[] = {"train", "test", NULL};
-static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", "tagged_text", NULL};
+static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", "tagged_text", "mlm_text",
+                                       NULL};
 static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
@@ -100,7 +101,8 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "idx_images: normalisation (x/255 - mean)/std"},
     {.key = "data.train_path", .type = UT_CFG_STR, AT(train_path), .def = "", .hashed = true,
      .doc = "tokens: shard file or glob; tsv_text: TSV, CSV or JSON file; seq2seq_text: pairs; tagged_text: JSON "
-            "Lines or CoNLL text of words and tags (its tags are the classes, also in test mode)"},
+            "Lines or CoNLL text of words and tags (its tags are the classes, also in test mode); mlm_text: a text "
+            "file (a line each), CSV or JSON Lines to train a masked language model on"},
     {.key = "data.dev_path", .type = UT_CFG_STR, AT(dev_path), .def = "",
      .doc = "tokens and the text kinds: dev data (empty: no dev set)"},
     {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
@@ -113,7 +115,8 @@ const ut_cfg_key ut_cfg_schema[] = {
             "seq2seq_text: the pretrained tokenizer; tokens: the one `utrain tokenize` made the shards with, "
             "which `utrain generate` encodes prompts and decodes with"},
     {.key = "data.max_len", .type = UT_CFG_INT, AT(max_len), .def = "64", GE(1), LE(1e9), .hashed = true,
-     .doc = "tsv_text, tagged_text: pad or truncate to this many tokens"},
+     .doc = "tsv_text, tagged_text: pad or truncate to this many tokens; mlm_text: each block's tokens (with "
+            "data.line_by_line: each line's most)"},
     {.key = "data.min_freq", .type = UT_CFG_INT, AT(min_freq), .def = "1", GE(1), .hashed = true,
      .doc = "tsv_text, word tokenizer: minimum count of a vocabulary word"},
     {.key = "data.shuffle", .type = UT_CFG_BOOL, AT(shuffle), .def = "true", .hashed = true,
@@ -162,10 +165,18 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "data.label_all_tokens", .type = UT_CFG_BOOL, AT(label_all_tokens), .def = "false", .hashed = true,
      .doc = "tagged_text: every piece of a word carries the word's tag (a B- tag as its I- on the later pieces), "
             "as run_ner's label_all_tokens; false: only the first piece, the others are not scored"},
+    {.key = "data.mlm_probability", .type = UT_CFG_FLOAT, AT(mlm_probability), .def = "0.15", GT(0), LT(1),
+     .hashed = true,
+     .doc = "mlm_text: the share of the tokens masked (run_mlm's mlm_probability): of those, 80% become the mask "
+            "token, 10% a random token, 10% stay"},
+    {.key = "data.line_by_line", .type = UT_CFG_BOOL, AT(line_by_line), .def = "false", .hashed = true,
+     .doc = "mlm_text: each line that is not blank an example, cut at data.max_len and padded (run_mlm's "
+            "line_by_line); false: the lines' tokens concatenated and cut into blocks of data.max_len"},
     {.key = "data.text_column", .type = UT_CFG_STR, AT(text_column), .def = "", .hashed = true, .hash_if_set = true,
      .doc = "tsv_text: the text's column (several, comma-separated: their fields joined by text_column_delimiter, "
             "as run_classification's text_column_names); empty: found by name (docs/data.md); tagged_text: the "
-            "JSON key of the words (empty: tokens, else the first)"},
+            "JSON key of the words (empty: tokens, else the first); mlm_text: the CSV column or JSON key of the "
+            "text (empty: text, else the first)"},
     {.key = "data.text_pair_column", .type = UT_CFG_STR, AT(text_pair_column), .def = "", .hashed = true,
      .hash_if_set = true, .doc = "tsv_text: the column of a pair's second text (with text_column)"},
     {.key = "data.label_column", .type = UT_CFG_STR, AT(label_column), .def = "", .hashed = true,
@@ -662,6 +673,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"label_column_name", "data.label_column"},
     {"text_column_name", "data.text_column"},           /* run_ner's */
     {"label_all_tokens", "data.label_all_tokens"},
+    {"mlm_probability", "data.mlm_probability"},        /* run_mlm's */
+    {"line_by_line", "data.line_by_line"},
     {"return_entity_level_metrics", "train.entity_metrics"},
     {"text_column_delimiter", "data.text_column_delimiter"},
     {"text_column", "data.source_field"},               /* run_summarization's */

@@ -190,16 +190,19 @@ static int check_data(const ut_config *c, char *err, size_t n) {
         FAIL("generate.eval: evaluation by generation needs sequence-to-sequence data (data.name: seq2seq_text), "
              "not data.name: %s; remove it", c->data_name);
     /* the keys of one kind of text file */
-    bool tsv = !strcmp(c->data_name, "tsv_text"), tagged = !strcmp(c->data_name, "tagged_text");
+    bool tsv = !strcmp(c->data_name, "tsv_text"), tagged = !strcmp(c->data_name, "tagged_text"),
+         mlm = !strcmp(c->data_name, "mlm_text");
     const struct { const char *key; bool set; bool ours; const char *name; } kinds[] = {
         {"data.source_field", strcmp(c->source_field, "source") != 0, pairs, "seq2seq_text"},
         {"data.target_field", strcmp(c->target_field, "target") != 0, pairs, "seq2seq_text"},
         {"data.source_prefix", c->source_prefix[0] != 0, pairs, "seq2seq_text"},
         {"data.lowercase", c->lowercase, pairs, "seq2seq_text"},
-        {"data.text_column", c->text_column[0] != 0, tsv || tagged, "tsv_text and tagged_text"},
+        {"data.text_column", c->text_column[0] != 0, tsv || tagged || mlm, "tsv_text, tagged_text and mlm_text"},
         {"data.text_pair_column", c->text_pair_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
         {"data.label_column", c->label_column[0] != 0, tsv || tagged, "tsv_text and tagged_text"},
         {"data.label_all_tokens", c->label_all_tokens, tagged, "tagged_text"},
+        {"data.mlm_probability", c->mlm_probability != 0.15, mlm, "mlm_text"},
+        {"data.line_by_line", c->line_by_line, mlm, "mlm_text"},
         {"data.text_column_delimiter", strcmp(c->text_column_delimiter, " ") != 0, !strcmp(c->data_name, "tsv_text"),
          "tsv_text"},
     };
@@ -225,7 +228,23 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
         {"cnn", "idx_images", "an image classifier: it reads IDX images"},
         {"mlp", "idx_images", "an image classifier: it reads IDX images"}};
     const char *task = ut_kv_get(c->model_opts, "task");
-    bool tok_task = task && !strcmp(task, "token_classification");
+    bool tok_task = task && !strcmp(task, "token_classification"), mlm_task = task && !strcmp(task, "masked_lm");
+    if (!strcmp(c->data_name, "mlm_text")) { /* BertForMaskedLM, RobertaForMaskedLM */
+        static const char *const others[] = {"gpt2", "bow", "bart", "t5", "cnn", "mlp"};
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+            if (!strcmp(c->model_name, others[i]))
+                FAIL("data.name mlm_text: masked language modeling trains bert and roberta (model.task: masked_lm), "
+                     "not model.name %s%s", c->model_name,
+                     strcmp(c->model_name, "gpt2") ? "" : " (a causal language model: it reads token shards, "
+                                                          "data.name: tokens, made by `utrain tokenize`)");
+        if (task && !mlm_task)
+            FAIL("model.task: %s, but data.name mlm_text trains a masked language model: set model.task: masked_lm "
+                 "(or remove it)", task);
+        return 0;
+    }
+    if (mlm_task)
+        FAIL("model.task: masked_lm predicts the masked tokens of texts: set data.name: mlm_text (data.name is %s)",
+             c->data_name);
     if (!strcmp(c->data_name, "tagged_text")) { /* BertForTokenClassification, RobertaForTokenClassification */
         static const char *const others[] = {"gpt2", "bow", "bart", "t5", "cnn", "mlp"};
         for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)

@@ -601,6 +601,16 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         }
         return 1;
     }
+    /* run_mlm's share of the train file held out for evaluation when there is no validation_file: data.dev_fraction */
+    if (!strcmp(key, "validation_split_percentage")) {
+        char *end;
+        double pct = *v ? strtod(v, &end) : 0;
+        if (*v && (*end || !(pct >= 0 && pct < 100)))
+            return ut_errorf(err, n, "validation_split_percentage: '%s' is not a percentage in [0, 100)", v);
+        c->hf_mlm = true; /* applied with the recipe: not beside a validation_file (run_mlm ignores it then) */
+        c->hf_val_split = pct / 100;
+        return 1;
+    }
     /* run_ner's per-type scores: train.entity_metrics */
     if (!strcmp(key, "return_entity_level_metrics")) {
         c->hf_tagged = true;
@@ -822,6 +832,8 @@ const char *const ut_cfg_hf_doc =
     "| `val_max_target_length`, `ignore_pad_token_for_loss`, `lang`, `forced_bos_token`, `resize_position_embeddings` | null, true, null, null, false / others | nothing / refused, saying why (every split's targets are cut to `max_target_length`, whose padding never counts; mBART's language tokens; the checkpoint's position embeddings) |\n"
     "| `use_fast_tokenizer`, `model_revision`, `token`, `use_auth_token`, `trust_remote_code`, `config_name` | true, `main`, null, null or false, false, null / others | nothing / refused, saying why (utrain reads local directories and its own models) |\n"
     "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n"
+    "| `mlm_probability`, `line_by_line` (run_mlm) | a share in (0, 1); true / false | `data.mlm_probability`, `data.line_by_line`; either (or `validation_split_percentage`) makes `train_file` texts for a masked language model (`data.name: mlm_text`, [data.md](data.md#masked-language-modeling-texts-to-fill-in)) |\n"
+    "| `validation_split_percentage` (run_mlm) | a percentage | `data.dev_fraction` (its hundredth): without `validation_file`, that share of the examples is the dev set (run_mlm takes the first lines of the file, utrain the last examples) |\n"
     "| `task_name` (run_ner) | `ner` / `pos`, `chunk` | `data.name: tagged_text` (the tags under `ner_tags`, else each object's second key) / the same with `data.label_column: pos_tags` (`chunk_tags`) unless `label_column_name` says |\n"
     "| `text_column_name`, `label_column_name`, `label_all_tokens` (run_ner) | a key; true / false | `data.text_column`, `data.label_column` (the words' and the tags' JSON keys), `data.label_all_tokens`; `text_column_name`, `label_all_tokens`, `return_entity_level_metrics` or run_ner's `task_name` make `train_file` tagged text (`data.name: tagged_text`, [data.md](data.md#token-classification-words-and-their-tags)) |\n"
     "| `return_entity_level_metrics` (run_ner) | false / true | `train.entity_metrics`: each evaluation reports the overall precision, recall, f1 and accuracy / and each entity type's precision, recall and f1 |\n\n";

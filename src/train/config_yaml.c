@@ -402,9 +402,13 @@ static int hf_recipe(loader *ld) {
                  seen(ld, "generate.eval");
     /* run_ner's: words with a tag each */
     bool tagged = c->hf_tagged || seen(ld, "label_all_tokens") || seen(ld, "text_column_name");
+    /* run_mlm's: texts to mask */
+    bool mlm = c->hf_mlm || seen(ld, "mlm_probability") || seen(ld, "line_by_line");
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
-        {"data.name", tagged ? "tagged_text" : pairs ? "seq2seq_text" : "tsv_text", files && !seen(ld, "data.name"),
-         tagged  ? "train_file: words with a tag each (data.name tagged_text)"
+        {"data.name", mlm ? "mlm_text" : tagged ? "tagged_text" : pairs ? "seq2seq_text" : "tsv_text",
+         files && !seen(ld, "data.name"),
+         mlm       ? "train_file: texts for a masked language model (data.name mlm_text)"
+         : tagged  ? "train_file: words with a tag each (data.name tagged_text)"
          : pairs ? "train_file: pairs of texts (data.name seq2seq_text)"
                  : "train_file: texts to classify (data.name tsv_text)"},
         {"optim.lr", "5e-5", true, "learning_rate 5e-5"},
@@ -429,6 +433,14 @@ static int hf_recipe(loader *ld) {
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
         if (apply_default(ld, hf, recipe[i].key, recipe[i].value, recipe[i].what)) return -1;
+    }
+    /* run_mlm's validation_split_percentage: without a validation_file, that share is the dev set */
+    if (c->hf_val_split > 0 && !c->dev_path[0] && !seen(ld, "data.dev_fraction")) {
+        char frac[32], what[96];
+        snprintf(frac, sizeof frac, "%.17g", c->hf_val_split);
+        snprintf(what, sizeof what, "validation_split_percentage %.15g: data.dev_fraction %s", 100 * c->hf_val_split,
+                 frac);
+        if (apply_default(ld, hf, "data.dev_fraction", frac, what)) return -1;
     }
     /* eval_strategy steps without eval_steps evaluates every logging_steps (a fraction of the steps too) */
     if (!strcmp(c->eval_strategy, "steps") && c->eval_interval == 0 && c->eval_steps_fraction == 0 &&

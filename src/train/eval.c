@@ -78,8 +78,10 @@ static bool prepares(const ut_hooks *h, const ut_model *m) {
  * default loss and no metrics hook, and neither classes nor scores (whose
  * metrics and stored predictions read the output). The model may then skip
  * making its output (ut_model_forward_loss_inputs). */
-static bool loss_alone(const ut_hooks *h, const ut_dataset *ds) {
-    return h->compute_loss == default_loss && !h->metrics && ut_dataset_outputs(ds) == 0;
+static bool loss_alone(const ut_hooks *h, const ut_dataset *ds, const ut_ctx *ctx) {
+    /* a masked language model's accuracy is an evaluation's (training reports the loss) */
+    return h->compute_loss == default_loss && !h->metrics && ut_dataset_outputs(ds) == 0 &&
+           !(ds->masked_lm && !ut_ctx_training(ctx));
 }
 
 static int prepare_thunk(void *user, const ut_host_array *x, ut_inputs *in, char *err, size_t n) {
@@ -103,7 +105,7 @@ int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_datas
         /* the loader prepared the model's arrays: y and each of them go up
          * with one asynchronous copy, and the model does no host work */
         *y = collate_y(ctx, ds, b);
-        if (*y && loss_alone(h, ds)) { /* the head and loss in one op where the model has them */
+        if (*y && loss_alone(h, ds, ctx)) { /* the head and loss in one op where the model has them */
             out->loss = ut_model_forward_loss_inputs(m, ctx, b->inputs, *y, &out->output);
         } else {
             out->output = *y ? ut_model_forward_inputs(m, ctx, b->inputs) : NULL;
@@ -112,7 +114,7 @@ int ut_forward_batch(const ut_hooks *h, ut_ctx *ctx, ut_model *m, const ut_datas
     } else {
         rc = h->collate(h->user, ctx, ds, b, &x, y);
         if (b->inputs) ut_inputs_fence(ctx, b->inputs); /* the loader's buffers are read until here */
-        if (!rc && h->forward_step == default_forward && loss_alone(h, ds)) {
+        if (!rc && h->forward_step == default_forward && loss_alone(h, ds, ctx)) {
             /* the head and loss in one op where the model has them */
             out->loss = ut_model_forward_loss(m, ctx, x, *y, &out->output);
             rc = out->loss ? 0 : -1;
@@ -219,6 +221,41 @@ static int64_t exact_label_sets(const ut_tensor *out, const ut_tensor *y, double
     return hits;
 }
 
+/* A masked language model's batch: its predictions (the first largest
+ * logit) of the labeled positions' tokens (targets y (B, T) other than
+ * -100) right into *right, of *count; out is the logits of every position
+ * (B, T, V) or of the labeled ones alone, in order (M, V: bert's rows,
+ * one ignored row when none is labeled). false if the shapes are not those. */
+static bool mlm_batch(const ut_tensor *out, const ut_tensor *y, int64_t *right, int64_t *count) {
+    if (!out || !ut_is_contiguous(out) || !y || y->ndim != 2 || y->dtype != UT_I32 || !ut_is_contiguous(y) ||
+        (out->ndim != 2 && out->ndim != 3) || (out->ndim == 3 && (out->ne[0] != y->ne[0] || out->ne[1] != y->ne[1])))
+        return false;
+    out = as_f32(out);
+    int64_t rows = out->ndim == 3 ? out->ne[0] * out->ne[1] : out->ne[0], V = out->ne[out->ndim - 1];
+    int64_t N = y->ne[0] * y->ne[1], labeled = 0;
+    int32_t *label = host_copy(y);
+    for (int64_t i = 0; label && i < N; i++) labeled += label[i] != -100;
+    if (!label || (out->ndim == 2 && rows != labeled && !(labeled == 0 && rows == 1))) {
+        ut_free(label);
+        return false;
+    }
+    float *o = host_copy(out);
+    *right = *count = 0;
+    for (int64_t i = 0, r = 0; o && i < N; i++) {
+        if (label[i] == -100) continue;
+        const float *row = o + (out->ndim == 3 ? i : r++) * V;
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        *right += best == label[i];
+        ++*count;
+    }
+    bool ok = o != NULL;
+    ut_free(o);
+    ut_free(label);
+    return ok;
+}
+
 /* A token classifier's batch, logits (B, T, K) and targets (B, T): per
  * sentence, the labeled tokens' (targets other than -100) predicted
  * classes (the first largest logit) against the gold ones. c[0..2] +=
@@ -305,8 +342,12 @@ static int batch_metrics(const ut_hooks *h, const ut_dataset *ds, const ut_step_
                          ut_metric *mets, int max, double *cm, unsigned cls, int32_t *tags) {
     int k = 0;
     const ut_tensor *o = out->output;
-    if (ut_tok_labels(ds)) {
+    int64_t right, count;
+    if (ut_tok_tags(ds)) {
         k = tag_metrics(ds, o, y, cls & UT_TAG_TYPES, mets, max, tags);
+    } else if (ds->masked_lm && o && max > 0 && mlm_batch(o, y, &right, &count)) {
+        mets[k] = (ut_metric){.name = "accuracy", .sum = (double)right, .count = (double)count};
+        k++;
     } else if (ds->multi_label && o && o->ndim == 2 && ut_is_contiguous(o) && y->ndim == 2 && y->dtype == UT_I32 &&
         o->ne[0] == y->ne[0] && o->ne[1] == y->ne[1] && ut_is_contiguous(y) && max > 0) {
         mets[k] = (ut_metric){.name = "accuracy"};
@@ -519,9 +560,9 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
                     ut_eval_result *res, double *outputs, bool *have_outputs, char *err, size_t n) {
     memset(res, 0, sizeof *res);
     /* K: the outputs kept per example; a token classifier's, a class per position */
-    int64_t C = ds->num_classes, K = ut_tok_labels(ds) ? ds->x_ne[1] : ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
+    int64_t C = ds->num_classes, K = ut_tok_tags(ds) ? ds->x_ne[1] : ut_dataset_outputs(ds), cm_len = ds->multi_label ? 3 * C : C * C;
     /* (a token classifier's scores are its entities', tag_batch's) */
-    double *cm = cls && C >= 2 && (C <= UT_CLS_MAX_CLASSES || ds->multi_label) && !ut_tok_labels(ds)
+    double *cm = cls && C >= 2 && (C <= UT_CLS_MAX_CLASSES || ds->multi_label) && !ut_tok_tags(ds)
                      ? ut_calloc_check((size_t)cm_len, sizeof(double)) : NULL;
     /* a regression: every prediction and label (their correlations are not sums) */
     double *scores = ds->regression ? ut_calloc_check((size_t)(2 * ds->n), sizeof(double)) : NULL;
@@ -573,13 +614,13 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         weight += (double)w;
         ut_metric mets[UT_MAX_METRICS];
         /* a token classifier's predictions come from the pass that scores them */
-        bool tagged = ut_tok_labels(ds) && y->ndim == 2 && y->ne[0] == b.count;
+        bool tagged = ut_tok_tags(ds) && y->ndim == 2 && y->ne[0] == b.count;
         int64_t T = tagged ? y->ne[1] : 0;
         int32_t *tags = outputs_ok && tagged ? ut_malloc_check((size_t)(b.count * T) * sizeof *tags) : NULL;
         if (tags) tags[0] = -1;
         add_batch_metrics(acc, &nacc, mets, batch_metrics(h, ds, &out, y, mets, UT_MAX_METRICS, cm, cls, tags));
         if (outputs_ok)
-            outputs_ok = ut_tok_labels(ds) ? store_tags(ds, tags, T, &b, outputs)
+            outputs_ok = ut_tok_tags(ds) ? store_tags(ds, tags, T, &b, outputs)
                                            : store_outputs(out.output, &b, K, outputs);
         ut_free(tags);
         if (scores_ok) scores_ok = store_scores(out.output, y, &b, scores, scores + ds->n);
@@ -603,7 +644,7 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
     double loss = weight > 0 ? loss_sum / weight : NAN;
     add_metric(res, "loss", loss);
     /* a token classifier's scores with nothing to count are 0, as seqeval's (no entity predicted: precision 0) */
-    double none = ut_tok_labels(ds) ? 0 : NAN;
+    double none = ut_tok_tags(ds) ? 0 : NAN;
     for (int i = 0; i < nacc; i++) add_metric(res, acc[i].name, acc[i].count ? acc[i].sum / acc[i].count : none);
     if (cm) {
         ut_cls_result r;
@@ -618,6 +659,6 @@ static int evaluate(ut_comm *comm, ut_ctx *ctx, ut_model *m, ut_dataset *ds, int
         for (int i = 0; i < r.n; i++) add_metric(res, r.names[i], r.values[i]);
         ut_free(scores);
     }
-    if (ds->vocab_size > 0 && ds->y_ndim > 0 && !ds->multi_label && !ut_tok_labels(ds)) add_metric(res, "perplexity", exp(loss));
+    if (ds->vocab_size > 0 && ds->y_ndim > 0 && !ds->multi_label && !ut_tok_tags(ds)) add_metric(res, "perplexity", exp(loss));
     return 0;
 }

@@ -242,7 +242,7 @@ static int test_split(ut_runlog *log, const test_on *on, ut_dataset *ds, const c
     }
     ut_eval_result r;
     int64_t bs = c->eval_batch_size > 0 ? c->eval_batch_size : c->batch_size;
-    bool tags = ut_tok_labels(ds); /* a token classifier's: a class per position */
+    bool tags = ut_tok_tags(ds); /* a token classifier's: a class per position */
     int64_t K = tags ? ds->x_ne[1] : ut_dataset_outputs(ds);
     bool classify = K > 0, have = false, labeled = !ds->unlabeled;
     double *logits = classify ? ut_calloc_check((size_t)(ds->n * K), sizeof(double)) : NULL;

@@ -164,8 +164,8 @@ static void test_refusals_and_heads(void) {
         ut_ctx_free(ctx);
     }
     ut_model_free(m);
-    m = hfp_load("bert", FIX "hf_bert_tok_tiny", (const char *const[]){"task", "masked_lm", NULL}, err, sizeof err);
-    CHECK(!m && strstr(err, "use sequence_classification or token_classification"), "%s", err);
+    m = hfp_load("bert", FIX "hf_bert_tok_tiny", (const char *const[]){"task", "causal_lm", NULL}, err, sizeof err);
+    CHECK(!m && strstr(err, "use sequence_classification, token_classification or masked_lm"), "%s", err);
     ut_model_free(m);
     const char *from[2] = {FIX "hf_bert_tiny", FIX "hf_roberta_tiny"};
     for (int i = 0; i < 2; i++) {
