@@ -3,7 +3,8 @@
  * (GPT-2's Conv1D weights transposed back to (in, out), the "transformer."
  * prefix but for a classifier's "score"; bert's, roberta's and bart's names
  * are transformers' already) and the tokenizer files of the model.pretrained
- * directory. BERT, RoBERTa (roberta.* tensors; *ForTokenClassification
+ * directory. BERT, RoBERTa (roberta.* tensors; *ForMaskedLM with the
+ * prediction head's tensors, *ForTokenClassification
  * with one linear head and no pooler), GPT-2 (GPT2LMHeadModel, or
  * GPT2ForSequenceClassification with a score head) and BART
  * (BartForSequenceClassification, or BartForConditionalGeneration for
@@ -120,6 +121,12 @@ static void set_float(cJSON *o, const char *key, double v) {
     cJSON_AddRawToObject(o, key, buf);
 }
 
+/* a true / false, replacing the one config.json may have (written once) */
+static void set_bool(cJSON *o, const char *key, bool v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddBoolToObject(o, key, v);
+}
+
 static void set_str(cJSON *o, const char *key, const char *v) {
     cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     cJSON_AddStringToObject(o, key, v);
@@ -192,7 +199,7 @@ static int gpt2_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     cJSON_DeleteItemFromObjectCaseSensitive(o, "n_inner");
     cJSON_AddNullToObject(o, "n_inner");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
-    cJSON_AddTrueToObject(o, "tie_word_embeddings");
+    set_bool(o, "tie_word_embeddings", true);
     set_num(o, "resid_pdrop", drop), set_num(o, "embd_pdrop", drop), set_num(o, "attn_pdrop", drop);
     return 0;
 }
@@ -218,13 +225,17 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     /* a token classifier: one linear head, no pooler (BERT) or dense (RoBERTa) before it */
     bool token = rob ? !cl && tensor(l, "classifier.weight") : cl && !tensor(l, "bert.pooler.dense.weight");
     if (token) cl = tensor(l, "classifier.weight");
-    if (!we || !pe || !te || !in || !cl)
+    /* a masked language model: the prediction head's bias, the decoder the word embedding (tied: not saved) */
+    bool mlm = !cl && tensor(l, rob ? "lm_head.bias" : "cls.predictions.bias");
+    if (!we || !pe || !te || !in || (!cl && !mlm))
         return ut_errorf(err, n, "%s: not a bert or roberta checkpoint (no model.bert.embeddings.* or "
                                  "model.classifier.weight, no model.roberta.embeddings.* or "
-                                 "model.classifier.out_proj.weight)", path);
+                                 "model.classifier.out_proj.weight, no masked LM head)", path);
     set_str(o, "model_type", pre);
-    set_arch(o, token ? (rob ? "RobertaForTokenClassification" : "BertForTokenClassification")
-                      : (rob ? "RobertaForSequenceClassification" : "BertForSequenceClassification"));
+    set_arch(o, mlm     ? (rob ? "RobertaForMaskedLM" : "BertForMaskedLM")
+                : token ? (rob ? "RobertaForTokenClassification" : "BertForTokenClassification")
+                        : (rob ? "RobertaForSequenceClassification" : "BertForSequenceClassification"));
+    if (mlm) set_bool(o, "tie_word_embeddings", true);
     if (rob) set_num(o, "pad_token_id", opt_num(kv, "pad_token_id", 1));
     set_num(o, "vocab_size", (double)we->shape[0]);
     set_num(o, "hidden_size", (double)we->shape[1]);
@@ -240,7 +251,7 @@ static int bert_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const ch
     set_str(o, "hidden_act", ut_kv_get(kv, "hidden_act") ? ut_kv_get(kv, "hidden_act") : "gelu");
     set_str(o, "position_embedding_type", "absolute");
     if (ut_kv_get(kv, "classifier_dropout")) set_num(o, "classifier_dropout", opt_num(kv, "classifier_dropout", 0.1));
-    if (set_labels(o, cl->shape[0], kv, names, nnames, path, err, n)) return -1;
+    if (cl && set_labels(o, cl->shape[0], kv, names, nnames, path, err, n)) return -1;
     return 0;
 }
 
@@ -300,7 +311,7 @@ static int bart_config(cJSON *o, tensor_list *l, const ut_kv *kv, const char *co
     const char *act = ut_kv_get(kv, "activation_function"), *scale = ut_kv_get(kv, "scale_embedding");
     set_str(o, "activation_function", act ? act : "gelu");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_embedding");
-    cJSON_AddBoolToObject(o, "scale_embedding", scale && !strcmp(scale, "true"));
+    set_bool(o, "scale_embedding", scale && !strcmp(scale, "true"));
     if (gen) return final_logits_bias(l, sh->shape[0], ut_kv_get(kv, "pretrained"), err, n);
     if (set_labels(o, cl->shape[0], kv, names, nnames, path, err, n)) return -1;
     return 0;
@@ -340,8 +351,8 @@ static int t5_config(cJSON *o, const tensor_list *l, const ut_kv *kv, const char
     const char *scale = ut_kv_get(kv, "scale_decoder_outputs");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
     cJSON_DeleteItemFromObjectCaseSensitive(o, "scale_decoder_outputs");
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", head == NULL);
-    if (!head) cJSON_AddBoolToObject(o, "scale_decoder_outputs", !scale || strcmp(scale, "false"));
+    set_bool(o, "tie_word_embeddings", head == NULL);
+    if (!head) set_bool(o, "scale_decoder_outputs", !scale || strcmp(scale, "false"));
     return 0;
 }
 

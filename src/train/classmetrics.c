@@ -114,6 +114,12 @@ int ut_cls_check(const ut_config *c, const ut_dataset *ds, char *err, size_t n) 
     if (c->entity_metrics && !ut_tok_tags(ds))
         return ut_errorf(err, n, "train.entity_metrics: scores entity types of tagged text (data.name tagged_text), "
                                  "and the data (%s) has none; remove it", ds->name);
+    if (ds->masked_lm && (mask & ~UT_CLS_ACCURACY))
+        return ut_errorf(err, n, "%s: %s is not a masked language model's score: the data (%s) is texts whose "
+                                 "masked tokens are predicted, scored by accuracy over them (always computed) and "
+                                 "the loss and perplexity; remove it", list & ~UT_CLS_ACCURACY ? "train.metrics" :
+                         "train.best_metric", first_name(list & ~UT_CLS_ACCURACY ? list & ~UT_CLS_ACCURACY :
+                                                         mask & ~UT_CLS_ACCURACY), ds->name);
     if (ds->regression) return check_regression(c, ds, list, mask, err, n);
     unsigned tagged = UT_CLS_PRECISION | UT_CLS_RECALL | UT_CLS_F1 | UT_CLS_ACCURACY;
     if (ut_tok_tags(ds) && (mask & ~tagged))
