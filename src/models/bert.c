@@ -292,6 +292,15 @@ static ut_tensor *mlm_transform(ut_ctx *ctx, const bert *net, ut_tensor *h) {
     return ut_layernorm_layer_forward(ctx, &net->transform_ln, h);
 }
 
+/* The decoder, tied to the word embedding, and its bias: logits over the
+ * vocabulary, or (split) over this rank's part of it, its columns (the
+ * input's gradient summed over the group) */
+static ut_tensor *mlm_decoder(ut_ctx *ctx, const bert *net, ut_tensor *x) {
+    const ut_tp_hooks *tp = &net->lay.tp;
+    if (x && net->lay.tp_size > 1) x = tp->copy(ctx, x, tp->group);
+    return ut_linear(ctx, x, net->word.w, net->decoder_bias);
+}
+
 static bool padded_layout(int layout) { return layout == PADDED || layout == PADDED_ROWS; }
 static bool rows_layout(int layout) { return layout == PACKED_ROWS || layout == PADDED_ROWS; }
 
@@ -338,8 +347,11 @@ static ut_tensor *bert_forward(ut_model *m, ut_ctx *ctx, const ut_prepared *in) 
     ut_tensor *h = states(m, ctx, in);
     if (!net->last) return h;
     if (net->mlm) {
-        ut_tensor *x = mlm_hidden(ctx, net, in, h, &net->mlm_y);
-        return ut_linear(ctx, x, net->word.w, net->decoder_bias); /* the decoder, tied to the word embedding */
+        ut_tensor *logits = mlm_decoder(ctx, net, mlm_hidden(ctx, net, in, h, &net->mlm_y));
+        /* split: an evaluation's logits whole on every rank (its accuracy reads the whole vocabulary) */
+        if (net->lay.tp_size > 1 && !ut_ctx_grad_enabled(ctx))
+            return net->lay.tp.gather(ctx, logits, net->lay.tp.group);
+        return logits;
     }
     if (padded_layout(in->layout)) {
         if (net->token) return token_head(ctx, net, h);
@@ -367,6 +379,8 @@ static ut_tensor *bert_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared 
         }
         ys = targets;
     }
+    if (net->lay.tp_size > 1) /* split: the vocabulary-parallel loss, the logits never gathered */
+        return net->lay.tp.cross_entropy(ctx, mlm_decoder(ctx, net, x), ys, net->V, -100, net->lay.tp.group);
     return ut_linear_cross_entropy(ctx, x, net->word.w, net->decoder_bias, ys, -100);
 }
 
@@ -375,8 +389,14 @@ static ut_tensor *bert_forward_loss(ut_model *m, ut_ctx *ctx, const ut_prepared 
  * against the targets (B, T) */
 static ut_tensor *mlm_loss(ut_model *m, ut_ctx *ctx, ut_tensor *logits, ut_tensor *targets) {
     bert *net = m->impl;
+    const ut_tp_hooks *tp = &net->lay.tp;
+    /* split: a training forward's logits are this rank's part of the vocabulary */
+    bool part = net->lay.tp_size > 1 && logits && logits->ne[logits->ndim - 1] != net->V;
     if (logits && logits->ndim == 2 && net->mlm_y && net->mlm_y->ne[0] == logits->ne[0])
-        return ut_cross_entropy(ctx, logits, net->mlm_y, -100);
+        return part ? tp->cross_entropy(ctx, logits, net->mlm_y, net->V, -100, tp->group)
+                    : ut_cross_entropy(ctx, logits, net->mlm_y, -100);
+    if (part && logits->ndim == 3 && targets && targets->ndim == 2)
+        return tp->cross_entropy(ctx, logits, targets, net->V, -100, tp->group);
     return ut_model_token_loss(m, ctx, logits, targets);
 }
 
@@ -439,12 +459,23 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         net->args[i] = (layer_arg){net, &net->layer[i]};
     }
     if (net->last && net->mlm) {
+        /* a pipeline's last stage: its copy of the tied word embedding (the
+         * trainer sums the copies' gradients) */
+        char p[128];
+        snprintf(p, sizeof p, "%s.embeddings.word_embeddings", net->prefix);
+        if (!net->first) ut_embedding_layer_init_layout(m, &net->word, p, net->V, net->C, std, &net->lay);
         ut_linear_layer_init_normal(m, &net->transform, net->roberta ? "lm_head.dense" : "cls.predictions.transform.dense",
                                     net->C, net->C, std);
         ln_init(m, &net->transform_ln, net->roberta ? "lm_head.layer_norm" : "cls.predictions.transform.LayerNorm",
                 net->C, net->eps);
-        net->decoder_bias = ut_param_add(m, net->roberta ? "lm_head.bias" : "cls.predictions.bias", 1,
-                                         (int64_t[]){net->V}, (ut_init){UT_INIT_ZEROS, 0});
+        /* split: this rank's part of the vocabulary, as the word embedding's rows */
+        const char *bias = net->roberta ? "lm_head.bias" : "cls.predictions.bias";
+        int T = net->lay.tp_size;
+        char err[256];
+        net->decoder_bias = T > 1 ? ut_param_add_part(m, bias, 1, (int64_t[]){net->V}, (ut_init){UT_INIT_ZEROS, 0}, 0,
+                                                      T, net->lay.tp_rank, 1, err, sizeof err)
+                                  : ut_param_add(m, bias, 1, (int64_t[]){net->V}, (ut_init){UT_INIT_ZEROS, 0});
+        UT_ASSERT(net->decoder_bias); /* vocab_size divisible by the ranks: checked in build */
     } else if (net->last && net->token) {
         ut_linear_layer_init_normal(m, &net->classifier, "classifier", net->C, net->K, std);
     } else if (net->last) {
@@ -453,6 +484,9 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         ut_linear_layer_init_normal(m, &net->classifier, net->roberta ? "classifier.out_proj" : "classifier", net->C,
                                     net->K, std);
     }
+    /* a masked LM's word embedding, on the first stage and (its decoder) the last: every stage names it */
+    if (net->mlm)
+        m->pp_tied = net->roberta ? "roberta.embeddings.word_embeddings.weight" : "bert.embeddings.word_embeddings.weight";
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size; /* every stage is split, with or without embeddings */
     int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
     m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;
@@ -566,8 +600,9 @@ static int read_kinds(const ut_kv *kv, bert *net, char *err, size_t n) {
 /* transformers' _init_weights zeroes an embedding's padding_idx row: RoBERTa's
  * word and position rows pad_id, through one host copy of each table */
 static void zero_padding_rows(const bert *net) {
-    ut_embedding_layer_zero_row(&net->word, net->pad_id, &net->lay); /* split: on the rank that holds it */
-    ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
+    /* split: on the rank that holds it; a masked LM's last stage: its copy of the word embedding */
+    if (net->word.w) ut_embedding_layer_zero_row(&net->word, net->pad_id, &net->lay);
+    if (net->pos.w) ut_embedding_layer_zero_row(&net->pos, net->pad_id, NULL);
 }
 
 static int load_pretrained(ut_model *m, const bert *net, const char *dir, bool mismatched, char *err, size_t n) {
@@ -638,11 +673,6 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     if (ut_pipeline_stage_blocks(&net.lay, net.L, 0, &net.b0, &net.b1, err, n)) return NULL;
     net.first = net.b0 == 0, net.last = net.b1 == net.L;
     int T = net.lay.tp_size;
-    if (net.mlm && (T > 1 || net.lay.pp_size > 1))
-        return ut_errorf(err, n, "model.task masked_lm: its decoder is the word embedding, which is not yet split "
-                                 "over %s; train it with data parallelism (dist.strategy ddp or zero1/2/3)",
-                         T > 1 ? "tensor-parallel ranks (dist.tensor_parallel)" : "pipeline stages "
-                         "(dist.pipeline_parallel)"), NULL;
     if (T > 1) {
         const char *who = net.roberta ? "roberta" : "bert";
         if (net.NH % T || net.I % T || net.V % T)
@@ -659,7 +689,7 @@ static ut_model *build(const ut_kv *opts, bool roberta, uint64_t seed, char *err
     bert *impl = ut_malloc_check(sizeof *impl);
     *impl = net;
     ut_model *m = bert_new(impl, (float)std, seed);
-    if (impl->roberta && !dir && impl->first) zero_padding_rows(impl);
+    if (impl->roberta && !dir) zero_padding_rows(impl);
     if (dir && load_pretrained(m, impl, dir, mismatched, err, n)) {
         ut_model_free(m);
         return NULL;

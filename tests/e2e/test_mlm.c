@@ -8,7 +8,8 @@
  * validation_split_percentage); the masks the same in two runs, other ones
  * under another data.seed; a run resumed mid-epoch and two ranks of half
  * the batch as one straight process of the whole (the masks depend on
- * neither); the simulated device as the CPU; and the refusals. */
+ * neither), two pipeline stages and tensor parallelism over 2 ranks as one
+ * process; the simulated device as the CPU; and the refusals. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,12 +187,41 @@ static void test_two_ranks(void) {
            c = hfe_dev_metric(m1, SPE, "accuracy"),
            d = hfe_dev_metric(tp_path(tmp, "runs/mlm_two/metrics.jsonl"), SPE, "accuracy");
     CHECK(fabs(a - b) <= 1e-5 * a && c == d, "dev loss %g vs %g, accuracy %g vs %g", a, b, c, d);
-    /* not yet over tensor-parallel ranks */
-    const char *tp[] = {"experiment_name=mlm_tp", "dist.tensor_parallel=2", NULL};
-    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "mlm.yml"), "tp.out", tp, "2") == 1, "tensor parallel: exit 1");
-    char *s = tp_slurp(tp_path(tmp, "tp.out"));
-    CHECK(s && strstr(s, "model.task masked_lm: its decoder is the word embedding, which is not yet split"), "%s", s);
-    free(s);
+    /* two pipeline stages (a layer each; the last holds the tied word embedding's copy) as the whole model */
+    const char *staged[] = {"experiment_name=mlm_pp2", "model.hidden_dropout_prob=0",
+                            "model.attention_probs_dropout_prob=0", "train.epochs=1", "dist.pipeline_parallel=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "mlm.yml"), "pp2.out", staged, "2") == 0, "two stages");
+    hfe_check_same_losses(m1, tp_path(tmp, "runs/mlm_pp2/metrics.jsonl"), 1, SPE, 2, "2 stages");
+    b = hfe_dev_metric(tp_path(tmp, "runs/mlm_pp2/metrics.jsonl"), SPE, "loss");
+    d = hfe_dev_metric(tp_path(tmp, "runs/mlm_pp2/metrics.jsonl"), SPE, "accuracy");
+    CHECK(fabs(a - b) <= 1e-5 * a && c == d, "2 stages: dev loss %g vs %g, accuracy %g vs %g", a, b, c, d);
+}
+
+/* tensor parallelism over 2 ranks (the vocabulary of the word embedding,
+ * the decoder and its bias split; the loss vocabulary-parallel, an
+ * evaluation's logits gathered) trains as one process: a BERT from scratch
+ * with sizes that split (the fixtures' intermediate size 37 does not) */
+static void test_tensor_parallel(void) {
+    FILE *f = fopen(tp_path(tmp, "mlm_tp.yml"), "w");
+    UT_ASSERT(f);
+    fprintf(f, "experiment_name: mlm_tp1\noutput_dir: %s/runs\nseed: 3\n"
+               "model:\n  name: bert\n  vocab_size: 100\n  hidden_size: 32\n  num_hidden_layers: 2\n"
+               "  num_attention_heads: 2\n  intermediate_size: 64\n  max_position_embeddings: 64\n"
+               "  hidden_dropout_prob: 0\n  attention_probs_dropout_prob: 0\n"
+               "data:\n  name: mlm_text\n  tokenizer: tests/parity/fixtures/hf_bert_tiny\n"
+               "  train_path: %s/train.txt\n  dev_path: %s/dev.txt\n  max_len: 32\n"
+               "train:\n  epochs: 1\n  batch_size: 8\n  log_interval: 1\n  eval_strategy: epoch\n"
+               "optim:\n  name: adamw\n  lr: 2.0e-3\n", tmp, tmp, tmp);
+    fclose(f);
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "mlm_tp.yml"), "tp1.out", NULL, NULL) == 0, "one process");
+    const char *tp[] = {"experiment_name=mlm_tp2", "dist.tensor_parallel=2", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "mlm_tp.yml"), "tp2.out", tp, "2") == 0, "tensor parallel 2");
+    const char *m1 = tp_path(tmp, "runs/mlm_tp1/metrics.jsonl"), *m2 = tp_path(tmp, "runs/mlm_tp2/metrics.jsonl");
+    hfe_check_same_losses(m1, m2, 1, SPE, 2, "tensor parallel");
+    double a = hfe_dev_metric(m1, SPE, "loss"), b = hfe_dev_metric(m2, SPE, "loss"),
+           c = hfe_dev_metric(m1, SPE, "accuracy"), d = hfe_dev_metric(m2, SPE, "accuracy");
+    CHECK(fabs(a - b) <= 1e-5 * a && fabs(c - d) < 1e-9, "dev loss %g vs %g, accuracy %g vs %g (tensor parallel)", a,
+          b, c, d);
 }
 
 /* the simulated device trains as the CPU does */
@@ -259,5 +289,6 @@ int main(int argc, char **argv) {
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_two_ranks);
+    RUN(test_tensor_parallel);
     return tp_finish(TEST_SUMMARY(), tmp);
 }
