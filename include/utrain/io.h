@@ -135,6 +135,10 @@ typedef struct {
     int *mismatched;                  /* out (optional): how many were left out so */
     char *first_mismatched;           /* out (optional): the first of them, with both shapes */
     size_t first_mismatched_n;
+    int *missing;                     /* out (optional): optional parameters the checkpoint lacks (a new
+                                       * head, left as initialised) */
+    char *first_missing;              /* out (optional): the first of them */
+    size_t first_missing_n;
     int *unused;                      /* out (optional): checkpoint tensors the model has no use for */
     char *first_unused;               /* out (optional): the first of them */
     size_t first_unused_n;

@@ -189,7 +189,11 @@ static int load_param(ut_model *m, int i, const ut_st_file *f, const char *path,
     bool tr = has_suffix(name, o->transposed);
     char a[128], b[128];
     if (!s) {
-        if (has_prefix(name, o->optional)) return 0; /* a new head keeps its initialisation */
+        if (has_prefix(name, o->optional)) { /* a new head keeps its initialisation */
+            if (o->missing && (*o->missing)++ == 0 && o->first_missing)
+                snprintf(o->first_missing, o->first_missing_n, "%s", name);
+            return 0;
+        }
         return ut_errorf(err, n, "%s: tensor '%s' is missing (the model needs it with shape %s)", path,
                          name, shape_text(m->params.t[i]->ndim, m->params.t[i]->ne, a, sizeof a));
     }
@@ -297,8 +301,8 @@ int ut_hf_load_weights(ut_model *m, const char *dir, const ut_hf_load_opts *o, c
 }
 
 int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char *err, size_t n) {
-    int unused = 0, mismatched = 0;
-    char first[256] = "", first_mm[512] = "", why[1024];
+    int unused = 0, mismatched = 0, missing = 0;
+    char first[256] = "", first_mm[512] = "", first_new[256] = "", why[1024];
     /* a pipeline stage reads its own tensors: the other stages' are not unused */
     o.unused = m->pp_size > 1 ? NULL : &unused;
     o.first_unused = first;
@@ -306,7 +310,14 @@ int ut_hf_load_pretrained(ut_model *m, const char *dir, ut_hf_load_opts o, char 
     o.mismatched = &mismatched;
     o.first_mismatched = first_mm;
     o.first_mismatched_n = sizeof first_mm;
+    o.missing = &missing;
+    o.first_missing = first_new;
+    o.first_missing_n = sizeof first_new;
     if (ut_hf_load_weights(m, dir, &o, why, sizeof why)) return ut_errorf(err, n, "model.pretrained: %s", why);
+    /* as transformers says it: the head the checkpoint did not have starts from its initialisation */
+    if (missing)
+        fprintf(stderr, "utrain: %s/model.safetensors has no %d of the model's tensors, newly initialised (a new "
+                        "head, to train): the first '%s'\n", dir, missing, first_new);
     if (unused)
         fprintf(stderr, "utrain: warning: %s/model.safetensors: %d tensor(s) the model does not use, "
                         "the first '%s'\n", dir, unused, first);

@@ -73,8 +73,8 @@ const ut_cfg_key ut_cfg_schema[] = {
     /* ---- data ---- */
     {.key = "data.name", .type = UT_CFG_ENUM, AT(data_name), .def = "idx_images",
      .values = datasets, .hashed = true,
-     .doc = "dataset kind: IDX images, token shards, text to classify, pairs of texts, words with a tag each "
-            "(docs/data.md)"},
+     .doc = "dataset kind: IDX images, token shards, text to classify, pairs of texts, words with a tag each, "
+            "texts to mask (docs/data.md)"},
     {.key = "data.train_images", .type = UT_CFG_STR, AT(train_images),
      .def = FMNIST "train-images-idx3-ubyte.gz", .hashed = true,
      .doc = "idx_images: training images (IDX, plain or gzip)"},

@@ -671,6 +671,49 @@ static void test_hf_example_script_arguments(void) {
               err);
         ut_config_free(&c);
     }
+    /* run_mlm's arguments: texts to mask, the masking share, a dev set carved by validation_split_percentage
+     * unless a validation_file is given (run_mlm ignores it then) */
+    static const struct { const char *text; double p, frac; bool by_line; } mlm[] = {
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.txt\", \"mlm_probability\": 0.2}\n", 0.2, 0, false},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.txt\", \"line_by_line\": true}\n", 0.15, 0, true},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.txt\", \"validation_split_percentage\": 5}\n", 0.15,
+         0.05, false},
+        {"{\"model_name_or_path\": \"m\", \"train_file\": \"t.txt\", \"validation_file\": \"d.txt\",\n"
+         " \"validation_split_percentage\": 5, \"line_by_line\": false}\n", 0.15, 0, false},
+    };
+    for (size_t i = 0; i < sizeof mlm / sizeof mlm[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, mlm[i].text) == 0 && !strcmp(c.data_name, "mlm_text") &&
+                  fabs(c.mlm_probability - mlm[i].p) < 1e-12 && fabs(c.dev_fraction - mlm[i].frac) < 1e-12 &&
+                  c.line_by_line == mlm[i].by_line,
+              "run_mlm case %zu: %s %g %g %s", i, c.data_name, c.mlm_probability, c.dev_fraction, err);
+        ut_config_free(&c);
+    }
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"validation_split_percentage\": 120}\n") != 0 &&
+              strstr(err, "validation_split_percentage: '120' is not a percentage in [0, 100)"), "%s", err);
+    ut_config_free(&c);
+    static const char *const mlm_bad[][2] = {
+        {"data: {name: mlm_text, train_path: t.txt, mlm_probability: 1}\n", "data.mlm_probability"},
+        {"data: {name: tsv_text, train_path: t.tsv, line_by_line: true}\n", "data.line_by_line: read by data.name "
+                                                                           "mlm_text only (data.name is tsv_text)"},
+        {"data: {name: tsv_text, train_path: t.tsv, mlm_probability: 0.3}\n", "data.mlm_probability: read by "
+                                                                              "data.name mlm_text only"},
+        {"model: {name: gpt2}\ndata: {name: mlm_text, train_path: t.txt}\n", "data.name mlm_text: masked language "
+                                                                             "modeling trains bert and roberta"},
+        {"model: {name: bert, task: token_classification}\ndata: {name: mlm_text, train_path: t.txt}\n",
+         "model.task: token_classification, but data.name mlm_text trains a masked language model"},
+        {"model: {name: bert, task: masked_lm}\ndata: {name: tsv_text, train_path: t.tsv}\n", "model.task: masked_lm "
+                                                                                             "predicts the masked "
+                                                                                             "tokens of texts"},
+    };
+    for (size_t i = 0; i < sizeof mlm_bad / sizeof mlm_bad[0]; i++) {
+        ut_config_init(&c);
+        int rc = load_text(&c, mlm_bad[i][0]);
+        CHECK((rc != 0 || ut_config_validate(&c, err, sizeof err) != 0) && strstr(err, mlm_bad[i][1]),
+              "mlm case %zu: %s", i, err);
+        ut_config_free(&c);
+    }
     ut_config_init(&c);
     CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"return_entity_level_metrics\": true}\n") == 0 &&
               c.entity_metrics, "return_entity_level_metrics: %s", err);
