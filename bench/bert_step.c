@@ -9,8 +9,14 @@
  * forward + loss + backward + optimizer step with zero grad + ctx reset,
  * after 2 warm-up steps.
  *
- *   bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32]
+ *   bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] [--mlm]
  *             [--device cpu|cuda|sim] [--json]
+ *
+ * --mlm: the masked-LM step instead (model.task masked_lm: BertForMaskedLM's
+ * head with the decoder tied to the word embedding): 15% of the positions
+ * (drawn from a fixed seed) labeled with their token, -100 elsewhere, the
+ * step as the trainer runs it (ut_model_forward_loss: the labeled rows
+ * alone through the head, the decoder fused into the loss).
  *
  * --bf16 runs the step under bf16 autocast (train.precision: bf16); --tf32
  * the float32 products in TF32 (UT_CUDA_TF32=1, the GPU only). --device
@@ -36,12 +42,12 @@ enum { WARMUP = 2, V = 30522 };
 
 typedef struct {
     long steps, threads, B, T;
-    bool bf16, tf32, json;
+    bool bf16, tf32, json, mlm;
     ut_device dev;
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] "
+    fprintf(f, "usage: bert_step [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] [--mlm] "
                "[--device cpu|cuda|sim] [--json]\n");
 }
 
@@ -60,6 +66,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->bf16 = true;
         } else if (!strcmp(argv[i], "--tf32")) {
             o->tf32 = true;
+        } else if (!strcmp(argv[i], "--mlm")) {
+            o->mlm = true;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(v, "cpu")) o->dev = UT_CPU;
@@ -87,10 +95,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static ut_model *build_bert(ut_device dev) {
+static ut_model *build_bert(ut_device dev, bool mlm) {
     ut_kv *kv = ut_kv_new();
-    ut_kv_set(kv, "num_labels", "2");
-    ut_kv_set(kv, "task", "sequence_classification");
+    if (!mlm) ut_kv_set(kv, "num_labels", "2");
+    ut_kv_set(kv, "task", mlm ? "masked_lm" : "sequence_classification");
     char err[512];
     ut_model *m = ut_model_create_on("bert", kv, 1234, dev, err, sizeof err); /* BERT-base defaults */
     ut_kv_free(kv);
@@ -98,8 +106,9 @@ static ut_model *build_bert(ut_device dev) {
     return m;
 }
 
-/* x (B, 3, T): random ids, token types 0, mask 1; y (B) random 0/1 */
-static void make_batch(int32_t *x, int32_t *y, long B, long T) {
+/* x (B, 3, T): random ids, token types 0, mask 1; y (B) random 0/1, or
+ * (mlm) y (B, T): a random id at 15% of the positions, -100 elsewhere */
+static void make_batch(int32_t *x, int32_t *y, long B, long T, bool mlm) {
     ut_rng rng;
     ut_rng_seed(&rng, 42);
     for (long b = 0; b < B; b++) {
@@ -107,8 +116,9 @@ static void make_batch(int32_t *x, int32_t *y, long B, long T) {
             x[(b * 3) * T + t] = (int32_t)(ut_rng_u64(&rng) % (uint64_t)V);
             x[(b * 3 + 1) * T + t] = 0;
             x[(b * 3 + 2) * T + t] = 1;
+            if (mlm) y[b * T + t] = ut_rng_u64(&rng) % 100u < 15 ? (int32_t)(ut_rng_u64(&rng) % (uint64_t)V) : -100;
         }
-        y[b] = (int32_t)(ut_rng_u64(&rng) % 2u);
+        if (!mlm) y[b] = (int32_t)(ut_rng_u64(&rng) % 2u);
     }
 }
 
@@ -127,9 +137,11 @@ static int step(ut_model *m, ut_ctx *ctx, ut_optim *opt, float lr, int32_t *x, i
     bool cpu = o->dev == UT_CPU;
     ut_tensor *xt = cpu ? ut_tensor_wrap(ctx, UT_I32, 3, (int64_t[]){o->B, 3, o->T}, x)
                         : ut_tensor_from(ctx, UT_I32, 3, (int64_t[]){o->B, 3, o->T}, x);
-    ut_tensor *yt = cpu ? ut_tensor_wrap(ctx, UT_I32, 1, (int64_t[]){o->B}, y)
-                        : ut_tensor_from(ctx, UT_I32, 1, (int64_t[]){o->B}, y);
-    ut_tensor *loss = ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
+    int64_t yne[2] = {o->B, o->T};
+    int yd = o->mlm ? 2 : 1;
+    ut_tensor *yt = cpu ? ut_tensor_wrap(ctx, UT_I32, yd, yne, y) : ut_tensor_from(ctx, UT_I32, yd, yne, y);
+    ut_tensor *loss = o->mlm ? ut_model_forward_loss(m, ctx, xt, yt, NULL)
+                             : ut_model_loss(m, ctx, ut_model_forward(m, ctx, xt), yt);
     if (!loss) return fprintf(stderr, "bert_step: %s\n", ut_ctx_error(ctx)), -1;
     double t1 = bench_now();
     if (ut_backward(ctx, loss)) return fprintf(stderr, "bert_step: %s\n", ut_ctx_error(ctx)), -1;
@@ -166,8 +178,8 @@ static void report(const opts *o, timings *tm, long long nparams, int nthreads) 
                (double)tm->first, (double)tm->last, tm->peak);
         return;
     }
-    printf("utrain bert-base step (%s, %s): %lld parameters, batch %ld x seq %ld, AdamW, threads %d\n", prec,
-           ut_device_name(o->dev), nparams, o->B, o->T, nthreads);
+    printf("utrain bert-base %s step (%s, %s): %lld parameters, batch %ld x seq %ld, AdamW, threads %d\n",
+           o->mlm ? "masked-LM" : "classification", prec, ut_device_name(o->dev), nparams, o->B, o->T, nthreads);
     printf("  steps %ld (after %d warm-up)\n", o->steps, WARMUP);
     printf("  step median %8.1f ms   min %8.1f ms   %.0f tokens/s\n", 1e3 * med, 1e3 * mn, toks);
     printf("  forward+loss %6.1f ms   backward %6.1f ms   optim+zero+reset %6.1f ms (medians)\n",
@@ -188,18 +200,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (o.tf32) setenv("UT_CUDA_TF32", "1", 1);
-    ut_model *m = build_bert(o.dev);
+    ut_model *m = build_bert(o.dev, o.mlm);
     if (!m) return 1;
     const float lr = 5e-5f;
     ut_optim *opt = bench_adamw_on(m, lr, 0.01f, o.dev);
     ut_ctx *ctx = ut_ctx_new(&(ut_ctx_opts){.seed = 1, .device = o.dev});
     if (o.bf16) ut_ctx_set_autocast(ctx, UT_BF16);
     ut_ctx_set_training(ctx, true); /* dropout on, as in a training run */
-    int32_t *x = malloc(sizeof(int32_t) * (size_t)(o.B * 3 * o.T)), *y = malloc(sizeof(int32_t) * (size_t)o.B);
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)(o.B * 3 * o.T)), *y = malloc(sizeof(int32_t) * (size_t)(o.B * o.T));
     timings tm = {calloc((size_t)o.steps, sizeof(double)), calloc((size_t)o.steps, sizeof(double)),
                   calloc((size_t)o.steps, sizeof(double)), calloc((size_t)o.steps, sizeof(double)), 0, 0, 0};
     if (!x || !y || !tm.step || !tm.fwd || !tm.bwd || !tm.opt) abort();
-    make_batch(x, y, o.B, o.T);
+    make_batch(x, y, o.B, o.T, o.mlm);
     rc = 0;
     for (int i = -WARMUP; i < (int)o.steps && !rc; i++) {
         if (i == 0) ut_profile_ops_reset(); /* UT_PROFILE_OPS: the timed steps alone */

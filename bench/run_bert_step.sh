@@ -10,7 +10,9 @@
 # warm-up, default 3), BENCH_RUNS (rounds, default 1), THREADS (default 2),
 # PARALLEL=1 (utrain and PyTorch of a precision at the same time: on a machine
 # that others load, both then see the same load, at the price of competing
-# with each other).
+# with each other), MLM=1 (the masked-LM step instead: BertForMaskedLM, 15% of
+# the positions labeled; utrain's head on those rows alone, PyTorch's on all),
+# PRECISIONS (default "fp32 bf16"; "fp32" alone skips PyTorch's slow CPU bf16).
 #
 # utrain: build/bench/bert_step (fp32; --bf16: train.precision bf16's autocast).
 # PyTorch: bench/torch_bert_step.py (fp32; --bf16: torch.autocast("cpu", bfloat16)).
@@ -26,6 +28,11 @@ STEPS=${BENCH_STEPS:-3}
 RUNS=${BENCH_RUNS:-1}
 TH=${THREADS:-2}
 PARALLEL=${PARALLEL:-0}
+MLM=${MLM:-0}
+PRECISIONS=${PRECISIONS:-fp32 bf16}
+TASKFLAG=""
+TASK="sequence classification"
+[ "$MLM" = 1 ] && TASKFLAG=--mlm && TASK="masked-LM"
 STEP_BIN=$BUILD/bench/bert_step
 bench_build "$BUILD" "$STEP_BIN"
 
@@ -34,8 +41,8 @@ bench_have_torch torch transformers
 bench_tmpdir bert
 
 run() { # impl precision round: prints its line, writes its median to $TMP/<impl>_<precision>.<round>
-    local flag="" j
-    [ "$2" = bf16 ] && flag=--bf16
+    local flag="$TASKFLAG" j
+    [ "$2" = bf16 ] && flag="$flag --bf16"
     if [ "$1" = utrain ]; then
         j=$("$STEP_BIN" --threads "$TH" --steps "$STEPS" $flag --json) || { echo "bert_step failed" >&2; return 1; }
     else
@@ -52,7 +59,7 @@ run() { # impl precision round: prints its line, writes its median to $TMP/<impl
 
 echo "== runs ($RUNS rounds, $STEPS timed steps each after 2 warm-up; batch 32 x seq 128, threads $TH$([ "$PARALLEL" = 1 ] && echo ', utrain and PyTorch at the same time'))"
 for ((r = 1; r <= RUNS; r++)); do
-    for p in fp32 bf16; do
+    for p in $PRECISIONS; do
         if [ $have_torch = 0 ]; then
             run utrain $p $r || exit 1
         elif [ "$PARALLEL" = 1 ]; then
@@ -66,7 +73,7 @@ for ((r = 1; r <= RUNS; r++)); do
 done
 
 echo
-echo "== BERT-base sequence classification step (B=32, T=128, AdamW), threads $TH, load now $(bench_load)"
+echo "== BERT-base $TASK step (B=32, T=128, AdamW), threads $TH, load now $(bench_load)"
 for p in fp32 bf16; do
     u=$(cat "$TMP"/utrain_$p.* 2>/dev/null | median)
     [ -n "$u" ] || continue

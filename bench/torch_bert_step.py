@@ -15,7 +15,12 @@ it; autocast on "cuda"; TF32 off unless --tf32, which turns it on for the
 matrix products as torch.backends.cuda.matmul.allow_tf32 does), and reports
 torch.cuda.max_memory_allocated.
 
-    torch_bert_step.py [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] [--device cpu|cuda] [--json]
+--mlm: BertForMaskedLM(BertConfig()) instead (the decoder tied to the word
+embedding), labels a random token at 15% of the positions and -100 elsewhere
+(the model's own loss: the head's logits for every position, as run_mlm
+trains).
+
+    torch_bert_step.py [--steps N] [--threads N] [--batch B] [--seq T] [--bf16] [--tf32] [--mlm] [--device cpu|cuda] [--json]
 """
 import argparse
 import contextlib
@@ -24,7 +29,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertForSequenceClassification
+from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
 from torch_step import print_summary, timed_steps
 
@@ -44,6 +49,7 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--mlm", action="store_true")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -57,7 +63,10 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
         torch.backends.cudnn.allow_tf32 = a.tf32
-    model = BertForSequenceClassification(BertConfig(num_labels=2, attn_implementation="sdpa")).to(dev)
+    if a.mlm:
+        model = BertForMaskedLM(BertConfig(attn_implementation="sdpa")).to(dev)
+    else:
+        model = BertForSequenceClassification(BertConfig(num_labels=2, attn_implementation="sdpa")).to(dev)
     model.train()
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(decay_groups(model), lr=5e-5)
@@ -66,6 +75,9 @@ def main():
     types = torch.zeros_like(ids)
     mask = torch.ones_like(ids)
     y = torch.randint(0, 2, (a.batch,), generator=g).to(dev)
+    if a.mlm:
+        chosen = torch.rand((a.batch, a.seq), generator=g) < 0.15
+        y = torch.where(chosen, torch.randint(0, 30522, (a.batch, a.seq), generator=g), -100).to(dev)
 
     def autocast():
         if a.bf16:
@@ -74,6 +86,8 @@ def main():
 
     def loss_fn():
         with autocast():
+            if a.mlm:
+                return model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=y).loss.float()
             logits = model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
             return F.cross_entropy(logits.float(), y)
 
@@ -90,7 +104,8 @@ def main():
     if a.json:
         print(json.dumps(res))
     else:
-        print(f"torch {torch.__version__} bert-base step ({res['precision']}): {nparams} parameters, "
+        print(f"torch {torch.__version__} bert-base {'masked-LM' if a.mlm else 'classification'} step "
+              f"({res['precision']}): {nparams} parameters, "
               f"batch {a.batch} x seq {a.seq}, AdamW, threads {res['threads']}")
         print_summary(res)
     return 0
