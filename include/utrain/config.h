@@ -74,6 +74,7 @@ typedef struct {
     bool label_all_tokens;       /* tagged_text: every piece of a word carries its tag */
     double mlm_probability;      /* mlm_text: the share of the tokens masked */
     bool line_by_line;           /* mlm_text: each line an example (else blocks of max_len) */
+    bool keep_linebreaks;        /* clm_text: a text file's lines keep their line ends */
     bool hf_mlm;                 /* a Hugging Face argument file of run_mlm's (validation_split_percentage) */
     double hf_val_split;         /* its validation_split_percentage / 100 (0: none) */
     /* tsv_text: the columns of an example (ut_text_columns); empty: found by name */

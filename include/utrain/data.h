@@ -374,6 +374,26 @@ typedef struct {
  * one block). t is used only during the call. */
 ut_dataset *ut_mlm_dataset_open(const char *path, ut_tokenizer *t, const ut_mlm_opts *o, char *err, size_t n);
 
+/* Causal language modeling on texts (transformers' run_clm.py): the
+ * masked-LM dataset's files and groups (each text encoded with the
+ * tokenizer's special tokens, none for GPT-2's; 1000 texts at a time
+ * concatenated and cut into blocks of block_size, the rest of each 1000
+ * dropped), a text file's lines with their line ends when keep_linebreaks
+ * (run_clm's default: the datasets text loader's keep_linebreaks). */
+typedef struct {
+    int64_t block_size;       /* tokens per example (run_clm's block_size) */
+    bool keep_linebreaks;     /* a text file's texts end with their line's "\n" (or "\r\n") */
+    const char *text_column;  /* CSV / JSON: the text's column or key (NULL: "text", else the first) */
+} ut_clm_opts;
+/* The dataset: x (block_size) I32 a block's ids, y (block_size) I32 the
+ * next token of each (the block's ids moved by one), -1 after the last
+ * (no next token in the block: run_clm's labels are the ids, shifted in the
+ * model, so the last predicts nothing); vocab_size the tokenizer's. The
+ * same examples as run_clm's group_texts. NULL with a message naming the
+ * file (and line), as ut_mlm_dataset_open's (no mask token needed). t is
+ * used only during the call. */
+ut_dataset *ut_clm_dataset_open(const char *path, ut_tokenizer *t, const ut_clm_opts *o, char *err, size_t n);
+
 /* Example i's words (count in *nwords) as read (ds->words: also through a
  * dataset that wraps one, a dev set carved from it); NULL when ds is not a
  * ut_tagged_dataset_open dataset or i is out of range. The predictions

@@ -9,7 +9,9 @@
  * at max_len. get expands an example into the (3, max_len) token planes and
  * the (max_len) labels; collate draws the masks of a batch from Philox
  * blocks at (seed; epoch, example, position), so they depend on nothing
- * else: not the batch, the ranks, nor a resume. */
+ * else: not the batch, the ranks, nor a resume. The causal language
+ * model's texts (run_clm.py) go through the same reading and grouping into
+ * blocks; their examples are a block's ids and the next token of each. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <strings.h>
 
 #include "data_internal.h"
+#include "tok_internal.h"
 #include "utrain/base.h"
 
 enum {
@@ -118,6 +121,9 @@ typedef struct {
     ut_tokenizer *t;
     mlm_impl *m;
     bool by_line;
+    bool keep_ends;              /* a text file's texts keep their line ends (run_clm's keep_linebreaks) */
+    const char *len_key;         /* the length's key, for messages (data.max_len, data.seq_len) */
+    ut__sbuf line;               /* keep_ends: the line being read, with its end */
     int64_t npre, nsuf;          /* the special tokens before and after a text's own ids */
     ut_tok_encoding e;
     int64_t at, cap;             /* ids stored; room for */
@@ -237,12 +243,22 @@ static void describe(mlm_impl *m, const char *name, const char *given) {
 }
 
 /* Text files: a text a line; a '\r' before the '\n' is not part of it, a
- * last line without '\n' is one, the '\n' ending the file starts none. */
+ * last line without '\n' is one, the '\n' ending the file starts none.
+ * keep_ends: each text ends with its line's end as written ("\n" or
+ * "\r\n"; none after a last line without one), as Python's
+ * splitlines(keepends=True) leaves them. */
 static int read_lines(sink *s, char *p, size_t len, char *err, size_t n) {
     int64_t line = 1;
     for (size_t start = 0; start < len; line++) {
         char *nl = memchr(p + start, '\n', len - start);
         size_t end = nl ? (size_t)(nl - p) : len;
+        if (s->keep_ends) {
+            s->line.n = 0;
+            ut__sbuf_put(&s->line, p + start, end - start + (nl != NULL));
+            if (sink_text(s, s->line.s, line, err, n)) return -1;
+            start = end + 1;
+            continue;
+        }
         p[end] = 0;              /* the '\n', or the spare NUL after the data */
         if (end > start && p[end - 1] == '\r') p[end - 1] = 0;
         if (sink_text(s, p + start, line, err, n)) return -1;
@@ -439,10 +455,11 @@ static int fill(sink *s, const ut_mlm_opts *o, char *err, size_t n) {
     if (s->by_line)
         return ut_errorf(err, n, "%s: no example: %s (line_by_line skips blank texts)", s->path,
                          s->texts ? "every text is blank" : "no text");
-    return ut_errorf(err, n, "%s: no example: %lld tokens read from %lld texts, and each block takes max_len %lld "
-                             "tokens from one group of %d texts (what is left of a group is dropped, as run_mlm's "
-                             "group_texts drops it); use a smaller data.max_len or data.line_by_line", s->path,
-                     (long long)s->tokens, (long long)s->texts, (long long)s->m->L, GROUP_TEXTS);
+    return ut_errorf(err, n, "%s: no example: %lld tokens read from %lld texts, and each block takes %lld tokens "
+                             "(%s) from one group of %d texts (what is left of a group is dropped, as run_mlm's and "
+                             "run_clm's group_texts drop it); use a smaller %s%s", s->path, (long long)s->tokens,
+                     (long long)s->texts, (long long)s->m->L, s->len_key, GROUP_TEXTS, s->len_key,
+                     s->keep_ends || !strcmp(s->len_key, "data.seq_len") ? "" : " or data.line_by_line");
 }
 
 ut_dataset *ut_mlm_dataset_open(const char *path, ut_tokenizer *t, const ut_mlm_opts *o, char *err, size_t n) {
@@ -453,7 +470,7 @@ ut_dataset *ut_mlm_dataset_open(const char *path, ut_tokenizer *t, const ut_mlm_
     ut_philox_seed(&p, o->seed);
     *m = (mlm_impl){.L = o->max_len, .pad = pad >= 0 ? pad : 0, .mask = ut_tokenizer_special_id(t, "mask"),
                     .vocab = ut_tokenizer_vocab_size(t), .key = p.key, .prob = o->probability};
-    sink s = {.path = path, .t = t, .m = m, .by_line = o->line_by_line};
+    sink s = {.path = path, .t = t, .m = m, .by_line = o->line_by_line, .len_key = "data.max_len"};
     int rc = fill(&s, o, err, n);
     ut_tok_encoding_free(&s.e);
     if (rc) {
@@ -465,5 +482,48 @@ ut_dataset *ut_mlm_dataset_open(const char *path, ut_tokenizer *t, const ut_mlm_
                        .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .vocab_size = m->vocab,
                        .token_planes = true, .token_labels = true, .masked_lm = true, .get = mlm_get,
                        .collate = mlm_collate, .free = mlm_free, .impl = m, .columns = m->columns};
+    return ds;
+}
+
+/* ---- causal language modeling (run_clm) ---- */
+
+/* Example i: x (L) the block's ids, y (L) the next token of each, -1 after
+ * the last (GPT-2's loss ignores -1) */
+static int clm_get(ut_dataset *ds, int64_t i, void *xv, void *yv, char *err, size_t n) {
+    const mlm_impl *m = ds->impl;
+    if (i < 0 || i >= ds->n)
+        return ut_errorf(err, n, "%s: example %lld out of range [0, %lld)", ds->name, (long long)i,
+                         (long long)ds->n);
+    int32_t *x = xv, *y = yv;
+    const int32_t *ids = m->ids + m->off[i];
+    for (int64_t j = 0; j < m->L; j++) {
+        x[j] = ids[j];
+        y[j] = j + 1 < m->L ? ids[j + 1] : -1;
+    }
+    return 0;
+}
+
+ut_dataset *ut_clm_dataset_open(const char *path, ut_tokenizer *t, const ut_clm_opts *o, char *err, size_t n) {
+    if (!o) return ut_errorf(err, n, "%s: no causal language modeling options (block_size)", path), NULL;
+    if (!t) return ut_errorf(err, n, "%s: no tokenizer (causal language modeling on texts needs a pretrained one)",
+                             path), NULL;
+    if (o->block_size < 2 || o->block_size > 1000000000)
+        return ut_errorf(err, n, "%s: the block size must be in [2, 1e9] (got %lld)", path, (long long)o->block_size),
+               NULL;
+    mlm_impl *m = ut_calloc_check(1, sizeof *m);
+    *m = (mlm_impl){.L = o->block_size, .vocab = ut_tokenizer_vocab_size(t)};
+    ut_mlm_opts mo = {.max_len = o->block_size, .text_column = o->text_column};
+    sink s = {.path = path, .t = t, .m = m, .keep_ends = o->keep_linebreaks, .len_key = "data.seq_len"};
+    int rc = fill(&s, &mo, err, n);
+    ut_tok_encoding_free(&s.e);
+    ut_free(s.line.s);
+    if (rc) {
+        impl_free(m);
+        return NULL;
+    }
+    ut_dataset *ds = ut_calloc_check(1, sizeof *ds);
+    *ds = (ut_dataset){.name = ut__data_strdup(path), .n = m->n, .x_ndim = 1, .x_ne = {m->L}, .y_ndim = 1,
+                       .y_ne = {m->L}, .x_dtype = UT_I32, .y_dtype = UT_I32, .vocab_size = m->vocab, .get = clm_get,
+                       .free = mlm_free, .impl = m, .columns = m->columns};
     return ds;
 }

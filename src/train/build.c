@@ -562,6 +562,32 @@ static int open_mlm(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut
     return rc;
 }
 
+/* clm_text: texts for a causal language model (GPT-2), read with the
+ * pretrained tokenizer into blocks of data.seq_len. A model from scratch
+ * takes the tokenizer's vocabulary size unless model.vocab_size says (then
+ * it must hold the tokenizer's ids; a pretrained one is checked where the
+ * model is built). */
+static int open_clm(const ut_config *c, ut_dataset **train, ut_dataset **dev, ut_dataset **test, char *err,
+                    size_t n) {
+    ut_tokenizer *tok = ut_run_tokenizer(c, err, n);
+    if (!tok) return -1;
+    int rc = 0;
+    long long V = 0;
+    char e[256];
+    if (!ut_kv_get(c->model_opts, "pretrained") && ut_kv_get(c->model_opts, "vocab_size") &&
+        !ut_kv_int(c->model_opts, "vocab_size", 0, &V, e, sizeof e) && ut_tokenizer_vocab_size(tok) > V)
+        rc = ut_errorf(err, n, "model.vocab_size: %lld, but the tokenizer has %lld tokens: its ids would be outside "
+                               "the model's embedding", V, (long long)ut_tokenizer_vocab_size(tok));
+    ut_clm_opts o = {.block_size = c->seq_len, .keep_linebreaks = c->keep_linebreaks,
+                     .text_column = c->text_column[0] ? c->text_column : NULL};
+    const char *paths[3] = {c->train_path, c->dev_path, c->test_path};
+    ut_dataset **out[3] = {train, dev, test};
+    for (int i = 0; i < 3 && !rc; i++)
+        if (out[i] && paths[i][0] && !(*out[i] = ut_clm_dataset_open(paths[i], tok, &o, err, n))) rc = -1;
+    ut_tokenizer_free(tok);
+    return rc;
+}
+
 /* data.dev_fraction: the last fraction of the training examples (at least
  * one, not all) as the dev set, for text data without a dev file */
 static int carve_fraction(const ut_config *c, ut_dataset **train, ut_dataset **dev, char *err, size_t n) {
@@ -595,6 +621,7 @@ int ut_datasets_open(const ut_config *cfg, const char *run_dir, bool lead, ut_da
     else if (!strcmp(cfg->data_name, "seq2seq_text")) rc = open_seq2seq(cfg, say, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "tagged_text")) rc = open_tagged(cfg, run_dir, say, train, dev, test, err, n);
     else if (!strcmp(cfg->data_name, "mlm_text")) rc = open_mlm(cfg, train, dev, test, err, n);
+    else if (!strcmp(cfg->data_name, "clm_text")) rc = open_clm(cfg, train, dev, test, err, n);
     else {
         snprintf(err, n, "data.name: unknown dataset '%s'", cfg->data_name);
         rc = -1;

@@ -16,7 +16,7 @@
 
 static const char *const modes[] = {"train", "test", NULL};
 static const char *const datasets[] = {"idx_images", "tokens", "tsv_text", "seq2seq_text", "tagged_text", "mlm_text",
-                                       NULL};
+                                       "clm_text", NULL};
 static const char *const early_kinds[] = {"false", "true", "never", NULL};
 static const char *const strategies[] = {"no", "steps", "epoch", NULL};
 static const char *const progress_kinds[] = {"auto", "bar", "lines", "off", NULL};
@@ -74,7 +74,7 @@ const ut_cfg_key ut_cfg_schema[] = {
     {.key = "data.name", .type = UT_CFG_ENUM, AT(data_name), .def = "idx_images",
      .values = datasets, .hashed = true,
      .doc = "dataset kind: IDX images, token shards, text to classify, pairs of texts, words with a tag each, "
-            "texts to mask (docs/data.md)"},
+            "texts to mask, texts to continue (docs/data.md)"},
     {.key = "data.train_images", .type = UT_CFG_STR, AT(train_images),
      .def = FMNIST "train-images-idx3-ubyte.gz", .hashed = true,
      .doc = "idx_images: training images (IDX, plain or gzip)"},
@@ -101,14 +101,14 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "idx_images: normalisation (x/255 - mean)/std"},
     {.key = "data.train_path", .type = UT_CFG_STR, AT(train_path), .def = "", .hashed = true,
      .doc = "tokens: shard file or glob; tsv_text: TSV, CSV or JSON file; seq2seq_text: pairs; tagged_text: JSON "
-            "Lines or CoNLL text of words and tags (its tags are the classes, also in test mode); mlm_text: a text "
-            "file (a line each), CSV or JSON Lines to train a masked language model on"},
+            "Lines or CoNLL text of words and tags (its tags are the classes, also in test mode); mlm_text, clm_text: "
+            "a text file (a line each), CSV or JSON Lines to train a masked or causal language model on"},
     {.key = "data.dev_path", .type = UT_CFG_STR, AT(dev_path), .def = "",
      .doc = "tokens and the text kinds: dev data (empty: no dev set)"},
     {.key = "data.test_path", .type = UT_CFG_STR, AT(test_path), .def = "",
      .doc = "tokens and the text kinds: test data (empty: none)"},
     {.key = "data.seq_len", .type = UT_CFG_INT, AT(seq_len), .def = "64", GE(1), LE(1e9), .hashed = true,
-     .doc = "tokens: sequence length T"},
+     .doc = "tokens: sequence length T; clm_text: each block's tokens (run_clm's block_size)"},
     {.key = "data.tokenizer", .type = UT_CFG_STR, AT(tokenizer), .def = "word", .hashed = true,
      .doc = "tsv_text: word, byte, or a pretrained tokenizer directory (tokenizer.json or "
             "vocab.txt); with model.pretrained, word means that model directory's tokenizer; "
@@ -169,6 +169,9 @@ const ut_cfg_key ut_cfg_schema[] = {
      .hashed = true,
      .doc = "mlm_text: the share of the tokens masked (run_mlm's mlm_probability): of those, 80% become the mask "
             "token, 10% a random token, 10% stay"},
+    {.key = "data.keep_linebreaks", .type = UT_CFG_BOOL, AT(keep_linebreaks), .def = "true", .hashed = true,
+     .doc = "clm_text: a text file's lines keep their line ends (\\n) in the text the model reads (run_clm's "
+            "keep_linebreaks); false: the lines' texts are joined without them"},
     {.key = "data.line_by_line", .type = UT_CFG_BOOL, AT(line_by_line), .def = "false", .hashed = true,
      .doc = "mlm_text: each line that is not blank an example, cut at data.max_len and padded (run_mlm's "
             "line_by_line); false: the lines' tokens concatenated and cut into blocks of data.max_len"},
@@ -176,7 +179,7 @@ const ut_cfg_key ut_cfg_schema[] = {
      .doc = "tsv_text: the text's column (several, comma-separated: their fields joined by text_column_delimiter, "
             "as run_classification's text_column_names); empty: found by name (docs/data.md); tagged_text: the "
             "JSON key of the words (empty: tokens, else the first); mlm_text: the CSV column or JSON key of the "
-            "text (empty: text, else the first)"},
+            "text (empty: text, else the first); clm_text: the same"},
     {.key = "data.text_pair_column", .type = UT_CFG_STR, AT(text_pair_column), .def = "", .hashed = true,
      .hash_if_set = true, .doc = "tsv_text: the column of a pair's second text (with text_column)"},
     {.key = "data.label_column", .type = UT_CFG_STR, AT(label_column), .def = "", .hashed = true,
@@ -675,6 +678,8 @@ const ut_cfg_alias ut_cfg_aliases[] = {
     {"label_all_tokens", "data.label_all_tokens"},
     {"mlm_probability", "data.mlm_probability"},        /* run_mlm's */
     {"line_by_line", "data.line_by_line"},
+    {"block_size", "data.seq_len"},                     /* run_clm's */
+    {"keep_linebreaks", "data.keep_linebreaks"},
     {"return_entity_level_metrics", "train.entity_metrics"},
     {"text_column_delimiter", "data.text_column_delimiter"},
     {"text_column", "data.source_field"},               /* run_summarization's */

@@ -191,18 +191,20 @@ static int check_data(const ut_config *c, char *err, size_t n) {
              "not data.name: %s; remove it", c->data_name);
     /* the keys of one kind of text file */
     bool tsv = !strcmp(c->data_name, "tsv_text"), tagged = !strcmp(c->data_name, "tagged_text"),
-         mlm = !strcmp(c->data_name, "mlm_text");
+         mlm = !strcmp(c->data_name, "mlm_text"), clm = !strcmp(c->data_name, "clm_text");
     const struct { const char *key; bool set; bool ours; const char *name; } kinds[] = {
         {"data.source_field", strcmp(c->source_field, "source") != 0, pairs, "seq2seq_text"},
         {"data.target_field", strcmp(c->target_field, "target") != 0, pairs, "seq2seq_text"},
         {"data.source_prefix", c->source_prefix[0] != 0, pairs, "seq2seq_text"},
         {"data.lowercase", c->lowercase, pairs, "seq2seq_text"},
-        {"data.text_column", c->text_column[0] != 0, tsv || tagged || mlm, "tsv_text, tagged_text and mlm_text"},
+        {"data.text_column", c->text_column[0] != 0, tsv || tagged || mlm || clm, "tsv_text, tagged_text, mlm_text "
+                                                                                  "and clm_text"},
         {"data.text_pair_column", c->text_pair_column[0] != 0, !strcmp(c->data_name, "tsv_text"), "tsv_text"},
         {"data.label_column", c->label_column[0] != 0, tsv || tagged, "tsv_text and tagged_text"},
         {"data.label_all_tokens", c->label_all_tokens, tagged, "tagged_text"},
         {"data.mlm_probability", c->mlm_probability != 0.15, mlm, "mlm_text"},
         {"data.line_by_line", c->line_by_line, mlm, "mlm_text"},
+        {"data.keep_linebreaks", !c->keep_linebreaks, clm, "clm_text"},
         {"data.text_column_delimiter", strcmp(c->text_column_delimiter, " ") != 0, !strcmp(c->data_name, "tsv_text"),
          "tsv_text"},
     };
@@ -245,6 +247,18 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
     if (mlm_task)
         FAIL("model.task: masked_lm predicts the masked tokens of texts: set data.name: mlm_text (data.name is %s)",
              c->data_name);
+    if (!strcmp(c->data_name, "clm_text")) { /* GPT2LMHeadModel on texts (run_clm) */
+        static const char *const others[] = {"bert", "roberta", "bart", "t5", "bow", "cnn", "mlp"};
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+            if (!strcmp(c->model_name, others[i]))
+                FAIL("data.name clm_text: texts for a causal language model train gpt2 (model.name: gpt2), not "
+                     "model.name %s%s", c->model_name, i < 2 ? " (bert and roberta learn from texts by masked "
+                                                               "language modeling: data.name: mlm_text)" : "");
+        if (task && strcmp(task, "causal_lm"))
+            FAIL("model.task: %s, but data.name clm_text trains a causal language model: set model.task: causal_lm "
+                 "(or remove it)", task);
+        return 0;
+    }
     if (!strcmp(c->data_name, "tagged_text")) { /* BertForTokenClassification, RobertaForTokenClassification */
         static const char *const others[] = {"gpt2", "bow", "bart", "t5", "cnn", "mlp"};
         for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)

@@ -404,10 +404,14 @@ static int hf_recipe(loader *ld) {
     bool tagged = c->hf_tagged || seen(ld, "label_all_tokens") || seen(ld, "text_column_name");
     /* run_mlm's: texts to mask */
     bool mlm = c->hf_mlm || seen(ld, "mlm_probability") || seen(ld, "line_by_line");
+    /* run_clm's: texts to continue (validation_split_percentage alone says run_mlm's) */
+    bool clm = seen(ld, "block_size") || seen(ld, "keep_linebreaks");
+    mlm = mlm && !clm;
     const struct { const char *key, *value; bool when; const char *what; } recipe[] = {
-        {"data.name", mlm ? "mlm_text" : tagged ? "tagged_text" : pairs ? "seq2seq_text" : "tsv_text",
+        {"data.name", clm ? "clm_text" : mlm ? "mlm_text" : tagged ? "tagged_text" : pairs ? "seq2seq_text" : "tsv_text",
          files && !seen(ld, "data.name"),
-         mlm       ? "train_file: texts for a masked language model (data.name mlm_text)"
+         clm       ? "train_file: texts for a causal language model (data.name clm_text)"
+         : mlm     ? "train_file: texts for a masked language model (data.name mlm_text)"
          : tagged  ? "train_file: words with a tag each (data.name tagged_text)"
          : pairs ? "train_file: pairs of texts (data.name seq2seq_text)"
                  : "train_file: texts to classify (data.name tsv_text)"},

@@ -270,6 +270,68 @@ static void test_refused(void) {
     hfe_check_refused(tmp, "sst.yml", tsv, 2);
 }
 
+/* GPT-2 on texts as run_clm trains it (data.name clm_text: GPT-2's BPE,
+ * blocks of data.seq_len, the line ends kept): the dev loss falls, the run
+ * generates; run_clm's argument file; the refusals */
+static void test_causal_lm(void) {
+    FILE *f = fopen(tp_path(tmp, "clm.yml"), "w");
+    UT_ASSERT(f);
+    fprintf(f, "experiment_name: clm\noutput_dir: %s/runs\nseed: 3\n"
+               "model:\n  name: gpt2\n  n_layer: 2\n  n_head: 2\n  n_embd: 32\n  block_size: 64\n"
+               "data:\n  name: clm_text\n  tokenizer: data/pretrained/gpt2-bpe\n  train_path: %s/train.txt\n"
+               "  dev_path: %s/dev.txt\n  seq_len: 32\n"
+               "train:\n  epochs: 2\n  batch_size: 16\n  log_interval: 1\n  eval_strategy: epoch\n"
+               "optim:\n  name: adamw\n  lr: 5.0e-3\n", tmp, tmp, tmp);
+    fclose(f);
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "clm.yml"), "clm.out", NULL, NULL) == 0, "train");
+    char *s = tp_slurp(tp_path(tmp, "clm.out"));
+    const char *at = s ? strstr(s, "Total optimization steps = ") : NULL;
+    int steps = at ? atoi(at + 27) : 0;
+    free(s);
+    const char *metrics = tp_path(tmp, "runs/clm/metrics.jsonl");
+    double l1 = hfe_dev_metric(metrics, steps / 2, "loss"), l2 = hfe_dev_metric(metrics, steps, "loss"),
+           p2 = hfe_dev_metric(metrics, steps, "perplexity");
+    CHECK(steps > 0 && l2 < l1 && fabs(p2 - exp(l2)) <= 1e-3 * p2, "dev loss %g -> %g, perplexity %g (%d steps)", l1,
+          l2, p2, steps);
+    f = fopen(tp_path(tmp, "prompts.txt"), "w");
+    fprintf(f, "the film\n");
+    fclose(f);
+    const char *argv[] = {"generate", tp_path(tmp, "runs/clm"), "--input", tp_path(tmp, "prompts.txt"),
+                          "--max-new-tokens", "5", NULL};
+    CHECK(tp_run(argv, tp_path(tmp, "gen.out")) == 0, "generate");
+    s = tp_slurp(tp_path(tmp, "gen.out"));
+    /* the prompt continued with the run's tokenizer (the text itself is the model's choice) */
+    CHECK(s && strstr(s, "1 sources, greedy, max 5 new tokens"), "%s", s);
+    free(s);
+    /* run_clm's argument file on the run's export: block_size makes train_file texts to continue */
+    const char *ex[] = {"export", tp_path(tmp, "runs/clm"), "--format", "hf", tp_path(tmp, "clm_hf"), NULL};
+    CHECK(tp_run(ex, tp_path(tmp, "clm_export.out")) == 0, "export");
+    f = fopen(tp_path(tmp, "clm_args.json"), "w");
+    fprintf(f, "{\"model_name_or_path\": \"%s/clm_hf\", \"tokenizer_name\": \"data/pretrained/gpt2-bpe\",\n"
+               " \"train_file\": \"%s/train.txt\", \"validation_file\": \"%s/dev.txt\", \"block_size\": 32,\n"
+               " \"do_train\": true, \"do_eval\": true, \"per_device_train_batch_size\": 16,\n"
+               " \"num_train_epochs\": 1, \"eval_strategy\": \"epoch\", \"output_dir\": \"%s/clm_args_out\"}\n",
+            tmp, tmp, tmp, tmp);
+    fclose(f);
+    int rc = hfe_utrain(tmp, "train", tp_path(tmp, "clm_args.json"), "clm_args.out", NULL, NULL);
+    s = tp_slurp(tp_path(tmp, "clm_args.out"));
+    CHECK(rc == 0 && s && strstr(s, "train_file: texts for a causal language model (data.name clm_text)"), "%s", s);
+    free(s);
+    /* trained on from the export, its first evaluation continues from the run's last */
+    double a1 = hfe_dev_metric(tp_path(tmp, "clm_args_out/default/metrics.jsonl"), steps / 2, "loss");
+    CHECK(a1 < l2, "from the export: dev loss %g after an epoch, the run ended at %g", a1, l2);
+    static const char *const cases[][2] = {
+        {"model.name=bert", "data.name clm_text: texts for a causal language model train gpt2 (model.name: gpt2), not "
+                            "model.name bert (bert and roberta learn from texts by masked language modeling"},
+        {"model.task=sequence_classification", "model.task: sequence_classification, but data.name clm_text trains a "
+                                               "causal language model"},
+        {"data.seq_len=1", "the block size must be in [2, 1e9] (got 1)"},
+        {"data.line_by_line=true", "data.line_by_line: read by data.name mlm_text only (data.name is clm_text)"},
+        {"model.vocab_size=1000", "model.vocab_size: 1000, but the tokenizer has 50257 tokens"},
+    };
+    hfe_check_refused(tmp, "clm.yml", cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -286,6 +348,7 @@ int main(int argc, char **argv) {
     RUN(test_sim_device);
     RUN(test_plan);
     RUN(test_refused);
+    RUN(test_causal_lm);
     /* under mpirun last: its environment turns LeakSanitizer off */
     tp_mpi_env(true);
     RUN(test_two_ranks);

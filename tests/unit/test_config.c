@@ -689,6 +689,19 @@ static void test_hf_example_script_arguments(void) {
               "run_mlm case %zu: %s %g %g %s", i, c.data_name, c.mlm_probability, c.dev_fraction, err);
         ut_config_free(&c);
     }
+    /* run_clm's: block_size (or keep_linebreaks) makes texts to continue, validation_split_percentage with it */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"train_file\": \"t.txt\", \"block_size\": 128,\n"
+                        " \"validation_split_percentage\": 5, \"keep_linebreaks\": false}\n") == 0 &&
+              !strcmp(c.data_name, "clm_text") && c.seq_len == 128 && !c.keep_linebreaks &&
+              fabs(c.dev_fraction - 0.05) < 1e-12, "run_clm: %s %lld %d %g %s", c.data_name, (long long)c.seq_len,
+          c.keep_linebreaks, c.dev_fraction, err);
+    ut_config_free(&c);
+    ut_config_init(&c);
+    CHECK(load_text(&c, "data: {name: tsv_text, train_path: t.tsv, keep_linebreaks: false}\n") == 0 &&
+              ut_config_validate(&c, err, sizeof err) != 0 &&
+              strstr(err, "data.keep_linebreaks: read by data.name clm_text only"), "%s", err);
+    ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "{\"model_name_or_path\": \"m\", \"validation_split_percentage\": 120}\n") != 0 &&
               strstr(err, "validation_split_percentage: '120' is not a percentage in [0, 100)"), "%s", err);

@@ -9,7 +9,9 @@
  * probability, 80% mask / 10% random / 10% kept, special tokens and padding
  * never chosen, the same masks for the same (epoch, example) whatever the
  * batch, other masks in another epoch, labels trimmed to the batch) and
- * every bad input's message. */
+ * every bad input's message; and the causal language model's texts
+ * (ut_clm_dataset_open: GPT-2's BPE, the same 1000-line groups, the line
+ * ends kept or not, a block's ids and the next of each). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -558,7 +560,7 @@ static void test_bad_text(void) {
     /* grouped: 6 + 2 + 3 ids < 16 */
     write_text(p, "the film was great\n\nfilm\n");
     o.max_len = 16;
-    expect_error(p, g_bert, &o, "bad.txt: no example: 11 tokens read from 3 texts", "max_len 16");
+    expect_error(p, g_bert, &o, "bad.txt: no example: 11 tokens read from 3 texts", "takes 16 tokens (data.max_len)");
     expect_error(p, g_bert, &o, "use a smaller data.max_len or data.line_by_line", NULL);
     write_text(p, "");
     expect_error(p, g_bert, &o, "bad.txt: no example: 0 tokens read from 0 texts", NULL);
@@ -611,6 +613,99 @@ static void test_bad_csv_json(void) {
     expect_error(c, g_bert, &o, "bad.csv: no example: no text", NULL);
 }
 
+/* ---- causal language modeling (ut_clm_dataset_open, run_clm) ---- */
+
+/* The ids of GPT-2's BPE for texts[i] (each encoded alone, as run_clm's
+ * tokenize_function encodes its rows), from..to, concatenated into out */
+static int64_t concat_ids(ut_tokenizer *t, char **texts, int64_t from, int64_t to, int32_t *out) {
+    ut_tok_encoding e = {0};
+    int64_t k = 0;
+    for (int64_t i = from; i < to; i++) {
+        CHECK(ut_tokenizer_encode(t, texts[i], NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+        for (int64_t q = 0; q < e.len; q++) out[k++] = e.ids[q];
+    }
+    ut_tok_encoding_free(&e);
+    return k;
+}
+
+/* 1003 lines (empty ones, a CRLF one, the last without a newline) in blocks
+ * of 7: each 1000 lines' ids concatenated, what is left of each 1000
+ * dropped; with keep_linebreaks every text but the last ends with its line
+ * end; y the next id, -1 after the last of a block */
+static void test_clm_blocks(void) {
+    char why[512];
+    ut_tokenizer *gpt2 = ut_tokenizer_load("data/pretrained/gpt2-bpe", why, sizeof why);
+    CHECK(gpt2, "%s", why);
+    if (!gpt2) return;
+    enum { LINES = 1003, L = 7 };
+    char **kept = calloc(LINES, sizeof *kept), **bare = calloc(LINES, sizeof *bare);
+    size_t cap = 1 << 16, used = 0;
+    char *file = malloc(cap);
+    for (int i = 0; i < LINES; i++) {
+        char line[64];
+        snprintf(line, sizeof line, i % 9 == 4 ? "" : "line %d of the film, said the critic", i);
+        const char *end = i == LINES - 1 ? "" : i == 500 ? "\r\n" : "\n";
+        size_t a = strlen(line), b = strlen(end);
+        bare[i] = strdup(line);
+        kept[i] = malloc(a + b + 1);
+        snprintf(kept[i], a + b + 1, "%s%s", line, end);
+        memcpy(file + used, kept[i], a + b);
+        used += a + b;
+    }
+    write_bytes(tmp("clm.txt"), file, used);
+    int32_t *want = malloc(sizeof(int32_t) * 40000);
+    for (int keep = 0; keep < 2; keep++) {
+        ut_clm_opts o = {.block_size = L, .keep_linebreaks = keep};
+        ut_dataset *ds = ut_clm_dataset_open(tmp("clm.txt"), gpt2, &o, err, sizeof err);
+        CHECK(ds, "%s", err);
+        if (!ds) continue;
+        char **texts = keep ? kept : bare;
+        int64_t n0 = concat_ids(gpt2, texts, 0, 1000, want), n1 = concat_ids(gpt2, texts, 1000, LINES, want + n0);
+        int64_t blocks0 = n0 / L, blocks1 = n1 / L;
+        CHECK(ds->n == blocks0 + blocks1 && ds->x_ndim == 1 && ds->x_ne[0] == L && ds->y_ne[0] == L &&
+                  !ds->token_planes && !ds->masked_lm && !ds->collate && ds->vocab_size == 50257,
+              "keep %d: %lld examples, want %lld + %lld", keep, (long long)ds->n, (long long)blocks0,
+              (long long)blocks1);
+        int bad = 0;
+        for (int64_t k = 0; k < ds->n && k < blocks0 + blocks1; k++) {
+            int32_t x[L], y[L];
+            UT_ASSERT(ds->get(ds, k, x, y, err, sizeof err) == 0);
+            const int32_t *w = k < blocks0 ? want + k * L : want + n0 + (k - blocks0) * L;
+            for (int j = 0; j < L; j++) bad += x[j] != w[j] || y[j] != (j + 1 < L ? w[j + 1] : -1);
+        }
+        CHECK(!bad, "keep %d: %d values differ from the texts' ids in blocks", keep, bad);
+        ut_dataset_free(ds);
+    }
+    /* the line ends are in the ids: the newline token (198, "\n") after a line */
+    ut_clm_opts o = {.block_size = 2, .keep_linebreaks = true};
+    write_text(tmp("two.txt"), "a\nb\n");
+    ut_dataset *ds = ut_clm_dataset_open(tmp("two.txt"), gpt2, &o, err, sizeof err);
+    int32_t x[2], y[2];
+    CHECK(ds && ds->n == 2 && ds->get(ds, 0, x, y, err, sizeof err) == 0 && x[0] == 64 && x[1] == 198 &&
+              y[0] == 198 && y[1] == -1, "a\\n: %s", err);
+    ut_dataset_free(ds);
+    /* the errors: a block of one token predicts nothing; too little text */
+    o.block_size = 1;
+    CHECK(!ut_clm_dataset_open(tmp("two.txt"), gpt2, &o, err, sizeof err) &&
+              strstr(err, "the block size must be in [2, 1e9] (got 1)"), "%s", err);
+    o.block_size = 64;
+    CHECK(!ut_clm_dataset_open(tmp("two.txt"), gpt2, &o, err, sizeof err) &&
+              strstr(err, "two.txt: no example: 4 tokens read from 2 texts, and each block takes 64 tokens "
+                          "(data.seq_len)") && !strstr(err, "line_by_line"), "%s", err);
+    /* CSV: the text column, no line ends added */
+    write_text(tmp("clm.csv"), "id,text\n1,a b\n2,\"c, d\"\n");
+    o = (ut_clm_opts){.block_size = 2, .keep_linebreaks = true};
+    ds = ut_clm_dataset_open(tmp("clm.csv"), gpt2, &o, err, sizeof err);
+    CHECK(ds && ds->n == 2 && ds->columns && !strcmp(ds->columns, "text 'text'"), "csv: %s", err);
+    ut_dataset_free(ds);
+    for (int i = 0; i < LINES; i++) free(kept[i]), free(bare[i]);
+    free(kept);
+    free(bare);
+    free(file);
+    free(want);
+    ut_tokenizer_free(gpt2);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     tp_set_program(argv[0]);
@@ -639,6 +734,7 @@ int main(int argc, char **argv) {
     RUN(test_bad_options);
     RUN(test_bad_text);
     RUN(test_bad_csv_json);
+    RUN(test_clm_blocks);
     ut_tokenizer_free(g_bert);
     ut_tokenizer_free(g_roberta);
     return tp_finish(TEST_SUMMARY(), g_dir);
