@@ -16,7 +16,10 @@
  * line_by_line; bits 3-4: the tokenizer, WordPiece (0, 3), RoBERTa's BPE
  * (1), BPE without special tokens (2); bit 5: the text column given as "b";
  * bits 6-7: the probability 0.15, 0.5, 0.999, or 1 (refused)), 1 byte
- * max_len - 1, 1 byte the epoch, 1 byte the labels' width, then the file. */
+ * max_len - 1, 1 byte the epoch, 1 byte the labels' width, then the file.
+ * Every input is also read as a causal language model's texts
+ * (ut_clm_dataset_open): blocks of max_len tokens, line ends kept by bit 6,
+ * each block's ids in the vocabulary and y the next one, -1 at the end. */
 #include "fuzz_data.h"
 
 static ut_tokenizer *wordpiece, *roberta, *plain_bpe;
@@ -131,6 +134,33 @@ static void check_masks(ut_dataset *ds, int64_t epoch, int64_t Ly, int32_t mask_
     ut_free(x), ut_free(y), ut_free(x2), ut_free(y2), ut_free(x0), ut_free(y0);
 }
 
+/* The same file as a causal language model's texts (ut_clm_dataset_open),
+ * blocks of 1 + opt[1] tokens (1 refused), line ends kept by bit 6: every
+ * block's ids in the vocabulary, y the next id, -1 after the last */
+static void check_clm(const char *path, ut_tokenizer *t, const uint8_t *opt) {
+    ut_clm_opts o = {.block_size = 1 + opt[1], .keep_linebreaks = opt[0] >> 6 & 1,
+                     .text_column = opt[0] >> 5 & 1 ? "b" : NULL};
+    char err[1024] = "";
+    ut_dataset *ds = ut_clm_dataset_open(path, t, &o, err, sizeof err);
+    if (!ds) {
+        fz_check_err(err, path);
+        return;
+    }
+    const int64_t L = o.block_size, V = ut_tokenizer_vocab_size(t);
+    if (L < 2 || ds->masked_lm || ds->collate || ds->x_ndim != 1 || ds->x_ne[0] != L || ds->y_ne[0] != L ||
+        ds->n < 1 || ds->vocab_size != V)
+        fail("the causal-LM dataset's fields", -1);
+    int32_t *x = ut_malloc_check((size_t)L * sizeof *x), *y = ut_malloc_check((size_t)L * sizeof *y);
+    for (int64_t i = 0; i < ds->n; i++) {
+        if (ds->get(ds, i, x, y, err, sizeof err)) fail(err, i);
+        for (int64_t j = 0; j < L; j++)
+            if (x[j] < 0 || x[j] >= V || y[j] != (j + 1 < L ? x[j + 1] : -1)) fail("a block's ids or targets", i);
+    }
+    ut_free(x);
+    ut_free(y);
+    fz_read_ends(ds);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!wordpiece) {
         make_wordpiece();
@@ -146,6 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ut_mlm_opts o = {.max_len = 1 + opt[1], .line_by_line = opt[0] >> 2 & 1, .text_column = opt[0] >> 5 & 1 ? "b" : NULL,
                      .probability = probs[opt[0] >> 6], .seed = opt[2]};
     const char *path = fz_write(ext[opt[0] & 3], data, size);
+    check_clm(path, t, opt);
     char err[1024] = "";
     ut_dataset *ds = ut_mlm_dataset_open(path, t, &o, err, sizeof err);
     if (!ds) {
