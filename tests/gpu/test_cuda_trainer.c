@@ -5,7 +5,8 @@
  * the bit; checkpoints cross between the devices both ways. Covered: the CNN
  * with evaluation and checkpoints, the tiny GPT-2 with dropout in fp32, bf16
  * and fp16 and with TF32 products, the tiny BERT fine-tuned with dropout in fp32 and bf16 and
- * trained as a masked language model (fp32, bf16), the
+ * trained as a masked language model (fp32, bf16) and as a token
+ * classifier (fp32), the
  * bag-of-words classifier and `utrain test` on it, the dp,
  * ddp, zero3 and zero2 + ZeRO-Offload strategies with two ranks sharing the
  * one GPU (their gradients staged through host memory: NCCL takes a GPU per
@@ -167,8 +168,22 @@ static void test_masked_lm(void) {
     CHECK(a >= 0 && a == b, "mlm: dev accuracy %g on cpu, %g on %s", a, b, D);
 }
 
-/* data/sst2_sample's training sentences as a text file, a line each */
-static bool write_sentences(const char *path) {
+static char ner[1024];
+
+/* The tiny BERT tagging words (token classification: run_ner's JSON Lines,
+ * the packed rows' logits gathered back to their positions), fp32 with
+ * dropout; the dev scores as seqeval's on both devices */
+static void test_token_classification(void) {
+    both("ner_fp32", ner, "train.precision=fp32", 1, 8, 1e-6, 1e-5);
+    double a = dev_metric("ner_fp32_cpu", "accuracy"), b = dev_metric("ner_fp32_dev", "accuracy");
+    double fa = dev_metric("ner_fp32_cpu", "f1"), fb = dev_metric("ner_fp32_dev", "f1");
+    printf("  ner_fp32      dev accuracy %g and f1 %g on cpu, %g and %g on %s\n", a, fa, b, fb, D);
+    CHECK(a > 0 && a == b && fa == fb, "ner: dev accuracy %g vs %g, f1 %g vs %g", a, b, fa, fb);
+}
+
+/* data/sst2_sample's training sentences as a text file, a line each, or
+ * (tags) as run_ner's JSON Lines with film, movie and story tagged WORK */
+static bool write_sentences(const char *path, bool tags) {
     FILE *in = fopen("data/sst2_sample/train.tsv", "r"), *out = fopen(path, "w");
     bool ok = in && out;
     char line[1024];
@@ -176,7 +191,19 @@ static bool write_sentences(const char *path) {
         char *tab = strchr(line, '\t');
         if (!tab || !strncmp(line, "sentence\t", 9)) continue;
         *tab = 0;
-        ok = fprintf(out, "%s\n", line) > 0;
+        if (!tags) {
+            ok = fprintf(out, "%s\n", line) > 0;
+            continue;
+        }
+        char words[2048] = "", labels[2048] = "";
+        size_t w = 0, t = 0;
+        for (char *tok = strtok(line, " "); tok && w < 1800 && t < 1800; tok = strtok(NULL, " ")) {
+            bool work = !strcmp(tok, "film") || !strcmp(tok, "movie") || !strcmp(tok, "story");
+            if (strchr(tok, '"') || strchr(tok, '\\')) continue; /* no JSON escapes needed */
+            w += (size_t)snprintf(words + w, sizeof words - w, "%s\"%s\"", w ? ", " : "", tok);
+            t += (size_t)snprintf(labels + t, sizeof labels - t, "%s\"%s\"", t ? ", " : "", work ? "B-WORK" : "O");
+        }
+        ok = fprintf(out, "{\"tokens\": [%s], \"ner_tags\": [%s]}\n", words, labels) > 0;
     }
     if (in) fclose(in);
     if (out) ok = fclose(out) == 0 && ok;
@@ -569,7 +596,16 @@ int main(int argc, char **argv) {
              "optim: {name: adamw, lr: 2.0e-3}\n");
     char texts[300];
     snprintf(texts, sizeof texts, "%s/sentences.txt", tmp);
-    if (!write_sentences(texts)) return 1;
+    char tagged[300];
+    snprintf(tagged, sizeof tagged, "%s/tagged.jsonl", tmp);
+    if (!write_sentences(texts, false) || !write_sentences(tagged, true)) return 1;
+    snprintf(ner, sizeof ner,
+             "model: {name: bert, pretrained: tests/parity/fixtures/hf_bert_tok_tiny, ignore_mismatched_sizes: true}\n"
+             "data: {name: tagged_text, train_path: %s, dev_path: %s, max_len: 32}\n"
+             "train: {max_steps: 8, batch_size: 8, log_interval: 1, eval_strategy: steps, eval_interval: 8,\n"
+             "        save_strategy: steps, save_interval: 8, progress: lines}\n"
+             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n",
+             tagged, tagged);
     snprintf(mlm, sizeof mlm,
              "model: {name: bert, pretrained: tests/parity/fixtures/hf_bert_mlm_tiny}\n"
              "data: {name: mlm_text, train_path: %s, dev_path: %s, max_len: 32}\n"
@@ -607,6 +643,7 @@ int main(int argc, char **argv) {
     RUN(test_tf32);
     RUN(test_bert);
     RUN(test_masked_lm);
+    RUN(test_token_classification);
     RUN(test_same_bits);
     RUN(test_bow_and_test_mode);
     RUN(test_resume);
