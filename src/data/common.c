@@ -1,9 +1,11 @@
 /* Shared helpers of the data layer: error text, file reading, and
  * ut_dataset_free. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,4 +87,35 @@ int ut__text_line_check(const char *path, int64_t lineno, const char *p, size_t 
         return ut_errorf(err, n, "%s:%lld: byte %lld of the line: not valid UTF-8", path, (long long)lineno,
                          (long long)bad);
     return 0;
+}
+
+bool ut__ends_with_ci(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcasecmp(s + a - b, suffix);
+}
+
+const char *ut__json_kind(const cJSON *j) {
+    return cJSON_IsNull(j) ? "null" : cJSON_IsBool(j) ? "a boolean" : cJSON_IsNumber(j) ? "a number"
+         : cJSON_IsString(j) ? "a string" : cJSON_IsArray(j) ? "a list" : "an object";
+}
+
+int ut__special_frame(ut_tokenizer *t, const char *path, ut_tok_encoding *with, int64_t *npre, int64_t *nsuf,
+                      char *err, size_t n) {
+    ut_tok_encoding full = {0}, bare = {0}, *f = with ? with : &full;
+    ut_tok_opts plain = {.no_special = true};
+    char why[256];
+    int rc = ut_tokenizer_encode(t, "a", NULL, NULL, f, why, sizeof why) ||
+             ut_tokenizer_encode(t, "a", NULL, &plain, &bare, why, sizeof why);
+    if (rc) rc = ut_errorf(err, n, "%s: the tokenizer encodes no sample text: %s", path, why);
+    int64_t at = -1;
+    for (int64_t k = 0; !rc && bare.len > 0 && at < 0 && k + bare.len <= f->len; k++)
+        if (!memcmp(f->ids + k, bare.ids, (size_t)bare.len * sizeof *bare.ids)) at = k;
+    if (!rc && at < 0)
+        rc = ut_errorf(err, n, "%s: the tokenizer's special tokens do not surround a text's ids (a sample encoded "
+                               "with them does not hold its ids without them)", path);
+    *npre = rc ? 0 : at;
+    *nsuf = rc ? 0 : f->len - at - bare.len;
+    ut_tok_encoding_free(&full);
+    ut_tok_encoding_free(&bare);
+    return rc;
 }

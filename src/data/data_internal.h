@@ -1,5 +1,6 @@
 /* Helpers shared by the src/data files (not public API).
  * defines: ut__data_err, ut__data_strdup, ut__read_file, ut__tsv_*,
+ *          ut__ends_with_ci, ut__json_kind, ut__special_frame,
  *          ut__vocab_encode. */
 #ifndef UT_DATA_INTERNAL_H
 #define UT_DATA_INTERNAL_H
@@ -73,6 +74,20 @@ int64_t ut__json_array_lines(const char *s, int64_t *line, int64_t cap);
 int ut__text_line_check(const char *path, int64_t lineno, const char *p, size_t start, size_t end, char *err,
                         size_t n);
 int ut__csv_record(const char *path, char **pp, int64_t *line, char **f, int max, int *got, char *err, size_t n);
+
+/* Whether s ends with suffix, ignoring ASCII case (a file's kind by its name: ".CSV" too). */
+bool ut__ends_with_ci(const char *s, const char *suffix);
+/* A JSON value's kind for messages: "null", "a boolean", "a number", "a
+ * string", "a list" or "an object". */
+struct cJSON;
+const char *ut__json_kind(const struct cJSON *j);
+/* The special tokens t puts around a text: a sample encoded with them (into
+ * with, which then holds them; NULL: not kept) and without, *npre the ids
+ * before the sample's own and *nsuf those after. 0, or -1 with a message
+ * naming path (the tokenizer fails on the sample, or its special tokens do
+ * not surround a text's ids). */
+int ut__special_frame(ut_tokenizer *t, const char *path, ut_tok_encoding *with, int64_t *npre, int64_t *nsuf,
+                      char *err, size_t n);
 
 /* Tokenizes s with v into out (at most max_len ids, the rest untouched);
  * returns how many ids were written. */

@@ -192,28 +192,6 @@ static int sink_text(sink *s, const char *text, int64_t line, char *err, size_t 
     return 0;
 }
 
-/* How many ids the tokenizer adds before and after a text's own: a sample
- * encoded with its special tokens holds the sample's bare ids once, between
- * them. */
-static int special_frame(sink *s, char *err, size_t n) {
-    ut_tok_encoding full = {0}, bare = {0};
-    ut_tok_opts plain = {.no_special = true};
-    char why[256];
-    int rc = ut_tokenizer_encode(s->t, "a", NULL, NULL, &full, why, sizeof why) ||
-             ut_tokenizer_encode(s->t, "a", NULL, &plain, &bare, why, sizeof why);
-    if (rc) rc = ut_errorf(err, n, "%s: the tokenizer encodes no sample text: %s", s->path, why);
-    int64_t at = -1;
-    for (int64_t k = 0; !rc && bare.len > 0 && at < 0 && k + bare.len <= full.len; k++)
-        if (!memcmp(full.ids + k, bare.ids, (size_t)bare.len * sizeof *bare.ids)) at = k;
-    if (!rc && at < 0)
-        rc = ut_errorf(err, n, "%s: the tokenizer's special tokens do not surround a text's ids (a sample encoded "
-                               "with them does not hold its ids without them)", s->path);
-    if (!rc) s->npre = at, s->nsuf = full.len - at - bare.len;
-    ut_tok_encoding_free(&full);
-    ut_tok_encoding_free(&bare);
-    return rc;
-}
-
 /* ---- the files' texts ---- */
 
 /* The column run_mlm reads among names (count of them): the one given
@@ -302,11 +280,6 @@ static int read_csv(sink *s, const ut_mlm_opts *o, char *p, char *err, size_t n)
     return 0;
 }
 
-static const char *json_kind(const cJSON *j) {
-    return cJSON_IsNull(j) ? "null" : cJSON_IsBool(j) ? "a boolean" : cJSON_IsNumber(j) ? "a number"
-         : cJSON_IsString(j) ? "a string" : cJSON_IsArray(j) ? "a list" : "an object";
-}
-
 /* JSON: the text's key, chosen at the first object (a copy: JSON Lines
  * frees each line's object) */
 typedef struct {
@@ -318,7 +291,7 @@ static int json_text(sink *s, const ut_mlm_opts *o, json_state *st, const cJSON 
                      char *err, size_t n) {
     if (!cJSON_IsObject(j))
         return ut_errorf(err, n, "%s:%lld: %s, expected an object {\"text\": ...} (%s)", s->path, (long long)line,
-                         json_kind(j), array ? "a JSON array of objects" : "JSON Lines: one object per line");
+                         ut__json_kind(j), array ? "a JSON array of objects" : "JSON Lines: one object per line");
     enum { MAX_KEYS = 64 };
     char *names[MAX_KEYS];
     int count = 0;
@@ -341,7 +314,7 @@ static int json_text(sink *s, const ut_mlm_opts *o, json_state *st, const cJSON 
     }
     if (!cJSON_IsString(v))
         return ut_errorf(err, n, "%s:%lld: key '%.60s' is %s, expected a string (the text)", s->path,
-                         (long long)line, st->key, json_kind(v));
+                         (long long)line, st->key, ut__json_kind(v));
     return sink_text(s, v->valuestring, line, err, n);
 }
 
@@ -391,11 +364,6 @@ static int json_array(sink *s, const ut_mlm_opts *o, json_state *st, const char 
     return rc;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcasecmp(s + a - b, suffix);
-}
-
 /* Every text of the file into s, by the file's kind (its name's ending) */
 static int read_texts(sink *s, const ut_mlm_opts *o, char *err, size_t n) {
     size_t len;
@@ -411,7 +379,8 @@ static int read_texts(sink *s, const ut_mlm_opts *o, char *err, size_t n) {
         start = end + 1;
     }
     json_state st = {0};
-    bool csv = ends_with(s->path, ".csv"), json = ends_with(s->path, ".json") || ends_with(s->path, ".jsonl");
+    bool csv = ut__ends_with_ci(s->path, ".csv"),
+         json = ut__ends_with_ci(s->path, ".json") || ut__ends_with_ci(s->path, ".jsonl");
     if (!rc && csv) rc = read_csv(s, o, p, err, n);
     else if (!rc && json && p[strspn(p, " \t\r\n")] == '[') rc = json_array(s, o, &st, p, err, n);
     else if (!rc && json) rc = json_lines(s, o, &st, p, len, err, n);
@@ -441,7 +410,7 @@ static int check_opts(const char *path, ut_tokenizer *t, const ut_mlm_opts *o, c
 
 /* The file read into s's store; the message when it gave no example */
 static int fill(sink *s, const ut_mlm_opts *o, char *err, size_t n) {
-    if (special_frame(s, err, n)) return -1;
+    if (ut__special_frame(s->t, s->path, NULL, &s->npre, &s->nsuf, err, n)) return -1;
     if (s->m->L < s->npre + s->nsuf + 1)
         return ut_errorf(err, n, "%s: max_len %lld has no room for a token between the tokenizer's %lld special "
                                  "tokens", s->path, (long long)s->m->L, (long long)(s->npre + s->nsuf));

@@ -668,11 +668,6 @@ static int read_jsonl(builder *b, const char *path, const char *const fields[2],
 
 /* ---- open ---- */
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcasecmp(s + a - b, suffix);
-}
-
 /* The lengths are in range and leave room for text beside the special tokens. */
 static int check_lengths(const char *path, ut_tokenizer *t, const ut_seq2seq_opts *o, char *err, size_t n) {
     const int64_t len[2] = {o->max_source_len, o->max_target_len};
@@ -693,9 +688,10 @@ static int check_lengths(const char *path, ut_tokenizer *t, const ut_seq2seq_opt
 static int read_examples(builder *b, const char *path, const char *target_path, char *err, size_t n) {
     const char *const fields[2] = {given(b->o->source_field), given(b->o->target_field)};
     if (target_path) return read_parallel(b, path, target_path, err, n);
-    if (ends_with(path, ".tsv")) return read_tsv(b, path, fields, err, n);
-    if (ends_with(path, ".csv")) return read_csv(b, path, fields, err, n);
-    if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return read_jsonl(b, path, fields, err, n);
+    if (ut__ends_with_ci(path, ".tsv")) return read_tsv(b, path, fields, err, n);
+    if (ut__ends_with_ci(path, ".csv")) return read_csv(b, path, fields, err, n);
+    if (ut__ends_with_ci(path, ".jsonl") || ut__ends_with_ci(path, ".json"))
+        return read_jsonl(b, path, fields, err, n);
     char hint[300];
     header_hint(fields, hint, sizeof hint);
     return ut_errorf(err, n, "%s: unknown layout: give a .tsv or .csv file (a header naming the columns: %s), "

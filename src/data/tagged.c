@@ -247,11 +247,6 @@ typedef struct {
     bool chosen;
 } json_keys;
 
-static const char *json_kind(const cJSON *j) {
-    return cJSON_IsNull(j) ? "null" : cJSON_IsBool(j) ? "a boolean" : cJSON_IsNumber(j) ? "a number"
-         : cJSON_IsString(j) ? "a string" : cJSON_IsArray(j) ? "a list" : "an object";
-}
-
 /* o's keys as "a", "b" (cut to fit out) */
 static void key_list(const cJSON *o, char *out, size_t size) {
     size_t used = 0;
@@ -299,7 +294,7 @@ static int tag_text(tag_read *r, const char *path, int64_t line, const char *key
                                  "below 1e15 in magnitude)", path, (long long)line, key, (long long)i, t->valuedouble);
     else if (!cJSON_IsString(t))
         return ut_errorf(err, n, "%s:%lld: \"%s\"[%lld] is %s, expected a string or an integer (a tag)", path,
-                         (long long)line, key, (long long)i, json_kind(t));
+                         (long long)line, key, (long long)i, ut__json_kind(t));
     if (r->kind == KIND_NONE) r->kind = kind, r->kind_line = line;
     if (kind != r->kind)
         return ut_errorf(err, n, "%s:%lld: \"%s\"[%lld] is %s where line %lld's tags are %s: a file's tags are all "
@@ -324,10 +319,10 @@ static int json_lists(tag_read *r, const char *path, int64_t line, const json_ke
                       const cJSON *t, char *err, size_t n) {
     if (!cJSON_IsArray(w))
         return ut_errorf(err, n, "%s:%lld: \"%s\" is %s, expected a list of strings (the words)", path,
-                         (long long)line, k->words, json_kind(w));
+                         (long long)line, k->words, ut__json_kind(w));
     if (t && !cJSON_IsArray(t))
         return ut_errorf(err, n, "%s:%lld: \"%s\" is %s, expected a list of strings or integers (the tags)", path,
-                         (long long)line, k->tags, json_kind(t));
+                         (long long)line, k->tags, ut__json_kind(t));
     int64_t nw = cJSON_GetArraySize(w), nt = t ? cJSON_GetArraySize(t) : nw, i = 0;
     if (nt != nw)
         return ut_errorf(err, n, "%s:%lld: %lld words (\"%s\") but %lld tags (\"%s\"): one tag per word", path,
@@ -337,7 +332,7 @@ static int json_lists(tag_read *r, const char *path, int64_t line, const json_ke
     for (const cJSON *c = w->child; c; c = c->next, i++) {
         if (!cJSON_IsString(c))
             return ut_errorf(err, n, "%s:%lld: \"%s\"[%lld] is %s, expected a string (a word)", path,
-                             (long long)line, k->words, (long long)i, json_kind(c));
+                             (long long)line, k->words, (long long)i, ut__json_kind(c));
         add_word(r, c->valuestring, strlen(c->valuestring), line);
         if (!tc) continue;
         if (tag_text(r, path, line, k->tags, i, tc, tag, sizeof tag, err, n)) return -1;
@@ -355,7 +350,7 @@ static int json_sentence(tag_read *r, const char *path, int64_t line, const cJSO
                          const ut_tagged_opts *o, char *err, size_t n) {
     if (!cJSON_IsObject(j))
         return ut_errorf(err, n, "%s:%lld: %s, expected an object {\"tokens\": [...], \"ner_tags\": [...]} (%s)",
-                         path, (long long)line, json_kind(j),
+                         path, (long long)line, ut__json_kind(j),
                          array ? "a JSON array of objects, one a sentence" : "JSON Lines: one object per line");
     if (!k->chosen && choose_keys(k, o, path, line, j, err, n)) return -1;
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, k->words), *t = cJSON_GetObjectItemCaseSensitive(j, k->tags);
@@ -437,11 +432,6 @@ static int read_json(tag_read *r, const char *path, char *p, size_t len, const u
     return rc;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcasecmp(s + a - b, suffix);
-}
-
 static int read_file(tag_read *r, const char *path, const ut_tagged_opts *o, char *err, size_t n) {
     memset(r, 0, sizeof *r);
     r->kind = KIND_NONE;
@@ -451,7 +441,8 @@ static int read_file(tag_read *r, const char *path, const ut_tagged_opts *o, cha
     if (!buf) return -1;
     if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3, len -= 3; /* a byte-order mark is not text */
     int rc = check_text(path, p, len, err, n);
-    if (!rc && (ends_with(path, ".json") || ends_with(path, ".jsonl"))) rc = read_json(r, path, p, len, o, err, n);
+    if (!rc && (ut__ends_with_ci(path, ".json") || ut__ends_with_ci(path, ".jsonl")))
+        rc = read_json(r, path, p, len, o, err, n);
     else if (!rc) rc = read_conll(r, path, p, len, err, n);
     ut_free(buf);
     return rc;
@@ -555,22 +546,7 @@ typedef struct {
 } frame;
 
 static int find_frame(ut_tokenizer *t, const char *path, frame *f, char *err, size_t n) {
-    ut_tok_encoding bare = {0};
-    ut_tok_opts plain = {.no_special = true};
-    char why[256];
-    int rc = ut_tokenizer_encode(t, "a", NULL, NULL, &f->with, why, sizeof why) ||
-             ut_tokenizer_encode(t, "a", NULL, &plain, &bare, why, sizeof why);
-    if (rc) rc = ut_errorf(err, n, "%s: the tokenizer encodes no sample text: %s", path, why);
-    int64_t at = -1;
-    for (int64_t s = 0; !rc && at < 0 && s + bare.len <= f->with.len; s++)
-        if (!memcmp(f->with.ids + s, bare.ids, (size_t)bare.len * sizeof *bare.ids)) at = s;
-    if (!rc && (at < 0 || bare.len < 1))
-        rc = ut_errorf(err, n, "%s: the tokenizer's special tokens do not surround a text's ids (a sample encoded "
-                               "with them does not hold its ids without them)", path);
-    f->npre = at;
-    f->nsuf = rc ? 0 : f->with.len - at - bare.len;
-    ut_tok_encoding_free(&bare);
-    return rc;
+    return ut__special_frame(t, path, &f->with, &f->npre, &f->nsuf, err, n);
 }
 
 typedef struct {
