@@ -21,52 +21,9 @@
  * (ut_clm_dataset_open): blocks of max_len tokens, line ends kept by bit 6,
  * each block's ids in the vocabulary and y the next one, -1 at the end. */
 #include "fuzz_data.h"
+#include "fuzz_tok.h"
 
 static ut_tokenizer *wordpiece, *roberta, *plain_bpe;
-
-static ut_tokenizer *load(const char *path) {
-    char err[512];
-    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "the target's own tokenizer does not load: %s\n", err);
-        abort();
-    }
-    return t;
-}
-
-static void make_wordpiece(void) {
-    static const char vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\nplot\n##ing\ngood\n,\n.\n!\n"
-                                "a\nb\nc\nd\ne\n##a\n##b\n##c\n##d\n##e\n\xc3\xa9\n";
-    wordpiece = load(fz_write("vocab.txt", (const uint8_t *)vocab, sizeof vocab - 1));
-}
-
-/* GPT-2's byte -> character map (as src/data/tok_bpe.c has it, written again here) */
-static int byte_char(int b) {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    int n = 0;
-    for (int k = 0; k < b; k++)
-        n += !((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF));
-    return 256 + n;
-}
-
-/* name: the 256 byte symbols, "Ġt" and "he", then the extra tokens (a JSON
- * fragment, may be empty); merges.txt beside it */
-static ut_tokenizer *make_bpe(const char *name, const char *extra) {
-    char json[4096];
-    size_t o = 0;
-    json[o++] = '{';
-    for (int b = 0; b < 256; b++) {
-        int cp = byte_char(b);
-        char u[3] = {(char)cp, 0, 0};
-        if (cp >= 0x80) u[0] = (char)(0xC0 | (cp >> 6)), u[1] = (char)(0x80 | (cp & 0x3F));
-        o += (size_t)snprintf(json + o, sizeof json - o, "%s\"%s%s\":%d", b ? "," : "",
-                              cp == '"' || cp == '\\' ? "\\" : "", u, b);
-    }
-    o += (size_t)snprintf(json + o, sizeof json - o, ",\"\xc4\xa0t\":256,\"he\":257%s}", extra);
-    static const char merges[] = "#version: 0.2\n\xc4\xa0 t\nh e\n";
-    fz_write("merges.txt", (const uint8_t *)merges, sizeof merges - 1);
-    return load(fz_write(name, (const uint8_t *)json, o));
-}
 
 static void fail(const char *what, int64_t i) {
     fprintf(stderr, "example %lld: %s\n", (long long)i, what);
@@ -163,9 +120,9 @@ static void check_clm(const char *path, ut_tokenizer *t, const uint8_t *opt) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!wordpiece) {
-        make_wordpiece();
-        roberta = make_bpe("vocab.json", ",\"<s>\":258,\"<pad>\":259,\"</s>\":260,\"<unk>\":261,\"<mask>\":262");
-        plain_bpe = make_bpe("encoder.json", "");
+        wordpiece = fz_make_wordpiece();
+        roberta = fz_make_bpe("vocab.json", ",\"<s>\":258,\"<pad>\":259,\"</s>\":260,\"<unk>\":261,\"<mask>\":262");
+        plain_bpe = fz_make_bpe("encoder.json", "");
     }
     uint8_t opt[4];
     fz_take(&data, &size, opt, sizeof opt);

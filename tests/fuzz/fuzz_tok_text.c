@@ -6,36 +6,17 @@
  * UTF-8 must be refused with a message. The tokenizers are small ones
  * written by this file (the Unigram one T5's layout with a small
  * SentencePiece character map, byte fallback for a few bytes). */
-#include "fuzz.h"
+#include "fuzz_tok.h"
 #include "utrain/base.h"
 #include "utrain/data.h"
 
 static ut_tokenizer *wordpiece, *bpe, *unigram;
-
-/* GPT-2's byte -> character map (as src/data/tok_bpe.c, written again here). */
-static int byte_char(int b) {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    int n = 0;
-    for (int k = 0; k < b; k++)
-        n += !((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF));
-    return 256 + n;
-}
 
 static size_t put_utf8(char *o, int cp) {
     if (cp < 0x80) return (size_t)(o[0] = (char)cp, 1);
     o[0] = (char)(0xC0 | (cp >> 6));
     o[1] = (char)(0x80 | (cp & 0x3F));
     return 2;
-}
-
-static ut_tokenizer *load(const char *path) {
-    char err[512];
-    ut_tokenizer *t = ut_tokenizer_load(path, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "the target's own tokenizer does not load: %s\n", err);
-        abort();
-    }
-    return t;
 }
 
 /* vocab.json: the 256 byte symbols (id = byte) and the merged tokens. */
@@ -47,7 +28,7 @@ static void make_bpe(void) {
     json[o++] = '{';
     for (int b = 0; b < 256; b++) {
         char u[4];
-        size_t k = put_utf8(u, byte_char(b));
+        size_t k = put_utf8(u, fz_byte_char(b));
         o += (size_t)snprintf(json + o, sizeof json - o, "%s\"%s%.*s\":%d", b ? "," : "",
                               u[0] == '"' || u[0] == '\\' ? "\\" : "", (int)k, u, b);
     }
@@ -60,7 +41,7 @@ static void make_bpe(void) {
     }
     fclose(m);
     json[o++] = '}';
-    bpe = load(fz_write("vocab.json", (const uint8_t *)json, o));
+    bpe = fz_load_tokenizer(fz_write("vocab.json", (const uint8_t *)json, o));
 }
 
 static void make_wordpiece(void) {
@@ -68,7 +49,7 @@ static void make_wordpiece(void) {
         "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n!\n,\n.\n'\n?\na\nb\nc\nd\ne\nh\ni\nl\nn\no\nr\ns\nt\nw\n"
         "##a\n##b\n##c\n##d\n##e\n##h\n##i\n##l\n##n\n##o\n##r\n##s\n##t\n##w\nthe\nhello\nworld\n##ing\n"
         "\xe4\xb8\xad\n\xe6\x96\x87\ncafe\nnaive\n";
-    wordpiece = load(fz_write("vocab.txt", (const uint8_t *)vocab, sizeof vocab - 1));
+    wordpiece = fz_load_tokenizer(fz_write("vocab.txt", (const uint8_t *)vocab, sizeof vocab - 1));
 }
 
 /* The character map of tests/fuzz/make_seeds.sh's unigram seed: 7 rules
@@ -110,7 +91,7 @@ static void make_unigram(void) {
                      "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},%s]},"
                      "\"model\":{\"type\":\"Unigram\",\"unk_id\":2,\"byte_fallback\":true,\"vocab\":[%s]}}",
                      specials, charsmap, ms, tmpl, ms, pieces);
-    unigram = load(fz_write("tokenizer.json", (const uint8_t *)json, (size_t)n));
+    unigram = fz_load_tokenizer(fz_write("tokenizer.json", (const uint8_t *)json, (size_t)n));
 }
 
 static void free_all(void) {
