@@ -464,8 +464,9 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
         char p[128];
         snprintf(p, sizeof p, "%s.embeddings.word_embeddings", net->prefix);
         if (!net->first) ut_embedding_layer_init_layout(m, &net->word, p, net->V, net->C, std, &net->lay);
-        ut_linear_layer_init_normal(m, &net->transform, net->roberta ? "lm_head.dense" : "cls.predictions.transform.dense",
-                                    net->C, net->C, std);
+        ut_linear_layer_init_normal(m, &net->transform,
+                                    net->roberta ? "lm_head.dense" : "cls.predictions.transform.dense", net->C, net->C,
+                                    std);
         ln_init(m, &net->transform_ln, net->roberta ? "lm_head.layer_norm" : "cls.predictions.transform.LayerNorm",
                 net->C, net->eps);
         /* split: this rank's part of the vocabulary, as the word embedding's rows */
@@ -486,7 +487,8 @@ static ut_model *bert_new(bert *net, float std, uint64_t seed) {
     }
     /* a masked LM's word embedding, on the first stage and (its decoder) the last: every stage names it */
     if (net->mlm)
-        m->pp_tied = net->roberta ? "roberta.embeddings.word_embeddings.weight" : "bert.embeddings.word_embeddings.weight";
+        m->pp_tied = net->roberta ? "roberta.embeddings.word_embeddings.weight"
+                                  : "bert.embeddings.word_embeddings.weight";
     if (net->lay.tp_size > 1) m->tp_size = net->lay.tp_size; /* every stage is split, with or without embeddings */
     int P = net->lay.pp_size > 1 ? net->lay.pp_size : 1;
     m->pp_size = P, m->pp_rank = P > 1 ? net->lay.pp_rank : 0, m->pp_b0 = net->b0, m->pp_b1 = net->b1;

@@ -237,8 +237,8 @@ static int check_model_data(const ut_config *c, char *err, size_t n) {
             if (!strcmp(c->model_name, others[i]))
                 FAIL("data.name mlm_text: masked language modeling trains bert and roberta (model.task: masked_lm), "
                      "not model.name %s%s", c->model_name,
-                     strcmp(c->model_name, "gpt2") ? "" : " (a causal language model: it reads token shards, "
-                                                          "data.name: tokens, made by `utrain tokenize`)");
+                     strcmp(c->model_name, "gpt2") ? "" : " (a causal language model: it reads texts with "
+                                                          "data.name: clm_text, or token shards)");
         if (task && !mlm_task)
             FAIL("model.task: %s, but data.name mlm_text trains a masked language model: set model.task: masked_lm "
                  "(or remove it)", task);

@@ -332,7 +332,7 @@ int ut_plan_compute(const ut_config *cfg, int world, ut_plan *p, char *err, size
     ut_batch b = {.count = count, .x = x, .y = y};
     if (ut_seq2seq_planes(train)) ut_seq2seq_batch_trim(&b, train->x_ne[1]); /* as the loader's batches are */
     else if (ut_tok_labels(train)) ut_tok_labels_trim(&b, train->x_ne[1]);
-    int64_t *idx = ut_malloc_check((size_t)count * sizeof *idx);
+    int64_t *idx = ut_malloc_check((size_t)(count > 0 ? count : 1) * sizeof *idx);
     for (int64_t k = 0; k < count; k++) idx[k] = k;
     b.idx = idx; /* the first examples, as epoch 0 draws their masks */
     int crc = train->collate ? train->collate(train, &b, err, n) : 0;
