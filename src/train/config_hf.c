@@ -611,6 +611,46 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         c->hf_val_split = pct / 100;
         return 1;
     }
+    /* the example scripts' model from scratch: model_type names the architecture (model.name), config_overrides
+     * its config.json values ("n_embd=10,resid_pdrop=0.2": model.n_embd, model.resid_pdrop) */
+    if (!strcmp(key, "model_type")) {
+        static const char *const ours[] = {"bert", "roberta", "gpt2", "bart", "t5"};
+        for (size_t i = 0; *v && i < sizeof ours / sizeof ours[0]; i++)
+            if (!strcmp(v, ours[i])) return assign(c, "model.name", v, err, n);
+        if (!*v) return 1;
+        return ut_errorf(err, n, "model_type: '%s' is not one of utrain's models (bert, roberta, gpt2, bart, t5)", v);
+    }
+    if (!strcmp(key, "config_overrides")) {
+        if (ut_kv_get(c->model_opts, "pretrained"))
+            return ut_errorf(err, n, "config_overrides: it changes a model trained from scratch (model_type), and "
+                                     "model_name_or_path is given (the example scripts refuse them together too)");
+        char buf[1024];
+        if (strlen(v) >= sizeof buf) return ut_errorf(err, n, "config_overrides: longer than %zu bytes", sizeof buf - 1);
+        snprintf(buf, sizeof buf, "%s", v);
+        for (char *save = NULL, *pair = strtok_r(buf, ",", &save); pair; pair = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(pair, '=');
+            if (!eq || eq == pair || !eq[1])
+                return ut_errorf(err, n, "config_overrides: '%s' is not key=value (as \"n_embd=10,resid_pdrop=0.2\")",
+                                 pair);
+            *eq = 0;
+            /* GPT-2's config.json names for what its model keys call block_size and dropout (one rate for
+             * the three dropouts) */
+            const char *name = pair;
+            if (!strcmp(pair, "n_positions") || !strcmp(pair, "n_ctx")) name = "block_size";
+            bool rate = !strcmp(pair, "resid_pdrop") || !strcmp(pair, "embd_pdrop") || !strcmp(pair, "attn_pdrop");
+            if (rate) name = "dropout";
+            const char *had = rate ? ut_kv_get(c->model_opts, "dropout") : NULL;
+            if (had && strcmp(had, eq + 1))
+                return ut_errorf(err, n, "config_overrides: %s=%s, but another of resid_pdrop, embd_pdrop and "
+                                         "attn_pdrop is %s: utrain's GPT-2 has one dropout rate for the three "
+                                         "(model.dropout); give them one value", pair, eq + 1, had);
+            char key2[300], why[512];
+            snprintf(key2, sizeof key2, "model.%s", name);
+            if (ut_cfg_assign(c, key2, eq + 1, why, sizeof why))
+                return ut_errorf(err, n, "config_overrides: %s=%s: %s", pair, eq + 1, why);
+        }
+        return 1;
+    }
     /* run_ner's per-type scores: train.entity_metrics */
     if (!strcmp(key, "return_entity_level_metrics")) {
         c->hf_tagged = true;
@@ -834,6 +874,7 @@ const char *const ut_cfg_hf_doc =
     "| `task_name`, `dataset_name`, `dataset_config_name` | null / a name | nothing / refused: they load from the Hugging Face Hub; `train_file` and `validation_file` name local files (GLUE's own TSV files, or a datasets `to_csv` / `to_json` of the task) |\n"
     "| `mlm_probability`, `line_by_line` (run_mlm) | a share in (0, 1); true / false | `data.mlm_probability`, `data.line_by_line`; either (or `validation_split_percentage`) makes `train_file` texts for a masked language model (`data.name: mlm_text`, [data.md](data.md#masked-language-modeling-texts-to-fill-in)) |\n"
     "| `block_size`, `keep_linebreaks` (run_clm) | a count; true / false | `data.seq_len` (each block's tokens), `data.keep_linebreaks`; either makes `train_file` texts for a causal language model (`data.name: clm_text`, [data.md](data.md#causal-language-modeling-texts-to-continue)) |\n"
+    "| `model_type`, `config_overrides` (run_mlm, run_clm from scratch) | bert, roberta, gpt2, bart, t5; `\"n_embd=10,resid_pdrop=0.2\"` | `model.name`; `model.n_embd: 10`, ... (config.json's names, each a model key; GPT-2's `n_positions` / `n_ctx` as `model.block_size`, `resid_pdrop`, `embd_pdrop`, `attn_pdrop` as its one `model.dropout`, refused when they differ); refused beside `model_name_or_path`, as the scripts refuse it |\n"
     "| `validation_split_percentage` (run_mlm) | a percentage | `data.dev_fraction` (its hundredth): without `validation_file`, that share of the examples is the dev set (run_mlm takes the first lines of the file, utrain the last examples) |\n"
     "| `task_name` (run_ner) | `ner` / `pos`, `chunk` | `data.name: tagged_text` (the tags under `ner_tags`, else each object's second key) / the same with `data.label_column: pos_tags` (`chunk_tags`) unless `label_column_name` says |\n"
     "| `text_column_name`, `label_column_name`, `label_all_tokens` (run_ner) | a key; true / false | `data.text_column`, `data.label_column` (the words' and the tags' JSON keys), `data.label_all_tokens`; `text_column_name`, `label_all_tokens`, `return_entity_level_metrics` or run_ner's `task_name` make `train_file` tagged text (`data.name: tagged_text`, [data.md](data.md#token-classification-words-and-their-tags)) |\n"

@@ -697,6 +697,29 @@ static void test_hf_example_script_arguments(void) {
               fabs(c.dev_fraction - 0.05) < 1e-12, "run_clm: %s %lld %d %g %s", c.data_name, (long long)c.seq_len,
           c.keep_linebreaks, c.dev_fraction, err);
     ut_config_free(&c);
+    /* the scripts' model from scratch: model_type and config_overrides (GPT-2's names as its model keys) */
+    ut_config_init(&c);
+    CHECK(load_text(&c, "{\"model_type\": \"gpt2\", \"config_overrides\": \"n_embd=32,n_positions=64,resid_pdrop=0.2,"
+                        "embd_pdrop=0.2\", \"train_file\": \"t.txt\", \"block_size\": 32}\n") == 0 &&
+              !strcmp(c.model_name, "gpt2") && !strcmp(ut_kv_get(c.model_opts, "n_embd"), "32") &&
+              !strcmp(ut_kv_get(c.model_opts, "block_size"), "64") && !strcmp(ut_kv_get(c.model_opts, "dropout"), "0.2"),
+          "model_type, config_overrides: %s %s", c.model_name, err);
+    ut_config_free(&c);
+    static const char *const scratch_bad[][2] = {
+        {"{\"model_type\": \"llama\"}\n", "model_type: 'llama' is not one of utrain's models (bert, roberta, gpt2, "
+                                           "bart, t5)"},
+        {"{\"model_name_or_path\": \"m\", \"config_overrides\": \"n_embd=8\"}\n", "config_overrides: it changes a "
+                                                                                "model trained from scratch"},
+        {"{\"model_type\": \"gpt2\", \"config_overrides\": \"n_embd\"}\n", "config_overrides: 'n_embd' is not "
+                                                                         "key=value"},
+        {"{\"model_type\": \"gpt2\", \"config_overrides\": \"resid_pdrop=0.1,attn_pdrop=0.2\"}\n",
+         "config_overrides: attn_pdrop=0.2, but another of resid_pdrop, embd_pdrop and attn_pdrop is 0.1"},
+    };
+    for (size_t i = 0; i < sizeof scratch_bad / sizeof scratch_bad[0]; i++) {
+        ut_config_init(&c);
+        CHECK(load_text(&c, scratch_bad[i][0]) != 0 && strstr(err, scratch_bad[i][1]), "scratch case %zu: %s", i, err);
+        ut_config_free(&c);
+    }
     ut_config_init(&c);
     CHECK(load_text(&c, "data: {name: tsv_text, train_path: t.tsv, keep_linebreaks: false}\n") == 0 &&
               ut_config_validate(&c, err, sizeof err) != 0 &&
