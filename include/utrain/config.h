@@ -77,6 +77,7 @@ typedef struct {
     bool keep_linebreaks;        /* clm_text: a text file's lines keep their line ends */
     bool hf_mlm;                 /* a Hugging Face argument file of run_mlm's (validation_split_percentage) */
     double hf_val_split;         /* its validation_split_percentage / 100 (0: none) */
+    bool hf_overrides;           /* a Hugging Face argument file's config_overrides were applied */
     /* tsv_text: the columns of an example (ut_text_columns); empty: found by name */
     char text_column[UT_CFG_STR_MAX], text_pair_column[64], label_column[64], text_column_delimiter[64];
 

@@ -624,6 +624,7 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         if (ut_kv_get(c->model_opts, "pretrained"))
             return ut_errorf(err, n, "config_overrides: it changes a model trained from scratch (model_type), and "
                                      "model_name_or_path is given (the example scripts refuse them together too)");
+        c->hf_overrides = true; /* a model_name_or_path after it is refused with the recipe */
         char buf[1024];
         if (strlen(v) >= sizeof buf) return ut_errorf(err, n, "config_overrides: longer than %zu bytes", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", v);

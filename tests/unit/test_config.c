@@ -712,6 +712,8 @@ static void test_hf_example_script_arguments(void) {
                                                                                 "model trained from scratch"},
         {"{\"model_type\": \"gpt2\", \"config_overrides\": \"n_embd\"}\n", "config_overrides: 'n_embd' is not "
                                                                          "key=value"},
+        {"{\"config_overrides\": \"n_embd=8\", \"model_name_or_path\": \"m\"}\n", "config_overrides: it changes a "
+                                                                                "model trained from scratch"},
         {"{\"model_type\": \"gpt2\", \"config_overrides\": \"resid_pdrop=0.1,attn_pdrop=0.2\"}\n",
          "config_overrides: attn_pdrop=0.2, but another of resid_pdrop, embd_pdrop and attn_pdrop is 0.1"},
     };
