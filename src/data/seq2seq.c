@@ -12,7 +12,6 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "data_internal.h"
 #include "tok_internal.h"

@@ -430,6 +430,9 @@ int ut_config_validate(const ut_config *c, char *err, size_t n) {
     for (int i = 0; i < ut_cfg_nkeys; i++)
         if (ut_cfg_check_value(c, &ut_cfg_schema[i], err, n)) return -1;
     if (!c->model_opts) FAIL("model options: not initialised (call ut_config_init)");
+    if (c->hf_overrides && ut_kv_get(c->model_opts, "pretrained"))
+        FAIL("config_overrides: it changes a model trained from scratch (model_type), and model_name_or_path "
+             "(model.pretrained) is given; the example scripts refuse them together too");
     if (check_run(c, err, n) || check_data(c, err, n) || check_model_data(c, err, n) ||
         check_train(c, err, n) ||
         check_optim(c, err, n))

@@ -621,10 +621,7 @@ int ut_cfg_hf(ut_config *c, const char *key, const char *v, char *err, size_t n)
         return ut_errorf(err, n, "model_type: '%s' is not one of utrain's models (bert, roberta, gpt2, bart, t5)", v);
     }
     if (!strcmp(key, "config_overrides")) {
-        if (ut_kv_get(c->model_opts, "pretrained"))
-            return ut_errorf(err, n, "config_overrides: it changes a model trained from scratch (model_type), and "
-                                     "model_name_or_path is given (the example scripts refuse them together too)");
-        c->hf_overrides = true; /* a model_name_or_path after it is refused with the recipe */
+        c->hf_overrides = true; /* refused beside model_name_or_path (config_check.c) */
         char buf[1024];
         if (strlen(v) >= sizeof buf) return ut_errorf(err, n, "config_overrides: longer than %zu bytes", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", v);

@@ -438,10 +438,6 @@ static int hf_recipe(loader *ld) {
         if (!recipe[i].when || seen(ld, recipe[i].key) || !ut_cfg_at_default(c, recipe[i].key)) continue;
         if (apply_default(ld, hf, recipe[i].key, recipe[i].value, recipe[i].what)) return -1;
     }
-    if (c->hf_overrides && ut_kv_get(c->model_opts, "pretrained"))
-        return ut_errorf(ld->err, ld->n, "%s: config_overrides: it changes a model trained from scratch (model_type), "
-                                         "and model_name_or_path is given (the example scripts refuse them together "
-                                         "too)", ld->path);
     /* run_mlm's validation_split_percentage: without a validation_file, that share is the dev set */
     if (c->hf_val_split > 0 && !c->dev_path[0] && !seen(ld, "data.dev_fraction")) {
         char frac[32], what[96];

@@ -268,6 +268,14 @@ static void test_refused(void) {
     };
     hfe_write_config(tmp, "sst", "bert", "hf_bert_tiny", "", 32, 1);
     hfe_check_refused(tmp, "sst.yml", tsv, 2);
+    /* a sequence classifier's save: the masked-LM head newly initialised, and the run says so */
+    const char *cls[] = {"experiment_name=mlm_from_cls", "model.pretrained=tests/parity/fixtures/hf_bert_tiny",
+                         "train.max_steps=1", "train.eval_strategy=no", "train.save_strategy=no", NULL};
+    CHECK(hfe_utrain(tmp, "train", tp_path(tmp, "mlm.yml"), "from_cls.out", cls, NULL) == 0, "from a classifier");
+    char *s = tp_slurp(tp_path(tmp, "from_cls.out"));
+    CHECK(s && strstr(s, "hf_bert_tiny/model.safetensors has no 5 of the model's tensors, newly initialised (a new "
+                         "head, to train): the first 'cls.predictions.transform.dense.weight'"), "%s", s);
+    free(s);
 }
 
 /* GPT-2 on texts as run_clm trains it (data.name clm_text: GPT-2's BPE,

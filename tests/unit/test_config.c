@@ -719,9 +719,19 @@ static void test_hf_example_script_arguments(void) {
     };
     for (size_t i = 0; i < sizeof scratch_bad / sizeof scratch_bad[0]; i++) {
         ut_config_init(&c);
-        CHECK(load_text(&c, scratch_bad[i][0]) != 0 && strstr(err, scratch_bad[i][1]), "scratch case %zu: %s", i, err);
+        /* refused as the file loads, or (config_overrides beside model_name_or_path) when it is validated */
+        CHECK((load_text(&c, scratch_bad[i][0]) != 0 || ut_config_validate(&c, err, sizeof err) != 0) &&
+                  strstr(err, scratch_bad[i][1]), "scratch case %zu: %s", i, err);
         ut_config_free(&c);
     }
+    /* an overlong config_overrides is refused, not cut */
+    char longer[1300];
+    int at = snprintf(longer, sizeof longer, "{\"model_type\": \"gpt2\", \"config_overrides\": \"n_embd=8");
+    while (at < 1200) at += snprintf(longer + at, sizeof longer - (size_t)at, ",n_layer=2");
+    snprintf(longer + at, sizeof longer - (size_t)at, "\"}\n");
+    ut_config_init(&c);
+    CHECK(load_text(&c, longer) != 0 && strstr(err, "config_overrides: longer than 1023 bytes"), "%s", err);
+    ut_config_free(&c);
     ut_config_init(&c);
     CHECK(load_text(&c, "data: {name: tsv_text, train_path: t.tsv, keep_linebreaks: false}\n") == 0 &&
               ut_config_validate(&c, err, sizeof err) != 0 &&

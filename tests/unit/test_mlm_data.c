@@ -688,6 +688,10 @@ static void test_clm_blocks(void) {
     o.block_size = 1;
     CHECK(!ut_clm_dataset_open(tmp("two.txt"), gpt2, &o, err, sizeof err) &&
               strstr(err, "the block size must be in [2, 1e9] (got 1)"), "%s", err);
+    CHECK(!ut_clm_dataset_open(tmp("two.txt"), gpt2, NULL, err, sizeof err) &&
+              strstr(err, "two.txt: no causal language modeling options (block_size)"), "%s", err);
+    CHECK(!ut_clm_dataset_open(tmp("two.txt"), NULL, &o, err, sizeof err) && strstr(err, "two.txt: no tokenizer"),
+          "%s", err);
     o.block_size = 64;
     CHECK(!ut_clm_dataset_open(tmp("two.txt"), gpt2, &o, err, sizeof err) &&
               strstr(err, "two.txt: no example: 4 tokens read from 2 texts, and each block takes 64 tokens "
